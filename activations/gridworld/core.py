@@ -1,0 +1,197 @@
+"""Core types of the grid world: actions, cell types, the static grid and the dynamic state.
+
+Coordinates are ``(row, col)`` everywhere: row 0 is the top row, col 0 the leftmost column.
+``UP`` decreases the row, ``LEFT`` decreases the column. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+import numpy as np
+
+RowCol = tuple[int, int]
+"""A cell coordinate as ``(row, col)``."""
+
+
+class Action(IntEnum):
+    """The four deterministic moves; the integer values index action arrays everywhere."""
+
+    UP = 0
+    DOWN = 1
+    LEFT = 2
+    RIGHT = 3
+
+    @property
+    def delta_row_col(self) -> RowCol:
+        """The ``(d_row, d_col)`` displacement of this move."""
+        return _DELTAS[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> Action:
+        """Parse ``"UP"``/``"up"``/... into an :class:`Action`; raises ``ValueError`` otherwise."""
+        try:
+            return cls[name.strip().upper()]
+        except KeyError as err:
+            raise ValueError(f"unknown action {name!r}; expected one of UP, DOWN, LEFT, RIGHT") from err
+
+
+_DELTAS: dict[Action, RowCol] = {
+    Action.UP: (-1, 0),
+    Action.DOWN: (1, 0),
+    Action.LEFT: (0, -1),
+    Action.RIGHT: (0, 1),
+}
+N_ACTIONS = 4
+
+
+class CellType(IntEnum):
+    """Cell classes shared by rendering, labels in the HDF5 store and the probes.
+
+    ``PADDING`` marks positions outside a grid smaller than the 15 x 15 label canvas.
+    """
+
+    OPEN = 0
+    WALL = 1
+    GOAL = 2
+    AGENT = 3
+    KEY = 4
+    DOOR = 5
+    PADDING = 6
+
+
+SYMBOLS: dict[CellType, str] = {
+    CellType.OPEN: "_",
+    CellType.WALL: "#",
+    CellType.GOAL: "G",
+    CellType.AGENT: "A",
+    CellType.KEY: "K",
+    CellType.DOOR: "D",
+}
+"""Text symbol of each renderable cell type (padding is never rendered)."""
+
+SYMBOL_TO_CELL: dict[str, CellType] = {s: c for c, s in SYMBOLS.items()}
+
+LABEL_CANVAS = 15
+"""Side of the padded label canvas used by the activation store and the general probes."""
+
+
+class Variant(str):
+    """Names of grid variants (plain strings so that they serialise as themselves)."""
+
+    PLAIN = "plain"
+    KEY_DOOR = "key_door"
+    KEY_NO_DOOR = "key_no_door"
+    TWO_PATH_KEY = "two_path_key"
+    TWO_PATH_NO_KEY = "two_path_no_key"
+    KEY_DOOR_CONTROL = "key_door_control"
+
+
+@dataclass(frozen=True)
+class State:
+    """The dynamic part of an episode.
+
+    Attributes:
+        agent: the agent's cell as ``(row, col)``.
+        has_key: whether the agent carries the key.
+        door_open: whether the door has been opened (an open door is an open cell).
+    """
+
+    agent: RowCol
+    has_key: bool = False
+    door_open: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """A static n x n layout plus the start state.
+
+    Attributes:
+        walls: ``(n, n)`` bool array, True where a cell is a wall. Never mutated (read-only view).
+        goal: the goal cell ``(row, col)``.
+        start: the agent's start cell ``(row, col)``.
+        key: the key cell, or None when the variant has no key.
+        door: the door cell, or None when the variant has no door.
+        variant: the variant name (see :class:`Variant`).
+        density: the obstacle density the grid was generated with (metadata).
+        seed: the seed it was generated from, or None when built by hand (metadata).
+        grid_id: a stable identifier, used to join every artefact back to this grid.
+    """
+
+    walls: np.ndarray
+    goal: RowCol
+    start: RowCol
+    key: RowCol | None = None
+    door: RowCol | None = None
+    variant: str = Variant.PLAIN
+    density: float | None = None
+    seed: int | None = None
+    grid_id: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        walls = np.array(self.walls, dtype=bool)
+        if walls.ndim != 2 or walls.shape[0] != walls.shape[1]:
+            raise ValueError(f"walls must be a square 2-D array, got shape {walls.shape}")
+        walls.setflags(write=False)
+        object.__setattr__(self, "walls", walls)
+        object.__setattr__(self, "goal", _rc(self.goal))
+        object.__setattr__(self, "start", _rc(self.start))
+        if self.key is not None:
+            object.__setattr__(self, "key", _rc(self.key))
+        if self.door is not None:
+            object.__setattr__(self, "door", _rc(self.door))
+        n = self.size
+        for name in ("goal", "start", "key", "door"):
+            cell = getattr(self, name)
+            if cell is None:
+                continue
+            if not (0 <= cell[0] < n and 0 <= cell[1] < n):
+                raise ValueError(f"{name} {cell} lies outside the {n} x {n} grid")
+            if walls[cell]:
+                raise ValueError(f"{name} {cell} lies on a wall")
+        if self.goal == self.start:
+            raise ValueError(f"start and goal coincide at {self.goal}")
+
+    @property
+    def size(self) -> int:
+        """Side length n."""
+        return int(self.walls.shape[0])
+
+    @property
+    def initial_state(self) -> State:
+        """The state an episode starts in."""
+        return State(agent=self.start, has_key=False, door_open=self.door is None)
+
+    def is_blocked(self, cell: RowCol, state: State) -> bool:
+        """Whether the agent cannot enter ``cell`` in ``state`` (wall, outside, or locked door)."""
+        r, c = cell
+        n = self.size
+        if not (0 <= r < n and 0 <= c < n) or self.walls[r, c]:
+            return True
+        return self.door is not None and cell == self.door and not state.door_open
+
+    def with_start(self, start: RowCol) -> Grid:
+        """A copy whose agent starts at ``start``."""
+        return replace(self, start=start)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Grid):
+            return NotImplemented
+        return (
+            np.array_equal(self.walls, other.walls)
+            and self.goal == other.goal
+            and self.start == other.start
+            and self.key == other.key
+            and self.door == other.door
+            and self.variant == other.variant
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant))
+
+
+def _rc(cell) -> RowCol:
+    r, c = cell
+    return (int(r), int(c))

@@ -1,0 +1,1 @@
+"""goalprobe: probes/scoring."""
