@@ -195,3 +195,13 @@ class Grid:
 def _rc(cell) -> RowCol:
     r, c = cell
     return (int(r), int(c))
+
+
+PLAN_HORIZON = 10
+"""Number of future executed actions stored as the plan label of each step."""
+
+PLAN_END = 4
+"""Plan token marking the end of the episode (after the last executed action)."""
+
+PLAN_PAD = 5
+"""Plan token for positions after ``PLAN_END``; ignored by losses and metrics."""

@@ -1,0 +1,1 @@
+"""goalprobe: activations/store."""
