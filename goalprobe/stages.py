@@ -1,0 +1,136 @@
+"""Cached pipeline stages: a stage runs once per resolved config and records what it produced.
+
+Each finished stage writes ``<run_dir>/stages/<name>.json`` holding its resolved config, the
+config's hash, its outputs (paths relative to the run directory), timing and the package version.
+A rerun skips a stage whose record exists, whose config hash matches and whose outputs are all
+present; ``force`` redoes it. The record is written last and atomically, so an interrupted stage
+is simply run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
+
+
+def config_to_dict(config: Any) -> dict:
+    """A JSON-ready dict of a (possibly nested) frozen dataclass config."""
+    if dataclasses.is_dataclass(config):
+        return json.loads(json.dumps(dataclasses.asdict(config), default=_json_default))
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config, default=_json_default))
+    raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__} in a stage config")
+
+
+def config_hash(config: Any) -> str:
+    """A stable sha256 of the config's canonical JSON."""
+    payload = json.dumps(config_to_dict(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage run (or skip) produced.
+
+    Attributes:
+        name: the stage's name.
+        outputs: output name -> path (absolute).
+        skipped: True when the cached result was reused.
+        seconds: wall time of the run that produced the outputs.
+        summary: small JSON-ready facts the stage reported (counts, headline metrics).
+    """
+
+    name: str
+    outputs: dict[str, Path]
+    skipped: bool
+    seconds: float
+    summary: dict
+
+
+class StageRunner:
+    """Runs stages in a run directory, skipping those whose cached outputs are still valid."""
+
+    def __init__(self, run_dir: Path, force: set[str] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.force = set(force or ())
+        (self.run_dir / "stages").mkdir(parents=True, exist_ok=True)
+
+    def record_path(self, name: str) -> Path:
+        """Where the record of stage ``name`` lives."""
+        return self.run_dir / "stages" / f"{name}.json"
+
+    def cached(self, name: str, config: Any) -> StageResult | None:
+        """The cached result of ``name`` if its record matches ``config`` and outputs exist."""
+        path = self.record_path(name)
+        if name in self.force or not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"stage record {path} is corrupt ({err}); delete it to rerun") from err
+        if record.get("schema") != STAGE_RECORD_SCHEMA or record.get("config_hash") != config_hash(
+            config
+        ):
+            return None
+        outputs = {k: self.run_dir / v for k, v in record["outputs"].items()}
+        if not all(p.exists() for p in outputs.values()):
+            return None
+        return StageResult(name, outputs, True, record["seconds"], record.get("summary", {}))
+
+    def run(
+        self,
+        name: str,
+        config: Any,
+        fn: Callable[[Path], tuple[dict[str, Path], dict]],
+    ) -> StageResult:
+        """Run ``fn(stage_dir)`` unless cached; ``fn`` returns (outputs, summary)."""
+        hit = self.cached(name, config)
+        if hit is not None:
+            return hit
+        stage_dir = self.run_dir / name
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        (stage_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
+        start = time.perf_counter()
+        outputs, summary = fn(stage_dir)
+        seconds = time.perf_counter() - start
+        record = {
+            "schema": STAGE_RECORD_SCHEMA,
+            "name": name,
+            "config": config_to_dict(config),
+            "config_hash": config_hash(config),
+            "outputs": {k: str(Path(v).resolve().relative_to(self.run_dir.resolve())) for k, v in outputs.items()},
+            "seconds": seconds,
+            "summary": summary,
+            "package_version": _package_version(),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        tmp = self.record_path(name).with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2, default=_json_default))
+        os.replace(tmp, self.record_path(name))
+        return StageResult(name, {k: Path(v) for k, v in outputs.items()}, False, seconds, summary)
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("goalprobe")
+    except PackageNotFoundError:
+        return "unknown"
