@@ -34,7 +34,9 @@ class Action(IntEnum):
         try:
             return cls[name.strip().upper()]
         except KeyError as err:
-            raise ValueError(f"unknown action {name!r}; expected one of UP, DOWN, LEFT, RIGHT") from err
+            raise ValueError(
+                f"unknown action {name!r}; expected one of UP, DOWN, LEFT, RIGHT"
+            ) from err
 
 
 _DELTAS: dict[Action, RowCol] = {
@@ -153,6 +155,10 @@ class Grid:
                 raise ValueError(f"{name} {cell} lies on a wall")
         if self.goal == self.start:
             raise ValueError(f"start and goal coincide at {self.goal}")
+        if self.key is not None and self.key == self.goal:
+            raise ValueError(f"key and goal coincide at {self.key}")
+        if self.door is not None and self.door in (self.start, self.goal, self.key):
+            raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
 
     @property
     def size(self) -> int:
@@ -161,8 +167,12 @@ class Grid:
 
     @property
     def initial_state(self) -> State:
-        """The state an episode starts in."""
-        return State(agent=self.start, has_key=False, door_open=self.door is None)
+        """The state an episode starts in, with the key and door rules applied (a key on the
+        start cell is already held; see :func:`activations.gridworld.dynamics.settle`)."""
+        # imported here: dynamics builds on this module
+        from activations.gridworld.dynamics import settle
+
+        return settle(self, State(agent=self.start, has_key=False, door_open=self.door is None))
 
     def is_blocked(self, cell: RowCol, state: State) -> bool:
         """Whether the agent cannot enter ``cell`` in ``state`` (wall, outside, or locked door)."""
@@ -189,7 +199,9 @@ class Grid:
         )
 
     def __hash__(self) -> int:
-        return hash((self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant))
+        return hash(
+            (self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant)
+        )
 
 
 def _rc(cell) -> RowCol:

@@ -1,1 +1,48 @@
-"""goalprobe: activations/store."""
+"""The versioned HDF5 activation store: layout, writer, reader, sharding and merge.
+
+Layout and attributes: :mod:`activations.store.schema`. Typical use::
+
+    store = ActivationStore("acts.h5")
+    split = grid_split(store.labels(["grid_id"])["grid_id"], {"train": .8, "val": .1, "test": .1}, seed=0)
+    rows = store.select("pre_reasoning", sizes=[7, 9], grid_ids=split["train"])
+    for batch in store.iter_batches("pre_reasoning", 15, 256, rows, fields=["cell_types"]):
+        ...  # batch.acts: (B, 3, d_model) float16
+"""
+
+from activations.store.merge import concatenate_stores, merge_shards
+from activations.store.reader import ActivationStore, Batch, read_rows
+from activations.store.schema import (
+    ALL_STAGES,
+    ANCHOR_STAGES,
+    GRID_CELLS,
+    LABEL_FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    IncompleteStoreError,
+    StoreFormatError,
+)
+from activations.store.shards import Shard, shard_of
+from activations.store.splits import grid_split
+from activations.store.writer import RowBatch, StoreLayout, StoreWriter
+
+__all__ = [
+    "ALL_STAGES",
+    "ANCHOR_STAGES",
+    "GRID_CELLS",
+    "LABEL_FIELDS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "ActivationStore",
+    "Batch",
+    "IncompleteStoreError",
+    "RowBatch",
+    "Shard",
+    "StoreFormatError",
+    "StoreLayout",
+    "StoreWriter",
+    "concatenate_stores",
+    "grid_split",
+    "merge_shards",
+    "read_rows",
+    "shard_of",
+]

@@ -1,0 +1,196 @@
+"""Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent).
+
+The backend renders harmony itself (:mod:`activations.agent.harmony`), left-pads the prompts of
+a batch and samples all of them in one ``model.generate`` call with a KV cache, so ``B``
+episodes' steps cost about one generation. Sampling is seeded: the same seed, model and batch
+give the same completions (the random stream is shared by the batch, so a conversation's
+completion also depends on the batch it is in).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+
+from activations.agent.backend import Completion, SamplingConfig
+from activations.agent.harmony import (
+    DEFAULT_SYSTEM,
+    HarmonyTokenIds,
+    Message,
+    ReasoningEffort,
+    SystemContent,
+    render_prompt,
+    split_completion,
+)
+
+NETWORK_PROBE_TIMEOUT_S = 3.0
+"""How long :meth:`LocalBackend.from_pretrained` waits to learn whether the hub is reachable."""
+
+
+class HubUnavailableError(RuntimeError):
+    """A hub id was asked for but neither the local cache nor the network can provide it."""
+
+
+class LocalBackend:
+    """Sample harmony completions from a local causal LM.
+
+    Args:
+        model: a transformers causal LM (e.g. ``GptOssForCausalLM``); put in eval mode.
+        tokenizer: its tokenizer; it must hold the harmony special tokens.
+        system: the system content rendered into every prompt.
+    """
+
+    def __init__(self, model, tokenizer, *, system: SystemContent = DEFAULT_SYSTEM) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.system = system
+        self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_hub_id: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype = "auto",
+        system: SystemContent = DEFAULT_SYSTEM,
+    ) -> LocalBackend:
+        """Load model and tokenizer from a local directory or a Hugging Face hub id.
+
+        A local directory never touches the network. A hub id is first looked up in the local
+        cache; when it is not there, ``HF_HUB_OFFLINE`` being set or the hub being unreachable
+        (probed for :data:`NETWORK_PROBE_TIMEOUT_S` seconds) raises
+        :class:`HubUnavailableError` at once instead of hanging.
+
+        Args:
+            path_or_hub_id: a directory with ``config.json`` and tokenizer files, or a hub id
+                such as ``openai/gpt-oss-20b``.
+            device: where to put the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+            dtype: torch dtype or ``"auto"`` (the checkpoint's own).
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        source = str(path_or_hub_id)
+        local_dir = Path(source).expanduser()
+        if local_dir.is_dir():
+            if not (local_dir / "config.json").is_file():
+                raise FileNotFoundError(f"{local_dir} holds no config.json; not a model directory")
+            kwargs = {"local_files_only": True}
+            source = str(local_dir)
+        else:
+            kwargs = {"local_files_only": not _hub_reachable(source)}
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtype, device_map=str(device), **kwargs
+            )
+        except OSError as err:
+            if kwargs["local_files_only"] and not local_dir.is_dir():
+                raise HubUnavailableError(
+                    f"{source!r} is not a local directory and is not in the Hugging Face cache, "
+                    "and the hub cannot be used (HF_HUB_OFFLINE is set or the hub is "
+                    "unreachable); download it where there is network, or pass a local path"
+                ) from err
+            raise
+        return cls(model, tokenizer, system=system)
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model's parameters live on."""
+        return next(self.model.parameters()).device
+
+    def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
+        """The harmony prompt of one conversation."""
+        return render_prompt(messages, reasoning_effort, system=self.system)
+
+    def encode_prompt(
+        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
+    ) -> list[int]:
+        """``(prompt_len,)`` token ids of one conversation's harmony prompt."""
+        text = self.prompt_text(messages, reasoning_effort)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @torch.no_grad()
+    def generate(
+        self, batch: Sequence[list[Message]], sampling: SamplingConfig
+    ) -> list[Completion]:
+        """Sample one completion per conversation, all in one batched ``generate`` call.
+
+        Returns:
+            One :class:`Completion` per conversation, in order (``token_ids_source="model"``).
+        """
+        if not batch:
+            return []
+        prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):  # left padding
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        device = self.device
+        stop_ids = list(self.special_ids.stop_ids)
+        kwargs = dict(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=stop_ids,
+            pad_token_id=self.pad_token_id,
+            use_cache=True,
+        )
+        if sampling.temperature > 0:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p)
+            kwargs.update(top_k=None)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            output = self.model.generate(**kwargs)
+        generated = output[:, width:].tolist()
+        return [
+            self._completion(prompt, row, stop_ids)
+            for prompt, row in zip(prompts, generated, strict=True)
+        ]
+
+    def _completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
+        stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
+        if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
+            ids, finish = row, "length"
+        else:
+            ids, finish = row[: stop_at + 1], "stop"
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        split = split_completion(text)
+        return Completion(
+            prompt_token_ids=list(prompt),
+            generated_token_ids=list(ids),
+            text=text,
+            reasoning=split.reasoning,
+            final=split.final,
+            token_ids_source="model",
+            finish_reason=finish,
+            well_formed=split.well_formed,
+        )
+
+
+def _hub_reachable(hub_id: str) -> bool:
+    """Whether the hub may be used for ``hub_id`` (not offline, endpoint answers quickly)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    parsed = urlparse(endpoint)
+    host = parsed.hostname or "huggingface.co"
+    port = parsed.port or (443 if parsed.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=NETWORK_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,66 @@
+"""The bundled agent's reasoning and answer texts (what it is trained to write).
+
+The reasoning names where the agent, the goal (and, in key variants, the key, the door and the
+key status) are, then plans the next few moves of a shortest path::
+
+    A is at (3, 5). G is at (1, 1). Plan: UP UP LEFT LEFT.
+    A is at (2, 1). G is at (4, 3). K is at (2, 5). D is at (3, 3). I do not carry the key.
+    Plan: RIGHT RIGHT RIGHT RIGHT.
+
+(one line each). The final answer is the JSON object the prompt asks for, ``{"action": "UP"}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from activations.gridworld.core import Action, Grid, RowCol, State
+
+PLAN_STEPS = 4
+"""Number of moves the reasoning plans ahead (fewer when the goal is nearer)."""
+
+CARRYING_KEY = "I carry the key."
+NOT_CARRYING_KEY = "I do not carry the key."
+PLAN_PREFIX = "Plan:"
+
+
+def format_row_col(cell: RowCol) -> str:
+    """``(row, col)`` as the prompts write it, e.g. ``(3, 5)``."""
+    return f"({cell[0]}, {cell[1]})"
+
+
+def describe_state(grid: Grid, state: State, *, key_variant: bool) -> str:
+    """The first part of the reasoning: where A and G (and K, D, the key) are."""
+    parts = [f"A is at {format_row_col(state.agent)}.", f"G is at {format_row_col(grid.goal)}."]
+    if grid.key is not None and not state.has_key:
+        parts.append(f"K is at {format_row_col(grid.key)}.")
+    if grid.door is not None and not state.door_open:
+        parts.append(f"D is at {format_row_col(grid.door)}.")
+    if key_variant:
+        parts.append(CARRYING_KEY if state.has_key else NOT_CARRYING_KEY)
+    return " ".join(parts)
+
+
+def reasoning_text(grid: Grid, state: State, plan: Sequence[Action], *, key_variant: bool) -> str:
+    """The full reasoning: :func:`describe_state` then ``Plan: <moves>.``
+
+    Args:
+        plan: the next moves (at least one; :data:`PLAN_STEPS` in training).
+    """
+    if not plan:
+        raise ValueError("a plan needs at least one move")
+    moves = " ".join(Action(a).name for a in plan)
+    return f"{describe_state(grid, state, key_variant=key_variant)} {PLAN_PREFIX} {moves}."
+
+
+def final_text(action: Action | int) -> str:
+    """The final answer for ``action``: ``{"action": "UP"}``."""
+    return f'{{"action": "{Action(action).name}"}}'
+
+
+def vocabulary_texts() -> list[str]:
+    """Texts holding every word the reasoning and the answers use (for the tokenizer)."""
+    texts = [CARRYING_KEY, NOT_CARRYING_KEY, PLAN_PREFIX, "A is at G is at K is at D is at"]
+    texts += [f"{PLAN_PREFIX} {a.name} {a.name}." for a in Action]
+    texts += [final_text(a) for a in Action]
+    return texts

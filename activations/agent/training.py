@@ -1,0 +1,397 @@
+"""Training of the bundled agent: data from the grid world, a small GPT-OSS, a shared-prefix loop.
+
+**Data.** Each example is one step of an episode. A grid is drawn (size, density and variant
+from :class:`TrainingDataConfig`), an episode is played from its start by an epsilon-perturbed
+optimal policy (a random action with probability ``epsilon``), and one of its non-goal states
+is taken. The prompt is the harmony rendering of :func:`activations.agent.prompts.build_messages`
+for that state; the target is :func:`activations.agent.harmony.render_completion` of the
+reasoning (:mod:`activations.agent.reasoning`: where A and G are, then the next
+``PLAN_STEPS`` moves of a shortest path, each drawn uniformly among the optimal actions) and
+the JSON answer (the plan's first move). The loss covers the completion tokens only.
+
+**Shared prefix.** Every prompt of one kind (plain or key instructions) starts with the same
+system + developer + user-header tokens. A batch holds examples of one kind and one grid size,
+so the prefix is run once (batch 1) and its KV cache is repeated for the batch; gradients flow
+through it. This gives the same loss as running each full sequence, at a fraction of the cost
+(:func:`shared_prefix_loss`; a test checks the equality).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from activations.agent.harmony import render_completion, render_prompt
+from activations.agent.prompts import build_messages, uses_key_prompt
+from activations.agent.reasoning import PLAN_STEPS, final_text, reasoning_text
+from activations.gridworld.core import Action, Grid, State, Variant
+from activations.gridworld.dynamics import initial_state, is_success, step
+from activations.gridworld.optimal import OptimalPolicy, solve
+from activations.gridworld.text import render
+from activations.gridworld.variants import generate_variant
+
+IGNORE_INDEX = -100
+"""Label of positions without loss (prompt and padding)."""
+
+
+@dataclass(frozen=True)
+class TrainingDataConfig:
+    """What the training examples are drawn from."""
+
+    sizes: tuple[int, ...] = (7, 9, 11, 13, 15)
+    """Grid sides to draw from (odd)."""
+
+    size_weights: tuple[float, ...] = (0.24, 0.24, 0.22, 0.16, 0.14)
+    """Relative probability of each size (smaller grids are cheaper and the core of the test)."""
+
+    density_range: tuple[float, float] = (0.0, 1.0)
+    """Densities are drawn uniformly from this interval."""
+
+    key_prompt_probability: float = 0.3
+    """Probability that a batch uses the key-and-door prompt (key variants and controls)."""
+
+    key_variant_weights: dict[str, float] = field(
+        default_factory=lambda: {
+            Variant.KEY_DOOR: 0.45,
+            Variant.KEY_NO_DOOR: 0.2,
+            Variant.KEY_DOOR_CONTROL: 0.1,
+            Variant.TWO_PATH_KEY: 0.15,
+            Variant.TWO_PATH_NO_KEY: 0.1,
+        }
+    )
+    """Relative probability of each variant within key-prompt batches."""
+
+    epsilon: float = 0.3
+    """Probability of a random action in the episodes states are taken from."""
+
+    plan_steps: int = PLAN_STEPS
+    """Moves planned in the reasoning."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example: a state and its target.
+
+    Attributes:
+        grid: the grid.
+        state: the state the prompt shows.
+        plan: the next moves of a shortest path from ``state`` (first = the answer).
+        prompt: the harmony prompt text.
+        completion: the target completion text.
+    """
+
+    grid: Grid
+    state: State
+    plan: tuple[Action, ...]
+    prompt: str
+    completion: str
+
+
+def sample_plan(
+    grid: Grid, policy: OptimalPolicy, state: State, steps: int, rng: np.random.Generator
+) -> tuple[Action, ...]:
+    """The next ``steps`` moves (fewer near the goal) of a uniformly sampled shortest path."""
+    plan: list[Action] = []
+    while len(plan) < steps and not is_success(grid, state):
+        options = sorted(policy.optimal_actions(state))
+        if not options:
+            raise ValueError(f"state {state} of grid {grid.grid_id!r} cannot reach the goal")
+        action = options[int(rng.integers(len(options)))]
+        plan.append(Action(action))
+        state = step(grid, state, action)
+    return tuple(plan)
+
+
+def sample_state(
+    grid: Grid, policy: OptimalPolicy, epsilon: float, rng: np.random.Generator
+) -> State:
+    """A non-goal state of an epsilon-perturbed optimal episode from the grid's start."""
+    state = initial_state(grid)
+    horizon = 2 * policy.shortest_path_length + 2
+    visited = [state]
+    for _ in range(horizon):
+        if rng.random() < epsilon:
+            action = Action(int(rng.integers(4)))
+        else:
+            options = sorted(policy.optimal_actions(state))
+            action = options[int(rng.integers(len(options)))]
+        state = step(grid, state, action)
+        if is_success(grid, state):
+            break
+        visited.append(state)
+    return visited[int(rng.integers(len(visited)))]
+
+
+def make_example(
+    grid: Grid, state: State, plan: tuple[Action, ...], *, reasoning_effort: str = "low"
+) -> Example:
+    """Render the prompt and the target completion of one state."""
+    key_variant = uses_key_prompt(grid.variant)
+    messages = build_messages(render(grid, state), variant=grid.variant, has_key=state.has_key)
+    prompt = render_prompt(messages, reasoning_effort)
+    reasoning = reasoning_text(grid, state, plan, key_variant=key_variant)
+    return Example(grid, state, plan, prompt, render_completion(reasoning, final_text(plan[0])))
+
+
+def sample_batch_examples(
+    config: TrainingDataConfig, batch_size: int, rng: np.random.Generator
+) -> list[Example]:
+    """``batch_size`` examples sharing one prompt kind and one grid size."""
+    size = int(rng.choice(config.sizes, p=np.asarray(config.size_weights) / sum(config.size_weights)))
+    key_prompt = rng.random() < config.key_prompt_probability
+    names = list(config.key_variant_weights)
+    weights = np.asarray([config.key_variant_weights[v] for v in names], dtype=float)
+    examples = []
+    while len(examples) < batch_size:
+        variant = names[int(rng.choice(len(names), p=weights / weights.sum()))] if key_prompt else Variant.PLAIN
+        density = float(rng.uniform(*config.density_range))
+        grid = generate_variant(variant, size, density, rng)
+        policy = solve(grid)
+        if not policy.is_solvable:
+            continue
+        state = sample_state(grid, policy, config.epsilon, rng)
+        plan = sample_plan(grid, policy, state, config.plan_steps, rng)
+        examples.append(make_example(grid, state, plan))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token tensors of a batch whose prompts share a prefix.
+
+    Attributes:
+        prefix_ids: ``(1, prefix_len)`` the shared prompt prefix.
+        suffix_ids: ``(B, suffix_len)`` rest of each prompt + completion, right-padded.
+        labels: ``(B, suffix_len)`` next-token targets aligned with ``suffix_ids`` (the label at
+            ``t`` is the token at ``t``; shifted inside the loss), ``IGNORE_INDEX`` on prompt
+            tokens and padding.
+    """
+
+    prefix_ids: torch.Tensor
+    suffix_ids: torch.Tensor
+    labels: torch.Tensor
+
+
+def encode_batch(examples: list[Example], tokenizer, pad_token_id: int) -> Batch:
+    """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start)."""
+    prompts = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
+    completions = [tokenizer(e.completion, add_special_tokens=False)["input_ids"] for e in examples]
+    prefix_len = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for ids in prompts[1:]:
+        prefix_len = min(prefix_len, next((i for i, (a, b) in enumerate(zip(first, ids, strict=False)) if a != b), prefix_len))
+    suffixes = [p[prefix_len:] + c for p, c in zip(prompts, completions, strict=True)]
+    width = max(len(s) for s in suffixes)
+    suffix_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        start = len(prompt) - prefix_len
+        suffix_ids[row, : start + len(completion)] = torch.tensor(prompt[prefix_len:] + completion)
+        labels[row, start : start + len(completion)] = torch.tensor(completion)
+    return Batch(torch.tensor([first[:prefix_len]], dtype=torch.long), suffix_ids, labels)
+
+
+def shared_prefix_loss(model, batch: Batch) -> torch.Tensor:
+    """Mean next-token cross-entropy over the completion tokens, running the prefix once.
+
+    Returns:
+        scalar loss (plus the router auxiliary loss when the config asks for router logits).
+    """
+    from transformers import DynamicCache
+
+    prefix = model.model(
+        input_ids=batch.prefix_ids, past_key_values=DynamicCache(config=model.config), use_cache=True
+    )
+    cache = prefix.past_key_values
+    cache.batch_repeat_interleave(batch.suffix_ids.shape[0])
+    out = model(input_ids=batch.suffix_ids, past_key_values=cache, use_cache=True)
+    logits = out.logits[:, :-1].float()
+    targets = batch.labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+    return loss
+
+
+def full_sequence_loss(model, batch: Batch) -> torch.Tensor:
+    """The same loss as :func:`shared_prefix_loss`, running every full sequence (reference)."""
+    ids = torch.cat([batch.prefix_ids.expand(batch.suffix_ids.shape[0], -1), batch.suffix_ids], 1)
+    logits = model(input_ids=ids).logits[:, batch.prefix_ids.shape[1] : -1].float()
+    targets = batch.labels[:, 1:]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Model and loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundledModelConfig:
+    """Size of the bundled GPT-OSS (turned into a ``GptOssConfig`` by :func:`gpt_oss_config`)."""
+
+    hidden_size: int = 128
+    """Residual stream width d_model."""
+
+    num_hidden_layers: int = 4
+    """Transformer blocks; sliding-window and full attention alternate as in GPT-OSS."""
+
+    num_attention_heads: int = 4
+    """Query heads."""
+
+    num_key_value_heads: int = 2
+    """Key/value heads (grouped-query attention)."""
+
+    head_dim: int = 32
+    """Width of each head."""
+
+    intermediate_size: int = 256
+    """Width of each expert's SwiGLU."""
+
+    num_local_experts: int = 4
+    """Experts per MoE block."""
+
+    num_experts_per_tok: int = 2
+    """Experts each token is routed to."""
+
+    sliding_window: int = 128
+    """Window of the sliding-attention layers (GPT-OSS: 128)."""
+
+    max_position_embeddings: int = 2048
+    """Longest sequence (a 15 x 15 key prompt + reasoning is about 900 tokens)."""
+
+    rope_theta: float = 10_000.0
+    """RoPE base."""
+
+
+def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
+    """A ``transformers.GptOssConfig`` for ``model_config`` and the tokenizer's vocabulary."""
+    from transformers import GptOssConfig
+
+    c = model_config
+    layer_types = [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(c.num_hidden_layers)
+    ]
+    return GptOssConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        num_local_experts=c.num_local_experts,
+        num_experts_per_tok=c.num_experts_per_tok,
+        sliding_window=c.sliding_window,
+        layer_types=layer_types,
+        max_position_embeddings=c.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=[tokenizer.convert_tokens_to_ids(t) for t in ("<|return|>", "<|call|>")],
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The optimisation of the bundled agent."""
+
+    steps: int = 1500
+    """Optimizer steps."""
+
+    batch_size: int = 24
+    """Examples per step."""
+
+    learning_rate: float = 3e-3
+    """Peak AdamW learning rate (linear warm-up, cosine decay to 10%)."""
+
+    warmup_steps: int = 60
+    """Steps of linear warm-up."""
+
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+
+    grad_clip: float = 1.0
+    """Gradient-norm clipping."""
+
+    seed: int = 0
+    """Seed of the model initialisation and of the data stream."""
+
+
+def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
+    """The learning rate of step ``step_index`` (0-based)."""
+    if step_index < config.warmup_steps:
+        return config.learning_rate * (step_index + 1) / config.warmup_steps
+    progress = (step_index - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def batches(
+    data_config: TrainingDataConfig, batch_size: int, tokenizer, seed: int
+) -> Iterator[tuple[list[Example], Batch]]:
+    """The endless, seeded stream of training batches."""
+    rng = np.random.default_rng(seed)
+    while True:
+        examples = sample_batch_examples(data_config, batch_size, rng)
+        yield examples, encode_batch(examples, tokenizer, tokenizer.pad_token_id)
+
+
+def train(
+    model,
+    tokenizer,
+    config: TrainingConfig,
+    data_config: TrainingDataConfig,
+    *,
+    device: str | torch.device = "cpu",
+    on_step: Callable[[int, float, float, int], None] | None = None,
+) -> list[dict]:
+    """Train ``model`` in place; returns one log record per step.
+
+    Args:
+        on_step: called as ``on_step(step, loss, seconds_elapsed, tokens_seen)`` after each step.
+    """
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=config.learning_rate,
+        betas=(0.9, 0.98),
+    )
+    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1)
+    log = []
+    start = time.perf_counter()
+    tokens = 0
+    for step_index in range(config.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(step_index, config)
+        _, batch = next(stream)
+        batch = Batch(*(t.to(device) for t in (batch.prefix_ids, batch.suffix_ids, batch.labels)))
+        loss = shared_prefix_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        tokens += batch.prefix_ids.numel() + batch.suffix_ids.numel()
+        elapsed = time.perf_counter() - start
+        log.append({"step": step_index, "loss": float(loss), "seconds": elapsed, "tokens": tokens})
+        if on_step is not None:
+            on_step(step_index, float(loss), elapsed, tokens)
+    model.eval()
+    return log

@@ -1,0 +1,604 @@
+"""``goalprobe extract``: replay recorded steps through a model and store residual activations.
+
+Every step of every finished episode of a trajectory JSONL is replayed teacher-forced on its
+recorded ``prompt_token_ids + generated_token_ids`` (so the activations are those of the run,
+up to floating-point reassociation between cached generation and one full forward), and the
+output of the chosen decoder blocks is stored at the anchor tokens
+(:func:`activations.agent.harmony.find_anchors`) and optionally at every grid-cell token.
+
+Two exact savings make extraction cheaper than a plain forward pass over the same tokens:
+each sequence is cut after the last position read (attention is causal, so later tokens cannot
+change earlier activations), and the forward pass stops after the last requested block.
+
+**Crash safety.** Rows are computed in *parts* of ``rows_per_part`` consecutive steps (in
+trajectory-file order, after sharding). Each part is written as a small complete store into
+``<output>.parts/`` through a temporary file that is fsynced and atomically renamed, so a part
+file either exists complete or not at all. The directory's ``manifest.json`` records the
+extraction's identity (config, model, backend, trajectory sha256). A rerun with the same
+arguments skips the parts that exist (checking that each holds exactly the steps it should),
+computes the rest, then concatenates all parts into ``output`` (again through a temporary
+file and an atomic rename) and deletes the parts. An extraction killed at any moment (SIGKILL
+included) therefore loses at most the part in flight, and its rerun ends with exactly the rows
+an uninterrupted run gives (bitwise on a deterministic device; part boundaries and batches are
+the same). Not covered: a crash of the operating system or storage that loses fsynced data,
+and changes to the trajectory file between runs (refused through its checksum).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from activations.agent.harmony import HarmonyTokenIds, find_anchors
+from activations.agent.trajectories import Episode, read_trajectories
+from activations.gridworld.core import LABEL_CANVAS
+from activations.store.labels import episode_labels
+from activations.store.merge import concatenate_stores
+from activations.store.reader import ActivationStore
+from activations.store.schema import (
+    ANCHOR_STAGES,
+    COMPRESSIONS,
+    GRID_CELLS,
+    LABEL_FIELDS,
+    StoreFormatError,
+    stage_tokens,
+)
+from activations.store.shards import Shard
+from activations.store.writer import (
+    RowBatch,
+    StoreLayout,
+    StoreWriter,
+    fsync_dir,
+    temp_path,
+    to_float16,
+)
+
+MANIFEST_SCHEMA = "goalprobe.extract_parts/1"
+"""``schema`` field of a parts directory's ``manifest.json``."""
+
+_IDENTITY_ATTRS: tuple[str, ...] = (
+    "config",
+    "model_id",
+    "model_revision",
+    "backend",
+    "trajectory_sha256",
+    "d_model",
+)
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """What to extract and how (stored as JSON in the store's ``config`` attribute)."""
+
+    layers: tuple[int, ...]
+    """Decoder blocks whose output is stored (0-based; GPT-OSS-20B in the study: 7, 15, 23)."""
+
+    stages: tuple[str, ...] = ANCHOR_STAGES
+    """Anchor stages to store: ``pre_reasoning`` and/or ``post_reasoning``."""
+
+    grid_cells: bool = False
+    """Also store the token of every grid cell (stage ``grid_cells``, 225 tokens per row)."""
+
+    batch_size: int = 8
+    """Sequences per forward pass (sorted by length within a part to limit padding)."""
+
+    rows_per_part: int = 256
+    """Steps per crash-safe part: the most work a kill can lose."""
+
+    compression: str = "none"
+    """HDF5 filter of the activation datasets: ``none``, ``lzf`` or ``gzip``."""
+
+    shard: str = "0/1"
+    """``i/N``: extract the grids whose id hashes to shard ``i`` of ``N``."""
+
+    def __post_init__(self) -> None:
+        layers = tuple(sorted({int(x) for x in self.layers}))
+        if not layers or layers[0] < 0:
+            raise ValueError(f"layers must be non-negative block indices, got {self.layers}")
+        object.__setattr__(self, "layers", layers)
+        stages = tuple(self.stages)
+        unknown = [s for s in stages if s not in ANCHOR_STAGES]
+        if unknown or not stages or len(set(stages)) != len(stages):
+            raise ValueError(f"stages must be distinct names from {ANCHOR_STAGES}, got {stages}")
+        object.__setattr__(self, "stages", tuple(s for s in ANCHOR_STAGES if s in stages))
+        if self.batch_size < 1 or self.rows_per_part < 1:
+            raise ValueError("batch_size and rows_per_part must be >= 1")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression}")
+        Shard.parse(self.shard)
+
+    @property
+    def all_stages(self) -> tuple[str, ...]:
+        """Stored stages: the anchor stages, then ``grid_cells`` when asked for."""
+        return (*self.stages, GRID_CELLS) if self.grid_cells else self.stages
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as a JSON-ready dict."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class ExtractReport:
+    """What an extraction call did.
+
+    Attributes:
+        output: the store written (or found complete).
+        rows: rows in the store.
+        trajectory_steps: steps of finished episodes in the trajectory file (all shards).
+        parts_computed: parts computed by this call.
+        parts_reused: parts found complete from an interrupted earlier call.
+        seconds: wall time of the call.
+        already_complete: True when ``output`` already held this extraction.
+    """
+
+    output: Path
+    rows: int
+    trajectory_steps: int
+    parts_computed: int
+    parts_reused: int
+    seconds: float
+    already_complete: bool = False
+
+
+def default_layers(n_layers: int) -> tuple[int, ...]:
+    """The study's spread: the last block of each third, ``ceil(k * n / 3) - 1`` for k = 1, 2, 3.
+
+    GPT-OSS-20B (24 blocks): ``(7, 15, 23)``; the 4-block bundled agent: ``(1, 2, 3)`` (block
+    2 is its middle).
+    """
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    return tuple(sorted({max(0, math.ceil(k * n_layers / 3) - 1) for k in (1, 2, 3)}))
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows: what to replay for one step
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayRow:
+    """One step to replay.
+
+    Attributes:
+        token_ids: ``(S,)`` the recorded ids, cut after the last position read.
+        positions: ``stage -> (K,)`` positions to read (placeholders where absent).
+        present: ``stage -> bool``.
+        labels: ``field -> value`` of this row (every ``LABEL_FIELDS`` entry).
+        retokenized: whether the step's ids were rebuilt from server text.
+    """
+
+    token_ids: np.ndarray
+    positions: dict[str, np.ndarray]
+    present: dict[str, bool]
+    labels: dict[str, Any] = field(default_factory=dict)
+    retokenized: bool = False
+
+
+class GridCellLocator:
+    """Maps each grid cell of a prompt to the token holding its symbol.
+
+    Decodes every token id on its own (cached per id) to get character offsets; refuses a
+    tokenizer whose per-token pieces do not concatenate to the decoded prompt, and a prompt in
+    which two cells share a token.
+
+    Args:
+        tokenizer: the model's tokenizer.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._pieces: dict[int, str] = {}
+
+    def _piece_list(self, ids: Sequence[int]) -> list[str]:
+        new = sorted({int(i) for i in ids} - self._pieces.keys())
+        if new:
+            texts = self.tokenizer.batch_decode(
+                [[i] for i in new], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+            self._pieces.update(zip(new, texts, strict=True))
+        return [self._pieces[int(i)] for i in ids]
+
+    def positions(self, prompt_ids: Sequence[int], grid_text: str, where: str) -> np.ndarray:
+        """``(15 * 15,)`` int32 token position of every canvas cell (row-major), 0 outside.
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            grid_text: the grid text shown in the prompt.
+            where: prefix of error messages (file and step).
+        """
+        pieces = self._piece_list(prompt_ids)
+        text = "".join(pieces)
+        full = self.tokenizer.decode(
+            list(prompt_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        if text != full:
+            raise ValueError(
+                f"{where}: decoding tokens one by one does not reproduce the prompt, so grid "
+                "cells cannot be mapped to tokens with this tokenizer"
+            )
+        start = text.rfind(grid_text)
+        if start < 0:
+            raise ValueError(f"{where}: the step's grid_text does not occur in its prompt")
+        ends = np.cumsum([len(p) for p in pieces])
+        out = np.zeros(LABEL_CANVAS * LABEL_CANVAS, dtype=np.int32)
+        offset = start
+        lines = grid_text.split("\n")
+        seen: dict[int, tuple[int, int]] = {}
+        for row, line in enumerate(lines[1:]):
+            offset += len(lines[row]) + 1
+            columns = [
+                i for i, ch in enumerate(line) if ch != " " and (i == 0 or line[i - 1] == " ")
+            ]
+            for col, char_index in enumerate(columns[1:]):
+                token = int(np.searchsorted(ends, offset + char_index, side="right"))
+                if token in seen:
+                    raise ValueError(
+                        f"{where}: cells {seen[token]} and {(row, col)} share token {token}; "
+                        "grid-cell activations need one token per cell"
+                    )
+                seen[token] = (row, col)
+                out[row * LABEL_CANVAS + col] = token
+        return out
+
+
+def episode_rows(
+    episode: Episode,
+    first_step_index: int,
+    special: HarmonyTokenIds,
+    config: ExtractConfig,
+    where: str,
+    locator: GridCellLocator | None = None,
+) -> list[ReplayRow]:
+    """The replay rows of every step of ``episode``.
+
+    Args:
+        episode: a finished episode.
+        first_step_index: index of its first step among all steps of the file.
+        special: harmony token ids of the model's tokenizer.
+        config: the extraction config.
+        where: the trajectory file (for error messages).
+        locator: needed when ``config.grid_cells``.
+    """
+    labels = episode_labels(episode, first_step_index)
+    rows = []
+    for t, step in enumerate(episode.steps):
+        step_where = f"{where}: step {step.step} of episode {step.episode} on grid {step.grid_id!r}"
+        ids = np.asarray([*step.prompt_token_ids, *step.generated_token_ids], dtype=np.int64)
+        try:
+            anchors = find_anchors(ids.tolist(), special)
+        except ValueError as err:
+            raise ValueError(f"{step_where}: {err}") from err
+        positions: dict[str, np.ndarray] = {}
+        present: dict[str, bool] = {}
+        pre = np.asarray(anchors.pre_reasoning, dtype=np.int64)
+        for stage in config.stages:
+            found = anchors.pre_reasoning if stage == "pre_reasoning" else anchors.post_reasoning
+            present[stage] = found is not None
+            positions[stage] = pre if found is None else np.asarray(found, dtype=np.int64)
+        if config.grid_cells:
+            if locator is None:
+                raise ValueError("grid_cells needs a GridCellLocator")
+            positions[GRID_CELLS] = locator.positions(
+                step.prompt_token_ids, step.grid_text, step_where
+            ).astype(np.int64)
+            present[GRID_CELLS] = True
+        last = (
+            max(int(positions[s].max()) for s in positions if present[s])
+            if any(present.values())
+            else int(pre.max())
+        )
+        cut = ids[: last + 1]
+        row_labels = {name: labels[name][t] for name in labels}
+        row_labels["seq_len"] = np.int32(len(cut))
+        rows.append(
+            ReplayRow(
+                token_ids=cut,
+                positions=positions,
+                present=present,
+                labels=row_labels,
+                retokenized=step.token_ids_source == "retokenized",
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Computing a part
+# ---------------------------------------------------------------------------------------------
+
+
+def compute_rows(
+    rows: Sequence[ReplayRow],
+    capture,
+    config: ExtractConfig,
+    pad_id: int,
+) -> RowBatch:
+    """Replay ``rows`` through ``capture`` and collect everything a store row holds.
+
+    Rows are batched by decreasing length (``config.batch_size`` per forward pass).
+
+    Returns:
+        a :class:`RowBatch` of ``len(rows)`` rows, activations float16 ``(n, K, d_model)``.
+    """
+    from activations.capture.base import TokenBatch
+
+    stages = config.all_stages
+    n, d = len(rows), capture.d_model
+    sizes = [stage_tokens(s) for s in stages]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    acts = {
+        s: {x: np.zeros((n, k, d), dtype=np.float16) for x in config.layers}
+        for s, k in zip(stages, sizes, strict=True)
+    }
+    order = sorted(range(n), key=lambda i: (-len(rows[i].token_ids), i))
+    for start in range(0, n, config.batch_size):
+        chunk = order[start : start + config.batch_size]
+        batch = TokenBatch.from_sequences(
+            [rows[i].token_ids.tolist() for i in chunk],
+            [np.concatenate([rows[i].positions[s] for s in stages]).tolist() for i in chunk],
+            pad_id=pad_id,
+        )
+        captured = capture.capture(batch, config.layers)
+        for layer in config.layers:
+            values = captured[layer].float().numpy()
+            for j, stage in enumerate(stages):
+                part = values[:, offsets[j] : offsets[j + 1]]
+                acts[stage][layer][chunk] = to_float16(part, f"block {layer}, {stage}")
+    return RowBatch(
+        acts=acts,
+        positions={s: np.stack([r.positions[s] for r in rows]).astype(np.int32) for s in stages},
+        present={s: np.asarray([r.present[s] for r in rows], dtype=bool) for s in stages},
+        labels={name: _stack_label(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
+    )
+
+
+def _stack_label(name: str, values: list) -> np.ndarray:
+    if LABEL_FIELDS[name].dtype is str:
+        return np.asarray(values, dtype=object)
+    return np.stack([np.asarray(v) for v in values]).astype(LABEL_FIELDS[name].dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# The extraction
+# ---------------------------------------------------------------------------------------------
+
+
+def parts_dir_for(output: Path) -> Path:
+    """Default parts directory of ``output``: ``<output>.parts`` next to it."""
+    return output.parent / f"{output.name}.parts"
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = temp_path(path)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _identity_diff(a: dict, b: dict) -> list[str]:
+    return [k for k in _IDENTITY_ATTRS if a.get(k) != b.get(k)]
+
+
+def _iter_shard_steps(
+    trajectories: Path, shard: Shard, counter: list[int]
+) -> Iterator[tuple[Episode, int]]:
+    """Episodes of ``shard`` with the file-wide index of their first step; counts all steps."""
+    for episode in read_trajectories(trajectories):
+        first = counter[0]
+        counter[0] += len(episode.steps)
+        if shard.holds(episode.summary.grid_id):
+            yield episode, first
+
+
+def extract(
+    trajectories: str | os.PathLike,
+    output: str | os.PathLike,
+    capture,
+    tokenizer,
+    config: ExtractConfig,
+    *,
+    model_id: str,
+    model_revision: str = "",
+    work_dir: str | os.PathLike | None = None,
+    keep_parts: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+    on_part: Callable[[int, bool], None] | None = None,
+) -> ExtractReport:
+    """Extract the activations of every step of ``trajectories`` (one shard) into ``output``.
+
+    Args:
+        trajectories: trajectory JSONL (``goalprobe rollout``).
+        output: the store to write (see :mod:`activations.store.schema`).
+        capture: a :class:`~activations.capture.base.CaptureBackend` around the model that
+            generated the trajectories.
+        tokenizer: its tokenizer (harmony token ids; grid-cell offsets).
+        config: what to extract.
+        model_id: model name or path (recorded).
+        model_revision: model revision (recorded; '' when unknown).
+        work_dir: parts directory (default ``<output>.parts``).
+        keep_parts: keep the parts directory after assembling the store.
+        overwrite: replace an existing ``output`` of another extraction.
+        progress: show a progress bar.
+        on_part: called as ``on_part(part_index, computed)`` after each part.
+
+    Returns:
+        an :class:`ExtractReport`.
+
+    Raises:
+        ValueError: bad config, a step without a pre-reasoning anchor (naming file and step),
+            or a parts directory / output of another extraction.
+    """
+    started = time.perf_counter()
+    trajectories, output = Path(trajectories), Path(output)
+    if not trajectories.is_file():
+        raise FileNotFoundError(f"{trajectories}: no such trajectory file")
+    shard = Shard.parse(config.shard)
+    layers = capture.check_layers(config.layers)
+    if tuple(layers) != config.layers:
+        raise ValueError(f"layers {config.layers} are not valid for this model")
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    identity = {
+        "config": config.to_json(),
+        "model_id": model_id,
+        "model_revision": model_revision,
+        "backend": capture.name,
+        "trajectory_sha256": sha256_file(trajectories),
+        "d_model": capture.d_model,
+    }
+    attrs = {
+        **identity,
+        "anchor_token_ids": asdict(special),
+        "trajectory_file": trajectories.name,
+        "shard_index": shard.index,
+        "shard_count": shard.count,
+        "n_model_layers": capture.n_layers,
+    }
+    parts_dir = Path(work_dir) if work_dir is not None else parts_dir_for(output)
+
+    if output.exists():
+        found = _read_identity(output)
+        if found is not None and not _identity_diff(found, identity):
+            if parts_dir.exists():
+                shutil.rmtree(parts_dir)
+            with ActivationStore(output) as store:
+                return ExtractReport(
+                    output,
+                    len(store),
+                    int(store.attrs["trajectory_steps"]),
+                    0,
+                    0,
+                    time.perf_counter() - started,
+                    already_complete=True,
+                )
+        if not overwrite:
+            raise ValueError(
+                f"{output} already holds another extraction or is not a complete store; pass "
+                "overwrite=True (--overwrite) to replace it"
+            )
+
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = parts_dir / "manifest.json"
+    manifest = {"schema": MANIFEST_SCHEMA, **identity}
+    if manifest_path.exists():
+        previous = json.loads(manifest_path.read_text(encoding="utf-8"))
+        diff = _identity_diff(previous, identity)
+        if previous.get("schema") != MANIFEST_SCHEMA or diff:
+            raise ValueError(
+                f"{parts_dir} holds parts of another extraction (differs in: "
+                f"{', '.join(diff) or 'schema'}); delete it, or extract into another output"
+            )
+    else:
+        _write_json_atomic(manifest_path, manifest)
+    for leftover in parts_dir.glob(".*.tmp"):
+        leftover.unlink()
+
+    layout = StoreLayout(stages=config.all_stages, layers=config.layers, d_model=capture.d_model)
+    locator = GridCellLocator(tokenizer) if config.grid_cells else None
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    counter = [0]
+    buffer: list[ReplayRow] = []
+    part_paths: list[Path] = []
+    computed = reused = retokenized = 0
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc=f"extract {shard}", unit="step")
+
+    def flush() -> None:
+        nonlocal computed, reused
+        index = len(part_paths)
+        path = parts_dir / f"part_{index:06d}.h5"
+        expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
+        if path.exists():
+            _check_part(path, expected, identity)
+            reused += 1
+            done = False
+        else:
+            rows = compute_rows(buffer, capture, config, pad_id)
+            with StoreWriter(
+                path, layout, {**attrs, "part_index": index}, compression=config.compression
+            ) as writer:
+                writer.append(rows)
+            computed += 1
+            done = True
+        part_paths.append(path)
+        if bar is not None:
+            bar.update(len(buffer))
+        if on_part is not None:
+            on_part(index, done)
+        buffer.clear()
+
+    try:
+        for episode, first in _iter_shard_steps(trajectories, shard, counter):
+            rows = episode_rows(episode, first, special, config, str(trajectories), locator)
+            retokenized += sum(r.retokenized for r in rows)
+            for row in rows:
+                buffer.append(row)
+                if len(buffer) == config.rows_per_part:
+                    flush()
+        if buffer:
+            flush()
+    finally:
+        if bar is not None:
+            bar.close()
+
+    final_attrs = {**attrs, "trajectory_steps": counter[0], "retokenized_steps": retokenized}
+    if part_paths:
+        concatenate_stores(part_paths, output, final_attrs, compression=config.compression)
+    else:
+        with StoreWriter(output, layout, final_attrs, compression=config.compression):
+            pass
+    if not keep_parts:
+        shutil.rmtree(parts_dir)
+    with ActivationStore(output) as store:
+        rows_written = len(store)
+    return ExtractReport(
+        output, rows_written, counter[0], computed, reused, time.perf_counter() - started
+    )
+
+
+def _read_identity(path: Path) -> dict | None:
+    """The identity attributes of a complete store, or None when it is not one."""
+    try:
+        with ActivationStore(path) as store:
+            return {k: store.attrs.get(k) for k in _IDENTITY_ATTRS}
+    except (StoreFormatError, OSError):
+        return None
+
+
+def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> None:
+    with ActivationStore(path) as part:
+        diff = _identity_diff(part.attrs, identity)
+        if diff:
+            raise ValueError(f"{path}: part of another extraction (differs in {', '.join(diff)})")
+        steps = part.labels(["step_index"])["step_index"].astype(np.int64)
+    if not np.array_equal(steps, expected_steps):
+        raise ValueError(
+            f"{path}: holds steps {steps[:3].tolist()}... but this extraction expects "
+            f"{expected_steps[:3].tolist()}... at this part; delete {path.parent} to start over"
+        )

@@ -1,0 +1,238 @@
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/1``.
+
+Each line is a JSON object with these fields (all required; ``null`` only where stated):
+
+==========================  ===================================================================
+``schema``                  ``"goalprobe.gridset/1"``
+``grid_id``                 non-empty string, unique within the file; joins every artefact
+``size``                    n (the grid is n x n, n >= 5)
+``variant``                 variant name (``plain``, ``key_door``, ...)
+``density``                 obstacle density in [0, 1] it was generated with, or null
+``seed``                    the per-grid seed it was generated from (int), or null
+``walls``                   n strings of n characters, ``"1"`` wall / ``"0"`` not, row 0 first
+``start_row_col``           ``[row, col]`` of the agent's start
+``goal_row_col``            ``[row, col]`` of the goal
+``key_row_col``             ``[row, col]`` of the key, or null
+``door_row_col``            ``[row, col]`` of the door, or null
+``shortest_path_length``    L, optimal number of steps from the start (int >= 1)
+``horizon``                 default horizon ``ceil(1.5 L)``
+``text``                    the study's text rendering of the initial state
+``extra``                   JSON object of further metadata (e.g. the transform applied)
+==========================  ===================================================================
+
+The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
+they describe, and reports any problem as ``path:line: field: problem``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from activations.gridworld.core import Grid
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import render
+
+SCHEMA = "goalprobe.gridset/1"
+"""Schema tag written on every line."""
+
+FIELDS: tuple[str, ...] = (
+    "schema",
+    "grid_id",
+    "size",
+    "variant",
+    "density",
+    "seed",
+    "walls",
+    "start_row_col",
+    "goal_row_col",
+    "key_row_col",
+    "door_row_col",
+    "shortest_path_length",
+    "horizon",
+    "text",
+    "extra",
+)
+
+
+class GridSetFormatError(ValueError):
+    """A malformed grid-set record; the message names the file, line and field."""
+
+
+def _cell(value: Any) -> list[int] | None:
+    return None if value is None else [int(value[0]), int(value[1])]
+
+
+def grid_to_dict(grid: Grid) -> dict[str, Any]:
+    """The schema ``goalprobe.gridset/1`` record of ``grid`` (requires a solvable grid)."""
+    policy = solve(grid)
+    try:
+        json.dumps(grid.extra)
+    except TypeError as err:
+        raise ValueError(f"grid {grid.grid_id!r}: extra is not JSON-serialisable: {err}") from err
+    return {
+        "schema": SCHEMA,
+        "grid_id": grid.grid_id,
+        "size": grid.size,
+        "variant": str(grid.variant),
+        "density": None if grid.density is None else float(grid.density),
+        "seed": None if grid.seed is None else int(grid.seed),
+        "walls": ["".join("1" if w else "0" for w in row) for row in grid.walls.tolist()],
+        "start_row_col": _cell(grid.start),
+        "goal_row_col": _cell(grid.goal),
+        "key_row_col": _cell(grid.key),
+        "door_row_col": _cell(grid.door),
+        "shortest_path_length": policy.shortest_path_length,
+        "horizon": policy.horizon,
+        "text": render(grid),
+        "extra": dict(grid.extra),
+    }
+
+
+def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
+    return GridSetFormatError(f"{where}: {field}: {problem}")
+
+
+def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple[int, int] | None:
+    value = record[field]
+    if value is None and optional:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise _fail(where, field, f"expected [row, col] of two ints, got {value!r}")
+    return value[0], value[1]
+
+
+def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
+    """Rebuild a grid from a ``goalprobe.gridset/1`` record, checking every field.
+
+    Args:
+        record: the decoded JSON object.
+        where: location prefix for error messages (e.g. ``"grids.jsonl:12"``).
+    """
+    if not isinstance(record, dict):
+        raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if record.get("schema") != SCHEMA:
+        raise _fail(where, "schema", f"expected {SCHEMA!r}, got {record.get('schema')!r}")
+    missing = [f for f in FIELDS if f not in record]
+    if missing:
+        raise _fail(where, ", ".join(missing), "missing")
+    unknown = sorted(set(record) - set(FIELDS))
+    if unknown:
+        raise _fail(where, ", ".join(unknown), "unknown field(s)")
+    grid_id = record["grid_id"]
+    if not isinstance(grid_id, str) or not grid_id:
+        raise _fail(where, "grid_id", f"expected a non-empty string, got {grid_id!r}")
+    where = f"{where} ({grid_id})"
+    size = record["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 5:
+        raise _fail(where, "size", f"expected an int >= 5, got {size!r}")
+    walls_rows = record["walls"]
+    if not isinstance(walls_rows, list) or len(walls_rows) != size:
+        raise _fail(where, "walls", f"expected {size} row strings")
+    for row, text in enumerate(walls_rows):
+        if not isinstance(text, str) or len(text) != size or set(text) - {"0", "1"}:
+            raise _fail(where, "walls", f"row {row} must be {size} characters of 0/1, got {text!r}")
+    walls = np.array([[ch == "1" for ch in text] for text in walls_rows], dtype=bool)
+    density = record["density"]
+    if density is not None:
+        if not isinstance(density, int | float) or isinstance(density, bool):
+            raise _fail(where, "density", f"expected a number or null, got {density!r}")
+        if not 0.0 <= density <= 1.0:
+            raise _fail(where, "density", f"must lie in [0, 1], got {density}")
+    seed = record["seed"]
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise _fail(where, "seed", f"expected an int or null, got {seed!r}")
+    variant = record["variant"]
+    if not isinstance(variant, str) or not variant:
+        raise _fail(where, "variant", f"expected a non-empty string, got {variant!r}")
+    extra = record["extra"]
+    if not isinstance(extra, dict):
+        raise _fail(where, "extra", f"expected a JSON object, got {extra!r}")
+    cells = {
+        "start": _read_cell(record, "start_row_col", where, optional=False),
+        "goal": _read_cell(record, "goal_row_col", where, optional=False),
+        "key": _read_cell(record, "key_row_col", where, optional=True),
+        "door": _read_cell(record, "door_row_col", where, optional=True),
+    }
+    try:
+        grid = Grid(
+            walls=walls,
+            variant=variant,
+            density=None if density is None else float(density),
+            seed=seed,
+            grid_id=grid_id,
+            extra=extra,
+            **cells,
+        )
+    except ValueError as err:
+        raise _fail(where, "grid", str(err)) from err
+    if record["text"] != render(grid):
+        raise _fail(where, "text", "does not match the grid described by the other fields")
+    policy = solve(grid)
+    if not policy.is_solvable:
+        raise _fail(where, "grid", "the goal cannot be reached from the start")
+    for field, value in (
+        ("shortest_path_length", policy.shortest_path_length),
+        ("horizon", policy.horizon),
+    ):
+        if record[field] != value:
+            raise _fail(where, field, f"recorded {record[field]!r}, but the grid gives {value}")
+    return grid
+
+
+def write_grid_set(path: str | Path, grids: Iterable[Grid]) -> int:
+    """Write ``grids`` as JSONL to ``path`` (overwrites); returns the number written.
+
+    Raises ``ValueError`` (before touching the file) on an empty or repeated ``grid_id`` or an
+    unsolvable grid.
+    """
+    path = Path(path)
+    lines = []
+    seen: set[str] = set()
+    for i, grid in enumerate(grids):
+        if not grid.grid_id:
+            raise ValueError(f"grid {i} has an empty grid_id; ids join every artefact to a grid")
+        if grid.grid_id in seen:
+            raise ValueError(f"grid_id {grid.grid_id!r} repeats")
+        seen.add(grid.grid_id)
+        lines.append(json.dumps(grid_to_dict(grid), separators=(",", ":")))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    tmp.replace(path)
+    return len(lines)
+
+
+def read_grid_set(path: str | Path) -> list[Grid]:
+    """Read a grid-set JSONL file; blank lines are skipped.
+
+    Raises :class:`GridSetFormatError` naming the file, line and field of the first problem.
+    """
+    path = Path(path)
+    grids: list[Grid] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise GridSetFormatError(f"{where}: invalid JSON: {err}") from err
+            grid = grid_from_dict(record, where=where)
+            if grid.grid_id in seen:
+                raise _fail(
+                    where, "grid_id", f"{grid.grid_id!r} already used on line {seen[grid.grid_id]}"
+                )
+            seen[grid.grid_id] = line_no
+            grids.append(grid)
+    return grids

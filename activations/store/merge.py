@@ -1,0 +1,254 @@
+"""Joining stores: concatenation (extraction parts) and merging of shards (``goalprobe merge``).
+
+Both copy rows into one new self-contained store (no virtual datasets, so the result does not
+depend on its inputs staying in place), block by block, through
+:class:`~activations.store.writer.StoreWriter` (atomic: the output appears only when complete).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from activations.store.reader import ActivationStore
+from activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
+from activations.store.shards import shard_of
+from activations.store.writer import RowBatch, StoreLayout, StoreWriter, utc_now
+
+_BLOCK_BYTES = 64 << 20
+
+_MATCHING_ATTRS: tuple[str, ...] = (
+    "model_id",
+    "model_revision",
+    "backend",
+    "trajectory_sha256",
+    "trajectory_steps",
+    "shard_count",
+    "d_model",
+)
+
+
+def _layout(store: ActivationStore) -> StoreLayout:
+    return StoreLayout(stages=store.stages, layers=store.layers, d_model=store.d_model)
+
+
+def _block_rows(layout: StoreLayout) -> int:
+    row_bytes = sum(stage_tokens(s) for s in layout.stages) * len(layout.layers) * layout.d_model
+    return int(max(1, min(4096, _BLOCK_BYTES // max(1, 2 * row_bytes))))
+
+
+def concatenate_stores(
+    sources: Sequence[str | os.PathLike],
+    output: str | os.PathLike,
+    attrs: Mapping[str, Any],
+    *,
+    order: np.ndarray | None = None,
+    compression: str = "none",
+) -> Path:
+    """Write the rows of ``sources`` (concatenated, optionally reordered) into ``output``.
+
+    Args:
+        sources: complete stores with one layout (stages, layers, d_model).
+        output: destination store (written atomically).
+        attrs: root attributes of the output.
+        order: ``(M,)`` permutation of the concatenated rows giving the output order
+            (default: concatenation order).
+        compression: ``"none"``, ``"lzf"`` or ``"gzip"``.
+
+    Returns:
+        ``output`` as a Path.
+    """
+    stores = [ActivationStore(p) for p in sources]
+    try:
+        if not stores:
+            raise ValueError("nothing to concatenate: no source stores")
+        layout = _layout(stores[0])
+        for store in stores[1:]:
+            if _layout(store) != layout:
+                raise StoreFormatError(
+                    f"{store.path}: layout {_layout(store)} differs from {stores[0].path}'s "
+                    f"{layout}"
+                )
+        sizes = np.asarray([len(s) for s in stores], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        total = int(offsets[-1])
+        if order is None:
+            order = np.arange(total, dtype=np.int64)
+        order = np.asarray(order, dtype=np.int64)
+        if order.shape != (total,) or not np.array_equal(np.sort(order), np.arange(total)):
+            raise ValueError(f"order must be a permutation of the {total} source rows")
+        which = np.searchsorted(offsets, order, side="right") - 1
+        local = order - offsets[which]
+        block = _block_rows(layout)
+        with StoreWriter(output, layout, attrs, compression=compression) as writer:
+            for start in range(0, total, block):
+                w, loc = which[start : start + block], local[start : start + block]
+                pieces = []
+                for s in np.unique(w):
+                    sel = np.flatnonzero(w == s)
+                    pieces.append((sel, stores[s].row_batch(loc[sel])))
+                writer.append(_assemble(pieces, len(w)))
+        return Path(output)
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _assemble(pieces: list[tuple[np.ndarray, RowBatch]], n: int) -> RowBatch:
+    """One RowBatch of ``n`` rows from ``(rows_in_block, RowBatch)`` pieces."""
+    first = pieces[0][1]
+
+    def fill(get):
+        sample = get(first)
+        out = np.empty((n, *sample.shape[1:]), dtype=sample.dtype)
+        for sel, batch in pieces:
+            out[sel] = get(batch)
+        return out
+
+    return RowBatch(
+        acts={
+            stage: {layer: fill(lambda b, s=stage, x=layer: b.acts[s][x]) for layer in layers}
+            for stage, layers in first.acts.items()
+        },
+        positions={s: fill(lambda b, s=s: b.positions[s]) for s in first.positions},
+        present={s: fill(lambda b, s=s: b.present[s]) for s in first.present},
+        labels={k: fill(lambda b, k=k: b.labels[k]) for k in first.labels},
+    )
+
+
+def merge_shards(
+    shards: Sequence[str | os.PathLike],
+    output: str | os.PathLike,
+    *,
+    compression: str | None = None,
+) -> Path:
+    """Merge the shard stores of one extraction into one store, checking coverage.
+
+    Checks that the shards come from one trajectory file (sha256), model and layout; that
+    their ``shard_index`` values are exactly ``0 .. N-1``; that every row's grid hashes to its
+    shard; and that every step of the trajectory file appears exactly once
+    (``step_index`` is a permutation of ``range(trajectory_steps)``). Rows are written in
+    trajectory-file order, so the result equals an unsharded extraction row for row.
+
+    Args:
+        shards: the N shard stores (any order).
+        output: the merged store (written atomically).
+        compression: compression of the output (default: the first shard's).
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        StoreFormatError: naming the offending file, shard or step.
+    """
+    paths = [Path(p) for p in shards]
+    if not paths:
+        raise ValueError("no shard stores to merge")
+    stores = [ActivationStore(p) for p in paths]
+    try:
+        ref = stores[0]
+        for store in stores[1:]:
+            for key in _MATCHING_ATTRS:
+                if store.attrs.get(key) != ref.attrs.get(key):
+                    raise StoreFormatError(
+                        f"{store.path}: attribute {key!r} is {store.attrs.get(key)!r} but "
+                        f"{ref.path} has {ref.attrs.get(key)!r}; these are not shards of one "
+                        "extraction"
+                    )
+            if _layout(store) != _layout(ref):
+                raise StoreFormatError(
+                    f"{store.path}: layout {_layout(store)} differs from {ref.path}'s "
+                    f"{_layout(ref)}"
+                )
+        count = int(ref.attrs["shard_count"])
+        seen: dict[int, Path] = {}
+        for store in stores:
+            index = int(store.attrs["shard_index"])
+            if index in seen:
+                raise StoreFormatError(
+                    f"shard {index}/{count} given twice: {seen[index]} and {store.path}"
+                )
+            seen[index] = store.path
+        missing = sorted(set(range(count)) - set(seen))
+        if missing:
+            raise StoreFormatError(
+                f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing; got "
+                f"{len(seen)} of {count} shard files"
+            )
+        step_index = []
+        for store in stores:
+            labels = store.labels(["grid_id", "step_index"])
+            index = int(store.attrs["shard_index"])
+            for grid in np.unique(labels["grid_id"].astype(str)):
+                if shard_of(grid, count) != index:
+                    raise StoreFormatError(
+                        f"{store.path}: grid {grid!r} belongs to shard "
+                        f"{shard_of(grid, count)}/{count}, not {index}/{count}"
+                    )
+            step_index.append(labels["step_index"].astype(np.int64))
+        all_steps = np.concatenate(step_index)
+        expected = int(ref.attrs["trajectory_steps"])
+        values, counts = np.unique(all_steps, return_counts=True)
+        if (counts > 1).any():
+            dup = int(values[counts > 1][0])
+            owners = [str(s.path) for s, idx in zip(stores, step_index, strict=True) if dup in idx]
+            raise StoreFormatError(
+                f"step {dup} of the trajectory file appears {int(counts[values == dup][0])} "
+                f"times (in {', '.join(owners)})"
+            )
+        if len(values) != expected or (len(values) and (values[0] < 0 or values[-1] >= expected)):
+            lost = np.setdiff1d(np.arange(expected), values)
+            raise StoreFormatError(
+                f"the shards hold {len(values)} of the {expected} steps of the trajectory file; "
+                f"missing step indices start {lost[:5].tolist()}"
+            )
+        ordered = sorted(range(len(stores)), key=lambda i: int(stores[i].attrs["shard_index"]))
+        attrs = {k: v for k, v in ref.attrs.items() if k not in _OWN_ATTRS}
+        attrs.update(
+            shard_index=0,
+            shard_count=1,
+            merged_from=[paths[i].name for i in ordered],
+            merged=utc_now(),
+        )
+        order = np.argsort(np.concatenate([step_index[i] for i in ordered]), kind="stable")
+        sources = [paths[i] for i in ordered]
+        if compression is None:
+            compression = str(ref.attrs.get("compression", "none"))
+    finally:
+        for store in stores:
+            store.close()
+    return concatenate_stores(sources, output, attrs, order=order, compression=compression)
+
+
+_OWN_ATTRS = frozenset(
+    {
+        "schema",
+        "schema_version",
+        "complete",
+        "committed_rows",
+        "created",
+        "layers",
+        "stages",
+        "d_model",
+        "compression",
+        "package_version",
+    }
+)
+
+
+def step_keys(store: ActivationStore) -> list[tuple[str, str, int, int]]:
+    """``(run_id, grid_id, episode, step)`` of every row, in row order."""
+    labels = store.labels(list(ID_FIELDS))
+    return list(
+        zip(
+            labels["run_id"].astype(str).tolist(),
+            labels["grid_id"].astype(str).tolist(),
+            labels["episode"].astype(int).tolist(),
+            labels["step"].astype(int).tolist(),
+            strict=True,
+        )
+    )

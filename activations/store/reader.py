@@ -1,0 +1,422 @@
+"""Reading an activation store: validation, row selection, streaming batches.
+
+:class:`ActivationStore` opens a file read-only and checks it before anything is read: a
+missing, foreign (not HDF5 or another schema), truncated or incomplete file raises
+:class:`~activations.store.schema.StoreFormatError` (or ``FileNotFoundError``) naming the file.
+Activations are never loaded whole: :meth:`ActivationStore.read` and
+:meth:`ActivationStore.iter_batches` read only the requested rows, in row-sorted spans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from activations.store.schema import (
+    LABEL_FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    IncompleteStoreError,
+    StoreFormatError,
+    layer_name,
+    stage_tokens,
+)
+from activations.store.writer import RowBatch
+
+_SPAN_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of rows streamed from a store.
+
+    Attributes:
+        rows: ``(B,)`` int64 store rows of the batch.
+        acts: ``(B, K, d_model)`` activations (float16 unless a dtype was asked for).
+        labels: requested label fields, each ``(B, *shape)``.
+    """
+
+    rows: np.ndarray
+    acts: np.ndarray
+    labels: dict[str, np.ndarray]
+
+
+def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (any order, repeats allowed) of a row-major dataset, read in sorted spans.
+
+    Args:
+        ds: dataset of shape ``(N, ...)``.
+        rows: ``(M,)`` int row indices in ``[0, N)``.
+
+    Returns:
+        ``(M, ...)`` array in the order of ``rows``.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty((len(rows), *ds.shape[1:]), dtype=ds.dtype)
+    if len(rows) == 0:
+        return out
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    got = np.empty((len(uniq), *ds.shape[1:]), dtype=ds.dtype)
+    i = 0
+    while i < len(uniq):
+        lo = int(uniq[i])
+        j = int(np.searchsorted(uniq, lo + _SPAN_ROWS, side="left"))
+        block = uniq[i:j]
+        hi = int(block[-1]) + 1
+        if len(block) * 4 >= hi - lo:
+            got[i:j] = ds[lo:hi][block - lo]
+        else:
+            got[i:j] = ds[block]
+        i = j
+    out[:] = got[inverse]
+    return out
+
+
+class ActivationStore:
+    """Read-only view of one activation store file.
+
+    Args:
+        path: the ``.h5`` file written by ``goalprobe extract`` or ``goalprobe merge``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        StoreFormatError: not HDF5, truncated, another schema/version, or missing datasets.
+        IncompleteStoreError: the writer did not finish (``complete`` is False).
+
+    Attributes:
+        path: the file.
+        n_rows: rows in the store (one per trajectory step).
+        stages: stored stages.
+        layers: stored decoder blocks (0-based).
+        d_model: residual width.
+        attrs: root attributes, JSON ones decoded.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._present: dict[str, np.ndarray] = {}
+        if not self.path.exists():
+            raise FileNotFoundError(f"{self.path}: no such activation store")
+        try:
+            self._file = h5py.File(self.path, "r")
+        except OSError as err:
+            if not h5py.is_hdf5(self.path):
+                raise StoreFormatError(
+                    f"{self.path}: not an HDF5 file (a foreign file, or truncated before its "
+                    "header); expected a goalprobe activation store"
+                ) from err
+            raise StoreFormatError(
+                f"{self.path}: the HDF5 file cannot be opened ({err}); it is truncated or "
+                "corrupt (an interrupted copy or write?)"
+            ) from err
+        try:
+            self._validate()
+        except BaseException:
+            self._file.close()
+            raise
+
+    # -- validation ------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        f, path = self._file, self.path
+        schema = f.attrs.get("schema")
+        if schema != SCHEMA:
+            raise StoreFormatError(
+                f"{path}: not a goalprobe activation store (root attribute 'schema' is "
+                f"{schema!r}, expected {SCHEMA!r})"
+            )
+        version = int(f.attrs.get("schema_version", -1))
+        if version != SCHEMA_VERSION:
+            raise StoreFormatError(
+                f"{path}: store schema version {version}, this goalprobe reads version "
+                f"{SCHEMA_VERSION}"
+            )
+        committed = int(f.attrs.get("committed_rows", 0))
+        if not bool(f.attrs.get("complete", False)):
+            raise IncompleteStoreError(
+                f"{path}: incomplete activation store ({committed} rows committed, 'complete' "
+                "is False): the extraction writing it did not finish; rerun `goalprobe "
+                "extract` with the same arguments to resume it"
+            )
+        self.attrs: dict[str, Any] = {}
+        for key, value in f.attrs.items():
+            if isinstance(value, str) and value[:1] in "[{":
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    pass
+            elif isinstance(value, np.generic):
+                value = value.item()
+            self.attrs[key] = value
+        self.n_rows = committed
+        self.stages: tuple[str, ...] = tuple(self.attrs["stages"])
+        self.layers: tuple[int, ...] = tuple(int(x) for x in np.atleast_1d(f.attrs["layers"]))
+        self.d_model = int(f.attrs["d_model"])
+        for stage in self.stages:
+            k = stage_tokens(stage)
+            for name in (*(layer_name(x) for x in self.layers), "positions", "present"):
+                key = f"activations/{stage}/{name}"
+                if key not in f:
+                    raise StoreFormatError(f"{path}: dataset /{key} is missing")
+                ds = f[key]
+                if ds.shape[0] < committed:
+                    raise StoreFormatError(
+                        f"{path}: dataset /{key} has {ds.shape[0]} rows, fewer than the "
+                        f"{committed} committed"
+                    )
+                if name.startswith("layer_") and ds.shape[1:] != (k, self.d_model):
+                    raise StoreFormatError(
+                        f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
+                        f"{(k, self.d_model)}"
+                    )
+        for name in LABEL_FIELDS:
+            key = f"labels/{name}"
+            if key not in f:
+                raise StoreFormatError(f"{path}: dataset /{key} is missing")
+            if f[key].shape[0] < committed:
+                raise StoreFormatError(
+                    f"{path}: dataset /{key} has {f[key].shape[0]} rows, fewer than the "
+                    f"{committed} committed"
+                )
+
+    # -- basics -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def __repr__(self) -> str:
+        return (
+            f"ActivationStore({str(self.path)!r}, rows={self.n_rows}, stages={self.stages}, "
+            f"layers={self.layers}, d_model={self.d_model})"
+        )
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._file.id.valid:
+            self._file.close()
+
+    def __enter__(self) -> ActivationStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_stage_layer(self, stage: str, layer: int | None) -> None:
+        if stage not in self.stages:
+            raise KeyError(f"{self.path}: no stage {stage!r}; the store holds {self.stages}")
+        if layer is not None and int(layer) not in self.layers:
+            raise KeyError(f"{self.path}: no layer {layer}; the store holds {self.layers}")
+
+    def _rows(self, rows: Iterable[int] | np.ndarray | None) -> np.ndarray:
+        if rows is None:
+            return np.arange(self.n_rows, dtype=np.int64)
+        arr = np.asarray(rows)
+        if arr.dtype == bool:
+            if arr.shape != (self.n_rows,):
+                raise ValueError(
+                    f"boolean row mask has shape {arr.shape}, expected ({self.n_rows},)"
+                )
+            return np.flatnonzero(arr).astype(np.int64)
+        arr = arr.astype(np.int64).reshape(-1)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.n_rows):
+            raise IndexError(
+                f"{self.path}: rows must lie in [0, {self.n_rows}), got {arr.min()}..{arr.max()}"
+            )
+        return arr
+
+    # -- labels and selection ---------------------------------------------------------------
+
+    def labels(
+        self, fields: Sequence[str] | None = None, rows: Iterable[int] | np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """Label fields of ``rows`` (all rows by default).
+
+        Args:
+            fields: names from :data:`~activations.store.schema.LABEL_FIELDS` (all by default).
+            rows: ``(M,)`` int rows or an ``(N,)`` bool mask.
+
+        Returns:
+            ``{field: (M, *shape)}``; string fields are object arrays of ``str``.
+        """
+        fields = list(LABEL_FIELDS) if fields is None else list(fields)
+        unknown = [x for x in fields if x not in LABEL_FIELDS]
+        if unknown:
+            raise KeyError(f"unknown label field(s) {unknown}; known: {list(LABEL_FIELDS)}")
+        idx = self._rows(rows)
+        out = {}
+        for name in fields:
+            ds = self._file["labels"][name]
+            if LABEL_FIELDS[name].dtype is str:
+                values = ds.asstr()[: self.n_rows]
+                out[name] = np.asarray(values, dtype=object)[idx]
+            else:
+                out[name] = read_rows(ds, idx) if rows is not None else ds[: self.n_rows]
+        return out
+
+    def present(self, stage: str) -> np.ndarray:
+        """``(N,)`` bool: which rows hold ``stage`` (post-reasoning is absent without reasoning)."""
+        self._check_stage_layer(stage, None)
+        if stage not in self._present:
+            ds = self._file["activations"][stage]["present"]
+            self._present[stage] = ds[: self.n_rows].astype(bool)
+        return self._present[stage].copy()
+
+    def positions(self, stage: str, rows: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
+        """``(M, K)`` int32 token positions of ``stage`` in each row's replayed sequence."""
+        self._check_stage_layer(stage, None)
+        return read_rows(self._file["activations"][stage]["positions"], self._rows(rows))
+
+    def select(
+        self,
+        stage: str | None = None,
+        *,
+        sizes: Iterable[int] | None = None,
+        densities: Iterable[float] | None = None,
+        variants: Iterable[str] | None = None,
+        grid_ids: Iterable[str] | None = None,
+        valid_action: bool | None = None,
+    ) -> np.ndarray:
+        """Rows matching every given criterion, ascending.
+
+        Args:
+            stage: keep rows that hold this stage.
+            sizes: grid sizes to keep.
+            densities: densities to keep (compared with a 1e-6 tolerance).
+            variants: variant names to keep.
+            grid_ids: grids to keep, e.g. one part of :func:`grid_split`.
+            valid_action: keep rows whose step named a valid action (True) or did not (False).
+
+        Returns:
+            ``(M,)`` int64 row indices.
+        """
+        mask = np.ones(self.n_rows, dtype=bool)
+        if stage is not None:
+            mask &= self.present(stage)
+        if sizes is not None:
+            mask &= np.isin(self.labels(["grid_size"])["grid_size"], np.asarray(list(sizes)))
+        if densities is not None:
+            dens = self.labels(["density"])["density"].astype(np.float64)
+            wanted = np.asarray(list(densities), dtype=np.float64)
+            mask &= np.isclose(dens[:, None], wanted[None, :], rtol=0, atol=1e-6).any(axis=1)
+        if variants is not None:
+            mask &= np.isin(self.labels(["variant"])["variant"].astype(str), list(variants))
+        if grid_ids is not None:
+            wanted_ids = np.asarray(list(grid_ids), dtype=str)
+            mask &= np.isin(self.labels(["grid_id"])["grid_id"].astype(str), wanted_ids)
+        if valid_action is not None:
+            mask &= self.labels(["action_valid"])["action_valid"] == bool(valid_action)
+        return np.flatnonzero(mask).astype(np.int64)
+
+    # -- activations ------------------------------------------------------------------------
+
+    def read(
+        self,
+        stage: str,
+        layer: int,
+        rows: Iterable[int] | np.ndarray | None = None,
+        *,
+        dtype: np.dtype | type | None = None,
+    ) -> np.ndarray:
+        """Activations of ``rows`` at ``stage`` and ``layer``.
+
+        Args:
+            stage: a stored stage.
+            layer: a stored decoder block.
+            rows: ``(M,)`` rows or an ``(N,)`` bool mask; default: every row holding ``stage``.
+            dtype: cast to this dtype (default: float16 as stored).
+
+        Returns:
+            ``(M, K, d_model)`` activations, in the order of ``rows``.
+
+        Raises:
+            ValueError: a requested row does not hold ``stage``.
+        """
+        self._check_stage_layer(stage, layer)
+        idx = self.select(stage) if rows is None else self._rows(rows)
+        if rows is not None and idx.size:
+            present = self._present.get(stage)
+            if present is None:
+                present = self.present(stage)
+            if not present[idx].all():
+                bad = idx[~present[idx]]
+                raise ValueError(
+                    f"{self.path}: {bad.size} requested row(s) hold no {stage} activations "
+                    f"(first: row {bad[0]}); select rows with store.select({stage!r}, ...)"
+                )
+        out = read_rows(self._file["activations"][stage][layer_name(layer)], idx)
+        return out if dtype is None else out.astype(dtype)
+
+    def iter_batches(
+        self,
+        stage: str,
+        layer: int,
+        batch_size: int,
+        rows: Iterable[int] | np.ndarray | None = None,
+        *,
+        fields: Sequence[str] = (),
+        shuffle: bool = False,
+        seed: int | None = None,
+        dtype: np.dtype | type | None = None,
+    ) -> Iterator[Batch]:
+        """Stream ``rows`` in batches, reading one batch at a time.
+
+        Args:
+            stage: a stored stage.
+            layer: a stored decoder block.
+            batch_size: rows per batch (the last batch may be smaller).
+            rows: rows to stream (default: every row holding ``stage``), e.g. from
+                :meth:`select`.
+            fields: label fields to attach to each batch.
+            shuffle: visit the rows in a seeded random order (needs ``seed``).
+            seed: seed of the shuffle.
+            dtype: cast activations to this dtype (default: float16 as stored).
+
+        Yields:
+            :class:`Batch` with ``acts`` of shape ``(B, K, d_model)``.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._check_stage_layer(stage, layer)
+        idx = self.select(stage) if rows is None else self._rows(rows)
+        if shuffle:
+            if seed is None:
+                raise ValueError("shuffle=True needs a seed (runs must be reproducible)")
+            idx = idx[np.random.default_rng(seed).permutation(len(idx))]
+        label_arrays = self.labels(fields) if fields else {}
+        for start in range(0, len(idx), batch_size):
+            part = idx[start : start + batch_size]
+            acts = self.read(stage, layer, part, dtype=dtype)
+            yield Batch(
+                rows=part,
+                acts=acts,
+                labels={name: values[part] for name, values in label_arrays.items()},
+            )
+
+    def row_batch(self, rows: Iterable[int] | np.ndarray) -> RowBatch:
+        """Everything stored for ``rows`` (every stage, layer, position and label), for copying.
+
+        Args:
+            rows: ``(M,)`` int rows.
+
+        Returns:
+            a :class:`~activations.store.writer.RowBatch` of ``M`` rows (absent stages are zeros).
+        """
+        idx = self._rows(rows)
+        acts: dict[str, dict[int, np.ndarray]] = {}
+        positions: dict[str, np.ndarray] = {}
+        present: dict[str, np.ndarray] = {}
+        for stage in self.stages:
+            group = self._file["activations"][stage]
+            acts[stage] = {x: read_rows(group[layer_name(x)], idx) for x in self.layers}
+            positions[stage] = read_rows(group["positions"], idx)
+            present[stage] = read_rows(group["present"], idx).astype(bool)
+        return RowBatch(
+            acts=acts, positions=positions, present=present, labels=self.labels(rows=idx)
+        )

@@ -1,0 +1,152 @@
+"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 1).
+
+One file holds, for ``N`` rows (one row per trajectory step)::
+
+    /                                   attributes: see ROOT_ATTRS
+    /activations/{stage}/layer_{L}      (N, K, d_model) float16, chunked by rows
+    /activations/{stage}/positions      (N, K) int32, token positions in the replayed sequence
+    /activations/{stage}/present        (N,) bool, False where the step has no such anchor
+    /labels/{field}                     see LABEL_FIELDS
+
+``stage`` is ``pre_reasoning`` or ``post_reasoning`` (``K = 3``: the anchor tokens
+``<|end|> <|start|> assistant``), and optionally ``grid_cells`` (``K = 15 * 15``: the token of
+every cell of the label canvas, row-major; cells outside the grid are zero and masked by the
+``PADDING`` class of ``/labels/cell_types``). ``L`` is the 0-based index of the decoder block
+whose *output* (the residual stream after block ``L``) is stored. Rows whose ``present`` is
+False hold zeros. This module holds names and specs only; it does no I/O and imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
+
+SCHEMA = "goalprobe.activations"
+"""Value of the root ``schema`` attribute."""
+
+SCHEMA_VERSION = 1
+"""Value of the root ``schema_version`` attribute; bumped on any incompatible change."""
+
+ANCHOR_STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
+"""The two anchor stages (same names as ``activations.agent.harmony.ANCHOR_NAMES``)."""
+
+GRID_CELLS = "grid_cells"
+"""Optional stage: the token of every cell of the 15 x 15 label canvas."""
+
+ALL_STAGES: tuple[str, ...] = (*ANCHOR_STAGES, GRID_CELLS)
+
+ANCHOR_TOKENS = 3
+"""Tokens per anchor (``<|end|> <|start|> assistant``)."""
+
+GRID_CELL_TOKENS = LABEL_CANVAS * LABEL_CANVAS
+"""Tokens per row of the ``grid_cells`` stage (row-major over the label canvas)."""
+
+ACTIVATION_DTYPE = np.float16
+"""On-disk dtype of every activation dataset."""
+
+COMPRESSIONS: tuple[str, ...] = ("none", "lzf", "gzip")
+"""Accepted ``compression`` names (``none`` stores chunks uncompressed)."""
+
+
+def stage_tokens(stage: str) -> int:
+    """Tokens per row ``K`` of ``stage``."""
+    if stage in ANCHOR_STAGES:
+        return ANCHOR_TOKENS
+    if stage == GRID_CELLS:
+        return GRID_CELL_TOKENS
+    raise ValueError(f"unknown stage {stage!r}; expected one of {ALL_STAGES}")
+
+
+def layer_name(layer: int) -> str:
+    """Dataset name of decoder block ``layer``'s output (``layer_15``)."""
+    return f"layer_{int(layer)}"
+
+
+@dataclass(frozen=True)
+class LabelField:
+    """One ``/labels`` dataset.
+
+    Attributes:
+        dtype: numpy dtype on disk (``str`` for variable-length UTF-8 strings).
+        shape: per-row shape (``()`` for a scalar per row).
+        doc: what the field holds (written as the dataset's ``doc`` attribute).
+    """
+
+    dtype: type | np.dtype
+    shape: tuple[int, ...]
+    doc: str
+
+
+LABEL_FIELDS: dict[str, LabelField] = {
+    "cell_types": LabelField(
+        np.uint8,
+        (LABEL_CANVAS, LABEL_CANVAS),
+        "CellType of every cell of the state shown to the agent, padded to 15 x 15 with "
+        "PADDING (attribute 'vocabulary' maps names to values)",
+    ),
+    "agent_row_col": LabelField(np.int16, (2,), "agent cell (row, col) in s_t"),
+    "goal_row_col": LabelField(np.int16, (2,), "goal cell (row, col)"),
+    "grid_size": LabelField(np.int16, (), "grid side n"),
+    "density": LabelField(np.float32, (), "obstacle density of the grid; NaN when unknown"),
+    "variant": LabelField(str, (), "grid variant name"),
+    "distance_to_goal": LabelField(np.int32, (), "shortest path length from s_t to the goal"),
+    "plan": LabelField(
+        np.uint8,
+        (PLAN_HORIZON,),
+        "next executed actions from s_t on (invalid steps execute nothing and are skipped), "
+        "then PLAN_END, then PLAN_PAD",
+    ),
+    "optimal_actions": LabelField(np.bool_, (N_ACTIONS,), "pi*(s_t) as a mask over Action"),
+    "action": LabelField(
+        np.uint8, (), "the executed Action; only meaningful where action_valid is True"
+    ),
+    "action_valid": LabelField(np.bool_, (), "whether the step named a valid action"),
+    "has_key": LabelField(np.bool_, (), "whether the agent holds the key in s_t"),
+    "door_open": LabelField(np.bool_, (), "whether the door is open in s_t"),
+    "run_id": LabelField(str, (), "trajectory run id"),
+    "grid_id": LabelField(str, (), "grid id (splits are by grid)"),
+    "episode": LabelField(np.int32, (), "episode index on its grid"),
+    "step": LabelField(np.int32, (), "step index t in its episode"),
+    "step_index": LabelField(
+        np.int64, (), "0-based index of the step among all steps of the trajectory file"
+    ),
+    "seq_len": LabelField(np.int32, (), "tokens replayed for the row (prompt + generated, cut)"),
+}
+"""Every ``/labels`` dataset, in write order."""
+
+ID_FIELDS: tuple[str, ...] = ("run_id", "grid_id", "episode", "step")
+"""The label fields that join a row back to its trajectory JSONL step line."""
+
+ROOT_ATTRS: dict[str, str] = {
+    "schema": "always 'goalprobe.activations'",
+    "schema_version": "layout version (int)",
+    "complete": "True once every row is written and the file was closed cleanly",
+    "committed_rows": "rows written and flushed; rows beyond it are not part of the store",
+    "created": "UTC creation time, ISO 8601",
+    "package_version": "goalprobe version that wrote the file",
+    "model_id": "model name or path",
+    "model_revision": "model revision ('' when unknown)",
+    "backend": "capture backend (nnsight, transformer_lens, hooks)",
+    "layers": "stored decoder blocks (int array)",
+    "stages": "stored stages (JSON list)",
+    "d_model": "residual width",
+    "anchor_token_ids": "JSON of the harmony token ids used to find the anchors",
+    "config": "JSON of the extraction config",
+    "trajectory_file": "name of the source trajectory JSONL",
+    "trajectory_sha256": "sha256 of the source trajectory JSONL",
+    "trajectory_steps": "steps of finished episodes in the source file (all shards)",
+    "shard_index": "this file's shard i of shard_count (merged files: 0 of 1)",
+    "shard_count": "number of shards the steps were split into",
+}
+"""Root attributes every store carries (documentation; written by the extraction)."""
+
+
+class StoreFormatError(ValueError):
+    """A file is not a readable goalprobe activation store; the message names the file."""
+
+
+class IncompleteStoreError(StoreFormatError):
+    """A store whose writer did not finish (``complete`` is False)."""

@@ -1,0 +1,347 @@
+"""Writing an activation store: create, append row batches, finalise atomically.
+
+A :class:`StoreWriter` writes into a hidden temporary file next to the destination
+(``.{name}.tmp``). Every :meth:`StoreWriter.append` grows the datasets, writes the rows, then
+advances the ``committed_rows`` attribute and flushes. :meth:`StoreWriter.finalize` sets
+``complete``, closes, fsyncs and renames the file onto the destination (``os.replace``, atomic on
+POSIX), so the destination is either absent, the previous file, or a complete store: a reader
+never sees a half-written store under the destination name. A writer killed before
+``finalize`` leaves only the temporary file (which :class:`~activations.store.reader.ActivationStore`
+refuses as incomplete). Crash-safe *resumption* of long extractions builds on this in
+:mod:`activations.extract` (one small store per committed part).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from activations.gridworld.core import PLAN_END, PLAN_PAD, CellType
+from activations.store.schema import (
+    ACTIVATION_DTYPE,
+    COMPRESSIONS,
+    LABEL_FIELDS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    layer_name,
+    stage_tokens,
+)
+
+_CHUNK_BYTES = 1 << 20
+_LABEL_CHUNK_ROWS = 4096
+
+
+def package_version() -> str:
+    """The installed goalprobe version (``"unknown"`` when not installed as a distribution)."""
+    try:
+        return metadata.version("goalprobe")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 (seconds)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """What a store holds.
+
+    Attributes:
+        stages: stored stages, in order (see :data:`~activations.store.schema.ALL_STAGES`).
+        layers: stored decoder blocks (0-based), ascending.
+        d_model: residual width.
+    """
+
+    stages: tuple[str, ...]
+    layers: tuple[int, ...]
+    d_model: int
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("a store needs at least one stage")
+        for stage in self.stages:
+            stage_tokens(stage)
+        if len(set(self.stages)) != len(self.stages):
+            raise ValueError(f"stages repeat: {self.stages}")
+        layers = tuple(int(x) for x in self.layers)
+        if not layers or any(x < 0 for x in layers) or list(layers) != sorted(set(layers)):
+            raise ValueError(f"layers must be distinct non-negative ints, got {self.layers}")
+        object.__setattr__(self, "layers", layers)
+        if int(self.d_model) <= 0:
+            raise ValueError(f"d_model must be positive, got {self.d_model}")
+
+
+@dataclass
+class RowBatch:
+    """Rows to append to a store.
+
+    Attributes:
+        acts: ``acts[stage][layer]``: ``(B, K, d_model)`` activations (cast to float16 on write).
+        positions: ``positions[stage]``: ``(B, K)`` int token positions.
+        present: ``present[stage]``: ``(B,)`` bool, False where the row has no such anchor
+            (its activations are written as zeros).
+        labels: ``labels[field]``: ``(B, *shape)`` per :data:`~activations.store.schema.LABEL_FIELDS`.
+    """
+
+    acts: dict[str, dict[int, np.ndarray]]
+    positions: dict[str, np.ndarray]
+    present: dict[str, np.ndarray]
+    labels: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(len(next(iter(self.labels.values()))))
+
+    def check(self, layout: StoreLayout) -> None:
+        """Raise ``ValueError`` naming the first array that does not fit ``layout``."""
+        missing = [name for name in LABEL_FIELDS if name not in self.labels]
+        if missing:
+            raise ValueError(f"row batch lacks label field(s) {missing}")
+        extra = [name for name in self.labels if name not in LABEL_FIELDS]
+        if extra:
+            raise ValueError(f"row batch has unknown label field(s) {extra}")
+        n = len(self)
+        for name, spec in LABEL_FIELDS.items():
+            shape = np.shape(self.labels[name])
+            if shape != (n, *spec.shape):
+                raise ValueError(f"label {name!r} has shape {shape}, expected {(n, *spec.shape)}")
+        for stage in layout.stages:
+            k = stage_tokens(stage)
+            for where, arr, want in (
+                (f"positions[{stage!r}]", self.positions.get(stage), (n, k)),
+                (f"present[{stage!r}]", self.present.get(stage), (n,)),
+            ):
+                if arr is None or np.shape(arr) != want:
+                    got = None if arr is None else np.shape(arr)
+                    raise ValueError(f"{where} has shape {got}, expected {want}")
+            for layer in layout.layers:
+                arr = self.acts.get(stage, {}).get(layer)
+                want = (n, k, layout.d_model)
+                if arr is None or np.shape(arr) != want:
+                    got = None if arr is None else np.shape(arr)
+                    raise ValueError(f"acts[{stage!r}][{layer}] has shape {got}, expected {want}")
+
+
+def _chunk_rows(row_bytes: int) -> int:
+    return int(max(1, min(4096, _CHUNK_BYTES // max(1, row_bytes))))
+
+
+def _filters(compression: str) -> dict[str, Any]:
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {compression!r}; expected one of {COMPRESSIONS}")
+    if compression == "none":
+        return {}
+    if compression == "gzip":
+        return {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+    return {"compression": "lzf", "shuffle": True}
+
+
+def to_float16(arr: np.ndarray, where: str) -> np.ndarray:
+    """Cast activations to float16, refusing values float16 cannot hold.
+
+    Raises:
+        ValueError: naming ``where`` when an entry is non-finite or overflows float16.
+    """
+    out = np.asarray(arr).astype(ACTIVATION_DTYPE)
+    if not np.isfinite(out).all():
+        bad = np.argwhere(~np.isfinite(out))[0].tolist()
+        raise ValueError(
+            f"{where}: entry {bad} is not finite in float16 (source value "
+            f"{np.asarray(arr)[tuple(bad)]!r}); float16 holds magnitudes up to 65504"
+        )
+    return out
+
+
+def temp_path(path: Path) -> Path:
+    """The hidden temporary file a writer for ``path`` writes into."""
+    return path.parent / f".{path.name}.tmp"
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so that a rename inside it is durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StoreWriter:
+    """Create a store at ``path`` and append rows in batches.
+
+    Args:
+        path: destination file; written only by :meth:`finalize` (atomic rename).
+        layout: stages, layers and width.
+        attrs: root attributes (model id, backend, config, trajectory checksum, ...); dicts and
+            lists are stored as JSON, except ``layers``.
+        compression: ``"none"``, ``"lzf"`` or ``"gzip"`` for the activation datasets.
+
+    Use as a context manager: leaving the block normally finalises the store; leaving it by
+    an exception removes the temporary file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        layout: StoreLayout,
+        attrs: Mapping[str, Any],
+        *,
+        compression: str = "none",
+    ) -> None:
+        self.path = Path(path)
+        self.layout = layout
+        self.tmp = temp_path(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        filters = _filters(compression)
+        self._file = h5py.File(self.tmp, "w")
+        self._rows = 0
+        self._finalized = False
+        f = self._file
+        base = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "created": utc_now(),
+            "package_version": package_version(),
+            "layers": np.asarray(layout.layers, dtype=np.int64),
+            "stages": json.dumps(list(layout.stages)),
+            "d_model": int(layout.d_model),
+            "compression": compression,
+        }
+        for key, value in {**base, **dict(attrs)}.items():
+            if key == "layers":
+                value = np.asarray(layout.layers, dtype=np.int64)
+            elif isinstance(value, (dict, list, tuple)):
+                value = json.dumps(value, sort_keys=True)
+            elif value is None:
+                raise ValueError(f"attribute {key!r} is None; store '' or omit it")
+            f.attrs[key] = value
+        f.attrs["complete"] = False
+        f.attrs["committed_rows"] = np.int64(0)
+        acts = f.create_group("activations")
+        for stage in layout.stages:
+            k = stage_tokens(stage)
+            group = acts.create_group(stage)
+            group.attrs["tokens"] = k
+            rows = _chunk_rows(k * layout.d_model * 2)
+            for layer in layout.layers:
+                group.create_dataset(
+                    layer_name(layer),
+                    shape=(0, k, layout.d_model),
+                    maxshape=(None, k, layout.d_model),
+                    dtype=ACTIVATION_DTYPE,
+                    chunks=(rows, k, layout.d_model),
+                    **filters,
+                )
+            group.create_dataset(
+                "positions",
+                shape=(0, k),
+                maxshape=(None, k),
+                dtype=np.int32,
+                chunks=(_chunk_rows(4 * k), k),
+            )
+            group.create_dataset(
+                "present",
+                shape=(0,),
+                maxshape=(None,),
+                dtype=np.bool_,
+                chunks=(_LABEL_CHUNK_ROWS,),
+            )
+        labels = f.create_group("labels")
+        for name, spec in LABEL_FIELDS.items():
+            dtype = h5py.string_dtype("utf-8") if spec.dtype is str else spec.dtype
+            ds = labels.create_dataset(
+                name,
+                shape=(0, *spec.shape),
+                maxshape=(None, *spec.shape),
+                dtype=dtype,
+                chunks=(_LABEL_CHUNK_ROWS, *spec.shape),
+            )
+            ds.attrs["doc"] = spec.doc
+        labels["cell_types"].attrs["vocabulary"] = json.dumps({c.name: int(c) for c in CellType})
+        labels["plan"].attrs["tokens"] = json.dumps(
+            {"UP": 0, "DOWN": 1, "LEFT": 2, "RIGHT": 3, "END": PLAN_END, "PAD": PLAN_PAD}
+        )
+        f.flush()
+
+    @property
+    def rows(self) -> int:
+        """Rows committed so far."""
+        return self._rows
+
+    def append(self, batch: RowBatch) -> None:
+        """Append ``batch``'s rows, then advance ``committed_rows`` and flush."""
+        if self._finalized:
+            raise RuntimeError(f"{self.path}: store already finalised")
+        batch.check(self.layout)
+        n = len(batch)
+        if n == 0:
+            return
+        start, stop = self._rows, self._rows + n
+        f = self._file
+        for stage in self.layout.stages:
+            group = f["activations"][stage]
+            present = np.asarray(batch.present[stage], dtype=bool)
+            for layer in self.layout.layers:
+                acts = to_float16(batch.acts[stage][layer], f"acts[{stage!r}][{layer}]")
+                acts[~present] = 0
+                ds = group[layer_name(layer)]
+                ds.resize(stop, axis=0)
+                ds[start:stop] = acts
+            positions = np.asarray(batch.positions[stage], dtype=np.int32).copy()
+            positions[~present] = 0
+            for name, value in (("positions", positions), ("present", present)):
+                group[name].resize(stop, axis=0)
+                group[name][start:stop] = value
+        for name, spec in LABEL_FIELDS.items():
+            ds = f["labels"][name]
+            ds.resize(stop, axis=0)
+            value = batch.labels[name]
+            ds[start:stop] = (
+                np.asarray(value, dtype=object) if spec.dtype is str else np.asarray(value)
+            )
+        f.flush()
+        f.attrs["committed_rows"] = np.int64(stop)
+        f.flush()
+        self._rows = stop
+
+    def finalize(self) -> Path:
+        """Mark the store complete and move it onto ``path`` atomically; returns ``path``."""
+        if self._finalized:
+            return self.path
+        self._file.attrs["complete"] = True
+        self._file.flush()
+        self._file.close()
+        with open(self.tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._finalized = True
+        return self.path
+
+    def abort(self) -> None:
+        """Close and delete the temporary file (the destination is left untouched)."""
+        if self._finalized:
+            return
+        if self._file.id.valid:
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
+        self._finalized = True
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finalize()
+        else:
+            self.abort()

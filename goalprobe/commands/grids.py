@@ -1,0 +1,92 @@
+"""``goalprobe grids``: generate a seeded grid set and write it as JSONL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _parse_list(text: str, kind: type, option: str) -> tuple:
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list: {err}", param_hint=option
+        ) from err
+    if not values:
+        raise typer.BadParameter("needs at least one value", param_hint=option)
+    return values
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", help="Output grid-set JSONL file.")],
+    sizes: Annotated[
+        str, typer.Option("--sizes", help="Comma-separated odd grid sides (>= 5).")
+    ] = "7,9,11,13,15",
+    densities: Annotated[
+        str, typer.Option("--densities", help="Comma-separated obstacle densities in [0, 1].")
+    ] = "0,0.2,0.4,0.6,0.8,1.0",
+    per_cell: Annotated[
+        int, typer.Option("--per-cell", min=1, help="Grids per (size, density) cell.")
+    ] = 10,
+    variant: Annotated[
+        str,
+        typer.Option(
+            "--variant",
+            help="plain, key_door, key_no_door, key_door_control, two_path_key or two_path_no_key.",
+        ),
+    ] = "plain",
+    seed: Annotated[int, typer.Option("--seed", help="Base seed of the grid set.")] = 0,
+    min_distance: Annotated[
+        int,
+        typer.Option("--min-distance", min=1, help="Minimum start-goal path length (plain grids)."),
+    ] = 1,
+) -> None:
+    """Generate a seeded grid set (sizes x densities x per-cell grids) and write it as JSONL."""
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    from activations.gridworld.generator import GridSetConfig, generate_grid_set
+    from activations.gridworld.io import write_grid_set
+    from activations.gridworld.optimal import solve
+    from activations.gridworld.variants import VARIANTS
+
+    if variant not in VARIANTS:
+        raise typer.BadParameter(
+            f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}",
+            param_hint="--variant",
+        )
+    try:
+        config = GridSetConfig(
+            sizes=_parse_list(sizes, int, "--sizes"),
+            densities=_parse_list(densities, float, "--densities"),
+            n_per_cell=per_cell,
+            variant=variant,
+            seed=seed,
+            min_distance=min_distance,
+        )
+        grids = generate_grid_set(config)
+    except (TypeError, ValueError) as err:
+        raise typer.BadParameter(str(err)) from err
+    count = write_grid_set(out, grids)
+
+    lengths: dict[tuple[int, float], list[int]] = {}
+    for grid in grids:
+        lengths.setdefault((grid.size, grid.density), []).append(solve(grid).shortest_path_length)
+    table = Table(
+        title=f"{count} grids ({variant}, seed {seed}) -> {out}",
+        caption="each cell: count / mean shortest path length L",
+    )
+    table.add_column("size", justify="right")
+    for density in config.densities:
+        table.add_column(f"d={density:g}", justify="right")
+    for size in config.sizes:
+        cells = []
+        for density in config.densities:
+            values = lengths.get((size, density), [])
+            cells.append(f"{len(values)} / {np.mean(values):.1f}" if values else "0 / -")
+        table.add_row(str(size), *cells)
+    Console().print(table)

@@ -1,0 +1,306 @@
+"""``goalprobe train-plan-decoder``: the one-shot plan-decoder capacity sweep (study, sec. 5.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from rich.table import Table
+
+    from probes.plan_decoder import PlanSweepResult
+
+TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
+"""Prefix lengths shown in the summary table."""
+
+
+def _parse_list(text: str, kind: type, option: str) -> tuple:
+    try:
+        values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list: {err}", param_hint=option
+        ) from err
+    return values
+
+
+def command(
+    store: Annotated[Path, typer.Argument(help="Activation store (.h5) from `goalprobe extract`.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Output directory (models, plans HDF5, figure, JSON).")
+    ],
+    stages: Annotated[
+        str, typer.Option("--stages", help="Comma-separated anchor stages.")
+    ] = "pre_reasoning,post_reasoning",
+    layers: Annotated[
+        str, typer.Option("--layers", help="Comma-separated layers; empty: every stored layer.")
+    ] = "",
+    decoder_layers: Annotated[
+        str, typer.Option("--decoder-layers", help="Comma-separated decoder depths to sweep.")
+    ] = "1,2,4",
+    control_layers: Annotated[
+        str,
+        typer.Option(
+            "--control-layers",
+            help="Decoder depths that also get the shuffled-activation control; empty: none.",
+        ),
+    ] = "2",
+    d_bottleneck: Annotated[int, typer.Option(min=1, help="Bottleneck / decoder width.")] = 1024,
+    n_heads: Annotated[int, typer.Option(min=1, help="Attention heads per layer.")] = 8,
+    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
+    weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
+    batch_size: Annotated[int, typer.Option(min=1, help="Training batch size.")] = 64,
+    max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 100,
+    patience: Annotated[
+        int, typer.Option(min=1, help="Epochs without validation improvement before stopping.")
+    ] = 10,
+    dropout: Annotated[float, typer.Option(min=0.0, max=0.99, help="Decoder dropout.")] = 0.1,
+    test_fraction: Annotated[
+        float, typer.Option(min=0.0, max=0.9, help="Fraction of grids held out for testing.")
+    ] = 0.15,
+    validation_fraction: Annotated[
+        float,
+        typer.Option(min=0.0, max=0.9, help="Fraction of non-test grids for early stopping."),
+    ] = 0.15,
+    first_step_only: Annotated[
+        bool,
+        typer.Option(
+            "--first-step-only",
+            help="One example per trajectory (its first step), as in the study; default: "
+            "every step.",
+        ),
+    ] = False,
+    n_bootstrap: Annotated[
+        int, typer.Option(min=0, help="Grid-bootstrap resamples for the 95% intervals.")
+    ] = 1000,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of split, decoders, shuffle, bootstrap.")] = 0,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace existing outputs in --out.")
+    ] = False,
+) -> None:
+    """Train one-shot plan decoders (1/2/4 layers x stage x layer) and report prefix accuracy.
+
+    Splits by grid, early-stops on validation loss, scores the test grids against the 0.25^N
+    baseline, the majority-plan baseline and a decoder trained on shuffled activations. Writes
+    models (safetensors + JSON card), predicted_plans.h5, sweep.json and prefix_accuracy.html
+    / .json to --out.
+    """
+    from rich.console import Console
+
+    from activations.store import StoreFormatError
+    from probes.plan_decoder import PlanDecoder, PlanSweepConfig, StorePlanLoader, run_plan_sweep
+
+    console = Console()  # width from the terminal (COLUMNS when not a terminal)
+    try:
+        loader = StorePlanLoader(store, first_step_only=first_step_only)
+    except (FileNotFoundError, StoreFormatError) as err:
+        raise typer.BadParameter(str(err), param_hint="STORE") from err
+    stage_list = _parse_list(stages, str, "--stages")
+    missing = [s for s in stage_list if s not in loader.stages]
+    if not stage_list or missing:
+        raise typer.BadParameter(
+            f"stages {missing or stage_list} not in the store (it holds {loader.stages})",
+            param_hint="--stages",
+        )
+    layer_list = _parse_list(layers, int, "--layers") or loader.layers
+    missing_layers = [x for x in layer_list if x not in loader.layers]
+    if missing_layers:
+        raise typer.BadParameter(
+            f"layers {missing_layers} not in the store (it holds {loader.layers})",
+            param_hint="--layers",
+        )
+    depths = _parse_list(decoder_layers, int, "--decoder-layers")
+    if not depths or min(depths) < 1:
+        raise typer.BadParameter("needs positive depths", param_hint="--decoder-layers")
+    controls = _parse_list(control_layers, int, "--control-layers")
+    config = PlanSweepConfig(
+        stages=stage_list,
+        layers=tuple(layer_list),
+        decoder_layers=depths,
+        control_decoder_layers=controls,
+        test_fraction=test_fraction,
+        validation_fraction=validation_fraction,
+        n_bootstrap=n_bootstrap,
+        random_state=seed,
+    )
+    decoder = PlanDecoder(
+        n_heads=n_heads,
+        d_bottleneck=d_bottleneck,
+        lr=lr,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        max_epochs=max_epochs,
+        patience=patience,
+        dropout=dropout,
+        device=device,
+        random_state=seed,
+    )
+    try:
+        result = run_plan_sweep(
+            loader,
+            config,
+            decoder,
+            out_dir=out,
+            overwrite=overwrite,
+            progress=lambda message: console.log(message),
+        )
+    except FileExistsError as err:
+        raise typer.BadParameter(f"{err}", param_hint="--out") from err
+
+    console.print(summary_table(result))
+    figure = prefix_accuracy_figure(result)
+    figure.write_html(out / "prefix_accuracy.html", include_plotlyjs=True)
+    figure.write_json(out / "prefix_accuracy.json")
+    console.print(f"wrote {out}/: sweep.json, predicted_plans.h5, models/, prefix_accuracy.html")
+
+
+def summary_table(result: PlanSweepResult) -> Table:
+    """Rich table of test prefix accuracy (%, 95% grid-bootstrap CI at N=1), over all examples
+    and over examples with at least N actions, and the length analysis."""
+    from rich.table import Table
+
+    table = Table(
+        title="One-shot plan decoding on the test grids: prefix accuracy (%)",
+        caption="all: every example; >=N: examples with at least N actions (0.25^N is exact "
+        "chance there). len: predicted vs true plan length (censored at T).",
+    )
+    for name in ("stage", "layer", "predictor", "ep"):
+        table.add_column(name)
+    table.add_column("N=1 [95% CI]", justify="right")
+    for n in TABLE_NS[1:]:
+        table.add_column(f"N={n}", justify="right")
+    for name in (">=N: N=3", ">=N: N=5", "len exact", "len bias", "med |err|"):
+        table.add_column(name, justify="right")
+    for run in result.runs:
+        m = run.metrics
+        low, high = m.prefix_accuracy_ci[:, 0]
+        predictor = {
+            "decoder": f"decoder {run.decoder_layers}L",
+            "shuffled_control": f"shuffled {run.decoder_layers}L",
+            "majority_plan": "majority plan",
+        }[run.kind]
+        table.add_row(
+            run.stage,
+            str(run.layer),
+            predictor,
+            "-" if run.best_epoch is None else str(run.best_epoch),
+            f"{_pct(m.prefix_accuracy[0])} [{_pct(low)}-{_pct(high)}]",
+            *(_at(m.prefix_accuracy, n) for n in TABLE_NS[1:]),
+            _at(m.prefix_accuracy_min_length, 3),
+            _at(m.prefix_accuracy_min_length, 5),
+            _pct(m.exact_length_match),
+            f"{m.length_bias:+.2f}",
+            f"{m.median_abs_length_error:.1f}",
+        )
+    if result.runs:
+        baseline = result.runs[0].metrics.random_baseline
+        table.add_row(
+            "", "", "0.25^N", "", _at(baseline, 1), *(_at(baseline, n) for n in TABLE_NS[1:]),
+            _at(baseline, 3), _at(baseline, 5), "", "", "",
+        )  # fmt: skip
+    return table
+
+
+def _at(values, n: int) -> str:
+    return _pct(values[n - 1]) if n <= len(values) else "-"
+
+
+def _pct(value: float) -> str:
+    return "nan" if value != value else f"{100 * value:.1f}"
+
+
+def prefix_accuracy_figure(result: PlanSweepResult) -> go.Figure:
+    """Prefix accuracy against N, one panel per layer: decoders (colour: stage, dash: depth,
+    error bars: grid-bootstrap 95% CI), shuffled controls, majority plan and ``0.25^N``."""
+    import numpy as np
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    layers = list(result.config.layers)
+    fig = make_subplots(
+        rows=1, cols=len(layers), subplot_titles=[f"layer {x}" for x in layers], shared_yaxes=True
+    )
+    colours = {s: qualitative.Plotly[i % 10] for i, s in enumerate(result.config.stages)}
+    dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
+    depths = sorted({r.decoder_layers for r in result.runs if r.decoder_layers is not None})
+    shown: set[str] = set()
+    for run in result.runs:
+        col = layers.index(run.layer) + 1
+        m = run.metrics
+        ns = np.arange(1, m.horizon + 1)
+        if run.kind == "decoder":
+            legend = f"{run.stage}, {run.decoder_layers}-layer decoder"
+            line = dict(color=colours[run.stage], dash=dashes[depths.index(run.decoder_layers) % 5])
+            error = dict(
+                type="data",
+                symmetric=False,
+                array=m.prefix_accuracy_ci[1] - m.prefix_accuracy,
+                arrayminus=m.prefix_accuracy - m.prefix_accuracy_ci[0],
+                thickness=1,
+            )
+        elif run.kind == "shuffled_control":
+            legend = f"{run.stage}, shuffled control ({run.decoder_layers}-layer)"
+            line, error = dict(color=colours[run.stage], dash="dot", width=1), None
+        else:
+            legend = f"{run.stage}, majority plan"
+            line, error = dict(color="grey", dash="dot", width=1), None
+        fig.add_trace(
+            go.Scatter(
+                x=ns,
+                y=m.prefix_accuracy,
+                error_y=error,
+                mode="lines+markers",
+                line=line,
+                name=legend,
+                legendgroup=legend,
+                showlegend=legend not in shown,
+                hovertemplate=f"{run.name}<br>N=%{{x}}<br>accuracy=%{{y:.3f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        shown.add(legend)
+    if result.runs:
+        horizon = result.runs[0].metrics.horizon
+        for col in range(1, len(layers) + 1):
+            fig.add_trace(
+                go.Scatter(
+                    x=np.arange(1, horizon + 1),
+                    y=result.runs[0].metrics.random_baseline,
+                    mode="lines",
+                    line=dict(color="black", dash="dash", width=1),
+                    name="0.25^N baseline",
+                    legendgroup="baseline",
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title_text="prefix length N", dtick=1)
+    fig.update_yaxes(title_text="prefix accuracy (test grids)", row=1, col=1)
+    fig.update_layout(
+        title="One-shot plan decoding: prefix accuracy vs N",
+        template="plotly_white",
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="right",
+                x=1.0,
+                y=1.15,
+                buttons=[
+                    dict(label="linear", method="relayout", args=[_yaxis_type(layers, "linear")]),
+                    dict(label="log", method="relayout", args=[_yaxis_type(layers, "log")]),
+                ],
+            )
+        ],
+    )
+    return fig
+
+
+def _yaxis_type(layers: list, kind: str) -> dict:
+    return {("yaxis" if i == 0 else f"yaxis{i + 1}") + ".type": kind for i in range(len(layers))}

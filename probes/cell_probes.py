@@ -1,0 +1,659 @@
+"""Cell-type probes: decode a cognitive map (one ``CellType`` per grid cell) from activations.
+
+Input of every probe: ``acts (N, n_anchors, d_model)`` (the three anchor tokens of one stage and
+layer; flattened to ``F = n_anchors * d_model`` features) and label maps ``(N, S, S)`` uint8
+``CellType`` values. Output: class probabilities ``(N, S, S, C)`` over ``classes_``.
+
+Families
+--------
+* :class:`CoordinateCellProbe` (the study's probe, section 5.1): a classifier of
+  ``[act, row, col] -> class`` queried at every cell. ``family="linear"`` is multinomial logistic
+  regression on those rows; ``family="mlp"`` is two layers with a ReLU (hidden 1024).
+* :class:`probes.per_cell.PerCellProbe` (Othello-GPT style world-model probes): one head per
+  cell reading ``act``.
+
+Both share this module's base class, so they take the same data, the same split, the same class
+balancing and the same training loop, and can be compared on the same split.
+
+General and size-specific probes
+--------------------------------
+``grid_size=None`` gives a *general* probe: it is queried on every cell of the label canvas
+(15 x 15 in the store) and ``PADDING`` is one of its classes. ``grid_size=n`` gives a
+*size-specific* probe: it reads only the top-left ``n x n`` cells, and fitting checks that every
+label map is a grid of exactly that size (no padding inside, only padding outside).
+
+The factorised first layer (why nothing is materialised)
+--------------------------------------------------------
+The naive construction builds one row ``[act, row, col]`` per (example, cell): ``N * S^2`` rows of
+``F + 2`` features (225 copies of every activation). The first layer is linear in its input, so
+``W [act; coord] + b = (W_act act) + (W_coord coord + b)``: the act part is computed once per
+example (``N x F x H``), the coordinate part once per cell (``S^2 x 2 x H``), and the hidden layer is
+their broadcast sum. This is exactly the same function with the same parameters (the module
+holds one ``Linear(F + K, H)`` and slices its weight), ~``S^2`` times cheaper in the first layer and
+never stores the rows. ``materialise=True`` runs the naive path as a reference (tests, benchmark).
+
+Class balance
+-------------
+``class_balance="upsample"`` (default, as in the study) upsamples each minority class to the size
+of the largest one over the training (example, cell) rows by drawing with replacement (seeded,
+once per fit). Drawing row ``r`` ``m_r`` times and summing the loss over the drawn rows equals
+summing ``m_r * loss_r`` over the original rows, so the draws are applied as integer per-(example,
+cell) loss weights: the objective of an epoch is exactly the one on the upsampled rows, only the
+minibatches are formed from examples. ``"weighted_loss"`` uses the expectation of those weights,
+``n_max / n_c`` per class (lower variance); ``"none"`` weights every row 1.
+
+Coordinates
+-----------
+``coordinates="raw"`` (default) is the study's: ``(row, col)`` standardised with the mean and
+standard deviation of the training rows (every example contributes every cell once, so these are
+the moments of the queried cell grid). ``"onehot"`` encodes row and column as two one-hot vectors
+(``2 S`` features, not standardised): each cell gets its own row and column offsets. Either way a
+*linear* coordinate-conditioned probe adds a cell-dependent bias to an act-dependent score that
+is the same at every cell, so it cannot place the agent or goal; that is a property of the
+study's linear probe (39% accuracy there), not of this implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from activations.gridworld.core import CellType
+from probes.splits import carve_validation
+from probes.training import (
+    Standardiser,
+    as_feature_matrix,
+    fit_standardiser,
+    seeded_module,
+    torch_seed,
+    train_module,
+)
+
+Family = Literal["linear", "mlp"]
+CoordinateEncoding = Literal["raw", "onehot"]
+ClassBalance = Literal["upsample", "weighted_loss", "none"]
+
+N_CELL_TYPES = len(CellType)
+
+
+def cell_row_col(side: int) -> np.ndarray:
+    """``(side * side, 2)`` int64 ``(row, col)`` of every cell in row-major order."""
+    rows, cols = np.divmod(np.arange(side * side), side)
+    return np.stack([rows, cols], axis=1).astype(np.int64)
+
+
+def coordinate_features(side: int, encoding: CoordinateEncoding) -> np.ndarray:
+    """Coordinate part of the probe input for every cell of a ``side x side`` map.
+
+    Args:
+        side: map side ``S``.
+        encoding: ``"raw"`` (standardised row, col) or ``"onehot"`` (row and column one-hot).
+
+    Returns:
+        ``(S * S, K)`` float32 with ``K = 2`` (raw) or ``2 S`` (onehot).
+    """
+    rc = cell_row_col(side).astype(np.float64)
+    if encoding == "raw":
+        scale = rc.std(axis=0)
+        return ((rc - rc.mean(axis=0)) / np.where(scale > 0, scale, 1.0)).astype(np.float32)
+    if encoding == "onehot":
+        eye = np.eye(side, dtype=np.float32)
+        return np.concatenate([eye[rc[:, 0].astype(int)], eye[rc[:, 1].astype(int)]], axis=1)
+    raise ValueError(f"coordinates must be 'raw' or 'onehot', got {encoding!r}")
+
+
+def validate_label_maps(y: np.ndarray, grid_size: int | None, *, name: str = "labels") -> np.ndarray:
+    """Check label maps and return the cells a probe reads.
+
+    Args:
+        y: ``(N, S, S)`` integer ``CellType`` maps, grids at the top-left, ``PADDING`` outside.
+        grid_size: None for a general probe (all ``S x S`` cells); ``n`` for a size-specific probe
+            (the top-left ``n x n`` cells; every map must be a grid of exactly that size).
+        name: what to call the array in error messages.
+
+    Returns:
+        ``(N, S, S)`` or ``(N, n, n)`` uint8 (a view when possible).
+    """
+    arr = np.asarray(y)
+    if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
+        raise ValueError(f"{name} must be square maps (N, S, S), got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer CellType values, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < 0 or arr.max() >= N_CELL_TYPES):
+        bad = np.argwhere((arr < 0) | (arr >= N_CELL_TYPES))[0]
+        raise ValueError(
+            f"{name}[{bad[0]}, {bad[1]}, {bad[2]}] = {arr[tuple(bad)]} is not a CellType "
+            f"(0..{N_CELL_TYPES - 1})"
+        )
+    arr = arr.astype(np.uint8, copy=False)
+    if grid_size is None:
+        return arr
+    side = arr.shape[1]
+    if grid_size > side:
+        raise ValueError(f"grid_size {grid_size} exceeds the {name} canvas side {side}")
+    inside = arr[:, :grid_size, :grid_size]
+    outside = np.ones((side, side), dtype=bool)
+    outside[:grid_size, :grid_size] = False
+    wrong_out = (arr[:, outside] != CellType.PADDING).any(axis=1)
+    wrong_in = (inside == CellType.PADDING).any(axis=(1, 2))
+    wrong = np.flatnonzero(wrong_out | wrong_in)
+    if wrong.size:
+        raise ValueError(
+            f"{name} row {wrong[0]} is not a {grid_size} x {grid_size} grid ({wrong.size} such rows): "
+            "a size-specific probe needs maps with padding exactly outside the top-left "
+            f"{grid_size} x {grid_size} cells; select the rows of that grid size"
+        )
+    return inside
+
+
+class CellProbeBase(ClassifierMixin, BaseEstimator):
+    """Fitting, decoding and persistence shared by the cell-probe families.
+
+    Subclasses declare their hyperparameters in ``__init__`` (scikit-learn convention) and
+    implement :meth:`_build_module`; the module maps standardised ``(B, F)`` features to
+    ``(B, P, C)`` logits, ``P`` the number of cells read.
+    """
+
+    def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- data plumbing
+
+    def _example_logits(self, X: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
+        """Closure: example rows of ``X`` -> ``(B, P, C)`` logits with the fitted module."""
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
+        return lambda rows: self.module_(standardise(X, rows))
+
+    def _training_logits(
+        self, X: np.ndarray, fit_rows: np.ndarray
+    ) -> Callable[[np.ndarray], torch.Tensor]:
+        """Closure: positions into ``fit_rows`` -> ``(B, P, C)`` logits (with gradients)."""
+        logits = self._example_logits(X)
+        return lambda pos: logits(fit_rows[pos])
+
+    # ---------------------------------------------------------------- fit
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+        """Fit on activations and label maps.
+
+        Args:
+            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` float activations (float16 is fine).
+            y: ``(N, S, S)`` uint8 ``CellType`` maps.
+            groups: ``(N,)`` grid ids; required with ``early_stopping`` (the validation split is
+                carved from the training grids by grid).
+
+        Returns:
+            self
+        """
+        X2 = as_feature_matrix(X)
+        labels = validate_label_maps(y, self.grid_size)
+        if labels.shape[0] != X2.shape[0]:
+            raise ValueError(f"acts has {X2.shape[0]} rows but labels has {labels.shape[0]}")
+        if self.class_balance not in ("upsample", "weighted_loss", "none"):
+            raise ValueError(
+                f"class_balance must be 'upsample', 'weighted_loss' or 'none', got {self.class_balance!r}"
+            )
+        rng = np.random.default_rng(self.random_state)
+        n = X2.shape[0]
+        rows = np.arange(n)
+        if self.early_stopping:
+            if groups is None:
+                raise ValueError(
+                    "early_stopping needs grid ids (groups=) to carve the validation split by grid; "
+                    "pass groups or set early_stopping=False"
+                )
+            groups = np.asarray(groups)
+            if groups.shape != (n,):
+                raise ValueError(f"groups must have shape ({n},), got {groups.shape}")
+            fit_rows, val_rows = carve_validation(
+                rows, groups, self.validation_fraction, int(rng.integers(2**31 - 1))
+            )
+        else:
+            fit_rows, val_rows = rows, rows[:0]
+
+        present = np.unique(labels[fit_rows])
+        classes = present if self.classes is None else np.asarray(sorted(self.classes))
+        missing = np.setdiff1d(present, classes)
+        if missing.size:
+            raise ValueError(
+                f"labels contain classes {missing.tolist()} that are not in classes={self.classes}"
+            )
+        self.classes_ = classes.astype(np.uint8)
+        lookup = np.zeros(N_CELL_TYPES, dtype=np.int64)
+        lookup[self.classes_] = np.arange(len(self.classes_))
+        side = labels.shape[1]
+        codes = lookup[labels.reshape(n, side * side)]
+        n_classes = len(self.classes_)
+
+        counts = np.bincount(codes[fit_rows].ravel(), minlength=n_classes)
+        if self.class_balance == "none":
+            self.class_weights_ = np.ones(n_classes, dtype=np.float32)
+        else:
+            ratio = np.divide(counts.max(), counts, out=np.zeros(n_classes), where=counts > 0)
+            self.class_weights_ = ratio.astype(np.float32)
+        fit_codes = codes[fit_rows]
+        if self.class_balance == "upsample":
+            fit_weights = _upsampling_multiplicities(fit_codes, counts, rng)
+        else:
+            fit_weights = self.class_weights_[fit_codes]
+
+        self.n_features_in_ = X2.shape[1]
+        self.map_side_ = side
+        self.feature_mean_, self.feature_scale_ = fit_standardiser(X2, fit_rows)
+        self.module_ = seeded_module(
+            lambda: self._build_module(self.n_features_in_, side, n_classes), torch_seed(rng)
+        ).to(self.device)
+
+        train_logits = self._training_logits(X2, fit_rows)
+        fit_targets = torch.from_numpy(fit_codes)
+        fit_w = torch.from_numpy(np.ascontiguousarray(fit_weights, dtype=np.float32))
+
+        def batch_loss(pos: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = train_logits(pos)
+            target = fit_targets[pos].to(self.device)
+            w = fit_w[pos].to(self.device)
+            return _weighted_ce(logits, target, w), w.sum()
+
+        validation_loss = None
+        if len(val_rows):
+            val_logits = self._example_logits(X2)
+            val_targets = torch.from_numpy(codes[val_rows])
+            val_w = torch.from_numpy(self.class_weights_[codes[val_rows]])
+
+            def validation_loss() -> float:
+                total, weight = 0.0, 0.0
+                with torch.inference_mode():
+                    for start in range(0, len(val_rows), self.batch_size):
+                        sl = slice(start, start + self.batch_size)
+                        w = val_w[sl].to(self.device)
+                        logits = val_logits(val_rows[sl])
+                        total += float(_weighted_ce(logits, val_targets[sl].to(self.device), w))
+                        weight += float(w.sum())
+                return total / weight
+
+        self.history_, self.best_epoch_ = train_module(
+            self.module_,
+            n_examples=len(fit_rows),
+            batch_loss=batch_loss,
+            validation_loss=validation_loss,
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            n_iter_no_change=self.n_iter_no_change,
+            tol=self.tol,
+            rng=rng,
+            progress=self.progress,
+            description=type(self).__name__,
+        )
+        self.n_epochs_ = len(self.history_)
+        return self
+
+    # ---------------------------------------------------------------- decoding
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """Logits per cell.
+
+        Args:
+            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` activations.
+
+        Returns:
+            ``(N, S, S, C)`` float32 logits over ``classes_``.
+        """
+        check_is_fitted(self, "module_")
+        X2 = as_feature_matrix(X)
+        if X2.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"acts have {X2.shape[1]} features, the probe was fitted on {self.n_features_in_}"
+            )
+        logits = self._example_logits(X2)
+        out = np.empty((X2.shape[0], self.map_side_**2, len(self.classes_)), dtype=np.float32)
+        self.module_.eval()
+        with torch.inference_mode():
+            for start in range(0, X2.shape[0], self.batch_size):
+                rows = np.arange(start, min(start + self.batch_size, X2.shape[0]))
+                out[rows] = logits(rows).float().cpu().numpy()
+        side = self.map_side_
+        return out.reshape(X2.shape[0], side, side, len(self.classes_))
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities per cell: ``(N, S, S, C)`` float32 over ``classes_``."""
+        logits = torch.from_numpy(self.decision_function(X))
+        return torch.softmax(logits, dim=-1).numpy()
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Cognitive map: the most probable ``CellType`` per cell, ``(N, S, S)`` uint8."""
+        return self.classes_[self.decision_function(X).argmax(axis=-1)]
+
+    def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
+        """Accuracy over every queried cell (padding cells included for a general probe).
+
+        Args:
+            X: ``(N, n_anchors, d_model)`` activations.
+            y: ``(N, S, S)`` label maps.
+            sample_weight: unsupported (present for the scikit-learn signature); must be None.
+        """
+        if sample_weight is not None:
+            raise ValueError("score does not support sample_weight")
+        labels = validate_label_maps(y, self.grid_size)
+        return float(np.mean(self.predict(X) == labels))
+
+    # ---------------------------------------------------------------- persistence
+
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Arrays (for safetensors) and JSON metadata that restore the fitted probe exactly."""
+        check_is_fitted(self, "module_")
+        tensors = {
+            f"module.{k}": v.detach().cpu().numpy() for k, v in self.module_.state_dict().items()
+        }
+        tensors.update(
+            feature_mean=self.feature_mean_,
+            feature_scale=self.feature_scale_,
+            classes=self.classes_,
+            class_weights=self.class_weights_,
+        )
+        meta = {
+            "classes_": [int(c) for c in self.classes_],
+            "n_features_in_": int(self.n_features_in_),
+            "map_side_": int(self.map_side_),
+            "n_epochs_": int(self.n_epochs_),
+            "best_epoch_": int(self.best_epoch_),
+            "history_": self.history_,
+        }
+        return tensors, meta
+
+    def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        """Inverse of :meth:`_fitted_state` on an unfitted instance with the same params."""
+        self.n_features_in_ = int(meta["n_features_in_"])
+        self.map_side_ = int(meta["map_side_"])
+        self.n_epochs_ = int(meta["n_epochs_"])
+        self.best_epoch_ = int(meta["best_epoch_"])
+        self.history_ = list(meta["history_"])
+        self.feature_mean_ = tensors["feature_mean"]
+        self.feature_scale_ = tensors["feature_scale"]
+        self.classes_ = tensors["classes"].astype(np.uint8)
+        self.class_weights_ = tensors["class_weights"]
+        module = self._build_module(self.n_features_in_, self.map_side_, len(self.classes_))
+        state = {
+            k.removeprefix("module."): torch.from_numpy(v.copy())
+            for k, v in tensors.items()
+            if k.startswith("module.")
+        }
+        module.load_state_dict(state, strict=True)
+        self.module_ = module.to(self.device).eval()
+
+
+def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``sum(weight * cross_entropy)`` over ``(B, P, C)`` logits and ``(B, P)`` targets."""
+    n_classes = logits.shape[-1]
+    losses = F.cross_entropy(logits.reshape(-1, n_classes), target.reshape(-1), reduction="none")
+    return (losses * weight.reshape(-1)).sum()
+
+
+def _upsampling_multiplicities(
+    codes: np.ndarray, counts: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """How often each (example, cell) row is drawn when minority classes are upsampled.
+
+    Every class with fewer rows than the largest is resampled with replacement to the largest
+    count; rows of the largest class are kept once each.
+
+    Args:
+        codes: ``(M, P)`` class index of every training (example, cell) row.
+        counts: ``(C,)`` rows per class.
+        rng: numpy generator.
+
+    Returns:
+        ``(M, P)`` float32 integer multiplicities.
+    """
+    flat = codes.ravel()
+    weights = np.ones(flat.shape, dtype=np.float32)
+    n_max = counts.max()
+    for c in np.flatnonzero((counts > 0) & (counts < n_max)):
+        members = np.flatnonzero(flat == c)
+        draws = np.bincount(rng.integers(len(members), size=n_max), minlength=len(members))
+        weights[members] = draws
+    return weights.reshape(codes.shape)
+
+
+class _CoordinateConditionedNet(torch.nn.Module):
+    """``[act, coord] -> logits`` with a factorised first layer (see the module docstring).
+
+    Args:
+        n_features: ``F``.
+        coordinates: ``(P, K)`` coordinate features of the queried cells.
+        n_classes: ``C``.
+        hidden_size: None for the linear family, else the MLP's hidden width ``H``.
+    """
+
+    def __init__(
+        self, n_features: int, coordinates: torch.Tensor, n_classes: int, hidden_size: int | None
+    ) -> None:
+        super().__init__()
+        self.n_features = n_features
+        self.register_buffer("coordinates", coordinates)
+        width = n_classes if hidden_size is None else hidden_size
+        self.first = torch.nn.Linear(n_features + coordinates.shape[1], width)
+        self.head = None if hidden_size is None else torch.nn.Linear(hidden_size, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (B, F)`` standardised acts -> ``(B, P, C)`` logits (factorised)."""
+        w_act = self.first.weight[:, : self.n_features]
+        w_coord = self.first.weight[:, self.n_features :]
+        per_example = x @ w_act.T  # (B, H)
+        per_cell = self.coordinates @ w_coord.T + self.first.bias  # (P, H)
+        hidden = per_example[:, None, :] + per_cell[None, :, :]  # (B, P, H)
+        if self.head is None:
+            return hidden
+        return self.head(torch.relu_(hidden))
+
+    def forward_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """``rows: (B * P, F + K)`` materialised ``[act, coord]`` rows -> ``(B * P, C)`` logits."""
+        hidden = self.first(rows)
+        if self.head is None:
+            return hidden
+        return self.head(torch.relu(hidden))
+
+
+class CoordinateCellProbe(CellProbeBase):
+    """The study's coordinate-conditioned probe: ``[act, row, col] -> CellType`` at every cell.
+
+    Args:
+        family: ``"linear"`` (logistic regression on ``[act, coord]``) or ``"mlp"`` (two layers,
+            ReLU).
+        hidden_size: MLP hidden width (1024 in the study); ignored by the linear family.
+        coordinates: ``"raw"`` (study: standardised row, col) or ``"onehot"``.
+        grid_size: None for a general probe over the padded canvas; ``n`` for a size-specific
+            probe over the top-left ``n x n`` cells without padding.
+        classes: ``CellType`` values to predict; None takes those present in the training labels.
+        class_balance: ``"upsample"`` (study), ``"weighted_loss"`` or ``"none"``.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        max_epochs: upper bound on training epochs.
+        batch_size: examples per step (each brings all its cells).
+        early_stopping: stop on the loss of a validation split carved from the training grids.
+        validation_fraction: fraction of training grids held out for early stopping.
+        n_iter_no_change: patience, in epochs.
+        tol: minimum validation-loss improvement.
+        materialise: run the naive reference path that builds one row per (example, cell).
+        device: torch device (``"cpu"`` or ``"cuda"``).
+        progress: show progress bars.
+        random_state: seed of the validation carve, upsampling draws, initialisation and batches.
+
+    Fitted attributes:
+        classes_ ``(C,)`` uint8; n_features_in_; map_side_ ``S``; feature_mean_, feature_scale_
+        ``(F,)``; class_weights_ ``(C,)``; module_; history_; n_epochs_; best_epoch_.
+    """
+
+    def __init__(
+        self,
+        family: Family = "mlp",
+        hidden_size: int = 1024,
+        coordinates: CoordinateEncoding = "raw",
+        grid_size: int | None = None,
+        classes: tuple[int, ...] | None = None,
+        class_balance: ClassBalance = "upsample",
+        learning_rate: float = 1e-3,
+        weight_decay: float = 1e-2,
+        max_epochs: int = 20,
+        batch_size: int = 128,
+        early_stopping: bool = True,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 3,
+        tol: float = 1e-4,
+        materialise: bool = False,
+        device: str = "cpu",
+        progress: bool = False,
+        random_state: int = 0,
+    ) -> None:
+        self.family = family
+        self.hidden_size = hidden_size
+        self.coordinates = coordinates
+        self.grid_size = grid_size
+        self.classes = classes
+        self.class_balance = class_balance
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.materialise = materialise
+        self.device = device
+        self.progress = progress
+        self.random_state = random_state
+
+    def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
+        if self.family not in ("linear", "mlp"):
+            raise ValueError(f"family must be 'linear' or 'mlp', got {self.family!r}")
+        coords = torch.from_numpy(coordinate_features(side, self.coordinates))
+        hidden = self.hidden_size if self.family == "mlp" else None
+        return _CoordinateConditionedNet(n_features, coords, n_classes, hidden)
+
+    def materialised_rows(self, X: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """The naive probe input: one ``[act, coord]`` row per (example, cell).
+
+        Args:
+            X: ``(N, F)`` activations.
+            rows: ``(B,)`` example rows.
+
+        Returns:
+            ``(B * P, F + K)`` float32, example-major (all cells of the first example first).
+        """
+        check_is_fitted(self, "module_")
+        acts = Standardiser(self.feature_mean_, self.feature_scale_, self.device)(X, rows)
+        coords = self.module_.coordinates
+        n_cells = coords.shape[0]
+        return torch.cat(
+            [
+                acts.repeat_interleave(n_cells, dim=0),
+                coords.repeat(len(rows), 1),
+            ],
+            dim=1,
+        )
+
+    def _example_logits(self, X: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
+        if not self.materialise:
+            return super()._example_logits(X)
+        n_cells = self.map_side_**2
+
+        def logits(rows: np.ndarray) -> torch.Tensor:
+            out = self.module_.forward_rows(self.materialised_rows(X, rows))
+            return out.reshape(len(rows), n_cells, -1)
+
+        return logits
+
+    def _training_logits(
+        self, X: np.ndarray, fit_rows: np.ndarray
+    ) -> Callable[[np.ndarray], torch.Tensor]:
+        if not self.materialise:
+            return super()._training_logits(X, fit_rows)
+        # the naive dataset: every training (example, cell) row, built once up front
+        n_cells = self.map_side_**2
+        table = torch.cat(
+            [
+                self.materialised_rows(X, fit_rows[start : start + self.batch_size])
+                for start in range(0, len(fit_rows), self.batch_size)
+            ]
+        )
+        cell = torch.arange(n_cells)
+
+        def logits(pos: np.ndarray) -> torch.Tensor:
+            index = (torch.from_numpy(pos)[:, None] * n_cells + cell).reshape(-1)
+            out = self.module_.forward_rows(table[index])
+            return out.reshape(len(pos), n_cells, -1)
+
+        return logits
+
+
+class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
+    """Control probe that ignores activations: training class frequencies.
+
+    Args:
+        strategy: ``"per_cell"`` (frequencies at each cell: the stronger, honest baseline for a
+            padded canvas) or ``"global"`` (one distribution for every cell: the majority class).
+        grid_size: as in :class:`CoordinateCellProbe`.
+
+    Fitted attributes:
+        classes_ ``(C,)`` uint8; frequencies_ ``(S, S, C)`` float32; n_features_in_; map_side_.
+    """
+
+    def __init__(self, strategy: Literal["per_cell", "global"] = "per_cell", grid_size: int | None = None):
+        self.strategy = strategy
+        self.grid_size = grid_size
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+        """Count class frequencies of ``y`` ``(N, S, S)``; ``X`` only fixes ``n_features_in_``."""
+        X2 = as_feature_matrix(X)
+        labels = validate_label_maps(y, self.grid_size)
+        self.classes_ = np.unique(labels).astype(np.uint8)
+        onehot = labels[..., None] == self.classes_
+        freq = onehot.mean(axis=0)
+        if self.strategy == "global":
+            freq = np.broadcast_to(freq.mean(axis=(0, 1)), freq.shape)
+        elif self.strategy != "per_cell":
+            raise ValueError(f"strategy must be 'per_cell' or 'global', got {self.strategy!r}")
+        self.frequencies_ = np.ascontiguousarray(freq, dtype=np.float32)
+        self.n_features_in_ = X2.shape[1]
+        self.map_side_ = labels.shape[1]
+        return self
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """``(N, S, S, C)`` float32: the fitted frequencies for every example."""
+        check_is_fitted(self, "frequencies_")
+        n = as_feature_matrix(X).shape[0]
+        return np.broadcast_to(self.frequencies_, (n, *self.frequencies_.shape)).copy()
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """``(N, S, S)`` uint8: the most frequent class (per cell or overall)."""
+        return self.classes_[self.predict_proba(X).argmax(axis=-1)]
+
+    def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
+        """Accuracy over every queried cell."""
+        if sample_weight is not None:
+            raise ValueError("score does not support sample_weight")
+        return float(np.mean(self.predict(X) == validate_label_maps(y, self.grid_size)))
+
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        check_is_fitted(self, "frequencies_")
+        tensors = {"classes": self.classes_, "frequencies": self.frequencies_}
+        meta = {
+            "classes_": [int(c) for c in self.classes_],
+            "n_features_in_": int(self.n_features_in_),
+            "map_side_": int(self.map_side_),
+        }
+        return tensors, meta
+
+    def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        self.classes_ = tensors["classes"].astype(np.uint8)
+        self.frequencies_ = tensors["frequencies"]
+        self.n_features_in_ = int(meta["n_features_in_"])
+        self.map_side_ = int(meta["map_side_"])

@@ -1,0 +1,250 @@
+"""Goal-distance regressors (study appendix E.3): activation -> shortest-path distance to goal.
+
+``family="linear"`` is ridge regression (``sklearn.linear_model.Ridge``, closed form) on
+standardised activations; ``family="mlp"`` is two layers with a ReLU (hidden 1024) trained with
+AdamW on the mean squared error of the standardised target, with early stopping on validation
+grids carved from the training grids. Evaluate with :func:`probes.metrics.evaluate_distance`
+(MAE, R^2 by grid size; controls: ``sklearn.dummy.DummyRegressor`` for the mean predictor and
+:func:`probes.splits.shuffle_by_grid` for shuffled targets; pre against post reasoning by
+passing both stages' predictions on the same steps).
+
+The ridge ``alpha`` is a hyperparameter: choose it on training grids only, e.g. with
+``GridSearchCV(GoalDistanceRegressor(), {"alpha": [...]}, cv=GroupKFold())`` and ``groups``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import Ridge
+from sklearn.utils.validation import check_is_fitted
+
+from probes.splits import carve_validation
+from probes.training import (
+    Standardiser,
+    as_feature_matrix,
+    fit_standardiser,
+    seeded_module,
+    torch_seed,
+    train_module,
+)
+
+
+class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
+    """Regress the shortest-path distance to the goal from the anchor activations.
+
+    Args:
+        family: ``"linear"`` (ridge) or ``"mlp"``.
+        alpha: ridge penalty (linear family).
+        hidden_size: MLP hidden width.
+        learning_rate: AdamW learning rate (MLP).
+        weight_decay: AdamW weight decay (MLP).
+        max_epochs: upper bound on epochs (MLP).
+        batch_size: examples per step (MLP).
+        early_stopping: stop on the loss of validation grids carved from the training grids (MLP).
+        validation_fraction: fraction of training grids held out for early stopping.
+        n_iter_no_change: patience, in epochs.
+        tol: minimum validation-loss improvement.
+        device: torch device (MLP).
+        progress: show progress bars.
+        random_state: seed.
+
+    Fitted attributes:
+        n_features_in_; feature_mean_, feature_scale_ ``(F,)``; target_mean_, target_scale_;
+        coef_ ``(F,)`` and intercept_ (linear; on standardised features); module_, history_,
+        n_epochs_, best_epoch_ (MLP).
+    """
+
+    def __init__(
+        self,
+        family: Literal["linear", "mlp"] = "linear",
+        alpha: float = 1.0,
+        hidden_size: int = 1024,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 1e-2,
+        max_epochs: int = 50,
+        batch_size: int = 256,
+        early_stopping: bool = True,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 5,
+        tol: float = 1e-4,
+        device: str = "cpu",
+        progress: bool = False,
+        random_state: int = 0,
+    ) -> None:
+        self.family = family
+        self.alpha = alpha
+        self.hidden_size = hidden_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.device = device
+        self.progress = progress
+        self.random_state = random_state
+
+    def _build_module(self, n_features: int) -> torch.nn.Module:
+        return torch.nn.Sequential(
+            torch.nn.Linear(n_features, self.hidden_size),
+            torch.nn.ReLU(),
+            torch.nn.Linear(self.hidden_size, 1),
+        )
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+        """Fit on activations and distances.
+
+        Args:
+            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` activations.
+            y: ``(N,)`` shortest-path distance to the goal.
+            groups: ``(N,)`` grid ids; required by the MLP with ``early_stopping``.
+
+        Returns:
+            self
+        """
+        X2 = as_feature_matrix(X)
+        target = np.asarray(y, dtype=np.float64)
+        if target.shape != (X2.shape[0],):
+            raise ValueError(f"y must have shape ({X2.shape[0]},), got {target.shape}")
+        if not np.isfinite(target).all():
+            row = int(np.flatnonzero(~np.isfinite(target))[0])
+            raise ValueError(f"y[{row}] = {target[row]} is not a finite distance")
+        if self.family not in ("linear", "mlp"):
+            raise ValueError(f"family must be 'linear' or 'mlp', got {self.family!r}")
+        rng = np.random.default_rng(self.random_state)
+        rows = np.arange(X2.shape[0])
+        use_validation = self.family == "mlp" and self.early_stopping
+        if use_validation:
+            if groups is None:
+                raise ValueError(
+                    "early_stopping needs grid ids (groups=) to carve the validation split by grid"
+                )
+            fit_rows, val_rows = carve_validation(
+                rows, np.asarray(groups), self.validation_fraction, int(rng.integers(2**31 - 1))
+            )
+        else:
+            fit_rows, val_rows = rows, rows[:0]
+        self.n_features_in_ = X2.shape[1]
+        self.feature_mean_, self.feature_scale_ = fit_standardiser(X2, fit_rows)
+        self.target_mean_ = float(target[fit_rows].mean())
+        self.target_scale_ = float(target[fit_rows].std()) or 1.0
+        if self.family == "linear":
+            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
+            ridge = Ridge(alpha=self.alpha).fit(standardise(X2, fit_rows).numpy(), target[fit_rows])
+            self.coef_ = ridge.coef_.astype(np.float64)
+            self.intercept_ = float(ridge.intercept_)
+            return self
+
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
+        z = torch.from_numpy(((target - self.target_mean_) / self.target_scale_).astype(np.float32))
+        self.module_ = seeded_module(
+            lambda: self._build_module(self.n_features_in_), torch_seed(rng)
+        ).to(self.device)
+
+        def batch_loss(pos: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            rows_ = fit_rows[pos]
+            pred = self.module_(standardise(X2, rows_))[:, 0]
+            err = pred - z[rows_].to(self.device)
+            return (err**2).sum(), torch.tensor(float(len(rows_)))
+
+        validation_loss = None
+        if len(val_rows):
+
+            def validation_loss() -> float:
+                total = 0.0
+                with torch.inference_mode():
+                    for start in range(0, len(val_rows), self.batch_size):
+                        rows_ = val_rows[start : start + self.batch_size]
+                        pred = self.module_(standardise(X2, rows_))[:, 0]
+                        total += float(((pred - z[rows_].to(self.device)) ** 2).sum())
+                return total / len(val_rows)
+
+        self.history_, self.best_epoch_ = train_module(
+            self.module_,
+            n_examples=len(fit_rows),
+            batch_loss=batch_loss,
+            validation_loss=validation_loss,
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            n_iter_no_change=self.n_iter_no_change,
+            tol=self.tol,
+            rng=rng,
+            progress=self.progress,
+            description="GoalDistanceRegressor",
+        )
+        self.n_epochs_ = len(self.history_)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Predicted distances: ``(N,)`` float64."""
+        check_is_fitted(self, "feature_mean_")
+        X2 = as_feature_matrix(X)
+        if X2.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"acts have {X2.shape[1]} features, the regressor was fitted on {self.n_features_in_}"
+            )
+        out = np.empty(X2.shape[0], dtype=np.float64)
+        device = self.device if self.family == "mlp" else "cpu"
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, device)
+        with torch.inference_mode():
+            for start in range(0, X2.shape[0], self.batch_size):
+                rows = np.arange(start, min(start + self.batch_size, X2.shape[0]))
+                x = standardise(X2, rows)
+                if self.family == "linear":
+                    out[rows] = x.double().numpy() @ self.coef_ + self.intercept_
+                else:
+                    z = self.module_(x)[:, 0].double().cpu().numpy()
+                    out[rows] = z * self.target_scale_ + self.target_mean_
+        return out
+
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        check_is_fitted(self, "feature_mean_")
+        tensors = {"feature_mean": self.feature_mean_, "feature_scale": self.feature_scale_}
+        meta = {
+            "n_features_in_": int(self.n_features_in_),
+            "target_mean_": self.target_mean_,
+            "target_scale_": self.target_scale_,
+        }
+        if self.family == "linear":
+            tensors["coef"] = self.coef_
+            meta["intercept_"] = self.intercept_
+        else:
+            tensors.update(
+                {f"module.{k}": v.detach().cpu().numpy() for k, v in self.module_.state_dict().items()}
+            )
+            meta.update(
+                history_=self.history_, n_epochs_=self.n_epochs_, best_epoch_=int(self.best_epoch_)
+            )
+        return tensors, meta
+
+    def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        self.n_features_in_ = int(meta["n_features_in_"])
+        self.target_mean_ = float(meta["target_mean_"])
+        self.target_scale_ = float(meta["target_scale_"])
+        self.feature_mean_ = tensors["feature_mean"]
+        self.feature_scale_ = tensors["feature_scale"]
+        if self.family == "linear":
+            self.coef_ = tensors["coef"]
+            self.intercept_ = float(meta["intercept_"])
+            return
+        module = self._build_module(self.n_features_in_)
+        module.load_state_dict(
+            {
+                k.removeprefix("module."): torch.from_numpy(v.copy())
+                for k, v in tensors.items()
+                if k.startswith("module.")
+            },
+            strict=True,
+        )
+        self.module_ = module.to(self.device).eval()
+        self.history_ = list(meta["history_"])
+        self.n_epochs_ = int(meta["n_epochs_"])
+        self.best_epoch_ = int(meta["best_epoch_"])

@@ -1,0 +1,431 @@
+"""Decoding helpers and metrics of cell-type probes and goal-distance regressors.
+
+Pure numpy. Every metric is a function of additive per-grid sums (a confusion matrix, hit and
+distance counts, sums of errors), so confidence intervals come from a *grid* bootstrap: grids
+are resampled with replacement and every row of a drawn grid enters with the grid's multiplicity
+(steps of one grid are not independent). Several models evaluated together share the bootstrap
+draws, so their differences (probe minus control = selectivity; pre minus post) get paired
+intervals.
+
+Cell-map metrics (keys of each metric dict)
+-------------------------------------------
+``accuracy`` over every queried cell (padding included for a general probe);
+``accuracy_no_padding`` over cells whose true class is not ``PADDING`` (a padding prediction on a
+grid cell counts as an error); ``balanced_accuracy`` (mean recall over the classes present in the
+evaluated rows); ``recall/<class>`` and ``precision/<class>``; ``agent_top1`` and ``goal_top1``
+(the most probable cell for the class is the true cell) and ``agent_manhattan`` /
+``goal_manhattan`` (mean Manhattan distance from that cell to the true one).
+
+Distance metrics: ``mae``, ``rmse`` and ``r2`` (``1 - SS_res / SS_tot`` around the mean of the
+evaluated rows, as ``sklearn.metrics.r2_score``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from activations.gridworld.core import CellType
+
+LOCALISED = (CellType.AGENT, CellType.GOAL)
+"""Classes with one true cell per map, scored by top-1 localisation."""
+
+
+# ------------------------------------------------------------------------------------------
+# decoding
+
+
+def cognitive_map(probs: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Argmax map.
+
+    Args:
+        probs: ``(N, S, S, C)`` class probabilities (or logits) over ``classes``.
+        classes: ``(C,)`` ``CellType`` values.
+
+    Returns:
+        ``(N, S, S)`` uint8 ``CellType`` per cell.
+    """
+    return np.asarray(classes, dtype=np.uint8)[np.asarray(probs).argmax(axis=-1)]
+
+
+def _class_index(classes: np.ndarray, cell_type: int) -> int:
+    hits = np.flatnonzero(np.asarray(classes) == int(cell_type))
+    if hits.size == 0:
+        raise ValueError(
+            f"{CellType(cell_type).name} is not among the probe's classes {np.asarray(classes).tolist()}"
+        )
+    return int(hits[0])
+
+
+def top_k_cells(probs: np.ndarray, classes: np.ndarray, cell_type: int, k: int = 1) -> np.ndarray:
+    """The ``k`` cells with the highest probability of ``cell_type``.
+
+    Args:
+        probs: ``(N, S, S, C)`` class probabilities over ``classes``.
+        classes: ``(C,)`` ``CellType`` values.
+        cell_type: e.g. ``CellType.AGENT``.
+        k: number of cells.
+
+    Returns:
+        ``(N, k, 2)`` int64 ``(row, col)``, most probable first (ties: row-major order).
+    """
+    p = np.asarray(probs)
+    n, side = p.shape[0], p.shape[1]
+    if not 1 <= k <= side * side:
+        raise ValueError(f"k must lie in 1..{side * side}, got {k}")
+    flat = p[..., _class_index(classes, cell_type)].reshape(n, side * side)
+    order = np.argsort(-flat, axis=1, kind="stable")[:, :k]
+    return np.stack(np.divmod(order, side), axis=-1).astype(np.int64)
+
+
+def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
+    """The single cell of ``cell_type`` in every label map.
+
+    Args:
+        labels: ``(N, S, S)`` ``CellType`` maps.
+        cell_type: a class with exactly one cell per map (agent, goal).
+
+    Returns:
+        ``(N, 2)`` int64 ``(row, col)``.
+    """
+    mask = np.asarray(labels) == int(cell_type)
+    counts = mask.sum(axis=(1, 2))
+    wrong = np.flatnonzero(counts != 1)
+    if wrong.size:
+        raise ValueError(
+            f"label map row {wrong[0]} has {counts[wrong[0]]} {CellType(cell_type).name} cells "
+            f"({wrong.size} such rows); pass its position explicitly"
+        )
+    side = mask.shape[1]
+    flat = mask.reshape(mask.shape[0], -1).argmax(axis=1)
+    return np.stack(np.divmod(flat, side), axis=-1).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------
+# grid bootstrap engine
+
+
+def _grid_codes(grid_ids: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    ids = np.asarray(grid_ids)
+    if ids.shape != (n,):
+        raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
+    _, codes = np.unique(ids, return_inverse=True)
+    return codes, int(codes.max()) + 1
+
+
+def _bootstrap_weights(n_grids: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``(1 + n_boot, G)`` grid multiplicities; row 0 is the full sample (all ones)."""
+    draws = rng.multinomial(n_grids, np.full(n_grids, 1.0 / n_grids), size=n_boot)
+    return np.concatenate([np.ones((1, n_grids), dtype=np.int64), draws]).astype(np.float64)
+
+
+def _per_grid(stat: np.ndarray, codes: np.ndarray, n_grids: int) -> np.ndarray:
+    """``(G, ...)`` sums of a per-row ``(N, ...)`` statistic within each grid."""
+    stat = np.asarray(stat, dtype=np.float64)
+    out = np.zeros((n_grids, *stat.shape[1:]))
+    np.add.at(out, codes, stat)
+    return out
+
+
+def _resample(sums: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``(1 + B, ...)`` weighted sums of per-grid ``(G, ...)`` statistics."""
+    flat = sums.reshape(sums.shape[0], -1)
+    return (weights @ flat).reshape(weights.shape[0], *sums.shape[1:])
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _summary(samples: np.ndarray, confidence_level: float) -> dict:
+    """Point estimate (sample 0) and percentile interval of the bootstrap samples."""
+    value = float(samples[0])
+    boot = samples[1:]
+    boot = boot[np.isfinite(boot)]
+    if not np.isfinite(value):
+        return {"value": None, "ci_low": None, "ci_high": None}
+    if boot.size == 0:
+        return {"value": value, "ci_low": None, "ci_high": None}
+    alpha = (1.0 - confidence_level) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return {"value": value, "ci_low": float(low), "ci_high": float(high)}
+
+
+def _evaluate(
+    models: Mapping[str, Callable[[np.ndarray], dict[str, np.ndarray]]],
+    rows: np.ndarray,
+    codes: np.ndarray,
+    reference: str | None,
+    n_boot: int,
+    confidence_level: float,
+    rng: np.random.Generator,
+) -> dict:
+    """Metric samples for every model on ``rows``, shared bootstrap draws, paired differences."""
+    _, local = np.unique(codes[rows], return_inverse=True)
+    n_grids = int(local.max()) + 1
+    weights = _bootstrap_weights(n_grids, n_boot, rng)
+    samples = {name: fn_(rows, local, n_grids, weights) for name, fn_ in models.items()}
+    out = {
+        "n_examples": len(rows),
+        "n_grids": n_grids,
+        "models": {
+            name: {k: _summary(v, confidence_level) for k, v in s.items()}
+            for name, s in samples.items()
+        },
+    }
+    if reference is not None:
+        out["differences"] = {
+            f"{reference} - {name}": {
+                k: _summary(samples[reference][k] - s[k], confidence_level)
+                for k in s
+                if k in samples[reference]
+            }
+            for name, s in samples.items()
+            if name != reference
+        }
+    return out
+
+
+def _grouped(
+    models, n: int, codes, groups: Mapping[str, np.ndarray | None], reference, n_boot, level, rng
+) -> dict:
+    result = _evaluate(models, np.arange(n), codes, reference, n_boot, level, rng)
+    for group_name, values in groups.items():
+        if values is None:
+            continue
+        values = np.asarray(values)
+        if values.shape != (n,):
+            raise ValueError(f"{group_name} must have shape ({n},), got {values.shape}")
+        keys = np.round(values.astype(np.float64), 6)
+        result[f"by_{group_name}"] = {
+            f"{key:g}": _evaluate(
+                models, np.flatnonzero(keys == key), codes, reference, n_boot, level, rng
+            )
+            for key in np.unique(keys)
+        }
+    return result
+
+
+def _check_models(predictions: Mapping, reference: str | None) -> None:
+    if not predictions:
+        raise ValueError("predictions is empty; pass at least one model")
+    if reference is not None and reference not in predictions:
+        raise ValueError(f"reference {reference!r} is not one of {list(predictions)}")
+
+
+# ------------------------------------------------------------------------------------------
+# cell maps
+
+
+def evaluate_cell_maps(
+    predictions: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    labels: np.ndarray,
+    grid_ids: np.ndarray,
+    *,
+    grid_sizes: np.ndarray | None = None,
+    densities: np.ndarray | None = None,
+    agent_row_col: np.ndarray | None = None,
+    goal_row_col: np.ndarray | None = None,
+    reference: str | None = None,
+    n_boot: int = 1000,
+    confidence_level: float = 0.95,
+    random_state: int = 0,
+) -> dict:
+    """Cell-map metrics with grid-bootstrap intervals, overall and by grid size and density.
+
+    Args:
+        predictions: model name -> ``(probs (N, S, S, C), classes (C,))``; e.g. the probe and
+            its controls (majority class, shuffled labels) on the same test rows.
+        labels: ``(N, S, S)`` true ``CellType`` maps of the same cells.
+        grid_ids: ``(N,)`` grid of every row (the bootstrap resamples grids).
+        grid_sizes: optional ``(N,)`` grid side, for ``by_grid_size``.
+        densities: optional ``(N,)`` obstacle density, for ``by_density``.
+        agent_row_col: optional ``(N, 2)`` true agent cell (default: the ``AGENT`` cell of
+            ``labels``).
+        goal_row_col: optional ``(N, 2)`` true goal cell (default: the ``GOAL`` cell).
+        reference: model whose paired differences to every other model are reported (e.g.
+            ``"probe"``: probe minus control is the selectivity).
+        n_boot: bootstrap replicates.
+        confidence_level: e.g. 0.95.
+        random_state: seed of the bootstrap.
+
+    Returns:
+        JSON-ready dict: ``n_examples``, ``n_grids``, ``models`` (name -> metric ->
+        ``{value, ci_low, ci_high}``), ``differences`` (with ``reference``), and ``by_grid_size``
+        / ``by_density`` (group -> the same structure). Undefined metrics are None.
+    """
+    _check_models(predictions, reference)
+    lab = np.asarray(labels)
+    if lab.ndim != 3:
+        raise ValueError(f"labels must be (N, S, S), got shape {lab.shape}")
+    n, side = lab.shape[0], lab.shape[1]
+    codes, _ = _grid_codes(grid_ids, n)
+    truth = {
+        CellType.AGENT: agent_row_col,
+        CellType.GOAL: goal_row_col,
+    }
+    all_classes = set(np.unique(lab).tolist())
+    for name, (probs, classes) in predictions.items():
+        if np.asarray(probs).shape[:3] != lab.shape:
+            raise ValueError(
+                f"predictions[{name!r}] has shape {np.asarray(probs).shape}, labels {lab.shape}"
+            )
+        if np.asarray(probs).shape[3] != len(classes):
+            raise ValueError(f"predictions[{name!r}]: {len(classes)} classes for {np.asarray(probs).shape[3]} columns")
+        all_classes |= set(np.asarray(classes).tolist())
+    union = np.array(sorted(all_classes), dtype=np.int64)
+    lookup = np.zeros(int(union.max()) + 1, dtype=np.int64)
+    lookup[union] = np.arange(len(union))
+    n_u = len(union)
+    true_idx = lookup[lab.reshape(n, -1)]
+    for cell_type in LOCALISED:
+        if truth[cell_type] is None and (lab == cell_type).any():
+            truth[cell_type] = cell_positions(lab, cell_type)
+        elif truth[cell_type] is not None:
+            truth[cell_type] = np.asarray(truth[cell_type], dtype=np.int64).reshape(n, 2)
+
+    def make_model(probs: np.ndarray, classes: np.ndarray):
+        probs = np.asarray(probs)
+        classes = np.asarray(classes)
+        pred_idx = lookup[classes[probs.argmax(axis=-1)].reshape(n, -1)]
+        localised = {}
+        for cell_type in LOCALISED:
+            if truth[cell_type] is None or int(cell_type) not in classes:
+                continue
+            top = top_k_cells(probs, classes, cell_type, 1)[:, 0]
+            dist = np.abs(top - truth[cell_type]).sum(axis=1)
+            localised[CellType(cell_type).name.lower()] = (dist == 0, dist)
+
+        def samples(rows, local, n_grids, weights):
+            flat = (local[:, None] * n_u + true_idx[rows]) * n_u + pred_idx[rows]
+            conf = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
+            conf = _resample(conf.reshape(n_grids, n_u, n_u).astype(np.float64), weights)
+            out = _confusion_metrics(conf, union, present=conf[0].sum(axis=1) > 0)
+            ones = _resample(_per_grid(np.ones(len(rows)), local, n_grids), weights)
+            for cls_name, (hit, dist) in localised.items():
+                out[f"{cls_name}_top1"] = _ratio(
+                    _resample(_per_grid(hit[rows], local, n_grids), weights), ones
+                )
+                out[f"{cls_name}_manhattan"] = _ratio(
+                    _resample(_per_grid(dist[rows], local, n_grids), weights), ones
+                )
+            return out
+
+        return samples
+
+    models = {name: make_model(p, c) for name, (p, c) in predictions.items()}
+    result = _grouped(
+        models,
+        n,
+        codes,
+        {"grid_size": grid_sizes, "density": densities},
+        reference,
+        n_boot,
+        confidence_level,
+        np.random.default_rng(random_state),
+    )
+    result["classes"] = [CellType(c).name.lower() for c in union]
+    result["map_side"] = side
+    result["confidence_level"] = confidence_level
+    result["n_boot"] = n_boot
+    return result
+
+
+def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarray) -> dict:
+    """Metrics of ``(B, C, C)`` confusion matrices (rows true, columns predicted)."""
+    diag = np.einsum("bcc->bc", conf)
+    support = conf.sum(axis=2)
+    predicted = conf.sum(axis=1)
+    total = support.sum(axis=1)
+    out = {"accuracy": _ratio(diag.sum(axis=1), total)}
+    keep = classes != CellType.PADDING
+    out["accuracy_no_padding"] = _ratio(diag[:, keep].sum(axis=1), support[:, keep].sum(axis=1))
+    recall = _ratio(diag, support)
+    precision = _ratio(diag, predicted)
+    with np.errstate(invalid="ignore"):
+        out["balanced_accuracy"] = np.nanmean(np.where(present, recall, np.nan), axis=1)
+    for i, c in enumerate(classes):
+        if not present[i]:
+            continue
+        name = CellType(int(c)).name.lower()
+        out[f"recall/{name}"] = recall[:, i]
+        out[f"precision/{name}"] = precision[:, i]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# goal distance
+
+
+def evaluate_distance(
+    predictions: Mapping[str, np.ndarray],
+    y_true: np.ndarray,
+    grid_ids: np.ndarray,
+    *,
+    grid_sizes: np.ndarray | None = None,
+    densities: np.ndarray | None = None,
+    reference: str | None = None,
+    n_boot: int = 1000,
+    confidence_level: float = 0.95,
+    random_state: int = 0,
+) -> dict:
+    """MAE, RMSE and R^2 of distance regressors with grid-bootstrap intervals.
+
+    Args:
+        predictions: model name -> ``(N,)`` predicted distances (e.g. the probe, the mean
+            predictor, the shuffled-label control; or pre- and post-reasoning probes on the same
+            steps).
+        y_true: ``(N,)`` true shortest-path distances.
+        grid_ids: ``(N,)`` grid of every row.
+        grid_sizes: optional ``(N,)``, for ``by_grid_size``.
+        densities: optional ``(N,)``, for ``by_density``.
+        reference: model whose paired differences to the others are reported.
+        n_boot: bootstrap replicates.
+        confidence_level: e.g. 0.95.
+        random_state: seed.
+
+    Returns:
+        JSON-ready dict with the structure of :func:`evaluate_cell_maps`.
+    """
+    _check_models(predictions, reference)
+    y = np.asarray(y_true, dtype=np.float64)
+    if y.ndim != 1:
+        raise ValueError(f"y_true must be 1-D, got shape {y.shape}")
+    n = len(y)
+    codes, _ = _grid_codes(grid_ids, n)
+
+    def make_model(pred: np.ndarray):
+        pred = np.asarray(pred, dtype=np.float64)
+        if pred.shape != y.shape:
+            raise ValueError(f"prediction shape {pred.shape} differs from y_true {y.shape}")
+        err = pred - y
+
+        def samples(rows, local, n_grids, weights):
+            stats = np.stack([np.ones(len(rows)), np.abs(err[rows]), err[rows] ** 2, y[rows], y[rows] ** 2], axis=1)
+            s = _resample(_per_grid(stats, local, n_grids), weights)
+            count, abs_sum, sq_sum, y_sum, y_sq = s.T
+            ss_tot = y_sq - _ratio(y_sum**2, count)
+            return {
+                "mae": _ratio(abs_sum, count),
+                "rmse": np.sqrt(_ratio(sq_sum, count)),
+                "r2": 1.0 - _ratio(sq_sum, np.where(ss_tot > 1e-12, ss_tot, 0.0)),
+            }
+
+        return samples
+
+    models = {name: make_model(p) for name, p in predictions.items()}
+    result = _grouped(
+        models,
+        n,
+        codes,
+        {"grid_size": grid_sizes, "density": densities},
+        reference,
+        n_boot,
+        confidence_level,
+        np.random.default_rng(random_state),
+    )
+    result["confidence_level"] = confidence_level
+    result["n_boot"] = n_boot
+    return result

@@ -1,0 +1,382 @@
+"""Token positions of the patch sites in a teacher-forced harmony sequence.
+
+A *teacher-forced sequence* is what one patched or unpatched run reads::
+
+    prompt  <|channel|>analysis<|message|>{reasoning}  <|end|><|start|>assistant
+    <|channel|>final<|message|>  {"action": "
+
+It ends right before the action word, so the logits at its last position (the *readout*) give
+the distribution over the four action tokens with the reasoning held fixed. The answer prefix
+and the action tokens are derived from the tokenizer (:class:`ActionTokens`), never hard-coded.
+
+Sites (:data:`SITES`), as positions in a source and a target sequence that correspond:
+
+* ``"grid"``: every token of the serialised grid in the user message (header, row indices,
+  cells, line breaks);
+* ``"changed_cells"``: the tokens of the cells that differ between base and counterfactual;
+* ``"pre_reasoning"``, ``"post_reasoning"``: the three anchor tokens
+  ``<|end|> <|start|> assistant`` closing the prompt / the reasoning (the probing sites);
+* ``"answer"``: the readout position, the token right before the action word;
+* ``"all"``: every position (source and target must have the same length).
+
+Grid cells are located by token ids and character offsets of the decoded user message
+(:func:`locate_grid_tokens`), so the function works for any tokenizer that decodes faithfully
+and keeps grid cells in separate tokens (the bundled word-level one and GPT-OSS's o200k_harmony).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.agent.harmony import (
+    CHANNEL,
+    MESSAGE,
+    AnchorPositions,
+    HarmonyTokenIds,
+    find_anchors,
+)
+from activations.agent.reasoning import final_text
+from activations.gridworld.core import Action, RowCol
+
+SITES: tuple[str, ...] = (
+    "grid",
+    "changed_cells",
+    "pre_reasoning",
+    "post_reasoning",
+    "answer",
+    "all",
+)
+"""Every patch site; see the module docstring."""
+
+DEFAULT_SITES: tuple[str, ...] = SITES[:-1]
+"""The sites patched by default (all but ``"all"``)."""
+
+PROMPT_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "pre_reasoning"})
+"""Sites inside the prompt: the only ones defined when the reasoning is regenerated."""
+
+
+class SequenceError(ValueError):
+    """A token sequence cannot be used for patching (cut-off reasoning, misaligned pair...)."""
+
+
+@dataclass(frozen=True)
+class ActionTokens:
+    """How the final answer ``{"action": "<ACTION>"}`` tokenises.
+
+    Attributes:
+        prefix_ids: ids of the answer up to the action word (the longest common prefix of the
+            four answers' ids).
+        action_ids: ``(4,)`` the first id that differs, per action in ``Action`` order.
+    """
+
+    prefix_ids: tuple[int, ...]
+    action_ids: tuple[int, int, int, int]
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> ActionTokens:
+        """Derive the prefix and the four action ids; raises when two actions share a token."""
+        encoded = [
+            [int(i) for i in tokenizer.encode(final_text(a), add_special_tokens=False)]
+            for a in Action
+        ]
+        common = 0
+        while all(len(e) > common for e in encoded) and len({e[common] for e in encoded}) == 1:
+            common += 1
+        if any(len(e) <= common for e in encoded):
+            raise ValueError("one action's answer is a prefix of another's; cannot read actions")
+        action_ids = tuple(e[common] for e in encoded)
+        unk = getattr(tokenizer, "unk_token_id", None)
+        if unk is not None and unk in action_ids:
+            raise ValueError("the tokenizer maps an action word to its unknown token")
+        if len(set(action_ids)) != len(action_ids):
+            raise ValueError(f"action tokens are not distinct: {action_ids}")
+        return cls(prefix_ids=tuple(encoded[0][:common]), action_ids=action_ids)
+
+
+@dataclass(frozen=True)
+class GridTokens:
+    """Where the grid of the user message lies in a token sequence.
+
+    Attributes:
+        span: ``(start, stop)`` token positions of the grid text (``stop`` exclusive).
+        cell_positions: ``(n, n)`` int64, the token position of every cell ``[row, col]``.
+    """
+
+    span: tuple[int, int]
+    cell_positions: np.ndarray
+
+    def positions(self) -> np.ndarray:
+        """``(stop - start,)`` every token position of the grid."""
+        return np.arange(self.span[0], self.span[1], dtype=np.int64)
+
+
+def token_char_spans(token_ids: Sequence[int], tokenizer) -> tuple[str, np.ndarray]:
+    """Decode ``token_ids`` token by token.
+
+    Returns:
+        ``(text, spans)``: the decoded text and ``(seq, 2)`` int64 ``[start, stop)`` character
+        offsets of each token in it.
+
+    Raises:
+        SequenceError: when per-token decoding does not concatenate to the decoded sequence
+            (a token splits a multi-byte character, or the decoder rewrites spaces).
+    """
+    pieces = [
+        tokenizer.decode([int(i)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        for i in token_ids
+    ]
+    whole = tokenizer.decode(
+        [int(i) for i in token_ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+    text = "".join(pieces)
+    if text != whole:
+        raise SequenceError(
+            "decoding token by token does not reproduce the decoded text; character offsets of "
+            "the grid cannot be recovered with this tokenizer"
+        )
+    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+    stops = np.cumsum(lengths)
+    return text, np.stack([stops - lengths, stops], axis=1)
+
+
+def _last_user_content(ids: list[int], special: HarmonyTokenIds) -> tuple[int, int]:
+    """``(start, stop)`` of the content tokens of the last user message."""
+    header = (special.start, *special.user)
+    for i in range(len(ids) - len(header), -1, -1):
+        if tuple(ids[i : i + len(header)]) == header:
+            try:
+                start = ids.index(special.message, i + len(header)) + 1
+                stop = ids.index(special.end, start)
+            except ValueError as err:
+                raise SequenceError("the last user message is not closed by <|end|>") from err
+            return start, stop
+    raise SequenceError("the token ids hold no user message")
+
+
+def _cell_char_offsets(grid_text: str) -> np.ndarray:
+    """``(n, n)`` character offset of each cell symbol within ``grid_text`` (render format)."""
+    lines = grid_text.split("\n")
+    n = len(lines) - 1
+    offsets = np.zeros((n, n), dtype=np.int64)
+    line_start = len(lines[0]) + 1
+    for row in range(n):
+        line = lines[row + 1]
+        first = len(f"{row} ")
+        if not line.startswith(f"{row} ") or len(line) != first + 2 * n - 1:
+            raise SequenceError(f"grid text row {row} is not in the render format: {line!r}")
+        offsets[row] = line_start + first + 2 * np.arange(n)
+        line_start += len(line) + 1
+    return offsets
+
+
+def locate_grid_tokens(
+    token_ids: Sequence[int], tokenizer, grid_text: str, special_ids: HarmonyTokenIds
+) -> GridTokens:
+    """Find the grid of the last user message and the token of each of its cells.
+
+    Args:
+        token_ids: ``(seq,)`` ids of a harmony prompt (optionally followed by a completion).
+        tokenizer: the tokenizer that produced them.
+        grid_text: the grid as :func:`activations.gridworld.text.render` wrote it; it must
+            occur exactly once in the user message (the instructions' worked example lives in
+            the developer message and is never matched).
+        special_ids: the tokenizer's harmony ids.
+
+    Raises:
+        SequenceError: no user message, the grid text is absent or ambiguous, or two cells
+            share one token.
+    """
+    ids = [int(i) for i in token_ids]
+    start, stop = _last_user_content(ids, special_ids)
+    text, spans = token_char_spans(ids[start:stop], tokenizer)
+    count = text.count(grid_text)
+    if count != 1:
+        raise SequenceError(
+            f"the grid text occurs {count} times in the user message (expected exactly once)"
+        )
+    grid_start = text.index(grid_text)
+    grid_stop = grid_start + len(grid_text)
+    cell_chars = grid_start + _cell_char_offsets(grid_text)
+    # token k covers [spans[k, 0], spans[k, 1]): the covering token is the first stop > char
+    cells = np.searchsorted(spans[:, 1], cell_chars, side="right") + start
+    if len(np.unique(cells)) != cells.size:
+        raise SequenceError("the tokenizer merges several grid cells into one token")
+    overlapping = np.flatnonzero((spans[:, 1] > grid_start) & (spans[:, 0] < grid_stop))
+    span = (int(overlapping[0]) + start, int(overlapping[-1]) + 1 + start)
+    return GridTokens(span=span, cell_positions=cells.astype(np.int64))
+
+
+@dataclass(frozen=True)
+class TeacherForcedSequence:
+    """One run's teacher-forced token ids and the positions patching needs.
+
+    Attributes:
+        token_ids: ``(seq,)`` int64 ids; the last one precedes the action word.
+        prompt_length: number of prompt tokens.
+        grid: the grid's token positions.
+        anchors: both anchors (``post_reasoning`` is always set).
+    """
+
+    token_ids: np.ndarray
+    prompt_length: int
+    grid: GridTokens
+    anchors: AnchorPositions
+
+    @property
+    def readout_position(self) -> int:
+        """The last position, whose logits give the action distribution."""
+        return int(self.token_ids.shape[0] - 1)
+
+    def __len__(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+def reasoning_ids(tokenizer, reasoning: str, special_ids: HarmonyTokenIds) -> list[int]:
+    """Completion ids ``<|channel|>analysis<|message|>{reasoning}<|end|>`` for a given text."""
+    body = tokenizer.encode(f"{CHANNEL}analysis{MESSAGE}{reasoning}", add_special_tokens=False)
+    return [int(i) for i in body] + [special_ids.end]
+
+
+def _reasoning_stop(prompt_length: int, ids: list[int], special: HarmonyTokenIds) -> int:
+    """Index in ``ids`` of the ``<|end|>`` that closes the analysis message of the completion."""
+    analysis_header = (special.channel, *special.analysis, special.message)
+    i = prompt_length
+    if tuple(ids[i : i + len(analysis_header)]) != analysis_header:
+        raise SequenceError("the completion does not open with <|channel|>analysis<|message|>")
+    try:
+        return ids.index(special.end, i + len(analysis_header))
+    except ValueError as err:
+        raise SequenceError("the reasoning is cut off (no <|end|> closes it)") from err
+
+
+def build_sequence(
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    *,
+    tokenizer,
+    grid_text: str,
+    special_ids: HarmonyTokenIds,
+    action_tokens: ActionTokens,
+) -> TeacherForcedSequence:
+    """Prompt + the completion's reasoning + ``<|end|><|start|>assistant<|channel|>final
+    <|message|>`` + the answer prefix.
+
+    Args:
+        prompt_ids: ``(n_prompt,)`` the rendered harmony prompt.
+        completion_ids: ``(n_generated,)`` a completion (what followed the prompt); only its
+            analysis message is kept, anything after it (the answer) is replaced.
+        tokenizer, grid_text, special_ids, action_tokens: see :func:`locate_grid_tokens` and
+            :class:`ActionTokens`.
+
+    Raises:
+        SequenceError: the completion has no closed analysis message, or the grid is not found.
+    """
+    prompt = [int(i) for i in prompt_ids]
+    ids = prompt + [int(i) for i in completion_ids]
+    stop = _reasoning_stop(len(prompt), ids, special_ids)
+    s = special_ids
+    tail = [s.end, s.start, s.assistant, s.channel, *s.final, s.message, *action_tokens.prefix_ids]
+    full = ids[:stop] + tail
+    anchors = find_anchors(full, special_ids)
+    if anchors.pre_reasoning[0] != len(prompt) - 3 or anchors.post_reasoning != (
+        stop,
+        stop + 1,
+        stop + 2,
+    ):
+        raise SequenceError("the harmony anchors are not where the prompt and reasoning end")
+    grid = locate_grid_tokens(prompt, tokenizer, grid_text, special_ids)
+    return TeacherForcedSequence(
+        token_ids=np.asarray(full, dtype=np.int64),
+        prompt_length=len(prompt),
+        grid=grid,
+        anchors=anchors,
+    )
+
+
+def check_aligned(
+    base: TeacherForcedSequence,
+    cf: TeacherForcedSequence,
+    changed_cells: Sequence[RowCol],
+) -> None:
+    """Assert that the two prompts align token for token and differ only at the changed cells.
+
+    Raises:
+        SequenceError: the prompts differ in length, in grid layout, or at other tokens.
+    """
+    if base.prompt_length != cf.prompt_length:
+        raise SequenceError(
+            f"base and counterfactual prompts differ in length ({base.prompt_length} vs "
+            f"{cf.prompt_length} tokens); positions would not align"
+        )
+    if base.grid.span != cf.grid.span or not np.array_equal(
+        base.grid.cell_positions, cf.grid.cell_positions
+    ):
+        raise SequenceError("base and counterfactual grids lie at different token positions")
+    n = base.prompt_length
+    differing = set(np.flatnonzero(base.token_ids[:n] != cf.token_ids[:n]).tolist())
+    allowed = {int(base.grid.cell_positions[r, c]) for r, c in changed_cells}
+    if not differing <= allowed:
+        raise SequenceError(
+            f"base and counterfactual prompts differ at positions {sorted(differing - allowed)} "
+            "outside the changed cells"
+        )
+
+
+def site_positions(
+    source: TeacherForcedSequence,
+    target: TeacherForcedSequence,
+    site: str,
+    changed_cells: Sequence[RowCol] = (),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Corresponding positions of ``site`` in the source and the target sequence.
+
+    Returns:
+        ``(source_positions, target_positions)``, each ``(k,)`` int64; the value at
+        ``source_positions[i]`` is written to ``target_positions[i]``.
+
+    Raises:
+        ValueError: unknown site; SequenceError: ``"all"`` on sequences of different lengths.
+    """
+    if site == "grid":
+        return source.grid.positions(), target.grid.positions()
+    if site == "changed_cells":
+        if not changed_cells:
+            raise ValueError("the changed_cells site needs the changed cells")
+        rows, cols = np.asarray(changed_cells, dtype=np.int64).T
+        return source.grid.cell_positions[rows, cols], target.grid.cell_positions[rows, cols]
+    if site in ("pre_reasoning", "post_reasoning"):
+        return (
+            np.asarray(getattr(source.anchors, site), dtype=np.int64),
+            np.asarray(getattr(target.anchors, site), dtype=np.int64),
+        )
+    if site == "answer":
+        return (
+            np.asarray([source.readout_position], dtype=np.int64),
+            np.asarray([target.readout_position], dtype=np.int64),
+        )
+    if site == "all":
+        if len(source) != len(target):
+            raise SequenceError(
+                f"site 'all' needs sequences of equal length, got {len(source)} and {len(target)}"
+            )
+        positions = np.arange(len(target), dtype=np.int64)
+        return positions, positions
+    raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
+
+
+def capture_positions(sequence: TeacherForcedSequence, sites: Sequence[str]) -> np.ndarray:
+    """``(k,)`` sorted positions of ``sequence`` that any of ``sites`` reads as a source."""
+    if "all" in sites:
+        return np.arange(len(sequence), dtype=np.int64)
+    parts = [np.asarray([sequence.readout_position], dtype=np.int64)]
+    for site in sites:
+        if site in ("grid", "changed_cells"):
+            parts.append(sequence.grid.positions())
+        elif site in ("pre_reasoning", "post_reasoning"):
+            parts.append(np.asarray(getattr(sequence.anchors, site), dtype=np.int64))
+        elif site != "answer":
+            raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
+    return np.unique(np.concatenate(parts))

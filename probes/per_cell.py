@@ -1,0 +1,116 @@
+"""Per-cell probes (Othello-GPT style): one classification head per grid cell reading ``act``.
+
+``family="linear"``: ``logits[n, p, c] = einsum("nf,pfc->npc", act, W) + b[p, c]`` with a
+``(cells, features, classes)`` weight, as in the linear world-model probes of Nanda et al. (2023)
+on Othello-GPT. ``family="mlp"``: a shared hidden layer (``Linear(F, H)`` + ReLU) followed by
+per-cell heads ``(cells, H, classes)``, the non-linear probe of Li et al. (2023).
+
+Unlike the coordinate-conditioned probe, a per-cell probe can read a different direction at
+every cell, so even its linear family can localise the agent and goal. Both families share the
+fit/decode/persistence code of :mod:`probes.cell_probes`, so they can be compared on one split.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from probes.cell_probes import ClassBalance, Family, CellProbeBase
+
+
+class _PerCellNet(torch.nn.Module):
+    """``(B, F)`` standardised acts -> ``(B, P, C)`` logits with one head per cell.
+
+    Args:
+        n_features: ``F``.
+        n_cells: ``P``.
+        n_classes: ``C``.
+        hidden_size: None for linear heads on ``act``, else the width of the shared hidden layer.
+    """
+
+    def __init__(self, n_features: int, n_cells: int, n_classes: int, hidden_size: int | None):
+        super().__init__()
+        self.trunk = None if hidden_size is None else torch.nn.Linear(n_features, hidden_size)
+        fan_in = n_features if hidden_size is None else hidden_size
+        bound = 1.0 / math.sqrt(fan_in)
+        self.weight = torch.nn.Parameter(
+            torch.empty(n_cells, fan_in, n_classes).uniform_(-bound, bound)
+        )
+        self.bias = torch.nn.Parameter(torch.empty(n_cells, n_classes).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (B, F)`` -> ``(B, P, C)`` logits."""
+        if self.trunk is not None:
+            x = torch.relu(self.trunk(x))
+        return torch.einsum("bf,pfc->bpc", x, self.weight) + self.bias
+
+
+class PerCellProbe(CellProbeBase):
+    """One head per cell reading the activation (no coordinate input).
+
+    Args:
+        family: ``"linear"`` (per-cell logistic regression) or ``"mlp"`` (shared hidden layer,
+            per-cell heads).
+        hidden_size: width of the shared hidden layer of the MLP family.
+        grid_size: None for a general probe over the padded canvas; ``n`` for a size-specific
+            probe over the top-left ``n x n`` cells without padding.
+        classes: ``CellType`` values to predict; None takes those present in the training labels.
+        class_balance: ``"upsample"``, ``"weighted_loss"`` or ``"none"`` (see
+            :mod:`probes.cell_probes`).
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        max_epochs: upper bound on training epochs.
+        batch_size: examples per step.
+        early_stopping: stop on the loss of a validation split carved from the training grids.
+        validation_fraction: fraction of training grids held out for early stopping.
+        n_iter_no_change: patience, in epochs.
+        tol: minimum validation-loss improvement.
+        device: torch device.
+        progress: show progress bars.
+        random_state: seed.
+
+    Fitted attributes: as :class:`probes.cell_probes.CoordinateCellProbe`.
+    """
+
+    def __init__(
+        self,
+        family: Family = "linear",
+        hidden_size: int = 1024,
+        grid_size: int | None = None,
+        classes: tuple[int, ...] | None = None,
+        class_balance: ClassBalance = "upsample",
+        learning_rate: float = 1e-3,
+        weight_decay: float = 1e-2,
+        max_epochs: int = 20,
+        batch_size: int = 128,
+        early_stopping: bool = True,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 3,
+        tol: float = 1e-4,
+        device: str = "cpu",
+        progress: bool = False,
+        random_state: int = 0,
+    ) -> None:
+        self.family = family
+        self.hidden_size = hidden_size
+        self.grid_size = grid_size
+        self.classes = classes
+        self.class_balance = class_balance
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.device = device
+        self.progress = progress
+        self.random_state = random_state
+
+    def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
+        if self.family not in ("linear", "mlp"):
+            raise ValueError(f"family must be 'linear' or 'mlp', got {self.family!r}")
+        hidden = self.hidden_size if self.family == "mlp" else None
+        return _PerCellNet(n_features, side * side, n_classes, hidden)

@@ -1,0 +1,489 @@
+"""Plan labels and the metrics of one-shot plan decoding (prefix accuracy, length analysis).
+
+Pure numpy (no torch), shared by the plan decoder, its sweep and the viewer.
+
+Plan format
+-----------
+A plan is a row of ``T`` int tokens (``T = PLAN_HORIZON = 10`` in the study): the next executed
+actions (``Action``: UP=0, DOWN=1, LEFT=2, RIGHT=3), then ``PLAN_END`` (4) right after the last
+executed action, then ``PLAN_PAD`` (5) to the end of the row. A trajectory with ``T`` or more
+actions left has no ``END`` in the window (the plan is truncated at ``T``, never dropped).
+
+The *length* of a plan is the number of actions before its first ``END``, or ``T`` when it has
+none, so lengths are censored at ``T`` for targets and predictions alike (as in the study's
+length analysis, where the ground-truth mean is below ``T``).
+
+Prefix matching (how END and PAD take part)
+-------------------------------------------
+Predictions are first made canonical: every token after the first predicted ``END`` becomes
+``PAD`` (a plan that has ended says nothing more). Prefix hit at ``N`` means that for every
+position ``j <= N`` whose target token is not ``PAD``, the prediction equals the target. So
+
+* ``END`` is a token to be predicted: a target with 3 actions then ``END`` is hit at ``N = 4``
+  only if steps 1-3 are right **and** step 4 predicts ``END``; at every ``N >= 4`` its hit is the
+  same (the whole plan right), since ``PAD`` positions are ignored;
+* a prediction that ends early (``END`` where the target still has an action) misses;
+* "over examples with at least ``N`` actions" keeps the rows whose length is ``>= N``: there the
+  first ``N`` target tokens are all actions, ``END`` never enters, and guessing uniformly among
+  the four actions hits with probability exactly ``0.25 ** N`` (the study's random baseline).
+  Over all examples, ``0.25 ** N`` is the study's reference line, not an exact chance level.
+
+Confidence intervals resample *grids* (clusters) with replacement: every example of a drawn
+grid enters with the grid's multiplicity, because examples from one grid are not independent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
+
+N_PLAN_CLASSES = N_ACTIONS + 1
+"""Classes a decoder predicts per step: the four actions and ``PLAN_END``."""
+
+PLAN_TOKENS: dict[str, int] = {
+    "UP": 0,
+    "DOWN": 1,
+    "LEFT": 2,
+    "RIGHT": 3,
+    "END": PLAN_END,
+    "PAD": PLAN_PAD,
+}
+"""Token names and values of the plan format (written into cards and HDF5 attributes)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Plan format helpers
+
+
+def validate_plans(plans: np.ndarray, *, name: str = "plans") -> np.ndarray:
+    """Check that ``plans`` follows the plan format and return it as int8.
+
+    Args:
+        plans: ``(N, T)`` int, tokens in 0..5; ``END`` at most once, followed only by ``PAD``;
+            ``PAD`` only after ``END``.
+        name: what to call the array in error messages.
+
+    Returns:
+        ``(N, T)`` int8, the same tokens.
+
+    Raises:
+        ValueError: naming the first offending row and position.
+    """
+    arr = np.asarray(plans)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (N, T), got shape {arr.shape}")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has horizon 0; need at least one plan step")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer tokens, got dtype {arr.dtype}")
+    bad = (arr < 0) | (arr > PLAN_PAD)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name}[{row}, {col}] = {arr[row, col]} is not a plan token (0-3 actions, "
+            f"{PLAN_END} END, {PLAN_PAD} PAD)"
+        )
+    ended = np.cumsum(arr == PLAN_END, axis=1)
+    # a PAD or a second END must follow an END; an action must not
+    after_end = np.concatenate([np.zeros((arr.shape[0], 1), dtype=ended.dtype), ended[:, :-1]], 1)
+    action_after_end = (after_end > 0) & (arr < PLAN_END)
+    pad_before_end = (after_end == 0) & (arr == PLAN_PAD)
+    double_end = (after_end > 0) & (arr == PLAN_END)
+    for mask, what in (
+        (action_after_end, "an action after END"),
+        (double_end, "a second END"),
+        (pad_before_end, "PAD before any END"),
+    ):
+        if mask.any():
+            row, col = np.argwhere(mask)[0]
+            raise ValueError(f"{name}[{row}, {col}] is {what}; row {row} = {arr[row].tolist()}")
+    return arr.astype(np.int8, copy=False)
+
+
+def canonical_plans(plans: np.ndarray) -> np.ndarray:
+    """Predicted plans in the plan format: every token after the first ``END`` becomes ``PAD``.
+
+    Args:
+        plans: ``(N, T)`` int, tokens in 0..4 (raw argmax of a decoder); ``PAD`` is accepted
+            only after an ``END``.
+
+    Returns:
+        ``(N, T)`` int8 in the plan format.
+    """
+    arr = np.asarray(plans)
+    if arr.ndim != 2:
+        raise ValueError(f"predicted plans must be 2-D (N, T), got shape {arr.shape}")
+    out = arr.astype(np.int8, copy=True)
+    seen_end = np.cumsum(out == PLAN_END, axis=1) > 0
+    after_first_end = np.concatenate([np.zeros((out.shape[0], 1), bool), seen_end[:, :-1]], 1)
+    out[after_first_end] = PLAN_PAD
+    return validate_plans(out, name="predicted plans")
+
+
+def plan_lengths(plans: np.ndarray) -> np.ndarray:
+    """Number of actions before the first ``END`` (``T`` when there is none).
+
+    Args:
+        plans: ``(N, T)`` int tokens.
+
+    Returns:
+        ``(N,)`` int64 lengths in ``0..T``.
+    """
+    arr = np.asarray(plans)
+    is_end = arr == PLAN_END
+    return np.where(is_end.any(axis=1), is_end.argmax(axis=1), arr.shape[1]).astype(np.int64)
+
+
+def truncate_plans(plans: np.ndarray, horizon: int) -> np.ndarray:
+    """The first ``horizon`` tokens of each plan (a longer plan is cut, never dropped).
+
+    Args:
+        plans: ``(N, T)`` int tokens with ``T >= horizon``.
+        horizon: the decoder's number of plan steps.
+
+    Returns:
+        ``(N, horizon)`` int8; a plan cut before its ``END`` has length ``horizon``.
+    """
+    arr = validate_plans(plans)
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    if arr.shape[1] < horizon:
+        raise ValueError(
+            f"plans have {arr.shape[1]} steps but the decoder horizon is {horizon}; "
+            "labels shorter than the horizon cannot be extended"
+        )
+    return np.ascontiguousarray(arr[:, :horizon])
+
+
+def encode_plans(sequences: Iterable[Sequence[int]], horizon: int = PLAN_HORIZON) -> np.ndarray:
+    """Plan rows from action sequences: actions, then ``END``, then ``PAD`` (truncated at ``T``).
+
+    Args:
+        sequences: per example, the remaining executed actions (ints 0-3), any length.
+        horizon: ``T``.
+
+    Returns:
+        ``(N, T)`` int8 plans.
+    """
+    rows = []
+    for i, seq in enumerate(sequences):
+        actions = np.asarray(list(seq), dtype=np.int64)
+        if actions.size and ((actions < 0) | (actions >= N_ACTIONS)).any():
+            raise ValueError(f"sequence {i} holds a non-action token: {actions.tolist()}")
+        row = np.full(horizon, PLAN_PAD, dtype=np.int8)
+        k = min(actions.size, horizon)
+        row[:k] = actions[:k]
+        if actions.size < horizon:
+            row[actions.size] = PLAN_END
+        rows.append(row)
+    return np.stack(rows) if rows else np.zeros((0, horizon), np.int8)
+
+
+def random_baseline(horizon: int = PLAN_HORIZON) -> np.ndarray:
+    """The study's chance line ``0.25 ** N`` for ``N = 1..T``: ``(T,)`` float64."""
+    return (1.0 / N_ACTIONS) ** np.arange(1, horizon + 1, dtype=np.float64)
+
+
+def majority_plan(plans: np.ndarray) -> np.ndarray:
+    """The most frequent whole plan row (ties: the smallest row in lexicographic order).
+
+    Args:
+        plans: ``(N, T)`` training plans.
+
+    Returns:
+        ``(T,)`` int8, the plan a constant predictor would emit for every example.
+    """
+    arr = validate_plans(plans)
+    if arr.shape[0] == 0:
+        raise ValueError("majority_plan needs at least one plan")
+    rows, counts = np.unique(arr, axis=0, return_counts=True)
+    return rows[int(np.argmax(counts))].astype(np.int8)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-example hits and per-grid sufficient statistics
+
+
+def prefix_hits(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Whether the first ``N`` predicted tokens match the target, for ``N = 1..T``.
+
+    See the module docstring for how ``END`` and ``PAD`` take part.
+
+    Args:
+        predicted: ``(N, T)`` int, decoder output (made canonical here).
+        target: ``(N, T)`` int plan labels.
+
+    Returns:
+        ``(N, T)`` bool; column ``n - 1`` is the hit at prefix length ``n``.
+    """
+    pred = canonical_plans(predicted)
+    tgt = validate_plans(target, name="target plans")
+    if pred.shape != tgt.shape:
+        raise ValueError(f"predicted plans {pred.shape} and targets {tgt.shape} differ in shape")
+    match = (pred == tgt) | (tgt == PLAN_PAD)
+    return np.cumprod(match, axis=1).astype(bool)
+
+
+def _grid_codes(grid_ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.asarray(grid_ids)
+    if ids.shape != (n,):
+        raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
+    uniques, codes = np.unique(ids, return_inverse=True)
+    return uniques, codes
+
+
+def _grid_sums(pred: np.ndarray, tgt: np.ndarray, codes: np.ndarray, n_grids: int) -> dict:
+    """Per-grid sums from which every metric is a ratio (or a histogram median)."""
+    horizon = tgt.shape[1]
+    hits = prefix_hits(pred, tgt)
+    true_len = plan_lengths(tgt)
+    pred_len = plan_lengths(canonical_plans(pred))
+    long_enough = true_len[:, None] >= np.arange(1, horizon + 1)[None, :]
+
+    def add(values: np.ndarray) -> np.ndarray:
+        values = values.astype(np.float64)
+        out = np.zeros((n_grids, *values.shape[1:]))
+        np.add.at(out, codes, values)
+        return out
+
+    abs_err = np.abs(pred_len - true_len)
+    return {
+        "n": add(np.ones(len(tgt))),
+        "hits": add(hits),
+        "hits_long": add(hits & long_enough),
+        "n_long": add(long_enough),
+        "exact": add(pred_len == true_len),
+        "pred_len": add(pred_len),
+        "true_len": add(true_len),
+        "err_hist": add(np.eye(horizon + 1)[abs_err]),
+    }
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _hist_median(hist: np.ndarray) -> np.ndarray:
+    """Median of integer values 0..K given weighted counts ``hist (..., K+1)`` (mean of the two
+    middle order statistics when the total weight is even)."""
+    total = hist.sum(-1)
+    cum = np.cumsum(hist, -1)
+    lo_rank = np.floor((total - 1) / 2)[..., None]
+    hi_rank = np.floor(total / 2)[..., None]
+    lo = (cum <= lo_rank).sum(-1)
+    hi = (cum <= hi_rank).sum(-1)
+    return np.where(total > 0, (lo + hi) / 2.0, np.nan)
+
+
+def _statistics(sums: dict, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Metrics from per-grid sums weighted by grid multiplicities ``weights (..., G)``."""
+
+    def w(key: str) -> np.ndarray:
+        s = sums[key]
+        return np.tensordot(weights, s, axes=([-1], [0]))
+
+    n = w("n")
+    return {
+        "prefix_accuracy": _ratio(w("hits"), n[..., None]),
+        "prefix_accuracy_min_length": _ratio(w("hits_long"), w("n_long")),
+        "exact_length_match": _ratio(w("exact"), n),
+        "mean_predicted_length": _ratio(w("pred_len"), n),
+        "mean_true_length": _ratio(w("true_len"), n),
+        "length_bias": _ratio(w("pred_len") - w("true_len"), n),
+        "median_abs_length_error": _hist_median(w("err_hist")),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Public metrics
+
+
+@dataclass(frozen=True, eq=False)
+class PlanMetrics:
+    """Prefix accuracy and length analysis of predicted plans, with grid-bootstrap intervals.
+
+    Every metric ``m`` has ``m`` (point estimate) and ``m_ci`` (``(2, ...)``: lower and upper
+    bound of the percentile interval). ``nan`` marks an empty subset (no example with ``N``
+    actions) or, in an interval, too few grids to resample (fewer than 2).
+
+    Attributes:
+        horizon: ``T``.
+        n_examples: examples evaluated.
+        n_grids: distinct grids among them (the bootstrap's resampling unit).
+        confidence_level: of the intervals, e.g. 0.95.
+        n_bootstrap: bootstrap resamples (0: no intervals, all ``nan``).
+        prefix_accuracy: ``(T,)`` hit rate at ``N = 1..T`` over all examples.
+        prefix_accuracy_ci: ``(2, T)``.
+        prefix_accuracy_min_length: ``(T,)`` hit rate at ``N`` over examples with ``>= N``
+            actions (the subset where ``0.25 ** N`` is exact chance).
+        prefix_accuracy_min_length_ci: ``(2, T)``.
+        n_min_length: ``(T,)`` int, examples with ``>= N`` actions.
+        random_baseline: ``(T,)`` ``0.25 ** N``.
+        exact_length_match: fraction whose predicted length equals the true length.
+        mean_predicted_length: mean predicted length (censored at ``T``).
+        mean_true_length: mean true length (censored at ``T``).
+        length_bias: mean of predicted minus true length.
+        median_abs_length_error: median of ``|predicted - true|`` length, in steps.
+        *_ci: ``(2,)`` intervals of the scalar metrics.
+    """
+
+    horizon: int
+    n_examples: int
+    n_grids: int
+    confidence_level: float
+    n_bootstrap: int
+    prefix_accuracy: np.ndarray
+    prefix_accuracy_ci: np.ndarray
+    prefix_accuracy_min_length: np.ndarray
+    prefix_accuracy_min_length_ci: np.ndarray
+    n_min_length: np.ndarray
+    random_baseline: np.ndarray
+    exact_length_match: float
+    exact_length_match_ci: np.ndarray
+    mean_predicted_length: float
+    mean_predicted_length_ci: np.ndarray
+    mean_true_length: float
+    mean_true_length_ci: np.ndarray
+    length_bias: float
+    length_bias_ci: np.ndarray
+    median_abs_length_error: float
+    median_abs_length_error_ci: np.ndarray
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (arrays as lists, ``nan`` as ``None``)."""
+        out: dict = {}
+        for key, value in self.__dict__.items():
+            out[key] = _jsonable(value)
+        return out
+
+
+def _jsonable(value):
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()] if value.ndim else _jsonable(value.item())
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return None if np.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+SCALAR_METRICS = (
+    "exact_length_match",
+    "mean_predicted_length",
+    "mean_true_length",
+    "length_bias",
+    "median_abs_length_error",
+)
+"""Names of the scalar length metrics of :class:`PlanMetrics`."""
+
+
+def _percentile_interval(samples: np.ndarray, confidence_level: float) -> np.ndarray:
+    """``(2, ...)`` percentile interval over axis 0, ignoring resamples where the statistic is
+    undefined (``nan``: an empty subset); ``nan`` where every resample is undefined."""
+    alpha = (1.0 - confidence_level) / 2.0
+    flat = samples.reshape(samples.shape[0], -1)
+    defined = ~np.isnan(flat).all(axis=0)
+    out = np.full((2, flat.shape[1]), np.nan)
+    if defined.any():
+        cols = flat[:, defined]
+        out[0, defined] = np.nanquantile(cols, alpha, axis=0)
+        out[1, defined] = np.nanquantile(cols, 1.0 - alpha, axis=0)
+    return out.reshape(2, *samples.shape[1:])
+
+
+def plan_metrics(
+    predicted: np.ndarray,
+    target: np.ndarray,
+    grid_ids: np.ndarray,
+    *,
+    n_bootstrap: int = 1000,
+    confidence_level: float = 0.95,
+    random_state: int | None = 0,
+) -> PlanMetrics:
+    """Prefix accuracy (N = 1..T), length analysis and grid-bootstrap percentile intervals.
+
+    Args:
+        predicted: ``(N, T)`` int decoder output (tokens 0..4; made canonical).
+        target: ``(N, T)`` int plan labels.
+        grid_ids: ``(N,)`` the grid of each example; the bootstrap resamples grids.
+        n_bootstrap: number of resamples; 0 skips the intervals.
+        confidence_level: coverage of the two-sided percentile interval.
+        random_state: seed of the resampling.
+
+    Returns:
+        :class:`PlanMetrics`.
+    """
+    tgt = validate_plans(target, name="target plans")
+    if len(tgt) == 0:
+        raise ValueError("plan_metrics needs at least one example")
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+    uniques, codes = _grid_codes(grid_ids, len(tgt))
+    n_grids = len(uniques)
+    sums = _grid_sums(np.asarray(predicted), tgt, codes, n_grids)
+    point = _statistics(sums, np.ones(n_grids))
+
+    if n_bootstrap > 0 and n_grids >= 2:
+        rng = np.random.default_rng(random_state)
+        weights = rng.multinomial(n_grids, np.full(n_grids, 1.0 / n_grids), size=n_bootstrap)
+        boot = _statistics(sums, weights.astype(np.float64))
+        ci = {k: _percentile_interval(v, confidence_level) for k, v in boot.items()}
+    else:
+        ci = {k: np.full((2, *np.shape(v)), np.nan) for k, v in point.items()}
+
+    horizon = tgt.shape[1]
+    scalars = {}
+    for key in SCALAR_METRICS:
+        scalars[key] = float(point[key])
+        scalars[f"{key}_ci"] = ci[key]
+    return PlanMetrics(
+        horizon=horizon,
+        n_examples=len(tgt),
+        n_grids=n_grids,
+        confidence_level=confidence_level,
+        n_bootstrap=n_bootstrap,
+        prefix_accuracy=point["prefix_accuracy"],
+        prefix_accuracy_ci=ci["prefix_accuracy"],
+        prefix_accuracy_min_length=point["prefix_accuracy_min_length"],
+        prefix_accuracy_min_length_ci=ci["prefix_accuracy_min_length"],
+        n_min_length=sums["n_long"].sum(0).astype(np.int64),
+        random_baseline=random_baseline(horizon),
+        **scalars,
+    )
+
+
+def plan_metrics_by_group(
+    predicted: np.ndarray,
+    target: np.ndarray,
+    grid_ids: np.ndarray,
+    groups: np.ndarray,
+    **kwargs,
+) -> dict[str, PlanMetrics]:
+    """:func:`plan_metrics` within each value of ``groups`` (e.g. grid size or density).
+
+    Args:
+        predicted, target: ``(N, T)`` as in :func:`plan_metrics`.
+        grid_ids: ``(N,)``.
+        groups: ``(N,)`` the breakdown key of each example.
+        **kwargs: passed to :func:`plan_metrics`.
+
+    Returns:
+        ``{str(group value): PlanMetrics}`` in sorted order of the values.
+    """
+    keys = np.asarray(groups)
+    if keys.shape != (len(target),):
+        raise ValueError(f"groups must have shape ({len(target)},), got {keys.shape}")
+    pred, tgt, ids = np.asarray(predicted), np.asarray(target), np.asarray(grid_ids)
+    return {
+        str(value.item() if hasattr(value, "item") else value): plan_metrics(
+            pred[keys == value], tgt[keys == value], ids[keys == value], **kwargs
+        )
+        for value in np.unique(keys)
+    }

@@ -1,0 +1,934 @@
+"""Maximum entropy goal-directedness (MEG) in finite-horizon tabular MDPs.
+
+Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS 2024):
+known-utility MEG (Definition 3.2 computed through Theorem 5.1), unknown-utility MEG over all
+utility functions of the state or of chosen state features (Definitions 4.3 and 4.4, solved as a
+concave maximum-causal-entropy dual), and an MLP-utility lower bound (Algorithm 2).
+
+Conventions (Definition 5.1):
+
+- ``H`` is the number of decisions ``D_0 .. D_{H-1}``; decision ``D_t`` sees the state ``S_t``.
+- Utility is a function of the state, counted on ``S_0 .. S_{H-1}``: ``U = sum_t U_t(S_t)``.
+  ``U_t`` is the same ``(S,)`` array at every step or a time-indexed ``(H, S)`` array.
+  Consequently the last decision never influences utility. To score arriving in ``S_H`` as well,
+  use horizon ``H + 1``: the extra decision contributes exactly zero to MEG.
+- Policies are ``(S, A)`` (stationary) or ``(H, S, A)`` (time-indexed), rows are distributions.
+- MEG is in nats, summed over decisions, with the uniform policy's log-likelihood subtracted:
+  ``MEG = sum_t E_pi[log pi_model(D_t | S_t) + log |A|]`` where the expectation is over the
+  trajectories of ``pi`` itself. States ``pi`` never reaches carry no weight, so what a policy
+  array holds in those rows never changes any MEG value.
+
+Soft value iteration is carried out on the log-partition ``Lambda_t = beta * V^soft_t``
+(Definition 5.2): ``Lambda_t(s) = beta U_t(s) + logsumexp_a E[Lambda_{t+1}(S') | s, a]``, which is
+stable for every real ``beta``; ``beta = 0`` gives the uniform policy and ``beta = +/-inf`` the
+exact limits (see :func:`soft_value_iteration`). With it the predictive accuracy of the
+soft-optimal policy telescopes to ``f(beta) = beta E_pi[U] - E[Lambda_0(S_0)] + H log |A|``, a
+concave function of ``beta`` with derivative ``E_pi[U] - E_beta[U]``.
+
+Everything runs on batches of MDPs (dense ``(B, S, A, S)`` transitions or deterministic
+``(B, S, A)`` next-state indices, as in grid worlds); the single-MDP functions are batches of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import logsumexp
+
+from probes.scoring import meg_engine as engine
+
+__all__ = [
+    "KnownUtilityMEG",
+    "KnownUtilityMEGBatch",
+    "MDPBatch",
+    "SoftPolicy",
+    "TabularMDP",
+    "UnknownUtilityMEG",
+    "expected_utility",
+    "known_utility_meg",
+    "known_utility_meg_batch",
+    "meg_at_beta",
+    "mlp_utility_meg",
+    "pad_states",
+    "soft_value_iteration",
+    "state_occupancy",
+    "target_variable_meg",
+    "unknown_utility_meg",
+]
+
+_ATOL_PROB = 1e-6
+"""Tolerance on probability rows summing to one (and on negative entries)."""
+
+# --------------------------------------------------------------------------------------------
+# MDPs
+# --------------------------------------------------------------------------------------------
+
+
+def _check_distribution(p: np.ndarray, what: str, axis: int = -1) -> None:
+    """Raise ValueError naming the first row of ``p`` along ``axis`` that is not a distribution."""
+    if not np.all(np.isfinite(p)):
+        bad = np.argwhere(~np.isfinite(p))[0]
+        raise ValueError(f"{what} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    if np.any(p < -_ATOL_PROB):
+        bad = np.argwhere(p < -_ATOL_PROB)[0]
+        raise ValueError(
+            f"{what} has a negative probability {p[tuple(bad)]:.3g} at index "
+            f"{tuple(int(i) for i in bad)}"
+        )
+    sums = p.sum(axis=axis)
+    off = np.abs(sums - 1.0) > _ATOL_PROB
+    if np.any(off):
+        bad = np.argwhere(off)[0]
+        raise ValueError(
+            f"{what} does not sum to 1 at index {tuple(int(i) for i in bad)} "
+            f"(sum {sums[tuple(bad)]:.12g})"
+        )
+
+
+def _check_horizon(horizon) -> int:
+    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer):
+        raise TypeError(f"horizon must be an int (number of decisions), got {horizon!r}")
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1 decision, got {horizon}")
+    return int(horizon)
+
+
+@dataclass(frozen=True, eq=False)
+class TabularMDP:
+    """A finite-horizon tabular MDP (Definition 5.1 of the MEG paper).
+
+    Attributes:
+        transitions: ``(S, A, S)`` float, ``transitions[s, a, s2] = P(S_{t+1}=s2 | S_t=s, D_t=a)``;
+            every ``(s, a)`` row is a distribution. Read-only copy.
+        initial: ``(S,)`` float, the distribution of ``S_0``. Read-only copy.
+        horizon: ``H``, the number of decisions ``D_0 .. D_{H-1}``.
+    """
+
+    transitions: np.ndarray
+    initial: np.ndarray
+    horizon: int
+
+    def __post_init__(self) -> None:
+        transitions = np.array(self.transitions, dtype=np.float64)
+        initial = np.array(self.initial, dtype=np.float64)
+        if transitions.ndim != 3 or transitions.shape[0] != transitions.shape[2]:
+            raise ValueError(f"transitions must have shape (S, A, S), got {transitions.shape}")
+        n_states, n_actions = transitions.shape[:2]
+        if n_states == 0 or n_actions == 0:
+            raise ValueError(
+                f"transitions needs at least one state and action, got {transitions.shape}"
+            )
+        if initial.shape != (n_states,):
+            raise ValueError(f"initial must have shape ({n_states},), got {initial.shape}")
+        _check_distribution(transitions, "transitions[s, a, :]")
+        _check_distribution(initial, "initial")
+        transitions.setflags(write=False)
+        initial.setflags(write=False)
+        object.__setattr__(self, "transitions", transitions)
+        object.__setattr__(self, "initial", initial)
+        object.__setattr__(self, "horizon", _check_horizon(self.horizon))
+
+    @classmethod
+    def from_next_state(
+        cls, next_state: np.ndarray, initial: np.ndarray, horizon: int
+    ) -> TabularMDP:
+        """Build a deterministic MDP from ``next_state: (S, A) int`` successor indices."""
+        next_state = np.asarray(next_state)
+        if next_state.ndim != 2 or not np.issubdtype(next_state.dtype, np.integer):
+            raise ValueError(
+                f"next_state must be an (S, A) integer array, got {next_state.dtype} {next_state.shape}"
+            )
+        n_states, n_actions = next_state.shape
+        if np.any((next_state < 0) | (next_state >= n_states)):
+            raise ValueError(f"next_state holds indices outside [0, {n_states})")
+        transitions = np.zeros((n_states, n_actions, n_states))
+        s_idx, a_idx = np.indices(next_state.shape)
+        transitions[s_idx, a_idx, next_state] = 1.0
+        return cls(transitions, initial, horizon)
+
+    @property
+    def n_states(self) -> int:
+        """``S``."""
+        return int(self.transitions.shape[0])
+
+    @property
+    def n_actions(self) -> int:
+        """``A``."""
+        return int(self.transitions.shape[1])
+
+    @cached_property
+    def next_state(self) -> np.ndarray | None:
+        """``(S, A) int`` successor indices when every transition is deterministic, else None."""
+        nxt = self.transitions.argmax(axis=2)
+        one_hot = np.take_along_axis(self.transitions, nxt[..., None], axis=2)[..., 0]
+        if not np.all(one_hot == 1.0):
+            return None
+        nxt.setflags(write=False)
+        return nxt
+
+
+@dataclass(frozen=True, eq=False)
+class MDPBatch:
+    """``B`` MDPs sharing ``S`` and ``A`` (pad smaller ones with :func:`pad_states`).
+
+    Exactly one of ``transitions`` and ``next_state`` is given; deterministic next-state indices
+    are much faster and lighter for grid worlds.
+
+    Attributes:
+        initial: ``(B, S)`` float, initial state distributions.
+        horizon: ``(B,)`` int, number of decisions of each MDP (they may differ).
+        transitions: ``(B, S, A, S)`` float row-stochastic transitions, or None.
+        next_state: ``(B, S, A)`` int successor indices of deterministic MDPs, or None.
+    """
+
+    initial: np.ndarray
+    horizon: np.ndarray
+    transitions: np.ndarray | None = None
+    next_state: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if (self.transitions is None) == (self.next_state is None):
+            raise ValueError(
+                "give exactly one of transitions (B, S, A, S) and next_state (B, S, A)"
+            )
+        initial = np.array(self.initial, dtype=np.float64)
+        if initial.ndim != 2:
+            raise ValueError(f"initial must have shape (B, S), got {initial.shape}")
+        n_batch, n_states = initial.shape
+        _check_distribution(initial, "initial[b, :]")
+        horizon = np.array(self.horizon)
+        if horizon.ndim == 0:
+            horizon = np.full(n_batch, horizon)
+        if horizon.shape != (n_batch,) or not np.issubdtype(horizon.dtype, np.integer):
+            raise ValueError(
+                f"horizon must be an int or a ({n_batch},) int array, got {self.horizon!r}"
+            )
+        if np.any(horizon < 1):
+            raise ValueError(f"every horizon must be >= 1 decision, got min {horizon.min()}")
+        horizon = horizon.astype(np.int64)
+        if self.transitions is not None:
+            transitions = np.array(self.transitions, dtype=np.float64)
+            if (
+                transitions.ndim != 4
+                or transitions.shape[:2] != (n_batch, n_states)
+                or transitions.shape[3] != n_states
+            ):
+                raise ValueError(
+                    f"transitions must have shape ({n_batch}, {n_states}, A, {n_states}), got {transitions.shape}"
+                )
+            _check_distribution(transitions, "transitions[b, s, a, :]")
+            transitions.setflags(write=False)
+            object.__setattr__(self, "transitions", transitions)
+        else:
+            next_state = np.array(self.next_state)
+            if (
+                next_state.ndim != 3
+                or next_state.shape[:2] != (n_batch, n_states)
+                or not np.issubdtype(next_state.dtype, np.integer)
+            ):
+                raise ValueError(
+                    f"next_state must be a ({n_batch}, {n_states}, A) int array, got {next_state.dtype} {next_state.shape}"
+                )
+            if np.any((next_state < 0) | (next_state >= n_states)):
+                raise ValueError(f"next_state holds indices outside [0, {n_states})")
+            next_state = next_state.astype(np.int64)
+            next_state.setflags(write=False)
+            object.__setattr__(self, "next_state", next_state)
+        initial.setflags(write=False)
+        horizon.setflags(write=False)
+        object.__setattr__(self, "initial", initial)
+        object.__setattr__(self, "horizon", horizon)
+
+    @classmethod
+    def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
+        """Stack MDPs with equal ``S`` and ``A``; ``deterministic=None`` picks next-state indices
+        when every MDP is deterministic."""
+        if len(mdps) == 0:
+            raise ValueError("from_mdps needs at least one MDP")
+        shapes = {m.transitions.shape for m in mdps}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"MDPs must share (S, A, S); got shapes {sorted(shapes)} (see pad_states)"
+            )
+        initial = np.stack([m.initial for m in mdps])
+        horizon = np.array([m.horizon for m in mdps], dtype=np.int64)
+        if deterministic is not False:
+            nexts = [m.next_state for m in mdps]
+            if all(n is not None for n in nexts):
+                return cls(initial, horizon, next_state=np.stack(nexts))
+            if deterministic:
+                bad = next(i for i, n in enumerate(nexts) if n is None)
+                raise ValueError(f"MDP {bad} has stochastic transitions; cannot use next_state")
+        return cls(initial, horizon, transitions=np.stack([m.transitions for m in mdps]))
+
+    @property
+    def n_batch(self) -> int:
+        """``B``."""
+        return int(self.initial.shape[0])
+
+    @property
+    def n_states(self) -> int:
+        """``S``."""
+        return int(self.initial.shape[1])
+
+    @property
+    def n_actions(self) -> int:
+        """``A``."""
+        source = self.next_state if self.next_state is not None else self.transitions
+        return int(source.shape[2])
+
+
+def pad_states(mdp: TabularMDP, n_states: int) -> TabularMDP:
+    """Append absorbing, never-reached states so that ``mdp`` has ``n_states`` states.
+
+    Pad the matching policy with uniform rows and the utility with zeros (any finite values give
+    the same MEG: the added states carry no probability).
+    """
+    extra = n_states - mdp.n_states
+    if extra < 0:
+        raise ValueError(f"cannot pad {mdp.n_states} states down to {n_states}")
+    transitions = np.zeros((n_states, mdp.n_actions, n_states))
+    transitions[: mdp.n_states, :, : mdp.n_states] = mdp.transitions
+    idx = np.arange(mdp.n_states, n_states)
+    transitions[idx, :, idx] = 1.0
+    initial = np.concatenate([mdp.initial, np.zeros(extra)])
+    return TabularMDP(transitions, initial, mdp.horizon)
+
+
+# --------------------------------------------------------------------------------------------
+# Problems (internal): validated arrays handed to the vectorised engine
+# --------------------------------------------------------------------------------------------
+
+
+def _as_time_array(
+    arr: np.ndarray, n_batch: int, n_states: int, horizon: np.ndarray, what: str, extra: tuple = ()
+) -> np.ndarray:
+    """Normalise a stationary or time-indexed batch array to ``(B, 1 | H, S, *extra)``."""
+    arr = np.asarray(arr, dtype=np.float64)
+    core = (n_states, *extra)
+    dims = ", ".join(map(str, core))
+    if arr.shape == (n_batch, *core):
+        return arr[:, None]
+    if arr.ndim == 3 + len(extra) and arr.shape[0] == n_batch and arr.shape[2:] == core:
+        if np.any(horizon != arr.shape[1]):
+            raise ValueError(
+                f"time-indexed {what} has {arr.shape[1]} steps but the horizons are "
+                f"{np.unique(horizon).tolist()}"
+            )
+        return arr
+    raise ValueError(
+        f"{what} must have shape ({n_batch}, {dims}) or ({n_batch}, H, {dims}), got {arr.shape}"
+    )
+
+
+def _make_problem(
+    batch: MDPBatch, utility: np.ndarray, policy: np.ndarray | None
+) -> tuple[engine.Problem, np.ndarray]:
+    """Validate ``utility`` / ``policy`` against ``batch``; returns the engine problem (sorted by
+    horizon) and the order it holds the MDPs in."""
+    b, s, a = batch.n_batch, batch.n_states, batch.n_actions
+    u = _as_time_array(utility, b, s, batch.horizon, "utility")
+    if not np.all(np.isfinite(u)):
+        bad = np.argwhere(~np.isfinite(u))[0]
+        raise ValueError(
+            f"utility has a non-finite entry at (b, t, s) = {tuple(int(i) for i in bad)}"
+        )
+    p = None
+    if policy is not None:
+        p = _as_time_array(policy, b, s, batch.horizon, "policy", extra=(a,))
+        _check_distribution(p, "policy[b, t, s, :]")
+    return engine.make_problem(
+        batch.initial,
+        batch.horizon,
+        u,
+        p,
+        transitions=batch.transitions,
+        next_state=batch.next_state,
+    )
+
+
+def _single(mdp: TabularMDP, utility: np.ndarray, policy: np.ndarray | None) -> engine.Problem:
+    """A batch of one from a :class:`TabularMDP` (stationary or time-indexed arrays)."""
+    if not isinstance(mdp, TabularMDP):
+        raise TypeError(f"mdp must be a TabularMDP, got {type(mdp).__name__}")
+    utility = np.asarray(utility, dtype=np.float64)
+    if utility.ndim not in (1, 2):
+        raise ValueError(f"utility must have shape (S,) or (H, S), got {utility.shape}")
+    if policy is not None:
+        policy = np.asarray(policy, dtype=np.float64)
+        if policy.ndim not in (2, 3):
+            raise ValueError(f"policy must have shape (S, A) or (H, S, A), got {policy.shape}")
+        policy = policy[None]
+    nxt = mdp.next_state
+    horizon = np.array([mdp.horizon])
+    if nxt is not None:
+        batch = MDPBatch(mdp.initial[None], horizon, next_state=nxt[None])
+    else:
+        batch = MDPBatch(mdp.initial[None], horizon, transitions=mdp.transitions[None])
+    return _make_problem(batch, utility[None], policy)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Soft value iteration (public)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class SoftPolicy:
+    """Soft-optimal policy of rationality ``beta`` (Definition 5.2 / Theorem 5.1).
+
+    Attributes:
+        beta: the rationality parameter (may be ``inf`` / ``-inf``).
+        policy: ``(H, S, A)`` float, ``pi^soft_beta,t(a | s)``.
+        log_policy: ``(H, S, A)`` float, its logarithm (``-inf`` on actions it never takes).
+        q: ``(H, S, A)`` float. For finite ``beta != 0`` the soft Q-function of Definition 5.2;
+            for ``beta = +/-inf`` the optimal / anti-optimal Q-function; for ``beta = 0`` the
+            Q-function of the uniform policy (the ``beta -> 0`` limit of ``Q^soft`` diverges by an
+            action-independent ``(H-1-t) log|A| / beta``, which the policy ignores).
+        v: ``(H, S)`` float, the matching state values (soft, optimal or uniform).
+    """
+
+    beta: float
+    policy: np.ndarray
+    log_policy: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+
+
+def soft_value_iteration(mdp: TabularMDP, utility: np.ndarray, beta: float) -> SoftPolicy:
+    """Soft value iteration (Definition 5.2) for any ``beta`` in ``[-inf, inf]``.
+
+    Args:
+        mdp: the MDP.
+        utility: ``(S,)`` or ``(H, S)`` float, ``U_t`` counted on ``S_0 .. S_{H-1}``.
+        beta: rationality; ``0`` gives the uniform policy, ``+/-inf`` the maximum-entropy optimal /
+            anti-optimal policy (the exact limit of the soft-optimal policies; ties within a
+            relative tolerance of 1e-9 of the utility range count as ties).
+
+    Returns:
+        A :class:`SoftPolicy` with ``(H, S, A)`` arrays indexed by decision ``t``.
+    """
+    beta = float(beta)
+    if np.isnan(beta):
+        raise ValueError("beta is NaN")
+    prob = _single(mdp, utility, None)
+    h, n_s = mdp.horizon, mdp.n_states
+    if np.isinf(beta):
+        lim = engine.limit_pass(prob, 1.0 if beta > 0 else -1.0, record=True)
+        q = lim.q[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        in_set = lim.in_set[:, :, 0].transpose(0, 2, 1)
+        w = lim.w[:, 0]  # (H, S)
+        w_next = np.concatenate([w[1:], np.zeros((1, n_s))])
+        ew = np.stack([prob.dyn.expect(w_next[t][None], 1)[:, 0].T for t in range(h)])
+        log_policy = np.where(in_set, ew - w[:, :, None], -np.inf)
+        v = q.max(axis=2) if beta > 0 else q.min(axis=2)
+    else:
+        res = engine.soft_pass(prob, np.array([beta]), record=True)
+        logits = res.logits[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        log_policy = logits - logsumexp(logits, axis=2, keepdims=True)
+        if beta != 0.0:
+            u = np.broadcast_to(prob.utility[:, 0], (h, n_s))
+            q = logits / beta + u[:, :, None]
+            v = res.lam[:, 0] / beta
+        else:
+            q, v = _uniform_q(prob)
+    policy = np.exp(log_policy)
+    for arr in (policy, log_policy, q, v):
+        arr.setflags(write=False)
+    return SoftPolicy(beta, policy, log_policy, q, v)
+
+
+def _uniform_q(prob: engine.Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Q and V of the uniform policy, ``(H, S, A)`` and ``(H, S)``, for a batch of one."""
+    n_a = prob.n_actions
+    qs, vs = [], []
+    v = None
+    for k in range(int(prob.horizon[0])):
+        u = prob.utility_at(k, 1)
+        q = np.broadcast_to(u, (n_a, *u.shape)) if k == 0 else u + prob.dyn.expect(v, 1)
+        v = q.mean(axis=0)
+        qs.append(q[:, 0].T.copy())
+        vs.append(v[0])
+    return np.stack(qs[::-1]), np.stack(vs[::-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Occupancy, expected utility, direct predictive accuracy (public)
+# --------------------------------------------------------------------------------------------
+
+
+def _time_indexed(policy: np.ndarray, h: int) -> np.ndarray:
+    return np.broadcast_to(policy, (h, *policy.shape)) if policy.ndim == 2 else policy
+
+
+def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
+    """``(H, S)``: ``P_pi(S_t = s)`` for the decision states ``t = 0 .. H-1``.
+
+    Args:
+        policy: ``(S, A)`` or ``(H, S, A)`` float.
+    """
+    prob = _single(mdp, np.zeros(mdp.n_states), policy)
+    pol = np.broadcast_to(prob.policy, (mdp.horizon, *prob.policy.shape[1:]))
+    return engine.forward_occupancy(prob, pol)[:, 0]
+
+
+def expected_utility(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray) -> float:
+    """``E_pi[sum_t U_t(S_t)]`` (utility ``(S,)`` or ``(H, S)``, policy ``(S, A)`` or ``(H, S, A)``)."""
+    return float(engine.policy_values(_single(mdp, utility, policy))[0][0])
+
+
+def _cross_entropy_term(occ: np.ndarray, pol: np.ndarray, log_model: np.ndarray) -> float:
+    """``sum_t sum_s occ_t(s) sum_a pol(a|s) log_model(a|s)`` with ``0 log 0 = 0``."""
+    with np.errstate(invalid="ignore"):
+        terms = np.where(pol > 0, pol * log_model, 0.0)
+    return float(np.einsum("ts,tsa->", occ, terms))
+
+
+def meg_at_beta(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray, beta: float) -> float:
+    """Predictive accuracy of the soft-optimal policy at ``beta`` minus that of the uniform policy.
+
+    Evaluated directly from Definition 3.2 (not through the telescoped identity used by
+    :func:`known_utility_meg`): ``sum_t E_{S_t ~ pi}[sum_a pi(a|S_t) log pi_beta(a|S_t)] + H log|A|``.
+    ``-inf`` when ``pi`` takes, in a state it reaches, an action the model gives probability 0.
+    """
+    soft = soft_value_iteration(mdp, utility, beta)
+    occ = state_occupancy(mdp, policy)
+    pol = _time_indexed(np.asarray(policy, dtype=np.float64), mdp.horizon)
+    return _cross_entropy_term(occ, pol, soft.log_policy) + mdp.horizon * np.log(mdp.n_actions)
+
+
+# --------------------------------------------------------------------------------------------
+# Known-utility MEG
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnownUtilityMEG:
+    """Known-utility MEG of one policy (Definition 3.2).
+
+    Attributes:
+        meg: MEG in nats, summed over decisions (uniform baseline subtracted).
+        beta: the maximising rationality parameter (``inf`` / ``-inf`` when the supremum is the
+            optimal / anti-optimal limit; ``0.0`` when ``E_pi[U] = E_uniform[U]``).
+        converged: whether the solver met its tolerances (always True for the closed-form cases).
+        iterations: soft-value-iteration evaluations spent by the bracketing and root finding.
+        expected_utility: ``E_pi[U]``.
+        expected_utility_model: ``E[U]`` under the maximising soft-optimal policy (equals
+            ``expected_utility`` at an interior optimum).
+        expected_utility_uniform: ``E[U]`` under the uniform policy.
+        min_expected_utility: the smallest attainable ``E[U]`` (anti-optimal policy).
+        max_expected_utility: the largest attainable ``E[U]`` (optimal policy).
+        n_decisions: ``H``.
+    """
+
+    meg: float
+    beta: float
+    converged: bool
+    iterations: int
+    expected_utility: float
+    expected_utility_model: float
+    expected_utility_uniform: float
+    min_expected_utility: float
+    max_expected_utility: float
+    n_decisions: int
+
+
+@dataclass(frozen=True, eq=False)
+class KnownUtilityMEGBatch:
+    """Known-utility MEG of ``B`` policies; every field is a ``(B,)`` array named as in
+    :class:`KnownUtilityMEG`. ``result[i]`` gives the :class:`KnownUtilityMEG` of MDP ``i``."""
+
+    meg: np.ndarray
+    beta: np.ndarray
+    converged: np.ndarray
+    iterations: np.ndarray
+    expected_utility: np.ndarray
+    expected_utility_model: np.ndarray
+    expected_utility_uniform: np.ndarray
+    min_expected_utility: np.ndarray
+    max_expected_utility: np.ndarray
+    n_decisions: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.meg.shape[0])
+
+    def __getitem__(self, i: int) -> KnownUtilityMEG:
+        return KnownUtilityMEG(
+            meg=float(self.meg[i]),
+            beta=float(self.beta[i]),
+            converged=bool(self.converged[i]),
+            iterations=int(self.iterations[i]),
+            expected_utility=float(self.expected_utility[i]),
+            expected_utility_model=float(self.expected_utility_model[i]),
+            expected_utility_uniform=float(self.expected_utility_uniform[i]),
+            min_expected_utility=float(self.min_expected_utility[i]),
+            max_expected_utility=float(self.max_expected_utility[i]),
+            n_decisions=int(self.n_decisions[i]),
+        )
+
+
+def known_utility_meg(
+    mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray, *, xrtol: float = 1e-10
+) -> KnownUtilityMEG:
+    """Known-utility MEG (Definition 3.2) of ``policy`` with respect to ``utility``.
+
+    By Theorem 5.1 the maximum-entropy policy set is the family of soft-optimal policies
+    ``pi^soft_beta``, ``beta in [-inf, inf]``, so MEG is ``sup_beta f(beta)`` where ``f`` is the
+    expected log-likelihood of ``pi``'s actions under ``pi^soft_beta`` (over ``pi``'s own
+    trajectories) minus that under the uniform policy. ``f`` is concave with
+    ``f'(beta) = E_pi[U] - E_beta[U]`` and ``f''(beta) = -dE_beta[U]/dbeta`` (both exact, from one
+    backward pass), so the maximiser is the root of ``f'``, found by a safeguarded Newton
+    iteration that keeps a bracket and falls back to doubling / bisection. Closed-form cases:
+
+    - the utility cannot be influenced (optimal = anti-optimal value): MEG 0, ``beta = 0``;
+    - ``E_pi[U]`` equals the optimal value (within 1e-9 of the utility range times ``H``) and
+      ``pi`` never takes a non-optimal action: the supremum is the ``beta = +inf`` limit (the
+      maximum-entropy optimal policy), likewise ``-inf`` for the anti-optimal value;
+    - ``E_pi[U] = E_uniform[U]``: MEG 0 at ``beta = 0``.
+
+    Args:
+        mdp: the MDP.
+        policy: ``(S, A)`` or ``(H, S, A)`` float, the policy to score.
+        utility: ``(S,)`` or ``(H, S)`` float.
+        xrtol: relative tolerance on ``beta``.
+
+    Returns:
+        A :class:`KnownUtilityMEG`.
+    """
+    return _known_utility_meg(_single(mdp, utility, policy), xrtol)[0]
+
+
+def known_utility_meg_batch(
+    batch: MDPBatch, policies: np.ndarray, utilities: np.ndarray, *, xrtol: float = 1e-10
+) -> KnownUtilityMEGBatch:
+    """Known-utility MEG of ``B`` policies in ``B`` MDPs at once (vectorised over the batch).
+
+    Same method and results as :func:`known_utility_meg` for each MDP.
+
+    Args:
+        batch: the MDPs (dense or deterministic; horizons may differ for stationary arrays).
+        policies: ``(B, S, A)`` or, with a common horizon, ``(B, H, S, A)`` float.
+        utilities: ``(B, S)`` or, with a common horizon, ``(B, H, S)`` float.
+        xrtol: relative tolerance on ``beta``.
+    """
+    prob, order = _make_problem(batch, utilities, policies)
+    res = _known_utility_meg(prob, xrtol)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    return KnownUtilityMEGBatch(**{k: getattr(res, k)[inverse] for k in res.__dataclass_fields__})
+
+
+def _known_utility_meg(prob: engine.Problem, xrtol: float) -> KnownUtilityMEGBatch:
+    """Known-utility MEG of every MDP of ``prob`` (results in ``prob``'s order)."""
+    n_b = prob.n_batch
+    log_a = np.log(prob.n_actions)
+    h = prob.horizon.astype(np.float64)
+    eu_pi, eu_unif = engine.policy_values(prob)
+    top = engine.limit_pass(prob, +1.0)
+    bottom = engine.limit_pass(prob, -1.0)
+    tol = engine.TIE_RTOL * prob.utility_scale()
+
+    meg = np.zeros(n_b)
+    beta = np.zeros(n_b)
+    eu_model = eu_unif.copy()
+    converged = np.ones(n_b, dtype=bool)
+    iterations = np.zeros(n_b, dtype=np.int64)
+
+    no_influence = top.eu - bottom.eu <= tol
+    at_max = ~no_influence & (eu_pi >= top.eu - tol) & (top.off == 0)
+    at_min = ~no_influence & ~at_max & (eu_pi <= bottom.eu + tol) & (bottom.off == 0)
+    for mask, lim, b_inf in ((at_max, top, np.inf), (at_min, bottom, -np.inf)):
+        meg[mask] = h[mask] * log_a - lim.log_z[mask]
+        beta[mask] = b_inf
+        eu_model[mask] = lim.eu[mask]
+    g0 = eu_pi - eu_unif
+    interior = ~(no_influence | at_max | at_min) & (np.abs(g0) > tol)
+    idx = np.flatnonzero(interior)
+    if idx.size:
+        sub = prob.take(idx)
+        at_zero = engine.soft_pass(sub, np.zeros(idx.size), curvature=True)
+        sol = engine.solve_beta(
+            sub,
+            eu_pi[idx],
+            g0[idx],
+            at_zero.curvature,
+            top.eu[idx] - bottom.eu[idx],
+            xrtol=xrtol,
+        )
+        f = sol.beta * eu_pi[idx] - sol.log_z + h[idx] * log_a
+        # beta = 0 (f = 0) is always a candidate of the supremum: keep it if rounding lost.
+        keep = f > 0
+        meg[idx] = np.where(keep, f, 0.0)
+        beta[idx] = np.where(keep, sol.beta, 0.0)
+        eu_model[idx] = np.where(keep, sol.eu, eu_unif[idx])
+        converged[idx] = sol.converged
+        iterations[idx] = sol.n_evals + 1
+    return KnownUtilityMEGBatch(
+        meg=meg,
+        beta=beta,
+        converged=converged,
+        iterations=iterations,
+        expected_utility=eu_pi,
+        expected_utility_model=eu_model,
+        expected_utility_uniform=eu_unif,
+        min_expected_utility=bottom.eu,
+        max_expected_utility=top.eu,
+        n_decisions=prob.horizon.copy(),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Unknown-utility MEG
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class UnknownUtilityMEG:
+    """Unknown-utility MEG of one policy (Definitions 4.3 / 4.4) and the utility attaining it.
+
+    Attributes:
+        meg: MEG in nats, ``f(U_hat)`` for the returned utility: always a valid lower bound of the
+            supremum over the class, equal to it up to the solver tolerance for the concave
+            problems of :func:`unknown_utility_meg` and :func:`target_variable_meg`.
+        utility: ``(H, S)`` float, the fitted utility with the rationality folded in (``beta = 1``:
+            the model is ``pi^soft_1`` for this utility); stationary classes repeat one row.
+        weights: the fitted parameters: ``(K,)`` or ``(H, K)`` feature weights, or the flattened
+            MLP parameters (with ``beta`` last) for :func:`mlp_utility_meg`.
+        converged: whether the optimiser reported success (L-BFGS), or whether the best value
+            improved by less than 1e-4 (relative) over the last tenth of the steps (MLP).
+        iterations: optimiser iterations.
+        feature_residual: ``max |E_pi[phi] - E_model[phi]|`` over the utility's features (the
+            gradient's sup norm; 0 at an attained optimum, -> 0 when the supremum lies at infinity).
+        upper_bound: ``E_pi[sum_t log pi(D_t | S_t)] + H log|A|``, the MEG of ``pi`` with respect to
+            itself; no utility class can exceed it.
+        method: ``"concave-lbfgs"`` or ``"mlp-adam"``.
+    """
+
+    meg: float
+    utility: np.ndarray
+    weights: np.ndarray
+    converged: bool
+    iterations: int
+    feature_residual: float
+    upper_bound: float
+    method: str
+
+
+class _MaxEntObjective:
+    """``f(U) = E_pi[sum_t U_t(S_t)] - E[Lambda_0(S_0)] + H log|A|`` and its gradient
+    ``d_pi - d_U`` (``(H, S)`` state occupancies: feature matching) for ``beta = 1``."""
+
+    def __init__(self, mdp: TabularMDP, policy: np.ndarray) -> None:
+        self.mdp = mdp
+        self.base = _single(mdp, np.zeros(mdp.n_states), policy)
+        self.occ_pi = state_occupancy(mdp, policy)
+        h = mdp.horizon
+        pol = _time_indexed(np.asarray(policy, dtype=np.float64), h)
+        with np.errstate(divide="ignore"):
+            self.upper_bound = _cross_entropy_term(self.occ_pi, pol, np.log(pol)) + h * np.log(
+                mdp.n_actions
+            )
+        self.const = h * np.log(mdp.n_actions)
+
+    def __call__(self, u: np.ndarray) -> tuple[float, np.ndarray]:
+        """``u: (H, S)`` -> ``(f, grad (H, S))``."""
+        b = self.base
+        prob = engine.Problem(b.dyn, b.n_actions, b.initial, b.horizon, u[:, None], None)
+        res = engine.soft_pass(prob, np.ones(1), record=True)
+        x = res.logits  # (H, A, 1, S)
+        pol = np.exp(x - logsumexp(x, axis=1, keepdims=True))
+        occ = engine.forward_occupancy(prob, pol)[:, 0]
+        f = float(np.sum(self.occ_pi * u) - res.log_z[0] + self.const)
+        return f, self.occ_pi - occ
+
+
+def unknown_utility_meg(
+    mdp: TabularMDP,
+    policy: np.ndarray,
+    features: np.ndarray | None = None,
+    *,
+    time_indexed: bool = False,
+    max_iter: int = 2000,
+    gtol: float = 1e-10,
+) -> UnknownUtilityMEG:
+    """MEG over all utilities linear in state features (Definition 4.3), solved exactly.
+
+    With the default ``features`` (the identity) the class is every utility function of the
+    state, ``U(s)`` (or ``U_t(s)`` with ``time_indexed``). Because ``beta U`` ranges over the same
+    class, the maximisation over ``U`` and ``beta`` folds into one unconstrained vector ``theta``
+    with ``U = features @ theta`` and ``beta = 1``. The objective ``f(theta)`` is concave (it is the
+    dual of maximum-causal-entropy IRL) with exact gradient ``features^T (d_pi - d_theta)``
+    (occupancy / feature matching), so L-BFGS converges to the global supremum. The reported value
+    is ``f`` at the returned utility: a certified lower bound that equals the supremum up to the
+    optimiser tolerance (``feature_residual``); when the supremum is reached only as
+    ``|theta| -> inf`` (e.g. deterministic policies) it is approached from below.
+
+    Args:
+        mdp: the MDP.
+        policy: ``(S, A)`` or ``(H, S, A)`` float.
+        features: ``(S, K)`` float state features; None means the identity (all state utilities).
+        time_indexed: fit a separate weight vector per decision step (utility ``U_t(s)``).
+        max_iter: L-BFGS iteration limit.
+        gtol: L-BFGS tolerance on the gradient's sup norm.
+    """
+    obj = _MaxEntObjective(mdp, policy)
+    n_s, h = mdp.n_states, mdp.horizon
+    phi = np.eye(n_s) if features is None else np.asarray(features, dtype=np.float64)
+    if phi.ndim != 2 or phi.shape[0] != n_s or not np.all(np.isfinite(phi)):
+        raise ValueError(f"features must be a finite ({n_s}, K) array, got shape {phi.shape}")
+    n_k = phi.shape[1]
+    shape = (h, n_k) if time_indexed else (n_k,)
+
+    def utility_of(theta: np.ndarray) -> np.ndarray:
+        w = theta.reshape(shape)
+        return w @ phi.T if time_indexed else np.broadcast_to(phi @ w, (h, n_s))
+
+    def neg(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        f, grad_u = obj(utility_of(theta))
+        grad = grad_u @ phi if time_indexed else grad_u.sum(axis=0) @ phi
+        return -f, -grad.reshape(-1)
+
+    res = minimize(
+        neg,
+        np.zeros(int(np.prod(shape))),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": max_iter, "gtol": gtol, "ftol": 1e-15, "maxcor": 20},
+    )
+    theta = res.x
+    f, grad = neg(theta)
+    meg, utility = -f, np.array(utility_of(theta))
+    if meg < 0.0:  # theta = 0 (the uniform policy, MEG 0) is in every class
+        meg, utility, theta = 0.0, np.zeros((h, n_s)), np.zeros_like(theta)
+        grad = neg(theta)[1]
+    return UnknownUtilityMEG(
+        meg=float(meg),
+        utility=utility,
+        weights=theta.reshape(shape),
+        converged=bool(res.success),
+        iterations=int(res.nit),
+        feature_residual=float(np.max(np.abs(grad))),
+        upper_bound=float(obj.upper_bound),
+        method="concave-lbfgs",
+    )
+
+
+def target_variable_meg(
+    mdp: TabularMDP, policy: np.ndarray, target: np.ndarray, **kwargs
+) -> UnknownUtilityMEG:
+    """MEG with respect to target variables that are functions of the state (Definition 4.4).
+
+    The class is every utility function of the target's value: ``U(s) = w[target(s)]``.
+
+    Args:
+        mdp: the MDP.
+        policy: ``(S, A)`` or ``(H, S, A)`` float.
+        target: ``(S,)`` or ``(S, V)`` discrete values of the ``V`` target variables in each state
+            (rows with equal values share a utility).
+        **kwargs: passed to :func:`unknown_utility_meg` (``time_indexed``, ``max_iter``, ``gtol``).
+    """
+    target = np.asarray(target)
+    if target.shape[:1] != (mdp.n_states,) or target.ndim not in (1, 2):
+        raise ValueError(
+            f"target must have shape ({mdp.n_states},) or ({mdp.n_states}, V), got {target.shape}"
+        )
+    rows = target.reshape(mdp.n_states, -1)
+    _, codes = np.unique(rows, axis=0, return_inverse=True)
+    one_hot = np.eye(int(codes.max()) + 1)[codes.reshape(-1)]
+    return unknown_utility_meg(mdp, policy, one_hot, **kwargs)
+
+
+def mlp_utility_meg(
+    mdp: TabularMDP,
+    policy: np.ndarray,
+    state_features: np.ndarray,
+    *,
+    hidden_sizes: Sequence[int] = (32,),
+    n_steps: int = 300,
+    learning_rate: float = 0.05,
+    random_state: int = 0,
+) -> UnknownUtilityMEG:
+    """Lower bound on MEG over utilities ``U(s) = beta * MLP(state_features[s])`` (Algorithm 2).
+
+    Adam ascends the exact objective of :func:`unknown_utility_meg`; the gradient with respect to
+    the utility vector is the occupancy difference ``d_pi - d_U`` and torch back-propagates it
+    through the MLP. The class is not convex in its parameters, so the result is a lower bound of
+    MEG over the class (the best value evaluated), itself at most the all-state-utility MEG.
+
+    Args:
+        mdp: the MDP.
+        policy: ``(S, A)`` or ``(H, S, A)`` float.
+        state_features: ``(S, F)`` float inputs of the MLP.
+        hidden_sizes: widths of the tanh hidden layers.
+        n_steps: Adam steps.
+        learning_rate: Adam learning rate.
+        random_state: seed of the parameter initialisation.
+    """
+    import torch  # lazily: the rest of MEG is numpy/scipy only
+
+    x_np = np.asarray(state_features, dtype=np.float64)
+    if x_np.ndim != 2 or x_np.shape[0] != mdp.n_states or not np.all(np.isfinite(x_np)):
+        raise ValueError(
+            f"state_features must be a finite ({mdp.n_states}, F) array, got {x_np.shape}"
+        )
+    obj = _MaxEntObjective(mdp, policy)
+    gen = torch.Generator().manual_seed(random_state)
+    sizes = [x_np.shape[1], *hidden_sizes, 1]
+    params: list[torch.Tensor] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        bound = 1.0 / np.sqrt(fan_in)
+        w = (torch.rand(fan_in, fan_out, generator=gen, dtype=torch.float64) * 2 - 1) * bound
+        params += [
+            w.requires_grad_(),
+            torch.zeros(fan_out, dtype=torch.float64, requires_grad=True),
+        ]
+    beta = torch.ones((), dtype=torch.float64, requires_grad=True)
+    params.append(beta)
+    x = torch.from_numpy(x_np)
+    opt = torch.optim.Adam(params, lr=learning_rate)
+
+    def forward() -> torch.Tensor:
+        h = x
+        for i in range(0, len(params) - 1, 2):
+            h = h @ params[i] + params[i + 1]
+            if i + 2 < len(params) - 1:
+                h = torch.tanh(h)
+        return beta * h[:, 0]
+
+    f0, grad0 = obj(np.zeros((mdp.horizon, mdp.n_states)))
+    best = (f0, np.zeros(mdp.n_states), float(np.max(np.abs(grad0.sum(axis=0)))))
+    best_params = np.zeros(sum(p.numel() for p in params))
+    history = []
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny MLP: thread pools only add latency; restored below
+    try:
+        for _ in range(n_steps):
+            opt.zero_grad()
+            u = forward()
+            u_np = u.detach().numpy()
+            f, grad_u = obj(np.broadcast_to(u_np, (mdp.horizon, mdp.n_states)))
+            if f > best[0]:
+                best = (f, u_np.copy(), float(np.max(np.abs(grad_u.sum(axis=0)))))
+                best_params = torch.cat([p.detach().reshape(-1) for p in params]).numpy().copy()
+            history.append(best[0])
+            u.backward(gradient=-torch.from_numpy(grad_u.sum(axis=0)))
+            opt.step()
+    finally:
+        torch.set_num_threads(n_threads)
+    f_best, u_best, residual = best
+    tail = history[-max(1, n_steps // 10)]
+    plateau = f_best - tail <= 1e-4 * max(abs(f_best), 1e-12)
+    return UnknownUtilityMEG(
+        meg=float(f_best),
+        utility=np.broadcast_to(u_best, (mdp.horizon, mdp.n_states)).copy(),
+        weights=best_params,
+        converged=bool(plateau),
+        iterations=n_steps,
+        feature_residual=residual,
+        upper_bound=float(obj.upper_bound),
+        method="mlp-adam",
+    )

@@ -1,0 +1,448 @@
+"""Vectorised backward passes behind :mod:`probes.scoring.meg` (plain numpy arrays, no API types).
+
+A :class:`Problem` is a batch of ``B`` finite-horizon MDPs with utilities (and optionally the
+policies being scored). Arrays are laid out action-major, ``(A, B, S)``, so that every reduction
+over actions is an elementwise operation between contiguous slices. Problems are sorted by
+horizon, longest first, and every backward pass runs in *steps-to-go* ``k = H_b - 1 - t``: at step
+``k`` only the prefix of MDPs with ``H_b > k`` is touched, and MDP ``b`` is read out (its value at
+``t = 0`` averaged over the initial distribution) when ``k = H_b - 1``.
+
+Soft value iteration works on the log-partition ``Lambda_t = beta V^soft_t``:
+``Lambda_t(s) = beta U_t(s) + logsumexp_a X_t(s, a)`` with ``X_t(s, a) = E[Lambda_{t+1}(S') | s, a]``
+(``X_{H-1} = 0``); the soft policy is ``softmax_a X_t(s, .)``. Along with it the pass carries
+``G_t = dLambda_t / dbeta`` (the soft policy's expected utility-to-go) and
+``K_t = dG_t / dbeta = sum_a pi (C_a - G_bar)^2 + sum_a pi E[K_{t+1} | s, a]`` (``C_a`` =
+``E[G_{t+1} | s, a]``), a causal variance. With them the predictive accuracy
+``f(beta) = beta E_pi[U] - E[Lambda_0] + H log A`` has ``f' = E_pi[U] - E[G_0]`` and
+``f'' = -E[K_0] <= 0``, which :func:`solve_beta` uses for a safeguarded Newton iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+TIE_RTOL = 1e-9
+"""Relative tolerance (of the utility range times the horizon) under which two action values or
+two expected utilities count as equal: ties of argmax / argmin sets, optimality of a policy."""
+
+
+class Dynamics(Protocol):
+    """Transition operators of a batch (``n`` = number of leading MDPs used)."""
+
+    def expect(self, values: np.ndarray, n: int) -> np.ndarray:
+        """``values: (B, S)`` -> ``(A, n, S)``: ``E[values(S') | s, a]`` for the first ``n`` MDPs."""
+        ...
+
+    def push(self, weights: np.ndarray) -> np.ndarray:
+        """``weights: (A, B, S)`` state-action masses -> ``(B, S)`` next-state masses."""
+        ...
+
+    def take(self, idx: np.ndarray) -> Dynamics:
+        """The sub-batch ``idx``."""
+        ...
+
+
+class DenseDynamics:
+    """Stochastic transitions, given ``(B, S, A, S)``; stored ``(A, B, S, S)``."""
+
+    def __init__(self, transitions: np.ndarray) -> None:
+        self.p = transitions
+        self._p_abss = np.ascontiguousarray(transitions.transpose(2, 0, 1, 3))
+
+    def expect(self, values: np.ndarray, n: int) -> np.ndarray:
+        return np.matmul(self._p_abss[:, :n], values[None, :n, :, None])[..., 0]
+
+    def push(self, weights: np.ndarray) -> np.ndarray:
+        return np.einsum("abs,abst->bt", weights, self._p_abss)
+
+    def take(self, idx: np.ndarray) -> DenseDynamics:
+        return DenseDynamics(self.p[idx])
+
+
+class DeterministicDynamics:
+    """Deterministic successors, given ``(B, S, A)`` indices: expectations are gathers."""
+
+    def __init__(self, next_state: np.ndarray) -> None:
+        self.next_state = next_state
+        n_b, n_s, _ = next_state.shape
+        offsets = (np.arange(n_b) * n_s)[None, :, None]
+        self._flat = np.ascontiguousarray(next_state.transpose(2, 0, 1)).astype(np.intp) + offsets
+        self._size = n_b * n_s
+
+    def expect(self, values: np.ndarray, n: int) -> np.ndarray:
+        return np.take(values.reshape(-1), self._flat[:, :n])
+
+    def push(self, weights: np.ndarray) -> np.ndarray:
+        out = np.bincount(self._flat.reshape(-1), weights=weights.reshape(-1), minlength=self._size)
+        return out.reshape(weights.shape[1:])
+
+    def take(self, idx: np.ndarray) -> DeterministicDynamics:
+        return DeterministicDynamics(self.next_state[idx])
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A batch of MDPs sorted by horizon (longest first), with utilities and optional policies.
+
+    Attributes:
+        dyn: the transition operators.
+        n_actions: ``A``.
+        initial: ``(B, S)`` float initial distributions.
+        horizon: ``(B,)`` int, non-increasing.
+        utility: ``(1 | H, B, S)`` float: stationary, or time-indexed with a common horizon ``H``.
+        policy: ``(1 | H, A, B, S)`` float or None, laid out like ``utility``.
+    """
+
+    dyn: Dynamics
+    n_actions: int
+    initial: np.ndarray
+    horizon: np.ndarray
+    utility: np.ndarray
+    policy: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        if np.any(np.diff(self.horizon) > 0):
+            raise ValueError("Problem needs horizons sorted longest first")
+
+    @property
+    def n_batch(self) -> int:
+        return int(self.initial.shape[0])
+
+    def n_active(self, k: int) -> int:
+        """How many (leading) MDPs still have a decision ``k`` steps before their end."""
+        return int(np.count_nonzero(self.horizon > k))
+
+    def utility_at(self, k: int, n: int) -> np.ndarray:
+        """``(n, S)``: ``U_t`` at steps-to-go ``k`` of the first ``n`` MDPs."""
+        u = self.utility
+        return u[0, :n] if u.shape[0] == 1 else u[u.shape[0] - 1 - k, :n]
+
+    def policy_at(self, k: int, n: int) -> np.ndarray:
+        """``(A, n, S)``: the scored policy at steps-to-go ``k`` of the first ``n`` MDPs."""
+        p = self.policy
+        return p[0, :, :n] if p.shape[0] == 1 else p[p.shape[0] - 1 - k, :, :n]
+
+    def take(self, idx: np.ndarray) -> Problem:
+        """The sub-batch ``idx`` (must be increasing, to stay sorted)."""
+        return Problem(
+            self.dyn.take(idx),
+            self.n_actions,
+            self.initial[idx],
+            self.horizon[idx],
+            self.utility[:, idx],
+            None if self.policy is None else self.policy[:, :, idx],
+        )
+
+    def utility_scale(self) -> np.ndarray:
+        """``(B,)``: range of the utility over states and steps, times the horizon."""
+        u = self.utility
+        flat = u.transpose(1, 0, 2).reshape(u.shape[1], -1)
+        return (flat.max(axis=1) - flat.min(axis=1)) * self.horizon
+
+
+def make_problem(
+    initial: np.ndarray,
+    horizon: np.ndarray,
+    utility: np.ndarray,
+    policy: np.ndarray | None,
+    *,
+    transitions: np.ndarray | None = None,
+    next_state: np.ndarray | None = None,
+) -> tuple[Problem, np.ndarray]:
+    """Sort a batch by horizon and lay it out action-major.
+
+    Args:
+        initial: ``(B, S)``; horizon: ``(B,)``; utility: ``(B, 1 | H, S)``;
+        policy: ``(B, 1 | H, S, A)`` or None; transitions ``(B, S, A, S)`` or next_state
+        ``(B, S, A)``.
+
+    Returns:
+        ``(problem, order)``: ``problem`` is the batch ``order`` (results come back in that order).
+    """
+    order = np.argsort(-horizon, kind="stable")
+    dyn: Dynamics
+    if next_state is not None:
+        dyn = DeterministicDynamics(next_state[order])
+        n_a = next_state.shape[2]
+    else:
+        dyn = DenseDynamics(transitions[order])
+        n_a = transitions.shape[2]
+    u = np.ascontiguousarray(utility[order].transpose(1, 0, 2))
+    p = None if policy is None else np.ascontiguousarray(policy[order].transpose(1, 3, 0, 2))
+    return Problem(dyn, n_a, initial[order], horizon[order], u, p), order
+
+
+def _finishing(prob: Problem, k: int, n: int) -> slice:
+    """The MDPs (a slice of the active prefix) whose decision ``t = 0`` is at steps-to-go ``k``."""
+    return slice(prob.n_active(k + 1), n)
+
+
+def _read(prob: Problem, sl: slice, values: np.ndarray) -> np.ndarray:
+    return np.einsum("bs,bs->b", prob.initial[sl], values[sl])
+
+
+@dataclass(frozen=True)
+class SoftPass:
+    """Result of :func:`soft_pass`, all ``(B,)`` except the recordings.
+
+    Attributes:
+        log_z: ``E[Lambda_0(S_0)]``.
+        eu: ``E_beta[U]``.
+        curvature: ``E[K_0(S_0)] = dE_beta[U] / dbeta`` (zeros unless requested).
+        logits: ``(H, A, B, S)`` recorded ``X_t`` (common horizon only) or None.
+        lam: ``(H, B, S)`` recorded ``Lambda_t`` or None.
+    """
+
+    log_z: np.ndarray
+    eu: np.ndarray
+    curvature: np.ndarray
+    logits: np.ndarray | None = None
+    lam: np.ndarray | None = None
+
+
+def soft_pass(
+    prob: Problem, beta: np.ndarray, *, curvature: bool = False, record: bool = False
+) -> SoftPass:
+    """Soft value iteration at finite ``beta: (B,)`` (see the module docstring)."""
+    n_b, n_s = prob.initial.shape
+    n_a = prob.n_actions
+    lam = np.zeros((n_b, n_s))
+    g = np.zeros((n_b, n_s))
+    kk = np.zeros((n_b, n_s))
+    out_z, out_g, out_k = np.zeros(n_b), np.zeros(n_b), np.zeros(n_b)
+    rec_x, rec_lam = [], []
+    for k in range(int(prob.horizon[0])):
+        n = prob.n_active(k)
+        u = prob.utility_at(k, n)
+        if k == 0:
+            x = np.zeros((n_a, n, n_s))
+            lam[:n] = beta[:n, None] * u + np.log(n_a)
+            g[:n] = u
+            kk[:n] = 0.0
+        else:
+            x = prob.dyn.expect(lam, n)
+            c = prob.dyn.expect(g, n)
+            ck = prob.dyn.expect(kk, n) if curvature else None
+            m = x.max(axis=0)
+            z = np.exp(x - m)
+            zs = z.sum(axis=0)
+            z /= zs  # the soft policy, (A, n, S)
+            g_bar = np.einsum("abs,abs->bs", z, c)
+            lam[:n] = beta[:n, None] * u + m + np.log(zs)
+            g[:n] = u + g_bar
+            if curvature:
+                c -= g_bar
+                c *= c
+                c += ck
+                kk[:n] = np.einsum("abs,abs->bs", z, c)
+        if record:
+            rec_x.append(x)
+            rec_lam.append(lam[:n].copy())
+        sl = _finishing(prob, k, n)
+        out_z[sl], out_g[sl], out_k[sl] = (
+            _read(prob, sl, lam),
+            _read(prob, sl, g),
+            _read(prob, sl, kk),
+        )
+    if record:
+        return SoftPass(out_z, out_g, out_k, np.stack(rec_x[::-1]), np.stack(rec_lam[::-1]))
+    return SoftPass(out_z, out_g, out_k)
+
+
+@dataclass(frozen=True)
+class LimitPass:
+    """Result of :func:`limit_pass`, all ``(B,)`` except the recordings.
+
+    Attributes:
+        eu: the optimal (``sign=+1``) or anti-optimal (``-1``) expected utility.
+        log_z: ``E[W_0(S_0)]``, so that the limit policy's predictive accuracy of a policy that
+            only takes optimal actions is ``H log A - log_z``.
+        off: probability that the scored policy ever takes a non-optimal action (0 without one).
+        q: ``(H, A, B, S)`` optimal / anti-optimal Q-values (common horizon, when recorded).
+        in_set: ``(H, A, B, S)`` bool, the optimal / anti-optimal action sets.
+        w: ``(H, B, S)`` the entropy values ``W_t``.
+    """
+
+    eu: np.ndarray
+    log_z: np.ndarray
+    off: np.ndarray
+    q: np.ndarray | None = None
+    in_set: np.ndarray | None = None
+    w: np.ndarray | None = None
+
+
+def limit_pass(prob: Problem, sign: float, *, record: bool = False) -> LimitPass:
+    """The ``beta -> sign * inf`` limit of the soft-optimal policies.
+
+    The limit is the maximum-causal-entropy policy among the optimal (``sign=+1``) or
+    anti-optimal (``-1``) ones: ``pi_t(a | s) = exp(E[W_{t+1}(S') | s, a] - W_t(s))`` on the set
+    ``A*_t(s)`` of optimal actions and 0 elsewhere, ``W_t(s) = log sum_{a in A*_t(s)}
+    exp(E[W_{t+1}(S') | s, a])``, ``W_H = 0``. For one decision it is uniform over the argmax set;
+    over several it favours actions that keep more optimal continuations open, exactly as
+    ``lim pi^soft_beta`` does (``beta Q^soft = beta Q* + E[W_{t+1}] + o(1)`` on optimal actions).
+    Actions whose values are within ``TIE_RTOL`` of the utility scale count as tied.
+    """
+    n_b, n_s = prob.initial.shape
+    n_a = prob.n_actions
+    tol = TIE_RTOL * prob.utility_scale()
+    v = np.zeros((n_b, n_s))
+    w = np.zeros((n_b, n_s))
+    off = np.zeros((n_b, n_s))
+    out_v, out_w, out_off = np.zeros(n_b), np.zeros(n_b), np.zeros(n_b)
+    recs = []
+    for k in range(int(prob.horizon[0])):
+        n = prob.n_active(k)
+        u = prob.utility_at(k, n)
+        if k == 0:
+            q = np.broadcast_to(u, (n_a, n, n_s))
+            in_set = np.ones((n_a, n, n_s), dtype=bool)
+            v[:n] = u
+            w[:n] = np.log(n_a)
+        else:
+            q = u + prob.dyn.expect(v, n)
+            best = q.max(axis=0) if sign > 0 else q.min(axis=0)
+            in_set = sign * (q - best) >= -tol[:n, None]
+            ew = np.where(in_set, prob.dyn.expect(w, n), -np.inf)
+            m = ew.max(axis=0)
+            v[:n] = best
+            w[:n] = m + np.log(np.exp(ew - m).sum(axis=0))
+        if prob.policy is not None:
+            pi = prob.policy_at(k, n)
+            miss = np.einsum("abs,abs->bs", pi, ~in_set)
+            if k > 0:
+                miss += np.einsum("abs,abs->bs", pi, prob.dyn.expect(off, n))
+            off[:n] = miss
+        if record:
+            recs.append((np.array(q), in_set, w[:n].copy()))
+        sl = _finishing(prob, k, n)
+        out_v[sl], out_w[sl], out_off[sl] = (
+            _read(prob, sl, v),
+            _read(prob, sl, w),
+            _read(prob, sl, off),
+        )
+    if record:
+        q_all, in_all, w_all = (np.stack(r[::-1]) for r in zip(*recs, strict=True))
+        return LimitPass(out_v, out_w, out_off, q_all, in_all, w_all)
+    return LimitPass(out_v, out_w, out_off)
+
+
+def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """``(E_pi[U], E_uniform[U])``, both ``(B,)``, by backward policy evaluation."""
+    n_b, n_s = prob.initial.shape
+    g_pi = np.zeros((n_b, n_s))
+    g_unif = np.zeros((n_b, n_s))
+    out_pi, out_unif = np.zeros(n_b), np.zeros(n_b)
+    for k in range(int(prob.horizon[0])):
+        n = prob.n_active(k)
+        u = prob.utility_at(k, n)
+        if k == 0:
+            g_pi[:n] = u
+            g_unif[:n] = u
+        else:
+            g_pi[:n] = u + np.einsum("abs,abs->bs", prob.policy_at(k, n), prob.dyn.expect(g_pi, n))
+            g_unif[:n] = u + prob.dyn.expect(g_unif, n).mean(axis=0)
+        sl = _finishing(prob, k, n)
+        out_pi[sl], out_unif[sl] = _read(prob, sl, g_pi), _read(prob, sl, g_unif)
+    return out_pi, out_unif
+
+
+def forward_occupancy(prob: Problem, policy: np.ndarray) -> np.ndarray:
+    """``(H, B, S)`` state distributions of ``S_0 .. S_{H-1}`` under ``policy: (H, A, B, S)``
+    (common horizon)."""
+    d = [prob.initial]
+    for t in range(policy.shape[0] - 1):
+        d.append(prob.dyn.push(d[-1][None] * policy[t]))
+    return np.stack(d)
+
+
+_GROWTH = 8.0
+"""Largest factor by which one step of :func:`solve_beta` may grow ``|beta|`` (or ``1 / scale``)."""
+
+
+@dataclass(frozen=True)
+class BetaSolution:
+    """Result of :func:`solve_beta`, all ``(B,)``: ``beta``, the soft pass there, success flags
+    and the number of soft passes evaluated."""
+
+    beta: np.ndarray
+    log_z: np.ndarray
+    eu: np.ndarray
+    converged: np.ndarray
+    n_evals: np.ndarray
+
+
+def solve_beta(
+    prob: Problem,
+    target: np.ndarray,
+    g0: np.ndarray,
+    k0: np.ndarray,
+    scale: np.ndarray,
+    *,
+    xrtol: float,
+    max_iter: int = 200,
+) -> BetaSolution:
+    """Solve ``E_beta[U] = target`` (the stationary point of the concave ``f``) per MDP.
+
+    Works in ``x = sign * beta >= 0`` with ``sign = sign(g0)``, where ``h(x) = sign (target -
+    E_{sign x}[U])`` is positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton
+    (Numerical Recipes' ``rtsafe``, vectorised): each step takes the Newton proposal, capped at
+    ``8 max(x, 1 / scale)`` (``K`` can be ~1e-20 where the uniform policy never reaches the
+    utility), when it falls strictly inside the current bracket ``(lo, hi)``; otherwise it jumps
+    to that cap (no upper end yet) or bisects (geometrically when the bracket spans more than a
+    factor 4).
+
+    Args:
+        prob: the MDPs (every one must have ``g0 != 0`` and a root: ``target`` strictly between
+            the uniform and the extreme expected utility on the side of ``sign``).
+        target: ``(B,)`` ``E_pi[U]``.
+        g0: ``(B,)`` ``E_pi[U] - E_uniform[U]`` (non-zero).
+        k0: ``(B,)`` curvature ``K`` at ``beta = 0``.
+        scale: ``(B,)`` attainable utility range (``h`` is divided by it for the tolerance).
+        xrtol: relative tolerance on ``beta`` (convergence also when ``|h| <= 1e-13`` range).
+        max_iter: Newton / bisection steps per MDP.
+    """
+    n_b = prob.n_batch
+    sign = np.sign(g0)
+    x = np.zeros(n_b)
+    h = np.abs(g0)
+    dh = k0.copy()  # -h'(x) >= 0
+    lo, hi = np.zeros(n_b), np.full(n_b, np.inf)
+    log_z = np.zeros(n_b)
+    eu = target - g0
+    converged = np.zeros(n_b, dtype=bool)
+    n_evals = np.zeros(n_b, dtype=np.int64)
+    active = np.ones(n_b, dtype=bool)
+    for _ in range(max_iter):
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
+            break
+        xi, hi_i, lo_i = x[idx], hi[idx], lo[idx]
+        reach = _GROWTH * np.maximum(xi, 1.0 / scale[idx])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            prop = np.minimum(xi + h[idx] / dh[idx], reach)
+        inside = np.isfinite(prop) & (prop > lo_i) & (prop < hi_i)
+        wide = (lo_i > 0) & (hi_i > 4.0 * lo_i)
+        with np.errstate(invalid="ignore"):
+            bisect = np.where(wide, np.sqrt(lo_i * hi_i), 0.5 * (lo_i + hi_i))
+        x_new = np.where(inside, prop, np.where(np.isinf(hi_i), reach, bisect))
+        sub = prob if idx.size == n_b else prob.take(idx)
+        res = soft_pass(sub, sign[idx] * x_new, curvature=True)
+        n_evals[idx] += 1
+        h_new = sign[idx] * (target[idx] - res.eu)
+        pos = h_new > 0
+        lo[idx] = np.where(pos, x_new, lo_i)
+        hi[idx] = np.where(pos, hi_i, x_new)
+        step = np.abs(x_new - xi)
+        done = (
+            (np.abs(h_new) <= 1e-13 * scale[idx])
+            | (inside & (step <= xrtol * x_new))
+            | (np.isfinite(hi[idx]) & (hi[idx] - lo[idx] <= xrtol * hi[idx]))
+        )
+        x[idx], h[idx], dh[idx] = x_new, h_new, res.curvature
+        log_z[idx], eu[idx] = res.log_z, res.eu
+        converged[idx] = done
+        active[idx] = ~done
+    return BetaSolution(sign * x, log_z, eu, converged, n_evals)

@@ -1,0 +1,198 @@
+"""Train/validation/test splits by grid, and label shuffles by grid for control probes.
+
+Every step of a grid lands in one split: the steps of one grid share walls, goal and most of
+their activations, so a row-level split would leak the test grids into training. All functions
+are seeded and pure numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GridSplit:
+    """Row indices of a split by grid.
+
+    Attributes:
+        train: ``(N_train,)`` int64 row indices of the training grids.
+        validation: ``(N_val,)`` int64 row indices of the validation grids (carved from the
+            training grids; empty when no validation split was asked for).
+        test: ``(N_test,)`` int64 row indices of the test grids.
+    """
+
+    train: np.ndarray
+    validation: np.ndarray
+    test: np.ndarray
+
+    def check_disjoint(self, grid_ids: np.ndarray) -> None:
+        """Raise ``ValueError`` when two parts share a row or a grid.
+
+        Args:
+            grid_ids: ``(N,)`` grid identifier of every row.
+        """
+        ids = np.asarray(grid_ids)
+        parts = {"train": self.train, "validation": self.validation, "test": self.test}
+        names = list(parts)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                shared_rows = np.intersect1d(parts[a], parts[b])
+                if shared_rows.size:
+                    raise ValueError(f"{a} and {b} share {shared_rows.size} rows")
+                shared = np.intersect1d(ids[parts[a]], ids[parts[b]])
+                if shared.size:
+                    raise ValueError(
+                        f"{a} and {b} share {shared.size} grids (first: {shared[0]!r}); "
+                        "a split must keep every step of a grid in one part"
+                    )
+
+
+def _grid_strata(grid_ids: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Unique grids (sorted) and, per grid, its stratum (constant within the grid)."""
+    grids, inverse = np.unique(grid_ids, return_inverse=True)
+    if strata is None:
+        return grids, np.zeros(len(grids), dtype=np.int64)
+    strata = np.asarray(strata)
+    if strata.shape != grid_ids.shape:
+        raise ValueError(f"strata has shape {strata.shape}, grid_ids has {grid_ids.shape}")
+    _, strata_codes = np.unique(strata, return_inverse=True)
+    per_grid = np.full(len(grids), -1, dtype=np.int64)
+    per_grid[inverse] = strata_codes
+    mismatch = strata_codes != per_grid[inverse]
+    if mismatch.any():
+        row = int(np.flatnonzero(mismatch)[0])
+        raise ValueError(
+            f"stratum varies within grid {grid_ids[row]!r} (row {row}); "
+            "stratify by a per-grid quantity such as grid size"
+        )
+    return grids, per_grid
+
+
+def _assign(n_grids: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Boolean mask choosing ``round(fraction * n_grids)`` grids (at least one when asked)."""
+    k = int(round(fraction * n_grids))
+    if fraction > 0 and k == 0 and n_grids > 1:
+        k = 1
+    k = min(k, n_grids - 1) if n_grids > 1 else 0
+    mask = np.zeros(n_grids, dtype=bool)
+    mask[rng.permutation(n_grids)[:k]] = True
+    return mask
+
+
+def split_by_grid(
+    grid_ids: np.ndarray,
+    *,
+    test_fraction: float = 0.2,
+    validation_fraction: float = 0.0,
+    stratify: np.ndarray | None = None,
+    random_state: int = 0,
+) -> GridSplit:
+    """Split rows into train/validation/test so that no grid spans two parts.
+
+    Args:
+        grid_ids: ``(N,)`` grid identifier of every row (str or int).
+        test_fraction: fraction of grids (not rows) held out for testing.
+        validation_fraction: fraction of the *training* grids carved out for validation.
+        stratify: optional ``(N,)`` per-row value, constant within a grid (e.g. grid size):
+            the fractions are applied within each stratum so every stratum appears in each part.
+        random_state: seed.
+
+    Returns:
+        A :class:`GridSplit` of sorted row indices.
+    """
+    ids = np.asarray(grid_ids)
+    if ids.ndim != 1:
+        raise ValueError(f"grid_ids must be 1-D, got shape {ids.shape}")
+    for name, frac in (("test_fraction", test_fraction), ("validation_fraction", validation_fraction)):
+        if not 0.0 <= frac < 1.0:
+            raise ValueError(f"{name} must lie in [0, 1), got {frac}")
+    grids, grid_strata = _grid_strata(ids, stratify)
+    rng = np.random.default_rng(random_state)
+    test_grid = np.zeros(len(grids), dtype=bool)
+    val_grid = np.zeros(len(grids), dtype=bool)
+    for s in np.unique(grid_strata):
+        members = np.flatnonzero(grid_strata == s)
+        in_test = _assign(len(members), test_fraction, rng)
+        test_grid[members[in_test]] = True
+        rest = members[~in_test]
+        val_grid[rest[_assign(len(rest), validation_fraction, rng)]] = True
+    row_grid = np.searchsorted(grids, ids)
+    split = GridSplit(
+        train=np.flatnonzero(~test_grid[row_grid] & ~val_grid[row_grid]),
+        validation=np.flatnonzero(val_grid[row_grid]),
+        test=np.flatnonzero(test_grid[row_grid]),
+    )
+    split.check_disjoint(ids)
+    return split
+
+
+def carve_validation(
+    rows: np.ndarray, grid_ids: np.ndarray, fraction: float, random_state: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split training ``rows`` into (fit rows, validation rows) by grid.
+
+    Args:
+        rows: ``(M,)`` int row indices (the training split).
+        grid_ids: ``(N,)`` grid identifier of every row of the full arrays.
+        fraction: fraction of the training grids to hold out for validation.
+        random_state: seed.
+
+    Returns:
+        ``(fit_rows, validation_rows)``, sorted int64 indices into the full arrays.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    ids = np.asarray(grid_ids)[rows]
+    if np.unique(ids).size < 2:
+        raise ValueError(
+            f"cannot carve a validation split by grid from {np.unique(ids).size} training grid(s); "
+            "provide more grids or disable early stopping"
+        )
+    split = split_by_grid(ids, test_fraction=fraction, random_state=random_state)
+    return rows[split.train], rows[split.test]
+
+
+def shuffle_by_grid(
+    values: np.ndarray,
+    grid_ids: np.ndarray,
+    *,
+    strata: np.ndarray | None = None,
+    random_state: int = 0,
+) -> np.ndarray:
+    """Shuffle per-row targets across grids, keeping each grid's targets together.
+
+    Grids are permuted (within each stratum when ``strata`` is given, e.g. grid size, so that a
+    padded label map stays on activations of a grid of its size); the ``i``-th row of grid ``g``
+    receives the target of the ``i``-th row (cyclically) of grid ``pi(g)``. Within-grid structure
+    is kept and the activation-to-target link is broken: the shuffled-label control of Hewitt &
+    Liang (2019), applied at the level the data are dependent at.
+
+    Args:
+        values: ``(N, ...)`` per-row targets (label maps, distances).
+        grid_ids: ``(N,)`` grid identifier of every row.
+        strata: optional ``(N,)`` per-grid stratum (e.g. grid size).
+        random_state: seed.
+
+    Returns:
+        ``(N, ...)`` shuffled copy of ``values``.
+    """
+    values = np.asarray(values)
+    ids = np.asarray(grid_ids)
+    if values.shape[0] != ids.shape[0]:
+        raise ValueError(f"values has {values.shape[0]} rows, grid_ids has {ids.shape[0]}")
+    grids, grid_strata = _grid_strata(ids, strata)
+    row_grid = np.searchsorted(grids, ids)
+    rng = np.random.default_rng(random_state)
+    partner = np.arange(len(grids))
+    for s in np.unique(grid_strata):
+        members = np.flatnonzero(grid_strata == s)
+        partner[members] = members[rng.permutation(len(members))]
+    order = np.argsort(row_grid, kind="stable")
+    starts = np.searchsorted(row_grid[order], np.arange(len(grids)))
+    counts = np.bincount(row_grid, minlength=len(grids))
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[order] = np.arange(len(ids)) - np.repeat(starts, counts)
+    src_grid = partner[row_grid]
+    source_rows = order[starts[src_grid] + rank % counts[src_grid]]
+    return values[source_rows].copy()

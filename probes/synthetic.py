@@ -1,0 +1,163 @@
+"""Synthetic activations with a planted cognitive map, for sanity checks, tests and benchmarks.
+
+Each synthetic grid has random walls, a goal and several steps (agent positions reachable from
+the goal). The activation of a step is Gaussian noise plus a random linear image of its latent
+state: one-hot wall cells, agent cell, goal cell, grid size, and the shortest-path distance to
+the goal. A probe that works must recover the map from these; on shuffled labels it must not.
+Pure numpy.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import CellType
+
+_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+@dataclass(frozen=True)
+class PlantedCellData:
+    """A synthetic probing data set; row ``i`` is one step of one grid.
+
+    Attributes:
+        acts: ``(N, n_anchors, d_model)`` activations (noise plus planted signal).
+        labels: ``(N, S, S)`` uint8 ``CellType`` maps, grids at the top-left of the canvas,
+            ``PADDING`` outside.
+        grid_ids: ``(N,)`` str grid identifiers.
+        grid_sizes: ``(N,)`` int64 side of each grid.
+        densities: ``(N,)`` float64 wall probability the grid was drawn with.
+        agent_row_col: ``(N, 2)`` int64 agent cell.
+        goal_row_col: ``(N, 2)`` int64 goal cell.
+        goal_distance: ``(N,)`` float32 shortest-path distance from the agent to the goal.
+    """
+
+    acts: np.ndarray
+    labels: np.ndarray
+    grid_ids: np.ndarray
+    grid_sizes: np.ndarray
+    densities: np.ndarray
+    agent_row_col: np.ndarray
+    goal_row_col: np.ndarray
+    goal_distance: np.ndarray
+
+
+def _bfs(walls: np.ndarray, source: tuple[int, int]) -> np.ndarray:
+    """Shortest-path distances from ``source``; ``inf`` where unreachable."""
+    n = walls.shape[0]
+    dist = np.full((n, n), np.inf)
+    dist[source] = 0
+    queue = deque([source])
+    while queue:
+        r, c = queue.popleft()
+        for dr, dc in _MOVES:
+            rr, cc = r + dr, c + dc
+            if 0 <= rr < n and 0 <= cc < n and not walls[rr, cc] and np.isinf(dist[rr, cc]):
+                dist[rr, cc] = dist[r, c] + 1
+                queue.append((rr, cc))
+    return dist
+
+
+def planted_cell_data(
+    n_grids: int,
+    *,
+    steps_per_grid: int = 4,
+    sizes: tuple[int, ...] = (5, 7),
+    canvas: int | None = None,
+    densities: tuple[float, ...] = (0.0, 0.2, 0.4),
+    d_model: int = 64,
+    n_anchors: int = 3,
+    signal: float = 1.0,
+    dtype: type = np.float32,
+    chunk_rows: int = 4096,
+    random_state: int = 0,
+) -> PlantedCellData:
+    """Draw a synthetic data set with a planted, linearly embedded cognitive map.
+
+    Args:
+        n_grids: number of grids; ``N = n_grids * steps_per_grid`` rows.
+        steps_per_grid: steps (agent positions) per grid.
+        sizes: grid sides to draw from (uniformly).
+        canvas: side of the label canvas (default ``max(sizes)``).
+        densities: wall probabilities to draw from (uniformly).
+        d_model: width of one anchor token; features are ``n_anchors * d_model``.
+        n_anchors: anchor tokens per row.
+        signal: scale of the planted signal relative to unit-variance noise.
+        dtype: dtype of ``acts`` (float16 halves the memory of large benchmark sets).
+        chunk_rows: rows embedded at a time (bounds the float32 working memory).
+        random_state: seed.
+
+    Returns:
+        A :class:`PlantedCellData`.
+    """
+    side = max(sizes) if canvas is None else canvas
+    if max(sizes) > side:
+        raise ValueError(f"grid size {max(sizes)} exceeds the canvas {side}")
+    rng = np.random.default_rng(random_state)
+    n_rows = n_grids * steps_per_grid
+    labels = np.full((n_rows, side, side), CellType.PADDING, dtype=np.uint8)
+    grid_sizes = np.empty(n_rows, dtype=np.int64)
+    grid_density = np.empty(n_rows, dtype=np.float64)
+    agent = np.empty((n_rows, 2), dtype=np.int64)
+    goal = np.empty((n_rows, 2), dtype=np.int64)
+    distance = np.empty(n_rows, dtype=np.float32)
+    for g in range(n_grids):
+        n = int(rng.choice(sizes))
+        density = float(rng.choice(densities))
+        walls = rng.random((n, n)) < density
+        goal_rc = (int(rng.integers(n)), int(rng.integers(n)))
+        walls[goal_rc] = False
+        dist = _bfs(walls, goal_rc)
+        reachable = np.argwhere(np.isfinite(dist) & (dist > 0))
+        if len(reachable) == 0:  # goal walled in: drop the walls of this grid
+            walls[:] = False
+            dist = _bfs(walls, goal_rc)
+            reachable = np.argwhere(np.isfinite(dist) & (dist > 0))
+        rows = slice(g * steps_per_grid, (g + 1) * steps_per_grid)
+        picks = reachable[rng.integers(len(reachable), size=steps_per_grid)]
+        base = np.where(walls, CellType.WALL, CellType.OPEN).astype(np.uint8)
+        base[goal_rc] = CellType.GOAL
+        labels[rows, :n, :n] = base
+        labels[np.arange(rows.start, rows.stop), picks[:, 0], picks[:, 1]] = CellType.AGENT
+        grid_sizes[rows] = n
+        grid_density[rows] = density
+        agent[rows] = picks
+        goal[rows] = goal_rc
+        distance[rows] = dist[picks[:, 0], picks[:, 1]]
+    grid_ids = np.repeat(np.array([f"g{g:06d}" for g in range(n_grids)]), steps_per_grid)
+
+    cells = side * side
+    size_codes = np.searchsorted(np.asarray(sorted(sizes)), grid_sizes)
+    n_latent = 3 * cells + len(sizes) + 1
+    n_features = n_anchors * d_model
+    active = 3.0 + np.mean(labels == CellType.WALL) * cells
+    directions = rng.standard_normal((n_latent, n_features), dtype=np.float32)
+    directions *= signal / np.sqrt(active)
+    dist_scaled = (distance - distance.mean()) / max(float(distance.std()), 1.0)
+    acts = np.empty((n_rows, n_features), dtype=dtype)
+    for start in range(0, n_rows, chunk_rows):
+        stop = min(start + chunk_rows, n_rows)
+        m = stop - start
+        latent = np.zeros((m, n_latent), dtype=np.float32)
+        flat = labels[start:stop].reshape(m, cells)
+        latent[:, :cells] = flat == CellType.WALL
+        latent[np.arange(m), cells + agent[start:stop, 0] * side + agent[start:stop, 1]] = 1.0
+        latent[np.arange(m), 2 * cells + goal[start:stop, 0] * side + goal[start:stop, 1]] = 1.0
+        latent[np.arange(m), 3 * cells + size_codes[start:stop]] = 1.0
+        latent[:, -1] = dist_scaled[start:stop]
+        block = rng.standard_normal((m, n_features), dtype=np.float32)
+        block += latent @ directions
+        acts[start:stop] = block
+    return PlantedCellData(
+        acts=acts.reshape(n_rows, n_anchors, d_model),
+        labels=labels,
+        grid_ids=grid_ids,
+        grid_sizes=grid_sizes,
+        densities=grid_density,
+        agent_row_col=agent,
+        goal_row_col=goal,
+        goal_distance=distance,
+    )

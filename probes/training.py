@@ -1,0 +1,191 @@
+"""Shared torch machinery of the probes: standardisation, seeded modules, the training loop.
+
+The loop trains any module on minibatches of *examples* with a per-element weighted loss,
+AdamW, optional early stopping on a validation split (carved from the training grids by the
+caller) and an optional progress bar. The best validation state is restored at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from sklearn.preprocessing import StandardScaler
+from tqdm.auto import tqdm
+
+BatchLoss = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
+"""Maps sorted example positions to ``(sum of weighted losses, sum of weights)``."""
+
+
+def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
+    """Flatten activations to one feature row per example (a view when possible).
+
+    Args:
+        X: ``(N, n_anchors, d_model)`` or ``(N, F)`` float activations.
+        name: what to call the array in error messages.
+
+    Returns:
+        ``(N, F)`` array with the dtype of ``X`` (anchors concatenated in order).
+    """
+    arr = np.asarray(X)
+    if arr.ndim == 3:
+        arr = arr.reshape(arr.shape[0], -1)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be (N, n_anchors, d_model) or (N, features), got shape {arr.shape}"
+        )
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"{name} must be floating point, got dtype {arr.dtype}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has no rows")
+    return arr
+
+
+def fit_standardiser(
+    X: np.ndarray, rows: np.ndarray, *, chunk_rows: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and scale over ``X[rows]``, in chunks (no float64 copy of ``X``).
+
+    Args:
+        X: ``(N, F)`` activations (any float dtype).
+        rows: ``(M,)`` int rows to fit on (the training split only).
+        chunk_rows: rows converted to float64 at a time.
+
+    Returns:
+        ``(mean, scale)``: ``(F,)`` float32 each; zero-variance features get scale 1.
+    """
+    scaler = StandardScaler()
+    for start in range(0, len(rows), chunk_rows):
+        scaler.partial_fit(X[np.sort(rows[start : start + chunk_rows])].astype(np.float64))
+    return scaler.mean_.astype(np.float32), scaler.scale_.astype(np.float32)
+
+
+class Standardiser:
+    """Applies a fitted mean/scale to gathered example rows, on a device.
+
+    Args:
+        mean: ``(F,)`` float32.
+        scale: ``(F,)`` float32.
+        device: torch device string.
+    """
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, device: str) -> None:
+        self.mean = torch.from_numpy(np.ascontiguousarray(mean, dtype=np.float32)).to(device)
+        self.scale = torch.from_numpy(np.ascontiguousarray(scale, dtype=np.float32)).to(device)
+        self.device = device
+
+    def __call__(self, X: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """``(len(rows), F)`` float32 standardised rows of ``X``."""
+        block = torch.from_numpy(np.ascontiguousarray(X[rows]))
+        block = block.to(device=self.device, dtype=torch.float32)
+        return (block - self.mean) / self.scale
+
+
+def seeded_module(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
+    """Build a module with parameters drawn from ``seed`` without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def torch_seed(rng: np.random.Generator) -> int:
+    """A torch seed drawn from a numpy generator (keeps one seed per estimator)."""
+    return int(rng.integers(2**31 - 1))
+
+
+def train_module(
+    module: torch.nn.Module,
+    *,
+    n_examples: int,
+    batch_loss: BatchLoss,
+    validation_loss: Callable[[], float] | None,
+    max_epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    weight_decay: float,
+    n_iter_no_change: int,
+    tol: float,
+    rng: np.random.Generator,
+    progress: bool,
+    description: str,
+) -> tuple[list[dict], int]:
+    """Train ``module`` in place with AdamW on shuffled minibatches of examples.
+
+    Args:
+        module: the model; its best-validation state is loaded back at the end.
+        n_examples: number of training examples (positions ``0..n_examples-1``).
+        batch_loss: see :data:`BatchLoss`; the step minimises ``sum(w*l) / sum(w)``.
+        validation_loss: weighted mean validation loss, or None for no early stopping.
+        max_epochs: upper bound on epochs.
+        batch_size: examples per step.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW (decoupled) weight decay.
+        n_iter_no_change: epochs without improvement of at least ``tol`` before stopping.
+        tol: minimum decrease of the validation loss that counts as an improvement.
+        rng: numpy generator for the epoch permutations.
+        progress: show tqdm bars.
+        description: label of the progress bar.
+
+    Returns:
+        ``(history, best_epoch)``: one dict per epoch (``epoch``, ``train_loss``,
+        ``validation_loss`` (None without validation), ``seconds``), and the 1-based epoch whose
+        state was kept.
+    """
+    if max_epochs < 1:
+        raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    optimiser = torch.optim.AdamW(module.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    history: list[dict] = []
+    best_loss = np.inf
+    best_state = None
+    best_epoch = max_epochs
+    stale = 0
+    epochs = tqdm(range(1, max_epochs + 1), desc=description, disable=not progress, leave=False)
+    for epoch in epochs:
+        started = time.perf_counter()
+        module.train()
+        order = rng.permutation(n_examples)
+        total, weight = 0.0, 0.0
+        starts = range(0, n_examples, batch_size)
+        for start in tqdm(starts, desc=f"epoch {epoch}", disable=not progress, leave=False):
+            loss_sum, weight_sum = batch_loss(np.sort(order[start : start + batch_size]))
+            if float(weight_sum) <= 0:
+                continue
+            optimiser.zero_grad(set_to_none=True)
+            (loss_sum / weight_sum).backward()
+            optimiser.step()
+            total += float(loss_sum.detach())
+            weight += float(weight_sum)
+        train_loss = total / weight if weight > 0 else float("nan")
+        val_loss = None
+        if validation_loss is not None:
+            module.eval()
+            val_loss = float(validation_loss())
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "validation_loss": val_loss,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        epochs.set_postfix(train=f"{train_loss:.4f}", val="-" if val_loss is None else f"{val_loss:.4f}")
+        if val_loss is None:
+            continue
+        if val_loss < best_loss - tol:
+            best_loss, best_epoch, stale = val_loss, epoch, 0
+            best_state = copy.deepcopy(module.state_dict())
+        else:
+            stale += 1
+            if stale >= n_iter_no_change:
+                break
+    if best_state is not None:
+        module.load_state_dict(best_state)
+    else:
+        best_epoch = len(history)
+    module.eval()
+    return history, best_epoch

@@ -1,0 +1,119 @@
+"""Goal-distance regressors: planted recovery, controls, metrics by hand, pre vs post, persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.dummy import DummyRegressor
+from sklearn.linear_model import Ridge
+from sklearn.metrics import mean_absolute_error, r2_score
+
+from probes.distance import GoalDistanceRegressor
+from probes.metrics import evaluate_distance
+from probes.serialization import load_probe, read_probe_card, save_probe
+from probes.splits import shuffle_by_grid, split_by_grid
+from probes.synthetic import planted_cell_data
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    data = planted_cell_data(400, steps_per_grid=3, sizes=(5, 7), d_model=32, signal=2.0)
+    split = split_by_grid(data.grid_ids, test_fraction=0.25, stratify=data.grid_sizes)
+    return data, split
+
+
+@pytest.mark.parametrize("family", ["linear", "mlp"])
+def test_regressor_recovers_planted_distance_and_controls_do_not(planted, family):
+    data, split = planted
+    tr, te = split.train, split.test
+    y = data.goal_distance
+    kw = dict(family=family, alpha=10.0, hidden_size=64, max_epochs=40, learning_rate=3e-3)
+    probe = GoalDistanceRegressor(**kw).fit(data.acts[tr], y[tr], groups=data.grid_ids[tr])
+    shuffled = clone(probe).fit(
+        data.acts[tr], shuffle_by_grid(y[tr], data.grid_ids[tr], strata=data.grid_sizes[tr]), groups=data.grid_ids[tr]
+    )
+    mean = DummyRegressor(strategy="mean").fit(np.zeros((len(tr), 1)), y[tr])
+    result = evaluate_distance(
+        {
+            "probe": probe.predict(data.acts[te]),
+            "shuffled": shuffled.predict(data.acts[te]),
+            "mean": mean.predict(np.zeros((len(te), 1))),
+        },
+        y[te],
+        data.grid_ids[te],
+        grid_sizes=data.grid_sizes[te],
+        reference="probe",
+        n_boot=200,
+    )
+    models = result["models"]
+    assert models["probe"]["r2"]["value"] > 0.8
+    assert models["shuffled"]["r2"]["value"] < 0.15
+    assert abs(models["mean"]["r2"]["value"]) < 0.05
+    assert models["probe"]["mae"]["value"] < 0.5 * models["mean"]["mae"]["value"]
+    assert result["differences"]["probe - mean"]["r2"]["ci_low"] > 0.6
+    assert set(result["by_grid_size"]) == {"5", "7"}
+    assert probe.score(data.acts[te], y[te]) == pytest.approx(models["probe"]["r2"]["value"])
+
+
+def test_linear_family_is_ridge_on_standardised_acts(planted):
+    data, split = planted
+    tr = split.train
+    X = data.acts[tr].reshape(len(tr), -1).astype(np.float64)
+    probe = GoalDistanceRegressor(family="linear", alpha=3.0).fit(data.acts[tr], data.goal_distance[tr])
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    ref = Ridge(alpha=3.0).fit(Z, data.goal_distance[tr])
+    np.testing.assert_allclose(probe.predict(data.acts[tr]), ref.predict(Z), atol=1e-3)
+
+
+def test_distance_metrics_match_sklearn_and_compare_stages():
+    rng = np.random.default_rng(0)
+    y = rng.integers(1, 20, size=300).astype(float)
+    grids = np.repeat(np.arange(60), 5)
+    pre = y + rng.normal(0, 3, size=300)
+    post = y + rng.normal(0, 1, size=300)
+    res = evaluate_distance({"post": post, "pre": pre}, y, grids, reference="post", n_boot=300)
+    assert res["models"]["pre"]["mae"]["value"] == pytest.approx(mean_absolute_error(y, pre))
+    assert res["models"]["post"]["r2"]["value"] == pytest.approx(r2_score(y, post))
+    diff = res["differences"]["post - pre"]
+    assert diff["mae"]["ci_high"] < 0  # post is more accurate, and the interval says so
+    assert diff["r2"]["ci_low"] > 0
+    assert res["n_grids"] == 60
+    with pytest.raises(ValueError, match="reference"):
+        evaluate_distance({"a": pre}, y, grids, reference="b")
+
+
+@pytest.mark.parametrize("family", ["linear", "mlp"])
+def test_distance_regressor_round_trips(tmp_path, planted, family):
+    data, split = planted
+    tr = split.train[:200]
+    probe = GoalDistanceRegressor(family=family, hidden_size=16, max_epochs=3).fit(
+        data.acts[tr], data.goal_distance[tr], groups=data.grid_ids[tr]
+    )
+    save_probe(probe, tmp_path / "dist")
+    loaded = load_probe(tmp_path / "dist.json")
+    x = data.acts[split.test]
+    np.testing.assert_array_equal(loaded.predict(x), probe.predict(x))
+    assert read_probe_card(tmp_path / "dist")["hyperparameters"]["family"] == family
+
+
+def test_regressor_input_errors(planted):
+    data, _ = planted
+    with pytest.raises(ValueError, match="groups"):
+        GoalDistanceRegressor(family="mlp").fit(data.acts[:20], data.goal_distance[:20])
+    y = data.goal_distance[:20].copy()
+    y[3] = np.inf
+    with pytest.raises(ValueError, match=r"y\[3\]"):
+        GoalDistanceRegressor().fit(data.acts[:20], y)
+    fitted = GoalDistanceRegressor().fit(data.acts[:20], data.goal_distance[:20])
+    with pytest.raises(ValueError, match="features"):
+        fitted.predict(np.zeros((2, 5), np.float32))
