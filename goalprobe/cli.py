@@ -26,6 +26,11 @@ VERBS: dict[str, str] = {
 }
 
 
+@app.callback()
+def _root() -> None:
+    """Measure the goal-directedness of LLM agents."""
+
+
 def _register() -> None:
     for verb, module_name in VERBS.items():
         module = importlib.import_module(f"goalprobe.commands.{module_name}")

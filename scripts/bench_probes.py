@@ -1,0 +1,185 @@
+"""Benchmark of the cell-type probes: factorised against materialised, and the study's scale.
+
+Every measurement runs in a fresh subprocess (so peak memory is its own): it draws synthetic
+activations with a planted map (``probes.synthetic``), fits a general MLP probe for one epoch
+and reports the epoch's wall time and the process's peak resident memory.
+
+Usage::
+
+    python scripts/bench_probes.py compare            # factorised vs materialised, same data
+    python scripts/bench_probes.py study              # 30,000 x (3 x 2880) x 225, one epoch
+    python scripts/bench_probes.py study --device cuda
+
+Figures print as a table and as JSON lines (``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def _rss_mb() -> float:
+    """Current resident memory of this process, in MiB."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """One measurement (runs inside the subprocess)."""
+    import numpy as np
+    import torch
+
+    from probes.cell_probes import CoordinateCellProbe
+    from probes.synthetic import planted_cell_data
+
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    sizes = tuple(range(7, 16, 2))
+    data = planted_cell_data(
+        args.examples // args.steps,
+        steps_per_grid=args.steps,
+        sizes=sizes,
+        canvas=15,
+        d_model=args.d_model,
+        dtype=np.float16,
+        random_state=0,
+    )
+    generate_s = time.perf_counter() - started
+    rss_data = _rss_mb()
+    peak_before = _peak_mb()
+    probe = CoordinateCellProbe(
+        family="mlp",
+        hidden_size=args.hidden,
+        max_epochs=1,
+        batch_size=args.batch_size,
+        early_stopping=args.early_stopping,
+        materialise=args.materialise,
+        device=args.device,
+        progress=args.progress,
+    )
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    probe.fit(data.acts, data.labels, groups=data.grid_ids)
+    fit_s = time.perf_counter() - started
+    out = {
+        "mode": "materialised" if args.materialise else "factorised",
+        "examples": int(data.acts.shape[0]),
+        "features": int(data.acts.shape[1] * data.acts.shape[2]),
+        "cells": int(data.labels.shape[1] ** 2),
+        "hidden": args.hidden,
+        "threads": args.threads,
+        "device": args.device,
+        "early_stopping": args.early_stopping,
+        "generate_s": round(generate_s, 2),
+        "epoch_s": round(probe.history_[0]["seconds"], 2),
+        "fit_s": round(fit_s, 2),
+        "train_loss": round(probe.history_[0]["train_loss"], 4),
+        "rss_data_mb": round(rss_data, 1),
+        "peak_before_fit_mb": round(peak_before, 1),
+        "peak_mb": round(_peak_mb(), 1),
+        "fit_extra_peak_mb": round(max(_peak_mb() - rss_data, 0.0), 1),
+        "acts_mb": round(data.acts.nbytes / 2**20, 1),
+    }
+    if args.device.startswith("cuda"):
+        out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return out
+
+
+def _run(examples: int, materialise: bool, args: argparse.Namespace) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "worker",
+        f"--examples={examples}",
+        f"--d-model={args.d_model}",
+        f"--hidden={args.hidden}",
+        f"--threads={args.threads}",
+        f"--batch-size={args.batch_size}",
+        f"--steps={args.steps}",
+        f"--device={args.device}",
+    ]
+    if materialise:
+        cmd.append("--materialise")
+    if args.early_stopping:
+        cmd.append("--early-stopping")
+    if args.progress:
+        cmd.append("--progress")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _print(rows: list[dict], as_json: bool) -> None:
+    cols = ["mode", "examples", "features", "cells", "epoch_s", "fit_s", "peak_mb", "fit_extra_peak_mb", "acts_mb"]
+    print(" | ".join(f"{c:>17}" for c in cols))
+    for r in rows:
+        print(" | ".join(f"{r.get(c, ''):>17}" for c in cols))
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["compare", "study", "worker"])
+    parser.add_argument("--examples", type=int, default=30_000)
+    parser.add_argument("--d-model", type=int, default=2880, help="anchor width (GPT-OSS-20B: 2880)")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10, help="steps per synthetic grid")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--materialise", action="store_true")
+    parser.add_argument("--early-stopping", action="store_true", help="carve validation grids")
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--factorised-examples", default="250,1000,4000", help="compare: N for the factorised runs"
+    )
+    parser.add_argument(
+        "--materialised-examples", default="125,250", help="compare: N for the materialised runs"
+    )
+    parser.add_argument("--json", action="store_true", help="also print JSON lines")
+    args = parser.parse_args()
+    if args.what == "worker":
+        print(json.dumps(worker(args)))
+        return
+    if args.what == "study":
+        args.early_stopping = True
+        _print([_run(args.examples, False, args)], args.json)
+        return
+    fact_n = [int(x) for x in args.factorised_examples.split(",")]
+    mat_n = [int(x) for x in args.materialised_examples.split(",")]
+    rows = [_run(n, True, args) for n in mat_n] + [_run(n, False, args) for n in fact_n]
+    _print(rows, args.json)
+    by_n = {(r["mode"], r["examples"]): r for r in rows}
+    for n in sorted(set(fact_n) & set(mat_n)):
+        m, f = by_n[("materialised", n)], by_n[("factorised", n)]
+        print(
+            f"N={n}: factorised epoch {m['epoch_s'] / f['epoch_s']:.0f}x faster; "
+            f"fit working memory {m['fit_extra_peak_mb']:.0f} MiB (materialised) vs "
+            f"{f['fit_extra_peak_mb']:.0f} MiB (factorised)"
+        )
+    fr = [by_n[("factorised", n)] for n in fact_n]
+    if len(fr) > 1:
+        slope = (fr[-1]["peak_mb"] - fr[0]["peak_mb"]) / (fr[-1]["examples"] - fr[0]["examples"])
+        print(
+            f"factorised peak memory grows {slope * 1024:.1f} KiB per example "
+            f"(acts alone: {fr[0]['acts_mb'] / fr[0]['examples'] * 1024:.1f} KiB per example)"
+        )
+
+
+if __name__ == "__main__":
+    main()
