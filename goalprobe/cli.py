@@ -23,6 +23,7 @@ app = typer.Typer(
 # verb -> module under goalprobe.commands (kept in study order for --help)
 VERBS: dict[str, str] = {
     "grids": "grids",
+    "train-plan-decoder": "train_plan_decoder",
 }
 
 

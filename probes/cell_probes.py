@@ -578,12 +578,11 @@ class CoordinateCellProbe(CellProbeBase):
             return super()._training_logits(X, fit_rows)
         # the naive dataset: every training (example, cell) row, built once up front
         n_cells = self.map_side_**2
-        table = torch.cat(
-            [
-                self.materialised_rows(X, fit_rows[start : start + self.batch_size])
-                for start in range(0, len(fit_rows), self.batch_size)
-            ]
-        )
+        n_inputs = self.n_features_in_ + self.module_.coordinates.shape[1]
+        table = torch.empty((len(fit_rows) * n_cells, n_inputs), device=self.device)
+        for start in range(0, len(fit_rows), self.batch_size):
+            part = fit_rows[start : start + self.batch_size]
+            table[start * n_cells : (start + len(part)) * n_cells] = self.materialised_rows(X, part)
         cell = torch.arange(n_cells)
 
         def logits(pos: np.ndarray) -> torch.Tensor:

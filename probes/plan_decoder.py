@@ -11,9 +11,12 @@ From the three anchor-token activations of one stage and layer, the decoder pred
 
 **One-shot, never autoregressive.** The decoder input is the learned queries, never predicted
 actions, so no step conditions on another step's prediction and any multi-step structure in the
-output must come from the activations. The queries do self-attend to each other (no causal
-mask): they are fixed learned embeddings, identical for every example, so self-attention only
-mixes information that came from the activations through cross-attention and leaks no label.
+output must come from the activations. The query slots do self-attend to each other (no
+causal mask), as in the study's Transformer decoder: the queries are learned embeddings,
+identical for every example, and no slot ever sees a predicted or true action, so
+self-attention mixes only hidden states computed from the activations and leaks no label. It
+is decoder capacity, not a channel for continuation heuristics over predicted actions; the
+capacity sweep (1, 2, 4 layers) is the control for computation done by the decoder itself.
 
 The cross-attention sees the three tokens as a set (no positional embedding on the memory), as
 in the study. The decoder layers are pre-LayerNorm (``norm_first=True``) with a final
@@ -367,6 +370,11 @@ class PlanDecoder(BaseEstimator):
                 if has_val:
                     val_loss = self._mean_loss(network, x_val, t_val)
                     record["validation_loss"] = val_loss
+                if not all(math.isfinite(v) for v in record.values() if v is not None):
+                    raise FloatingPointError(
+                        f"plan decoder training diverged at epoch {epoch} ({record}); "
+                        f"lower lr (now {self.lr})"
+                    )
                 history.append(record)
                 logger.debug("plan decoder epoch %d: %s", epoch, record)
                 if not has_val:

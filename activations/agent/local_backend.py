@@ -2,20 +2,27 @@
 
 The backend renders harmony itself (:mod:`activations.agent.harmony`), left-pads the prompts of
 a batch and samples all of them in one ``model.generate`` call with a KV cache, so ``B``
-episodes' steps cost about one generation. Sampling is seeded: the same seed, model and batch
-give the same completions (the random stream is shared by the batch, so a conversation's
-completion also depends on the batch it is in).
+episodes' steps cost about one generation.
+
+Sampling is seeded per conversation: every row of the batch draws its tokens from its own
+``torch.Generator`` (temperature, then top-p, then a multinomial draw), so a conversation's
+completion depends only on the model, its prompt and its seed, never on the other
+conversations of the batch. Seeds are passed per conversation (``generate(..., seeds=[...])``)
+or derived from ``SamplingConfig.seed`` and the row index.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from activations.agent.backend import Completion, SamplingConfig
 from activations.agent.harmony import (
@@ -119,15 +126,27 @@ class LocalBackend:
 
     @torch.no_grad()
     def generate(
-        self, batch: Sequence[list[Message]], sampling: SamplingConfig
+        self,
+        batch: Sequence[list[Message]],
+        sampling: SamplingConfig,
+        *,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Sample one completion per conversation, all in one batched ``generate`` call.
+
+        Args:
+            batch: the conversations.
+            sampling: temperature, top-p, token limit, reasoning effort, seed.
+            seeds: one seed per conversation; None derives them from ``sampling.seed`` and the
+                row index (fresh randomness when ``sampling.seed`` is None too).
 
         Returns:
             One :class:`Completion` per conversation, in order (``token_ids_source="model"``).
         """
         if not batch:
             return []
+        if seeds is not None and len(seeds) != len(batch):
+            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
@@ -145,16 +164,12 @@ class LocalBackend:
             pad_token_id=self.pad_token_id,
             use_cache=True,
         )
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if sampling.temperature > 0:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p)
-            kwargs.update(top_k=None)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        devices = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed)
-            output = self.model.generate(**kwargs)
+            row_seeds = _row_seeds(len(batch), sampling.seed) if seeds is None else list(seeds)
+            sampler = PerRowSampler(row_seeds, sampling.temperature, sampling.top_p, device)
+            kwargs["logits_processor"] = LogitsProcessorList([sampler])
+        output = self.model.generate(**kwargs)
         generated = output[:, width:].tolist()
         return [
             self._completion(prompt, row, stop_ids)
@@ -179,6 +194,49 @@ class LocalBackend:
             finish_reason=finish,
             well_formed=split.well_formed,
         )
+
+
+class PerRowSampler(LogitsProcessor):
+    """Temperature + top-p sampling with one ``torch.Generator`` per batch row.
+
+    Used as the only logits processor of a greedy ``generate``: it draws each row's next token
+    from that row's generator and masks every other token, so greedy decoding picks the draw.
+
+    Args:
+        seeds: one seed per row.
+        temperature: softmax temperature (> 0).
+        top_p: nucleus mass in (0, 1].
+        device: where the scores live.
+    """
+
+    def __init__(
+        self, seeds: Sequence[int], temperature: float, top_p: float, device: torch.device
+    ) -> None:
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.generators = [
+            torch.Generator(device=device).manual_seed(int(s) % 2**63) for s in seeds
+        ]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``scores: (B, vocab)`` -> ``(B, vocab)`` with 0 at each row's draw, -inf elsewhere."""
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+            mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+            sorted_probs = sorted_probs.masked_fill(mass_before >= self.top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        out = torch.full_like(scores, -math.inf)
+        for row, generator in enumerate(self.generators):
+            token = torch.multinomial(probs[row], 1, generator=generator)
+            out[row, token] = 0.0
+        return out
+
+
+def _row_seeds(n_rows: int, seed: int | None) -> list[int]:
+    """Per-row seeds derived from one seed (fresh entropy when it is None)."""
+    sequence = np.random.SeedSequence(seed)
+    return [int(s) for s in sequence.generate_state(n_rows, np.uint64) >> np.uint64(1)]
 
 
 def _hub_reachable(hub_id: str) -> bool:

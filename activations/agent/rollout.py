@@ -19,8 +19,10 @@ the same episode's next round), so a batch of B episodes costs about one call pe
 attempt ``k`` of its step ``t`` with ``H(episode_seed, t, k)`` (H: SHA-256 folded to 31 bits).
 When the backend's ``generate`` accepts ``seeds=`` (one per conversation) these are passed per
 conversation and an episode's rollout does not depend on which episodes share its batch. A
-backend without it gets one seed per call, derived from the seeds of the conversations in it;
-the run is then reproducible for the same config and schedule only.
+backend without it gets one seed per call: the conversation's own seed when the call holds one
+conversation (``batch_size=1``: rollouts are then independent of scheduling and resumable
+bit for bit), else a seed derived from the seeds of the conversations in it (reproducible for
+the same config and schedule only).
 
 **Resume.** Each episode is written as one block (steps then summary) when it ends
 (:func:`activations.agent.trajectories.append_episode`); rerunning with the same config and
@@ -377,6 +379,8 @@ def run_rollouts(
     config: RolloutConfig,
     out_path: str | Path,
     progress: bool = True,
+    *,
+    backend_description: dict[str, Any] | None = None,
 ) -> RolloutReport:
     """Run ``config.episodes_per_grid`` episodes on every grid and append them to ``out_path``.
 
@@ -390,6 +394,8 @@ def run_rollouts(
         config: the rollout config.
         out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/1``).
         progress: show a progress bar (tqdm, on stderr).
+        backend_description: JSON facts identifying the backend (model path, ...), recorded in
+            the run header and part of the run id; None uses :func:`describe_backend`.
 
     Returns:
         a :class:`RolloutReport` of this call.
@@ -411,7 +417,8 @@ def run_rollouts(
             raise ValueError(f"grid_id {grid.grid_id!r} repeats")
         seen.add(grid.grid_id)
     template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
-    backend_description = describe_backend(backend)
+    if backend_description is None:
+        backend_description = describe_backend(backend)
     run_id = run_id_for(config, backend_description)
     header = RunHeader(
         run_id=run_id,
@@ -495,8 +502,9 @@ def _generate(
     if per_row_seeds:
         completions = backend.generate(batch, config.sampling(None), seeds=seeds)
     else:
-        sampling = replace(config.sampling(None), seed=derive_seed(*seeds))
-        completions = backend.generate(batch, sampling)
+        # one seed per call: a single conversation keeps its own seed (as with per-row seeds)
+        seed = seeds[0] if len(seeds) == 1 else derive_seed(*seeds)
+        completions = backend.generate(batch, replace(config.sampling(None), seed=seed))
     if len(completions) != len(batch):
         raise RuntimeError(
             f"backend returned {len(completions)} completions for {len(batch)} conversations"

@@ -53,8 +53,8 @@ __all__ = [
     "known_utility_meg_batch",
     "meg_at_beta",
     "mlp_utility_meg",
-    "pad_states",
     "soft_value_iteration",
+    "stack_padded",
     "state_occupancy",
     "target_variable_meg",
     "unknown_utility_meg",
@@ -173,7 +173,7 @@ class TabularMDP:
 
 @dataclass(frozen=True, eq=False)
 class MDPBatch:
-    """``B`` MDPs sharing ``S`` and ``A`` (pad smaller ones with :func:`pad_states`).
+    """``B`` MDPs sharing ``S`` and ``A`` (see :meth:`from_mdps` for padding smaller ones).
 
     Exactly one of ``transitions`` and ``next_state`` is given; deterministic next-state indices
     are much faster and lighter for grid worlds.
@@ -245,25 +245,35 @@ class MDPBatch:
 
     @classmethod
     def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
-        """Stack MDPs with equal ``S`` and ``A``; ``deterministic=None`` picks next-state indices
-        when every MDP is deterministic."""
+        """Stack MDPs with a common number of actions.
+
+        MDPs with fewer states than the largest are padded with absorbing, never-reached states
+        appended after their own; pad their policies and utilities with :func:`stack_padded`.
+        ``deterministic=None`` uses next-state indices when every MDP is deterministic.
+        """
         if len(mdps) == 0:
             raise ValueError("from_mdps needs at least one MDP")
-        shapes = {m.transitions.shape for m in mdps}
-        if len(shapes) != 1:
-            raise ValueError(
-                f"MDPs must share (S, A, S); got shapes {sorted(shapes)} (see pad_states)"
-            )
-        initial = np.stack([m.initial for m in mdps])
+        n_actions = {m.n_actions for m in mdps}
+        if len(n_actions) != 1:
+            raise ValueError(f"MDPs must share the number of actions, got {sorted(n_actions)}")
+        n_s, n_a = max(m.n_states for m in mdps), n_actions.pop()
+        initial = stack_padded([m.initial for m in mdps], n_s, 0.0)
         horizon = np.array([m.horizon for m in mdps], dtype=np.int64)
         if deterministic is not False:
             nexts = [m.next_state for m in mdps]
             if all(n is not None for n in nexts):
-                return cls(initial, horizon, next_state=np.stack(nexts))
+                loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, n_a))
+                next_state = np.stack([np.concatenate([n, loops[n.shape[0] :]]) for n in nexts])
+                return cls(initial, horizon, next_state=next_state)
             if deterministic:
                 bad = next(i for i, n in enumerate(nexts) if n is None)
                 raise ValueError(f"MDP {bad} has stochastic transitions; cannot use next_state")
-        return cls(initial, horizon, transitions=np.stack([m.transitions for m in mdps]))
+        transitions = np.zeros((len(mdps), n_s, n_a, n_s))
+        for b, m in enumerate(mdps):
+            transitions[b, : m.n_states, :, : m.n_states] = m.transitions
+            pad = np.arange(m.n_states, n_s)
+            transitions[b, pad, :, pad] = 1.0
+        return cls(initial, horizon, transitions=transitions)
 
     @property
     def n_batch(self) -> int:
@@ -282,21 +292,23 @@ class MDPBatch:
         return int(source.shape[2])
 
 
-def pad_states(mdp: TabularMDP, n_states: int) -> TabularMDP:
-    """Append absorbing, never-reached states so that ``mdp`` has ``n_states`` states.
+def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:
+    """Stack per-MDP state arrays ``(S_b, ...)`` into ``(B, n_states, ...)``, padding with ``fill``.
 
-    Pad the matching policy with uniform rows and the utility with zeros (any finite values give
-    the same MEG: the added states carry no probability).
+    Use ``fill = 1 / A`` for policies and ``0`` for utilities (the padded states of
+    :meth:`MDPBatch.from_mdps` are never reached, so the values do not change any result).
     """
-    extra = n_states - mdp.n_states
-    if extra < 0:
-        raise ValueError(f"cannot pad {mdp.n_states} states down to {n_states}")
-    transitions = np.zeros((n_states, mdp.n_actions, n_states))
-    transitions[: mdp.n_states, :, : mdp.n_states] = mdp.transitions
-    idx = np.arange(mdp.n_states, n_states)
-    transitions[idx, :, idx] = 1.0
-    initial = np.concatenate([mdp.initial, np.zeros(extra)])
-    return TabularMDP(transitions, initial, mdp.horizon)
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    tails = {a.shape[1:] for a in arrays}
+    if len(tails) != 1:
+        raise ValueError(f"arrays must agree beyond the state axis, got {sorted(tails)}")
+    too_big = [i for i, a in enumerate(arrays) if a.shape[0] > n_states]
+    if too_big:
+        raise ValueError(f"array {too_big[0]} has more than {n_states} states")
+    out = np.full((len(arrays), n_states, *tails.pop()), fill, dtype=np.float64)
+    for b, a in enumerate(arrays):
+        out[b, : a.shape[0]] = a
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +527,8 @@ class KnownUtilityMEG:
         beta: the maximising rationality parameter (``inf`` / ``-inf`` when the supremum is the
             optimal / anti-optimal limit; ``0.0`` when ``E_pi[U] = E_uniform[U]``).
         converged: whether the solver met its tolerances (always True for the closed-form cases).
-        iterations: soft-value-iteration evaluations spent by the bracketing and root finding.
+        iterations: soft value-iteration passes spent by the Newton solver (including the one at
+            ``beta = 0``); 0 for the closed-form cases.
         expected_utility: ``E_pi[U]``.
         expected_utility_model: ``E[U]`` under the maximising soft-optimal policy (equals
             ``expected_utility`` at an interior optimum).
@@ -659,7 +672,7 @@ def _known_utility_meg(prob: engine.Problem, xrtol: float) -> KnownUtilityMEGBat
             top.eu[idx] - bottom.eu[idx],
             xrtol=xrtol,
         )
-        f = sol.beta * eu_pi[idx] - sol.log_z + h[idx] * log_a
+        f = sol.f
         # beta = 0 (f = 0) is always a candidate of the supremum: keep it if rounding lost.
         keep = f > 0
         meg[idx] = np.where(keep, f, 0.0)

@@ -361,14 +361,25 @@ def forward_occupancy(prob: Problem, policy: np.ndarray) -> np.ndarray:
 _GROWTH = 8.0
 """Largest factor by which one step of :func:`solve_beta` may grow ``|beta|`` (or ``1 / scale``)."""
 
+_BETA_CAP = 1e15
+"""Largest ``|beta| * utility range`` :func:`solve_beta` evaluates: beyond it soft-optimal policies
+equal their limit to machine precision."""
+
 
 @dataclass(frozen=True)
 class BetaSolution:
-    """Result of :func:`solve_beta`, all ``(B,)``: ``beta``, the soft pass there, success flags
-    and the number of soft passes evaluated."""
+    """Result of :func:`solve_beta`, all ``(B,)``.
+
+    Attributes:
+        beta: the maximiser (the best evaluated point where not converged).
+        f: predictive accuracy ``f(beta)`` (uniform baseline subtracted).
+        eu: ``E_beta[U]``.
+        converged: whether the tolerances were met.
+        n_evals: soft passes evaluated.
+    """
 
     beta: np.ndarray
-    log_z: np.ndarray
+    f: np.ndarray
     eu: np.ndarray
     converged: np.ndarray
     n_evals: np.ndarray
@@ -384,7 +395,8 @@ def solve_beta(
     xrtol: float,
     max_iter: int = 200,
 ) -> BetaSolution:
-    """Solve ``E_beta[U] = target`` (the stationary point of the concave ``f``) per MDP.
+    """Maximise ``f(beta) = beta target - E[Lambda_0] + H log A`` per MDP: solve
+    ``E_beta[U] = target``.
 
     Works in ``x = sign * beta >= 0`` with ``sign = sign(g0)``, where ``h(x) = sign (target -
     E_{sign x}[U])`` is positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton
@@ -392,26 +404,26 @@ def solve_beta(
     ``8 max(x, 1 / scale)`` (``K`` can be ~1e-20 where the uniform policy never reaches the
     utility), when it falls strictly inside the current bracket ``(lo, hi)``; otherwise it jumps
     to that cap (no upper end yet) or bisects (geometrically when the bracket spans more than a
-    factor 4).
+    factor 4). An MDP whose ``|beta| * scale`` would exceed ``1e15`` without a bracket stops
+    unconverged (``target`` is numerically the extreme value) and reports its best point.
 
     Args:
-        prob: the MDPs (every one must have ``g0 != 0`` and a root: ``target`` strictly between
-            the uniform and the extreme expected utility on the side of ``sign``).
+        prob: the MDPs (every one must have ``g0 != 0``).
         target: ``(B,)`` ``E_pi[U]``.
         g0: ``(B,)`` ``E_pi[U] - E_uniform[U]`` (non-zero).
         k0: ``(B,)`` curvature ``K`` at ``beta = 0``.
-        scale: ``(B,)`` attainable utility range (``h`` is divided by it for the tolerance).
-        xrtol: relative tolerance on ``beta`` (convergence also when ``|h| <= 1e-13`` range).
+        scale: ``(B,)`` attainable utility range (positive).
+        xrtol: relative tolerance on ``beta`` (convergence also when ``|h| <= 1e-13 scale``).
         max_iter: Newton / bisection steps per MDP.
     """
     n_b = prob.n_batch
+    const = prob.horizon * np.log(prob.n_actions)
     sign = np.sign(g0)
     x = np.zeros(n_b)
     h = np.abs(g0)
     dh = k0.copy()  # -h'(x) >= 0
     lo, hi = np.zeros(n_b), np.full(n_b, np.inf)
-    log_z = np.zeros(n_b)
-    eu = target - g0
+    best_x, best_f, best_eu = np.zeros(n_b), np.zeros(n_b), target - g0
     converged = np.zeros(n_b, dtype=bool)
     n_evals = np.zeros(n_b, dtype=np.int64)
     active = np.ones(n_b, dtype=bool)
@@ -428,21 +440,35 @@ def solve_beta(
         with np.errstate(invalid="ignore"):
             bisect = np.where(wide, np.sqrt(lo_i * hi_i), 0.5 * (lo_i + hi_i))
         x_new = np.where(inside, prop, np.where(np.isinf(hi_i), reach, bisect))
+        hopeless = x_new * scale[idx] > _BETA_CAP
+        if np.any(hopeless):
+            active[idx[hopeless]] = False
+            keep = ~hopeless
+            idx, x_new, inside = idx[keep], x_new[keep], inside[keep]
+            xi, hi_i, lo_i = xi[keep], hi_i[keep], lo_i[keep]
+            if idx.size == 0:
+                break
         sub = prob if idx.size == n_b else prob.take(idx)
         res = soft_pass(sub, sign[idx] * x_new, curvature=True)
         n_evals[idx] += 1
+        f_new = sign[idx] * x_new * target[idx] - res.log_z + const[idx]
+        better = f_new > best_f[idx]
+        best_x[idx] = np.where(better, x_new, best_x[idx])
+        best_f[idx] = np.where(better, f_new, best_f[idx])
+        best_eu[idx] = np.where(better, res.eu, best_eu[idx])
         h_new = sign[idx] * (target[idx] - res.eu)
         pos = h_new > 0
         lo[idx] = np.where(pos, x_new, lo_i)
         hi[idx] = np.where(pos, hi_i, x_new)
-        step = np.abs(x_new - xi)
         done = (
             (np.abs(h_new) <= 1e-13 * scale[idx])
-            | (inside & (step <= xrtol * x_new))
+            | (inside & (np.abs(x_new - xi) <= xrtol * x_new))
             | (np.isfinite(hi[idx]) & (hi[idx] - lo[idx] <= xrtol * hi[idx]))
         )
         x[idx], h[idx], dh[idx] = x_new, h_new, res.curvature
-        log_z[idx], eu[idx] = res.log_z, res.eu
         converged[idx] = done
         active[idx] = ~done
-    return BetaSolution(sign * x, log_z, eu, converged, n_evals)
+        # at convergence report the final point (f is flat there; it is the best up to rounding)
+        fin = idx[done]
+        best_x[fin], best_f[fin], best_eu[fin] = x_new[done], f_new[done], res.eu[done]
+    return BetaSolution(sign * best_x, best_f, best_eu, converged, n_evals)

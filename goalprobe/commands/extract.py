@@ -1,0 +1,136 @@
+"""``goalprobe extract``: replay trajectories through the model and store residual activations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def command(
+    trajectories: Annotated[
+        Path, typer.Argument(help="Trajectory JSONL written by `goalprobe rollout`.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Activation store (.h5) to write.")],
+    model: Annotated[
+        str,
+        typer.Option(help="'bundled', a local model directory, or a Hugging Face id."),
+    ] = "bundled",
+    revision: Annotated[str, typer.Option(help="Hub revision of the model.")] = "",
+    layers: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated decoder blocks (0-based output of block L); default: the "
+            "last block of each third (GPT-OSS-20B: 7,15,23)."
+        ),
+    ] = "",
+    stages: Annotated[
+        str, typer.Option(help="Comma-separated anchor stages.")
+    ] = "pre_reasoning,post_reasoning",
+    grid_cells: Annotated[
+        bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
+    ] = False,
+    backend: Annotated[
+        str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")
+    ] = "nnsight",
+    remote: Annotated[
+        bool, typer.Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")
+    ] = False,
+    simulate_remote: Annotated[
+        bool,
+        typer.Option(help="Dry run of the remote path here (nnsight's local simulation)."),
+    ] = False,
+    ndif_host: Annotated[
+        str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
+    rows_per_part: Annotated[
+        int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
+    ] = 256,
+    compression: Annotated[str, typer.Option(help="none, lzf or gzip.")] = "none",
+    shard: Annotated[
+        str, typer.Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")
+    ] = "0/1",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[
+        str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")
+    ] = "auto",
+    device_map: Annotated[
+        str | None, typer.Option(help="transformers device map, e.g. 'auto' (overrides --device).")
+    ] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Parts directory (default: <out>.parts).")
+    ] = None,
+    keep_parts: Annotated[bool, typer.Option(help="Keep the parts after assembling.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing store of another extraction.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Replay every recorded step teacher-forced and store the residual stream (HDF5).
+
+    Resumable: rerun the same command after an interruption (even SIGKILL) and it continues
+    from the last finished part.
+    """
+    from activations.capture import make_capture
+    from activations.extract import ExtractConfig, default_layers, extract, load_model
+
+    if (remote or simulate_remote) and backend != "nnsight":
+        raise typer.BadParameter("--remote runs through nnsight; use --backend nnsight")
+    loaded = load_model(
+        model,
+        revision=revision,
+        device=device,
+        dtype=dtype,
+        device_map=device_map,
+        remote=remote,
+    )
+    options = {}
+    if backend == "nnsight":
+        options = {
+            "remote": True if remote else ("local" if simulate_remote else False),
+            "model_id": loaded.model_id,
+            "revision": loaded.revision or None,
+            "host": ndif_host,
+        }
+    elif backend == "transformer_lens":
+        options = {"model_id": loaded.model_id}
+    capture = make_capture(backend, loaded.model, loaded.tokenizer, **options)
+    chosen = (
+        tuple(int(x) for x in layers.split(",") if x.strip())
+        if layers.strip()
+        else default_layers(capture.n_layers)
+    )
+    config = ExtractConfig(
+        layers=chosen,
+        stages=tuple(s.strip() for s in stages.split(",") if s.strip()),
+        grid_cells=grid_cells,
+        batch_size=batch_size,
+        rows_per_part=rows_per_part,
+        compression=compression,
+        shard=shard,
+    )
+    report = extract(
+        trajectories,
+        out,
+        capture,
+        loaded.tokenizer,
+        config,
+        model_id=loaded.model_id,
+        model_revision=loaded.revision,
+        work_dir=work_dir,
+        keep_parts=keep_parts,
+        overwrite=overwrite,
+        progress=progress,
+    )
+    state = (
+        "already complete"
+        if report.already_complete
+        else (f"{report.parts_computed} part(s) computed, {report.parts_reused} reused")
+    )
+    typer.echo(
+        f"{report.output}: {report.rows} rows (of {report.trajectory_steps} steps in the file), "
+        f"layers {list(config.layers)}, backend {capture.name}; {state}; "
+        f"{report.seconds:.1f} s"
+    )

@@ -1,0 +1,26 @@
+"""``goalprobe merge``: join the shard stores of one extraction into one store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def command(
+    shards: Annotated[list[Path], typer.Argument(help="The N shard stores (any order).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Merged store (.h5) to write.")],
+    compression: Annotated[
+        str | None, typer.Option(help="none, lzf or gzip (default: the shards').")
+    ] = None,
+) -> None:
+    """Merge `extract --shard i/N` stores, checking every step is covered exactly once.
+
+    Rows come out in trajectory-file order, as an unsharded extraction writes them.
+    """
+    from activations.store import ActivationStore, merge_shards
+
+    path = merge_shards(shards, out, compression=compression)
+    with ActivationStore(path) as store:
+        typer.echo(f"{path}: {len(store)} rows from {len(shards)} shard(s)")

@@ -1,0 +1,661 @@
+"""The patching experiment: prepare counterfactual pairs, run every site x layers x direction.
+
+For each :class:`~probes.patching.counterfactuals.CounterfactualPair` both sides (base and
+counterfactual) get a teacher-forced sequence (prompt + their own reasoning + the answer
+prefix, :mod:`probes.patching.sites`) and one clean run that captures the residual stream at
+every position a site may read. Then, per direction, the *source* side's values are written into
+the *target* side's run:
+
+* ``"base_to_cf"``: source = base, target = counterfactual;
+* ``"cf_to_base"``: source = counterfactual, target = base (does the base run now act as in the
+  counterfactual?).
+
+Reasoning (:attr:`PatchConfig.reasoning`) is held fixed in the patched run (teacher forcing):
+
+* ``"recorded"``: the base keeps the completion recorded in the trajectory; the counterfactual
+  gets a greedy completion;
+* ``"greedy"``: both sides get a greedy (temperature 0) completion of their prompt;
+* ``"oracle"``: both sides get the bundled agent's reasoning text with an optimal plan
+  (:func:`activations.agent.reasoning.reasoning_text`), no generation.
+
+With ``regenerate=True`` the prompt sites are also patched into a greedy *generation* of the
+target prompt, and the action parsed from its final answer is the outcome (the reasoning then
+runs under the patch). By default only pairs whose agent acts optimally on both sides before
+patching are kept (``require_optimal``), so capability does not confound the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from activations.agent.backend import SamplingConfig
+from activations.agent.harmony import HarmonyTokenIds, split_completion
+from activations.agent.local_backend import LocalBackend
+from activations.agent.parser import parse_action
+from activations.agent.prompts import PromptTemplate, build_messages, uses_key_prompt
+from activations.agent.reasoning import PLAN_STEPS, reasoning_text
+from activations.gridworld.core import Action, Grid, State
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import render
+from probes.patching.counterfactuals import CounterfactualPair
+from probes.patching.patch import CleanRun, Patch, PatchBackend
+from probes.patching.sites import (
+    DEFAULT_SITES,
+    PROMPT_SITES,
+    SITES,
+    ActionTokens,
+    SequenceError,
+    TeacherForcedSequence,
+    build_sequence,
+    capture_positions,
+    check_aligned,
+    reasoning_ids,
+    site_positions,
+)
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS: tuple[str, ...] = ("base_to_cf", "cf_to_base")
+REASONING_MODES: tuple[str, ...] = ("recorded", "greedy", "oracle")
+ReasoningMode = Literal["recorded", "greedy", "oracle"]
+
+
+@dataclass(frozen=True)
+class PatchConfig:
+    """What to patch and how (no I/O).
+
+    Attributes:
+        sites: patch sites (:data:`probes.patching.sites.SITES`).
+        layers: layer-set specs, each patched as one run: ``"each"`` (every block on its own),
+            ``"all"`` (every block at once), ``"7"``, ``"-1"`` (the last block), ``"7+15"``.
+        directions: ``"base_to_cf"`` and/or ``"cf_to_base"``.
+        reasoning: ``"recorded"``, ``"greedy"`` or ``"oracle"`` (module docstring).
+        require_optimal: keep only pairs whose unpatched action is optimal on both sides.
+        regenerate: also regenerate the reasoning under the patch (prompt sites only).
+        max_new_tokens: token budget of every greedy completion.
+        batch_size: patched copies per forward pass (and prompts per generation call).
+        reasoning_effort: harmony reasoning effort of the prompts.
+        template_dir: prompt templates directory; None uses the packaged ones.
+    """
+
+    sites: tuple[str, ...] = DEFAULT_SITES
+    layers: tuple[str, ...] = ("each", "all")
+    directions: tuple[str, ...] = DIRECTIONS
+    reasoning: ReasoningMode = "greedy"
+    require_optimal: bool = True
+    regenerate: bool = False
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    reasoning_effort: str = "low"
+    template_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, values, allowed in (
+            ("sites", self.sites, SITES),
+            ("directions", self.directions, DIRECTIONS),
+        ):
+            if not values or any(v not in allowed for v in values):
+                raise ValueError(f"{name} must be a non-empty subset of {allowed}, got {values}")
+        if self.reasoning not in REASONING_MODES:
+            raise ValueError(f"reasoning must be one of {REASONING_MODES}, got {self.reasoning!r}")
+        if not self.layers:
+            raise ValueError("layers needs at least one layer-set spec")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError("max_new_tokens and batch_size must be >= 1")
+
+
+def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept.
+
+    Raises:
+        ValueError: a spec that is not ``each``, ``all`` or ``+``-joined block indices in
+            ``[-n_layers, n_layers)``.
+    """
+    out: dict[tuple[int, ...], str] = {}
+    for spec in specs:
+        spec = str(spec).strip()
+        if spec == "each":
+            for layer in range(n_layers):
+                out.setdefault((layer,), str(layer))
+            continue
+        if spec == "all":
+            out.setdefault(tuple(range(n_layers)), "all")
+            continue
+        try:
+            raw = [int(part) for part in spec.split("+")]
+        except ValueError as err:
+            raise ValueError(
+                f"bad layer spec {spec!r}; use 'each', 'all', an index or indices joined by '+'"
+            ) from err
+        if any(not -n_layers <= x < n_layers for x in raw):
+            raise ValueError(f"layer spec {spec!r} lies outside the model's {n_layers} blocks")
+        layers = tuple(sorted({x % n_layers for x in raw}))
+        out.setdefault(layers, "+".join(str(x) for x in layers))
+    return [(label, layers) for layers, label in out.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side (base or counterfactual) of a prepared pair, unpatched.
+
+    Attributes:
+        grid, state: what the prompt shows.
+        sequence: its teacher-forced sequence.
+        clean: its clean run (residual stream at the capture positions, last-position logits).
+        optimal: ``pi*`` of the state.
+        action_logits: ``(4,)`` logits of the action tokens at the readout.
+        completion_ids: the completion its reasoning came from.
+        generated_action: the action parsed from a greedy completion (None: none parsed, or no
+            greedy completion was made).
+    """
+
+    grid: Grid
+    state: State
+    sequence: TeacherForcedSequence
+    clean: CleanRun
+    optimal: frozenset[Action]
+    action_logits: np.ndarray
+    completion_ids: tuple[int, ...]
+    generated_action: Action | None
+
+    @property
+    def action(self) -> Action:
+        """The teacher-forced (argmax) action."""
+        return Action(int(np.argmax(self.action_logits)))
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The prompt's ids."""
+        return self.sequence.token_ids[: self.sequence.prompt_length].tolist()
+
+
+@dataclass(frozen=True)
+class PreparedPair:
+    """A pair ready for patching: the pair and its two unpatched sides."""
+
+    pair: CounterfactualPair
+    base: Side
+    cf: Side
+
+    def sides(self, direction: str) -> tuple[Side, Side]:
+        """``(source, target)`` of ``direction``."""
+        if direction == "base_to_cf":
+            return self.base, self.cf
+        if direction == "cf_to_base":
+            return self.cf, self.base
+        raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
+
+
+@dataclass
+class PreparationReport:
+    """What preparation kept and why it dropped pairs.
+
+    Attributes:
+        n_pairs: pairs offered.
+        n_kept: pairs prepared.
+        dropped: reason -> number of pairs dropped for it.
+    """
+
+    n_pairs: int = 0
+    n_kept: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {"n_pairs": self.n_pairs, "n_kept": self.n_kept, "dropped": dict(self.dropped)}
+
+
+class PatchingContext:
+    """The model-side objects an experiment shares: tokenizer ids, prompt building, generation.
+
+    Args:
+        model: the Hugging Face causal LM the backend wraps.
+        tokenizer: its tokenizer.
+        backend: a :class:`~probes.patching.patch.PatchBackend` around the same model.
+        config: the experiment config.
+    """
+
+    def __init__(self, model, tokenizer, backend: PatchBackend, config: PatchConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.config = config
+        self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
+        self.action_tokens = ActionTokens.from_tokenizer(tokenizer)
+        self.template = (
+            PromptTemplate.default()
+            if config.template_dir is None
+            else PromptTemplate.from_dir(config.template_dir)
+        )
+        self.generator = LocalBackend(model, tokenizer)
+        self.layer_sets = resolve_layer_sets(config.layers, backend.n_layers)
+        self.capture_layers = sorted({x for _, layers in self.layer_sets for x in layers})
+
+    def messages(self, grid: Grid, state: State):
+        """The conversation showing ``grid`` in ``state``."""
+        return build_messages(
+            render(grid, state), variant=grid.variant, has_key=state.has_key, template=self.template
+        )
+
+    def prompt_ids(self, grid: Grid, state: State) -> list[int]:
+        """``(n_prompt,)`` ids of the harmony prompt showing ``grid`` in ``state``."""
+        return self.generator.encode_prompt(self.messages(grid, state), self.config.reasoning_effort)
+
+    def greedy(self, conversations: Sequence[tuple[Grid, State]]) -> list[tuple[list[int], Action | None]]:
+        """Greedy completions and their parsed actions, ``batch_size`` prompts per call."""
+        sampling = SamplingConfig(
+            temperature=0.0,
+            max_new_tokens=self.config.max_new_tokens,
+            reasoning_effort=self.config.reasoning_effort,
+            seed=0,
+        )
+        out = []
+        size = self.config.batch_size
+        for start in range(0, len(conversations), size):
+            chunk = [self.messages(g, s) for g, s in conversations[start : start + size]]
+            for completion in self.generator.generate(chunk, sampling):
+                out.append((completion.generated_token_ids, parse_action(completion.final).action))
+        return out
+
+    def oracle_completion(self, grid: Grid, state: State) -> list[int]:
+        """Completion ids holding the bundled agent's reasoning with an optimal plan."""
+        _, actions = solve(grid).optimal_trajectory(start=state)
+        text = reasoning_text(
+            grid, state, actions[:PLAN_STEPS], key_variant=uses_key_prompt(grid.variant)
+        )
+        return reasoning_ids(self.tokenizer, text, self.special_ids)
+
+    def parse_generated(self, ids: Sequence[int]) -> Action | None:
+        """The action named by a generated completion (None when none can be parsed)."""
+        split = split_completion(list(ids), self.tokenizer)
+        return parse_action(split.final or None).action
+
+    def side(
+        self, grid: Grid, state: State, prompt: list[int], completion: Sequence[int],
+        generated_action: Action | None, sites: Sequence[str],
+    ) -> Side:
+        """Build the teacher-forced sequence and run it clean (raises :class:`SequenceError`)."""
+        sequence = build_sequence(
+            prompt,
+            completion,
+            tokenizer=self.tokenizer,
+            grid_text=render(grid, state),
+            special_ids=self.special_ids,
+            action_tokens=self.action_tokens,
+        )
+        clean = self.backend.clean_run(
+            sequence.token_ids, self.capture_layers, capture_positions(sequence, sites)
+        )
+        action_ids = list(self.action_tokens.action_ids)
+        return Side(
+            grid=grid,
+            state=state,
+            sequence=sequence,
+            clean=clean,
+            optimal=solve(grid).optimal_actions(state),
+            action_logits=clean.logits[action_ids].numpy().astype(np.float64),
+            completion_ids=tuple(int(i) for i in completion),
+            generated_action=generated_action,
+        )
+
+
+def prepare_pairs(
+    pairs: Sequence[CounterfactualPair],
+    context: PatchingContext,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[PreparedPair], PreparationReport]:
+    """Tokenise, complete and run both sides of every pair unpatched; filter.
+
+    Pairs are dropped (and counted by reason in the report) when a completion has no closed
+    reasoning, when ``"recorded"`` reasoning is asked for a base without a recorded completion,
+    or, with ``require_optimal``, when the unpatched action of a side is not optimal.
+
+    Raises:
+        SequenceError: when a recorded prompt differs from the re-rendered one, or base and
+            counterfactual prompts do not align token for token (both mean the inputs do not fit
+            this tokenizer/template; nothing is dropped silently).
+    """
+    config = context.config
+    report = PreparationReport(n_pairs=len(pairs))
+    sites = config.sites
+    # prompts, and which sides need greedy completions
+    base_prompts: dict[str, list[int]] = {}
+    for pair in pairs:
+        base = pair.base
+        if base.base_id in base_prompts:
+            continue
+        prompt = context.prompt_ids(base.grid, base.state)
+        if base.prompt_token_ids is not None and list(base.prompt_token_ids) != prompt:
+            raise SequenceError(
+                f"base {base.base_id}: the recorded prompt_token_ids differ from the prompt "
+                "rendered now (another tokenizer, template or reasoning effort?)"
+            )
+        base_prompts[base.base_id] = prompt
+    # greedy completions: the reasoning of "greedy"/"recorded" runs, the reference of regeneration
+    base_greedy = config.reasoning == "greedy" or config.regenerate
+    cf_greedy = config.reasoning != "oracle" or config.regenerate
+    need_greedy: list[tuple[str, Grid, State]] = []
+    if base_greedy:
+        need_greedy += [(p.base.base_id, p.base.grid, p.base.state) for p in _unique_bases(pairs)]
+    if cf_greedy:
+        need_greedy += [(p.pair_id, p.cf_grid, p.cf_state) for p in pairs]
+    greedy = dict(
+        zip(
+            [key for key, _, _ in need_greedy],
+            context.greedy([(g, s) for _, g, s in need_greedy]),
+            strict=True,
+        )
+    )
+    base_sides: dict[str, Side | str] = {}
+    prepared = []
+    for index, pair in enumerate(pairs):
+        if progress is not None:
+            progress(index, len(pairs))
+        base = pair.base
+        if base.base_id not in base_sides:
+            base_sides[base.base_id] = _make_base_side(context, base, base_prompts, greedy)
+        base_side = base_sides[base.base_id]
+        if isinstance(base_side, str):
+            report.dropped[base_side] += 1
+            continue
+        cf_prompt = context.prompt_ids(pair.cf_grid, pair.cf_state)
+        generated_ids, generated_action = greedy.get(pair.pair_id, (None, None))
+        completion = (
+            context.oracle_completion(pair.cf_grid, pair.cf_state)
+            if config.reasoning == "oracle"
+            else generated_ids
+        )
+        try:
+            cf_side = context.side(
+                pair.cf_grid, pair.cf_state, cf_prompt, completion, generated_action, sites
+            )
+        except SequenceError as err:
+            report.dropped[f"counterfactual: {err}"] += 1
+            continue
+        check_aligned(base_side.sequence, cf_side.sequence, pair.changed_cells)
+        if config.require_optimal and not (
+            base_side.action in base_side.optimal and cf_side.action in cf_side.optimal
+        ):
+            report.dropped["not optimal before patching"] += 1
+            continue
+        prepared.append(PreparedPair(pair=pair, base=base_side, cf=cf_side))
+    report.n_kept = len(prepared)
+    return prepared, report
+
+
+def _unique_bases(pairs: Sequence[CounterfactualPair]) -> list[CounterfactualPair]:
+    seen: dict[str, CounterfactualPair] = {}
+    for pair in pairs:
+        seen.setdefault(pair.base.base_id, pair)
+    return list(seen.values())
+
+
+def _make_base_side(context, base, base_prompts, greedy) -> Side | str:
+    """The base's side, or the reason it cannot be used."""
+    mode = context.config.reasoning
+    generated_ids, generated_action = greedy.get(base.base_id, (None, None))
+    if mode == "oracle":
+        completion = context.oracle_completion(base.grid, base.state)
+    elif mode == "recorded":
+        if base.generated_token_ids is None:
+            return "base: no recorded completion (use reasoning='greedy')"
+        completion = list(base.generated_token_ids)
+    else:
+        completion = generated_ids
+    try:
+        return context.side(
+            base.grid, base.state, base_prompts[base.base_id], completion, generated_action,
+            context.config.sites,
+        )
+    except SequenceError as err:
+        return f"base: {err}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Patching
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    """The outcome of one patched run (one row of the results table).
+
+    Attributes:
+        pair_id, base_id, grid_id: the pair, its base and grid.
+        kind: ``"disjoint"`` or ``"control"``.
+        moved: ``"agent"`` or ``"goal"``.
+        direction: ``"base_to_cf"`` or ``"cf_to_base"``.
+        site: the patch site.
+        layers: the layer-set label (``"7"``, ``"all"``, ``"7+15"``).
+        n_positions: target positions overwritten.
+        mode: ``"teacher_forced"`` or ``"regenerated"``.
+        source_values: ``"live"`` (captured now) or ``"store"`` (read from the activation store).
+        target_action, source_action: the unpatched actions of the two runs.
+        patched_action: the patched action (None: the regenerated answer named none).
+        target_optimal, source_optimal: optimal action names of the two states.
+        action_changed: patched action differs from the target's unpatched action.
+        into_source_optimal: patched action lies in the source state's optimal set.
+        in_target_optimal: patched action lies in the target state's optimal set.
+        ld_target, ld_source, ld_patched: logit difference
+            ``logsumexp(logits[source_optimal]) - logsumexp(logits[target_optimal])`` over the
+            action logits of the unpatched target, the unpatched source and the patched run
+            (NaN for regenerated runs).
+        recovered: ``(ld_patched - ld_target) / (ld_source - ld_target)``; NaN when the optimal
+            sets coincide (control pairs), for regenerated runs, or when the denominator is
+            below 1e-6 in absolute value.
+        patched_probs: ``(4,)`` softmax over the action logits of the patched run (empty for
+            regenerated runs).
+    """
+
+    pair_id: str
+    base_id: str
+    grid_id: str
+    kind: str
+    moved: str
+    direction: str
+    site: str
+    layers: str
+    n_positions: int
+    mode: str
+    source_values: str
+    target_action: str | None
+    source_action: str | None
+    patched_action: str | None
+    target_optimal: list[str]
+    source_optimal: list[str]
+    action_changed: bool
+    into_source_optimal: bool
+    in_target_optimal: bool
+    ld_target: float
+    ld_source: float
+    ld_patched: float
+    recovered: float
+    patched_probs: list[float]
+
+    def to_dict(self) -> dict:
+        """JSON-ready (NaN kept as float NaN; writers turn it into null)."""
+        return asdict(self)
+
+
+RECOVERED_MIN_DENOMINATOR = 1e-6
+
+
+def logit_difference(
+    action_logits: np.ndarray, toward: frozenset[Action], away: frozenset[Action]
+) -> float:
+    """``logsumexp(logits[toward]) - logsumexp(logits[away])`` over ``(4,)`` action logits."""
+    a = np.asarray(action_logits, dtype=np.float64)
+    t = [int(x) for x in sorted(toward)]
+    w = [int(x) for x in sorted(away)]
+    if not t or not w:
+        return math.nan
+    return float(np.logaddexp.reduce(a[t]) - np.logaddexp.reduce(a[w]))
+
+
+def recovered_fraction(ld_patched: float, ld_target: float, ld_source: float) -> float:
+    """``(patched - target) / (source - target)``; NaN for a near-zero denominator."""
+    denominator = ld_source - ld_target
+    if not math.isfinite(denominator) or abs(denominator) < RECOVERED_MIN_DENOMINATOR:
+        return math.nan
+    return float((ld_patched - ld_target) / denominator)
+
+
+def _names(actions) -> list[str]:
+    return sorted(Action(a).name for a in actions)
+
+
+@dataclass(frozen=True)
+class _Job:
+    prepared: PreparedPair
+    direction: str
+    site: str
+    label: str
+    patch: Patch
+    source_values: str
+
+
+def _jobs(
+    prepared: PreparedPair, context: PatchingContext, store, skipped: Counter, sites: Sequence[str]
+) -> list[_Job]:
+    jobs = []
+    for direction in context.config.directions:
+        source, target = prepared.sides(direction)
+        for site in sites:
+            try:
+                src_pos, tgt_pos = site_positions(
+                    source.sequence, target.sequence, site, prepared.pair.changed_cells
+                )
+            except SequenceError as err:
+                skipped[f"{site}: {err}"] += 1
+                continue
+            for label, layers in context.layer_sets:
+                values, origin = None, "live"
+                if store is not None and direction == "base_to_cf":
+                    values = store.values(
+                        prepared.pair.base, site, layers, src_pos, context.config.reasoning
+                    )
+                    origin = "live" if values is None else "store"
+                if values is None:
+                    values = source.clean.values(layers, src_pos)
+                patch = Patch(layers, torch.as_tensor(tgt_pos), values)
+                jobs.append(_Job(prepared, direction, site, label, patch, origin))
+    return jobs
+
+
+def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
+    source, target = job.prepared.sides(job.direction)
+    src_opt, tgt_opt = source.optimal, target.optimal
+    if mode == "teacher_forced":
+        target_action, source_action = target.action, source.action
+        ld_target = logit_difference(target.action_logits, src_opt, tgt_opt)
+        ld_source = logit_difference(source.action_logits, src_opt, tgt_opt)
+        ld_patched = logit_difference(patched_logits, src_opt, tgt_opt)
+        recovered = (
+            math.nan if src_opt == tgt_opt else recovered_fraction(ld_patched, ld_target, ld_source)
+        )
+        shifted = patched_logits - patched_logits.max()
+        probs = (np.exp(shifted) / np.exp(shifted).sum()).tolist()
+    else:
+        target_action, source_action = target.generated_action, source.generated_action
+        ld_target = ld_source = ld_patched = recovered = math.nan
+        probs = []
+    pair = job.prepared.pair
+    return PatchRecord(
+        pair_id=pair.pair_id,
+        base_id=pair.base.base_id,
+        grid_id=pair.base.grid_id,
+        kind=pair.kind,
+        moved=pair.moved,
+        direction=job.direction,
+        site=job.site,
+        layers=job.label,
+        n_positions=int(len(job.patch.positions)),
+        mode=mode,
+        source_values=job.source_values,
+        target_action=None if target_action is None else target_action.name,
+        source_action=None if source_action is None else source_action.name,
+        patched_action=None if patched_action is None else patched_action.name,
+        target_optimal=_names(tgt_opt),
+        source_optimal=_names(src_opt),
+        action_changed=patched_action != target_action,
+        into_source_optimal=patched_action is not None and patched_action in src_opt,
+        in_target_optimal=patched_action is not None and patched_action in tgt_opt,
+        ld_target=ld_target,
+        ld_source=ld_source,
+        ld_patched=ld_patched,
+        recovered=recovered,
+        patched_probs=probs,
+    )
+
+
+def run_patching(
+    prepared: Sequence[PreparedPair],
+    context: PatchingContext,
+    *,
+    store=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[PatchRecord], Counter]:
+    """Every site x layer set x direction of every prepared pair.
+
+    Args:
+        prepared: from :func:`prepare_pairs`.
+        context: the shared model context.
+        store: optional :class:`~probes.patching.store_source.StoreSource`; anchor values of
+            base sources come from it where it holds them.
+        progress: called with ``(pairs done, pairs)``.
+
+    Returns:
+        ``(records, skipped)``: one :class:`PatchRecord` per patched run (teacher-forced, then
+        regenerated ones when ``config.regenerate``), and site -> count of pairs where a site
+        could not be patched (e.g. ``"all"`` on sequences of different lengths).
+    """
+    config = context.config
+    action_ids = list(context.action_tokens.action_ids)
+    stop_ids = list(context.special_ids.stop_ids)
+    records: list[PatchRecord] = []
+    skipped: Counter = Counter()
+    for index, item in enumerate(prepared):
+        if progress is not None:
+            progress(index, len(prepared))
+        jobs = _jobs(item, context, store, skipped, config.sites)
+        by_target: dict[str, list[_Job]] = {}
+        for job in jobs:
+            by_target.setdefault(job.direction, []).append(job)
+        for direction, group in by_target.items():
+            _, target = item.sides(direction)
+            for start in range(0, len(group), config.batch_size):
+                chunk = group[start : start + config.batch_size]
+                logits = context.backend.patched_logits(
+                    target.sequence.token_ids, [j.patch for j in chunk]
+                )
+                for job, row in zip(chunk, logits[:, action_ids].numpy(), strict=True):
+                    action = Action(int(np.argmax(row)))
+                    records.append(_record(job, "teacher_forced", action, row.astype(np.float64)))
+            if config.regenerate:
+                prompt_jobs = [j for j in group if j.site in PROMPT_SITES]
+                for start in range(0, len(prompt_jobs), config.batch_size):
+                    chunk = prompt_jobs[start : start + config.batch_size]
+                    completions = context.backend.generate(
+                        target.prompt_ids,
+                        [j.patch for j in chunk],
+                        max_new_tokens=config.max_new_tokens,
+                        stop_ids=stop_ids,
+                    )
+                    for job, ids in zip(chunk, completions, strict=True):
+                        action = context.parse_generated(ids)
+                        records.append(_record(job, "regenerated", action, None))
+    return records, skipped

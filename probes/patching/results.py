@@ -1,0 +1,333 @@
+"""Summaries of patching records: rates with grid-cluster bootstrap CIs, tables, a heatmap.
+
+Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
+
+* ``action_changed_rate``: patched action differs from the target's unpatched action (for the
+  control set, ``stable_rate = 1 - action_changed_rate`` is the stability);
+* ``into_source_optimal_rate``: patched action lies in the source state's optimal set (for
+  ``cf_to_base`` this is the rate of moving into the counterfactual's optimal set);
+* ``recovered_mean``: mean normalised logit difference recovered,
+  ``(patched - target) / (source - target)`` (1: the patch carries the source's preference over
+  fully; 0: no effect), over the runs where it is defined.
+
+Pairs drawn from one grid are not independent, so every interval is a percentile bootstrap
+that resamples *grids* (clusters) and recomputes the pooled statistic
+(:func:`cluster_bootstrap_ci`). Files (:func:`write_results`): ``patch_records.csv``,
+``patch_summary.csv``, ``patch_results.json`` (schema ``goalprobe.patching/1``: config,
+preparation report, summary, records) and ``patch_heatmap.html`` (site x layers heatmaps).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.stats
+
+SCHEMA = "goalprobe.patching/1"
+"""Schema tag of ``patch_results.json``."""
+
+GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
+
+
+def cluster_bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    clusters: Sequence[str] | np.ndarray,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    random_state: int | None = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the pooled mean of ``values``, resampling whole clusters.
+
+    Args:
+        values: ``(N,)`` finite floats (e.g. 0/1 outcomes).
+        clusters: ``(N,)`` cluster id of each value (the grid id).
+        n_resamples: bootstrap resamples.
+        confidence: level in (0, 1).
+        random_state: seed.
+
+    Returns:
+        ``(low, high)``; ``(nan, nan)`` with fewer than two clusters; ``(v, v)`` when every
+        value equals ``v``.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or len(x) != len(clusters):
+        raise ValueError("values and clusters must be 1-D of the same length")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values must be finite (drop undefined entries first)")
+    _, inverse = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    n_clusters = int(inverse.max()) + 1 if len(x) else 0
+    if n_clusters < 2:
+        return (math.nan, math.nan)
+    if np.all(x == x[0]):
+        return (float(x[0]), float(x[0]))
+    sums = np.bincount(inverse, weights=x, minlength=n_clusters)
+    counts = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
+
+    def pooled(s, c, axis=-1):
+        return s.sum(axis=axis) / c.sum(axis=axis)
+
+    res = scipy.stats.bootstrap(
+        (sums, counts),
+        pooled,
+        paired=True,
+        vectorized=True,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(random_state),
+    )
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One cell of the results table.
+
+    Attributes:
+        kind, mode, direction, site, layers: the cell (see :class:`PatchRecord`).
+        n_runs: patched runs in the cell; n_grids: distinct grids they come from.
+        action_changed_rate, action_changed_ci: rate and ``(low, high)`` CI.
+        stable_rate: ``1 - action_changed_rate`` (the control set's stability).
+        into_source_optimal_rate, into_source_optimal_ci: rate and CI.
+        in_target_optimal_rate: patched action still optimal for the target state.
+        recovered_mean, recovered_ci: mean normalised logit difference recovered and CI (NaN
+            when undefined in every run, e.g. control pairs or regenerated runs).
+        n_recovered: runs where it is defined.
+    """
+
+    kind: str
+    mode: str
+    direction: str
+    site: str
+    layers: str
+    n_runs: int
+    n_grids: int
+    action_changed_rate: float
+    action_changed_ci: tuple[float, float]
+    stable_rate: float
+    into_source_optimal_rate: float
+    into_source_optimal_ci: tuple[float, float]
+    in_target_optimal_rate: float
+    recovered_mean: float
+    recovered_ci: tuple[float, float]
+    n_recovered: int
+
+
+def _get(record, name):
+    return record[name] if isinstance(record, dict) else getattr(record, name)
+
+
+def summarize(
+    records: Sequence,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    random_state: int | None = 0,
+) -> list[SummaryRow]:
+    """Aggregate :class:`~probes.patching.experiment.PatchRecord` (or their dicts) per cell."""
+    groups: dict[tuple, list] = {}
+    for record in records:
+        groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)
+    out = []
+    for key, group in groups.items():
+        grids = np.asarray([_get(r, "grid_id") for r in group], dtype=str)
+        changed = np.asarray([_get(r, "action_changed") for r in group], dtype=np.float64)
+        into = np.asarray([_get(r, "into_source_optimal") for r in group], dtype=np.float64)
+        in_target = np.asarray([_get(r, "in_target_optimal") for r in group], dtype=np.float64)
+        recovered = np.asarray([_get(r, "recovered") for r in group], dtype=np.float64)
+        defined = np.isfinite(recovered)
+        ci = dict(n_resamples=n_resamples, confidence=confidence, random_state=random_state)
+        out.append(
+            SummaryRow(
+                **dict(zip(GROUP_KEYS, key, strict=True)),
+                n_runs=len(group),
+                n_grids=len(set(grids.tolist())),
+                action_changed_rate=float(changed.mean()),
+                action_changed_ci=cluster_bootstrap_ci(changed, grids, **ci),
+                stable_rate=float(1.0 - changed.mean()),
+                into_source_optimal_rate=float(into.mean()),
+                into_source_optimal_ci=cluster_bootstrap_ci(into, grids, **ci),
+                in_target_optimal_rate=float(in_target.mean()),
+                recovered_mean=float(recovered[defined].mean()) if defined.any() else math.nan,
+                recovered_ci=cluster_bootstrap_ci(recovered[defined], grids[defined], **ci)
+                if defined.any()
+                else (math.nan, math.nan),
+                n_recovered=int(defined.sum()),
+            )
+        )
+    return sorted(out, key=lambda r: (r.kind, r.mode, r.direction, r.site, _layer_order(r.layers)))
+
+
+def _layer_order(label: str) -> tuple:
+    """Single layers ascending, then multi-layer sets, then ``all``."""
+    if label == "all":
+        return (2, 0, label)
+    if "+" in label:
+        return (1, 0, label)
+    return (0, int(label), label)
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _flat(row: dict) -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, (list, tuple)):
+            if key.endswith("_ci"):
+                out[f"{key}_low"], out[f"{key}_high"] = value
+            else:
+                out[key] = " ".join(str(v) for v in value)
+        else:
+            out[key] = value
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    flat = [_flat(r) for r in rows]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        if not flat:
+            return
+        writer = csv.DictWriter(handle, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+
+
+def write_results(
+    out_dir: str | Path,
+    records: Sequence,
+    summary: Sequence[SummaryRow],
+    meta: dict,
+) -> dict[str, Path]:
+    """Write the records, the summary, the JSON bundle and the heatmap into ``out_dir``.
+
+    Args:
+        out_dir: output directory (created).
+        records: patch records.
+        summary: from :func:`summarize`.
+        meta: JSON-ready facts to keep (config, preparation report, model, counts).
+
+    Returns:
+        name -> path of every file written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record_dicts = [r if isinstance(r, dict) else asdict(r) for r in records]
+    summary_dicts = [asdict(r) for r in summary]
+    paths = {
+        "records_csv": out / "patch_records.csv",
+        "summary_csv": out / "patch_summary.csv",
+        "results_json": out / "patch_results.json",
+        "heatmap_html": out / "patch_heatmap.html",
+    }
+    _write_csv(paths["records_csv"], record_dicts)
+    _write_csv(paths["summary_csv"], summary_dicts)
+    bundle = {"schema": SCHEMA, **meta, "summary": summary_dicts, "records": record_dicts}
+    paths["results_json"].write_text(
+        json.dumps(_json_safe(bundle), indent=1, allow_nan=False), encoding="utf-8"
+    )
+    heatmap_figure(summary).write_html(paths["heatmap_html"], include_plotlyjs=True)
+    return paths
+
+
+HEATMAP_PANELS: tuple[tuple[str, str, str], ...] = (
+    ("disjoint", "action_changed_rate", "action changed (disjoint)"),
+    ("disjoint", "recovered_mean", "logit diff. recovered (disjoint)"),
+    ("control", "stable_rate", "stable (control)"),
+)
+"""``(kind, metric, title)`` of the heatmap's columns."""
+
+
+def heatmap_figure(summary: Sequence[SummaryRow], mode: str = "teacher_forced"):
+    """Site x layers heatmaps: one row per direction, one column per :data:`HEATMAP_PANELS`.
+
+    Returns:
+        a ``plotly.graph_objects.Figure``; hovering a cell shows the rate, its CI and ``n``.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = [r for r in summary if r.mode == mode]
+    directions = sorted({r.direction for r in rows}) or ["base_to_cf"]
+    sites = [s for s in _SITE_ORDER if any(r.site == s for r in rows)]
+    layers = sorted({r.layers for r in rows}, key=_layer_order)
+    titles = [f"{d}: {t}" for d in directions for _, _, t in HEATMAP_PANELS]
+    fig = make_subplots(
+        rows=len(directions),
+        cols=len(HEATMAP_PANELS),
+        subplot_titles=titles,
+        horizontal_spacing=0.06,
+        vertical_spacing=0.12,
+    )
+    index = {(r.kind, r.direction, r.site, r.layers): r for r in rows}
+    for i, direction in enumerate(directions):
+        for j, (kind, metric, _) in enumerate(HEATMAP_PANELS):
+            z, text, hover = [], [], []
+            for site in sites:
+                z_row, t_row, h_row = [], [], []
+                for layer in layers:
+                    r = index.get((kind, direction, site, layer))
+                    value = math.nan if r is None else getattr(r, metric)
+                    z_row.append(None if not math.isfinite(value) else value)
+                    t_row.append("" if not math.isfinite(value) else f"{value:.2f}")
+                    h_row.append(_hover(r, metric))
+                z.append(z_row)
+                text.append(t_row)
+                hover.append(h_row)
+            fig.add_trace(
+                go.Heatmap(
+                    z=z,
+                    x=layers,
+                    y=sites,
+                    text=text,
+                    texttemplate="%{text}",
+                    hovertext=hover,
+                    hoverinfo="text",
+                    zmin=0.0,
+                    zmax=1.0,
+                    colorscale="Viridis",
+                    showscale=(i == 0 and j == 0),
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
+            fig.update_xaxes(title_text="layers", type="category", row=i + 1, col=j + 1)
+    fig.update_layout(
+        title=f"Activation patching ({mode.replace('_', ' ')})",
+        height=320 * len(directions) + 120,
+        width=420 * len(HEATMAP_PANELS),
+    )
+    return fig
+
+
+_SITE_ORDER = ("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer", "all")
+
+
+def _hover(row: SummaryRow | None, metric: str) -> str:
+    if row is None:
+        return "no runs"
+    ci = {
+        "action_changed_rate": row.action_changed_ci,
+        "stable_rate": tuple(1 - v for v in row.action_changed_ci[::-1]),
+        "recovered_mean": row.recovered_ci,
+    }[metric]
+    value = getattr(row, metric)
+    return (
+        f"{row.kind} {row.direction} site={row.site} layers={row.layers}<br>"
+        f"{metric}={value:.3f} CI [{ci[0]:.3f}, {ci[1]:.3f}]<br>"
+        f"n={row.n_runs} runs, {row.n_grids} grids"
+    )

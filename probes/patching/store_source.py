@@ -1,0 +1,86 @@
+"""Source activations of recorded base runs, read from the HDF5 activation store.
+
+The store (:mod:`activations.store`) holds, per trajectory step, the residual stream at the two
+anchors (``pre_reasoning``, ``post_reasoning``; three tokens each) for some layers, computed on
+the recorded prompt + completion. Where a patch's source is such a recorded base run (direction
+``"base_to_cf"``) and the store holds every layer of the patch, its values can be read instead
+of captured:
+
+* ``pre_reasoning`` lies in the prompt, so it is valid whatever the reasoning mode;
+* ``post_reasoning`` closes the *recorded* reasoning, so it is used only with
+  ``reasoning="recorded"``.
+
+The stored token positions are checked against the positions the patch reads; a mismatch is an
+error (the store was extracted from other token ids). Values are float16 on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from activations.store.reader import ActivationStore
+from probes.patching.counterfactuals import BaseState
+
+STORE_SITES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
+"""Sites whose source values a store can provide."""
+
+
+class StoreSource:
+    """Look up base runs in an activation store by ``(run_id, grid_id, episode, step)``.
+
+    Args:
+        store: an open :class:`~activations.store.reader.ActivationStore`.
+    """
+
+    def __init__(self, store: ActivationStore) -> None:
+        self.store = store
+        labels = store.labels(["run_id", "grid_id", "episode", "step"])
+        self._rows: dict[tuple[str, str, int, int], int] = {}
+        for row, key in enumerate(
+            zip(labels["run_id"], labels["grid_id"], labels["episode"], labels["step"], strict=True)
+        ):
+            self._rows[(str(key[0]), str(key[1]), int(key[2]), int(key[3]))] = row
+
+    def row_of(self, base: BaseState) -> int | None:
+        """The store row of ``base``'s trajectory step, or None."""
+        if base.run_id is None or base.episode is None or base.step is None:
+            return None
+        return self._rows.get((base.run_id, base.grid_id, base.episode, base.step))
+
+    def values(
+        self,
+        base: BaseState,
+        site: str,
+        layers: Sequence[int],
+        positions: np.ndarray,
+        reasoning: str,
+    ) -> torch.Tensor | None:
+        """``(len(layers), 3, d_model)`` float32 stored values of ``base`` at ``site``, or None.
+
+        None when the site is not an anchor, ``post_reasoning`` is asked without recorded
+        reasoning, the base has no row, the row lacks the stage, or a layer is not stored.
+
+        Raises:
+            ValueError: the stored positions differ from ``positions``.
+        """
+        if site not in STORE_SITES or site not in self.store.stages:
+            return None
+        if site == "post_reasoning" and reasoning != "recorded":
+            return None
+        if any(int(x) not in self.store.layers for x in layers):
+            return None
+        row = self.row_of(base)
+        if row is None or not self.store.present(site)[row]:
+            return None
+        stored = self.store.positions(site, [row])[0]
+        if not np.array_equal(stored.astype(np.int64), np.asarray(positions, dtype=np.int64)):
+            raise ValueError(
+                f"{self.store.path}: row {row} ({base.base_id}) stores {site} at positions "
+                f"{stored.tolist()}, but the patch reads {np.asarray(positions).tolist()}; the "
+                "store was extracted from other token ids"
+            )
+        acts = [self.store.read(site, int(x), [row], dtype=np.float32)[0] for x in layers]
+        return torch.from_numpy(np.stack(acts))

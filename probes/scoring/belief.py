@@ -1,0 +1,300 @@
+"""Policy against decoded belief: is the agent's action optimal on the map it seems to believe?
+
+Study section 5.2, Table 2, Figure 9 and appendix E.4. For each step a cell-type probe gives class
+probabilities per cell, ``probs: (15, 15, C)`` on the padded canvas (the grid sits top-left). The
+*decoded grid* of a step is read within the true size ``n``:
+
+- walls: cells whose argmax class is ``WALL`` (and ``DOOR`` while the true door is still locked
+  and the agent holds no key: a locked door blocks like a wall; ``KEY`` counts as open);
+- agent and goal: the cells with the highest ``P(AGENT)`` and ``P(GOAL)`` (top-k candidates for
+  the top-k analysis).
+
+An action is optimal for a candidate pair (agent cell a, goal cell g) when it moves to a neighbour
+whose decoded shortest-path distance to g is minimal among a's neighbours and finite; a move into
+a decoded wall or off the grid leaves the agent in place and is never optimal. The agent's own
+cell is never treated as a wall (only its neighbours' distances matter, and a shortest path from a
+neighbour never runs back through a). A pair with a == g has no optimal action and is skipped.
+
+Beyond the study, :func:`belief_weighted_scores` keeps the probe's whole distribution: with
+``b(a, g) ∝ P(AGENT | a) P(GOAL | g)`` (a != g) it reports the *expected optimality* of the
+action and a QMDP-style score: ``Q̄(u) = Σ b(a, g) Q_{a,g}(u)`` with
+``Q_{a,g}(u) = -(1 + d_g(next(a, u)))`` (unreachable distances capped at ``n * n``), whether the
+action maximises ``Q̄`` and its regret ``max Q̄ - Q̄(action)`` in steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, Action, CellType, RowCol
+from activations.gridworld.optimal import bfs_distances
+from activations.stats import bootstrap_ci
+
+TOP_K_DEFAULT = (1, 3, 5, 10)
+
+
+@dataclass(frozen=True)
+class StepBelief:
+    """One step to score.
+
+    Attributes:
+        probs: ``(canvas, canvas, C)`` class probabilities of the decoded map (C >= 4, indexed by
+            :class:`CellType`).
+        size: the true grid size n (the decoded grid is read in ``probs[:n, :n]``).
+        action: the agent's action (an :class:`Action` value), or None for an invalid step.
+        true_optimal: ``(4,)`` bool, the optimal actions on the true grid in this state.
+        door_locked: whether a door exists and still blocks the agent (no key held, not open).
+        group: free-form keys for breakdowns (e.g. ``{"size": 9, "density": 0.4}``).
+    """
+
+    probs: np.ndarray
+    size: int
+    action: int | None
+    true_optimal: np.ndarray
+    door_locked: bool = False
+    group: dict | None = None
+
+
+def decoded_walls(probs: np.ndarray, size: int, *, door_locked: bool = False) -> np.ndarray:
+    """``(n, n)`` bool walls of the decoded map (argmax WALL, plus DOOR while the door is locked)."""
+    arg = np.asarray(probs)[:size, :size].argmax(axis=-1)
+    walls = arg == CellType.WALL
+    if door_locked:
+        walls |= arg == CellType.DOOR
+    return walls
+
+
+def top_cells(probs: np.ndarray, size: int, cell_type: CellType, k: int) -> list[RowCol]:
+    """The ``k`` cells of the ``n x n`` grid with the highest probability of ``cell_type``."""
+    scores = np.asarray(probs, dtype=np.float64)[:size, :size, int(cell_type)].ravel()
+    k = min(k, scores.size)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [(int(i // size), int(i % size)) for i in order]
+
+
+def _neighbour_distances(dist: np.ndarray, walls: np.ndarray, agent: RowCol) -> np.ndarray:
+    """``(4,)`` decoded distance after each action from ``agent`` (inf where the move is blocked)."""
+    n = walls.shape[0]
+    out = np.full(N_ACTIONS, np.inf)
+    for action in Action:
+        dr, dc = action.delta_row_col
+        r, c = agent[0] + dr, agent[1] + dc
+        if 0 <= r < n and 0 <= c < n and not walls[r, c]:
+            out[int(action)] = dist[r, c]
+    return out
+
+
+def optimal_mask_for_pair(walls: np.ndarray, agent: RowCol, goal: RowCol) -> np.ndarray:
+    """``(4,)`` bool optimal actions for agent ``agent`` and goal ``goal`` on ``walls``."""
+    if agent == goal:
+        return np.zeros(N_ACTIONS, dtype=bool)
+    walls = walls.copy()
+    walls[goal] = False
+    dist = bfs_distances(walls, goal)
+    return _mask_from_neighbours(_neighbour_distances(dist, walls, agent))
+
+
+def _mask_from_neighbours(nd: np.ndarray) -> np.ndarray:
+    best = nd.min()
+    if not np.isfinite(best):
+        return np.zeros(N_ACTIONS, dtype=bool)
+    return nd == best
+
+
+def topk_optimal_mask(
+    probs: np.ndarray, size: int, k: int, *, door_locked: bool = False
+) -> np.ndarray:
+    """``(4,)`` bool: actions optimal for at least one of the top-k agent x top-k goal pairs."""
+    walls = decoded_walls(probs, size, door_locked=door_locked)
+    agents = top_cells(probs, size, CellType.AGENT, k)
+    goals = top_cells(probs, size, CellType.GOAL, k)
+    mask = np.zeros(N_ACTIONS, dtype=bool)
+    for goal in goals:
+        w = walls.copy()
+        w[goal] = False
+        dist = bfs_distances(w, goal)
+        for agent in agents:
+            if agent != goal:
+                mask |= _mask_from_neighbours(_neighbour_distances(dist, w, agent))
+    return mask
+
+
+@dataclass(frozen=True)
+class BeliefWeighted:
+    """Belief-weighted scores of one step.
+
+    Attributes:
+        expected_optimality: ``E_b[1{action optimal for (a, g)}]`` in [0, 1].
+        q_bar: ``(4,)`` QMDP expected action values (negative expected steps to the goal).
+        qmdp_optimal: ``(4,)`` bool, the actions maximising ``q_bar`` (ties within 1e-9).
+        action_is_qmdp_optimal: whether the agent's action is among them (False if invalid).
+        qmdp_regret: ``max q_bar - q_bar[action]`` in steps (nan for an invalid action).
+        mass_covered: the share of the belief's probability mass the sums covered.
+    """
+
+    expected_optimality: float
+    q_bar: np.ndarray
+    qmdp_optimal: np.ndarray
+    action_is_qmdp_optimal: bool
+    qmdp_regret: float
+    mass_covered: float
+
+
+def belief_weighted_scores(
+    probs: np.ndarray,
+    size: int,
+    action: int | None,
+    *,
+    door_locked: bool = False,
+    mass: float = 0.99,
+    max_cells: int = 25,
+) -> BeliefWeighted:
+    """Score ``action`` against the probe's whole agent/goal distribution (see module docstring).
+
+    Args:
+        probs: ``(canvas, canvas, C)`` class probabilities.
+        size: true grid size n.
+        action: the agent's action, or None.
+        door_locked: whether the door still blocks.
+        mass: keep the most probable cells until this share of each marginal is covered.
+        max_cells: at most this many agent and this many goal cells.
+    """
+    p = np.asarray(probs, dtype=np.float64)[:size, :size]
+    walls = decoded_walls(probs, size, door_locked=door_locked)
+    cap = float(size * size)
+
+    def support(cell_type: CellType) -> tuple[list[RowCol], np.ndarray, float]:
+        w = p[..., int(cell_type)].ravel()
+        total = w.sum()
+        w = w / total if total > 0 else np.full_like(w, 1.0 / w.size)
+        order = np.argsort(-w, kind="stable")
+        keep = int(np.searchsorted(np.cumsum(w[order]), mass) + 1)
+        keep = max(1, min(keep, max_cells, w.size))
+        idx = order[:keep]
+        cells = [(int(i // size), int(i % size)) for i in idx]
+        return cells, w[idx], float(w[idx].sum())
+
+    agents, pa, ma = support(CellType.AGENT)
+    goals, pg, mg = support(CellType.GOAL)
+    q_bar = np.zeros(N_ACTIONS)
+    exp_opt = 0.0
+    z = 0.0
+    for goal, wg in zip(goals, pg, strict=True):
+        w = walls.copy()
+        w[goal] = False
+        dist = bfs_distances(w, goal)
+        for agent, wa in zip(agents, pa, strict=True):
+            if agent == goal:
+                continue
+            weight = wa * wg
+            nd = _neighbour_distances(dist, w, agent)
+            # a blocked move leaves the agent where it is
+            own = dist[agent] if not w[agent] else 1.0 + np.min(nd)
+            stay = np.where(np.isfinite(nd), nd, own)
+            q_bar += weight * -(1.0 + np.minimum(stay, cap))
+            if action is not None:
+                exp_opt += weight * float(_mask_from_neighbours(nd)[int(action)])
+            z += weight
+    if z > 0:
+        q_bar /= z
+        exp_opt /= z
+    qmdp_opt = q_bar >= q_bar.max() - 1e-9
+    if action is None:
+        return BeliefWeighted(0.0, q_bar, qmdp_opt, False, float("nan"), ma * mg)
+    return BeliefWeighted(
+        exp_opt,
+        q_bar,
+        qmdp_opt,
+        bool(qmdp_opt[int(action)]),
+        float(q_bar.max() - q_bar[int(action)]),
+        ma * mg,
+    )
+
+
+@dataclass(frozen=True)
+class StepScore:
+    """Scores of one step (booleans are False for an invalid action).
+
+    Attributes:
+        opt_gt: the action is optimal on the true grid.
+        opt_dec: the action is optimal on the top-1 decoded grid.
+        opt_topk: k -> the action is optimal for some top-k candidate pair.
+        belief: the belief-weighted scores.
+    """
+
+    opt_gt: bool
+    opt_dec: bool
+    opt_topk: dict[int, bool]
+    belief: BeliefWeighted
+
+
+def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepScore:
+    """Score one step against the true grid and its decoded map."""
+    valid = step.action is not None
+    a = int(step.action) if valid else 0
+    opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
+    topk = {
+        int(k): valid
+        and bool(topk_optimal_mask(step.probs, step.size, int(k), door_locked=step.door_locked)[a])
+        for k in sorted(set(top_k) | {1})
+    }
+    belief = belief_weighted_scores(
+        step.probs, step.size, step.action, door_locked=step.door_locked
+    )
+    return StepScore(opt_gt, topk[1], topk, belief)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A proportion with its bootstrap 95% confidence interval and its count."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
+
+
+def _rate(values: np.ndarray, random_state: int) -> Rate:
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return Rate(float("nan"), float("nan"), float("nan"), 0)
+    low, high = bootstrap_ci(values, n_resamples=999, random_state=random_state)
+    return Rate(float(values.mean()), float(low), float(high), int(values.size))
+
+
+def summarise(scores: Sequence[StepScore], *, random_state: int = 0) -> dict[str, Rate]:
+    """Table 2 columns (+ E.4, Figure 9 and the belief-weighted scores) over ``scores``.
+
+    Keys: ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both), ``recovery`` (among
+    GT-suboptimal actions, the share optimal on the decoded grid), ``inverse_recovery`` (among
+    decoded-suboptimal actions, the share optimal on the true grid), ``acc_top{k}``,
+    ``expected_optimality``, ``qmdp_agreement`` and ``qmdp_regret``.
+    """
+    gt = np.array([s.opt_gt for s in scores], dtype=bool)
+    dec = np.array([s.opt_dec for s in scores], dtype=bool)
+    out = {
+        "acc_gt": _rate(gt, random_state),
+        "acc_dec": _rate(dec, random_state),
+        "agreement": _rate(gt & dec, random_state),
+        "recovery": _rate(dec[~gt], random_state),
+        "inverse_recovery": _rate(gt[~dec], random_state),
+    }
+    ks = sorted({k for s in scores for k in s.opt_topk})
+    for k in ks:
+        out[f"acc_top{k}"] = _rate(np.array([s.opt_topk[k] for s in scores]), random_state)
+    out["expected_optimality"] = _rate(
+        np.array([s.belief.expected_optimality for s in scores]), random_state
+    )
+    out["qmdp_agreement"] = _rate(
+        np.array([s.belief.action_is_qmdp_optimal for s in scores]), random_state
+    )
+    regrets = np.array([s.belief.qmdp_regret for s in scores], dtype=np.float64)
+    out["qmdp_regret"] = _rate(regrets[np.isfinite(regrets)], random_state)
+    return out

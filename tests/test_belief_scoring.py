@@ -1,0 +1,118 @@
+"""Policy against decoded belief: hand-built cases with known answers."""
+
+import numpy as np
+import pytest
+
+from activations.gridworld.core import Action, CellType, Grid, State
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import padded_cell_types
+from probes.scoring.belief import (
+    StepBelief,
+    belief_weighted_scores,
+    optimal_mask_for_pair,
+    score_step,
+    summarise,
+    topk_optimal_mask,
+)
+
+N_CLASSES = 7
+
+
+def one_hot_map(cell_map: np.ndarray, sharp: float = 0.9) -> np.ndarray:
+    """Probabilities that put ``sharp`` on the labelled class and spread the rest."""
+    probs = np.full(cell_map.shape + (N_CLASSES,), (1 - sharp) / (N_CLASSES - 1))
+    np.put_along_axis(probs, cell_map[..., None].astype(int), sharp, axis=-1)
+    return probs
+
+
+def open_room(n: int = 5, start=(1, 1), goal=(1, 3)) -> Grid:
+    walls = np.zeros((n, n), dtype=bool)
+    walls[0, :] = walls[-1, :] = walls[:, 0] = walls[:, -1] = True
+    return Grid(walls=walls, goal=goal, start=start)
+
+
+def test_pair_mask_matches_exact_solver_on_true_map():
+    grid = open_room(7, start=(1, 1), goal=(4, 5))
+    policy = solve(grid)
+    for row in range(1, 6):
+        for col in range(1, 6):
+            if (row, col) == grid.goal:
+                continue
+            expected = policy.action_mask(State(agent=(row, col)))
+            got = optimal_mask_for_pair(grid.walls, (row, col), grid.goal)
+            assert np.array_equal(expected, got), (row, col)
+
+
+def test_decoded_equals_true_when_probe_is_perfect():
+    grid = open_room(5, start=(1, 1), goal=(3, 3))
+    probs = one_hot_map(padded_cell_types(grid), sharp=0.99999)
+    true_opt = solve(grid).action_mask(grid.initial_state)
+    for action in Action:
+        score = score_step(StepBelief(probs, 5, int(action), true_opt))
+        assert score.opt_gt == score.opt_dec == bool(true_opt[action])
+        assert score.belief.expected_optimality == pytest.approx(float(true_opt[action]), abs=1e-3)
+
+
+def test_recovery_when_decoded_goal_is_elsewhere():
+    # true goal to the right; the probe believes the goal is below the agent
+    grid = open_room(5, start=(1, 1), goal=(1, 3))
+    believed = open_room(5, start=(1, 1), goal=(3, 1))
+    probs = one_hot_map(padded_cell_types(believed))
+    true_opt = solve(grid).action_mask(grid.initial_state)
+    down = score_step(StepBelief(probs, 5, int(Action.DOWN), true_opt))
+    right = score_step(StepBelief(probs, 5, int(Action.RIGHT), true_opt))
+    assert (down.opt_gt, down.opt_dec) == (False, True)
+    assert (right.opt_gt, right.opt_dec) == (True, False)
+    table = summarise([down, right], random_state=0)
+    assert table["acc_gt"].value == 0.5
+    assert table["acc_dec"].value == 0.5
+    assert table["agreement"].value == 0.0
+    assert table["recovery"].value == 1.0  # the one GT-suboptimal action is decoded-optimal
+    assert table["inverse_recovery"].value == 1.0
+
+
+def test_topk_includes_second_goal_candidate():
+    probs = one_hot_map(padded_cell_types(open_room(5, start=(1, 1), goal=(3, 1))))
+    probs[1, 3, CellType.GOAL] = 0.5  # the true goal is the runner-up goal cell
+    assert not topk_optimal_mask(probs, 5, 1)[Action.RIGHT]
+    assert topk_optimal_mask(probs, 5, 3)[Action.RIGHT]
+    assert topk_optimal_mask(probs, 5, 3)[Action.DOWN]
+
+
+def test_blocked_move_is_never_optimal_and_walls_are_respected():
+    grid = open_room(5, start=(1, 1), goal=(3, 3))
+    walls = grid.walls.copy()
+    walls[1, 2] = True
+    mask = optimal_mask_for_pair(walls, (1, 1), (3, 3))
+    assert mask.tolist() == [False, True, False, False]  # only DOWN
+    assert not optimal_mask_for_pair(walls, (3, 3), (3, 3)).any()
+
+
+def test_belief_weighted_splits_between_two_goals():
+    grid = open_room(5, start=(1, 1), goal=(1, 3))
+    probs = one_hot_map(padded_cell_types(grid), sharp=0.99999)
+    probs[..., CellType.GOAL] = 0.0
+    probs[1, 3, CellType.GOAL] = 0.7
+    probs[3, 1, CellType.GOAL] = 0.3
+
+    def score(action):
+        return belief_weighted_scores(probs, 5, int(action), mass=0.9999)
+
+    # hand computation, Q(u) = -(1 + distance after u); both goals are 2 steps away:
+    # RIGHT: 0.7 * -2 + 0.3 * -4 = -2.6; DOWN: 0.7 * -4 + 0.3 * -2 = -3.4; UP/LEFT bump: -3
+    right = score(Action.RIGHT)
+    assert right.q_bar == pytest.approx([-3.0, -3.4, -3.0, -2.6], abs=1e-3)
+    assert right.qmdp_optimal.tolist() == [False, False, False, True]
+    assert right.expected_optimality == pytest.approx(0.7, abs=1e-3)
+    assert right.qmdp_regret == pytest.approx(0.0, abs=1e-9)
+    assert score(Action.DOWN).expected_optimality == pytest.approx(0.3, abs=1e-3)
+    assert score(Action.DOWN).qmdp_regret == pytest.approx(0.8, abs=1e-3)
+    assert score(Action.UP).qmdp_regret == pytest.approx(0.4, abs=1e-3)
+    assert score(Action.UP).expected_optimality < 1e-3
+
+
+def test_invalid_action_is_not_optimal():
+    grid = open_room()
+    probs = one_hot_map(padded_cell_types(grid))
+    s = score_step(StepBelief(probs, 5, None, np.ones(4, dtype=bool)))
+    assert not s.opt_gt and not s.opt_dec and not any(s.opt_topk.values())

@@ -1,0 +1,328 @@
+"""Rollouts with a real (tiny, random) GPT-OSS: invalid output, trajectory JSONL, resume, seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from activations.agent.rollout import RolloutConfig, derive_seed, run_rollouts
+from activations.agent.trajectories import (
+    SCHEMA,
+    TrajectoryFormatError,
+    TruncatedLineWarning,
+    iter_records,
+    read_run_header,
+    read_steps,
+    read_trajectories,
+)
+from activations.gridworld.core import Grid, Variant
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.metrics import TrajectoryData
+from activations.gridworld.optimal import default_horizon, solve
+
+SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core CPU
+    "instructions_plain.txt": "Reach G.",
+    "instructions_key.txt": "Reach G; K opens D.",
+    "user_plain.txt": "{{grid}}",
+    "user_key.txt": "{{grid}}\n{{key_status}}",
+    "key_status_carrying.txt": "You carry K.",
+    "key_status_not_carrying.txt": "You do not carry K.",
+}
+
+
+def build_tiny_backend():
+    """A LocalBackend over a random 2-layer GptOssForCausalLM with the bundled tokenizer."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    from activations.agent.local_backend import LocalBackend
+    from activations.agent.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = GptOssConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=[tokenizer.convert_tokens_to_ids("<|return|>")],
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    return LocalBackend(GptOssForCausalLM(config), tokenizer)
+
+
+def key_door_grid() -> Grid:
+    walls = np.ones((5, 5), dtype=bool)
+    walls[1, 1:4] = False
+    walls[2, 1] = walls[2, 3] = walls[3, 3] = False
+    # row 1: start (1,1) ... key (1,3); door (2,3) blocks the way down to the goal (3,3)
+    return Grid(
+        walls=walls,
+        goal=(3, 3),
+        start=(1, 1),
+        key=(2, 1),
+        door=(2, 3),
+        variant=Variant.KEY_DOOR,
+        grid_id="kd-hand-0",
+    )
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return build_tiny_backend()
+
+
+@pytest.fixture(scope="module")
+def template_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("templates")
+    for name, text in SHORT_TEMPLATES.items():
+        (directory / name).write_text(text + "\n", encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def grids() -> list[Grid]:
+    plain = generate_grid_set(GridSetConfig(sizes=(5,), densities=(0.0, 1.0), n_per_cell=1))
+    return [*plain, key_door_grid()]
+
+
+@pytest.fixture(scope="module")
+def config(template_dir) -> RolloutConfig:
+    return RolloutConfig(
+        episodes_per_grid=2,
+        horizon_steps=2,
+        retries=1,
+        batch_size=1,
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=1.0,
+        seed=7,
+        template_dir=str(template_dir),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(backend, grids, config, tmp_path_factory) -> Path:
+    """An uninterrupted run of ``config`` (the tiny model never names an action)."""
+    out = tmp_path_factory.mktemp("reference") / "traj.jsonl"
+    report = run_rollouts(grids, backend, config, out, progress=False)
+    assert report.episodes_run == len(grids) * config.episodes_per_grid
+    return out
+
+
+def episode_dicts(path: Path) -> dict:
+    return {
+        ep.key: (asdict(ep.summary), [asdict(s) for s in ep.steps])
+        for ep in read_trajectories(path)
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_invalid_output_is_recorded_agent_stays_and_episode_is_summarised(
+    reference, grids, config, backend
+):
+    episodes = list(read_trajectories(reference))
+    assert len(episodes) == len(grids) * config.episodes_per_grid  # none dropped
+    by_id = {g.grid_id: g for g in grids}
+    for episode in episodes:
+        grid = by_id[episode.summary.grid_id]
+        summary = episode.summary
+        assert summary.length == config.horizon_steps == summary.horizon
+        assert summary.invalid_steps == summary.length
+        assert not summary.success and summary.end_reason == "horizon"
+        assert summary.total_attempts == summary.length * (config.retries + 1)
+        assert summary.final_agent_row_col == grid.start
+        assert summary.shortest_path_length == solve(grid).shortest_path_length
+        for t, step in enumerate(episode.steps):
+            assert step.step == t
+            assert step.action is None and not step.valid
+            assert step.parse_error
+            assert step.agent_row_col == step.next_agent_row_col == grid.start
+            assert step.attempts == config.retries + 1 == len(step.rejected_attempts) + 1
+            assert "invalid" in step.flags and "retried" in step.flags
+            assert step.token_ids_source == "model"
+            assert 0 < len(step.generated_token_ids) <= config.max_new_tokens
+            for attempt in step.rejected_attempts:
+                assert attempt.parse_error and 0 < len(attempt.generated_token_ids) <= 4
+            # the prompt ids are the exact harmony prompt with the grid shown at this step
+            prompt = backend.tokenizer.decode(step.prompt_token_ids, skip_special_tokens=False)
+            assert step.grid_text in prompt and prompt.endswith("<|start|>assistant")
+            assert step.optimal_actions == sorted(
+                step.optimal_actions, key=lambda a: ["UP", "DOWN", "LEFT", "RIGHT"].index(a)
+            )
+            assert step.distance_to_goal == solve(grid).shortest_path_length
+        data = episode.to_trajectory_data()
+        assert isinstance(data, TrajectoryData)
+        assert data.actions == (None,) * summary.length
+
+
+def test_key_state_is_recorded(reference):
+    steps = [s for s in read_steps(reference) if s.grid_id == "kd-hand-0"]
+    assert steps
+    for step in steps:
+        assert step.key_row_col == (2, 1) and step.door_row_col == (2, 3)
+        assert step.has_key is False and step.door_open is False
+        assert step.variant == Variant.KEY_DOOR
+        assert "You do not carry K." not in step.grid_text  # the grid text is the grid only
+
+
+def test_every_line_carries_schema_and_kind(reference):
+    lines = reference.read_text(encoding="utf-8").splitlines()
+    kinds = [json.loads(line)["kind"] for line in lines]
+    assert all(json.loads(line)["schema"] == SCHEMA for line in lines)
+    assert kinds[0] == "run" and kinds.count("run") == 1
+    assert kinds.count("episode") == 6
+    header = read_run_header(reference)
+    assert header.config["seed"] == 7 and header.config["retries"] == 1
+
+
+def test_same_seed_same_rollouts_other_seed_differs(backend, grids, config, tmp_path):
+    quick = replace(config, horizon_steps=1, retries=0, batch_size=6)
+    a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    run_rollouts(grids, backend, quick, a, progress=False)
+    run_rollouts(grids, backend, quick, b, progress=False)
+    run_rollouts(grids, backend, replace(quick, seed=8), c, progress=False)
+    assert a.read_bytes() == b.read_bytes()
+    ids_a = [s.generated_token_ids for s in read_steps(a)]
+    ids_c = [s.generated_token_ids for s in read_steps(c)]
+    assert ids_a != ids_c
+
+
+class _Crash(Exception):
+    pass
+
+
+class CrashingBackend:
+    """Delegates to a real backend and dies on its ``n``-th call (a killed process)."""
+
+    def __init__(self, inner, n: int) -> None:
+        self.inner, self.n, self.calls = inner, n, 0
+
+    def describe(self):
+        return {"class": type(self.inner).__name__}
+
+    def generate(self, batch, sampling):
+        self.calls += 1
+        if self.calls == self.n:
+            raise _Crash("killed")
+        return self.inner.generate(batch, sampling)
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(
+    backend, grids, config, reference, tmp_path
+):
+    class Named:  # same description as the plain backend -> same run id as the reference
+        def __init__(self, inner):
+            self.inner = inner
+
+        def describe(self):
+            return {"class": "activations.agent.local_backend.LocalBackend"}
+
+        def generate(self, batch, sampling):
+            return self.inner.generate(batch, sampling)
+
+    assert read_run_header(reference).backend == Named(backend).describe()
+    out = tmp_path / "traj.jsonl"
+    with pytest.raises(_Crash):
+        run_rollouts(grids, CrashingBackend(backend, n=10), config, out, progress=False)
+    finished = list(read_trajectories(out))
+    assert 0 < len(finished) < 6  # 4 calls per episode: two finished, the third in flight
+    # a kill in the middle of writing an episode leaves a partial block behind
+    block = reference.read_text(encoding="utf-8").splitlines(keepends=True)[1:3]
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(block[0] + block[1][: len(block[1]) // 2])
+    print("DEBUG", len(block), [b[:80] for b in block], repr(out.read_text()[-300:]))
+    with pytest.warns(TruncatedLineWarning, match="truncated"):
+        assert len(list(read_trajectories(out))) == len(finished)
+
+    with pytest.warns(TruncatedLineWarning, match="dropping"):
+        report = run_rollouts(grids, Named(backend), config, out, progress=False)
+    assert report.episodes_skipped == len(finished)
+    assert report.episodes_run == 6 - len(finished)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert episode_dicts(out) == episode_dicts(reference)
+    again = run_rollouts(grids, Named(backend), config, out, progress=False)
+    assert again.episodes_run == 0 and again.generate_calls == 0
+
+
+def test_other_config_is_refused(reference, grids, config, backend, tmp_path):
+    out = tmp_path / "traj.jsonl"
+    out.write_bytes(reference.read_bytes())
+    with pytest.raises(TrajectoryFormatError, match="holds run"):
+        run_rollouts(grids, backend, replace(config, temperature=0.5), out, progress=False)
+    # batch size is not part of the run's identity
+    report = run_rollouts(grids, backend, replace(config, batch_size=3), out, progress=False)
+    assert report.episodes_run == 0
+
+
+def test_reader_names_file_line_and_field(reference, tmp_path):
+    lines = reference.read_text(encoding="utf-8").splitlines(keepends=True)
+    step = json.loads(lines[1])
+    step["agent_row_col"] = [1]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[0] + json.dumps(step) + "\n" + "".join(lines[2:]), encoding="utf-8")
+    with pytest.raises(TrajectoryFormatError, match=rf"{bad}:2: field 'agent_row_col'"):
+        list(read_trajectories(bad))
+
+    bad.write_text(lines[0] + "{not json\n" + "".join(lines[1:]), encoding="utf-8")
+    with pytest.raises(TrajectoryFormatError, match=rf"{bad}:2: not valid JSON"):
+        list(iter_records(bad))
+
+    other = json.loads(lines[1]) | {"schema": "goalprobe.trajectory/0"}
+    bad.write_text(lines[0] + json.dumps(other) + "\n", encoding="utf-8")
+    with pytest.raises(TrajectoryFormatError, match=r":2: schema 'goalprobe.trajectory/0'"):
+        list(iter_records(bad))
+
+    summary_line = next(i for i, line in enumerate(lines) if '"kind":"episode"' in line)
+    summary = json.loads(lines[summary_line]) | {"length": 99}
+    lines[summary_line] = json.dumps(summary) + "\n"
+    bad.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(TrajectoryFormatError, match=rf":{summary_line + 1}: field 'length'"):
+        list(read_trajectories(bad))
+
+
+def test_truncated_final_line_is_reported_and_ignored(reference, tmp_path):
+    data = reference.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[:-7])  # the last summary line loses its end
+    with pytest.warns(TruncatedLineWarning, match=rf"{cut}:\d+: final line is truncated"):
+        episodes = list(read_trajectories(cut))
+    assert len(episodes) == 5
+
+
+def test_horizon_rule():
+    config = RolloutConfig()
+    for length in range(1, 60):
+        assert config.horizon(length) == math.ceil(1.5 * length) == default_horizon(length)
+    assert RolloutConfig(horizon_factor=2.0).horizon(7) == 14
+    assert RolloutConfig(horizon_steps=30).horizon(7) == 30
+    with pytest.raises(ValueError, match="retries"):
+        RolloutConfig(retries=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        RolloutConfig(top_p=0.0)
+
+
+def test_seeds_are_stable_and_distinct():
+    assert derive_seed(0, "g", 1) == derive_seed(0, "g", 1)
+    seeds = {derive_seed(0, "g", e) for e in range(1000)}
+    assert len(seeds) == 1000 and all(0 <= s < 2**31 for s in seeds)
