@@ -285,14 +285,23 @@ def episode_rows(
         step_where = f"{where}: step {step.step} of episode {step.episode} on grid {step.grid_id!r}"
         ids = np.asarray([*step.prompt_token_ids, *step.generated_token_ids], dtype=np.int64)
         try:
-            anchors = find_anchors(ids.tolist(), special)
+            pre_anchor = find_anchors(step.prompt_token_ids, special).pre_reasoning
         except ValueError as err:
             raise ValueError(f"{step_where}: {err}") from err
+        post_anchor = None
+        generated = step.generated_token_ids
+        if generated and generated[0] == special.channel:
+            # a completion that opens a channel; anything else (malformed output) has no
+            # post-reasoning anchor
+            anchors = find_anchors(ids.tolist(), special)
+            if anchors.pre_reasoning != pre_anchor:
+                raise ValueError(f"{step_where}: the prompt's anchor moved in the full sequence")
+            post_anchor = anchors.post_reasoning
         positions: dict[str, np.ndarray] = {}
         present: dict[str, bool] = {}
-        pre = np.asarray(anchors.pre_reasoning, dtype=np.int64)
+        pre = np.asarray(pre_anchor, dtype=np.int64)
         for stage in config.stages:
-            found = anchors.pre_reasoning if stage == "pre_reasoning" else anchors.post_reasoning
+            found = pre_anchor if stage == "pre_reasoning" else post_anchor
             present[stage] = found is not None
             positions[stage] = pre if found is None else np.asarray(found, dtype=np.int64)
         if config.grid_cells:
@@ -653,7 +662,8 @@ def load_model(
     """Load the model whose trajectories are to be replayed.
 
     Args:
-        model: ``"bundled"`` (the bundled agent), a local model directory, or a Hugging Face id
+        model: ``"bundled"`` (the bundled agent; its revision is recorded as a digest of its
+            weights), a local model directory, or a Hugging Face id
             (e.g. ``openai/gpt-oss-20b``; transformers loads its MXFP4 weights where the
             kernels exist and dequantises to bf16 elsewhere).
         revision: Hub revision ('' for the default branch).
@@ -671,14 +681,16 @@ def load_model(
             raise ValueError("remote extraction needs a Hub id that NDIF serves, not a local model")
         lm = TransformersModel(model, revision=revision or None)
         return LoadedModel(lm, lm.tokenizer, model, revision)
+    device, torch_dtype = resolve_device_dtype(device, dtype)
     if model == "bundled":
-        from activations.agent import bundled
+        from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
 
-        loaded_model, tokenizer = bundled.load_bundled_agent()
-        return LoadedModel(loaded_model.eval(), tokenizer, "bundled", bundled.bundled_revision())
+        loaded_model, tokenizer = load_bundled_agent(device=device)
+        weights = sorted(BUNDLED_AGENT_DIR.glob("*.safetensors"))
+        digest = hashlib.sha256(b"".join(sha256_file(w).encode() for w in weights)).hexdigest()
+        return LoadedModel(loaded_model.to(torch_dtype), tokenizer, "bundled", digest[:16])
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device, torch_dtype = resolve_device_dtype(device, dtype)
     local = Path(model).expanduser().is_dir()
     kwargs: dict[str, Any] = {"local_files_only": True} if local else {}
     if revision and not local:

@@ -23,7 +23,14 @@ app = typer.Typer(
 # verb -> module under goalprobe.commands (kept in study order for --help)
 VERBS: dict[str, str] = {
     "grids": "grids",
+    "rollout": "rollout",
+    "serve": "serve",
+    "extract": "extract",
+    "merge": "merge",
+    "train-probe": "train_probe",
     "train-plan-decoder": "train_plan_decoder",
+    "patch": "patch",
+    "view": "view",
 }
 
 

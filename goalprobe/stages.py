@@ -115,7 +115,10 @@ class StageRunner:
             "name": name,
             "config": config_to_dict(config),
             "config_hash": config_hash(config),
-            "outputs": {k: str(Path(v).resolve().relative_to(self.run_dir.resolve())) for k, v in outputs.items()},
+            "outputs": {
+                k: str(Path(v).resolve().relative_to(self.run_dir.resolve()))
+                for k, v in outputs.items()
+            },
             "seconds": seconds,
             "summary": summary,
             "package_version": _package_version(),

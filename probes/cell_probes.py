@@ -4,15 +4,15 @@ Input of every probe: ``acts (N, n_anchors, d_model)`` (the three anchor tokens 
 layer; flattened to ``F = n_anchors * d_model`` features) and label maps ``(N, S, S)`` uint8
 ``CellType`` values. Output: class probabilities ``(N, S, S, C)`` over ``classes_``.
 
-Families
---------
+Probe types (each with ``family="linear"`` or ``"mlp"``)
+-------------------------------------------------------
 * :class:`CoordinateCellProbe` (the study's probe, section 5.1): a classifier of
   ``[act, row, col] -> class`` queried at every cell. ``family="linear"`` is multinomial logistic
   regression on those rows; ``family="mlp"`` is two layers with a ReLU (hidden 1024).
 * :class:`probes.per_cell.PerCellProbe` (Othello-GPT style world-model probes): one head per
   cell reading ``act``.
 
-Both share this module's base class, so they take the same data, the same split, the same class
+Both types share this module's base class, so they take the same data, the same split, the same class
 balancing and the same training loop, and can be compared on the same split.
 
 General and size-specific probes
@@ -108,7 +108,9 @@ def coordinate_features(side: int, encoding: CoordinateEncoding) -> np.ndarray:
     raise ValueError(f"coordinates must be 'raw' or 'onehot', got {encoding!r}")
 
 
-def validate_label_maps(y: np.ndarray, grid_size: int | None, *, name: str = "labels") -> np.ndarray:
+def validate_label_maps(
+    y: np.ndarray, grid_size: int | None, *, name: str = "labels"
+) -> np.ndarray:
     """Check label maps and return the cells a probe reads.
 
     Args:
@@ -217,7 +219,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         else:
             fit_rows, val_rows = rows, rows[:0]
 
-        present = np.unique(labels[fit_rows])
+        present = np.unique(labels)  # validation rows included: they must be encodable too
         classes = present if self.classes is None else np.asarray(sorted(self.classes))
         missing = np.setdiff1d(present, classes)
         if missing.size:
@@ -422,8 +424,66 @@ def _upsampling_multiplicities(
     return weights.reshape(codes.shape)
 
 
+class _FactorisedReluHead(torch.autograd.Function):
+    """``relu(per_example[:, None] + per_cell[None]) @ weight.T + bias``, chunked and recomputed.
+
+    The ``(B, P, H)`` hidden activations are the only large tensor of the factorised MLP. Plain
+    autograd writes and re-reads them about ten times per step; here they are built a few
+    examples at a time (a chunk of about 2 MiB stays in cache), never stored, and rebuilt in
+    the backward pass. Gradients equal autograd's (the ReLU mask is ``hidden > 0``, as in
+    ``torch.relu``).
+    """
+
+    @staticmethod
+    def forward(ctx, per_example, per_cell, weight, bias, chunk):
+        n, n_cells, n_classes = per_example.shape[0], per_cell.shape[0], weight.shape[0]
+        out = per_example.new_empty((n, n_cells, n_classes))
+        for start in range(0, n, chunk):
+            hidden = per_example[start : start + chunk, None, :] + per_cell
+            torch.matmul(hidden.relu_(), weight.T, out=out[start : start + chunk])
+        out += bias
+        ctx.save_for_backward(per_example, per_cell, weight)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        per_example, per_cell, weight = ctx.saved_tensors
+        n_classes, width = weight.shape
+        grad_example = torch.empty_like(per_example)
+        grad_cell = torch.zeros_like(per_cell)
+        grad_weight = torch.zeros_like(weight)
+        for start in range(0, per_example.shape[0], ctx.chunk):
+            stop = start + ctx.chunk
+            hidden = (per_example[start:stop, None, :] + per_cell).relu_()
+            g = grad_out[start:stop]
+            grad_weight.addmm_(g.reshape(-1, n_classes).T, hidden.reshape(-1, width))
+            grad_hidden = torch.ops.aten.threshold_backward(torch.matmul(g, weight), hidden, 0)
+            torch.sum(grad_hidden, dim=1, out=grad_example[start:stop])
+            grad_cell += grad_hidden.sum(dim=0)
+        return grad_example, grad_cell, grad_weight, grad_out.sum(dim=(0, 1)), None
+
+
+def _chunk_examples(per_cell: torch.Tensor, n_examples: int) -> int:
+    """Examples per chunk of :class:`_FactorisedReluHead`.
+
+    On one CPU thread a chunk of about 1 MiB stays in the core's cache; with several threads
+    each operation must be large enough to amortise the fork/join of the thread pool (small
+    operations are very slow on a shared, contended CPU), so the chunk grows to 8 MiB per
+    thread. On a GPU the whole batch is one chunk.
+    """
+    if per_cell.is_cuda:
+        return n_examples
+    threads = torch.get_num_threads()
+    budget = 2**20 if threads == 1 else 2**23 * threads
+    return max(1, budget // (per_cell.numel() * per_cell.element_size()))
+
+
 class _CoordinateConditionedNet(torch.nn.Module):
     """``[act, coord] -> logits`` with a factorised first layer (see the module docstring).
+
+    The first layer is ``Linear(F + K, width)`` split into ``act_weight (width, F)``,
+    ``coord_weight (width, K)`` and ``bias``, initialised exactly as that ``Linear``.
 
     Args:
         n_features: ``F``.
@@ -436,26 +496,29 @@ class _CoordinateConditionedNet(torch.nn.Module):
         self, n_features: int, coordinates: torch.Tensor, n_classes: int, hidden_size: int | None
     ) -> None:
         super().__init__()
-        self.n_features = n_features
         self.register_buffer("coordinates", coordinates)
         width = n_classes if hidden_size is None else hidden_size
-        self.first = torch.nn.Linear(n_features + coordinates.shape[1], width)
+        first = torch.nn.Linear(n_features + coordinates.shape[1], width)
+        self.act_weight = torch.nn.Parameter(first.weight.detach()[:, :n_features].clone())
+        self.coord_weight = torch.nn.Parameter(first.weight.detach()[:, n_features:].clone())
+        self.bias = torch.nn.Parameter(first.bias.detach().clone())
         self.head = None if hidden_size is None else torch.nn.Linear(hidden_size, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x: (B, F)`` standardised acts -> ``(B, P, C)`` logits (factorised)."""
-        w_act = self.first.weight[:, : self.n_features]
-        w_coord = self.first.weight[:, self.n_features :]
-        per_example = x @ w_act.T  # (B, H)
-        per_cell = self.coordinates @ w_coord.T + self.first.bias  # (P, H)
-        hidden = per_example[:, None, :] + per_cell[None, :, :]  # (B, P, H)
+        per_example = x @ self.act_weight.T  # (B, H): once per example
+        per_cell = self.coordinates @ self.coord_weight.T + self.bias  # (P, H): once per cell
         if self.head is None:
-            return hidden
-        return self.head(torch.relu_(hidden))
+            return per_example[:, None, :] + per_cell[None, :, :]  # (B, P, C)
+        chunk = _chunk_examples(per_cell, x.shape[0])
+        return _FactorisedReluHead.apply(
+            per_example, per_cell, self.head.weight, self.head.bias, chunk
+        )
 
     def forward_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """``rows: (B * P, F + K)`` materialised ``[act, coord]`` rows -> ``(B * P, C)`` logits."""
-        hidden = self.first(rows)
+        weight = torch.cat([self.act_weight, self.coord_weight], dim=1)
+        hidden = torch.nn.functional.linear(rows, weight, self.bias)
         if self.head is None:
             return hidden
         return self.head(torch.relu(hidden))
@@ -605,7 +668,9 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
         classes_ ``(C,)`` uint8; frequencies_ ``(S, S, C)`` float32; n_features_in_; map_side_.
     """
 
-    def __init__(self, strategy: Literal["per_cell", "global"] = "per_cell", grid_size: int | None = None):
+    def __init__(
+        self, strategy: Literal["per_cell", "global"] = "per_cell", grid_size: int | None = None
+    ):
         self.strategy = strategy
         self.grid_size = grid_size
 

@@ -218,7 +218,10 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             meta["intercept_"] = self.intercept_
         else:
             tensors.update(
-                {f"module.{k}": v.detach().cpu().numpy() for k, v in self.module_.state_dict().items()}
+                {
+                    f"module.{k}": v.detach().cpu().numpy()
+                    for k, v in self.module_.state_dict().items()
+                }
             )
             meta.update(
                 history_=self.history_, n_epochs_=self.n_epochs_, best_epoch_=int(self.best_epoch_)

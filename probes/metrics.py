@@ -198,12 +198,12 @@ def _grouped(
         values = np.asarray(values)
         if values.shape != (n,):
             raise ValueError(f"{group_name} must have shape ({n},), got {values.shape}")
-        keys = np.round(values.astype(np.float64), 6)
+        keys = np.round(values.astype(np.float64), 6)  # NaN (unknown) rows join no group
         result[f"by_{group_name}"] = {
             f"{key:g}": _evaluate(
                 models, np.flatnonzero(keys == key), codes, reference, n_boot, level, rng
             )
-            for key in np.unique(keys)
+            for key in np.unique(keys[np.isfinite(keys)])
         }
     return result
 
@@ -273,7 +273,9 @@ def evaluate_cell_maps(
                 f"predictions[{name!r}] has shape {np.asarray(probs).shape}, labels {lab.shape}"
             )
         if np.asarray(probs).shape[3] != len(classes):
-            raise ValueError(f"predictions[{name!r}]: {len(classes)} classes for {np.asarray(probs).shape[3]} columns")
+            raise ValueError(
+                f"predictions[{name!r}]: {len(classes)} classes for {np.asarray(probs).shape[3]} columns"
+            )
         all_classes |= set(np.asarray(classes).tolist())
     union = np.array(sorted(all_classes), dtype=np.int64)
     lookup = np.zeros(int(union.max()) + 1, dtype=np.int64)
@@ -403,7 +405,10 @@ def evaluate_distance(
         err = pred - y
 
         def samples(rows, local, n_grids, weights):
-            stats = np.stack([np.ones(len(rows)), np.abs(err[rows]), err[rows] ** 2, y[rows], y[rows] ** 2], axis=1)
+            stats = np.stack(
+                [np.ones(len(rows)), np.abs(err[rows]), err[rows] ** 2, y[rows], y[rows] ** 2],
+                axis=1,
+            )
             s = _resample(_per_grid(stats, local, n_grids), weights)
             count, abs_sum, sq_sum, y_sum, y_sq = s.T
             ss_tot = y_sq - _ratio(y_sum**2, count)

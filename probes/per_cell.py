@@ -6,7 +6,7 @@ on Othello-GPT. ``family="mlp"``: a shared hidden layer (``Linear(F, H)`` + ReLU
 per-cell heads ``(cells, H, classes)``, the non-linear probe of Li et al. (2023).
 
 Unlike the coordinate-conditioned probe, a per-cell probe can read a different direction at
-every cell, so even its linear family can localise the agent and goal. Both families share the
+every cell, so even its linear family can localise the agent and goal. Both probe types share the
 fit/decode/persistence code of :mod:`probes.cell_probes`, so they can be compared on one split.
 """
 
@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from probes.cell_probes import ClassBalance, Family, CellProbeBase
+from probes.cell_probes import CellProbeBase, ClassBalance, Family
 
 
 class _PerCellNet(torch.nn.Module):

@@ -8,7 +8,8 @@ registry of known classes and restores the arrays bit for bit.
 
 Decoded maps: an HDF5 file with ``probs (N, S, S, C)`` float16 and ``row_ids (N,)`` int64, and
 file attributes ``schema`` (``"goalprobe.decoded_maps"``), ``schema_version``, ``classes`` (the
-``CellType`` value of each probability column) and ``probe_card`` (the card as JSON).
+``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
+(see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
 
 This module imports torch and the estimators lazily, so reading decoded maps needs neither.
 """
@@ -174,9 +175,7 @@ def load_probe(path: str | Path):
     if card["class"] not in registry:
         raise ValueError(f"{card_path}: unknown probe class {card['class']!r}")
     cls = registry[card["class"]]
-    params = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in card["hyperparameters"].items()
-    }
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in card["hyperparameters"].items()}
     probe = cls(**params)
     probe._restore(load_file(str(tensor_path)), card["fitted"])
     return probe
@@ -239,6 +238,12 @@ def write_decoded_maps(
         f.attrs["schema_version"] = DECODED_MAPS_SCHEMA_VERSION
         f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
         f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
+        f.attrs["family"] = decoded_map_family(card)
+        source = card.get("activations") or {}
+        if source.get("stage") is not None:
+            f.attrs["stage"] = str(source["stage"])
+        if source.get("layer") is not None:
+            f.attrs["layer"] = int(source["layer"])
         f.create_dataset(
             "probs",
             data=p.astype(np.float16),
@@ -249,6 +254,21 @@ def write_decoded_maps(
     return out
 
 
+def decoded_map_family(card: dict) -> str:
+    """Short label of the decoding probe (file attribute ``family``, used by the viewer).
+
+    ``"mlp"`` / ``"linear"`` for the study's coordinate-conditioned probe, ``"per_cell_mlp"`` /
+    ``"per_cell_linear"`` for per-cell probes, ``"majority"`` for the baseline.
+    """
+    family = (card.get("hyperparameters") or {}).get("family")
+    name = card.get("class")
+    if name == "MajorityCellBaseline":
+        return "majority"
+    if name == "PerCellProbe":
+        return f"per_cell_{family}"
+    return str(family or name or "probe")
+
+
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
     """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
     import h5py
@@ -257,7 +277,9 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
     with h5py.File(p, "r") as f:
         schema = f.attrs.get("schema")
         if schema != DECODED_MAPS_SCHEMA:
-            raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
+            raise ValueError(
+                f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}"
+            )
         version = int(f.attrs["schema_version"])
         if version != DECODED_MAPS_SCHEMA_VERSION:
             raise ValueError(
@@ -274,4 +296,6 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
         raise ValueError(
             f"{p}: probs {probs.shape}, row_ids {row_ids.shape} and {len(classes)} classes disagree"
         )
-    return DecodedMaps(probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version)
+    return DecodedMaps(
+        probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version
+    )

@@ -105,7 +105,10 @@ def split_by_grid(
     ids = np.asarray(grid_ids)
     if ids.ndim != 1:
         raise ValueError(f"grid_ids must be 1-D, got shape {ids.shape}")
-    for name, frac in (("test_fraction", test_fraction), ("validation_fraction", validation_fraction)):
+    for name, frac in (
+        ("test_fraction", test_fraction),
+        ("validation_fraction", validation_fraction),
+    ):
         if not 0.0 <= frac < 1.0:
             raise ValueError(f"{name} must lie in [0, 1), got {frac}")
     grids, grid_strata = _grid_strata(ids, stratify)

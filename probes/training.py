@@ -45,7 +45,7 @@ def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
 
 
 def fit_standardiser(
-    X: np.ndarray, rows: np.ndarray, *, chunk_rows: int = 2048
+    X: np.ndarray, rows: np.ndarray, *, chunk_rows: int = 512
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature mean and scale over ``X[rows]``, in chunks (no float64 copy of ``X``).
 
@@ -138,7 +138,9 @@ def train_module(
         raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    optimiser = torch.optim.AdamW(module.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    optimiser = torch.optim.AdamW(
+        module.parameters(), lr=learning_rate, weight_decay=weight_decay, fused=True
+    )
     history: list[dict] = []
     best_loss = np.inf
     best_state = None
@@ -173,7 +175,9 @@ def train_module(
                 "seconds": time.perf_counter() - started,
             }
         )
-        epochs.set_postfix(train=f"{train_loss:.4f}", val="-" if val_loss is None else f"{val_loss:.4f}")
+        epochs.set_postfix(
+            train=f"{train_loss:.4f}", val="-" if val_loss is None else f"{val_loss:.4f}"
+        )
         if val_loss is None:
             continue
         if val_loss < best_loss - tol:

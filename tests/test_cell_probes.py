@@ -90,18 +90,25 @@ def test_per_cell_probe_recovers_planted_map_and_beats_controls(planted, fitted_
     ctrl = result["models"]["shuffled"]
     assert ctrl["agent_top1"]["value"] < 0.15 and ctrl["goal_top1"]["value"] < 0.15
     assert ctrl["balanced_accuracy"]["value"] < 0.5
-    assert ctrl["accuracy_no_padding"]["value"] < result["models"]["majority"]["accuracy_no_padding"]["value"] + 0.05
+    assert (
+        ctrl["accuracy_no_padding"]["value"]
+        < result["models"]["majority"]["accuracy_no_padding"]["value"] + 0.05
+    )
     sel = result["differences"]["probe - shuffled"]["accuracy_no_padding"]
     assert sel["ci_low"] > 0.5
     assert sel["ci_low"] <= sel["value"] <= sel["ci_high"]
     assert set(result["by_grid_size"]) == {"4", "5"}
     assert set(result["by_density"]) == {"0", "0.2", "0.4"}
-    assert result["by_grid_size"]["4"]["n_examples"] + result["by_grid_size"]["5"]["n_examples"] == len(te)
+    assert result["by_grid_size"]["4"]["n_examples"] + result["by_grid_size"]["5"][
+        "n_examples"
+    ] == len(te)
 
 
 def test_coordinate_mlp_recovers_planted_agent_and_goal():
     # no walls: the map is agent + goal + open + padding, which the study's probe must localise
-    data = planted_cell_data(600, steps_per_grid=1, sizes=(4, 5), densities=(0.0,), d_model=64, signal=4.0)
+    data = planted_cell_data(
+        600, steps_per_grid=1, sizes=(4, 5), densities=(0.0,), d_model=64, signal=4.0
+    )
     split = split_by_grid(data.grid_ids, test_fraction=0.25, stratify=data.grid_sizes)
     probe = CoordinateCellProbe(
         family="mlp",
@@ -122,7 +129,14 @@ def test_coordinate_mlp_recovers_planted_agent_and_goal():
 @pytest.mark.parametrize("coordinates", ["raw", "onehot"])
 def test_factorised_equals_materialised(family, coordinates):
     data = planted_cell_data(40, steps_per_grid=2, sizes=(4, 5), d_model=16)
-    kw = dict(family=family, coordinates=coordinates, hidden_size=32, max_epochs=2, batch_size=16, early_stopping=False)
+    kw = dict(
+        family=family,
+        coordinates=coordinates,
+        hidden_size=32,
+        max_epochs=2,
+        batch_size=16,
+        early_stopping=False,
+    )
     fact = CoordinateCellProbe(**kw).fit(data.acts, data.labels)
     logits = fact.decision_function(data.acts)
     fact.set_params(materialise=True)  # same weights, naive rows
@@ -135,7 +149,9 @@ def test_factorised_equals_materialised(family, coordinates):
 
 
 def test_linear_probe_agrees_with_sklearn_logistic_regression():
-    data = planted_cell_data(100, steps_per_grid=2, sizes=(4, 5), d_model=16, signal=3.0, random_state=1)
+    data = planted_cell_data(
+        100, steps_per_grid=2, sizes=(4, 5), d_model=16, signal=3.0, random_state=1
+    )
     tr, te = np.arange(140), np.arange(140, 200)
     probe = CoordinateCellProbe(
         family="linear",
@@ -160,7 +176,9 @@ def test_linear_probe_agrees_with_sklearn_logistic_regression():
 def test_size_specific_probe_reads_only_its_grid(planted):
     data, split = planted
     rows = split.train[data.grid_sizes[split.train] == 4]
-    probe = PerCellProbe(grid_size=4, max_epochs=2, early_stopping=False).fit(data.acts[rows], data.labels[rows])
+    probe = PerCellProbe(grid_size=4, max_epochs=2, early_stopping=False).fit(
+        data.acts[rows], data.labels[rows]
+    )
     assert CellType.PADDING not in probe.classes_
     assert probe.predict_proba(data.acts[rows[:3]]).shape == (3, 4, 4, len(probe.classes_))
     mixed = split.train[:20]
@@ -173,7 +191,9 @@ def test_general_probe_classes_follow_labels_including_key_and_door():
     labels = data.labels.copy()
     labels[:, 0, 0] = np.where(labels[:, 0, 0] == CellType.OPEN, CellType.KEY, labels[:, 0, 0])
     labels[0, 1, 1] = CellType.DOOR
-    probe = CoordinateCellProbe(family="linear", max_epochs=1, early_stopping=False).fit(data.acts, labels)
+    probe = CoordinateCellProbe(family="linear", max_epochs=1, early_stopping=False).fit(
+        data.acts, labels
+    )
     assert CellType.KEY in probe.classes_ and CellType.DOOR in probe.classes_
     assert probe.predict(data.acts).dtype == np.uint8
 
@@ -214,7 +234,9 @@ def test_bad_labels_get_clear_errors():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: CoordinateCellProbe(family="mlp", hidden_size=16, coordinates="onehot", max_epochs=2),
+        lambda: CoordinateCellProbe(
+            family="mlp", hidden_size=16, coordinates="onehot", max_epochs=2
+        ),
         lambda: CoordinateCellProbe(family="linear", classes=(0, 1, 2, 3, 4, 6), max_epochs=2),
         lambda: PerCellProbe(family="mlp", hidden_size=16, max_epochs=2),
         lambda: MajorityCellBaseline(strategy="global"),
@@ -232,7 +254,12 @@ def test_save_load_round_trips_exactly(tmp_path, planted, make):
     x = data.acts[split.test[:40]]
     np.testing.assert_array_equal(loaded.predict_proba(x), probe.predict_proba(x))
     card = read_probe_card(tmp_path / "probe")
-    assert card["activations"] == {"store_path": "store.h5", "store_checksum": "abc123", "stage": "pre_reasoning", "layer": 15}
+    assert card["activations"] == {
+        "store_path": "store.h5",
+        "store_checksum": "abc123",
+        "stage": "pre_reasoning",
+        "layer": 15,
+    }
     assert card["metrics"] == {"accuracy": 0.5} and card["class"] == type(probe).__name__
     assert b"pickle" not in (tmp_path / "probe.safetensors").read_bytes()[:200]
 
@@ -257,7 +284,9 @@ def test_decoded_maps_round_trip(tmp_path, planted, fitted_per_cell):
     np.testing.assert_array_equal(maps.row_ids, rows)
     np.testing.assert_array_equal(maps.classes, fitted_per_cell.classes_)
     assert maps.card["activations"]["layer"] == 7 and maps.schema_version == 1
-    np.testing.assert_array_equal(cognitive_map(maps.probs, maps.classes), fitted_per_cell.predict(data.acts[rows]))
+    np.testing.assert_array_equal(
+        cognitive_map(maps.probs, maps.classes), fitted_per_cell.predict(data.acts[rows])
+    )
     with h5py.File(path, "a") as f:
         f.attrs["schema"] = "nope"
     with pytest.raises(ValueError, match="schema"):
@@ -277,7 +306,9 @@ def test_decoding_helpers_and_metrics_by_hand():
     probs[0, 0, 0, 2] = 0.9  # agent right in map 0
     probs[1, 1, 1, 2] = 0.9  # agent 2 cells off in map 1 (open cell mislabelled agent)
     probs[:, 2, 2, 1] = 0.9  # goal right in both
-    np.testing.assert_array_equal(top_k_cells(probs, classes, CellType.AGENT, 1)[:, 0], [[0, 0], [1, 1]])
+    np.testing.assert_array_equal(
+        top_k_cells(probs, classes, CellType.AGENT, 1)[:, 0], [[0, 0], [1, 1]]
+    )
     assert top_k_cells(probs, classes, CellType.GOAL, 2).shape == (2, 2, 2)
     np.testing.assert_array_equal(cell_positions(labels, CellType.GOAL), [[2, 2], [2, 2]])
     res = evaluate_cell_maps({"m": (probs, classes)}, labels, np.array(["a", "b"]), n_boot=50)
@@ -295,11 +326,16 @@ def test_bootstrap_resamples_grids_not_rows(planted, fitted_per_cell):
     data, split = planted
     rows = split.test[:100]
     probs = fitted_per_cell.predict_proba(data.acts[rows])
-    base = evaluate_cell_maps({"p": (probs, fitted_per_cell.classes_)}, data.labels[rows], data.grid_ids[rows], n_boot=300)
+    base = evaluate_cell_maps(
+        {"p": (probs, fitted_per_cell.classes_)}, data.labels[rows], data.grid_ids[rows], n_boot=300
+    )
     # tripling every row within its grid changes no grid-level statistic nor any interval
     rep = np.repeat(np.arange(len(rows)), 3)
     tripled = evaluate_cell_maps(
-        {"p": (probs[rep], fitted_per_cell.classes_)}, data.labels[rows][rep], data.grid_ids[rows][rep], n_boot=300
+        {"p": (probs[rep], fitted_per_cell.classes_)},
+        data.labels[rows][rep],
+        data.grid_ids[rows][rep],
+        n_boot=300,
     )
     for key in ("accuracy", "agent_top1", "balanced_accuracy"):
         assert tripled["models"]["p"][key] == pytest.approx(base["models"]["p"][key])
@@ -319,7 +355,11 @@ def test_splits_never_share_grids(n_grids, steps, test_fraction, validation_frac
     grid_ids = grid_ids[order]  # rows of a grid are scattered
     sizes = np.array([5 + 2 * (int(g[1:]) % 3) for g in grid_ids])
     split = split_by_grid(
-        grid_ids, test_fraction=test_fraction, validation_fraction=validation_fraction, stratify=sizes, random_state=seed
+        grid_ids,
+        test_fraction=test_fraction,
+        validation_fraction=validation_fraction,
+        stratify=sizes,
+        random_state=seed,
     )
     split.check_disjoint(grid_ids)
     parts = [split.train, split.validation, split.test]
@@ -328,16 +368,178 @@ def test_splits_never_share_grids(n_grids, steps, test_fraction, validation_frac
         for b in range(a + 1, 3):
             assert not set(grid_ids[parts[a]]) & set(grid_ids[parts[b]])
     again = split_by_grid(
-        grid_ids, test_fraction=test_fraction, validation_fraction=validation_fraction, stratify=sizes, random_state=seed
+        grid_ids,
+        test_fraction=test_fraction,
+        validation_fraction=validation_fraction,
+        stratify=sizes,
+        random_state=seed,
     )
     np.testing.assert_array_equal(again.test, split.test)  # seeded
     shuffled = shuffle_by_grid(np.arange(len(grid_ids)), grid_ids, strata=sizes, random_state=seed)
     for g in np.unique(grid_ids):
         sources = set(grid_ids[shuffled[grid_ids == g]])
         assert len(sources) == 1  # a grid's targets all come from one grid ...
-        assert sizes[grid_ids == next(iter(sources))][0] == sizes[grid_ids == g][0]  # ... of its size
+        assert (
+            sizes[grid_ids == next(iter(sources))][0] == sizes[grid_ids == g][0]
+        )  # ... of its size
 
 
 def test_split_rejects_stratum_varying_within_grid():
     with pytest.raises(ValueError, match="varies within grid"):
         split_by_grid(np.array(["a", "a", "b"]), stratify=np.array([5, 7, 5]))
+
+
+def _write_store(path, data, layers=(3, 5)):
+    """A real activation store: planted activations at pre-reasoning layer 5, noise elsewhere."""
+    from activations.gridworld.core import PLAN_PAD
+    from activations.store import RowBatch, StoreLayout, StoreWriter
+
+    n, d_model = data.acts.shape[0], data.acts.shape[2]
+    rng = np.random.default_rng(1)
+    stages = ("pre_reasoning", "post_reasoning")
+    acts = {
+        s: {
+            layer: data.acts
+            if (s, layer) == ("pre_reasoning", 5)
+            else rng.normal(size=data.acts.shape).astype(np.float32)
+            for layer in layers
+        }
+        for s in stages
+    }
+    labels = {
+        "cell_types": data.labels,
+        "agent_row_col": data.agent_row_col.astype(np.int16),
+        "goal_row_col": data.goal_row_col.astype(np.int16),
+        "grid_size": data.grid_sizes.astype(np.int16),
+        "density": data.densities.astype(np.float32),
+        "variant": np.array(["plain"] * n, dtype=object),
+        "distance_to_goal": data.goal_distance.astype(np.int32),
+        "plan": np.full((n, 10), PLAN_PAD, np.uint8),
+        "optimal_actions": np.ones((n, 4), bool),
+        "action": np.zeros(n, np.uint8),
+        "action_valid": np.ones(n, bool),
+        "has_key": np.zeros(n, bool),
+        "door_open": np.zeros(n, bool),
+        "run_id": np.array(["r"] * n, dtype=object),
+        "grid_id": data.grid_ids.astype(object),
+        "episode": np.zeros(n, np.int32),
+        "step": np.arange(n, dtype=np.int32),
+        "step_index": np.arange(n, dtype=np.int64),
+        "seq_len": np.full(n, 64, np.int32),
+    }
+    with StoreWriter(path, StoreLayout(stages, layers, d_model), {"model_id": "planted"}) as writer:
+        writer.append(
+            RowBatch(
+                acts=acts,
+                positions={s: np.zeros((n, 3), np.int32) for s in stages},
+                present={s: np.ones(n, bool) for s in stages},
+                labels=labels,
+            )
+        )
+    return path
+
+
+def test_train_probe_cli_sweeps_a_real_store(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from goalprobe.commands.train_probe import command
+    from probes.probe_sweep import file_sha256
+
+    data = planted_cell_data(200, steps_per_grid=2, sizes=(5, 7), canvas=15, d_model=64, signal=4.0)
+    store = _write_store(tmp_path / "acts.h5", data)
+    app = typer.Typer()
+    app.command()(command)
+    out = tmp_path / "run" / "probes"
+    common = [
+        "--stages",
+        "pre_reasoning,post_reasoning",
+        "--layers",
+        "3,5",
+        "--n-bootstrap",
+        "50",
+        "--no-progress",
+    ]
+    res = CliRunner().invoke(
+        app,
+        [
+            str(store),
+            "--out",
+            str(out),
+            "--probe",
+            "per-cell",
+            "--family",
+            "linear",
+            "--lr",
+            "0.03",
+            "--max-epochs",
+            "15",
+            *common,
+        ],
+        env={"COLUMNS": "250"},
+    )
+    assert res.exit_code == 0, res.output
+    sweep = json.loads((out / "sweep.json").read_text())
+    runs = {(r["stage"], r["layer"]): r for r in sweep["runs"]}
+    assert len(runs) == 4 and (out / "sweep_figure.html").exists()
+    acc = {k: r["metrics"]["models"]["probe"]["agent_top1"]["value"] for k, r in runs.items()}
+    assert acc[("pre_reasoning", 5)] > 0.6
+    assert max(v for k, v in acc.items() if k != ("pre_reasoning", 5)) < 0.3
+    # one split for every stage and layer, by grid
+    test_rows = {
+        k: set(read_decoded_maps(r["decoded_maps_path"]).row_ids.tolist()) for k, r in runs.items()
+    }
+    assert len({frozenset(v) for v in test_rows.values()}) == 1
+    rows = np.array(sorted(test_rows[("pre_reasoning", 5)]))
+    assert set(np.flatnonzero(np.isin(data.grid_ids, data.grid_ids[rows]))) == set(rows.tolist())
+    assert sweep["split"]["n_train_grids"] + sweep["split"]["n_test_grids"] == 200
+    card = read_probe_card(runs[("pre_reasoning", 5)]["model_path"])
+    assert card["activations"] == {
+        "store_path": str(store),
+        "store_checksum": file_sha256(store),
+        "stage": "pre_reasoning",
+        "layer": 5,
+    }
+    comparison = next(c for c in sweep["stage_comparisons"] if c["layer"] == 5)
+    assert (
+        comparison["metrics"]["differences"]["pre_reasoning - post_reasoning"]["agent_top1"][
+            "ci_low"
+        ]
+        > 0.3
+    )
+    assert "pre_reasoning" in res.output and "acc (grid)" in res.output
+    # distance target, ridge, one stage and layer
+    res = CliRunner().invoke(
+        app,
+        [
+            str(store),
+            "--out",
+            str(tmp_path / "dist"),
+            "--target",
+            "distance",
+            "--family",
+            "linear",
+            "--layer",
+            "5",
+            "--n-bootstrap",
+            "50",
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    run = json.loads((tmp_path / "dist" / "sweep.json").read_text())["runs"][0]
+    assert run["metrics"]["models"]["probe"]["r2"]["value"] > 0.5
+    bad = CliRunner().invoke(app, [str(store), "--out", str(tmp_path / "x"), "--layers", "4"])
+    assert bad.exit_code != 0 and "not in the store" in bad.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_probe_matches_cpu():
+    data = planted_cell_data(40, steps_per_grid=2, sizes=(4, 5), d_model=16)
+    kw = dict(hidden_size=32, max_epochs=2, batch_size=16, early_stopping=False)
+    cpu = CoordinateCellProbe(**kw).fit(data.acts, data.labels)
+    gpu = CoordinateCellProbe(device="cuda", **kw).fit(data.acts, data.labels)
+    np.testing.assert_allclose(
+        gpu.predict_proba(data.acts), cpu.predict_proba(data.acts), atol=1e-3
+    )

@@ -40,7 +40,9 @@ def test_regressor_recovers_planted_distance_and_controls_do_not(planted, family
     kw = dict(family=family, alpha=10.0, hidden_size=64, max_epochs=40, learning_rate=3e-3)
     probe = GoalDistanceRegressor(**kw).fit(data.acts[tr], y[tr], groups=data.grid_ids[tr])
     shuffled = clone(probe).fit(
-        data.acts[tr], shuffle_by_grid(y[tr], data.grid_ids[tr], strata=data.grid_sizes[tr]), groups=data.grid_ids[tr]
+        data.acts[tr],
+        shuffle_by_grid(y[tr], data.grid_ids[tr], strata=data.grid_sizes[tr]),
+        groups=data.grid_ids[tr],
     )
     mean = DummyRegressor(strategy="mean").fit(np.zeros((len(tr), 1)), y[tr])
     result = evaluate_distance(
@@ -69,7 +71,9 @@ def test_linear_family_is_ridge_on_standardised_acts(planted):
     data, split = planted
     tr = split.train
     X = data.acts[tr].reshape(len(tr), -1).astype(np.float64)
-    probe = GoalDistanceRegressor(family="linear", alpha=3.0).fit(data.acts[tr], data.goal_distance[tr])
+    probe = GoalDistanceRegressor(family="linear", alpha=3.0).fit(
+        data.acts[tr], data.goal_distance[tr]
+    )
     Z = (X - X.mean(axis=0)) / X.std(axis=0)
     ref = Ridge(alpha=3.0).fit(Z, data.goal_distance[tr])
     np.testing.assert_allclose(probe.predict(data.acts[tr]), ref.predict(Z), atol=1e-3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from activations.agent.rollout import RolloutConfig, derive_seed, run_rollouts
+from activations.agent.rollout import RolloutConfig, derive_seed, describe_backend, run_rollouts
 from activations.agent.trajectories import (
     SCHEMA,
     TrajectoryFormatError,
@@ -109,7 +110,7 @@ def config(template_dir) -> RolloutConfig:
         episodes_per_grid=2,
         horizon_steps=2,
         retries=1,
-        batch_size=1,
+        batch_size=3,
         max_new_tokens=4,
         temperature=1.0,
         top_p=1.0,
@@ -199,9 +200,11 @@ def test_same_seed_same_rollouts_other_seed_differs(backend, grids, config, tmp_
     quick = replace(config, horizon_steps=1, retries=0, batch_size=6)
     a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     run_rollouts(grids, backend, quick, a, progress=False)
-    run_rollouts(grids, backend, quick, b, progress=False)
+    run_rollouts(grids, backend, replace(quick, batch_size=4), b, progress=False)
     run_rollouts(grids, backend, replace(quick, seed=8), c, progress=False)
-    assert a.read_bytes() == b.read_bytes()
+    # same seed: the same run and episodes, whatever the batch composition
+    assert read_run_header(a).run_id == read_run_header(b).run_id
+    assert episode_dicts(a) == episode_dicts(b)
     ids_a = [s.generated_token_ids for s in read_steps(a)]
     ids_c = [s.generated_token_ids for s in read_steps(c)]
     assert ids_a != ids_c
@@ -211,57 +214,48 @@ class _Crash(Exception):
     pass
 
 
-class CrashingBackend:
-    """Delegates to a real backend and dies on its ``n``-th call (a killed process)."""
+class Wrapped:
+    """Delegates to a real backend; dies on call number ``crash_at`` (a killed process)."""
 
-    def __init__(self, inner, n: int) -> None:
-        self.inner, self.n, self.calls = inner, n, 0
+    def __init__(self, inner, crash_at: int | None = None) -> None:
+        self.inner, self.crash_at, self.calls = inner, crash_at, 0
 
-    def describe(self):
-        return {"class": type(self.inner).__name__}
+    def describe(self):  # the inner backend's identity, so the run id does not change
+        return describe_backend(self.inner)
 
-    def generate(self, batch, sampling):
+    def generate(self, batch, sampling, *, seeds=None):
         self.calls += 1
-        if self.calls == self.n:
+        if self.calls == self.crash_at:
             raise _Crash("killed")
-        return self.inner.generate(batch, sampling)
+        return self.inner.generate(batch, sampling, seeds=seeds)
 
 
-def test_resume_after_interruption_equals_uninterrupted_run(
-    backend, grids, config, reference, tmp_path
-):
-    class Named:  # same description as the plain backend -> same run id as the reference
-        def __init__(self, inner):
-            self.inner = inner
-
-        def describe(self):
-            return {"class": "activations.agent.local_backend.LocalBackend"}
-
-        def generate(self, batch, sampling):
-            return self.inner.generate(batch, sampling)
-
-    assert read_run_header(reference).backend == Named(backend).describe()
+def test_resume_after_interruption_equals_uninterrupted_run(backend, grids, config, tmp_path):
+    # per-conversation seeds: an episode's sampling does not depend on the batch it is in
+    config = replace(config, horizon_steps=1, retries=0, batch_size=2)
+    reference = tmp_path / "reference.jsonl"
+    run_rollouts(grids, backend, replace(config, batch_size=6), reference, progress=False)
     out = tmp_path / "traj.jsonl"
     with pytest.raises(_Crash):
-        run_rollouts(grids, CrashingBackend(backend, n=10), config, out, progress=False)
-    finished = list(read_trajectories(out))
-    assert 0 < len(finished) < 6  # 4 calls per episode: two finished, the third in flight
+        run_rollouts(grids, Wrapped(backend, crash_at=3), config, out, progress=False)
+    assert len(list(read_trajectories(out))) == 4  # the fifth and sixth were in flight
     # a kill in the middle of writing an episode leaves a partial block behind
-    block = reference.read_text(encoding="utf-8").splitlines(keepends=True)[1:3]
+    block = reference.read_text(encoding="utf-8").split("\n")[7:9]
+    assert '"kind":"step"' in block[0] and '"kind":"episode"' in block[1]
     with out.open("a", encoding="utf-8") as fh:
-        fh.write(block[0] + block[1][: len(block[1]) // 2])
-    print("DEBUG", len(block), [b[:80] for b in block], repr(out.read_text()[-300:]))
-    with pytest.warns(TruncatedLineWarning, match="truncated"):
-        assert len(list(read_trajectories(out))) == len(finished)
+        fh.write(block[0] + "\n" + block[1][: len(block[1]) // 2])
+    with pytest.warns(TruncatedLineWarning) as caught:
+        assert len(list(read_trajectories(out))) == 4
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "final line is truncated" in messages and "no summary line" in messages
 
     with pytest.warns(TruncatedLineWarning, match="dropping"):
-        report = run_rollouts(grids, Named(backend), config, out, progress=False)
-    assert report.episodes_skipped == len(finished)
-    assert report.episodes_run == 6 - len(finished)
+        report = run_rollouts(grids, Wrapped(backend), config, out, progress=False)
+    assert report.episodes_skipped == 4 and report.episodes_run == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert episode_dicts(out) == episode_dicts(reference)
-    again = run_rollouts(grids, Named(backend), config, out, progress=False)
+    again = run_rollouts(grids, Wrapped(backend), config, out, progress=False)
     assert again.episodes_run == 0 and again.generate_calls == 0
 
 
@@ -271,7 +265,7 @@ def test_other_config_is_refused(reference, grids, config, backend, tmp_path):
     with pytest.raises(TrajectoryFormatError, match="holds run"):
         run_rollouts(grids, backend, replace(config, temperature=0.5), out, progress=False)
     # batch size is not part of the run's identity
-    report = run_rollouts(grids, backend, replace(config, batch_size=3), out, progress=False)
+    report = run_rollouts(grids, backend, replace(config, batch_size=1), out, progress=False)
     assert report.episodes_run == 0
 
 
@@ -305,9 +299,11 @@ def test_truncated_final_line_is_reported_and_ignored(reference, tmp_path):
     data = reference.read_bytes()
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(data[:-7])  # the last summary line loses its end
-    with pytest.warns(TruncatedLineWarning, match=rf"{cut}:\d+: final line is truncated"):
+    with pytest.warns(TruncatedLineWarning) as caught:
         episodes = list(read_trajectories(cut))
     assert len(episodes) == 5
+    assert re.search(rf"{cut}:\d+: final line is truncated", str(caught[0].message))
+    assert "has 2 step line(s) but no summary line" in str(caught[1].message)
 
 
 def test_horizon_rule():
@@ -326,3 +322,33 @@ def test_seeds_are_stable_and_distinct():
     assert derive_seed(0, "g", 1) == derive_seed(0, "g", 1)
     seeds = {derive_seed(0, "g", e) for e in range(1000)}
     assert len(seeds) == 1000 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path):
+    from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+    from activations.agent.local_backend import LocalBackend
+    from activations.gridworld.dynamics import initial_state, is_success, step
+
+    if not any(BUNDLED_AGENT_DIR.glob("*.safetensors")):
+        pytest.skip("the bundled agent is not trained yet (scripts/train_default_agent.py)")
+    backend = LocalBackend(*load_bundled_agent())
+    config = RolloutConfig(episodes_per_grid=1, batch_size=3, max_new_tokens=96, seed=1)
+    out = tmp_path / "bundled.jsonl"
+    report = run_rollouts(grids, backend, config, out, progress=False)
+    assert report.episodes_run == len(grids)
+    by_id = {g.grid_id: g for g in grids}
+    valid = 0
+    for episode in read_trajectories(out):
+        grid = by_id[episode.summary.grid_id]
+        state = initial_state(grid)
+        for record in episode.steps:
+            assert record.state == state
+            if record.valid:
+                valid += 1
+                assert record.final and record.reasoning and record.parse_error is None
+                state = step(grid, state, record.action_enum)
+            assert record.next_agent_row_col == state.agent
+        assert episode.summary.final_state == state
+        assert episode.summary.success == is_success(grid, state)
+        assert episode.summary.success or episode.summary.length == episode.summary.horizon
+    assert valid > 0

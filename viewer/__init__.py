@@ -1,1 +1,14 @@
-"""goalprobe: viewer."""
+"""goalprobe: viewer.
+
+Plotly figures and the interactive cognitive-map viewer over a run directory:
+
+* :mod:`viewer.figures`: pure figure functions (grids, decoded maps, plans, patching,
+  prefix accuracy, probe comparisons), shared with the report;
+* :mod:`viewer.data`: lazy, per-episode access to a run directory, with allow-lists and path
+  checks;
+* :mod:`viewer.step`: what one step shows (true and decoded grid, optimal sets, plan, patching);
+* :mod:`viewer.app`: the Dash app (``create_app(run_dir)``);
+* :mod:`viewer.export`: the self-contained static HTML export.
+
+Nothing is imported here, so ``import viewer.figures`` does not load Dash.
+"""

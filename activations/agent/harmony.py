@@ -191,6 +191,7 @@ def render_completion(reasoning: str, final: str) -> str:
 # Splitting a completion
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SplitCompletion:
     """A completion split into its channels.
@@ -366,8 +367,10 @@ class AnchorPositions:
 
 
 def _matches(ids: Sequence[int], at: int, pattern: Sequence[int]) -> bool:
-    return at >= 0 and at + len(pattern) <= len(ids) and all(
-        ids[at + k] == p for k, p in enumerate(pattern)
+    return (
+        at >= 0
+        and at + len(pattern) <= len(ids)
+        and all(ids[at + k] == p for k, p in enumerate(pattern))
     )
 
 

@@ -94,9 +94,7 @@ def build_tokenizer(
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE_PATTERN), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    backend.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in specials]
-    )
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         unk_token=UNK_TOKEN,
@@ -125,4 +123,3 @@ def unknown_pieces(tokenizer: PreTrainedTokenizerFast, text: str) -> list[str]:
         for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True)
         if token_id == tokenizer.unk_token_id
     ]
-

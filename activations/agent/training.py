@@ -43,10 +43,10 @@ IGNORE_INDEX = -100
 class TrainingDataConfig:
     """What the training examples are drawn from."""
 
-    sizes: tuple[int, ...] = (7, 9, 11, 13, 15)
-    """Grid sides to draw from (odd)."""
+    sizes: tuple[int, ...] = (5, 7, 9, 11, 13, 15)
+    """Grid sides to draw from (odd; 5 x 5 grids are a cheap warm-up of the same skills)."""
 
-    size_weights: tuple[float, ...] = (0.24, 0.24, 0.22, 0.16, 0.14)
+    size_weights: tuple[float, ...] = (0.12, 0.22, 0.22, 0.2, 0.13, 0.11)
     """Relative probability of each size (smaller grids are cheaper and the core of the test)."""
 
     density_range: tuple[float, float] = (0.0, 1.0)
@@ -139,18 +139,34 @@ def make_example(
 
 
 def sample_batch_examples(
-    config: TrainingDataConfig, batch_size: int, rng: np.random.Generator
+    config: TrainingDataConfig,
+    batch_size: int,
+    rng: np.random.Generator,
+    exclude: frozenset[Grid] = frozenset(),
 ) -> list[Example]:
-    """``batch_size`` examples sharing one prompt kind and one grid size."""
-    size = int(rng.choice(config.sizes, p=np.asarray(config.size_weights) / sum(config.size_weights)))
+    """``batch_size`` examples sharing one prompt kind and one grid size.
+
+    Args:
+        exclude: grids never used (the held-out evaluation grids; equality is layout, start,
+            goal, key, door and variant).
+    """
+    size = int(
+        rng.choice(config.sizes, p=np.asarray(config.size_weights) / sum(config.size_weights))
+    )
     key_prompt = rng.random() < config.key_prompt_probability
     names = list(config.key_variant_weights)
     weights = np.asarray([config.key_variant_weights[v] for v in names], dtype=float)
     examples = []
     while len(examples) < batch_size:
-        variant = names[int(rng.choice(len(names), p=weights / weights.sum()))] if key_prompt else Variant.PLAIN
+        variant = (
+            names[int(rng.choice(len(names), p=weights / weights.sum()))]
+            if key_prompt
+            else Variant.PLAIN
+        )
         density = float(rng.uniform(*config.density_range))
         grid = generate_variant(variant, size, density, rng)
+        if grid in exclude:
+            continue
         policy = solve(grid)
         if not policy.is_solvable:
             continue
@@ -175,11 +191,23 @@ class Batch:
         labels: ``(B, suffix_len)`` next-token targets aligned with ``suffix_ids`` (the label at
             ``t`` is the token at ``t``; shifted inside the loss), ``IGNORE_INDEX`` on prompt
             tokens and padding.
+        answer_positions: ``(B,)`` index in ``suffix_ids`` of the action word of the final
+            answer (for the answer accuracy).
     """
 
     prefix_ids: torch.Tensor
     suffix_ids: torch.Tensor
     labels: torch.Tensor
+    answer_positions: torch.Tensor
+
+    def to(self, device: str | torch.device) -> Batch:
+        """The batch on ``device``."""
+        return Batch(
+            *(
+                t.to(device)
+                for t in (self.prefix_ids, self.suffix_ids, self.labels, self.answer_positions)
+            )
+        )
 
 
 def encode_batch(examples: list[Example], tokenizer, pad_token_id: int) -> Batch:
@@ -189,28 +217,42 @@ def encode_batch(examples: list[Example], tokenizer, pad_token_id: int) -> Batch
     prefix_len = min(len(p) for p in prompts) - 1
     first = prompts[0]
     for ids in prompts[1:]:
-        prefix_len = min(prefix_len, next((i for i, (a, b) in enumerate(zip(first, ids, strict=False)) if a != b), prefix_len))
+        prefix_len = min(
+            prefix_len,
+            next(
+                (i for i, (a, b) in enumerate(zip(first, ids, strict=False)) if a != b), prefix_len
+            ),
+        )
     suffixes = [p[prefix_len:] + c for p, c in zip(prompts, completions, strict=True)]
     width = max(len(s) for s in suffixes)
     suffix_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    answers = torch.zeros(len(examples), dtype=torch.long)
     for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         start = len(prompt) - prefix_len
         suffix_ids[row, : start + len(completion)] = torch.tensor(prompt[prefix_len:] + completion)
         labels[row, start : start + len(completion)] = torch.tensor(completion)
-    return Batch(torch.tensor([first[:prefix_len]], dtype=torch.long), suffix_ids, labels)
+        answers[row] = start + len(completion) - len(_ANSWER_TAIL)
+    return Batch(torch.tensor([first[:prefix_len]], dtype=torch.long), suffix_ids, labels, answers)
+
+
+_ANSWER_TAIL = ("UP", '"', "}", "<|return|>")
+"""The last tokens of every completion, from the action word on (see ``final_text``)."""
 
 
 def shared_prefix_loss(model, batch: Batch) -> torch.Tensor:
-    """Mean next-token cross-entropy over the completion tokens, running the prefix once.
+    """Mean next-token cross-entropy over the completion tokens, running the prefix once."""
+    return shared_prefix_loss_and_accuracy(model, batch)[0]
 
-    Returns:
-        scalar loss (plus the router auxiliary loss when the config asks for router logits).
-    """
+
+def shared_prefix_loss_and_accuracy(model, batch: Batch) -> tuple[torch.Tensor, float]:
+    """:func:`shared_prefix_loss` and the teacher-forced accuracy of the answer's action word."""
     from transformers import DynamicCache
 
     prefix = model.model(
-        input_ids=batch.prefix_ids, past_key_values=DynamicCache(config=model.config), use_cache=True
+        input_ids=batch.prefix_ids,
+        past_key_values=DynamicCache(config=model.config),
+        use_cache=True,
     )
     cache = prefix.past_key_values
     cache.batch_repeat_interleave(batch.suffix_ids.shape[0])
@@ -220,7 +262,11 @@ def shared_prefix_loss(model, batch: Batch) -> torch.Tensor:
     loss = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
     )
-    return loss
+    with torch.no_grad():
+        rows = torch.arange(targets.shape[0], device=targets.device)
+        predicted = logits[rows, batch.answer_positions - 1].argmax(-1)
+        accuracy = (predicted == targets[rows, batch.answer_positions - 1]).float().mean()
+    return loss, float(accuracy)
 
 
 def full_sequence_loss(model, batch: Batch) -> torch.Tensor:
@@ -276,6 +322,15 @@ class BundledModelConfig:
     """RoPE base."""
 
 
+def build_model(model_config: BundledModelConfig, tokenizer, seed: int):
+    """A freshly initialised ``GptOssForCausalLM`` (initialisation seeded by ``seed``)."""
+    from transformers import GptOssForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GptOssForCausalLM(gpt_oss_config(model_config, tokenizer))
+
+
 def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
     """A ``transformers.GptOssConfig`` for ``model_config`` and the tokenizer's vocabulary."""
     from transformers import GptOssConfig
@@ -309,7 +364,7 @@ def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
 class TrainingConfig:
     """The optimisation of the bundled agent."""
 
-    steps: int = 1500
+    steps: int = 900
     """Optimizer steps."""
 
     batch_size: int = 24
@@ -340,12 +395,16 @@ def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
 
 
 def batches(
-    data_config: TrainingDataConfig, batch_size: int, tokenizer, seed: int
+    data_config: TrainingDataConfig,
+    batch_size: int,
+    tokenizer,
+    seed: int,
+    exclude: frozenset[Grid] = frozenset(),
 ) -> Iterator[tuple[list[Example], Batch]]:
-    """The endless, seeded stream of training batches."""
+    """The endless, seeded stream of training batches (never a grid of ``exclude``)."""
     rng = np.random.default_rng(seed)
     while True:
-        examples = sample_batch_examples(data_config, batch_size, rng)
+        examples = sample_batch_examples(data_config, batch_size, rng, exclude)
         yield examples, encode_batch(examples, tokenizer, tokenizer.pad_token_id)
 
 
@@ -356,12 +415,15 @@ def train(
     data_config: TrainingDataConfig,
     *,
     device: str | torch.device = "cpu",
-    on_step: Callable[[int, float, float, int], None] | None = None,
+    exclude: frozenset[Grid] = frozenset(),
+    on_step: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Train ``model`` in place; returns one log record per step.
 
     Args:
-        on_step: called as ``on_step(step, loss, seconds_elapsed, tokens_seen)`` after each step.
+        exclude: grids never trained on (the held-out evaluation set).
+        on_step: called after each step with its log record (``step``, ``loss``,
+            ``answer_accuracy`` (teacher-forced), ``seconds`` elapsed, ``tokens`` seen).
     """
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
@@ -374,7 +436,7 @@ def train(
         lr=config.learning_rate,
         betas=(0.9, 0.98),
     )
-    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1)
+    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1, exclude)
     log = []
     start = time.perf_counter()
     tokens = 0
@@ -382,16 +444,23 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step_index, config)
         _, batch = next(stream)
-        batch = Batch(*(t.to(device) for t in (batch.prefix_ids, batch.suffix_ids, batch.labels)))
-        loss = shared_prefix_loss(model, batch)
+        batch = batch.to(device)
+        loss, accuracy = shared_prefix_loss_and_accuracy(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         tokens += batch.prefix_ids.numel() + batch.suffix_ids.numel()
         elapsed = time.perf_counter() - start
-        log.append({"step": step_index, "loss": float(loss), "seconds": elapsed, "tokens": tokens})
+        record = {
+            "step": step_index,
+            "loss": loss.item(),
+            "answer_accuracy": accuracy,
+            "seconds": elapsed,
+            "tokens": tokens,
+        }
+        log.append(record)
         if on_step is not None:
-            on_step(step_index, float(loss), elapsed, tokens)
+            on_step(record)
     model.eval()
     return log

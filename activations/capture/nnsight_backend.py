@@ -14,6 +14,7 @@ local modules hidden, run here), a dry run that needs no server.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 
@@ -83,7 +84,8 @@ class NnsightCapture(CaptureBackend):
         elif isinstance(model, nn.Module):
             if tokenizer is None:
                 raise ValueError("wrapping a loaded model with nnsight needs its tokenizer")
-            self.lm = TransformersModel(model, tokenizer=tokenizer)
+            # nnsight's pipeline sets the tokenizer's padding side and pad token: give it a copy
+            self.lm = TransformersModel(model, tokenizer=copy.deepcopy(tokenizer))
         else:
             raise TypeError(f"expected a torch model or TransformersModel, got {type(model)}")
         module = self.lm._module

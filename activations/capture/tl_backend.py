@@ -13,6 +13,7 @@ backend also uses.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -43,7 +44,10 @@ class TransformerLensCapture(CaptureBackend):
             model.config.architectures = [type(model).__name__]
         name = model_id or getattr(model.config, "name_or_path", "") or type(model).__name__
         self.model = model
-        self.bridge = TransformerBridge.boot_transformers(name, hf_model=model, tokenizer=tokenizer)
+        # the bridge edits the tokenizer it is given (init kwargs, BOS handling): give it a copy
+        self.bridge = TransformerBridge.boot_transformers(
+            name, hf_model=model, tokenizer=copy.deepcopy(tokenizer)
+        )
 
     def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
         """See :meth:`CaptureBackend.capture`; returns ``{layer: (B, K, d_model)}``."""

@@ -36,7 +36,7 @@ from activations.store.schema import (
     stage_tokens,
 )
 
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 256 << 10
 _LABEL_CHUNK_ROWS = 4096
 
 
@@ -136,7 +136,8 @@ def _chunk_rows(row_bytes: int) -> int:
     return int(max(1, min(4096, _CHUNK_BYTES // max(1, row_bytes))))
 
 
-def _filters(compression: str) -> dict[str, Any]:
+def hdf5_filters(compression: str) -> dict[str, Any]:
+    """h5py ``create_dataset`` keyword arguments of a compression name (byte shuffle + filter)."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {COMPRESSIONS}")
     if compression == "none":
@@ -152,7 +153,8 @@ def to_float16(arr: np.ndarray, where: str) -> np.ndarray:
     Raises:
         ValueError: naming ``where`` when an entry is non-finite or overflows float16.
     """
-    out = np.asarray(arr).astype(ACTIVATION_DTYPE)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray(arr).astype(ACTIVATION_DTYPE)
     if not np.isfinite(out).all():
         bad = np.argwhere(~np.isfinite(out))[0].tolist()
         raise ValueError(
@@ -202,7 +204,7 @@ class StoreWriter:
         self.layout = layout
         self.tmp = temp_path(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        filters = _filters(compression)
+        filters = hdf5_filters(compression)
         self._file = h5py.File(self.tmp, "w")
         self._rows = 0
         self._finalized = False

@@ -70,8 +70,7 @@ def command(
 ) -> None:
     """Replay every recorded step teacher-forced and store the residual stream (HDF5).
 
-    Resumable: rerun the same command after an interruption (even SIGKILL) and it continues
-    from the last finished part.
+    Resumable: after an interruption (even SIGKILL), rerun the same command to continue.
     """
     from activations.capture import make_capture
     from activations.extract import ExtractConfig, default_layers, extract, load_model

@@ -220,8 +220,17 @@ def counterfactual_candidates(
             kind = _classify(base_opt, policy.optimal_actions(cf_state))
             if kind is not None:
                 pairs.append(
-                    _pair(base, grid.with_start(cell), cf_state, "agent", state.agent, cell, kind,
-                          base_opt, policy.optimal_actions(cf_state))
+                    _pair(
+                        base,
+                        grid.with_start(cell),
+                        cf_state,
+                        "agent",
+                        state.agent,
+                        cell,
+                        kind,
+                        base_opt,
+                        policy.optimal_actions(cf_state),
+                    )
                 )
     if "goal" in moves:
         for cell in cells:
@@ -229,7 +238,9 @@ def counterfactual_candidates(
             cf_opt = solve(cf_grid).optimal_actions(state)
             kind = _classify(base_opt, cf_opt)
             if kind is not None:
-                pairs.append(_pair(base, cf_grid, state, "goal", grid.goal, cell, kind, base_opt, cf_opt))
+                pairs.append(
+                    _pair(base, cf_grid, state, "goal", grid.goal, cell, kind, base_opt, cf_opt)
+                )
     return pairs
 
 
@@ -295,8 +306,10 @@ def build_counterfactuals(
         rng = np.random.default_rng([config.random_state, index])
         candidates = counterfactual_candidates(base, moves=config.moves)
         for move in config.moves:
-            for kind, quota in (("disjoint", config.disjoint_per_move),
-                                ("control", config.control_per_move)):
+            for kind, quota in (
+                ("disjoint", config.disjoint_per_move),
+                ("control", config.control_per_move),
+            ):
                 group = [p for p in candidates if p.moved == move and p.kind == kind]
                 if quota == 0 or not group:
                     continue

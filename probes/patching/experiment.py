@@ -26,7 +26,6 @@ patching are kept (``require_optimal``), so capability does not confound the res
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -42,6 +41,7 @@ from activations.agent.local_backend import LocalBackend
 from activations.agent.parser import parse_action
 from activations.agent.prompts import PromptTemplate, build_messages, uses_key_prompt
 from activations.agent.reasoning import PLAN_STEPS, reasoning_text
+from activations.extract import default_layers
 from activations.gridworld.core import Action, Grid, State
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
@@ -61,8 +61,6 @@ from probes.patching.sites import (
     site_positions,
 )
 
-log = logging.getLogger(__name__)
-
 DIRECTIONS: tuple[str, ...] = ("base_to_cf", "cf_to_base")
 REASONING_MODES: tuple[str, ...] = ("recorded", "greedy", "oracle")
 ReasoningMode = Literal["recorded", "greedy", "oracle"]
@@ -74,8 +72,10 @@ class PatchConfig:
 
     Attributes:
         sites: patch sites (:data:`probes.patching.sites.SITES`).
-        layers: layer-set specs, each patched as one run: ``"each"`` (every block on its own),
-            ``"all"`` (every block at once), ``"7"``, ``"-1"`` (the last block), ``"7+15"``.
+        layers: layer-set specs, each patched as one run: ``"thirds"`` (the study's spread, the
+            last block of each third: 7, 15, 23 of GPT-OSS-20B's 24), ``"each"`` (every block
+            on its own), ``"all"`` (every block at once), ``"7"``, ``"-1"`` (the last block),
+            ``"7+15"`` (both at once).
         directions: ``"base_to_cf"`` and/or ``"cf_to_base"``.
         reasoning: ``"recorded"``, ``"greedy"`` or ``"oracle"`` (module docstring).
         require_optimal: keep only pairs whose unpatched action is optimal on both sides.
@@ -87,7 +87,7 @@ class PatchConfig:
     """
 
     sites: tuple[str, ...] = DEFAULT_SITES
-    layers: tuple[str, ...] = ("each", "all")
+    layers: tuple[str, ...] = ("thirds", "all")
     directions: tuple[str, ...] = DIRECTIONS
     reasoning: ReasoningMode = "greedy"
     require_optimal: bool = True
@@ -116,8 +116,8 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
     """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept.
 
     Raises:
-        ValueError: a spec that is not ``each``, ``all`` or ``+``-joined block indices in
-            ``[-n_layers, n_layers)``.
+        ValueError: a spec that is not ``thirds``, ``each``, ``all`` or ``+``-joined block
+            indices in ``[-n_layers, n_layers)``.
     """
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
@@ -129,11 +129,16 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")
             continue
+        if spec == "thirds":
+            for layer in default_layers(n_layers):
+                out.setdefault((layer,), str(layer))
+            continue
         try:
             raw = [int(part) for part in spec.split("+")]
         except ValueError as err:
             raise ValueError(
-                f"bad layer spec {spec!r}; use 'each', 'all', an index or indices joined by '+'"
+                f"bad layer spec {spec!r}; use 'thirds', 'each', 'all', an index or indices "
+                "joined by '+'"
             ) from err
         if any(not -n_layers <= x < n_layers for x in raw):
             raise ValueError(f"layer spec {spec!r} lies outside the model's {n_layers} blocks")
@@ -252,9 +257,13 @@ class PatchingContext:
 
     def prompt_ids(self, grid: Grid, state: State) -> list[int]:
         """``(n_prompt,)`` ids of the harmony prompt showing ``grid`` in ``state``."""
-        return self.generator.encode_prompt(self.messages(grid, state), self.config.reasoning_effort)
+        return self.generator.encode_prompt(
+            self.messages(grid, state), self.config.reasoning_effort
+        )
 
-    def greedy(self, conversations: Sequence[tuple[Grid, State]]) -> list[tuple[list[int], Action | None]]:
+    def greedy(
+        self, conversations: Sequence[tuple[Grid, State]]
+    ) -> list[tuple[list[int], Action | None]]:
         """Greedy completions and their parsed actions, ``batch_size`` prompts per call."""
         sampling = SamplingConfig(
             temperature=0.0,
@@ -284,8 +293,13 @@ class PatchingContext:
         return parse_action(split.final or None).action
 
     def side(
-        self, grid: Grid, state: State, prompt: list[int], completion: Sequence[int],
-        generated_action: Action | None, sites: Sequence[str],
+        self,
+        grid: Grid,
+        state: State,
+        prompt: list[int],
+        completion: Sequence[int],
+        generated_action: Action | None,
+        sites: Sequence[str],
     ) -> Side:
         """Build the teacher-forced sequence and run it clean (raises :class:`SequenceError`)."""
         sequence = build_sequence(
@@ -386,7 +400,10 @@ def prepare_pairs(
         except SequenceError as err:
             report.dropped[f"counterfactual: {err}"] += 1
             continue
-        check_aligned(base_side.sequence, cf_side.sequence, pair.changed_cells)
+        try:
+            check_aligned(base_side.sequence, cf_side.sequence, pair.changed_cells)
+        except SequenceError as err:
+            raise SequenceError(f"pair {pair.pair_id}: {err}") from err
         if config.require_optimal and not (
             base_side.action in base_side.optimal and cf_side.action in cf_side.optimal
         ):
@@ -418,7 +435,11 @@ def _make_base_side(context, base, base_prompts, greedy) -> Side | str:
         completion = generated_ids
     try:
         return context.side(
-            base.grid, base.state, base_prompts[base.base_id], completion, generated_action,
+            base.grid,
+            base.state,
+            base_prompts[base.base_id],
+            completion,
+            generated_action,
             context.config.sites,
         )
     except SequenceError as err:
@@ -546,7 +567,7 @@ def _jobs(
                 values, origin = None, "live"
                 if store is not None and direction == "base_to_cf":
                     values = store.values(
-                        prepared.pair.base, site, layers, src_pos, context.config.reasoning
+                        prepared.pair.base, site, layers, src_pos, source.sequence.token_ids
                     )
                     origin = "live" if values is None else "store"
                 if values is None:
@@ -637,6 +658,8 @@ def run_patching(
             by_target.setdefault(job.direction, []).append(job)
         for direction, group in by_target.items():
             _, target = item.sides(direction)
+            # patches that start late share a long unpatched prefix (see NNsightBackend)
+            group.sort(key=lambda j: int(j.patch.positions.min()))
             for start in range(0, len(group), config.batch_size):
                 chunk = group[start : start + config.batch_size]
                 logits = context.backend.patched_logits(

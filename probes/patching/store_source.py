@@ -6,9 +6,10 @@ the recorded prompt + completion. Where a patch's source is such a recorded base
 ``"base_to_cf"``) and the store holds every layer of the patch, its values can be read instead
 of captured:
 
-* ``pre_reasoning`` lies in the prompt, so it is valid whatever the reasoning mode;
-* ``post_reasoning`` closes the *recorded* reasoning, so it is used only with
-  ``reasoning="recorded"``.
+stored values are used only when the patched source sequence equals the recorded ids (prompt +
+completion) up to and including the anchor, so ``pre_reasoning`` (in the prompt) is valid with any
+reasoning mode and ``post_reasoning`` only when the source keeps the recorded reasoning
+(``reasoning="recorded"``, or any mode that reproduces it).
 
 The stored token positions are checked against the positions the patch reads; a mismatch is an
 error (the store was extracted from other token ids). Values are float16 on disk.
@@ -56,19 +57,31 @@ class StoreSource:
         site: str,
         layers: Sequence[int],
         positions: np.ndarray,
-        reasoning: str,
+        token_ids: np.ndarray,
     ) -> torch.Tensor | None:
         """``(len(layers), 3, d_model)`` float32 stored values of ``base`` at ``site``, or None.
 
-        None when the site is not an anchor, ``post_reasoning`` is asked without recorded
-        reasoning, the base has no row, the row lacks the stage, or a layer is not stored.
+        Args:
+            base: the source run's base state (with its recorded ids).
+            site: the patch site.
+            layers: the patch's layers.
+            positions: ``(3,)`` the positions the patch reads in the source sequence.
+            token_ids: ``(seq,)`` the source sequence.
+
+        Returns None when the site is not a stored anchor, the base has no recorded ids or no
+        row, the source sequence differs from the recorded ids up to the anchor, the row lacks
+        the stage, or a layer is not stored.
 
         Raises:
             ValueError: the stored positions differ from ``positions``.
         """
         if site not in STORE_SITES or site not in self.store.stages:
             return None
-        if site == "post_reasoning" and reasoning != "recorded":
+        if base.prompt_token_ids is None or base.generated_token_ids is None:
+            return None
+        recorded = np.asarray(base.prompt_token_ids + base.generated_token_ids, dtype=np.int64)
+        n = int(np.max(positions)) + 1
+        if len(recorded) < n or not np.array_equal(recorded[:n], np.asarray(token_ids)[:n]):
             return None
         if any(int(x) not in self.store.layers for x in layers):
             return None

@@ -1,0 +1,278 @@
+"""Behavioural quality of an agent on held-out grids, next to a random-walk baseline.
+
+Episodes run through :func:`activations.agent.rollout.run_rollouts` (batched across episodes,
+study settings: temperature 0.7, top-p 0.95, horizon ``ceil(1.5 L)``); the random walk takes
+uniformly random moves under the same horizon. Per (size, density) cell the table reports the
+success rate and the per-action accuracy (fraction of an episode's actions that are optimal,
+averaged over episodes; an invalid answer counts as not optimal), with percentile-bootstrap
+95% confidence intervals over grids.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from activations.agent.backend import Backend
+from activations.agent.rollout import RolloutConfig, run_rollouts
+from activations.agent.trajectories import EpisodeSummary, read_trajectories
+from activations.gridworld.core import Action, Grid, Variant
+from activations.gridworld.dynamics import initial_state, is_success, step
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.optimal import solve
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """The held-out evaluation of an agent."""
+
+    sizes: tuple[int, ...] = (7, 9, 11, 13, 15)
+    """Grid sides."""
+
+    densities: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    """Obstacle densities."""
+
+    grids_per_cell: int = 4
+    """Held-out plain grids per (size, density) cell."""
+
+    episodes_per_grid: int = 3
+    """Agent episodes per grid."""
+
+    random_walk_episodes_per_grid: int = 200
+    """Random-walk episodes per grid (cheap)."""
+
+    seed: int = 7_000_001
+    """Base seed of the held-out grid set (training never sees these grids)."""
+
+    temperature: float = 0.7
+    """Sampling temperature (study: 0.7)."""
+
+    top_p: float = 0.95
+    """Nucleus mass (study: 0.95)."""
+
+    max_new_tokens: int = 96
+    """Token limit per answer (the bundled agent's completions are about 40 tokens)."""
+
+    batch_size: int = 32
+    """Episodes in flight per generate call."""
+
+    bootstrap_samples: int = 1000
+    """Bootstrap resamples (over grids) for the confidence intervals."""
+
+
+def heldout_grids(config: EvaluationConfig) -> list[Grid]:
+    """The held-out plain grids, ordered by size, density, index."""
+    return generate_grid_set(
+        GridSetConfig(
+            sizes=config.sizes,
+            densities=config.densities,
+            n_per_cell=config.grids_per_cell,
+            variant=Variant.PLAIN,
+            seed=config.seed,
+        )
+    )
+
+
+def random_walk(grid: Grid, episodes: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Success rate and mean per-action accuracy of uniformly random moves, horizon ceil(1.5 L)."""
+    policy = solve(grid)
+    horizon = policy.horizon
+    successes = 0
+    accuracies = []
+    for _ in range(episodes):
+        state = initial_state(grid)
+        optimal = 0
+        taken = 0
+        while taken < horizon and not is_success(grid, state):
+            action = Action(int(rng.integers(4)))
+            optimal += action in policy.optimal_actions(state)
+            state = step(grid, state, action)
+            taken += 1
+        successes += is_success(grid, state)
+        accuracies.append(optimal / taken)
+    return successes / episodes, float(np.mean(accuracies))
+
+
+def _bootstrap_ci(per_grid: Sequence[float], samples: int, rng: np.random.Generator):
+    values = np.asarray(per_grid, dtype=float)
+    if len(values) < 2:
+        return [float("nan"), float("nan")]
+    draws = rng.integers(len(values), size=(samples, len(values)))
+    means = values[draws].mean(axis=1)
+    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+
+
+def evaluate_agent(backend: Backend, config: EvaluationConfig, *, progress: bool = False) -> dict:
+    """Run the agent and the random walk on :func:`heldout_grids`; JSON-ready results.
+
+    Returns:
+        ``{"config": ..., "cells": [{"size", "density", "episodes", "success_rate",
+        "success_ci95", "action_accuracy", "action_accuracy_ci95", "invalid_rate",
+        "random_success_rate", "random_action_accuracy"}, ...], "overall": {...}}``.
+    """
+    grids = heldout_grids(config)
+    rollout_config = RolloutConfig(
+        episodes_per_grid=config.episodes_per_grid,
+        retries=0,
+        batch_size=config.batch_size,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        seed=config.seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "evaluation.jsonl"
+        run_rollouts(grids, backend, rollout_config, path, progress=progress)
+        summaries = [episode.summary for episode in read_trajectories(path)]
+    return summarize(grids, summaries, config)
+
+
+def summarize(
+    grids: Sequence[Grid], summaries: Sequence[EpisodeSummary], config: EvaluationConfig
+) -> dict:
+    """The quality table of ``summaries`` (episodes on ``grids``) with the random walk."""
+    rng = np.random.default_rng(config.seed)
+    by_grid: dict[str, list[EpisodeSummary]] = defaultdict(list)
+    for summary in summaries:
+        by_grid[summary.grid_id].append(summary)
+    cells = []
+    for size in config.sizes:
+        for density in config.densities:
+            cell_grids = [g for g in grids if g.size == size and g.density == density]
+            success, accuracy, invalid, rw_success, rw_accuracy = [], [], [], [], []
+            n_episodes = 0
+            for grid in cell_grids:
+                episodes = by_grid.get(grid.grid_id, [])
+                if not episodes:
+                    continue
+                n_episodes += len(episodes)
+                success.append(np.mean([e.success for e in episodes]))
+                accuracy.append(np.mean([e.optimal_steps / e.length for e in episodes]))
+                invalid.append(
+                    sum(e.invalid_steps for e in episodes) / sum(e.length for e in episodes)
+                )
+                s, a = random_walk(grid, config.random_walk_episodes_per_grid, rng)
+                rw_success.append(s)
+                rw_accuracy.append(a)
+            if not n_episodes:
+                continue
+            cells.append(
+                {
+                    "size": size,
+                    "density": density,
+                    "grids": len(success),
+                    "episodes": n_episodes,
+                    "success_rate": float(np.mean(success)),
+                    "success_ci95": _bootstrap_ci(success, config.bootstrap_samples, rng),
+                    "action_accuracy": float(np.mean(accuracy)),
+                    "action_accuracy_ci95": _bootstrap_ci(accuracy, config.bootstrap_samples, rng),
+                    "invalid_rate": float(np.mean(invalid)),
+                    "random_success_rate": float(np.mean(rw_success)),
+                    "random_action_accuracy": float(np.mean(rw_accuracy)),
+                }
+            )
+    overall = {
+        key: float(np.mean([c[key] for c in cells]))
+        for key in (
+            "success_rate",
+            "action_accuracy",
+            "invalid_rate",
+            "random_success_rate",
+            "random_action_accuracy",
+        )
+    }
+    return {"config": asdict(config), "cells": cells, "overall": overall}
+
+
+def quality_table_markdown(result: dict) -> str:
+    """The size x density table of :func:`evaluate_agent`'s result as Markdown."""
+    lines = [
+        "| size | density | episodes | success % (95% CI) | random-walk success % "
+        "| per-action accuracy % (95% CI) | random-walk accuracy % | invalid % |",
+        "|---:|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for c in result["cells"]:
+        lo, hi = c["success_ci95"]
+        alo, ahi = c["action_accuracy_ci95"]
+        lines.append(
+            f"| {c['size']} | {c['density']:.1f} | {c['episodes']} "
+            f"| {100 * c['success_rate']:.1f} ({100 * lo:.0f}-{100 * hi:.0f}) "
+            f"| {100 * c['random_success_rate']:.1f} "
+            f"| {100 * c['action_accuracy']:.1f} ({100 * alo:.0f}-{100 * ahi:.0f}) "
+            f"| {100 * c['random_action_accuracy']:.1f} | {100 * c['invalid_rate']:.1f} |"
+        )
+    o = result["overall"]
+    lines.append(
+        f"| all | all | | {100 * o['success_rate']:.1f} | {100 * o['random_success_rate']:.1f} "
+        f"| {100 * o['action_accuracy']:.1f} | {100 * o['random_action_accuracy']:.1f} "
+        f"| {100 * o['invalid_rate']:.1f} |"
+    )
+    return "\n".join(lines)
+
+
+def model_card_text(training: dict, evaluation: dict) -> str:
+    """``MODEL_CARD.md`` of the bundled agent from its training info and evaluation result."""
+    m = training["model_config"]
+    t = training["training_config"]
+    d = training["data_config"]
+    e = evaluation["config"]
+    return f"""# goalprobe bundled agent
+
+A small GPT-OSS (`transformers.GptOssForCausalLM`) trained from scratch by
+`scripts/train_default_agent.py` to play goalprobe's grid world through the same harmony prompts
+as GPT-OSS-20B (`activations/agent/templates`). It lets the whole pipeline (rollout, capture,
+probes, patching, MEG) run offline on a CPU. It is a research stand-in, not a model of
+GPT-OSS-20B's internals.
+
+## Architecture
+
+| field | value |
+|---|---|
+| class | `GptOssForCausalLM` (mixture-of-experts, attention sinks, RoPE) |
+| parameters | {training["parameters"]:,} |
+| layers | {m["num_hidden_layers"]} (sliding-window {m["sliding_window"]} and full attention alternate) |
+| d_model | {m["hidden_size"]} |
+| heads | {m["num_attention_heads"]} query / {m["num_key_value_heads"]} key-value, head_dim {m["head_dim"]} |
+| experts | {m["num_local_experts"]}, top-{m["num_experts_per_tok"]}, SwiGLU width {m["intermediate_size"]} |
+| max positions | {m["max_position_embeddings"]}, RoPE theta {m["rope_theta"]:g} |
+| tokenizer | word-level (`activations/agent/tokenizer.py`), harmony special tokens, one token per grid cell |
+
+## Training data
+
+Each example is one step of an episode on a freshly generated grid: sizes {d["sizes"]} (weights
+{d["size_weights"]}), density uniform in {d["density_range"]}; a fraction
+{d["key_prompt_probability"]} of the batches use the key-and-door prompt with variants
+{sorted(d["key_variant_weights"])}. The state is drawn from an episode of the optimal policy
+perturbed by random moves (probability {d["epsilon"]}). Target: the analysis channel
+`A is at (r, c). G is at (r, c). [K/D positions, key status.] Plan: <next {d["plan_steps"]} moves>.`
+(a shortest path, ties broken uniformly at random), then the final channel `{{"action": "..."}}`.
+Loss on the completion tokens only. The held-out evaluation grids are excluded from training.
+
+## Training
+
+Seed {t["seed"]}; {t["steps"]} AdamW steps of {t["batch_size"]} examples, peak learning rate
+{t["learning_rate"]} (warm-up {t["warmup_steps"]} steps, cosine decay to 10%), weight decay
+{t["weight_decay"]}, gradient clipping {t["grad_clip"]}. Trained in
+{training["training_seconds"] / 60:.1f} min on `{training["device"]}`
+({training["torch_threads"]} torch thread(s), machine `{training["machine"]}`, shared with other
+jobs). Final training loss {training["final_loss"]:.3f}.
+
+Reproduce: `python scripts/train_default_agent.py --seed {t["seed"]} --steps {t["steps"]}`
+(add `--device cuda` on a GPU).
+
+## Quality on held-out grids
+
+{e["grids_per_cell"]} plain grids per cell (seed {e["seed"]}), {e["episodes_per_grid"]} episodes
+per grid, temperature {e["temperature"]}, top-p {e["top_p"]}, horizon ceil(1.5 L), no retries
+(an invalid answer is a non-optimal step). Random walk: {e["random_walk_episodes_per_grid"]}
+uniformly random episodes per grid, same horizon. 95% CIs: percentile bootstrap over grids.
+
+{quality_table_markdown(evaluation)}
+
+Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
+"""

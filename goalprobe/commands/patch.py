@@ -1,0 +1,247 @@
+"""``goalprobe patch``: activation patching with counterfactual grids (study, appendix F)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _split(text: str, option: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not values:
+        raise typer.BadParameter("needs at least one value", param_hint=option)
+    return values
+
+
+def command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+    trajectories: Annotated[
+        Path | None,
+        typer.Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
+    ] = None,
+    grids: Annotated[
+        Path | None,
+        typer.Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="'bundled', a local model directory, or a Hugging Face id.")
+    ] = "bundled",
+    backend: Annotated[str, typer.Option(help="nnsight or transformer_lens.")] = "nnsight",
+    sites: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
+            "answer, all."
+        ),
+    ] = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
+    layers: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
+            "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
+        ),
+    ] = "thirds,all",
+    directions: Annotated[
+        str, typer.Option(help="base_to_cf and/or cf_to_base (source_to_target).")
+    ] = "base_to_cf,cf_to_base",
+    reasoning: Annotated[
+        str,
+        typer.Option(
+            help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
+            "Default: recorded with --trajectories, greedy with --grids."
+        ),
+    ] = "",
+    allow_suboptimal: Annotated[
+        bool,
+        typer.Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
+    ] = False,
+    regenerate: Annotated[
+        bool, typer.Option(help="Also regenerate the reasoning under prompt-site patches.")
+    ] = False,
+    moves: Annotated[str, typer.Option(help="agent and/or goal.")] = "agent,goal",
+    disjoint_per_move: Annotated[
+        int, typer.Option(min=0, help="Disjoint pairs per base and move.")
+    ] = 1,
+    control_per_move: Annotated[
+        int, typer.Option(min=0, help="Control pairs per base and move.")
+    ] = 1,
+    sizes: Annotated[
+        str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
+    ] = "",
+    max_bases: Annotated[
+        int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
+    ] = 100,
+    store: Annotated[
+        Path | None,
+        typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Greedy completion budget.")] = 512,
+    batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
+    n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
+) -> None:
+    """Patch the residual stream between base and counterfactual grids (agent or goal moved).
+
+    Writes patch_records.csv, patch_summary.csv, patch_results.json, patch_heatmap.html and
+    patch_pairs.jsonl into --out.
+    """
+    import json
+    from dataclasses import asdict
+
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    from activations.extract import load_model
+    from probes.patching.counterfactuals import (
+        CounterfactualConfig,
+        base_from_grid,
+        base_from_step,
+        build_counterfactuals,
+    )
+    from probes.patching.experiment import (
+        PatchConfig,
+        PatchingContext,
+        prepare_pairs,
+        run_patching,
+    )
+    from probes.patching.patch import BackendUnavailableError, make_backend
+    from probes.patching.results import summarize, write_results
+    from probes.patching.sites import SequenceError
+
+    if (trajectories is None) == (grids is None):
+        raise typer.BadParameter("give exactly one of --trajectories and --grids")
+    effort, template_dir = "low", None
+    if trajectories is not None:
+        from activations.agent.trajectories import read_run_header, read_steps
+
+        header = read_run_header(trajectories)
+        effort = header.config.get("reasoning_effort", "low")
+        template_dir = header.config.get("template_dir")
+        bases = [
+            base_from_step(
+                step, where=f"{trajectories}: step {step.grid_id}/{step.episode}/{step.step}"
+            )
+            for step in read_steps(trajectories)
+        ]
+    else:
+        from activations.gridworld.io import read_grid_set
+
+        bases = [base_from_grid(g) for g in read_grid_set(grids)]
+    if sizes.strip():
+        keep = {int(s) for s in _split(sizes, "--sizes")}
+        bases = [b for b in bases if b.grid.size in keep]
+    if len(bases) > max_bases:
+        picks = np.sort(np.random.default_rng(seed).choice(len(bases), max_bases, replace=False))
+        bases = [bases[i] for i in picks]
+    if not bases:
+        raise typer.BadParameter("no base states to patch (check --sizes and the input file)")
+    try:
+        config = PatchConfig(
+            sites=_split(sites, "--sites"),
+            layers=_split(layers, "--layers"),
+            directions=_split(directions, "--directions"),
+            reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
+            require_optimal=not allow_suboptimal,
+            regenerate=regenerate,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            reasoning_effort=effort,
+            template_dir=template_dir,
+        )
+        cf_config = CounterfactualConfig(
+            moves=_split(moves, "--moves"),
+            disjoint_per_move=disjoint_per_move,
+            control_per_move=control_per_move,
+            random_state=seed,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    pairs = build_counterfactuals(bases, cf_config)
+    console = Console()
+    console.print(f"{len(bases)} bases -> {len(pairs)} counterfactual pairs")
+
+    loaded = load_model(model, device=device, dtype=dtype)
+    try:
+        patcher = make_backend(backend, loaded.model, loaded.tokenizer)
+    except (BackendUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--backend") from err
+    try:
+        context = PatchingContext(loaded.model, loaded.tokenizer, patcher, config)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    source = None
+    if store is not None:
+        from activations.store.reader import ActivationStore
+        from probes.patching.store_source import StoreSource
+
+        source = StoreSource(ActivationStore(store))
+
+    try:
+        prepared, report = prepare_pairs(pairs, context)
+    except SequenceError as err:
+        raise typer.BadParameter(
+            f"{err}", param_hint="--trajectories" if trajectories else "--model"
+        ) from err
+    console.print(
+        f"prepared {report.n_kept} of {report.n_pairs} pairs; dropped {dict(report.dropped)}"
+    )
+    records, skipped = run_patching(prepared, context, store=source)
+    summary = summarize(records, n_resamples=n_resamples, random_state=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "patch_pairs.jsonl").open("w", encoding="utf-8") as handle:
+        for item in prepared:
+            handle.write(json.dumps(item.pair.to_dict()) + "\n")
+    meta = {
+        "model": loaded.model_id,
+        "model_revision": loaded.revision,
+        "backend": patcher.name,
+        "n_layers": patcher.n_layers,
+        "layer_sets": {label: list(ls) for label, ls in context.layer_sets},
+        "config": asdict(config),
+        "counterfactuals": asdict(cf_config),
+        "input": str(trajectories or grids),
+        "n_bases": len(bases),
+        "preparation": report.to_dict(),
+        "skipped_sites": dict(skipped),
+    }
+    paths = write_results(out, records, summary, meta)
+
+    table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
+    for column in (
+        "direction",
+        "site",
+        "layers",
+        "n",
+        "changed [95% CI]",
+        "to source opt.",
+        "recovered",
+        "control stable",
+    ):
+        table.add_column(column, justify="right")
+    control = {
+        (r.direction, r.site, r.layers): r
+        for r in summary
+        if r.kind == "control" and r.mode == "teacher_forced"
+    }
+    for r in summary:
+        if r.kind != "disjoint" or r.mode != "teacher_forced":
+            continue
+        c = control.get((r.direction, r.site, r.layers))
+        low, high = r.action_changed_ci
+        table.add_row(
+            r.direction,
+            r.site,
+            r.layers,
+            str(r.n_runs),
+            f"{r.action_changed_rate:.2f} [{low:.2f}, {high:.2f}]",
+            f"{r.into_source_optimal_rate:.2f}",
+            f"{r.recovered_mean:.2f}",
+            "-" if c is None else f"{c.stable_rate:.2f} (n={c.n_runs})",
+        )
+    console.print(table)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}")

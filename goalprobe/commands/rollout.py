@@ -1,0 +1,201 @@
+"""``goalprobe rollout``: run the agent on a grid set and record every step as trajectory JSONL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def load_local_backend(
+    model: str, *, revision: str = "", device: str = "cpu", dtype: str = "auto"
+) -> tuple[Any, dict[str, Any]]:
+    """A :class:`~activations.agent.local_backend.LocalBackend` for ``model`` and its description.
+
+    Args:
+        model: ``"bundled"``, a local model directory, or a Hugging Face id.
+        revision: hub revision ('' for the default branch); ignored for local models.
+        device: ``cpu``, ``cuda``, ``cuda:1``, ...
+        dtype: ``auto`` (the checkpoint's), ``bfloat16``, ``float16`` or ``float32``.
+
+    Returns:
+        ``(backend, description)``; the description identifies the model in trajectory files.
+    """
+    import hashlib
+
+    from activations.agent.local_backend import LocalBackend
+
+    if model == "bundled":
+        from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+
+        loaded, tokenizer = load_bundled_agent(device=device)
+        digest = hashlib.sha256()
+        for file in sorted(BUNDLED_AGENT_DIR.glob("*.safetensors")):
+            digest.update(file.read_bytes())
+        description = {
+            "class": "LocalBackend",
+            "model": "bundled",
+            "weights_sha256": digest.hexdigest()[:16],
+        }
+        return LocalBackend(loaded, tokenizer), description
+    if revision and not Path(model).expanduser().is_dir():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            model, revision=revision, dtype=dtype, device_map=device
+        )
+        backend = LocalBackend(loaded, tokenizer)
+    else:
+        backend = LocalBackend.from_pretrained(model, device=device, dtype=dtype)
+    return backend, {"class": "LocalBackend", "model": model, "revision": revision}
+
+
+def load_tokenizer_for(name: str):
+    """The tokenizer ``name`` names: ``"bundled"``, a local directory or a Hugging Face id."""
+    if name == "bundled":
+        from activations.agent.bundled import BUNDLED_AGENT_DIR
+        from activations.agent.tokenizer import load_tokenizer
+
+        return load_tokenizer(BUNDLED_AGENT_DIR)
+    from transformers import AutoTokenizer
+
+    local = Path(name).expanduser().is_dir()
+    return AutoTokenizer.from_pretrained(name, local_files_only=local)
+
+
+def command(
+    grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Trajectory JSONL to write (or resume).")
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="'bundled', a local model directory or a Hugging Face id; with --server, the "
+            "model name sent to the server."
+        ),
+    ] = "bundled",
+    revision: Annotated[str, typer.Option(help="Hub revision of a local-run model.")] = "",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ... (local models).")] = "cpu",
+    dtype: Annotated[
+        str, typer.Option(help="auto, bfloat16, float16 or float32 (local models).")
+    ] = "auto",
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Base URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) "
+            "to use instead of a local model."
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the server's API key.")
+    ] = "OPENAI_API_KEY",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer ('bundled', directory or hub id) to re-tokenise server text when "
+            "the server returns no token ids."
+        ),
+    ] = None,
+    server_token_ids: Annotated[
+        bool, typer.Option(help="Ask the server for token ids (vLLM's return_token_ids).")
+    ] = False,
+    developer_role: Annotated[
+        str, typer.Option(help="Role the instructions are sent as: developer or system.")
+    ] = "developer",
+    concurrency: Annotated[int, typer.Option(min=1, help="Server requests in flight.")] = 8,
+    request_timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
+    request_retries: Annotated[
+        int, typer.Option(min=0, help="Retries of a failed server request (429/5xx/timeouts).")
+    ] = 5,
+    episodes: Annotated[int, typer.Option(min=1, help="Episodes per grid.")] = 10,
+    horizon_factor: Annotated[
+        float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
+    ] = 1.5,
+    horizon: Annotated[
+        int | None, typer.Option(min=1, help="Fixed horizon T (overrides --horizon-factor).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
+    ] = 2,
+    batch_size: Annotated[int, typer.Option(min=1, help="Episodes in flight.")] = 16,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
+    top_p: Annotated[float, typer.Option(help="Nucleus-sampling mass.")] = 0.95,
+    max_new_tokens: Annotated[
+        int, typer.Option(min=1, help="Most tokens per attempt (reasoning + answer).")
+    ] = 10_000,
+    reasoning_effort: Annotated[str, typer.Option(help="low, medium or high.")] = "low",
+    seed: Annotated[int, typer.Option(help="Base seed of all sampling.")] = 0,
+    template_dir: Annotated[
+        Path | None, typer.Option(help="Directory of prompt templates (default: packaged).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run the agent on every grid and write one JSONL line per step plus one per episode.
+
+    Resumable: rerun the same command after an interruption and finished episodes are skipped.
+    """
+    from rich.console import Console
+
+    from activations.agent.rollout import RolloutConfig, run_rollouts
+    from activations.agent.trajectories import TrajectoryFormatError
+    from activations.gridworld.io import read_grid_set
+
+    console = Console(stderr=True)
+    try:
+        config = RolloutConfig(
+            episodes_per_grid=episodes,
+            horizon_factor=horizon_factor,
+            horizon_steps=horizon,
+            retries=retries,
+            batch_size=batch_size,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            reasoning_effort=reasoning_effort,
+            seed=seed,
+            template_dir=str(template_dir) if template_dir is not None else None,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    grid_set = read_grid_set(grids)
+    if server is not None:
+        from activations.agent.server_backend import ServerBackend, ServerConfig
+
+        try:
+            server_config = ServerConfig(
+                base_url=server,
+                model=model,
+                api_key_env=api_key_env,
+                max_concurrency=concurrency,
+                timeout_s=request_timeout,
+                max_retries=request_retries,
+                request_token_ids=server_token_ids,
+                developer_role=developer_role,
+            )
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from err
+        backend = ServerBackend(
+            server_config, load_tokenizer_for(tokenizer) if tokenizer is not None else None
+        )
+        description = backend.describe()
+    else:
+        backend, description = load_local_backend(
+            model, revision=revision, device=device, dtype=dtype
+        )
+    try:
+        report = run_rollouts(
+            grid_set, backend, config, out, progress=progress, backend_description=description
+        )
+    except TrajectoryFormatError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(code=1) from err
+    console.print(
+        f"{out}: run {report.run_id}; {report.episodes_run} episode(s) run, "
+        f"{report.episodes_skipped} already finished, {report.episodes_total} in all; "
+        f"{report.successes} successful; {report.steps} steps ({report.invalid_steps} invalid) "
+        f"in {report.seconds:.1f} s ({report.steps_per_second:.2f} steps/s, "
+        f"{report.generate_calls} generate calls)"
+    )

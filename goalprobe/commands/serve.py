@@ -1,0 +1,76 @@
+"""``goalprobe serve``: an OpenAI-compatible chat-completions server over a local model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def command(
+    model: Annotated[
+        str, typer.Option(help="'bundled', a local model directory or a Hugging Face id.")
+    ] = "bundled",
+    revision: Annotated[str, typer.Option(help="Hub revision of the model.")] = "",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16 or float32.")] = "auto",
+    host: Annotated[
+        str, typer.Option(help="Interface to listen on (loopback only by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    model_name: Annotated[
+        str | None,
+        typer.Option(help="Model id the server answers to (default: the --model value)."),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Require 'Authorization: Bearer <key>' with the key held in this environment "
+            "variable (default: no key required)."
+        ),
+    ] = None,
+    max_batch_size: Annotated[
+        int, typer.Option(min=1, help="Most concurrent requests generated together.")
+    ] = 16,
+    batch_window: Annotated[
+        float, typer.Option(min=0.0, help="Seconds to wait for more requests to batch.")
+    ] = 0.01,
+    default_max_tokens: Annotated[
+        int, typer.Option(min=1, help="max_tokens of requests that give none.")
+    ] = 10_000,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve a local model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/models,
+    /health): final answer as message.content, reasoning as message.reasoning_content, token
+    ids in prompt_token_ids and choices[].token_ids."""
+    import os
+
+    import uvicorn
+    from rich.console import Console
+
+    from activations.agent.server_app import ServeConfig, create_app
+    from goalprobe.commands.rollout import load_local_backend
+
+    console = Console(stderr=True)
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise typer.BadParameter(
+                f"environment variable {api_key_env} is unset or empty", param_hint="--api-key-env"
+            )
+    if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        console.print(
+            f"[yellow]warning:[/yellow] listening on {host} without an API key; anyone who can "
+            "reach this port can use the model (set --api-key-env)"
+        )
+    backend, _ = load_local_backend(model, revision=revision, device=device, dtype=dtype)
+    config = ServeConfig(
+        model_name=model_name or model,
+        api_key=api_key,
+        default_max_tokens=default_max_tokens,
+        max_batch_size=max_batch_size,
+        batch_window_s=batch_window,
+    )
+    console.print(f"serving {config.model_name!r} on http://{host}:{port}/v1")
+    uvicorn.run(create_app(backend, config), host=host, port=port, log_level=log_level)

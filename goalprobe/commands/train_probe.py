@@ -1,0 +1,279 @@
+"""``goalprobe train-probe``: cell-type (cognitive map) and goal-distance probes (study 5.1, E)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from rich.table import Table
+
+TARGETS = ("cell-type", "distance")
+PROBE_TYPES = ("coordinate", "per-cell")
+FAMILIES = ("mlp", "linear")
+
+
+def _parse_list(text: str, kind: type, option: str) -> tuple:
+    try:
+        return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list: {err}", param_hint=option
+        ) from err
+
+
+def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
+    return value
+
+
+def command(
+    store: Annotated[Path, typer.Argument(help="Activation store (.h5) from `goalprobe extract`.")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
+    ],
+    target: Annotated[
+        str, typer.Option(help="What to decode: cell-type (cognitive map) or distance (to goal).")
+    ] = "cell-type",
+    probe: Annotated[
+        str,
+        typer.Option(
+            help="Cell-type probe: coordinate ([act, row, col], the study's) or per-cell."
+        ),
+    ] = "coordinate",
+    family: Annotated[str, typer.Option(help="mlp or linear (ridge for distance).")] = "mlp",
+    stage: Annotated[str, typer.Option(help="Anchor stage of a single run.")] = "pre_reasoning",
+    layer: Annotated[int, typer.Option(help="Layer of a single run.")] = 15,
+    stages: Annotated[
+        str, typer.Option("--stages", help="Comma-separated stages: sweep (overrides --stage).")
+    ] = "",
+    layers: Annotated[
+        str, typer.Option("--layers", help="Comma-separated layers: sweep (overrides --layer).")
+    ] = "",
+    grid_size: Annotated[
+        int | None,
+        typer.Option(help="Size-specific probe: only grids of this size, no padding class."),
+    ] = None,
+    coordinates: Annotated[
+        str, typer.Option(help="raw (study) or onehot cell coordinates.")
+    ] = "raw",
+    hidden_size: Annotated[int, typer.Option(min=1, help="MLP hidden width.")] = 1024,
+    class_balance: Annotated[
+        str, typer.Option(help="upsample (study), weighted_loss or none.")
+    ] = "upsample",
+    alpha: Annotated[float, typer.Option(min=0.0, help="Ridge penalty (linear distance).")] = 1.0,
+    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 1e-3,
+    weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
+    max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 20,
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per step.")] = 128,
+    patience: Annotated[int, typer.Option(min=1, help="Epochs without improvement.")] = 3,
+    test_fraction: Annotated[
+        float, typer.Option(min=0.01, max=0.9, help="Fraction of grids held out for testing.")
+    ] = 0.2,
+    validation_fraction: Annotated[
+        float,
+        typer.Option(min=0.01, max=0.9, help="Fraction of training grids for early stopping."),
+    ] = 0.1,
+    controls: Annotated[
+        bool, typer.Option(help="Fit the majority/mean and shuffled-label controls.")
+    ] = True,
+    n_bootstrap: Annotated[int, typer.Option(min=1, help="Grid-bootstrap replicates.")] = 1000,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Train probes on an activation store: cell types (cognitive map) or distance to the goal.
+
+    Splits by grid (one split for all stages and layers), early-stops on validation grids carved
+    from the training grids, and scores the test grids with grid-bootstrap 95% intervals against
+    the controls (majority class or mean predictor; the same probe on labels shuffled by grid).
+    Lists in --stages/--layers run a sweep and print a comparison table. Writes models/
+    (safetensors + JSON card), decoded/ (HDF5 maps, cell types), sweep.json and
+    sweep_figure.html/.json to --out.
+    """
+    from rich.console import Console
+
+    from activations.store import StoreFormatError
+    from probes.cell_probes import CoordinateCellProbe
+    from probes.distance import GoalDistanceRegressor
+    from probes.per_cell import PerCellProbe
+    from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+
+    _choice(target, TARGETS, "--target")
+    _choice(probe, PROBE_TYPES, "--probe")
+    _choice(family, FAMILIES, "--family")
+    _choice(coordinates, ("raw", "onehot"), "--coordinates")
+    _choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
+    console = Console()
+    try:
+        loader = StoreProbeLoader(store)
+    except (FileNotFoundError, StoreFormatError) as err:
+        raise typer.BadParameter(str(err), param_hint="STORE") from err
+    stage_list = _parse_list(stages, str, "--stages") or (stage,)
+    missing = [s for s in stage_list if s not in loader.stages]
+    if missing:
+        raise typer.BadParameter(
+            f"stages {missing} not in the store (it holds {loader.stages})", param_hint="--stages"
+        )
+    layer_list = _parse_list(layers, int, "--layers") or (layer,)
+    missing_layers = [x for x in layer_list if x not in loader.layers]
+    if missing_layers:
+        raise typer.BadParameter(
+            f"layers {missing_layers} not in the store (it holds {loader.layers})",
+            param_hint="--layers",
+        )
+    training = dict(
+        learning_rate=lr,
+        weight_decay=weight_decay,
+        max_epochs=max_epochs,
+        batch_size=batch_size,
+        validation_fraction=validation_fraction,
+        n_iter_no_change=patience,
+        device=device,
+        progress=progress,
+        random_state=seed,
+    )
+    if target == "distance":
+        estimator = GoalDistanceRegressor(
+            family=family, alpha=alpha, hidden_size=hidden_size, **training
+        )
+    elif probe == "coordinate":
+        estimator = CoordinateCellProbe(
+            family=family,
+            hidden_size=hidden_size,
+            coordinates=coordinates,
+            grid_size=grid_size,
+            class_balance=class_balance,
+            **training,
+        )
+    else:
+        estimator = PerCellProbe(
+            family=family,
+            hidden_size=hidden_size,
+            grid_size=grid_size,
+            class_balance=class_balance,
+            **training,
+        )
+    config = ProbeSweepConfig(
+        target="cell_type" if target == "cell-type" else "distance",
+        stages=stage_list,
+        layers=tuple(layer_list),
+        grid_size=grid_size,
+        test_fraction=test_fraction,
+        controls=controls,
+        n_bootstrap=n_bootstrap,
+        random_state=seed,
+    )
+    try:
+        result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="STORE") from err
+    console.print(summary_table(result))
+    figure = comparison_figure(result)
+    figure.write_html(out / "sweep_figure.html", include_plotlyjs=True)
+    figure.write_json(out / "sweep_figure.json")
+    console.print(
+        f"wrote {out}/: sweep.json, models/, sweep_figure.html"
+        + (", decoded/" if target == "cell-type" else "")
+    )
+
+
+_CELL_COLUMNS = (
+    ("accuracy", "acc"),
+    ("accuracy_no_padding", "acc (grid)"),
+    ("balanced_accuracy", "bal. acc"),
+    ("agent_top1", "agent top-1"),
+    ("goal_top1", "goal top-1"),
+    ("agent_manhattan", "agent dist"),
+    ("goal_manhattan", "goal dist"),
+)
+_DISTANCE_COLUMNS = (("mae", "MAE"), ("r2", "R2"))
+
+
+def _main_metric(result: dict) -> str:
+    return "accuracy_no_padding" if result["config"]["target"] == "cell_type" else "r2"
+
+
+def _fmt(entry: dict | None) -> str:
+    if not entry or entry.get("value") is None:
+        return "-"
+    text = f"{entry['value']:.3f}"
+    if entry.get("ci_low") is not None:
+        text += f" [{entry['ci_low']:.3f}, {entry['ci_high']:.3f}]"
+    return text
+
+
+def summary_table(result: dict) -> Table:
+    """One row per stage and layer: test metrics with 95% intervals and selectivity."""
+    from rich.table import Table
+
+    cell = result["config"]["target"] == "cell_type"
+    columns = _CELL_COLUMNS if cell else _DISTANCE_COLUMNS
+    main = _main_metric(result)
+    table = Table(
+        title=f"{result['estimator']['class']} ({result['config']['target']}), test grids"
+    )
+    for header in ("stage", "layer", "test rows", *(label for _, label in columns)):
+        table.add_column(header)
+    controls = sorted(
+        {k.split(" - ")[1] for run in result["runs"] for k in run["metrics"].get("differences", {})}
+    )
+    for name in controls:
+        table.add_column(f"{main} - {name}")
+    for run in result["runs"]:
+        probe = run["metrics"]["models"]["probe"]
+        diffs = run["metrics"].get("differences", {})
+        table.add_row(
+            run["stage"],
+            str(run["layer"]),
+            str(run["n_test"]),
+            *(_fmt(probe.get(key)) for key, _ in columns),
+            *(_fmt(diffs.get(f"probe - {name}", {}).get(main)) for name in controls),
+        )
+    return table
+
+
+def comparison_figure(result: dict) -> go.Figure:
+    """Main test metric per layer (x) and stage (colour), with 95% intervals and controls."""
+    import plotly.graph_objects as go
+
+    main = _main_metric(result)
+    figure = go.Figure()
+    stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))
+    for stage in stages:
+        runs = [run for run in result["runs"] if run["stage"] == stage]
+        for model in ("probe", "shuffled", "majority", "mean"):
+            values = [run["metrics"]["models"].get(model, {}).get(main) for run in runs]
+            if not any(v and v.get("value") is not None for v in values):
+                continue
+            y = [v["value"] if v else None for v in values]
+            high = [
+                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
+                for v in values
+            ]
+            low = [
+                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
+                for v in values
+            ]
+            figure.add_trace(
+                go.Bar(
+                    name=f"{stage} {model}",
+                    x=[str(run["layer"]) for run in runs],
+                    y=y,
+                    error_y={"type": "data", "array": high, "arrayminus": low},
+                    opacity=1.0 if model == "probe" else 0.45,
+                )
+            )
+    figure.update_layout(
+        barmode="group",
+        title=f"{result['estimator']['class']}: test {main} (95% grid-bootstrap intervals)",
+        xaxis_title="layer",
+        yaxis_title=main,
+        template="plotly_white",
+    )
+    return figure

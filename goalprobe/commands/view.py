@@ -1,0 +1,120 @@
+"""``goalprobe view``: the interactive cognitive-map viewer, or a static HTML export of it."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def command(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Run directory (grids/, rollouts/, activations/, probes/decoded/, plans/, ...).",
+            exists=True,
+            file_okay=False,
+            dir_okay=True,
+            resolve_path=True,
+        ),
+    ],
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to serve on.")] = 8050,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Interface to bind. The default serves this machine only; any other address "
+            "exposes the run's data to the network.",
+        ),
+    ] = "127.0.0.1",
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="Write a self-contained static HTML file (plotly.js inlined, no server, no "
+            "network) of the selected episodes instead of serving.",
+            dir_okay=False,
+        ),
+    ] = None,
+    episodes: Annotated[
+        str | None,
+        typer.Option(
+            "--episodes",
+            help="Episodes to export, comma-separated GRID_ID:EPISODE or GRID_ID (all its "
+            "episodes); default: the first three.",
+        ),
+    ] = None,
+    probe: Annotated[
+        str | None,
+        typer.Option(
+            "--probe",
+            help="Decoded-map file stem under probes/decoded/ for the export (default: "
+            "pre-reasoning, mlp, middle layer).",
+        ),
+    ] = None,
+    plan: Annotated[
+        str | None,
+        typer.Option(
+            "--plan",
+            help="Plan source '<file stem>/<run>' for the export (default: the decoder that "
+            "matches the probe's stage and layer).",
+        ),
+    ] = None,
+) -> None:
+    """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
+
+    Serves a Dash app on HOST:PORT (127.0.0.1:8050 by default): pick a grid, step through its
+    trajectory, and compare the true grid with the decoded map of any probe (stage, layer,
+    family), the optimal actions on both, the decoded plan against the executed moves, the
+    reasoning text and the step's patching results. A run directory that lacks some artefacts
+    still opens and lists what is missing. With --export FILE.html, writes a self-contained page
+    of the selected episodes to share like a figure, and exits.
+    """
+    from rich.console import Console
+
+    from viewer.data import RunData, UnknownKeyError
+
+    console = Console(stderr=True)
+    run = RunData(run_dir)
+    for missing in run.missing:
+        console.print(f"[yellow]missing[/yellow] {missing}")
+    if export is not None:
+        from viewer.export import export_html
+
+        specs = [s for s in episodes.split(",") if s.strip()] if episodes else None
+        try:
+            out = export_html(run, export, episodes=specs, map_source=probe, plan_source=plan)
+        except UnknownKeyError as err:
+            raise typer.BadParameter(str(err.args[0])) from err
+        size = out.stat().st_size / 1e6
+        console.print(f"wrote {out} ({size:.1f} MB)")
+        return
+    if episodes or probe or plan:
+        raise typer.BadParameter(
+            "--episodes, --probe and --plan choose what --export writes; the server shows every "
+            "episode and probe"
+        )
+    if not _is_loopback(host):
+        console.print(
+            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
+            "reachable from other machines"
+        )
+    from viewer.app import create_app
+
+    app = create_app(run_dir)
+    console.print(
+        f"goalprobe viewer: {len(run.episodes)} episodes, {len(run.map_sources)} decoded-map "
+        f"files, {len(run.plan_sources)} plan runs; serving http://{host}:{port}/ (Ctrl+C stops)"
+    )
+    app.run(host=host, port=port, debug=False)

@@ -1,0 +1,379 @@
+"""Probe sweeps over stages and layers of an activation store (``goalprobe train-probe``).
+
+For every (stage, layer): load the anchor activations and labels, split by grid (one split for
+the whole sweep, stratified by grid size, so every stage and layer is scored on the same test
+grids), fit the probe (early stopping on validation grids carved from the training grids), fit
+the controls (majority class / mean predictor; the same probe on labels shuffled by grid),
+evaluate on the test grids with grid-bootstrap intervals, and save the probe (safetensors + card
+naming the store, its checksum, stage and layer) and the decoded test maps (HDF5). With several
+stages, the stages are also compared pairwise on the test steps they share (paired bootstrap).
+
+Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json``,
+``decoded/<run>.h5`` (cell-type target only) and ``sweep.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.dummy import DummyRegressor
+
+from activations.store import ActivationStore
+from probes.cell_probes import MajorityCellBaseline
+from probes.metrics import evaluate_cell_maps, evaluate_distance
+from probes.serialization import (
+    ActivationSource,
+    probe_card,
+    save_probe,
+    write_decoded_maps,
+)
+from probes.splits import shuffle_by_grid, split_by_grid
+
+Target = Literal["cell_type", "distance"]
+
+SWEEP_SCHEMA = "goalprobe.probe_sweep"
+SWEEP_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, eq=False)
+class ProbeData:
+    """Activations and labels of one stage and layer.
+
+    Attributes:
+        acts: ``(N, 3, d_model)`` anchor activations (float16 as stored).
+        row_ids: ``(N,)`` int64 store rows.
+        grid_ids: ``(N,)`` str grid of each row.
+        grid_sizes: ``(N,)`` int64 grid side.
+        densities: ``(N,)`` float64 obstacle density (NaN where unknown).
+        cell_types: ``(N, 15, 15)`` uint8 ``CellType`` maps.
+        agent_row_col: ``(N, 2)`` int64 agent cell.
+        goal_row_col: ``(N, 2)`` int64 goal cell.
+        goal_distance: ``(N,)`` float64 shortest-path distance to the goal.
+        source: the store, its checksum, the stage and the layer.
+    """
+
+    acts: np.ndarray
+    row_ids: np.ndarray
+    grid_ids: np.ndarray
+    grid_sizes: np.ndarray
+    densities: np.ndarray
+    cell_types: np.ndarray
+    agent_row_col: np.ndarray
+    goal_row_col: np.ndarray
+    goal_distance: np.ndarray
+    source: ActivationSource
+
+    def subset(self, rows: np.ndarray) -> ProbeData:
+        """The rows ``rows`` (positions into this data set)."""
+        fields = {
+            k: getattr(self, k)[rows]
+            for k in (
+                "acts",
+                "row_ids",
+                "grid_ids",
+                "grid_sizes",
+                "densities",
+                "cell_types",
+                "agent_row_col",
+                "goal_row_col",
+                "goal_distance",
+            )
+        }
+        return ProbeData(**fields, source=self.source)
+
+
+def file_sha256(path: str | Path, *, block_bytes: int = 2**23) -> str:
+    """Hex sha256 of a file's bytes, streamed (about 1-2 s per GB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(block_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_LABELS = (
+    "grid_id",
+    "grid_size",
+    "density",
+    "cell_types",
+    "agent_row_col",
+    "goal_row_col",
+    "distance_to_goal",
+)
+
+
+class StoreProbeLoader:
+    """Reads :class:`ProbeData` from an activation store; checks the file once, up front.
+
+    Args:
+        path: the store ``.h5`` (``goalprobe extract``).
+        sizes: keep only these grid sizes (None: all).
+
+    Attributes:
+        stages, layers: what the store holds.
+        checksum: sha256 of the store file (recorded in every probe card).
+    """
+
+    def __init__(self, path: str | Path, *, sizes: tuple[int, ...] | None = None) -> None:
+        self.path = Path(path)
+        self.sizes = sizes
+        with ActivationStore(self.path) as store:
+            self.stages, self.layers = store.stages, store.layers
+            labels = store.labels(["grid_id", "grid_size"])
+        self.all_grid_ids = labels["grid_id"].astype(str)
+        self.all_grid_sizes = labels["grid_size"].astype(np.int64)
+        self.checksum = file_sha256(self.path)
+
+    def __call__(self, stage: str, layer: int) -> ProbeData:
+        """Every row holding ``stage`` (and of a kept size), with its labels."""
+        with ActivationStore(self.path) as store:
+            rows = store.select(stage, sizes=self.sizes)
+            if len(rows) == 0:
+                raise ValueError(f"{self.path}: no rows hold stage {stage!r} (sizes {self.sizes})")
+            labels = store.labels(list(_LABELS), rows)
+            acts = store.read(stage, layer, rows)
+        return ProbeData(
+            acts=acts,
+            row_ids=rows,
+            grid_ids=labels["grid_id"].astype(str),
+            grid_sizes=labels["grid_size"].astype(np.int64),
+            densities=labels["density"].astype(np.float64),
+            cell_types=labels["cell_types"].astype(np.uint8),
+            agent_row_col=labels["agent_row_col"].astype(np.int64),
+            goal_row_col=labels["goal_row_col"].astype(np.int64),
+            goal_distance=labels["distance_to_goal"].astype(np.float64),
+            source=ActivationSource(str(self.path), self.checksum, stage, int(layer)),
+        )
+
+
+@dataclass(frozen=True)
+class ProbeSweepConfig:
+    """What a probe sweep trains and how it evaluates (the estimator is passed separately)."""
+
+    target: Target = "cell_type"
+    """``"cell_type"`` (cognitive map) or ``"distance"`` (shortest-path distance to the goal)."""
+    stages: tuple[str, ...] = ("pre_reasoning",)
+    """Anchor stages to probe."""
+    layers: tuple[int, ...] = (15,)
+    """Residual-stream layers to probe."""
+    grid_size: int | None = None
+    """Keep only grids of this size (for size-specific probes); None keeps all."""
+    test_fraction: float = 0.2
+    """Fraction of grids held out for testing, within each grid size."""
+    controls: bool = True
+    """Also fit the controls: majority class / mean predictor and shuffled labels."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap replicates of the confidence intervals."""
+    confidence_level: float = 0.95
+    """Coverage of the intervals."""
+    random_state: int = 0
+    """Seed of the split, the label shuffle and the bootstrap."""
+
+
+def _run_name(config: ProbeSweepConfig, estimator, stage: str, layer: int) -> str:
+    kind = {"CoordinateCellProbe": "coordinate", "PerCellProbe": "per_cell"}.get(
+        type(estimator).__name__, "distance"
+    )
+    family = estimator.get_params().get("family", "probe")
+    size = "" if config.grid_size is None else f"_size{config.grid_size}"
+    return f"{config.target}_{kind}_{family}{size}_{stage}_L{layer}"
+
+
+def _fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: np.ndarray):
+    """Fit the probe (and controls) on ``train`` positions; score on ``test`` positions."""
+    tr, te = data.subset(train), data.subset(test)
+    if config.target == "cell_type":
+        y_tr = tr.cell_types
+    else:
+        y_tr = tr.goal_distance
+    probe = clone(estimator).fit(tr.acts, y_tr, groups=tr.grid_ids)
+    controls = {}
+    if config.controls:
+        shuffled_y = shuffle_by_grid(
+            y_tr, tr.grid_ids, strata=tr.grid_sizes, random_state=config.random_state
+        )
+        controls["shuffled"] = clone(estimator).fit(tr.acts, shuffled_y, groups=tr.grid_ids)
+        if config.target == "cell_type":
+            grid_size = estimator.get_params().get("grid_size")
+            controls["majority"] = MajorityCellBaseline(grid_size=grid_size).fit(tr.acts, y_tr)
+        else:
+            controls["mean"] = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
+    common = dict(
+        grid_sizes=te.grid_sizes,
+        densities=te.densities,
+        reference="probe",
+        n_boot=config.n_bootstrap,
+        confidence_level=config.confidence_level,
+        random_state=config.random_state,
+    )
+    if config.target == "cell_type":
+        grid_size = estimator.get_params().get("grid_size")
+        side = grid_size or te.cell_types.shape[1]
+        labels = te.cell_types[:, :side, :side]
+        preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
+        for name, model in controls.items():
+            preds[name] = (model.predict_proba(te.acts), model.classes_)
+        metrics = evaluate_cell_maps(
+            preds,
+            labels,
+            te.grid_ids,
+            agent_row_col=te.agent_row_col,
+            goal_row_col=te.goal_row_col,
+            **common,
+        )
+        test_output = preds["probe"][0]
+    else:
+        preds = {"probe": probe.predict(te.acts)}
+        for name, model in controls.items():
+            x = np.zeros((len(te.acts), 1)) if name == "mean" else te.acts
+            preds[name] = model.predict(x)
+        metrics = evaluate_distance(preds, te.goal_distance, te.grid_ids, **common)
+        test_output = preds["probe"]
+    return probe, metrics, test_output, te
+
+
+def run_probe_sweep(
+    loader: Callable[[str, int], ProbeData],
+    config: ProbeSweepConfig,
+    estimator,
+    *,
+    out_dir: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Fit and evaluate ``estimator`` on every stage and layer of ``config``.
+
+    Args:
+        loader: ``(stage, layer) -> ProbeData``, e.g. :class:`StoreProbeLoader`; it must expose
+            ``all_grid_ids`` and ``all_grid_sizes`` (every store row) so that one split by grid
+            serves the whole sweep.
+        config: the sweep.
+        estimator: an unfitted probe (cell-type probe for ``cell_type``, distance regressor for
+            ``distance``); cloned for every run.
+        out_dir: where models, decoded maps and ``sweep.json`` go (None: nothing is written).
+        log: called with a line per step (progress).
+
+    Returns:
+        JSON-ready dict: ``schema``, ``config``, ``estimator``, ``split`` (grid counts),
+        ``runs`` (one per stage and layer: name, stage, layer, sizes, metrics, paths) and
+        ``stage_comparisons`` (paired differences between stages, per layer).
+    """
+    say = log or (lambda message: None)
+    split = split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=config.test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=config.random_state,
+    )
+    test_grids = set(np.unique(loader.all_grid_ids[split.test]).tolist())
+    out = None if out_dir is None else Path(out_dir)
+    runs, outputs = [], {}
+    for stage in config.stages:
+        for layer in config.layers:
+            name = _run_name(config, estimator, stage, layer)
+            say(f"{name}: loading")
+            data = loader(stage, layer)
+            if config.grid_size is not None:
+                data = data.subset(np.flatnonzero(data.grid_sizes == config.grid_size))
+                if len(data.acts) == 0:
+                    raise ValueError(f"no rows of grid size {config.grid_size} hold {stage!r}")
+            in_test = np.isin(data.grid_ids, list(test_grids))
+            train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
+            if len(train) == 0 or len(test) == 0:
+                raise ValueError(
+                    f"{name}: the split left {len(train)} train / {len(test)} test rows"
+                )
+            say(f"{name}: fitting on {len(train)} rows, testing on {len(test)}")
+            probe, metrics, test_output, te = _fit_and_score(config, estimator, data, train, test)
+            run = {
+                "name": name,
+                "stage": stage,
+                "layer": int(layer),
+                "n_train": int(len(train)),
+                "n_test": int(len(test)),
+                "n_train_grids": int(np.unique(data.grid_ids[train]).size),
+                "n_test_grids": int(np.unique(data.grid_ids[test]).size),
+                "best_epoch": getattr(probe, "best_epoch_", None),
+                "metrics": metrics,
+                "model_path": None,
+                "decoded_maps_path": None,
+            }
+            if out is not None:
+                card_path = save_probe(
+                    probe, out / "models" / name, source=data.source, metrics=metrics
+                )
+                run["model_path"] = str(card_path)
+                if config.target == "cell_type":
+                    card = probe_card(probe, source=data.source, metrics=metrics)
+                    path = write_decoded_maps(
+                        out / "decoded" / f"{name}.h5", test_output, te.row_ids, card
+                    )
+                    run["decoded_maps_path"] = str(path)
+            outputs[(stage, int(layer))] = (te, test_output, probe)
+            runs.append(run)
+    result = {
+        "schema": SWEEP_SCHEMA,
+        "schema_version": SWEEP_SCHEMA_VERSION,
+        "config": asdict(config),
+        "estimator": {"class": type(estimator).__name__, "hyperparameters": estimator.get_params()},
+        "split": {
+            "n_train_grids": int(np.unique(loader.all_grid_ids[split.train]).size),
+            "n_test_grids": len(test_grids),
+        },
+        "runs": runs,
+        "stage_comparisons": _compare_stages(config, outputs),
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    return result
+
+
+def _compare_stages(config: ProbeSweepConfig, outputs: dict) -> list[dict]:
+    """Paired comparison of the first stage with every other, per layer, on shared test steps."""
+    comparisons = []
+    first, *others = config.stages
+    for layer in config.layers:
+        for other in others:
+            a, b = outputs[(first, int(layer))], outputs[(other, int(layer))]
+            shared, ia, ib = np.intersect1d(a[0].row_ids, b[0].row_ids, return_indices=True)
+            if len(shared) == 0:
+                continue
+            te = a[0].subset(ia)
+            common = dict(
+                grid_sizes=te.grid_sizes,
+                densities=te.densities,
+                reference=first,
+                n_boot=config.n_bootstrap,
+                confidence_level=config.confidence_level,
+                random_state=config.random_state,
+            )
+            if config.target == "cell_type":
+                side = a[1].shape[1]
+                metrics = evaluate_cell_maps(
+                    {first: (a[1][ia], a[2].classes_), other: (b[1][ib], b[2].classes_)},
+                    te.cell_types[:, :side, :side],
+                    te.grid_ids,
+                    agent_row_col=te.agent_row_col,
+                    goal_row_col=te.goal_row_col,
+                    **common,
+                )
+            else:
+                metrics = evaluate_distance(
+                    {first: a[1][ia], other: b[1][ib]}, te.goal_distance, te.grid_ids, **common
+                )
+            comparisons.append(
+                {
+                    "layer": int(layer),
+                    "stages": [first, other],
+                    "n_rows": int(len(shared)),
+                    "metrics": metrics,
+                }
+            )
+    return comparisons

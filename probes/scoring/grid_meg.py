@@ -1,0 +1,238 @@
+"""MEG of an agent's behaviour on a grid world, on the true grid or on a decoded ("believed") one.
+
+The agent's policy is estimated from its trajectories as the **empirical policy**: at every MDP
+state where it took at least one valid action, the action frequencies over all trajectories;
+elsewhere, uniform. Under the deterministic grid dynamics every state the empirical policy can
+reach from the start was visited by some trajectory (each ``(state, action)`` it takes was seen,
+and so was its successor), so on the true grid the uniform filler never carries weight in MEG,
+which averages over the policy's own trajectories (Definition 3.2). Invalid steps (no action
+parsed; the agent stays put) are not decisions of the 4-action MDP: they are left out of the
+counts and reported.
+
+Utility (Definition 5.1: counted on ``S_0 .. S_{H-1}``, with the goal absorbing):
+
+- ``"goal"``: 1 in states with the agent on the goal, so reaching it sooner scores more;
+- ``"goal_with_key"``: 1 on the goal while holding the key (key variants);
+- ``"key"``: 1 while holding the key.
+
+``H`` defaults to the episode budget ``ceil(1.5 L)`` of :func:`activations.gridworld.mdp.build_mdp`.
+
+**Subjective MEG** (:func:`subjective_grid_meg`) scores the same behaviour in the MDP of a grid
+built from a decoded map (probe argmax walls, believed goal): it asks how goal-directed the agent
+looks if the world were as it seems to believe. Visited true states are mapped to the decoded MDP
+by agent cell (plus ``has_key`` / ``door_open`` where the decoded grid has a key / door); states
+that do not exist there (a decoded wall, or unreachable in the decoded map) are reported as
+unmapped. Under the decoded dynamics the policy can reach states it never acted in, where it is
+modelled as uniform: behaviour that only makes sense in the true world lowers subjective MEG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, Grid, State
+from activations.gridworld.mdp import GridMDP, build_mdp
+from activations.gridworld.metrics import TrajectoryData
+from probes.scoring.meg import (
+    KnownUtilityMEG,
+    TabularMDP,
+    UnknownUtilityMEG,
+    known_utility_meg,
+    unknown_utility_meg,
+)
+
+GridUtility = Literal["goal", "goal_with_key", "key"]
+"""Which state utility grid MEG is measured against (see the module docstring)."""
+
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalPolicy:
+    """The agent's action frequencies on the states of a grid MDP.
+
+    Attributes:
+        policy: ``(S, 4)`` float, action frequencies at visited states, uniform elsewhere.
+        counts: ``(S, 4)`` int, valid actions taken in each state (rows of ``GridMDP.states``).
+        n_trajectories: trajectories read.
+        n_invalid_steps: steps without a valid action (left out of the counts).
+        n_unmapped_steps: valid steps whose state is not a state of the MDP (left out).
+    """
+
+    policy: np.ndarray
+    counts: np.ndarray
+    n_trajectories: int
+    n_invalid_steps: int
+    n_unmapped_steps: int
+
+    @property
+    def visited(self) -> np.ndarray:
+        """``(S,)`` bool: states where the agent took at least one valid action."""
+        return self.counts.sum(axis=1) > 0
+
+
+@dataclass(frozen=True, eq=False)
+class GridMEG:
+    """MEG of an agent on one grid.
+
+    Attributes:
+        grid_id: the grid scored (the decoded grid's id for subjective MEG).
+        utility: the utility name (:data:`GridUtility`).
+        known: known-utility MEG with respect to ``utility``.
+        unknown: unknown-utility MEG over all utility functions of the state, or None when not
+            requested.
+        empirical: the empirical policy and its bookkeeping.
+        horizon: ``H``, number of decisions.
+    """
+
+    grid_id: str
+    utility: str
+    known: KnownUtilityMEG
+    unknown: UnknownUtilityMEG | None
+    empirical: EmpiricalPolicy
+    horizon: int
+
+    @property
+    def meg(self) -> float:
+        """Known-utility MEG in nats (summed over decisions)."""
+        return self.known.meg
+
+    @property
+    def meg_per_decision(self) -> float:
+        """Known-utility MEG divided by ``H`` (nats per decision, at most ``log 4``)."""
+        return self.known.meg / self.horizon
+
+
+def _state_in(grid: Grid, state: State) -> State:
+    """``state`` expressed in ``grid``'s conventions: a grid without a key never holds one, a grid
+    without a door has it open."""
+    return State(
+        agent=tuple(state.agent),
+        has_key=bool(state.has_key) if grid.key is not None else False,
+        door_open=bool(state.door_open) if grid.door is not None else True,
+    )
+
+
+def empirical_policy(
+    mdp: GridMDP, trajectories: Iterable[TrajectoryData], *, strict: bool = True
+) -> EmpiricalPolicy:
+    """Count the agent's valid actions per MDP state (see the module docstring).
+
+    Args:
+        mdp: the grid MDP the states are mapped to.
+        trajectories: the agent's trajectories (states ``s_0 .. s_T`` with ``has_key`` /
+            ``door_open``, actions with None for invalid steps).
+        strict: raise ``ValueError`` naming the trajectory and step when a state is not a state
+            of ``mdp`` (true grid); otherwise count it as unmapped (decoded grid).
+    """
+    counts = np.zeros((mdp.n_states, N_ACTIONS), dtype=np.int64)
+    n_traj = n_invalid = n_unmapped = 0
+    for i, traj in enumerate(trajectories):
+        n_traj += 1
+        for t, (state, action) in enumerate(zip(traj.states[:-1], traj.actions, strict=True)):
+            if action is None:
+                n_invalid += 1
+                continue
+            try:
+                row = mdp.index(_state_in(mdp.grid, state))
+            except ValueError as err:
+                if strict:
+                    raise ValueError(
+                        f"trajectory {i} on grid {traj.grid_id!r}, step {t}: state {state} is not "
+                        f"a reachable state of grid {mdp.grid.grid_id!r}"
+                    ) from err
+                n_unmapped += 1
+                continue
+            counts[row, int(action)] += 1
+    totals = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        policy = np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
+    counts.setflags(write=False)
+    policy.setflags(write=False)
+    return EmpiricalPolicy(policy, counts, n_traj, n_invalid, n_unmapped)
+
+
+def grid_utility(mdp: GridMDP, utility: GridUtility) -> np.ndarray:
+    """``(S,)`` float utility of the grid MDP's states (see :data:`GridUtility`)."""
+    if utility == "goal":
+        return mdp.goal_utility()
+    if utility == "goal_with_key":
+        return mdp.goal_utility() * mdp.key_utility()
+    if utility == "key":
+        return mdp.key_utility()
+    raise ValueError(f"unknown grid utility {utility!r}; expected 'goal', 'goal_with_key' or 'key'")
+
+
+def _score(
+    mdp: GridMDP,
+    trajectories: Iterable[TrajectoryData],
+    utility: GridUtility,
+    unknown: bool,
+    strict: bool,
+) -> GridMEG:
+    u = grid_utility(mdp, utility)
+    emp = empirical_policy(mdp, trajectories, strict=strict)
+    if emp.n_trajectories == 0:
+        raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
+    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+    known = known_utility_meg(tab, emp.policy, u)
+    unk = unknown_utility_meg(tab, emp.policy) if unknown else None
+    return GridMEG(mdp.grid.grid_id, utility, known, unk, emp, mdp.horizon)
+
+
+def _check_grid_ids(grid: Grid, trajectories: list[TrajectoryData]) -> None:
+    if not grid.grid_id:
+        return
+    for i, traj in enumerate(trajectories):
+        if traj.grid_id and traj.grid_id != grid.grid_id:
+            raise ValueError(
+                f"trajectory {i} ran on grid {traj.grid_id!r}, not on {grid.grid_id!r}"
+            )
+
+
+def grid_meg(
+    grid: Grid,
+    trajectories: Iterable[TrajectoryData],
+    *,
+    utility: GridUtility = "goal",
+    horizon: int | None = None,
+    unknown: bool = False,
+) -> GridMEG:
+    """MEG of the agent's empirical policy on the true grid MDP.
+
+    Args:
+        grid: the grid the trajectories ran on.
+        trajectories: the agent's trajectories on ``grid`` (e.g.
+            ``Episode.to_trajectory_data()``); ``grid_id`` must match when both are set.
+        utility: the utility to score against (:data:`GridUtility`).
+        horizon: number of decisions ``H`` (default ``ceil(1.5 L)``).
+        unknown: also compute unknown-utility MEG over all utility functions of the state.
+    """
+    trajectories = list(trajectories)
+    _check_grid_ids(grid, trajectories)
+    return _score(build_mdp(grid, horizon=horizon), trajectories, utility, unknown, strict=True)
+
+
+def subjective_grid_meg(
+    decoded_grid: Grid,
+    trajectories: Iterable[TrajectoryData],
+    *,
+    horizon: int,
+    utility: GridUtility = "goal",
+    unknown: bool = False,
+) -> GridMEG:
+    """MEG of the agent's behaviour in the MDP of a decoded (believed) grid.
+
+    Args:
+        decoded_grid: a grid built from a decoded map (walls, goal, key and door as decoded; the
+            agent's true start). Its ``grid_id`` is not checked against the trajectories'.
+        trajectories: the agent's trajectories on the true grid.
+        horizon: number of decisions ``H``, normally the true episode budget (the decoded goal
+            may be unreachable, so it cannot be derived from the decoded grid).
+        utility: the utility to score against, on the decoded grid (:data:`GridUtility`).
+        unknown: also compute unknown-utility MEG over all utility functions of the state.
+    """
+    mdp = build_mdp(decoded_grid, horizon=horizon)
+    return _score(mdp, trajectories, utility, unknown, strict=False)

@@ -1,0 +1,146 @@
+"""The bundled agent (loads offline, beats a random walk) and its training data and loss."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import GptOssConfig, GptOssForCausalLM
+
+from activations.agent.backend import SamplingConfig
+from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+from activations.agent.evaluation import EvaluationConfig, heldout_grids
+from activations.agent.harmony import HarmonyTokenIds, find_anchors, split_completion
+from activations.agent.local_backend import LocalBackend
+from activations.agent.parser import parse_action
+from activations.agent.prompts import build_messages
+from activations.agent.tokenizer import build_tokenizer, unknown_pieces
+from activations.agent.training import (
+    TrainingDataConfig,
+    encode_batch,
+    full_sequence_loss,
+    sample_batch_examples,
+    shared_prefix_loss,
+)
+from activations.gridworld.core import Action
+from activations.gridworld.dynamics import initial_state, is_success, step
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import render
+
+MAX_WEIGHTS_BYTES = 20 * 2**20
+
+
+@pytest.fixture(scope="module")
+def agent():
+    return load_bundled_agent("cpu")
+
+
+def test_bundled_files_and_offline_load(agent, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = load_bundled_agent("cpu")
+    assert isinstance(model, GptOssForCausalLM) and not model.training
+    weights = list(BUNDLED_AGENT_DIR.glob("*.safetensors"))
+    assert weights and sum(w.stat().st_size for w in weights) <= MAX_WEIGHTS_BYTES
+    config = model.config
+    assert config.model_type == "gpt_oss"
+    assert config.layer_types[:2] == ["sliding_attention", "full_attention"]
+    assert config.num_local_experts > config.num_experts_per_tok >= 1
+    assert config.vocab_size == len(tokenizer)
+    HarmonyTokenIds.from_tokenizer(tokenizer)  # holds the harmony tokens
+    card = (BUNDLED_AGENT_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "random-walk" in card and "| 15 | 1.0 |" in card
+    evaluation = json.loads((BUNDLED_AGENT_DIR / "evaluation.json").read_text(encoding="utf-8"))
+    assert len(evaluation["cells"]) == 30
+
+
+def test_bundled_tokenizer_is_the_built_one(agent):
+    _, tokenizer = agent
+    assert tokenizer.get_vocab() == build_tokenizer().get_vocab()
+
+
+def _heldout_states(n_grids: int = 6):
+    """States along an optimal path of held-out 7 x 7 grids at densities <= 0.4."""
+    config = EvaluationConfig(sizes=(7,), densities=(0.0, 0.2, 0.4), grids_per_cell=2)
+    states = []
+    for grid in heldout_grids(config)[:n_grids]:
+        policy = solve(grid)
+        state = initial_state(grid)
+        for _ in range(3):
+            if is_success(grid, state):
+                break
+            states.append((grid, policy, state))
+            state = step(grid, state, min(policy.optimal_actions(state)))
+    return states
+
+
+def test_bundled_agent_beats_random_walk(agent):
+    """One batched generate call on held-out states; the answers must be mostly optimal."""
+    model, tokenizer = agent
+    backend = LocalBackend(model, tokenizer)
+    states = _heldout_states()
+    batch = [
+        build_messages(render(grid, state), variant=grid.variant, has_key=state.has_key)
+        for grid, _, state in states
+    ]
+    completions = backend.generate(batch, SamplingConfig(max_new_tokens=96, seed=0))
+    optimal = 0
+    chance = 0.0
+    for (_, policy, state), completion in zip(states, completions, strict=True):
+        assert completion.well_formed, completion.text
+        action = parse_action(completion.final).action
+        best = policy.optimal_actions(state)
+        optimal += action in best
+        chance += len(best) / 4
+    accuracy = optimal / len(states)
+    random_accuracy = chance / len(states)
+    assert accuracy >= random_accuracy + 0.25, (accuracy, random_accuracy)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_training_examples_are_consistent():
+    rng = np.random.default_rng(5)
+    tokenizer = build_tokenizer()
+    for key_probability in (0.0, 1.0):
+        config = TrainingDataConfig(key_prompt_probability=key_probability)
+        examples = sample_batch_examples(config, 6, rng)
+        assert len({e.grid.size for e in examples}) == 1
+        for example in examples:
+            policy = solve(example.grid)
+            assert example.plan[0] in policy.optimal_actions(example.state)
+            reasoning, final, well_formed = split_completion(example.completion)
+            assert well_formed
+            assert parse_action(final).action == example.plan[0]
+            assert f"A is at ({example.state.agent[0]}, {example.state.agent[1]})." in reasoning
+            assert reasoning.endswith(" ".join(Action(a).name for a in example.plan) + ".")
+            assert unknown_pieces(tokenizer, example.prompt + example.completion) == []
+
+
+def test_shared_prefix_loss_equals_full_loss():
+    tokenizer = build_tokenizer()
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
+        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    model = GptOssForCausalLM(config).eval()
+    examples = sample_batch_examples(
+        TrainingDataConfig(sizes=(5,), size_weights=(1.0,)), 3, np.random.default_rng(0)
+    )
+    batch = encode_batch(examples, tokenizer, tokenizer.pad_token_id)
+    assert batch.prefix_ids.shape[1] > 200  # system + instructions are shared
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    for row in range(3):  # the anchors lie in the suffix, where the loss is
+        ids = torch.cat([batch.prefix_ids[0], batch.suffix_ids[row]]).tolist()
+        assert find_anchors(ids, special).pre_reasoning[0] > batch.prefix_ids.shape[1]
+    shared = shared_prefix_loss(model, batch)
+    full = full_sequence_loss(model, batch)
+    torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-5)
+    shared.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

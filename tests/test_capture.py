@@ -1,0 +1,329 @@
+"""Capture backends (nnsight, TransformerLens, plain hooks) on a tiny random GPT-OSS."""
+
+from __future__ import annotations
+
+import copy
+import email
+import json
+import socket
+import threading
+import time
+
+import pytest
+import torch
+
+from activations.agent.harmony import (
+    HarmonyTokenIds,
+    Message,
+    find_anchors,
+    render_completion,
+    render_prompt,
+)
+from activations.agent.tokenizer import build_tokenizer
+from activations.capture import TokenBatch, make_capture
+from activations.capture.base import decoder_layers_path, get_submodule_path
+from activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
+
+LAYERS = [0, 2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # the CI machine is a shared 2-core box: intra-op threads only add contention
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def tiny_gpt_oss(tokenizer, seed: int = 0, dtype=torch.float32):
+    """A random 4-block GPT-OSS (MoE, sinks, alternating sliding/full attention)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    config = GptOssConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=16,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    torch.manual_seed(seed)
+    return GptOssForCausalLM(config).eval().to(dtype)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_gpt_oss(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    """Three harmony sequences of different lengths and their six anchor positions each."""
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    grids = ["  0 1 2\n0 # A #\n1 # _ G\n2 # # #", "  0 1\n0 A G\n1 # #", "  0 1 2\n0 A _ G"]
+    seqs, positions = [], []
+    for i, grid in enumerate(grids):
+        prompt = render_prompt([Message("developer", "Reach the goal."), Message("user", grid)])
+        completion = render_completion("A is at (0, 1). Plan: DOWN." * (i + 1), '{"action": "UP"}')
+        ids = tokenizer(prompt + completion, add_special_tokens=False)["input_ids"]
+        anchors = find_anchors(ids, special)
+        seqs.append(ids)
+        positions.append([*anchors.pre_reasoning, *anchors.post_reasoning])
+    return TokenBatch.from_sequences(seqs, positions, pad_id=tokenizer.pad_token_id)
+
+
+def solo_reference(model, batch: TokenBatch) -> dict[int, torch.Tensor]:
+    """Block outputs of every row run alone and unpadded (``output_hidden_states``)."""
+    out = {layer: [] for layer in LAYERS}
+    with torch.inference_mode():
+        for i in range(batch.size):
+            n = int(batch.attention_mask[i].sum())
+            hidden = model(batch.input_ids[i : i + 1, :n], output_hidden_states=True).hidden_states
+            for layer in LAYERS:
+                out[layer].append(hidden[layer + 1][0, batch.positions[i]])
+    return {layer: torch.stack(v) for layer, v in out.items()}
+
+
+class CallCounter:
+    """Counts forward calls of modules (to prove a forward pass stopped early)."""
+
+    def __init__(self, modules):
+        self.calls = 0
+        self.handles = [m.register_forward_hook(self._hook) for m in modules]
+
+    def _hook(self, *args):
+        self.calls += 1
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def later_modules(model):
+    """The blocks after the last requested one, the final norm and the unembedding."""
+    blocks = get_submodule_path(model, decoder_layers_path(model))
+    return [*(blocks[i] for i in range(max(LAYERS) + 1, len(blocks))), model.lm_head]
+
+
+def test_token_batch_pads_right_and_checks_positions():
+    b = TokenBatch.from_sequences([[5, 6, 7], [8]], [[0, 2], [0, 0]], pad_id=1)
+    assert b.input_ids.tolist() == [[5, 6, 7], [8, 1, 1]]
+    assert b.attention_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    with pytest.raises(ValueError, match="row 1"):
+        TokenBatch.from_sequences([[5, 6, 7], [8]], [[0, 2], [0, 1]])
+
+
+@pytest.mark.parametrize("backend", ["hooks", "nnsight", "transformer_lens"])
+def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, batch, backend):
+    reference = solo_reference(model, batch)
+    # the TransformerLens bridge rewrites its model in place, so it gets its own copy
+    target = copy.deepcopy(model) if backend == "transformer_lens" else model
+    capture = make_capture(backend, target, tokenizer)
+    counter = CallCounter(later_modules(target))
+    try:
+        got = capture.capture(batch, LAYERS)
+    finally:
+        counter.remove()
+    assert counter.calls == 0, f"{backend} ran blocks after {max(LAYERS)} or the unembedding"
+    for layer in LAYERS:
+        assert got[layer].shape == (3, 6, 32) and got[layer].device.type == "cpu"
+        torch.testing.assert_close(got[layer], reference[layer], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="0 .. 3"):
+        capture.capture(batch, [4])
+
+
+def test_hooks_and_nnsight_are_bitwise_equal_on_the_same_batch(model, tokenizer, batch):
+    hooks = make_capture("hooks", model, tokenizer).capture(batch, LAYERS)
+    traced = make_capture("nnsight", model, tokenizer).capture(batch, LAYERS)
+    for layer in LAYERS:
+        assert torch.equal(hooks[layer], traced[layer])
+
+
+def test_nnsight_remote_simulation_agrees(model, tokenizer, batch):
+    # serialises the trace like a real NDIF request and runs it with local modules hidden
+    hooks = make_capture("hooks", model, tokenizer).capture(batch, LAYERS)
+    simulated = make_capture("nnsight", model, tokenizer, remote="local").capture(batch, LAYERS)
+    for layer in LAYERS:
+        torch.testing.assert_close(simulated[layer], hooks[layer], rtol=0, atol=0)
+
+
+class FakeNdif:
+    """A real HTTP + websocket server on 127.0.0.1 speaking NDIF's request protocol.
+
+    It records the request and answers with an ERROR status (it runs nothing).
+    """
+
+    def __init__(self):
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route, WebSocketRoute
+
+        self.requests: list[dict] = []
+
+        async def subscribe(websocket):
+            await websocket.accept()
+            await websocket.send_text(json.dumps({"session_id": "session-1"}))
+            try:
+                while True:
+                    await websocket.receive_text()
+            except Exception:  # noqa: BLE001 - client closed the socket
+                return
+
+        async def request(req):
+            body = await req.body()
+            head = f"Content-Type: {req.headers['content-type']}\r\n\r\n".encode()
+            message = email.message_from_bytes(head + body)
+            fields = {
+                part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+                for part in message.get_payload()
+            }
+            self.requests.append(
+                {
+                    "metadata": json.loads(fields["data"]),
+                    "blob": fields["blob"],
+                    "headers": dict(req.headers),
+                }
+            )
+            return JSONResponse(
+                {"id": "job-1", "status": "ERROR", "description": "fake NDIF: request recorded"}
+            )
+
+        app = Starlette(
+            routes=[
+                WebSocketRoute("/subscribe", subscribe),
+                Route("/request", request, methods=["POST"]),
+            ]
+        )
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="error", ws="wsproto", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]})
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("fake NDIF server did not start")
+            time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def test_nnsight_remote_sends_the_trace_to_ndif(model, tokenizer, batch):
+    import zstandard
+    from nnsight.schema.request import RequestModel
+
+    server = FakeNdif()
+    try:
+        capture = make_capture(
+            "nnsight",
+            model,
+            tokenizer,
+            remote=True,
+            model_id="openai/gpt-oss-20b",
+            revision="main",
+            host=server.url,
+        )
+        with pytest.raises(RemoteCaptureError, match="fake NDIF: request recorded") as info:
+            capture.capture(batch, LAYERS)
+        assert "openai/gpt-oss-20b" in str(info.value) and server.url in str(info.value)
+    finally:
+        server.close()
+    (sent,) = server.requests
+    key = sent["metadata"]["model_key"]
+    assert key == ndif_model_key("openai/gpt-oss-20b", "main")
+    path, payload = key.split(":", 1)
+    assert path.endswith("TransformersModel")
+    assert json.loads(payload) == {
+        "repo_id": "openai/gpt-oss-20b",
+        "revision": "main",
+        "task": "text-generation",
+    }
+    assert sent["metadata"]["session_id"] == "session-1"
+    assert sent["metadata"]["env"]["attn_implementation"] == model.config._attn_implementation
+    # the payload is the serialised trace, which the server can rebuild against its model
+    blob = sent["blob"]
+    if sent["metadata"]["compress"]:
+        blob = zstandard.ZstdDecompressor().decompress(blob)
+    tracer = RequestModel.deserialize(blob, capture.lm._remoteable_persistent_objects())
+    assert "stop" in json.dumps(str(tracer.info.code.co_names))
+
+
+def test_bfloat16_batch_matches_float32_loosely(tokenizer, batch):
+    # bf16 is what GPU runs use; the capture path casts nothing itself
+    model32 = tiny_gpt_oss(tokenizer, seed=1)
+    model16 = copy.deepcopy(model32).to(torch.bfloat16)
+    a = make_capture("hooks", model32, tokenizer).capture(batch, LAYERS)
+    b = make_capture("nnsight", model16, tokenizer).capture(batch, LAYERS)
+    for layer in LAYERS:
+        assert b[layer].dtype == torch.bfloat16
+        rel = (b[layer].float() - a[layer]).norm() / a[layer].norm()
+        assert rel < 0.05
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", ["nnsight", "transformer_lens"])
+def test_cuda_bf16_backends_agree_with_hooks(tokenizer, batch, backend):
+    base = tiny_gpt_oss(tokenizer, seed=2, dtype=torch.bfloat16).to("cuda")
+    reference = make_capture("hooks", base, tokenizer).capture(batch, LAYERS)
+    target = copy.deepcopy(base) if backend == "transformer_lens" else base
+    got = make_capture(backend, target, tokenizer).capture(batch, LAYERS)
+    for layer in LAYERS:
+        torch.testing.assert_close(
+            got[layer].float(), reference[layer].float(), rtol=0.02, atol=0.02
+        )
+
+
+def test_bundled_agent_backends_agree():
+    from activations.agent.bundled import load_bundled_agent
+    from activations.agent.prompts import build_messages
+
+    try:
+        model, tok = load_bundled_agent()
+    except FileNotFoundError as err:
+        pytest.skip(f"bundled agent not trained yet: {err}")
+    special = HarmonyTokenIds.from_tokenizer(tok)
+    seqs, positions = [], []
+    for grid in ("  0 1 2\n0 # A #\n1 # _ G\n2 # # #", "  0 1\n0 A G\n1 # #"):
+        prompt = render_prompt(build_messages(grid, variant="plain", has_key=False))
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        seqs.append(ids)
+        positions.append(list(find_anchors(ids, special).pre_reasoning))
+    b = TokenBatch.from_sequences(seqs, positions, pad_id=tok.pad_token_id)
+    n = model.config.num_hidden_layers
+    layers = sorted({0, n // 2, n - 1})
+    reference = make_capture("hooks", model, tok).capture(b, layers)
+    for name in ("nnsight", "transformer_lens"):
+        target = copy.deepcopy(model) if name == "transformer_lens" else model
+        got = make_capture(name, target, tok).capture(b, layers)
+        for layer in layers:
+            torch.testing.assert_close(got[layer], reference[layer], rtol=1e-4, atol=1e-4)
+
+
+def test_unknown_backend_and_missing_tokenizer(model):
+    with pytest.raises(ValueError, match="unknown capture backend"):
+        make_capture("pyvene", model)
+    with pytest.raises(ValueError, match="tokenizer"):
+        make_capture("nnsight", model)

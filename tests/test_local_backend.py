@@ -1,0 +1,127 @@
+"""LocalBackend on a tiny random GPT-OSS: batching, seeding, loading without the network."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from transformers import GptOssConfig, GptOssForCausalLM
+
+from activations.agent.backend import Backend, SamplingConfig
+from activations.agent.harmony import HarmonyTokenIds, find_anchors
+from activations.agent.local_backend import HubUnavailableError, LocalBackend
+from activations.agent.prompts import build_messages
+from activations.agent.tokenizer import build_tokenizer
+from activations.gridworld.core import Variant
+from activations.gridworld.generator import generate_grid
+from activations.gridworld.text import render
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def backend(tokenizer):
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
+        num_experts_per_tok=1, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    return LocalBackend(GptOssForCausalLM(config), tokenizer)
+
+
+def _batch(sizes=(5, 7, 9)):
+    rng = np.random.default_rng(0)
+    return [
+        build_messages(render(generate_grid(n, 0.5, rng)), variant=Variant.PLAIN, has_key=False)
+        for n in sizes
+    ]
+
+
+def _ids(completions):
+    return [c.generated_token_ids for c in completions]
+
+
+def test_generate_shapes_and_fields(backend, tokenizer):
+    assert isinstance(backend, Backend)
+    batch = _batch()
+    completions = backend.generate(batch, SamplingConfig(max_new_tokens=12, seed=1))
+    assert len(completions) == len(batch)
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    for messages, c in zip(batch, completions, strict=True):
+        assert c.prompt_token_ids == backend.encode_prompt(messages, "low")
+        n = len(c.prompt_token_ids)
+        assert find_anchors(c.prompt_token_ids, special).pre_reasoning == (n - 3, n - 2, n - 1)
+        assert 1 <= len(c.generated_token_ids) <= 12
+        assert tokenizer.pad_token_id not in c.generated_token_ids[:-1]
+        assert c.text == tokenizer.decode(c.generated_token_ids, skip_special_tokens=False)
+        assert c.token_ids_source == "model"
+        stopped = c.generated_token_ids[-1] in special.stop_ids
+        assert c.finish_reason == ("stop" if stopped else "length")
+
+
+def test_same_seed_same_generation(backend):
+    batch = _batch()
+    sampling = SamplingConfig(max_new_tokens=10, seed=7)
+    first = backend.generate(batch, sampling)
+    assert _ids(backend.generate(batch, sampling)) == _ids(first)
+    other = backend.generate(batch, SamplingConfig(max_new_tokens=10, seed=8))
+    assert _ids(other) != _ids(first)
+
+
+def test_rows_do_not_depend_on_their_batch(backend):
+    """With per-conversation seeds a conversation's completion ignores the other rows."""
+    batch = _batch((5, 7, 9, 11))
+    sampling = SamplingConfig(max_new_tokens=10, temperature=1.0, top_p=1.0)
+    together = backend.generate(batch, sampling, seeds=[11, 12, 13, 14])
+    alone = backend.generate(batch[2:3], sampling, seeds=[13])
+    assert alone[0].generated_token_ids == together[2].generated_token_ids
+    reordered = backend.generate(batch[::-1], sampling, seeds=[14, 13, 12, 11])
+    assert _ids(reordered)[::-1] == _ids(together)
+    with pytest.raises(ValueError, match="seeds"):
+        backend.generate(batch, sampling, seeds=[1])
+
+
+def test_greedy_left_padding_matches_unbatched(backend):
+    batch = _batch((5, 9, 13))
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    together = backend.generate(batch, greedy)
+    for messages, c in zip(batch, together, strict=True):
+        assert backend.generate([messages], greedy)[0].generated_token_ids == c.generated_token_ids
+
+
+def test_sampling_config_validation():
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature=-1)
+    with pytest.raises(ValueError, match="reasoning_effort"):
+        SamplingConfig(reasoning_effort="max")
+
+
+def test_from_pretrained_local_dir(backend, tmp_path, monkeypatch):
+    backend.model.save_pretrained(tmp_path)
+    backend.tokenizer.save_pretrained(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = LocalBackend.from_pretrained(tmp_path, device="cpu", dtype=torch.float32)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)
+    batch = _batch((5,))
+    assert _ids(loaded.generate(batch, greedy)) == _ids(backend.generate(batch, greedy))
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        LocalBackend.from_pretrained(tmp_path / "..", device="cpu")
+
+
+def test_hub_id_offline_fails_fast(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # empty cache
+    started = time.perf_counter()
+    with pytest.raises(HubUnavailableError, match="not in the Hugging Face cache"):
+        LocalBackend.from_pretrained("goalprobe-test/no-such-model")
+    assert time.perf_counter() - started < 10

@@ -1,0 +1,290 @@
+"""The viewer in a real headless browser against a real server on 127.0.0.1.
+
+The server is ``goalprobe view RUN --port P`` in a subprocess (the command's own code path);
+the browser is Debian's chromium driven by playwright. Screenshots go to
+``test-artifacts/viewer/`` (gitignored). Skipped, saying why, without a chromium binary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from viewer_fixtures import shared_run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium binary on PATH (Debian package 'chromium')"
+)
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed"
+)
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "viewer"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SERVE = (
+    "import typer; from goalprobe.commands.view import command; "
+    "app = typer.Typer(); app.command()(command); app()"
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return shared_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(run_dir), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            if proc.poll() is not None:
+                output = proc.stdout.read().decode(errors="replace")
+                pytest.fail(f"the viewer exited early with code {proc.returncode}:\n{output}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the viewer did not answer within 90 s")
+            time.sleep(0.3)
+        yield {"url": url, "port": port, "pid": proc.pid}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    """One page for the app tests, loaded once (they run in order on the same page: loading
+    the app costs seconds of the browser's time on a small machine)."""
+    context = browser.new_context(viewport={"width": 1600, "height": 1300})
+    page = context.new_page()
+    page.console_problems = []
+    page.on(
+        "console",
+        lambda m: (
+            page.console_problems.append(f"{m.type}: {m.text}") if m.type == "error" else None
+        ),
+    )
+    page.on("pageerror", lambda e: page.console_problems.append(f"pageerror: {e}"))
+    page.goto(server["url"])
+    page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
+    _wait_header(page, "step 0 of")
+    yield page
+    context.close()
+
+
+def _shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def _figure(page, graph_id: str) -> dict:
+    """The data plotly drew in a dcc.Graph (heatmap z and hover text of the first trace)."""
+    return page.evaluate(
+        """(id) => {
+            const plot = document.getElementById(id).querySelector('.js-plotly-plot');
+            const t = plot.data[0];
+            return {z: t.z, customdata: t.customdata || null, title: plot.layout.title.text};
+        }""",
+        graph_id,
+    )
+
+
+def _wait_header(page, text: str) -> None:
+    page.wait_for_function(
+        "(t) => document.querySelector('#step-header').textContent.includes(t)", arg=text
+    )
+
+
+def test_app_loads_and_lists_missing_artefacts(page):
+    header = page.text_content(".gp-header")
+    assert "cognitive-map viewer" in header and "8 episodes" in header
+    notice = page.text_content("#missing-notice")
+    assert "scoring/meg.json" in notice and "report.html" in notice
+    assert "probe: mlp · pre · layer 5" in page.text_content("#step-header")
+    decoded = _figure(page, "g-decoded")
+    assert decoded["title"].startswith("Decoded cognitive map")
+    assert "P(" in decoded["customdata"][1][1]
+    _shot(page, "app_loaded")
+    assert page.console_problems == []
+
+
+def test_choosing_another_step_changes_the_rendered_map(page):
+    before_true, before_decoded = _figure(page, "g-true"), _figure(page, "g-decoded")
+    reasoning_before = page.text_content("#reasoning")
+    page.click("#next")
+    _wait_header(page, "step 1 of")
+    page.wait_for_function(
+        "(z) => JSON.stringify(document.querySelector('#g-true .js-plotly-plot').data[0].z) !== z",
+        arg=json.dumps(before_true["z"]),
+    )
+    after_true, after_decoded = _figure(page, "g-true"), _figure(page, "g-decoded")
+    assert after_true["z"] != before_true["z"]  # the agent moved
+    assert after_decoded["customdata"] != before_decoded["customdata"]
+    assert page.text_content("#reasoning") != reasoning_before
+    # a click on the timeline selects that step
+    page.locator("#timeline .nsewdrag").click(position={"x": 5, "y": 10})
+    _wait_header(page, "step 0 of")
+    _shot(page, "step_changed")
+    assert page.console_problems == []
+
+
+def test_layer_selector_switches_the_probe(page):
+    before = _figure(page, "g-decoded")["customdata"]
+    page.click("#layer")
+    page.get_by_text("layer 3", exact=True).last.click()
+    _wait_header(page, "probe: mlp · pre · layer 3")
+    after = _figure(page, "g-decoded")["customdata"]
+    assert after != before
+    page.get_by_text("post-reasoning").click()
+    _wait_header(page, "probe: mlp · post")
+    _shot(page, "layer_selected")
+    assert page.console_problems == []
+
+
+def test_hovering_a_cell_shows_its_class_probabilities(page):
+    box = page.locator("#g-decoded .nsewdrag").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    page.wait_for_selector("#g-decoded .hoverlayer .hovertext", timeout=10_000)
+    text = page.text_content("#g-decoded .hoverlayer")
+    assert re.search(r"row \d+, col \d+", text) and "P(" in text and "true:" in text
+    _shot(page, "hover")
+
+
+def test_run_overview_scores_the_plan_decoders(page):
+    page.get_by_text("Run overview").click()
+    page.wait_for_selector("#g-prefix .js-plotly-plot .scatterlayer", timeout=20_000)
+    names = page.evaluate(
+        "() => document.querySelector('#g-prefix .js-plotly-plot').data.map(t => t.name)"
+    )
+    assert (
+        "random 0.25^N" in names
+        and sum(n.startswith("decoder") and not n.endswith("CI") for n in names) == 4
+    )
+    assert page.locator("#g-probes .js-plotly-plot").count() == 1
+    _shot(page, "overview")
+    page.get_by_text("Episode explorer").click()
+    assert page.console_problems == []
+
+
+def test_server_rejects_keys_outside_the_allow_list(server):
+    deps = httpx.get(server["url"] + "_dash-dependencies", timeout=10).json()
+    render = next(d for d in deps if "step-header.children" in d["output"])
+    inputs = []
+    for spec in render["inputs"]:
+        value = {
+            "episode": "../../../../etc/passwd",
+            "step": 0,
+            "stage": "pre_reasoning",
+            "layer": 5,
+            "family": "../../etc",
+            "cell-class": "goal",
+            "plan": "/etc/passwd",
+        }[spec["id"]]
+        inputs.append({**spec, "value": value})
+    body = {
+        "output": render["output"],
+        "outputs": render["outputs"] if "outputs" in render else None,
+        "inputs": inputs,
+        "changedPropIds": ["episode.value"],
+        "state": [],
+    }
+    if body["outputs"] is None:
+        body["outputs"] = [
+            {"id": part.split(".")[0], "property": part.split(".")[1]}
+            for part in render["output"].strip(".").split("...")
+        ]
+    response = httpx.post(server["url"] + "_dash-update-component", json=body, timeout=20)
+    assert response.status_code == 200
+    assert "unknown episode" in response.text and "root:" not in response.text
+
+
+def test_the_server_binds_loopback_only(server):
+    table = Path("/proc/net/tcp")
+    if not table.exists():
+        pytest.skip("no /proc/net/tcp to inspect listening sockets")
+    port_hex = f"{server['port']:04X}"
+    listening = [
+        line.split()[1]
+        for line in table.read_text().splitlines()[1:]
+        if line.split()[1].endswith(":" + port_hex) and line.split()[3] == "0A"
+    ]
+    assert listening == ["0100007F:" + port_hex]
+
+
+def test_static_export_renders_without_network(browser, run_dir, tmp_path):
+    from viewer.data import RunData
+    from viewer.export import export_html
+
+    first = next(iter(RunData(run_dir).episodes))
+    out = export_html(run_dir, tmp_path / "export.html", episodes=[first])
+    context = browser.new_context(viewport={"width": 1500, "height": 1200})
+    requests: list[str] = []
+    context.route(
+        "**/*",
+        lambda route: (
+            (requests.append(route.request.url), route.abort())
+            if not route.request.url.startswith("file:")
+            else route.continue_()
+        ),
+    )
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(out.as_uri())
+    page.wait_for_selector("section.episode [data-panel=decoded] .hm", timeout=30_000)
+    first = page.locator("section.episode").first
+    assert first.locator(".stepinfo").text_content().startswith("step 0 of")
+    first.locator(".next").click()
+    assert first.locator(".stepinfo").text_content().startswith("step 1 of")
+    first.locator("select.class-select").select_option("agent")
+    page.wait_for_timeout(200)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "export.png"))
+    context.close()
+    assert requests == [] and problems == []

@@ -1,0 +1,429 @@
+"""Unit tests of the viewer: figure functions, the lazy run loader, step views and the export.
+
+Data tests run on a real run directory built from the grid world, a scripted rollout, a real
+activation store and the probes' HDF5 writers (tests/viewer_fixtures.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from viewer_fixtures import shared_run
+
+from activations.agent.trajectories import read_trajectories
+from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import cell_types, parse
+from activations.store import ActivationStore
+from viewer import figures as F
+from viewer.data import (
+    N_CLASSES,
+    RunData,
+    UnknownKeyError,
+    UnsafePathError,
+    full_class_probs,
+)
+from viewer.step import build_step_view, decoded_view, episode_flags, step_figures
+
+# ------------------------------------------------------------------------------------------
+# figures
+
+
+def _onehot(types: np.ndarray) -> np.ndarray:
+    return np.eye(N_CLASSES, dtype=np.float32)[types]
+
+
+def _grid_types() -> np.ndarray:
+    grid, state = parse(
+        "  0 1 2 3 4\n0 # # # # #\n1 # _ _ G #\n2 # A _ _ #\n3 # _ # _ #\n4 # # # # #"
+    )
+    return cell_types(grid, state).astype(np.int64)
+
+
+def _annotation_arrows(fig) -> list:
+    return [a for a in fig.layout.annotations if a.showarrow]
+
+
+def test_cell_map_figure_draws_classes_symbols_and_arrows():
+    types = _grid_types()
+    fig = F.cell_map_figure(
+        types,
+        agent_row_col=(2, 1),
+        action=int(Action.UP),
+        optimal_actions=[int(Action.UP), int(Action.RIGHT)],
+        history=[(3, 1), (2, 1)],
+    )
+    heat = fig.data[0]
+    assert np.array_equal(np.asarray(heat.z), types)
+    assert heat.text[2][1] == "A" and heat.text[1][3] == "G" and heat.text[0][0] == ""
+    arrows = _annotation_arrows(fig)
+    assert len(arrows) == 3  # two optimal, one executed
+    executed = [a for a in arrows if a.arrowcolor == F.EXECUTED_COLOUR]
+    assert len(executed) == 1 and executed[0].y < executed[0].ay  # UP points to a smaller row
+    assert list(fig.layout.yaxis.range) == [4.5, -0.5]  # row 0 at the top
+    assert "true: agent" in heat.customdata[2][1]
+    with pytest.raises(ValueError, match="cell_types"):
+        F.cell_map_figure(np.zeros(5))
+
+
+def test_decoded_map_hover_lists_probabilities_most_probable_first():
+    types = _grid_types()
+    probs = _onehot(types) * 0.7 + 0.3 / N_CLASSES
+    probs[1, 2] = 0
+    probs[1, 2, CellType.WALL], probs[1, 2, CellType.OPEN] = 0.25, 0.75
+    fig = F.cell_map_figure(probs.argmax(-1), probs=probs, true_cell_types=types)
+    hover = fig.data[0].customdata[1][2]
+    assert "true: open" in hover and "decoded: open" in hover
+    assert hover.index("P(open) = 0.75") < hover.index("P(wall) = 0.25")
+    with pytest.raises(ValueError, match="do not match"):
+        F.cell_map_figure(types, probs=probs[:3])
+
+
+def test_probability_figure_outlines_true_cells_of_the_class():
+    types = _grid_types()
+    probs = _onehot(types)
+    fig = F.probability_figure(probs[:, :, CellType.WALL], CellType.WALL, true_cell_types=types)
+    assert np.allclose(np.asarray(fig.data[0].z), probs[:, :, CellType.WALL])
+    assert len(fig.layout.shapes) == int((types == CellType.WALL).sum())
+    goal = F.probability_figure(probs[:, :, CellType.GOAL], CellType.GOAL, true_cell_types=types)
+    (shape,) = goal.layout.shapes
+    assert (shape.x0 + 0.5, shape.y0 + 0.5) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "target", "prefix"),
+    [
+        ([0, 0, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD], 5),
+        ([0, 0, 2, 2, 2], [0, 0, 1, PLAN_END, PLAN_PAD], 2),
+        ([0, 0, 1, 2, 2], [0, 0, 1, PLAN_END, PLAN_PAD], 3),  # END must be predicted
+        ([1, 0, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD], 0),
+    ],
+)
+def test_plan_strip_reports_the_matched_prefix(predicted, target, prefix):
+    fig = F.plan_strip_figure(predicted, target)
+    title = fig.layout.title.text
+    assert title == "Plan: all tokens match" if prefix == 5 else f"first {prefix} of 5" in title
+    assert list(fig.data[0].text[0]) == [F.ACTION_ARROWS[p] for p in predicted]
+
+
+def test_plan_figure_draws_both_paths_with_an_arrow_per_move():
+    types = _grid_types()
+    executed = [(2, 1), (1, 1), (1, 2), (1, 3)]
+    predicted = [(2, 1), (2, 2), (2, 2), (1, 2)]  # one blocked move: no arrow for it
+    fig = F.plan_figure(types, executed_path=executed, predicted_path=predicted)
+    names = [t.name for t in fig.data if t.type == "scatter"]
+    assert names == ["executed", "decoded plan"]
+    colours = [a.arrowcolor for a in _annotation_arrows(fig)]
+    assert colours.count(F.EXECUTED_COLOUR) == 3 and colours.count(F.DECODED_COLOUR) == 2
+
+
+def test_timeline_marks_unknown_steps_and_the_current_step():
+    fig = F.episode_timeline_figure({"a": [True, False, None], "b": [True]}, current_step=1)
+    z = fig.data[0].z
+    assert list(z[0]) == [1.0, 0.0, None] and list(z[1]) == [1.0, None, None]
+    (shape,) = fig.layout.shapes
+    assert (shape.x0, shape.x1) == (0.5, 1.5)
+    with pytest.raises(ValueError):
+        F.episode_timeline_figure({})
+
+
+def test_patching_heatmap_averages_rates_and_skips_undefined_values():
+    base = {"direction": "cf_to_base", "site": "grid"}
+    records = [
+        {**base, "layers": "3", "recovered": 0.2, "action_changed": True},
+        {**base, "layers": "3", "recovered": 0.6, "action_changed": False},
+        {**base, "layers": "3", "recovered": math.nan, "action_changed": False},
+        {**base, "layers": "all", "recovered": 1.0, "action_changed": True},
+        {**base, "site": "answer", "layers": "all", "recovered": -0.5, "action_changed": True},
+    ]
+    fig = F.patching_heatmap_figure(records)
+    heat = fig.data[0]
+    assert list(heat.x) == ["3", "all"] and list(heat.y) == ["grid", "answer"]
+    assert heat.z[0][0] == pytest.approx(0.4) and heat.z[1][0] is None
+    assert "n = 2" in heat.customdata[0][0]
+    rates = F.patching_heatmap_figure(records, value="action_changed", facet=None)
+    assert rates.data[0].z[0][0] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        F.patching_heatmap_figure([])
+
+
+def test_prefix_accuracy_figure_has_the_random_baseline_and_bands():
+    acc = {"decoder": [0.6, 0.3, 0.1], "control": [0.3, 0.1, 0.02]}
+    ci = {"decoder": [[0.5, 0.2, 0.05], [0.7, 0.4, 0.15]]}
+    fig = F.prefix_accuracy_figure(acc, ci=ci)
+    baseline = next(t for t in fig.data if t.name.startswith("random"))
+    assert np.allclose(baseline.y, 0.25 ** np.arange(1, 4))
+    assert sum(t.fill == "toself" for t in fig.data) == 1
+    assert F.prefix_accuracy_figure(acc, log_y=True).layout.yaxis.type == "log"
+
+
+def test_probe_comparison_bars_have_asymmetric_intervals():
+    rows = [
+        {"name": "mlp L15", "group": "pre", "value": 0.7, "ci_low": 0.6, "ci_high": 0.75},
+        {"name": "linear L15", "group": "pre", "value": 0.4},
+        {"name": "mlp L15", "group": "post", "value": 0.6, "ci_low": 0.55, "ci_high": 0.7},
+    ]
+    fig = F.probe_comparison_figure(rows, baseline=0.3)
+    pre, post = fig.data
+    assert list(pre.x) == ["mlp L15", "linear L15"]
+    assert np.allclose(pre.error_y.array, [0.05, 0.0]) and np.allclose(
+        pre.error_y.arrayminus, [0.1, 0.0]
+    )
+    assert list(post.y) == [0.6, None]
+    assert fig.layout.shapes[0].y0 == 0.3
+
+
+# ------------------------------------------------------------------------------------------
+# the run directory
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return shared_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def run(run_dir):
+    return RunData(run_dir)
+
+
+def test_index_matches_the_trajectory_file_and_lists_missing_artefacts(run, run_dir):
+    episodes = list(read_trajectories(run_dir / "rollouts" / "trajectories.jsonl"))
+    assert list(run.episodes) == [f"{e.summary.grid_id}:{e.summary.episode}" for e in episodes]
+    missing = {m.path for m in run.missing}
+    assert missing == {"scoring/meg.json", "report.html"}
+    assert {s.stage for s in run.map_sources.values()} == {"pre_reasoning", "post_reasoning"}
+    assert run.map_sources["mlp_pre_L5"].family == "mlp"
+    assert {p.n_layers for p in run.plan_sources.values()} == {1, 2}
+    sizes = run.facets()["sizes"]
+    assert sizes == [7, 9]
+    only7 = run.filter_episodes(sizes=[7])
+    assert only7 and all(i.summary.grid_size == 7 for i in only7)
+    failures = run.filter_episodes(success=False)
+    assert all(not i.summary.success for i in failures)
+
+
+def test_episode_rows_join_the_store_by_ids(run, run_dir):
+    key = list(run.episodes)[3]
+    data = run.episode(key)
+    assert [s.step for s in data.steps] == list(range(data.summary.length))
+    with ActivationStore(run_dir / "activations" / "activations.h5") as store:
+        labels = store.labels(["grid_id", "episode", "step"], rows=np.asarray(data.rows))
+    assert set(labels["grid_id"].tolist()) == {data.info.grid_id}
+    assert labels["episode"].tolist() == [data.info.episode] * len(data.rows)
+    assert labels["step"].tolist() == list(range(len(data.rows)))
+    assert data.grid.grid_id == data.info.grid_id and data.grid.start == data.summary.start_row_col
+
+
+def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
+    from probes.serialization import read_decoded_maps
+
+    full = read_decoded_maps(run_dir / "probes" / "decoded" / "mlp_post_L3.h5")
+    position = {int(r): i for i, r in enumerate(full.row_ids)}
+    for key in list(run.episodes)[-2:]:
+        data = run.episode(key)
+        maps = run.decoded_maps("mlp_post_L3", key)
+        assert maps.values.shape == (len(data.rows), 15, 15, N_CLASSES)
+        for t, row in enumerate(data.rows):
+            assert maps.present[t] == (row in position)
+            if maps.present[t]:
+                expected = full_class_probs(full.probs[position[row]], full.classes)
+                assert np.allclose(maps.values[t], expected)
+            else:
+                assert not maps.values[t].any()
+    # the fixture leaves the last two store rows without a decoded map
+    assert not run.decoded_maps("mlp_post_L3", list(run.episodes)[-1]).present[-2:].any()
+
+
+def test_predicted_plans_match_the_file(run, run_dir):
+    from probes.plan_decoder import read_predicted_plans
+
+    key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
+    source = run.plan_sources[key]
+    stored = read_predicted_plans(source.path, source.run)
+    episode = list(run.episodes)[2]
+    data = run.episode(episode)
+    plans = run.predicted_plans(key, episode)
+    assert plans.present.all()
+    for t, row in enumerate(data.rows):
+        assert np.array_equal(plans.values[t], stored.plans[list(stored.row_ids).index(row)])
+
+
+def test_keys_from_the_browser_are_checked_against_allow_lists(run):
+    for bad in ("../../etc/passwd", "/etc/passwd", "", None, ["x"], 3):
+        with pytest.raises(UnknownKeyError):
+            run.episode(bad)
+        with pytest.raises(UnknownKeyError):
+            run.map_source(bad)
+        with pytest.raises(UnknownKeyError):
+            run.plan_source(bad)
+    with pytest.raises(UnsafePathError):
+        run.resolve("../outside.h5")
+
+
+def test_symlinks_out_of_the_run_are_refused(run_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    outside = tmp_path / "outside.h5"
+    shutil.copy(copy / "probes" / "decoded" / "mlp_pre_L5.h5", outside)
+    os.symlink(outside, copy / "probes" / "decoded" / "evil.h5")
+    (copy / "scoring" / "belief.json").unlink()
+    os.symlink(tmp_path / "secret.json", copy / "scoring" / "belief.json")
+    (tmp_path / "secret.json").write_text('{"secret": 1}')
+    run = RunData(copy)
+    assert "evil" not in run.map_sources and "mlp_pre_L5" in run.map_sources
+    refused = {m.path: m.reason for m in run.missing}
+    assert "outside the run directory" in refused["probes/decoded/evil.h5"]
+    assert "outside the run directory" in refused["scoring/belief.json"]
+    assert run.scoring("belief") is None
+
+
+def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
+    bare = tmp_path / "bare"
+    (bare / "rollouts").mkdir(parents=True)
+    shutil.copy(run_dir / "rollouts" / "trajectories.jsonl", bare / "rollouts")
+    run = RunData(bare)
+    names = {m.name for m in run.missing}
+    assert {"grid set", "activation store", "decoded maps", "predicted plans"} <= names
+    assert {"patching results", "belief scoring", "MEG scoring"} <= names
+    key = next(iter(run.episodes))
+    view = build_step_view(run, key, 1)
+    assert view.decoded is None and view.plan is None and view.patching == []
+    figs = step_figures(view)
+    assert figs["decoded"].layout.annotations[0].text == "no decoded map selected"
+    assert RunData(tmp_path / "bare").episode(key).grid == run.episode(key).grid
+
+
+def test_truncated_trajectory_tail_is_ignored(run_dir, tmp_path):
+    copy = tmp_path / "trunc"
+    (copy / "rollouts").mkdir(parents=True)
+    text = (run_dir / "rollouts" / "trajectories.jsonl").read_bytes()
+    lines = text.splitlines(keepends=True)
+    # drop the last summary line and cut the last step line in half
+    (copy / "rollouts" / "trajectories.jsonl").write_bytes(b"".join(lines[:-2]) + lines[-2][:40])
+    run = RunData(copy)
+    assert len(run.episodes) == len(RunData(run_dir).episodes) - 1
+
+
+def test_decoded_optimal_set_equals_the_true_one_for_a_perfect_map(run):
+    for key in list(run.episodes)[:4]:
+        data = run.episode(key)
+        for record in data.steps:
+            grid, state = parse(record.grid_text)
+            probs = np.eye(N_CLASSES, dtype=np.float32)[
+                np.pad(
+                    cell_types(grid, state), (0, 15 - grid.size), constant_values=CellType.PADDING
+                )
+            ]
+            view = decoded_view(
+                probs, grid.size, source="perfect", classes=(0, 1, 2, 3, 6), door_locked=False
+            )
+            assert view.agent_row_col == record.agent_row_col
+            assert view.goal_row_col == record.goal_row_col
+            assert view.optimal == record.optimal_action_set == solve(grid).optimal_actions(state)
+
+
+def test_step_view_joins_actions_plans_and_patching(run, run_dir):
+    key = list(run.episodes)[0]
+    data = run.episode(key)
+    plan_key = next(k for k, p in run.plan_sources.items() if p.n_layers == 2)
+    with ActivationStore(run_dir / "activations" / "activations.h5") as store:
+        targets = store.labels(["plan"], rows=np.asarray(data.rows))["plan"]
+    for t in range(len(data.steps)):
+        view = build_step_view(run, key, t, map_source="mlp_pre_L5", plan_source=plan_key)
+        assert view.action == data.steps[t].action_enum
+        assert view.true_cells[view.agent_row_col] == CellType.AGENT
+        assert np.array_equal(view.plan.target, targets[t])
+        assert view.plan.executed_path[0] == data.steps[t].agent_row_col
+        if np.array_equal(view.plan.predicted, view.plan.target):
+            assert view.plan.prefix == len(view.plan.target)
+            assert view.plan.predicted_path == view.plan.executed_path
+        assert view.history[-1] == view.agent_row_col and len(view.history) == t + 1
+    # the fixture has patching records for steps 0 and 1 of the first episode only
+    assert len(build_step_view(run, key, 0).patching) == 18
+    assert build_step_view(run, key, 2).patching == []
+    assert build_step_view(run, key, 999).step == len(data.steps) - 1  # clipped
+    flags = episode_flags(run, key, "mlp_pre_L5")
+    truth = [s.action_enum in s.optimal_action_set for s in data.steps]
+    assert flags["optimal (true grid)"] == truth
+    assert len(flags["optimal (decoded grid)"]) == len(data.steps)
+
+
+def test_prefix_accuracy_uses_the_test_split(run):
+    key = next(k for k, p in run.plan_sources.items() if p.n_layers == 2)
+    result = run.prefix_accuracy(key)
+    assert result["rows"] == "test"
+    acc = result["accuracy"]
+    assert acc.shape == (10,) and np.all(np.diff(acc) <= 1e-12) and 0 < acc[0] <= 1
+
+
+def test_probe_metrics_come_from_the_cards(run):
+    rows = run.probe_metrics()
+    assert {r["group"] for r in rows} == {"pre_reasoning", "post_reasoning"}
+    mlp = {(r["group"], r["name"]): r["value"] for r in rows}
+    assert mlp[("pre_reasoning", "mlp L5")] > mlp[("pre_reasoning", "linear L5")]
+
+
+# ------------------------------------------------------------------------------------------
+# the static export and the command
+
+
+def test_export_is_self_contained_and_escapes_run_text(run_dir, tmp_path):
+    from viewer.export import export_html
+
+    copy = tmp_path / "hostile"
+    shutil.copytree(run_dir, copy)
+    path = copy / "rollouts" / "trajectories.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    step = json.loads(lines[1])
+    step["reasoning"] = "</script><script>window.pwned = 1</script> & <b>bold</b>"
+    lines[1] = json.dumps(step, ensure_ascii=False, separators=(",", ":")) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+    out = export_html(copy, tmp_path / "out.html", episodes=[step["grid_id"]])
+    page = out.read_text(encoding="utf-8")
+    assert "window.pwned" in page and "</script><script>window.pwned" not in page
+    assert not re.search(r"<script[^>]+src=", page) and "<link" not in page
+    assert "plotly.js" in page.lower() or "Plotly" in page
+    blobs = re.findall(
+        r'<script type="application/json" class="episode-data">(.*?)</script>', page, re.S
+    )
+    assert len(blobs) == len(
+        [k for k in RunData(copy).episodes if k.startswith(step["grid_id"] + ":")]
+    )
+    payload = json.loads(blobs[0])
+    assert payload["steps"][0]["reasoning"].startswith("</script>")
+    assert set(payload["steps"][0]["figures"]) == {
+        "timeline",
+        "true",
+        "decoded",
+        "plan",
+        "plan_strip",
+    }
+    assert set(payload["steps"][0]["probability"]) == {"open", "wall", "goal", "agent"}
+
+
+def test_view_command_exports_and_rejects_unknown_selections(run_dir, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from goalprobe.commands.view import command
+
+    app = typer.Typer()
+    app.command()(command)
+    out = tmp_path / "fig.html"
+    key = next(iter(RunData(run_dir).episodes))
+    result = CliRunner().invoke(
+        app, [str(run_dir), "--export", str(out), "--episodes", key, "--probe", "linear_post_L3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "linear · post · layer 3" in out.read_text(encoding="utf-8")
+    bad = CliRunner().invoke(app, [str(run_dir), "--export", str(out), "--probe", "../x"])
+    assert bad.exit_code != 0 and "unknown decoded-map source" in bad.output
+    serve_with_selection = CliRunner().invoke(app, [str(run_dir), "--episodes", key])
+    assert serve_with_selection.exit_code != 0

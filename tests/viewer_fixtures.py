@@ -1,0 +1,297 @@
+"""A small but real run directory for the viewer tests (no model, no network).
+
+* grids: a seeded grid set from the grid world (``generate_grid_set`` + ``write_grid_set``);
+* rollouts: ``run_rollouts`` with :class:`NoisyOptimalBackend`, a scripted backend that reads the
+  grid from the prompt, plans with the exact optimal policy and acts optimally with probability
+  ``1 - epsilon`` (else uniformly), writing its plan as the reasoning;
+* activations: a real store (``StoreWriter``) with random activations and the labels
+  ``episode_labels`` computes from the trajectories;
+* decoded maps: ``write_decoded_maps`` with probabilities from a perturbed one-hot of the true
+  label maps (agent and goal mass blurred onto neighbours, as the study's probes do), one file
+  per (family, stage, layer), some rows left out;
+* predicted plans: ``write_predicted_plans`` with the plan labels, some tokens replaced;
+* patching: ``write_results`` with records for the first steps of the first episode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from activations.agent.backend import Completion
+from activations.agent.reasoning import final_text, reasoning_text
+from activations.agent.rollout import RolloutConfig, run_rollouts
+from activations.agent.trajectories import read_trajectories
+from activations.gridworld.core import Action, CellType
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.io import write_grid_set
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import parse
+from activations.store import RowBatch, StoreLayout, StoreWriter
+from activations.store.labels import episode_labels
+
+STAGES = ("pre_reasoning", "post_reasoning")
+LAYERS = (3, 5)
+D_MODEL = 8
+
+
+class NoisyOptimalBackend:
+    """A scripted agent: optimal with probability ``1 - epsilon``, else a uniform action."""
+
+    def __init__(self, epsilon: float = 0.3) -> None:
+        self.epsilon = epsilon
+
+    def describe(self) -> dict:
+        return {"class": "NoisyOptimalBackend", "epsilon": self.epsilon}
+
+    def generate(self, batch, sampling, seeds=None):
+        out = []
+        for i, messages in enumerate(batch):
+            seed = seeds[i] if seeds is not None else sampling.seed
+            rng = np.random.default_rng(seed)
+            lines = messages[-1].content.splitlines()
+            top = next(j for j, line in enumerate(lines) if line.startswith("  0 "))
+            n = len(lines[top].split())
+            grid, state = parse("\n".join(lines[top : top + n + 1]))
+            policy = solve(grid)
+            _, plan = policy.optimal_trajectory(rng, start=state)
+            optimal = sorted(policy.optimal_actions(state))
+            if rng.random() < self.epsilon:
+                action = Action(int(rng.integers(4)))
+            else:
+                action = optimal[int(rng.integers(len(optimal)))]
+            reasoning = reasoning_text(grid, state, plan[:5] or [action], key_variant=False)
+            final = final_text(action)
+            out.append(
+                Completion(
+                    prompt_token_ids=[1, 2, 3],
+                    generated_token_ids=[4, 5, 6],
+                    text=reasoning + final,
+                    reasoning=reasoning,
+                    final=final,
+                    token_ids_source="model",
+                    finish_reason="stop",
+                )
+            )
+        return out
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def synthetic_maps(labels: np.ndarray, classes: tuple[int, ...], noise: float, rng) -> np.ndarray:
+    """``(N, 15, 15, C)`` probabilities: a perturbed one-hot of ``labels`` with blurred A and G."""
+    onehot = (labels[..., None] == np.asarray(classes)[None, None, None, :]).astype(np.float64)
+    logits = 4.0 * onehot
+    for cell_type in (CellType.AGENT, CellType.GOAL):
+        k = classes.index(int(cell_type))
+        mask = onehot[..., k]
+        blur = np.zeros_like(mask)
+        blur[:, 1:, :] += mask[:, :-1, :]
+        blur[:, :-1, :] += mask[:, 1:, :]
+        blur[:, :, 1:] += mask[:, :, :-1]
+        blur[:, :, :-1] += mask[:, :, 1:]
+        logits[..., k] += 2.5 * blur
+    logits += rng.normal(0.0, noise, size=logits.shape)
+    return _softmax(logits).astype(np.float32)
+
+
+def build_run(
+    root: Path,
+    *,
+    sizes=(7, 9),
+    densities=(0.2, 0.6),
+    per_cell: int = 1,
+    episodes_per_grid: int = 2,
+    seed: int = 0,
+    min_distance: int = 7,
+) -> Path:
+    """Write a complete run directory under ``root`` and return it."""
+    from probes.patching.results import summarize, write_results
+    from probes.plan_decoder import write_predicted_plans
+    from probes.serialization import write_decoded_maps
+
+    rng = np.random.default_rng(seed)
+    grids = generate_grid_set(
+        GridSetConfig(
+            sizes=tuple(sizes),
+            densities=tuple(densities),
+            n_per_cell=per_cell,
+            seed=seed,
+            min_distance=min_distance,
+        )
+    )
+    write_grid_set(root / "grids" / "grids.jsonl", grids)
+    traj = root / "rollouts" / "trajectories.jsonl"
+    report = run_rollouts(
+        grids,
+        NoisyOptimalBackend(0.3),
+        RolloutConfig(episodes_per_grid=episodes_per_grid, seed=seed),
+        traj,
+        progress=False,
+    )
+    episodes = list(read_trajectories(traj))
+    labels: dict[str, list] = {}
+    first = 0
+    for ep in episodes:
+        for name, values in episode_labels(ep, first).items():
+            labels.setdefault(name, []).append(values)
+        first += len(ep.steps)
+    lab = {k: np.concatenate(v) for k, v in labels.items()}
+    n = len(lab["step"])
+    lab["seq_len"] = np.full(n, 64, dtype=np.int32)
+    layout = StoreLayout(stages=STAGES, layers=LAYERS, d_model=D_MODEL)
+    with StoreWriter(
+        root / "activations" / "activations.h5",
+        layout,
+        {"model_id": "none", "trajectory_file": traj.name, "trajectory_steps": n},
+    ) as writer:
+        writer.append(
+            RowBatch(
+                acts={
+                    s: {
+                        layer: rng.normal(size=(n, 3, D_MODEL)).astype(np.float32)
+                        for layer in LAYERS
+                    }
+                    for s in STAGES
+                },
+                positions={s: np.zeros((n, 3), np.int32) for s in STAGES},
+                present={s: np.ones(n, bool) for s in STAGES},
+                labels=lab,
+            )
+        )
+
+    classes = (0, 1, 2, 3, 6)
+    cells = lab["cell_types"].astype(np.int64)
+    keep = np.ones(n, bool)
+    keep[n - 2 :] = False  # the last steps have no decoded map: the viewer must say so
+    rows = np.flatnonzero(keep)
+    for family, base_noise in (("mlp", 0.6), ("linear", 1.4)):
+        for stage in STAGES:
+            for layer in LAYERS:
+                noise = (
+                    base_noise
+                    * (1.6 if stage == "post_reasoning" else 1.0)
+                    * (1.2 if layer == LAYERS[0] else 1.0)
+                )
+                probs = synthetic_maps(cells[rows], classes, noise, rng)
+                argmax = np.asarray(classes)[probs.argmax(-1)]
+                accuracy = float((argmax == cells[rows]).mean())
+                card = {
+                    "schema": "goalprobe.probe_card",
+                    "schema_version": 1,
+                    "class": "CoordinateCellProbe",
+                    "hyperparameters": {"family": family},
+                    "fitted": {"classes_": list(classes)},
+                    "metrics": {
+                        "models": {
+                            "probe": {
+                                "accuracy": {
+                                    "value": accuracy,
+                                    "ci_low": accuracy - 0.02,
+                                    "ci_high": accuracy + 0.02,
+                                }
+                            }
+                        }
+                    },
+                    "activations": {
+                        "store_path": "",
+                        "store_checksum": "",
+                        "stage": stage,
+                        "layer": layer,
+                    },
+                }
+                path = root / "probes" / "decoded" / f"{family}_{stage.split('_')[0]}_L{layer}.h5"
+                write_decoded_maps(path, probs, rows, card)
+
+    target = lab["plan"].astype(np.int8)
+    grid_of_row = lab["grid_id"].astype(str)
+    unique_grids = sorted(set(grid_of_row.tolist()))
+    split_of_grid = {g: i % 3 for i, g in enumerate(unique_grids)}
+    split = np.asarray([split_of_grid[g] for g in grid_of_row], dtype=np.int8)
+    plans_path = root / "plans" / "predicted" / "plan_decoder.h5"
+    for stage in STAGES:
+        for n_layers in (1, 2):
+            predicted = target.copy()
+            flip = rng.random(predicted.shape) < (0.15 if n_layers == 2 else 0.3)
+            predicted[flip & (predicted < 4)] = rng.integers(
+                0, 4, size=int((flip & (predicted < 4)).sum())
+            )
+            run = f"{stage}/layer{LAYERS[-1]}/decoder{n_layers}"
+            card = {
+                "schema": "goalprobe.plan_decoder",
+                "hyperparameters": {"n_layers": n_layers},
+                "provenance": {"stage": stage, "layer": LAYERS[-1], "kind": "decoder"},
+            }
+            write_predicted_plans(plans_path, run, predicted, np.arange(n), card=card, split=split)
+
+    ep0 = episodes[0]
+    records = []
+    for step in ep0.steps[:2]:
+        for direction in ("base_to_cf", "cf_to_base"):
+            for site in ("grid", "pre_reasoning", "answer"):
+                for layers in ("3", "5", "all"):
+                    recovered = (
+                        float(rng.uniform(-0.2, 1.0))
+                        if layers == "all"
+                        else float(rng.uniform(-0.1, 0.3))
+                    )
+                    records.append(
+                        {
+                            "pair_id": f"{step.grid_id}/{step.step}/agent",
+                            "base_id": f"{step.run_id}/{step.grid_id}/{step.episode}/{step.step}",
+                            "grid_id": step.grid_id,
+                            "kind": "disjoint",
+                            "moved": "agent",
+                            "direction": direction,
+                            "site": site,
+                            "layers": layers,
+                            "n_positions": 3,
+                            "mode": "teacher_forced",
+                            "source_values": "live",
+                            "target_action": "UP",
+                            "source_action": "DOWN",
+                            "patched_action": "DOWN" if recovered > 0.5 else "UP",
+                            "target_optimal": ["UP"],
+                            "source_optimal": ["DOWN"],
+                            "action_changed": recovered > 0.5,
+                            "into_source_optimal": recovered > 0.5,
+                            "in_target_optimal": recovered <= 0.5,
+                            "ld_target": -1.0,
+                            "ld_source": 1.0,
+                            "ld_patched": -1.0 + 2 * recovered,
+                            "recovered": recovered,
+                            "patched_probs": [0.25, 0.25, 0.25, 0.25],
+                        }
+                    )
+    write_results(
+        root / "patching", records, summarize(records, n_resamples=50), {"run_id": report.run_id}
+    )
+    (root / "patching" / "results.json").write_text(
+        (root / "patching" / "patch_results.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (root / "scoring").mkdir(exist_ok=True)
+    (root / "scoring" / "belief.json").write_text(
+        json.dumps({"acc_gt": {"value": 0.8, "ci_low": 0.7, "ci_high": 0.9, "n": n}}),
+        encoding="utf-8",
+    )
+    return root
+
+
+def shared_run(tmp_path_factory) -> Path:
+    """The fixture run, built once per pytest session (both viewer test files share it)."""
+    root = tmp_path_factory.getbasetemp() / "viewer-run"
+    done = root / ".built"
+    if not done.exists():
+        if root.exists():
+            import shutil
+
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        build_run(root)
+        done.write_text("ok\n")
+    return root

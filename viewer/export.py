@@ -1,0 +1,328 @@
+"""Static, self-contained HTML export of selected episodes (``goalprobe view RUN --export``).
+
+The file needs no server and no network: plotly.js is inlined once, every step's figures are
+embedded as JSON, and a few lines of plain JavaScript step through them (a range slider,
+buttons, the arrow keys). Per step it shows the same panels as the app: the timeline, the true
+grid and the decoded cognitive map with action and optimal-set arrows, one class's probability
+heatmap (a selector switches class), the decoded plan against the executed moves, and the
+reasoning and answer text. Text from the run is escaped (it never becomes markup).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from activations.gridworld.core import CellType
+from viewer.data import RunData, UnknownKeyError
+from viewer.figures import LEGEND, class_name, probability_figure
+from viewer.step import (
+    StepView,
+    build_step_view,
+    default_map_source,
+    default_plan_source,
+    step_figures,
+    timeline_figure,
+)
+
+PANELS = ("timeline", "true", "decoded", "plan", "plan_strip")
+"""Figures stored for every step (the probability heatmaps come per class)."""
+
+_CSS = """
+* { box-sizing: border-box; }
+body { margin: 0; font-family: Inter, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif;
+       color: #1f2933; background: #f5f6f8; font-size: 14px; }
+header { padding: 12px 20px; background: #1d3557; color: white; }
+header h1 { font-size: 18px; margin: 0 0 2px; font-weight: 600; }
+header p { margin: 0; font-size: 13px; opacity: .85; }
+.notice { margin: 12px 20px 0; padding: 10px 14px; background: #fff8e1; border: 1px solid #f2d47a;
+          border-radius: 6px; font-size: 13px; }
+.notice ul { margin: 4px 0 0; padding-left: 20px; }
+section.episode { margin: 14px 20px; background: white; border-radius: 8px; padding: 12px 14px;
+                  box-shadow: 0 1px 2px rgba(0,0,0,.06); }
+section.episode h2 { font-size: 16px; margin: 0 0 8px; }
+.controls { display: flex; align-items: center; gap: 10px; flex-wrap: wrap; }
+.controls input[type=range] { flex: 1 1 300px; }
+.controls button { padding: 4px 12px; border: 1px solid #c5ccd3; background: #f8f9fa;
+                   border-radius: 5px; cursor: pointer; }
+.badges { display: flex; flex-wrap: wrap; gap: 6px; margin: 8px 0 4px; }
+.badge { padding: 3px 9px; border-radius: 999px; font-size: 13px; background: #e9ecef; }
+.badge.ok { background: #d8f3dc; color: #1b4332; } .badge.bad { background: #f8d7da; color: #842029; }
+.badge.info { background: #e7e0f5; color: #4a1f8a; }
+.row3 { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 10px; }
+.row2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 10px; }
+.panel { min-height: 120px; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f8f9fa; border-radius: 5px;
+      padding: 8px; margin: 0 0 8px; font-size: 12.5px; max-height: 220px; overflow: auto; }
+h4 { margin: 6px 0 4px; font-size: 13px; color: #52606d; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; font-size: 12px; color: #3e4c59;
+          margin: 4px 0; }
+.legend span.item { display: inline-flex; align-items: center; gap: 6px; }
+.sw { width: 13px; height: 13px; border: 1px solid #8a8f98; border-radius: 2px; display: inline-block; }
+.ln { width: 20px; height: 4px; border-radius: 2px; display: inline-block; }
+.rg { width: 12px; height: 12px; border: 3px solid; border-radius: 50%; display: inline-block; }
+"""
+
+_JS = """
+(function () {
+  const config = {displaylogo: false, responsive: true};
+  document.querySelectorAll('section.episode').forEach(function (section) {
+    const data = JSON.parse(section.querySelector('script.episode-data').textContent);
+    const slider = section.querySelector('input[type=range]');
+    const select = section.querySelector('select.class-select');
+    const info = section.querySelector('.stepinfo');
+    const badges = section.querySelector('.badges');
+    let current = 0;
+    function draw(panel, fig) {
+      const div = section.querySelector('[data-panel="' + panel + '"]');
+      if (fig) { Plotly.react(div, fig.data, fig.layout, config); }
+    }
+    function show(t) {
+      current = Math.max(0, Math.min(data.steps.length - 1, t));
+      slider.value = current;
+      const step = data.steps[current];
+      info.textContent = 'step ' + current + ' of ' + (data.steps.length - 1);
+      badges.replaceChildren();
+      step.badges.forEach(function (b) {
+        const span = document.createElement('span');
+        span.className = 'badge ' + b[1];
+        span.textContent = b[0];
+        badges.appendChild(span);
+      });
+      data.panels.forEach(function (panel) { draw(panel, step.figures[panel]); });
+      draw('probability', step.probability[select.value]);
+      section.querySelector('.reasoning').textContent = step.reasoning;
+      section.querySelector('.final').textContent = step.final;
+    }
+    slider.addEventListener('input', function () { show(parseInt(slider.value, 10)); });
+    select.addEventListener('change', function () { show(current); });
+    section.querySelector('.prev').addEventListener('click', function () { show(current - 1); });
+    section.querySelector('.next').addEventListener('click', function () { show(current + 1); });
+    section.addEventListener('keydown', function (e) {
+      if (e.key === 'ArrowLeft') { show(current - 1); }
+      if (e.key === 'ArrowRight') { show(current + 1); }
+    });
+    show(0);
+  });
+})();
+"""
+
+
+def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3) -> list[str]:
+    """Episode keys from ``GRID_ID:EPISODE`` or ``GRID_ID`` (every episode of the grid) specs.
+
+    Args:
+        run: the opened run.
+        specs: the selection; None or empty takes the first ``limit`` episodes.
+        limit: how many to take by default.
+
+    Raises:
+        UnknownKeyError: a spec names no episode of the run.
+    """
+    if not specs:
+        return list(run.episodes)[:limit]
+    keys: list[str] = []
+    for spec in specs:
+        spec = spec.strip()
+        if spec in run.episodes:
+            matches = [spec]
+        else:
+            matches = [k for k, info in run.episodes.items() if info.grid_id == spec]
+        if not matches:
+            raise UnknownKeyError(
+                f"{spec!r} is not an episode (GRID_ID:EPISODE) or grid of the run; e.g. "
+                + ", ".join(list(run.episodes)[:3])
+            )
+        keys.extend(k for k in matches if k not in keys)
+    return keys
+
+
+def _badges(view: StepView, map_label: str | None) -> list[list[str]]:
+    out = []
+    if view.action is None:
+        out.append(["invalid step (no action)", "bad"])
+    else:
+        out.append([f"action {view.action.name}", "ok" if view.action in view.optimal else "bad"])
+    out.append(
+        ["optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"), ""]
+    )
+    if view.decoded is not None:
+        ok = view.action is not None and view.action in view.decoded.optimal
+        names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
+        out.append([f"optimal (decoded): {names}", "info" if ok else "bad"])
+    if map_label:
+        out.append([f"probe: {map_label}", ""])
+    out.extend([note, "bad"] for note in view.notes)
+    return out
+
+
+def _figure_json(fig) -> dict:
+    return json.loads(fig.to_json())
+
+
+def _legend_html() -> str:
+    items = []
+    for label, colour, kind in LEGEND:
+        css = {"square": "sw", "line": "ln", "ring": "rg"}[kind]
+        style = f"border-color:{colour}" if kind == "ring" else f"background:{colour}"
+        items.append(
+            f'<span class="item"><span class="{css}" style="{style}"></span>{html.escape(label)}</span>'
+        )
+    return f'<div class="legend">{"".join(items)}</div>'
+
+
+def _episode_section(
+    run: RunData, key: str, index: int, map_source: str | None, plan_source: str | None
+) -> str:
+    info = run.episode_info(key)
+    map_label = run.map_sources[map_source].label if map_source else None
+    classes = (
+        [c for c in run.map_sources[map_source].classes if c != CellType.PADDING]
+        if map_source
+        else []
+    )
+    steps = []
+    for t in range(info.summary.length):
+        view = build_step_view(run, key, t, map_source=map_source, plan_source=plan_source)
+        figs = step_figures(view, show_legend=False)
+        figs["timeline"] = timeline_figure(run, key, t, map_source)
+        probability = {}
+        for c in classes:
+            if view.decoded is None:
+                fig = figs["probability"]  # the blank figure saying why
+            else:
+                fig = probability_figure(
+                    view.decoded.probs[:, :, c],
+                    c,
+                    title=f"P({class_name(c)}) per cell",
+                    true_cell_types=view.true_cells,
+                )
+            probability[class_name(c)] = _figure_json(fig)
+        steps.append(
+            {
+                "figures": {p: _figure_json(figs[p]) for p in PANELS},
+                "probability": probability,
+                "badges": _badges(view, map_label),
+                "reasoning": view.reasoning or "(none)",
+                "final": view.final or "(none)",
+            }
+        )
+    payload = {"panels": list(PANELS), "steps": steps}
+    # "</" would end the <script> element early; "\\/" is the same string in JSON
+    blob = json.dumps(payload, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    options = "".join(
+        f'<option value="{class_name(c)}"{" selected" if c == CellType.GOAL else ""}>'
+        f"P({class_name(c)})</option>"
+        for c in classes
+    )
+    n = info.summary.length
+    return f"""
+<section class="episode" id="episode-{index}" tabindex="0">
+  <h2>{html.escape(info.label)}</h2>
+  <div class="controls">
+    <button class="prev" type="button">◀ prev</button>
+    <input type="range" min="0" max="{max(n - 1, 0)}" value="0" step="1" aria-label="step">
+    <button class="next" type="button">next ▶</button>
+    <span class="stepinfo"></span>
+    <label>probability map <select class="class-select">{options or '<option value="">none</option>'}</select></label>
+  </div>
+  <div class="badges"></div>
+  <div class="panel" data-panel="timeline"></div>
+  {_legend_html()}
+  <div class="row3">
+    <div class="panel" data-panel="true"></div>
+    <div class="panel" data-panel="decoded"></div>
+    <div class="panel" data-panel="probability"></div>
+  </div>
+  <div class="row2">
+    <div class="panel" data-panel="plan"></div>
+    <div>
+      <div class="panel" data-panel="plan_strip"></div>
+      <h4>Reasoning</h4><pre class="reasoning"></pre>
+      <h4>Final answer</h4><pre class="final"></pre>
+    </div>
+  </div>
+  <script type="application/json" class="episode-data">{blob}</script>
+</section>"""
+
+
+def export_html(
+    run: RunData | str | Path,
+    out_path: str | Path,
+    *,
+    episodes: Sequence[str] | None = None,
+    map_source: str | None = None,
+    plan_source: str | None = None,
+) -> Path:
+    """Write a self-contained HTML page of the selected episodes.
+
+    Args:
+        run: an opened run or a run directory.
+        out_path: the ``.html`` file to write.
+        episodes: episode specs for :func:`select_episodes` (default: the first three).
+        map_source: decoded-map source key (default: :func:`viewer.step.default_map_source`).
+        plan_source: plan source key (default: the best match of the map's stage and layer).
+
+    Returns:
+        ``out_path``.
+
+    Raises:
+        UnknownKeyError: an episode or source key is not in the run.
+    """
+    from plotly.offline import get_plotlyjs
+
+    run = run if isinstance(run, RunData) else RunData(run)
+    keys = select_episodes(run, episodes)
+    if map_source is None:
+        map_source = default_map_source(run)
+    elif map_source not in run.map_sources:
+        raise UnknownKeyError(
+            f"unknown decoded-map source {map_source!r}; available: {', '.join(run.map_sources) or 'none'}"
+        )
+    if plan_source is None:
+        source = run.map_sources.get(map_source) if map_source else None
+        plan_source = default_plan_source(
+            run, source.stage if source else None, source.layer if source else None
+        )
+    elif plan_source not in run.plan_sources:
+        raise UnknownKeyError(
+            f"unknown plan source {plan_source!r}; available: {', '.join(run.plan_sources) or 'none'}"
+        )
+    sections = "".join(
+        _episode_section(run, key, i, map_source, plan_source) for i, key in enumerate(keys)
+    )
+    notice = ""
+    if run.missing:
+        items = "".join(f"<li>{html.escape(str(m))}</li>" for m in run.missing)
+        notice = f'<div class="notice"><b>{len(run.missing)} artefact(s) missing or unreadable</b><ul>{items}</ul></div>'
+    title = f"goalprobe cognitive maps · {run.root.name}"
+    subtitle = f"run {run.header.run_id}" if run.header else ""
+    if map_source:
+        subtitle += f" · probe {run.map_sources[map_source].label}"
+    if plan_source:
+        subtitle += f" · plan decoder {run.plan_sources[plan_source].label}"
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{_CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head>
+<body>
+<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>
+{notice}
+{sections}
+<script type="text/javascript">{_JS}</script>
+</body>
+</html>
+"""
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -1,0 +1,405 @@
+"""What the viewer shows for one step, and the figures of it (shared by the app and the export).
+
+:func:`build_step_view` gathers, for step ``t`` of an episode, the true state, the agent's action
+and the optimal set ``pi*(s_t)``, the decoded cognitive map of a chosen probe with the optimal
+set *on the decoded grid*, the chosen decoder's predicted plan with the executed plan, the
+reasoning text and the step's patching records. :func:`step_figures` draws it.
+
+Decoded grid (study, section 5.2; the same rule as :mod:`probes.scoring.belief`): within the
+true size ``n``, walls are the cells whose argmax class is ``WALL`` (plus ``DOOR`` while the
+true door is locked), and the agent and goal are the cells with the highest ``P(AGENT)`` and
+``P(GOAL)``. Its optimal actions come from breadth-first distances to the decoded goal
+(:func:`activations.gridworld.optimal.bfs_distances`, through
+:func:`probes.scoring.belief.optimal_mask_for_pair`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
+from activations.gridworld.dynamics import rollout
+from activations.gridworld.text import cell_types, parse
+from activations.store.labels import plan_rows
+from probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
+from viewer.data import EpisodeData, RunData
+from viewer.figures import (
+    DECODED_COLOUR,
+    cell_map_figure,
+    class_name,
+    empty_figure,
+    episode_timeline_figure,
+    patching_heatmap_figure,
+    plan_figure,
+    plan_strip_figure,
+    probability_figure,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class DecodedView:
+    """The decoded cognitive map of one step.
+
+    Attributes:
+        source: the decoded-map source key.
+        probs: ``(n, n, len(CellType))`` probabilities within the true size.
+        argmax: ``(n, n)`` decoded classes.
+        agent_row_col, goal_row_col: most probable agent and goal cells.
+        optimal: optimal actions on the decoded grid.
+        classes: ``CellType`` values the probe predicts.
+    """
+
+    source: str
+    probs: np.ndarray
+    argmax: np.ndarray
+    agent_row_col: RowCol
+    goal_row_col: RowCol
+    optimal: frozenset[Action]
+    classes: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class PlanView:
+    """The predicted plan of one step against the executed one.
+
+    Attributes:
+        source: the plan source key.
+        predicted: ``(H,)`` predicted tokens; target: ``(H,)`` executed tokens (plan label).
+        predicted_path: cells the predicted plan visits from ``s_t`` (grid dynamics).
+        executed_path: cells the agent visited from ``s_t``.
+        prefix: matched prefix length (``0 .. H``).
+    """
+
+    source: str
+    predicted: np.ndarray
+    target: np.ndarray
+    predicted_path: list[RowCol]
+    executed_path: list[RowCol]
+    prefix: int
+
+
+@dataclass(frozen=True, eq=False)
+class StepView:
+    """Everything shown for step ``t`` of an episode.
+
+    Attributes:
+        episode: episode key; step: ``t``; n_steps: episode length.
+        size: grid side ``n``.
+        true_cells: ``(n, n)`` classes of the state ``s_t``.
+        agent_row_col: the agent's cell in ``s_t``.
+        history: agent cells ``s_0 .. s_t``.
+        action: executed action, None for an invalid step.
+        optimal: ``pi*(s_t)`` on the true grid.
+        reasoning, final: the agent's texts.
+        decoded: the decoded map, or None; plan: the plan view, or None.
+        patching: patching records whose base is this step.
+        notes: why a panel is empty for this step.
+    """
+
+    episode: str
+    step: int
+    n_steps: int
+    size: int
+    true_cells: np.ndarray
+    agent_row_col: RowCol
+    history: list[RowCol]
+    action: Action | None
+    optimal: frozenset[Action]
+    reasoning: str | None
+    final: str | None
+    decoded: DecodedView | None
+    plan: PlanView | None
+    patching: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def header(self) -> str:
+        """One-line summary: step, action and whether it is optimal on each grid."""
+        act = self.action.name if self.action is not None else "invalid"
+        parts = [f"step {self.step} / {self.n_steps - 1}", f"action {act}"]
+        parts.append(f"optimal {_names(self.optimal) or '—'}")
+        if self.decoded is not None:
+            parts.append(f"decoded-optimal {_names(self.decoded.optimal) or '—'}")
+        return " · ".join(parts)
+
+
+def _names(actions) -> str:
+    return ", ".join(a.name for a in sorted(actions))
+
+
+def decoded_view(
+    probs: np.ndarray, size: int, *, source: str, classes: tuple[int, ...], door_locked: bool
+) -> DecodedView:
+    """The decoded grid of one map and its optimal actions (see the module docstring).
+
+    Args:
+        probs: ``(S, S, len(CellType))`` probabilities on the padded canvas.
+        size: true grid side ``n``.
+        source: source key (recorded).
+        classes: the probe's classes.
+        door_locked: whether the true door still blocks the agent.
+    """
+    probs = np.asarray(probs)
+    walls = decoded_walls(probs, size, door_locked=door_locked)
+    agent = top_cells(probs, size, CellType.AGENT, 1)[0]
+    goal = top_cells(probs, size, CellType.GOAL, 1)[0]
+    mask = optimal_mask_for_pair(walls, agent, goal)
+    return DecodedView(
+        source=source,
+        probs=probs[:size, :size],
+        argmax=probs[:size, :size].argmax(axis=-1),
+        agent_row_col=agent,
+        goal_row_col=goal,
+        optimal=frozenset(Action(a) for a in np.flatnonzero(mask)),
+        classes=classes,
+    )
+
+
+def plan_actions(tokens: np.ndarray) -> list[Action]:
+    """The actions of a plan row up to its first ``END`` (``PAD`` ends it too)."""
+    out = []
+    for token in np.asarray(tokens).tolist():
+        if token in (PLAN_END, PLAN_PAD):
+            break
+        out.append(Action(int(token)))
+    return out
+
+
+def _positions(data: EpisodeData) -> list[RowCol]:
+    """Agent cells ``s_0 .. s_T`` of the episode."""
+    return [s.agent_row_col for s in data.steps] + [data.summary.final_agent_row_col]
+
+
+def build_step_view(
+    run: RunData,
+    episode: str,
+    step: int,
+    *,
+    map_source: str | None = None,
+    plan_source: str | None = None,
+) -> StepView:
+    """Gather what is shown for ``step`` of ``episode`` (keys are checked against allow-lists).
+
+    Args:
+        run: the opened run.
+        episode: an episode key of ``run``.
+        step: the step index (clipped into the episode).
+        map_source: a decoded-map source key, or None.
+        plan_source: a predicted-plan source key, or None.
+    """
+    data = run.episode(episode)
+    t = int(min(max(int(step), 0), len(data.steps) - 1))
+    record = data.steps[t]
+    visible, state = parse(record.grid_text)
+    true_cells = cell_types(visible, state).astype(np.int64)
+    n = record.grid_size
+    notes: list[str] = []
+    decoded = None
+    if map_source is not None:
+        source = run.map_source(map_source)
+        maps = run.decoded_maps(map_source, episode)
+        if maps.present[t]:
+            door_locked = (
+                record.door_row_col is not None and not record.door_open and not record.has_key
+            )
+            decoded = decoded_view(
+                maps.values[t],
+                n,
+                source=map_source,
+                classes=source.classes,
+                door_locked=door_locked,
+            )
+        else:
+            notes.append(f"no decoded map for this step in {source.key}")
+    plan = None
+    if plan_source is not None:
+        run.plan_source(plan_source)
+        plans = run.predicted_plans(plan_source, episode)
+        if plans.present[t]:
+            predicted = plans.values[t]
+            horizon = len(predicted)
+            target = plan_rows([s.action_enum for s in data.steps], horizon)[t]
+            match = (predicted == target) | (target == PLAN_PAD)
+            prefix = int(np.argmin(match)) if not match.all() else horizon
+            actions = plan_actions(predicted)
+            start = State(
+                agent=record.agent_row_col, has_key=record.has_key, door_open=record.door_open
+            )
+            predicted_path = [s.agent for s in rollout(data.grid, actions, start=start)]
+            n_exec = len(plan_actions(target))
+            positions = _positions(data)
+            executed, i = [positions[t]], t
+            while len(executed) <= n_exec and i < len(data.steps):
+                if data.steps[i].action is not None:
+                    executed.append(positions[i + 1])
+                i += 1
+            plan = PlanView(
+                source=plan_source,
+                predicted=np.asarray(predicted),
+                target=target,
+                predicted_path=predicted_path,
+                executed_path=executed,
+                prefix=prefix,
+            )
+        else:
+            notes.append("no predicted plan for this step")
+    return StepView(
+        episode=episode,
+        step=t,
+        n_steps=len(data.steps),
+        size=n,
+        true_cells=true_cells,
+        agent_row_col=record.agent_row_col,
+        history=_positions(data)[: t + 1],
+        action=record.action_enum,
+        optimal=record.optimal_action_set,
+        reasoning=record.reasoning,
+        final=record.final,
+        decoded=decoded,
+        plan=plan,
+        patching=run.patching_records(episode, t),
+        notes=notes,
+    )
+
+
+def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[str, list]:
+    """Per-step rows for the timeline: optimal on the true grid and on the decoded grid."""
+    data = run.episode(episode)
+    optimal_true = [
+        None if s.action_enum is None else s.action_enum in s.optimal_action_set for s in data.steps
+    ]
+    flags: dict[str, list] = {"optimal (true grid)": optimal_true}
+    if map_source is not None:
+        maps = run.decoded_maps(map_source, episode)
+        source = run.map_source(map_source)
+        row = []
+        for t, s in enumerate(data.steps):
+            if not maps.present[t] or s.action_enum is None:
+                row.append(None)
+                continue
+            locked = s.door_row_col is not None and not s.door_open and not s.has_key
+            view = decoded_view(
+                maps.values[t],
+                s.grid_size,
+                source=map_source,
+                classes=source.classes,
+                door_locked=locked,
+            )
+            row.append(s.action_enum in view.optimal)
+        flags["optimal (decoded grid)"] = row
+    return flags
+
+
+def step_figures(
+    view: StepView, cell_class: int = int(CellType.GOAL), *, show_legend: bool = True
+) -> dict[str, object]:
+    """The figures of a step: ``true``, ``decoded``, ``probability``, ``plan``, ``plan_strip``,
+    ``patching`` (plotly figures; an explanatory blank figure where data is missing).
+
+    Args:
+        view: from :func:`build_step_view`.
+        cell_class: the ``CellType`` of the probability heatmap.
+        show_legend: legends inside the grid figures (False when the page draws
+            :data:`viewer.figures.LEGEND` once for all of them).
+    """
+    action = None if view.action is None else int(view.action)
+    figs: dict[str, object] = {
+        "true": cell_map_figure(
+            view.true_cells,
+            title="True grid",
+            agent_row_col=view.agent_row_col,
+            action=action,
+            optimal_actions=[int(a) for a in view.optimal],
+            history=view.history,
+            probs=None if view.decoded is None else view.decoded.probs,
+            true_cell_types=view.true_cells,
+            show_legend=show_legend,
+        )
+    }
+    if view.decoded is not None:
+        d = view.decoded
+        figs["decoded"] = cell_map_figure(
+            d.argmax,
+            title="Decoded cognitive map (argmax)",
+            probs=d.probs,
+            true_cell_types=view.true_cells,
+            agent_row_col=d.agent_row_col,
+            action=action,
+            optimal_actions=[int(a) for a in d.optimal],
+            optimal_label="optimal (decoded grid)",
+            optimal_colour=DECODED_COLOUR,
+            markers={"decoded agent": d.agent_row_col, "decoded goal": d.goal_row_col},
+            show_legend=show_legend,
+        )
+        figs["probability"] = probability_figure(
+            d.probs[:, :, int(cell_class)],
+            int(cell_class),
+            title=f"P({class_name(cell_class)}) per cell",
+            true_cell_types=view.true_cells,
+            probs=d.probs,
+        )
+    else:
+        message = "; ".join(view.notes) or "no decoded map selected"
+        figs["decoded"] = empty_figure(message, height=420)
+        figs["probability"] = empty_figure(message, height=420)
+    if view.plan is not None:
+        p = view.plan
+        figs["plan"] = plan_figure(
+            view.true_cells,
+            executed_path=p.executed_path,
+            predicted_path=p.predicted_path,
+            title="Decoded plan vs executed actions",
+            show_legend=show_legend,
+        )
+        figs["plan_strip"] = plan_strip_figure(p.predicted, p.target)
+    else:
+        figs["plan"] = empty_figure("no predicted plan for this step", height=420)
+        figs["plan_strip"] = empty_figure("no predicted plan", height=150)
+    figs["patching"] = (
+        patching_heatmap_figure(view.patching, title="Patching at this step: mean recovered")
+        if view.patching
+        else empty_figure("no patching results for this step", height=200)
+    )
+    return figs
+
+
+def timeline_figure(run: RunData, episode: str, step: int, map_source: str | None):
+    """The episode timeline with ``step`` outlined."""
+    return episode_timeline_figure(episode_flags(run, episode, map_source), current_step=step)
+
+
+def default_map_source(run: RunData) -> str | None:
+    """The decoded-map source shown first: pre-reasoning, ``mlp`` when present, middle layer."""
+    if not run.map_sources:
+        return None
+    sources = list(run.map_sources.values())
+    stages = {s.stage for s in sources}
+    stage = "pre_reasoning" if "pre_reasoning" in stages else sorted(stages)[0]
+    families = {s.family for s in sources if s.stage == stage}
+    family = "mlp" if "mlp" in families else sorted(families)[0]
+    layers = sorted(s.layer for s in sources if s.stage == stage and s.family == family)
+    layer = layers[len(layers) // 2]
+    return next(s.key for s in sources if (s.stage, s.family, s.layer) == (stage, family, layer))
+
+
+def default_plan_source(
+    run: RunData, stage: str | None, layer: int | None, current: str | None = None
+) -> str | None:
+    """The plan source that best matches a stage and layer: same stage, same layer, a trained
+    decoder (not a control), the study's best capacity (2 layers), then ``current``."""
+    if not run.plan_sources:
+        return None
+
+    def score(item) -> tuple:
+        key, p = item
+        return (
+            p.stage == stage,
+            p.layer == layer,
+            p.kind == "decoder",
+            p.n_layers == 2,
+            key == current,
+        )
+
+    return max(run.plan_sources.items(), key=score)[0]
