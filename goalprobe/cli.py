@@ -30,7 +30,9 @@ VERBS: dict[str, str] = {
     "train-probe": "train_probe",
     "train-plan-decoder": "train_plan_decoder",
     "patch": "patch",
+    "score": "score",
     "view": "view",
+    "demo": "demo",
 }
 
 

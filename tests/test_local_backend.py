@@ -97,6 +97,33 @@ def test_greedy_left_padding_matches_unbatched(backend):
         assert backend.generate([messages], greedy)[0].generated_token_ids == c.generated_token_ids
 
 
+class _NoPrefixBackend(LocalBackend):
+    """The same backend without the shared-prefix cache (every call left-pads full prompts)."""
+
+    def shared_prefix_length(self, prompt):
+        return 0
+
+
+def test_shared_prefix_cache_matches_full_prompts(backend):
+    """The cached system/developer prefix gives the same samples as encoding whole prompts,
+    with sliding-window attention (window 16) crossing the prefix boundary."""
+    batch = _batch((5, 7, 7, 9))
+    prompt = backend.encode_prompt(batch[0])
+    assert 100 < backend.shared_prefix_length(prompt) < len(prompt) - 20
+    torch.manual_seed(1)  # large weights: samples that react to every context token
+    config = backend.model.config.__class__(
+        **{**backend.model.config.to_dict(), "initializer_range": 1.0}
+    )
+    backend = LocalBackend(GptOssForCausalLM(config), backend.tokenizer)
+    plain = _NoPrefixBackend(backend.model, backend.tokenizer)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=16)
+    seeds = [3, 4, 5, 6]
+    cached = backend.generate(batch, sampling, seeds=seeds)
+    assert backend._prefix_cache is not None  # the prefix path ran
+    assert _ids(cached) == _ids(plain.generate(batch, sampling, seeds=seeds))
+    assert _ids(backend.generate(batch, sampling, seeds=seeds)) == _ids(cached)  # cache reused
+
+
 def test_sampling_config_validation():
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(top_p=0.0)

@@ -1,8 +1,14 @@
 """Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent).
 
-The backend renders harmony itself (:mod:`activations.agent.harmony`), left-pads the prompts of
-a batch and samples all of them in one ``model.generate`` call with a KV cache, so ``B``
-episodes' steps cost about one generation.
+The backend renders harmony itself (:mod:`activations.agent.harmony`) and samples a batch of
+conversations with ``model.generate`` and a KV cache, so ``B`` episodes' steps cost about one
+generation. Every prompt of a run starts with the same system and developer messages (several
+hundred tokens; only the last user message, the grid, differs), so the backend runs that shared
+prefix once, keeps its KV cache between calls, and hands a copy of it, repeated over the batch,
+to ``generate``: each call then only encodes the user messages. Rows are grouped by prompt
+length, so no row is ever padded (padding between the cached prefix and a prompt would shift
+sliding-window attention); conversations without a shared prefix fall back to one left-padded
+``generate`` call.
 
 Sampling is seeded per conversation: every row of the batch draws its tokens from its own
 ``torch.Generator`` (temperature, then top-p, then a multinomial draw), so a conversation's
@@ -13,6 +19,7 @@ or derived from ``SamplingConfig.seed`` and the row index.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import socket
@@ -59,6 +66,8 @@ class LocalBackend:
         self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
+        self._prefix_cache: tuple[tuple[int, ...], object] | None = None
+        """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
 
     @classmethod
     def from_pretrained(
@@ -132,7 +141,8 @@ class LocalBackend:
         *,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """Sample one completion per conversation, all in one batched ``generate`` call.
+        """Sample one completion per conversation: one ``generate`` call per prompt length,
+        after the cached shared prefix (see the module docstring).
 
         Args:
             batch: the conversations.
@@ -148,10 +158,57 @@ class LocalBackend:
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
+        if seeds is None and sampling.temperature > 0:
+            seeds = _row_seeds(len(batch), sampling.seed)
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        for row, ids in enumerate(prompts):
+            prefix = tuple(ids[: self.shared_prefix_length(ids)])
+            groups.setdefault((prefix, len(ids)), []).append(row)
+        results: list[Completion | None] = [None] * len(batch)
+        if any(len(prefix) == 0 for prefix, _ in groups):  # no shared prefix: one padded call
+            groups = {((), 0): list(range(len(batch)))}
+        for (prefix, _), rows in groups.items():
+            row_seeds = None if seeds is None else [seeds[r] for r in rows]
+            outputs = self._generate_rows([prompts[r] for r in rows], prefix, sampling, row_seeds)
+            for row, completion in zip(rows, outputs, strict=True):
+                results[row] = completion
+        return results  # type: ignore[return-value]
+
+    def shared_prefix_length(self, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` before its last message (system + developer messages), or 0.
+
+        The prefix ends after the second-to-last ``<|end|>`` of the prompt, i.e. just before the
+        last user message; prompts of one run share it, so its KV cache is computed once.
+        """
+        ends = [i for i, t in enumerate(prompt) if t == self.special_ids.end]
+        return ends[-2] + 1 if len(ends) >= 2 else 0
+
+    def _prefix_kv(self, prefix: tuple[int, ...], n_rows: int):
+        """A fresh copy of ``prefix``'s KV cache repeated over ``n_rows`` rows."""
+        from transformers import DynamicCache
+
+        if self._prefix_cache is None or self._prefix_cache[0] != prefix:
+            ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+            cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            self._prefix_cache = (prefix, cache)
+        cache = copy.deepcopy(self._prefix_cache[1])
+        cache.batch_repeat_interleave(n_rows)
+        return cache
+
+    def _generate_rows(
+        self,
+        prompts: list[list[int]],
+        prefix: tuple[int, ...],
+        sampling: SamplingConfig,
+        seeds: list[int] | None,
+    ) -> list[Completion]:
+        """One ``generate`` call: prompts of one length after a cached ``prefix``, or left-padded
+        prompts without a prefix (``prefix == ()``)."""
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):  # left padding
+        for row, ids in enumerate(prompts):  # left padding (none when lengths are equal)
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids) :] = 1
         device = self.device
@@ -164,10 +221,12 @@ class LocalBackend:
             pad_token_id=self.pad_token_id,
             use_cache=True,
         )
+        if prefix:
+            kwargs["past_key_values"] = self._prefix_kv(prefix, len(prompts))
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if sampling.temperature > 0:
-            row_seeds = _row_seeds(len(batch), sampling.seed) if seeds is None else list(seeds)
-            sampler = PerRowSampler(row_seeds, sampling.temperature, sampling.top_p, device)
+            assert seeds is not None
+            sampler = PerRowSampler(seeds, sampling.temperature, sampling.top_p, device)
             kwargs["logits_processor"] = LogitsProcessorList([sampler])
         output = self.model.generate(**kwargs)
         generated = output[:, width:].tolist()
