@@ -1,0 +1,189 @@
+"""``goalprobe score``: policy against decoded belief and true vs subjective MEG of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+UTILITIES = ("goal", "goal_with_key", "key")
+TABLE2 = ("acc_gt", "acc_dec", "agreement", "recovery", "inverse_recovery")
+
+
+def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
+    return value
+
+
+def _top_k(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list of integers", param_hint="--top-k"
+        ) from err
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{text!r}: give positive integers", param_hint="--top-k")
+    return values
+
+
+def command(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Run directory (grids/, rollouts/, activations/, probes/decoded/).",
+            exists=True,
+            file_okay=False,
+            dir_okay=True,
+            resolve_path=True,
+        ),
+    ],
+    probe: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--probe",
+            help="Decoded-map file (name or stem in probes/decoded) to score; repeat for several. "
+            "Default: all.",
+        ),
+    ] = None,
+    meg_probe: Annotated[
+        str | None,
+        typer.Option(
+            help="Probe whose decoded grids give subjective MEG (default: best card accuracy)."
+        ),
+    ] = None,
+    top_k: Annotated[
+        str, typer.Option(help="Comma-separated top-k values (Figure 9).")
+    ] = "1,3,5,10",
+    n_bootstrap: Annotated[int, typer.Option(min=1, help="Grid-bootstrap resamples.")] = 1000,
+    confidence: Annotated[
+        float, typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals.")
+    ] = 0.95,
+    utility: Annotated[str, typer.Option(help="MEG utility of grids without a key.")] = "goal",
+    key_utility: Annotated[
+        str, typer.Option(help="MEG utility of grids with a key.")
+    ] = "goal_with_key",
+    horizon: Annotated[
+        str, typer.Option(help="MEG decisions H: 'episodes' (their step budget) or 'grid' (1.5 L).")
+    ] = "episodes",
+    subjective_map: Annotated[
+        str,
+        typer.Option(help="Decoded map of a grid: 'mean' over its steps or its 'first' step."),
+    ] = "mean",
+    unknown_utility: Annotated[
+        bool, typer.Option(help="Also compute unknown-utility MEG (slow).")
+    ] = False,
+    jobs: Annotated[int, typer.Option(min=1, help="Worker processes for belief scoring.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Score a run: the agent's actions against its decoded beliefs (Acc GT, Acc Dec, Agreement,
+    Recovery, inverse recovery, top-k, belief-weighted scores; study 5.2, Table 2, Figure 9) and
+    known-utility MEG on the true grid vs the decoded grid, with grid-bootstrap intervals.
+
+    Writes RUN/scoring/belief.json, belief.csv, meg.json, meg.csv, meg_grids.csv and plotly
+    figures (figures/*.json) and prints a summary.
+    """
+    from rich.console import Console
+
+    from probes.scoring.run_scoring import RunScoringError, ScoreConfig, score_run
+
+    _choice(utility, UTILITIES, "--utility")
+    _choice(key_utility, UTILITIES, "--key-utility")
+    _choice(horizon, ("episodes", "grid"), "--horizon")
+    _choice(subjective_map, ("mean", "first"), "--subjective-map")
+    config = ScoreConfig(
+        decoded_maps=tuple(probe or ()),
+        top_k=_top_k(top_k),
+        n_bootstrap=n_bootstrap,
+        confidence_level=confidence,
+        random_state=seed,
+        meg_probe=meg_probe,
+        utility=utility,
+        key_utility=key_utility,
+        horizon=horizon,
+        subjective_map=subjective_map,
+        unknown_utility=unknown_utility,
+        n_jobs=jobs,
+    )
+    console = Console()
+    try:
+        summary = score_run(run_dir, config, progress=progress)
+    except (FileNotFoundError, RunScoringError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(code=1) from err
+    console.print(_belief_table(summary.belief))
+    console.print(_meg_table(summary.meg))
+    for name, path in summary.outputs.items():
+        console.print(f"{name}: {path}")
+    console.print(f"scored in {summary.seconds:.1f} s")
+
+
+def _fmt(stat: dict | None, scale: float = 100.0, digits: int = 0) -> str:
+    if stat is None or stat.get("value") is None:
+        return "n/a"
+    text = f"{scale * stat['value']:.{digits}f}"
+    if stat.get("ci_low") is not None:
+        text += f" [{scale * stat['ci_low']:.{digits}f}–{scale * stat['ci_high']:.{digits}f}]"
+    return text
+
+
+def _belief_table(belief: dict) -> Table:
+    from rich.table import Table
+
+    level = belief["method"]["confidence_level"]
+    top = [m for m in belief["metrics"] if m.startswith("acc_top") and m != "acc_top1"]
+    columns = {
+        "acc_gt": "Acc GT",
+        "acc_dec": "Acc Dec",
+        "agreement": "Agree",
+        "recovery": "Recov",
+        "inverse_recovery": "Inv rec",
+        **{m: f"top-{m.removeprefix('acc_top')}" for m in top},
+    }
+    table = Table(title=f"Policy against decoded belief, % of actions [{level:.0%} grid CI]")
+    table.add_column("probe")
+    table.add_column("steps", justify="right")
+    for label in columns.values():
+        table.add_column(label, justify="right")
+    for key, entry in belief["probes"].items():
+        name = f"{key} *" if key == belief["default_probe"] else key
+        overall = entry["overall"]
+        cells = [
+            _fmt(overall.get(m)) if m in TABLE2 else _fmt({"value": overall[m]["value"]})
+            for m in columns
+        ]
+        table.add_row(name, str(entry["n_steps"]), *cells)
+    return table
+
+
+def _meg_table(meg: dict) -> Table:
+    from rich.table import Table
+
+    probe = meg["probe"]["key"]
+    table = Table(
+        title=f"Known-utility MEG (nats / decision); subjective on the grids decoded by {probe} *"
+    )
+    for c in ("group", "grids", "true", "paired", "subjective", "subj - true", "Wilcoxon p"):
+        table.add_column(c, justify="right" if c != "group" else "left")
+    blocks = [("all", meg["overall"])]
+    blocks += [(f"n={k}", v) for k, v in meg["by_size"].items()]
+    blocks += [(f"d={k}", v) for k, v in meg["by_density"].items()]
+    for label, block in blocks:
+        paired = block["paired"]
+        test = paired.get("wilcoxon")
+        table.add_row(
+            label,
+            str(block["n_grids"]),
+            _fmt(block["true"]["meg_per_decision"], 1.0, 2),
+            str(paired["n_grids"]),
+            _fmt((paired.get("subjective") or {}).get("meg_per_decision"), 1.0, 2),
+            _fmt((paired.get("difference") or {}).get("meg_per_decision"), 1.0, 2),
+            "n/a" if test is None else f"{test['p_value']:.3g}",
+        )
+    return table

@@ -1,0 +1,248 @@
+"""Plotly figures of ``scoring/belief.json`` and ``scoring/meg.json`` (pure functions).
+
+Each function takes the parsed JSON (layout: :mod:`probes.scoring.run_scoring`) and returns a new
+``plotly.graph_objects.Figure``; nothing reads files, so ``goalprobe score``, the viewer and
+the report draw the same figures. Error bars are the JSON's grid-bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+TABLE2_METRICS: tuple[tuple[str, str], ...] = (
+    ("acc_gt", "Acc. GT"),
+    ("acc_dec", "Acc. Dec."),
+    ("agreement", "Agreement"),
+    ("recovery", "Recovery"),
+)
+"""Metric key and label of the study's Table 2 columns."""
+
+COLOURS = ("#1d3557", "#7b2cbf", "#2a9d8f", "#e76f51", "#e9c46a", "#8d6e63", "#457b9d")
+"""Series colours, in order."""
+
+
+def _probe_entry(summary: dict, probe: str | None) -> tuple[str, dict]:
+    """The probe's entry of ``belief.json`` (default: ``default_probe``)."""
+    probes = summary.get("probes") or {}
+    if not probes:
+        raise ValueError("belief summary holds no probe")
+    key = probe or summary.get("default_probe") or next(iter(probes))
+    if key not in probes:
+        raise ValueError(f"probe {key!r} is not in the belief summary (has {sorted(probes)})")
+    return key, probes[key]
+
+
+def _errors(stats: Sequence[dict | None]) -> dict:
+    """``error_y`` of a bar/scatter trace from ``{value, ci_low, ci_high}`` stats (percent)."""
+    plus, minus = [], []
+    for s in stats:
+        ok = s is not None and None not in (s.get("value"), s.get("ci_low"), s.get("ci_high"))
+        plus.append(100 * (s["ci_high"] - s["value"]) if ok else None)
+        minus.append(100 * (s["value"] - s["ci_low"]) if ok else None)
+    return {"type": "data", "array": plus, "arrayminus": minus, "visible": True}
+
+
+def _percent(stats: Sequence[dict | None]) -> list[float | None]:
+    return [None if s is None or s.get("value") is None else 100 * s["value"] for s in stats]
+
+
+def _hover(stats: Sequence[dict | None]) -> list[str]:
+    out = []
+    for s in stats:
+        if s is None or s.get("value") is None:
+            out.append("undefined (no step)")
+            continue
+        ci = (
+            ""
+            if s.get("ci_low") is None
+            else f" [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
+        )
+        out.append(f"{100 * s['value']:.1f}%{ci}<br>n = {s['n']} steps, {s['n_grids']} grids")
+    return out
+
+
+def _title(key: str, entry: dict) -> str:
+    where = ", ".join(
+        str(x)
+        for x in (entry.get("family"), entry.get("stage"), entry.get("layer"))
+        if x is not None
+    )
+    return f"{key} ({where})" if where else key
+
+
+def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
+    """Acc. GT, Acc. Dec., Agreement and Recovery by grid size (Table 2, top), with intervals.
+
+    Args:
+        summary: parsed ``belief.json``.
+        probe: which probe (decoded-map key); default ``summary["default_probe"]``.
+    """
+    key, entry = _probe_entry(summary, probe)
+    sizes = list(entry["by_size"])
+    blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
+    x = [f"{s} × {s}" for s in sizes] + ["all"]
+    fig = go.Figure()
+    for i, (metric, label) in enumerate(TABLE2_METRICS):
+        stats = [b.get(metric) for b in blocks]
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                x=x,
+                y=_percent(stats),
+                error_y=_errors(stats),
+                marker_color=COLOURS[i],
+                hovertext=_hover(stats),
+                hoverinfo="text+name",
+            )
+        )
+    fig.update_layout(
+        title=f"Policy against decoded belief by grid size — {_title(key, entry)}",
+        barmode="group",
+        yaxis={"title": "% of actions", "range": [0, 105]},
+        xaxis={"title": "grid size", "type": "category"},
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+    )
+    return fig
+
+
+def topk_figure(summary: dict, probe: str | None = None) -> go.Figure:
+    """Accuracy against the true grid and against top-k decoded grids by size (Figure 9).
+
+    Args:
+        summary: parsed ``belief.json``.
+        probe: which probe (decoded-map key); default ``summary["default_probe"]``.
+    """
+    key, entry = _probe_entry(summary, probe)
+    ks = sorted(int(m.removeprefix("acc_top")) for m in entry["overall"] if m.startswith("acc_top"))
+    series = [("acc_gt", "ground truth"), *((f"acc_top{k}", f"top-{k} decoded") for k in ks)]
+    sizes = list(entry["by_size"])
+    blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
+    x = [f"{s} × {s}" for s in sizes] + ["all"]
+    fig = go.Figure()
+    for i, (metric, label) in enumerate(series):
+        stats = [b.get(metric) for b in blocks]
+        fig.add_trace(
+            go.Scatter(
+                name=label,
+                x=x,
+                y=_percent(stats),
+                error_y=_errors(stats),
+                mode="lines+markers",
+                line={"color": COLOURS[i % len(COLOURS)], "dash": "dash" if i == 0 else "solid"},
+                hovertext=_hover(stats),
+                hoverinfo="text+name",
+            )
+        )
+    fig.update_layout(
+        title=f"Accuracy against top-k decoded grids — {_title(key, entry)}",
+        yaxis={"title": "% of actions optimal", "range": [0, 105]},
+        xaxis={"title": "grid size", "type": "category"},
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+    )
+    return fig
+
+
+def _meg_bars(fig: go.Figure, groups: dict, col: int, label: str, show_legend: bool) -> None:
+    """Paired true / subjective mean MEG per decision of each group, with intervals."""
+    keys = [k for k, g in groups.items() if g["paired"]["n_grids"] > 0]
+    x = [f"{label}={k}" for k in keys]
+    for i, part in enumerate(("true", "subjective")):
+        stats = [groups[k]["paired"][part]["meg_per_decision"] for k in keys]
+        fig.add_trace(
+            go.Bar(
+                name=f"{part} grid",
+                x=x,
+                y=[s["value"] for s in stats],
+                error_y={
+                    "type": "data",
+                    "array": [
+                        None if s["ci_high"] is None else s["ci_high"] - s["value"] for s in stats
+                    ],
+                    "arrayminus": [
+                        None if s["ci_low"] is None else s["value"] - s["ci_low"] for s in stats
+                    ],
+                },
+                marker_color=COLOURS[i],
+                legendgroup=part,
+                showlegend=show_legend,
+                hovertext=[f"n = {groups[k]['paired']['n_grids']} grids" for k in keys],
+            ),
+            row=1,
+            col=col,
+        )
+
+
+def meg_figure(meg_summary: dict) -> go.Figure:
+    """True vs subjective known-utility MEG: per-grid scatter, and means by size and density.
+
+    MEG is shown per decision (nats / H, at most log 4 ≈ 1.39) so that grids of different
+    horizons compare. Grids without a decoded map (not the probe's test grids) only have a true
+    MEG and are left out of the scatter and the paired bars.
+
+    Args:
+        meg_summary: parsed ``meg.json``.
+    """
+    grids = [g for g in meg_summary["grids"] if g.get("subjective") is not None]
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        column_widths=[0.4, 0.3, 0.3],
+        subplot_titles=("per grid", "by grid size", "by density"),
+    )
+    sizes = sorted({g["size"] for g in grids})
+    for i, size in enumerate(sizes):
+        sel = [g for g in grids if g["size"] == size]
+        fig.add_trace(
+            go.Scatter(
+                x=[g["true"]["meg_per_decision"] for g in sel],
+                y=[g["subjective"]["meg_per_decision"] for g in sel],
+                mode="markers",
+                name=f"{size} × {size}",
+                marker={"color": COLOURS[(i + 2) % len(COLOURS)], "size": 8},
+                text=[
+                    f"{g['grid_id']}<br>goal decoded {'right' if g['subjective']['goal_correct'] else 'wrong'}"
+                    for g in sel
+                ],
+                hoverinfo="text+x+y",
+            ),
+            row=1,
+            col=1,
+        )
+    top = max(
+        [1e-3]
+        + [g["true"]["meg_per_decision"] for g in grids]
+        + [g["subjective"]["meg_per_decision"] for g in grids]
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[0, top],
+            mode="lines",
+            line={"color": "#999", "dash": "dot"},
+            name="subjective = true",
+            hoverinfo="skip",
+        ),
+        row=1,
+        col=1,
+    )
+    _meg_bars(fig, meg_summary["by_size"], 2, "n", True)
+    _meg_bars(fig, meg_summary["by_density"], 3, "d", False)
+    probe = meg_summary.get("probe") or {}
+    overall = meg_summary["overall"]["paired"]
+    test = overall.get("wilcoxon")
+    note = "" if test is None else f" — Wilcoxon p = {test['p_value']:.3g} (n = {test['n_pairs']})"
+    fig.update_layout(
+        title=f"MEG on the true vs the decoded grid ({probe.get('key', '?')}){note}",
+        barmode="group",
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.2},
+    )
+    fig.update_xaxes(title_text="true MEG (nats / decision)", row=1, col=1)
+    fig.update_yaxes(title_text="subjective MEG (nats / decision)", row=1, col=1)
+    fig.update_yaxes(title_text="mean MEG (nats / decision)", row=1, col=2)
+    return fig
