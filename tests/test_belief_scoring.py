@@ -116,3 +116,28 @@ def test_invalid_action_is_not_optimal():
     probs = one_hot_map(padded_cell_types(grid))
     s = score_step(StepBelief(probs, 5, None, np.ones(4, dtype=bool)))
     assert not s.opt_gt and not s.opt_dec and not any(s.opt_topk.values())
+
+
+def test_belief_weighted_matches_brute_force_over_all_pairs():
+    """The vectorised belief-weighted score equals the sum over every (agent, goal) pair of
+    the scalar reference :func:`optimal_mask_for_pair`, on random 5 x 5 beliefs."""
+    from probes.scoring.belief import belief_weighted_scores, decoded_walls, optimal_mask_for_pair
+
+    rng = np.random.default_rng(3)
+    n = 5
+    for trial in range(20):
+        logits = rng.normal(size=(15, 15, 7)) * 2.0
+        probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        action = int(rng.integers(4))
+        got = belief_weighted_scores(probs, n, action, mass=1.0, max_cells=n * n)
+        walls = decoded_walls(probs, n)
+        pa = probs[:n, :n, 3] / probs[:n, :n, 3].sum()
+        pg = probs[:n, :n, 2] / probs[:n, :n, 2].sum()
+        num = den = 0.0
+        for agent in np.ndindex(n, n):
+            for goal in np.ndindex(n, n):
+                if agent != goal:
+                    weight = pa[agent] * pg[goal]
+                    num += weight * optimal_mask_for_pair(walls, agent, goal)[action]
+                    den += weight
+        assert got.expected_optimality == pytest.approx(num / den, abs=1e-9), trial

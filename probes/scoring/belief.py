@@ -87,6 +87,41 @@ def _neighbour_distances(dist: np.ndarray, walls: np.ndarray, agent: RowCol) -> 
     return out
 
 
+class _GoalDistances:
+    """Per-goal BFS results on one decoded wall map, computed once and shared by every score.
+
+    ``table(goal)`` is ``(n, n, 4)``: the decoded distance to ``goal`` after each action from each
+    cell (inf where the move is blocked), with ``goal`` itself opened; ``dist(goal)`` is the
+    ``(n, n)`` distance map.
+    """
+
+    def __init__(self, walls: np.ndarray) -> None:
+        self.walls = walls
+        self._cache: dict[RowCol, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def get(self, goal: RowCol) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(walls with goal opened (n, n), dist (n, n), neighbour table (n, n, 4))``."""
+        if goal not in self._cache:
+            w = self.walls.copy()
+            w[goal] = False
+            dist = bfs_distances(w, goal)
+            n = w.shape[0]
+            padded = np.full((n + 2, n + 2), np.inf)
+            padded[1:-1, 1:-1] = np.where(w, np.inf, dist)
+            table = np.empty((n, n, N_ACTIONS))
+            for action in Action:
+                dr, dc = action.delta_row_col
+                table[..., int(action)] = padded[1 + dr : n + 1 + dr, 1 + dc : n + 1 + dc]
+            self._cache[goal] = (w, dist, table)
+        return self._cache[goal]
+
+
+def _masks_from_neighbours(nd: np.ndarray) -> np.ndarray:
+    """``(..., 4)`` neighbour distances -> ``(..., 4)`` bool optimal masks (none if all inf)."""
+    best = nd.min(axis=-1, keepdims=True)
+    return (nd == best) & np.isfinite(best)
+
+
 def optimal_mask_for_pair(walls: np.ndarray, agent: RowCol, goal: RowCol) -> np.ndarray:
     """``(4,)`` bool optimal actions for agent ``agent`` and goal ``goal`` on ``walls``."""
     if agent == goal:
@@ -105,20 +140,25 @@ def _mask_from_neighbours(nd: np.ndarray) -> np.ndarray:
 
 
 def topk_optimal_mask(
-    probs: np.ndarray, size: int, k: int, *, door_locked: bool = False
+    probs: np.ndarray,
+    size: int,
+    k: int,
+    *,
+    door_locked: bool = False,
+    _goals: _GoalDistances | None = None,
 ) -> np.ndarray:
     """``(4,)`` bool: actions optimal for at least one of the top-k agent x top-k goal pairs."""
-    walls = decoded_walls(probs, size, door_locked=door_locked)
+    goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     agents = top_cells(probs, size, CellType.AGENT, k)
     goals = top_cells(probs, size, CellType.GOAL, k)
+    rows = np.array([a[0] for a in agents])
+    cols = np.array([a[1] for a in agents])
     mask = np.zeros(N_ACTIONS, dtype=bool)
     for goal in goals:
-        w = walls.copy()
-        w[goal] = False
-        dist = bfs_distances(w, goal)
-        for agent in agents:
-            if agent != goal:
-                mask |= _mask_from_neighbours(_neighbour_distances(dist, w, agent))
+        _, _, table = goals_bfs.get(goal)
+        keep = (rows != goal[0]) | (cols != goal[1])
+        if keep.any():
+            mask |= _masks_from_neighbours(table[rows[keep], cols[keep]]).any(axis=0)
     return mask
 
 
@@ -151,6 +191,7 @@ def belief_weighted_scores(
     door_locked: bool = False,
     mass: float = 0.99,
     max_cells: int = 25,
+    _goals: _GoalDistances | None = None,
 ) -> BeliefWeighted:
     """Score ``action`` against the probe's whole agent/goal distribution (see module docstring).
 
@@ -179,25 +220,28 @@ def belief_weighted_scores(
 
     agents, pa, ma = support(CellType.AGENT)
     goals, pg, mg = support(CellType.GOAL)
+    goals_bfs = _goals or _GoalDistances(walls)
+    rows = np.array([a[0] for a in agents])
+    cols = np.array([a[1] for a in agents])
     q_bar = np.zeros(N_ACTIONS)
     exp_opt = 0.0
     z = 0.0
     for goal, wg in zip(goals, pg, strict=True):
-        w = walls.copy()
-        w[goal] = False
-        dist = bfs_distances(w, goal)
-        for agent, wa in zip(agents, pa, strict=True):
-            if agent == goal:
-                continue
-            weight = wa * wg
-            nd = _neighbour_distances(dist, w, agent)
-            # a blocked move leaves the agent where it is
-            own = dist[agent] if not w[agent] else 1.0 + np.min(nd)
-            stay = np.where(np.isfinite(nd), nd, own)
-            q_bar += weight * -(1.0 + np.minimum(stay, cap))
-            if action is not None:
-                exp_opt += weight * float(_mask_from_neighbours(nd)[int(action)])
-            z += weight
+        w, dist, table = goals_bfs.get(goal)
+        keep = (rows != goal[0]) | (cols != goal[1])
+        if not keep.any():
+            continue
+        r, c = rows[keep], cols[keep]
+        weight = pa[keep] * wg  # (K,)
+        nd = table[r, c]  # (K, 4)
+        # a blocked move leaves the agent where it is
+        with np.errstate(invalid="ignore"):
+            own = np.where(w[r, c], 1.0 + nd.min(axis=1), dist[r, c])  # (K,)
+        stay = np.where(np.isfinite(nd), nd, own[:, None])
+        q_bar += weight @ -(1.0 + np.minimum(stay, cap))
+        if action is not None:
+            exp_opt += float(weight @ _masks_from_neighbours(nd)[:, int(action)])
+        z += float(weight.sum())
     if z > 0:
         q_bar /= z
         exp_opt /= z
@@ -236,13 +280,18 @@ def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepSc
     valid = step.action is not None
     a = int(step.action) if valid else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
+    goals = _GoalDistances(decoded_walls(step.probs, step.size, door_locked=step.door_locked))
     topk = {
         int(k): valid
-        and bool(topk_optimal_mask(step.probs, step.size, int(k), door_locked=step.door_locked)[a])
+        and bool(
+            topk_optimal_mask(
+                step.probs, step.size, int(k), door_locked=step.door_locked, _goals=goals
+            )[a]
+        )
         for k in sorted(set(top_k) | {1})
     }
     belief = belief_weighted_scores(
-        step.probs, step.size, step.action, door_locked=step.door_locked
+        step.probs, step.size, step.action, door_locked=step.door_locked, _goals=goals
     )
     return StepScore(opt_gt, topk[1], topk, belief)
 
