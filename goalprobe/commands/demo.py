@@ -1,0 +1,90 @@
+"""``goalprobe demo``: run the whole study on one agent and write RUN/report.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def command(
+    run_dir: Annotated[
+        Path, typer.Option("--run-dir", help="Run directory (created; reruns resume it).")
+    ] = Path("runs/demo"),
+    scale: Annotated[
+        str,
+        typer.Option(
+            help="tiny (CI, ~3 min), default (<= 15 min on 2 CPU cores) or paper (the study's "
+            "sizes and counts; for a GPU)."
+        ),
+    ] = "default",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Agent: 'bundled', a local model directory or a Hugging Face id (also the model "
+            "replayed for extraction and patching; with --backend server, the served model)."
+        ),
+    ] = "bundled",
+    backend: Annotated[
+        str, typer.Option(help="Rollout engine: local (in this process) or server.")
+    ] = "local",
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint for --backend server (.../v1)."),
+    ] = None,
+    force: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--force",
+            help="Redo a stage even when cached (repeatable; 'all' redoes everything). Later "
+            "stages rerun when its outputs change.",
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
+    seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Run the study end to end: grids, rollouts, iso-difficulty and key variants, activations,
+    cell-type and distance probes, plan decoder, patching, belief scoring and MEG.
+
+    Stages are cached in RUN/stages/ (a rerun skips finished ones; an interrupted run resumes).
+    Writes RUN/report.html (self-contained) and prints the headline table; `goalprobe view RUN`
+    opens the run in the viewer.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from goalprobe.pipeline import STAGES, demo_config, run_demo
+    from goalprobe.report import headline_rows
+
+    console = Console()
+    try:
+        config = demo_config(
+            scale, model=model, backend=backend, base_url=base_url, device=device, seed=seed
+        )
+        result = run_demo(
+            run_dir, config, force=set(force or ()), progress=progress, log=console.print
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
+    for column in ("stage", "status", "seconds"):
+        stages.add_column(column)
+    for name in STAGES:
+        outcome = result.stages.get(name)
+        if outcome is not None:
+            status = outcome.error or outcome.status
+            stages.add_row(name, status, f"{outcome.seconds:.1f}")
+    console.print(stages)
+    headline = Table(title="Headline results (95% CIs; see report.html for every figure)")
+    for column in ("finding", "value", "baseline"):
+        headline.add_column(column)
+    for row in headline_rows(run_dir):
+        headline.add_row(row.finding, row.value, row.baseline)
+    console.print(headline)
+    if result.report_path is not None:
+        console.print(f"report: {result.report_path}   viewer: goalprobe view {run_dir}")
+    if result.failed:
+        console.print(f"[red]{len(result.failed)} stage(s) did not finish[/red]")
+        raise typer.Exit(code=1)

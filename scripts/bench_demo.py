@@ -1,0 +1,51 @@
+"""Wall time per stage of ``goalprobe demo`` (default scale: the README's first command).
+
+Runs the demo in a fresh run directory (or resumes ``--run-dir``) and prints one line per stage
+and the total, as a markdown table for docs/benchmarks.md, plus the headline table.
+
+    python3 scripts/bench_demo.py                      # default scale, temporary run directory
+    python3 scripts/bench_demo.py --scale tiny --run-dir runs/bench-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="default", choices=("tiny", "default", "paper"))
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: a fresh temp dir")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--progress", action="store_true", help="show the stages' bars")
+    args = parser.parse_args()
+
+    from goalprobe.pipeline import STAGES, demo_config, run_demo
+    from goalprobe.report import headline_rows
+
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
+    config = demo_config(args.scale, device=args.device)
+    started = time.perf_counter()
+    result = run_demo(run_dir, config, progress=args.progress, log=lambda line: None)
+    total = time.perf_counter() - started
+    print(
+        f"goalprobe demo --scale {args.scale}: {run_dir} on {platform.machine()}, "
+        f"{os.cpu_count()} CPU(s), {platform.python_version()}"
+    )
+    print("\n| stage | status | seconds |\n|---|---|---|")
+    for name in STAGES:
+        outcome = result.stages[name]
+        print(f"| {name} | {outcome.error or outcome.status} | {outcome.seconds:.1f} |")
+    print(f"| **total (wall)** | | **{total:.1f}** |")
+    print("\n| finding | value | baseline |\n|---|---|---|")
+    for row in headline_rows(run_dir):
+        print(f"| {row.finding} | {row.value} | {row.baseline} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""``goalprobe demo`` end to end at the tiny scale, on the real bundled agent.
+
+One module-scoped run of the whole pipeline (about 2-3 minutes on 2 CPU cores) feeds every
+test: the artefacts of the viewer's run-directory layout, caching (a rerun skips everything,
+``force`` reruns one stage, a changed parameter reruns exactly the stages downstream), the CLI,
+a report over a damaged run, and the report in headless chromium (skipped, saying why, without
+a chromium binary or playwright).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from goalprobe.pipeline import DEPENDS_ON, STAGES, demo_config, run_demo
+from goalprobe.report import SECTION_TITLES, headline_rows, write_report
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "demo"
+VIEWER_LAYOUT = (
+    "grids/grids.jsonl",
+    "rollouts/trajectories.jsonl",
+    "activations/activations.h5",
+    "patching/patch_results.json",
+    "scoring/belief.json",
+    "scoring/meg.json",
+    "report.html",
+)
+STAGE_OUTPUTS = (
+    "behaviour/metrics.json",
+    "iso/grids.jsonl",
+    "iso/trajectories.jsonl",
+    "iso/results.json",
+    "keys/grids.jsonl",
+    "keys/trajectories.jsonl",
+    "keys/results.json",
+    "plans/sweep.json",
+    "plans/predicted/plan_decoder.h5",
+)
+
+
+def _downstream(stage: str) -> set[str]:
+    """Every stage that reads ``stage`` directly or indirectly."""
+    out: set[str] = set()
+    frontier = {stage}
+    while frontier:
+        frontier = {s for s in STAGES if DEPENDS_ON[s] and set(DEPENDS_ON[s]) & frontier} - out
+        out |= frontier
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("demo") / "run"
+    lines: list[str] = []
+    result = run_demo(run_dir, demo_config("tiny"), progress=False, log=lines.append)
+    return result, lines
+
+
+def test_every_stage_runs_and_writes_the_viewer_layout(demo):
+    result, lines = demo
+    assert result.failed == {}, result.failed
+    assert [o.status for o in result.stages.values()] == ["ran"] * len(STAGES), lines
+    root = result.run_dir
+    for relative in VIEWER_LAYOUT + STAGE_OUTPUTS:
+        assert (root / relative).is_file(), relative
+    for stage in STAGES:
+        record = json.loads((root / "stages" / f"{stage}.json").read_text())
+        assert (
+            record["config"]["params"]
+            == json.loads((root / stage / "config.json").read_text())["params"]
+        )
+    probes = demo_config("tiny").probe_types
+    families = demo_config("tiny").probe_families
+    for probe in probes:
+        for family in families:
+            assert list((root / "probes/decoded").glob(f"cell_type_{probe}_{family}_*.h5"))
+    from viewer.data import RunData
+
+    run = RunData(root)
+    assert run.missing == []
+    assert run.episodes and run.map_sources and run.plan_sources
+    layers = {s.layer for s in run.map_sources.values()}
+    stages = {s.stage for s in run.map_sources.values()}
+    assert stages == {"pre_reasoning", "post_reasoning"} and len(layers) >= 2
+
+
+def test_outputs_carry_baselines_and_intervals(demo):
+    result, _ = demo
+    root = result.run_dir
+    behaviour = json.loads((root / "behaviour/metrics.json").read_text())
+    overall = behaviour["overall"]
+    assert 0.0 <= overall["random_walk_success_rate"]["value"] <= 1.0
+    assert overall["accuracy"]["n"] == len(behaviour["per_grid"])
+    sweep = json.loads((root / "probes/sweeps/cell_coordinate_mlp.json").read_text())
+    models = sweep["runs"][0]["metrics"]["models"]
+    assert {"probe", "majority", "shuffled"} <= set(models)
+    plans = json.loads((root / "plans/sweep.json").read_text())
+    assert {r["kind"] for r in plans["runs"]} == {"decoder", "shuffled_control", "majority_plan"}
+    findings = [row.finding for row in headline_rows(root)]
+    assert any("Per-action accuracy" in f for f in findings)
+    assert any("Plan decoder" in f for f in findings)
+
+
+def test_rerun_skips_every_stage(demo):
+    result, _ = demo
+    again = run_demo(result.run_dir, demo_config("tiny"), progress=False, log=lambda _: None)
+    assert {n: o.status for n, o in again.stages.items()} == {n: "cached" for n in STAGES}
+    assert again.seconds < 30
+
+
+def test_an_interrupted_demo_resumes_where_it_stopped(demo):
+    result, _ = demo
+    root = result.run_dir
+    # as if killed during scoring: its record (written last) and the report never happened
+    for stage in ("scoring", "report"):
+        (root / "stages" / f"{stage}.json").unlink()
+    (root / "scoring" / "meg.json").unlink()
+    resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None)
+    ran = {n for n, o in resumed.stages.items() if o.status == "ran"}
+    assert ran == {"scoring", "report"}
+    assert (root / "scoring" / "meg.json").is_file()
+
+
+def test_force_reruns_that_stage_and_only_what_its_outputs_changed(demo):
+    result, _ = demo
+    root = result.run_dir
+    report_before = (root / "stages/report.json").read_text()
+    forced = run_demo(
+        root, demo_config("tiny"), force={"behaviour"}, progress=False, log=lambda _: None
+    )
+    statuses = {n: o.status for n, o in forced.stages.items()}
+    assert statuses["behaviour"] == "ran"
+    # the metrics are a deterministic function of the trajectories: nothing downstream changed
+    assert {n for n, s in statuses.items() if s == "ran"} == {"behaviour"}
+    assert (root / "stages/report.json").read_text() == report_before
+
+    grids = root / "grids" / "grids.jsonl"
+    grids.write_text(grids.read_text() + "\n")  # stale bytes a forced stage must not keep
+    redone = run_demo(
+        root, demo_config("tiny"), force={"grids"}, progress=False, log=lambda _: None
+    )
+    assert redone.stages["grids"].status == "ran"
+    assert not grids.read_text().endswith("\n\n")  # the output was rewritten from scratch
+    # a seeded grid set is regenerated byte for byte, so nothing downstream reruns
+    assert {n for n, o in redone.stages.items() if o.status == "ran"} == {"grids"}
+
+    changed = run_demo(
+        root,
+        demo_config("tiny", random_walks_per_grid=7),
+        progress=False,
+        log=lambda _: None,
+    )
+    ran = {n for n, o in changed.stages.items() if o.status == "ran"}
+    assert "behaviour" in ran and "report" in ran
+    assert ran <= {"behaviour", "iso"} | _downstream("behaviour") | _downstream("iso")
+    assert "rollouts" not in ran and "activations" not in ran
+
+
+def test_unknown_forced_stage_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown stage"):
+        run_demo(tmp_path, demo_config("tiny"), force={"nonsense"}, progress=False)
+
+
+def test_configs_reject_bad_input():
+    with pytest.raises(ValueError, match="unknown scale"):
+        demo_config("huge")
+    with pytest.raises(ValueError, match="unknown DemoConfig fields"):
+        demo_config("tiny", colour="red")
+    with pytest.raises(ValueError, match="base_url"):
+        demo_config("tiny", backend="server")
+    paper = demo_config("paper")
+    assert (paper.grids_per_cell, paper.episodes_per_grid, paper.temperature) == (10, 10, 0.7)
+
+
+def test_report_of_a_damaged_run_shows_what_is_missing(demo, tmp_path):
+    result, _ = demo
+    damaged = tmp_path / "damaged"
+    shutil.copytree(result.run_dir, damaged)
+    shutil.rmtree(damaged / "probes")
+    (damaged / "plans/sweep.json").write_text("{ not json")
+    (damaged / "stages/patching.failed.json").write_text(
+        json.dumps({"stage": "patching", "status": "failed", "error": "failed: RuntimeError: x"})
+    )
+    page = write_report(damaged).read_text()
+    assert "not run: probes/sweeps/cell_*.json not found" in page
+    assert "plans/sweep.json is unreadable" in page
+    assert "failed: RuntimeError: x" in page
+    assert page.count("<script type='text/javascript'>") == 1  # plotly.js inlined once
+
+
+def test_cli_prints_the_headline_table(demo):
+    from typer.testing import CliRunner
+
+    from goalprobe.cli import app
+
+    result, _ = demo
+    out = CliRunner().invoke(
+        app,
+        ["demo", "--run-dir", str(result.run_dir), "--scale", "tiny", "--no-progress"],
+        env={"COLUMNS": "200"},
+    )
+    assert out.exit_code == 0, out.output
+    assert "Headline results" in out.output
+    assert "Per-action accuracy" in out.output
+    assert "cached" in out.output
+
+
+def test_report_opens_in_headless_chromium_without_errors(demo):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium binary on PATH (Debian package 'chromium')")
+    playwright_api = pytest.importorskip(
+        "playwright.sync_api", reason="the playwright package is not installed"
+    )
+    result, _ = demo
+    report = result.run_dir / "report.html"
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
+        )
+        context = browser.new_context(viewport={"width": 1400, "height": 1200})
+        requests: list[str] = []
+        context.route(
+            "**/*",
+            lambda route: (
+                (requests.append(route.request.url), route.abort())
+                if not route.request.url.startswith("file:")
+                else route.continue_()
+            ),
+        )
+        page = context.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(report.as_uri())
+        page.wait_for_selector("#plans .main-svg", timeout=60_000)
+        headings = page.locator("h2").all_text_contents()
+        n_plots = page.locator(".js-plotly-plot").count()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
+        browser.close()
+    assert headings == list(SECTION_TITLES.values())
+    assert n_plots >= 8
+    assert requests == [] and problems == []
