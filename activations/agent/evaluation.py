@@ -215,6 +215,48 @@ def quality_table_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+TARGET_ACTION_ACCURACY = 0.90
+"""Per-action accuracy the bundled agent must reach on sizes 7-11 at densities <= 0.4."""
+
+
+def quality_status(evaluation: dict) -> dict:
+    """Whether the evaluated agent meets the bundled agent's quality bar.
+
+    Returns:
+        ``{"target_accuracy", "target_cells_accuracy"`` (mean per-action accuracy over the cells
+        of sizes 7-11 at densities <= 0.4), ``"meets_target"``, ``"cells_above_random_walk"``,
+        ``"n_cells"}``.
+    """
+    cells = evaluation["cells"]
+    target = [c for c in cells if 7 <= c["size"] <= 11 and c["density"] <= 0.4 + 1e-9]
+    accuracy = float(np.mean([c["action_accuracy"] for c in target])) if target else float("nan")
+    above = sum(c["action_accuracy_ci95"][0] > c["random_action_accuracy"] for c in cells)
+    return {
+        "target_accuracy": TARGET_ACTION_ACCURACY,
+        "target_cells_accuracy": accuracy,
+        "meets_target": bool(accuracy >= TARGET_ACTION_ACCURACY),
+        "cells_above_random_walk": int(above),
+        "n_cells": len(cells),
+    }
+
+
+def quality_status_markdown(evaluation: dict) -> str:
+    """A status paragraph for the model card, computed from the evaluation (never hand-written)."""
+    s = quality_status(evaluation)
+    verdict = (
+        "**meets** the target"
+        if s["meets_target"]
+        else "**does not meet** the target: treat this agent as a weak, near-random stand-in "
+        "that exercises every code path, not as a goal-directed agent"
+    )
+    return (
+        f"**Status.** Mean per-action accuracy on sizes 7-11 at densities <= 0.4: "
+        f"{100 * s['target_cells_accuracy']:.1f}% (target {100 * s['target_accuracy']:.0f}%); "
+        f"the lower 95% bound is above the random walk in {s['cells_above_random_walk']} of "
+        f"{s['n_cells']} cells. This agent {verdict}."
+    )
+
+
 def model_card_text(training: dict, evaluation: dict) -> str:
     """``MODEL_CARD.md`` of the bundled agent from its training info and evaluation result."""
     m = training["model_config"]
@@ -273,6 +315,8 @@ per grid, temperature {e["temperature"]}, top-p {e["top_p"]}, horizon ceil(1.5 L
 uniformly random episodes per grid, same horizon. 95% CIs: percentile bootstrap over grids.
 
 {quality_table_markdown(evaluation)}
+
+{quality_status_markdown(evaluation)}
 
 Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
 """
