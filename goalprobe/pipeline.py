@@ -248,14 +248,15 @@ _PRESETS: dict[str, dict[str, Any]] = {
         patch_require_optimal=False,
         n_bootstrap=100,
     ),
-    # 2 CPU cores, <= 15 minutes. Rollouts cost one generate call per step and prompt length
-    # (grid size), so this scale spans sizes 7-15 and densities 0-1 with 3 x 3 values and caps
-    # episodes at 16 steps (the study: ceil(1.5 L); success on large mazes is censored by it).
+    # 2 CPU cores, <= 15 minutes (measured: docs/benchmarks.md). Rollouts cost one generate call
+    # per step and prompt length (grid size), so this scale spans the study's 5 sizes x 6
+    # densities with one grid per cell and caps episodes at 16 steps (the study: ceil(1.5 L);
+    # success on large mazes is censored by it).
     "default": dict(
-        sizes=(7, 11, 15),
-        densities=(0.0, 0.5, 1.0),
-        grids_per_cell=2,
-        episodes_per_grid=2,
+        sizes=(7, 9, 11, 13, 15),
+        densities=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        grids_per_cell=1,
+        episodes_per_grid=3,
         horizon_steps=16,
         max_new_tokens=128,
         random_walks_per_grid=200,

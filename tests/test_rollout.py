@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend
 
 from activations.agent.rollout import RolloutConfig, derive_seed, describe_backend, run_rollouts
 from activations.agent.trajectories import (
@@ -26,47 +27,6 @@ from activations.gridworld.core import Grid, Variant
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
 from activations.gridworld.metrics import TrajectoryData
 from activations.gridworld.optimal import default_horizon, solve
-
-SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core CPU
-    "instructions_plain.txt": "Reach G.",
-    "instructions_key.txt": "Reach G; K opens D.",
-    "user_plain.txt": "{{grid}}",
-    "user_key.txt": "{{grid}}\n{{key_status}}",
-    "key_status_carrying.txt": "You carry K.",
-    "key_status_not_carrying.txt": "You do not carry K.",
-}
-
-
-def build_tiny_backend():
-    """A LocalBackend over a random 2-layer GptOssForCausalLM with the bundled tokenizer."""
-    import torch
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.tokenizer import build_tokenizer
-
-    tokenizer = build_tokenizer()
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        num_local_experts=2,
-        num_experts_per_tok=1,
-        sliding_window=8,
-        layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=512,
-        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=[tokenizer.convert_tokens_to_ids("<|return|>")],
-        bos_token_id=None,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    return LocalBackend(GptOssForCausalLM(config), tokenizer)
 
 
 def key_door_grid() -> Grid:
