@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+
+import uvicorn
+
 SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core CPU
     "instructions_plain.txt": "Reach G.",
     "instructions_key.txt": "Reach G; K opens D.",
@@ -42,3 +49,25 @@ def build_tiny_backend():
     )
     torch.manual_seed(0)
     return LocalBackend(GptOssForCausalLM(config), tokenizer)
+
+
+@contextlib.contextmanager
+def serving(app):
+    """Run ``app`` under uvicorn in a thread on a free 127.0.0.1 port; yields the base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

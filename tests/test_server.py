@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend
+from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend, serving
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -34,28 +31,6 @@ from activations.gridworld.text import render
 SECRET = "sk-goalprobe-test-3f9c1d7e5b2a4c6e8f0a"
 KEY_ENV = "GOALPROBE_TEST_SERVER_KEY"
 MODEL = "tiny-gpt-oss"
-
-
-@contextlib.contextmanager
-def serving(app):
-    """Run ``app`` under uvicorn in a thread on a free 127.0.0.1 port; yields the base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

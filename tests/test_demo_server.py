@@ -1,0 +1,33 @@
+"""``goalprobe demo --backend server``: the whole tiny study with rollouts served over HTTP.
+
+The bundled agent is served by the project's OpenAI-compatible app (``goalprobe serve``'s
+``create_app``) under uvicorn on 127.0.0.1; the demo's rollout stages talk to it through
+``ServerBackend``, and extraction replays the recorded token ids on the local copy.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agent_fixtures import serving
+
+from activations.agent.bundled import load_bundled_agent
+from activations.agent.local_backend import LocalBackend
+from activations.agent.server_app import ServeConfig, create_app
+from goalprobe.pipeline import demo_config, run_demo
+
+
+def test_demo_with_server_backend_runs_every_stage(tmp_path):
+    model, tokenizer = load_bundled_agent()
+    app = create_app(LocalBackend(model, tokenizer), ServeConfig(model_name="bundled"))
+    with serving(app) as url:
+        config = demo_config("tiny", backend="server", base_url=f"{url}/v1")
+        result = run_demo(tmp_path / "run", config, progress=False)
+    assert result.failed == {}, result.failed
+    assert result.report_path is not None and result.report_path.is_file()
+    with (tmp_path / "run" / "rollouts" / "trajectories.jsonl").open(encoding="utf-8") as f:
+        header = json.loads(f.readline())
+        step = json.loads(f.readline())
+    assert header["kind"] == "run" and "Server" in json.dumps(header["backend"])
+    assert step["token_ids_source"] == "model"  # the server returned the sampled ids
+    assert step["generated_token_ids"] and step["prompt_token_ids"]
