@@ -75,18 +75,6 @@ def top_cells(probs: np.ndarray, size: int, cell_type: CellType, k: int) -> list
     return [(int(i // size), int(i % size)) for i in order]
 
 
-def _neighbour_distances(dist: np.ndarray, walls: np.ndarray, agent: RowCol) -> np.ndarray:
-    """``(4,)`` decoded distance after each action from ``agent`` (inf where the move is blocked)."""
-    n = walls.shape[0]
-    out = np.full(N_ACTIONS, np.inf)
-    for action in Action:
-        dr, dc = action.delta_row_col
-        r, c = agent[0] + dr, agent[1] + dc
-        if 0 <= r < n and 0 <= c < n and not walls[r, c]:
-            out[int(action)] = dist[r, c]
-    return out
-
-
 class _GoalDistances:
     """Per-goal BFS results on one decoded wall map, computed once and shared by every score.
 
@@ -126,17 +114,8 @@ def optimal_mask_for_pair(walls: np.ndarray, agent: RowCol, goal: RowCol) -> np.
     """``(4,)`` bool optimal actions for agent ``agent`` and goal ``goal`` on ``walls``."""
     if agent == goal:
         return np.zeros(N_ACTIONS, dtype=bool)
-    walls = walls.copy()
-    walls[goal] = False
-    dist = bfs_distances(walls, goal)
-    return _mask_from_neighbours(_neighbour_distances(dist, walls, agent))
-
-
-def _mask_from_neighbours(nd: np.ndarray) -> np.ndarray:
-    best = nd.min()
-    if not np.isfinite(best):
-        return np.zeros(N_ACTIONS, dtype=bool)
-    return nd == best
+    _, _, table = _GoalDistances(walls).get(goal)
+    return _masks_from_neighbours(table[agent])
 
 
 def topk_optimal_mask(
@@ -204,7 +183,6 @@ def belief_weighted_scores(
         max_cells: at most this many agent and this many goal cells.
     """
     p = np.asarray(probs, dtype=np.float64)[:size, :size]
-    walls = decoded_walls(probs, size, door_locked=door_locked)
     cap = float(size * size)
 
     def support(cell_type: CellType) -> tuple[list[RowCol], np.ndarray, float]:
@@ -220,7 +198,7 @@ def belief_weighted_scores(
 
     agents, pa, ma = support(CellType.AGENT)
     goals, pg, mg = support(CellType.GOAL)
-    goals_bfs = _goals or _GoalDistances(walls)
+    goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     rows = np.array([a[0] for a in agents])
     cols = np.array([a[1] for a in agents])
     q_bar = np.zeros(N_ACTIONS)
