@@ -683,12 +683,12 @@ def load_model(
         return LoadedModel(lm, lm.tokenizer, model, revision)
     device, torch_dtype = resolve_device_dtype(device, dtype)
     if model == "bundled":
-        from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+        from activations.agent.bundled import bundled_weights_digest, load_bundled_agent
 
         loaded_model, tokenizer = load_bundled_agent(device=device)
-        weights = sorted(BUNDLED_AGENT_DIR.glob("*.safetensors"))
-        digest = hashlib.sha256(b"".join(sha256_file(w).encode() for w in weights)).hexdigest()
-        return LoadedModel(loaded_model.to(torch_dtype), tokenizer, "bundled", digest[:16])
+        return LoadedModel(
+            loaded_model.to(torch_dtype), tokenizer, "bundled", bundled_weights_digest()
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(model).expanduser().is_dir()

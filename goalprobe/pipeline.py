@@ -366,10 +366,9 @@ def model_identity(model: str) -> dict[str, str]:
     """What identifies the agent's weights: the bundled agent's weights digest, else the name."""
     if model != "bundled":
         return {"model": model}
-    from activations.agent.bundled import BUNDLED_AGENT_DIR
+    from activations.agent.bundled import bundled_weights_digest
 
-    weights = sorted(BUNDLED_AGENT_DIR.glob("*.safetensors"))
-    return {"model": "bundled", "weights_sha256": fingerprint(weights, BUNDLED_AGENT_DIR)[:16]}
+    return {"model": "bundled", "weights_sha256": bundled_weights_digest()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,13 +406,10 @@ class _Agent:
                 self._backend = (backend, backend.describe())
             else:
                 from activations.agent.local_backend import LocalBackend
+                from goalprobe.commands.rollout import local_backend_description
 
                 loaded = self.loaded()
-                description = {
-                    "class": "LocalBackend",
-                    "model": self.config.model,
-                    "revision": loaded.revision,
-                }
+                description = local_backend_description(self.config.model)
                 self._backend = (LocalBackend(loaded.model, loaded.tokenizer), description)
         return self._backend
 

@@ -7,10 +7,26 @@ whole pipeline run without GPT-OSS-20B. ``scripts/train_default_agent.py`` repro
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 BUNDLED_AGENT_DIR = Path(__file__).resolve().parent / "bundled"
 """Directory of the bundled agent's files."""
+
+
+def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
+    """16 hex digits of sha256 over the agent's ``*.safetensors`` (names and bytes, sorted).
+
+    The one identity of the bundled weights: recorded as the model revision of trajectory files
+    and activation stores, and part of the demo's stage cache keys.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGENT_DIR):

@@ -22,23 +22,13 @@ def load_local_backend(
     Returns:
         ``(backend, description)``; the description identifies the model in trajectory files.
     """
-    import hashlib
-
     from activations.agent.local_backend import LocalBackend
 
     if model == "bundled":
-        from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+        from activations.agent.bundled import load_bundled_agent
 
         loaded, tokenizer = load_bundled_agent(device=device)
-        digest = hashlib.sha256()
-        for file in sorted(BUNDLED_AGENT_DIR.glob("*.safetensors")):
-            digest.update(file.read_bytes())
-        description = {
-            "class": "LocalBackend",
-            "model": "bundled",
-            "weights_sha256": digest.hexdigest()[:16],
-        }
-        return LocalBackend(loaded, tokenizer), description
+        return LocalBackend(loaded, tokenizer), local_backend_description(model)
     if revision and not Path(model).expanduser().is_dir():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,7 +39,24 @@ def load_local_backend(
         backend = LocalBackend(loaded, tokenizer)
     else:
         backend = LocalBackend.from_pretrained(model, device=device, dtype=dtype)
-    return backend, {"class": "LocalBackend", "model": model, "revision": revision}
+    return backend, local_backend_description(model, revision)
+
+
+def local_backend_description(model: str, revision: str = "") -> dict[str, Any]:
+    """How trajectory files identify a local model (it enters the rollout's ``run_id``).
+
+    The bundled agent is identified by its weights digest, any other model by name and revision,
+    so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent.
+    """
+    if model == "bundled":
+        from activations.agent.bundled import bundled_weights_digest
+
+        return {
+            "class": "LocalBackend",
+            "model": "bundled",
+            "weights_sha256": bundled_weights_digest(),
+        }
+    return {"class": "LocalBackend", "model": model, "revision": revision}
 
 
 def load_tokenizer_for(name: str):
