@@ -1250,13 +1250,13 @@ def run_demo(
     started = time.perf_counter()
     config = config or demo_config("default")
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     force = set(force)
     if "all" in force:
         force = set(STAGES)
     unknown = sorted(force - set(STAGES))
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")
+    run_dir.mkdir(parents=True, exist_ok=True)
     say = log or print
     runner = StageRunner(run_dir, force=force)
     demo = _Demo(run_dir, config, progress)
