@@ -101,10 +101,15 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             recent = records[-args.log_every :]
             loss = sum(r["loss"] for r in recent) / len(recent)
             accuracy = sum(r["answer_accuracy"] for r in recent) / len(recent)
+            auxiliary = "".join(
+                f"  {name.split('_')[0]} {sum(r[name] for r in recent) / len(recent):.4f}"
+                for name in ("coordinate_loss", "attention_loss")
+                if name in record
+            )
             elapsed = record["seconds"]
             eta = elapsed / done * (config.steps - done)
             print(
-                f"step {done}/{config.steps}  loss {loss:.4f}  answer acc {accuracy:.3f}  "
+                f"step {done}/{config.steps}  loss {loss:.4f}{auxiliary}  answer acc {accuracy:.3f}  "
                 f"{elapsed:.0f}s elapsed  eta {eta:.0f}s  {record['tokens'] / elapsed:.0f} tokens/s",
                 flush=True,
             )

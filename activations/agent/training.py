@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -29,6 +29,14 @@ import torch
 from activations.agent.harmony import render_completion, render_prompt
 from activations.agent.prompts import build_messages, uses_key_prompt
 from activations.agent.reasoning import PLAN_STEPS, final_text, reasoning_text
+from activations.agent.supervision import (
+    NEIGHBOUR_HEAD,
+    CoordinateReadout,
+    attention_loss,
+    attention_targets,
+    cell_coordinate_targets,
+    grid_cell_positions,
+)
 from activations.gridworld.core import Action, Grid, State, Variant
 from activations.gridworld.dynamics import initial_state, is_success, step
 from activations.gridworld.optimal import OptimalPolicy, solve
@@ -193,25 +201,37 @@ class Batch:
             tokens and padding.
         answer_positions: ``(B,)`` index in ``suffix_ids`` of the action word of the final
             answer (for the answer accuracy).
+        cell_rows, cell_cols: ``(B, suffix_len)`` the (row, col) of each grid-cell token of the
+            suffix, ``IGNORE_INDEX`` elsewhere (targets of the coordinate read-out).
+        attention_targets: ``(N, 5)`` ``(layer, head, batch row, query index in suffix_ids,
+            key index in prefix + suffix)`` of the supervised attention weights.
     """
 
     prefix_ids: torch.Tensor
     suffix_ids: torch.Tensor
     labels: torch.Tensor
     answer_positions: torch.Tensor
+    cell_rows: torch.Tensor
+    cell_cols: torch.Tensor
+    attention_targets: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
-        return Batch(
-            *(
-                t.to(device)
-                for t in (self.prefix_ids, self.suffix_ids, self.labels, self.answer_positions)
-            )
-        )
+        return Batch(*(getattr(self, f.name).to(device) for f in fields(self)))
 
 
-def encode_batch(examples: list[Example], tokenizer, pad_token_id: int) -> Batch:
-    """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start)."""
+def encode_batch(
+    examples: list[Example],
+    tokenizer,
+    pad_token_id: int,
+    full_attention_layers: tuple[int, ...] = (1, 3),
+) -> Batch:
+    """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start).
+
+    Args:
+        full_attention_layers: the model's full-attention layers (where attention is supervised,
+            :mod:`activations.agent.supervision`).
+    """
     prompts = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
     completions = [tokenizer(e.completion, add_special_tokens=False)["input_ids"] for e in examples]
     prefix_len = min(len(p) for p in prompts) - 1
@@ -228,12 +248,42 @@ def encode_batch(examples: list[Example], tokenizer, pad_token_id: int) -> Batch
     suffix_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     answers = torch.zeros(len(examples), dtype=torch.long)
-    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+    cell_rows = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    cell_cols = cell_rows.clone()
+    supervised: list[tuple[int, int, int, int, int]] = []
+    for row, (example, prompt, completion) in enumerate(
+        zip(examples, prompts, completions, strict=True)
+    ):
         start = len(prompt) - prefix_len
         suffix_ids[row, : start + len(completion)] = torch.tensor(prompt[prefix_len:] + completion)
         labels[row, start : start + len(completion)] = torch.tensor(completion)
         answers[row] = start + len(completion) - len(_ANSWER_TAIL)
-    return Batch(torch.tensor([first[:prefix_len]], dtype=torch.long), suffix_ids, labels, answers)
+        positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
+        for index, cell_row, cell_col in cell_coordinate_targets(positions):
+            if index >= prefix_len:
+                cell_rows[row, index - prefix_len] = cell_row
+                cell_cols[row, index - prefix_len] = cell_col
+        for target in attention_targets(
+            completion,
+            len(prompt),
+            positions,
+            example.grid,
+            example.state,
+            tokenizer,
+            list(full_attention_layers),
+        ):
+            supervised.append(
+                (target.layer, target.head, row, target.query - prefix_len, target.key)
+            )
+    return Batch(
+        torch.tensor([first[:prefix_len]], dtype=torch.long),
+        suffix_ids,
+        labels,
+        answers,
+        cell_rows,
+        cell_cols,
+        torch.tensor(supervised, dtype=torch.long).reshape(-1, 5),
+    )
 
 
 _ANSWER_TAIL = ("UP", '"', "}", "<|return|>")
@@ -247,6 +297,10 @@ def shared_prefix_loss(model, batch: Batch) -> torch.Tensor:
 
 def shared_prefix_loss_and_accuracy(model, batch: Batch) -> tuple[torch.Tensor, float]:
     """:func:`shared_prefix_loss` and the teacher-forced accuracy of the answer's action word."""
+    return _completion_loss_and_accuracy(_shared_prefix_forward(model, batch), batch)
+
+
+def _shared_prefix_forward(model, batch: Batch, *, hidden_states=False, attentions=False):
     from transformers import DynamicCache
 
     prefix = model.model(
@@ -256,7 +310,16 @@ def shared_prefix_loss_and_accuracy(model, batch: Batch) -> tuple[torch.Tensor, 
     )
     cache = prefix.past_key_values
     cache.batch_repeat_interleave(batch.suffix_ids.shape[0])
-    out = model(input_ids=batch.suffix_ids, past_key_values=cache, use_cache=True)
+    return model(
+        input_ids=batch.suffix_ids,
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=hidden_states,
+        output_attentions=attentions,
+    )
+
+
+def _completion_loss_and_accuracy(out, batch: Batch) -> tuple[torch.Tensor, float]:
     logits = out.logits[:, :-1].float()
     targets = batch.labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(
@@ -267,6 +330,40 @@ def shared_prefix_loss_and_accuracy(model, batch: Batch) -> tuple[torch.Tensor, 
         predicted = logits[rows, batch.answer_positions - 1].argmax(-1)
         accuracy = (predicted == targets[rows, batch.answer_positions - 1]).float().mean()
     return loss, float(accuracy)
+
+
+def training_loss(
+    model, batch: Batch, config: TrainingConfig, readout: CoordinateReadout | None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The training objective: the completion loss plus the weighted auxiliary losses.
+
+    Args:
+        readout: the coordinate read-out (required when ``config.coordinate_loss_weight > 0``).
+
+    Returns:
+        ``(total loss, {"loss", "coordinate_loss", "attention_loss", "answer_accuracy"})``
+        (``loss`` is the completion loss alone).
+    """
+    use_coordinates = config.coordinate_loss_weight > 0
+    use_attention = config.attention_loss_weight > 0
+    if use_coordinates and readout is None:
+        raise ValueError("coordinate_loss_weight > 0 needs a CoordinateReadout")
+    out = _shared_prefix_forward(
+        model, batch, hidden_states=use_coordinates, attentions=use_attention
+    )
+    loss, accuracy = _completion_loss_and_accuracy(out, batch)
+    total = loss
+    parts = {"loss": loss.item(), "answer_accuracy": accuracy}
+    if use_coordinates:
+        hidden = out.hidden_states[config.coordinate_layer]
+        coordinate = readout.loss(hidden, batch.cell_rows, batch.cell_cols)
+        total = total + config.coordinate_loss_weight * coordinate
+        parts["coordinate_loss"] = coordinate.item()
+    if use_attention:
+        attention = attention_loss(out.attentions, batch.attention_targets)
+        total = total + config.attention_loss_weight * attention
+        parts["attention_loss"] = attention.item()
+    return total, parts
 
 
 def full_sequence_loss(model, batch: Batch) -> torch.Tensor:
@@ -364,7 +461,7 @@ def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
 class TrainingConfig:
     """The optimisation of the bundled agent."""
 
-    steps: int = 900
+    steps: int = 1800
     """Optimizer steps."""
 
     batch_size: int = 24
@@ -385,6 +482,18 @@ class TrainingConfig:
     seed: int = 0
     """Seed of the model initialisation and of the data stream."""
 
+    coordinate_loss_weight: float = 1.0
+    """Weight of the auxiliary cell-coordinate loss (:mod:`activations.agent.supervision`);
+    0 turns it off."""
+
+    coordinate_layer: int = 2
+    """Residual stream read by the coordinate read-out: after this many blocks (0 = the
+    embeddings)."""
+
+    attention_loss_weight: float = 1.0
+    """Weight of the attention-supervision loss (:mod:`activations.agent.supervision`); 0 turns
+    it off."""
+
 
 def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
     """The learning rate of step ``step_index`` (0-based)."""
@@ -400,12 +509,21 @@ def batches(
     tokenizer,
     seed: int,
     exclude: frozenset[Grid] = frozenset(),
+    full_attention_layers: tuple[int, ...] = (1, 3),
 ) -> Iterator[tuple[list[Example], Batch]]:
     """The endless, seeded stream of training batches (never a grid of ``exclude``)."""
     rng = np.random.default_rng(seed)
     while True:
         examples = sample_batch_examples(data_config, batch_size, rng, exclude)
-        yield examples, encode_batch(examples, tokenizer, tokenizer.pad_token_id)
+        yield (
+            examples,
+            encode_batch(examples, tokenizer, tokenizer.pad_token_id, full_attention_layers),
+        )
+
+
+def full_attention_layers(model) -> tuple[int, ...]:
+    """Indices of the model's full-attention layers (GPT-OSS alternates them with sliding ones)."""
+    return tuple(i for i, kind in enumerate(model.config.layer_types) if kind == "full_attention")
 
 
 def train(
@@ -420,14 +538,38 @@ def train(
 ) -> list[dict]:
     """Train ``model`` in place; returns one log record per step.
 
+    The auxiliary losses of :mod:`activations.agent.supervision` (weights in ``config``) need
+    the attention weights, so the model runs eager attention while training and gets its
+    original attention implementation back afterwards; their read-out is discarded.
+
     Args:
         exclude: grids never trained on (the held-out evaluation set).
-        on_step: called after each step with its log record (``step``, ``loss``,
-            ``answer_accuracy`` (teacher-forced), ``seconds`` elapsed, ``tokens`` seen).
+        on_step: called after each step with its log record (``step``, ``loss`` (completion),
+            ``coordinate_loss`` and ``attention_loss`` when used, ``answer_accuracy``
+            (teacher-forced), ``seconds`` elapsed, ``tokens`` seen).
     """
+    layers = full_attention_layers(model)
+    if config.attention_loss_weight > 0 and (
+        not layers or model.config.num_attention_heads <= NEIGHBOUR_HEAD
+    ):
+        raise ValueError(
+            "attention supervision needs a full-attention layer and at least "
+            f"{NEIGHBOUR_HEAD + 1} heads; set attention_loss_weight=0"
+        )
+    readout = None
+    if config.coordinate_loss_weight > 0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            readout = CoordinateReadout(model.config.hidden_size, max(data_config.sizes))
+        readout.to(device)
+    original_attention = model.config._attn_implementation
+    if config.attention_loss_weight > 0:
+        model.set_attn_implementation("eager")
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    if readout is not None:
+        decay += list(readout.parameters())
     optimizer = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": config.weight_decay},
@@ -436,31 +578,33 @@ def train(
         lr=config.learning_rate,
         betas=(0.9, 0.98),
     )
-    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1, exclude)
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1, exclude, layers)
     log = []
     start = time.perf_counter()
     tokens = 0
-    for step_index in range(config.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate_at(step_index, config)
-        _, batch = next(stream)
-        batch = batch.to(device)
-        loss, accuracy = shared_prefix_loss_and_accuracy(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        tokens += batch.prefix_ids.numel() + batch.suffix_ids.numel()
-        elapsed = time.perf_counter() - start
-        record = {
-            "step": step_index,
-            "loss": loss.item(),
-            "answer_accuracy": accuracy,
-            "seconds": elapsed,
-            "tokens": tokens,
-        }
-        log.append(record)
-        if on_step is not None:
-            on_step(record)
-    model.eval()
+    try:
+        for step_index in range(config.steps):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate_at(step_index, config)
+            _, batch = next(stream)
+            batch = batch.to(device)
+            total, parts = training_loss(model, batch, config, readout)
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
+            optimizer.step()
+            tokens += batch.prefix_ids.numel() + batch.suffix_ids.numel()
+            record = {
+                "step": step_index,
+                **parts,
+                "seconds": time.perf_counter() - start,
+                "tokens": tokens,
+            }
+            log.append(record)
+            if on_step is not None:
+                on_step(record)
+    finally:
+        model.set_attn_implementation(original_attention)
+        model.eval()
     return log

@@ -1,0 +1,194 @@
+"""Auxiliary training signals of the bundled agent (training only; nothing here ships).
+
+Trained on the next-token loss alone, a small GPT-OSS never learns to read where A and G are:
+the answer has to come from one grid token among hundreds, and the gradient that would teach
+an attention head to look there is about ``1 / prompt length`` as strong as it needs to be
+(measured: teacher-forced coordinate accuracy at chance after 900 steps). Two dense auxiliary
+losses remove that plateau:
+
+* **Cell coordinates.** A linear read-out of the residual stream after block
+  ``coordinate_layer`` must name the ``(row, col)`` of every grid-cell token of the prompt
+  (:func:`cell_coordinate_targets`). The read-out (:class:`CoordinateReadout`) is discarded
+  after training; the model learns to carry each cell's coordinates in its residual stream.
+* **Attention supervision.** At the completion tokens that precede a coordinate of the
+  reasoning (``A is at (r, c)``: the ``(`` predicts ``r``, the ``,`` predicts ``c``), designated
+  heads of the full-attention layers must attend to that object's cell; at each direction word
+  of ``Next to A: UP _ ...`` one head of the first full-attention layer must attend to A and one
+  head of the last full-attention layer to the cell the move would step onto
+  (:func:`attention_targets`). The loss is the mean negative log attention weight.
+
+Both act on the model only through gradients; the saved model is a plain
+``GptOssForCausalLM`` that reads the grid with its own attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from activations.gridworld.core import Action, Grid, RowCol, State
+from activations.gridworld.text import render
+
+OBJECT_HEAD = {"A": 0, "G": 1, "K": 1, "D": 1}
+"""Head (of every full-attention layer) that must look at each object while its coordinates are
+written: the agent has its own head, the goal, key and door share one."""
+
+NEIGHBOUR_HEAD = 2
+"""Head that looks at A (first full-attention layer) and at A's neighbour (last one)."""
+
+
+@dataclass(frozen=True)
+class AttentionTarget:
+    """One supervised attention weight: at query ``query`` (index in the full sequence) head
+    ``head`` of layer ``layer`` should attend to key ``key`` (index in the full sequence)."""
+
+    layer: int
+    head: int
+    query: int
+    key: int
+
+
+def grid_cell_positions(prompt_ids: list[int], grid: Grid, state: State, tokenizer) -> dict:
+    """Where each grid cell's token is in ``prompt_ids``: ``{(row, col): index}``.
+
+    The grid text (:func:`activations.gridworld.text.render`) is tokenised on its own and
+    located as the last occurrence of that token run in the prompt (the prompt's instructions
+    hold an example grid, which comes earlier).
+
+    Raises:
+        ValueError: the rendered grid is not a token run of the prompt, or a row does not hold
+            one token per cell.
+    """
+    grid_ids = tokenizer(render(grid, state), add_special_tokens=False)["input_ids"]
+    start = _last_occurrence(prompt_ids, grid_ids)
+    if start is None:
+        raise ValueError(f"the rendering of grid {grid.grid_id!r} is not a token run of its prompt")
+    newline = tokenizer.convert_tokens_to_ids("\n")
+    lines: list[list[int]] = [[]]
+    for offset, token in enumerate(grid_ids):
+        if token == newline:
+            lines.append([])
+        else:
+            lines[-1].append(start + offset)
+    rows = lines[1:]  # line 0 is the column header
+    n = grid.size
+    if len(rows) != n or any(len(line) != n + 1 for line in rows):
+        raise ValueError(f"grid {grid.grid_id!r} does not render as one token per cell")
+    return {(r, c): rows[r][1 + c] for r in range(n) for c in range(n)}
+
+
+def _last_occurrence(sequence: list[int], run: list[int]) -> int | None:
+    for start in range(len(sequence) - len(run), -1, -1):
+        if sequence[start : start + len(run)] == run:
+            return start
+    return None
+
+
+def cell_coordinate_targets(positions: dict[RowCol, int]) -> list[tuple[int, int, int]]:
+    """``(index, row, col)`` for every cell token (the coordinate read-out's targets)."""
+    return [(index, row, col) for (row, col), index in sorted(positions.items())]
+
+
+def attention_targets(
+    completion_ids: list[int],
+    prompt_length: int,
+    positions: dict[RowCol, int],
+    grid: Grid,
+    state: State,
+    tokenizer,
+    full_attention_layers: list[int],
+) -> list[AttentionTarget]:
+    """The supervised attention weights of one example (see the module docstring).
+
+    Args:
+        completion_ids: the target completion's tokens (they follow the prompt).
+        prompt_length: number of prompt tokens (index of the first completion token).
+        positions: :func:`grid_cell_positions` of the prompt.
+        full_attention_layers: indices of the model's full-attention layers (the sliding
+            window may not reach the grid).
+    """
+    tokens = tokenizer.convert_ids_to_tokens(completion_ids)
+    cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
+    targets: list[AttentionTarget] = []
+    for j in range(len(tokens) - 7):
+        name = tokens[j].strip()
+        if name in cells and tokens[j + 1 : j + 4] == [" is", " at", " ("] and tokens[j + 5] == ",":
+            cell = cells[name]
+            if cell is None:
+                raise ValueError(f"the reasoning names {name} but grid {grid.grid_id!r} has none")
+            for query in (j + 3, j + 5):  # "(" predicts the row, "," the column
+                targets += [
+                    AttentionTarget(
+                        layer, OBJECT_HEAD[name], prompt_length + query, positions[cell]
+                    )
+                    for layer in full_attention_layers
+                ]
+    directions = {f" {a.name}": a for a in Action}
+    try:
+        after = tokens.index(" Next")
+    except ValueError:
+        return targets
+    for j in range(after, min(after + 12, len(tokens))):
+        action = directions.get(tokens[j])
+        if action is None:
+            continue
+        query = prompt_length + j
+        targets.append(
+            AttentionTarget(full_attention_layers[0], NEIGHBOUR_HEAD, query, positions[state.agent])
+        )
+        d_row, d_col = action.delta_row_col
+        neighbour = (state.agent[0] + d_row, state.agent[1] + d_col)
+        if neighbour in positions:
+            targets.append(
+                AttentionTarget(
+                    full_attention_layers[-1], NEIGHBOUR_HEAD, query, positions[neighbour]
+                )
+            )
+    return targets
+
+
+class CoordinateReadout(torch.nn.Module):
+    """Linear read-out of a cell token's ``(row, col)`` from the residual stream (training only).
+
+    Args:
+        hidden_size: residual width.
+        max_size: largest grid side (coordinates ``0 .. max_size - 1``).
+    """
+
+    def __init__(self, hidden_size: int, max_size: int) -> None:
+        super().__init__()
+        self.max_size = max_size
+        self.linear = torch.nn.Linear(hidden_size, 2 * max_size)
+
+    def loss(self, hidden: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of rows and columns.
+
+        Args:
+            hidden: ``(batch, pos, d_model)`` residual stream.
+            rows, cols: ``(batch, pos)`` targets, ``IGNORE_INDEX`` where not a cell token.
+        """
+        logits = self.linear(hidden).float()
+        row_logits, col_logits = logits[..., : self.max_size], logits[..., self.max_size :]
+        ce = torch.nn.functional.cross_entropy
+        return ce(row_logits.reshape(-1, self.max_size), rows.reshape(-1)) + ce(
+            col_logits.reshape(-1, self.max_size), cols.reshape(-1)
+        )
+
+
+def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) -> torch.Tensor:
+    """Mean negative log attention weight of ``targets``.
+
+    Args:
+        attentions: per layer ``(batch, heads, query, key)`` weights (the queries of the run,
+            all keys including a cached prefix).
+        targets: ``(N, 5)`` long tensor of ``(layer, head, batch, query, key)``, the query
+            relative to the run's first position.
+    """
+    if targets.numel() == 0:
+        return attentions[0].new_zeros(())
+    weights = []
+    for layer in targets[:, 0].unique().tolist():
+        chosen = targets[targets[:, 0] == layer]
+        weights.append(attentions[layer][chosen[:, 2], chosen[:, 1], chosen[:, 3], chosen[:, 4]])
+    return -torch.log(torch.cat(weights).float() + 1e-6).mean()
