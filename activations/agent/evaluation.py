@@ -243,12 +243,25 @@ def quality_status(evaluation: dict) -> dict:
 def quality_status_markdown(evaluation: dict) -> str:
     """A status paragraph for the model card, computed from the evaluation (never hand-written)."""
     s = quality_status(evaluation)
-    verdict = (
-        "**meets** the target"
-        if s["meets_target"]
-        else "**does not meet** the target: treat this agent as a weak, near-random stand-in "
-        "that exercises every code path, not as a goal-directed agent"
+    overall = evaluation.get("overall", {})
+    accuracy = overall.get("action_accuracy", float("nan"))
+    random_accuracy = overall.get("random_action_accuracy", float("nan"))
+    comparison = (
+        f"overall per-action accuracy {100 * accuracy:.1f}% against the random walk's "
+        f"{100 * random_accuracy:.1f}%"
     )
+    if s["meets_target"]:
+        verdict = f"**meets** the target ({comparison})"
+    elif accuracy >= random_accuracy + 0.15:
+        verdict = (
+            f"**does not meet** the target, though it is far from random ({comparison}): treat "
+            "it as a goal-directed but imperfect agent"
+        )
+    else:
+        verdict = (
+            f"**does not meet** the target ({comparison}): treat this agent as a weak, "
+            "near-random stand-in that exercises every code path, not as a goal-directed agent"
+        )
     return (
         f"**Status.** Mean per-action accuracy on sizes 7-11 at densities <= 0.4: "
         f"{100 * s['target_cells_accuracy']:.1f}% (target {100 * s['target_accuracy']:.0f}%); "
@@ -293,7 +306,13 @@ Each example is one step of an episode on a freshly generated grid: sizes {d["si
 perturbed by random moves (probability {d["epsilon"]}). Target: the analysis channel
 `A is at (r, c). G is at (r, c). [K/D positions, key status.] Plan: <next {d["plan_steps"]} moves>.`
 (a shortest path, ties broken uniformly at random), then the final channel `{{"action": "..."}}`.
-Loss on the completion tokens only. The held-out evaluation grids are excluded from training.
+Next-token loss on the completion tokens only, plus two auxiliary losses used in training and
+then discarded (`activations/agent/supervision.py`): a linear read-out of the residual stream
+after block {t.get("coordinate_layer", "-")} must name every grid cell's (row, col) (weight
+{t.get("coordinate_loss_weight", 0)}), and designated heads of the full-attention layers must
+attend to the cell whose coordinates or neighbours the reasoning is writing (weight
+{t.get("attention_loss_weight", 0)}). Without them the model never learns to locate A and G
+(coordinates stay at chance). The held-out evaluation grids are excluded from training.
 
 ## Training
 
