@@ -3,7 +3,7 @@
 Usage::
 
     python3 scripts/readme_assets.py runs/demo [--figure-section behaviour] \\
-        [--png docs/img/demo_figure.png]
+        [--png docs/img/demo_behaviour.png]
 
 The table comes from :func:`goalprobe.report.headline_rows`; the figure is the first plotly
 figure of the chosen report section, rendered by headless Chromium (playwright), offline.
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--figure-section", default="behaviour")
-    parser.add_argument("--png", type=Path, default=Path("docs/img/demo_figure.png"))
+    parser.add_argument("--png", type=Path, default=Path("docs/img/demo_behaviour.png"))
     args = parser.parse_args()
     print(headline_markdown(args.run_dir))
     screenshot(args.run_dir / "report.html", args.figure_section, args.png)
