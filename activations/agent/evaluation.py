@@ -304,7 +304,8 @@ Each example is one step of an episode on a freshly generated grid: sizes {d["si
 {d["key_prompt_probability"]} of the batches use the key-and-door prompt with variants
 {sorted(d["key_variant_weights"])}. The state is drawn from an episode of the optimal policy
 perturbed by random moves (probability {d["epsilon"]}). Target: the analysis channel
-`A is at (r, c). G is at (r, c). [K/D positions, key status.] Plan: <next {d["plan_steps"]} moves>.`
+`A is at (r, c). G is at (r, c). [K/D positions, key status.] Next to A: UP <symbol> DOWN
+<symbol> LEFT <symbol> RIGHT <symbol>. Plan: <next {d["plan_steps"]} moves>.`
 (a shortest path, ties broken uniformly at random), then the final channel `{{"action": "..."}}`.
 Next-token loss on the completion tokens only, plus two auxiliary losses used in training and
 then discarded (`activations/agent/supervision.py`): a linear read-out of the residual stream
