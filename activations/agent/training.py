@@ -14,6 +14,10 @@ system + developer + user-header tokens. A batch holds examples of one kind and 
 so the prefix is run once (batch 1) and its KV cache is repeated for the batch; gradients flow
 through it. This gives the same loss as running each full sequence, at a fraction of the cost
 (:func:`shared_prefix_loss`; a test checks the equality).
+
+**Auxiliary signals.** :func:`training_loss` adds the training-only losses of
+:mod:`activations.agent.supervision` (cell-coordinate read-out, attention supervision; weights in
+:class:`TrainingConfig`), without which the model never learns to locate A and G.
 """
 
 from __future__ import annotations
