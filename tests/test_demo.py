@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from viewer_fixtures import offline_page
 
 from goalprobe.pipeline import DEPENDS_ON, STAGES, demo_config, run_demo
 from goalprobe.report import SECTION_TITLES, headline_rows, write_report
@@ -221,20 +222,7 @@ def test_report_opens_in_headless_chromium_without_errors(demo):
         browser = p.chromium.launch(
             executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
         )
-        context = browser.new_context(viewport={"width": 1400, "height": 1200})
-        requests: list[str] = []
-        context.route(
-            "**/*",
-            lambda route: (
-                (requests.append(route.request.url), route.abort())
-                if not route.request.url.startswith("file:")
-                else route.continue_()
-            ),
-        )
-        page = context.new_page()
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
+        page, requests, problems = offline_page(browser, 1400, 1200)
         page.goto(report.as_uri())
         page.wait_for_selector("#plans .main-svg", timeout=60_000)
         headings = page.locator("h2").all_text_contents()

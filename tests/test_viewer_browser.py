@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from viewer_fixtures import shared_run
+from viewer_fixtures import offline_page, shared_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -114,7 +114,7 @@ def page(browser, server):
     page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
     _wait_header(page, "step 0 of")
     yield page
-    context.close()
+    page.context.close()
 
 
 def _shot(page, name: str) -> None:
@@ -262,20 +262,7 @@ def test_static_export_renders_without_network(browser, run_dir, tmp_path):
 
     first = next(iter(RunData(run_dir).episodes))
     out = export_html(run_dir, tmp_path / "export.html", episodes=[first])
-    context = browser.new_context(viewport={"width": 1500, "height": 1200})
-    requests: list[str] = []
-    context.route(
-        "**/*",
-        lambda route: (
-            (requests.append(route.request.url), route.abort())
-            if not route.request.url.startswith("file:")
-            else route.continue_()
-        ),
-    )
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
+    page, requests, problems = offline_page(browser, 1500, 1200)
     page.goto(out.as_uri())
     page.wait_for_selector("section.episode [data-panel=decoded] .hm", timeout=30_000)
     first = page.locator("section.episode").first
@@ -286,5 +273,5 @@ def test_static_export_renders_without_network(browser, run_dir, tmp_path):
     page.wait_for_timeout(200)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "export.png"))
-    context.close()
+    page.context.close()
     assert requests == [] and problems == []

@@ -295,3 +295,27 @@ def shared_run(tmp_path_factory) -> Path:
         build_run(root)
         done.write_text("ok\n")
     return root
+
+
+def offline_page(browser, width: int, height: int):
+    """A page that aborts every non-``file:`` request and collects console errors.
+
+    Returns:
+        ``(page, requests, problems)``: the page, the URLs it tried to fetch off disk (all
+        aborted), and its console errors and uncaught exceptions.
+    """
+    context = browser.new_context(viewport={"width": width, "height": height})
+    requests: list[str] = []
+    context.route(
+        "**/*",
+        lambda route: (
+            (requests.append(route.request.url), route.abort())
+            if not route.request.url.startswith("file:")
+            else route.continue_()
+        ),
+    )
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    return page, requests, problems
