@@ -40,6 +40,33 @@ from activations.agent.training import (
     train,
 )
 
+DETOUR_PHASE_STEPS = 600
+"""Steps of the second training phase (see :func:`detour_phase`)."""
+
+
+def detour_phase(
+    config: TrainingConfig, data_config: TrainingDataConfig, steps: int
+) -> tuple[TrainingConfig, TrainingDataConfig]:
+    """The second phase: half the states drawn among detour states, extra weight on the plan's
+    first move, a short warm-up to a lower peak learning rate, a fresh data stream.
+
+    After the first phase the agent heads straight for G almost perfectly but errs on 40% of
+    the states where an obstacle is in the way (9 x 9 - 11 x 11 grids at density 0.4); a
+    300-step trial of this phase on the first phase's weights halved those errors
+    (docs/benchmarks.md).
+    """
+    return (
+        replace(
+            config,
+            steps=steps,
+            learning_rate=config.learning_rate / 3,
+            warmup_steps=20,
+            seed=config.seed + 10,
+            decision_loss_weight=1.0,
+        ),
+        replace(data_config, detour_fraction=0.5),
+    )
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = TrainingConfig()
@@ -49,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument(
+        "--detour-steps",
+        type=int,
+        default=DETOUR_PHASE_STEPS,
+        help="steps of the second phase, on detour states (0 skips it)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-every", type=int, default=25, help="print every N steps")
@@ -92,48 +125,37 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     exclude = frozenset(heldout_grids(eval_config))
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
-    records: list[dict] = []
-
-    def on_step(record: dict) -> None:
-        records.append(record)
-        done = record["step"] + 1
-        if done % args.log_every == 0 or done == config.steps:
-            recent = records[-args.log_every :]
-            loss = sum(r["loss"] for r in recent) / len(recent)
-            accuracy = sum(r["answer_accuracy"] for r in recent) / len(recent)
-            auxiliary = "".join(
-                f"  {name.split('_')[0]} {sum(r[name] for r in recent) / len(recent):.4f}"
-                for name in ("coordinate_loss", "attention_loss")
-                if name in record
-            )
-            elapsed = record["seconds"]
-            eta = elapsed / done * (config.steps - done)
-            print(
-                f"step {done}/{config.steps}  loss {loss:.4f}{auxiliary}  answer acc {accuracy:.3f}  "
-                f"{elapsed:.0f}s elapsed  eta {eta:.0f}s  {record['tokens'] / elapsed:.0f} tokens/s",
-                flush=True,
-            )
-        if args.checkpoint_every and done % args.checkpoint_every == 0:
-            save(model, tokenizer, args.out)
-            model.train()
-
+    phases = [("base", config, data_config)]
+    if args.detour_steps > 0:
+        detour_config, detour_data = detour_phase(config, data_config, args.detour_steps)
+        print(
+            f"detour phase: {asdict(detour_config)}, detour_fraction {detour_data.detour_fraction}"
+        )
+        phases.append(("detour", detour_config, detour_data))
+    total_steps = sum(phase_config.steps for _, phase_config, _ in phases)
+    log: list[dict] = []
     started = time.perf_counter()
-    log = train(
-        model,
-        tokenizer,
-        config,
-        data_config,
-        device=args.device,
-        exclude=exclude,
-        on_step=on_step,
-    )
+    for phase, phase_config, phase_data in phases:
+        log += train(
+            model,
+            tokenizer,
+            phase_config,
+            phase_data,
+            device=args.device,
+            exclude=exclude,
+            on_step=_progress_printer(args, model, tokenizer, phase, len(log), total_steps),
+        )
     seconds = time.perf_counter() - started
     model.to("cpu")
     save(model, tokenizer, args.out)
     info = {
         "model_config": asdict(model_config),
         "training_config": asdict(config),
-        "data_config": {k: v for k, v in asdict(data_config).items()},
+        "data_config": asdict(data_config),
+        "phases": [
+            {"name": phase, "training_config": asdict(c), "data_config": asdict(d)}
+            for phase, c, d in phases
+        ],
         "parameters": n_params,
         "training_seconds": seconds,
         "device": str(args.device),
@@ -146,6 +168,40 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     )
     print(f"trained in {seconds:.0f}s; saved to {args.out}", flush=True)
     return info
+
+
+def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_steps: int):
+    """An ``on_step`` callback printing progress every ``--log-every`` steps (numbered over all
+    phases) and checkpointing every ``--checkpoint-every``."""
+    records: list[dict] = []
+    started = time.perf_counter()
+
+    def on_step(record: dict) -> None:
+        record["phase"] = phase
+        records.append(record)
+        done = offset + record["step"] + 1
+        if done % args.log_every == 0 or done == total_steps:
+            recent = records[-args.log_every :]
+            loss = sum(r["loss"] for r in recent) / len(recent)
+            accuracy = sum(r["answer_accuracy"] for r in recent) / len(recent)
+            auxiliary = "".join(
+                f"  {name.split('_')[0]} {sum(r[name] for r in recent) / len(recent):.4f}"
+                for name in ("coordinate_loss", "attention_loss", "decision_loss")
+                if name in record
+            )
+            elapsed = time.perf_counter() - started
+            rate = elapsed / len(records)
+            print(
+                f"[{phase}] step {done}/{total_steps}  loss {loss:.4f}{auxiliary}  answer acc "
+                f"{accuracy:.3f}  {elapsed:.0f}s in phase  eta {rate * (total_steps - done):.0f}s"
+                f"  {record['tokens'] / record['seconds']:.0f} tokens/s",
+                flush=True,
+            )
+        if args.checkpoint_every and done % args.checkpoint_every == 0:
+            save(model, tokenizer, args.out)
+            model.train()
+
+    return on_step
 
 
 def run_evaluation(args: argparse.Namespace, eval_config: EvaluationConfig) -> dict:

@@ -32,7 +32,7 @@ import torch
 
 from activations.agent.harmony import render_completion, render_prompt
 from activations.agent.prompts import build_messages, uses_key_prompt
-from activations.agent.reasoning import PLAN_STEPS, final_text, reasoning_text
+from activations.agent.reasoning import PLAN_PREFIX, PLAN_STEPS, final_text, reasoning_text
 from activations.agent.supervision import (
     NEIGHBOUR_HEAD,
     CoordinateReadout,
@@ -81,6 +81,11 @@ class TrainingDataConfig:
     epsilon: float = 0.3
     """Probability of a random action in the episodes states are taken from."""
 
+    detour_fraction: float = 0.0
+    """Probability that an example's state is drawn among its episode's detour states
+    (:func:`is_detour_state`: where heading straight for G is not exactly optimal), when the
+    episode has any; otherwise among all its non-goal states."""
+
     plan_steps: int = PLAN_STEPS
     """Moves planned in the reasoning."""
 
@@ -119,10 +124,35 @@ def sample_plan(
     return tuple(plan)
 
 
+def is_detour_state(grid: Grid, policy: OptimalPolicy, state: State) -> bool:
+    """Whether the optimal moves of ``state`` differ from the moves that shorten the Manhattan
+    distance to G (an obstacle is in the way, or the shortest path turns away from G)."""
+    (row, col), (goal_row, goal_col) = state.agent, grid.goal
+    towards = {
+        action
+        for action, closer in (
+            (Action.UP, goal_row < row),
+            (Action.DOWN, goal_row > row),
+            (Action.LEFT, goal_col < col),
+            (Action.RIGHT, goal_col > col),
+        )
+        if closer
+    }
+    return towards != {Action(a) for a in policy.optimal_actions(state)}
+
+
 def sample_state(
-    grid: Grid, policy: OptimalPolicy, epsilon: float, rng: np.random.Generator
+    grid: Grid,
+    policy: OptimalPolicy,
+    epsilon: float,
+    rng: np.random.Generator,
+    detour_fraction: float = 0.0,
 ) -> State:
-    """A non-goal state of an epsilon-perturbed optimal episode from the grid's start."""
+    """A non-goal state of an epsilon-perturbed optimal episode from the grid's start.
+
+    With probability ``detour_fraction`` the state is drawn among the episode's detour states
+    (:func:`is_detour_state`) when there are any.
+    """
     state = initial_state(grid)
     horizon = 2 * policy.shortest_path_length + 2
     visited = [state]
@@ -136,6 +166,10 @@ def sample_state(
         if is_success(grid, state):
             break
         visited.append(state)
+    if detour_fraction > 0 and rng.random() < detour_fraction:
+        detours = [s for s in visited if is_detour_state(grid, policy, s)]
+        if detours:
+            return detours[int(rng.integers(len(detours)))]
     return visited[int(rng.integers(len(visited)))]
 
 
@@ -182,7 +216,7 @@ def sample_batch_examples(
         policy = solve(grid)
         if not policy.is_solvable:
             continue
-        state = sample_state(grid, policy, config.epsilon, rng)
+        state = sample_state(grid, policy, config.epsilon, rng, config.detour_fraction)
         plan = sample_plan(grid, policy, state, config.plan_steps, rng)
         examples.append(make_example(grid, state, plan))
     return examples
@@ -205,6 +239,8 @@ class Batch:
             tokens and padding.
         answer_positions: ``(B,)`` index in ``suffix_ids`` of the action word of the final
             answer (for the answer accuracy).
+        decision_positions: ``(B,)`` index in ``suffix_ids`` of the plan's first move (the
+            decision the answer copies).
         cell_rows, cell_cols: ``(B, suffix_len)`` the (row, col) of each grid-cell token of the
             suffix, ``IGNORE_INDEX`` elsewhere (targets of the coordinate read-out).
         attention_targets: ``(N, 5)`` ``(layer, head, batch row, query index in suffix_ids,
@@ -215,6 +251,7 @@ class Batch:
     suffix_ids: torch.Tensor
     labels: torch.Tensor
     answer_positions: torch.Tensor
+    decision_positions: torch.Tensor
     cell_rows: torch.Tensor
     cell_cols: torch.Tensor
     attention_targets: torch.Tensor
@@ -252,6 +289,8 @@ def encode_batch(
     suffix_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     answers = torch.zeros(len(examples), dtype=torch.long)
+    decisions = torch.zeros(len(examples), dtype=torch.long)
+    plan_marker = tokenizer.convert_tokens_to_ids([f" {PLAN_PREFIX[:-1]}", ":"])
     cell_rows = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     cell_cols = cell_rows.clone()
     supervised: list[tuple[int, int, int, int, int]] = []
@@ -262,6 +301,7 @@ def encode_batch(
         suffix_ids[row, : start + len(completion)] = torch.tensor(prompt[prefix_len:] + completion)
         labels[row, start : start + len(completion)] = torch.tensor(completion)
         answers[row] = start + len(completion) - len(_ANSWER_TAIL)
+        decisions[row] = start + _first_plan_move_index(completion, plan_marker)
         positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
@@ -284,10 +324,19 @@ def encode_batch(
         suffix_ids,
         labels,
         answers,
+        decisions,
         cell_rows,
         cell_cols,
         torch.tensor(supervised, dtype=torch.long).reshape(-1, 5),
     )
+
+
+def _first_plan_move_index(completion: list[int], plan_marker: list[int]) -> int:
+    """Index in ``completion`` of the move right after the plan marker (`` Plan`` ``:``)."""
+    for index in range(len(completion) - len(plan_marker)):
+        if completion[index : index + len(plan_marker)] == plan_marker:
+            return index + len(plan_marker)
+    raise ValueError(f"the completion has no {PLAN_PREFIX!r} followed by a move")
 
 
 _ANSWER_TAIL = ("UP", '"', "}", "<|return|>")
@@ -336,6 +385,16 @@ def _completion_loss_and_accuracy(out, batch: Batch) -> tuple[torch.Tensor, floa
     return loss, float(accuracy)
 
 
+def decision_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy of the plan's first move alone (``logits``: ``(B, suffix_len,
+    vocab)``, the model's output on ``batch.suffix_ids``)."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    return torch.nn.functional.cross_entropy(
+        logits[rows, batch.decision_positions - 1].float(),
+        batch.suffix_ids[rows, batch.decision_positions],
+    )
+
+
 def training_loss(
     model, batch: Batch, config: TrainingConfig, readout: CoordinateReadout | None
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -358,6 +417,10 @@ def training_loss(
     loss, accuracy = _completion_loss_and_accuracy(out, batch)
     total = loss
     parts = {"loss": loss.item(), "answer_accuracy": accuracy}
+    if config.decision_loss_weight > 0:
+        decision = decision_loss(out.logits, batch)
+        total = total + config.decision_loss_weight * decision
+        parts["decision_loss"] = decision.item()
     if use_coordinates:
         hidden = out.hidden_states[config.coordinate_layer]
         coordinate = readout.loss(hidden, batch.cell_rows, batch.cell_cols)
@@ -497,6 +560,10 @@ class TrainingConfig:
     attention_loss_weight: float = 1.0
     """Weight of the attention-supervision loss (:mod:`activations.agent.supervision`); 0 turns
     it off."""
+
+    decision_loss_weight: float = 0.0
+    """Extra weight on the cross-entropy of the plan's first move (the decision the answer
+    copies; it is one of ~40 completion tokens in the plain loss); 0 turns it off."""
 
 
 def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
