@@ -47,9 +47,7 @@ def test_detour_state_oracle():
             if (row, col) != open_grid.goal:
                 assert not is_detour_state(open_grid, policy, State(agent=(row, col)))
     # a wall right above A: UP shortens the Manhattan distance but is not optimal
-    blocked = _grid(
-        ["#######", "#..G..#", "#.###.#", "#..A..#", "#.....#", "#.....#", "#######"]
-    )
+    blocked = _grid(["#######", "#..G..#", "#.###.#", "#..A..#", "#.....#", "#.....#", "#######"])
     policy = solve(blocked)
     assert is_detour_state(blocked, policy, State(agent=(3, 3)))
     assert policy.optimal_actions(State(agent=(3, 3))) == {Action.LEFT, Action.RIGHT}
