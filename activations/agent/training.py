@@ -8,6 +8,9 @@ for that state; the target is :func:`activations.agent.harmony.render_completion
 reasoning (:mod:`activations.agent.reasoning`: where A and G are, then the next
 ``PLAN_STEPS`` moves of a shortest path, each drawn uniformly among the optimal actions) and
 the JSON answer (the plan's first move). The loss covers the completion tokens only.
+``detour_fraction`` draws states among detour states (:func:`is_detour_state`) and
+``decision_loss_weight`` adds a term on the plan's first move; the training script uses both in
+a second phase.
 
 **Shared prefix.** Every prompt of one kind (plain or key instructions) starts with the same
 system + developer + user-header tokens. A batch holds examples of one kind and one grid size,
