@@ -68,6 +68,13 @@ def detour_phase(
     )
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = TrainingConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument(
         "--detour-steps",
-        type=int,
+        type=_non_negative_int,
         default=DETOUR_PHASE_STEPS,
         help="steps of the second phase, on detour states (0 skips it)",
     )

@@ -19,6 +19,22 @@ SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core
 }
 
 
+def tiny_training_model(tokenizer, heads: int = 4):
+    """A seeded random 2-layer GptOssForCausalLM (sliding + full attention) for training tests."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    torch.manual_seed(0)
+    config = GptOssConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=1, head_dim=8, num_local_experts=2,
+        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    return GptOssForCausalLM(config)
+
+
 def build_tiny_backend():
     """A LocalBackend over a random 2-layer GptOssForCausalLM with the bundled tokenizer."""
     import torch

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_training_model
 
 from activations.agent.supervision import (
     NEIGHBOUR_HEAD,
@@ -135,20 +135,8 @@ def test_coordinate_readout_ignores_non_cell_tokens():
     torch.testing.assert_close(readout.loss(hidden, rows, cols), expected)
 
 
-def _tiny_model(tokenizer, heads: int = 4):
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=heads, num_key_value_heads=1, head_dim=8, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    return GptOssForCausalLM(config)
-
-
 def test_training_loss_adds_the_weighted_auxiliary_terms(tokenizer):
-    model = _tiny_model(tokenizer).eval()
+    model = tiny_training_model(tokenizer).eval()
     model.set_attn_implementation("eager")
     examples = _examples(1.0, seed=6, n=3, sizes=(5,))
     batch = encode_batch(examples, tokenizer, tokenizer.pad_token_id, full_attention_layers=(1,))
@@ -168,7 +156,7 @@ def test_training_loss_adds_the_weighted_auxiliary_terms(tokenizer):
 
 
 def test_auxiliary_training_lowers_both_auxiliary_losses(tokenizer):
-    model = _tiny_model(tokenizer)
+    model = tiny_training_model(tokenizer)
     original = model.config._attn_implementation
     data = TrainingDataConfig(sizes=(5,), size_weights=(1.0,), key_prompt_probability=0.0)
     config = TrainingConfig(steps=30, batch_size=4, warmup_steps=5, learning_rate=1e-2)
@@ -181,7 +169,7 @@ def test_auxiliary_training_lowers_both_auxiliary_losses(tokenizer):
 
 
 def test_attention_supervision_needs_enough_heads(tokenizer):
-    model = _tiny_model(tokenizer, heads=2)
+    model = tiny_training_model(tokenizer, heads=2)
     data = TrainingDataConfig(sizes=(5,), size_weights=(1.0,))
     with pytest.raises(ValueError, match="at least 3 heads"):
         train(model, tokenizer, TrainingConfig(steps=1, batch_size=2), data)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_training_model
 
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import (
@@ -103,15 +103,7 @@ def test_decision_positions_point_at_the_first_planned_move(tokenizer):
 
 
 def test_decision_loss_is_the_first_moves_cross_entropy(tokenizer):
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=8, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    model = GptOssForCausalLM(config).eval()
+    model = tiny_training_model(tokenizer).eval()
     examples = sample_batch_examples(
         TrainingDataConfig(sizes=(5,), size_weights=(1.0,)), 3, np.random.default_rng(2)
     )
