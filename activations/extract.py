@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from activations.agent.bundled import is_bundled
 from activations.agent.harmony import HarmonyTokenIds, find_anchors
 from activations.agent.trajectories import Episode, read_trajectories
 from activations.gridworld.core import LABEL_CANVAS
@@ -677,17 +678,17 @@ def load_model(
     if remote:
         from nnsight.modeling.transformers import TransformersModel
 
-        if model == "bundled" or Path(model).exists():
+        if is_bundled(model) or Path(model).exists():
             raise ValueError("remote extraction needs a Hub id that NDIF serves, not a local model")
         lm = TransformersModel(model, revision=revision or None)
         return LoadedModel(lm, lm.tokenizer, model, revision)
     device, torch_dtype = resolve_device_dtype(device, dtype)
-    if model == "bundled":
+    if is_bundled(model):
         from activations.agent.bundled import bundled_weights_digest, load_bundled_agent
 
-        loaded_model, tokenizer = load_bundled_agent(device=device)
+        loaded_model, tokenizer = load_bundled_agent(device=device, directory=model)
         return LoadedModel(
-            loaded_model.to(torch_dtype), tokenizer, "bundled", bundled_weights_digest()
+            loaded_model.to(torch_dtype), tokenizer, model, bundled_weights_digest(model)
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

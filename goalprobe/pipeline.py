@@ -364,11 +364,11 @@ def fingerprint(paths: Iterable[Path], root: Path) -> str:
 
 def model_identity(model: str) -> dict[str, str]:
     """What identifies the agent's weights: the bundled agent's weights digest, else the name."""
-    if model != "bundled":
-        return {"model": model}
-    from activations.agent.bundled import bundled_weights_digest
+    from activations.agent.bundled import bundled_weights_digest, is_bundled
 
-    return {"model": "bundled", "weights_sha256": bundled_weights_digest()}
+    if not is_bundled(model):
+        return {"model": model}
+    return {"model": model, "weights_sha256": bundled_weights_digest(model)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
-"""The bundled agent: a small GPT-OSS (``GptOssForCausalLM``) trained on the grid world.
+"""The bundled agents: small GPT-OSS models (``GptOssForCausalLM``) trained on the grid world.
 
-It ships with the package (``activations/agent/bundled/``: safetensors weights, ``config.json``,
-tokenizer files and ``MODEL_CARD.md``), loads offline on a CPU in about a second, and lets the
-whole pipeline run without GPT-OSS-20B. ``scripts/train_default_agent.py`` reproduces it.
+They ship with the package (one directory each under ``activations/agent/``: safetensors
+weights, ``config.json``, tokenizer files, ``MODEL_CARD.md``, ``evaluation.json``), load offline
+on a CPU in about a second, and let the whole pipeline run without GPT-OSS-20B.
+``scripts/train_default_agent.py`` reproduces them.
+
+Every verb that takes a model accepts a bundled agent's name (:data:`BUNDLED_AGENTS`): the plain
+``bundled`` is the default agent. A name is resolved to its directory here and nowhere else.
 """
 
 from __future__ import annotations
@@ -10,16 +14,47 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-BUNDLED_AGENT_DIR = Path(__file__).resolve().parent / "bundled"
-"""Directory of the bundled agent's files."""
+_HERE = Path(__file__).resolve().parent
+
+BUNDLED_AGENTS: dict[str, Path] = {
+    "bundled": _HERE / "bundled",
+}
+"""Bundled agent name -> its directory. ``bundled`` is the default agent."""
+
+DEFAULT_BUNDLED = "bundled"
+"""The name of the default bundled agent."""
+
+BUNDLED_AGENT_DIR = BUNDLED_AGENTS[DEFAULT_BUNDLED]
+"""Directory of the default bundled agent's files."""
+
+
+def is_bundled(name: str) -> bool:
+    """Whether ``name`` names a bundled agent (rather than a directory or a hub id)."""
+    return name in BUNDLED_AGENTS
+
+
+def bundled_agent_dir(name: str = DEFAULT_BUNDLED) -> Path:
+    """The directory of the bundled agent ``name``.
+
+    Raises:
+        ValueError: ``name`` is no bundled agent.
+    """
+    try:
+        return BUNDLED_AGENTS[name]
+    except KeyError:
+        known = ", ".join(sorted(BUNDLED_AGENTS))
+        raise ValueError(f"unknown bundled agent {name!r}; bundled agents are {known}") from None
 
 
 def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
     """16 hex digits of sha256 over the agent's ``*.safetensors`` (names and bytes, sorted).
 
-    The one identity of the bundled weights: recorded as the model revision of trajectory files
-    and activation stores, and part of the demo's stage cache keys.
+    The one identity of bundled weights: recorded as the model revision of trajectory files and
+    activation stores, and part of the demo's stage cache keys. ``directory`` may also be a
+    bundled agent's name.
     """
+    if isinstance(directory, str) and is_bundled(directory):
+        directory = bundled_agent_dir(directory)
     digest = hashlib.sha256()
     for path in sorted(Path(directory).glob("*.safetensors")):
         digest.update(path.name.encode() + b"\0")
@@ -30,11 +65,11 @@ def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
 
 
 def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGENT_DIR):
-    """Load the bundled agent from local files (never the network).
+    """Load a bundled agent from local files (never the network).
 
     Args:
         device: where to put the model.
-        directory: the agent directory (default: the packaged one).
+        directory: the agent directory, or a bundled agent's name (default: ``bundled``).
 
     Returns:
         ``(model, tokenizer)``: a ``GptOssForCausalLM`` in eval mode and its
@@ -44,6 +79,8 @@ def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGEN
 
     from activations.agent.tokenizer import load_tokenizer
 
+    if isinstance(directory, str) and is_bundled(directory):
+        directory = bundled_agent_dir(directory)
     directory = Path(directory)
     if not (directory / "config.json").is_file() or not any(directory.glob("*.safetensors")):
         raise FileNotFoundError(

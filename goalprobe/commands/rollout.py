@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from activations.agent.bundled import bundled_agent_dir, is_bundled
+
 
 def load_local_backend(
     model: str, *, revision: str = "", device: str = "cpu", dtype: str = "auto"
@@ -24,10 +26,10 @@ def load_local_backend(
     """
     from activations.agent.local_backend import LocalBackend
 
-    if model == "bundled":
+    if is_bundled(model):
         from activations.agent.bundled import load_bundled_agent
 
-        loaded, tokenizer = load_bundled_agent(device=device)
+        loaded, tokenizer = load_bundled_agent(device=device, directory=model)
         return LocalBackend(loaded, tokenizer), local_backend_description(model)
     if revision and not Path(model).expanduser().is_dir():
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -48,24 +50,23 @@ def local_backend_description(model: str, revision: str = "") -> dict[str, Any]:
     The bundled agent is identified by its weights digest, any other model by name and revision,
     so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent.
     """
-    if model == "bundled":
+    if is_bundled(model):
         from activations.agent.bundled import bundled_weights_digest
 
         return {
             "class": "LocalBackend",
-            "model": "bundled",
-            "weights_sha256": bundled_weights_digest(),
+            "model": model,
+            "weights_sha256": bundled_weights_digest(model),
         }
     return {"class": "LocalBackend", "model": model, "revision": revision}
 
 
 def load_tokenizer_for(name: str):
     """The tokenizer ``name`` names: ``"bundled"``, a local directory or a Hugging Face id."""
-    if name == "bundled":
-        from activations.agent.bundled import BUNDLED_AGENT_DIR
+    if is_bundled(name):
         from activations.agent.tokenizer import load_tokenizer
 
-        return load_tokenizer(BUNDLED_AGENT_DIR)
+        return load_tokenizer(bundled_agent_dir(name))
     from transformers import AutoTokenizer
 
     local = Path(name).expanduser().is_dir()
