@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from activations.gridworld.core import CellType
+from activations.stats import GridBootstrap, grid_codes, safe_ratio
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
@@ -103,54 +104,14 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# grid bootstrap engine
+# evaluation over the grid bootstrap of activations.stats
 
 
-def _grid_codes(grid_ids: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
     ids = np.asarray(grid_ids)
     if ids.shape != (n,):
         raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
-    _, codes = np.unique(ids, return_inverse=True)
-    return codes, int(codes.max()) + 1
-
-
-def _bootstrap_weights(n_grids: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """``(1 + n_boot, G)`` grid multiplicities; row 0 is the full sample (all ones)."""
-    draws = rng.multinomial(n_grids, np.full(n_grids, 1.0 / n_grids), size=n_boot)
-    return np.concatenate([np.ones((1, n_grids), dtype=np.int64), draws]).astype(np.float64)
-
-
-def _per_grid(stat: np.ndarray, codes: np.ndarray, n_grids: int) -> np.ndarray:
-    """``(G, ...)`` sums of a per-row ``(N, ...)`` statistic within each grid."""
-    stat = np.asarray(stat, dtype=np.float64)
-    out = np.zeros((n_grids, *stat.shape[1:]))
-    np.add.at(out, codes, stat)
-    return out
-
-
-def _resample(sums: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``(1 + B, ...)`` weighted sums of per-grid ``(G, ...)`` statistics."""
-    flat = sums.reshape(sums.shape[0], -1)
-    return (weights @ flat).reshape(weights.shape[0], *sums.shape[1:])
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
-def _summary(samples: np.ndarray, confidence_level: float) -> dict:
-    """Point estimate (sample 0) and percentile interval of the bootstrap samples."""
-    value = float(samples[0])
-    boot = samples[1:]
-    boot = boot[np.isfinite(boot)]
-    if not np.isfinite(value):
-        return {"value": None, "ci_low": None, "ci_high": None}
-    if boot.size == 0:
-        return {"value": value, "ci_low": None, "ci_high": None}
-    alpha = (1.0 - confidence_level) / 2.0
-    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
-    return {"value": value, "ci_low": float(low), "ci_high": float(high)}
+    return grid_codes(ids)[1]
 
 
 def _evaluate(
@@ -164,23 +125,23 @@ def _evaluate(
 ) -> dict:
     """Metric samples for every model on ``rows``, shared bootstrap draws, paired differences."""
     _, local = np.unique(codes[rows], return_inverse=True)
-    n_grids = int(local.max()) + 1
-    weights = _bootstrap_weights(n_grids, n_boot, rng)
-    samples = {name: fn_(rows, local, n_grids, weights) for name, fn_ in models.items()}
+    boot = GridBootstrap.from_codes(
+        local,
+        int(local.max()) + 1,
+        n_resamples=n_boot,
+        confidence=confidence_level,
+        random_state=rng,
+    )
+    samples = {name: fn_(rows, boot) for name, fn_ in models.items()}
     out = {
         "n_examples": len(rows),
-        "n_grids": n_grids,
-        "models": {
-            name: {k: _summary(v, confidence_level) for k, v in s.items()}
-            for name, s in samples.items()
-        },
+        "n_grids": boot.n_grids,
+        "models": {name: {k: boot.summary(v) for k, v in s.items()} for name, s in samples.items()},
     }
     if reference is not None:
         out["differences"] = {
             f"{reference} - {name}": {
-                k: _summary(samples[reference][k] - s[k], confidence_level)
-                for k in s
-                if k in samples[reference]
+                k: boot.summary(samples[reference][k] - s[k]) for k in s if k in samples[reference]
             }
             for name, s in samples.items()
             if name != reference
@@ -261,7 +222,7 @@ def evaluate_cell_maps(
     if lab.ndim != 3:
         raise ValueError(f"labels must be (N, S, S), got shape {lab.shape}")
     n, side = lab.shape[0], lab.shape[1]
-    codes, _ = _grid_codes(grid_ids, n)
+    codes = _grid_codes(grid_ids, n)
     truth = {
         CellType.AGENT: agent_row_col,
         CellType.GOAL: goal_row_col,
@@ -300,19 +261,15 @@ def evaluate_cell_maps(
             dist = np.abs(top - truth[cell_type]).sum(axis=1)
             localised[CellType(cell_type).name.lower()] = (dist == 0, dist)
 
-        def samples(rows, local, n_grids, weights):
-            flat = (local[:, None] * n_u + true_idx[rows]) * n_u + pred_idx[rows]
+        def samples(rows, boot: GridBootstrap):
+            n_grids = boot.n_grids
+            flat = (boot.codes[:, None] * n_u + true_idx[rows]) * n_u + pred_idx[rows]
             conf = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
-            conf = _resample(conf.reshape(n_grids, n_u, n_u).astype(np.float64), weights)
+            conf = boot.resample(conf.reshape(n_grids, n_u, n_u).astype(np.float64))
             out = _confusion_metrics(conf, union, present=conf[0].sum(axis=1) > 0)
-            ones = _resample(_per_grid(np.ones(len(rows)), local, n_grids), weights)
             for cls_name, (hit, dist) in localised.items():
-                out[f"{cls_name}_top1"] = _ratio(
-                    _resample(_per_grid(hit[rows], local, n_grids), weights), ones
-                )
-                out[f"{cls_name}_manhattan"] = _ratio(
-                    _resample(_per_grid(dist[rows], local, n_grids), weights), ones
-                )
+                out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
+                out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
             return out
 
         return samples
@@ -341,11 +298,11 @@ def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarra
     support = conf.sum(axis=2)
     predicted = conf.sum(axis=1)
     total = support.sum(axis=1)
-    out = {"accuracy": _ratio(diag.sum(axis=1), total)}
+    out = {"accuracy": safe_ratio(diag.sum(axis=1), total)}
     keep = classes != CellType.PADDING
-    out["accuracy_no_padding"] = _ratio(diag[:, keep].sum(axis=1), support[:, keep].sum(axis=1))
-    recall = _ratio(diag, support)
-    precision = _ratio(diag, predicted)
+    out["accuracy_no_padding"] = safe_ratio(diag[:, keep].sum(axis=1), support[:, keep].sum(axis=1))
+    recall = safe_ratio(diag, support)
+    precision = safe_ratio(diag, predicted)
     with np.errstate(invalid="ignore"):
         out["balanced_accuracy"] = np.nanmean(np.where(present, recall, np.nan), axis=1)
     for i, c in enumerate(classes):
@@ -396,7 +353,7 @@ def evaluate_distance(
     if y.ndim != 1:
         raise ValueError(f"y_true must be 1-D, got shape {y.shape}")
     n = len(y)
-    codes, _ = _grid_codes(grid_ids, n)
+    codes = _grid_codes(grid_ids, n)
 
     def make_model(pred: np.ndarray):
         pred = np.asarray(pred, dtype=np.float64)
@@ -404,18 +361,18 @@ def evaluate_distance(
             raise ValueError(f"prediction shape {pred.shape} differs from y_true {y.shape}")
         err = pred - y
 
-        def samples(rows, local, n_grids, weights):
+        def samples(rows, boot: GridBootstrap):
             stats = np.stack(
                 [np.ones(len(rows)), np.abs(err[rows]), err[rows] ** 2, y[rows], y[rows] ** 2],
                 axis=1,
             )
-            s = _resample(_per_grid(stats, local, n_grids), weights)
+            s = boot.totals(stats)
             count, abs_sum, sq_sum, y_sum, y_sq = s.T
-            ss_tot = y_sq - _ratio(y_sum**2, count)
+            ss_tot = y_sq - safe_ratio(y_sum**2, count)
             return {
-                "mae": _ratio(abs_sum, count),
-                "rmse": np.sqrt(_ratio(sq_sum, count)),
-                "r2": 1.0 - _ratio(sq_sum, np.where(ss_tot > 1e-12, ss_tot, 0.0)),
+                "mae": safe_ratio(abs_sum, count),
+                "rmse": np.sqrt(safe_ratio(sq_sum, count)),
+                "r2": 1.0 - safe_ratio(sq_sum, np.where(ss_tot > 1e-12, ss_tot, 0.0)),
             }
 
         return samples

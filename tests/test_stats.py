@@ -58,3 +58,85 @@ def test_validation():
         bootstrap_ci(np.zeros((2, 2)))
     with pytest.raises(ValueError, match="confidence"):
         bootstrap_ci([1.0, 2.0], confidence=95)
+
+
+# -- the grid bootstrap -----------------------------------------------------------------------
+
+from activations.stats import (  # noqa: E402
+    GridBootstrap,
+    grid_bootstrap_ratio,
+    grid_mean,
+    percentile_interval,
+)
+
+
+def _brute_force_ratio(num, den, grid_ids, n_resamples, seed, confidence=0.95):
+    """Oracle: materialise every resample as a list of rows, grid by grid."""
+    grids = sorted(set(grid_ids))
+    rows_of = {g: [i for i, h in enumerate(grid_ids) if h == g] for g in grids}
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(len(grids), np.full(len(grids), 1 / len(grids)), size=n_resamples)
+    stats = []
+    for counts in draws:
+        rows = [i for g, c in zip(grids, counts, strict=True) for _ in range(c) for i in rows_of[g]]
+        n, d = sum(num[i] for i in rows), sum(den[i] for i in rows)
+        if d > 0:
+            stats.append(n / d)
+    alpha = (1 - confidence) / 2
+    return sum(num) / sum(den), np.quantile(stats, [alpha, 1 - alpha])
+
+
+def test_grid_bootstrap_ratio_equals_brute_force_resampling_of_grids():
+    rng = np.random.default_rng(5)
+    grid_ids = [f"g{int(g)}" for g in rng.integers(0, 9, size=60)]
+    num = rng.integers(0, 2, size=60).astype(float)
+    den = rng.integers(0, 3, size=60).astype(float)
+    stat = grid_bootstrap_ratio(num, den, grid_ids, n_resamples=400, random_state=11)
+    value, (low, high) = _brute_force_ratio(num, den, grid_ids, 400, 11)
+    assert stat["value"] == pytest.approx(value)
+    assert (stat["ci_low"], stat["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert stat["n"] == int(den.sum())
+    assert stat["n_grids"] == len({g for g, d in zip(grid_ids, den, strict=True) if d > 0})
+
+
+def test_grid_bootstrap_resamples_grids_not_rows():
+    # Two grids, each internally constant: a row bootstrap would give a tight interval around
+    # 0.5 for 1000 rows; the grid bootstrap knows there are only two independent units.
+    values = np.repeat([0.0, 1.0], 500)
+    ids = np.repeat(["a", "b"], 500)
+    stat = grid_bootstrap_ratio(values, None, ids, n_resamples=500, random_state=0)
+    assert stat["value"] == 0.5
+    assert stat["ci_low"] == 0.0 and stat["ci_high"] == 1.0
+
+
+def test_shared_draws_pair_metrics_and_one_grid_has_no_interval():
+    ids = np.array(["a", "a", "b", "c", "c", "d"])
+    boot = GridBootstrap.from_grid_ids(ids, n_resamples=300, random_state=2)
+    x = np.array([1.0, 0, 1, 1, 0, 1])
+    a, b = boot.ratio(x), boot.ratio(x * 0.5)
+    assert np.allclose(a, 2 * b)  # same draws for both metrics
+    summary = boot.summary(a - b)
+    assert summary["value"] == pytest.approx(x.mean() / 2)
+    single = GridBootstrap.from_grid_ids(["a", "a"], n_resamples=300, random_state=2)
+    assert single.n_resamples == 0
+    assert single.summary(single.ratio(np.array([1.0, 0.0]))) == {
+        "value": 0.5,
+        "ci_low": None,
+        "ci_high": None,
+    }
+
+
+def test_grid_mean_drops_undefined_and_matches_ratio_of_one_row_per_grid():
+    values = [0.2, None, 0.4, math.nan, 0.9, 0.1]
+    stat = grid_mean(values, n_resamples=200, random_state=4)
+    kept = [0.2, 0.4, 0.9, 0.1]
+    ref = grid_bootstrap_ratio(kept, None, np.arange(4), n_resamples=200, random_state=4)
+    assert stat == {k: ref[k] for k in ("value", "ci_low", "ci_high", "n")}
+    assert grid_mean([None, math.nan])["n"] == 0
+
+
+def test_percentile_interval_ignores_undefined_resamples():
+    samples = np.array([[0.0, np.nan], [1.0, np.nan], [np.nan, np.nan], [2.0, np.nan]])
+    out = percentile_interval(samples, 0.5)
+    assert out[:, 0].tolist() == [0.5, 1.5]
+    assert np.isnan(out[:, 1]).all()
