@@ -47,42 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from goalprobe.stages import StageResult, StageRunner
+from goalprobe.runner import StageResult, StageRunner
+from goalprobe.stages import DEPENDS_ON, STAGES
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""
-
-STAGES: tuple[str, ...] = (
-    "grids",
-    "rollouts",
-    "behaviour",
-    "iso",
-    "keys",
-    "activations",
-    "probes",
-    "distance",
-    "plans",
-    "patching",
-    "scoring",
-    "report",
-)
-"""Every stage of the demo, in run order."""
-
-DEPENDS_ON: dict[str, tuple[str, ...]] = {
-    "grids": (),
-    "rollouts": ("grids",),
-    "behaviour": ("grids", "rollouts"),
-    "iso": ("grids", "rollouts"),
-    "keys": (),
-    "activations": ("rollouts",),
-    "probes": ("activations",),
-    "distance": ("activations",),
-    "plans": ("activations",),
-    "patching": ("rollouts",),
-    "scoring": ("grids", "rollouts", "activations", "probes"),
-    "report": STAGES[:-1],
-}
-"""The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
 
 FAILED_SUFFIX = ".failed.json"
 

@@ -1010,7 +1010,7 @@ nav a{margin-right:.8rem}code{background:#f1f4f8;padding:0 .2rem;border-radius:3
 
 
 def _run_section(run: _Run, config: Mapping | None) -> str:
-    from goalprobe.pipeline import STAGES
+    from goalprobe.stages import STAGES
 
     rows = []
     for stage in STAGES:

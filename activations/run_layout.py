@@ -1,0 +1,274 @@
+"""The one layout of a goalprobe run directory (every layer uses it; nothing else names paths).
+
+A run directory holds one agent's study: the grid sets, its trajectories, the activation store,
+the fitted probes and what was computed from them. ``goalprobe demo`` writes it stage by stage,
+the single-stage verbs (``goalprobe score RUN``, ``goalprobe view RUN``) read it, and the
+report and the viewer find every artefact through :class:`RunLayout`::
+
+    RUN/demo_config.json                          the demo config of the last call
+    RUN/stages/<stage>.json, <stage>.failed.json  stage records (goalprobe.stage/1)
+    RUN/<stage>/config.json                       the config the stage received
+    RUN/grids/grids.jsonl                         main grid set (goalprobe.gridset)
+    RUN/rollouts/trajectories.jsonl               main rollouts (goalprobe.trajectory)
+    RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
+    RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
+    RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/activations/activations.h5                activation store (goalprobe.activations)
+    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes
+    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors
+    RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
+    RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
+    RUN/scoring/belief.json, meg.json (+ csv, figures/)           belief scoring and MEG
+    RUN/report.html                               the self-contained report
+
+Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
+missing file. Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One named artefact of a run directory.
+
+    Attributes:
+        name: what it is, for messages (``"activation store"``).
+        relative: its path relative to the run directory.
+        stage: the demo stage (and verb) that writes it.
+        hint: the command that produces it on its own.
+    """
+
+    name: str
+    relative: str
+    stage: str
+    hint: str
+
+
+ARTEFACTS: dict[str, Artefact] = {
+    a.name: a
+    for a in (
+        Artefact("grid set", "grids/grids.jsonl", "grids", "goalprobe grids"),
+        Artefact("trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"),
+        Artefact("behaviour metrics", "behaviour/metrics.json", "behaviour", "goalprobe demo"),
+        Artefact("iso-difficulty grids", "iso/grids.jsonl", "iso", "goalprobe demo"),
+        Artefact("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso", "goalprobe demo"),
+        Artefact("iso-difficulty results", "iso/results.json", "iso", "goalprobe demo"),
+        Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
+        Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
+        Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("activation store", "activations/activations.h5", "activations", "goalprobe extract"),
+        Artefact("probe models", "probes/models", "probes", "goalprobe train-probe"),
+        Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
+        Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),
+        Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
+        Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
+        Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
+        Artefact("plan models", "plans/models", "plans", "goalprobe train-plan-decoder"),
+        Artefact(
+            "predicted plans",
+            "plans/predicted/plan_decoder.h5",
+            "plans",
+            "goalprobe train-plan-decoder",
+        ),
+        Artefact("patching results", "patching/patch_results.json", "patching", "goalprobe patch"),
+        Artefact("patching records", "patching/patch_records.csv", "patching", "goalprobe patch"),
+        Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
+        Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
+        Artefact("report", "report.html", "report", "goalprobe demo"),
+    )
+}
+"""Every artefact a run directory may hold, by name (the viewer lists the missing ones)."""
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Absolute paths of the artefacts of the run directory ``root``.
+
+    Attributes:
+        root: the run directory.
+    """
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def path(self, name: str) -> Path:
+        """The path of the artefact ``name`` (a key of :data:`ARTEFACTS`)."""
+        return self.root / ARTEFACTS[name].relative
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the run directory, as POSIX text."""
+        return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    @property
+    def demo_config(self) -> Path:
+        """``demo_config.json``: the demo config of the last call."""
+        return self.root / "demo_config.json"
+
+    @property
+    def stages_dir(self) -> Path:
+        """``stages/``: one record per finished stage."""
+        return self.root / "stages"
+
+    def stage_dir(self, stage: str) -> Path:
+        """``<stage>/``: where a stage writes its outputs and ``config.json``."""
+        return self.root / stage
+
+    def stage_record(self, stage: str) -> Path:
+        """``stages/<stage>.json``: the record of a finished stage."""
+        return self.stages_dir / f"{stage}.json"
+
+    def stage_failure(self, stage: str) -> Path:
+        """``stages/<stage>.failed.json``: why a stage failed or did not run."""
+        return self.stages_dir / f"{stage}.failed.json"
+
+    # -- behaviour --------------------------------------------------------------------------------
+
+    @property
+    def grids(self) -> Path:
+        """The main grid set."""
+        return self.path("grid set")
+
+    @property
+    def trajectories(self) -> Path:
+        """The main rollouts."""
+        return self.path("trajectories")
+
+    @property
+    def behaviour_metrics(self) -> Path:
+        """Behavioural metrics of the main rollouts."""
+        return self.path("behaviour metrics")
+
+    @property
+    def iso_grids(self) -> Path:
+        """The iso-difficulty (transformed) grids."""
+        return self.path("iso-difficulty grids")
+
+    @property
+    def iso_trajectories(self) -> Path:
+        """Rollouts on the iso-difficulty grids."""
+        return self.path("iso-difficulty trajectories")
+
+    @property
+    def iso_results(self) -> Path:
+        """Paired tests of the iso-difficulty transforms."""
+        return self.path("iso-difficulty results")
+
+    @property
+    def keys_grids(self) -> Path:
+        """Key-variant grids and their matched controls."""
+        return self.path("key-variant grids")
+
+    @property
+    def keys_trajectories(self) -> Path:
+        """Rollouts on the key-variant grids."""
+        return self.path("key-variant trajectories")
+
+    @property
+    def keys_results(self) -> Path:
+        """Key-variant metrics."""
+        return self.path("key-variant results")
+
+    # -- representations --------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Path:
+        """The activation store."""
+        return self.path("activation store")
+
+    @property
+    def probe_models(self) -> Path:
+        """Fitted cell-type probes (safetensors + JSON cards)."""
+        return self.path("probe models")
+
+    @property
+    def decoded_dir(self) -> Path:
+        """Decoded maps, one HDF5 file per probe run."""
+        return self.path("decoded maps")
+
+    @property
+    def probe_sweeps(self) -> Path:
+        """Cell-type probe sweep tables."""
+        return self.path("probe sweeps")
+
+    def probe_sweep(self, name: str) -> Path:
+        """``probes/sweeps/<name>.json``."""
+        return self.probe_sweeps / f"{name}.json"
+
+    @property
+    def distance_models(self) -> Path:
+        """Fitted goal-distance regressors."""
+        return self.path("distance models")
+
+    @property
+    def distance_sweeps(self) -> Path:
+        """Goal-distance sweep tables."""
+        return self.path("distance sweeps")
+
+    def distance_sweep(self, name: str) -> Path:
+        """``distance/sweeps/<name>.json``."""
+        return self.distance_sweeps / f"{name}.json"
+
+    @property
+    def plan_sweep(self) -> Path:
+        """The plan-decoder sweep table."""
+        return self.path("plan sweep")
+
+    @property
+    def plan_models(self) -> Path:
+        """Fitted plan decoders."""
+        return self.path("plan models")
+
+    @property
+    def predicted_plans(self) -> Path:
+        """Predicted plans of every decoder run (one HDF5 file)."""
+        return self.path("predicted plans")
+
+    @property
+    def predicted_plans_dir(self) -> Path:
+        """The folder of predicted-plan files (the viewer lists it)."""
+        return self.predicted_plans.parent
+
+    @property
+    def patch_results(self) -> Path:
+        """Patching records, summary and configuration (JSON)."""
+        return self.path("patching results")
+
+    @property
+    def patch_records_csv(self) -> Path:
+        """Patching records (CSV)."""
+        return self.path("patching records")
+
+    @property
+    def patching_dir(self) -> Path:
+        """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
+        return self.patch_results.parent
+
+    # -- scoring and report -----------------------------------------------------------------------
+
+    @property
+    def scoring_dir(self) -> Path:
+        """Belief scoring and MEG outputs."""
+        return self.belief.parent
+
+    @property
+    def belief(self) -> Path:
+        """Policy against decoded belief (JSON)."""
+        return self.path("belief scoring")
+
+    @property
+    def meg(self) -> Path:
+        """MEG on the true and the decoded grids (JSON)."""
+        return self.path("MEG scoring")
+
+    @property
+    def report(self) -> Path:
+        """The self-contained HTML report."""
+        return self.path("report")
