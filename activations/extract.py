@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from activations.agent.bundled import is_bundled
 from activations.agent.harmony import HarmonyTokenIds, find_anchors
 from activations.agent.trajectories import Episode, read_trajectories
 from activations.gridworld.core import LABEL_CANVAS
@@ -612,92 +611,3 @@ def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> None:
             f"{path}: holds steps {steps[:3].tolist()}... but this extraction expects "
             f"{expected_steps[:3].tolist()}... at this part; delete {path.parent} to start over"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading a model for extraction
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LoadedModel:
-    """A model ready for a capture backend.
-
-    Attributes:
-        model: the causal LM (for remote runs: an nnsight ``TransformersModel`` without weights).
-        tokenizer: its tokenizer.
-        model_id: name recorded in the store.
-        revision: revision recorded in the store ('' when unknown).
-    """
-
-    model: Any
-    tokenizer: Any
-    model_id: str
-    revision: str = ""
-
-
-def resolve_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
-    """``device="auto"``: CUDA when available, else CPU; ``dtype="auto"``: bf16 on CUDA, fp32 on
-    CPU. Returns ``(device, torch dtype)``."""
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
-    resolved = getattr(torch, dtype, None)
-    if not isinstance(resolved, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use auto, bfloat16, float16 or float32")
-    return device, resolved
-
-
-def load_model(
-    model: str,
-    *,
-    revision: str = "",
-    device: str = "auto",
-    dtype: str = "auto",
-    device_map: str | None = None,
-    remote: bool = False,
-) -> LoadedModel:
-    """Load the model whose trajectories are to be replayed.
-
-    Args:
-        model: ``"bundled"`` (the bundled agent; its revision is recorded as a digest of its
-            weights), a local model directory, or a Hugging Face id
-            (e.g. ``openai/gpt-oss-20b``; transformers loads its MXFP4 weights where the
-            kernels exist and dequantises to bf16 elsewhere).
-        revision: Hub revision ('' for the default branch).
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``.
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bfloat16``, ``float16`` or ``float32``.
-        device_map: a transformers device map (``"auto"`` spreads a large model over GPUs);
-            overrides ``device``.
-        remote: build only the module tree and tokenizer (nnsight ``TransformersModel``, no
-            weights) for a run on NDIF.
-    """
-    if remote:
-        from nnsight.modeling.transformers import TransformersModel
-
-        if is_bundled(model) or Path(model).exists():
-            raise ValueError("remote extraction needs a Hub id that NDIF serves, not a local model")
-        lm = TransformersModel(model, revision=revision or None)
-        return LoadedModel(lm, lm.tokenizer, model, revision)
-    device, torch_dtype = resolve_device_dtype(device, dtype)
-    if is_bundled(model):
-        from activations.agent.bundled import bundled_weights_digest, load_bundled_agent
-
-        loaded_model, tokenizer = load_bundled_agent(device=device, directory=model)
-        return LoadedModel(
-            loaded_model.to(torch_dtype), tokenizer, model, bundled_weights_digest(model)
-        )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    local = Path(model).expanduser().is_dir()
-    kwargs: dict[str, Any] = {"local_files_only": True} if local else {}
-    if revision and not local:
-        kwargs["revision"] = revision
-    tokenizer = AutoTokenizer.from_pretrained(model, **kwargs)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        model, dtype=torch_dtype, device_map=device_map or device, **kwargs
-    )
-    return LoadedModel(loaded.eval(), tokenizer, model, revision)

@@ -60,7 +60,9 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
-        Artefact("activation store", "activations/activations.h5", "activations", "goalprobe extract"),
+        Artefact(
+            "activation store", "activations/activations.h5", "activations", "goalprobe extract"
+        ),
         Artefact("probe models", "probes/models", "probes", "goalprobe train-probe"),
         Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
         Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),

@@ -1081,7 +1081,7 @@ def write_report(
     """Write the report of ``run_dir`` (default ``RUN/report.html``) and return its path.
 
     Args:
-        run_dir: the run directory (see :mod:`goalprobe.pipeline` for its layout).
+        run_dir: the run directory (layout: :mod:`activations.run_layout`).
         config: the demo config to show (default: ``RUN/demo_config.json``).
         out: where to write (default ``RUN/report.html``).
     """

@@ -13,22 +13,40 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from activations.run_layout import RunLayout
 
 STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
 
 
 def config_to_dict(config: Any) -> dict:
-    """A JSON-ready dict of a (possibly nested) frozen dataclass config."""
-    if dataclasses.is_dataclass(config):
-        return json.loads(json.dumps(dataclasses.asdict(config), default=_json_default))
-    if isinstance(config, dict):
-        return json.loads(json.dumps(config, default=_json_default))
-    raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
+    """A JSON-ready dict of a (possibly nested) frozen dataclass config.
+
+    A nested object with an ``identity()`` method (an agent) is recorded by its identity (the
+    weights digest, the precision), not by its fields, so the key changes when the weights do.
+    """
+    if not (dataclasses.is_dataclass(config) or isinstance(config, dict)):
+        raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
+    return json.loads(json.dumps(_view(config), default=_json_default))
+
+
+def _view(obj: Any) -> Any:
+    if hasattr(obj, "identity") and dataclasses.is_dataclass(obj):
+        return obj.identity()
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: _view(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_view(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
@@ -68,13 +86,35 @@ class StageRunner:
     """Runs stages in a run directory, skipping those whose cached outputs are still valid."""
 
     def __init__(self, run_dir: Path, force: set[str] | None = None) -> None:
-        self.run_dir = Path(run_dir)
+        self.layout = RunLayout(Path(run_dir))
+        self.run_dir = self.layout.root
         self.force = set(force or ())
-        (self.run_dir / "stages").mkdir(parents=True, exist_ok=True)
+        self.layout.stages_dir.mkdir(parents=True, exist_ok=True)
 
     def record_path(self, name: str) -> Path:
         """Where the record of stage ``name`` lives."""
-        return self.run_dir / "stages" / f"{name}.json"
+        return self.layout.stage_record(name)
+
+    def remove_outputs(self, name: str) -> None:
+        """Delete the outputs the stage's previous record lists, so that a forced stage starts
+        over (rollouts would otherwise resume their finished episodes, extraction its parts).
+
+        Raises:
+            ValueError: the record names an output outside the run directory.
+        """
+        path = self.record_path(name)
+        if not path.is_file():
+            return
+        record = json.loads(path.read_text())
+        root = self.run_dir.resolve()
+        for relative in record.get("outputs", {}).values():
+            target = (root / relative).resolve()
+            if not target.is_relative_to(root) or target == root:
+                raise ValueError(f"stage record {path} names an output outside the run: {relative}")
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
 
     def cached(self, name: str, config: Any) -> StageResult | None:
         """The cached result of ``name`` if its record matches ``config`` and outputs exist."""
@@ -104,7 +144,7 @@ class StageRunner:
         hit = self.cached(name, config)
         if hit is not None:
             return hit
-        stage_dir = self.run_dir / name
+        stage_dir = self.layout.stage_dir(name)
         stage_dir.mkdir(parents=True, exist_ok=True)
         (stage_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2))
         start = time.perf_counter()
@@ -130,9 +170,22 @@ class StageRunner:
         return StageResult(name, {k: Path(v) for k, v in outputs.items()}, False, seconds, summary)
 
 
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def fingerprint(paths: Iterable[Path], root: Path) -> str:
+    """sha256 over the relative names and contents of ``paths`` (directories walked, sorted)."""
+    digest = hashlib.sha256()
+    files: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        files.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+    for file in sorted(set(files)):
+        digest.update(file.resolve().relative_to(root.resolve()).as_posix().encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
+
+def _package_version() -> str:
     try:
         return version("goalprobe")
     except PackageNotFoundError:

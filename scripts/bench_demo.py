@@ -25,8 +25,10 @@ def main() -> None:
     parser.add_argument("--progress", action="store_true", help="show the stages' bars")
     args = parser.parse_args()
 
-    from goalprobe.pipeline import STAGES, demo_config, run_demo
+    from goalprobe.config import demo_config
+    from goalprobe.demo import run_demo
     from goalprobe.report import headline_rows
+    from goalprobe.stages import STAGES
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
     config = demo_config(args.scale, device=args.device)

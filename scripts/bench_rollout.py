@@ -21,7 +21,7 @@ import torch
 
 from activations.agent.rollout import RolloutConfig, RolloutReport, run_rollouts
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from goalprobe.commands.rollout import load_local_backend
+from goalprobe.agents import local_backend
 
 
 def run(grids, backend, config: RolloutConfig, out: Path) -> RolloutReport:
@@ -51,7 +51,7 @@ def main() -> None:
             seed=0,
         )
     )
-    backend, _ = load_local_backend(args.model, device="cpu")
+    backend, _ = local_backend(args.model, device="cpu")
     n_params = sum(p.numel() for p in backend.model.parameters())
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "

@@ -14,7 +14,8 @@ from agent_fixtures import serving
 from activations.agent.bundled import load_bundled_agent
 from activations.agent.local_backend import LocalBackend
 from activations.agent.server_app import ServeConfig, create_app
-from goalprobe.pipeline import demo_config, run_demo
+from goalprobe.config import demo_config
+from goalprobe.demo import run_demo
 
 
 def test_demo_with_server_backend_runs_every_stage(tmp_path):

@@ -23,12 +23,13 @@ from activations.agent.harmony import (
     render_completion,
     render_prompt,
 )
+from activations.agent.models import load_model
 from activations.agent.reasoning import final_text, reasoning_text
 from activations.agent.rollout import RolloutConfig, run_rollouts
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.trajectories import read_steps, read_trajectories
 from activations.capture import make_capture
-from activations.extract import ExtractConfig, default_layers, extract, load_model, sha256_file
+from activations.extract import ExtractConfig, default_layers, extract, sha256_file
 from activations.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
 from activations.gridworld.generator import generate_grid
 from activations.gridworld.optimal import solve

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium
+import minigrid  # noqa: F401  (registers the MiniGrid environments; a test extra)
 import pytest
 
-pytest.importorskip("minigrid")
-gymnasium = pytest.importorskip("gymnasium")
-
-from activations.gridworld.core import Variant  # noqa: E402
-from activations.gridworld.minigrid_import import grid_from_minigrid, load_minigrid  # noqa: E402
-from activations.gridworld.optimal import solve  # noqa: E402
+from activations.gridworld.core import Variant
+from activations.gridworld.minigrid_import import grid_from_minigrid, load_minigrid
+from activations.gridworld.optimal import solve
 from activations.gridworld.text import parse, render  # noqa: E402
 
 

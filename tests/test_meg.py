@@ -402,7 +402,6 @@ def test_unknown_utility_meg_of_a_deterministic_path_approaches_the_self_bound()
 
 
 def test_mlp_lower_bound_is_below_the_exact_value():
-    pytest.importorskip("torch")
     rng = np.random.default_rng(41)
     mdp = random_mdp(rng, deterministic=True)
     policy = random_policy(rng)

@@ -570,7 +570,6 @@ def _rollout_trajectory(grid, policy, actions, grid_id):
 
 
 def test_noisy_agent_on_generated_grids_agrees_with_bfs_distances():
-    pytest.importorskip("activations.gridworld.optimal")
     from activations.gridworld.dynamics import step
     from activations.gridworld.generator import generate_grid
     from activations.gridworld.optimal import solve
@@ -622,7 +621,6 @@ def test_noisy_agent_on_generated_grids_agrees_with_bfs_distances():
 
 
 def test_optimal_key_door_episode_on_a_hand_grid():
-    pytest.importorskip("activations.gridworld.optimal")
     from activations.gridworld.core import Grid, Variant
     from activations.gridworld.optimal import solve
 

@@ -19,13 +19,13 @@ from activations.store import (
     StoreFormatError,
     StoreLayout,
     StoreWriter,
-    grid_split,
     merge_shards,
     read_rows,
     shard_of,
 )
 from activations.store.schema import LABEL_FIELDS
 from activations.store.shards import Shard
+from probes.splits import split_by_grid
 
 LAYOUT = StoreLayout(stages=("pre_reasoning", "post_reasoning"), layers=(1, 3), d_model=8)
 SIZES = (5, 7, 9)
@@ -167,9 +167,10 @@ def test_selection_and_streaming_by_size_density_and_grid(tmp_path, rng):
             & np.isin(np.round(labels["density"].astype(np.float64), 3), [0.4, 1.0])
         )
         assert rows.tolist() == want.tolist() and len(rows) > 0
-        split = grid_split(labels["grid_id"], {"train": 0.6, "test": 0.4}, seed=3)
-        train = store.select("pre_reasoning", grid_ids=split["train"])
-        assert set(labels["grid_id"][train]) == set(split["train"])
+        split = split_by_grid(labels["grid_id"], test_fraction=0.4, random_state=3)
+        train_grids = np.unique(labels["grid_id"][split.train])
+        train = store.select("pre_reasoning", grid_ids=train_grids)
+        assert set(labels["grid_id"][train]) == set(train_grids)
 
         seen = []
         full = store.read("pre_reasoning", 3, train, dtype=np.float32)
@@ -199,23 +200,6 @@ def test_read_rows_matches_numpy_indexing(rows):
     with h5py.File("mem.h5", "w", driver="core", backing_store=False) as f:
         ds = f.create_dataset("x", data=data, chunks=(64, 2))
         assert np.array_equal(read_rows(ds, np.asarray(rows, dtype=np.int64)), data[rows])
-
-
-def test_grid_split_is_seeded_disjoint_and_by_grid():
-    ids = [f"grid{i // 4}" for i in range(4 * 25)]
-    a = grid_split(ids, {"train": 0.8, "val": 0.1, "test": 0.1}, seed=0)
-    b = grid_split(ids, {"train": 0.8, "val": 0.1, "test": 0.1}, seed=0)
-    c = grid_split(ids, {"train": 0.8, "val": 0.1, "test": 0.1}, seed=1)
-    assert {k: v.tolist() for k, v in a.items()} == {k: v.tolist() for k, v in b.items()}
-    assert a["test"].tolist() != c["test"].tolist()
-    assert [len(a[k]) for k in ("train", "val", "test")] == [20, 3, 2]
-    union = np.concatenate(list(a.values()))
-    assert len(union) == len(set(union)) == 25
-    assert len(grid_split(ids[:8], {"train": 0.98, "test": 0.02}, seed=0)["test"]) == 1
-    with pytest.raises(ValueError, match="sum to 1"):
-        grid_split(ids, {"train": 0.5, "test": 0.4})
-    with pytest.raises(ValueError, match="cannot fill"):
-        grid_split(["g"], {"train": 0.5, "test": 0.5})
 
 
 def test_foreign_truncated_incomplete_and_missing_files_fail_naming_the_file(tmp_path, rng):

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import socket
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -41,13 +38,7 @@ from activations.agent.harmony import (
     render_prompt,
     split_completion,
 )
-
-NETWORK_PROBE_TIMEOUT_S = 3.0
-"""How long :meth:`LocalBackend.from_pretrained` waits to learn whether the hub is reachable."""
-
-
-class HubUnavailableError(RuntimeError):
-    """A hub id was asked for but neither the local cache nor the network can provide it."""
+from activations.agent.models import load_model
 
 
 class LocalBackend:
@@ -80,42 +71,20 @@ class LocalBackend:
     ) -> LocalBackend:
         """Load model and tokenizer from a local directory or a Hugging Face hub id.
 
-        A local directory never touches the network. A hub id is first looked up in the local
-        cache; when it is not there, ``HF_HUB_OFFLINE`` being set or the hub being unreachable
-        (probed for :data:`NETWORK_PROBE_TIMEOUT_S` seconds) raises
-        :class:`HubUnavailableError` at once instead of hanging.
+        Loads through :func:`activations.agent.models.load_model` (a bundled agent's name, a
+        local directory that never touches the network, or a hub id; an uncached hub id with
+        the hub unusable raises :class:`~activations.agent.models.HubUnavailableError`).
 
         Args:
             path_or_hub_id: a directory with ``config.json`` and tokenizer files, or a hub id
                 such as ``openai/gpt-oss-20b``.
             device: where to put the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
-            dtype: torch dtype or ``"auto"`` (the checkpoint's own).
+            dtype: torch dtype or its name, or ``"auto"`` (bf16 on CUDA, fp32 on CPU).
         """
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        source = str(path_or_hub_id)
-        local_dir = Path(source).expanduser()
-        if local_dir.is_dir():
-            if not (local_dir / "config.json").is_file():
-                raise FileNotFoundError(f"{local_dir} holds no config.json; not a model directory")
-            kwargs = {"local_files_only": True}
-            source = str(local_dir)
-        else:
-            kwargs = {"local_files_only": not _hub_reachable(source)}
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dtype, device_map=str(device), **kwargs
-            )
-        except OSError as err:
-            if kwargs["local_files_only"] and not local_dir.is_dir():
-                raise HubUnavailableError(
-                    f"{source!r} is not a local directory and is not in the Hugging Face cache, "
-                    "and the hub cannot be used (HF_HUB_OFFLINE is set or the hub is "
-                    "unreachable); download it where there is network, or pass a local path"
-                ) from err
-            raise
-        return cls(model, tokenizer, system=system)
+        if not isinstance(dtype, str):
+            dtype = str(dtype).removeprefix("torch.")
+        loaded = load_model(str(path_or_hub_id), device=str(device), dtype=dtype)
+        return cls(loaded.model, loaded.tokenizer, system=system)
 
     @property
     def device(self) -> torch.device:
@@ -296,18 +265,3 @@ def _row_seeds(n_rows: int, seed: int | None) -> list[int]:
     """Per-row seeds derived from one seed (fresh entropy when it is None)."""
     sequence = np.random.SeedSequence(seed)
     return [int(s) for s in sequence.generate_state(n_rows, np.uint64) >> np.uint64(1)]
-
-
-def _hub_reachable(hub_id: str) -> bool:
-    """Whether the hub may be used for ``hub_id`` (not offline, endpoint answers quickly)."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    parsed = urlparse(endpoint)
-    host = parsed.hostname or "huggingface.co"
-    port = parsed.port or (443 if parsed.scheme != "http" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=NETWORK_PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False

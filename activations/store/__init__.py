@@ -3,10 +3,11 @@
 Layout and attributes: :mod:`activations.store.schema`. Typical use::
 
     store = ActivationStore("acts.h5")
-    split = grid_split(store.labels(["grid_id"])["grid_id"], {"train": .8, "val": .1, "test": .1}, seed=0)
-    rows = store.select("pre_reasoning", sizes=[7, 9], grid_ids=split["train"])
+    rows = store.select("pre_reasoning", sizes=[7, 9], grid_ids=train_grids)
     for batch in store.iter_batches("pre_reasoning", 15, 256, rows, fields=["cell_types"]):
         ...  # batch.acts: (B, 3, d_model) float16
+
+Splits by grid are made where the data is read for training (:mod:`probes.splits`).
 """
 
 from activations.store.merge import concatenate_stores, merge_shards
@@ -22,7 +23,6 @@ from activations.store.schema import (
     StoreFormatError,
 )
 from activations.store.shards import Shard, shard_of
-from activations.store.splits import grid_split
 from activations.store.writer import RowBatch, StoreLayout, StoreWriter
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "StoreLayout",
     "StoreWriter",
     "concatenate_stores",
-    "grid_split",
     "merge_shards",
     "read_rows",
     "shard_of",

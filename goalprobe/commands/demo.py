@@ -55,19 +55,20 @@ def command(
     from rich.console import Console
     from rich.table import Table
 
-    from goalprobe.pipeline import STAGES, demo_config, run_demo
+    from goalprobe.config import demo_config
+    from goalprobe.demo import check_force, run_demo
     from goalprobe.report import headline_rows
+    from goalprobe.stages import STAGES
 
     console = Console()
     try:
         config = demo_config(
             scale, model=model, backend=backend, base_url=base_url, device=device, seed=seed
         )
-        result = run_demo(
-            run_dir, config, force=set(force or ()), progress=progress, log=console.print
-        )
+        stages_forced = check_force(force or ())
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
+    result = run_demo(run_dir, config, force=stages_forced, progress=progress, log=console.print)
     stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
     for column in ("stage", "status", "seconds"):
         stages.add_column(column)

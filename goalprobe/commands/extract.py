@@ -72,8 +72,9 @@ def command(
 
     Resumable: after an interruption (even SIGKILL), rerun the same command to continue.
     """
+    from activations.agent.models import load_model
     from activations.capture import make_capture
-    from activations.extract import ExtractConfig, default_layers, extract, load_model
+    from activations.extract import ExtractConfig, default_layers, extract
 
     if (remote or simulate_remote) and backend != "nnsight":
         raise typer.BadParameter("--remote runs through nnsight; use --backend nnsight")

@@ -96,7 +96,7 @@ def command(
     from rich.console import Console
     from rich.table import Table
 
-    from activations.extract import load_model
+    from activations.agent.models import load_model
     from probes.patching.counterfactuals import (
         CounterfactualConfig,
         base_from_grid,

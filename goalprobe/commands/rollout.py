@@ -3,74 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-
-from activations.agent.bundled import bundled_agent_dir, is_bundled
-
-
-def load_local_backend(
-    model: str, *, revision: str = "", device: str = "cpu", dtype: str = "auto"
-) -> tuple[Any, dict[str, Any]]:
-    """A :class:`~activations.agent.local_backend.LocalBackend` for ``model`` and its description.
-
-    Args:
-        model: ``"bundled"``, a local model directory, or a Hugging Face id.
-        revision: hub revision ('' for the default branch); ignored for local models.
-        device: ``cpu``, ``cuda``, ``cuda:1``, ...
-        dtype: ``auto`` (the checkpoint's), ``bfloat16``, ``float16`` or ``float32``.
-
-    Returns:
-        ``(backend, description)``; the description identifies the model in trajectory files.
-    """
-    from activations.agent.local_backend import LocalBackend
-
-    if is_bundled(model):
-        from activations.agent.bundled import load_bundled_agent
-
-        loaded, tokenizer = load_bundled_agent(device=device, directory=model)
-        return LocalBackend(loaded, tokenizer), local_backend_description(model)
-    if revision and not Path(model).expanduser().is_dir():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision)
-        loaded = AutoModelForCausalLM.from_pretrained(
-            model, revision=revision, dtype=dtype, device_map=device
-        )
-        backend = LocalBackend(loaded, tokenizer)
-    else:
-        backend = LocalBackend.from_pretrained(model, device=device, dtype=dtype)
-    return backend, local_backend_description(model, revision)
-
-
-def local_backend_description(model: str, revision: str = "") -> dict[str, Any]:
-    """How trajectory files identify a local model (it enters the rollout's ``run_id``).
-
-    The bundled agent is identified by its weights digest, any other model by name and revision,
-    so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent.
-    """
-    if is_bundled(model):
-        from activations.agent.bundled import bundled_weights_digest
-
-        return {
-            "class": "LocalBackend",
-            "model": model,
-            "weights_sha256": bundled_weights_digest(model),
-        }
-    return {"class": "LocalBackend", "model": model, "revision": revision}
-
-
-def load_tokenizer_for(name: str):
-    """The tokenizer ``name`` names: ``"bundled"``, a local directory or a Hugging Face id."""
-    if is_bundled(name):
-        from activations.agent.tokenizer import load_tokenizer
-
-        return load_tokenizer(bundled_agent_dir(name))
-    from transformers import AutoTokenizer
-
-    local = Path(name).expanduser().is_dir()
-    return AutoTokenizer.from_pretrained(name, local_files_only=local)
 
 
 def command(
@@ -147,9 +82,11 @@ def command(
     """
     from rich.console import Console
 
+    from activations.agent.models import load_tokenizer
     from activations.agent.rollout import RolloutConfig, run_rollouts
     from activations.agent.trajectories import TrajectoryFormatError
     from activations.gridworld.io import read_grid_set
+    from goalprobe.agents import local_backend
 
     console = Console(stderr=True)
     try:
@@ -186,13 +123,11 @@ def command(
         except ValueError as err:
             raise typer.BadParameter(str(err)) from err
         backend = ServerBackend(
-            server_config, load_tokenizer_for(tokenizer) if tokenizer is not None else None
+            server_config, load_tokenizer(tokenizer) if tokenizer is not None else None
         )
         description = backend.describe()
     else:
-        backend, description = load_local_backend(
-            model, revision=revision, device=device, dtype=dtype
-        )
+        backend, description = local_backend(model, revision=revision, device=device, dtype=dtype)
     try:
         report = run_rollouts(
             grid_set, backend, config, out, progress=progress, backend_description=description

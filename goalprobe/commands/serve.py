@@ -49,7 +49,7 @@ def command(
     from rich.console import Console
 
     from activations.agent.server_app import ServeConfig, create_app
-    from goalprobe.commands.rollout import load_local_backend
+    from goalprobe.agents import local_backend
 
     console = Console(stderr=True)
     api_key = None
@@ -64,7 +64,7 @@ def command(
             f"[yellow]warning:[/yellow] listening on {host} without an API key; anyone who can "
             "reach this port can use the model (set --api-key-env)"
         )
-    backend, _ = load_local_backend(model, revision=revision, device=device, dtype=dtype)
+    backend, _ = local_backend(model, revision=revision, device=device, dtype=dtype)
     config = ServeConfig(
         model_name=model_name or model,
         api_key=api_key,

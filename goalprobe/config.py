@@ -1,0 +1,389 @@
+"""The config of ``goalprobe demo``: one section per stage, composed, with named scales.
+
+:class:`DemoConfig` is made of the configs the stages take (the library's own where one exists:
+:class:`~activations.gridworld.generator.GridSetConfig`,
+:class:`~activations.agent.rollout.RolloutConfig`,
+:class:`~activations.gridworld.behaviour.BehaviourConfig`,
+:class:`~probes.scoring.run_scoring.ScoreConfig`; the demo's own sections below otherwise).
+Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
+and its cache key is computed from what it receives, so no table of "which fields matter" can
+drift. No I/O here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from activations.agent.rollout import RolloutConfig
+from activations.gridworld.behaviour import BehaviourConfig
+from activations.gridworld.generator import GridSetConfig
+from goalprobe.agents import AgentConfig
+from probes.scoring.run_scoring import ScoreConfig
+
+SCALES: tuple[str, ...] = ("tiny", "default", "paper")
+"""Named scale presets of :func:`demo_config`."""
+
+
+@dataclass(frozen=True)
+class IsoConfig:
+    """The iso-difficulty set (section 4.2, Table 3)."""
+
+    transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
+    """Transforms applied to the base grids (:mod:`activations.gridworld.transforms`)."""
+    base_grids: int = 0
+    """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid."""
+
+
+@dataclass(frozen=True)
+class KeysConfig:
+    """The key variants and their matched controls (section 4.3, Table 1)."""
+
+    variants: tuple[str, ...] = (
+        "key_door",
+        "key_no_door",
+        "key_door_control",
+        "two_path_key",
+        "two_path_no_key",
+    )
+    """Key variants generated (each with the same layouts)."""
+    sizes: tuple[int, ...] = (7, 9)
+    """Grid sides."""
+    density: float = 0.4
+    """Obstacle density."""
+    grids_per_size: int = 10
+    """Layouts per variant and size."""
+    episodes_per_grid: int = 10
+    """Trajectories per grid."""
+    horizon: int = 30
+    """Fixed horizon of every key-variant episode (the study's T = 30)."""
+    seed: int = 0
+    """Seed of the layouts."""
+
+    def __post_init__(self) -> None:
+        if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
+            raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
+
+
+@dataclass(frozen=True)
+class ActivationsConfig:
+    """What the extraction stores (section 5)."""
+
+    layers: tuple[int, ...] = ()
+    """Residual-stream layers to capture; empty: the default spread (last block of each
+    third)."""
+    batch_size: int = 16
+    """Sequences per forward pass."""
+
+
+@dataclass(frozen=True)
+class ProbeTraining:
+    """How every probe and regressor of a stage is trained."""
+
+    hidden_size: int = 1024
+    """MLP hidden width (1024 in the study)."""
+    max_epochs: int = 20
+    """Most training epochs (early stopping on validation grids)."""
+    batch_size: int = 128
+    """Training batch size."""
+
+
+@dataclass(frozen=True)
+class ProbesConfig:
+    """Cell-type probes (section 5.1, appendix E)."""
+
+    types: tuple[str, ...] = ("coordinate", "per_cell")
+    """Probe kinds: the study's coordinate-conditioned probe and per-cell heads."""
+    families: tuple[str, ...] = ("linear", "mlp")
+    """Read-outs."""
+    training: ProbeTraining = field(default_factory=ProbeTraining)
+    """Training settings."""
+    test_fraction: float = 0.2
+    """Fraction of grids held out for testing."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the split, the controls, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class DistanceConfig:
+    """Goal-distance regressors (Table 4)."""
+
+    families: tuple[str, ...] = ("linear", "mlp")
+    """Read-outs (``linear`` is ridge regression)."""
+    training: ProbeTraining = field(default_factory=ProbeTraining)
+    """Training settings of the MLP."""
+    test_fraction: float = 0.2
+    """Fraction of grids held out for testing."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the split, the controls, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class PlansConfig:
+    """The one-shot plan decoder (section 5.3, Fig. 10, Table 5)."""
+
+    decoder_layers: tuple[int, ...] = (1, 2, 4)
+    """Decoder capacities (transformer layers) swept."""
+    control_layers: tuple[int, ...] = (2,)
+    """Capacities that also get the shuffled-activation control."""
+    bottleneck: int = 1024
+    """Decoder width (1024 in the study)."""
+    heads: int = 8
+    """Attention heads per decoder layer."""
+    max_epochs: int = 100
+    """Most epochs."""
+    patience: int = 10
+    """Epochs without validation improvement before stopping."""
+    test_fraction: float = 0.15
+    """Fraction of grids held out for testing."""
+    validation_fraction: float = 0.15
+    """Fraction of grids held out for early stopping."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the split, the control, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class PatchingConfig:
+    """Activation patching with counterfactual grids (section 5.2, appendix F)."""
+
+    sites: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning", "post_reasoning")
+    """Patch sites."""
+    layers: tuple[str, ...] = ("thirds", "all")
+    """Layer sets: each default layer alone, then every layer at once."""
+    max_bases: int = 100
+    """Most base steps, drawn at random (seeded) from the main rollouts."""
+    require_optimal: bool = True
+    """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
+    max_new_tokens: int = 512
+    """Token budget of every greedy completion."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the base draw, the counterfactuals and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Everything ``goalprobe demo`` does, one section per stage (see :func:`demo_config`)."""
+
+    scale: str = "default"
+    """Name of the preset this config started from (informational)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The agent and the engine that runs it."""
+    grids: GridSetConfig = field(default_factory=GridSetConfig)
+    """The main grid set (section 4: sizes x densities x grids per cell)."""
+    rollouts: RolloutConfig = field(
+        default_factory=lambda: RolloutConfig(episodes_per_grid=10, batch_size=64)
+    )
+    """Main and iso-difficulty rollouts (the key variants use their own horizon and count)."""
+    behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
+    """Behavioural metrics and baselines."""
+    iso: IsoConfig = field(default_factory=IsoConfig)
+    """The iso-difficulty set."""
+    keys: KeysConfig = field(default_factory=KeysConfig)
+    """The key variants."""
+    activations: ActivationsConfig = field(default_factory=ActivationsConfig)
+    """The extraction."""
+    probes: ProbesConfig = field(default_factory=ProbesConfig)
+    """Cell-type probes."""
+    distance: DistanceConfig = field(default_factory=DistanceConfig)
+    """Goal-distance regressors."""
+    plans: PlansConfig = field(default_factory=PlansConfig)
+    """The plan decoder."""
+    patching: PatchingConfig = field(default_factory=PatchingConfig)
+    """Activation patching."""
+    scoring: ScoreConfig = field(default_factory=ScoreConfig)
+    """Belief scoring and MEG."""
+
+    @property
+    def seed(self) -> int:
+        """The seed every section was given."""
+        return self.grids.seed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict (tuples as lists)."""
+        return _jsonable(dataclasses.asdict(self))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
+    """The paper-scale sections with one seed and one bootstrap size throughout."""
+    return dict(
+        grids=GridSetConfig(n_per_cell=10, seed=seed),
+        rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
+        behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
+        keys=KeysConfig(seed=seed),
+        probes=ProbesConfig(n_bootstrap=n_bootstrap, seed=seed),
+        distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
+        plans=PlansConfig(n_bootstrap=n_bootstrap, seed=seed),
+        patching=PatchingConfig(max_new_tokens=4096, n_bootstrap=n_bootstrap, seed=seed),
+        scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
+    )
+
+
+def _tiny(seed: int) -> dict[str, Any]:
+    """CI: a handful of short episodes; every stage runs, nothing is meaningful statistically."""
+    n_boot = 100
+    training = ProbeTraining(hidden_size=32, max_epochs=2, batch_size=64)
+    return dict(
+        grids=GridSetConfig(sizes=(7,), densities=(0.0, 0.5, 1.0), n_per_cell=2, seed=seed),
+        rollouts=RolloutConfig(
+            episodes_per_grid=2, horizon_steps=4, batch_size=64, max_new_tokens=96, seed=seed
+        ),
+        behaviour=BehaviourConfig(random_walks_per_grid=50, n_bootstrap=n_boot, seed=seed),
+        iso=IsoConfig(transforms=("reflect", "start_goal_swap"), base_grids=2),
+        keys=KeysConfig(
+            variants=("key_door", "key_no_door"),
+            sizes=(7,),
+            grids_per_size=1,
+            episodes_per_grid=1,
+            horizon=3,
+            seed=seed,
+        ),
+        activations=ActivationsConfig(batch_size=32),
+        probes=ProbesConfig(training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed),
+        distance=DistanceConfig(
+            training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed
+        ),
+        plans=PlansConfig(
+            decoder_layers=(1, 2),
+            control_layers=(1,),
+            bottleneck=16,
+            heads=2,
+            max_epochs=2,
+            patience=1,
+            test_fraction=0.34 * 0.75,
+            validation_fraction=0.34 * 0.75,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
+        patching=PatchingConfig(
+            sites=("grid", "post_reasoning"),
+            layers=("all",),
+            max_bases=1,
+            require_optimal=False,
+            max_new_tokens=96,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
+        scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+    )
+
+
+def _default(seed: int) -> dict[str, Any]:
+    """2 CPU cores, <= 15 minutes: the study's 5 sizes x 6 densities, one grid per cell."""
+    n_boot = 500
+    training = ProbeTraining(hidden_size=128, max_epochs=10, batch_size=128)
+    return dict(
+        grids=GridSetConfig(n_per_cell=1, seed=seed),
+        rollouts=RolloutConfig(
+            episodes_per_grid=3, horizon_steps=16, batch_size=64, max_new_tokens=128, seed=seed
+        ),
+        behaviour=BehaviourConfig(random_walks_per_grid=200, n_bootstrap=n_boot, seed=seed),
+        iso=IsoConfig(base_grids=3),
+        keys=KeysConfig(
+            variants=("key_door", "key_no_door", "two_path_key", "two_path_no_key"),
+            sizes=(7,),
+            grids_per_size=2,
+            episodes_per_grid=2,
+            horizon=10,
+            seed=seed,
+        ),
+        activations=ActivationsConfig(batch_size=16),
+        probes=ProbesConfig(training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed),
+        distance=DistanceConfig(
+            training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed
+        ),
+        plans=PlansConfig(
+            bottleneck=64,
+            heads=4,
+            max_epochs=6,
+            patience=2,
+            test_fraction=0.25 * 0.75,
+            validation_fraction=0.25 * 0.75,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
+        patching=PatchingConfig(
+            sites=("grid", "pre_reasoning", "post_reasoning"),
+            max_bases=8,
+            require_optimal=False,
+            max_new_tokens=128,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
+        scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+    )
+
+
+_PRESETS = {"tiny": _tiny, "default": _default, "paper": lambda seed: {}}
+
+
+def demo_config(
+    scale: str = "default",
+    *,
+    model: str = "bundled",
+    backend: str = "local",
+    base_url: str | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+) -> DemoConfig:
+    """The preset config of ``scale`` for one agent and seed.
+
+    Args:
+        scale: ``tiny`` (CI), ``default`` (2 CPU cores) or ``paper`` (the study's counts).
+        model, backend, base_url, device: the agent (:class:`~goalprobe.agents.AgentConfig`).
+        seed: the seed of every section.
+        overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
+            ``{"probes.training.max_epochs": 3}``) applied after the preset.
+
+    Raises:
+        ValueError: an unknown scale, section or field, or an invalid value.
+    """
+    if scale not in _PRESETS:
+        raise ValueError(f"unknown scale {scale!r}; expected one of {SCALES}")
+    sections = {**_sections(seed, 1000), **_PRESETS[scale](seed)}
+    config = DemoConfig(
+        scale=scale,
+        agent=AgentConfig(model=model, backend=backend, base_url=base_url, device=device),
+        **sections,
+    )
+    for path, value in (overrides or {}).items():
+        config = override(config, path, value)
+    return config
+
+
+def override(config: Any, path: str, value: Any) -> Any:
+    """A copy of the frozen dataclass ``config`` with the dotted field ``path`` set to ``value``.
+
+    Raises:
+        ValueError: no such field, or the value is invalid for it.
+    """
+    target, parts = config, path.split(".")
+    for depth, part in enumerate(parts):
+        names = sorted(f.name for f in dataclasses.fields(target))
+        if part not in names:
+            raise ValueError(f"unknown config field {path!r}: {type(target).__name__} has {names}")
+        if depth < len(parts) - 1:
+            target = getattr(target, part)
+            if not dataclasses.is_dataclass(target):
+                raise ValueError(f"unknown config field {path!r}: {part} has no fields")
+    head, _, rest = path.partition(".")
+    if rest:
+        value = override(getattr(config, head), rest, value)
+    return dataclasses.replace(config, **{head: value})

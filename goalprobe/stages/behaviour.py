@@ -1,0 +1,34 @@
+"""Stage ``behaviour``: appendix-B metrics of the main rollouts with their baselines
+(``RUN/behaviour/metrics.json``, schema ``goalprobe.demo.behaviour/1``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activations.gridworld.behaviour import BehaviourConfig, behaviour_summary
+from activations.gridworld.io import read_grid_set
+from goalprobe.config import DemoConfig
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import grid_episodes, read_episodes
+
+SCHEMA = "goalprobe.demo.behaviour/1"
+
+
+def inputs(config: DemoConfig) -> BehaviourConfig:
+    """The behaviour settings."""
+    return config.behaviour
+
+
+def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
+    """Per-grid metrics, their aggregates and the random-walk baseline."""
+    layout = context.layout
+    grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
+    payload = behaviour_summary(grid_episodes(read_episodes(layout.trajectories), grids), config)
+    out = write_json(layout.behaviour_metrics, {"schema": SCHEMA, **payload})
+    overall = payload["overall"]
+    return {"metrics": out}, {
+        "grids": len(payload["per_grid"]),
+        "accuracy": overall["accuracy"]["value"],
+        "success_rate": overall["success_rate"]["value"],
+        "random_walk_success_rate": overall["random_walk_success_rate"]["value"],
+    }

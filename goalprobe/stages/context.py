@@ -1,0 +1,55 @@
+"""What every stage function is handed besides its config: the run layout, the agents, output."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from activations.gridworld.behaviour import finite
+from activations.run_layout import RunLayout
+from goalprobe.agents import Agent, AgentConfig
+
+
+@dataclass
+class StageContext:
+    """The run a stage belongs to.
+
+    Attributes:
+        layout: the run directory's paths.
+        progress: whether stages show progress bars.
+        say: a line logger that keeps progress bars intact (None: quiet).
+    """
+
+    layout: RunLayout
+    progress: bool = False
+    say: Callable[[str], None] | None = None
+    _agents: dict[AgentConfig, Agent] = field(default_factory=dict)
+
+    def agent(self, config: AgentConfig) -> Agent:
+        """The agent of ``config``, loaded at most once per run."""
+        if config not in self._agents:
+            self._agents[config] = Agent(config)
+        return self._agents[config]
+
+
+def write_json(path: Path, payload: Any) -> Path:
+    """Write strict JSON (NaN/inf as null) atomically: a temporary file, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(finite(payload), indent=1, allow_nan=False, default=_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")

@@ -1,0 +1,53 @@
+"""Stage ``distance``: goal-distance regressors on every stored stage x layer, with their
+controls (``RUN/distance/``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from goalprobe.config import DemoConfig, DistanceConfig
+from goalprobe.stages.context import StageContext
+from goalprobe.stages.probes import estimator_params, sweep, training_device
+from probes.distance import GoalDistanceRegressor
+
+
+@dataclass(frozen=True)
+class DistanceInput:
+    """What the stage receives."""
+
+    distance: DistanceConfig
+    """Which regressors and how they train."""
+    device: str
+    """Training device (``cpu`` or ``cuda``)."""
+
+
+def inputs(config: DemoConfig) -> DistanceInput:
+    """The regressor settings and the training device."""
+    return DistanceInput(config.distance, training_device(config))
+
+
+def run(context: StageContext, config: DistanceInput, stage_dir: Path):
+    """Fit every family on every stage x layer."""
+    d = config.distance
+    summary, outputs = {}, {}
+    for family in d.families:
+        estimator = GoalDistanceRegressor(
+            family=family, **estimator_params(d.training, config.device, d.seed, context.progress)
+        )
+        path = context.layout.distance_sweep(f"distance_{family}")
+        result = sweep(
+            context,
+            "distance",
+            estimator,
+            stage_dir,
+            path,
+            test_fraction=d.test_fraction,
+            n_bootstrap=d.n_bootstrap,
+            seed=d.seed,
+        )
+        outputs[f"sweep_{family}"] = path
+        summary[family] = {
+            r["name"]: r["metrics"]["models"]["probe"]["r2"]["value"] for r in result["runs"]
+        }
+    return outputs, summary

@@ -1,0 +1,22 @@
+"""Stage ``grids``: the main grid set (``RUN/grids/grids.jsonl``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.io import write_grid_set
+from goalprobe.config import DemoConfig
+from goalprobe.stages.context import StageContext
+
+
+def inputs(config: DemoConfig) -> GridSetConfig:
+    """The grid-set config."""
+    return config.grids
+
+
+def run(context: StageContext, config: GridSetConfig, stage_dir: Path):
+    """Generate and write the grids."""
+    out = context.layout.grids
+    count = write_grid_set(out, generate_grid_set(config))
+    return {"grids": out}, {"grids": count}

@@ -1,0 +1,81 @@
+"""Stage ``iso``: rollouts on iso-difficulty transforms of the main grids and the paired tests
+of Table 3 (``RUN/iso/``, schema ``goalprobe.demo.iso/1``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from activations.agent.rollout import RolloutConfig
+from activations.gridworld.behaviour import BehaviourConfig, grid_rows, iso_tests
+from activations.gridworld.io import read_grid_set, write_grid_set
+from activations.gridworld.transforms import apply_transform
+from goalprobe.agents import AgentConfig
+from goalprobe.config import DemoConfig, IsoConfig
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into
+
+SCHEMA = "goalprobe.demo.iso/1"
+
+
+@dataclass(frozen=True)
+class IsoInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the main rollouts' settings)."""
+    behaviour: BehaviourConfig
+    """Per-grid metrics and the bootstrap of the differences."""
+    iso: IsoConfig
+    """Which transforms of which base grids."""
+
+
+def inputs(config: DemoConfig) -> IsoInput:
+    """The agent, the rollout and behaviour settings, and the transforms."""
+    return IsoInput(config.agent, config.rollouts, config.behaviour, config.iso)
+
+
+def run(context: StageContext, config: IsoInput, stage_dir: Path):
+    """Transform the base grids, run the agent on them, and test each transform."""
+    layout = context.layout
+    main = {g.grid_id: g for g in read_grid_set(layout.grids)}
+    base = list(main.values())
+    if config.iso.base_grids and config.iso.base_grids < len(base):
+        picks = np.linspace(0, len(base) - 1, config.iso.base_grids).round().astype(int)
+        base = [base[i] for i in sorted(set(picks.tolist()))]
+    transformed = [apply_transform(g, t).grid for t in config.iso.transforms for g in base]
+    write_grid_set(layout.iso_grids, transformed)
+    out = layout.iso_trajectories
+    agent = context.agent(config.agent)
+    summary = rollouts_into(transformed, agent, config.rollout, out, context)
+
+    all_grids = {**main, **{g.grid_id: g for g in transformed}}
+    base_ids = {g.grid_id for g in base}
+    base_episodes = [e for e in read_episodes(layout.trajectories) if e.summary.grid_id in base_ids]
+    base_rows = {
+        r["grid_id"]: r
+        for r in grid_rows(grid_episodes(base_episodes, all_grids), config.behaviour)
+    }
+    trans_rows = grid_rows(grid_episodes(read_episodes(out), all_grids), config.behaviour)
+    by_transform = {
+        name: {
+            all_grids[r["grid_id"]].extra["source_grid_id"]: r
+            for r in trans_rows
+            if r["grid_id"].endswith(f"~{name}")
+        }
+        for name in config.iso.transforms
+    }
+    payload = {
+        "schema": SCHEMA,
+        "base_grids": sorted(base_ids),
+        "transforms": list(config.iso.transforms),
+        "tests": iso_tests(base_rows, by_transform, config.behaviour),
+        "per_grid": trans_rows,
+    }
+    results = write_json(layout.iso_results, payload)
+    summary["pairs"] = len(base) * len(config.iso.transforms)
+    return {"grids": layout.iso_grids, "trajectories": out, "results": results}, summary

@@ -1,0 +1,78 @@
+"""Stage ``keys``: rollouts on the key variants and their matched controls, and Table 1
+(``RUN/keys/``, schema ``goalprobe.demo.keys/1``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from activations.agent.rollout import RolloutConfig
+from activations.gridworld.behaviour import BehaviourConfig, KeyEpisode, key_variant_table
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.io import write_grid_set
+from goalprobe.agents import AgentConfig
+from goalprobe.config import DemoConfig, KeysConfig
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
+
+SCHEMA = "goalprobe.demo.keys/1"
+
+
+@dataclass(frozen=True)
+class KeysInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the key variants' horizon and episode count already applied)."""
+    behaviour: BehaviourConfig
+    """The bootstrap of the intervals."""
+    keys: KeysConfig
+    """Which variants, sizes and layouts."""
+
+
+def inputs(config: DemoConfig) -> KeysInput:
+    """The agent, the rollout settings under the key variants' horizon, and the variants."""
+    rollout = dataclasses.replace(
+        config.rollouts,
+        horizon_steps=config.keys.horizon,
+        episodes_per_grid=config.keys.episodes_per_grid,
+    )
+    return KeysInput(config.agent, rollout, config.behaviour, config.keys)
+
+
+def run(context: StageContext, config: KeysInput, stage_dir: Path):
+    """Generate the variants, run the agent, and tabulate each variant."""
+    layout = context.layout
+    k = config.keys
+    grids = [
+        g
+        for variant in k.variants
+        for g in generate_grid_set(
+            GridSetConfig(k.sizes, (k.density,), k.grids_per_size, variant, k.seed)
+        )
+    ]
+    write_grid_set(layout.keys_grids, grids)
+    out = layout.keys_trajectories
+    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
+    by_id = {g.grid_id: g for g in grids}
+    episodes = [
+        KeyEpisode(
+            by_id[e.summary.grid_id],
+            e.to_trajectory_data(),
+            e.summary.episode,
+            tuple(e.summary.final_agent_row_col),
+        )
+        for e in read_episodes(out)
+    ]
+    variants, jaccard = key_variant_table(episodes, config.behaviour)
+    payload = {
+        "schema": SCHEMA,
+        "horizon": k.horizon,
+        "variants": variants,
+        "two_path_jaccard": jaccard,
+    }
+    results = write_json(layout.keys_results, payload)
+    return {"grids": layout.keys_grids, "trajectories": out, "results": results}, summary
