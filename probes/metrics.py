@@ -28,6 +28,7 @@ import numpy as np
 
 from activations.gridworld.core import CellType
 from activations.stats import GridBootstrap, grid_codes, safe_ratio
+from probes.baselines import uniform_top1
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
@@ -114,6 +115,30 @@ def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
     return grid_codes(ids)[1]
 
 
+LOWER_IS_BETTER: frozenset[str] = frozenset({"mae", "rmse", "agent_manhattan", "goal_manhattan"})
+"""Metrics where a smaller value is better (selectivity is then baseline minus probe)."""
+
+
+def _selectivity(samples: Mapping[str, dict], reference: str, baselines, boot) -> dict:
+    """Per metric: the reference's advantage over the strongest baseline (the one with the best
+    point value), with the paired grid-bootstrap interval, and whether it excludes 0."""
+    out = {}
+    for metric, ref in samples[reference].items():
+        present = [b for b in baselines if b in samples and metric in samples[b]]
+        defined = [b for b in present if np.isfinite(samples[b][metric][0])]
+        if not defined or not np.isfinite(ref[0]):
+            continue
+        lower = metric in LOWER_IS_BETTER
+        pick = min if lower else max
+        strongest = pick(defined, key=lambda b: float(samples[b][metric][0]))
+        diff = samples[strongest][metric] - ref if lower else ref - samples[strongest][metric]
+        stat = boot.summary(diff)
+        stat["baseline"] = strongest
+        stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+        out[metric] = stat
+    return out
+
+
 def _evaluate(
     models: Mapping[str, Callable[[np.ndarray], dict[str, np.ndarray]]],
     rows: np.ndarray,
@@ -122,8 +147,10 @@ def _evaluate(
     n_boot: int,
     confidence_level: float,
     rng: np.random.Generator,
+    baselines: tuple[str, ...] = (),
 ) -> dict:
-    """Metric samples for every model on ``rows``, shared bootstrap draws, paired differences."""
+    """Metric samples for every model on ``rows``, shared bootstrap draws, paired differences
+    and the selectivity of ``reference`` over the strongest of ``baselines``."""
     _, local = np.unique(codes[rows], return_inverse=True)
     boot = GridBootstrap.from_codes(
         local,
@@ -146,13 +173,23 @@ def _evaluate(
             for name, s in samples.items()
             if name != reference
         }
+        if baselines:
+            out["selectivity"] = _selectivity(samples, reference, baselines, boot)
     return out
 
 
 def _grouped(
-    models, n: int, codes, groups: Mapping[str, np.ndarray | None], reference, n_boot, level, rng
+    models,
+    n: int,
+    codes,
+    groups: Mapping[str, np.ndarray | None],
+    reference,
+    n_boot,
+    level,
+    rng,
+    baselines: tuple[str, ...] = (),
 ) -> dict:
-    result = _evaluate(models, np.arange(n), codes, reference, n_boot, level, rng)
+    result = _evaluate(models, np.arange(n), codes, reference, n_boot, level, rng, baselines)
     for group_name, values in groups.items():
         if values is None:
             continue
@@ -162,7 +199,7 @@ def _grouped(
         keys = np.round(values.astype(np.float64), 6)  # NaN (unknown) rows join no group
         result[f"by_{group_name}"] = {
             f"{key:g}": _evaluate(
-                models, np.flatnonzero(keys == key), codes, reference, n_boot, level, rng
+                models, np.flatnonzero(keys == key), codes, reference, n_boot, level, rng, baselines
             )
             for key in np.unique(keys[np.isfinite(keys)])
         }
@@ -190,6 +227,9 @@ def evaluate_cell_maps(
     agent_row_col: np.ndarray | None = None,
     goal_row_col: np.ndarray | None = None,
     reference: str | None = None,
+    baselines: tuple[str, ...] = (),
+    uniform_localisation: bool = False,
+    class_auc: bool = True,
     n_boot: int = 1000,
     confidence_level: float = 0.95,
     random_state: int = 0,
@@ -208,13 +248,22 @@ def evaluate_cell_maps(
         goal_row_col: optional ``(N, 2)`` true goal cell (default: the ``GOAL`` cell).
         reference: model whose paired differences to every other model are reported (e.g.
             ``"probe"``: probe minus control is the selectivity).
+        baselines: models the reference must beat; ``selectivity`` reports, per metric, the
+            reference minus the strongest of them (best point value), with its paired interval.
+        uniform_localisation: also score ``"uniform"``, a guess drawn uniformly among the grid's
+            non-wall cells (``agent_top1``/``goal_top1`` only); it joins ``baselines``.
+        class_auc: also report ``auc/<class>`` (one class against the rest, over grid cells,
+            padding excluded; rank-based, so no class weighting or threshold can move it) and
+            ``auc_macro``.
         n_boot: bootstrap replicates.
         confidence_level: e.g. 0.95.
         random_state: seed of the bootstrap.
 
     Returns:
         JSON-ready dict: ``n_examples``, ``n_grids``, ``models`` (name -> metric ->
-        ``{value, ci_low, ci_high}``), ``differences`` (with ``reference``), and ``by_grid_size``
+        ``{value, ci_low, ci_high}``), ``differences`` (with ``reference``), ``selectivity``
+        (with ``baselines``: metric -> ``{value, ci_low, ci_high, baseline, above_baseline}``),
+        and ``by_grid_size``
         / ``by_density`` (group -> the same structure). Undefined metrics are None.
     """
     _check_models(predictions, reference)
@@ -249,10 +298,25 @@ def evaluate_cell_maps(
         elif truth[cell_type] is not None:
             truth[cell_type] = np.asarray(truth[cell_type], dtype=np.int64).reshape(n, 2)
 
+    grid_cell = lab.reshape(n, -1) != CellType.PADDING  # (N, S*S) cells inside the grid
+    cell_row = np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell]
+    cell_true = lab.reshape(n, -1)[grid_cell]
+    auc_classes = [c for c in union if c != CellType.PADDING and (cell_true == c).any()]
+
     def make_model(probs: np.ndarray, classes: np.ndarray):
         probs = np.asarray(probs)
         classes = np.asarray(classes)
         pred_idx = lookup[classes[probs.argmax(axis=-1)].reshape(n, -1)]
+        cell_scores = {
+            int(c): (
+                probs.reshape(n, -1, len(classes))[..., int(np.flatnonzero(classes == c)[0])][
+                    grid_cell
+                ].astype(np.float64)
+                if (classes == c).any()
+                else np.zeros(len(cell_true))
+            )
+            for c in (auc_classes if class_auc else [])
+        }
         localised = {}
         for cell_type in LOCALISED:
             if truth[cell_type] is None or int(cell_type) not in classes:
@@ -270,11 +334,34 @@ def evaluate_cell_maps(
             for cls_name, (hit, dist) in localised.items():
                 out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
                 out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
+            if cell_scores:
+                local = np.full(n, -1, dtype=np.int64)
+                local[rows] = boot.codes
+                keep = local[cell_row] >= 0
+                aucs = []
+                for c, scores in cell_scores.items():
+                    positive = cell_true[keep] == c
+                    if positive.all() or not positive.any():
+                        continue
+                    auc = grid_weighted_auc(scores[keep], positive, local[cell_row[keep]], boot)
+                    out[f"auc/{CellType(c).name.lower()}"] = auc
+                    aucs.append(auc)
+                if aucs:
+                    with np.errstate(invalid="ignore"):
+                        out["auc_macro"] = np.nanmean(np.stack(aucs), axis=0)
             return out
 
         return samples
 
     models = {name: make_model(p, c) for name, (p, c) in predictions.items()}
+    if uniform_localisation:
+        chance = uniform_top1(lab, _sizes_of(lab) if grid_sizes is None else grid_sizes)
+
+        def uniform(rows, boot: GridBootstrap):
+            return {f"{CellType(c).name.lower()}_top1": boot.ratio(chance[rows]) for c in LOCALISED}
+
+        models["uniform"] = uniform
+        baselines = (*baselines, "uniform")
     result = _grouped(
         models,
         n,
@@ -284,12 +371,57 @@ def evaluate_cell_maps(
         n_boot,
         confidence_level,
         np.random.default_rng(random_state),
+        tuple(baselines),
     )
     result["classes"] = [CellType(c).name.lower() for c in union]
     result["map_side"] = side
     result["confidence_level"] = confidence_level
     result["n_boot"] = n_boot
     return result
+
+
+def _sizes_of(labels: np.ndarray) -> np.ndarray:
+    """``(N,)`` grid side of each padded label map (rows and columns before the padding)."""
+    inside = labels != CellType.PADDING
+    return inside.any(axis=2).sum(axis=1).astype(np.int64)
+
+
+def grid_weighted_auc(
+    scores: np.ndarray, positive: np.ndarray, cell_grid: np.ndarray, boot: GridBootstrap
+) -> np.ndarray:
+    """``(1 + B,)`` ROC AUC of ``scores`` for ``positive`` under every grid-bootstrap draw.
+
+    AUC is ``P(score of a positive > score of a negative)`` (ties count one half). Under grid
+    multiplicities ``w`` it is ``w^T C w / ((w . P)(w . N))``, where ``C[g, h]`` counts the pairs
+    (positive cell of grid ``g``, negative cell of grid ``h``) ordered correctly and ``P``, ``N``
+    count each grid's positives and negatives, so every draw is exact and costs ``O(G^2)``.
+
+    Args:
+        scores: ``(M,)`` one score per cell.
+        positive: ``(M,)`` bool, the cell's true class is the one scored.
+        cell_grid: ``(M,)`` each cell's grid index into ``boot`` (``0..G-1``).
+        boot: the draws.
+    """
+    n_grids = boot.n_grids
+    pos, neg = positive, ~positive
+    g_pos = cell_grid[pos]
+    s_pos = scores[pos]
+    counts_pos = np.bincount(g_pos, minlength=n_grids).astype(np.float64)
+    counts_neg = np.bincount(cell_grid[neg], minlength=n_grids).astype(np.float64)
+    pairs = np.zeros((n_grids, n_grids))
+    order = np.lexsort((scores[neg], cell_grid[neg]))
+    neg_scores, neg_grid = scores[neg][order], cell_grid[neg][order]
+    bounds = np.searchsorted(neg_grid, np.arange(n_grids + 1))
+    for h in range(n_grids):
+        column = neg_scores[bounds[h] : bounds[h + 1]]
+        if column.size == 0:
+            continue
+        below = np.searchsorted(column, s_pos, side="left")
+        upto = np.searchsorted(column, s_pos, side="right")
+        pairs[:, h] = np.bincount(g_pos, weights=below + 0.5 * (upto - below), minlength=n_grids)
+    w = boot.weights
+    correct = np.einsum("bg,gh,bh->b", w, pairs, w)
+    return safe_ratio(correct, (w @ counts_pos) * (w @ counts_neg))
 
 
 def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarray) -> dict:
@@ -326,6 +458,7 @@ def evaluate_distance(
     grid_sizes: np.ndarray | None = None,
     densities: np.ndarray | None = None,
     reference: str | None = None,
+    baselines: tuple[str, ...] = (),
     n_boot: int = 1000,
     confidence_level: float = 0.95,
     random_state: int = 0,
@@ -341,6 +474,8 @@ def evaluate_distance(
         grid_sizes: optional ``(N,)``, for ``by_grid_size``.
         densities: optional ``(N,)``, for ``by_density``.
         reference: model whose paired differences to the others are reported.
+        baselines: models the reference must beat (``selectivity``: the reference's advantage
+            over the strongest of them, per metric; for MAE and RMSE, baseline minus probe).
         n_boot: bootstrap replicates.
         confidence_level: e.g. 0.95.
         random_state: seed.
@@ -387,6 +522,7 @@ def evaluate_distance(
         n_boot,
         confidence_level,
         np.random.default_rng(random_state),
+        tuple(baselines),
     )
     result["confidence_level"] = confidence_level
     result["n_boot"] = n_boot

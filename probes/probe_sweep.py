@@ -26,6 +26,7 @@ from sklearn.base import clone
 from sklearn.dummy import DummyRegressor
 
 from activations.store import ActivationStore
+from probes.baselines import CellPrior, GroupMeanRegressor, covariates
 from probes.cell_probes import MajorityCellBaseline
 from probes.metrics import evaluate_cell_maps, evaluate_distance
 from probes.serialization import (
@@ -168,7 +169,12 @@ class ProbeSweepConfig:
     test_fraction: float = 0.2
     """Fraction of grids held out for testing, within each grid size."""
     controls: bool = True
-    """Also fit the controls: majority class / mean predictor and shuffled labels."""
+    """Also fit the controls: labels shuffled across grids (a derangement within each size), and
+    the priors a residual stream trivially carries: the canvas-wide per-cell majority
+    (``majority``), the per-cell prior by grid size (``prior_size``) and by size and density
+    (``prior_size_density``), and the uniform localisation guess; for distances the mean,
+    and the mean by size (``mean_size``) and by size and density (``mean_size_density``).
+    ``selectivity`` in the metrics is the probe minus the strongest of them."""
     n_bootstrap: int = 1000
     """Grid-bootstrap replicates of the confidence intervals."""
     confidence_level: float = 0.95
@@ -194,21 +200,34 @@ def _fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: 
     else:
         y_tr = tr.goal_distance
     probe = clone(estimator).fit(tr.acts, y_tr, groups=tr.grid_ids)
-    controls = {}
+    controls, inputs = {}, {}
     if config.controls:
         shuffled_y = shuffle_by_grid(
             y_tr, tr.grid_ids, strata=tr.grid_sizes, random_state=config.random_state
         )
         controls["shuffled"] = clone(estimator).fit(tr.acts, shuffled_y, groups=tr.grid_ids)
+        inputs["shuffled"] = te.acts
+        cov_tr = covariates(tr.grid_sizes, tr.densities)
+        cov_te = covariates(te.grid_sizes, te.densities)
         if config.target == "cell_type":
             grid_size = estimator.get_params().get("grid_size")
             controls["majority"] = MajorityCellBaseline(grid_size=grid_size).fit(tr.acts, y_tr)
+            inputs["majority"] = te.acts
+            if grid_size is None:  # a size-specific probe's labels carry no size to condition on
+                for by in ("size", "size_density"):
+                    controls[f"prior_{by}"] = CellPrior(by=by).fit(cov_tr, y_tr)
+                    inputs[f"prior_{by}"] = cov_te
         else:
             controls["mean"] = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
+            inputs["mean"] = np.zeros((len(te.acts), 1))
+            for by in ("size", "size_density"):
+                controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
+                inputs[f"mean_{by}"] = cov_te
     common = dict(
         grid_sizes=te.grid_sizes,
         densities=te.densities,
         reference="probe",
+        baselines=tuple(controls),
         n_boot=config.n_bootstrap,
         confidence_level=config.confidence_level,
         random_state=config.random_state,
@@ -219,21 +238,21 @@ def _fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: 
         labels = te.cell_types[:, :side, :side]
         preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
         for name, model in controls.items():
-            preds[name] = (model.predict_proba(te.acts), model.classes_)
+            preds[name] = (model.predict_proba(inputs[name]), model.classes_)
         metrics = evaluate_cell_maps(
             preds,
             labels,
             te.grid_ids,
             agent_row_col=te.agent_row_col,
             goal_row_col=te.goal_row_col,
+            uniform_localisation=config.controls,
             **common,
         )
         test_output = preds["probe"][0]
     else:
         preds = {"probe": probe.predict(te.acts)}
         for name, model in controls.items():
-            x = np.zeros((len(te.acts), 1)) if name == "mean" else te.acts
-            preds[name] = model.predict(x)
+            preds[name] = model.predict(inputs[name])
         metrics = evaluate_distance(preds, te.goal_distance, te.grid_ids, **common)
         test_output = preds["probe"]
     return probe, metrics, test_output, te

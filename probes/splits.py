@@ -156,6 +156,15 @@ def carve_validation(
     return rows[split.train], rows[split.test]
 
 
+def sattolo_cycle(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random cyclic permutation of ``range(n)`` (a derangement for ``n >= 2``)."""
+    perm = np.arange(n)
+    for i in range(n - 1, 0, -1):
+        j = int(rng.integers(i))  # j < i: never a fixed point
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
 def shuffle_by_grid(
     values: np.ndarray,
     grid_ids: np.ndarray,
@@ -165,11 +174,13 @@ def shuffle_by_grid(
 ) -> np.ndarray:
     """Shuffle per-row targets across grids, keeping each grid's targets together.
 
-    Grids are permuted (within each stratum when ``strata`` is given, e.g. grid size, so that a
-    padded label map stays on activations of a grid of its size); the ``i``-th row of grid ``g``
-    receives the target of the ``i``-th row (cyclically) of grid ``pi(g)``. Within-grid structure
-    is kept and the activation-to-target link is broken: the shuffled-label control of Hewitt &
-    Liang (2019), applied at the level the data are dependent at.
+    Grids are permuted by a random *derangement* (within each stratum when ``strata`` is given,
+    e.g. grid size, so that a padded label map stays on activations of a grid of its size): a
+    uniformly random cyclic permutation (Sattolo's algorithm), so no grid keeps its own targets.
+    The ``i``-th row of grid ``g`` receives the target of the ``i``-th row (cyclically) of grid
+    ``pi(g)``. Within-grid structure is kept and the activation-to-target link is broken for
+    every row: the shuffled-label control of Hewitt & Liang (2019), applied at the level the
+    data are dependent at.
 
     Args:
         values: ``(N, ...)`` per-row targets (label maps, distances).
@@ -179,6 +190,9 @@ def shuffle_by_grid(
 
     Returns:
         ``(N, ...)`` shuffled copy of ``values``.
+
+    Raises:
+        ValueError: a stratum holds a single grid (it has no other grid to take targets from).
     """
     values = np.asarray(values)
     ids = np.asarray(grid_ids)
@@ -190,7 +204,12 @@ def shuffle_by_grid(
     partner = np.arange(len(grids))
     for s in np.unique(grid_strata):
         members = np.flatnonzero(grid_strata == s)
-        partner[members] = members[rng.permutation(len(members))]
+        if len(members) < 2:
+            raise ValueError(
+                f"stratum {s} holds one grid ({grids[members[0]]!r}): a shuffled control needs "
+                "at least two grids per stratum (grid size)"
+            )
+        partner[members] = members[sattolo_cycle(len(members), rng)]
     order = np.argsort(row_grid, kind="stable")
     starts = np.searchsorted(row_grid[order], np.arange(len(grids)))
     counts = np.bincount(row_grid, minlength=len(grids))

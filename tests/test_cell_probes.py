@@ -375,13 +375,20 @@ def test_splits_never_share_grids(n_grids, steps, test_fraction, validation_frac
         random_state=seed,
     )
     np.testing.assert_array_equal(again.test, split.test)  # seeded
+    grids_per_size = {
+        size: len(set(grid_ids[sizes == size].tolist())) for size in set(sizes.tolist())
+    }
+    if min(grids_per_size.values()) < 2:
+        with pytest.raises(ValueError, match="one grid"):
+            shuffle_by_grid(np.arange(len(grid_ids)), grid_ids, strata=sizes, random_state=seed)
+        return
     shuffled = shuffle_by_grid(np.arange(len(grid_ids)), grid_ids, strata=sizes, random_state=seed)
     for g in np.unique(grid_ids):
         sources = set(grid_ids[shuffled[grid_ids == g]])
         assert len(sources) == 1  # a grid's targets all come from one grid ...
-        assert (
-            sizes[grid_ids == next(iter(sources))][0] == sizes[grid_ids == g][0]
-        )  # ... of its size
+        source = next(iter(sources))
+        assert source != g  # ... never its own (a derangement) ...
+        assert sizes[grid_ids == source][0] == sizes[grid_ids == g][0]  # ... of its size
 
 
 def test_split_rejects_stratum_varying_within_grid():
