@@ -14,10 +14,12 @@ module                 figures
                        :func:`empty_figure`
 :mod:`.maps`           grids and decoded maps (:func:`cell_map_figure`,
                        :func:`probability_figure`, :func:`plan_figure`)
-:mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_figure`
+:mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_figure`,
+                       :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
-:mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars
+:mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
+                       :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
 :mod:`.patching`       :func:`patching_heatmap_figure` (records), :func:`patch_summary_figure`
 =====================  ========================================================================
@@ -33,8 +35,13 @@ from viewer.figures.behaviour import (
 from viewer.figures.episodes import episode_timeline_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
-from viewer.figures.plans import plan_strip_figure, prefix_accuracy_figure
-from viewer.figures.probes import localisation_figure, per_class_figure, probe_comparison_figure
+from viewer.figures.plans import plan_strip_figure, plan_sweep_figure, prefix_accuracy_figure
+from viewer.figures.probes import (
+    localisation_figure,
+    per_class_figure,
+    probe_comparison_figure,
+    sweep_comparison_figure,
+)
 from viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 from viewer.figures.style import (
     ACTION_ARROWS,
@@ -74,8 +81,10 @@ __all__ = [
     "per_class_figure",
     "plan_figure",
     "plan_strip_figure",
+    "plan_sweep_figure",
     "prefix_accuracy_figure",
     "probability_figure",
     "probe_comparison_figure",
+    "sweep_comparison_figure",
     "topk_figure",
 ]

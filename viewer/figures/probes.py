@@ -140,3 +140,53 @@ def localisation_figure(groups: Mapping[str, Mapping], probe_name: str) -> go.Fi
         height=340,
     )
     return fig
+
+
+def sweep_main_metric(result: Mapping) -> str:
+    """The metric a probe sweep is judged on: accuracy on grid cells, or R² for distances."""
+    return "accuracy_no_padding" if result["config"]["target"] == "cell_type" else "r2"
+
+
+def sweep_comparison_figure(result: Mapping) -> go.Figure:
+    """A probe sweep's main test metric per layer (x) and stage (colour), with 95% intervals
+    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``).
+
+    Args:
+        result: a parsed sweep table (``probes/sweeps/<name>.json``): ``config.target``,
+            ``estimator.class`` and ``runs`` with their ``metrics.models``.
+    """
+    main = sweep_main_metric(result)
+    figure = go.Figure()
+    stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))
+    for stage in stages:
+        runs = [run for run in result["runs"] if run["stage"] == stage]
+        for model in ("probe", "shuffled", "majority", "mean"):
+            values = [run["metrics"]["models"].get(model, {}).get(main) for run in runs]
+            if not any(v and v.get("value") is not None for v in values):
+                continue
+            y = [v["value"] if v else None for v in values]
+            high = [
+                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
+                for v in values
+            ]
+            low = [
+                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
+                for v in values
+            ]
+            figure.add_trace(
+                go.Bar(
+                    name=f"{stage} {model}",
+                    x=[str(run["layer"]) for run in runs],
+                    y=y,
+                    error_y={"type": "data", "array": high, "arrayminus": low},
+                    opacity=1.0 if model == "probe" else 0.45,
+                )
+            )
+    figure.update_layout(
+        barmode="group",
+        title=f"{result['estimator']['class']}: test {main} (95% grid-bootstrap intervals)",
+        xaxis_title="layer",
+        yaxis_title=main,
+        template="plotly_white",
+    )
+    return figure
