@@ -194,7 +194,7 @@ def _summary_hover(row: Mapping | None, metric: str) -> str:
     changed_ci = row["action_changed_ci"]
     ci = {
         "action_changed_rate": changed_ci,
-        "stable_rate": tuple(1 - v for v in changed_ci[::-1]),
+        "stable_rate": tuple(None if v is None else 1 - v for v in changed_ci[::-1]),
         "recovered_mean": row["recovered_ci"],
     }[metric]
     value = row[metric]
