@@ -83,6 +83,7 @@ app = typer.Typer(
 VERBS: dict[str, str] = {
     "grids": "grids",
     "rollout": "rollout",
+    "states": "states",
     "serve": "serve",
     "extract": "extract",
     "merge": "merge",

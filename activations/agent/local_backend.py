@@ -35,6 +35,7 @@ from activations.agent.harmony import (
     Message,
     ReasoningEffort,
     SystemContent,
+    encode_prompt,
     render_prompt,
     split_completion,
 )
@@ -99,8 +100,7 @@ class LocalBackend:
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
         """``(prompt_len,)`` token ids of one conversation's harmony prompt."""
-        text = self.prompt_text(messages, reasoning_effort)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
 
     @torch.no_grad()
     def generate(
