@@ -52,6 +52,12 @@ PREDICTED_PLANS_SCHEMA_VERSION = 1
 """Version of the predicted-plans HDF5 layout."""
 SPLIT_NAMES: tuple[str, ...] = ("train", "validation", "test")
 """Meaning of the ``split`` codes 0, 1, 2 in predicted-plans files."""
+RENAMED_PLAN_DECODER_PARAMS: dict[str, str] = {
+    "lr": "learning_rate",
+    "patience": "n_iter_no_change",
+}
+"""Hyperparameter names of plan-decoder cards written before the decoder took the probes'
+scikit-learn names, and their names now (same meaning; such cards still load)."""
 
 
 @dataclass(frozen=True)
@@ -419,7 +425,7 @@ def load_plan_decoder(path: str | Path, *, device: str | None = None):
 
     path = Path(path)
     card = read_plan_decoder_card(path)
-    params = dict(card["hyperparameters"])
+    params = {RENAMED_PLAN_DECODER_PARAMS.get(k, k): v for k, v in card["hyperparameters"].items()}
     if device is not None:
         params["device"] = device
     decoder = PlanDecoder(**params)

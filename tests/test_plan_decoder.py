@@ -281,6 +281,13 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     loaded = load_plan_decoder(path)
     np.testing.assert_array_equal(loaded.predict_proba(X), fitted.predict_proba(X))
     assert loaded.get_params() == fitted.get_params()
+    # a card written before the decoder took the probes' names (lr, patience) still loads
+    params = card["hyperparameters"]
+    params["lr"], params["patience"] = params.pop("learning_rate"), params.pop("n_iter_no_change")
+    card_path.write_text(json.dumps(card))
+    legacy = load_plan_decoder(path)
+    assert legacy.get_params() == fitted.get_params()
+    np.testing.assert_array_equal(legacy.predict_proba(X), fitted.predict_proba(X))
     card["schema_version"] = 99
     card_path.write_text(json.dumps(card))
     with pytest.raises(ValueError, match="schema_version 99"):
