@@ -516,3 +516,33 @@ def test_decoder_trains_on_cuda_and_predicts_like_cpu(data, tmp_path):
     save_plan_decoder(dec, tmp_path / "gpu.safetensors")
     on_cpu = load_plan_decoder(tmp_path / "gpu.safetensors", device="cpu")
     np.testing.assert_allclose(on_cpu.predict_proba(Xt), dec.predict_proba(Xt), atol=1e-4)
+
+
+def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
+    """The plans and distance stages of the demo on a store of an agent that never reasons."""
+    from activations.run_layout import RunLayout
+    from goalprobe.config import DistanceConfig, PlanDecoderTraining, PlansConfig, ProbeTraining
+    from goalprobe.stages import distance, plans
+    from goalprobe.stages.context import StageContext
+
+    layout = RunLayout(tmp_path / "run")
+    layout.store.parent.mkdir(parents=True)
+    acts, labels = synthetic(160, 5)
+    write_tiny_store(layout.store, acts, labels, np.repeat(np.arange(40), 4), reasoning=False)
+    context = StageContext(layout)
+    config = PlansConfig(
+        sweep=PlanSweepConfig(decoder_layers=(1,), control_decoder_layers=(), n_bootstrap=0),
+        decoder=PlanDecoderTraining(d_bottleneck=8, n_heads=2, max_epochs=1, n_iter_no_change=1),
+    )
+    _, summary = plans.run(context, plans.PlansInput(config, "cpu"), tmp_path / "plans")
+    assert summary["best"] == "pre_reasoning/layer3/decoder1"
+    sweep = json.loads(layout.plan_sweep.read_text())
+    assert sweep["config"]["stages"] == ["pre_reasoning"]
+    assert {run["stage"] for run in sweep["runs"]} == {"pre_reasoning"}
+    regressors = DistanceConfig(
+        families=("linear",), training=ProbeTraining(hidden_size=8, max_epochs=1), n_bootstrap=0
+    )
+    _, summary = distance.run(
+        context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
+    )
+    assert len(summary["linear"]) == 1 and "pre_reasoning" in next(iter(summary["linear"]))
