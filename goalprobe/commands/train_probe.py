@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
     from rich.table import Table
@@ -14,21 +16,6 @@ if TYPE_CHECKING:
 TARGETS = ("cell-type", "distance")
 PROBE_TYPES = ("coordinate", "per-cell")
 FAMILIES = ("mlp", "linear")
-
-
-def _parse_list(text: str, kind: type, option: str) -> tuple:
-    try:
-        return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise typer.BadParameter(
-            f"{text!r} is not a comma-separated list: {err}", param_hint=option
-        ) from err
-
-
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
-    return value
 
 
 def command(
@@ -86,6 +73,7 @@ def command(
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train probes on an activation store: cell types (cognitive map) or distance to the goal.
 
@@ -104,23 +92,24 @@ def command(
     from probes.per_cell import PerCellProbe
     from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
 
-    _choice(target, TARGETS, "--target")
-    _choice(probe, PROBE_TYPES, "--probe")
-    _choice(family, FAMILIES, "--family")
-    _choice(coordinates, ("raw", "onehot"), "--coordinates")
-    _choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
+    choice(target, TARGETS, "--target")
+    choice(probe, PROBE_TYPES, "--probe")
+    choice(family, FAMILIES, "--family")
+    choice(coordinates, ("raw", "onehot"), "--coordinates")
+    choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
+    check_new_output(out, overwrite, "--out", directory=True)
     console = Console()
     try:
         loader = StoreProbeLoader(store)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
-    stage_list = _parse_list(stages, str, "--stages") or (stage,)
+    stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
     missing = [s for s in stage_list if s not in loader.stages]
     if missing:
         raise typer.BadParameter(
             f"stages {missing} not in the store (it holds {loader.stages})", param_hint="--stages"
         )
-    layer_list = _parse_list(layers, int, "--layers") or (layer,)
+    layer_list = parse_list(layers, int, "--layers", empty_ok=True) or (layer,)
     missing_layers = [x for x in layer_list if x not in loader.layers]
     if missing_layers:
         raise typer.BadParameter(
