@@ -4,6 +4,7 @@
 :class:`~activations.gridworld.generator.GridSetConfig`,
 :class:`~activations.agent.rollout.RolloutConfig`,
 :class:`~activations.gridworld.behaviour.BehaviourConfig`,
+:class:`~probes.plan_sweep.PlanSweepConfig`,
 :class:`~probes.scoring.run_scoring.ScoreConfig`; the demo's own sections below otherwise).
 Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
 and its cache key is computed from what it receives, so no table of "which fields matter" can
@@ -20,6 +21,7 @@ from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.generator import GridSetConfig
 from goalprobe.agents import AgentConfig
+from probes.plan_sweep import PlanSweepConfig
 from probes.scoring.run_scoring import ScoreConfig
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
@@ -124,29 +126,29 @@ class DistanceConfig:
 
 
 @dataclass(frozen=True)
-class PlansConfig:
-    """The one-shot plan decoder (section 5.3, Fig. 10, Table 5)."""
+class PlanDecoderTraining:
+    """How every plan decoder of the sweep is built and trained (the
+    :class:`~probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
 
-    decoder_layers: tuple[int, ...] = (1, 2, 4)
-    """Decoder capacities (transformer layers) swept."""
-    control_layers: tuple[int, ...] = (2,)
-    """Capacities that also get the shuffled-activation control."""
-    bottleneck: int = 1024
+    d_bottleneck: int = 1024
     """Decoder width (1024 in the study)."""
-    heads: int = 8
+    n_heads: int = 8
     """Attention heads per decoder layer."""
     max_epochs: int = 100
     """Most epochs."""
-    patience: int = 10
+    n_iter_no_change: int = 10
     """Epochs without validation improvement before stopping."""
-    test_fraction: float = 0.15
-    """Fraction of grids held out for testing."""
-    validation_fraction: float = 0.15
-    """Fraction of grids held out for early stopping."""
-    n_bootstrap: int = 1000
-    """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the split, the control, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class PlansConfig:
+    """The one-shot plan decoder (section 5.3, Fig. 10, Table 5)."""
+
+    sweep: PlanSweepConfig = field(default_factory=PlanSweepConfig)
+    """Capacities, controls, split, bootstrap and seed (empty stages and layers: every stage
+    with rows in the store and every stored layer)."""
+    decoder: PlanDecoderTraining = field(default_factory=PlanDecoderTraining)
+    """Decoder width and training."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         keys=KeysConfig(seed=seed),
         probes=ProbesConfig(n_bootstrap=n_bootstrap, seed=seed),
         distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
-        plans=PlansConfig(n_bootstrap=n_bootstrap, seed=seed),
+        plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
         patching=PatchingConfig(max_new_tokens=4096, n_bootstrap=n_bootstrap, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
     )
@@ -260,16 +262,17 @@ def _tiny(seed: int) -> dict[str, Any]:
             training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed
         ),
         plans=PlansConfig(
-            decoder_layers=(1, 2),
-            control_layers=(1,),
-            bottleneck=16,
-            heads=2,
-            max_epochs=2,
-            patience=1,
-            test_fraction=0.34 * 0.75,
-            validation_fraction=0.34 * 0.75,
-            n_bootstrap=n_boot,
-            seed=seed,
+            sweep=PlanSweepConfig(
+                decoder_layers=(1, 2),
+                control_decoder_layers=(1,),
+                test_fraction=0.34 * 0.75,
+                validation_fraction=0.34 * 0.75,
+                n_bootstrap=n_boot,
+                random_state=seed,
+            ),
+            decoder=PlanDecoderTraining(
+                d_bottleneck=16, n_heads=2, max_epochs=2, n_iter_no_change=1
+            ),
         ),
         patching=PatchingConfig(
             sites=("grid", "post_reasoning"),
@@ -309,14 +312,15 @@ def _default(seed: int) -> dict[str, Any]:
             training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed
         ),
         plans=PlansConfig(
-            bottleneck=64,
-            heads=4,
-            max_epochs=6,
-            patience=2,
-            test_fraction=0.25 * 0.75,
-            validation_fraction=0.25 * 0.75,
-            n_bootstrap=n_boot,
-            seed=seed,
+            sweep=PlanSweepConfig(
+                test_fraction=0.25 * 0.75,
+                validation_fraction=0.25 * 0.75,
+                n_bootstrap=n_boot,
+                random_state=seed,
+            ),
+            decoder=PlanDecoderTraining(
+                d_bottleneck=64, n_heads=4, max_epochs=6, n_iter_no_change=2
+            ),
         ),
         patching=PatchingConfig(
             sites=("grid", "pre_reasoning", "post_reasoning"),

@@ -74,6 +74,17 @@ def test_reading_an_absent_stage_row_is_refused(tmp_path, rng):
             store.read("post_reasoning", 1, [0, 1])
         with pytest.raises(KeyError, match="no layer 2"):
             store.read("pre_reasoning", 2)
+        assert store.stages_with_rows() == store.stages
+
+
+def test_stages_with_rows_leaves_out_a_stage_no_row_holds(tmp_path, rng):
+    batch = make_batch(rng, ["g0"] * 6, 0)
+    batch.present["post_reasoning"][:] = False
+    path = write_store(tmp_path / "s.h5", [batch])
+    with ActivationStore(path) as store:
+        assert "post_reasoning" in store.stages
+        assert "post_reasoning" not in store.stages_with_rows()
+        assert store.stages_with_rows() == tuple(s for s in store.stages if s != "post_reasoning")
 
 
 def test_float16_overflow_is_refused(tmp_path, rng):

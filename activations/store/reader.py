@@ -329,6 +329,11 @@ class ActivationStore:
                 raise corrupt_store_error(self.path, f"/activations/{stage}/present", err) from err
         return self._present[stage].copy()
 
+    def stages_with_rows(self) -> tuple[str, ...]:
+        """The stored stages that at least one row holds, in :attr:`stages` order (a store of an
+        agent that never reasons holds no ``post_reasoning`` row)."""
+        return tuple(stage for stage in self.stages if self.present(stage).any())
+
     def positions(self, stage: str, rows: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
         """``(M, K)`` int32 token positions of ``stage`` in each row's replayed sequence."""
         self._check_stage_layer(stage, None)

@@ -12,7 +12,7 @@ from viewer.figures import plan_sweep_figure
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from probes.plan_decoder import PlanSweepResult
+    from probes.plan_sweep import PlanSweepResult
 
 TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 """Prefix lengths shown in the summary table."""
@@ -34,8 +34,11 @@ def command(
         Path, typer.Option("--out", help="Output directory (models, plans HDF5, figure, JSON).")
     ],
     stages: Annotated[
-        str, typer.Option("--stages", help="Comma-separated anchor stages.")
-    ] = "pre_reasoning,post_reasoning",
+        str,
+        typer.Option(
+            "--stages", help="Comma-separated anchor stages; empty: every stage with rows."
+        ),
+    ] = "",
     layers: Annotated[
         str, typer.Option("--layers", help="Comma-separated layers; empty: every stored layer.")
     ] = "",
@@ -51,11 +54,11 @@ def command(
     ] = "2",
     d_bottleneck: Annotated[int, typer.Option(min=1, help="Bottleneck / decoder width.")] = 1024,
     n_heads: Annotated[int, typer.Option(min=1, help="Attention heads per layer.")] = 8,
-    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
+    learning_rate: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
     weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
     batch_size: Annotated[int, typer.Option(min=1, help="Training batch size.")] = 64,
     max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 100,
-    patience: Annotated[
+    n_iter_no_change: Annotated[
         int, typer.Option(min=1, help="Epochs without validation improvement before stopping.")
     ] = 10,
     dropout: Annotated[float, typer.Option(min=0.0, max=0.99, help="Decoder dropout.")] = 0.1,
@@ -93,18 +96,19 @@ def command(
     from rich.console import Console
 
     from activations.store import StoreFormatError
-    from probes.plan_decoder import PlanDecoder, PlanSweepConfig, StorePlanLoader, run_plan_sweep
+    from probes.plan_decoder import PlanDecoder
+    from probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
     console = Console()  # width from the terminal (COLUMNS when not a terminal)
     try:
         loader = StorePlanLoader(store, first_step_only=first_step_only)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
-    stage_list = _parse_list(stages, str, "--stages")
+    stage_list = _parse_list(stages, str, "--stages") or loader.stages
     missing = [s for s in stage_list if s not in loader.stages]
     if not stage_list or missing:
         raise typer.BadParameter(
-            f"stages {missing or stage_list} not in the store (it holds {loader.stages})",
+            f"stages {missing or stage_list} have no rows in the store (rows hold {loader.stages})",
             param_hint="--stages",
         )
     layer_list = _parse_list(layers, int, "--layers") or loader.layers
@@ -119,7 +123,7 @@ def command(
         raise typer.BadParameter("needs positive depths", param_hint="--decoder-layers")
     controls = _parse_list(control_layers, int, "--control-layers")
     config = PlanSweepConfig(
-        stages=stage_list,
+        stages=tuple(stage_list),
         layers=tuple(layer_list),
         decoder_layers=depths,
         control_decoder_layers=controls,
@@ -131,11 +135,11 @@ def command(
     decoder = PlanDecoder(
         n_heads=n_heads,
         d_bottleneck=d_bottleneck,
-        lr=lr,
+        learning_rate=learning_rate,
         weight_decay=weight_decay,
         batch_size=batch_size,
         max_epochs=max_epochs,
-        patience=patience,
+        n_iter_no_change=n_iter_no_change,
         dropout=dropout,
         device=device,
         random_state=seed,
@@ -147,7 +151,7 @@ def command(
             decoder,
             out_dir=out,
             overwrite=overwrite,
-            progress=lambda message: console.log(message),
+            log=lambda message: console.log(message),
         )
     except FileExistsError as err:
         raise typer.BadParameter(f"{err}", param_hint="--out") from err

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
 from goalprobe.stages.context import StageContext
 from probes.cell_probes import CoordinateCellProbe
@@ -60,11 +61,14 @@ def sweep(
     n_bootstrap: int,
     seed: int,
 ) -> dict:
-    """Run one probe sweep over every stored stage x layer; its table lands at ``sweep_path``."""
+    """Run one probe sweep over every stage with rows x every stored layer; its table lands at
+    ``sweep_path``."""
     loader = StoreProbeLoader(context.layout.store)
+    with ActivationStore(context.layout.store) as store:
+        stages = store.stages_with_rows()  # e.g. pre-reasoning only: an agent that never reasons
     config = ProbeSweepConfig(
         target=target,
-        stages=tuple(loader.stages),
+        stages=stages,
         layers=tuple(loader.layers),
         test_fraction=test_fraction,
         controls=True,
