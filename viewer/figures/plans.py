@@ -19,7 +19,7 @@ from viewer.figures.style import (
 )
 
 if TYPE_CHECKING:
-    from probes.plan_decoder import PlanSweepResult
+    from probes.plan_sweep import PlanSweepResult
 
 
 def plan_strip_figure(
@@ -183,7 +183,7 @@ def plan_sweep_figure(result: PlanSweepResult) -> go.Figure:
     plan and ``0.25^N`` (``goalprobe train-plan-decoder``'s ``prefix_accuracy.html``).
 
     Args:
-        result: the sweep (``probes.plan_decoder.PlanSweepResult``).
+        result: the sweep (``probes.plan_sweep.PlanSweepResult``).
     """
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
