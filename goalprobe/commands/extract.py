@@ -73,7 +73,7 @@ def command(
     Resumable: after an interruption (even SIGKILL), rerun the same command to continue.
     """
     from activations.agent.models import load_model
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.extract import ExtractConfig, default_layers, extract
 
     if (remote or simulate_remote) and backend != "nnsight":
@@ -96,7 +96,7 @@ def command(
         }
     elif backend == "transformer_lens":
         options = {"model_id": loaded.model_id}
-    capture = make_capture(backend, loaded.model, loaded.tokenizer, **options)
+    capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
     chosen = (
         tuple(int(x) for x in layers.split(",") if x.strip())
         if layers.strip()
