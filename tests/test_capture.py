@@ -131,9 +131,11 @@ def test_token_batch_pads_right_and_checks_positions():
 @pytest.mark.parametrize("backend", ["hooks", "nnsight", "transformer_lens"])
 def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, batch, backend):
     reference = solo_reference(model, batch)
-    # the TransformerLens bridge rewrites its model in place, so it gets its own copy
+    # the TransformerLens bridge rewrites the model it wraps: here our own copy, so that the
+    # counter watches the modules that run
     target = copy.deepcopy(model) if backend == "transformer_lens" else model
-    capture = make_backend(backend, target, tokenizer)
+    options = {"copy_model": False} if backend == "transformer_lens" else {}
+    capture = make_backend(backend, target, tokenizer, **options)
     counter = CallCounter(later_modules(target))
     try:
         got = capture.capture(batch, LAYERS)
@@ -389,12 +391,7 @@ def test_backends_generate_alike_under_a_patch(patching_backends, batch, tokeniz
             Patch((1,), torch.as_tensor(positions), noise),
         ]
         outputs[name] = backend.generate(prompt, patches, max_new_tokens=5, stop_ids=stop)
-    assert outputs["nnsight"] == outputs["hooks"]
-    # TransformerLens decodes with its own loop (bridge.hf_generate), which departs from Hugging
-    # Face's on GPT-OSS after the prefill even with no hook at all; the first token, read from
-    # the patched prefill, is what the backends share
-    first = [row[0] for row in outputs["hooks"]]
-    assert [row[0] for row in outputs["transformer_lens"]] == first and first[0] != first[1]
+    assert outputs["nnsight"] == outputs["hooks"] == outputs["transformer_lens"]
     unpatched = (
         patching_backends["hooks"]
         .model.generate(
@@ -405,3 +402,18 @@ def test_backends_generate_alike_under_a_patch(patching_backends, batch, tokeniz
     # writing a run's own residual stream back is a no-op; noise changes the completion
     assert outputs["hooks"][0] == unpatched[: len(outputs["hooks"][0])]
     assert outputs["hooks"][1] != outputs["hooks"][0]
+
+
+def test_transformer_lens_leaves_the_model_it_is_given_intact(tokenizer, batch):
+    """The bridge breaks cached decoding of the model it wraps; the backend wraps a copy."""
+    model = tiny_gpt_oss(tokenizer, seed=4)
+    n = int(batch.attention_mask[2].sum())
+    prompt = batch.input_ids[2:3, :n]
+
+    def greedy(m):
+        return m.generate(prompt, max_new_tokens=6, do_sample=False, min_new_tokens=6)[0, n:]
+
+    before = greedy(model)
+    backend = make_backend("transformer_lens", model, tokenizer)
+    assert backend.model is model and backend.bridge.original_model is not model
+    assert torch.equal(greedy(model), before)

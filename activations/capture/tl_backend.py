@@ -7,10 +7,16 @@ is the output of block ``L``: capture reads it with ``run_with_cache(...,
 stop_at_layer=max(layers) + 1)`` (later blocks and the unembedding are skipped), patching
 overwrites it with hooks over the full sequence.
 
-The bridge modifies the wrapped model in place (it swaps the blocks for bridge components and
-switches attention to the eager implementation; forward passes, and an nnsight backend on the
-same model, still give the same numbers, but ``save_pretrained`` of that model then fails):
-give it its own model where anything else needs the original.
+The bridge modifies the model it wraps in place: it swaps the blocks for bridge components and
+switches attention to the eager implementation. A full forward pass of that model still gives
+the same numbers, but a forward that continues from a KV cache does not (on GPT-OSS, with
+transformers 5, Hugging Face ``generate`` of a wrapped model departs from the original after
+the first token), and ``save_pretrained`` fails. So by default the backend wraps a deep copy
+(``copy_model=True``) and :attr:`model` stays the intact original, which the patching
+experiment uses for greedy completions. Extraction, which runs full forwards only, may pass
+``copy_model=False`` to save the memory of a second copy. For the same reason :meth:`generate`
+decodes greedily with full forward passes of the bridge rather than TransformerLens' cached
+``hf_generate``.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class TransformerLensBackend(ResidualBackend):
         tokenizer: its tokenizer (needed to wrap without downloading one).
         model_id: name recorded by the bridge (default: the model's ``name_or_path``, else its
             class name).
+        copy_model: wrap a deep copy of ``model`` (default) rather than ``model`` itself (see
+            the module docstring).
 
     Raises:
         BackendUnavailableError: TransformerLens is missing, has no adapter for the
@@ -54,7 +62,14 @@ class TransformerLensBackend(ResidualBackend):
 
     name = "transformer_lens"
 
-    def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        *,
+        model_id: str | None = None,
+        copy_model: bool = True,
+    ) -> None:
         try:
             from transformer_lens.model_bridge import TransformerBridge
         except ImportError as err:
@@ -70,7 +85,7 @@ class TransformerLensBackend(ResidualBackend):
             # config). The bridge edits the tokenizer it is given: give it a copy.
             self.bridge = TransformerBridge.boot_transformers(
                 name,
-                hf_model=model,
+                hf_model=copy.deepcopy(model) if copy_model else model,
                 tokenizer=copy.deepcopy(tokenizer),
                 device=str(self.device),
                 dtype=self.dtype,
@@ -166,14 +181,20 @@ class TransformerLensBackend(ResidualBackend):
         if not patches:
             return []
         ids = ids_tensor(prompt_ids, len(patches), self.device)
-        with torch.no_grad(), self.bridge.hooks(fwd_hooks=self._hooks(patches, ids.shape[1])):
-            out = self.bridge.hf_generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=list(stop_ids),
-                pad_token_id=self.pad_token_id,
-                return_type="tokens",
-            )
-        rows = out[:, ids.shape[1] :].cpu().tolist()
+        prompt_length = ids.shape[1]
+        hooks = self._hooks(patches, prompt_length)
+        stops = torch.as_tensor(list(stop_ids), device=self.device)
+        done = torch.zeros(len(patches), dtype=torch.bool, device=self.device)
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                # every pass reruns the prompt under its patches (causal: the same as patching
+                # a prefill once), then the tokens generated so far
+                logits = self.bridge.run_with_hooks(ids, fwd_hooks=hooks)
+                nxt = logits[:, -1].argmax(dim=-1)
+                nxt = torch.where(done, ids[:, -1], nxt)  # finished rows repeat their stop
+                ids = torch.cat([ids, nxt[:, None]], dim=1)
+                done |= torch.isin(nxt, stops)
+                if bool(done.all()):
+                    break
+        rows = ids[:, prompt_length:].cpu().tolist()
         return [strip_stop(row, stop_ids) for row in rows]
