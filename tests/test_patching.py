@@ -383,15 +383,15 @@ def test_optimality_filter_drops_exactly_the_suboptimal_pairs(
 def test_draw_bases_keeps_sizes_then_draws_in_order():
     grids = [
         generate_grid(size, 0.5, np.random.default_rng(seed), grid_id=f"d{size}_{seed}")
-        for size in (5, 6)
+        for size in (5, 7)
         for seed in range(4)
     ]
     bases = [base_from_grid(g) for g in grids]
-    drawn = draw_bases(bases, 3, random_state=1, sizes=[6])
-    assert len(drawn) == 3 and all(b.grid.size == 6 for b in drawn)
+    drawn = draw_bases(bases, 3, random_state=1, sizes=[7])
+    assert len(drawn) == 3 and all(b.grid.size == 7 for b in drawn)
     order = [bases.index(b) for b in drawn]
-    assert order == sorted(order) and drawn == draw_bases(bases, 3, 1, sizes=[6])
-    assert draw_bases(bases, 10) == bases and draw_bases(bases, 8, sizes=[7]) == []
+    assert order == sorted(order) and drawn == draw_bases(bases, 3, 1, sizes=[7])
+    assert draw_bases(bases, 10) == bases and draw_bases(bases, 8, sizes=[9]) == []
 
 
 def test_resolve_layer_sets():
