@@ -131,7 +131,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.extract import ExtractConfig, extract
 
     kwargs = {"revision": args.revision} if args.revision else {}
@@ -143,7 +143,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(MODEL_ID, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(MODEL_ID, **load).eval()
     print(f"loaded {MODEL_ID}: {torch.cuda.memory_allocated() / 1e9:.1f} GB allocated")
-    capture = make_capture(
+    capture = make_backend(
         "nnsight", model, tokenizer, model_id=MODEL_ID, revision=args.revision or None
     )
     config = ExtractConfig(

@@ -183,7 +183,7 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
     what the coordinates alone predict. The test pins the probe machinery on a real model; the
     finding itself is reported, not asserted.
     """
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.capture.base import TokenBatch
     from activations.gridworld.generator import generate_grid
     from activations.gridworld.text import padded_cell_types
@@ -208,7 +208,7 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
         labels.append(padded_cell_types(grid, initial_state(grid))[:n, :n])
     layer = model.config.num_hidden_layers // 2
     batch = TokenBatch.from_sequences(sequences, positions, pad_id=tokenizer.pad_token_id)
-    acts = make_capture("hooks", model, tokenizer).capture(batch, [layer])[layer].float().numpy()
+    acts = make_backend("hooks", model, tokenizer).capture(batch, [layer])[layer].float().numpy()
     labels = np.stack(labels).astype(np.uint8)
     train, test = np.arange(n_train), np.arange(n_train, n_grids)  # one state per grid
 

@@ -28,7 +28,7 @@ from activations.agent.reasoning import final_text, reasoning_text
 from activations.agent.rollout import RolloutConfig, run_rollouts
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.trajectories import read_steps, read_trajectories
-from activations.capture import make_capture
+from activations.capture import make_backend
 from activations.extract import ExtractConfig, default_layers, extract, sha256_file
 from activations.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
 from activations.gridworld.generator import generate_grid
@@ -156,7 +156,7 @@ CONFIG = ExtractConfig(layers=LAYERS, batch_size=2, rows_per_part=2)
 def reference(tmp_path_factory, trajectories, loaded):
     """An uninterrupted extraction (plain hooks)."""
     out = tmp_path_factory.mktemp("ref") / "reference.h5"
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     extract(trajectories, out, capture, loaded.tokenizer, CONFIG, model_id=loaded.model_id)
     return out
 
@@ -182,7 +182,7 @@ def test_default_layers_spread():
 def test_rows_labels_anchors_and_activations(tmp_path, trajectories, loaded):
     steps = list(read_steps(trajectories))
     config = ExtractConfig(layers=LAYERS, grid_cells=True, batch_size=3, rows_per_part=4)
-    capture = make_capture("nnsight", loaded.model, loaded.tokenizer)
+    capture = make_backend("nnsight", loaded.model, loaded.tokenizer)
     report = extract(
         trajectories, tmp_path / "s.h5", capture, loaded.tokenizer, config, model_id="tiny"
     )
@@ -363,7 +363,7 @@ def test_sigkill_then_rerun_gives_exactly_the_uninterrupted_rows(
 
 
 def test_resume_refuses_parts_or_outputs_of_another_extraction(tmp_path, trajectories, loaded):
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     out = tmp_path / "s.h5"
     parts = tmp_path / "s.h5.parts"
     parts.mkdir()
@@ -389,7 +389,7 @@ def test_resume_refuses_parts_or_outputs_of_another_extraction(tmp_path, traject
 def test_shards_partition_grids_and_merge_to_the_unsharded_store(
     tmp_path, trajectories, loaded, reference, capsys
 ):
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     paths = []
     for index in range(2):
         config = ExtractConfig(layers=LAYERS, batch_size=2, rows_per_part=2, shard=f"{index}/2")
@@ -426,7 +426,7 @@ def test_a_step_without_anchors_is_named(tmp_path, trajectories, loaded):
             where = f"step {record['step']} of episode {record['episode']} on grid {record['grid_id']!r}"
             break
     bad.write_text("".join(lines))
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     with pytest.raises(ValueError, match=rf"bad\.jsonl: {where}: no pre-reasoning anchor"):
         extract(bad, tmp_path / "s.h5", capture, loaded.tokenizer, CONFIG, model_id="tiny")
     assert not (tmp_path / "s.h5").exists()

@@ -17,7 +17,7 @@ from activations.agent.prompt_states import (
 )
 from activations.agent.rollout import RolloutConfig, run_rollouts
 from activations.agent.trajectories import read_run_header, read_trajectories
-from activations.capture import make_capture
+from activations.capture import make_backend
 from activations.extract import ExtractConfig, extract
 from activations.gridworld.core import Variant
 from activations.gridworld.dynamics import initial_state
@@ -89,7 +89,7 @@ def test_prompt_only_extraction_equals_a_full_replay_at_the_pre_reasoning_anchor
     for step in firsts:
         assert step.prompt_token_ids == start_of[step.grid_id].prompt_token_ids
         assert step.generated_token_ids == [] and step.action is None and not step.valid
-    capture = make_capture("hooks", agent.model, agent.tokenizer)
+    capture = make_backend("hooks", agent.model, agent.tokenizer)
     config = ExtractConfig(layers=(1, 3), stages=("pre_reasoning",), batch_size=4)
     for path in (rollouts, states):
         extract(path, path.with_suffix(".h5"), capture, agent.tokenizer, config, model_id="bundled")

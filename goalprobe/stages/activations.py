@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.capture import make_capture
+from activations.capture import make_backend
 from activations.extract import ExtractConfig, default_layers, extract
 from goalprobe.agents import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
@@ -31,7 +31,7 @@ def inputs(config: DemoConfig) -> ActivationsInput:
 def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     loaded = context.agent(config.agent).loaded()
-    capture = make_capture(
+    capture = make_backend(
         "nnsight",
         loaded.model,
         loaded.tokenizer,

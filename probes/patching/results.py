@@ -10,12 +10,13 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
   ``(patched - target) / (source - target)`` (1: the patch carries the source's preference over
   fully; 0: no effect), over the runs where it is defined.
 
-Pairs drawn from one grid are not independent, so every interval is a percentile bootstrap
-that resamples *grids* (clusters) and recomputes the pooled statistic
-(:func:`cluster_bootstrap_ci`). Files (:func:`write_results`): ``patch_records.csv``,
-``patch_summary.csv``, ``patch_results.json`` (schema ``goalprobe.patching/1``: config,
-preparation report, summary, records). The site x layers heatmap of a summary is
-:func:`viewer.figures.patching.patch_summary_figure`; the application layer writes it.
+Pairs drawn from one grid are not independent, so every interval is a percentile grid
+bootstrap of the pooled statistic (:func:`activations.stats.grid_bootstrap_ratio`). Files
+(:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
+(schema ``goalprobe.patching/1``: config, preparation report, summary, records);
+:meth:`probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
+The site x layers heatmap of a summary is :func:`viewer.figures.patching.patch_summary_figure`;
+the application layer writes it.
 """
 
 from __future__ import annotations
@@ -28,63 +29,37 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.stats
+
+from activations.stats import grid_bootstrap_ratio
 
 SCHEMA = "goalprobe.patching/1"
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
 
+PAIRS_FILE = "patch_pairs.jsonl"
+"""File name of the kept pairs beside the results."""
 
-def cluster_bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    clusters: Sequence[str] | np.ndarray,
+
+def grid_ci(
+    values: np.ndarray,
+    grids: np.ndarray,
     *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    random_state: int | None = 0,
+    n_resamples: int,
+    confidence: float,
+    random_state: int | None,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the pooled mean of ``values``, resampling whole clusters.
-
-    Args:
-        values: ``(N,)`` finite floats (e.g. 0/1 outcomes).
-        clusters: ``(N,)`` cluster id of each value (the grid id).
-        n_resamples: bootstrap resamples.
-        confidence: level in (0, 1).
-        random_state: seed.
-
-    Returns:
-        ``(low, high)``; ``(nan, nan)`` with fewer than two clusters; ``(v, v)`` when every
-        value equals ``v``.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or len(x) != len(clusters):
-        raise ValueError("values and clusters must be 1-D of the same length")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite (drop undefined entries first)")
-    _, inverse = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
-    n_clusters = int(inverse.max()) + 1 if len(x) else 0
-    if n_clusters < 2:
-        return (math.nan, math.nan)
-    if np.all(x == x[0]):
-        return (float(x[0]), float(x[0]))
-    sums = np.bincount(inverse, weights=x, minlength=n_clusters)
-    counts = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
-
-    def pooled(s, c, axis=-1):
-        return s.sum(axis=axis) / c.sum(axis=axis)
-
-    res = scipy.stats.bootstrap(
-        (sums, counts),
-        pooled,
-        paired=True,
-        vectorized=True,
+    """Grid-bootstrap percentile CI of the pooled mean of finite ``values`` (NaN where
+    undefined, e.g. fewer than two grids)."""
+    stat = grid_bootstrap_ratio(
+        values,
+        None,
+        grids,
         n_resamples=n_resamples,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(random_state),
+        confidence=confidence,
+        random_state=random_state,
     )
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    return tuple(math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
 
 
 @dataclass(frozen=True)
@@ -151,13 +126,13 @@ def summarize(
                 n_runs=len(group),
                 n_grids=len(set(grids.tolist())),
                 action_changed_rate=float(changed.mean()),
-                action_changed_ci=cluster_bootstrap_ci(changed, grids, **ci),
+                action_changed_ci=grid_ci(changed, grids, **ci),
                 stable_rate=float(1.0 - changed.mean()),
                 into_source_optimal_rate=float(into.mean()),
-                into_source_optimal_ci=cluster_bootstrap_ci(into, grids, **ci),
+                into_source_optimal_ci=grid_ci(into, grids, **ci),
                 in_target_optimal_rate=float(in_target.mean()),
                 recovered_mean=float(recovered[defined].mean()) if defined.any() else math.nan,
-                recovered_ci=cluster_bootstrap_ci(recovered[defined], grids[defined], **ci)
+                recovered_ci=grid_ci(recovered[defined], grids[defined], **ci)
                 if defined.any()
                 else (math.nan, math.nan),
                 n_recovered=int(defined.sum()),
