@@ -23,7 +23,7 @@ from activations.agent.harmony import (
 )
 from activations.agent.tokenizer import build_tokenizer
 from activations.capture import BACKENDS, Patch, TokenBatch, make_backend
-from activations.capture.base import decoder_layers_path, get_submodule_path
+from activations.capture.base import ResidualBackend, decoder_layers_path, get_submodule_path
 from activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
 
 LAYERS = [0, 2]
@@ -136,6 +136,9 @@ def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, b
     target = copy.deepcopy(model) if backend == "transformer_lens" else model
     options = {"copy_model": False} if backend == "transformer_lens" else {}
     capture = make_backend(backend, target, tokenizer, **options)
+    # the shared prompt prefix runs once per backend (its KV cache is then reused by every
+    # batch and every patch), through every block: warm it before counting
+    capture.capture(batch, LAYERS)
     counter = CallCounter(later_modules(target))
     try:
         got = capture.capture(batch, LAYERS)
@@ -149,6 +152,25 @@ def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, b
         capture.capture(batch, [4])
 
 
+@pytest.mark.parametrize("backend", ["hooks", "nnsight"])
+def test_the_shared_prefix_runs_once_and_changes_nothing(model, tokenizer, batch, backend):
+    """The rows' shared system and developer prefix runs once and the batch continues from its
+    KV cache: the same activations as whole sequences, to float tolerance."""
+    assert ResidualBackend.shared_prefix_length(batch) >= 16
+    cached = make_backend(backend, model, tokenizer)
+    whole = make_backend(backend, model, tokenizer, prefix_cache=False)
+    assert cached.prefix_cache and not whole.prefix_cache
+    got, reference = cached.capture(batch, LAYERS), whole.capture(batch, LAYERS)
+    for layer in LAYERS:
+        torch.testing.assert_close(got[layer], reference[layer], rtol=1e-5, atol=1e-5)
+    assert cached._cached_prefix is not None and whole._cached_prefix is None
+    # rows that share nothing before a read position run whole
+    early = TokenBatch.from_sequences(
+        [batch.input_ids[0, :30].tolist()] * 2, [[0, 1], [2, 3]], pad_id=0
+    )
+    assert ResidualBackend.shared_prefix_length(early) == 0
+
+
 def test_hooks_and_nnsight_are_bitwise_equal_on_the_same_batch(model, tokenizer, batch):
     hooks = make_backend("hooks", model, tokenizer).capture(batch, LAYERS)
     traced = make_backend("nnsight", model, tokenizer).capture(batch, LAYERS)
@@ -157,8 +179,9 @@ def test_hooks_and_nnsight_are_bitwise_equal_on_the_same_batch(model, tokenizer,
 
 
 def test_nnsight_remote_simulation_agrees(model, tokenizer, batch):
-    # serialises the trace like a real NDIF request and runs it with local modules hidden
-    hooks = make_backend("hooks", model, tokenizer).capture(batch, LAYERS)
+    # serialises the trace like a real NDIF request and runs it with local modules hidden (a
+    # remote trace runs whole sequences: no KV cache leaves the host)
+    hooks = make_backend("hooks", model, tokenizer, prefix_cache=False).capture(batch, LAYERS)
     simulated = make_backend("nnsight", model, tokenizer, remote="local").capture(batch, LAYERS)
     for layer in LAYERS:
         torch.testing.assert_close(simulated[layer], hooks[layer], rtol=0, atol=0)

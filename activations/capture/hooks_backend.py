@@ -19,7 +19,6 @@ from activations.capture.base import (
     CleanRun,
     Patch,
     ResidualBackend,
-    TokenBatch,
     block_output,
     check_patches,
     decoder_layers_path,
@@ -65,9 +64,8 @@ class HookBackend(ResidualBackend):
             for handle in handles:
                 handle.remove()
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`ResidualBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         last = layers[-1]
         out: dict[int, torch.Tensor] = {}
 
@@ -75,7 +73,7 @@ class HookBackend(ResidualBackend):
             def hook(module, args, output):
                 hidden = block_output(output)
                 rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-                out[layer] = hidden[rows, batch.positions.to(hidden.device)].detach().cpu()
+                out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
                 if layer == last:
                     raise _StopForward
 
@@ -85,9 +83,9 @@ class HookBackend(ResidualBackend):
         try:
             with self._hooked({x: make_hook(x) for x in layers}), torch.inference_mode():
                 self.runner(
-                    input_ids=batch.input_ids.to(device),
-                    attention_mask=batch.attention_mask.to(device),
-                    use_cache=False,
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    **{"use_cache": False, **forward_kwargs},
                 )
         except _StopForward:
             pass

@@ -30,7 +30,6 @@ from activations.capture.base import (
     CleanRun,
     Patch,
     ResidualBackend,
-    TokenBatch,
     check_patches,
     decoder_layers_path,
     get_submodule_path,
@@ -106,7 +105,7 @@ class NnsightBackend(ResidualBackend):
             raise TypeError(f"expected a torch model or TransformersModel, got {type(model)}")
         module = self.lm._module
         super().__init__(module, tokenizer if tokenizer is not None else self.lm.tokenizer)
-        self.prefix_cache = prefix_cache
+        self.prefix_cache = prefix_cache and remote is False  # a KV cache never leaves the host
         self.remote = remote
         self.host = host
         self.model_id = model_id or self.lm.repo_id
@@ -136,19 +135,20 @@ class NnsightBackend(ResidualBackend):
             blocking=True,
         )
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`ResidualBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         device = torch.device("cpu") if self.remote is True else input_device(self._module)
-        input_ids = batch.input_ids.to(device)
-        attention_mask = batch.attention_mask.to(device)
-        positions = batch.positions
+        input_ids = input_ids.to(device)
+        attention_mask = attention_mask.to(device)
         blocks = get_submodule_path(self.lm, self._path)
         backend = self._backend()
         try:
             with torch.no_grad():
                 with self.lm.trace(
-                    input_ids=input_ids, attention_mask=attention_mask, backend=backend
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    backend=backend,
+                    **forward_kwargs,
                 ) as tracer:
                     gathered = []
                     for layer in layers:

@@ -33,7 +33,6 @@ from activations.capture.base import (
     CleanRun,
     Patch,
     ResidualBackend,
-    TokenBatch,
     check_patches,
     ids_tensor,
     input_device,
@@ -102,15 +101,16 @@ class TransformerLensBackend(ResidualBackend):
         """The hook of the residual stream after block ``layer``."""
         return f"blocks.{int(layer)}.hook_resid_post"
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`ResidualBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture` (no prefix cache: ``prefix_cache`` is False)."""
+        if forward_kwargs:
+            raise ValueError("the TransformerLens backend runs whole sequences (no KV cache)")
         names = [self.hook_name(x) for x in layers]
         device = input_device(self.model)
         with torch.inference_mode():
             _, cache = self.bridge.run_with_cache(
-                batch.input_ids.to(device),
-                attention_mask=batch.attention_mask.to(device),
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
                 names_filter=names,
                 stop_at_layer=layers[-1] + 1,
             )
@@ -118,7 +118,7 @@ class TransformerLensBackend(ResidualBackend):
         for layer, name in zip(layers, names, strict=True):
             hidden = cache[name]
             rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-            out[layer] = hidden[rows, batch.positions.to(hidden.device)].detach().cpu()
+            out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
         return out
 
     def clean_run(
