@@ -1,4 +1,4 @@
-"""``goalprobe score`` (probes.scoring.run_scoring) on a real small run directory.
+"""``goalprobe score`` (goalprobe.scoring over probes.scoring) on a real small run directory.
 
 The run is built with the real stages: a seeded grid set (plain and key-no-door grids), rollouts
 by ``run_rollouts`` with a scripted noisy-optimal agent (tests/viewer_fixtures.py), a real
@@ -36,18 +36,14 @@ from activations.gridworld.io import read_grid_set, write_grid_set
 from activations.gridworld.optimal import solve
 from activations.store import RowBatch, StoreLayout, StoreWriter
 from activations.store.labels import episode_labels
+from goalprobe.scoring import score_run
 from probes.scoring.belief import StepBelief, score_step, summarise
+from probes.scoring.belief_table import belief_metrics, expand_classes
+from probes.scoring.config import ScoreConfig, ScoringError
 from probes.scoring.figures import belief_figure, meg_figure, topk_figure
 from probes.scoring.grid_meg import grid_meg, subjective_grid_meg
-from probes.scoring.run_scoring import (
-    CSV_COLUMNS,
-    RunScoringError,
-    ScoreConfig,
-    belief_metrics,
-    decoded_grid,
-    expand_classes,
-    score_run,
-)
+from probes.scoring.grouped import CSV_COLUMNS
+from probes.scoring.meg_table import decoded_grid
 from probes.serialization import write_decoded_maps
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
@@ -251,7 +247,15 @@ def test_csv_and_json_files_are_consistent(run):
         k: 1 + sum(len(e[b]) for b in ("by_size", "by_density", "by_variant"))
         for k, e in written["probes"].items()
     }
-    assert len(lines) - 1 == sum(n_groups.values()) * len(written["metrics"])
+    metric_col = CSV_COLUMNS.index("metric")
+    plain = [line for line in lines[1:] if ":" not in line.split(",")[metric_col]]
+    assert len(plain) == sum(n_groups.values()) * len(written["metrics"])
+    n_null_rows = sum(
+        len(block["overall"]) + len(block["excess"])
+        for e in written["probes"].values()
+        for block in e["nulls"].values()
+    )
+    assert len(lines) - 1 - len(plain) == n_null_rows > 0
     row = next(line for line in lines if line.startswith("oracle,") and ",all,acc_gt," in line)
     value = float(row.split(",")[CSV_COLUMNS.index("value")])
     assert value == pytest.approx(written["probes"]["oracle"]["overall"]["acc_gt"]["value"])
@@ -403,7 +407,8 @@ def test_cli_scores_a_run(tmp_path, run):
     assert belief["method"]["top_k"] == [1, 3]
     assert (copy / "scoring" / "meg.csv").is_file()
     bad = CliRunner().invoke(app, ["score", str(copy), "--probe", "missing", "--no-progress"])
-    assert bad.exit_code == 1 and "missing.h5" in bad.output
+    assert bad.exit_code == 2 and "missing.h5" in bad.output
+    assert bad.output.startswith("error: ")
 
 
 def test_parallel_scoring_matches_serial(tmp_path, run):
@@ -438,7 +443,7 @@ def test_truncated_decoded_maps_are_refused(copy_run):
     path = copy_run / "probes" / "decoded" / "oracle.h5"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(RunScoringError, match="oracle.h5"):
+    with pytest.raises(ScoringError, match="oracle.h5"):
         score_run(copy_run, ScoreConfig())
 
 
@@ -447,7 +452,7 @@ def test_store_from_other_rollouts_is_refused(copy_run):
     text = traj.read_text()
     run_id = json.loads(text.splitlines()[0])["run_id"]
     traj.write_text(text.replace(run_id, "0123456789abcdef"))
-    with pytest.raises(RunScoringError, match="other rollouts"):
+    with pytest.raises(ScoringError, match="other rollouts"):
         score_run(copy_run, ScoreConfig(decoded_maps=("oracle",)))
 
 
@@ -456,7 +461,7 @@ def test_rows_without_trajectory_steps_are_refused(copy_run):
     lines = traj.read_text().splitlines(keepends=True)
     ends = [i for i, line in enumerate(lines) if '"kind":"episode"' in line]
     traj.write_text("".join(lines[: ends[-2] + 1]))  # drop the last episode
-    with pytest.raises(RunScoringError, match="does not hold"):
+    with pytest.raises(ScoringError, match="does not hold"):
         score_run(copy_run, ScoreConfig(decoded_maps=("oracle",)))
 
 
@@ -464,7 +469,7 @@ def test_grid_missing_from_grid_set_is_refused(copy_run):
     path = copy_run / "grids" / "grids.jsonl"
     grids = read_grid_set(path)
     write_grid_set(path, grids[1:])
-    with pytest.raises(RunScoringError, match="grids.jsonl"):
+    with pytest.raises(ScoringError, match="grids.jsonl"):
         score_run(copy_run, ScoreConfig(decoded_maps=("goal_moved",), meg_probe="goal_moved"))
 
 

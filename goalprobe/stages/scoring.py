@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from goalprobe.config import DemoConfig
+from goalprobe.scoring import score_run
 from goalprobe.stages.context import StageContext
-from probes.scoring.run_scoring import ScoreConfig, score_run
+from probes.scoring.config import ScoreConfig
 
 
 def inputs(config: DemoConfig) -> ScoreConfig:
@@ -18,7 +19,7 @@ def inputs(config: DemoConfig) -> ScoreConfig:
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run."""
     layout = context.layout
-    score_run(layout.root, config, progress=context.progress)
+    score_run(layout, config, progress=context.progress)
     outputs = {"belief": layout.belief, "meg": layout.meg}
     missing = [str(p) for p in outputs.values() if not p.is_file()]
     if missing:
