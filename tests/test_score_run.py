@@ -402,6 +402,7 @@ def test_cli_scores_a_run(tmp_path, run):
     )
     assert result.exit_code == 0, result.output
     assert "Acc GT" in result.output and "Wilcoxon" in result.output
+    assert "Recov - null" in result.output
     belief = json.loads((copy / "scoring" / "belief.json").read_text())
     assert list(belief["probes"]) == ["oracle"]
     assert belief["method"]["top_k"] == [1, 3]
@@ -479,3 +480,58 @@ def test_config_validation():
     with pytest.raises(ValueError, match="horizon"):
         ScoreConfig(horizon="forever")
     assert ScoreConfig(top_k=(5, 1, 5)).top_k == (1, 5)
+
+
+# ------------------------------------------------------------------------------------------
+# nulls (schema 2) and version-1 files
+
+
+def test_every_source_is_scored_under_its_nulls(run):
+    _, facts, summary = run
+    assert summary.belief["schema_version"] == 2
+    goal_moved = summary.belief["probes"]["goal_moved"]
+    # decoded on the 7 x 7 test grids only: the prior is fitted on the other grids of the store
+    assert set(goal_moved["nulls"]) == {"other_grid", "prior"}
+    assert goal_moved["nulls"]["prior"]["n_training_grids"] == len(facts["grids"]) - len(
+        facts["test_grids"]
+    )
+    oracle = summary.belief["probes"]["oracle"]
+    assert set(oracle["nulls"]) == {"other_grid"} and "prior" in oracle["nulls_unavailable"]
+    null = oracle["nulls"]["other_grid"]
+    for key in ("value", "n", "n_grids"):  # the same steps
+        assert null["overall"]["acc_gt"][key] == oracle["overall"]["acc_gt"][key]
+    excess = oracle["excess"]["acc_dec"]
+    assert excess["baseline"] == "other_grid"
+    assert excess["value"] == pytest.approx(
+        oracle["overall"]["acc_dec"]["value"] - null["overall"]["acc_dec"]["value"]
+    )
+    assert excess["above_baseline"] == (excess["ci_low"] > 0)
+
+
+def test_version_1_belief_files_still_read(run):
+    from goalprobe.commands.score import _belief_table
+    from probes.scoring.belief_table import belief_csv_rows
+
+    _, _, summary = run
+    old = json.loads(json.dumps(summary.belief))
+    old["schema_version"] = 1
+    for entry in old["probes"].values():
+        for key in ("nulls", "nulls_unavailable", "excess"):
+            entry.pop(key)
+    rows = belief_csv_rows(old)
+    assert rows and not any(":" in row["metric"] for row in rows)
+    assert _belief_table(old).row_count == len(old["probes"])
+    assert belief_figure(old).data
+
+
+def test_cli_without_nulls(tmp_path, run):
+    from goalprobe.cli import app
+
+    root, _, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("scoring"))
+    args = ["score", str(copy), "--probe", "oracle", "--n-bootstrap", "20", "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--no-nulls"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    entry = json.loads((copy / "scoring" / "belief.json").read_text())["probes"]["oracle"]
+    assert "nulls" not in entry and "excess" not in entry
