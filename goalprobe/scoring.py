@@ -10,7 +10,9 @@ file; nothing is skipped silently.
 
 Outputs: ``belief.json`` (schema ``goalprobe.scoring.belief`` version 2, described in
 :mod:`probes.scoring.belief_table`; version 1 lacks only the nulls) and ``belief.csv``;
-``meg.json`` (:mod:`probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv``; plotly figures.
+``meg.json`` (:mod:`probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv``. The figures
+(``scoring/figures/``) are drawn by :mod:`viewer.figures` and written by the callers
+(:func:`goalprobe.figure_files.write_scoring_figures`).
 """
 
 from __future__ import annotations
@@ -159,15 +161,14 @@ def _map_file(layout: RunLayout, path: Path) -> _MapFile:
 def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
     if config.decoded_maps:
         paths = [
-            _require(layout.decoded_maps(name), "decoded-map file", "ScoreConfig.decoded_maps")
+            _require(layout.decoded_map(name), "decoded-map file", "ScoreConfig.decoded_maps")
             for name in config.decoded_maps
         ]
     else:
-        folder = layout.decoded_dir
-        paths = sorted(folder.glob("*.h5")) if folder.is_dir() else []
+        paths = layout.decoded_maps()
         if not paths:
             raise FileNotFoundError(
-                f"{folder}: no decoded-map files (*.h5); run `goalprobe train-probe ... --out "
+                f"{layout.decoded_dir}: no decoded-map files (*.h5); run `goalprobe train-probe ... --out "
                 f"{layout.decoded_dir.parent}` first"
             )
     return [_map_file(layout, p) for p in paths]
@@ -286,20 +287,6 @@ def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> Path:
     return _write_text(path, buf.getvalue())
 
 
-def _write_figures(folder: Path, belief: dict, meg: dict) -> dict[str, Path]:
-    from probes.scoring.figures import belief_figure, meg_figure, topk_figure
-
-    figures = {
-        "belief_by_size": belief_figure(belief),
-        "topk": topk_figure(belief),
-        "meg": meg_figure(meg),
-    }
-    return {
-        f"figure_{name}": _write_text(folder / f"{name}.json", fig.to_json())
-        for name, fig in figures.items()
-    }
-
-
 def score_run(
     run_dir: Path | RunLayout, config: ScoreConfig, progress: bool = False
 ) -> ScoreSummary:
@@ -392,5 +379,4 @@ def score_run(
         "meg_csv": _write_csv(layout.meg_csv, meg_csv_rows(meg), CSV_COLUMNS),
         "meg_grids_csv": _write_csv(layout.meg_grids_csv, meg_grid_rows(meg), MEG_GRID_COLUMNS),
     }
-    outputs.update(_write_figures(layout.scoring_figures, belief, meg))
     return ScoreSummary(layout.root, belief, meg, outputs, time.perf_counter() - start)

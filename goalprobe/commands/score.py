@@ -98,6 +98,8 @@ def command(
     """
     from rich.console import Console
 
+    from activations.run_layout import RunLayout
+    from goalprobe.figure_files import write_scoring_figures
     from goalprobe.scoring import score_run
     from probes.scoring.config import ScoreConfig, ScoringError
 
@@ -126,6 +128,7 @@ def command(
     except (FileNotFoundError, ScoringError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(code=2) from err
+    summary.outputs.update(write_scoring_figures(RunLayout(run_dir), summary.belief, summary.meg))
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))
     for name, path in summary.outputs.items():

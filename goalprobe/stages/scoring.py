@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from goalprobe.config import DemoConfig
+from goalprobe.figure_files import write_scoring_figures
 from goalprobe.scoring import score_run
 from goalprobe.stages.context import StageContext
 from probes.scoring.config import ScoreConfig
@@ -19,7 +20,8 @@ def inputs(config: DemoConfig) -> ScoreConfig:
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run."""
     layout = context.layout
-    score_run(layout, config, progress=context.progress)
+    summary = score_run(layout, config, progress=context.progress)
+    write_scoring_figures(layout, summary.belief, summary.meg)
     outputs = {"belief": layout.belief, "meg": layout.meg}
     missing = [str(p) for p in outputs.values() if not p.is_file()]
     if missing:
