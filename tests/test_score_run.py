@@ -541,3 +541,14 @@ def test_cli_without_nulls(tmp_path, run):
     assert result.exit_code == 0, result.output
     entry = json.loads((copy / "scoring" / "belief.json").read_text())["probes"]["oracle"]
     assert "nulls" not in entry and "excess" not in entry
+
+
+def test_cli_reports_inputs_that_do_not_join_as_one_line(copy_run):
+    from goalprobe.cli import app
+
+    path = copy_run / "probes" / "decoded" / "oracle.h5"
+    path.write_bytes(path.read_bytes()[:2000])
+    result = CliRunner().invoke(app, ["score", str(copy_run), "--probe", "oracle", "--no-progress"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "oracle.h5" in lines[0]

@@ -101,7 +101,7 @@ def command(
     from activations.run_layout import RunLayout
     from goalprobe.figure_files import write_scoring_figures
     from goalprobe.scoring import score_run
-    from probes.scoring.config import ScoreConfig, ScoringError
+    from probes.scoring.config import ScoreConfig
 
     _choice(utility, UTILITIES, "--utility")
     _choice(key_utility, UTILITIES, "--key-utility")
@@ -123,11 +123,9 @@ def command(
         **({} if nulls else {"nulls": ()}),
     )
     console = Console()
-    try:
-        summary = score_run(run_dir, config, progress=progress)
-    except (FileNotFoundError, ScoringError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(code=2) from err
+    # a missing input (FileNotFoundError) or inputs that do not join up (ScoringError) become
+    # one "error: ..." line and exit code 2 in goalprobe.cli.OneLineErrors
+    summary = score_run(run_dir, config, progress=progress)
     summary.outputs.update(write_scoring_figures(RunLayout(run_dir), summary.belief, summary.meg))
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))
