@@ -202,6 +202,11 @@ class RunLayout:
         """Cell-type probe sweep tables."""
         return self.path("probe sweeps")
 
+    def decoded_map(self, name: str) -> Path:
+        """``probes/decoded/<name>.h5``: the decoded maps of one probe run (``name`` with or
+        without the ``.h5`` suffix)."""
+        return self.decoded_dir / (name if name.endswith(".h5") else f"{name}.h5")
+
     def probe_sweep(self, name: str) -> Path:
         """``probes/sweeps/<name>.json``."""
         return self.probe_sweeps / f"{name}.json"
@@ -285,9 +290,24 @@ class RunLayout:
         return self.path("belief scoring")
 
     @property
+    def belief_csv(self) -> Path:
+        """Policy against decoded belief, long format (CSV)."""
+        return self.scoring_dir / "belief.csv"
+
+    @property
     def meg(self) -> Path:
         """MEG on the true and the decoded grids (JSON)."""
         return self.path("MEG scoring")
+
+    @property
+    def meg_csv(self) -> Path:
+        """MEG aggregates, long format (CSV)."""
+        return self.scoring_dir / "meg.csv"
+
+    @property
+    def meg_grids_csv(self) -> Path:
+        """MEG per grid (CSV)."""
+        return self.scoring_dir / "meg_grids.csv"
 
     @property
     def scoring_figures(self) -> Path:

@@ -5,7 +5,7 @@
 :class:`~activations.agent.rollout.RolloutConfig`,
 :class:`~activations.gridworld.behaviour.BehaviourConfig`,
 :class:`~probes.plan_sweep.PlanSweepConfig`,
-:class:`~probes.scoring.run_scoring.ScoreConfig`; the demo's own sections below otherwise).
+:class:`~probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
 Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
 and its cache key is computed from what it receives, so no table of "which fields matter" can
 drift. No I/O here.
@@ -22,7 +22,7 @@ from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.generator import GridSetConfig
 from goalprobe.agents import AgentConfig
 from probes.plan_sweep import PlanSweepConfig
-from probes.scoring.run_scoring import ScoreConfig
+from probes.scoring.config import ScoreConfig
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""

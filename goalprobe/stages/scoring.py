@@ -7,8 +7,9 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig
 from goalprobe.figure_files import write_scoring_figures
+from goalprobe.scoring import score_run
 from goalprobe.stages.context import StageContext
-from probes.scoring.run_scoring import ScoreConfig, score_run
+from probes.scoring.config import ScoreConfig
 
 
 def inputs(config: DemoConfig) -> ScoreConfig:
@@ -19,7 +20,7 @@ def inputs(config: DemoConfig) -> ScoreConfig:
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run."""
     layout = context.layout
-    summary = score_run(layout.root, config, progress=context.progress)
+    summary = score_run(layout, config, progress=context.progress)
     write_scoring_figures(layout, summary.belief, summary.meg)
     outputs = {"belief": layout.belief, "meg": layout.meg}
     missing = [str(p) for p in outputs.values() if not p.is_file()]
