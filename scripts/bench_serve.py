@@ -104,7 +104,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1, help="the server's OMP_NUM_THREADS")
     parser.add_argument(
-        "--omp-wait-policy", default="", help="the server's OMP_WAIT_POLICY ('' leaves it unset)"
+        "--omp-wait-policy",
+        default="",
+        help="the server's OMP_WAIT_POLICY ('': goalprobe serve's default, PASSIVE)",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -151,7 +153,7 @@ def main() -> None:
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"python {platform.python_version()}; server OMP_NUM_THREADS={args.threads}, "
-        f"OMP_WAIT_POLICY={args.omp_wait_policy or '(unset)'}"
+        f"OMP_WAIT_POLICY={args.omp_wait_policy or '(serve default)'}"
     )
     summary = {
         "requests": len(bodies),

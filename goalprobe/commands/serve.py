@@ -59,6 +59,11 @@ def command(
     refused (400) and max_tokens is clamped to the context left."""
     import os
 
+    # Before torch loads its OpenMP runtime: idle OpenMP threads sleep instead of spinning,
+    # which on a shared CPU measurably helps the one generating worker (docs/benchmarks.md,
+    # "Serving"). An explicit OMP_WAIT_POLICY in the environment wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
     import uvicorn
     from rich.console import Console
 
