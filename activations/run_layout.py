@@ -18,7 +18,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
-    RUN/scoring/belief.json, meg.json (+ csv, figures/)           belief scoring and MEG
+    RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
     RUN/report.html                               the self-contained report
 
 Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
@@ -78,8 +78,10 @@ ARTEFACTS: dict[str, Artefact] = {
         ),
         Artefact("patching results", "patching/patch_results.json", "patching", "goalprobe patch"),
         Artefact("patching records", "patching/patch_records.csv", "patching", "goalprobe patch"),
+        Artefact("patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"),
         Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
         Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
+        Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
         Artefact("report", "report.html", "report", "goalprobe demo"),
     )
 }
@@ -204,6 +206,14 @@ class RunLayout:
         """``probes/sweeps/<name>.json``."""
         return self.probe_sweeps / f"{name}.json"
 
+    def cell_probe_sweeps(self) -> list[Path]:
+        """The cell-type probe sweep tables present (``probes/sweeps/cell_*.json``), sorted."""
+        return sorted(self.probe_sweeps.glob("cell_*.json"))
+
+    def decoded_maps(self) -> list[Path]:
+        """The decoded-map files present (``probes/decoded/*.h5``), sorted."""
+        return sorted(self.decoded_dir.glob("*.h5"))
+
     @property
     def distance_models(self) -> Path:
         """Fitted goal-distance regressors."""
@@ -217,6 +227,10 @@ class RunLayout:
     def distance_sweep(self, name: str) -> Path:
         """``distance/sweeps/<name>.json``."""
         return self.distance_sweeps / f"{name}.json"
+
+    def distance_sweep_files(self) -> list[Path]:
+        """The goal-distance sweep tables present (``distance/sweeps/*.json``), sorted."""
+        return sorted(self.distance_sweeps.glob("*.json"))
 
     @property
     def plan_sweep(self) -> Path:
@@ -249,6 +263,11 @@ class RunLayout:
         return self.path("patching records")
 
     @property
+    def patch_heatmap(self) -> Path:
+        """Site x layers heatmaps of the patching summary (self-contained HTML)."""
+        return self.path("patching heatmap")
+
+    @property
     def patching_dir(self) -> Path:
         """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
         return self.patch_results.parent
@@ -269,6 +288,15 @@ class RunLayout:
     def meg(self) -> Path:
         """MEG on the true and the decoded grids (JSON)."""
         return self.path("MEG scoring")
+
+    @property
+    def scoring_figures(self) -> Path:
+        """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
+        return self.path("scoring figures")
+
+    def scoring_figure(self, name: str) -> Path:
+        """``scoring/figures/<name>.json``."""
+        return self.scoring_figures / f"{name}.json"
 
     @property
     def report(self) -> Path:

@@ -6,4 +6,23 @@ every test sees the same session-scoped models, runs and servers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner, Result
+
 pytest_plugins: list[str] = ["server_fixtures"]
+
+
+@pytest.fixture
+def goalprobe_cli() -> Callable[..., Result]:
+    """Run the real ``goalprobe`` command line in-process: ``goalprobe_cli("grids", "--out",
+    path)`` returns click's ``Result`` (``exit_code``, ``output`` with stderr included)."""
+    from goalprobe.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: object) -> Result:
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke

@@ -22,6 +22,7 @@ from activations.agent.training import BundledModelConfig, gpt_oss_config
 from activations.gridworld.core import Action
 from activations.gridworld.generator import generate_grid
 from activations.gridworld.text import render
+from goalprobe.figure_files import write_patch_heatmap
 from probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
@@ -46,6 +47,7 @@ from probes.patching.sites import (
     locate_grid_tokens,
     site_positions,
 )
+from viewer.figures import patch_summary_figure
 
 N_LAYERS = 3
 
@@ -555,7 +557,17 @@ def test_summary_and_files(tmp_path, records):
     assert len(bundle["records"]) == len(records) and len(bundle["summary"]) == len(summary)
     header = paths["summary_csv"].read_text().splitlines()[0]
     assert "action_changed_ci_low" in header
-    assert "plotly" in paths["heatmap_html"].read_text()[:5000].lower()
+    assert "heatmap_html" not in paths  # the library writes tables; drawing is the viewer's
+    heatmap = write_patch_heatmap(tmp_path / "out", summary)
+    assert heatmap == tmp_path / "out" / "patch_heatmap.html"
+    assert "plotly" in heatmap.read_text()[:5000].lower()
+    fig = patch_summary_figure(bundle["summary"])  # the JSON bundle, as the report reads it
+    first = min(r.direction for r in summary if r.mode == "teacher_forced")
+    drawn = fig.data[0]  # first direction, "action changed (disjoint)"
+    for r in summary:
+        if (r.kind, r.mode, r.direction) == ("disjoint", "teacher_forced", first):
+            z = drawn.z[list(drawn.y).index(r.site)][list(drawn.x).index(r.layers)]
+            assert z == pytest.approx(r.action_changed_rate)
 
 
 def test_cluster_bootstrap_resamples_grids():

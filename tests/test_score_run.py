@@ -34,10 +34,11 @@ from activations.gridworld.core import CellType, Grid
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
 from activations.gridworld.io import read_grid_set, write_grid_set
 from activations.gridworld.optimal import solve
+from activations.run_layout import RunLayout
 from activations.store import RowBatch, StoreLayout, StoreWriter
 from activations.store.labels import episode_labels
+from goalprobe.figure_files import write_scoring_figures
 from probes.scoring.belief import StepBelief, score_step, summarise
-from probes.scoring.figures import belief_figure, meg_figure, topk_figure
 from probes.scoring.grid_meg import grid_meg, subjective_grid_meg
 from probes.scoring.run_scoring import (
     CSV_COLUMNS,
@@ -49,6 +50,7 @@ from probes.scoring.run_scoring import (
     score_run,
 )
 from probes.serialization import write_decoded_maps
+from viewer.figures import belief_figure, meg_figure, topk_figure
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
 N_BOOT = 200
@@ -368,9 +370,13 @@ def test_figures(run):
     meg = meg_figure(summary.meg)
     points = sum(len(t.x) for t in meg.data if isinstance(t, go.Scatter) and t.mode == "markers")
     assert points == len(facts["grids"])
+    layout = RunLayout(root)
+    written = write_scoring_figures(layout, summary.belief, summary.meg)
     for name in ("belief_by_size", "topk", "meg"):
-        spec = json.loads((root / "scoring" / "figures" / f"{name}.json").read_text())
+        assert written[f"figure_{name}"] == layout.scoring_figure(name)
+        spec = json.loads(layout.scoring_figure(name).read_text())
         assert spec["data"]
+    assert json.loads(layout.scoring_figure("meg").read_text()) == json.loads(meg.to_json())
     with pytest.raises(ValueError, match="nope"):
         belief_figure(summary.belief, probe="nope")
 

@@ -324,22 +324,10 @@ class _Episode:
         self.steps.append(
             StepRecord(
                 run_id=self.run_id,
-                grid_id=self.grid.grid_id,
                 episode=self.index,
                 step=len(self.steps),
                 episode_seed=self.seed,
-                grid_size=self.grid.size,
-                density=self.grid.density,
-                variant=str(self.grid.variant),
-                grid_text=self._grid_text,
-                agent_row_col=state.agent,
-                goal_row_col=self.grid.goal,
-                has_key=state.has_key,
-                door_open=state.door_open,
-                key_row_col=self.grid.key,
-                door_row_col=self.grid.door,
-                optimal_actions=[a.name for a in sorted(self.policy.optimal_actions(state))],
-                distance_to_goal=_finite_distance(self.policy, state),
+                **state_fields(self.grid, self.policy, state, self._grid_text),
                 action=parsed.action.name if parsed.ok else None,
                 valid=parsed.ok,
                 next_agent_row_col=next_state.agent,
@@ -386,6 +374,26 @@ class _Episode:
             final_has_key=self.state.has_key,
             final_door_open=self.state.door_open,
         )
+
+
+def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str) -> dict:
+    """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent (its
+    grid, cells, key and door status, optimal actions and distance to the goal)."""
+    return dict(
+        grid_id=grid.grid_id,
+        grid_size=grid.size,
+        density=grid.density,
+        variant=str(grid.variant),
+        grid_text=grid_text,
+        agent_row_col=state.agent,
+        goal_row_col=grid.goal,
+        has_key=state.has_key,
+        door_open=state.door_open,
+        key_row_col=grid.key,
+        door_row_col=grid.door,
+        optimal_actions=[a.name for a in sorted(policy.optimal_actions(state))],
+        distance_to_goal=_finite_distance(policy, state),
+    )
 
 
 def _finite_distance(policy: OptimalPolicy, state: State) -> int:

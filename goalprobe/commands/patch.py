@@ -97,6 +97,7 @@ def command(
     from rich.table import Table
 
     from activations.agent.models import load_model
+    from goalprobe.figure_files import write_patch_heatmap
     from probes.patching.counterfactuals import (
         CounterfactualConfig,
         base_from_grid,
@@ -210,6 +211,7 @@ def command(
         "skipped_sites": dict(skipped),
     }
     paths = write_results(out, records, summary, meta)
+    paths["heatmap_html"] = write_patch_heatmap(out, summary)
 
     table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
     for column in (

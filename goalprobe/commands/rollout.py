@@ -125,6 +125,8 @@ def command(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     grid_set = read_grid_set(grids)
+    if not grid_set:
+        raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
     if server is not None:
         from activations.agent.server_backend import ServerBackend, ServerConfig
 

@@ -91,6 +91,8 @@ def command(
     """
     from rich.console import Console
 
+    from activations.run_layout import RunLayout
+    from goalprobe.figure_files import write_scoring_figures
     from probes.scoring.run_scoring import RunScoringError, ScoreConfig, score_run
 
     _choice(utility, UTILITIES, "--utility")
@@ -117,6 +119,7 @@ def command(
     except (FileNotFoundError, RunScoringError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(code=1) from err
+    summary.outputs.update(write_scoring_figures(RunLayout(run_dir), summary.belief, summary.meg))
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))
     for name, path in summary.outputs.items():

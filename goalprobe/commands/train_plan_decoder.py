@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from viewer.figures import plan_sweep_figure
+
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
     from rich.table import Table
 
     from probes.plan_decoder import PlanSweepResult
@@ -152,7 +153,7 @@ def command(
         raise typer.BadParameter(f"{err}", param_hint="--out") from err
 
     console.print(summary_table(result))
-    figure = prefix_accuracy_figure(result)
+    figure = plan_sweep_figure(result)
     figure.write_html(out / "prefix_accuracy.html", include_plotlyjs=True)
     figure.write_json(out / "prefix_accuracy.json")
     console.print(f"wrote {out}/: sweep.json, predicted_plans.h5, models/, prefix_accuracy.html")
@@ -211,96 +212,3 @@ def _at(values, n: int) -> str:
 
 def _pct(value: float) -> str:
     return "nan" if value != value else f"{100 * value:.1f}"
-
-
-def prefix_accuracy_figure(result: PlanSweepResult) -> go.Figure:
-    """Prefix accuracy against N, one panel per layer: decoders (colour: stage, dash: depth,
-    error bars: grid-bootstrap 95% CI), shuffled controls, majority plan and ``0.25^N``."""
-    import numpy as np
-    import plotly.graph_objects as go
-    from plotly.colors import qualitative
-    from plotly.subplots import make_subplots
-
-    layers = list(result.config.layers)
-    fig = make_subplots(
-        rows=1, cols=len(layers), subplot_titles=[f"layer {x}" for x in layers], shared_yaxes=True
-    )
-    colours = {s: qualitative.Plotly[i % 10] for i, s in enumerate(result.config.stages)}
-    dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
-    depths = sorted({r.decoder_layers for r in result.runs if r.decoder_layers is not None})
-    shown: set[str] = set()
-    for run in result.runs:
-        col = layers.index(run.layer) + 1
-        m = run.metrics
-        ns = np.arange(1, m.horizon + 1)
-        if run.kind == "decoder":
-            legend = f"{run.stage}, {run.decoder_layers}-layer decoder"
-            line = dict(color=colours[run.stage], dash=dashes[depths.index(run.decoder_layers) % 5])
-            error = dict(
-                type="data",
-                symmetric=False,
-                array=m.prefix_accuracy_ci[1] - m.prefix_accuracy,
-                arrayminus=m.prefix_accuracy - m.prefix_accuracy_ci[0],
-                thickness=1,
-            )
-        elif run.kind == "shuffled_control":
-            legend = f"{run.stage}, shuffled control ({run.decoder_layers}-layer)"
-            line, error = dict(color=colours[run.stage], dash="dot", width=1), None
-        else:
-            legend = f"{run.stage}, majority plan"
-            line, error = dict(color="grey", dash="dot", width=1), None
-        fig.add_trace(
-            go.Scatter(
-                x=ns,
-                y=m.prefix_accuracy,
-                error_y=error,
-                mode="lines+markers",
-                line=line,
-                name=legend,
-                legendgroup=legend,
-                showlegend=legend not in shown,
-                hovertemplate=f"{run.name}<br>N=%{{x}}<br>accuracy=%{{y:.3f}}<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-        shown.add(legend)
-    if result.runs:
-        horizon = result.runs[0].metrics.horizon
-        for col in range(1, len(layers) + 1):
-            fig.add_trace(
-                go.Scatter(
-                    x=np.arange(1, horizon + 1),
-                    y=result.runs[0].metrics.random_baseline,
-                    mode="lines",
-                    line=dict(color="black", dash="dash", width=1),
-                    name="0.25^N baseline",
-                    legendgroup="baseline",
-                    showlegend=col == 1,
-                ),
-                row=1,
-                col=col,
-            )
-    fig.update_xaxes(title_text="prefix length N", dtick=1)
-    fig.update_yaxes(title_text="prefix accuracy (test grids)", row=1, col=1)
-    fig.update_layout(
-        title="One-shot plan decoding: prefix accuracy vs N",
-        template="plotly_white",
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="right",
-                x=1.0,
-                y=1.15,
-                buttons=[
-                    dict(label="linear", method="relayout", args=[_yaxis_type(layers, "linear")]),
-                    dict(label="log", method="relayout", args=[_yaxis_type(layers, "log")]),
-                ],
-            )
-        ],
-    )
-    return fig
-
-
-def _yaxis_type(layers: list, kind: str) -> dict:
-    return {("yaxis" if i == 0 else f"yaxis{i + 1}") + ".type": kind for i in range(len(layers))}

@@ -12,6 +12,7 @@ import numpy as np
 from activations.agent.trajectories import read_run_header, read_steps
 from goalprobe.agents import AgentConfig
 from goalprobe.config import DemoConfig, PatchingConfig
+from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.stages.context import StageContext, write_json
 from probes.patching.counterfactuals import (
     CounterfactualConfig,
@@ -87,4 +88,5 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     summary = summarize(records, n_resamples=p.n_bootstrap, random_state=p.seed)
     meta["skipped_sites"] = dict(skipped)
     paths = write_results(stage_dir, records, summary, meta)
+    write_patch_heatmap(stage_dir, summary)
     return {"results": paths["results_json"]}, {"pairs": report.n_kept, "records": len(records)}

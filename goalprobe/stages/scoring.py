@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from goalprobe.config import DemoConfig
+from goalprobe.figure_files import write_scoring_figures
 from goalprobe.stages.context import StageContext
 from probes.scoring.run_scoring import ScoreConfig, score_run
 
@@ -18,7 +19,8 @@ def inputs(config: DemoConfig) -> ScoreConfig:
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run."""
     layout = context.layout
-    score_run(layout.root, config, progress=context.progress)
+    summary = score_run(layout.root, config, progress=context.progress)
+    write_scoring_figures(layout, summary.belief, summary.meg)
     outputs = {"belief": layout.belief, "meg": layout.meg}
     missing = [str(p) for p in outputs.values() if not p.is_file()]
     if missing:

@@ -4,5 +4,5 @@ Modules: :mod:`~probes.patching.counterfactuals` (pairs, no torch), :mod:`~probe
 (token positions), :mod:`~probes.patching.patch` (nnsight and TransformerLens backends),
 :mod:`~probes.patching.experiment` (the site x layers x direction sweep),
 :mod:`~probes.patching.store_source` (source values from the activation store) and
-:mod:`~probes.patching.results` (rates, bootstrap CIs, tables, heatmap).
+:mod:`~probes.patching.results` (rates, bootstrap CIs, tables).
 """

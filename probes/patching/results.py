@@ -1,4 +1,4 @@
-"""Summaries of patching records: rates with grid-cluster bootstrap CIs, tables, a heatmap.
+"""Summaries of patching records: rates with grid-cluster bootstrap CIs and tables.
 
 Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
 
@@ -14,7 +14,8 @@ Pairs drawn from one grid are not independent, so every interval is a percentile
 that resamples *grids* (clusters) and recomputes the pooled statistic
 (:func:`cluster_bootstrap_ci`). Files (:func:`write_results`): ``patch_records.csv``,
 ``patch_summary.csv``, ``patch_results.json`` (schema ``goalprobe.patching/1``: config,
-preparation report, summary, records) and ``patch_heatmap.html`` (site x layers heatmaps).
+preparation report, summary, records). The site x layers heatmap of a summary is
+:func:`viewer.figures.patching.patch_summary_figure`; the application layer writes it.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def write_results(
     summary: Sequence[SummaryRow],
     meta: dict,
 ) -> dict[str, Path]:
-    """Write the records, the summary, the JSON bundle and the heatmap into ``out_dir``.
+    """Write the records, the summary and the JSON bundle into ``out_dir``.
 
     Args:
         out_dir: output directory (created).
@@ -232,7 +233,6 @@ def write_results(
         "records_csv": out / "patch_records.csv",
         "summary_csv": out / "patch_summary.csv",
         "results_json": out / "patch_results.json",
-        "heatmap_html": out / "patch_heatmap.html",
     }
     _write_csv(paths["records_csv"], record_dicts)
     _write_csv(paths["summary_csv"], summary_dicts)
@@ -240,94 +240,4 @@ def write_results(
     paths["results_json"].write_text(
         json.dumps(_json_safe(bundle), indent=1, allow_nan=False), encoding="utf-8"
     )
-    heatmap_figure(summary).write_html(paths["heatmap_html"], include_plotlyjs=True)
     return paths
-
-
-HEATMAP_PANELS: tuple[tuple[str, str, str], ...] = (
-    ("disjoint", "action_changed_rate", "action changed (disjoint)"),
-    ("disjoint", "recovered_mean", "logit diff. recovered (disjoint)"),
-    ("control", "stable_rate", "stable (control)"),
-)
-"""``(kind, metric, title)`` of the heatmap's columns."""
-
-
-def heatmap_figure(summary: Sequence[SummaryRow], mode: str = "teacher_forced"):
-    """Site x layers heatmaps: one row per direction, one column per :data:`HEATMAP_PANELS`.
-
-    Returns:
-        a ``plotly.graph_objects.Figure``; hovering a cell shows the rate, its CI and ``n``.
-    """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = [r for r in summary if r.mode == mode]
-    directions = sorted({r.direction for r in rows}) or ["base_to_cf"]
-    sites = [s for s in _SITE_ORDER if any(r.site == s for r in rows)]
-    layers = sorted({r.layers for r in rows}, key=_layer_order)
-    titles = [f"{d}: {t}" for d in directions for _, _, t in HEATMAP_PANELS]
-    fig = make_subplots(
-        rows=len(directions),
-        cols=len(HEATMAP_PANELS),
-        subplot_titles=titles,
-        horizontal_spacing=0.06,
-        vertical_spacing=0.12,
-    )
-    index = {(r.kind, r.direction, r.site, r.layers): r for r in rows}
-    for i, direction in enumerate(directions):
-        for j, (kind, metric, _) in enumerate(HEATMAP_PANELS):
-            z, text, hover = [], [], []
-            for site in sites:
-                z_row, t_row, h_row = [], [], []
-                for layer in layers:
-                    r = index.get((kind, direction, site, layer))
-                    value = math.nan if r is None else getattr(r, metric)
-                    z_row.append(None if not math.isfinite(value) else value)
-                    t_row.append("" if not math.isfinite(value) else f"{value:.2f}")
-                    h_row.append(_hover(r, metric))
-                z.append(z_row)
-                text.append(t_row)
-                hover.append(h_row)
-            fig.add_trace(
-                go.Heatmap(
-                    z=z,
-                    x=layers,
-                    y=sites,
-                    text=text,
-                    texttemplate="%{text}",
-                    hovertext=hover,
-                    hoverinfo="text",
-                    zmin=0.0,
-                    zmax=1.0,
-                    colorscale="Viridis",
-                    showscale=(i == 0 and j == 0),
-                ),
-                row=i + 1,
-                col=j + 1,
-            )
-            fig.update_xaxes(title_text="layers", type="category", row=i + 1, col=j + 1)
-    fig.update_layout(
-        title=f"Activation patching ({mode.replace('_', ' ')})",
-        height=320 * len(directions) + 120,
-        width=420 * len(HEATMAP_PANELS),
-    )
-    return fig
-
-
-_SITE_ORDER = ("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer", "all")
-
-
-def _hover(row: SummaryRow | None, metric: str) -> str:
-    if row is None:
-        return "no runs"
-    ci = {
-        "action_changed_rate": row.action_changed_ci,
-        "stable_rate": tuple(1 - v for v in row.action_changed_ci[::-1]),
-        "recovered_mean": row.recovered_ci,
-    }[metric]
-    value = getattr(row, metric)
-    return (
-        f"{row.kind} {row.direction} site={row.site} layers={row.layers}<br>"
-        f"{metric}={value:.3f} CI [{ci[0]:.3f}, {ci[1]:.3f}]<br>"
-        f"n={row.n_runs} runs, {row.n_grids} grids"
-    )

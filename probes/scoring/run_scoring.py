@@ -90,8 +90,8 @@ those grids. ``H`` is the episodes' step budget (``horizon="episodes"``) or the 
 ``paired_true_meg``, ``paired_subjective_meg``, ``paired_difference_meg`` and their
 ``_per_decision`` forms); ``meg_grids.csv``: one row per grid.
 
-``figures/*.json``: plotly figures (``fig.to_json()``) from :mod:`probes.scoring.figures`:
-``belief_by_size.json``, ``topk.json``, ``meg.json``.
+``figures/*.json`` (``belief_by_size.json``, ``topk.json``, ``meg.json``) are drawn by
+:mod:`viewer.figures.scoring` and written by the application layer, not here.
 """
 
 from __future__ import annotations
@@ -1123,20 +1123,6 @@ def meg_grid_rows(meg: dict) -> list[dict]:
     return rows
 
 
-def _write_figures(folder: Path, belief: dict, meg: dict) -> dict[str, Path]:
-    from probes.scoring.figures import belief_figure, meg_figure, topk_figure
-
-    figures = {
-        "belief_by_size": belief_figure(belief),
-        "topk": topk_figure(belief),
-        "meg": meg_figure(meg),
-    }
-    return {
-        f"figure_{name}": _write_text(folder / f"{name}.json", fig.to_json())
-        for name, fig in figures.items()
-    }
-
-
 # --------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------
@@ -1250,5 +1236,4 @@ def score_run(run_dir: Path, config: ScoreConfig, progress: bool = False) -> Sco
             out_dir / "meg_grids.csv", meg_grid_rows(meg), MEG_GRID_COLUMNS
         ),
     }
-    outputs.update(_write_figures(out_dir / "figures", belief, meg))
     return ScoreSummary(run_dir, belief, meg, outputs, time.perf_counter() - start)
