@@ -7,6 +7,7 @@ Real uvicorn servers on 127.0.0.1, the tiny random GPT-OSS (512 positions); the 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import asdict
 
@@ -204,14 +205,10 @@ def test_malformed_json_body_is_a_400(tiny_server):
 def test_sampler_is_finite_near_temperature_zero():
     import torch
 
-    scores = torch.tensor([[3.0, 1.0, -2.0, -math_inf()], [0.5, 0.25, 0.75, 0.0]])
+    scores = torch.tensor([[3.0, 1.0, -2.0, -math.inf], [0.5, 0.25, 0.75, 0.0]])
     sampler = PerRowSampler([1, 2], 1e-30, 0.9, torch.device("cpu"))
     out = sampler(torch.zeros((2, 1), dtype=torch.long), scores)
     assert out.argmax(dim=-1).tolist() == [0, 2]  # the argmax, as greedy decoding gives
-
-
-def math_inf() -> float:
-    return float("inf")
 
 
 # -- rollouts through a faulty server ---------------------------------------------------------
@@ -316,6 +313,26 @@ def test_rollout_cli_against_a_down_server_is_one_error_line_and_exit_2(
     assert result.exit_code == 0, result.output
     assert "4 episode(s) run" in result.stderr and "0 retried" in result.stderr
     assert len(episodes(out)) == 4
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (["--api-key-env", "GOALPROBE_UNSET_KEY"], "GOALPROBE_UNSET_KEY is unset"),
+        (["--model", "/nonexistent/model-dir"], "/nonexistent/model-dir"),
+        (["--max-queue", "0"], "max-queue"),
+    ],
+)
+def test_serve_cli_errors_are_one_line_and_exit_2(options, needle, monkeypatch):
+    from goalprobe.cli import app
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # serve sets it; restored after the test
+
+    result = CliRunner().invoke(app, ["serve", "--port", "0", *options])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0]
 
 
 # -- load -------------------------------------------------------------------------------------
