@@ -91,7 +91,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    seed: int | None = None  # None: drawn from the server's seeded generator
     n: int = Field(default=1, ge=1)
     reasoning_effort: Literal["low", "medium", "high"] = "low"
     stream: bool = False
@@ -265,9 +265,13 @@ class _Batcher:
             return sampling
         return replace(sampling, seed=self.rng.getrandbits(63))
 
-    async def submit(self, messages: list[Message], sampling: SamplingConfig) -> Completion:
+    def check_room(self) -> None:
+        """Raise :class:`QueueFull` when ``max_queue`` requests are already pending."""
         if self.pending >= self.config.max_queue:
             raise QueueFull(f"{self.pending} requests are already queued")
+
+    async def submit(self, messages: list[Message], sampling: SamplingConfig) -> Completion:
+        self.check_room()
         future = asyncio.get_running_loop().create_future()
         self.pending += 1
         try:
@@ -438,6 +442,10 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
         if messages[-1].role == "assistant":
             raise _ApiError(400, "the last message must not be an assistant message", "messages")
         max_tokens = body.max_completion_tokens or body.max_tokens or config.default_max_tokens
+        try:
+            batcher.check_room()  # before tokenising: a full server does no work at all
+        except QueueFull as err:
+            raise _busy(err, config) from err
         if encoder is not None:  # limits before any compute
             max_tokens = await _fit_context(encoder, messages, body.reasoning_effort, max_tokens)
         try:
@@ -453,12 +461,7 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
         try:
             completion = await batcher.submit(messages, sampling)
         except QueueFull as err:
-            raise _ApiError(
-                503,
-                f"server busy: {err}; retry later",
-                code="queue_full",
-                headers={"Retry-After": str(config.retry_after_s)},
-            ) from err
+            raise _busy(err, config) from err
         except ValueError as err:
             raise _ApiError(400, f"cannot generate for this request: {err}") from err
         except Exception as err:  # noqa: BLE001 - reported to the client as a 500
@@ -466,6 +469,15 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
         return _response(config.model_name, completion)
 
     return app
+
+
+def _busy(err: QueueFull, config: ServeConfig) -> _ApiError:
+    return _ApiError(
+        503,
+        f"server busy: {err}; retry later",
+        code="queue_full",
+        headers={"Retry-After": str(config.retry_after_s)},
+    )
 
 
 async def _fit_context(
