@@ -265,9 +265,9 @@ def test_rollout_stops_resumably_and_resumes_without_loss_or_duplicates(
     run_rollouts(grids, client(url), config, clean, progress=False)
     out = tmp_path / "faulty.jsonl"
     stops = 0
-    with faulty_server(url, seed=11, rate=0.5, max_faults=3, hang_s=2.0) as (faulty, log):
-        for _ in range(40):  # every run gets further: each request body has 3 faults at most
-            backend = client(faulty, max_retries=0, timeout_s=1.5)
+    with faulty_server(url, seed=11, rate=0.5, max_faults=2, hang_s=1.2) as (faulty, log):
+        for _ in range(40):  # every run gets further: each request body has 2 faults at most
+            backend = client(faulty, max_retries=0, timeout_s=1.0)
             try:
                 report = run_rollouts(
                     grids, backend, config, out, progress=False, max_failed_rounds=1
