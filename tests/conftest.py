@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner, Result
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["server_fixtures"]
 
 
 @pytest.fixture
