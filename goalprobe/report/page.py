@@ -167,8 +167,8 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         stages=stages,
         demo_config=demo_config,
         headline=table(
-            ("finding", "value [95% CI]", "baseline"),
-            [(r.finding, r.value, r.baseline) for r in headline],
+            ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
+            [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
         )
         if headline
         else Box("not_run", "no stage produced a headline figure yet"),
