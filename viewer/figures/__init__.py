@@ -33,6 +33,7 @@ from viewer.figures.behaviour import (
     iso_accuracy_figure,
 )
 from viewer.figures.episodes import episode_timeline_figure
+from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
 from viewer.figures.plans import plan_strip_figure, plan_sweep_figure, prefix_accuracy_figure
@@ -57,6 +58,7 @@ from viewer.figures.style import (
 )
 
 __all__ = [
+    "learning_curve_figure",
     "ACTION_ARROWS",
     "CELL_COLOURS",
     "CELL_SYMBOLS",
