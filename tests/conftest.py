@@ -14,6 +14,18 @@ from typer.testing import CliRunner, Result
 pytest_plugins: list[str] = ["server_fixtures"]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Every test runs torch on one thread: the tiny models are fastest that way, and the CI
+    machine is a shared 2-core box where intra-op threads only add contention."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def goalprobe_cli() -> Callable[..., Result]:
     """Run the real ``goalprobe`` command line in-process: ``goalprobe_cli("grids", "--out",
