@@ -8,7 +8,7 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig, DistanceConfig
 from goalprobe.stages.context import StageContext
-from goalprobe.stages.probes import estimator_params, sweep, training_device
+from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
 from probes.distance import GoalDistanceRegressor
 
 
@@ -36,7 +36,7 @@ def run(context: StageContext, config: DistanceInput, stage_dir: Path):
             family=family, **estimator_params(d.training, config.device, d.seed, context.progress)
         )
         name = f"distance_{family}"
-        for where, store, out, path in (
+        for where, store, out, path in targets(
             ("main", layout.store, stage_dir, layout.distance_sweep(name)),
             ("probing", layout.probing_store, layout.probing_distance,
              layout.probing_distance_sweep(name)),

@@ -115,7 +115,7 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
                 **estimator_params(p.training, config.device, p.seed, context.progress),
             )
             name = f"cell_{kind}_{family}"
-            for where, store, out, path in (
+            for where, store, out, path in targets(
                 ("main", layout.store, stage_dir, layout.probe_sweep(name)),
                 ("probing", layout.probing_store, layout.probing_probes,
                  layout.probing_probe_sweep(name)),
@@ -131,6 +131,8 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
                             "accuracy_no_padding"
                         ]["value"],
                     }
+    if not layout.probing_store.is_file():
+        return outputs, summary
     kind, family = (
         HEADLINE_PROBE
         if HEADLINE_PROBE in {(k, f) for k in p.types for f in p.families}
@@ -142,6 +144,14 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
     curve = probing_learning_curve(context, estimator, p, config.points)
     outputs["learning_curve"] = write_json(layout.learning_curve, curve)
     return outputs, summary
+
+
+def targets(*candidates: tuple[str, Path, Path, Path]):
+    """The ``(where, store, out, table)`` sweep targets whose store exists (the probing set is
+    absent when its stage did not run; the main store always has to be there)."""
+    for candidate in candidates:
+        if candidate[0] == "main" or candidate[1].is_file():
+            yield candidate
 
 
 def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, points: int):
