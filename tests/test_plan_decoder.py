@@ -536,4 +536,6 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     _, summary = distance.run(
         context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
     )
-    assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(iter(summary["main_linear"]))
+    assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(
+        iter(summary["main_linear"])
+    )
