@@ -6,10 +6,15 @@ every test sees the same session-scoped models, runs and servers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
 from typer.testing import CliRunner, Result
+
+# as the CLI does (goalprobe.cli.main): OpenMP threads that busy-wait collapse on a shared CPU;
+# set before any test module imports torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 pytest_plugins: list[str] = ["server_fixtures"]
 
