@@ -697,3 +697,29 @@ def test_only_the_viewer_figures_draw():
                         if drawing.search(fh.read()):
                             wrong.append(os.path.relpath(path, root))
     assert wrong == []
+
+
+def test_a_folder_of_runs_is_served_with_an_agent_picker(run_dir, tmp_path):
+    from viewer.app import create_multi_run_app
+    from viewer.data import find_runs
+
+    parent = tmp_path / "agents"
+    parent.mkdir()
+    for name in ("agent-a", "agent-b"):
+        (parent / name).symlink_to(run_dir, target_is_directory=True)
+    (parent / "notes").mkdir()  # not a run: ignored
+    assert list(find_runs(parent)) == ["agent-a", "agent-b"]
+    assert list(find_runs(run_dir)) == [run_dir.name]
+    server, apps = create_multi_run_app(parent)
+    assert set(apps) == {"agent-a", "agent-b"}
+    client = server.test_client()
+    root = client.get("/")
+    assert root.status_code == 302 and root.headers["Location"].endswith("/agent-a/")
+    assert client.get("/agent-b/").status_code == 200
+    layout = client.get("/agent-b/_dash-layout").get_data(as_text=True)
+    assert "gp-agents" in layout and "agent-a" in layout
+    current = json.loads(layout)["props"]["children"][3]["props"]["children"][2]
+    links = current["props"]["children"][1:]
+    assert [x["props"]["className"] for x in links] == ["", "current"]
+    with pytest.raises(FileNotFoundError):
+        create_multi_run_app(parent / "notes")

@@ -507,6 +507,7 @@ def create_app(
     server=True,
     url_base_pathname: str | None = None,
     agents: Mapping[str, str] | None = None,
+    name: str | None = None,
 ) -> dash.Dash:
     """Build the viewer app over ``run_dir`` (nothing is served until ``app.run``).
 
@@ -516,6 +517,7 @@ def create_app(
             server (:func:`create_multi_run_app`).
         url_base_pathname: where the app lives on that server (``/`` by default).
         agents: run name -> URL of every run served beside this one (a link bar in the header).
+        name: this run's name among ``agents`` (default: the run directory's name).
 
     Returns:
         the ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
@@ -542,7 +544,7 @@ def create_app(
                 [
                     html.H1("goalprobe · cognitive-map viewer"),
                     html.Span(f"{run_label} · {len(run.episodes)} episodes", className="gp-run"),
-                    _agent_links(agents, run.root.name),
+                    _agent_links(agents, name or run.root.name),
                 ],
                 className="gp-header",
             ),
@@ -605,7 +607,9 @@ def create_multi_run_app(parent: str | Path):
     server = flask.Flask(__name__)
     hrefs = {name: f"/{name}/" for name in runs}
     apps = {
-        name: create_app(path, server=server, url_base_pathname=hrefs[name], agents=hrefs)
+        name: create_app(
+            path, server=server, url_base_pathname=hrefs[name], agents=hrefs, name=name
+        )
         for name, path in runs.items()
     }
     first = hrefs[next(iter(runs))]
