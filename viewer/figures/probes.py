@@ -13,13 +13,14 @@ from viewer.figures.style import (
 )
 
 BASELINES: dict[str, tuple[str, str]] = {
-    "majority": ("majority class per cell", "#1f2933"),
-    "prior_size": ("prior by grid size", "#e76f51"),
-    "prior_size_density": ("prior by size and density", "#7b2cbf"),
+    "majority": ("majority class per cell", "#000000"),
+    "prior_size": ("prior by grid size", "#ff006e"),
+    "prior_size_density": ("prior by size and density", "#00b4d8"),
     "shuffled": ("same probe, shuffled labels", "#868e96"),
 }
 """Controls a probe sweep computes (``probes.probe_sweep`` ``controls``; the keys of
-``metrics.models``) that every accuracy chart draws: model key -> (legend label, colour)."""
+``metrics.models``) that every accuracy chart draws: model key -> (legend label, colour; none
+of them a bar colour)."""
 
 
 def baseline_values(models: Mapping, metric: str) -> dict[str, float]:
