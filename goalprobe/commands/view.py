@@ -78,14 +78,19 @@ def command(
     trajectory, and compare the true grid with the decoded map of any probe (stage, layer,
     family), the optimal actions on both, the decoded plan against the executed moves, the
     reasoning text and the step's patching results. A run directory that lacks some artefacts
-    still opens and lists what is missing. With --export FILE.html, writes a self-contained page
+    still opens and lists what is missing. A folder of run directories (one per agent) serves
+    each at /NAME/ with links between them. With --export FILE.html, writes a self-contained page
     of the selected episodes to share like a figure, and exits.
     """
     from rich.console import Console
 
-    from viewer.data import RunData, UnknownKeyError
+    from viewer.data import RunData, UnknownKeyError, find_runs
 
     console = Console(stderr=True)
+    runs = find_runs(run_dir)
+    if export is None and len(runs) > 0 and run_dir.name not in runs:
+        _serve_runs(run_dir, runs, host, port, console)
+        return
     run = RunData(run_dir)
     for missing in run.missing:
         console.print(f"[yellow]missing[/yellow] {missing}")
@@ -118,3 +123,20 @@ def command(
         f"files, {len(run.plan_sources)} plan runs; serving http://{host}:{port}/ (Ctrl+C stops)"
     )
     app.run(host=host, port=port, debug=False)
+
+
+def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
+    """Serve every run under ``parent`` (one per agent) on one server."""
+    from viewer.app import create_multi_run_app
+
+    if not _is_loopback(host):
+        console.print(
+            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the runs' data) "
+            "reachable from other machines"
+        )
+    server, _ = create_multi_run_app(parent)
+    console.print(
+        f"goalprobe viewer: {len(runs)} runs ({', '.join(runs)}); serving http://{host}:{port}/ "
+        "(Ctrl+C stops)"
+    )
+    server.run(host=host, port=port, debug=False)
