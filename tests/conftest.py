@@ -6,4 +6,4 @@ every test sees the same session-scoped models, runs and servers.
 
 from __future__ import annotations
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["gptoss_fixtures"]
