@@ -182,19 +182,21 @@ def tiny_model(tokenizer, seed: int = 0):
     return GptOssForCausalLM(config).eval()
 
 
-def build(directory: str | Path, *, seed: int = 0) -> Path:
+def build(directory: str | Path, *, seed: int = 0):
     """Build the model directory: tokenizer + tiny random model in ``directory``, and
     ``directory/tiktoken/o200k_base.tiktoken`` (point ``TIKTOKEN_ENCODINGS_BASE`` there).
 
     Returns:
-        ``directory`` as a Path.
+        ``(tokenizer, model)``, the objects just saved (loading them back from ``directory``
+        with ``AutoTokenizer`` / ``AutoModelForCausalLM`` gives equal ones).
     """
     directory = Path(directory)
     tiktoken_file = write_tiktoken_file(directory / "tiktoken")
     tokenizer = build_fast_tokenizer(tiktoken_file)
     tokenizer.save_pretrained(directory)
-    tiny_model(tokenizer, seed).save_pretrained(directory)
-    return directory
+    model = tiny_model(tokenizer, seed)
+    model.save_pretrained(directory)
+    return tokenizer, model
 
 
 def main() -> None:
@@ -202,9 +204,9 @@ def main() -> None:
     parser.add_argument("directory", type=Path, help="where to write the model directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     args = parser.parse_args()
-    directory = build(args.directory, seed=args.seed)
-    print(f"{directory}: o200k_harmony tokenizer + tiny random GptOssForCausalLM")
-    print(f"TIKTOKEN_ENCODINGS_BASE={directory / 'tiktoken'}")
+    build(args.directory, seed=args.seed)
+    print(f"{args.directory}: o200k_harmony tokenizer + tiny random GptOssForCausalLM")
+    print(f"TIKTOKEN_ENCODINGS_BASE={args.directory / 'tiktoken'}")
 
 
 if __name__ == "__main__":

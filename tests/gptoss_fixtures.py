@@ -3,15 +3,17 @@
 ``scripts/gptoss_tokenizer.py`` writes OpenAI's ``o200k_base.tiktoken`` (decoded from the
 ``quicktok-v1`` package, sha256 checked), converts it to a fast tokenizer with GPT-OSS's special
 tokens and saves a tiny random ``GptOssForCausalLM`` beside it: a model directory every
-goalprobe command accepts. openai-harmony loads the same vocabulary offline from that directory
-(``TIKTOKEN_ENCODINGS_BASE``), so its rendering and encoding are the reference the toolkit's
-are compared with. Nothing here touches the network.
+goalprobe command accepts (``--model DIR``). openai-harmony loads the same vocabulary offline
+from that directory (``TIKTOKEN_ENCODINGS_BASE``), so its rendering and encoding are the
+reference the toolkit's are compared with. Nothing here touches the network.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,25 +28,40 @@ def gptoss_script():
     return module
 
 
-@pytest.fixture(scope="session")
-def gptoss_dir(tmp_path_factory) -> Path:
-    """A model directory: o200k_harmony ``tokenizer.json`` + a tiny random GPT-OSS, and
-    ``tiktoken/o200k_base.tiktoken`` for openai-harmony."""
-    return gptoss_script().build(tmp_path_factory.mktemp("gptoss-o200k"))
+@dataclass(frozen=True)
+class GptOssTiny:
+    """The built model directory and the tokenizer and model saved in it."""
+
+    directory: Path
+    tokenizer: Any
+    model: Any
 
 
 @pytest.fixture(scope="session")
-def gptoss_loaded(gptoss_dir):
-    """The directory loaded the way every goalprobe command loads a model (CPU, fp32)."""
-    from activations.agent.models import load_model
-
-    return load_model(str(gptoss_dir), device="cpu", dtype="float32")
+def gptoss_tiny(tmp_path_factory) -> GptOssTiny:
+    """Build once: o200k_harmony ``tokenizer.json`` + a tiny random GPT-OSS in a model
+    directory, and ``tiktoken/o200k_base.tiktoken`` for openai-harmony."""
+    directory = tmp_path_factory.mktemp("gptoss-o200k")
+    tokenizer, model = gptoss_script().build(directory)
+    return GptOssTiny(directory, tokenizer, model)
 
 
 @pytest.fixture(scope="session")
-def o200k_tokenizer(gptoss_loaded):
-    """GPT-OSS's tokenizer as transformers loads it from the model directory."""
-    return gptoss_loaded.tokenizer
+def gptoss_dir(gptoss_tiny) -> Path:
+    """The model directory (what ``--model`` is given)."""
+    return gptoss_tiny.directory
+
+
+@pytest.fixture(scope="session")
+def o200k_tokenizer(gptoss_tiny):
+    """GPT-OSS's tokenizer (a ``PreTrainedTokenizerFast``)."""
+    return gptoss_tiny.tokenizer
+
+
+@pytest.fixture(scope="session")
+def gptoss_model(gptoss_tiny):
+    """The tiny random ``GptOssForCausalLM`` (fp32, CPU, eval mode)."""
+    return gptoss_tiny.model
 
 
 @pytest.fixture(scope="session")

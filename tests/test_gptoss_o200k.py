@@ -328,3 +328,142 @@ def test_changed_cells_site_finds_exactly_the_moved_cells(o200k_tokenizer):
                     [int(side.token_ids[side.grid.cell_positions[r, c]])]
                 )
                 assert piece.strip() == SYMBOLS[CellType(types[r, c])]
+
+
+# ----------------------------------------------------------------------------- the pipeline
+
+
+def _grids(n_grids: int = 2, size: int = 7):
+    return [
+        generate_grid(size, 0.5, np.random.default_rng(s), grid_id=f"o200k-{s}", min_distance=2)
+        for s in range(n_grids)
+    ]
+
+
+def test_rollout_with_the_random_model_records_invalid_steps(
+    gptoss_model, o200k_tokenizer, tmp_path
+):
+    from activations.agent.local_backend import LocalBackend
+    from activations.agent.rollout import RolloutConfig, run_rollouts
+    from activations.agent.trajectories import read_trajectories
+
+    backend = LocalBackend(gptoss_model, o200k_tokenizer)
+    grids = _grids()
+    config = RolloutConfig(
+        episodes_per_grid=1, horizon_steps=2, retries=1, batch_size=2, max_new_tokens=3,
+        temperature=1.0, top_p=1.0, seed=3,
+    )  # fmt: skip
+    report = run_rollouts(grids, backend, config, tmp_path / "traj.jsonl", progress=False)
+    assert report.episodes_run == len(grids)
+    episodes = list(read_trajectories(tmp_path / "traj.jsonl"))
+    assert sorted(e.summary.grid_id for e in episodes) == sorted(g.grid_id for g in grids)
+    special = HarmonyTokenIds.from_tokenizer(o200k_tokenizer)
+    for episode in episodes:
+        assert episode.summary.length == 2 == len(episode.steps)  # nothing dropped
+        assert episode.summary.invalid_steps == 2 and episode.summary.end_reason == "horizon"
+        for step in episode.steps:
+            assert not step.valid and step.action is None and "invalid" in step.flags
+            assert step.attempts == 2 and 0 < len(step.generated_token_ids) <= 3
+            prompt = step.prompt_token_ids
+            messages = build_messages(step.grid_text, variant="plain", has_key=False)
+            assert prompt == _ids(o200k_tokenizer, render_prompt(messages, "low"))
+            assert find_anchors(prompt, special).pre_reasoning[2] == len(prompt) - 1
+
+
+def test_extract_rows_equal_a_plain_forward_hook(gptoss_model, o200k_tokenizer, tmp_path):
+    from test_extract import OracleBackend
+
+    from activations.agent.rollout import RolloutConfig, run_rollouts
+    from activations.agent.trajectories import read_steps
+    from activations.capture import make_capture
+    from activations.extract import ExtractConfig, extract
+    from activations.store import ActivationStore
+
+    traj = tmp_path / "traj.jsonl"
+    config = RolloutConfig(episodes_per_grid=1, horizon_steps=2, retries=0, batch_size=4)
+    run_rollouts(_grids(), OracleBackend(o200k_tokenizer), config, traj, progress=False)
+    steps = list(read_steps(traj))
+    layers = (0, 1)
+    capture = make_capture("nnsight", gptoss_model, o200k_tokenizer)
+    extract_config = ExtractConfig(layers=layers, grid_cells=True, batch_size=3, rows_per_part=4)
+    report = extract(
+        traj, tmp_path / "acts.h5", capture, o200k_tokenizer, extract_config, model_id="o200k"
+    )
+    assert report.rows == len(steps) == 4
+    special = HarmonyTokenIds.from_tokenizer(o200k_tokenizer)
+    with ActivationStore(tmp_path / "acts.h5") as store:
+        pre, post = store.positions("pre_reasoning"), store.positions("post_reasoning")
+        has_reasoning = np.asarray([bool(s.reasoning) for s in steps])
+        assert np.array_equal(store.present("post_reasoning"), has_reasoning)
+        assert has_reasoning.any()
+        cells = store.positions("grid_cells")
+        labels = store.labels()
+        for i, step in enumerate(steps):
+            ids = [*step.prompt_token_ids, *step.generated_token_ids]
+            anchor = [special.end, special.start, special.assistant]
+            assert [ids[p] for p in pre[i]] == anchor
+            hidden = {}
+            handles = [
+                gptoss_model.model.layers[x].register_forward_hook(
+                    lambda m, a, o, x=x, h=hidden: h.__setitem__(
+                        x, o[0] if isinstance(o, tuple) else o
+                    )
+                )
+                for x in layers
+            ]
+            try:
+                with torch.inference_mode():
+                    gptoss_model.model(torch.tensor([ids]))  # the blocks, no 201,088-way head
+            finally:
+                for h in handles:
+                    h.remove()
+            for layer in layers:
+                for stage, pos, here in (
+                    ("pre_reasoning", pre, True),
+                    ("post_reasoning", post, has_reasoning[i]),
+                ):
+                    if here:
+                        want = hidden[layer][0, pos[i]].numpy().astype(np.float16)
+                        got = store.read(stage, layer, [i])[0]
+                        np.testing.assert_allclose(
+                            got.astype(np.float32), want.astype(np.float32), atol=2e-3, rtol=2e-3
+                        )
+            kinds = labels["cell_types"][i].reshape(-1)
+            for flat, kind in enumerate(kinds):
+                if kind != CellType.PADDING:
+                    piece = o200k_tokenizer.decode([step.prompt_token_ids[cells[i, flat]]])
+                    assert piece.strip() == SYMBOLS[CellType(kind)]
+
+
+def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
+    from probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs, run_patching
+    from probes.patching.patch import NNsightBackend
+
+    config = CounterfactualConfig(moves=("agent", "goal"), disjoint_per_move=1, control_per_move=0)
+    pairs = build_counterfactuals([base_from_grid(g) for g in _grids()], config)[:2]
+    sites = ("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer")
+    patch_config = PatchConfig(
+        sites=sites, layers=("1",), directions=("base_to_cf",), reasoning="oracle",
+        require_optimal=False, max_new_tokens=4, batch_size=8,
+    )  # fmt: skip
+    backend = NNsightBackend(gptoss_model, o200k_tokenizer)
+    context = PatchingContext(gptoss_model, o200k_tokenizer, backend, patch_config)
+    items, report = prepare_pairs(pairs, context)
+    assert report.n_kept == len(pairs) == 2 and not report.dropped
+    records, _ = run_patching(items, context)
+    assert len(records) == len(pairs) * len(sites)
+    for item in items:
+        seq = item.base.sequence
+        assert o200k_tokenizer.decode(seq.token_ids[seq.anchors.post_reasoning[2] + 1 :]) == (
+            '<|channel|>final<|message|>{"action": "'
+        )
+    for record in records:
+        expected = {"changed_cells": 2, "pre_reasoning": 3, "post_reasoning": 3, "answer": 1}
+        if record.site in expected:
+            assert record.n_positions == expected[record.site]
+        else:
+            assert record.n_positions > 7 * 7
+        assert (
+            np.isclose(sum(record.patched_probs), 1.0)
+            and record.patched_action in Action.__members__
+        )
