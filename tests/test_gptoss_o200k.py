@@ -12,6 +12,8 @@ script's plan on the model directory.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -370,18 +372,29 @@ def test_rollout_with_the_random_model_records_invalid_steps(
             assert find_anchors(prompt, special).pre_reasoning[2] == len(prompt) - 1
 
 
-def test_extract_rows_equal_a_plain_forward_hook(gptoss_model, o200k_tokenizer, tmp_path):
+@pytest.fixture(scope="module")
+def oracle_trajectories(o200k_tokenizer, tmp_path_factory) -> Path:
+    """Trajectories of a scripted agent that reasons and answers as GPT-OSS-20B would, in
+    o200k token ids (some steps without reasoning or without a valid answer)."""
     from test_extract import OracleBackend
 
     from activations.agent.rollout import RolloutConfig, run_rollouts
+
+    traj = tmp_path_factory.mktemp("o200k-traj") / "traj.jsonl"
+    config = RolloutConfig(episodes_per_grid=1, horizon_steps=2, retries=0, batch_size=4)
+    run_rollouts(_grids(), OracleBackend(o200k_tokenizer), config, traj, progress=False)
+    return traj
+
+
+def test_extract_rows_equal_a_plain_forward_hook(
+    gptoss_model, o200k_tokenizer, oracle_trajectories, tmp_path
+):
     from activations.agent.trajectories import read_steps
     from activations.capture import make_capture
     from activations.extract import ExtractConfig, extract
     from activations.store import ActivationStore
 
-    traj = tmp_path / "traj.jsonl"
-    config = RolloutConfig(episodes_per_grid=1, horizon_steps=2, retries=0, batch_size=4)
-    run_rollouts(_grids(), OracleBackend(o200k_tokenizer), config, traj, progress=False)
+    traj = oracle_trajectories
     steps = list(read_steps(traj))
     layers = (0, 1)
     capture = make_capture("nnsight", gptoss_model, o200k_tokenizer)
@@ -467,3 +480,62 @@ def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
             np.isclose(sum(record.patched_probs), 1.0)
             and record.patched_action in Action.__members__
         )
+
+
+def _extraction_script():
+    spec = importlib.util.spec_from_file_location(
+        "extract_gptoss20b", ROOT / "scripts" / "extract_gptoss20b.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_extraction_script_plans_for_a_local_model_dir(
+    gptoss_dir, gptoss_model, oracle_trajectories, tmp_path, capsys
+):
+    from activations.agent.trajectories import read_steps
+
+    script = _extraction_script()
+    args = [str(oracle_trajectories), "--out", str(tmp_path / "a.h5"), "--dry-run"]
+    script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80"])
+    plan = json.loads(capsys.readouterr().out)
+    lengths = [
+        len(s.prompt_token_ids) + len(s.generated_token_ids)
+        for s in read_steps(oracle_trajectories)
+    ]
+    n_params = sum(p.numel() for p in gptoss_model.parameters())
+    assert plan["model"] == str(gptoss_dir) and plan["n_params"] == n_params
+    assert plan["layers"] == [0, 1] and plan["d_model"] == 16  # the tiny model's 2 blocks
+    assert plan["steps"] == len(lengths) and plan["tokens_per_step_max"] == max(lengths)
+    assert plan["weights"] == "bf16 (dequantised)" and plan["weights_gb"] == n_params * 2 / 1e9
+    assert plan["batch_size"] == 64 and plan["estimated_peak_gb"] < 1
+    assert not (tmp_path / "a.h5").exists()  # a dry run loads and writes nothing
+    # GPT-OSS-20B's own plan (no directory: the built-in shape) on the same steps
+    script.main([*args, "--gpu-memory-gb", "80"])
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["layers"] == [7, 15, 23] and plan["weights_gb"] == 41.8
+    with pytest.raises(SystemExit, match="outside the model's 2 blocks"):
+        script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80", "--layers", "2"])
+    with pytest.raises(SystemExit, match="no config.json"):
+        script.main([*args, "--model", str(tmp_path), "--gpu-memory-gb", "80"])
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_random_o200k_model(gptoss_dir, o200k_tokenizer, tmp_path):
+    """``goalprobe demo --scale tiny --model DIR``: numbers meaningless, pipeline exercised."""
+    from typer.testing import CliRunner
+
+    from activations.agent.models import load_tokenizer
+    from goalprobe.cli import app
+
+    loaded = load_tokenizer(str(gptoss_dir))  # the saved tokenizer is the built one
+    text = render_prompt(build_messages(render(_grids(1)[0]), variant="plain", has_key=False))
+    assert _ids(loaded, text) == _ids(o200k_tokenizer, text) and len(loaded) == 201_088
+    run_dir = tmp_path / "run"
+    args = ["demo", "--scale", "tiny", "--model", str(gptoss_dir), "--run-dir", str(run_dir)]
+    result = CliRunner().invoke(app, [*args, "--no-progress"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Headline results" in result.output
+    assert (run_dir / "report.html").is_file()
+    assert (run_dir / "activations" / "activations.h5").is_file()
