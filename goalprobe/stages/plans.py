@@ -9,7 +9,7 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig, PlansConfig
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.probes import training_device
+from goalprobe.stages.probes import stages_with_rows, training_device
 from probes.plan_decoder import PlanDecoder, PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
 
@@ -33,7 +33,7 @@ def run(context: StageContext, config: PlansInput, stage_dir: Path):
     layout, p = context.layout, config.plans
     loader = StorePlanLoader(layout.store)
     sweep_config = PlanSweepConfig(
-        stages=tuple(loader.stages),
+        stages=stages_with_rows(context, tuple(loader.stages)),
         layers=tuple(loader.layers),
         decoder_layers=p.decoder_layers,
         control_decoder_layers=p.control_layers,

@@ -49,6 +49,21 @@ def estimator_params(training: ProbeTraining, device: str, seed: int, progress: 
     )
 
 
+def stages_with_rows(context: StageContext, stages: tuple[str, ...]) -> tuple[str, ...]:
+    """The stored stages that some row holds: an agent that never closes a reasoning message
+    (a random model) has no post-reasoning rows, and that stage is then left out, saying so."""
+    from activations.store import ActivationStore
+
+    with ActivationStore(context.layout.store) as store:
+        kept = tuple(s for s in stages if store.present(s).any())
+    for stage in sorted(set(stages) - set(kept)):
+        if context.say is not None:
+            context.say(f"no step holds the {stage} anchor (no reasoning was written); skipped")
+    if not kept:
+        raise ValueError(f"{context.layout.store}: no row holds any stage of {stages}")
+    return kept
+
+
 def sweep(
     context: StageContext,
     target: str,
@@ -64,7 +79,7 @@ def sweep(
     loader = StoreProbeLoader(context.layout.store)
     config = ProbeSweepConfig(
         target=target,
-        stages=tuple(loader.stages),
+        stages=stages_with_rows(context, tuple(loader.stages)),
         layers=tuple(loader.layers),
         test_fraction=test_fraction,
         controls=True,
