@@ -442,7 +442,7 @@ def extract(
     Args:
         trajectories: trajectory JSONL (``goalprobe rollout``).
         output: the store to write (see :mod:`activations.store.schema`).
-        capture: a :class:`~activations.capture.base.CaptureBackend` around the model that
+        capture: a :class:`~activations.capture.base.ResidualBackend` around the model that
             generated the trajectories.
         tokenizer: its tokenizer (harmony token ids; grid-cell offsets).
         config: what to extract.

@@ -13,12 +13,16 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
+                                                  states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
-    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes
-    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors
+    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
+    RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
+    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
+    RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
-    RUN/scoring/belief.json, meg.json (+ csv, figures/)           belief scoring and MEG
+    RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
     RUN/report.html                               the self-contained report
 
 Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
@@ -60,12 +64,20 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
+        Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
+        Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
         Artefact(
             "activation store", "activations/activations.h5", "activations", "goalprobe extract"
         ),
         Artefact("probe models", "probes/models", "probes", "goalprobe train-probe"),
         Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
         Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),
+        Artefact("probing-set probes", "probes/probing", "probes", "goalprobe train-probe"),
+        Artefact(
+            "learning curve", "probes/probing/learning_curve.json", "probes", "goalprobe demo"
+        ),
+        Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -78,8 +90,10 @@ ARTEFACTS: dict[str, Artefact] = {
         ),
         Artefact("patching results", "patching/patch_results.json", "patching", "goalprobe patch"),
         Artefact("patching records", "patching/patch_records.csv", "patching", "goalprobe patch"),
+        Artefact("patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"),
         Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
         Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
+        Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
         Artefact("report", "report.html", "report", "goalprobe demo"),
     )
 }
@@ -181,6 +195,48 @@ class RunLayout:
     # -- representations --------------------------------------------------------------------------
 
     @property
+    def probing_grids(self) -> Path:
+        """The probing set's grids (disjoint from the behaviour grids)."""
+        return self.path("probing grid set")
+
+    @property
+    def probing_states(self) -> Path:
+        """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
+        return self.path("probing states")
+
+    @property
+    def probing_store(self) -> Path:
+        """Pre-reasoning anchors of every probing state."""
+        return self.path("probing store")
+
+    @property
+    def probing_probes(self) -> Path:
+        """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
+        return self.path("probing-set probes")
+
+    def probing_probe_sweep(self, name: str) -> Path:
+        """``probes/probing/<name>.json``."""
+        return self.probing_probes / f"{name}.json"
+
+    def probing_probe_sweeps(self) -> list[Path]:
+        """The probing-set cell-probe tables present (``probes/probing/cell_*.json``), sorted."""
+        return sorted(self.probing_probes.glob("cell_*.json"))
+
+    @property
+    def learning_curve(self) -> Path:
+        """The headline probe's learning curve on the probing set."""
+        return self.path("learning curve")
+
+    @property
+    def probing_distance(self) -> Path:
+        """Goal-distance regressors fit on the probing set: tables and ``models/``."""
+        return self.path("probing-set distance")
+
+    def probing_distance_sweep(self, name: str) -> Path:
+        """``distance/probing/<name>.json``."""
+        return self.probing_distance / f"{name}.json"
+
+    @property
     def store(self) -> Path:
         """The activation store."""
         return self.path("activation store")
@@ -200,9 +256,22 @@ class RunLayout:
         """Cell-type probe sweep tables."""
         return self.path("probe sweeps")
 
+    def decoded_map(self, name: str) -> Path:
+        """``probes/decoded/<name>.h5``: the decoded maps of one probe run (``name`` with or
+        without the ``.h5`` suffix)."""
+        return self.decoded_dir / (name if name.endswith(".h5") else f"{name}.h5")
+
     def probe_sweep(self, name: str) -> Path:
         """``probes/sweeps/<name>.json``."""
         return self.probe_sweeps / f"{name}.json"
+
+    def cell_probe_sweeps(self) -> list[Path]:
+        """The cell-type probe sweep tables present (``probes/sweeps/cell_*.json``), sorted."""
+        return sorted(self.probe_sweeps.glob("cell_*.json"))
+
+    def decoded_maps(self) -> list[Path]:
+        """The decoded-map files present (``probes/decoded/*.h5``), sorted."""
+        return sorted(self.decoded_dir.glob("*.h5"))
 
     @property
     def distance_models(self) -> Path:
@@ -217,6 +286,10 @@ class RunLayout:
     def distance_sweep(self, name: str) -> Path:
         """``distance/sweeps/<name>.json``."""
         return self.distance_sweeps / f"{name}.json"
+
+    def distance_sweep_files(self) -> list[Path]:
+        """The goal-distance sweep tables present (``distance/sweeps/*.json``), sorted."""
+        return sorted(self.distance_sweeps.glob("*.json"))
 
     @property
     def plan_sweep(self) -> Path:
@@ -249,6 +322,11 @@ class RunLayout:
         return self.path("patching records")
 
     @property
+    def patch_heatmap(self) -> Path:
+        """Site x layers heatmaps of the patching summary (self-contained HTML)."""
+        return self.path("patching heatmap")
+
+    @property
     def patching_dir(self) -> Path:
         """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
         return self.patch_results.parent
@@ -266,9 +344,33 @@ class RunLayout:
         return self.path("belief scoring")
 
     @property
+    def belief_csv(self) -> Path:
+        """Policy against decoded belief, long format (CSV)."""
+        return self.scoring_dir / "belief.csv"
+
+    @property
     def meg(self) -> Path:
         """MEG on the true and the decoded grids (JSON)."""
         return self.path("MEG scoring")
+
+    @property
+    def meg_csv(self) -> Path:
+        """MEG aggregates, long format (CSV)."""
+        return self.scoring_dir / "meg.csv"
+
+    @property
+    def meg_grids_csv(self) -> Path:
+        """MEG per grid (CSV)."""
+        return self.scoring_dir / "meg_grids.csv"
+
+    @property
+    def scoring_figures(self) -> Path:
+        """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
+        return self.path("scoring figures")
+
+    def scoring_figure(self, name: str) -> Path:
+        """``scoring/figures/<name>.json``."""
+        return self.scoring_figures / f"{name}.json"
 
     @property
     def report(self) -> Path:

@@ -3,16 +3,75 @@
 Each verb lives in ``goalprobe/commands/<verb>.py`` as a function ``command`` with typer
 annotations; heavy libraries (torch, transformers, h5py) are imported inside that function so
 that ``goalprobe --help`` stays fast.
+
+Errors: every verb runs under :class:`OneLineErrors`, the one place that turns a usage error or
+one of the project's errors (a bad file, a bad value, a missing input) into the single line
+``error: <what, where>`` on stderr and exit code 2. A bug (any other exception) still shows its
+traceback; ``GOALPROBE_TRACEBACK=1`` shows the traceback of the project's errors too.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+from activations.agent.models import HubUnavailableError
+
+EXIT_USER_ERROR = 2
+"""Exit code of every usage error and every error in the user's input (click's own code)."""
+
+USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, HubUnavailableError)
+"""What counts as an error in the user's input: missing, unreadable, foreign or malformed
+files (``OSError``; the project's format errors subclass ``ValueError``), bad values, and a
+model that is not available offline."""
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (newlines and runs of spaces collapsed)."""
+    return " ".join(message.split())
+
+
+class OneLineErrors(TyperGroup):
+    """The ``goalprobe`` command group, whose errors are one line and exit code 2."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(130)
+        except typer.TyperException as err:  # click's usage errors (typer vendors click)
+            self._fail(err.format_message(), err)
+        except USER_ERRORS as err:
+            self._fail(str(err) or type(err).__name__, err)
+        # click returns an Exit's code (and a verb's return value, always None here)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    @staticmethod
+    def _fail(message: str, err: BaseException) -> None:
+        if os.environ.get("GOALPROBE_TRACEBACK"):
+            raise err
+        if not message.strip():  # e.g. no arguments at all: the help was already printed
+            sys.exit(EXIT_USER_ERROR)
+        typer.echo(f"error: {one_line(message)}", err=True)
+        sys.exit(EXIT_USER_ERROR)
+
 
 app = typer.Typer(
     name="goalprobe",
+    cls=OneLineErrors,
     help="Measure the goal-directedness of LLM agents: grid-world behaviour, residual-stream "
     "probes, activation patching and MEG.",
     no_args_is_help=True,
@@ -24,6 +83,7 @@ app = typer.Typer(
 VERBS: dict[str, str] = {
     "grids": "grids",
     "rollout": "rollout",
+    "states": "states",
     "serve": "serve",
     "extract": "extract",
     "merge": "merge",

@@ -119,16 +119,33 @@ LOWER_IS_BETTER: frozenset[str] = frozenset({"mae", "rmse", "agent_manhattan", "
 """Metrics where a smaller value is better (selectivity is then baseline minus probe)."""
 
 
-def _selectivity(samples: Mapping[str, dict], reference: str, baselines, boot) -> dict:
+def selectivity(
+    samples: Mapping[str, dict],
+    reference: str,
+    baselines,
+    boot: GridBootstrap,
+    lower_is_better: frozenset[str] = LOWER_IS_BETTER,
+) -> dict:
     """Per metric: the reference's advantage over the strongest baseline (the one with the best
-    point value), with the paired grid-bootstrap interval, and whether it excludes 0."""
+    point value), with the paired grid-bootstrap interval, and whether it excludes 0.
+
+    Args:
+        samples: model -> metric -> ``(1 + B,)`` samples under the draws of ``boot``.
+        reference: the model whose advantage is reported.
+        baselines: the models it must beat.
+        boot: the shared draws.
+        lower_is_better: metrics where the advantage is baseline minus reference.
+
+    Returns:
+        metric -> ``{value, ci_low, ci_high, baseline, above_baseline}``.
+    """
     out = {}
     for metric, ref in samples[reference].items():
         present = [b for b in baselines if b in samples and metric in samples[b]]
         defined = [b for b in present if np.isfinite(samples[b][metric][0])]
         if not defined or not np.isfinite(ref[0]):
             continue
-        lower = metric in LOWER_IS_BETTER
+        lower = metric in lower_is_better
         pick = min if lower else max
         strongest = pick(defined, key=lambda b: float(samples[b][metric][0]))
         diff = samples[strongest][metric] - ref if lower else ref - samples[strongest][metric]
@@ -174,7 +191,7 @@ def _evaluate(
             if name != reference
         }
         if baselines:
-            out["selectivity"] = _selectivity(samples, reference, baselines, boot)
+            out["selectivity"] = selectivity(samples, reference, baselines, boot)
     return out
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from activations.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
+from activations.stats import GridBootstrap, safe_ratio
 
 N_PLAN_CLASSES = N_ACTIONS + 1
 """Classes a decoder predicts per step: the four actions and ``PLAN_END``."""
@@ -228,44 +229,24 @@ def prefix_hits(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
     return np.cumprod(match, axis=1).astype(bool)
 
 
-def _grid_codes(grid_ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.asarray(grid_ids)
-    if ids.shape != (n,):
-        raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
-    uniques, codes = np.unique(ids, return_inverse=True)
-    return uniques, codes
-
-
-def _grid_sums(pred: np.ndarray, tgt: np.ndarray, codes: np.ndarray, n_grids: int) -> dict:
+def _grid_sums(pred: np.ndarray, tgt: np.ndarray, boot: GridBootstrap) -> dict:
     """Per-grid sums from which every metric is a ratio (or a histogram median)."""
     horizon = tgt.shape[1]
     hits = prefix_hits(pred, tgt)
     true_len = plan_lengths(tgt)
     pred_len = plan_lengths(canonical_plans(pred))
     long_enough = true_len[:, None] >= np.arange(1, horizon + 1)[None, :]
-
-    def add(values: np.ndarray) -> np.ndarray:
-        values = values.astype(np.float64)
-        out = np.zeros((n_grids, *values.shape[1:]))
-        np.add.at(out, codes, values)
-        return out
-
     abs_err = np.abs(pred_len - true_len)
     return {
-        "n": add(np.ones(len(tgt))),
-        "hits": add(hits),
-        "hits_long": add(hits & long_enough),
-        "n_long": add(long_enough),
-        "exact": add(pred_len == true_len),
-        "pred_len": add(pred_len),
-        "true_len": add(true_len),
-        "err_hist": add(np.eye(horizon + 1)[abs_err]),
+        "n": boot.grid_sums(np.ones(len(tgt))),
+        "hits": boot.grid_sums(hits),
+        "hits_long": boot.grid_sums(hits & long_enough),
+        "n_long": boot.grid_sums(long_enough),
+        "exact": boot.grid_sums(pred_len == true_len),
+        "pred_len": boot.grid_sums(pred_len),
+        "true_len": boot.grid_sums(true_len),
+        "err_hist": boot.grid_sums(np.eye(horizon + 1)[abs_err]),
     }
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
 def _hist_median(hist: np.ndarray) -> np.ndarray:
@@ -280,21 +261,21 @@ def _hist_median(hist: np.ndarray) -> np.ndarray:
     return np.where(total > 0, (lo + hi) / 2.0, np.nan)
 
 
-def _statistics(sums: dict, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Metrics from per-grid sums weighted by grid multiplicities ``weights (..., G)``."""
+def _statistics(sums: dict, boot: GridBootstrap) -> dict[str, np.ndarray]:
+    """``(1 + B, ...)`` metrics from per-grid sums under every draw of ``boot`` (row 0: the
+    sample itself)."""
 
     def w(key: str) -> np.ndarray:
-        s = sums[key]
-        return np.tensordot(weights, s, axes=([-1], [0]))
+        return boot.resample(sums[key])
 
     n = w("n")
     return {
-        "prefix_accuracy": _ratio(w("hits"), n[..., None]),
-        "prefix_accuracy_min_length": _ratio(w("hits_long"), w("n_long")),
-        "exact_length_match": _ratio(w("exact"), n),
-        "mean_predicted_length": _ratio(w("pred_len"), n),
-        "mean_true_length": _ratio(w("true_len"), n),
-        "length_bias": _ratio(w("pred_len") - w("true_len"), n),
+        "prefix_accuracy": safe_ratio(w("hits"), n[..., None]),
+        "prefix_accuracy_min_length": safe_ratio(w("hits_long"), w("n_long")),
+        "exact_length_match": safe_ratio(w("exact"), n),
+        "mean_predicted_length": safe_ratio(w("pred_len"), n),
+        "mean_true_length": safe_ratio(w("true_len"), n),
+        "length_bias": safe_ratio(w("pred_len") - w("true_len"), n),
         "median_abs_length_error": _hist_median(w("err_hist")),
     }
 
@@ -384,20 +365,6 @@ SCALAR_METRICS = (
 """Names of the scalar length metrics of :class:`PlanMetrics`."""
 
 
-def _percentile_interval(samples: np.ndarray, confidence_level: float) -> np.ndarray:
-    """``(2, ...)`` percentile interval over axis 0, ignoring resamples where the statistic is
-    undefined (``nan``: an empty subset); ``nan`` where every resample is undefined."""
-    alpha = (1.0 - confidence_level) / 2.0
-    flat = samples.reshape(samples.shape[0], -1)
-    defined = ~np.isnan(flat).all(axis=0)
-    out = np.full((2, flat.shape[1]), np.nan)
-    if defined.any():
-        cols = flat[:, defined]
-        out[0, defined] = np.nanquantile(cols, alpha, axis=0)
-        out[1, defined] = np.nanquantile(cols, 1.0 - alpha, axis=0)
-    return out.reshape(2, *samples.shape[1:])
-
-
 def plan_metrics(
     predicted: np.ndarray,
     target: np.ndarray,
@@ -425,18 +392,17 @@ def plan_metrics(
         raise ValueError("plan_metrics needs at least one example")
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
-    uniques, codes = _grid_codes(grid_ids, len(tgt))
-    n_grids = len(uniques)
-    sums = _grid_sums(np.asarray(predicted), tgt, codes, n_grids)
-    point = _statistics(sums, np.ones(n_grids))
-
-    if n_bootstrap > 0 and n_grids >= 2:
-        rng = np.random.default_rng(random_state)
-        weights = rng.multinomial(n_grids, np.full(n_grids, 1.0 / n_grids), size=n_bootstrap)
-        boot = _statistics(sums, weights.astype(np.float64))
-        ci = {k: _percentile_interval(v, confidence_level) for k, v in boot.items()}
-    else:
-        ci = {k: np.full((2, *np.shape(v)), np.nan) for k, v in point.items()}
+    ids = np.asarray(grid_ids)
+    if ids.shape != (len(tgt),):
+        raise ValueError(f"grid_ids must have shape ({len(tgt)},), got {ids.shape}")
+    boot = GridBootstrap.from_grid_ids(
+        ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=random_state
+    )
+    n_grids = boot.n_grids
+    sums = _grid_sums(np.asarray(predicted), tgt, boot)
+    samples = _statistics(sums, boot)
+    point = {k: v[0] for k, v in samples.items()}
+    ci = {k: boot.interval(v) for k, v in samples.items()}
 
     horizon = tgt.shape[1]
     scalars = {}

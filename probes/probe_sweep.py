@@ -192,7 +192,7 @@ def _run_name(config: ProbeSweepConfig, estimator, stage: str, layer: int) -> st
     return f"{config.target}_{kind}_{family}{size}_{stage}_L{layer}"
 
 
-def _fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: np.ndarray):
+def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: np.ndarray):
     """Fit the probe (and controls) on ``train`` positions; score on ``test`` positions."""
     tr, te = data.subset(train), data.subset(test)
     if config.target == "cell_type":
@@ -309,7 +309,7 @@ def run_probe_sweep(
                     f"{name}: the split left {len(train)} train / {len(test)} test rows"
                 )
             say(f"{name}: fitting on {len(train)} rows, testing on {len(test)}")
-            probe, metrics, test_output, te = _fit_and_score(config, estimator, data, train, test)
+            probe, metrics, test_output, te = fit_and_score(config, estimator, data, train, test)
             run = {
                 "name": name,
                 "stage": stage,

@@ -1,4 +1,5 @@
-"""Persistence of fitted probes (safetensors + JSON card) and of decoded maps (HDF5).
+"""Persistence of fitted probes and plan decoders (safetensors + JSON card), of decoded maps and
+of predicted plans (HDF5).
 
 Fitted probe: ``<stem>.safetensors`` holds every array of the fitted state (module weights,
 standardisation, classes); ``<stem>.json`` is the card: estimator class, hyperparameters, fitted
@@ -11,21 +12,52 @@ file attributes ``schema`` (``"goalprobe.decoded_maps"``), ``schema_version``, `
 ``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
 (see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
 
-This module imports torch and the estimators lazily, so reading decoded maps needs neither.
+Plan decoder (:class:`probes.plan_decoder.PlanDecoder`): ``<stem>.safetensors`` holds the
+network weights (``network.*``) and the input standardisation (``input_mean``, ``input_scale``),
+with ``schema`` / ``schema_version`` in its metadata; ``<stem>.json`` is its card
+(:func:`save_plan_decoder`): hyperparameters, fitted scalars and history, plan tokens, metrics
+and provenance (store, stage, layer, kind, split).
+
+Predicted plans: an HDF5 file with one group ``runs/<run>`` per decoder run
+(:func:`write_predicted_plans`), read by the viewer.
+
+This module imports torch and the estimators lazily, so reading decoded maps or predicted plans
+needs neither.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+
+from probes.plan_metrics import PLAN_TOKENS, validate_plans
 
 CARD_SCHEMA = "goalprobe.probe_card"
 CARD_SCHEMA_VERSION = 1
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 DECODED_MAPS_SCHEMA_VERSION = 1
+PLAN_CARD_SCHEMA = "goalprobe.plan_decoder"
+"""``schema`` field of a plan-decoder JSON card and safetensors metadata."""
+PLAN_CARD_SCHEMA_VERSION = 1
+"""Version of the plan-decoder card / safetensors layout; bumped on any incompatible change."""
+PREDICTED_PLANS_SCHEMA = "goalprobe.predicted_plans"
+"""``schema`` attribute of a predicted-plans HDF5 file."""
+PREDICTED_PLANS_SCHEMA_VERSION = 1
+"""Version of the predicted-plans HDF5 layout."""
+SPLIT_NAMES: tuple[str, ...] = ("train", "validation", "test")
+"""Meaning of the ``split`` codes 0, 1, 2 in predicted-plans files."""
+RENAMED_PLAN_DECODER_PARAMS: dict[str, str] = {
+    "lr": "learning_rate",
+    "patience": "n_iter_no_change",
+}
+"""Hyperparameter names of plan-decoder cards written before the decoder took the probes'
+scikit-learn names, and their names now (same meaning; such cards still load)."""
 
 
 @dataclass(frozen=True)
@@ -299,3 +331,243 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
     return DecodedMaps(
         probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Plan decoders
+
+
+def save_plan_decoder(
+    decoder,
+    path: str | Path,
+    *,
+    metrics: dict | None = None,
+    provenance: dict | None = None,
+) -> Path:
+    """Write a fitted plan decoder as ``<path>`` (safetensors) plus its card (suffix ``.json``).
+
+    Args:
+        decoder: a fitted :class:`probes.plan_decoder.PlanDecoder`.
+        path: the ``.safetensors`` file to write.
+        metrics: JSON-ready evaluation results to record in the card.
+        provenance: where the training data came from (store file, stage, layer, split).
+
+    Returns:
+        The card's path.
+    """
+    import torch
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"{path}: a plan decoder is saved to a .safetensors file")
+    tensors, fitted = decoder._fitted_state()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: np.ascontiguousarray(v) for k, v in tensors.items()},
+        str(path),
+        metadata={"schema": PLAN_CARD_SCHEMA, "schema_version": str(PLAN_CARD_SCHEMA_VERSION)},
+    )
+    card = {
+        "schema": PLAN_CARD_SCHEMA,
+        "schema_version": PLAN_CARD_SCHEMA_VERSION,
+        "estimator": f"{type(decoder).__module__}.{type(decoder).__name__}",
+        "weights_file": path.name,
+        "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": {"goalprobe": _version("goalprobe"), "torch": torch.__version__},
+        "hyperparameters": decoder.get_params(deep=False),
+        "fitted": fitted,
+        "tokens": PLAN_TOKENS,
+        "metrics": metrics or {},
+        "provenance": provenance or {},
+    }
+    card_path = path.with_suffix(".json")
+    card_path.write_text(json.dumps(_json_ready(card), indent=2, allow_nan=False) + "\n")
+    return card_path
+
+
+def read_plan_decoder_card(path: str | Path) -> dict:
+    """Read and check a plan-decoder JSON card (``path``: the card or its ``.safetensors``)."""
+    path = Path(path).with_suffix(".json")
+    if not path.exists():
+        raise FileNotFoundError(f"no plan-decoder card at {path}")
+    try:
+        card = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
+    if card.get("schema") != PLAN_CARD_SCHEMA:
+        raise ValueError(f"{path}: schema {card.get('schema')!r} is not {PLAN_CARD_SCHEMA!r}")
+    if card.get("schema_version") != PLAN_CARD_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {card.get('schema_version')!r} is not supported "
+            f"(this goalprobe reads {PLAN_CARD_SCHEMA_VERSION})"
+        )
+    for key in ("hyperparameters", "fitted"):
+        if key not in card:
+            raise ValueError(f"{path}: field {key!r} is missing")
+    return card
+
+
+def load_plan_decoder(path: str | Path, *, device: str | None = None):
+    """Rebuild a decoder written by :func:`save_plan_decoder`; it predicts as the saved one.
+
+    Args:
+        path: the ``.safetensors`` file (its card is the same path with suffix ``.json``).
+        device: overrides the saved ``device`` hyperparameter (e.g. ``"cpu"``).
+
+    Returns:
+        A fitted :class:`probes.plan_decoder.PlanDecoder`.
+    """
+    from safetensors.numpy import load_file
+
+    from probes.plan_decoder import PlanDecoder
+
+    path = Path(path)
+    card = read_plan_decoder_card(path)
+    params = {RENAMED_PLAN_DECODER_PARAMS.get(k, k): v for k, v in card["hyperparameters"].items()}
+    if device is not None:
+        params["device"] = device
+    decoder = PlanDecoder(**params)
+    try:
+        decoder._restore(load_file(str(path)), card["fitted"])
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err
+    return decoder
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Predicted plans (for the viewer)
+
+
+@dataclass(frozen=True, eq=False)
+class PredictedPlans:
+    """One run's predicted plans as stored in HDF5.
+
+    Attributes:
+        plans: ``(N, T)`` int8 predicted plans (plan format).
+        row_ids: ``(N,)`` int64 rows of the activation store they were predicted for.
+        split: ``(N,)`` int8 codes into :data:`SPLIT_NAMES`, or None when not recorded.
+        card: the decoder card (hyperparameters, metrics, provenance).
+    """
+
+    plans: np.ndarray
+    row_ids: np.ndarray
+    split: np.ndarray | None
+    card: dict
+
+
+def write_predicted_plans(
+    path: str | Path,
+    run_name: str,
+    plans: np.ndarray,
+    row_ids: np.ndarray,
+    *,
+    card: dict,
+    split: np.ndarray | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Add one run's predicted plans to an HDF5 file (created when missing).
+
+    Layout: file attributes ``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names``
+    (JSON); group ``runs/<run_name>`` with datasets ``plans (N, T) int8``, ``row_ids (N,)
+    int64``, optional ``split (N,) int8``, and attributes ``card`` (JSON), ``horizon``.
+
+    Args:
+        path: the ``.h5`` file.
+        run_name: group name under ``runs/`` (may contain ``/``), e.g. ``"post/layer15/decoder2"``.
+        plans: ``(N, T)`` predicted plans.
+        row_ids: ``(N,)`` int store rows.
+        card: JSON-ready card of the decoder that produced them.
+        split: ``(N,)`` optional split codes (0 train, 1 validation, 2 test).
+        overwrite: replace an existing run of that name instead of raising.
+    """
+    import h5py
+
+    plans = validate_plans(plans, name=f"plans of run {run_name!r}")
+    row_ids = np.asarray(row_ids)
+    if row_ids.shape != (len(plans),) or not np.issubdtype(row_ids.dtype, np.integer):
+        raise ValueError(
+            f"row_ids must be ({len(plans)},) integers, got {row_ids.shape} {row_ids.dtype}"
+        )
+    if split is not None:
+        split = np.asarray(split)
+        if split.shape != (len(plans),) or ((split < 0) | (split >= len(SPLIT_NAMES))).any():
+            raise ValueError(f"split must be ({len(plans)},) codes in 0..{len(SPLIT_NAMES) - 1}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "a") as f:
+        if "schema" in f.attrs:
+            _check_plans_file(f, path)
+        else:
+            f.attrs["schema"] = PREDICTED_PLANS_SCHEMA
+            f.attrs["schema_version"] = PREDICTED_PLANS_SCHEMA_VERSION
+            f.attrs["tokens"] = json.dumps(PLAN_TOKENS)
+            f.attrs["split_names"] = json.dumps(list(SPLIT_NAMES))
+        name = f"runs/{run_name}"
+        if name in f:
+            if not overwrite:
+                raise ValueError(f"{path}: run {run_name!r} already exists (pass overwrite=True)")
+            del f[name]
+        group = f.create_group(name)
+        group.create_dataset("plans", data=plans, dtype=np.int8)
+        group.create_dataset("row_ids", data=row_ids.astype(np.int64))
+        if split is not None:
+            group.create_dataset("split", data=split.astype(np.int8))
+        group.attrs["card"] = json.dumps(card, allow_nan=False)
+        group.attrs["horizon"] = plans.shape[1]
+
+
+def _check_plans_file(f, path: Path) -> None:
+    if f.attrs.get("schema") != PREDICTED_PLANS_SCHEMA:
+        raise ValueError(
+            f"{path}: schema {f.attrs.get('schema')!r} is not {PREDICTED_PLANS_SCHEMA!r}"
+        )
+    if int(f.attrs.get("schema_version", -1)) != PREDICTED_PLANS_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {f.attrs.get('schema_version')!r} is not supported "
+            f"(this goalprobe reads {PREDICTED_PLANS_SCHEMA_VERSION})"
+        )
+
+
+def list_predicted_plan_runs(path: str | Path) -> list[str]:
+    """Names of the runs in a predicted-plans HDF5 file, sorted."""
+    import h5py
+
+    path = Path(path)
+    names: list[str] = []
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        if "runs" in f:
+            f["runs"].visititems(
+                lambda name, obj: (
+                    names.append(name) if isinstance(obj, h5py.Group) and "plans" in obj else None
+                )
+            )
+    return sorted(names)
+
+
+def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
+    """Read one run written by :func:`write_predicted_plans`."""
+    import h5py
+
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        name = f"runs/{run_name}"
+        if name not in f:
+            raise KeyError(f"{path}: no run {run_name!r}")
+        group = f[name]
+        return PredictedPlans(
+            plans=group["plans"][()].astype(np.int8),
+            row_ids=group["row_ids"][()].astype(np.int64),
+            split=group["split"][()].astype(np.int8) if "split" in group else None,
+            card=json.loads(group.attrs["card"]),
+        )

@@ -2,14 +2,17 @@
 
 The loop trains any module on minibatches of *examples* with a per-element weighted loss,
 AdamW, optional early stopping on a validation split (carved from the training grids by the
-caller) and an optional progress bar. The best validation state is restored at the end.
+caller) and an optional progress bar. The best validation state is restored at the end. The
+cell probes, the distance regressor and the plan decoder all train with it.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 import torch
@@ -17,7 +20,13 @@ from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 BatchLoss = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
-"""Maps sorted example positions to ``(sum of weighted losses, sum of weights)``."""
+"""Maps a batch of example positions to ``(sum of weighted losses, sum of weights)``."""
+
+Batching = Literal["slices", "even"]
+"""How an epoch's permutation becomes minibatches: ``"slices"``, consecutive ``batch_size``
+slices (the last one shorter), positions sorted within a batch (cheap gathers); ``"even"``,
+``ceil(n / batch_size)`` batches of near-equal size (:func:`numpy.array_split`), positions in
+permutation order."""
 
 
 def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
@@ -111,6 +120,8 @@ def train_module(
     rng: np.random.Generator,
     progress: bool,
     description: str,
+    batching: Batching = "slices",
+    fused: bool = True,
 ) -> tuple[list[dict], int]:
     """Train ``module`` in place with AdamW on shuffled minibatches of examples.
 
@@ -127,19 +138,31 @@ def train_module(
         tol: minimum decrease of the validation loss that counts as an improvement.
         rng: numpy generator for the epoch permutations.
         progress: show tqdm bars.
-        description: label of the progress bar.
+        description: label of the progress bar (and of the divergence error).
+        batching: see :data:`Batching`.
+        fused: use PyTorch's fused AdamW kernel; False keeps the default implementation
+            (the two round differently, so an estimator keeps the one its results were
+            computed with).
 
     Returns:
         ``(history, best_epoch)``: one dict per epoch (``epoch``, ``train_loss``,
         ``validation_loss`` (None without validation), ``seconds``), and the 1-based epoch whose
         state was kept.
+
+    Raises:
+        FloatingPointError: a training or validation loss is not finite (training diverged).
     """
     if max_epochs < 1:
         raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if batching not in ("slices", "even"):
+        raise ValueError(f"batching must be 'slices' or 'even', got {batching!r}")
     optimiser = torch.optim.AdamW(
-        module.parameters(), lr=learning_rate, weight_decay=weight_decay, fused=True
+        module.parameters(),
+        lr=learning_rate,
+        weight_decay=weight_decay,
+        **({"fused": True} if fused else {}),
     )
     history: list[dict] = []
     best_loss = np.inf
@@ -152,9 +175,15 @@ def train_module(
         module.train()
         order = rng.permutation(n_examples)
         total, weight = 0.0, 0.0
-        starts = range(0, n_examples, batch_size)
-        for start in tqdm(starts, desc=f"epoch {epoch}", disable=not progress, leave=False):
-            loss_sum, weight_sum = batch_loss(np.sort(order[start : start + batch_size]))
+        if batching == "even":
+            batches = np.array_split(order, max(1, math.ceil(n_examples / batch_size)))
+        else:
+            batches = [
+                np.sort(order[start : start + batch_size])
+                for start in range(0, n_examples, batch_size)
+            ]
+        for positions in tqdm(batches, desc=f"epoch {epoch}", disable=not progress, leave=False):
+            loss_sum, weight_sum = batch_loss(positions)
             if float(weight_sum) <= 0:
                 continue
             optimiser.zero_grad(set_to_none=True)
@@ -167,6 +196,13 @@ def train_module(
         if validation_loss is not None:
             module.eval()
             val_loss = float(validation_loss())
+        if (weight > 0 and not math.isfinite(train_loss)) or (
+            val_loss is not None and not math.isfinite(val_loss)
+        ):
+            raise FloatingPointError(
+                f"{description}: training diverged at epoch {epoch} (train loss {train_loss}, "
+                f"validation loss {val_loss}); lower the learning rate (now {learning_rate})"
+            )
         history.append(
             {
                 "epoch": epoch,

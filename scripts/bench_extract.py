@@ -176,7 +176,7 @@ def main() -> None:
 
     from activations.agent.harmony import HarmonyTokenIds
     from activations.agent.trajectories import read_steps, read_trajectories
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.extract import (
         ExtractConfig,
         compute_rows,
@@ -218,7 +218,8 @@ def main() -> None:
             first += len(episode.steps)
         for backend in ("hooks", "nnsight", "transformer_lens"):
             target = copy.deepcopy(model) if backend == "transformer_lens" else model
-            capture = make_capture(backend, target, tokenizer)
+            options = {"copy_model": False} if backend == "transformer_lens" else {}
+            capture = make_backend(backend, target, tokenizer, **options)
             jobs[(label, backend, "capture")] = lambda c=capture, r=rows, k=config: compute_rows(
                 r, c, k, pad_id
             )

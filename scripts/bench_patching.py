@@ -8,7 +8,8 @@ Figures:
 
 1. clean forward passes per second (one sequence, residual stream captured at every site);
 2. patched forward passes per second, per site and backend, batched (``--batch-size`` copies of
-   the target per pass): nnsight with its prefix KV cache, nnsight without it, TransformerLens;
+   the target per pass): nnsight and plain hooks with their prefix KV cache, nnsight without
+   it, TransformerLens;
 3. the whole experiment (``prepare_pairs`` + ``run_patching``): pairs and patched runs per second.
 
 Usage::
@@ -66,6 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from activations.capture import Patch, make_backend
     from activations.gridworld.generator import generate_grid
     from probes.patching.counterfactuals import (
         CounterfactualConfig,
@@ -78,7 +80,6 @@ def main() -> None:
         prepare_pairs,
         run_patching,
     )
-    from probes.patching.patch import NNsightBackend, Patch, TransformerLensBackend
     from probes.patching.sites import DEFAULT_SITES, site_positions
 
     model, tokenizer, description = load_agent()
@@ -104,8 +105,8 @@ def main() -> None:
         require_optimal=False,
         batch_size=args.batch_size,
     )
-    nnsight_backend = NNsightBackend(model, tokenizer)
-    context = PatchingContext(model, tokenizer, nnsight_backend, config)
+    nnsight_backend = make_backend("nnsight", model, tokenizer)
+    context = PatchingContext(nnsight_backend, config)
     start = time.perf_counter()
     prepared, _ = prepare_pairs(pairs, context)
     prepare_s = time.perf_counter() - start
@@ -126,8 +127,9 @@ def main() -> None:
     # 2. patched forwards per site
     backends = {
         "nnsight (prefix cache)": nnsight_backend,
-        "nnsight (full pass)": NNsightBackend(model, tokenizer, prefix_cache=False),
-        "transformer_lens": TransformerLensBackend(model, tokenizer),
+        "nnsight (full pass)": make_backend("nnsight", model, tokenizer, prefix_cache=False),
+        "hooks (prefix cache)": make_backend("hooks", model, tokenizer),
+        "transformer_lens": make_backend("transformer_lens", model, tokenizer),
     }
     print(f"\npatched forward passes per second (batch {args.batch_size}, one layer each):")
     header = f"{'site':<16}" + "".join(f"{name:>26}" for name in backends)

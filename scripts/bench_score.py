@@ -22,7 +22,8 @@ from pathlib import Path
 from bench_viewer import build
 
 from activations.agent.trajectories import read_trajectories
-from probes.scoring.run_scoring import ScoreConfig, score_run
+from goalprobe.scoring import score_run
+from probes.scoring.config import ScoreConfig
 
 
 def main() -> None:

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.extract import ExtractConfig, extract
 
     model_id = args.model
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(model_id, **load).eval()
     print(f"loaded {model_id}: {torch.cuda.memory_allocated() / 1e9:.1f} GB allocated")
-    capture = make_capture(
+    capture = make_backend(
         "nnsight", model, tokenizer, model_id=args.model, revision=args.revision or None
     )
     config = ExtractConfig(

@@ -6,4 +6,35 @@ every test sees the same session-scoped models, runs and servers.
 
 from __future__ import annotations
 
-pytest_plugins: list[str] = ["gptoss_fixtures"]
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner, Result
+
+pytest_plugins: list[str] = ["gptoss_fixtures", "server_fixtures"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Every test runs torch on one thread: the tiny models are fastest that way, and the CI
+    machine is a shared 2-core box where intra-op threads only add contention."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def goalprobe_cli() -> Callable[..., Result]:
+    """Run the real ``goalprobe`` command line in-process: ``goalprobe_cli("grids", "--out",
+    path)`` returns click's ``Result`` (``exit_code``, ``output`` with stderr included)."""
+    from goalprobe.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: object) -> Result:
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke

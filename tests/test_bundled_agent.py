@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_gpt_oss
+from transformers import GptOssForCausalLM
 
 from activations.agent.backend import SamplingConfig
 from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
@@ -147,15 +148,7 @@ def test_training_examples_are_consistent():
 
 def test_shared_prefix_loss_equals_full_loss():
     tokenizer = build_tokenizer()
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    model = GptOssForCausalLM(config).eval()
+    model = tiny_gpt_oss(tokenizer).eval()
     examples = sample_batch_examples(
         TrainingDataConfig(sizes=(5,), size_weights=(1.0,)), 3, np.random.default_rng(0)
     )
@@ -183,7 +176,7 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
     what the coordinates alone predict. The test pins the probe machinery on a real model; the
     finding itself is reported, not asserted.
     """
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.capture.base import TokenBatch
     from activations.gridworld.generator import generate_grid
     from activations.gridworld.text import padded_cell_types
@@ -208,7 +201,7 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
         labels.append(padded_cell_types(grid, initial_state(grid))[:n, :n])
     layer = model.config.num_hidden_layers // 2
     batch = TokenBatch.from_sequences(sequences, positions, pad_id=tokenizer.pad_token_id)
-    acts = make_capture("hooks", model, tokenizer).capture(batch, [layer])[layer].float().numpy()
+    acts = make_backend("hooks", model, tokenizer).capture(batch, [layer])[layer].float().numpy()
     labels = np.stack(labels).astype(np.uint8)
     train, test = np.arange(n_train), np.arange(n_train, n_grids)  # one state per grid
 

@@ -1,4 +1,5 @@
-"""Capture backends (nnsight, TransformerLens, plain hooks) on a tiny random GPT-OSS."""
+"""Residual-stream backends (nnsight, TransformerLens, plain hooks) on a tiny random GPT-OSS:
+capture for extraction, and the clean and patched runs of the patching experiment."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
+from agent_fixtures import tiny_gpt_oss as shared_tiny_gpt_oss
 
 from activations.agent.harmony import (
     HarmonyTokenIds,
@@ -20,20 +23,11 @@ from activations.agent.harmony import (
     render_prompt,
 )
 from activations.agent.tokenizer import build_tokenizer
-from activations.capture import TokenBatch, make_capture
-from activations.capture.base import decoder_layers_path, get_submodule_path
+from activations.capture import BACKENDS, Patch, TokenBatch, make_backend
+from activations.capture.base import ResidualBackend, decoder_layers_path, get_submodule_path
 from activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
 
 LAYERS = [0, 2]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # the CI machine is a shared 2-core box: intra-op threads only add contention
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -43,25 +37,10 @@ def tokenizer():
 
 def tiny_gpt_oss(tokenizer, seed: int = 0, dtype=torch.float32):
     """A random 4-block GPT-OSS (MoE, sinks, alternating sliding/full attention)."""
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=16,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    torch.manual_seed(seed)
-    return GptOssForCausalLM(config).eval().to(dtype)
+    return shared_tiny_gpt_oss(
+        tokenizer, layers=4, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
+        sliding_window=16, max_positions=1024, seed=seed,
+    ).eval().to(dtype)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +108,14 @@ def test_token_batch_pads_right_and_checks_positions():
 @pytest.mark.parametrize("backend", ["hooks", "nnsight", "transformer_lens"])
 def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, batch, backend):
     reference = solo_reference(model, batch)
-    # the TransformerLens bridge rewrites its model in place, so it gets its own copy
+    # the TransformerLens bridge rewrites the model it wraps: here our own copy, so that the
+    # counter watches the modules that run
     target = copy.deepcopy(model) if backend == "transformer_lens" else model
-    capture = make_capture(backend, target, tokenizer)
+    options = {"copy_model": False} if backend == "transformer_lens" else {}
+    capture = make_backend(backend, target, tokenizer, **options)
+    # the shared prompt prefix runs once per backend (its KV cache is then reused by every
+    # batch and every patch), through every block: warm it before counting
+    capture.capture(batch, LAYERS)
     counter = CallCounter(later_modules(target))
     try:
         got = capture.capture(batch, LAYERS)
@@ -145,17 +129,37 @@ def test_backends_agree_with_unpadded_forward_and_stop_early(model, tokenizer, b
         capture.capture(batch, [4])
 
 
+@pytest.mark.parametrize("backend", ["hooks", "nnsight"])
+def test_the_shared_prefix_runs_once_and_changes_nothing(model, tokenizer, batch, backend):
+    """The rows' shared system and developer prefix runs once and the batch continues from its
+    KV cache: the same activations as whole sequences, to float tolerance."""
+    assert ResidualBackend.shared_prefix_length(batch) >= 16
+    cached = make_backend(backend, model, tokenizer)
+    whole = make_backend(backend, model, tokenizer, prefix_cache=False)
+    assert cached.prefix_cache and not whole.prefix_cache
+    got, reference = cached.capture(batch, LAYERS), whole.capture(batch, LAYERS)
+    for layer in LAYERS:
+        torch.testing.assert_close(got[layer], reference[layer], rtol=1e-5, atol=1e-5)
+    assert cached._cached_prefix is not None and whole._cached_prefix is None
+    # rows that share nothing before a read position run whole
+    early = TokenBatch.from_sequences(
+        [batch.input_ids[0, :30].tolist()] * 2, [[0, 1], [2, 3]], pad_id=0
+    )
+    assert ResidualBackend.shared_prefix_length(early) == 0
+
+
 def test_hooks_and_nnsight_are_bitwise_equal_on_the_same_batch(model, tokenizer, batch):
-    hooks = make_capture("hooks", model, tokenizer).capture(batch, LAYERS)
-    traced = make_capture("nnsight", model, tokenizer).capture(batch, LAYERS)
+    hooks = make_backend("hooks", model, tokenizer).capture(batch, LAYERS)
+    traced = make_backend("nnsight", model, tokenizer).capture(batch, LAYERS)
     for layer in LAYERS:
         assert torch.equal(hooks[layer], traced[layer])
 
 
 def test_nnsight_remote_simulation_agrees(model, tokenizer, batch):
-    # serialises the trace like a real NDIF request and runs it with local modules hidden
-    hooks = make_capture("hooks", model, tokenizer).capture(batch, LAYERS)
-    simulated = make_capture("nnsight", model, tokenizer, remote="local").capture(batch, LAYERS)
+    # serialises the trace like a real NDIF request and runs it with local modules hidden (a
+    # remote trace runs whole sequences: no KV cache leaves the host)
+    hooks = make_backend("hooks", model, tokenizer, prefix_cache=False).capture(batch, LAYERS)
+    simulated = make_backend("nnsight", model, tokenizer, remote="local").capture(batch, LAYERS)
     for layer in LAYERS:
         torch.testing.assert_close(simulated[layer], hooks[layer], rtol=0, atol=0)
 
@@ -236,7 +240,7 @@ def test_nnsight_remote_sends_the_trace_to_ndif(model, tokenizer, batch):
 
     server = FakeNdif()
     try:
-        capture = make_capture(
+        capture = make_backend(
             "nnsight",
             model,
             tokenizer,
@@ -274,8 +278,8 @@ def test_bfloat16_batch_matches_float32_loosely(tokenizer, batch):
     # bf16 is what GPU runs use; the capture path casts nothing itself
     model32 = tiny_gpt_oss(tokenizer, seed=1)
     model16 = copy.deepcopy(model32).to(torch.bfloat16)
-    a = make_capture("hooks", model32, tokenizer).capture(batch, LAYERS)
-    b = make_capture("nnsight", model16, tokenizer).capture(batch, LAYERS)
+    a = make_backend("hooks", model32, tokenizer).capture(batch, LAYERS)
+    b = make_backend("nnsight", model16, tokenizer).capture(batch, LAYERS)
     for layer in LAYERS:
         assert b[layer].dtype == torch.bfloat16
         rel = (b[layer].float() - a[layer]).norm() / a[layer].norm()
@@ -287,9 +291,9 @@ def test_bfloat16_batch_matches_float32_loosely(tokenizer, batch):
 @pytest.mark.parametrize("backend", ["nnsight", "transformer_lens"])
 def test_cuda_bf16_backends_agree_with_hooks(tokenizer, batch, backend):
     base = tiny_gpt_oss(tokenizer, seed=2, dtype=torch.bfloat16).to("cuda")
-    reference = make_capture("hooks", base, tokenizer).capture(batch, LAYERS)
+    reference = make_backend("hooks", base, tokenizer).capture(batch, LAYERS)
     target = copy.deepcopy(base) if backend == "transformer_lens" else base
-    got = make_capture(backend, target, tokenizer).capture(batch, LAYERS)
+    got = make_backend(backend, target, tokenizer).capture(batch, LAYERS)
     for layer in LAYERS:
         torch.testing.assert_close(
             got[layer].float(), reference[layer].float(), rtol=0.02, atol=0.02
@@ -300,10 +304,7 @@ def test_bundled_agent_backends_agree():
     from activations.agent.bundled import load_bundled_agent
     from activations.agent.prompts import build_messages
 
-    try:
-        model, tok = load_bundled_agent()
-    except FileNotFoundError as err:
-        pytest.skip(f"bundled agent not trained yet: {err}")
+    model, tok = load_bundled_agent()
     special = HarmonyTokenIds.from_tokenizer(tok)
     seqs, positions = [], []
     for grid in ("  0 1 2\n0 # A #\n1 # _ G\n2 # # #", "  0 1\n0 A G\n1 # #"):
@@ -314,16 +315,105 @@ def test_bundled_agent_backends_agree():
     b = TokenBatch.from_sequences(seqs, positions, pad_id=tok.pad_token_id)
     n = model.config.num_hidden_layers
     layers = sorted({0, n // 2, n - 1})
-    reference = make_capture("hooks", model, tok).capture(b, layers)
+    reference = make_backend("hooks", model, tok).capture(b, layers)
     for name in ("nnsight", "transformer_lens"):
         target = copy.deepcopy(model) if name == "transformer_lens" else model
-        got = make_capture(name, target, tok).capture(b, layers)
+        got = make_backend(name, target, tok).capture(b, layers)
         for layer in layers:
             torch.testing.assert_close(got[layer], reference[layer], rtol=1e-4, atol=1e-4)
 
 
 def test_unknown_backend_and_missing_tokenizer(model):
-    with pytest.raises(ValueError, match="unknown capture backend"):
-        make_capture("pyvene", model)
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("pyvene", model)
     with pytest.raises(ValueError, match="tokenizer"):
-        make_capture("nnsight", model)
+        make_backend("nnsight", model)
+
+
+@pytest.fixture(scope="module")
+def patching_backends(tokenizer):
+    """Every backend around its own copy of one tiny GPT-OSS (the bridge rewrites its model)."""
+    model = tiny_gpt_oss(tokenizer, seed=3)
+    return {name: make_backend(name, copy.deepcopy(model), tokenizer) for name in BACKENDS}
+
+
+def test_backends_give_equal_residuals_and_patched_logits(patching_backends, batch):
+    """Clean runs (residual stream at every layer and position, last logits) and patched
+    logits (one layer, several layers, a readout before the end) agree across the backends."""
+    n = int(batch.attention_mask[0].sum())
+    target = batch.input_ids[0, :n].tolist()
+    source = [*target[:-4], *batch.input_ids[1, 2:6].tolist()]  # four tokens differ at the end
+    positions = np.arange(n)
+    noise = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(0))
+    results = {}
+    for name, backend in patching_backends.items():
+        assert backend.n_layers == 4 and backend.d_model == 32
+        clean = backend.clean_run(target, range(4), positions)
+        donor = backend.clean_run(source, range(4), positions)
+        late = torch.as_tensor(positions[-4:])
+        patches = [
+            Patch((1,), late, donor.values([1], positions[-4:])),
+            Patch((0, 3), late[:3], noise),
+            Patch((2,), torch.as_tensor(positions), donor.values([2], positions)),
+        ]
+        results[name] = (
+            clean,
+            backend.patched_logits(target, patches),
+            backend.patched_logits(target, patches[:2], readout_position=n - 3),
+        )
+        # a source run patched in whole at one layer is the source run
+        torch.testing.assert_close(results[name][1][2], donor.logits, rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(results[name][1][0], clean.logits, atol=1e-3)
+    ref_clean, ref_last, ref_early = results["hooks"]
+    for name in ("nnsight", "transformer_lens"):
+        clean, last, early = results[name]
+        assert clean.layers == ref_clean.layers and clean.acts.shape == (4, n, 32)
+        torch.testing.assert_close(clean.acts, ref_clean.acts, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(clean.logits, ref_clean.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(last, ref_last, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(early, ref_early, rtol=1e-4, atol=1e-4)
+    # nnsight and hooks make the same edit in the same forward pass: bitwise equal
+    assert torch.equal(results["nnsight"][0].acts, ref_clean.acts)
+    assert torch.equal(results["nnsight"][1], ref_last)
+
+
+def test_backends_generate_alike_under_a_patch(patching_backends, batch, tokenizer):
+    n = int(batch.attention_mask[2].sum())
+    prompt = batch.input_ids[2, :n].tolist()
+    positions = np.arange(n)
+    stop = [tokenizer.convert_tokens_to_ids("<|return|>")]
+    noise = torch.randn(1, n, 32, generator=torch.Generator().manual_seed(1)) * 3
+    outputs = {}
+    for name, backend in patching_backends.items():
+        own = backend.clean_run(prompt, [1], positions)
+        patches = [
+            Patch((1,), torch.as_tensor(positions), own.values([1], positions)),
+            Patch((1,), torch.as_tensor(positions), noise),
+        ]
+        outputs[name] = backend.generate(prompt, patches, max_new_tokens=5, stop_ids=stop)
+    assert outputs["nnsight"] == outputs["hooks"] == outputs["transformer_lens"]
+    unpatched = (
+        patching_backends["hooks"]
+        .model.generate(
+            torch.as_tensor([prompt]), max_new_tokens=5, do_sample=False, eos_token_id=stop
+        )[0, n:]
+        .tolist()
+    )
+    # writing a run's own residual stream back is a no-op; noise changes the completion
+    assert outputs["hooks"][0] == unpatched[: len(outputs["hooks"][0])]
+    assert outputs["hooks"][1] != outputs["hooks"][0]
+
+
+def test_transformer_lens_leaves_the_model_it_is_given_intact(tokenizer, batch):
+    """The bridge breaks cached decoding of the model it wraps; the backend wraps a copy."""
+    model = tiny_gpt_oss(tokenizer, seed=4)
+    n = int(batch.attention_mask[2].sum())
+    prompt = batch.input_ids[2:3, :n]
+
+    def greedy(m):
+        return m.generate(prompt, max_new_tokens=6, do_sample=False, min_new_tokens=6)[0, n:]
+
+    before = greedy(model)
+    backend = make_backend("transformer_lens", model, tokenizer)
+    assert backend.model is model and backend.bridge.original_model is not model
+    assert torch.equal(greedy(model), before)

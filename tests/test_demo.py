@@ -253,7 +253,7 @@ def test_a_stage_key_is_what_the_stage_receives():
 
     base = keys(demo_config("tiny"))
     walks = keys(demo_config("tiny", overrides={"behaviour.random_walks_per_grid": 7}))
-    assert {n for n in STAGES if walks[n] != base[n]} == {"behaviour", "iso", "keys", "report"}
+    assert {n for n in STAGES if walks[n] != base[n]} == {"behaviour", "iso", "report"}
     gpu = keys(demo_config("tiny", device="cuda"))
     changed = {n for n in STAGES if gpu[n] != base[n]}
     assert {"rollouts", "activations", "patching", "probes", "plans"} <= changed

@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from agent_fixtures import tiny_gpt_oss
 
 from activations.agent.backend import Completion
 from activations.agent.harmony import (
@@ -28,7 +29,7 @@ from activations.agent.reasoning import final_text, reasoning_text
 from activations.agent.rollout import RolloutConfig, run_rollouts
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.trajectories import read_steps, read_trajectories
-from activations.capture import make_capture
+from activations.capture import make_backend
 from activations.extract import ExtractConfig, default_layers, extract, sha256_file
 from activations.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
 from activations.gridworld.generator import generate_grid
@@ -38,14 +39,6 @@ from activations.store import ActivationStore, shard_of
 from probes.plan_metrics import encode_plans
 
 LAYERS = (0, 2)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _grid_text(content: str) -> str:
@@ -120,26 +113,12 @@ def trajectories(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tokenizer):
     """A tiny random GPT-OSS saved like a checkpoint (config, weights, tokenizer)."""
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=16,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    torch.manual_seed(0)
+    model = tiny_gpt_oss(
+        tokenizer, layers=3, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
+        sliding_window=16, max_positions=1024,
+    )  # fmt: skip
     directory = tmp_path_factory.mktemp("model")
-    GptOssForCausalLM(config).save_pretrained(directory)
+    model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -156,7 +135,7 @@ CONFIG = ExtractConfig(layers=LAYERS, batch_size=2, rows_per_part=2)
 def reference(tmp_path_factory, trajectories, loaded):
     """An uninterrupted extraction (plain hooks)."""
     out = tmp_path_factory.mktemp("ref") / "reference.h5"
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     extract(trajectories, out, capture, loaded.tokenizer, CONFIG, model_id=loaded.model_id)
     return out
 
@@ -182,7 +161,7 @@ def test_default_layers_spread():
 def test_rows_labels_anchors_and_activations(tmp_path, trajectories, loaded):
     steps = list(read_steps(trajectories))
     config = ExtractConfig(layers=LAYERS, grid_cells=True, batch_size=3, rows_per_part=4)
-    capture = make_capture("nnsight", loaded.model, loaded.tokenizer)
+    capture = make_backend("nnsight", loaded.model, loaded.tokenizer)
     report = extract(
         trajectories, tmp_path / "s.h5", capture, loaded.tokenizer, config, model_id="tiny"
     )
@@ -363,7 +342,7 @@ def test_sigkill_then_rerun_gives_exactly_the_uninterrupted_rows(
 
 
 def test_resume_refuses_parts_or_outputs_of_another_extraction(tmp_path, trajectories, loaded):
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     out = tmp_path / "s.h5"
     parts = tmp_path / "s.h5.parts"
     parts.mkdir()
@@ -389,7 +368,7 @@ def test_resume_refuses_parts_or_outputs_of_another_extraction(tmp_path, traject
 def test_shards_partition_grids_and_merge_to_the_unsharded_store(
     tmp_path, trajectories, loaded, reference, capsys
 ):
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     paths = []
     for index in range(2):
         config = ExtractConfig(layers=LAYERS, batch_size=2, rows_per_part=2, shard=f"{index}/2")
@@ -426,7 +405,7 @@ def test_a_step_without_anchors_is_named(tmp_path, trajectories, loaded):
             where = f"step {record['step']} of episode {record['episode']} on grid {record['grid_id']!r}"
             break
     bad.write_text("".join(lines))
-    capture = make_capture("hooks", loaded.model, loaded.tokenizer)
+    capture = make_backend("hooks", loaded.model, loaded.tokenizer)
     with pytest.raises(ValueError, match=rf"bad\.jsonl: {where}: no pre-reasoning anchor"):
         extract(bad, tmp_path / "s.h5", capture, loaded.tokenizer, CONFIG, model_id="tiny")
     assert not (tmp_path / "s.h5").exists()

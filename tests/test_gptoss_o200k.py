@@ -58,14 +58,6 @@ SIZES = STUDY_SIZES
 VARIANTS = (Variant.PLAIN, *sorted(KEY_VARIANTS))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -391,14 +383,14 @@ def test_extract_rows_equal_a_plain_forward_hook(
     gptoss_model, o200k_tokenizer, oracle_trajectories, tmp_path
 ):
     from activations.agent.trajectories import read_steps
-    from activations.capture import make_capture
+    from activations.capture import make_backend
     from activations.extract import ExtractConfig, extract
     from activations.store import ActivationStore
 
     traj = oracle_trajectories
     steps = list(read_steps(traj))
     layers = (0, 1)
-    capture = make_capture("nnsight", gptoss_model, o200k_tokenizer)
+    capture = make_backend("nnsight", gptoss_model, o200k_tokenizer)
     extract_config = ExtractConfig(layers=layers, grid_cells=True, batch_size=3, rows_per_part=4)
     report = extract(
         traj, tmp_path / "acts.h5", capture, o200k_tokenizer, extract_config, model_id="o200k"
@@ -450,8 +442,8 @@ def test_extract_rows_equal_a_plain_forward_hook(
 
 
 def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
+    from activations.capture import make_backend
     from probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs, run_patching
-    from probes.patching.patch import NNsightBackend
 
     config = CounterfactualConfig(moves=("agent", "goal"), disjoint_per_move=1, control_per_move=0)
     pairs = build_counterfactuals([base_from_grid(g) for g in _grids()], config)[:2]
@@ -460,8 +452,8 @@ def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
         sites=sites, layers=("1",), directions=("base_to_cf",), reasoning="oracle",
         require_optimal=False, max_new_tokens=4, batch_size=8,
     )  # fmt: skip
-    backend = NNsightBackend(gptoss_model, o200k_tokenizer)
-    context = PatchingContext(gptoss_model, o200k_tokenizer, backend, patch_config)
+    backend = make_backend("nnsight", gptoss_model, o200k_tokenizer)
+    context = PatchingContext(backend, patch_config)
     items, report = prepare_pairs(pairs, context)
     assert report.n_kept == len(pairs) == 2 and not report.dropped
     records, _ = run_patching(items, context)

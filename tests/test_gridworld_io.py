@@ -6,8 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from activations.gridworld.core import Variant
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
@@ -23,7 +21,6 @@ from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
 from activations.gridworld.transforms import rotate90
 from activations.gridworld.variants import generate_key_door_family
-from goalprobe.commands.grids import command
 
 
 @pytest.fixture
@@ -107,31 +104,10 @@ def test_missing_field_invalid_json_and_duplicates(tmp_path, grids):
     assert not (tmp_path / "dup.jsonl").exists()
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    app.callback()(lambda: None)  # keep "grids" a sub-command, as in the goalprobe CLI
-    app.command("grids")(command)
-    return app
-
-
-def test_cli_writes_grid_set_and_summary(tmp_path):
+def test_cli_writes_grid_set_and_summary(tmp_path, goalprobe_cli):
     out = tmp_path / "grids.jsonl"
-    result = CliRunner().invoke(
-        _app(),
-        [
-            "grids",
-            "--out",
-            str(out),
-            "--sizes",
-            "7,9",
-            "--densities",
-            "0,1",
-            "--per-cell",
-            "3",
-            "--seed",
-            "4",
-        ],
-    )
+    args = ("grids", "--out", out, "--sizes", "7,9", "--densities", "0,1", "--per-cell", 3)
+    result = goalprobe_cli(*args, "--seed", 4)
     assert result.exit_code == 0, result.output
     grids = read_grid_set(out)
     assert len(grids) == 12
@@ -141,30 +117,39 @@ def test_cli_writes_grid_set_and_summary(tmp_path):
     assert "count / mean" in result.output and "12 grids" in result.output
     tree_9 = [solve(g).shortest_path_length for g in grids if (g.size, g.density) == (9, 1.0)]
     assert f"3 / {np.mean(tree_9):.1f}" in result.output
+    # an existing output is never replaced unless asked
+    before = out.read_bytes()
+    again = goalprobe_cli(*args, "--seed", 5)
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    assert out.read_bytes() == before
+    replaced = goalprobe_cli(*args, "--seed", 5, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert out.read_bytes() != before
 
 
-def test_cli_variant_and_bad_input(tmp_path):
-    runner = CliRunner()
+def _one_error_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_cli_variant_and_bad_input(tmp_path, goalprobe_cli):
     out = tmp_path / "kd.jsonl"
-    result = runner.invoke(
-        _app(),
-        [
-            "grids",
-            "--out",
-            str(out),
-            "--sizes",
-            "7",
-            "--densities",
-            "1",
-            "--per-cell",
-            "2",
-            "--variant",
-            "key_door",
-        ],
-    )
+    result = goalprobe_cli(
+        "grids", "--out", out, "--sizes", 7, "--densities", 1, "--per-cell", 2,
+        "--variant", "key_door",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert all(g.variant == Variant.KEY_DOOR and g.door is not None for g in read_grid_set(out))
-    bad = runner.invoke(_app(), ["grids", "--out", str(out), "--sizes", "8"])
-    assert bad.exit_code != 0 and "odd" in bad.output
-    bad = runner.invoke(_app(), ["grids", "--out", str(out), "--variant", "nope"])
-    assert bad.exit_code != 0 and "unknown variant" in bad.output
+    fresh = tmp_path / "new.jsonl"
+    assert "odd" in _one_error_line(goalprobe_cli("grids", "--out", fresh, "--sizes", "8"))
+    assert "unknown variant" in _one_error_line(
+        goalprobe_cli("grids", "--out", fresh, "--variant", "nope")
+    )
+    # larger than the activation store's label canvas: refused at the first verb, with the reason
+    assert "15 x 15 canvas" in _one_error_line(
+        goalprobe_cli("grids", "--out", fresh, "--sizes", 17)
+    )
+    assert "is a directory" in _one_error_line(goalprobe_cli("grids", "--out", tmp_path))
+    assert not fresh.exists()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_gpt_oss
+from transformers import GptOssForCausalLM
 
 from activations.agent.backend import Backend, SamplingConfig
 from activations.agent.harmony import HarmonyTokenIds, find_anchors
@@ -25,15 +26,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def backend(tokenizer):
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    return LocalBackend(GptOssForCausalLM(config), tokenizer)
+    return LocalBackend(tiny_gpt_oss(tokenizer, sliding_window=16), tokenizer)
 
 
 def _batch(sizes=(5, 7, 9)):

@@ -1,9 +1,11 @@
-"""Activation patching on real tiny GPT-OSS models (random weights) with both backends.
+"""Activation patching on real tiny GPT-OSS models (random weights) with every backend.
 
 Properties checked: patching every position of a layer with the source run reproduces the
-source logits; patching positions after the readout changes nothing; the nnsight backend (with
-its prefix KV cache) and the TransformerLens backend agree; grid-cell tokens are located by
-token ids; the experiment's metrics, filters, store source values and files behave.
+source logits; patching positions after the readout changes nothing; the nnsight and hook
+backends (with their prefix KV cache) and the TransformerLens backend agree; grid-cell tokens
+are located by token ids; the experiment's metrics, filters, store source values and files
+behave; ``run_experiment`` is what the CLI writes; the trained bundled agent keeps its action
+under control patches.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from activations.agent.harmony import HarmonyTokenIds
 from activations.agent.reasoning import final_text
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import BundledModelConfig, gpt_oss_config
+from activations.capture import BACKENDS, Patch, make_backend
 from activations.gridworld.core import Action
 from activations.gridworld.generator import generate_grid
 from activations.gridworld.text import render
+from goalprobe.figure_files import write_patch_heatmap
 from probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
@@ -37,8 +41,8 @@ from probes.patching.experiment import (
     resolve_layer_sets,
     run_patching,
 )
-from probes.patching.patch import NNsightBackend, Patch, TransformerLensBackend
-from probes.patching.results import cluster_bootstrap_ci, summarize, write_results
+from probes.patching.results import summarize, write_results
+from probes.patching.run import draw_bases, run_experiment
 from probes.patching.sites import (
     ActionTokens,
     SequenceError,
@@ -46,17 +50,9 @@ from probes.patching.sites import (
     locate_grid_tokens,
     site_positions,
 )
+from viewer.figures import patch_summary_figure
 
 N_LAYERS = 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and leave the other cores alone)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +100,15 @@ def model_dir(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def backends(model, tokenizer):
-    return {
-        "nnsight": NNsightBackend(model, tokenizer),
-        "transformer_lens": TransformerLensBackend(model, tokenizer),
-    }
+    return {name: make_backend(name, model, tokenizer) for name in BACKENDS}
+
+
+@pytest.fixture(scope="module")
+def bundled_agent():
+    """The trained bundled agent shipped in ``activations/agent/bundled`` (model, tokenizer)."""
+    from activations.agent.bundled import load_bundled_agent
+
+    return load_bundled_agent()
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def pairs():
     return build_counterfactuals([base_from_grid(g) for g in grids], config)
 
 
-def context_for(model, tokenizer, backend, **overrides) -> PatchingContext:
+def patch_config(**overrides) -> PatchConfig:
     fields = dict(
         sites=("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer"),
         layers=("0", "all"),
@@ -130,12 +131,16 @@ def context_for(model, tokenizer, backend, **overrides) -> PatchingContext:
         batch_size=8,
     )
     fields.update(overrides)
-    return PatchingContext(model, tokenizer, backend, PatchConfig(**fields))
+    return PatchConfig(**fields)
+
+
+def context_for(backend, **overrides) -> PatchingContext:
+    return PatchingContext(backend, patch_config(**overrides))
 
 
 @pytest.fixture(scope="module")
 def prepared(model, tokenizer, backends, pairs):
-    context = context_for(model, tokenizer, backends["nnsight"])
+    context = context_for(backends["nnsight"])
     items, report = prepare_pairs(pairs[:4], context)
     assert report.n_kept == 4 and not report.dropped
     return context, items
@@ -230,7 +235,7 @@ def equal_length_runs(item, context):
     return sequences
 
 
-@pytest.mark.parametrize("name", ["nnsight", "transformer_lens"])
+@pytest.mark.parametrize("name", BACKENDS)
 def test_patching_every_position_of_a_layer_reproduces_the_source(prepared, backends, name):
     context, items = prepared
     backend = backends[name]
@@ -252,7 +257,7 @@ def test_patching_every_position_of_a_layer_reproduces_the_source(prepared, back
     assert not torch.allclose(out, clean_source.logits, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["nnsight", "transformer_lens"])
+@pytest.mark.parametrize("name", BACKENDS)
 def test_positions_after_the_readout_change_nothing(prepared, backends, name):
     context, items = prepared
     backend = backends[name]
@@ -275,11 +280,11 @@ def test_positions_after_the_readout_change_nothing(prepared, backends, name):
     assert not torch.allclose(out[2], clean, atol=1e-3)
 
 
-def test_backends_agree_on_the_experiment(prepared, model, tokenizer, backends):
+@pytest.mark.parametrize("other", ["transformer_lens", "hooks"])
+def test_backends_agree_on_the_experiment(prepared, backends, other):
     context, items = prepared
-    tl_context = context_for(model, tokenizer, backends["transformer_lens"])
     ours, _ = run_patching(items[:2], context)
-    theirs, _ = run_patching(items[:2], tl_context)
+    theirs, _ = run_patching(items[:2], context_for(backends[other]))
     assert len(ours) == len(theirs) == 2 * 2 * 5 * 2  # pairs x directions x sites x layer sets
     key = lambda r: (r.pair_id, r.direction, r.site, r.layers)  # noqa: E731
     theirs = {key(r): r for r in theirs}
@@ -290,9 +295,14 @@ def test_backends_agree_on_the_experiment(prepared, model, tokenizer, backends):
         assert math.isclose(r.ld_patched, t.ld_patched, abs_tol=1e-4) or (
             math.isnan(r.ld_patched) and math.isnan(t.ld_patched)
         )
-    # prefix caching in the nnsight backend is exact: compare with a full forward pass
-    full = NNsightBackend(model, tokenizer, prefix_cache=False)
-    ours_full, _ = run_patching(items[:1], context_for(model, tokenizer, full))
+
+
+def test_prefix_cache_is_exact(prepared, model, tokenizer):
+    context, items = prepared
+    ours, _ = run_patching(items[:1], context)
+    full = make_backend("nnsight", model, tokenizer, prefix_cache=False)
+    ours_full, _ = run_patching(items[:1], context_for(full))
+    assert len(ours_full) == len(ours)
     for a, b in zip(ours[: len(ours_full)], ours_full, strict=True):
         np.testing.assert_allclose(a.patched_probs, b.patched_probs, atol=1e-5)
 
@@ -352,7 +362,7 @@ def test_optimality_filter_drops_exactly_the_suboptimal_pairs(
     prepared, model, tokenizer, backends, pairs
 ):
     _, items = prepared
-    context = context_for(model, tokenizer, backends["nnsight"], require_optimal=True)
+    context = context_for(backends["nnsight"], require_optimal=True)
     kept, report = prepare_pairs(pairs[:4], context)
     expected = [
         i.pair.pair_id
@@ -361,6 +371,20 @@ def test_optimality_filter_drops_exactly_the_suboptimal_pairs(
     ]
     assert [k.pair.pair_id for k in kept] == expected
     assert report.dropped.get("not optimal before patching", 0) == 4 - len(expected)
+
+
+def test_draw_bases_keeps_sizes_then_draws_in_order():
+    grids = [
+        generate_grid(size, 0.5, np.random.default_rng(seed), grid_id=f"d{size}_{seed}")
+        for size in (5, 7)
+        for seed in range(4)
+    ]
+    bases = [base_from_grid(g) for g in grids]
+    drawn = draw_bases(bases, 3, random_state=1, sizes=[7])
+    assert len(drawn) == 3 and all(b.grid.size == 7 for b in drawn)
+    order = [bases.index(b) for b in drawn]
+    assert order == sorted(order) and drawn == draw_bases(bases, 3, 1, sizes=[7])
+    assert draw_bases(bases, 10) == bases and draw_bases(bases, 8, sizes=[9]) == []
 
 
 def test_resolve_layer_sets():
@@ -384,8 +408,6 @@ def test_resolve_layer_sets():
 
 def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer, backends, pairs):
     context = context_for(
-        model,
-        tokenizer,
         backends["nnsight"],
         regenerate=True,
         directions=("cf_to_base",),
@@ -409,7 +431,8 @@ def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer
     stop = list(context.special_ids.stop_ids)
     a = backends["nnsight"].generate(prompt, patches, max_new_tokens=6, stop_ids=stop)
     b = backends["transformer_lens"].generate(prompt, patches, max_new_tokens=6, stop_ids=stop)
-    assert a == b
+    c = backends["hooks"].generate(prompt, patches, max_new_tokens=6, stop_ids=stop)
+    assert a == b == c
     unpatched = context.generator.model.generate(
         torch.as_tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=stop
     )[0, len(prompt) :].tolist()
@@ -453,8 +476,6 @@ def test_store_source_values_match_live_values(tmp_path, model, tokenizer, backe
 
     backend = backends["nnsight"]
     context = context_for(
-        model,
-        tokenizer,
         backend,
         sites=("pre_reasoning", "post_reasoning", "grid"),
         layers=("0", "2"),
@@ -555,50 +576,76 @@ def test_summary_and_files(tmp_path, records):
     assert len(bundle["records"]) == len(records) and len(bundle["summary"]) == len(summary)
     header = paths["summary_csv"].read_text().splitlines()[0]
     assert "action_changed_ci_low" in header
-    assert "plotly" in paths["heatmap_html"].read_text()[:5000].lower()
+    assert "heatmap_html" not in paths  # the library writes tables; drawing is the viewer's
+    heatmap = write_patch_heatmap(tmp_path / "out", summary)
+    assert heatmap == tmp_path / "out" / "patch_heatmap.html"
+    assert "plotly" in heatmap.read_text()[:5000].lower()
+    fig = patch_summary_figure(bundle["summary"])  # the JSON bundle, as the report reads it
+    first = min(r.direction for r in summary if r.mode == "teacher_forced")
+    drawn = fig.data[0]  # first direction, "action changed (disjoint)"
+    for r in summary:
+        if (r.kind, r.mode, r.direction) == ("disjoint", "teacher_forced", first):
+            z = drawn.z[list(drawn.y).index(r.site)][list(drawn.x).index(r.layers)]
+            assert z == pytest.approx(r.action_changed_rate)
 
 
-def test_cluster_bootstrap_resamples_grids():
-    values = np.array([1, 1, 1, 1, 0, 0, 1, 0], dtype=float)
-    grids = np.array(["a", "a", "a", "a", "b", "b", "c", "c"])
-    low, high = cluster_bootstrap_ci(values, grids, n_resamples=500, random_state=0)
-    assert 0.0 <= low <= values.mean() <= high <= 1.0
-    assert cluster_bootstrap_ci(values, ["a"] * 8) == (math.nan, math.nan) or all(
-        math.isnan(v) for v in cluster_bootstrap_ci(values, ["a"] * 8)
+def test_summary_intervals_resample_grids():
+    """The summary's intervals come from the grid bootstrap of ``activations.stats``."""
+    from activations.stats import grid_bootstrap_ratio
+
+    def record(grid, changed, recovered):
+        return {
+            "kind": "disjoint", "mode": "teacher_forced", "direction": "base_to_cf",
+            "site": "grid", "layers": "0", "grid_id": grid, "action_changed": changed,
+            "into_source_optimal": changed, "in_target_optimal": not changed,
+            "recovered": recovered,
+        }  # fmt: skip
+
+    grids = ["a", "a", "a", "a", "b", "b", "c", "c"]
+    changed = [1, 1, 1, 1, 0, 0, 1, 0]
+    recovered = [0.5, 1.0, math.nan, 0.0, 0.2, math.nan, 0.9, 0.1]
+    records = [record(*row) for row in zip(grids, changed, recovered, strict=True)]
+    (row,) = summarize(records, n_resamples=500, random_state=3)
+    assert row.action_changed_rate == np.mean(changed) and row.n_grids == 3
+    expected = grid_bootstrap_ratio(changed, None, grids, n_resamples=500, random_state=3)
+    assert row.action_changed_ci == (expected["ci_low"], expected["ci_high"])
+    assert 0.0 <= row.action_changed_ci[0] <= row.action_changed_rate <= row.action_changed_ci[1]
+    defined = [i for i, v in enumerate(recovered) if not math.isnan(v)]
+    assert row.n_recovered == 6
+    assert math.isclose(row.recovered_mean, np.mean([recovered[i] for i in defined]))
+    expected = grid_bootstrap_ratio(
+        [recovered[i] for i in defined],
+        None,
+        [grids[i] for i in defined],
+        n_resamples=500,
+        random_state=3,
     )
-    assert cluster_bootstrap_ci(np.ones(4), ["a", "b", "c", "d"]) == (1.0, 1.0)
-    # with grids of one value each, a grid-level resample can only give 0, 1/3 .. 1 mixtures
-    many = cluster_bootstrap_ci(np.repeat([1.0, 0.0, 1.0], 50), np.repeat(["a", "b", "c"], 50))
-    assert many[0] <= 1 / 3 + 1e-9 and many[1] == 1.0
+    assert row.recovered_ci == (expected["ci_low"], expected["ci_high"])
+    # one grid: no interval; every outcome equal: a point interval
+    (one,) = summarize([record("a", 1, 0.5), record("a", 0, 0.5)], n_resamples=200)
+    assert all(math.isnan(v) for v in one.action_changed_ci)
+    (same,) = summarize([record(g, 1, 0.5) for g in "abcd"], n_resamples=200)
+    assert same.action_changed_ci == (1.0, 1.0) and same.recovered_ci == (0.5, 0.5)
 
 
-def test_bundled_agent_control_pairs_stay_stable(tmp_path):
-    """With the trained bundled agent, control patches keep the action (skipped until bundled)."""
-    from activations.agent.bundled import load_bundled_agent
-
-    try:
-        model, tokenizer = load_bundled_agent()
-    except FileNotFoundError as err:
-        pytest.skip(f"no bundled agent yet: {err}")
+def test_bundled_agent_control_pairs_stay_stable(bundled_agent):
+    """With the trained bundled agent, control patches keep the action."""
+    model, tokenizer = bundled_agent
     grids = [
         generate_grid(7, 0.5, np.random.default_rng(seed), grid_id=f"b{seed}", min_distance=3)
         for seed in range(4)
     ]
-    pairs = build_counterfactuals(
-        [base_from_grid(g) for g in grids], CounterfactualConfig(disjoint_per_move=0)
+    config = PatchConfig(layers=("each",), reasoning="oracle", require_optimal=True)
+    outcome = run_experiment(
+        [base_from_grid(g) for g in grids],
+        make_backend("nnsight", model, tokenizer),
+        config,
+        CounterfactualConfig(disjoint_per_move=0),
     )
-    backend = NNsightBackend(model, tokenizer)
-    context = PatchingContext(
-        model,
-        tokenizer,
-        backend,
-        PatchConfig(layers=("each",), reasoning="oracle", require_optimal=True),
-    )
-    items, _ = prepare_pairs(pairs, context)
-    if not items:
-        pytest.skip("the bundled agent acts optimally on no control pair")
-    records, _ = run_patching(items, context)
-    assert all(r.kind == "control" for r in records)
+    # the trained agent acts optimally on most pairs of this seeded draw
+    assert outcome.report.n_pairs >= 4 and outcome.report.n_kept >= outcome.report.n_pairs // 2
+    records = outcome.records
+    assert records and all(r.kind == "control" for r in records)
     assert np.mean([not r.action_changed for r in records]) >= 0.95
     assert all(r.in_target_optimal for r in records)
 
@@ -638,6 +685,27 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
     pairs = (out / "patch_pairs.jsonl").read_text().splitlines()
     assert len(pairs) == bundle["preparation"]["n_kept"] > 0
     assert (out / "patch_heatmap.html").stat().st_size > 10_000
+    # the verb is run_experiment on the drawn bases: the same records, the same summary
+    from activations.agent.models import load_model
+    from activations.gridworld.io import read_grid_set
+
+    loaded = load_model(str(model_dir), device="cpu")
+    bases = draw_bases([base_from_grid(g) for g in read_grid_set(tmp_path / "grids.jsonl")], 2)
+    outcome = run_experiment(
+        bases,
+        make_backend("nnsight", loaded.model, loaded.tokenizer),
+        PatchConfig(
+            sites=("changed_cells", "answer"),
+            layers=("1", "all"),
+            reasoning="oracle",
+            require_optimal=False,
+            max_new_tokens=512,
+        ),
+        CounterfactualConfig(moves=("agent",)),
+        n_resamples=200,
+    )
+    again = json.loads(outcome.write(tmp_path / "again")["results_json"].read_text())
+    assert again["records"] == bundle["records"] and again["summary"] == bundle["summary"]
     bad = CliRunner().invoke(app, ["--out", str(out), "--model", str(model_dir)])
     assert bad.exit_code != 0 and "exactly one of --trajectories and --grids" in plain(bad.output)
 
@@ -650,7 +718,7 @@ def test_patch_command_on_a_trajectory_file(tmp_path, model_dir, model, tokenize
     from activations.agent.trajectories import EpisodeSummary, RunHeader, record_to_json
     from goalprobe.commands.patch import command
 
-    context = context_for(model, tokenizer, backends["nnsight"])
+    context = context_for(backends["nnsight"])
     ids = context.special_ids
     lines = [record_to_json(RunHeader("run", {"reasoning_effort": "low"}, {}, "0"))]
     for seed in range(2):

@@ -16,15 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from activations.gridworld.core import PLAN_END, PLAN_PAD
-from probes.plan_decoder import (
-    PlanDataset,
-    PlanDecoder,
-    PlanSweepConfig,
-    list_predicted_plan_runs,
-    read_predicted_plans,
-    run_plan_sweep,
-    write_predicted_plans,
-)
+from probes.plan_decoder import PlanDecoder
 from probes.plan_metrics import (
     canonical_plans,
     encode_plans,
@@ -37,6 +29,15 @@ from probes.plan_metrics import (
     truncate_plans,
     validate_plans,
 )
+from probes.plan_sweep import PlanDataset, PlanSweepConfig, StorePlanLoader, run_plan_sweep
+from probes.serialization import (
+    list_predicted_plan_runs,
+    load_plan_decoder,
+    read_predicted_plans,
+    save_plan_decoder,
+    write_predicted_plans,
+)
+from probes.training import train_module
 
 D_MODEL = 64
 E, P = PLAN_END, PLAN_PAD
@@ -58,25 +59,16 @@ def small_decoder(**kw) -> PlanDecoder:
         n_layers=1,
         n_heads=4,
         d_bottleneck=32,
-        lr=5e-3,
+        learning_rate=5e-3,
         batch_size=128,
         max_epochs=30,
-        patience=5,
+        n_iter_no_change=5,
         dropout=0.0,
         device="cpu",
         random_state=0,
     )
     params.update(kw)
     return PlanDecoder(**params)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models train fastest on one thread (and do not fight other jobs for cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +79,7 @@ def data():
 @pytest.fixture(scope="module")
 def fitted(data):
     (X, y), (Xv, yv) = data["train"], data["val"]
-    return small_decoder().fit(X, y, Xv, yv)
+    return small_decoder().fit(X, y, X_val=Xv, y_val=yv)
 
 
 # ---- plan format ---------------------------------------------------------------------------
@@ -232,7 +224,9 @@ def test_decoder_recovers_encoded_plan(fitted, data):
 def test_decoder_on_shuffled_activations_sits_at_baseline(data):
     (X, y), (Xv, yv), (Xt, yt) = data["train"], data["val"], data["test"]
     rng = np.random.default_rng(7)
-    dec = small_decoder(patience=3).fit(X[rng.permutation(len(X))], y, Xv[rng.permutation(128)], yv)
+    dec = small_decoder(n_iter_no_change=3).fit(
+        X[rng.permutation(len(X))], y, X_val=Xv[rng.permutation(128)], y_val=yv
+    )
     m = plan_metrics(dec.predict(Xt), yt, np.arange(len(yt)), n_bootstrap=0)
     majority = np.tile(majority_plan(y), (len(yt), 1))
     mm = plan_metrics(majority, yt, np.arange(len(yt)), n_bootstrap=0)
@@ -247,9 +241,9 @@ def test_decoder_on_shuffled_activations_sits_at_baseline(data):
 def test_fit_is_deterministic_with_random_state(data):
     (X, y), (Xv, yv) = data["train"], data["val"]
     X, y = X[:128], y[:128]
-    a = small_decoder(max_epochs=2, dropout=0.1).fit(X, y, Xv, yv).predict_proba(Xv)
-    b = small_decoder(max_epochs=2, dropout=0.1).fit(X, y, Xv, yv).predict_proba(Xv)
-    c = small_decoder(max_epochs=2, dropout=0.1, random_state=1).fit(X, y, Xv, yv)
+    a = small_decoder(max_epochs=2, dropout=0.1).fit(X, y, X_val=Xv, y_val=yv).predict_proba(Xv)
+    b = small_decoder(max_epochs=2, dropout=0.1).fit(X, y, X_val=Xv, y_val=yv).predict_proba(Xv)
+    c = small_decoder(max_epochs=2, dropout=0.1, random_state=1).fit(X, y, X_val=Xv, y_val=yv)
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c.predict_proba(Xv))
 
@@ -269,19 +263,26 @@ def test_fit_rejects_bad_input(data):
 def test_save_load_round_trip(fitted, data, tmp_path):
     X, _ = data["test"]
     path = tmp_path / "decoder.safetensors"
-    card_path = fitted.save(path, metrics={"note": 1}, provenance={"store": "x.h5"})
+    card_path = save_plan_decoder(fitted, path, metrics={"note": 1}, provenance={"store": "x.h5"})
     card = json.loads(card_path.read_text())
     assert card["hyperparameters"]["d_bottleneck"] == 32
     assert card["provenance"] == {"store": "x.h5"} and card["metrics"] == {"note": 1}
     assert card["fitted"]["best_epoch"] == fitted.best_epoch_
     assert "input_mean" in load_file(str(path))
-    loaded = PlanDecoder.load(path)
+    loaded = load_plan_decoder(path)
     np.testing.assert_array_equal(loaded.predict_proba(X), fitted.predict_proba(X))
     assert loaded.get_params() == fitted.get_params()
+    # a card written before the decoder took the probes' names (lr, patience) still loads
+    params = card["hyperparameters"]
+    params["lr"], params["patience"] = params.pop("learning_rate"), params.pop("n_iter_no_change")
+    card_path.write_text(json.dumps(card))
+    legacy = load_plan_decoder(path)
+    assert legacy.get_params() == fitted.get_params()
+    np.testing.assert_array_equal(legacy.predict_proba(X), fitted.predict_proba(X))
     card["schema_version"] = 99
     card_path.write_text(json.dumps(card))
     with pytest.raises(ValueError, match="schema_version 99"):
-        PlanDecoder.load(path)
+        load_plan_decoder(path)
 
 
 def test_predicted_plans_hdf5_round_trip(tmp_path):
@@ -351,7 +352,7 @@ def test_sweep_trains_controls_and_writes_artefacts(tmp_path):
     assert stored.row_ids.tolist() == list(range(1000, 1480))
     assert stored.card["provenance"]["data"] == {"synthetic": True}
     assert (stored.split == 2).sum() == post.metrics.n_examples
-    loaded = PlanDecoder.load(post.model_path)
+    loaded = load_plan_decoder(post.model_path)
     np.testing.assert_array_equal(loaded.predict(acts), stored.plans)
     with pytest.raises(FileExistsError):
         run_plan_sweep(load, config, small_decoder(max_epochs=1), out_dir=tmp_path)
@@ -360,9 +361,12 @@ def test_sweep_trains_controls_and_writes_artefacts(tmp_path):
 # ---- the store loader and the CLI ----------------------------------------------------------
 
 
-def write_tiny_store(path, acts: np.ndarray, plans: np.ndarray, grids: np.ndarray) -> None:
+def write_tiny_store(
+    path, acts: np.ndarray, plans: np.ndarray, grids: np.ndarray, *, reasoning: bool = True
+) -> None:
     """A real activation store with both anchor stages at layer 3 (post holds the plans'
-    activations, pre holds noise; the last row has no post-reasoning anchor)."""
+    activations, pre holds noise; the last row has no post-reasoning anchor). Without
+    ``reasoning`` no row holds a post-reasoning anchor (an agent that never reasons)."""
     from activations.store import LABEL_FIELDS, StoreLayout, StoreWriter
 
     n, k, d = acts.shape
@@ -378,7 +382,7 @@ def write_tiny_store(path, acts: np.ndarray, plans: np.ndarray, grids: np.ndarra
     labels["grid_size"] = (7 + 2 * (grids % 2)).astype(np.int16)
     labels["density"] = np.full(n, np.nan, dtype=np.float32)
     labels["step"] = np.tile(np.arange(4), n // 4).astype(np.int32)
-    present = np.ones(n, bool)
+    present = np.ones(n, bool) if reasoning else np.zeros(n, bool)
     present[-1] = False
     layout = StoreLayout(stages=("pre_reasoning", "post_reasoning"), layers=(3,), d_model=d)
     from activations.store import RowBatch
@@ -401,7 +405,6 @@ def test_cli_reads_store_and_writes_table_figure_and_artefacts(tmp_path):
     from typer.testing import CliRunner
 
     from goalprobe.commands.train_plan_decoder import command
-    from probes.plan_decoder import StorePlanLoader
 
     acts, plans = synthetic(320, 21)
     grids = np.repeat(np.arange(80), 4)
@@ -421,7 +424,8 @@ def test_cli_reads_store_and_writes_table_figure_and_artefacts(tmp_path):
     app.command()(command)
     out = tmp_path / "out"
     args = [str(store), "--out", str(out), "--d-bottleneck", "32", "--n-heads", "4"]
-    args += ["--decoder-layers", "1", "--control-layers", "1", "--max-epochs", "4", "--lr", "5e-3"]
+    args += ["--decoder-layers", "1", "--control-layers", "1", "--max-epochs", "4"]
+    args += ["--learning-rate", "5e-3"]
     args += ["--batch-size", "128", "--n-bootstrap", "20", "--device", "cpu"]
     runner = CliRunner(env={"COLUMNS": "200"})
     result = runner.invoke(app, args)
@@ -440,13 +444,96 @@ def test_cli_reads_store_and_writes_table_figure_and_artefacts(tmp_path):
     assert bad.exit_code != 0 and "not in the store" in bad.output
 
 
+def test_sweep_of_a_store_without_reasoning_rows_uses_the_pre_reasoning_stage(tmp_path):
+    acts, plans = synthetic(160, 5)
+    store = tmp_path / "acts.h5"
+    write_tiny_store(store, acts, plans, np.repeat(np.arange(40), 4), reasoning=False)
+    loader = StorePlanLoader(store)
+    assert loader.stages == ("pre_reasoning",) and loader.layers == (3,)
+    config = PlanSweepConfig(decoder_layers=(1,), control_decoder_layers=(), n_bootstrap=0)
+    result = run_plan_sweep(loader, config, small_decoder(max_epochs=1))
+    assert result.config.stages == ("pre_reasoning",) and result.config.layers == (3,)
+    assert [r.name for r in result.runs] == [
+        "pre_reasoning/layer3/majority_plan",
+        "pre_reasoning/layer3/decoder1",
+    ]
+
+
+def test_decoder_stops_early_on_the_shared_loop(data):
+    (X, y), (Xv, yv) = data["train"], data["val"]
+    dec = small_decoder(max_epochs=200, n_iter_no_change=2, learning_rate=3e-2)
+    dec.fit(X[:128], y[:128], X_val=Xv, y_val=yv)
+    losses = [h["validation_loss"] for h in dec.history_]
+    assert dec.n_epochs_ < 200 and dec.n_epochs_ == dec.best_epoch_ + 2
+    assert dec.best_validation_loss_ == min(losses) == losses[dec.best_epoch_ - 1]
+    assert all(h["seconds"] >= 0 for h in dec.history_)
+
+
+def test_even_batching_splits_an_epoch_into_near_equal_batches():
+    sizes: dict[str, list[int]] = {"even": [], "slices": []}
+    for batching, seen in sizes.items():
+        module = torch.nn.Linear(2, 1)
+
+        def batch_loss(positions, seen=seen, module=module):
+            seen.append(len(positions))
+            return module(torch.ones(len(positions), 2)).sum() * 0.0, torch.tensor(1.0)
+
+        train_module(
+            module,
+            n_examples=100,
+            batch_loss=batch_loss,
+            validation_loss=None,
+            max_epochs=1,
+            batch_size=48,
+            learning_rate=1e-3,
+            weight_decay=0.0,
+            n_iter_no_change=1,
+            tol=0.0,
+            rng=np.random.default_rng(0),
+            progress=False,
+            description="test",
+            batching=batching,
+        )
+    assert sizes == {"even": [34, 33, 33], "slices": [48, 48, 4]}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_decoder_trains_on_cuda_and_predicts_like_cpu(data, tmp_path):
     (X, y), (Xv, yv), (Xt, yt) = data["train"], data["val"], data["test"]
-    dec = small_decoder(device="cuda").fit(X, y, Xv, yv)
+    dec = small_decoder(device="cuda").fit(X, y, X_val=Xv, y_val=yv)
     m = plan_metrics(dec.predict(Xt), yt, np.arange(len(yt)), n_bootstrap=0)
     assert m.prefix_accuracy_min_length[0] > 0.85
-    dec.save(tmp_path / "gpu.safetensors")
-    on_cpu = PlanDecoder.load(tmp_path / "gpu.safetensors", device="cpu")
+    save_plan_decoder(dec, tmp_path / "gpu.safetensors")
+    on_cpu = load_plan_decoder(tmp_path / "gpu.safetensors", device="cpu")
     np.testing.assert_allclose(on_cpu.predict_proba(Xt), dec.predict_proba(Xt), atol=1e-4)
+
+
+def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
+    """The plans and distance stages of the demo on a store of an agent that never reasons."""
+    from activations.run_layout import RunLayout
+    from goalprobe.config import DistanceConfig, PlanDecoderTraining, PlansConfig, ProbeTraining
+    from goalprobe.stages import distance, plans
+    from goalprobe.stages.context import StageContext
+
+    layout = RunLayout(tmp_path / "run")
+    layout.store.parent.mkdir(parents=True)
+    acts, labels = synthetic(160, 5)
+    write_tiny_store(layout.store, acts, labels, np.repeat(np.arange(40), 4), reasoning=False)
+    context = StageContext(layout)
+    config = PlansConfig(
+        sweep=PlanSweepConfig(decoder_layers=(1,), control_decoder_layers=(), n_bootstrap=0),
+        decoder=PlanDecoderTraining(d_bottleneck=8, n_heads=2, max_epochs=1, n_iter_no_change=1),
+    )
+    _, summary = plans.run(context, plans.PlansInput(config, "cpu"), tmp_path / "plans")
+    assert summary["best"] == "pre_reasoning/layer3/decoder1"
+    sweep = json.loads(layout.plan_sweep.read_text())
+    assert sweep["config"]["stages"] == ["pre_reasoning"]
+    assert {run["stage"] for run in sweep["runs"]} == {"pre_reasoning"}
+    regressors = DistanceConfig(
+        families=("linear",), training=ProbeTraining(hidden_size=8, max_epochs=1), n_bootstrap=0
+    )
+    _, summary = distance.run(
+        context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
+    )
+    assert len(summary["linear"]) == 1 and "pre_reasoning" in next(iter(summary["linear"]))

@@ -285,12 +285,10 @@ def test_seeds_are_stable_and_distinct():
 
 
 def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path):
-    from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+    from activations.agent.bundled import load_bundled_agent
     from activations.agent.local_backend import LocalBackend
     from activations.gridworld.dynamics import initial_state, is_success, step
 
-    if not any(BUNDLED_AGENT_DIR.glob("*.safetensors")):
-        pytest.skip("the bundled agent is not trained yet (scripts/train_default_agent.py)")
     backend = LocalBackend(*load_bundled_agent())
     config = RolloutConfig(episodes_per_grid=1, batch_size=3, max_new_tokens=96, seed=1)
     out = tmp_path / "bundled.jsonl"

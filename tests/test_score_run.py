@@ -1,4 +1,4 @@
-"""``goalprobe score`` (probes.scoring.run_scoring) on a real small run directory.
+"""``goalprobe score`` (goalprobe.scoring over probes.scoring) on a real small run directory.
 
 The run is built with the real stages: a seeded grid set (plain and key-no-door grids), rollouts
 by ``run_rollouts`` with a scripted noisy-optimal agent (tests/viewer_fixtures.py), a real
@@ -34,21 +34,19 @@ from activations.gridworld.core import CellType, Grid
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
 from activations.gridworld.io import read_grid_set, write_grid_set
 from activations.gridworld.optimal import solve
+from activations.run_layout import RunLayout
 from activations.store import RowBatch, StoreLayout, StoreWriter
 from activations.store.labels import episode_labels
+from goalprobe.figure_files import write_scoring_figures
+from goalprobe.scoring import score_run
 from probes.scoring.belief import StepBelief, score_step, summarise
-from probes.scoring.figures import belief_figure, meg_figure, topk_figure
+from probes.scoring.belief_table import belief_metrics, expand_classes
+from probes.scoring.config import ScoreConfig, ScoringError
 from probes.scoring.grid_meg import grid_meg, subjective_grid_meg
-from probes.scoring.run_scoring import (
-    CSV_COLUMNS,
-    RunScoringError,
-    ScoreConfig,
-    belief_metrics,
-    decoded_grid,
-    expand_classes,
-    score_run,
-)
+from probes.scoring.grouped import CSV_COLUMNS
+from probes.scoring.meg_table import decoded_grid
 from probes.serialization import write_decoded_maps
+from viewer.figures import belief_figure, meg_figure, topk_figure
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
 N_BOOT = 200
@@ -251,7 +249,15 @@ def test_csv_and_json_files_are_consistent(run):
         k: 1 + sum(len(e[b]) for b in ("by_size", "by_density", "by_variant"))
         for k, e in written["probes"].items()
     }
-    assert len(lines) - 1 == sum(n_groups.values()) * len(written["metrics"])
+    metric_col = CSV_COLUMNS.index("metric")
+    plain = [line for line in lines[1:] if ":" not in line.split(",")[metric_col]]
+    assert len(plain) == sum(n_groups.values()) * len(written["metrics"])
+    n_null_rows = sum(
+        len(block["overall"]) + len(block["excess"])
+        for e in written["probes"].values()
+        for block in e["nulls"].values()
+    )
+    assert len(lines) - 1 - len(plain) == n_null_rows > 0
     row = next(line for line in lines if line.startswith("oracle,") and ",all,acc_gt," in line)
     value = float(row.split(",")[CSV_COLUMNS.index("value")])
     assert value == pytest.approx(written["probes"]["oracle"]["overall"]["acc_gt"]["value"])
@@ -368,9 +374,13 @@ def test_figures(run):
     meg = meg_figure(summary.meg)
     points = sum(len(t.x) for t in meg.data if isinstance(t, go.Scatter) and t.mode == "markers")
     assert points == len(facts["grids"])
+    layout = RunLayout(root)
+    written = write_scoring_figures(layout, summary.belief, summary.meg)
     for name in ("belief_by_size", "topk", "meg"):
-        spec = json.loads((root / "scoring" / "figures" / f"{name}.json").read_text())
+        assert written[f"figure_{name}"] == layout.scoring_figure(name)
+        spec = json.loads(layout.scoring_figure(name).read_text())
         assert spec["data"]
+    assert json.loads(layout.scoring_figure("meg").read_text()) == json.loads(meg.to_json())
     with pytest.raises(ValueError, match="nope"):
         belief_figure(summary.belief, probe="nope")
 
@@ -398,12 +408,14 @@ def test_cli_scores_a_run(tmp_path, run):
     )
     assert result.exit_code == 0, result.output
     assert "Acc GT" in result.output and "Wilcoxon" in result.output
+    assert "Recov - null" in result.output
     belief = json.loads((copy / "scoring" / "belief.json").read_text())
     assert list(belief["probes"]) == ["oracle"]
     assert belief["method"]["top_k"] == [1, 3]
     assert (copy / "scoring" / "meg.csv").is_file()
     bad = CliRunner().invoke(app, ["score", str(copy), "--probe", "missing", "--no-progress"])
-    assert bad.exit_code == 1 and "missing.h5" in bad.output
+    assert bad.exit_code == 2 and "missing.h5" in bad.output
+    assert bad.output.startswith("error: ")
 
 
 def test_parallel_scoring_matches_serial(tmp_path, run):
@@ -438,7 +450,7 @@ def test_truncated_decoded_maps_are_refused(copy_run):
     path = copy_run / "probes" / "decoded" / "oracle.h5"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(RunScoringError, match="oracle.h5"):
+    with pytest.raises(ScoringError, match="oracle.h5"):
         score_run(copy_run, ScoreConfig())
 
 
@@ -447,7 +459,7 @@ def test_store_from_other_rollouts_is_refused(copy_run):
     text = traj.read_text()
     run_id = json.loads(text.splitlines()[0])["run_id"]
     traj.write_text(text.replace(run_id, "0123456789abcdef"))
-    with pytest.raises(RunScoringError, match="other rollouts"):
+    with pytest.raises(ScoringError, match="other rollouts"):
         score_run(copy_run, ScoreConfig(decoded_maps=("oracle",)))
 
 
@@ -456,7 +468,7 @@ def test_rows_without_trajectory_steps_are_refused(copy_run):
     lines = traj.read_text().splitlines(keepends=True)
     ends = [i for i, line in enumerate(lines) if '"kind":"episode"' in line]
     traj.write_text("".join(lines[: ends[-2] + 1]))  # drop the last episode
-    with pytest.raises(RunScoringError, match="does not hold"):
+    with pytest.raises(ScoringError, match="does not hold"):
         score_run(copy_run, ScoreConfig(decoded_maps=("oracle",)))
 
 
@@ -464,7 +476,7 @@ def test_grid_missing_from_grid_set_is_refused(copy_run):
     path = copy_run / "grids" / "grids.jsonl"
     grids = read_grid_set(path)
     write_grid_set(path, grids[1:])
-    with pytest.raises(RunScoringError, match="grids.jsonl"):
+    with pytest.raises(ScoringError, match="grids.jsonl"):
         score_run(copy_run, ScoreConfig(decoded_maps=("goal_moved",), meg_probe="goal_moved"))
 
 
@@ -474,3 +486,69 @@ def test_config_validation():
     with pytest.raises(ValueError, match="horizon"):
         ScoreConfig(horizon="forever")
     assert ScoreConfig(top_k=(5, 1, 5)).top_k == (1, 5)
+
+
+# ------------------------------------------------------------------------------------------
+# nulls (schema 2) and version-1 files
+
+
+def test_every_source_is_scored_under_its_nulls(run):
+    _, facts, summary = run
+    assert summary.belief["schema_version"] == 2
+    goal_moved = summary.belief["probes"]["goal_moved"]
+    # decoded on the 7 x 7 test grids only: the prior is fitted on the other grids of the store
+    assert set(goal_moved["nulls"]) == {"other_grid", "prior"}
+    assert goal_moved["nulls"]["prior"]["n_training_grids"] == len(facts["grids"]) - len(
+        facts["test_grids"]
+    )
+    oracle = summary.belief["probes"]["oracle"]
+    assert set(oracle["nulls"]) == {"other_grid"} and "prior" in oracle["nulls_unavailable"]
+    null = oracle["nulls"]["other_grid"]
+    for key in ("value", "n", "n_grids"):  # the same steps
+        assert null["overall"]["acc_gt"][key] == oracle["overall"]["acc_gt"][key]
+    excess = oracle["excess"]["acc_dec"]
+    assert excess["baseline"] == "other_grid"
+    assert excess["value"] == pytest.approx(
+        oracle["overall"]["acc_dec"]["value"] - null["overall"]["acc_dec"]["value"]
+    )
+    assert excess["above_baseline"] == (excess["ci_low"] > 0)
+
+
+def test_version_1_belief_files_still_read(run):
+    from goalprobe.commands.score import _belief_table
+    from probes.scoring.belief_table import belief_csv_rows
+
+    _, _, summary = run
+    old = json.loads(json.dumps(summary.belief))
+    old["schema_version"] = 1
+    for entry in old["probes"].values():
+        for key in ("nulls", "nulls_unavailable", "excess"):
+            entry.pop(key)
+    rows = belief_csv_rows(old)
+    assert rows and not any(":" in row["metric"] for row in rows)
+    assert _belief_table(old).row_count == len(old["probes"])
+    assert belief_figure(old).data
+
+
+def test_cli_without_nulls(tmp_path, run):
+    from goalprobe.cli import app
+
+    root, _, _ = run
+    copy = tmp_path / "run"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("scoring"))
+    args = ["score", str(copy), "--probe", "oracle", "--n-bootstrap", "20", "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--no-nulls"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    entry = json.loads((copy / "scoring" / "belief.json").read_text())["probes"]["oracle"]
+    assert "nulls" not in entry and "excess" not in entry
+
+
+def test_cli_reports_inputs_that_do_not_join_as_one_line(copy_run):
+    from goalprobe.cli import app
+
+    path = copy_run / "probes" / "decoded" / "oracle.h5"
+    path.write_bytes(path.read_bytes()[:2000])
+    result = CliRunner().invoke(app, ["score", str(copy_run), "--probe", "oracle", "--no-progress"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "oracle.h5" in lines[0]

@@ -242,7 +242,7 @@ def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
 
 
 def test_predicted_plans_match_the_file(run, run_dir):
-    from probes.plan_decoder import read_predicted_plans
+    from probes.serialization import read_predicted_plans
 
     key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
     source = run.plan_sources[key]
@@ -427,3 +427,135 @@ def test_view_command_exports_and_rejects_unknown_selections(run_dir, tmp_path):
     assert bad.exit_code != 0 and "unknown decoded-map source" in bad.output
     serve_with_selection = CliRunner().invoke(app, [str(run_dir), "--episodes", key])
     assert serve_with_selection.exit_code != 0
+
+
+# ------------------------------------------------------------------------------------------
+# figures of the report and of the files the application writes
+
+
+def _stat(value: float, half: float = 0.1) -> dict:
+    return {"value": value, "ci_low": value - half, "ci_high": value + half, "n": 4}
+
+
+def test_behaviour_figures_place_each_metric_at_its_size_and_density():
+    rng = np.random.default_rng(0)
+    metrics = ("accuracy", "success_rate", "jsd", "entropy")
+    cells = [
+        {"size": s, "density": d, **{m: _stat(float(rng.uniform())) for m in metrics}}
+        for s in (9, 7)
+        for d in (0.3, 0.0)
+    ]
+    fig = F.behaviour_grid_figure(cells)
+    assert len(fig.data) == len(metrics)
+    for trace, metric in zip(fig.data, metrics, strict=True):
+        assert list(trace.y) == ["7×7", "9×9"] and list(trace.x) == ["d=0", "d=0.3"]
+        for cell in cells:
+            row = list(trace.y).index(f"{cell['size']}×{cell['size']}")
+            col = list(trace.x).index(f"d={cell['density']:g}")
+            assert trace.z[row][col] == cell[metric]["value"]
+    rows = [{"distance": d, "accuracy": _stat(0.5 + 0.1 * d), "jsd": _stat(0.1)} for d in (1, 2)]
+    rows.append({"distance": 3, "accuracy": {"value": None}, "jsd": _stat(0.2, 0.05)})
+    line = F.behaviour_by_distance_figure(rows)
+    accuracy, jsd = line.data
+    assert list(accuracy.x) == [1, 2] and list(jsd.x) == [1, 2, 3]  # undefined points left out
+    assert list(jsd.error_y.array) == pytest.approx([0.1, 0.1, 0.05])
+    tests = [
+        {"transform": "reflect", "metric": "accuracy", "base_mean": 0.8, "transformed_mean": 0.7},
+        {"transform": "rotate", "metric": "jsd", "base_mean": 0.1, "transformed_mean": 0.2},
+        {"transform": "shift", "metric": "accuracy", "base_mean": None},
+    ]
+    bars = F.iso_accuracy_figure(tests)
+    assert [list(t.x) for t in bars.data] == [["reflect"], ["reflect"]]
+    assert [t.y[0] for t in bars.data] == [0.8, 0.7]
+
+
+def test_probe_result_figures_read_the_sweep_metrics():
+    def run(top1: float) -> dict:
+        probe = {
+            "recall/wall": _stat(top1),
+            "recall/padding": _stat(1.0),
+            "precision/wall": _stat(top1 / 2),
+            "agent_top1": _stat(top1),
+            "agent_manhattan": _stat(2.0),
+            "goal_top1": _stat(top1 / 3),
+            "goal_manhattan": _stat(3.0),
+        }
+        return {"models": {"probe": probe}}
+
+    by_size = {"7": run(0.6), "9": run(0.3)}
+    per_class = F.per_class_figure(by_size, "cell_mlp")
+    assert [t.name for t in per_class.data] == ["recall wall", "precision wall"]  # no padding
+    assert list(per_class.data[0].y) == [0.6, 0.3] and per_class.data[1].visible == "legendonly"
+    groups = {"all": run(0.5), **by_size}
+    localisation = F.localisation_figure(groups, "cell_mlp")
+    top1 = [t for t in localisation.data if t.xaxis == "x"]
+    assert [t.name for t in top1] == ["agent", "goal"]
+    assert list(top1[0].x) == ["all", "7", "9"] and list(top1[0].y) == [0.5, 0.6, 0.3]
+    sweep = {
+        "config": {"target": "cell_type"},
+        "estimator": {"class": "CoordinateMLPProbe"},
+        "runs": [
+            {"stage": "pre_reasoning", "layer": layer, "metrics": {"models": models}}
+            for layer, models in (
+                (1, {"probe": {"accuracy_no_padding": _stat(0.7)}}),
+                (2, {"probe": {"accuracy_no_padding": _stat(0.8)}, "shuffled": {}}),
+            )
+        ],
+    }
+    comparison = F.sweep_comparison_figure(sweep)
+    assert [t.name for t in comparison.data] == ["pre_reasoning probe"]
+    assert list(comparison.data[0].y) == [0.7, 0.8] and list(comparison.data[0].x) == ["1", "2"]
+
+
+def test_patch_summary_figure_draws_rates_by_site_and_layers():
+    def row(kind, site, layers, rate, recovered=math.nan):
+        return {
+            "kind": kind,
+            "mode": "teacher_forced",
+            "direction": "base_to_cf",
+            "site": site,
+            "layers": layers,
+            "n_runs": 5,
+            "n_grids": 3,
+            "action_changed_rate": rate,
+            "action_changed_ci": (max(rate - 0.2, 0.0), min(rate + 0.2, 1.0)),
+            "stable_rate": 1 - rate,
+            "recovered_mean": recovered,
+            "recovered_ci": (recovered, recovered),
+        }
+
+    summary = [
+        row("disjoint", "answer", "all", 1.0, 0.9),
+        row("disjoint", "grid", "3", 0.2, 0.1),
+        row("disjoint", "grid", "1+2", 0.4),
+        row("control", "grid", "3", 0.0),
+    ]
+    fig = F.patch_summary_figure(summary)
+    changed, recovered, stable = fig.data
+    assert list(changed.y) == ["grid", "answer"] and list(changed.x) == ["3", "1+2", "all"]
+    assert list(changed.z[0]) == [0.2, 0.4, None] and changed.z[1][2] == 1.0
+    assert recovered.z[0][1] is None  # undefined (NaN) recovery is left blank
+    assert stable.z[0][0] == 1.0 and "no runs" in stable.hovertext[1][2]
+    json_rows = [{**r, "recovered_mean": None} if r["layers"] == "1+2" else r for r in summary]
+    assert F.patch_summary_figure(json_rows).data[1].z[0][1] is None  # null as read from JSON
+
+
+def test_only_the_viewer_figures_draw():
+    """The library computes, the application writes, viewer.figures draws: no other module
+    builds a plotly figure."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    drawing = re.compile(
+        r"^\s*(import plotly\.graph_objects|from plotly(\.subplots|\.graph_objects)? import)", re.M
+    )
+    wrong = []
+    for package in ("activations", "probes", "viewer", "goalprobe"):
+        for folder, _, files in os.walk(os.path.join(root, package)):
+            if os.path.join("viewer", "figures") in folder:
+                continue
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    with open(path, encoding="utf-8") as fh:
+                        if drawing.search(fh.read()):
+                            wrong.append(os.path.relpath(path, root))
+    assert wrong == []

@@ -112,8 +112,7 @@ def build_run(
 ) -> Path:
     """Write a complete run directory under ``root`` and return it."""
     from probes.patching.results import summarize, write_results
-    from probes.plan_decoder import write_predicted_plans
-    from probes.serialization import write_decoded_maps
+    from probes.serialization import write_decoded_maps, write_predicted_plans
 
     rng = np.random.default_rng(seed)
     grids = generate_grid_set(

@@ -2,8 +2,8 @@
 
 Plotly figures and the interactive cognitive-map viewer over a run directory:
 
-* :mod:`viewer.figures`: pure figure functions (grids, decoded maps, plans, patching,
-  prefix accuracy, probe comparisons), shared with the report;
+* :mod:`viewer.figures`: every figure of the project as pure functions (grids, decoded maps,
+  plans, behaviour, probes, scoring, patching), one package shared with the report;
 * :mod:`viewer.data`: lazy, per-episode access to a run directory, with allow-lists and path
   checks;
 * :mod:`viewer.step`: what one step shows (true and decoded grid, optimal sets, plan, patching);

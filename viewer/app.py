@@ -375,7 +375,8 @@ def _overview(run: RunData):
             cards.append(html.Div(str(err), className="gp-error"))
             continue
         if summary is not None:
-            cards.append(html.Div([html.H4(f"scoring/{name}.json"), _json_table(summary)]))
+            heading = run.layout.relative(getattr(run.layout, name))
+            cards.append(html.Div([html.H4(heading), _json_table(summary)]))
     return html.Div(
         [html.Div(c, className="gp-card") for c in cards],
         className="gp-main",

@@ -1,14 +1,14 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Run directory layout (every file may be missing; :attr:`RunData.missing` says which are)::
+Every path comes from the run's :class:`~activations.run_layout.RunLayout`; every file may be
+missing (:attr:`RunData.missing` says which are). What is read here:
 
-    RUN/grids/grids.jsonl                 grid set (goalprobe.gridset/1)
-    RUN/rollouts/trajectories.jsonl       trajectories (goalprobe.trajectory/1)
-    RUN/activations/activations.h5        activation store (only /labels ids are read here)
-    RUN/probes/decoded/<probe>.h5         decoded maps: probs (N, S, S, C), row_ids (N,)
-    RUN/plans/predicted/<decoder>.h5      predicted plans: runs/<run>/plans (N, T), row_ids (N,)
-    RUN/patching/results.json             patching bundle (goalprobe.patching/1, "records")
-    RUN/scoring/belief.json, RUN/scoring/meg.json, RUN/report.html
+* grid set (goalprobe.gridset/1) and trajectories (goalprobe.trajectory/1);
+* the activation store (only its /labels ids);
+* decoded maps, ``probes/decoded/<probe>.h5``: probs (N, S, S, C), row_ids (N,);
+* predicted plans, ``plans/predicted/<decoder>.h5``: runs/<run>/plans (N, T), row_ids (N,);
+* the patching bundle (goalprobe.patching/1, "records"), else the patching records CSV;
+* belief and MEG scoring (JSON) and whether the report exists.
 
 How the parts join: a trajectory step is ``(grid_id, episode, step)``; the store's ``/labels``
 map each of its rows to those ids (and the trajectory ``run_id``); decoded maps and predicted
@@ -50,17 +50,7 @@ from activations.agent.trajectories import (
 )
 from activations.gridworld.core import CellType, Grid
 from activations.gridworld.text import parse
-
-GRIDS_PATH = "grids/grids.jsonl"
-TRAJECTORIES_PATH = "rollouts/trajectories.jsonl"
-STORE_PATH = "activations/activations.h5"
-DECODED_DIR = "probes/decoded"
-PLANS_DIR = "plans/predicted"
-PATCHING_PATHS = ("patching/results.json", "patching/patch_results.json")
-PATCHING_CSV = "patching/patch_records.csv"
-BELIEF_PATH = "scoring/belief.json"
-MEG_PATH = "scoring/meg.json"
-REPORT_PATH = "report.html"
+from activations.run_layout import RunLayout
 
 N_CLASSES = len(CellType)
 """Width of the class axis after :func:`full_class_probs` (indexed by ``CellType``)."""
@@ -335,6 +325,7 @@ class RunData:
         if not root.is_dir():
             raise FileNotFoundError(f"{run_dir}: not a run directory")
         self.root = root.resolve(strict=True)
+        self.layout = RunLayout(self.root)
         self.missing: list[MissingArtefact] = []
         self.header: RunHeader | None = None
         self.episodes: dict[str, EpisodeInfo] = {}
@@ -363,8 +354,13 @@ class RunData:
             raise UnsafePathError(f"{relative}: resolves to {path}, outside the run directory")
         return path
 
-    def _artefact(self, relative: str, name: str, consequence: str) -> Path | None:
+    def _relative(self, path: Path) -> str:
+        """A layout path relative to the run directory, for messages."""
+        return path.relative_to(self.root).as_posix()
+
+    def _artefact(self, path: Path, name: str, consequence: str) -> Path | None:
         """The resolved path of an expected file, or None (recorded in :attr:`missing`)."""
+        relative = self._relative(path)
         try:
             path = self.resolve(relative)
         except UnsafePathError as err:
@@ -378,31 +374,34 @@ class RunData:
     # -- scanning -----------------------------------------------------------------------------
 
     def _scan(self) -> None:
+        layout = self.layout
         self._grids_path = self._artefact(
-            GRIDS_PATH, "grid set", "grids are rebuilt from the trajectory's grid text"
+            layout.grids, "grid set", "grids are rebuilt from the trajectory's grid text"
         )
         self._traj_path = self._artefact(
-            TRAJECTORIES_PATH, "trajectories", "there are no episodes to show"
+            layout.trajectories, "trajectories", "there are no episodes to show"
         )
         if self._traj_path is not None:
             try:
                 self._index_trajectories(self._traj_path)
             except (OSError, TrajectoryFormatError) as err:
                 self.missing.append(
-                    MissingArtefact("trajectories", TRAJECTORIES_PATH, str(err), "no episodes")
+                    MissingArtefact(
+                        "trajectories", self._relative(layout.trajectories), str(err), "no episodes"
+                    )
                 )
                 self.episodes = {}
         self._store_path = self._artefact(
-            STORE_PATH,
+            layout.store,
             "activation store",
             "decoded maps and predicted plans cannot be joined to steps",
         )
         self._scan_maps()
         self._scan_plans()
         self._patching_path = None
-        for relative in (*PATCHING_PATHS, PATCHING_CSV):
+        for candidate in (layout.patch_results, layout.patch_records_csv):
             try:
-                path = self.resolve(relative)
+                path = self.resolve(candidate)
             except UnsafePathError:
                 continue
             if path.is_file():
@@ -411,14 +410,17 @@ class RunData:
         if self._patching_path is None:
             self.missing.append(
                 MissingArtefact(
-                    "patching results", PATCHING_PATHS[0], "not found", "no patching panel"
+                    "patching results",
+                    self._relative(layout.patch_results),
+                    "not found",
+                    "no patching panel",
                 )
             )
         self._belief_path = self._artefact(
-            BELIEF_PATH, "belief scoring", "no policy-against-belief summary"
+            layout.belief, "belief scoring", "no policy-against-belief summary"
         )
-        self._meg_path = self._artefact(MEG_PATH, "MEG scoring", "no MEG summary")
-        self._artefact(REPORT_PATH, "report", "no link to the static report")
+        self._meg_path = self._artefact(layout.meg, "MEG scoring", "no MEG summary")
+        self._artefact(layout.report, "report", "no link to the static report")
 
     def _index_trajectories(self, path: Path) -> None:
         """Byte ranges of every finished episode; summaries are parsed and validated."""
@@ -458,7 +460,7 @@ class RunData:
     def _scan_maps(self) -> None:
         import h5py
 
-        files = self._listing(DECODED_DIR, "decoded maps", "no decoded cognitive maps")
+        files = self._listing(self.layout.decoded_dir, "decoded maps", "no decoded cognitive maps")
         for path in files:
             rel = path.relative_to(self.root).as_posix()
             try:
@@ -500,7 +502,9 @@ class RunData:
     def _scan_plans(self) -> None:
         import h5py
 
-        files = self._listing(PLANS_DIR, "predicted plans", "no plan-decoder panel")
+        files = self._listing(
+            self.layout.predicted_plans_dir, "predicted plans", "no plan-decoder panel"
+        )
         for path in files:
             rel = path.relative_to(self.root).as_posix()
             try:
@@ -521,8 +525,9 @@ class RunData:
                     MissingArtefact("predicted plans", rel, f"unreadable: {err}", "file skipped")
                 )
 
-    def _listing(self, relative: str, name: str, consequence: str) -> list[Path]:
+    def _listing(self, folder: Path, name: str, consequence: str) -> list[Path]:
         """``*.h5`` files of a directory inside the run; absences go to :attr:`missing`."""
+        relative = self._relative(folder)
         try:
             directory = self.resolve(relative)
         except UnsafePathError as err:
@@ -700,7 +705,10 @@ class RunData:
                 except (OSError, StoreFormatError) as err:
                     self.missing.append(
                         MissingArtefact(
-                            "activation store", STORE_PATH, str(err), "probe panels unavailable"
+                            "activation store",
+                            self._relative(self.layout.store),
+                            str(err),
+                            "probe panels unavailable",
                         )
                     )
                     self._store_path = None

@@ -77,6 +77,44 @@ class Completion:
     well_formed: bool = True
 
 
+class BatchGenerationError(RuntimeError):
+    """Some conversations of a batch failed while others were answered.
+
+    Raised by backends that answer each conversation independently (a server: one request each),
+    so that a caller can keep the completions it got and try the failed conversations again.
+
+    Attributes:
+        completions: one entry per conversation, None where it failed.
+        errors: one entry per conversation, the reason where it failed, else None.
+    """
+
+    def __init__(
+        self, message: str, completions: Sequence[Completion | None], errors: Sequence[str | None]
+    ) -> None:
+        super().__init__(message)
+        if len(completions) != len(errors):
+            raise ValueError(f"{len(completions)} completions but {len(errors)} errors")
+        self.completions = list(completions)
+        self.errors = list(errors)
+
+
+@runtime_checkable
+class PromptEncoder(Protocol):
+    """A backend that can say, before generating, how long a prompt is and how long it may be
+    (``goalprobe serve`` checks limits with it before any compute)."""
+
+    @property
+    def context_length(self) -> int:
+        """Most positions (prompt + generated tokens) the model handles."""
+        ...
+
+    def encode_prompt(
+        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
+    ) -> list[int]:
+        """The token ids of one conversation's prompt."""
+        ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Anything that samples harmony completions for a batch of conversations."""

@@ -171,6 +171,18 @@ def render_prompt(
     return "".join(parts)
 
 
+def encode_prompt(
+    tokenizer,
+    messages: Sequence[Message],
+    reasoning_effort: str,
+    system: SystemContent = DEFAULT_SYSTEM,
+) -> list[int]:
+    """``(prompt_len,)`` token ids of one conversation's harmony prompt under ``tokenizer`` (the
+    ids a local model is run on; special tokens are parsed from the rendered text)."""
+    text = render_prompt(messages, reasoning_effort, system=system)
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
 def render_completion(reasoning: str, final: str) -> str:
     """The assistant's completion of a :func:`render_prompt` prompt (what the model generates).
 

@@ -35,6 +35,7 @@ from activations.agent.harmony import (
     Message,
     ReasoningEffort,
     SystemContent,
+    encode_prompt,
     render_prompt,
     split_completion,
 )
@@ -91,6 +92,12 @@ class LocalBackend:
         """The device the model's parameters live on."""
         return next(self.model.parameters()).device
 
+    @property
+    def context_length(self) -> int:
+        """Most positions (prompt + generated tokens) the model handles
+        (``config.max_position_embeddings``)."""
+        return int(self.model.config.max_position_embeddings)
+
     def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
         """The harmony prompt of one conversation."""
         return render_prompt(messages, reasoning_effort, system=self.system)
@@ -99,8 +106,7 @@ class LocalBackend:
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
         """``(prompt_len,)`` token ids of one conversation's harmony prompt."""
-        text = self.prompt_text(messages, reasoning_effort)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
 
     @torch.no_grad()
     def generate(
@@ -250,7 +256,14 @@ class PerRowSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """``scores: (B, vocab)`` -> ``(B, vocab)`` with 0 at each row's draw, -inf elsewhere."""
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        logits = scores.float() / self.temperature
+        if torch.isposinf(logits).any() or torch.isnan(logits).any():
+            # near temperature 0 the division overflows float32 (then inf - inf = nan in the
+            # softmax); shifting by the row maximum first gives the same distribution. Only
+            # here, so that ordinary temperatures keep their exact arithmetic (and samples).
+            shifted = scores.float() - scores.float().amax(dim=-1, keepdim=True)
+            logits = shifted / self.temperature
+        probs = torch.softmax(logits, dim=-1)
         if self.top_p < 1.0:
             sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
             mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs

@@ -24,6 +24,14 @@ conversation (``batch_size=1``: rollouts are then independent of scheduling and 
 bit for bit), else a seed derived from the seeds of the conversations in it (reproducible for
 the same config and schedule only).
 
+**Failed requests.** A backend that answers conversations independently (a server) raises
+:class:`~activations.agent.backend.BatchGenerationError` when some of a round's conversations
+failed after the backend's own retries: the answered ones are used, the failed ones stay at
+their step and are sent again next round with the same seed, so the trajectories equal those
+of a run without failures. After ``max_failed_rounds`` consecutive rounds with failures the run
+stops with :class:`RolloutStopped`; every episode finished so far is on disk, and rerunning
+resumes. No episode is dropped or written twice.
+
 **Resume.** Each episode is written as one block (steps then summary) when it ends
 (:func:`activations.agent.trajectories.append_episode`); rerunning with the same config and
 output resumes: finished episodes are skipped and the interrupted tail is cut off, so an
@@ -44,7 +52,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from activations.agent.backend import Backend, Completion, SamplingConfig
+from activations.agent.backend import (
+    Backend,
+    BatchGenerationError,
+    Completion,
+    SamplingConfig,
+)
 from activations.agent.harmony import REASONING_EFFORTS, Message
 from activations.agent.parser import parse_action
 from activations.agent.prompts import PromptTemplate, build_messages
@@ -161,6 +174,8 @@ class RolloutReport:
         invalid_steps: invalid steps among them.
         generate_calls: ``backend.generate`` calls made now.
         seconds: wall time.
+        failed_rounds: rounds in which some conversations failed (and were sent again).
+        failed_generations: conversations that failed in those rounds.
     """
 
     out_path: Path
@@ -173,11 +188,25 @@ class RolloutReport:
     invalid_steps: int
     generate_calls: int
     seconds: float
+    failed_rounds: int = 0
+    failed_generations: int = 0
 
     @property
     def steps_per_second(self) -> float:
         """Steps taken per wall-clock second (nan when nothing ran)."""
         return self.steps / self.seconds if self.seconds > 0 and self.steps else math.nan
+
+
+class RolloutStopped(RuntimeError):
+    """The backend kept failing; the run stopped in a resumable state.
+
+    Attributes:
+        report: what the run did before it stopped (finished episodes are on disk).
+    """
+
+    def __init__(self, message: str, report: RolloutReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def derive_seed(*parts: object) -> int:
@@ -295,22 +324,10 @@ class _Episode:
         self.steps.append(
             StepRecord(
                 run_id=self.run_id,
-                grid_id=self.grid.grid_id,
                 episode=self.index,
                 step=len(self.steps),
                 episode_seed=self.seed,
-                grid_size=self.grid.size,
-                density=self.grid.density,
-                variant=str(self.grid.variant),
-                grid_text=self._grid_text,
-                agent_row_col=state.agent,
-                goal_row_col=self.grid.goal,
-                has_key=state.has_key,
-                door_open=state.door_open,
-                key_row_col=self.grid.key,
-                door_row_col=self.grid.door,
-                optimal_actions=[a.name for a in sorted(self.policy.optimal_actions(state))],
-                distance_to_goal=_finite_distance(self.policy, state),
+                **state_fields(self.grid, self.policy, state, self._grid_text),
                 action=parsed.action.name if parsed.ok else None,
                 valid=parsed.ok,
                 next_agent_row_col=next_state.agent,
@@ -359,6 +376,26 @@ class _Episode:
         )
 
 
+def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str) -> dict:
+    """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent (its
+    grid, cells, key and door status, optimal actions and distance to the goal)."""
+    return dict(
+        grid_id=grid.grid_id,
+        grid_size=grid.size,
+        density=grid.density,
+        variant=str(grid.variant),
+        grid_text=grid_text,
+        agent_row_col=state.agent,
+        goal_row_col=grid.goal,
+        has_key=state.has_key,
+        door_open=state.door_open,
+        key_row_col=grid.key,
+        door_row_col=grid.door,
+        optimal_actions=[a.name for a in sorted(policy.optimal_actions(state))],
+        distance_to_goal=_finite_distance(policy, state),
+    )
+
+
 def _finite_distance(policy: OptimalPolicy, state: State) -> int:
     distance = policy.distance(state)
     if distance == math.inf:  # the dynamics never leave the start's connected region
@@ -381,6 +418,7 @@ def run_rollouts(
     progress: bool = True,
     *,
     backend_description: dict[str, Any] | None = None,
+    max_failed_rounds: int = 3,
 ) -> RolloutReport:
     """Run ``config.episodes_per_grid`` episodes on every grid and append them to ``out_path``.
 
@@ -396,6 +434,8 @@ def run_rollouts(
         progress: show a progress bar (tqdm, on stderr).
         backend_description: JSON facts identifying the backend (model path, ...), recorded in
             the run header and part of the run id; None uses :func:`describe_backend`.
+        max_failed_rounds: consecutive rounds with failed conversations tolerated (each failed
+            conversation is sent again next round); one more stops the run.
 
     Returns:
         a :class:`RolloutReport` of this call.
@@ -403,9 +443,13 @@ def run_rollouts(
     Raises:
         ValueError: a grid has an empty or repeated ``grid_id``, or cannot be solved.
         TrajectoryFormatError: ``out_path`` belongs to another run or is corrupt.
+        RolloutStopped: more than ``max_failed_rounds`` consecutive rounds had failures; rerun
+            to resume.
     """
     from tqdm.auto import tqdm
 
+    if max_failed_rounds < 0:
+        raise ValueError(f"max_failed_rounds must be >= 0, got {max_failed_rounds}")
     started = time.perf_counter()
     out_path = Path(out_path)
     grids = list(grids)
@@ -445,6 +489,24 @@ def run_rollouts(
     per_row_seeds = _accepts_seeds(backend)
     active: list[_Episode] = []
     calls = episodes_run = successes = steps = invalid = 0
+    failed_rounds = failed_generations = consecutive_failures = 0
+
+    def report() -> RolloutReport:
+        return RolloutReport(
+            out_path=out_path,
+            run_id=run_id,
+            episodes_total=total,
+            episodes_skipped=skipped,
+            episodes_run=episodes_run,
+            successes=successes,
+            steps=steps,
+            invalid_steps=invalid,
+            generate_calls=calls,
+            seconds=time.perf_counter() - started,
+            failed_rounds=failed_rounds,
+            failed_generations=failed_generations,
+        )
+
     bar = tqdm(total=len(todo), unit="episode", disable=not progress, desc="rollout")
     try:
         while todo or active:
@@ -460,10 +522,19 @@ def run_rollouts(
                         template=template,
                     )
                 )
-            completions = _generate(backend, active, config, per_row_seeds)
+            try:
+                completions: list[Completion | None] = list(
+                    _generate(backend, active, config, per_row_seeds)
+                )
+                failure = None
+            except BatchGenerationError as err:
+                if len(err.completions) != len(active):
+                    raise
+                completions, failure = err.completions, err
             calls += 1
             for episode, completion in zip(active, completions, strict=True):
-                episode.consume(completion)
+                if completion is not None:  # a failed conversation stays at its step
+                    episode.consume(completion)
             still: list[_Episode] = []
             for episode in active:
                 if not episode.done:
@@ -478,20 +549,23 @@ def run_rollouts(
                 bar.update(1)
                 bar.set_postfix(steps=steps, invalid=invalid, success=successes, refresh=False)
             active = still
+            if failure is None:
+                consecutive_failures = 0
+                continue
+            failed_rounds += 1
+            failed_generations += sum(c is None for c in completions)
+            consecutive_failures += 1
+            log.warning("round %d: %s; the failed conversations go again", calls, failure)
+            if consecutive_failures > max_failed_rounds:
+                raise RolloutStopped(
+                    f"{consecutive_failures} consecutive rounds failed (last: {failure}); "
+                    f"{skipped + episodes_run} of {total} episodes finished and written; rerun the same "
+                    "command to resume",
+                    report(),
+                ) from failure
     finally:
         bar.close()
-    return RolloutReport(
-        out_path=out_path,
-        run_id=run_id,
-        episodes_total=total,
-        episodes_skipped=skipped,
-        episodes_run=episodes_run,
-        successes=successes,
-        steps=steps,
-        invalid_steps=invalid,
-        generate_calls=calls,
-        seconds=time.perf_counter() - started,
-    )
+    return report()
 
 
 def _generate(

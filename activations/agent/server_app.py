@@ -14,12 +14,23 @@ Endpoints:
 * ``GET /health``: ``{"status": "ok", "model": ...}``.
 
 Bad requests get a 400 (404 for an unknown model, 401 for a missing or wrong API key when the
-server has one) with an OpenAI-style body ``{"error": {"message", "type", "param", "code"}}``.
+server has one, 413 for a body over ``max_body_bytes``, 503 with ``Retry-After`` when
+``max_queue`` requests are already waiting) with an OpenAI-style body
+``{"error": {"message", "type", "param", "code"}}``. Every limit is checked before any compute:
+a prompt that does not fit the model's context is refused with a 400 that says so, and
+``max_tokens`` is clamped to the context left after the prompt (when the backend can encode
+prompts, :class:`~activations.agent.backend.PromptEncoder`).
+
+**Seeds.** A request's ``seed`` seeds its own sampler. A sampled request without one gets a seed
+drawn from the server's generator (seeded once with ``ServeConfig.seed``), so a server started
+with the same seed answers the same sequence of unseeded requests the same way.
 
 Concurrent requests are batched: a single worker collects requests for up to ``batch_window_s``
 (at most ``max_batch_size``) with the same sampling settings and sends them to
 ``backend.generate`` in one call (with per-request seeds when the backend accepts ``seeds=``;
-otherwise only requests with equal seeds share a call).
+otherwise only requests with equal seeds share a call). Errors are per request: when a batch
+fails, each of its requests is generated again on its own, so one bad request never fails
+another.
 """
 
 from __future__ import annotations
@@ -28,7 +39,9 @@ import asyncio
 import contextlib
 import hmac
 import inspect
+import json
 import logging
+import random
 import time
 import uuid
 from collections import deque
@@ -41,7 +54,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from activations.agent.backend import Backend, Completion, SamplingConfig
+from activations.agent.backend import Backend, Completion, PromptEncoder, SamplingConfig
 from activations.agent.harmony import Message
 
 log = logging.getLogger(__name__)
@@ -78,7 +91,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    seed: int | None = None  # None: drawn from the server's seeded generator
     n: int = Field(default=1, ge=1)
     reasoning_effort: Literal["low", "medium", "high"] = "low"
     stream: bool = False
@@ -103,6 +116,19 @@ class ServeConfig:
     batch_window_s: float = 0.01
     """How long the worker waits for more requests before generating a batch."""
 
+    seed: int | None = 0
+    """Seed of the server's generator, which draws the seed of every sampled request that
+    gives none (None: fresh entropy, not reproducible)."""
+
+    max_queue: int = 256
+    """Most requests waiting or generating at once; more are answered 503 with Retry-After."""
+
+    max_body_bytes: int = 1 << 20
+    """Largest accepted request body (bytes); larger ones are answered 413 unread."""
+
+    retry_after_s: int = 1
+    """``Retry-After`` (seconds) of a 503 for a full queue."""
+
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
@@ -110,24 +136,97 @@ class ServeConfig:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
         if self.default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
+        if self.max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {self.max_queue}")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        if self.retry_after_s < 0:
+            raise ValueError(f"retry_after_s must be >= 0, got {self.retry_after_s}")
 
 
 class _ApiError(Exception):
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers
 
 
-def _error_response(status: int, message: str, param: str | None = None, code: str | None = None):
+def _error_body(status: int, message: str, param: str | None, code: str | None) -> dict:
     kind = {401: "authentication_error", 404: "not_found_error"}.get(
         status, "invalid_request_error" if status < 500 else "server_error"
     )
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error_response(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+):
     return JSONResponse(
-        status_code=status,
-        content={"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status, content=_error_body(status, message, param, code), headers=headers
     )
+
+
+class _BodyLimit:
+    """ASGI middleware answering 413 to a body over ``max_bytes``: at once when
+    ``Content-Length`` says so, else as soon as the received bytes pass the limit (the rest is
+    never read and the app's own answer is replaced)."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send, size: str) -> None:
+        message = f"request body {size} is larger than this server accepts ({self.max_bytes} bytes)"
+        payload = json.dumps(_error_body(413, message, None, "body_too_large")).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        headers.append((b"content-length", str(len(payload)).encode()))
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", ())).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, f"of {int(declared)} bytes")
+            return
+        received = 0
+        too_large = False
+
+        async def limited_receive():
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True  # hand the app an empty last chunk; its answer is replaced
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        refused = False
+
+        async def guarded_send(message) -> None:
+            nonlocal refused
+            if too_large:
+                if not refused:
+                    refused = True
+                    await self._refuse(send, f"of more than {self.max_bytes} bytes")
+                return
+            await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
 
 
 @dataclass
@@ -135,6 +234,10 @@ class _Job:
     messages: list[Message]
     sampling: SamplingConfig
     future: asyncio.Future
+
+
+class QueueFull(RuntimeError):
+    """``max_queue`` requests are already waiting or generating."""
 
 
 class _Batcher:
@@ -147,14 +250,35 @@ class _Batcher:
         self.queue: asyncio.Queue[_Job] = asyncio.Queue()
         self.carry: deque[_Job] = deque()
         self.batches = 0
+        self.pending = 0
+        """Requests submitted and not yet answered."""
+        self.rng = random.Random(config.seed)
+        """The server's generator: draws the seeds of sampled requests that give none."""
 
     def _group_key(self, sampling: SamplingConfig) -> SamplingConfig:
         return replace(sampling, seed=None) if self.per_row_seeds else sampling
 
+    def seeded(self, sampling: SamplingConfig) -> SamplingConfig:
+        """``sampling`` with a seed: its own, else (when it samples) one from the server's
+        generator. Greedy requests need none."""
+        if sampling.seed is not None or sampling.temperature == 0:
+            return sampling
+        return replace(sampling, seed=self.rng.getrandbits(63))
+
+    def check_room(self) -> None:
+        """Raise :class:`QueueFull` when ``max_queue`` requests are already pending."""
+        if self.pending >= self.config.max_queue:
+            raise QueueFull(f"{self.pending} requests are already queued")
+
     async def submit(self, messages: list[Message], sampling: SamplingConfig) -> Completion:
+        self.check_room()
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Job(messages, sampling, future))
-        return await future
+        self.pending += 1
+        try:
+            self.queue.put_nowait(_Job(messages, self.seeded(sampling), future))
+            return await future
+        finally:
+            self.pending -= 1
 
     async def run(self) -> None:
         while True:
@@ -183,26 +307,40 @@ class _Batcher:
                     self.carry.append(job)
             await self._generate(jobs)
 
+    async def _call(self, jobs: Sequence[_Job]) -> list[Completion]:
+        batch = [job.messages for job in jobs]
+        sampling = jobs[0].sampling
+        self.batches += 1
+        if self.per_row_seeds:
+            seeds = [job.sampling.seed for job in jobs]
+            if any(seed is None for seed in seeds):  # greedy rows: the sampler ignores seeds
+                seeds = None
+            return await asyncio.to_thread(
+                self.backend.generate, batch, replace(sampling, seed=None), seeds=seeds
+            )
+        return await asyncio.to_thread(self.backend.generate, batch, sampling)
+
     async def _generate(self, jobs: Sequence[_Job]) -> None:
         live = [job for job in jobs if not job.future.done()]  # the client may have gone
         if not live:
             return
-        batch = [job.messages for job in live]
-        sampling = live[0].sampling
-        self.batches += 1
         try:
-            if self.per_row_seeds:
-                seeds = [job.sampling.seed for job in live]
-                completions = await asyncio.to_thread(
-                    self.backend.generate, batch, replace(sampling, seed=None), seeds=seeds
-                )
-            else:
-                completions = await asyncio.to_thread(self.backend.generate, batch, sampling)
-        except Exception as err:  # noqa: BLE001 - every waiting request gets the error
-            log.exception("generation failed for a batch of %d request(s)", len(live))
+            completions = await self._call(live)
+        except Exception as err:  # noqa: BLE001 - isolated below, reported per request
+            if len(live) == 1:
+                log.exception("generation failed for one request")
+                if not live[0].future.done():
+                    live[0].future.set_exception(err)
+                return
+            # one request must never fail another: generate each one on its own
+            log.warning(
+                "generation failed for a batch of %d requests (%s: %s); generating each alone",
+                len(live),
+                type(err).__name__,
+                err,
+            )
             for job in live:
-                if not job.future.done():
-                    job.future.set_exception(err)
+                await self._generate([job])
             return
         for job, completion in zip(live, completions, strict=True):
             if not job.future.done():
@@ -234,7 +372,9 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
                 await worker
 
     app = FastAPI(title="goalprobe agent server", lifespan=lifespan)
+    app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
     app.state.batcher = batcher
+    encoder = backend if isinstance(backend, PromptEncoder) else None
     created = int(time.time())
 
     @app.exception_handler(RequestValidationError)
@@ -249,7 +389,7 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(_ApiError)
     async def _api_error(_request: Request, exc: _ApiError):
-        return _error_response(exc.status, exc.message, exc.param, exc.code)
+        return _error_response(exc.status, exc.message, exc.param, exc.code, exc.headers)
 
     def check_key(request: Request) -> None:
         if config.api_key is None:
@@ -303,6 +443,12 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
             raise _ApiError(400, "the last message must not be an assistant message", "messages")
         max_tokens = body.max_completion_tokens or body.max_tokens or config.default_max_tokens
         try:
+            batcher.check_room()  # before tokenising: a full server does no work at all
+        except QueueFull as err:
+            raise _busy(err, config) from err
+        if encoder is not None:  # limits before any compute
+            max_tokens = await _fit_context(encoder, messages, body.reasoning_effort, max_tokens)
+        try:
             sampling = SamplingConfig(
                 temperature=body.temperature,
                 top_p=body.top_p,
@@ -314,6 +460,8 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
             raise _ApiError(400, str(err)) from err
         try:
             completion = await batcher.submit(messages, sampling)
+        except QueueFull as err:
+            raise _busy(err, config) from err
         except ValueError as err:
             raise _ApiError(400, f"cannot generate for this request: {err}") from err
         except Exception as err:  # noqa: BLE001 - reported to the client as a 500
@@ -321,6 +469,37 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
         return _response(config.model_name, completion)
 
     return app
+
+
+def _busy(err: QueueFull, config: ServeConfig) -> _ApiError:
+    return _ApiError(
+        503,
+        f"server busy: {err}; retry later",
+        code="queue_full",
+        headers={"Retry-After": str(config.retry_after_s)},
+    )
+
+
+async def _fit_context(
+    encoder: PromptEncoder, messages: list[Message], effort: str, max_tokens: int
+) -> int:
+    """``max_tokens`` clamped to the context left after the prompt; a 400 when the prompt
+    leaves no room for even one token."""
+    context = encoder.context_length
+    try:
+        prompt_ids = await asyncio.to_thread(encoder.encode_prompt, messages, effort)
+    except ValueError as err:
+        raise _ApiError(400, f"invalid message: {err}", "messages") from err
+    room = context - len(prompt_ids)
+    if room < 1:
+        raise _ApiError(
+            400,
+            f"the prompt is {len(prompt_ids)} tokens; this model's context is {context} "
+            "positions (prompt and answer together), so it cannot be answered",
+            "messages",
+            "context_length_exceeded",
+        )
+    return min(max_tokens, room)
 
 
 def _response(model_name: str, completion: Completion) -> dict[str, Any]:

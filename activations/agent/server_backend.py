@@ -3,8 +3,11 @@
 
 Each conversation of a batch is one ``POST {base_url}/chat/completions`` request; requests run
 concurrently (``httpx.AsyncClient``) up to ``max_concurrency`` at a time, each with a timeout and
-retries with exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts and connection
-errors. Other 4xx answers fail at once with the server's message.
+retries with exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection errors,
+truncated bodies and answers that are not a JSON object. Other 4xx answers fail at once with the
+server's message. Conversations are independent: when some of a batch fail after every retry,
+:class:`ServerBatchError` carries the completions of the others (and the reasons), so a caller
+keeps them; :attr:`ServerBackend.stats` counts requests, retries and failures.
 
 **Text.** The final answer is ``message.content``; the reasoning is ``message.reasoning_content``
 or ``message.reasoning`` (vLLM, several providers), empty when the server returns neither.
@@ -29,13 +32,13 @@ import os
 import random
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from activations.agent.backend import Completion, SamplingConfig
+from activations.agent.backend import BatchGenerationError, Completion, SamplingConfig
 from activations.agent.harmony import (
     CHANNEL,
     MESSAGE,
@@ -53,6 +56,28 @@ RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 class ServerError(RuntimeError):
     """The endpoint refused a request or kept failing after every retry."""
+
+
+class ServerBatchError(ServerError, BatchGenerationError):
+    """Some requests of a batch failed (after their retries); the others' completions are kept
+    in ``completions`` (None where a request failed, its reason in ``errors``)."""
+
+
+@dataclass
+class RequestStats:
+    """What the backend's requests went through (counts since the backend was built)."""
+
+    requests: int = 0
+    """Requests answered successfully."""
+
+    retries: int = 0
+    """Retries after a retryable failure."""
+
+    failures: int = 0
+    """Requests given up (refused, or still failing after every retry)."""
+
+    problems: dict[str, int] = field(default_factory=dict)
+    """Retryable failures by kind (``HTTP 503``, ``ReadTimeout``, ``malformed JSON``, ...)."""
 
 
 class _Tokenizer(Protocol):
@@ -131,6 +156,7 @@ class ServerBackend:
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self._api_key = key or None
         self._rng = random.Random()
+        self.stats = RequestStats()
 
     def __repr__(self) -> str:
         return (
@@ -186,7 +212,25 @@ class ServerBackend:
                     body = await self._post(client, self.request_body(batch[i], sampling, seed))
                 return self._completion(batch[i], sampling, body)
 
-            return list(await asyncio.gather(*(one(i) for i in range(len(batch)))))
+            outcomes = await asyncio.gather(
+                *(one(i) for i in range(len(batch))), return_exceptions=True
+            )
+        for outcome in outcomes:  # a bug (not a server failure) is raised as it is
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ServerError):
+                raise outcome
+        failed = [str(o) for o in outcomes if isinstance(o, ServerError)]
+        if failed:
+            message = (
+                failed[0]
+                if len(batch) == 1
+                else (f"{len(failed)} of {len(batch)} requests failed; first: {failed[0]}")
+            )
+            raise ServerBatchError(
+                message,
+                [None if isinstance(o, ServerError) else o for o in outcomes],
+                [str(o) if isinstance(o, ServerError) else None for o in outcomes],
+            )
+        return list(outcomes)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -231,28 +275,38 @@ class ServerBackend:
             try:
                 response = await client.post(url, json=body)
             except (httpx.TimeoutException, httpx.TransportError) as err:
-                problem = f"{type(err).__name__}: {self._redact(str(err)) or 'no detail'}"
+                kind = type(err).__name__
+                problem = f"{kind}: {self._redact(str(err)) or 'no detail'}"
             else:
                 if response.status_code < 400:
                     try:
                         payload = response.json()
-                    except ValueError as err:
-                        raise ServerError(
-                            f"{public}: answered {response.status_code} with a body that is not "
-                            f"JSON: {self._redact(response.text[:200])!r}"
-                        ) from err
-                    if not isinstance(payload, dict):
-                        raise ServerError(f"{public}: answered with JSON that is not an object")
-                    return payload
-                message = self._redact(_error_message(response))
-                problem = f"HTTP {response.status_code}: {message}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise ServerError(f"{public} refused the request ({problem})")
-                retry_after = _retry_after(response)
+                    except ValueError:
+                        payload = None
+                    if isinstance(payload, dict):
+                        self.stats.requests += 1
+                        return payload
+                    # a proxy cut short or garbled the answer: worth another attempt
+                    kind = "malformed JSON"
+                    problem = (
+                        f"answered {response.status_code} with a body that is not a JSON "
+                        f"object: {self._redact(response.text[:200])!r}"
+                    )
+                else:
+                    message = self._redact(_error_message(response))
+                    kind = f"HTTP {response.status_code}"
+                    problem = f"HTTP {response.status_code}: {message}"
+                    if response.status_code not in RETRY_STATUSES:
+                        self.stats.failures += 1
+                        raise ServerError(f"{public} refused the request ({problem})")
+                    retry_after = _retry_after(response)
+            self.stats.problems[kind] = self.stats.problems.get(kind, 0) + 1
             if attempt + 1 == attempts:
+                self.stats.failures += 1
                 raise ServerError(
                     f"{public}: giving up after {attempts} attempt(s); last: {problem}"
                 )
+            self.stats.retries += 1
             delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
             delay *= 0.5 + 0.5 * self._rng.random()
             if retry_after is not None:

@@ -128,7 +128,8 @@ class StepRecord:
         finish_reason: why the used attempt's generation stopped.
         parse_error: why the used attempt named no action (None when valid).
         parse_form: how the action was parsed (``"json"``, ``"relaxed_json"``, ``"key_value"``).
-        attempts: number of generations for this step (1 + len(rejected_attempts)).
+        attempts: number of generations for this step (1 + len(rejected_attempts); 0 for a
+            prompt-only state, see :mod:`activations.agent.prompt_states`).
         rejected_attempts: the earlier attempts whose output named no action, in order.
         flags: notes, e.g. ``"retried"``, ``"invalid"``, ``"retokenized"``,
             ``"max_tokens_reached"``, ``"relaxed_parse"``.
@@ -195,7 +196,8 @@ class EpisodeSummary:
         density: obstacle density (None when unknown).
         variant: grid variant name.
         success: whether the agent reached the goal.
-        end_reason: ``"goal"`` or ``"horizon"``.
+        end_reason: ``"goal"``, ``"horizon"``, or ``"prompt_only"`` (a state written without
+            generation by :mod:`activations.agent.prompt_states`; no behaviour).
         length: number of steps taken (valid and invalid).
         invalid_steps: steps whose every attempt named no action.
         optimal_steps: valid steps whose action was in ``pi*(s_t)``.
@@ -217,7 +219,7 @@ class EpisodeSummary:
     density: float | None
     variant: str
     success: bool
-    end_reason: Literal["goal", "horizon"]
+    end_reason: Literal["goal", "horizon", "prompt_only"]
     length: int
     invalid_steps: int
     optimal_steps: int
@@ -381,7 +383,7 @@ _SPECS: dict[type, dict[str, Any]] = {
         "density": ("optional", float),
         "variant": str,
         "success": bool,
-        "end_reason": ("enum", ("goal", "horizon")),
+        "end_reason": ("enum", ("goal", "horizon", "prompt_only")),
         "length": int,
         "invalid_steps": int,
         "optimal_steps": int,
@@ -432,7 +434,12 @@ def _check_consistency(record: Record, where: str) -> None:
     if isinstance(record, StepRecord):
         if record.valid != (record.action is not None):
             raise TrajectoryFormatError(f"{where}: 'valid' disagrees with 'action'")
-        if record.attempts != len(record.rejected_attempts) + 1:
+        if record.finish_reason == "prompt_only":
+            if record.attempts or record.generated_token_ids or record.rejected_attempts:
+                raise TrajectoryFormatError(
+                    f"{where}: a prompt-only step has no attempts and no generated tokens"
+                )
+        elif record.attempts != len(record.rejected_attempts) + 1:
             raise TrajectoryFormatError(
                 f"{where}: 'attempts' is {record.attempts} but there are "
                 f"{len(record.rejected_attempts)} rejected attempts (expected attempts - 1)"

@@ -1,50 +1,68 @@
-"""Residual-stream capture: nnsight (default, local or NDIF), TransformerLens, plain hooks.
+"""Residual-stream backends: nnsight (default, local or NDIF), TransformerLens, plain hooks.
 
-Every backend reads the output of chosen decoder blocks at chosen token positions of a
-right-padded batch (:class:`TokenBatch`) and stops the forward pass after the last requested
-block. All three agree with the plain-hook reference up to floating-point reassociation.
+One adapter per library (:class:`~activations.capture.base.ResidualBackend`), used both by
+extraction (:meth:`~activations.capture.base.ResidualBackend.capture`: read the output of chosen
+decoder blocks at chosen token positions of a right-padded batch, stopping the forward pass
+after the last requested block) and by the patching experiment (``clean_run``,
+``patched_logits``, ``generate``: overwrite the residual stream after chosen blocks). All three
+agree with the plain-hook reference up to floating-point reassociation.
 """
 
 from __future__ import annotations
 
-from activations.capture.base import CaptureBackend, TokenBatch, decoder_layers_path, input_device
+from activations.capture.base import (
+    BackendUnavailableError,
+    CleanRun,
+    Patch,
+    ResidualBackend,
+    TokenBatch,
+    decoder_layers_path,
+    input_device,
+)
 
 BACKENDS: tuple[str, ...] = ("nnsight", "transformer_lens", "hooks")
-"""Backend names accepted by :func:`make_capture` (and ``goalprobe extract --backend``)."""
+"""Backend names accepted by :func:`make_backend` (``goalprobe extract/patch --backend``)."""
 
 
-def make_capture(name: str, model, tokenizer=None, **kwargs) -> CaptureBackend:
+def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
     """Build the backend called ``name`` around a loaded model.
 
     Args:
         name: one of :data:`BACKENDS`.
         model: a Hugging Face causal LM (for nnsight also a ``TransformersModel``).
         tokenizer: the model's tokenizer (nnsight and TransformerLens need it).
-        **kwargs: backend options (nnsight: ``remote``, ``model_id``, ``revision``, ``host``;
-            TransformerLens: ``model_id``).
+        **kwargs: backend options (nnsight: ``remote``, ``model_id``, ``revision``, ``host``,
+            ``prefix_cache``; TransformerLens: ``model_id``; hooks: ``prefix_cache``).
+
+    Raises:
+        ValueError: an unknown name, or a missing tokenizer.
+        BackendUnavailableError: the library cannot wrap this model.
     """
     if name == "nnsight":
-        from activations.capture.nnsight_backend import NnsightCapture
+        from activations.capture.nnsight_backend import NnsightBackend
 
-        return NnsightCapture(model, tokenizer, **kwargs)
+        return NnsightBackend(model, tokenizer, **kwargs)
     if name == "transformer_lens":
-        from activations.capture.tl_backend import TransformerLensCapture
+        from activations.capture.tl_backend import TransformerLensBackend
 
-        return TransformerLensCapture(model, tokenizer, **kwargs)
+        if tokenizer is None:
+            raise ValueError("wrapping a loaded model with TransformerLens needs its tokenizer")
+        return TransformerLensBackend(model, tokenizer, **kwargs)
     if name == "hooks":
-        from activations.capture.hooks_backend import HookCapture
+        from activations.capture.hooks_backend import HookBackend
 
-        if kwargs:
-            raise TypeError(f"the hooks backend takes no options, got {sorted(kwargs)}")
-        return HookCapture(model)
-    raise ValueError(f"unknown capture backend {name!r}; expected one of {BACKENDS}")
+        return HookBackend(model, tokenizer, **kwargs)
+    raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 
 
 __all__ = [
     "BACKENDS",
-    "CaptureBackend",
+    "BackendUnavailableError",
+    "CleanRun",
+    "Patch",
+    "ResidualBackend",
     "TokenBatch",
     "decoder_layers_path",
     "input_device",
-    "make_capture",
+    "make_backend",
 ]

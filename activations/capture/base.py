@@ -1,5 +1,6 @@
-"""What every capture backend shares: the padded token batch, the backend interface, and
-helpers to find a model's decoder blocks and input device.
+"""What every residual-stream backend shares: the padded token batch, patches and clean runs,
+the backend interface (:class:`ResidualBackend`), and helpers to find a model's decoder blocks
+and input device.
 
 The residual stream "at layer L" is the *output* of decoder block ``L`` (0-based): what
 ``output_hidden_states`` reports as ``hidden_states[L + 1]`` (before the final norm for every
@@ -7,14 +8,22 @@ block but the last, whose output hidden_states reports after it). Sequences are 
 right, so every real token keeps its position (rotary phases, causal attention) exactly as in
 an unpadded forward: a row's activations do not depend on the other rows of its batch beyond
 floating-point reassociation.
+
+Patching uses the same convention: a :class:`Patch` overwrites the residual stream after block
+``L`` at some positions of one run with values taken from another run; the blocks after ``L``
+then read the patched stream. A patch over several layers overwrites each of them. A batch of
+patches runs on copies of one target sequence (every row the same length, so no padding), and
+the logits of one readout position are read.
 """
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -83,20 +92,108 @@ class TokenBatch:
         return int(self.input_ids.shape[0])
 
 
-class CaptureBackend(ABC):
-    """Reads the residual stream after chosen decoder blocks at chosen token positions.
+class BackendUnavailableError(RuntimeError):
+    """A backend cannot wrap the given model (the message says why)."""
 
-    Subclasses implement :meth:`capture` and stop the forward pass after the last requested
-    block (no later block and no unembedding runs).
+
+@dataclass(frozen=True)
+class Patch:
+    """One patched run: write ``values`` into the residual stream after each of ``layers``.
+
+    Attributes:
+        layers: ``(n_patch_layers,)`` decoder blocks whose output is overwritten.
+        positions: ``(k,)`` int64 target positions.
+        values: ``(n_patch_layers, k, d_model)`` float, ``values[i]`` goes to ``layers[i]``.
+    """
+
+    layers: tuple[int, ...]
+    positions: torch.Tensor
+    values: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.values.ndim != 3 or tuple(self.values.shape[:2]) != (
+            len(self.layers),
+            len(self.positions),
+        ):
+            raise ValueError(
+                f"values must be (n_layers={len(self.layers)}, k={len(self.positions)}, d_model), "
+                f"got {tuple(self.values.shape)}"
+            )
+
+
+@dataclass(frozen=True)
+class CleanRun:
+    """An unpatched run of one sequence.
+
+    Attributes:
+        positions: ``(k,)`` int64 positions captured, ascending.
+        layers: ``(n_layers,)`` blocks captured, ascending.
+        acts: ``(n_layers, k, d_model)`` float32 residual stream after each block.
+        logits: ``(vocab,)`` float32 logits at the last position.
+    """
+
+    positions: np.ndarray
+    layers: tuple[int, ...]
+    acts: torch.Tensor
+    logits: torch.Tensor
+
+    def values(self, layers: Sequence[int], positions: np.ndarray) -> torch.Tensor:
+        """``(len(layers), len(positions), d_model)`` captured values (KeyError if not captured)."""
+        missing = [x for x in layers if x not in self.layers]
+        if missing:
+            raise KeyError(f"layers {missing} were not captured")
+        layer_index = torch.as_tensor([self.layers.index(x) for x in layers], dtype=torch.long)
+        positions = np.asarray(positions, dtype=np.int64)
+        where = np.searchsorted(self.positions, positions)
+        if np.any(where >= len(self.positions)) or np.any(self.positions[where] != positions):
+            raise KeyError("some requested positions were not captured")
+        return self.acts[layer_index[:, None], torch.as_tensor(where)[None, :]]
+
+
+class ResidualBackend(ABC):
+    """One library's access to the residual stream after chosen decoder blocks: it captures
+    (for extraction) and patches (for the patching experiment).
+
+    Subclasses implement :meth:`capture` (stopping the forward pass after the last requested
+    block: no later block and no unembedding runs), :meth:`clean_run`, :meth:`patched_logits`
+    and :meth:`generate`.
+
+    Args:
+        model: the Hugging Face causal LM the backend reads and writes.
+        tokenizer: its tokenizer (nnsight and TransformerLens need it to wrap the model;
+            generation takes the pad id from it).
     """
 
     name: str = ""
-    """Backend name recorded in the store's ``backend`` attribute."""
+    """Backend name recorded in the store's ``backend`` attribute and the patching results."""
 
-    def __init__(self, config) -> None:
-        self.config = config
-        self.n_layers = int(config.num_hidden_layers)
-        self.d_model = int(config.hidden_size)
+    prefix_cache: bool = False
+    """Whether :meth:`patched_logits` runs the unpatched prefix once (see :meth:`_patched_run`)."""
+
+    def __init__(self, model: nn.Module, tokenizer=None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.n_layers = int(model.config.num_hidden_layers)
+        self.d_model = int(model.config.hidden_size)
+        self._cached_prefix: tuple[bytes, object] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's first parameter (where patch values and token ids go)."""
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's parameter dtype (patch values are cast to it)."""
+        return next(self.model.parameters()).dtype
+
+    @property
+    def pad_token_id(self) -> int | None:
+        """Pad id passed to generation (the tokenizer's, else the model config's)."""
+        if self.tokenizer is not None:
+            return self.tokenizer.pad_token_id
+        return getattr(self.config, "pad_token_id", None)
 
     def check_layers(self, layers: Sequence[int]) -> list[int]:
         """``layers`` sorted and validated against the model's depth."""
@@ -110,9 +207,16 @@ class CaptureBackend(ABC):
             )
         return out
 
-    @abstractmethod
+    min_shared_prefix: int = 16
+    """Shortest shared prefix worth running once in :meth:`capture` (tokens)."""
+
     def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
         """Run the batch and read block outputs at ``batch.positions``.
+
+        With :attr:`prefix_cache`, the tokens every row shares before its first read position
+        (the system and developer messages of a harmony prompt, about 320 of the bundled
+        agent's 440 tokens) run once, and the batch continues from their KV cache: the same
+        values up to floating-point reassociation, for a fraction of the compute.
 
         Args:
             batch: the padded sequences and positions ``(B, K)``.
@@ -121,6 +225,165 @@ class CaptureBackend(ABC):
         Returns:
             ``{layer: (B, K, d_model)}`` CPU tensors in the model's dtype.
         """
+        layers = self.check_layers(layers)
+        start = self.shared_prefix_length(batch) if self.prefix_cache else 0
+        if start < self.min_shared_prefix:
+            return self._capture(batch.input_ids, batch.attention_mask, batch.positions, layers)
+        prefix = batch.input_ids[0, :start].numpy()
+        kwargs = {"use_cache": True, "past_key_values": self._prefix_kv(prefix, batch.size)}
+        return self._capture(
+            batch.input_ids[:, start:], batch.attention_mask, batch.positions - start, layers,
+            **kwargs,
+        )  # fmt: skip
+
+    @staticmethod
+    def shared_prefix_length(batch: TokenBatch) -> int:
+        """Tokens at the start that every row shares (real tokens, before every row's first
+        read position, leaving each row at least one token to run)."""
+        ids, mask = batch.input_ids, batch.attention_mask
+        same = (ids == ids[:1]).all(dim=0) & (mask == 1).all(dim=0)
+        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        return max(0, min(shared, int(batch.positions.min()), int(mask.sum(dim=1).min()) - 1))
+
+    @abstractmethod
+    def _capture(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        layers: list[int],
+        **forward_kwargs,
+    ) -> dict[int, torch.Tensor]:
+        """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after a cached prefix
+        when ``forward_kwargs`` holds its ``past_key_values``; ``attention_mask`` then covers
+        prefix and suffix) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
+
+    @abstractmethod
+    def clean_run(
+        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+    ) -> CleanRun:
+        """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
+        and the last position's logits."""
+
+    @abstractmethod
+    def patched_logits(
+        self,
+        token_ids: Sequence[int],
+        patches: Sequence[Patch],
+        readout_position: int | None = None,
+    ) -> torch.Tensor:
+        """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last
+        position), one patched copy of ``token_ids`` per patch."""
+
+    @abstractmethod
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        patches: Sequence[Patch],
+        *,
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+    ) -> list[list[int]]:
+        """Greedy completions of the prompt, one per patch (patches apply to the prompt pass,
+        not to the decoding steps); each cut after its first stop id."""
+
+    def _patched_run(
+        self,
+        token_ids: Sequence[int],
+        patches: Sequence[Patch],
+        readout_position: int | None,
+    ) -> tuple[torch.Tensor, dict, list[Patch]]:
+        """``(ids (len(patches), S), forward kwargs, patches)`` of a batch of patched copies.
+
+        With :attr:`prefix_cache` the tokens before the first patched position of the batch (or
+        the readout, if earlier) are run once, unpatched, and every copy continues from their KV
+        cache (exact under causal attention): a patch near the end of a long sequence costs a
+        few tokens, not the sequence. The returned ids are then the suffix, and the patches'
+        positions are shifted onto it. ``logits_to_keep`` makes the readout the first logit row.
+        """
+        ids = np.asarray(token_ids, dtype=np.int64)
+        check_patches(patches, len(ids), self.n_layers)
+        readout = readout_index(readout_position, len(ids))
+        start = 0
+        if self.prefix_cache:
+            firsts = [int(p.positions.min()) for p in patches if len(p.positions)]
+            start = min(min(firsts, default=readout), readout)
+        kwargs: dict = {"use_cache": False, "logits_to_keep": len(ids) - readout}
+        patches = list(patches)
+        if start > 0:
+            kwargs["use_cache"] = True
+            kwargs["past_key_values"] = self._prefix_kv(ids[:start], len(patches))
+            patches = [Patch(p.layers, p.positions - start, p.values) for p in patches]
+        return ids_tensor(ids[start:], len(patches), self.device), kwargs, patches
+
+    def _prefix_kv(self, prefix: np.ndarray, rows: int):
+        """The KV cache of the unpatched ``prefix``, repeated for ``rows`` rows (a fresh copy)."""
+        key = prefix.tobytes()
+        if self._cached_prefix is None or self._cached_prefix[0] != key:
+            ids = ids_tensor(prefix, 1, self.device)
+            with torch.no_grad():
+                cache = self.model(ids, use_cache=True, logits_to_keep=1).past_key_values
+            self._cached_prefix = (key, cache)
+        cache = copy.deepcopy(self._cached_prefix[1])
+        cache.batch_repeat_interleave(rows)
+        return cache
+
+
+def layer_plan(
+    patches: Sequence[Patch], device: torch.device, dtype: torch.dtype
+) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per layer: ``(rows (m,), positions (m,), values (m, d_model))`` over the whole batch."""
+    grouped: dict[int, tuple[list, list, list]] = {}
+    for row, patch in enumerate(patches):
+        for i, layer in enumerate(patch.layers):
+            rows, cols, vals = grouped.setdefault(int(layer), ([], [], []))
+            rows.append(torch.full((len(patch.positions),), row, dtype=torch.long))
+            cols.append(patch.positions.to(torch.long))
+            vals.append(patch.values[i])
+    return {
+        layer: (
+            torch.cat(rows).to(device),
+            torch.cat(cols).to(device),
+            torch.cat(vals).to(device=device, dtype=dtype),
+        )
+        for layer, (rows, cols, vals) in sorted(grouped.items())
+    }
+
+
+def ids_tensor(token_ids: Sequence[int], rows: int, device: torch.device) -> torch.Tensor:
+    """``(rows, S)`` int64 copies of one non-empty id sequence on ``device``."""
+    ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)
+    if ids.ndim != 1 or ids.numel() == 0:
+        raise ValueError("token_ids must be a non-empty 1-D sequence")
+    return ids.unsqueeze(0).expand(rows, -1).contiguous()
+
+
+def check_patches(patches: Sequence[Patch], seq_len: int, n_layers: int) -> None:
+    """Raise ValueError for a patch position outside the sequence or a layer outside the model."""
+    for patch in patches:
+        if len(patch.positions) and (
+            int(patch.positions.max()) >= seq_len or int(patch.positions.min()) < 0
+        ):
+            raise ValueError(f"a patch position lies outside the {seq_len}-token sequence")
+        if any(not 0 <= layer < n_layers for layer in patch.layers):
+            raise ValueError(f"a patch layer lies outside 0..{n_layers - 1}: {patch.layers}")
+
+
+def readout_index(readout_position: int | None, seq_len: int) -> int:
+    """The readout as a position in ``[0, seq_len)`` (default: the last one)."""
+    if readout_position is None:
+        return seq_len - 1
+    if not 0 <= readout_position < seq_len:
+        raise ValueError(f"readout position {readout_position} outside 0..{seq_len - 1}")
+    return int(readout_position)
+
+
+def strip_stop(ids: list[int], stop_ids: Sequence[int]) -> list[int]:
+    """The ids up to and including the first stop id."""
+    for i, token in enumerate(ids):
+        if token in stop_ids:
+            return ids[: i + 1]
+    return ids
 
 
 def get_submodule_path(root: nn.Module, path: str) -> nn.Module | None:

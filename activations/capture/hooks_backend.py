@@ -1,23 +1,32 @@
 """Reference backend: plain PyTorch forward hooks on the decoder blocks.
 
-Runs the base model (no unembedding); the hook of the last requested block raises an internal
-exception that ends the forward pass, so later blocks never run.
+Capture runs the base model (no unembedding); the hook of the last requested block raises an
+internal exception that ends the forward pass, so later blocks never run. Patching registers
+hooks that overwrite a block's output in place before the next block reads it (the same edit an
+nnsight trace makes), and reads the logits of the full model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from activations.capture.base import (
-    CaptureBackend,
-    TokenBatch,
+    CleanRun,
+    Patch,
+    ResidualBackend,
     block_output,
+    check_patches,
     decoder_layers_path,
     get_submodule_path,
+    ids_tensor,
     input_device,
+    layer_plan,
+    strip_stop,
 )
 
 
@@ -25,25 +34,38 @@ class _StopForward(Exception):
     """Raised by the last hook to end the forward pass early."""
 
 
-class HookCapture(CaptureBackend):
-    """Capture with ``register_forward_hook`` (the reference the other backends must match).
+class HookBackend(ResidualBackend):
+    """Capture and patch with ``register_forward_hook`` (the reference of the other backends).
 
     Args:
-        model: a loaded Hugging Face causal LM (any device, any dtype, ``device_map`` allowed).
+        model: a loaded Hugging Face causal LM (any device, any dtype, ``device_map`` allowed
+            for capture).
+        tokenizer: its tokenizer (optional; generation takes its pad id from it).
+        prefix_cache: run the unpatched prefix of a patched batch once and continue every copy
+            from its KV cache (see :meth:`ResidualBackend._patched_run`).
     """
 
     name = "hooks"
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model.config)
-        self.model = model
+    def __init__(self, model: nn.Module, tokenizer=None, *, prefix_cache: bool = True) -> None:
+        super().__init__(model, tokenizer)
+        self.prefix_cache = prefix_cache
         self.blocks = get_submodule_path(model, decoder_layers_path(model))
         base = getattr(model, "base_model", None)
         self.runner = base if isinstance(base, nn.Module) else model
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`CaptureBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
+    @contextlib.contextmanager
+    def _hooked(self, hooks: dict[int, Callable]) -> Iterator[None]:
+        """Forward hooks on the blocks ``hooks`` names, removed on exit."""
+        handles = [self.blocks[layer].register_forward_hook(h) for layer, h in hooks.items()]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         last = layers[-1]
         out: dict[int, torch.Tensor] = {}
 
@@ -51,27 +73,104 @@ class HookCapture(CaptureBackend):
             def hook(module, args, output):
                 hidden = block_output(output)
                 rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-                out[layer] = hidden[rows, batch.positions.to(hidden.device)].detach().cpu()
+                out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
                 if layer == last:
                     raise _StopForward
 
             return hook
 
-        handles = [self.blocks[x].register_forward_hook(make_hook(x)) for x in layers]
         device = input_device(self.model)
         try:
-            with torch.inference_mode():
+            with self._hooked({x: make_hook(x) for x in layers}), torch.inference_mode():
                 self.runner(
-                    input_ids=batch.input_ids.to(device),
-                    attention_mask=batch.attention_mask.to(device),
-                    use_cache=False,
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    **{"use_cache": False, **forward_kwargs},
                 )
         except _StopForward:
             pass
-        finally:
-            for handle in handles:
-                handle.remove()
         missing = [x for x in layers if x not in out]
         if missing:
             raise RuntimeError(f"the forward pass never reached block(s) {missing}")
         return out
+
+    def clean_run(
+        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+    ) -> CleanRun:
+        """See :meth:`ResidualBackend.clean_run`."""
+        ids = ids_tensor(token_ids, 1, self.device)
+        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
+        layers = tuple(sorted(int(layer) for layer in layers))
+        saved: dict[int, torch.Tensor] = {}
+
+        def reader(layer: int):
+            def hook(module, args, output):
+                hidden = block_output(output)
+                saved[layer] = hidden[0, where.to(hidden.device)].detach()
+
+            return hook
+
+        with torch.no_grad(), self._hooked({x: reader(x) for x in layers}):
+            logits = self.model(ids, logits_to_keep=1, use_cache=False).logits
+        acts = torch.stack([saved[x].float().cpu() for x in layers]) if layers else torch.empty(0)
+        return CleanRun(
+            np.asarray(positions, dtype=np.int64), layers, acts, logits[0, -1].float().cpu()
+        )
+
+    def _writers(self, patches: Sequence[Patch], prompt_length: int = 0) -> dict[int, Callable]:
+        """Hooks that write every patch into its block's output (in place).
+
+        Args:
+            patches: the batch's patches (row ``i`` gets ``patches[i]``).
+            prompt_length: skip forward passes over fewer tokens (the decoding steps after a
+                patched prompt); 0 patches every pass.
+        """
+        hooks = {}
+        for layer, (rows, cols, vals) in layer_plan(patches, self.device, self.dtype).items():
+
+            def hook(module, args, output, rows=rows, cols=cols, vals=vals):
+                hidden = block_output(output)
+                if hidden.shape[1] < prompt_length:
+                    return
+                hidden[rows.to(hidden.device), cols.to(hidden.device)] = vals.to(hidden.device)
+
+            hooks[layer] = hook
+        return hooks
+
+    def patched_logits(
+        self,
+        token_ids: Sequence[int],
+        patches: Sequence[Patch],
+        readout_position: int | None = None,
+    ) -> torch.Tensor:
+        """See :meth:`ResidualBackend.patched_logits`."""
+        if not patches:
+            return torch.empty(0)
+        ids, kwargs, patches = self._patched_run(token_ids, patches, readout_position)
+        with torch.no_grad(), self._hooked(self._writers(patches)):
+            logits = self.model(ids, **kwargs).logits
+        return logits[:, 0].float().cpu()
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        patches: Sequence[Patch],
+        *,
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+    ) -> list[list[int]]:
+        """See :meth:`ResidualBackend.generate`."""
+        if not patches:
+            return []
+        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        check_patches(patches, ids.shape[1], self.n_layers)
+        with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1])):
+            out = self.model.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=list(stop_ids),
+                pad_token_id=self.pad_token_id,
+            )
+        rows = out[:, ids.shape[1] :].cpu().tolist()
+        return [strip_stop(row, stop_ids) for row in rows]

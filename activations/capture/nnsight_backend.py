@@ -1,8 +1,12 @@
 """Default backend: an nnsight trace, locally or on NDIF (``remote``).
 
-Inside one trace the output of each requested block is gathered at the batch's positions (so
-only ``(B, K, d_model)`` per layer leaves the model, which matters remotely), and
+Capture: inside one trace the output of each requested block is gathered at the batch's
+positions (so only ``(B, K, d_model)`` per layer leaves the model, which matters remotely), and
 ``tracer.stop()`` ends the forward pass right after the last requested block.
+
+Patching: the trace assigns to ``model.layers[L].output`` at the patched rows and positions. By
+default the unpatched prefix runs once and every patched copy continues from its KV cache
+(``prefix_cache``), so patches late in the sequence are cheap. Patching runs locally only.
 
 Remote execution sends the same trace to an NDIF server (``https://api.ndif.us`` unless
 ``host`` says otherwise) that already holds the model; weights never leave the server and the
@@ -18,15 +22,21 @@ import copy
 import json
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from activations.capture.base import (
-    CaptureBackend,
-    TokenBatch,
+    CleanRun,
+    Patch,
+    ResidualBackend,
+    check_patches,
     decoder_layers_path,
     get_submodule_path,
+    ids_tensor,
     input_device,
+    layer_plan,
+    strip_stop,
 )
 
 
@@ -48,8 +58,8 @@ def ndif_model_key(repo_id: str, revision: str | None = None) -> str:
     return f"{to_import_path(TransformersModel)}:{json.dumps(payload)}"
 
 
-class NnsightCapture(CaptureBackend):
-    """Capture through an nnsight trace.
+class NnsightBackend(ResidualBackend):
+    """Capture and patch through an nnsight trace.
 
     Args:
         model: a loaded Hugging Face causal LM, or an nnsight ``TransformersModel`` (for
@@ -61,6 +71,8 @@ class NnsightCapture(CaptureBackend):
             wrapper's ``repo_id``).
         revision: model revision for the remote model key.
         host: NDIF base URL (default: nnsight's configured host).
+        prefix_cache: when patching, run the unpatched prefix once and continue the batch from
+            its KV cache (see :meth:`ResidualBackend._patched_run`).
     """
 
     name = "nnsight"
@@ -74,6 +86,7 @@ class NnsightCapture(CaptureBackend):
         model_id: str | None = None,
         revision: str | None = None,
         host: str | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         from nnsight.modeling.transformers import TransformersModel
 
@@ -85,11 +98,14 @@ class NnsightCapture(CaptureBackend):
             if tokenizer is None:
                 raise ValueError("wrapping a loaded model with nnsight needs its tokenizer")
             # nnsight's pipeline sets the tokenizer's padding side and pad token: give it a copy
-            self.lm = TransformersModel(model, tokenizer=copy.deepcopy(tokenizer))
+            self.lm = TransformersModel(
+                model, tokenizer=copy.deepcopy(tokenizer), task="text-generation"
+            )
         else:
             raise TypeError(f"expected a torch model or TransformersModel, got {type(model)}")
         module = self.lm._module
-        super().__init__(module.config)
+        super().__init__(module, tokenizer if tokenizer is not None else self.lm.tokenizer)
+        self.prefix_cache = prefix_cache and remote is False  # a KV cache never leaves the host
         self.remote = remote
         self.host = host
         self.model_id = model_id or self.lm.repo_id
@@ -119,19 +135,20 @@ class NnsightCapture(CaptureBackend):
             blocking=True,
         )
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`CaptureBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         device = torch.device("cpu") if self.remote is True else input_device(self._module)
-        input_ids = batch.input_ids.to(device)
-        attention_mask = batch.attention_mask.to(device)
-        positions = batch.positions
+        input_ids = input_ids.to(device)
+        attention_mask = attention_mask.to(device)
         blocks = get_submodule_path(self.lm, self._path)
         backend = self._backend()
         try:
             with torch.no_grad():
                 with self.lm.trace(
-                    input_ids=input_ids, attention_mask=attention_mask, backend=backend
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    backend=backend,
+                    **forward_kwargs,
                 ) as tracer:
                     gathered = []
                     for layer in layers:
@@ -148,3 +165,73 @@ class NnsightCapture(CaptureBackend):
                 ) from err
             raise
         return {layer: acts[i].detach() for i, layer in enumerate(layers)}
+
+    def _blocks(self):
+        """The decoder blocks' envoy list of the wrapped model."""
+        return get_submodule_path(self.lm, self._path)
+
+    def clean_run(
+        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+    ) -> CleanRun:
+        """See :meth:`ResidualBackend.clean_run`."""
+        ids = ids_tensor(token_ids, 1, self.device)
+        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
+        layers = tuple(sorted(int(layer) for layer in layers))
+        blocks = self._blocks()
+        saved = []
+        with torch.no_grad(), self.lm.trace(ids, logits_to_keep=1, use_cache=False):
+            for layer in layers:
+                saved.append(blocks[layer].output[0, where].save())
+            logits = self.lm.lm_head.output[0, -1].save()
+        acts = torch.stack([s.float().cpu() for s in saved]) if saved else torch.empty(0)
+        return CleanRun(np.asarray(positions, dtype=np.int64), layers, acts, logits.float().cpu())
+
+    def _intervene(self, patches: Sequence[Patch]) -> None:
+        """Write every patch into the trace being built (call inside a trace)."""
+        blocks = self._blocks()
+        for layer, (rows, cols, vals) in layer_plan(patches, self.device, self.dtype).items():
+            hidden = blocks[layer].output
+            hidden[rows, cols] = vals
+
+    def patched_logits(
+        self,
+        token_ids: Sequence[int],
+        patches: Sequence[Patch],
+        readout_position: int | None = None,
+    ) -> torch.Tensor:
+        """See :meth:`ResidualBackend.patched_logits` (and ``prefix_cache``)."""
+        if not patches:
+            return torch.empty(0)
+        ids, kwargs, patches = self._patched_run(token_ids, patches, readout_position)
+        with torch.no_grad(), self.lm.trace(ids, **kwargs):
+            self._intervene(patches)
+            logits = self.lm.lm_head.output[:, 0].save()
+        return logits.float().cpu()
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        patches: Sequence[Patch],
+        *,
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+    ) -> list[list[int]]:
+        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
+        if not patches:
+            return []
+        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        check_patches(patches, ids.shape[1], self.n_layers)
+        with (
+            torch.no_grad(),
+            self.lm.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=list(stop_ids),
+                pad_token_id=self.pad_token_id,
+            ) as tracer,
+        ):
+            self._intervene(patches)
+            result = tracer.result.save()
+        out = result[:, ids.shape[1] :].cpu().tolist()
+        return [strip_stop(row, stop_ids) for row in out]

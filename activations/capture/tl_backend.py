@@ -1,14 +1,22 @@
 """TransformerLens backend: a ``TransformerBridge`` around the loaded Hugging Face model.
 
 ``TransformerBridge.boot_transformers(model_id, hf_model=model, tokenizer=tokenizer)`` wraps an
-already-loaded model offline (TransformerLens 4 supports GPT-OSS). The bridge keeps the raw
-Hugging Face weights (no weight folding), so ``blocks.{L}.hook_resid_post`` is the output of
-block ``L``; ``run_with_cache(..., stop_at_layer=max(layers) + 1)`` skips later blocks and the
-unembedding.
+already-loaded model offline (TransformerLens 4 supports GPT-OSS); nothing is downloaded. The
+bridge keeps the raw Hugging Face weights (no weight folding), so ``blocks.{L}.hook_resid_post``
+is the output of block ``L``: capture reads it with ``run_with_cache(...,
+stop_at_layer=max(layers) + 1)`` (later blocks and the unembedding are skipped), patching
+overwrites it with hooks over the full sequence.
 
-The bridge modifies the wrapped model in place (it swaps the blocks for bridge components and
-switches attention to the eager implementation): give it its own model, not one that another
-backend also uses.
+The bridge modifies the model it wraps in place: it swaps the blocks for bridge components and
+switches attention to the eager implementation. A full forward pass of that model still gives
+the same numbers, but a forward that continues from a KV cache does not (on GPT-OSS, with
+transformers 5, Hugging Face ``generate`` of a wrapped model departs from the original after
+the first token), and ``save_pretrained`` fails. So by default the backend wraps a deep copy
+(``copy_model=True``) and :attr:`model` stays the intact original, which the patching
+experiment uses for greedy completions. Extraction, which runs full forwards only, may pass
+``copy_model=False`` to save the memory of a second copy. For the same reason :meth:`generate`
+decodes greedily with full forward passes of the bridge rather than TransformerLens' cached
+``hf_generate``.
 """
 
 from __future__ import annotations
@@ -16,48 +24,93 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-from activations.capture.base import CaptureBackend, TokenBatch, input_device
+from activations.capture.base import (
+    BackendUnavailableError,
+    CleanRun,
+    Patch,
+    ResidualBackend,
+    check_patches,
+    ids_tensor,
+    input_device,
+    layer_plan,
+    readout_index,
+    strip_stop,
+)
 
 
-class TransformerLensCapture(CaptureBackend):
-    """Capture with a TransformerLens ``TransformerBridge``.
+class TransformerLensBackend(ResidualBackend):
+    """Capture and patch with a TransformerLens ``TransformerBridge``.
 
     Args:
         model: a loaded Hugging Face causal LM of an architecture TransformerLens supports
             (wrapped in place, see the module docstring).
         tokenizer: its tokenizer (needed to wrap without downloading one).
-        model_id: name recorded by the bridge (default: the model's ``name_or_path``).
+        model_id: name recorded by the bridge (default: the model's ``name_or_path``, else its
+            class name).
+        copy_model: wrap a deep copy of ``model`` (default) rather than ``model`` itself (see
+            the module docstring).
+
+    Raises:
+        BackendUnavailableError: TransformerLens is missing, has no adapter for the
+            architecture, or the bridge fails to boot (the message carries the reason).
     """
 
     name = "transformer_lens"
 
-    def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None) -> None:
-        from transformer_lens.model_bridge import TransformerBridge
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        *,
+        model_id: str | None = None,
+        copy_model: bool = True,
+    ) -> None:
+        try:
+            from transformer_lens.model_bridge import TransformerBridge
+        except ImportError as err:
+            raise BackendUnavailableError(
+                f"TransformerLens is not installed ({err}); pip install 'goalprobe[tl]'"
+            ) from err
+        super().__init__(model, tokenizer)
+        architecture = type(model).__name__
+        name = model_id or getattr(model.config, "name_or_path", "") or architecture
+        try:
+            # A config built in memory carries no `architectures`, and the bridge picks its
+            # adapter from that field: name the loaded class (on the bridge's copy of the
+            # config). The bridge edits the tokenizer it is given: give it a copy.
+            self.bridge = TransformerBridge.boot_transformers(
+                name,
+                hf_model=copy.deepcopy(model) if copy_model else model,
+                tokenizer=copy.deepcopy(tokenizer),
+                device=str(self.device),
+                dtype=self.dtype,
+                hf_config_overrides={"architectures": [architecture]},
+            )
+        except (ValueError, KeyError, AttributeError, NotImplementedError, OSError) as err:
+            raise BackendUnavailableError(
+                f"TransformerLens' TransformerBridge cannot wrap this {architecture} offline: "
+                f"{type(err).__name__}: {err}"
+            ) from err
 
-        super().__init__(model.config)
-        if not getattr(model.config, "architectures", None):
-            # Models built from a config (not loaded from a checkpoint) lack the field the
-            # bridge selects its adapter by; it is the class name for every HF causal LM.
-            model.config.architectures = [type(model).__name__]
-        name = model_id or getattr(model.config, "name_or_path", "") or type(model).__name__
-        self.model = model
-        # the bridge edits the tokenizer it is given (init kwargs, BOS handling): give it a copy
-        self.bridge = TransformerBridge.boot_transformers(
-            name, hf_model=model, tokenizer=copy.deepcopy(tokenizer)
-        )
+    @staticmethod
+    def hook_name(layer: int) -> str:
+        """The hook of the residual stream after block ``layer``."""
+        return f"blocks.{int(layer)}.hook_resid_post"
 
-    def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """See :meth:`CaptureBackend.capture`; returns ``{layer: (B, K, d_model)}``."""
-        layers = self.check_layers(layers)
-        names = [f"blocks.{x}.hook_resid_post" for x in layers]
+    def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
+        """See :meth:`ResidualBackend._capture` (no prefix cache: ``prefix_cache`` is False)."""
+        if forward_kwargs:
+            raise ValueError("the TransformerLens backend runs whole sequences (no KV cache)")
+        names = [self.hook_name(x) for x in layers]
         device = input_device(self.model)
         with torch.inference_mode():
             _, cache = self.bridge.run_with_cache(
-                batch.input_ids.to(device),
-                attention_mask=batch.attention_mask.to(device),
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
                 names_filter=names,
                 stop_at_layer=layers[-1] + 1,
             )
@@ -65,5 +118,83 @@ class TransformerLensCapture(CaptureBackend):
         for layer, name in zip(layers, names, strict=True):
             hidden = cache[name]
             rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-            out[layer] = hidden[rows, batch.positions.to(hidden.device)].detach().cpu()
+            out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
         return out
+
+    def clean_run(
+        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+    ) -> CleanRun:
+        """See :meth:`ResidualBackend.clean_run`."""
+        ids = ids_tensor(token_ids, 1, self.device)
+        layers = tuple(sorted(int(layer) for layer in layers))
+        names = [self.hook_name(layer) for layer in layers]
+        with torch.no_grad():
+            logits, cache = self.bridge.run_with_cache(ids, names_filter=names)
+        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
+        acts = (
+            torch.stack([cache[name][0, where].float().cpu() for name in names])
+            if names
+            else torch.empty(0)
+        )
+        return CleanRun(
+            np.asarray(positions, dtype=np.int64), layers, acts, logits[0, -1].float().cpu()
+        )
+
+    def _hooks(self, patches: Sequence[Patch], seq_len: int) -> list:
+        check_patches(patches, seq_len, self.n_layers)
+        hooks = []
+        for layer, (rows, cols, vals) in layer_plan(patches, self.device, self.dtype).items():
+
+            def hook(resid, hook, rows=rows, cols=cols, vals=vals):
+                if resid.shape[1] < seq_len:  # a cached decoding step: the prompt is done
+                    return resid
+                resid[rows, cols] = vals
+                return resid
+
+            hooks.append((self.hook_name(layer), hook))
+        return hooks
+
+    def patched_logits(
+        self,
+        token_ids: Sequence[int],
+        patches: Sequence[Patch],
+        readout_position: int | None = None,
+    ) -> torch.Tensor:
+        """See :meth:`ResidualBackend.patched_logits` (always over the full sequence)."""
+        if not patches:
+            return torch.empty(0)
+        ids = ids_tensor(token_ids, len(patches), self.device)
+        readout = readout_index(readout_position, ids.shape[1])
+        with torch.no_grad():
+            logits = self.bridge.run_with_hooks(ids, fwd_hooks=self._hooks(patches, ids.shape[1]))
+        return logits[:, readout].float().cpu()
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        patches: Sequence[Patch],
+        *,
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+    ) -> list[list[int]]:
+        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
+        if not patches:
+            return []
+        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        prompt_length = ids.shape[1]
+        hooks = self._hooks(patches, prompt_length)
+        stops = torch.as_tensor(list(stop_ids), device=self.device)
+        done = torch.zeros(len(patches), dtype=torch.bool, device=self.device)
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                # every pass reruns the prompt under its patches (causal: the same as patching
+                # a prefill once), then the tokens generated so far
+                logits = self.bridge.run_with_hooks(ids, fwd_hooks=hooks)
+                nxt = logits[:, -1].argmax(dim=-1)
+                nxt = torch.where(done, ids[:, -1], nxt)  # finished rows repeat their stop
+                ids = torch.cat([ids, nxt[:, None]], dim=1)
+                done |= torch.isin(nxt, stops)
+                if bool(done.all()):
+                    break
+        rows = ids[:, prompt_length:].cpu().tolist()
+        return [strip_stop(row, stop_ids) for row in rows]

@@ -57,6 +57,20 @@ ISO_METRICS: tuple[str, ...] = ("accuracy", "success_rate", "entropy", "jsd")
 
 
 @dataclass(frozen=True)
+class IntervalConfig:
+    """How a confidence interval over grids is drawn."""
+
+    n_bootstrap: int = 1000
+    """Bootstrap resamples of the interval (grids resampled)."""
+    seed: int = 0
+    """Seed of the bootstrap."""
+
+    def __post_init__(self) -> None:
+        if self.n_bootstrap < 1:
+            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+
+
+@dataclass(frozen=True)
 class BehaviourConfig:
     """How behaviour is summarised."""
 
@@ -74,6 +88,11 @@ class BehaviourConfig:
             )
         if self.n_bootstrap < 1:
             raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+
+    @property
+    def intervals(self) -> IntervalConfig:
+        """The part of this config that draws intervals (what key-variant tables receive)."""
+        return IntervalConfig(self.n_bootstrap, self.seed)
 
 
 @dataclass(frozen=True)
@@ -129,7 +148,7 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
     return RandomWalk(successes / n_walks, float(np.mean(accuracies)))
 
 
-def mean_ci(values: Sequence[float | None], config: BehaviourConfig) -> dict:
+def mean_ci(values: Sequence[float | None], config: IntervalConfig | BehaviourConfig) -> dict:
     """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
     percentile-bootstrap 95% interval; ``None`` where undefined."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
@@ -303,7 +322,7 @@ class KeyEpisode:
 
 
 def key_variant_table(
-    episodes: Sequence[KeyEpisode], config: BehaviourConfig
+    episodes: Sequence[KeyEpisode], config: IntervalConfig
 ) -> tuple[dict[str, dict], dict]:
     """Table 1: success, accuracy, key pickup, stage accuracy and key-attraction bias per
     variant, and the Jaccard overlap of paths on matched two-path grids.

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from activations.gridworld.core import Grid, Variant
+from activations.gridworld.core import LABEL_CANVAS, Grid, Variant
 from activations.gridworld.optimal import _bfs_flat
 
 STUDY_SIZES: tuple[int, ...] = (7, 9, 11, 13, 15)
@@ -48,12 +48,19 @@ _MAX_PAIR_ATTEMPTS = 64
 
 
 def check_size(size: int, *, odd: bool = True) -> int:
-    """Validate a grid side: an int ``>= 5``, odd unless ``odd=False``; returns it."""
+    """Validate a grid side: an int in ``[5, LABEL_CANVAS]``, odd unless ``odd=False``;
+    returns it. Larger grids are refused here, at the first verb, because every activation
+    store labels states on a fixed ``LABEL_CANVAS`` x ``LABEL_CANVAS`` canvas."""
     if isinstance(size, bool) or not isinstance(size, int | np.integer):
         raise TypeError(f"grid size must be an int, got {size!r}")
     size = int(size)
     if size < 5:
         raise ValueError(f"grid size must be >= 5, got {size}")
+    if size > LABEL_CANVAS:
+        raise ValueError(
+            f"grid size must be <= {LABEL_CANVAS} (activation stores label states on a "
+            f"{LABEL_CANVAS} x {LABEL_CANVAS} canvas), got {size}"
+        )
     if odd and size % 2 == 0:
         raise ValueError(f"generated grids need an odd size (maze lattice), got {size}")
     return size

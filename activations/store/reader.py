@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from activations.store.schema import (
+    ALL_STAGES,
     LABEL_FIELDS,
     SCHEMA,
     SCHEMA_VERSION,
@@ -58,6 +59,21 @@ def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
     Returns:
         ``(M, ...)`` array in the order of ``rows``.
     """
+    try:
+        return _read_rows(ds, rows)
+    except OSError as err:
+        raise corrupt_store_error(ds.file.filename, f"dataset {ds.name}", err) from err
+
+
+def corrupt_store_error(path: str | os.PathLike, what: str, err: BaseException) -> StoreFormatError:
+    """The error for an HDF5 read that failed inside a store that opened (corrupt bytes)."""
+    return StoreFormatError(
+        f"{path}: {what} cannot be read ({err}); the file is corrupt (an interrupted copy "
+        "or a damaged disk?)"
+    )
+
+
+def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     out = np.empty((len(rows), *ds.shape[1:]), dtype=ds.dtype)
     if len(rows) == 0:
@@ -118,6 +134,9 @@ class ActivationStore:
             ) from err
         try:
             self._validate()
+        except (OSError, KeyError, RuntimeError) as err:  # h5py on damaged metadata
+            self._file.close()
+            raise corrupt_store_error(self.path, "its metadata", err) from err
         except BaseException:
             self._file.close()
             raise
@@ -132,13 +151,15 @@ class ActivationStore:
                 f"{path}: not a goalprobe activation store (root attribute 'schema' is "
                 f"{schema!r}, expected {SCHEMA!r})"
             )
-        version = int(f.attrs.get("schema_version", -1))
+        version = self._int_attr("schema_version", -1)
         if version != SCHEMA_VERSION:
             raise StoreFormatError(
                 f"{path}: store schema version {version}, this goalprobe reads version "
                 f"{SCHEMA_VERSION}"
             )
-        committed = int(f.attrs.get("committed_rows", 0))
+        committed = self._int_attr("committed_rows", 0)
+        if committed < 0:
+            raise StoreFormatError(f"{path}: root attribute 'committed_rows' is {committed} < 0")
         if not bool(f.attrs.get("complete", False)):
             raise IncompleteStoreError(
                 f"{path}: incomplete activation store ({committed} rows committed, 'complete' "
@@ -156,9 +177,34 @@ class ActivationStore:
                 value = value.item()
             self.attrs[key] = value
         self.n_rows = committed
+        missing = [k for k in ("stages", "layers", "d_model") if k not in self.attrs]
+        if missing:
+            raise StoreFormatError(
+                f"{path}: root attribute(s) {', '.join(map(repr, missing))} missing; the file "
+                "claims the activation-store schema but was not written by `goalprobe extract`"
+            )
+        if not isinstance(self.attrs["stages"], list):
+            raise StoreFormatError(
+                f"{path}: root attribute 'stages' is {self.attrs['stages']!r}, expected a JSON list"
+            )
         self.stages: tuple[str, ...] = tuple(self.attrs["stages"])
-        self.layers: tuple[int, ...] = tuple(int(x) for x in np.atleast_1d(f.attrs["layers"]))
-        self.d_model = int(f.attrs["d_model"])
+        unknown = [s for s in self.stages if s not in ALL_STAGES]
+        if unknown or not self.stages:
+            raise StoreFormatError(
+                f"{path}: root attribute 'stages' is {self.attrs['stages']!r}; expected a "
+                f"non-empty list of {', '.join(ALL_STAGES)}"
+            )
+        try:
+            self.layers: tuple[int, ...] = tuple(int(x) for x in np.atleast_1d(f.attrs["layers"]))
+        except (TypeError, ValueError) as err:
+            raise StoreFormatError(
+                f"{path}: root attribute 'layers' is {f.attrs['layers']!r}, expected integers"
+            ) from err
+        self.d_model = self._int_attr("d_model", -1)
+        if not self.layers or self.d_model < 1:
+            raise StoreFormatError(
+                f"{path}: root attributes give no layers or d_model {self.d_model} < 1"
+            )
         for stage in self.stages:
             k = stage_tokens(stage)
             for name in (*(layer_name(x) for x in self.layers), "positions", "present"):
@@ -185,6 +231,15 @@ class ActivationStore:
                     f"{path}: dataset /{key} has {f[key].shape[0]} rows, fewer than the "
                     f"{committed} committed"
                 )
+
+    def _int_attr(self, name: str, default: int) -> int:
+        value = self._file.attrs.get(name, default)
+        try:
+            return int(value)
+        except (TypeError, ValueError) as err:
+            raise StoreFormatError(
+                f"{self.path}: root attribute {name!r} is {value!r}, expected an integer"
+            ) from err
 
     # -- basics -----------------------------------------------------------------------------
 
@@ -252,21 +307,32 @@ class ActivationStore:
         idx = self._rows(rows)
         out = {}
         for name in fields:
-            ds = self._file["labels"][name]
-            if LABEL_FIELDS[name].dtype is str:
-                values = ds.asstr()[: self.n_rows]
-                out[name] = np.asarray(values, dtype=object)[idx]
-            else:
-                out[name] = read_rows(ds, idx) if rows is not None else ds[: self.n_rows]
+            try:
+                ds = self._file["labels"][name]
+                if LABEL_FIELDS[name].dtype is str:
+                    values = ds.asstr()[: self.n_rows]
+                    out[name] = np.asarray(values, dtype=object)[idx]
+                else:
+                    out[name] = read_rows(ds, idx) if rows is not None else ds[: self.n_rows]
+            except (OSError, KeyError, UnicodeDecodeError) as err:
+                raise corrupt_store_error(self.path, f"label field {name!r}", err) from err
         return out
 
     def present(self, stage: str) -> np.ndarray:
         """``(N,)`` bool: which rows hold ``stage`` (post-reasoning is absent without reasoning)."""
         self._check_stage_layer(stage, None)
         if stage not in self._present:
-            ds = self._file["activations"][stage]["present"]
-            self._present[stage] = ds[: self.n_rows].astype(bool)
+            try:
+                ds = self._file["activations"][stage]["present"]
+                self._present[stage] = ds[: self.n_rows].astype(bool)
+            except (OSError, KeyError) as err:
+                raise corrupt_store_error(self.path, f"/activations/{stage}/present", err) from err
         return self._present[stage].copy()
+
+    def stages_with_rows(self) -> tuple[str, ...]:
+        """The stored stages that at least one row holds, in :attr:`stages` order (a store of an
+        agent that never reasons holds no ``post_reasoning`` row)."""
+        return tuple(stage for stage in self.stages if self.present(stage).any())
 
     def positions(self, stage: str, rows: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
         """``(M, K)`` int32 token positions of ``stage`` in each row's replayed sequence."""

@@ -79,10 +79,10 @@ def command(
             stages.add_row(name, status, f"{outcome.seconds:.1f}")
     console.print(stages)
     headline = Table(title="Headline results (95% CIs; see report.html for every figure)")
-    for column in ("finding", "value", "baseline"):
+    for column in ("finding", "value", "baseline", "verdict"):
         headline.add_column(column)
     for row in headline_rows(run_dir):
-        headline.add_row(row.finding, row.value, row.baseline)
+        headline.add_row(row.finding, row.value, row.baseline, row.verdict)
     console.print(headline)
     if result.report_path is not None:
         console.print(f"report: {result.report_path}   viewer: goalprobe view {run_dir}")

@@ -73,7 +73,7 @@ def command(
     Resumable: after an interruption (even SIGKILL), rerun the same command to continue.
     """
     from activations.agent.models import load_model
-    from activations.capture import make_capture
+    from activations.capture import BackendUnavailableError, make_backend
     from activations.extract import ExtractConfig, default_layers, extract
 
     if (remote or simulate_remote) and backend != "nnsight":
@@ -94,9 +94,12 @@ def command(
             "revision": loaded.revision or None,
             "host": ndif_host,
         }
-    elif backend == "transformer_lens":
-        options = {"model_id": loaded.model_id}
-    capture = make_capture(backend, loaded.model, loaded.tokenizer, **options)
+    elif backend == "transformer_lens":  # full forwards only: the bridge may take the model
+        options = {"model_id": loaded.model_id, "copy_model": False}
+    try:
+        capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
+    except (BackendUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--backend") from err
     chosen = (
         tuple(int(x) for x in layers.split(",") if x.strip())
         if layers.strip()

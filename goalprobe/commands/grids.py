@@ -7,17 +7,7 @@ from typing import Annotated
 
 import typer
 
-
-def _parse_list(text: str, kind: type, option: str) -> tuple:
-    try:
-        values = tuple(kind(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise typer.BadParameter(
-            f"{text!r} is not a comma-separated list: {err}", param_hint=option
-        ) from err
-    if not values:
-        raise typer.BadParameter("needs at least one value", param_hint=option)
-    return values
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, parse_list
 
 
 def command(
@@ -43,6 +33,7 @@ def command(
         int,
         typer.Option("--min-distance", min=1, help="Minimum start-goal path length (plain grids)."),
     ] = 1,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Generate a seeded grid set (sizes x densities x per-cell grids) and write it as JSONL."""
     import numpy as np
@@ -54,6 +45,7 @@ def command(
     from activations.gridworld.optimal import solve
     from activations.gridworld.variants import VARIANTS
 
+    check_new_output(out, overwrite, "--out")
     if variant not in VARIANTS:
         raise typer.BadParameter(
             f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}",
@@ -61,8 +53,8 @@ def command(
         )
     try:
         config = GridSetConfig(
-            sizes=_parse_list(sizes, int, "--sizes"),
-            densities=_parse_list(densities, float, "--densities"),
+            sizes=parse_list(sizes, int, "--sizes"),
+            densities=parse_list(densities, float, "--densities"),
             n_per_cell=per_cell,
             variant=variant,
             seed=seed,

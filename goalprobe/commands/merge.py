@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+
 
 def command(
     shards: Annotated[list[Path], typer.Argument(help="The N shard stores (any order).")],
@@ -14,12 +16,17 @@ def command(
     compression: Annotated[
         str | None, typer.Option(help="none, lzf or gzip (default: the shards').")
     ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Merge `extract --shard i/N` stores, checking every step is covered exactly once.
 
     Rows come out in trajectory-file order, as an unsharded extraction writes them.
     """
     from activations.store import ActivationStore, merge_shards
+
+    check_new_output(out, overwrite, "--out")
+    if out.resolve() in {s.resolve() for s in shards}:
+        raise typer.BadParameter(f"{out} is one of the shards being merged", param_hint="--out")
 
     path = merge_shards(shards, out, compression=compression)
     with ActivationStore(path) as store:

@@ -28,7 +28,7 @@ def command(
     model: Annotated[
         str, typer.Option(help="'bundled', a local model directory, or a Hugging Face id.")
     ] = "bundled",
-    backend: Annotated[str, typer.Option(help="nnsight or transformer_lens.")] = "nnsight",
+    backend: Annotated[str, typer.Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
     sites: Annotated[
         str,
         typer.Option(
@@ -87,57 +87,31 @@ def command(
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
     Writes patch_records.csv, patch_summary.csv, patch_results.json, patch_heatmap.html and
-    patch_pairs.jsonl into --out.
+    patch_pairs.jsonl into --out (:func:`probes.patching.run.run_experiment`).
     """
-    import json
-    from dataclasses import asdict
-
-    import numpy as np
     from rich.console import Console
     from rich.table import Table
 
     from activations.agent.models import load_model
-    from probes.patching.counterfactuals import (
-        CounterfactualConfig,
-        base_from_grid,
-        base_from_step,
-        build_counterfactuals,
-    )
-    from probes.patching.experiment import (
-        PatchConfig,
-        PatchingContext,
-        prepare_pairs,
-        run_patching,
-    )
-    from probes.patching.patch import BackendUnavailableError, make_backend
-    from probes.patching.results import summarize, write_results
+    from activations.capture import BackendUnavailableError, make_backend
+    from goalprobe.figure_files import write_patch_heatmap
+    from probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
+    from probes.patching.experiment import PatchConfig, resolve_layer_sets
+    from probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
     from probes.patching.sites import SequenceError
 
     if (trajectories is None) == (grids is None):
         raise typer.BadParameter("give exactly one of --trajectories and --grids")
     effort, template_dir = "low", None
     if trajectories is not None:
-        from activations.agent.trajectories import read_run_header, read_steps
-
-        header = read_run_header(trajectories)
-        effort = header.config.get("reasoning_effort", "low")
-        template_dir = header.config.get("template_dir")
-        bases = [
-            base_from_step(
-                step, where=f"{trajectories}: step {step.grid_id}/{step.episode}/{step.step}"
-            )
-            for step in read_steps(trajectories)
-        ]
+        read = read_trajectory_bases(trajectories)
+        bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
     else:
         from activations.gridworld.io import read_grid_set
 
         bases = [base_from_grid(g) for g in read_grid_set(grids)]
-    if sizes.strip():
-        keep = {int(s) for s in _split(sizes, "--sizes")}
-        bases = [b for b in bases if b.grid.size in keep]
-    if len(bases) > max_bases:
-        picks = np.sort(np.random.default_rng(seed).choice(len(bases), max_bases, replace=False))
-        bases = [bases[i] for i in picks]
+    keep = [int(s) for s in _split(sizes, "--sizes")] if sizes.strip() else None
+    bases = draw_bases(bases, max_bases, seed, sizes=keep)
     if not bases:
         raise typer.BadParameter("no base states to patch (check --sizes and the input file)")
     try:
@@ -161,55 +135,46 @@ def command(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
-    pairs = build_counterfactuals(bases, cf_config)
     console = Console()
-    console.print(f"{len(bases)} bases -> {len(pairs)} counterfactual pairs")
-
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)
     except (BackendUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--backend") from err
     try:
-        context = PatchingContext(loaded.model, loaded.tokenizer, patcher, config)
+        resolve_layer_sets(config.layers, patcher.n_layers)
     except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+        raise typer.BadParameter(str(err), param_hint="--layers") from err
     source = None
     if store is not None:
         from activations.store.reader import ActivationStore
         from probes.patching.store_source import StoreSource
 
         source = StoreSource(ActivationStore(store))
-
     try:
-        prepared, report = prepare_pairs(pairs, context)
+        outcome = run_experiment(
+            bases,
+            patcher,
+            config,
+            cf_config,
+            store=source,
+            n_resamples=n_resamples,
+            random_state=seed,
+            model_id=loaded.model_id,
+            model_revision=loaded.revision,
+            input_name=str(trajectories or grids),
+        )
     except SequenceError as err:
         raise typer.BadParameter(
             f"{err}", param_hint="--trajectories" if trajectories else "--model"
         ) from err
+    report, records, summary = outcome.report, outcome.records, outcome.summary
     console.print(
-        f"prepared {report.n_kept} of {report.n_pairs} pairs; dropped {dict(report.dropped)}"
+        f"{len(bases)} bases -> {report.n_pairs} counterfactual pairs; prepared "
+        f"{report.n_kept}, dropped {dict(report.dropped)}"
     )
-    records, skipped = run_patching(prepared, context, store=source)
-    summary = summarize(records, n_resamples=n_resamples, random_state=seed)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "patch_pairs.jsonl").open("w", encoding="utf-8") as handle:
-        for item in prepared:
-            handle.write(json.dumps(item.pair.to_dict()) + "\n")
-    meta = {
-        "model": loaded.model_id,
-        "model_revision": loaded.revision,
-        "backend": patcher.name,
-        "n_layers": patcher.n_layers,
-        "layer_sets": {label: list(ls) for label, ls in context.layer_sets},
-        "config": asdict(config),
-        "counterfactuals": asdict(cf_config),
-        "input": str(trajectories or grids),
-        "n_bases": len(bases),
-        "preparation": report.to_dict(),
-        "skipped_sites": dict(skipped),
-    }
-    paths = write_results(out, records, summary, meta)
+    paths = outcome.write(out)
+    paths["heatmap_html"] = write_patch_heatmap(out, summary)
 
     table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
     for column in (

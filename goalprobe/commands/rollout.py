@@ -51,8 +51,27 @@ def command(
     concurrency: Annotated[int, typer.Option(min=1, help="Server requests in flight.")] = 8,
     request_timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
     request_retries: Annotated[
-        int, typer.Option(min=0, help="Retries of a failed server request (429/5xx/timeouts).")
+        int,
+        typer.Option(
+            min=0,
+            help="Retries of a failed server request (429/5xx, timeouts, truncated or "
+            "malformed answers), with exponential backoff.",
+        ),
     ] = 5,
+    retry_backoff: Annotated[
+        float, typer.Option(min=0.0, help="First retry delay, seconds (doubles each retry).")
+    ] = 1.0,
+    retry_backoff_max: Annotated[
+        float, typer.Option(min=0.0, help="Longest retry delay, seconds.")
+    ] = 60.0,
+    max_failed_rounds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Consecutive rounds with failed server requests tolerated (failed ones are "
+            "sent again); one more stops the run, resumable by rerunning the command.",
+        ),
+    ] = 3,
     episodes: Annotated[int, typer.Option(min=1, help="Episodes per grid.")] = 10,
     horizon_factor: Annotated[
         float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
@@ -83,8 +102,7 @@ def command(
     from rich.console import Console
 
     from activations.agent.models import load_tokenizer
-    from activations.agent.rollout import RolloutConfig, run_rollouts
-    from activations.agent.trajectories import TrajectoryFormatError
+    from activations.agent.rollout import RolloutConfig, RolloutStopped, run_rollouts
     from activations.gridworld.io import read_grid_set
     from goalprobe.agents import local_backend
 
@@ -106,6 +124,8 @@ def command(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     grid_set = read_grid_set(grids)
+    if not grid_set:
+        raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
     if server is not None:
         from activations.agent.server_backend import ServerBackend, ServerConfig
 
@@ -117,11 +137,14 @@ def command(
                 max_concurrency=concurrency,
                 timeout_s=request_timeout,
                 max_retries=request_retries,
+                backoff_s=retry_backoff,
+                backoff_max_s=retry_backoff_max,
                 request_token_ids=server_token_ids,
                 developer_role=developer_role,
             )
         except ValueError as err:
-            raise typer.BadParameter(str(err)) from err
+            typer.echo(f"error: --server: {err}", err=True)
+            raise typer.Exit(code=2) from err
         backend = ServerBackend(
             server_config, load_tokenizer(tokenizer) if tokenizer is not None else None
         )
@@ -130,15 +153,43 @@ def command(
         backend, description = local_backend(model, revision=revision, device=device, dtype=dtype)
     try:
         report = run_rollouts(
-            grid_set, backend, config, out, progress=progress, backend_description=description
+            grid_set,
+            backend,
+            config,
+            out,
+            progress=progress,
+            backend_description=description,
+            max_failed_rounds=max_failed_rounds,
         )
-    except TrajectoryFormatError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(code=1) from err
+    except RolloutStopped as err:
+        typer.echo(f"error: {out}: {err}{_request_summary(backend)}", err=True)
+        raise typer.Exit(code=2) from err
     console.print(
         f"{out}: run {report.run_id}; {report.episodes_run} episode(s) run, "
         f"{report.episodes_skipped} already finished, {report.episodes_total} in all; "
         f"{report.successes} successful; {report.steps} steps ({report.invalid_steps} invalid) "
         f"in {report.seconds:.1f} s ({report.steps_per_second:.2f} steps/s, "
         f"{report.generate_calls} generate calls)"
+        + (
+            f"; {report.failed_rounds} round(s) with failed requests "
+            f"({report.failed_generations} resent)"
+            if report.failed_rounds
+            else ""
+        )
+        + _request_summary(backend),
+        soft_wrap=True,
+    )
+
+
+def _request_summary(backend: object) -> str:
+    """``"; server: ... requests, ... retries, ... failed"`` for a server backend, else ``""``."""
+    from activations.agent.server_backend import ServerBackend
+
+    if not isinstance(backend, ServerBackend):
+        return ""
+    stats = backend.stats
+    kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(stats.problems.items()))
+    return (
+        f"; server: {stats.requests} request(s) answered, {stats.retries} retried, "
+        f"{stats.failures} given up" + (f" ({kinds})" if kinds else "")
     )

@@ -78,6 +78,13 @@ def command(
     unknown_utility: Annotated[
         bool, typer.Option(help="Also compute unknown-utility MEG (slow).")
     ] = False,
+    nulls: Annotated[
+        bool,
+        typer.Option(
+            help="Also score the null maps (another grid's, the size-and-density prior's) and "
+            "report the excess over them."
+        ),
+    ] = True,
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes for belief scoring.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
@@ -91,7 +98,10 @@ def command(
     """
     from rich.console import Console
 
-    from probes.scoring.run_scoring import RunScoringError, ScoreConfig, score_run
+    from activations.run_layout import RunLayout
+    from goalprobe.figure_files import write_scoring_figures
+    from goalprobe.scoring import score_run
+    from probes.scoring.config import ScoreConfig
 
     _choice(utility, UTILITIES, "--utility")
     _choice(key_utility, UTILITIES, "--key-utility")
@@ -110,13 +120,13 @@ def command(
         subjective_map=subjective_map,
         unknown_utility=unknown_utility,
         n_jobs=jobs,
+        **({} if nulls else {"nulls": ()}),
     )
     console = Console()
-    try:
-        summary = score_run(run_dir, config, progress=progress)
-    except (FileNotFoundError, RunScoringError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(code=1) from err
+    # a missing input (FileNotFoundError) or inputs that do not join up (ScoringError) become
+    # one "error: ..." line and exit code 2 in goalprobe.cli.OneLineErrors
+    summary = score_run(run_dir, config, progress=progress)
+    summary.outputs.update(write_scoring_figures(RunLayout(run_dir), summary.belief, summary.meg))
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))
     for name, path in summary.outputs.items():
@@ -146,6 +156,9 @@ def _belief_table(belief: dict) -> Table:
         "inverse_recovery": "Inv rec",
         **{m: f"top-{m.removeprefix('acc_top')}" for m in top},
     }
+    excess = ("acc_dec", "recovery")
+    if any(entry.get("excess") for entry in belief["probes"].values()):
+        columns |= {f"excess/{m}": f"{columns[m]} - null" for m in excess}
     table = Table(title=f"Policy against decoded belief, % of actions [{level:.0%} grid CI]")
     table.add_column("probe")
     table.add_column("steps", justify="right")
@@ -155,7 +168,11 @@ def _belief_table(belief: dict) -> Table:
         name = f"{key} *" if key == belief["default_probe"] else key
         overall = entry["overall"]
         cells = [
-            _fmt(overall.get(m)) if m in TABLE2 else _fmt({"value": overall[m]["value"]})
+            _fmt((entry.get("excess") or {}).get(m.removeprefix("excess/")))
+            if m.startswith("excess/")
+            else _fmt(overall.get(m))
+            if m in TABLE2
+            else _fmt({"value": overall[m]["value"]})
             for m in columns
         ]
         table.add_row(name, str(entry["n_steps"]), *cells)

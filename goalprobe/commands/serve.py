@@ -38,39 +38,70 @@ def command(
     default_max_tokens: Annotated[
         int, typer.Option(min=1, help="max_tokens of requests that give none.")
     ] = 10_000,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of the server's generator, which draws the seed of every sampled "
+            "request that gives none (the same seed answers the same requests the same way)."
+        ),
+    ] = 0,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="Most requests waiting at once; more get 503.")
+    ] = 256,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest request body in bytes; larger ones get 413.")
+    ] = 1 << 20,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve a local model as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/models,
     /health): final answer as message.content, reasoning as message.reasoning_content, token
-    ids in prompt_token_ids and choices[].token_ids."""
+    ids in prompt_token_ids and choices[].token_ids. Prompts beyond the model's context are
+    refused (400) and max_tokens is clamped to the context left."""
     import os
+
+    # Before torch loads its OpenMP runtime: idle OpenMP threads sleep instead of spinning,
+    # which on a shared CPU measurably helps the one generating worker (docs/benchmarks.md,
+    # "Serving"). An explicit OMP_WAIT_POLICY in the environment wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     import uvicorn
     from rich.console import Console
 
+    from activations.agent.models import HubUnavailableError
     from activations.agent.server_app import ServeConfig, create_app
     from goalprobe.agents import local_backend
+
+    def fail(message: str) -> typer.Exit:
+        typer.echo(f"error: {message}", err=True)
+        return typer.Exit(code=2)
 
     console = Console(stderr=True)
     api_key = None
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
-            raise typer.BadParameter(
-                f"environment variable {api_key_env} is unset or empty", param_hint="--api-key-env"
-            )
+            raise fail(f"--api-key-env: environment variable {api_key_env} is unset or empty")
     if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         console.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key; anyone who can "
             "reach this port can use the model (set --api-key-env)"
         )
-    backend, _ = local_backend(model, revision=revision, device=device, dtype=dtype)
-    config = ServeConfig(
-        model_name=model_name or model,
-        api_key=api_key,
-        default_max_tokens=default_max_tokens,
-        max_batch_size=max_batch_size,
-        batch_window_s=batch_window,
-    )
+    try:
+        config = ServeConfig(
+            model_name=model_name or model,
+            api_key=api_key,
+            default_max_tokens=default_max_tokens,
+            max_batch_size=max_batch_size,
+            batch_window_s=batch_window,
+            seed=seed,
+            max_queue=max_queue,
+            max_body_bytes=max_body_bytes,
+        )
+    except ValueError as err:
+        raise fail(str(err)) from err
+    try:
+        backend, _ = local_backend(model, revision=revision, device=device, dtype=dtype)
+    except (OSError, ValueError, HubUnavailableError) as err:
+        raise fail(f"--model {model}: cannot load it ({type(err).__name__}: {err})") from err
     console.print(f"serving {config.model_name!r} on http://{host}:{port}/v1")
     uvicorn.run(create_app(backend, config), host=host, port=port, log_level=log_level)

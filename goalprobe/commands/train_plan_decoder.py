@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from viewer.figures import plan_sweep_figure
+
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
     from rich.table import Table
 
-    from probes.plan_decoder import PlanSweepResult
+    from probes.plan_sweep import PlanSweepResult
 
 TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 """Prefix lengths shown in the summary table."""
@@ -33,8 +34,11 @@ def command(
         Path, typer.Option("--out", help="Output directory (models, plans HDF5, figure, JSON).")
     ],
     stages: Annotated[
-        str, typer.Option("--stages", help="Comma-separated anchor stages.")
-    ] = "pre_reasoning,post_reasoning",
+        str,
+        typer.Option(
+            "--stages", help="Comma-separated anchor stages; empty: every stage with rows."
+        ),
+    ] = "",
     layers: Annotated[
         str, typer.Option("--layers", help="Comma-separated layers; empty: every stored layer.")
     ] = "",
@@ -50,11 +54,11 @@ def command(
     ] = "2",
     d_bottleneck: Annotated[int, typer.Option(min=1, help="Bottleneck / decoder width.")] = 1024,
     n_heads: Annotated[int, typer.Option(min=1, help="Attention heads per layer.")] = 8,
-    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
+    learning_rate: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
     weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
     batch_size: Annotated[int, typer.Option(min=1, help="Training batch size.")] = 64,
     max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 100,
-    patience: Annotated[
+    n_iter_no_change: Annotated[
         int, typer.Option(min=1, help="Epochs without validation improvement before stopping.")
     ] = 10,
     dropout: Annotated[float, typer.Option(min=0.0, max=0.99, help="Decoder dropout.")] = 0.1,
@@ -92,18 +96,19 @@ def command(
     from rich.console import Console
 
     from activations.store import StoreFormatError
-    from probes.plan_decoder import PlanDecoder, PlanSweepConfig, StorePlanLoader, run_plan_sweep
+    from probes.plan_decoder import PlanDecoder
+    from probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
     console = Console()  # width from the terminal (COLUMNS when not a terminal)
     try:
         loader = StorePlanLoader(store, first_step_only=first_step_only)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
-    stage_list = _parse_list(stages, str, "--stages")
+    stage_list = _parse_list(stages, str, "--stages") or loader.stages
     missing = [s for s in stage_list if s not in loader.stages]
     if not stage_list or missing:
         raise typer.BadParameter(
-            f"stages {missing or stage_list} not in the store (it holds {loader.stages})",
+            f"stages {missing or stage_list} have no rows in the store (rows hold {loader.stages})",
             param_hint="--stages",
         )
     layer_list = _parse_list(layers, int, "--layers") or loader.layers
@@ -118,7 +123,7 @@ def command(
         raise typer.BadParameter("needs positive depths", param_hint="--decoder-layers")
     controls = _parse_list(control_layers, int, "--control-layers")
     config = PlanSweepConfig(
-        stages=stage_list,
+        stages=tuple(stage_list),
         layers=tuple(layer_list),
         decoder_layers=depths,
         control_decoder_layers=controls,
@@ -130,11 +135,11 @@ def command(
     decoder = PlanDecoder(
         n_heads=n_heads,
         d_bottleneck=d_bottleneck,
-        lr=lr,
+        learning_rate=learning_rate,
         weight_decay=weight_decay,
         batch_size=batch_size,
         max_epochs=max_epochs,
-        patience=patience,
+        n_iter_no_change=n_iter_no_change,
         dropout=dropout,
         device=device,
         random_state=seed,
@@ -146,13 +151,13 @@ def command(
             decoder,
             out_dir=out,
             overwrite=overwrite,
-            progress=lambda message: console.log(message),
+            log=lambda message: console.log(message),
         )
     except FileExistsError as err:
         raise typer.BadParameter(f"{err}", param_hint="--out") from err
 
     console.print(summary_table(result))
-    figure = prefix_accuracy_figure(result)
+    figure = plan_sweep_figure(result)
     figure.write_html(out / "prefix_accuracy.html", include_plotlyjs=True)
     figure.write_json(out / "prefix_accuracy.json")
     console.print(f"wrote {out}/: sweep.json, predicted_plans.h5, models/, prefix_accuracy.html")
@@ -211,96 +216,3 @@ def _at(values, n: int) -> str:
 
 def _pct(value: float) -> str:
     return "nan" if value != value else f"{100 * value:.1f}"
-
-
-def prefix_accuracy_figure(result: PlanSweepResult) -> go.Figure:
-    """Prefix accuracy against N, one panel per layer: decoders (colour: stage, dash: depth,
-    error bars: grid-bootstrap 95% CI), shuffled controls, majority plan and ``0.25^N``."""
-    import numpy as np
-    import plotly.graph_objects as go
-    from plotly.colors import qualitative
-    from plotly.subplots import make_subplots
-
-    layers = list(result.config.layers)
-    fig = make_subplots(
-        rows=1, cols=len(layers), subplot_titles=[f"layer {x}" for x in layers], shared_yaxes=True
-    )
-    colours = {s: qualitative.Plotly[i % 10] for i, s in enumerate(result.config.stages)}
-    dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
-    depths = sorted({r.decoder_layers for r in result.runs if r.decoder_layers is not None})
-    shown: set[str] = set()
-    for run in result.runs:
-        col = layers.index(run.layer) + 1
-        m = run.metrics
-        ns = np.arange(1, m.horizon + 1)
-        if run.kind == "decoder":
-            legend = f"{run.stage}, {run.decoder_layers}-layer decoder"
-            line = dict(color=colours[run.stage], dash=dashes[depths.index(run.decoder_layers) % 5])
-            error = dict(
-                type="data",
-                symmetric=False,
-                array=m.prefix_accuracy_ci[1] - m.prefix_accuracy,
-                arrayminus=m.prefix_accuracy - m.prefix_accuracy_ci[0],
-                thickness=1,
-            )
-        elif run.kind == "shuffled_control":
-            legend = f"{run.stage}, shuffled control ({run.decoder_layers}-layer)"
-            line, error = dict(color=colours[run.stage], dash="dot", width=1), None
-        else:
-            legend = f"{run.stage}, majority plan"
-            line, error = dict(color="grey", dash="dot", width=1), None
-        fig.add_trace(
-            go.Scatter(
-                x=ns,
-                y=m.prefix_accuracy,
-                error_y=error,
-                mode="lines+markers",
-                line=line,
-                name=legend,
-                legendgroup=legend,
-                showlegend=legend not in shown,
-                hovertemplate=f"{run.name}<br>N=%{{x}}<br>accuracy=%{{y:.3f}}<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-        shown.add(legend)
-    if result.runs:
-        horizon = result.runs[0].metrics.horizon
-        for col in range(1, len(layers) + 1):
-            fig.add_trace(
-                go.Scatter(
-                    x=np.arange(1, horizon + 1),
-                    y=result.runs[0].metrics.random_baseline,
-                    mode="lines",
-                    line=dict(color="black", dash="dash", width=1),
-                    name="0.25^N baseline",
-                    legendgroup="baseline",
-                    showlegend=col == 1,
-                ),
-                row=1,
-                col=col,
-            )
-    fig.update_xaxes(title_text="prefix length N", dtick=1)
-    fig.update_yaxes(title_text="prefix accuracy (test grids)", row=1, col=1)
-    fig.update_layout(
-        title="One-shot plan decoding: prefix accuracy vs N",
-        template="plotly_white",
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="right",
-                x=1.0,
-                y=1.15,
-                buttons=[
-                    dict(label="linear", method="relayout", args=[_yaxis_type(layers, "linear")]),
-                    dict(label="log", method="relayout", args=[_yaxis_type(layers, "log")]),
-                ],
-            )
-        ],
-    )
-    return fig
-
-
-def _yaxis_type(layers: list, kind: str) -> dict:
-    return {("yaxis" if i == 0 else f"yaxis{i + 1}") + ".type": kind for i in range(len(layers))}

@@ -7,28 +7,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
+
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
     from rich.table import Table
 
 TARGETS = ("cell-type", "distance")
 PROBE_TYPES = ("coordinate", "per-cell")
 FAMILIES = ("mlp", "linear")
-
-
-def _parse_list(text: str, kind: type, option: str) -> tuple:
-    try:
-        return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise typer.BadParameter(
-            f"{text!r} is not a comma-separated list: {err}", param_hint=option
-        ) from err
-
-
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
-    return value
 
 
 def command(
@@ -86,6 +73,7 @@ def command(
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train probes on an activation store: cell types (cognitive map) or distance to the goal.
 
@@ -104,23 +92,24 @@ def command(
     from probes.per_cell import PerCellProbe
     from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
 
-    _choice(target, TARGETS, "--target")
-    _choice(probe, PROBE_TYPES, "--probe")
-    _choice(family, FAMILIES, "--family")
-    _choice(coordinates, ("raw", "onehot"), "--coordinates")
-    _choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
+    choice(target, TARGETS, "--target")
+    choice(probe, PROBE_TYPES, "--probe")
+    choice(family, FAMILIES, "--family")
+    choice(coordinates, ("raw", "onehot"), "--coordinates")
+    choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
+    check_new_output(out, overwrite, "--out", directory=True)
     console = Console()
     try:
         loader = StoreProbeLoader(store)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
-    stage_list = _parse_list(stages, str, "--stages") or (stage,)
+    stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
     missing = [s for s in stage_list if s not in loader.stages]
     if missing:
         raise typer.BadParameter(
             f"stages {missing} not in the store (it holds {loader.stages})", param_hint="--stages"
         )
-    layer_list = _parse_list(layers, int, "--layers") or (layer,)
+    layer_list = parse_list(layers, int, "--layers", empty_ok=True) or (layer,)
     missing_layers = [x for x in layer_list if x not in loader.layers]
     if missing_layers:
         raise typer.BadParameter(
@@ -174,7 +163,7 @@ def command(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
     console.print(summary_table(result))
-    figure = comparison_figure(result)
+    figure = sweep_comparison_figure(result)
     figure.write_html(out / "sweep_figure.html", include_plotlyjs=True)
     figure.write_json(out / "sweep_figure.json")
     console.print(
@@ -195,10 +184,6 @@ _CELL_COLUMNS = (
 _DISTANCE_COLUMNS = (("mae", "MAE"), ("r2", "R2"))
 
 
-def _main_metric(result: dict) -> str:
-    return "accuracy_no_padding" if result["config"]["target"] == "cell_type" else "r2"
-
-
 def _fmt(entry: dict | None) -> str:
     if not entry or entry.get("value") is None:
         return "-"
@@ -214,7 +199,7 @@ def summary_table(result: dict) -> Table:
 
     cell = result["config"]["target"] == "cell_type"
     columns = _CELL_COLUMNS if cell else _DISTANCE_COLUMNS
-    main = _main_metric(result)
+    main = sweep_main_metric(result)
     table = Table(
         title=f"{result['estimator']['class']} ({result['config']['target']}), test grids"
     )
@@ -236,44 +221,3 @@ def summary_table(result: dict) -> Table:
             *(_fmt(diffs.get(f"probe - {name}", {}).get(main)) for name in controls),
         )
     return table
-
-
-def comparison_figure(result: dict) -> go.Figure:
-    """Main test metric per layer (x) and stage (colour), with 95% intervals and controls."""
-    import plotly.graph_objects as go
-
-    main = _main_metric(result)
-    figure = go.Figure()
-    stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))
-    for stage in stages:
-        runs = [run for run in result["runs"] if run["stage"] == stage]
-        for model in ("probe", "shuffled", "majority", "mean"):
-            values = [run["metrics"]["models"].get(model, {}).get(main) for run in runs]
-            if not any(v and v.get("value") is not None for v in values):
-                continue
-            y = [v["value"] if v else None for v in values]
-            high = [
-                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
-                for v in values
-            ]
-            low = [
-                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
-                for v in values
-            ]
-            figure.add_trace(
-                go.Bar(
-                    name=f"{stage} {model}",
-                    x=[str(run["layer"]) for run in runs],
-                    y=y,
-                    error_y={"type": "data", "array": high, "arrayminus": low},
-                    opacity=1.0 if model == "probe" else 0.45,
-                )
-            )
-    figure.update_layout(
-        barmode="group",
-        title=f"{result['estimator']['class']}: test {main} (95% grid-bootstrap intervals)",
-        xaxis_title="layer",
-        yaxis_title=main,
-        template="plotly_white",
-    )
-    return figure

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from activations.agent.rollout import RolloutConfig
-from activations.gridworld.behaviour import BehaviourConfig, KeyEpisode, key_variant_table
+from activations.gridworld.behaviour import IntervalConfig, KeyEpisode, key_variant_table
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
 from activations.gridworld.io import write_grid_set
 from goalprobe.agents import AgentConfig
@@ -27,8 +27,8 @@ class KeysInput:
     """The agent."""
     rollout: RolloutConfig
     """How episodes run (the key variants' horizon and episode count already applied)."""
-    behaviour: BehaviourConfig
-    """The bootstrap of the intervals."""
+    intervals: IntervalConfig
+    """The bootstrap of the intervals (not the random walks, which this stage does not run)."""
     keys: KeysConfig
     """Which variants, sizes and layouts."""
 
@@ -40,7 +40,7 @@ def inputs(config: DemoConfig) -> KeysInput:
         horizon_steps=config.keys.horizon,
         episodes_per_grid=config.keys.episodes_per_grid,
     )
-    return KeysInput(config.agent, rollout, config.behaviour, config.keys)
+    return KeysInput(config.agent, rollout, config.behaviour.intervals, config.keys)
 
 
 def run(context: StageContext, config: KeysInput, stage_dir: Path):
@@ -67,7 +67,7 @@ def run(context: StageContext, config: KeysInput, stage_dir: Path):
         )
         for e in read_episodes(out)
     ]
-    variants, jaccard = key_variant_table(episodes, config.behaviour)
+    variants, jaccard = key_variant_table(episodes, config.intervals)
     payload = {
         "schema": SCHEMA,
         "horizon": k.horizon,

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig, PlansConfig
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.probes import stages_with_rows, training_device
-from probes.plan_decoder import PlanDecoder, PlanSweepConfig, StorePlanLoader, run_plan_sweep
+from goalprobe.stages.probes import training_device
+from probes.plan_decoder import PlanDecoder
+from probes.plan_sweep import StorePlanLoader, run_plan_sweep
 
 
 @dataclass(frozen=True)
@@ -31,27 +32,17 @@ def inputs(config: DemoConfig) -> PlansInput:
 def run(context: StageContext, config: PlansInput, stage_dir: Path):
     """Sweep decoder capacity x stage x layer, with the shuffled-activation control."""
     layout, p = context.layout, config.plans
-    loader = StorePlanLoader(layout.store)
-    sweep_config = PlanSweepConfig(
-        stages=stages_with_rows(context, tuple(loader.stages)),
-        layers=tuple(loader.layers),
-        decoder_layers=p.decoder_layers,
-        control_decoder_layers=p.control_layers,
-        test_fraction=p.test_fraction,
-        validation_fraction=p.validation_fraction,
-        n_bootstrap=p.n_bootstrap,
-        random_state=p.seed,
-    )
+    loader = StorePlanLoader(layout.store)  # stages: only those with rows in the store
     decoder = PlanDecoder(
-        n_heads=p.heads,
-        d_bottleneck=p.bottleneck,
-        max_epochs=p.max_epochs,
-        patience=p.patience,
+        n_heads=p.decoder.n_heads,
+        d_bottleneck=p.decoder.d_bottleneck,
+        max_epochs=p.decoder.max_epochs,
+        n_iter_no_change=p.decoder.n_iter_no_change,
         device=config.device,
-        random_state=p.seed,
+        random_state=p.sweep.random_state,
     )
     result = run_plan_sweep(
-        loader, sweep_config, decoder, out_dir=stage_dir, overwrite=True, progress=context.say
+        loader, p.sweep, decoder, out_dir=stage_dir, overwrite=True, log=context.say
     )
     layout.predicted_plans.parent.mkdir(parents=True, exist_ok=True)
     os.replace(stage_dir / "predicted_plans.h5", layout.predicted_plans)

@@ -41,12 +41,12 @@ from activations.agent.local_backend import LocalBackend
 from activations.agent.parser import parse_action
 from activations.agent.prompts import PromptTemplate, build_messages, uses_key_prompt
 from activations.agent.reasoning import PLAN_STEPS, reasoning_text
+from activations.capture.base import CleanRun, Patch, ResidualBackend
 from activations.extract import default_layers
 from activations.gridworld.core import Action, Grid, State
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
 from probes.patching.counterfactuals import CounterfactualPair
-from probes.patching.patch import CleanRun, Patch, PatchBackend
 from probes.patching.sites import (
     DEFAULT_SITES,
     PROMPT_SITES,
@@ -227,15 +227,16 @@ class PatchingContext:
     """The model-side objects an experiment shares: tokenizer ids, prompt building, generation.
 
     Args:
-        model: the Hugging Face causal LM the backend wraps.
-        tokenizer: its tokenizer.
-        backend: a :class:`~probes.patching.patch.PatchBackend` around the same model.
+        backend: a :class:`~activations.capture.base.ResidualBackend` with a tokenizer; its
+            model also makes the greedy completions.
         config: the experiment config.
     """
 
-    def __init__(self, model, tokenizer, backend: PatchBackend, config: PatchConfig) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
+    def __init__(self, backend: ResidualBackend, config: PatchConfig) -> None:
+        if backend.tokenizer is None:
+            raise ValueError(f"the {backend.name} backend needs the model's tokenizer to patch")
+        self.model = model = backend.model
+        self.tokenizer = tokenizer = backend.tokenizer
         self.backend = backend
         self.config = config
         self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
@@ -658,7 +659,7 @@ def run_patching(
             by_target.setdefault(job.direction, []).append(job)
         for direction, group in by_target.items():
             _, target = item.sides(direction)
-            # patches that start late share a long unpatched prefix (see NNsightBackend)
+            # patches that start late share a long unpatched prefix (the backends' prefix_cache)
             group.sort(key=lambda j: int(j.patch.positions.min()))
             for start in range(0, len(group), config.batch_size):
                 chunk = group[start : start + config.batch_size]

@@ -1,4 +1,4 @@
-"""Summaries of patching records: rates with grid-cluster bootstrap CIs, tables, a heatmap.
+"""Summaries of patching records: rates with grid-cluster bootstrap CIs and tables.
 
 Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
 
@@ -10,11 +10,13 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
   ``(patched - target) / (source - target)`` (1: the patch carries the source's preference over
   fully; 0: no effect), over the runs where it is defined.
 
-Pairs drawn from one grid are not independent, so every interval is a percentile bootstrap
-that resamples *grids* (clusters) and recomputes the pooled statistic
-(:func:`cluster_bootstrap_ci`). Files (:func:`write_results`): ``patch_records.csv``,
-``patch_summary.csv``, ``patch_results.json`` (schema ``goalprobe.patching/1``: config,
-preparation report, summary, records) and ``patch_heatmap.html`` (site x layers heatmaps).
+Pairs drawn from one grid are not independent, so every interval is a percentile grid
+bootstrap of the pooled statistic (:func:`activations.stats.grid_bootstrap_ratio`). Files
+(:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
+(schema ``goalprobe.patching/1``: config, preparation report, summary, records);
+:meth:`probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
+The site x layers heatmap of a summary is :func:`viewer.figures.patching.patch_summary_figure`;
+the application layer writes it.
 """
 
 from __future__ import annotations
@@ -27,63 +29,37 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.stats
+
+from activations.stats import grid_bootstrap_ratio
 
 SCHEMA = "goalprobe.patching/1"
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
 
+PAIRS_FILE = "patch_pairs.jsonl"
+"""File name of the kept pairs beside the results."""
 
-def cluster_bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    clusters: Sequence[str] | np.ndarray,
+
+def grid_ci(
+    values: np.ndarray,
+    grids: np.ndarray,
     *,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    random_state: int | None = 0,
+    n_resamples: int,
+    confidence: float,
+    random_state: int | None,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the pooled mean of ``values``, resampling whole clusters.
-
-    Args:
-        values: ``(N,)`` finite floats (e.g. 0/1 outcomes).
-        clusters: ``(N,)`` cluster id of each value (the grid id).
-        n_resamples: bootstrap resamples.
-        confidence: level in (0, 1).
-        random_state: seed.
-
-    Returns:
-        ``(low, high)``; ``(nan, nan)`` with fewer than two clusters; ``(v, v)`` when every
-        value equals ``v``.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or len(x) != len(clusters):
-        raise ValueError("values and clusters must be 1-D of the same length")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite (drop undefined entries first)")
-    _, inverse = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
-    n_clusters = int(inverse.max()) + 1 if len(x) else 0
-    if n_clusters < 2:
-        return (math.nan, math.nan)
-    if np.all(x == x[0]):
-        return (float(x[0]), float(x[0]))
-    sums = np.bincount(inverse, weights=x, minlength=n_clusters)
-    counts = np.bincount(inverse, minlength=n_clusters).astype(np.float64)
-
-    def pooled(s, c, axis=-1):
-        return s.sum(axis=axis) / c.sum(axis=axis)
-
-    res = scipy.stats.bootstrap(
-        (sums, counts),
-        pooled,
-        paired=True,
-        vectorized=True,
+    """Grid-bootstrap percentile CI of the pooled mean of finite ``values`` (NaN where
+    undefined, e.g. fewer than two grids)."""
+    stat = grid_bootstrap_ratio(
+        values,
+        None,
+        grids,
         n_resamples=n_resamples,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(random_state),
+        confidence=confidence,
+        random_state=random_state,
     )
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    return tuple(math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
 
 
 @dataclass(frozen=True)
@@ -150,13 +126,13 @@ def summarize(
                 n_runs=len(group),
                 n_grids=len(set(grids.tolist())),
                 action_changed_rate=float(changed.mean()),
-                action_changed_ci=cluster_bootstrap_ci(changed, grids, **ci),
+                action_changed_ci=grid_ci(changed, grids, **ci),
                 stable_rate=float(1.0 - changed.mean()),
                 into_source_optimal_rate=float(into.mean()),
-                into_source_optimal_ci=cluster_bootstrap_ci(into, grids, **ci),
+                into_source_optimal_ci=grid_ci(into, grids, **ci),
                 in_target_optimal_rate=float(in_target.mean()),
                 recovered_mean=float(recovered[defined].mean()) if defined.any() else math.nan,
-                recovered_ci=cluster_bootstrap_ci(recovered[defined], grids[defined], **ci)
+                recovered_ci=grid_ci(recovered[defined], grids[defined], **ci)
                 if defined.any()
                 else (math.nan, math.nan),
                 n_recovered=int(defined.sum()),
@@ -213,7 +189,7 @@ def write_results(
     summary: Sequence[SummaryRow],
     meta: dict,
 ) -> dict[str, Path]:
-    """Write the records, the summary, the JSON bundle and the heatmap into ``out_dir``.
+    """Write the records, the summary and the JSON bundle into ``out_dir``.
 
     Args:
         out_dir: output directory (created).
@@ -232,7 +208,6 @@ def write_results(
         "records_csv": out / "patch_records.csv",
         "summary_csv": out / "patch_summary.csv",
         "results_json": out / "patch_results.json",
-        "heatmap_html": out / "patch_heatmap.html",
     }
     _write_csv(paths["records_csv"], record_dicts)
     _write_csv(paths["summary_csv"], summary_dicts)
@@ -240,94 +215,4 @@ def write_results(
     paths["results_json"].write_text(
         json.dumps(_json_safe(bundle), indent=1, allow_nan=False), encoding="utf-8"
     )
-    heatmap_figure(summary).write_html(paths["heatmap_html"], include_plotlyjs=True)
     return paths
-
-
-HEATMAP_PANELS: tuple[tuple[str, str, str], ...] = (
-    ("disjoint", "action_changed_rate", "action changed (disjoint)"),
-    ("disjoint", "recovered_mean", "logit diff. recovered (disjoint)"),
-    ("control", "stable_rate", "stable (control)"),
-)
-"""``(kind, metric, title)`` of the heatmap's columns."""
-
-
-def heatmap_figure(summary: Sequence[SummaryRow], mode: str = "teacher_forced"):
-    """Site x layers heatmaps: one row per direction, one column per :data:`HEATMAP_PANELS`.
-
-    Returns:
-        a ``plotly.graph_objects.Figure``; hovering a cell shows the rate, its CI and ``n``.
-    """
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = [r for r in summary if r.mode == mode]
-    directions = sorted({r.direction for r in rows}) or ["base_to_cf"]
-    sites = [s for s in _SITE_ORDER if any(r.site == s for r in rows)]
-    layers = sorted({r.layers for r in rows}, key=_layer_order)
-    titles = [f"{d}: {t}" for d in directions for _, _, t in HEATMAP_PANELS]
-    fig = make_subplots(
-        rows=len(directions),
-        cols=len(HEATMAP_PANELS),
-        subplot_titles=titles,
-        horizontal_spacing=0.06,
-        vertical_spacing=0.12,
-    )
-    index = {(r.kind, r.direction, r.site, r.layers): r for r in rows}
-    for i, direction in enumerate(directions):
-        for j, (kind, metric, _) in enumerate(HEATMAP_PANELS):
-            z, text, hover = [], [], []
-            for site in sites:
-                z_row, t_row, h_row = [], [], []
-                for layer in layers:
-                    r = index.get((kind, direction, site, layer))
-                    value = math.nan if r is None else getattr(r, metric)
-                    z_row.append(None if not math.isfinite(value) else value)
-                    t_row.append("" if not math.isfinite(value) else f"{value:.2f}")
-                    h_row.append(_hover(r, metric))
-                z.append(z_row)
-                text.append(t_row)
-                hover.append(h_row)
-            fig.add_trace(
-                go.Heatmap(
-                    z=z,
-                    x=layers,
-                    y=sites,
-                    text=text,
-                    texttemplate="%{text}",
-                    hovertext=hover,
-                    hoverinfo="text",
-                    zmin=0.0,
-                    zmax=1.0,
-                    colorscale="Viridis",
-                    showscale=(i == 0 and j == 0),
-                ),
-                row=i + 1,
-                col=j + 1,
-            )
-            fig.update_xaxes(title_text="layers", type="category", row=i + 1, col=j + 1)
-    fig.update_layout(
-        title=f"Activation patching ({mode.replace('_', ' ')})",
-        height=320 * len(directions) + 120,
-        width=420 * len(HEATMAP_PANELS),
-    )
-    return fig
-
-
-_SITE_ORDER = ("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer", "all")
-
-
-def _hover(row: SummaryRow | None, metric: str) -> str:
-    if row is None:
-        return "no runs"
-    ci = {
-        "action_changed_rate": row.action_changed_ci,
-        "stable_rate": tuple(1 - v for v in row.action_changed_ci[::-1]),
-        "recovered_mean": row.recovered_ci,
-    }[metric]
-    value = getattr(row, metric)
-    return (
-        f"{row.kind} {row.direction} site={row.site} layers={row.layers}<br>"
-        f"{metric}={value:.3f} CI [{ci[0]:.3f}, {ci[1]:.3f}]<br>"
-        f"n={row.n_runs} runs, {row.n_grids} grids"
-    )

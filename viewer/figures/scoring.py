@@ -1,8 +1,6 @@
-"""Plotly figures of ``scoring/belief.json`` and ``scoring/meg.json`` (pure functions).
-
-Each function takes the parsed JSON (layout: :mod:`probes.scoring.run_scoring`) and returns a new
-``plotly.graph_objects.Figure``; nothing reads files, so ``goalprobe score``, the viewer and
-the report draw the same figures. Error bars are the JSON's grid-bootstrap intervals.
+"""Belief scoring and MEG: figures of the parsed ``scoring/belief.json`` and ``scoring/meg.json``
+(layout: :mod:`probes.scoring.config`). ``goalprobe score``, the demo's scoring stage and the
+report draw these same figures. Error bars are the JSON's grid-bootstrap intervals.
 """
 
 from __future__ import annotations

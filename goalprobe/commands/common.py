@@ -1,0 +1,71 @@
+"""Argument helpers every verb shares: comma-separated lists, choices, and the one rule for
+existing outputs (never overwritten unless ``--overwrite`` asks).
+
+Each raises ``typer.BadParameter`` naming the option, which the CLI prints as one
+``error: ...`` line with exit code 2 (:class:`goalprobe.cli.OneLineErrors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+
+T = TypeVar("T")
+
+OVERWRITE_HELP = "Replace an existing output (without it, an existing output is an error)."
+"""The help text of every verb's ``--overwrite`` flag."""
+
+
+def parse_list(
+    text: str, kind: Callable[[str], T], option: str, *, empty_ok: bool = False
+) -> tuple[T, ...]:
+    """The comma-separated values of ``text`` converted by ``kind``; blank parts are skipped.
+
+    Raises ``typer.BadParameter`` on a value ``kind`` rejects, and on an empty list unless
+    ``empty_ok``.
+    """
+    try:
+        values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r} is not a comma-separated list: {err}", param_hint=option
+        ) from err
+    if not values and not empty_ok:
+        raise typer.BadParameter("needs at least one value", param_hint=option)
+    return values
+
+
+def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    """``value`` if it is one of ``allowed``, else ``typer.BadParameter``."""
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
+    return value
+
+
+def check_new_output(path: Path, overwrite: bool, option: str, *, directory: bool = False) -> None:
+    """Refuse an output path that exists (unless ``overwrite``) or has the wrong kind.
+
+    Args:
+        path: the output (a file, or a directory when ``directory``).
+        overwrite: whether the user asked to replace it.
+        option: the option that named it, for the message.
+        directory: whether the output is a directory.
+    """
+    if directory:
+        if path.exists() and not path.is_dir():
+            raise typer.BadParameter(f"{path} exists and is not a directory", param_hint=option)
+        if path.is_dir() and any(path.iterdir()) and not overwrite:
+            raise typer.BadParameter(
+                f"{path} exists and is not empty; pass --overwrite to replace its outputs",
+                param_hint=option,
+            )
+        return
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory; give a file path", param_hint=option)
+    if path.exists() and not overwrite:
+        raise typer.BadParameter(
+            f"{path} exists; pass --overwrite to replace it", param_hint=option
+        )

@@ -1,0 +1,73 @@
+"""``goalprobe states``: prompts at sampled grid states, for pre-reasoning extraction without
+rollouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+
+
+def command(
+    grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Prompt-only trajectory JSONL.")],
+    model: Annotated[
+        str, typer.Option(help="Whose tokenizer: 'bundled', a local directory or a hub id.")
+    ] = "bundled",
+    per_grid: Annotated[
+        int, typer.Option("--per-grid", min=1, help="States per grid (the start state first).")
+    ] = 8,
+    reasoning_effort: Annotated[
+        str, typer.Option(help="Reasoning effort named in the system message.")
+    ] = "low",
+    template_dir: Annotated[
+        Path | None, typer.Option(help="Prompt template directory (default: packaged).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the state draw.")] = 0,
+    resume: Annotated[
+        bool, typer.Option(help="Continue an interrupted file of the same run.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+) -> None:
+    """Write the agent's prompt at sampled states of every grid, without generating.
+
+    Pre-reasoning activations depend on the prompt alone: `goalprobe extract OUT --stages
+    pre_reasoning` then stores a probing set (agent position, goal, cell types) for as many
+    grids as wanted at the cost of one prompt forward per state. The file is a trajectory file
+    whose states are one-step episodes with no generated tokens (marked prompt_only); it holds
+    no behaviour.
+    """
+    from activations.agent.harmony import encode_prompt
+    from activations.agent.models import check_model_name, describe_local_model, load_tokenizer
+    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+    from activations.gridworld.io import read_grid_set
+
+    if not resume:
+        check_new_output(out, overwrite, "--out")
+        if overwrite and out.exists():
+            out.unlink()
+    config = PromptStatesConfig(
+        states_per_grid=per_grid,
+        reasoning_effort=reasoning_effort,
+        template_dir=str(template_dir) if template_dir is not None else None,
+        seed=seed,
+    )
+    grid_set = read_grid_set(grids)
+    if not grid_set:
+        raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
+    check_model_name(model)
+    tokenizer = load_tokenizer(model)
+    report = write_prompt_states(
+        grid_set,
+        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        config,
+        out,
+        backend_description={**describe_local_model(model), "prompt_only": True},
+    )
+    typer.echo(
+        f"{out}: run {report.run_id}; {report.states_written} state(s) written, "
+        f"{report.states_skipped} already there, {report.states_total} over {report.grids} grids"
+    )

@@ -1,0 +1,55 @@
+"""The figure files a run directory holds beside its tables, drawn by :mod:`viewer.figures`.
+
+The library (``probes/``) computes and writes tables; drawing is the viewer's and writing the
+drawings is the application's: ``goalprobe patch`` and the demo's ``patching`` stage write
+``patch_heatmap.html``, ``goalprobe score`` and the ``scoring`` stage write
+``scoring/figures/*.json``, both through these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+from activations.run_layout import ARTEFACTS, RunLayout
+from viewer.figures import belief_figure, meg_figure, patch_summary_figure, topk_figure
+
+
+def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
+    """Write the site x layers heatmaps of a patching summary as self-contained HTML, beside
+    the tables in ``out_dir`` under the run layout's name (``patch_heatmap.html``).
+
+    Args:
+        out_dir: the folder of the patching tables (``RunLayout.patching_dir`` in a run).
+        summary: ``probes.patching.results.SummaryRow`` objects or their mappings.
+
+    Returns:
+        the written path.
+    """
+    path = Path(out_dir) / Path(ARTEFACTS["patching heatmap"].relative).name
+    rows = [asdict(r) if is_dataclass(r) else r for r in summary]
+    patch_summary_figure(rows).write_html(path, include_plotlyjs=True)
+    return path
+
+
+def write_scoring_figures(layout: RunLayout, belief: Mapping, meg: Mapping) -> dict[str, Path]:
+    """Write the scoring figures (``fig.to_json()``) into ``scoring/figures/``.
+
+    Returns:
+        ``figure_<name>`` -> written path, for ``belief_by_size``, ``topk`` and ``meg``.
+    """
+    figures = {
+        "belief_by_size": belief_figure(dict(belief)),
+        "topk": topk_figure(dict(belief)),
+        "meg": meg_figure(dict(meg)),
+    }
+    layout.scoring_figures.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, fig in figures.items():
+        path = layout.scoring_figure(name)
+        tmp = path.with_name(f".{path.name}.tmp")  # atomic: a reader never sees half a file
+        tmp.write_text(fig.to_json(), encoding="utf-8")
+        tmp.replace(path)
+        out[f"figure_{name}"] = path
+    return out

@@ -1,0 +1,100 @@
+"""What a report section is made of, and how numbers are written.
+
+A section is a list of blocks: a :class:`Table`, a :class:`Figure` (a plotly ``<div>``) or a
+:class:`Box` (why something is missing). The templates draw them; nothing here writes HTML
+except plotly's own figure ``<div>``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from markupsafe import Markup
+
+
+def num(value: Any, digits: int = 3) -> str:
+    """A number as text: ints with thousands separators, floats with ``digits`` decimals."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}f}"
+
+
+def pct(value: Any) -> str:
+    """A rate as a percentage with one decimal (``"45.2%"``; '–' when undefined)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{100 * value:.1f}%"
+
+
+def stat_text(stat: Mapping | None, *, percent: bool = True, digits: int = 3) -> str:
+    """``"45.2% [40.1%, 50.3%]"`` of a ``{value, ci_low, ci_high}`` dict ('–' when absent)."""
+    if not stat or stat.get("value") is None:
+        return "–"
+    fmt: Callable[[Any], str] = pct if percent else (lambda v: num(v, digits))
+    text = fmt(stat["value"])
+    if stat.get("ci_low") is not None and stat.get("ci_high") is not None:
+        text += f" [{fmt(stat['ci_low'])}, {fmt(stat['ci_high'])}]"
+    return text
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: column headings, rows of cells (shown as text) and a caption."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    caption: str = ""
+    kind: ClassVar[str] = "table"
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]], caption: str = "") -> Table:
+    """A :class:`Table` of any iterables."""
+    return Table(tuple(header), tuple(tuple(r) for r in rows), caption)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A plotly figure's ``<div>`` (drawn by the page's single inlined plotly.js)."""
+
+    html: Markup
+    kind: ClassVar[str] = "figure"
+
+
+@dataclass(frozen=True)
+class Box:
+    """A notice instead of a section's content: ``failed`` or ``not_run``, and why."""
+
+    status: str
+    message: str
+    kind: ClassVar[str] = "box"
+
+
+Block = Table | Figure | Box
+"""One part of a section."""
+
+
+class Figures:
+    """Turns plotly figures into :class:`Figure` blocks numbered across the page."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, fig) -> Figure:
+        self.count += 1
+        return Figure(
+            Markup(
+                fig.to_html(
+                    full_html=False,
+                    include_plotlyjs=False,
+                    div_id=f"figure-{self.count}",
+                    config={"displaylogo": False, "responsive": True},
+                )
+            )
+        )

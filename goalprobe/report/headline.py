@@ -1,0 +1,277 @@
+"""The headline table: one line per finding of the study, with its baseline.
+
+``goalprobe demo`` prints it, the report shows it first, ``scripts/compare_headline.py`` checks
+that a change of code leaves it identical on the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from goalprobe.report.blocks import pct, stat_text
+from goalprobe.report.run import MissingInput, RunReader, metric
+from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """One line of the headline table.
+
+    Attributes:
+        finding: what is measured, with the study's figure or table.
+        value: the measured value (with its 95% CI where there is one).
+        baseline: what it is compared with.
+        verdict: whether the interval excludes the baseline, in words ("above majority: yes");
+            empty where there is nothing to test.
+    """
+
+    finding: str
+    value: str
+    baseline: str = ""
+    verdict: str = ""
+
+
+def yes_no(flag: bool | None) -> str:
+    """``yes`` / ``no`` (``undecided`` when there is no interval)."""
+    return "undecided" if flag is None else ("yes" if flag else "no")
+
+
+def above(stat: Mapping | None, baseline: float | None) -> bool | None:
+    """Whether ``stat``'s interval lies above the point ``baseline`` (None: no interval)."""
+    if not stat or stat.get("ci_low") is None or baseline is None:
+        return None
+    return bool(stat["ci_low"] > baseline)
+
+
+def selectivity_verdict(metrics: Mapping, name: str, what: str = "probe") -> tuple[str, str]:
+    """``(baseline text, verdict)`` of a probe metric against its strongest control (the
+    sweep's paired-bootstrap selectivity)."""
+    sel = metrics.get("selectivity", {}).get(name)
+    if not sel:
+        return "", ""
+    strongest = sel["baseline"]
+    base = stat_text(metric(metrics, strongest, name), percent=name != "r2")
+    return (
+        f"strongest control {strongest} {base}",
+        f"{what} above {strongest}: {yes_no(sel['above_baseline'])}",
+    )
+
+
+def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
+    """The headline findings of a run (rows whose inputs are missing are left out).
+
+    Representational rows use the probing set (hundreds of grids, prompt-only states) at the
+    headline stage, layer and probe fixed in advance (:mod:`goalprobe.stages`); every row with
+    an interval says whether it excludes its baseline (the strongest control for probes).
+    """
+    run = RunReader(run_dir)
+    rows: list[HeadlineRow] = []
+
+    def attempt(make: Callable[[], Iterable[HeadlineRow]]) -> None:
+        try:
+            rows.extend(make())
+        except (MissingInput, KeyError, IndexError, TypeError, ValueError, StopIteration):
+            return  # that stage did not produce the input; the report's section says why
+
+    def behaviour():
+        o = run.json(run.layout.behaviour_metrics)["overall"]
+        walk = o["random_walk_accuracy"]["value"]
+        walk_success = o["random_walk_success_rate"]["value"]
+        return [
+            HeadlineRow(
+                "Per-action accuracy (Fig. 4)",
+                stat_text(o["accuracy"]),
+                f"random walk {pct(walk)}, random action "
+                f"{pct(o['random_action_accuracy']['value'])}",
+                f"above random walk: {yes_no(above(o['accuracy'], walk))}",
+            ),
+            HeadlineRow(
+                "Goal success rate (Fig. 12a)",
+                stat_text(o["success_rate"]),
+                f"random walk {pct(walk_success)}",
+                f"above random walk: {yes_no(above(o['success_rate'], walk_success))}",
+            ),
+        ]
+
+    def iso():
+        tests = [
+            t
+            for t in run.json(run.layout.iso_results)["tests"]
+            if t["metric"] == "accuracy" and t.get("p_value") is not None
+        ]
+        significant = sum(t["p_value"] < 0.05 for t in tests)
+        return [
+            HeadlineRow(
+                "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
+                f"{significant} of {len(tests)}",
+                "study: 0 of 4",
+            )
+        ]
+
+    def keys():
+        v = run.json(run.layout.keys_results)["variants"]
+        out = []
+        if "key_door" in v:
+            kd = v["key_door"]
+            out.append(
+                HeadlineRow(
+                    f"KeyDoor success / key pickup (Table 1; n={kd['n_trajectories']}, T=30)",
+                    f"{pct(kd['success_rate'])} / {pct(kd.get('key_pickup_rate'))}",
+                    "study: 100% / 100%",
+                )
+            )
+        if "key_no_door" in v:
+            knd = v["key_no_door"]
+            out.append(
+                HeadlineRow(
+                    f"KeyNoDoor: useless key picked up (Table 1; n={knd['n_trajectories']})",
+                    pct(knd.get("key_pickup_rate")),
+                    "study: 17%",
+                )
+            )
+        return out
+
+    def probes():
+        name, sweep = headline_sweep(run.layout.probing_probe_sweeps())
+        head = headline_run(sweep)
+        m, where = head["metrics"], f"{head['name']}, {head['n_test_grids']} test grids"
+        rows_out = []
+        for label, key in (
+            ("Cognitive map: probe accuracy on grid cells", "accuracy_no_padding"),
+            ("Cognitive map: wall AUC (rank-based, class-balance free)", "auc/wall"),
+            ("Agent localisation, top-1", "agent_top1"),
+            ("Goal localisation, top-1", "goal_top1"),
+        ):
+            baseline, verdict = selectivity_verdict(m, key)
+            rows_out.append(
+                HeadlineRow(
+                    f"{label} (probing set, {where}; Figs. 6-7)",
+                    stat_text(metric(m, "probe", key)),
+                    baseline,
+                    verdict,
+                )
+            )
+        return rows_out
+
+    def distance():
+        sweeps = [run.json(p) for p in sorted(run.layout.probing_distance.glob("distance_*.json"))]
+        out = []
+        for sweep in sweeps:
+            head = headline_run(sweep)
+            baseline, verdict = selectivity_verdict(head["metrics"], "r2", "regressor")
+            out.append(
+                HeadlineRow(
+                    f"Goal distance R² ({head['name']}, probing set; Table 4)",
+                    stat_text(metric(head["metrics"], "probe", "r2"), percent=False),
+                    baseline,
+                    verdict,
+                )
+            )
+        return out
+
+    def belief():
+        b = run.json(run.layout.belief)
+        key = b.get("default_probe") or next(iter(b["probes"]))
+        entry = b["probes"][key]
+        o = entry["overall"]
+        excess = entry.get("excess", {})
+        out = [
+            HeadlineRow(
+                f"Acc. GT / Acc. Dec. / Recovery (Table 2; maps of {key})",
+                " / ".join(stat_text(o.get(k)) for k in ("acc_gt", "acc_dec", "recovery")),
+                f"chance {pct((o.get('chance_acc_gt') or {}).get('value'))}",
+            )
+        ]
+        for k, label in (("acc_dec", "Acc. Dec."), ("recovery", "Recovery")):
+            if k in excess:
+                e = excess[k]
+                out.append(
+                    HeadlineRow(
+                        f"{label} minus its null (uninformative maps)",
+                        stat_text(e, percent=True),
+                        f"null: {e['baseline']} maps",
+                        f"above the null: {yes_no(e['above_baseline'])}",
+                    )
+                )
+        return out
+
+    def meg():
+        o = run.json(run.layout.meg)["overall"]
+        return [
+            HeadlineRow(
+                "MEG on the true grid, nats (MEG paper, Def. 3.2)",
+                stat_text(o["true"]["meg"], percent=False),
+                "uniform policy: 0",
+                f"above 0: {yes_no(above(o['true']['meg'], 0.0))}",
+            )
+        ]
+
+    def plans():
+        runs = run.json(run.layout.plan_sweep)["runs"]
+        decoders = [r for r in runs if r["kind"] == "decoder" and r["stage"] == HEADLINE_STAGE]
+        layer = headline_layer({r["layer"] for r in decoders})
+        head = min((r for r in decoders if r["layer"] == layer), key=lambda r: r["decoder_layers"])
+        shuffled = [
+            r["metrics"]["prefix_accuracy"][0]
+            for r in runs
+            if r["kind"] == "shuffled_control"
+            and (r["stage"], r["layer"]) == (HEADLINE_STAGE, layer)
+        ]
+        m = head["metrics"]
+        acc, ci = m["prefix_accuracy"], m["prefix_accuracy_ci"]
+        bar = max([0.25, *[s for s in shuffled if s is not None]])
+        first = {"value": acc[0], "ci_low": ci[0][0], "ci_high": ci[1][0]}  # ci: (lows, highs)
+        return [
+            HeadlineRow(
+                f"Plan decoder prefix accuracy N=1 / N=3 ({head['name']}; Fig. 10)",
+                f"{stat_text(first)} / {pct(acc[2])}",
+                "0.25^N: 25.0% / 1.6%" + (f"; shuffled N=1 {pct(shuffled[0])}" if shuffled else ""),
+                f"N=1 above 0.25 and shuffled: {yes_no(above(first, bar))}",
+            )
+        ]
+
+    def patching():
+        summary = run.json(run.layout.patch_results).get("summary", [])
+        controls = {
+            (r["mode"], r["site"], r["layers"], r["direction"]): r
+            for r in summary
+            if r["kind"] == "control"
+        }
+        out = []
+        for r in summary:
+            if r["kind"] != "disjoint" or r["layers"] != "all" or r["direction"] != "base_to_cf":
+                continue
+            control = controls.get((r["mode"], r["site"], r["layers"], r["direction"]))
+            ci = r.get("action_changed_ci") or [None, None]
+            stat = {"value": r["action_changed_rate"], "ci_low": ci[0], "ci_high": ci[1]}
+            base = None if control is None else control["action_changed_rate"]
+            out.append(
+                HeadlineRow(
+                    f"Patching all layers at {r['site']} ({r['mode']}): action changed "
+                    f"(n={r['n_runs']})",
+                    stat_text(stat),
+                    "control pairs "
+                    + ("–" if control is None else f"{pct(base)} (n={control['n_runs']})")
+                    + "; study: always changed, controls never",
+                    f"above controls: {yes_no(above(stat, base))}",
+                )
+            )
+        return out
+
+    for make in (behaviour, iso, keys, probes, distance, belief, meg, plans, patching):
+        attempt(make)
+    return rows
+
+
+def headline_sweep(paths) -> tuple[str, dict]:
+    """The sweep of the headline probe kind and family among ``paths`` (by file stem
+    ``cell_<kind>_<family>``): ``(stem, sweep)``."""
+    kind, family = HEADLINE_PROBE
+    wanted = f"cell_{kind}_{family}"
+    for path in paths:
+        if Path(path).stem == wanted:
+            return wanted, json.loads(Path(path).read_text())
+    raise MissingInput(f"no {wanted}.json among the probing-set sweeps")

@@ -1,0 +1,198 @@
+"""The page: every section's blocks rendered by the Jinja2 templates in ``templates/``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+from plotly.offline import get_plotlyjs
+
+from goalprobe.report import behaviour, outcomes, probes, probing
+from goalprobe.report.blocks import Block, Box, Figures, Table, table
+from goalprobe.report.headline import headline_rows
+from goalprobe.report.run import MissingInput, RunReader
+from goalprobe.stages import STAGES
+
+SECTION_TITLES: dict[str, str] = {
+    "run": "Run and configuration",
+    "headline": "Headline results",
+    "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
+    "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
+    "keys": "Instrumental and implicit goals: key variants (Table 1)",
+    "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
+    "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
+    "localisation": "Agent and goal localisation (Fig. 7)",
+    "distance": "Goal-distance regressors (Table 4)",
+    "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
+    "plans": "One-shot plan decoder (Fig. 10, Table 5)",
+    "patching": "Activation patching (section 5.2, appendix F)",
+}
+"""Section id -> heading, in page order (tests look for these headings)."""
+
+STAGE_OF_SECTION: dict[str, str] = {
+    "behaviour": "behaviour",
+    "iso": "iso",
+    "keys": "keys",
+    "probing": "probes",
+    "probes": "probes",
+    "localisation": "probes",
+    "distance": "distance",
+    "belief": "scoring",
+    "plans": "plans",
+    "patching": "patching",
+}
+"""The demo stage behind each data section (for its config and failure record)."""
+
+BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
+    "behaviour": behaviour.behaviour,
+    "iso": behaviour.iso,
+    "keys": behaviour.keys,
+    "probing": probing.probing,
+    "probes": probes.probes,
+    "localisation": probes.localisation,
+    "distance": probes.distance,
+    "belief": outcomes.belief,
+    "plans": outcomes.plans,
+    "patching": outcomes.patching,
+}
+"""Section id -> the function that builds its blocks from the run."""
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """The resolved config of the stage behind a section (a collapsed table on the page)."""
+
+    stage: str
+    finished_at: str
+    seconds: float
+    table: Table
+
+
+@dataclass(frozen=True)
+class Section:
+    """One ``<section>`` of the page."""
+
+    id: str
+    title: str
+    blocks: list[Block]
+    config: StageConfig | None = None
+
+
+def _stage_config(run: RunReader, stage: str) -> StageConfig | None:
+    record = run.stage_record(stage)
+    if record is None:
+        return None
+    params = record.get("config", {}).get("params", record.get("config", {}))
+    rows = [(k, json.dumps(v)) for k, v in params.items()]
+    return StageConfig(
+        stage,
+        record.get("finished_at", "?"),
+        record.get("seconds", 0),
+        table(("field", "value"), rows),
+    )
+
+
+def _data_section(run: RunReader, section: str, fig: Figures) -> Section:
+    stage = STAGE_OF_SECTION[section]
+    title = SECTION_TITLES[section]
+    failure = run.stage_failure(stage)
+    if failure:
+        status = "failed" if failure.startswith("failed") else "not_run"
+        return Section(section, title, [Box(status, failure)])
+    try:
+        blocks = BUILDERS[section](run, fig)
+    except MissingInput as err:
+        return Section(section, title, [Box("not_run", f"not run: {err} (stage {stage})")])
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        message = f"failed to draw from stage {stage}'s outputs: {err!r}"
+        return Section(section, title, [Box("failed", message)])
+    return Section(section, title, blocks, _stage_config(run, stage))
+
+
+def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
+    """The stage records and the demo config."""
+    rows = []
+    for stage in STAGES:
+        record = run.stage_record(stage)
+        failure = run.stage_failure(stage)
+        if failure:
+            rows.append((stage, failure, "–", "–"))
+        elif record is not None:
+            rows.append(
+                (
+                    stage,
+                    "finished",
+                    f"{record.get('seconds', 0):.1f}",
+                    ", ".join(sorted(record.get("outputs", {}).values())),
+                )
+            )
+        else:
+            rows.append((stage, "not run", "–", "–"))
+    if config is None:
+        try:
+            config = run.json(run.layout.demo_config)
+        except MissingInput:
+            config = {}
+    stages = table(
+        ("stage", "status", "seconds", "outputs"),
+        rows,
+        caption=f"Stage records in RUN/{run.layout.relative(run.layout.stages_dir)}/.",
+    )
+    return stages, table(("field", "value"), [(k, json.dumps(v)) for k, v in config.items()])
+
+
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("goalprobe.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
+    """The report of ``run_dir`` as one self-contained HTML page (see :func:`write_report`)."""
+    run = RunReader(run_dir)
+    fig = Figures()
+    stages, demo_config = _run_section(run, config)
+    headline = headline_rows(run.root)
+    env = _environment()
+    return env.get_template("report.html.j2").render(
+        titles=SECTION_TITLES,
+        run_root=str(run.root.resolve()),
+        written=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        stages=stages,
+        demo_config=demo_config,
+        headline=table(
+            ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
+            [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
+        )
+        if headline
+        else Box("not_run", "no stage produced a headline figure yet"),
+        sections=[_data_section(run, s, fig) for s in BUILDERS],
+        plotly_js=Markup(get_plotlyjs()),
+    )
+
+
+def write_report(
+    run_dir: str | Path, *, config: Mapping | None = None, out: str | Path | None = None
+) -> Path:
+    """Write the report of ``run_dir`` (default ``RUN/report.html``) and return its path.
+
+    Args:
+        run_dir: the run directory (layout: :mod:`activations.run_layout`).
+        config: the demo config to show (default: ``RUN/demo_config.json``).
+        out: where to write (default ``RUN/report.html``).
+    """
+    page = render_report(run_dir, config=config)
+    path = Path(out) if out is not None else RunReader(run_dir).layout.report
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path

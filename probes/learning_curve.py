@@ -1,0 +1,113 @@
+"""Learning curves: a probe and its controls against the number of training grids.
+
+A null result on a few dozen grids says little; a curve that is flat while the probe stays at
+its prior says more, and one that is still rising says "collect more data". For a fixed test
+split, the training grids are shuffled once (seeded, within grid sizes, then taken round-robin across
+sizes) and the probe and its controls are refit on nested prefixes of that order (each point's grids contain the previous point's), so the
+curve moves only with the amount of data. Each point is scored exactly as the probe sweep scores
+a run (:func:`probes.probe_sweep.fit_and_score`: every control, grid-bootstrap intervals, the
+selectivity over the strongest control), and keeps the metrics named in ``metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
+
+CELL_METRICS: tuple[str, ...] = ("accuracy_no_padding", "agent_top1", "goal_top1", "auc/wall")
+"""What a cell-type curve keeps per model (the rest of each point's metrics is dropped)."""
+
+DISTANCE_METRICS: tuple[str, ...] = ("r2", "mae")
+"""What a distance curve keeps per model."""
+
+
+def grid_counts(n_train_grids: int, points: int = 5, smallest: int = 8) -> tuple[int, ...]:
+    """Up to ``points`` training-set sizes spaced geometrically from ``smallest`` to every
+    training grid (distinct, increasing, the last always ``n_train_grids``)."""
+    if n_train_grids < 1:
+        raise ValueError("no training grids")
+    low = min(smallest, n_train_grids)
+    counts = np.unique(np.geomspace(low, n_train_grids, num=max(points, 1)).round().astype(int))
+    return tuple(int(c) for c in counts)
+
+
+def _interleaved_by_size(data: ProbeData, train, train_grids, random_state) -> np.ndarray:
+    """The training grids shuffled within each grid size, then taken round-robin across sizes,
+    so every prefix holds the sizes in proportion (and the shuffled control, which permutes
+    within sizes, has at least two grids per size once the prefix holds two per size)."""
+    rng = np.random.default_rng(random_state)
+    first = {g: i for i, g in enumerate(data.grid_ids[train])}
+    size_of = {g: int(data.grid_sizes[train][first[g]]) for g in train_grids}
+    by_size = [
+        rng.permutation([g for g in train_grids if size_of[g] == size]).tolist()
+        for size in sorted(set(size_of.values()))
+    ]
+    order = []
+    for rank in range(max(len(members) for members in by_size)):
+        order.extend(members[rank] for members in by_size if rank < len(members))
+    return np.asarray(order, dtype=object)
+
+
+def learning_curve(
+    data: ProbeData,
+    train: np.ndarray,
+    test: np.ndarray,
+    estimator,
+    config: ProbeSweepConfig,
+    *,
+    counts: Sequence[int] | None = None,
+    metrics: Sequence[str] | None = None,
+) -> dict:
+    """Fit and score ``estimator`` and its controls on growing subsets of the training grids.
+
+    Args:
+        data: one stage and layer (:class:`~probes.probe_sweep.ProbeData`).
+        train: positions of the training rows in ``data`` (split by grid).
+        test: positions of the test rows (the same for every point).
+        estimator: the unfitted probe (cloned per point).
+        config: the sweep settings (target, controls, bootstrap, ``random_state``).
+        counts: numbers of training grids (default: :func:`grid_counts`).
+        metrics: metric names kept per model (default: :data:`CELL_METRICS` or
+            :data:`DISTANCE_METRICS` by target).
+
+    Returns:
+        ``{"n_train_grids_total", "n_test_grids", "metrics", "points": [{"n_train_grids",
+        "n_train", "models": {model: {metric: {value, ci_low, ci_high}}}, "selectivity":
+        {metric: {..., baseline, above_baseline}}}]}``.
+    """
+    train, test = np.asarray(train), np.asarray(test)
+    train_grids = np.unique(data.grid_ids[train])
+    if set(train_grids.tolist()) & set(np.unique(data.grid_ids[test]).tolist()):
+        raise ValueError("training and test rows share grids; split by grid first")
+    counts = tuple(counts) if counts is not None else grid_counts(len(train_grids))
+    if not counts or min(counts) < 1 or max(counts) > len(train_grids):
+        raise ValueError(f"counts must lie in [1, {len(train_grids)}], got {counts}")
+    keep = tuple(metrics or (CELL_METRICS if config.target == "cell_type" else DISTANCE_METRICS))
+    order = _interleaved_by_size(data, train, train_grids, config.random_state)
+    points = []
+    for count in sorted(set(counts)):
+        rows = train[np.isin(data.grid_ids[train], order[:count])]
+        _, scored, _, _ = fit_and_score(config, estimator, data, rows, test)
+        overall = scored
+        points.append(
+            {
+                "n_train_grids": int(count),
+                "n_train": int(len(rows)),
+                "models": {
+                    name: {m: values[m] for m in keep if m in values}
+                    for name, values in overall["models"].items()
+                },
+                "selectivity": {
+                    m: v for m, v in overall.get("selectivity", {}).items() if m in keep
+                },
+            }
+        )
+    return {
+        "n_train_grids_total": int(len(train_grids)),
+        "n_test_grids": int(np.unique(data.grid_ids[test]).size),
+        "metrics": list(keep),
+        "points": points,
+    }

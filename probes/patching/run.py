@@ -1,0 +1,172 @@
+"""The patching experiment from base states to written results, in one call.
+
+:func:`run_experiment` draws counterfactual pairs for the bases, prepares them (clean runs,
+filters), patches every site x layer set x direction and summarises the records with
+grid-bootstrap intervals; :meth:`PatchingOutcome.write` writes the files. ``goalprobe patch``
+and the demo's ``patching`` stage both call it, with bases from :func:`read_trajectory_bases`
+(or grid start states) thinned by :func:`draw_bases`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from activations.agent.trajectories import read_run_header, read_steps
+from activations.capture.base import ResidualBackend
+from probes.patching.counterfactuals import (
+    BaseState,
+    CounterfactualConfig,
+    base_from_step,
+    build_counterfactuals,
+)
+from probes.patching.experiment import (
+    PatchConfig,
+    PatchingContext,
+    PatchRecord,
+    PreparationReport,
+    PreparedPair,
+    prepare_pairs,
+    run_patching,
+)
+from probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
+from probes.patching.store_source import StoreSource
+
+
+@dataclass(frozen=True)
+class TrajectoryBases:
+    """The steps of a trajectory file as bases, with the prompt settings of its run.
+
+    Attributes:
+        bases: one base per step of every finished episode, in file order.
+        reasoning_effort: the run's harmony reasoning effort (``"low"`` if not recorded).
+        template_dir: the run's prompt templates directory (None: the packaged ones).
+    """
+
+    bases: list[BaseState]
+    reasoning_effort: str
+    template_dir: str | None
+
+
+def read_trajectory_bases(path: str | os.PathLike) -> TrajectoryBases:
+    """Every step of the trajectory JSONL at ``path`` as a base (``goalprobe rollout`` output).
+
+    Raises:
+        ValueError: naming the file and step when a step does not describe a consistent state.
+    """
+    header = read_run_header(path)
+    bases = [
+        base_from_step(s, where=f"{path}: step {s.grid_id}/{s.episode}/{s.step}")
+        for s in read_steps(path)
+    ]
+    return TrajectoryBases(
+        bases=bases,
+        reasoning_effort=header.config.get("reasoning_effort", "low"),
+        template_dir=header.config.get("template_dir"),
+    )
+
+
+def draw_bases(
+    bases: Sequence[BaseState],
+    max_bases: int,
+    random_state: int = 0,
+    *,
+    sizes: Iterable[int] | None = None,
+) -> list[BaseState]:
+    """Keep the bases on grids of ``sizes`` (None: all), then at most ``max_bases`` of them,
+    drawn without replacement (seeded) and kept in their original order."""
+    if sizes is not None:
+        keep = {int(s) for s in sizes}
+        bases = [b for b in bases if b.grid.size in keep]
+    bases = list(bases)
+    if len(bases) > max_bases:
+        rng = np.random.default_rng(random_state)
+        bases = [bases[i] for i in np.sort(rng.choice(len(bases), max_bases, replace=False))]
+    return bases
+
+
+@dataclass(frozen=True)
+class PatchingOutcome:
+    """What one patching experiment produced.
+
+    Attributes:
+        prepared: the pairs kept after preparation.
+        report: what preparation kept and dropped.
+        records: one record per patched run.
+        summary: per-cell rates with grid-bootstrap intervals.
+        meta: JSON-ready facts (model, backend, layer sets, configs, input, counts, preparation
+            report, sites skipped per reason) written beside the tables.
+    """
+
+    prepared: list[PreparedPair]
+    report: PreparationReport
+    records: list[PatchRecord]
+    summary: list[SummaryRow]
+    meta: dict
+
+    def write(self, directory: str | os.PathLike) -> dict[str, Path]:
+        """Write the kept pairs (JSONL), the records and summary (CSV) and the JSON bundle into
+        ``directory`` (created); returns name -> path of every file. (The heatmap is a figure:
+        the application layer writes it.)"""
+        paths = write_results(directory, self.records, self.summary, self.meta)
+        pairs = Path(directory) / PAIRS_FILE
+        with pairs.open("w", encoding="utf-8") as handle:
+            for item in self.prepared:
+                handle.write(json.dumps(item.pair.to_dict()) + "\n")
+        return {**paths, "pairs_jsonl": pairs}
+
+
+def run_experiment(
+    bases: Sequence[BaseState],
+    backend: ResidualBackend,
+    config: PatchConfig,
+    counterfactuals: CounterfactualConfig = CounterfactualConfig(),
+    *,
+    store: StoreSource | None = None,
+    n_resamples: int = 2000,
+    random_state: int | None = 0,
+    model_id: str | None = None,
+    model_revision: str | None = None,
+    input_name: str | None = None,
+) -> PatchingOutcome:
+    """Draw pairs for ``bases``, prepare them, patch every site x layer set x direction, and
+    summarise.
+
+    Args:
+        bases: the base states (e.g. from :func:`read_trajectory_bases` and :func:`draw_bases`).
+        backend: a residual-stream backend with a tokenizer.
+        config: what to patch and how.
+        counterfactuals: how many pairs of which kind to draw per base.
+        store: optional source of recorded anchor values (:class:`StoreSource`).
+        n_resamples, random_state: the grid bootstrap of the summary.
+        model_id, model_revision, input_name: recorded in :attr:`PatchingOutcome.meta`.
+
+    Raises:
+        ValueError: a layer-set spec the model cannot resolve.
+        probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or template
+            (see :func:`~probes.patching.experiment.prepare_pairs`).
+    """
+    pairs = build_counterfactuals(bases, counterfactuals)
+    context = PatchingContext(backend, config)
+    prepared, report = prepare_pairs(pairs, context)
+    records, skipped = run_patching(prepared, context, store=store)
+    summary = summarize(records, n_resamples=n_resamples, random_state=random_state)
+    meta = {
+        "model": model_id,
+        "model_revision": model_revision,
+        "backend": backend.name,
+        "n_layers": backend.n_layers,
+        "layer_sets": {label: list(layers) for label, layers in context.layer_sets},
+        "config": asdict(config),
+        "counterfactuals": asdict(counterfactuals),
+        "input": input_name,
+        "n_bases": len(bases),
+        "preparation": report.to_dict(),
+        "skipped_sites": dict(skipped),
+    }
+    return PatchingOutcome(prepared, report, records, summary, meta)

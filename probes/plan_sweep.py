@@ -1,0 +1,479 @@
+"""The plan-decoder sweep: every capacity on every stage and layer (study, section 5.3, Table 5).
+
+For each ``(stage, layer)``: load the anchor activations and plan labels, split by grid
+(:func:`probes.splits.split_by_grid`, stratified by grid size, so every stage and layer is scored
+on the same test grids), evaluate the majority-plan baseline, train one
+:class:`~probes.plan_decoder.PlanDecoder` per capacity (early stopping on the validation grids)
+and the shuffled-activation controls, and score everything on the test grids with grid-bootstrap
+intervals (:func:`probes.plan_metrics.plan_metrics`).
+
+Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json`` cards,
+``predicted_plans.h5`` (all rows of every trained run, with split codes) and ``sweep.json``
+(:mod:`probes.serialization` writes the files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from sklearn.base import clone
+
+from activations.store import ActivationStore
+from probes.plan_decoder import PlanDecoder, check_plan_acts
+from probes.plan_metrics import (
+    PlanMetrics,
+    majority_plan,
+    plan_metrics,
+    plan_metrics_by_group,
+    truncate_plans,
+    validate_plans,
+)
+from probes.serialization import (
+    SPLIT_NAMES,
+    read_plan_decoder_card,
+    save_plan_decoder,
+    write_predicted_plans,
+)
+from probes.splits import GridSplit, split_by_grid
+
+SWEEP_SCHEMA = "goalprobe.plan_sweep"
+"""``schema`` field of ``sweep.json``."""
+SWEEP_SCHEMA_VERSION = 1
+"""Version of the ``sweep.json`` layout."""
+
+
+@dataclass(frozen=True, eq=False)
+class PlanDataset:
+    """Activations and plan labels of one stage and layer, as a sweep loader returns them.
+
+    Attributes:
+        acts: ``(N, n_tokens, d_model)`` float16/32 anchor-token activations.
+        plans: ``(N, T')`` int8 plan labels (``T' >= horizon``).
+        grid_ids: ``(N,)`` grid of each row (splits and bootstrap are by grid).
+        row_ids: ``(N,)`` int row of each example in the activation store.
+        sizes: ``(N,)`` grid sizes for the breakdown, or None.
+        densities: ``(N,)`` obstacle densities for the breakdown, or None.
+        provenance: JSON-ready description of the source (store file, model, stage, layer).
+    """
+
+    acts: np.ndarray
+    plans: np.ndarray
+    grid_ids: np.ndarray
+    row_ids: np.ndarray
+    sizes: np.ndarray | None = None
+    densities: np.ndarray | None = None
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.acts)
+        check_plan_acts(self.acts, "acts")
+        validate_plans(self.plans)
+        for name in ("plans", "grid_ids", "row_ids", "sizes", "densities"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"{name} has {len(value)} rows but acts has {n}")
+
+
+class PlanLoader(Protocol):
+    """How the sweep gets its data: ``load(stage, layer) -> PlanDataset``.
+
+    Attributes:
+        stages: the stages it can load (those with rows).
+        layers: the layers it can load.
+    """
+
+    stages: tuple[str, ...]
+    layers: tuple[int, ...]
+
+    def __call__(self, stage: str, layer: int) -> PlanDataset: ...
+
+
+class StorePlanLoader:
+    """A :data:`PlanLoader` reading an activation store (``goalprobe extract``).
+
+    Rows are those holding the stage (``present``); each row is one trajectory step, labelled
+    with the ``plan`` from that step on.
+
+    Args:
+        path: the store ``.h5`` file.
+        first_step_only: keep only step 0 of each episode (one example per trajectory, as in
+            the study) instead of every step.
+
+    Attributes:
+        stages: the stored stages that some row holds
+            (:meth:`~activations.store.ActivationStore.stages_with_rows`).
+        layers: the stored layers.
+        attrs: the store's file attributes.
+    """
+
+    def __init__(self, path: str | Path, *, first_step_only: bool = False) -> None:
+        self.path = Path(path)
+        self.first_step_only = first_step_only
+        with ActivationStore(self.path) as store:  # fail early on a bad file
+            self.stages, self.layers = store.stages_with_rows(), store.layers
+            self.attrs = dict(store.attrs)
+
+    def __call__(self, stage: str, layer: int) -> PlanDataset:
+        """Activations ``(N, 3, d_model)`` float16 and labels of ``stage`` and ``layer``."""
+        with ActivationStore(self.path) as store:
+            rows = store.select(stage)
+            fields = ["plan", "grid_id", "grid_size", "density", "step"]
+            labels = store.labels(fields, rows)
+            if self.first_step_only:
+                keep = labels["step"] == 0
+                rows = rows[keep]
+                labels = {k: v[keep] for k, v in labels.items()}
+            if len(rows) == 0:
+                raise ValueError(f"{self.path}: no rows hold stage {stage!r}")
+            acts = store.read(stage, layer, rows)
+        densities = labels["density"].astype(np.float64)
+        provenance = {
+            "store": str(self.path),
+            "stage": stage,
+            "layer": int(layer),
+            "n_rows": int(len(rows)),
+            "first_step_only": self.first_step_only,
+            **{
+                key: self.attrs.get(key)
+                for key in (
+                    "model_id",
+                    "model_revision",
+                    "backend",
+                    "created",
+                    "package_version",
+                    "trajectory_file",
+                    "trajectory_sha256",
+                )
+                if key in self.attrs
+            },
+        }
+        return PlanDataset(
+            acts=acts,
+            plans=labels["plan"].astype(np.int8),
+            grid_ids=labels["grid_id"].astype(str),
+            row_ids=rows,
+            sizes=labels["grid_size"].astype(np.int64),
+            densities=None if np.isnan(densities).all() else np.round(densities, 6),
+            provenance=provenance,
+        )
+
+
+@dataclass(frozen=True)
+class PlanSweepConfig:
+    """What the capacity sweep trains and how it evaluates."""
+
+    stages: tuple[str, ...] = ()
+    """Stages passed to the loader; empty: every stage the loader has rows for."""
+    layers: tuple[int, ...] = ()
+    """Residual-stream layers passed to the loader; empty: every layer it holds."""
+    decoder_layers: tuple[int, ...] = (1, 2, 4)
+    """Decoder capacities (Transformer decoder layers) trained for every stage and layer."""
+    control_decoder_layers: tuple[int, ...] = (2,)
+    """Capacities that also get the shuffled-activation control; empty to skip it."""
+    test_fraction: float = 0.15
+    """Fraction of grids held out for the reported metrics (within each grid size)."""
+    validation_fraction: float = 0.15
+    """Fraction of the remaining (non-test) grids used for early stopping."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples for the confidence intervals (0: none)."""
+    confidence_level: float = 0.95
+    """Coverage of the intervals."""
+    random_state: int = 0
+    """Seed of the split, the decoders, the shuffle and the bootstrap."""
+
+
+@dataclass(frozen=True, eq=False)
+class PlanRun:
+    """One evaluated predictor of the sweep.
+
+    Attributes:
+        name: ``"<stage>/layer<layer>/<kind>"`` (+ ``<decoder_layers>`` for trained decoders).
+        stage, layer: the activations' stage and layer.
+        kind: ``"decoder"``, ``"shuffled_control"`` (decoder trained on activations shuffled
+            across examples) or ``"majority_plan"`` (the most frequent training plan for all).
+        decoder_layers: the decoder's capacity; None for the majority plan (no decoder).
+        metrics: test-split :class:`PlanMetrics`.
+        by_size, by_density: test metrics per grid size / density (empty when unknown).
+        best_epoch: the kept epoch; None for the majority plan.
+        model_path: the saved ``.safetensors`` file, or None when nothing was written.
+    """
+
+    name: str
+    stage: str
+    layer: int
+    kind: str
+    decoder_layers: int | None
+    metrics: PlanMetrics
+    by_size: dict[str, PlanMetrics]
+    by_density: dict[str, PlanMetrics]
+    best_epoch: int | None
+    model_path: str | None
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {
+            "name": self.name,
+            "stage": self.stage,
+            "layer": self.layer,
+            "kind": self.kind,
+            "decoder_layers": self.decoder_layers,
+            "best_epoch": self.best_epoch,
+            "model_path": self.model_path,
+            "metrics": self.metrics.to_dict(),
+            "by_size": {k: v.to_dict() for k, v in self.by_size.items()},
+            "by_density": {k: v.to_dict() for k, v in self.by_density.items()},
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class PlanSweepResult:
+    """All runs of a sweep plus what they were trained with.
+
+    Attributes:
+        config: the :class:`PlanSweepConfig`.
+        decoder_params: the template decoder's hyperparameters.
+        runs: every evaluated predictor, in training order.
+        splits: per ``"<stage>/layer<layer>"``, the number of rows and grids in each split.
+    """
+
+    config: PlanSweepConfig
+    decoder_params: dict
+    runs: list[PlanRun]
+    splits: dict[str, dict]
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {
+            "schema": SWEEP_SCHEMA,
+            "schema_version": SWEEP_SCHEMA_VERSION,
+            "config": asdict(self.config),
+            "decoder_params": self.decoder_params,
+            "splits": self.splits,
+            "runs": [run.to_dict() for run in self.runs],
+        }
+
+
+def _split_codes(split: GridSplit, n: int) -> np.ndarray:
+    """``(n,)`` int8 split code of each row (0 train, 1 validation, 2 test)."""
+    codes = np.zeros(n, dtype=np.int8)
+    codes[split.validation] = 1
+    codes[split.test] = 2
+    return codes
+
+
+def _ids_digest(ids: np.ndarray) -> str:
+    joined = "\n".join(sorted(str(v) for v in np.unique(ids)))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class _TestSet:
+    """The test rows of one stage and layer, and how to score predictions on them."""
+
+    plans: np.ndarray
+    grid_ids: np.ndarray
+    sizes: np.ndarray | None
+    densities: np.ndarray | None
+    metric_kw: dict
+
+    def evaluate(self, pred: np.ndarray) -> tuple[PlanMetrics, dict, dict]:
+        """Overall metrics and the breakdowns by size and by density."""
+        by = [
+            {}
+            if groups is None
+            else plan_metrics_by_group(pred, self.plans, self.grid_ids, groups, **self.metric_kw)
+            for groups in (self.sizes, self.densities)
+        ]
+        return plan_metrics(pred, self.plans, self.grid_ids, **self.metric_kw), by[0], by[1]
+
+
+def resolve_config(config: PlanSweepConfig, load: PlanLoader) -> PlanSweepConfig:
+    """``config`` with empty ``stages`` / ``layers`` replaced by the loader's."""
+    stages = config.stages or tuple(getattr(load, "stages", ()))
+    layers = config.layers or tuple(getattr(load, "layers", ()))
+    if not stages or not layers:
+        raise ValueError(
+            "no stages or layers to sweep: the config names none and the loader offers "
+            f"stages {stages} and layers {layers}"
+        )
+    return replace(config, stages=stages, layers=layers)
+
+
+def run_plan_sweep(
+    load: PlanLoader,
+    config: PlanSweepConfig = PlanSweepConfig(),
+    decoder: PlanDecoder | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> PlanSweepResult:
+    """Train and evaluate decoders of every capacity on every stage and layer.
+
+    For each ``(stage, layer)``: load the data, split it by grid, evaluate the majority-plan
+    baseline (the most frequent *training* plan), train one decoder per capacity in
+    ``config.decoder_layers`` (early stopping on the validation grids) and, per capacity in
+    ``config.control_decoder_layers``, the same decoder on activations permuted across examples
+    (train and validation rows; the test rows stay intact). Everything is scored on the test
+    grids only. The split is :func:`probes.splits.split_by_grid`, stratified by grid size when
+    sizes are known; it depends only on the set of grids, so all stages and layers share it.
+
+    Args:
+        load: ``load(stage, layer) -> PlanDataset`` (:class:`PlanLoader`; its ``stages`` and
+            ``layers`` are read only when ``config`` leaves them empty).
+        config: the sweep (empty ``stages`` / ``layers``: the loader's).
+        decoder: template estimator (cloned; ``n_layers`` and ``random_state`` are set per run).
+        out_dir: when given, writes ``models/<run>.safetensors`` + ``.json`` cards,
+            ``predicted_plans.h5`` (all rows of every trained run, with split codes) and
+            ``sweep.json``.
+        overwrite: replace existing artefacts in ``out_dir`` instead of raising.
+        log: called with a short message before each training run.
+
+    Returns:
+        :class:`PlanSweepResult` (its ``config`` names the stages and layers swept).
+    """
+    template = decoder if decoder is not None else PlanDecoder()
+    say = log or (lambda message: None)
+    config = resolve_config(config, load)
+    out = Path(out_dir) if out_dir is not None else None
+    plans_path = out / "predicted_plans.h5" if out is not None else None
+    if out is not None:
+        existing = [p for p in (plans_path, out / "sweep.json") if p.exists()]
+        if existing and not overwrite:
+            raise FileExistsError(f"{existing[0]} exists; pass overwrite=True to replace it")
+        if plans_path.exists():
+            plans_path.unlink()
+    metric_kw = {
+        "n_bootstrap": config.n_bootstrap,
+        "confidence_level": config.confidence_level,
+        "random_state": config.random_state,
+    }
+    runs: list[PlanRun] = []
+    splits: dict[str, dict] = {}
+    for stage in config.stages:
+        for layer in config.layers:
+            data = load(stage, layer)
+            plans = truncate_plans(data.plans, template.horizon)
+            grid_ids = np.asarray(data.grid_ids)
+            split = split_by_grid(
+                grid_ids,
+                test_fraction=config.test_fraction,
+                validation_fraction=config.validation_fraction,
+                stratify=data.sizes,
+                random_state=config.random_state,
+            )
+            for part, rows in zip(
+                SPLIT_NAMES, (split.train, split.validation, split.test), strict=True
+            ):
+                if len(rows) == 0:
+                    raise ValueError(
+                        f"{stage}/layer{layer}: the {part} split is empty "
+                        f"({len(np.unique(grid_ids))} grids); use more grids"
+                    )
+            key = f"{stage}/layer{layer}"
+            split_info = {
+                part: {
+                    "n_rows": int(len(rows)),
+                    "n_grids": int(len(np.unique(grid_ids[rows]))),
+                    "grid_ids_sha256": _ids_digest(grid_ids[rows]),
+                }
+                for part, rows in zip(
+                    SPLIT_NAMES, (split.train, split.validation, split.test), strict=True
+                )
+            }
+            splits[key] = split_info
+            test = split.test
+            evaluation = _TestSet(
+                plans[test],
+                grid_ids[test],
+                None if data.sizes is None else np.asarray(data.sizes)[test],
+                None if data.densities is None else np.asarray(data.densities)[test],
+                metric_kw,
+            )
+
+            majority = np.tile(majority_plan(plans[split.train]), (len(test), 1))
+            m, by_size, by_density = evaluation.evaluate(majority)
+            runs.append(
+                PlanRun(
+                    name=f"{key}/majority_plan",
+                    stage=stage,
+                    layer=layer,
+                    kind="majority_plan",
+                    decoder_layers=None,
+                    metrics=m,
+                    by_size=by_size,
+                    by_density=by_density,
+                    best_epoch=None,
+                    model_path=None,
+                )
+            )
+
+            jobs = [("decoder", k) for k in config.decoder_layers]
+            jobs += [("shuffled_control", k) for k in config.control_decoder_layers]
+            for kind, n_layers in jobs:
+                name = f"{key}/{kind}{n_layers}"
+                say(f"training {name}")
+                X_train, X_val = data.acts[split.train], data.acts[split.validation]
+                if kind == "shuffled_control":
+                    rng = np.random.default_rng(config.random_state)
+                    X_train = X_train[rng.permutation(len(X_train))]
+                    X_val = X_val[rng.permutation(len(X_val))]
+                est = clone(template).set_params(
+                    n_layers=n_layers, random_state=config.random_state
+                )
+                est.fit(X_train, plans[split.train], X_val=X_val, y_val=plans[split.validation])
+                pred_all = est.predict(data.acts)
+                m, by_size, by_density = evaluation.evaluate(pred_all[test])
+                model_path = None
+                if out is not None:
+                    provenance = {
+                        "data": data.provenance,
+                        "stage": stage,
+                        "layer": layer,
+                        "kind": kind,
+                        "split": split_info,
+                        "split_config": {
+                            "validation_fraction": config.validation_fraction,
+                            "test_fraction": config.test_fraction,
+                            "random_state": config.random_state,
+                        },
+                    }
+                    weights = out / "models" / f"{name.replace('/', '__')}.safetensors"
+                    if weights.exists() and not overwrite:
+                        raise FileExistsError(f"{weights} exists; pass overwrite=True")
+                    card_path = save_plan_decoder(
+                        est, weights, metrics={"test": m.to_dict()}, provenance=provenance
+                    )
+                    model_path = str(weights)
+                    write_predicted_plans(
+                        plans_path,
+                        name,
+                        pred_all,
+                        np.asarray(data.row_ids),
+                        card=read_plan_decoder_card(card_path),
+                        split=_split_codes(split, len(plans)),
+                    )
+                runs.append(
+                    PlanRun(
+                        name=name,
+                        stage=stage,
+                        layer=layer,
+                        kind=kind,
+                        decoder_layers=n_layers,
+                        metrics=m,
+                        by_size=by_size,
+                        by_density=by_density,
+                        best_epoch=est.best_epoch_,
+                        model_path=model_path,
+                    )
+                )
+    result = PlanSweepResult(config, template.get_params(), runs, splits)
+    if out is not None:
+        (out / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    return result

@@ -1,0 +1,412 @@
+"""Policy against decoded belief over many steps: the rows of ``belief.json`` (no I/O here).
+
+The caller hands the trajectory steps (:class:`StepTable`, built from episodes) and, per
+decoded-map source, the class probabilities and the index of the step each map was decoded at;
+this module scores every step (:func:`score_rows`, one :func:`probes.scoring.belief.score_step`
+each) and pools them (:func:`belief_entry`).
+
+Metrics (study section 5.2, Table 2, Figure 9, appendix E.4; see
+:mod:`probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both),
+``recovery`` (share of GT-suboptimal actions that are optimal on the decoded grid),
+``inverse_recovery`` (share of decoded-suboptimal actions optimal on the true grid),
+``acc_top{k}``, ``expected_optimality`` and ``qmdp_agreement`` / ``qmdp_regret`` (belief-weighted,
+beyond the study), and the chance baselines ``chance_acc_gt`` / ``chance_acc_dec`` (expected
+accuracy of a uniformly random action, ``|optimal set| / 4``, on the true / top-1 decoded grid).
+Invalid steps (no action) count as not optimal, as in :func:`probes.scoring.belief.summarise`,
+whose point values these are. Groups pool steps (ratio of sums). Intervals come from a **grid
+bootstrap** (grids resampled with replacement, percentile interval; steps of one grid are not
+independent), so they differ from ``summarise``'s step bootstrap; ``null`` where undefined
+(no step in the denominator; an interval needs two grids).
+
+``belief.json`` (schema ``goalprobe.scoring.belief``, version 2)::
+
+    {"schema", "schema_version", "created", "package_version", "config": ScoreConfig,
+     "inputs": {"trajectories", "trajectory_run_id", "store", "decoded_maps": [...]},
+     "method": {"bootstrap", "n_bootstrap", "confidence_level", "top_k", "invalid_steps",
+                "groups", "nulls"},
+     "metrics": [metric names, in table order],
+     "default_probe": key of the probe MEG used,
+     "probes": {<key = decoded-map file stem>: {
+         "file", "family", "stage", "layer", "card_accuracy", "n_steps", "n_grids",
+         "n_invalid_steps", "overall": {<metric>: STAT}, "by_size": {"7": {...}},
+         "by_density": {"0.2": {...}}, "by_variant": {"plain": {...}},
+         "nulls": {<null>: {"overall": {<metric>: STAT}, "excess": {<metric>: EXCESS},
+                            + "stratified_by" (other_grid) / "n_training_grids" (prior)}},
+         "nulls_unavailable": {<null>: why},
+         "excess": {<metric>: EXCESS over the strongest null}}}}
+
+    STAT = {"value", "ci_low", "ci_high", "n" (steps in the denominator), "n_grids"}
+    EXCESS = {"value", "ci_low", "ci_high", "baseline", "above_baseline"}
+
+Version 1 files (no ``nulls``/``excess``) read the same otherwise. ``belief.csv``: one row per
+probe x group x metric (:data:`probes.scoring.grouped.CSV_COLUMNS`), plus ``null:<name>/<metric>``
+and ``excess:<name>/<metric>`` rows (group ``all``) (:func:`belief_csv_rows`). The nulls and
+their excess: :mod:`probes.scoring.nulls`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, Action, CellType
+from activations.gridworld.metrics import TrajectoryData
+from probes.scoring.belief import StepBelief, score_step, topk_optimal_mask
+from probes.scoring.config import ScoreConfig, ScoringError
+from probes.scoring.grouped import (
+    group_keys,
+    grouped_stats,
+    groups_of,
+    seeded_rng,
+    stat_rows,
+)
+
+N_CELL_TYPES = len(CellType)
+CHUNK_ROWS = 64
+"""Decoded rows per scoring task (a worker process scores one chunk at a time)."""
+
+
+@dataclass
+class StepTable:
+    """Compact per-step facts of one trajectory run, keyed by ``(grid_id, episode, step)``.
+
+    Attributes:
+        run_id: the trajectory run.
+        index: ``(grid_id, episode, step)`` -> position in the per-step lists.
+        action: the agent's action (``Action`` value) or None for an invalid step.
+        optimal: per ``Action``, whether it is optimal on the true grid.
+        door_locked: the grid has a door, it is closed and the agent holds no key.
+        size, density, variant: the grid's.
+        trajectories: grid id -> its episodes (for the empirical policy of MEG).
+        horizons: grid id -> the step budgets of its episodes.
+    """
+
+    run_id: str
+    index: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    action: list[int | None] = field(default_factory=list)
+    optimal: list[tuple[bool, ...]] = field(default_factory=list)
+    door_locked: list[bool] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    density: list[float] = field(default_factory=list)
+    variant: list[str] = field(default_factory=list)
+    trajectories: dict[str, list[TrajectoryData]] = field(default_factory=dict)
+    horizons: dict[str, set[int]] = field(default_factory=dict)
+
+    @classmethod
+    def from_episodes(cls, run_id: str, episodes: Iterable) -> StepTable:
+        """Keep what scoring needs of ``episodes`` (``activations.agent.trajectories``
+        episodes; not their token ids)."""
+        table = cls(run_id=run_id)
+        for episode in episodes:
+            summary = episode.summary
+            gid = summary.grid_id
+            table.trajectories.setdefault(gid, []).append(episode.to_trajectory_data())
+            table.horizons.setdefault(gid, set()).add(int(summary.horizon))
+            for s in episode.steps:
+                table.index[(s.grid_id, s.episode, s.step)] = len(table.action)
+                table.action.append(None if s.action_enum is None else int(s.action_enum))
+                optimal = s.optimal_action_set
+                table.optimal.append(tuple(a in optimal for a in Action))
+                table.door_locked.append(
+                    s.door_row_col is not None and not s.door_open and not s.has_key
+                )
+                table.size.append(int(s.grid_size))
+                table.density.append(math.nan if s.density is None else float(s.density))
+                table.variant.append(str(s.variant))
+        return table
+
+    def facts(self, idx: np.ndarray) -> list[tuple[int, int | None, tuple[bool, ...], bool]]:
+        """``(size, action, optimal, door_locked)`` of the steps ``idx``."""
+        return [(self.size[j], self.action[j], self.optimal[j], self.door_locked[j]) for j in idx]
+
+    def groups(self, idx: np.ndarray) -> dict[str, list]:
+        """Breakdown keys (size, density, variant) of the steps ``idx``."""
+        return group_keys(
+            np.asarray(self.size)[idx],
+            np.asarray(self.density)[idx],
+            np.asarray(self.variant, dtype=object)[idx],
+        )
+
+
+def expand_classes(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+    """Put a probe's probability columns at their ``CellType`` index.
+
+    Args:
+        probs: ``(..., C)`` probabilities, column ``j`` for class ``classes[j]``.
+        classes: ``(C,)`` ``CellType`` values.
+
+    Returns:
+        ``(..., 7)`` float32, zero for classes the probe does not predict.
+    """
+    probs = np.asarray(probs)
+    out = np.zeros((*probs.shape[:-1], N_CELL_TYPES), dtype=np.float32)
+    out[..., np.asarray(classes, dtype=np.int64)] = probs
+    return out
+
+
+def check_classes(classes: Sequence[int], where: str) -> None:
+    """Refuse a probe that cannot be scored (no AGENT or GOAL class, or not CellType values)."""
+    classes = [int(c) for c in classes]
+    missing = [CellType(c).name for c in (CellType.AGENT, CellType.GOAL) if c not in classes]
+    if missing:
+        raise ScoringError(f"{where}: the probe has no {missing} class; cannot score it")
+    if any(c >= N_CELL_TYPES for c in classes):
+        raise ScoringError(f"{where}: classes {classes} are not all CellType values")
+
+
+def belief_metrics(top_k: Sequence[int]) -> tuple[str, ...]:
+    """Metric names of ``belief.json`` in table order for the given top-k values."""
+    ks = sorted(set(top_k) | {1})
+    return (
+        "acc_gt",
+        "acc_dec",
+        "agreement",
+        "recovery",
+        "inverse_recovery",
+        *(f"acc_top{k}" for k in ks),
+        "expected_optimality",
+        "qmdp_agreement",
+        "qmdp_regret",
+        "chance_acc_gt",
+        "chance_acc_dec",
+    )
+
+
+LOWER_IS_BETTER = frozenset({"qmdp_regret"})
+"""Belief metrics where a smaller value is the better belief."""
+
+MAP_FREE = frozenset({"acc_gt", "chance_acc_gt"})
+"""Belief metrics that do not depend on the decoded map (no null, no excess)."""
+
+
+def _indicators(step: StepBelief, top_k: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(num, den)`` per metric of :func:`belief_metrics` for one step (a ratio of sums)."""
+    s = score_step(step, top_k)
+    gt, dec = s.opt_gt, s.opt_dec
+    regret = s.belief.qmdp_regret
+    finite = math.isfinite(regret)
+    dec_mask = topk_optimal_mask(step.probs, step.size, 1, door_locked=step.door_locked)
+    num = [
+        gt,
+        dec,
+        gt and dec,
+        dec and not gt,
+        gt and not dec,
+        *(s.opt_topk[k] for k in sorted(s.opt_topk)),
+        s.belief.expected_optimality,
+        s.belief.action_is_qmdp_optimal,
+        regret if finite else 0.0,
+        float(np.count_nonzero(step.true_optimal)) / N_ACTIONS,
+        float(np.count_nonzero(dec_mask)) / N_ACTIONS,
+    ]
+    den = [1, 1, 1, not gt, not dec, *([1] * len(s.opt_topk)), 1, 1, finite, 1, 1]
+    return np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+
+
+def _score_chunk(
+    probs: np.ndarray,
+    classes: np.ndarray,
+    facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
+    top_k: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score a chunk of decoded rows; ``facts`` = ``(size, action, optimal, door_locked)``."""
+    full = expand_classes(probs, classes)
+    nums, dens = [], []
+    for p, (size, action, optimal, door_locked) in zip(full, facts, strict=True):
+        step = StepBelief(p, size, action, np.asarray(optimal, dtype=bool), door_locked)
+        num, den = _indicators(step, top_k)
+        nums.append(num)
+        dens.append(den)
+    return np.stack(nums), np.stack(dens)
+
+
+def score_rows(
+    probs: np.ndarray,
+    classes: Sequence[int],
+    facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
+    top_k: tuple[int, ...],
+    *,
+    executor: Executor | None = None,
+    progress: bool = False,
+    label: str = "belief",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step ``(num, den)`` ``(N, M)`` of :func:`belief_metrics` for decoded maps.
+
+    Args:
+        probs: ``(N, S, S, C)`` class probabilities (column ``j`` is class ``classes[j]``).
+        classes: ``(C,)`` ``CellType`` values.
+        facts: per row, ``(size, action, optimal, door_locked)`` (:meth:`StepTable.facts`).
+        top_k: the top-k values.
+        executor: optional process pool scoring chunks of :data:`CHUNK_ROWS` rows.
+        progress: show a tqdm bar labelled ``label``.
+    """
+    from tqdm.auto import tqdm
+
+    classes = np.asarray(classes, dtype=np.int64)
+    chunks = [
+        (probs[a : a + CHUNK_ROWS], classes, facts[a : a + CHUNK_ROWS], top_k)
+        for a in range(0, len(facts), CHUNK_ROWS)
+    ]
+    if executor is None:
+        results: Iterator = (_score_chunk(*c) for c in chunks)
+    else:
+        results = executor.map(_score_chunk, *zip(*chunks, strict=True))
+    nums, dens = [], []
+    bar = tqdm(total=len(facts), desc=label, unit="step", disable=not progress)
+    for chunk, (num, den) in zip(chunks, results, strict=True):
+        nums.append(num)
+        dens.append(den)
+        bar.update(len(chunk[2]))
+    bar.close()
+    if not nums:
+        raise ScoringError(f"{label}: holds no decoded rows")
+    return np.concatenate(nums), np.concatenate(dens)
+
+
+def belief_entry(
+    num: np.ndarray,
+    den: np.ndarray,
+    idx: np.ndarray,
+    grid_ids: np.ndarray,
+    steps: StepTable,
+    config: ScoreConfig,
+    seed_text: str,
+) -> dict:
+    """Counts and grouped statistics of one source's scored steps (``belief.json`` entry less
+    its description): ``n_steps, n_grids, n_invalid_steps, overall, by_size, by_density,
+    by_variant``. The bootstrap is seeded by ``config.random_state`` and ``seed_text``."""
+    stats = grouped_stats(
+        num,
+        den,
+        grid_ids,
+        steps.groups(idx),
+        belief_metrics(config.top_k),
+        n_bootstrap=config.n_bootstrap,
+        confidence_level=config.confidence_level,
+        rng=seeded_rng(config.random_state, seed_text),
+    )
+    return {
+        "n_steps": len(idx),
+        "n_grids": len(set(grid_ids.tolist())),
+        "n_invalid_steps": sum(1 for j in idx if steps.action[j] is None),
+        **stats,
+    }
+
+
+@dataclass
+class MapAccumulator:
+    """Per-grid decoded map of the MEG probe (mean over steps, or the earliest step)."""
+
+    mode: str
+    sums: dict[str, np.ndarray] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    first: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
+
+    def add(self, grid_id: str, order: tuple[int, int], probs: np.ndarray) -> None:
+        """Add one step's ``(S, S, 7)`` map; ``order`` = ``(episode, step)``."""
+        self.counts[grid_id] = self.counts.get(grid_id, 0) + 1
+        if self.mode == "mean":
+            acc = self.sums.get(grid_id)
+            p = probs.astype(np.float64)
+            self.sums[grid_id] = p if acc is None else acc + p
+        elif grid_id not in self.first or order < self.first[grid_id][0]:
+            self.first[grid_id] = (order, probs.astype(np.float64))
+
+    def maps(self) -> dict[str, np.ndarray]:
+        """Grid id -> its believed ``(S, S, 7)`` map."""
+        if self.mode == "mean":
+            return {g: s / self.counts[g] for g, s in self.sums.items()}
+        return {g: p for g, (_, p) in self.first.items()}
+
+
+def belief_csv_rows(belief: dict) -> list[dict]:
+    """Long-format rows of ``belief.json`` (columns :data:`~probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
+    rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
+    rows = []
+    for key, entry in belief["probes"].items():
+        base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
+        rows.extend(stat_rows(base, groups_of(entry)))
+        for name, block in (entry.get("nulls") or {}).items():
+            rows.extend(stat_rows(base, [("all", block["overall"])], f"null:{name}/"))
+            rows.extend(stat_rows(base, [("all", block["excess"])], f"excess:{name}/"))
+    return rows
+
+
+def card_summary(card: dict) -> dict:
+    """What ``belief.json`` says of a decoded-map source, from its probe card: ``family``,
+    ``stage``, ``layer`` and ``card_accuracy`` (test ``accuracy_no_padding``, else
+    ``accuracy``, else None)."""
+    from probes.serialization import decoded_map_family
+
+    models = (card.get("metrics") or {}).get("models") or {}
+    model = models.get("probe") or {}
+    accuracy = None
+    for name in ("accuracy_no_padding", "accuracy"):
+        value = (model.get(name) or {}).get("value")
+        if isinstance(value, int | float) and math.isfinite(value):
+            accuracy = float(value)
+            break
+    source = card.get("activations") or {}
+    layer = source.get("layer")
+    return {
+        "family": decoded_map_family(card),
+        "stage": source.get("stage"),
+        "layer": None if layer is None else int(layer),
+        "card_accuracy": accuracy,
+    }
+
+
+def pick_meg_probe(sources: dict[str, dict], meg_probe: str | None) -> tuple[str, str]:
+    """``(key, selected_by)``: the source whose maps give subjective MEG: ``meg_probe`` when
+    given, else the best card accuracy (majority baselines excluded).
+
+    Args:
+        sources: key -> :func:`card_summary` (with ``file``).
+        meg_probe: a key or file name, or None.
+    """
+    if meg_probe is not None:
+        key = meg_probe.removesuffix(".h5")
+        if key in sources:
+            return key, "config"
+        raise ScoringError(
+            f"ScoreConfig.meg_probe {meg_probe!r} is not one of the scored decoded maps "
+            f"{list(sources)}"
+        )
+    rated = [
+        (d["card_accuracy"], k)
+        for k, d in sources.items()
+        if d["card_accuracy"] is not None and d["family"] != "majority"
+    ]
+    if not rated:
+        raise ScoringError(
+            f"no decoded-map card records a test accuracy ({[d['file'] for d in sources.values()]}); "
+            "name the probe for subjective MEG with ScoreConfig.meg_probe (--meg-probe)"
+        )
+    return max(rated)[1], "best card test accuracy"
+
+
+def belief_method(config: ScoreConfig) -> dict:
+    """The ``method`` block of ``belief.json``."""
+    return {
+        "bootstrap": bootstrap_text(config),
+        "n_bootstrap": config.n_bootstrap,
+        "confidence_level": config.confidence_level,
+        "top_k": list(config.top_k),
+        "invalid_steps": "counted as not optimal (on both grids)",
+        "groups": "steps pooled within a group (ratio of sums)",
+        "nulls": "other_grid: the probe's maps of another grid of the same size and density "
+        "(seeded derangement); prior: size-and-density cell prior of the training grids; "
+        "excess = probe - null, paired grid bootstrap (probes.scoring.nulls)",
+    }
+
+
+def bootstrap_text(config: ScoreConfig) -> str:
+    """How intervals were computed, in words."""
+    return (
+        f"grid bootstrap ({config.n_bootstrap} resamples of whole grids), percentile "
+        f"{config.confidence_level:.0%} interval"
+    )

@@ -1,0 +1,99 @@
+"""What ``goalprobe score`` computes (:class:`ScoreConfig`) and the error its inputs raise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from probes.scoring.belief import TOP_K_DEFAULT
+from probes.scoring.grid_meg import GridUtility
+
+NULLS: tuple[str, ...] = ("other_grid", "prior")
+"""The null decoded maps, in report order (:mod:`probes.scoring.nulls`)."""
+
+
+class ScoringError(ValueError):
+    """Scoring inputs that do not join up or cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """What ``goalprobe score`` computes (no I/O here)."""
+
+    decoded_maps: tuple[str, ...] = ()
+    """Decoded-map files to score, as file names or stems in ``RUN/probes/decoded`` (one file per
+    probe x stage x layer); empty: every ``*.h5`` there."""
+
+    top_k: tuple[int, ...] = TOP_K_DEFAULT
+    """Numbers of candidate agent and goal cells of the top-k analysis (Figure 9)."""
+
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every confidence interval."""
+
+    confidence_level: float = 0.95
+    """Confidence level of the intervals."""
+
+    random_state: int = 0
+    """Seed of the bootstrap draws."""
+
+    meg_probe: str | None = None
+    """Decoded-map file (name or stem) whose maps give the subjective MEG grids; None: the one
+    with the best test accuracy in its card (``accuracy_no_padding``, else ``accuracy``)."""
+
+    utility: GridUtility = "goal"
+    """MEG utility of grids without a key (:data:`probes.scoring.grid_meg.GridUtility`)."""
+
+    key_utility: GridUtility = "goal_with_key"
+    """MEG utility of grids with a key (being at the goal while holding the key)."""
+
+    horizon: Literal["episodes", "grid"] = "episodes"
+    """Number of MEG decisions ``H``: the episodes' step budget ``T`` (their summaries; they must
+    agree on a grid) or the grid's default ``ceil(1.5 L)``."""
+
+    subjective_map: Literal["mean", "first"] = "mean"
+    """Which decoded map defines a grid's believed MDP: the mean class probabilities over the
+    grid's decoded steps, or the map of its earliest decoded step."""
+
+    unknown_utility: bool = False
+    """Also compute unknown-utility MEG (over all utility functions of the state; slow)."""
+
+    meg_batch_size: int = 256
+    """Grids per batched known-utility MEG solve (bounds memory)."""
+
+    n_jobs: int = 1
+    """Worker processes scoring decoded-map steps (each step runs a few dozen BFS)."""
+
+    nulls: tuple[str, ...] = NULLS
+    """Null decoded maps every decoded-map source is also scored under (see
+    :mod:`probes.scoring.nulls`): ``"other_grid"`` (the maps decoded on another grid of the same
+    size and density) and ``"prior"`` (the size-and-density cell prior of the training grids);
+    empty: no nulls, no excess."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoded_maps", tuple(str(x) for x in self.decoded_maps))
+        top_k = tuple(sorted({int(k) for k in self.top_k}))
+        if not top_k or top_k[0] < 1:
+            raise ValueError(f"top_k must list positive integers, got {self.top_k!r}")
+        object.__setattr__(self, "top_k", top_k)
+        if self.n_bootstrap < 1:
+            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+        if not 0.0 < self.confidence_level < 1.0:
+            raise ValueError(f"confidence_level must lie in (0, 1), got {self.confidence_level}")
+        for name in ("utility", "key_utility"):
+            if getattr(self, name) not in ("goal", "goal_with_key", "key"):
+                raise ValueError(
+                    f"{name} must be 'goal', 'goal_with_key' or 'key', got {getattr(self, name)!r}"
+                )
+        if self.horizon not in ("episodes", "grid"):
+            raise ValueError(f"horizon must be 'episodes' or 'grid', got {self.horizon!r}")
+        if self.subjective_map not in ("mean", "first"):
+            raise ValueError(
+                f"subjective_map must be 'mean' or 'first', got {self.subjective_map!r}"
+            )
+        nulls = tuple(str(x) for x in self.nulls)
+        unknown = sorted(set(nulls) - set(NULLS))
+        if unknown or len(set(nulls)) != len(nulls):
+            raise ValueError(f"nulls must be distinct names among {NULLS}, got {self.nulls!r}")
+        object.__setattr__(self, "nulls", nulls)
+        if self.meg_batch_size < 1 or self.n_jobs < 1:
+            raise ValueError("meg_batch_size and n_jobs must be >= 1")

@@ -1,0 +1,150 @@
+"""Pooled scores with grid-bootstrap intervals, overall and by grid size, density and variant.
+
+Every score of :mod:`probes.scoring` is a ratio of per-step sums (``sum(num) / sum(den)``);
+intervals come from :class:`activations.stats.GridBootstrap` (grids resampled, percentile
+interval), and all metrics of one call share the draws, so they are paired. Also the long-format
+table rows that ``belief.csv`` and ``meg.csv`` hold (:data:`CSV_COLUMNS`). No I/O here.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from activations.stats import GridBootstrap, RandomState, safe_ratio
+
+CSV_COLUMNS = (
+    "probe",
+    "stage",
+    "layer",
+    "family",
+    "group",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_grids",
+)
+"""Columns of the long-format score tables (one row per probe x group x metric)."""
+
+BREAKDOWNS = ("by_size", "by_density", "by_variant")
+"""The breakdowns of every score, in table order."""
+
+
+def seeded_rng(random_state: int, text: str) -> np.random.Generator:
+    """A generator seeded by ``random_state`` and a label (a probe, a group), so that every
+    table draws its own reproducible bootstrap."""
+    return np.random.default_rng([random_state, zlib.crc32(text.encode())])
+
+
+def bootstrap_over(
+    grid_ids: np.ndarray, n_bootstrap: int, confidence_level: float, rng: RandomState
+) -> GridBootstrap:
+    """Grid-bootstrap draws over rows labelled with their grid ids."""
+    return GridBootstrap.from_grid_ids(
+        grid_ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
+    )
+
+
+def ratio_samples(boot: GridBootstrap, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``(1 + B, M)`` ratio of sums of ``(N, M)`` per-row ``num`` / ``den`` under every draw."""
+    return safe_ratio(boot.resample(boot.grid_sums(num)), boot.resample(boot.grid_sums(den)))
+
+
+def ratio_stats(
+    num: np.ndarray,
+    den: np.ndarray,
+    grid_codes: np.ndarray,
+    names: Sequence[str],
+    *,
+    n_bootstrap: int,
+    confidence_level: float,
+    rng: RandomState,
+) -> dict[str, dict]:
+    """Ratio-of-sums statistics with grid-bootstrap percentile intervals.
+
+    Args:
+        num: ``(N, M)`` per-row numerators.
+        den: ``(N, M)`` per-row denominators (1 for a plain mean, 0 to leave a row out).
+        grid_codes: ``(N,)`` grid id or code of each row (grids are the resampled unit).
+        names: ``M`` metric names.
+        n_bootstrap: resamples (shared by all metrics, so they are paired).
+        confidence_level: interval level.
+        rng: the random generator (draws continue from it).
+
+    Returns:
+        ``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` (``None`` where undefined).
+    """
+    boot = bootstrap_over(grid_codes, n_bootstrap, confidence_level, rng)
+    g_den = boot.grid_sums(den)
+    samples = ratio_samples(boot, num, den)
+    out = {}
+    for j, name in enumerate(names):
+        out[name] = {
+            **boot.summary(samples[:, j]),
+            "n": int(round(g_den[:, j].sum())),
+            "n_grids": int(np.count_nonzero(g_den[:, j] > 0)),
+        }
+    return out
+
+
+def group_keys(size: np.ndarray, density: np.ndarray, variant: np.ndarray) -> dict[str, list]:
+    """Breakdown name -> per-row group keys (None: the row joins no group of that breakdown)."""
+    return {
+        "by_size": [str(int(s)) for s in size],
+        "by_density": [None if not math.isfinite(d) else f"{round(d, 6):g}" for d in density],
+        "by_variant": [str(v) for v in variant],
+    }
+
+
+def sort_key(key: str) -> tuple:
+    """Numeric group keys in numeric order, then the others alphabetically."""
+    try:
+        return (0, float(key), key)
+    except ValueError:
+        return (1, 0.0, key)
+
+
+def grouped_stats(
+    num: np.ndarray,
+    den: np.ndarray,
+    grid_ids: np.ndarray,
+    groups: dict[str, list],
+    names: Sequence[str],
+    *,
+    n_bootstrap: int,
+    confidence_level: float,
+    rng: np.random.Generator,
+) -> dict:
+    """``overall`` and one dict per breakdown of :func:`ratio_stats` (draws continue from
+    ``rng`` in that order)."""
+    common = dict(n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng)
+    out = {"overall": ratio_stats(num, den, grid_ids, names, **common)}
+    for breakdown, keys in groups.items():
+        keys_arr = np.asarray(keys, dtype=object)
+        table = {}
+        for key in sorted({k for k in keys if k is not None}, key=sort_key):
+            rows = np.flatnonzero(keys_arr == key)
+            table[key] = ratio_stats(num[rows], den[rows], grid_ids[rows], names, **common)
+        out[breakdown] = table
+    return out
+
+
+def groups_of(entry: dict) -> list[tuple[str, dict]]:
+    """``[(group label, block)]``: ``all`` then ``size=7``, ``density=0.2``, ``variant=...``."""
+    out = [("all", entry["overall"])]
+    for breakdown in BREAKDOWNS:
+        label = breakdown.removeprefix("by_")
+        out += [(f"{label}={key}", block) for key, block in entry[breakdown].items()]
+    return out
+
+
+def stat_rows(base: dict, blocks: list[tuple[str, dict]], prefix: str = "") -> Iterator[dict]:
+    """Long-format rows (:data:`CSV_COLUMNS`) of ``[(group, {metric: STAT})]``."""
+    for group, stats in blocks:
+        for metric, stat in stats.items():
+            yield {**base, "group": group, "metric": prefix + metric, **stat}

@@ -1,0 +1,418 @@
+"""Known-utility MEG per grid, on the true grid and on the grid a probe decoded: the content of
+``meg.json`` (no I/O here).
+
+MEG per grid (:mod:`probes.scoring.grid_meg`): the empirical policy of all the agent's episodes
+on the grid; known-utility MEG against ``utility`` (grids without a key) or ``key_utility``
+(grids with a key) on the true grid's MDP, and *subjective* MEG on the MDP of the grid decoded by
+one probe. The decoded grid is read from one map per grid (:class:`DecodedGrid`; by default the
+mean of the probe's class probabilities over every decoded step of the grid). ``H`` is the
+episodes' step budget (``horizon="episodes"``) or the grid's ``ceil(1.5 L)`` (``"grid"``).
+Known-utility MEG is computed in batches of deterministic MDPs
+(:func:`probes.scoring.meg.known_utility_meg_batch`); aggregates are grid-bootstrap means
+(:func:`probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective vs true.
+
+``meg.json`` (schema ``goalprobe.scoring.meg``, version 1)::
+
+    {"schema", "schema_version", "created", "package_version", "config",
+     "method": {"empirical_policy", "horizon", "utility", "subjective_map", "bootstrap", ...},
+     "probe": {"key", "file", "family", "stage", "layer", "card_accuracy", "selected_by"},
+     "grids": [{"grid_id", "size", "density", "variant", "n_episodes", "n_steps",
+                "n_invalid_steps", "horizon", "utility",
+                "true": MEG, "subjective": MEG + {"n_unmapped_steps", "n_decoded_rows",
+                "decoded_goal_row_col", "goal_correct", "wall_agreement", "key_from_probe",
+                "door_from_probe"} or null (no decoded map of this grid: not a test grid)}],
+     "overall": GROUP, "by_size": {"7": GROUP}, "by_density": {...}, "by_variant": {...}}
+
+    MEG = {"meg" (nats, summed over the H decisions), "meg_per_decision" (meg / H),
+           "beta" (null at a limit), "beta_limit" ("optimal" / "anti_optimal" / null),
+           "converged", "expected_utility", "expected_utility_uniform",
+           "max_expected_utility", "n_states", "unknown_meg" (null unless requested)}
+    GROUP = {"n_grids", "true": {"meg": STAT, "meg_per_decision": STAT},
+             "paired": {"n_grids", "true": {...}, "subjective": {...},
+                        "difference": {...} (subjective - true),
+                        "wilcoxon": {"statistic", "p_value", "rank_biserial", "n_pairs",
+                                     "n_nonzero"} (on meg)}}
+    (``true``, ``subjective``, ``difference`` and ``wilcoxon`` are null without paired grids)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, CellType, Grid
+from activations.gridworld.mdp import GridMDP, build_mdp
+from activations.gridworld.metrics import paired_wilcoxon
+from probes.scoring.belief import decoded_walls
+from probes.scoring.belief_table import StepTable, bootstrap_text
+from probes.scoring.config import ScoreConfig, ScoringError
+from probes.scoring.grid_meg import empirical_policy, grid_utility
+from probes.scoring.grouped import group_keys, groups_of, ratio_stats, seeded_rng, sort_key
+from probes.scoring.meg import (
+    KnownUtilityMEG,
+    MDPBatch,
+    TabularMDP,
+    known_utility_meg_batch,
+    stack_padded,
+    unknown_utility_meg,
+)
+
+
+def _none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class DecodedGrid:
+    """A grid built from a decoded map (the believed layout).
+
+    Attributes:
+        grid: the believed grid: argmax-``WALL`` walls, the most probable goal cell other than
+            the start, the true start (kept open), and key / door at their most probable cells
+            when the true grid has them and the probe predicts their class (else the true cells).
+        key_from_probe: whether the key cell came from the probe.
+        door_from_probe: whether the door cell came from the probe.
+    """
+
+    grid: Grid
+    key_from_probe: bool
+    door_from_probe: bool
+
+
+def _best_cell(probs: np.ndarray, n: int, cell_type: CellType, exclude: set) -> tuple[int, int]:
+    scores = probs[:n, :n, int(cell_type)].ravel()
+    for i in np.argsort(-scores, kind="stable"):
+        cell = (int(i // n), int(i % n))
+        if cell not in exclude:
+            return cell
+    raise ValueError(f"no cell left for {cell_type.name} in a {n} x {n} grid")
+
+
+def decoded_grid(
+    probs: np.ndarray, true_grid: Grid, classes: Sequence[int], *, grid_id: str | None = None
+) -> DecodedGrid:
+    """The believed grid of a decoded map (see :class:`DecodedGrid`).
+
+    Args:
+        probs: ``(S, S, 7)`` class probabilities indexed by ``CellType`` (S >= n).
+        true_grid: the grid the agent was on (size, start, whether it has a key / door).
+        classes: the ``CellType`` values the probe predicts.
+        grid_id: id of the decoded grid (default ``<true id>~decoded``).
+    """
+    n = true_grid.size
+    probs = np.asarray(probs, dtype=np.float64)
+    walls = decoded_walls(probs, n).copy()
+    start, key, door = true_grid.start, true_grid.key, true_grid.door
+    key_from_probe = key is not None and int(CellType.KEY) in classes
+    door_from_probe = door is not None and int(CellType.DOOR) in classes
+    fixed_door = {door} if door is not None and not door_from_probe else set()
+    fixed_key = {key} if key is not None and not key_from_probe else set()
+    goal = _best_cell(probs, n, CellType.GOAL, {start} | fixed_key | fixed_door)
+    if key_from_probe:
+        key = _best_cell(probs, n, CellType.KEY, {goal} | fixed_door)
+    if door_from_probe:
+        door = _best_cell(probs, n, CellType.DOOR, {start, goal, key})
+    for cell in (start, goal, key, door):
+        if cell is not None:
+            walls[cell] = False
+    grid = Grid(
+        walls=walls,
+        goal=goal,
+        start=start,
+        key=key,
+        door=door,
+        variant=true_grid.variant,
+        density=true_grid.density,
+        grid_id=grid_id or f"{true_grid.grid_id}~decoded",
+    )
+    return DecodedGrid(grid, key_from_probe, door_from_probe)
+
+
+def _horizon(grid: Grid, steps: StepTable, config: ScoreConfig, where: str) -> int:
+    if config.horizon == "grid":
+        from activations.gridworld.optimal import solve
+
+        return int(solve(grid).horizon)
+    values = steps.horizons[grid.grid_id]
+    if len(values) != 1:
+        raise ScoringError(
+            f"{where}: episodes on grid {grid.grid_id!r} have different horizons "
+            f"{sorted(values)}; use ScoreConfig(horizon='grid')"
+        )
+    return next(iter(values))
+
+
+@dataclass
+class _MEGJob:
+    """One MEG problem: MDP, policy and utility, with its bookkeeping."""
+
+    mdp: GridMDP
+    policy: np.ndarray
+    utility: np.ndarray
+
+
+def _known_meg(jobs: list[_MEGJob], batch_size: int) -> list[KnownUtilityMEG]:
+    """Known-utility MEG of every job, in batches of similar state counts (less padding)."""
+    results: list[KnownUtilityMEG | None] = [None] * len(jobs)
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].mdp.n_states)
+    for a in range(0, len(order), batch_size):
+        part = order[a : a + batch_size]
+        n_s = max(jobs[i].mdp.n_states for i in part)
+        loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, N_ACTIONS))
+        next_state = np.stack(
+            [
+                np.concatenate(
+                    [jobs[i].mdp.transitions.argmax(axis=2), loops[jobs[i].mdp.n_states :]]
+                )
+                for i in part
+            ]
+        )
+        batch = MDPBatch(
+            stack_padded([jobs[i].mdp.initial for i in part], n_s, 0.0),
+            np.array([jobs[i].mdp.horizon for i in part], dtype=np.int64),
+            next_state=next_state,
+        )
+        res = known_utility_meg_batch(
+            batch,
+            stack_padded([jobs[i].policy for i in part], n_s, 1.0 / N_ACTIONS),
+            stack_padded([jobs[i].utility for i in part], n_s, 0.0),
+        )
+        for b, i in enumerate(part):
+            results[i] = res[b]
+    return results  # type: ignore[return-value]
+
+
+def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
+    limit = None
+    if math.isinf(res.beta):
+        limit = "optimal" if res.beta > 0 else "anti_optimal"
+    unknown_meg = None
+    if unknown:
+        tab = TabularMDP(job.mdp.transitions, job.mdp.initial, job.mdp.horizon)
+        unknown_meg = float(unknown_utility_meg(tab, job.policy).meg)
+    return {
+        "meg": float(res.meg),
+        "meg_per_decision": float(res.meg) / job.mdp.horizon,
+        "beta": _none(res.beta),
+        "beta_limit": limit,
+        "converged": bool(res.converged),
+        "expected_utility": float(res.expected_utility),
+        "expected_utility_uniform": float(res.expected_utility_uniform),
+        "max_expected_utility": float(res.max_expected_utility),
+        "n_states": job.mdp.n_states,
+        "unknown_meg": unknown_meg,
+    }
+
+
+def score_meg(
+    grids: dict[str, Grid],
+    steps: StepTable,
+    config: ScoreConfig,
+    probe: dict,
+    believed: dict[str, np.ndarray],
+    counts: dict[str, int],
+    classes: list[int],
+    progress: bool = False,
+    where: str = "trajectories",
+    grid_set: str = "the grid set",
+) -> dict:
+    """The body of ``meg.json``: per-grid records and grouped aggregates.
+
+    Args:
+        grids: grid id -> the true grid (every grid of ``steps``).
+        steps: the trajectory steps.
+        config: what to compute.
+        probe: the description of the probe whose maps are ``believed`` (``meg.json``'s
+            ``probe``).
+        believed: grid id -> its believed ``(S, S, 7)`` map (:class:`MapAccumulator`).
+        counts: grid id -> decoded rows behind its map.
+        classes: the ``CellType`` values the probe predicts.
+        progress: show a progress bar.
+        where: the trajectories' name, for messages.
+        grid_set: the grid set's name, for messages.
+    """
+    from tqdm.auto import tqdm
+
+    unknown_ids = sorted(set(steps.trajectories) - set(grids))
+    if unknown_ids:
+        raise ScoringError(f"{where}: grids {unknown_ids[:3]} are not in {grid_set}")
+    records, true_jobs, subj_jobs, subj_index = [], [], [], []
+    grid_ids = sorted(steps.trajectories)
+    for gid in tqdm(grid_ids, desc="MEG MDPs", unit="grid", disable=not progress):
+        grid, trajs = grids[gid], steps.trajectories[gid]
+        horizon = _horizon(grid, steps, config, where)
+        utility_name = config.key_utility if grid.key is not None else config.utility
+        mdp = build_mdp(grid, horizon=horizon)
+        emp = empirical_policy(mdp, trajs, strict=True)
+        true_jobs.append(_MEGJob(mdp, emp.policy, grid_utility(mdp, utility_name)))
+        record = {
+            "grid_id": gid,
+            "size": grid.size,
+            "density": grid.density,
+            "variant": grid.variant,
+            "n_episodes": len(trajs),
+            "n_steps": sum(t.n_steps for t in trajs),
+            "n_invalid_steps": emp.n_invalid_steps,
+            "horizon": horizon,
+            "utility": utility_name,
+            "true": None,
+            "subjective": None,
+        }
+        if gid in believed:
+            dec = decoded_grid(believed[gid], grid, classes)
+            d_mdp = build_mdp(dec.grid, horizon=horizon)
+            d_emp = empirical_policy(d_mdp, trajs, strict=False)
+            subj_jobs.append(_MEGJob(d_mdp, d_emp.policy, grid_utility(d_mdp, utility_name)))
+            subj_index.append(len(records))
+            n = grid.size
+            record["subjective"] = {
+                "n_unmapped_steps": d_emp.n_unmapped_steps,
+                "n_decoded_rows": counts[gid],
+                "decoded_goal_row_col": list(dec.grid.goal),
+                "goal_correct": dec.grid.goal == grid.goal,
+                "wall_agreement": float(np.mean(dec.grid.walls == grid.walls[:n, :n])),
+                "key_from_probe": dec.key_from_probe,
+                "door_from_probe": dec.door_from_probe,
+            }
+        records.append(record)
+    true_res = _known_meg(true_jobs, config.meg_batch_size)
+    for rec, job, res in zip(records, true_jobs, true_res, strict=True):
+        rec["true"] = _meg_record(job, res, config.unknown_utility)
+    subj = _known_meg(subj_jobs, config.meg_batch_size) if subj_jobs else []
+    for i, job, res in zip(subj_index, subj_jobs, subj, strict=True):
+        records[i]["subjective"] = {
+            **_meg_record(job, res, config.unknown_utility),
+            **records[i]["subjective"],
+        }
+    size = np.asarray([r["size"] for r in records])
+    density = np.asarray([math.nan if r["density"] is None else r["density"] for r in records])
+    variant = np.asarray([r["variant"] for r in records], dtype=object)
+    groups = group_keys(size, density, variant)
+    aggregates = {"overall": _meg_group(records, np.arange(len(records)), config, "all")}
+    for breakdown, keys in groups.items():
+        keys_arr = np.asarray(keys, dtype=object)
+        aggregates[breakdown] = {
+            key: _meg_group(records, np.flatnonzero(keys_arr == key), config, f"{breakdown}={key}")
+            for key in sorted({k for k in keys if k is not None}, key=sort_key)
+        }
+    return {
+        "probe": probe,
+        "grids": records,
+        **aggregates,
+    }
+
+
+_MEG_VALUES = ("meg", "meg_per_decision")
+
+
+def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
+    """Grid-bootstrap means of true MEG (all grids) and of the paired true / subjective MEG."""
+    rng = seeded_rng(config.random_state, "meg" + seed_text)
+    common = dict(n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng)
+    sel = [records[i] for i in rows]
+    codes = np.arange(len(sel))
+    true = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in sel], dtype=np.float64)
+    out = {
+        "n_grids": len(sel),
+        "true": ratio_stats(true, np.ones_like(true), codes, _MEG_VALUES, **common),
+    }
+    paired = [r for r in sel if r["subjective"] is not None]
+    block: dict = {
+        "n_grids": len(paired),
+        "true": None,
+        "subjective": None,
+        "difference": None,
+        "wilcoxon": None,
+    }
+    if paired:
+        t = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64)
+        s = np.asarray(
+            [[r["subjective"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64
+        )
+        parts = ("true", "subjective", "difference")
+        values = np.concatenate([t, s, s - t], axis=1)  # one call: shared (paired) draws
+        names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
+        stats = ratio_stats(values, np.ones_like(values), np.arange(len(paired)), names, **common)
+        for part in parts:
+            block[part] = {k: stats[f"{part}/{k}"] for k in _MEG_VALUES}
+        test = paired_wilcoxon(t[:, 0], s[:, 0])
+        block["wilcoxon"] = {
+            "statistic": test.statistic,
+            "p_value": test.p_value,
+            "rank_biserial": test.rank_biserial,
+            "n_pairs": test.n_pairs,
+            "n_nonzero": test.n_nonzero,
+        }
+    out["paired"] = block
+    return out
+
+
+def meg_csv_rows(meg: dict) -> list[dict]:
+    """Long-format rows of the ``meg.json`` aggregates (columns :data:`CSV_COLUMNS`)."""
+    probe = meg["probe"]
+    base = {"probe": probe["key"], **{k: probe[k] for k in ("stage", "layer", "family")}}
+    rows = []
+    for group, block in groups_of(meg):
+        for metric, stat in block["true"].items():
+            rows.append({**base, "group": group, "metric": f"true_{metric}", **stat})
+        paired = block["paired"]
+        for part in ("true", "subjective", "difference"):
+            for metric, stat in (paired[part] or {}).items():
+                rows.append({**base, "group": group, "metric": f"paired_{part}_{metric}", **stat})
+    return rows
+
+
+MEG_GRID_COLUMNS = (
+    "grid_id",
+    "size",
+    "density",
+    "variant",
+    "n_episodes",
+    "n_steps",
+    "n_invalid_steps",
+    "horizon",
+    "utility",
+    "true_meg",
+    "true_meg_per_decision",
+    "true_beta",
+    "true_beta_limit",
+    "true_unknown_meg",
+    "subjective_meg",
+    "subjective_meg_per_decision",
+    "subjective_beta",
+    "subjective_beta_limit",
+    "subjective_unknown_meg",
+    "subjective_n_unmapped_steps",
+    "subjective_goal_correct",
+    "subjective_wall_agreement",
+)
+
+
+def meg_grid_rows(meg: dict) -> list[dict]:
+    """One flat row per grid of ``meg.json`` (columns :data:`MEG_GRID_COLUMNS`)."""
+    rows = []
+    for rec in meg["grids"]:
+        row = {k: rec[k] for k in MEG_GRID_COLUMNS if k in rec}
+        for part in ("true", "subjective"):
+            for k, v in (rec[part] or {}).items():
+                row[f"{part}_{k}"] = v
+        rows.append(row)
+    return rows
+
+
+def meg_method(config: ScoreConfig) -> dict:
+    """The ``method`` block of ``meg.json``."""
+    return {
+        "empirical_policy": "action frequencies over all episodes of the grid at visited "
+        "states, uniform elsewhere; invalid steps left out (probes.scoring.grid_meg)",
+        "horizon": config.horizon,
+        "utility": {"without_key": config.utility, "with_key": config.key_utility},
+        "subjective_map": config.subjective_map,
+        "decoded_grid": "argmax-WALL walls, most probable goal other than the start, true "
+        "start; key/door from the probe when it predicts them",
+        "bootstrap": bootstrap_text(config),
+        "wilcoxon": "paired, two-sided, subjective vs true MEG in nats",
+    }

@@ -1,0 +1,226 @@
+"""Nulls of the belief scores: the same scores for decoded maps that carry no information about
+the step, and the probe's excess over them (issue 22: "Recovery can reward a worse map").
+
+A belief score such as Recovery (the share of the agent's GT-suboptimal actions that are optimal
+on the decoded grid) rewards any map whose decoded optimal actions happen to match the agent's
+errors, informative or not. Each decoded-map source is therefore also scored under two nulls:
+
+``other_grid``
+    The maps the same probe decoded on *another* grid of the same size and density: a seeded
+    derangement of the grids (Sattolo cycles within strata, :func:`probes.splits.shuffle_by_grid`),
+    the ``i``-th decoded step of grid ``g`` taking the ``i``-th (cyclically) of grid ``pi(g)``.
+    The maps keep the probe's own style (its sharpness, its biases) but say nothing about this
+    step. Strata are (size, density); where a stratum holds a single grid, every grid is
+    stratified by size only, and failing that the grids form one stratum (``stratified_by``).
+``prior``
+    The map of a prior that knows only the grid's size and density:
+    :class:`probes.baselines.CellPrior` ``(by="size_density")`` fitted on the label maps of the
+    training grids (every store step of the grids the probe did not decode), predicting each
+    cell's class frequencies. The decoded grid of a step reads walls as the cells whose most
+    likely type is WALL, and agent and goal as the cells most often holding them.
+
+The excess is probe minus null (for ``qmdp_regret``, null minus probe), with a paired grid
+bootstrap (:class:`activations.stats.GridBootstrap`: the probe and every null recomputed under
+the same draws), reported like :func:`probes.metrics.selectivity`: per null, and over the
+strongest null (best point value) as ``excess`` with ``baseline`` and ``above_baseline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Executor
+
+import numpy as np
+
+from probes.baselines import CellPrior
+from probes.metrics import selectivity
+from probes.scoring.belief_table import (
+    LOWER_IS_BETTER,
+    MAP_FREE,
+    StepTable,
+    belief_metrics,
+    score_rows,
+)
+from probes.scoring.config import ScoreConfig
+from probes.scoring.grouped import bootstrap_over, ratio_samples, seeded_rng
+from probes.splits import shuffle_by_grid
+
+STRATA = ("size_density", "size", "all")
+"""Conditioning levels of the ``other_grid`` derangement, from the finest."""
+
+
+def _covariates(sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
+    return np.stack(
+        [np.asarray(sizes, dtype=np.float64), np.asarray(densities, dtype=np.float64)], axis=1
+    )
+
+
+def _strata(level: str, sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
+    if level == "size_density":
+        return np.asarray(
+            [f"{int(s)}|{round(float(d), 6):g}" for s, d in zip(sizes, densities, strict=True)]
+        )
+    if level == "size":
+        return np.asarray([str(int(s)) for s in sizes])
+    return np.zeros(len(sizes), dtype=np.int64)
+
+
+def other_grid_sources(
+    grid_ids: np.ndarray, sizes: np.ndarray, densities: np.ndarray, random_state: int
+) -> tuple[np.ndarray, str] | None:
+    """Which row gives each row its ``other_grid`` map.
+
+    Args:
+        grid_ids: ``(N,)`` grid of every decoded row.
+        sizes, densities: ``(N,)`` the grid's size and density (constant within a grid).
+        random_state: seed of the derangement.
+
+    Returns:
+        ``(source_rows (N,), stratified_by)``: row ``source_rows[i]`` lies on another grid than
+        row ``i``, of the same stratum; None when fewer than two grids were decoded.
+    """
+    grid_ids = np.asarray(grid_ids)
+    if np.unique(grid_ids).size < 2:
+        return None
+    rows = np.arange(len(grid_ids))
+    for level in STRATA:
+        strata = _strata(level, sizes, densities)
+        per_grid = dict(zip(grid_ids.tolist(), strata.tolist(), strict=True))
+        _, counts = np.unique(list(per_grid.values()), return_counts=True)
+        if counts.min() >= 2:
+            return shuffle_by_grid(rows, grid_ids, strata=strata, random_state=random_state), level
+    raise AssertionError("the last level is one stratum of >= 2 grids")
+
+
+def fit_prior(labels: np.ndarray, sizes: np.ndarray, densities: np.ndarray) -> CellPrior:
+    """The size-and-density cell prior of training label maps ``(M, S, S)``."""
+    return CellPrior(by="size_density").fit(_covariates(sizes, densities), labels)
+
+
+def prior_maps(
+    prior: CellPrior, sizes: np.ndarray, densities: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(probs (N, S, S, C), classes (C,))``: the prior's map of every row."""
+    return prior.predict_proba(_covariates(sizes, densities)), prior.classes_
+
+
+def null_report(
+    probe: tuple[np.ndarray, np.ndarray],
+    nulls: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    grid_ids: np.ndarray,
+    names: tuple[str, ...],
+    *,
+    n_bootstrap: int,
+    confidence_level: float,
+    rng: np.random.Generator,
+) -> tuple[dict, dict]:
+    """Null scores and the probe's excess over them, under shared grid-bootstrap draws.
+
+    Args:
+        probe: the probe's per-step ``(num, den)``, ``(N, M)`` each (metrics ``names``).
+        nulls: null name -> its ``(num, den)`` on the same steps.
+        grid_ids: ``(N,)`` grid of every step.
+        names: the ``M`` metric names.
+        n_bootstrap, confidence_level, rng: the bootstrap.
+
+    Returns:
+        ``(by_null, excess)``: ``by_null[name] = {"overall": {metric: STAT}, "excess":
+        {metric: EXCESS}}`` and ``excess`` over the strongest null, ``{metric: EXCESS}``, where
+        ``STAT = {value, ci_low, ci_high, n, n_grids}`` and ``EXCESS = {value, ci_low,
+        ci_high, baseline, above_baseline}``; map-free metrics (``acc_gt``) get no excess.
+    """
+    boot = bootstrap_over(grid_ids, n_bootstrap, confidence_level, rng)
+    scored = [j for j, m in enumerate(names) if m not in MAP_FREE]
+    ref = ratio_samples(boot, *probe)
+    all_samples = {"probe": {names[j]: ref[:, j] for j in scored}}
+    by_null = {}
+    for name, (num, den) in nulls.items():
+        s = ratio_samples(boot, num, den)
+        all_samples[name] = {names[j]: s[:, j] for j in scored}
+        g_den = boot.grid_sums(den)
+        overall = {
+            metric: {
+                **boot.summary(s[:, j]),
+                "n": int(round(g_den[:, j].sum())),
+                "n_grids": int(np.count_nonzero(g_den[:, j] > 0)),
+            }
+            for j, metric in enumerate(names)
+        }
+        by_null[name] = {"overall": overall}
+    for name in nulls:
+        by_null[name]["excess"] = selectivity(
+            all_samples, "probe", (name,), boot, lower_is_better=LOWER_IS_BETTER
+        )
+    excess = selectivity(all_samples, "probe", tuple(nulls), boot, lower_is_better=LOWER_IS_BETTER)
+    return by_null, excess
+
+
+def score_nulls(
+    probs: np.ndarray,
+    classes: np.ndarray,
+    idx: np.ndarray,
+    grid_ids: np.ndarray,
+    probe_scores: tuple[np.ndarray, np.ndarray],
+    steps: StepTable,
+    config: ScoreConfig,
+    prior: tuple[CellPrior | None, int],
+    *,
+    seed_text: str,
+    executor: Executor | None = None,
+    progress: bool = False,
+) -> dict:
+    """The null part of a source's ``belief.json`` entry: ``nulls``, ``nulls_unavailable`` and
+    ``excess`` (see :func:`null_report`).
+
+    Args:
+        probs, classes: the source's decoded maps ``(N, S, S, C)`` and their classes.
+        idx: ``(N,)`` the trajectory step of every row (into ``steps``).
+        grid_ids: ``(N,)`` the grid of every row.
+        probe_scores: the source's per-step ``(num, den)`` (:func:`score_rows`).
+        steps: the trajectory steps.
+        config: which nulls, the top-k values, the bootstrap.
+        prior: ``(prior fitted on the training grids or None, number of training grids)``.
+        seed_text: seeds the derangement's bootstrap (with ``config.random_state``).
+    """
+    sizes, dens = np.asarray(steps.size)[idx], np.asarray(steps.density)[idx]
+    facts = steps.facts(idx)
+    scores, extra, unavailable = {}, {}, {}
+    for name in config.nulls:
+        if name == "other_grid":
+            found = other_grid_sources(grid_ids, sizes, dens, config.random_state)
+            if found is None:
+                unavailable[name] = "fewer than two decoded grids"
+                continue
+            null_probs, null_classes = probs[found[0]], classes
+            extra[name] = {"stratified_by": found[1]}
+        else:
+            if prior[0] is None:
+                unavailable[name] = "no training grid (every store grid was decoded)"
+                continue
+            null_probs, null_classes = prior_maps(prior[0], sizes, dens)
+            extra[name] = {"n_training_grids": prior[1]}
+        scores[name] = score_rows(
+            null_probs,
+            null_classes,
+            facts,
+            config.top_k,
+            executor=executor,
+            progress=progress,
+            label=f"null {name} {seed_text}",
+        )
+    by_null, excess = {}, {}
+    if scores:
+        by_null, excess = null_report(
+            probe_scores,
+            scores,
+            grid_ids,
+            belief_metrics(config.top_k),
+            n_bootstrap=config.n_bootstrap,
+            confidence_level=config.confidence_level,
+            rng=seeded_rng(config.random_state, "nulls" + seed_text),
+        )
+    return {
+        "nulls": {k: {**v, **extra[k]} for k, v in by_null.items()},
+        "nulls_unavailable": unavailable,
+        "excess": excess,
+    }

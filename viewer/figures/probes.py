@@ -1,0 +1,192 @@
+"""Probe results: grouped bars with confidence intervals and baselines."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from viewer.figures.style import (
+    QUALITATIVE,
+    apply_layout,
+    is_finite_number,
+)
+
+
+def probe_comparison_figure(
+    rows: Sequence[Mapping],
+    *,
+    y_title: str = "accuracy",
+    baseline: float | None = None,
+    baseline_label: str = "baseline",
+    title: str = "",
+    height: int | None = 420,
+) -> go.Figure:
+    """Grouped bars with confidence intervals (e.g. probe accuracy by family and stage).
+
+    Args:
+        rows: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, and
+            optional ``ci_low`` / ``ci_high``.
+        y_title: y-axis title.
+        baseline: a horizontal reference line (e.g. the majority-class accuracy), or None.
+        baseline_label: its label.
+        title: figure title.
+        height: figure height in pixels.
+
+    Returns:
+        the figure.
+    """
+    if not rows:
+        raise ValueError("no rows to draw")
+    groups = list(dict.fromkeys(str(r["group"]) for r in rows))
+    names = list(dict.fromkeys(str(r["name"]) for r in rows))
+    fig = go.Figure()
+    for i, group in enumerate(groups):
+        by_name = {str(r["name"]): r for r in rows if str(r["group"]) == group}
+        values = [by_name[n]["value"] if n in by_name else None for n in names]
+        plus, minus = [], []
+        for n, v in zip(names, values, strict=True):
+            r = by_name.get(n, {})
+            lo, hi = r.get("ci_low"), r.get("ci_high")
+            plus.append(hi - v if is_finite_number(hi) and v is not None else 0.0)
+            minus.append(v - lo if is_finite_number(lo) and v is not None else 0.0)
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=values,
+                name=group,
+                marker_color=QUALITATIVE[i % len(QUALITATIVE)],
+                error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True},
+                hovertemplate=f"{group}<br>%{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+    if baseline is not None:
+        fig.add_hline(
+            y=baseline,
+            line={"color": "#6c757d", "dash": "dash"},
+            annotation_text=baseline_label,
+            annotation_position="top left",
+        )
+    apply_layout(fig, title, height)
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_yaxes(title=y_title, showgrid=True, gridcolor="#eceff1", rangemode="tozero")
+    return fig
+
+
+def per_class_figure(by_size: Mapping[str, Mapping], probe_name: str) -> go.Figure:
+    """Per-class recall (shown) and precision (in the legend) of one probe by grid size (Fig. 6).
+
+    Args:
+        by_size: grid size -> probe-run metrics (``models.probe["recall/<class>"]`` ...), as in
+            a sweep run's ``metrics.by_grid_size``.
+        probe_name: the probe run's name, for the title.
+    """
+    first = next(iter(by_size.values()), {})
+    classes = [
+        k.split("/", 1)[1]
+        for k in first.get("models", {}).get("probe", {})
+        if k.startswith("recall/") and k != "recall/padding"
+    ]
+    fig = go.Figure()
+    for kind in ("recall", "precision"):
+        for cls in classes:
+            fig.add_trace(
+                go.Bar(
+                    name=f"{kind} {cls}",
+                    x=[f"{s}×{s}" for s in by_size],
+                    y=[
+                        (by_size[s]["models"]["probe"].get(f"{kind}/{cls}") or {}).get("value")
+                        for s in by_size
+                    ],
+                    visible=True if kind == "recall" else "legendonly",
+                )
+            )
+    fig.update_layout(
+        title=f"Fig. 6 (centre): per-class recall and precision by grid size — {probe_name}",
+        barmode="group",
+        template="plotly_white",
+        height=360,
+        yaxis={"range": [0, 1.02]},
+    )
+    return fig
+
+
+def localisation_figure(groups: Mapping[str, Mapping], probe_name: str) -> go.Figure:
+    """Agent and goal top-1 accuracy and Manhattan distance of one probe, per group (Fig. 7).
+
+    Args:
+        groups: group label (``"all"``, grid sizes) -> probe-run metrics.
+        probe_name: the probe run's name, for the title.
+    """
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("top-1 localisation accuracy", "mean Manhattan distance")
+    )
+    for obj in ("agent", "goal"):
+        for col, metric in ((1, f"{obj}_top1"), (2, f"{obj}_manhattan")):
+            stats = [
+                (g.get("models", {}).get("probe", {}).get(metric) or {}) for g in groups.values()
+            ]
+            fig.add_trace(
+                go.Bar(name=f"{obj}", x=list(groups), y=[s.get("value") for s in stats]),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(
+        title=f"Fig. 7: locating the agent and the goal — {probe_name}",
+        barmode="group",
+        template="plotly_white",
+        height=340,
+    )
+    return fig
+
+
+def sweep_main_metric(result: Mapping) -> str:
+    """The metric a probe sweep is judged on: accuracy on grid cells, or R² for distances."""
+    return "accuracy_no_padding" if result["config"]["target"] == "cell_type" else "r2"
+
+
+def sweep_comparison_figure(result: Mapping) -> go.Figure:
+    """A probe sweep's main test metric per layer (x) and stage (colour), with 95% intervals
+    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``).
+
+    Args:
+        result: a parsed sweep table (``probes/sweeps/<name>.json``): ``config.target``,
+            ``estimator.class`` and ``runs`` with their ``metrics.models``.
+    """
+    main = sweep_main_metric(result)
+    figure = go.Figure()
+    stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))
+    for stage in stages:
+        runs = [run for run in result["runs"] if run["stage"] == stage]
+        for model in ("probe", "shuffled", "majority", "mean"):
+            values = [run["metrics"]["models"].get(model, {}).get(main) for run in runs]
+            if not any(v and v.get("value") is not None for v in values):
+                continue
+            y = [v["value"] if v else None for v in values]
+            high = [
+                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
+                for v in values
+            ]
+            low = [
+                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
+                for v in values
+            ]
+            figure.add_trace(
+                go.Bar(
+                    name=f"{stage} {model}",
+                    x=[str(run["layer"]) for run in runs],
+                    y=y,
+                    error_y={"type": "data", "array": high, "arrayminus": low},
+                    opacity=1.0 if model == "probe" else 0.45,
+                )
+            )
+    figure.update_layout(
+        barmode="group",
+        title=f"{result['estimator']['class']}: test {main} (95% grid-bootstrap intervals)",
+        xaxis_title="layer",
+        yaxis_title=main,
+        template="plotly_white",
+    )
+    return figure

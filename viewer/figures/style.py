@@ -1,0 +1,149 @@
+"""The figures' shared look: cell-class colours and symbols, plan glyphs, the colours of
+executed / optimal / decoded marks, the common layout, and the empty-state figure."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
+
+CELL_COLOURS: dict[CellType, str] = {
+    CellType.OPEN: "#f4f1ea",
+    CellType.WALL: "#3d405b",
+    CellType.GOAL: "#2a9d8f",
+    CellType.AGENT: "#e76f51",
+    CellType.KEY: "#e9c46a",
+    CellType.DOOR: "#8d6e63",
+    CellType.PADDING: "#cfd4da",
+}
+"""Fill colour of each cell class."""
+
+CELL_SYMBOLS: dict[CellType, str] = {
+    CellType.OPEN: "",
+    CellType.WALL: "",
+    CellType.GOAL: "G",
+    CellType.AGENT: "A",
+    CellType.KEY: "K",
+    CellType.DOOR: "D",
+    CellType.PADDING: "·",
+}
+"""Letter drawn on each cell class (walls are recognised by their fill)."""
+
+ACTION_ARROWS: dict[int, str] = {
+    int(Action.UP): "↑",
+    int(Action.DOWN): "↓",
+    int(Action.LEFT): "←",
+    int(Action.RIGHT): "→",
+    PLAN_END: "END",
+    PLAN_PAD: "",
+}
+"""Glyph of every plan token (actions, ``END``, ``PAD``)."""
+
+EXECUTED_COLOUR = "#1d3557"
+"""Colour of what the agent did (executed action, executed path)."""
+OPTIMAL_COLOUR = "#52b788"
+"""Colour of the optimal action set on the true grid."""
+DECODED_COLOUR = "#7b2cbf"
+"""Colour of what is derived from the decoded map (optimal set, predicted plan)."""
+MISMATCH_COLOUR = "#d62828"
+"""Colour of a mismatch (predicted token differs from the executed one)."""
+
+_MARKER_SYMBOLS = ("circle-open", "diamond-open", "square-open")
+LEGEND: tuple[tuple[str, str, str], ...] = (
+    *(
+        (class_label, CELL_COLOURS[c], "square")
+        for c, class_label in (
+            (CellType.OPEN, "open"),
+            (CellType.WALL, "wall"),
+            (CellType.GOAL, "goal (G)"),
+            (CellType.AGENT, "agent (A)"),
+            (CellType.KEY, "key (K)"),
+            (CellType.DOOR, "door (D)"),
+            (CellType.PADDING, "padding"),
+        )
+    ),
+    ("executed action / path", EXECUTED_COLOUR, "line"),
+    ("optimal on the true grid", OPTIMAL_COLOUR, "line"),
+    ("optimal on the decoded grid, decoded plan", DECODED_COLOUR, "line"),
+    ("decoded agent (○) and goal (◇): argmax P", DECODED_COLOUR, "ring"),
+)
+"""``(label, colour, kind)`` of every mark the figures use, for a legend drawn outside them
+(``kind``: ``square`` cell fill, ``line`` arrow or path, ``ring`` marker)."""
+
+FONT = "Inter, system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
+N_CLASSES = len(CellType)
+
+
+def class_name(cell_type: int) -> str:
+    """Lower-case name of a ``CellType`` value (``"wall"``)."""
+    return CellType(int(cell_type)).name.lower()
+
+
+def figure_layout(title: str, height: int | None, width: int | None = None, **extra) -> dict:
+    """The common layout as a dict (figures are built in one go: adding shapes or annotations
+    one at a time to a plotly figure costs time quadratic in their number)."""
+    layout = {
+        "title": {"text": title, "x": 0.02, "xanchor": "left", "font": {"size": 15}},
+        "font": {"family": FONT, "size": 12, "color": "#1f2933"},
+        "margin": {"l": 40, "r": 16, "t": 48, "b": 36},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "height": height,
+        "width": width,
+        "hoverlabel": {"font": {"family": FONT, "size": 12}},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(layout.get(key), dict):
+            layout[key] = {**layout[key], **value}
+        else:
+            layout[key] = value
+    return layout
+
+
+def apply_layout(fig: go.Figure, title: str, height: int | None, width: int | None = None) -> None:
+    fig.update_layout(figure_layout(title, height, width))
+
+
+def is_finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def empty_figure(message: str, *, height: int | None = 320) -> go.Figure:
+    """A blank figure that says why there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(
+        text=message,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font={"size": 14, "color": "#6c757d"},
+    )
+    apply_layout(fig, "", height)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+QUALITATIVE = ("#1d3557", "#e76f51", "#2a9d8f", "#7b2cbf", "#e9c46a", "#457b9d", "#d62828")
+
+
+def percent_label(level: float) -> str:
+    return f"{100 * level:g}%"
+
+
+def rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def layer_key(label: str) -> tuple:
+    if label == "all":
+        return (2, 0, label)
+    if label.isdigit():
+        return (0, int(label), label)
+    return (1, 0, label)
