@@ -165,7 +165,9 @@ class LocalBackend:
         if self._prefix_cache is None or self._prefix_cache[0] != prefix:
             ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            # only the cache is wanted: logits_to_keep=1 spares the (prefix x 201,088) logits of
+            # GPT-OSS's vocabulary (hundreds of MB for a prompt prefix)
+            self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             self._prefix_cache = (prefix, cache)
         cache = copy.deepcopy(self._prefix_cache[1])
         cache.batch_repeat_interleave(n_rows)
