@@ -262,3 +262,15 @@ def test_a_stage_key_is_what_the_stage_receives():
     agent = config_to_dict(identity)["agent"]
     assert agent["model"] == "bundled" and len(agent["weights_sha256"]) == 16
     assert agent["dtype"] == "float32"
+
+
+def test_set_overrides_parse_json_values_and_refuse_malformed_ones():
+    from goalprobe.commands.demo import parse_setting
+
+    assert parse_setting("rollouts.temperature=0") == ("rollouts.temperature", 0)
+    assert parse_setting("keys.sizes=[7, 9]") == ("keys.sizes", (7, 9))
+    assert parse_setting("agent.device=cuda") == ("agent.device", "cuda")
+    with pytest.raises(ValueError, match="section.field=value"):
+        parse_setting("rollouts.temperature")
+    config = demo_config("tiny", overrides=dict([parse_setting("keys.sizes=[9]")]))
+    assert config.keys.sizes == (9,)
