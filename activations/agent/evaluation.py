@@ -21,10 +21,11 @@ import numpy as np
 from activations.agent.backend import Backend
 from activations.agent.rollout import RolloutConfig, run_rollouts
 from activations.agent.trajectories import EpisodeSummary, read_trajectories
-from activations.gridworld.core import Action, Grid, Variant
-from activations.gridworld.dynamics import initial_state, is_success, step
+from activations.gridworld.behaviour import random_walk
+from activations.gridworld.core import Grid, Variant
 from activations.gridworld.generator import GridSetConfig, generate_grid_set
 from activations.gridworld.optimal import solve
+from activations.stats import grid_mean
 
 
 @dataclass(frozen=True)
@@ -78,33 +79,12 @@ def heldout_grids(config: EvaluationConfig) -> list[Grid]:
     )
 
 
-def random_walk(grid: Grid, episodes: int, rng: np.random.Generator) -> tuple[float, float]:
-    """Success rate and mean per-action accuracy of uniformly random moves, horizon ceil(1.5 L)."""
-    policy = solve(grid)
-    horizon = policy.horizon
-    successes = 0
-    accuracies = []
-    for _ in range(episodes):
-        state = initial_state(grid)
-        optimal = 0
-        taken = 0
-        while taken < horizon and not is_success(grid, state):
-            action = Action(int(rng.integers(4)))
-            optimal += action in policy.optimal_actions(state)
-            state = step(grid, state, action)
-            taken += 1
-        successes += is_success(grid, state)
-        accuracies.append(optimal / taken)
-    return successes / episodes, float(np.mean(accuracies))
-
-
-def _bootstrap_ci(per_grid: Sequence[float], samples: int, rng: np.random.Generator):
-    values = np.asarray(per_grid, dtype=float)
-    if len(values) < 2:
+def _interval(per_grid: Sequence[float], samples: int, rng: np.random.Generator) -> list[float]:
+    """``[low, high]``: the grid-bootstrap 95% interval of the mean (``nan`` below two grids)."""
+    if len(per_grid) < 2:
         return [float("nan"), float("nan")]
-    draws = rng.integers(len(values), size=(samples, len(values)))
-    means = values[draws].mean(axis=1)
-    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+    stat = grid_mean(per_grid, n_resamples=samples, random_state=rng)
+    return [stat["ci_low"], stat["ci_high"]]
 
 
 def evaluate_agent(backend: Backend, config: EvaluationConfig, *, progress: bool = False) -> dict:
@@ -156,9 +136,11 @@ def summarize(
                 invalid.append(
                     sum(e.invalid_steps for e in episodes) / sum(e.length for e in episodes)
                 )
-                s, a = random_walk(grid, config.random_walk_episodes_per_grid, rng)
-                rw_success.append(s)
-                rw_accuracy.append(a)
+                walk = random_walk(
+                    grid, solve(grid).horizon, config.random_walk_episodes_per_grid, rng
+                )
+                rw_success.append(walk.success_rate)
+                rw_accuracy.append(walk.accuracy)
             if not n_episodes:
                 continue
             cells.append(
@@ -168,9 +150,9 @@ def summarize(
                     "grids": len(success),
                     "episodes": n_episodes,
                     "success_rate": float(np.mean(success)),
-                    "success_ci95": _bootstrap_ci(success, config.bootstrap_samples, rng),
+                    "success_ci95": _interval(success, config.bootstrap_samples, rng),
                     "action_accuracy": float(np.mean(accuracy)),
-                    "action_accuracy_ci95": _bootstrap_ci(accuracy, config.bootstrap_samples, rng),
+                    "action_accuracy_ci95": _interval(accuracy, config.bootstrap_samples, rng),
                     "invalid_rate": float(np.mean(invalid)),
                     "random_success_rate": float(np.mean(rw_success)),
                     "random_action_accuracy": float(np.mean(rw_accuracy)),
