@@ -434,7 +434,7 @@ def test_cli_reads_store_and_writes_table_figure_and_artefacts(tmp_path):
     assert "majority plan" in result.output and "0.25^N" in result.output
     figure = json.loads((out / "prefix_accuracy.json").read_text())
     names = {trace["name"] for trace in figure["data"]}
-    assert "0.25^N baseline" in names and "post_reasoning, 1-layer decoder" in names
+    assert "random 0.25^N" in names and "1-layer decoder" in names
     assert (out / "prefix_accuracy.html").stat().st_size > 1000
     runs = list_predicted_plan_runs(out / "predicted_plans.h5")
     assert "pre_reasoning/layer3/shuffled_control1" in runs and len(runs) == 4

@@ -181,14 +181,27 @@ def test_patching_heatmap_averages_rates_and_skips_undefined_values():
         F.patching_heatmap_figure([])
 
 
-def test_prefix_accuracy_figure_has_the_random_baseline_and_bands():
-    acc = {"decoder": [0.6, 0.3, 0.1], "control": [0.3, 0.1, 0.02]}
-    ci = {"decoder": [[0.5, 0.2, 0.05], [0.7, 0.4, 0.15]]}
-    fig = F.prefix_accuracy_figure(acc, ci=ci)
-    baseline = next(t for t in fig.data if t.name.startswith("random"))
-    assert np.allclose(baseline.y, 0.25 ** np.arange(1, 4))
-    assert sum(t.fill == "toself" for t in fig.data) == 1
-    assert F.prefix_accuracy_figure(acc, log_y=True).layout.yaxis.type == "log"
+def test_a_plan_sweep_is_drawn_as_the_one_prefix_accuracy_figure():
+    """``sweep.json`` runs (decoders with CIs, shuffled controls) become the small multiples
+    the viewer, the report and train-plan-decoder all draw: bands for decoders, 0.25^N."""
+
+    def run(stage, layer, kind, depth, acc):
+        ci = [[a - 0.05 for a in acc], [a + 0.05 for a in acc]]
+        return {"stage": stage, "layer": layer, "kind": kind, "decoder_layers": depth,
+                "metrics": {"prefix_accuracy": acc, "prefix_accuracy_ci": ci}}  # fmt: skip
+
+    runs = [
+        run("pre_reasoning", 1, "decoder", 1, [0.6, 0.3, 0.1]),
+        run("pre_reasoning", 1, "shuffled_control", 1, [0.3, 0.1, 0.02]),
+        run("post_reasoning", 1, "decoder", 1, [0.7, 0.4, 0.2]),
+    ]
+    converted = F.sweep_runs(runs)
+    assert converted[0]["n_layers"] == 1 and converted[1]["ci"] is None
+    fig = F.prefix_accuracy_grid_figure(converted)
+    baselines = [t for t in fig.data if t.name and "0.25^N" in t.name]
+    assert len(baselines) == 2  # one per panel (stage x layer)
+    assert np.allclose(baselines[0].y, 0.25 ** np.arange(1, 4))
+    assert sum(t.fill == "toself" for t in fig.data) == 2  # the two decoders' bands
 
 
 def test_probe_comparison_bars_have_asymmetric_intervals():

@@ -10,7 +10,8 @@ from viewer.figures import (
     belief_figure,
     meg_figure,
     patching_heatmap_figure,
-    prefix_accuracy_figure,
+    prefix_accuracy_grid_figure,
+    sweep_runs,
     topk_figure,
 )
 
@@ -63,33 +64,15 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
     return blocks
 
 
-def _finite_or_nan(values) -> list[float]:
-    return [v if v is not None else float("nan") for v in values]
-
-
 def plans(run: RunReader, fig: Figures) -> list[Block]:
-    """Prefix accuracy vs N at the best decoder's layer, and Table 5's length analysis."""
+    """Prefix accuracy vs N (every stage and layer, small multiples, with the shuffled control
+    and 0.25^N in each panel), and Table 5's length analysis."""
     runs = run.json(run.layout.plan_sweep)["runs"]
     decoders = [r for r in runs if r["kind"] == "decoder"]
     if not decoders:
         raise MissingInput(f"{run.layout.relative(run.layout.plan_sweep)} holds no trained decoder")
-    best = max(decoders, key=lambda r: r["metrics"]["prefix_accuracy"][0] or 0)
-    layer = best["layer"]
-    curves, ci = {}, {}
-    for r in runs:
-        if r["layer"] != layer:
-            continue
-        stage = r["stage"].split("_")[0]
-        name = {
-            "decoder": f"{stage}, {r['decoder_layers']}-layer decoder",
-            "shuffled_control": f"{stage}, shuffled control ({r['decoder_layers']}-layer)",
-            "majority_plan": f"{stage}, majority plan",
-        }[r["kind"]]
-        curves[name] = _finite_or_nan(r["metrics"]["prefix_accuracy"])
-        if r["kind"] == "decoder":
-            ci[name] = [_finite_or_nan(bound) for bound in r["metrics"]["prefix_accuracy_ci"]]
-    figure = prefix_accuracy_figure(
-        curves, ci=ci, title=f"Fig. 10: prefix accuracy vs N at layer {layer} (test grids)"
+    figure = prefix_accuracy_grid_figure(
+        sweep_runs(runs), title="Fig. 10: prefix accuracy vs N (test grids)"
     )
     rows = []
     for r in runs:

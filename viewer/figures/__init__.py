@@ -14,7 +14,7 @@ module                 figures
                        :func:`empty_figure`
 :mod:`.maps`           grids and decoded maps (:func:`cell_map_figure`,
                        :func:`probability_figure`, :func:`plan_figure`)
-:mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_figure`,
+:mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_grid_figure`,
                        :func:`prefix_accuracy_grid_figure` (stage x layer small multiples),
                        :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
@@ -41,8 +41,8 @@ from viewer.figures.plans import (
     plan_strip_categories,
     plan_strip_figure,
     plan_sweep_figure,
-    prefix_accuracy_figure,
     prefix_accuracy_grid_figure,
+    sweep_runs,
 )
 from viewer.figures.probes import (
     BASELINES,
@@ -97,7 +97,7 @@ __all__ = [
     "plan_figure",
     "plan_strip_figure",
     "plan_sweep_figure",
-    "prefix_accuracy_figure",
+    "sweep_runs",
     "probability_figure",
     "probe_comparison_figure",
     "sweep_comparison_figure",
