@@ -31,6 +31,15 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def bundled_agent():
+    """The shipped bundled agent ``(model, tokenizer)``, loaded once (eval mode; tests that
+    change a model work on their own copy)."""
+    from activations.agent.bundled import load_bundled_agent
+
+    return load_bundled_agent()
+
+
 @pytest.fixture
 def goalprobe_cli() -> Callable[..., Result]:
     """Run the real ``goalprobe`` command line in-process: ``goalprobe_cli("grids", "--out",

@@ -300,11 +300,10 @@ def test_cuda_bf16_backends_agree_with_hooks(tokenizer, batch, backend):
         )
 
 
-def test_bundled_agent_backends_agree():
-    from activations.agent.bundled import load_bundled_agent
+def test_bundled_agent_backends_agree(bundled_agent):
     from activations.agent.prompts import build_messages
 
-    model, tok = load_bundled_agent()
+    model, tok = bundled_agent
     special = HarmonyTokenIds.from_tokenizer(tok)
     seqs, positions = [], []
     for grid in ("  0 1 2\n0 # A #\n1 # _ G\n2 # # #", "  0 1\n0 A G\n1 # #"):

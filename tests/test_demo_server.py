@@ -11,15 +11,14 @@ import json
 
 from agent_fixtures import serving
 
-from activations.agent.bundled import load_bundled_agent
 from activations.agent.local_backend import LocalBackend
 from activations.agent.server_app import ServeConfig, create_app
 from goalprobe.config import demo_config
 from goalprobe.demo import run_demo
 
 
-def test_demo_with_server_backend_runs_every_stage(tmp_path):
-    model, tokenizer = load_bundled_agent()
+def test_demo_with_server_backend_runs_every_stage(tmp_path, bundled_agent):
+    model, tokenizer = bundled_agent
     app = create_app(LocalBackend(model, tokenizer), ServeConfig(model_name="bundled"))
     with serving(app) as url:
         config = demo_config("tiny", backend="server", base_url=f"{url}/v1")

@@ -104,14 +104,6 @@ def backends(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def bundled_agent():
-    """The trained bundled agent shipped in ``activations/agent/bundled`` (model, tokenizer)."""
-    from activations.agent.bundled import load_bundled_agent
-
-    return load_bundled_agent()
-
-
-@pytest.fixture(scope="module")
 def pairs():
     grids = [
         generate_grid(5, 0.5, np.random.default_rng(seed), grid_id=f"g{seed}", min_distance=2)

@@ -28,8 +28,8 @@ from activations.store import ActivationStore
 
 
 @pytest.fixture(scope="module")
-def agent():
-    return LocalBackend.from_pretrained("bundled")
+def agent(bundled_agent):
+    return LocalBackend(*bundled_agent)
 
 
 @pytest.fixture(scope="module")

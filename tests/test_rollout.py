@@ -284,12 +284,11 @@ def test_seeds_are_stable_and_distinct():
     assert len(seeds) == 1000 and all(0 <= s < 2**31 for s in seeds)
 
 
-def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path):
-    from activations.agent.bundled import load_bundled_agent
+def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path, bundled_agent):
     from activations.agent.local_backend import LocalBackend
     from activations.gridworld.dynamics import initial_state, is_success, step
 
-    backend = LocalBackend(*load_bundled_agent())
+    backend = LocalBackend(*bundled_agent)
     config = RolloutConfig(episodes_per_grid=1, batch_size=3, max_new_tokens=96, seed=1)
     out = tmp_path / "bundled.jsonl"
     report = run_rollouts(grids, backend, config, out, progress=False)
