@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -16,6 +18,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_trajectories(run) -> None:
+    """Refuse a run whose trajectory file exists but is unreadable or holds no episode (a
+    missing file is only a notice: the viewer still shows the rest)."""
+    notice = next((m for m in run.missing if m.name == "trajectories"), None)
+    if notice is not None and notice.reason != "not found":
+        raise ValueError(notice.reason)
+    if notice is None and not run.episodes:
+        raise ValueError(f"{run.layout.trajectories}: holds no finished episode; nothing to view")
 
 
 def command(
@@ -44,7 +56,6 @@ def command(
             "--export",
             help="Write a self-contained static HTML file (plotly.js inlined, no server, no "
             "network) of the selected episodes instead of serving.",
-            dir_okay=False,
         ),
     ] = None,
     episodes: Annotated[
@@ -71,6 +82,7 @@ def command(
             "matches the probe's stage and layer).",
         ),
     ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
 
@@ -78,19 +90,36 @@ def command(
     trajectory, and compare the true grid with the decoded map of any probe (stage, layer,
     family), the optimal actions on both, the decoded plan against the executed moves, the
     reasoning text and the step's patching results. A run directory that lacks some artefacts
-    still opens and lists what is missing. With --export FILE.html, writes a self-contained page
-    of the selected episodes to share like a figure, and exits.
+    still opens and lists what is missing; a trajectory file that exists but is malformed or
+    holds no episode is an error, and a store extracted from another rollout a loud warning.
+    With --export FILE.html (refused when it exists, unless --overwrite), writes a
+    self-contained page of the selected episodes to share like a figure, and exits.
     """
     from rich.console import Console
 
     from viewer.data import RunData, UnknownKeyError
 
     console = Console(stderr=True)
+    if export is not None:
+        check_new_output(export, overwrite, "--export")
+    elif episodes or probe or plan:
+        raise typer.BadParameter(
+            "--episodes, --probe and --plan choose what --export writes; the server shows every "
+            "episode and probe"
+        )
     run = RunData(run_dir)
+    _check_trajectories(run)
+    mismatch = run.check_store()
     for missing in run.missing:
-        console.print(f"[yellow]missing[/yellow] {missing}")
+        if missing is not mismatch:
+            console.print(f"[yellow]missing[/yellow] {missing}")
+    if mismatch is not None:
+        console.print(f"[bold red]warning[/bold red]: {mismatch}")
     if export is not None:
         from viewer.export import export_html
+
+        if not run.episodes:
+            raise ValueError(f"{run.layout.trajectories}: not found; no episode to export")
 
         specs = [s for s in episodes.split(",") if s.strip()] if episodes else None
         try:
@@ -100,11 +129,6 @@ def command(
         size = out.stat().st_size / 1e6
         console.print(f"wrote {out} ({size:.1f} MB)")
         return
-    if episodes or probe or plan:
-        raise typer.BadParameter(
-            "--episodes, --probe and --plan choose what --export writes; the server shows every "
-            "episode and probe"
-        )
     if not _is_loopback(host):
         console.print(
             f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
