@@ -103,6 +103,8 @@ def command(
         loader = StoreProbeLoader(store)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
+    if not len(loader.all_grid_ids):
+        raise ValueError(f"{store}: the store holds no rows; nothing to train on")
     stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
     missing = [s for s in stage_list if s not in loader.stages]
     if missing:
