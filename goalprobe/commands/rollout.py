@@ -103,6 +103,7 @@ def command(
 
     from activations.agent.models import load_tokenizer
     from activations.agent.rollout import RolloutConfig, RolloutStopped, run_rollouts
+    from activations.agent.trajectories import read_run_header
     from activations.gridworld.io import read_grid_set
     from goalprobe.agents import local_backend
 
@@ -126,6 +127,10 @@ def command(
     grid_set = read_grid_set(grids)
     if not grid_set:
         raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
+    if out.is_dir():
+        raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
+    if out.exists() and out.stat().st_size:
+        read_run_header(out)  # resuming: a file that is no trajectory file is refused here
     if server is not None:
         from activations.agent.server_backend import ServerBackend, ServerConfig
 
