@@ -607,18 +607,26 @@ def extract(
 
 
 def holds_other_extraction(
-    output: str | os.PathLike, trajectories: str | os.PathLike, config: ExtractConfig | None
+    output: str | os.PathLike,
+    trajectories: str | os.PathLike,
+    config: ExtractConfig,
+    *,
+    compare_layers: bool = True,
 ) -> bool:
     """Whether an existing ``output`` can *not* be this extraction's finished store, judged
     without the model: it is not a complete store, or it was extracted from another trajectory
-    file or (when ``config`` is given) with another config. The CLI refuses such an output
-    before loading any model unless ``--overwrite``; the model itself is compared later by
-    :func:`extract`.
+    file or with another config (its layers compared only when ``compare_layers``: the default
+    layers depend on the model). The CLI refuses such an output before loading any model unless
+    ``--overwrite``; the model itself is compared later by :func:`extract`.
     """
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
         return True
-    return config is not None and found.get("config") != config.to_json()
+    ours, theirs = config.to_json(), dict(found.get("config") or {})
+    if not compare_layers:
+        ours.pop("layers")
+        theirs.pop("layers", None)
+    return ours != theirs
 
 
 def _read_identity(path: Path) -> dict | None:

@@ -90,8 +90,9 @@ def command(
     trajectory, and compare the true grid with the decoded map of any probe (stage, layer,
     family), the optimal actions on both, the decoded plan against the executed moves, the
     reasoning text and the step's patching results. A run directory that lacks some artefacts
-    still opens and lists what is missing; a trajectory file that exists but is malformed or
-    holds no episode is an error, and a store extracted from another rollout a loud warning.
+    still opens and lists what is missing; a trajectory file that exists but is malformed (its
+    header and summary lines; every line with --export) or holds no episode is an error, and a
+    store extracted from another rollout a loud warning.
     With --export FILE.html (refused when it exists, unless --overwrite), writes a
     self-contained page of the selected episodes to share like a figure, and exits.
     """
@@ -116,10 +117,11 @@ def command(
     if mismatch is not None:
         console.print(f"[bold red]warning[/bold red]: {mismatch}")
     if export is not None:
+        from activations.agent.trajectories import trajectory_stats
         from viewer.export import export_html
 
-        if not run.episodes:
-            raise ValueError(f"{run.layout.trajectories}: not found; no episode to export")
+        # an export reads whole episodes: every line of the file is validated first
+        trajectory_stats(run.layout.trajectories).check_nonempty()
 
         specs = [s for s in episodes.split(",") if s.strip()] if episodes else None
         try:
