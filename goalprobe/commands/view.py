@@ -108,6 +108,11 @@ def command(
             "--episodes, --probe and --plan choose what --export writes; the server shows every "
             "episode and probe"
         )
+    if export is not None:  # an export reads whole episodes: every line is validated first
+        from activations.agent.trajectories import trajectory_stats
+        from activations.run_layout import RunLayout
+
+        trajectory_stats(RunLayout(run_dir).trajectories).check_nonempty()
     run = RunData(run_dir)
     _check_trajectories(run)
     mismatch = run.check_store()
@@ -117,11 +122,7 @@ def command(
     if mismatch is not None:
         console.print(f"[bold red]warning[/bold red]: {mismatch}")
     if export is not None:
-        from activations.agent.trajectories import trajectory_stats
         from viewer.export import export_html
-
-        # an export reads whole episodes: every line of the file is validated first
-        trajectory_stats(run.layout.trajectories).check_nonempty()
 
         specs = [s for s in episodes.split(",") if s.strip()] if episodes else None
         try:
