@@ -69,3 +69,26 @@ def check_new_output(path: Path, overwrite: bool, option: str, *, directory: boo
         raise typer.BadParameter(
             f"{path} exists; pass --overwrite to replace it", param_hint=option
         )
+
+
+def check_device(device: str, option: str = "--device") -> str:
+    """``device`` if it is ``auto`` or a device torch can name (``cpu``, ``cuda``, ``cuda:1``,
+    ...), else ``typer.BadParameter``; checked before any model loads (availability is checked
+    when it loads)."""
+    if device == "auto":
+        return device
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise typer.BadParameter(
+            f"{device!r} is not a device (auto, cpu, cuda, cuda:N, ...)", param_hint=option
+        ) from err
+    return device
+
+
+def check_directory(path: Path | None, option: str) -> None:
+    """Refuse an input directory option that names no directory."""
+    if path is not None and not path.is_dir():
+        raise typer.BadParameter(f"{path} is not a directory", param_hint=option)

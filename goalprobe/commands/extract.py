@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+)
 
 
 def command(
@@ -81,6 +87,7 @@ def command(
 
     # every argument and the input file are checked before the (possibly long) model load
     choice(backend, BACKENDS, "--backend")
+    check_device(device)
     if (remote or simulate_remote) and backend != "nnsight":
         raise typer.BadParameter("--remote runs through nnsight; use --backend nnsight")
     chosen = parse_list(layers, int, "--layers", empty_ok=True)

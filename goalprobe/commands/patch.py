@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+)
 
 
 def _split(text: str, option: str) -> tuple[str, ...]:
@@ -137,6 +143,7 @@ def command(
         raise typer.BadParameter("give exactly one of --trajectories and --grids")
     check_new_output(out, overwrite, "--out", directory=True)
     choice(backend, BACKENDS, "--backend")
+    check_device(device)
     effort, template_dir, stats = "low", None, None
     if trajectories is not None:
         stats = trajectory_stats(trajectories)
@@ -149,7 +156,7 @@ def command(
         bases = [base_from_grid(g) for g in read_grid_set(grids)]
         if not bases:
             raise typer.BadParameter(f"{grids} holds no grids", param_hint="--grids")
-    keep = [int(s) for s in _split(sizes, "--sizes")] if sizes.strip() else None
+    keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
     bases = draw_bases(bases, max_bases, seed, sizes=keep)
     if not bases:
         raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")

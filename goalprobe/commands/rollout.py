@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import check_device, check_directory, choice
+
 
 def command(
     grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
@@ -108,6 +110,9 @@ def command(
     from goalprobe.agents import local_backend
 
     console = Console(stderr=True)
+    check_device(device)
+    check_directory(template_dir, "--template-dir")
+    choice(developer_role, ("developer", "system"), "--developer-role")
     try:
         config = RolloutConfig(
             episodes_per_grid=episodes,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, parse_list
+from goalprobe.commands.common import OVERWRITE_HELP, check_device, check_new_output, parse_list
 from viewer.figures import plan_sweep_figure
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ def command(
     from probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
     console = Console()  # width from the terminal (COLUMNS when not a terminal)
+    check_device(device)
     if d_bottleneck % n_heads:
         raise typer.BadParameter(
             f"--d-bottleneck {d_bottleneck} is not divisible by --n-heads {n_heads} (each head "

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+)
 from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
 
 if TYPE_CHECKING:
@@ -98,6 +104,7 @@ def command(
     choice(coordinates, ("raw", "onehot"), "--coordinates")
     choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
     check_new_output(out, overwrite, "--out", directory=True)
+    check_device(device)
     console = Console()
     try:
         loader = StoreProbeLoader(store)
