@@ -331,3 +331,41 @@ def test_rollout_and_demo_check_their_output_before_the_model(files, tmp_path, g
     line = one_error_line(goalprobe_cli("demo", "--run-dir", taken, "--model", NO_MODEL))
     assert "--run-dir" in line and "not a directory" in line
     assert taken.is_file() and not taken.read_text()
+
+
+@pytest.mark.parametrize(
+    ("verb", "args", "named"),
+    [
+        ("rollout", ["--device", "gpu0"], "--device"),
+        ("rollout", ["--template-dir", "/missing/templates"], "--template-dir"),
+        ("rollout", ["--developer-role", "boss"], "--developer-role"),
+        ("states", ["--template-dir", "/missing/templates"], "--template-dir"),
+        ("extract", ["--device", "cuda:x"], "--device"),
+        ("patch", ["--device", "gpu0"], "--device"),
+        ("patch", ["--sizes", "7,x"], "--sizes"),
+    ],
+)
+def test_device_and_directories_are_checked_before_the_model(
+    files, tmp_path, goalprobe_cli, verb, args, named
+):
+    out = tmp_path / "out"
+    inputs = {
+        "rollout": [files / "grids.jsonl", "--out", out],
+        "states": [files / "grids.jsonl", "--out", out],
+        "extract": [files / "a.jsonl", "--out", out],
+        "patch": ["--trajectories", files / "a.jsonl", "--out", out],
+    }[verb]
+    line = one_error_line(goalprobe_cli(verb, *inputs, "--model", NO_MODEL, *args))
+    assert named in line
+    not_about_the_model(line)
+    assert not out.exists()
+
+
+def test_a_failed_sweep_leaves_no_output_directory(files, tmp_path, goalprobe_cli):
+    out = tmp_path / "o"
+    result = goalprobe_cli(
+        "train-plan-decoder", files / "a.h5", "--out", out, "--max-epochs", 1, "--n-bootstrap", 0,
+        "--test-fraction", 0.9, "--validation-fraction", 0.9, "--device", "cpu",
+    )  # fmt: skip
+    assert result.exit_code == 2 and "error: " in result.output, result.output
+    assert not out.exists()

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_device, check_new_output, parse_list
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    parse_list,
+    removed_on_error,
+)
 from viewer.figures import plan_sweep_figure
 
 if TYPE_CHECKING:
@@ -152,14 +158,15 @@ def command(
         random_state=seed,
     )
     try:
-        result = run_plan_sweep(
-            loader,
-            config,
-            decoder,
-            out_dir=out,
-            overwrite=overwrite,
-            log=lambda message: console.log(message),
-        )
+        with removed_on_error(out):
+            result = run_plan_sweep(
+                loader,
+                config,
+                decoder,
+                out_dir=out,
+                overwrite=overwrite,
+                log=lambda message: console.log(message),
+            )
     except FileExistsError as err:
         raise typer.BadParameter(f"{err}", param_hint="--out") from err
 

@@ -13,6 +13,7 @@ from goalprobe.commands.common import (
     check_new_output,
     choice,
     parse_list,
+    removed_on_error,
 )
 from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
 
@@ -168,7 +169,8 @@ def command(
         random_state=seed,
     )
     try:
-        result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
+        with removed_on_error(out):
+            result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
     console.print(summary_table(result))
