@@ -13,9 +13,13 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
+                                                  states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
-    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes
-    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors
+    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
+    RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
+    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
+    RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
     RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
@@ -60,12 +64,20 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
+        Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
+        Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
         Artefact(
             "activation store", "activations/activations.h5", "activations", "goalprobe extract"
         ),
         Artefact("probe models", "probes/models", "probes", "goalprobe train-probe"),
         Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
         Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),
+        Artefact("probing-set probes", "probes/probing", "probes", "goalprobe train-probe"),
+        Artefact(
+            "learning curve", "probes/probing/learning_curve.json", "probes", "goalprobe demo"
+        ),
+        Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -181,6 +193,48 @@ class RunLayout:
         return self.path("key-variant results")
 
     # -- representations --------------------------------------------------------------------------
+
+    @property
+    def probing_grids(self) -> Path:
+        """The probing set's grids (disjoint from the behaviour grids)."""
+        return self.path("probing grid set")
+
+    @property
+    def probing_states(self) -> Path:
+        """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
+        return self.path("probing states")
+
+    @property
+    def probing_store(self) -> Path:
+        """Pre-reasoning anchors of every probing state."""
+        return self.path("probing store")
+
+    @property
+    def probing_probes(self) -> Path:
+        """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
+        return self.path("probing-set probes")
+
+    def probing_probe_sweep(self, name: str) -> Path:
+        """``probes/probing/<name>.json``."""
+        return self.probing_probes / f"{name}.json"
+
+    def probing_probe_sweeps(self) -> list[Path]:
+        """The probing-set cell-probe tables present (``probes/probing/cell_*.json``), sorted."""
+        return sorted(self.probing_probes.glob("cell_*.json"))
+
+    @property
+    def learning_curve(self) -> Path:
+        """The headline probe's learning curve on the probing set."""
+        return self.path("learning curve")
+
+    @property
+    def probing_distance(self) -> Path:
+        """Goal-distance regressors fit on the probing set: tables and ``models/``."""
+        return self.path("probing-set distance")
+
+    def probing_distance_sweep(self, name: str) -> Path:
+        """``distance/probing/<name>.json``."""
+        return self.probing_distance / f"{name}.json"
 
     @property
     def store(self) -> Path:

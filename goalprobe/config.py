@@ -17,158 +17,45 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.generator import GridSetConfig
 from goalprobe.agents import AgentConfig
+from goalprobe.sections import (
+    ActivationsConfig,
+    DistanceConfig,
+    IsoConfig,
+    KeysConfig,
+    PatchingConfig,
+    PlanDecoderTraining,
+    PlansConfig,
+    ProbesConfig,
+    ProbeTraining,
+    ProbingConfig,
+)
 from probes.plan_sweep import PlanSweepConfig
 from probes.scoring.config import ScoreConfig
 
+__all__ = [
+    "SCALES",
+    "ActivationsConfig",
+    "DemoConfig",
+    "DistanceConfig",
+    "IsoConfig",
+    "KeysConfig",
+    "PatchingConfig",
+    "PlanDecoderTraining",
+    "PlansConfig",
+    "ProbeTraining",
+    "ProbesConfig",
+    "ProbingConfig",
+    "demo_config",
+    "override",
+]
+
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""
-
-
-@dataclass(frozen=True)
-class IsoConfig:
-    """The iso-difficulty set (section 4.2, Table 3)."""
-
-    transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
-    """Transforms applied to the base grids (:mod:`activations.gridworld.transforms`)."""
-    base_grids: int = 0
-    """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid."""
-
-
-@dataclass(frozen=True)
-class KeysConfig:
-    """The key variants and their matched controls (section 4.3, Table 1)."""
-
-    variants: tuple[str, ...] = (
-        "key_door",
-        "key_no_door",
-        "key_door_control",
-        "two_path_key",
-        "two_path_no_key",
-    )
-    """Key variants generated (each with the same layouts)."""
-    sizes: tuple[int, ...] = (7, 9)
-    """Grid sides."""
-    density: float = 0.4
-    """Obstacle density."""
-    grids_per_size: int = 10
-    """Layouts per variant and size."""
-    episodes_per_grid: int = 10
-    """Trajectories per grid."""
-    horizon: int = 30
-    """Fixed horizon of every key-variant episode (the study's T = 30)."""
-    seed: int = 0
-    """Seed of the layouts."""
-
-    def __post_init__(self) -> None:
-        if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
-            raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
-
-
-@dataclass(frozen=True)
-class ActivationsConfig:
-    """What the extraction stores (section 5)."""
-
-    layers: tuple[int, ...] = ()
-    """Residual-stream layers to capture; empty: the default spread (last block of each
-    third)."""
-    batch_size: int = 16
-    """Sequences per forward pass."""
-
-
-@dataclass(frozen=True)
-class ProbeTraining:
-    """How every probe and regressor of a stage is trained."""
-
-    hidden_size: int = 1024
-    """MLP hidden width (1024 in the study)."""
-    max_epochs: int = 20
-    """Most training epochs (early stopping on validation grids)."""
-    batch_size: int = 128
-    """Training batch size."""
-
-
-@dataclass(frozen=True)
-class ProbesConfig:
-    """Cell-type probes (section 5.1, appendix E)."""
-
-    types: tuple[str, ...] = ("coordinate", "per_cell")
-    """Probe kinds: the study's coordinate-conditioned probe and per-cell heads."""
-    families: tuple[str, ...] = ("linear", "mlp")
-    """Read-outs."""
-    training: ProbeTraining = field(default_factory=ProbeTraining)
-    """Training settings."""
-    test_fraction: float = 0.2
-    """Fraction of grids held out for testing."""
-    n_bootstrap: int = 1000
-    """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the split, the controls, the training and the bootstrap."""
-
-
-@dataclass(frozen=True)
-class DistanceConfig:
-    """Goal-distance regressors (Table 4)."""
-
-    families: tuple[str, ...] = ("linear", "mlp")
-    """Read-outs (``linear`` is ridge regression)."""
-    training: ProbeTraining = field(default_factory=ProbeTraining)
-    """Training settings of the MLP."""
-    test_fraction: float = 0.2
-    """Fraction of grids held out for testing."""
-    n_bootstrap: int = 1000
-    """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the split, the controls, the training and the bootstrap."""
-
-
-@dataclass(frozen=True)
-class PlanDecoderTraining:
-    """How every plan decoder of the sweep is built and trained (the
-    :class:`~probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
-
-    d_bottleneck: int = 1024
-    """Decoder width (1024 in the study)."""
-    n_heads: int = 8
-    """Attention heads per decoder layer."""
-    max_epochs: int = 100
-    """Most epochs."""
-    n_iter_no_change: int = 10
-    """Epochs without validation improvement before stopping."""
-
-
-@dataclass(frozen=True)
-class PlansConfig:
-    """The one-shot plan decoder (section 5.3, Fig. 10, Table 5)."""
-
-    sweep: PlanSweepConfig = field(default_factory=PlanSweepConfig)
-    """Capacities, controls, split, bootstrap and seed (empty stages and layers: every stage
-    with rows in the store and every stored layer)."""
-    decoder: PlanDecoderTraining = field(default_factory=PlanDecoderTraining)
-    """Decoder width and training."""
-
-
-@dataclass(frozen=True)
-class PatchingConfig:
-    """Activation patching with counterfactual grids (section 5.2, appendix F)."""
-
-    sites: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning", "post_reasoning")
-    """Patch sites."""
-    layers: tuple[str, ...] = ("thirds", "all")
-    """Layer sets: each default layer alone, then every layer at once."""
-    max_bases: int = 100
-    """Most base steps, drawn at random (seeded) from the main rollouts."""
-    require_optimal: bool = True
-    """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
-    max_new_tokens: int = 512
-    """Token budget of every greedy completion."""
-    n_bootstrap: int = 1000
-    """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the base draw, the counterfactuals and the bootstrap."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +78,8 @@ class DemoConfig:
     """The iso-difficulty set."""
     keys: KeysConfig = field(default_factory=KeysConfig)
     """The key variants."""
+    probing: ProbingConfig = field(default_factory=ProbingConfig)
+    """The probing set (prompts at sampled states of its own grids, pre-reasoning anchors)."""
     activations: ActivationsConfig = field(default_factory=ActivationsConfig)
     """The extraction."""
     probes: ProbesConfig = field(default_factory=ProbesConfig)
@@ -229,6 +118,10 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
         behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
         keys=KeysConfig(seed=seed),
+        probing=ProbingConfig(
+            grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
+            states=PromptStatesConfig(states_per_grid=4, seed=seed),
+        ),
         probes=ProbesConfig(n_bootstrap=n_bootstrap, seed=seed),
         distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
@@ -255,6 +148,11 @@ def _tiny(seed: int) -> dict[str, Any]:
             episodes_per_grid=1,
             horizon=3,
             seed=seed,
+        ),
+        probing=ProbingConfig(
+            grids=GridSetConfig(sizes=(7, 9), densities=(0.0, 0.5), n_per_cell=3, seed=seed + 1),
+            states=PromptStatesConfig(states_per_grid=3, seed=seed),
+            learning_curve_points=3,
         ),
         activations=ActivationsConfig(batch_size=32),
         probes=ProbesConfig(training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed),
@@ -288,23 +186,27 @@ def _tiny(seed: int) -> dict[str, Any]:
 
 
 def _default(seed: int) -> dict[str, Any]:
-    """2 CPU cores, <= 15 minutes: the study's 5 sizes x 6 densities, one grid per cell."""
-    n_boot = 500
-    training = ProbeTraining(hidden_size=128, max_epochs=10, batch_size=128)
+    """2 CPU cores, <= 15 minutes: the study's protocol (horizons ceil(1.5 L), key variants at
+    T = 30 with 70 episodes each, patching with greedy regenerated reasoning and the optimality
+    filter) on the study's 5 sizes x 6 densities, and a probing set of 420 grids."""
+    n_boot = 1000
+    training = ProbeTraining(hidden_size=128, max_epochs=20, batch_size=64)
     return dict(
-        grids=GridSetConfig(n_per_cell=1, seed=seed),
-        rollouts=RolloutConfig(
-            episodes_per_grid=3, horizon_steps=16, batch_size=64, max_new_tokens=128, seed=seed
-        ),
+        grids=GridSetConfig(n_per_cell=2, seed=seed),
+        rollouts=RolloutConfig(episodes_per_grid=2, batch_size=64, max_new_tokens=256, seed=seed),
         behaviour=BehaviourConfig(random_walks_per_grid=200, n_bootstrap=n_boot, seed=seed),
-        iso=IsoConfig(base_grids=3),
+        iso=IsoConfig(base_grids=6),
         keys=KeysConfig(
             variants=("key_door", "key_no_door", "two_path_key", "two_path_no_key"),
-            sizes=(7,),
-            grids_per_size=2,
-            episodes_per_grid=2,
-            horizon=10,
+            sizes=(7, 9),
+            grids_per_size=7,
+            episodes_per_grid=5,
+            horizon=30,
             seed=seed,
+        ),
+        probing=ProbingConfig(
+            grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
+            states=PromptStatesConfig(states_per_grid=4, seed=seed),
         ),
         activations=ActivationsConfig(batch_size=16),
         probes=ProbesConfig(training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed),
@@ -322,14 +224,7 @@ def _default(seed: int) -> dict[str, Any]:
                 d_bottleneck=64, n_heads=4, max_epochs=6, n_iter_no_change=2
             ),
         ),
-        patching=PatchingConfig(
-            sites=("grid", "pre_reasoning", "post_reasoning"),
-            max_bases=8,
-            require_optimal=False,
-            max_new_tokens=128,
-            n_bootstrap=n_boot,
-            seed=seed,
-        ),
+        patching=PatchingConfig(max_bases=40, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
     )
 

@@ -19,52 +19,70 @@ SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core
 }
 
 
-def tiny_training_model(tokenizer, heads: int = 4):
-    """A seeded random 2-layer GptOssForCausalLM (sliding + full attention) for training tests."""
+def tiny_gpt_oss(
+    tokenizer,
+    *,
+    layers: int = 2,
+    hidden: int = 32,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 16,
+    experts: int = 2,
+    experts_per_token: int = 1,
+    sliding_window: int = 64,
+    max_positions: int = 2048,
+    seed: int | None = 0,
+    **extra,
+):
+    """A seeded random GptOssForCausalLM over ``tokenizer``'s vocabulary: the real architecture
+    (mixture of experts, attention sinks, sliding and full attention alternating), tiny widths.
+    ``extra`` goes to ``GptOssConfig``."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    torch.manual_seed(0)
+    if seed is not None:
+        torch.manual_seed(seed)
     config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=heads, num_key_value_heads=1, head_dim=8, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        num_local_experts=experts,
+        num_experts_per_tok=experts_per_token,
+        sliding_window=sliding_window,
+        max_position_embeddings=max_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
         pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        **extra,
+    )
     return GptOssForCausalLM(config)
+
+
+def tiny_training_model(tokenizer, heads: int = 4):
+    """A seeded random 2-layer GptOssForCausalLM (sliding + full attention) for training tests."""
+    return tiny_gpt_oss(tokenizer, heads=heads, head_dim=8)
 
 
 def build_tiny_backend():
     """A LocalBackend over a random 2-layer GptOssForCausalLM with the bundled tokenizer."""
-    import torch
-    from transformers import GptOssConfig, GptOssForCausalLM
-
     from activations.agent.local_backend import LocalBackend
     from activations.agent.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+    model = tiny_gpt_oss(
+        tokenizer,
+        hidden=16,
         head_dim=8,
-        num_local_experts=2,
-        num_experts_per_tok=1,
         sliding_window=8,
-        layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=512,
-        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
-        pad_token_id=tokenizer.pad_token_id,
+        max_positions=512,
         eos_token_id=[tokenizer.convert_tokens_to_ids("<|return|>")],
         bos_token_id=None,
         tie_word_embeddings=False,
     )
-    torch.manual_seed(0)
-    return LocalBackend(GptOssForCausalLM(config), tokenizer)
+    return LocalBackend(model, tokenizer)
 
 
 @contextlib.contextmanager

@@ -6,12 +6,29 @@ every test sees the same session-scoped models, runs and servers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
 from typer.testing import CliRunner, Result
 
-pytest_plugins: list[str] = ["server_fixtures"]
+# as the CLI does (goalprobe.cli.main): OpenMP threads that busy-wait collapse on a shared CPU;
+# set before any test module imports torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+pytest_plugins: list[str] = ["gptoss_fixtures", "server_fixtures"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Every test runs torch on one thread: the tiny models are fastest that way, and the CI
+    machine is a shared 2-core box where intra-op threads only add contention."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

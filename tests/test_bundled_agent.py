@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_gpt_oss
+from transformers import GptOssForCausalLM
 
 from activations.agent.backend import SamplingConfig
 from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
@@ -147,15 +148,7 @@ def test_training_examples_are_consistent():
 
 def test_shared_prefix_loss_equals_full_loss():
     tokenizer = build_tokenizer()
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    model = GptOssForCausalLM(config).eval()
+    model = tiny_gpt_oss(tokenizer).eval()
     examples = sample_batch_examples(
         TrainingDataConfig(sizes=(5,), size_weights=(1.0,)), 3, np.random.default_rng(0)
     )

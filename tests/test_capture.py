@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from agent_fixtures import tiny_gpt_oss as shared_tiny_gpt_oss
 
 from activations.agent.harmony import (
     HarmonyTokenIds,
@@ -29,15 +30,6 @@ from activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_k
 LAYERS = [0, 2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # the CI machine is a shared 2-core box: intra-op threads only add contention
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()
@@ -45,25 +37,10 @@ def tokenizer():
 
 def tiny_gpt_oss(tokenizer, seed: int = 0, dtype=torch.float32):
     """A random 4-block GPT-OSS (MoE, sinks, alternating sliding/full attention)."""
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=16,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    torch.manual_seed(seed)
-    return GptOssForCausalLM(config).eval().to(dtype)
+    return shared_tiny_gpt_oss(
+        tokenizer, layers=4, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
+        sliding_window=16, max_positions=1024, seed=seed,
+    ).eval().to(dtype)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -31,15 +31,6 @@ from probes.splits import carve_validation, shuffle_by_grid, split_by_grid
 from probes.synthetic import planted_cell_data
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest (and most steadily on a shared CPU) on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def planted():
     """A planted map with walls; grids 4x4 and 5x5 on a 5x5 canvas (padding present)."""

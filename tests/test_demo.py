@@ -216,12 +216,10 @@ def test_cli_prints_the_headline_table(demo):
 
 
 def test_report_opens_in_headless_chromium_without_errors(demo):
+    import playwright.sync_api as playwright_api
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no chromium binary on PATH (Debian package 'chromium')")
-    playwright_api = pytest.importorskip(
-        "playwright.sync_api", reason="the playwright package is not installed"
-    )
+    assert chromium, "no chromium on PATH: scripts/setup_tests.sh installs Debian's 'chromium'"
     result, _ = demo
     report = result.run_dir / "report.html"
     with playwright_api.sync_playwright() as p:
@@ -264,3 +262,15 @@ def test_a_stage_key_is_what_the_stage_receives():
     agent = config_to_dict(identity)["agent"]
     assert agent["model"] == "bundled" and len(agent["weights_sha256"]) == 16
     assert agent["dtype"] == "float32"
+
+
+def test_set_overrides_parse_json_values_and_refuse_malformed_ones():
+    from goalprobe.commands.demo import parse_setting
+
+    assert parse_setting("rollouts.temperature=0") == ("rollouts.temperature", 0)
+    assert parse_setting("keys.sizes=[7, 9]") == ("keys.sizes", (7, 9))
+    assert parse_setting("agent.device=cuda") == ("agent.device", "cuda")
+    with pytest.raises(ValueError, match="section.field=value"):
+        parse_setting("rollouts.temperature")
+    config = demo_config("tiny", overrides=dict([parse_setting("keys.sizes=[9]")]))
+    assert config.keys.sizes == (9,)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from sklearn.base import clone
 from sklearn.dummy import DummyRegressor
 from sklearn.linear_model import Ridge
@@ -15,14 +14,6 @@ from probes.metrics import evaluate_distance
 from probes.serialization import load_probe, read_probe_card, save_probe
 from probes.splits import shuffle_by_grid, split_by_grid
 from probes.synthetic import planted_cell_data
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

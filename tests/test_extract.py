@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from agent_fixtures import tiny_gpt_oss
 
 from activations.agent.backend import Completion
 from activations.agent.harmony import (
@@ -38,14 +39,6 @@ from activations.store import ActivationStore, shard_of
 from probes.plan_metrics import encode_plans
 
 LAYERS = (0, 2)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _grid_text(content: str) -> str:
@@ -120,26 +113,12 @@ def trajectories(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tokenizer):
     """A tiny random GPT-OSS saved like a checkpoint (config, weights, tokenizer)."""
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=16,
-        max_position_embeddings=1024,
-        pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    torch.manual_seed(0)
+    model = tiny_gpt_oss(
+        tokenizer, layers=3, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
+        sliding_window=16, max_positions=1024,
+    )  # fmt: skip
     directory = tmp_path_factory.mktemp("model")
-    GptOssForCausalLM(config).save_pretrained(directory)
+    model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 

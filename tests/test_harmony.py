@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -209,33 +207,12 @@ def test_anchor_activations_of_tiny_gpt_oss(tokenizer):
 # ----------------------------------------------------------------------------- openai-harmony
 
 
-def _load_harmony_encoding(timeout_s: float = 20.0):
-    openai_harmony = pytest.importorskip("openai_harmony")
-    result: dict = {}
-
-    def load() -> None:
-        try:
-            result["encoding"] = openai_harmony.load_harmony_encoding(
-                openai_harmony.HarmonyEncodingName.HARMONY_GPT_OSS
-            )
-        except Exception as err:  # noqa: BLE001 - any failure means: cannot compare here
-            result["error"] = err
-
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if "encoding" not in result:
-        reason = result.get("error", f"no answer within {timeout_s:.0f} s")
-        pytest.skip(
-            "openai-harmony cannot load the o200k_harmony vocabulary (it downloads it on first "
-            f"use; no network here?): {reason}"
-        )
-    return openai_harmony, result["encoding"]
-
-
 @pytest.mark.parametrize("effort", ["low", "high"])
-def test_rendering_matches_openai_harmony(effort):
-    oh, encoding = _load_harmony_encoding()
+def test_rendering_matches_openai_harmony(effort, harmony_encoding):
+    """Text-level check; tests/test_gptoss_o200k.py compares token for token under o200k."""
+    import openai_harmony as oh
+
+    encoding = harmony_encoding
     messages = _messages(Variant.KEY_DOOR)
     system = oh.SystemContent.new().with_reasoning_effort(oh.ReasoningEffort(effort.capitalize()))
     base = [

@@ -94,3 +94,26 @@ def test_bad_inputs_are_refused():
     split = split_by_grid(data.grid_ids, test_fraction=0.25, random_state=0)
     with pytest.raises(ValueError, match="counts"):
         learning_curve(data, split.train, split.test, GoalDistanceRegressor(), config, counts=(99,))
+
+
+def test_the_figure_draws_every_model_with_its_band_per_metric():
+    from viewer.figures import learning_curve_figure
+
+    data = planted_distance_data(60)
+    split = split_by_grid(data.grid_ids, test_fraction=0.25, random_state=0)
+    config = ProbeSweepConfig(
+        target="distance", stages=("pre_reasoning",), layers=(0,), n_bootstrap=50
+    )
+    curve = learning_curve(
+        data, split.train, split.test, GoalDistanceRegressor(), config, counts=(6, 45)
+    )
+    figure = learning_curve_figure({**curve, "stage": "pre_reasoning", "layer": 0})
+    lines = [t for t in figure.data if t.mode == "lines+markers"]
+    names = {t.name for t in lines}
+    assert names == {"probe", "shuffled labels", "mean", "size mean", "size-and-density mean"}
+    assert len(lines) == 2 * len(names)  # one line per model in each of the r2 and mae panels
+    assert all(list(t.x) == [6, 45] for t in lines)
+    bands = [t for t in figure.data if t.fill == "toself"]
+    assert len(bands) == len(lines)
+    empty = learning_curve_figure({"points": [], "metrics": []})
+    assert "no learning curve" in empty.layout.annotations[0].text

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import GptOssConfig, GptOssForCausalLM
+from agent_fixtures import tiny_gpt_oss
+from transformers import GptOssForCausalLM
 
 from activations.agent.backend import Backend, SamplingConfig
 from activations.agent.harmony import HarmonyTokenIds, find_anchors
-from activations.agent.local_backend import LocalBackend
+from activations.agent.local_backend import LocalBackend, PerRowSampler
 from activations.agent.models import HubUnavailableError
 from activations.agent.prompts import build_messages
 from activations.agent.tokenizer import build_tokenizer
@@ -25,15 +26,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def backend(tokenizer):
-    torch.manual_seed(0)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
-        num_experts_per_tok=1, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-        pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    return LocalBackend(GptOssForCausalLM(config), tokenizer)
+    return LocalBackend(tiny_gpt_oss(tokenizer, sliding_window=16), tokenizer)
 
 
 def _batch(sizes=(5, 7, 9)):
@@ -156,3 +149,27 @@ def test_hub_id_offline_fails_fast(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # empty cache
     with pytest.raises(HubUnavailableError, match="not in the Hugging Face cache"):
         LocalBackend.from_pretrained("goalprobe-test/no-such-model")
+
+
+def _full_sort_nucleus(scores: torch.Tensor, seeds, temperature: float, top_p: float):
+    """The sampler as first written: a full sort of the vocabulary per row (the reference)."""
+    probs = torch.softmax(scores.float() / temperature, dim=-1)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    return [int(torch.multinomial(probs[r], 1, generator=g)) for r, g in enumerate(generators)]
+
+
+@pytest.mark.parametrize("sharpness", [0.1, 1.0, 8.0])
+def test_nucleus_from_top_k_draws_what_a_full_sort_draws(sharpness):
+    """Sampling from the top-k candidates (k grown until every row's nucleus fits) draws the
+    same token as a full sort of the vocabulary, from flat to peaked distributions."""
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 201_088, generator=gen) * sharpness
+    for seed in range(4):
+        seeds = [seed * 10 + r for r in range(6)]
+        sampler = PerRowSampler(seeds, temperature=0.7, top_p=0.95, device=torch.device("cpu"))
+        drawn = sampler(None, scores.clone()).argmax(dim=-1).tolist()
+        assert drawn == _full_sort_nucleus(scores, seeds, 0.7, 0.95)

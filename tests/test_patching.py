@@ -55,15 +55,6 @@ from viewer.figures import patch_summary_figure
 N_LAYERS = 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and leave the other cores alone)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()

@@ -71,15 +71,6 @@ def small_decoder(**kw) -> PlanDecoder:
     return PlanDecoder(**params)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models train fastest on one thread (and do not fight other jobs for cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def data():
     return {"train": synthetic(512, 0), "val": synthetic(128, 1), "test": synthetic(256, 2)}
@@ -545,4 +536,6 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     _, summary = distance.run(
         context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
     )
-    assert len(summary["linear"]) == 1 and "pre_reasoning" in next(iter(summary["linear"]))
+    assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(
+        iter(summary["main_linear"])
+    )

@@ -121,7 +121,10 @@ def test_the_report_shows_the_headline_rows_and_the_parser_reads_them_back(tmp_p
     path = write_report(layout.root)
     assert path == layout.report
     read = compare_headline.headline_of_run(layout.root)
-    assert read == [(r.finding, r.value, r.baseline) for r in rows]
+    assert read == [(r.finding, r.value, r.baseline, r.verdict) for r in rows]
+    walk = overall["random_walk_accuracy"]["value"]
+    expected = "yes" if overall["accuracy"]["ci_low"] > walk else "no"
+    assert rows[0].verdict == f"above random walk: {expected}"
 
 
 def test_a_report_without_inputs_says_what_is_missing(tmp_path):

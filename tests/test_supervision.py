@@ -64,8 +64,7 @@ def test_cell_positions_point_at_each_cells_symbol(tokenizer, key_probability):
 def test_cell_positions_reject_a_prompt_without_the_grid(tokenizer):
     example, other = _examples(0.0, seed=4, n=2, sizes=(7,))
     ids = tokenizer(other.prompt, add_special_tokens=False)["input_ids"]
-    if other.grid == example.grid and other.state == example.state:  # pragma: no cover
-        pytest.skip("same grid drawn twice")
+    assert (other.grid, other.state) != (example.grid, example.state)  # seeded: two grids
     with pytest.raises(ValueError, match="not a token run"):
         grid_cell_positions(ids, example.grid, example.state, tokenizer)
 

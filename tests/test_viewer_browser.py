@@ -17,16 +17,13 @@ import time
 from pathlib import Path
 
 import httpx
+import playwright.sync_api as playwright_api
 import pytest
 from viewer_fixtures import offline_page, shared_run
 
+# The README's test command installs Chromium (scripts/setup_tests.sh) and playwright (test
+# extras): a machine without them fails here rather than skipping the viewer's browser tests.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary on PATH (Debian package 'chromium')"
-)
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="the playwright package is not installed"
-)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "viewer"
 LAUNCH_ARGS = [
@@ -90,6 +87,7 @@ def server(run_dir):
 
 @pytest.fixture(scope="module")
 def browser():
+    assert CHROMIUM, "no chromium on PATH: scripts/setup_tests.sh installs Debian's 'chromium'"
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         yield b
@@ -153,6 +151,65 @@ def test_app_loads_and_lists_missing_artefacts(page):
     assert page.console_problems == []
 
 
+def test_first_screen_has_a_decoded_map_in_every_map_panel(page):
+    for graph in ("g-decoded", "g-prob"):
+        assert page.locator(f"#{graph} .js-plotly-plot .hm").count() == 1
+    assert "no decoded map" not in page.text_content("#step-header")
+    why = page.text_content("#mapped-why")
+    assert "test grids" in why
+    overflow = page.evaluate(
+        """() => [...document.querySelectorAll('.gp-side *, #step-header *')]
+            .filter(e => e.children.length === 0 && e.scrollWidth > e.clientWidth + 1
+                    && getComputedStyle(e).overflow !== 'visible')
+            .map(e => e.textContent)"""
+    )
+    assert overflow == []
+
+
+def test_plan_strip_colours_agree_with_its_caption(page):
+    strip = page.evaluate(
+        """() => {
+            const plot = document.querySelector('#g-strip .js-plotly-plot');
+            return {z: plot.data[0].z, title: plot.layout.title.text};
+        }"""
+    )
+    from viewer.figures.plans import STRIP_COLOURS
+
+    match = list(STRIP_COLOURS).index("match")
+    green = strip["z"][0].count(match)
+    m = re.search(r"the first (\d+) of (\d+) executed tokens", strip["title"])
+    if m:
+        assert green == int(m.group(1))
+    else:
+        m = re.search(r"all (\d+) executed tokens match", strip["title"])
+        assert m and green == int(m.group(1))
+    padding = list(STRIP_COLOURS).index("padding")
+    executed = strip["z"][1]
+    assert all(d != match for d, e in zip(strip["z"][0], executed, strict=True) if e == padding)
+
+
+def test_arrow_keys_step_through_the_episode_and_the_url_keeps_the_selection(page, browser):
+    page.locator(".gp-header h1").click()
+    page.keyboard.press("ArrowRight")
+    _wait_header(page, "step 1 of")
+    page.wait_for_function("() => window.location.search.includes('step=1')")
+    url = page.url
+    assert "episode=" in url and "layer=5" in url and "family=mlp" in url
+    page.keyboard.press("ArrowLeft")
+    _wait_header(page, "step 0 of")
+    page.wait_for_function("() => window.location.search.includes('step=0')")
+    # a second page opened on the shared URL shows the same selection
+    other = browser.new_page(viewport={"width": 1600, "height": 1300})
+    shared = url.replace("layer=5", "layer=3")
+    other.goto(shared)
+    other.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
+    _wait_header(other, "step 1 of")
+    _wait_header(other, "probe: mlp · pre · layer 3")
+    other.wait_for_function("() => window.location.search.includes('layer=3')")
+    other.close()
+    assert page.console_problems == []
+
+
 def test_choosing_another_step_changes_the_rendered_map(page):
     before_true, before_decoded = _figure(page, "g-true"), _figure(page, "g-decoded")
     reasoning_before = page.text_content("#reasoning")
@@ -201,11 +258,20 @@ def test_run_overview_scores_the_plan_decoders(page):
     names = page.evaluate(
         "() => document.querySelector('#g-prefix .js-plotly-plot').data.map(t => t.name)"
     )
-    assert (
-        "random 0.25^N" in names
-        and sum(n.startswith("decoder") and not n.endswith("CI") for n in names) == 4
+    # small multiples: one panel per stage (2) x layer (1), a 0.25^N baseline in each
+    assert names.count("random 0.25^N") == 2
+    assert sum(n.endswith("-layer decoder") for n in names) == 4
+    assert "0.25^N" in page.text_content("#prefix-caption")
+    probes = page.evaluate(
+        "() => document.querySelector('#g-probes .js-plotly-plot').data.map(t => t.name)"
     )
-    assert page.locator("#g-probes .js-plotly-plot").count() == 1
+    for control in ("majority class per cell", "prior by grid size", "same probe, shuffled labels"):
+        assert control in probes
+    overflow = page.evaluate(
+        """() => [...document.querySelectorAll('#overview p, #overview h4, .gp-header *')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
+    )
+    assert overflow == []
     _shot(page, "overview")
     page.get_by_text("Episode explorer").click()
     assert page.console_problems == []

@@ -29,6 +29,7 @@ from viewer.data import (
     UnsafePathError,
     full_class_probs,
 )
+from viewer.figures.plans import STRIP_COLOURS
 from viewer.step import build_step_view, decoded_view, episode_flags, step_figures
 
 # ------------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def test_probability_figure_outlines_true_cells_of_the_class():
 @pytest.mark.parametrize(
     ("predicted", "target", "prefix"),
     [
-        ([0, 0, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD], 5),
+        ([0, 0, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD], 4),
         ([0, 0, 2, 2, 2], [0, 0, 1, PLAN_END, PLAN_PAD], 2),
         ([0, 0, 1, 2, 2], [0, 0, 1, PLAN_END, PLAN_PAD], 3),  # END must be predicted
         ([1, 0, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD], 0),
@@ -108,8 +109,35 @@ def test_probability_figure_outlines_true_cells_of_the_class():
 def test_plan_strip_reports_the_matched_prefix(predicted, target, prefix):
     fig = F.plan_strip_figure(predicted, target)
     title = fig.layout.title.text
-    assert title == "Plan: all tokens match" if prefix == 5 else f"first {prefix} of 5" in title
-    assert list(fig.data[0].text[0]) == [F.ACTION_ARROWS[p] for p in predicted]
+    if prefix == 4:
+        assert title.startswith("Plan: all 4 executed tokens match")
+    else:
+        assert f"the first {prefix} of 4 executed tokens match" in title
+    glyphs = {**F.ACTION_ARROWS, PLAN_PAD: "·"}
+    assert list(fig.data[0].text[0]) == [glyphs[p] for p in predicted]
+    # the caption agrees with the colours: exactly `prefix` decoded cells are green
+    cats = F.plan_strip_categories(predicted, target)
+    order = list(STRIP_COLOURS)
+    assert list(fig.data[0].z[0]).count(order.index("match")) == prefix == cats["prefix"]
+
+
+def test_plan_strip_never_colours_end_or_padding_as_a_match():
+    # the executed plan is DOWN, END; the decoder keeps saying DOWN: only t is a real match
+    target = [int(Action.DOWN), PLAN_END, PLAN_PAD, PLAN_PAD, PLAN_PAD]
+    predicted = [int(Action.DOWN)] * 5
+    fig = F.plan_strip_figure(predicted, target)
+    order = list(STRIP_COLOURS)
+    decoded, executed = (list(row) for row in fig.data[0].z)
+    assert decoded == [order.index(c) for c in ("match", "miss", "padding", "padding", "padding")]
+    assert executed[1] == order.index("end") and executed[2:] == [order.index("padding")] * 3
+    assert "the first 1 of 2 executed tokens match" in fig.layout.title.text
+    assert list(fig.data[0].text[1])[:3] == ["↓", "END", "·"]
+    # colours of END and padding differ from the match colour
+    assert len({STRIP_COLOURS[c] for c in ("match", "padding", "end")}) == 3
+    # equal tokens after the first miss are not counted as matches
+    cats = F.plan_strip_categories([0, 1, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD])
+    assert cats["decoded"] == ["match", "miss", "after_miss", "after_miss", "padding"]
+    assert cats["prefix"] == 1 and cats["scored"] == 4
 
 
 def test_plan_figure_draws_both_paths_with_an_arrow_per_move():
@@ -177,6 +205,92 @@ def test_probe_comparison_bars_have_asymmetric_intervals():
     )
     assert list(post.y) == [0.6, None]
     assert fig.layout.shapes[0].y0 == 0.3
+
+
+def test_accuracy_bars_draw_every_control_of_the_sweep():
+    models = {
+        "probe": {"accuracy_no_padding": {"value": 0.8}},
+        "majority": {"accuracy_no_padding": {"value": 0.5}},
+        "prior_size": {"accuracy_no_padding": {"value": 0.55}},
+        "prior_size_density": {"accuracy_no_padding": {"value": 0.6}},
+        "shuffled": {"accuracy_no_padding": {"value": 0.52}},
+        "uniform": {"accuracy_no_padding": None},
+    }
+    found = F.baseline_values(models, "accuracy_no_padding")
+    assert found == {
+        "majority": 0.5,
+        "prior_size": 0.55,
+        "prior_size_density": 0.6,
+        "shuffled": 0.52,
+    }
+    rows = [
+        {"name": "mlp L2", "group": "pre", "value": 0.8, "baselines": found},
+        {"name": "mlp L3", "group": "pre", "value": 0.7, "baselines": {"majority": 0.45}},
+        {"name": "mlp L2", "group": "post", "value": 0.6, "baselines": {"shuffled": 0.4}},
+    ]
+    fig = F.probe_comparison_figure(rows)
+    marks = [t for t in fig.data if t.type == "scatter"]
+    by_name = {}
+    for t in marks:
+        by_name.setdefault(t.name, []).append(t)
+    assert set(by_name) == {label for label, _ in F.BASELINES.values()}
+    majority = next(t for t in by_name[F.BASELINES["majority"][0]] if t.offsetgroup == "pre")
+    assert list(majority.x) == ["mlp L2", "mlp L3"] and list(majority.y) == [0.5, 0.45]
+    shuffled_post = next(t for t in by_name[F.BASELINES["shuffled"][0]] if t.offsetgroup == "post")
+    assert list(shuffled_post.y) == [0.4, None]
+    assert sum(t.showlegend for t in marks) == len(F.BASELINES)  # one legend entry per control
+
+
+def test_prefix_accuracy_small_multiples_have_a_panel_per_stage_and_layer():
+    acc = [0.5, 0.2, 0.05, 0.01]
+    runs = []
+    for stage in ("pre_reasoning", "post_reasoning"):
+        for layer in (1, 2, 3):
+            for n_layers in (1, 2):
+                ci = [[a - 0.05 for a in acc], [a + 0.05 for a in acc]]
+                runs.append(
+                    dict(
+                        stage=stage,
+                        layer=layer,
+                        kind="decoder",
+                        n_layers=n_layers,
+                        accuracy=acc,
+                        ci=ci,
+                    )
+                )
+            runs.append(
+                dict(
+                    stage=stage,
+                    layer=layer,
+                    kind="shuffled_control",
+                    n_layers=1,
+                    accuracy=[0.25, 0.06, 0.01, 0.0],
+                )
+            )
+    fig = F.prefix_accuracy_grid_figure(runs)
+    axes = {t.xaxis for t in fig.data}
+    assert len(axes) == 6  # 2 stages x 3 layers
+    titles = [a.text for a in fig.layout.annotations]
+    assert "pre-reasoning · layer 1" in titles and "post-reasoning · layer 3" in titles
+    for axis in axes:
+        in_panel = [t for t in fig.data if t.xaxis == axis]
+        random = [t for t in in_panel if t.name == "random 0.25^N"]
+        assert len(random) == 1 and np.allclose(random[0].y, 0.25 ** np.arange(1, 5))
+        assert sum(t.name == "shuffled control" for t in in_panel) == 1
+        decoders = [t for t in in_panel if t.name.endswith("-layer decoder")]
+        assert len(decoders) == 2 and decoders[0].line.color != decoders[1].line.color
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    assert sorted(set(legend)) == sorted(legend)  # each entry once
+    with pytest.raises(ValueError):
+        F.prefix_accuracy_grid_figure([])
+
+
+def test_empty_states_wrap_at_word_boundaries():
+    message = "No decoded map for this step: probes decode only their held-out test grids."
+    fig = F.empty_figure(message, wrap=30)
+    lines = fig.layout.annotations[0].text.split("<br>")
+    assert len(lines) > 1 and all(len(line) <= 30 for line in lines)
+    assert " ".join(lines) == message
 
 
 # ------------------------------------------------------------------------------------------
@@ -296,7 +410,7 @@ def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
     view = build_step_view(run, key, 1)
     assert view.decoded is None and view.plan is None and view.patching == []
     figs = step_figures(view)
-    assert figs["decoded"].layout.annotations[0].text == "no decoded map selected"
+    assert figs["decoded"].layout.annotations[0].text.startswith("No decoded map: choose")
     assert RunData(tmp_path / "bare").episode(key).grid == run.episode(key).grid
 
 
@@ -342,7 +456,7 @@ def test_step_view_joins_actions_plans_and_patching(run, run_dir):
         assert np.array_equal(view.plan.target, targets[t])
         assert view.plan.executed_path[0] == data.steps[t].agent_row_col
         if np.array_equal(view.plan.predicted, view.plan.target):
-            assert view.plan.prefix == len(view.plan.target)
+            assert view.plan.prefix == int((view.plan.target != PLAN_PAD).sum())
             assert view.plan.predicted_path == view.plan.executed_path
         assert view.history[-1] == view.agent_row_col and len(view.history) == t + 1
     # the fixture has patching records for steps 0 and 1 of the first episode only
@@ -368,6 +482,30 @@ def test_probe_metrics_come_from_the_cards(run):
     assert {r["group"] for r in rows} == {"pre_reasoning", "post_reasoning"}
     mlp = {(r["group"], r["name"]): r["value"] for r in rows}
     assert mlp[("pre_reasoning", "mlp L5")] > mlp[("pre_reasoning", "linear L5")]
+    assert all(
+        r["baselines"]
+        == {"majority": 0.55, "prior_size": 0.58, "prior_size_density": 0.6, "shuffled": 0.5}
+        for r in rows
+    )
+
+
+def test_first_screen_is_a_step_with_a_decoded_map(run):
+    from viewer.step import default_episode, default_map_source
+
+    source = default_map_source(run)
+    mapped = run.episodes_with_maps(source)
+    # the fixture leaves the last two store rows without maps: the last episode's last steps
+    assert mapped and mapped <= set(run.episodes)
+    episode, step = default_episode(run, source)
+    assert episode in mapped and run.decoded_maps(source, episode).present[step]
+    view = build_step_view(run, episode, step, map_source=source)
+    assert view.decoded is not None
+    last = list(run.episodes)[-1]
+    present = run.decoded_maps(source, last).present
+    assert not present[-1]
+    empty = build_step_view(run, last, len(present) - 1, map_source=source)
+    figs = step_figures(empty)
+    assert "test grids" in figs["decoded"].layout.annotations[0].text
 
 
 # ------------------------------------------------------------------------------------------
@@ -563,3 +701,29 @@ def test_only_the_viewer_figures_draw():
                         if drawing.search(fh.read()):
                             wrong.append(os.path.relpath(path, root))
     assert wrong == []
+
+
+def test_a_folder_of_runs_is_served_with_an_agent_picker(run_dir, tmp_path):
+    from viewer.app import create_multi_run_app
+    from viewer.data import find_runs
+
+    parent = tmp_path / "agents"
+    parent.mkdir()
+    for name in ("agent-a", "agent-b"):
+        (parent / name).symlink_to(run_dir, target_is_directory=True)
+    (parent / "notes").mkdir()  # not a run: ignored
+    assert list(find_runs(parent)) == ["agent-a", "agent-b"]
+    assert list(find_runs(run_dir)) == [run_dir.name]
+    server, apps = create_multi_run_app(parent)
+    assert set(apps) == {"agent-a", "agent-b"}
+    client = server.test_client()
+    root = client.get("/")
+    assert root.status_code == 302 and root.headers["Location"].endswith("/agent-a/")
+    assert client.get("/agent-b/").status_code == 200
+    layout = client.get("/agent-b/_dash-layout").get_data(as_text=True)
+    assert "gp-agents" in layout and "agent-a" in layout
+    current = json.loads(layout)["props"]["children"][3]["props"]["children"][2]
+    links = current["props"]["children"][1:]
+    assert [x["props"]["className"] for x in links] == ["", "current"]
+    with pytest.raises(FileNotFoundError):
+        create_multi_run_app(parent / "notes")

@@ -194,7 +194,12 @@ def build_run(
                                     "ci_low": accuracy - 0.02,
                                     "ci_high": accuracy + 0.02,
                                 }
-                            }
+                            },
+                            # the controls a probe sweep scores beside the probe
+                            "majority": {"accuracy": {"value": 0.55}},
+                            "prior_size": {"accuracy": {"value": 0.58}},
+                            "prior_size_density": {"accuracy": {"value": 0.6}},
+                            "shuffled": {"accuracy": {"value": 0.5}},
                         }
                     },
                     "activations": {

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import dash
 from dash import Input, Output, State, ctx, dcc, html
@@ -28,16 +30,17 @@ from dash.exceptions import PreventUpdate
 
 from activations.agent.trajectories import TrajectoryFormatError
 from activations.gridworld.core import CellType
-from viewer.data import STAGES, RunData, UnknownKeyError
+from viewer.data import STAGES, RunData, UnknownKeyError, find_runs
 from viewer.figures import (
     LEGEND,
     class_name,
     empty_figure,
-    prefix_accuracy_figure,
+    prefix_accuracy_grid_figure,
     probe_comparison_figure,
 )
 from viewer.step import (
     build_step_view,
+    default_episode,
     default_map_source,
     default_plan_source,
     step_figures,
@@ -101,6 +104,11 @@ body { margin: 0; font-family: Inter, system-ui, -apple-system, 'Segoe UI', Robo
 .gp-table { border-collapse: collapse; font-size: 13px; }
 .gp-table td, .gp-table th { padding: 3px 10px; border-bottom: 1px solid #eceff1; text-align: left; }
 .gp-empty { color: #6c757d; padding: 20px; }
+.gp-caption { font-size: 13px; color: #3e4c59; margin: 4px 8px 6px; max-width: 70em; }
+.gp-agents { display: flex; gap: 6px; align-items: baseline; font-size: 13px; margin-left: auto; }
+.gp-agents a { color: #dbe4ee; text-decoration: none; padding: 2px 8px; border-radius: 999px;
+               border: 1px solid rgba(255,255,255,.35); }
+.gp-agents a.current { background: white; color: #1d3557; }
 #overview { padding: 12px 0; }
 .gp-legend { display: flex; flex-wrap: wrap; gap: 4px 16px; font-size: 12px; color: #3e4c59;
              padding: 4px 2px 2px; border-top: 1px solid #eceff1; margin-top: 4px; }
@@ -111,6 +119,19 @@ body { margin: 0; font-family: Inter, system-ui, -apple-system, 'Segoe UI', Robo
 .gp-ring { width: 12px; height: 12px; border: 3px solid; border-radius: 50%;
            display: inline-block; }
 """
+
+_KEYS = """
+document.addEventListener('keydown', function (event) {
+  if (event.key !== 'ArrowLeft' && event.key !== 'ArrowRight') { return; }
+  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) { return; }
+  const t = event.target;
+  if (t && t.closest && t.closest('input, textarea, select, [contenteditable=true], ' +
+      '[role=slider], [role=combobox], [role=listbox], .dash-dropdown, .rc-slider')) { return; }
+  const button = document.getElementById(event.key === 'ArrowLeft' ? 'prev' : 'next');
+  if (button) { event.preventDefault(); button.click(); }
+});
+"""
+"""Left and right arrows press the step buttons (unless a control that uses arrows has focus)."""
 
 _INDEX = (
     """<!DOCTYPE html>
@@ -127,6 +148,9 @@ _INDEX = (
   <body>
     {%app_entry%}
     <footer>{%config%}{%scripts%}{%renderer%}</footer>
+    <script>"""
+    + _KEYS
+    + """</script>
   </body>
 </html>"""
 )
@@ -164,7 +188,7 @@ def _side_panel(run: RunData):
     default_key = default_map_source(run)
     default = run.map_sources[default_key] if default_key else None
     default_stage = default.stage if default else stages[0]
-    first_episode = next(iter(run.episodes), None)
+    first_episode, first_step = default_episode(run, default_key)
     return html.Div(
         [
             html.H3("Episodes"),
@@ -191,6 +215,19 @@ def _side_panel(run: RunData):
                 inline=True,
                 inputStyle={"marginLeft": "6px"},
             ),
+            dcc.Checklist(
+                id="f-mapped",
+                options=[{"label": " only episodes with decoded maps", "value": "mapped"}],
+                value=[],
+                inputStyle={"marginRight": "4px"},
+                style={"marginTop": "8px", "fontSize": "13px"},
+            ),
+            html.Div(
+                "Probes decode only their held-out test grids, so other episodes have no "
+                "decoded map (the true grid and plans still show).",
+                className="gp-count",
+                id="mapped-why",
+            ),
             html.Label("Episode", className="gp-label"),
             dcc.Dropdown(
                 id="episode",
@@ -206,7 +243,7 @@ def _side_panel(run: RunData):
                 min=0,
                 max=1,
                 step=1,
-                value=0,
+                value=first_step,
                 marks=None,
                 tooltip={"placement": "bottom"},
             ),
@@ -217,6 +254,7 @@ def _side_panel(run: RunData):
                 ],
                 className="gp-buttons",
             ),
+            html.Div("keys: ← → step through the episode", className="gp-count"),
             html.H3("Cognitive map probe"),
             html.Label("Stage", className="gp-label"),
             dcc.RadioItems(
@@ -322,9 +360,22 @@ def _explorer():
     )
 
 
+PREFIX_CAPTION = (
+    "One panel per stage (rows) and layer (columns). Look for decoders (solid, colour = "
+    "capacity) that stay above the shuffled control (dotted) and the 0.25^N random baseline "
+    "(dashed) beyond N = 1: that is plan information in the activations, not a prior."
+)
+PROBE_CAPTION = (
+    "Each bar is a probe's test accuracy on grid cells (95% grid-bootstrap CI); the marks on it "
+    "are its controls: majority class per cell, the priors by grid size and by size and density, "
+    "and the same probe trained on shuffled labels. A probe only shows a cognitive map where it "
+    "clears all of them."
+)
+
+
 def _overview(run: RunData):
     cards = []
-    curves, bands, notes = {}, {}, []
+    runs, notes = [], []
     order = sorted(
         run.plan_sources.items(),
         key=lambda kv: (_stage_rank(kv[1].stage), kv[1].layer, kv[1].kind, kv[1].n_layers or 0),
@@ -335,38 +386,64 @@ def _overview(run: RunData):
         except (OSError, ValueError, KeyError) as err:
             notes.append(f"{source.label}: {err}")
             continue
-        name = f"{source.label} ({result['rows']} rows, n={result['n_examples']})"
-        curves[name] = result["accuracy"]
-        bands[name] = result["ci"]
-    if curves:
+        runs.append(
+            {
+                "stage": source.stage,
+                "layer": source.layer,
+                "kind": source.kind,
+                "n_layers": source.n_layers,
+                "accuracy": result["accuracy"],
+                "ci": result["ci"],
+            }
+        )
+    if runs:
         cards.append(
-            dcc.Graph(
-                id="g-prefix",
-                figure=prefix_accuracy_figure(curves, ci=bands),
-                config=_GRAPH_CONFIG,
-            )
+            [
+                dcc.Graph(
+                    id="g-prefix",
+                    figure=prefix_accuracy_grid_figure(runs),
+                    config=_GRAPH_CONFIG,
+                ),
+                html.P(PREFIX_CAPTION, className="gp-caption", id="prefix-caption"),
+            ]
         )
     else:
         cards.append(
             html.Div("No predicted plans to score. " + " ".join(notes), className="gp-empty")
         )
+    rows = run.probe_metrics()
+    metric = (
+        "accuracy_no_padding"
+        if any(r["metric"] == "accuracy_no_padding" for r in rows)
+        else "accuracy"
+    )
     metrics = sorted(
-        (r for r in run.probe_metrics() if r["metric"] == "accuracy"),
+        (r for r in rows if r["metric"] == metric),
         key=lambda r: (_stage_rank(r["group"]), r["name"]),
     )
     if metrics:
+        where = "grid cells" if metric == "accuracy_no_padding" else "the whole canvas"
         cards.append(
-            dcc.Graph(
-                id="g-probes",
-                figure=probe_comparison_figure(
-                    metrics, title="Cognitive-map probe accuracy (probe cards, test split)"
+            [
+                dcc.Graph(
+                    id="g-probes",
+                    figure=probe_comparison_figure(
+                        metrics,
+                        y_title=f"accuracy on {where}",
+                        title="Cognitive-map probe accuracy against its controls (test grids)",
+                    ),
+                    config=_GRAPH_CONFIG,
                 ),
-                config=_GRAPH_CONFIG,
-            )
+                html.P(PROBE_CAPTION, className="gp-caption", id="probe-caption"),
+            ]
         )
     else:
         cards.append(
-            html.Div("No probe metrics recorded in the decoded-map cards.", className="gp-empty")
+            html.Div(
+                "No probe metrics recorded in the decoded-map cards: run the probe stage "
+                "(goalprobe train-probe) to score them.",
+                className="gp-empty",
+            )
         )
     for name in ("belief", "meg"):
         try:
@@ -413,11 +490,34 @@ def _badge(text: str, kind: str = ""):
     return html.Span(text, className=f"gp-badge {kind}".strip())
 
 
-def create_app(run_dir: str | Path) -> dash.Dash:
+def _agent_links(agents: Mapping[str, str] | None, current: str):
+    """Links to the other runs served beside this one (one per agent), or None."""
+    if not agents or len(agents) < 2:
+        return None
+    links = [
+        html.A(name, href=href, className="current" if name == current else "", id=f"agent-{i}")
+        for i, (name, href) in enumerate(agents.items())
+    ]
+    return html.Div([html.Span("agent:"), *links], className="gp-agents", id="agents")
+
+
+def create_app(
+    run_dir: str | Path,
+    *,
+    server=True,
+    url_base_pathname: str | None = None,
+    agents: Mapping[str, str] | None = None,
+    name: str | None = None,
+) -> dash.Dash:
     """Build the viewer app over ``run_dir`` (nothing is served until ``app.run``).
 
     Args:
         run_dir: a goalprobe run directory; missing artefacts are listed in a notice.
+        server: the Flask server to attach to (``True``: a new one), for several runs on one
+            server (:func:`create_multi_run_app`).
+        url_base_pathname: where the app lives on that server (``/`` by default).
+        agents: run name -> URL of every run served beside this one (a link bar in the header).
+        name: this run's name among ``agents`` (default: the run directory's name).
 
     Returns:
         the ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
@@ -425,6 +525,8 @@ def create_app(run_dir: str | Path) -> dash.Dash:
     run = RunData(run_dir)
     app = dash.Dash(
         __name__,
+        server=server,
+        url_base_pathname=url_base_pathname,
         title=f"goalprobe viewer · {run.root.name}",
         assets_folder=str(Path(__file__).with_name("assets")),
         include_assets_files=False,
@@ -435,10 +537,14 @@ def create_app(run_dir: str | Path) -> dash.Dash:
     run_label = run.root.name + (f" · run {run.header.run_id}" if run.header else "")
     app.layout = html.Div(
         [
+            dcc.Location(id="url", refresh=False),
+            dcc.Store(id="url-step-used", data=False),
+            dcc.Store(id="url-sync"),
             html.Div(
                 [
                     html.H1("goalprobe · cognitive-map viewer"),
                     html.Span(f"{run_label} · {len(run.episodes)} episodes", className="gp-run"),
+                    _agent_links(agents, name or run.root.name),
                 ],
                 className="gp-header",
             ),
@@ -468,6 +574,49 @@ def create_app(run_dir: str | Path) -> dash.Dash:
     return app
 
 
+def _query(search) -> dict[str, str]:
+    """The first value of each key of a ``?a=1&b=2`` query string (empty for anything else)."""
+    if not isinstance(search, str):
+        return {}
+    return {k: v[0] for k, v in parse_qs(search.lstrip("?")).items() if v}
+
+
+def _from_url(context) -> bool:
+    """Whether a callback runs for the page's first load or for its query string."""
+    return context.triggered_id is None or "url.search" in context.triggered_prop_ids
+
+
+def create_multi_run_app(parent: str | Path):
+    """Serve every run directory under ``parent`` (e.g. one per agent) on one server.
+
+    Each run gets its own viewer at ``/<run name>/`` with links to the others in its header;
+    ``/`` redirects to the first. A later second bundled agent's run only has to sit beside the
+    first (``runs/demo-agent-a``, ``runs/demo-agent-b``) to be offered.
+
+    Returns:
+        ``(flask_app, {run name: dash app})``.
+
+    Raises:
+        FileNotFoundError: ``parent`` holds no run directory.
+    """
+    import flask
+
+    runs = find_runs(parent)
+    if not runs:
+        raise FileNotFoundError(f"{parent}: neither a run directory nor a folder of runs")
+    server = flask.Flask(__name__)
+    hrefs = {name: f"/{name}/" for name in runs}
+    apps = {
+        name: create_app(
+            path, server=server, url_base_pathname=hrefs[name], agents=hrefs, name=name
+        )
+        for name, path in runs.items()
+    }
+    first = hrefs[next(iter(runs))]
+    server.add_url_rule("/", "runs_index", lambda: flask.redirect(first))
+    return server, apps
+
+
 def _map_source_key(run: RunData, stage, layer, family) -> str | None:
     """The decoded-map source of a (stage, layer, family) triple, from the allow-list."""
     for key, source in run.map_sources.items():
@@ -491,9 +640,16 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("f-density", "value"),
         Input("f-variant", "value"),
         Input("f-outcome", "value"),
+        Input("f-mapped", "value"),
+        Input("stage", "value"),
+        Input("layer", "value"),
+        Input("family", "value"),
+        Input("url", "search"),
         State("episode", "value"),
     )
-    def filter_episodes(sizes, densities, variants, outcome, current):
+    def filter_episodes(
+        sizes, densities, variants, outcome, mapped, stage, layer, family, search, current
+    ):
         facets = run.facets()
         sizes = [s for s in (sizes or []) if s in facets["sizes"]] or None
         densities = [d for d in (densities or []) if d in facets["densities"]] or None
@@ -504,29 +660,50 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             variants=variants,
             success=_OUTCOMES.get(outcome) if isinstance(outcome, str) else None,
         )
-        options = [{"label": i.label, "value": i.key} for i in matches]
+        map_key = _map_source_key(run, stage, layer, family)
+        with_maps = run.episodes_with_maps(map_key) if map_key is not None else frozenset()
+        if isinstance(mapped, list) and "mapped" in mapped:
+            matches = [i for i in matches if i.key in with_maps]
+        options = [
+            {"label": i.label + ("" if i.key in with_maps else " · no decoded map"), "value": i.key}
+            for i in matches
+        ]
         keys = [i.key for i in matches]
+        wanted = _query(search).get("episode")
+        if _from_url(ctx) and wanted in keys:
+            current = wanted
         value = current if current in keys else (keys[0] if keys else None)
-        return options, value, f"{len(matches)} of {len(run.episodes)} episodes"
+        count = (
+            f"{len(matches)} of {len(run.episodes)} episodes; "
+            f"{len(with_maps)} have decoded maps in this probe"
+        )
+        return options, value, count
 
     @app.callback(
         Output("step", "value"),
         Output("step", "max"),
         Output("step", "marks"),
+        Output("url-step-used", "data"),
         Input("episode", "value"),
         Input("prev", "n_clicks"),
         Input("next", "n_clicks"),
         Input("timeline", "clickData"),
         State("step", "value"),
+        State("url", "search"),
+        State("url-step-used", "data"),
+        State("stage", "value"),
+        State("layer", "value"),
+        State("family", "value"),
     )
-    def choose_step(episode, _prev, _next, click, current):
+    def choose_step(episode, _prev, _next, click, current, search, used, stage, layer, family):
         if not isinstance(episode, str) or episode not in run.episodes:
-            return 0, 1, None
+            return 0, 1, None, used
         n_steps = run.episodes[episode].summary.length
         last = max(n_steps - 1, 0)
         marks = {i: str(i) for i in range(0, last + 1, max(1, last // 8 or 1))}
         current = int(current) if isinstance(current, int | float) else 0
         trigger = ctx.triggered_id
+        used = bool(used)
         if trigger == "prev":
             value = current - 1
         elif trigger == "next":
@@ -535,21 +712,34 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             x = click["points"][0].get("x") if isinstance(click["points"][0], dict) else None
             value = int(x) if isinstance(x, int | float) else current
         else:
-            value = 0
-        return min(max(value, 0), last), max(last, 1), marks
+            query = _query(search)
+            map_key = _map_source_key(run, stage, layer, family)
+            if not used and query.get("episode") == episode and query.get("step", "").isdigit():
+                value, used = int(query["step"]), True
+            elif trigger is None and isinstance(current, int):
+                value = current  # the first screen's step (the layout chose a mapped one)
+            elif map_key is not None:
+                value = run.first_mapped_step(map_key, episode)
+            else:
+                value = 0
+        return min(max(value, 0), last), max(last, 1), marks, True if used else used
 
     @app.callback(
         Output("layer", "options"),
         Output("layer", "value"),
         Input("stage", "value"),
         Input("family", "value"),
+        Input("url", "search"),
         State("layer", "value"),
     )
-    def layers_for(stage, family, current):
+    def layers_for(stage, family, search, current):
         layers = sorted(
             {s.layer for s in run.map_sources.values() if s.stage == stage and s.family == family}
         )
         options = [{"label": f"layer {x}", "value": x} for x in layers]
+        wanted = _query(search).get("layer", "")
+        if _from_url(ctx) and wanted.isdigit() and int(wanted) in layers:
+            current = int(wanted)
         value = current if current in layers else (layers[len(layers) // 2] if layers else None)
         return options, value
 
@@ -557,10 +747,58 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         Output("plan", "value"),
         Input("stage", "value"),
         Input("layer", "value"),
+        Input("url", "search"),
         State("plan", "value"),
     )
-    def plan_for(stage, layer, current):
+    def plan_for(stage, layer, search, current):
+        wanted = _query(search).get("plan")
+        if _from_url(ctx) and wanted in run.plan_sources:
+            return wanted
         return default_plan_source(run, stage, layer, current)
+
+    @app.callback(
+        Output("stage", "value"),
+        Output("family", "value"),
+        Output("cell-class", "value"),
+        Input("url", "search"),
+    )
+    def selection_from_url(search):
+        """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
+        query = _query(search)
+        stages = {s.stage for s in run.map_sources.values()}
+        families = {s.family for s in run.map_sources.values()}
+        names = {class_name(c) for c in CellType}
+        stage = query.get("stage")
+        family = query.get("family")
+        cls = query.get("cls")
+        return (
+            stage if stage in stages else dash.no_update,
+            family if family in families else dash.no_update,
+            cls if cls in names else dash.no_update,
+        )
+
+    app.clientside_callback(
+        """function (episode, step, stage, layer, family, cls, plan) {
+            const q = new URLSearchParams();
+            const put = (k, v) => { if (v !== null && v !== undefined && v !== '') q.set(k, v); };
+            put('episode', episode); put('step', step); put('stage', stage); put('layer', layer);
+            put('family', family); put('cls', cls); put('plan', plan);
+            const search = '?' + q.toString();
+            if (window.location.search !== search) {
+                window.history.replaceState(null, '', window.location.pathname + search);
+            }
+            return search;
+        }""",
+        Output("url-sync", "data"),
+        Input("episode", "value"),
+        Input("step", "value"),
+        Input("stage", "value"),
+        Input("layer", "value"),
+        Input("family", "value"),
+        Input("cell-class", "value"),
+        Input("plan", "value"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output("step-header", "children"),
@@ -584,7 +822,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
     )
     def render(episode, step, stage, layer, family, cell_class, plan):
         if episode is None:
-            blank = empty_figure("no episode matches the filters")
+            blank = empty_figure("No episode matches the filters: clear a filter to see more.")
             return (
                 [],
                 blank,
@@ -613,7 +851,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             timeline = timeline_figure(run, episode, view.step, map_key)
         except (UnknownKeyError, TrajectoryFormatError, ValueError, OSError, KeyError) as err:
             log.warning("cannot show %s step %s: %s", episode, step, err)
-            blank = empty_figure("cannot show this step")
+            blank = empty_figure("Cannot show this step (see the message above).")
             message = html.Div(f"Cannot show this step: {err}", className="gp-error")
             return (
                 [],
@@ -649,7 +887,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             source = run.map_sources[map_key]
             header.append(_badge(f"probe: {source.label}"))
         elif map_key is None:
-            header.append(_badge(f"no decoded map for {stage} / layer {layer} / {family}", "bad"))
+            header.append(_badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
         for note in view.notes:
             header.append(_badge(note, "bad"))
         texts = [

@@ -51,6 +51,7 @@ from activations.agent.trajectories import (
 from activations.gridworld.core import CellType, Grid
 from activations.gridworld.text import parse
 from activations.run_layout import RunLayout
+from viewer.figures.probes import baseline_values
 
 N_CLASSES = len(CellType)
 """Width of the class axis after :func:`full_class_probs` (indexed by ``CellType``)."""
@@ -218,6 +219,22 @@ class StepArrays:
 
     values: np.ndarray
     present: np.ndarray
+
+
+def find_runs(path: str | Path) -> dict[str, Path]:
+    """The run directories at ``path``: ``{name: path}`` of ``path`` itself when it holds
+    trajectories, else of each sub-directory that does (sorted by name; e.g. one run per agent).
+    """
+    root = Path(path).expanduser()
+    if RunLayout(root).trajectories.is_file():
+        return {root.resolve().name: root}
+    if not root.is_dir():
+        return {}
+    return {
+        child.name: child
+        for child in sorted(root.iterdir())
+        if child.is_dir() and RunLayout(child).trajectories.is_file()
+    }
 
 
 def canonical_stage(stage: str) -> str:
@@ -778,6 +795,39 @@ class RunData:
 
         return self._array_cache.get(("maps", source_key, episode), load)
 
+    def episodes_with_maps(self, source_key: str) -> frozenset[str]:
+        """Episode keys with at least one step in a decoded-map source (built once per source).
+
+        Decoded maps are written for the rows a probe was scored on (its held-out test grids),
+        so most episodes of a run have none.
+        """
+        import h5py
+
+        source = self.map_source(source_key)
+
+        def load() -> frozenset[str]:
+            self._store_rows()
+            labels = self._store_labels
+            if labels is None or self.header is None:
+                return frozenset()
+            with h5py.File(source.path, "r") as f:
+                rows = np.asarray(f["row_ids"][()], dtype=np.int64)
+            rows = rows[(rows >= 0) & (rows < len(labels["grid_id"]))]
+            ours = labels["run_id"][rows].astype(str) == self.header.run_id
+            rows = rows[ours]
+            keys = {
+                episode_key(str(g), int(e))
+                for g, e in zip(labels["grid_id"][rows], labels["episode"][rows], strict=True)
+            }
+            return frozenset(k for k in keys if k in self.episodes)
+
+        return self._array_cache.get(("mapped", source_key), load)
+
+    def first_mapped_step(self, source_key: str, episode: str) -> int:
+        """The first step of ``episode`` that has a decoded map in ``source_key`` (0 if none)."""
+        present = self.decoded_maps(source_key, episode).present
+        return int(np.argmax(present)) if present.any() else 0
+
     def predicted_plans(self, source_key: str, episode: str) -> StepArrays:
         """Predicted plans of every step of an episode.
 
@@ -860,9 +910,11 @@ class RunData:
         """Test metrics recorded in the decoded-map cards, as tidy rows.
 
         Returns:
-            ``[{"name", "group", "metric", "value", "ci_low", "ci_high"}]`` for the cards that
-            hold :func:`probes.metrics.evaluate_cell_maps` output (``models`` -> metric ->
-            ``{value, ci_low, ci_high}``); the model named ``probe`` (else the first) is used.
+            ``[{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}]`` for the
+            cards that hold :func:`probes.metrics.evaluate_cell_maps` output (``models`` ->
+            metric -> ``{value, ci_low, ci_high}``); the model named ``probe`` (else the first)
+            is used; ``baselines`` holds the controls the sweep scored beside it (majority,
+            size and size-density priors, shuffled labels; :func:`baseline_values`).
         """
         rows = []
         for source in self.map_sources.values():
@@ -881,6 +933,7 @@ class RunData:
                             "value": float(entry["value"]),
                             "ci_low": entry.get("ci_low"),
                             "ci_high": entry.get("ci_high"),
+                            "baselines": baseline_values(models, metric),
                         }
                     )
         return rows

@@ -33,6 +33,7 @@ from viewer.figures import (
     episode_timeline_figure,
     patching_heatmap_figure,
     plan_figure,
+    plan_strip_categories,
     plan_strip_figure,
     probability_figure,
 )
@@ -69,7 +70,7 @@ class PlanView:
         predicted: ``(H,)`` predicted tokens; target: ``(H,)`` executed tokens (plan label).
         predicted_path: cells the predicted plan visits from ``s_t`` (grid dynamics).
         executed_path: cells the agent visited from ``s_t``.
-        prefix: matched prefix length (``0 .. H``).
+        prefix: matched prefix length (``0 ..`` number of executed tokens incl. ``END``).
     """
 
     source: str
@@ -96,6 +97,7 @@ class StepView:
         decoded: the decoded map, or None; plan: the plan view, or None.
         patching: patching records whose base is this step.
         notes: why a panel is empty for this step.
+        map_source: the decoded-map source asked for, or None.
     """
 
     episode: str
@@ -113,6 +115,7 @@ class StepView:
     plan: PlanView | None
     patching: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    map_source: str | None = None
 
     @property
     def header(self) -> str:
@@ -212,7 +215,7 @@ def build_step_view(
                 door_locked=door_locked,
             )
         else:
-            notes.append(f"no decoded map for this step in {source.key}")
+            notes.append("no decoded map for this step (probes decode their test grids only)")
     plan = None
     if plan_source is not None:
         run.plan_source(plan_source)
@@ -221,8 +224,7 @@ def build_step_view(
             predicted = plans.values[t]
             horizon = len(predicted)
             target = plan_rows([s.action_enum for s in data.steps], horizon)[t]
-            match = (predicted == target) | (target == PLAN_PAD)
-            prefix = int(np.argmin(match)) if not match.all() else horizon
+            prefix = plan_strip_categories(predicted, target)["prefix"]
             actions = plan_actions(predicted)
             start = State(
                 agent=record.agent_row_col, has_key=record.has_key, door_open=record.door_open
@@ -261,6 +263,7 @@ def build_step_view(
         plan=plan,
         patching=run.patching_records(episode, t),
         notes=notes,
+        map_source=map_source,
     )
 
 
@@ -341,7 +344,7 @@ def step_figures(
             probs=d.probs,
         )
     else:
-        message = "; ".join(view.notes) or "no decoded map selected"
+        message = no_map_message(view.map_source)
         figs["decoded"] = empty_figure(message, height=420)
         figs["probability"] = empty_figure(message, height=420)
     if view.plan is not None:
@@ -355,12 +358,15 @@ def step_figures(
         )
         figs["plan_strip"] = plan_strip_figure(p.predicted, p.target)
     else:
-        figs["plan"] = empty_figure("no predicted plan for this step", height=420)
-        figs["plan_strip"] = empty_figure("no predicted plan", height=150)
+        figs["plan"] = empty_figure(
+            "No predicted plan for this step: choose a plan decoder, or a step of a test grid.",
+            height=420,
+        )
+        figs["plan_strip"] = empty_figure("No predicted plan for this step.", height=170)
     figs["patching"] = (
         patching_heatmap_figure(view.patching, title="Patching at this step: mean recovered")
         if view.patching
-        else empty_figure("no patching results for this step", height=200)
+        else empty_figure("No patching results for this step.", height=200)
     )
     return figs
 
@@ -403,3 +409,26 @@ def default_plan_source(
         )
 
     return max(run.plan_sources.items(), key=score)[0]
+
+
+def default_episode(run: RunData, map_source: str | None) -> tuple[str | None, int]:
+    """The episode and step shown first: the first episode (in file order) that has a decoded
+    map in ``map_source``, at its first mapped step; else the first episode, at step 0."""
+    if not run.episodes:
+        return None, 0
+    if map_source is not None:
+        mapped = run.episodes_with_maps(map_source)
+        for key in run.episodes:
+            if key in mapped:
+                return key, run.first_mapped_step(map_source, key)
+    return next(iter(run.episodes)), 0
+
+
+def no_map_message(source_label: str | None) -> str:
+    """What an empty decoded-map panel says: why there is no map, and what to do."""
+    if source_label is None:
+        return "No decoded map: choose a stage, layer and probe family that have one."
+    return (
+        "No decoded map for this step: probes decode only their held-out test grids. "
+        "Tick 'only episodes with decoded maps' or pick another episode."
+    )

@@ -165,7 +165,9 @@ class LocalBackend:
         if self._prefix_cache is None or self._prefix_cache[0] != prefix:
             ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+            # only the cache is wanted: logits_to_keep=1 spares the (prefix x 201,088) logits of
+            # GPT-OSS's vocabulary (hundreds of MB for a prompt prefix)
+            self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             self._prefix_cache = (prefix, cache)
         cache = copy.deepcopy(self._prefix_cache[1])
         cache.batch_repeat_interleave(n_rows)
@@ -263,7 +265,7 @@ class PerRowSampler(LogitsProcessor):
             logits = shifted / self.temperature
         probs = torch.softmax(logits, dim=-1)
         if self.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+            sorted_probs, order = self._nucleus_candidates(probs)
             mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
             sorted_probs = sorted_probs.masked_fill(mass_before >= self.top_p, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
@@ -272,6 +274,23 @@ class PerRowSampler(LogitsProcessor):
             token = torch.multinomial(probs[row], 1, generator=generator)
             out[row, token] = 0.0
         return out
+
+    def _nucleus_candidates(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The largest probabilities of each row, descending, with their token ids: enough of
+        them to hold every row's nucleus (the first ``k`` whose last one starts at or beyond
+        ``top_p`` cumulative mass in every row, ``k`` growing 64, 512, ... up to the whole
+        vocabulary). Sorting a 201,088-token vocabulary per generated token dominated sampling;
+        the nucleus of a trained model is a few tokens."""
+        vocab = probs.shape[-1]
+        k = min(64, vocab)
+        while True:
+            top, order = torch.topk(probs, k, dim=-1, sorted=True)
+            if k == vocab:
+                return top, order
+            mass_before_last = torch.cumsum(top, dim=-1)[:, -1] - top[:, -1]
+            if bool((mass_before_last >= self.top_p).all()):
+                return top, order
+            k = min(k * 8, vocab)
 
 
 def _row_seeds(n_rows: int, seed: int | None) -> list[int]:

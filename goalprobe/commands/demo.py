@@ -41,6 +41,14 @@ def command(
             "stages rerun when its outputs change.",
         ),
     ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override one config field: section.field=value (value as JSON, else text; "
+            "repeatable), e.g. --set rollouts.temperature=0 --set keys.episodes_per_grid=2.",
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
@@ -63,7 +71,13 @@ def command(
     console = Console()
     try:
         config = demo_config(
-            scale, model=model, backend=backend, base_url=base_url, device=device, seed=seed
+            scale,
+            model=model,
+            backend=backend,
+            base_url=base_url,
+            device=device,
+            seed=seed,
+            overrides=dict(parse_setting(text) for text in settings or ()),
         )
         stages_forced = check_force(force or ())
     except ValueError as err:
@@ -81,13 +95,28 @@ def command(
             stages.add_row(name, status, f"{outcome.seconds:.1f}")
     console.print(stages)
     headline = Table(title="Headline results (95% CIs; see report.html for every figure)")
-    for column in ("finding", "value", "baseline"):
+    for column in ("finding", "value", "baseline", "verdict"):
         headline.add_column(column)
     for row in headline_rows(run_dir):
-        headline.add_row(row.finding, row.value, row.baseline)
+        headline.add_row(row.finding, row.value, row.baseline, row.verdict)
     console.print(headline)
     if result.report_path is not None:
         console.print(f"report: {result.report_path}   viewer: goalprobe view {run_dir}")
     if result.failed:
         console.print(f"[red]{len(result.failed)} stage(s) did not finish[/red]")
         raise typer.Exit(code=1)
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``"section.field=value"`` -> ``("section.field", value)``: the value as JSON (lists
+    become tuples, as configs hold them), else as text."""
+    import json
+
+    path, sep, raw = text.partition("=")
+    if not sep or not path.strip():
+        raise ValueError(f"--set {text!r}: expected section.field=value")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return path.strip(), tuple(value) if isinstance(value, list) else value

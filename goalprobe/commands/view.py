@@ -92,13 +92,14 @@ def command(
     reasoning text and the step's patching results. A run directory that lacks some artefacts
     still opens and lists what is missing; a trajectory file that exists but is malformed (its
     header and summary lines; every line with --export) or holds no episode is an error, and a
-    store extracted from another rollout a loud warning.
-    With --export FILE.html (refused when it exists, unless --overwrite), writes a
-    self-contained page of the selected episodes to share like a figure, and exits.
+    store extracted from another rollout a loud warning. A folder of run directories (one per
+    agent) serves each at /NAME/ with links between them. With --export FILE.html (refused when
+    it exists, unless --overwrite), writes a self-contained page of the selected episodes to
+    share like a figure, and exits.
     """
     from rich.console import Console
 
-    from viewer.data import RunData, UnknownKeyError
+    from viewer.data import RunData, UnknownKeyError, find_runs
 
     console = Console(stderr=True)
     if export is not None:
@@ -108,6 +109,10 @@ def command(
             "--episodes, --probe and --plan choose what --export writes; the server shows every "
             "episode and probe"
         )
+    runs = find_runs(run_dir)
+    if export is None and len(runs) > 0 and run_dir.name not in runs:
+        _serve_runs(run_dir, runs, host, port, console)
+        return
     if export is not None:  # an export reads whole episodes: every line is validated first
         from activations.agent.trajectories import trajectory_stats
         from activations.run_layout import RunLayout
@@ -145,3 +150,20 @@ def command(
         f"files, {len(run.plan_sources)} plan runs; serving http://{host}:{port}/ (Ctrl+C stops)"
     )
     app.run(host=host, port=port, debug=False)
+
+
+def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
+    """Serve every run under ``parent`` (one per agent) on one server."""
+    from viewer.app import create_multi_run_app
+
+    if not _is_loopback(host):
+        console.print(
+            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the runs' data) "
+            "reachable from other machines"
+        )
+    server, _ = create_multi_run_app(parent)
+    console.print(
+        f"goalprobe viewer: {len(runs)} runs ({', '.join(runs)}); serving http://{host}:{port}/ "
+        "(Ctrl+C stops)"
+    )
+    server.run(host=host, port=port, debug=False)

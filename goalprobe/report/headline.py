@@ -6,12 +6,14 @@ that a change of code leaves it identical on the same seed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.report.blocks import pct, stat_text
-from goalprobe.report.run import MissingInput, RunReader, best_cell_run, metric
+from goalprobe.report.run import MissingInput, RunReader, metric
+from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 
 
 @dataclass(frozen=True)
@@ -22,37 +24,75 @@ class HeadlineRow:
         finding: what is measured, with the study's figure or table.
         value: the measured value (with its 95% CI where there is one).
         baseline: what it is compared with.
+        verdict: whether the interval excludes the baseline, in words ("above majority: yes");
+            empty where there is nothing to test.
     """
 
     finding: str
     value: str
     baseline: str = ""
+    verdict: str = ""
+
+
+def yes_no(flag: bool | None) -> str:
+    """``yes`` / ``no`` (``undecided`` when there is no interval)."""
+    return "undecided" if flag is None else ("yes" if flag else "no")
+
+
+def above(stat: Mapping | None, baseline: float | None) -> bool | None:
+    """Whether ``stat``'s interval lies above the point ``baseline`` (None: no interval)."""
+    if not stat or stat.get("ci_low") is None or baseline is None:
+        return None
+    return bool(stat["ci_low"] > baseline)
+
+
+def selectivity_verdict(metrics: Mapping, name: str, what: str = "probe") -> tuple[str, str]:
+    """``(baseline text, verdict)`` of a probe metric against its strongest control (the
+    sweep's paired-bootstrap selectivity)."""
+    sel = metrics.get("selectivity", {}).get(name)
+    if not sel:
+        return "", ""
+    strongest = sel["baseline"]
+    base = stat_text(metric(metrics, strongest, name), percent=name != "r2")
+    return (
+        f"strongest control {strongest} {base}",
+        f"{what} above {strongest}: {yes_no(sel['above_baseline'])}",
+    )
 
 
 def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
-    """The headline findings of a run (rows whose inputs are missing are left out)."""
+    """The headline findings of a run (rows whose inputs are missing are left out).
+
+    Representational rows use the probing set (hundreds of grids, prompt-only states) at the
+    headline stage, layer and probe fixed in advance (:mod:`goalprobe.stages`); every row with
+    an interval says whether it excludes its baseline (the strongest control for probes).
+    """
     run = RunReader(run_dir)
     rows: list[HeadlineRow] = []
 
     def attempt(make: Callable[[], Iterable[HeadlineRow]]) -> None:
         try:
             rows.extend(make())
-        except (MissingInput, KeyError, IndexError, TypeError, ValueError):
+        except (MissingInput, KeyError, IndexError, TypeError, ValueError, StopIteration):
             return  # that stage did not produce the input; the report's section says why
 
     def behaviour():
         o = run.json(run.layout.behaviour_metrics)["overall"]
+        walk = o["random_walk_accuracy"]["value"]
+        walk_success = o["random_walk_success_rate"]["value"]
         return [
             HeadlineRow(
                 "Per-action accuracy (Fig. 4)",
                 stat_text(o["accuracy"]),
-                f"random walk {pct(o['random_walk_accuracy']['value'])}, random action "
+                f"random walk {pct(walk)}, random action "
                 f"{pct(o['random_action_accuracy']['value'])}",
+                f"above random walk: {yes_no(above(o['accuracy'], walk))}",
             ),
             HeadlineRow(
                 "Goal success rate (Fig. 12a)",
                 stat_text(o["success_rate"]),
-                f"random walk {pct(o['random_walk_success_rate']['value'])}",
+                f"random walk {pct(walk_success)}",
+                f"above random walk: {yes_no(above(o['success_rate'], walk_success))}",
             ),
         ]
 
@@ -75,71 +115,88 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         v = run.json(run.layout.keys_results)["variants"]
         out = []
         if "key_door" in v:
+            kd = v["key_door"]
             out.append(
                 HeadlineRow(
-                    "KeyDoor success / key pickup (Table 1)",
-                    f"{pct(v['key_door']['success_rate'])} / "
-                    f"{pct(v['key_door'].get('key_pickup_rate'))}",
+                    f"KeyDoor success / key pickup (Table 1; n={kd['n_trajectories']}, T=30)",
+                    f"{pct(kd['success_rate'])} / {pct(kd.get('key_pickup_rate'))}",
                     "study: 100% / 100%",
                 )
             )
         if "key_no_door" in v:
+            knd = v["key_no_door"]
             out.append(
                 HeadlineRow(
-                    "KeyNoDoor: useless key picked up (Table 1)",
-                    pct(v["key_no_door"].get("key_pickup_rate")),
+                    f"KeyNoDoor: useless key picked up (Table 1; n={knd['n_trajectories']})",
+                    pct(knd.get("key_pickup_rate")),
                     "study: 17%",
                 )
             )
         return out
 
     def probes():
-        name, best = best_cell_run(run.cell_sweeps())
-        m = best["metrics"]
-        return [
-            HeadlineRow(
-                f"Cognitive map: best probe accuracy on grid cells ({name}; Fig. 6)",
-                stat_text(metric(m, "probe", "accuracy_no_padding")),
-                f"majority {stat_text(metric(m, 'majority', 'accuracy_no_padding'))}, shuffled "
-                f"{stat_text(metric(m, 'shuffled', 'accuracy_no_padding'))}",
-            ),
-            HeadlineRow(
-                "Agent / goal top-1 localisation (Fig. 7)",
-                f"{stat_text(metric(m, 'probe', 'agent_top1'))} / "
-                f"{stat_text(metric(m, 'probe', 'goal_top1'))}",
-                f"shuffled {pct((metric(m, 'shuffled', 'agent_top1') or {}).get('value'))} / "
-                f"{pct((metric(m, 'shuffled', 'goal_top1') or {}).get('value'))}",
-            ),
-        ]
+        name, sweep = headline_sweep(run.layout.probing_probe_sweeps())
+        head = headline_run(sweep)
+        m, where = head["metrics"], f"{head['name']}, {head['n_test_grids']} test grids"
+        rows_out = []
+        for label, key in (
+            ("Cognitive map: probe accuracy on grid cells", "accuracy_no_padding"),
+            ("Cognitive map: wall AUC (rank-based, class-balance free)", "auc/wall"),
+            ("Agent localisation, top-1", "agent_top1"),
+            ("Goal localisation, top-1", "goal_top1"),
+        ):
+            baseline, verdict = selectivity_verdict(m, key)
+            rows_out.append(
+                HeadlineRow(
+                    f"{label} (probing set, {where}; Figs. 6-7)",
+                    stat_text(metric(m, "probe", key)),
+                    baseline,
+                    verdict,
+                )
+            )
+        return rows_out
 
     def distance():
-        best = None
-        for sweep in run.distance_sweeps().values():
-            for r in sweep["runs"]:
-                v = (metric(r["metrics"], "probe", "r2") or {}).get("value")
-                if v is not None and (best is None or v > best[0]):
-                    best = (v, r)
-        if best is None:
-            return []
-        r = best[1]
-        return [
-            HeadlineRow(
-                f"Goal distance R² ({r['name']}; Table 4)",
-                stat_text(metric(r["metrics"], "probe", "r2"), percent=False),
-                f"shuffled {stat_text(metric(r['metrics'], 'shuffled', 'r2'), percent=False)}",
+        sweeps = [run.json(p) for p in sorted(run.layout.probing_distance.glob("distance_*.json"))]
+        out = []
+        for sweep in sweeps:
+            head = headline_run(sweep)
+            baseline, verdict = selectivity_verdict(head["metrics"], "r2", "regressor")
+            out.append(
+                HeadlineRow(
+                    f"Goal distance R² ({head['name']}, probing set; Table 4)",
+                    stat_text(metric(head["metrics"], "probe", "r2"), percent=False),
+                    baseline,
+                    verdict,
+                )
             )
-        ]
+        return out
 
     def belief():
         b = run.json(run.layout.belief)
-        entry = b["probes"][b.get("default_probe") or next(iter(b["probes"]))]["overall"]
-        return [
+        key = b.get("default_probe") or next(iter(b["probes"]))
+        entry = b["probes"][key]
+        o = entry["overall"]
+        excess = entry.get("excess", {})
+        out = [
             HeadlineRow(
-                "Acc. GT / Acc. Dec. / Recovery (Table 2)",
-                " / ".join(stat_text(entry.get(k)) for k in ("acc_gt", "acc_dec", "recovery")),
-                f"chance {pct((entry.get('chance_acc_gt') or {}).get('value'))}",
+                f"Acc. GT / Acc. Dec. / Recovery (Table 2; maps of {key})",
+                " / ".join(stat_text(o.get(k)) for k in ("acc_gt", "acc_dec", "recovery")),
+                f"chance {pct((o.get('chance_acc_gt') or {}).get('value'))}",
             )
         ]
+        for k, label in (("acc_dec", "Acc. Dec."), ("recovery", "Recovery")):
+            if k in excess:
+                e = excess[k]
+                out.append(
+                    HeadlineRow(
+                        f"{label} minus its null (uninformative maps)",
+                        stat_text(e, percent=True),
+                        f"null: {e['baseline']} maps",
+                        f"above the null: {yes_no(e['above_baseline'])}",
+                    )
+                )
+        return out
 
     def meg():
         o = run.json(run.layout.meg)["overall"]
@@ -148,45 +205,73 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 "MEG on the true grid, nats (MEG paper, Def. 3.2)",
                 stat_text(o["true"]["meg"], percent=False),
                 "uniform policy: 0",
+                f"above 0: {yes_no(above(o['true']['meg'], 0.0))}",
             )
         ]
 
     def plans():
         runs = run.json(run.layout.plan_sweep)["runs"]
-        best = max(
-            (r for r in runs if r["kind"] == "decoder"),
-            key=lambda r: r["metrics"]["prefix_accuracy"][0] or 0,
-        )
+        decoders = [r for r in runs if r["kind"] == "decoder" and r["stage"] == HEADLINE_STAGE]
+        layer = headline_layer({r["layer"] for r in decoders})
+        head = min((r for r in decoders if r["layer"] == layer), key=lambda r: r["decoder_layers"])
         shuffled = [
             r["metrics"]["prefix_accuracy"][0]
             for r in runs
             if r["kind"] == "shuffled_control"
-            and r["stage"] == best["stage"]
-            and r["layer"] == best["layer"]
+            and (r["stage"], r["layer"]) == (HEADLINE_STAGE, layer)
         ]
-        acc = best["metrics"]["prefix_accuracy"]
+        m = head["metrics"]
+        acc, ci = m["prefix_accuracy"], m["prefix_accuracy_ci"]
+        bar = max([0.25, *[s for s in shuffled if s is not None]])
+        first = {"value": acc[0], "ci_low": ci[0][0], "ci_high": ci[1][0]}  # ci: (lows, highs)
         return [
             HeadlineRow(
-                f"Plan decoder prefix accuracy N=1 / N=3 ({best['name']}; Fig. 10)",
-                f"{pct(acc[0])} / {pct(acc[2])}",
+                f"Plan decoder prefix accuracy N=1 / N=3 ({head['name']}; Fig. 10)",
+                f"{stat_text(first)} / {pct(acc[2])}",
                 "0.25^N: 25.0% / 1.6%" + (f"; shuffled N=1 {pct(shuffled[0])}" if shuffled else ""),
+                f"N=1 above 0.25 and shuffled: {yes_no(above(first, bar))}",
             )
         ]
 
     def patching():
         summary = run.json(run.layout.patch_results).get("summary", [])
+        controls = {
+            (r["mode"], r["site"], r["layers"], r["direction"]): r
+            for r in summary
+            if r["kind"] == "control"
+        }
         out = []
         for r in summary:
-            if r["kind"] == "disjoint" and r["mode"] == "teacher_forced" and r["layers"] == "all":
-                out.append(
-                    HeadlineRow(
-                        f"Patching all layers at {r['site']} ({r['direction']}): action changed",
-                        f"{pct(r['action_changed_rate'])} (n={r['n_runs']})",
-                        "study: always changed",
-                    )
+            if r["kind"] != "disjoint" or r["layers"] != "all" or r["direction"] != "base_to_cf":
+                continue
+            control = controls.get((r["mode"], r["site"], r["layers"], r["direction"]))
+            ci = r.get("action_changed_ci") or [None, None]
+            stat = {"value": r["action_changed_rate"], "ci_low": ci[0], "ci_high": ci[1]}
+            base = None if control is None else control["action_changed_rate"]
+            out.append(
+                HeadlineRow(
+                    f"Patching all layers at {r['site']} ({r['mode']}): action changed "
+                    f"(n={r['n_runs']})",
+                    stat_text(stat),
+                    "control pairs "
+                    + ("–" if control is None else f"{pct(base)} (n={control['n_runs']})")
+                    + "; study: always changed, controls never",
+                    f"above controls: {yes_no(above(stat, base))}",
                 )
-        return out[:2]
+            )
+        return out
 
     for make in (behaviour, iso, keys, probes, distance, belief, meg, plans, patching):
         attempt(make)
     return rows
+
+
+def headline_sweep(paths) -> tuple[str, dict]:
+    """The sweep of the headline probe kind and family among ``paths`` (by file stem
+    ``cell_<kind>_<family>``): ``(stem, sweep)``."""
+    kind, family = HEADLINE_PROBE
+    wanted = f"cell_{kind}_{family}"
+    for path in paths:
+        if Path(path).stem == wanted:
+            return wanted, json.loads(Path(path).read_text())
+    raise MissingInput(f"no {wanted}.json among the probing-set sweeps")

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from goalprobe.report import behaviour, outcomes, probes
+from goalprobe.report import behaviour, outcomes, probes, probing
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline import headline_rows
 from goalprobe.report.run import MissingInput, RunReader
@@ -24,7 +24,8 @@ SECTION_TITLES: dict[str, str] = {
     "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
     "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
-    "probes": "Cognitive-map probes (Figs. 6, 8, 15)",
+    "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
+    "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
     "localisation": "Agent and goal localisation (Fig. 7)",
     "distance": "Goal-distance regressors (Table 4)",
     "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
@@ -37,6 +38,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "behaviour": "behaviour",
     "iso": "iso",
     "keys": "keys",
+    "probing": "probes",
     "probes": "probes",
     "localisation": "probes",
     "distance": "distance",
@@ -50,6 +52,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "behaviour": behaviour.behaviour,
     "iso": behaviour.iso,
     "keys": behaviour.keys,
+    "probing": probing.probing,
     "probes": probes.probes,
     "localisation": probes.localisation,
     "distance": probes.distance,
@@ -167,8 +170,8 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         stages=stages,
         demo_config=demo_config,
         headline=table(
-            ("finding", "value [95% CI]", "baseline"),
-            [(r.finding, r.value, r.baseline) for r in headline],
+            ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
+            [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
         )
         if headline
         else Box("not_run", "no stage produced a headline figure yet"),

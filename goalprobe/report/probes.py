@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Figures, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader, best_cell_run, metric
-from viewer.figures import localisation_figure, per_class_figure, probe_comparison_figure
+from viewer.figures import (
+    baseline_values,
+    localisation_figure,
+    per_class_figure,
+    probe_comparison_figure,
+)
 
 ACCURACY = "accuracy_no_padding"
 """The probes' headline metric: accuracy on grid cells (padding excluded)."""
@@ -14,16 +19,16 @@ ACCURACY = "accuracy_no_padding"
 def probes(run: RunReader, fig: Figures) -> list[Block]:
     """Accuracy by family, stage and layer against its baselines; per class; pre vs post."""
     sweeps = run.cell_sweeps()
-    bars, rows, majority = [], [], []
+    bars, rows = [], []
     for name, sweep in sweeps.items():
         label = name.removeprefix("cell_").replace("_", " ")
         for r in sweep["runs"]:
             x = f"{r['stage'].split('_')[0]} L{r['layer']}"
             stat = metric(r["metrics"], "probe", ACCURACY) or {}
-            bars.append({"name": x, "group": label, **stat})
-            maj = metric(r["metrics"], "majority", ACCURACY)
-            if maj and maj.get("value") is not None:
-                majority.append(maj["value"])
+            models = r["metrics"].get("models", {})
+            bars.append(
+                {"name": x, "group": label, **stat, "baselines": baseline_values(models, ACCURACY)}
+            )
             diff = r["metrics"].get("differences", {}).get("probe - shuffled", {}).get(ACCURACY)
             rows.append(
                 (
@@ -38,22 +43,11 @@ def probes(run: RunReader, fig: Figures) -> list[Block]:
                     stat_text(diff),
                 )
             )
-        for r in sweep["runs"][:1]:
-            shuffled = metric(r["metrics"], "shuffled", ACCURACY)
-            if shuffled and shuffled.get("value") is not None:
-                bars.append(
-                    {
-                        "name": f"{r['stage'].split('_')[0]} L{r['layer']}",
-                        "group": f"{label} (shuffled labels)",
-                        **shuffled,
-                    }
-                )
     comparison = probe_comparison_figure(
         bars,
         y_title="accuracy on grid cells (test grids)",
-        baseline=max(majority) if majority else None,
-        baseline_label="majority class",
-        title="Cell-type probe accuracy by family, stage and layer (95% grid-bootstrap CI)",
+        title="Cell-type probe accuracy by family, stage and layer (95% grid-bootstrap CI); "
+        "marks: majority, size and size-density priors, shuffled labels",
     )
     runs_table = table(
         (

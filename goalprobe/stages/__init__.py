@@ -13,6 +13,7 @@ STAGES: tuple[str, ...] = (
     "behaviour",
     "iso",
     "keys",
+    "probing",
     "activations",
     "probes",
     "distance",
@@ -29,12 +30,38 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "behaviour": ("grids", "rollouts"),
     "iso": ("grids", "rollouts"),
     "keys": (),
+    "probing": (),
     "activations": ("rollouts",),
-    "probes": ("activations",),
-    "distance": ("activations",),
+    "probes": ("activations", "probing"),
+    "distance": ("activations", "probing"),
     "plans": ("activations",),
     "patching": ("rollouts",),
     "scoring": ("grids", "rollouts", "activations", "probes"),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
+
+
+HEADLINE_STAGE = "pre_reasoning"
+"""The anchor stage of the headline representational findings (fixed in advance)."""
+
+HEADLINE_PROBE = ("coordinate", "mlp")
+"""The probe kind and family of the headline (the study's MLP probe), fixed in advance."""
+
+
+def headline_layer(layers) -> int:
+    """The layer of the headline findings, fixed in advance rather than picked on test data:
+    the middle one of the stored layers (the middle block of three by default)."""
+    ordered = sorted(int(x) for x in layers)
+    if not ordered:
+        raise ValueError("no layers stored")
+    return ordered[len(ordered) // 2]
+
+
+def headline_run(result: dict) -> dict | None:
+    """The sweep run of the headline stage and layer (None if the sweep has no such run)."""
+    runs = [r for r in result["runs"] if r["stage"] == HEADLINE_STAGE]
+    if not runs:
+        return None
+    layer = headline_layer({r["layer"] for r in runs})
+    return next(r for r in runs if r["layer"] == layer)

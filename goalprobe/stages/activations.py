@@ -30,7 +30,24 @@ def inputs(config: DemoConfig) -> ActivationsInput:
 
 def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
-    loaded = context.agent(config.agent).loaded()
+    out = context.layout.store
+    report, layers = extract_into(
+        context, config.agent, config.activations, context.layout.trajectories, out
+    )
+    return {"store": out}, {"rows": report.rows, "layers": list(layers)}
+
+
+def extract_into(
+    context: StageContext,
+    agent: AgentConfig,
+    settings: ActivationsConfig,
+    trajectories: Path,
+    out: Path,
+    stages: tuple[str, ...] = ("pre_reasoning", "post_reasoning"),
+):
+    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers;
+    returns ``(ExtractReport, layers)``."""
+    loaded = context.agent(agent).loaded()
     capture = make_backend(
         "nnsight",
         loaded.model,
@@ -40,17 +57,16 @@ def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
         revision=loaded.revision or None,
         host=None,
     )
-    layers = config.activations.layers or default_layers(capture.n_layers)
-    out = context.layout.store
+    layers = tuple(settings.layers or default_layers(capture.n_layers))
     report = extract(
-        context.layout.trajectories,
+        trajectories,
         out,
         capture,
         loaded.tokenizer,
-        ExtractConfig(layers=tuple(layers), batch_size=config.activations.batch_size),
+        ExtractConfig(layers=layers, stages=stages, batch_size=settings.batch_size),
         model_id=loaded.model_id,
         model_revision=loaded.revision,
         overwrite=True,
         progress=context.progress,
     )
-    return {"store": out}, {"rows": report.rows, "layers": list(layers)}
+    return report, layers

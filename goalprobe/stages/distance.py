@@ -8,7 +8,7 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig, DistanceConfig
 from goalprobe.stages.context import StageContext
-from goalprobe.stages.probes import estimator_params, sweep, training_device
+from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
 from probes.distance import GoalDistanceRegressor
 
 
@@ -28,26 +28,32 @@ def inputs(config: DemoConfig) -> DistanceInput:
 
 
 def run(context: StageContext, config: DistanceInput, stage_dir: Path):
-    """Fit every family on every stage x layer."""
-    d = config.distance
+    """Fit every family on every stage x layer of the main store and of the probing set."""
+    d, layout = config.distance, context.layout
     summary, outputs = {}, {}
     for family in d.families:
         estimator = GoalDistanceRegressor(
             family=family, **estimator_params(d.training, config.device, d.seed, context.progress)
         )
-        path = context.layout.distance_sweep(f"distance_{family}")
-        result = sweep(
-            context,
-            "distance",
-            estimator,
-            stage_dir,
-            path,
-            test_fraction=d.test_fraction,
-            n_bootstrap=d.n_bootstrap,
-            seed=d.seed,
-        )
-        outputs[f"sweep_{family}"] = path
-        summary[family] = {
-            r["name"]: r["metrics"]["models"]["probe"]["r2"]["value"] for r in result["runs"]
-        }
+        name = f"distance_{family}"
+        for where, store, out, path in targets(
+            ("main", layout.store, stage_dir, layout.distance_sweep(name)),
+            ("probing", layout.probing_store, layout.probing_distance,
+             layout.probing_distance_sweep(name)),
+        ):  # fmt: skip
+            result = sweep(
+                context,
+                store,
+                "distance",
+                estimator,
+                out,
+                path,
+                test_fraction=d.test_fraction,
+                n_bootstrap=d.n_bootstrap,
+                seed=d.seed,
+            )
+            outputs[f"{where}_{family}"] = path
+            summary[f"{where}_{family}"] = {
+                r["name"]: r["metrics"]["models"]["probe"]["r2"]["value"] for r in result["runs"]
+            }
     return outputs, summary

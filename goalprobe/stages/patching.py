@@ -39,7 +39,8 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     patch_config = PatchConfig(
         sites=p.sites,
         layers=p.layers,
-        reasoning="recorded",
+        reasoning=p.reasoning,
+        regenerate=p.regenerate,
         require_optimal=p.require_optimal,
         max_new_tokens=p.max_new_tokens,
         reasoning_effort=read.reasoning_effort,

@@ -1,5 +1,10 @@
-"""Stage ``probes``: cell-type probes on every stored stage x layer, with their controls
-(``RUN/probes/``: models, decoded maps of the test grids, sweep tables)."""
+"""Stage ``probes``: cell-type probes on every stored stage x layer, with their controls, on
+the main store (``RUN/probes/``: models, decoded maps of the test grids, sweep tables) and on
+the probing set (``RUN/probes/probing/``), and the headline probe's learning curve.
+
+The headline (stage, layer, probe) is fixed in advance (:data:`goalprobe.stages.HEADLINE_STAGE`,
+:func:`~goalprobe.stages.headline_layer`, :data:`~goalprobe.stages.HEADLINE_PROBE`), never
+chosen by test accuracy."""
 
 from __future__ import annotations
 
@@ -7,12 +12,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
-from goalprobe.stages.context import StageContext
+from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
+from goalprobe.stages.context import StageContext, write_json
 from probes.cell_probes import CoordinateCellProbe
+from probes.learning_curve import grid_counts, learning_curve
 from probes.per_cell import PerCellProbe
 from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+from probes.splits import split_by_grid
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
@@ -26,11 +36,13 @@ class ProbesInput:
     """Which probes and how they train."""
     device: str
     """Training device (``cpu`` or ``cuda``)."""
+    points: int
+    """Training-set sizes of the learning curve."""
 
 
 def inputs(config: DemoConfig) -> ProbesInput:
-    """The probe settings and the training device."""
-    return ProbesInput(config.probes, training_device(config))
+    """The probe settings, the training device and the learning curve's size."""
+    return ProbesInput(config.probes, training_device(config), config.probing.learning_curve_points)
 
 
 def training_device(config: DemoConfig) -> str:
@@ -52,6 +64,7 @@ def estimator_params(training: ProbeTraining, device: str, seed: int, progress: 
 
 def sweep(
     context: StageContext,
+    store: Path,
     target: str,
     estimator,
     out: Path,
@@ -61,14 +74,12 @@ def sweep(
     n_bootstrap: int,
     seed: int,
 ) -> dict:
-    """Run one probe sweep over every stage with rows x every stored layer; its table lands at
-    ``sweep_path``."""
-    loader = StoreProbeLoader(context.layout.store)
-    with ActivationStore(context.layout.store) as store:
-        stages = store.stages_with_rows()  # e.g. pre-reasoning only: an agent that never reasons
+    """Run one probe sweep on ``store`` over every stage with rows x every stored layer; its
+    table lands at ``sweep_path`` (models and decoded test maps under ``out``)."""
+    loader = StoreProbeLoader(store)
     config = ProbeSweepConfig(
         target=target,
-        stages=stages,
+        stages=stages_with_rows(store),
         layers=tuple(loader.layers),
         test_fraction=test_fraction,
         controls=True,
@@ -81,13 +92,22 @@ def sweep(
     return result
 
 
+def stages_with_rows(store: Path) -> tuple[str, ...]:
+    """The anchor stages some row of ``store`` holds (pre-reasoning only: no reasoning)."""
+    with ActivationStore(store) as opened:
+        return opened.stages_with_rows()
+
+
 def run(context: StageContext, config: ProbesInput, stage_dir: Path):
-    """Fit every probe kind x family on every stage x layer; keep the test grids' maps."""
+    """Fit every probe kind x family on every stage x layer of the main store (keeping the
+    test grids' decoded maps) and of the probing set; then the headline probe's learning
+    curve on the probing set."""
     layout, p = context.layout, config.probes
-    for folder in (layout.decoded_dir, layout.probe_sweeps):
-        for file in folder.glob("cell_type_*") if folder.is_dir() else []:
+    for folder in (layout.decoded_dir, layout.probe_sweeps, layout.probing_probes):
+        for file in folder.glob("cell_*") if folder.is_dir() else []:
             file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
+    common = dict(test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed)
     for kind in p.types:
         for family in p.families:
             estimator = PROBE_CLASSES[kind](
@@ -95,25 +115,79 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
                 **estimator_params(p.training, config.device, p.seed, context.progress),
             )
             name = f"cell_{kind}_{family}"
-            result = sweep(
-                context,
-                "cell_type",
-                estimator,
-                stage_dir,
-                layout.probe_sweep(name),
-                test_fraction=p.test_fraction,
-                n_bootstrap=p.n_bootstrap,
-                seed=p.seed,
-            )
-            best = max(
-                result["runs"],
-                key=lambda r: r["metrics"]["models"]["probe"]["accuracy_no_padding"]["value"],
-            )
-            summary[f"{kind}_{family}"] = {
-                "best_run": best["name"],
-                "accuracy_no_padding": best["metrics"]["models"]["probe"]["accuracy_no_padding"][
-                    "value"
-                ],
-            }
-            outputs[f"sweep_{kind}_{family}"] = layout.probe_sweep(name)
+            for where, store, out, path in targets(
+                ("main", layout.store, stage_dir, layout.probe_sweep(name)),
+                ("probing", layout.probing_store, layout.probing_probes,
+                 layout.probing_probe_sweep(name)),
+            ):  # fmt: skip
+                result = sweep(context, store, "cell_type", estimator, out, path, **common)
+                outputs[f"{where}_{kind}_{family}"] = path
+                head = headline_run(result)
+                if head is not None:
+                    summary[f"{where}_{kind}_{family}"] = {
+                        "run": head["name"],
+                        "n_test_grids": head["n_test_grids"],
+                        "accuracy_no_padding": head["metrics"]["models"]["probe"][
+                            "accuracy_no_padding"
+                        ]["value"],
+                    }
+    if not layout.probing_store.is_file():
+        return outputs, summary
+    kind, family = (
+        HEADLINE_PROBE
+        if HEADLINE_PROBE in {(k, f) for k in p.types for f in p.families}
+        else (p.types[0], p.families[0])
+    )
+    estimator = PROBE_CLASSES[kind](
+        family=family, **estimator_params(p.training, config.device, p.seed, False)
+    )
+    curve = probing_learning_curve(context, estimator, p, config.points)
+    outputs["learning_curve"] = write_json(layout.learning_curve, curve)
     return outputs, summary
+
+
+def targets(*candidates: tuple[str, Path, Path, Path]):
+    """The ``(where, store, out, table)`` sweep targets whose store exists (the probing set is
+    absent when its stage did not run; the main store always has to be there)."""
+    for candidate in candidates:
+        if candidate[0] == "main" or candidate[1].is_file():
+            yield candidate
+
+
+def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, points: int):
+    """The headline probe's learning curve on the probing set (headline stage and layer), on
+    the sweep's own split by grid."""
+    loader = StoreProbeLoader(context.layout.probing_store)
+    layer = headline_layer(loader.layers)
+    config = ProbeSweepConfig(
+        target="cell_type",
+        stages=(HEADLINE_STAGE,),
+        layers=(layer,),
+        test_fraction=p.test_fraction,
+        controls=True,
+        n_bootstrap=p.n_bootstrap,
+        random_state=p.seed,
+    )
+    split = split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=p.test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=p.seed,
+    )
+    test_grids = np.unique(loader.all_grid_ids[split.test])
+    data = loader(HEADLINE_STAGE, layer)
+    in_test = np.isin(data.grid_ids, test_grids)
+    train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
+    n_strata = len(np.unique(data.grid_sizes[train]))
+    n_train_grids = len(np.unique(data.grid_ids[train]))
+    counts = grid_counts(n_train_grids, points, smallest=min(2 * n_strata + 2, n_train_grids))
+    if context.say:
+        context.say(f"learning curve: {HEADLINE_STAGE} L{layer}, {counts} training grids")
+    curve = learning_curve(data, train, test, estimator, config, counts=counts)
+    return {
+        "schema": "goalprobe.learning_curve/1",
+        "estimator": {"class": type(estimator).__name__, **estimator.get_params()},
+        "stage": HEADLINE_STAGE,
+        "layer": layer,
+        **curve,
+    }

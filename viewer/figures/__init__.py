@@ -15,6 +15,7 @@ module                 figures
 :mod:`.maps`           grids and decoded maps (:func:`cell_map_figure`,
                        :func:`probability_figure`, :func:`plan_figure`)
 :mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_figure`,
+                       :func:`prefix_accuracy_grid_figure` (stage x layer small multiples),
                        :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
@@ -33,10 +34,19 @@ from viewer.figures.behaviour import (
     iso_accuracy_figure,
 )
 from viewer.figures.episodes import episode_timeline_figure
+from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
-from viewer.figures.plans import plan_strip_figure, plan_sweep_figure, prefix_accuracy_figure
+from viewer.figures.plans import (
+    plan_strip_categories,
+    plan_strip_figure,
+    plan_sweep_figure,
+    prefix_accuracy_figure,
+    prefix_accuracy_grid_figure,
+)
 from viewer.figures.probes import (
+    BASELINES,
+    baseline_values,
     localisation_figure,
     per_class_figure,
     probe_comparison_figure,
@@ -57,6 +67,11 @@ from viewer.figures.style import (
 )
 
 __all__ = [
+    "BASELINES",
+    "baseline_values",
+    "plan_strip_categories",
+    "prefix_accuracy_grid_figure",
+    "learning_curve_figure",
     "ACTION_ARROWS",
     "CELL_COLOURS",
     "CELL_SYMBOLS",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import plotly.graph_objects as go
 
-from activations.gridworld.core import PLAN_PAD
+from activations.gridworld.core import PLAN_END, PLAN_PAD
 from viewer.figures.style import (
     ACTION_ARROWS,
     QUALITATIVE,
@@ -22,40 +22,100 @@ if TYPE_CHECKING:
     from probes.plan_sweep import PlanSweepResult
 
 
-def plan_strip_figure(
-    predicted: Sequence[int],
-    target: Sequence[int],
-    *,
-    title: str = "",
-    height: int | None = 150,
-) -> go.Figure:
-    """Predicted plan tokens above the executed ones, step by step.
+STRIP_COLOURS: dict[str, str] = {
+    "match": "#95d5b2",
+    "miss": "#f4a3a8",
+    "after_miss": "#e9f5ec",
+    "padding": "#ffffff",
+    "executed": "#e9ecef",
+    "end": "#adb5bd",
+}
+"""Cell fill of every plan-strip category (see :func:`plan_strip_categories`)."""
 
-    A predicted token is green where it equals the executed token, red where it does not;
-    the executed row is grey (positions past the episode's end are blank). The title gives
-    the matched prefix length ``N`` (the prefix-accuracy hit).
+
+def plan_strip_categories(predicted: Sequence[int], target: Sequence[int]) -> dict:
+    """What each position of a plan strip shows, by the prefix-accuracy rule of
+    :mod:`probes.plan_metrics` (``PAD`` target positions are not scored).
 
     Args:
         predicted: ``(T,)`` predicted plan tokens (plan format).
         target: ``(T,)`` executed plan tokens (the plan label).
-        title: figure title (default: the matched prefix).
-        height: figure height in pixels.
 
     Returns:
-        the figure.
+        ``{"decoded": [...], "executed": [...], "prefix": int, "scored": int}``: per position,
+        the decoded row's category (``match``: inside the matched prefix; ``miss``: differs from
+        the executed token; ``after_miss``: equal, but after the first miss, so not counted;
+        ``padding``: past the executed plan's ``END``, nothing to compare), the executed row's
+        (``executed`` action, ``end``, ``padding``), the matched prefix length and the number
+        of scored positions (the executed actions and their ``END``).
     """
     pred = [int(x) for x in predicted]
     tgt = [int(x) for x in target]
     if len(pred) != len(tgt):
         raise ValueError(f"predicted ({len(pred)}) and target ({len(tgt)}) lengths differ")
+    scored = sum(t != PLAN_PAD for t in tgt)
+    prefix = 0
+    for p, t in zip(pred, tgt, strict=True):
+        if t == PLAN_PAD or p != t:
+            break
+        prefix += 1
+    decoded = []
+    for i, (p, t) in enumerate(zip(pred, tgt, strict=True)):
+        if t == PLAN_PAD:
+            decoded.append("padding")
+        elif i < prefix:
+            decoded.append("match")
+        elif p != t:
+            decoded.append("miss")
+        else:
+            decoded.append("after_miss")
+    executed = ["padding" if t == PLAN_PAD else "end" if t == PLAN_END else "executed" for t in tgt]
+    return {"decoded": decoded, "executed": executed, "prefix": prefix, "scored": scored}
+
+
+def plan_strip_figure(
+    predicted: Sequence[int],
+    target: Sequence[int],
+    *,
+    title: str = "",
+    height: int | None = 170,
+) -> go.Figure:
+    """Predicted plan tokens above the executed ones, step by step.
+
+    Only real matches are green: the decoded tokens inside the matched prefix (what prefix
+    accuracy counts). A decoded token that differs from the executed one is red; one that equals
+    it after the first miss is pale (not counted); positions past the executed plan's ``END``
+    are white (``PAD``: nothing to compare, not scored). In the executed row, actions are grey,
+    ``END`` darker and padding white. The title gives the matched prefix out of the scored
+    positions, so it always agrees with the number of green cells.
+
+    Args:
+        predicted: ``(T,)`` predicted plan tokens (plan format).
+        target: ``(T,)`` executed plan tokens (the plan label).
+        title: figure title (default: the matched prefix and what the colours mean).
+        height: figure height in pixels.
+
+    Returns:
+        the figure.
+    """
+    cats = plan_strip_categories(predicted, target)
+    pred = [int(x) for x in predicted]
+    tgt = [int(x) for x in target]
     horizon = len(tgt)
-    match = [p == t or t == PLAN_PAD for p, t in zip(pred, tgt, strict=True)]
-    prefix = next((i for i, m in enumerate(match) if not m), horizon)
-    z = [
-        [1.0 if m else 0.0 for m in match],
-        [0.5 if t != PLAN_PAD else None for t in tgt],
-    ]
-    text = [[ACTION_ARROWS.get(p, "?") for p in pred], [ACTION_ARROWS.get(t, "?") for t in tgt]]
+    order = list(STRIP_COLOURS)
+    top = len(order) - 1
+    z = [[order.index(c) for c in cats["decoded"]], [order.index(c) for c in cats["executed"]]]
+    glyph = {**ACTION_ARROWS, PLAN_PAD: "·"}
+    text = [[glyph.get(p, "?") for p in pred], [glyph.get(t, "?") for t in tgt]]
+    labels = {
+        "match": "match (in the matched prefix)",
+        "miss": "differs from the executed token",
+        "after_miss": "equal, but after the first miss (not counted)",
+        "padding": "past the executed END (padding, not scored)",
+        "executed": "executed action",
+        "end": "END of the executed plan",
+    }
+    hover = [[labels[c] for c in cats["decoded"]], [labels[c] for c in cats["executed"]]]
     steps = ["t" if i == 0 else f"t+{i}" for i in range(horizon)]
     trace = {
         "type": "heatmap",
@@ -63,36 +123,46 @@ def plan_strip_figure(
         "x": steps,
         "y": ["decoded", "executed"],
         "zmin": 0,
-        "zmax": 1,
-        "colorscale": [
-            [0.0, "#f8d7da"],
-            [0.33, "#f8d7da"],
-            [0.34, "#e9ecef"],
-            [0.66, "#e9ecef"],
-            [0.67, "#d8f3dc"],
-            [1.0, "#d8f3dc"],
-        ],
+        "zmax": top,
+        "colorscale": _discrete_scale([STRIP_COLOURS[name] for name in order]),
         "showscale": False,
         "xgap": 2,
         "ygap": 2,
         "text": text,
+        "customdata": hover,
         "texttemplate": "%{text}",
-        "textfont": {"size": 16, "color": "#1f2933"},
-        "hovertemplate": "%{y} action at %{x}: %{text}<extra></extra>",
+        "textfont": {"size": 15, "color": "#1f2933"},
+        "hovertemplate": "%{y} token at %{x}: %{text}<br>%{customdata}<extra></extra>",
     }
+    prefix, scored = cats["prefix"], cats["scored"]
+    if prefix == scored:
+        headline = f"Plan: all {scored} executed tokens match (END included)"
+    else:
+        headline = f"Plan: the first {prefix} of {scored} executed tokens match"
     default = (
-        f"Plan: the first {prefix} of {horizon} tokens match"
-        if prefix < horizon
-        else "Plan: all tokens match"
+        f"{headline}<br><span style='font-size:11px;color:#52606d'>green: matched prefix · "
+        "red: differs · white: past the executed END (not scored)</span>"
     )
     layout = figure_layout(
         title or default,
         height,
         yaxis={"autorange": "reversed", "showgrid": False, "zeroline": False},
         xaxis={"showgrid": False, "zeroline": False, "side": "top"},
-        margin={"l": 70, "r": 16, "t": 64, "b": 8},
+        margin={"l": 70, "r": 16, "t": 78, "b": 8},
+        plot_bgcolor="#f8f9fa",
     )
     return go.Figure(data=[trace], layout=layout)
+
+
+def _discrete_scale(colours: Sequence[str]) -> list[list]:
+    """A plotly colour scale that maps the integers ``0 .. len(colours) - 1`` to ``colours``."""
+    top = len(colours) - 1
+    scale = []
+    for i, colour in enumerate(colours):
+        lo = max(0.0, (i - 0.5) / top)
+        hi = min(1.0, (i + 0.5) / top)
+        scale += [[lo, colour], [hi, colour]]
+    return scale
 
 
 def prefix_accuracy_figure(
@@ -174,6 +244,148 @@ def prefix_accuracy_figure(
         gridcolor="#eceff1",
     )
     fig.update_layout(legend={"x": 0.98, "xanchor": "right", "y": 0.98})
+    return fig
+
+
+CAPACITY_COLOURS = ("#2a9d8f", "#1d3557", "#e76f51", "#7b2cbf", "#e9c46a")
+"""Colour of each decoder capacity (1, 2, ... Transformer layers, in increasing order)."""
+
+
+def prefix_accuracy_grid_figure(
+    runs: Sequence[Mapping],
+    *,
+    title: str = "Prefix accuracy of one-shot plan decoding (test grids)",
+    panel_height: int = 210,
+) -> go.Figure:
+    """Prefix accuracy against ``N`` as small multiples: one panel per stage (row) and layer
+    (column); in each, the trained decoders (colour: capacity, band: confidence interval), the
+    shuffled control (dotted) and the ``0.25^N`` baseline (dashed).
+
+    Args:
+        runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
+            ``majority_plan``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
+            and optional ``ci`` ``(2, T)``.
+        title: figure title.
+        panel_height: height of one row of panels in pixels.
+
+    Returns:
+        the figure (one legend entry per capacity and per reference curve).
+    """
+    from plotly.subplots import make_subplots
+
+    if not runs:
+        raise ValueError("no plan-decoder runs to draw")
+    stage_order = ("pre_reasoning", "post_reasoning")
+    stages = sorted(
+        {str(r["stage"]) for r in runs},
+        key=lambda s: (stage_order.index(s) if s in stage_order else len(stage_order), s),
+    )
+    layers = sorted({int(r["layer"]) for r in runs})
+    capacities = sorted({int(r["n_layers"]) for r in runs if r.get("n_layers") is not None})
+    colour = {c: CAPACITY_COLOURS[i % len(CAPACITY_COLOURS)] for i, c in enumerate(capacities)}
+    fig = make_subplots(
+        rows=len(stages),
+        cols=len(layers),
+        shared_xaxes=True,
+        shared_yaxes=True,
+        subplot_titles=[f"{s.split('_')[0]}-reasoning · layer {x}" for s in stages for x in layers],
+        horizontal_spacing=0.03,
+        vertical_spacing=0.12 if len(stages) > 1 else 0.0,
+    )
+    shown: set[str] = set()
+    horizon = max(len(r["accuracy"]) for r in runs)
+    for r in runs:
+        row = stages.index(str(r["stage"])) + 1
+        col = layers.index(int(r["layer"])) + 1
+        acc = np.asarray(r["accuracy"], dtype=np.float64)
+        n = np.arange(1, len(acc) + 1)
+        cap = r.get("n_layers")
+        if r["kind"] == "decoder":
+            name = "decoder" if cap is None else f"{cap}-layer decoder"
+            line = {"color": colour.get(cap, QUALITATIVE[0]), "width": 2.5}
+            mode = "lines+markers"
+        elif r["kind"] == "shuffled_control":
+            name = "shuffled control"
+            line = {"color": "#868e96", "width": 1.5, "dash": "dot"}
+            mode = "lines"
+        else:
+            name = str(r["kind"]).replace("_", " ")
+            line = {"color": "#adb5bd", "width": 1.5, "dash": "dashdot"}
+            mode = "lines"
+        bounds = r.get("ci")
+        if r["kind"] == "decoder" and bounds is not None:
+            lo, hi = (np.asarray(b, dtype=np.float64) for b in bounds)
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            if ok.any():
+                fig.add_trace(
+                    go.Scatter(
+                        x=np.concatenate([n[ok], n[ok][::-1]]),
+                        y=np.concatenate([hi[ok], lo[ok][::-1]]),
+                        fill="toself",
+                        fillcolor=rgba(line["color"], 0.15),
+                        line={"width": 0},
+                        hoverinfo="skip",
+                        showlegend=False,
+                        name=f"{name} CI",
+                        legendgroup=name,
+                    ),
+                    row=row,
+                    col=col,
+                )
+        fig.add_trace(
+            go.Scatter(
+                x=n,
+                y=acc,
+                mode=mode,
+                name=name,
+                legendgroup=name,
+                showlegend=name not in shown,
+                line=line,
+                marker={"size": 5},
+                hovertemplate=f"{name}<br>N = %{{x}}<br>accuracy = %{{y:.3f}}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+        shown.add(name)
+    ns = np.arange(1, horizon + 1)
+    for row in range(1, len(stages) + 1):
+        for col in range(1, len(layers) + 1):
+            fig.add_trace(
+                go.Scatter(
+                    x=ns,
+                    y=0.25**ns,
+                    mode="lines",
+                    name="random 0.25^N",
+                    legendgroup="random",
+                    showlegend=row == 1 and col == 1,
+                    line={"color": "#1f2933", "dash": "dash", "width": 1.2},
+                    hovertemplate="random<br>N = %{x}<br>0.25^N = %{y:.2e}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+    fig.update_layout(
+        figure_layout(
+            title,
+            panel_height * len(stages) + 120,
+            margin={"l": 56, "r": 16, "t": 72, "b": 96},
+            legend={
+                "orientation": "h",
+                "x": 0,
+                "y": 0.0,
+                "yref": "container",
+                "yanchor": "bottom",
+            },
+        )
+    )
+    fig.update_xaxes(dtick=2, showgrid=True, gridcolor="#eceff1", range=[0.5, horizon + 0.5])
+    fig.update_yaxes(range=[0, 1.02], showgrid=True, gridcolor="#eceff1")
+    for col in range(1, len(layers) + 1):
+        fig.update_xaxes(title_text="prefix length N", row=len(stages), col=col)
+    for row in range(1, len(stages) + 1):
+        fig.update_yaxes(title_text="accuracy", row=row, col=1)
+    fig.update_annotations(font_size=12)
     return fig
 
 

@@ -12,6 +12,32 @@ from viewer.figures.style import (
     is_finite_number,
 )
 
+BASELINES: dict[str, tuple[str, str]] = {
+    "majority": ("majority class per cell", "#000000"),
+    "prior_size": ("prior by grid size", "#ff006e"),
+    "prior_size_density": ("prior by size and density", "#00b4d8"),
+    "shuffled": ("same probe, shuffled labels", "#868e96"),
+}
+"""Controls a probe sweep computes (``probes.probe_sweep`` ``controls``; the keys of
+``metrics.models``) that every accuracy chart draws: model key -> (legend label, colour; none
+of them a bar colour)."""
+
+
+def baseline_values(models: Mapping, metric: str) -> dict[str, float]:
+    """The baselines of one probe run: model key -> value of ``metric`` (missing ones left out).
+
+    Args:
+        models: an ``evaluate_cell_maps`` ``models`` mapping (model -> metric -> statistic).
+        metric: the metric the chart shows (``accuracy_no_padding``).
+    """
+    out = {}
+    for key in BASELINES:
+        stat = (models.get(key) or {}).get(metric) if isinstance(models, Mapping) else None
+        value = stat.get("value") if isinstance(stat, Mapping) else None
+        if is_finite_number(value):
+            out[key] = float(value)
+    return out
+
 
 def probe_comparison_figure(
     rows: Sequence[Mapping],
@@ -22,13 +48,15 @@ def probe_comparison_figure(
     title: str = "",
     height: int | None = 420,
 ) -> go.Figure:
-    """Grouped bars with confidence intervals (e.g. probe accuracy by family and stage).
+    """Grouped bars with confidence intervals (e.g. probe accuracy by family and stage), with
+    each bar's own baselines drawn on it as short horizontal marks.
 
     Args:
-        rows: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, and
-            optional ``ci_low`` / ``ci_high``.
+        rows: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, optional
+            ``ci_low`` / ``ci_high``, and optional ``baselines``: model key of
+            :data:`BASELINES` -> value (:func:`baseline_values`), drawn over that bar.
         y_title: y-axis title.
-        baseline: a horizontal reference line (e.g. the majority-class accuracy), or None.
+        baseline: one horizontal reference line for the whole chart, or None.
         baseline_label: its label.
         title: figure title.
         height: figure height in pixels.
@@ -41,6 +69,7 @@ def probe_comparison_figure(
     groups = list(dict.fromkeys(str(r["group"]) for r in rows))
     names = list(dict.fromkeys(str(r["name"]) for r in rows))
     fig = go.Figure()
+    marks = []
     for i, group in enumerate(groups):
         by_name = {str(r["name"]): r for r in rows if str(r["group"]) == group}
         values = [by_name[n]["value"] if n in by_name else None for n in names]
@@ -55,11 +84,38 @@ def probe_comparison_figure(
                 x=names,
                 y=values,
                 name=group,
+                offsetgroup=group,
+                alignmentgroup="bars",
                 marker_color=QUALITATIVE[i % len(QUALITATIVE)],
                 error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True},
                 hovertemplate=f"{group}<br>%{{x}}: %{{y:.3f}}<extra></extra>",
             )
         )
+        for key, (label, colour) in BASELINES.items():
+            ys = [(by_name.get(n, {}).get("baselines") or {}).get(key) for n in names]
+            if any(y is not None for y in ys):
+                marks.append((group, key, label, colour, ys))
+    shown: set[str] = set()
+    for group, key, label, colour, ys in marks:
+        fig.add_trace(
+            go.Scatter(
+                x=names,
+                y=ys,
+                mode="markers",
+                name=label,
+                legendgroup=key,
+                showlegend=key not in shown,
+                offsetgroup=group,
+                alignmentgroup="bars",
+                marker={
+                    "symbol": "line-ew",
+                    "size": 22,
+                    "line": {"width": 3 if key != "shuffled" else 2, "color": colour},
+                },
+                hovertemplate=f"{label} ({group})<br>%{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+        shown.add(key)
     if baseline is not None:
         fig.add_hline(
             y=baseline,
@@ -68,7 +124,7 @@ def probe_comparison_figure(
             annotation_position="top left",
         )
     apply_layout(fig, title, height)
-    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_layout(barmode="group", scattermode="group", bargap=0.25)
     fig.update_yaxes(title=y_title, showgrid=True, gridcolor="#eceff1", rangemode="tozero")
     return fig
 

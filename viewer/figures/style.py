@@ -3,7 +3,9 @@ executed / optimal / decoded marks, the common layout, and the empty-state figur
 
 from __future__ import annotations
 
+import html
 import math
+import textwrap
 
 import plotly.graph_objects as go
 
@@ -110,11 +112,18 @@ def is_finite_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def empty_figure(message: str, *, height: int | None = 320) -> go.Figure:
-    """A blank figure that says why there is nothing to draw."""
+def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> go.Figure:
+    """A blank figure that says why there is nothing to draw (and, ideally, what to do).
+
+    Args:
+        message: the text; wrapped at word boundaries so it fits a narrow panel.
+        height: figure height in pixels.
+        wrap: characters per line.
+    """
     fig = go.Figure()
+    lines = textwrap.wrap(message, width=wrap, break_long_words=False, break_on_hyphens=False)
     fig.add_annotation(
-        text=message,
+        text="<br>".join(html.escape(line, quote=False) for line in lines),
         x=0.5,
         y=0.5,
         xref="paper",

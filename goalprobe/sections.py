@@ -1,0 +1,173 @@
+"""The sections of the demo config that the library has no config for (one per stage), each
+a frozen dataclass with a docstring per field; :mod:`goalprobe.config` composes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from activations.agent.prompt_states import PromptStatesConfig
+from activations.gridworld.generator import GridSetConfig
+from probes.plan_sweep import PlanSweepConfig
+
+
+@dataclass(frozen=True)
+class IsoConfig:
+    """The iso-difficulty set (section 4.2, Table 3)."""
+
+    transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
+    """Transforms applied to the base grids (:mod:`activations.gridworld.transforms`)."""
+    base_grids: int = 0
+    """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid."""
+
+
+@dataclass(frozen=True)
+class KeysConfig:
+    """The key variants and their matched controls (section 4.3, Table 1)."""
+
+    variants: tuple[str, ...] = (
+        "key_door",
+        "key_no_door",
+        "key_door_control",
+        "two_path_key",
+        "two_path_no_key",
+    )
+    """Key variants generated (each with the same layouts)."""
+    sizes: tuple[int, ...] = (7, 9)
+    """Grid sides."""
+    density: float = 0.4
+    """Obstacle density."""
+    grids_per_size: int = 10
+    """Layouts per variant and size."""
+    episodes_per_grid: int = 10
+    """Trajectories per grid."""
+    horizon: int = 30
+    """Fixed horizon of every key-variant episode (the study's T = 30)."""
+    seed: int = 0
+    """Seed of the layouts."""
+
+    def __post_init__(self) -> None:
+        if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
+            raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
+
+
+@dataclass(frozen=True)
+class ActivationsConfig:
+    """What the extraction stores (section 5)."""
+
+    layers: tuple[int, ...] = ()
+    """Residual-stream layers to capture; empty: the default spread (last block of each
+    third)."""
+    batch_size: int = 16
+    """Sequences per forward pass."""
+
+
+@dataclass(frozen=True)
+class ProbeTraining:
+    """How every probe and regressor of a stage is trained."""
+
+    hidden_size: int = 1024
+    """MLP hidden width (1024 in the study)."""
+    max_epochs: int = 20
+    """Most training epochs (early stopping on validation grids)."""
+    batch_size: int = 128
+    """Training batch size."""
+
+
+@dataclass(frozen=True)
+class ProbesConfig:
+    """Cell-type probes (section 5.1, appendix E)."""
+
+    types: tuple[str, ...] = ("coordinate", "per_cell")
+    """Probe kinds: the study's coordinate-conditioned probe and per-cell heads."""
+    families: tuple[str, ...] = ("linear", "mlp")
+    """Read-outs."""
+    training: ProbeTraining = field(default_factory=ProbeTraining)
+    """Training settings."""
+    test_fraction: float = 0.2
+    """Fraction of grids held out for testing."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the split, the controls, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class DistanceConfig:
+    """Goal-distance regressors (Table 4)."""
+
+    families: tuple[str, ...] = ("linear", "mlp")
+    """Read-outs (``linear`` is ridge regression)."""
+    training: ProbeTraining = field(default_factory=ProbeTraining)
+    """Training settings of the MLP."""
+    test_fraction: float = 0.2
+    """Fraction of grids held out for testing."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the split, the controls, the training and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class PlanDecoderTraining:
+    """How every plan decoder of the sweep is built and trained (the
+    :class:`~probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
+
+    d_bottleneck: int = 1024
+    """Decoder width (1024 in the study)."""
+    n_heads: int = 8
+    """Attention heads per decoder layer."""
+    max_epochs: int = 100
+    """Most epochs."""
+    n_iter_no_change: int = 10
+    """Epochs without validation improvement before stopping."""
+
+
+@dataclass(frozen=True)
+class PlansConfig:
+    """The one-shot plan decoder (section 5.3, Fig. 10, Table 5)."""
+
+    sweep: PlanSweepConfig = field(default_factory=PlanSweepConfig)
+    """Capacities, controls, split, bootstrap and seed (empty stages and layers: every stage
+    with rows in the store and every stored layer)."""
+    decoder: PlanDecoderTraining = field(default_factory=PlanDecoderTraining)
+    """Decoder width and training."""
+
+
+@dataclass(frozen=True)
+class PatchingConfig:
+    """Activation patching with counterfactual grids (section 5.2, appendix F)."""
+
+    sites: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning", "post_reasoning")
+    """Patch sites."""
+    layers: tuple[str, ...] = ("thirds", "all")
+    """Layer sets: each default layer alone, then every layer at once."""
+    max_bases: int = 100
+    """Most base steps, drawn at random (seeded) from the main rollouts."""
+    require_optimal: bool = True
+    """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
+    reasoning: str = "greedy"
+    """Reasoning of the teacher-forced runs: ``greedy`` (both sides' own greedy completion),
+    ``recorded`` (the base keeps its sampled rollout completion) or ``oracle``."""
+    regenerate: bool = True
+    """Also let the agent regenerate its reasoning greedily under each prompt-site patch and
+    take the action from that answer (the study's appendix F); False: teacher-forced only."""
+    max_new_tokens: int = 512
+    """Token budget of every greedy completion."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the base draw, the counterfactuals and the bootstrap."""
+
+
+@dataclass(frozen=True)
+class ProbingConfig:
+    """The probing set: prompts at sampled states of a grid set of its own, with no rollout
+    (pre-reasoning anchors depend on the prompt alone), so that the representational findings
+    rest on hundreds of grids (``goalprobe states`` + ``extract --stages pre_reasoning``)."""
+
+    grids: GridSetConfig = field(default_factory=lambda: GridSetConfig(n_per_cell=14, seed=1))
+    """The probing grid set (its own seed: disjoint from the behaviour grids)."""
+    states: PromptStatesConfig = field(default_factory=lambda: PromptStatesConfig(4))
+    """States per grid (the start, then random reachable cells) and their prompts."""
+    learning_curve_points: int = 5
+    """Training-set sizes of the learning curve (geometric, up to every training grid)."""

@@ -1,0 +1,65 @@
+"""Stage ``probing``: the probing set (``RUN/probing/``): a grid set of its own, the agent's
+prompt at sampled states of every grid (no generation: ``goalprobe states``), and the
+pre-reasoning anchors of every state (``RUN/probing/activations.h5``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from activations.agent.harmony import encode_prompt
+from activations.agent.prompt_states import write_prompt_states
+from activations.gridworld.generator import generate_grid_set
+from activations.gridworld.io import write_grid_set
+from goalprobe.agents import AgentConfig
+from goalprobe.config import ActivationsConfig, DemoConfig, ProbingConfig
+from goalprobe.stages.activations import extract_into
+from goalprobe.stages.context import StageContext
+
+
+@dataclass(frozen=True)
+class ProbingInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent whose prompts are encoded and replayed."""
+    probing: ProbingConfig
+    """The probing grids and states."""
+    activations: ActivationsConfig
+    """Layers and batch size (the same as the main store's)."""
+
+
+def inputs(config: DemoConfig) -> ProbingInput:
+    """The agent, the probing set and the extraction settings."""
+    return ProbingInput(config.agent, config.probing, config.activations)
+
+
+def run(context: StageContext, config: ProbingInput, stage_dir: Path):
+    """Write the probing grids and prompts, then extract their pre-reasoning anchors."""
+    layout = context.layout
+    grids = generate_grid_set(config.probing.grids)
+    write_grid_set(layout.probing_grids, grids)
+    layout.probing_states.unlink(missing_ok=True)
+    agent = context.agent(config.agent)
+    tokenizer = agent.loaded().tokenizer
+    states = write_prompt_states(
+        grids,
+        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        config.probing.states,
+        layout.probing_states,
+        backend_description=agent.config.identity(),
+    )
+    report, layers = extract_into(
+        context,
+        config.agent,
+        config.activations,
+        layout.probing_states,
+        layout.probing_store,
+        stages=("pre_reasoning",),
+    )
+    outputs = {
+        "grids": layout.probing_grids,
+        "states": layout.probing_states,
+        "store": layout.probing_store,
+    }
+    return outputs, {"grids": len(grids), "states": states.states_written, "rows": report.rows}
