@@ -268,6 +268,7 @@ def episode_rows(
     config: ExtractConfig,
     where: str,
     locator: GridCellLocator | None = None,
+    vocab_size: int | None = None,
 ) -> list[ReplayRow]:
     """The replay rows of every step of ``episode``.
 
@@ -278,12 +279,18 @@ def episode_rows(
         config: the extraction config.
         where: the trajectory file (for error messages).
         locator: needed when ``config.grid_cells``.
+        vocab_size: the model's vocabulary size; a larger token id is an error naming the step.
     """
     labels = episode_labels(episode, first_step_index)
     rows = []
     for t, step in enumerate(episode.steps):
         step_where = f"{where}: step {step.step} of episode {step.episode} on grid {step.grid_id!r}"
         ids = np.asarray([*step.prompt_token_ids, *step.generated_token_ids], dtype=np.int64)
+        if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
+            raise ValueError(
+                f"{step_where}: token id {int(ids.max())} is outside the model's vocabulary of "
+                f"{vocab_size} ids (the file was written with another tokenizer)"
+            )
         try:
             pre_anchor = find_anchors(step.prompt_token_ids, special).pre_reasoning
         except ValueError as err:
@@ -564,7 +571,15 @@ def extract(
 
     try:
         for episode, first in _iter_shard_steps(trajectories, shard, counter):
-            rows = episode_rows(episode, first, special, config, str(trajectories), locator)
+            rows = episode_rows(
+                episode,
+                first,
+                special,
+                config,
+                str(trajectories),
+                locator,
+                vocab_size=getattr(capture, "vocab_size", None),
+            )
             retokenized += sum(r.retokenized for r in rows)
             for row in rows:
                 buffer.append(row)
@@ -589,6 +604,29 @@ def extract(
     return ExtractReport(
         output, rows_written, counter[0], computed, reused, time.perf_counter() - started
     )
+
+
+def holds_other_extraction(
+    output: str | os.PathLike,
+    trajectories: str | os.PathLike,
+    config: ExtractConfig,
+    *,
+    compare_layers: bool = True,
+) -> bool:
+    """Whether an existing ``output`` can *not* be this extraction's finished store, judged
+    without the model: it is not a complete store, or it was extracted from another trajectory
+    file or with another config (its layers compared only when ``compare_layers``: the default
+    layers depend on the model). The CLI refuses such an output before loading any model unless
+    ``--overwrite``; the model itself is compared later by :func:`extract`.
+    """
+    found = _read_identity(Path(output))
+    if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
+        return True
+    ours, theirs = config.to_json(), dict(found.get("config") or {})
+    if not compare_layers:
+        ours.pop("layers")
+        theirs.pop("layers", None)
+    return ours != theirs
 
 
 def _read_identity(path: Path) -> dict | None:

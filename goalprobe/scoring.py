@@ -312,9 +312,9 @@ def score_run(
     _require(layout.trajectories, "trajectory file", "run goalprobe rollout")
     _require(layout.store, "activation store", "run goalprobe extract")
     _require(layout.grids, "grid set", "run goalprobe grids")
+    steps = _read_steps(layout)  # the trajectory file is validated (in full) first
     files = _decoded_files(layout, config)
     meg_key, selected_by = pick_meg_probe({f.key: f.description for f in files}, config.meg_probe)
-    steps = _read_steps(layout)
     accumulator = MapAccumulator(config.subjective_map)
     priors: dict[frozenset, tuple] = {}  # decoded grids -> prior of the other grids
     probes: dict[str, dict] = {}

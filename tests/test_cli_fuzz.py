@@ -191,3 +191,122 @@ def test_malformed_grid_sets_fail_in_one_line(tmp_path, goalprobe_cli, valid_gri
     out = case / "trajectories.jsonl"
     assert_one_error_line(goalprobe_cli("rollout", grids, "--out", out), grids)
     assert not out.exists()
+
+
+# -- trajectory files ------------------------------------------------------------------------
+
+NO_MODEL = "/nonexistent/model"  # every verb must refuse the file before it loads a model
+
+
+@pytest.fixture(scope="module")
+def valid_trajectory(tmp_path_factory):
+    """A run directory whose trajectory file (prompt-only states) is valid: its lines, and the
+    run directory's grid set and (placeholder) store for `score`."""
+    from typer.testing import CliRunner
+
+    from goalprobe.cli import app
+
+    root = tmp_path_factory.mktemp("trajectories")
+    grids = root / "grids.jsonl"
+    write_grid_set(grids, generate_grid_set(GridSetConfig((5,), (0.2,), 3, seed=2)))
+    path = root / "trajectories.jsonl"
+    result = CliRunner().invoke(app, ["states", str(grids), "--out", str(path), "--per-grid", "2"])
+    assert result.exit_code == 0, result.output
+    return path.read_text().splitlines(), grids
+
+
+BAD_FIELD_VALUES = (None, -1, "x", [], {}, [-5], [1.5], ["a"], 10**20, 2.5, True)
+
+trajectory_mutation = st.one_of(
+    st.tuples(st.just("drop_field"), st.integers(0, 10**6), st.integers(0, 50)),
+    st.tuples(
+        st.just("set_field"),
+        st.integers(0, 10**6),
+        st.integers(0, 50),
+        st.sampled_from(BAD_FIELD_VALUES),
+    ),
+    st.tuples(st.just("bad_token_id"), st.integers(1, 10**6), st.sampled_from((-1, 2.5, "7"))),
+    st.tuples(st.just("garbage_line"), st.integers(0, 10**6), st.text(min_size=1, max_size=20)),
+    st.tuples(st.just("drop_line"), st.integers(0, 10**6)),
+    st.tuples(st.just("duplicate"), st.integers(0, 10**6)),
+    st.tuples(st.just("swap"), st.integers(0, 10**6), st.integers(0, 10**6)),
+    st.tuples(st.just("truncate"), st.floats(0.0, 0.95)),
+    st.sampled_from((("empty",), ("header_only",), ("blank_line",))),
+)
+
+
+def _mutate_trajectory(lines: list[str], mutation) -> str:
+    kind, lines = mutation[0], list(lines)
+    if kind == "empty":
+        return ""
+    if kind == "header_only":
+        return lines[0] + "\n"
+    if kind in ("drop_field", "set_field", "bad_token_id"):
+        at = mutation[1] % len(lines)
+        if kind == "bad_token_id":
+            at = max(at, 1)  # a step or episode line
+        record = json.loads(lines[at])
+        if kind == "bad_token_id":
+            ids = record.get("prompt_token_ids")
+            if ids is None:  # an episode line: no ids; break its length instead
+                record["length"] = mutation[2]
+            else:
+                ids[len(ids) // 2] = mutation[2]
+        else:
+            key = sorted(record)[mutation[2] % len(record)]
+            if kind == "drop_field":
+                del record[key]
+            else:
+                record[key] = mutation[3]
+        lines[at] = json.dumps(record)
+    elif kind == "garbage_line":
+        lines.insert(mutation[1] % (len(lines) + 1), mutation[2].replace("\n", " "))
+    elif kind == "drop_line":
+        del lines[mutation[1] % len(lines)]
+    elif kind == "duplicate":
+        lines.append(lines[mutation[1] % len(lines)])
+    elif kind == "swap":
+        i, j = mutation[1] % len(lines), mutation[2] % len(lines)
+        lines[i], lines[j] = lines[j], lines[i]
+    elif kind == "blank_line":
+        lines.insert(1, "")
+    text = "".join(line + "\n" for line in lines)
+    if kind == "truncate":
+        text = text[: int(len(text) * mutation[1])]
+    return text
+
+
+def _trajectory_is_usable(path) -> bool:
+    from activations.agent.trajectories import trajectory_stats
+
+    try:
+        return trajectory_stats(path).episodes > 0
+    except (OSError, ValueError):
+        return False
+
+
+@FUZZ
+@given(mutation=trajectory_mutation, verb=st.sampled_from(("extract", "patch", "score", "view")))
+def test_malformed_trajectories_fail_in_one_line(
+    tmp_path, goalprobe_cli, valid_trajectory, valid_store, mutation, verb
+):
+    lines, grids = valid_trajectory
+    run = Path(tempfile.mkdtemp(dir=tmp_path))
+    path = run / "rollouts" / "trajectories.jsonl"
+    path.parent.mkdir()
+    path.write_text(_mutate_trajectory(lines, mutation))
+    assume(not _trajectory_is_usable(path))
+    (run / "grids").mkdir()
+    shutil.copy(grids, run / "grids" / "grids.jsonl")
+    (run / "activations").mkdir()
+    shutil.copy(valid_store, run / "activations" / "activations.h5")
+    out = run / "out"
+    args = {
+        "extract": ("extract", path, "--out", out, "--model", NO_MODEL),
+        "patch": ("patch", "--trajectories", path, "--out", out, "--model", NO_MODEL),
+        "score": ("score", run, "--no-progress"),
+        "view": ("view", run, "--export", out),
+    }[verb]
+    assert_one_error_line(goalprobe_cli(*args), path)
+    assert not out.exists() and not (run / "out.parts").exists()
+    assert not (run / "scoring").exists()

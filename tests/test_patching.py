@@ -765,5 +765,5 @@ def test_patch_command_on_a_trajectory_file(tmp_path, model_dir, model, tokenize
         )
     )
     (tmp_path / "traj.jsonl").write_text(text)
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, [*args, "--overwrite"])
     assert result.exit_code != 0 and "recorded prompt_token_ids differ" in plain(result.output)

@@ -413,7 +413,11 @@ def test_cli_scores_a_run(tmp_path, run):
     assert list(belief["probes"]) == ["oracle"]
     assert belief["method"]["top_k"] == [1, 3]
     assert (copy / "scoring" / "meg.csv").is_file()
-    bad = CliRunner().invoke(app, ["score", str(copy), "--probe", "missing", "--no-progress"])
+    again = CliRunner().invoke(app, ["score", str(copy), "--probe", "oracle", "--no-progress"])
+    assert again.exit_code == 2 and "--overwrite" in again.output  # never overwritten silently
+    bad = CliRunner().invoke(
+        app, ["score", str(copy), "--probe", "missing", "--no-progress", "--overwrite"]
+    )
     assert bad.exit_code == 2 and "missing.h5" in bad.output
     assert bad.output.startswith("error: ")
 

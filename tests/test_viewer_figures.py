@@ -574,7 +574,11 @@ def test_view_command_exports_and_rejects_unknown_selections(run_dir, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "linear · post · layer 3" in out.read_text(encoding="utf-8")
-    bad = CliRunner().invoke(app, [str(run_dir), "--export", str(out), "--probe", "../x"])
+    again = CliRunner().invoke(app, [str(run_dir), "--export", str(out)])
+    assert again.exit_code != 0 and "--overwrite" in again.output  # never overwritten silently
+    bad = CliRunner().invoke(
+        app, [str(run_dir), "--export", str(out), "--probe", "../x", "--overwrite"]
+    )
     assert bad.exit_code != 0 and "unknown decoded-map source" in bad.output
     serve_with_selection = CliRunner().invoke(app, [str(run_dir), "--episodes", key])
     assert serve_with_selection.exit_code != 0

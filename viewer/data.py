@@ -733,6 +733,17 @@ class RunData:
                 run_id = None if self.header is None else self.header.run_id
                 index: dict[tuple[str, int], dict[int, int]] = {}
                 ours = labels["run_id"].astype(str) == run_id
+                if len(ours) and not ours.any():
+                    foreign = sorted(set(labels["run_id"].astype(str).tolist()))
+                    self.missing.append(
+                        MissingArtefact(
+                            "activation store",
+                            self._relative(self.layout.store),
+                            f"its rows come from trajectory run(s) {', '.join(foreign)}, not from "
+                            f"this run's {run_id} (extracted from another rollout)",
+                            "probe and plan panels show nothing",
+                        )
+                    )
                 for row in np.flatnonzero(ours).tolist():
                     key = (str(labels["grid_id"][row]), int(labels["episode"][row]))
                     index.setdefault(key, {})[int(labels["step"][row])] = row
@@ -741,6 +752,14 @@ class RunData:
             return self._store_index
 
     # -- probe outputs ------------------------------------------------------------------------
+
+    def check_store(self) -> MissingArtefact | None:
+        """Read the store's ids now; the notice (also in :attr:`missing`) when it is unreadable
+        or none of its rows belongs to this run's trajectories, else None."""
+        before = len(self.missing)
+        self._store_rows()
+        added = [m for m in self.missing[before:] if m.name == "activation store"]
+        return added[0] if added else None
 
     def _row_index(self, cache_key: str, path: Path, dataset: str) -> _RowIndex:
         import h5py

@@ -290,6 +290,7 @@ def record_to_json(record: Record) -> str:
 
 
 _ROW_COL = "row_col"
+_TOKEN_ID = "token_id"
 
 
 def _check(value: Any, spec: Any, where: str) -> Any:
@@ -302,6 +303,12 @@ def _check(value: Any, spec: Any, where: str) -> Any:
         ):
             return (value[0], value[1])
         raise TrajectoryFormatError(f"{where}: expected [row, col] integers, got {value!r}")
+    if spec == _TOKEN_ID:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise TrajectoryFormatError(
+            f"{where}: expected a token id (integer >= 0), got {_clip(value)}"
+        )
     if isinstance(spec, tuple) and spec[0] == "optional":
         return None if value is None else _check(value, spec[1], where)
     if isinstance(spec, tuple) and spec[0] == "list":
@@ -334,7 +341,7 @@ _SOURCES = ("model", "retokenized")
 _SPECS: dict[type, dict[str, Any]] = {
     RunHeader: {"run_id": str, "config": dict, "backend": dict, "package_version": str},
     Attempt: {
-        "generated_token_ids": ("list", int),
+        "generated_token_ids": ("list", _TOKEN_ID),
         "token_ids_source": ("enum", _SOURCES),
         "reasoning": ("optional", str),
         "final": ("optional", str),
@@ -362,8 +369,8 @@ _SPECS: dict[type, dict[str, Any]] = {
         "action": ("optional", ("enum", _ACTION_NAMES)),
         "valid": bool,
         "next_agent_row_col": _ROW_COL,
-        "prompt_token_ids": ("list", int),
-        "generated_token_ids": ("list", int),
+        "prompt_token_ids": ("list", _TOKEN_ID),
+        "generated_token_ids": ("list", _TOKEN_ID),
         "token_ids_source": ("enum", _SOURCES),
         "reasoning": ("optional", str),
         "final": ("optional", str),
@@ -608,6 +615,86 @@ def read_steps(path: str | os.PathLike) -> Iterator[StepRecord]:
     """The step records of every finished episode (see :func:`read_trajectories`)."""
     for episode in read_trajectories(path):
         yield from episode.steps
+
+
+@dataclass(frozen=True)
+class TrajectoryStats:
+    """What a whole pass over a trajectory file found (finished episodes only).
+
+    Attributes:
+        path: the file.
+        run_id: its header's run id.
+        episodes: finished episodes.
+        steps: their steps.
+        max_token_id: the largest token id of their prompts and generations (-1 when none).
+        max_token_at: where that id is (``file:line: step t of episode e on grid g``).
+    """
+
+    path: Path
+    run_id: str
+    episodes: int
+    steps: int
+    max_token_id: int
+    max_token_at: str
+
+    def check_nonempty(self) -> None:
+        """Raise :class:`TrajectoryFormatError` when the file holds no finished episode."""
+        if not self.episodes:
+            raise TrajectoryFormatError(
+                f"{self.path}: holds no finished episode (empty, header only, or every episode "
+                "interrupted); nothing to read"
+            )
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Raise :class:`TrajectoryFormatError` (naming file, line and step) when a token id
+        is outside a vocabulary of ``vocab_size`` ids (the file was written for another
+        model)."""
+        if self.max_token_id >= vocab_size:
+            raise TrajectoryFormatError(
+                f"{self.max_token_at}: token id {self.max_token_id} is outside the model's "
+                f"vocabulary of {vocab_size} ids (the file was written with another tokenizer)"
+            )
+
+
+def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
+    """Validate a whole trajectory file and count its finished episodes and steps.
+
+    Raises:
+        FileNotFoundError: no such file.
+        TrajectoryFormatError: a line breaks the schema, or the file has no 'run' line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such trajectory file")
+    if path.stat().st_size == 0:
+        raise TrajectoryFormatError(f"{path}: the file is empty (no 'run' line, no episodes)")
+    assembler = _EpisodeAssembler(path)
+    episodes = steps = 0
+    best, best_at = -1, ""
+    pending_best, pending_at = -1, ""
+    for line in _scan(path, on_truncated=lambda message: None):
+        record = line.record
+        episode = assembler.feed(line)
+        if isinstance(record, StepRecord):
+            ids = [*record.prompt_token_ids, *record.generated_token_ids]
+            for attempt in record.rejected_attempts:
+                ids.extend(attempt.generated_token_ids)
+            top = max(ids, default=-1)
+            if top > pending_best:
+                pending_best = top
+                pending_at = (
+                    f"{path}:{line.number}: step {record.step} of episode {record.episode} on "
+                    f"grid {record.grid_id!r}"
+                )
+        if episode is not None:
+            episodes += 1
+            steps += len(episode.steps)
+            if pending_best > best:
+                best, best_at = pending_best, pending_at
+            pending_best, pending_at = -1, ""
+    if assembler.header is None:
+        raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
+    return TrajectoryStats(path, assembler.header.run_id, episodes, steps, best, best_at)
 
 
 # --------------------------------------------------------------------------------------------

@@ -176,6 +176,9 @@ class ResidualBackend(ABC):
         self.config = model.config
         self.n_layers = int(model.config.num_hidden_layers)
         self.d_model = int(model.config.hidden_size)
+        vocab = getattr(model.config, "vocab_size", None)
+        self.vocab_size: int | None = None if vocab is None else int(vocab)
+        """Rows of the input embedding (token ids must be below it); None when unknown."""
         self._cached_prefix: tuple[bytes, object] | None = None
 
     @property

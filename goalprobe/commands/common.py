@@ -7,7 +7,9 @@ Each raises ``typer.BadParameter`` naming the option, which the CLI prints as on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -69,3 +71,42 @@ def check_new_output(path: Path, overwrite: bool, option: str, *, directory: boo
         raise typer.BadParameter(
             f"{path} exists; pass --overwrite to replace it", param_hint=option
         )
+
+
+def check_device(device: str, option: str = "--device") -> str:
+    """``device`` if it is ``auto`` or a device torch can name (``cpu``, ``cuda``, ``cuda:1``,
+    ...), else ``typer.BadParameter``; checked before any model loads (availability is checked
+    when it loads)."""
+    if device == "auto":
+        return device
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise typer.BadParameter(
+            f"{device!r} is not a device (auto, cpu, cuda, cuda:N, ...)", param_hint=option
+        ) from err
+    return device
+
+
+def check_directory(path: Path | None, option: str) -> None:
+    """Refuse an input directory option that names no directory."""
+    if path is not None and not path.is_dir():
+        raise typer.BadParameter(f"{path} is not a directory", param_hint=option)
+
+
+@contextmanager
+def removed_on_error(path: Path) -> Iterator[None]:
+    """Remove ``path`` (a file or a directory tree) when the block fails and ``path`` did not
+    exist before it, so that a failed verb leaves no partial output that looks complete."""
+    existed = path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and path.exists():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        raise

@@ -82,6 +82,8 @@ def command(
         stages_forced = check_force(force or ())
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
+    if run_dir.exists() and not run_dir.is_dir():
+        raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
     result = run_demo(run_dir, config, force=stages_forced, progress=progress, log=console.print)
     stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
     for column in ("stage", "status", "seconds"):

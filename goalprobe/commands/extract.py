@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+)
 
 
 def command(
@@ -63,21 +72,53 @@ def command(
         Path | None, typer.Option(help="Parts directory (default: <out>.parts).")
     ] = None,
     keep_parts: Annotated[bool, typer.Option(help="Keep the parts after assembling.")] = False,
-    overwrite: Annotated[
-        bool, typer.Option(help="Replace an existing store of another extraction.")
-    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay every recorded step teacher-forced and store the residual stream (HDF5).
 
-    Resumable: after an interruption (even SIGKILL), rerun the same command to continue.
+    Resumable: after an interruption (even SIGKILL), rerun the same command to continue; a
+    rerun after it finished reports the store complete. An existing --out of anything else is
+    refused unless --overwrite.
     """
-    from activations.agent.models import load_model
-    from activations.capture import BackendUnavailableError, make_backend
-    from activations.extract import ExtractConfig, default_layers, extract
+    from activations.agent.trajectories import trajectory_stats
+    from activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from activations.extract import ExtractConfig, default_layers, extract, holds_other_extraction
 
+    # every argument and the input file are checked before the (possibly long) model load
+    choice(backend, BACKENDS, "--backend")
+    check_device(device)
     if (remote or simulate_remote) and backend != "nnsight":
         raise typer.BadParameter("--remote runs through nnsight; use --backend nnsight")
+    chosen = parse_list(layers, int, "--layers", empty_ok=True)
+    try:
+        config = ExtractConfig(
+            layers=chosen or (0,),  # the default layers need the model's depth
+            stages=parse_list(stages, str, "--stages"),
+            grid_cells=grid_cells,
+            batch_size=batch_size,
+            rows_per_part=rows_per_part,
+            compression=compression,
+            shard=shard,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    stats = trajectory_stats(trajectories)
+    stats.check_nonempty()
+    check_new_output(out, True, "--out")  # a directory is refused; an existing file below
+    if (
+        out.exists()
+        and not overwrite
+        and holds_other_extraction(out, trajectories, config, compare_layers=bool(chosen))
+    ):
+        raise typer.BadParameter(
+            f"{out} exists and is not this extraction's store (resumed or finished); pass "
+            "--overwrite to replace it",
+            param_hint="--out",
+        )
+
+    from activations.agent.models import load_model
+
     loaded = load_model(
         model,
         revision=revision,
@@ -100,20 +141,10 @@ def command(
         capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
     except (BackendUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--backend") from err
-    chosen = (
-        tuple(int(x) for x in layers.split(",") if x.strip())
-        if layers.strip()
-        else default_layers(capture.n_layers)
-    )
-    config = ExtractConfig(
-        layers=chosen,
-        stages=tuple(s.strip() for s in stages.split(",") if s.strip()),
-        grid_cells=grid_cells,
-        batch_size=batch_size,
-        rows_per_part=rows_per_part,
-        compression=compression,
-        shard=shard,
-    )
+    if capture.vocab_size is not None:
+        stats.check_vocabulary(capture.vocab_size)
+    if not chosen:
+        config = replace(config, layers=default_layers(capture.n_layers))
     report = extract(
         trajectories,
         out,

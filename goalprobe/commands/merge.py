@@ -20,7 +20,8 @@ def command(
 ) -> None:
     """Merge `extract --shard i/N` stores, checking every step is covered exactly once.
 
-    Rows come out in trajectory-file order, as an unsharded extraction writes them.
+    Rows come out in trajectory-file order, as an unsharded extraction writes them. Some shards
+    may be empty (their grids hashed elsewhere); all of them empty is an error.
     """
     from activations.store import ActivationStore, merge_shards
 
@@ -28,6 +29,14 @@ def command(
     if out.resolve() in {s.resolve() for s in shards}:
         raise typer.BadParameter(f"{out} is one of the shards being merged", param_hint="--out")
 
+    rows = 0
+    for shard in shards:
+        with ActivationStore(shard) as opened:
+            rows += len(opened)
+    if not rows:
+        raise ValueError(
+            f"{', '.join(str(s) for s in shards)}: the shards hold no rows; nothing to merge"
+        )
     path = merge_shards(shards, out, compression=compression)
     with ActivationStore(path) as store:
         typer.echo(f"{path}: {len(store)} rows from {len(shards)} shard(s)")

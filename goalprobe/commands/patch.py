@@ -7,12 +7,47 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+)
+
 
 def _split(text: str, option: str) -> tuple[str, ...]:
     values = tuple(part.strip() for part in text.split(",") if part.strip())
     if not values:
         raise typer.BadParameter("needs at least one value", param_hint=option)
     return values
+
+
+SYNTAX_CHECK_LAYERS = 1024
+"""Depth against which --layers is checked for syntax before the model (and its depth) loads."""
+
+
+def _store_source(store: Path, stats):
+    """The store's source values, refused unless some of its rows are the trajectories' run."""
+    import numpy as np
+
+    from activations.store.reader import ActivationStore
+    from probes.patching.store_source import StoreSource
+
+    if stats is None:
+        raise typer.BadParameter(
+            "a store holds recorded runs; --store needs --trajectories", param_hint="--store"
+        )
+    opened = ActivationStore(store)
+    run_ids = sorted({str(r) for r in np.unique(opened.labels(["run_id"])["run_id"])})
+    if stats.run_id not in run_ids:
+        opened.close()
+        raise typer.BadParameter(
+            f"{store} was extracted from run(s) {', '.join(run_ids) or '(no rows)'}, not from "
+            f"{stats.path}'s run {stats.run_id} (a store of another rollout)",
+            param_hint="--store",
+        )
+    return StoreSource(opened)
 
 
 def command(
@@ -83,37 +118,48 @@ def command(
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
     Writes patch_records.csv, patch_summary.csv, patch_results.json, patch_heatmap.html and
-    patch_pairs.jsonl into --out (:func:`probes.patching.run.run_experiment`).
+    patch_pairs.jsonl into --out (:func:`probes.patching.run.run_experiment`); a non-empty --out
+    is refused unless --overwrite. --store must come from the same rollout as --trajectories.
     """
     from rich.console import Console
     from rich.table import Table
 
     from activations.agent.models import load_model
-    from activations.capture import BackendUnavailableError, make_backend
+    from activations.agent.trajectories import trajectory_stats
+    from activations.capture import BACKENDS, BackendUnavailableError, make_backend
     from goalprobe.figure_files import write_patch_heatmap
     from probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
     from probes.patching.experiment import PatchConfig, resolve_layer_sets
     from probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
     from probes.patching.sites import SequenceError
 
+    # every argument, the inputs and the output are checked before the model is loaded
     if (trajectories is None) == (grids is None):
         raise typer.BadParameter("give exactly one of --trajectories and --grids")
-    effort, template_dir = "low", None
+    check_new_output(out, overwrite, "--out", directory=True)
+    choice(backend, BACKENDS, "--backend")
+    check_device(device)
+    effort, template_dir, stats = "low", None, None
     if trajectories is not None:
+        stats = trajectory_stats(trajectories)
+        stats.check_nonempty()
         read = read_trajectory_bases(trajectories)
         bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
     else:
         from activations.gridworld.io import read_grid_set
 
         bases = [base_from_grid(g) for g in read_grid_set(grids)]
-    keep = [int(s) for s in _split(sizes, "--sizes")] if sizes.strip() else None
+        if not bases:
+            raise typer.BadParameter(f"{grids} holds no grids", param_hint="--grids")
+    keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
     bases = draw_bases(bases, max_bases, seed, sizes=keep)
     if not bases:
-        raise typer.BadParameter("no base states to patch (check --sizes and the input file)")
+        raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
     try:
         config = PatchConfig(
             sites=_split(sites, "--sites"),
@@ -135,22 +181,25 @@ def command(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
+    try:
+        resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    source = None
+    if store is not None:
+        source = _store_source(store, stats)
     console = Console()
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)
     except (BackendUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--backend") from err
+    if stats is not None and patcher.vocab_size is not None:
+        stats.check_vocabulary(patcher.vocab_size)
     try:
         resolve_layer_sets(config.layers, patcher.n_layers)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--layers") from err
-    source = None
-    if store is not None:
-        from activations.store.reader import ActivationStore
-        from probes.patching.store_source import StoreSource
-
-        source = StoreSource(ActivationStore(store))
     try:
         outcome = run_experiment(
             bases,

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import check_device, check_directory, choice
+
 
 def command(
     grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
@@ -103,10 +105,14 @@ def command(
 
     from activations.agent.models import load_tokenizer
     from activations.agent.rollout import RolloutConfig, RolloutStopped, run_rollouts
+    from activations.agent.trajectories import read_run_header
     from activations.gridworld.io import read_grid_set
     from goalprobe.agents import local_backend
 
     console = Console(stderr=True)
+    check_device(device)
+    check_directory(template_dir, "--template-dir")
+    choice(developer_role, ("developer", "system"), "--developer-role")
     try:
         config = RolloutConfig(
             episodes_per_grid=episodes,
@@ -126,6 +132,10 @@ def command(
     grid_set = read_grid_set(grids)
     if not grid_set:
         raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
+    if out.is_dir():
+        raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
+    if out.exists() and out.stat().st_size:
+        read_run_header(out)  # resuming: a file that is no trajectory file is refused here
     if server is not None:
         from activations.agent.server_backend import ServerBackend, ServerConfig
 

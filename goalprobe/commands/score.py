@@ -7,17 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice
+
 if TYPE_CHECKING:
     from rich.table import Table
 
 UTILITIES = ("goal", "goal_with_key", "key")
 TABLE2 = ("acc_gt", "acc_dec", "agreement", "recovery", "inverse_recovery")
-
-
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=option)
-    return value
 
 
 def _top_k(text: str) -> tuple[int, ...]:
@@ -88,13 +84,15 @@ def command(
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes for belief scoring.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Score a run: the agent's actions against its decoded beliefs (Acc GT, Acc Dec, Agreement,
     Recovery, inverse recovery, top-k, belief-weighted scores; study 5.2, Table 2, Figure 9) and
     known-utility MEG on the true grid vs the decoded grid, with grid-bootstrap intervals.
 
     Writes RUN/scoring/belief.json, belief.csv, meg.json, meg.csv, meg_grids.csv and plotly
-    figures (figures/*.json) and prints a summary.
+    figures (figures/*.json) and prints a summary; an earlier RUN/scoring/ is refused unless
+    --overwrite.
     """
     from rich.console import Console
 
@@ -103,10 +101,10 @@ def command(
     from goalprobe.scoring import score_run
     from probes.scoring.config import ScoreConfig
 
-    _choice(utility, UTILITIES, "--utility")
-    _choice(key_utility, UTILITIES, "--key-utility")
-    _choice(horizon, ("episodes", "grid"), "--horizon")
-    _choice(subjective_map, ("mean", "first"), "--subjective-map")
+    choice(utility, UTILITIES, "--utility")
+    choice(key_utility, UTILITIES, "--key-utility")
+    choice(horizon, ("episodes", "grid"), "--horizon")
+    choice(subjective_map, ("mean", "first"), "--subjective-map")
     config = ScoreConfig(
         decoded_maps=tuple(probe or ()),
         top_k=_top_k(top_k),
@@ -122,6 +120,7 @@ def command(
         n_jobs=jobs,
         **({} if nulls else {"nulls": ()}),
     )
+    check_new_output(RunLayout(run_dir).scoring_dir, overwrite, "RUN_DIR", directory=True)
     console = Console()
     # a missing input (FileNotFoundError) or inputs that do not join up (ScoringError) become
     # one "error: ..." line and exit code 2 in goalprobe.cli.OneLineErrors

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+from goalprobe.commands.common import OVERWRITE_HELP, check_directory, check_new_output
 
 
 def command(
@@ -45,6 +45,7 @@ def command(
     from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
     from activations.gridworld.io import read_grid_set
 
+    check_directory(template_dir, "--template-dir")
     if not resume:
         check_new_output(out, overwrite, "--out")
         if overwrite and out.exists():

@@ -7,6 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    parse_list,
+    removed_on_error,
+)
 from viewer.figures import plan_sweep_figure
 
 if TYPE_CHECKING:
@@ -16,16 +23,6 @@ if TYPE_CHECKING:
 
 TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 """Prefix lengths shown in the summary table."""
-
-
-def _parse_list(text: str, kind: type, option: str) -> tuple:
-    try:
-        values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise typer.BadParameter(
-            f"{text!r} is not a comma-separated list: {err}", param_hint=option
-        ) from err
-    return values
 
 
 def command(
@@ -82,9 +79,7 @@ def command(
     ] = 1000,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     seed: Annotated[int, typer.Option(help="Seed of split, decoders, shuffle, bootstrap.")] = 0,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace existing outputs in --out.")
-    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train one-shot plan decoders (1/2/4 layers x stage x layer) and report prefix accuracy.
 
@@ -100,28 +95,46 @@ def command(
     from probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
     console = Console()  # width from the terminal (COLUMNS when not a terminal)
+    check_device(device)
+    if d_bottleneck % n_heads:
+        raise typer.BadParameter(
+            f"--d-bottleneck {d_bottleneck} is not divisible by --n-heads {n_heads} (each head "
+            "gets d_bottleneck / n_heads dimensions)",
+            param_hint="--d-bottleneck",
+        )
+    if test_fraction + validation_fraction * (1 - test_fraction) >= 1:
+        raise typer.BadParameter(
+            "--test-fraction and --validation-fraction leave no training grids"
+        )
+    check_new_output(out, overwrite, "--out", directory=True)
+    asked_stages = parse_list(stages, str, "--stages", empty_ok=True)
+    asked_layers = parse_list(layers, int, "--layers", empty_ok=True)
+    depths = parse_list(decoder_layers, int, "--decoder-layers")
+    if min(depths) < 1:
+        raise typer.BadParameter("needs positive depths", param_hint="--decoder-layers")
+    controls = parse_list(control_layers, int, "--control-layers", empty_ok=True)
+    if controls and min(controls) < 1:
+        raise typer.BadParameter("needs positive depths", param_hint="--control-layers")
     try:
         loader = StorePlanLoader(store, first_step_only=first_step_only)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
-    stage_list = _parse_list(stages, str, "--stages") or loader.stages
+    if not loader.stages:
+        raise ValueError(f"{store}: the store holds no rows; nothing to train on")
+    stage_list = asked_stages or loader.stages
     missing = [s for s in stage_list if s not in loader.stages]
     if not stage_list or missing:
         raise typer.BadParameter(
             f"stages {missing or stage_list} have no rows in the store (rows hold {loader.stages})",
             param_hint="--stages",
         )
-    layer_list = _parse_list(layers, int, "--layers") or loader.layers
+    layer_list = asked_layers or loader.layers
     missing_layers = [x for x in layer_list if x not in loader.layers]
     if missing_layers:
         raise typer.BadParameter(
             f"layers {missing_layers} not in the store (it holds {loader.layers})",
             param_hint="--layers",
         )
-    depths = _parse_list(decoder_layers, int, "--decoder-layers")
-    if not depths or min(depths) < 1:
-        raise typer.BadParameter("needs positive depths", param_hint="--decoder-layers")
-    controls = _parse_list(control_layers, int, "--control-layers")
     config = PlanSweepConfig(
         stages=tuple(stage_list),
         layers=tuple(layer_list),
@@ -145,14 +158,15 @@ def command(
         random_state=seed,
     )
     try:
-        result = run_plan_sweep(
-            loader,
-            config,
-            decoder,
-            out_dir=out,
-            overwrite=overwrite,
-            log=lambda message: console.log(message),
-        )
+        with removed_on_error(out):
+            result = run_plan_sweep(
+                loader,
+                config,
+                decoder,
+                out_dir=out,
+                overwrite=overwrite,
+                log=lambda message: console.log(message),
+            )
     except FileExistsError as err:
         raise typer.BadParameter(f"{err}", param_hint="--out") from err
 

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+from goalprobe.commands.common import (
+    OVERWRITE_HELP,
+    check_device,
+    check_new_output,
+    choice,
+    parse_list,
+    removed_on_error,
+)
 from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
 
 if TYPE_CHECKING:
@@ -98,11 +105,14 @@ def command(
     choice(coordinates, ("raw", "onehot"), "--coordinates")
     choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
     check_new_output(out, overwrite, "--out", directory=True)
+    check_device(device)
     console = Console()
     try:
         loader = StoreProbeLoader(store)
     except (FileNotFoundError, StoreFormatError) as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
+    if not len(loader.all_grid_ids):
+        raise ValueError(f"{store}: the store holds no rows; nothing to train on")
     stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
     missing = [s for s in stage_list if s not in loader.stages]
     if missing:
@@ -159,7 +169,8 @@ def command(
         random_state=seed,
     )
     try:
-        result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
+        with removed_on_error(out):
+            result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
     console.print(summary_table(result))

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -16,6 +18,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_trajectories(run) -> None:
+    """Refuse a run whose trajectory file exists but is unreadable or holds no episode (a
+    missing file is only a notice: the viewer still shows the rest)."""
+    notice = next((m for m in run.missing if m.name == "trajectories"), None)
+    if notice is not None and notice.reason != "not found":
+        raise ValueError(notice.reason)
+    if notice is None and not run.episodes:
+        raise ValueError(f"{run.layout.trajectories}: holds no finished episode; nothing to view")
 
 
 def command(
@@ -44,7 +56,6 @@ def command(
             "--export",
             help="Write a self-contained static HTML file (plotly.js inlined, no server, no "
             "network) of the selected episodes instead of serving.",
-            dir_okay=False,
         ),
     ] = None,
     episodes: Annotated[
@@ -71,6 +82,7 @@ def command(
             "matches the probe's stage and layer).",
         ),
     ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
 
@@ -78,22 +90,42 @@ def command(
     trajectory, and compare the true grid with the decoded map of any probe (stage, layer,
     family), the optimal actions on both, the decoded plan against the executed moves, the
     reasoning text and the step's patching results. A run directory that lacks some artefacts
-    still opens and lists what is missing. A folder of run directories (one per agent) serves
-    each at /NAME/ with links between them. With --export FILE.html, writes a self-contained page
-    of the selected episodes to share like a figure, and exits.
+    still opens and lists what is missing; a trajectory file that exists but is malformed (its
+    header and summary lines; every line with --export) or holds no episode is an error, and a
+    store extracted from another rollout a loud warning. A folder of run directories (one per
+    agent) serves each at /NAME/ with links between them. With --export FILE.html (refused when
+    it exists, unless --overwrite), writes a self-contained page of the selected episodes to
+    share like a figure, and exits.
     """
     from rich.console import Console
 
     from viewer.data import RunData, UnknownKeyError, find_runs
 
     console = Console(stderr=True)
+    if export is not None:
+        check_new_output(export, overwrite, "--export")
+    elif episodes or probe or plan:
+        raise typer.BadParameter(
+            "--episodes, --probe and --plan choose what --export writes; the server shows every "
+            "episode and probe"
+        )
     runs = find_runs(run_dir)
     if export is None and len(runs) > 0 and run_dir.name not in runs:
         _serve_runs(run_dir, runs, host, port, console)
         return
+    if export is not None:  # an export reads whole episodes: every line is validated first
+        from activations.agent.trajectories import trajectory_stats
+        from activations.run_layout import RunLayout
+
+        trajectory_stats(RunLayout(run_dir).trajectories).check_nonempty()
     run = RunData(run_dir)
+    _check_trajectories(run)
+    mismatch = run.check_store()
     for missing in run.missing:
-        console.print(f"[yellow]missing[/yellow] {missing}")
+        if missing is not mismatch:
+            console.print(f"[yellow]missing[/yellow] {missing}")
+    if mismatch is not None:
+        console.print(f"[bold red]warning[/bold red]: {mismatch}")
     if export is not None:
         from viewer.export import export_html
 
@@ -105,11 +137,6 @@ def command(
         size = out.stat().st_size / 1e6
         console.print(f"wrote {out} ({size:.1f} MB)")
         return
-    if episodes or probe or plan:
-        raise typer.BadParameter(
-            "--episodes, --probe and --plan choose what --export writes; the server shows every "
-            "episode and probe"
-        )
     if not _is_loopback(host):
         console.print(
             f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
