@@ -36,7 +36,7 @@ def probing(run: RunReader, fig: Figures) -> list[Block]:
                 continue
             rows.append(
                 (
-                    f"L{r['layer']}",
+                    f"L{r['layer']} (best epoch {r.get('best_epoch') or '–'})",
                     label,
                     stat_text(metric(m, "probe", key)),
                     f"{sel['baseline']} {stat_text(metric(m, sel['baseline'], key))}",
@@ -56,7 +56,9 @@ def probing(run: RunReader, fig: Figures) -> list[Block]:
                 "rollout). The strongest control is the best of the per-cell majority, the "
                 "size and size-and-density priors, shuffled labels and (localisation) a uniform "
                 "guess; the difference has a paired grid-bootstrap 95% CI, and 'above?' says "
-                "whether that interval excludes 0."
+                "whether that interval excludes 0. The best epoch is the one early stopping kept "
+                "(validation grids carved from the training grids); one close to the epoch limit "
+                "means the probe had not converged (each card holds its loss history)."
             ),
         )
     ]
