@@ -78,6 +78,7 @@ ARTEFACTS: dict[str, Artefact] = {
             "learning curve", "probes/probing/learning_curve.json", "probes", "goalprobe demo"
         ),
         Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
+        Artefact("position probes", "probes/probing/positions.json", "probes", "goalprobe demo"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -226,6 +227,11 @@ class RunLayout:
     def learning_curve(self) -> Path:
         """The headline probe's learning curve on the probing set."""
         return self.path("learning curve")
+
+    @property
+    def probing_positions(self) -> Path:
+        """Agent and goal position probes on the probing set, against their baselines."""
+        return self.path("position probes")
 
     @property
     def probing_distance(self) -> Path:

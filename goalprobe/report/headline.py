@@ -156,6 +156,24 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             )
         return rows_out
 
+    def positions():
+        pos = run.json(run.layout.probing_positions)
+        out = []
+        for target in ("agent", "goal"):
+            result = pos[target]
+            sel = result["selectivity"]["top1"]
+            base = result["models"][sel["baseline"]]["top1"]
+            out.append(
+                HeadlineRow(
+                    f"{target.capitalize()} position probe, top-1 (probing set, "
+                    f"{pos['stage']} L{pos['layer']}, {result['n_grids']} test grids; Fig. 7)",
+                    stat_text(result["models"]["probe"]["top1"]),
+                    f"strongest control {sel['baseline']} {stat_text(base)}",
+                    f"probe above {sel['baseline']}: {yes_no(sel['above_baseline'])}",
+                )
+            )
+        return out
+
     def distance():
         sweeps = [run.json(p) for p in sorted(run.layout.probing_distance.glob("distance_*.json"))]
         out = []
@@ -261,7 +279,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             )
         return out
 
-    for make in (behaviour, iso, keys, probes, distance, belief, meg, plans, patching):
+    for make in (behaviour, iso, keys, probes, positions, distance, belief, meg, plans, patching):
         attempt(make)
     return rows
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from activations.gridworld.core import CellType
 from activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -21,8 +22,9 @@ from goalprobe.stages.context import StageContext, write_json
 from probes.cell_probes import CoordinateCellProbe
 from probes.learning_curve import grid_counts, learning_curve
 from probes.per_cell import PerCellProbe
+from probes.position import PositionPrior, PositionProbe, evaluate_positions
 from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
-from probes.splits import split_by_grid
+from probes.splits import shuffle_by_grid, split_by_grid
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
@@ -143,7 +145,55 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
     )
     curve = probing_learning_curve(context, estimator, p, config.points)
     outputs["learning_curve"] = write_json(layout.learning_curve, curve)
+    outputs["positions"] = write_json(layout.probing_positions, probing_positions(context, p))
     return outputs, summary
+
+
+def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
+    """Agent and goal position probes on the probing set (headline stage and layer, the
+    sweep's split by grid), each against the size prior, a uniform guess among the grid's open
+    cells and the same probe on positions shuffled between grids of a size."""
+    loader = StoreProbeLoader(context.layout.probing_store)
+    layer = headline_layer(loader.layers)
+    data = loader(HEADLINE_STAGE, layer)
+    split = split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=p.test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=p.seed,
+    )
+    test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
+    train = ~test
+    open_cells = (data.cell_types != CellType.WALL) & (data.cell_types != CellType.PADDING)
+    chance = 1.0 / np.maximum(open_cells.reshape(len(open_cells), -1).sum(axis=1), 1)
+    out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
+    for target, positions in (("agent", data.agent_row_col), ("goal", data.goal_row_col)):
+        if context.say:
+            context.say(f"position probe: {target} at {HEADLINE_STAGE} L{layer}")
+        shuffled = shuffle_by_grid(
+            positions[train], data.grid_ids[train], strata=data.grid_sizes[train],
+            random_state=p.seed,
+        )  # fmt: skip
+        predictions = {
+            "probe": PositionProbe(random_state=p.seed)
+            .fit(data.acts[train], positions[train])
+            .predict(data.acts[test]),
+            "prior_size": PositionPrior()
+            .fit(data.grid_sizes[train], positions[train])
+            .predict(data.grid_sizes[test]),
+            "shuffled": PositionProbe(random_state=p.seed)
+            .fit(data.acts[train], shuffled)
+            .predict(data.acts[test]),
+        }
+        out[target] = evaluate_positions(
+            predictions,
+            positions[test],
+            data.grid_ids[test],
+            chance=chance[test],
+            n_boot=p.n_bootstrap,
+            random_state=p.seed,
+        )
+    return out
 
 
 def targets(*candidates: tuple[str, Path, Path, Path]):

@@ -1,0 +1,62 @@
+"""Position probes (probes/position.py): a planted position is read out above every baseline;
+random features are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from probes.position import PositionPrior, PositionProbe, evaluate_positions
+from probes.splits import split_by_grid
+
+
+def planted_positions(n_grids=120, steps=4, d_model=48, informative=True, seed=0):
+    rng = np.random.default_rng(seed)
+    n = n_grids * steps
+    grid_ids = np.repeat(np.arange(n_grids), steps).astype(str)
+    sizes = np.repeat(rng.choice([7, 9], n_grids), steps)
+    pos = np.stack([rng.integers(1, s - 1) for s in sizes] + [], axis=0)
+    pos = np.stack([pos, np.array([rng.integers(1, s - 1) for s in sizes])], axis=1)
+    acts = rng.standard_normal((n, 3, d_model)).astype(np.float32)
+    if informative:  # one-hot codes of row and column written into the last token
+        acts[np.arange(n), -1, pos[:, 0]] += 5.0
+        acts[np.arange(n), -1, 16 + pos[:, 1]] += 5.0
+    return acts, pos, grid_ids, sizes
+
+
+@pytest.mark.parametrize("informative", [True, False])
+def test_a_planted_position_beats_every_baseline_and_noise_does_not(informative):
+    acts, pos, ids, sizes = planted_positions(informative=informative)
+    split = split_by_grid(ids, test_fraction=0.25, random_state=0)
+    tr, te = split.train, split.test
+    probe = PositionProbe().fit(acts[tr], pos[tr])
+    prior = PositionPrior().fit(sizes[tr], pos[tr])
+    shuffled_pos = pos[tr][np.random.default_rng(1).permutation(len(tr))]
+    shuffled = PositionProbe().fit(acts[tr], shuffled_pos)
+    open_cells = (sizes[te] - 2) ** 2
+    result = evaluate_positions(
+        {
+            "probe": probe.predict(acts[te]),
+            "prior_size": prior.predict(sizes[te]),
+            "shuffled": shuffled.predict(acts[te]),
+        },
+        pos[te],
+        ids[te],
+        chance=1.0 / open_cells,
+        n_boot=300,
+    )
+    top1 = result["selectivity"]["top1"]
+    assert result["n_grids"] == len(np.unique(ids[te]))
+    if informative:
+        assert result["models"]["probe"]["top1"]["value"] > 0.9
+        assert top1["above_baseline"]
+    else:
+        assert not top1["above_baseline"]
+        assert result["models"]["probe"]["top1"]["value"] < 0.15
+
+
+def test_the_prior_predicts_the_most_frequent_position_of_the_size():
+    sizes = np.array([7, 7, 7, 9, 9])
+    pos = np.array([[1, 1], [1, 1], [2, 3], [4, 4], [4, 4]])
+    prior = PositionPrior().fit(sizes, pos)
+    assert prior.predict(np.array([7, 9, 11])).tolist() == [[1, 1], [4, 4], [1, 1]]
