@@ -190,7 +190,8 @@ def _default(seed: int) -> dict[str, Any]:
     T = 30 with 70 episodes each, patching with greedy regenerated reasoning and the optimality
     filter) on the study's 5 sizes x 6 densities, and a probing set of 420 grids."""
     n_boot = 1000
-    training = ProbeTraining(hidden_size=128, max_epochs=20, batch_size=64)
+    # converges on CPU at demo sizes (best epoch well below the limit on the probing set)
+    training = ProbeTraining(hidden_size=128, max_epochs=60, batch_size=32, learning_rate=3e-3)
     return dict(
         grids=GridSetConfig(n_per_cell=2, seed=seed),
         rollouts=RolloutConfig(episodes_per_grid=2, batch_size=64, max_new_tokens=256, seed=seed),
@@ -209,7 +210,15 @@ def _default(seed: int) -> dict[str, Any]:
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
         ),
         activations=ActivationsConfig(batch_size=16),
-        probes=ProbesConfig(training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed),
+        probes=ProbesConfig(
+            types=("coordinate",),
+            class_balance="none",
+            coordinates="onehot",
+            training=training,
+            test_fraction=0.25,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
         distance=DistanceConfig(
             training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed
         ),
@@ -224,7 +233,7 @@ def _default(seed: int) -> dict[str, Any]:
                 d_bottleneck=64, n_heads=4, max_epochs=6, n_iter_no_change=2
             ),
         ),
-        patching=PatchingConfig(max_bases=40, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
+        patching=PatchingConfig(max_bases=16, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
     )
 

@@ -71,6 +71,8 @@ class ProbeTraining:
     """Most training epochs (early stopping on validation grids)."""
     batch_size: int = 128
     """Training batch size."""
+    learning_rate: float = 1e-3
+    """Adam learning rate."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,12 @@ class ProbesConfig:
     """Probe kinds: the study's coordinate-conditioned probe and per-cell heads."""
     families: tuple[str, ...] = ("linear", "mlp")
     """Read-outs."""
+    class_balance: str = "upsample"
+    """Class weighting of the cell probes (``upsample``: the study's; ``none``: plain
+    cross-entropy, which converges on CPU at demo sizes; the headline's rank-based verdicts
+    hold under either)."""
+    coordinates: str = "raw"
+    """How the coordinate probe is told the cell (``raw`` row and column, or ``onehot``)."""
     training: ProbeTraining = field(default_factory=ProbeTraining)
     """Training settings."""
     test_fraction: float = 0.2

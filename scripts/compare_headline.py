@@ -107,16 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run directory holding report.html")
     parser.add_argument("other", type=Path, nargs="?", help="a second run directory")
-    parser.add_argument("--save", type=Path, help="write the run's headline table (JSON)")
+    # dest "save_to", not "save": nnsight (imported by a run in the same process) adds a
+    # ``save`` method to every object, which argparse then takes for an option already set
+    parser.add_argument(
+        "--save", dest="save_to", type=Path, help="write the run's headline table (JSON)"
+    )
     parser.add_argument("--against", type=Path, help="compare with a table saved by --save")
     args = parser.parse_args(argv)
-    if sum(x is not None for x in (args.other, args.save, args.against)) != 1:
+    if sum(x is not None for x in (args.other, args.save_to, args.against)) != 1:
         parser.error("give exactly one of OTHER, --save FILE and --against FILE")
     try:
         rows = headline_of_run(args.run)
-        if args.save is not None:
-            args.save.write_text(json.dumps([list(r) for r in rows], indent=1) + "\n")
-            print(f"saved {len(rows)} headline rows of {args.run} to {args.save}")
+        if args.save_to is not None:
+            args.save_to.write_text(json.dumps([list(r) for r in rows], indent=1) + "\n")
+            print(f"saved {len(rows)} headline rows of {args.run} to {args.save_to}")
             return 0
         if args.other is not None:
             other, name = headline_of_run(args.other), str(args.other)

@@ -58,10 +58,20 @@ def estimator_params(training: ProbeTraining, device: str, seed: int, progress: 
         hidden_size=training.hidden_size,
         max_epochs=training.max_epochs,
         batch_size=training.batch_size,
+        learning_rate=training.learning_rate,
         device=device,
         progress=progress,
         random_state=seed,
     )
+
+
+def cell_params(kind: str, p: ProbesConfig) -> dict:
+    """The cell probes' own hyperparameters (class balance; coordinates for the coordinate
+    probe)."""
+    params = {"class_balance": p.class_balance}
+    if kind == "coordinate":
+        params["coordinates"] = p.coordinates
+    return params
 
 
 def sweep(
@@ -114,6 +124,7 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
         for family in p.families:
             estimator = PROBE_CLASSES[kind](
                 family=family,
+                **cell_params(kind, p),
                 **estimator_params(p.training, config.device, p.seed, context.progress),
             )
             name = f"cell_{kind}_{family}"
@@ -141,7 +152,9 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
         else (p.types[0], p.families[0])
     )
     estimator = PROBE_CLASSES[kind](
-        family=family, **estimator_params(p.training, config.device, p.seed, False)
+        family=family,
+        **cell_params(kind, p),
+        **estimator_params(p.training, config.device, p.seed, False),
     )
     curve = probing_learning_curve(context, estimator, p, config.points)
     outputs["learning_curve"] = write_json(layout.learning_curve, curve)
