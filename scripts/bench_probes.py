@@ -128,7 +128,10 @@ def _run(examples: int, materialise: bool, args: argparse.Namespace) -> dict:
         cmd.append("--early-stopping")
     if args.progress:
         cmd.append("--progress")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # as every goalprobe verb does (docs/benchmarks.md, "OpenMP wait policy"): busy-waiting
+    # OpenMP threads stall a multi-threaded fit on a shared machine
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"worker failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
