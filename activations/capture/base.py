@@ -229,12 +229,33 @@ class ResidualBackend(ABC):
         start = self.shared_prefix_length(batch) if self.prefix_cache else 0
         if start < self.min_shared_prefix:
             return self._capture(batch.input_ids, batch.attention_mask, batch.positions, layers)
+        start = self._reusable_prefix_length(batch.input_ids[0, :start].numpy())
         prefix = batch.input_ids[0, :start].numpy()
         kwargs = {"use_cache": True, "past_key_values": self._prefix_kv(prefix, batch.size)}
         return self._capture(
             batch.input_ids[:, start:], batch.attention_mask, batch.positions - start, layers,
             **kwargs,
         )  # fmt: skip
+
+    def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
+        """How much of a batch's shared ``prefix`` to take from the prefix KV cache.
+
+        Rows of one grid share more than the system and developer messages (part of the
+        grid's text too), so every batch's shared prefix differs a little. Caching each one
+        exactly would run a prefix per batch; instead the cached prefix is reused whenever it
+        starts the batch's prefix (the rest runs with the batch), and on a miss the cache
+        shrinks to the part both share (when at least :attr:`min_shared_prefix` tokens): after
+        a batch or two it holds what every row shares and every later batch reuses it.
+        """
+        if self._cached_prefix is None:
+            return len(prefix)
+        cached = np.frombuffer(self._cached_prefix[0], dtype=np.int64)
+        n = min(len(cached), len(prefix))
+        differ = np.flatnonzero(cached[:n] != prefix[:n])
+        common = int(differ[0]) if len(differ) else n
+        if common == len(cached) or common >= self.min_shared_prefix:
+            return common
+        return len(prefix)
 
     @staticmethod
     def shared_prefix_length(batch: TokenBatch) -> int:
