@@ -238,24 +238,23 @@ class ResidualBackend(ABC):
         )  # fmt: skip
 
     def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
-        """How much of a batch's shared ``prefix`` to take from the prefix KV cache.
+        """How much of a batch's shared ``prefix`` to run once: up to its last message start.
 
-        Rows of one grid share more than the system and developer messages (part of the
-        grid's text too), so every batch's shared prefix differs a little. Caching each one
-        exactly would run a prefix per batch; instead the cached prefix is reused whenever it
-        starts the batch's prefix (the rest runs with the batch), and on a miss the cache
-        shrinks to the part both share (when at least :attr:`min_shared_prefix` tokens): after
-        a batch or two it holds what every row shares and every later batch reuses it.
+        Rows of one grid share more than the system and developer messages (the start of the
+        grid's text too), so the exact shared prefix differs from batch to batch and would
+        run once per batch. Cut at the last harmony ``<|start|>`` (at or after
+        :attr:`min_shared_prefix`), every batch of one prompt template shares one cached
+        prefix; the rest of the shared tokens runs with the batch. The cut depends on the batch
+        alone (never on earlier batches), so a resumed extraction computes the same values.
+        Without a tokenizer holding ``<|start|>`` the whole shared prefix runs once.
         """
-        if self._cached_prefix is None:
+        from activations.agent.harmony import START
+
+        if self.tokenizer is None or START not in self.tokenizer.get_vocab():
             return len(prefix)
-        cached = np.frombuffer(self._cached_prefix[0], dtype=np.int64)
-        n = min(len(cached), len(prefix))
-        differ = np.flatnonzero(cached[:n] != prefix[:n])
-        common = int(differ[0]) if len(differ) else n
-        if common == len(cached) or common >= self.min_shared_prefix:
-            return common
-        return len(prefix)
+        starts = np.flatnonzero(prefix == self.tokenizer.convert_tokens_to_ids(START))
+        starts = starts[starts >= self.min_shared_prefix]
+        return int(starts[-1]) if len(starts) else len(prefix)
 
     @staticmethod
     def shared_prefix_length(batch: TokenBatch) -> int:
