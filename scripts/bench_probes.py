@@ -4,9 +4,14 @@ Every measurement runs in a fresh subprocess (so peak memory is its own): it dra
 activations with a planted map (``probes.synthetic``), fits a general MLP probe for one epoch
 and reports the epoch's wall time and the process's peak resident memory.
 
+``compare`` times the two modes pairwise: for each of ``--pairs`` pairs, one materialised
+subprocess then one factorised subprocess on the same N and the same data seed, so both sides of
+every ratio ran back to back under the same load; it prints each pair's ratio and their median
+(min - max). A ratio of two runs made at different times on a shared machine is not reported.
+
 Usage::
 
-    python scripts/bench_probes.py compare            # factorised vs materialised, same data
+    python scripts/bench_probes.py compare --pairs 3  # factorised vs materialised, same data
     python scripts/bench_probes.py study              # 30,000 x (3 x 2880) x 225, one epoch
     python scripts/bench_probes.py study --device cuda
 
@@ -88,8 +93,8 @@ def worker(args: argparse.Namespace) -> dict:
         "early_stopping": args.early_stopping,
         "generate_s": round(generate_s, 2),
         "epochs": len(probe.history_),
-        "first_epoch_s": round(probe.history_[0]["seconds"], 2),
-        "epoch_s": round(probe.history_[-1]["seconds"], 2),
+        "first_epoch_s": round(probe.history_[0]["seconds"], 4),
+        "epoch_s": round(probe.history_[-1]["seconds"], 4),
         "fit_s": round(fit_s, 2),
         "train_loss": round(probe.history_[-1]["train_loss"], 4),
         "rss_data_mb": round(rss_data, 1),
@@ -123,10 +128,23 @@ def _run(examples: int, materialise: bool, args: argparse.Namespace) -> dict:
         cmd.append("--early-stopping")
     if args.progress:
         cmd.append("--progress")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # as every goalprobe verb does (docs/benchmarks.md, "OpenMP wait policy"): busy-waiting
+    # OpenMP threads stall a multi-threaded fit on a shared machine
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"worker failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
 
 
 def _print(rows: list[dict], as_json: bool) -> None:
@@ -172,9 +190,15 @@ def main() -> None:
     parser.add_argument("--early-stopping", action="store_true", help="carve validation grids")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument(
+        "--pairs",
+        type=int,
+        default=3,
+        help="compare: interleaved (materialised, factorised) pairs per materialised N",
+    )
+    parser.add_argument(
         "--factorised-examples",
-        default="250,1000,4000,16000",
-        help="compare: N for the factorised runs",
+        default="",
+        help="compare: extra N for factorised-only runs (memory growth), e.g. 1000,4000,16000",
     )
     parser.add_argument(
         "--materialised-examples", default="250", help="compare: N for the materialised runs"
@@ -190,20 +214,42 @@ def main() -> None:
         args.early_stopping = True
         _print([_run(args.examples, False, args)], args.json)
         return
-    fact_n = [int(x) for x in args.factorised_examples.split(",")]
-    mat_n = [int(x) for x in args.materialised_examples.split(",")]
-    rows = [_run(n, True, args) for n in mat_n] + [_run(n, False, args) for n in fact_n]
+    fact_n = [int(x) for x in args.factorised_examples.split(",") if x]
+    mat_n = [int(x) for x in args.materialised_examples.split(",") if x]
+    rows, pairs = [], []
+    for n in mat_n:
+        for _ in range(args.pairs):
+            m, f = _run(n, True, args), _run(n, False, args)
+            rows += [m, f]
+            pairs.append((m, f))
+    rows += [_run(n, False, args) for n in fact_n if n not in mat_n]
     _print(rows, args.json)
-    by_n = {(r["mode"], r["examples"]): r for r in rows}
-    for n in sorted(set(fact_n) & set(mat_n)):
-        m, f = by_n[("materialised", n)], by_n[("factorised", n)]
+    for n in mat_n:
+        here = [(m, f) for m, f in pairs if m["examples"] == f["examples"] == n]
+        if not here:
+            continue
+        print(f"N={n}, {len(here)} interleaved pairs (materialised, then factorised):")
+        for key, what in (("epoch_s", "last epoch"), ("first_epoch_s", "first epoch")):
+            ratios = [m[key] / f[key] for m, f in here]
+            print(
+                f"  {what}: factorised {_x(_median(ratios))} faster "
+                f"(min {_x(min(ratios))}, max {_x(max(ratios))}; pairs: "
+                + ", ".join(_x(r) for r in ratios)
+                + ")"
+            )
+        mem = [m["fit_extra_peak_mb"] / max(f["fit_extra_peak_mb"], 1.0) for m, f in here]
+        peak = [m["peak_mb"] / f["peak_mb"] for m, f in here]
         print(
-            f"N={n}: factorised epoch {m['epoch_s'] / f['epoch_s']:.0f}x faster (last epoch; "
-            f"first epoch {m['first_epoch_s'] / f['first_epoch_s']:.0f}x); "
-            f"fit working memory {m['fit_extra_peak_mb']:.0f} MiB (materialised) vs "
-            f"{f['fit_extra_peak_mb']:.0f} MiB (factorised)"
+            f"  fit working memory: {_median([m['fit_extra_peak_mb'] for m, _ in here]):.0f} MiB "
+            f"(materialised) vs {_median([f['fit_extra_peak_mb'] for _, f in here]):.0f} MiB "
+            f"(factorised), median ratio {_x(_median(mem))}; peak RSS "
+            f"{_median([m['peak_mb'] for m, _ in here]):.0f} vs "
+            f"{_median([f['peak_mb'] for _, f in here]):.0f} MiB ({_x(_median(peak))})"
         )
-    fr = [by_n[("factorised", n)] for n in fact_n]
+    fr = sorted(
+        {r["examples"]: r for r in rows if r["mode"] == "factorised"}.values(),
+        key=lambda r: r["examples"],
+    )
     if len(fr) > 1:
         slope = (fr[-1]["peak_mb"] - fr[0]["peak_mb"]) / (fr[-1]["examples"] - fr[0]["examples"])
         print(
