@@ -148,6 +148,31 @@ def test_the_shared_prefix_runs_once_and_changes_nothing(model, tokenizer, batch
     assert ResidualBackend.shared_prefix_length(early) == 0
 
 
+@pytest.mark.parametrize("backend", ["hooks", "nnsight"])
+def test_one_cached_prefix_serves_batches_that_share_more(model, tokenizer, batch, backend):
+    """Rows of one grid share more than the system and developer prefix, so each batch's shared
+    prefix differs: the cached prefix stops at the last message start, so batches of different
+    grids reuse it (no new prefix run), and every batch equals whole-sequence capture."""
+    cached = make_backend(backend, model, tokenizer)
+    whole = make_backend(backend, model, tokenizer, prefix_cache=False)
+    lengths = [int(n) for n in batch.attention_mask.sum(dim=1)]
+    rows = [batch.input_ids[i, : lengths[i]].tolist() for i in range(batch.size)]
+    positions = batch.positions.tolist()
+    # two copies of one row share everything before its first read position
+    single = [TokenBatch.from_sequences([rows[i]] * 2, [positions[i]] * 2) for i in range(3)]
+    caches = []
+    for b in (*single, batch):
+        got, reference = cached.capture(b, LAYERS), whole.capture(b, LAYERS)
+        for layer in LAYERS:
+            torch.testing.assert_close(got[layer], reference[layer], rtol=1e-5, atol=1e-5)
+        caches.append(cached._cached_prefix)
+    start = tokenizer.convert_tokens_to_ids("<|start|>")
+    prefix = np.frombuffer(caches[0][0], dtype=np.int64)
+    assert cached.min_shared_prefix <= len(prefix) < ResidualBackend.shared_prefix_length(single[0])
+    assert rows[0][len(prefix)] == start  # the user message starts right after it
+    assert all(c is caches[0] for c in caches)  # one prefix run for every batch
+
+
 def test_hooks_and_nnsight_are_bitwise_equal_on_the_same_batch(model, tokenizer, batch):
     hooks = make_backend("hooks", model, tokenizer).capture(batch, LAYERS)
     traced = make_backend("nnsight", model, tokenizer).capture(batch, LAYERS)

@@ -232,12 +232,32 @@ class ResidualBackend(ABC):
         start = self.shared_prefix_length(batch) if self.prefix_cache else 0
         if start < self.min_shared_prefix:
             return self._capture(batch.input_ids, batch.attention_mask, batch.positions, layers)
+        start = self._reusable_prefix_length(batch.input_ids[0, :start].numpy())
         prefix = batch.input_ids[0, :start].numpy()
         kwargs = {"use_cache": True, "past_key_values": self._prefix_kv(prefix, batch.size)}
         return self._capture(
             batch.input_ids[:, start:], batch.attention_mask, batch.positions - start, layers,
             **kwargs,
         )  # fmt: skip
+
+    def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
+        """How much of a batch's shared ``prefix`` to run once: up to its last message start.
+
+        Rows of one grid share more than the system and developer messages (the start of the
+        grid's text too), so the exact shared prefix differs from batch to batch and would
+        run once per batch. Cut at the last harmony ``<|start|>`` (at or after
+        :attr:`min_shared_prefix`), every batch of one prompt template shares one cached
+        prefix; the rest of the shared tokens runs with the batch. The cut depends on the batch
+        alone (never on earlier batches), so a resumed extraction computes the same values.
+        Without a tokenizer holding ``<|start|>`` the whole shared prefix runs once.
+        """
+        from activations.agent.harmony import START
+
+        if self.tokenizer is None or START not in self.tokenizer.get_vocab():
+            return len(prefix)
+        starts = np.flatnonzero(prefix == self.tokenizer.convert_tokens_to_ids(START))
+        starts = starts[starts >= self.min_shared_prefix]
+        return int(starts[-1]) if len(starts) else len(prefix)
 
     @staticmethod
     def shared_prefix_length(batch: TokenBatch) -> int:
