@@ -20,9 +20,12 @@ from goalprobe.report import headline_rows
 
 def headline_markdown(run_dir: Path) -> str:
     """The headline rows of ``run_dir`` as a Markdown table."""
-    lines = ["| finding | value (95% CI) | baseline |", "|---|---|---|"]
+    lines = [
+        "| finding | value (95% CI) | baseline | interval excludes the baseline? |",
+        "|---|---|---|---|",
+    ]
     for row in headline_rows(run_dir):
-        lines.append(f"| {row.finding} | {row.value} | {row.baseline} |")
+        lines.append(f"| {row.finding} | {row.value} | {row.baseline} | {row.verdict} |")
     return "\n".join(lines)
 
 
