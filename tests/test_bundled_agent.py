@@ -165,6 +165,7 @@ def test_shared_prefix_loss_equals_full_loss():
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.slow
 def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
     """Issue 5: on the bundled agent's post-reasoning activations (middle block, the agent's own
     sampled reasoning replayed), the study's MLP cell-type probe beats the majority class on

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from agent_fixtures import serving
 
 from activations.agent.local_backend import LocalBackend
@@ -17,6 +18,7 @@ from goalprobe.config import demo_config
 from goalprobe.demo import run_demo
 
 
+@pytest.mark.slow
 def test_demo_with_server_backend_runs_every_stage(tmp_path, bundled_agent):
     model, tokenizer = bundled_agent
     app = create_app(LocalBackend(model, tokenizer), ServeConfig(model_name="bundled"))

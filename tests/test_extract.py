@@ -281,6 +281,7 @@ def _run_cli(args, env):
     )
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_gives_exactly_the_uninterrupted_rows(
     tmp_path, trajectories, model_dir, reference, capsys
 ):

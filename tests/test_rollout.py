@@ -284,6 +284,7 @@ def test_seeds_are_stable_and_distinct():
     assert len(seeds) == 1000 and all(0 <= s < 2**31 for s in seeds)
 
 
+@pytest.mark.slow
 def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path, bundled_agent):
     from activations.agent.local_backend import LocalBackend
     from activations.gridworld.dynamics import initial_state, is_success, step

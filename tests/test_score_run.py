@@ -292,6 +292,7 @@ def test_oracle_subjective_meg_equals_true_meg(run):
     assert paired["wilcoxon"]["n_nonzero"] == 0
 
 
+@pytest.mark.slow
 def test_wrong_belief_subjective_meg_matches_hand_built_grid(tmp_path, run):
     root, facts, _ = run
     copy = tmp_path / "run"

@@ -239,6 +239,7 @@ def client(url: str, **options) -> ServerBackend:
     return ServerBackend(ServerConfig(base_url=f"{url}/v1", model=TINY_MODEL, **options))
 
 
+@pytest.mark.slow
 def test_rollout_through_a_faulty_server_retries_and_equals_a_clean_run(
     tiny_server, grids, template_dir, tmp_path
 ):
@@ -256,6 +257,7 @@ def test_rollout_through_a_faulty_server_retries_and_equals_a_clean_run(
     assert episodes(out) == episodes(clean)
 
 
+@pytest.mark.slow
 def test_rollout_stops_resumably_and_resumes_without_loss_or_duplicates(
     tiny_server, grids, template_dir, tmp_path
 ):
