@@ -62,6 +62,7 @@ def demo(tmp_path_factory):
     return result, lines
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_every_stage_runs_and_writes_the_viewer_layout(demo):
     result, lines = demo
     assert result.failed == {}, result.failed
@@ -90,6 +91,7 @@ def test_every_stage_runs_and_writes_the_viewer_layout(demo):
     assert stages == {"pre_reasoning", "post_reasoning"} and len(layers) >= 2
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_outputs_carry_baselines_and_intervals(demo):
     result, _ = demo
     root = result.run_dir
@@ -107,12 +109,14 @@ def test_outputs_carry_baselines_and_intervals(demo):
     assert any("Plan decoder" in f for f in findings)
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_rerun_skips_every_stage(demo):
     result, _ = demo
     again = run_demo(result.run_dir, demo_config("tiny"), progress=False, log=lambda _: None)
     assert {n: o.status for n, o in again.stages.items()} == {n: "cached" for n in STAGES}
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_an_interrupted_demo_resumes_where_it_stopped(demo):
     result, _ = demo
     root = result.run_dir
@@ -126,6 +130,7 @@ def test_an_interrupted_demo_resumes_where_it_stopped(demo):
     assert (root / "scoring" / "meg.json").is_file()
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_force_reruns_that_stage_and_only_what_its_outputs_changed(demo):
     result, _ = demo
     root = result.run_dir
@@ -182,6 +187,7 @@ def test_configs_reject_bad_input():
     assert nested.probes.training.max_epochs == 5 and nested.distance.training.max_epochs == 2
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_report_of_a_damaged_run_shows_what_is_missing(demo, tmp_path):
     result, _ = demo
     damaged = tmp_path / "damaged"
@@ -198,6 +204,7 @@ def test_report_of_a_damaged_run_shows_what_is_missing(demo, tmp_path):
     assert page.count("<script type='text/javascript'>") == 1  # plotly.js inlined once
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_cli_prints_the_headline_table(demo):
     from typer.testing import CliRunner
 
@@ -215,6 +222,7 @@ def test_cli_prints_the_headline_table(demo):
     assert "cached" in out.output
 
 
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_report_opens_in_headless_chromium_without_errors(demo):
     import playwright.sync_api as playwright_api
 
