@@ -34,6 +34,12 @@ OBJECT_HEAD = {"A": 0, "G": 1, "K": 1, "D": 1}
 """Head (of every full-attention layer) that must look at each object while its coordinates are
 written: the agent has its own head, the goal, key and door share one."""
 
+ROUTED_OBJECTS = ("A", "G")
+"""Objects whose coordinates ``anchor_routing`` routes through the pre-reasoning anchor."""
+
+ANCHOR_QUERIES = 3
+"""Tokens of the pre-reasoning anchor (``<|end|> <|start|> assistant``, the prompt's last)."""
+
 NEIGHBOUR_HEAD = 2
 """Head that looks at A (first full-attention layer) and at A's neighbour (last one)."""
 
@@ -98,6 +104,8 @@ def attention_targets(
     state: State,
     tokenizer,
     full_attention_layers: list[int],
+    *,
+    anchor_routing: bool = False,
 ) -> list[AttentionTarget]:
     """The supervised attention weights of one example (see the module docstring).
 
@@ -107,6 +115,11 @@ def attention_targets(
         positions: :func:`grid_cell_positions` of the prompt.
         full_attention_layers: indices of the model's full-attention layers (the sliding
             window may not reach the grid).
+        anchor_routing: route A and G through the pre-reasoning anchor (the prompt's last
+            :data:`ANCHOR_QUERIES` tokens; the map agent, :mod:`activations.agent.map_supervision`):
+            the anchor tokens' object head of the first full-attention layer attends to the
+            object's cell, and the coordinate tokens' object head of the last full-attention
+            layer attends to the anchor's last token (instead of the cell, in every layer).
     """
     tokens = tokenizer.convert_ids_to_tokens(completion_ids)
     cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
@@ -117,6 +130,18 @@ def attention_targets(
             cell = cells[name]
             if cell is None:
                 raise ValueError(f"the reasoning names {name} but grid {grid.grid_id!r} has none")
+            if anchor_routing and name in ROUTED_OBJECTS:
+                first, last = full_attention_layers[0], full_attention_layers[-1]
+                head = OBJECT_HEAD[name]
+                targets += [
+                    AttentionTarget(first, head, prompt_length - k, positions[cell])
+                    for k in range(1, ANCHOR_QUERIES + 1)
+                ]
+                targets += [
+                    AttentionTarget(last, head, prompt_length + query, prompt_length - 1)
+                    for query in (j + 3, j + 5)
+                ]
+                continue
             for query in (j + 3, j + 5):  # "(" predicts the row, "," the column
                 targets += [
                     AttentionTarget(
