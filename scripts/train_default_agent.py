@@ -68,7 +68,8 @@ def map_phase(
             seed=config.seed + 20,
             decision_loss_weight=1.0,
             map_loss_weight=1.0,
-            interchange_loss_weight=1.0,
+            interchange_loss_weight=3.0,
+            object_attention_weight=1.0,
             anchor_routing=True,
             readout_warmup_steps=25,
         ),
@@ -256,7 +257,7 @@ def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_ste
                 "map_loss",
                 "map_cell_accuracy",
                 "interchange_loss",
-                "interchange_accuracy",
+                "object_attention_loss",
             ):
                 values = [r[name] for r in recent if name in r]
                 if values:

@@ -119,7 +119,8 @@ def attention_targets(
             :data:`ANCHOR_QUERIES` tokens; the map agent, :mod:`activations.agent.map_supervision`):
             the anchor tokens' object head of the first full-attention layer attends to the
             object's cell, and the coordinate tokens' object head of the last full-attention
-            layer attends to the anchor's last token (instead of the cell, in every layer).
+            layer attends to the anchor's last token (instead of the cell, in every layer); the
+            direction words no longer attend to A.
     """
     tokens = tokenizer.convert_ids_to_tokens(completion_ids)
     cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
@@ -159,9 +160,12 @@ def attention_targets(
         if action is None:
             continue
         query = prompt_length + j
-        targets.append(
-            AttentionTarget(full_attention_layers[0], NEIGHBOUR_HEAD, query, positions[state.agent])
-        )
+        if not anchor_routing:
+            targets.append(
+                AttentionTarget(
+                    full_attention_layers[0], NEIGHBOUR_HEAD, query, positions[state.agent]
+                )
+            )
         d_row, d_col = action.delta_row_col
         neighbour = (state.agent[0] + d_row, state.agent[1] + d_col)
         if neighbour in positions:
@@ -217,3 +221,32 @@ def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) 
         chosen = targets[targets[:, 0] == layer]
         weights.append(attentions[layer][chosen[:, 2], chosen[:, 1], chosen[:, 3], chosen[:, 4]])
     return -torch.log(torch.cat(weights).float() + 1e-6).mean()
+
+
+def object_attention_mass(
+    attentions: tuple[torch.Tensor, ...],
+    object_keys: torch.Tensor,
+    query_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Mean ``-log(1 - w)`` of the attention weight ``w`` that the masked queries put on the
+    object cells, over every layer and head (the map agent's penalty on reading A and G from
+    the grid while writing the reasoning).
+
+    Args:
+        attentions: per layer ``(batch, heads, query, key)`` weights; the key axis ends at the
+            last query (sliding-window layers may hold fewer keys than the full sequence).
+        object_keys: ``(batch, n_objects)`` key indices of the object cells (full sequence).
+        query_mask: ``(batch, query)`` bool, the queries penalised (the completion tokens).
+    """
+    terms = []
+    n_full = max(weights.shape[-1] for weights in attentions)
+    for weights in attentions:
+        keys = object_keys - (n_full - weights.shape[-1])  # where the layer's key axis starts
+        inside = (keys >= 0).float()[:, None, None, :]
+        index = keys.clamp_min(0)[:, None, None, :].expand(
+            -1, weights.shape[1], weights.shape[2], -1
+        )
+        mass = (weights.gather(3, index) * inside).sum(-1).float()  # (batch, heads, query)
+        penalty = -torch.log((1 - mass).clamp_min(1e-6))
+        terms.append(penalty.mean(1)[query_mask])
+    return torch.cat(terms).mean()

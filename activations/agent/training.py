@@ -51,6 +51,7 @@ from activations.agent.supervision import (
     attention_targets,
     cell_coordinate_targets,
     grid_cell_positions,
+    object_attention_mass,
 )
 from activations.gridworld.core import Action, Grid, State, Variant
 from activations.gridworld.dynamics import initial_state, is_success, step
@@ -257,6 +258,7 @@ class Batch:
         attention_targets: ``(N, 5)`` ``(layer, head, batch row, query index in suffix_ids,
             key index in prefix + suffix)`` of the supervised attention weights.
         prompt_lengths: ``(B,)`` tokens of each prompt (prefix included).
+        object_keys: ``(B, 2)`` indices in prefix + suffix of the agent's and the goal's cells.
     """
 
     prefix_ids: torch.Tensor
@@ -268,6 +270,7 @@ class Batch:
     cell_cols: torch.Tensor
     attention_targets: torch.Tensor
     prompt_lengths: torch.Tensor
+    object_keys: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -311,6 +314,7 @@ def encode_batch(
     cell_rows = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     cell_cols = cell_rows.clone()
     supervised: list[tuple[int, int, int, int, int]] = []
+    object_keys: list[tuple[int, int]] = []
     for row, (example, prompt, completion) in enumerate(
         zip(examples, prompts, completions, strict=True)
     ):
@@ -320,6 +324,7 @@ def encode_batch(
         answers[row] = start + len(completion) - len(_ANSWER_TAIL)
         decisions[row] = start + _first_plan_move_index(completion, plan_marker)
         positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
+        object_keys.append((positions[example.state.agent], positions[example.grid.goal]))
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -347,6 +352,7 @@ def encode_batch(
         cell_cols,
         torch.tensor(supervised, dtype=torch.long).reshape(-1, 5),
         torch.tensor([len(p) for p in prompts], dtype=torch.long),
+        torch.tensor(object_keys, dtype=torch.long).reshape(-1, 2),
     )
 
 
@@ -488,6 +494,14 @@ def training_loss(
         attention = attention_loss(out.attentions, batch.attention_targets)
         total = total + config.attention_loss_weight * attention
         parts["attention_loss"] = attention.item()
+    if config.object_attention_weight > 0:
+        if not use_attention:
+            raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
+        mass = object_attention_mass(
+            out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX
+        )
+        total = total + config.object_attention_weight * mass
+        parts["object_attention_loss"] = mass.item()
     if use_map:
         cells, agents, goals = (
             t.to(batch.suffix_ids.device)
@@ -724,6 +738,11 @@ class TrainingConfig:
     anchor_routing: bool = False
     """Attention supervision routes A and G through the anchors (the map agent) instead of
     straight from the coordinate tokens to the cells."""
+
+    object_attention_weight: float = 0.0
+    """Weight of the penalty on attention from the completion tokens to A's and G's cells (every
+    layer and head; :func:`activations.agent.supervision.object_attention_mass`), so the
+    reasoning takes their positions from the anchors; 0 turns it off."""
 
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
