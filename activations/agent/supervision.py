@@ -223,30 +223,29 @@ def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) 
     return -torch.log(torch.cat(weights).float() + 1e-6).mean()
 
 
-def object_attention_mass(
+def attention_mass_penalty(
     attentions: tuple[torch.Tensor, ...],
-    object_keys: torch.Tensor,
+    key_mask: torch.Tensor,
     query_mask: torch.Tensor,
 ) -> torch.Tensor:
     """Mean ``-log(1 - w)`` of the attention weight ``w`` that the masked queries put on the
-    object cells, over every layer and head (the map agent's penalty on reading A and G from
-    the grid while writing the reasoning).
+    masked keys, over every layer and head (the map agent's penalties on reading the grid while
+    writing the reasoning).
 
     Args:
         attentions: per layer ``(batch, heads, query, key)`` weights; the key axis ends at the
             last query (sliding-window layers may hold fewer keys than the full sequence).
-        object_keys: ``(batch, n_objects)`` key indices of the object cells (full sequence).
-        query_mask: ``(batch, query)`` bool, the queries penalised (the completion tokens).
+        key_mask: ``(batch, n_keys)`` bool over the full sequence (prefix + suffix), the keys
+            penalised.
+        query_mask: ``(batch, query)`` bool, the queries penalised.
     """
+    if not bool(query_mask.any()):
+        return attentions[0].new_zeros(())
     terms = []
-    n_full = max(weights.shape[-1] for weights in attentions)
+    n_full = key_mask.shape[1]
     for weights in attentions:
-        keys = object_keys - (n_full - weights.shape[-1])  # where the layer's key axis starts
-        inside = (keys >= 0).float()[:, None, None, :]
-        index = keys.clamp_min(0)[:, None, None, :].expand(
-            -1, weights.shape[1], weights.shape[2], -1
-        )
-        mass = (weights.gather(3, index) * inside).sum(-1).float()  # (batch, heads, query)
+        keys = key_mask[:, n_full - weights.shape[-1] :].to(weights.dtype)  # the layer's window
+        mass = torch.einsum("bhqk,bk->bhq", weights, keys).float()
         penalty = -torch.log((1 - mass).clamp_min(1e-6))
         terms.append(penalty.mean(1)[query_mask])
     return torch.cat(terms).mean()

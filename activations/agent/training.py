@@ -48,10 +48,10 @@ from activations.agent.supervision import (
     NEIGHBOUR_HEAD,
     CoordinateReadout,
     attention_loss,
+    attention_mass_penalty,
     attention_targets,
     cell_coordinate_targets,
     grid_cell_positions,
-    object_attention_mass,
 )
 from activations.gridworld.core import Action, Grid, State, Variant
 from activations.gridworld.dynamics import initial_state, is_success, step
@@ -258,7 +258,11 @@ class Batch:
         attention_targets: ``(N, 5)`` ``(layer, head, batch row, query index in suffix_ids,
             key index in prefix + suffix)`` of the supervised attention weights.
         prompt_lengths: ``(B,)`` tokens of each prompt (prefix included).
-        object_keys: ``(B, 2)`` indices in prefix + suffix of the agent's and the goal's cells.
+        object_keys: ``(B, prefix + suffix)`` bool, the agent's and the goal's cell tokens.
+        grid_keys: ``(B, prefix + suffix)`` bool, the tokens of the grid text (header, row
+            numbers, cells, newlines) up to the pre-reasoning anchor.
+        coordinate_queries: ``(B, suffix)`` bool, the completion tokens up to the one that
+            predicts G's column (the reasoning's ``A is at (r, c). G is at (r, c``).
     """
 
     prefix_ids: torch.Tensor
@@ -271,6 +275,8 @@ class Batch:
     attention_targets: torch.Tensor
     prompt_lengths: torch.Tensor
     object_keys: torch.Tensor
+    grid_keys: torch.Tensor
+    coordinate_queries: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -314,7 +320,9 @@ def encode_batch(
     cell_rows = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     cell_cols = cell_rows.clone()
     supervised: list[tuple[int, int, int, int, int]] = []
-    object_keys: list[tuple[int, int]] = []
+    object_keys = torch.zeros((len(examples), prefix_len + width), dtype=torch.bool)
+    grid_keys = object_keys.clone()
+    coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
     for row, (example, prompt, completion) in enumerate(
         zip(examples, prompts, completions, strict=True)
     ):
@@ -324,7 +332,11 @@ def encode_batch(
         answers[row] = start + len(completion) - len(_ANSWER_TAIL)
         decisions[row] = start + _first_plan_move_index(completion, plan_marker)
         positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
-        object_keys.append((positions[example.state.agent], positions[example.grid.goal]))
+        object_keys[row, [positions[example.state.agent], positions[example.grid.goal]]] = True
+        grid_keys[row, min(positions.values()) - 2 * example.grid.size : len(prompt) - 3] = True
+        coordinate_queries[row, start : start + _goal_column_query(completion, tokenizer) + 1] = (
+            True
+        )
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -352,7 +364,9 @@ def encode_batch(
         cell_cols,
         torch.tensor(supervised, dtype=torch.long).reshape(-1, 5),
         torch.tensor([len(p) for p in prompts], dtype=torch.long),
-        torch.tensor(object_keys, dtype=torch.long).reshape(-1, 2),
+        object_keys,
+        grid_keys,
+        coordinate_queries,
     )
 
 
@@ -362,6 +376,15 @@ def _first_plan_move_index(completion: list[int], plan_marker: list[int]) -> int
         if completion[index : index + len(plan_marker)] == plan_marker:
             return index + len(plan_marker)
     raise ValueError(f"the completion has no {PLAN_PREFIX!r} followed by a move")
+
+
+def _goal_column_query(completion: list[int], tokenizer) -> int:
+    """Index in ``completion`` of the ``,`` that predicts G's column (``G is at (r, c)``)."""
+    tokens = tokenizer.convert_ids_to_tokens(completion)
+    for j in range(len(tokens) - 5):
+        if tokens[j].strip() == "G" and tokens[j + 1 : j + 4] == [" is", " at", " ("]:
+            return j + 5
+    raise ValueError("the completion names no goal position")
 
 
 _ANSWER_TAIL = ("UP", '"', "}", "<|return|>")
@@ -497,9 +520,9 @@ def training_loss(
     if config.object_attention_weight > 0:
         if not use_attention:
             raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
-        mass = object_attention_mass(
+        mass = attention_mass_penalty(
             out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX
-        )
+        ) + attention_mass_penalty(out.attentions, batch.grid_keys, batch.coordinate_queries)
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
     if use_map:
@@ -740,9 +763,10 @@ class TrainingConfig:
     straight from the coordinate tokens to the cells."""
 
     object_attention_weight: float = 0.0
-    """Weight of the penalty on attention from the completion tokens to A's and G's cells (every
-    layer and head; :func:`activations.agent.supervision.object_attention_mass`), so the
-    reasoning takes their positions from the anchors; 0 turns it off."""
+    """Weight of the penalties on attention (every layer and head,
+    :func:`activations.agent.supervision.attention_mass_penalty`) from the completion tokens to
+    A's and G's cells, and from the tokens that write A's and G's coordinates to the whole grid
+    text, so the reasoning takes the positions from the anchors; 0 turns it off."""
 
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
