@@ -57,7 +57,9 @@ def map_phase(
     """The map agent's phase, warm-started from the default agent's weights: the map read-out
     of the anchors, the interchange objective and anchor routing of the attention supervision
     (:mod:`activations.agent.map_supervision`), plus the detour phase's decision weight and
-    detour states so the behaviour holds."""
+    detour states so the behaviour holds. The cell-coordinate read-out moves to block 0's output,
+    so the cells carry their coordinates by the first full-attention layer, where the anchors
+    read A and G."""
     return (
         replace(
             config,
@@ -72,6 +74,7 @@ def map_phase(
             object_attention_weight=1.0,
             anchor_routing=True,
             readout_warmup_steps=25,
+            coordinate_layer=1,
         ),
         replace(data_config, detour_fraction=0.3),
     )
