@@ -5,10 +5,17 @@ Usage::
     python scripts/train_default_agent.py                      # train + evaluate (CPU)
     python scripts/train_default_agent.py --device cuda        # minutes on a GPU
     python scripts/train_default_agent.py --eval-only          # re-evaluate the saved agent
+    python scripts/train_default_agent.py --map --out DIR      # the map agent attempt (below)
 
 Writes ``model.safetensors``, ``config.json``, ``generation_config.json``, the tokenizer files,
 ``training_log.json``, ``evaluation.json`` and ``MODEL_CARD.md`` into ``--out`` (default: the
 packaged ``activations/agent/bundled``). Progress goes to stdout.
+
+``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its
+seed by the plain command) and runs only the map phase (:func:`map_phase`,
+:mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the shipped agent's
+and writes no model card (docs/map_agent_attempt.md: the attempt has not met its targets, so no
+map agent ships).
 """
 
 from __future__ import annotations
@@ -303,6 +310,9 @@ def write_model_card(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.map and args.out.resolve() in (args.init.resolve(), BUNDLED_AGENT_DIR.resolve()):
+        print("error: --map needs an --out other than the agent it starts from", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     eval_config = replace(
@@ -315,8 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         run_training(args, eval_config)
     if not args.skip_eval:
         run_evaluation(args, eval_config)
-        write_model_card(args.out)
-        print(f"model card: {args.out / 'MODEL_CARD.md'}")
+        if not args.map:
+            write_model_card(args.out)
+            print(f"model card: {args.out / 'MODEL_CARD.md'}")
     return 0
 
 
