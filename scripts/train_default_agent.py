@@ -146,6 +146,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--map-steps", type=_non_negative_int, default=MAP_PHASE_STEPS, help="map phase steps"
     )
+    parser.add_argument(
+        "--grid-penalty-scope",
+        choices=("coordinates", "reasoning"),
+        default="coordinates",
+        help="map phase: completion tokens barred from reading the grid text",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-every", type=int, default=25, help="print every N steps")
@@ -194,7 +200,9 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
 
     phases = [("base", config, data_config)]
     if args.map:
-        phases = [("map", *map_phase(config, data_config, args.map_steps))]
+        map_config, map_data = map_phase(config, data_config, args.map_steps)
+        map_config = replace(map_config, grid_penalty_scope=args.grid_penalty_scope)
+        phases = [("map", map_config, map_data)]
         print(f"map phase from {args.init} ({bundled_weights_digest(args.init)}): {phases[0][1]}")
     elif args.detour_steps > 0:
         detour_config, detour_data = detour_phase(config, data_config, args.detour_steps)

@@ -263,6 +263,8 @@ class Batch:
             numbers, cells, newlines) up to the pre-reasoning anchor.
         coordinate_queries: ``(B, suffix)`` bool, the completion tokens up to the one that
             predicts G's column (the reasoning's ``A is at (r, c). G is at (r, c``).
+        reasoning_queries: ``(B, suffix)`` bool, every completion token but the direction words
+            of ``Next to A:`` (whose next symbol is a neighbour cell of the grid).
     """
 
     prefix_ids: torch.Tensor
@@ -277,6 +279,7 @@ class Batch:
     object_keys: torch.Tensor
     grid_keys: torch.Tensor
     coordinate_queries: torch.Tensor
+    reasoning_queries: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -323,6 +326,9 @@ def encode_batch(
     object_keys = torch.zeros((len(examples), prefix_len + width), dtype=torch.bool)
     grid_keys = object_keys.clone()
     coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
+    reasoning_queries = labels != IGNORE_INDEX
+    directions = {tokenizer.convert_tokens_to_ids(f" {a.name}") for a in Action}
+    next_id = tokenizer.convert_tokens_to_ids(" Next")
     for row, (example, prompt, completion) in enumerate(
         zip(examples, prompts, completions, strict=True)
     ):
@@ -337,6 +343,10 @@ def encode_batch(
         coordinate_queries[row, start : start + _goal_column_query(completion, tokenizer) + 1] = (
             True
         )
+        after = completion.index(next_id) if next_id in completion else len(completion)
+        for j in range(after, min(after + 12, len(completion))):
+            if completion[j] in directions:
+                reasoning_queries[row, start + j] = False
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -367,6 +377,7 @@ def encode_batch(
         object_keys,
         grid_keys,
         coordinate_queries,
+        reasoning_queries,
     )
 
 
@@ -522,7 +533,13 @@ def training_loss(
             raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
         mass = attention_mass_penalty(
             out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX
-        ) + attention_mass_penalty(out.attentions, batch.grid_keys, batch.coordinate_queries)
+        ) + attention_mass_penalty(
+            out.attentions,
+            batch.grid_keys,
+            batch.coordinate_queries
+            if config.grid_penalty_scope == "coordinates"
+            else batch.reasoning_queries,
+        )
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
     if use_map:
@@ -767,6 +784,11 @@ class TrainingConfig:
     :func:`activations.agent.supervision.attention_mass_penalty`) from the completion tokens to
     A's and G's cells, and from the tokens that write A's and G's coordinates to the whole grid
     text, so the reasoning takes the positions from the anchors; 0 turns it off."""
+
+    grid_penalty_scope: str = "coordinates"
+    """Which completion tokens the grid-text penalty covers: ``"coordinates"`` (those that write
+    A's and G's coordinates) or ``"reasoning"`` (all but the direction words of ``Next to A:``,
+    which look up A's neighbours)."""
 
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
