@@ -77,6 +77,10 @@ def test_batch_marks_anchors_grid_and_coordinate_queries(agent):
         assert tokens[int(queries.min())] == "<|channel|>"
         assert tokens[int(queries.max())] == "," and tokens[int(queries.max()) - 5] == " G"
         assert (batch.labels[row, queries - prefix] != IGNORE_INDEX).all()
+        completion = (batch.labels[row] != IGNORE_INDEX).nonzero().flatten()
+        barred = batch.reasoning_queries[row, completion]
+        free = [tokens[int(i) + prefix] for i in completion[~barred]]
+        assert free == [" UP", " DOWN", " LEFT", " RIGHT"]  # the neighbour look-ups of Next to A
 
 
 def test_anchor_hooks_patch_equals_the_toolkit_patch(agent):

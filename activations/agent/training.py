@@ -326,7 +326,7 @@ def encode_batch(
     object_keys = torch.zeros((len(examples), prefix_len + width), dtype=torch.bool)
     grid_keys = object_keys.clone()
     coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
-    reasoning_queries = labels != IGNORE_INDEX
+    neighbour_queries = torch.zeros((len(examples), width), dtype=torch.bool)
     directions = {tokenizer.convert_tokens_to_ids(f" {a.name}") for a in Action}
     next_id = tokenizer.convert_tokens_to_ids(" Next")
     for row, (example, prompt, completion) in enumerate(
@@ -346,7 +346,7 @@ def encode_batch(
         after = completion.index(next_id) if next_id in completion else len(completion)
         for j in range(after, min(after + 12, len(completion))):
             if completion[j] in directions:
-                reasoning_queries[row, start + j] = False
+                neighbour_queries[row, start + j] = True
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -377,7 +377,7 @@ def encode_batch(
         object_keys,
         grid_keys,
         coordinate_queries,
-        reasoning_queries,
+        (labels != IGNORE_INDEX) & ~neighbour_queries,
     )
 
 
