@@ -81,6 +81,17 @@ def test_batch_marks_anchors_grid_and_coordinate_queries(agent):
         barred = batch.reasoning_queries[row, completion]
         free = [tokens[int(i) + prefix] for i in completion[~barred]]
         assert free == [" UP", " DOWN", " LEFT", " RIGHT"]  # the neighbour look-ups of Next to A
+        lookups = batch.lookups[batch.lookups[:, 0] == row]
+        assert lookups[:, 1].tolist() == completion[~barred].tolist()
+        (agent_row, agent_col), grid = examples[row].state.agent, examples[row].grid
+        named = [tokens[int(k)].strip() for k in lookups[:, 2] if k >= 0]
+        neighbours = [
+            render(grid, examples[row].state).splitlines()[1 + r].split()[1 + c]
+            for r, c in ((agent_row - 1, agent_col), (agent_row + 1, agent_col),
+                         (agent_row, agent_col - 1), (agent_row, agent_col + 1))
+            if 0 <= r < grid.size and 0 <= c < grid.size
+        ]  # fmt: skip
+        assert named == neighbours
 
 
 def test_anchor_hooks_patch_equals_the_toolkit_patch(agent):

@@ -249,3 +249,34 @@ def attention_mass_penalty(
         penalty = -torch.log((1 - mass).clamp_min(1e-6))
         terms.append(penalty.mean(1)[query_mask])
     return torch.cat(terms).mean()
+
+
+def lookup_attention_penalty(
+    attentions: tuple[torch.Tensor, ...],
+    key_mask: torch.Tensor,
+    lookups: torch.Tensor,
+) -> torch.Tensor:
+    """Mean ``-log(1 - w)`` of the attention weight that each look-up query puts on the masked
+    keys other than its own target key, over every layer and head (the map agent: a ``Next to
+    A`` direction word may read the neighbour cell it names and no other grid token).
+
+    Args:
+        attentions: as in :func:`attention_mass_penalty`.
+        key_mask: ``(batch, n_keys)`` bool over the full sequence, the keys penalised.
+        lookups: ``(N, 3)`` long ``(batch row, query index in the run, allowed key index in the
+            full sequence or -1 for none)``.
+    """
+    if lookups.numel() == 0:
+        return attentions[0].new_zeros(())
+    rows, queries, allowed = lookups.unbind(1)
+    n_full = key_mask.shape[1]
+    terms = []
+    for weights in attentions:
+        offset = n_full - weights.shape[-1]
+        chosen = weights[rows, :, queries, :]  # (N, heads, keys of the layer)
+        keys = key_mask[rows, offset:].to(weights.dtype).clone()
+        inside = (allowed - offset >= 0) & (allowed >= 0)
+        keys[inside.nonzero().flatten(), (allowed - offset)[inside]] = 0
+        mass = torch.einsum("nhk,nk->nh", chosen, keys).float()
+        terms.append(-torch.log((1 - mass).clamp_min(1e-6)).mean(1))
+    return torch.cat(terms).mean()

@@ -52,6 +52,7 @@ from activations.agent.supervision import (
     attention_targets,
     cell_coordinate_targets,
     grid_cell_positions,
+    lookup_attention_penalty,
 )
 from activations.gridworld.core import Action, Grid, State, Variant
 from activations.gridworld.dynamics import initial_state, is_success, step
@@ -265,6 +266,8 @@ class Batch:
             predicts G's column (the reasoning's ``A is at (r, c). G is at (r, c``).
         reasoning_queries: ``(B, suffix)`` bool, every completion token but the direction words
             of ``Next to A:`` (whose next symbol is a neighbour cell of the grid).
+        lookups: ``(N, 3)`` ``(batch row, suffix index of a direction word, index in prefix +
+            suffix of the neighbour cell it names or -1 outside the grid)``.
     """
 
     prefix_ids: torch.Tensor
@@ -280,6 +283,7 @@ class Batch:
     grid_keys: torch.Tensor
     coordinate_queries: torch.Tensor
     reasoning_queries: torch.Tensor
+    lookups: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -327,6 +331,7 @@ def encode_batch(
     grid_keys = object_keys.clone()
     coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
     neighbour_queries = torch.zeros((len(examples), width), dtype=torch.bool)
+    lookups: list[tuple[int, int, int]] = []
     directions = {tokenizer.convert_tokens_to_ids(f" {a.name}") for a in Action}
     next_id = tokenizer.convert_tokens_to_ids(" Next")
     for row, (example, prompt, completion) in enumerate(
@@ -347,6 +352,11 @@ def encode_batch(
         for j in range(after, min(after + 12, len(completion))):
             if completion[j] in directions:
                 neighbour_queries[row, start + j] = True
+                action = Action[tokenizer.convert_ids_to_tokens(completion[j]).strip()]
+                d_row, d_col = action.delta_row_col
+                agent_row, agent_col = example.state.agent
+                key = positions.get((agent_row + d_row, agent_col + d_col), -1)
+                lookups.append((row, start + j, key))
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -378,6 +388,7 @@ def encode_batch(
         grid_keys,
         coordinate_queries,
         (labels != IGNORE_INDEX) & ~neighbour_queries,
+        torch.tensor(lookups, dtype=torch.long).reshape(-1, 3),
     )
 
 
@@ -540,6 +551,8 @@ def training_loss(
             if config.grid_penalty_scope == "coordinates"
             else batch.reasoning_queries,
         )
+        if config.grid_penalty_scope == "reasoning":
+            mass = mass + lookup_attention_penalty(out.attentions, batch.grid_keys, batch.lookups)
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
     if use_map:
@@ -788,7 +801,7 @@ class TrainingConfig:
     grid_penalty_scope: str = "coordinates"
     """Which completion tokens the grid-text penalty covers: ``"coordinates"`` (those that write
     A's and G's coordinates) or ``"reasoning"`` (all but the direction words of ``Next to A:``,
-    which look up A's neighbours)."""
+    which may read only the neighbour cell they name)."""
 
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
