@@ -5,10 +5,17 @@ Usage::
     python scripts/train_default_agent.py                      # train + evaluate (CPU)
     python scripts/train_default_agent.py --device cuda        # minutes on a GPU
     python scripts/train_default_agent.py --eval-only          # re-evaluate the saved agent
+    python scripts/train_default_agent.py --map --out DIR      # the map agent attempt (below)
 
 Writes ``model.safetensors``, ``config.json``, ``generation_config.json``, the tokenizer files,
 ``training_log.json``, ``evaluation.json`` and ``MODEL_CARD.md`` into ``--out`` (default: the
 packaged ``activations/agent/bundled``). Progress goes to stdout.
+
+``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its
+seed by the plain command) and runs only the map phase (:func:`map_phase`,
+:mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the shipped agent's
+and writes no model card (docs/map_agent_attempt.md: the attempt has not met its targets, so no
+map agent ships).
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ from pathlib import Path
 
 import torch
 
-from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+from activations.agent.bundled import (
+    BUNDLED_AGENT_DIR,
+    bundled_weights_digest,
+    load_bundled_agent,
+)
 from activations.agent.evaluation import (
     EvaluationConfig,
     evaluate_agent,
@@ -42,6 +53,38 @@ from activations.agent.training import (
 
 DETOUR_PHASE_STEPS = 600
 """Steps of the second training phase (see :func:`detour_phase`)."""
+
+MAP_PHASE_STEPS = 300
+"""Steps of the map phase (``--map``, see :func:`map_phase`)."""
+
+
+def map_phase(
+    config: TrainingConfig, data_config: TrainingDataConfig, steps: int
+) -> tuple[TrainingConfig, TrainingDataConfig]:
+    """The map agent's phase, warm-started from the default agent's weights: the map read-out
+    of the anchors, the interchange objective and anchor routing of the attention supervision
+    (:mod:`activations.agent.map_supervision`), plus the detour phase's decision weight and
+    detour states so the behaviour holds. The cell-coordinate read-out moves to block 0's output,
+    so the cells carry their coordinates by the first full-attention layer, where the anchors
+    read A and G."""
+    return (
+        replace(
+            config,
+            steps=steps,
+            batch_size=config.batch_size // 2,
+            learning_rate=config.learning_rate / 3,
+            warmup_steps=20,
+            seed=config.seed + 20,
+            decision_loss_weight=1.0,
+            map_loss_weight=1.0,
+            interchange_loss_weight=3.0,
+            object_attention_weight=1.0,
+            anchor_routing=True,
+            readout_warmup_steps=25,
+            coordinate_layer=1,
+        ),
+        replace(data_config, detour_fraction=0.3),
+    )
 
 
 def detour_phase(
@@ -89,6 +132,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DETOUR_PHASE_STEPS,
         help="steps of the second phase, on detour states (0 skips it)",
     )
+    parser.add_argument(
+        "--map",
+        action="store_true",
+        help="train the map agent: warm-start from --init and run only the map phase",
+    )
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=BUNDLED_AGENT_DIR,
+        help="weights the map phase starts from (default: the default bundled agent)",
+    )
+    parser.add_argument(
+        "--map-steps", type=_non_negative_int, default=MAP_PHASE_STEPS, help="map phase steps"
+    )
+    parser.add_argument(
+        "--grid-penalty-scope",
+        choices=("coordinates", "reasoning"),
+        default="coordinates",
+        help="map phase: completion tokens barred from reading the grid text",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--log-every", type=int, default=25, help="print every N steps")
@@ -123,8 +186,11 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
         learning_rate=args.learning_rate,
         seed=args.seed,
     )
-    tokenizer = build_tokenizer()
-    model = build_model(model_config, tokenizer, seed=config.seed)
+    if args.map:
+        model, tokenizer = load_bundled_agent("cpu", args.init)
+    else:
+        tokenizer = build_tokenizer()
+        model = build_model(model_config, tokenizer, seed=config.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: GptOssForCausalLM, {n_params / 1e6:.2f} M parameters, vocab {len(tokenizer)}")
     print(f"model config: {asdict(model_config)}")
@@ -133,7 +199,12 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.detour_steps > 0:
+    if args.map:
+        map_config, map_data = map_phase(config, data_config, args.map_steps)
+        map_config = replace(map_config, grid_penalty_scope=args.grid_penalty_scope)
+        phases = [("map", map_config, map_data)]
+        print(f"map phase from {args.init} ({bundled_weights_digest(args.init)}): {phases[0][1]}")
+    elif args.detour_steps > 0:
         detour_config, detour_data = detour_phase(config, data_config, args.detour_steps)
         print(
             f"detour phase: {asdict(detour_config)}, detour_fraction {detour_data.detour_fraction}"
@@ -164,6 +235,11 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             for phase, c, d in phases
         ],
         "parameters": n_params,
+        "init": (
+            {"directory": str(args.init), "weights_digest": bundled_weights_digest(args.init)}
+            if args.map
+            else None
+        ),
         "training_seconds": seconds,
         "device": str(args.device),
         "torch_threads": torch.get_num_threads(),
@@ -191,11 +267,19 @@ def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_ste
             recent = records[-args.log_every :]
             loss = sum(r["loss"] for r in recent) / len(recent)
             accuracy = sum(r["answer_accuracy"] for r in recent) / len(recent)
-            auxiliary = "".join(
-                f"  {name.split('_')[0]} {sum(r[name] for r in recent) / len(recent):.4f}"
-                for name in ("coordinate_loss", "attention_loss", "decision_loss")
-                if name in record
-            )
+            auxiliary = ""
+            for name in (
+                "coordinate_loss",
+                "attention_loss",
+                "decision_loss",
+                "map_loss",
+                "map_cell_accuracy",
+                "interchange_loss",
+                "object_attention_loss",
+            ):
+                values = [r[name] for r in recent if name in r]
+                if values:
+                    auxiliary += f"  {name.removesuffix('_loss')} {sum(values) / len(values):.4f}"
             elapsed = time.perf_counter() - started
             rate = elapsed / len(records)
             print(
@@ -234,6 +318,9 @@ def write_model_card(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.map and args.out.resolve() in (args.init.resolve(), BUNDLED_AGENT_DIR.resolve()):
+        print("error: --map needs an --out other than the agent it starts from", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     eval_config = replace(
@@ -246,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         run_training(args, eval_config)
     if not args.skip_eval:
         run_evaluation(args, eval_config)
-        write_model_card(args.out)
-        print(f"model card: {args.out / 'MODEL_CARD.md'}")
+        if not args.map:
+            write_model_card(args.out)
+            print(f"model card: {args.out / 'MODEL_CARD.md'}")
     return 0
 
 

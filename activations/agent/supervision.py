@@ -34,6 +34,12 @@ OBJECT_HEAD = {"A": 0, "G": 1, "K": 1, "D": 1}
 """Head (of every full-attention layer) that must look at each object while its coordinates are
 written: the agent has its own head, the goal, key and door share one."""
 
+ROUTED_OBJECTS = ("A", "G")
+"""Objects whose coordinates ``anchor_routing`` routes through the pre-reasoning anchor."""
+
+ANCHOR_QUERIES = 3
+"""Tokens of the pre-reasoning anchor (``<|end|> <|start|> assistant``, the prompt's last)."""
+
 NEIGHBOUR_HEAD = 2
 """Head that looks at A (first full-attention layer) and at A's neighbour (last one)."""
 
@@ -98,6 +104,8 @@ def attention_targets(
     state: State,
     tokenizer,
     full_attention_layers: list[int],
+    *,
+    anchor_routing: bool = False,
 ) -> list[AttentionTarget]:
     """The supervised attention weights of one example (see the module docstring).
 
@@ -107,6 +115,12 @@ def attention_targets(
         positions: :func:`grid_cell_positions` of the prompt.
         full_attention_layers: indices of the model's full-attention layers (the sliding
             window may not reach the grid).
+        anchor_routing: route A and G through the pre-reasoning anchor (the prompt's last
+            :data:`ANCHOR_QUERIES` tokens; the map agent, :mod:`activations.agent.map_supervision`):
+            the anchor tokens' object head of the first full-attention layer attends to the
+            object's cell, and the coordinate tokens' object head of the last full-attention
+            layer attends to the anchor's last token (instead of the cell, in every layer); the
+            direction words no longer attend to A.
     """
     tokens = tokenizer.convert_ids_to_tokens(completion_ids)
     cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
@@ -117,6 +131,18 @@ def attention_targets(
             cell = cells[name]
             if cell is None:
                 raise ValueError(f"the reasoning names {name} but grid {grid.grid_id!r} has none")
+            if anchor_routing and name in ROUTED_OBJECTS:
+                first, last = full_attention_layers[0], full_attention_layers[-1]
+                head = OBJECT_HEAD[name]
+                targets += [
+                    AttentionTarget(first, head, prompt_length - k, positions[cell])
+                    for k in range(1, ANCHOR_QUERIES + 1)
+                ]
+                targets += [
+                    AttentionTarget(last, head, prompt_length + query, prompt_length - 1)
+                    for query in (j + 3, j + 5)
+                ]
+                continue
             for query in (j + 3, j + 5):  # "(" predicts the row, "," the column
                 targets += [
                     AttentionTarget(
@@ -134,9 +160,12 @@ def attention_targets(
         if action is None:
             continue
         query = prompt_length + j
-        targets.append(
-            AttentionTarget(full_attention_layers[0], NEIGHBOUR_HEAD, query, positions[state.agent])
-        )
+        if not anchor_routing:
+            targets.append(
+                AttentionTarget(
+                    full_attention_layers[0], NEIGHBOUR_HEAD, query, positions[state.agent]
+                )
+            )
         d_row, d_col = action.delta_row_col
         neighbour = (state.agent[0] + d_row, state.agent[1] + d_col)
         if neighbour in positions:
@@ -192,3 +221,62 @@ def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) 
         chosen = targets[targets[:, 0] == layer]
         weights.append(attentions[layer][chosen[:, 2], chosen[:, 1], chosen[:, 3], chosen[:, 4]])
     return -torch.log(torch.cat(weights).float() + 1e-6).mean()
+
+
+def attention_mass_penalty(
+    attentions: tuple[torch.Tensor, ...],
+    key_mask: torch.Tensor,
+    query_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Mean ``-log(1 - w)`` of the attention weight ``w`` that the masked queries put on the
+    masked keys, over every layer and head (the map agent's penalties on reading the grid while
+    writing the reasoning).
+
+    Args:
+        attentions: per layer ``(batch, heads, query, key)`` weights; the key axis ends at the
+            last query (sliding-window layers may hold fewer keys than the full sequence).
+        key_mask: ``(batch, n_keys)`` bool over the full sequence (prefix + suffix), the keys
+            penalised.
+        query_mask: ``(batch, query)`` bool, the queries penalised.
+    """
+    if not bool(query_mask.any()):
+        return attentions[0].new_zeros(())
+    terms = []
+    n_full = key_mask.shape[1]
+    for weights in attentions:
+        keys = key_mask[:, n_full - weights.shape[-1] :].to(weights.dtype)  # the layer's window
+        mass = torch.einsum("bhqk,bk->bhq", weights, keys).float()
+        penalty = -torch.log((1 - mass).clamp_min(1e-6))
+        terms.append(penalty.mean(1)[query_mask])
+    return torch.cat(terms).mean()
+
+
+def lookup_attention_penalty(
+    attentions: tuple[torch.Tensor, ...],
+    key_mask: torch.Tensor,
+    lookups: torch.Tensor,
+) -> torch.Tensor:
+    """Mean ``-log(1 - w)`` of the attention weight that each look-up query puts on the masked
+    keys other than its own target key, over every layer and head (the map agent: a ``Next to
+    A`` direction word may read the neighbour cell it names and no other grid token).
+
+    Args:
+        attentions: as in :func:`attention_mass_penalty`.
+        key_mask: ``(batch, n_keys)`` bool over the full sequence, the keys penalised.
+        lookups: ``(N, 3)`` long ``(batch row, query index in the run, allowed key index in the
+            full sequence or -1 for none)``.
+    """
+    if lookups.numel() == 0:
+        return attentions[0].new_zeros(())
+    rows, queries, allowed = lookups.unbind(1)
+    n_full = key_mask.shape[1]
+    terms = []
+    for weights in attentions:
+        offset = n_full - weights.shape[-1]
+        chosen = weights[rows, :, queries, :]  # (N, heads, keys of the layer)
+        keys = key_mask[rows, offset:].to(weights.dtype).clone()
+        inside = (allowed - offset >= 0) & (allowed >= 0)
+        keys[inside.nonzero().flatten(), (allowed - offset)[inside]] = 0
+        mass = torch.einsum("nhk,nk->nh", chosen, keys).float()
+        terms.append(-torch.log((1 - mass).clamp_min(1e-6)).mean(1))
+    return torch.cat(terms).mean()

@@ -25,24 +25,34 @@ through it. This gives the same loss as running each full sequence, at a fractio
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
 
 from activations.agent.harmony import render_completion, render_prompt
+from activations.agent.map_supervision import (
+    MapReadout,
+    anchor_hooks,
+    anchor_positions,
+    map_labels,
+    move_counterfactual,
+)
 from activations.agent.prompts import build_messages, uses_key_prompt
 from activations.agent.reasoning import PLAN_PREFIX, PLAN_STEPS, final_text, reasoning_text
 from activations.agent.supervision import (
     NEIGHBOUR_HEAD,
     CoordinateReadout,
     attention_loss,
+    attention_mass_penalty,
     attention_targets,
     cell_coordinate_targets,
     grid_cell_positions,
+    lookup_attention_penalty,
 )
 from activations.gridworld.core import Action, Grid, State, Variant
 from activations.gridworld.dynamics import initial_state, is_success, step
@@ -248,6 +258,16 @@ class Batch:
             suffix, ``IGNORE_INDEX`` elsewhere (targets of the coordinate read-out).
         attention_targets: ``(N, 5)`` ``(layer, head, batch row, query index in suffix_ids,
             key index in prefix + suffix)`` of the supervised attention weights.
+        prompt_lengths: ``(B,)`` tokens of each prompt (prefix included).
+        object_keys: ``(B, prefix + suffix)`` bool, the agent's and the goal's cell tokens.
+        grid_keys: ``(B, prefix + suffix)`` bool, the tokens of the grid text (header, row
+            numbers, cells, newlines) up to the pre-reasoning anchor.
+        coordinate_queries: ``(B, suffix)`` bool, the completion tokens up to the one that
+            predicts G's column (the reasoning's ``A is at (r, c). G is at (r, c``).
+        reasoning_queries: ``(B, suffix)`` bool, every completion token but the direction words
+            of ``Next to A:`` (whose next symbol is a neighbour cell of the grid).
+        lookups: ``(N, 3)`` ``(batch row, suffix index of a direction word, index in prefix +
+            suffix of the neighbour cell it names or -1 outside the grid)``.
     """
 
     prefix_ids: torch.Tensor
@@ -258,6 +278,12 @@ class Batch:
     cell_rows: torch.Tensor
     cell_cols: torch.Tensor
     attention_targets: torch.Tensor
+    prompt_lengths: torch.Tensor
+    object_keys: torch.Tensor
+    grid_keys: torch.Tensor
+    coordinate_queries: torch.Tensor
+    reasoning_queries: torch.Tensor
+    lookups: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -269,12 +295,16 @@ def encode_batch(
     tokenizer,
     pad_token_id: int,
     full_attention_layers: tuple[int, ...] = (1, 3),
+    *,
+    anchor_routing: bool = False,
 ) -> Batch:
     """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start).
 
     Args:
         full_attention_layers: the model's full-attention layers (where attention is supervised,
             :mod:`activations.agent.supervision`).
+        anchor_routing: route A and G through the pre-reasoning anchor in the attention targets
+            (:func:`activations.agent.supervision.attention_targets`).
     """
     prompts = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
     completions = [tokenizer(e.completion, add_special_tokens=False)["input_ids"] for e in examples]
@@ -297,6 +327,13 @@ def encode_batch(
     cell_rows = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
     cell_cols = cell_rows.clone()
     supervised: list[tuple[int, int, int, int, int]] = []
+    object_keys = torch.zeros((len(examples), prefix_len + width), dtype=torch.bool)
+    grid_keys = object_keys.clone()
+    coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
+    neighbour_queries = torch.zeros((len(examples), width), dtype=torch.bool)
+    lookups: list[tuple[int, int, int]] = []
+    directions = {tokenizer.convert_tokens_to_ids(f" {a.name}") for a in Action}
+    next_id = tokenizer.convert_tokens_to_ids(" Next")
     for row, (example, prompt, completion) in enumerate(
         zip(examples, prompts, completions, strict=True)
     ):
@@ -306,6 +343,20 @@ def encode_batch(
         answers[row] = start + len(completion) - len(_ANSWER_TAIL)
         decisions[row] = start + _first_plan_move_index(completion, plan_marker)
         positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
+        object_keys[row, [positions[example.state.agent], positions[example.grid.goal]]] = True
+        grid_keys[row, min(positions.values()) - 2 * example.grid.size : len(prompt) - 3] = True
+        coordinate_queries[row, start : start + _goal_column_query(completion, tokenizer) + 1] = (
+            True
+        )
+        after = completion.index(next_id) if next_id in completion else len(completion)
+        for j in range(after, min(after + 12, len(completion))):
+            if completion[j] in directions:
+                neighbour_queries[row, start + j] = True
+                action = Action[tokenizer.convert_ids_to_tokens(completion[j]).strip()]
+                d_row, d_col = action.delta_row_col
+                agent_row, agent_col = example.state.agent
+                key = positions.get((agent_row + d_row, agent_col + d_col), -1)
+                lookups.append((row, start + j, key))
         for index, cell_row, cell_col in cell_coordinate_targets(positions):
             if index >= prefix_len:
                 cell_rows[row, index - prefix_len] = cell_row
@@ -318,6 +369,7 @@ def encode_batch(
             example.state,
             tokenizer,
             list(full_attention_layers),
+            anchor_routing=anchor_routing,
         ):
             supervised.append(
                 (target.layer, target.head, row, target.query - prefix_len, target.key)
@@ -331,6 +383,12 @@ def encode_batch(
         cell_rows,
         cell_cols,
         torch.tensor(supervised, dtype=torch.long).reshape(-1, 5),
+        torch.tensor([len(p) for p in prompts], dtype=torch.long),
+        object_keys,
+        grid_keys,
+        coordinate_queries,
+        (labels != IGNORE_INDEX) & ~neighbour_queries,
+        torch.tensor(lookups, dtype=torch.long).reshape(-1, 3),
     )
 
 
@@ -340,6 +398,15 @@ def _first_plan_move_index(completion: list[int], plan_marker: list[int]) -> int
         if completion[index : index + len(plan_marker)] == plan_marker:
             return index + len(plan_marker)
     raise ValueError(f"the completion has no {PLAN_PREFIX!r} followed by a move")
+
+
+def _goal_column_query(completion: list[int], tokenizer) -> int:
+    """Index in ``completion`` of the ``,`` that predicts G's column (``G is at (r, c)``)."""
+    tokens = tokenizer.convert_ids_to_tokens(completion)
+    for j in range(len(tokens) - 5):
+        if tokens[j].strip() == "G" and tokens[j + 1 : j + 4] == [" is", " at", " ("]:
+            return j + 5
+    raise ValueError("the completion names no goal position")
 
 
 _ANSWER_TAIL = ("UP", '"', "}", "<|return|>")
@@ -356,7 +423,12 @@ def shared_prefix_loss_and_accuracy(model, batch: Batch) -> tuple[torch.Tensor, 
     return _completion_loss_and_accuracy(_shared_prefix_forward(model, batch), batch)
 
 
-def _shared_prefix_forward(model, batch: Batch, *, hidden_states=False, attentions=False):
+def _shared_prefix_forward(
+    model, batch: Batch, *, hidden_states=False, attentions=False, suffix_hooks=None
+):
+    """Run the prefix once, then the suffixes on its repeated cache (``suffix_hooks``: an
+    optional context manager entered around the suffix run only, e.g.
+    :func:`activations.agent.map_supervision.anchor_hooks`)."""
     from transformers import DynamicCache
 
     prefix = model.model(
@@ -366,13 +438,14 @@ def _shared_prefix_forward(model, batch: Batch, *, hidden_states=False, attentio
     )
     cache = prefix.past_key_values
     cache.batch_repeat_interleave(batch.suffix_ids.shape[0])
-    return model(
-        input_ids=batch.suffix_ids,
-        past_key_values=cache,
-        use_cache=True,
-        output_hidden_states=hidden_states,
-        output_attentions=attentions,
-    )
+    with suffix_hooks if suffix_hooks is not None else contextlib.nullcontext():
+        return model(
+            input_ids=batch.suffix_ids,
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=hidden_states,
+            output_attentions=attentions,
+        )
 
 
 def _completion_loss_and_accuracy(out, batch: Batch) -> tuple[torch.Tensor, float]:
@@ -399,27 +472,60 @@ def decision_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def training_loss(
-    model, batch: Batch, config: TrainingConfig, readout: CoordinateReadout | None
+    model,
+    batch: Batch,
+    config: TrainingConfig,
+    readout: CoordinateReadout | None,
+    map_readout: MapReadout | None = None,
+    examples: list[Example] | None = None,
+    capture_anchors: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The training objective: the completion loss plus the weighted auxiliary losses.
 
     Args:
         readout: the coordinate read-out (required when ``config.coordinate_loss_weight > 0``).
+        map_readout: the map read-out of the anchors (required when
+            ``config.map_loss_weight > 0``; :mod:`activations.agent.map_supervision`), with the
+            batch's ``examples`` (its labels).
+        capture_anchors: blocks whose outputs at the pre-reasoning anchors are returned in
+            ``parts["anchors"]`` (``{block: (B, 3, d_model)}``, with gradients).
 
     Returns:
-        ``(total loss, {"loss", "coordinate_loss", "attention_loss", "answer_accuracy"})``
-        (``loss`` is the completion loss alone).
+        ``(total loss, {"loss", "coordinate_loss", "attention_loss", "map_loss",
+        "answer_accuracy", ...})`` (``loss`` is the completion loss alone).
     """
     use_coordinates = config.coordinate_loss_weight > 0
     use_attention = config.attention_loss_weight > 0
+    use_map = config.map_loss_weight > 0
     if use_coordinates and readout is None:
         raise ValueError("coordinate_loss_weight > 0 needs a CoordinateReadout")
+    if use_map and (map_readout is None or examples is None):
+        raise ValueError("map_loss_weight > 0 needs a MapReadout and the batch's examples")
+    positions = anchor_positions(batch.prompt_lengths.tolist(), batch.prefix_ids.shape[1])
+    captured_layers = tuple(
+        sorted(set(capture_anchors) | set(config.map_layers if use_map else ()))
+    )
+    captured: dict[int, torch.Tensor] = {}
+    hooks = (
+        anchor_hooks(
+            model,
+            positions.to(batch.suffix_ids.device),
+            capture=captured_layers,
+            captured=captured,
+        )
+        if captured_layers
+        else None
+    )
     out = _shared_prefix_forward(
-        model, batch, hidden_states=use_coordinates, attentions=use_attention
+        model,
+        batch,
+        hidden_states=use_coordinates,
+        attentions=use_attention,
+        suffix_hooks=hooks,
     )
     loss, accuracy = _completion_loss_and_accuracy(out, batch)
     total = loss
-    parts = {"loss": loss.item(), "answer_accuracy": accuracy}
+    parts: dict = {"loss": loss.item(), "answer_accuracy": accuracy}
     if config.decision_loss_weight > 0:
         decision = decision_loss(out.logits, batch)
         total = total + config.decision_loss_weight * decision
@@ -433,7 +539,110 @@ def training_loss(
         attention = attention_loss(out.attentions, batch.attention_targets)
         total = total + config.attention_loss_weight * attention
         parts["attention_loss"] = attention.item()
+    if config.object_attention_weight > 0:
+        if not use_attention:
+            raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
+        mass = attention_mass_penalty(
+            out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX
+        ) + attention_mass_penalty(
+            out.attentions,
+            batch.grid_keys,
+            batch.coordinate_queries
+            if config.grid_penalty_scope == "coordinates"
+            else batch.reasoning_queries,
+        )
+        if config.grid_penalty_scope == "reasoning":
+            mass = mass + lookup_attention_penalty(out.attentions, batch.grid_keys, batch.lookups)
+        total = total + config.object_attention_weight * mass
+        parts["object_attention_loss"] = mass.item()
+    if use_map:
+        cells, agents, goals = (
+            t.to(batch.suffix_ids.device)
+            for t in map_labels([e.grid for e in examples], [e.state for e in examples])
+        )
+        map_total, map_accuracy = 0.0, 0.0
+        for layer in config.map_layers:
+            layer_loss, layer_accuracy = map_readout.loss(
+                captured[layer], cells, agents, goals, layer
+            )
+            map_total = map_total + layer_loss / len(config.map_layers)
+            map_accuracy += layer_accuracy / len(config.map_layers)
+        total = total + config.map_loss_weight * map_total
+        parts["map_loss"] = map_total.item()
+        parts["map_cell_accuracy"] = map_accuracy
+    if capture_anchors:
+        parts["anchors"] = {layer: captured[layer] for layer in capture_anchors}
     return total, parts
+
+
+def interchange_loss(
+    model,
+    examples: list[Example],
+    config: TrainingConfig,
+    readout: CoordinateReadout | None,
+    map_readout: MapReadout | None,
+    tokenizer,
+    rng: np.random.Generator,
+    full_attention: tuple[int, ...],
+) -> tuple[torch.Tensor, dict[str, float]] | None:
+    """The interchange objective of the map agent (:mod:`activations.agent.map_supervision`).
+
+    Each example's state gets a counterfactual (agent or goal moved). The counterfactual batch is
+    trained like any batch (:func:`training_loss`) while its anchors' block outputs are captured
+    at every block; then the base prompts run with those outputs written over their anchors and
+    must write the counterfactuals' completions.
+
+    Returns:
+        ``(counterfactual loss + interchange_loss_weight * patched loss, parts)``, or None for
+        key-prompt batches and when no example has a counterfactual.
+    """
+    if any(uses_key_prompt(e.grid.variant) for e in examples):
+        return None
+    bases, counterfactuals = [], []
+    for example in examples:
+        moved = move_counterfactual(example.grid, example.state, rng)
+        if moved is None:
+            continue
+        cf_grid, cf_state = moved
+        plan = sample_plan(cf_grid, solve(cf_grid), cf_state, PLAN_STEPS, rng)
+        bases.append(example)
+        counterfactuals.append(make_example(cf_grid, cf_state, plan))
+    if not bases:
+        return None
+    device = next(model.parameters()).device
+    cf_batch = encode_batch(
+        counterfactuals,
+        tokenizer,
+        tokenizer.pad_token_id,
+        full_attention,
+        anchor_routing=config.anchor_routing,
+    ).to(device)
+    layers = tuple(range(model.config.num_hidden_layers))
+    cf_total, cf_parts = training_loss(
+        model, cf_batch, config, readout, map_readout, counterfactuals, capture_anchors=layers
+    )
+    source = cf_parts.pop("anchors")
+    prefix_len = cf_batch.prefix_ids.shape[1]
+    suffix_ids = cf_batch.suffix_ids.clone()
+    for row, base in enumerate(bases):
+        prompt = tokenizer(base.prompt, add_special_tokens=False)["input_ids"]
+        if len(prompt) != int(cf_batch.prompt_lengths[row]):
+            raise ValueError("a counterfactual prompt does not tokenise to its base's length")
+        suffix_ids[row, : len(prompt) - prefix_len] = torch.tensor(prompt[prefix_len:])
+    patched = replace(cf_batch, suffix_ids=suffix_ids)
+    positions = anchor_positions(cf_batch.prompt_lengths.tolist(), prefix_len).to(device)
+    out = _shared_prefix_forward(
+        model, patched, suffix_hooks=anchor_hooks(model, positions, write=source)
+    )
+    patched_loss, patched_accuracy = _completion_loss_and_accuracy(out, patched)
+    if config.decision_loss_weight > 0:
+        patched_loss = patched_loss + config.decision_loss_weight * decision_loss(
+            out.logits, patched
+        )
+    parts = {f"cf_{k}": v for k, v in cf_parts.items()}
+    parts["interchange_loss"] = patched_loss.item()
+    parts["interchange_accuracy"] = patched_accuracy
+    return cf_total + config.interchange_loss_weight * patched_loss, parts
 
 
 def full_sequence_loss(model, batch: Batch) -> torch.Tensor:
@@ -568,6 +777,36 @@ class TrainingConfig:
     """Extra weight on the cross-entropy of the plan's first move (the decision the answer
     copies; it is one of ~40 completion tokens in the plain loss); 0 turns it off."""
 
+    map_loss_weight: float = 0.0
+    """Weight of the map read-out of the pre-reasoning anchors (the map agent,
+    :mod:`activations.agent.map_supervision`); 0 turns it off."""
+
+    map_layers: tuple[int, ...] = (1, 2)
+    """Blocks whose output at the anchors the map read-out reads (one read-out each)."""
+
+    interchange_loss_weight: float = 0.0
+    """Weight of the interchange objective (:func:`interchange_loss`: base prompts run with a
+    counterfactual's anchors must write the counterfactual's completion); 0 turns it off."""
+
+    anchor_routing: bool = False
+    """Attention supervision routes A and G through the anchors (the map agent) instead of
+    straight from the coordinate tokens to the cells."""
+
+    object_attention_weight: float = 0.0
+    """Weight of the penalties on attention (every layer and head,
+    :func:`activations.agent.supervision.attention_mass_penalty`) from the completion tokens to
+    A's and G's cells, and from the tokens that write A's and G's coordinates to the whole grid
+    text, so the reasoning takes the positions from the anchors; 0 turns it off."""
+
+    grid_penalty_scope: str = "coordinates"
+    """Which completion tokens the grid-text penalty covers: ``"coordinates"`` (those that write
+    A's and G's coordinates) or ``"reasoning"`` (all but the direction words of ``Next to A:``,
+    which may read only the neighbour cell they name)."""
+
+    readout_warmup_steps: int = 0
+    """First steps that train only the read-outs (the model's weights stay as they are), so a
+    warm-started model is not pushed around by freshly initialised read-outs."""
+
 
 def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
     """The learning rate of step ``step_index`` (0-based)."""
@@ -584,6 +823,8 @@ def batches(
     seed: int,
     exclude: frozenset[Grid] = frozenset(),
     full_attention_layers: tuple[int, ...] = (1, 3),
+    *,
+    anchor_routing: bool = False,
 ) -> Iterator[tuple[list[Example], Batch]]:
     """The endless, seeded stream of training batches (never a grid of ``exclude``)."""
     rng = np.random.default_rng(seed)
@@ -591,7 +832,13 @@ def batches(
         examples = sample_batch_examples(data_config, batch_size, rng, exclude)
         yield (
             examples,
-            encode_batch(examples, tokenizer, tokenizer.pad_token_id, full_attention_layers),
+            encode_batch(
+                examples,
+                tokenizer,
+                tokenizer.pad_token_id,
+                full_attention_layers,
+                anchor_routing=anchor_routing,
+            ),
         )
 
 
@@ -636,14 +883,22 @@ def train(
             torch.manual_seed(config.seed)
             readout = CoordinateReadout(model.config.hidden_size, max(data_config.sizes))
         readout.to(device)
+    map_readout = None
+    if config.map_loss_weight > 0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed + 1)
+            map_readout = MapReadout(model.config.hidden_size, config.map_layers)
+        map_readout.to(device)
+    interchange_rng = np.random.default_rng(config.seed + 2)
     original_attention = model.config._attn_implementation
     if config.attention_loss_weight > 0:
         model.set_attn_implementation("eager")
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
-    if readout is not None:
-        decay += list(readout.parameters())
+    for head in (readout, map_readout):
+        if head is not None:
+            decay += list(head.parameters())
     optimizer = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": config.weight_decay},
@@ -653,7 +908,15 @@ def train(
         betas=(0.9, 0.98),
     )
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
-    stream = batches(data_config, config.batch_size, tokenizer, config.seed + 1, exclude, layers)
+    stream = batches(
+        data_config,
+        config.batch_size,
+        tokenizer,
+        config.seed + 1,
+        exclude,
+        layers,
+        anchor_routing=config.anchor_routing,
+    )
     log = []
     start = time.perf_counter()
     tokens = 0
@@ -661,11 +924,28 @@ def train(
         for step_index in range(config.steps):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(step_index, config)
-            _, batch = next(stream)
+            examples, batch = next(stream)
             batch = batch.to(device)
-            total, parts = training_loss(model, batch, config, readout)
+            total, parts = training_loss(model, batch, config, readout, map_readout, examples)
+            if config.interchange_loss_weight > 0:
+                interchange = interchange_loss(
+                    model,
+                    examples,
+                    config,
+                    readout,
+                    map_readout,
+                    tokenizer,
+                    interchange_rng,
+                    layers,
+                )
+                if interchange is not None:
+                    total = total + interchange[0]
+                    parts.update(interchange[1])
             optimizer.zero_grad(set_to_none=True)
             total.backward()
+            if step_index < config.readout_warmup_steps:
+                for parameter in model.parameters():
+                    parameter.grad = None
             torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
             optimizer.step()
             tokens += batch.prefix_ids.numel() + batch.suffix_ids.numel()

@@ -1,0 +1,158 @@
+"""Training-only signals of the map agent (activations/agent/map_supervision.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from activations.agent.bundled import load_bundled_agent
+from activations.agent.harmony import HarmonyTokenIds, find_anchors
+from activations.agent.map_supervision import (
+    MapReadout,
+    anchor_hooks,
+    anchor_positions,
+    map_labels,
+    move_counterfactual,
+)
+from activations.agent.reasoning import PLAN_STEPS
+from activations.agent.training import (
+    IGNORE_INDEX,
+    TrainingConfig,
+    TrainingDataConfig,
+    encode_batch,
+    interchange_loss,
+    make_example,
+    sample_batch_examples,
+    sample_plan,
+    training_loss,
+)
+from activations.capture import make_backend
+from activations.capture.base import Patch
+from activations.gridworld.core import CellType
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import cell_types, render
+
+
+@pytest.fixture(scope="module")
+def agent():
+    return load_bundled_agent("cpu")
+
+
+def plain_examples(n: int, seed: int):
+    data = TrainingDataConfig(key_prompt_probability=0.0, sizes=(7,), size_weights=(1.0,))
+    return sample_batch_examples(data, n, np.random.default_rng(seed))
+
+
+def test_counterfactual_moves_one_object_to_an_open_cell():
+    rng = np.random.default_rng(0)
+    for example in plain_examples(12, 1):
+        moved = move_counterfactual(example.grid, example.state, rng)
+        assert moved is not None
+        grid, state = moved
+        before, after = cell_types(example.grid, example.state), cell_types(grid, state)
+        assert int((before != after).sum()) == 2
+        assert solve(grid).optimal_actions(state)
+        assert len(render(grid, state)) == len(render(example.grid, example.state))
+
+
+def test_batch_marks_anchors_grid_and_coordinate_queries(agent):
+    _, tokenizer = agent
+    examples = plain_examples(3, 2)
+    batch = encode_batch(examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True)
+    prefix = batch.prefix_ids.shape[1]
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    anchors = anchor_positions(batch.prompt_lengths.tolist(), prefix)
+    for row in range(len(examples)):
+        ids = torch.cat([batch.prefix_ids[0], batch.suffix_ids[row]]).tolist()
+        expected = find_anchors(ids[: int(batch.prompt_lengths[row])], special).pre_reasoning
+        assert (anchors[row] + prefix).tolist() == list(expected)
+        grid = batch.grid_keys[row].nonzero().flatten()
+        assert int(grid.max()) == expected[0] - 1  # the grid text ends at the anchor
+        tokens = tokenizer.convert_ids_to_tokens(ids)
+        assert sorted(tokens[i].strip() for i in batch.object_keys[row].nonzero()) == ["A", "G"]
+        queries = batch.coordinate_queries[row].nonzero().flatten() + prefix
+        assert tokens[int(queries.min())] == "<|channel|>"
+        assert tokens[int(queries.max())] == "," and tokens[int(queries.max()) - 5] == " G"
+        assert (batch.labels[row, queries - prefix] != IGNORE_INDEX).all()
+        completion = (batch.labels[row] != IGNORE_INDEX).nonzero().flatten()
+        barred = batch.reasoning_queries[row, completion]
+        free = [tokens[int(i) + prefix] for i in completion[~barred]]
+        assert free == [" UP", " DOWN", " LEFT", " RIGHT"]  # the neighbour look-ups of Next to A
+        lookups = batch.lookups[batch.lookups[:, 0] == row]
+        assert lookups[:, 1].tolist() == completion[~barred].tolist()
+        (agent_row, agent_col), grid = examples[row].state.agent, examples[row].grid
+        named = [tokens[int(k)].strip() for k in lookups[:, 2] if k >= 0]
+        neighbours = [
+            render(grid, examples[row].state).splitlines()[1 + r].split()[1 + c]
+            for r, c in ((agent_row - 1, agent_col), (agent_row + 1, agent_col),
+                         (agent_row, agent_col - 1), (agent_row, agent_col + 1))
+            if 0 <= r < grid.size and 0 <= c < grid.size
+        ]  # fmt: skip
+        assert named == neighbours
+
+
+def test_anchor_hooks_patch_equals_the_toolkit_patch(agent):
+    """The interchange objective writes the counterfactual's anchors exactly as `goalprobe patch
+    --sites pre_reasoning --layers all` does (activations.capture's hooks backend)."""
+    model, tokenizer = agent
+    base = plain_examples(1, 3)[0]
+    grid, state = move_counterfactual(base.grid, base.state, np.random.default_rng(4))
+    counterfactual = make_example(
+        grid, state, sample_plan(grid, solve(grid), state, PLAN_STEPS, np.random.default_rng(5))
+    )
+    ids = {
+        name: tokenizer(e.prompt, add_special_tokens=False)["input_ids"]
+        for name, e in (("base", base), ("cf", counterfactual))
+    }
+    n = len(ids["base"])
+    assert len(ids["cf"]) == n
+    positions = torch.tensor([[n - 3, n - 2, n - 1]])
+    layers = tuple(range(model.config.num_hidden_layers))
+    with torch.no_grad():
+        with anchor_hooks(model, positions, capture=layers) as captured:
+            model(input_ids=torch.tensor([ids["cf"]]))
+        with anchor_hooks(model, positions, write={k: v for k, v in captured.items()}):
+            ours = model(input_ids=torch.tensor([ids["base"]])).logits[0, -1]
+    values = torch.stack([captured[layer][0] for layer in layers])
+    patch = Patch(layers=layers, positions=positions[0], values=values)
+    toolkit = make_backend("hooks", model, tokenizer).patched_logits(ids["base"], [patch])[0]
+    torch.testing.assert_close(ours.float(), toolkit.float(), atol=1e-4, rtol=1e-4)
+    unpatched = model(input_ids=torch.tensor([ids["base"]])).logits[0, -1]
+    assert not torch.allclose(unpatched, ours, atol=1e-3)
+
+
+def test_map_losses_reach_the_model_and_the_readout(agent):
+    model, tokenizer = agent
+    model = type(model)(model.config)  # a fresh copy: never train the shipped weights
+    model.load_state_dict(agent[0].state_dict())
+    model.set_attn_implementation("eager")
+    config = replace(
+        TrainingConfig(),
+        map_loss_weight=1.0,
+        interchange_loss_weight=1.0,
+        object_attention_weight=1.0,
+        anchor_routing=True,
+        decision_loss_weight=1.0,
+        coordinate_loss_weight=0.0,
+    )
+    examples = plain_examples(2, 5)
+    batch = encode_batch(examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True)
+    readout = MapReadout(model.config.hidden_size, config.map_layers)
+    total, parts = training_loss(model, batch, config, None, readout, examples)
+    cf = interchange_loss(
+        model, examples, config, None, readout,
+        tokenizer, np.random.default_rng(6), (1, 3),
+    )  # fmt: skip
+    assert cf is not None
+    (total + cf[0]).backward()
+    for key in ("map_loss", "object_attention_loss", "attention_loss"):
+        assert np.isfinite(parts[key]) and parts[key] > 0, (key, parts)
+    assert cf[1]["interchange_loss"] > 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in readout.parameters())
+    assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+    cells, agents, goals = map_labels([e.grid for e in examples], [e.state for e in examples])
+    assert cells.shape == (2, 15, 15) and int(cells[0, 14, 14]) == CellType.PADDING
+    assert agents.tolist() == [list(e.state.agent) for e in examples]
