@@ -174,18 +174,23 @@ def save_probe(
 def read_probe_card(path: str | Path) -> dict:
     """The JSON card of a saved probe (``path``: stem or either file)."""
     _, card_path = _paths(path)
-    if not card_path.exists():
-        raise FileNotFoundError(f"no probe card at {card_path}")
+    return _read_card(card_path, "probe card", CARD_SCHEMA, CARD_SCHEMA_VERSION)
+
+
+def _read_card(path: Path, what: str, schema: str, version: int) -> dict:
+    """A JSON card at ``path``, checked for its ``schema`` and ``schema_version``."""
+    if not path.exists():
+        raise FileNotFoundError(f"no {what} at {path}")
     try:
-        card = json.loads(card_path.read_text())
+        card = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{card_path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-    if card.get("schema") != CARD_SCHEMA:
-        raise ValueError(f"{card_path}: schema is {card.get('schema')!r}, expected {CARD_SCHEMA!r}")
-    if card.get("schema_version") != CARD_SCHEMA_VERSION:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
+    if card.get("schema") != schema:
+        raise ValueError(f"{path}: schema is {card.get('schema')!r}, expected {schema!r}")
+    if card.get("schema_version") != version:
         raise ValueError(
-            f"{card_path}: schema_version {card.get('schema_version')!r} is not supported "
-            f"(this goalprobe reads {CARD_SCHEMA_VERSION})"
+            f"{path}: schema_version {card.get('schema_version')!r} is not supported "
+            f"(this goalprobe reads {version})"
         )
     return card
 
@@ -390,19 +395,7 @@ def save_plan_decoder(
 def read_plan_decoder_card(path: str | Path) -> dict:
     """Read and check a plan-decoder JSON card (``path``: the card or its ``.safetensors``)."""
     path = Path(path).with_suffix(".json")
-    if not path.exists():
-        raise FileNotFoundError(f"no plan-decoder card at {path}")
-    try:
-        card = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-    if card.get("schema") != PLAN_CARD_SCHEMA:
-        raise ValueError(f"{path}: schema {card.get('schema')!r} is not {PLAN_CARD_SCHEMA!r}")
-    if card.get("schema_version") != PLAN_CARD_SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: schema_version {card.get('schema_version')!r} is not supported "
-            f"(this goalprobe reads {PLAN_CARD_SCHEMA_VERSION})"
-        )
+    card = _read_card(path, "plan-decoder card", PLAN_CARD_SCHEMA, PLAN_CARD_SCHEMA_VERSION)
     for key in ("hyperparameters", "fitted"):
         if key not in card:
             raise ValueError(f"{path}: field {key!r} is missing")
