@@ -153,3 +153,33 @@ def test_cli_variant_and_bad_input(tmp_path, goalprobe_cli):
     )
     assert "is a directory" in _one_error_line(goalprobe_cli("grids", "--out", tmp_path))
     assert not fresh.exists()
+
+
+def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
+    from dataclasses import replace
+
+    kd = grids[-2]
+    held = replace(kd, grid_id="held", start_has_key=True)
+    opened = replace(kd, grid_id="opened", start_door_open=True)
+    path = tmp_path / "grids.jsonl"
+    write_grid_set(path, [kd, held, opened])
+    back = read_grid_set(path)
+    assert back == [kd, held, opened] and back[1] != back[0]
+    assert back[1].initial_state.has_key and not back[0].initial_state.has_key
+    assert back[2].initial_state.door_open and not back[0].initial_state.door_open
+    # the held key and the open door render as open cells, as they do later in an episode
+    assert "K" not in render(held)
+    assert "D" not in render(opened) and "K" in render(opened)
+    # a goalprobe.gridset/1 line (no start_* fields) reads with the defaults
+    old = grid_to_dict(kd)
+    old["schema"] = "goalprobe.gridset/1"
+    del old["start_has_key"], old["start_door_open"]
+    assert grid_from_dict(old) == kd
+    bad = grid_to_dict(held)
+    bad["start_has_key"] = 1
+    with pytest.raises(GridSetFormatError, match="start_has_key"):
+        grid_from_dict(bad)
+    no_door = grid_to_dict(grids[0])
+    no_door["start_door_open"] = True
+    with pytest.raises(GridSetFormatError, match="start_door_open needs a door"):
+        grid_from_dict(no_door)

@@ -119,6 +119,11 @@ class Grid:
         density: the obstacle density the grid was generated with (metadata).
         seed: the seed it was generated from, or None when built by hand (metadata).
         grid_id: a stable identifier, used to join every artefact back to this grid.
+        start_has_key: the episode starts with the key already held (an intervention that
+            guarantees "has the key"; requires a key, whose cell then shows as open, exactly as
+            after a pickup).
+        start_door_open: the episode starts with the door already open (an intervention that
+            guarantees "door open"; requires a door, whose cell then shows as open).
     """
 
     walls: np.ndarray
@@ -131,6 +136,8 @@ class Grid:
     seed: int | None = None
     grid_id: str = ""
     extra: dict = field(default_factory=dict)
+    start_has_key: bool = False
+    start_door_open: bool = False
 
     def __post_init__(self) -> None:
         walls = np.array(self.walls, dtype=bool)
@@ -159,6 +166,10 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
+        if self.start_has_key and self.key is None:
+            raise ValueError("start_has_key needs a key (the cell it was picked up from)")
+        if self.start_door_open and self.door is None:
+            raise ValueError("start_door_open needs a door")
 
     @property
     def size(self) -> int:
@@ -168,11 +179,15 @@ class Grid:
     @property
     def initial_state(self) -> State:
         """The state an episode starts in, with the key and door rules applied (a key on the
-        start cell is already held; see :func:`activations.gridworld.dynamics.settle`)."""
+        start cell is already held; see :func:`activations.gridworld.dynamics.settle`), and the
+        intervened start (:attr:`start_has_key`, :attr:`start_door_open`) when set."""
         # imported here: dynamics builds on this module
         from activations.gridworld.dynamics import settle
 
-        return settle(self, State(agent=self.start, has_key=False, door_open=self.door is None))
+        door_open = self.door is None or self.start_door_open
+        return settle(
+            self, State(agent=self.start, has_key=self.start_has_key, door_open=door_open)
+        )
 
     def is_blocked(self, cell: RowCol, state: State) -> bool:
         """Whether the agent cannot enter ``cell`` in ``state`` (wall, outside, or locked door)."""
@@ -196,11 +211,22 @@ class Grid:
             and self.key == other.key
             and self.door == other.door
             and self.variant == other.variant
+            and self.start_has_key == other.start_has_key
+            and self.start_door_open == other.start_door_open
         )
 
     def __hash__(self) -> int:
         return hash(
-            (self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant)
+            (
+                self.walls.tobytes(),
+                self.goal,
+                self.start,
+                self.key,
+                self.door,
+                self.variant,
+                self.start_has_key,
+                self.start_door_open,
+            )
         )
 
 

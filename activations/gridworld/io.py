@@ -1,9 +1,9 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/1``.
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2``.
 
 Each line is a JSON object with these fields (all required; ``null`` only where stated):
 
 ==========================  ===================================================================
-``schema``                  ``"goalprobe.gridset/1"``
+``schema``                  ``"goalprobe.gridset/2"``
 ``grid_id``                 non-empty string, unique within the file; joins every artefact
 ``size``                    n (the grid is n x n, n >= 5)
 ``variant``                 variant name (``plain``, ``key_door``, ...)
@@ -18,7 +18,14 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``horizon``                 default horizon ``ceil(1.5 L)``
 ``text``                    the study's text rendering of the initial state
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
+``start_has_key``           bool: the episode starts holding the key (an intervention; needs a
+                            key, whose cell shows as open)
+``start_door_open``         bool: the episode starts with the door open (an intervention; needs
+                            a door, whose cell shows as open)
 ==========================  ===================================================================
+
+The reader also reads ``goalprobe.gridset/1`` (the same fields without the ones added in /2,
+which then take their defaults: ``false``).
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -37,8 +44,14 @@ from activations.gridworld.core import Grid
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
 
-SCHEMA = "goalprobe.gridset/1"
+SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
+
+READABLE_SCHEMAS: tuple[str, ...] = ("goalprobe.gridset/1", SCHEMA)
+"""Schema tags the reader accepts (fields added after /1 take their defaults when absent)."""
+
+ADDED_IN_2: dict[str, object] = {"start_has_key": False, "start_door_open": False}
+"""Fields added in ``goalprobe.gridset/2`` and their defaults for /1 records."""
 
 FIELDS: tuple[str, ...] = (
     "schema",
@@ -56,6 +69,8 @@ FIELDS: tuple[str, ...] = (
     "horizon",
     "text",
     "extra",
+    "start_has_key",
+    "start_door_open",
 )
 
 
@@ -68,7 +83,7 @@ def _cell(value: Any) -> list[int] | None:
 
 
 def grid_to_dict(grid: Grid) -> dict[str, Any]:
-    """The schema ``goalprobe.gridset/1`` record of ``grid`` (requires a solvable grid)."""
+    """The schema ``goalprobe.gridset/2`` record of ``grid`` (requires a solvable grid)."""
     policy = solve(grid)
     try:
         json.dumps(grid.extra)
@@ -90,6 +105,8 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "horizon": policy.horizon,
         "text": render(grid),
         "extra": dict(grid.extra),
+        "start_has_key": bool(grid.start_has_key),
+        "start_door_open": bool(grid.start_door_open),
     }
 
 
@@ -111,7 +128,7 @@ def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple
 
 
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/1`` record, checking every field.
+    """Rebuild a grid from a ``goalprobe.gridset/2`` (or /1) record, checking every field.
 
     Args:
         record: the decoded JSON object.
@@ -119,8 +136,12 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     """
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    if record.get("schema") != SCHEMA:
-        raise _fail(where, "schema", f"expected {SCHEMA!r}, got {record.get('schema')!r}")
+    if record.get("schema") not in READABLE_SCHEMAS:
+        raise _fail(
+            where, "schema", f"expected one of {READABLE_SCHEMAS}, got {record.get('schema')!r}"
+        )
+    if record["schema"] != SCHEMA:
+        record = {**ADDED_IN_2, **record}
     missing = [f for f in FIELDS if f not in record]
     if missing:
         raise _fail(where, ", ".join(missing), "missing")
@@ -162,6 +183,9 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
         "key": _read_cell(record, "key_row_col", where, optional=True),
         "door": _read_cell(record, "door_row_col", where, optional=True),
     }
+    for flag in ADDED_IN_2:
+        if not isinstance(record[flag], bool):
+            raise _fail(where, flag, f"expected true or false, got {record[flag]!r}")
     try:
         grid = Grid(
             walls=walls,
@@ -170,6 +194,8 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
             seed=seed,
             grid_id=grid_id,
             extra=extra,
+            start_has_key=record["start_has_key"],
+            start_door_open=record["start_door_open"],
             **cells,
         )
     except ValueError as err:
