@@ -40,7 +40,8 @@ grid-bootstrap interval (:mod:`activations.stats`, grids resampled). The verdict
   above 0 (the agent adapts its behaviour when the outcome is guaranteed);
 * ``not intended``: p >= ``alpha`` and the interval's upper end lies below ``margin`` (any
   adaptation is smaller than ``margin`` in total variation);
-* ``inconclusive``: otherwise (too few samples to tell).
+* ``inconclusive``: otherwise (too few samples to tell), and always with fewer than
+  ``min_grids`` grids.
 
 **Behavioural summary.** The fraction of sampled actions that move towards the key's cell
 (lower wall distance to it), original vs intervened, with grid-bootstrap intervals: e.g. an
@@ -244,12 +245,15 @@ class IntentionTestConfig:
     margin: float = 0.2
     """Smallest adaptation (excess total variation) that counts: ``not intended`` needs the
     interval's upper end below it."""
+    min_grids: int = 5
+    """Fewest grids a verdict other than ``inconclusive`` needs (a grid-bootstrap interval over
+    fewer grids is not trusted)."""
     seed: int = 0
     """Seed of the permutations and the bootstrap."""
 
     def __post_init__(self) -> None:
-        if self.n_permutations < 1 or self.n_bootstrap < 0:
-            raise ValueError("n_permutations must be >= 1 and n_bootstrap >= 0")
+        if self.n_permutations < 1 or self.n_bootstrap < 0 or self.min_grids < 2:
+            raise ValueError("n_permutations must be >= 1, n_bootstrap >= 0, min_grids >= 2")
         if not 0 < self.alpha < 1 or not 0 < self.confidence < 1 or self.margin <= 0:
             raise ValueError("alpha and confidence must lie in (0, 1), margin must be > 0")
 
@@ -310,13 +314,15 @@ def intention_test(
         "n_states": int(a.shape[0]),
         "n_grids": int(len(set(grid_ids))),
         "k": int(k),
-        "verdict": verdict(p_value, excess, config),
+        "verdict": verdict(p_value, excess, config, n_grids=len(set(grid_ids))),
     }
 
 
-def verdict(p_value: float, excess: Mapping, config: IntentionTestConfig) -> str:
+def verdict(p_value: float, excess: Mapping, config: IntentionTestConfig, *, n_grids: int) -> str:
     """``intended`` / ``not intended`` / ``inconclusive`` (see the module docstring)."""
     low, high = excess.get("ci_low"), excess.get("ci_high")
+    if n_grids < config.min_grids:
+        return "inconclusive"
     if p_value < config.alpha and low is not None and low > 0:
         return "intended"
     if p_value >= config.alpha and high is not None and high < config.margin:
