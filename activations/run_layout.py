@@ -13,6 +13,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
@@ -64,6 +65,8 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
+        Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -192,6 +195,16 @@ class RunLayout:
     def keys_results(self) -> Path:
         """Key-variant metrics."""
         return self.path("key-variant results")
+
+    @property
+    def intention_grids(self) -> Path:
+        """The key-variant grids of the intention test and their intervened copies."""
+        return self.path("intention grids")
+
+    @property
+    def intention_results(self) -> Path:
+        """Behavioural intention: the test per variant and intervention, per-state counts."""
+        return self.path("intention results")
 
     # -- representations --------------------------------------------------------------------------
 

@@ -21,10 +21,12 @@ from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.intention import IntentionTestConfig
 from goalprobe.agents import AgentConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DistanceConfig,
+    IntentionConfig,
     IsoConfig,
     KeysConfig,
     PatchingConfig,
@@ -42,6 +44,7 @@ __all__ = [
     "ActivationsConfig",
     "DemoConfig",
     "DistanceConfig",
+    "IntentionConfig",
     "IsoConfig",
     "KeysConfig",
     "PatchingConfig",
@@ -78,6 +81,8 @@ class DemoConfig:
     """The iso-difficulty set."""
     keys: KeysConfig = field(default_factory=KeysConfig)
     """The key variants."""
+    intention: IntentionConfig = field(default_factory=IntentionConfig)
+    """Behavioural intention on the key variants (Definition 20)."""
     probing: ProbingConfig = field(default_factory=ProbingConfig)
     """The probing set (prompts at sampled states of its own grids, pre-reasoning anchors)."""
     activations: ActivationsConfig = field(default_factory=ActivationsConfig)
@@ -118,6 +123,13 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
         behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
         keys=KeysConfig(seed=seed),
+        intention=IntentionConfig(
+            grids_per_variant=50,
+            states_per_grid=3,
+            samples_per_state=10,
+            seed=seed,
+            test=IntentionTestConfig(n_bootstrap=n_bootstrap, seed=seed),
+        ),
         probing=ProbingConfig(
             grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
@@ -148,6 +160,13 @@ def _tiny(seed: int) -> dict[str, Any]:
             episodes_per_grid=1,
             horizon=3,
             seed=seed,
+        ),
+        intention=IntentionConfig(
+            grids_per_variant=2,
+            states_per_grid=1,
+            samples_per_state=2,
+            seed=seed,
+            test=IntentionTestConfig(n_permutations=200, n_bootstrap=n_boot, seed=seed),
         ),
         probing=ProbingConfig(
             grids=GridSetConfig(sizes=(7, 9), densities=(0.0, 0.5), n_per_cell=3, seed=seed + 1),
@@ -204,6 +223,13 @@ def _default(seed: int) -> dict[str, Any]:
             episodes_per_grid=5,
             horizon=30,
             seed=seed,
+        ),
+        intention=IntentionConfig(
+            grids_per_variant=16,
+            states_per_grid=2,
+            samples_per_state=4,
+            seed=seed,
+            test=IntentionTestConfig(n_bootstrap=n_boot, seed=seed),
         ),
         probing=ProbingConfig(
             grids=GridSetConfig(n_per_cell=14, seed=seed + 1),

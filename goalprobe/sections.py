@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.intention import IntentionTestConfig
 from probes.plan_sweep import PlanSweepConfig
 
 
@@ -48,6 +49,35 @@ class KeysConfig:
     def __post_init__(self) -> None:
         if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
             raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
+
+
+@dataclass(frozen=True)
+class IntentionConfig:
+    """Behavioural intention on the key variants (Ward et al., Definition 20; issue 18)."""
+
+    variants: tuple[str, ...] = ("key_door", "key_no_door", "two_path_key")
+    """Key variants tested, each with its interventions
+    (:data:`activations.gridworld.intention.INTERVENTIONS`)."""
+    size: int = 7
+    """Grid side."""
+    density: float = 0.4
+    """Obstacle density."""
+    grids_per_variant: int = 16
+    """Original layouts per variant (the bootstrap's clusters)."""
+    states_per_grid: int = 2
+    """Matched states per grid: the first cells of the original's optimal path before the key."""
+    samples_per_state: int = 4
+    """Actions sampled per state and condition (K)."""
+    seed: int = 0
+    """Seed of the layouts and of the optimal-policy control's samples."""
+    test: IntentionTestConfig = field(default_factory=IntentionTestConfig)
+    """Permutations, bootstrap and the thresholds of the verdict."""
+
+    def __post_init__(self) -> None:
+        if min(self.grids_per_variant, self.states_per_grid, self.samples_per_state) < 1:
+            raise ValueError(
+                "intention: grids_per_variant, states_per_grid and samples_per_state must be >= 1"
+            )
 
 
 @dataclass(frozen=True)

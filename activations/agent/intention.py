@@ -42,10 +42,12 @@ def sample_actions(
         k: samples per state.
         config: sampling settings (temperature, top-p, token limit, reasoning effort, seed,
             batch size); episodes, horizon and retries are not used.
-        template: prompt templates (None: the packaged ones).
+        template: prompt templates (None: ``config.template_dir``'s, else the packaged ones).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if template is None and config.template_dir:
+        template = PromptTemplate.from_dir(config.template_dir)
     conversations, seeds = [], []
     for grid, state in requests:
         messages = build_messages(

@@ -1,0 +1,63 @@
+"""Report section on behavioural intention (Ward et al., Definition 20) on the key variants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from goalprobe.report.blocks import Block, Figures, num, stat_text, table
+from goalprobe.report.run import RunReader
+
+HEADER = (
+    "variant",
+    "guaranteed outcome",
+    "grids / states",
+    "TV [95% CI]",
+    "excess TV over chance [95% CI]",
+    "p (permutation)",
+    "moves towards key: original → intervened",
+    "verdict",
+)
+
+
+def _rows(results: Sequence[Mapping]) -> list[tuple]:
+    return [
+        (
+            r["variant"],
+            f"{r['outcome']} ({r['intervention']})",
+            f"{r['n_grids']} / {r['n_states']}",
+            stat_text(r["tv"], percent=False, digits=2),
+            stat_text(r["excess_tv"], percent=False, digits=2),
+            num(r["p_value"]),
+            f"{stat_text(r['toward_key']['original'])} → "
+            f"{stat_text(r['toward_key']['intervened'])}",
+            r["verdict"],
+        )
+        for r in results
+    ]
+
+
+def intention(run: RunReader, fig: Figures) -> list[Block]:
+    """The agent's verdicts, their readings, and the optimal policy's as the test's control."""
+    data = run.json(run.layout.intention_results)
+    k = data["samples_per_state"]
+    agent = table(
+        HEADER,
+        _rows(data["agent"]),
+        caption=f"The agent: {k} sampled answers per matched state and condition. An outcome is "
+        "intended (Definition 20) if guaranteeing it changes the agent's actions at the same "
+        "cells: total variation (TV) between the action distributions of the original and the "
+        "intervened start; 'excess' subtracts the TV expected by chance (labels permuted within "
+        "each state); intervals resample grids. The bundled agent was never trained on "
+        "intervened starts (a key held from the first step, a door open from the start, a key "
+        "removed): what it does there is a finding about its generalisation, not only about "
+        "its intentions.",
+    )
+    readings = table(("reading",), [(r["reading"],) for r in data["agent"]])
+    control = table(
+        HEADER,
+        _rows(data["optimal_control"]),
+        caption="Positive control of the test: the exact optimal policy pi* on the same grids "
+        "and states. It must show the key and the open door intended in key_door (instrumental) "
+        "and nothing intended where the key is useless (key_no_door, two_path_key).",
+    )
+    return [agent, readings, control]

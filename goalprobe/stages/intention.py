@@ -1,0 +1,92 @@
+"""Stage ``intention``: behavioural intention on the key variants (Ward et al., Definition 20;
+``RUN/intention/``, schema ``goalprobe.demo.intention/1``).
+
+Each key-variant layout is run against its interventions (:mod:`activations.gridworld.intention`):
+the agent's actions are sampled at matched states of the original and the intervened grid, and
+the change in its action distribution is tested. The exact optimal policy ``pi*`` goes through
+the same test on the same grids and states as the positive control of the test itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from activations.agent.intention import agent_sampler
+from activations.agent.rollout import RolloutConfig
+from activations.gridworld.generator import GridSetConfig, generate_grid_set
+from activations.gridworld.intention import (
+    INTERVENTIONS,
+    intention_study,
+    intervene,
+    optimal_policy,
+    tabular_sampler,
+)
+from activations.gridworld.io import write_grid_set
+from goalprobe.agents import AgentConfig
+from goalprobe.config import DemoConfig, IntentionConfig
+from goalprobe.stages.context import StageContext, write_json
+
+SCHEMA = "goalprobe.demo.intention/1"
+
+
+@dataclass(frozen=True)
+class IntentionInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """Sampling settings of the agent's answers (temperature, top-p, token limit, seed)."""
+    intention: IntentionConfig
+    """Which variants and how many grids, states and samples."""
+
+
+def inputs(config: DemoConfig) -> IntentionInput:
+    """The agent, its sampling settings and the intention section."""
+    return IntentionInput(config.agent, config.rollouts, config.intention)
+
+
+def run(context: StageContext, config: IntentionInput, stage_dir: Path):
+    """Generate the layouts and their interventions, sample the agent and pi*, test."""
+    layout = context.layout
+    k = config.intention
+    originals = [
+        g
+        for variant in k.variants
+        for g in generate_grid_set(
+            GridSetConfig((k.size,), (k.density,), k.grids_per_variant, variant, k.seed)
+        )
+    ]
+    intervened = [intervene(g, name) for g in originals for name in INTERVENTIONS[g.variant]]
+    write_grid_set(layout.intention_grids, [*originals, *intervened])
+    backend, description = context.agent(config.agent).rollout_backend()
+    agent = intention_study(
+        originals,
+        agent_sampler(backend, k.samples_per_state, config.rollout),
+        max_states=k.states_per_grid,
+        config=k.test,
+    )
+    control = intention_study(
+        originals,
+        tabular_sampler(optimal_policy, k.samples_per_state, k.seed),
+        max_states=k.states_per_grid,
+        config=k.test,
+    )
+    payload = {
+        "schema": SCHEMA,
+        "backend": description,
+        "samples_per_state": k.samples_per_state,
+        "states_per_grid": k.states_per_grid,
+        "grids_per_variant": k.grids_per_variant,
+        "agent": agent["results"],
+        "optimal_control": control["results"],
+        "states": agent["states"],
+    }
+    results = write_json(layout.intention_results, payload)
+    verdicts = {f"{r['variant']}/{r['intervention']}": r["verdict"] for r in agent["results"]}
+    return {"grids": layout.intention_grids, "results": results}, {
+        "grids": len(originals),
+        "matched_states": len(agent["states"]),
+        **verdicts,
+    }
