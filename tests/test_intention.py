@@ -180,3 +180,36 @@ def test_bundled_agent_samples_at_matched_states(bundled_agent):
     )
     assert len(out["results"]) == 6 and len(out["states"]) == 12
     assert all(r["verdict"] in ("intended", "not intended", "inconclusive") for r in out["results"])
+
+
+def test_report_section_shows_the_verdicts_and_the_control(tmp_path):
+    import json
+
+    import markupsafe
+
+    from activations.run_layout import RunLayout
+    from goalprobe.report import SECTION_TITLES, write_report
+
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    empty = write_report(layout.root).read_text()
+    assert SECTION_TITLES["intention"] in empty
+    assert f"not run: {layout.relative(layout.intention_results)} not found" in empty
+    results, _ = _study(tabular_sampler(optimal_policy, 8, random_state=0), n_grids=12)
+    ignoring, _ = _study(tabular_sampler(lambda g, s: np.full(4, 0.25), 8, random_state=1), 6)
+    payload = {
+        "schema": "goalprobe.demo.intention/1",
+        "samples_per_state": 8,
+        "agent": list(ignoring.values()),
+        "optimal_control": list(results.values()),
+        "states": [],
+    }
+    layout.intention_results.parent.mkdir(parents=True)
+    layout.intention_results.write_text(json.dumps(payload))
+    page = write_report(layout.root).read_text()
+    section = page[page.index('id="intention"') :]
+    section = section[: section.index("</section>")]
+    assert section.count("<tr>") == 3 * (1 + 6)  # agent, readings, control: header + 6 rows
+    assert section.count(">intended<") == 2  # pi* in key_door; the uniform agent intends nothing
+    for r in ignoring.values():
+        assert str(markupsafe.escape(r["reading"])) in section
