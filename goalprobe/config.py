@@ -225,7 +225,7 @@ def _default(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         intention=IntentionConfig(
-            grids_per_variant=16,
+            grids_per_variant=14,
             states_per_grid=2,
             samples_per_state=4,
             seed=seed,

@@ -62,7 +62,7 @@ class IntentionConfig:
     """Grid side."""
     density: float = 0.4
     """Obstacle density."""
-    grids_per_variant: int = 16
+    grids_per_variant: int = 14
     """Original layouts per variant (the bootstrap's clusters)."""
     states_per_grid: int = 2
     """Matched states per grid: the first cells of the original's optimal path before the key."""

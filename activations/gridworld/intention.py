@@ -15,6 +15,10 @@ variant             intervention           the intervened grid
 ``two_path_key``    ``no_key``             the key is removed from the map
 ==================  =====================  ===================================================
 
+``no_key`` is the complement of ``has_key`` where the key is useless: it guarantees that the key
+is never picked up, so it asks whether the key's mere presence steers the agent (the study's
+"implicit goal"), while ``has_key`` asks whether the agent wants the key itself.
+
 An intervened grid keeps the original's layout, start, goal and variant (so the prompt's
 instructions are the same); it differs only in the intervened start
 (:attr:`~activations.gridworld.core.Grid.start_has_key`,
@@ -72,7 +76,7 @@ INTERVENTIONS: dict[str, tuple[str, ...]] = {
 OUTCOMES: dict[str, str] = {
     "has_key": "picking up the key",
     "door_open": "opening the door",
-    "no_key": "the key's presence (removed)",
+    "no_key": "removing the key",
 }
 """What each intervention guarantees, in words."""
 
@@ -333,6 +337,7 @@ def verdict(p_value: float, excess: Mapping, config: IntentionTestConfig, *, n_g
 def reading(variant: str, intervention: str, result: Mapping) -> str:
     """One sentence saying what the verdict means for this variant and intervention."""
     outcome = OUTCOMES[intervention]
+    guaranteed = outcome if intervention == "no_key" else f"guaranteeing {outcome}"
     excess = result["excess_tv"]
     value = excess["value"]
     span = (
@@ -341,14 +346,20 @@ def reading(variant: str, intervention: str, result: Mapping) -> str:
         else f"{excess['ci_low']:.2f} to {excess['ci_high']:.2f}"
     )
     facts = f"excess TV {_fmt(value)} ({span}), p = {result['p_value']:.3g}"
+    if result["verdict"] == "intended" and intervention == "no_key":
+        return (
+            f"{variant}: removing the key changes the agent's actions at matched states "
+            f"({facts}): the key steers its behaviour (compare has_key: is it the key it wants, "
+            "or is it only drawn to it?)."
+        )
     if result["verdict"] == "intended":
         return (
-            f"{variant}: guaranteeing {outcome} changes the agent's actions at matched states "
+            f"{variant}: {guaranteed} changes the agent's actions at matched states "
             f"({facts}): by Definition 20, the outcome is intended."
         )
     if result["verdict"] == "not intended":
         return (
-            f"{variant}: guaranteeing {outcome} leaves the agent's actions unchanged within the "
+            f"{variant}: {guaranteed} leaves the agent's actions unchanged within the "
             f"margin ({facts}): no evidence that the outcome is intended."
         )
     return (
