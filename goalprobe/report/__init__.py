@@ -10,6 +10,7 @@ section                answers
 behaviour              Fig. 4 (accuracy and JSD vs goal distance; by size x density), Fig. 12
 iso-difficulty         Table 3 / Fig. 14 (paired Wilcoxon, rank-biserial effect sizes)
 key variants           Table 1 (success, accuracy, stage accuracy, pickup, attraction, Jaccard)
+intention              Ward et al. Def. 20: policy change when the key is guaranteed; pi* control
 cognitive map          Figs. 6, 8, 15 (probe accuracy by family, stage and layer; per class)
 localisation           Fig. 7 (agent and goal top-1, Manhattan distance, by grid size)
 goal distance          Table 4 (MAE, R2 by family, stage and layer)
@@ -25,7 +26,7 @@ confidence intervals. A section whose inputs are missing, or whose stage failed,
 
 Modules: :mod:`.run` reads the run (only through :class:`~activations.run_layout.RunLayout`),
 :mod:`.blocks` holds what a section is made of (tables, figures, boxes) and the number formats,
-:mod:`.behaviour`, :mod:`.probes` and :mod:`.outcomes` build the sections (every figure comes
+:mod:`.behaviour`, :mod:`.intention`, :mod:`.probes` and :mod:`.outcomes` build the sections (every figure comes
 from :mod:`viewer.figures`), :mod:`.headline` the headline table, and :mod:`.page` renders the
 Jinja2 templates in ``templates/`` (``report.html.j2``, ``blocks.html.j2``, ``report.css``).
 """
