@@ -14,6 +14,8 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
+    RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
+                                                  headline probe decodes it (intention_map)
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
@@ -67,6 +69,15 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
+        Artefact(
+            "intention map states", "intention_map/states.jsonl", "intention_map", "goalprobe demo"
+        ),
+        Artefact(
+            "intention map store", "intention_map/activations.h5", "intention_map", "goalprobe demo"
+        ),
+        Artefact(
+            "intention map results", "intention_map/results.json", "intention_map", "goalprobe demo"
+        ),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -205,6 +216,21 @@ class RunLayout:
     def intention_results(self) -> Path:
         """Behavioural intention: the test per variant and intervention, per-state counts."""
         return self.path("intention results")
+
+    @property
+    def intention_map_states(self) -> Path:
+        """Prompt-only start states of the intention grids (original and intervened)."""
+        return self.path("intention map states")
+
+    @property
+    def intention_map_store(self) -> Path:
+        """Their pre-reasoning anchors at the headline layer."""
+        return self.path("intention map store")
+
+    @property
+    def intention_map_results(self) -> Path:
+        """The intervened cells as the headline cell probe decodes them."""
+        return self.path("intention map results")
 
     # -- representations --------------------------------------------------------------------------
 

@@ -213,3 +213,17 @@ def test_report_section_shows_the_verdicts_and_the_control(tmp_path):
     assert section.count(">intended<") == 2  # pi* in key_door; the uniform agent intends nothing
     for r in ignoring.values():
         assert str(markupsafe.escape(r["reading"])) in section
+
+
+def test_decoded_registration_on_constructed_maps():
+    from activations.gridworld.intention import decoded_registration
+
+    rng = np.random.default_rng(0)
+    ids = [f"g{i}" for i in range(12)]
+    before = rng.uniform(0.0, 0.2, 12)
+    config = IntentionTestConfig(n_bootstrap=300)
+    shown = decoded_registration(before, before + 0.6, ids, config)
+    assert shown["registered"] is True and shown["difference"]["ci_low"] > 0.5
+    ignored = decoded_registration(before, rng.permutation(before), ids, config)
+    assert ignored["registered"] is False
+    assert decoded_registration(before[:2], before[:2] + 0.6, ids[:2], config)["registered"] is None

@@ -494,3 +494,52 @@ def tabular_sampler(policy: PolicyFn, k: int, random_state: RandomState = 0) -> 
         return out
 
     return sample
+
+
+MAP_CELL: dict[str, str] = {"has_key": "key", "no_key": "key", "door_open": "door"}
+"""Per intervention: the original grid's cell whose content it changes (the grid attribute
+``key`` or ``door``); the intervened start shows it as an open cell."""
+
+
+def decoded_registration(
+    original: np.ndarray,
+    intervened: np.ndarray,
+    grid_ids: Sequence[str],
+    config: IntentionTestConfig = IntentionTestConfig(),
+) -> dict:
+    """Does the agent's decoded map register an intervention (the subjective reading)?
+
+    The intervention turns one cell open (a held or removed key, an opened door); a map that
+    registers it decodes that cell as open more often at the intervened start.
+
+    Args:
+        original: ``(N,)`` the decoded probability that the changed cell (the key cell, the
+            door cell) is open, in the original start state.
+        intervened: ``(N,)`` the same probability in the matched intervened start state.
+        grid_ids: ``(N,)`` the original grid of every pair.
+        config: the bootstrap.
+
+    Returns:
+        ``{original, intervened, difference, registered}``: grid-bootstrap means and the
+        difference (intervened - original); ``registered`` is True when the difference's
+        interval lies above 0 (the decoded map shows the key held or removed, the door open),
+        False otherwise, None with fewer than ``config.min_grids`` grids.
+    """
+    a = np.asarray(original, dtype=np.float64)
+    b = np.asarray(intervened, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(grid_ids) != len(a):
+        raise ValueError("original, intervened and grid_ids must be 1-D of the same length")
+    boot = dict(
+        n_resamples=config.n_bootstrap, confidence=config.confidence, random_state=config.seed
+    )
+    ids = list(grid_ids)
+    difference = grid_bootstrap_ratio(b - a, None, ids, **boot)
+    low = difference["ci_low"]
+    return {
+        "original": grid_bootstrap_ratio(a, None, ids, **boot),
+        "intervened": grid_bootstrap_ratio(b, None, ids, **boot),
+        "difference": difference,
+        "registered": None
+        if len(set(ids)) < config.min_grids
+        else bool(low is not None and low > 0),
+    }

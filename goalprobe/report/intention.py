@@ -61,3 +61,41 @@ def intention(run: RunReader, fig: Figures) -> list[Block]:
         "and nothing intended where the key is useless (key_no_door, two_path_key).",
     )
     return [agent, readings, control]
+
+
+def intention_map(run: RunReader, fig: Figures) -> list[Block]:
+    """Does the headline probe's decoded map show the guaranteed outcome at the start?"""
+    data = run.json(run.layout.intention_map_results)
+    rows = [
+        (
+            r["variant"],
+            r["intervention"],
+            f"{r['cell']} cell",
+            stat_text(r["original"]),
+            stat_text(r["intervened"]),
+            stat_text(r["difference"]),
+            {True: "yes", False: "no", None: "undecided (too few grids)"}[r["registered"]]
+            + ("" if r["probe_knows_original_type"] else f" (the probe has no {r['cell']} class)"),
+        )
+        for r in data["results"]
+    ]
+    return [
+        table(
+            (
+                "variant",
+                "intervention",
+                "cell",
+                "P(open) at the original start [95% CI]",
+                "at the intervened start",
+                "difference",
+                "map registers it?",
+            ),
+            rows,
+            caption=f"Subjective reading: the start state's pre-reasoning anchor decoded by the "
+            f"headline cell probe ({data['probe']}). A map that registers the intervention shows "
+            "a held or removed key, or an opened door, as open: the probability that the cell is "
+            "open rises. The headline probe is fit on plain grids, so it knows no key or door "
+            "class; read this beside its accuracy against its controls (cognitive-map "
+            "section): a map no better than the prior cannot register anything.",
+        )
+    ]

@@ -26,6 +26,8 @@ SECTION_TITLES: dict[str, str] = {
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
     "intention": "Behavioural intention: does guaranteeing the key change the policy? "
     "(Ward et al., Definition 20)",
+    "intention_map": "Behavioural intention, subjective reading: the intervention in the "
+    "decoded map",
     "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
     "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
     "localisation": "Agent and goal localisation (Fig. 7)",
@@ -41,6 +43,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "iso": "iso",
     "keys": "keys",
     "intention": "intention",
+    "intention_map": "intention_map",
     "probing": "probes",
     "probes": "probes",
     "localisation": "probes",
@@ -56,6 +59,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "iso": behaviour.iso,
     "keys": behaviour.keys,
     "intention": intention.intention,
+    "intention_map": intention.intention_map,
     "probing": probing.probing,
     "probes": probes.probes,
     "localisation": probes.localisation,
