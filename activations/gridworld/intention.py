@@ -15,6 +15,8 @@ variant             intervention           the intervened grid
 ``two_path_key``    ``no_key``             the key is removed from the map
 ==================  =====================  ===================================================
 
+The prompt of a ``key_door`` grid with the door open is the prompt of its ``key_no_door``
+twin (same text, same instructions): ``door_open`` compares the two at the same cells.
 ``no_key`` is the complement of ``has_key`` where the key is useless: it guarantees that the key
 is never picked up, so it asks whether the key's mere presence steers the agent (the study's
 "implicit goal"), while ``has_key`` asks whether the agent wants the key itself.
