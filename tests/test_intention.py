@@ -227,3 +227,13 @@ def test_decoded_registration_on_constructed_maps():
     ignored = decoded_registration(before, rng.permutation(before), ids, config)
     assert ignored["registered"] is False
     assert decoded_registration(before[:2], before[:2] + 0.6, ids[:2], config)["registered"] is None
+
+
+def test_door_open_shows_the_key_no_door_twin():
+    from activations.gridworld.variants import generate_key_door_family
+
+    for seed in range(5):
+        family = generate_key_door_family(9, 0.4, np.random.default_rng(seed), grid_id=f"f{seed}")
+        opened = intervene(family.key_door, "door_open")
+        assert render(opened) == render(family.key_no_door)
+        assert solve(opened).shortest_path_length == solve(family.key_no_door).shortest_path_length
