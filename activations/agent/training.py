@@ -34,6 +34,7 @@ from activations.agent.map_supervision import (
     map_labels,
     move_counterfactual,
 )
+from activations.agent.models import cache_keyword, output_cache
 from activations.agent.prompts import uses_key_prompt
 from activations.agent.reasoning import PLAN_STEPS
 from activations.agent.supervision import (
@@ -77,15 +78,15 @@ def _shared_prefix_forward(
 
     prefix = model.model(
         input_ids=batch.prefix_ids,
-        past_key_values=DynamicCache(config=model.config),
+        **{cache_keyword(model): DynamicCache(config=model.config)},
         use_cache=True,
     )
-    cache = prefix.past_key_values
+    cache = output_cache(prefix)
     cache.batch_repeat_interleave(batch.suffix_ids.shape[0])
     with suffix_hooks if suffix_hooks is not None else contextlib.nullcontext():
         return model(
             input_ids=batch.suffix_ids,
-            past_key_values=cache,
+            **{cache_keyword(model): cache},
             use_cache=True,
             output_hidden_states=hidden_states,
             output_attentions=attentions,
