@@ -4,6 +4,7 @@ oracle-belief scoring."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -147,3 +148,169 @@ def test_grid_set_rejects_a_bad_shown_grid():
     record["shown"]["walls"] = ["".join(r) for r in rows]
     with pytest.raises(GridSetFormatError, match="shown"):
         grid_from_dict(record)
+
+
+# --------------------------------------------------------------------------------------------
+# Rollouts on false-belief grids, the trajectory schema /2, the oracle-belief scoring
+# --------------------------------------------------------------------------------------------
+
+
+def _one_pair_per_kind() -> list[Grid]:
+    return generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=1, seed=11))
+
+
+def test_oracle_mask_at_the_start_is_the_shown_optimal_set():
+    from activations.gridworld.core import Action
+    from probes.scoring.false_belief import oracle_optimal_mask
+
+    for grid in _one_pair_per_kind():
+        mask = oracle_optimal_mask(grid, grid.initial_state)
+        names = [a.name for a in Action if mask[a]]
+        assert (
+            names == pair_facts(grid)["shown_optimal_start" if grid.shown else "true_optimal_start"]
+        )
+
+
+def test_decoded_cells_tell_shown_from_true():
+    from probes.scoring.false_belief import control_cells, decoded_cells, decoded_table
+
+    grids = _one_pair_per_kind()
+    rows = []
+    for fb, control in zip(grids[::2], grids[1::2], strict=True):
+        shown = cell_types(fb.shown, fb.initial_state)
+        true = cell_types(fb, fb.initial_state)
+        as_shown = decoded_cells(fb, np.eye(len(CellType))[shown])
+        assert as_shown and all(r["matches_shown"] and not r["matches_true"] for r in as_shown)
+        as_true = decoded_cells(fb, true)
+        assert all(r["matches_true"] and not r["matches_shown"] for r in as_true)
+        rows += as_shown
+        ctl = control_cells(control, fb, true)
+        assert len(ctl) == len(as_shown) and all(r["matches_true"] for r in ctl)
+        rows += ctl
+        with pytest.raises(ValueError, match="not a false-belief grid"):
+            decoded_cells(control, true)
+    table = decoded_table(rows)
+    assert table["all"][FALSE_BELIEF]["matches_shown"]["value"] == 1.0
+    assert table["all"][FALSE_BELIEF]["matches_true"]["value"] == 0.0
+    assert table["all"][CONTROL]["matches_true"]["value"] == 1.0
+    assert set(table) == {*KINDS, "all"}
+
+
+@pytest.fixture(scope="module")
+def fb_rollouts(bundled_agent, tmp_path_factory):
+    from activations.agent.local_backend import LocalBackend
+    from activations.agent.rollout import RolloutConfig, run_rollouts
+
+    grids = _one_pair_per_kind()
+    out = tmp_path_factory.mktemp("fb") / "trajectories.jsonl"
+    config = RolloutConfig(
+        episodes_per_grid=1, horizon_steps=3, batch_size=6, max_new_tokens=96, seed=2
+    )
+    run_rollouts(grids, LocalBackend(*bundled_agent), config, out, progress=False)
+    return grids, out
+
+
+@pytest.mark.slow
+def test_rollout_shows_the_shown_grid_and_runs_on_the_true_one(fb_rollouts, bundled_agent):
+    from activations.agent.trajectories import read_trajectories
+    from activations.gridworld.dynamics import step as move
+
+    grids, out = fb_rollouts
+    tokenizer = bundled_agent[1]
+    by_id = {g.grid_id: g for g in grids}
+    episodes = list(read_trajectories(out))
+    assert {e.summary.grid_id for e in episodes} == set(by_id)
+    n_false = 0
+    for episode in episodes:
+        grid = by_id[episode.summary.grid_id]
+        state = grid.initial_state
+        for record in episode.steps:
+            assert record.state == state
+            assert record.grid_text == render(grid.prompt_grid, state)
+            assert record.grid_text in tokenizer.decode(record.prompt_token_ids)
+            true_text = render(grid, state)
+            if grid.shown is None:
+                assert record.true_grid_text is None and record.grid_text == true_text
+            else:
+                assert record.true_grid_text == true_text != record.grid_text
+                n_false += 1
+            assert record.optimal_action_set == solve(grid).optimal_actions(state)
+            if record.valid:
+                state = move(grid, state, record.action_enum)  # the true dynamics
+            assert record.next_agent_row_col == state.agent
+    assert n_false >= 3
+
+
+@pytest.mark.slow
+def test_oracle_scoring_of_real_rollouts(fb_rollouts):
+    from activations.agent.trajectories import read_trajectories
+    from probes.scoring.false_belief import Bootstrap, oracle_rows, oracle_table
+
+    grids, out = fb_rollouts
+    rows = oracle_rows(read_trajectories(out), {g.grid_id: g for g in grids})
+    assert rows
+    for r in rows:
+        if r["role"] == CONTROL:
+            assert r["opt_oracle"] == r["opt_gt"]
+        if r["step"] == 0 and r["action"] is not None:
+            # first steps: the shown and true optimal sets are disjoint by construction
+            assert not (r["follows_shown"] and r["follows_true"])
+            if r["role"] == FALSE_BELIEF:
+                assert r["follows_shown"] == r["opt_oracle"] and r["follows_true"] == r["opt_gt"]
+    table = oracle_table(rows, Bootstrap(n_resamples=50))
+    ctl = table["all"][CONTROL]
+    assert ctl["acc_oracle"]["value"] == ctl["acc_gt"]["value"]
+    fb_rows = [r for r in rows if r["role"] == FALSE_BELIEF]
+    assert table["all"][FALSE_BELIEF]["acc_oracle"]["value"] == pytest.approx(
+        np.mean([r["opt_oracle"] for r in fb_rows])
+    )
+    assert table["all"][FALSE_BELIEF]["acc_gt"]["n"] == len(fb_rows)
+    assert "difference" in table[PHANTOM_WALL]
+
+
+def test_trajectory_v1_files_are_still_read(tmp_path):
+    from activations.agent.trajectories import (
+        SCHEMA,
+        SCHEMA_V1,
+        TrajectoryFormatError,
+        read_trajectories,
+    )
+
+    path = _tiny_trajectory(tmp_path)
+    lines = path.read_text().splitlines()
+    v1 = []
+    for line in lines:
+        obj = json.loads(line)
+        assert obj["schema"] == SCHEMA
+        obj["schema"] = SCHEMA_V1
+        obj.pop("true_grid_text", None)
+        v1.append(json.dumps(obj))
+    old = tmp_path / "v1.jsonl"
+    old.write_text("\n".join(v1) + "\n")
+    new_eps, old_eps = list(read_trajectories(path)), list(read_trajectories(old))
+    assert any(s.true_grid_text for e in new_eps for s in e.steps)
+    assert all(s.true_grid_text is None for e in old_eps for s in e.steps)
+    assert [[replace(s, true_grid_text=None) for s in e.steps] for e in new_eps] == [
+        list(e.steps) for e in old_eps
+    ]
+    bad = json.loads(v1[1])
+    bad["true_grid_text"] = "x"
+    old.write_text("\n".join([v1[0], json.dumps(bad), *v1[2:]]) + "\n")
+    with pytest.raises(TrajectoryFormatError, match="true_grid_text"):
+        list(read_trajectories(old))
+
+
+def _tiny_trajectory(tmp_path):
+    """A prompt-only trajectory file of a false-belief pair (no model: a fixed encoder)."""
+    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+
+    grids = _one_pair_per_kind()[:2]
+    path = tmp_path / "states.jsonl"
+    write_prompt_states(
+        grids,
+        lambda messages, effort: [1, 2, 3],
+        PromptStatesConfig(states_per_grid=2),
+        path,
+        backend_description={"test": "fixed encoder"},
+    )
+    return path

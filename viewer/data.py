@@ -3,7 +3,7 @@
 Every path comes from the run's :class:`~activations.run_layout.RunLayout`; every file may be
 missing (:attr:`RunData.missing` says which are). What is read here:
 
-* grid set (goalprobe.gridset/1) and trajectories (goalprobe.trajectory/1);
+* grid set (goalprobe.gridset/2, /1) and trajectories (goalprobe.trajectory/2, /1);
 * the activation store (only its /labels ids);
 * decoded maps, ``probes/decoded/<probe>.h5``: probs (N, S, S, C), row_ids (N,);
 * predicted plans, ``plans/predicted/<decoder>.h5``: runs/<run>/plans (N, T), row_ids (N,);
@@ -66,7 +66,7 @@ _STAGE_ALIASES = {
     "post_reasoning": "post_reasoning",
     "grid_cells": "grid_cells",
 }
-_KIND_RE = re.compile(rb'^\{"schema":"goalprobe\.trajectory/1","kind":"(run|step|episode)"')
+_KIND_RE = re.compile(rb'^\{"schema":"goalprobe\.trajectory/[12]","kind":"(run|step|episode)"')
 _PLAN_RUN_RE = re.compile(r"^(?P<stage>[a-z_]+)/layer(?P<layer>\d+)/(?P<kind>[a-z_]+?)(?P<n>\d*)$")
 
 

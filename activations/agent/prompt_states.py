@@ -5,7 +5,7 @@ prompt) depend on the prompt alone, so a probing set needs no rollout: it needs 
 states of many grids. :func:`write_prompt_states` samples states per grid (seeded), renders each
 state's prompt exactly as a rollout step would (same messages, template and harmony rendering,
 encoded by the backend that will be replayed) and writes them as a trajectory file (schema
-``goalprobe.trajectory/1``) in which every state is a one-step episode with no generated tokens:
+``goalprobe.trajectory/2``) in which every state is a one-step episode with no generated tokens:
 
 * the run header's ``config`` carries ``"prompt_only": true`` and the sampling settings;
 * each step has ``generated_token_ids == []``, ``action = None``, ``valid = False``,
@@ -159,7 +159,7 @@ def write_prompt_states(
             total += 1
             if (grid.grid_id, index) in finished:
                 continue
-            text = render(grid, state)
+            text = render(grid.prompt_grid, state)
             messages = build_messages(
                 text, variant=grid.variant, has_key=state.has_key, template=template
             )
