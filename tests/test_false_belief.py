@@ -19,7 +19,7 @@ from activations.gridworld.false_belief import (
     KINDS,
     PHANTOM_WALL,
     STALE_GOAL,
-    FalseBeliefConfig,
+    FalseBeliefSetConfig,
     differing_cells,
     generate_false_belief_set,
     pair_facts,
@@ -80,7 +80,7 @@ def _check_pair(fb: Grid, control: Grid) -> None:
 )
 def test_pairs_differ_exactly_where_stated(seed, size, density):
     grids = generate_false_belief_set(
-        FalseBeliefConfig(size=size, density=density, pairs_per_kind=2, seed=seed, max_tries=500)
+        FalseBeliefSetConfig(size=size, density=density, pairs_per_kind=2, seed=seed, max_tries=500)
     )
     assert len(grids) == 2 * 2 * len(KINDS)
     assert len({g.grid_id for g in grids}) == len(grids)
@@ -90,19 +90,19 @@ def test_pairs_differ_exactly_where_stated(seed, size, density):
 
 
 def test_generation_is_seeded():
-    config = FalseBeliefConfig(pairs_per_kind=3, seed=5)
+    config = FalseBeliefSetConfig(pairs_per_kind=3, seed=5)
     assert generate_false_belief_set(config) == generate_false_belief_set(config)
-    other = generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=3, seed=6))
+    other = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=3, seed=6))
     assert other != generate_false_belief_set(config)
 
 
 def test_config_rejects_unknown_kind():
     with pytest.raises(ValueError, match="kinds"):
-        FalseBeliefConfig(kinds=("teleport",))
+        FalseBeliefSetConfig(kinds=("teleport",))
 
 
 def test_shown_grid_must_keep_the_start():
-    fb = generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=1, kinds=(STALE_GOAL,)))[0]
+    fb = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=1, kinds=(STALE_GOAL,)))[0]
     moved = fb.shown.with_start(_another_open(fb))
     with pytest.raises(ValueError, match="start"):
         Grid(walls=fb.walls, goal=fb.goal, start=fb.start, shown=moved)
@@ -119,7 +119,7 @@ def _another_open(grid: Grid):
 
 
 def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
-    grids = generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=2, seed=3))
+    grids = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=2, seed=3))
     path = tmp_path / "fb.jsonl"
     write_grid_set(path, grids)
     back = read_grid_set(path)
@@ -140,7 +140,7 @@ def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
 
 
 def test_grid_set_rejects_a_bad_shown_grid():
-    fb = generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=1, kinds=(PHANTOM_WALL,)))[0]
+    fb = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=1, kinds=(PHANTOM_WALL,)))[0]
     record = grid_to_dict(fb)
     start = fb.start
     rows = [list(r) for r in record["shown"]["walls"]]
@@ -156,7 +156,7 @@ def test_grid_set_rejects_a_bad_shown_grid():
 
 
 def _one_pair_per_kind() -> list[Grid]:
-    return generate_false_belief_set(FalseBeliefConfig(pairs_per_kind=1, seed=11))
+    return generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=1, seed=11))
 
 
 def test_oracle_mask_at_the_start_is_the_shown_optimal_set():

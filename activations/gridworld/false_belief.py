@@ -44,7 +44,7 @@ ROLES: tuple[str, ...] = (FALSE_BELIEF, CONTROL)
 
 
 @dataclass(frozen=True)
-class FalseBeliefConfig:
+class FalseBeliefSetConfig:
     """Which false-belief pairs to generate."""
 
     size: int = 7
@@ -183,7 +183,7 @@ def make_pair(base: Grid, kind: str, pair_id: str) -> tuple[Grid, Grid] | None:
     return fb, control
 
 
-def generate_false_belief_set(config: FalseBeliefConfig) -> list[Grid]:
+def generate_false_belief_set(config: FalseBeliefSetConfig) -> list[Grid]:
     """``pairs_per_kind`` pairs (false-belief grid, then its control) of every kind, seeded.
 
     Raises:
