@@ -175,7 +175,8 @@ def decode_start_states(
 
 
 def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:
-    """The decoded class at the differing cells of every pair, against shown and true."""
+    """The decoded class at the differing cells of every pair, against shown and true, and
+    every grid's decoded start map (argmax ``CellType``, ``n x n``)."""
     cells = []
     for grid in grids:
         facts = pair_facts(grid)
@@ -185,4 +186,8 @@ def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:
         twin = by_id[facts["pair_id"] + "-ctl"]
         if twin.grid_id in start_probs:
             cells += control_cells(twin, grid, start_probs[twin.grid_id])
-    return {"available": True, "table": decoded_table(cells, boot), "cells": cells}
+    maps = {
+        g: probs[: by_id[g].size, : by_id[g].size].argmax(axis=-1).tolist()
+        for g, probs in start_probs.items()
+    }
+    return {"available": True, "table": decoded_table(cells, boot), "cells": cells, "maps": maps}
