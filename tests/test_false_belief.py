@@ -314,3 +314,42 @@ def _tiny_trajectory(tmp_path):
         backend_description={"test": "fixed encoder"},
     )
     return path
+
+
+@pytest.mark.slow
+def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
+    from activations.agent.rollout import RolloutConfig
+    from activations.run_layout import RunLayout
+    from goalprobe.agents import AgentConfig
+    from goalprobe.config import ActivationsConfig, FalseBeliefConfig
+    from goalprobe.report import render_report
+    from goalprobe.stages import false_belief as stage
+    from goalprobe.stages.context import StageContext
+
+    layout = RunLayout(tmp_path)
+    section = FalseBeliefConfig(
+        grids=FalseBeliefSetConfig(pairs_per_kind=1, seed=4),
+        episodes_per_grid=1,
+        n_bootstrap=50,
+    )
+    config = stage.FalseBeliefInput(
+        AgentConfig(),
+        RolloutConfig(episodes_per_grid=1, horizon_steps=2, max_new_tokens=96, seed=1),
+        ActivationsConfig(),
+        section,
+    )
+    outputs, summary = stage.run(StageContext(layout), config, tmp_path / "false_belief")
+    payload = json.loads(outputs["results"].read_text())
+    assert payload["schema"] == "goalprobe.false_belief/1"
+    assert len(payload["pairs"]) == 3 and summary["steps"] == len(payload["steps"]) > 0
+    # no probes stage ran: the probe's reading says why instead of guessing
+    assert payload["decoding"] == {
+        "available": False,
+        "why": "the probes stage left no headline probe",
+    }
+    assert set(payload["behaviour"]) == {*KINDS, "all"}
+    grids = read_grid_set(layout.false_belief_grids)
+    assert sum(g.shown is not None for g in grids) == 3
+    page = render_report(tmp_path)
+    assert "False-belief grids: scoring against a known belief" in page
+    assert "Acc. Oracle (all steps)" in page and "no headline probe" in page
