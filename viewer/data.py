@@ -906,6 +906,58 @@ class RunData:
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: unreadable JSON ({err})") from err
 
+    def false_belief_maps(self, per_kind: int = 1) -> list[dict]:
+        """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
+        three ways (empty when the false_belief stage has not run).
+
+        Returns:
+            ``[{"grid_id", "kind", "true", "shown", "decoded" (None without a probe reading),
+            "differs", "decoded_at" (what the probe read at the differing cells)}]``; maps are
+            ``(n, n)`` ``CellType`` arrays.
+
+        Raises:
+            ValueError: the grid set or the results are unreadable.
+        """
+        from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+        from activations.gridworld.io import GridSetFormatError, read_grid_set
+        from activations.gridworld.text import cell_types
+
+        grids_path, results_path = self.layout.false_belief_grids, self.layout.false_belief_results
+        if not (grids_path.is_file() and results_path.is_file()):
+            return []
+        try:
+            grids = read_grid_set(grids_path)
+            results = json.loads(results_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, GridSetFormatError) as err:
+            raise ValueError(f"false-belief outputs unreadable: {err}") from err
+        decoding = results.get("decoding") or {}
+        maps = decoding.get("maps") or {}
+        cells = decoding.get("cells") or []
+        out: list[dict] = []
+        taken: dict[str, int] = {}
+        for grid in grids:
+            facts = pair_facts(grid)
+            if (
+                not facts
+                or facts["role"] != FALSE_BELIEF
+                or taken.get(facts["kind"], 0) >= per_kind
+            ):
+                continue
+            taken[facts["kind"]] = taken.get(facts["kind"], 0) + 1
+            decoded = maps.get(grid.grid_id)
+            out.append(
+                {
+                    "grid_id": grid.grid_id,
+                    "kind": facts["kind"],
+                    "true": cell_types(grid),
+                    "shown": cell_types(grid.shown),
+                    "decoded": None if decoded is None else np.asarray(decoded, dtype=np.int64),
+                    "differs": [tuple(c) for c in facts["differs"]],
+                    "decoded_at": [c for c in cells if c["grid_id"] == grid.grid_id],
+                }
+            )
+        return out
+
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.
 
