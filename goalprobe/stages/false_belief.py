@@ -91,7 +91,9 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
 
     decoding, start_probs = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
-        head = headline_probe(layout.probe_sweep("cell_" + "_".join(HEADLINE_PROBE)))
+        head = headline_probe(
+            layout.probe_sweep("cell_" + "_".join(HEADLINE_PROBE)), layout.probe_models
+        )
         if head is None:
             decoding["why"] = "the probes stage left no headline probe"
         else:
@@ -126,15 +128,17 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     return outputs, summary
 
 
-def headline_probe(sweep_table: Path) -> tuple[Path, int] | None:
-    """The model card and layer of the headline run in a probe sweep table (None when
-    absent)."""
+def headline_probe(sweep_table: Path, models: Path) -> tuple[Path, int] | None:
+    """The model card (in ``models``, where the probes stage saves it: the table's recorded
+    path may predate a move of the run directory) and layer of the headline run in a probe
+    sweep table (None when absent)."""
     if not sweep_table.is_file():
         return None
     run = headline_run(json.loads(sweep_table.read_text()))
     if run is None or not run.get("model_path"):
         return None
-    return Path(run["model_path"]), int(run["layer"])
+    card = models / Path(run["model_path"]).name
+    return (card, int(run["layer"])) if card.is_file() else None
 
 
 def decode_start_states(
