@@ -353,3 +353,29 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
     page = render_report(tmp_path)
     assert "False-belief grids: scoring against a known belief" in page
     assert "Acc. Oracle (all steps)" in page and "no headline probe" in page
+
+
+def test_prompt_states_at_explicit_states_draw_the_shown_grid(tmp_path):
+    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+    from activations.agent.trajectories import read_run_header, read_trajectories
+    from activations.gridworld.core import State
+
+    fb = _one_pair_per_kind()[0]
+    other = _another_open(fb)
+    states = {fb.grid_id: [fb.initial_state, State(other, False, True)]}
+    path = tmp_path / "explicit.jsonl"
+    report = write_prompt_states(
+        [fb],
+        lambda messages, effort: [7],
+        PromptStatesConfig(),
+        path,
+        backend_description={"test": "fixed encoder"},
+        states=states,
+    )
+    assert report.states_written == 2
+    steps = [e.steps[0] for e in read_trajectories(path)]
+    assert [s.state for s in steps] == states[fb.grid_id]
+    assert [s.grid_text for s in steps] == [render(fb.shown, s) for s in states[fb.grid_id]]
+    assert all(s.true_grid_text == render(fb, s.state) for s in steps)
+    sampled = _tiny_trajectory(tmp_path)
+    assert read_run_header(path).run_id != read_run_header(sampled).run_id

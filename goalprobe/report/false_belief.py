@@ -19,7 +19,8 @@ BEHAVIOUR_METRICS = (
     ("acc_gt", "Acc. GT (all steps)"),
     ("acc_oracle", "Acc. Oracle (all steps)"),
     ("recovery_oracle", "Recovery vs oracle (GT-suboptimal steps)"),
-    ("acc_dec", "Acc. Dec. (first step)"),
+    ("acc_dec", "Acc. Dec. (steps with a decoded map)"),
+    ("recovery_dec", "Recovery vs decoded map"),
     ("chance_acc_gt", "chance: Acc. GT"),
     ("chance_acc_oracle", "chance: Acc. Oracle"),
 )

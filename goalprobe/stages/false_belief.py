@@ -5,10 +5,13 @@ grid (``RUN/false_belief/``, schema ``goalprobe.false_belief/1``).
 The prompt of a false-belief grid draws its shown grid (a phantom wall, a hidden wall, a stale
 goal) while the episode runs on the true grid (:mod:`activations.gridworld.false_belief`).
 Behaviour is scored against both (:func:`probes.scoring.false_belief.oracle_table`). When the
-probes stage left a headline probe, the start state of every grid is encoded as a prompt-only
-state, its pre-reasoning anchors are extracted, and the probe's decoded class at the cells where
-shown and true differ is compared with both (:func:`probes.scoring.false_belief.decoded_table`);
-the same decoded maps give ``acc_dec`` at the first step (its prompt is the start state's).
+probes stage left a headline probe, every state the episodes visited is encoded as a
+prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
+step's), the headline stage and layer are extracted, and the probe decodes a map per state:
+``acc_dec`` / ``recovery_dec`` score the steps on them, and at the start state the decoded class
+at the cells where shown and true differ is compared with both
+(:func:`probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
+(a stale goal reached) has no decoded map: its prompt draws no goal.
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ import numpy as np
 from activations.agent.harmony import encode_prompt
 from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
 from activations.agent.rollout import RolloutConfig
+from activations.gridworld.core import State
 from activations.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from activations.gridworld.io import write_grid_set
+from activations.store import ActivationStore
 from goalprobe.agents import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
-from probes.probe_sweep import StoreProbeLoader
 from probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
@@ -78,7 +82,7 @@ def inputs(config: DemoConfig) -> FalseBeliefInput:
 
 
 def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
-    """Generate the pairs, run the agent, decode the start states, and score."""
+    """Generate the pairs, run the agent, decode the visited states, and score."""
     layout = context.layout
     fb = config.false_belief
     grids = generate_false_belief_set(fb.grids)
@@ -89,7 +93,8 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     outputs = {"grids": layout.false_belief_grids, "trajectories": out}
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
-    decoding, start_probs = {"available": False, "why": "decoding switched off"}, {}
+    episodes = read_episodes(out)
+    decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
         head = headline_probe(
             layout.probe_sweep("cell_" + "_".join(HEADLINE_PROBE)), layout.probe_models
@@ -98,17 +103,24 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
             decoding["why"] = "the probes stage left no headline probe"
         else:
             probe_path, layer = head
-            start_probs = decode_start_states(context, config, grids, probe_path, layer)
+            visited = visited_states(episodes, by_id)
+            maps = decode_states(context, config, grids, visited, probe_path, layer)
+            decoded = {
+                (s.grid_id, s.episode, s.step): maps[(s.grid_id, s.state)]
+                for e in episodes
+                for s in e.steps
+                if (s.grid_id, s.state) in maps
+            }
+            start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
-            decoding.update(probe=layout.relative(probe_path), stage=HEADLINE_STAGE, layer=layer)
+            decoding.update(
+                probe=layout.relative(probe_path),
+                stage=HEADLINE_STAGE,
+                layer=layer,
+                states_decoded=len(maps),
+            )
             outputs.update(states=layout.false_belief_states, store=layout.false_belief_store)
 
-    episodes = read_episodes(out)
-    decoded = {
-        (e.summary.grid_id, e.summary.episode, 0): start_probs[e.summary.grid_id]
-        for e in episodes
-        if e.summary.grid_id in start_probs and e.steps
-    }
     rows = oracle_rows(episodes, by_id, decoded)
     payload = {
         "schema": SCHEMA,
@@ -141,11 +153,31 @@ def headline_probe(sweep_table: Path, models: Path) -> tuple[Path, int] | None:
     return (card, int(run["layer"])) if card.is_file() else None
 
 
-def decode_start_states(
-    context: StageContext, config: FalseBeliefInput, grids, probe_path: Path, layer: int
-) -> dict[str, np.ndarray]:
-    """Encode every grid's start state as a prompt-only state, extract its pre-reasoning
-    anchors at ``layer`` and apply the probe; returns ``{grid_id: (S, S, len(CellType))
+def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
+    """Per grid, its start state then every distinct state its episodes visited (in order of
+    first visit), leaving out states on the shown goal (their prompt draws no goal)."""
+    out: dict[str, list[State]] = {}
+    for grid_id, grid in grids.items():
+        out[grid_id] = [grid.initial_state]
+    for episode in episodes:
+        grid = grids[episode.summary.grid_id]
+        seen = out[grid.grid_id]
+        for s in episode.steps:
+            if s.state not in seen and s.state.agent != grid.prompt_grid.goal:
+                seen.append(s.state)
+    return out
+
+
+def decode_states(
+    context: StageContext,
+    config: FalseBeliefInput,
+    grids,
+    states: dict[str, list[State]],
+    probe_path: Path,
+    layer: int,
+) -> dict[tuple[str, State], np.ndarray]:
+    """Encode ``states`` as prompt-only states, extract their pre-reasoning anchors at
+    ``layer`` and apply the probe; returns ``{(grid_id, state): (S, S, len(CellType))
     probs}``."""
     layout = context.layout
     agent = context.agent(config.agent)
@@ -161,6 +193,7 @@ def decode_start_states(
         ),
         layout.false_belief_states,
         backend_description=agent.config.identity(),
+        states=states,
     )
     probe = load_probe(probe_path)
     settings = dataclasses.replace(config.activations, layers=(layer,))
@@ -172,10 +205,16 @@ def decode_start_states(
         layout.false_belief_store,
         stages=(HEADLINE_STAGE,),
     )
-    data = StoreProbeLoader(layout.false_belief_store)(HEADLINE_STAGE, layer)
+    with ActivationStore(layout.false_belief_store) as store:
+        rows = store.select(HEADLINE_STAGE)
+        labels = store.labels(["grid_id", "episode"], rows)
+        acts = store.read(HEADLINE_STAGE, layer, rows)
     classes = [int(c) for c in probe.classes_]
-    probs = full_class_probs(probe.predict_proba(data.acts), classes)
-    return {str(g): p for g, p in zip(data.grid_ids, probs, strict=True)}
+    probs = full_class_probs(probe.predict_proba(acts), classes)
+    return {
+        (str(g), states[str(g)][int(e)]): p
+        for g, e, p in zip(labels["grid_id"], labels["episode"], probs, strict=True)
+    }
 
 
 def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:

@@ -72,7 +72,8 @@ def oracle_rows(
         episodes: trajectory episodes (:class:`activations.agent.trajectories.Episode`).
         grids: grid id -> grid (with ``shown`` and ``extra["false_belief"]``).
         decoded: optional ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` class
-            probabilities of the step's decoded map.
+            probabilities of the step's decoded map (a step without one has ``opt_dec`` None
+            and is left out of ``acc_dec`` / ``recovery_dec``).
 
     Returns:
         rows ``{grid_id, pair_id, kind, role, episode, step, action, opt_gt, opt_oracle,
