@@ -379,3 +379,12 @@ def test_prompt_states_at_explicit_states_draw_the_shown_grid(tmp_path):
     assert all(s.true_grid_text == render(fb, s.state) for s in steps)
     sampled = _tiny_trajectory(tmp_path)
     assert read_run_header(path).run_id != read_run_header(sampled).run_id
+
+
+def test_shown_is_part_of_a_grids_identity():
+    fb = _one_pair_per_kind()[0]
+    plain = replace(fb, shown=None)
+    assert fb != plain and hash(fb) != hash(plain)
+    assert fb.prompt_grid is fb.shown and plain.prompt_grid is plain
+    moved = fb.with_start(_another_open(fb))
+    assert moved.shown.start == moved.start != fb.start
