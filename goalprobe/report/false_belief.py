@@ -32,7 +32,10 @@ def false_belief(run: RunReader, fig: Figures) -> list[Block]:
     data = run.json(run.layout.false_belief_results)
     behaviour = data["behaviour"]
     kinds = list(behaviour)
-    blocks: list[Block] = [Box("note", data["reading"]), fig(oracle_rates_figure(behaviour))]
+    blocks: list[Block] = [
+        Box("note", data["reading"] + " " + _this_run(data)),
+        fig(oracle_rates_figure(behaviour)),
+    ]
     header = ("metric", *(f"{k}: {label}" for k in kinds for _, label in ROLES))
     rows = [
         (
@@ -104,6 +107,28 @@ def false_belief(run: RunReader, fig: Figures) -> list[Block]:
     )
     blocks.extend(_example(run, fig, decoding))
     return blocks
+
+
+def _this_run(data: dict) -> str:
+    """What this run found, in one or two sentences (numbers from the results)."""
+    pooled = data["behaviour"]["all"]
+    fb = (pooled.get("false_belief") or {}).get("follows_shown")
+    ctl = (pooled.get("control") or {}).get("follows_shown")
+    diff = pooled["difference"]["follows_shown"]
+    text = (
+        f"In this run the first action follows the shown grid in {stat_text(fb)} of "
+        f"false-belief episodes and in {stat_text(ctl)} of control episodes (difference "
+        f"{stat_text(diff)}, {diff.get('n_pairs')} pairs)."
+    )
+    decoding = data["decoding"]
+    if decoding.get("available"):
+        cells = decoding["table"]["all"]["false_belief"]
+        text += (
+            f" At the differing cells the probe decodes the shown type in "
+            f"{stat_text(cells['matches_shown'])} and the true type in "
+            f"{stat_text(cells['matches_true'])} of cells."
+        )
+    return text
 
 
 def _example(run: RunReader, fig: Figures, decoding: dict) -> list[Block]:
