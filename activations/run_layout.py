@@ -16,6 +16,8 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
+    RUN/false_belief/{grids,trajectories,states}.jsonl, activations.h5, results.json
+                                                  false-belief grids (goalprobe.false_belief/1)
     RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
     RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
@@ -64,6 +66,24 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact(
+            "false-belief grids", "false_belief/grids.jsonl", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief trajectories",
+            "false_belief/trajectories.jsonl",
+            "false_belief",
+            "goalprobe demo",
+        ),
+        Artefact(
+            "false-belief states", "false_belief/states.jsonl", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief store", "false_belief/activations.h5", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief results", "false_belief/results.json", "false_belief", "goalprobe demo"
+        ),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -192,6 +212,31 @@ class RunLayout:
     def keys_results(self) -> Path:
         """Key-variant metrics."""
         return self.path("key-variant results")
+
+    @property
+    def false_belief_grids(self) -> Path:
+        """False-belief grids (the prompt draws ``shown``) and their matched controls."""
+        return self.path("false-belief grids")
+
+    @property
+    def false_belief_trajectories(self) -> Path:
+        """Rollouts on the false-belief grids."""
+        return self.path("false-belief trajectories")
+
+    @property
+    def false_belief_states(self) -> Path:
+        """Prompt-only start states of the false-belief grids (for the probe's reading)."""
+        return self.path("false-belief states")
+
+    @property
+    def false_belief_store(self) -> Path:
+        """Pre-reasoning anchors of the false-belief start states."""
+        return self.path("false-belief store")
+
+    @property
+    def false_belief_results(self) -> Path:
+        """Oracle-belief scoring and the probe's shown-vs-true reading."""
+        return self.path("false-belief results")
 
     # -- representations --------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
+from activations.gridworld.false_belief import FalseBeliefSetConfig
 from activations.gridworld.generator import GridSetConfig
 from goalprobe.agents import AgentConfig
 from goalprobe.sections import (
@@ -42,6 +43,7 @@ __all__ = [
     "ActivationsConfig",
     "DemoConfig",
     "DistanceConfig",
+    "FalseBeliefConfig",
     "IsoConfig",
     "KeysConfig",
     "PatchingConfig",
@@ -56,6 +58,27 @@ __all__ = [
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""
+
+
+@dataclass(frozen=True)
+class FalseBeliefConfig:
+    """False-belief grids (issue 18, part 1): the prompt draws a grid that differs from the true
+    one in known cells, so the agent's belief is known (the oracle belief)."""
+
+    grids: FalseBeliefSetConfig = field(default_factory=FalseBeliefSetConfig)
+    """Which pairs (false-belief grid and matched control) of which kinds and size."""
+    episodes_per_grid: int = 2
+    """Trajectories per grid (horizons follow the main rollouts' rule)."""
+    decode: bool = True
+    """Apply the headline cell probe to the start-state prompts (needs the probes stage)."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the bootstrap."""
+
+    def __post_init__(self) -> None:
+        if self.episodes_per_grid < 1 or self.n_bootstrap < 1:
+            raise ValueError("false_belief: episodes_per_grid and n_bootstrap must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,8 @@ class DemoConfig:
     """Activation patching."""
     scoring: ScoreConfig = field(default_factory=ScoreConfig)
     """Belief scoring and MEG."""
+    false_belief: FalseBeliefConfig = field(default_factory=FalseBeliefConfig)
+    """False-belief grids: scoring against a known belief."""
 
     @property
     def seed(self) -> int:
@@ -127,6 +152,12 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
         patching=PatchingConfig(max_new_tokens=4096, n_bootstrap=n_bootstrap, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=9, pairs_per_kind=10, seed=seed),
+            episodes_per_grid=5,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        ),
     )
 
 
@@ -182,6 +213,12 @@ def _tiny(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=7, pairs_per_kind=1, seed=seed),
+            episodes_per_grid=1,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
     )
 
 
@@ -235,6 +272,13 @@ def _default(seed: int) -> dict[str, Any]:
         ),
         patching=PatchingConfig(max_bases=16, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+        # 24 grids x 2 episodes of <= ~10 steps: about a minute with the bundled agent
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=7, pairs_per_kind=4, seed=seed),
+            episodes_per_grid=2,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
     )
 
 

@@ -280,7 +280,8 @@ class _Episode:
     def messages(self) -> list[Message]:
         """The conversation of the current step (built once per step)."""
         if self._messages is None:
-            self._grid_text = render(self.grid, self.state)
+            # a false-belief grid draws its shown grid (with the true agent position)
+            self._grid_text = render(self.grid.prompt_grid, self.state)
             self._messages = build_messages(
                 self._grid_text,
                 variant=self.grid.variant,
@@ -378,13 +379,19 @@ class _Episode:
 
 def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str) -> dict:
     """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent (its
-    grid, cells, key and door status, optimal actions and distance to the goal)."""
+    grid, cells, key and door status, optimal actions and distance to the goal).
+
+    Cells, optimal actions and distance are the true grid's; ``grid_text`` is what the prompt
+    drew (the shown grid of a false-belief grid: the oracle belief), and ``true_grid_text`` the
+    true grid's text in ``s_t`` when the two differ (None otherwise)."""
+    true_text = render(grid, state) if grid.shown is not None else None
     return dict(
         grid_id=grid.grid_id,
         grid_size=grid.size,
         density=grid.density,
         variant=str(grid.variant),
         grid_text=grid_text,
+        true_grid_text=true_text if true_text != grid_text else None,
         agent_row_col=state.agent,
         goal_row_col=grid.goal,
         has_key=state.has_key,
@@ -430,7 +437,7 @@ def run_rollouts(
         grids: the grids (each with a non-empty, unique ``grid_id``; solvable).
         backend: anything with ``generate(batch, sampling) -> list[Completion]``.
         config: the rollout config.
-        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/1``).
+        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/2``).
         progress: show a progress bar (tqdm, on stderr).
         backend_description: JSON facts identifying the backend (model path, ...), recorded in
             the run header and part of the run id; None uses :func:`describe_backend`.

@@ -119,6 +119,12 @@ class Grid:
         density: the obstacle density the grid was generated with (metadata).
         seed: the seed it was generated from, or None when built by hand (metadata).
         grid_id: a stable identifier, used to join every artefact back to this grid.
+        extra: JSON-ready metadata (e.g. the transform applied, what a false-belief variant
+            changed).
+        shown: the grid as drawn in the prompt (the *oracle belief* of a false-belief grid), or
+            None when the prompt shows this grid. Same size, start, key and door; it may differ
+            in walls and goal. Dynamics, optimal policies and success use this (true) grid;
+            prompts render ``shown`` when present (see :attr:`prompt_grid`).
     """
 
     walls: np.ndarray
@@ -131,6 +137,7 @@ class Grid:
     seed: int | None = None
     grid_id: str = ""
     extra: dict = field(default_factory=dict)
+    shown: Grid | None = None
 
     def __post_init__(self) -> None:
         walls = np.array(self.walls, dtype=bool)
@@ -159,6 +166,8 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
+        if self.shown is not None:
+            _check_shown(self, self.shown)
 
     @property
     def size(self) -> int:
@@ -182,9 +191,15 @@ class Grid:
             return True
         return self.door is not None and cell == self.door and not state.door_open
 
+    @property
+    def prompt_grid(self) -> Grid:
+        """The grid the prompt draws: ``shown`` when present, else this grid."""
+        return self if self.shown is None else self.shown
+
     def with_start(self, start: RowCol) -> Grid:
-        """A copy whose agent starts at ``start``."""
-        return replace(self, start=start)
+        """A copy whose agent starts at ``start`` (the shown grid's start moves with it)."""
+        shown = None if self.shown is None else replace(self.shown, start=start)
+        return replace(self, start=start, shown=shown)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Grid):
@@ -196,12 +211,37 @@ class Grid:
             and self.key == other.key
             and self.door == other.door
             and self.variant == other.variant
+            and self.shown == other.shown
         )
 
     def __hash__(self) -> int:
         return hash(
-            (self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant)
+            (
+                self.walls.tobytes(),
+                self.goal,
+                self.start,
+                self.key,
+                self.door,
+                self.variant,
+                None if self.shown is None else hash(self.shown),
+            )
         )
+
+
+def _check_shown(true: Grid, shown: Grid) -> None:
+    """Raise ``ValueError`` unless ``shown`` may be drawn in place of ``true``."""
+    if not isinstance(shown, Grid):
+        raise ValueError(f"shown must be a Grid or None, got {type(shown).__name__}")
+    if shown.shown is not None:
+        raise ValueError("a shown grid cannot itself carry a shown grid")
+    if shown.size != true.size:
+        raise ValueError(f"the shown grid is {shown.size} x {shown.size}, not {true.size}")
+    for name in ("start", "key", "door"):
+        if getattr(shown, name) != getattr(true, name):
+            raise ValueError(
+                f"the shown grid's {name} {getattr(shown, name)} differs from the true "
+                f"{getattr(true, name)}; only walls and goal may differ"
+            )
 
 
 def _rc(cell) -> RowCol:

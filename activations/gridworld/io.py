@@ -1,9 +1,9 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/1``.
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2`` (``/1`` is still read).
 
 Each line is a JSON object with these fields (all required; ``null`` only where stated):
 
 ==========================  ===================================================================
-``schema``                  ``"goalprobe.gridset/1"``
+``schema``                  ``"goalprobe.gridset/2"``
 ``grid_id``                 non-empty string, unique within the file; joins every artefact
 ``size``                    n (the grid is n x n, n >= 5)
 ``variant``                 variant name (``plain``, ``key_door``, ...)
@@ -16,9 +16,15 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``door_row_col``            ``[row, col]`` of the door, or null
 ``shortest_path_length``    L, optimal number of steps from the start (int >= 1)
 ``horizon``                 default horizon ``ceil(1.5 L)``
-``text``                    the study's text rendering of the initial state
+``text``                    the study's text rendering of the initial state (of the true grid)
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
+``shown``                   (``/2``) null, or the grid the prompt draws instead of the true one
+                            (a false-belief grid): ``{"walls": [n strings], "goal_row_col":
+                            [row, col]}``; start, key and door are the true grid's
 ==========================  ===================================================================
+
+A ``goalprobe.gridset/1`` line has no ``shown`` (read as null); the fields added in ``/2`` take
+their defaults when absent from a ``/1`` line.
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -37,10 +43,13 @@ from activations.gridworld.core import Grid
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
 
-SCHEMA = "goalprobe.gridset/1"
+SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
 
-FIELDS: tuple[str, ...] = (
+SCHEMA_V1 = "goalprobe.gridset/1"
+"""The previous schema, still read (it lacks the fields of :data:`FIELDS_V2`)."""
+
+FIELDS_V1: tuple[str, ...] = (
     "schema",
     "grid_id",
     "size",
@@ -58,6 +67,12 @@ FIELDS: tuple[str, ...] = (
     "extra",
 )
 
+FIELDS_V2: tuple[str, ...] = ("shown",)
+"""Fields added in ``/2`` (absent from ``/1`` lines, read with their defaults)."""
+
+FIELDS: tuple[str, ...] = FIELDS_V1 + FIELDS_V2
+"""Every field of a ``/2`` line."""
+
 
 class GridSetFormatError(ValueError):
     """A malformed grid-set record; the message names the file, line and field."""
@@ -68,7 +83,7 @@ def _cell(value: Any) -> list[int] | None:
 
 
 def grid_to_dict(grid: Grid) -> dict[str, Any]:
-    """The schema ``goalprobe.gridset/1`` record of ``grid`` (requires a solvable grid)."""
+    """The schema ``goalprobe.gridset/2`` record of ``grid`` (requires a solvable grid)."""
     policy = solve(grid)
     try:
         json.dumps(grid.extra)
@@ -81,7 +96,7 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "variant": str(grid.variant),
         "density": None if grid.density is None else float(grid.density),
         "seed": None if grid.seed is None else int(grid.seed),
-        "walls": ["".join("1" if w else "0" for w in row) for row in grid.walls.tolist()],
+        "walls": _walls_rows(grid.walls),
         "start_row_col": _cell(grid.start),
         "goal_row_col": _cell(grid.goal),
         "key_row_col": _cell(grid.key),
@@ -90,7 +105,16 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "horizon": policy.horizon,
         "text": render(grid),
         "extra": dict(grid.extra),
+        "shown": None if grid.shown is None else _shown_to_dict(grid.shown),
     }
+
+
+def _walls_rows(walls: np.ndarray) -> list[str]:
+    return ["".join("1" if w else "0" for w in row) for row in walls.tolist()]
+
+
+def _shown_to_dict(shown: Grid) -> dict[str, Any]:
+    return {"walls": _walls_rows(shown.walls), "goal_row_col": _cell(shown.goal)}
 
 
 def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
@@ -110,8 +134,28 @@ def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple
     return value[0], value[1]
 
 
+def _read_walls(rows: Any, size: int, where: str, field: str) -> np.ndarray:
+    if not isinstance(rows, list) or len(rows) != size:
+        raise _fail(where, field, f"expected {size} row strings")
+    for row, text in enumerate(rows):
+        if not isinstance(text, str) or len(text) != size or set(text) - {"0", "1"}:
+            raise _fail(where, field, f"row {row} must be {size} characters of 0/1, got {text!r}")
+    return np.array([[ch == "1" for ch in text] for text in rows], dtype=bool)
+
+
+def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+    value = record.get("shown")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"walls", "goal_row_col"}:
+        raise _fail(where, "shown", "expected null or an object {walls, goal_row_col}")
+    walls = _read_walls(value["walls"], size, where, "shown.walls")
+    goal = _read_cell(value, "goal_row_col", f"{where}: shown", optional=False)
+    return walls, goal
+
+
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/1`` record, checking every field.
+    """Rebuild a grid from a ``goalprobe.gridset/2`` (or ``/1``) record, checking every field.
 
     Args:
         record: the decoded JSON object.
@@ -119,12 +163,14 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     """
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    if record.get("schema") != SCHEMA:
-        raise _fail(where, "schema", f"expected {SCHEMA!r}, got {record.get('schema')!r}")
-    missing = [f for f in FIELDS if f not in record]
+    schema = record.get("schema")
+    if schema not in (SCHEMA, SCHEMA_V1):
+        raise _fail(where, "schema", f"expected {SCHEMA!r} or {SCHEMA_V1!r}, got {schema!r}")
+    fields = FIELDS if schema == SCHEMA else FIELDS_V1
+    missing = [f for f in fields if f not in record]
     if missing:
         raise _fail(where, ", ".join(missing), "missing")
-    unknown = sorted(set(record) - set(FIELDS))
+    unknown = sorted(set(record) - set(fields))
     if unknown:
         raise _fail(where, ", ".join(unknown), "unknown field(s)")
     grid_id = record["grid_id"]
@@ -134,13 +180,8 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     size = record["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 5:
         raise _fail(where, "size", f"expected an int >= 5, got {size!r}")
-    walls_rows = record["walls"]
-    if not isinstance(walls_rows, list) or len(walls_rows) != size:
-        raise _fail(where, "walls", f"expected {size} row strings")
-    for row, text in enumerate(walls_rows):
-        if not isinstance(text, str) or len(text) != size or set(text) - {"0", "1"}:
-            raise _fail(where, "walls", f"row {row} must be {size} characters of 0/1, got {text!r}")
-    walls = np.array([[ch == "1" for ch in text] for text in walls_rows], dtype=bool)
+    walls = _read_walls(record["walls"], size, where, "walls")
+    shown_cells = _read_shown(record, size, where)
     density = record["density"]
     if density is not None:
         if not isinstance(density, int | float) or isinstance(density, bool):
@@ -162,6 +203,22 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
         "key": _read_cell(record, "key_row_col", where, optional=True),
         "door": _read_cell(record, "door_row_col", where, optional=True),
     }
+    shown = None
+    if shown_cells is not None:
+        try:
+            shown = Grid(
+                walls=shown_cells[0],
+                goal=shown_cells[1],
+                start=cells["start"],
+                key=cells["key"],
+                door=cells["door"],
+                variant=variant,
+                grid_id=grid_id,
+            )
+        except ValueError as err:
+            raise _fail(where, "shown", str(err)) from err
+        if not solve(shown).is_solvable:
+            raise _fail(where, "shown", "the shown goal cannot be reached from the start")
     try:
         grid = Grid(
             walls=walls,
@@ -170,6 +227,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
             seed=seed,
             grid_id=grid_id,
             extra=extra,
+            shown=shown,
             **cells,
         )
     except ValueError as err:

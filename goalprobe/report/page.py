@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from goalprobe.report import behaviour, outcomes, probes, probing
+from goalprobe.report import behaviour, false_belief, outcomes, probes, probing
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline import headline_rows
 from goalprobe.report.run import MissingInput, RunReader
@@ -31,6 +31,7 @@ SECTION_TITLES: dict[str, str] = {
     "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
     "patching": "Activation patching (section 5.2, appendix F)",
+    "false_belief": "False-belief grids: scoring against a known belief",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
@@ -45,6 +46,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "belief": "scoring",
     "plans": "plans",
     "patching": "patching",
+    "false_belief": "false_belief",
 }
 """The demo stage behind each data section (for its config and failure record)."""
 
@@ -59,6 +61,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "belief": outcomes.belief,
     "plans": outcomes.plans,
     "patching": outcomes.patching,
+    "false_belief": false_belief.false_belief,
 }
 """Section id -> the function that builds its blocks from the run."""
 

@@ -20,6 +20,7 @@ STAGES: tuple[str, ...] = (
     "plans",
     "patching",
     "scoring",
+    "false_belief",
     "report",
 )
 """Every stage of the demo, in run order."""
@@ -37,6 +38,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "plans": ("activations",),
     "patching": ("rollouts",),
     "scoring": ("grids", "rollouts", "activations", "probes"),
+    "false_belief": ("probes",),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""

@@ -18,6 +18,8 @@ module                 figures
                        :func:`prefix_accuracy_grid_figure` (stage x layer small multiples),
                        :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
+:mod:`.false_belief`   :func:`false_belief_maps_figure` (true, shown, decoded side by side),
+                       :func:`oracle_rates_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
 :mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
                        :func:`sweep_comparison_figure` (a probe sweep)
@@ -34,6 +36,7 @@ from viewer.figures.behaviour import (
     iso_accuracy_figure,
 )
 from viewer.figures.episodes import episode_timeline_figure
+from viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
 from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
@@ -88,6 +91,8 @@ __all__ = [
     "class_name",
     "empty_figure",
     "episode_timeline_figure",
+    "false_belief_maps_figure",
+    "oracle_rates_figure",
     "iso_accuracy_figure",
     "localisation_figure",
     "meg_figure",
