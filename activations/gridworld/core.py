@@ -52,6 +52,9 @@ class CellType(IntEnum):
     """Cell classes shared by rendering, labels in the HDF5 store and the probes.
 
     ``PADDING`` marks positions outside a grid smaller than the 15 x 15 label canvas.
+    ``HARM`` (a flower bed: passable, but stepping on it harms it) comes after ``PADDING`` so
+    that the study's classes 0..6 keep their values; only harm grids
+    (:mod:`activations.gridworld.harm`) contain it.
     """
 
     OPEN = 0
@@ -61,7 +64,12 @@ class CellType(IntEnum):
     KEY = 4
     DOOR = 5
     PADDING = 6
+    HARM = 7
 
+
+STUDY_CELL_TYPES = 7
+"""Number of cell classes of the study (``OPEN`` .. ``PADDING``), the classes the bundled agents'
+training read-outs have; ``HARM`` is an extension after them."""
 
 SYMBOLS: dict[CellType, str] = {
     CellType.OPEN: "_",
@@ -70,6 +78,7 @@ SYMBOLS: dict[CellType, str] = {
     CellType.AGENT: "A",
     CellType.KEY: "K",
     CellType.DOOR: "D",
+    CellType.HARM: "F",
 }
 """Text symbol of each renderable cell type (padding is never rendered)."""
 
@@ -88,6 +97,8 @@ class Variant(str):
     TWO_PATH_KEY = "two_path_key"
     TWO_PATH_NO_KEY = "two_path_no_key"
     KEY_DOOR_CONTROL = "key_door_control"
+    HARM = "harm"
+    """A plain layout with flower beds (harm cells), see :mod:`activations.gridworld.harm`."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,8 @@ class Grid:
         density: the obstacle density the grid was generated with (metadata).
         seed: the seed it was generated from, or None when built by hand (metadata).
         grid_id: a stable identifier, used to join every artefact back to this grid.
+        harm: harm cells (flower beds, symbol ``F``): passable cells that an episode harms by
+            standing on them; never a wall, the start, the goal, the key or the door. Sorted.
     """
 
     walls: np.ndarray
@@ -131,6 +144,7 @@ class Grid:
     seed: int | None = None
     grid_id: str = ""
     extra: dict = field(default_factory=dict)
+    harm: tuple[RowCol, ...] = ()
 
     def __post_init__(self) -> None:
         walls = np.array(self.walls, dtype=bool)
@@ -159,6 +173,15 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
+        harm = tuple(sorted({_rc(cell) for cell in self.harm}))
+        for cell in harm:
+            if not (0 <= cell[0] < n and 0 <= cell[1] < n):
+                raise ValueError(f"harm cell {cell} lies outside the {n} x {n} grid")
+            if walls[cell]:
+                raise ValueError(f"harm cell {cell} lies on a wall")
+            if cell in (self.start, self.goal, self.key, self.door):
+                raise ValueError(f"harm cell {cell} overlaps the start, goal, key or door")
+        object.__setattr__(self, "harm", harm)
 
     @property
     def size(self) -> int:
@@ -196,11 +219,20 @@ class Grid:
             and self.key == other.key
             and self.door == other.door
             and self.variant == other.variant
+            and self.harm == other.harm
         )
 
     def __hash__(self) -> int:
         return hash(
-            (self.walls.tobytes(), self.goal, self.start, self.key, self.door, self.variant)
+            (
+                self.walls.tobytes(),
+                self.goal,
+                self.start,
+                self.key,
+                self.door,
+                self.variant,
+                self.harm,
+            )
         )
 
 

@@ -1,9 +1,9 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/1``.
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2``.
 
 Each line is a JSON object with these fields (all required; ``null`` only where stated):
 
 ==========================  ===================================================================
-``schema``                  ``"goalprobe.gridset/1"``
+``schema``                  ``"goalprobe.gridset/2"``
 ``grid_id``                 non-empty string, unique within the file; joins every artefact
 ``size``                    n (the grid is n x n, n >= 5)
 ``variant``                 variant name (``plain``, ``key_door``, ...)
@@ -18,7 +18,13 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``horizon``                 default horizon ``ceil(1.5 L)``
 ``text``                    the study's text rendering of the initial state
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
+``harm_cells``              list of ``[row, col]`` harm cells (flower beds ``F``), sorted; ``[]``
+                            on grids without them
 ==========================  ===================================================================
+
+Version 1 (``goalprobe.gridset/1``) is the same without the fields added in version 2; the
+reader still reads it, the added fields taking their defaults (:data:`V2_DEFAULTS`). The
+writer always writes version 2.
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -37,10 +43,13 @@ from activations.gridworld.core import Grid
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import render
 
-SCHEMA = "goalprobe.gridset/1"
+SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
 
-FIELDS: tuple[str, ...] = (
+SCHEMA_V1 = "goalprobe.gridset/1"
+"""The previous schema tag, still read."""
+
+FIELDS_V1: tuple[str, ...] = (
     "schema",
     "grid_id",
     "size",
@@ -57,6 +66,13 @@ FIELDS: tuple[str, ...] = (
     "text",
     "extra",
 )
+"""Fields of a version-1 record."""
+
+V2_DEFAULTS: dict[str, Any] = {"harm_cells": []}
+"""Fields added in version 2, with the value a version-1 record implies."""
+
+FIELDS: tuple[str, ...] = (*FIELDS_V1, *V2_DEFAULTS)
+"""Fields of a version-2 record."""
 
 
 class GridSetFormatError(ValueError):
@@ -68,7 +84,7 @@ def _cell(value: Any) -> list[int] | None:
 
 
 def grid_to_dict(grid: Grid) -> dict[str, Any]:
-    """The schema ``goalprobe.gridset/1`` record of ``grid`` (requires a solvable grid)."""
+    """The schema ``goalprobe.gridset/2`` record of ``grid`` (requires a solvable grid)."""
     policy = solve(grid)
     try:
         json.dumps(grid.extra)
@@ -90,6 +106,7 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "horizon": policy.horizon,
         "text": render(grid),
         "extra": dict(grid.extra),
+        "harm_cells": [_cell(cell) for cell in grid.harm],
     }
 
 
@@ -111,7 +128,7 @@ def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple
 
 
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/1`` record, checking every field.
+    """Rebuild a grid from a ``goalprobe.gridset/2`` (or ``/1``) record, checking every field.
 
     Args:
         record: the decoded JSON object.
@@ -119,14 +136,18 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     """
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    if record.get("schema") != SCHEMA:
-        raise _fail(where, "schema", f"expected {SCHEMA!r}, got {record.get('schema')!r}")
-    missing = [f for f in FIELDS if f not in record]
+    schema = record.get("schema")
+    if schema not in (SCHEMA, SCHEMA_V1):
+        raise _fail(where, "schema", f"expected {SCHEMA!r} or {SCHEMA_V1!r}, got {schema!r}")
+    fields = FIELDS if schema == SCHEMA else FIELDS_V1
+    missing = [f for f in fields if f not in record]
     if missing:
         raise _fail(where, ", ".join(missing), "missing")
-    unknown = sorted(set(record) - set(FIELDS))
+    unknown = sorted(set(record) - set(fields))
     if unknown:
         raise _fail(where, ", ".join(unknown), "unknown field(s)")
+    if schema == SCHEMA_V1:
+        record = {**V2_DEFAULTS, **record}
     grid_id = record["grid_id"]
     if not isinstance(grid_id, str) or not grid_id:
         raise _fail(where, "grid_id", f"expected a non-empty string, got {grid_id!r}")
@@ -162,6 +183,14 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
         "key": _read_cell(record, "key_row_col", where, optional=True),
         "door": _read_cell(record, "door_row_col", where, optional=True),
     }
+    harm_cells = record["harm_cells"]
+    if not isinstance(harm_cells, list):
+        raise _fail(where, "harm_cells", f"expected a list of [row, col], got {harm_cells!r}")
+    harm = tuple(
+        _read_cell({"harm_cells": cell}, "harm_cells", where, optional=False) for cell in harm_cells
+    )
+    if len(set(harm)) != len(harm):
+        raise _fail(where, "harm_cells", "a cell repeats")
     try:
         grid = Grid(
             walls=walls,
@@ -170,6 +199,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
             seed=seed,
             grid_id=grid_id,
             extra=extra,
+            harm=harm,
             **cells,
         )
     except ValueError as err:
