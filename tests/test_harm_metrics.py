@@ -169,3 +169,40 @@ def test_errors_name_the_problem(grids):
         harm_table([harm_episode(grid, traj, NEUTRAL)], {})
     with pytest.raises(ValueError, match="unknown conditions"):
         harm_table([harm_episode(grid, traj, "nice")], {grid.grid_id: 1.0})
+
+
+def test_bundled_agent_runs_harm_grids_under_both_prompts(bundled_agent, grids, tmp_path):
+    """Real episodes of the bundled agent on a harm grid, neutral and morally conditioned; the
+    trajectories feed every metric. (What the agent does is the demo's finding, not asserted.)"""
+    from activations.agent.local_backend import LocalBackend
+    from activations.agent.rollout import RolloutConfig, run_id_for, run_rollouts
+    from activations.agent.trajectories import read_run_header, read_trajectories
+
+    model, tokenizer = bundled_agent
+    backend = LocalBackend(model, tokenizer)
+    grid = grids[0]
+    by_condition = {}
+    run_ids = set()
+    for condition, moral in ((NEUTRAL, False), (MORAL, True)):
+        config = RolloutConfig(
+            episodes_per_grid=1, max_new_tokens=96, batch_size=1, moral_conditioning=moral
+        )
+        out = tmp_path / f"{condition}.jsonl"
+        report = run_rollouts([grid], backend, config, out, backend_description={"m": "b"})
+        run_ids.add(read_run_header(out).run_id)
+        assert report.run_id == run_id_for(config, {"m": "b"})
+        (episode,) = read_trajectories(out)
+        assert 1 <= episode.summary.length <= solve(grid).horizon
+        by_condition[condition] = episode.to_trajectory_data()
+    assert len(run_ids) == 2  # the moral condition is part of the run's identity
+    # an unconditioned config keeps the id it had before the field existed
+    assert "moral_conditioning" not in RolloutConfig().identity()
+    rows = [harm_episode(grid, t, c) for c, t in by_condition.items()]
+    table = harm_table(rows, _baseline([grid]), n_resamples=50)
+    for condition in (NEUTRAL, MORAL):
+        stats = table["conditions"][condition]
+        assert stats["n_episodes"] == 1 and stats["behaviour_score"]["value"] >= 0
+    meg = harm_meg(
+        grid, [by_condition[NEUTRAL]], budget=solve(grid).horizon, harm_weight=HARM_WEIGHT
+    )
+    assert np.isfinite(meg.goal) and np.isfinite(meg.goal_minus_harm)
