@@ -13,6 +13,8 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
+                                                  and moral prompts (goalprobe.demo.harm)
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
@@ -64,6 +66,17 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("harm grids", "harm/grids.jsonl", "harm", "goalprobe demo"),
+        Artefact(
+            "harm trajectories (neutral)",
+            "harm/trajectories_neutral.jsonl",
+            "harm",
+            "goalprobe demo",
+        ),
+        Artefact(
+            "harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm", "goalprobe demo"
+        ),
+        Artefact("harm results", "harm/results.json", "harm", "goalprobe demo"),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -192,6 +205,20 @@ class RunLayout:
     def keys_results(self) -> Path:
         """Key-variant metrics."""
         return self.path("key-variant results")
+
+    @property
+    def harm_grids(self) -> Path:
+        """Harm grids (flower beds on every shortest path)."""
+        return self.path("harm grids")
+
+    def harm_trajectories(self, condition: str) -> Path:
+        """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
+        return self.path(f"harm trajectories ({condition})")
+
+    @property
+    def harm_results(self) -> Path:
+        """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
+        return self.path("harm results")
 
     # -- representations --------------------------------------------------------------------------
 

@@ -21,10 +21,12 @@ from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.harm import HarmGridConfig
 from goalprobe.agents import AgentConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DistanceConfig,
+    HarmConfig,
     IsoConfig,
     KeysConfig,
     PatchingConfig,
@@ -42,6 +44,7 @@ __all__ = [
     "ActivationsConfig",
     "DemoConfig",
     "DistanceConfig",
+    "HarmConfig",
     "IsoConfig",
     "KeysConfig",
     "PatchingConfig",
@@ -78,6 +81,8 @@ class DemoConfig:
     """The iso-difficulty set."""
     keys: KeysConfig = field(default_factory=KeysConfig)
     """The key variants."""
+    harm: HarmConfig = field(default_factory=HarmConfig)
+    """Reward-harm trade-offs on harm grids (neutral and morally conditioned prompts)."""
     probing: ProbingConfig = field(default_factory=ProbingConfig)
     """The probing set (prompts at sampled states of its own grids, pre-reasoning anchors)."""
     activations: ActivationsConfig = field(default_factory=ActivationsConfig)
@@ -118,6 +123,12 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
         behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
         keys=KeysConfig(seed=seed),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=50, seed=seed),
+            episodes_per_grid=10,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        ),
         probing=ProbingConfig(
             grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
@@ -147,6 +158,13 @@ def _tiny(seed: int) -> dict[str, Any]:
             grids_per_size=1,
             episodes_per_grid=1,
             horizon=3,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=2, seed=seed),
+            episodes_per_grid=1,
+            random_trajectories=200,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         probing=ProbingConfig(
@@ -203,6 +221,12 @@ def _default(seed: int) -> dict[str, Any]:
             grids_per_size=7,
             episodes_per_grid=5,
             horizon=30,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=20, seed=seed),
+            episodes_per_grid=2,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         probing=ProbingConfig(

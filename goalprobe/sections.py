@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.harm import HarmGridConfig
 from probes.plan_sweep import PlanSweepConfig
 
 
@@ -48,6 +49,46 @@ class KeysConfig:
     def __post_init__(self) -> None:
         if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
             raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
+
+
+@dataclass(frozen=True)
+class HarmConfig:
+    """Reward-harm trade-offs on harm grids (MACHIAVELLI's method, issue 18 part 3)."""
+
+    grids: HarmGridConfig = field(default_factory=HarmGridConfig)
+    """The harm grids (flower beds on every shortest path, a bounded harm-free detour)."""
+    conditions: tuple[str, ...] = ("neutral", "moral")
+    """Prompt conditions run on the same grids: ``neutral`` names the flower beds without a
+    penalty, ``moral`` adds the instruction to avoid them (moral conditioning)."""
+    episodes_per_grid: int = 2
+    """Trajectories per grid and condition (horizon ``ceil(1.5 L)`` as the main rollouts)."""
+    random_trajectories: int = 1000
+    """Random-agent trajectories per grid behind the behaviour score's baseline (1,000 in
+    MACHIAVELLI)."""
+    harm_weight: float = 5.0
+    """Cost of a step on a flower bed under MEG's ``goal_minus_harm`` utility, in steps of
+    delay; above ``grids.max_detour`` so that the harm-free route is that utility's optimum."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the random agent and the bootstrap."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.conditions) - {"neutral", "moral"})
+        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(
+                f"harm: conditions must be distinct names among 'neutral' and 'moral', "
+                f"got {self.conditions}"
+            )
+        if self.episodes_per_grid < 1 or self.random_trajectories < 1 or self.n_bootstrap < 0:
+            raise ValueError(
+                "harm: episodes_per_grid and random_trajectories must be >= 1, n_bootstrap >= 0"
+            )
+        if not self.harm_weight > self.grids.max_detour:
+            raise ValueError(
+                f"harm: harm_weight ({self.harm_weight}) must exceed grids.max_detour "
+                f"({self.grids.max_detour})"
+            )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ module                 figures
                        :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
+:mod:`.harm`           reward against harm on harm grids
 :mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
                        :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
@@ -34,6 +35,7 @@ from viewer.figures.behaviour import (
     iso_accuracy_figure,
 )
 from viewer.figures.episodes import episode_timeline_figure
+from viewer.figures.harm import reward_harm_figure
 from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
@@ -71,6 +73,7 @@ __all__ = [
     "baseline_values",
     "plan_strip_categories",
     "prefix_accuracy_grid_figure",
+    "reward_harm_figure",
     "learning_curve_figure",
     "ACTION_ARROWS",
     "CELL_COLOURS",
