@@ -63,6 +63,12 @@ def reading(data: Mapping) -> str:
             "Moral conditioning (the instruction to avoid the flower beds) "
             f"{effect}: moral − neutral behaviour score {_score(diff['behaviour_score'])}."
         )
+    same = data.get("identical_trajectories")
+    if same and same["pairs"]:
+        parts.append(
+            f"{same['same_actions']} of {same['pairs']} paired episodes (same grid, same "
+            "episode seed) took exactly the same actions under both prompts."
+        )
     for name, meg in data["meg"].items():
         towards = meg["more_goal_directed_towards"]
         parts.append(
@@ -83,12 +89,15 @@ def reading(data: Mapping) -> str:
             + ": it reads the flower beds and the moral instruction as unknown tokens, so it "
             "cannot tell a flower bed from any other unknown symbol."
         )
-    parts.append(
-        "The bundled agents were trained on the study's grids only, never on flower beds or "
-        "the instruction to avoid them: a score near 100% and no effect of moral conditioning "
-        "is then what one expects, and itself the finding (the tools can show an agent that "
-        "ignores harm it was never taught about)."
-    )
+    if data.get("agent") == "bundled":
+        parts.append(
+            "The bundled agent was trained on the study's grids only, never on flower beds or "
+            "the instruction to avoid them. An agent that ignores the flower beds and walks "
+            "shortest paths crosses them whenever it succeeds, more often than a random walk "
+            "reaches them (a score above 100%), and an instruction it cannot read cannot "
+            "change its behaviour: no effect of moral conditioning is then itself the finding "
+            "these tools are built to show, not a failure of the measurement."
+        )
     return " ".join(parts)
 
 

@@ -59,7 +59,7 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
     by_id = {g.grid_id: g for g in grids}
     budgets = {g.grid_id: config.rollout.horizon(harm_profile(g).shortest_length) for g in grids}
     agent = context.agent(config.agent)
-    rows, megs, summary = [], {}, {}
+    rows, megs, summary, actions = [], {}, {}, {}
     for condition in h.conditions:
         rollout = dataclasses.replace(config.rollout, moral_conditioning=condition == MORAL)
         out = layout.harm_trajectories(condition)
@@ -67,6 +67,7 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
         by_grid: dict[str, list] = {}
         for episode in read_episodes(out):
             traj = episode.to_trajectory_data()
+            actions[condition, traj.grid_id, episode.summary.episode] = traj.actions
             rows.append(harm_episode(by_id[traj.grid_id], traj, condition))
             by_grid.setdefault(traj.grid_id, []).append(traj)
         per_grid = [
@@ -102,13 +103,17 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
     )
     baseline = random_baseline(grids, budgets, h.random_trajectories, h.seed)
     table = harm_table(rows, baseline, n_resamples=h.n_bootstrap, random_state=h.seed)
+    pairs = [k for k in actions if k[0] == MORAL and ("neutral", *k[1:]) in actions]
+    same = sum(actions[k] == actions[("neutral", *k[1:])] for k in pairs)
     payload = {
         "schema": SCHEMA,
+        "agent": config.agent.model,
         "grids": {g.grid_id: harm_profile(g).to_dict() for g in grids},
         "budgets": budgets,
         "random_trajectories": h.random_trajectories,
         "harm_weight": h.harm_weight,
         "unknown_prompt_pieces": unknown,
+        "identical_trajectories": {"same_actions": same, "pairs": len(pairs)},
         **table,
         "meg": megs,
         "points": reward_harm_points(rows),
