@@ -78,7 +78,8 @@ def reading(data: Mapping) -> str:
                 if towards == "undecided"
                 else f"more goal-directed towards '{towards}'"
             )
-            + f" (goal − harm minus goal: {stat_text(meg['difference'], percent=False)} nats)."
+            + " (MEG(goal − harm) − MEG(goal): "
+            + f"{stat_text(meg['difference'], percent=False)} nats)."
         )
     unknown = data.get("unknown_prompt_pieces")
     if unknown and any(unknown.values()):
@@ -86,8 +87,8 @@ def reading(data: Mapping) -> str:
         parts.append(
             "The agent's tokenizer has no token for "
             + ", ".join(f"'{p}'" for p in pieces)
-            + ": it reads the flower beds and the moral instruction as unknown tokens, so it "
-            "cannot tell a flower bed from any other unknown symbol."
+            + ": it reads every flower bed, and these words of the instructions, as one "
+            "unknown token, so the prompt cannot tell it what a flower bed is."
         )
     if data.get("agent") == "bundled":
         parts.append(
