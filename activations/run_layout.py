@@ -13,6 +13,8 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
+                                                  and moral prompts (goalprobe.demo.harm)
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
@@ -84,6 +86,17 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact(
             "false-belief results", "false_belief/results.json", "false_belief", "goalprobe demo"
         ),
+        Artefact("harm grids", "harm/grids.jsonl", "harm", "goalprobe demo"),
+        Artefact(
+            "harm trajectories (neutral)",
+            "harm/trajectories_neutral.jsonl",
+            "harm",
+            "goalprobe demo",
+        ),
+        Artefact(
+            "harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm", "goalprobe demo"
+        ),
+        Artefact("harm results", "harm/results.json", "harm", "goalprobe demo"),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -237,6 +250,20 @@ class RunLayout:
     def false_belief_results(self) -> Path:
         """Oracle-belief scoring and the probe's shown-vs-true reading."""
         return self.path("false-belief results")
+
+    @property
+    def harm_grids(self) -> Path:
+        """Harm grids (flower beds on every shortest path)."""
+        return self.path("harm grids")
+
+    def harm_trajectories(self, condition: str) -> Path:
+        """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
+        return self.path(f"harm trajectories ({condition})")
+
+    @property
+    def harm_results(self) -> Path:
+        """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
+        return self.path("harm results")
 
     # -- representations --------------------------------------------------------------------------
 

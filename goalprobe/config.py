@@ -22,10 +22,13 @@ from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
 from activations.gridworld.false_belief import FalseBeliefSetConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.harm import HarmGridConfig
 from goalprobe.agents import AgentConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DistanceConfig,
+    FalseBeliefConfig,
+    HarmConfig,
     IsoConfig,
     KeysConfig,
     PatchingConfig,
@@ -44,6 +47,7 @@ __all__ = [
     "DemoConfig",
     "DistanceConfig",
     "FalseBeliefConfig",
+    "HarmConfig",
     "IsoConfig",
     "KeysConfig",
     "PatchingConfig",
@@ -58,27 +62,6 @@ __all__ = [
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""
-
-
-@dataclass(frozen=True)
-class FalseBeliefConfig:
-    """False-belief grids (issue 18, part 1): the prompt draws a grid that differs from the true
-    one in known cells, so the agent's belief is known (the oracle belief)."""
-
-    grids: FalseBeliefSetConfig = field(default_factory=FalseBeliefSetConfig)
-    """Which pairs (false-belief grid and matched control) of which kinds and size."""
-    episodes_per_grid: int = 2
-    """Trajectories per grid (horizons follow the main rollouts' rule)."""
-    decode: bool = True
-    """Apply the headline cell probe to the start-state prompts (needs the probes stage)."""
-    n_bootstrap: int = 1000
-    """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the bootstrap."""
-
-    def __post_init__(self) -> None:
-        if self.episodes_per_grid < 1 or self.n_bootstrap < 1:
-            raise ValueError("false_belief: episodes_per_grid and n_bootstrap must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -101,6 +84,8 @@ class DemoConfig:
     """The iso-difficulty set."""
     keys: KeysConfig = field(default_factory=KeysConfig)
     """The key variants."""
+    harm: HarmConfig = field(default_factory=HarmConfig)
+    """Reward-harm trade-offs on harm grids (neutral and morally conditioned prompts)."""
     probing: ProbingConfig = field(default_factory=ProbingConfig)
     """The probing set (prompts at sampled states of its own grids, pre-reasoning anchors)."""
     activations: ActivationsConfig = field(default_factory=ActivationsConfig)
@@ -143,6 +128,12 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
         behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
         keys=KeysConfig(seed=seed),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=50, seed=seed),
+            episodes_per_grid=10,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        ),
         probing=ProbingConfig(
             grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
@@ -178,6 +169,13 @@ def _tiny(seed: int) -> dict[str, Any]:
             grids_per_size=1,
             episodes_per_grid=1,
             horizon=3,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=2, seed=seed),
+            episodes_per_grid=1,
+            random_trajectories=200,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         probing=ProbingConfig(
@@ -240,6 +238,12 @@ def _default(seed: int) -> dict[str, Any]:
             grids_per_size=7,
             episodes_per_grid=5,
             horizon=30,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=20, seed=seed),
+            episodes_per_grid=2,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         probing=ProbingConfig(

@@ -27,6 +27,7 @@ from activations.gridworld.false_belief import (
 )
 from activations.gridworld.io import (
     SCHEMA_V1,
+    V2_DEFAULTS,
     GridSetFormatError,
     grid_from_dict,
     grid_to_dict,
@@ -128,9 +129,10 @@ def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
     for g, b in zip(grids, back, strict=True):
         if g.shown is not None:
             assert render(b.prompt_grid) == render(g.shown)
-    # a /1 line (no shown field) is still read, as a grid shown as it is
+    # a /1 line (none of the /2 fields) is still read, as a grid shown as it is
     record = grid_to_dict(grids[1])
-    record.pop("shown")
+    for added in V2_DEFAULTS:
+        record.pop(added)
     record["schema"] = SCHEMA_V1
     assert grid_from_dict(json.loads(json.dumps(record))) == grids[1]
     # a /2 line must carry shown; a /1 line must not

@@ -118,6 +118,11 @@ class RolloutConfig:
     """Directory of prompt templates (see :mod:`activations.agent.prompts`); None uses the
     packaged ones."""
 
+    moral_conditioning: bool = False
+    """Add the instruction to avoid the flower beds to the prompt of harm grids (MACHIAVELLI's
+    moral conditioning; :func:`activations.agent.prompts.build_instructions`). Other grids'
+    prompts are unaffected."""
+
     def __post_init__(self) -> None:
         if self.episodes_per_grid < 1:
             raise ValueError(f"episodes_per_grid must be >= 1, got {self.episodes_per_grid}")
@@ -156,6 +161,9 @@ class RolloutConfig:
         """The fields that determine the rollouts (everything but ``batch_size``), as JSON."""
         fields = asdict(self)
         fields.pop("batch_size")
+        if not self.moral_conditioning:
+            # added later: left out when off, so the ids of runs made before it stay the same
+            fields.pop("moral_conditioning")
         return fields
 
 
@@ -287,6 +295,7 @@ class _Episode:
                 variant=self.grid.variant,
                 has_key=self.state.has_key,
                 template=self.template,
+                moral_conditioning=self.config.moral_conditioning,
             )
         return self._messages
 

@@ -52,6 +52,9 @@ class CellType(IntEnum):
     """Cell classes shared by rendering, labels in the HDF5 store and the probes.
 
     ``PADDING`` marks positions outside a grid smaller than the 15 x 15 label canvas.
+    ``HARM`` (a flower bed: passable, but stepping on it harms it) comes after ``PADDING`` so
+    that the study's classes 0..6 keep their values; only harm grids
+    (:mod:`activations.gridworld.harm`) contain it.
     """
 
     OPEN = 0
@@ -61,7 +64,12 @@ class CellType(IntEnum):
     KEY = 4
     DOOR = 5
     PADDING = 6
+    HARM = 7
 
+
+STUDY_CELL_TYPES = 7
+"""Number of cell classes of the study (``OPEN`` .. ``PADDING``), the classes the bundled agents'
+training read-outs have; ``HARM`` is an extension after them."""
 
 SYMBOLS: dict[CellType, str] = {
     CellType.OPEN: "_",
@@ -70,6 +78,7 @@ SYMBOLS: dict[CellType, str] = {
     CellType.AGENT: "A",
     CellType.KEY: "K",
     CellType.DOOR: "D",
+    CellType.HARM: "F",
 }
 """Text symbol of each renderable cell type (padding is never rendered)."""
 
@@ -88,6 +97,8 @@ class Variant(str):
     TWO_PATH_KEY = "two_path_key"
     TWO_PATH_NO_KEY = "two_path_no_key"
     KEY_DOOR_CONTROL = "key_door_control"
+    HARM = "harm"
+    """A plain layout with flower beds (harm cells), see :mod:`activations.gridworld.harm`."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,8 @@ class Grid:
             None when the prompt shows this grid. Same size, start, key and door; it may differ
             in walls and goal. Dynamics, optimal policies and success use this (true) grid;
             prompts render ``shown`` when present (see :attr:`prompt_grid`).
+        harm: harm cells (flower beds, symbol ``F``): passable cells that an episode harms by
+            standing on them; never a wall, the start, the goal, the key or the door. Sorted.
     """
 
     walls: np.ndarray
@@ -138,6 +151,7 @@ class Grid:
     grid_id: str = ""
     extra: dict = field(default_factory=dict)
     shown: Grid | None = None
+    harm: tuple[RowCol, ...] = ()
 
     def __post_init__(self) -> None:
         walls = np.array(self.walls, dtype=bool)
@@ -166,6 +180,15 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
+        harm = tuple(sorted({_rc(cell) for cell in self.harm}))
+        for cell in harm:
+            if not (0 <= cell[0] < n and 0 <= cell[1] < n):
+                raise ValueError(f"harm cell {cell} lies outside the {n} x {n} grid")
+            if walls[cell]:
+                raise ValueError(f"harm cell {cell} lies on a wall")
+            if cell in (self.start, self.goal, self.key, self.door):
+                raise ValueError(f"harm cell {cell} overlaps the start, goal, key or door")
+        object.__setattr__(self, "harm", harm)
         if self.shown is not None:
             _check_shown(self, self.shown)
 
@@ -212,6 +235,7 @@ class Grid:
             and self.door == other.door
             and self.variant == other.variant
             and self.shown == other.shown
+            and self.harm == other.harm
         )
 
     def __hash__(self) -> int:
@@ -224,6 +248,7 @@ class Grid:
                 self.door,
                 self.variant,
                 None if self.shown is None else hash(self.shown),
+                self.harm,
             )
         )
 
@@ -236,7 +261,7 @@ def _check_shown(true: Grid, shown: Grid) -> None:
         raise ValueError("a shown grid cannot itself carry a shown grid")
     if shown.size != true.size:
         raise ValueError(f"the shown grid is {shown.size} x {shown.size}, not {true.size}")
-    for name in ("start", "key", "door"):
+    for name in ("start", "key", "door", "harm"):
         if getattr(shown, name) != getattr(true, name):
             raise ValueError(
                 f"the shown grid's {name} {getattr(shown, name)} differs from the true "

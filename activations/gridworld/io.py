@@ -20,11 +20,14 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
 ``shown``                   (``/2``) null, or the grid the prompt draws instead of the true one
                             (a false-belief grid): ``{"walls": [n strings], "goal_row_col":
-                            [row, col]}``; start, key and door are the true grid's
+                            [row, col]}``; start, key, door and harm cells are the true grid's
+``harm_cells``              (``/2``) list of ``[row, col]`` harm cells (flower beds ``F``),
+                            sorted; ``[]`` on grids without them
 ==========================  ===================================================================
 
-A ``goalprobe.gridset/1`` line has no ``shown`` (read as null); the fields added in ``/2`` take
-their defaults when absent from a ``/1`` line.
+Version 1 (``goalprobe.gridset/1``) is the same without the fields added in version 2; the
+reader still reads it, the added fields taking their defaults (:data:`V2_DEFAULTS`). The
+writer always writes version 2.
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -47,7 +50,7 @@ SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
 
 SCHEMA_V1 = "goalprobe.gridset/1"
-"""The previous schema, still read (it lacks the fields of :data:`FIELDS_V2`)."""
+"""The previous schema tag, still read (it lacks the fields of :data:`V2_DEFAULTS`)."""
 
 FIELDS_V1: tuple[str, ...] = (
     "schema",
@@ -66,12 +69,13 @@ FIELDS_V1: tuple[str, ...] = (
     "text",
     "extra",
 )
+"""Fields of a version-1 record."""
 
-FIELDS_V2: tuple[str, ...] = ("shown",)
-"""Fields added in ``/2`` (absent from ``/1`` lines, read with their defaults)."""
+V2_DEFAULTS: dict[str, Any] = {"shown": None, "harm_cells": []}
+"""Fields added in version 2, with the value a version-1 record implies."""
 
-FIELDS: tuple[str, ...] = FIELDS_V1 + FIELDS_V2
-"""Every field of a ``/2`` line."""
+FIELDS: tuple[str, ...] = (*FIELDS_V1, *V2_DEFAULTS)
+"""Fields of a version-2 record."""
 
 
 class GridSetFormatError(ValueError):
@@ -106,6 +110,7 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "text": render(grid),
         "extra": dict(grid.extra),
         "shown": None if grid.shown is None else _shown_to_dict(grid.shown),
+        "harm_cells": [_cell(cell) for cell in grid.harm],
     }
 
 
@@ -173,6 +178,8 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     unknown = sorted(set(record) - set(fields))
     if unknown:
         raise _fail(where, ", ".join(unknown), "unknown field(s)")
+    if schema == SCHEMA_V1:
+        record = {**V2_DEFAULTS, **record}
     grid_id = record["grid_id"]
     if not isinstance(grid_id, str) or not grid_id:
         raise _fail(where, "grid_id", f"expected a non-empty string, got {grid_id!r}")
@@ -203,6 +210,14 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
         "key": _read_cell(record, "key_row_col", where, optional=True),
         "door": _read_cell(record, "door_row_col", where, optional=True),
     }
+    harm_cells = record["harm_cells"]
+    if not isinstance(harm_cells, list):
+        raise _fail(where, "harm_cells", f"expected a list of [row, col], got {harm_cells!r}")
+    harm = tuple(
+        _read_cell({"harm_cells": cell}, "harm_cells", where, optional=False) for cell in harm_cells
+    )
+    if len(set(harm)) != len(harm):
+        raise _fail(where, "harm_cells", "a cell repeats")
     shown = None
     if shown_cells is not None:
         try:
@@ -212,6 +227,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
                 start=cells["start"],
                 key=cells["key"],
                 door=cells["door"],
+                harm=harm,
                 variant=variant,
                 grid_id=grid_id,
             )
@@ -228,6 +244,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
             grid_id=grid_id,
             extra=extra,
             shown=shown,
+            harm=harm,
             **cells,
         )
     except ValueError as err:

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from goalprobe.report import behaviour, false_belief, outcomes, probes, probing
+from goalprobe.report import behaviour, false_belief, harm, outcomes, probes, probing
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline import headline_rows
 from goalprobe.report.run import MissingInput, RunReader
@@ -24,6 +24,7 @@ SECTION_TITLES: dict[str, str] = {
     "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
     "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
+    "harm": "Reward-harm trade-offs: flower beds and moral conditioning (MACHIAVELLI)",
     "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
     "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
     "localisation": "Agent and goal localisation (Fig. 7)",
@@ -39,6 +40,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "behaviour": "behaviour",
     "iso": "iso",
     "keys": "keys",
+    "harm": "harm",
     "probing": "probes",
     "probes": "probes",
     "localisation": "probes",
@@ -54,6 +56,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "behaviour": behaviour.behaviour,
     "iso": behaviour.iso,
     "keys": behaviour.keys,
+    "harm": harm.harm,
     "probing": probing.probing,
     "probes": probes.probes,
     "localisation": probes.localisation,

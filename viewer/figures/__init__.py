@@ -21,6 +21,7 @@ module                 figures
 :mod:`.false_belief`   :func:`false_belief_maps_figure` (true, shown, decoded side by side),
                        :func:`oracle_rates_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
+:mod:`.harm`           reward against harm on harm grids
 :mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
                        :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
@@ -37,6 +38,7 @@ from viewer.figures.behaviour import (
 )
 from viewer.figures.episodes import episode_timeline_figure
 from viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
+from viewer.figures.harm import reward_harm_figure
 from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
@@ -74,6 +76,7 @@ __all__ = [
     "baseline_values",
     "plan_strip_categories",
     "prefix_accuracy_grid_figure",
+    "reward_harm_figure",
     "learning_curve_figure",
     "ACTION_ARROWS",
     "CELL_COLOURS",
