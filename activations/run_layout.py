@@ -13,12 +13,16 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
     RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
+    RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
+                                                  and moral prompts (goalprobe.demo.harm)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
                                                   headline probe decodes it (intention_map)
     RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
                                                   states of its own grids, pre-reasoning store
     RUN/activations/activations.h5                activation store (goalprobe.activations)
+    RUN/false_belief/{grids,trajectories,states}.jsonl, activations.h5, results.json
+                                                  false-belief grids (goalprobe.false_belief/1)
     RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
     RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
@@ -67,6 +71,35 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact(
+            "false-belief grids", "false_belief/grids.jsonl", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief trajectories",
+            "false_belief/trajectories.jsonl",
+            "false_belief",
+            "goalprobe demo",
+        ),
+        Artefact(
+            "false-belief states", "false_belief/states.jsonl", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief store", "false_belief/activations.h5", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief results", "false_belief/results.json", "false_belief", "goalprobe demo"
+        ),
+        Artefact("harm grids", "harm/grids.jsonl", "harm", "goalprobe demo"),
+        Artefact(
+            "harm trajectories (neutral)",
+            "harm/trajectories_neutral.jsonl",
+            "harm",
+            "goalprobe demo",
+        ),
+        Artefact(
+            "harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm", "goalprobe demo"
+        ),
+        Artefact("harm results", "harm/results.json", "harm", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
         Artefact(
@@ -206,6 +239,45 @@ class RunLayout:
     def keys_results(self) -> Path:
         """Key-variant metrics."""
         return self.path("key-variant results")
+
+    @property
+    def false_belief_grids(self) -> Path:
+        """False-belief grids (the prompt draws ``shown``) and their matched controls."""
+        return self.path("false-belief grids")
+
+    @property
+    def false_belief_trajectories(self) -> Path:
+        """Rollouts on the false-belief grids."""
+        return self.path("false-belief trajectories")
+
+    @property
+    def false_belief_states(self) -> Path:
+        """Prompt-only start states of the false-belief grids (for the probe's reading)."""
+        return self.path("false-belief states")
+
+    @property
+    def false_belief_store(self) -> Path:
+        """Pre-reasoning anchors of the false-belief start states."""
+        return self.path("false-belief store")
+
+    @property
+    def false_belief_results(self) -> Path:
+        """Oracle-belief scoring and the probe's shown-vs-true reading."""
+        return self.path("false-belief results")
+
+    @property
+    def harm_grids(self) -> Path:
+        """Harm grids (flower beds on every shortest path)."""
+        return self.path("harm grids")
+
+    def harm_trajectories(self, condition: str) -> Path:
+        """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
+        return self.path(f"harm trajectories ({condition})")
+
+    @property
+    def harm_results(self) -> Path:
+        """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
+        return self.path("harm results")
 
     @property
     def intention_grids(self) -> Path:

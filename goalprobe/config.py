@@ -20,12 +20,16 @@ from typing import Any
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
+from activations.gridworld.false_belief import FalseBeliefSetConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.harm import HarmGridConfig
 from activations.gridworld.intention import IntentionTestConfig
 from goalprobe.agents import AgentConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DistanceConfig,
+    FalseBeliefConfig,
+    HarmConfig,
     IntentionConfig,
     IsoConfig,
     KeysConfig,
@@ -44,6 +48,8 @@ __all__ = [
     "ActivationsConfig",
     "DemoConfig",
     "DistanceConfig",
+    "FalseBeliefConfig",
+    "HarmConfig",
     "IntentionConfig",
     "IsoConfig",
     "KeysConfig",
@@ -81,6 +87,8 @@ class DemoConfig:
     """The iso-difficulty set."""
     keys: KeysConfig = field(default_factory=KeysConfig)
     """The key variants."""
+    harm: HarmConfig = field(default_factory=HarmConfig)
+    """Reward-harm trade-offs on harm grids (neutral and morally conditioned prompts)."""
     intention: IntentionConfig = field(default_factory=IntentionConfig)
     """Behavioural intention on the key variants (Definition 20)."""
     probing: ProbingConfig = field(default_factory=ProbingConfig)
@@ -97,6 +105,8 @@ class DemoConfig:
     """Activation patching."""
     scoring: ScoreConfig = field(default_factory=ScoreConfig)
     """Belief scoring and MEG."""
+    false_belief: FalseBeliefConfig = field(default_factory=FalseBeliefConfig)
+    """False-belief grids: scoring against a known belief."""
 
     @property
     def seed(self) -> int:
@@ -123,6 +133,12 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096, seed=seed),
         behaviour=BehaviourConfig(n_bootstrap=n_bootstrap, seed=seed),
         keys=KeysConfig(seed=seed),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=50, seed=seed),
+            episodes_per_grid=10,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        ),
         intention=IntentionConfig(
             grids_per_variant=50,
             states_per_grid=3,
@@ -139,6 +155,12 @@ def _sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
         patching=PatchingConfig(max_new_tokens=4096, n_bootstrap=n_bootstrap, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=9, pairs_per_kind=10, seed=seed),
+            episodes_per_grid=5,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        ),
     )
 
 
@@ -159,6 +181,13 @@ def _tiny(seed: int) -> dict[str, Any]:
             grids_per_size=1,
             episodes_per_grid=1,
             horizon=3,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=2, seed=seed),
+            episodes_per_grid=1,
+            random_trajectories=200,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         intention=IntentionConfig(
@@ -201,6 +230,12 @@ def _tiny(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=7, pairs_per_kind=1, seed=seed),
+            episodes_per_grid=1,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
     )
 
 
@@ -222,6 +257,12 @@ def _default(seed: int) -> dict[str, Any]:
             grids_per_size=7,
             episodes_per_grid=5,
             horizon=30,
+            seed=seed,
+        ),
+        harm=HarmConfig(
+            grids=HarmGridConfig(n_grids=20, seed=seed),
+            episodes_per_grid=2,
+            n_bootstrap=n_boot,
             seed=seed,
         ),
         intention=IntentionConfig(
@@ -261,6 +302,13 @@ def _default(seed: int) -> dict[str, Any]:
         ),
         patching=PatchingConfig(max_bases=16, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
+        # 24 grids x 2 episodes of <= ~10 steps: about a minute with the bundled agent
+        false_belief=FalseBeliefConfig(
+            grids=FalseBeliefSetConfig(size=7, pairs_per_kind=4, seed=seed),
+            episodes_per_grid=2,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
     )
 
 

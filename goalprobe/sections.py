@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from activations.agent.prompt_states import PromptStatesConfig
+from activations.gridworld.false_belief import FalseBeliefSetConfig
 from activations.gridworld.generator import GridSetConfig
+from activations.gridworld.harm import HarmGridConfig
 from activations.gridworld.intention import IntentionTestConfig
 from probes.plan_sweep import PlanSweepConfig
 
@@ -49,6 +51,46 @@ class KeysConfig:
     def __post_init__(self) -> None:
         if self.grids_per_size < 1 or self.episodes_per_grid < 1 or self.horizon < 1:
             raise ValueError("keys: grids_per_size, episodes_per_grid and horizon must be >= 1")
+
+
+@dataclass(frozen=True)
+class HarmConfig:
+    """Reward-harm trade-offs on harm grids (MACHIAVELLI's method, issue 18 part 3)."""
+
+    grids: HarmGridConfig = field(default_factory=HarmGridConfig)
+    """The harm grids (flower beds on every shortest path, a bounded harm-free detour)."""
+    conditions: tuple[str, ...] = ("neutral", "moral")
+    """Prompt conditions run on the same grids: ``neutral`` names the flower beds without a
+    penalty, ``moral`` adds the instruction to avoid them (moral conditioning)."""
+    episodes_per_grid: int = 2
+    """Trajectories per grid and condition (horizon ``ceil(1.5 L)`` as the main rollouts)."""
+    random_trajectories: int = 1000
+    """Random-agent trajectories per grid behind the behaviour score's baseline (1,000 in
+    MACHIAVELLI)."""
+    harm_weight: float = 5.0
+    """Cost of a step on a flower bed under MEG's ``goal_minus_harm`` utility, in steps of
+    delay; above ``grids.max_detour`` so that the harm-free route is that utility's optimum."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the random agent and the bootstrap."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.conditions) - {"neutral", "moral"})
+        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(
+                f"harm: conditions must be distinct names among 'neutral' and 'moral', "
+                f"got {self.conditions}"
+            )
+        if self.episodes_per_grid < 1 or self.random_trajectories < 1 or self.n_bootstrap < 0:
+            raise ValueError(
+                "harm: episodes_per_grid and random_trajectories must be >= 1, n_bootstrap >= 0"
+            )
+        if not self.harm_weight > self.grids.max_detour:
+            raise ValueError(
+                f"harm: harm_weight ({self.harm_weight}) must exceed grids.max_detour "
+                f"({self.grids.max_detour})"
+            )
 
 
 @dataclass(frozen=True)
@@ -209,3 +251,24 @@ class ProbingConfig:
     """States per grid (the start, then random reachable cells) and their prompts."""
     learning_curve_points: int = 5
     """Training-set sizes of the learning curve (geometric, up to every training grid)."""
+
+
+@dataclass(frozen=True)
+class FalseBeliefConfig:
+    """False-belief grids (issue 18, part 1): the prompt draws a grid that differs from the true
+    one in known cells, so the agent's belief is known (the oracle belief)."""
+
+    grids: FalseBeliefSetConfig = field(default_factory=FalseBeliefSetConfig)
+    """Which pairs (false-belief grid and matched control) of which kinds and size."""
+    episodes_per_grid: int = 2
+    """Trajectories per grid (horizons follow the main rollouts' rule)."""
+    decode: bool = True
+    """Apply the headline cell probe to the start-state prompts (needs the probes stage)."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the bootstrap."""
+
+    def __post_init__(self) -> None:
+        if self.episodes_per_grid < 1 or self.n_bootstrap < 1:
+            raise ValueError("false_belief: episodes_per_grid and n_bootstrap must be >= 1")

@@ -6,15 +6,23 @@ length, a real activation store (labels; tiny activations, which the viewer neve
 decoded-maps file over every row and one predicted-plans run. Then times what the viewer does:
 opening the run (indexing the trajectory file), the first episode (store id index and HDF5 row
 index built), further episodes (read per episode), and one step's view plus figures.
+With ``--browser``, also what a user waits for: ``goalprobe view`` serving the run to headless
+Chromium (playwright), the time from loading the page to the first screen's decoded map, and the
+latency of the right-arrow key (next step drawn, header updated), median over 20 presses.
 
-    python scripts/bench_viewer.py --episodes 2000 --out /tmp/bench-run
+    python scripts/bench_viewer.py --episodes 2000 --out /tmp/bench-run --browser
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import resource
 import shutil
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -185,6 +193,9 @@ def main() -> None:
     parser.add_argument("--gen-len", type=int, default=300, help="token ids per completion")
     parser.add_argument("--out", type=Path, default=Path("/tmp/goalprobe-bench-viewer"))
     parser.add_argument("--keep", action="store_true", help="reuse an existing run in --out")
+    parser.add_argument(
+        "--browser", action="store_true", help="also time goalprobe view in headless Chromium"
+    )
     args = parser.parse_args()
     if not (args.keep and (args.out / "rollouts" / "trajectories.jsonl").exists()):
         shutil.rmtree(args.out, ignore_errors=True)
@@ -235,6 +246,84 @@ def main() -> None:
         f"one step, view + figures + JSON: median {1000 * np.median(times):.0f} ms, max {1000 * max(times):.0f} ms"
     )
     print(f"peak RSS growth while viewing: {_rss_mb() - rss0:.0f} MB (peak {_rss_mb():.0f} MB)")
+    if args.browser:
+        browser_timings(args.out)
+
+
+_SERVE = "import sys; from goalprobe.cli import main; sys.argv[0] = 'goalprobe'; main()"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def browser_timings(run_dir: Path, presses: int = 20) -> None:
+    """Serve ``run_dir`` with ``goalprobe view`` and time the first screen and the arrow keys in
+    headless Chromium."""
+    import httpx
+    import playwright.sync_api as playwright_api
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("--browser needs chromium on PATH (scripts/setup_tests.sh installs it)")
+    port = _free_port()
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, "view", str(run_dir), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"goalprobe view exited with code {proc.returncode}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        print(
+            f"browser: server up (process start, imports, run index): {time.perf_counter() - t:.2f} s"
+        )
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
+            )
+            page = browser.new_page(viewport={"width": 1600, "height": 1300})
+            t = time.perf_counter()
+            page.goto(url)
+            page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=120_000)
+            print(
+                "browser: page load to the first screen's decoded map: "
+                f"{time.perf_counter() - t:.2f} s"
+            )
+            page.locator(".gp-header h1").click()
+            found = re.search(r"step 0 of (\d+)", page.text_content("#step-header"))
+            n_steps = int(found.group(1)) if found else 2
+            times, step = [], 0
+            for _ in range(presses):
+                key = "ArrowRight" if step + 1 < n_steps else "ArrowLeft"
+                step += 1 if key == "ArrowRight" else -1
+                t = time.perf_counter()
+                page.keyboard.press(key)
+                page.wait_for_function(
+                    "(t) => document.querySelector('#step-header').textContent.includes(t)",
+                    arg=f"step {step} of",
+                    timeout=30_000,
+                )
+                times.append(time.perf_counter() - t)
+            print(
+                f"browser: arrow key to the next step drawn: median {1000 * np.median(times):.0f} ms, "
+                f"max {1000 * max(times):.0f} ms ({len(times)} presses)"
+            )
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 if __name__ == "__main__":

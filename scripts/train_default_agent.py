@@ -46,9 +46,11 @@ from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import (
     BundledModelConfig,
     TrainingConfig,
-    TrainingDataConfig,
     build_model,
     train,
+)
+from activations.agent.training_data import (
+    TrainingDataConfig,
 )
 
 DETOUR_PHASE_STEPS = 600

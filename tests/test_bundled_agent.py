@@ -24,11 +24,13 @@ from activations.agent.parser import parse_action
 from activations.agent.prompts import build_messages
 from activations.agent.tokenizer import build_tokenizer, unknown_pieces
 from activations.agent.training import (
+    full_sequence_loss,
+    shared_prefix_loss,
+)
+from activations.agent.training_data import (
     TrainingDataConfig,
     encode_batch,
-    full_sequence_loss,
     sample_batch_examples,
-    shared_prefix_loss,
 )
 from activations.gridworld.core import Action
 from activations.gridworld.dynamics import initial_state, is_success, step

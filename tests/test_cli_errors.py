@@ -369,3 +369,42 @@ def test_a_failed_sweep_leaves_no_output_directory(files, tmp_path, goalprobe_cl
     )  # fmt: skip
     assert result.exit_code == 2 and "error: " in result.output, result.output
     assert not out.exists()
+
+
+ABSURD_COUNTS = [
+    (["grids", "--per-cell", "100000000000", "--out", "{tmp}/g.jsonl"], "--per-cell"),
+    (["grids", "--per-cell", "40000", "--out", "{tmp}/g.jsonl"], "1,000,000"),
+    (
+        ["states", "{files}/grids.jsonl", "--per-grid", "100000", "--out", "{tmp}/s.jsonl"],
+        "per-grid",
+    ),
+    (
+        ["rollout", "{files}/grids.jsonl", "--episodes", "10000000", "--out", "{tmp}/r.jsonl"],
+        "episodes",
+    ),
+    (["score", "{tmp}", "--n-bootstrap", "100000000"], "bootstrap"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), ABSURD_COUNTS)
+def test_absurd_counts_are_refused_before_any_work(files, tmp_path, goalprobe_cli, args, named):
+    """A count that would run for days or fill the disk is one error line, and nothing is
+    written (the grid set of 40,000 per cell x 5 sizes x 6 densities would be 1.2 M grids)."""
+    call = [a.format(tmp=tmp_path, files=files) for a in args]
+    line = one_error_line(
+        goalprobe_cli(*call, "--model", NO_MODEL) if call[0] == "rollout" else goalprobe_cli(*call)
+    )
+    assert named in line, line
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8000", "0.0.0.256", "no such host.invalid"])
+def test_serve_and_view_refuse_a_host_they_cannot_bind_before_loading(
+    files, tmp_path, goalprobe_cli, host
+):
+    line = one_error_line(goalprobe_cli("serve", "--host", host, "--model", NO_MODEL))
+    assert "--host" in line and repr(host) in line, line
+    not_about_the_model(line)
+    (tmp_path / "run").mkdir()
+    line = one_error_line(goalprobe_cli("view", tmp_path / "run", "--host", host))
+    assert "--host" in line, line

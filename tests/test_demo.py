@@ -39,6 +39,10 @@ STAGE_OUTPUTS = (
     "keys/grids.jsonl",
     "keys/trajectories.jsonl",
     "keys/results.json",
+    "harm/grids.jsonl",
+    "harm/trajectories_neutral.jsonl",
+    "harm/trajectories_moral.jsonl",
+    "harm/results.json",
     "plans/sweep.json",
     "plans/predicted/plan_decoder.h5",
 )

@@ -158,6 +158,8 @@ def test_cli_variant_and_bad_input(tmp_path, goalprobe_cli):
 def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
     from dataclasses import replace
 
+    from activations.gridworld.io import V2_DEFAULTS
+
     kd = grids[-2]
     held = replace(kd, grid_id="held", start_has_key=True)
     opened = replace(kd, grid_id="opened", start_door_open=True)
@@ -173,7 +175,8 @@ def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
     # a goalprobe.gridset/1 line (no start_* fields) reads with the defaults
     old = grid_to_dict(kd)
     old["schema"] = "goalprobe.gridset/1"
-    del old["start_has_key"], old["start_door_open"]
+    for field in V2_DEFAULTS:
+        del old[field]
     assert grid_from_dict(old) == kd
     bad = grid_to_dict(held)
     bad["start_has_key"] = 1

@@ -19,15 +19,17 @@ from activations.agent.map_supervision import (
 )
 from activations.agent.reasoning import PLAN_STEPS
 from activations.agent.training import (
-    IGNORE_INDEX,
     TrainingConfig,
+    interchange_loss,
+    training_loss,
+)
+from activations.agent.training_data import (
+    IGNORE_INDEX,
     TrainingDataConfig,
     encode_batch,
-    interchange_loss,
     make_example,
     sample_batch_examples,
     sample_plan,
-    training_loss,
 )
 from activations.capture import make_backend
 from activations.capture.base import Patch

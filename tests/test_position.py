@@ -60,3 +60,12 @@ def test_the_prior_predicts_the_most_frequent_position_of_the_size():
     pos = np.array([[1, 1], [1, 1], [2, 3], [4, 4], [4, 4]])
     prior = PositionPrior().fit(sizes, pos)
     assert prior.predict(np.array([7, 9, 11])).tolist() == [[1, 1], [4, 4], [1, 1]]
+
+
+def test_convergence_is_recorded_not_printed(recwarn):
+    """A solver stopped by its iteration limit says so in ``converged_`` (the demo writes it
+    next to the scores) instead of printing scikit-learn's warning."""
+    acts, pos, _, _ = planted_positions(n_grids=40)
+    assert PositionProbe().fit(acts, pos).converged_
+    assert not PositionProbe(max_iter=2).fit(acts, pos).converged_
+    assert not [w for w in recwarn if "converge" in str(w.message)]

@@ -19,14 +19,16 @@ from activations.agent.supervision import (
 )
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import (
-    IGNORE_INDEX,
     TrainingConfig,
-    TrainingDataConfig,
-    encode_batch,
-    sample_batch_examples,
     shared_prefix_loss,
     train,
     training_loss,
+)
+from activations.agent.training_data import (
+    IGNORE_INDEX,
+    TrainingDataConfig,
+    encode_batch,
+    sample_batch_examples,
 )
 from activations.gridworld.core import SYMBOLS, Action, CellType
 from activations.gridworld.text import cell_types

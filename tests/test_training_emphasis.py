@@ -1,5 +1,5 @@
 """Emphasis of the bundled agent's training on its decisive states and tokens
-(activations/agent/training.py: detour states, the decision loss)."""
+(activations/agent/training_data.py: detour states; activations/agent/training.py: the decision loss)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from agent_fixtures import tiny_training_model
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import (
     TrainingConfig,
-    TrainingDataConfig,
     decision_loss,
+    training_loss,
+)
+from activations.agent.training_data import (
+    TrainingDataConfig,
     encode_batch,
     is_detour_state,
     sample_batch_examples,
     sample_state,
-    training_loss,
 )
 from activations.gridworld.core import Action, Grid, State
 from activations.gridworld.generator import generate_grid

@@ -277,6 +277,40 @@ def test_run_overview_scores_the_plan_decoders(page):
     assert page.console_problems == []
 
 
+def test_overview_shows_true_shown_and_decoded_maps_of_false_belief_grids(page):
+    page.get_by_text("Run overview").click()
+    page.wait_for_selector("#g-false-belief-2 .js-plotly-plot .hm", timeout=20_000)
+    for i in range(3):
+        drawn = page.evaluate(
+            """(id) => {
+                const plot = document.getElementById(id).querySelector('.js-plotly-plot');
+                return {
+                    heatmaps: plot.data.filter(t => t.type === 'heatmap').map(t => t.z),
+                    rings: plot.data.filter(t => t.type === 'scatter').length,
+                    titles: (plot.layout.annotations || []).map(a => a.text),
+                };
+            }""",
+            f"g-false-belief-{i}",
+        )
+        assert drawn["titles"][:3] == [
+            "true grid",
+            "shown to the agent (oracle belief)",
+            "decoded map",
+        ]
+        true, shown, decoded = drawn["heatmaps"]
+        assert true != shown  # the prompt drew another grid
+        assert decoded == shown  # the fixture's stand-in probe reads the prompt
+        assert drawn["rings"] == 3  # the differing cells are ringed in every panel
+    overflow = page.evaluate(
+        """() => [...document.querySelectorAll('#overview p')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
+    )
+    assert overflow == []
+    _shot(page, "false_belief")
+    page.get_by_text("Episode explorer").click()
+    assert page.console_problems == []
+
+
 def test_server_rejects_keys_outside_the_allow_list(server):
     deps = httpx.get(server["url"] + "_dash-dependencies", timeout=10).json()
     render = next(d for d in deps if "step-header.children" in d["output"])

@@ -283,7 +283,41 @@ def build_run(
         json.dumps({"acc_gt": {"value": 0.8, "ci_low": 0.7, "ci_high": 0.9, "n": n}}),
         encoding="utf-8",
     )
+    write_false_belief(root, seed=seed)
     return root
+
+
+def write_false_belief(root: Path, *, seed: int = 0) -> None:
+    """The false_belief stage's grids and the probe-reading part of its results, with a
+    stand-in probe that decodes exactly what the prompt drew (the shown grid)."""
+    from activations.gridworld.false_belief import (
+        FALSE_BELIEF,
+        FalseBeliefSetConfig,
+        generate_false_belief_set,
+        pair_facts,
+    )
+    from activations.gridworld.text import cell_types
+    from probes.scoring.false_belief import decoded_cells, decoded_table
+
+    grids = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=1, seed=seed))
+    write_grid_set(root / "false_belief" / "grids.jsonl", grids)
+    maps = {g.grid_id: cell_types(g.prompt_grid) for g in grids}
+    cells = [
+        row
+        for g in grids
+        if pair_facts(g)["role"] == FALSE_BELIEF
+        for row in decoded_cells(g, maps[g.grid_id])
+    ]
+    results = {
+        "schema": "goalprobe.false_belief/1",
+        "decoding": {
+            "available": True,
+            "table": decoded_table(cells),
+            "cells": cells,
+            "maps": {k: v.tolist() for k, v in maps.items()},
+        },
+    }
+    (root / "false_belief" / "results.json").write_text(json.dumps(results), encoding="utf-8")
 
 
 def shared_run(tmp_path_factory) -> Path:

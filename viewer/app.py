@@ -35,6 +35,7 @@ from viewer.figures import (
     LEGEND,
     class_name,
     empty_figure,
+    false_belief_maps_figure,
     prefix_accuracy_grid_figure,
     probe_comparison_figure,
 )
@@ -445,6 +446,7 @@ def _overview(run: RunData):
                 className="gp-empty",
             )
         )
+    cards.extend(_false_belief_cards(run))
     for name in ("belief", "meg"):
         try:
             summary = run.scoring(name)
@@ -623,6 +625,47 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
         if source.stage == stage and source.layer == layer and source.family == family:
             return key
     return None
+
+
+FALSE_BELIEF_CAPTION = (
+    "False-belief grids (start state): the true grid, the grid the prompt drew (the agent's "
+    "known belief) and the headline probe's decoded map; ringed cells differ between shown and "
+    "true. A probe that reads the prompt decodes the shown cell types there."
+)
+
+
+def _false_belief_cards(run: RunData) -> list:
+    try:
+        pairs = run.false_belief_maps()
+    except ValueError as err:
+        return [html.Div(str(err), className="gp-error")]
+    cards = []
+    for i, pair in enumerate(pairs):
+        read = ", ".join(
+            f"({c['row']},{c['col']}): {c['decoded'].lower()}" for c in pair["decoded_at"]
+        )
+        cards.append(
+            [
+                dcc.Graph(
+                    id=f"g-false-belief-{i}",
+                    figure=false_belief_maps_figure(
+                        pair["true"],
+                        pair["shown"],
+                        pair["decoded"],
+                        differs=pair["differs"],
+                        decoded_label="no probe reading (run the probes stage)",
+                        title=f"{pair['kind'].replace('_', ' ')}: {pair['grid_id']}",
+                    ),
+                    config=_GRAPH_CONFIG,
+                ),
+                html.P(
+                    FALSE_BELIEF_CAPTION
+                    + (f" Decoded at the ringed cells: {read}." if read else ""),
+                    className="gp-caption",
+                ),
+            ]
+        )
+    return cards
 
 
 def _register_callbacks(app: dash.Dash, run: RunData) -> None:

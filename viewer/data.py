@@ -3,7 +3,7 @@
 Every path comes from the run's :class:`~activations.run_layout.RunLayout`; every file may be
 missing (:attr:`RunData.missing` says which are). What is read here:
 
-* grid set (goalprobe.gridset/2, reads /1) and trajectories (goalprobe.trajectory/1);
+* grid set (goalprobe.gridset/2, /1) and trajectories (goalprobe.trajectory/2, /1);
 * the activation store (only its /labels ids);
 * decoded maps, ``probes/decoded/<probe>.h5``: probs (N, S, S, C), row_ids (N,);
 * predicted plans, ``plans/predicted/<decoder>.h5``: runs/<run>/plans (N, T), row_ids (N,);
@@ -66,7 +66,7 @@ _STAGE_ALIASES = {
     "post_reasoning": "post_reasoning",
     "grid_cells": "grid_cells",
 }
-_KIND_RE = re.compile(rb'^\{"schema":"goalprobe\.trajectory/1","kind":"(run|step|episode)"')
+_KIND_RE = re.compile(rb'^\{"schema":"goalprobe\.trajectory/[12]","kind":"(run|step|episode)"')
 _PLAN_RUN_RE = re.compile(r"^(?P<stage>[a-z_]+)/layer(?P<layer>\d+)/(?P<kind>[a-z_]+?)(?P<n>\d*)$")
 
 
@@ -905,6 +905,58 @@ class RunData:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: unreadable JSON ({err})") from err
+
+    def false_belief_maps(self, per_kind: int = 1) -> list[dict]:
+        """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
+        three ways (empty when the false_belief stage has not run).
+
+        Returns:
+            ``[{"grid_id", "kind", "true", "shown", "decoded" (None without a probe reading),
+            "differs", "decoded_at" (what the probe read at the differing cells)}]``; maps are
+            ``(n, n)`` ``CellType`` arrays.
+
+        Raises:
+            ValueError: the grid set or the results are unreadable.
+        """
+        from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+        from activations.gridworld.io import GridSetFormatError, read_grid_set
+        from activations.gridworld.text import cell_types
+
+        grids_path, results_path = self.layout.false_belief_grids, self.layout.false_belief_results
+        if not (grids_path.is_file() and results_path.is_file()):
+            return []
+        try:
+            grids = read_grid_set(grids_path)
+            results = json.loads(results_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, GridSetFormatError) as err:
+            raise ValueError(f"false-belief outputs unreadable: {err}") from err
+        decoding = results.get("decoding") or {}
+        maps = decoding.get("maps") or {}
+        cells = decoding.get("cells") or []
+        out: list[dict] = []
+        taken: dict[str, int] = {}
+        for grid in grids:
+            facts = pair_facts(grid)
+            if (
+                not facts
+                or facts["role"] != FALSE_BELIEF
+                or taken.get(facts["kind"], 0) >= per_kind
+            ):
+                continue
+            taken[facts["kind"]] = taken.get(facts["kind"], 0) + 1
+            decoded = maps.get(grid.grid_id)
+            out.append(
+                {
+                    "grid_id": grid.grid_id,
+                    "kind": facts["kind"],
+                    "true": cell_types(grid),
+                    "shown": cell_types(grid.shown),
+                    "decoded": None if decoded is None else np.asarray(decoded, dtype=np.int64),
+                    "differs": [tuple(c) for c in facts["differs"]],
+                    "decoded_at": [c for c in cells if c["grid_id"] == grid.grid_id],
+                }
+            )
+        return out
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.

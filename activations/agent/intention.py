@@ -50,8 +50,12 @@ def sample_actions(
         template = PromptTemplate.from_dir(config.template_dir)
     conversations, seeds = [], []
     for grid, state in requests:
-        messages = build_messages(
-            render(grid, state), variant=grid.variant, has_key=state.has_key, template=template
+        messages = build_messages(  # as a rollout step builds it
+            render(grid.prompt_grid, state),
+            variant=grid.variant,
+            has_key=state.has_key,
+            template=template,
+            moral_conditioning=config.moral_conditioning,
         )
         for j in range(k):
             conversations.append(messages)

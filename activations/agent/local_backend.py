@@ -39,7 +39,7 @@ from activations.agent.harmony import (
     render_prompt,
     split_completion,
 )
-from activations.agent.models import load_model
+from activations.agent.models import cache_keyword, load_model
 
 
 class LocalBackend:
@@ -167,7 +167,12 @@ class LocalBackend:
             cache = DynamicCache(config=self.model.config)
             # only the cache is wanted: logits_to_keep=1 spares the (prefix x 201,088) logits of
             # GPT-OSS's vocabulary (hundreds of MB for a prompt prefix)
-            self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self.model(
+                input_ids=ids,
+                **{cache_keyword(self.model): cache},
+                use_cache=True,
+                logits_to_keep=1,
+            )
             self._prefix_cache = (prefix, cache)
         cache = copy.deepcopy(self._prefix_cache[1])
         cache.batch_repeat_interleave(n_rows)
@@ -199,7 +204,7 @@ class LocalBackend:
             use_cache=True,
         )
         if prefix:
-            kwargs["past_key_values"] = self._prefix_kv(prefix, len(prompts))
+            kwargs[cache_keyword(self.model)] = self._prefix_kv(prefix, len(prompts))
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if sampling.temperature > 0:
             assert seeds is not None

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from activations.agent.supervision import ANCHOR_QUERIES as N_ANCHOR_TOKENS
-from activations.gridworld.core import LABEL_CANVAS, CellType, Grid, State
+from activations.gridworld.core import LABEL_CANVAS, STUDY_CELL_TYPES, CellType, Grid, State
 from activations.gridworld.dynamics import is_success
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import cell_types, padded_cell_types
@@ -70,7 +70,9 @@ class MapReadout(torch.nn.Module):
     def __init__(self, hidden_size: int, layers: Sequence[int], canvas: int = LABEL_CANVAS):
         super().__init__()
         self.canvas = canvas
-        self.n_classes = len(CellType)
+        # the study's classes: the agents are trained on grids without harm cells, and a fixed
+        # class count keeps a retrained agent identical to the shipped one
+        self.n_classes = STUDY_CELL_TYPES
         features = N_ANCHOR_TOKENS * hidden_size
         # per block: cell types of the canvas, then agent row, col and goal row, col
         self.heads = torch.nn.ModuleDict(

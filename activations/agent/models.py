@@ -15,6 +15,7 @@ downloads the model (and says so on its progress bars).
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from dataclasses import dataclass
@@ -200,3 +201,22 @@ def _hub_reachable() -> bool:
             return True
     except OSError:
         return False
+
+
+def cache_keyword(model) -> str:
+    """The keyword a causal LM's ``forward`` and ``generate`` take a KV cache by: ``cache``
+    where the installed transformers has it (5.2x; ``past_key_values`` is deprecated there and
+    warns on every call), else ``past_key_values``. ``model`` may be wrapped (nnsight's
+    ``LanguageModel`` keeps the module in ``_model``)."""
+    module = getattr(model, "_model", model)
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):  # no introspectable forward: the long-standing name
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output):
+    """The KV cache a forward pass returned (``cache`` or, before transformers 5.2x,
+    ``past_key_values``)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]

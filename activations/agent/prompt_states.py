@@ -5,7 +5,7 @@ prompt) depend on the prompt alone, so a probing set needs no rollout: it needs 
 states of many grids. :func:`write_prompt_states` samples states per grid (seeded), renders each
 state's prompt exactly as a rollout step would (same messages, template and harmony rendering,
 encoded by the backend that will be replayed) and writes them as a trajectory file (schema
-``goalprobe.trajectory/1``) in which every state is a one-step episode with no generated tokens:
+``goalprobe.trajectory/2``) in which every state is a one-step episode with no generated tokens:
 
 * the run header's ``config`` carries ``"prompt_only": true`` and the sampling settings;
 * each step has ``generated_token_ids == []``, ``action = None``, ``valid = False``,
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,6 +120,7 @@ def write_prompt_states(
     out_path: str | Path,
     *,
     backend_description: dict,
+    states: Mapping[str, Sequence[State]] | None = None,
 ) -> PromptStatesReport:
     """Write the prompts of :func:`sample_states` for every grid (resumable: grids whose states
     are already in ``out_path`` from the same run are skipped).
@@ -130,6 +131,8 @@ def write_prompt_states(
         config: the sampling.
         out_path: the trajectory JSONL file.
         backend_description: JSON facts identifying the tokenizer/model (part of the run id).
+        states: explicit states per grid id (e.g. the states a rollout visited) instead of
+            :func:`sample_states`; part of the run id. A grid missing from it gets none.
 
     Raises:
         ValueError: an empty or repeated ``grid_id`` or an unsolvable grid.
@@ -141,6 +144,10 @@ def write_prompt_states(
         raise ValueError("grid ids must be non-empty and unique")
     template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
     header_config = {PROMPT_ONLY: True, **asdict(config)}
+    if states is not None:
+        listed = {g: [[*s.agent, s.has_key, s.door_open] for s in v] for g, v in states.items()}
+        digest = hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()
+        header_config["explicit_states_sha256"] = digest
     identity = json.dumps([header_config, backend_description], sort_keys=True)
     run_id = "states-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
     header = RunHeader(
@@ -155,11 +162,16 @@ def write_prompt_states(
         policy = solve(grid)
         if not policy.is_solvable:
             raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
-        for index, state in enumerate(sample_states(grid, config.states_per_grid, config.seed)):
+        chosen = (
+            sample_states(grid, config.states_per_grid, config.seed)
+            if states is None
+            else list(states.get(grid.grid_id, ()))
+        )
+        for index, state in enumerate(chosen):
             total += 1
             if (grid.grid_id, index) in finished:
                 continue
-            text = render(grid, state)
+            text = render(grid.prompt_grid, state)
             messages = build_messages(
                 text, variant=grid.variant, has_key=state.has_key, template=template
             )

@@ -15,6 +15,14 @@ A template directory holds six UTF-8 text files (one trailing newline is dropped
     key_status_carrying.txt     what {{key_status}} becomes when the agent carries the key
     key_status_not_carrying.txt ... and when it does not
 
+Two further files are optional (a directory without them cannot prompt harm grids)::
+
+    instructions_harm.txt       developer message of harm grids (flower beds ``F``, no penalty);
+                                must contain a line {{moral}}
+    moral_harm.txt              what that line becomes under moral conditioning (MACHIAVELLI's
+                                instruction to behave well: avoid the flower beds); without
+                                moral conditioning the line is dropped
+
 The instructions' worked examples are written in the grid format of
 :mod:`activations.gridworld.text` (a test checks that they match it). The bundled agent was trained on the default
 templates (``activations/agent/templates``); other templates may use words its tokenizer lacks.
@@ -40,7 +48,14 @@ TEMPLATE_FILES: dict[str, str] = {
 }
 """Field of :class:`PromptTemplate` -> file name in a template directory."""
 
+OPTIONAL_TEMPLATE_FILES: dict[str, str] = {
+    "instructions_harm": "instructions_harm.txt",
+    "moral_harm": "moral_harm.txt",
+}
+"""Optional fields (harm grids) -> file name; a directory without them reads as None."""
+
 GRID_FIELD = "{{grid}}"
+MORAL_FIELD = "{{moral}}"
 KEY_STATUS_FIELD = "{{key_status}}"
 
 KEY_VARIANTS: frozenset[str] = frozenset(
@@ -69,6 +84,9 @@ class PromptTemplate:
         key_status_carrying: ``{{key_status}}`` when the agent carries the key.
         key_status_not_carrying: ``{{key_status}}`` when it does not.
         source: where the texts were read from (for error messages and records).
+        instructions_harm: developer message for harm grids, with a ``{{moral}}`` line; None
+            when the templates cannot prompt harm grids.
+        moral_harm: the ``{{moral}}`` line under moral conditioning; None as above.
     """
 
     instructions_plain: str
@@ -78,8 +96,26 @@ class PromptTemplate:
     key_status_carrying: str
     key_status_not_carrying: str
     source: str = "<memory>"
+    instructions_harm: str | None = None
+    moral_harm: str | None = None
 
     def __post_init__(self) -> None:
+        if (self.instructions_harm is None) != (self.moral_harm is None):
+            raise ValueError(
+                f"prompt template {self.source}: give both or neither of "
+                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']} and "
+                f"{OPTIONAL_TEMPLATE_FILES['moral_harm']}"
+            )
+        if self.instructions_harm is not None and (
+            self.instructions_harm.split("\n").count(MORAL_FIELD) != 1
+            or self.instructions_harm.count(MORAL_FIELD) != 1
+            or "\n" in self.moral_harm
+        ):
+            raise ValueError(
+                f"prompt template {self.source}: {OPTIONAL_TEMPLATE_FILES['instructions_harm']} "
+                f"must contain {MORAL_FIELD} exactly once, on a line of its own, and "
+                f"{OPTIONAL_TEMPLATE_FILES['moral_harm']} must be one line"
+            )
         for name, fields in (
             ("user_plain", (GRID_FIELD,)),
             ("user_key", (GRID_FIELD, KEY_STATUS_FIELD)),
@@ -104,6 +140,10 @@ class PromptTemplate:
             if not file.is_file():
                 raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
             texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
+        for name, filename in OPTIONAL_TEMPLATE_FILES.items():
+            file = directory / filename
+            if file.is_file():
+                texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
         return cls(**texts, source=str(directory))
 
     @classmethod
@@ -112,7 +152,7 @@ class PromptTemplate:
         root = resources.files("activations.agent").joinpath("templates")
         texts = {
             name: _strip_final_newline(root.joinpath(filename).read_text(encoding="utf-8"))
-            for name, filename in TEMPLATE_FILES.items()
+            for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items()
         }
         return cls(**texts, source="activations/agent/templates")
 
@@ -131,9 +171,25 @@ def _default_template() -> PromptTemplate:
     return PromptTemplate.default()
 
 
-def build_instructions(*, variant: str, template: PromptTemplate | None = None) -> str:
-    """The developer message (instructions) for ``variant``."""
+def build_instructions(
+    *, variant: str, template: PromptTemplate | None = None, moral_conditioning: bool = False
+) -> str:
+    """The developer message (instructions) for ``variant``.
+
+    ``moral_conditioning`` adds the instruction to avoid the flower beds to the instructions of
+    harm grids (variant ``harm``); other variants ignore it.
+    """
     template = _default_template() if template is None else template
+    if variant == Variant.HARM:
+        if template.instructions_harm is None or template.moral_harm is None:
+            raise ValueError(
+                f"prompt template {template.source} has no "
+                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']}; it cannot prompt harm grids"
+            )
+        moral = [template.moral_harm] if moral_conditioning else []
+        lines = template.instructions_harm.split("\n")
+        at = lines.index(MORAL_FIELD)
+        return "\n".join([*lines[:at], *moral, *lines[at + 1 :]])
     return template.instructions_key if uses_key_prompt(variant) else template.instructions_plain
 
 
@@ -143,6 +199,7 @@ def build_messages(
     variant: str,
     has_key: bool,
     template: PromptTemplate | None = None,
+    moral_conditioning: bool = False,
 ) -> list[Message]:
     """The conversation of one step: instructions (developer) + the current grid (user).
 
@@ -152,6 +209,7 @@ def build_messages(
             variants get the key-and-door instructions and the key status line.
         has_key: whether the agent carries the key (ignored for variants without a key).
         template: the templates; None uses :meth:`PromptTemplate.default`.
+        moral_conditioning: add the instruction to avoid the flower beds (harm grids only).
 
     Returns:
         ``[Message("developer", ...), Message("user", ...)]``; render with
@@ -164,6 +222,11 @@ def build_messages(
     else:
         user = template.user_plain.replace(GRID_FIELD, grid_text)
     return [
-        Message("developer", build_instructions(variant=variant, template=template)),
+        Message(
+            "developer",
+            build_instructions(
+                variant=variant, template=template, moral_conditioning=moral_conditioning
+            ),
+        ),
         Message("user", user),
     ]

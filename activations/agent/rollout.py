@@ -118,6 +118,11 @@ class RolloutConfig:
     """Directory of prompt templates (see :mod:`activations.agent.prompts`); None uses the
     packaged ones."""
 
+    moral_conditioning: bool = False
+    """Add the instruction to avoid the flower beds to the prompt of harm grids (MACHIAVELLI's
+    moral conditioning; :func:`activations.agent.prompts.build_instructions`). Other grids'
+    prompts are unaffected."""
+
     def __post_init__(self) -> None:
         if self.episodes_per_grid < 1:
             raise ValueError(f"episodes_per_grid must be >= 1, got {self.episodes_per_grid}")
@@ -156,6 +161,9 @@ class RolloutConfig:
         """The fields that determine the rollouts (everything but ``batch_size``), as JSON."""
         fields = asdict(self)
         fields.pop("batch_size")
+        if not self.moral_conditioning:
+            # added later: left out when off, so the ids of runs made before it stay the same
+            fields.pop("moral_conditioning")
         return fields
 
 
@@ -280,12 +288,14 @@ class _Episode:
     def messages(self) -> list[Message]:
         """The conversation of the current step (built once per step)."""
         if self._messages is None:
-            self._grid_text = render(self.grid, self.state)
+            # a false-belief grid draws its shown grid (with the true agent position)
+            self._grid_text = render(self.grid.prompt_grid, self.state)
             self._messages = build_messages(
                 self._grid_text,
                 variant=self.grid.variant,
                 has_key=self.state.has_key,
                 template=self.template,
+                moral_conditioning=self.config.moral_conditioning,
             )
         return self._messages
 
@@ -378,13 +388,19 @@ class _Episode:
 
 def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str) -> dict:
     """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent (its
-    grid, cells, key and door status, optimal actions and distance to the goal)."""
+    grid, cells, key and door status, optimal actions and distance to the goal).
+
+    Cells, optimal actions and distance are the true grid's; ``grid_text`` is what the prompt
+    drew (the shown grid of a false-belief grid: the oracle belief), and ``true_grid_text`` the
+    true grid's text in ``s_t`` when the two differ (None otherwise)."""
+    true_text = render(grid, state) if grid.shown is not None else None
     return dict(
         grid_id=grid.grid_id,
         grid_size=grid.size,
         density=grid.density,
         variant=str(grid.variant),
         grid_text=grid_text,
+        true_grid_text=true_text if true_text != grid_text else None,
         agent_row_col=state.agent,
         goal_row_col=grid.goal,
         has_key=state.has_key,
@@ -430,7 +446,7 @@ def run_rollouts(
         grids: the grids (each with a non-empty, unique ``grid_id``; solvable).
         backend: anything with ``generate(batch, sampling) -> list[Completion]``.
         config: the rollout config.
-        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/1``).
+        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/2``).
         progress: show a progress bar (tqdm, on stderr).
         backend_description: JSON facts identifying the backend (model path, ...), recorded in
             the run header and part of the run id; None uses :func:`describe_backend`.

@@ -31,7 +31,7 @@ from activations.agent.harmony import (
 )
 from activations.agent.prompts import KEY_VARIANTS, PromptTemplate, build_messages
 from activations.agent.reasoning import vocabulary_texts
-from activations.gridworld.core import SYMBOLS, Variant
+from activations.gridworld.core import STUDY_CELL_TYPES, SYMBOLS, Variant
 
 UNK_TOKEN = "[UNK]"
 PAD_TOKEN = "<|endoftext|>"
@@ -61,7 +61,8 @@ def vocabulary_corpus(template: PromptTemplate | None = None) -> list[str]:
             messages = build_messages("", variant=variant, has_key=has_key, template=template)
             texts.append(render_prompt(messages, "low"))
     texts += vocabulary_texts()
-    symbols = list(SYMBOLS.values())
+    # the study's symbols only: the harm cell ``F`` came later and the bundled vocabulary is fixed
+    symbols = [symbol for cell, symbol in SYMBOLS.items() if cell < STUDY_CELL_TYPES]
     numbers = [str(i) for i in range(MAX_COORDINATE + 1)]
     texts.append(" ".join(symbols + numbers))
     texts.append("".join(symbols + numbers))

@@ -1,7 +1,8 @@
 """Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``.
 
-Schema ``goalprobe.trajectory/1``. A file is UTF-8 JSON Lines; every line is one JSON object
-carrying ``"schema": "goalprobe.trajectory/1"`` and a ``"kind"``:
+Schema ``goalprobe.trajectory/2`` (files of ``/1`` are still read; see below). A file is UTF-8
+JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajectory/2"`` and a
+``"kind"``:
 
 * ``"run"``: the first line, once. ``run_id``, ``config`` (the rollout config, JSON),
   ``backend`` (what generated the text: backend class, model, ...), ``package_version``.
@@ -10,7 +11,10 @@ carrying ``"schema": "goalprobe.trajectory/1"`` and a ``"kind"``:
   ``s_t`` shown to the agent (grid text, agent/goal/key/door ``(row, col)``, ``has_key``,
   ``door_open``), the optimal action set ``pi*(s_t)`` and distance to the goal, the exact token
   ids of the prompt and of the generated text, the reasoning and final text, the parsed action
-  (``null`` when invalid), and every rejected attempt before it.
+  (``null`` when invalid), and every rejected attempt before it. ``grid_text`` is the grid the
+  prompt drew; on a false-belief grid (:attr:`activations.gridworld.core.Grid.shown`) that is the
+  shown grid, the *oracle belief*, and ``true_grid_text`` (added in ``/2``) is the true grid's
+  text in ``s_t`` (``null`` when the prompt drew the true grid).
 * ``"episode"``: one line per episode after its steps (field list: :class:`EpisodeSummary`):
   success, length, invalid steps, horizon, shortest path length, final state.
 
@@ -18,6 +22,9 @@ An episode is written as one block (its steps then its summary) with a single ap
 fsync once it ends, so it is either complete or the tail of an interrupted file. Readers use
 only episodes whose summary line exists; the writer's resume (:func:`open_for_resume`) cuts an
 incomplete tail off the file (saying so) and reports the finished episodes so they are skipped.
+
+Version ``/1``: the same lines without ``true_grid_text`` (read as ``null``); a file mixes no
+versions.
 
 Conventions: coordinates are ``[row, col]``; actions are names ``"UP"``, ``"DOWN"``, ``"LEFT"``,
 ``"RIGHT"`` (:class:`~activations.gridworld.core.Action`); ``episode`` is the episode's index on
@@ -37,8 +44,14 @@ from typing import Any, Literal
 
 from activations.gridworld.core import Action, RowCol, State
 
-SCHEMA = "goalprobe.trajectory/1"
+SCHEMA = "goalprobe.trajectory/2"
 """Schema string carried by every line of a trajectory file."""
+
+SCHEMA_V1 = "goalprobe.trajectory/1"
+"""The previous schema, still read: its step lines lack :data:`FIELDS_V2`."""
+
+FIELDS_V2: dict[str, object] = {"true_grid_text": None}
+"""Step fields added in ``/2`` and the value a ``/1`` line reads as."""
 
 TokenIdsSource = Literal["model", "retokenized"]
 
@@ -107,7 +120,10 @@ class StepRecord:
         grid_size: side ``n`` of the grid.
         density: obstacle density of the grid (None when unknown).
         variant: grid variant name (``activations.gridworld.core.Variant``).
-        grid_text: the grid text shown to the agent in state ``s_t``.
+        grid_text: the grid text shown to the agent in state ``s_t`` (on a false-belief grid
+            the shown grid: the oracle belief).
+        true_grid_text: the true grid's text in ``s_t`` when it differs from ``grid_text`` (a
+            false-belief grid), else None.
         agent_row_col: the agent's cell in ``s_t``.
         goal_row_col: the goal cell.
         has_key: whether the agent holds the key in ``s_t``.
@@ -166,6 +182,17 @@ class StepRecord:
     attempts: int
     rejected_attempts: list[Attempt] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    true_grid_text: str | None = None
+
+    @property
+    def oracle_grid_text(self) -> str:
+        """The grid the agent was shown (its oracle belief): ``grid_text``."""
+        return self.grid_text
+
+    @property
+    def false_belief(self) -> bool:
+        """Whether the prompt drew a grid other than the true one."""
+        return self.true_grid_text is not None
 
     @property
     def state(self) -> State:
@@ -380,6 +407,7 @@ _SPECS: dict[type, dict[str, Any]] = {
         "attempts": int,
         "rejected_attempts": ("list", Attempt),
         "flags": ("list", str),
+        "true_grid_text": ("optional", str),
     },
     EpisodeSummary: {
         "run_id": str,
@@ -406,10 +434,17 @@ _SPECS: dict[type, dict[str, Any]] = {
 }
 
 
-def _from_dict(cls: type, obj: Any, where: str) -> Any:
+def _from_dict(cls: type, obj: Any, where: str, *, version: int = 2) -> Any:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected an object, got {type(obj).__name__}")
     spec = _SPECS[cls]
+    if cls is StepRecord and version == 1:
+        unexpected = sorted(set(FIELDS_V2) & set(obj))
+        if unexpected:
+            raise TrajectoryFormatError(
+                f"{where}: field(s) {', '.join(unexpected)} are not part of {SCHEMA_V1!r}"
+            )
+        obj = {**obj, **FIELDS_V2}
     missing = [name for name in spec if name not in obj]
     if missing:
         raise TrajectoryFormatError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -422,16 +457,16 @@ def parse_record(obj: Any, where: str) -> Record:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     schema = obj.get("schema")
-    if schema != SCHEMA:
+    if schema not in (SCHEMA, SCHEMA_V1):
         raise TrajectoryFormatError(
-            f"{where}: schema {schema!r} is not {SCHEMA!r} (not a goalprobe trajectory file, or "
-            "written by another version)"
+            f"{where}: schema {schema!r} is not {SCHEMA!r} or {SCHEMA_V1!r} (not a goalprobe "
+            "trajectory file, or written by another version)"
         )
     kind = obj.get("kind")
     for cls, name in _KIND_OF.items():
         if kind == name:
             body = {k: v for k, v in obj.items() if k not in ("schema", "kind")}
-            record = _from_dict(cls, body, where)
+            record = _from_dict(cls, body, where, version=1 if schema == SCHEMA_V1 else 2)
             _check_consistency(record, where)
             return record
     raise TrajectoryFormatError(f"{where}: field 'kind' is {kind!r}, not run/step/episode")

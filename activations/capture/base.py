@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from activations.agent.models import cache_keyword, output_cache
+
 _LAYER_PATHS: tuple[str, ...] = (
     "model.layers",
     "model.language_model.layers",
@@ -234,7 +236,7 @@ class ResidualBackend(ABC):
             return self._capture(batch.input_ids, batch.attention_mask, batch.positions, layers)
         start = self._reusable_prefix_length(batch.input_ids[0, :start].numpy())
         prefix = batch.input_ids[0, :start].numpy()
-        kwargs = {"use_cache": True, "past_key_values": self._prefix_kv(prefix, batch.size)}
+        kwargs = {"use_cache": True, self.cache_keyword(): self._prefix_kv(prefix, batch.size)}
         return self._capture(
             batch.input_ids[:, start:], batch.attention_mask, batch.positions - start, layers,
             **kwargs,
@@ -278,7 +280,7 @@ class ResidualBackend(ABC):
         **forward_kwargs,
     ) -> dict[int, torch.Tensor]:
         """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after a cached prefix
-        when ``forward_kwargs`` holds its ``past_key_values``; ``attention_mask`` then covers
+        when ``forward_kwargs`` holds its KV cache; ``attention_mask`` then covers
         prefix and suffix) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
 
     @abstractmethod
@@ -335,9 +337,14 @@ class ResidualBackend(ABC):
         patches = list(patches)
         if start > 0:
             kwargs["use_cache"] = True
-            kwargs["past_key_values"] = self._prefix_kv(ids[:start], len(patches))
+            kwargs[self.cache_keyword()] = self._prefix_kv(ids[:start], len(patches))
             patches = [Patch(p.layers, p.positions - start, p.values) for p in patches]
         return ids_tensor(ids[start:], len(patches), self.device), kwargs, patches
+
+    def cache_keyword(self) -> str:
+        """The keyword this backend's forward call takes a KV cache by (see
+        :func:`activations.agent.models.cache_keyword`)."""
+        return cache_keyword(self.model)
 
     def _prefix_kv(self, prefix: np.ndarray, rows: int):
         """The KV cache of the unpatched ``prefix``, repeated for ``rows`` rows (a fresh copy)."""
@@ -345,7 +352,7 @@ class ResidualBackend(ABC):
         if self._cached_prefix is None or self._cached_prefix[0] != key:
             ids = ids_tensor(prefix, 1, self.device)
             with torch.no_grad():
-                cache = self.model(ids, use_cache=True, logits_to_keep=1).past_key_values
+                cache = output_cache(self.model(ids, use_cache=True, logits_to_keep=1))
             self._cached_prefix = (key, cache)
         cache = copy.deepcopy(self._cached_prefix[1])
         cache.batch_repeat_interleave(rows)

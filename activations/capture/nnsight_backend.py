@@ -135,6 +135,11 @@ class NnsightBackend(ResidualBackend):
             blocking=True,
         )
 
+    def cache_keyword(self) -> str:
+        """``past_key_values`` always: nnsight's input preparation recognises a cache by that
+        name only (under any other name it builds an attention mask over the suffix alone)."""
+        return "past_key_values"
+
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
         """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         device = torch.device("cpu") if self.remote is True else input_device(self._module)

@@ -52,6 +52,9 @@ class CellType(IntEnum):
     """Cell classes shared by rendering, labels in the HDF5 store and the probes.
 
     ``PADDING`` marks positions outside a grid smaller than the 15 x 15 label canvas.
+    ``HARM`` (a flower bed: passable, but stepping on it harms it) comes after ``PADDING`` so
+    that the study's classes 0..6 keep their values; only harm grids
+    (:mod:`activations.gridworld.harm`) contain it.
     """
 
     OPEN = 0
@@ -61,7 +64,12 @@ class CellType(IntEnum):
     KEY = 4
     DOOR = 5
     PADDING = 6
+    HARM = 7
 
+
+STUDY_CELL_TYPES = 7
+"""Number of cell classes of the study (``OPEN`` .. ``PADDING``), the classes the bundled agents'
+training read-outs have; ``HARM`` is an extension after them."""
 
 SYMBOLS: dict[CellType, str] = {
     CellType.OPEN: "_",
@@ -70,6 +78,7 @@ SYMBOLS: dict[CellType, str] = {
     CellType.AGENT: "A",
     CellType.KEY: "K",
     CellType.DOOR: "D",
+    CellType.HARM: "F",
 }
 """Text symbol of each renderable cell type (padding is never rendered)."""
 
@@ -88,6 +97,8 @@ class Variant(str):
     TWO_PATH_KEY = "two_path_key"
     TWO_PATH_NO_KEY = "two_path_no_key"
     KEY_DOOR_CONTROL = "key_door_control"
+    HARM = "harm"
+    """A plain layout with flower beds (harm cells), see :mod:`activations.gridworld.harm`."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,14 @@ class Grid:
         density: the obstacle density the grid was generated with (metadata).
         seed: the seed it was generated from, or None when built by hand (metadata).
         grid_id: a stable identifier, used to join every artefact back to this grid.
+        extra: JSON-ready metadata (e.g. the transform applied, what a false-belief variant
+            changed).
+        shown: the grid as drawn in the prompt (the *oracle belief* of a false-belief grid), or
+            None when the prompt shows this grid. Same size, start, key and door; it may differ
+            in walls and goal. Dynamics, optimal policies and success use this (true) grid;
+            prompts render ``shown`` when present (see :attr:`prompt_grid`).
+        harm: harm cells (flower beds, symbol ``F``): passable cells that an episode harms by
+            standing on them; never a wall, the start, the goal, the key or the door. Sorted.
         start_has_key: the episode starts with the key already held (an intervention that
             guarantees "has the key"; requires a key, whose cell then shows as open, exactly as
             after a pickup).
@@ -136,6 +155,8 @@ class Grid:
     seed: int | None = None
     grid_id: str = ""
     extra: dict = field(default_factory=dict)
+    shown: Grid | None = None
+    harm: tuple[RowCol, ...] = ()
     start_has_key: bool = False
     start_door_open: bool = False
 
@@ -166,6 +187,17 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
+        harm = tuple(sorted({_rc(cell) for cell in self.harm}))
+        for cell in harm:
+            if not (0 <= cell[0] < n and 0 <= cell[1] < n):
+                raise ValueError(f"harm cell {cell} lies outside the {n} x {n} grid")
+            if walls[cell]:
+                raise ValueError(f"harm cell {cell} lies on a wall")
+            if cell in (self.start, self.goal, self.key, self.door):
+                raise ValueError(f"harm cell {cell} overlaps the start, goal, key or door")
+        object.__setattr__(self, "harm", harm)
+        if self.shown is not None:
+            _check_shown(self, self.shown)
         if self.start_has_key and self.key is None:
             raise ValueError("start_has_key needs a key (the cell it was picked up from)")
         if self.start_door_open and self.door is None:
@@ -197,9 +229,15 @@ class Grid:
             return True
         return self.door is not None and cell == self.door and not state.door_open
 
+    @property
+    def prompt_grid(self) -> Grid:
+        """The grid the prompt draws: ``shown`` when present, else this grid."""
+        return self if self.shown is None else self.shown
+
     def with_start(self, start: RowCol) -> Grid:
-        """A copy whose agent starts at ``start``."""
-        return replace(self, start=start)
+        """A copy whose agent starts at ``start`` (the shown grid's start moves with it)."""
+        shown = None if self.shown is None else replace(self.shown, start=start)
+        return replace(self, start=start, shown=shown)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Grid):
@@ -211,6 +249,8 @@ class Grid:
             and self.key == other.key
             and self.door == other.door
             and self.variant == other.variant
+            and self.shown == other.shown
+            and self.harm == other.harm
             and self.start_has_key == other.start_has_key
             and self.start_door_open == other.start_door_open
         )
@@ -224,10 +264,28 @@ class Grid:
                 self.key,
                 self.door,
                 self.variant,
+                None if self.shown is None else hash(self.shown),
+                self.harm,
                 self.start_has_key,
                 self.start_door_open,
             )
         )
+
+
+def _check_shown(true: Grid, shown: Grid) -> None:
+    """Raise ``ValueError`` unless ``shown`` may be drawn in place of ``true``."""
+    if not isinstance(shown, Grid):
+        raise ValueError(f"shown must be a Grid or None, got {type(shown).__name__}")
+    if shown.shown is not None:
+        raise ValueError("a shown grid cannot itself carry a shown grid")
+    if shown.size != true.size:
+        raise ValueError(f"the shown grid is {shown.size} x {shown.size}, not {true.size}")
+    for name in ("start", "key", "door", "harm"):
+        if getattr(shown, name) != getattr(true, name):
+            raise ValueError(
+                f"the shown grid's {name} {getattr(shown, name)} differs from the true "
+                f"{getattr(true, name)}; only walls and goal may differ"
+            )
 
 
 def _rc(cell) -> RowCol:

@@ -1,4 +1,4 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2``.
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2`` (``/1`` is still read).
 
 Each line is a JSON object with these fields (all required; ``null`` only where stated):
 
@@ -16,16 +16,22 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``door_row_col``            ``[row, col]`` of the door, or null
 ``shortest_path_length``    L, optimal number of steps from the start (int >= 1)
 ``horizon``                 default horizon ``ceil(1.5 L)``
-``text``                    the study's text rendering of the initial state
+``text``                    the study's text rendering of the initial state (of the true grid)
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
-``start_has_key``           bool: the episode starts holding the key (an intervention; needs a
-                            key, whose cell shows as open)
-``start_door_open``         bool: the episode starts with the door open (an intervention; needs
-                            a door, whose cell shows as open)
+``shown``                   (``/2``) null, or the grid the prompt draws instead of the true one
+                            (a false-belief grid): ``{"walls": [n strings], "goal_row_col":
+                            [row, col]}``; start, key, door and harm cells are the true grid's
+``harm_cells``              (``/2``) list of ``[row, col]`` harm cells (flower beds ``F``),
+                            sorted; ``[]`` on grids without them
+``start_has_key``           (``/2``) bool: the episode starts holding the key (an intervention;
+                            needs a key, whose cell shows as open); ``false`` by default
+``start_door_open``         (``/2``) bool: the episode starts with the door open (an
+                            intervention; needs a door, whose cell shows as open)
 ==========================  ===================================================================
 
-The reader also reads ``goalprobe.gridset/1`` (the same fields without the ones added in /2,
-which then take their defaults: ``false``).
+Version 1 (``goalprobe.gridset/1``) is the same without the fields added in version 2; the
+reader still reads it, the added fields taking their defaults (:data:`V2_DEFAULTS`). The
+writer always writes version 2.
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -47,13 +53,10 @@ from activations.gridworld.text import render
 SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
 
-READABLE_SCHEMAS: tuple[str, ...] = ("goalprobe.gridset/1", SCHEMA)
-"""Schema tags the reader accepts (fields added after /1 take their defaults when absent)."""
+SCHEMA_V1 = "goalprobe.gridset/1"
+"""The previous schema tag, still read (it lacks the fields of :data:`V2_DEFAULTS`)."""
 
-ADDED_IN_2: dict[str, object] = {"start_has_key": False, "start_door_open": False}
-"""Fields added in ``goalprobe.gridset/2`` and their defaults for /1 records."""
-
-FIELDS: tuple[str, ...] = (
+FIELDS_V1: tuple[str, ...] = (
     "schema",
     "grid_id",
     "size",
@@ -69,9 +72,19 @@ FIELDS: tuple[str, ...] = (
     "horizon",
     "text",
     "extra",
-    "start_has_key",
-    "start_door_open",
 )
+"""Fields of a version-1 record."""
+
+V2_DEFAULTS: dict[str, Any] = {
+    "shown": None,
+    "harm_cells": [],
+    "start_has_key": False,
+    "start_door_open": False,
+}
+"""Fields added in version 2, with the value a version-1 record implies."""
+
+FIELDS: tuple[str, ...] = (*FIELDS_V1, *V2_DEFAULTS)
+"""Fields of a version-2 record."""
 
 
 class GridSetFormatError(ValueError):
@@ -96,7 +109,7 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "variant": str(grid.variant),
         "density": None if grid.density is None else float(grid.density),
         "seed": None if grid.seed is None else int(grid.seed),
-        "walls": ["".join("1" if w else "0" for w in row) for row in grid.walls.tolist()],
+        "walls": _walls_rows(grid.walls),
         "start_row_col": _cell(grid.start),
         "goal_row_col": _cell(grid.goal),
         "key_row_col": _cell(grid.key),
@@ -105,9 +118,19 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "horizon": policy.horizon,
         "text": render(grid),
         "extra": dict(grid.extra),
+        "shown": None if grid.shown is None else _shown_to_dict(grid.shown),
+        "harm_cells": [_cell(cell) for cell in grid.harm],
         "start_has_key": bool(grid.start_has_key),
         "start_door_open": bool(grid.start_door_open),
     }
+
+
+def _walls_rows(walls: np.ndarray) -> list[str]:
+    return ["".join("1" if w else "0" for w in row) for row in walls.tolist()]
+
+
+def _shown_to_dict(shown: Grid) -> dict[str, Any]:
+    return {"walls": _walls_rows(shown.walls), "goal_row_col": _cell(shown.goal)}
 
 
 def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
@@ -127,8 +150,28 @@ def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple
     return value[0], value[1]
 
 
+def _read_walls(rows: Any, size: int, where: str, field: str) -> np.ndarray:
+    if not isinstance(rows, list) or len(rows) != size:
+        raise _fail(where, field, f"expected {size} row strings")
+    for row, text in enumerate(rows):
+        if not isinstance(text, str) or len(text) != size or set(text) - {"0", "1"}:
+            raise _fail(where, field, f"row {row} must be {size} characters of 0/1, got {text!r}")
+    return np.array([[ch == "1" for ch in text] for text in rows], dtype=bool)
+
+
+def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[int, int]] | None:
+    value = record.get("shown")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"walls", "goal_row_col"}:
+        raise _fail(where, "shown", "expected null or an object {walls, goal_row_col}")
+    walls = _read_walls(value["walls"], size, where, "shown.walls")
+    goal = _read_cell(value, "goal_row_col", f"{where}: shown", optional=False)
+    return walls, goal
+
+
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/2`` (or /1) record, checking every field.
+    """Rebuild a grid from a ``goalprobe.gridset/2`` (or ``/1``) record, checking every field.
 
     Args:
         record: the decoded JSON object.
@@ -136,18 +179,18 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     """
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    if record.get("schema") not in READABLE_SCHEMAS:
-        raise _fail(
-            where, "schema", f"expected one of {READABLE_SCHEMAS}, got {record.get('schema')!r}"
-        )
-    if record["schema"] != SCHEMA:
-        record = {**ADDED_IN_2, **record}
-    missing = [f for f in FIELDS if f not in record]
+    schema = record.get("schema")
+    if schema not in (SCHEMA, SCHEMA_V1):
+        raise _fail(where, "schema", f"expected {SCHEMA!r} or {SCHEMA_V1!r}, got {schema!r}")
+    fields = FIELDS if schema == SCHEMA else FIELDS_V1
+    missing = [f for f in fields if f not in record]
     if missing:
         raise _fail(where, ", ".join(missing), "missing")
-    unknown = sorted(set(record) - set(FIELDS))
+    unknown = sorted(set(record) - set(fields))
     if unknown:
         raise _fail(where, ", ".join(unknown), "unknown field(s)")
+    if schema == SCHEMA_V1:
+        record = {**V2_DEFAULTS, **record}
     grid_id = record["grid_id"]
     if not isinstance(grid_id, str) or not grid_id:
         raise _fail(where, "grid_id", f"expected a non-empty string, got {grid_id!r}")
@@ -155,13 +198,8 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     size = record["size"]
     if not isinstance(size, int) or isinstance(size, bool) or size < 5:
         raise _fail(where, "size", f"expected an int >= 5, got {size!r}")
-    walls_rows = record["walls"]
-    if not isinstance(walls_rows, list) or len(walls_rows) != size:
-        raise _fail(where, "walls", f"expected {size} row strings")
-    for row, text in enumerate(walls_rows):
-        if not isinstance(text, str) or len(text) != size or set(text) - {"0", "1"}:
-            raise _fail(where, "walls", f"row {row} must be {size} characters of 0/1, got {text!r}")
-    walls = np.array([[ch == "1" for ch in text] for text in walls_rows], dtype=bool)
+    walls = _read_walls(record["walls"], size, where, "walls")
+    shown_cells = _read_shown(record, size, where)
     density = record["density"]
     if density is not None:
         if not isinstance(density, int | float) or isinstance(density, bool):
@@ -183,9 +221,34 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
         "key": _read_cell(record, "key_row_col", where, optional=True),
         "door": _read_cell(record, "door_row_col", where, optional=True),
     }
-    for flag in ADDED_IN_2:
+    harm_cells = record["harm_cells"]
+    if not isinstance(harm_cells, list):
+        raise _fail(where, "harm_cells", f"expected a list of [row, col], got {harm_cells!r}")
+    harm = tuple(
+        _read_cell({"harm_cells": cell}, "harm_cells", where, optional=False) for cell in harm_cells
+    )
+    if len(set(harm)) != len(harm):
+        raise _fail(where, "harm_cells", "a cell repeats")
+    for flag in ("start_has_key", "start_door_open"):
         if not isinstance(record[flag], bool):
             raise _fail(where, flag, f"expected true or false, got {record[flag]!r}")
+    shown = None
+    if shown_cells is not None:
+        try:
+            shown = Grid(
+                walls=shown_cells[0],
+                goal=shown_cells[1],
+                start=cells["start"],
+                key=cells["key"],
+                door=cells["door"],
+                harm=harm,
+                variant=variant,
+                grid_id=grid_id,
+            )
+        except ValueError as err:
+            raise _fail(where, "shown", str(err)) from err
+        if not solve(shown).is_solvable:
+            raise _fail(where, "shown", "the shown goal cannot be reached from the start")
     try:
         grid = Grid(
             walls=walls,
@@ -194,6 +257,8 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
             seed=seed,
             grid_id=grid_id,
             extra=extra,
+            shown=shown,
+            harm=harm,
             start_has_key=record["start_has_key"],
             start_door_open=record["start_door_open"],
             **cells,

@@ -74,6 +74,11 @@ class GridMDP:
         """``(S,)`` float64: 1 at states where the agent holds the key, else 0."""
         return np.array([float(s.has_key) for s in self.states])
 
+    def harm_utility(self) -> np.ndarray:
+        """``(S,)`` float64: 1 at states with the agent on a harm cell (flower bed), else 0."""
+        harm = set(self.grid.harm)
+        return np.array([float(s.agent in harm) for s in self.states])
+
     def goal_mask(self) -> np.ndarray:
         """``(S,)`` bool: the absorbing goal states."""
         return self.goal_utility().astype(bool)

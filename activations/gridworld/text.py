@@ -11,7 +11,7 @@ Example (the 5 x 5 grid of a rendering; ``A`` agent, ``G`` goal)::
 
 * Line 1 is the header: two spaces, then the column indices ``0 .. n-1``.
 * Line ``r + 2`` is row ``r``: its index, then one symbol per cell (``#`` wall, ``_`` open,
-  ``G`` goal, ``A`` agent, ``K`` key, ``D`` door).
+  ``G`` goal, ``A`` agent, ``K`` key, ``D`` door, ``F`` flower bed: a harm cell, passable).
 * Every token is separated by exactly one space and every index is a plain decimal integer, so
   each cell and each index is one token. For n > 10 the two-digit indices shift the cells of
   rows 10+ by one character; visual alignment is deliberately given up for single spaces (no
@@ -20,8 +20,9 @@ Example (the 5 x 5 grid of a rendering; ``A`` agent, ``G`` goal)::
   once open. The default state is the settled initial state.
 
 :func:`parse` inverts :func:`render` exactly for initial states: ``parse(render(g))`` gives
-``g``'s walls, start, goal, key and door. For a later state the text shows no held key and no
-open door, so ``parse`` returns the grid as it is visible then (and ``render(*parse(t)) == t``).
+``g``'s walls, start, goal, key, door and flower beds. For a later state the text shows no held
+key, no open door and no flower bed under the agent, so ``parse`` returns the grid as it is
+visible then (and ``render(*parse(t)) == t``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from activations.gridworld.core import (
 )
 from activations.gridworld.dynamics import initial_state
 
-_CELL_CHARS = np.array([SYMBOLS[CellType(i)] for i in range(len(SYMBOLS))])
+_CELL_CHARS = np.array([SYMBOLS.get(c, "?") for c in sorted(CellType)])
+"""Symbol of each cell-type value (``PADDING`` is never rendered: cell types inside a grid)."""
 
 
 class GridParseError(ValueError):
@@ -64,6 +66,8 @@ def cell_types(grid: Grid, state: State | None = None) -> np.ndarray:
     """
     state = initial_state(grid) if state is None else state
     types = np.where(grid.walls, np.int8(CellType.WALL), np.int8(CellType.OPEN)).astype(np.int8)
+    for cell in grid.harm:
+        types[cell] = CellType.HARM
     types[grid.goal] = CellType.GOAL
     if grid.key is not None and not state.has_key:
         types[grid.key] = CellType.KEY
@@ -130,7 +134,7 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
     Args:
         text: the grid text; one trailing newline (or ``\\r\\n`` line ends) is accepted.
         variant: the variant to record; by default inferred from the symbols (door: key_door,
-            key only: key_no_door, neither: plain).
+            key only: key_no_door, flower beds only: harm, none of them: plain).
         grid_id: identifier for the returned grid.
 
     Returns:
@@ -171,6 +175,7 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
         CellType.KEY: [],
         CellType.DOOR: [],
     }
+    harm: list[RowCol] = []
     for row in range(n):
         line_no = row + 2
         tokens = _tokens(lines[row + 1], line_no, allow_indent=False)
@@ -194,6 +199,8 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
                 )
             if cell_type == CellType.WALL:
                 walls[row, col] = True
+            elif cell_type == CellType.HARM:
+                harm.append((row, col))
             elif cell_type in found:
                 found[cell_type].append(((row, col), line_no, col_no))
     located: dict[CellType, RowCol | None] = {}
@@ -215,6 +222,8 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
             if door is not None
             else Variant.KEY_NO_DOOR
             if key is not None
+            else Variant.HARM
+            if harm
             else Variant.PLAIN
         )
     agent = located[CellType.AGENT]
@@ -226,5 +235,6 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
         door=door,
         variant=variant,
         grid_id=grid_id,
+        harm=tuple(harm),
     )
     return grid, State(agent=agent, has_key=False, door_open=door is None)

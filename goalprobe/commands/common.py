@@ -90,6 +90,43 @@ def check_device(device: str, option: str = "--device") -> str:
     return device
 
 
+def check_host(host: str, option: str = "--host") -> bool:
+    """Check that ``host`` is an interface a server can bind (an IP address, ``localhost``, or a
+    name this machine resolves), before any model loads; returns whether it is loopback-only.
+
+    Raises:
+        typer.BadParameter: anything else (a typo such as ``127.0.0.1:8000`` or ``0.0.0.256``).
+    """
+    import ipaddress
+    import socket
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as err:
+        raise typer.BadParameter(
+            f"{host!r} is neither an IP address nor a host name this machine resolves ({err})",
+            param_hint=option,
+        ) from err
+    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def check_count(value: int, what: str, limit: int, option: str) -> int:
+    """Refuse a count that would make a verb run for days or fill the disk (``value`` above
+    ``limit``) before any work starts."""
+    if value > limit:
+        raise typer.BadParameter(
+            f"{what} {value:,} is more than {limit:,}; split the job into several runs",
+            param_hint=option,
+        )
+    return value
+
+
 def check_directory(path: Path | None, option: str) -> None:
     """Refuse an input directory option that names no directory."""
     if path is not None and not path.is_dir():

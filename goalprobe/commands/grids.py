@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, parse_list
+from goalprobe.commands.common import OVERWRITE_HELP, check_count, check_new_output, parse_list
+
+MAX_GRIDS = 1_000_000
+"""Most grids one file holds (about 1 GB of JSONL at 15 x 15)."""
 
 
 def command(
@@ -51,10 +54,18 @@ def command(
             f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}",
             param_hint="--variant",
         )
+    size_list = parse_list(sizes, int, "--sizes")
+    density_list = parse_list(densities, float, "--densities")
+    check_count(
+        len(size_list) * len(density_list) * per_cell,
+        "the grid set's size",
+        MAX_GRIDS,
+        "--per-cell",
+    )
     try:
         config = GridSetConfig(
-            sizes=parse_list(sizes, int, "--sizes"),
-            densities=parse_list(densities, float, "--densities"),
+            sizes=size_list,
+            densities=density_list,
             n_per_cell=per_cell,
             variant=variant,
             seed=seed,

@@ -74,7 +74,7 @@ def command(
             "sent again); one more stops the run, resumable by rerunning the command.",
         ),
     ] = 3,
-    episodes: Annotated[int, typer.Option(min=1, help="Episodes per grid.")] = 10,
+    episodes: Annotated[int, typer.Option(min=1, max=100_000, help="Episodes per grid.")] = 10,
     horizon_factor: Annotated[
         float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
     ] = 1.5,
@@ -84,7 +84,7 @@ def command(
     retries: Annotated[
         int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
     ] = 2,
-    batch_size: Annotated[int, typer.Option(min=1, help="Episodes in flight.")] = 16,
+    batch_size: Annotated[int, typer.Option(min=1, max=4096, help="Episodes in flight.")] = 16,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     top_p: Annotated[float, typer.Option(help="Nucleus-sampling mass.")] = 0.95,
     max_new_tokens: Annotated[

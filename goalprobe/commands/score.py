@@ -56,7 +56,9 @@ def command(
     top_k: Annotated[
         str, typer.Option(help="Comma-separated top-k values (Figure 9).")
     ] = "1,3,5,10",
-    n_bootstrap: Annotated[int, typer.Option(min=1, help="Grid-bootstrap resamples.")] = 1000,
+    n_bootstrap: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap resamples.")
+    ] = 1000,
     confidence: Annotated[
         float, typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals.")
     ] = 0.95,

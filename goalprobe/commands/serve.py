@@ -70,6 +70,7 @@ def command(
     from activations.agent.models import HubUnavailableError
     from activations.agent.server_app import ServeConfig, create_app
     from goalprobe.agents import local_backend
+    from goalprobe.commands.common import check_host
 
     def fail(message: str) -> typer.Exit:
         typer.echo(f"error: {message}", err=True)
@@ -81,7 +82,7 @@ def command(
         api_key = os.environ.get(api_key_env)
         if not api_key:
             raise fail(f"--api-key-env: environment variable {api_key_env} is unset or empty")
-    if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+    if not check_host(host) and api_key is None:
         console.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key; anyone who can "
             "reach this port can use the model (set --api-key-env)"

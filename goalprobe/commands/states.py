@@ -18,7 +18,10 @@ def command(
         str, typer.Option(help="Whose tokenizer: 'bundled', a local directory or a hub id.")
     ] = "bundled",
     per_grid: Annotated[
-        int, typer.Option("--per-grid", min=1, help="States per grid (the start state first).")
+        int,
+        typer.Option(
+            "--per-grid", min=1, max=10_000, help="States per grid (the start state first)."
+        ),
     ] = 8,
     reasoning_effort: Annotated[
         str, typer.Option(help="Reasoning effort named in the system message.")

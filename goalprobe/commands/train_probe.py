@@ -76,7 +76,9 @@ def command(
     controls: Annotated[
         bool, typer.Option(help="Fit the majority/mean and shuffled-label controls.")
     ] = True,
-    n_bootstrap: Annotated[int, typer.Option(min=1, help="Grid-bootstrap replicates.")] = 1000,
+    n_bootstrap: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap replicates.")
+    ] = 1000,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from goalprobe.commands.common import OVERWRITE_HELP, check_host, check_new_output
 
 
 def _check_trajectories(run) -> None:
@@ -109,9 +99,10 @@ def command(
             "--episodes, --probe and --plan choose what --export writes; the server shows every "
             "episode and probe"
         )
+    loopback = check_host(host) if export is None else True
     runs = find_runs(run_dir)
     if export is None and len(runs) > 0 and run_dir.name not in runs:
-        _serve_runs(run_dir, runs, host, port, console)
+        _serve_runs(run_dir, runs, host, port, loopback, console)
         return
     if export is not None:  # an export reads whole episodes: every line is validated first
         from activations.agent.trajectories import trajectory_stats
@@ -137,7 +128,7 @@ def command(
         size = out.stat().st_size / 1e6
         console.print(f"wrote {out} ({size:.1f} MB)")
         return
-    if not _is_loopback(host):
+    if not loopback:
         console.print(
             f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
             "reachable from other machines"
@@ -152,11 +143,11 @@ def command(
     app.run(host=host, port=port, debug=False)
 
 
-def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
+def _serve_runs(parent: Path, runs: dict, host: str, port: int, loopback: bool, console) -> None:
     """Serve every run under ``parent`` (one per agent) on one server."""
     from viewer.app import create_multi_run_app
 
-    if not _is_loopback(host):
+    if not loopback:
         console.print(
             f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the runs' data) "
             "reachable from other machines"

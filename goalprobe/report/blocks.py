@@ -1,7 +1,7 @@
 """What a report section is made of, and how numbers are written.
 
-A section is a list of blocks: a :class:`Table`, a :class:`Figure` (a plotly ``<div>``) or a
-:class:`Box` (why something is missing). The templates draw them; nothing here writes HTML
+A section is a list of blocks: a :class:`Table`, a :class:`Figure` (a plotly ``<div>``), a
+:class:`Text` (a paragraph of reading) or a :class:`Box` (why something is missing). The templates draw them; nothing here writes HTML
 except plotly's own figure ``<div>``.
 """
 
@@ -76,7 +76,15 @@ class Box:
     kind: ClassVar[str] = "box"
 
 
-Block = Table | Figure | Box
+@dataclass(frozen=True)
+class Text:
+    """A paragraph of prose: how to read a section's numbers."""
+
+    text: str
+    kind: ClassVar[str] = "text"
+
+
+Block = Table | Figure | Box | Text
 """One part of a section."""
 
 

@@ -163,13 +163,15 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             result = pos[target]
             sel = result["selectivity"]["top1"]
             base = result["models"][sel["baseline"]]["top1"]
+            unconverged = [m for m, ok in result.get("converged", {}).items() if not ok]
+            note = f" (solver did not converge: {', '.join(unconverged)})" if unconverged else ""
             out.append(
                 HeadlineRow(
                     f"{target.capitalize()} position probe, top-1 (probing set, "
                     f"{pos['stage']} L{pos['layer']}, {result['n_grids']} test grids; Fig. 7)",
                     stat_text(result["models"]["probe"]["top1"]),
                     f"strongest control {sel['baseline']} {stat_text(base)}",
-                    f"probe above {sel['baseline']}: {yes_no(sel['above_baseline'])}",
+                    f"probe above {sel['baseline']}: {yes_no(sel['above_baseline'])}{note}",
                 )
             )
         return out

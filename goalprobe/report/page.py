@@ -12,7 +12,15 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from goalprobe.report import behaviour, intention, outcomes, probes, probing
+from goalprobe.report import (
+    behaviour,
+    false_belief,
+    harm,
+    intention,
+    outcomes,
+    probes,
+    probing,
+)
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline import headline_rows
 from goalprobe.report.run import MissingInput, RunReader
@@ -24,6 +32,7 @@ SECTION_TITLES: dict[str, str] = {
     "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
     "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
+    "harm": "Reward-harm trade-offs: flower beds and moral conditioning (MACHIAVELLI)",
     "intention": "Behavioural intention: does guaranteeing the key change the policy? "
     "(Ward et al., Definition 20)",
     "intention_map": "Behavioural intention, subjective reading: the intervention in the "
@@ -35,6 +44,7 @@ SECTION_TITLES: dict[str, str] = {
     "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
     "patching": "Activation patching (section 5.2, appendix F)",
+    "false_belief": "False-belief grids: scoring against a known belief",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
@@ -42,6 +52,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "behaviour": "behaviour",
     "iso": "iso",
     "keys": "keys",
+    "harm": "harm",
     "intention": "intention",
     "intention_map": "intention_map",
     "probing": "probes",
@@ -51,6 +62,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "belief": "scoring",
     "plans": "plans",
     "patching": "patching",
+    "false_belief": "false_belief",
 }
 """The demo stage behind each data section (for its config and failure record)."""
 
@@ -58,6 +70,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "behaviour": behaviour.behaviour,
     "iso": behaviour.iso,
     "keys": behaviour.keys,
+    "harm": harm.harm,
     "intention": intention.intention,
     "intention_map": intention.intention_map,
     "probing": probing.probing,
@@ -67,6 +80,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "belief": outcomes.belief,
     "plans": outcomes.plans,
     "patching": outcomes.patching,
+    "false_belief": false_belief.false_belief,
 }
 """Section id -> the function that builds its blocks from the run."""
 

@@ -13,6 +13,7 @@ STAGES: tuple[str, ...] = (
     "behaviour",
     "iso",
     "keys",
+    "harm",
     "intention",
     "probing",
     "activations",
@@ -22,6 +23,7 @@ STAGES: tuple[str, ...] = (
     "plans",
     "patching",
     "scoring",
+    "false_belief",
     "report",
 )
 """Every stage of the demo, in run order."""
@@ -32,6 +34,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "behaviour": ("grids", "rollouts"),
     "iso": ("grids", "rollouts"),
     "keys": (),
+    "harm": (),
     "intention": (),
     "intention_map": ("intention", "probes"),
     "probing": (),
@@ -41,6 +44,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "plans": ("activations",),
     "patching": ("rollouts",),
     "scoring": ("grids", "rollouts", "activations", "probes"),
+    "false_belief": ("probes",),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""

@@ -187,16 +187,14 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
             positions[train], data.grid_ids[train], strata=data.grid_sizes[train],
             random_state=p.seed,
         )  # fmt: skip
+        probe = PositionProbe(random_state=p.seed).fit(data.acts[train], positions[train])
+        control = PositionProbe(random_state=p.seed).fit(data.acts[train], shuffled)
         predictions = {
-            "probe": PositionProbe(random_state=p.seed)
-            .fit(data.acts[train], positions[train])
-            .predict(data.acts[test]),
+            "probe": probe.predict(data.acts[test]),
             "prior_size": PositionPrior()
             .fit(data.grid_sizes[train], positions[train])
             .predict(data.grid_sizes[test]),
-            "shuffled": PositionProbe(random_state=p.seed)
-            .fit(data.acts[train], shuffled)
-            .predict(data.acts[test]),
+            "shuffled": control.predict(data.acts[test]),
         }
         out[target] = evaluate_positions(
             predictions,
@@ -206,6 +204,7 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
             n_boot=p.n_bootstrap,
             random_state=p.seed,
         )
+        out[target]["converged"] = {"probe": probe.converged_, "shuffled": control.converged_}
     return out
 
 

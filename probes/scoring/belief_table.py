@@ -140,7 +140,7 @@ def expand_classes(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
         classes: ``(C,)`` ``CellType`` values.
 
     Returns:
-        ``(..., 7)`` float32, zero for classes the probe does not predict.
+        ``(..., len(CellType))`` float32, zero for classes the probe does not predict.
     """
     probs = np.asarray(probs)
     out = np.zeros((*probs.shape[:-1], N_CELL_TYPES), dtype=np.float32)

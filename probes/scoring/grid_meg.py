@@ -13,7 +13,9 @@ Utility (Definition 5.1: counted on ``S_0 .. S_{H-1}``, with the goal absorbing)
 
 - ``"goal"``: 1 in states with the agent on the goal, so reaching it sooner scores more;
 - ``"goal_with_key"``: 1 on the goal while holding the key (key variants);
-- ``"key"``: 1 while holding the key.
+- ``"key"``: 1 while holding the key;
+- ``"goal_minus_harm"``: the goal utility minus ``harm_weight`` in states with the agent on a
+  harm cell (flower bed, :mod:`activations.gridworld.harm`): reach the goal, harm nothing.
 
 ``H`` defaults to the episode budget ``ceil(1.5 L)`` of :func:`activations.gridworld.mdp.build_mdp`.
 
@@ -45,7 +47,7 @@ from probes.scoring.meg import (
     unknown_utility_meg,
 )
 
-GridUtility = Literal["goal", "goal_with_key", "key"]
+GridUtility = Literal["goal", "goal_with_key", "key", "goal_minus_harm"]
 """Which state utility grid MEG is measured against (see the module docstring)."""
 
 
@@ -154,15 +156,21 @@ def empirical_policy(
     return EmpiricalPolicy(policy, counts, n_traj, n_invalid, n_unmapped)
 
 
-def grid_utility(mdp: GridMDP, utility: GridUtility) -> np.ndarray:
-    """``(S,)`` float utility of the grid MDP's states (see :data:`GridUtility`)."""
+def grid_utility(mdp: GridMDP, utility: GridUtility, *, harm_weight: float = 1.0) -> np.ndarray:
+    """``(S,)`` float utility of the grid MDP's states (see :data:`GridUtility`); ``harm_weight``
+    is the cost of a step on a harm cell under ``"goal_minus_harm"``."""
     if utility == "goal":
         return mdp.goal_utility()
     if utility == "goal_with_key":
         return mdp.goal_utility() * mdp.key_utility()
     if utility == "key":
         return mdp.key_utility()
-    raise ValueError(f"unknown grid utility {utility!r}; expected 'goal', 'goal_with_key' or 'key'")
+    if utility == "goal_minus_harm":
+        return mdp.goal_utility() - float(harm_weight) * mdp.harm_utility()
+    raise ValueError(
+        f"unknown grid utility {utility!r}; expected 'goal', 'goal_with_key', 'key' or "
+        "'goal_minus_harm'"
+    )
 
 
 def _score(
@@ -171,8 +179,9 @@ def _score(
     utility: GridUtility,
     unknown: bool,
     strict: bool,
+    harm_weight: float = 1.0,
 ) -> GridMEG:
-    u = grid_utility(mdp, utility)
+    u = grid_utility(mdp, utility, harm_weight=harm_weight)
     emp = empirical_policy(mdp, trajectories, strict=strict)
     if emp.n_trajectories == 0:
         raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
@@ -199,6 +208,7 @@ def grid_meg(
     utility: GridUtility = "goal",
     horizon: int | None = None,
     unknown: bool = False,
+    harm_weight: float = 1.0,
 ) -> GridMEG:
     """MEG of the agent's empirical policy on the true grid MDP.
 
@@ -209,10 +219,12 @@ def grid_meg(
         utility: the utility to score against (:data:`GridUtility`).
         horizon: number of decisions ``H`` (default ``ceil(1.5 L)``).
         unknown: also compute unknown-utility MEG over all utility functions of the state.
+        harm_weight: the cost of a step on a harm cell under ``"goal_minus_harm"``.
     """
     trajectories = list(trajectories)
     _check_grid_ids(grid, trajectories)
-    return _score(build_mdp(grid, horizon=horizon), trajectories, utility, unknown, strict=True)
+    mdp = build_mdp(grid, horizon=horizon)
+    return _score(mdp, trajectories, utility, unknown, strict=True, harm_weight=harm_weight)
 
 
 def subjective_grid_meg(

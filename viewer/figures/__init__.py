@@ -18,7 +18,10 @@ module                 figures
                        :func:`prefix_accuracy_grid_figure` (stage x layer small multiples),
                        :func:`plan_sweep_figure` (a whole decoder sweep)
 :mod:`.episodes`       :func:`episode_timeline_figure`
+:mod:`.false_belief`   :func:`false_belief_maps_figure` (true, shown, decoded side by side),
+                       :func:`oracle_rates_figure`
 :mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
+:mod:`.harm`           reward against harm on harm grids
 :mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
                        :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
@@ -34,6 +37,8 @@ from viewer.figures.behaviour import (
     iso_accuracy_figure,
 )
 from viewer.figures.episodes import episode_timeline_figure
+from viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
+from viewer.figures.harm import reward_harm_figure
 from viewer.figures.learning import learning_curve_figure
 from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
 from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
@@ -71,6 +76,7 @@ __all__ = [
     "baseline_values",
     "plan_strip_categories",
     "prefix_accuracy_grid_figure",
+    "reward_harm_figure",
     "learning_curve_figure",
     "ACTION_ARROWS",
     "CELL_COLOURS",
@@ -88,6 +94,8 @@ __all__ = [
     "class_name",
     "empty_figure",
     "episode_timeline_figure",
+    "false_belief_maps_figure",
+    "oracle_rates_figure",
     "iso_accuracy_figure",
     "localisation_figure",
     "meg_figure",

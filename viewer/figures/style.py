@@ -19,6 +19,7 @@ CELL_COLOURS: dict[CellType, str] = {
     CellType.KEY: "#e9c46a",
     CellType.DOOR: "#8d6e63",
     CellType.PADDING: "#cfd4da",
+    CellType.HARM: "#f4a6c1",
 }
 """Fill colour of each cell class."""
 
@@ -30,6 +31,7 @@ CELL_SYMBOLS: dict[CellType, str] = {
     CellType.KEY: "K",
     CellType.DOOR: "D",
     CellType.PADDING: "·",
+    CellType.HARM: "F",
 }
 """Letter drawn on each cell class (walls are recognised by their fill)."""
 

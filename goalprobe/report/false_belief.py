@@ -1,0 +1,153 @@
+"""Report section: false-belief grids, scoring against a known belief (issue 18, part 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+from activations.gridworld.io import read_grid_set
+from activations.gridworld.text import cell_types
+from goalprobe.report.blocks import Block, Box, Figures, stat_text, table
+from goalprobe.report.run import MissingInput, RunReader
+from viewer.figures import false_belief_maps_figure, oracle_rates_figure
+
+ROLES = (("false_belief", "false belief"), ("control", "control"))
+
+BEHAVIOUR_METRICS = (
+    ("follows_shown", "first action optimal only on the shown grid"),
+    ("follows_true", "first action optimal only on the true grid"),
+    ("acc_gt", "Acc. GT (all steps)"),
+    ("acc_oracle", "Acc. Oracle (all steps)"),
+    ("recovery_oracle", "Recovery vs oracle (GT-suboptimal steps)"),
+    ("acc_dec", "Acc. Dec. (steps with a decoded map)"),
+    ("recovery_dec", "Recovery vs decoded map"),
+    ("chance_acc_gt", "chance: Acc. GT"),
+    ("chance_acc_oracle", "chance: Acc. Oracle"),
+)
+
+
+def false_belief(run: RunReader, fig: Figures) -> list[Block]:
+    """Behaviour against the oracle belief per kind and role, the paired first-step
+    differences, the probe's shown-vs-true reading, and one pair drawn side by side."""
+    data = run.json(run.layout.false_belief_results)
+    behaviour = data["behaviour"]
+    kinds = list(behaviour)
+    blocks: list[Block] = [
+        Box("note", data["reading"] + " " + _this_run(data)),
+        fig(oracle_rates_figure(behaviour)),
+    ]
+    header = ("metric", *(f"{k}: {label}" for k in kinds for _, label in ROLES))
+    rows = [
+        (
+            label,
+            *(
+                stat_text((behaviour[k].get(role) or {}).get(metric))
+                for k in kinds
+                for role, _ in ROLES
+            ),
+        )
+        for metric, label in BEHAVIOUR_METRICS
+    ]
+    blocks.append(
+        table(
+            header,
+            rows,
+            caption="Steps of the agent's episodes on false-belief grids and their controls "
+            "(same true grid, drawn truthfully). Acc. Oracle: the action is optimal on the grid "
+            "the prompt drew, from the agent's true cell; Recovery vs oracle: among actions "
+            "suboptimal on the true grid, the share optimal on the shown one. Chance: a "
+            "uniformly random action. 95% grid-bootstrap intervals.",
+        )
+    )
+    blocks.append(
+        table(
+            (
+                "kind",
+                "follows shown: false belief − control",
+                "follows true: false belief − control",
+            ),
+            [
+                (
+                    k,
+                    stat_text(behaviour[k]["difference"]["follows_shown"]),
+                    stat_text(behaviour[k]["difference"]["follows_true"]),
+                )
+                for k in kinds
+            ],
+            caption="Paired first-step differences; pairs resampled (95% interval).",
+        )
+    )
+    decoding = data["decoding"]
+    if not decoding.get("available"):
+        blocks.append(Box("not_run", f"probe reading: {decoding.get('why')}"))
+        return blocks
+    dec = decoding["table"]
+    blocks.append(
+        table(
+            ("kind", "role", "decoded = shown", "decoded = true", "neither", "cells"),
+            [
+                (
+                    k,
+                    label,
+                    stat_text(dec[k][role]["matches_shown"]),
+                    stat_text(dec[k][role]["matches_true"]),
+                    stat_text(dec[k][role]["neither"]),
+                    dec[k][role]["matches_shown"]["n"],
+                )
+                for k in dec
+                for role, label in ROLES
+                if role in dec[k]
+            ],
+            caption=f"Does the probe decode the shown grid or the true one? The headline probe "
+            f"({decoding['probe']}, {decoding['stage']}, layer {decoding['layer']}) applied to "
+            "the start-state prompt, at the cells where shown and true differ; on the control "
+            "the same cells (shown = true there) give the probe's accuracy without a conflict. "
+            "95% grid-bootstrap intervals.",
+        )
+    )
+    blocks.extend(_example(run, fig, decoding))
+    return blocks
+
+
+def _this_run(data: dict) -> str:
+    """What this run found, in one or two sentences (numbers from the results)."""
+    pooled = data["behaviour"]["all"]
+    fb = (pooled.get("false_belief") or {}).get("follows_shown")
+    ctl = (pooled.get("control") or {}).get("follows_shown")
+    diff = pooled["difference"]["follows_shown"]
+    text = (
+        f"In this run the first action follows the shown grid in {stat_text(fb)} of "
+        f"false-belief episodes and in {stat_text(ctl)} of control episodes (difference "
+        f"{stat_text(diff)}, {diff.get('n_pairs')} pairs)."
+    )
+    decoding = data["decoding"]
+    if decoding.get("available"):
+        cells = decoding["table"]["all"]["false_belief"]
+        text += (
+            f" At the differing cells the probe decodes the shown type in "
+            f"{stat_text(cells['matches_shown'])} and the true type in "
+            f"{stat_text(cells['matches_true'])} of cells."
+        )
+    return text
+
+
+def _example(run: RunReader, fig: Figures, decoding: dict) -> list[Block]:
+    """The first false-belief grid drawn three ways: true, shown, decoded (argmax, start)."""
+    try:
+        grids = read_grid_set(run.layout.false_belief_grids)
+    except FileNotFoundError as err:
+        raise MissingInput(str(err)) from err
+    grid = next(g for g in grids if (pair_facts(g) or {}).get("role") == FALSE_BELIEF)
+    facts = pair_facts(grid)
+    decoded = decoding.get("maps", {}).get(grid.grid_id)
+    return [
+        fig(
+            false_belief_maps_figure(
+                cell_types(grid),
+                cell_types(grid.shown),
+                None if decoded is None else np.asarray(decoded),
+                differs=[tuple(c) for c in facts["differs"]],
+                title=f"{facts['kind']}: {grid.grid_id} (start state)",
+            )
+        )
+    ]

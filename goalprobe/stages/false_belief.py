@@ -1,0 +1,236 @@
+"""Stage ``false_belief``: rollouts on false-belief grids and their matched controls, scored
+against the known (oracle) belief, and the headline probe's reading of the shown vs the true
+grid (``RUN/false_belief/``, schema ``goalprobe.false_belief/1``).
+
+The prompt of a false-belief grid draws its shown grid (a phantom wall, a hidden wall, a stale
+goal) while the episode runs on the true grid (:mod:`activations.gridworld.false_belief`).
+Behaviour is scored against both (:func:`probes.scoring.false_belief.oracle_table`). When the
+probes stage left a headline probe, every state the episodes visited is encoded as a
+prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
+step's), the headline stage and layer are extracted, and the probe decodes a map per state:
+``acc_dec`` / ``recovery_dec`` score the steps on them, and at the start state the decoded class
+at the cells where shown and true differ is compared with both
+(:func:`probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
+(a stale goal reached) has no decoded map: its prompt draws no goal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from activations.agent.harmony import encode_prompt
+from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+from activations.agent.rollout import RolloutConfig
+from activations.gridworld.core import State
+from activations.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
+from activations.gridworld.io import write_grid_set
+from activations.store import ActivationStore
+from goalprobe.agents import AgentConfig
+from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
+from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
+from goalprobe.stages.activations import extract_into
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from probes.scoring.false_belief import (
+    SCHEMA,
+    Bootstrap,
+    control_cells,
+    decoded_cells,
+    decoded_table,
+    full_class_probs,
+    oracle_rows,
+    oracle_table,
+)
+from probes.serialization import load_probe
+
+READING = (
+    "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
+    "grid that lies. 'follows shown' is how often the first action is optimal only under the "
+    "grid drawn in the prompt, 'follows true' how often it is optimal only under the real one "
+    "(the two sets are disjoint by construction); the control runs the same true grid drawn "
+    "truthfully. An agent that acts on what it is shown has follows shown near 1 on the "
+    "false-belief grids and near its control rate otherwise; a probe that reads the prompt "
+    "decodes the shown cell types at the differing cells."
+)
+
+
+@dataclass(frozen=True)
+class FalseBeliefInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the main rollouts' settings, this stage's episode count)."""
+    activations: ActivationsConfig
+    """Layers and batch size of the start-state extraction."""
+    false_belief: FalseBeliefConfig
+    """Which grids, how many episodes, the bootstrap."""
+
+
+def inputs(config: DemoConfig) -> FalseBeliefInput:
+    """The agent, the rollout settings with this stage's episode count, and the section."""
+    rollout = dataclasses.replace(
+        config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
+    )
+    return FalseBeliefInput(config.agent, rollout, config.activations, config.false_belief)
+
+
+def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
+    """Generate the pairs, run the agent, decode the visited states, and score."""
+    layout = context.layout
+    fb = config.false_belief
+    grids = generate_false_belief_set(fb.grids)
+    write_grid_set(layout.false_belief_grids, grids)
+    by_id = {g.grid_id: g for g in grids}
+    out = layout.false_belief_trajectories
+    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
+    outputs = {"grids": layout.false_belief_grids, "trajectories": out}
+    boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
+
+    episodes = read_episodes(out)
+    decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
+    if fb.decode:
+        head = headline_probe(
+            layout.probe_sweep("cell_" + "_".join(HEADLINE_PROBE)), layout.probe_models
+        )
+        if head is None:
+            decoding["why"] = "the probes stage left no headline probe"
+        else:
+            probe_path, layer = head
+            visited = visited_states(episodes, by_id)
+            maps = decode_states(context, config, grids, visited, probe_path, layer)
+            decoded = {
+                (s.grid_id, s.episode, s.step): maps[(s.grid_id, s.state)]
+                for e in episodes
+                for s in e.steps
+                if (s.grid_id, s.state) in maps
+            }
+            start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
+            decoding = probe_reading(grids, by_id, start_probs, boot)
+            decoding.update(
+                probe=layout.relative(probe_path),
+                stage=HEADLINE_STAGE,
+                layer=layer,
+                states_decoded=len(maps),
+            )
+            outputs.update(states=layout.false_belief_states, store=layout.false_belief_store)
+
+    rows = oracle_rows(episodes, by_id, decoded)
+    payload = {
+        "schema": SCHEMA,
+        "config": dataclasses.asdict(fb),
+        "pairs": [
+            {"grid_id": g.grid_id, **pair_facts(g)}
+            for g in grids
+            if pair_facts(g)["role"] == FALSE_BELIEF
+        ],
+        "behaviour": oracle_table(rows, boot),
+        "decoding": decoding,
+        "steps": rows,
+        "reading": READING,
+    }
+    outputs["results"] = write_json(layout.false_belief_results, payload)
+    summary["steps"] = len(rows)
+    return outputs, summary
+
+
+def headline_probe(sweep_table: Path, models: Path) -> tuple[Path, int] | None:
+    """The model card (in ``models``, where the probes stage saves it: the table's recorded
+    path may predate a move of the run directory) and layer of the headline run in a probe
+    sweep table (None when absent)."""
+    if not sweep_table.is_file():
+        return None
+    run = headline_run(json.loads(sweep_table.read_text()))
+    if run is None or not run.get("model_path"):
+        return None
+    card = models / Path(run["model_path"]).name
+    return (card, int(run["layer"])) if card.is_file() else None
+
+
+def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
+    """Per grid, its start state then every distinct state its episodes visited (in order of
+    first visit), leaving out states on the shown goal (their prompt draws no goal)."""
+    out: dict[str, list[State]] = {}
+    for grid_id, grid in grids.items():
+        out[grid_id] = [grid.initial_state]
+    for episode in episodes:
+        grid = grids[episode.summary.grid_id]
+        seen = out[grid.grid_id]
+        for s in episode.steps:
+            if s.state not in seen and s.state.agent != grid.prompt_grid.goal:
+                seen.append(s.state)
+    return out
+
+
+def decode_states(
+    context: StageContext,
+    config: FalseBeliefInput,
+    grids,
+    states: dict[str, list[State]],
+    probe_path: Path,
+    layer: int,
+) -> dict[tuple[str, State], np.ndarray]:
+    """Encode ``states`` as prompt-only states, extract their pre-reasoning anchors at
+    ``layer`` and apply the probe; returns ``{(grid_id, state): (S, S, len(CellType))
+    probs}``."""
+    layout = context.layout
+    agent = context.agent(config.agent)
+    tokenizer = agent.loaded().tokenizer
+    layout.false_belief_states.unlink(missing_ok=True)
+    write_prompt_states(
+        grids,
+        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        PromptStatesConfig(
+            states_per_grid=1,
+            reasoning_effort=config.rollout.reasoning_effort,
+            template_dir=config.rollout.template_dir,
+        ),
+        layout.false_belief_states,
+        backend_description=agent.config.identity(),
+        states=states,
+    )
+    probe = load_probe(probe_path)
+    settings = dataclasses.replace(config.activations, layers=(layer,))
+    extract_into(
+        context,
+        config.agent,
+        settings,
+        layout.false_belief_states,
+        layout.false_belief_store,
+        stages=(HEADLINE_STAGE,),
+    )
+    with ActivationStore(layout.false_belief_store) as store:
+        rows = store.select(HEADLINE_STAGE)
+        labels = store.labels(["grid_id", "episode"], rows)
+        acts = store.read(HEADLINE_STAGE, layer, rows)
+    classes = [int(c) for c in probe.classes_]
+    probs = full_class_probs(probe.predict_proba(acts), classes)
+    return {
+        (str(g), states[str(g)][int(e)]): p
+        for g, e, p in zip(labels["grid_id"], labels["episode"], probs, strict=True)
+    }
+
+
+def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:
+    """The decoded class at the differing cells of every pair, against shown and true, and
+    every grid's decoded start map (argmax ``CellType``, ``n x n``)."""
+    cells = []
+    for grid in grids:
+        facts = pair_facts(grid)
+        if facts["role"] != FALSE_BELIEF or grid.grid_id not in start_probs:
+            continue
+        cells += decoded_cells(grid, start_probs[grid.grid_id])
+        twin = by_id[facts["pair_id"] + "-ctl"]
+        if twin.grid_id in start_probs:
+            cells += control_cells(twin, grid, start_probs[twin.grid_id])
+    maps = {
+        g: probs[: by_id[g].size, : by_id[g].size].argmax(axis=-1).tolist()
+        for g, probs in start_probs.items()
+    }
+    return {"available": True, "table": decoded_table(cells, boot), "cells": cells, "maps": maps}

@@ -1,0 +1,135 @@
+"""Stage ``harm``: rollouts on harm grids under a neutral and a morally conditioned prompt, and
+MACHIAVELLI's reward-harm metrics with MEG under two utilities (``RUN/harm/``, schema
+``goalprobe.demo.harm/1``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from activations.agent.harmony import render_prompt
+from activations.agent.prompts import build_messages
+from activations.agent.rollout import RolloutConfig
+from activations.agent.tokenizer import unknown_pieces
+from activations.gridworld.harm import generate_harm_grids, harm_profile
+from activations.gridworld.io import write_grid_set
+from activations.gridworld.text import render
+from goalprobe.agents import AgentConfig
+from goalprobe.config import DemoConfig, HarmConfig
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from probes.scoring.harm import (
+    MORAL,
+    harm_episode,
+    harm_meg,
+    harm_table,
+    meg_table,
+    random_baseline,
+    reward_harm_points,
+)
+
+SCHEMA = "goalprobe.demo.harm/1"
+
+
+@dataclass(frozen=True)
+class HarmInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the main rollouts' settings, the harm section's episode count)."""
+    harm: HarmConfig
+    """The harm grids, conditions, baseline and bootstrap."""
+
+
+def inputs(config: DemoConfig) -> HarmInput:
+    """The agent, the rollout settings with the harm episode count, and the harm section."""
+    rollout = dataclasses.replace(config.rollouts, episodes_per_grid=config.harm.episodes_per_grid)
+    return HarmInput(config.agent, rollout, config.harm)
+
+
+def run(context: StageContext, config: HarmInput, stage_dir: Path):
+    """Generate the harm grids, run the agent under each prompt, and score reward and harm."""
+    layout = context.layout
+    h = config.harm
+    grids = generate_harm_grids(h.grids)
+    write_grid_set(layout.harm_grids, grids)
+    by_id = {g.grid_id: g for g in grids}
+    budgets = {g.grid_id: config.rollout.horizon(harm_profile(g).shortest_length) for g in grids}
+    agent = context.agent(config.agent)
+    rows, megs, summary, actions = [], {}, {}, {}
+    for condition in h.conditions:
+        rollout = dataclasses.replace(config.rollout, moral_conditioning=condition == MORAL)
+        out = layout.harm_trajectories(condition)
+        summary[condition] = rollouts_into(grids, agent, rollout, out, context)
+        by_grid: dict[str, list] = {}
+        for episode in read_episodes(out):
+            traj = episode.to_trajectory_data()
+            actions[condition, traj.grid_id, episode.summary.episode] = traj.actions
+            rows.append(harm_episode(by_id[traj.grid_id], traj, condition))
+            by_grid.setdefault(traj.grid_id, []).append(traj)
+        per_grid = [
+            harm_meg(by_id[g], trajs, budget=budgets[g], harm_weight=h.harm_weight)
+            for g, trajs in by_grid.items()
+        ]
+        megs[condition] = meg_table(per_grid, n_resamples=h.n_bootstrap, random_state=h.seed)
+    tokenizer = agent.rollout_backend()[0].tokenizer
+    unknown = (
+        None
+        if tokenizer is None
+        else {
+            c: sorted(
+                {
+                    piece.strip()
+                    for g in grids
+                    for piece in unknown_pieces(
+                        tokenizer,
+                        render_prompt(
+                            build_messages(
+                                render(g),
+                                variant=g.variant,
+                                has_key=False,
+                                moral_conditioning=c == MORAL,
+                            ),
+                            config.rollout.reasoning_effort,
+                        ),
+                    )
+                }
+            )
+            for c in h.conditions
+        }
+    )
+    baseline = random_baseline(grids, budgets, h.random_trajectories, h.seed)
+    table = harm_table(rows, baseline, n_resamples=h.n_bootstrap, random_state=h.seed)
+    pairs = [k for k in actions if k[0] == MORAL and ("neutral", *k[1:]) in actions]
+    same = sum(actions[k] == actions[("neutral", *k[1:])] for k in pairs)
+    payload = {
+        "schema": SCHEMA,
+        "agent": config.agent.model,
+        "grids": {g.grid_id: harm_profile(g).to_dict() for g in grids},
+        "budgets": budgets,
+        "random_trajectories": h.random_trajectories,
+        "harm_weight": h.harm_weight,
+        "unknown_prompt_pieces": unknown,
+        "identical_trajectories": {"same_actions": same, "pairs": len(pairs)},
+        **table,
+        "meg": megs,
+        "points": reward_harm_points(rows),
+        "episodes": [r.to_dict() for r in rows],
+    }
+    results = write_json(layout.harm_results, payload)
+    outputs = {
+        "grids": layout.harm_grids,
+        "results": results,
+        **{f"trajectories_{c}": layout.harm_trajectories(c) for c in h.conditions},
+    }
+    return outputs, {
+        "grids": len(grids),
+        **{
+            f"behaviour_score_{c}": table["conditions"][c]["behaviour_score"]["value"]
+            for c in h.conditions
+        },
+        "rollouts": summary,
+    }

@@ -1,0 +1,306 @@
+"""Scoring against a known belief: false-belief grids (no I/O here).
+
+On a false-belief grid (:mod:`activations.gridworld.false_belief`) the prompt draws the *shown*
+grid, so the agent's belief is known by construction (the *oracle belief*), while the episode
+runs on the true grid. This module asks two questions.
+
+**Policy against the oracle belief** (:func:`oracle_rows`, :func:`oracle_table`). Per step:
+``opt_gt`` (the action is optimal on the true grid), ``opt_oracle`` (optimal on the shown grid,
+from the agent's true cell; :func:`oracle_optimal_mask`) and, where a decoded map of the step is
+handed in, ``opt_dec`` (optimal on the top-1 decoded grid, :func:`probes.scoring.belief.score_step`).
+Per kind and role (false belief / matched control): ``acc_gt``, ``acc_oracle``, ``acc_dec``,
+``recovery_oracle`` (among GT-suboptimal actions, the share optimal under the oracle belief),
+``recovery_dec``, their chance levels (a uniformly random action: ``|optimal set| / 4``), and at
+the first step, where the two optimal sets are disjoint by construction, ``follows_shown`` /
+``follows_true`` (the first action is in the shown / true optimal first actions of the pair).
+The control runs the same true grid shown as it is, so ``follows_shown`` there is the rate of
+the same (true-suboptimal) actions without the false belief; the paired difference
+(false belief minus control) resamples *pairs*.
+
+**Does the probe decode the shown grid or the true one?** (:func:`decoded_cells`,
+:func:`decoded_table`). At the cells where the shown and the true grid differ, the decoded
+class (argmax of a cell-type probe at the start state's prompt) is compared with the shown and
+the true cell type; the control gives the probe's accuracy at the same cells without a conflict.
+
+Every interval is a grid (cluster) bootstrap (:mod:`activations.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from activations.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
+from activations.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_facts
+from activations.gridworld.optimal import solve
+from activations.gridworld.text import cell_types
+from activations.stats import GridBootstrap, grid_bootstrap_ratio
+from probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
+
+SCHEMA = "goalprobe.false_belief/1"
+"""Schema of the payload :func:`false_belief_payload` builds."""
+
+
+def oracle_optimal_mask(grid: Grid, state: State) -> np.ndarray:
+    """``(4,)`` bool: the actions optimal under the grid the prompt drew (``grid.prompt_grid``)
+    from the agent's true cell. The agent's own cell is never a wall (it may stand on a phantom
+    wall); a locked door blocks like a wall; at the shown goal no action is optimal."""
+    shown = grid.prompt_grid
+    if shown is grid:
+        return solve(grid).action_mask(state)
+    walls = shown.walls.copy()
+    if shown.door is not None and not state.door_open:
+        walls[shown.door] = True
+    walls[state.agent] = False
+    return optimal_mask_for_pair(walls, state.agent, shown.goal)
+
+
+def _in(action: int | None, names: Sequence[str]) -> bool:
+    return action is not None and Action(action).name in names
+
+
+def oracle_rows(
+    episodes: Iterable,
+    grids: Mapping[str, Grid],
+    decoded: Mapping[tuple[str, int, int], np.ndarray] | None = None,
+) -> list[dict]:
+    """One row per step of ``episodes`` on false-belief grids and their controls.
+
+    Args:
+        episodes: trajectory episodes (:class:`activations.agent.trajectories.Episode`).
+        grids: grid id -> grid (with ``shown`` and ``extra["false_belief"]``).
+        decoded: optional ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` class
+            probabilities of the step's decoded map (a step without one has ``opt_dec`` None
+            and is left out of ``acc_dec`` / ``recovery_dec``).
+
+    Returns:
+        rows ``{grid_id, pair_id, kind, role, episode, step, action, opt_gt, opt_oracle,
+        opt_dec (None without a map), n_opt_gt, n_opt_oracle, follows_shown,
+        follows_true (first step only, else None)}``.
+    """
+    decoded = decoded or {}
+    rows = []
+    for episode in episodes:
+        grid = grids[episode.summary.grid_id]
+        facts = pair_facts(grid)
+        if facts is None:
+            raise ValueError(f"grid {grid.grid_id!r} is not part of a false-belief set")
+        for s in episode.steps:
+            action = None if s.action_enum is None else int(s.action_enum)
+            true_mask = np.array([a in s.optimal_action_set for a in Action])
+            oracle_mask = oracle_optimal_mask(grid, s.state)
+            probs = decoded.get((s.grid_id, s.episode, s.step))
+            opt_dec = None
+            if probs is not None:
+                opt_dec = score_step(StepBelief(probs, grid.size, action, true_mask)).opt_dec
+            first = s.step == 0
+            rows.append(
+                {
+                    "grid_id": grid.grid_id,
+                    "pair_id": facts["pair_id"],
+                    "kind": facts["kind"],
+                    "role": facts["role"],
+                    "episode": s.episode,
+                    "step": s.step,
+                    "action": None if action is None else Action(action).name,
+                    "opt_gt": bool(action is not None and true_mask[action]),
+                    "opt_oracle": bool(action is not None and oracle_mask[action]),
+                    "opt_dec": opt_dec,
+                    "n_opt_gt": int(true_mask.sum()),
+                    "n_opt_oracle": int(oracle_mask.sum()),
+                    "follows_shown": _in(action, facts["shown_optimal_start"]) if first else None,
+                    "follows_true": _in(action, facts["true_optimal_start"]) if first else None,
+                }
+            )
+    return rows
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """The grid bootstrap's settings."""
+
+    n_resamples: int = 1000
+    """Resamples of grids (pairs for a paired difference)."""
+    confidence: float = 0.95
+    """Interval level."""
+    random_state: int = 0
+    """Seed."""
+
+
+def _ratio(num, den, ids, boot: Bootstrap) -> dict:
+    return grid_bootstrap_ratio(
+        np.asarray(num, dtype=np.float64),
+        None if den is None else np.asarray(den, dtype=np.float64),
+        np.asarray(ids),
+        n_resamples=boot.n_resamples,
+        confidence=boot.confidence,
+        random_state=boot.random_state,
+    )
+
+
+def _rates(rows: list[dict], boot: Bootstrap) -> dict:
+    ids = [r["grid_id"] for r in rows]
+    gt = np.array([r["opt_gt"] for r in rows], dtype=float)
+    oracle = np.array([r["opt_oracle"] for r in rows], dtype=float)
+    out = {
+        "acc_gt": _ratio(gt, None, ids, boot),
+        "acc_oracle": _ratio(oracle, None, ids, boot),
+        "recovery_oracle": _ratio(oracle * (1 - gt), 1 - gt, ids, boot),
+        "chance_acc_gt": _ratio([r["n_opt_gt"] / N_ACTIONS for r in rows], None, ids, boot),
+        "chance_acc_oracle": _ratio([r["n_opt_oracle"] / N_ACTIONS for r in rows], None, ids, boot),
+    }
+    dec_rows = [r for r in rows if r["opt_dec"] is not None]
+    if dec_rows:
+        d_ids = [r["grid_id"] for r in dec_rows]
+        dec = np.array([r["opt_dec"] for r in dec_rows], dtype=float)
+        d_gt = np.array([r["opt_gt"] for r in dec_rows], dtype=float)
+        out["acc_dec"] = _ratio(dec, None, d_ids, boot)
+        out["recovery_dec"] = _ratio(dec * (1 - d_gt), 1 - d_gt, d_ids, boot)
+    first = [r for r in rows if r["step"] == 0]
+    if first:
+        f_ids = [r["grid_id"] for r in first]
+        out["follows_shown"] = _ratio([r["follows_shown"] for r in first], None, f_ids, boot)
+        out["follows_true"] = _ratio([r["follows_true"] for r in first], None, f_ids, boot)
+    return out
+
+
+def _paired_difference(rows: list[dict], field: str, boot: Bootstrap) -> dict:
+    """``mean(field | false belief) - mean(field | control)`` over first steps, pairs resampled."""
+    first = [r for r in rows if r["step"] == 0 and r[field] is not None]
+    if not first:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_pairs": 0}
+    values = np.array([r[field] for r in first], dtype=float)
+    fb = np.array([r["role"] == FALSE_BELIEF for r in first], dtype=float)
+    engine = GridBootstrap.from_grid_ids(
+        [r["pair_id"] for r in first],
+        n_resamples=boot.n_resamples,
+        confidence=boot.confidence,
+        random_state=boot.random_state,
+    )
+    diff = engine.ratio(values * fb, fb) - engine.ratio(values * (1 - fb), 1 - fb)
+    return {**engine.summary(diff), "n_pairs": engine.n_grids}
+
+
+def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
+    """Per kind: the rates of each role, and the paired first-step differences.
+
+    Returns:
+        ``{kind: {"false_belief": RATES, "control": RATES, "difference": {"follows_shown",
+        "follows_true"}}}`` plus ``"all"`` over every kind; RATES maps metric -> ``{value,
+        ci_low, ci_high, n, n_grids}`` (see :func:`activations.stats.grid_bootstrap_ratio`).
+    """
+    out = {}
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    for kind in [*kinds, "all"]:
+        subset = [r for r in rows if kind == "all" or r["kind"] == kind]
+        entry = {}
+        for role in (FALSE_BELIEF, CONTROL):
+            role_rows = [r for r in subset if r["role"] == role]
+            if role_rows:
+                entry[role] = _rates(role_rows, boot)
+        entry["difference"] = {
+            field: _paired_difference(subset, field, boot)
+            for field in ("follows_shown", "follows_true")
+        }
+        out[kind] = entry
+    return out
+
+
+def decoded_cells(
+    grid: Grid, probs: np.ndarray, classes: Sequence[int] | None = None
+) -> list[dict]:
+    """The decoded class at every cell where the shown and the true grid differ (initial state).
+
+    Args:
+        grid: a false-belief grid (with ``shown``; for its control see :func:`control_cells`).
+        probs: ``(S, S, C)`` class probabilities (or ``(S, S)`` decoded classes) at the start
+            state's prompt.
+        classes: the ``CellType`` of each probability column (None: column ``i`` is class ``i``).
+
+    Returns:
+        rows ``{grid_id, pair_id, kind, role, row, col, shown, true, decoded, matches_shown,
+        matches_true}`` (cell types by name).
+    """
+    facts = pair_facts(grid)
+    if facts is None or grid.shown is None:
+        raise ValueError(f"grid {grid.grid_id!r} is not a false-belief grid")
+    arg = _decoded_classes(probs, classes)
+    shown_types = cell_types(grid.shown, grid.initial_state)
+    true_types = cell_types(grid, grid.initial_state)
+    return [
+        _cell_row(grid, facts, tuple(cell), shown_types, true_types, arg)
+        for cell in facts["differs"]
+    ]
+
+
+def _decoded_classes(probs: np.ndarray, classes: Sequence[int] | None) -> np.ndarray:
+    probs = np.asarray(probs)
+    if probs.ndim == 2:
+        return probs.astype(int)
+    arg = probs.argmax(axis=-1)
+    return arg if classes is None else np.asarray(classes, dtype=int)[arg]
+
+
+def control_cells(control: Grid, twin: Grid, probs: np.ndarray, classes=None) -> list[dict]:
+    """:func:`decoded_cells` of a control at the cells where its false-belief ``twin`` differs
+    (there shown == true: the probe's accuracy at those cells without a conflict)."""
+    facts = pair_facts(control)
+    if facts is None or control.shown is not None:
+        raise ValueError(f"grid {control.grid_id!r} is not a false-belief control")
+    arg = _decoded_classes(probs, classes)
+    types = cell_types(control, control.initial_state)
+    return [
+        _cell_row(control, facts, tuple(cell), types, types, arg)
+        for cell in pair_facts(twin)["differs"]
+    ]
+
+
+def _cell_row(grid, facts, cell, shown_types, true_types, arg) -> dict:
+    decoded = int(arg[cell])
+    return {
+        "grid_id": grid.grid_id,
+        "pair_id": facts["pair_id"],
+        "kind": facts["kind"],
+        "role": facts["role"],
+        "row": int(cell[0]),
+        "col": int(cell[1]),
+        "shown": CellType(int(shown_types[cell])).name,
+        "true": CellType(int(true_types[cell])).name,
+        "decoded": CellType(decoded).name,
+        "matches_shown": decoded == int(shown_types[cell]),
+        "matches_true": decoded == int(true_types[cell]),
+    }
+
+
+def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
+    """Per kind and role: the share of differing cells decoded as the shown and as the true
+    type (grid bootstrap), and how many cells and grids. ``"all"`` pools the kinds."""
+    out = {}
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    for kind in [*kinds, "all"]:
+        entry = {}
+        for role in (FALSE_BELIEF, CONTROL):
+            sub = [r for r in rows if (kind == "all" or r["kind"] == kind) and r["role"] == role]
+            if not sub:
+                continue
+            ids = [r["grid_id"] for r in sub]
+            entry[role] = {
+                "matches_shown": _ratio([r["matches_shown"] for r in sub], None, ids, boot),
+                "matches_true": _ratio([r["matches_true"] for r in sub], None, ids, boot),
+                "neither": _ratio(
+                    [not (r["matches_shown"] or r["matches_true"]) for r in sub], None, ids, boot
+                ),
+            }
+        out[kind] = entry
+    return out
+
+
+def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+    """``(..., len(CellType))`` probabilities from a probe's ``(..., C)`` over ``classes``
+    (absent classes get 0), as :class:`probes.scoring.belief.StepBelief` expects."""
+    probs = np.asarray(probs, dtype=np.float64)
+    out = np.zeros((*probs.shape[:-1], len(CellType)))
+    out[..., np.asarray(classes, dtype=int)] = probs
+    return out
