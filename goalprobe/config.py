@@ -248,7 +248,8 @@ def _default(seed: int) -> dict[str, Any]:
     training = ProbeTraining(hidden_size=128, max_epochs=60, batch_size=32, learning_rate=3e-3)
     return dict(
         grids=GridSetConfig(n_per_cell=2, seed=seed),
-        rollouts=RolloutConfig(episodes_per_grid=2, batch_size=64, max_new_tokens=256, seed=seed),
+        # 128 in flight: about 10% more steps/s than 64 on 2 cores (bench in docs/benchmarks.md)
+        rollouts=RolloutConfig(episodes_per_grid=2, batch_size=128, max_new_tokens=256, seed=seed),
         behaviour=BehaviourConfig(random_walks_per_grid=200, n_bootstrap=n_boot, seed=seed),
         iso=IsoConfig(base_grids=6),
         keys=KeysConfig(
