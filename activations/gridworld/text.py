@@ -19,10 +19,12 @@ Example (the 5 x 5 grid of a rendering; ``A`` agent, ``G`` goal)::
 * The agent is drawn on top of whatever lies under it; the key disappears once held, the door
   once open. The default state is the settled initial state.
 
-:func:`parse` inverts :func:`render` exactly for initial states: ``parse(render(g))`` gives
-``g``'s walls, start, goal, key, door and flower beds. For a later state the text shows no held
-key, no open door and no flower bed under the agent, so ``parse`` returns the grid as it is
-visible then (and ``render(*parse(t)) == t``).
+:func:`parse` inverts :func:`render` exactly for initial states of grids that start with
+nothing held or opened: ``parse(render(g))`` gives ``g``'s walls, start, goal, key, door and
+flower beds. For a later state, or a grid whose start holds the key or has the door open (the
+interventions of :mod:`activations.gridworld.intention`), the text shows no held key, no open
+door and no flower bed under the agent, so ``parse`` returns the grid as it is visible then
+(and ``render(*parse(t)) == t``).
 """
 
 from __future__ import annotations

@@ -17,24 +17,19 @@ at the cells where shown and true differ is compared with both
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from activations.agent.harmony import encode_prompt
-from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.core import State
 from activations.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from activations.gridworld.io import write_grid_set
-from activations.store import ActivationStore
 from goalprobe.agents import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
-from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
-from goalprobe.stages.activations import extract_into
+from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.decode import decode_prompt_states, headline_probe
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
 from probes.scoring.false_belief import (
     SCHEMA,
@@ -42,11 +37,9 @@ from probes.scoring.false_belief import (
     control_cells,
     decoded_cells,
     decoded_table,
-    full_class_probs,
     oracle_rows,
     oracle_table,
 )
-from probes.serialization import load_probe
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -96,15 +89,27 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     episodes = read_episodes(out)
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
-        head = headline_probe(
-            layout.probe_sweep("cell_" + "_".join(HEADLINE_PROBE)), layout.probe_models
-        )
-        if head is None:
+        probe = headline_probe(layout)
+        if probe is None:
             decoding["why"] = "the probes stage left no headline probe"
         else:
-            probe_path, layer = head
             visited = visited_states(episodes, by_id)
-            maps = decode_states(context, config, grids, visited, probe_path, layer)
+            prompts = PromptStatesConfig(
+                states_per_grid=1,
+                reasoning_effort=config.rollout.reasoning_effort,
+                template_dir=config.rollout.template_dir,
+            )
+            maps = decode_prompt_states(
+                context,
+                config.agent,
+                config.activations,
+                prompts,
+                grids,
+                probe,
+                visited,
+                layout.false_belief_states,
+                layout.false_belief_store,
+            )
             decoded = {
                 (s.grid_id, s.episode, s.step): maps[(s.grid_id, s.state)]
                 for e in episodes
@@ -114,9 +119,10 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
             start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
             decoding.update(
-                probe=layout.relative(probe_path),
+                probe=layout.relative(probe.card),
+                probe_trained_on=probe.trained_on,
                 stage=HEADLINE_STAGE,
-                layer=layer,
+                layer=probe.layer,
                 states_decoded=len(maps),
             )
             outputs.update(states=layout.false_belief_states, store=layout.false_belief_store)
@@ -140,19 +146,6 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     return outputs, summary
 
 
-def headline_probe(sweep_table: Path, models: Path) -> tuple[Path, int] | None:
-    """The model card (in ``models``, where the probes stage saves it: the table's recorded
-    path may predate a move of the run directory) and layer of the headline run in a probe
-    sweep table (None when absent)."""
-    if not sweep_table.is_file():
-        return None
-    run = headline_run(json.loads(sweep_table.read_text()))
-    if run is None or not run.get("model_path"):
-        return None
-    card = models / Path(run["model_path"]).name
-    return (card, int(run["layer"])) if card.is_file() else None
-
-
 def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
     """Per grid, its start state then every distinct state its episodes visited (in order of
     first visit), leaving out states on the shown goal (their prompt draws no goal)."""
@@ -166,55 +159,6 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
             if s.state not in seen and s.state.agent != grid.prompt_grid.goal:
                 seen.append(s.state)
     return out
-
-
-def decode_states(
-    context: StageContext,
-    config: FalseBeliefInput,
-    grids,
-    states: dict[str, list[State]],
-    probe_path: Path,
-    layer: int,
-) -> dict[tuple[str, State], np.ndarray]:
-    """Encode ``states`` as prompt-only states, extract their pre-reasoning anchors at
-    ``layer`` and apply the probe; returns ``{(grid_id, state): (S, S, len(CellType))
-    probs}``."""
-    layout = context.layout
-    agent = context.agent(config.agent)
-    tokenizer = agent.loaded().tokenizer
-    layout.false_belief_states.unlink(missing_ok=True)
-    write_prompt_states(
-        grids,
-        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
-        PromptStatesConfig(
-            states_per_grid=1,
-            reasoning_effort=config.rollout.reasoning_effort,
-            template_dir=config.rollout.template_dir,
-        ),
-        layout.false_belief_states,
-        backend_description=agent.config.identity(),
-        states=states,
-    )
-    probe = load_probe(probe_path)
-    settings = dataclasses.replace(config.activations, layers=(layer,))
-    extract_into(
-        context,
-        config.agent,
-        settings,
-        layout.false_belief_states,
-        layout.false_belief_store,
-        stages=(HEADLINE_STAGE,),
-    )
-    with ActivationStore(layout.false_belief_store) as store:
-        rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(["grid_id", "episode"], rows)
-        acts = store.read(HEADLINE_STAGE, layer, rows)
-    classes = [int(c) for c in probe.classes_]
-    probs = full_class_probs(probe.predict_proba(acts), classes)
-    return {
-        (str(g), states[str(g)][int(e)]): p
-        for g, e, p in zip(labels["grid_id"], labels["episode"], probs, strict=True)
-    }
 
 
 def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:

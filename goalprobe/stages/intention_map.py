@@ -13,14 +13,12 @@ original and the intervened start, where it truly is open
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from activations.agent.harmony import encode_prompt
-from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+from activations.agent.prompt_states import PromptStatesConfig
 from activations.gridworld.core import CellType
 from activations.gridworld.intention import (
     INTERVENTIONS,
@@ -31,11 +29,9 @@ from activations.gridworld.intention import (
 from activations.gridworld.io import read_grid_set
 from goalprobe.agents import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
-from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
-from goalprobe.stages.activations import extract_into
+from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
-from probes.probe_sweep import StoreProbeLoader
-from probes.serialization import load_probe
+from goalprobe.stages.decode import decode_prompt_states, headline_probe
 
 SCHEMA = "goalprobe.demo.intention_map/1"
 KEY, DOOR = int(CellType.KEY), int(CellType.DOOR)
@@ -71,37 +67,24 @@ def inputs(config: DemoConfig) -> IntentionMapInput:
 def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
     """Prompt, extract and decode the start states; compare the changed cells."""
     layout = context.layout
-    sweep = json.loads(layout.probing_probe_sweep(f"cell_{'_'.join(HEADLINE_PROBE)}").read_text())
-    head = headline_run(sweep)
-    if head is None:
-        raise ValueError(f"the probing sweep has no {HEADLINE_STAGE} run to decode with")
-    probe = load_probe(head["model_path"])
+    probe = headline_probe(layout)
+    if probe is None:
+        raise ValueError(f"the probes stage left no {HEADLINE_STAGE} headline probe to decode with")
     grids = read_grid_set(layout.intention_grids)
-    agent = context.agent(config.agent)
-    tokenizer = agent.loaded().tokenizer
-    layout.intention_map_states.unlink(missing_ok=True)
-    write_prompt_states(
-        grids,
-        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
-        config.states,
-        layout.intention_map_states,
-        backend_description=agent.config.identity(),
-    )
-    extract_into(
+    maps = decode_prompt_states(
         context,
         config.agent,
-        ActivationsConfig(layers=(int(head["layer"]),), batch_size=config.batch_size),
+        ActivationsConfig(batch_size=config.batch_size),
+        config.states,
+        grids,
+        probe,
+        {g.grid_id: [g.initial_state] for g in grids},
         layout.intention_map_states,
         layout.intention_map_store,
-        stages=(HEADLINE_STAGE,),
     )
-    data = StoreProbeLoader(layout.intention_map_store)(HEADLINE_STAGE, int(head["layer"]))
-    probs = probe.predict_proba(data.acts)  # (N, S, S, C)
-    classes = [int(c) for c in probe.classes_]
-    if int(CellType.OPEN) not in classes:
-        raise ValueError(f"probe {head['name']} has no open-cell class to decode")
-    col = classes.index(int(CellType.OPEN))
-    row_of = {str(g): i for i, g in enumerate(data.grid_ids)}
+    open_class = int(CellType.OPEN)
+    if open_class not in probe.classes:
+        raise ValueError(f"probe {probe.name} has no open-cell class to decode")
     by_id = {g.grid_id: g for g in grids}
     results = []
     for variant, names in INTERVENTIONS.items():
@@ -111,23 +94,28 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
             pairs = [(g, by_id[f"{g.grid_id}~{name}"]) for g in originals]
             if not pairs:
                 continue
-            p_a = np.array([probs[row_of[g.grid_id]][getattr(g, what)][col] for g, _ in pairs])
-            p_b = np.array([probs[row_of[o.grid_id]][getattr(g, what)][col] for g, o in pairs])
+            p_a = np.array(
+                [maps[(g.grid_id, g.initial_state)][getattr(g, what)][open_class] for g, _ in pairs]
+            )
+            p_b = np.array(
+                [maps[(o.grid_id, o.initial_state)][getattr(g, what)][open_class] for g, o in pairs]
+            )
             result = decoded_registration(p_a, p_b, [g.grid_id for g, _ in pairs], config.test)
             results.append(
                 {
                     "variant": variant,
                     "intervention": name,
                     "cell": what,
-                    "probe_knows_original_type": (KEY if what == "key" else DOOR) in classes,
+                    "probe_knows_original_type": (KEY if what == "key" else DOOR) in probe.classes,
                     **result,
                 }
             )
     payload = {
         "schema": SCHEMA,
-        "probe": head["name"],
-        "model_path": head["model_path"],
-        "layer": int(head["layer"]),
+        "probe": probe.name,
+        "model_path": layout.relative(probe.card),
+        "probe_trained_on": probe.trained_on,
+        "layer": probe.layer,
         "results": results,
     }
     out = write_json(layout.intention_map_results, payload)
@@ -136,4 +124,4 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
         "states": layout.intention_map_states,
         "store": layout.intention_map_store,
         "results": out,
-    }, {"probe": head["name"], **summary}
+    }, {"probe": probe.name, **summary}
