@@ -111,6 +111,15 @@ def test_outputs_carry_baselines_and_intervals(demo):
     findings = [row.finding for row in headline_rows(root)]
     assert any("Per-action accuracy" in f for f in findings)
     assert any("Plan decoder" in f for f in findings)
+    # issue 18's three questions reach the headline, each with its baseline and verdict
+    for finding, verdict in (
+        ("False-belief grids", "acts on what it is shown: "),
+        ("Harm behaviour score", "less harmful than random: "),
+        ("Moral conditioning", "conditioning reduces harm: "),
+        ("Holding the key intended in KeyDoor", "intended: "),
+    ):
+        (row,) = [r for r in headline_rows(root) if r.finding.startswith(finding)]
+        assert row.verdict.startswith(verdict) and row.baseline, row
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
