@@ -295,3 +295,103 @@ def test_set_overrides_parse_json_values_and_refuse_malformed_ones():
         parse_setting("rollouts.temperature")
     config = demo_config("tiny", overrides=dict([parse_setting("keys.sizes=[9]")]))
     assert config.keys.sizes == (9,)
+
+
+@pytest.mark.slow  # the tiny demo twice with two jobs (~40 s): the full suite runs it
+def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(demo, tmp_path):
+    """Stages in worker processes: the same stages run, a failing stage leaves exactly its
+    downstream not run (the others still run, the report says so), and a rerun after the
+    repair runs only what was missing and gives the same headline findings."""
+    result, _ = demo
+    root = tmp_path / "parallel"
+    root.mkdir()
+    (root / "probing").write_text("a file where the probing stage writes its folder\n")
+    first = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+    statuses = {n: o.status for n, o in first.stages.items()}
+    assert list(first.stages) == list(STAGES)
+    assert statuses["probing"] == "failed" and "probing" in first.failed
+    assert {n for n, s in statuses.items() if s == "not_run"} == _downstream("probing") - {"report"}
+    assert {n for n, s in statuses.items() if s == "ran"} == (
+        set(STAGES) - _downstream("probing") - {"probing"} | {"report"}
+    )
+    assert json.loads((root / "stages/probing.failed.json").read_text())["traceback"]
+
+    (root / "probing").unlink()
+    second = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+    assert second.failed == {}
+    ran = {n for n, o in second.stages.items() if o.status == "ran"}
+    assert ran == _downstream("probing") | {"probing"}
+    # the same stages and rows as the one-job run; seeded grid sets byte for byte
+    assert [r.finding for r in headline_rows(root)] == [
+        r.finding for r in headline_rows(result.run_dir)
+    ]
+    for grids in ("grids/grids.jsonl", "keys/grids.jsonl", "probing/grids.jsonl"):
+        assert (root / grids).read_bytes() == (result.run_dir / grids).read_bytes()
+
+
+def test_every_stage_declares_the_stages_whose_outputs_it_reads():
+    """Parallel stages rely on DEPENDS_ON: every run-directory path a stage module (or the
+    helpers it runs: decoding, scoring I/O) names belongs to that stage, a stage it reads
+    (directly or through its inputs), or the run's bookkeeping."""
+    import ast
+    import inspect
+
+    from activations.run_layout import ARTEFACTS, RunLayout
+    from goalprobe import scoring
+    from goalprobe.stages import decode
+
+    layout = RunLayout(Path("/run"))
+    owner = {a.relative.rstrip("/"): a.stage for a in ARTEFACTS.values()}
+
+    def stage_of(attribute: str) -> str | None:
+        value = getattr(layout, attribute, None)
+        if callable(value):  # e.g. probe_sweep(name), harm_trajectories(condition)
+            for argument in ("x", "neutral"):
+                try:
+                    value = value(argument)
+                    break
+                except (TypeError, KeyError, ValueError):
+                    continue
+            else:
+                return None
+        if not isinstance(value, Path) or not value.is_relative_to("/run"):
+            return None
+        relative = value.relative_to("/run").as_posix()
+        matches = [
+            r
+            for r in owner
+            if relative == r or relative.startswith(r + "/") or r.startswith(relative + "/")
+        ]
+        return owner[max(matches, key=len)] if matches else None
+
+    def reads(source: str) -> set[str]:
+        names = {
+            node.attr
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "layout"
+        }
+        return {s for s in map(stage_of, names) if s is not None}
+
+    def upstream(stage: str) -> set[str]:
+        out, frontier = set(), {stage}
+        while frontier:
+            frontier = {d for s in frontier for d in DEPENDS_ON[s]} - out
+            out |= frontier
+        return out
+
+    helpers = {
+        "false_belief": [decode],
+        "intention_map": [decode],
+        "scoring": [scoring],
+    }
+    checked = 0
+    for stage in STAGES:
+        module = __import__(f"goalprobe.stages.{stage}", fromlist=["run"])
+        sources = [inspect.getsource(module), *map(inspect.getsource, helpers.get(stage, []))]
+        found = set().union(*map(reads, sources))
+        undeclared = found - {stage, "demo"} - upstream(stage)
+        assert not undeclared, f"stage {stage} reads outputs of {undeclared} without DEPENDS_ON"
+        checked += len(found)
+    assert checked > len(STAGES)  # the check saw the stages' reads

@@ -52,6 +52,15 @@ def command(
     device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Stages run at once in worker processes (default: 2 on a CPU with 2+ cores, "
+            "1 on a GPU); 1 runs them in this process, in order.",
+        ),
+    ] = None,
 ) -> None:
     """Run the study end to end: grids, rollouts, iso-difficulty and key variants, activations,
     cell-type and distance probes, plan decoder, patching, belief scoring and MEG.
@@ -64,7 +73,7 @@ def command(
     from rich.table import Table
 
     from goalprobe.config import demo_config
-    from goalprobe.demo import check_force, run_demo
+    from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.report import headline_rows
     from goalprobe.stages import STAGES
 
@@ -84,7 +93,14 @@ def command(
         raise typer.BadParameter(str(err)) from err
     if run_dir.exists() and not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
-    result = run_demo(run_dir, config, force=stages_forced, progress=progress, log=console.print)
+    result = run_demo(
+        run_dir,
+        config,
+        force=stages_forced,
+        progress=progress,
+        log=console.print,
+        jobs=jobs or default_jobs(device),
+    )
     stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
     for column in ("stage", "status", "seconds"):
         stages.add_column(column)
