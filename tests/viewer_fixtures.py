@@ -288,8 +288,10 @@ def build_run(
 
 
 def write_false_belief(root: Path, *, seed: int = 0) -> None:
-    """The false_belief stage's grids and the probe-reading part of its results, with a
-    stand-in probe that decodes exactly what the prompt drew (the shown grid)."""
+    """The false_belief stage's grids, episodes (the scripted agent, which plans on the grid its
+    prompt draws), the probe-reading part of its results and every step's decoded map, with a
+    stand-in probe that decodes exactly what the prompt drew (the shown grid); the last step of
+    each episode has no decoded map (the viewer must say so)."""
     from activations.gridworld.false_belief import (
         FALSE_BELIEF,
         FalseBeliefSetConfig,
@@ -318,6 +320,29 @@ def write_false_belief(root: Path, *, seed: int = 0) -> None:
         },
     }
     (root / "false_belief" / "results.json").write_text(json.dumps(results), encoding="utf-8")
+
+    from activations.gridworld.text import padded_cell_types
+    from probes.serialization import write_step_maps
+
+    traj = root / "false_belief" / "trajectories.jsonl"
+    config = RolloutConfig(episodes_per_grid=2, horizon_steps=4, seed=seed)
+    run_rollouts(grids, NoisyOptimalBackend(0.2), config, traj, progress=False)
+    by_id = {g.grid_id: g for g in grids}
+    keys, probs = [], []
+    for episode in read_trajectories(traj):
+        for s in episode.steps[:-1]:
+            drawn = padded_cell_types(by_id[s.grid_id].prompt_grid, s.state)
+            keys.append((s.grid_id, s.episode, s.step))
+            probs.append(np.eye(len(CellType), dtype=np.float32)[drawn])
+    write_step_maps(
+        root / "false_belief" / "decoded_maps.h5",
+        keys,
+        np.stack(probs),
+        classes=list(range(len(CellType))),
+        stage="pre_reasoning",
+        layer=LAYERS[-1],
+        probe="stand-in: the shown grid",
+    )
 
 
 def shared_run(tmp_path_factory) -> Path:

@@ -418,7 +418,7 @@ def _false_belief_tab(run: RunData):
         )
     side = html.Div(
         [
-            html.H3("False-belief episodes"),
+            html.H3("False-belief episode"),
             html.Div(why, className="gp-count", id="fb-why"),
             html.Label("Episode", className="gp-label"),
             dcc.Dropdown(
