@@ -1023,11 +1023,13 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         if fb is None:
             message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
+        if episode is None:
+            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
         if not isinstance(episode, str) or not isinstance(step, int | float | None):
             raise PreventUpdate
         try:
             view = build_false_belief_step(run, episode, int(step or 0))
-            figure = false_belief_step_figure(view, height=GRID_HEIGHT)
+            figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
         except (UnknownKeyError, ValueError, KeyError) as err:
             log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
             blank = empty_figure("Cannot show this step (see the message above).")

@@ -1007,7 +1007,10 @@ class RunData:
         """
         with self._lock:
             if self._false_belief is None:
-                self._false_belief = (self._read_false_belief(),)
+                try:
+                    self._false_belief = (self._read_false_belief(),)
+                except UnsafePathError as err:
+                    raise ValueError(str(err)) from err
             return self._false_belief[0]
 
     def _read_false_belief(self) -> FalseBeliefEpisodes | None:
