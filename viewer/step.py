@@ -513,8 +513,8 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
         )
     elif why is None:
         why = (
-            "No decoded map for this step: the agent stands on the shown goal, and a prompt "
-            "that draws the agent there draws no goal."
+            "No decoded map for this step: the stage decodes every visited state but those on "
+            "the shown goal (a prompt that draws the agent there draws no goal)."
         )
     return FalseBeliefStepView(
         episode=episode,
