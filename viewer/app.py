@@ -649,7 +649,6 @@ def create_app(
         [
             dcc.Location(id="url", refresh=False),
             dcc.Store(id="url-step-used", data=False),
-            dcc.Store(id="fb-url-step-used", data=False),
             dcc.Store(id="url-sync"),
             html.Div(
                 [
@@ -683,6 +682,7 @@ def create_app(
                 value="explorer",
                 style={"margin": "12px 20px 0"},
             ),
+            dcc.Store(id="fb-url-step-used", data=False),
         ]
     )
     _register_callbacks(app, run)
