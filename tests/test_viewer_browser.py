@@ -326,6 +326,20 @@ def _false_belief_maps(page) -> dict:
     )
 
 
+def _wait_false_belief_step(page, grid_id: str, step: int) -> None:
+    """Until the false-belief tab's header and figure both show ``step`` of a ``grid_id`` episode."""
+    page.wait_for_function(
+        """([title, header]) => {
+            const plot = document.querySelector('#g-fb-maps .js-plotly-plot');
+            const h = document.querySelector('#fb-header');
+            return plot && h && (plot.layout.title.text || '').endsWith(title)
+                && h.textContent.includes(header);
+        }""",
+        arg=[f"{grid_id}, step {step}", f"step {step} of"],
+        timeout=20_000,
+    )
+
+
 def _check_false_belief_panels(drawn: dict, recorded: list, agent: int) -> None:
     assert drawn["titles"][:3] == ["true grid", "shown to the agent (oracle belief)", "decoded map"]
     true, shown, decoded = drawn["heatmaps"]  # three map panels
@@ -353,19 +367,18 @@ def test_false_belief_tab_steps_through_an_episode_with_three_maps(page, browser
     page.wait_for_selector("#g-fb-maps .js-plotly-plot .hm", timeout=20_000)
     page.click("#fb-episode")
     page.get_by_text(fb.label(key), exact=True).last.click()
-    page.wait_for_function("() => window.location.search.includes('fb_step=0')")
+    grid_id = key.split(":")[0]
+    _wait_false_belief_step(page, grid_id, 0)
     page.wait_for_function(
         "(k) => new URLSearchParams(window.location.search).get('fb') === k", arg=key
     )
     header = page.text_content("#fb-header")
-    assert "step 0 of" in header and "false belief:" in header
+    assert "false belief:" in header
     assert "on the shown grid" in header and "on the true grid" in header
     _check_false_belief_panels(_false_belief_maps(page), recorded, int(CellType.AGENT))
     page.locator(".gp-header h1").click()
     page.keyboard.press("ArrowRight")
-    page.wait_for_function(
-        "() => document.querySelector('#fb-header').textContent.includes('step 1 of')"
-    )
+    _wait_false_belief_step(page, grid_id, 1)
     page.wait_for_function("() => window.location.search.includes('fb_step=1')")
     assert "view=false_belief" in page.url
     _check_false_belief_panels(_false_belief_maps(page), recorded, int(CellType.AGENT))
@@ -374,18 +387,13 @@ def test_false_belief_tab_steps_through_an_episode_with_three_maps(page, browser
     last = len(fb.episodes[key].steps) - 1
     other = browser.new_page(viewport={"width": 1600, "height": 1300})
     other.goto(re.sub(r"fb_step=\d+", f"fb_step={last}", page.url))
-    other.wait_for_function(
-        "(t) => (document.querySelector('#fb-header') || {}).textContent?.includes(t)",
-        arg=f"step {last} of",
-    )
+    _wait_false_belief_step(other, grid_id, last)
     drawn = _false_belief_maps(other)
     assert len(drawn["heatmaps"]) == 2
     assert any(t.startswith("No decoded map for this") for t in drawn["titles"])
     other.close()
     page.keyboard.press("ArrowLeft")
-    page.wait_for_function(
-        "() => document.querySelector('#fb-header').textContent.includes('step 0 of')"
-    )
+    _wait_false_belief_step(page, grid_id, 0)
     page.get_by_text("Episode explorer").click()
     assert page.console_problems == []
 
