@@ -23,6 +23,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/activations/activations.h5                activation store (goalprobe.activations)
     RUN/false_belief/{grids,trajectories,states}.jsonl, activations.h5, results.json
                                                   false-belief grids (goalprobe.false_belief/1)
+    RUN/false_belief/decoded_maps.h5              every step's decoded map (goalprobe.step_maps)
     RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
     RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
@@ -88,6 +89,12 @@ ARTEFACTS: dict[str, Artefact] = {
         ),
         Artefact(
             "false-belief results", "false_belief/results.json", "false_belief", "goalprobe demo"
+        ),
+        Artefact(
+            "false-belief decoded maps",
+            "false_belief/decoded_maps.h5",
+            "false_belief",
+            "goalprobe demo",
         ),
         Artefact("harm grids", "harm/grids.jsonl", "harm", "goalprobe demo"),
         Artefact(
@@ -264,6 +271,11 @@ class RunLayout:
     def false_belief_results(self) -> Path:
         """Oracle-belief scoring and the probe's shown-vs-true reading."""
         return self.path("false-belief results")
+
+    @property
+    def false_belief_decoded(self) -> Path:
+        """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
+        return self.path("false-belief decoded maps")
 
     @property
     def harm_grids(self) -> Path:

@@ -18,6 +18,12 @@ with ``schema`` / ``schema_version`` in its metadata; ``<stem>.json`` is its car
 (:func:`save_plan_decoder`): hyperparameters, fitted scalars and history, plan tokens, metrics
 and provenance (store, stage, layer, kind, split).
 
+Step maps: decoded maps keyed by trajectory step rather than store row (:func:`write_step_maps`:
+``probs (N, S, S, C)`` float16, ``grid_id``, ``episode``, ``step`` ``(N,)``; attributes
+``schema`` ``"goalprobe.step_maps"``, ``schema_version``, ``classes`` and free scalars such as
+``stage``, ``layer``, ``probe``), for maps decoded from a store of their own (the false-belief
+episodes' visited states).
+
 Predicted plans: an HDF5 file with one group ``runs/<run>`` per decoder run
 (:func:`write_predicted_plans`), read by the viewer.
 
@@ -336,6 +342,118 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
     return DecodedMaps(
         probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version
     )
+
+
+STEP_MAPS_SCHEMA = "goalprobe.step_maps"
+"""``schema`` attribute of a step-maps HDF5 file (decoded maps keyed by trajectory step)."""
+STEP_MAPS_SCHEMA_VERSION = 1
+"""Version of the step-maps HDF5 layout."""
+
+
+@dataclass(frozen=True, eq=False)
+class StepMaps:
+    """Decoded maps of trajectory steps read back from HDF5 (:func:`read_step_maps`).
+
+    Attributes:
+        probs: ``(N, S, S, C)`` float16 class probabilities.
+        grid_id, episode, step: ``(N,)`` the trajectory step of each map.
+        classes: ``(C,)`` uint8 ``CellType`` of each probability column.
+        attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ...).
+    """
+
+    probs: np.ndarray
+    grid_id: np.ndarray
+    episode: np.ndarray
+    step: np.ndarray
+    classes: np.ndarray
+    attrs: dict
+
+    def index(self) -> dict[tuple[str, int, int], int]:
+        """``(grid_id, episode, step) -> position`` of every map."""
+        return {
+            (str(g), int(e), int(t)): i
+            for i, (g, e, t) in enumerate(zip(self.grid_id, self.episode, self.step, strict=True))
+        }
+
+
+def write_step_maps(
+    path: str | Path,
+    keys: list[tuple[str, int, int]],
+    probs: np.ndarray,
+    classes,
+    **attrs,
+) -> Path:
+    """Write decoded maps keyed by trajectory step (for maps decoded outside the activation
+    store's rows, e.g. the false-belief episodes' visited states).
+
+    Args:
+        path: output file.
+        keys: ``(N,)`` ``(grid_id, episode, step)`` of each map.
+        probs: ``(N, S, S, C)`` probabilities (stored as float16).
+        classes: ``(C,)`` the ``CellType`` of each probability column.
+        **attrs: further scalar attributes (``stage``, ``layer``, ``probe``).
+
+    Returns:
+        ``path``.
+    """
+    import h5py
+
+    p = np.asarray(probs)
+    classes = np.asarray(classes, dtype=np.uint8)
+    if p.ndim != 4 or p.shape[1] != p.shape[2] or p.shape[0] != len(keys):
+        raise ValueError(f"probs must be ({len(keys)}, S, S, C), got shape {p.shape}")
+    if p.shape[3] != len(classes):
+        raise ValueError(f"probs has {p.shape[3]} columns for {len(classes)} classes")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(out, "w") as f:
+        f.attrs["schema"] = STEP_MAPS_SCHEMA
+        f.attrs["schema_version"] = STEP_MAPS_SCHEMA_VERSION
+        f.attrs["classes"] = classes
+        for name, value in attrs.items():
+            f.attrs[name] = value
+        f.create_dataset("grid_id", data=[str(k[0]) for k in keys], dtype=h5py.string_dtype())
+        f.create_dataset("episode", data=np.asarray([k[1] for k in keys], dtype=np.int32))
+        f.create_dataset("step", data=np.asarray([k[2] for k in keys], dtype=np.int32))
+        f.create_dataset(
+            "probs",
+            data=p.astype(np.float16),
+            chunks=(min(256, max(1, p.shape[0])), *p.shape[1:]) if len(keys) else None,
+            compression="gzip" if len(keys) else None,
+        )
+    return out
+
+
+def read_step_maps(path: str | Path) -> StepMaps:
+    """Read a file written by :func:`write_step_maps` (checks schema and shapes)."""
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        if f.attrs.get("schema") != STEP_MAPS_SCHEMA:
+            raise ValueError(
+                f"{p}: schema attribute is {f.attrs.get('schema')!r}, expected {STEP_MAPS_SCHEMA!r}"
+            )
+        version = int(f.attrs["schema_version"])
+        if version != STEP_MAPS_SCHEMA_VERSION:
+            raise ValueError(f"{p}: schema_version {version} is not supported")
+        for name in ("probs", "grid_id", "episode", "step"):
+            if name not in f:
+                raise ValueError(f"{p}: missing dataset {name!r}")
+        maps = StepMaps(
+            probs=f["probs"][...],
+            grid_id=f["grid_id"].asstr()[...],
+            episode=f["episode"][...],
+            step=f["step"][...],
+            classes=np.asarray(f.attrs["classes"], dtype=np.uint8),
+            attrs={k: v for k, v in f.attrs.items() if k not in ("schema", "schema_version")},
+        )
+    n = len(maps.grid_id)
+    if maps.probs.shape[0] != n or len(maps.episode) != n or len(maps.step) != n:
+        raise ValueError(f"{p}: probs {maps.probs.shape} and the {n} step keys disagree")
+    if maps.probs.ndim != 4 or maps.probs.shape[3] != len(maps.classes):
+        raise ValueError(f"{p}: probs {maps.probs.shape} for {len(maps.classes)} classes")
+    return maps
 
 
 # --------------------------------------------------------------------------------------------

@@ -311,6 +311,93 @@ def test_overview_shows_true_shown_and_decoded_maps_of_false_belief_grids(page):
     assert page.console_problems == []
 
 
+def _false_belief_maps(page) -> dict:
+    """What plotly drew in the false-belief tab's three-panel figure."""
+    return page.evaluate(
+        """() => {
+            const plot = document.querySelector('#g-fb-maps .js-plotly-plot');
+            const rings = plot.data.find(t => t.type === 'scatter');
+            return {
+                heatmaps: plot.data.filter(t => t.type === 'heatmap').map(t => t.z),
+                rings: rings ? rings.y.map((r, i) => [r, rings.x[i]]) : [],
+                titles: (plot.layout.annotations || []).map(a => a.text),
+            };
+        }"""
+    )
+
+
+def _wait_false_belief_step(page, grid_id: str, step: int) -> None:
+    """Until the false-belief tab's header and figure both show ``step`` of a ``grid_id`` episode."""
+    page.wait_for_function(
+        """([title, header]) => {
+            const plot = document.querySelector('#g-fb-maps .js-plotly-plot');
+            const h = document.querySelector('#fb-header');
+            return plot && h && (plot.layout.title.text || '').endsWith(title)
+                && h.textContent.includes(header);
+        }""",
+        arg=[f"{grid_id}, step {step}", f"step {step} of"],
+        timeout=20_000,
+    )
+
+
+def _check_false_belief_panels(drawn: dict, recorded: list, agent: int) -> None:
+    assert drawn["titles"][:3] == ["true grid", "shown to the agent (oracle belief)", "decoded map"]
+    true, shown, decoded = drawn["heatmaps"]  # three map panels
+    assert sorted(map(tuple, drawn["rings"])) == sorted(recorded)  # the recorded cells, ringed
+    for r, c in recorded:
+        if true[r][c] != agent:  # the agent may stand on a phantom wall
+            assert true[r][c] != shown[r][c]
+    assert decoded == shown  # the fixture's stand-in probe decodes the prompt
+
+
+def test_false_belief_tab_steps_through_an_episode_with_three_maps(page, browser, run_dir):
+    from activations.gridworld.core import CellType
+    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from viewer.data import RunData
+
+    fb = RunData(run_dir).false_belief_episodes()
+    lying = [
+        k
+        for k, e in fb.episodes.items()
+        if pair_facts(fb.grids[e.summary.grid_id])["role"] == FALSE_BELIEF
+    ]
+    key = lying[-1]  # not the tab's default (its first false-belief episode)
+    recorded = [tuple(c) for c in pair_facts(fb.grids[key.split(":")[0]])["differs"]]
+    page.get_by_text("False-belief episodes", exact=True).click()
+    page.wait_for_selector("#g-fb-maps .js-plotly-plot .hm", timeout=20_000)
+    page.click("#fb-episode")
+    page.get_by_text(fb.label(key), exact=True).last.click()
+    grid_id = key.split(":")[0]
+    _wait_false_belief_step(page, grid_id, 0)
+    page.wait_for_function(
+        "(k) => new URLSearchParams(window.location.search).get('fb') === k", arg=key
+    )
+    header = page.text_content("#fb-header")
+    assert "false belief:" in header
+    assert "on the shown grid" in header and "on the true grid" in header
+    _check_false_belief_panels(_false_belief_maps(page), recorded, int(CellType.AGENT))
+    page.locator(".gp-header h1").click()
+    page.keyboard.press("ArrowRight")
+    _wait_false_belief_step(page, grid_id, 1)
+    page.wait_for_function("() => window.location.search.includes('fb_step=1')")
+    assert "view=false_belief" in page.url
+    _check_false_belief_panels(_false_belief_maps(page), recorded, int(CellType.AGENT))
+    _shot(page, "false_belief_episode")
+    # the last step has no decoded map in the fixture: the third panel says why, inside it
+    last = len(fb.episodes[key].steps) - 1
+    other = browser.new_page(viewport={"width": 1600, "height": 1300})
+    other.goto(re.sub(r"fb_step=\d+", f"fb_step={last}", page.url))
+    _wait_false_belief_step(other, grid_id, last)
+    drawn = _false_belief_maps(other)
+    assert len(drawn["heatmaps"]) == 2
+    assert any(t.startswith("No decoded map for this") for t in drawn["titles"])
+    other.close()
+    page.keyboard.press("ArrowLeft")
+    _wait_false_belief_step(page, grid_id, 0)
+    page.get_by_text("Episode explorer").click()
+    assert page.console_problems == []
+
+
 def test_server_rejects_keys_outside_the_allow_list(server):
     deps = httpx.get(server["url"] + "_dash-dependencies", timeout=10).json()
     render = next(d for d in deps if "step-header.children" in d["output"])

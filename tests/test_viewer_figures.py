@@ -30,7 +30,15 @@ from viewer.data import (
     full_class_probs,
 )
 from viewer.figures.plans import STRIP_COLOURS
-from viewer.step import build_step_view, decoded_view, episode_flags, step_figures
+from viewer.step import (
+    NO_FALSE_BELIEF,
+    build_false_belief_step,
+    build_step_view,
+    decoded_view,
+    episode_flags,
+    false_belief_step_figure,
+    step_figures,
+)
 
 # ------------------------------------------------------------------------------------------
 # figures
@@ -425,6 +433,68 @@ def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
     figs = step_figures(view)
     assert figs["decoded"].layout.annotations[0].text.startswith("No decoded map: choose")
     assert RunData(tmp_path / "bare").episode(key).grid == run.episode(key).grid
+
+
+def test_false_belief_steps_draw_true_shown_and_decoded_maps(run, run_dir, tmp_path):
+    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from probes.scoring.false_belief import oracle_optimal_mask
+    from probes.serialization import read_step_maps
+
+    fb = run.false_belief_episodes()
+    assert fb is not None and fb.maps_why is None
+    on_disk = read_step_maps(run.layout.false_belief_decoded)
+    assert len(fb.maps) == len(on_disk.grid_id) > 0
+    lying = [
+        k
+        for k, e in fb.episodes.items()
+        if pair_facts(fb.grids[e.summary.grid_id])["role"] == FALSE_BELIEF
+    ]
+    assert lying
+    for key in lying:
+        episode = fb.episodes[key]
+        grid = fb.grids[episode.summary.grid_id]
+        recorded = [tuple(c) for c in pair_facts(grid)["differs"]]
+        for t, record in enumerate(episode.steps):
+            view = build_false_belief_step(run, key, t)
+            assert view.step == t and view.differs == recorded
+            # the shown panel is the prompt's grid, the true panel the episode's
+            on_shown_goal = record.agent_row_col == grid.prompt_grid.goal
+            if not on_shown_goal:  # (there the prompt draws no goal)
+                shown_grid, shown_state = parse(record.grid_text)
+                assert np.array_equal(view.shown_cells, cell_types(shown_grid, shown_state))
+            true_grid, true_state = parse(record.true_grid_text or record.grid_text)
+            assert np.array_equal(view.true_cells, cell_types(true_grid, true_state))
+            for r, c in recorded:
+                if (r, c) != view.agent_row_col:
+                    assert view.true_cells[r, c] != view.shown_cells[r, c]
+            mask = oracle_optimal_mask(grid, record.state)
+            assert view.optimal_shown == {Action(a) for a in np.flatnonzero(mask)}
+            assert view.optimal_true == record.optimal_action_set
+            fig = false_belief_step_figure(view)
+            heatmaps = [tr for tr in fig.data if tr.type == "heatmap"]
+            texts = [a.text for a in fig.layout.annotations]
+            if t < len(episode.steps) - 1 and not on_shown_goal:
+                # the fixture's stand-in probe decodes the prompt: its map is the shown grid
+                assert np.array_equal(view.decoded.argmax, view.shown_cells)
+                assert len(heatmaps) == 3
+                assert np.array_equal(heatmaps[2].z, heatmaps[1].z)
+            else:
+                assert view.decoded is None and len(heatmaps) == 2
+                assert any(text.startswith("No decoded map for this") for text in texts)
+            assert np.array_equal(heatmaps[0].z, view.true_cells)
+            assert texts[:3] == ["true grid", "shown to the agent (oracle belief)", "decoded map"]
+            rings = [tr for tr in fig.data if tr.type == "scatter"]
+            assert {(y, x) for y, x in zip(rings[0].y, rings[0].x, strict=True)} == set(recorded)
+            arrows = [a for a in fig.layout.annotations if a.showarrow]
+            assert len(arrows) == (0 if view.action is None else len(heatmaps))
+    with pytest.raises(UnknownKeyError):
+        build_false_belief_step(run, "../../etc/passwd:0", 0)
+    # a run without the stage: the tab says what to do
+    bare = tmp_path / "bare-fb"
+    (bare / "rollouts").mkdir(parents=True)
+    shutil.copy(run_dir / "rollouts" / "trajectories.jsonl", bare / "rollouts")
+    assert RunData(bare).false_belief_episodes() is None
+    assert "run goalprobe demo" in NO_FALSE_BELIEF
 
 
 def test_truncated_trajectory_tail_is_ignored(run_dir, tmp_path):

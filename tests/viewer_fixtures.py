@@ -54,7 +54,13 @@ class NoisyOptimalBackend:
             lines = messages[-1].content.splitlines()
             top = next(j for j, line in enumerate(lines) if line.startswith("  0 "))
             n = len(lines[top].split())
-            grid, state = parse("\n".join(lines[top : top + n + 1]))
+            text = "\n".join(lines[top : top + n + 1])
+            if "G" not in text.split():
+                # standing on a false-belief grid's stale goal: the prompt draws no goal
+                action = Action(int(rng.integers(4)))
+                out.append(_completion("No goal is drawn.", final_text(action)))
+                continue
+            grid, state = parse(text)
             policy = solve(grid)
             _, plan = policy.optimal_trajectory(rng, start=state)
             optimal = sorted(policy.optimal_actions(state))
@@ -64,18 +70,20 @@ class NoisyOptimalBackend:
                 action = optimal[int(rng.integers(len(optimal)))]
             reasoning = reasoning_text(grid, state, plan[:5] or [action], key_variant=False)
             final = final_text(action)
-            out.append(
-                Completion(
-                    prompt_token_ids=[1, 2, 3],
-                    generated_token_ids=[4, 5, 6],
-                    text=reasoning + final,
-                    reasoning=reasoning,
-                    final=final,
-                    token_ids_source="model",
-                    finish_reason="stop",
-                )
-            )
+            out.append(_completion(reasoning, final))
         return out
+
+
+def _completion(reasoning: str, final: str) -> Completion:
+    return Completion(
+        prompt_token_ids=[1, 2, 3],
+        generated_token_ids=[4, 5, 6],
+        text=reasoning + final,
+        reasoning=reasoning,
+        final=final,
+        token_ids_source="model",
+        finish_reason="stop",
+    )
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -288,8 +296,10 @@ def build_run(
 
 
 def write_false_belief(root: Path, *, seed: int = 0) -> None:
-    """The false_belief stage's grids and the probe-reading part of its results, with a
-    stand-in probe that decodes exactly what the prompt drew (the shown grid)."""
+    """The false_belief stage's grids, episodes (the scripted agent, which plans on the grid its
+    prompt draws), the probe-reading part of its results and every step's decoded map, with a
+    stand-in probe that decodes exactly what the prompt drew (the shown grid); the last step of
+    each episode and the steps on a stale goal have no decoded map (the viewer must say so)."""
     from activations.gridworld.false_belief import (
         FALSE_BELIEF,
         FalseBeliefSetConfig,
@@ -318,6 +328,32 @@ def write_false_belief(root: Path, *, seed: int = 0) -> None:
         },
     }
     (root / "false_belief" / "results.json").write_text(json.dumps(results), encoding="utf-8")
+
+    from activations.gridworld.text import padded_cell_types
+    from probes.serialization import write_step_maps
+
+    traj = root / "false_belief" / "trajectories.jsonl"
+    config = RolloutConfig(episodes_per_grid=2, horizon_steps=4, seed=seed)
+    run_rollouts(grids, NoisyOptimalBackend(0.2), config, traj, progress=False)
+    by_id = {g.grid_id: g for g in grids}
+    keys, probs = [], []
+    for episode in read_trajectories(traj):
+        for s in episode.steps[:-1]:
+            shown = by_id[s.grid_id].prompt_grid
+            if s.agent_row_col == shown.goal:
+                continue  # as in the stage: a prompt on the shown goal draws no goal
+            drawn = padded_cell_types(shown, s.state)
+            keys.append((s.grid_id, s.episode, s.step))
+            probs.append(np.eye(len(CellType), dtype=np.float32)[drawn])
+    write_step_maps(
+        root / "false_belief" / "decoded_maps.h5",
+        keys,
+        np.stack(probs),
+        classes=list(range(len(CellType))),
+        stage="pre_reasoning",
+        layer=LAYERS[-1],
+        probe="stand-in: the shown grid",
+    )
 
 
 def shared_run(tmp_path_factory) -> Path:

@@ -10,6 +10,10 @@ action and the optimal set on the true grid and on the decoded grid; the chosen 
 plan is drawn against the executed moves; the reasoning and answer text and the step's
 patching results sit below. *Run overview*: prefix accuracy of every plan decoder (with the
 ``0.25^N`` baseline), probe accuracies recorded in the probe cards, and the scoring summaries.
+*False-belief episodes*: step through the false_belief stage's own episodes (grids whose prompt
+draws another grid); for each step the true grid, the grid shown to the agent (differing cells
+ringed) and the step's decoded map stand side by side, with the action and whether it is
+optimal on the shown and on the true grid.
 
 Every callback input is checked against allow-lists built on the server (episode keys,
 (stage, layer, family) triples, plan-source keys, class names); nothing sent by the browser is
@@ -40,10 +44,13 @@ from viewer.figures import (
     probe_comparison_figure,
 )
 from viewer.step import (
+    NO_FALSE_BELIEF,
+    build_false_belief_step,
     build_step_view,
     default_episode,
     default_map_source,
     default_plan_source,
+    false_belief_step_figure,
     step_figures,
     timeline_figure,
 )
@@ -54,6 +61,8 @@ GRID_HEIGHT = 440
 """Height in pixels of the grid panels."""
 
 _OUTCOMES = {"all": None, "success": True, "failure": False}
+_TABS = ("explorer", "overview", "false_belief")
+"""The tabs' values (``?view=`` in the URL)."""
 _GRAPH_CONFIG = {
     "displaylogo": False,
     "responsive": True,
@@ -128,11 +137,14 @@ document.addEventListener('keydown', function (event) {
   const t = event.target;
   if (t && t.closest && t.closest('input, textarea, select, [contenteditable=true], ' +
       '[role=slider], [role=combobox], [role=listbox], .dash-dropdown, .rc-slider')) { return; }
-  const button = document.getElementById(event.key === 'ArrowLeft' ? 'prev' : 'next');
+  const ids = event.key === 'ArrowLeft' ? ['prev', 'fb-prev'] : ['next', 'fb-next'];
+  const button = ids.map(id => document.getElementById(id))
+    .find(b => b && b.offsetParent !== null);
   if (button) { event.preventDefault(); button.click(); }
 });
 """
-"""Left and right arrows press the step buttons (unless a control that uses arrows has focus)."""
+"""Left and right arrows press the step buttons of the open tab (the episode explorer's or the
+false-belief tab's), unless a control that uses arrows has focus."""
 
 _INDEX = (
     """<!DOCTYPE html>
@@ -361,6 +373,102 @@ def _explorer():
     )
 
 
+FALSE_BELIEF_STEP_CAPTION = (
+    "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
+    "the agent's known belief); ringed cells differ between the two. The decoded map (right) "
+    "is the headline probe's reading of this step's prompt: a probe that reads the prompt "
+    "decodes the shown cell types at the ringed cells. The arrow is the step's action."
+)
+
+
+def _false_belief_episodes(run: RunData):
+    """``(episodes or None, error message or None)``: the stage's episodes as the tab lists them."""
+    try:
+        return run.false_belief_episodes(), None
+    except ValueError as err:
+        return None, str(err)
+
+
+def _false_belief_options(run: RunData) -> list[dict]:
+    """The false-belief episodes, false-belief grids first, then their controls."""
+    fb, _ = _false_belief_episodes(run)
+    if fb is None:
+        return []
+    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+
+    def first(key: str) -> bool:
+        facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}
+        return facts.get("role") != FALSE_BELIEF
+
+    return [{"label": fb.label(k), "value": k} for k in sorted(fb.episodes, key=first)]
+
+
+def _false_belief_tab(run: RunData):
+    fb, error = _false_belief_episodes(run)
+    options = _false_belief_options(run)
+    if error is not None:
+        why = error
+    elif fb is None:
+        why = NO_FALSE_BELIEF
+    else:
+        why = (
+            "Episodes of the false_belief stage: each false-belief grid's prompt draws another "
+            "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
+            "true grid as it is."
+        )
+    side = html.Div(
+        [
+            html.H3("False-belief episode"),
+            html.Div(why, className="gp-count", id="fb-why"),
+            html.Label("Episode", className="gp-label"),
+            dcc.Dropdown(
+                id="fb-episode",
+                options=options,
+                value=options[0]["value"] if options else None,
+                clearable=False,
+                optionHeight=58,
+                placeholder="none: run goalprobe demo",
+            ),
+            html.H3("Step"),
+            dcc.Slider(
+                id="fb-step",
+                min=0,
+                max=1,
+                step=1,
+                value=0,
+                marks=None,
+                tooltip={"placement": "bottom"},
+            ),
+            html.Div(
+                [
+                    html.Button("◀ prev", id="fb-prev", n_clicks=0),
+                    html.Button("next ▶", id="fb-next", n_clicks=0),
+                ],
+                className="gp-buttons",
+            ),
+            html.Div("keys: ← → step through the episode", className="gp-count"),
+        ],
+        className="gp-side",
+    )
+    main = html.Div(
+        [
+            html.Div(id="fb-error"),
+            html.Div(
+                [
+                    html.Div(id="fb-header", className="gp-stepbar"),
+                    _graph("g-fb-maps", GRID_HEIGHT + 20),
+                    html.P(FALSE_BELIEF_STEP_CAPTION, className="gp-caption", id="fb-caption"),
+                    _legend(),
+                ],
+                className="gp-card",
+            ),
+            html.Div(html.Div(id="fb-texts", className="gp-text"), className="gp-card"),
+        ],
+        className="gp-main",
+    )
+    return html.Div([side, main], className="gp-body")
+
+
 PREFIX_CAPTION = (
     "One panel per stage (rows) and layer (columns). Look for decoders (solid, colour = "
     "capacity) that stay above the shuffled control (dotted) and the 0.25^N random baseline "
@@ -564,11 +672,17 @@ def create_app(
                         # filled on first visit: scoring every plan decoder reads whole files
                         children=html.Div(id="overview", className="gp-main"),
                     ),
+                    dcc.Tab(
+                        label="False-belief episodes",
+                        value="false_belief",
+                        children=_false_belief_tab(run),
+                    ),
                 ],
                 id="tabs",
                 value="explorer",
                 style={"margin": "12px 20px 0"},
             ),
+            dcc.Store(id="fb-url-step-used", data=False),
         ]
     )
     _register_callbacks(app, run)
@@ -803,11 +917,14 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         Output("stage", "value"),
         Output("family", "value"),
         Output("cell-class", "value"),
+        Output("tabs", "value"),
         Input("url", "search"),
     )
     def selection_from_url(search):
-        """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
+        """The probe and tab named in the page's query string (``?stage=...&family=...&cls=...
+        &view=...``)."""
         query = _query(search)
+        view = query.get("view")
         stages = {s.stage for s in run.map_sources.values()}
         families = {s.family for s in run.map_sources.values()}
         names = {class_name(c) for c in CellType}
@@ -818,14 +935,17 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             stage if stage in stages else dash.no_update,
             family if family in families else dash.no_update,
             cls if cls in names else dash.no_update,
+            view if view in _TABS else dash.no_update,
         )
 
     app.clientside_callback(
-        """function (episode, step, stage, layer, family, cls, plan) {
+        """function (episode, step, stage, layer, family, cls, plan, view, fb, fbStep) {
             const q = new URLSearchParams();
             const put = (k, v) => { if (v !== null && v !== undefined && v !== '') q.set(k, v); };
             put('episode', episode); put('step', step); put('stage', stage); put('layer', layer);
             put('family', family); put('cls', cls); put('plan', plan);
+            if (view && view !== 'explorer') { put('view', view); }
+            if (view === 'false_belief') { put('fb', fb); put('fb_step', fbStep); }
             const search = '?' + q.toString();
             if (window.location.search !== search) {
                 window.history.replaceState(null, '', window.location.pathname + search);
@@ -840,8 +960,110 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("family", "value"),
         Input("cell-class", "value"),
         Input("plan", "value"),
+        Input("tabs", "value"),
+        Input("fb-episode", "value"),
+        Input("fb-step", "value"),
         prevent_initial_call=True,
     )
+
+    @app.callback(
+        Output("fb-episode", "value"),
+        Input("url", "search"),
+        State("fb-episode", "value"),
+    )
+    def false_belief_episode_from_url(search, current):
+        """The false-belief episode named in the query string (``?view=false_belief&fb=...``)."""
+        wanted = _query(search).get("fb")
+        keys = {o["value"] for o in _false_belief_options(run)}
+        if wanted in keys and wanted != current:
+            return wanted
+        raise PreventUpdate
+
+    @app.callback(
+        Output("fb-step", "value"),
+        Output("fb-step", "max"),
+        Output("fb-step", "marks"),
+        Output("fb-url-step-used", "data"),
+        Input("fb-episode", "value"),
+        Input("fb-prev", "n_clicks"),
+        Input("fb-next", "n_clicks"),
+        State("fb-step", "value"),
+        State("url", "search"),
+        State("fb-url-step-used", "data"),
+    )
+    def choose_false_belief_step(episode, _prev, _next, current, search, used):
+        fb, _ = _false_belief_episodes(run)
+        if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
+            return 0, 1, None, used
+        last = max(len(fb.episodes[episode].steps) - 1, 0)
+        marks = {i: str(i) for i in range(0, last + 1, max(1, last // 8 or 1))}
+        current = int(current) if isinstance(current, int | float) else 0
+        trigger = ctx.triggered_id
+        query = _query(search)
+        if trigger == "fb-prev":
+            value = current - 1
+        elif trigger == "fb-next":
+            value = current + 1
+        elif not used and query.get("fb") == episode and query.get("fb_step", "").isdigit():
+            value, used = int(query["fb_step"]), True
+        else:
+            value = 0
+        return min(max(value, 0), last), max(last, 1), marks, bool(used)
+
+    @app.callback(
+        Output("fb-header", "children"),
+        Output("g-fb-maps", "figure"),
+        Output("fb-texts", "children"),
+        Output("fb-error", "children"),
+        Input("fb-episode", "value"),
+        Input("fb-step", "value"),
+    )
+    def render_false_belief(episode, step):
+        fb, error = _false_belief_episodes(run)
+        if fb is None:
+            message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
+            return [], empty_figure(message, height=GRID_HEIGHT), [], None
+        if episode is None:
+            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
+        if not isinstance(episode, str) or not isinstance(step, int | float | None):
+            raise PreventUpdate
+        try:
+            view = build_false_belief_step(run, episode, int(step or 0))
+            figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
+        except (UnknownKeyError, ValueError, KeyError) as err:
+            log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
+            blank = empty_figure("Cannot show this step (see the message above).")
+            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+        header = [
+            _badge(f"step {view.step} of {view.n_steps - 1}"),
+            _badge(
+                "control (shown as it is)"
+                if view.role == "control"
+                else f"false belief: {view.kind.replace('_', ' ')}",
+                "info",
+            ),
+        ]
+        if view.action is None:
+            header.append(_badge("invalid step (no action)", "bad"))
+        else:
+            header.append(_badge(f"action {view.action.name}"))
+            for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+                ok = view.action in optimal
+                verdict = "optimal" if ok else "not optimal"
+                header.append(_badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
+        for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+            names = ", ".join(a.name for a in sorted(optimal)) or "none"
+            header.append(_badge(f"optimal ({grid}): {names}"))
+        if view.decoded is not None:
+            names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
+            header.append(_badge(f"optimal (decoded): {names}"))
+        texts = [
+            html.H4("Reasoning"),
+            html.Pre(view.reasoning or "(none)", id="fb-reasoning"),
+            html.H4("Final answer"),
+            html.Pre(view.final or "(none)"),
+        ]
+        return header, figure, texts, None
 
     @app.callback(
         Output("step-header", "children"),

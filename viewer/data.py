@@ -8,7 +8,10 @@ missing (:attr:`RunData.missing` says which are). What is read here:
 * decoded maps, ``probes/decoded/<probe>.h5``: probs (N, S, S, C), row_ids (N,);
 * predicted plans, ``plans/predicted/<decoder>.h5``: runs/<run>/plans (N, T), row_ids (N,);
 * the patching bundle (goalprobe.patching/1, "records"), else the patching records CSV;
-* belief and MEG scoring (JSON) and whether the report exists.
+* belief and MEG scoring (JSON) and whether the report exists;
+* the false_belief stage's grids, episodes and per-step decoded maps
+  (``false_belief/decoded_maps.h5``, goalprobe.step_maps, keyed by ``(grid_id, episode, step)``),
+  read whole on first use (:meth:`RunData.false_belief_episodes`; the set is small).
 
 How the parts join: a trajectory step is ``(grid_id, episode, step)``; the store's ``/labels``
 map each of its rows to those ids (and the trajectory ``run_id``); decoded maps and predicted
@@ -221,6 +224,40 @@ class StepArrays:
     present: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class FalseBeliefEpisodes:
+    """The false_belief stage's episodes (``RUN/false_belief/``), read whole on first use: the
+    set is small (a few pairs per kind, a few episodes per grid).
+
+    Attributes:
+        grids: grid id -> grid (false-belief grids carry ``shown``; controls do not).
+        episodes: episode key (``"<grid_id>:<episode>"``) -> episode, in file order (the
+            allow-list of false-belief episode keys).
+        maps: ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` float32 decoded map of
+            the step (from ``false_belief/decoded_maps.h5``); empty without one.
+        maps_why: why there are no decoded maps (None when there are).
+        maps_label: what decoded them (stage, layer, probe), for captions.
+    """
+
+    grids: dict[str, Grid]
+    episodes: dict[str, Any]
+    maps: dict[tuple[str, int, int], np.ndarray]
+    maps_why: str | None
+    maps_label: str
+
+    def label(self, key: str) -> str:
+        """Short human label: grid, episode, kind and role, outcome and length."""
+        from activations.gridworld.false_belief import pair_facts
+
+        episode = self.episodes[key]
+        s = episode.summary
+        facts = pair_facts(self.grids[s.grid_id]) or {}
+        what = f"{facts.get('kind', '?').replace('_', ' ')} {facts.get('role', '?')}"
+        what = what.replace("false_belief", "false belief")
+        outcome = "success" if s.success else "failure"
+        return f"{s.grid_id} · ep {s.episode} · {what} · {outcome} · {s.length} steps"
+
+
 def find_runs(path: str | Path) -> dict[str, Path]:
     """The run directories at ``path``: ``{name: path}`` of ``path`` itself when it holds
     trajectories, else of each sub-directory that does (sorted by name; e.g. one run per agent).
@@ -356,6 +393,7 @@ class RunData:
         self._store_labels: dict[str, np.ndarray] | None = None
         self._grid_offsets: dict[str, tuple[int, int]] | None = None
         self._patching: dict[str, list[dict]] | None = None
+        self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
         self._scan()
 
     # -- paths --------------------------------------------------------------------------------
@@ -957,6 +995,66 @@ class RunData:
                 }
             )
         return out
+
+    def false_belief_episodes(self) -> FalseBeliefEpisodes | None:
+        """The false_belief stage's grids, episodes and per-step decoded maps (read once).
+
+        Returns:
+            None when the stage has not run (no false-belief trajectories or grids).
+
+        Raises:
+            ValueError: a file is unreadable or its episodes name grids the grid set lacks.
+        """
+        with self._lock:
+            if self._false_belief is None:
+                try:
+                    self._false_belief = (self._read_false_belief(),)
+                except UnsafePathError as err:
+                    raise ValueError(str(err)) from err
+            return self._false_belief[0]
+
+    def _read_false_belief(self) -> FalseBeliefEpisodes | None:
+        from activations.agent.trajectories import read_trajectories
+        from activations.gridworld.io import GridSetFormatError, read_grid_set
+        from probes.serialization import read_step_maps
+
+        layout = self.layout
+        grids_path = self.resolve(self._relative(layout.false_belief_grids))
+        traj_path = self.resolve(self._relative(layout.false_belief_trajectories))
+        maps_path = self.resolve(self._relative(layout.false_belief_decoded))
+        if not (grids_path.is_file() and traj_path.is_file()):
+            return None
+        try:
+            grids = {g.grid_id: g for g in read_grid_set(grids_path)}
+            episodes = {
+                episode_key(e.summary.grid_id, e.summary.episode): e
+                for e in read_trajectories(traj_path)
+            }
+        except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
+            raise ValueError(f"false-belief episodes unreadable: {err}") from err
+        unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
+        if unknown:
+            raise ValueError(
+                f"{self._relative(layout.false_belief_trajectories)}: episodes on grids the "
+                f"false-belief grid set lacks ({', '.join(unknown[:3])})"
+            )
+        maps: dict[tuple[str, int, int], np.ndarray] = {}
+        why, label = None, ""
+        if maps_path.is_file():
+            try:
+                step_maps = read_step_maps(maps_path)
+            except (OSError, ValueError, KeyError) as err:
+                raise ValueError(f"false-belief decoded maps unreadable: {err}") from err
+            probs = full_class_probs(step_maps.probs, step_maps.classes.tolist())
+            maps = {key: probs[i] for key, i in step_maps.index().items()}
+            a = step_maps.attrs
+            label = f"{_text(a.get('stage', '?'))} · layer {a.get('layer', '?')}"
+        else:
+            why = (
+                "no decoded maps of the false-belief steps: run goalprobe demo with the probes "
+                "stage (the headline probe decodes every visited state)"
+            )
+        return FalseBeliefEpisodes(grids, episodes, maps, why, label)
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.

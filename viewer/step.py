@@ -4,6 +4,9 @@
 and the optimal set ``pi*(s_t)``, the decoded cognitive map of a chosen probe with the optimal
 set *on the decoded grid*, the chosen decoder's predicted plan with the executed plan, the
 reasoning text and the step's patching records. :func:`step_figures` draws it.
+:func:`build_false_belief_step` does the same for a step of a false-belief episode (the
+false_belief stage's own rollouts): the true grid, the grid the prompt drew and the step's
+decoded map, with the action's optimality on each; :func:`false_belief_step_figure` draws it.
 
 Decoded grid (study, section 5.2; the same rule as :mod:`probes.scoring.belief`): within the
 true size ``n``, walls are the cells whose argmax class is ``WALL`` (plus ``DOOR`` while the
@@ -24,13 +27,14 @@ from activations.gridworld.dynamics import rollout
 from activations.gridworld.text import cell_types, parse
 from activations.store.labels import plan_rows
 from probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
-from viewer.data import EpisodeData, RunData
+from viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
 from viewer.figures import (
     DECODED_COLOUR,
     cell_map_figure,
     class_name,
     empty_figure,
     episode_timeline_figure,
+    false_belief_maps_figure,
     patching_heatmap_figure,
     plan_figure,
     plan_strip_categories,
@@ -431,4 +435,124 @@ def no_map_message(source_label: str | None) -> str:
     return (
         "No decoded map for this step: probes decode only their held-out test grids. "
         "Tick 'only episodes with decoded maps' or pick another episode."
+    )
+
+
+NO_FALSE_BELIEF = (
+    "No false-belief episodes in this run: run goalprobe demo (its false_belief stage rolls the "
+    "agent out on grids whose prompt draws another grid) to produce them."
+)
+"""What the false-belief tab says when the stage has not run."""
+
+
+@dataclass(frozen=True, eq=False)
+class FalseBeliefStepView:
+    """Step ``t`` of a false-belief episode: the true grid, the shown grid and the decoded map.
+
+    Attributes:
+        episode: episode key; step: ``t``; n_steps: episode length.
+        grid_id, kind, role: the grid and its pair facts (``role`` ``false_belief`` or
+            ``control``; a control is shown as it is, so its shown and true grids agree).
+        true_cells, shown_cells: ``(n, n)`` classes of ``s_t`` on the true and the shown grid.
+        differs: the pair's cells where shown and true differ (as recorded in the grid set).
+        agent_row_col: the agent's cell.
+        action: executed action, None for an invalid step.
+        optimal_true: ``pi*(s_t)`` on the true grid; optimal_shown: the actions optimal on the
+            shown grid from the agent's cell (the oracle belief's optimal set).
+        decoded: the step's decoded map, or None; decoded_why: why there is none.
+        reasoning, final: the agent's texts.
+    """
+
+    episode: str
+    step: int
+    n_steps: int
+    grid_id: str
+    kind: str
+    role: str
+    true_cells: np.ndarray
+    shown_cells: np.ndarray
+    differs: list[RowCol]
+    agent_row_col: RowCol
+    action: Action | None
+    optimal_true: frozenset[Action]
+    optimal_shown: frozenset[Action]
+    decoded: DecodedView | None
+    decoded_why: str | None
+    reasoning: str | None
+    final: str | None
+
+
+def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBeliefStepView:
+    """Gather step ``step`` (clipped) of a false-belief episode (key checked on the server).
+
+    Raises:
+        UnknownKeyError: the run has no false-belief episodes, or ``episode`` is not one.
+    """
+    from activations.gridworld.false_belief import pair_facts
+    from probes.scoring.false_belief import oracle_optimal_mask
+
+    fb = run.false_belief_episodes()
+    if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
+        raise UnknownKeyError(f"unknown false-belief episode {episode!r}")
+    data = fb.episodes[episode]
+    t = int(min(max(int(step), 0), len(data.steps) - 1))
+    record = data.steps[t]
+    grid = fb.grids[record.grid_id]
+    state = record.state
+    facts = pair_facts(grid) or {}
+    probs = fb.maps.get((record.grid_id, record.episode, record.step))
+    decoded, why = None, fb.maps_why
+    if probs is not None:
+        locked = record.door_row_col is not None and not record.door_open and not record.has_key
+        decoded = decoded_view(
+            probs,
+            grid.size,
+            source=fb.maps_label,
+            classes=tuple(range(N_CLASSES)),
+            door_locked=locked,
+        )
+    elif why is None:
+        why = (
+            "No decoded map for this step: the stage decodes every visited state but those on "
+            "the shown goal (a prompt that draws the agent there draws no goal)."
+        )
+    return FalseBeliefStepView(
+        episode=episode,
+        step=t,
+        n_steps=len(data.steps),
+        grid_id=record.grid_id,
+        kind=str(facts.get("kind", "")),
+        role=str(facts.get("role", "")),
+        true_cells=cell_types(grid, state).astype(np.int64),
+        shown_cells=cell_types(grid.prompt_grid, state).astype(np.int64),
+        differs=[(int(r), int(c)) for r, c in facts.get("differs", [])],
+        agent_row_col=record.agent_row_col,
+        action=record.action_enum,
+        optimal_true=record.optimal_action_set,
+        optimal_shown=frozenset(
+            Action(a) for a in np.flatnonzero(oracle_optimal_mask(grid, state))
+        ),
+        decoded=decoded,
+        decoded_why=why,
+        reasoning=record.reasoning,
+        final=record.final,
+    )
+
+
+def false_belief_step_figure(view: FalseBeliefStepView, height: int | None = 440):
+    """The three maps of a false-belief step (:func:`false_belief_maps_figure`), with the
+    action drawn from the agent's cell."""
+    kind = view.kind.replace("_", " ")
+    role = "control (shown as it is)" if view.role == "control" else "false belief"
+    return false_belief_maps_figure(
+        view.true_cells,
+        view.shown_cells,
+        None if view.decoded is None else view.decoded.argmax,
+        probs=None if view.decoded is None else view.decoded.probs,
+        differs=view.differs,
+        title=f"{kind} · {role}: {view.grid_id}, step {view.step}",
+        decoded_label=view.decoded_why or "",
+        height=height,
+        agent_row_col=view.agent_row_col,
+        action=None if view.action is None else int(view.action),
     )

@@ -8,7 +8,9 @@ Behaviour is scored against both (:func:`probes.scoring.false_belief.oracle_tabl
 probes stage left a headline probe, every state the episodes visited is encoded as a
 prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
 step's), the headline stage and layer are extracted, and the probe decodes a map per state:
-``acc_dec`` / ``recovery_dec`` score the steps on them, and at the start state the decoded class
+``acc_dec`` / ``recovery_dec`` score the steps on them, every step's map is written to
+``false_belief/decoded_maps.h5`` (``goalprobe.step_maps``, for the viewer's false-belief
+episodes), and at the start state the decoded class
 at the cells where shown and true differ is compared with both
 (:func:`probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
 (a stale goal reached) has no decoded map: its prompt draws no goal.
@@ -20,9 +22,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
-from activations.gridworld.core import State
+from activations.gridworld.core import CellType, State
 from activations.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from activations.gridworld.io import write_grid_set
 from goalprobe.agents import AgentConfig
@@ -40,6 +44,7 @@ from probes.scoring.false_belief import (
     oracle_rows,
     oracle_table,
 )
+from probes.serialization import write_step_maps
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -87,6 +92,7 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
     episodes = read_episodes(out)
+    layout.false_belief_decoded.unlink(missing_ok=True)
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
         probe = headline_probe(layout)
@@ -116,6 +122,18 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
                 for s in e.steps
                 if (s.grid_id, s.state) in maps
             }
+            if decoded:
+                keys = list(decoded)
+                write_step_maps(
+                    layout.false_belief_decoded,
+                    keys,
+                    np.stack([decoded[k] for k in keys]),
+                    classes=[int(c) for c in CellType],
+                    stage=HEADLINE_STAGE,
+                    layer=probe.layer,
+                    probe=str(layout.relative(probe.card)),
+                )
+                outputs["decoded_maps"] = layout.false_belief_decoded
             start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
             decoding.update(

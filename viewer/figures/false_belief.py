@@ -1,8 +1,12 @@
 """False-belief grids: the true grid, the grid shown to the agent and the decoded map side by
-side, the cells where shown and true differ ringed; and the oracle-belief rates by kind."""
+side, the cells where shown and true differ ringed (at the start state in the run overview, at
+any step of a false-belief episode in the viewer's false-belief tab, with the step's action);
+and the oracle-belief rates by kind."""
 
 from __future__ import annotations
 
+import html
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -10,8 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from activations.gridworld.core import RowCol
-from viewer.figures.maps import _cell_heatmap, _grid_axes_layout, cell_hover_text
-from viewer.figures.style import DECODED_COLOUR, figure_layout, rgba
+from viewer.figures.maps import _action_arrows, _cell_heatmap, _grid_axes_layout, cell_hover_text
+from viewer.figures.style import DECODED_COLOUR, EXECUTED_COLOUR, figure_layout, rgba
 
 PANEL_TITLES = ("true grid", "shown to the agent (oracle belief)", "decoded map")
 """Titles of the panels, left to right."""
@@ -27,6 +31,8 @@ def false_belief_maps_figure(
     title: str = "",
     decoded_label: str = "no decoded map for this step",
     height: int | None = 380,
+    agent_row_col: RowCol | None = None,
+    action: int | None = None,
 ) -> go.Figure:
     """Three maps side by side: the true grid, the shown grid and the decoded map.
 
@@ -38,18 +44,19 @@ def false_belief_maps_figure(
         probs: ``(n, n, len(CellType))`` class probabilities behind ``decoded_types`` (hover).
         differs: cells where shown and true differ (ringed in every panel).
         title: figure title.
-        decoded_label: the third panel's title when there is no decoded map.
+        decoded_label: what the third panel says when there is no decoded map (wrapped to
+            fit inside it).
         height: figure height in pixels.
+        agent_row_col: the agent's cell; with ``action``, the step's action is drawn from it
+            as an arrow in every panel.
+        action: the executed :class:`~activations.gridworld.core.Action`, or None.
     """
     true_types = np.asarray(true_types).astype(np.int64)
     shown_types = np.asarray(shown_types).astype(np.int64)
     if true_types.shape != shown_types.shape or true_types.ndim != 2:
         raise ValueError(f"true {true_types.shape} and shown {shown_types.shape} must be (n, n)")
     n = true_types.shape[0]
-    titles = list(PANEL_TITLES)
-    if decoded_types is None:
-        titles[2] = decoded_label
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.06)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=PANEL_TITLES, horizontal_spacing=0.06)
     panels = [
         (true_types, cell_hover_text(true_types, None)),
         (shown_types, cell_hover_text(true_types, None)),
@@ -92,7 +99,24 @@ def false_belief_maps_figure(
         suffix = "" if i == 1 else str(i)
         x_axis = {**axes["xaxis"], "title": None}
         y_axis = {**axes["yaxis"], "title": None, "scaleanchor": f"x{suffix}"}
+        if i > len(panels):
+            x_axis["visible"] = y_axis["visible"] = False
         fig.update_layout({f"xaxis{suffix}": x_axis, f"yaxis{suffix}": y_axis})
+        if i <= len(panels) and agent_row_col is not None and action is not None:
+            for arrow in _action_arrows(agent_row_col, [int(action)], EXECUTED_COLOUR, 3.5, 0.95):
+                refs = {"xref": f"x{suffix}", "yref": f"y{suffix}"}
+                fig.add_annotation({**arrow, **refs, "axref": refs["xref"], "ayref": refs["yref"]})
+    if decoded_types is None:
+        lines = textwrap.wrap(decoded_label, width=26, break_long_words=False)
+        fig.add_annotation(
+            text="<br>".join(html.escape(line, quote=False) for line in lines),
+            x=0.5,
+            y=0.5,
+            xref="x3 domain",
+            yref="y3 domain",
+            showarrow=False,
+            font={"size": 13, "color": "#6c757d"},
+        )
     return fig
 
 
