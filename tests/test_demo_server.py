@@ -24,7 +24,8 @@ def test_demo_with_server_backend_runs_every_stage(tmp_path, bundled_agent):
     app = create_app(LocalBackend(model, tokenizer), ServeConfig(model_name="bundled"))
     with serving(app) as url:
         config = demo_config("tiny", backend="server", base_url=f"{url}/v1")
-        result = run_demo(tmp_path / "run", config, progress=False)
+        # two stages at a time: their worker processes share the one server
+        result = run_demo(tmp_path / "run", config, progress=False, jobs=2)
     assert result.failed == {}, result.failed
     assert result.report_path is not None and result.report_path.is_file()
     with (tmp_path / "run" / "rollouts" / "trajectories.jsonl").open(encoding="utf-8") as f:
