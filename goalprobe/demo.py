@@ -30,6 +30,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -180,13 +181,20 @@ class _Book:
         failed_inputs = [d for d in DEPENDS_ON[name] if d not in self.fingerprints]
         if not failed_inputs or name == "report":
             return False
-        reason = f"not run: input stage(s) {', '.join(failed_inputs)} did not finish"
+        self.not_run(name, f"not run: input stage(s) {', '.join(failed_inputs)} did not finish")
+        return True
+
+    @property
+    def pool_died(self) -> bool:
+        """Whether a stage failed because its worker process died (parallel runs)."""
+        return any(o.error == f"failed: {_DIED}" for o in self.outcomes.values())
+
+    def not_run(self, name: str, reason: str) -> None:
         self.outcomes[name] = StageOutcome(name, "not_run", 0.0, {}, reason)
         write_json(
             self.layout.stage_failure(name), {"stage": name, "status": "not_run", "error": reason}
         )
         self.say(f"[{name}] {reason}")
-        return True
 
     def prepare(self, name: str, runner: StageRunner) -> tuple[Any, dict]:
         """``(what the stage receives, its cache key)``; a forced stage's old outputs go."""
@@ -263,14 +271,23 @@ def _run_parallel(book: _Book, jobs: int, progress: bool) -> None:
                 received, key = book.prepare(name, runner)
                 root = str(book.layout.root)
                 forced = name in book.force
-                running[pool.submit(_stage_in_worker, root, name, key, received, forced)] = name
+                try:
+                    future = pool.submit(_stage_in_worker, root, name, key, received, forced)
+                except BrokenProcessPool:  # a worker died between two stages
+                    book.failed(name, _DIED, traceback.format_exc())
+                    bar.update()
+                    break
+                running[future] = name
             bar.set_postfix_str(", ".join(running.values()))
-            if not running:
+            if not running and not book.pool_died:
                 continue
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(running, return_when=FIRST_COMPLETED) if running else (set(), None)
             for future in done:
                 name = running.pop(future)
-                result, error, trace = future.result()
+                try:
+                    result, error, trace = future.result()
+                except BrokenProcessPool:  # its worker was killed (e.g. out of memory)
+                    result, error, trace = None, _DIED, traceback.format_exc()
                 if error is not None:
                     if book.strict:
                         raise RuntimeError(f"stage {name} failed: {error}\n{trace}")
@@ -278,7 +295,15 @@ def _run_parallel(book: _Book, jobs: int, progress: bool) -> None:
                 else:
                     book.finished(result)
                 bar.update()
+            if book.pool_died:  # the pool is gone: what is left does not run
+                for name in [*running.values(), *waiting]:
+                    book.not_run(name, f"not run: {_DIED}")
+                    bar.update()
+                break
     bar.close()
+
+
+_DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"
 
 
 _WORKER_CONTEXTS: dict[str, StageContext] = {}

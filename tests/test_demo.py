@@ -297,36 +297,40 @@ def test_set_overrides_parse_json_values_and_refuse_malformed_ones():
     assert config.keys.sizes == (9,)
 
 
-@pytest.mark.slow  # the tiny demo twice with two jobs (~40 s): the full suite runs it
+@pytest.mark.slow  # on a copy of the tiny demo's run: the probing set and its downstream (~15 s)
 def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(demo, tmp_path):
-    """Stages in worker processes: the same stages run, a failing stage leaves exactly its
-    downstream not run (the others still run, the report says so), and a rerun after the
-    repair runs only what was missing and gives the same headline findings."""
+    """Stages in worker processes, on a copy of the one-job run whose probing stage must run
+    again: a failing stage leaves exactly its downstream not run (the others are still done,
+    the report says so); after the repair the workers rerun exactly that part, the probing
+    prompts come out byte for byte as the one-job run's, and the headline has the same rows."""
     result, _ = demo
     root = tmp_path / "parallel"
-    root.mkdir()
+    shutil.copytree(result.run_dir, root)
+    (root / "stages" / "probing.json").unlink()
+    shutil.rmtree(root / "probing")
     (root / "probing").write_text("a file where the probing stage writes its folder\n")
     first = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
     statuses = {n: o.status for n, o in first.stages.items()}
     assert list(first.stages) == list(STAGES)
     assert statuses["probing"] == "failed" and "probing" in first.failed
     assert {n for n, s in statuses.items() if s == "not_run"} == _downstream("probing") - {"report"}
-    assert {n for n, s in statuses.items() if s == "ran"} == (
-        set(STAGES) - _downstream("probing") - {"probing"} | {"report"}
+    assert {n for n, s in statuses.items() if s == "cached"} == (
+        set(STAGES) - _downstream("probing") - {"probing"}
     )
+    assert statuses["report"] == "ran"  # it shows the failure
     assert json.loads((root / "stages/probing.failed.json").read_text())["traceback"]
 
     (root / "probing").unlink()
     second = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
     assert second.failed == {}
     ran = {n for n, o in second.stages.items() if o.status == "ran"}
-    assert ran == _downstream("probing") | {"probing"}
-    # the same stages and rows as the one-job run; seeded grid sets byte for byte
+    assert ran == _downstream("probing") | {"probing"}  # the HDF5 store's bytes are new
+    assert (root / "probing/states.jsonl").read_bytes() == (
+        result.run_dir / "probing/states.jsonl"
+    ).read_bytes()
     assert [r.finding for r in headline_rows(root)] == [
         r.finding for r in headline_rows(result.run_dir)
     ]
-    for grids in ("grids/grids.jsonl", "keys/grids.jsonl", "probing/grids.jsonl"):
-        assert (root / grids).read_bytes() == (result.run_dir / grids).read_bytes()
 
 
 def test_every_stage_declares_the_stages_whose_outputs_it_reads():
@@ -395,3 +399,40 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
         assert not undeclared, f"stage {stage} reads outputs of {undeclared} without DEPENDS_ON"
         checked += len(found)
     assert checked > len(STAGES)  # the check saw the stages' reads
+
+
+@pytest.mark.slow  # a tiny two-job demo killed mid-run, then resumed (~30 s)
+def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tmp_path):
+    """SIGKILL one worker process (as the out-of-memory killer would): run_demo returns (no
+    hang), the stage it ran is failed with the reason, nothing else is left half-done, and a
+    rerun finishes the study."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    root = tmp_path / "killed"
+    outcome: dict = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            result=run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+        )
+    )
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not (root / "stages" / "grids.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are busy with the first stages
+    workers = multiprocessing.active_children()
+    assert workers, "no worker process to kill"
+    os.kill(workers[0].pid, signal.SIGKILL)
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "run_demo hung after a worker died"
+    result = outcome["result"]
+    died = [n for n, e in result.failed.items() if "worker process died" in e]
+    assert died, result.failed
+    assert all(o.status in ("ran", "cached", "failed", "not_run") for o in result.stages.values())
+    resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+    assert resumed.failed == {}
+    assert resumed.report_path is not None
