@@ -23,21 +23,25 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=None, help="default: a fresh temp dir")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--progress", action="store_true", help="show the stages' bars")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="stages at once (default: as goalprobe demo)"
+    )
     args = parser.parse_args()
 
     from goalprobe.config import demo_config
-    from goalprobe.demo import run_demo
+    from goalprobe.demo import default_jobs, run_demo
     from goalprobe.report import headline_rows
     from goalprobe.stages import STAGES
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
     config = demo_config(args.scale, device=args.device)
     started = time.perf_counter()
-    result = run_demo(run_dir, config, progress=args.progress, log=lambda line: None)
+    jobs = args.jobs or default_jobs(args.device)
+    result = run_demo(run_dir, config, progress=args.progress, log=lambda line: None, jobs=jobs)
     total = time.perf_counter() - started
     print(
         f"goalprobe demo --scale {args.scale}: {run_dir} on {platform.machine()}, "
-        f"{os.cpu_count()} CPU(s), {platform.python_version()}"
+        f"{os.cpu_count()} CPU(s), {platform.python_version()}, {jobs} stage(s) at a time"
     )
     print("\n| stage | status | seconds |\n|---|---|---|")
     for name in STAGES:
