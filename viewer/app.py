@@ -26,7 +26,6 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import dash
 from dash import Input, Output, State, ctx, dcc, html
@@ -35,40 +34,41 @@ from dash.exceptions import PreventUpdate
 from activations.agent.trajectories import TrajectoryFormatError
 from activations.gridworld.core import CellType
 from viewer.data import STAGES, RunData, UnknownKeyError, find_runs
+from viewer.false_belief_tab import (
+    false_belief_cards,
+    false_belief_tab,
+    register_false_belief_callbacks,
+)
 from viewer.figures import (
-    LEGEND,
     class_name,
     empty_figure,
-    false_belief_maps_figure,
     prefix_accuracy_grid_figure,
     probe_comparison_figure,
 )
 from viewer.step import (
-    NO_FALSE_BELIEF,
-    build_false_belief_step,
     build_step_view,
     default_episode,
     default_map_source,
     default_plan_source,
-    false_belief_step_figure,
     step_figures,
     timeline_figure,
+)
+from viewer.widgets import (
+    GRAPH_CONFIG,
+    GRID_HEIGHT,
+    badge,
+    graph,
+    legend,
+    step_controls,
+    step_marks,
+    url_query,
 )
 
 log = logging.getLogger(__name__)
 
-GRID_HEIGHT = 440
-"""Height in pixels of the grid panels."""
-
 _OUTCOMES = {"all": None, "success": True, "failure": False}
 _TABS = ("explorer", "overview", "false_belief")
 """The tabs' values (``?view=`` in the URL)."""
-_GRAPH_CONFIG = {
-    "displaylogo": False,
-    "responsive": True,
-    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-}
-
 _CSS = """
 * { box-sizing: border-box; }
 body { margin: 0; font-family: Inter, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif;
@@ -250,24 +250,7 @@ def _side_panel(run: RunData):
                 optionHeight=44,
             ),
             html.Div(id="episode-count", className="gp-count"),
-            html.H3("Step"),
-            dcc.Slider(
-                id="step",
-                min=0,
-                max=1,
-                step=1,
-                value=first_step,
-                marks=None,
-                tooltip={"placement": "bottom"},
-            ),
-            html.Div(
-                [
-                    html.Button("◀ prev", id="prev", n_clicks=0),
-                    html.Button("next ▶", id="next", n_clicks=0),
-                ],
-                className="gp-buttons",
-            ),
-            html.Div("keys: ← → step through the episode", className="gp-count"),
+            *step_controls("step", "prev", "next", first_step),
             html.H3("Cognitive map probe"),
             html.Label("Stage", className="gp-label"),
             dcc.RadioItems(
@@ -317,26 +300,6 @@ def _side_panel(run: RunData):
     )
 
 
-def _graph(graph_id: str, height: int | None = None):
-    style = {"height": f"{height}px"} if height else {}
-    return dcc.Graph(
-        id=graph_id, config=_GRAPH_CONFIG, style=style, figure=empty_figure("loading…")
-    )
-
-
-def _legend():
-    items = []
-    for label, colour, kind in LEGEND:
-        if kind == "square":
-            mark = html.Span(className="gp-swatch", style={"background": colour})
-        elif kind == "ring":
-            mark = html.Span(className="gp-ring", style={"borderColor": colour})
-        else:
-            mark = html.Span(className="gp-line", style={"background": colour})
-        items.append(html.Span([mark, label], className="gp-legend-item"))
-    return html.Div(items, className="gp-legend")
-
-
 def _explorer():
     return html.Div(
         [
@@ -344,129 +307,33 @@ def _explorer():
             html.Div(
                 [
                     html.Div(id="step-header", className="gp-stepbar"),
-                    _graph("timeline", 120),
-                    _legend(),
+                    graph("timeline", 120),
+                    legend(),
                 ],
                 className="gp-card",
             ),
             html.Div(
                 [
-                    html.Div(_graph("g-true", GRID_HEIGHT), className="gp-card"),
-                    html.Div(_graph("g-decoded", GRID_HEIGHT), className="gp-card"),
-                    html.Div(_graph("g-prob", GRID_HEIGHT), className="gp-card"),
+                    html.Div(graph("g-true", GRID_HEIGHT), className="gp-card"),
+                    html.Div(graph("g-decoded", GRID_HEIGHT), className="gp-card"),
+                    html.Div(graph("g-prob", GRID_HEIGHT), className="gp-card"),
                 ],
                 className="gp-row3",
             ),
             html.Div(
                 [
-                    html.Div([_graph("g-plan", GRID_HEIGHT)], className="gp-card"),
+                    html.Div([graph("g-plan", GRID_HEIGHT)], className="gp-card"),
                     html.Div(
-                        [_graph("g-strip", 170), html.Div(id="texts", className="gp-text")],
+                        [graph("g-strip", 170), html.Div(id="texts", className="gp-text")],
                         className="gp-card",
                     ),
                 ],
                 className="gp-row2",
             ),
-            html.Div(_graph("g-patching", 280), className="gp-card", id="patching-card"),
+            html.Div(graph("g-patching", 280), className="gp-card", id="patching-card"),
         ],
         className="gp-main",
     )
-
-
-FALSE_BELIEF_STEP_CAPTION = (
-    "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
-    "the agent's known belief); ringed cells differ between the two. The decoded map (right) "
-    "is the headline probe's reading of this step's prompt: a probe that reads the prompt "
-    "decodes the shown cell types at the ringed cells. The arrow is the step's action."
-)
-
-
-def _false_belief_episodes(run: RunData):
-    """``(episodes or None, error message or None)``: the stage's episodes as the tab lists them."""
-    try:
-        return run.false_belief_episodes(), None
-    except ValueError as err:
-        return None, str(err)
-
-
-def _false_belief_options(run: RunData) -> list[dict]:
-    """The false-belief episodes, false-belief grids first, then their controls."""
-    fb, _ = _false_belief_episodes(run)
-    if fb is None:
-        return []
-    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
-
-    def first(key: str) -> bool:
-        facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}
-        return facts.get("role") != FALSE_BELIEF
-
-    return [{"label": fb.label(k), "value": k} for k in sorted(fb.episodes, key=first)]
-
-
-def _false_belief_tab(run: RunData):
-    fb, error = _false_belief_episodes(run)
-    options = _false_belief_options(run)
-    if error is not None:
-        why = error
-    elif fb is None:
-        why = NO_FALSE_BELIEF
-    else:
-        why = (
-            "Episodes of the false_belief stage: each false-belief grid's prompt draws another "
-            "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
-            "true grid as it is."
-        )
-    side = html.Div(
-        [
-            html.H3("False-belief episode"),
-            html.Div(why, className="gp-count", id="fb-why"),
-            html.Label("Episode", className="gp-label"),
-            dcc.Dropdown(
-                id="fb-episode",
-                options=options,
-                value=options[0]["value"] if options else None,
-                clearable=False,
-                optionHeight=58,
-                placeholder="none: run goalprobe demo",
-            ),
-            html.H3("Step"),
-            dcc.Slider(
-                id="fb-step",
-                min=0,
-                max=1,
-                step=1,
-                value=0,
-                marks=None,
-                tooltip={"placement": "bottom"},
-            ),
-            html.Div(
-                [
-                    html.Button("◀ prev", id="fb-prev", n_clicks=0),
-                    html.Button("next ▶", id="fb-next", n_clicks=0),
-                ],
-                className="gp-buttons",
-            ),
-            html.Div("keys: ← → step through the episode", className="gp-count"),
-        ],
-        className="gp-side",
-    )
-    main = html.Div(
-        [
-            html.Div(id="fb-error"),
-            html.Div(
-                [
-                    html.Div(id="fb-header", className="gp-stepbar"),
-                    _graph("g-fb-maps", GRID_HEIGHT + 20),
-                    html.P(FALSE_BELIEF_STEP_CAPTION, className="gp-caption", id="fb-caption"),
-                    _legend(),
-                ],
-                className="gp-card",
-            ),
-            html.Div(html.Div(id="fb-texts", className="gp-text"), className="gp-card"),
-        ],
-        className="gp-main",
-    )
-    return html.Div([side, main], className="gp-body")
 
 
 PREFIX_CAPTION = (
@@ -511,7 +378,7 @@ def _overview(run: RunData):
                 dcc.Graph(
                     id="g-prefix",
                     figure=prefix_accuracy_grid_figure(runs),
-                    config=_GRAPH_CONFIG,
+                    config=GRAPH_CONFIG,
                 ),
                 html.P(PREFIX_CAPTION, className="gp-caption", id="prefix-caption"),
             ]
@@ -541,7 +408,7 @@ def _overview(run: RunData):
                         y_title=f"accuracy on {where}",
                         title="Cognitive-map probe accuracy against its controls (test grids)",
                     ),
-                    config=_GRAPH_CONFIG,
+                    config=GRAPH_CONFIG,
                 ),
                 html.P(PROBE_CAPTION, className="gp-caption", id="probe-caption"),
             ]
@@ -554,7 +421,7 @@ def _overview(run: RunData):
                 className="gp-empty",
             )
         )
-    cards.extend(_false_belief_cards(run))
+    cards.extend(false_belief_cards(run))
     for name in ("belief", "meg"):
         try:
             summary = run.scoring(name)
@@ -594,10 +461,6 @@ def _flatten(obj, prefix: str = ""):
         yield prefix.rstrip("."), f"[{len(obj)} items]"
     else:
         yield prefix.rstrip("."), obj
-
-
-def _badge(text: str, kind: str = ""):
-    return html.Span(text, className=f"gp-badge {kind}".strip())
 
 
 def _agent_links(agents: Mapping[str, str] | None, current: str):
@@ -675,7 +538,7 @@ def create_app(
                     dcc.Tab(
                         label="False-belief episodes",
                         value="false_belief",
-                        children=_false_belief_tab(run),
+                        children=false_belief_tab(run),
                     ),
                 ],
                 id="tabs",
@@ -686,15 +549,9 @@ def create_app(
         ]
     )
     _register_callbacks(app, run)
+    register_false_belief_callbacks(app, run)
     app.run_data = run  # for callers that want the index (tests, the CLI's summary)
     return app
-
-
-def _query(search) -> dict[str, str]:
-    """The first value of each key of a ``?a=1&b=2`` query string (empty for anything else)."""
-    if not isinstance(search, str):
-        return {}
-    return {k: v[0] for k, v in parse_qs(search.lstrip("?")).items() if v}
 
 
 def _from_url(context) -> bool:
@@ -741,47 +598,6 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
     return None
 
 
-FALSE_BELIEF_CAPTION = (
-    "False-belief grids (start state): the true grid, the grid the prompt drew (the agent's "
-    "known belief) and the headline probe's decoded map; ringed cells differ between shown and "
-    "true. A probe that reads the prompt decodes the shown cell types there."
-)
-
-
-def _false_belief_cards(run: RunData) -> list:
-    try:
-        pairs = run.false_belief_maps()
-    except ValueError as err:
-        return [html.Div(str(err), className="gp-error")]
-    cards = []
-    for i, pair in enumerate(pairs):
-        read = ", ".join(
-            f"({c['row']},{c['col']}): {c['decoded'].lower()}" for c in pair["decoded_at"]
-        )
-        cards.append(
-            [
-                dcc.Graph(
-                    id=f"g-false-belief-{i}",
-                    figure=false_belief_maps_figure(
-                        pair["true"],
-                        pair["shown"],
-                        pair["decoded"],
-                        differs=pair["differs"],
-                        decoded_label="no probe reading (run the probes stage)",
-                        title=f"{pair['kind'].replace('_', ' ')}: {pair['grid_id']}",
-                    ),
-                    config=_GRAPH_CONFIG,
-                ),
-                html.P(
-                    FALSE_BELIEF_CAPTION
-                    + (f" Decoded at the ringed cells: {read}." if read else ""),
-                    className="gp-caption",
-                ),
-            ]
-        )
-    return cards
-
-
 def _register_callbacks(app: dash.Dash, run: RunData) -> None:
     @app.callback(Output("overview", "children"), Input("tabs", "value"), prevent_initial_call=True)
     def show_overview(tab):
@@ -826,7 +642,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             for i in matches
         ]
         keys = [i.key for i in matches]
-        wanted = _query(search).get("episode")
+        wanted = url_query(search).get("episode")
         if _from_url(ctx) and wanted in keys:
             current = wanted
         value = current if current in keys else (keys[0] if keys else None)
@@ -857,7 +673,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             return 0, 1, None, used
         n_steps = run.episodes[episode].summary.length
         last = max(n_steps - 1, 0)
-        marks = {i: str(i) for i in range(0, last + 1, max(1, last // 8 or 1))}
+        marks = step_marks(last)
         current = int(current) if isinstance(current, int | float) else 0
         trigger = ctx.triggered_id
         used = bool(used)
@@ -869,7 +685,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             x = click["points"][0].get("x") if isinstance(click["points"][0], dict) else None
             value = int(x) if isinstance(x, int | float) else current
         else:
-            query = _query(search)
+            query = url_query(search)
             map_key = _map_source_key(run, stage, layer, family)
             if not used and query.get("episode") == episode and query.get("step", "").isdigit():
                 value, used = int(query["step"]), True
@@ -894,7 +710,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
             {s.layer for s in run.map_sources.values() if s.stage == stage and s.family == family}
         )
         options = [{"label": f"layer {x}", "value": x} for x in layers]
-        wanted = _query(search).get("layer", "")
+        wanted = url_query(search).get("layer", "")
         if _from_url(ctx) and wanted.isdigit() and int(wanted) in layers:
             current = int(wanted)
         value = current if current in layers else (layers[len(layers) // 2] if layers else None)
@@ -908,7 +724,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         State("plan", "value"),
     )
     def plan_for(stage, layer, search, current):
-        wanted = _query(search).get("plan")
+        wanted = url_query(search).get("plan")
         if _from_url(ctx) and wanted in run.plan_sources:
             return wanted
         return default_plan_source(run, stage, layer, current)
@@ -923,7 +739,7 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
     def selection_from_url(search):
         """The probe and tab named in the page's query string (``?stage=...&family=...&cls=...
         &view=...``)."""
-        query = _query(search)
+        query = url_query(search)
         view = query.get("view")
         stages = {s.stage for s in run.map_sources.values()}
         families = {s.family for s in run.map_sources.values()}
@@ -965,105 +781,6 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("fb-step", "value"),
         prevent_initial_call=True,
     )
-
-    @app.callback(
-        Output("fb-episode", "value"),
-        Input("url", "search"),
-        State("fb-episode", "value"),
-    )
-    def false_belief_episode_from_url(search, current):
-        """The false-belief episode named in the query string (``?view=false_belief&fb=...``)."""
-        wanted = _query(search).get("fb")
-        keys = {o["value"] for o in _false_belief_options(run)}
-        if wanted in keys and wanted != current:
-            return wanted
-        raise PreventUpdate
-
-    @app.callback(
-        Output("fb-step", "value"),
-        Output("fb-step", "max"),
-        Output("fb-step", "marks"),
-        Output("fb-url-step-used", "data"),
-        Input("fb-episode", "value"),
-        Input("fb-prev", "n_clicks"),
-        Input("fb-next", "n_clicks"),
-        State("fb-step", "value"),
-        State("url", "search"),
-        State("fb-url-step-used", "data"),
-    )
-    def choose_false_belief_step(episode, _prev, _next, current, search, used):
-        fb, _ = _false_belief_episodes(run)
-        if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
-            return 0, 1, None, used
-        last = max(len(fb.episodes[episode].steps) - 1, 0)
-        marks = {i: str(i) for i in range(0, last + 1, max(1, last // 8 or 1))}
-        current = int(current) if isinstance(current, int | float) else 0
-        trigger = ctx.triggered_id
-        query = _query(search)
-        if trigger == "fb-prev":
-            value = current - 1
-        elif trigger == "fb-next":
-            value = current + 1
-        elif not used and query.get("fb") == episode and query.get("fb_step", "").isdigit():
-            value, used = int(query["fb_step"]), True
-        else:
-            value = 0
-        return min(max(value, 0), last), max(last, 1), marks, bool(used)
-
-    @app.callback(
-        Output("fb-header", "children"),
-        Output("g-fb-maps", "figure"),
-        Output("fb-texts", "children"),
-        Output("fb-error", "children"),
-        Input("fb-episode", "value"),
-        Input("fb-step", "value"),
-    )
-    def render_false_belief(episode, step):
-        fb, error = _false_belief_episodes(run)
-        if fb is None:
-            message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
-            return [], empty_figure(message, height=GRID_HEIGHT), [], None
-        if episode is None:
-            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
-        if not isinstance(episode, str) or not isinstance(step, int | float | None):
-            raise PreventUpdate
-        try:
-            view = build_false_belief_step(run, episode, int(step or 0))
-            figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
-        except (UnknownKeyError, ValueError, KeyError) as err:
-            log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
-            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
-        header = [
-            _badge(f"step {view.step} of {view.n_steps - 1}"),
-            _badge(
-                "control (shown as it is)"
-                if view.role == "control"
-                else f"false belief: {view.kind.replace('_', ' ')}",
-                "info",
-            ),
-        ]
-        if view.action is None:
-            header.append(_badge("invalid step (no action)", "bad"))
-        else:
-            header.append(_badge(f"action {view.action.name}"))
-            for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
-                ok = view.action in optimal
-                verdict = "optimal" if ok else "not optimal"
-                header.append(_badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
-        for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
-            names = ", ".join(a.name for a in sorted(optimal)) or "none"
-            header.append(_badge(f"optimal ({grid}): {names}"))
-        if view.decoded is not None:
-            names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
-            header.append(_badge(f"optimal (decoded): {names}"))
-        texts = [
-            html.H4("Reasoning"),
-            html.Pre(view.reasoning or "(none)", id="fb-reasoning"),
-            html.H4("Final answer"),
-            html.Pre(view.final or "(none)"),
-        ]
-        return header, figure, texts, None
 
     @app.callback(
         Output("step-header", "children"),
@@ -1131,30 +848,30 @@ def _register_callbacks(app: dash.Dash, run: RunData) -> None:
                 {"display": "none"},
                 message,
             )
-        header = [_badge(f"step {view.step} of {view.n_steps - 1}")]
+        header = [badge(f"step {view.step} of {view.n_steps - 1}")]
         if view.action is None:
-            header.append(_badge("invalid step (no action)", "bad"))
+            header.append(badge("invalid step (no action)", "bad"))
         else:
             ok = view.action in view.optimal
-            header.append(_badge(f"action {view.action.name}", "ok" if ok else "bad"))
+            header.append(badge(f"action {view.action.name}", "ok" if ok else "bad"))
         header.append(
-            _badge("optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"))
+            badge("optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"))
         )
         if view.decoded is not None:
             ok = view.action is not None and view.action in view.decoded.optimal
             header.append(
-                _badge(
+                badge(
                     "optimal (decoded): "
                     + (", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"),
                     "info" if ok else "bad",
                 )
             )
             source = run.map_sources[map_key]
-            header.append(_badge(f"probe: {source.label}"))
+            header.append(badge(f"probe: {source.label}"))
         elif map_key is None:
-            header.append(_badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
+            header.append(badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
         for note in view.notes:
-            header.append(_badge(note, "bad"))
+            header.append(badge(note, "bad"))
         texts = [
             html.H4("Reasoning"),
             html.Pre(view.reasoning or "(none)", id="reasoning"),

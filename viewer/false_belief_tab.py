@@ -1,0 +1,250 @@
+"""The viewer's false-belief tab: the false_belief stage's episodes step by step (true grid, the
+grid shown to the agent, the step's decoded map), and the run overview's start-state cards."""
+
+from __future__ import annotations
+
+import logging
+
+import dash
+from dash import Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+
+from viewer.data import RunData, UnknownKeyError
+from viewer.figures import empty_figure, false_belief_maps_figure
+from viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
+from viewer.widgets import (
+    GRAPH_CONFIG,
+    GRID_HEIGHT,
+    badge,
+    graph,
+    legend,
+    step_controls,
+    step_marks,
+    url_query,
+)
+
+log = logging.getLogger(__name__)
+
+FALSE_BELIEF_STEP_CAPTION = (
+    "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
+    "the agent's known belief); ringed cells differ between the two. The decoded map (right) "
+    "is the headline probe's reading of this step's prompt: a probe that reads the prompt "
+    "decodes the shown cell types at the ringed cells. The arrow is the step's action."
+)
+
+
+def _false_belief_episodes(run: RunData):
+    """``(episodes or None, error message or None)``: the stage's episodes as the tab lists them."""
+    try:
+        return run.false_belief_episodes(), None
+    except ValueError as err:
+        return None, str(err)
+
+
+def _false_belief_options(run: RunData) -> list[dict]:
+    """The false-belief episodes, false-belief grids first, then their controls."""
+    fb, _ = _false_belief_episodes(run)
+    if fb is None:
+        return []
+    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+
+    def first(key: str) -> bool:
+        facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}
+        return facts.get("role") != FALSE_BELIEF
+
+    return [{"label": fb.label(k), "value": k} for k in sorted(fb.episodes, key=first)]
+
+
+def false_belief_tab(run: RunData):
+    """The tab's layout: the episode list and step controls beside the three-map card."""
+    fb, error = _false_belief_episodes(run)
+    options = _false_belief_options(run)
+    if error is not None:
+        why = error
+    elif fb is None:
+        why = NO_FALSE_BELIEF
+    else:
+        why = (
+            "Episodes of the false_belief stage: each false-belief grid's prompt draws another "
+            "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
+            "true grid as it is."
+        )
+    side = html.Div(
+        [
+            html.H3("False-belief episode"),
+            html.Div(why, className="gp-count", id="fb-why"),
+            html.Label("Episode", className="gp-label"),
+            dcc.Dropdown(
+                id="fb-episode",
+                options=options,
+                value=options[0]["value"] if options else None,
+                clearable=False,
+                optionHeight=58,
+                placeholder="none: run goalprobe demo",
+            ),
+            *step_controls("fb-step", "fb-prev", "fb-next", 0),
+        ],
+        className="gp-side",
+    )
+    main = html.Div(
+        [
+            html.Div(id="fb-error"),
+            html.Div(
+                [
+                    html.Div(id="fb-header", className="gp-stepbar"),
+                    graph("g-fb-maps", GRID_HEIGHT + 20),
+                    html.P(FALSE_BELIEF_STEP_CAPTION, className="gp-caption", id="fb-caption"),
+                    legend(),
+                ],
+                className="gp-card",
+            ),
+            html.Div(html.Div(id="fb-texts", className="gp-text"), className="gp-card"),
+        ],
+        className="gp-main",
+    )
+    return html.Div([side, main], className="gp-body")
+
+
+FALSE_BELIEF_CAPTION = (
+    "False-belief grids (start state): the true grid, the grid the prompt drew (the agent's "
+    "known belief) and the headline probe's decoded map; ringed cells differ between shown and "
+    "true. A probe that reads the prompt decodes the shown cell types there."
+)
+
+
+def false_belief_cards(run: RunData) -> list:
+    """The run overview's cards: one false-belief grid of each kind at its start state."""
+    try:
+        pairs = run.false_belief_maps()
+    except ValueError as err:
+        return [html.Div(str(err), className="gp-error")]
+    cards = []
+    for i, pair in enumerate(pairs):
+        read = ", ".join(
+            f"({c['row']},{c['col']}): {c['decoded'].lower()}" for c in pair["decoded_at"]
+        )
+        cards.append(
+            [
+                dcc.Graph(
+                    id=f"g-false-belief-{i}",
+                    figure=false_belief_maps_figure(
+                        pair["true"],
+                        pair["shown"],
+                        pair["decoded"],
+                        differs=pair["differs"],
+                        decoded_label="no probe reading (run the probes stage)",
+                        title=f"{pair['kind'].replace('_', ' ')}: {pair['grid_id']}",
+                    ),
+                    config=GRAPH_CONFIG,
+                ),
+                html.P(
+                    FALSE_BELIEF_CAPTION
+                    + (f" Decoded at the ringed cells: {read}." if read else ""),
+                    className="gp-caption",
+                ),
+            ]
+        )
+    return cards
+
+
+def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
+    """The tab's callbacks: the episode from the URL, the step, and the step's view."""
+
+    @app.callback(
+        Output("fb-episode", "value"),
+        Input("url", "search"),
+        State("fb-episode", "value"),
+    )
+    def false_belief_episode_from_url(search, current):
+        """The false-belief episode named in the query string (``?view=false_belief&fb=...``)."""
+        wanted = url_query(search).get("fb")
+        keys = {o["value"] for o in _false_belief_options(run)}
+        if wanted in keys and wanted != current:
+            return wanted
+        raise PreventUpdate
+
+    @app.callback(
+        Output("fb-step", "value"),
+        Output("fb-step", "max"),
+        Output("fb-step", "marks"),
+        Output("fb-url-step-used", "data"),
+        Input("fb-episode", "value"),
+        Input("fb-prev", "n_clicks"),
+        Input("fb-next", "n_clicks"),
+        State("fb-step", "value"),
+        State("url", "search"),
+        State("fb-url-step-used", "data"),
+    )
+    def choose_false_belief_step(episode, _prev, _next, current, search, used):
+        fb, _ = _false_belief_episodes(run)
+        if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
+            return 0, 1, None, used
+        last = max(len(fb.episodes[episode].steps) - 1, 0)
+        marks = step_marks(last)
+        current = int(current) if isinstance(current, int | float) else 0
+        trigger = ctx.triggered_id
+        query = url_query(search)
+        if trigger == "fb-prev":
+            value = current - 1
+        elif trigger == "fb-next":
+            value = current + 1
+        elif not used and query.get("fb") == episode and query.get("fb_step", "").isdigit():
+            value, used = int(query["fb_step"]), True
+        else:
+            value = 0
+        return min(max(value, 0), last), max(last, 1), marks, bool(used)
+
+    @app.callback(
+        Output("fb-header", "children"),
+        Output("g-fb-maps", "figure"),
+        Output("fb-texts", "children"),
+        Output("fb-error", "children"),
+        Input("fb-episode", "value"),
+        Input("fb-step", "value"),
+    )
+    def render_false_belief(episode, step):
+        fb, error = _false_belief_episodes(run)
+        if fb is None:
+            message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
+            return [], empty_figure(message, height=GRID_HEIGHT), [], None
+        if episode is None:
+            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
+        if not isinstance(episode, str) or not isinstance(step, int | float | None):
+            raise PreventUpdate
+        try:
+            view = build_false_belief_step(run, episode, int(step or 0))
+            figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
+        except (UnknownKeyError, ValueError, KeyError) as err:
+            log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
+            blank = empty_figure("Cannot show this step (see the message above).")
+            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+        header = [
+            badge(f"step {view.step} of {view.n_steps - 1}"),
+            badge(
+                "control (shown as it is)"
+                if view.role == "control"
+                else f"false belief: {view.kind.replace('_', ' ')}",
+                "info",
+            ),
+        ]
+        if view.action is None:
+            header.append(badge("invalid step (no action)", "bad"))
+        else:
+            header.append(badge(f"action {view.action.name}"))
+            for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+                ok = view.action in optimal
+                verdict = "optimal" if ok else "not optimal"
+                header.append(badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
+        for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+            names = ", ".join(a.name for a in sorted(optimal)) or "none"
+            header.append(badge(f"optimal ({grid}): {names}"))
+        if view.decoded is not None:
+            names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
+            header.append(badge(f"optimal (decoded): {names}"))
+        texts = [
+            html.H4("Reasoning"),
+            html.Pre(view.reasoning or "(none)", id="fb-reasoning"),
+            html.H4("Final answer"),
+            html.Pre(view.final or "(none)"),
+        ]
+        return header, figure, texts, None
