@@ -5,8 +5,6 @@ and the oracle-belief rates by kind."""
 
 from __future__ import annotations
 
-import html
-import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -15,7 +13,13 @@ from plotly.subplots import make_subplots
 
 from activations.gridworld.core import RowCol
 from viewer.figures.maps import _action_arrows, _cell_heatmap, _grid_axes_layout, cell_hover_text
-from viewer.figures.style import DECODED_COLOUR, EXECUTED_COLOUR, figure_layout, rgba
+from viewer.figures.style import (
+    DECODED_COLOUR,
+    EXECUTED_COLOUR,
+    figure_layout,
+    message_annotation,
+    rgba,
+)
 
 PANEL_TITLES = ("true grid", "shown to the agent (oracle belief)", "decoded map")
 """Titles of the panels, left to right."""
@@ -107,15 +111,8 @@ def false_belief_maps_figure(
                 refs = {"xref": f"x{suffix}", "yref": f"y{suffix}"}
                 fig.add_annotation({**arrow, **refs, "axref": refs["xref"], "ayref": refs["yref"]})
     if decoded_types is None:
-        lines = textwrap.wrap(decoded_label, width=26, break_long_words=False)
         fig.add_annotation(
-            text="<br>".join(html.escape(line, quote=False) for line in lines),
-            x=0.5,
-            y=0.5,
-            xref="x3 domain",
-            yref="y3 domain",
-            showarrow=False,
-            font={"size": 13, "color": "#6c757d"},
+            message_annotation(decoded_label, wrap=26, xref="x3 domain", yref="y3 domain", size=13)
         )
     return fig
 

@@ -114,6 +114,23 @@ def is_finite_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def message_annotation(
+    message: str, *, wrap: int = 40, xref: str = "paper", yref: str = "paper", size: int = 14
+) -> dict:
+    """A grey message centred on a figure (or, with ``xref``/``yref`` such as ``"x3 domain"``,
+    on one panel), wrapped at word boundaries every ``wrap`` characters so it fits."""
+    lines = textwrap.wrap(message, width=wrap, break_long_words=False, break_on_hyphens=False)
+    return {
+        "text": "<br>".join(html.escape(line, quote=False) for line in lines),
+        "x": 0.5,
+        "y": 0.5,
+        "xref": xref,
+        "yref": yref,
+        "showarrow": False,
+        "font": {"size": size, "color": "#6c757d"},
+    }
+
+
 def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> go.Figure:
     """A blank figure that says why there is nothing to draw (and, ideally, what to do).
 
@@ -123,16 +140,7 @@ def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> g
         wrap: characters per line.
     """
     fig = go.Figure()
-    lines = textwrap.wrap(message, width=wrap, break_long_words=False, break_on_hyphens=False)
-    fig.add_annotation(
-        text="<br>".join(html.escape(line, quote=False) for line in lines),
-        x=0.5,
-        y=0.5,
-        xref="paper",
-        yref="paper",
-        showarrow=False,
-        font={"size": 14, "color": "#6c757d"},
-    )
+    fig.add_annotation(message_annotation(message, wrap=wrap))
     apply_layout(fig, "", height)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
