@@ -150,9 +150,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--grid-penalty-scope",
-        choices=("coordinates", "reasoning"),
+        choices=("coordinates", "reasoning", "completion"),
         default="coordinates",
         help="map phase: completion tokens barred from reading the grid text",
+    )
+    parser.add_argument(
+        "--grid-attention-floor",
+        type=float,
+        default=None,
+        help="map phase: log-barrier attention penalties down to this mass (default -log(1-w))",
+    )
+    parser.add_argument(
+        "--interchange-weight",
+        type=float,
+        default=None,
+        help="map phase: weight of the interchange objective (0 turns it off)",
+    )
+    parser.add_argument(
+        "--object-attention-weight",
+        type=float,
+        default=None,
+        help="map phase: weight of the attention penalties",
+    )
+    parser.add_argument(
+        "--map-batch-size", type=int, default=None, help="map phase: examples per step"
+    )
+    parser.add_argument(
+        "--map-learning-rate", type=float, default=None, help="map phase: peak learning rate"
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -203,7 +227,18 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     phases = [("base", config, data_config)]
     if args.map:
         map_config, map_data = map_phase(config, data_config, args.map_steps)
-        map_config = replace(map_config, grid_penalty_scope=args.grid_penalty_scope)
+        map_config = replace(
+            map_config,
+            grid_penalty_scope=args.grid_penalty_scope,
+            grid_attention_floor=args.grid_attention_floor,
+        )
+        overrides = {
+            "interchange_loss_weight": args.interchange_weight,
+            "object_attention_weight": args.object_attention_weight,
+            "batch_size": args.map_batch_size,
+            "learning_rate": args.map_learning_rate,
+        }
+        map_config = replace(map_config, **{k: v for k, v in overrides.items() if v is not None})
         phases = [("map", map_config, map_data)]
         print(f"map phase from {args.init} ({bundled_weights_digest(args.init)}): {phases[0][1]}")
     elif args.detour_steps > 0:

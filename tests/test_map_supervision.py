@@ -17,7 +17,7 @@ from activations.agent.map_supervision import (
     map_labels,
     move_counterfactual,
 )
-from activations.agent.reasoning import PLAN_STEPS
+from activations.agent.reasoning import PLAN_STEPS, describe_neighbours
 from activations.agent.training import (
     TrainingConfig,
     interchange_loss,
@@ -33,7 +33,7 @@ from activations.agent.training_data import (
 )
 from activations.capture import make_backend
 from activations.capture.base import Patch
-from activations.gridworld.core import CellType
+from activations.gridworld.core import SYMBOLS, Action, CellType
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import cell_types, render
 
@@ -155,6 +155,72 @@ def test_map_losses_reach_the_model_and_the_readout(agent):
     assert cf[1]["interchange_loss"] > 0
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in readout.parameters())
     assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
-    cells, agents, goals = map_labels([e.grid for e in examples], [e.state for e in examples])
+    cells, agents, goals, neighbours, moves = map_labels(
+        [e.grid for e in examples], [e.state for e in examples]
+    )
     assert cells.shape == (2, 15, 15) and int(cells[0, 14, 14]) == CellType.PADDING
     assert agents.tolist() == [list(e.state.agent) for e in examples]
+    for row, example in enumerate(examples):
+        # the reasoning's own "Next to A" and the optimal set, from the same labels
+        symbols = describe_neighbours(example.grid, example.state).rstrip(".").split()[4::2]
+        assert [SYMBOLS[CellType(int(t))] for t in neighbours[row]] == symbols
+        optimal = solve(example.grid).optimal_actions(example.state)
+        assert {Action(i) for i in moves[row].nonzero().flatten().tolist()} == set(optimal)
+
+
+def test_log_odds_barrier_vanishes_below_the_floor_and_pushes_when_saturated():
+    """The map agent's penalty: zero at or below the floor; above it, a gradient that does not
+    vanish when the attention saturates on the barred keys (where ``log w`` alone is flat)."""
+    from activations.agent.supervision import attention_mass_penalty, mass_penalty
+
+    floor = 1e-3
+    low = torch.tensor([5e-4, 1e-3]), torch.tensor([0.9995, 0.999])
+    assert mass_penalty(*low, floor).tolist() == [0.0, 0.0]
+    # -log(1 - w) for the old form, whatever ``rest`` holds
+    torch.testing.assert_close(
+        mass_penalty(torch.tensor([0.5]), torch.tensor([0.5])), torch.tensor([float(np.log(2.0))])
+    )
+    for gap in (2.0, 12.0):  # logit of the one barred key over the one allowed key
+        logits = torch.tensor([[gap, 0.0]], requires_grad=True)
+        weights = torch.softmax(logits, -1)[None, None]  # (batch, heads, query, key)
+        keys = torch.tensor([[True, False]])
+        penalty = attention_mass_penalty((weights,), keys, torch.tensor([[True]]), floor)
+        assert penalty.item() == pytest.approx(gap - np.log(floor / (1 - floor)), rel=1e-4)
+        penalty.backward()
+        assert float(logits.grad[0, 0]) == pytest.approx(1.0, rel=1e-3)  # log odds: slope 1
+
+
+def test_completion_scope_bars_every_completion_token_and_drops_the_lookups(agent):
+    _, tokenizer = agent
+    config = TrainingConfig(grid_penalty_scope="completion", attention_loss_weight=1.0)
+    assert not config.neighbour_lookups and TrainingConfig().neighbour_lookups
+    examples = plain_examples(2, 5)
+    with_lookups = encode_batch(examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True)
+    without = encode_batch(
+        examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True, neighbour_lookups=False
+    )
+    # the only targets dropped are the direction words' look-ups (last full layer, one head)
+    dropped = {tuple(t) for t in with_lookups.attention_targets.tolist()} - {
+        tuple(t) for t in without.attention_targets.tolist()
+    }
+    queries = {(row, query) for row, query, _ in with_lookups.lookups.tolist()}
+    assert dropped and all((row, query) in queries for _, _, row, query, _ in dropped)
+    # instead, the first two anchor tokens read A's in-grid neighbours in the first full layer
+    from activations.agent.supervision import ANCHOR_NEIGHBOUR_HEADS, grid_cell_positions
+
+    added = {tuple(t) for t in without.attention_targets.tolist()} - {
+        tuple(t) for t in with_lookups.attention_targets.tolist()
+    }
+    prefix = without.prefix_ids.shape[1]
+    for row, example in enumerate(examples):
+        prompt = tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
+        cells = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
+        expected = set()
+        for action in Action:
+            d_row, d_col = action.delta_row_col
+            cell = (example.state.agent[0] + d_row, example.state.agent[1] + d_col)
+            if cell in cells:
+                query = len(prompt) - 3 + int(action) // 2 - prefix
+                head = ANCHOR_NEIGHBOUR_HEADS[int(action) % 2]
+                expected.add((1, head, row, query, cells[cell]))
+        assert {t for t in added if t[2] == row} == expected

@@ -32,7 +32,14 @@ import numpy as np
 import torch
 
 from activations.agent.supervision import ANCHOR_QUERIES as N_ANCHOR_TOKENS
-from activations.gridworld.core import LABEL_CANVAS, STUDY_CELL_TYPES, CellType, Grid, State
+from activations.gridworld.core import (
+    LABEL_CANVAS,
+    STUDY_CELL_TYPES,
+    Action,
+    CellType,
+    Grid,
+    State,
+)
 from activations.gridworld.dynamics import is_success
 from activations.gridworld.optimal import solve
 from activations.gridworld.text import cell_types, padded_cell_types
@@ -44,17 +51,30 @@ def anchor_positions(prompt_lengths: Sequence[int], prefix_len: int) -> torch.Te
     return ends[:, None] - N_ANCHOR_TOKENS + torch.arange(N_ANCHOR_TOKENS)[None, :]
 
 
-def map_labels(
-    grids: Sequence[Grid], states: Sequence[State]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Targets of :class:`MapReadout`: ``(B, 15, 15)`` cell types, ``(B, 2)`` agent and goal."""
+def map_labels(grids: Sequence[Grid], states: Sequence[State]) -> tuple[torch.Tensor, ...]:
+    """Targets of :class:`MapReadout`: ``(B, 15, 15)`` cell types, ``(B, 2)`` agent and
+    ``(B, 2)`` goal cells, ``(B, 4)`` the types of A's neighbours (``WALL`` outside the grid; in
+    :class:`~activations.gridworld.core.Action` order) and ``(B, 4)`` the optimal actions (0/1)."""
     cells = np.stack([padded_cell_types(g, s) for g, s in zip(grids, states, strict=True)])
     agents = np.asarray([s.agent for s in states], dtype=np.int64)
     goals = np.asarray([g.goal for g in grids], dtype=np.int64)
+    neighbours = np.full((len(states), len(Action)), int(CellType.WALL), dtype=np.int64)
+    moves = np.zeros((len(states), len(Action)), dtype=np.float32)
+    for row, (grid, state) in enumerate(zip(grids, states, strict=True)):
+        types = cell_types(grid, state)
+        for action in Action:
+            d_row, d_col = action.delta_row_col
+            r, c = state.agent[0] + d_row, state.agent[1] + d_col
+            if 0 <= r < grid.size and 0 <= c < grid.size:
+                neighbours[row, action] = types[r, c]
+        for action in solve(grid).optimal_actions(state):
+            moves[row, action] = 1.0
     return (
         torch.from_numpy(cells.astype(np.int64)),
         torch.from_numpy(agents),
         torch.from_numpy(goals),
+        torch.from_numpy(neighbours),
+        torch.from_numpy(moves),
     )
 
 
@@ -74,12 +94,11 @@ class MapReadout(torch.nn.Module):
         # class count keeps a retrained agent identical to the shipped one
         self.n_classes = STUDY_CELL_TYPES
         features = N_ANCHOR_TOKENS * hidden_size
-        # per block: cell types of the canvas, then agent row, col and goal row, col
+        # per block: cell types of the canvas, agent row, col and goal row, col, the types of
+        # A's four neighbours and the four moves' optimality
+        n_out = canvas * canvas * self.n_classes + 4 * canvas + len(Action) * (self.n_classes + 1)
         self.heads = torch.nn.ModuleDict(
-            {
-                str(layer): torch.nn.Linear(features, canvas * canvas * self.n_classes + 4 * canvas)
-                for layer in layers
-            }
+            {str(layer): torch.nn.Linear(features, n_out) for layer in layers}
         )
 
     def loss(
@@ -88,13 +107,18 @@ class MapReadout(torch.nn.Module):
         cells: torch.Tensor,
         agents: torch.Tensor,
         goals: torch.Tensor,
+        neighbours: torch.Tensor,
+        moves: torch.Tensor,
         layer: int,
     ) -> tuple[torch.Tensor, float]:
-        """Mean cell-type cross-entropy plus the coordinate cross-entropies.
+        """Mean cell-type cross-entropy plus the coordinate and neighbour cross-entropies and
+        the moves' binary cross-entropy.
 
         Args:
             anchors: ``(B, 3, d_model)`` anchor residual stream after block ``layer``.
-            cells: ``(B, canvas, canvas)`` cell types; agents, goals: ``(B, 2)`` cells.
+            cells: ``(B, canvas, canvas)`` cell types; agents, goals: ``(B, 2)`` cells;
+                neighbours: ``(B, 4)`` types; moves: ``(B, 4)`` optimal (1) or not (0)
+                (:func:`map_labels`).
 
         Returns:
             ``(loss, cell accuracy on grid cells)``.
@@ -106,9 +130,16 @@ class MapReadout(torch.nn.Module):
         logits = out[:, :n_cells].reshape(-1, self.n_classes)
         target = cells.reshape(-1)
         loss = ce(logits, target)
-        objects = out[:, n_cells:].reshape(x.shape[0], 4, self.canvas)
+        n_objects = n_cells + 4 * self.canvas
+        objects = out[:, n_cells:n_objects].reshape(x.shape[0], 4, self.canvas)
         coordinates = torch.cat([agents, goals], dim=1)
         loss = loss + ce(objects.reshape(-1, self.canvas), coordinates.reshape(-1))
+        n_moves = len(Action)
+        around = out[:, n_objects : n_objects + n_moves * self.n_classes]
+        loss = loss + ce(around.reshape(-1, self.n_classes), neighbours.reshape(-1))
+        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
+            out[:, n_objects + n_moves * self.n_classes :], moves.float()
+        )
         with torch.no_grad():
             inside = target != CellType.PADDING
             accuracy = (logits.argmax(-1)[inside] == target[inside]).float().mean()

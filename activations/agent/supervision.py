@@ -23,6 +23,7 @@ Both act on the model only through gradients; the saved model is a plain
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +107,7 @@ def attention_targets(
     full_attention_layers: list[int],
     *,
     anchor_routing: bool = False,
+    neighbour_lookups: bool = True,
 ) -> list[AttentionTarget]:
     """The supervised attention weights of one example (see the module docstring).
 
@@ -121,6 +123,10 @@ def attention_targets(
             object's cell, and the coordinate tokens' object head of the last full-attention
             layer attends to the anchor's last token (instead of the cell, in every layer); the
             direction words no longer attend to A.
+        neighbour_lookups: the direction words of ``Next to A:`` attend to the neighbour cell
+            they name (False: no targets there; the map agent whose completion never reads the
+            grid takes the neighbours from the anchors, which read them instead, with
+            ``anchor_routing``: :data:`ANCHOR_NEIGHBOUR_HEADS`).
     """
     tokens = tokenizer.convert_ids_to_tokens(completion_ids)
     cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
@@ -151,6 +157,12 @@ def attention_targets(
                     for layer in full_attention_layers
                 ]
     directions = {f" {a.name}": a for a in Action}
+    if not neighbour_lookups:
+        if anchor_routing:  # the anchors read A's neighbours, where the completion reads them
+            targets += _anchor_neighbour_targets(
+                prompt_length, positions, state, full_attention_layers[0]
+            )
+        return targets
     try:
         after = tokens.index(" Next")
     except ValueError:
@@ -174,6 +186,27 @@ def attention_targets(
                     full_attention_layers[-1], NEIGHBOUR_HEAD, query, positions[neighbour]
                 )
             )
+    return targets
+
+
+ANCHOR_NEIGHBOUR_HEADS = (2, 3)
+"""Heads of the first full-attention layer with which the anchor tokens read A's neighbours
+(map agent without look-ups): anchor token ``k`` reads the neighbours of moves ``2k`` and
+``2k + 1`` (UP, DOWN on the first anchor token; LEFT, RIGHT on the second)."""
+
+
+def _anchor_neighbour_targets(
+    prompt_length: int, positions: dict[RowCol, int], state: State, layer: int
+) -> list[AttentionTarget]:
+    targets = []
+    for action in Action:
+        d_row, d_col = action.delta_row_col
+        neighbour = (state.agent[0] + d_row, state.agent[1] + d_col)
+        if neighbour not in positions:
+            continue
+        query = prompt_length - ANCHOR_QUERIES + int(action) // 2
+        head = ANCHOR_NEIGHBOUR_HEADS[int(action) % 2]
+        targets.append(AttentionTarget(layer, head, query, positions[neighbour]))
     return targets
 
 
@@ -223,12 +256,34 @@ def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) 
     return -torch.log(torch.cat(weights).float() + 1e-6).mean()
 
 
+def mass_penalty(
+    mass: torch.Tensor, rest: torch.Tensor, floor: float | None = None
+) -> torch.Tensor:
+    """The penalty on an attention mass ``w`` (on the penalised keys; ``rest``: the mass on
+    the other keys): ``-log(1 - w)`` (``floor`` None), or the log-odds barrier ``max(0, log w -
+    log rest - logit(floor))``, which keeps pushing until ``w <= floor`` (relative to
+    ``rest``).
+
+    ``-log(1 - w)`` is about ``w`` for small masses, so it tolerates a few percent of attention
+    on the grid, and a few percent on a cell token with a large value vector carries that
+    cell's content (measured: a map agent trained with it still read A and G from the grid
+    under a patch). ``log w`` alone vanishes where ``w`` saturates at 1 (the softmax gradient
+    is ``w (1 - w)``), which the few queries that matter most (the column of A, the plan's first
+    move) then exploit; the log odds have a gradient of one everywhere.
+    """
+    if floor is None:
+        return -torch.log((1 - mass.float()).clamp_min(1e-6))
+    odds = torch.log(mass.float().clamp_min(1e-30)) - torch.log(rest.float().clamp_min(1e-30))
+    return torch.relu(odds - math.log(floor / (1 - floor)))
+
+
 def attention_mass_penalty(
     attentions: tuple[torch.Tensor, ...],
     key_mask: torch.Tensor,
     query_mask: torch.Tensor,
+    floor: float | None = None,
 ) -> torch.Tensor:
-    """Mean ``-log(1 - w)`` of the attention weight ``w`` that the masked queries put on the
+    """Mean :func:`mass_penalty` of the attention weight that the masked queries put on the
     masked keys, over every layer and head (the map agent's penalties on reading the grid while
     writing the reasoning).
 
@@ -238,6 +293,7 @@ def attention_mass_penalty(
         key_mask: ``(batch, n_keys)`` bool over the full sequence (prefix + suffix), the keys
             penalised.
         query_mask: ``(batch, query)`` bool, the queries penalised.
+        floor: see :func:`mass_penalty`.
     """
     if not bool(query_mask.any()):
         return attentions[0].new_zeros(())
@@ -245,9 +301,9 @@ def attention_mass_penalty(
     n_full = key_mask.shape[1]
     for weights in attentions:
         keys = key_mask[:, n_full - weights.shape[-1] :].to(weights.dtype)  # the layer's window
-        mass = torch.einsum("bhqk,bk->bhq", weights, keys).float()
-        penalty = -torch.log((1 - mass).clamp_min(1e-6))
-        terms.append(penalty.mean(1)[query_mask])
+        mass = torch.einsum("bhqk,bk->bhq", weights, keys)
+        rest = torch.einsum("bhqk,bk->bhq", weights, 1 - keys)
+        terms.append(mass_penalty(mass, rest, floor).mean(1)[query_mask])
     return torch.cat(terms).mean()
 
 
@@ -255,16 +311,18 @@ def lookup_attention_penalty(
     attentions: tuple[torch.Tensor, ...],
     key_mask: torch.Tensor,
     lookups: torch.Tensor,
+    floor: float | None = None,
 ) -> torch.Tensor:
-    """Mean ``-log(1 - w)`` of the attention weight that each look-up query puts on the masked
-    keys other than its own target key, over every layer and head (the map agent: a ``Next to
-    A`` direction word may read the neighbour cell it names and no other grid token).
+    """Mean :func:`mass_penalty` of the attention weight that each look-up query puts on the
+    masked keys other than its own target key, over every layer and head (the map agent: a
+    ``Next to A`` direction word may read the neighbour cell it names and no other grid token).
 
     Args:
         attentions: as in :func:`attention_mass_penalty`.
         key_mask: ``(batch, n_keys)`` bool over the full sequence, the keys penalised.
         lookups: ``(N, 3)`` long ``(batch row, query index in the run, allowed key index in the
             full sequence or -1 for none)``.
+        floor: see :func:`mass_penalty`.
     """
     if lookups.numel() == 0:
         return attentions[0].new_zeros(())
@@ -277,6 +335,7 @@ def lookup_attention_penalty(
         keys = key_mask[rows, offset:].to(weights.dtype).clone()
         inside = (allowed - offset >= 0) & (allowed >= 0)
         keys[inside.nonzero().flatten(), (allowed - offset)[inside]] = 0
-        mass = torch.einsum("nhk,nk->nh", chosen, keys).float()
-        terms.append(-torch.log((1 - mass).clamp_min(1e-6)).mean(1))
+        mass = torch.einsum("nhk,nk->nh", chosen, keys)
+        rest = torch.einsum("nhk,nk->nh", chosen, 1 - keys)
+        terms.append(mass_penalty(mass, rest, floor).mean(1))
     return torch.cat(terms).mean()

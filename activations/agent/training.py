@@ -187,29 +187,29 @@ def training_loss(
     if config.object_attention_weight > 0:
         if not use_attention:
             raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
+        floor = config.grid_attention_floor
+        barred = {
+            "coordinates": batch.coordinate_queries,
+            "reasoning": batch.reasoning_queries,
+            "completion": batch.labels != IGNORE_INDEX,
+        }[config.grid_penalty_scope]
         mass = attention_mass_penalty(
-            out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX
-        ) + attention_mass_penalty(
-            out.attentions,
-            batch.grid_keys,
-            batch.coordinate_queries
-            if config.grid_penalty_scope == "coordinates"
-            else batch.reasoning_queries,
-        )
+            out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX, floor
+        ) + attention_mass_penalty(out.attentions, batch.grid_keys, barred, floor)
         if config.grid_penalty_scope == "reasoning":
-            mass = mass + lookup_attention_penalty(out.attentions, batch.grid_keys, batch.lookups)
+            mass = mass + lookup_attention_penalty(
+                out.attentions, batch.grid_keys, batch.lookups, floor
+            )
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
     if use_map:
-        cells, agents, goals = (
+        labels = [
             t.to(batch.suffix_ids.device)
             for t in map_labels([e.grid for e in examples], [e.state for e in examples])
-        )
+        ]
         map_total, map_accuracy = 0.0, 0.0
         for layer in config.map_layers:
-            layer_loss, layer_accuracy = map_readout.loss(
-                captured[layer], cells, agents, goals, layer
-            )
+            layer_loss, layer_accuracy = map_readout.loss(captured[layer], *labels, layer)
             map_total = map_total + layer_loss / len(config.map_layers)
             map_accuracy += layer_accuracy / len(config.map_layers)
         total = total + config.map_loss_weight * map_total
@@ -261,6 +261,7 @@ def interchange_loss(
         tokenizer.pad_token_id,
         full_attention,
         anchor_routing=config.anchor_routing,
+        neighbour_lookups=config.neighbour_lookups,
     ).to(device)
     layers = tuple(range(model.config.num_hidden_layers))
     cf_total, cf_parts = training_loss(
@@ -445,8 +446,19 @@ class TrainingConfig:
 
     grid_penalty_scope: str = "coordinates"
     """Which completion tokens the grid-text penalty covers: ``"coordinates"`` (those that write
-    A's and G's coordinates) or ``"reasoning"`` (all but the direction words of ``Next to A:``,
-    which may read only the neighbour cell they name)."""
+    A's and G's coordinates), ``"reasoning"`` (all but the direction words of ``Next to A:``,
+    which may read only the neighbour cell they name) or ``"completion"`` (every completion
+    token: the reasoning and the answer read the grid only through the anchors)."""
+
+    @property
+    def neighbour_lookups(self) -> bool:
+        """Whether the direction words look up their neighbour cell in the grid text (not when
+        the whole completion is barred from it)."""
+        return self.grid_penalty_scope != "completion"
+
+    grid_attention_floor: float | None = None
+    """Form of the attention penalties (:func:`activations.agent.supervision.mass_penalty`):
+    None for ``-log(1 - w)``, a float for the log barrier that drives the mass below it."""
 
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
@@ -470,6 +482,7 @@ def batches(
     full_attention_layers: tuple[int, ...] = (1, 3),
     *,
     anchor_routing: bool = False,
+    neighbour_lookups: bool = True,
 ) -> Iterator[tuple[list[Example], Batch]]:
     """The endless, seeded stream of training batches (never a grid of ``exclude``)."""
     rng = np.random.default_rng(seed)
@@ -483,6 +496,7 @@ def batches(
                 tokenizer.pad_token_id,
                 full_attention_layers,
                 anchor_routing=anchor_routing,
+                neighbour_lookups=neighbour_lookups,
             ),
         )
 
@@ -561,6 +575,7 @@ def train(
         exclude,
         layers,
         anchor_routing=config.anchor_routing,
+        neighbour_lookups=config.neighbour_lookups,
     )
     log = []
     start = time.perf_counter()

@@ -274,6 +274,7 @@ def encode_batch(
     full_attention_layers: tuple[int, ...] = (1, 3),
     *,
     anchor_routing: bool = False,
+    neighbour_lookups: bool = True,
 ) -> Batch:
     """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start).
 
@@ -282,6 +283,8 @@ def encode_batch(
             :mod:`activations.agent.supervision`).
         anchor_routing: route A and G through the pre-reasoning anchor in the attention targets
             (:func:`activations.agent.supervision.attention_targets`).
+        neighbour_lookups: supervise the direction words' look-ups of the neighbour cells
+            (same function).
     """
     prompts = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
     completions = [tokenizer(e.completion, add_special_tokens=False)["input_ids"] for e in examples]
@@ -347,6 +350,7 @@ def encode_batch(
             tokenizer,
             list(full_attention_layers),
             anchor_routing=anchor_routing,
+            neighbour_lookups=neighbour_lookups,
         ):
             supervised.append(
                 (target.layer, target.head, row, target.query - prefix_len, target.key)
