@@ -47,7 +47,7 @@ def probe_figures(sweep: Path) -> dict:
         models = run["metrics"]["models"]
         out[str(run["layer"])] = {
             name: {
-                key: models[name][key]["value"]
+                key: models[name][key]
                 for key in ("accuracy_no_padding", "agent_top1", "goal_top1")
                 if key in models[name]
             }
@@ -64,13 +64,22 @@ def patch_figures(summary: Path) -> dict:
                 continue
             entry = out.setdefault(row["layers"], {})
             if row["kind"] == "disjoint":
-                entry["disjoint_into_cf_optimal"] = float(row["into_source_optimal_rate"])
-                entry["disjoint_changed"] = float(row["action_changed_rate"])
+                entry["disjoint_into_cf_optimal"] = _rate(row, "into_source_optimal")
+                entry["disjoint_changed"] = _rate(row, "action_changed")
                 entry["n_disjoint"] = int(row["n_runs"])
             else:
-                entry["control_changed"] = float(row["action_changed_rate"])
+                entry["control_changed"] = _rate(row, "action_changed")
                 entry["n_control"] = int(row["n_runs"])
     return out
+
+
+def _rate(row: dict, name: str) -> dict:
+    """``{value, ci_low, ci_high}`` of a rate of ``patch_summary.csv`` (grid-bootstrap CI)."""
+    return {
+        "value": float(row[f"{name}_rate"]),
+        "ci_low": float(row[f"{name}_ci_low"]),
+        "ci_high": float(row[f"{name}_ci_high"]),
+    }
 
 
 def measure(model: str, out: Path, args: argparse.Namespace) -> dict:
@@ -82,9 +91,9 @@ def measure(model: str, out: Path, args: argparse.Namespace) -> dict:
         goalprobe("states", out / "probe_grids.jsonl", "--out", states,
                   "--per-grid", args.per_grid, "--seed", 1)  # fmt: skip
     goalprobe("extract", states, "--model", model, "--stages", "pre_reasoning",
-              "--layers", "0,1,2,3", "--out", store)  # fmt: skip
+              "--layers", args.layers, "--out", store)  # fmt: skip
     goalprobe("train-probe", store, "--out", out / f"probe_{tag}", "--probe", "per-cell",
-              "--family", "mlp", "--layers", "0,1,2,3", "--no-progress")  # fmt: skip
+              "--family", "mlp", "--layers", args.layers, "--no-progress")  # fmt: skip
     if not (out / "patch_grids.jsonl").exists():
         goalprobe("grids", "--out", out / "patch_grids.jsonl", "--sizes", "7,9,11",
                   "--densities", "0,0.2,0.4,0.6", "--per-cell", args.patch_per_cell,
@@ -106,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-per-cell", type=int, default=20, help="probing grids per cell")
     parser.add_argument("--per-grid", type=int, default=4, help="probing states per grid")
     parser.add_argument("--patch-per-cell", type=int, default=3, help="patch grids per cell")
+    parser.add_argument("--layers", default="0,1,2,3", help="blocks probed")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result = {

@@ -48,6 +48,7 @@ from activations.agent.training import (
     TrainingConfig,
     build_model,
     train,
+    with_layer_types,
 )
 from activations.agent.training_data import (
     TrainingDataConfig,
@@ -56,31 +57,40 @@ from activations.agent.training_data import (
 DETOUR_PHASE_STEPS = 600
 """Steps of the second training phase (see :func:`detour_phase`)."""
 
-MAP_PHASE_STEPS = 300
+MAP_LAYER_TYPES = ("sliding_attention", "full_attention", "full_attention", "full_attention")
+"""Block types of the map agent: the shipped agent's with the third block full attention (the
+anchors read A in block 1 and A's neighbours in block 2, anywhere in the grid; a sliding window
+of 128 tokens misses the top rows of grids above 9 x 9)."""
+
+MAP_PHASE_STEPS = 1200
 """Steps of the map phase (``--map``, see :func:`map_phase`)."""
 
 
 def map_phase(
     config: TrainingConfig, data_config: TrainingDataConfig, steps: int
 ) -> tuple[TrainingConfig, TrainingDataConfig]:
-    """The map agent's phase, warm-started from the default agent's weights: the map read-out
-    of the anchors, the interchange objective and anchor routing of the attention supervision
-    (:mod:`activations.agent.map_supervision`), plus the detour phase's decision weight and
-    detour states so the behaviour holds. The cell-coordinate read-out moves to block 0's output,
-    so the cells carry their coordinates by the first full-attention layer, where the anchors
-    read A and G."""
+    """The map agent's phase, warm-started from the default agent's weights (its third block
+    turned into full attention, :data:`MAP_LAYER_TYPES`): every completion token is barred from
+    the grid text by a log-odds barrier on its attention (``grid_penalty_scope="completion"``,
+    floor 1e-3), so the reasoning and the answer can only use what the pre-reasoning anchors
+    hold; the anchors learn to hold it from the map read-out (every cell, A, G, A's neighbours,
+    the optimal moves) and from anchor routing of the attention supervision (the anchors read A
+    and G in block 1 and A's neighbours in block 2; the coordinate tokens and the direction
+    words read the anchors in block 3) (:mod:`activations.agent.map_supervision`), plus the
+    detour phase's decision weight and detour states so the behaviour holds. The cell-coordinate
+    read-out moves to block 0's output, so the cells carry their coordinates by block 1."""
     return (
         replace(
             config,
             steps=steps,
-            batch_size=config.batch_size // 2,
-            learning_rate=config.learning_rate / 3,
+            learning_rate=config.learning_rate * 2 / 3,
             warmup_steps=20,
             seed=config.seed + 20,
             decision_loss_weight=1.0,
             map_loss_weight=1.0,
-            interchange_loss_weight=3.0,
-            object_attention_weight=1.0,
+            object_attention_weight=20.0,
+            grid_penalty_scope="completion",
+            grid_attention_floor=1e-3,
             anchor_routing=True,
             readout_warmup_steps=25,
             coordinate_layer=1,
@@ -151,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--grid-penalty-scope",
         choices=("coordinates", "reasoning", "completion"),
-        default="coordinates",
+        default=None,
         help="map phase: completion tokens barred from reading the grid text",
     )
     parser.add_argument(
@@ -173,6 +183,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="map phase: weight of the attention penalties",
     )
     parser.add_argument(
+        "--isolate-objects",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="map phase: bar the grid's tokens from attending to A and G",
+    )
+    parser.add_argument(
         "--map-batch-size", type=int, default=None, help="map phase: examples per step"
     )
     parser.add_argument(
@@ -186,6 +202,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--eval-only", action="store_true", help="evaluate the saved agent")
     parser.add_argument("--skip-eval", action="store_true", help="train without evaluating")
+    parser.add_argument(
+        "--card-only",
+        action="store_true",
+        help="rewrite MODEL_CARD.md from the files in --out (after measure_anchor_map.py)",
+    )
     parser.add_argument(
         "--eval-grids-per-cell", type=int, default=EvaluationConfig().grids_per_cell
     )
@@ -214,6 +235,8 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     )
     if args.map:
         model, tokenizer = load_bundled_agent("cpu", args.init)
+        if args.grid_penalty_scope in (None, "completion"):
+            model = with_layer_types(model, MAP_LAYER_TYPES)
     else:
         tokenizer = build_tokenizer()
         model = build_model(model_config, tokenizer, seed=config.seed)
@@ -227,14 +250,12 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     phases = [("base", config, data_config)]
     if args.map:
         map_config, map_data = map_phase(config, data_config, args.map_steps)
-        map_config = replace(
-            map_config,
-            grid_penalty_scope=args.grid_penalty_scope,
-            grid_attention_floor=args.grid_attention_floor,
-        )
         overrides = {
+            "grid_penalty_scope": args.grid_penalty_scope,
+            "grid_attention_floor": args.grid_attention_floor,
             "interchange_loss_weight": args.interchange_weight,
             "object_attention_weight": args.object_attention_weight,
+            "isolate_objects": args.isolate_objects,
             "batch_size": args.map_batch_size,
             "learning_rate": args.map_learning_rate,
         }
@@ -272,6 +293,7 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             for phase, c, d in phases
         ],
         "parameters": n_params,
+        "layer_types": list(model.config.layer_types),
         "init": (
             {"directory": str(args.init), "weights_digest": bundled_weights_digest(args.init)}
             if args.map
@@ -345,12 +367,24 @@ def run_evaluation(args: argparse.Namespace, eval_config: EvaluationConfig) -> d
     return result
 
 
-def write_model_card(out: Path) -> None:
-    from activations.agent.evaluation import model_card_text
+def write_model_card(out: Path, *, map_agent: bool) -> None:
+    """``MODEL_CARD.md`` from the directory's training log and evaluation, with the anchor
+    measurements of both bundled agents when the directory holds ``anchor_map.json``
+    (``scripts/measure_anchor_map.py``)."""
+    from activations.agent.evaluation import map_model_card_text, model_card_text
 
     training = json.loads((out / "training_log.json").read_text(encoding="utf-8"))["info"]
     evaluation = json.loads((out / "evaluation.json").read_text(encoding="utf-8"))
-    (out / "MODEL_CARD.md").write_text(model_card_text(training, evaluation), encoding="utf-8")
+    anchors_path = out / "anchor_map.json"
+    anchors = (
+        json.loads(anchors_path.read_text(encoding="utf-8")) if anchors_path.is_file() else None
+    )
+    text = (
+        map_model_card_text(training, evaluation, anchors)
+        if map_agent
+        else model_card_text(training, evaluation, anchors)
+    )
+    (out / "MODEL_CARD.md").write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,13 +400,16 @@ def main(argv: list[str] | None = None) -> int:
         episodes_per_grid=args.eval_episodes_per_grid,
         batch_size=args.eval_batch_size,
     )
+    if args.card_only:
+        write_model_card(args.out, map_agent=args.map)
+        print(f"model card: {args.out / 'MODEL_CARD.md'}")
+        return 0
     if not args.eval_only:
         run_training(args, eval_config)
     if not args.skip_eval:
         run_evaluation(args, eval_config)
-        if not args.map:
-            write_model_card(args.out)
-            print(f"model card: {args.out / 'MODEL_CARD.md'}")
+        write_model_card(args.out, map_agent=args.map)
+        print(f"model card: {args.out / 'MODEL_CARD.md'}")
     return 0
 
 

@@ -195,18 +195,33 @@ def test_completion_scope_bars_every_completion_token_and_drops_the_lookups(agen
     config = TrainingConfig(grid_penalty_scope="completion", attention_loss_weight=1.0)
     assert not config.neighbour_lookups and TrainingConfig().neighbour_lookups
     examples = plain_examples(2, 5)
-    with_lookups = encode_batch(examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True)
-    without = encode_batch(
-        examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True, neighbour_lookups=False
+    full = (1, 2, 3)  # the map agent's full-attention blocks (neighbours read in block 2)
+    with_lookups = encode_batch(
+        examples, tokenizer, tokenizer.pad_token_id, full, anchor_routing=True
     )
+    without = encode_batch(
+        examples,
+        tokenizer,
+        tokenizer.pad_token_id,
+        full,
+        anchor_routing=True,
+        neighbour_lookups=False,
+    )
+    with pytest.raises(ValueError, match="three full-attention layers"):
+        encode_batch(examples, tokenizer, 0, (1, 3), anchor_routing=True, neighbour_lookups=False)
     # the only targets dropped are the direction words' look-ups (last full layer, one head)
     dropped = {tuple(t) for t in with_lookups.attention_targets.tolist()} - {
         tuple(t) for t in without.attention_targets.tolist()
     }
     queries = {(row, query) for row, query, _ in with_lookups.lookups.tolist()}
     assert dropped and all((row, query) in queries for _, _, row, query, _ in dropped)
-    # instead, the first two anchor tokens read A's in-grid neighbours in the first full layer
-    from activations.agent.supervision import ANCHOR_NEIGHBOUR_HEADS, grid_cell_positions
+    # instead, the first two anchor tokens read A's in-grid neighbours in the middle full layer,
+    # and the direction words read those anchor tokens
+    from activations.agent.supervision import (
+        ANCHOR_NEIGHBOUR_HEADS,
+        NEIGHBOUR_HEAD,
+        grid_cell_positions,
+    )
 
     added = {tuple(t) for t in without.attention_targets.tolist()} - {
         tuple(t) for t in with_lookups.attention_targets.tolist()
@@ -215,12 +230,36 @@ def test_completion_scope_bars_every_completion_token_and_drops_the_lookups(agen
     for row, example in enumerate(examples):
         prompt = tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
         cells = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
+        completion = tokenizer.convert_ids_to_tokens(
+            tokenizer(example.completion, add_special_tokens=False)["input_ids"]
+        )
         expected = set()
         for action in Action:
             d_row, d_col = action.delta_row_col
             cell = (example.state.agent[0] + d_row, example.state.agent[1] + d_col)
+            anchor = len(prompt) - 3 + int(action) // 2  # UP, DOWN -> 1st; LEFT, RIGHT -> 2nd
             if cell in cells:
-                query = len(prompt) - 3 + int(action) // 2 - prefix
                 head = ANCHOR_NEIGHBOUR_HEADS[int(action) % 2]
-                expected.add((1, head, row, query, cells[cell]))
+                expected.add((2, head, row, anchor - prefix, cells[cell]))
+            # the direction word then reads that anchor token in the last full layer
+            word = completion.index(f" {action.name}", completion.index(" Next"))
+            expected.add((3, NEIGHBOUR_HEAD, row, len(prompt) + word - prefix, anchor))
         assert {t for t in added if t[2] == row} == expected
+
+
+def test_isolating_the_objects_penalises_the_grid_reading_a_and_g(agent):
+    """With ``isolate_objects`` the grid's own tokens are barred from A's and G's cells too: on
+    the shipped agent, whose cells after A attend to it, the penalty grows by a positive term."""
+    model, tokenizer = agent
+    examples = plain_examples(2, 9)
+    batch = encode_batch(examples, tokenizer, tokenizer.pad_token_id, anchor_routing=True)
+    config = TrainingConfig(
+        coordinate_loss_weight=0.0, object_attention_weight=1.0, grid_attention_floor=1e-3
+    )
+    with torch.no_grad():
+        _, plain = training_loss(model, batch, config, None)
+        _, isolated = training_loss(model, batch, replace(config, isolate_objects=True), None)
+    assert isolated["object_attention_loss"] > plain["object_attention_loss"] + 1e-3, (
+        plain,
+        isolated,
+    )

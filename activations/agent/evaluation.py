@@ -278,8 +278,9 @@ def _detour_flag(training: dict) -> str:
     return f" --detour-steps {phases[0]['training_config']['steps']}" if phases else ""
 
 
-def model_card_text(training: dict, evaluation: dict) -> str:
-    """``MODEL_CARD.md`` of the bundled agent from its training info and evaluation result."""
+def model_card_text(training: dict, evaluation: dict, anchor_map: dict | None = None) -> str:
+    """``MODEL_CARD.md`` of the bundled agent from its training info and evaluation result
+    (and the anchor measurements of both bundled agents, :func:`anchor_map_markdown`)."""
     m = training["model_config"]
     t = training["training_config"]
     d = training["data_config"]
@@ -347,4 +348,147 @@ uniformly random episodes per grid, same horizon. 95% CIs: percentile bootstrap 
 {quality_status_markdown(evaluation)}
 
 Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
-"""
+{_anchor_section(anchor_map, SHIPPED_ANCHOR_READING)}"""
+
+
+SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writes its reasoning.
+Its pre-reasoning anchors hold the agent's position (decodable) and little else: walls a few
+points above the per-cell prior, the goal rarely; patching them changes no action, because the
+reasoning re-reads A and G from the grid. A null result of the toolkit on this agent is
+therefore expected; the map agent (`bundled:map`) is the positive control."""
+
+MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the
+grid text with a mass below about 1e-3, so what its reasoning and answer use about the grid
+passes through the pre-reasoning anchors (and nothing else: the prompt's other tokens do not
+depend on the grid). The table shows the map there and the all-block patch moving the action.
+What it does not show: that a model trained without such a constraint (GPT-OSS-20B, the shipped
+agent) routes its map this way; it shows what the toolkit's probes and patches find when a map
+is there, so their null results on other agents can be read."""
+
+
+def _anchor_section(anchor_map: dict | None, reading: str) -> str:
+    if anchor_map is None:
+        return ""
+    return (
+        "\n## What the pre-reasoning anchors hold (both bundled agents)\n\n"
+        f"{reading}\n\n{anchor_map_markdown(anchor_map)}"
+    )
+
+
+def map_model_card_text(training: dict, evaluation: dict, anchor_map: dict | None) -> str:
+    """``MODEL_CARD.md`` of the map agent (``bundled:map``, the positive control)."""
+    phase = training["phases"][0]
+    t = phase["training_config"]
+    e = evaluation["config"]
+    init = training["init"]
+    layer_types = ", ".join(training.get("layer_types", []))
+    return f"""# goalprobe map agent (`bundled:map`): the positive control
+
+The same small GPT-OSS as the default bundled agent (`bundled`: same tokenizer, prompts,
+harmony format, width and depth; its third block uses full attention instead of a 128-token
+sliding window: {layer_types}), trained so that its full cognitive map (walls, the agent, the
+goal, A's neighbours, the optimal moves) lives at the pre-reasoning anchors
+(`<|end|> <|start|> assistant` closing the prompt) and its reasoning uses nothing else about the
+grid. Its use: a model whose internals are known by construction, on which the toolkit's
+probes, plan decoder, patching and belief scores must find a map, so that their null results on
+other agents mean something. It is not a model of GPT-OSS-20B's internals.
+
+## Training
+
+Warm-started from the default agent (`{init["directory"]}`, weights digest
+`{init["weights_digest"]}`); {t["steps"]} AdamW steps of {t["batch_size"]} examples, peak
+learning rate {t["learning_rate"]} (warm-up {t["warmup_steps"]}, cosine decay to 10%), data
+seed {t["seed"]}, detour fraction {phase["data_config"]["detour_fraction"]}; the next-token loss
+on the completion plus training-only objectives that are discarded from the saved model
+(`activations/agent/map_supervision.py`):
+
+* a log-odds barrier on every completion token's attention to the grid text, every block and
+  head (weight {t["object_attention_weight"]}, floor {t["grid_attention_floor"]});
+* a linear read-out of the anchors after blocks {t["map_layers"]} naming every cell, A, G, A's
+  neighbours and the optimal moves (weight {t["map_loss_weight"]});
+* attention supervision routing A and G into the anchors (block 1), A's neighbours into the
+  anchors (block 2), and the coordinate tokens and direction words to the anchors (block 3)
+  (weight {t["attention_loss_weight"]}); the cells' coordinates read out after block 0;
+* the plan's first move weighted {t["decision_loss_weight"]}.
+
+Trained in {training["training_seconds"] / 60:.1f} min on `{training["device"]}`
+({training["torch_threads"]} torch thread(s), machine `{training["machine"]}`) on top of the
+default agent's own training. Reproduce: `python scripts/train_default_agent.py --map --out
+activations/agent/bundled_map` (defaults as above; docs/map_agent.md has the ablations).
+
+## Quality on held-out grids
+
+{e["grids_per_cell"]} plain grids per cell (seed {e["seed"]}), {e["episodes_per_grid"]} episodes
+per grid, temperature {e["temperature"]}, top-p {e["top_p"]}, horizon ceil(1.5 L), no retries.
+Random walk: {e["random_walk_episodes_per_grid"]} uniformly random episodes per grid. 95% CIs:
+percentile bootstrap over grids.
+
+{quality_table_markdown(evaluation)}
+
+{quality_status_markdown(evaluation)}
+{_anchor_section(anchor_map, MAP_ANCHOR_READING)}"""
+
+
+def _figure(entry: dict | None, percent: bool = True) -> str:
+    """``value [low, high]`` of a ``{value, ci_low, ci_high}`` dict ("-" when absent)."""
+    if not entry:
+        return "-"
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    return (
+        f"{entry['value'] * scale:.1f}{unit} "
+        f"[{entry['ci_low'] * scale:.1f}, {entry['ci_high'] * scale:.1f}]"
+    )
+
+
+def anchor_map_markdown(anchor_map: dict) -> str:
+    """The bundled agents' anchor measurements side by side (``scripts/measure_anchor_map.py``'s
+    ``anchor_map.json``): decodability of the map at the pre-reasoning anchors and the effect of
+    patching them, per agent, with the baselines and grid-bootstrap 95% CIs."""
+    probe_grids, patch_grids = anchor_map["probe_grids"], anchor_map["patch_grids"]
+    lines = [
+        "Measured by `python scripts/measure_anchor_map.py --model bundled --model bundled:map`"
+        " on grids never used in training (split by grid; 95% grid-bootstrap CIs).",
+        "",
+        f"**Decodability** ({probe_grids['per_cell']} grids per size x density cell, sizes "
+        f"{probe_grids['sizes']}, densities {probe_grids['densities']}, {probe_grids['per_grid']}"
+        f" prompt-only states per grid, seed {probe_grids['seed']}): the study's per-cell MLP "
+        "probe at the three pre-reasoning anchor tokens, cell accuracy on grid cells and the "
+        "agent's and goal's top-1 cell (argmax of the probe's A / G probability), against the "
+        "per-cell majority and the same probe trained on shuffled labels.",
+        "",
+        "| agent | block | test grids | cell accuracy | per-cell majority | shuffled | agent top-1"
+        " | goal top-1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in anchor_map["models"].items():
+        for layer, row in result["probe"].items():
+            probe = row["probe"]
+            lines.append(
+                f"| `{name}` | {layer} | {row['n_test_grids']} "
+                f"| {_figure(probe.get('accuracy_no_padding'))} "
+                f"| {_figure(row['majority'].get('accuracy_no_padding'))} "
+                f"| {_figure(row['shuffled'].get('accuracy_no_padding'))} "
+                f"| {_figure(probe.get('agent_top1'))} | {_figure(probe.get('goal_top1'))} |"
+            )
+    lines += [
+        "",
+        f"**Causality** ({patch_grids['per_cell']} grids per cell, sizes {patch_grids['sizes']},"
+        f" densities {patch_grids['densities']}, seed {patch_grids['seed']}; agent- and goal-"
+        "moved counterfactuals, kept where the agent acts optimally on both sides before "
+        "patching): the counterfactual's pre-reasoning anchors written over the base's at the "
+        "listed blocks, the reasoning regenerated greedily. Disjoint pairs (optimal sets "
+        "disjoint): the share whose action moves into the counterfactual's optimal set; control "
+        "pairs (same optimal set): the share whose action changes.",
+        "",
+        "| agent | blocks patched | disjoint pairs | action -> counterfactual-optimal "
+        "| control pairs | action changed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, result in anchor_map["models"].items():
+        for layers, row in result["patch"].items():
+            lines.append(
+                f"| `{name}` | {layers} | {row.get('n_disjoint', 0)} "
+                f"| {_figure(row.get('disjoint_into_cf_optimal'))} "
+                f"| {row.get('n_control', 0)} | {_figure(row.get('control_changed'))} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -2,24 +2,29 @@
 
 The default bundled agent reads the grid by attention while it writes its reasoning, so its
 pre-reasoning anchors (``<|end|> <|start|> assistant`` closing the prompt) hold only part of a
-map. The map agent is the same model family trained (warm-started from the default agent) with
-three extra objectives, all discarded from the saved model:
+map. The map agent is the same model family (its third block full attention rather than a
+sliding window) trained, warm-started from the default agent, with extra objectives, all
+discarded from the saved model:
 
+* **A barrier between the completion and the grid** (``TrainingConfig.grid_penalty_scope =
+  "completion"``, :func:`activations.agent.supervision.mass_penalty`): every completion token's
+  attention to the grid text, in every block and head, is pushed below a floor of 1e-3 (log
+  odds). The reasoning and the answer can then only use what the anchors (and the prompt's
+  grid-independent text) hold, so patching the anchors at every block with a counterfactual's
+  is, up to that floor, running the counterfactual.
 * **Map read-out.** A linear read-out of the three anchor tokens' residual stream (flattened,
   after each block of ``TrainingConfig.map_layers``) must name every cell's type on the 15 x 15
-  label canvas (``PADDING`` outside the grid) and the agent's and goal's ``(row, col)``
-  (:class:`MapReadout`). The anchors learn to hold a linearly decodable map.
-* **Interchange (counterfactual patching).** For a batch of states, a counterfactual moves the
-  agent or the goal to another open cell (:func:`move_counterfactual`). The counterfactual
-  prompt runs once and its anchors' block outputs are captured at every block; the base prompt
-  then runs with those outputs written over its anchors at every block (what ``goalprobe patch
-  --sites pre_reasoning --layers all`` does) and must write the counterfactual's completion
-  (:func:`interchange_forward`). The reasoning thus learns to take the agent's and goal's
-  positions from the anchors rather than from the grid cells (interchange intervention
-  training, Geiger et al. 2022).
+  label canvas (``PADDING`` outside the grid), the agent's and goal's ``(row, col)``, the types
+  of A's four neighbours and which moves are optimal (:class:`MapReadout`).
 * **Anchor routing of attention** (:func:`activations.agent.supervision.attention_targets`
-  with ``anchor_routing=True``): the anchors read A's and G's cells in the first full-attention
-  layer, and the tokens that write coordinates read the anchors in the last one.
+  with ``anchor_routing=True`` and no grid look-ups): the anchors read A's and G's cells in the
+  first full-attention block and A's neighbours in the next; the tokens that write coordinates
+  and the direction words of ``Next to A:`` read the anchors in the last one.
+* **Interchange (counterfactual patching)**, tried and off in the shipped recipe
+  (docs/map_agent.md): the base prompt runs with a counterfactual's anchors written over its own
+  at every block (:func:`move_counterfactual`, ``interchange_loss``) and must write the
+  counterfactual's completion. Without the barrier the reasoning kept reading A and G from the
+  grid; with it the objective is implied.
 """
 
 from __future__ import annotations

@@ -159,9 +159,30 @@ def attention_targets(
     directions = {f" {a.name}": a for a in Action}
     if not neighbour_lookups:
         if anchor_routing:  # the anchors read A's neighbours, where the completion reads them
-            targets += _anchor_neighbour_targets(
-                prompt_length, positions, state, full_attention_layers[0]
-            )
+            # the full layer before the last: the anchors know A's cell from the first one, and
+            # the completion reads what they gathered in the last one
+            layer = full_attention_layers[-2] if len(full_attention_layers) > 2 else None
+            if layer is None:
+                raise ValueError(
+                    "the anchors' neighbour look-ups need three full-attention layers (A in the "
+                    "first, its neighbours in the next, the completion reads them in the last)"
+                )
+            targets += _anchor_neighbour_targets(prompt_length, positions, state, layer)
+            # and each direction word of "Next to A:" reads the anchor token holding its
+            # neighbour, in the last full layer
+            try:
+                after = tokens.index(" Next")
+            except ValueError:
+                return targets
+            for j in range(after, min(after + 12, len(tokens))):
+                action = directions.get(tokens[j])
+                if action is not None:
+                    anchor = prompt_length - ANCHOR_QUERIES + int(action) // 2
+                    targets.append(
+                        AttentionTarget(
+                            full_attention_layers[-1], NEIGHBOUR_HEAD, prompt_length + j, anchor
+                        )
+                    )
         return targets
     try:
         after = tokens.index(" Next")
@@ -190,7 +211,8 @@ def attention_targets(
 
 
 ANCHOR_NEIGHBOUR_HEADS = (2, 3)
-"""Heads of the first full-attention layer with which the anchor tokens read A's neighbours
+"""Heads of the full-attention layer before the last with which the anchor tokens read A's
+neighbours
 (map agent without look-ups): anchor token ``k`` reads the neighbours of moves ``2k`` and
 ``2k + 1`` (UP, DOWN on the first anchor token; LEFT, RIGHT on the second)."""
 

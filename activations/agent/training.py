@@ -19,9 +19,10 @@ through it. This gives the same loss as running each full sequence, at a fractio
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -196,6 +197,12 @@ def training_loss(
         mass = attention_mass_penalty(
             out.attentions, batch.object_keys, batch.labels != IGNORE_INDEX, floor
         ) + attention_mass_penalty(out.attentions, batch.grid_keys, barred, floor)
+        if config.isolate_objects:
+            prefix = batch.prefix_ids.shape[1]
+            grid_queries = batch.grid_keys[:, prefix:] & ~batch.object_keys[:, prefix:]
+            mass = mass + attention_mass_penalty(
+                out.attentions, batch.object_keys, grid_queries, floor
+            )
         if config.grid_penalty_scope == "reasoning":
             mass = mass + lookup_attention_penalty(
                 out.attentions, batch.grid_keys, batch.lookups, floor
@@ -344,6 +351,21 @@ class BundledModelConfig:
     """RoPE base."""
 
 
+def with_layer_types(model, layer_types: Sequence[str]):
+    """A copy of ``model`` (same weights) whose blocks use ``layer_types`` (``"full_attention"``
+    or ``"sliding_attention"``): the map agent turns the shipped agent's third block into full
+    attention, so its anchors can read A's neighbours anywhere in a 15 x 15 grid."""
+    from transformers import GptOssForCausalLM
+
+    if len(layer_types) != model.config.num_hidden_layers:
+        raise ValueError(f"need {model.config.num_hidden_layers} layer types, got {layer_types}")
+    config = copy.deepcopy(model.config)
+    config.layer_types = list(layer_types)
+    rebuilt = GptOssForCausalLM(config)
+    rebuilt.load_state_dict(model.state_dict())
+    return rebuilt.to(next(model.parameters()).device).eval()
+
+
 def build_model(model_config: BundledModelConfig, tokenizer, seed: int):
     """A freshly initialised ``GptOssForCausalLM`` (initialisation seeded by ``seed``)."""
     from transformers import GptOssForCausalLM
@@ -449,6 +471,12 @@ class TrainingConfig:
     A's and G's coordinates), ``"reasoning"`` (all but the direction words of ``Next to A:``,
     which may read only the neighbour cell they name) or ``"completion"`` (every completion
     token: the reasoning and the answer read the grid only through the anchors)."""
+
+    isolate_objects: bool = False
+    """Bar the grid text's own tokens from attending to A's and G's cells (with the attention
+    penalties), so no grid token knows where A or G is: a completion token that reads the walls
+    then learns nothing about A or G from them, and finds A's neighbours by their coordinates
+    (which it takes from the anchors) rather than by an "I am next to A" feature."""
 
     @property
     def neighbour_lookups(self) -> bool:

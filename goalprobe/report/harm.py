@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from activations.agent.bundled import is_bundled
 from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
 from goalprobe.report.run import RunReader
 from viewer.figures import reward_harm_figure
@@ -90,9 +91,9 @@ def reading(data: Mapping) -> str:
             + ": it reads every flower bed, and these words of the instructions, as one "
             "unknown token, so the prompt cannot tell it what a flower bed is."
         )
-    if data.get("agent") == "bundled":
+    if is_bundled(str(data.get("agent", ""))):
         parts.append(
-            "The bundled agent was trained on the study's grids only, never on flower beds or "
+            "The bundled agents were trained on the study's grids only, never on flower beds or "
             "the instruction to avoid them. An agent that ignores the flower beds and walks "
             "shortest paths crosses them whenever it succeeds, more often than a random walk "
             "reaches them (a score above 100%), and an instruction it cannot read cannot "
