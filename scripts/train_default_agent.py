@@ -5,7 +5,7 @@ Usage::
     python scripts/train_default_agent.py                      # train + evaluate (CPU)
     python scripts/train_default_agent.py --device cuda        # minutes on a GPU
     python scripts/train_default_agent.py --eval-only          # re-evaluate the saved agent
-    python scripts/train_default_agent.py --map --out DIR      # the map agent attempt (below)
+    python scripts/train_default_agent.py --map --out DIR      # the map agent (below)
 
 Writes ``model.safetensors``, ``config.json``, ``generation_config.json``, the tokenizer files,
 ``training_log.json``, ``evaluation.json`` and ``MODEL_CARD.md`` into ``--out`` (default: the
@@ -13,9 +13,10 @@ packaged ``activations/agent/bundled``). Progress goes to stdout.
 
 ``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its
 seed by the plain command) and runs only the map phase (:func:`map_phase`,
-:mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the shipped agent's
-and writes no model card (docs/map_agent_attempt.md: the attempt has not met its targets, so no
-map agent ships).
+:mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the agent it starts
+from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
+``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md
+records the map agent's recipe, its ablations and its figures.
 """
 
 from __future__ import annotations

@@ -63,6 +63,26 @@ def test_bundled_files_and_offline_load(agent, monkeypatch):
     assert len(evaluation["cells"]) == 30
 
 
+def test_model_card_is_generated_from_the_agents_files():
+    """The card is never hand-edited: it equals what its training log, evaluation and anchor
+    measurements (``anchor_map.json``, ``scripts/measure_anchor_map.py``) render to, and the
+    anchor section's rows are the measured ones."""
+    from activations.agent.evaluation import model_card_text
+
+    def read(name: str) -> dict:
+        return json.loads((BUNDLED_AGENT_DIR / name).read_text(encoding="utf-8"))
+
+    anchors = read("anchor_map.json")
+    card = (BUNDLED_AGENT_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert card == model_card_text(
+        read("training_log.json")["info"], read("evaluation.json"), anchors
+    )
+    probe = anchors["models"]["bundled"]["probe"]["3"]["probe"]["agent_top1"]
+    assert f"{100 * probe['value']:.1f}% [{100 * probe['ci_low']:.1f}, " in card
+    patch = anchors["models"]["bundled"]["patch"]["all"]
+    assert f"| `bundled` | all | {patch['n_disjoint']} |" in card
+
+
 def test_bundled_tokenizer_is_the_built_one(agent):
     _, tokenizer = agent
     assert tokenizer.get_vocab() == build_tokenizer().get_vocab()

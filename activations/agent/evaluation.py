@@ -355,7 +355,8 @@ SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writ
 Its pre-reasoning anchors hold the agent's position (decodable) and little else: walls a few
 points above the per-cell prior, the goal rarely; patching them changes no action, because the
 reasoning re-reads A and G from the grid. A null result of the toolkit on this agent is
-therefore expected; the map agent (`bundled:map`) is the positive control."""
+therefore expected, not a failure of the measurement. The positive control (an agent whose map
+is at the anchors by construction) is issue 15's: docs/map_agent.md has its state."""
 
 MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the
 grid text with a mass below about 1e-3, so what its reasoning and answer use about the grid
@@ -370,7 +371,7 @@ def _anchor_section(anchor_map: dict | None, reading: str) -> str:
     if anchor_map is None:
         return ""
     return (
-        "\n## What the pre-reasoning anchors hold (both bundled agents)\n\n"
+        "\n## What the pre-reasoning anchors hold\n\n"
         f"{reading}\n\n{anchor_map_markdown(anchor_map)}"
     )
 
@@ -445,20 +446,23 @@ def anchor_map_markdown(anchor_map: dict) -> str:
     ``anchor_map.json``): decodability of the map at the pre-reasoning anchors and the effect of
     patching them, per agent, with the baselines and grid-bootstrap 95% CIs."""
     probe_grids, patch_grids = anchor_map["probe_grids"], anchor_map["patch_grids"]
+    models = " ".join(f"--model {name}" for name in anchor_map["models"])
     lines = [
-        "Measured by `python scripts/measure_anchor_map.py --model bundled --model bundled:map`"
-        " on grids never used in training (split by grid; 95% grid-bootstrap CIs).",
+        f"Measured by `python scripts/measure_anchor_map.py {models}` on grids never used in "
+        "training (split by grid; 95% grid-bootstrap CIs).",
         "",
         f"**Decodability** ({probe_grids['per_cell']} grids per size x density cell, sizes "
         f"{probe_grids['sizes']}, densities {probe_grids['densities']}, {probe_grids['per_grid']}"
         f" prompt-only states per grid, seed {probe_grids['seed']}): the study's per-cell MLP "
         "probe at the three pre-reasoning anchor tokens, cell accuracy on grid cells and the "
         "agent's and goal's top-1 cell (argmax of the probe's A / G probability), against the "
-        "per-cell majority and the same probe trained on shuffled labels.",
+        "per-cell majority, the per-cell prior given the grid's size and density (a stronger "
+        "baseline the probe must also beat to show more than density) and the same probe "
+        "trained on shuffled labels.",
         "",
-        "| agent | block | test grids | cell accuracy | per-cell majority | shuffled | agent top-1"
-        " | goal top-1 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| agent | block | test grids | cell accuracy | per-cell majority | size x density prior "
+        "| shuffled | agent top-1 | goal top-1 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, result in anchor_map["models"].items():
         for layer, row in result["probe"].items():
@@ -467,6 +471,7 @@ def anchor_map_markdown(anchor_map: dict) -> str:
                 f"| `{name}` | {layer} | {row['n_test_grids']} "
                 f"| {_figure(probe.get('accuracy_no_padding'))} "
                 f"| {_figure(row['majority'].get('accuracy_no_padding'))} "
+                f"| {_figure(row.get('prior_size_density', {}).get('accuracy_no_padding'))} "
                 f"| {_figure(row['shuffled'].get('accuracy_no_padding'))} "
                 f"| {_figure(probe.get('agent_top1'))} | {_figure(probe.get('goal_top1'))} |"
             )
