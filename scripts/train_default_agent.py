@@ -184,6 +184,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="map phase: weight of the attention penalties",
     )
     parser.add_argument(
+        "--barrier-ramp-steps",
+        type=_non_negative_int,
+        default=None,
+        help="map phase: steps over which the attention penalties' weight rises from 0",
+    )
+    parser.add_argument(
         "--isolate-objects",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -257,6 +263,7 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             "interchange_loss_weight": args.interchange_weight,
             "object_attention_weight": args.object_attention_weight,
             "isolate_objects": args.isolate_objects,
+            "barrier_ramp_steps": args.barrier_ramp_steps,
             "batch_size": args.map_batch_size,
             "learning_rate": args.map_learning_rate,
         }

@@ -263,3 +263,15 @@ def test_isolating_the_objects_penalises_the_grid_reading_a_and_g(agent):
         plain,
         isolated,
     )
+
+
+def test_barrier_weight_ramps_after_the_readout_warmup():
+    from activations.agent.training import barrier_weight_at
+
+    config = TrainingConfig(object_attention_weight=20.0, readout_warmup_steps=5)
+    assert barrier_weight_at(0, config) == 20.0  # no ramp: on at once
+    ramped = replace(config, barrier_ramp_steps=10)
+    weights = [barrier_weight_at(step, ramped) for step in range(20)]
+    assert weights[:5] == [0.0] * 5 and weights[5] == pytest.approx(2.0)
+    assert weights[14:] == [20.0] * 6
+    assert all(a <= b for a, b in zip(weights, weights[1:], strict=False))

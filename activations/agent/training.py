@@ -488,6 +488,11 @@ class TrainingConfig:
     """Form of the attention penalties (:func:`activations.agent.supervision.mass_penalty`):
     None for ``-log(1 - w)``, a float for the log barrier that drives the mass below it."""
 
+    barrier_ramp_steps: int = 0
+    """Steps over which ``object_attention_weight`` rises linearly from 0 to its value (after
+    ``readout_warmup_steps``); 0 applies it at once. A barrier of weight 20 switched on cold
+    wrecks a warm-started model (docs/map_agent.md)."""
+
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
     warm-started model is not pushed around by freshly initialised read-outs."""
@@ -499,6 +504,16 @@ def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
         return config.learning_rate * (step_index + 1) / config.warmup_steps
     progress = (step_index - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
     return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def barrier_weight_at(step_index: int, config: TrainingConfig) -> float:
+    """The attention penalties' weight at step ``step_index`` (0-based; see
+    ``TrainingConfig.barrier_ramp_steps``)."""
+    ramp = config.barrier_ramp_steps
+    if ramp <= 0:
+        return config.object_attention_weight
+    progress = (step_index - config.readout_warmup_steps + 1) / ramp
+    return config.object_attention_weight * min(1.0, max(0.0, progress))
 
 
 def batches(
@@ -614,12 +629,15 @@ def train(
                 group["lr"] = learning_rate_at(step_index, config)
             examples, batch = next(stream)
             batch = batch.to(device)
-            total, parts = training_loss(model, batch, config, readout, map_readout, examples)
+            step_config = replace(
+                config, object_attention_weight=barrier_weight_at(step_index, config)
+            )
+            total, parts = training_loss(model, batch, step_config, readout, map_readout, examples)
             if config.interchange_loss_weight > 0:
                 interchange = interchange_loss(
                     model,
                     examples,
-                    config,
+                    step_config,
                     readout,
                     map_readout,
                     tokenizer,
