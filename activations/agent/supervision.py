@@ -157,32 +157,19 @@ def attention_targets(
                     for layer in full_attention_layers
                 ]
     directions = {f" {a.name}": a for a in Action}
-    if not neighbour_lookups:
-        if anchor_routing:  # the anchors read A's neighbours, where the completion reads them
-            # the full layer before the last: the anchors know A's cell from the first one, and
-            # the completion reads what they gathered in the last one
-            layer = full_attention_layers[-2] if len(full_attention_layers) > 2 else None
-            if layer is None:
-                raise ValueError(
-                    "the anchors' neighbour look-ups need three full-attention layers (A in the "
-                    "first, its neighbours in the next, the completion reads them in the last)"
-                )
-            targets += _anchor_neighbour_targets(prompt_length, positions, state, layer)
-            # and each direction word of "Next to A:" reads the anchor token holding its
-            # neighbour, in the last full layer
-            try:
-                after = tokens.index(" Next")
-            except ValueError:
-                return targets
-            for j in range(after, min(after + 12, len(tokens))):
-                action = directions.get(tokens[j])
-                if action is not None:
-                    anchor = prompt_length - ANCHOR_QUERIES + int(action) // 2
-                    targets.append(
-                        AttentionTarget(
-                            full_attention_layers[-1], NEIGHBOUR_HEAD, prompt_length + j, anchor
-                        )
-                    )
+    # the map agent without look-ups: the anchors read A's neighbours in the full layer before
+    # the last (they know A's cell from the first), the direction words read the anchors
+    anchors_read_neighbours = anchor_routing and not neighbour_lookups
+    if anchors_read_neighbours:
+        if len(full_attention_layers) < 3:
+            raise ValueError(
+                "the anchors' neighbour look-ups need three full-attention layers (A in the "
+                "first, its neighbours in the next, the completion reads them in the last)"
+            )
+        targets += _anchor_neighbour_targets(
+            prompt_length, positions, state, full_attention_layers[-2]
+        )
+    elif not neighbour_lookups:
         return targets
     try:
         after = tokens.index(" Next")
@@ -191,6 +178,14 @@ def attention_targets(
     for j in range(after, min(after + 12, len(tokens))):
         action = directions.get(tokens[j])
         if action is None:
+            continue
+        if anchors_read_neighbours:  # the anchor token holding this neighbour, last full layer
+            anchor = prompt_length - ANCHOR_QUERIES + int(action) // 2
+            targets.append(
+                AttentionTarget(
+                    full_attention_layers[-1], NEIGHBOUR_HEAD, prompt_length + j, anchor
+                )
+            )
             continue
         query = prompt_length + j
         if not anchor_routing:
