@@ -244,3 +244,42 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
     real = accuracy(acts)
     assert real > majority("global") + 0.2, (real, majority("global"))
     assert real >= majority("per_cell") - 0.02, (real, majority("per_cell"))
+
+
+def test_map_agent_card_renders_from_a_map_phase_log():
+    """The map agent's card (written after a ``--map`` run) renders from what that run logs."""
+    from dataclasses import asdict, replace
+
+    from activations.agent.evaluation import map_model_card_text
+    from activations.agent.training import TrainingConfig
+    from activations.agent.training_data import TrainingDataConfig
+
+    def read(name: str) -> dict:
+        return json.loads((BUNDLED_AGENT_DIR / name).read_text(encoding="utf-8"))
+
+    info = read("training_log.json")["info"]
+    phase = replace(
+        TrainingConfig(),
+        steps=7,
+        grid_penalty_scope="completion",
+        grid_attention_floor=1e-3,
+        object_attention_weight=20.0,
+        map_loss_weight=1.0,
+        anchor_routing=True,
+    )
+    info = info | {
+        "phases": [
+            {
+                "name": "map",
+                "training_config": asdict(phase),
+                "data_config": asdict(TrainingDataConfig()),
+            }
+        ],
+        "init": {"directory": str(BUNDLED_AGENT_DIR), "weights_digest": "0123456789abcdef"},
+        "layer_types": ["sliding_attention"] + ["full_attention"] * 3,
+    }
+    card = map_model_card_text(info, read("evaluation.json"), read("anchor_map.json"))
+    assert "`bundled:map`" in card and "0123456789abcdef" in card and "7 AdamW steps" in card
+    assert "floor 0.001" in card and "| 15 | 1.0 |" in card
+    assert "## What the pre-reasoning anchors hold" in card
+    assert map_model_card_text(info, read("evaluation.json"), None).count("anchors hold") == 0
