@@ -63,7 +63,7 @@ MAP_LAYER_TYPES = ("sliding_attention", "full_attention", "full_attention", "ful
 anchors read A in block 1 and A's neighbours in block 2, anywhere in the grid; a sliding window
 of 128 tokens misses the top rows of grids above 9 x 9)."""
 
-MAP_PHASE_STEPS = 1200
+MAP_PHASE_STEPS = 600
 """Steps of the map phase (``--map``, see :func:`map_phase`)."""
 
 
@@ -79,7 +79,9 @@ def map_phase(
     and G in block 1 and A's neighbours in block 2; the coordinate tokens and the direction
     words read the anchors in block 3) (:mod:`activations.agent.map_supervision`), plus the
     detour phase's decision weight and detour states so the behaviour holds. The cell-coordinate
-    read-out moves to block 0's output, so the cells carry their coordinates by block 1."""
+    read-out moves to block 0's output, so the cells carry their coordinates by block 1. The
+    barrier's weight rises from 0 over its first 300 steps: switched on cold it wrecks the
+    warm-started model (docs/map_agent.md, runs ``c2`` and ``e1``)."""
     return (
         replace(
             config,
@@ -90,6 +92,7 @@ def map_phase(
             decision_loss_weight=1.0,
             map_loss_weight=1.0,
             object_attention_weight=20.0,
+            barrier_ramp_steps=300,
             grid_penalty_scope="completion",
             grid_attention_floor=1e-3,
             anchor_routing=True,
