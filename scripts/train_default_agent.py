@@ -45,6 +45,7 @@ from activations.agent.evaluation import (
 from activations.agent.local_backend import LocalBackend
 from activations.agent.tokenizer import build_tokenizer
 from activations.agent.training import (
+    GRID_PENALTY_SCOPES,
     BundledModelConfig,
     TrainingConfig,
     build_model,
@@ -164,7 +165,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--grid-penalty-scope",
-        choices=("coordinates", "reasoning", "completion"),
+        choices=GRID_PENALTY_SCOPES,
         default=None,
         help="map phase: completion tokens barred from reading the grid text",
     )

@@ -275,3 +275,17 @@ def test_barrier_weight_ramps_after_the_readout_warmup():
     assert weights[:5] == [0.0] * 5 and weights[5] == pytest.approx(2.0)
     assert weights[14:] == [20.0] * 6
     assert all(a <= b for a, b in zip(weights, weights[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"grid_penalty_scope": "everything"},
+        {"grid_attention_floor": 0.0},
+        {"grid_attention_floor": 1.5},
+        {"barrier_ramp_steps": -1},
+    ],
+)
+def test_training_config_rejects_bad_barrier_settings(field):
+    with pytest.raises(ValueError, match=next(iter(field))):
+        TrainingConfig(**field)

@@ -404,6 +404,10 @@ def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
     )
 
 
+GRID_PENALTY_SCOPES = ("coordinates", "reasoning", "completion")
+"""Values of ``TrainingConfig.grid_penalty_scope``."""
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """The optimisation of the bundled agent."""
@@ -478,12 +482,6 @@ class TrainingConfig:
     then learns nothing about A or G from them, and finds A's neighbours by their coordinates
     (which it takes from the anchors) rather than by an "I am next to A" feature."""
 
-    @property
-    def neighbour_lookups(self) -> bool:
-        """Whether the direction words look up their neighbour cell in the grid text (not when
-        the whole completion is barred from it)."""
-        return self.grid_penalty_scope != "completion"
-
     grid_attention_floor: float | None = None
     """Form of the attention penalties (:func:`activations.agent.supervision.mass_penalty`):
     None for ``-log(1 - w)``, a float for the log barrier that drives the mass below it."""
@@ -496,6 +494,25 @@ class TrainingConfig:
     readout_warmup_steps: int = 0
     """First steps that train only the read-outs (the model's weights stay as they are), so a
     warm-started model is not pushed around by freshly initialised read-outs."""
+
+    def __post_init__(self) -> None:
+        if self.grid_penalty_scope not in GRID_PENALTY_SCOPES:
+            raise ValueError(
+                f"grid_penalty_scope must be one of {GRID_PENALTY_SCOPES}, "
+                f"got {self.grid_penalty_scope!r}"
+            )
+        if self.grid_attention_floor is not None and not 0 < self.grid_attention_floor < 1:
+            raise ValueError(
+                f"grid_attention_floor must lie in (0, 1), got {self.grid_attention_floor}"
+            )
+        if self.barrier_ramp_steps < 0:
+            raise ValueError(f"barrier_ramp_steps must be >= 0, got {self.barrier_ramp_steps}")
+
+    @property
+    def neighbour_lookups(self) -> bool:
+        """Whether the direction words look up their neighbour cell in the grid text (not when
+        the whole completion is barred from it)."""
+        return self.grid_penalty_scope != "completion"
 
 
 def learning_rate_at(step_index: int, config: TrainingConfig) -> float:
