@@ -1,4 +1,5 @@
-"""Training-only signals of the map agent (``bundled:map``): route the grid through the anchors.
+"""Training-only signals of the map agent (issue 15; not shipped, docs/map_agent.md): route
+the grid through the anchors.
 
 The default bundled agent reads the grid by attention while it writes its reasoning, so its
 pre-reasoning anchors (``<|end|> <|start|> assistant`` closing the prompt) hold only part of a
@@ -20,7 +21,7 @@ discarded from the saved model:
   with ``anchor_routing=True`` and no grid look-ups): the anchors read A's and G's cells in the
   first full-attention block and A's neighbours in the next; the tokens that write coordinates
   and the direction words of ``Next to A:`` read the anchors in the last one.
-* **Interchange (counterfactual patching)**, tried and off in the shipped recipe
+* **Interchange (counterfactual patching)**, tried and off in ``--map``'s default recipe
   (docs/map_agent.md): the base prompt runs with a counterfactual's anchors written over its own
   at every block (:func:`move_counterfactual`, ``interchange_loss``) and must write the
   counterfactual's completion. Without the barrier the reasoning kept reading A and G from the
