@@ -53,6 +53,7 @@ from activations.agent.training import (
     with_layer_types,
 )
 from activations.agent.training_data import (
+    TIE_BREAKS,
     TrainingDataConfig,
 )
 
@@ -200,6 +201,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="map phase: bar the grid's tokens from attending to A and G",
     )
     parser.add_argument(
+        "--tie-break",
+        choices=TIE_BREAKS,
+        default=None,
+        help="map phase: how training plans choose among equally short moves",
+    )
+    parser.add_argument(
         "--map-batch-size", type=int, default=None, help="map phase: examples per step"
     )
     parser.add_argument(
@@ -272,6 +279,8 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             "learning_rate": args.map_learning_rate,
         }
         map_config = replace(map_config, **{k: v for k, v in overrides.items() if v is not None})
+        if args.tie_break is not None:
+            map_data = replace(map_data, tie_break=args.tie_break)
         phases = [("map", map_config, map_data)]
         print(f"map phase from {args.init} ({bundled_weights_digest(args.init)}): {phases[0][1]}")
     elif args.detour_steps > 0:

@@ -289,3 +289,21 @@ def test_barrier_weight_ramps_after_the_readout_warmup():
 def test_training_config_rejects_bad_barrier_settings(field):
     with pytest.raises(ValueError, match=next(iter(field))):
         TrainingConfig(**field)
+
+
+def test_fixed_tie_break_plans_take_the_first_optimal_move():
+    from activations.agent.training_data import sample_plan
+
+    examples = plain_examples(6, 13)
+    for example in examples:
+        policy = solve(example.grid)
+        plan = sample_plan(
+            example.grid, policy, example.state, 4, np.random.default_rng(0), "first"
+        )
+        assert plan[0] == min(policy.optimal_actions(example.state))
+        # the same plan whatever the random stream
+        assert plan == sample_plan(
+            example.grid, policy, example.state, 4, np.random.default_rng(99), "first"
+        )
+    with pytest.raises(ValueError, match="tie_break"):
+        sample_plan(examples[0].grid, policy, examples[0].state, 4, np.random.default_rng(0), "x")

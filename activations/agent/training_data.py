@@ -79,6 +79,11 @@ class TrainingDataConfig:
     plan_steps: int = PLAN_STEPS
     """Moves planned in the reasoning."""
 
+    tie_break: str = "random"
+    """How plans choose among equally short moves (:data:`TIE_BREAKS`): at random, or the first
+    in action order, so an agent's choice depends on its state's optimal set alone (the map
+    agent's control pairs share that set)."""
+
 
 @dataclass(frozen=True)
 class Example:
@@ -99,16 +104,29 @@ class Example:
     completion: str
 
 
+TIE_BREAKS = ("random", "first")
+"""How training plans choose among equally short moves (``TrainingDataConfig.tie_break``)."""
+
+
 def sample_plan(
-    grid: Grid, policy: OptimalPolicy, state: State, steps: int, rng: np.random.Generator
+    grid: Grid,
+    policy: OptimalPolicy,
+    state: State,
+    steps: int,
+    rng: np.random.Generator,
+    tie_break: str = "random",
 ) -> tuple[Action, ...]:
-    """The next ``steps`` moves (fewer near the goal) of a uniformly sampled shortest path."""
+    """The next ``steps`` moves (fewer near the goal) of a shortest path: ties between optimal
+    moves broken uniformly at random (``tie_break="random"``) or by the first in
+    :class:`~activations.gridworld.core.Action` order (``"first"``: UP, DOWN, LEFT, RIGHT)."""
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}")
     plan: list[Action] = []
     while len(plan) < steps and not is_success(grid, state):
         options = sorted(policy.optimal_actions(state))
         if not options:
             raise ValueError(f"state {state} of grid {grid.grid_id!r} cannot reach the goal")
-        action = options[int(rng.integers(len(options)))]
+        action = options[0] if tie_break == "first" else options[int(rng.integers(len(options)))]
         plan.append(Action(action))
         state = step(grid, state, action)
     return tuple(plan)
@@ -207,7 +225,7 @@ def sample_batch_examples(
         if not policy.is_solvable:
             continue
         state = sample_state(grid, policy, config.epsilon, rng, config.detour_fraction)
-        plan = sample_plan(grid, policy, state, config.plan_steps, rng)
+        plan = sample_plan(grid, policy, state, config.plan_steps, rng, config.tie_break)
         examples.append(make_example(grid, state, plan))
     return examples
 
