@@ -129,6 +129,13 @@ def detour_phase(
     )
 
 
+def _open_fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1), got {value}")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -172,7 +179,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--grid-attention-floor",
-        type=float,
+        type=_open_fraction,
         default=None,
         help="map phase: log-barrier attention penalties down to this mass (default -log(1-w))",
     )

@@ -274,12 +274,12 @@ def attention_loss(attentions: tuple[torch.Tensor, ...], targets: torch.Tensor) 
 
 
 def mass_penalty(
-    mass: torch.Tensor, rest: torch.Tensor, floor: float | None = None
+    mass: torch.Tensor, rest: torch.Tensor | None, floor: float | None = None
 ) -> torch.Tensor:
     """The penalty on an attention mass ``w`` (on the penalised keys; ``rest``: the mass on
-    the other keys): ``-log(1 - w)`` (``floor`` None), or the log-odds barrier ``max(0, log w -
-    log rest - logit(floor))``, which keeps pushing until ``w <= floor`` (relative to
-    ``rest``).
+    the other keys, needed only with ``floor``): ``-log(1 - w)`` (``floor`` None), or the
+    log-odds barrier ``max(0, log w - log rest - logit(floor))``, which keeps pushing until
+    ``w <= floor`` (relative to ``rest``).
 
     ``-log(1 - w)`` is about ``w`` for small masses, so it tolerates a few percent of attention
     on the grid, and a few percent on a cell token with a large value vector carries that
@@ -319,7 +319,7 @@ def attention_mass_penalty(
     for weights in attentions:
         keys = key_mask[:, n_full - weights.shape[-1] :].to(weights.dtype)  # the layer's window
         mass = torch.einsum("bhqk,bk->bhq", weights, keys)
-        rest = torch.einsum("bhqk,bk->bhq", weights, 1 - keys)
+        rest = None if floor is None else torch.einsum("bhqk,bk->bhq", weights, 1 - keys)
         terms.append(mass_penalty(mass, rest, floor).mean(1)[query_mask])
     return torch.cat(terms).mean()
 
@@ -353,6 +353,6 @@ def lookup_attention_penalty(
         inside = (allowed - offset >= 0) & (allowed >= 0)
         keys[inside.nonzero().flatten(), (allowed - offset)[inside]] = 0
         mass = torch.einsum("nhk,nk->nh", chosen, keys)
-        rest = torch.einsum("nhk,nk->nh", chosen, 1 - keys)
+        rest = None if floor is None else torch.einsum("nhk,nk->nh", chosen, 1 - keys)
         terms.append(mass_penalty(mass, rest, floor).mean(1))
     return torch.cat(terms).mean()
