@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -23,8 +24,19 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
+from activations.gridworld.core import CellType
 from activations.stats import GridBootstrap
 from probes.metrics import selectivity
+from probes.splits import shuffle_by_grid, split_by_grid
+
+if TYPE_CHECKING:
+    from probes.probe_sweep import ProbeData, StoreProbeLoader
+
+POSITION_TARGETS = ("agent", "goal")
+"""The objects a position probe localises (:func:`position_scores`)."""
+
+POSITION_SWEEP_SCHEMA = "goalprobe.position_sweep"
+POSITION_SWEEP_SCHEMA_VERSION = 1
 
 
 class PositionProbe(ClassifierMixin, BaseEstimator):
@@ -146,6 +158,123 @@ def evaluate_positions(
         "models": {name: {k: boot.summary(v) for k, v in s.items()} for name, s in samples.items()},
         "selectivity": selectivity(samples, reference, baselines, boot),
     }
+
+
+def position_scores(
+    data: ProbeData,
+    test: np.ndarray,
+    *,
+    C: float = 0.1,
+    n_boot: int = 1000,
+    random_state: int = 0,
+    log=None,
+) -> dict:
+    """Agent and goal position probes of one stage and layer, scored on the test grids.
+
+    Each :class:`PositionProbe` is fitted on the rows outside ``test`` and compared with the
+    most frequent position of the grid's size (:class:`PositionPrior`), a uniform guess among
+    the grid's open cells and the same probe fitted on positions shuffled between grids of a
+    size (:func:`probes.splits.shuffle_by_grid`) (:func:`evaluate_positions`).
+
+    Args:
+        data: the rows of one stage and layer (:class:`probes.probe_sweep.ProbeData`).
+        test: ``(N,)`` bool, the rows of the test grids (split by grid, never by row).
+        C: the probes' inverse L2 strength.
+        log: optional ``str -> None`` progress callback.
+
+    Returns:
+        ``{"agent": ..., "goal": ...}``: :func:`evaluate_positions` of each, plus
+        ``converged`` (``{"probe", "shuffled"}``).
+    """
+    test = np.asarray(test, dtype=bool)
+    train = ~test
+    open_cells = (data.cell_types != CellType.WALL) & (data.cell_types != CellType.PADDING)
+    chance = 1.0 / np.maximum(open_cells.reshape(len(open_cells), -1).sum(axis=1), 1)
+    out = {}
+    for target in POSITION_TARGETS:
+        positions = data.agent_row_col if target == "agent" else data.goal_row_col
+        if log:
+            log(f"position probe: {target}")
+        shuffled = shuffle_by_grid(
+            positions[train], data.grid_ids[train], strata=data.grid_sizes[train],
+            random_state=random_state,
+        )  # fmt: skip
+        probe = PositionProbe(C=C, random_state=random_state)
+        probe.fit(data.acts[train], positions[train])
+        control = PositionProbe(C=C, random_state=random_state).fit(data.acts[train], shuffled)
+        predictions = {
+            "probe": probe.predict(data.acts[test]),
+            "prior_size": PositionPrior()
+            .fit(data.grid_sizes[train], positions[train])
+            .predict(data.grid_sizes[test]),
+            "shuffled": control.predict(data.acts[test]),
+        }
+        out[target] = evaluate_positions(
+            predictions,
+            positions[test],
+            data.grid_ids[test],
+            chance=chance[test],
+            n_boot=n_boot,
+            random_state=random_state,
+        )
+        out[target]["converged"] = {"probe": probe.converged_, "shuffled": control.converged_}
+    return out
+
+
+def position_sweep(
+    loader: StoreProbeLoader,
+    stages: tuple[str, ...],
+    layers: tuple[int, ...],
+    *,
+    test_fraction: float = 0.2,
+    C: float = 0.1,
+    n_boot: int = 1000,
+    random_state: int = 0,
+    log=None,
+) -> dict:
+    """:func:`position_scores` at every stage x layer of a store, on one split by grid (the
+    split :func:`probes.probe_sweep.run_probe_sweep` draws from the same ``test_fraction`` and
+    ``random_state``, so a cell-type sweep and a position sweep score the same test grids).
+
+    Returns:
+        JSON-ready ``{"schema", "schema_version", "split": {train_grids, test_grids}, "runs":
+        [{stage, layer, n_test, n_test_grids, agent, goal}]}``.
+    """
+    split = split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=random_state,
+    )
+    test_grids = np.unique(loader.all_grid_ids[split.test])
+    runs = []
+    for stage in stages:
+        for layer in layers:
+            if log:
+                log(f"{stage} L{layer}: position probes")
+            data = loader(stage, layer)
+            test = np.isin(data.grid_ids, test_grids)
+            scores = position_scores(
+                data, test, C=C, n_boot=n_boot, random_state=random_state, log=log
+            )
+            runs.append(
+                {
+                    "stage": stage,
+                    "layer": int(layer),
+                    "n_test": int(test.sum()),
+                    "n_test_grids": int(len(np.unique(data.grid_ids[test]))),
+                }
+                | scores
+            )
+    return {
+        "schema": POSITION_SWEEP_SCHEMA,
+        "schema_version": POSITION_SWEEP_SCHEMA_VERSION,
+        "config": {"test_fraction": test_fraction, "C": C, "n_boot": n_boot,
+                   "random_state": random_state},
+        "split": {"train_grids": int(len(np.unique(loader.all_grid_ids[split.train]))),
+                  "test_grids": int(len(test_grids))},
+        "runs": runs,
+    }  # fmt: skip
 
 
 def _flat(X: np.ndarray) -> np.ndarray:

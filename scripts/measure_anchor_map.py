@@ -6,15 +6,20 @@ Runs, for each ``--model`` (a bundled agent's name or a directory)::
     goalprobe states  GRIDS --per-grid K --seed 1                                  (prompt-only)
     goalprobe extract STATES --model M --stages pre_reasoning --layers 0,1,2,3
     goalprobe train-probe STORE --probe per-cell --family mlp --layers 0,1,2,3
+    goalprobe train-probe STORE --target position --layers 0,1,2,3
     goalprobe grids   --sizes 7,9,11 --densities 0,0.2,0.4,0.6 --per-cell Q --seed S2
     goalprobe patch   --grids PATCH_GRIDS --sites pre_reasoning --layers all,each
                       --directions cf_to_base --regenerate --backend hooks
 
 and writes ``anchor_map.json`` into ``--out``: per model, per layer the per-cell MLP probe's cell
 accuracy (grid cells), agent and goal top-1 localisation against the per-cell majority and the
-shuffled-label control; per patched layer set the rate at which the regenerated action moves
+shuffled-label control, the position probes' agent and goal top-1 (same test grids) against the
+size prior and their shuffled control; per patched layer set the rate at which the regenerated action moves
 into the counterfactual's optimal set (disjoint pairs) and changes at all (control pairs).
 The grid seeds are never used in training (training draws its grids from its own stream).
+Models measured before into the same ``--out`` with the same grid settings are kept in
+``anchor_map.json`` (so agents can be measured one at a time); a model given again is
+measured again.
 
 Usage::
 
@@ -56,6 +61,17 @@ def probe_figures(sweep: Path) -> dict:
     return out
 
 
+def position_figures(positions: Path) -> dict:
+    out = {}
+    for run in json.loads(positions.read_text(encoding="utf-8"))["runs"]:
+        out[str(run["layer"])] = {
+            target: {name: run[target]["models"][name]["top1"]
+                     for name in ("probe", "prior_size", "shuffled")}
+            for target in ("agent", "goal")
+        }  # fmt: skip
+    return out
+
+
 def patch_figures(summary: Path) -> dict:
     out: dict = {}
     with summary.open(encoding="utf-8") as handle:
@@ -91,9 +107,11 @@ def measure(model: str, out: Path, args: argparse.Namespace) -> dict:
         goalprobe("states", out / "probe_grids.jsonl", "--out", states,
                   "--per-grid", args.per_grid, "--seed", 1)  # fmt: skip
     goalprobe("extract", states, "--model", model, "--stages", "pre_reasoning",
-              "--layers", args.layers, "--out", store)  # fmt: skip
+              "--layers", args.layers, "--out", store, "--overwrite")  # fmt: skip
     goalprobe("train-probe", store, "--out", out / f"probe_{tag}", "--probe", "per-cell",
-              "--family", "mlp", "--layers", args.layers, "--no-progress")  # fmt: skip
+              "--family", "mlp", "--layers", args.layers, "--no-progress", "--overwrite")  # fmt: skip
+    goalprobe("train-probe", store, "--out", out / f"positions_{tag}", "--target", "position",
+              "--layers", args.layers, "--overwrite")  # fmt: skip
     if not (out / "patch_grids.jsonl").exists():
         goalprobe("grids", "--out", out / "patch_grids.jsonl", "--sizes", "7,9,11",
                   "--densities", "0,0.2,0.4,0.6", "--per-cell", args.patch_per_cell,
@@ -101,9 +119,11 @@ def measure(model: str, out: Path, args: argparse.Namespace) -> dict:
     goalprobe("patch", "--grids", out / "patch_grids.jsonl", "--model", model,
               "--out", out / f"patch_{tag}", "--sites", "pre_reasoning", "--layers", "all,each",
               "--directions", "cf_to_base", "--regenerate", "--max-new-tokens", 96,
-              "--backend", "hooks", "--max-bases", 10_000, "--n-resamples", 200)  # fmt: skip
+              "--backend", "hooks", "--max-bases", 10_000, "--n-resamples", 200,
+              "--overwrite")  # fmt: skip
     return {
         "probe": probe_figures(out / f"probe_{tag}" / "sweep.json"),
+        "positions": position_figures(out / f"positions_{tag}" / "positions.json"),
         "patch": patch_figures(out / f"patch_{tag}" / "patch_summary.csv"),
     }
 
@@ -123,8 +143,16 @@ def main(argv: list[str] | None = None) -> int:
                         "per_grid": args.per_grid, "seed": PROBE_SEED},
         "patch_grids": {"sizes": [7, 9, 11], "densities": [0, 0.2, 0.4, 0.6],
                         "per_cell": args.patch_per_cell, "seed": PATCH_SEED},
-        "models": {model: measure(model, args.out, args) for model in args.model},
+        "models": {},
     }  # fmt: skip
+    previous = args.out / "anchor_map.json"
+    if previous.is_file():
+        before = json.loads(previous.read_text(encoding="utf-8"))
+        if all(before.get(k) == result[k] for k in ("probe_grids", "patch_grids")):
+            result["models"] = before["models"]
+            print(f"kept from {previous}: {sorted(before['models'])}", flush=True)
+    for model in args.model:
+        result["models"][model] = measure(model, args.out, args)
     (args.out / "anchor_map.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(json.dumps(result["models"], indent=1))
     return 0

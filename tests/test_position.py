@@ -69,3 +69,49 @@ def test_convergence_is_recorded_not_printed(recwarn):
     assert PositionProbe().fit(acts, pos).converged_
     assert not PositionProbe(max_iter=2).fit(acts, pos).converged_
     assert not [w for w in recwarn if "converge" in str(w.message)]
+
+
+def test_train_probe_position_target_reads_a_planted_agent_from_a_real_store(
+    tmp_path, goalprobe_cli
+):
+    """``goalprobe train-probe --target position`` on a real HDF5 store: the agent's position
+    written into one block's anchors is read there (above the size prior and the shuffled
+    control), not in the other block, and the random goal nowhere; the test grids are the
+    cell-type sweep's (same seed and fraction)."""
+    import json
+
+    from store_fixtures import make_batch, write_store
+
+    from probes.probe_sweep import StoreProbeLoader
+
+    rng = np.random.default_rng(4)
+    batches = []
+    for start in range(0, 160, 40):
+        batch = make_batch(rng, [f"g{i // 4}" for i in range(start, start + 40)], start)
+        agent = batch.labels["agent_row_col"].astype(np.int64)
+        planted = batch.acts["pre_reasoning"][3]
+        planted[np.arange(len(agent)), 0, agent[:, 0]] += 6.0  # row one-hot in token 0
+        planted[np.arange(len(agent)), 1, agent[:, 1]] += 6.0  # column one-hot in token 1
+        batches.append(batch)
+    store = write_store(tmp_path / "planted.h5", batches)
+    out = tmp_path / "positions"
+    result = goalprobe_cli("train-probe", store, "--target", "position", "--layers", "1,3",
+                           "--out", out, "--n-bootstrap", 200)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    sweep = json.loads((out / "positions.json").read_text())
+    assert sweep["schema"] == "goalprobe.position_sweep" and sweep["schema_version"] == 1
+    runs = {run["layer"]: run for run in sweep["runs"]}
+    loader = StoreProbeLoader(store)
+    split = split_by_grid(
+        loader.all_grid_ids, test_fraction=0.2, stratify=loader.all_grid_sizes, random_state=0
+    )
+    assert runs[3]["n_test_grids"] == len(np.unique(loader.all_grid_ids[split.test]))
+
+    def top1(layer, target, model="probe"):
+        return runs[layer][target]["models"][model]["top1"]["value"]
+
+    assert top1(3, "agent") > 0.9
+    assert runs[3]["agent"]["selectivity"]["top1"]["above_baseline"]
+    assert top1(3, "agent", "shuffled") < 0.3 and top1(1, "agent") < 0.3
+    assert top1(1, "goal") < 0.3 and top1(3, "goal") < 0.3
+    assert "position probes" in result.output

@@ -1,4 +1,5 @@
-"""``goalprobe train-probe``: cell-type (cognitive map) and goal-distance probes (study 5.1, E)."""
+"""``goalprobe train-probe``: cell-type (cognitive map), goal-distance (study 5.1, E) and agent /
+goal position probes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
 if TYPE_CHECKING:
     from rich.table import Table
 
-TARGETS = ("cell-type", "distance")
+TARGETS = ("cell-type", "distance", "position")
 PROBE_TYPES = ("coordinate", "per-cell")
 FAMILIES = ("mlp", "linear")
 
@@ -32,7 +33,11 @@ def command(
         typer.Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
     ],
     target: Annotated[
-        str, typer.Option(help="What to decode: cell-type (cognitive map) or distance (to goal).")
+        str,
+        typer.Option(
+            help="What to decode: cell-type (cognitive map), distance (to goal) or position "
+            "(the agent's and the goal's cell)."
+        ),
     ] = "cell-type",
     probe: Annotated[
         str,
@@ -84,14 +89,18 @@ def command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
-    """Train probes on an activation store: cell types (cognitive map) or distance to the goal.
+    """Train probes on an activation store: cell types (cognitive map), distance to the goal, or
+    the agent's and goal's positions.
 
     Splits by grid (one split for all stages and layers), early-stops on validation grids carved
     from the training grids, and scores the test grids with grid-bootstrap 95% intervals against
     the controls (majority class or mean predictor; the same probe on labels shuffled by grid).
     Lists in --stages/--layers run a sweep and print a comparison table. Writes models/
     (safetensors + JSON card), decoded/ (HDF5 maps, cell types), sweep.json and
-    sweep_figure.html/.json to --out.
+    sweep_figure.html/.json to --out. --target position fits a logistic regression per
+    coordinate of the agent and of the goal (on the same test grids as a cell-type sweep with the
+    same --seed and --test-fraction) against the size prior, a uniform guess among open cells
+    and the shuffled-position control, and writes positions.json.
     """
     from rich.console import Console
 
@@ -128,6 +137,9 @@ def command(
             f"layers {missing_layers} not in the store (it holds {loader.layers})",
             param_hint="--layers",
         )
+    if target == "position":
+        _position_sweep(loader, stage_list, layer_list, test_fraction, n_bootstrap, seed, out)
+        return
     training = dict(
         learning_rate=lr,
         weight_decay=weight_decay,
@@ -183,6 +195,39 @@ def command(
         f"wrote {out}/: sweep.json, models/, sweep_figure.html"
         + (", decoded/" if target == "cell-type" else "")
     )
+
+
+def _position_sweep(loader, stages, layers, test_fraction, n_bootstrap, seed, out: Path) -> None:
+    """``--target position``: :func:`probes.position.position_sweep` into ``out/positions.json``
+    and a table of top-1 accuracies."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from probes.position import POSITION_TARGETS, position_sweep
+
+    console = Console()
+    with removed_on_error(out):
+        result = position_sweep(
+            loader, tuple(stages), tuple(layers), test_fraction=test_fraction,
+            n_boot=n_bootstrap, random_state=seed, log=console.log,
+        )  # fmt: skip
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "positions.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    table = Table(title="position probes (top-1 cell), test grids")
+    for header in ("stage", "layer", "test rows", "object", "probe", "size prior", "shuffled",
+                   "uniform"):  # fmt: skip
+        table.add_column(header)
+    for run in result["runs"]:
+        for target in POSITION_TARGETS:
+            models = run[target]["models"]
+            table.add_row(
+                run["stage"], str(run["layer"]), str(run["n_test"]), target,
+                *(_fmt(models[m]["top1"]) for m in ("probe", "prior_size", "shuffled", "uniform")),
+            )  # fmt: skip
+    console.print(table)
+    console.print(f"wrote {out}/positions.json")
 
 
 _CELL_COLUMNS = (

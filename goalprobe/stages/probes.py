@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.gridworld.core import CellType
 from activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -22,9 +21,9 @@ from goalprobe.stages.context import StageContext, write_json
 from probes.cell_probes import CoordinateCellProbe
 from probes.learning_curve import grid_counts, learning_curve
 from probes.per_cell import PerCellProbe
-from probes.position import PositionPrior, PositionProbe, evaluate_positions
+from probes.position import position_scores
 from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
-from probes.splits import shuffle_by_grid, split_by_grid
+from probes.splits import split_by_grid
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
@@ -176,36 +175,10 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
         random_state=p.seed,
     )
     test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
-    train = ~test
-    open_cells = (data.cell_types != CellType.WALL) & (data.cell_types != CellType.PADDING)
-    chance = 1.0 / np.maximum(open_cells.reshape(len(open_cells), -1).sum(axis=1), 1)
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
-    for target, positions in (("agent", data.agent_row_col), ("goal", data.goal_row_col)):
-        if context.say:
-            context.say(f"position probe: {target} at {HEADLINE_STAGE} L{layer}")
-        shuffled = shuffle_by_grid(
-            positions[train], data.grid_ids[train], strata=data.grid_sizes[train],
-            random_state=p.seed,
-        )  # fmt: skip
-        probe = PositionProbe(random_state=p.seed).fit(data.acts[train], positions[train])
-        control = PositionProbe(random_state=p.seed).fit(data.acts[train], shuffled)
-        predictions = {
-            "probe": probe.predict(data.acts[test]),
-            "prior_size": PositionPrior()
-            .fit(data.grid_sizes[train], positions[train])
-            .predict(data.grid_sizes[test]),
-            "shuffled": control.predict(data.acts[test]),
-        }
-        out[target] = evaluate_positions(
-            predictions,
-            positions[test],
-            data.grid_ids[test],
-            chance=chance[test],
-            n_boot=p.n_bootstrap,
-            random_state=p.seed,
-        )
-        out[target]["converged"] = {"probe": probe.converged_, "shuffled": control.converged_}
-    return out
+    return out | position_scores(
+        data, test, n_boot=p.n_bootstrap, random_state=p.seed, log=context.say
+    )
 
 
 def targets(*candidates: tuple[str, Path, Path, Path]):
