@@ -12,9 +12,10 @@ Writes ``model.safetensors``, ``config.json``, ``generation_config.json``, the t
 packaged ``activations/agent/bundled``). Progress goes to stdout.
 
 ``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its
-seed by the plain command) and runs only the map phase (:func:`map_phase`,
-:mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the agent it starts
-from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
+seed by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three
+phases that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase`
+with the ablation options, :mod:`activations.agent.map_supervision`); it needs an ``--out``
+other than the agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
 ``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md
 records the map agent's recipe, its ablations and its figures.
 """
@@ -105,6 +106,36 @@ def map_phase(
     )
 
 
+MAP_RECIPES = ("chain", "single")
+"""``--map-recipe`` values: the three phases of the shipped map agent, or one phase (ablations)."""
+
+
+def map_recipe(
+    config: TrainingConfig, data_config: TrainingDataConfig
+) -> list[tuple[str, TrainingConfig, TrainingDataConfig]]:
+    """The shipped map agent's recipe: three map phases in a row (docs/map_agent.md, runs
+    ``e1`` -> ``e2`` -> ``e3``), each with a fresh optimizer and fresh read-outs.
+
+    1. ``map``: :func:`map_phase` (600 steps, peak learning rate 2e-3, the barrier ramped in
+       over 300 steps);
+    2. ``map2``: 500 more steps at 1.5e-3, the barrier ramped in again (a fresh optimizer);
+    3. ``map3``: 200 steps at 1e-3 on plans that break ties among equally short moves by a
+       fixed order (``tie_break="first"``), the barrier at full weight: with a completion that
+       depends only on the anchors, a random tie-break let the anchor patch flip a fifth of the
+       control pairs (their optimal sets are equal) to the other optimal move.
+    """
+    first, data = map_phase(config, data_config, MAP_PHASE_STEPS)
+    return [
+        ("map", first, data),
+        ("map2", replace(first, steps=500, learning_rate=1.5e-3), data),
+        (
+            "map3",
+            replace(first, steps=200, learning_rate=1e-3, barrier_ramp_steps=0),
+            replace(data, tie_break="first"),
+        ),
+    ]
+
+
 def detour_phase(
     config: TrainingConfig, data_config: TrainingDataConfig, steps: int
 ) -> tuple[TrainingConfig, TrainingDataConfig]:
@@ -127,6 +158,21 @@ def detour_phase(
         ),
         replace(data_config, detour_fraction=0.5),
     )
+
+
+SINGLE_PHASE_OPTIONS = (
+    "map_steps",
+    "grid_penalty_scope",
+    "grid_attention_floor",
+    "interchange_weight",
+    "object_attention_weight",
+    "barrier_ramp_steps",
+    "isolate_objects",
+    "tie_break",
+    "map_batch_size",
+    "map_learning_rate",
+)
+"""Options (``argparse`` destinations) of a single map phase (``--map-recipe single``)."""
 
 
 def _open_fraction(text: str) -> float:
@@ -169,55 +215,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="weights the map phase starts from (default: the default bundled agent)",
     )
     parser.add_argument(
-        "--map-steps", type=_non_negative_int, default=MAP_PHASE_STEPS, help="map phase steps"
+        "--map-recipe",
+        choices=MAP_RECIPES,
+        default="chain",
+        help="chain: the shipped map agent's three phases; single: one phase, with the options "
+        "below (ablations)",
+    )
+    parser.add_argument(
+        "--map-steps",
+        type=_non_negative_int,
+        default=None,
+        help=f"single map phase: steps (default {MAP_PHASE_STEPS})",
     )
     parser.add_argument(
         "--grid-penalty-scope",
         choices=GRID_PENALTY_SCOPES,
         default=None,
-        help="map phase: completion tokens barred from reading the grid text",
+        help="single map phase: completion tokens barred from reading the grid text",
     )
     parser.add_argument(
         "--grid-attention-floor",
         type=_open_fraction,
         default=None,
-        help="map phase: log-barrier attention penalties down to this mass (default -log(1-w))",
+        help="single map phase: log-barrier attention penalties down to this mass (default -log(1-w))",
     )
     parser.add_argument(
         "--interchange-weight",
         type=float,
         default=None,
-        help="map phase: weight of the interchange objective (0 turns it off)",
+        help="single map phase: weight of the interchange objective (0 turns it off)",
     )
     parser.add_argument(
         "--object-attention-weight",
         type=float,
         default=None,
-        help="map phase: weight of the attention penalties",
+        help="single map phase: weight of the attention penalties",
     )
     parser.add_argument(
         "--barrier-ramp-steps",
         type=_non_negative_int,
         default=None,
-        help="map phase: steps over which the attention penalties' weight rises from 0",
+        help="single map phase: steps over which the attention penalties' weight rises from 0",
     )
     parser.add_argument(
         "--isolate-objects",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="map phase: bar the grid's tokens from attending to A and G",
+        help="single map phase: bar the grid's tokens from attending to A and G",
     )
     parser.add_argument(
         "--tie-break",
         choices=TIE_BREAKS,
         default=None,
-        help="map phase: how training plans choose among equally short moves",
+        help="single map phase: how training plans choose among equally short moves",
     )
     parser.add_argument(
-        "--map-batch-size", type=int, default=None, help="map phase: examples per step"
+        "--map-batch-size", type=int, default=None, help="single map phase: examples per step"
     )
     parser.add_argument(
-        "--map-learning-rate", type=float, default=None, help="map phase: peak learning rate"
+        "--map-learning-rate", type=float, default=None, help="single map phase: peak learning rate"
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -273,8 +329,13 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.map:
-        map_config, map_data = map_phase(config, data_config, args.map_steps)
+    if args.map and args.map_recipe == "chain":
+        phases = map_recipe(config, data_config)
+        print(f"map phases from {args.init} ({bundled_weights_digest(args.init)}):")
+        for name, phase_config, phase_data in phases:
+            print(f"  {name}: {phase_config}, tie_break {phase_data.tie_break}")
+    elif args.map:
+        map_config, map_data = map_phase(config, data_config, args.map_steps or MAP_PHASE_STEPS)
         overrides = {
             "grid_penalty_scope": args.grid_penalty_scope,
             "grid_attention_floor": args.grid_attention_floor,
@@ -417,6 +478,12 @@ def write_model_card(out: Path, *, map_agent: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    single = [f"--{name.replace('_', '-')}" for name in SINGLE_PHASE_OPTIONS]
+    given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
+             if getattr(args, name) is not None]  # fmt: skip
+    if given and args.map_recipe != "single":
+        print(f"error: {', '.join(given)}: only with --map --map-recipe single", file=sys.stderr)
+        return 2
     if args.map and args.out.resolve() in (args.init.resolve(), BUNDLED_AGENT_DIR.resolve()):
         print("error: --map needs an --out other than the agent it starts from", file=sys.stderr)
         return 2

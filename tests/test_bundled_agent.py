@@ -11,7 +11,13 @@ from agent_fixtures import tiny_gpt_oss
 from transformers import GptOssForCausalLM
 
 from activations.agent.backend import SamplingConfig
-from activations.agent.bundled import BUNDLED_AGENT_DIR, load_bundled_agent
+from activations.agent.bundled import (
+    BUNDLED_AGENT_DIR,
+    BUNDLED_AGENTS,
+    MAP_AGENT,
+    bundled_agent_dir,
+    load_bundled_agent,
+)
 from activations.agent.evaluation import (
     EvaluationConfig,
     heldout_grids,
@@ -45,47 +51,60 @@ def agent():
     return load_bundled_agent("cpu")
 
 
-def test_bundled_files_and_offline_load(agent, monkeypatch):
+@pytest.mark.parametrize("name", sorted(BUNDLED_AGENTS))
+def test_bundled_files_and_offline_load(name, monkeypatch):
+    """Each bundled agent loads offline from its own files, within the weight budget, with the
+    shipped tokenizer and harmony tokens, and its card covers every size x density cell."""
+    import time
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    model, tokenizer = load_bundled_agent("cpu")
+    directory = bundled_agent_dir(name)
+    started = time.perf_counter()
+    model, tokenizer = load_bundled_agent("cpu", name)
+    assert time.perf_counter() - started < 10  # about a second; generous for a loaded CI box
     assert isinstance(model, GptOssForCausalLM) and not model.training
-    weights = list(BUNDLED_AGENT_DIR.glob("*.safetensors"))
+    weights = list(directory.glob("*.safetensors"))
     assert weights and sum(w.stat().st_size for w in weights) <= MAX_WEIGHTS_BYTES
     config = model.config
     assert config.model_type == "gpt_oss"
     assert config.layer_types[:2] == ["sliding_attention", "full_attention"]
     assert config.num_local_experts > config.num_experts_per_tok >= 1
     assert config.vocab_size == len(tokenizer)
+    assert tokenizer.get_vocab() == build_tokenizer().get_vocab()
     HarmonyTokenIds.from_tokenizer(tokenizer)  # holds the harmony tokens
-    card = (BUNDLED_AGENT_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
+    card = (directory / "MODEL_CARD.md").read_text(encoding="utf-8")
     assert "random-walk" in card and "| 15 | 1.0 |" in card
-    evaluation = json.loads((BUNDLED_AGENT_DIR / "evaluation.json").read_text(encoding="utf-8"))
+    evaluation = json.loads((directory / "evaluation.json").read_text(encoding="utf-8"))
     assert len(evaluation["cells"]) == 30
 
 
-def test_model_card_is_generated_from_the_agents_files():
-    """The card is never hand-edited: it equals what its training log, evaluation and anchor
-    measurements (``anchor_map.json``, ``scripts/measure_anchor_map.py``) render to, and the
-    anchor section's rows are the measured ones."""
-    from activations.agent.evaluation import model_card_text
+@pytest.mark.parametrize("name", sorted(BUNDLED_AGENTS))
+def test_model_card_is_generated_from_the_agents_files(name):
+    """A card is never hand-edited: it equals what its training log, evaluation and anchor
+    measurements (``anchor_map.json``, ``scripts/measure_anchor_map.py``, both agents in one
+    file) render to, and the anchor section's rows are the measured ones."""
+    from activations.agent.evaluation import map_model_card_text, model_card_text
 
-    def read(name: str) -> dict:
-        return json.loads((BUNDLED_AGENT_DIR / name).read_text(encoding="utf-8"))
+    directory = bundled_agent_dir(name)
+
+    def read(file: str) -> dict:
+        return json.loads((directory / file).read_text(encoding="utf-8"))
 
     anchors = read("anchor_map.json")
-    card = (BUNDLED_AGENT_DIR / "MODEL_CARD.md").read_text(encoding="utf-8")
-    assert card == model_card_text(
-        read("training_log.json")["info"], read("evaluation.json"), anchors
-    )
-    probe = anchors["models"]["bundled"]["probe"]["3"]["probe"]["agent_top1"]
-    assert f"{100 * probe['value']:.1f}% [{100 * probe['ci_low']:.1f}, " in card
-    patch = anchors["models"]["bundled"]["patch"]["all"]
-    assert f"| `bundled` | all | {patch['n_disjoint']} |" in card
-
-
-def test_bundled_tokenizer_is_the_built_one(agent):
-    _, tokenizer = agent
-    assert tokenizer.get_vocab() == build_tokenizer().get_vocab()
+    assert set(anchors["models"]) == set(BUNDLED_AGENTS)
+    assert anchors == json.loads(
+        (BUNDLED_AGENT_DIR / "anchor_map.json").read_text(encoding="utf-8")
+    )  # one measurement run for both cards
+    render = map_model_card_text if name == MAP_AGENT else model_card_text
+    card = (directory / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert card == render(read("training_log.json")["info"], read("evaluation.json"), anchors)
+    for agent in BUNDLED_AGENTS:
+        probe = anchors["models"][agent]["probe"]["1"]["probe"]["agent_top1"]
+        assert f"{100 * probe['value']:.1f}% [{100 * probe['ci_low']:.1f}, " in card
+        goal = anchors["models"][agent]["positions"]["1"]["goal"]["probe"]
+        assert f"{100 * goal['value']:.1f}% [{100 * goal['ci_low']:.1f}, " in card
+        patch = anchors["models"][agent]["patch"]["all"]
+        assert f"| `{agent}` | all | {patch['n_disjoint']} |" in card
 
 
 def _heldout_states(n_grids: int = 6):
@@ -279,7 +298,11 @@ def test_map_agent_card_renders_from_a_map_phase_log():
         "layer_types": ["sliding_attention"] + ["full_attention"] * 3,
     }
     card = map_model_card_text(info, read("evaluation.json"), read("anchor_map.json"))
-    assert "`bundled:map`" in card and "0123456789abcdef" in card and "7 AdamW steps" in card
+    assert (
+        "`bundled:map`" in card
+        and "0123456789abcdef" in card
+        and "| map | 7 | 0.003 | 0 | random |" in card
+    )
     assert "floor 0.001" in card and "| 15 | 1.0 |" in card
     assert "## What the pre-reasoning anchors hold" in card
     assert map_model_card_text(info, read("evaluation.json"), None).count("anchors hold") == 0

@@ -307,3 +307,37 @@ def test_fixed_tie_break_plans_take_the_first_optimal_move():
         )
     with pytest.raises(ValueError, match="tie_break"):
         sample_plan(examples[0].grid, policy, examples[0].state, 4, np.random.default_rng(0), "x")
+
+
+def _train_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_default_agent.py"
+    spec = importlib.util.spec_from_file_location("train_default_agent", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_map_recipe_is_the_shipped_agents_three_phases(capsys):
+    """``--map`` runs the three phases the shipped map agent's training log records (steps,
+    learning rates, ramps, tie-breaks), and refuses single-phase options without
+    ``--map-recipe single`` (before loading anything)."""
+    import json
+
+    from activations.agent.bundled import bundled_agent_dir
+    from activations.agent.training import TrainingConfig
+
+    script = _train_script()
+    phases = script.map_recipe(TrainingConfig(), TrainingDataConfig())
+    log = json.loads((bundled_agent_dir("bundled:map") / "training_log.json").read_text())
+    shipped = log["info"]["phases"]
+    assert [name for name, _, _ in phases] == [p["name"] for p in shipped]
+    for (_, config, data), recorded in zip(phases, shipped, strict=True):
+        for field in ("steps", "learning_rate", "barrier_ramp_steps", "seed", "batch_size"):
+            assert getattr(config, field) == recorded["training_config"][field], field
+        assert data.tie_break == recorded["data_config"]["tie_break"]
+        assert config.grid_penalty_scope == "completion" and config.anchor_routing
+    assert script.main(["--map", "--tie-break", "first", "--out", "/nonexistent/x"]) == 2
+    assert "--tie-break: only with --map --map-recipe single" in capsys.readouterr().err

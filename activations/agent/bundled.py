@@ -18,8 +18,14 @@ _HERE = Path(__file__).resolve().parent
 
 BUNDLED_AGENTS: dict[str, Path] = {
     "bundled": _HERE / "bundled",
+    "bundled:map": _HERE / "bundled_map",
 }
-"""Bundled agent name -> its directory. ``bundled`` is the default agent."""
+"""Bundled agent name -> its directory. ``bundled`` is the default agent (its anchors hold the
+agent's position, little else); ``bundled:map`` is the positive control, whose full map is at
+the pre-reasoning anchors by construction (its ``MODEL_CARD.md``, docs/map_agent.md)."""
+
+MAP_AGENT = "bundled:map"
+"""The name of the positive-control agent."""
 
 DEFAULT_BUNDLED = "bundled"
 """The name of the default bundled agent."""

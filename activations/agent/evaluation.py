@@ -352,19 +352,28 @@ Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
 
 
 SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writes its reasoning.
-Its pre-reasoning anchors hold the agent's position (decodable) and little else: walls a few
-points above the per-cell prior, the goal rarely; patching them changes no action, because the
-reasoning re-reads A and G from the grid. A null result of the toolkit on this agent is
-therefore expected, not a failure of the measurement. The positive control (an agent whose map
-is at the anchors by construction) is issue 15's: docs/map_agent.md has its state."""
+Its pre-reasoning anchors hold the agent's position (decodable) and little else: the goal
+rarely, walls no better than the per-cell prior given the grid's size and density; patching them
+changes no action, because the reasoning re-reads A and G from the grid. A null result of the
+toolkit on this agent is therefore expected, not a failure of the measurement: the positive
+control, `bundled:map`, measured by the same commands, shows what the toolkit finds when the
+agent, the goal and the local map are at the anchors."""
 
 MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the
 grid text with a mass below about 1e-3, so what its reasoning and answer use about the grid
-passes through the pre-reasoning anchors (and nothing else: the prompt's other tokens do not
-depend on the grid). The table shows the map there and the all-block patch moving the action.
-What it does not show: that a model trained without such a constraint (GPT-OSS-20B, the shipped
-agent) routes its map this way; it shows what the toolkit's probes and patches find when a map
-is there, so their null results on other agents can be read."""
+passes through the pre-reasoning anchors (the prompt's other tokens do not depend on the grid).
+Measured there: the agent's and the goal's cells (position probes, tables below), which of A's
+neighbours are walls (tests/test_map_agent.py), and an all-block patch of the anchors that moves
+the action to the counterfactual's. What it does not show: the walls away from A. Neither
+agent's cell probe beats the per-cell prior given the grid's size and density (the table's
+class-balanced probe stays below it; trained without class balancing, both reach it and no
+more, tests/test_map_agent.py), so a cell accuracy above the plain per-cell majority is the size
+and density, not a map. Nor does it show that a model trained without such a constraint (GPT-OSS-20B, the default agent) routes its map
+this way. It shows what the toolkit's position probes and patches find when the agent, the goal
+and the local map are at the anchors, so their null results on other agents can be read."""
+
+ANCHOR_READINGS = {"bundled": SHIPPED_ANCHOR_READING, "bundled:map": MAP_ANCHOR_READING}
+"""Bundled agent -> what its anchors do and do not hold (its card; the demo's report)."""
 
 
 def _anchor_section(anchor_map: dict | None, reading: str) -> str:
@@ -387,24 +396,32 @@ def map_model_card_text(training: dict, evaluation: dict, anchor_map: dict | Non
 
 The same small GPT-OSS as the default bundled agent (`bundled`: same tokenizer, prompts,
 harmony format, width and depth; its third block uses full attention instead of a 128-token
-sliding window: {layer_types}), trained so that its full cognitive map (walls, the agent, the
-goal, A's neighbours, the optimal moves) lives at the pre-reasoning anchors
-(`<|end|> <|start|> assistant` closing the prompt) and its reasoning uses nothing else about the
-grid. Its use: a model whose internals are known by construction, on which the toolkit's
-probes, plan decoder, patching and belief scores must find a map, so that their null results on
-other agents mean something. It is not a model of GPT-OSS-20B's internals.
+sliding window: {layer_types}), trained so that its reasoning and answer read nothing of the
+grid text and use only what the pre-reasoning anchors (`<|end|> <|start|> assistant` closing
+the prompt) hold, where a training-only read-out asks for the whole map (every cell, the agent,
+the goal, A's neighbours, the optimal moves). Measured on held-out grids (below): the anchors
+hold the agent's and the goal's cells and A's neighbourhood, and patching them moves the
+action; the walls away from A they hold only as well as the grid's size and density predict.
+Its use: a model whose internals are known by construction, on which the toolkit's position
+probes, patches and belief scores must find what is there, so that their null results on other
+agents mean something. It is not a model of GPT-OSS-20B's internals.
 
 ## Training
 
-Warm-started from the default agent (`{init["directory"]}`, weights digest
-`{init["weights_digest"]}`); {t["steps"]} AdamW steps of {t["batch_size"]} examples, peak
-learning rate {t["learning_rate"]} (warm-up {t["warmup_steps"]}, cosine decay to 10%), data
-seed {t["seed"]}, detour fraction {phase["data_config"]["detour_fraction"]}; the next-token loss
-on the completion plus training-only objectives that are discarded from the saved model
-(`activations/agent/map_supervision.py`):
+Warm-started from the default agent's weights (`{Path(init["directory"]).name}`, weights digest
+`{init["weights_digest"]}`); {len(training["phases"])} phase(s) of AdamW steps of
+{t["batch_size"]} examples (warm-up {t["warmup_steps"]} steps, cosine decay to 10%, a fresh
+optimizer and fresh read-outs per phase), data seed {t["seed"]}, detour fraction
+{phase["data_config"]["detour_fraction"]}:
+
+{_phase_table(training["phases"])}
+
+The loss is the next-token loss on the completion plus training-only objectives that are
+discarded from the saved model (`activations/agent/map_supervision.py`):
 
 * a log-odds barrier on every completion token's attention to the grid text, every block and
-  head (weight {t["object_attention_weight"]}, floor {t["grid_attention_floor"]});
+  head (weight {t["object_attention_weight"]}, floor {t["grid_attention_floor"]}, ramped in
+  from 0 where the table says so);
 * a linear read-out of the anchors after blocks {t["map_layers"]} naming every cell, A, G, A's
   neighbours and the optimal moves (weight {t["map_loss_weight"]});
 * attention supervision routing A and G into the anchors (block 1), A's neighbours into the
@@ -415,7 +432,7 @@ on the completion plus training-only objectives that are discarded from the save
 Trained in {training["training_seconds"] / 60:.1f} min on `{training["device"]}`
 ({training["torch_threads"]} torch thread(s), machine `{training["machine"]}`) on top of the
 default agent's own training. Reproduce: `python scripts/train_default_agent.py --map --out
-activations/agent/bundled_map` (defaults as above; docs/map_agent.md has the ablations).
+activations/agent/bundled_map` (docs/map_agent.md has the ablations).
 
 ## Quality on held-out grids
 
@@ -428,6 +445,22 @@ percentile bootstrap over grids.
 
 {quality_status_markdown(evaluation)}
 {_anchor_section(anchor_map, MAP_ANCHOR_READING)}"""
+
+
+def _phase_table(phases: list[dict]) -> str:
+    """Markdown table of a training log's phases: steps, peak learning rate, barrier ramp and
+    the plans' tie-break."""
+    lines = [
+        "| phase | steps | peak learning rate | barrier ramp (steps) | plan tie-break |",
+        "|---|---|---|---|---|",
+    ]
+    for phase in phases:
+        t, d = phase["training_config"], phase["data_config"]
+        lines.append(
+            f"| {phase['name']} | {t['steps']} | {t['learning_rate']} "
+            f"| {t.get('barrier_ramp_steps', 0)} | {d.get('tie_break', 'random')} |"
+        )
+    return "\n".join(lines)
 
 
 def _figure(entry: dict | None, percent: bool = True) -> str:
@@ -475,6 +508,27 @@ def anchor_map_markdown(anchor_map: dict) -> str:
                 f"| {_figure(row['shuffled'].get('accuracy_no_padding'))} "
                 f"| {_figure(probe.get('agent_top1'))} | {_figure(probe.get('goal_top1'))} |"
             )
+    if any("positions" in result for result in anchor_map["models"].values()):
+        lines += [
+            "",
+            "**Localisation** (same stores and test grids): a position probe (`goalprobe "
+            "train-probe --target position`: a logistic regression per coordinate, the cell the "
+            "pair of argmaxes) for the agent and for the goal, against the most frequent "
+            "position of the grid's size and the same probe fitted on positions shuffled "
+            "between grids.",
+            "",
+            "| agent | block | agent top-1 | size prior | shuffled | goal top-1 | size prior "
+            "| shuffled |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, result in anchor_map["models"].items():
+            for layer, row in result.get("positions", {}).items():
+                cells = " | ".join(
+                    _figure(row[target][model])
+                    for target in ("agent", "goal")
+                    for model in ("probe", "prior_size", "shuffled")
+                )
+                lines.append(f"| `{name}` | {layer} | {cells} |")
     lines += [
         "",
         f"**Causality** ({patch_grids['per_cell']} grids per cell, sizes {patch_grids['sizes']},"

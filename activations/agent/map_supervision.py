@@ -1,4 +1,4 @@
-"""Training-only signals of the map agent (issue 15; not shipped, docs/map_agent.md): route
+"""Training-only signals of the map agent (issue 15; `bundled:map`, docs/map_agent.md): route
 the grid through the anchors.
 
 The default bundled agent reads the grid by attention while it writes its reasoning, so its
