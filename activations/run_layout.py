@@ -32,6 +32,8 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
     RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
     RUN/report.html                               the self-contained report
+    RUN/control/                                  the positive-control agent's run (the same
+                                                  layout; ``goalprobe demo`` without --model)
 
 Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
 missing file. Imports nothing but the standard library.
@@ -505,3 +507,9 @@ class RunLayout:
     def report(self) -> Path:
         """The self-contained HTML report."""
         return self.path("report")
+
+    @property
+    def control(self) -> RunLayout:
+        """``control/``: the run of the positive-control agent beside this run's agent (a run
+        directory of its own, the same layout; the report shows the two side by side)."""
+        return RunLayout(self.root / "control")

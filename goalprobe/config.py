@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from activations.agent.bundled import MAP_AGENT
 from activations.agent.prompt_states import PromptStatesConfig
 from activations.agent.rollout import RolloutConfig
 from activations.gridworld.behaviour import BehaviourConfig
@@ -59,6 +60,7 @@ __all__ = [
     "ProbeTraining",
     "ProbesConfig",
     "ProbingConfig",
+    "control_config",
     "demo_config",
     "override",
 ]
@@ -349,6 +351,13 @@ def demo_config(
     for path, value in (overrides or {}).items():
         config = override(config, path, value)
     return config
+
+
+def control_config(config: DemoConfig) -> DemoConfig:
+    """The positive control's config beside ``config``: the map agent
+    (:data:`activations.agent.bundled.MAP_AGENT`) on the same engine and device, every section
+    and seed the same (so the same grids, probing set and counterfactuals: paired figures)."""
+    return dataclasses.replace(config, agent=dataclasses.replace(config.agent, model=MAP_AGENT))
 
 
 def override(config: Any, path: str, value: Any) -> Any:

@@ -1,7 +1,9 @@
 """Wall time per stage of ``goalprobe demo`` (default scale: the README's first command).
 
-Runs the demo in a fresh run directory (or resumes ``--run-dir``) and prints one line per stage
-and the total, as a markdown table for docs/benchmarks.md, plus the headline table.
+Runs the demo in a fresh run directory (or resumes ``--run-dir``) as ``goalprobe demo`` does
+without ``--model`` (the default agent with the positive control beside it; ``--alone`` for the
+default agent only) and prints one line per stage and the total, as a markdown table for
+docs/benchmarks.md, plus the headline table (both agents side by side).
 
     python3 scripts/bench_demo.py                      # default scale, temporary run directory
     python3 scripts/bench_demo.py --scale tiny --run-dir runs/bench-tiny
@@ -26,31 +28,41 @@ def main() -> None:
     parser.add_argument(
         "--jobs", type=int, default=None, help="stages at once (default: as goalprobe demo)"
     )
+    parser.add_argument("--alone", action="store_true", help="the default agent only")
     args = parser.parse_args()
 
-    from goalprobe.config import demo_config
+    from goalprobe.config import control_config, demo_config
     from goalprobe.demo import default_jobs, run_demo
     from goalprobe.report import headline_rows
-    from goalprobe.stages import STAGES
+    from goalprobe.report.agents import side_by_side
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
     config = demo_config(args.scale, device=args.device)
     started = time.perf_counter()
     jobs = args.jobs or default_jobs(args.device)
-    result = run_demo(run_dir, config, progress=args.progress, log=lambda line: None, jobs=jobs)
+    control = None if args.alone else control_config(config)
+    result = run_demo(
+        run_dir, config, progress=args.progress, log=lambda line: None, jobs=jobs, control=control
+    )
     total = time.perf_counter() - started
     print(
         f"goalprobe demo --scale {args.scale}: {run_dir} on {platform.machine()}, "
         f"{os.cpu_count()} CPU(s), {platform.python_version()}, {jobs} stage(s) at a time"
     )
     print("\n| stage | status | seconds |\n|---|---|---|")
-    for name in STAGES:
-        outcome = result.stages[name]
-        print(f"| {name} | {outcome.error or outcome.status} | {outcome.seconds:.1f} |")
+    for prefix, each in (("", result), ("control/", result.control)):
+        for name, outcome in (each.stages if each is not None else {}).items():
+            print(f"| {prefix}{name} | {outcome.error or outcome.status} | {outcome.seconds:.1f} |")
     print(f"| **total (wall)** | | **{total:.1f}** |")
-    print("\n| finding | value | baseline |\n|---|---|---|")
-    for row in headline_rows(run_dir):
-        print(f"| {row.finding} | {row.value} | {row.baseline} |")
+    if result.control is None:
+        print("\n| finding | value | baseline |\n|---|---|---|")
+        for row in headline_rows(run_dir):
+            print(f"| {row.finding} | {row.value} | {row.baseline} |")
+        return
+    names = config.agent.model, result.control.config.agent.model
+    print(f"\n| finding | {names[0]} | verdict | {names[1]} | verdict |\n|---|---|---|---|---|")
+    for row in side_by_side(headline_rows(run_dir), headline_rows(result.control.run_dir)):
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ Usage::
     python3 scripts/readme_assets.py runs/demo [--figure-section behaviour] \\
         [--png docs/img/demo_behaviour.png]
 
-The table comes from :func:`goalprobe.report.headline_rows`; the figure is the first plotly
-figure of the chosen report section, rendered by headless Chromium (playwright), offline.
+The table comes from :func:`goalprobe.report.headline_rows` (and, for a run with the positive
+control in ``RUN/control/``, both agents side by side, :mod:`goalprobe.report.agents`); the
+figure is the first plotly figure of the chosen report section, rendered by headless Chromium
+(playwright), offline.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import shutil
 from pathlib import Path
 
 from goalprobe.report import headline_rows
+from goalprobe.report.agents import agent_name, side_by_side
+from goalprobe.report.run import RunReader
 
 
 def headline_markdown(run_dir: Path) -> str:
@@ -26,6 +30,20 @@ def headline_markdown(run_dir: Path) -> str:
     ]
     for row in headline_rows(run_dir):
         lines.append(f"| {row.finding} | {row.value} | {row.baseline} | {row.verdict} |")
+    return "\n".join(lines)
+
+
+def side_by_side_markdown(run_dir: Path) -> str:
+    """Both agents' headline rows side by side (the run's and ``RUN/control/``'s)."""
+    run = RunReader(run_dir)
+    control = RunReader(run.layout.control.root)
+    left, right = agent_name(run), agent_name(control)
+    lines = [
+        f"| finding | `{left}` (95% CI) | verdict | `{right}` (95% CI) | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -55,6 +73,9 @@ def main() -> None:
     parser.add_argument("--png", type=Path, default=Path("docs/img/demo_behaviour.png"))
     args = parser.parse_args()
     print(headline_markdown(args.run_dir))
+    if RunReader(args.run_dir).layout.control.stages_dir.is_dir():
+        print()
+        print(side_by_side_markdown(args.run_dir))
     screenshot(args.run_dir / "report.html", args.figure_section, args.png)
     print(f"figure: {args.png}")
 

@@ -1,7 +1,7 @@
 """``goalprobe demo`` end to end at the tiny scale, on the real bundled agent.
 
-One module-scoped run of the whole pipeline (about 2-3 minutes on 2 CPU cores) feeds every
-test: the artefacts of the viewer's run-directory layout, caching (a rerun skips everything,
+One module-scoped run of the whole pipeline, the default agent with the positive control beside
+it (about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory layout, caching (a rerun skips everything,
 ``force`` reruns one stage, a changed parameter reruns exactly the stages downstream), the CLI,
 a report over a damaged run, and the report in headless chromium (skipped, saying why, without
 a chromium binary or playwright).
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from viewer_fixtures import offline_page
 
-from goalprobe.config import demo_config
+from goalprobe.config import control_config, demo_config
 from goalprobe.demo import run_demo
 from goalprobe.report import SECTION_TITLES, headline_rows, write_report
-from goalprobe.stages import DEPENDS_ON, STAGES
+from goalprobe.stages import CONTROL_STAGES, DEPENDS_ON, STAGES
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "demo"
 VIEWER_LAYOUT = (
@@ -58,11 +58,19 @@ def _downstream(stage: str) -> set[str]:
     return out
 
 
+def tiny(root, overrides=None, **kwargs):
+    """``run_demo`` at the tiny scale with the positive control beside the default agent (as
+    ``goalprobe demo`` runs without --model), quietly."""
+    config = demo_config("tiny", overrides=overrides)
+    kwargs.setdefault("log", lambda _: None)
+    return run_demo(root, config, progress=False, control=control_config(config), **kwargs)
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("demo") / "run"
     lines: list[str] = []
-    result = run_demo(run_dir, demo_config("tiny"), progress=False, log=lines.append)
+    result = tiny(run_dir, log=lines.append)
     return result, lines
 
 
@@ -71,6 +79,11 @@ def test_every_stage_runs_and_writes_the_viewer_layout(demo):
     result, lines = demo
     assert result.failed == {}, result.failed
     assert [o.status for o in result.stages.values()] == ["ran"] * len(STAGES), lines
+    control = result.control
+    assert control.run_dir == result.run_dir / "control" and control.report_path.is_file()
+    assert control.config.agent.model == "bundled:map"
+    assert list(control.stages) == list(CONTROL_STAGES)
+    assert {o.status for o in control.stages.values()} == {"ran"}, lines
     root = result.run_dir
     for relative in VIEWER_LAYOUT + STAGE_OUTPUTS:
         assert (root / relative).is_file(), relative
@@ -125,8 +138,34 @@ def test_outputs_carry_baselines_and_intervals(demo):
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
 def test_rerun_skips_every_stage(demo):
     result, _ = demo
-    again = run_demo(result.run_dir, demo_config("tiny"), progress=False, log=lambda _: None)
+    again = tiny(result.run_dir)
     assert {n: o.status for n, o in again.stages.items()} == {n: "cached" for n in STAGES}
+    assert {o.status for o in again.control.stages.values()} == {"cached"}
+
+
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
+def test_the_report_waits_for_the_control_and_shows_both_agents(demo, tmp_path):
+    """The control runs its own stages in RUN/control/; a change there reruns the control's
+    stage and both reports (the default agent's report reads it), nothing else; the report
+    puts the two agents' headline rows side by side with what each agent does and does not
+    show."""
+    result, _ = demo
+    root = tmp_path / "both"
+    shutil.copytree(result.run_dir, root)
+    config = demo_config("tiny")
+    changed = control_config(demo_config("tiny", overrides={"behaviour.random_walks_per_grid": 7}))
+    again = run_demo(root, config, progress=False, log=lambda _: None, control=changed)
+    assert {n for n, o in again.stages.items() if o.status == "ran"} == {"report"}
+    assert {n for n, o in again.control.stages.items() if o.status == "ran"} == {
+        "behaviour",
+        "report",
+    }
+    page = (root / "report.html").read_text()
+    assert SECTION_TITLES["agents"] in page and "bundled:map: value" in page
+    assert "the walls away from A" in page  # the control's reading, from its model card text
+    shutil.rmtree(root / "control")
+    alone = write_report(root, out=tmp_path / "alone.html").read_text()
+    assert "no positive-control run beside this one" in alone
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
@@ -137,7 +176,7 @@ def test_an_interrupted_demo_resumes_where_it_stopped(demo):
     for stage in ("scoring", "report"):
         (root / "stages" / f"{stage}.json").unlink()
     (root / "scoring" / "meg.json").unlink()
-    resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None)
+    resumed = tiny(root)
     ran = {n for n, o in resumed.stages.items() if o.status == "ran"}
     assert ran == {"scoring", "report"}
     assert (root / "scoring" / "meg.json").is_file()
@@ -148,9 +187,7 @@ def test_force_reruns_that_stage_and_only_what_its_outputs_changed(demo):
     result, _ = demo
     root = result.run_dir
     report_before = (root / "stages/report.json").read_text()
-    forced = run_demo(
-        root, demo_config("tiny"), force={"behaviour"}, progress=False, log=lambda _: None
-    )
+    forced = tiny(root, force={"behaviour"})
     statuses = {n: o.status for n, o in forced.stages.items()}
     assert statuses["behaviour"] == "ran"
     # the metrics are a deterministic function of the trajectories: nothing downstream changed
@@ -159,24 +196,25 @@ def test_force_reruns_that_stage_and_only_what_its_outputs_changed(demo):
 
     grids = root / "grids" / "grids.jsonl"
     grids.write_text(grids.read_text() + "\n")  # stale bytes a forced stage must not keep
-    redone = run_demo(
-        root, demo_config("tiny"), force={"grids"}, progress=False, log=lambda _: None
-    )
+    redone = tiny(root, force={"grids"})
     assert redone.stages["grids"].status == "ran"
     assert not grids.read_text().endswith("\n\n")  # the output was rewritten from scratch
     # a seeded grid set is regenerated byte for byte, so nothing downstream reruns
     assert {n for n, o in redone.stages.items() if o.status == "ran"} == {"grids"}
 
-    changed = run_demo(
-        root,
-        demo_config("tiny", overrides={"behaviour.random_walks_per_grid": 7}),
-        progress=False,
-        log=lambda _: None,
-    )
+    changed = tiny(root, overrides={"behaviour.random_walks_per_grid": 7})
     ran = {n for n, o in changed.stages.items() if o.status == "ran"}
     assert "behaviour" in ran and "report" in ran
     assert ran <= {"behaviour", "iso"} | _downstream("behaviour") | _downstream("iso")
     assert "rollouts" not in ran and "activations" not in ran
+
+
+def test_the_control_runs_a_closed_set_of_stages():
+    """Every stage the positive control runs has its inputs among them, and its report."""
+    assert set(CONTROL_STAGES) <= set(STAGES) and CONTROL_STAGES[-1] == "report"
+    for stage in CONTROL_STAGES[:-1]:
+        assert set(DEPENDS_ON[stage]) <= set(CONTROL_STAGES), stage
+    assert [s for s in STAGES if s in CONTROL_STAGES] == list(CONTROL_STAGES)
 
 
 def test_unknown_forced_stage_is_refused(tmp_path):
@@ -230,9 +268,9 @@ def test_cli_prints_the_headline_table(demo):
         env={"COLUMNS": "200"},
     )
     assert out.exit_code == 0, out.output
-    assert "Headline results" in out.output
-    assert "Per-action accuracy" in out.output
-    assert "cached" in out.output
+    assert "Headline results" in out.output and "both agents" in out.output
+    assert "Per-action accuracy" in out.output and "bundled:map" in out.output
+    assert "cached" in out.output and "control/probes" in out.output
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
@@ -309,7 +347,7 @@ def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(d
     (root / "stages" / "probing.json").unlink()
     shutil.rmtree(root / "probing")
     (root / "probing").write_text("a file where the probing stage writes its folder\n")
-    first = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+    first = tiny(root, jobs=2)
     statuses = {n: o.status for n, o in first.stages.items()}
     assert list(first.stages) == list(STAGES)
     assert statuses["probing"] == "failed" and "probing" in first.failed
@@ -321,7 +359,7 @@ def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(d
     assert json.loads((root / "stages/probing.failed.json").read_text())["traceback"]
 
     (root / "probing").unlink()
-    second = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
+    second = tiny(root, jobs=2)
     assert second.failed == {}
     ran = {n for n, o in second.stages.items() if o.status == "ran"}
     assert ran == _downstream("probing") | {"probing"}  # the HDF5 store's bytes are new

@@ -1,4 +1,5 @@
-"""``goalprobe demo``: run the whole study on one agent and write RUN/report.html."""
+"""``goalprobe demo``: run the whole study (on both bundled agents, or on the model named) and
+write RUN/report.html."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ def command(
         ),
     ] = "default",
     model: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="Agent: 'bundled', a local model directory or a Hugging Face id (also the model "
-            "replayed for extraction and patching; with --backend server, the served model)."
+            help="Agent: a bundled agent ('bundled', 'bundled:map'), a local model directory or "
+            "a Hugging Face id (also the model replayed for extraction and patching; with "
+            "--backend server, the served model). Run alone; without it (local engine) the "
+            "default agent 'bundled' runs with the positive control 'bundled:map' beside it."
         ),
-    ] = "bundled",
+    ] = None,
     backend: Annotated[
         str, typer.Option(help="Rollout engine: local (in this process) or server.")
     ] = "local",
@@ -65,6 +68,10 @@ def command(
     """Run the study end to end: grids, rollouts, iso-difficulty and key variants, activations,
     cell-type and distance probes, plan decoder, patching, belief scoring and MEG.
 
+    Without --model, the default agent runs in RUN/ and the positive control (the map agent,
+    whose agent, goal and local map are at the pre-reasoning anchors by construction) runs its
+    behaviour and representational stages in RUN/control/; the report shows them side by side.
+
     Stages are cached in RUN/stages/ (a rerun skips finished ones; an interrupted run resumes).
     Writes RUN/report.html (self-contained) and prints the headline table; `goalprobe view RUN`
     opens the run in the viewer.
@@ -72,22 +79,22 @@ def command(
     from rich.console import Console
     from rich.table import Table
 
-    from goalprobe.config import demo_config
+    from activations.agent.bundled import DEFAULT_BUNDLED
+    from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
-    from goalprobe.report import headline_rows
-    from goalprobe.stages import STAGES
 
     console = Console()
     try:
         config = demo_config(
             scale,
-            model=model,
+            model=model or DEFAULT_BUNDLED,
             backend=backend,
             base_url=base_url,
             device=device,
             seed=seed,
             overrides=dict(parse_setting(text) for text in settings or ()),
         )
+        control = control_config(config) if model is None and backend == "local" else None
         stages_forced = check_force(force or ())
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
@@ -98,24 +105,19 @@ def command(
         config,
         force=stages_forced,
         progress=progress,
-        log=console.print,
+        log=lambda line: console.print(line, markup=False, highlight=False),
         jobs=jobs or default_jobs(device),
+        control=control,
     )
     stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
     for column in ("stage", "status", "seconds"):
         stages.add_column(column)
-    for name in STAGES:
-        outcome = result.stages.get(name)
-        if outcome is not None:
+    for prefix, each in (("", result), ("control/", result.control)):
+        for name, outcome in (each.stages if each is not None else {}).items():
             status = outcome.error or outcome.status
-            stages.add_row(name, status, f"{outcome.seconds:.1f}")
+            stages.add_row(prefix + name, status, f"{outcome.seconds:.1f}")
     console.print(stages)
-    headline = Table(title="Headline results (95% CIs; see report.html for every figure)")
-    for column in ("finding", "value", "baseline", "verdict"):
-        headline.add_column(column)
-    for row in headline_rows(run_dir):
-        headline.add_row(row.finding, row.value, row.baseline, row.verdict)
-    console.print(headline)
+    console.print(headline_table(run_dir, result.control is not None))
     if result.report_path is not None:
         console.print(f"report: {result.report_path}   viewer: goalprobe view {run_dir}")
     if result.failed:
@@ -136,3 +138,30 @@ def parse_setting(text: str) -> tuple[str, object]:
     except json.JSONDecodeError:
         value = raw
     return path.strip(), tuple(value) if isinstance(value, list) else value
+
+
+def headline_table(run_dir: Path, with_control: bool):
+    """The headline as a rich table: this run's rows, or both agents' side by side."""
+    from rich.table import Table
+
+    from goalprobe.report import headline_rows
+    from goalprobe.report.agents import agent_name, side_by_side
+    from goalprobe.report.run import RunReader
+
+    title = "Headline results (95% CIs; see report.html for every figure)"
+    if not with_control:
+        table = Table(title=title)
+        for column in ("finding", "value", "baseline", "verdict"):
+            table.add_column(column)
+        for row in headline_rows(run_dir):
+            table.add_row(row.finding, row.value, row.baseline, row.verdict)
+        return table
+    run = RunReader(run_dir)
+    control = RunReader(run.layout.control.root)
+    names = agent_name(run), agent_name(control)
+    table = Table(title=title + "; both agents")
+    for column in ("finding", names[0], "verdict", names[1], "verdict"):
+        table.add_column(column)
+    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
+        table.add_row(*row)
+    return table

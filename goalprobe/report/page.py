@@ -13,6 +13,7 @@ from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from goalprobe.report import (
+    agents,
     behaviour,
     false_belief,
     harm,
@@ -29,6 +30,7 @@ from goalprobe.stages import STAGES
 SECTION_TITLES: dict[str, str] = {
     "run": "Run and configuration",
     "headline": "Headline results",
+    "agents": "Both agents side by side: the default agent and the positive control",
     "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
     "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
@@ -197,6 +199,7 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         )
         if headline
         else Box("not_run", "no stage produced a headline figure yet"),
+        agents=agents.agents(run),
         sections=[_data_section(run, s, fig) for s in BUILDERS],
         plotly_js=Markup(get_plotlyjs()),
     )

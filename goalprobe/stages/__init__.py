@@ -49,6 +49,25 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
 
+CONTROL_STAGES: tuple[str, ...] = (
+    "grids",
+    "rollouts",
+    "behaviour",
+    "probing",
+    "activations",
+    "probes",
+    "distance",
+    "plans",
+    "patching",
+    "scoring",
+    "report",
+)
+"""The stages the positive-control agent runs beside the default agent (``goalprobe demo``
+without ``--model``): its behaviour and every representational finding (probes, localisation,
+distance, plans, patching, belief scoring and MEG), on the same grids and probing set; the
+behavioural studies that say nothing about where a map is (iso, keys, harm, intention,
+false belief) run for the default agent only."""
+
 
 HEADLINE_STAGE = "pre_reasoning"
 """The anchor stage of the headline representational findings (fixed in advance)."""

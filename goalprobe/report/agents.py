@@ -1,0 +1,87 @@
+"""Both agents side by side: the headline of this run's agent next to the positive control's
+(``RUN/control/``, written by ``goalprobe demo`` without ``--model``), with what each agent's
+anchors do and do not hold."""
+
+from __future__ import annotations
+
+import re
+
+from activations.agent.evaluation import ANCHOR_READINGS
+from goalprobe.report.blocks import Block, Box, Text, table
+from goalprobe.report.headline import HeadlineRow, headline_rows
+from goalprobe.report.run import MissingInput, RunReader
+
+
+def agent_name(run: RunReader) -> str:
+    """The model a run's demo config names (``?`` when it has none)."""
+    try:
+        return str(run.json(run.layout.demo_config)["agent"]["model"])
+    except (MissingInput, KeyError, TypeError):
+        return "?"
+
+
+def _key(finding: str) -> str:
+    """A finding without its numbers (counts, layers differ between two runs' rows)."""
+    return re.sub(r"\d+(\.\d+)?", "#", finding)
+
+
+def side_by_side(
+    left: list[HeadlineRow], right: list[HeadlineRow]
+) -> list[tuple[str, str, str, str, str]]:
+    """``(finding, left value, left verdict, right value, right verdict)`` per finding, in
+    ``left``'s order then ``right``'s extra findings; ``-`` where a run has no such row. Rows
+    pair up by their finding with the numbers left out; where the two texts differ (a count),
+    the finding shows both."""
+    by_key = {_key(row.finding): row for row in right}
+    rows = []
+    for row in left:
+        other = by_key.pop(_key(row.finding), None)
+        finding = row.finding
+        if other is not None and other.finding != row.finding:
+            finding = f"{row.finding} / {other.finding}"
+        rows.append(
+            (
+                finding,
+                row.value,
+                row.verdict,
+                other.value if other else "-",
+                other.verdict if other else "-",
+            )
+        )
+    rows += [(r.finding, "-", "-", r.value, r.verdict) for r in by_key.values()]
+    return rows
+
+
+def agents(run: RunReader) -> list[Block]:
+    """The section's blocks: a reading per agent and the side-by-side headline."""
+    control = RunReader(run.layout.control.root)
+    if not control.layout.stages_dir.is_dir():
+        return [
+            Box(
+                "not_run",
+                "no positive-control run beside this one: `goalprobe demo` without --model runs "
+                "the map agent (bundled:map) beside the default agent in RUN/control/",
+            )
+        ]
+    names = agent_name(run), agent_name(control)
+    blocks: list[Block] = [
+        Text(
+            f"The same study on two agents: `{names[0]}` (this run) and `{names[1]}` (the "
+            "positive control, RUN/control/: same grids, probing set and seeds; it runs the "
+            "behaviour and every representational stage, not the iso, key, harm, intention and "
+            "false-belief studies). A finding the toolkit reports on the control but not on the "
+            "default agent is about the agent, not a failure of the measurement."
+        )
+    ]
+    blocks += [
+        Text(f"`{name}`: {ANCHOR_READINGS[name]}") for name in names if name in ANCHOR_READINGS
+    ]
+    rows = side_by_side(headline_rows(run.root), headline_rows(control.root))
+    blocks.append(
+        table(
+            ("finding", f"{names[0]}: value", "verdict", f"{names[1]}: value", "verdict"),
+            rows,
+            caption="Each agent's headline row (95% CIs; baselines in each run's own headline).",
+        )
+    )
+    return blocks

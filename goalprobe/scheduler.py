@@ -1,0 +1,262 @@
+"""The schedulers of ``goalprobe demo`` (:mod:`goalprobe.demo`): one run directory's stages as
+a :class:`StageBook`, run in this process in study order (:func:`run_in_order`) or in worker
+processes as soon as their inputs are done (:func:`run_parallel`)."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from activations.gridworld.behaviour import finite
+from activations.run_layout import RunLayout
+from goalprobe.config import DemoConfig
+from goalprobe.runner import StageResult, StageRunner, fingerprint
+from goalprobe.stages import DEPENDS_ON, STAGES
+from goalprobe.stages.context import StageContext, write_json
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What happened to one stage in :func:`run_demo`.
+
+    Attributes:
+        name: the stage.
+        status: ``"ran"``, ``"cached"``, ``"failed"`` or ``"not_run"`` (an input failed).
+        seconds: wall time of the run that produced the outputs (0 when failed or not run).
+        summary: small facts the stage reported (counts, headline figures).
+        error: why it failed or did not run (None otherwise).
+    """
+
+    name: str
+    status: str
+    seconds: float
+    summary: dict
+    error: str | None = None
+
+
+def stage_module(name: str) -> ModuleType:
+    """The module that implements stage ``name``."""
+    return importlib.import_module(f"goalprobe.stages.{name}")
+
+
+@dataclass
+class StageBook:
+    """One run directory's stages as both schedulers see them: their keys, failures,
+    fingerprints and outcomes (``companions``: runs whose every stage this run's report waits
+    for and reads, i.e. the positive control's)."""
+
+    layout: RunLayout
+    config: DemoConfig
+    force: set[str]
+    strict: bool
+    say: Callable[[str], None]
+    stages: tuple[str, ...] = STAGES
+    companions: list[StageBook] = field(default_factory=list)
+    outcomes: dict[str, StageOutcome] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.runner = StageRunner(self.layout.root, force=self.force)
+
+    def blocked(self, name: str) -> bool:
+        """Record ``name`` as not run (and return True) when a stage it reads did not finish."""
+        failed_inputs = [d for d in DEPENDS_ON[name] if d not in self.fingerprints]
+        if not failed_inputs or name == "report":
+            return False
+        self.not_run(name, f"not run: input stage(s) {', '.join(failed_inputs)} did not finish")
+        return True
+
+    @property
+    def pool_died(self) -> bool:
+        """Whether a stage failed because its worker process died (parallel runs)."""
+        return any(o.error == f"failed: {_DIED}" for o in self.outcomes.values())
+
+    def not_run(self, name: str, reason: str) -> None:
+        self.outcomes[name] = StageOutcome(name, "not_run", 0.0, {}, reason)
+        write_json(
+            self.layout.stage_failure(name), {"stage": name, "status": "not_run", "error": reason}
+        )
+        self.say(f"[{name}] {reason}")
+
+    def prepare(self, name: str) -> tuple[Any, dict]:
+        """``(what the stage receives, its cache key)``; a forced stage's old outputs go."""
+        received = stage_module(name).inputs(self.config)
+        key = {
+            "config": received,
+            "inputs": {d: self.fingerprints[d] for d in DEPENDS_ON[name] if d in self.fingerprints},
+        }
+        if name == "report":
+            key["failures"] = {n: o.error for n, o in self.outcomes.items() if o.error}
+            for companion in self.companions:
+                key[companion.layout.root.name] = {
+                    "inputs": dict(companion.fingerprints),
+                    "failures": {n: o.error for n, o in companion.outcomes.items() if o.error},
+                }
+        if name in self.force:
+            self.runner.remove_outputs(name)
+        return received, key
+
+    def finished(self, result: StageResult) -> None:
+        name = result.name
+        self.layout.stage_failure(name).unlink(missing_ok=True)
+        self.fingerprints[name] = result.summary["fingerprint"]
+        self.outcomes[name] = _outcome(result)
+        self.say(f"[{name}] " + ("cached" if result.skipped else f"done in {result.seconds:.1f} s"))
+
+    def failed(self, name: str, error: str, trace: str) -> None:
+        reason = f"failed: {error}"
+        self.outcomes[name] = StageOutcome(name, "failed", 0.0, {}, reason)
+        record = {"stage": name, "status": "failed", "error": reason, "traceback": trace}
+        write_json(self.layout.stage_failure(name), record)
+        self.say(f"[{name}] {reason}")
+
+
+def run_in_order(books: list[StageBook], progress: bool) -> None:
+    """Every stage in this process, in study order (the companions' runs first, so that the
+    report that reads them comes after)."""
+    for book in [*books[1:], books[0]]:
+        context = StageContext(book.layout, progress, tqdm.write if progress else None)
+        bar = tqdm(book.stages, desc="goalprobe demo", unit="stage", disable=not progress)
+        for name in bar:
+            bar.set_postfix_str(name)
+            if book.blocked(name):
+                continue
+            received, key = book.prepare(name)
+            module = stage_module(name)
+            function = _stage_function(module, context, received, book.layout)
+            try:
+                result = book.runner.run(name, key, function)
+            except Exception as err:  # recorded, shown in the report, re-raised when strict
+                if book.strict:
+                    raise
+                book.failed(name, f"{type(err).__name__}: {err}", traceback.format_exc())
+                continue
+            book.finished(result)
+        bar.close()
+
+
+def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
+    """Up to ``jobs`` stages (of any of ``books``) at once in worker processes, each as soon as
+    its inputs are done; a run's report also waits for its companions' stages."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    waiting = [(book, name) for book in books for name in book.stages]
+    running: dict[Any, tuple[StageBook, str]] = {}
+
+    def pending(book: StageBook, name: str) -> bool:
+        return (book, name) in waiting or (book, name) in running.values()
+
+    def ready(book: StageBook, name: str) -> bool:
+        if any(pending(book, d) for d in DEPENDS_ON[name]):
+            return False
+        return name != "report" or not any(pending(c, n) for c in book.companions for n in c.stages)
+
+    bar = tqdm(total=len(waiting), desc="goalprobe demo", unit="stage", disable=not progress)
+    pool = ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    )
+    with pool:
+        while waiting or running:
+            for book, name in list(waiting):
+                if len(running) >= jobs:
+                    break
+                if not ready(book, name):
+                    continue
+                waiting.remove((book, name))
+                if book.blocked(name):
+                    bar.update()
+                    continue
+                received, key = book.prepare(name)
+                root = str(book.layout.root)
+                forced = name in book.force
+                try:
+                    future = pool.submit(_stage_in_worker, root, name, key, received, forced)
+                except BrokenProcessPool:  # a worker died between two stages
+                    book.failed(name, _DIED, traceback.format_exc())
+                    bar.update()
+                    break
+                running[future] = (book, name)
+            bar.set_postfix_str(", ".join(name for _, name in running.values()))
+            if not running and not any(b.pool_died for b in books):
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED) if running else (set(), None)
+            for future in done:
+                book, name = running.pop(future)
+                try:
+                    result, error, trace = future.result()
+                except BrokenProcessPool:  # its worker was killed (e.g. out of memory)
+                    result, error, trace = None, _DIED, traceback.format_exc()
+                if error is not None:
+                    if book.strict:
+                        raise RuntimeError(f"stage {name} failed: {error}\n{trace}")
+                    book.failed(name, error, trace)
+                else:
+                    book.finished(result)
+                bar.update()
+            if any(b.pool_died for b in books):  # the pool is gone: what is left does not run
+                for book, name in [*running.values(), *waiting]:
+                    book.not_run(name, f"not run: {_DIED}")
+                    bar.update()
+                break
+    bar.close()
+
+
+_DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"
+
+
+_WORKER_CONTEXTS: dict[str, StageContext] = {}
+"""Per worker process: one context (and so one loaded agent) per run directory."""
+
+
+def _init_worker(threads: int) -> None:
+    """A worker process's share of the CPU: ``threads`` torch (OpenMP) threads."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _stage_in_worker(root: str, name: str, key: dict, received: Any, forced: bool):
+    """Run one stage in a worker: ``(StageResult, None, None)`` or ``(None, error, trace)``."""
+    layout = RunLayout(Path(root))
+    context = _WORKER_CONTEXTS.setdefault(root, StageContext(layout, False, None))
+    runner = StageRunner(layout.root, force={name} if forced else set())
+    module = stage_module(name)
+    try:
+        return runner.run(name, key, _stage_function(module, context, received, layout)), None, None
+    except Exception as err:  # sent back to the scheduler, which records it
+        return None, f"{type(err).__name__}: {err}", traceback.format_exc()
+
+
+def _stage_function(module: ModuleType, context: StageContext, received, layout: RunLayout):
+    def run(stage_dir: Path):
+        outputs, summary = module.run(context, received, stage_dir)
+        return outputs, {
+            **finite(summary),
+            "fingerprint": fingerprint(outputs.values(), layout.root),
+        }
+
+    return run
+
+
+def _outcome(result: StageResult) -> StageOutcome:
+    return StageOutcome(
+        name=result.name,
+        status="cached" if result.skipped else "ran",
+        seconds=float(result.seconds),
+        summary=dict(result.summary),
+    )
