@@ -60,7 +60,10 @@ def main() -> None:
             print(f"| {row.finding} | {row.value} | {row.baseline} |")
         return
     names = config.agent.model, result.control.config.agent.model
-    print(f"\n| finding | {names[0]} | verdict | {names[1]} | verdict |\n|---|---|---|---|---|")
+    print(
+        f"\n| finding | {names[0]} | baseline | verdict | {names[1]} | baseline | verdict |"
+        "\n|---|---|---|---|---|---|---|"
+    )
     for row in side_by_side(headline_rows(run_dir), headline_rows(result.control.run_dir)):
         print("| " + " | ".join(row) + " |")
 

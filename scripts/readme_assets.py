@@ -39,8 +39,9 @@ def side_by_side_markdown(run_dir: Path) -> str:
     control = RunReader(run.layout.control.root)
     left, right = agent_name(run), agent_name(control)
     lines = [
-        f"| finding | `{left}` (95% CI) | verdict | `{right}` (95% CI) | verdict |",
-        "|---|---|---|---|---|",
+        f"| finding | `{left}` (95% CI) | baseline | verdict | `{right}` (95% CI) | baseline "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
         lines.append("| " + " | ".join(row) + " |")

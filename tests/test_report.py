@@ -195,3 +195,25 @@ def test_templates_ship_as_package_data(template):
     relative = template.relative_to(ROOT / "goalprobe/report").as_posix()
     assert any(fnmatch.fnmatch(relative, g) for g in globs), relative
     assert "jinja2" in " ".join(config["project"]["dependencies"]).lower()
+
+
+def test_side_by_side_pairs_rows_by_finding_and_shows_both_counts():
+    """Two runs' headline rows pair up by finding (numbers left out); a count that differs
+    shows as ``left / right``; a row of one run only gets ``-`` for the other."""
+    from goalprobe.report.agents import side_by_side
+    from goalprobe.report.headline import HeadlineRow
+
+    left = [
+        HeadlineRow("Accuracy (n=16)", "90%", "random 30%", "above: yes"),
+        HeadlineRow("Keys (n=70)", "25%"),
+    ]
+    right = [
+        HeadlineRow("Accuracy (n=14)", "80%", "random 31%", "above: yes"),
+        HeadlineRow("Recovery minus its null", "-5%", "null", "above the null: no"),
+    ]
+    assert side_by_side(left, right) == [
+        ("Accuracy (n=16 / 14)", "90%", "random 30%", "above: yes", "80%", "random 31%",
+         "above: yes"),
+        ("Keys (n=70)", "25%", "", "", "-", "-", "-"),
+        ("Recovery minus its null", "-", "-", "-", "-5%", "null", "above the null: no"),
+    ]  # fmt: skip

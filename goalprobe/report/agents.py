@@ -20,35 +20,33 @@ def agent_name(run: RunReader) -> str:
         return "?"
 
 
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+
+
 def _key(finding: str) -> str:
     """A finding without its numbers (counts, layers differ between two runs' rows)."""
-    return re.sub(r"\d+(\.\d+)?", "#", finding)
+    return _NUMBER.sub("#", finding)
 
 
-def side_by_side(
-    left: list[HeadlineRow], right: list[HeadlineRow]
-) -> list[tuple[str, str, str, str, str]]:
-    """``(finding, left value, left verdict, right value, right verdict)`` per finding, in
-    ``left``'s order then ``right``'s extra findings; ``-`` where a run has no such row. Rows
-    pair up by their finding with the numbers left out; where the two texts differ (a count),
-    the finding shows both."""
+def _merged(left: str, right: str) -> str:
+    """Two findings of one key as one text, each differing number as ``left / right``."""
+    a, b = _NUMBER.split(left), _NUMBER.split(right)
+    return "".join(x if x == y else f"{x} / {y}" for x, y in zip(a, b, strict=True))
+
+
+def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tuple[str, ...]]:
+    """``(finding, left value, left baseline, left verdict, right value, right baseline, right
+    verdict)`` per finding, in ``left``'s order then ``right``'s extra findings; ``-`` where a
+    run has no such row. Rows pair up by their finding with the numbers left out; a number that
+    differs (a count) shows as ``left / right``."""
     by_key = {_key(row.finding): row for row in right}
     rows = []
     for row in left:
         other = by_key.pop(_key(row.finding), None)
-        finding = row.finding
-        if other is not None and other.finding != row.finding:
-            finding = f"{row.finding} / {other.finding}"
-        rows.append(
-            (
-                finding,
-                row.value,
-                row.verdict,
-                other.value if other else "-",
-                other.verdict if other else "-",
-            )
-        )
-    rows += [(r.finding, "-", "-", r.value, r.verdict) for r in by_key.values()]
+        finding = row.finding if other is None else _merged(row.finding, other.finding)
+        theirs = (other.value, other.baseline, other.verdict) if other else ("-", "-", "-")
+        rows.append((finding, row.value, row.baseline, row.verdict, *theirs))
+    rows += [(r.finding, "-", "-", "-", r.value, r.baseline, r.verdict) for r in by_key.values()]
     return rows
 
 
@@ -77,11 +75,6 @@ def agents(run: RunReader) -> list[Block]:
         Text(f"`{name}`: {ANCHOR_READINGS[name]}") for name in names if name in ANCHOR_READINGS
     ]
     rows = side_by_side(headline_rows(run.root), headline_rows(control.root))
-    blocks.append(
-        table(
-            ("finding", f"{names[0]}: value", "verdict", f"{names[1]}: value", "verdict"),
-            rows,
-            caption="Each agent's headline row (95% CIs; baselines in each run's own headline).",
-        )
-    )
+    header = ("finding", *(f"{n}: {c}" for n in names for c in ("value", "baseline", "verdict")))
+    blocks.append(table(header, rows, caption="Each agent's headline row (95% CIs)."))
     return blocks
