@@ -65,6 +65,7 @@ class StageBook:
     companions: list[StageBook] = field(default_factory=list)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    runner: StageRunner = field(init=False)
 
     def __post_init__(self) -> None:
         self.runner = StageRunner(self.layout.root, force=self.force)

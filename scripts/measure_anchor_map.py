@@ -13,10 +13,10 @@ Runs, for each ``--model`` (a bundled agent's name or a directory)::
 
 and writes ``anchor_map.json`` into ``--out``: per model, per layer the per-cell MLP probe's cell
 accuracy (grid cells), agent and goal top-1 localisation against the per-cell majority and the
-shuffled-label control, the position probes' agent and goal top-1 (same test grids) against the
-size prior and their shuffled control; per patched layer set the rate at which the regenerated action moves
-into the counterfactual's optimal set (disjoint pairs) and changes at all (control pairs).
-The grid seeds are never used in training (training draws its grids from its own stream).
+shuffled-label control, the position probes' agent and goal top-1 (same test grids) against the size
+prior and their shuffled control; per patched layer set the rate at which the regenerated action
+moves into the counterfactual's optimal set (disjoint pairs) and changes at all (control pairs). The
+grid seeds are never used in training (training draws its grids from its own stream).
 Models measured before into the same ``--out`` with the same grid settings are kept in
 ``anchor_map.json`` (so agents can be measured one at a time); a model given again is
 measured again.
@@ -109,7 +109,8 @@ def measure(model: str, out: Path, args: argparse.Namespace) -> dict:
     goalprobe("extract", states, "--model", model, "--stages", "pre_reasoning",
               "--layers", args.layers, "--out", store, "--overwrite")  # fmt: skip
     goalprobe("train-probe", store, "--out", out / f"probe_{tag}", "--probe", "per-cell",
-              "--family", "mlp", "--layers", args.layers, "--no-progress", "--overwrite")  # fmt: skip
+              "--family", "mlp", "--layers", args.layers, "--no-progress",
+              "--overwrite")  # fmt: skip
     goalprobe("train-probe", store, "--out", out / f"positions_{tag}", "--target", "position",
               "--layers", args.layers, "--overwrite")  # fmt: skip
     if not (out / "patch_grids.jsonl").exists():

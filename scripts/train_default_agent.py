@@ -11,13 +11,13 @@ Writes ``model.safetensors``, ``config.json``, ``generation_config.json``, the t
 ``training_log.json``, ``evaluation.json`` and ``MODEL_CARD.md`` into ``--out`` (default: the
 packaged ``activations/agent/bundled``). Progress goes to stdout.
 
-``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its
-seed by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three
-phases that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase`
-with the ablation options, :mod:`activations.agent.map_supervision`); it needs an ``--out``
-other than the agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
-``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md
-records the map agent's recipe, its ablations and its figures.
+``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its seed
+by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three phases
+that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase` with the
+ablation options, :mod:`activations.agent.map_supervision`); it needs an ``--out`` other than the
+agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
+``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md records
+the map agent's recipe, its ablations and its figures.
 """
 
 from __future__ import annotations
@@ -237,7 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--grid-attention-floor",
         type=_open_fraction,
         default=None,
-        help="single map phase: log-barrier attention penalties down to this mass (default -log(1-w))",
+        help="single map phase: log-barrier attention penalties down to this mass "
+        "(default -log(1-w))",
     )
     parser.add_argument(
         "--interchange-weight",

@@ -1,9 +1,10 @@
 """``goalprobe demo`` end to end at the tiny scale, on the real bundled agent.
 
-One module-scoped run of the whole pipeline, the default agent with the positive control beside
-it (about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory layout, caching (a rerun skips everything,
-``force`` reruns one stage, a changed parameter reruns exactly the stages downstream), the CLI,
-a report over a damaged run, and the report in headless chromium (skipped, saying why, without
+One module-scoped run of the whole pipeline, the default agent with the positive control beside it
+(about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory
+layout, caching (a rerun skips everything, ``force`` reruns one stage, a changed parameter reruns
+exactly the stages downstream), the CLI, a report over a damaged run, and the report in headless
+chromium (skipped, saying why, without
 a chromium binary or playwright).
 """
 

@@ -2,13 +2,13 @@
 neighbourhood, and its reasoning depends on them; the shipped agent's hold the agent's position
 only, and its reasoning re-reads the grid; the same measurements tell them apart.
 
-Both agents are measured the same way on held-out grids (seeds never used in training; the
-training stream draws its own grids): a per-cell probe, agent/goal position probes and a
-read-out of A's neighbours at the pre-reasoning anchors (prompt-only activations, split by grid), and activation patching of the
-anchors at every block with agent- or goal-moved counterfactuals under regenerated greedy
-reasoning (the study's protocol: optimal on both sides before patching, disjoint optimal sets
-for the pairs that should flip, controls that should not). The figures of the full-size
-measurement are in the agents' model cards (``scripts/measure_anchor_map.py``).
+Both agents are measured the same way on held-out grids (seeds never used in training; the training
+stream draws its own grids): a per-cell probe, agent/goal position probes and a read-out of A's
+neighbours at the pre-reasoning anchors (prompt-only activations, split by grid), and activation
+patching of the anchors at every block with agent- or goal-moved counterfactuals under regenerated
+greedy reasoning (the study's protocol: optimal on both sides before patching, disjoint optimal sets
+for the pairs that should flip, controls that should not). The figures of the full-size measurement
+are in the agents' model cards (``scripts/measure_anchor_map.py``).
 """
 
 from __future__ import annotations
