@@ -34,7 +34,7 @@ def main() -> None:
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import default_jobs, run_demo
     from goalprobe.report import headline_rows
-    from goalprobe.report.agents import side_by_side
+    from goalprobe.report.agents import side_by_side_markdown
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
     config = demo_config(args.scale, device=args.device)
@@ -59,13 +59,8 @@ def main() -> None:
         for row in headline_rows(run_dir):
             print(f"| {row.finding} | {row.value} | {row.baseline} |")
         return
-    names = config.agent.model, result.control.config.agent.model
-    print(
-        f"\n| finding | {names[0]} | baseline | verdict | {names[1]} | baseline | verdict |"
-        "\n|---|---|---|---|---|---|---|"
-    )
-    for row in side_by_side(headline_rows(run_dir), headline_rows(result.control.run_dir)):
-        print("| " + " | ".join(row) + " |")
+    print()
+    print(side_by_side_markdown(run_dir))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from goalprobe.report import headline_rows
-from goalprobe.report.agents import agent_name, side_by_side
+from goalprobe.report.agents import side_by_side_markdown
 from goalprobe.report.run import RunReader
 
 
@@ -30,21 +30,6 @@ def headline_markdown(run_dir: Path) -> str:
     ]
     for row in headline_rows(run_dir):
         lines.append(f"| {row.finding} | {row.value} | {row.baseline} | {row.verdict} |")
-    return "\n".join(lines)
-
-
-def side_by_side_markdown(run_dir: Path) -> str:
-    """Both agents' headline rows side by side (the run's and ``RUN/control/``'s)."""
-    run = RunReader(run_dir)
-    control = RunReader(run.layout.control.root)
-    left, right = agent_name(run), agent_name(control)
-    lines = [
-        f"| finding | `{left}` (95% CI) | baseline | verdict | `{right}` (95% CI) | baseline "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
-        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

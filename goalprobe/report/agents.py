@@ -50,6 +50,22 @@ def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tupl
     return rows
 
 
+def side_by_side_markdown(run_dir) -> str:
+    """Both agents' headline rows side by side (``run_dir``'s and ``RUN/control/``'s) as a
+    Markdown table (the README, ``scripts/bench_demo.py``)."""
+    run = RunReader(run_dir)
+    control = RunReader(run.layout.control.root)
+    left, right = agent_name(run), agent_name(control)
+    lines = [
+        f"| finding | `{left}` (95% CI) | baseline | verdict | `{right}` (95% CI) | baseline "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def agents(run: RunReader) -> list[Block]:
     """The section's blocks: a reading per agent and the side-by-side headline."""
     control = RunReader(run.layout.control.root)
