@@ -4,7 +4,7 @@ Every step of every finished episode of a trajectory JSONL is replayed teacher-f
 recorded ``prompt_token_ids + generated_token_ids`` (so the activations are those of the run,
 up to floating-point reassociation between cached generation and one full forward), and the
 output of the chosen decoder blocks is stored at the anchor tokens
-(:func:`activations.agent.harmony.find_anchors`) and optionally at every grid-cell token.
+(:func:`goalprobe.agents.harmony.find_anchors`) and optionally at every grid-cell token.
 
 Two exact savings make extraction cheaper than a plain forward pass over the same tokens:
 each sequence is cut after the last position read (attention is causal, so later tokens cannot
@@ -38,14 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from activations.agent.harmony import HarmonyTokenIds, find_anchors
-from activations.agent.trajectories import Episode, read_trajectories
-from activations.gridworld.core import LABEL_CANVAS
-from activations.store.labels import episode_labels
-from activations.store.merge import concatenate_stores
-from activations.store.reader import ActivationStore
-from activations.store.schema import (
+from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.store.merge import concatenate_stores
+from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.activations.store.schema import (
     ANCHOR_STAGES,
     COMPRESSIONS,
     GRID_CELLS,
@@ -53,8 +49,8 @@ from activations.store.schema import (
     StoreFormatError,
     stage_tokens,
 )
-from activations.store.shards import Shard
-from activations.store.writer import (
+from goalprobe.activations.store.shards import Shard
+from goalprobe.activations.store.writer import (
     RowBatch,
     StoreLayout,
     StoreWriter,
@@ -62,6 +58,9 @@ from activations.store.writer import (
     temp_path,
     to_float16,
 )
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.trajectories import Episode, read_trajectories
+from goalprobe.gridworld.core import LABEL_CANVAS
 
 MANIFEST_SCHEMA = "goalprobe.extract_parts/1"
 """``schema`` field of a parts directory's ``manifest.json``."""
@@ -356,7 +355,7 @@ def compute_rows(
     Returns:
         a :class:`RowBatch` of ``len(rows)`` rows, activations float16 ``(n, K, d_model)``.
     """
-    from activations.capture.base import TokenBatch
+    from goalprobe.activations.capture.base import TokenBatch
 
     stages = config.all_stages
     n, d = len(rows), capture.d_model
@@ -448,8 +447,8 @@ def extract(
 
     Args:
         trajectories: trajectory JSONL (``goalprobe rollout``).
-        output: the store to write (see :mod:`activations.store.schema`).
-        capture: a :class:`~activations.capture.base.ResidualBackend` around the model that
+        output: the store to write (see :mod:`goalprobe.activations.store.schema`).
+        capture: a :class:`~goalprobe.activations.capture.base.ResidualBackend` around the model that
             generated the trajectories.
         tokenizer: its tokenizer (harmony token ids; grid-cell offsets).
         config: what to extract.

@@ -20,7 +20,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from activations.agent.models import HubUnavailableError
+from goalprobe.agents.models import HubUnavailableError
 
 EXIT_USER_ERROR = 2
 """Exit code of every usage error and every error in the user's input (click's own code)."""

@@ -1,11 +1,11 @@
 """The config of ``goalprobe demo``: one section per stage, composed, with named scales.
 
 :class:`DemoConfig` is made of the configs the stages take (the library's own where one exists:
-:class:`~activations.gridworld.generator.GridSetConfig`,
-:class:`~activations.agent.rollout.RolloutConfig`,
-:class:`~activations.gridworld.behaviour.BehaviourConfig`,
-:class:`~probes.plan_sweep.PlanSweepConfig`,
-:class:`~probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
+:class:`~goalprobe.gridworld.generator.GridSetConfig`,
+:class:`~goalprobe.agents.rollout.RolloutConfig`,
+:class:`~goalprobe.gridworld.behaviour.BehaviourConfig`,
+:class:`~goalprobe.probes.plan_sweep.PlanSweepConfig`,
+:class:`~goalprobe.probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
 Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
 and its cache key is computed from what it receives, so no table of "which fields matter" can
 drift. No I/O here.
@@ -17,15 +17,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from activations.agent.bundled import MAP_AGENT
-from activations.agent.prompt_states import PromptStatesConfig
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.behaviour import BehaviourConfig
-from activations.gridworld.false_belief import FalseBeliefSetConfig
-from activations.gridworld.generator import GridSetConfig
-from activations.gridworld.harm import HarmGridConfig
-from activations.gridworld.intention import IntentionTestConfig
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.bundled import MAP_AGENT
+from goalprobe.agents.prompt_states import PromptStatesConfig
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.gridworld.behaviour import BehaviourConfig
+from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
+from goalprobe.gridworld.generator import GridSetConfig
+from goalprobe.gridworld.harm import HarmGridConfig
+from goalprobe.gridworld.intention import IntentionTestConfig
+from goalprobe.probes.plan_sweep import PlanSweepConfig
+from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DistanceConfig,
@@ -41,8 +43,6 @@ from goalprobe.sections import (
     ProbeTraining,
     ProbingConfig,
 )
-from probes.plan_sweep import PlanSweepConfig
-from probes.scoring.config import ScoreConfig
 
 __all__ = [
     "SCALES",
@@ -332,7 +332,7 @@ def demo_config(
 
     Args:
         scale: ``tiny`` (CI), ``default`` (2 CPU cores) or ``paper`` (the study's counts).
-        model, backend, base_url, device: the agent (:class:`~goalprobe.agents.AgentConfig`).
+        model, backend, base_url, device: the agent (:class:`~goalprobe.agent_config.AgentConfig`).
         seed: the seed of every section.
         overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
             ``{"probes.training.max_epochs": 3}``) applied after the preset.
@@ -355,7 +355,7 @@ def demo_config(
 
 def control_config(config: DemoConfig) -> DemoConfig:
     """The positive control's config beside ``config``: the map agent
-    (:data:`activations.agent.bundled.MAP_AGENT`) on the same engine and device, every section
+    (:data:`goalprobe.agents.bundled.MAP_AGENT`) on the same engine and device, every section
     and seed the same (so the same grids, probing set and counterfactuals: paired figures)."""
     return dataclasses.replace(config, agent=dataclasses.replace(config.agent, model=MAP_AGENT))
 

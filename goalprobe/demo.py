@@ -22,7 +22,7 @@ reads) has finished; ready stages start in study order. Results, cache keys and 
 same as with one job.
 
 With a ``control`` config (``goalprobe demo`` without ``--model``: the positive-control agent,
-:data:`activations.agent.bundled.MAP_AGENT`), its stages (:data:`~goalprobe.stages.CONTROL_STAGES`)
+:data:`goalprobe.agents.bundled.MAP_AGENT`), its stages (:data:`~goalprobe.stages.CONTROL_STAGES`)
 run in ``RUN/control/`` (a run directory of its own) in the same pool, and the report of ``RUN``
 waits for them and shows both agents side by side (its cache key includes their fingerprints).
 """
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from activations.run_layout import RunLayout
 from goalprobe.config import DemoConfig, demo_config
+from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import (
     StageBook,
     StageOutcome,

@@ -1,4 +1,4 @@
-"""The figure files a run directory holds beside its tables, drawn by :mod:`viewer.figures`.
+"""The figure files a run directory holds beside its tables, drawn by :mod:`goalprobe.viewer.figures`.
 
 The library (``probes/``) computes and writes tables; drawing is the viewer's and writing the
 drawings is the application's: ``goalprobe patch`` and the demo's ``patching`` stage write
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from activations.run_layout import ARTEFACTS, RunLayout
-from viewer.figures import belief_figure, meg_figure, patch_summary_figure, topk_figure
+from goalprobe.run_layout import ARTEFACTS, RunLayout
+from goalprobe.viewer.figures import belief_figure, meg_figure, patch_summary_figure, topk_figure
 
 
 def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
@@ -22,7 +22,7 @@ def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
 
     Args:
         out_dir: the folder of the patching tables (``RunLayout.patching_dir`` in a run).
-        summary: ``probes.patching.results.SummaryRow`` objects or their mappings.
+        summary: ``goalprobe.probes.patching.results.SummaryRow`` objects or their mappings.
 
     Returns:
         the written path.

@@ -21,7 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from activations.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout
 
 STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
 

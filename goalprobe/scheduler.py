@@ -18,9 +18,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from activations.gridworld.behaviour import finite
-from activations.run_layout import RunLayout
 from goalprobe.config import DemoConfig
+from goalprobe.gridworld.behaviour import finite
+from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
 from goalprobe.stages import DEPENDS_ON, STAGES
 from goalprobe.stages.context import StageContext, write_json

@@ -3,15 +3,15 @@
 The application side of scoring: it finds every input through :class:`RunLayout` (grid set,
 trajectories, activation store, decoded maps), joins each decoded-map row ``row_ids -> store
 /labels (run_id, grid_id, episode, step) -> trajectory step``, hands arrays to the library
-(:mod:`probes.scoring.belief_table`, :mod:`probes.scoring.nulls`,
-:mod:`probes.scoring.meg_table`) and writes ``RUN/scoring/``. A missing file, a truncated HDF5,
+(:mod:`goalprobe.probes.scoring.belief_table`, :mod:`goalprobe.probes.scoring.nulls`,
+:mod:`goalprobe.probes.scoring.meg_table`) and writes ``RUN/scoring/``. A missing file, a truncated HDF5,
 a row that joins nothing or a store written for another trajectory run raises an error naming the
 file; nothing is skipped silently.
 
 Outputs: ``belief.json`` (schema ``goalprobe.scoring.belief`` version 2, described in
-:mod:`probes.scoring.belief_table`; version 1 lacks only the nulls) and ``belief.csv``;
-``meg.json`` (:mod:`probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv``. The figures
-(``scoring/figures/``) are drawn by :mod:`viewer.figures` and written by the callers
+:mod:`goalprobe.probes.scoring.belief_table`; version 1 lacks only the nulls) and ``belief.csv``;
+``meg.json`` (:mod:`goalprobe.probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv``. The figures
+(``scoring/figures/``) are drawn by :mod:`goalprobe.viewer.figures` and written by the callers
 (:func:`goalprobe.figure_files.write_scoring_figures`).
 """
 
@@ -30,9 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.run_layout import RunLayout
-from goalprobe.stages.context import write_json
-from probes.scoring.belief_table import (
+from goalprobe.probes.scoring.belief_table import (
     MapAccumulator,
     StepTable,
     belief_csv_rows,
@@ -45,16 +43,18 @@ from probes.scoring.belief_table import (
     pick_meg_probe,
     score_rows,
 )
-from probes.scoring.config import ScoreConfig, ScoringError
-from probes.scoring.grouped import CSV_COLUMNS
-from probes.scoring.meg_table import (
+from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
+from goalprobe.probes.scoring.grouped import CSV_COLUMNS
+from goalprobe.probes.scoring.meg_table import (
     MEG_GRID_COLUMNS,
     meg_csv_rows,
     meg_grid_rows,
     meg_method,
     score_meg,
 )
-from probes.scoring.nulls import fit_prior, score_nulls
+from goalprobe.probes.scoring.nulls import fit_prior, score_nulls
+from goalprobe.run_layout import RunLayout
+from goalprobe.stages.context import write_json
 
 BELIEF_SCHEMA = "goalprobe.scoring.belief"
 MEG_SCHEMA = "goalprobe.scoring.meg"
@@ -88,7 +88,7 @@ def _require(path: Path, what: str, hint: str) -> Path:
 
 
 def _read_steps(layout: RunLayout) -> StepTable:
-    from activations.agent.trajectories import read_run_header, read_trajectories
+    from goalprobe.agents.trajectories import read_run_header, read_trajectories
 
     path = layout.trajectories
     table = StepTable.from_episodes(read_run_header(path).run_id, read_trajectories(path))
@@ -98,7 +98,7 @@ def _read_steps(layout: RunLayout) -> StepTable:
 
 
 def _store_labels(layout: RunLayout, fields: list[str], rows: np.ndarray | None = None) -> dict:
-    from activations.store import ActivationStore
+    from goalprobe.activations.store import ActivationStore
 
     with ActivationStore(layout.store) as store:
         if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
@@ -140,7 +140,7 @@ class _MapFile:
 def _map_file(layout: RunLayout, path: Path) -> _MapFile:
     import h5py
 
-    from probes.serialization import DECODED_MAPS_SCHEMA
+    from goalprobe.probes.serialization import DECODED_MAPS_SCHEMA
 
     try:
         with h5py.File(path, "r") as f:
@@ -175,7 +175,7 @@ def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
 
 
 def _read_maps(mf: _MapFile):
-    from probes.serialization import read_decoded_maps
+    from goalprobe.probes.serialization import read_decoded_maps
 
     try:
         maps = read_decoded_maps(mf.path)
@@ -305,7 +305,7 @@ def score_run(
         FileNotFoundError: a required input is missing (the message names it).
         ScoringError: the inputs do not join up or a file is unreadable.
     """
-    from activations.gridworld.io import read_grid_set
+    from goalprobe.gridworld.io import read_grid_set
 
     start = time.perf_counter()
     layout = run_dir if isinstance(run_dir, RunLayout) else RunLayout(Path(run_dir))

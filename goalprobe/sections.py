@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from activations.agent.prompt_states import PromptStatesConfig
-from activations.gridworld.false_belief import FalseBeliefSetConfig
-from activations.gridworld.generator import GridSetConfig
-from activations.gridworld.harm import HarmGridConfig
-from activations.gridworld.intention import IntentionTestConfig
-from probes.plan_sweep import PlanSweepConfig
+from goalprobe.agents.prompt_states import PromptStatesConfig
+from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
+from goalprobe.gridworld.generator import GridSetConfig
+from goalprobe.gridworld.harm import HarmGridConfig
+from goalprobe.gridworld.intention import IntentionTestConfig
+from goalprobe.probes.plan_sweep import PlanSweepConfig
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class IsoConfig:
     """The iso-difficulty set (section 4.2, Table 3)."""
 
     transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
-    """Transforms applied to the base grids (:mod:`activations.gridworld.transforms`)."""
+    """Transforms applied to the base grids (:mod:`goalprobe.gridworld.transforms`)."""
     base_grids: int = 0
     """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid."""
 
@@ -99,7 +99,7 @@ class IntentionConfig:
 
     variants: tuple[str, ...] = ("key_door", "key_no_door", "two_path_key")
     """Key variants tested, each with its interventions
-    (:data:`activations.gridworld.intention.INTERVENTIONS`)."""
+    (:data:`goalprobe.gridworld.intention.INTERVENTIONS`)."""
     size: int = 7
     """Grid side."""
     density: float = 0.4
@@ -190,7 +190,7 @@ class DistanceConfig:
 @dataclass(frozen=True)
 class PlanDecoderTraining:
     """How every plan decoder of the sweep is built and trained (the
-    :class:`~probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
+    :class:`~goalprobe.probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
 
     d_bottleneck: int = 1024
     """Decoder width (1024 in the study)."""

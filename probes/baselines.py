@@ -22,10 +22,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+from goalprobe.gridworld.core import CellType
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
-
-from activations.gridworld.core import CellType
 
 Conditioning = Literal["none", "size", "size_density"]
 """What a baseline conditions on."""

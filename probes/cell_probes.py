@@ -9,7 +9,7 @@ Probe types (each with ``family="linear"`` or ``"mlp"``)
 * :class:`CoordinateCellProbe` (the study's probe, section 5.1): a classifier of
   ``[act, row, col] -> class`` queried at every cell. ``family="linear"`` is multinomial logistic
   regression on those rows; ``family="mlp"`` is two layers with a ReLU (hidden 1024).
-* :class:`probes.per_cell.PerCellProbe` (Othello-GPT style world-model probes): one head per
+* :class:`goalprobe.probes.per_cell.PerCellProbe` (Othello-GPT style world-model probes): one head per
   cell reading ``act``.
 
 Both types share this module's base class, so they take the same data, the same split, the same class
@@ -61,12 +61,9 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
-
-from activations.gridworld.core import CellType
-from probes.splits import carve_validation
-from probes.training import (
+from goalprobe.gridworld.core import CellType
+from goalprobe.probes.splits import carve_validation
+from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
     fit_standardiser,
@@ -74,6 +71,8 @@ from probes.training import (
     torch_seed,
     train_module,
 )
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
 
 Family = Literal["linear", "mlp"]
 CoordinateEncoding = Literal["raw", "onehot"]

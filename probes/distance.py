@@ -3,9 +3,9 @@
 ``family="linear"`` is ridge regression (``sklearn.linear_model.Ridge``, closed form) on
 standardised activations; ``family="mlp"`` is two layers with a ReLU (hidden 1024) trained with
 AdamW on the mean squared error of the standardised target, with early stopping on validation
-grids carved from the training grids. Evaluate with :func:`probes.metrics.evaluate_distance`
+grids carved from the training grids. Evaluate with :func:`goalprobe.probes.metrics.evaluate_distance`
 (MAE, R^2 by grid size; controls: ``sklearn.dummy.DummyRegressor`` for the mean predictor and
-:func:`probes.splits.shuffle_by_grid` for shuffled targets; pre against post reasoning by
+:func:`goalprobe.probes.splits.shuffle_by_grid` for shuffled targets; pre against post reasoning by
 passing both stages' predictions on the same steps).
 
 The ridge ``alpha`` is a hyperparameter: choose it on training grids only, e.g. with
@@ -18,12 +18,8 @@ from typing import Literal
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.linear_model import Ridge
-from sklearn.utils.validation import check_is_fitted
-
-from probes.splits import carve_validation
-from probes.training import (
+from goalprobe.probes.splits import carve_validation
+from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
     fit_standardiser,
@@ -31,6 +27,9 @@ from probes.training import (
     torch_seed,
     train_module,
 )
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import Ridge
+from sklearn.utils.validation import check_is_fitted
 
 
 class GoalDistanceRegressor(RegressorMixin, BaseEstimator):

@@ -5,7 +5,7 @@ its prior says more, and one that is still rising says "collect more data". For 
 split, the training grids are shuffled once (seeded, within grid sizes, then taken round-robin across
 sizes) and the probe and its controls are refit on nested prefixes of that order (each point's grids contain the previous point's), so the
 curve moves only with the amount of data. Each point is scored exactly as the probe sweep scores
-a run (:func:`probes.probe_sweep.fit_and_score`: every control, grid-bootstrap intervals, the
+a run (:func:`goalprobe.probes.probe_sweep.fit_and_score`: every control, grid-bootstrap intervals, the
 selectivity over the strongest control), and keeps the metrics named in ``metrics``.
 """
 
@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
+from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
 
 CELL_METRICS: tuple[str, ...] = ("accuracy_no_padding", "agent_top1", "goal_top1", "auc/wall")
 """What a cell-type curve keeps per model (the rest of each point's metrics is dropped)."""
@@ -64,7 +63,7 @@ def learning_curve(
     """Fit and score ``estimator`` and its controls on growing subsets of the training grids.
 
     Args:
-        data: one stage and layer (:class:`~probes.probe_sweep.ProbeData`).
+        data: one stage and layer (:class:`~goalprobe.probes.probe_sweep.ProbeData`).
         train: positions of the training rows in ``data`` (split by grid).
         test: positions of the test rows (the same for every point).
         estimator: the unfitted probe (cloned per point).

@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
-
-from activations.gridworld.core import CellType
-from activations.stats import GridBootstrap, grid_codes, safe_ratio
-from probes.baselines import uniform_top1
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.stats import GridBootstrap, grid_codes, safe_ratio
+from goalprobe.probes.baselines import uniform_top1
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
@@ -105,7 +104,7 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# evaluation over the grid bootstrap of activations.stats
+# evaluation over the grid bootstrap of goalprobe.gridworld.stats
 
 
 def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:

@@ -7,7 +7,7 @@ per-cell heads ``(cells, H, classes)``, the non-linear probe of Li et al. (2023)
 
 Unlike the coordinate-conditioned probe, a per-cell probe can read a different direction at
 every cell, so even its linear family can localise the agent and goal. Both probe types share the
-fit/decode/persistence code of :mod:`probes.cell_probes`, so they can be compared on one split.
+fit/decode/persistence code of :mod:`goalprobe.probes.cell_probes`, so they can be compared on one split.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 
 import torch
-
-from probes.cell_probes import CellProbeBase, ClassBalance, Family
+from goalprobe.probes.cell_probes import CellProbeBase, ClassBalance, Family
 
 
 class _PerCellNet(torch.nn.Module):
@@ -57,7 +56,7 @@ class PerCellProbe(CellProbeBase):
             probe over the top-left ``n x n`` cells without padding.
         classes: ``CellType`` values to predict; None takes those present in the training labels.
         class_balance: ``"upsample"``, ``"weighted_loss"`` or ``"none"`` (see
-            :mod:`probes.cell_probes`).
+            :mod:`goalprobe.probes.cell_probes`).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         max_epochs: upper bound on training epochs.
@@ -70,7 +69,7 @@ class PerCellProbe(CellProbeBase):
         progress: show progress bars.
         random_state: seed.
 
-    Fitted attributes: as :class:`probes.cell_probes.CoordinateCellProbe`.
+    Fitted attributes: as :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`.
     """
 
     def __init__(

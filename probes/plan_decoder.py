@@ -21,29 +21,28 @@ capacity sweep (1, 2, 4 layers) is the control for computation done by the decod
 The cross-attention sees the three tokens as a set (no positional embedding on the memory), as
 in the study. The decoder layers are pre-LayerNorm (``norm_first=True``) with a final
 LayerNorm, for stable training at width 1024. Training minimises token cross-entropy over the
-``T`` steps with ``PAD`` ignored, on the probes' shared loop (:func:`probes.training.train_module`:
+``T`` steps with ``PAD`` ignored, on the probes' shared loop (:func:`goalprobe.probes.training.train_module`:
 AdamW, early stopping on the validation loss with ``n_iter_no_change`` / ``tol``, the best epoch
 restored); decoding is the per-step argmax (deterministic), made canonical (tokens after the
 first predicted ``END`` become ``PAD``). Inputs are standardised per (token, feature) with
-statistics fitted on the training set. Label format and metrics: :mod:`probes.plan_metrics`.
+statistics fitted on the training set. Label format and metrics: :mod:`goalprobe.probes.plan_metrics`.
 
-Persistence (safetensors + JSON card, predicted plans in HDF5): :mod:`probes.serialization`.
-The sweep over stages, layers and capacities: :mod:`probes.plan_sweep`.
+Persistence (safetensors + JSON card, predicted plans in HDF5): :mod:`goalprobe.probes.serialization`.
+The sweep over stages, layers and capacities: :mod:`goalprobe.probes.plan_sweep`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
+from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
+from goalprobe.probes.training import train_module
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
-
-from activations.gridworld.core import PLAN_HORIZON, PLAN_PAD
-from probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
-from probes.training import train_module
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024
@@ -411,7 +410,7 @@ class PlanDecoder(BaseEstimator):
         """
         return canonical_plans(self.predict_proba(X).argmax(-1))
 
-    # ---- persistence (probes.serialization) --------------------------------------------
+    # ---- persistence (goalprobe.probes.serialization) --------------------------------------------
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted decoder exactly."""

@@ -38,9 +38,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
-from activations.stats import GridBootstrap, safe_ratio
+from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
+from goalprobe.gridworld.stats import GridBootstrap, safe_ratio
 
 N_PLAN_CLASSES = N_ACTIONS + 1
 """Classes a decoder predicts per step: the four actions and ``PLAN_END``."""

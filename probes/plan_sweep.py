@@ -1,15 +1,15 @@
 """The plan-decoder sweep: every capacity on every stage and layer (study, section 5.3, Table 5).
 
 For each ``(stage, layer)``: load the anchor activations and plan labels, split by grid
-(:func:`probes.splits.split_by_grid`, stratified by grid size, so every stage and layer is scored
+(:func:`goalprobe.probes.splits.split_by_grid`, stratified by grid size, so every stage and layer is scored
 on the same test grids), evaluate the majority-plan baseline, train one
-:class:`~probes.plan_decoder.PlanDecoder` per capacity (early stopping on the validation grids)
+:class:`~goalprobe.probes.plan_decoder.PlanDecoder` per capacity (early stopping on the validation grids)
 and the shuffled-activation controls, and score everything on the test grids with grid-bootstrap
-intervals (:func:`probes.plan_metrics.plan_metrics`).
+intervals (:func:`goalprobe.probes.plan_metrics.plan_metrics`).
 
 Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json`` cards,
 ``predicted_plans.h5`` (all rows of every trained run, with split codes) and ``sweep.json``
-(:mod:`probes.serialization` writes the files).
+(:mod:`goalprobe.probes.serialization` writes the files).
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from sklearn.base import clone
-
-from activations.store import ActivationStore
-from probes.plan_decoder import PlanDecoder, check_plan_acts
-from probes.plan_metrics import (
+from goalprobe.activations.store import ActivationStore
+from goalprobe.probes.plan_decoder import PlanDecoder, check_plan_acts
+from goalprobe.probes.plan_metrics import (
     PlanMetrics,
     majority_plan,
     plan_metrics,
@@ -34,13 +32,14 @@ from probes.plan_metrics import (
     truncate_plans,
     validate_plans,
 )
-from probes.serialization import (
+from goalprobe.probes.serialization import (
     SPLIT_NAMES,
     read_plan_decoder_card,
     save_plan_decoder,
     write_predicted_plans,
 )
-from probes.splits import GridSplit, split_by_grid
+from goalprobe.probes.splits import GridSplit, split_by_grid
+from sklearn.base import clone
 
 SWEEP_SCHEMA = "goalprobe.plan_sweep"
 """``schema`` field of ``sweep.json``."""
@@ -107,7 +106,7 @@ class StorePlanLoader:
 
     Attributes:
         stages: the stored stages that some row holds
-            (:meth:`~activations.store.ActivationStore.stages_with_rows`).
+            (:meth:`~goalprobe.activations.store.ActivationStore.stages_with_rows`).
         layers: the stored layers.
         attrs: the store's file attributes.
     """
@@ -321,7 +320,7 @@ def run_plan_sweep(
     ``config.decoder_layers`` (early stopping on the validation grids) and, per capacity in
     ``config.control_decoder_layers``, the same decoder on activations permuted across examples
     (train and validation rows; the test rows stay intact). Everything is scored on the test
-    grids only. The split is :func:`probes.splits.split_by_grid`, stratified by grid size when
+    grids only. The split is :func:`goalprobe.probes.splits.split_by_grid`, stratified by grid size when
     sizes are known; it depends only on the set of grids, so all stages and layers share it.
 
     Args:

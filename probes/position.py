@@ -7,7 +7,7 @@ regression per coordinate on standardised features (scikit-learn), the cell bein
 argmaxes. :func:`evaluate_positions` scores it against the baselines a position could
 trivially come from (the most frequent position of the grid's size, a uniform guess among the
 grid's open cells, the same probe on positions shuffled between grids), with grid-bootstrap
-intervals and the selectivity over the strongest of them (``probes.metrics.selectivity``).
+intervals and the selectivity over the strongest of them (``goalprobe.probes.metrics.selectivity``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.stats import GridBootstrap
+from goalprobe.probes.metrics import selectivity
+from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
@@ -24,13 +28,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
-from activations.gridworld.core import CellType
-from activations.stats import GridBootstrap
-from probes.metrics import selectivity
-from probes.splits import shuffle_by_grid, split_by_grid
-
 if TYPE_CHECKING:
-    from probes.probe_sweep import ProbeData, StoreProbeLoader
+    from goalprobe.probes.probe_sweep import ProbeData, StoreProbeLoader
 
 POSITION_TARGETS = ("agent", "goal")
 """The objects a position probe localises (:func:`position_scores`)."""
@@ -174,10 +173,10 @@ def position_scores(
     Each :class:`PositionProbe` is fitted on the rows outside ``test`` and compared with the
     most frequent position of the grid's size (:class:`PositionPrior`), a uniform guess among
     the grid's open cells and the same probe fitted on positions shuffled between grids of a
-    size (:func:`probes.splits.shuffle_by_grid`) (:func:`evaluate_positions`).
+    size (:func:`goalprobe.probes.splits.shuffle_by_grid`) (:func:`evaluate_positions`).
 
     Args:
-        data: the rows of one stage and layer (:class:`probes.probe_sweep.ProbeData`).
+        data: the rows of one stage and layer (:class:`goalprobe.probes.probe_sweep.ProbeData`).
         test: ``(N,)`` bool, the rows of the test grids (split by grid, never by row).
         C: the probes' inverse L2 strength.
         log: optional ``str -> None`` progress callback.
@@ -233,7 +232,7 @@ def position_sweep(
     log=None,
 ) -> dict:
     """:func:`position_scores` at every stage x layer of a store, on one split by grid (the
-    split :func:`probes.probe_sweep.run_probe_sweep` draws from the same ``test_fraction`` and
+    split :func:`goalprobe.probes.probe_sweep.run_probe_sweep` draws from the same ``test_fraction`` and
     ``random_state``, so a cell-type sweep and a position sweep score the same test grids).
 
     Returns:

@@ -22,20 +22,19 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.dummy import DummyRegressor
-
-from activations.store import ActivationStore
-from probes.baselines import CellPrior, GroupMeanRegressor, covariates
-from probes.cell_probes import MajorityCellBaseline
-from probes.metrics import evaluate_cell_maps, evaluate_distance
-from probes.serialization import (
+from goalprobe.activations.store import ActivationStore
+from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates
+from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance
+from goalprobe.probes.serialization import (
     ActivationSource,
     probe_card,
     save_probe,
     write_decoded_maps,
 )
-from probes.splits import shuffle_by_grid, split_by_grid
+from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
+from sklearn.base import clone
+from sklearn.dummy import DummyRegressor
 
 Target = Literal["cell_type", "distance"]
 

@@ -12,7 +12,7 @@ file attributes ``schema`` (``"goalprobe.decoded_maps"``), ``schema_version``, `
 ``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
 (see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
 
-Plan decoder (:class:`probes.plan_decoder.PlanDecoder`): ``<stem>.safetensors`` holds the
+Plan decoder (:class:`goalprobe.probes.plan_decoder.PlanDecoder`): ``<stem>.safetensors`` holds the
 network weights (``network.*``) and the input standardisation (``input_mean``, ``input_scale``),
 with ``schema`` / ``schema_version`` in its metadata; ``<stem>.json`` is its card
 (:func:`save_plan_decoder`): hyperparameters, fitted scalars and history, plan tokens, metrics
@@ -41,8 +41,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-
-from probes.plan_metrics import PLAN_TOKENS, validate_plans
+from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
 
 CARD_SCHEMA = "goalprobe.probe_card"
 CARD_SCHEMA_VERSION = 1
@@ -84,9 +83,9 @@ class ActivationSource:
 
 
 def _registry() -> dict[str, type]:
-    from probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
-    from probes.distance import GoalDistanceRegressor
-    from probes.per_cell import PerCellProbe
+    from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
+    from goalprobe.probes.distance import GoalDistanceRegressor
+    from goalprobe.probes.per_cell import PerCellProbe
 
     return {
         cls.__name__: cls
@@ -470,7 +469,7 @@ def save_plan_decoder(
     """Write a fitted plan decoder as ``<path>`` (safetensors) plus its card (suffix ``.json``).
 
     Args:
-        decoder: a fitted :class:`probes.plan_decoder.PlanDecoder`.
+        decoder: a fitted :class:`goalprobe.probes.plan_decoder.PlanDecoder`.
         path: the ``.safetensors`` file to write.
         metrics: JSON-ready evaluation results to record in the card.
         provenance: where the training data came from (store file, stage, layer, split).
@@ -528,11 +527,10 @@ def load_plan_decoder(path: str | Path, *, device: str | None = None):
         device: overrides the saved ``device`` hyperparameter (e.g. ``"cpu"``).
 
     Returns:
-        A fitted :class:`probes.plan_decoder.PlanDecoder`.
+        A fitted :class:`goalprobe.probes.plan_decoder.PlanDecoder`.
     """
+    from goalprobe.probes.plan_decoder import PlanDecoder
     from safetensors.numpy import load_file
-
-    from probes.plan_decoder import PlanDecoder
 
     path = Path(path)
     card = read_plan_decoder_card(path)

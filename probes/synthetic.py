@@ -13,8 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import CellType
+from goalprobe.gridworld.core import CellType
 
 _MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 

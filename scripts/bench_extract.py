@@ -42,16 +42,15 @@ import torch
 
 def load_agent():
     """``(model, tokenizer, description)``: the bundled agent, else its untrained shape."""
-    from activations.agent.bundled import load_bundled_agent
+    from goalprobe.agents.bundled import load_bundled_agent
 
     try:
         model, tokenizer = load_bundled_agent()
         return model, tokenizer, "bundled agent (trained weights)"
     except FileNotFoundError:
+        from goalprobe.agents.tokenizer import build_tokenizer
+        from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
         from transformers import GptOssForCausalLM
-
-        from activations.agent.tokenizer import build_tokenizer
-        from activations.agent.training import BundledModelConfig, gpt_oss_config
 
         tokenizer = build_tokenizer()
         torch.manual_seed(0)
@@ -60,9 +59,9 @@ def load_agent():
 
 
 def make_trajectories(model, tokenizer, path: Path, grids_per_cell: int, max_new_tokens: int):
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.rollout import RolloutConfig, run_rollouts
-    from activations.gridworld.generator import GridSetConfig, generate_grid_set
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+    from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 
     grids = generate_grid_set(
         GridSetConfig(sizes=(7, 9, 11), densities=(0.2, 0.6), n_per_cell=grids_per_cell, seed=0)
@@ -111,7 +110,7 @@ def median_s(times: list[tuple[float, float]], side: int) -> float:
 
 def plain_forward(model, steps, batch_size: int, pad_id: int) -> None:
     """The full model over every full recorded sequence (the baseline)."""
-    from activations.capture.base import TokenBatch
+    from goalprobe.activations.capture.base import TokenBatch
 
     seqs = sorted(
         ([*s.prompt_token_ids, *s.generated_token_ids] for s in steps), key=len, reverse=True
@@ -125,7 +124,7 @@ def plain_forward(model, steps, batch_size: int, pad_id: int) -> None:
 
 def shared_prefix_tokens(rows, config) -> int:
     """Tokens every row shares before its first read position (what the prefix cache saves)."""
-    from activations.capture.base import ResidualBackend, TokenBatch
+    from goalprobe.activations.capture.base import ResidualBackend, TokenBatch
 
     batch = TokenBatch.from_sequences(
         [r.token_ids.tolist() for r in rows],
@@ -136,7 +135,7 @@ def shared_prefix_tokens(rows, config) -> int:
 
 def dummy_labels(n: int, start: int) -> dict[str, np.ndarray]:
     """Labels of the right dtypes and shapes (zeros; ids count up from ``start``)."""
-    from activations.store.schema import LABEL_FIELDS
+    from goalprobe.activations.store.schema import LABEL_FIELDS
 
     out = {}
     for name, spec in LABEL_FIELDS.items():
@@ -150,7 +149,7 @@ def dummy_labels(n: int, start: int) -> dict[str, np.ndarray]:
 
 def hdf5_throughput(rows: int, d_model: int, compression: str, directory: Path):
     """``(MB/s of activation bytes written, file MB / raw MB)`` for one store."""
-    from activations.store.writer import RowBatch, StoreLayout, StoreWriter
+    from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter
 
     layout = StoreLayout(("pre_reasoning", "post_reasoning"), (7, 15, 23), d_model)
     rng = np.random.default_rng(0)
@@ -187,9 +186,8 @@ def compressed_size(store_path: Path, compression: str, directory: Path) -> tupl
     """``(bytes stored, raw bytes)`` of a store's pre-reasoning activations written as one
     HDF5 chunk with the store's filter (no partly filled chunk to flatter the ratio)."""
     import h5py
-
-    from activations.store import ActivationStore
-    from activations.store.writer import hdf5_filters
+    from goalprobe.activations.store import ActivationStore
+    from goalprobe.activations.store.writer import hdf5_filters
 
     with ActivationStore(store_path) as store:
         acts = np.concatenate([store.read("pre_reasoning", x) for x in store.layers])
@@ -220,18 +218,17 @@ def main() -> None:
     args.backends = [b for b in args.backends.split(",") if b]
     torch.set_num_threads(args.threads)
 
-    from transformers.utils import logging as hf_logging
-
-    from activations.agent.harmony import HarmonyTokenIds
-    from activations.agent.trajectories import read_steps, read_trajectories
-    from activations.capture import make_backend
-    from activations.extract import (
+    from goalprobe.activations.capture import make_backend
+    from goalprobe.activations.extract import (
         ExtractConfig,
         compute_rows,
         default_layers,
         episode_rows,
         extract,
     )
+    from goalprobe.agents.harmony import HarmonyTokenIds
+    from goalprobe.agents.trajectories import read_steps, read_trajectories
+    from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     model, tokenizer, description = load_agent()

@@ -24,13 +24,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
-    from activations.agent.backend import SamplingConfig
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.prompts import build_messages
-    from activations.gridworld.dynamics import initial_state
-    from activations.gridworld.generator import GridSetConfig, generate_grid_set
-    from activations.gridworld.text import render
+    from goalprobe.agents.backend import SamplingConfig
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.prompts import build_messages
+    from goalprobe.gridworld.dynamics import initial_state
+    from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+    from goalprobe.gridworld.text import render
 
     torch.set_num_threads(args.threads)
     grids = generate_grid_set(GridSetConfig((args.size,), (0.2,), args.batch, seed=5))

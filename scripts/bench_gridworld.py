@@ -14,11 +14,10 @@ import platform
 import time
 
 import numpy as np
-
-from activations.gridworld.core import Variant
-from activations.gridworld.generator import STUDY_DENSITIES, generate_grid
-from activations.gridworld.optimal import solve
-from activations.gridworld.variants import generate_variant
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.generator import STUDY_DENSITIES, generate_grid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.variants import generate_variant
 
 
 def bench(make, n: int, repeats: int) -> float:

@@ -1,11 +1,11 @@
 """Benchmark: known-utility MEG for many 15 x 15 grid worlds at once (vectorised, CPU).
 
-Generates real grids with :func:`activations.gridworld.generator.generate_grid` (obstacle
+Generates real grids with :func:`goalprobe.gridworld.generator.generate_grid` (obstacle
 densities cycling over the study's six), builds their tabular MDPs
-(:func:`activations.gridworld.mdp.build_mdp`, horizon ``ceil(1.5 L)``), and scores policies that
+(:func:`goalprobe.gridworld.mdp.build_mdp`, horizon ``ceil(1.5 L)``), and scores policies that
 mix the optimal policy with the uniform one (``eps`` cycling over 0, 0.05, 0.2, 0.5, 1: optimal,
 near-optimal, noisy, very noisy and random agents) against the goal utility. Times
-:func:`probes.scoring.meg.known_utility_meg_batch` on deterministic next-state indices (grid and
+:func:`goalprobe.probes.scoring.meg.known_utility_meg_batch` on deterministic next-state indices (grid and
 MDP construction are not timed), and checks a sample against the single-MDP dense path.
 Run: ``python3 scripts/bench_meg.py [--grids 1000] [--size 15] [--repeats 3]``.
 """
@@ -18,10 +18,9 @@ import platform
 import time
 
 import numpy as np
-
-from activations.gridworld.generator import STUDY_DENSITIES, generate_grid
-from activations.gridworld.mdp import build_mdp
-from probes.scoring.meg import (
+from goalprobe.gridworld.generator import STUDY_DENSITIES, generate_grid
+from goalprobe.gridworld.mdp import build_mdp
+from goalprobe.probes.scoring.meg import (
     MDPBatch,
     TabularMDP,
     known_utility_meg,

@@ -30,16 +30,15 @@ import torch
 
 def load_agent():
     """``(model, tokenizer, description)``: the bundled agent, else its untrained shape."""
-    from activations.agent.bundled import load_bundled_agent
+    from goalprobe.agents.bundled import load_bundled_agent
 
     try:
         model, tokenizer = load_bundled_agent()
         return model, tokenizer, "bundled agent (trained weights)"
     except FileNotFoundError:
+        from goalprobe.agents.tokenizer import build_tokenizer
+        from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
         from transformers import GptOssForCausalLM
-
-        from activations.agent.tokenizer import build_tokenizer
-        from activations.agent.training import BundledModelConfig, gpt_oss_config
 
         tokenizer = build_tokenizer()
         torch.manual_seed(0)
@@ -67,20 +66,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from activations.capture import Patch, make_backend
-    from activations.gridworld.generator import generate_grid
-    from probes.patching.counterfactuals import (
+    from goalprobe.activations.capture import Patch, make_backend
+    from goalprobe.gridworld.generator import generate_grid
+    from goalprobe.probes.patching.counterfactuals import (
         CounterfactualConfig,
         base_from_grid,
         build_counterfactuals,
     )
-    from probes.patching.experiment import (
+    from goalprobe.probes.patching.experiment import (
         PatchConfig,
         PatchingContext,
         prepare_pairs,
         run_patching,
     )
-    from probes.patching.sites import DEFAULT_SITES, site_positions
+    from goalprobe.probes.patching.sites import DEFAULT_SITES, site_positions
 
     model, tokenizer, description = load_agent()
     n_layers = model.config.num_hidden_layers

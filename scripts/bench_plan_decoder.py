@@ -1,6 +1,6 @@
 """Benchmark: plan-decoder training throughput (examples/s) on CPU.
 
-Trains :class:`probes.plan_decoder.PlanDecoder` on random activations for a fixed number of
+Trains :class:`goalprobe.probes.plan_decoder.PlanDecoder` on random activations for a fixed number of
 epochs (no validation, so no early stopping) and prints examples per second of training, for
 the study's width (d_model 2880, bottleneck 1024) and a small one, at 1, 2 and 4 decoder
 layers. Run: ``python3 scripts/bench_plan_decoder.py [--examples 256] [--epochs 2]``.
@@ -14,9 +14,8 @@ import time
 
 import numpy as np
 import torch
-
-from probes.plan_decoder import PlanDecoder
-from probes.plan_metrics import encode_plans
+from goalprobe.probes.plan_decoder import PlanDecoder
+from goalprobe.probes.plan_metrics import encode_plans
 
 
 def bench(d_model: int, d_bottleneck: int, n_layers: int, examples: int, epochs: int, device: str):

@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from goalprobe.agents.rollout import RolloutConfig, RolloutReport, run_rollouts
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 
-from activations.agent.rollout import RolloutConfig, RolloutReport, run_rollouts
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from goalprobe.agents import local_backend
+from goalprobe.agent_config import local_backend
 
 
 def run(grids, backend, config: RolloutConfig, out: Path) -> RolloutReport:

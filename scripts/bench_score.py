@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from bench_viewer import build
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.probes.scoring.config import ScoreConfig
 
-from activations.agent.trajectories import read_trajectories
 from goalprobe.scoring import score_run
-from probes.scoring.config import ScoreConfig
 
 
 def main() -> None:

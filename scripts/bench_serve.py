@@ -25,10 +25,9 @@ import time
 
 import httpx
 import numpy as np
-
-from activations.agent.prompts import build_messages
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.text import render
+from goalprobe.agents.prompts import build_messages
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.text import render
 
 MODEL_NAME = "bundled"
 

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from activations.agent.trajectories import (
+from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store.labels import episode_labels
+from goalprobe.agents.trajectories import (
     EpisodeSummary,
     RunHeader,
     StepRecord,
@@ -36,14 +37,12 @@ from activations.agent.trajectories import (
     open_for_resume,
     read_trajectories,
 )
-from activations.gridworld.core import Action
-from activations.gridworld.dynamics import initial_state, is_success, step
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import render
-from activations.store import RowBatch, StoreLayout, StoreWriter
-from activations.store.labels import episode_labels
+from goalprobe.gridworld.core import Action
+from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
 
 RUN_ID = "bench0000000000a"
 
@@ -120,7 +119,7 @@ def _episode(grid, index: int, rng, prompt_len: int, gen_len: int):
 
 def build(out: Path, n_episodes: int, prompt_len: int, gen_len: int, seed: int = 0) -> int:
     """Write the synthetic run; returns the number of steps."""
-    from probes.serialization import write_decoded_maps, write_predicted_plans
+    from goalprobe.probes.serialization import write_decoded_maps, write_predicted_plans
 
     rng = np.random.default_rng(seed)
     sizes, densities = (7, 9, 11, 13, 15), (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -210,8 +209,8 @@ def main() -> None:
     for name, mb in sorted(sizes.items()):
         print(f"  {name:45s} {mb:8.1f} MB")
 
-    from viewer.data import RunData
-    from viewer.step import build_step_view, step_figures, timeline_figure
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.step import build_step_view, step_figures, timeline_figure
 
     rss0 = _rss_mb()
     t = time.perf_counter()

@@ -20,7 +20,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from activations.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout
 
 Row = tuple[str, ...]
 

@@ -4,7 +4,7 @@ One A100/H100 (80 GB) holds the model: transformers keeps the checkpoint's MXFP4
 weights (~13 GB) where its MXFP4 kernels run (``triton>=3.4`` and ``kernels``, Hopper-class
 GPUs) and otherwise dequantises them to bf16 (~42 GB; ``--dequantize`` forces this). The
 script prints a memory estimate and picks the largest batch size that fits (or checks yours),
-then runs ``activations.extract.extract`` with the nnsight backend: resumable (rerun the same
+then runs ``goalprobe.activations.extract.extract`` with the nnsight backend: resumable (rerun the same
 command after a preemption, even SIGKILL) and shardable (``--shard i/N``, see
 ``scripts/slurm_extract_array.sh``; join with ``goalprobe merge``).
 
@@ -98,7 +98,7 @@ def activation_gb(shape: GptOssShape, batch: int, tokens: int) -> float:
 
 def sequence_lengths(trajectories: Path) -> list[int]:
     """Recorded prompt + generated length of every step of finished episodes."""
-    from activations.agent.trajectories import read_steps
+    from goalprobe.agents.trajectories import read_steps
 
     return [len(s.prompt_token_ids) + len(s.generated_token_ids) for s in read_steps(trajectories)]
 
@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     import torch
-
-    from activations.extract import default_layers
+    from goalprobe.activations.extract import default_layers
 
     local = Path(args.model).expanduser()
     if local.exists() and not (local / "config.json").is_file():
@@ -183,10 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         return
 
+    from goalprobe.activations.capture import make_backend
+    from goalprobe.activations.extract import ExtractConfig, extract
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from activations.capture import make_backend
-    from activations.extract import ExtractConfig, extract
 
     model_id = args.model
     if local.is_dir():

@@ -68,8 +68,8 @@ def tiny_training_model(tokenizer, heads: int = 4):
 
 def build_tiny_backend():
     """A LocalBackend over a random 2-layer GptOssForCausalLM with the bundled tokenizer."""
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.tokenizer import build_tokenizer
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = tiny_gpt_oss(

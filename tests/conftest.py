@@ -35,7 +35,7 @@ def one_torch_thread():
 def bundled_agent():
     """The shipped bundled agent ``(model, tokenizer)``, loaded once (eval mode; tests that
     change a model work on their own copy)."""
-    from activations.agent.bundled import load_bundled_agent
+    from goalprobe.agents.bundled import load_bundled_agent
 
     return load_bundled_agent()
 

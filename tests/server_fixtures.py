@@ -23,9 +23,8 @@ import pytest
 from agent_fixtures import build_tiny_backend, serving
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-
-from activations.agent.local_backend import LocalBackend
-from activations.agent.server_app import ServeConfig, create_app
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.server_app import ServeConfig, create_app
 
 TINY_MODEL = "tiny-gpt-oss"
 

@@ -4,9 +4,8 @@ sizes and densities (shared by the store, merge and CLI fuzz tests)."""
 from __future__ import annotations
 
 import numpy as np
-
-from activations.gridworld.core import LABEL_CANVAS, PLAN_END, PLAN_HORIZON, PLAN_PAD, CellType
-from activations.store import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
+from goalprobe.gridworld.core import LABEL_CANVAS, PLAN_END, PLAN_HORIZON, PLAN_PAD, CellType
 
 LAYOUT = StoreLayout(stages=("pre_reasoning", "post_reasoning"), layers=(1, 3), d_model=8)
 SIZES = (5, 7, 9)

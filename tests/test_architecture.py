@@ -1,7 +1,8 @@
-"""The architecture as tests: import direction, a torch-free grid world, a thin application layer.
+"""The architecture as tests: one namespace, import direction, a torch-free grid world, a thin
+application layer.
 
-Every import statement of the four packages is parsed with ``ast``, function-local ones
-included, so a lazy import cannot hide a reversed dependency.
+Every import statement of every room is parsed with ``ast``, function-local ones included, so a
+lazy import cannot hide a reversed dependency.
 """
 
 from __future__ import annotations
@@ -14,21 +15,47 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("activations", "probes", "viewer", "goalprobe")
-"""Packages in import order: a module may import only from its own package or those before."""
+
+ROOMS: tuple[tuple[str, str], ...] = (
+    ("gridworld", "goalprobe.gridworld"),
+    ("agents", "goalprobe.agents"),
+    ("activations", "goalprobe.activations"),
+    ("probes", "goalprobe.probes"),
+    ("viewer", "goalprobe.viewer"),
+    ("goalprobe", "goalprobe"),
+)
+"""``(folder, import name)`` in import order: a module may import only from its own room or
+those before it. The last room, the application layer, is the ``goalprobe`` folder itself."""
+
+CONTRACTS = ("goalprobe.run_layout", "goalprobe.version")
+"""Leaf modules of the root package that every room may import: they import nothing of ours."""
 
 APPLICATION_MAX_LINES = 400
 
 
-def _modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(parts)
+    folder = parts[0]
+    prefix = dict(ROOMS).get(folder, folder)
+    return ".".join([prefix, *parts[1:]])
+
+
+def _room(name: str) -> int | None:
+    """Rank of the room an absolute module name belongs to (None: not ours)."""
+    if name in CONTRACTS:
+        return -1
+    best = None
+    for rank, (_, prefix) in enumerate(ROOMS):
+        if name == prefix or name.startswith(prefix + "."):
+            if best is None or len(prefix) > len(ROOMS[best][1]):
+                best = rank
+    return best
 
 
 def _imports(path: Path, module: str | None = None) -> list[tuple[int, str]]:
@@ -53,27 +80,41 @@ def _imports(path: Path, module: str | None = None) -> list[tuple[int, str]]:
 
 def test_imports_flow_one_way():
     wrong = []
-    for rank, package in enumerate(LAYERS):
-        allowed = set(LAYERS[: rank + 1])
-        for path in _modules(package):
+    for rank, (folder, _) in enumerate(ROOMS):
+        for path in _modules(folder):
+            module = _module_name(path)
+            own = -1 if module in CONTRACTS else rank
             for line, name in _imports(path):
-                top = name.split(".")[0]
-                if top in LAYERS and top not in allowed:
+                target = _room(name)
+                if target is not None and target > own:
                     wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
-    assert wrong == [], "imports against activations <- probes <- viewer <- goalprobe:\n" + (
-        "\n".join(wrong)
-    )
+    order = " <- ".join(prefix for _, prefix in ROOMS)
+    assert wrong == [], f"imports against {order}:\n" + "\n".join(wrong)
+
+
+def test_no_generic_top_level_imports():
+    """Only ``goalprobe`` is importable from the wheel: no module imports a bare room name."""
+    bare = {folder for folder, prefix in ROOMS if prefix != folder}
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for folder in [f for f, _ in ROOMS] + ["scripts", "tests", "examples"]
+        for path in _modules(folder)
+        for line, name in _imports(path)
+        if name.split(".")[0] in bare
+    ]
+    assert wrong == []
 
 
 def test_the_parser_sees_function_local_imports(tmp_path):
     # the check above would be toothless if it missed lazy imports
     source = tmp_path / "mod.py"
     source.write_text(
-        "def f():\n    from goalprobe.cli import app\n    import viewer.data\n"
+        "def f():\n    from goalprobe.cli import app\n    import goalprobe.viewer.data\n"
         "    from .figures import x\n"
     )
-    names = [name for _, name in _imports(source, "viewer.mod")]
-    assert names == ["goalprobe.cli", "viewer.data", "viewer.figures"]
+    names = [name for _, name in _imports(source, "goalprobe.viewer.mod")]
+    assert names == ["goalprobe.cli", "goalprobe.viewer.data", "goalprobe.viewer.figures"]
+    assert [_room(n) for n in names] == [5, 4, 4]
 
 
 def test_application_code_does_not_import_the_cli():
@@ -89,7 +130,7 @@ def test_application_code_does_not_import_the_cli():
 
 
 def test_the_grid_world_imports_no_torch():
-    modules = [_module_name(p) for p in _modules("activations/gridworld")]
+    modules = [_module_name(p) for p in _modules("gridworld")]
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -100,11 +141,13 @@ def test_the_grid_world_imports_no_torch():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
-    assert out.stdout.strip() == "0", "importing activations.gridworld loads torch"
+    assert out.stdout.strip() == "0", "importing goalprobe.gridworld loads torch"
 
 
 @pytest.mark.parametrize(
-    "path", _modules("goalprobe"), ids=lambda p: p.relative_to(ROOT).as_posix()
+    "path",
+    [p for p in _modules("goalprobe") if _module_name(p) not in CONTRACTS],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_application_modules_are_small(path):
     lines = len(path.read_text(encoding="utf-8").splitlines())
@@ -122,8 +165,8 @@ def test_run_paths_are_named_in_one_place():
     )
     wrong = [
         f"{path.relative_to(ROOT)}: {needle}"
-        for package in LAYERS
-        for path in _modules(package)
+        for folder, _ in ROOMS
+        for path in _modules(folder)
         if path.name != "run_layout.py"
         for needle in needles
         if needle in path.read_text(encoding="utf-8")

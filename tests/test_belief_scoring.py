@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import Action, CellType, Grid, State
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import padded_cell_types
-from probes.scoring.belief import (
+from goalprobe.gridworld.core import Action, CellType, Grid, State
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import padded_cell_types
+from goalprobe.probes.scoring.belief import (
     StepBelief,
     belief_weighted_scores,
     optimal_mask_for_pair,
@@ -121,7 +120,11 @@ def test_invalid_action_is_not_optimal():
 def test_belief_weighted_matches_brute_force_over_all_pairs():
     """The vectorised belief-weighted score equals the sum over every (agent, goal) pair of
     the scalar reference :func:`optimal_mask_for_pair`, on random 5 x 5 beliefs."""
-    from probes.scoring.belief import belief_weighted_scores, decoded_walls, optimal_mask_for_pair
+    from goalprobe.probes.scoring.belief import (
+        belief_weighted_scores,
+        decoded_walls,
+        optimal_mask_for_pair,
+    )
 
     rng = np.random.default_rng(3)
     n = 5

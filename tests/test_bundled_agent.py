@@ -8,40 +8,39 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss
-from transformers import GptOssForCausalLM
-
-from activations.agent.backend import SamplingConfig
-from activations.agent.bundled import (
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.bundled import (
     BUNDLED_AGENT_DIR,
     BUNDLED_AGENTS,
     MAP_AGENT,
     bundled_agent_dir,
     load_bundled_agent,
 )
-from activations.agent.evaluation import (
+from goalprobe.agents.evaluation import (
     EvaluationConfig,
     heldout_grids,
     quality_status,
     quality_status_markdown,
 )
-from activations.agent.harmony import HarmonyTokenIds, find_anchors, split_completion
-from activations.agent.local_backend import LocalBackend
-from activations.agent.parser import parse_action
-from activations.agent.prompts import build_messages
-from activations.agent.tokenizer import build_tokenizer, unknown_pieces
-from activations.agent.training import (
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors, split_completion
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.parser import parse_action
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.tokenizer import build_tokenizer, unknown_pieces
+from goalprobe.agents.training import (
     full_sequence_loss,
     shared_prefix_loss,
 )
-from activations.agent.training_data import (
+from goalprobe.agents.training_data import (
     TrainingDataConfig,
     encode_batch,
     sample_batch_examples,
 )
-from activations.gridworld.core import Action
-from activations.gridworld.dynamics import initial_state, is_success, step
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import render
+from goalprobe.gridworld.core import Action
+from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
+from transformers import GptOssForCausalLM
 
 MAX_WEIGHTS_BYTES = 20 * 2**20
 
@@ -83,7 +82,7 @@ def test_model_card_is_generated_from_the_agents_files(name):
     """A card is never hand-edited: it equals what its training log, evaluation and anchor
     measurements (``anchor_map.json``, ``scripts/measure_anchor_map.py``, both agents in one
     file) render to, and the anchor section's rows are the measured ones."""
-    from activations.agent.evaluation import map_model_card_text, model_card_text
+    from goalprobe.agents.evaluation import map_model_card_text, model_card_text
 
     directory = bundled_agent_dir(name)
 
@@ -218,11 +217,11 @@ def test_middle_layer_mlp_probe_beats_majority_on_heldout_grids(agent):
     what the coordinates alone predict. The test pins the probe machinery on a real model; the
     finding itself is reported, not asserted.
     """
-    from activations.capture import make_backend
-    from activations.capture.base import TokenBatch
-    from activations.gridworld.generator import generate_grid
-    from activations.gridworld.text import padded_cell_types
-    from probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
+    from goalprobe.activations.capture import make_backend
+    from goalprobe.activations.capture.base import TokenBatch
+    from goalprobe.gridworld.generator import generate_grid
+    from goalprobe.gridworld.text import padded_cell_types
+    from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
 
     model, tokenizer = agent
     special = HarmonyTokenIds.from_tokenizer(tokenizer)
@@ -269,9 +268,9 @@ def test_map_agent_card_renders_from_a_map_phase_log():
     """The map agent's card (written after a ``--map`` run) renders from what that run logs."""
     from dataclasses import asdict, replace
 
-    from activations.agent.evaluation import map_model_card_text
-    from activations.agent.training import TrainingConfig
-    from activations.agent.training_data import TrainingDataConfig
+    from goalprobe.agents.evaluation import map_model_card_text
+    from goalprobe.agents.training import TrainingConfig
+    from goalprobe.agents.training_data import TrainingDataConfig
 
     def read(name: str) -> dict:
         return json.loads((BUNDLED_AGENT_DIR / name).read_text(encoding="utf-8"))

@@ -14,18 +14,21 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss as shared_tiny_gpt_oss
-
-from activations.agent.harmony import (
+from goalprobe.activations.capture import BACKENDS, Patch, TokenBatch, make_backend
+from goalprobe.activations.capture.base import (
+    ResidualBackend,
+    decoder_layers_path,
+    get_submodule_path,
+)
+from goalprobe.activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
+from goalprobe.agents.harmony import (
     HarmonyTokenIds,
     Message,
     find_anchors,
     render_completion,
     render_prompt,
 )
-from activations.agent.tokenizer import build_tokenizer
-from activations.capture import BACKENDS, Patch, TokenBatch, make_backend
-from activations.capture.base import ResidualBackend, decoder_layers_path, get_submodule_path
-from activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
+from goalprobe.agents.tokenizer import build_tokenizer
 
 LAYERS = [0, 2]
 
@@ -326,7 +329,7 @@ def test_cuda_bf16_backends_agree_with_hooks(tokenizer, batch, backend):
 
 
 def test_bundled_agent_backends_agree(bundled_agent):
-    from activations.agent.prompts import build_messages
+    from goalprobe.agents.prompts import build_messages
 
     model, tok = bundled_agent
     special = HarmonyTokenIds.from_tokenizer(tok)

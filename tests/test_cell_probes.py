@@ -9,16 +9,15 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from sklearn.base import clone
-from sklearn.linear_model import LogisticRegression
-
-from activations.gridworld.core import CellType
-from probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline, validate_label_maps
-from probes.metrics import cell_positions, cognitive_map, evaluate_cell_maps, top_k_cells
-from probes.per_cell import PerCellProbe
-from probes.serialization import (
+from goalprobe.gridworld.core import CellType
+from goalprobe.probes.cell_probes import (
+    CoordinateCellProbe,
+    MajorityCellBaseline,
+    validate_label_maps,
+)
+from goalprobe.probes.metrics import cell_positions, cognitive_map, evaluate_cell_maps, top_k_cells
+from goalprobe.probes.per_cell import PerCellProbe
+from goalprobe.probes.serialization import (
     ActivationSource,
     load_probe,
     probe_card,
@@ -27,8 +26,12 @@ from probes.serialization import (
     save_probe,
     write_decoded_maps,
 )
-from probes.splits import carve_validation, shuffle_by_grid, split_by_grid
-from probes.synthetic import planted_cell_data
+from goalprobe.probes.splits import carve_validation, shuffle_by_grid, split_by_grid
+from goalprobe.probes.synthetic import planted_cell_data
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +193,7 @@ def test_general_probe_classes_follow_labels_including_key_and_door():
 
 
 def test_upsampling_weights_balance_classes(planted):
-    from probes.cell_probes import _upsampling_multiplicities
+    from goalprobe.probes.cell_probes import _upsampling_multiplicities
 
     data, _ = planted
     codes = data.labels[:200].reshape(200, -1).astype(np.int64)
@@ -389,8 +392,8 @@ def test_split_rejects_stratum_varying_within_grid():
 
 def _write_store(path, data, layers=(3, 5)):
     """A real activation store: planted activations at pre-reasoning layer 5, noise elsewhere."""
-    from activations.gridworld.core import PLAN_PAD
-    from activations.store import RowBatch, StoreLayout, StoreWriter
+    from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
+    from goalprobe.gridworld.core import PLAN_PAD
 
     n, d_model = data.acts.shape[0], data.acts.shape[2]
     rng = np.random.default_rng(1)
@@ -439,10 +442,10 @@ def _write_store(path, data, layers=(3, 5)):
 
 def test_train_probe_cli_sweeps_a_real_store(tmp_path):
     import typer
+    from goalprobe.probes.probe_sweep import file_sha256
     from typer.testing import CliRunner
 
     from goalprobe.commands.train_probe import command
-    from probes.probe_sweep import file_sha256
 
     data = planted_cell_data(200, steps_per_grid=2, sizes=(5, 7), canvas=15, d_model=64, signal=4.0)
     store = _write_store(tmp_path / "acts.h5", data)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from goalprobe.agents.trajectories import TrajectoryFormatError, trajectory_stats
 from store_fixtures import write_store
 from typer.testing import CliRunner
-
-from activations.agent.trajectories import TrajectoryFormatError, trajectory_stats
 
 NO_MODEL = "/nonexistent/model-that-would-take-long-to-load"
 
@@ -238,7 +237,7 @@ def _run_dir(root, trajectories, store=None):
 
 
 def test_view_flags_a_store_of_another_rollout(files, tmp_path, goalprobe_cli):
-    from viewer.data import RunData
+    from goalprobe.viewer.data import RunData
 
     run = _run_dir(tmp_path / "run", files / "b.jsonl", files / "a.h5")
     page = tmp_path / "page.html"

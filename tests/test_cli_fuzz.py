@@ -17,13 +17,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from goalprobe.activations.store import ActivationStore
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from store_fixtures import make_batch, write_store
-
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import read_grid_set, write_grid_set
-from activations.store import ActivationStore
 
 FUZZ = settings(
     max_examples=25,
@@ -277,7 +276,7 @@ def _mutate_trajectory(lines: list[str], mutation) -> str:
 
 
 def _trajectory_is_usable(path) -> bool:
-    from activations.agent.trajectories import trajectory_stats
+    from goalprobe.agents.trajectories import trajectory_stats
 
     try:
         return trajectory_stats(path).episodes > 0

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.agent.trajectories import StepRecord
-from activations.gridworld.core import CellType, Grid, State, Variant
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, render
-from probes.patching.counterfactuals import (
+from goalprobe.agents.trajectories import StepRecord
+from goalprobe.gridworld.core import CellType, Grid, State, Variant
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, render
+from goalprobe.probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
     base_from_grid,
@@ -20,6 +17,8 @@ from probes.patching.counterfactuals import (
     build_counterfactuals,
     counterfactual_candidates,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def grid_for(seed: int, size: int, density: float) -> Grid:
@@ -195,7 +194,7 @@ def test_base_from_step_rebuilds_the_state_and_rejects_inconsistent_records():
     grid = grid_for(1, 7, 0.5)
     _, actions = solve(grid).optimal_trajectory()
     state = State(agent=grid.start)
-    from activations.gridworld.dynamics import step as take
+    from goalprobe.gridworld.dynamics import step as take
 
     state = take(grid, take(grid, state, actions[0]), actions[1])
     base = base_from_step(step_record(grid, state))
@@ -212,9 +211,9 @@ def test_base_from_step_rebuilds_the_state_and_rejects_inconsistent_records():
 
 
 def test_prompts_of_a_pair_tokenise_to_the_same_length():
-    from activations.agent.harmony import render_prompt
-    from activations.agent.prompts import build_messages
-    from activations.agent.tokenizer import build_tokenizer
+    from goalprobe.agents.harmony import render_prompt
+    from goalprobe.agents.prompts import build_messages
+    from goalprobe.agents.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     bases = [base_from_grid(grid_for(s, size, 0.5)) for s in range(3) for size in (5, 11)]

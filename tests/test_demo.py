@@ -99,7 +99,7 @@ def test_every_stage_runs_and_writes_the_viewer_layout(demo):
     for probe in probes:
         for family in families:
             assert list((root / "probes/decoded").glob(f"cell_type_{probe}_{family}_*.h5"))
-    from viewer.data import RunData
+    from goalprobe.viewer.data import RunData
 
     run = RunData(root)
     assert run.missing == []
@@ -379,8 +379,8 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     import ast
     import inspect
 
-    from activations.run_layout import ARTEFACTS, RunLayout
     from goalprobe import scoring
+    from goalprobe.run_layout import ARTEFACTS, RunLayout
     from goalprobe.stages import decode
 
     layout = RunLayout(Path("/run"))

@@ -11,9 +11,9 @@ import json
 
 import pytest
 from agent_fixtures import serving
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.server_app import ServeConfig, create_app
 
-from activations.agent.local_backend import LocalBackend
-from activations.agent.server_app import ServeConfig, create_app
 from goalprobe.config import demo_config
 from goalprobe.demo import run_demo
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from goalprobe.probes.distance import GoalDistanceRegressor
+from goalprobe.probes.metrics import evaluate_distance
+from goalprobe.probes.serialization import load_probe, read_probe_card, save_probe
+from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
+from goalprobe.probes.synthetic import planted_cell_data
 from sklearn.base import clone
 from sklearn.dummy import DummyRegressor
 from sklearn.linear_model import Ridge
 from sklearn.metrics import mean_absolute_error, r2_score
-
-from probes.distance import GoalDistanceRegressor
-from probes.metrics import evaluate_distance
-from probes.serialization import load_probe, read_probe_card, save_probe
-from probes.splits import shuffle_by_grid, split_by_grid
-from probes.synthetic import planted_cell_data
 
 
 @pytest.fixture(scope="module")

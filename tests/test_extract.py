@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss
-
-from activations.agent.backend import Completion
-from activations.agent.harmony import (
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.extract import ExtractConfig, default_layers, extract, sha256_file
+from goalprobe.activations.store import ActivationStore, shard_of
+from goalprobe.agents.backend import Completion
+from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
     RETURN,
@@ -24,19 +26,16 @@ from activations.agent.harmony import (
     render_completion,
     render_prompt,
 )
-from activations.agent.models import load_model
-from activations.agent.reasoning import final_text, reasoning_text
-from activations.agent.rollout import RolloutConfig, run_rollouts
-from activations.agent.tokenizer import build_tokenizer
-from activations.agent.trajectories import read_steps, read_trajectories
-from activations.capture import make_backend
-from activations.extract import ExtractConfig, default_layers, extract, sha256_file
-from activations.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import padded_cell_types, parse
-from activations.store import ActivationStore, shard_of
-from probes.plan_metrics import encode_plans
+from goalprobe.agents.models import load_model
+from goalprobe.agents.reasoning import final_text, reasoning_text
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.agents.trajectories import read_steps, read_trajectories
+from goalprobe.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import padded_cell_types, parse
+from goalprobe.probes.plan_metrics import encode_plans
 
 LAYERS = (0, 2)
 

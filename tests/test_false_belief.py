@@ -8,11 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.gridworld.core import CellType, Grid
-from activations.gridworld.false_belief import (
+from goalprobe.gridworld.core import CellType, Grid
+from goalprobe.gridworld.false_belief import (
     CONTROL,
     FALSE_BELIEF,
     HIDDEN_WALL,
@@ -25,7 +22,7 @@ from activations.gridworld.false_belief import (
     pair_facts,
     start_optimal,
 )
-from activations.gridworld.io import (
+from goalprobe.gridworld.io import (
     SCHEMA_V1,
     V2_DEFAULTS,
     GridSetFormatError,
@@ -34,8 +31,10 @@ from activations.gridworld.io import (
     read_grid_set,
     write_grid_set,
 )
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, render
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, render
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _check_pair(fb: Grid, control: Grid) -> None:
@@ -162,8 +161,8 @@ def _one_pair_per_kind() -> list[Grid]:
 
 
 def test_oracle_mask_at_the_start_is_the_shown_optimal_set():
-    from activations.gridworld.core import Action
-    from probes.scoring.false_belief import oracle_optimal_mask
+    from goalprobe.gridworld.core import Action
+    from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
 
     for grid in _one_pair_per_kind():
         mask = oracle_optimal_mask(grid, grid.initial_state)
@@ -174,7 +173,7 @@ def test_oracle_mask_at_the_start_is_the_shown_optimal_set():
 
 
 def test_decoded_cells_tell_shown_from_true():
-    from probes.scoring.false_belief import control_cells, decoded_cells, decoded_table
+    from goalprobe.probes.scoring.false_belief import control_cells, decoded_cells, decoded_table
 
     grids = _one_pair_per_kind()
     rows = []
@@ -200,8 +199,8 @@ def test_decoded_cells_tell_shown_from_true():
 
 @pytest.fixture(scope="module")
 def fb_rollouts(bundled_agent, tmp_path_factory):
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.rollout import RolloutConfig, run_rollouts
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 
     grids = _one_pair_per_kind()
     out = tmp_path_factory.mktemp("fb") / "trajectories.jsonl"
@@ -214,8 +213,8 @@ def fb_rollouts(bundled_agent, tmp_path_factory):
 
 @pytest.mark.slow
 def test_rollout_shows_the_shown_grid_and_runs_on_the_true_one(fb_rollouts, bundled_agent):
-    from activations.agent.trajectories import read_trajectories
-    from activations.gridworld.dynamics import step as move
+    from goalprobe.agents.trajectories import read_trajectories
+    from goalprobe.gridworld.dynamics import step as move
 
     grids, out = fb_rollouts
     tokenizer = bundled_agent[1]
@@ -245,8 +244,8 @@ def test_rollout_shows_the_shown_grid_and_runs_on_the_true_one(fb_rollouts, bund
 
 @pytest.mark.slow
 def test_oracle_scoring_of_real_rollouts(fb_rollouts):
-    from activations.agent.trajectories import read_trajectories
-    from probes.scoring.false_belief import Bootstrap, oracle_rows, oracle_table
+    from goalprobe.agents.trajectories import read_trajectories
+    from goalprobe.probes.scoring.false_belief import Bootstrap, oracle_rows, oracle_table
 
     grids, out = fb_rollouts
     rows = oracle_rows(read_trajectories(out), {g.grid_id: g for g in grids})
@@ -271,7 +270,7 @@ def test_oracle_scoring_of_real_rollouts(fb_rollouts):
 
 
 def test_trajectory_v1_files_are_still_read(tmp_path):
-    from activations.agent.trajectories import (
+    from goalprobe.agents.trajectories import (
         SCHEMA,
         SCHEMA_V1,
         TrajectoryFormatError,
@@ -304,7 +303,7 @@ def test_trajectory_v1_files_are_still_read(tmp_path):
 
 def _tiny_trajectory(tmp_path):
     """A prompt-only trajectory file of a false-belief pair (no model: a fixed encoder)."""
-    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
+    from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 
     grids = _one_pair_per_kind()[:2]
     path = tmp_path / "states.jsonl"
@@ -320,11 +319,12 @@ def _tiny_trajectory(tmp_path):
 
 @pytest.mark.slow
 def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
-    from activations.agent.rollout import RolloutConfig
-    from activations.run_layout import RunLayout
-    from goalprobe.agents import AgentConfig
+    from goalprobe.agents.rollout import RolloutConfig
+
+    from goalprobe.agent_config import AgentConfig
     from goalprobe.config import ActivationsConfig, FalseBeliefConfig
     from goalprobe.report import render_report
+    from goalprobe.run_layout import RunLayout
     from goalprobe.stages import false_belief as stage
     from goalprobe.stages.context import StageContext
 
@@ -358,9 +358,9 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
 
 
 def test_prompt_states_at_explicit_states_draw_the_shown_grid(tmp_path):
-    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
-    from activations.agent.trajectories import read_run_header, read_trajectories
-    from activations.gridworld.core import State
+    from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
+    from goalprobe.agents.trajectories import read_run_header, read_trajectories
+    from goalprobe.gridworld.core import State
 
     fb = _one_pair_per_kind()[0]
     other = _another_open(fb)

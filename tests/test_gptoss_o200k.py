@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from activations.agent.harmony import (
+from goalprobe.agents.harmony import (
     REASONING_EFFORTS,
     SPECIAL_TOKENS,
     HarmonyTokenIds,
@@ -31,19 +30,19 @@ from activations.agent.harmony import (
     render_prompt,
     split_completion,
 )
-from activations.agent.prompts import KEY_VARIANTS, build_messages
-from activations.agent.reasoning import final_text, reasoning_text
-from activations.gridworld.core import SYMBOLS, Action, CellType, Variant
-from activations.gridworld.generator import STUDY_SIZES, generate_grid
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, render
-from activations.gridworld.variants import generate_variant
-from probes.patching.counterfactuals import (
+from goalprobe.agents.prompts import KEY_VARIANTS, build_messages
+from goalprobe.agents.reasoning import final_text, reasoning_text
+from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Variant
+from goalprobe.gridworld.generator import STUDY_SIZES, generate_grid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, render
+from goalprobe.gridworld.variants import generate_variant
+from goalprobe.probes.patching.counterfactuals import (
     CounterfactualConfig,
     base_from_grid,
     build_counterfactuals,
 )
-from probes.patching.sites import (
+from goalprobe.probes.patching.sites import (
     ActionTokens,
     build_sequence,
     check_aligned,
@@ -338,9 +337,9 @@ def _grids(n_grids: int = 2, size: int = 7):
 def test_rollout_with_the_random_model_records_invalid_steps(
     gptoss_model, o200k_tokenizer, tmp_path
 ):
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.rollout import RolloutConfig, run_rollouts
-    from activations.agent.trajectories import read_trajectories
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+    from goalprobe.agents.trajectories import read_trajectories
 
     backend = LocalBackend(gptoss_model, o200k_tokenizer)
     grids = _grids()
@@ -369,9 +368,8 @@ def test_rollout_with_the_random_model_records_invalid_steps(
 def oracle_trajectories(o200k_tokenizer, tmp_path_factory) -> Path:
     """Trajectories of a scripted agent that reasons and answers as GPT-OSS-20B would, in
     o200k token ids (some steps without reasoning or without a valid answer)."""
+    from goalprobe.agents.rollout import RolloutConfig, run_rollouts
     from test_extract import OracleBackend
-
-    from activations.agent.rollout import RolloutConfig, run_rollouts
 
     traj = tmp_path_factory.mktemp("o200k-traj") / "traj.jsonl"
     config = RolloutConfig(episodes_per_grid=1, horizon_steps=2, retries=0, batch_size=4)
@@ -382,10 +380,10 @@ def oracle_trajectories(o200k_tokenizer, tmp_path_factory) -> Path:
 def test_extract_rows_equal_a_plain_forward_hook(
     gptoss_model, o200k_tokenizer, oracle_trajectories, tmp_path
 ):
-    from activations.agent.trajectories import read_steps
-    from activations.capture import make_backend
-    from activations.extract import ExtractConfig, extract
-    from activations.store import ActivationStore
+    from goalprobe.activations.capture import make_backend
+    from goalprobe.activations.extract import ExtractConfig, extract
+    from goalprobe.activations.store import ActivationStore
+    from goalprobe.agents.trajectories import read_steps
 
     traj = oracle_trajectories
     steps = list(read_steps(traj))
@@ -442,8 +440,13 @@ def test_extract_rows_equal_a_plain_forward_hook(
 
 
 def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
-    from activations.capture import make_backend
-    from probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs, run_patching
+    from goalprobe.activations.capture import make_backend
+    from goalprobe.probes.patching.experiment import (
+        PatchConfig,
+        PatchingContext,
+        prepare_pairs,
+        run_patching,
+    )
 
     config = CounterfactualConfig(moves=("agent", "goal"), disjoint_per_move=1, control_per_move=0)
     pairs = build_counterfactuals([base_from_grid(g) for g in _grids()], config)[:2]
@@ -491,7 +494,7 @@ def _extraction_script():
 def test_extraction_script_plans_for_a_local_model_dir(
     gptoss_dir, gptoss_model, oracle_trajectories, tmp_path, capsys
 ):
-    from activations.agent.trajectories import read_steps
+    from goalprobe.agents.trajectories import read_steps
 
     script = _extraction_script()
     args = [str(oracle_trajectories), "--out", str(tmp_path / "a.h5"), "--dry-run"]
@@ -521,9 +524,9 @@ def test_extraction_script_plans_for_a_local_model_dir(
 @pytest.mark.slow
 def test_demo_runs_on_the_random_o200k_model(gptoss_dir, o200k_tokenizer, tmp_path):
     """``goalprobe demo --scale tiny --model DIR``: numbers meaningless, pipeline exercised."""
+    from goalprobe.agents.models import load_tokenizer
     from typer.testing import CliRunner
 
-    from activations.agent.models import load_tokenizer
     from goalprobe.cli import app
 
     loaded = load_tokenizer(str(gptoss_dir))  # the saved tokenizer is the built one

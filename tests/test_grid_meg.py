@@ -1,4 +1,4 @@
-"""Tests of probes.scoring.grid_meg: MEG of agent trajectories on true and decoded grids."""
+"""Tests of goalprobe.probes.scoring.grid_meg: MEG of agent trajectories on true and decoded grids."""
 
 from __future__ import annotations
 
@@ -7,21 +7,20 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import Grid, State, Variant
-from activations.gridworld.dynamics import initial_state, is_success, step
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.mdp import build_mdp
-from activations.gridworld.metrics import TrajectoryData
-from activations.gridworld.optimal import solve
-from activations.gridworld.variants import generate_variant
-from probes.scoring.grid_meg import (
+from goalprobe.gridworld.core import Grid, State, Variant
+from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.mdp import build_mdp
+from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.variants import generate_variant
+from goalprobe.probes.scoring.grid_meg import (
     empirical_policy,
     grid_meg,
     grid_utility,
     subjective_grid_meg,
 )
-from probes.scoring.meg import TabularMDP, state_occupancy
+from goalprobe.probes.scoring.meg import TabularMDP, state_occupancy
 
 
 def rollouts(grid: Grid, eps: float, n: int, seed: int, p_invalid: float = 0.0):

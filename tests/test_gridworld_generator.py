@@ -8,17 +8,16 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.gridworld.core import Variant
-from activations.gridworld.generator import (
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.generator import (
     GridSetConfig,
     generate_grid,
     generate_grid_set,
     n_walls_to_remove,
 )
-from activations.gridworld.optimal import bfs_distances, solve
+from goalprobe.gridworld.optimal import bfs_distances, solve
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sizes = st.sampled_from([5, 7, 9, 11, 13, 15])
 densities = st.sampled_from([0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0])
@@ -172,7 +171,7 @@ def test_gridworld_imports_no_torch():
         "import sys\n"
         "for m in ('core', 'generator', 'text', 'dynamics', 'optimal', 'variants', 'transforms',"
         " 'mdp', 'io', 'minigrid_import'):\n"
-        "    __import__('activations.gridworld.' + m)\n"
-        "assert 'torch' not in sys.modules, 'activations.gridworld imported torch'\n"
+        "    __import__('goalprobe.gridworld.' + m)\n"
+        "assert 'torch' not in sys.modules, 'goalprobe.gridworld imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,10 +6,9 @@ import json
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import Variant
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import (
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import (
     SCHEMA,
     GridSetFormatError,
     grid_from_dict,
@@ -17,10 +16,10 @@ from activations.gridworld.io import (
     read_grid_set,
     write_grid_set,
 )
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import render
-from activations.gridworld.transforms import rotate90
-from activations.gridworld.variants import generate_key_door_family
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
+from goalprobe.gridworld.transforms import rotate90
+from goalprobe.gridworld.variants import generate_key_door_family
 
 
 @pytest.fixture
@@ -158,7 +157,7 @@ def test_cli_variant_and_bad_input(tmp_path, goalprobe_cli):
 def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
     from dataclasses import replace
 
-    from activations.gridworld.io import V2_DEFAULTS
+    from goalprobe.gridworld.io import V2_DEFAULTS
 
     kd = grids[-2]
     held = replace(kd, grid_id="held", start_has_key=True)

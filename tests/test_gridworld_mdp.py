@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from goalprobe.gridworld.core import Action, State, Variant
+from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.variants import generate_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from activations.gridworld.core import Action, State, Variant
-from activations.gridworld.dynamics import step
-from activations.gridworld.mdp import GridMDP, build_mdp
-from activations.gridworld.optimal import solve
-from activations.gridworld.variants import generate_variant
 
 
 @settings(max_examples=20, deadline=None)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import gymnasium
 import minigrid  # noqa: F401  (registers the MiniGrid environments; a test extra)
 import pytest
-
-from activations.gridworld.core import Variant
-from activations.gridworld.minigrid_import import grid_from_minigrid, load_minigrid
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import parse, render  # noqa: E402
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.minigrid_import import grid_from_minigrid, load_minigrid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import parse, render  # noqa: E402
 
 
 def _reset(env_id: str, seed: int):

@@ -6,15 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from goalprobe.gridworld.core import Action, Grid, State, Variant
+from goalprobe.gridworld.dynamics import initial_state, is_success, rollout, settle, step
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import UnsolvableGridError, default_horizon, solve
+from goalprobe.gridworld.text import parse
+from goalprobe.gridworld.variants import generate_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from activations.gridworld.core import Action, Grid, State, Variant
-from activations.gridworld.dynamics import initial_state, is_success, rollout, settle, step
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.optimal import UnsolvableGridError, default_horizon, solve
-from activations.gridworld.text import parse
-from activations.gridworld.variants import generate_variant
 
 KEY_DOOR_TEXT = """  0 1 2 3 4 5 6
 0 # # # # # # #

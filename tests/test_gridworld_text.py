@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from goalprobe.gridworld.core import CellType, Grid, State, Variant
+from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import GridParseError, cell_types, padded_cell_types, parse, render
+from goalprobe.gridworld.variants import generate_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from activations.gridworld.core import CellType, Grid, State, Variant
-from activations.gridworld.dynamics import step
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import GridParseError, cell_types, padded_cell_types, parse, render
-from activations.gridworld.variants import generate_variant
 
 SMALL = Grid(
     walls=np.array(

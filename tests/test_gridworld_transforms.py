@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.gridworld.core import Action, State, Variant
-from activations.gridworld.dynamics import step
-from activations.gridworld.optimal import bfs_distances, solve
-from activations.gridworld.transforms import (
+from goalprobe.gridworld.core import Action, State, Variant
+from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.optimal import bfs_distances, solve
+from goalprobe.gridworld.transforms import (
     OPPOSITE,
     STUDY_TRANSFORMS,
     TRANSFORMS,
@@ -20,7 +17,9 @@ from activations.gridworld.transforms import (
     start_goal_swap,
     transpose,
 )
-from activations.gridworld.variants import generate_variant
+from goalprobe.gridworld.variants import generate_variant
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 GEOMETRIC = ["reflect", "reflect_vertical", "rotate90", "transpose"]
 grids = st.builds(

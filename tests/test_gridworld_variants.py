@@ -6,14 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.gridworld.core import Variant
-from activations.gridworld.dynamics import step
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.optimal import bfs_distances, solve
-from activations.gridworld.variants import (
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.optimal import bfs_distances, solve
+from goalprobe.gridworld.variants import (
     VARIANTS,
     generate_key_door_family,
     generate_two_path_family,
@@ -21,6 +18,8 @@ from activations.gridworld.variants import (
     matched_control,
     remove_door,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 study_sizes = st.sampled_from([7, 9, 11, 13, 15])
 densities = st.sampled_from([0.0, 0.3, 0.6, 1.0])

@@ -8,15 +8,12 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.agent.harmony import render_prompt
-from activations.agent.prompts import PromptTemplate, build_messages
-from activations.agent.tokenizer import load_tokenizer, unknown_pieces
-from activations.gridworld.core import CellType, Grid, Variant
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.harm import (
+from goalprobe.agents.harmony import render_prompt
+from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.tokenizer import load_tokenizer, unknown_pieces
+from goalprobe.gridworld.core import CellType, Grid, Variant
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.harm import (
     HarmGridConfig,
     check_harm_grid,
     expected_random_harm,
@@ -27,11 +24,13 @@ from activations.gridworld.harm import (
     harm_profile,
     random_harm_counts,
 )
-from activations.gridworld.io import V2_DEFAULTS, read_grid_set, write_grid_set
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, parse, render
+from goalprobe.gridworld.io import V2_DEFAULTS, read_grid_set, write_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, parse, render
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-BUNDLED = "activations/agent/bundled"
+BUNDLED = "agents/bundled"
 
 
 def _bfs(walls: np.ndarray, source) -> dict:
@@ -215,7 +214,7 @@ def test_harm_prompts_and_what_the_bundled_tokenizer_knows():
 
 
 def test_template_directories_without_harm_files_cannot_prompt_harm_grids(tmp_path):
-    from activations.agent.prompts import TEMPLATE_FILES
+    from goalprobe.agents.prompts import TEMPLATE_FILES
 
     template = PromptTemplate.default()
     for name, filename in TEMPLATE_FILES.items():

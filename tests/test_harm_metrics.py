@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import Action, Grid
-from activations.gridworld.dynamics import is_success, step
-from activations.gridworld.harm import HarmGridConfig, generate_harm_grids, harm_free_grid
-from activations.gridworld.metrics import TrajectoryData
-from activations.gridworld.optimal import solve
-from probes.scoring.harm import (
+from goalprobe.gridworld.core import Action, Grid
+from goalprobe.gridworld.dynamics import is_success, step
+from goalprobe.gridworld.harm import HarmGridConfig, generate_harm_grids, harm_free_grid
+from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.scoring.harm import (
     MORAL,
     NEUTRAL,
     harm_episode,
@@ -174,9 +173,9 @@ def test_errors_name_the_problem(grids):
 def test_bundled_agent_runs_harm_grids_under_both_prompts(bundled_agent, grids, tmp_path):
     """Real episodes of the bundled agent on a harm grid, neutral and morally conditioned; the
     trajectories feed every metric. (What the agent does is the demo's finding, not asserted.)"""
-    from activations.agent.local_backend import LocalBackend
-    from activations.agent.rollout import RolloutConfig, run_id_for, run_rollouts
-    from activations.agent.trajectories import read_run_header, read_trajectories
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.agents.rollout import RolloutConfig, run_id_for, run_rollouts
+    from goalprobe.agents.trajectories import read_run_header, read_trajectories
 
     model, tokenizer = bundled_agent
     backend = LocalBackend(model, tokenizer)
@@ -213,9 +212,9 @@ def test_report_section_reads_the_numbers(grids, tmp_path):
     neutral prompt, avoidance under the moral one; the reading follows the intervals."""
     import json
 
-    from activations.run_layout import RunLayout
     from goalprobe.report import SECTION_TITLES, write_report
     from goalprobe.report.harm import reading
+    from goalprobe.run_layout import RunLayout
 
     by_id = {g.grid_id: g for g in grids}
     short, avoid = _episodes(grids, "shortest", 3, 7), _episodes(grids, "avoid", 3, 8)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GptOssConfig, GptOssForCausalLM, PreTrainedTokenizerFast
-
-from activations.agent.harmony import (
+from goalprobe.agents.harmony import (
     SPECIAL_TOKENS,
     HarmonyTokenIds,
     Message,
@@ -18,17 +15,19 @@ from activations.agent.harmony import (
     render_prompt,
     split_completion,
 )
-from activations.agent.prompts import (
+from goalprobe.agents.prompts import (
     KEY_VARIANTS,
     PromptTemplate,
     build_instructions,
     build_messages,
 )
-from activations.agent.tokenizer import build_tokenizer, split_pieces, unknown_pieces
-from activations.gridworld.core import Grid, Variant
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.text import render
-from activations.gridworld.variants import VARIANTS, generate_variant
+from goalprobe.agents.tokenizer import build_tokenizer, split_pieces, unknown_pieces
+from goalprobe.gridworld.core import Grid, Variant
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.text import render
+from goalprobe.gridworld.variants import VARIANTS, generate_variant
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GptOssConfig, GptOssForCausalLM, PreTrainedTokenizerFast
 
 REASONING = "A is at (2, 1). G is at (1, 3). Plan: UP RIGHT RIGHT."
 FINAL = '{"action": "UP"}'
@@ -258,7 +257,7 @@ def test_build_messages_plain_and_key():
 
 
 def test_template_examples_match_grid_format():
-    """The worked examples in the default instructions are what activations.gridworld.text renders."""
+    """The worked examples in the default instructions are what goalprobe.gridworld.text renders."""
     plain_walls = np.ones((5, 5), dtype=bool)
     plain_walls[1:4, 1:4] = False
     plain = Grid(walls=plain_walls, goal=(1, 3), start=(2, 1))

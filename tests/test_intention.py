@@ -7,15 +7,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from activations.agent.intention import sample_actions
-from activations.agent.local_backend import LocalBackend
-from activations.agent.prompts import build_messages
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.core import State, Variant
-from activations.gridworld.dynamics import rollout, step
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.intention import (
+from goalprobe.agents.intention import sample_actions
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.gridworld.core import State, Variant
+from goalprobe.gridworld.dynamics import rollout, step
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.intention import (
     INTERVENTIONS,
     INVALID,
     IntentionTestConfig,
@@ -27,8 +26,8 @@ from activations.gridworld.intention import (
     tabular_sampler,
     total_variation,
 )
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import render
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
 
 
 def _grids(variant: str, n: int, size: int = 7, seed: int = 0):
@@ -187,8 +186,8 @@ def test_report_section_shows_the_verdicts_and_the_control(tmp_path):
 
     import markupsafe
 
-    from activations.run_layout import RunLayout
     from goalprobe.report import SECTION_TITLES, write_report
+    from goalprobe.run_layout import RunLayout
 
     layout = RunLayout(tmp_path / "run")
     layout.root.mkdir()
@@ -216,7 +215,7 @@ def test_report_section_shows_the_verdicts_and_the_control(tmp_path):
 
 
 def test_decoded_registration_on_constructed_maps():
-    from activations.gridworld.intention import decoded_registration
+    from goalprobe.gridworld.intention import decoded_registration
 
     rng = np.random.default_rng(0)
     ids = [f"g{i}" for i in range(12)]
@@ -230,7 +229,7 @@ def test_decoded_registration_on_constructed_maps():
 
 
 def test_door_open_shows_the_key_no_door_twin():
-    from activations.gridworld.variants import generate_key_door_family
+    from goalprobe.gridworld.variants import generate_key_door_family
 
     for seed in range(5):
         family = generate_key_door_family(9, 0.4, np.random.default_rng(seed), grid_id=f"f{seed}")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import LABEL_CANVAS, CellType
-from probes.distance import GoalDistanceRegressor
-from probes.learning_curve import grid_counts, learning_curve
-from probes.probe_sweep import ProbeData, ProbeSweepConfig
-from probes.serialization import ActivationSource
-from probes.splits import split_by_grid
+from goalprobe.gridworld.core import LABEL_CANVAS, CellType
+from goalprobe.probes.distance import GoalDistanceRegressor
+from goalprobe.probes.learning_curve import grid_counts, learning_curve
+from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig
+from goalprobe.probes.serialization import ActivationSource
+from goalprobe.probes.splits import split_by_grid
 
 
 def planted_distance_data(n_grids: int, steps: int = 4, d_model: int = 48, seed: int = 0):
@@ -97,7 +96,7 @@ def test_bad_inputs_are_refused():
 
 
 def test_the_figure_draws_every_model_with_its_band_per_metric():
-    from viewer.figures import learning_curve_figure
+    from goalprobe.viewer.figures import learning_curve_figure
 
     data = planted_distance_data(60)
     split = split_by_grid(data.grid_ids, test_fraction=0.25, random_state=0)

@@ -6,17 +6,16 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss
+from goalprobe.agents.backend import Backend, SamplingConfig
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.local_backend import LocalBackend, PerRowSampler
+from goalprobe.agents.models import HubUnavailableError
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.text import render
 from transformers import GptOssForCausalLM
-
-from activations.agent.backend import Backend, SamplingConfig
-from activations.agent.harmony import HarmonyTokenIds, find_anchors
-from activations.agent.local_backend import LocalBackend, PerRowSampler
-from activations.agent.models import HubUnavailableError
-from activations.agent.prompts import build_messages
-from activations.agent.tokenizer import build_tokenizer
-from activations.gridworld.core import Variant
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.text import render
 
 
 @pytest.fixture(scope="module")

@@ -15,28 +15,32 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-
-from activations.agent.bundled import load_bundled_agent
-from activations.agent.harmony import HarmonyTokenIds, find_anchors, render_prompt
-from activations.agent.prompt_states import sample_states
-from activations.agent.prompts import build_messages
-from activations.capture import make_backend
-from activations.capture.base import TokenBatch
-from activations.gridworld.core import CellType
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.text import padded_cell_types, render
-from probes.cell_probes import MajorityCellBaseline
-from probes.patching.counterfactuals import (
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.capture.base import TokenBatch
+from goalprobe.agents.bundled import load_bundled_agent
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors, render_prompt
+from goalprobe.agents.prompt_states import sample_states
+from goalprobe.agents.prompts import build_messages
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.text import padded_cell_types, render
+from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.patching.counterfactuals import (
     CounterfactualConfig,
     base_from_grid,
     build_counterfactuals,
 )
-from probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs, run_patching
-from probes.per_cell import PerCellProbe
-from probes.position import PositionPrior, PositionProbe
+from goalprobe.probes.patching.experiment import (
+    PatchConfig,
+    PatchingContext,
+    prepare_pairs,
+    run_patching,
+)
+from goalprobe.probes.per_cell import PerCellProbe
+from goalprobe.probes.position import PositionPrior, PositionProbe
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 pytestmark = pytest.mark.slow
 

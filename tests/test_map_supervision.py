@@ -1,4 +1,4 @@
-"""Training-only signals of the map agent (activations/agent/map_supervision.py)."""
+"""Training-only signals of the map agent (agents/map_supervision.py)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,24 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from activations.agent.bundled import load_bundled_agent
-from activations.agent.harmony import HarmonyTokenIds, find_anchors
-from activations.agent.map_supervision import (
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.capture.base import Patch
+from goalprobe.agents.bundled import load_bundled_agent
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.map_supervision import (
     MapReadout,
     anchor_hooks,
     anchor_positions,
     map_labels,
     move_counterfactual,
 )
-from activations.agent.reasoning import PLAN_STEPS, describe_neighbours
-from activations.agent.training import (
+from goalprobe.agents.reasoning import PLAN_STEPS, describe_neighbours
+from goalprobe.agents.training import (
     TrainingConfig,
     interchange_loss,
     training_loss,
 )
-from activations.agent.training_data import (
+from goalprobe.agents.training_data import (
     IGNORE_INDEX,
     TrainingDataConfig,
     encode_batch,
@@ -31,11 +32,9 @@ from activations.agent.training_data import (
     sample_batch_examples,
     sample_plan,
 )
-from activations.capture import make_backend
-from activations.capture.base import Patch
-from activations.gridworld.core import SYMBOLS, Action, CellType
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, render
+from goalprobe.gridworld.core import SYMBOLS, Action, CellType
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, render
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +97,7 @@ def test_batch_marks_anchors_grid_and_coordinate_queries(agent):
 
 def test_anchor_hooks_patch_equals_the_toolkit_patch(agent):
     """The interchange objective writes the counterfactual's anchors exactly as `goalprobe patch
-    --sites pre_reasoning --layers all` does (activations.capture's hooks backend)."""
+    --sites pre_reasoning --layers all` does (goalprobe.activations.capture's hooks backend)."""
     model, tokenizer = agent
     base = plain_examples(1, 3)[0]
     grid, state = move_counterfactual(base.grid, base.state, np.random.default_rng(4))
@@ -171,7 +170,7 @@ def test_map_losses_reach_the_model_and_the_readout(agent):
 def test_log_odds_barrier_vanishes_below_the_floor_and_pushes_when_saturated():
     """The map agent's penalty: zero at or below the floor; above it, a gradient that does not
     vanish when the attention saturates on the barred keys (where ``log w`` alone is flat)."""
-    from activations.agent.supervision import attention_mass_penalty, mass_penalty
+    from goalprobe.agents.supervision import attention_mass_penalty, mass_penalty
 
     floor = 1e-3
     low = torch.tensor([5e-4, 1e-3]), torch.tensor([0.9995, 0.999])
@@ -217,7 +216,7 @@ def test_completion_scope_bars_every_completion_token_and_drops_the_lookups(agen
     assert dropped and all((row, query) in queries for _, _, row, query, _ in dropped)
     # instead, the first two anchor tokens read A's in-grid neighbours in the middle full layer,
     # and the direction words read those anchor tokens
-    from activations.agent.supervision import (
+    from goalprobe.agents.supervision import (
         ANCHOR_NEIGHBOUR_HEADS,
         NEIGHBOUR_HEAD,
         grid_cell_positions,
@@ -266,7 +265,7 @@ def test_isolating_the_objects_penalises_the_grid_reading_a_and_g(agent):
 
 
 def test_barrier_weight_ramps_after_the_readout_warmup():
-    from activations.agent.training import barrier_weight_at
+    from goalprobe.agents.training import barrier_weight_at
 
     config = TrainingConfig(object_attention_weight=20.0, readout_warmup_steps=5)
     assert barrier_weight_at(0, config) == 20.0  # no ramp: on at once
@@ -292,7 +291,7 @@ def test_training_config_rejects_bad_barrier_settings(field):
 
 
 def test_fixed_tie_break_plans_take_the_first_optimal_move():
-    from activations.agent.training_data import sample_plan
+    from goalprobe.agents.training_data import sample_plan
 
     examples = plain_examples(6, 13)
     for example in examples:
@@ -326,8 +325,8 @@ def test_the_map_recipe_is_the_shipped_agents_three_phases(capsys):
     ``--map-recipe single`` (before loading anything)."""
     import json
 
-    from activations.agent.bundled import bundled_agent_dir
-    from activations.agent.training import TrainingConfig
+    from goalprobe.agents.bundled import bundled_agent_dir
+    from goalprobe.agents.training import TrainingConfig
 
     script = _train_script()
     phases = script.map_recipe(TrainingConfig(), TrainingDataConfig())

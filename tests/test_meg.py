@@ -1,4 +1,4 @@
-"""Tests of probes.scoring.meg: maximum entropy goal-directedness (MacDermott et al., 2024)."""
+"""Tests of goalprobe.probes.scoring.meg: maximum entropy goal-directedness (MacDermott et al., 2024)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from scipy.optimize import brentq
-
-from probes.scoring.meg import (
+from goalprobe.probes.scoring.meg import (
     MDPBatch,
     TabularMDP,
     expected_utility,
@@ -24,6 +20,9 @@ from probes.scoring.meg import (
     target_variable_meg,
     unknown_utility_meg,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import brentq
 
 LOG2 = math.log(2.0)
 

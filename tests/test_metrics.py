@@ -1,4 +1,4 @@
-"""Tests of activations.gridworld.metrics: hand-computed values, edge cases, properties."""
+"""Tests of goalprobe.gridworld.metrics: hand-computed values, edge cases, properties."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.stats
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from activations.gridworld.core import Action, State
-from activations.gridworld.metrics import (
+from goalprobe.gridworld.core import Action, State
+from goalprobe.gridworld.metrics import (
     ECE_BINS,
     INVALID,
     N_OUTCOMES,
@@ -44,6 +41,8 @@ from activations.gridworld.metrics import (
     trajectory_accuracy,
     trajectory_stage_accuracy,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 LN2, LN3 = math.log(2), math.log(3)
 U, D, L, R = Action.UP, Action.DOWN, Action.LEFT, Action.RIGHT
@@ -549,7 +548,7 @@ def test_key_attraction_bias_hand_computed():
 
 def _rollout_trajectory(grid, policy, actions, grid_id):
     """A TrajectoryData from executing ``actions`` (None = invalid, agent stays) with real dynamics."""
-    from activations.gridworld.dynamics import initial_state, is_success, step
+    from goalprobe.gridworld.dynamics import initial_state, is_success, step
 
     state = initial_state(grid)
     states, taken, optimal = [state], [], []
@@ -570,9 +569,9 @@ def _rollout_trajectory(grid, policy, actions, grid_id):
 
 
 def test_noisy_agent_on_generated_grids_agrees_with_bfs_distances():
-    from activations.gridworld.dynamics import step
-    from activations.gridworld.generator import generate_grid
-    from activations.gridworld.optimal import solve
+    from goalprobe.gridworld.dynamics import step
+    from goalprobe.gridworld.generator import generate_grid
+    from goalprobe.gridworld.optimal import solve
 
     rng = np.random.default_rng(0)
     for g in range(4):
@@ -621,8 +620,8 @@ def test_noisy_agent_on_generated_grids_agrees_with_bfs_distances():
 
 
 def test_optimal_key_door_episode_on_a_hand_grid():
-    from activations.gridworld.core import Grid, Variant
-    from activations.gridworld.optimal import solve
+    from goalprobe.gridworld.core import Grid, Variant
+    from goalprobe.gridworld.optimal import solve
 
     # # # # #      key K at (1, 3), door D at (2, 2), goal G at (3, 1)
     # A _ K #      optimal: RIGHT, RIGHT (key), LEFT (door opens when adjacent with the key),

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from goalprobe.agents.parser import ParseResult, parse_action
+from goalprobe.gridworld.core import Action
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from activations.agent.parser import ParseResult, parse_action
-from activations.gridworld.core import Action
 
 ACTIONS = st.sampled_from(list(Action))
 

@@ -16,23 +16,21 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from activations.agent.harmony import HarmonyTokenIds
-from activations.agent.reasoning import final_text
-from activations.agent.tokenizer import build_tokenizer
-from activations.agent.training import BundledModelConfig, gpt_oss_config
-from activations.capture import BACKENDS, Patch, make_backend
-from activations.gridworld.core import Action
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.text import render
-from goalprobe.figure_files import write_patch_heatmap
-from probes.patching.counterfactuals import (
+from goalprobe.activations.capture import BACKENDS, Patch, make_backend
+from goalprobe.agents.harmony import HarmonyTokenIds
+from goalprobe.agents.reasoning import final_text
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
+from goalprobe.gridworld.core import Action
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.text import render
+from goalprobe.probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
     base_from_grid,
     build_counterfactuals,
 )
-from probes.patching.experiment import (
+from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
     logit_difference,
@@ -41,16 +39,18 @@ from probes.patching.experiment import (
     resolve_layer_sets,
     run_patching,
 )
-from probes.patching.results import summarize, write_results
-from probes.patching.run import draw_bases, run_experiment
-from probes.patching.sites import (
+from goalprobe.probes.patching.results import summarize, write_results
+from goalprobe.probes.patching.run import draw_bases, run_experiment
+from goalprobe.probes.patching.sites import (
     ActionTokens,
     SequenceError,
     build_sequence,
     locate_grid_tokens,
     site_positions,
 )
-from viewer.figures import patch_summary_figure
+from goalprobe.viewer.figures import patch_summary_figure
+
+from goalprobe.figure_files import write_patch_heatmap
 
 N_LAYERS = 3
 
@@ -438,8 +438,8 @@ def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer
 
 def write_store(path, rows, layers, d_model):
     """A real activation store with the given rows (labels filled with typed placeholders)."""
-    from activations.store.schema import LABEL_FIELDS
-    from activations.store.writer import RowBatch, StoreLayout, StoreWriter
+    from goalprobe.activations.store.schema import LABEL_FIELDS
+    from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter
 
     n = len(rows)
     labels = {}
@@ -463,8 +463,8 @@ def write_store(path, rows, layers, d_model):
 
 
 def test_store_source_values_match_live_values(tmp_path, model, tokenizer, backends, pairs):
-    from activations.store.reader import ActivationStore
-    from probes.patching.store_source import StoreSource
+    from goalprobe.activations.store.reader import ActivationStore
+    from goalprobe.probes.patching.store_source import StoreSource
 
     backend = backends["nnsight"]
     context = context_for(
@@ -537,8 +537,8 @@ def source_values_of(items, context, base, path):
     """``(site, origin)`` of the source values when ``items``' base carries ``base``'s ids."""
     from dataclasses import replace
 
-    from activations.store.reader import ActivationStore
-    from probes.patching.store_source import StoreSource
+    from goalprobe.activations.store.reader import ActivationStore
+    from goalprobe.probes.patching.store_source import StoreSource
 
     moved = [replace(i, pair=replace(i.pair, base=base)) for i in items]
     with ActivationStore(path) as store:
@@ -582,8 +582,8 @@ def test_summary_and_files(tmp_path, records):
 
 
 def test_summary_intervals_resample_grids():
-    """The summary's intervals come from the grid bootstrap of ``activations.stats``."""
-    from activations.stats import grid_bootstrap_ratio
+    """The summary's intervals come from the grid bootstrap of ``goalprobe.gridworld.stats``."""
+    from goalprobe.gridworld.stats import grid_bootstrap_ratio
 
     def record(grid, changed, recovered):
         return {
@@ -649,9 +649,9 @@ def plain(output: str) -> str:
 
 def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
     import typer
+    from goalprobe.gridworld.io import write_grid_set
     from typer.testing import CliRunner
 
-    from activations.gridworld.io import write_grid_set
     from goalprobe.commands.patch import command
 
     grids = [
@@ -678,8 +678,8 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
     assert len(pairs) == bundle["preparation"]["n_kept"] > 0
     assert (out / "patch_heatmap.html").stat().st_size > 10_000
     # the verb is run_experiment on the drawn bases: the same records, the same summary
-    from activations.agent.models import load_model
-    from activations.gridworld.io import read_grid_set
+    from goalprobe.agents.models import load_model
+    from goalprobe.gridworld.io import read_grid_set
 
     loaded = load_model(str(model_dir), device="cpu")
     bases = draw_bases([base_from_grid(g) for g in read_grid_set(tmp_path / "grids.jsonl")], 2)
@@ -704,10 +704,10 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
 
 def test_patch_command_on_a_trajectory_file(tmp_path, model_dir, model, tokenizer, backends):
     import typer
+    from goalprobe.agents.trajectories import EpisodeSummary, RunHeader, record_to_json
     from test_counterfactuals import step_record
     from typer.testing import CliRunner
 
-    from activations.agent.trajectories import EpisodeSummary, RunHeader, record_to_json
     from goalprobe.commands.patch import command
 
     context = context_for(backends["nnsight"])

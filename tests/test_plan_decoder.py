@@ -13,11 +13,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
-
-from activations.gridworld.core import PLAN_END, PLAN_PAD
-from probes.plan_decoder import PlanDecoder
-from probes.plan_metrics import (
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD
+from goalprobe.probes.plan_decoder import PlanDecoder
+from goalprobe.probes.plan_metrics import (
     canonical_plans,
     encode_plans,
     majority_plan,
@@ -29,15 +27,21 @@ from probes.plan_metrics import (
     truncate_plans,
     validate_plans,
 )
-from probes.plan_sweep import PlanDataset, PlanSweepConfig, StorePlanLoader, run_plan_sweep
-from probes.serialization import (
+from goalprobe.probes.plan_sweep import (
+    PlanDataset,
+    PlanSweepConfig,
+    StorePlanLoader,
+    run_plan_sweep,
+)
+from goalprobe.probes.serialization import (
     list_predicted_plan_runs,
     load_plan_decoder,
     read_predicted_plans,
     save_plan_decoder,
     write_predicted_plans,
 )
-from probes.training import train_module
+from goalprobe.probes.training import train_module
+from safetensors.torch import load_file
 
 D_MODEL = 64
 E, P = PLAN_END, PLAN_PAD
@@ -367,7 +371,7 @@ def write_tiny_store(
     """A real activation store with both anchor stages at layer 3 (post holds the plans'
     activations, pre holds noise; the last row has no post-reasoning anchor). Without
     ``reasoning`` no row holds a post-reasoning anchor (an agent that never reasons)."""
-    from activations.store import LABEL_FIELDS, StoreLayout, StoreWriter
+    from goalprobe.activations.store import LABEL_FIELDS, StoreLayout, StoreWriter
 
     n, k, d = acts.shape
     rng = np.random.default_rng(0)
@@ -385,7 +389,7 @@ def write_tiny_store(
     present = np.ones(n, bool) if reasoning else np.zeros(n, bool)
     present[-1] = False
     layout = StoreLayout(stages=("pre_reasoning", "post_reasoning"), layers=(3,), d_model=d)
-    from activations.store import RowBatch
+    from goalprobe.activations.store import RowBatch
 
     batch = RowBatch(
         acts={
@@ -511,8 +515,8 @@ def test_decoder_trains_on_cuda_and_predicts_like_cpu(data, tmp_path):
 
 def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     """The plans and distance stages of the demo on a store of an agent that never reasons."""
-    from activations.run_layout import RunLayout
     from goalprobe.config import DistanceConfig, PlanDecoderTraining, PlansConfig, ProbeTraining
+    from goalprobe.run_layout import RunLayout
     from goalprobe.stages import distance, plans
     from goalprobe.stages.context import StageContext
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from probes.position import PositionPrior, PositionProbe, evaluate_positions
-from probes.splits import split_by_grid
+from goalprobe.probes.position import PositionPrior, PositionProbe, evaluate_positions
+from goalprobe.probes.splits import split_by_grid
 
 
 def planted_positions(n_grids=120, steps=4, d_model=48, informative=True, seed=0):
@@ -80,9 +79,8 @@ def test_train_probe_position_target_reads_a_planted_agent_from_a_real_store(
     cell-type sweep's (same seed and fraction)."""
     import json
 
+    from goalprobe.probes.probe_sweep import StoreProbeLoader
     from store_fixtures import make_batch, write_store
-
-    from probes.probe_sweep import StoreProbeLoader
 
     rng = np.random.default_rng(4)
     batches = []

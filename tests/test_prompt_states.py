@@ -1,4 +1,4 @@
-"""Prompt-only states (activations/agent/prompt_states.py, ``goalprobe states``): the same
+"""Prompt-only states (agents/prompt_states.py, ``goalprobe states``): the same
 prompt as a rollout step at the same state, and the same pre-reasoning activations after
 extraction as a full replay of that step."""
 
@@ -6,25 +6,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from activations.agent.harmony import encode_prompt
-from activations.agent.local_backend import LocalBackend
-from activations.agent.prompt_states import (
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.extract import ExtractConfig, extract
+from goalprobe.activations.store import ActivationStore
+from goalprobe.agents.harmony import encode_prompt
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.prompt_states import (
     PromptStatesConfig,
     is_prompt_only,
     sample_states,
     write_prompt_states,
 )
-from activations.agent.rollout import RolloutConfig, run_rollouts
-from activations.agent.trajectories import read_run_header, read_trajectories
-from activations.capture import make_backend
-from activations.extract import ExtractConfig, extract
-from activations.gridworld.core import Variant
-from activations.gridworld.dynamics import initial_state
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
-from activations.gridworld.optimal import solve
-from activations.store import ActivationStore
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.trajectories import read_run_header, read_trajectories
+from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.dynamics import initial_state
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.optimal import solve
 
 
 @pytest.fixture(scope="module")

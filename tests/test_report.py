@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from activations.run_layout import RunLayout
 from goalprobe.report import SECTION_TITLES, headline_rows, stat_text, write_report
+from goalprobe.run_layout import RunLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "compare_headline.py"

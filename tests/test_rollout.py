@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend
-
-from activations.agent.rollout import RolloutConfig, derive_seed, describe_backend, run_rollouts
-from activations.agent.trajectories import (
+from goalprobe.agents.rollout import RolloutConfig, derive_seed, describe_backend, run_rollouts
+from goalprobe.agents.trajectories import (
     SCHEMA,
     TrajectoryFormatError,
     TruncatedLineWarning,
@@ -23,10 +22,10 @@ from activations.agent.trajectories import (
     read_steps,
     read_trajectories,
 )
-from activations.gridworld.core import Grid, Variant
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.metrics import TrajectoryData
-from activations.gridworld.optimal import default_horizon, solve
+from goalprobe.gridworld.core import Grid, Variant
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.gridworld.optimal import default_horizon, solve
 
 
 def key_door_grid() -> Grid:
@@ -286,8 +285,8 @@ def test_seeds_are_stable_and_distinct():
 
 @pytest.mark.slow
 def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path, bundled_agent):
-    from activations.agent.local_backend import LocalBackend
-    from activations.gridworld.dynamics import initial_state, is_success, step
+    from goalprobe.agents.local_backend import LocalBackend
+    from goalprobe.gridworld.dynamics import initial_state, is_success, step
 
     backend = LocalBackend(*bundled_agent)
     config = RolloutConfig(episodes_per_grid=1, batch_size=3, max_new_tokens=96, seed=1)

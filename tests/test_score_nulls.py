@@ -1,4 +1,4 @@
-"""Nulls of the belief scores (probes.scoring.nulls) on constructed steps with known answers.
+"""Nulls of the belief scores (goalprobe.probes.scoring.nulls) on constructed steps with known answers.
 
 Steps are built without the code under test: grids from the generator, a noisy agent at random
 open cells (an optimal action with probability 0.6, else a uniformly random one), the true optimal
@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from activations.gridworld.core import Action, CellType
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.optimal import solve
-from probes.scoring.belief_table import StepTable, belief_metrics, score_rows
-from probes.scoring.config import ScoreConfig
-from probes.scoring.nulls import fit_prior, other_grid_sources, score_nulls
+from goalprobe.gridworld.core import Action, CellType
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.scoring.belief_table import StepTable, belief_metrics, score_rows
+from goalprobe.probes.scoring.config import ScoreConfig
+from goalprobe.probes.scoring.nulls import fit_prior, other_grid_sources, score_nulls
 
 CANVAS = 9
 ALL_CLASSES = np.asarray([int(c) for c in CellType], dtype=np.uint8)

@@ -1,4 +1,4 @@
-"""``goalprobe score`` (goalprobe.scoring over probes.scoring) on a real small run directory.
+"""``goalprobe score`` (goalprobe.scoring over goalprobe.probes.scoring) on a real small run directory.
 
 The run is built with the real stages: a seeded grid set (plain and key-no-door grids), rollouts
 by ``run_rollouts`` with a scripted noisy-optimal agent (tests/viewer_fixtures.py), a real
@@ -25,28 +25,28 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store.labels import episode_labels
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.gridworld.core import CellType, Grid
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import read_grid_set, write_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.scoring.belief import StepBelief, score_step, summarise
+from goalprobe.probes.scoring.belief_table import belief_metrics, expand_classes
+from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
+from goalprobe.probes.scoring.grid_meg import grid_meg, subjective_grid_meg
+from goalprobe.probes.scoring.grouped import CSV_COLUMNS
+from goalprobe.probes.scoring.meg_table import decoded_grid
+from goalprobe.probes.serialization import write_decoded_maps
+from goalprobe.viewer.figures import belief_figure, meg_figure, topk_figure
 from typer.testing import CliRunner
 from viewer_fixtures import NoisyOptimalBackend
 
-from activations.agent.rollout import RolloutConfig, run_rollouts
-from activations.agent.trajectories import read_trajectories
-from activations.gridworld.core import CellType, Grid
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import read_grid_set, write_grid_set
-from activations.gridworld.optimal import solve
-from activations.run_layout import RunLayout
-from activations.store import RowBatch, StoreLayout, StoreWriter
-from activations.store.labels import episode_labels
 from goalprobe.figure_files import write_scoring_figures
+from goalprobe.run_layout import RunLayout
 from goalprobe.scoring import score_run
-from probes.scoring.belief import StepBelief, score_step, summarise
-from probes.scoring.belief_table import belief_metrics, expand_classes
-from probes.scoring.config import ScoreConfig, ScoringError
-from probes.scoring.grid_meg import grid_meg, subjective_grid_meg
-from probes.scoring.grouped import CSV_COLUMNS
-from probes.scoring.meg_table import decoded_grid
-from probes.serialization import write_decoded_maps
-from viewer.figures import belief_figure, meg_figure, topk_figure
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
 N_BOOT = 200
@@ -184,7 +184,7 @@ def test_oracle_maps_agree_with_the_truth(run):
         np.mean([len(s.optimal_actions) for s in steps]) / 4
     )
     # on plain grids the decoded optimal policy is the true one (on key grids the decoded
-    # rule heads for the goal, not for the key first: see probes.scoring.belief)
+    # rule heads for the goal, not for the key first: see goalprobe.probes.scoring.belief)
     plain = entry["by_variant"]["plain"]
     is_plain = np.array([s.variant == "plain" for s in steps])
     assert plain["acc_dec"]["value"] == pytest.approx(gt[is_plain].mean())
@@ -208,7 +208,7 @@ def test_planted_next_cell_goal_gives_hand_computed_recovery(run):
 def test_point_values_equal_summarise(run):
     root, facts, summary = run
     steps = facts["steps"]
-    from probes.serialization import read_decoded_maps
+    from goalprobe.probes.serialization import read_decoded_maps
 
     maps = read_decoded_maps(root / "probes" / "decoded" / "next_goal.h5")
     scores = []
@@ -520,8 +520,9 @@ def test_every_source_is_scored_under_its_nulls(run):
 
 
 def test_version_1_belief_files_still_read(run):
+    from goalprobe.probes.scoring.belief_table import belief_csv_rows
+
     from goalprobe.commands.score import _belief_table
-    from probes.scoring.belief_table import belief_csv_rows
 
     _, _, summary = run
     old = json.loads(json.dumps(summary.belief))

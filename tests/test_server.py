@@ -18,15 +18,14 @@ import pytest
 from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend, serving
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-
-from activations.agent.backend import SamplingConfig
-from activations.agent.prompts import build_messages
-from activations.agent.rollout import RolloutConfig, run_rollouts
-from activations.agent.server_app import ServeConfig, create_app
-from activations.agent.server_backend import ServerBackend, ServerConfig, ServerError
-from activations.agent.trajectories import read_trajectories
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.text import render
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.server_app import ServeConfig, create_app
+from goalprobe.agents.server_backend import ServerBackend, ServerConfig, ServerError
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.text import render
 
 SECRET = "sk-goalprobe-test-3f9c1d7e5b2a4c6e8f0a"
 KEY_ENV = "GOALPROBE_TEST_SERVER_KEY"

@@ -14,19 +14,18 @@ from dataclasses import asdict
 import httpx
 import pytest
 from agent_fixtures import SHORT_TEMPLATES, serving
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.local_backend import PerRowSampler
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts
+from goalprobe.agents.server_app import ServeConfig, create_app
+from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.text import render
 from server_fixtures import FAULTS, TINY_MODEL, PoisonableBackend, faulty_server
 from typer.testing import CliRunner
-
-from activations.agent.backend import SamplingConfig
-from activations.agent.local_backend import PerRowSampler
-from activations.agent.prompts import build_messages
-from activations.agent.rollout import RolloutConfig, RolloutStopped, run_rollouts
-from activations.agent.server_app import ServeConfig, create_app
-from activations.agent.server_backend import ServerBackend, ServerConfig
-from activations.agent.trajectories import read_trajectories
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
-from activations.gridworld.text import render
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +142,7 @@ def test_oversize_prompt_and_body_are_refused_before_any_compute(tiny_server):
 
 def test_max_tokens_is_clamped_to_the_context_left(tiny_server, tiny_backend):
     url, _ = tiny_server
-    from activations.agent.harmony import Message
+    from goalprobe.agents.harmony import Message
 
     messages = [Message("user", "x " * 445)]
     prompt_length = len(tiny_backend.encode_prompt(messages))

@@ -1,4 +1,4 @@
-"""Tests of activations.stats.bootstrap_ci."""
+"""Tests of goalprobe.gridworld.stats.bootstrap_ci."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
-
-from activations.stats import bootstrap_ci
+from goalprobe.gridworld.stats import bootstrap_ci
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def test_validation():
 
 # -- the grid bootstrap -----------------------------------------------------------------------
 
-from activations.stats import (  # noqa: E402
+from goalprobe.gridworld.stats import (  # noqa: E402
     GridBootstrap,
     grid_bootstrap_ratio,
     grid_mean,

@@ -8,12 +8,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from store_fixtures import ATTRS, LAYOUT, make_batch, write_store
-
-from activations.gridworld.core import CellType
-from activations.store import (
+from goalprobe.activations.store import (
     ActivationStore,
     IncompleteStoreError,
     RowBatch,
@@ -23,9 +18,13 @@ from activations.store import (
     read_rows,
     shard_of,
 )
-from activations.store.schema import LABEL_FIELDS
-from activations.store.shards import Shard
-from probes.splits import split_by_grid
+from goalprobe.activations.store.schema import LABEL_FIELDS
+from goalprobe.activations.store.shards import Shard
+from goalprobe.gridworld.core import CellType
+from goalprobe.probes.splits import split_by_grid
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_fixtures import ATTRS, LAYOUT, make_batch, write_store
 
 
 @pytest.fixture

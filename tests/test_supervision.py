@@ -1,4 +1,4 @@
-"""The bundled agent's auxiliary training signals (activations/agent/supervision.py)."""
+"""The bundled agent's auxiliary training signals (agents/supervision.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_training_model
-
-from activations.agent.supervision import (
+from goalprobe.agents.supervision import (
     NEIGHBOUR_HEAD,
     OBJECT_HEAD,
     CoordinateReadout,
@@ -17,21 +16,21 @@ from activations.agent.supervision import (
     attention_targets,
     grid_cell_positions,
 )
-from activations.agent.tokenizer import build_tokenizer
-from activations.agent.training import (
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.agents.training import (
     TrainingConfig,
     shared_prefix_loss,
     train,
     training_loss,
 )
-from activations.agent.training_data import (
+from goalprobe.agents.training_data import (
     IGNORE_INDEX,
     TrainingDataConfig,
     encode_batch,
     sample_batch_examples,
 )
-from activations.gridworld.core import SYMBOLS, Action, CellType
-from activations.gridworld.text import cell_types
+from goalprobe.gridworld.core import SYMBOLS, Action, CellType
+from goalprobe.gridworld.text import cell_types
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Emphasis of the bundled agent's training on its decisive states and tokens
-(activations/agent/training_data.py: detour states; activations/agent/training.py: the decision loss)."""
+(agents/training_data.py: detour states; agents/training.py: the decision loss)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,22 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_training_model
-
-from activations.agent.tokenizer import build_tokenizer
-from activations.agent.training import (
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.agents.training import (
     TrainingConfig,
     decision_loss,
     training_loss,
 )
-from activations.agent.training_data import (
+from goalprobe.agents.training_data import (
     TrainingDataConfig,
     encode_batch,
     is_detour_state,
     sample_batch_examples,
     sample_state,
 )
-from activations.gridworld.core import Action, Grid, State
-from activations.gridworld.generator import generate_grid
-from activations.gridworld.optimal import solve
+from goalprobe.gridworld.core import Action, Grid, State
+from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import solve
 
 
 @pytest.fixture(scope="module")

@@ -173,7 +173,7 @@ def test_plan_strip_colours_agree_with_its_caption(page):
             return {z: plot.data[0].z, title: plot.layout.title.text};
         }"""
     )
-    from viewer.figures.plans import STRIP_COLOURS
+    from goalprobe.viewer.figures.plans import STRIP_COLOURS
 
     match = list(STRIP_COLOURS).index("match")
     green = strip["z"][0].count(match)
@@ -351,9 +351,9 @@ def _check_false_belief_panels(drawn: dict, recorded: list, agent: int) -> None:
 
 
 def test_false_belief_tab_steps_through_an_episode_with_three_maps(page, browser, run_dir):
-    from activations.gridworld.core import CellType
-    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
-    from viewer.data import RunData
+    from goalprobe.gridworld.core import CellType
+    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.viewer.data import RunData
 
     fb = RunData(run_dir).false_belief_episodes()
     lying = [
@@ -444,8 +444,8 @@ def test_the_server_binds_loopback_only(server):
 
 
 def test_static_export_renders_without_network(browser, run_dir, tmp_path):
-    from viewer.data import RunData
-    from viewer.export import export_html
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.export import export_html
 
     first = next(iter(RunData(run_dir).episodes))
     out = export_html(run_dir, tmp_path / "export.html", episodes=[first])

@@ -14,23 +14,21 @@ import shutil
 
 import numpy as np
 import pytest
-from viewer_fixtures import shared_run
-
-from activations.agent.trajectories import read_trajectories
-from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, parse
-from activations.store import ActivationStore
-from viewer import figures as F
-from viewer.data import (
+from goalprobe.activations.store import ActivationStore
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, parse
+from goalprobe.viewer import figures as F
+from goalprobe.viewer.data import (
     N_CLASSES,
     RunData,
     UnknownKeyError,
     UnsafePathError,
     full_class_probs,
 )
-from viewer.figures.plans import STRIP_COLOURS
-from viewer.step import (
+from goalprobe.viewer.figures.plans import STRIP_COLOURS
+from goalprobe.viewer.step import (
     NO_FALSE_BELIEF,
     build_false_belief_step,
     build_step_view,
@@ -39,6 +37,7 @@ from viewer.step import (
     false_belief_step_figure,
     step_figures,
 )
+from viewer_fixtures import shared_run
 
 # ------------------------------------------------------------------------------------------
 # figures
@@ -357,7 +356,7 @@ def test_episode_rows_join_the_store_by_ids(run, run_dir):
 
 
 def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
-    from probes.serialization import read_decoded_maps
+    from goalprobe.probes.serialization import read_decoded_maps
 
     full = read_decoded_maps(run_dir / "probes" / "decoded" / "mlp_post_L3.h5")
     position = {int(r): i for i, r in enumerate(full.row_ids)}
@@ -377,7 +376,7 @@ def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
 
 
 def test_predicted_plans_match_the_file(run, run_dir):
-    from probes.serialization import read_predicted_plans
+    from goalprobe.probes.serialization import read_predicted_plans
 
     key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
     source = run.plan_sources[key]
@@ -436,9 +435,9 @@ def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
 
 
 def test_false_belief_steps_draw_true_shown_and_decoded_maps(run, run_dir, tmp_path):
-    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
-    from probes.scoring.false_belief import oracle_optimal_mask
-    from probes.serialization import read_step_maps
+    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
+    from goalprobe.probes.serialization import read_step_maps
 
     fb = run.false_belief_episodes()
     assert fb is not None and fb.maps_why is None
@@ -573,7 +572,7 @@ def test_probe_metrics_come_from_the_cards(run):
 
 
 def test_first_screen_is_a_step_with_a_decoded_map(run):
-    from viewer.step import default_episode, default_map_source
+    from goalprobe.viewer.step import default_episode, default_map_source
 
     source = default_map_source(run)
     mapped = run.episodes_with_maps(source)
@@ -596,7 +595,7 @@ def test_first_screen_is_a_step_with_a_decoded_map(run):
 
 
 def test_export_is_self_contained_and_escapes_run_text(run_dir, tmp_path):
-    from viewer.export import export_html
+    from goalprobe.viewer.export import export_html
 
     copy = tmp_path / "hostile"
     shutil.copytree(run_dir, copy)
@@ -766,7 +765,7 @@ def test_patch_summary_figure_draws_rates_by_site_and_layers():
 
 
 def test_only_the_viewer_figures_draw():
-    """The library computes, the application writes, viewer.figures draws: no other module
+    """The library computes, the application writes, goalprobe.viewer.figures draws: no other module
     builds a plotly figure."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     drawing = re.compile(
@@ -787,8 +786,8 @@ def test_only_the_viewer_figures_draw():
 
 
 def test_a_folder_of_runs_is_served_with_an_agent_picker(run_dir, tmp_path):
-    from viewer.app import create_multi_run_app
-    from viewer.data import find_runs
+    from goalprobe.viewer.app import create_multi_run_app
+    from goalprobe.viewer.data import find_runs
 
     parent = tmp_path / "agents"
     parent.mkdir()

@@ -19,18 +19,17 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-from activations.agent.backend import Completion
-from activations.agent.reasoning import final_text, reasoning_text
-from activations.agent.rollout import RolloutConfig, run_rollouts
-from activations.agent.trajectories import read_trajectories
-from activations.gridworld.core import Action, CellType
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import parse
-from activations.store import RowBatch, StoreLayout, StoreWriter
-from activations.store.labels import episode_labels
+from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store.labels import episode_labels
+from goalprobe.agents.backend import Completion
+from goalprobe.agents.reasoning import final_text, reasoning_text
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.trajectories import read_trajectories
+from goalprobe.gridworld.core import Action, CellType
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import parse
 
 STAGES = ("pre_reasoning", "post_reasoning")
 LAYERS = (3, 5)
@@ -119,8 +118,8 @@ def build_run(
     min_distance: int = 7,
 ) -> Path:
     """Write a complete run directory under ``root`` and return it."""
-    from probes.patching.results import summarize, write_results
-    from probes.serialization import write_decoded_maps, write_predicted_plans
+    from goalprobe.probes.patching.results import summarize, write_results
+    from goalprobe.probes.serialization import write_decoded_maps, write_predicted_plans
 
     rng = np.random.default_rng(seed)
     grids = generate_grid_set(
@@ -300,14 +299,14 @@ def write_false_belief(root: Path, *, seed: int = 0) -> None:
     prompt draws), the probe-reading part of its results and every step's decoded map, with a
     stand-in probe that decodes exactly what the prompt drew (the shown grid); the last step of
     each episode and the steps on a stale goal have no decoded map (the viewer must say so)."""
-    from activations.gridworld.false_belief import (
+    from goalprobe.gridworld.false_belief import (
         FALSE_BELIEF,
         FalseBeliefSetConfig,
         generate_false_belief_set,
         pair_facts,
     )
-    from activations.gridworld.text import cell_types
-    from probes.scoring.false_belief import decoded_cells, decoded_table
+    from goalprobe.gridworld.text import cell_types
+    from goalprobe.probes.scoring.false_belief import decoded_cells, decoded_table
 
     grids = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=1, seed=seed))
     write_grid_set(root / "false_belief" / "grids.jsonl", grids)
@@ -329,8 +328,8 @@ def write_false_belief(root: Path, *, seed: int = 0) -> None:
     }
     (root / "false_belief" / "results.json").write_text(json.dumps(results), encoding="utf-8")
 
-    from activations.gridworld.text import padded_cell_types
-    from probes.serialization import write_step_maps
+    from goalprobe.gridworld.text import padded_cell_types
+    from goalprobe.probes.serialization import write_step_maps
 
     traj = root / "false_belief" / "trajectories.jsonl"
     config = RolloutConfig(episodes_per_grid=2, horizon_steps=4, seed=seed)

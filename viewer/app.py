@@ -17,7 +17,7 @@ optimal on the shown and on the true grid.
 
 Every callback input is checked against allow-lists built on the server (episode keys,
 (stage, layer, family) triples, plan-source keys, class names); nothing sent by the browser is
-used as a path. Data is loaded per episode (:mod:`viewer.data`).
+used as a path. Data is loaded per episode (:mod:`goalprobe.viewer.data`).
 """
 
 from __future__ import annotations
@@ -30,22 +30,21 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
-
-from activations.agent.trajectories import TrajectoryFormatError
-from activations.gridworld.core import CellType
-from viewer.data import STAGES, RunData, UnknownKeyError, find_runs
-from viewer.false_belief_tab import (
+from goalprobe.agents.trajectories import TrajectoryFormatError
+from goalprobe.gridworld.core import CellType
+from goalprobe.viewer.data import STAGES, RunData, UnknownKeyError, find_runs
+from goalprobe.viewer.false_belief_tab import (
     false_belief_cards,
     false_belief_tab,
     register_false_belief_callbacks,
 )
-from viewer.figures import (
+from goalprobe.viewer.figures import (
     class_name,
     empty_figure,
     prefix_accuracy_grid_figure,
     probe_comparison_figure,
 )
-from viewer.step import (
+from goalprobe.viewer.step import (
     build_step_view,
     default_episode,
     default_map_source,
@@ -53,7 +52,7 @@ from viewer.step import (
     step_figures,
     timeline_figure,
 )
-from viewer.widgets import (
+from goalprobe.viewer.widgets import (
     GRAPH_CONFIG,
     GRID_HEIGHT,
     badge,

@@ -1,6 +1,6 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Every path comes from the run's :class:`~activations.run_layout.RunLayout`; every file may be
+Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout`; every file may be
 missing (:attr:`RunData.missing` says which are). What is read here:
 
 * grid set (goalprobe.gridset/2, /1) and trajectories (goalprobe.trajectory/2, /1);
@@ -43,18 +43,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from activations.agent.trajectories import (
+from goalprobe.agents.trajectories import (
     EpisodeSummary,
     RunHeader,
     StepRecord,
     TrajectoryFormatError,
     parse_record,
 )
-from activations.gridworld.core import CellType, Grid
-from activations.gridworld.text import parse
-from activations.run_layout import RunLayout
-from viewer.figures.probes import baseline_values
+from goalprobe.gridworld.core import CellType, Grid
+from goalprobe.gridworld.text import parse
+from goalprobe.viewer.figures.probes import baseline_values
+
+from goalprobe.run_layout import RunLayout
 
 N_CLASSES = len(CellType)
 """Width of the class axis after :func:`full_class_probs` (indexed by ``CellType``)."""
@@ -247,7 +247,7 @@ class FalseBeliefEpisodes:
 
     def label(self, key: str) -> str:
         """Short human label: grid, episode, kind and role, outcome and length."""
-        from activations.gridworld.false_belief import pair_facts
+        from goalprobe.gridworld.false_belief import pair_facts
 
         episode = self.episodes[key]
         s = episode.summary
@@ -704,7 +704,7 @@ class RunData:
 
     def _grid(self, info: EpisodeInfo, steps: Sequence[StepRecord]) -> Grid:
         """The episode's grid: from the grid set when it holds it, else from the first step."""
-        from activations.gridworld.io import grid_from_dict
+        from goalprobe.gridworld.io import grid_from_dict
 
         offsets = self._grid_index()
         if info.grid_id in offsets and self._grids_path is not None:
@@ -750,7 +750,7 @@ class RunData:
 
     def _store_rows(self) -> dict[tuple[str, int], dict[int, int]] | None:
         """(grid_id, episode) -> {step: store row} for rows of this run (built once)."""
-        from activations.store import ActivationStore, StoreFormatError
+        from goalprobe.activations.store import ActivationStore, StoreFormatError
 
         with self._lock:
             if self._store_index is None and self._store_path is not None:
@@ -903,8 +903,7 @@ class RunData:
             ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``.
         """
         import h5py
-
-        from probes.plan_metrics import plan_metrics, truncate_plans
+        from goalprobe.probes.plan_metrics import plan_metrics, truncate_plans
 
         source = self.plan_source(source_key)
 
@@ -956,9 +955,9 @@ class RunData:
         Raises:
             ValueError: the grid set or the results are unreadable.
         """
-        from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
-        from activations.gridworld.io import GridSetFormatError, read_grid_set
-        from activations.gridworld.text import cell_types
+        from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+        from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+        from goalprobe.gridworld.text import cell_types
 
         grids_path, results_path = self.layout.false_belief_grids, self.layout.false_belief_results
         if not (grids_path.is_file() and results_path.is_file()):
@@ -1014,9 +1013,9 @@ class RunData:
             return self._false_belief[0]
 
     def _read_false_belief(self) -> FalseBeliefEpisodes | None:
-        from activations.agent.trajectories import read_trajectories
-        from activations.gridworld.io import GridSetFormatError, read_grid_set
-        from probes.serialization import read_step_maps
+        from goalprobe.agents.trajectories import read_trajectories
+        from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+        from goalprobe.probes.serialization import read_step_maps
 
         layout = self.layout
         grids_path = self.resolve(self._relative(layout.false_belief_grids))
@@ -1061,7 +1060,7 @@ class RunData:
 
         Returns:
             ``[{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}]`` for the
-            cards that hold :func:`probes.metrics.evaluate_cell_maps` output (``models`` ->
+            cards that hold :func:`goalprobe.probes.metrics.evaluate_cell_maps` output (``models`` ->
             metric -> ``{value, ci_low, ci_high}``); the model named ``probe`` (else the first)
             is used; ``baselines`` holds the controls the sweep scored beside it (majority,
             size and size-density priors, shuffled labels; :func:`baseline_values`).

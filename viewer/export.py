@@ -15,10 +15,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from activations.gridworld.core import CellType
-from viewer.data import RunData, UnknownKeyError
-from viewer.figures import LEGEND, class_name, probability_figure
-from viewer.step import (
+from goalprobe.gridworld.core import CellType
+from goalprobe.viewer.data import RunData, UnknownKeyError
+from goalprobe.viewer.figures import LEGEND, class_name, probability_figure
+from goalprobe.viewer.step import (
     StepView,
     build_step_view,
     default_map_source,
@@ -262,7 +262,7 @@ def export_html(
         run: an opened run or a run directory.
         out_path: the ``.html`` file to write.
         episodes: episode specs for :func:`select_episodes` (default: the first three).
-        map_source: decoded-map source key (default: :func:`viewer.step.default_map_source`).
+        map_source: decoded-map source key (default: :func:`goalprobe.viewer.step.default_map_source`).
         plan_source: plan source key (default: the best match of the map's stage and layer).
 
     Returns:

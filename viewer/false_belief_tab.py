@@ -8,11 +8,10 @@ import logging
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
-
-from viewer.data import RunData, UnknownKeyError
-from viewer.figures import empty_figure, false_belief_maps_figure
-from viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
-from viewer.widgets import (
+from goalprobe.viewer.data import RunData, UnknownKeyError
+from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
+from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
+from goalprobe.viewer.widgets import (
     GRAPH_CONFIG,
     GRID_HEIGHT,
     badge,
@@ -46,7 +45,7 @@ def _false_belief_options(run: RunData) -> list[dict]:
     fb, _ = _false_belief_episodes(run)
     if fb is None:
         return []
-    from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 
     def first(key: str) -> bool:
         facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}

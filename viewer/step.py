@@ -8,12 +8,12 @@ reasoning text and the step's patching records. :func:`step_figures` draws it.
 false_belief stage's own rollouts): the true grid, the grid the prompt drew and the step's
 decoded map, with the action's optimality on each; :func:`false_belief_step_figure` draws it.
 
-Decoded grid (study, section 5.2; the same rule as :mod:`probes.scoring.belief`): within the
+Decoded grid (study, section 5.2; the same rule as :mod:`goalprobe.probes.scoring.belief`): within the
 true size ``n``, walls are the cells whose argmax class is ``WALL`` (plus ``DOOR`` while the
 true door is locked), and the agent and goal are the cells with the highest ``P(AGENT)`` and
 ``P(GOAL)``. Its optimal actions come from breadth-first distances to the decoded goal
-(:func:`activations.gridworld.optimal.bfs_distances`, through
-:func:`probes.scoring.belief.optimal_mask_for_pair`).
+(:func:`goalprobe.gridworld.optimal.bfs_distances`, through
+:func:`goalprobe.probes.scoring.belief.optimal_mask_for_pair`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
-from activations.gridworld.dynamics import rollout
-from activations.gridworld.text import cell_types, parse
-from activations.store.labels import plan_rows
-from probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
-from viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
-from viewer.figures import (
+from goalprobe.activations.store.labels import plan_rows
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
+from goalprobe.gridworld.dynamics import rollout
+from goalprobe.gridworld.text import cell_types, parse
+from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
+from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
+from goalprobe.viewer.figures import (
     DECODED_COLOUR,
     cell_map_figure,
     class_name,
@@ -309,7 +308,7 @@ def step_figures(
         view: from :func:`build_step_view`.
         cell_class: the ``CellType`` of the probability heatmap.
         show_legend: legends inside the grid figures (False when the page draws
-            :data:`viewer.figures.LEGEND` once for all of them).
+            :data:`goalprobe.viewer.figures.LEGEND` once for all of them).
     """
     action = None if view.action is None else int(view.action)
     figs: dict[str, object] = {
@@ -488,8 +487,8 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
     Raises:
         UnknownKeyError: the run has no false-belief episodes, or ``episode`` is not one.
     """
-    from activations.gridworld.false_belief import pair_facts
-    from probes.scoring.false_belief import oracle_optimal_mask
+    from goalprobe.gridworld.false_belief import pair_facts
+    from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
 
     fb = run.false_belief_episodes()
     if fb is None or not isinstance(episode, str) or episode not in fb.episodes:

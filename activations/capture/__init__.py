@@ -1,7 +1,7 @@
 """Residual-stream backends: nnsight (default, local or NDIF), TransformerLens, plain hooks.
 
-One adapter per library (:class:`~activations.capture.base.ResidualBackend`), used both by
-extraction (:meth:`~activations.capture.base.ResidualBackend.capture`: read the output of chosen
+One adapter per library (:class:`~goalprobe.activations.capture.base.ResidualBackend`), used both by
+extraction (:meth:`~goalprobe.activations.capture.base.ResidualBackend.capture`: read the output of chosen
 decoder blocks at chosen token positions of a right-padded batch, stopping the forward pass
 after the last requested block) and by the patching experiment (``clean_run``,
 ``patched_logits``, ``generate``: overwrite the residual stream after chosen blocks). All three
@@ -10,7 +10,7 @@ agree with the plain-hook reference up to floating-point reassociation.
 
 from __future__ import annotations
 
-from activations.capture.base import (
+from goalprobe.activations.capture.base import (
     BackendUnavailableError,
     CleanRun,
     Patch,
@@ -39,17 +39,17 @@ def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
         BackendUnavailableError: the library cannot wrap this model.
     """
     if name == "nnsight":
-        from activations.capture.nnsight_backend import NnsightBackend
+        from goalprobe.activations.capture.nnsight_backend import NnsightBackend
 
         return NnsightBackend(model, tokenizer, **kwargs)
     if name == "transformer_lens":
-        from activations.capture.tl_backend import TransformerLensBackend
+        from goalprobe.activations.capture.tl_backend import TransformerLensBackend
 
         if tokenizer is None:
             raise ValueError("wrapping a loaded model with TransformerLens needs its tokenizer")
         return TransformerLensBackend(model, tokenizer, **kwargs)
     if name == "hooks":
-        from activations.capture.hooks_backend import HookBackend
+        from goalprobe.activations.capture.hooks_backend import HookBackend
 
         return HookBackend(model, tokenizer, **kwargs)
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from goalprobe.agents.models import cache_keyword, output_cache
 from torch import nn
-
-from activations.agent.models import cache_keyword, output_cache
 
 _LAYER_PATHS: tuple[str, ...] = (
     "model.layers",
@@ -253,7 +252,7 @@ class ResidualBackend(ABC):
         alone (never on earlier batches), so a resumed extraction computes the same values.
         Without a tokenizer holding ``<|start|>`` the whole shared prefix runs once.
         """
-        from activations.agent.harmony import START
+        from goalprobe.agents.harmony import START
 
         if self.tokenizer is None or START not in self.tokenizer.get_vocab():
             return len(prefix)
@@ -343,7 +342,7 @@ class ResidualBackend(ABC):
 
     def cache_keyword(self) -> str:
         """The keyword this backend's forward call takes a KV cache by (see
-        :func:`activations.agent.models.cache_keyword`)."""
+        :func:`goalprobe.agents.models.cache_keyword`)."""
         return cache_keyword(self.model)
 
     def _prefix_kv(self, prefix: np.ndarray, rows: int):

@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from torch import nn
-
-from activations.capture.base import (
+from goalprobe.activations.capture.base import (
     CleanRun,
     Patch,
     ResidualBackend,
@@ -28,6 +26,7 @@ from activations.capture.base import (
     layer_plan,
     strip_stop,
 )
+from torch import nn
 
 
 class _StopForward(Exception):

@@ -24,9 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import nn
-
-from activations.capture.base import (
+from goalprobe.activations.capture.base import (
     CleanRun,
     Patch,
     ResidualBackend,
@@ -38,6 +36,7 @@ from activations.capture.base import (
     layer_plan,
     strip_stop,
 )
+from torch import nn
 
 
 class RemoteCaptureError(RuntimeError):

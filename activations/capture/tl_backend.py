@@ -26,9 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import nn
-
-from activations.capture.base import (
+from goalprobe.activations.capture.base import (
     BackendUnavailableError,
     CleanRun,
     Patch,
@@ -40,6 +38,7 @@ from activations.capture.base import (
     readout_index,
     strip_stop,
 )
+from torch import nn
 
 
 class TransformerLensBackend(ResidualBackend):

@@ -1,18 +1,18 @@
 """The versioned HDF5 activation store: layout, writer, reader, sharding and merge.
 
-Layout and attributes: :mod:`activations.store.schema`. Typical use::
+Layout and attributes: :mod:`goalprobe.activations.store.schema`. Typical use::
 
     store = ActivationStore("acts.h5")
     rows = store.select("pre_reasoning", sizes=[7, 9], grid_ids=train_grids)
     for batch in store.iter_batches("pre_reasoning", 15, 256, rows, fields=["cell_types"]):
         ...  # batch.acts: (B, 3, d_model) float16
 
-Splits by grid are made where the data is read for training (:mod:`probes.splits`).
+Splits by grid are made where the data is read for training (:mod:`goalprobe.probes.splits`).
 """
 
-from activations.store.merge import concatenate_stores, merge_shards
-from activations.store.reader import ActivationStore, Batch, read_rows
-from activations.store.schema import (
+from goalprobe.activations.store.merge import concatenate_stores, merge_shards
+from goalprobe.activations.store.reader import ActivationStore, Batch, read_rows
+from goalprobe.activations.store.schema import (
     ALL_STAGES,
     ANCHOR_STAGES,
     GRID_CELLS,
@@ -22,8 +22,8 @@ from activations.store.schema import (
     IncompleteStoreError,
     StoreFormatError,
 )
-from activations.store.shards import Shard, shard_of
-from activations.store.writer import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store.shards import Shard, shard_of
+from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter
 
 __all__ = [
     "ALL_STAGES",

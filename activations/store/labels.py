@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from activations.agent.trajectories import Episode, StepRecord
-from activations.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action
-from activations.gridworld.text import GridParseError, padded_cell_types, parse
+from goalprobe.agents.trajectories import Episode, StepRecord
+from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action
+from goalprobe.gridworld.text import GridParseError, padded_cell_types, parse
 
 
 def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> np.ndarray:
@@ -61,7 +60,7 @@ def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndar
     """Labels of every step of ``episode`` (every field of ``LABEL_FIELDS`` but ``seq_len``).
 
     Args:
-        episode: a finished episode from :func:`activations.agent.trajectories.read_trajectories`.
+        episode: a finished episode from :func:`goalprobe.agents.trajectories.read_trajectories`.
         first_step_index: index of the episode's first step among all steps of the file.
 
     Returns:

@@ -2,7 +2,7 @@
 
 Both copy rows into one new self-contained store (no virtual datasets, so the result does not
 depend on its inputs staying in place), block by block, through
-:class:`~activations.store.writer.StoreWriter` (atomic: the output appears only when complete).
+:class:`~goalprobe.activations.store.writer.StoreWriter` (atomic: the output appears only when complete).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from activations.store.reader import ActivationStore
-from activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
-from activations.store.shards import shard_of
-from activations.store.writer import RowBatch, StoreLayout, StoreWriter, utc_now
+from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
+from goalprobe.activations.store.shards import shard_of
+from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter, utc_now
 
 _BLOCK_BYTES = 64 << 20
 

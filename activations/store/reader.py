@@ -2,7 +2,7 @@
 
 :class:`ActivationStore` opens a file read-only and checks it before anything is read: a
 missing, foreign (not HDF5 or another schema), truncated or incomplete file raises
-:class:`~activations.store.schema.StoreFormatError` (or ``FileNotFoundError``) naming the file.
+:class:`~goalprobe.activations.store.schema.StoreFormatError` (or ``FileNotFoundError``) naming the file.
 Activations are never loaded whole: :meth:`ActivationStore.read` and
 :meth:`ActivationStore.iter_batches` read only the requested rows, in row-sorted spans.
 """
@@ -18,8 +18,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-
-from activations.store.schema import (
+from goalprobe.activations.store.schema import (
     ALL_STAGES,
     LABEL_FIELDS,
     SCHEMA,
@@ -29,7 +28,7 @@ from activations.store.schema import (
     layer_name,
     stage_tokens,
 )
-from activations.store.writer import RowBatch
+from goalprobe.activations.store.writer import RowBatch
 
 _SPAN_ROWS = 4096
 
@@ -294,7 +293,7 @@ class ActivationStore:
         """Label fields of ``rows`` (all rows by default).
 
         Args:
-            fields: names from :data:`~activations.store.schema.LABEL_FIELDS` (all by default).
+            fields: names from :data:`~goalprobe.activations.store.schema.LABEL_FIELDS` (all by default).
             rows: ``(M,)`` int rows or an ``(N,)`` bool mask.
 
         Returns:
@@ -472,7 +471,7 @@ class ActivationStore:
             rows: ``(M,)`` int rows.
 
         Returns:
-            a :class:`~activations.store.writer.RowBatch` of ``M`` rows (absent stages are zeros).
+            a :class:`~goalprobe.activations.store.writer.RowBatch` of ``M`` rows (absent stages are zeros).
         """
         idx = self._rows(rows)
         acts: dict[str, dict[int, np.ndarray]] = {}

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
+from goalprobe.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
 
 SCHEMA = "goalprobe.activations"
 """Value of the root ``schema`` attribute."""
@@ -31,7 +30,7 @@ SCHEMA_VERSION = 1
 """Value of the root ``schema_version`` attribute; bumped on any incompatible change."""
 
 ANCHOR_STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-"""The two anchor stages (same names as ``activations.agent.harmony.ANCHOR_NAMES``)."""
+"""The two anchor stages (same names as ``goalprobe.agents.harmony.ANCHOR_NAMES``)."""
 
 GRID_CELLS = "grid_cells"
 """Optional stage: the token of every cell of the 15 x 15 label canvas."""

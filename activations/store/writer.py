@@ -6,9 +6,9 @@ advances the ``committed_rows`` attribute and flushes. :meth:`StoreWriter.finali
 ``complete``, closes, fsyncs and renames the file onto the destination (``os.replace``, atomic on
 POSIX), so the destination is either absent, the previous file, or a complete store: a reader
 never sees a half-written store under the destination name. A writer killed before
-``finalize`` leaves only the temporary file (which :class:`~activations.store.reader.ActivationStore`
+``finalize`` leaves only the temporary file (which :class:`~goalprobe.activations.store.reader.ActivationStore`
 refuses as incomplete). Crash-safe *resumption* of long extractions builds on this in
-:mod:`activations.extract` (one small store per committed part).
+:mod:`goalprobe.activations.extract` (one small store per committed part).
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
-
-from activations.gridworld.core import PLAN_END, PLAN_PAD, CellType
-from activations.store.schema import (
+from goalprobe.activations.store.schema import (
     ACTIVATION_DTYPE,
     COMPRESSIONS,
     LABEL_FIELDS,
@@ -35,17 +32,12 @@ from activations.store.schema import (
     layer_name,
     stage_tokens,
 )
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, CellType
+
+from goalprobe.version import package_version
 
 _CHUNK_BYTES = 256 << 10
 _LABEL_CHUNK_ROWS = 4096
-
-
-def package_version() -> str:
-    """The installed goalprobe version (``"unknown"`` when not installed as a distribution)."""
-    try:
-        return metadata.version("goalprobe")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def utc_now() -> str:
@@ -58,7 +50,7 @@ class StoreLayout:
     """What a store holds.
 
     Attributes:
-        stages: stored stages, in order (see :data:`~activations.store.schema.ALL_STAGES`).
+        stages: stored stages, in order (see :data:`~goalprobe.activations.store.schema.ALL_STAGES`).
         layers: stored decoder blocks (0-based), ascending.
         d_model: residual width.
     """
@@ -91,7 +83,7 @@ class RowBatch:
         positions: ``positions[stage]``: ``(B, K)`` int token positions.
         present: ``present[stage]``: ``(B,)`` bool, False where the row has no such anchor
             (its activations are written as zeros).
-        labels: ``labels[field]``: ``(B, *shape)`` per :data:`~activations.store.schema.LABEL_FIELDS`.
+        labels: ``labels[field]``: ``(B, *shape)`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
     """
 
     acts: dict[str, dict[int, np.ndarray]]

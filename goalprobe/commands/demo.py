@@ -79,7 +79,7 @@ def command(
     from rich.console import Console
     from rich.table import Table
 
-    from activations.agent.bundled import DEFAULT_BUNDLED
+    from goalprobe.agents.bundled import DEFAULT_BUNDLED
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
 

@@ -81,9 +81,14 @@ def command(
     rerun after it finished reports the store complete. An existing --out of anything else is
     refused unless --overwrite.
     """
-    from activations.agent.trajectories import trajectory_stats
-    from activations.capture import BACKENDS, BackendUnavailableError, make_backend
-    from activations.extract import ExtractConfig, default_layers, extract, holds_other_extraction
+    from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.activations.extract import (
+        ExtractConfig,
+        default_layers,
+        extract,
+        holds_other_extraction,
+    )
+    from goalprobe.agents.trajectories import trajectory_stats
 
     # every argument and the input file are checked before the (possibly long) model load
     choice(backend, BACKENDS, "--backend")
@@ -117,7 +122,7 @@ def command(
             param_hint="--out",
         )
 
-    from activations.agent.models import load_model
+    from goalprobe.agents.models import load_model
 
     loaded = load_model(
         model,

@@ -43,10 +43,10 @@ def command(
     from rich.console import Console
     from rich.table import Table
 
-    from activations.gridworld.generator import GridSetConfig, generate_grid_set
-    from activations.gridworld.io import write_grid_set
-    from activations.gridworld.optimal import solve
-    from activations.gridworld.variants import VARIANTS
+    from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+    from goalprobe.gridworld.io import write_grid_set
+    from goalprobe.gridworld.optimal import solve
+    from goalprobe.gridworld.variants import VARIANTS
 
     check_new_output(out, overwrite, "--out")
     if variant not in VARIANTS:

@@ -23,7 +23,7 @@ def command(
     Rows come out in trajectory-file order, as an unsharded extraction writes them. Some shards
     may be empty (their grids hashed elsewhere); all of them empty is an error.
     """
-    from activations.store import ActivationStore, merge_shards
+    from goalprobe.activations.store import ActivationStore, merge_shards
 
     check_new_output(out, overwrite, "--out")
     if out.resolve() in {s.resolve() for s in shards}:

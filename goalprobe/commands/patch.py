@@ -31,8 +31,8 @@ def _store_source(store: Path, stats):
     """The store's source values, refused unless some of its rows are the trajectories' run."""
     import numpy as np
 
-    from activations.store.reader import ActivationStore
-    from probes.patching.store_source import StoreSource
+    from goalprobe.activations.store.reader import ActivationStore
+    from goalprobe.probes.patching.store_source import StoreSource
 
     if stats is None:
         raise typer.BadParameter(
@@ -123,20 +123,20 @@ def command(
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
     Writes patch_records.csv, patch_summary.csv, patch_results.json, patch_heatmap.html and
-    patch_pairs.jsonl into --out (:func:`probes.patching.run.run_experiment`); a non-empty --out
+    patch_pairs.jsonl into --out (:func:`goalprobe.probes.patching.run.run_experiment`); a non-empty --out
     is refused unless --overwrite. --store must come from the same rollout as --trajectories.
     """
     from rich.console import Console
     from rich.table import Table
 
-    from activations.agent.models import load_model
-    from activations.agent.trajectories import trajectory_stats
-    from activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.agents.models import load_model
+    from goalprobe.agents.trajectories import trajectory_stats
     from goalprobe.figure_files import write_patch_heatmap
-    from probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
-    from probes.patching.experiment import PatchConfig, resolve_layer_sets
-    from probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
-    from probes.patching.sites import SequenceError
+    from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
+    from goalprobe.probes.patching.experiment import PatchConfig, resolve_layer_sets
+    from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
+    from goalprobe.probes.patching.sites import SequenceError
 
     # every argument, the inputs and the output are checked before the model is loaded
     if (trajectories is None) == (grids is None):
@@ -151,7 +151,7 @@ def command(
         read = read_trajectory_bases(trajectories)
         bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
     else:
-        from activations.gridworld.io import read_grid_set
+        from goalprobe.gridworld.io import read_grid_set
 
         bases = [base_from_grid(g) for g in read_grid_set(grids)]
         if not bases:

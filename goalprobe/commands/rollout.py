@@ -103,11 +103,11 @@ def command(
     """
     from rich.console import Console
 
-    from activations.agent.models import load_tokenizer
-    from activations.agent.rollout import RolloutConfig, RolloutStopped, run_rollouts
-    from activations.agent.trajectories import read_run_header
-    from activations.gridworld.io import read_grid_set
-    from goalprobe.agents import local_backend
+    from goalprobe.agent_config import local_backend
+    from goalprobe.agents.models import load_tokenizer
+    from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts
+    from goalprobe.agents.trajectories import read_run_header
+    from goalprobe.gridworld.io import read_grid_set
 
     console = Console(stderr=True)
     check_device(device)
@@ -137,7 +137,7 @@ def command(
     if out.exists() and out.stat().st_size:
         read_run_header(out)  # resuming: a file that is no trajectory file is refused here
     if server is not None:
-        from activations.agent.server_backend import ServerBackend, ServerConfig
+        from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 
         try:
             server_config = ServerConfig(
@@ -193,7 +193,7 @@ def command(
 
 def _request_summary(backend: object) -> str:
     """``"; server: ... requests, ... retries, ... failed"`` for a server backend, else ``""``."""
-    from activations.agent.server_backend import ServerBackend
+    from goalprobe.agents.server_backend import ServerBackend
 
     if not isinstance(backend, ServerBackend):
         return ""

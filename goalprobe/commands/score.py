@@ -98,10 +98,10 @@ def command(
     """
     from rich.console import Console
 
-    from activations.run_layout import RunLayout
     from goalprobe.figure_files import write_scoring_figures
+    from goalprobe.probes.scoring.config import ScoreConfig
+    from goalprobe.run_layout import RunLayout
     from goalprobe.scoring import score_run
-    from probes.scoring.config import ScoreConfig
 
     choice(utility, UTILITIES, "--utility")
     choice(key_utility, UTILITIES, "--key-utility")

@@ -67,9 +67,9 @@ def command(
     import uvicorn
     from rich.console import Console
 
-    from activations.agent.models import HubUnavailableError
-    from activations.agent.server_app import ServeConfig, create_app
-    from goalprobe.agents import local_backend
+    from goalprobe.agent_config import local_backend
+    from goalprobe.agents.models import HubUnavailableError
+    from goalprobe.agents.server_app import ServeConfig, create_app
     from goalprobe.commands.common import check_host
 
     def fail(message: str) -> typer.Exit:

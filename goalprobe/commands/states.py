@@ -43,10 +43,10 @@ def command(
     whose states are one-step episodes with no generated tokens (marked prompt_only); it holds
     no behaviour.
     """
-    from activations.agent.harmony import encode_prompt
-    from activations.agent.models import check_model_name, describe_local_model, load_tokenizer
-    from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
-    from activations.gridworld.io import read_grid_set
+    from goalprobe.agents.harmony import encode_prompt
+    from goalprobe.agents.models import check_model_name, describe_local_model, load_tokenizer
+    from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
+    from goalprobe.gridworld.io import read_grid_set
 
     check_directory(template_dir, "--template-dir")
     if not resume:

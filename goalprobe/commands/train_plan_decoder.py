@@ -14,12 +14,12 @@ from goalprobe.commands.common import (
     parse_list,
     removed_on_error,
 )
-from viewer.figures import plan_sweep_figure
+from goalprobe.viewer.figures import plan_sweep_figure
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from probes.plan_sweep import PlanSweepResult
+    from goalprobe.probes.plan_sweep import PlanSweepResult
 
 TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 """Prefix lengths shown in the summary table."""
@@ -90,9 +90,9 @@ def command(
     """
     from rich.console import Console
 
-    from activations.store import StoreFormatError
-    from probes.plan_decoder import PlanDecoder
-    from probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
+    from goalprobe.activations.store import StoreFormatError
+    from goalprobe.probes.plan_decoder import PlanDecoder
+    from goalprobe.probes.plan_sweep import PlanSweepConfig, StorePlanLoader, run_plan_sweep
 
     console = Console()  # width from the terminal (COLUMNS when not a terminal)
     check_device(device)

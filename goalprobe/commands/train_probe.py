@@ -16,7 +16,7 @@ from goalprobe.commands.common import (
     parse_list,
     removed_on_error,
 )
-from viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
+from goalprobe.viewer.figures.probes import sweep_comparison_figure, sweep_main_metric
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -104,11 +104,11 @@ def command(
     """
     from rich.console import Console
 
-    from activations.store import StoreFormatError
-    from probes.cell_probes import CoordinateCellProbe
-    from probes.distance import GoalDistanceRegressor
-    from probes.per_cell import PerCellProbe
-    from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+    from goalprobe.activations.store import StoreFormatError
+    from goalprobe.probes.cell_probes import CoordinateCellProbe
+    from goalprobe.probes.distance import GoalDistanceRegressor
+    from goalprobe.probes.per_cell import PerCellProbe
+    from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
 
     choice(target, TARGETS, "--target")
     choice(probe, PROBE_TYPES, "--probe")
@@ -198,14 +198,14 @@ def command(
 
 
 def _position_sweep(loader, stages, layers, test_fraction, n_bootstrap, seed, out: Path) -> None:
-    """``--target position``: :func:`probes.position.position_sweep` into ``out/positions.json``
+    """``--target position``: :func:`goalprobe.probes.position.position_sweep` into ``out/positions.json``
     and a table of top-1 accuracies."""
     import json
 
     from rich.console import Console
     from rich.table import Table
 
-    from probes.position import POSITION_TARGETS, position_sweep
+    from goalprobe.probes.position import POSITION_TARGETS, position_sweep
 
     console = Console()
     with removed_on_error(out):

@@ -89,7 +89,7 @@ def command(
     """
     from rich.console import Console
 
-    from viewer.data import RunData, UnknownKeyError, find_runs
+    from goalprobe.viewer.data import RunData, UnknownKeyError, find_runs
 
     console = Console(stderr=True)
     if export is not None:
@@ -105,8 +105,8 @@ def command(
         _serve_runs(run_dir, runs, host, port, loopback, console)
         return
     if export is not None:  # an export reads whole episodes: every line is validated first
-        from activations.agent.trajectories import trajectory_stats
-        from activations.run_layout import RunLayout
+        from goalprobe.agents.trajectories import trajectory_stats
+        from goalprobe.run_layout import RunLayout
 
         trajectory_stats(RunLayout(run_dir).trajectories).check_nonempty()
     run = RunData(run_dir)
@@ -118,7 +118,7 @@ def command(
     if mismatch is not None:
         console.print(f"[bold red]warning[/bold red]: {mismatch}")
     if export is not None:
-        from viewer.export import export_html
+        from goalprobe.viewer.export import export_html
 
         specs = [s for s in episodes.split(",") if s.strip()] if episodes else None
         try:
@@ -133,7 +133,7 @@ def command(
             f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
             "reachable from other machines"
         )
-    from viewer.app import create_app
+    from goalprobe.viewer.app import create_app
 
     app = create_app(run_dir)
     console.print(
@@ -145,7 +145,7 @@ def command(
 
 def _serve_runs(parent: Path, runs: dict, host: str, port: int, loopback: bool, console) -> None:
     """Serve every run under ``parent`` (one per agent) on one server."""
-    from viewer.app import create_multi_run_app
+    from goalprobe.viewer.app import create_multi_run_app
 
     if not loopback:
         console.print(

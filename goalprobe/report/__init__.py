@@ -25,10 +25,10 @@ and its baselines (majority class, shuffled labels, ``0.25^N``, random walk, cha
 confidence intervals. A section whose inputs are missing, or whose stage failed, shows a
 "not run" / "failed: reason" box instead; writing the report never fails on missing data.
 
-Modules: :mod:`.run` reads the run (only through :class:`~activations.run_layout.RunLayout`),
+Modules: :mod:`.run` reads the run (only through :class:`~goalprobe.run_layout.RunLayout`),
 :mod:`.blocks` holds what a section is made of (tables, figures, boxes) and the number formats,
 :mod:`.behaviour`, :mod:`.intention`, :mod:`.probes` and :mod:`.outcomes` build the sections (every figure comes
-from :mod:`viewer.figures`), :mod:`.headline` the headline table, and :mod:`.page` renders the
+from :mod:`goalprobe.viewer.figures`), :mod:`.headline` the headline table, and :mod:`.page` renders the
 Jinja2 templates in ``templates/`` (``report.html.j2``, ``blocks.html.j2``, ``report.css``).
 """
 

@@ -7,7 +7,11 @@ from collections.abc import Callable
 
 from goalprobe.report.blocks import Block, Figures, num, pct, stat_text, table
 from goalprobe.report.run import RunReader
-from viewer.figures import behaviour_by_distance_figure, behaviour_grid_figure, iso_accuracy_figure
+from goalprobe.viewer.figures import (
+    behaviour_by_distance_figure,
+    behaviour_grid_figure,
+    iso_accuracy_figure,
+)
 
 
 def behaviour(run: RunReader, fig: Figures) -> list[Block]:

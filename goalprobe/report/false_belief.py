@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from activations.gridworld.false_belief import FALSE_BELIEF, pair_facts
-from activations.gridworld.io import read_grid_set
-from activations.gridworld.text import cell_types
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+from goalprobe.gridworld.io import read_grid_set
+from goalprobe.gridworld.text import cell_types
 from goalprobe.report.blocks import Block, Box, Figures, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader
-from viewer.figures import false_belief_maps_figure, oracle_rates_figure
+from goalprobe.viewer.figures import false_belief_maps_figure, oracle_rates_figure
 
 ROLES = (("false_belief", "false belief"), ("control", "control"))
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from activations.agent.bundled import is_bundled
+from goalprobe.agents.bundled import is_bundled
 from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
 from goalprobe.report.run import RunReader
-from viewer.figures import reward_harm_figure
+from goalprobe.viewer.figures import reward_harm_figure
 
 METRICS: tuple[tuple[str, str, bool], ...] = (
     ("success", "success rate", True),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Box, Figures, num, pct, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader
-from viewer.figures import (
+from goalprobe.viewer.figures import (
     belief_figure,
     meg_figure,
     patching_heatmap_figure,

@@ -211,7 +211,7 @@ def write_report(
     """Write the report of ``run_dir`` (default ``RUN/report.html``) and return its path.
 
     Args:
-        run_dir: the run directory (layout: :mod:`activations.run_layout`).
+        run_dir: the run directory (layout: :mod:`goalprobe.run_layout`).
         config: the demo config to show (default: ``RUN/demo_config.json``).
         out: where to write (default ``RUN/report.html``).
     """

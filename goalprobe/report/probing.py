@@ -7,7 +7,7 @@ from goalprobe.report.blocks import Block, Figures, stat_text, table
 from goalprobe.report.headline import headline_sweep
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_STAGE
-from viewer.figures import learning_curve_figure
+from goalprobe.viewer.figures import learning_curve_figure
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("accuracy_no_padding", "accuracy on grid cells"),

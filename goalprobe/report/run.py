@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from activations.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout
 
 
 class MissingInput(Exception):

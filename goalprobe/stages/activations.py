@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.capture import make_backend
-from activations.extract import ExtractConfig, default_layers, extract
-from goalprobe.agents import AgentConfig
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.extract import ExtractConfig, default_layers, extract
+from goalprobe.agent_config import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.stages.context import StageContext
 

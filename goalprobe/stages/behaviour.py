@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activations.gridworld.behaviour import BehaviourConfig, behaviour_summary
-from activations.gridworld.io import read_grid_set
 from goalprobe.config import DemoConfig
+from goalprobe.gridworld.behaviour import BehaviourConfig, behaviour_summary
+from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import grid_episodes, read_episodes
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activations.gridworld.behaviour import finite
-from activations.run_layout import RunLayout
-from goalprobe.agents import Agent, AgentConfig
+from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.gridworld.behaviour import finite
+from goalprobe.run_layout import RunLayout
 
 
 @dataclass

@@ -6,7 +6,7 @@ The probe is the headline cell probe (:data:`goalprobe.stages.HEADLINE_PROBE` at
 :data:`goalprobe.stages.HEADLINE_STAGE` and :func:`goalprobe.stages.headline_layer`) fit on the
 probing set, the largest training set of the run; the main store's is the fallback when the
 probing stage did not run. States are written as prompt-only states
-(:mod:`activations.agent.prompt_states`: pre-reasoning anchors depend on the prompt alone, so
+(:mod:`goalprobe.agents.prompt_states`: pre-reasoning anchors depend on the prompt alone, so
 they are the anchors of any step in that state), only the headline stage and layer are
 extracted, and the probe returns a full ``(S, S, len(CellType))`` distribution per state.
 """
@@ -20,18 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.agent.harmony import encode_prompt
-from activations.agent.prompt_states import PromptStatesConfig, write_prompt_states
-from activations.gridworld.core import Grid, State
-from activations.run_layout import RunLayout
-from activations.store import ActivationStore
-from goalprobe.agents import AgentConfig
+from goalprobe.activations.store import ActivationStore
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.harmony import encode_prompt
+from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
+from goalprobe.gridworld.core import Grid, State
+from goalprobe.probes.scoring.false_belief import full_class_probs
+from goalprobe.probes.serialization import load_probe
+from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
-from probes.scoring.false_belief import full_class_probs
-from probes.serialization import load_probe
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class HeadlineProbe:
     trained_on: str
     """``probing`` (the probing set) or ``main`` (the main rollouts' store)."""
     classes: tuple[int, ...]
-    """The :class:`~activations.gridworld.core.CellType` values it predicts."""
+    """The :class:`~goalprobe.gridworld.core.CellType` values it predicts."""
 
 
 def headline_probe(layout: RunLayout) -> HeadlineProbe | None:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, DistanceConfig
+from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
-from probes.distance import GoalDistanceRegressor
 
 
 @dataclass(frozen=True)

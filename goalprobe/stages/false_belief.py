@@ -3,8 +3,8 @@ against the known (oracle) belief, and the headline probe's reading of the shown
 grid (``RUN/false_belief/``, schema ``goalprobe.false_belief/1``).
 
 The prompt of a false-belief grid draws its shown grid (a phantom wall, a hidden wall, a stale
-goal) while the episode runs on the true grid (:mod:`activations.gridworld.false_belief`).
-Behaviour is scored against both (:func:`probes.scoring.false_belief.oracle_table`). When the
+goal) while the episode runs on the true grid (:mod:`goalprobe.gridworld.false_belief`).
+Behaviour is scored against both (:func:`goalprobe.probes.scoring.false_belief.oracle_table`). When the
 probes stage left a headline probe, every state the episodes visited is encoded as a
 prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
 step's), the headline stage and layer are extracted, and the probe decodes a map per state:
@@ -12,7 +12,7 @@ step's), the headline stage and layer are extracted, and the probe decodes a map
 ``false_belief/decoded_maps.h5`` (``goalprobe.step_maps``, for the viewer's false-belief
 episodes), and at the start state the decoded class
 at the cells where shown and true differ is compared with both
-(:func:`probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
+(:func:`goalprobe.probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
 (a stale goal reached) has no decoded map: its prompt draws no goal.
 """
 
@@ -24,18 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.agent.prompt_states import PromptStatesConfig
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.core import CellType, State
-from activations.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
-from activations.gridworld.io import write_grid_set
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.prompt_states import PromptStatesConfig
+from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
-from goalprobe.stages import HEADLINE_STAGE
-from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.decode import decode_prompt_states, headline_probe
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
-from probes.scoring.false_belief import (
+from goalprobe.gridworld.core import CellType, State
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
     control_cells,
@@ -44,7 +40,11 @@ from probes.scoring.false_belief import (
     oracle_rows,
     oracle_table,
 )
-from probes.serialization import write_step_maps
+from goalprobe.probes.serialization import write_step_maps
+from goalprobe.stages import HEADLINE_STAGE
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.decode import decode_prompt_states, headline_probe
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "

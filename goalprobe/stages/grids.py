@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
 from goalprobe.config import DemoConfig
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext
 
 

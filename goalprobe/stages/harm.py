@@ -8,18 +8,16 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.agent.harmony import render_prompt
-from activations.agent.prompts import build_messages
-from activations.agent.rollout import RolloutConfig
-from activations.agent.tokenizer import unknown_pieces
-from activations.gridworld.harm import generate_harm_grids, harm_profile
-from activations.gridworld.io import write_grid_set
-from activations.gridworld.text import render
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.harmony import render_prompt
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.agents.tokenizer import unknown_pieces
 from goalprobe.config import DemoConfig, HarmConfig
-from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
-from probes.scoring.harm import (
+from goalprobe.gridworld.harm import generate_harm_grids, harm_profile
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.text import render
+from goalprobe.probes.scoring.harm import (
     MORAL,
     harm_episode,
     harm_meg,
@@ -28,6 +26,8 @@ from probes.scoring.harm import (
     random_baseline,
     reward_harm_points,
 )
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.harm/1"
 

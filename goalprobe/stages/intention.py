@@ -1,7 +1,7 @@
 """Stage ``intention``: behavioural intention on the key variants (Ward et al., Definition 20;
 ``RUN/intention/``, schema ``goalprobe.demo.intention/1``).
 
-Each key-variant layout is run against its interventions (:mod:`activations.gridworld.intention`):
+Each key-variant layout is run against its interventions (:mod:`goalprobe.gridworld.intention`):
 the agent's actions are sampled at matched states of the original and the intervened grid, and
 the change in its action distribution is tested. The exact optimal policy ``pi*`` goes through
 the same test on the same grids and states as the positive control of the test itself.
@@ -12,19 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.agent.intention import agent_sampler
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.intention import (
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.intention import agent_sampler
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.config import DemoConfig, IntentionConfig
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.intention import (
     INTERVENTIONS,
     intention_study,
     intervene,
     optimal_policy,
     tabular_sampler,
 )
-from activations.gridworld.io import write_grid_set
-from goalprobe.agents import AgentConfig
-from goalprobe.config import DemoConfig, IntentionConfig
+from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 
 SCHEMA = "goalprobe.demo.intention/1"

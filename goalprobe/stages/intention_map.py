@@ -2,13 +2,13 @@
 schema ``goalprobe.demo.intention_map/1``).
 
 Does the agent's decoded map register the intervention? The start state of every intention grid
-(original and intervened; the first matched state of :mod:`activations.gridworld.intention`) is
-written as a prompt-only state (:mod:`activations.agent.prompt_states`), its pre-reasoning anchor
+(original and intervened; the first matched state of :mod:`goalprobe.gridworld.intention`) is
+written as a prompt-only state (:mod:`goalprobe.agents.prompt_states`), its pre-reasoning anchor
 is extracted at the headline probe's layer, and the headline cell probe of the probing set
 (:data:`goalprobe.stages.HEADLINE_PROBE`) decodes the map. For each intervention the decoded
 probability that the changed cell (the key cell; the door cell) is open is compared between the
 original and the intervened start, where it truly is open
-(:func:`activations.gridworld.intention.decoded_registration`).
+(:func:`goalprobe.gridworld.intention.decoded_registration`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.agent.prompt_states import PromptStatesConfig
-from activations.gridworld.core import CellType
-from activations.gridworld.intention import (
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.prompt_states import PromptStatesConfig
+from goalprobe.config import ActivationsConfig, DemoConfig
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.intention import (
     INTERVENTIONS,
     MAP_CELL,
     IntentionTestConfig,
     decoded_registration,
 )
-from activations.gridworld.io import read_grid_set
-from goalprobe.agents import AgentConfig
-from goalprobe.config import ActivationsConfig, DemoConfig
+from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, headline_probe

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.behaviour import BehaviourConfig, grid_rows, iso_tests
-from activations.gridworld.io import read_grid_set, write_grid_set
-from activations.gridworld.transforms import apply_transform
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import DemoConfig, IsoConfig
+from goalprobe.gridworld.behaviour import BehaviourConfig, grid_rows, iso_tests
+from goalprobe.gridworld.io import read_grid_set, write_grid_set
+from goalprobe.gridworld.transforms import apply_transform
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into
 

@@ -7,12 +7,12 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.agent.rollout import RolloutConfig
-from activations.gridworld.behaviour import IntervalConfig, KeyEpisode, key_variant_table
-from activations.gridworld.generator import GridSetConfig, generate_grid_set
-from activations.gridworld.io import write_grid_set
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import DemoConfig, KeysConfig
+from goalprobe.gridworld.behaviour import IntervalConfig, KeyEpisode, key_variant_table
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
 

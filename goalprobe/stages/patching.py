@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.capture import make_backend
-from goalprobe.agents import AgentConfig
+from goalprobe.activations.capture import make_backend
+from goalprobe.agent_config import AgentConfig
 from goalprobe.config import DemoConfig, PatchingConfig
 from goalprobe.figure_files import write_patch_heatmap
+from goalprobe.probes.patching.counterfactuals import CounterfactualConfig
+from goalprobe.probes.patching.experiment import PatchConfig
+from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 from goalprobe.stages.context import StageContext
-from probes.patching.counterfactuals import CounterfactualConfig
-from probes.patching.experiment import PatchConfig
-from probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 
 
 @dataclass(frozen=True)

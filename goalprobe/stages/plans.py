@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, PlansConfig
+from goalprobe.probes.plan_decoder import PlanDecoder
+from goalprobe.probes.plan_sweep import StorePlanLoader, run_plan_sweep
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.probes import training_device
-from probes.plan_decoder import PlanDecoder
-from probes.plan_sweep import StorePlanLoader, run_plan_sweep
 
 
 @dataclass(frozen=True)

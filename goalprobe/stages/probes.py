@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.store import ActivationStore
+from goalprobe.activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
+from goalprobe.probes.cell_probes import CoordinateCellProbe
+from goalprobe.probes.learning_curve import grid_counts, learning_curve
+from goalprobe.probes.per_cell import PerCellProbe
+from goalprobe.probes.position import position_scores
+from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
-from probes.cell_probes import CoordinateCellProbe
-from probes.learning_curve import grid_counts, learning_curve
-from probes.per_cell import PerCellProbe
-from probes.position import position_scores
-from probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
-from probes.splits import split_by_grid
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activations.agent.harmony import encode_prompt
-from activations.agent.prompt_states import write_prompt_states
-from activations.gridworld.generator import generate_grid_set
-from activations.gridworld.io import write_grid_set
-from goalprobe.agents import AgentConfig
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.harmony import encode_prompt
+from goalprobe.agents.prompt_states import write_prompt_states
 from goalprobe.config import ActivationsConfig, DemoConfig, ProbingConfig
+from goalprobe.gridworld.generator import generate_grid_set
+from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
 

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import numpy as np
 
-from activations.agent.rollout import RolloutConfig, run_id_for, run_rollouts
-from activations.agent.trajectories import (
+from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.agents.rollout import RolloutConfig, run_id_for, run_rollouts
+from goalprobe.agents.trajectories import (
     Episode,
     TrajectoryFormatError,
     read_run_header,
     read_trajectories,
 )
-from activations.gridworld.behaviour import GridEpisodes
-from activations.gridworld.core import Grid
-from activations.gridworld.io import read_grid_set
-from goalprobe.agents import Agent, AgentConfig
 from goalprobe.config import DemoConfig
+from goalprobe.gridworld.behaviour import GridEpisodes
+from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from activations.store import ActivationStore
+from goalprobe.activations.store import ActivationStore
 from goalprobe.config import DemoConfig
 from goalprobe.figure_files import write_scoring_figures
+from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.scoring import score_run
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext
-from probes.scoring.config import ScoreConfig
 
 
 def inputs(config: DemoConfig) -> ScoreConfig:

@@ -22,11 +22,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-
-from activations.gridworld.core import Action, CellType, Grid, RowCol, State
-from activations.gridworld.dynamics import settle
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types, render
+from goalprobe.gridworld.core import Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.dynamics import settle
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, render
 
 MoveKind = Literal["agent", "goal"]
 PairKind = Literal["disjoint", "control"]
@@ -79,7 +78,7 @@ def base_from_grid(grid: Grid) -> BaseState:
 
 
 def base_from_step(record, *, where: str = "step") -> BaseState:
-    """A trajectory step (:class:`activations.agent.trajectories.StepRecord`) as a base.
+    """A trajectory step (:class:`goalprobe.agents.trajectories.StepRecord`) as a base.
 
     The grid is rebuilt from the step's grid text and its key/door fields and must render back
     to exactly the recorded text.
@@ -87,7 +86,7 @@ def base_from_step(record, *, where: str = "step") -> BaseState:
     Raises:
         ValueError: naming ``where`` when the record does not describe a consistent state.
     """
-    from activations.gridworld.text import parse
+    from goalprobe.gridworld.text import parse
 
     visible, _ = parse(record.grid_text, variant=record.variant, grid_id=record.grid_id)
     agent = tuple(record.agent_row_col)

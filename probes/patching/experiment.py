@@ -1,8 +1,8 @@
 """The patching experiment: prepare counterfactual pairs, run every site x layers x direction.
 
-For each :class:`~probes.patching.counterfactuals.CounterfactualPair` both sides (base and
+For each :class:`~goalprobe.probes.patching.counterfactuals.CounterfactualPair` both sides (base and
 counterfactual) get a teacher-forced sequence (prompt + their own reasoning + the answer
-prefix, :mod:`probes.patching.sites`) and one clean run that captures the residual stream at
+prefix, :mod:`goalprobe.probes.patching.sites`) and one clean run that captures the residual stream at
 every position a site may read. Then, per direction, the *source* side's values are written into
 the *target* side's run:
 
@@ -16,7 +16,7 @@ Reasoning (:attr:`PatchConfig.reasoning`) is held fixed in the patched run (teac
   gets a greedy completion;
 * ``"greedy"``: both sides get a greedy (temperature 0) completion of their prompt;
 * ``"oracle"``: both sides get the bundled agent's reasoning text with an optimal plan
-  (:func:`activations.agent.reasoning.reasoning_text`), no generation.
+  (:func:`goalprobe.agents.reasoning.reasoning_text`), no generation.
 
 With ``regenerate=True`` the prompt sites are also patched into a greedy *generation* of the
 target prompt, and the action parsed from its final answer is the outcome (the reasoning then
@@ -34,20 +34,19 @@ from typing import Literal
 
 import numpy as np
 import torch
-
-from activations.agent.backend import SamplingConfig
-from activations.agent.harmony import HarmonyTokenIds, split_completion
-from activations.agent.local_backend import LocalBackend
-from activations.agent.parser import parse_action
-from activations.agent.prompts import PromptTemplate, build_messages, uses_key_prompt
-from activations.agent.reasoning import PLAN_STEPS, reasoning_text
-from activations.capture.base import CleanRun, Patch, ResidualBackend
-from activations.extract import default_layers
-from activations.gridworld.core import Action, Grid, State
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import render
-from probes.patching.counterfactuals import CounterfactualPair
-from probes.patching.sites import (
+from goalprobe.activations.capture.base import CleanRun, Patch, ResidualBackend
+from goalprobe.activations.extract import default_layers
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.harmony import HarmonyTokenIds, split_completion
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.parser import parse_action
+from goalprobe.agents.prompts import PromptTemplate, build_messages, uses_key_prompt
+from goalprobe.agents.reasoning import PLAN_STEPS, reasoning_text
+from goalprobe.gridworld.core import Action, Grid, State
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
+from goalprobe.probes.patching.counterfactuals import CounterfactualPair
+from goalprobe.probes.patching.sites import (
     DEFAULT_SITES,
     PROMPT_SITES,
     SITES,
@@ -71,7 +70,7 @@ class PatchConfig:
     """What to patch and how (no I/O).
 
     Attributes:
-        sites: patch sites (:data:`probes.patching.sites.SITES`).
+        sites: patch sites (:data:`goalprobe.probes.patching.sites.SITES`).
         layers: layer-set specs, each patched as one run: ``"thirds"`` (the study's spread, the
             last block of each third: 7, 15, 23 of GPT-OSS-20B's 24), ``"each"`` (every block
             on its own), ``"all"`` (every block at once), ``"7"``, ``"-1"`` (the last block),
@@ -227,7 +226,7 @@ class PatchingContext:
     """The model-side objects an experiment shares: tokenizer ids, prompt building, generation.
 
     Args:
-        backend: a :class:`~activations.capture.base.ResidualBackend` with a tokenizer; its
+        backend: a :class:`~goalprobe.activations.capture.base.ResidualBackend` with a tokenizer; its
             model also makes the greedy completions.
         config: the experiment config.
     """
@@ -636,7 +635,7 @@ def run_patching(
     Args:
         prepared: from :func:`prepare_pairs`.
         context: the shared model context.
-        store: optional :class:`~probes.patching.store_source.StoreSource`; anchor values of
+        store: optional :class:`~goalprobe.probes.patching.store_source.StoreSource`; anchor values of
             base sources come from it where it holds them.
         progress: called with ``(pairs done, pairs)``.
 

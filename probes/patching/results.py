@@ -11,11 +11,11 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
   fully; 0: no effect), over the runs where it is defined.
 
 Pairs drawn from one grid are not independent, so every interval is a percentile grid
-bootstrap of the pooled statistic (:func:`activations.stats.grid_bootstrap_ratio`). Files
+bootstrap of the pooled statistic (:func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`). Files
 (:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
 (schema ``goalprobe.patching/1``: config, preparation report, summary, records);
-:meth:`probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
-The site x layers heatmap of a summary is :func:`viewer.figures.patching.patch_summary_figure`;
+:meth:`goalprobe.probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
+The site x layers heatmap of a summary is :func:`goalprobe.viewer.figures.patching.patch_summary_figure`;
 the application layer writes it.
 """
 
@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-
-from activations.stats import grid_bootstrap_ratio
+from goalprobe.gridworld.stats import grid_bootstrap_ratio
 
 SCHEMA = "goalprobe.patching/1"
 """Schema tag of ``patch_results.json``."""
@@ -107,7 +106,7 @@ def summarize(
     confidence: float = 0.95,
     random_state: int | None = 0,
 ) -> list[SummaryRow]:
-    """Aggregate :class:`~probes.patching.experiment.PatchRecord` (or their dicts) per cell."""
+    """Aggregate :class:`~goalprobe.probes.patching.experiment.PatchRecord` (or their dicts) per cell."""
     groups: dict[tuple, list] = {}
     for record in records:
         groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)

@@ -16,16 +16,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-
-from activations.agent.trajectories import read_run_header, read_steps
-from activations.capture.base import ResidualBackend
-from probes.patching.counterfactuals import (
+from goalprobe.activations.capture.base import ResidualBackend
+from goalprobe.agents.trajectories import read_run_header, read_steps
+from goalprobe.probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
     base_from_step,
     build_counterfactuals,
 )
-from probes.patching.experiment import (
+from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
     PatchRecord,
@@ -34,8 +33,8 @@ from probes.patching.experiment import (
     prepare_pairs,
     run_patching,
 )
-from probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
-from probes.patching.store_source import StoreSource
+from goalprobe.probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
+from goalprobe.probes.patching.store_source import StoreSource
 
 
 @dataclass(frozen=True)
@@ -148,8 +147,8 @@ def run_experiment(
 
     Raises:
         ValueError: a layer-set spec the model cannot resolve.
-        probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or template
-            (see :func:`~probes.patching.experiment.prepare_pairs`).
+        goalprobe.probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or template
+            (see :func:`~goalprobe.probes.patching.experiment.prepare_pairs`).
     """
     pairs = build_counterfactuals(bases, counterfactuals)
     context = PatchingContext(backend, config)

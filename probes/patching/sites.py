@@ -30,16 +30,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.agent.harmony import (
+from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
     AnchorPositions,
     HarmonyTokenIds,
     find_anchors,
 )
-from activations.agent.reasoning import final_text
-from activations.gridworld.core import Action, RowCol
+from goalprobe.agents.reasoning import final_text
+from goalprobe.gridworld.core import Action, RowCol
 
 SITES: tuple[str, ...] = (
     "grid",
@@ -180,7 +179,7 @@ def locate_grid_tokens(
     Args:
         token_ids: ``(seq,)`` ids of a harmony prompt (optionally followed by a completion).
         tokenizer: the tokenizer that produced them.
-        grid_text: the grid as :func:`activations.gridworld.text.render` wrote it; it must
+        grid_text: the grid as :func:`goalprobe.gridworld.text.render` wrote it; it must
             occur exactly once in the user message (the instructions' worked example lives in
             the developer message and is never matched).
         special_ids: the tokenizer's harmony ids.

@@ -1,6 +1,6 @@
 """Source activations of recorded base runs, read from the HDF5 activation store.
 
-The store (:mod:`activations.store`) holds, per trajectory step, the residual stream at the two
+The store (:mod:`goalprobe.activations.store`) holds, per trajectory step, the residual stream at the two
 anchors (``pre_reasoning``, ``post_reasoning``; three tokens each) for some layers, computed on
 the recorded prompt + completion. Where a patch's source is such a recorded base run (direction
 ``"base_to_cf"``) and the store holds every layer of the patch, its values can be read instead
@@ -21,9 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-
-from activations.store.reader import ActivationStore
-from probes.patching.counterfactuals import BaseState
+from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.probes.patching.counterfactuals import BaseState
 
 STORE_SITES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
 """Sites whose source values a store can provide."""
@@ -33,7 +32,7 @@ class StoreSource:
     """Look up base runs in an activation store by ``(run_id, grid_id, episode, step)``.
 
     Args:
-        store: an open :class:`~activations.store.reader.ActivationStore`.
+        store: an open :class:`~goalprobe.activations.store.reader.ActivationStore`.
     """
 
     def __init__(self, store: ActivationStore) -> None:

@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, Action, CellType, RowCol
-from activations.gridworld.optimal import bfs_distances
-from activations.stats import bootstrap_ci
+from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, RowCol
+from goalprobe.gridworld.optimal import bfs_distances
+from goalprobe.gridworld.stats import bootstrap_ci
 
 TOP_K_DEFAULT = (1, 3, 5, 10)
 

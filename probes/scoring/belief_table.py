@@ -2,17 +2,17 @@
 
 The caller hands the trajectory steps (:class:`StepTable`, built from episodes) and, per
 decoded-map source, the class probabilities and the index of the step each map was decoded at;
-this module scores every step (:func:`score_rows`, one :func:`probes.scoring.belief.score_step`
+this module scores every step (:func:`score_rows`, one :func:`goalprobe.probes.scoring.belief.score_step`
 each) and pools them (:func:`belief_entry`).
 
 Metrics (study section 5.2, Table 2, Figure 9, appendix E.4; see
-:mod:`probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both),
+:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both),
 ``recovery`` (share of GT-suboptimal actions that are optimal on the decoded grid),
 ``inverse_recovery`` (share of decoded-suboptimal actions optimal on the true grid),
 ``acc_top{k}``, ``expected_optimality`` and ``qmdp_agreement`` / ``qmdp_regret`` (belief-weighted,
 beyond the study), and the chance baselines ``chance_acc_gt`` / ``chance_acc_dec`` (expected
 accuracy of a uniformly random action, ``|optimal set| / 4``, on the true / top-1 decoded grid).
-Invalid steps (no action) count as not optimal, as in :func:`probes.scoring.belief.summarise`,
+Invalid steps (no action) count as not optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`,
 whose point values these are. Groups pool steps (ratio of sums). Intervals come from a **grid
 bootstrap** (grids resampled with replacement, percentile interval; steps of one grid are not
 independent), so they differ from ``summarise``'s step bootstrap; ``null`` where undefined
@@ -39,9 +39,9 @@ independent), so they differ from ``summarise``'s step bootstrap; ``null`` where
     EXCESS = {"value", "ci_low", "ci_high", "baseline", "above_baseline"}
 
 Version 1 files (no ``nulls``/``excess``) read the same otherwise. ``belief.csv``: one row per
-probe x group x metric (:data:`probes.scoring.grouped.CSV_COLUMNS`), plus ``null:<name>/<metric>``
+probe x group x metric (:data:`goalprobe.probes.scoring.grouped.CSV_COLUMNS`), plus ``null:<name>/<metric>``
 and ``excess:<name>/<metric>`` rows (group ``all``) (:func:`belief_csv_rows`). The nulls and
-their excess: :mod:`probes.scoring.nulls`.
+their excess: :mod:`goalprobe.probes.scoring.nulls`.
 """
 
 from __future__ import annotations
@@ -52,12 +52,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, Action, CellType
-from activations.gridworld.metrics import TrajectoryData
-from probes.scoring.belief import StepBelief, score_step, topk_optimal_mask
-from probes.scoring.config import ScoreConfig, ScoringError
-from probes.scoring.grouped import (
+from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
+from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.probes.scoring.belief import StepBelief, score_step, topk_optimal_mask
+from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
+from goalprobe.probes.scoring.grouped import (
     group_keys,
     grouped_stats,
     groups_of,
@@ -98,7 +97,7 @@ class StepTable:
 
     @classmethod
     def from_episodes(cls, run_id: str, episodes: Iterable) -> StepTable:
-        """Keep what scoring needs of ``episodes`` (``activations.agent.trajectories``
+        """Keep what scoring needs of ``episodes`` (``goalprobe.agents.trajectories``
         episodes; not their token ids)."""
         table = cls(run_id=run_id)
         for episode in episodes:
@@ -324,7 +323,7 @@ class MapAccumulator:
 
 
 def belief_csv_rows(belief: dict) -> list[dict]:
-    """Long-format rows of ``belief.json`` (columns :data:`~probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
+    """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
     rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
     rows = []
     for key, entry in belief["probes"].items():
@@ -340,7 +339,7 @@ def card_summary(card: dict) -> dict:
     """What ``belief.json`` says of a decoded-map source, from its probe card: ``family``,
     ``stage``, ``layer`` and ``card_accuracy`` (test ``accuracy_no_padding``, else
     ``accuracy``, else None)."""
-    from probes.serialization import decoded_map_family
+    from goalprobe.probes.serialization import decoded_map_family
 
     models = (card.get("metrics") or {}).get("models") or {}
     model = models.get("probe") or {}
@@ -400,7 +399,7 @@ def belief_method(config: ScoreConfig) -> dict:
         "groups": "steps pooled within a group (ratio of sums)",
         "nulls": "other_grid: the probe's maps of another grid of the same size and density "
         "(seeded derangement); prior: size-and-density cell prior of the training grids; "
-        "excess = probe - null, paired grid bootstrap (probes.scoring.nulls)",
+        "excess = probe - null, paired grid bootstrap (goalprobe.probes.scoring.nulls)",
     }
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from probes.scoring.belief import TOP_K_DEFAULT
-from probes.scoring.grid_meg import GridUtility
+from goalprobe.probes.scoring.belief import TOP_K_DEFAULT
+from goalprobe.probes.scoring.grid_meg import GridUtility
 
 NULLS: tuple[str, ...] = ("other_grid", "prior")
-"""The null decoded maps, in report order (:mod:`probes.scoring.nulls`)."""
+"""The null decoded maps, in report order (:mod:`goalprobe.probes.scoring.nulls`)."""
 
 
 class ScoringError(ValueError):
@@ -41,7 +41,7 @@ class ScoreConfig:
     with the best test accuracy in its card (``accuracy_no_padding``, else ``accuracy``)."""
 
     utility: GridUtility = "goal"
-    """MEG utility of grids without a key (:data:`probes.scoring.grid_meg.GridUtility`)."""
+    """MEG utility of grids without a key (:data:`goalprobe.probes.scoring.grid_meg.GridUtility`)."""
 
     key_utility: GridUtility = "goal_with_key"
     """MEG utility of grids with a key (being at the goal while holding the key)."""
@@ -65,7 +65,7 @@ class ScoreConfig:
 
     nulls: tuple[str, ...] = NULLS
     """Null decoded maps every decoded-map source is also scored under (see
-    :mod:`probes.scoring.nulls`): ``"other_grid"`` (the maps decoded on another grid of the same
+    :mod:`goalprobe.probes.scoring.nulls`): ``"other_grid"`` (the maps decoded on another grid of the same
     size and density) and ``"prior"`` (the size-and-density cell prior of the training grids);
     empty: no nulls, no excess."""
 

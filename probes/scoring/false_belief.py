@@ -1,13 +1,13 @@
 """Scoring against a known belief: false-belief grids (no I/O here).
 
-On a false-belief grid (:mod:`activations.gridworld.false_belief`) the prompt draws the *shown*
+On a false-belief grid (:mod:`goalprobe.gridworld.false_belief`) the prompt draws the *shown*
 grid, so the agent's belief is known by construction (the *oracle belief*), while the episode
 runs on the true grid. This module asks two questions.
 
 **Policy against the oracle belief** (:func:`oracle_rows`, :func:`oracle_table`). Per step:
 ``opt_gt`` (the action is optimal on the true grid), ``opt_oracle`` (optimal on the shown grid,
 from the agent's true cell; :func:`oracle_optimal_mask`) and, where a decoded map of the step is
-handed in, ``opt_dec`` (optimal on the top-1 decoded grid, :func:`probes.scoring.belief.score_step`).
+handed in, ``opt_dec`` (optimal on the top-1 decoded grid, :func:`goalprobe.probes.scoring.belief.score_step`).
 Per kind and role (false belief / matched control): ``acc_gt``, ``acc_oracle``, ``acc_dec``,
 ``recovery_oracle`` (among GT-suboptimal actions, the share optimal under the oracle belief),
 ``recovery_dec``, their chance levels (a uniformly random action: ``|optimal set| / 4``), and at
@@ -22,7 +22,7 @@ the same (true-suboptimal) actions without the false belief; the paired differen
 class (argmax of a cell-type probe at the start state's prompt) is compared with the shown and
 the true cell type; the control gives the probe's accuracy at the same cells without a conflict.
 
-Every interval is a grid (cluster) bootstrap (:mod:`activations.stats`).
+Every interval is a grid (cluster) bootstrap (:mod:`goalprobe.gridworld.stats`).
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
-from activations.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_facts
-from activations.gridworld.optimal import solve
-from activations.gridworld.text import cell_types
-from activations.stats import GridBootstrap, grid_bootstrap_ratio
-from probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
+from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
+from goalprobe.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_facts
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
+from goalprobe.gridworld.text import cell_types
+from goalprobe.probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
 
 SCHEMA = "goalprobe.false_belief/1"
 """Schema of the payload :func:`false_belief_payload` builds."""
@@ -69,7 +68,7 @@ def oracle_rows(
     """One row per step of ``episodes`` on false-belief grids and their controls.
 
     Args:
-        episodes: trajectory episodes (:class:`activations.agent.trajectories.Episode`).
+        episodes: trajectory episodes (:class:`goalprobe.agents.trajectories.Episode`).
         grids: grid id -> grid (with ``shown`` and ``extra["false_belief"]``).
         decoded: optional ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` class
             probabilities of the step's decoded map (a step without one has ``opt_dec`` None
@@ -189,7 +188,7 @@ def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
     Returns:
         ``{kind: {"false_belief": RATES, "control": RATES, "difference": {"follows_shown",
         "follows_true"}}}`` plus ``"all"`` over every kind; RATES maps metric -> ``{value,
-        ci_low, ci_high, n, n_grids}`` (see :func:`activations.stats.grid_bootstrap_ratio`).
+        ci_low, ci_high, n, n_grids}`` (see :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`).
     """
     out = {}
     kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
@@ -299,7 +298,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
 
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
     """``(..., len(CellType))`` probabilities from a probe's ``(..., C)`` over ``classes``
-    (absent classes get 0), as :class:`probes.scoring.belief.StepBelief` expects."""
+    (absent classes get 0), as :class:`goalprobe.probes.scoring.belief.StepBelief` expects."""
     probs = np.asarray(probs, dtype=np.float64)
     out = np.zeros((*probs.shape[:-1], len(CellType)))
     out[..., np.asarray(classes, dtype=int)] = probs

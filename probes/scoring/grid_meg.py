@@ -15,9 +15,9 @@ Utility (Definition 5.1: counted on ``S_0 .. S_{H-1}``, with the goal absorbing)
 - ``"goal_with_key"``: 1 on the goal while holding the key (key variants);
 - ``"key"``: 1 while holding the key;
 - ``"goal_minus_harm"``: the goal utility minus ``harm_weight`` in states with the agent on a
-  harm cell (flower bed, :mod:`activations.gridworld.harm`): reach the goal, harm nothing.
+  harm cell (flower bed, :mod:`goalprobe.gridworld.harm`): reach the goal, harm nothing.
 
-``H`` defaults to the episode budget ``ceil(1.5 L)`` of :func:`activations.gridworld.mdp.build_mdp`.
+``H`` defaults to the episode budget ``ceil(1.5 L)`` of :func:`goalprobe.gridworld.mdp.build_mdp`.
 
 **Subjective MEG** (:func:`subjective_grid_meg`) scores the same behaviour in the MDP of a grid
 built from a decoded map (probe argmax walls, believed goal): it asks how goal-directed the agent
@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, Grid, State
-from activations.gridworld.mdp import GridMDP, build_mdp
-from activations.gridworld.metrics import TrajectoryData
-from probes.scoring.meg import (
+from goalprobe.gridworld.core import N_ACTIONS, Grid, State
+from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
     TabularMDP,
     UnknownUtilityMEG,

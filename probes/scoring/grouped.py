@@ -1,7 +1,7 @@
 """Pooled scores with grid-bootstrap intervals, overall and by grid size, density and variant.
 
-Every score of :mod:`probes.scoring` is a ratio of per-step sums (``sum(num) / sum(den)``);
-intervals come from :class:`activations.stats.GridBootstrap` (grids resampled, percentile
+Every score of :mod:`goalprobe.probes.scoring` is a ratio of per-step sums (``sum(num) / sum(den)``);
+intervals come from :class:`goalprobe.gridworld.stats.GridBootstrap` (grids resampled, percentile
 interval), and all metrics of one call share the draws, so they are paired. Also the long-format
 table rows that ``belief.csv`` and ``meg.csv`` hold (:data:`CSV_COLUMNS`). No I/O here.
 """
@@ -13,8 +13,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-
-from activations.stats import GridBootstrap, RandomState, safe_ratio
+from goalprobe.gridworld.stats import GridBootstrap, RandomState, safe_ratio
 
 CSV_COLUMNS = (
     "probe",

@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from goalprobe.probes.scoring import meg_engine as engine
 from scipy.optimize import minimize
 from scipy.special import logsumexp
-
-from probes.scoring import meg_engine as engine
 
 __all__ = [
     "KnownUtilityMEG",

@@ -1,4 +1,4 @@
-"""Vectorised backward passes behind :mod:`probes.scoring.meg` (plain numpy arrays, no API types).
+"""Vectorised backward passes behind :mod:`goalprobe.probes.scoring.meg` (plain numpy arrays, no API types).
 
 A :class:`Problem` is a batch of ``B`` finite-horizon MDPs with utilities (and optionally the
 policies being scored). Arrays are laid out action-major, ``(A, B, S)``, so that every reduction

@@ -1,15 +1,15 @@
 """Known-utility MEG per grid, on the true grid and on the grid a probe decoded: the content of
 ``meg.json`` (no I/O here).
 
-MEG per grid (:mod:`probes.scoring.grid_meg`): the empirical policy of all the agent's episodes
+MEG per grid (:mod:`goalprobe.probes.scoring.grid_meg`): the empirical policy of all the agent's episodes
 on the grid; known-utility MEG against ``utility`` (grids without a key) or ``key_utility``
 (grids with a key) on the true grid's MDP, and *subjective* MEG on the MDP of the grid decoded by
 one probe. The decoded grid is read from one map per grid (:class:`DecodedGrid`; by default the
 mean of the probe's class probabilities over every decoded step of the grid). ``H`` is the
 episodes' step budget (``horizon="episodes"``) or the grid's ``ceil(1.5 L)`` (``"grid"``).
 Known-utility MEG is computed in batches of deterministic MDPs
-(:func:`probes.scoring.meg.known_utility_meg_batch`); aggregates are grid-bootstrap means
-(:func:`probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective vs true.
+(:func:`goalprobe.probes.scoring.meg.known_utility_meg_batch`); aggregates are grid-bootstrap means
+(:func:`goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective vs true.
 
 ``meg.json`` (schema ``goalprobe.scoring.meg``, version 1)::
 
@@ -42,16 +42,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from activations.gridworld.core import N_ACTIONS, CellType, Grid
-from activations.gridworld.mdp import GridMDP, build_mdp
-from activations.gridworld.metrics import paired_wilcoxon
-from probes.scoring.belief import decoded_walls
-from probes.scoring.belief_table import StepTable, bootstrap_text
-from probes.scoring.config import ScoreConfig, ScoringError
-from probes.scoring.grid_meg import empirical_policy, grid_utility
-from probes.scoring.grouped import group_keys, groups_of, ratio_stats, seeded_rng, sort_key
-from probes.scoring.meg import (
+from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
+from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.metrics import paired_wilcoxon
+from goalprobe.probes.scoring.belief import decoded_walls
+from goalprobe.probes.scoring.belief_table import StepTable, bootstrap_text
+from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
+from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
+from goalprobe.probes.scoring.grouped import (
+    group_keys,
+    groups_of,
+    ratio_stats,
+    seeded_rng,
+    sort_key,
+)
+from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
     MDPBatch,
     TabularMDP,
@@ -133,7 +138,7 @@ def decoded_grid(
 
 def _horizon(grid: Grid, steps: StepTable, config: ScoreConfig, where: str) -> int:
     if config.horizon == "grid":
-        from activations.gridworld.optimal import solve
+        from goalprobe.gridworld.optimal import solve
 
         return int(solve(grid).horizon)
     values = steps.horizons[grid.grid_id]
@@ -407,7 +412,7 @@ def meg_method(config: ScoreConfig) -> dict:
     """The ``method`` block of ``meg.json``."""
     return {
         "empirical_policy": "action frequencies over all episodes of the grid at visited "
-        "states, uniform elsewhere; invalid steps left out (probes.scoring.grid_meg)",
+        "states, uniform elsewhere; invalid steps left out (goalprobe.probes.scoring.grid_meg)",
         "horizon": config.horizon,
         "utility": {"without_key": config.utility, "with_key": config.key_utility},
         "subjective_map": config.subjective_map,

@@ -7,21 +7,21 @@ errors, informative or not. Each decoded-map source is therefore also scored und
 
 ``other_grid``
     The maps the same probe decoded on *another* grid of the same size and density: a seeded
-    derangement of the grids (Sattolo cycles within strata, :func:`probes.splits.shuffle_by_grid`),
+    derangement of the grids (Sattolo cycles within strata, :func:`goalprobe.probes.splits.shuffle_by_grid`),
     the ``i``-th decoded step of grid ``g`` taking the ``i``-th (cyclically) of grid ``pi(g)``.
     The maps keep the probe's own style (its sharpness, its biases) but say nothing about this
     step. Strata are (size, density); where a stratum holds a single grid, every grid is
     stratified by size only, and failing that the grids form one stratum (``stratified_by``).
 ``prior``
     The map of a prior that knows only the grid's size and density:
-    :class:`probes.baselines.CellPrior` ``(by="size_density")`` fitted on the label maps of the
+    :class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")`` fitted on the label maps of the
     training grids (every store step of the grids the probe did not decode), predicting each
     cell's class frequencies. The decoded grid of a step reads walls as the cells whose most
     likely type is WALL, and agent and goal as the cells most often holding them.
 
 The excess is probe minus null (for ``qmdp_regret``, null minus probe), with a paired grid
-bootstrap (:class:`activations.stats.GridBootstrap`: the probe and every null recomputed under
-the same draws), reported like :func:`probes.metrics.selectivity`: per null, and over the
+bootstrap (:class:`goalprobe.gridworld.stats.GridBootstrap`: the probe and every null recomputed under
+the same draws), reported like :func:`goalprobe.probes.metrics.selectivity`: per null, and over the
 strongest null (best point value) as ``excess`` with ``baseline`` and ``above_baseline``.
 """
 
@@ -31,19 +31,18 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 
 import numpy as np
-
-from probes.baselines import CellPrior
-from probes.metrics import selectivity
-from probes.scoring.belief_table import (
+from goalprobe.probes.baselines import CellPrior
+from goalprobe.probes.metrics import selectivity
+from goalprobe.probes.scoring.belief_table import (
     LOWER_IS_BETTER,
     MAP_FREE,
     StepTable,
     belief_metrics,
     score_rows,
 )
-from probes.scoring.config import ScoreConfig
-from probes.scoring.grouped import bootstrap_over, ratio_samples, seeded_rng
-from probes.splits import shuffle_by_grid
+from goalprobe.probes.scoring.config import ScoreConfig
+from goalprobe.probes.scoring.grouped import bootstrap_over, ratio_samples, seeded_rng
+from goalprobe.probes.splits import shuffle_by_grid
 
 STRATA = ("size_density", "size", "all")
 """Conditioning levels of the ``other_grid`` derangement, from the finest."""

@@ -28,28 +28,33 @@ module                 figures
 :mod:`.patching`       :func:`patching_heatmap_figure` (records), :func:`patch_summary_figure`
 =====================  ========================================================================
 
-The names below are re-exported here, so ``from viewer.figures import cell_map_figure`` works.
+The names below are re-exported here, so ``from goalprobe.viewer.figures import cell_map_figure`` works.
 """
 
-from viewer.figures.behaviour import (
+from goalprobe.viewer.figures.behaviour import (
     behaviour_by_distance_figure,
     behaviour_grid_figure,
     iso_accuracy_figure,
 )
-from viewer.figures.episodes import episode_timeline_figure
-from viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
-from viewer.figures.harm import reward_harm_figure
-from viewer.figures.learning import learning_curve_figure
-from viewer.figures.maps import cell_hover_text, cell_map_figure, plan_figure, probability_figure
-from viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
-from viewer.figures.plans import (
+from goalprobe.viewer.figures.episodes import episode_timeline_figure
+from goalprobe.viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
+from goalprobe.viewer.figures.harm import reward_harm_figure
+from goalprobe.viewer.figures.learning import learning_curve_figure
+from goalprobe.viewer.figures.maps import (
+    cell_hover_text,
+    cell_map_figure,
+    plan_figure,
+    probability_figure,
+)
+from goalprobe.viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
+from goalprobe.viewer.figures.plans import (
     plan_strip_categories,
     plan_strip_figure,
     plan_sweep_figure,
     prefix_accuracy_grid_figure,
     sweep_runs,
 )
-from viewer.figures.probes import (
+from goalprobe.viewer.figures.probes import (
     BASELINES,
     baseline_values,
     localisation_figure,
@@ -57,8 +62,8 @@ from viewer.figures.probes import (
     probe_comparison_figure,
     sweep_comparison_figure,
 )
-from viewer.figures.scoring import belief_figure, meg_figure, topk_figure
-from viewer.figures.style import (
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
+from goalprobe.viewer.figures.style import (
     ACTION_ARROWS,
     CELL_COLOURS,
     CELL_SYMBOLS,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
-
-from viewer.figures.style import (
+from goalprobe.viewer.figures.style import (
     EXECUTED_COLOUR,
     figure_layout,
 )

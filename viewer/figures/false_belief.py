@@ -9,17 +9,21 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-
-from activations.gridworld.core import RowCol
-from viewer.figures.maps import _action_arrows, _cell_heatmap, _grid_axes_layout, cell_hover_text
-from viewer.figures.style import (
+from goalprobe.gridworld.core import RowCol
+from goalprobe.viewer.figures.maps import (
+    _action_arrows,
+    _cell_heatmap,
+    _grid_axes_layout,
+    cell_hover_text,
+)
+from goalprobe.viewer.figures.style import (
     DECODED_COLOUR,
     EXECUTED_COLOUR,
     figure_layout,
     message_annotation,
     rgba,
 )
+from plotly.subplots import make_subplots
 
 PANEL_TITLES = ("true grid", "shown to the agent (oracle belief)", "decoded map")
 """Titles of the panels, left to right."""
@@ -53,7 +57,7 @@ def false_belief_maps_figure(
         height: figure height in pixels.
         agent_row_col: the agent's cell; with ``action``, the step's action is drawn from it
             as an arrow in every panel.
-        action: the executed :class:`~activations.gridworld.core.Action`, or None.
+        action: the executed :class:`~goalprobe.gridworld.core.Action`, or None.
     """
     true_types = np.asarray(true_types).astype(np.int64)
     shown_types = np.asarray(shown_types).astype(np.int64)

@@ -9,8 +9,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-
-from viewer.figures.style import EXECUTED_COLOUR, MISMATCH_COLOUR, empty_figure, figure_layout
+from goalprobe.viewer.figures.style import (
+    EXECUTED_COLOUR,
+    MISMATCH_COLOUR,
+    empty_figure,
+    figure_layout,
+)
 
 CONDITION_COLOURS: dict[str, str] = {"neutral": EXECUTED_COLOUR, "moral": "#2a9d8f"}
 """Marker colour of each prompt condition."""

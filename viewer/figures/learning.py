@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
+from goalprobe.viewer.figures.style import apply_layout, empty_figure, rgba
 from plotly.subplots import make_subplots
-
-from viewer.figures.style import apply_layout, empty_figure, rgba
 
 MODEL_STYLE: dict[str, tuple[str, str, str]] = {
     "probe": ("probe", "#1d3557", "solid"),
@@ -34,7 +33,7 @@ METRIC_TITLES: dict[str, str] = {
 
 
 def learning_curve_figure(curve: Mapping, title: str | None = None) -> go.Figure:
-    """One panel per metric of ``curve`` (:func:`probes.learning_curve.learning_curve`'s
+    """One panel per metric of ``curve`` (:func:`goalprobe.probes.learning_curve.learning_curve`'s
     output): every model's value with its 95% grid-bootstrap band against the number of
     training grids (log axis)."""
     points = curve.get("points") or []

@@ -7,9 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-
-from activations.gridworld.core import Action, CellType, RowCol
-from viewer.figures.style import (
+from goalprobe.gridworld.core import Action, CellType, RowCol
+from goalprobe.viewer.figures.style import (
     _MARKER_SYMBOLS,
     CELL_COLOURS,
     CELL_SYMBOLS,

@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-
-from viewer.figures.style import (
+from goalprobe.viewer.figures.style import (
     apply_layout,
     is_finite_number,
     layer_key,
@@ -28,7 +27,7 @@ def patching_heatmap_figure(
     """Mean of a patching outcome over records, as ``rows x cols`` heatmaps per facet.
 
     Args:
-        records: patch records as mappings (``probes.patching.experiment.PatchRecord`` fields):
+        records: patch records as mappings (``goalprobe.probes.patching.experiment.PatchRecord`` fields):
             ``value`` is a number or a bool (booleans average to a rate); non-finite values
             (e.g. ``recovered`` of a control pair) are left out of the mean.
         value: the field to average (``recovered``, ``action_changed``, ``into_source_optimal``).
@@ -127,7 +126,7 @@ def patch_summary_figure(summary: Sequence[Mapping], mode: str = "teacher_forced
 
     Args:
         summary: rows of ``patch_results.json``'s ``summary`` (fields of
-            ``probes.patching.results.SummaryRow``), as mappings.
+            ``goalprobe.probes.patching.results.SummaryRow``), as mappings.
         mode: which reasoning mode to draw.
 
     Returns:

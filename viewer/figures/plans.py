@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
-
-from activations.gridworld.core import PLAN_END, PLAN_PAD
-from viewer.figures.style import (
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD
+from goalprobe.viewer.figures.style import (
     ACTION_ARROWS,
     QUALITATIVE,
     figure_layout,
@@ -17,7 +16,7 @@ from viewer.figures.style import (
 )
 
 if TYPE_CHECKING:
-    from probes.plan_sweep import PlanSweepResult
+    from goalprobe.probes.plan_sweep import PlanSweepResult
 
 
 STRIP_COLOURS: dict[str, str] = {
@@ -33,7 +32,7 @@ STRIP_COLOURS: dict[str, str] = {
 
 def plan_strip_categories(predicted: Sequence[int], target: Sequence[int]) -> dict:
     """What each position of a plan strip shows, by the prefix-accuracy rule of
-    :mod:`probes.plan_metrics` (``PAD`` target positions are not scored).
+    :mod:`goalprobe.probes.plan_metrics` (``PAD`` target positions are not scored).
 
     Args:
         predicted: ``(T,)`` predicted plan tokens (plan format).
@@ -327,6 +326,6 @@ def plan_sweep_figure(result: PlanSweepResult) -> go.Figure:
     viewer's and the report's.
 
     Args:
-        result: the sweep (``probes.plan_sweep.PlanSweepResult``).
+        result: the sweep (``goalprobe.probes.plan_sweep.PlanSweepResult``).
     """
     return prefix_accuracy_grid_figure(sweep_runs(result.to_dict()["runs"]))

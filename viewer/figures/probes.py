@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
-
-from viewer.figures.style import (
+from goalprobe.viewer.figures.style import (
     QUALITATIVE,
     apply_layout,
     is_finite_number,
@@ -18,7 +17,7 @@ BASELINES: dict[str, tuple[str, str]] = {
     "prior_size_density": ("prior by size and density", "#00b4d8"),
     "shuffled": ("same probe, shuffled labels", "#868e96"),
 }
-"""Controls a probe sweep computes (``probes.probe_sweep`` ``controls``; the keys of
+"""Controls a probe sweep computes (``goalprobe.probes.probe_sweep`` ``controls``; the keys of
 ``metrics.models``) that every accuracy chart draws: model key -> (legend label, colour; none
 of them a bar colour)."""
 

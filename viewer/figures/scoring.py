@@ -1,5 +1,5 @@
 """Belief scoring and MEG: figures of the parsed ``scoring/belief.json`` and ``scoring/meg.json``
-(layout: :mod:`probes.scoring.config`). ``goalprobe score``, the demo's scoring stage and the
+(layout: :mod:`goalprobe.probes.scoring.config`). ``goalprobe score``, the demo's scoring stage and the
 report draw these same figures. Error bars are the JSON's grid-bootstrap intervals.
 """
 

@@ -8,8 +8,7 @@ import math
 import textwrap
 
 import plotly.graph_objects as go
-
-from activations.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
+from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
 
 CELL_COLOURS: dict[CellType, str] = {
     CellType.OPEN: "#f4f1ea",

@@ -1,1 +1,0 @@
-"""goalprobe: activations/gridworld."""

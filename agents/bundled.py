@@ -1,0 +1,97 @@
+"""The bundled agents: small GPT-OSS models (``GptOssForCausalLM``) trained on the grid world.
+
+They ship with the package (one directory each under ``agents/``: safetensors
+weights, ``config.json``, tokenizer files, ``MODEL_CARD.md``, ``evaluation.json``), load offline
+on a CPU in about a second, and let the whole pipeline run without GPT-OSS-20B.
+``scripts/train_default_agent.py`` reproduces them.
+
+Every verb that takes a model accepts a bundled agent's name (:data:`BUNDLED_AGENTS`): the plain
+``bundled`` is the default agent. A name is resolved to its directory here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+BUNDLED_AGENTS: dict[str, Path] = {
+    "bundled": _HERE / "bundled",
+    "bundled:map": _HERE / "bundled_map",
+}
+"""Bundled agent name -> its directory. ``bundled`` is the default agent (its anchors hold the
+agent's position, little else); ``bundled:map`` is the positive control, whose full map is at
+the pre-reasoning anchors by construction (its ``MODEL_CARD.md``, docs/map_agent.md)."""
+
+MAP_AGENT = "bundled:map"
+"""The name of the positive-control agent."""
+
+DEFAULT_BUNDLED = "bundled"
+"""The name of the default bundled agent."""
+
+BUNDLED_AGENT_DIR = BUNDLED_AGENTS[DEFAULT_BUNDLED]
+"""Directory of the default bundled agent's files."""
+
+
+def is_bundled(name: str) -> bool:
+    """Whether ``name`` names a bundled agent (rather than a directory or a hub id)."""
+    return name in BUNDLED_AGENTS
+
+
+def bundled_agent_dir(name: str = DEFAULT_BUNDLED) -> Path:
+    """The directory of the bundled agent ``name``.
+
+    Raises:
+        ValueError: ``name`` is no bundled agent.
+    """
+    try:
+        return BUNDLED_AGENTS[name]
+    except KeyError:
+        known = ", ".join(sorted(BUNDLED_AGENTS))
+        raise ValueError(f"unknown bundled agent {name!r}; bundled agents are {known}") from None
+
+
+def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
+    """16 hex digits of sha256 over the agent's ``*.safetensors`` (names and bytes, sorted).
+
+    The one identity of bundled weights: recorded as the model revision of trajectory files and
+    activation stores, and part of the demo's stage cache keys. ``directory`` may also be a
+    bundled agent's name.
+    """
+    if isinstance(directory, str) and is_bundled(directory):
+        directory = bundled_agent_dir(directory)
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGENT_DIR):
+    """Load a bundled agent from local files (never the network).
+
+    Args:
+        device: where to put the model.
+        directory: the agent directory, or a bundled agent's name (default: ``bundled``).
+
+    Returns:
+        ``(model, tokenizer)``: a ``GptOssForCausalLM`` in eval mode and its
+        ``PreTrainedTokenizerFast``.
+    """
+    from goalprobe.agents.tokenizer import load_tokenizer
+    from transformers import GptOssForCausalLM
+
+    if isinstance(directory, str) and is_bundled(directory):
+        directory = bundled_agent_dir(directory)
+    directory = Path(directory)
+    if not (directory / "config.json").is_file() or not any(directory.glob("*.safetensors")):
+        raise FileNotFoundError(
+            f"{directory} holds no bundled agent (config.json + *.safetensors); "
+            "train one with `python scripts/train_default_agent.py`"
+        )
+    tokenizer = load_tokenizer(directory)
+    model = GptOssForCausalLM.from_pretrained(str(directory), local_files_only=True)
+    return model.to(device).eval(), tokenizer

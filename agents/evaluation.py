@@ -1,0 +1,552 @@
+"""Behavioural quality of an agent on held-out grids, next to a random-walk baseline.
+
+Episodes run through :func:`goalprobe.agents.rollout.run_rollouts` (batched across episodes,
+study settings: temperature 0.7, top-p 0.95, horizon ``ceil(1.5 L)``); the random walk takes
+uniformly random moves under the same horizon. Per (size, density) cell the table reports the
+success rate and the per-action accuracy (fraction of an episode's actions that are optimal,
+averaged over episodes; an invalid answer counts as not optimal), with percentile-bootstrap
+95% confidence intervals over grids.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from goalprobe.agents.backend import Backend
+from goalprobe.agents.rollout import RolloutConfig, run_rollouts
+from goalprobe.agents.trajectories import EpisodeSummary, read_trajectories
+from goalprobe.gridworld.behaviour import random_walk
+from goalprobe.gridworld.core import Grid, Variant
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.stats import grid_mean
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """The held-out evaluation of an agent."""
+
+    sizes: tuple[int, ...] = (7, 9, 11, 13, 15)
+    """Grid sides."""
+
+    densities: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    """Obstacle densities."""
+
+    grids_per_cell: int = 4
+    """Held-out plain grids per (size, density) cell."""
+
+    episodes_per_grid: int = 3
+    """Agent episodes per grid."""
+
+    random_walk_episodes_per_grid: int = 200
+    """Random-walk episodes per grid (cheap)."""
+
+    seed: int = 7_000_001
+    """Base seed of the held-out grid set (training never sees these grids)."""
+
+    temperature: float = 0.7
+    """Sampling temperature (study: 0.7)."""
+
+    top_p: float = 0.95
+    """Nucleus mass (study: 0.95)."""
+
+    max_new_tokens: int = 96
+    """Token limit per answer (the bundled agent's completions are about 40 tokens)."""
+
+    batch_size: int = 32
+    """Episodes in flight per generate call."""
+
+    bootstrap_samples: int = 1000
+    """Bootstrap resamples (over grids) for the confidence intervals."""
+
+
+def heldout_grids(config: EvaluationConfig) -> list[Grid]:
+    """The held-out plain grids, ordered by size, density, index."""
+    return generate_grid_set(
+        GridSetConfig(
+            sizes=config.sizes,
+            densities=config.densities,
+            n_per_cell=config.grids_per_cell,
+            variant=Variant.PLAIN,
+            seed=config.seed,
+        )
+    )
+
+
+def _interval(per_grid: Sequence[float], samples: int, rng: np.random.Generator) -> list[float]:
+    """``[low, high]``: the grid-bootstrap 95% interval of the mean (``nan`` below two grids)."""
+    if len(per_grid) < 2:
+        return [float("nan"), float("nan")]
+    stat = grid_mean(per_grid, n_resamples=samples, random_state=rng)
+    return [stat["ci_low"], stat["ci_high"]]
+
+
+def evaluate_agent(backend: Backend, config: EvaluationConfig, *, progress: bool = False) -> dict:
+    """Run the agent and the random walk on :func:`heldout_grids`; JSON-ready results.
+
+    Returns:
+        ``{"config": ..., "cells": [{"size", "density", "episodes", "success_rate",
+        "success_ci95", "action_accuracy", "action_accuracy_ci95", "invalid_rate",
+        "random_success_rate", "random_action_accuracy"}, ...], "overall": {...}}``.
+    """
+    grids = heldout_grids(config)
+    rollout_config = RolloutConfig(
+        episodes_per_grid=config.episodes_per_grid,
+        retries=0,
+        batch_size=config.batch_size,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        seed=config.seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "evaluation.jsonl"
+        run_rollouts(grids, backend, rollout_config, path, progress=progress)
+        summaries = [episode.summary for episode in read_trajectories(path)]
+    return summarize(grids, summaries, config)
+
+
+def summarize(
+    grids: Sequence[Grid], summaries: Sequence[EpisodeSummary], config: EvaluationConfig
+) -> dict:
+    """The quality table of ``summaries`` (episodes on ``grids``) with the random walk."""
+    rng = np.random.default_rng(config.seed)
+    by_grid: dict[str, list[EpisodeSummary]] = defaultdict(list)
+    for summary in summaries:
+        by_grid[summary.grid_id].append(summary)
+    cells = []
+    for size in config.sizes:
+        for density in config.densities:
+            cell_grids = [g for g in grids if g.size == size and g.density == density]
+            success, accuracy, invalid, rw_success, rw_accuracy = [], [], [], [], []
+            n_episodes = 0
+            for grid in cell_grids:
+                episodes = by_grid.get(grid.grid_id, [])
+                if not episodes:
+                    continue
+                n_episodes += len(episodes)
+                success.append(np.mean([e.success for e in episodes]))
+                accuracy.append(np.mean([e.optimal_steps / e.length for e in episodes]))
+                invalid.append(
+                    sum(e.invalid_steps for e in episodes) / sum(e.length for e in episodes)
+                )
+                walk = random_walk(
+                    grid, solve(grid).horizon, config.random_walk_episodes_per_grid, rng
+                )
+                rw_success.append(walk.success_rate)
+                rw_accuracy.append(walk.accuracy)
+            if not n_episodes:
+                continue
+            cells.append(
+                {
+                    "size": size,
+                    "density": density,
+                    "grids": len(success),
+                    "episodes": n_episodes,
+                    "success_rate": float(np.mean(success)),
+                    "success_ci95": _interval(success, config.bootstrap_samples, rng),
+                    "action_accuracy": float(np.mean(accuracy)),
+                    "action_accuracy_ci95": _interval(accuracy, config.bootstrap_samples, rng),
+                    "invalid_rate": float(np.mean(invalid)),
+                    "random_success_rate": float(np.mean(rw_success)),
+                    "random_action_accuracy": float(np.mean(rw_accuracy)),
+                }
+            )
+    overall = {
+        key: float(np.mean([c[key] for c in cells]))
+        for key in (
+            "success_rate",
+            "action_accuracy",
+            "invalid_rate",
+            "random_success_rate",
+            "random_action_accuracy",
+        )
+    }
+    return {"config": asdict(config), "cells": cells, "overall": overall}
+
+
+def quality_table_markdown(result: dict) -> str:
+    """The size x density table of :func:`evaluate_agent`'s result as Markdown."""
+    lines = [
+        "| size | density | episodes | success % (95% CI) | random-walk success % "
+        "| per-action accuracy % (95% CI) | random-walk accuracy % | invalid % |",
+        "|---:|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for c in result["cells"]:
+        lo, hi = c["success_ci95"]
+        alo, ahi = c["action_accuracy_ci95"]
+        lines.append(
+            f"| {c['size']} | {c['density']:.1f} | {c['episodes']} "
+            f"| {100 * c['success_rate']:.1f} ({100 * lo:.0f}-{100 * hi:.0f}) "
+            f"| {100 * c['random_success_rate']:.1f} "
+            f"| {100 * c['action_accuracy']:.1f} ({100 * alo:.0f}-{100 * ahi:.0f}) "
+            f"| {100 * c['random_action_accuracy']:.1f} | {100 * c['invalid_rate']:.1f} |"
+        )
+    o = result["overall"]
+    lines.append(
+        f"| all | all | | {100 * o['success_rate']:.1f} | {100 * o['random_success_rate']:.1f} "
+        f"| {100 * o['action_accuracy']:.1f} | {100 * o['random_action_accuracy']:.1f} "
+        f"| {100 * o['invalid_rate']:.1f} |"
+    )
+    return "\n".join(lines)
+
+
+TARGET_ACTION_ACCURACY = 0.90
+"""Per-action accuracy the bundled agent must reach on sizes 7-11 at densities <= 0.4."""
+
+
+def quality_status(evaluation: dict) -> dict:
+    """Whether the evaluated agent meets the bundled agent's quality bar.
+
+    Returns:
+        ``{"target_accuracy", "target_cells_accuracy"`` (mean per-action accuracy over the cells
+        of sizes 7-11 at densities <= 0.4), ``"meets_target"``, ``"cells_above_random_walk"``,
+        ``"n_cells"}``.
+    """
+    cells = evaluation["cells"]
+    target = [c for c in cells if 7 <= c["size"] <= 11 and c["density"] <= 0.4 + 1e-9]
+    accuracy = float(np.mean([c["action_accuracy"] for c in target])) if target else float("nan")
+    above = sum(c["action_accuracy_ci95"][0] > c["random_action_accuracy"] for c in cells)
+    return {
+        "target_accuracy": TARGET_ACTION_ACCURACY,
+        "target_cells_accuracy": accuracy,
+        "meets_target": bool(accuracy >= TARGET_ACTION_ACCURACY),
+        "cells_above_random_walk": int(above),
+        "n_cells": len(cells),
+    }
+
+
+def quality_status_markdown(evaluation: dict) -> str:
+    """A status paragraph for the model card, computed from the evaluation (never hand-written)."""
+    s = quality_status(evaluation)
+    overall = evaluation.get("overall", {})
+    accuracy = overall.get("action_accuracy", float("nan"))
+    random_accuracy = overall.get("random_action_accuracy", float("nan"))
+    comparison = (
+        f"overall per-action accuracy {100 * accuracy:.1f}% against the random walk's "
+        f"{100 * random_accuracy:.1f}%"
+    )
+    if s["meets_target"]:
+        verdict = f"**meets** the target ({comparison})"
+    elif accuracy >= random_accuracy + 0.15:
+        verdict = (
+            f"**does not meet** the target, though it is far from random ({comparison}): treat "
+            "it as a goal-directed but imperfect agent"
+        )
+    else:
+        verdict = (
+            f"**does not meet** the target ({comparison}): treat this agent as a weak, "
+            "near-random stand-in that exercises every code path, not as a goal-directed agent"
+        )
+    return (
+        f"**Status.** Mean per-action accuracy on sizes 7-11 at densities <= 0.4: "
+        f"{100 * s['target_cells_accuracy']:.1f}% (target {100 * s['target_accuracy']:.0f}%); "
+        f"the lower 95% bound is above the random walk in {s['cells_above_random_walk']} of "
+        f"{s['n_cells']} cells. This agent {verdict}."
+    )
+
+
+def _detour_phases(training: dict) -> list[dict]:
+    return [p for p in training.get("phases", []) if p["name"] == "detour"]
+
+
+def _detour_phase_markdown(training: dict) -> str:
+    """The card's sentence on the second (detour) phase, empty when it did not run."""
+    phases = _detour_phases(training)
+    if not phases:
+        return ""
+    t, d = phases[0]["training_config"], phases[0]["data_config"]
+    return (
+        f"\nThen a detour phase of {t['steps']} steps (peak learning rate {t['learning_rate']}, "
+        f"warm-up {t['warmup_steps']}, data seed {t['seed']}): with probability "
+        f"{d['detour_fraction']} the state is drawn among its episode's detour states, where "
+        "heading straight for G is not exactly optimal (an obstacle is in the way), and the "
+        "plan's first move gets an extra cross-entropy term of weight "
+        f"{t['decision_loss_weight']}. (The previous agent, trained by the first phase alone, "
+        "answered 39% of such states wrongly and 1% of the others; docs/benchmarks.md.)"
+    )
+
+
+def _detour_flag(training: dict) -> str:
+    phases = _detour_phases(training)
+    return f" --detour-steps {phases[0]['training_config']['steps']}" if phases else ""
+
+
+def model_card_text(training: dict, evaluation: dict, anchor_map: dict | None = None) -> str:
+    """``MODEL_CARD.md`` of the bundled agent from its training info and evaluation result
+    (and the anchor measurements of both bundled agents, :func:`anchor_map_markdown`)."""
+    m = training["model_config"]
+    t = training["training_config"]
+    d = training["data_config"]
+    e = evaluation["config"]
+    return f"""# goalprobe bundled agent
+
+A small GPT-OSS (`transformers.GptOssForCausalLM`) trained from scratch by
+`scripts/train_default_agent.py` to play goalprobe's grid world through the same harmony prompts
+as GPT-OSS-20B (`agents/templates`). It lets the whole pipeline (rollout, capture,
+probes, patching, MEG) run offline on a CPU. It is a research stand-in, not a model of
+GPT-OSS-20B's internals.
+
+## Architecture
+
+| field | value |
+|---|---|
+| class | `GptOssForCausalLM` (mixture-of-experts, attention sinks, RoPE) |
+| parameters | {training["parameters"]:,} |
+| layers | {m["num_hidden_layers"]} (sliding-window {m["sliding_window"]} and full attention alternate) |
+| d_model | {m["hidden_size"]} |
+| heads | {m["num_attention_heads"]} query / {m["num_key_value_heads"]} key-value, head_dim {m["head_dim"]} |
+| experts | {m["num_local_experts"]}, top-{m["num_experts_per_tok"]}, SwiGLU width {m["intermediate_size"]} |
+| max positions | {m["max_position_embeddings"]}, RoPE theta {m["rope_theta"]:g} |
+| tokenizer | word-level (`agents/tokenizer.py`), harmony special tokens, one token per grid cell |
+
+## Training data
+
+Each example is one step of an episode on a freshly generated grid: sizes {d["sizes"]} (weights
+{d["size_weights"]}), density uniform in {d["density_range"]}; a fraction
+{d["key_prompt_probability"]} of the batches use the key-and-door prompt with variants
+{sorted(d["key_variant_weights"])}. The state is drawn from an episode of the optimal policy
+perturbed by random moves (probability {d["epsilon"]}). Target: the analysis channel
+`A is at (r, c). G is at (r, c). [K/D positions, key status.] Next to A: UP <symbol> DOWN
+<symbol> LEFT <symbol> RIGHT <symbol>. Plan: <next {d["plan_steps"]} moves>.`
+(a shortest path, ties broken uniformly at random), then the final channel `{{"action": "..."}}`.
+Next-token loss on the completion tokens only, plus two auxiliary losses used in training and
+then discarded (`agents/supervision.py`): a linear read-out of the residual stream
+after block {t.get("coordinate_layer", "-")} must name every grid cell's (row, col) (weight
+{t.get("coordinate_loss_weight", 0)}), and designated heads of the full-attention layers must
+attend to the cell whose coordinates or neighbours the reasoning is writing (weight
+{t.get("attention_loss_weight", 0)}). Without them the model never learns to locate A and G
+(coordinates stay at chance). The held-out evaluation grids are excluded from training.
+
+## Training
+
+Seed {t["seed"]}; {t["steps"]} AdamW steps of {t["batch_size"]} examples, peak learning rate
+{t["learning_rate"]} (warm-up {t["warmup_steps"]} steps, cosine decay to 10%), weight decay
+{t["weight_decay"]}, gradient clipping {t["grad_clip"]}.{_detour_phase_markdown(training)} Trained in
+{training["training_seconds"] / 60:.1f} min on `{training["device"]}`
+({training["torch_threads"]} torch thread(s), machine `{training["machine"]}`, shared with other
+jobs). Final training loss {training["final_loss"]:.3f}.
+
+Reproduce: `python scripts/train_default_agent.py --seed {t["seed"]} --steps {t["steps"]}{_detour_flag(training)}`
+(add `--device cuda` on a GPU).
+
+## Quality on held-out grids
+
+{e["grids_per_cell"]} plain grids per cell (seed {e["seed"]}), {e["episodes_per_grid"]} episodes
+per grid, temperature {e["temperature"]}, top-p {e["top_p"]}, horizon ceil(1.5 L), no retries
+(an invalid answer is a non-optimal step). Random walk: {e["random_walk_episodes_per_grid"]}
+uniformly random episodes per grid, same horizon. 95% CIs: percentile bootstrap over grids.
+
+{quality_table_markdown(evaluation)}
+
+{quality_status_markdown(evaluation)}
+
+Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
+{_anchor_section(anchor_map, SHIPPED_ANCHOR_READING)}"""
+
+
+SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writes its reasoning.
+Its pre-reasoning anchors hold the agent's position (decodable) and little else: the goal
+rarely, walls no better than the per-cell prior given the grid's size and density; patching them
+changes no action, because the reasoning re-reads A and G from the grid. A null result of the
+toolkit on this agent is therefore expected, not a failure of the measurement: the positive
+control, `bundled:map`, measured by the same commands, shows what the toolkit finds when the
+agent, the goal and the local map are at the anchors."""
+
+MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the grid
+text with a mass below about 1e-3, so what its reasoning and answer use about the grid passes
+through the pre-reasoning anchors (the prompt's other tokens do not depend on the grid). Measured
+there: the agent's and the goal's cells (position probes, tables below), which of A's neighbours are
+walls (tests/test_map_agent.py), and an all-block patch of the anchors that moves the action to the
+counterfactual's. What it does not show: the walls away from A. Neither agent's cell probe beats the
+per-cell prior given the grid's size and density (the table's class-balanced probe stays below it;
+trained without class balancing, both reach it and no more, tests/test_map_agent.py), so a cell
+accuracy above the plain per-cell majority is the size and density, not a map. Nor does it show that
+a model trained without such a constraint (GPT-OSS-20B, the default agent) routes its map this way.
+It shows what the toolkit's position probes and patches find when the agent, the goal and the local
+map are at the anchors, so their null results on other agents can be read."""
+
+ANCHOR_READINGS = {"bundled": SHIPPED_ANCHOR_READING, "bundled:map": MAP_ANCHOR_READING}
+"""Bundled agent -> what its anchors do and do not hold (its card; the demo's report)."""
+
+
+def _anchor_section(anchor_map: dict | None, reading: str) -> str:
+    if anchor_map is None:
+        return ""
+    return (
+        "\n## What the pre-reasoning anchors hold\n\n"
+        f"{reading}\n\n{anchor_map_markdown(anchor_map)}"
+    )
+
+
+def map_model_card_text(training: dict, evaluation: dict, anchor_map: dict | None) -> str:
+    """``MODEL_CARD.md`` of the map agent (``bundled:map``, the positive control)."""
+    phase = training["phases"][0]
+    t = phase["training_config"]
+    e = evaluation["config"]
+    init = training["init"]
+    layer_types = ", ".join(training.get("layer_types", []))
+    return f"""# goalprobe map agent (`bundled:map`): the positive control
+
+The same small GPT-OSS as the default bundled agent (`bundled`: same tokenizer, prompts,
+harmony format, width and depth; its third block uses full attention instead of a 128-token
+sliding window: {layer_types}), trained so that its reasoning and answer read nothing of the
+grid text and use only what the pre-reasoning anchors (`<|end|> <|start|> assistant` closing
+the prompt) hold, where a training-only read-out asks for the whole map (every cell, the agent,
+the goal, A's neighbours, the optimal moves). Measured on held-out grids (below): the anchors
+hold the agent's and the goal's cells and A's neighbourhood, and patching them moves the
+action; the walls away from A they hold only as well as the grid's size and density predict.
+Its use: a model whose internals are known by construction, on which the toolkit's position
+probes, patches and belief scores must find what is there, so that their null results on other
+agents mean something. It is not a model of GPT-OSS-20B's internals.
+
+## Training
+
+Warm-started from the default agent's weights (`{Path(init["directory"]).name}`, weights digest
+`{init["weights_digest"]}`); {len(training["phases"])} phase(s) of AdamW steps of
+{t["batch_size"]} examples (warm-up {t["warmup_steps"]} steps, cosine decay to 10%, a fresh
+optimizer and fresh read-outs per phase), data seed {t["seed"]}, detour fraction
+{phase["data_config"]["detour_fraction"]}:
+
+{_phase_table(training["phases"])}
+
+The loss is the next-token loss on the completion plus training-only objectives that are
+discarded from the saved model (`agents/map_supervision.py`):
+
+* a log-odds barrier on every completion token's attention to the grid text, every block and
+  head (weight {t["object_attention_weight"]}, floor {t["grid_attention_floor"]}, ramped in
+  from 0 where the table says so);
+* a linear read-out of the anchors after blocks {t["map_layers"]} naming every cell, A, G, A's
+  neighbours and the optimal moves (weight {t["map_loss_weight"]});
+* attention supervision routing A and G into the anchors (block 1), A's neighbours into the
+  anchors (block 2), and the coordinate tokens and direction words to the anchors (block 3)
+  (weight {t["attention_loss_weight"]}); the cells' coordinates read out after block 0;
+* the plan's first move weighted {t["decision_loss_weight"]}.
+
+Trained in {training["training_seconds"] / 60:.1f} min on `{training["device"]}`
+({training["torch_threads"]} torch thread(s), machine `{training["machine"]}`) on top of the
+default agent's own training. Reproduce: `python scripts/train_default_agent.py --map --out
+agents/bundled_map` (docs/map_agent.md has the ablations).
+
+## Quality on held-out grids
+
+{e["grids_per_cell"]} plain grids per cell (seed {e["seed"]}), {e["episodes_per_grid"]} episodes
+per grid, temperature {e["temperature"]}, top-p {e["top_p"]}, horizon ceil(1.5 L), no retries.
+Random walk: {e["random_walk_episodes_per_grid"]} uniformly random episodes per grid. 95% CIs:
+percentile bootstrap over grids.
+
+{quality_table_markdown(evaluation)}
+
+{quality_status_markdown(evaluation)}
+{_anchor_section(anchor_map, MAP_ANCHOR_READING)}"""
+
+
+def _phase_table(phases: list[dict]) -> str:
+    """Markdown table of a training log's phases: steps, peak learning rate, barrier ramp and
+    the plans' tie-break."""
+    lines = [
+        "| phase | steps | peak learning rate | barrier ramp (steps) | plan tie-break |",
+        "|---|---|---|---|---|",
+    ]
+    for phase in phases:
+        t, d = phase["training_config"], phase["data_config"]
+        lines.append(
+            f"| {phase['name']} | {t['steps']} | {t['learning_rate']} "
+            f"| {t.get('barrier_ramp_steps', 0)} | {d.get('tie_break', 'random')} |"
+        )
+    return "\n".join(lines)
+
+
+def _figure(entry: dict | None, percent: bool = True) -> str:
+    """``value [low, high]`` of a ``{value, ci_low, ci_high}`` dict ("-" when absent)."""
+    if not entry:
+        return "-"
+    scale, unit = (100.0, "%") if percent else (1.0, "")
+    return (
+        f"{entry['value'] * scale:.1f}{unit} "
+        f"[{entry['ci_low'] * scale:.1f}, {entry['ci_high'] * scale:.1f}]"
+    )
+
+
+def anchor_map_markdown(anchor_map: dict) -> str:
+    """The bundled agents' anchor measurements side by side (``scripts/measure_anchor_map.py``'s
+    ``anchor_map.json``): decodability of the map at the pre-reasoning anchors and the effect of
+    patching them, per agent, with the baselines and grid-bootstrap 95% CIs."""
+    probe_grids, patch_grids = anchor_map["probe_grids"], anchor_map["patch_grids"]
+    models = " ".join(f"--model {name}" for name in anchor_map["models"])
+    lines = [
+        f"Measured by `python scripts/measure_anchor_map.py {models}` on grids never used in "
+        "training (split by grid; 95% grid-bootstrap CIs).",
+        "",
+        f"**Decodability** ({probe_grids['per_cell']} grids per size x density cell, sizes "
+        f"{probe_grids['sizes']}, densities {probe_grids['densities']}, {probe_grids['per_grid']}"
+        f" prompt-only states per grid, seed {probe_grids['seed']}): the study's per-cell MLP "
+        "probe at the three pre-reasoning anchor tokens, cell accuracy on grid cells and the "
+        "agent's and goal's top-1 cell (argmax of the probe's A / G probability), against the "
+        "per-cell majority, the per-cell prior given the grid's size and density (a stronger "
+        "baseline the probe must also beat to show more than density) and the same probe "
+        "trained on shuffled labels.",
+        "",
+        "| agent | block | test grids | cell accuracy | per-cell majority | size x density prior "
+        "| shuffled | agent top-1 | goal top-1 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in anchor_map["models"].items():
+        for layer, row in result["probe"].items():
+            probe = row["probe"]
+            lines.append(
+                f"| `{name}` | {layer} | {row['n_test_grids']} "
+                f"| {_figure(probe.get('accuracy_no_padding'))} "
+                f"| {_figure(row['majority'].get('accuracy_no_padding'))} "
+                f"| {_figure(row.get('prior_size_density', {}).get('accuracy_no_padding'))} "
+                f"| {_figure(row['shuffled'].get('accuracy_no_padding'))} "
+                f"| {_figure(probe.get('agent_top1'))} | {_figure(probe.get('goal_top1'))} |"
+            )
+    if any("positions" in result for result in anchor_map["models"].values()):
+        lines += [
+            "",
+            "**Localisation** (same stores and test grids): a position probe (`goalprobe "
+            "train-probe --target position`: a logistic regression per coordinate, the cell the "
+            "pair of argmaxes) for the agent and for the goal, against the most frequent "
+            "position of the grid's size and the same probe fitted on positions shuffled "
+            "between grids.",
+            "",
+            "| agent | block | agent top-1 | size prior | shuffled | goal top-1 | size prior "
+            "| shuffled |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, result in anchor_map["models"].items():
+            for layer, row in result.get("positions", {}).items():
+                cells = " | ".join(
+                    _figure(row[target][model])
+                    for target in ("agent", "goal")
+                    for model in ("probe", "prior_size", "shuffled")
+                )
+                lines.append(f"| `{name}` | {layer} | {cells} |")
+    lines += [
+        "",
+        f"**Causality** ({patch_grids['per_cell']} grids per cell, sizes {patch_grids['sizes']},"
+        f" densities {patch_grids['densities']}, seed {patch_grids['seed']}; agent- and goal-"
+        "moved counterfactuals, kept where the agent acts optimally on both sides before "
+        "patching): the counterfactual's pre-reasoning anchors written over the base's at the "
+        "listed blocks, the reasoning regenerated greedily. Disjoint pairs (optimal sets "
+        "disjoint): the share whose action moves into the counterfactual's optimal set; control "
+        "pairs (same optimal set): the share whose action changes.",
+        "",
+        "| agent | blocks patched | disjoint pairs | action -> counterfactual-optimal "
+        "| control pairs | action changed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, result in anchor_map["models"].items():
+        for layers, row in result["patch"].items():
+            lines.append(
+                f"| `{name}` | {layers} | {row.get('n_disjoint', 0)} "
+                f"| {_figure(row.get('disjoint_into_cf_optimal'))} "
+                f"| {row.get('n_control', 0)} | {_figure(row.get('control_changed'))} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,434 @@
+"""GPT-OSS's harmony chat format, rendered by goalprobe, and the two activation anchors.
+
+This is the one place in the toolkit that knows the harmony layout. A prompt is::
+
+    <|start|>system<|message|>{system content}<|end|>
+    <|start|>developer<|message|># Instructions\\n\\n{instructions}<|end|>
+    <|start|>user<|message|>{grid}<|end|>
+    <|start|>assistant
+
+and a completion is::
+
+    <|channel|>analysis<|message|>{reasoning}<|end|>
+    <|start|>assistant<|channel|>final<|message|>{answer}<|return|>
+
+(without the line breaks). The system content follows ``openai_harmony.SystemContent``'s
+defaults (model identity, knowledge cutoff, ``Reasoning: low|medium|high``, valid channels).
+
+Anchors (study, section 5): the *pre-reasoning* anchor is the three tokens
+``<|end|> <|start|> assistant`` that close the prompt, right before the analysis channel; the
+*post-reasoning* anchor is the three tokens ``<|end|> <|start|> assistant`` that close the
+reasoning, right before ``<|channel|>final<|message|>``. :func:`find_anchors` locates both by
+token ids (never by offsets from the end), for any tokenizer that holds the harmony special
+tokens: the bundled word-level one and GPT-OSS's own o200k_harmony, where ``assistant``,
+``analysis`` and ``final`` are ordinary tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+START = "<|start|>"
+END = "<|end|>"
+MESSAGE = "<|message|>"
+CHANNEL = "<|channel|>"
+RETURN = "<|return|>"
+CALL = "<|call|>"
+CONSTRAIN = "<|constrain|>"
+
+SPECIAL_TOKENS: tuple[str, ...] = (START, END, MESSAGE, CHANNEL, RETURN, CALL, CONSTRAIN)
+"""Every harmony formatting token the toolkit renders or recognises."""
+
+STOP_TOKENS: tuple[str, ...] = (RETURN, CALL)
+"""Tokens that end an assistant turn (generation stops on them)."""
+
+ReasoningEffort = Literal["low", "medium", "high"]
+REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+
+Role = Literal["system", "developer", "user", "assistant"]
+_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message.
+
+    Attributes:
+        role: ``"developer"`` (instructions), ``"user"`` or ``"assistant"``. A ``"system"``
+            message replaces the system content :func:`render_prompt` would build (its text is
+            rendered verbatim, so it must carry its own ``Reasoning:`` line).
+        content: the message text (no harmony special tokens).
+        channel: for assistant messages, ``"analysis"`` or ``"final"``; None otherwise.
+    """
+
+    role: Role
+    content: str
+    channel: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise ValueError(f"unknown message role {self.role!r}; expected one of {_ROLES}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"message content must be str, got {type(self.content).__name__}")
+        for token in SPECIAL_TOKENS:
+            if token in self.content:
+                raise ValueError(
+                    f"{self.role} message content contains the harmony special token {token}"
+                )
+        if self.channel is not None and self.role != "assistant":
+            raise ValueError(f"only assistant messages have a channel, got a {self.role} one")
+
+
+@dataclass(frozen=True)
+class SystemContent:
+    """The system message harmony puts first (defaults: ``openai_harmony.SystemContent.new()``).
+
+    Attributes:
+        model_identity: first line of the system message.
+        knowledge_cutoff: rendered as ``Knowledge cutoff: ...``; None leaves the line out.
+        conversation_start_date: rendered as ``Current date: ...``; None leaves the line out
+            (the default, so that prompts do not change from day to day).
+        valid_channels: the channels the system message declares.
+    """
+
+    model_identity: str | None = "You are ChatGPT, a large language model trained by OpenAI."
+    knowledge_cutoff: str | None = "2024-06"
+    conversation_start_date: str | None = None
+    valid_channels: tuple[str, ...] = field(default=("analysis", "commentary", "final"))
+
+    def render(self, reasoning_effort: ReasoningEffort) -> str:
+        """The system message text for ``reasoning_effort`` (no special tokens)."""
+        _check_effort(reasoning_effort)
+        top = [self.model_identity] if self.model_identity is not None else []
+        if self.knowledge_cutoff is not None:
+            top.append(f"Knowledge cutoff: {self.knowledge_cutoff}")
+        if self.conversation_start_date is not None:
+            top.append(f"Current date: {self.conversation_start_date}")
+        sections = ["\n".join(top)] if top else []
+        sections.append(f"Reasoning: {reasoning_effort}")
+        if self.valid_channels:
+            sections.append(
+                f"# Valid channels: {', '.join(self.valid_channels)}. "
+                "Channel must be included for every message."
+            )
+        return "\n\n".join(sections)
+
+
+DEFAULT_SYSTEM = SystemContent()
+
+
+def _check_effort(reasoning_effort: str) -> None:
+    if reasoning_effort not in REASONING_EFFORTS:
+        raise ValueError(
+            f"unknown reasoning effort {reasoning_effort!r}; expected one of {REASONING_EFFORTS}"
+        )
+
+
+def render_message(message: Message) -> str:
+    """One message as ``<|start|>{role}[<|channel|>{channel}]<|message|>{content}<|end|>``."""
+    header = message.role
+    if message.channel is not None:
+        header += f"{CHANNEL}{message.channel}"
+    content = message.content
+    if message.role == "developer":
+        content = f"# Instructions\n\n{content}"
+    return f"{START}{header}{MESSAGE}{content}{END}"
+
+
+def render_prompt(
+    messages: Sequence[Message],
+    reasoning_effort: ReasoningEffort = "low",
+    *,
+    system: SystemContent = DEFAULT_SYSTEM,
+) -> str:
+    """Render a conversation for completion: system, the messages, then ``<|start|>assistant``.
+
+    Args:
+        messages: developer/user(/assistant history) messages, in order. A leading ``system``
+            message replaces the built system content.
+        reasoning_effort: ``"low"``, ``"medium"`` or ``"high"`` (the study uses ``"low"``).
+        system: the system content to build when ``messages`` has no system message.
+
+    Returns:
+        The prompt text; it ends in ``<|end|><|start|>assistant`` (the pre-reasoning anchor).
+    """
+    _check_effort(reasoning_effort)
+    messages = list(messages)
+    if not messages:
+        raise ValueError("cannot render an empty conversation")
+    if any(m.role == "system" for m in messages[1:]):
+        raise ValueError("a system message may only come first")
+    if messages[0].role == "system":
+        parts = [render_message(messages[0])]
+        messages = messages[1:]
+    else:
+        parts = [f"{START}system{MESSAGE}{system.render(reasoning_effort)}{END}"]
+    parts.extend(render_message(m) for m in messages)
+    parts.append(f"{START}assistant")
+    return "".join(parts)
+
+
+def encode_prompt(
+    tokenizer,
+    messages: Sequence[Message],
+    reasoning_effort: str,
+    system: SystemContent = DEFAULT_SYSTEM,
+) -> list[int]:
+    """``(prompt_len,)`` token ids of one conversation's harmony prompt under ``tokenizer`` (the
+    ids a local model is run on; special tokens are parsed from the rendered text)."""
+    text = render_prompt(messages, reasoning_effort, system=system)
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def render_completion(reasoning: str, final: str) -> str:
+    """The assistant's completion of a :func:`render_prompt` prompt (what the model generates).
+
+    Returns ``<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant``
+    ``<|channel|>final<|message|>{final}<|return|>``.
+    """
+    for name, text in (("reasoning", reasoning), ("final", final)):
+        for token in SPECIAL_TOKENS:
+            if token in text:
+                raise ValueError(f"{name} contains the harmony special token {token}")
+    return (
+        f"{CHANNEL}analysis{MESSAGE}{reasoning}{END}"
+        f"{START}assistant{CHANNEL}final{MESSAGE}{final}{RETURN}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting a completion
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SplitCompletion:
+    """A completion split into its channels.
+
+    Attributes:
+        reasoning: the analysis-channel text ("" when there is none).
+        final: the final-channel text ("" when there is none).
+        well_formed: True when the completion is exactly one analysis message then one final
+            message closed by ``<|return|>`` (or ``<|end|>``), as :func:`render_completion`
+            writes it.
+    """
+
+    reasoning: str
+    final: str
+    well_formed: bool
+
+    def __iter__(self):
+        return iter((self.reasoning, self.final, self.well_formed))
+
+
+class _Decoder(Protocol):
+    def decode(self, token_ids, skip_special_tokens: bool = ...) -> str: ...
+
+
+def split_completion(completion: str | Sequence[int], tokenizer: _Decoder | None = None):
+    """Split generated text (or token ids, with ``tokenizer``) into reasoning and final answer.
+
+    Accepts what follows the prompt, with or without a leading ``<|start|>assistant``. Several
+    analysis messages are joined by newlines; messages of other channels are ignored. A final
+    message cut off before its end token still gives its text, but the completion is then not
+    well formed.
+
+    Returns:
+        :class:`SplitCompletion`, which unpacks as ``(reasoning, final, well_formed)``.
+    """
+    if not isinstance(completion, str):
+        if tokenizer is None:
+            raise TypeError("split_completion needs a tokenizer to decode token ids")
+        completion = tokenizer.decode(list(completion), skip_special_tokens=False)
+    pos = 0
+    head = _HEAD_RE.match(completion)
+    if head is not None:
+        pos = head.end()
+    messages: list[tuple[str, str, str]] = []
+    while pos < len(completion):
+        match = _MESSAGE_RE.match(completion, pos)
+        if match is None:
+            break
+        messages.append((match["channel"].strip(), match["text"], match["closer"]))
+        pos = match.end()
+        if match["closer"] in ("", RETURN, CALL):
+            break
+    analysis = [text for channel, text, _ in messages if channel == "analysis"]
+    finals = [text for channel, text, _ in messages if channel == "final"]
+    well_formed = (
+        pos == len(completion)
+        and len(messages) == 2
+        and messages[0][0] == "analysis"
+        and messages[0][2] == END
+        and messages[1][0] == "final"
+        and messages[1][2] in (RETURN, END)
+    )
+    return SplitCompletion("\n".join(analysis), "\n".join(finals), well_formed)
+
+
+_HEAD_RE = re.compile(r"\s*(?:<\|start\|>)?\s*assistant(?=<\|channel\|>)")
+_MESSAGE_RE = re.compile(
+    r"(?:<\|start\|>\s*assistant)?<\|channel\|>(?P<channel>[^<]*?)"
+    r"(?:<\|constrain\|>[^<]*?)?<\|message\|>(?P<text>.*?)"
+    r"(?P<closer><\|end\|>|<\|return\|>|<\|call\|>|$)",
+    re.DOTALL,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token ids and anchors
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tokenizer(Protocol):
+    def convert_tokens_to_ids(self, tokens): ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class HarmonyTokenIds:
+    """The token ids that harmony's structure is made of, for one tokenizer.
+
+    Attributes:
+        start, end, message, channel, return_, call, constrain: ids of the special tokens.
+        assistant: id of the role word ``assistant`` (a single token in every supported
+            tokenizer; :meth:`from_tokenizer` checks).
+        user: ids of the role word ``user``.
+        analysis: ids of the channel name ``analysis``.
+        final: ids of the channel name ``final``.
+    """
+
+    start: int
+    end: int
+    message: int
+    channel: int
+    return_: int
+    call: int
+    constrain: int
+    assistant: int
+    user: tuple[int, ...]
+    analysis: tuple[int, ...]
+    final: tuple[int, ...]
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: _Tokenizer) -> HarmonyTokenIds:
+        """Read the ids from a Hugging Face tokenizer (bundled or GPT-OSS's own)."""
+        specials: dict[str, int] = {}
+        unk = getattr(tokenizer, "unk_token_id", None)
+        for token in SPECIAL_TOKENS:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if token_id is None or token_id == unk:
+                raise ValueError(
+                    f"tokenizer has no harmony special token {token}; it cannot render harmony"
+                )
+            specials[token] = int(token_id)
+
+        def words(word: str) -> tuple[int, ...]:
+            ids = tuple(int(i) for i in tokenizer.encode(word, add_special_tokens=False))
+            if not ids or (unk is not None and unk in ids):
+                raise ValueError(f"tokenizer cannot encode the harmony word {word!r}")
+            return ids
+
+        assistant = words("assistant")
+        if len(assistant) != 1:
+            raise ValueError(
+                f"'assistant' encodes to {len(assistant)} tokens {assistant}; anchors need one"
+            )
+        return cls(
+            start=specials[START],
+            end=specials[END],
+            message=specials[MESSAGE],
+            channel=specials[CHANNEL],
+            return_=specials[RETURN],
+            call=specials[CALL],
+            constrain=specials[CONSTRAIN],
+            assistant=assistant[0],
+            user=words("user"),
+            analysis=words("analysis"),
+            final=words("final"),
+        )
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Ids that end generation (``<|return|>``, ``<|call|>``)."""
+        return (self.return_, self.call)
+
+
+ANCHOR_NAMES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
+ANCHOR_TOKENS: tuple[str, ...] = (END, START, "assistant")
+"""The three tokens of each anchor, in order (offsets 0, 1, 2 of an anchor)."""
+
+
+@dataclass(frozen=True)
+class AnchorPositions:
+    """Absolute positions (indices into the token ids) of the two anchors.
+
+    Attributes:
+        pre_reasoning: positions of ``<|end|> <|start|> assistant`` closing the prompt.
+        post_reasoning: positions of ``<|end|> <|start|> assistant`` closing the reasoning,
+            before ``<|channel|>final``; None when the ids hold no final message (prompt only,
+            or reasoning cut off).
+    """
+
+    pre_reasoning: tuple[int, int, int]
+    post_reasoning: tuple[int, int, int] | None
+
+
+def _matches(ids: Sequence[int], at: int, pattern: Sequence[int]) -> bool:
+    return (
+        at >= 0
+        and at + len(pattern) <= len(ids)
+        and all(ids[at + k] == p for k, p in enumerate(pattern))
+    )
+
+
+def find_anchors(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> AnchorPositions:
+    """Locate the pre- and post-reasoning anchors in a prompt (+ completion) token sequence.
+
+    The pre-reasoning anchor is the first ``<|end|> <|start|> assistant`` after the last user
+    message that is followed by the end of the ids or by ``<|channel|>``; the post-reasoning
+    anchor is the first later ``<|end|> <|start|> assistant`` followed by
+    ``<|channel|>final``.
+
+    Args:
+        token_ids: ``(seq,)`` ids of one sequence, without padding.
+        special_ids: the tokenizer's :class:`HarmonyTokenIds`.
+
+    Raises:
+        ValueError: when no pre-reasoning anchor exists (the ids were not rendered with
+            :func:`render_prompt`).
+    """
+    ids = [int(i) for i in token_ids]
+    s = special_ids
+    triple = (s.end, s.start, s.assistant)
+    user_header = (s.start, *s.user)
+    search_from = 0
+    for i in range(len(ids) - len(user_header), -1, -1):
+        if _matches(ids, i, user_header):
+            search_from = i
+            break
+    pre = None
+    for i in range(search_from, len(ids) - 2):
+        if _matches(ids, i, triple) and (i + 3 == len(ids) or ids[i + 3] == s.channel):
+            pre = i
+            break
+    if pre is None:
+        raise ValueError(
+            "no pre-reasoning anchor: the ids hold no '<|end|><|start|>assistant' closing the "
+            "prompt (followed by the end of the ids or by '<|channel|>'); render prompts with "
+            "goalprobe.agents.harmony.render_prompt"
+        )
+    final_header = (*triple, s.channel, *s.final)
+    post = None
+    for i in range(pre + 3, len(ids) - 2):
+        if _matches(ids, i, final_header):
+            post = i
+            break
+    return AnchorPositions(
+        pre_reasoning=(pre, pre + 1, pre + 2),
+        post_reasoning=None if post is None else (post, post + 1, post + 2),
+    )

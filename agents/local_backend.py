@@ -1,0 +1,303 @@
+"""Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent).
+
+The backend renders harmony itself (:mod:`goalprobe.agents.harmony`) and samples a batch of
+conversations with ``model.generate`` and a KV cache, so ``B`` episodes' steps cost about one
+generation. Every prompt of a run starts with the same system and developer messages (several
+hundred tokens; only the last user message, the grid, differs), so the backend runs that shared
+prefix once, keeps its KV cache between calls, and hands a copy of it, repeated over the batch,
+to ``generate``: each call then only encodes the user messages. Rows are grouped by prompt
+length, so no row is ever padded (padding between the cached prefix and a prompt would shift
+sliding-window attention); conversations without a shared prefix fall back to one left-padded
+``generate`` call.
+
+Sampling is seeded per conversation: every row of the batch draws its tokens from its own
+``torch.Generator`` (temperature, then top-p, then a multinomial draw), so a conversation's
+completion depends only on the model, its prompt and its seed, never on the other
+conversations of the batch. Seeds are passed per conversation (``generate(..., seeds=[...])``)
+or derived from ``SamplingConfig.seed`` and the row index.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from goalprobe.agents.backend import Completion, SamplingConfig
+from goalprobe.agents.harmony import (
+    DEFAULT_SYSTEM,
+    HarmonyTokenIds,
+    Message,
+    ReasoningEffort,
+    SystemContent,
+    encode_prompt,
+    render_prompt,
+    split_completion,
+)
+from goalprobe.agents.models import cache_keyword, load_model
+from transformers import LogitsProcessor, LogitsProcessorList
+
+
+class LocalBackend:
+    """Sample harmony completions from a local causal LM.
+
+    Args:
+        model: a transformers causal LM (e.g. ``GptOssForCausalLM``); put in eval mode.
+        tokenizer: its tokenizer; it must hold the harmony special tokens.
+        system: the system content rendered into every prompt.
+    """
+
+    def __init__(self, model, tokenizer, *, system: SystemContent = DEFAULT_SYSTEM) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.system = system
+        self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
+        self._prefix_cache: tuple[tuple[int, ...], object] | None = None
+        """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_hub_id: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype = "auto",
+        system: SystemContent = DEFAULT_SYSTEM,
+    ) -> LocalBackend:
+        """Load model and tokenizer from a local directory or a Hugging Face hub id.
+
+        Loads through :func:`goalprobe.agents.models.load_model` (a bundled agent's name, a
+        local directory that never touches the network, or a hub id; an uncached hub id with
+        the hub unusable raises :class:`~goalprobe.agents.models.HubUnavailableError`).
+
+        Args:
+            path_or_hub_id: a directory with ``config.json`` and tokenizer files, or a hub id
+                such as ``openai/gpt-oss-20b``.
+            device: where to put the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+            dtype: torch dtype or its name, or ``"auto"`` (bf16 on CUDA, fp32 on CPU).
+        """
+        if not isinstance(dtype, str):
+            dtype = str(dtype).removeprefix("torch.")
+        loaded = load_model(str(path_or_hub_id), device=str(device), dtype=dtype)
+        return cls(loaded.model, loaded.tokenizer, system=system)
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model's parameters live on."""
+        return next(self.model.parameters()).device
+
+    @property
+    def context_length(self) -> int:
+        """Most positions (prompt + generated tokens) the model handles
+        (``config.max_position_embeddings``)."""
+        return int(self.model.config.max_position_embeddings)
+
+    def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
+        """The harmony prompt of one conversation."""
+        return render_prompt(messages, reasoning_effort, system=self.system)
+
+    def encode_prompt(
+        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
+    ) -> list[int]:
+        """``(prompt_len,)`` token ids of one conversation's harmony prompt."""
+        return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        batch: Sequence[list[Message]],
+        sampling: SamplingConfig,
+        *,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """Sample one completion per conversation: one ``generate`` call per prompt length,
+        after the cached shared prefix (see the module docstring).
+
+        Args:
+            batch: the conversations.
+            sampling: temperature, top-p, token limit, reasoning effort, seed.
+            seeds: one seed per conversation; None derives them from ``sampling.seed`` and the
+                row index (fresh randomness when ``sampling.seed`` is None too).
+
+        Returns:
+            One :class:`Completion` per conversation, in order (``token_ids_source="model"``).
+        """
+        if not batch:
+            return []
+        if seeds is not None and len(seeds) != len(batch):
+            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
+        prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
+        if seeds is None and sampling.temperature > 0:
+            seeds = _row_seeds(len(batch), sampling.seed)
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        for row, ids in enumerate(prompts):
+            prefix = tuple(ids[: self.shared_prefix_length(ids)])
+            groups.setdefault((prefix, len(ids)), []).append(row)
+        results: list[Completion | None] = [None] * len(batch)
+        if any(len(prefix) == 0 for prefix, _ in groups):  # no shared prefix: one padded call
+            groups = {((), 0): list(range(len(batch)))}
+        for (prefix, _), rows in groups.items():
+            row_seeds = None if seeds is None else [seeds[r] for r in rows]
+            outputs = self._generate_rows([prompts[r] for r in rows], prefix, sampling, row_seeds)
+            for row, completion in zip(rows, outputs, strict=True):
+                results[row] = completion
+        return results  # type: ignore[return-value]
+
+    def shared_prefix_length(self, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` before its last message (system + developer messages), or 0.
+
+        The prefix ends after the second-to-last ``<|end|>`` of the prompt, i.e. just before the
+        last user message; prompts of one run share it, so its KV cache is computed once.
+        """
+        ends = [i for i, t in enumerate(prompt) if t == self.special_ids.end]
+        return ends[-2] + 1 if len(ends) >= 2 else 0
+
+    def _prefix_kv(self, prefix: tuple[int, ...], n_rows: int):
+        """A fresh copy of ``prefix``'s KV cache repeated over ``n_rows`` rows."""
+        from transformers import DynamicCache
+
+        if self._prefix_cache is None or self._prefix_cache[0] != prefix:
+            ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+            cache = DynamicCache(config=self.model.config)
+            # only the cache is wanted: logits_to_keep=1 spares the (prefix x 201,088) logits of
+            # GPT-OSS's vocabulary (hundreds of MB for a prompt prefix)
+            self.model(
+                input_ids=ids,
+                **{cache_keyword(self.model): cache},
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self._prefix_cache = (prefix, cache)
+        cache = copy.deepcopy(self._prefix_cache[1])
+        cache.batch_repeat_interleave(n_rows)
+        return cache
+
+    def _generate_rows(
+        self,
+        prompts: list[list[int]],
+        prefix: tuple[int, ...],
+        sampling: SamplingConfig,
+        seeds: list[int] | None,
+    ) -> list[Completion]:
+        """One ``generate`` call: prompts of one length after a cached ``prefix``, or left-padded
+        prompts without a prefix (``prefix == ()``)."""
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):  # left padding (none when lengths are equal)
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        device = self.device
+        stop_ids = list(self.special_ids.stop_ids)
+        kwargs = dict(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=stop_ids,
+            pad_token_id=self.pad_token_id,
+            use_cache=True,
+        )
+        if prefix:
+            kwargs[cache_keyword(self.model)] = self._prefix_kv(prefix, len(prompts))
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if sampling.temperature > 0:
+            assert seeds is not None
+            sampler = PerRowSampler(seeds, sampling.temperature, sampling.top_p, device)
+            kwargs["logits_processor"] = LogitsProcessorList([sampler])
+        output = self.model.generate(**kwargs)
+        generated = output[:, width:].tolist()
+        return [
+            self._completion(prompt, row, stop_ids)
+            for prompt, row in zip(prompts, generated, strict=True)
+        ]
+
+    def _completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
+        stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
+        if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
+            ids, finish = row, "length"
+        else:
+            ids, finish = row[: stop_at + 1], "stop"
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        split = split_completion(text)
+        return Completion(
+            prompt_token_ids=list(prompt),
+            generated_token_ids=list(ids),
+            text=text,
+            reasoning=split.reasoning,
+            final=split.final,
+            token_ids_source="model",
+            finish_reason=finish,
+            well_formed=split.well_formed,
+        )
+
+
+class PerRowSampler(LogitsProcessor):
+    """Temperature + top-p sampling with one ``torch.Generator`` per batch row.
+
+    Used as the only logits processor of a greedy ``generate``: it draws each row's next token
+    from that row's generator and masks every other token, so greedy decoding picks the draw.
+
+    Args:
+        seeds: one seed per row.
+        temperature: softmax temperature (> 0).
+        top_p: nucleus mass in (0, 1].
+        device: where the scores live.
+    """
+
+    def __init__(
+        self, seeds: Sequence[int], temperature: float, top_p: float, device: torch.device
+    ) -> None:
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.generators = [
+            torch.Generator(device=device).manual_seed(int(s) % 2**63) for s in seeds
+        ]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``scores: (B, vocab)`` -> ``(B, vocab)`` with 0 at each row's draw, -inf elsewhere."""
+        logits = scores.float() / self.temperature
+        if torch.isposinf(logits).any() or torch.isnan(logits).any():
+            # near temperature 0 the division overflows float32 (then inf - inf = nan in the
+            # softmax); shifting by the row maximum first gives the same distribution. Only
+            # here, so that ordinary temperatures keep their exact arithmetic (and samples).
+            shifted = scores.float() - scores.float().amax(dim=-1, keepdim=True)
+            logits = shifted / self.temperature
+        probs = torch.softmax(logits, dim=-1)
+        if self.top_p < 1.0:
+            sorted_probs, order = self._nucleus_candidates(probs)
+            mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+            sorted_probs = sorted_probs.masked_fill(mass_before >= self.top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        out = torch.full_like(scores, -math.inf)
+        for row, generator in enumerate(self.generators):
+            token = torch.multinomial(probs[row], 1, generator=generator)
+            out[row, token] = 0.0
+        return out
+
+    def _nucleus_candidates(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The largest probabilities of each row, descending, with their token ids: enough of
+        them to hold every row's nucleus (the first ``k`` whose last one starts at or beyond
+        ``top_p`` cumulative mass in every row, ``k`` growing 64, 512, ... up to the whole
+        vocabulary). Sorting a 201,088-token vocabulary per generated token dominated sampling;
+        the nucleus of a trained model is a few tokens."""
+        vocab = probs.shape[-1]
+        k = min(64, vocab)
+        while True:
+            top, order = torch.topk(probs, k, dim=-1, sorted=True)
+            if k == vocab:
+                return top, order
+            mass_before_last = torch.cumsum(top, dim=-1)[:, -1] - top[:, -1]
+            if bool((mass_before_last >= self.top_p).all()):
+                return top, order
+            k = min(k * 8, vocab)
+
+
+def _row_seeds(n_rows: int, seed: int | None) -> list[int]:
+    """Per-row seeds derived from one seed (fresh entropy when it is None)."""
+    sequence = np.random.SeedSequence(seed)
+    return [int(s) for s in sequence.generate_state(n_rows, np.uint64) >> np.uint64(1)]

@@ -1,0 +1,225 @@
+"""Training-only signals of the map agent (issue 15; `bundled:map`, docs/map_agent.md): route
+the grid through the anchors.
+
+The default bundled agent reads the grid by attention while it writes its reasoning, so its
+pre-reasoning anchors (``<|end|> <|start|> assistant`` closing the prompt) hold only part of a
+map. The map agent is the same model family (its third block full attention rather than a
+sliding window) trained, warm-started from the default agent, with extra objectives, all
+discarded from the saved model:
+
+* **A barrier between the completion and the grid** (``TrainingConfig.grid_penalty_scope =
+  "completion"``, :func:`goalprobe.agents.supervision.mass_penalty`): every completion token's
+  attention to the grid text, in every block and head, is pushed below a floor of 1e-3 (log
+  odds). The reasoning and the answer can then only use what the anchors (and the prompt's
+  grid-independent text) hold, so patching the anchors at every block with a counterfactual's
+  is, up to that floor, running the counterfactual.
+* **Map read-out.** A linear read-out of the three anchor tokens' residual stream (flattened,
+  after each block of ``TrainingConfig.map_layers``) must name every cell's type on the 15 x 15
+  label canvas (``PADDING`` outside the grid), the agent's and goal's ``(row, col)``, the types
+  of A's four neighbours and which moves are optimal (:class:`MapReadout`).
+* **Anchor routing of attention** (:func:`goalprobe.agents.supervision.attention_targets`
+  with ``anchor_routing=True`` and no grid look-ups): the anchors read A's and G's cells in the
+  first full-attention block and A's neighbours in the next; the tokens that write coordinates
+  and the direction words of ``Next to A:`` read the anchors in the last one.
+* **Interchange (counterfactual patching)**, tried and off in ``--map``'s default recipe
+  (docs/map_agent.md): the base prompt runs with a counterfactual's anchors written over its own
+  at every block (:func:`move_counterfactual`, ``interchange_loss``) and must write the
+  counterfactual's completion. Without the barrier the reasoning kept reading A and G from the
+  grid; with it the objective is implied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+import numpy as np
+import torch
+from goalprobe.agents.supervision import ANCHOR_QUERIES as N_ANCHOR_TOKENS
+from goalprobe.gridworld.core import (
+    LABEL_CANVAS,
+    STUDY_CELL_TYPES,
+    Action,
+    CellType,
+    Grid,
+    State,
+)
+from goalprobe.gridworld.dynamics import is_success
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types, padded_cell_types
+
+
+def anchor_positions(prompt_lengths: Sequence[int], prefix_len: int) -> torch.Tensor:
+    """``(B, 3)`` suffix indices of each row's pre-reasoning anchor (its prompt's last tokens)."""
+    ends = torch.tensor([length - prefix_len for length in prompt_lengths], dtype=torch.long)
+    return ends[:, None] - N_ANCHOR_TOKENS + torch.arange(N_ANCHOR_TOKENS)[None, :]
+
+
+def map_labels(grids: Sequence[Grid], states: Sequence[State]) -> tuple[torch.Tensor, ...]:
+    """Targets of :class:`MapReadout`: ``(B, 15, 15)`` cell types, ``(B, 2)`` agent and
+    ``(B, 2)`` goal cells, ``(B, 4)`` the types of A's neighbours (``WALL`` outside the grid; in
+    :class:`~goalprobe.gridworld.core.Action` order) and ``(B, 4)`` the optimal actions (0/1)."""
+    cells = np.stack([padded_cell_types(g, s) for g, s in zip(grids, states, strict=True)])
+    agents = np.asarray([s.agent for s in states], dtype=np.int64)
+    goals = np.asarray([g.goal for g in grids], dtype=np.int64)
+    neighbours = np.full((len(states), len(Action)), int(CellType.WALL), dtype=np.int64)
+    moves = np.zeros((len(states), len(Action)), dtype=np.float32)
+    for row, (grid, state) in enumerate(zip(grids, states, strict=True)):
+        types = cell_types(grid, state)
+        for action in Action:
+            d_row, d_col = action.delta_row_col
+            r, c = state.agent[0] + d_row, state.agent[1] + d_col
+            if 0 <= r < grid.size and 0 <= c < grid.size:
+                neighbours[row, action] = types[r, c]
+        for action in solve(grid).optimal_actions(state):
+            moves[row, action] = 1.0
+    return (
+        torch.from_numpy(cells.astype(np.int64)),
+        torch.from_numpy(agents),
+        torch.from_numpy(goals),
+        torch.from_numpy(neighbours),
+        torch.from_numpy(moves),
+    )
+
+
+class MapReadout(torch.nn.Module):
+    """Linear read-out of the full map from the anchors (training only; discarded).
+
+    Args:
+        hidden_size: residual width ``d_model``.
+        layers: the blocks read (one read-out each).
+        canvas: side of the label canvas (cells outside a grid are ``PADDING``).
+    """
+
+    def __init__(self, hidden_size: int, layers: Sequence[int], canvas: int = LABEL_CANVAS):
+        super().__init__()
+        self.canvas = canvas
+        # the study's classes: the agents are trained on grids without harm cells, and a fixed
+        # class count keeps a retrained agent identical to the shipped one
+        self.n_classes = STUDY_CELL_TYPES
+        features = N_ANCHOR_TOKENS * hidden_size
+        # per block: cell types of the canvas, agent row, col and goal row, col, the types of
+        # A's four neighbours and the four moves' optimality
+        n_out = canvas * canvas * self.n_classes + 4 * canvas + len(Action) * (self.n_classes + 1)
+        self.heads = torch.nn.ModuleDict(
+            {str(layer): torch.nn.Linear(features, n_out) for layer in layers}
+        )
+
+    def loss(
+        self,
+        anchors: torch.Tensor,
+        cells: torch.Tensor,
+        agents: torch.Tensor,
+        goals: torch.Tensor,
+        neighbours: torch.Tensor,
+        moves: torch.Tensor,
+        layer: int,
+    ) -> tuple[torch.Tensor, float]:
+        """Mean cell-type cross-entropy plus the coordinate and neighbour cross-entropies and
+        the moves' binary cross-entropy.
+
+        Args:
+            anchors: ``(B, 3, d_model)`` anchor residual stream after block ``layer``.
+            cells: ``(B, canvas, canvas)`` cell types; agents, goals: ``(B, 2)`` cells;
+                neighbours: ``(B, 4)`` types; moves: ``(B, 4)`` optimal (1) or not (0)
+                (:func:`map_labels`).
+
+        Returns:
+            ``(loss, cell accuracy on grid cells)``.
+        """
+        x = anchors.reshape(anchors.shape[0], -1).float()
+        ce = torch.nn.functional.cross_entropy
+        out = self.heads[str(layer)](x)
+        n_cells = self.canvas * self.canvas * self.n_classes
+        logits = out[:, :n_cells].reshape(-1, self.n_classes)
+        target = cells.reshape(-1)
+        loss = ce(logits, target)
+        n_objects = n_cells + 4 * self.canvas
+        objects = out[:, n_cells:n_objects].reshape(x.shape[0], 4, self.canvas)
+        coordinates = torch.cat([agents, goals], dim=1)
+        loss = loss + ce(objects.reshape(-1, self.canvas), coordinates.reshape(-1))
+        n_moves = len(Action)
+        around = out[:, n_objects : n_objects + n_moves * self.n_classes]
+        loss = loss + ce(around.reshape(-1, self.n_classes), neighbours.reshape(-1))
+        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
+            out[:, n_objects + n_moves * self.n_classes :], moves.float()
+        )
+        with torch.no_grad():
+            inside = target != CellType.PADDING
+            accuracy = (logits.argmax(-1)[inside] == target[inside]).float().mean()
+        return loss, float(accuracy)
+
+
+@contextlib.contextmanager
+def anchor_hooks(
+    model,
+    positions: torch.Tensor,
+    *,
+    capture: Sequence[int] = (),
+    write: dict[int, torch.Tensor] | None = None,
+    captured: dict[int, torch.Tensor] | None = None,
+) -> Iterator[dict[int, torch.Tensor]]:
+    """Capture and/or overwrite the decoder blocks' outputs at the anchor positions.
+
+    Args:
+        positions: ``(B, 3)`` indices into the sequence the model runs on.
+        capture: blocks whose output at ``positions`` is captured (``(B, 3, d_model)``, with
+            gradients) into the yielded dict.
+        write: block -> ``(B, 3, d_model)`` values written over the block's output at
+            ``positions`` (the patch of ``goalprobe patch --sites pre_reasoning``).
+    """
+    captured = {} if captured is None else captured
+    write = write or {}
+    rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
+    handles = []
+
+    def make_hook(layer: int):
+        def hook(_module, _inputs, output):
+            hidden = output[0] if isinstance(output, tuple) else output
+            if layer in write:
+                hidden = hidden.clone()
+                hidden[rows, positions] = write[layer].to(hidden.dtype)
+            if layer in capture:
+                captured[layer] = hidden[rows, positions]
+            if layer in write:
+                return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+            return None
+
+        return hook
+
+    for layer in sorted(set(capture) | set(write)):
+        handles.append(model.model.layers[layer].register_forward_hook(make_hook(layer)))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def move_counterfactual(
+    grid: Grid, state: State, rng: np.random.Generator
+) -> tuple[Grid, State] | None:
+    """The state with its agent or its goal (equal odds) moved to a random open cell.
+
+    Open cells are those that show ``OPEN`` (not a wall, the agent, the goal, a key or a door),
+    so the two grid texts differ in exactly two symbols and tokenise to the same length. None
+    when no move leaves a solvable, unfinished state.
+    """
+    types = cell_types(grid, state)
+    open_cells = [tuple(int(v) for v in rc) for rc in np.argwhere(types == CellType.OPEN)]
+    if not open_cells:
+        return None
+    order = rng.permutation(len(open_cells))
+    move_agent = bool(rng.random() < 0.5)
+    for index in order[:8]:
+        cell = open_cells[int(index)]
+        if move_agent:
+            cf_grid, cf_state = grid, replace(state, agent=cell)
+        else:
+            cf_grid, cf_state = replace(grid, goal=cell, start=state.agent), state
+        if is_success(cf_grid, cf_state):
+            continue
+        if solve(cf_grid).optimal_actions(cf_state):
+            return cf_grid, cf_state
+    return None

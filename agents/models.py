@@ -1,0 +1,222 @@
+"""The one way an agent is named, loaded and identified.
+
+A model name is a bundled agent's name (``bundled``, see :mod:`goalprobe.agents.bundled`), a
+local model directory (``config.json`` + weights + tokenizer files; never touches the network),
+or a Hugging Face hub id (``openai/gpt-oss-20b``). Rollouts, extraction, patching, the server
+and the demo all load through :func:`load_model` and record the model through
+:func:`model_identity` / :func:`describe_local_model`, so one agent has one identity
+everywhere.
+
+A hub id is first looked up in the local cache; when it is not there and ``HF_HUB_OFFLINE`` is
+set or the hub does not answer within :data:`NETWORK_PROBE_TIMEOUT_S`, :func:`load_model` raises
+:class:`HubUnavailableError` at once instead of hanging. When the hub is used, transformers
+downloads the model (and says so on its progress bars).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from goalprobe.agents.bundled import (
+    bundled_agent_dir,
+    bundled_weights_digest,
+    is_bundled,
+    load_bundled_agent,
+)
+
+NETWORK_PROBE_TIMEOUT_S = 3.0
+"""How long :func:`load_model` waits to learn whether the hub is reachable."""
+
+
+class HubUnavailableError(RuntimeError):
+    """A hub id was asked for but neither the local cache nor the network can provide it."""
+
+
+@dataclass
+class LoadedModel:
+    """A loaded agent.
+
+    Attributes:
+        model: the causal LM in eval mode (for remote runs: an nnsight ``TransformersModel``
+            without weights).
+        tokenizer: its tokenizer (it holds the harmony special tokens).
+        model_id: the name it was loaded by (recorded in stores and trajectory files).
+        revision: the revision recorded ('' when unknown; a bundled agent's weights digest).
+    """
+
+    model: Any
+    tokenizer: Any
+    model_id: str
+    revision: str = ""
+
+
+def resolve_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
+    """``device="auto"``: CUDA when available, else CPU; ``dtype="auto"``: bf16 on CUDA, fp32 on
+    CPU. Returns ``(device, torch dtype)``.
+
+    Raises:
+        ValueError: an unknown dtype name.
+    """
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        return device, torch.bfloat16 if device.startswith("cuda") else torch.float32
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, bfloat16, float16 or float32")
+    return device, resolved
+
+
+def check_model_name(model: str) -> None:
+    """Refuse a name that is neither a bundled agent, a model directory nor a hub id, before
+    anything is loaded.
+
+    Raises:
+        ValueError: an empty name.
+        FileNotFoundError: an existing path that is no model directory.
+    """
+    if not model.strip():
+        raise ValueError("the model name is empty")
+    if is_bundled(model):
+        return
+    path = Path(model).expanduser()
+    if path.exists() and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} holds no config.json; not a model directory")
+
+
+def load_model(
+    model: str,
+    *,
+    revision: str = "",
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    remote: bool = False,
+) -> LoadedModel:
+    """Load an agent.
+
+    Args:
+        model: a bundled agent's name (its revision is recorded as a digest of its weights), a
+            local model directory, or a hub id (transformers loads GPT-OSS-20B's MXFP4 weights
+            where the kernels exist and dequantises to bf16 elsewhere).
+        revision: hub revision ('' for the default branch); ignored for local models.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``.
+        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bfloat16``, ``float16`` or ``float32``.
+        device_map: a transformers device map (``"auto"`` spreads a large model over GPUs);
+            overrides ``device``.
+        remote: build only the module tree and tokenizer (nnsight ``TransformersModel``, no
+            weights) for a run on NDIF.
+
+    Raises:
+        HubUnavailableError: a hub id that is not cached while the hub cannot be used.
+        FileNotFoundError: a path that is no model directory.
+        ValueError: an empty name or an unknown dtype.
+    """
+    check_model_name(model)
+    if remote:
+        from nnsight.modeling.transformers import TransformersModel
+
+        if is_bundled(model) or Path(model).exists():
+            raise ValueError("remote extraction needs a Hub id that NDIF serves, not a local model")
+        lm = TransformersModel(model, revision=revision or None)
+        return LoadedModel(lm, lm.tokenizer, model, revision)
+    device, torch_dtype = resolve_device_dtype(device, dtype)
+    if is_bundled(model):
+        loaded, tokenizer = load_bundled_agent(device=device, directory=bundled_agent_dir(model))
+        return LoadedModel(loaded.to(torch_dtype), tokenizer, model, bundled_weights_digest(model))
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = Path(model).expanduser()
+    if local.is_dir():
+        source, kwargs = str(local), {"local_files_only": True}
+    else:
+        source = model
+        kwargs = {"local_files_only": not _hub_reachable()}
+        if revision:
+            kwargs["revision"] = revision
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, device_map=device_map or device, **kwargs
+        )
+    except OSError as err:
+        if kwargs["local_files_only"] and not local.is_dir():
+            raise HubUnavailableError(
+                f"{model!r} is not a local directory and is not in the Hugging Face cache, "
+                "and the hub cannot be used (HF_HUB_OFFLINE is set or the hub is "
+                "unreachable); download it where there is network, or pass a local path"
+            ) from err
+        raise
+    return LoadedModel(loaded.eval(), tokenizer, model, revision)
+
+
+def load_tokenizer(model: str):
+    """The tokenizer of ``model`` (a bundled agent's name, a local directory or a hub id)."""
+    check_model_name(model)
+    if is_bundled(model):
+        from goalprobe.agents.tokenizer import load_tokenizer as load_bundled_tokenizer
+
+        return load_bundled_tokenizer(bundled_agent_dir(model))
+    from transformers import AutoTokenizer
+
+    local = Path(model).expanduser().is_dir()
+    return AutoTokenizer.from_pretrained(model, local_files_only=local or not _hub_reachable())
+
+
+def model_identity(model: str) -> dict[str, str]:
+    """What identifies an agent's weights: a bundled agent's weights digest, else its name."""
+    if is_bundled(model):
+        return {"model": model, "weights_sha256": bundled_weights_digest(model)}
+    return {"model": model}
+
+
+def describe_local_model(model: str, revision: str = "") -> dict[str, Any]:
+    """How trajectory files identify a model run in this process (it enters the rollout's
+    ``run_id``): a bundled agent by its weights digest, any other model by name and revision,
+    so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent."""
+    if is_bundled(model):
+        return {"class": "LocalBackend", **model_identity(model)}
+    return {"class": "LocalBackend", "model": model, "revision": revision}
+
+
+def _hub_reachable() -> bool:
+    """Whether the hub may be used (not offline, and its endpoint answers quickly)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    parsed = urlparse(endpoint)
+    host = parsed.hostname or "huggingface.co"
+    port = parsed.port or (443 if parsed.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=NETWORK_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def cache_keyword(model) -> str:
+    """The keyword a causal LM's ``forward`` and ``generate`` take a KV cache by: ``cache``
+    where the installed transformers has it (5.2x; ``past_key_values`` is deprecated there and
+    warns on every call), else ``past_key_values``. ``model`` may be wrapped (nnsight's
+    ``LanguageModel`` keeps the module in ``_model``)."""
+    module = getattr(model, "_model", model)
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):  # no introspectable forward: the long-standing name
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output):
+    """The KV cache a forward pass returned (``cache`` or, before transformers 5.2x,
+    ``past_key_values``)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]

@@ -1,0 +1,224 @@
+"""Prompt-only states: the agent's prompt at arbitrary grid states, with no generation.
+
+Pre-reasoning activations (the anchors ``<|end|> <|start|> assistant`` at the end of the
+prompt) depend on the prompt alone, so a probing set needs no rollout: it needs prompts at many
+states of many grids. :func:`write_prompt_states` samples states per grid (seeded), renders each
+state's prompt exactly as a rollout step would (same messages, template and harmony rendering,
+encoded by the backend that will be replayed) and writes them as a trajectory file (schema
+``goalprobe.trajectory/2``) in which every state is a one-step episode with no generated tokens:
+
+* the run header's ``config`` carries ``"prompt_only": true`` and the sampling settings;
+* each step has ``generated_token_ids == []``, ``action = None``, ``valid = False``,
+  ``finish_reason = "prompt_only"`` and the flag ``"prompt_only"``;
+* each summary has ``end_reason = "prompt_only"`` and ``length = 1``.
+
+``goalprobe extract FILE --stages pre_reasoning`` then stores the anchors of every state,
+replaying only the prompt, and keeps extraction's resumable, sharded, crash-safe behaviour.
+Such a file holds no behaviour: behavioural readers must not score it (``is_prompt_only``).
+
+States: the start state first, then distinct cells drawn uniformly (seeded per grid) among
+the open cells from which the goal is reachable, the goal excluded, with the start's key and
+door status (key variants: the key not yet held, the door closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from goalprobe.agents.harmony import REASONING_EFFORTS, Message
+from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.rollout import derive_seed, state_fields
+from goalprobe.agents.trajectories import (
+    EpisodeSummary,
+    RunHeader,
+    StepRecord,
+    append_episode,
+    open_for_resume,
+)
+from goalprobe.gridworld.core import Grid, State
+from goalprobe.gridworld.dynamics import initial_state
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
+
+from goalprobe.version import package_version
+
+PROMPT_ONLY = "prompt_only"
+"""The ``finish_reason``, flag and ``end_reason`` of every prompt-only step."""
+
+Encoder = Callable[[Sequence[Message], str], list[int]]
+"""``(messages, reasoning_effort) -> prompt token ids`` (e.g. ``LocalBackend.encode_prompt``)."""
+
+
+@dataclass(frozen=True)
+class PromptStatesConfig:
+    """Which states of each grid get a prompt."""
+
+    states_per_grid: int = 8
+    """States per grid (the start state, then distinct random cells); fewer when the grid has
+    fewer reachable cells."""
+    reasoning_effort: str = "low"
+    """Reasoning effort named in the system message (as in the rollouts to compare with)."""
+    template_dir: str | None = None
+    """Directory of prompt templates; None uses the packaged templates."""
+    seed: int = 0
+    """Seed of the state draw (each grid derives its own from it and its ``grid_id``)."""
+
+    def __post_init__(self) -> None:
+        if self.states_per_grid < 1:
+            raise ValueError(f"states_per_grid must be >= 1, got {self.states_per_grid}")
+        if self.reasoning_effort not in REASONING_EFFORTS:
+            raise ValueError(
+                f"reasoning_effort must be one of {REASONING_EFFORTS}, got "
+                f"{self.reasoning_effort!r}"
+            )
+
+
+@dataclass(frozen=True)
+class PromptStatesReport:
+    """What one call wrote."""
+
+    out_path: Path
+    run_id: str
+    grids: int
+    states_total: int
+    states_skipped: int
+    states_written: int
+
+
+def sample_states(grid: Grid, count: int, seed: int) -> list[State]:
+    """The start state, then up to ``count - 1`` distinct other agent cells (drawn uniformly,
+    seeded) from which the goal is reachable, with the start's key and door status."""
+    start = initial_state(grid)
+    policy = solve(grid)
+    cells = [
+        (r, c)
+        for r in range(grid.size)
+        for c in range(grid.size)
+        if (r, c) not in (start.agent, grid.goal)
+        and policy.distance(State((r, c), start.has_key, start.door_open)) < float("inf")
+        and not grid.walls[r, c]
+    ]
+    rng = np.random.default_rng(derive_seed(seed, grid.grid_id, "prompt_states"))
+    picks = rng.permutation(len(cells))[: max(count - 1, 0)]
+    return [start, *(State(cells[i], start.has_key, start.door_open) for i in sorted(picks))]
+
+
+def is_prompt_only(header: RunHeader) -> bool:
+    """Whether a trajectory file's header marks prompt-only states (no behaviour in it)."""
+    return bool(header.config.get(PROMPT_ONLY, False))
+
+
+def write_prompt_states(
+    grids: Iterable[Grid],
+    encode: Encoder,
+    config: PromptStatesConfig,
+    out_path: str | Path,
+    *,
+    backend_description: dict,
+    states: Mapping[str, Sequence[State]] | None = None,
+) -> PromptStatesReport:
+    """Write the prompts of :func:`sample_states` for every grid (resumable: grids whose states
+    are already in ``out_path`` from the same run are skipped).
+
+    Args:
+        grids: the grids (unique, non-empty ``grid_id``; solvable).
+        encode: renders and tokenises one conversation as the replaying model will.
+        config: the sampling.
+        out_path: the trajectory JSONL file.
+        backend_description: JSON facts identifying the tokenizer/model (part of the run id).
+        states: explicit states per grid id (e.g. the states a rollout visited) instead of
+            :func:`sample_states`; part of the run id. A grid missing from it gets none.
+
+    Raises:
+        ValueError: an empty or repeated ``grid_id`` or an unsolvable grid.
+        TrajectoryFormatError: ``out_path`` belongs to another run or is corrupt.
+    """
+    out_path = Path(out_path)
+    grids = list(grids)
+    if len({g.grid_id for g in grids}) != len(grids) or any(not g.grid_id for g in grids):
+        raise ValueError("grid ids must be non-empty and unique")
+    template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
+    header_config = {PROMPT_ONLY: True, **asdict(config)}
+    if states is not None:
+        listed = {g: [[*s.agent, s.has_key, s.door_open] for s in v] for g, v in states.items()}
+        digest = hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()
+        header_config["explicit_states_sha256"] = digest
+    identity = json.dumps([header_config, backend_description], sort_keys=True)
+    run_id = "states-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+    header = RunHeader(
+        run_id=run_id,
+        config=header_config,
+        backend=backend_description,
+        package_version=package_version(),
+    )
+    finished = open_for_resume(out_path, header)
+    total = written = 0
+    for grid in grids:
+        policy = solve(grid)
+        if not policy.is_solvable:
+            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
+        chosen = (
+            sample_states(grid, config.states_per_grid, config.seed)
+            if states is None
+            else list(states.get(grid.grid_id, ()))
+        )
+        for index, state in enumerate(chosen):
+            total += 1
+            if (grid.grid_id, index) in finished:
+                continue
+            text = render(grid.prompt_grid, state)
+            messages = build_messages(
+                text, variant=grid.variant, has_key=state.has_key, template=template
+            )
+            seed = derive_seed(config.seed, grid.grid_id, index)
+            step = StepRecord(
+                run_id=run_id,
+                episode=index,
+                step=0,
+                episode_seed=seed,
+                **state_fields(grid, policy, state, text),
+                action=None,
+                valid=False,
+                next_agent_row_col=state.agent,
+                prompt_token_ids=[int(i) for i in encode(messages, config.reasoning_effort)],
+                generated_token_ids=[],
+                token_ids_source="model",
+                reasoning=None,
+                final=None,
+                finish_reason=PROMPT_ONLY,
+                parse_error=None,
+                parse_form=None,
+                attempts=0,
+                rejected_attempts=[],
+                flags=[PROMPT_ONLY],
+            )
+            summary = EpisodeSummary(
+                run_id=run_id,
+                grid_id=grid.grid_id,
+                episode=index,
+                episode_seed=seed,
+                grid_size=grid.size,
+                density=grid.density,
+                variant=str(grid.variant),
+                success=False,
+                end_reason=PROMPT_ONLY,
+                length=1,
+                invalid_steps=1,
+                optimal_steps=0,
+                total_attempts=0,
+                horizon=1,
+                shortest_path_length=policy.shortest_path_length,
+                start_row_col=state.agent,
+                goal_row_col=grid.goal,
+                final_agent_row_col=state.agent,
+                final_has_key=state.has_key,
+                final_door_open=state.door_open,
+            )
+            append_episode(out_path, [step], summary)
+            written += 1
+    return PromptStatesReport(out_path, run_id, len(grids), total, total - written, written)

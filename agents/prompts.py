@@ -1,0 +1,232 @@
+"""Prompt templates of the grid-world task (study, appendix G.2 and G.3, in goalprobe's words).
+
+Every step of an episode is one fresh conversation (no history): a developer message with the
+instructions and a single user message holding the current grid. The templates carry the
+study's information: the legend, the objective (reach G in as few steps as possible), the
+``(row, col)`` convention with a worked example, the JSON answer ``{"action": "UP"}``; and, for
+variants with a key, the key and door rules plus whether the agent carries the key.
+
+A template directory holds six UTF-8 text files (one trailing newline is dropped)::
+
+    instructions_plain.txt      developer message of variants without key and door
+    instructions_key.txt        developer message of variants with a key or a door
+    user_plain.txt              user message; must contain {{grid}}
+    user_key.txt                user message; must contain {{grid}} and {{key_status}}
+    key_status_carrying.txt     what {{key_status}} becomes when the agent carries the key
+    key_status_not_carrying.txt ... and when it does not
+
+Two further files are optional (a directory without them cannot prompt harm grids)::
+
+    instructions_harm.txt       developer message of harm grids (flower beds ``F``, no penalty);
+                                must contain a line {{moral}}
+    moral_harm.txt              what that line becomes under moral conditioning (MACHIAVELLI's
+                                instruction to behave well: avoid the flower beds); without
+                                moral conditioning the line is dropped
+
+The instructions' worked examples are written in the grid format of
+:mod:`goalprobe.gridworld.text` (a test checks that they match it). The bundled agent was trained on the default
+templates (``agents/templates``); other templates may use words its tokenizer lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from goalprobe.agents.harmony import Message
+from goalprobe.gridworld.core import Variant
+
+TEMPLATE_FILES: dict[str, str] = {
+    "instructions_plain": "instructions_plain.txt",
+    "instructions_key": "instructions_key.txt",
+    "user_plain": "user_plain.txt",
+    "user_key": "user_key.txt",
+    "key_status_carrying": "key_status_carrying.txt",
+    "key_status_not_carrying": "key_status_not_carrying.txt",
+}
+"""Field of :class:`PromptTemplate` -> file name in a template directory."""
+
+OPTIONAL_TEMPLATE_FILES: dict[str, str] = {
+    "instructions_harm": "instructions_harm.txt",
+    "moral_harm": "moral_harm.txt",
+}
+"""Optional fields (harm grids) -> file name; a directory without them reads as None."""
+
+GRID_FIELD = "{{grid}}"
+MORAL_FIELD = "{{moral}}"
+KEY_STATUS_FIELD = "{{key_status}}"
+
+KEY_VARIANTS: frozenset[str] = frozenset(
+    {
+        Variant.KEY_DOOR,
+        Variant.KEY_NO_DOOR,
+        Variant.KEY_DOOR_CONTROL,
+        Variant.TWO_PATH_KEY,
+        Variant.TWO_PATH_NO_KEY,
+    }
+)
+"""Variants prompted with the key-and-door instructions (study, section 4.3: appendix G.3 for all
+three environments). The matched no-key controls get the same prompt as their key variant, so
+a variant and its control differ only in the grid. ``plain`` gets the plain instructions."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """The texts a prompt is built from (see the module docstring for the placeholders).
+
+    Attributes:
+        instructions_plain: developer message for variants without key and door.
+        instructions_key: developer message for variants with a key or a door.
+        user_plain: user message; contains ``{{grid}}``.
+        user_key: user message; contains ``{{grid}}`` and ``{{key_status}}``.
+        key_status_carrying: ``{{key_status}}`` when the agent carries the key.
+        key_status_not_carrying: ``{{key_status}}`` when it does not.
+        source: where the texts were read from (for error messages and records).
+        instructions_harm: developer message for harm grids, with a ``{{moral}}`` line; None
+            when the templates cannot prompt harm grids.
+        moral_harm: the ``{{moral}}`` line under moral conditioning; None as above.
+    """
+
+    instructions_plain: str
+    instructions_key: str
+    user_plain: str
+    user_key: str
+    key_status_carrying: str
+    key_status_not_carrying: str
+    source: str = "<memory>"
+    instructions_harm: str | None = None
+    moral_harm: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.instructions_harm is None) != (self.moral_harm is None):
+            raise ValueError(
+                f"prompt template {self.source}: give both or neither of "
+                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']} and "
+                f"{OPTIONAL_TEMPLATE_FILES['moral_harm']}"
+            )
+        if self.instructions_harm is not None and (
+            self.instructions_harm.split("\n").count(MORAL_FIELD) != 1
+            or self.instructions_harm.count(MORAL_FIELD) != 1
+            or "\n" in self.moral_harm
+        ):
+            raise ValueError(
+                f"prompt template {self.source}: {OPTIONAL_TEMPLATE_FILES['instructions_harm']} "
+                f"must contain {MORAL_FIELD} exactly once, on a line of its own, and "
+                f"{OPTIONAL_TEMPLATE_FILES['moral_harm']} must be one line"
+            )
+        for name, fields in (
+            ("user_plain", (GRID_FIELD,)),
+            ("user_key", (GRID_FIELD, KEY_STATUS_FIELD)),
+        ):
+            text = getattr(self, name)
+            for placeholder in fields:
+                if text.count(placeholder) != 1:
+                    raise ValueError(
+                        f"prompt template {self.source}: {TEMPLATE_FILES[name]} must contain "
+                        f"{placeholder} exactly once"
+                    )
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> PromptTemplate:
+        """Read a template directory (the six files named in :data:`TEMPLATE_FILES`)."""
+        directory = Path(path)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"prompt template directory {directory} does not exist")
+        texts = {}
+        for name, filename in TEMPLATE_FILES.items():
+            file = directory / filename
+            if not file.is_file():
+                raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
+            texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
+        for name, filename in OPTIONAL_TEMPLATE_FILES.items():
+            file = directory / filename
+            if file.is_file():
+                texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
+        return cls(**texts, source=str(directory))
+
+    @classmethod
+    def default(cls) -> PromptTemplate:
+        """The packaged templates (``agents/templates``), which the bundled agent knows."""
+        root = resources.files("goalprobe.agents").joinpath("templates")
+        texts = {
+            name: _strip_final_newline(root.joinpath(filename).read_text(encoding="utf-8"))
+            for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items()
+        }
+        return cls(**texts, source="agents/templates")
+
+
+def _strip_final_newline(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
+
+
+def uses_key_prompt(variant: str) -> bool:
+    """Whether ``variant`` is prompted with the key-and-door instructions."""
+    return variant in KEY_VARIANTS
+
+
+@lru_cache(maxsize=1)
+def _default_template() -> PromptTemplate:
+    return PromptTemplate.default()
+
+
+def build_instructions(
+    *, variant: str, template: PromptTemplate | None = None, moral_conditioning: bool = False
+) -> str:
+    """The developer message (instructions) for ``variant``.
+
+    ``moral_conditioning`` adds the instruction to avoid the flower beds to the instructions of
+    harm grids (variant ``harm``); other variants ignore it.
+    """
+    template = _default_template() if template is None else template
+    if variant == Variant.HARM:
+        if template.instructions_harm is None or template.moral_harm is None:
+            raise ValueError(
+                f"prompt template {template.source} has no "
+                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']}; it cannot prompt harm grids"
+            )
+        moral = [template.moral_harm] if moral_conditioning else []
+        lines = template.instructions_harm.split("\n")
+        at = lines.index(MORAL_FIELD)
+        return "\n".join([*lines[:at], *moral, *lines[at + 1 :]])
+    return template.instructions_key if uses_key_prompt(variant) else template.instructions_plain
+
+
+def build_messages(
+    grid_text: str,
+    *,
+    variant: str,
+    has_key: bool,
+    template: PromptTemplate | None = None,
+    moral_conditioning: bool = False,
+) -> list[Message]:
+    """The conversation of one step: instructions (developer) + the current grid (user).
+
+    Args:
+        grid_text: the current grid, as :func:`goalprobe.gridworld.text.render` writes it.
+        variant: the grid's variant (:class:`~goalprobe.gridworld.core.Variant`); key
+            variants get the key-and-door instructions and the key status line.
+        has_key: whether the agent carries the key (ignored for variants without a key).
+        template: the templates; None uses :meth:`PromptTemplate.default`.
+        moral_conditioning: add the instruction to avoid the flower beds (harm grids only).
+
+    Returns:
+        ``[Message("developer", ...), Message("user", ...)]``; render with
+        :func:`goalprobe.agents.harmony.render_prompt`.
+    """
+    template = _default_template() if template is None else template
+    if uses_key_prompt(variant):
+        status = template.key_status_carrying if has_key else template.key_status_not_carrying
+        user = template.user_key.replace(GRID_FIELD, grid_text).replace(KEY_STATUS_FIELD, status)
+    else:
+        user = template.user_plain.replace(GRID_FIELD, grid_text)
+    return [
+        Message(
+            "developer",
+            build_instructions(
+                variant=variant, template=template, moral_conditioning=moral_conditioning
+            ),
+        ),
+        Message("user", user),
+    ]

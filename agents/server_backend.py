@@ -1,0 +1,430 @@
+"""A rollout backend for any OpenAI-compatible chat-completions endpoint (vLLM, hosted providers,
+``goalprobe serve``).
+
+Each conversation of a batch is one ``POST {base_url}/chat/completions`` request; requests run
+concurrently (``httpx.AsyncClient``) up to ``max_concurrency`` at a time, each with a timeout and
+retries with exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection errors,
+truncated bodies and answers that are not a JSON object. Other 4xx answers fail at once with the
+server's message. Conversations are independent: when some of a batch fail after every retry,
+:class:`ServerBatchError` carries the completions of the others (and the reasons), so a caller
+keeps them; :attr:`ServerBackend.stats` counts requests, retries and failures.
+
+**Text.** The final answer is ``message.content``; the reasoning is ``message.reasoning_content``
+or ``message.reasoning`` (vLLM, several providers), empty when the server returns neither.
+
+**Token ids.** When the response carries them (``goalprobe serve`` always; vLLM when asked with
+``request_token_ids``) they are ``prompt_token_ids`` on the response and ``token_ids`` on the
+choice, and the completion is marked ``token_ids_source="model"``. Otherwise the prompt and the
+returned text are rendered in harmony (:mod:`goalprobe.agents.harmony`) and tokenised with the
+model's tokenizer, marked ``"retokenized"``: a faithful replay only when the server renders
+prompts exactly as goalprobe does.
+
+**API key.** Read from the environment variable ``api_key_env`` (default ``OPENAI_API_KEY``)
+when the backend is built and sent as ``Authorization: Bearer ...``; it is never logged, never
+part of ``repr``/``describe()``, and removed from any server message quoted in an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from goalprobe.agents.backend import BatchGenerationError, Completion, SamplingConfig
+from goalprobe.agents.harmony import (
+    CHANNEL,
+    MESSAGE,
+    Message,
+    render_completion,
+    render_prompt,
+    split_completion,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""HTTP statuses retried with backoff (everything else >= 400 fails at once)."""
+
+
+class ServerError(RuntimeError):
+    """The endpoint refused a request or kept failing after every retry."""
+
+
+class ServerBatchError(ServerError, BatchGenerationError):
+    """Some requests of a batch failed (after their retries); the others' completions are kept
+    in ``completions`` (None where a request failed, its reason in ``errors``)."""
+
+
+@dataclass
+class RequestStats:
+    """What the backend's requests went through (counts since the backend was built)."""
+
+    requests: int = 0
+    """Requests answered successfully."""
+
+    retries: int = 0
+    """Retries after a retryable failure."""
+
+    failures: int = 0
+    """Requests given up (refused, or still failing after every retry)."""
+
+    problems: dict[str, int] = field(default_factory=dict)
+    """Retryable failures by kind (``HTTP 503``, ``ReadTimeout``, ``malformed JSON``, ...)."""
+
+
+class _Tokenizer(Protocol):
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where and how to reach an OpenAI-compatible endpoint."""
+
+    base_url: str
+    """The API root, e.g. ``http://127.0.0.1:8000/v1`` (requests go to ``{base_url}/chat/completions``)."""
+
+    model: str
+    """The model name sent with every request (e.g. ``openai/gpt-oss-20b``)."""
+
+    api_key_env: str | None = "OPENAI_API_KEY"
+    """Environment variable holding the API key; None (or an unset variable) sends no key."""
+
+    max_concurrency: int = 8
+    """Requests in flight at once."""
+
+    timeout_s: float = 600.0
+    """Per-request timeout (connect, read, write) in seconds."""
+
+    max_retries: int = 5
+    """Retries of a request after a retryable failure (0: try once)."""
+
+    backoff_s: float = 1.0
+    """First backoff delay; doubles after every retry (with jitter)."""
+
+    backoff_max_s: float = 60.0
+    """Longest backoff delay (also caps a server's ``Retry-After``)."""
+
+    request_token_ids: bool = False
+    """Send ``return_token_ids: true`` (vLLM's extension returning prompt and generated ids).
+    Leave off for servers that reject unknown fields (OpenAI's own API)."""
+
+    developer_role: str = "developer"
+    """Role the instructions (harmony ``developer`` message) are sent as; ``"system"`` for
+    endpoints that do not know ``developer``."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.developer_role not in ("developer", "system"):
+            raise ValueError(
+                f"developer_role must be 'developer' or 'system', got {self.developer_role!r}"
+            )
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+
+
+class ServerBackend:
+    """:class:`~goalprobe.agents.backend.Backend` over an OpenAI-compatible endpoint.
+
+    Args:
+        config: the endpoint.
+        tokenizer: the model's tokenizer (Hugging Face API), used to rebuild token ids when the
+            server returns none; without one such a response raises :class:`ServerError`.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        tokenizer: _Tokenizer | None = None,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self._api_key = key or None
+        self._rng = random.Random()
+        self.stats = RequestStats()
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerBackend(base_url={_public_url(self.config.base_url)!r}, "
+            f"model={self.config.model!r}, api_key={'<set>' if self._api_key else None})"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this backend in a trajectory file (no URL credentials, no key)."""
+        return {"class": "ServerBackend", "model": self.config.model}
+
+    # -- Backend ------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        batch: Sequence[list[Message]],
+        sampling: SamplingConfig,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """One completion per conversation (blocking; see :meth:`agenerate`)."""
+        coro = self.agenerate(batch, sampling, seeds=seeds)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # called from inside an event loop (a notebook): run ours on a worker thread
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    async def agenerate(
+        self,
+        batch: Sequence[list[Message]],
+        sampling: SamplingConfig,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """One completion per conversation, requested concurrently.
+
+        Args:
+            batch: conversations (harmony :class:`Message` lists).
+            sampling: temperature, top_p, max_new_tokens (sent as ``max_tokens``),
+                reasoning_effort and seed are passed through.
+            seeds: one seed per conversation, overriding ``sampling.seed``.
+        """
+        if seeds is not None and len(seeds) != len(batch):
+            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
+        semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        timeout = httpx.Timeout(self.config.timeout_s)
+        async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as client:
+
+            async def one(i: int) -> Completion:
+                seed = sampling.seed if seeds is None else int(seeds[i])
+                async with semaphore:
+                    body = await self._post(client, self.request_body(batch[i], sampling, seed))
+                return self._completion(batch[i], sampling, body)
+
+            outcomes = await asyncio.gather(
+                *(one(i) for i in range(len(batch))), return_exceptions=True
+            )
+        for outcome in outcomes:  # a bug (not a server failure) is raised as it is
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ServerError):
+                raise outcome
+        failed = [str(o) for o in outcomes if isinstance(o, ServerError)]
+        if failed:
+            message = (
+                failed[0]
+                if len(batch) == 1
+                else (f"{len(failed)} of {len(batch)} requests failed; first: {failed[0]}")
+            )
+            raise ServerBatchError(
+                message,
+                [None if isinstance(o, ServerError) else o for o in outcomes],
+                [str(o) if isinstance(o, ServerError) else None for o in outcomes],
+            )
+        return list(outcomes)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def request_body(
+        self, messages: Sequence[Message], sampling: SamplingConfig, seed: int | None
+    ) -> dict[str, Any]:
+        """The JSON body of one chat-completions request."""
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [self._message(m) for m in messages],
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_new_tokens,
+            "reasoning_effort": sampling.reasoning_effort,
+            "n": 1,
+        }
+        if seed is not None:
+            body["seed"] = int(seed)
+        if self.config.request_token_ids:
+            body["return_token_ids"] = True
+        return body
+
+    def _message(self, message: Message) -> dict[str, str]:
+        role = self.config.developer_role if message.role == "developer" else message.role
+        return {"role": role, "content": message.content}
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "<redacted>") if self._api_key else text
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        public = _public_url(url)
+        attempts = self.config.max_retries + 1
+        for attempt in range(attempts):
+            retry_after: float | None = None
+            try:
+                response = await client.post(url, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as err:
+                kind = type(err).__name__
+                problem = f"{kind}: {self._redact(str(err)) or 'no detail'}"
+            else:
+                if response.status_code < 400:
+                    try:
+                        payload = response.json()
+                    except ValueError:
+                        payload = None
+                    if isinstance(payload, dict):
+                        self.stats.requests += 1
+                        return payload
+                    # a proxy cut short or garbled the answer: worth another attempt
+                    kind = "malformed JSON"
+                    problem = (
+                        f"answered {response.status_code} with a body that is not a JSON "
+                        f"object: {self._redact(response.text[:200])!r}"
+                    )
+                else:
+                    message = self._redact(_error_message(response))
+                    kind = f"HTTP {response.status_code}"
+                    problem = f"HTTP {response.status_code}: {message}"
+                    if response.status_code not in RETRY_STATUSES:
+                        self.stats.failures += 1
+                        raise ServerError(f"{public} refused the request ({problem})")
+                    retry_after = _retry_after(response)
+            self.stats.problems[kind] = self.stats.problems.get(kind, 0) + 1
+            if attempt + 1 == attempts:
+                self.stats.failures += 1
+                raise ServerError(
+                    f"{public}: giving up after {attempts} attempt(s); last: {problem}"
+                )
+            self.stats.retries += 1
+            delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
+            delay *= 0.5 + 0.5 * self._rng.random()
+            if retry_after is not None:
+                delay = min(self.config.backoff_max_s, max(delay, retry_after))
+            log.warning(
+                "%s: %s; retry %d/%d in %.1f s",
+                public,
+                problem,
+                attempt + 1,
+                self.config.max_retries,
+                delay,
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # -- responses ----------------------------------------------------------------------------
+
+    def _completion(
+        self, messages: Sequence[Message], sampling: SamplingConfig, body: dict[str, Any]
+    ) -> Completion:
+        where = f"{_public_url(self.config.base_url)} response"
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ServerError(f"{where}: no choices")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise ServerError(f"{where}: choice has no message")
+        final = _text(message.get("content"))
+        reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning"))
+        finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+
+        prompt_ids = _int_list(body.get("prompt_token_ids"))
+        generated_ids = _int_list(choice.get("token_ids"))
+        if prompt_ids is not None and generated_ids is not None:
+            source = "model"
+            if self.tokenizer is not None:
+                text = self.tokenizer.decode(generated_ids, skip_special_tokens=False)
+                well_formed = split_completion(text).well_formed
+            else:
+                text = _harmony_text(reasoning, final, finish_reason)
+                well_formed = finish_reason == "stop" and bool(final)
+        else:
+            if self.tokenizer is None:
+                raise ServerError(
+                    f"{where}: the server returned no token ids; give the backend the model's "
+                    "tokenizer to re-tokenise the text (or, for vLLM, set request_token_ids)"
+                )
+            source = "retokenized"
+            text = _harmony_text(reasoning, final, finish_reason)
+            prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
+            prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
+            generated_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            well_formed = finish_reason == "stop" and bool(final)
+        return Completion(
+            prompt_token_ids=[int(i) for i in prompt_ids],
+            generated_token_ids=[int(i) for i in generated_ids],
+            text=text,
+            reasoning=reasoning,
+            final=final,
+            token_ids_source=source,
+            finish_reason=finish_reason,
+            well_formed=well_formed,
+        )
+
+
+def _harmony_text(reasoning: str, final: str, finish_reason: str) -> str:
+    """The harmony text of a completion given as reasoning + final (cut off if it was)."""
+    if finish_reason == "length" and not final:
+        return f"{CHANNEL}analysis{MESSAGE}{reasoning}"
+    try:
+        return render_completion(reasoning, final)
+    except ValueError as err:
+        raise ServerError(f"cannot re-render the server's text in harmony: {err}") from err
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts: [{"type": "text", "text": ...}]
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
+    return str(value)
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return value
+    return None
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if isinstance(payload, dict):
+        error = payload.get("error", payload.get("detail", payload))
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])[:300]
+        return str(error)[:300]
+    return str(payload)[:300]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _public_url(url: str) -> str:
+    """``url`` without user:password and query (which may hold credentials)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

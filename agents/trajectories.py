@@ -1,0 +1,808 @@
+"""Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``.
+
+Schema ``goalprobe.trajectory/2`` (files of ``/1`` are still read; see below). A file is UTF-8
+JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajectory/2"`` and a
+``"kind"``:
+
+* ``"run"``: the first line, once. ``run_id``, ``config`` (the rollout config, JSON),
+  ``backend`` (what generated the text: backend class, model, ...), ``package_version``.
+  A rerun with the same ``run_id`` resumes the file; another ``run_id`` is refused.
+* ``"step"``: one line per step ``t`` of an episode (field list: :class:`StepRecord`): the state
+  ``s_t`` shown to the agent (grid text, agent/goal/key/door ``(row, col)``, ``has_key``,
+  ``door_open``), the optimal action set ``pi*(s_t)`` and distance to the goal, the exact token
+  ids of the prompt and of the generated text, the reasoning and final text, the parsed action
+  (``null`` when invalid), and every rejected attempt before it. ``grid_text`` is the grid the
+  prompt drew; on a false-belief grid (:attr:`goalprobe.gridworld.core.Grid.shown`) that is the
+  shown grid, the *oracle belief*, and ``true_grid_text`` (added in ``/2``) is the true grid's
+  text in ``s_t`` (``null`` when the prompt drew the true grid).
+* ``"episode"``: one line per episode after its steps (field list: :class:`EpisodeSummary`):
+  success, length, invalid steps, horizon, shortest path length, final state.
+
+An episode is written as one block (its steps then its summary) with a single append, flush and
+fsync once it ends, so it is either complete or the tail of an interrupted file. Readers use
+only episodes whose summary line exists; the writer's resume (:func:`open_for_resume`) cuts an
+incomplete tail off the file (saying so) and reports the finished episodes so they are skipped.
+
+Version ``/1``: the same lines without ``true_grid_text`` (read as ``null``); a file mixes no
+versions.
+
+Conventions: coordinates are ``[row, col]``; actions are names ``"UP"``, ``"DOWN"``, ``"LEFT"``,
+``"RIGHT"`` (:class:`~goalprobe.gridworld.core.Action`); ``episode`` is the episode's index on
+its grid (0-based) and ``step`` the step index ``t`` (0-based); an episode is identified by
+``(grid_id, episode)`` within a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from goalprobe.gridworld.core import Action, RowCol, State
+
+SCHEMA = "goalprobe.trajectory/2"
+"""Schema string carried by every line of a trajectory file."""
+
+SCHEMA_V1 = "goalprobe.trajectory/1"
+"""The previous schema, still read: its step lines lack :data:`FIELDS_V2`."""
+
+FIELDS_V2: dict[str, object] = {"true_grid_text": None}
+"""Step fields added in ``/2`` and the value a ``/1`` line reads as."""
+
+TokenIdsSource = Literal["model", "retokenized"]
+
+
+class TrajectoryFormatError(ValueError):
+    """A trajectory file breaks the schema; the message names the file, line and field."""
+
+
+class TruncatedLineWarning(UserWarning):
+    """The final line of a trajectory file is cut off (the writing run was killed); ignored."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """The first line of a trajectory file.
+
+    Attributes:
+        run_id: identifies the rollout configuration; a resume must present the same id.
+        config: the rollout config as JSON (see ``goalprobe.agents.rollout.RolloutConfig``).
+        backend: a JSON description of the backend (class, model, ...).
+        package_version: the goalprobe version that wrote the file.
+    """
+
+    run_id: str
+    config: dict
+    backend: dict
+    package_version: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One rejected generation of a step (the agent's output named no valid action).
+
+    Attributes:
+        generated_token_ids: ``(n_generated,)`` ids of the generated text.
+        token_ids_source: ``"model"`` (ids the model produced) or ``"retokenized"``.
+        reasoning: the analysis-channel text, or None.
+        final: the final-channel text, or None when the model produced none.
+        finish_reason: why generation stopped (``"stop"``, ``"length"``, ...).
+        parse_error: why no action could be parsed.
+    """
+
+    generated_token_ids: list[int]
+    token_ids_source: TokenIdsSource
+    reasoning: str | None
+    final: str | None
+    finish_reason: str
+    parse_error: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step ``t`` of an episode: the state shown, what the agent produced, what it did.
+
+    Attributes:
+        run_id: the run this step belongs to.
+        grid_id: the grid the episode runs on.
+        episode: the episode's index on its grid (0-based).
+        step: the step index ``t`` (0-based).
+        episode_seed: the seed the episode's sampling derives from.
+        grid_size: side ``n`` of the grid.
+        density: obstacle density of the grid (None when unknown).
+        variant: grid variant name (``goalprobe.gridworld.core.Variant``).
+        grid_text: the grid text shown to the agent in state ``s_t`` (on a false-belief grid
+            the shown grid: the oracle belief).
+        true_grid_text: the true grid's text in ``s_t`` when it differs from ``grid_text`` (a
+            false-belief grid), else None.
+        agent_row_col: the agent's cell in ``s_t``.
+        goal_row_col: the goal cell.
+        has_key: whether the agent holds the key in ``s_t``.
+        door_open: whether the door is open in ``s_t`` (True when the grid has no door).
+        key_row_col: the key cell, None when the grid has no key.
+        door_row_col: the door cell, None when the grid has no door.
+        optimal_actions: ``pi*(s_t)``, the optimal actions as sorted names.
+        distance_to_goal: shortest path length from ``s_t`` to the goal.
+        action: the executed action name, None when the step is invalid (agent stays put).
+        valid: whether an action was parsed (after retries).
+        next_agent_row_col: the agent's cell in ``s_{t+1}``.
+        prompt_token_ids: ``(n_prompt,)`` ids of the full prompt, as the model saw it.
+        generated_token_ids: ``(n_generated,)`` ids of the generated text of the used attempt.
+        token_ids_source: ``"model"`` or ``"retokenized"`` (rebuilt from text returned by a
+            server that does not return ids; replays are then approximate).
+        reasoning: analysis-channel text of the used attempt, or None.
+        final: final-channel text of the used attempt, or None.
+        finish_reason: why the used attempt's generation stopped.
+        parse_error: why the used attempt named no action (None when valid).
+        parse_form: how the action was parsed (``"json"``, ``"relaxed_json"``, ``"key_value"``).
+        attempts: number of generations for this step (1 + len(rejected_attempts); 0 for a
+            prompt-only state, see :mod:`goalprobe.agents.prompt_states`).
+        rejected_attempts: the earlier attempts whose output named no action, in order.
+        flags: notes, e.g. ``"retried"``, ``"invalid"``, ``"retokenized"``,
+            ``"max_tokens_reached"``, ``"relaxed_parse"``.
+    """
+
+    run_id: str
+    grid_id: str
+    episode: int
+    step: int
+    episode_seed: int
+    grid_size: int
+    density: float | None
+    variant: str
+    grid_text: str
+    agent_row_col: RowCol
+    goal_row_col: RowCol
+    has_key: bool
+    door_open: bool
+    key_row_col: RowCol | None
+    door_row_col: RowCol | None
+    optimal_actions: list[str]
+    distance_to_goal: int
+    action: str | None
+    valid: bool
+    next_agent_row_col: RowCol
+    prompt_token_ids: list[int]
+    generated_token_ids: list[int]
+    token_ids_source: TokenIdsSource
+    reasoning: str | None
+    final: str | None
+    finish_reason: str
+    parse_error: str | None
+    parse_form: str | None
+    attempts: int
+    rejected_attempts: list[Attempt] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    true_grid_text: str | None = None
+
+    @property
+    def oracle_grid_text(self) -> str:
+        """The grid the agent was shown (its oracle belief): ``grid_text``."""
+        return self.grid_text
+
+    @property
+    def false_belief(self) -> bool:
+        """Whether the prompt drew a grid other than the true one."""
+        return self.true_grid_text is not None
+
+    @property
+    def state(self) -> State:
+        """The state ``s_t`` the agent acted in."""
+        return State(agent=self.agent_row_col, has_key=self.has_key, door_open=self.door_open)
+
+    @property
+    def action_enum(self) -> Action | None:
+        """The executed action as an :class:`Action`, None for an invalid step."""
+        return None if self.action is None else Action[self.action]
+
+    @property
+    def optimal_action_set(self) -> frozenset[Action]:
+        """``pi*(s_t)`` as a set of :class:`Action`."""
+        return frozenset(Action[a] for a in self.optimal_actions)
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """The last line of an episode.
+
+    Attributes:
+        run_id: the run this episode belongs to.
+        grid_id: the grid it ran on.
+        episode: its index on the grid (0-based).
+        episode_seed: the seed its sampling derives from.
+        grid_size: side ``n`` of the grid.
+        density: obstacle density (None when unknown).
+        variant: grid variant name.
+        success: whether the agent reached the goal.
+        end_reason: ``"goal"``, ``"horizon"``, or ``"prompt_only"`` (a state written without
+            generation by :mod:`goalprobe.agents.prompt_states`; no behaviour).
+        length: number of steps taken (valid and invalid).
+        invalid_steps: steps whose every attempt named no action.
+        optimal_steps: valid steps whose action was in ``pi*(s_t)``.
+        total_attempts: generations over all steps (retries included).
+        horizon: the step budget ``T``.
+        shortest_path_length: ``L``, shortest path length from the start state.
+        start_row_col: the agent's start cell.
+        goal_row_col: the goal cell.
+        final_agent_row_col: the agent's cell after the last step.
+        final_has_key: whether the agent held the key at the end.
+        final_door_open: whether the door was open at the end.
+    """
+
+    run_id: str
+    grid_id: str
+    episode: int
+    episode_seed: int
+    grid_size: int
+    density: float | None
+    variant: str
+    success: bool
+    end_reason: Literal["goal", "horizon", "prompt_only"]
+    length: int
+    invalid_steps: int
+    optimal_steps: int
+    total_attempts: int
+    horizon: int
+    shortest_path_length: int
+    start_row_col: RowCol
+    goal_row_col: RowCol
+    final_agent_row_col: RowCol
+    final_has_key: bool
+    final_door_open: bool
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(grid_id, episode)``, the episode's identity within its run."""
+        return (self.grid_id, self.episode)
+
+    @property
+    def final_state(self) -> State:
+        """The state after the last step."""
+        return State(
+            agent=self.final_agent_row_col,
+            has_key=self.final_has_key,
+            door_open=self.final_door_open,
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A finished episode: its steps in order and its summary."""
+
+    steps: tuple[StepRecord, ...]
+    summary: EpisodeSummary
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(grid_id, episode)``."""
+        return self.summary.key
+
+    def to_trajectory_data(self):
+        """This episode as :class:`goalprobe.gridworld.metrics.TrajectoryData` (states
+        ``s_0 .. s_T``, actions with None for invalid steps, optimal sets, success)."""
+        from goalprobe.gridworld.metrics import TrajectoryData
+
+        states = tuple(s.state for s in self.steps) + (self.summary.final_state,)
+        return TrajectoryData(
+            grid_id=self.summary.grid_id,
+            states=states,
+            actions=tuple(s.action_enum for s in self.steps),
+            optimal_sets=tuple(s.optimal_action_set for s in self.steps),
+            success=self.summary.success,
+        )
+
+
+Record = RunHeader | StepRecord | EpisodeSummary
+_KIND_OF: dict[type, str] = {RunHeader: "run", StepRecord: "step", EpisodeSummary: "episode"}
+
+
+# --------------------------------------------------------------------------------------------
+# Serialisation and validation
+# --------------------------------------------------------------------------------------------
+
+
+def record_to_json(record: Record) -> str:
+    """One JSONL line (with trailing newline) for ``record``."""
+    payload = {"schema": SCHEMA, "kind": _KIND_OF[type(record)], **asdict(record)}
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+_ROW_COL = "row_col"
+_TOKEN_ID = "token_id"
+
+
+def _check(value: Any, spec: Any, where: str) -> Any:
+    """Validate ``value`` against ``spec`` and convert it (row/col lists to tuples)."""
+    if spec == _ROW_COL:
+        if (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            return (value[0], value[1])
+        raise TrajectoryFormatError(f"{where}: expected [row, col] integers, got {value!r}")
+    if spec == _TOKEN_ID:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise TrajectoryFormatError(
+            f"{where}: expected a token id (integer >= 0), got {_clip(value)}"
+        )
+    if isinstance(spec, tuple) and spec[0] == "optional":
+        return None if value is None else _check(value, spec[1], where)
+    if isinstance(spec, tuple) and spec[0] == "list":
+        if not isinstance(value, list):
+            raise TrajectoryFormatError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_check(v, spec[1], f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(spec, tuple) and spec[0] == "enum":
+        if value not in spec[1]:
+            raise TrajectoryFormatError(f"{where}: expected one of {spec[1]}, got {value!r}")
+        return value
+    if spec is Attempt:
+        return _from_dict(Attempt, value, where)
+    if spec is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif spec is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, spec):
+        return value
+    raise TrajectoryFormatError(
+        f"{where}: expected {getattr(spec, '__name__', spec)}, got {type(value).__name__} "
+        f"{_clip(value)}"
+    )
+
+
+_ACTION_NAMES = tuple(a.name for a in Action)
+_SOURCES = ("model", "retokenized")
+
+_SPECS: dict[type, dict[str, Any]] = {
+    RunHeader: {"run_id": str, "config": dict, "backend": dict, "package_version": str},
+    Attempt: {
+        "generated_token_ids": ("list", _TOKEN_ID),
+        "token_ids_source": ("enum", _SOURCES),
+        "reasoning": ("optional", str),
+        "final": ("optional", str),
+        "finish_reason": str,
+        "parse_error": str,
+    },
+    StepRecord: {
+        "run_id": str,
+        "grid_id": str,
+        "episode": int,
+        "step": int,
+        "episode_seed": int,
+        "grid_size": int,
+        "density": ("optional", float),
+        "variant": str,
+        "grid_text": str,
+        "agent_row_col": _ROW_COL,
+        "goal_row_col": _ROW_COL,
+        "has_key": bool,
+        "door_open": bool,
+        "key_row_col": ("optional", _ROW_COL),
+        "door_row_col": ("optional", _ROW_COL),
+        "optimal_actions": ("list", ("enum", _ACTION_NAMES)),
+        "distance_to_goal": int,
+        "action": ("optional", ("enum", _ACTION_NAMES)),
+        "valid": bool,
+        "next_agent_row_col": _ROW_COL,
+        "prompt_token_ids": ("list", _TOKEN_ID),
+        "generated_token_ids": ("list", _TOKEN_ID),
+        "token_ids_source": ("enum", _SOURCES),
+        "reasoning": ("optional", str),
+        "final": ("optional", str),
+        "finish_reason": str,
+        "parse_error": ("optional", str),
+        "parse_form": ("optional", ("enum", ("json", "relaxed_json", "key_value"))),
+        "attempts": int,
+        "rejected_attempts": ("list", Attempt),
+        "flags": ("list", str),
+        "true_grid_text": ("optional", str),
+    },
+    EpisodeSummary: {
+        "run_id": str,
+        "grid_id": str,
+        "episode": int,
+        "episode_seed": int,
+        "grid_size": int,
+        "density": ("optional", float),
+        "variant": str,
+        "success": bool,
+        "end_reason": ("enum", ("goal", "horizon", "prompt_only")),
+        "length": int,
+        "invalid_steps": int,
+        "optimal_steps": int,
+        "total_attempts": int,
+        "horizon": int,
+        "shortest_path_length": int,
+        "start_row_col": _ROW_COL,
+        "goal_row_col": _ROW_COL,
+        "final_agent_row_col": _ROW_COL,
+        "final_has_key": bool,
+        "final_door_open": bool,
+    },
+}
+
+
+def _from_dict(cls: type, obj: Any, where: str, *, version: int = 2) -> Any:
+    if not isinstance(obj, dict):
+        raise TrajectoryFormatError(f"{where}: expected an object, got {type(obj).__name__}")
+    spec = _SPECS[cls]
+    if cls is StepRecord and version == 1:
+        unexpected = sorted(set(FIELDS_V2) & set(obj))
+        if unexpected:
+            raise TrajectoryFormatError(
+                f"{where}: field(s) {', '.join(unexpected)} are not part of {SCHEMA_V1!r}"
+            )
+        obj = {**obj, **FIELDS_V2}
+    missing = [name for name in spec if name not in obj]
+    if missing:
+        raise TrajectoryFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+    values = {name: _check(obj[name], s, f"{where}: field {name!r}") for name, s in spec.items()}
+    return cls(**values)
+
+
+def parse_record(obj: Any, where: str) -> Record:
+    """Validate one decoded line and build its record; ``where`` prefixes error messages."""
+    if not isinstance(obj, dict):
+        raise TrajectoryFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    schema = obj.get("schema")
+    if schema not in (SCHEMA, SCHEMA_V1):
+        raise TrajectoryFormatError(
+            f"{where}: schema {schema!r} is not {SCHEMA!r} or {SCHEMA_V1!r} (not a goalprobe "
+            "trajectory file, or written by another version)"
+        )
+    kind = obj.get("kind")
+    for cls, name in _KIND_OF.items():
+        if kind == name:
+            body = {k: v for k, v in obj.items() if k not in ("schema", "kind")}
+            record = _from_dict(cls, body, where, version=1 if schema == SCHEMA_V1 else 2)
+            _check_consistency(record, where)
+            return record
+    raise TrajectoryFormatError(f"{where}: field 'kind' is {kind!r}, not run/step/episode")
+
+
+def _check_consistency(record: Record, where: str) -> None:
+    if isinstance(record, StepRecord):
+        if record.valid != (record.action is not None):
+            raise TrajectoryFormatError(f"{where}: 'valid' disagrees with 'action'")
+        if record.finish_reason == "prompt_only":
+            if record.attempts or record.generated_token_ids or record.rejected_attempts:
+                raise TrajectoryFormatError(
+                    f"{where}: a prompt-only step has no attempts and no generated tokens"
+                )
+        elif record.attempts != len(record.rejected_attempts) + 1:
+            raise TrajectoryFormatError(
+                f"{where}: 'attempts' is {record.attempts} but there are "
+                f"{len(record.rejected_attempts)} rejected attempts (expected attempts - 1)"
+            )
+    if isinstance(record, EpisodeSummary) and record.success != (record.end_reason == "goal"):
+        raise TrajectoryFormatError(f"{where}: 'success' disagrees with 'end_reason'")
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int  # 1-based
+    end_offset: int  # byte offset just after the line
+    record: Record
+
+
+def _warn_truncated(message: str) -> None:
+    warnings.warn(message, TruncatedLineWarning, stacklevel=4)
+
+
+def _scan(path: Path, on_truncated: Callable[[str], None] = _warn_truncated) -> Iterator[_Line]:
+    """Validated records of ``path``; a truncated final line is reported and skipped."""
+    offset = 0
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            offset += len(raw)
+            where = f"{path}:{number}"
+            complete = raw.endswith(b"\n")
+            if not raw.strip():
+                if complete:
+                    raise TrajectoryFormatError(f"{where}: empty line")
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                if not complete:
+                    on_truncated(
+                        f"{where}: final line is truncated ({len(raw)} bytes without a newline; "
+                        "the writing run was probably interrupted); ignoring it"
+                    )
+                    return
+                raise TrajectoryFormatError(f"{where}: not valid JSON ({err})") from err
+            yield _Line(number, offset, parse_record(obj, where))
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[Record]:
+    """Every validated record of a trajectory file in file order (header, steps, summaries).
+
+    Raises :class:`TrajectoryFormatError` naming file and line on a bad line; a truncated final
+    line (killed writer) gives a :class:`TruncatedLineWarning` and is skipped.
+    """
+    for line in _scan(Path(path)):
+        yield line.record
+
+
+class _EpisodeAssembler:
+    """Groups step lines into episodes and checks that every episode is well formed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.header: RunHeader | None = None
+        self.pending: list[StepRecord] = []
+        self.pending_first_line = 0
+        self.seen: set[tuple[str, int]] = set()
+
+    def feed(self, line: _Line) -> Episode | None:
+        record, where = line.record, f"{self.path}:{line.number}"
+        if isinstance(record, RunHeader):
+            if line.number != 1:
+                raise TrajectoryFormatError(f"{where}: a 'run' line may only be the first line")
+            self.header = record
+            return None
+        if self.header is None:
+            raise TrajectoryFormatError(f"{where}: the file does not start with a 'run' line")
+        if record.run_id != self.header.run_id:
+            raise TrajectoryFormatError(
+                f"{where}: run_id {record.run_id!r} differs from the header's "
+                f"{self.header.run_id!r}"
+            )
+        if isinstance(record, StepRecord):
+            if self.pending and (record.grid_id, record.episode) != (
+                self.pending[0].grid_id,
+                self.pending[0].episode,
+            ):
+                raise TrajectoryFormatError(
+                    f"{where}: step of episode {(record.grid_id, record.episode)} starts before "
+                    f"episode {(self.pending[0].grid_id, self.pending[0].episode)} (line "
+                    f"{self.pending_first_line}) has its summary line"
+                )
+            if record.step != len(self.pending):
+                raise TrajectoryFormatError(
+                    f"{where}: field 'step' is {record.step}, expected {len(self.pending)}"
+                )
+            if not self.pending:
+                self.pending_first_line = line.number
+            self.pending.append(record)
+            return None
+        key = record.key
+        if key in self.seen:
+            raise TrajectoryFormatError(f"{where}: episode {key} appears twice")
+        steps = tuple(self.pending)
+        if any((s.grid_id, s.episode) != key for s in steps):
+            raise TrajectoryFormatError(
+                f"{where}: summary of {key} follows another episode's steps"
+            )
+        if len(steps) != record.length:
+            raise TrajectoryFormatError(
+                f"{where}: field 'length' is {record.length} but {len(steps)} step lines precede it"
+            )
+        if sum(not s.valid for s in steps) != record.invalid_steps:
+            raise TrajectoryFormatError(
+                f"{where}: field 'invalid_steps' disagrees with the step lines"
+            )
+        self.seen.add(key)
+        self.pending = []
+        return Episode(steps, record)
+
+
+def read_run_header(path: str | os.PathLike) -> RunHeader:
+    """The ``run`` line of a trajectory file."""
+    path = Path(path)
+    for line in _scan(path):
+        if isinstance(line.record, RunHeader):
+            return line.record
+        break
+    raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
+
+
+def read_trajectories(path: str | os.PathLike) -> Iterator[Episode]:
+    """The finished episodes of a trajectory file, in file order, validated.
+
+    Each :class:`Episode` holds its :class:`StepRecord` lines (``episode.steps``) and its
+    :class:`EpisodeSummary`. Steps of an episode without a summary line (an interrupted run)
+    are reported with a warning and ignored; so is a truncated final line.
+
+    Raises:
+        TrajectoryFormatError: a line breaks the schema (message names file, line, field).
+    """
+    path = Path(path)
+    assembler = _EpisodeAssembler(path)
+    for line in _scan(path):
+        episode = assembler.feed(line)
+        if episode is not None:
+            yield episode
+    if assembler.pending:
+        first = assembler.pending[0]
+        warnings.warn(
+            f"{path}:{assembler.pending_first_line}: episode {(first.grid_id, first.episode)} "
+            f"has {len(assembler.pending)} step line(s) but no summary line (interrupted run); "
+            "ignoring it",
+            TruncatedLineWarning,
+            stacklevel=2,
+        )
+
+
+def read_steps(path: str | os.PathLike) -> Iterator[StepRecord]:
+    """The step records of every finished episode (see :func:`read_trajectories`)."""
+    for episode in read_trajectories(path):
+        yield from episode.steps
+
+
+@dataclass(frozen=True)
+class TrajectoryStats:
+    """What a whole pass over a trajectory file found (finished episodes only).
+
+    Attributes:
+        path: the file.
+        run_id: its header's run id.
+        episodes: finished episodes.
+        steps: their steps.
+        max_token_id: the largest token id of their prompts and generations (-1 when none).
+        max_token_at: where that id is (``file:line: step t of episode e on grid g``).
+    """
+
+    path: Path
+    run_id: str
+    episodes: int
+    steps: int
+    max_token_id: int
+    max_token_at: str
+
+    def check_nonempty(self) -> None:
+        """Raise :class:`TrajectoryFormatError` when the file holds no finished episode."""
+        if not self.episodes:
+            raise TrajectoryFormatError(
+                f"{self.path}: holds no finished episode (empty, header only, or every episode "
+                "interrupted); nothing to read"
+            )
+
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Raise :class:`TrajectoryFormatError` (naming file, line and step) when a token id
+        is outside a vocabulary of ``vocab_size`` ids (the file was written for another
+        model)."""
+        if self.max_token_id >= vocab_size:
+            raise TrajectoryFormatError(
+                f"{self.max_token_at}: token id {self.max_token_id} is outside the model's "
+                f"vocabulary of {vocab_size} ids (the file was written with another tokenizer)"
+            )
+
+
+def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
+    """Validate a whole trajectory file and count its finished episodes and steps.
+
+    Raises:
+        FileNotFoundError: no such file.
+        TrajectoryFormatError: a line breaks the schema, or the file has no 'run' line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such trajectory file")
+    if path.stat().st_size == 0:
+        raise TrajectoryFormatError(f"{path}: the file is empty (no 'run' line, no episodes)")
+    assembler = _EpisodeAssembler(path)
+    episodes = steps = 0
+    best, best_at = -1, ""
+    pending_best, pending_at = -1, ""
+    for line in _scan(path, on_truncated=lambda message: None):
+        record = line.record
+        episode = assembler.feed(line)
+        if isinstance(record, StepRecord):
+            ids = [*record.prompt_token_ids, *record.generated_token_ids]
+            for attempt in record.rejected_attempts:
+                ids.extend(attempt.generated_token_ids)
+            top = max(ids, default=-1)
+            if top > pending_best:
+                pending_best = top
+                pending_at = (
+                    f"{path}:{line.number}: step {record.step} of episode {record.episode} on "
+                    f"grid {record.grid_id!r}"
+                )
+        if episode is not None:
+            episodes += 1
+            steps += len(episode.steps)
+            if pending_best > best:
+                best, best_at = pending_best, pending_at
+            pending_best, pending_at = -1, ""
+    if assembler.header is None:
+        raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
+    return TrajectoryStats(path, assembler.header.run_id, episodes, steps, best, best_at)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def open_for_resume(path: str | os.PathLike, header: RunHeader) -> set[tuple[str, int]]:
+    """Prepare ``path`` for appending the episodes of the run described by ``header``.
+
+    A missing or empty file gets the header line. An existing file must hold the same
+    ``run_id``; a tail after its last complete episode (steps of an interrupted episode, a
+    truncated line) is cut off with a warning saying how many bytes were dropped.
+
+    Returns:
+        the ``(grid_id, episode)`` keys of the episodes already finished in the file.
+
+    Raises:
+        TrajectoryFormatError: the file belongs to another run or is corrupt before its tail.
+    """
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _append(path, record_to_json(header))
+        return set()
+    assembler = _EpisodeAssembler(path)
+    good_end = 0
+    finished: set[tuple[str, int]] = set()
+    notes: list[str] = []
+    for line in _scan(path, on_truncated=notes.append):
+        if isinstance(line.record, RunHeader) and line.record.run_id != header.run_id:
+            raise TrajectoryFormatError(
+                f"{path}:{line.number}: the file holds run {line.record.run_id!r}, not "
+                f"{header.run_id!r} (its rollout config differs); choose another output "
+                "path or delete the file"
+            )
+        episode = assembler.feed(line)
+        if isinstance(line.record, RunHeader) or episode is not None:
+            good_end = line.end_offset
+        if episode is not None:
+            finished.add(episode.key)
+    if assembler.pending:
+        first = assembler.pending[0]
+        notes.append(
+            f"episode {(first.grid_id, first.episode)} has {len(assembler.pending)} step line(s) "
+            f"from line {assembler.pending_first_line} but no summary"
+        )
+    size = path.stat().st_size
+    if good_end < size:
+        reasons = "; ".join(notes)
+        warnings.warn(
+            f"{path}: dropping {size - good_end} bytes after the last finished episode "
+            f"(episodes in flight when the previous run stopped){': ' + reasons if reasons else ''}",
+            TruncatedLineWarning,
+            stacklevel=2,
+        )
+        with path.open("r+b") as fh:
+            fh.truncate(good_end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return finished
+
+
+def append_episode(
+    path: str | os.PathLike, steps: list[StepRecord], summary: EpisodeSummary
+) -> None:
+    """Append one finished episode (its steps, then its summary) as one durable write."""
+    block = "".join(record_to_json(s) for s in steps) + record_to_json(summary)
+    _append(Path(path), block)
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("ab") as fh:
+        fh.write(text.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())

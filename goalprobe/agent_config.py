@@ -1,0 +1,102 @@
+"""The agent a command or a demo stage runs: its config, its identity, and lazy loading.
+
+Every verb that runs a model (``rollout``, ``serve``, ``extract``, ``patch``, ``demo``) names it
+the same way (:mod:`goalprobe.agents.models`) and builds its rollout engine here, so that one
+agent gives one run id whichever verb recorded it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.models import (
+    LoadedModel,
+    check_model_name,
+    describe_local_model,
+    load_model,
+    load_tokenizer,
+    model_identity,
+    resolve_device_dtype,
+)
+from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+
+ENGINES: tuple[str, ...] = ("local", "server")
+"""Rollout engines: transformers in this process, or an OpenAI-compatible server."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Which agent runs, and where."""
+
+    model: str = "bundled"
+    """A bundled agent's name, a local model directory or a Hugging Face id (with
+    ``backend="server"``, the model name sent to the server; extraction and patching load it
+    locally)."""
+    backend: str = "local"
+    """Rollout engine: ``"local"`` (transformers in this process) or ``"server"``."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint for ``backend="server"`` (e.g. ``http://127.0.0.1:8000/v1``)."""
+    device: str = "cpu"
+    """Torch device of the local model: ``cpu`` or ``cuda`` (the precision follows: fp32 on CPU,
+    bf16 on CUDA)."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ENGINES:
+            raise ValueError(f"backend must be one of {ENGINES}, got {self.backend!r}")
+        if self.backend == "server" and not self.base_url:
+            raise ValueError("backend 'server' needs base_url (the endpoint's /v1 URL)")
+        check_model_name(self.model)
+
+    def identity(self) -> dict[str, Any]:
+        """What a stage's cache key records of this agent: the weights (a bundled agent's
+        digest, else the name), the engine and the numeric precision it runs at."""
+        device, dtype = resolve_device_dtype(self.device, "auto")
+        return {
+            **model_identity(self.model),
+            "backend": self.backend,
+            "base_url": self.base_url,
+            "device": device,
+            "dtype": str(dtype).removeprefix("torch."),
+        }
+
+
+def local_backend(
+    model: str, *, revision: str = "", device: str = "cpu", dtype: str = "auto"
+) -> tuple[LocalBackend, dict[str, Any]]:
+    """A :class:`LocalBackend` for ``model`` and the description trajectory files record."""
+    loaded = load_model(model, revision=revision, device=device, dtype=dtype)
+    return LocalBackend(loaded.model, loaded.tokenizer), describe_local_model(model, revision)
+
+
+class Agent:
+    """An :class:`AgentConfig`'s model and rollout engine, loaded once, on first use."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self._loaded: LoadedModel | None = None
+        self._backend: tuple[Any, dict] | None = None
+
+    def loaded(self) -> LoadedModel:
+        """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts."""
+        if self._loaded is None:
+            self._loaded = load_model(self.config.model, device=self.config.device)
+        return self._loaded
+
+    def rollout_backend(self) -> tuple[Any, dict]:
+        """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
+        if self._backend is None:
+            if self.config.backend == "server":
+                backend = ServerBackend(
+                    ServerConfig(base_url=self.config.base_url, model=self.config.model),
+                    load_tokenizer(self.config.model),
+                )
+                self._backend = (backend, backend.describe())
+            else:
+                loaded = self.loaded()
+                self._backend = (
+                    LocalBackend(loaded.model, loaded.tokenizer),
+                    describe_local_model(self.config.model),
+                )
+        return self._backend

@@ -1,0 +1,1 @@
+"""goalprobe: gridworld."""

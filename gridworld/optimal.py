@@ -1,0 +1,304 @@
+"""Exact optimal policies by breadth-first search (study, sections 3-4).
+
+The study's reference policy ``pi*`` is uniform over the optimal actions of a state. Here the
+optimal action set of a state is *every* action that lowers the shortest-path distance to the
+goal by exactly one; distances come from an exact breadth-first search, so ties between equally
+short routes are all kept (a single A* path would drop them).
+
+States are ``(agent cell, has_key, door_open)`` (:class:`~goalprobe.gridworld.core.State`).
+Arrays over all states are indexed ``[has_key, door_open, row, col]``:
+
+* Grids without a door: the dynamics do not depend on ``has_key`` or ``door_open`` (a key without
+  a door is inert), so all four layers are equal and one BFS over the cells suffices.
+* Grids with a door: a reverse BFS over the product state space (``4 n^2`` states) with the
+  key and door rules of :mod:`goalprobe.gridworld.dynamics`.
+
+Unreachable states (walls, cells cut off from the goal, the cell of a locked door) have distance
+``math.inf`` and no optimal action; the goal has distance 0 and no optimal action (the episode
+is over).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import numpy as np
+from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State
+from goalprobe.gridworld.dynamics import initial_state, is_success, step
+
+HORIZON_FACTOR = 1.5
+"""Default horizon as a multiple of the shortest path length (study, section 4: T = 1.5 L)."""
+
+
+class UnsolvableGridError(ValueError):
+    """The goal cannot be reached from the start state."""
+
+
+def default_horizon(shortest_path_length: int) -> int:
+    """``ceil(1.5 * L)`` computed in integers (no floating-point rounding)."""
+    return (3 * int(shortest_path_length) + 1) // 2
+
+
+@lru_cache(maxsize=64)
+def _neighbours(n: int) -> tuple[tuple[int, ...], ...]:
+    """For each flat cell index of an n x n grid, its in-bounds 4-neighbours (flat indices)."""
+    table = []
+    for row in range(n):
+        for col in range(n):
+            cell = row * n + col
+            nbrs = []
+            if row > 0:
+                nbrs.append(cell - n)
+            if row < n - 1:
+                nbrs.append(cell + n)
+            if col > 0:
+                nbrs.append(cell - 1)
+            if col < n - 1:
+                nbrs.append(cell + 1)
+            table.append(tuple(nbrs))
+    return tuple(table)
+
+
+@lru_cache(maxsize=64)
+def _moves(n: int) -> tuple[tuple[int | None, ...], ...]:
+    """For each flat cell, the flat target of each action in ``Action`` order (None: off-grid)."""
+    table = []
+    for row in range(n):
+        for col in range(n):
+            targets: list[int | None] = []
+            for action in Action:
+                d_row, d_col = action.delta_row_col
+                r, c = row + d_row, col + d_col
+                targets.append(r * n + c if 0 <= r < n and 0 <= c < n else None)
+            table.append(tuple(targets))
+    return tuple(table)
+
+
+def _bfs_flat(open_cells: list[bool], n: int, source: int) -> list[float]:
+    """Undirected BFS distances (flat list, ``inf`` where unreachable) from flat cell ``source``."""
+    inf = math.inf
+    dist = [inf] * (n * n)
+    dist[source] = 0
+    nbrs = _neighbours(n)
+    frontier = [source]
+    d = 0
+    while frontier:
+        d += 1
+        nxt = []
+        for cell in frontier:
+            for other in nbrs[cell]:
+                if open_cells[other] and dist[other] == inf:
+                    dist[other] = d
+                    nxt.append(other)
+        frontier = nxt
+    return dist
+
+
+def bfs_distances(walls: np.ndarray, source_row_col: RowCol) -> np.ndarray:
+    """Shortest-path distances between ``source_row_col`` and every cell, ignoring key and door.
+
+    Args:
+        walls: ``(n, n)`` bool, True on walls.
+        source_row_col: the source cell ``(row, col)`` (must be open).
+
+    Returns:
+        ``(n, n)`` float64; ``math.inf`` on walls and cells not connected to the source.
+    """
+    walls = np.asarray(walls, dtype=bool)
+    n = walls.shape[0]
+    row, col = source_row_col
+    if walls[row, col]:
+        raise ValueError(f"source {source_row_col} is a wall")
+    open_cells = (~walls).ravel().tolist()
+    return np.array(_bfs_flat(open_cells, n, row * n + col), dtype=np.float64).reshape(n, n)
+
+
+@dataclass(frozen=True, eq=False)
+class OptimalPolicy:
+    """The exact optimal policy of a grid (build it with :func:`solve`).
+
+    Attributes:
+        grid: the grid it solves.
+        distances: ``(2, 2, n, n)`` float64 indexed ``[has_key, door_open, row, col]``: the number
+            of steps to the goal under optimal play, ``math.inf`` where unreachable. Read-only.
+        action_masks: ``(2, 2, n, n, 4)`` bool, True for the optimal actions (indexed by
+            :class:`~goalprobe.gridworld.core.Action`). Read-only.
+    """
+
+    grid: Grid
+    distances: np.ndarray
+    action_masks: np.ndarray
+
+    def _index(self, state: State) -> tuple[int, int, int, int]:
+        row, col = state.agent
+        n = self.grid.size
+        if not (0 <= row < n and 0 <= col < n):
+            raise ValueError(f"agent {state.agent} lies outside the {n} x {n} grid")
+        return int(state.has_key), int(state.door_open), row, col
+
+    def distance(self, state: State) -> int | float:
+        """Optimal number of steps from ``state`` to the goal: an int, or ``math.inf``."""
+        d = self.distances[self._index(state)]
+        return int(d) if math.isfinite(d) else math.inf
+
+    def action_mask(self, state: State) -> np.ndarray:
+        """``(4,)`` bool: which actions are optimal in ``state`` (all False at the goal)."""
+        return self.action_masks[self._index(state)].copy()
+
+    def optimal_actions(self, state: State) -> frozenset[Action]:
+        """The set of optimal actions in ``state`` (empty at the goal and where unreachable)."""
+        mask = self.action_masks[self._index(state)]
+        return frozenset(Action(a) for a in range(N_ACTIONS) if mask[a])
+
+    def policy(self, state: State) -> np.ndarray:
+        """``(4,)`` float64: ``pi*(. | state)``, uniform over the optimal actions.
+
+        Raises ``ValueError`` where no action is optimal (at the goal, or goal unreachable).
+        """
+        mask = self.action_masks[self._index(state)]
+        count = int(mask.sum())
+        if count == 0:
+            why = "the goal" if is_success(self.grid, state) else "a state that cannot reach it"
+            raise ValueError(f"pi* is undefined at {state}: it is {why}")
+        return mask.astype(np.float64) / count
+
+    @cached_property
+    def start_state(self) -> State:
+        """The settled initial state."""
+        return initial_state(self.grid)
+
+    @property
+    def is_solvable(self) -> bool:
+        """Whether the goal can be reached from the start state."""
+        return math.isfinite(self.distances[self._index(self.start_state)])
+
+    @property
+    def shortest_path_length(self) -> int:
+        """L, the optimal number of steps from the start; raises :class:`UnsolvableGridError`."""
+        d = self.distance(self.start_state)
+        if d == math.inf:
+            raise UnsolvableGridError(
+                f"grid {self.grid.grid_id or '<unnamed>'}: the goal {self.grid.goal} cannot be "
+                f"reached from the start {self.grid.start}"
+            )
+        return int(d)
+
+    @property
+    def horizon(self) -> int:
+        """The default episode horizon ``ceil(1.5 L)``."""
+        return default_horizon(self.shortest_path_length)
+
+    @property
+    def distance_map(self) -> np.ndarray:
+        """``(n, n)`` float64: distances in the start layer (``has_key`` and ``door_open`` as at
+        the start), ``math.inf`` on walls and unreachable cells."""
+        s = self.start_state
+        return self.distances[int(s.has_key), int(s.door_open)].copy()
+
+    def optimal_trajectory(
+        self, rng: np.random.Generator | None = None, start: State | None = None
+    ) -> tuple[list[State], list[Action]]:
+        """Follow ``pi*`` from ``start`` (default: the start state) to the goal.
+
+        Ties are broken uniformly at random with ``rng``, or by the lowest action index when
+        ``rng`` is None. Returns ``L + 1`` states and ``L`` actions.
+        """
+        state = self.start_state if start is None else start
+        if self.distance(state) == math.inf:
+            raise UnsolvableGridError(f"the goal cannot be reached from {state}")
+        states, actions = [state], []
+        while not is_success(self.grid, state):
+            options = sorted(self.optimal_actions(state))
+            action = options[0] if rng is None else options[int(rng.integers(len(options)))]
+            state = step(self.grid, state, action)
+            states.append(state)
+            actions.append(action)
+        return states, actions
+
+
+def solve(grid: Grid) -> OptimalPolicy:
+    """Exact BFS distances and optimal action sets of every state of ``grid``."""
+    if grid.door is None:
+        distances, masks = _solve_static(grid)
+    else:
+        distances, masks = _solve_product(grid)
+    distances.setflags(write=False)
+    masks.setflags(write=False)
+    return OptimalPolicy(grid=grid, distances=distances, action_masks=masks)
+
+
+def _solve_static(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """No door: one undirected BFS over cells, broadcast to the four (has_key, door_open) layers."""
+    n = grid.size
+    walls = grid.walls
+    goal_row, goal_col = grid.goal
+    open_cells = (~walls).ravel().tolist()
+    dist = np.array(_bfs_flat(open_cells, n, goal_row * n + goal_col), dtype=np.float64)
+    dist = dist.reshape(n, n)
+    # distance after each action: the neighbour's distance, or the own one when blocked
+    padded = np.full((n + 2, n + 2), np.inf)
+    padded[1:-1, 1:-1] = dist
+    own = dist
+    after = np.empty((n, n, N_ACTIONS))
+    for action in Action:
+        d_row, d_col = action.delta_row_col
+        nbr = padded[1 + d_row : 1 + d_row + n, 1 + d_col : 1 + d_col + n]
+        blocked = np.isinf(nbr)  # walls and off-grid (open neighbours of a finite cell are finite)
+        after[..., action] = np.where(blocked, own, nbr)
+    mask = np.isfinite(own)[..., None] & (after == (own - 1)[..., None])
+    distances = np.broadcast_to(dist, (2, 2, n, n)).copy()
+    masks = np.broadcast_to(mask, (2, 2, n, n, N_ACTIONS)).copy()
+    return distances, masks
+
+
+def _solve_product(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """With a door: reverse BFS over (has_key, door_open, cell), flat index ``layer * n^2 + cell``
+    with ``layer = 2 * has_key + door_open``."""
+    n = grid.size
+    n_cells = n * n
+    walls = grid.walls.ravel().tolist()
+    moves = _moves(n)
+    door = grid.door[0] * n + grid.door[1]
+    key = grid.key[0] * n + grid.key[1] if grid.key is not None else None
+    goal = grid.goal[0] * n + grid.goal[1]
+    door_nbrs = set(_neighbours(n)[door])
+    n_states = 4 * n_cells
+    valid = [False] * n_states
+    succ = np.zeros((n_states, N_ACTIONS), dtype=np.int64)
+    preds: list[list[int]] = [[] for _ in range(n_states)]
+    for has_key in (0, 1):
+        for door_open in (0, 1):
+            base = (2 * has_key + door_open) * n_cells
+            for cell in range(n_cells):
+                if walls[cell] or (cell == door and not door_open):
+                    continue
+                s = base + cell
+                valid[s] = True
+                for action, target in enumerate(moves[cell]):
+                    if target is None or walls[target] or (target == door and not door_open):
+                        target = cell
+                    hk = has_key or target == key
+                    do = door_open or (hk and target in door_nbrs)
+                    t = (2 * hk + do) * n_cells + target
+                    succ[s, action] = t
+                    if cell != goal:
+                        preds[t].append(s)
+    inf = math.inf
+    dist = [inf] * n_states
+    frontier = [layer * n_cells + goal for layer in range(4) if valid[layer * n_cells + goal]]
+    for s in frontier:
+        dist[s] = 0
+    queue = deque(frontier)
+    while queue:
+        t = queue.popleft()
+        dt = dist[t] + 1
+        for s in preds[t]:
+            if dist[s] == inf:
+                dist[s] = dt
+                queue.append(s)
+    dist_arr = np.array(dist, dtype=np.float64)
+    mask = np.isfinite(dist_arr)[:, None] & (dist_arr[succ] == (dist_arr - 1)[:, None])
+    return dist_arr.reshape(2, 2, n, n), mask.reshape(2, 2, n, n, N_ACTIONS)

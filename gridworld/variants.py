@@ -1,0 +1,272 @@
+"""Grid variants with instrumental and implicit goals (study, section 4.3), with matched controls.
+
+Two layout families; every variant of a family generated from the same random stream shares
+its walls, start and goal, so a variant and its control differ only in the key (and door):
+
+**Key-door family** (``key_door``, ``key_no_door``, ``key_door_control``). A full wall line
+(a row or a column at an even index) splits the interior into two sides; each side is a perfect
+maze of its own (randomised DFS), then ``round((1 - d) * R)`` of its removable interior walls are
+opened as in :mod:`goalprobe.gridworld.generator` (the dividing line is never opened). One cell
+of the line, between two lattice cells, is the door. Start and key are distinct cells of the
+agent's side connected to the door; the goal is on the other side, connected to the door.
+
+* ``key_door``: the door is locked, so the only way to the goal is via the key (instrumental).
+* ``key_no_door``: the door cell is open; the key is useless (implicit goal).
+* ``key_door_control``: door cell open and no key (the matched no-key control of both).
+
+**Two-path family** (``two_path_key``, ``two_path_no_key``). On a generated maze, a rectangle
+whose corners are lattice cells gets an open perimeter and a walled interior; start and goal
+are opposite corners. Every shortest path is monotone inside the rectangle, so there are exactly
+two, of equal length (one along each side). ``two_path_key`` puts a (useless) key on one of
+them, uniformly among its cells strictly between start and goal; ``two_path_no_key`` is the
+same grid without the key.
+
+Layouts are built in one orientation and then rotated by a random number of quarter turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from goalprobe.gridworld.core import Grid, Variant
+from goalprobe.gridworld.generator import (
+    carve_maze,
+    check_density,
+    check_size,
+    generate_grid,
+    remove_walls,
+)
+from goalprobe.gridworld.optimal import _bfs_flat
+from goalprobe.gridworld.transforms import rotate90
+
+VARIANTS: tuple[str, ...] = (
+    Variant.PLAIN,
+    Variant.KEY_DOOR,
+    Variant.KEY_NO_DOOR,
+    Variant.KEY_DOOR_CONTROL,
+    Variant.TWO_PATH_KEY,
+    Variant.TWO_PATH_NO_KEY,
+)
+"""Every variant name."""
+
+FAMILY: dict[str, str] = {
+    Variant.PLAIN: Variant.PLAIN,
+    Variant.KEY_DOOR: Variant.KEY_DOOR,
+    Variant.KEY_NO_DOOR: Variant.KEY_DOOR,
+    Variant.KEY_DOOR_CONTROL: Variant.KEY_DOOR,
+    Variant.TWO_PATH_KEY: Variant.TWO_PATH_KEY,
+    Variant.TWO_PATH_NO_KEY: Variant.TWO_PATH_KEY,
+}
+"""Layout family of each variant; grid sets seed by family, so matched variants share layouts."""
+
+CONTROL: dict[str, str] = {
+    Variant.KEY_DOOR: Variant.KEY_DOOR_CONTROL,
+    Variant.KEY_NO_DOOR: Variant.KEY_DOOR_CONTROL,
+    Variant.TWO_PATH_KEY: Variant.TWO_PATH_NO_KEY,
+}
+"""The matched no-key control of each key variant."""
+
+
+@dataclass(frozen=True)
+class KeyDoorFamily:
+    """Matched grids of one key-door layout.
+
+    Attributes:
+        key_door: locked door between agent and goal, key on the agent's side.
+        key_no_door: the same with the door cell open (the key is useless).
+        control: the same with the door cell open and no key.
+    """
+
+    key_door: Grid
+    key_no_door: Grid
+    control: Grid
+
+
+@dataclass(frozen=True)
+class TwoPathFamily:
+    """Matched grids of one two-path layout.
+
+    Attributes:
+        with_key: two equally short paths, a useless key on one of them.
+        control: the same grid without the key.
+        key_path_cells: the cells of the shortest path holding the key, start to goal.
+        other_path_cells: the cells of the other shortest path, start to goal.
+    """
+
+    with_key: Grid
+    control: Grid
+    key_path_cells: tuple[tuple[int, int], ...]
+    other_path_cells: tuple[tuple[int, int], ...]
+
+
+def _pick(items: list, u: float):
+    return items[min(int(u * len(items)), len(items) - 1)]
+
+
+def _rotate_all(grids: list[Grid], quarter_turns: int) -> list[Grid]:
+    if quarter_turns % 4 == 0:
+        return grids
+    out = []
+    for grid in grids:
+        turned = rotate90(grid, quarter_turns).grid
+        out.append(replace(turned, grid_id=grid.grid_id, extra=dict(grid.extra)))
+    return out
+
+
+def generate_key_door_family(
+    size: int,
+    density: float,
+    rng: np.random.Generator,
+    *,
+    grid_id: str = "",
+    seed: int | None = None,
+) -> KeyDoorFamily:
+    """Generate one key-door layout and its three variants (see the module docstring).
+
+    Args:
+        size: the side n (odd, ``>= 5``; the study uses 7-15).
+        density: obstacle density d in ``[0, 1]`` of each side's maze.
+        rng: the only source of randomness.
+        grid_id: stable id; each variant gets ``<grid_id>`` with its variant recorded in
+            ``grid.variant`` (ids are shared across a matched family).
+        seed: metadata: the seed ``rng`` came from.
+    """
+    n = check_size(size)
+    density = check_density(density)
+    u = rng.random(3).tolist()
+    separator = 2 * (1 + min(int(u[0] * ((n - 3) // 2)), (n - 3) // 2 - 1))  # even, 2..n-3
+    door_col = 2 * min(int(u[1] * ((n - 1) // 2)), (n - 1) // 2 - 1) + 1  # odd, 1..n-2
+    quarter_turns = min(int(u[2] * 4), 3)
+    open_flat = [False] * (n * n)
+    carve_maze(open_flat, n, rng, row_range=(1, separator - 1), col_range=(1, n - 2))
+    carve_maze(open_flat, n, rng, row_range=(separator + 1, n - 2), col_range=(1, n - 2))
+    protected = frozenset(separator * n + col for col in range(n))
+    remove_walls(open_flat, n, density, rng, protected=protected)
+    door = separator * n + door_col
+    agent_dist = _bfs_flat(open_flat, n, (separator - 1) * n + door_col)
+    goal_dist = _bfs_flat(open_flat, n, (separator + 1) * n + door_col)
+    agent_side = [i for i, d in enumerate(agent_dist) if d < np.inf]
+    goal_side = [i for i, d in enumerate(goal_dist) if d < np.inf]
+    u_start, u_key, u_goal = rng.random(3).tolist()
+    start = _pick(agent_side, u_start)
+    key = _pick([c for c in agent_side if c != start], u_key)
+    goal = _pick(goal_side, u_goal)
+    open_flat[door] = True
+    walls = ~np.array(open_flat, dtype=bool).reshape(n, n)
+    common = dict(walls=walls, start=divmod(start, n), goal=divmod(goal, n), density=density)
+    common.update(seed=seed, grid_id=grid_id)
+    grids = [
+        Grid(key=divmod(key, n), door=divmod(door, n), variant=Variant.KEY_DOOR, **common),
+        Grid(key=divmod(key, n), variant=Variant.KEY_NO_DOOR, **common),
+        Grid(variant=Variant.KEY_DOOR_CONTROL, **common),
+    ]
+    return KeyDoorFamily(*_rotate_all(grids, quarter_turns))
+
+
+def generate_two_path_family(
+    size: int,
+    density: float,
+    rng: np.random.Generator,
+    *,
+    grid_id: str = "",
+    seed: int | None = None,
+) -> TwoPathFamily:
+    """Generate one two-path layout with the key on one path, and its no-key control.
+
+    Args:
+        size: the side n (odd, ``>= 5``; the study uses 7-15).
+        density: obstacle density d in ``[0, 1]`` of the maze around the rectangle.
+        rng: the only source of randomness.
+        grid_id: stable id shared by both grids.
+        seed: metadata: the seed ``rng`` came from.
+    """
+    n = check_size(size)
+    density = check_density(density)
+    base = generate_grid(n, density, rng)
+    open_flat = (~base.walls).ravel().tolist()
+    spans = list(range(2, n - 2, 2))  # even side lengths 2..n-3
+    u = rng.random(6).tolist()
+    height, width = _pick(spans, u[0]), _pick(spans, u[1])
+    top = _pick(list(range(1, n - 1 - height, 2)), u[2])
+    left = _pick(list(range(1, n - 1 - width, 2)), u[3])
+    bottom, right = top + height, left + width
+    for row in range(top, bottom + 1):
+        for col in range(left, right + 1):
+            on_ring = row in (top, bottom) or col in (left, right)
+            open_flat[row * n + col] = on_ring
+    # start top-left, goal bottom-right; path A: along the top then down; path B: down then along
+    path_a = [(top, c) for c in range(left, right + 1)] + [
+        (r, right) for r in range(top + 1, bottom + 1)
+    ]
+    path_b = [(r, left) for r in range(top, bottom + 1)] + [
+        (bottom, c) for c in range(left + 1, right + 1)
+    ]
+    key_on_a = u[4] < 0.5
+    key_path, other_path = (path_a, path_b) if key_on_a else (path_b, path_a)
+    key = _pick(key_path[1:-1], u[5])
+    quarter_turns = min(int(rng.random() * 4), 3)
+    walls = ~np.array(open_flat, dtype=bool).reshape(n, n)
+    common = dict(walls=walls, start=(top, left), goal=(bottom, right), density=density)
+    common.update(seed=seed, grid_id=grid_id)
+    grids = [
+        Grid(key=key, variant=Variant.TWO_PATH_KEY, **common),
+        Grid(variant=Variant.TWO_PATH_NO_KEY, **common),
+    ]
+    with_key, control = _rotate_all(grids, quarter_turns)
+    turn = rotate90(grids[0], quarter_turns).cell_map
+    return TwoPathFamily(
+        with_key=with_key,
+        control=control,
+        key_path_cells=tuple(turn(c) for c in key_path),
+        other_path_cells=tuple(turn(c) for c in other_path),
+    )
+
+
+_VARIANT_PICKERS: dict[str, Callable[..., Grid]] = {
+    Variant.KEY_DOOR: lambda *a, **k: generate_key_door_family(*a, **k).key_door,
+    Variant.KEY_NO_DOOR: lambda *a, **k: generate_key_door_family(*a, **k).key_no_door,
+    Variant.KEY_DOOR_CONTROL: lambda *a, **k: generate_key_door_family(*a, **k).control,
+    Variant.TWO_PATH_KEY: lambda *a, **k: generate_two_path_family(*a, **k).with_key,
+    Variant.TWO_PATH_NO_KEY: lambda *a, **k: generate_two_path_family(*a, **k).control,
+}
+
+
+def generate_variant(
+    variant: str,
+    size: int,
+    density: float,
+    rng: np.random.Generator,
+    *,
+    grid_id: str = "",
+    seed: int | None = None,
+    min_distance: int = 1,
+) -> Grid:
+    """Generate one grid of ``variant``; the same ``rng`` state gives matched layouts across a
+    family (e.g. ``key_door`` and ``key_door_control``). ``min_distance`` applies to ``plain``."""
+    if variant == Variant.PLAIN:
+        return generate_grid(
+            size, density, rng, min_distance=min_distance, grid_id=grid_id, seed=seed
+        )
+    try:
+        pick = _VARIANT_PICKERS[variant]
+    except KeyError as err:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}") from err
+    return pick(size, density, rng, grid_id=grid_id, seed=seed)
+
+
+def matched_control(grid: Grid) -> Grid:
+    """The no-key control of a key variant grid: same walls, start and goal; no key, door open."""
+    try:
+        control = CONTROL[grid.variant]
+    except KeyError as err:
+        raise ValueError(f"variant {grid.variant!r} has no matched control") from err
+    return replace(grid, key=None, door=None, variant=control)
+
+
+def remove_door(grid: Grid) -> Grid:
+    """The ``key_no_door`` grid of a ``key_door`` grid: the door cell becomes open."""
+    if grid.variant != Variant.KEY_DOOR or grid.door is None:
+        raise ValueError(f"expected a key_door grid with a door, got variant {grid.variant!r}")
+    return replace(grid, door=None, variant=Variant.KEY_NO_DOOR)
