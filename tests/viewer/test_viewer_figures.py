@@ -767,7 +767,7 @@ def test_patch_summary_figure_draws_rates_by_site_and_layers():
 def test_only_the_viewer_figures_draw():
     """The library computes, the application writes, goalprobe.viewer.figures draws: no other module
     builds a plotly figure."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     drawing = re.compile(
         r"^\s*(import plotly\.graph_objects|from plotly(\.subplots|\.graph_objects)? import)", re.M
     )

@@ -312,7 +312,7 @@ def _train_script():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "train_default_agent.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "train_default_agent.py"
     spec = importlib.util.spec_from_file_location("train_default_agent", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

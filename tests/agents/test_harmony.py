@@ -208,7 +208,7 @@ def test_anchor_activations_of_tiny_gpt_oss(tokenizer):
 
 @pytest.mark.parametrize("effort", ["low", "high"])
 def test_rendering_matches_openai_harmony(effort, harmony_encoding):
-    """Text-level check; tests/test_gptoss_o200k.py compares token for token under o200k."""
+    """Text-level check; tests/agents/test_gptoss_o200k.py compares token for token under o200k."""
     import openai_harmony as oh
 
     encoding = harmony_encoding

@@ -22,7 +22,7 @@ import pytest
 from goalprobe.report import SECTION_TITLES, headline_rows, stat_text, write_report
 from goalprobe.run_layout import RunLayout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "compare_headline.py"
 
 

@@ -22,7 +22,7 @@ from goalprobe.demo import run_demo
 from goalprobe.report import SECTION_TITLES, headline_rows, write_report
 from goalprobe.stages import CONTROL_STAGES, DEPENDS_ON, STAGES
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "demo"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "demo"
 VIEWER_LAYOUT = (
     "grids/grids.jsonl",
     "rollouts/trajectories.jsonl",

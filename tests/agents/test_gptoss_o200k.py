@@ -51,7 +51,7 @@ from goalprobe.probes.patching.sites import (
     site_positions,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = STUDY_SIZES
 """The study's grid sizes, 7 to 15."""
 VARIANTS = (Variant.PLAIN, *sorted(KEY_VARIANTS))

@@ -25,7 +25,7 @@ from viewer_fixtures import offline_page, shared_run
 # extras): a machine without them fails here rather than skipping the viewer's browser tests.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "viewer"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "viewer"
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -58,7 +58,7 @@ def server(run_dir):
         [sys.executable, "-c", SERVE, str(run_dir), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 90
