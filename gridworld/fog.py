@@ -1,0 +1,337 @@
+"""Fogged grids: the partially observable grid world of the study's Appendix A. No torch.
+
+Every cell starts hidden except those visible from the start. From its cell the agent sees the
+cells within a square radius (Chebyshev distance, default 3, the study's Fig. 11: a 7 x 7
+window) along lines of sight that walls block; a seen cell stays revealed for the rest of the
+episode. The prompt draws a hidden cell as ``*`` and a revealed cell with its own symbol
+(``_`` open, ``#`` wall, ``G`` goal, ...), so the text keeps one token per cell.
+
+Line of sight (:func:`line_of_sight`) follows Bresenham's line algorithm, as the study does:
+the cells strictly between the viewer and the target must not be walls; the target itself may
+be one (a wall is seen, and hides what lies behind it). Bresenham's line from ``a`` to ``b``
+and from ``b`` to ``a`` can differ where the line passes a corner exactly, so a cell is
+visible when either of the two lines is clear: visibility between two open cells is then
+symmetric (property-tested).
+
+The agent's knowledge at a step is the revealed set (:class:`FogEpisode`), which is exact:
+policy-vs-belief scoring under fog compares the agent with the free-space planner on that
+knowledge (:func:`free_space_action`), the standard baseline of navigation under uncertainty:
+shortest paths on the revealed map with unknown cells treated as open, replanned each step.
+Failure modes of the study's A.1 are counted per episode (:func:`failure_modes`): revisits
+(redundant backtracking), moves into known walls, and moves into known dead-ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.text import cell_types
+
+HIDDEN_SYMBOL = "*"
+"""How the prompt draws a hidden cell (the study's Fig. 11)."""
+
+DEFAULT_RADIUS = 3
+"""The study's visibility radius (cells, Chebyshev distance)."""
+
+
+def bresenham(a: RowCol, b: RowCol) -> list[RowCol]:
+    """The cells of Bresenham's line from ``a`` to ``b``, both ends included, in order."""
+    (r0, c0), (r1, c1) = a, b
+    dr, dc = abs(r1 - r0), abs(c1 - c0)
+    sr = 1 if r1 >= r0 else -1
+    sc = 1 if c1 >= c0 else -1
+    err = dc - dr
+    r, c = r0, c0
+    cells = [(r, c)]
+    while (r, c) != (r1, c1):
+        e2 = 2 * err
+        if e2 > -dr:
+            err -= dr
+            c += sc
+        if e2 < dc:
+            err += dc
+            r += sr
+        cells.append((r, c))
+    return cells
+
+
+def _clear(walls: np.ndarray, line: Sequence[RowCol]) -> bool:
+    return not any(walls[cell] for cell in line[1:-1])
+
+
+def line_of_sight(walls: np.ndarray, a: RowCol, b: RowCol) -> bool:
+    """Whether ``b`` is visible from ``a``: Bresenham's line either way has no wall strictly
+    between them."""
+    return _clear(walls, bresenham(a, b)) or _clear(walls, bresenham(b, a))
+
+
+def visible_cells(grid: Grid, viewer: RowCol, radius: int = DEFAULT_RADIUS) -> frozenset[RowCol]:
+    """The cells the agent at ``viewer`` sees: within ``radius`` (Chebyshev) and in sight."""
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0, got {radius}")
+    n = grid.size
+    r0, c0 = viewer
+    seen = set()
+    for r in range(max(0, r0 - radius), min(n, r0 + radius + 1)):
+        for c in range(max(0, c0 - radius), min(n, c0 + radius + 1)):
+            if line_of_sight(grid.walls, viewer, (r, c)):
+                seen.add((r, c))
+    return frozenset(seen)
+
+
+def revealed_mask(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
+    """``(n, n)`` bool, True on revealed cells."""
+    mask = np.zeros((grid.size, grid.size), dtype=bool)
+    for cell in revealed:
+        mask[cell] = True
+    return mask
+
+
+def fogged_cell_types(grid: Grid, state: State, revealed: Iterable[RowCol]) -> np.ndarray:
+    """What the fogged prompt shows: :func:`~goalprobe.gridworld.text.cell_types` on revealed
+    cells and the agent's own cell, ``-1`` on hidden ones. ``(n, n)`` int8."""
+    types = cell_types(grid, state)
+    mask = revealed_mask(grid, revealed)
+    mask[state.agent] = True
+    return np.where(mask, types, np.int8(-1)).astype(np.int8)
+
+
+def render_fogged(grid: Grid, state: State, revealed: Iterable[RowCol]) -> str:
+    """The fogged grid text: the study's format with hidden cells drawn as ``*``."""
+    types = fogged_cell_types(grid, state, revealed)
+    n = grid.size
+    lines = ["  " + " ".join(str(col) for col in range(n))]
+    for row in range(n):
+        symbols = [
+            HIDDEN_SYMBOL if t < 0 else SYMBOLS[CellType(int(t))] for t in types[row].tolist()
+        ]
+        lines.append(f"{row} " + " ".join(symbols))
+    return "\n".join(lines)
+
+
+def history_text(history: Sequence[tuple[RowCol, Action]]) -> str:
+    """The history of past ``(state, action)`` pairs the fogged prompt carries, one a line:
+    ``(row, col) ACTION`` (the study gives the model its past state-action tuples)."""
+    return "\n".join(f"({r}, {c}) {Action(a).name}" for (r, c), a in history)
+
+
+@dataclass(frozen=True)
+class FogEpisode:
+    """The knowledge of a fogged episode, step by step.
+
+    Attributes:
+        grid: the true grid.
+        radius: the visibility radius.
+        states: the states visited, ``states[0]`` the start.
+        revealed: ``revealed[t]`` the cells revealed on reaching ``states[t]`` (cumulative).
+        actions: the actions taken, ``len(states) - 1`` of them.
+    """
+
+    grid: Grid
+    radius: int
+    states: tuple[State, ...]
+    revealed: tuple[frozenset[RowCol], ...]
+    actions: tuple[Action, ...]
+
+
+def check_fog_grid(grid: Grid) -> Grid:
+    """Return ``grid`` when it can be fogged: a layout without key and door (the study's
+    Appendix A uses plain grids; a door's state would make the knowledge map time-dependent)."""
+    if grid.key is not None or grid.door is not None:
+        raise ValueError(f"grid {grid.grid_id!r}: fogged grids are plain layouts (no key or door)")
+    return grid
+
+
+def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAULT_RADIUS):
+    """Replay ``actions`` from the start under fog: the states and the revealed sets."""
+    check_fog_grid(grid)
+    state = grid.initial_state
+    seen = visible_cells(grid, state.agent, radius)
+    states, revealed, taken = [state], [seen], []
+    for action in actions:
+        action = Action(int(action))
+        state = step(grid, state, action)
+        seen = seen | visible_cells(grid, state.agent, radius)
+        states.append(state)
+        revealed.append(seen)
+        taken.append(action)
+    return FogEpisode(grid, radius, tuple(states), tuple(revealed), tuple(taken))
+
+
+def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
+    """The free-space map: walls where a revealed cell is a wall, open elsewhere, hidden cells
+    included (the free-space assumption)."""
+    walls = np.zeros((grid.size, grid.size), dtype=bool)
+    for cell in revealed:
+        walls[cell] = grid.walls[cell]
+    return walls
+
+
+def _bfs(walls: np.ndarray, source: RowCol) -> np.ndarray:
+    n = walls.shape[0]
+    dist = np.full((n, n), np.inf)
+    if walls[source]:
+        return dist
+    dist[source] = 0
+    queue = deque([source])
+    while queue:
+        r, c = queue.popleft()
+        for action in Action:
+            dr, dc = action.delta_row_col
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < n and 0 <= nc < n and not walls[nr, nc] and dist[nr, nc] == np.inf:
+                dist[nr, nc] = dist[r, c] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
+    """Where the free-space planner heads: the goal when it is known or revealed, else the
+    frontier (hidden cells next to a revealed open cell)."""
+    if goal_known or grid.goal in revealed:
+        return [grid.goal]
+    n = grid.size
+    frontier = []
+    for r, c in revealed:
+        if grid.walls[r, c]:
+            continue
+        for action in Action:
+            dr, dc = action.delta_row_col
+            cell = (r + dr, c + dc)
+            if 0 <= cell[0] < n and 0 <= cell[1] < n and cell not in revealed:
+                frontier.append(cell)
+    return sorted(set(frontier))
+
+
+def free_space_actions(
+    grid: Grid, state: State, revealed: frozenset[RowCol], *, goal_known: bool = True
+) -> frozenset[Action]:
+    """The free-space planner's optimal first moves from ``state`` on what is revealed.
+
+    Shortest paths on :func:`knowledge_walls` (hidden cells open) to the goal, or, when the goal
+    is neither known nor revealed, to the nearest frontier cell. Empty when no target is
+    reachable on that map.
+    """
+    walls = knowledge_walls(grid, revealed)
+    targets = _target(grid, revealed, goal_known)
+    if not targets:
+        return frozenset()
+    dist = np.full_like(walls, np.inf, dtype=float)
+    for target in targets:
+        dist = np.minimum(dist, _bfs(walls, target))
+    r, c = state.agent
+    here = dist[r, c]
+    if not np.isfinite(here):
+        return frozenset()
+    n = grid.size
+    best = set()
+    for action in Action:
+        dr, dc = action.delta_row_col
+        nr, nc = r + dr, c + dc
+        if 0 <= nr < n and 0 <= nc < n and dist[nr, nc] == here - 1:
+            best.add(action)
+    return frozenset(best)
+
+
+def free_space_action(
+    grid: Grid, state: State, revealed: frozenset[RowCol], *, goal_known: bool = True
+) -> Action | None:
+    """One free-space move (the lowest-valued of the optimal ones; None when none)."""
+    actions = free_space_actions(grid, state, revealed, goal_known=goal_known)
+    return min(actions) if actions else None
+
+
+def free_space_episode(
+    grid: Grid, horizon: int, *, radius: int = DEFAULT_RADIUS, goal_known: bool = True
+) -> FogEpisode:
+    """The free-space planner's own episode (replanning each step), up to ``horizon`` moves
+    or the goal."""
+    check_fog_grid(grid)
+    state = grid.initial_state
+    seen = visible_cells(grid, state.agent, radius)
+    actions: list[Action] = []
+    for _ in range(horizon):
+        if state.agent == grid.goal:
+            break
+        action = free_space_action(grid, state, seen, goal_known=goal_known)
+        if action is None:
+            break
+        actions.append(action)
+        state = step(grid, state, action)
+        seen = seen | visible_cells(grid, state.agent, radius)
+    return fog_episode(grid, actions, radius)
+
+
+def known_dead_end(grid: Grid, here: RowCol, target: RowCol, revealed: frozenset[RowCol]) -> bool:
+    """Whether moving from ``here`` into ``target`` enters a known dead end: on the free-space
+    map with ``here`` closed behind the agent, the region ``target`` belongs to is fully
+    revealed and holds neither the goal nor a hidden cell, so every way on leads back."""
+    walls = knowledge_walls(grid, revealed)
+    if walls[target]:
+        return False
+    walls = walls.copy()
+    walls[here] = True
+    region = np.isfinite(_bfs(walls, target))
+    if region[grid.goal]:
+        return False
+    mask = revealed_mask(grid, revealed)
+    return bool(np.all(mask[region]))
+
+
+@dataclass(frozen=True)
+class FailureModes:
+    """The study's failure modes under fog (A.1), counted over one episode.
+
+    Attributes:
+        steps: moves taken.
+        revisits: moves that end on a cell visited before in the episode (backtracking).
+        into_known_walls: moves towards a cell revealed as a wall.
+        into_known_dead_ends: moves into a known dead end (:func:`known_dead_end`).
+    """
+
+    steps: int
+    revisits: int
+    into_known_walls: int
+    into_known_dead_ends: int
+
+
+def failure_modes(episode: FogEpisode) -> FailureModes:
+    """Count the failure modes of ``episode``; each move is judged on what was revealed before
+    it was taken."""
+    grid = episode.grid
+    n = grid.size
+    visited = {episode.states[0].agent}
+    revisits = walls = dead_ends = 0
+    for t, action in enumerate(episode.actions):
+        here = episode.states[t].agent
+        known = episode.revealed[t]
+        dr, dc = action.delta_row_col
+        target = (here[0] + dr, here[1] + dc)
+        inside = 0 <= target[0] < n and 0 <= target[1] < n
+        if not inside or (target in known and knowledge_walls(grid, known)[target]):
+            walls += 1
+        elif known_dead_end(grid, here, target, known):
+            dead_ends += 1
+        after = episode.states[t + 1].agent
+        if after != here and after in visited:
+            revisits += 1
+        visited.add(after)
+    return FailureModes(len(episode.actions), revisits, walls, dead_ends)
+
+
+def fog_accuracy(episode: FogEpisode, *, goal_known: bool = True) -> tuple[int, int]:
+    """``(moves that are a free-space optimal move on the knowledge of their step, moves)``:
+    Acc. Oracle under fog, the knowledge being known exactly."""
+    hits = 0
+    for t, action in enumerate(episode.actions):
+        best = free_space_actions(
+            episode.grid, episode.states[t], episode.revealed[t], goal_known=goal_known
+        )
+        hits += action in best
+    return hits, len(episode.actions)
