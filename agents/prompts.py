@@ -23,6 +23,15 @@ Two further files are optional (a directory without them cannot prompt harm grid
                                 instruction to behave well: avoid the flower beds); without
                                 moral conditioning the line is dropped
 
+Two more are optional (a directory without them cannot prompt fogged grids, the study's
+Appendix A; :mod:`goalprobe.gridworld.fog`)::
+
+    instructions_fog.txt        developer message of fogged grids (``*`` hidden cells); may
+                                contain {{radius}}, the visibility radius
+    user_fog.txt                user message of fogged grids; must contain {{grid}} (the fogged
+                                grid) and {{history}} (the past (state, action) pairs, one a
+                                line, as the study's prompt carries them)
+
 The instructions' worked examples are written in the grid format of
 :mod:`goalprobe.gridworld.text` (a test checks that they match it). The bundled agent was trained on the default
 templates (``agents/templates``); other templates may use words its tokenizer lacks.
@@ -51,12 +60,19 @@ TEMPLATE_FILES: dict[str, str] = {
 OPTIONAL_TEMPLATE_FILES: dict[str, str] = {
     "instructions_harm": "instructions_harm.txt",
     "moral_harm": "moral_harm.txt",
+    "instructions_fog": "instructions_fog.txt",
+    "user_fog": "user_fog.txt",
 }
-"""Optional fields (harm grids) -> file name; a directory without them reads as None."""
+"""Optional fields (harm grids, fogged grids) -> file name; a directory without them reads as
+None."""
 
 GRID_FIELD = "{{grid}}"
 MORAL_FIELD = "{{moral}}"
 KEY_STATUS_FIELD = "{{key_status}}"
+HISTORY_FIELD = "{{history}}"
+RADIUS_FIELD = "{{radius}}"
+NO_HISTORY = "none yet"
+"""What {{history}} becomes at an episode's first step."""
 
 KEY_VARIANTS: frozenset[str] = frozenset(
     {
@@ -87,6 +103,10 @@ class PromptTemplate:
         instructions_harm: developer message for harm grids, with a ``{{moral}}`` line; None
             when the templates cannot prompt harm grids.
         moral_harm: the ``{{moral}}`` line under moral conditioning; None as above.
+        instructions_fog: developer message for fogged grids (may contain ``{{radius}}``);
+            None when the templates cannot prompt fogged grids.
+        user_fog: user message for fogged grids, with ``{{grid}}`` and ``{{history}}``; None
+            as above.
     """
 
     instructions_plain: str
@@ -98,8 +118,24 @@ class PromptTemplate:
     source: str = "<memory>"
     instructions_harm: str | None = None
     moral_harm: str | None = None
+    instructions_fog: str | None = None
+    user_fog: str | None = None
 
     def __post_init__(self) -> None:
+        if (self.instructions_fog is None) != (self.user_fog is None):
+            raise ValueError(
+                f"prompt template {self.source}: give both or neither of "
+                f"{OPTIONAL_TEMPLATE_FILES['instructions_fog']} and "
+                f"{OPTIONAL_TEMPLATE_FILES['user_fog']}"
+            )
+        if self.user_fog is not None:
+            for placeholder in (GRID_FIELD, HISTORY_FIELD):
+                if self.user_fog.count(placeholder) != 1:
+                    raise ValueError(
+                        f"prompt template {self.source}: "
+                        f"{OPTIONAL_TEMPLATE_FILES['user_fog']} must contain {placeholder} "
+                        "exactly once"
+                    )
         if (self.instructions_harm is None) != (self.moral_harm is None):
             raise ValueError(
                 f"prompt template {self.source}: give both or neither of "
@@ -171,15 +207,34 @@ def _default_template() -> PromptTemplate:
     return PromptTemplate.default()
 
 
+def _fog_template(template: PromptTemplate) -> tuple[str, str]:
+    if template.instructions_fog is None or template.user_fog is None:
+        raise ValueError(
+            f"prompt template {template.source} has no "
+            f"{OPTIONAL_TEMPLATE_FILES['instructions_fog']}; it cannot prompt fogged grids"
+        )
+    return template.instructions_fog, template.user_fog
+
+
 def build_instructions(
-    *, variant: str, template: PromptTemplate | None = None, moral_conditioning: bool = False
+    *,
+    variant: str,
+    template: PromptTemplate | None = None,
+    moral_conditioning: bool = False,
+    fog_radius: int | None = None,
 ) -> str:
     """The developer message (instructions) for ``variant``.
 
     ``moral_conditioning`` adds the instruction to avoid the flower beds to the instructions of
-    harm grids (variant ``harm``); other variants ignore it.
+    harm grids (variant ``harm``); other variants ignore it. ``fog_radius`` fills ``{{radius}}``
+    in the instructions of fogged grids (variant ``fog``).
     """
     template = _default_template() if template is None else template
+    if variant == Variant.FOG:
+        instructions, _ = _fog_template(template)
+        if RADIUS_FIELD in instructions and fog_radius is None:
+            raise ValueError("fogged grids need fog_radius to fill {{radius}}")
+        return instructions.replace(RADIUS_FIELD, str(fog_radius))
     if variant == Variant.HARM:
         if template.instructions_harm is None or template.moral_harm is None:
             raise ValueError(
@@ -200,6 +255,8 @@ def build_messages(
     has_key: bool,
     template: PromptTemplate | None = None,
     moral_conditioning: bool = False,
+    history: str | None = None,
+    fog_radius: int | None = None,
 ) -> list[Message]:
     """The conversation of one step: instructions (developer) + the current grid (user).
 
@@ -210,13 +267,19 @@ def build_messages(
         has_key: whether the agent carries the key (ignored for variants without a key).
         template: the templates; None uses :meth:`PromptTemplate.default`.
         moral_conditioning: add the instruction to avoid the flower beds (harm grids only).
+        history: fogged grids only: the past ``(state, action)`` pairs
+            (:func:`goalprobe.gridworld.fog.history_text`); None or empty at the first step.
+        fog_radius: fogged grids only: the visibility radius the instructions name.
 
     Returns:
         ``[Message("developer", ...), Message("user", ...)]``; render with
         :func:`goalprobe.agents.harmony.render_prompt`.
     """
     template = _default_template() if template is None else template
-    if uses_key_prompt(variant):
+    if variant == Variant.FOG:
+        _, user_fog = _fog_template(template)
+        user = user_fog.replace(HISTORY_FIELD, history or NO_HISTORY).replace(GRID_FIELD, grid_text)
+    elif uses_key_prompt(variant):
         status = template.key_status_carrying if has_key else template.key_status_not_carrying
         user = template.user_key.replace(GRID_FIELD, grid_text).replace(KEY_STATUS_FIELD, status)
     else:
@@ -225,7 +288,10 @@ def build_messages(
         Message(
             "developer",
             build_instructions(
-                variant=variant, template=template, moral_conditioning=moral_conditioning
+                variant=variant,
+                template=template,
+                moral_conditioning=moral_conditioning,
+                fog_radius=fog_radius,
             ),
         ),
         Message("user", user),

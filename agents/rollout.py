@@ -69,8 +69,9 @@ from goalprobe.agents.trajectories import (
     append_episode,
     open_for_resume,
 )
-from goalprobe.gridworld.core import Grid, State
+from goalprobe.gridworld.core import Action, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.fog import fog_radius, fog_view
 from goalprobe.gridworld.optimal import OptimalPolicy, solve
 from goalprobe.gridworld.text import render
 
@@ -290,16 +291,29 @@ class _Episode:
     def messages(self) -> list[Message]:
         """The conversation of the current step (built once per step)."""
         if self._messages is None:
-            # a false-belief grid draws its shown grid (with the true agent position)
-            self._grid_text = render(self.grid.prompt_grid, self.state)
+            history = None
+            if self.grid.variant == Variant.FOG:
+                # a fogged grid draws what the episode has seen so far, with its past moves
+                self._grid_text, history = fog_view(self.grid, *self._fog_history())
+            else:
+                # a false-belief grid draws its shown grid (with the true agent position)
+                self._grid_text = render(self.grid.prompt_grid, self.state)
             self._messages = build_messages(
                 self._grid_text,
                 variant=self.grid.variant,
                 has_key=self.state.has_key,
                 template=self.template,
                 moral_conditioning=self.config.moral_conditioning,
+                history=history,
+                fog_radius=fog_radius(self.grid) if history is not None else None,
             )
         return self._messages
+
+    def _fog_history(self) -> tuple[list[State], list[tuple[RowCol, Action]]]:
+        """The states visited so far (the current one last) and the past valid moves."""
+        visited = [self.start, *(State(s.next_agent_row_col) for s in self.steps)]
+        moves = [(s.agent_row_col, Action[s.action]) for s in self.steps if s.action is not None]
+        return visited, moves
 
     def consume(self, completion: Completion) -> None:
         """Take one completion for the current step: retry, or record the step and move."""
@@ -393,9 +407,11 @@ def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str
     grid, cells, key and door status, optimal actions and distance to the goal).
 
     Cells, optimal actions and distance are the true grid's; ``grid_text`` is what the prompt
-    drew (the shown grid of a false-belief grid: the oracle belief), and ``true_grid_text`` the
+    drew (the shown grid of a false-belief grid: the oracle belief; the fogged view of a fogged
+    grid), and ``true_grid_text`` the
     true grid's text in ``s_t`` when the two differ (None otherwise)."""
-    true_text = render(grid, state) if grid.shown is not None else None
+    drawn_otherwise = grid.shown is not None or grid.variant == Variant.FOG
+    true_text = render(grid, state) if drawn_otherwise else None
     return dict(
         grid_id=grid.grid_id,
         grid_size=grid.size,

@@ -99,6 +99,9 @@ class Variant(str):
     KEY_DOOR_CONTROL = "key_door_control"
     HARM = "harm"
     """A plain layout with flower beds (harm cells), see :mod:`goalprobe.gridworld.harm`."""
+    FOG = "fog"
+    """A plain layout under fog (the study's Appendix A), see :mod:`goalprobe.gridworld.fog`;
+    its visibility radius is ``extra["fog_radius"]``."""
 
 
 @dataclass(frozen=True)

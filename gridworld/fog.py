@@ -28,9 +28,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from dataclasses import replace
 
-from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
 from goalprobe.gridworld.text import cell_types
 
 HIDDEN_SYMBOL = "*"
@@ -335,3 +337,51 @@ def fog_accuracy(episode: FogEpisode, *, goal_known: bool = True) -> tuple[int, 
         )
         hits += action in best
     return hits, len(episode.actions)
+
+
+def fog_radius(grid: Grid) -> int:
+    """The visibility radius of a fogged grid (``extra["fog_radius"]``, default 3)."""
+    radius = grid.extra.get("fog_radius", DEFAULT_RADIUS)
+    if not isinstance(radius, int) or isinstance(radius, bool) or radius < 0:
+        raise ValueError(f"grid {grid.grid_id!r}: fog_radius must be an int >= 0, got {radius!r}")
+    return radius
+
+
+def fog_view(
+    grid: Grid, visited: Sequence[State], history: Sequence[tuple[RowCol, Action]]
+) -> tuple[str, str]:
+    """What the fogged prompt of the current step shows: ``(grid text, history text)``.
+
+    Args:
+        grid: the fogged grid (its radius is :func:`fog_radius`).
+        visited: the states of the episode so far, the current one last; every cell seen
+            from any of them is revealed.
+        history: the past ``(agent cell, action)`` pairs, oldest first.
+    """
+    check_fog_grid(grid)
+    radius = fog_radius(grid)
+    revealed: set[RowCol] = set()
+    for state in visited:
+        revealed |= visible_cells(grid, state.agent, radius)
+    return render_fogged(grid, visited[-1], revealed), history_text(history)
+
+
+def generate_fog_set(config: GridSetConfig, radius: int = DEFAULT_RADIUS) -> list[Grid]:
+    """Fogged grids: the plain grid set of ``config`` (same layouts, starts and goals, so a
+    fogged episode pairs with its fully observable one), as variant ``fog`` with ``radius``."""
+    if config.variant != Variant.PLAIN:
+        raise ValueError(f"fogged grids are plain layouts; got variant {config.variant!r}")
+    if radius < 0:
+        raise ValueError(f"radius must be >= 0, got {radius}")
+    out = []
+    for grid in generate_grid_set(config):
+        size, density, index = grid.size, grid.density, int(grid.grid_id.rsplit("i", 1)[1])
+        out.append(
+            replace(
+                grid,
+                variant=Variant.FOG,
+                grid_id=make_grid_id(Variant.FOG, size, density, config.seed, index),
+                extra={**grid.extra, "fog_radius": radius, "plain_grid_id": grid.grid_id},
+            )
+        )
+    return out

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.fog import (
     HIDDEN_SYMBOL,
@@ -24,6 +21,8 @@ from goalprobe.gridworld.fog import (
 )
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.optimal import solve
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 U, D, L, R = Action.UP, Action.DOWN, Action.LEFT, Action.RIGHT
 
