@@ -25,11 +25,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
-from dataclasses import replace
-
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
@@ -175,13 +173,16 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     return walls
 
 
-def _bfs(walls: np.ndarray, source: RowCol) -> np.ndarray:
+def _bfs(walls: np.ndarray, sources: RowCol | Sequence[RowCol]) -> np.ndarray:
+    """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
     n = walls.shape[0]
     dist = np.full((n, n), np.inf)
-    if walls[source]:
-        return dist
-    dist[source] = 0
-    queue = deque([source])
+    starts = [sources] if isinstance(sources[0], int) else list(sources)
+    queue = deque()
+    for source in starts:
+        if not walls[source] and dist[source] == np.inf:
+            dist[source] = 0
+            queue.append(source)
     while queue:
         r, c = queue.popleft()
         for action in Action:
@@ -224,9 +225,7 @@ def free_space_actions(
     targets = _target(grid, revealed, goal_known)
     if not targets:
         return frozenset()
-    dist = np.full_like(walls, np.inf, dtype=float)
-    for target in targets:
-        dist = np.minimum(dist, _bfs(walls, target))
+    dist = _bfs(walls, targets)
     r, c = state.agent
     here = dist[r, c]
     if not np.isfinite(here):

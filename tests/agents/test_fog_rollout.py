@@ -5,7 +5,6 @@ beside it; the failure-mode counters read the recorded episode back."""
 from __future__ import annotations
 
 import pytest
-
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.trajectories import read_trajectories

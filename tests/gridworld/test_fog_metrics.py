@@ -1,0 +1,65 @@
+"""Behaviour under fog (goalprobe.gridworld.fog_metrics): rows of constructed episodes, the
+references, and a verdict that says "no" for a random walk against itself."""
+
+from __future__ import annotations
+
+import numpy as np
+from goalprobe.gridworld.fog import free_space_episode, generate_fog_set
+from goalprobe.gridworld.fog_metrics import (
+    AGENT,
+    FREE_SPACE,
+    RANDOM_WALK,
+    FogRow,
+    episode_row,
+    fog_summary,
+    reference_rows,
+)
+from goalprobe.gridworld.generator import GridSetConfig
+
+
+def _grids(n=12):
+    return generate_fog_set(
+        GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=n // 4, seed=11)
+    )
+
+
+def test_the_free_space_planner_scores_full_marks_on_its_own_knowledge():
+    grid = _grids()[0]
+    episode = free_space_episode(grid, 200, goal_known=False)
+    row = episode_row(grid, list(episode.actions), AGENT)
+    assert row.success and row.fog_hits == row.moves
+    assert row.into_known_walls == 0 and row.into_known_dead_ends == 0
+    assert row.moves >= row.shortest
+
+
+def test_a_wall_bumping_agent_is_counted():
+    grid = _grids()[0]
+    # find a move from the start into a wall (always revealed: neighbours are in sight)
+    r, c = grid.start
+    bumps = [
+        a
+        for a, (dr, dc) in enumerate([(-1, 0), (1, 0), (0, -1), (0, 1)])
+        if not (0 <= r + dr < grid.size and 0 <= c + dc < grid.size) or grid.walls[r + dr, c + dc]
+    ]
+    assert bumps
+    row = episode_row(grid, [bumps[0]] * 3, AGENT)
+    assert row.into_known_walls == 3 and row.fog_hits == 0 and not row.success
+
+
+def test_agent_like_the_planner_beats_the_random_walk_and_a_random_walk_does_not():
+    rng = np.random.default_rng(0)
+    rows, walk_as_agent = [], []
+    for grid in _grids(16):
+        refs = reference_rows(grid, 60, rng, n_walks=2)
+        rows.extend(refs)
+        planner = next(r for r in refs if r.policy == FREE_SPACE)
+        rows.append(FogRow(**{**planner.to_dict(), "policy": AGENT}))
+        walk = [r for r in refs if r.policy == RANDOM_WALK]
+        walk_as_agent.extend([*refs, FogRow(**{**walk[0].to_dict(), "policy": AGENT})])
+    good = fog_summary(rows, n_resamples=300)
+    assert good["agent_minus_random_walk_acc_oracle_fog"]["verdict"] == "yes"
+    assert good[AGENT]["acc_oracle_fog"]["value"] == 1.0
+    assert good[AGENT]["acc_oracle_fog"]["ci_low"] is not None
+    null = fog_summary(walk_as_agent, n_resamples=300)
+    assert null["agent_minus_random_walk_acc_oracle_fog"]["verdict"] == "no"
+    assert null[RANDOM_WALK]["into_known_walls_per_episode"]["value"] > 0
