@@ -15,6 +15,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
     RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
                                                   and moral prompts (goalprobe.demo.harm)
+    RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
                                                   headline probe decodes it (intention_map)
@@ -109,6 +110,9 @@ ARTEFACTS: dict[str, Artefact] = {
             "harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm", "goalprobe demo"
         ),
         Artefact("harm results", "harm/results.json", "harm", "goalprobe demo"),
+        Artefact("fog grids", "fog/grids.jsonl", "fog", "goalprobe demo"),
+        Artefact("fog trajectories", "fog/trajectories.jsonl", "fog", "goalprobe demo"),
+        Artefact("fog results", "fog/results.json", "fog", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
         Artefact(
@@ -287,6 +291,21 @@ class RunLayout:
     def harm_trajectories(self, condition: str) -> Path:
         """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
         return self.path(f"harm trajectories ({condition})")
+
+    @property
+    def fog_grids(self) -> Path:
+        """The fogged grids (plain layouts, variant ``fog``)."""
+        return self.path("fog grids")
+
+    @property
+    def fog_trajectories(self) -> Path:
+        """The agent's rollouts on the fogged grids."""
+        return self.path("fog trajectories")
+
+    @property
+    def fog_results(self) -> Path:
+        """Behaviour under fog against the references, with the failure modes."""
+        return self.path("fog results")
 
     @property
     def harm_results(self) -> Path:

@@ -272,3 +272,34 @@ class FalseBeliefConfig:
     def __post_init__(self) -> None:
         if self.episodes_per_grid < 1 or self.n_bootstrap < 1:
             raise ValueError("false_belief: episodes_per_grid and n_bootstrap must be >= 1")
+
+
+@dataclass(frozen=True)
+class FogConfig:
+    """Fogged grids (the study's Appendix A, issue 31): the agent sees cells within a radius
+    along lines of sight; scored against the free-space planner on what it has seen."""
+
+    grids: GridSetConfig = field(
+        default_factory=lambda: GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=3)
+    )
+    """The layouts, fogged (the plain grid set of these settings: same layouts, starts, goals)."""
+    radius: int = 3
+    """Visibility radius in cells (Chebyshev distance; the study's 3)."""
+    episodes_per_grid: int = 2
+    """Agent episodes per fogged grid."""
+    horizon_factor: float = 3.0
+    """Horizon ``ceil(horizon_factor * L)``: exploring under fog takes longer than ``L``."""
+    random_walks_per_grid: int = 20
+    """Random walks per grid behind the random-walk reference."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the random walks and the bootstrap."""
+
+    def __post_init__(self) -> None:
+        if self.radius < 0 or self.episodes_per_grid < 1 or self.random_walks_per_grid < 1:
+            raise ValueError(
+                "fog: radius must be >= 0, episodes_per_grid and random_walks_per_grid >= 1"
+            )
+        if not self.horizon_factor > 0 or self.n_bootstrap < 0:
+            raise ValueError("fog: horizon_factor must be > 0 and n_bootstrap >= 0")

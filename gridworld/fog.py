@@ -384,3 +384,14 @@ def generate_fog_set(config: GridSetConfig, radius: int = DEFAULT_RADIUS) -> lis
             )
         )
     return out
+
+
+def revealed_sets(grid: Grid, agent_cells: Sequence[RowCol]) -> list[frozenset[RowCol]]:
+    """The cumulative revealed set on reaching each of ``agent_cells`` (the cells an episode
+    visited, in order; the grid's :func:`fog_radius`)."""
+    radius = fog_radius(grid)
+    out, seen = [], frozenset()
+    for cell in agent_cells:
+        seen = seen | visible_cells(grid, cell, radius)
+        out.append(seen)
+    return out

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from goalprobe.agents.trajectories import Episode, StepRecord
-from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action
+from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action, Variant
 from goalprobe.gridworld.text import GridParseError, padded_cell_types, parse
 
 
@@ -40,9 +40,15 @@ def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> 
 
 
 def cell_type_canvas(step: StepRecord) -> np.ndarray:
-    """``(15, 15)`` uint8 cell types of the grid text shown at ``step``, PADDING outside."""
+    """``(15, 15)`` uint8 cell types of the grid text shown at ``step``, PADDING outside.
+
+    A fogged grid's text hides cells (``*``), so its label is the true grid in ``s_t`` (what
+    each cell holds); which cells were revealed is a function of the episode
+    (:func:`goalprobe.gridworld.fog.fog_view`), not a cell type."""
+    fogged = step.variant == Variant.FOG and step.true_grid_text is not None
+    text = step.true_grid_text if fogged else step.grid_text
     try:
-        grid, state = parse(step.grid_text)
+        grid, state = parse(text)
     except GridParseError as err:
         raise ValueError(
             f"step {step.step} of episode {step.episode} on grid {step.grid_id!r}: grid_text "

@@ -16,6 +16,7 @@ from goalprobe.report import (
     agents,
     behaviour,
     false_belief,
+    fog,
     harm,
     intention,
     outcomes,
@@ -35,6 +36,7 @@ SECTION_TITLES: dict[str, str] = {
     "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
     "keys": "Instrumental and implicit goals: key variants (Table 1)",
     "harm": "Reward-harm trade-offs: flower beds and moral conditioning (MACHIAVELLI)",
+    "fog": "Fogged grids: partial observability (appendix A)",
     "intention": "Behavioural intention: does guaranteeing the key change the policy? "
     "(Ward et al., Definition 20)",
     "intention_map": "Behavioural intention, subjective reading: the intervention in the "
@@ -55,6 +57,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "iso": "iso",
     "keys": "keys",
     "harm": "harm",
+    "fog": "fog",
     "intention": "intention",
     "intention_map": "intention_map",
     "probing": "probes",
@@ -73,6 +76,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "iso": behaviour.iso,
     "keys": behaviour.keys,
     "harm": harm.harm,
+    "fog": fog.fog,
     "intention": intention.intention,
     "intention_map": intention.intention_map,
     "probing": probing.probing,

@@ -14,6 +14,7 @@ STAGES: tuple[str, ...] = (
     "iso",
     "keys",
     "harm",
+    "fog",
     "intention",
     "probing",
     "activations",
@@ -35,6 +36,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "iso": ("grids", "rollouts"),
     "keys": (),
     "harm": (),
+    "fog": (),
     "intention": (),
     "intention_map": ("intention", "probes"),
     "probing": (),
@@ -53,6 +55,7 @@ CONTROL_STAGES: tuple[str, ...] = (
     "grids",
     "rollouts",
     "behaviour",
+    "fog",
     "probing",
     "activations",
     "probes",
@@ -64,9 +67,9 @@ CONTROL_STAGES: tuple[str, ...] = (
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``
 without ``--model``): its behaviour and every representational finding (probes, localisation,
-distance, plans, patching, belief scoring and MEG), on the same grids and probing set; the
-behavioural studies that say nothing about where a map is (iso, keys, harm, intention,
-false belief) run for the default agent only."""
+distance, plans, patching, belief scoring and MEG) and the fogged grids, on the same grids
+and probing set; the behavioural studies that say nothing about where a map is (iso, keys,
+harm, intention, false belief) run for the default agent only."""
 
 
 HEADLINE_STAGE = "pre_reasoning"

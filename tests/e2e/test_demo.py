@@ -44,6 +44,9 @@ STAGE_OUTPUTS = (
     "harm/trajectories_neutral.jsonl",
     "harm/trajectories_moral.jsonl",
     "harm/results.json",
+    "fog/grids.jsonl",
+    "fog/trajectories.jsonl",
+    "fog/results.json",
     "plans/sweep.json",
     "plans/predicted/plan_decoder.h5",
 )
@@ -134,6 +137,14 @@ def test_outputs_carry_baselines_and_intervals(demo):
     ):
         (row,) = [r for r in headline_rows(root) if r.finding.startswith(finding)]
         assert row.verdict.startswith(verdict) and row.baseline, row
+    # fogged grids (issue 31): both agents, every policy with intervals, failure modes counted
+    for run_dir in (root, root / "control"):
+        fog = json.loads((run_dir / "fog/results.json").read_text())
+        assert set(fog["policies"]) >= {"agent", "free_space", "random_walk"}
+        assert fog["policies"]["free_space"]["acc_oracle_fog"]["value"] == 1.0
+        agent_rows = [e for e in fog["episodes"] if e["policy"] == "agent"]
+        assert agent_rows and all(e["moves"] >= 0 for e in agent_rows)
+        assert fog["unknown_prompt_pieces"] and "*" in " ".join(fog["unknown_prompt_pieces"])
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it

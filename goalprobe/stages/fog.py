@@ -1,0 +1,110 @@
+"""Stage ``fog``: the agent on fogged grids (the study's Appendix A), read against the
+free-space planner and a random walk on the same grids, with the study's failure modes
+(``RUN/fog/``, schema ``goalprobe.demo.fog/1``).
+
+Neither bundled agent was trained on fog: their tokenizers read the hidden cell ``*`` and most
+of the fog instructions as unknown words (listed in the results), so what they do here is what
+a fully observable policy does with an input it was never shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.harmony import render_prompt
+from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.agents.tokenizer import unknown_pieces
+from goalprobe.config import DemoConfig
+from goalprobe.gridworld.core import Action
+from goalprobe.gridworld.fog import fog_view, generate_fog_set
+from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_summary, reference_rows
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.sections import FogConfig
+from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.rollouts import read_episodes, rollouts_into
+
+SCHEMA = "goalprobe.demo.fog/1"
+
+
+@dataclass(frozen=True)
+class FogInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the main rollouts' settings with the fog section's count and horizon)."""
+    fog: FogConfig
+    """The fogged grids, references and bootstrap."""
+
+
+def inputs(config: DemoConfig) -> FogInput:
+    """The agent, the rollout settings with the fog episode count and horizon, the fog section."""
+    rollout = dataclasses.replace(
+        config.rollouts,
+        episodes_per_grid=config.fog.episodes_per_grid,
+        horizon_factor=config.fog.horizon_factor,
+        horizon_steps=None,
+    )
+    return FogInput(config.agent, rollout, config.fog)
+
+
+def run(context: StageContext, config: FogInput, stage_dir: Path):
+    """Fog the grids, run the agent, and score its episodes against the references."""
+    layout = context.layout
+    f = config.fog
+    grids = generate_fog_set(f.grids, f.radius)
+    write_grid_set(layout.fog_grids, grids)
+    by_id = {g.grid_id: g for g in grids}
+    agent = context.agent(config.agent)
+    summary = rollouts_into(grids, agent, config.rollout, layout.fog_trajectories, context)
+    rows = []
+    invalid = 0
+    for episode in read_episodes(layout.fog_trajectories):
+        grid = by_id[episode.summary.grid_id]
+        actions = [Action[s.action] for s in episode.steps if s.action is not None]
+        invalid += sum(s.action is None for s in episode.steps)
+        rows.append(episode_row(grid, actions, AGENT))
+    rng = np.random.default_rng(f.seed)
+    for grid in grids:
+        horizon = config.rollout.horizon(solve(grid).shortest_path_length)
+        rows.extend(reference_rows(grid, horizon, rng, f.random_walks_per_grid))
+    table = fog_summary(rows, n_resamples=f.n_bootstrap, random_state=f.seed)
+    tokenizer = agent.rollout_backend()[0].tokenizer
+    unknown = None
+    if tokenizer is not None:
+        first = grids[0]
+        text, history = fog_view(first, [first.initial_state], [])
+        messages = build_messages(
+            text, variant=first.variant, has_key=False, history=history, fog_radius=f.radius
+        )
+        prompt = render_prompt(messages, config.rollout.reasoning_effort)
+        unknown = sorted({p.strip() for p in unknown_pieces(tokenizer, prompt)})
+    payload = {
+        "schema": SCHEMA,
+        "agent": config.agent.model,
+        "radius": f.radius,
+        "grids": len(grids),
+        "invalid_steps": invalid,
+        "unknown_prompt_pieces": unknown,
+        "policies": table,
+        "episodes": [r.to_dict() for r in rows],
+    }
+    results = write_json(layout.fog_results, payload)
+    outputs = {
+        "grids": layout.fog_grids,
+        "trajectories": layout.fog_trajectories,
+        "results": results,
+    }
+    return outputs, {
+        "grids": len(grids),
+        "success_agent": table[AGENT]["success"]["value"],
+        "rollouts": summary,
+    }

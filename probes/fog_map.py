@@ -1,0 +1,214 @@
+"""What the anchors hold under fog: the revealed map (the agent's exact knowledge) against the
+true grid. Computes on what it is handed (activations, decoded maps, labels); no I/O.
+
+Under fog the agent's knowledge at a step is known exactly: the revealed set
+(:func:`goalprobe.gridworld.fog.fog_view`). Two questions, both on held-out grids:
+
+* **Does the residual stream hold which cells are revealed?** :func:`revealed_probe` fits one
+  logistic read-out per canvas cell on the training grids' rows and scores it on the test grids'
+  cells, against the strongest baselines a probe could trivially match: the per-cell majority and
+  a read-out from the distance to the agent's current cell alone (the window around the agent
+  is always revealed, and the agent's cell is readable at the anchors).
+* **At hidden cells, does the decoded map follow the true grid or the knowledge?** The headline
+  cell probe's ``P(WALL)`` at hidden cells is scored as a detector of true walls (ROC AUC)
+  against the size-and-density prior's ``P(WALL)`` (:class:`goalprobe.probes.baselines.CellPrior`
+  fitted on the training grids): an agent whose map tracks its knowledge carries no information
+  about hidden walls beyond the prior; one whose map beats the prior there carries information it
+  could only have inferred. Intervals resample test grids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.stats import GridBootstrap, as_generator, percentile_interval
+from goalprobe.probes.baselines import CellPrior, covariates
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+
+
+def in_grid_mask(grid_sizes: np.ndarray, side: int) -> np.ndarray:
+    """``(N, S, S)`` bool: the cells inside each row's grid."""
+    idx = np.arange(side)
+    n = np.asarray(grid_sizes)[:, None, None]
+    return (idx[None, :, None] < n) & (idx[None, None, :] < n)
+
+
+def chebyshev_to_agent(agent_row_col: np.ndarray, side: int) -> np.ndarray:
+    """``(N, S, S)`` Chebyshev distance of every canvas cell to the row's agent cell."""
+    idx = np.arange(side)
+    rows = np.abs(idx[None, :, None] - agent_row_col[:, 0, None, None])
+    cols = np.abs(idx[None, None, :] - agent_row_col[:, 1, None, None])
+    return np.maximum(rows, cols)
+
+
+def _cell_accuracy(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray, boot: GridBootstrap):
+    hits = ((pred == truth) & mask).reshape(len(mask), -1).sum(axis=1)
+    cells = mask.reshape(len(mask), -1).sum(axis=1)
+    return boot.summary(boot.ratio(hits, cells)) | {"n_cells": int(cells.sum())}
+
+
+def revealed_probe(
+    acts: np.ndarray,
+    revealed: np.ndarray,
+    grid_sizes: np.ndarray,
+    agent_row_col: np.ndarray,
+    grid_ids: np.ndarray,
+    train: np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    random_state: int = 0,
+) -> dict:
+    """Decode which cells are revealed from ``acts`` ``(N, F)``, scored on the test rows.
+
+    Args:
+        revealed: ``(N, S, S)`` bool, the revealed set of each row's step.
+        grid_sizes: ``(N,)``; cells outside a row's grid are left out.
+        agent_row_col: ``(N, 2)`` the agent's cell (the distance baseline's input).
+        grid_ids: ``(N,)``; intervals resample test grids.
+        train: ``(N,)`` bool, True on training rows (a split by grid).
+
+    Returns:
+        ``{"probe", "majority", "distance", "probe_minus_best_baseline", "verdict", ...}``:
+        cell accuracies on the test grids with 95% grid-bootstrap intervals; the verdict is
+        ``yes`` when the interval of the probe's margin over the stronger baseline excludes 0.
+    """
+    acts = np.asarray(acts, dtype=np.float64)
+    side = revealed.shape[1]
+    inside = in_grid_mask(grid_sizes, side)
+    test = ~np.asarray(train, dtype=bool)
+    mean, std = acts[train].mean(axis=0), acts[train].std(axis=0) + 1e-6
+    z = (acts - mean) / std
+    probe = np.zeros_like(revealed, dtype=bool)
+    majority = np.zeros_like(revealed, dtype=bool)
+    for r in range(side):
+        for c in range(side):
+            rows = train & inside[:, r, c]
+            if not rows.any():
+                continue
+            y = revealed[rows, r, c]
+            majority[:, r, c] = y.mean() >= 0.5
+            if y.min() == y.max():
+                probe[:, r, c] = bool(y[0])
+                continue
+            model = LogisticRegression(C=0.1, max_iter=500)
+            model.fit(z[rows], y)
+            probe[:, r, c] = model.predict(z)
+    dist = chebyshev_to_agent(agent_row_col, side).astype(np.float64)
+    features = np.stack([dist, dist**2], axis=-1)
+    fit_mask = train[:, None, None] & inside
+    distance_model = LogisticRegression(max_iter=500).fit(
+        features[fit_mask], revealed[fit_mask].astype(int)
+    )
+    distance = distance_model.predict(features.reshape(-1, 2)).reshape(revealed.shape).astype(bool)
+    boot = GridBootstrap.from_grid_ids(
+        grid_ids[test], n_resamples=n_resamples, random_state=random_state
+    )
+    mask = inside[test]
+    truth = revealed[test]
+    out = {
+        name: _cell_accuracy(pred[test], truth, mask, boot)
+        for name, pred in (("probe", probe), ("majority", majority), ("distance", distance))
+    }
+
+    def per_row(pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hits = ((pred[test] == truth) & mask).reshape(len(mask), -1).sum(axis=1)
+        return hits, mask.reshape(len(mask), -1).sum(axis=1)
+
+    best = max(("majority", "distance"), key=lambda k: out[k]["value"] or 0.0)
+    hits_probe, cells = per_row(probe)
+    hits_best, _ = per_row({"majority": majority, "distance": distance}[best])
+    margin = boot.summary(boot.ratio(hits_probe, cells) - boot.ratio(hits_best, cells))
+    return {
+        **out,
+        "best_baseline": best,
+        "probe_minus_best_baseline": margin,
+        "verdict": "yes" if margin["ci_low"] is not None and margin["ci_low"] > 0 else "no",
+        "test_grids": int(boot.n_grids),
+    }
+
+
+def _auc(score: np.ndarray, truth: np.ndarray) -> float:
+    if truth.min() == truth.max():
+        return float("nan")
+    return float(roc_auc_score(truth, score))
+
+
+def hidden_wall_tracking(
+    decoded: np.ndarray,
+    cell_types: np.ndarray,
+    revealed: np.ndarray,
+    grid_sizes: np.ndarray,
+    densities: np.ndarray,
+    grid_ids: np.ndarray,
+    train: np.ndarray,
+    *,
+    n_resamples: int = 200,
+    random_state: int = 0,
+) -> dict:
+    """How well the decoded map's ``P(WALL)`` finds the true walls, at hidden and at revealed
+    cells of the test rows, against the size-and-density prior fitted on the training rows.
+
+    Args:
+        decoded: ``(N, S, S, len(CellType))`` the headline probe's probabilities.
+        cell_types: ``(N, S, S)`` the true grid's cell types (PADDING outside).
+        revealed: ``(N, S, S)`` bool.
+        grid_sizes, densities: ``(N,)`` the prior's covariates.
+        grid_ids: ``(N,)``; intervals resample test grids.
+        train: ``(N,)`` bool, rows the prior is fitted on (a split by grid).
+
+    Returns:
+        per part (``hidden``, ``revealed``): the decoded map's and the prior's AUC, their
+        difference with a 95% grid-bootstrap interval, and the cells scored; the verdict
+        ``beyond_prior_at_hidden`` is ``yes`` when the hidden cells' difference excludes 0.
+    """
+    train = np.asarray(train, dtype=bool)
+    test = ~train
+    X = covariates(np.asarray(grid_sizes), np.asarray(densities))
+    prior = CellPrior(by="size_density").fit(X[train], cell_types[train])
+    wall_index = np.flatnonzero(prior.classes_ == CellType.WALL)
+    prior_wall = (
+        prior.predict_proba(X[test])[..., wall_index[0]]
+        if wall_index.size
+        else np.zeros(cell_types[test].shape)
+    )
+    decoded_wall = decoded[test][..., CellType.WALL]
+    truth = cell_types[test] == CellType.WALL
+    inside = in_grid_mask(np.asarray(grid_sizes)[test], cell_types.shape[1])
+    objects = np.isin(cell_types[test], [CellType.AGENT, CellType.GOAL])
+    ids = np.asarray(grid_ids)[test]
+    uniques = np.unique(ids)
+    rng = as_generator(random_state)
+    out: dict = {}
+    for part, mask in (
+        ("hidden", inside & ~revealed[test] & ~objects),
+        ("revealed", inside & revealed[test] & ~objects),
+    ):
+        row_of_cell = np.broadcast_to(np.arange(mask.shape[0])[:, None, None], mask.shape)[mask]
+        d, p, t = decoded_wall[mask], prior_wall[mask], truth[mask]
+        values = {"decoded": _auc(d, t), "prior": _auc(p, t)}
+        grid_of_cell = np.searchsorted(uniques, ids[row_of_cell])
+        cells_of = [np.flatnonzero(grid_of_cell == g) for g in range(len(uniques))]
+        draws = []
+        for _ in range(n_resamples):
+            picks = rng.integers(0, len(uniques), size=len(uniques))
+            take = np.concatenate([cells_of[g] for g in picks])
+            if take.size:
+                draws.append(_auc(d[take], t[take]) - _auc(p[take], t[take]))
+        draws_arr = np.asarray([x for x in draws if np.isfinite(x)])
+        low, high = percentile_interval(draws_arr) if draws_arr.size >= 2 else (np.nan, np.nan)
+        diff = values["decoded"] - values["prior"]
+        out[part] = {
+            "decoded_auc": _none(values["decoded"]),
+            "prior_auc": _none(values["prior"]),
+            "difference": {"value": _none(diff), "ci_low": _none(low), "ci_high": _none(high)},
+            "cells": int(mask.sum()),
+        }
+    low = out["hidden"]["difference"]["ci_low"]
+    out["beyond_prior_at_hidden"] = "yes" if low is not None and low > 0 else "no"
+    out["test_grids"] = int(len(uniques))
+    return out
+
+
+def _none(x: float) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
