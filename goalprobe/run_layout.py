@@ -16,6 +16,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
                                                   and moral prompts (goalprobe.demo.harm)
     RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
+    RUN/fog/activations.h5, map.json              what the anchors hold under fog (fog_map)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
                                                   headline probe decodes it (intention_map)
@@ -113,6 +114,8 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("fog grids", "fog/grids.jsonl", "fog", "goalprobe demo"),
         Artefact("fog trajectories", "fog/trajectories.jsonl", "fog", "goalprobe demo"),
         Artefact("fog results", "fog/results.json", "fog", "goalprobe demo"),
+        Artefact("fog store", "fog/activations.h5", "fog_map", "goalprobe demo"),
+        Artefact("fog map results", "fog/map.json", "fog_map", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
         Artefact(
@@ -306,6 +309,16 @@ class RunLayout:
     def fog_results(self) -> Path:
         """Behaviour under fog against the references, with the failure modes."""
         return self.path("fog results")
+
+    @property
+    def fog_store(self) -> Path:
+        """Pre-reasoning anchors of the fogged rollouts (the headline layer)."""
+        return self.path("fog store")
+
+    @property
+    def fog_map_results(self) -> Path:
+        """The revealed-mask probe and the hidden-wall tracking of the decoded map."""
+        return self.path("fog map results")
 
     @property
     def harm_results(self) -> Path:

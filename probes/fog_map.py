@@ -59,7 +59,8 @@ def revealed_probe(
     n_resamples: int = 1000,
     random_state: int = 0,
 ) -> dict:
-    """Decode which cells are revealed from ``acts`` ``(N, F)``, scored on the test rows.
+    """Decode which cells are revealed from ``acts`` ``(N, ...)`` (flattened per row; the
+    store's ``(N, positions, d_model)`` anchors), scored on the test rows.
 
     Args:
         revealed: ``(N, S, S)`` bool, the revealed set of each row's step.
@@ -74,6 +75,7 @@ def revealed_probe(
         ``yes`` when the interval of the probe's margin over the stronger baseline excludes 0.
     """
     acts = np.asarray(acts, dtype=np.float64)
+    acts = acts.reshape(len(acts), -1)  # the anchors' positions side by side
     side = revealed.shape[1]
     inside = in_grid_mask(grid_sizes, side)
     test = ~np.asarray(train, dtype=bool)
@@ -190,7 +192,7 @@ def hidden_wall_tracking(
         grid_of_cell = np.searchsorted(uniques, ids[row_of_cell])
         cells_of = [np.flatnonzero(grid_of_cell == g) for g in range(len(uniques))]
         draws = []
-        for _ in range(n_resamples):
+        for _ in range(n_resamples if len(uniques) >= 2 else 0):
             picks = rng.integers(0, len(uniques), size=len(uniques))
             take = np.concatenate([cells_of[g] for g in picks])
             if take.size:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from goalprobe.agents.bundled import is_bundled
 from goalprobe.gridworld.fog_metrics import AGENT, FREE_SPACE, POLICIES, RANDOM_WALK
-from goalprobe.report.blocks import Block, Figures, Text, stat_text, table
+from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
 from goalprobe.report.run import RunReader
 
 ROWS: tuple[tuple[str, str, bool], ...] = (
@@ -69,8 +69,40 @@ def reading(data: Mapping) -> str:
     return " ".join(parts)
 
 
+def map_reading(data: Mapping) -> str:
+    """What the anchors hold under fog, derived from ``fog/map.json``."""
+    probe = data["revealed_probe"]
+    walls = data["hidden_walls"]
+    best = probe["best_baseline"]
+    parts = [
+        f"At the pre-reasoning anchors (layer {data['layer']}, {data['rows']} steps of "
+        f"{data['grids']} fogged grids, {probe['test_grids']} held out), a per-cell read-out of "
+        f"which cells are revealed scores {stat_text(probe['probe'])} against "
+        f"{stat_text(probe[best])} for the stronger baseline ({best.replace('_', ' ')}): "
+        + (
+            "the anchors hold the agent's knowledge beyond it."
+            if probe["verdict"] == "yes"
+            else "no evidence that the anchors hold more of its knowledge than that baseline."
+        ),
+    ]
+    hidden, shown = walls["hidden"], walls["revealed"]
+    parts.append(
+        "The headline probe's walls find the true walls at hidden cells with ROC AUC "
+        f"{num(hidden['decoded_auc'], 2)} (size-and-density prior {num(hidden['prior_auc'], 2)}; "
+        f"difference {stat_text(hidden['difference'], percent=False)}) and at revealed cells "
+        f"with {num(shown['decoded_auc'], 2)} (prior {num(shown['prior_auc'], 2)}): "
+        + (
+            "at hidden cells the decoded map follows the true grid beyond the prior."
+            if walls["beyond_prior_at_hidden"] == "yes"
+            else "at hidden cells it carries nothing about the true grid beyond the prior, as a "
+            "map of the agent's knowledge would."
+        )
+    )
+    return " ".join(parts)
+
+
 def fog(run: RunReader, fig: Figures) -> list[Block]:
-    """The policies side by side, the reading."""
+    """The policies side by side, the reading, and what the anchors hold under fog."""
     data = run.json(run.layout.fog_results)
     policies = [p for p in POLICIES if p in data["policies"]]
     rows = [
@@ -78,8 +110,12 @@ def fog(run: RunReader, fig: Figures) -> list[Block]:
         for key, label, pct in ROWS
     ]
     rows.append(("episodes", *(str(data["policies"][p]["episodes"]) for p in policies)))
+    extra: list[Block] = []
+    if run.layout.fog_map_results.is_file():
+        extra.append(Text(map_reading(run.json(run.layout.fog_map_results))))
     return [
         Text(reading(data)),
+        *extra,
         table(
             ("metric", *(NAMES[p] for p in policies)),
             rows,

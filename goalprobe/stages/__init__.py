@@ -25,6 +25,7 @@ STAGES: tuple[str, ...] = (
     "patching",
     "scoring",
     "false_belief",
+    "fog_map",
     "report",
 )
 """Every stage of the demo, in run order."""
@@ -47,6 +48,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "patching": ("rollouts",),
     "scoring": ("grids", "rollouts", "activations", "probes"),
     "false_belief": ("probes",),
+    "fog_map": ("fog", "probes"),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
@@ -63,6 +65,7 @@ CONTROL_STAGES: tuple[str, ...] = (
     "plans",
     "patching",
     "scoring",
+    "fog_map",
     "report",
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``
