@@ -47,6 +47,8 @@ STAGE_OUTPUTS = (
     "fog/grids.jsonl",
     "fog/trajectories.jsonl",
     "fog/results.json",
+    "fog/activations.h5",
+    "fog/map.json",
     "plans/sweep.json",
     "plans/predicted/plan_decoder.h5",
 )

@@ -85,3 +85,15 @@ def test_hidden_walls_beyond_the_prior_only_when_the_map_knows_them():
     assert null["beyond_prior_at_hidden"] == "no"
     assert abs(null["hidden"]["difference"]["value"]) < 1e-9
     assert null["revealed"]["decoded_auc"] == 1.0
+
+
+def test_one_test_grid_gives_no_interval():
+    types, revealed, _, sizes, dens, ids = _rows()
+    keep = np.isin(ids, np.unique(ids)[:2])
+    types, revealed, sizes, dens, ids = (a[keep] for a in (types, revealed, sizes, dens, ids))
+    train = ids == ids[0]
+    decoded = np.zeros((len(ids), LABEL_CANVAS, LABEL_CANVAS, len(CellType)))
+    out = hidden_wall_tracking(decoded, types, revealed, sizes, dens, ids, train, n_resamples=50)
+    assert out["test_grids"] == 1
+    assert out["hidden"]["difference"]["ci_low"] is None
+    assert out["beyond_prior_at_hidden"] == "no"
