@@ -1,0 +1,173 @@
+"""A logit lens on the answer: which action each layer's residual stream would name, at the
+position that predicts the final answer's action token and at the end of each reasoning chunk.
+
+The lens reads the residual stream after block ``l`` (``resid[l]``, captured by any
+:class:`~goalprobe.activations.capture.base.ResidualBackend`) through the model's final norm and
+unembedding, ``logits_l = W_U norm(resid[l])`` (nostalgebraist's logit lens; TransformerLens's
+``accumulated_resid`` + ``apply_ln_to_stack``), and keeps the logits of the four candidate
+action tokens: the token each action name would take at the answer's action position, given the
+answer's own prefix (``{"action": "``). At the last block the lens is the model itself (tested:
+the difference of the action distributions is below 1e-3).
+
+Positions in a harmony step (prompt + completion ids, :func:`goalprobe.agents.harmony.find_anchors`):
+the reasoning is the analysis message between the pre-reasoning anchor's ``<|message|>`` and the
+post-reasoning anchor; the answer is the final message after it. Chunks end every ``chunk``
+reasoning tokens and at the last one; each carries its offset in tokens and its fraction of the
+reasoning (1.0 at the last reasoning token).
+
+Shapes: ``probs`` ``(n_layers, n_positions, 4)`` float32, action order ``UP, DOWN, LEFT, RIGHT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from goalprobe.activations.capture.base import ResidualBackend, TokenBatch, get_submodule_path
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.gridworld.core import Action
+
+FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.final_layernorm")
+"""Where a Hugging Face causal LM keeps its final norm (the first that exists is used)."""
+
+
+@dataclass(frozen=True)
+class StepPositions:
+    """Where to read one step.
+
+    Attributes:
+        answer: the position whose next-token prediction is the answer's action token.
+        action_token: index of that action token in the full ids (``answer + 1``).
+        candidates: ``(4,)`` the token each action would take there.
+        chunk_ends: positions of the reasoning chunks' last tokens, ascending.
+        chunk_offsets: their offsets from the reasoning's first token (tokens).
+        chunk_fractions: ``(offset + 1) / reasoning length``.
+    """
+
+    answer: int
+    action_token: int
+    candidates: tuple[int, int, int, int]
+    chunk_ends: tuple[int, ...]
+    chunk_offsets: tuple[int, ...]
+    chunk_fractions: tuple[float, ...]
+
+
+def step_positions(
+    tokenizer, prompt_ids: Sequence[int], generated_ids: Sequence[int], action: Action, chunk: int
+) -> StepPositions | None:
+    """The lens positions of one step (None when the ids hold no final answer naming
+    ``action``, e.g. reasoning cut off)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    ids = [int(i) for i in (*prompt_ids, *generated_ids)]
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    anchors = find_anchors(ids, special)
+    if anchors.post_reasoning is None:
+        return None
+    start = _after_message(ids, anchors.pre_reasoning[2], special.message)
+    post = anchors.post_reasoning[0]
+    final_start = _after_message(ids, anchors.post_reasoning[2], special.message)
+    if start is None or final_start is None or post <= start:
+        return None
+    final_ids = ids[final_start:]
+    text = tokenizer.decode(final_ids)
+    where = text.find(action.name)
+    if where < 0:
+        return None
+    token = next(
+        (j for j in range(len(final_ids)) if len(tokenizer.decode(final_ids[: j + 1])) > where),
+        None,
+    )
+    if token is None:
+        return None
+    prefix = tokenizer.decode(final_ids[:token])
+    base = final_ids[:token]
+    candidates = []
+    for name in (a.name for a in Action):
+        encoded = tokenizer.encode(prefix + name, add_special_tokens=False)
+        if encoded[: len(base)] == base and len(encoded) > len(base):
+            candidates.append(int(encoded[len(base)]))
+        else:
+            candidates.append(int(tokenizer.encode(name, add_special_tokens=False)[0]))
+    if len(set(candidates)) != len(candidates):
+        return None
+    length = post - start
+    offsets = sorted({*range(chunk - 1, length, chunk), length - 1})
+    action_token = final_start + token
+    return StepPositions(
+        answer=action_token - 1,
+        action_token=action_token,
+        candidates=tuple(candidates),  # type: ignore[arg-type]
+        chunk_ends=tuple(start + o for o in offsets),
+        chunk_offsets=tuple(offsets),
+        chunk_fractions=tuple((o + 1) / length for o in offsets),
+    )
+
+
+def _after_message(ids: Sequence[int], after: int, message_id: int) -> int | None:
+    for i in range(after + 1, len(ids)):
+        if ids[i] == message_id:
+            return i + 1
+    return None
+
+
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The model's final norm (see :data:`FINAL_NORM_PATHS`)."""
+    for path in FINAL_NORM_PATHS:
+        module = get_submodule_path(model, path)
+        if module is not None:
+            return module
+    raise ValueError(f"no final norm at any of {FINAL_NORM_PATHS}")
+
+
+@torch.no_grad()
+def lens_logits(model: torch.nn.Module, resid: torch.Tensor) -> torch.Tensor:
+    """``W_U norm(resid)``: ``(..., d_model)`` -> ``(..., vocab)`` float32."""
+    norm = final_norm(model)
+    unembed = model.get_output_embeddings()
+    weight = next(unembed.parameters())
+    out = unembed(norm(resid.to(device=weight.device, dtype=weight.dtype)))
+    return out.float().cpu()
+
+
+@torch.no_grad()
+def lens_probs(
+    backend: ResidualBackend,
+    ids: Sequence[int],
+    positions: Sequence[int],
+    candidates: Sequence[int],
+) -> np.ndarray:
+    """``(n_layers, len(positions), len(candidates))`` the lens's distribution over
+    ``candidates`` (softmax over their logits) after every block, at ``positions`` of ``ids``."""
+    layers = list(range(backend.n_layers))
+    batch = TokenBatch.from_sequences([list(ids)], [list(positions)], backend.pad_token_id or 0)
+    resid = backend.capture(batch, layers)
+    stacked = torch.stack([resid[layer][0] for layer in layers])  # (L, P, d)
+    logits = lens_logits(backend.model, stacked)[..., list(candidates)]
+    return torch.softmax(logits, dim=-1).numpy().astype(np.float32)
+
+
+@torch.no_grad()
+def model_probs(
+    model: torch.nn.Module, ids: Sequence[int], positions: Sequence[int], candidates: Sequence[int]
+) -> np.ndarray:
+    """``(len(positions), len(candidates))`` the model's own next-token distribution over
+    ``candidates`` at ``positions`` (a plain forward pass: the lens's identity check)."""
+    device = next(model.parameters()).device
+    logits = model(torch.as_tensor([list(ids)], device=device)).logits[0]
+    picked = logits[list(positions)][:, list(candidates)].float()
+    return torch.softmax(picked, dim=-1).cpu().numpy().astype(np.float32)
+
+
+def first_stable_top(probs: np.ndarray, target: int) -> int | None:
+    """Index of the first position from which ``target`` is the top choice at every later
+    position (``probs``: ``(P, 4)``), None when it is not the top choice at the last one."""
+    top = probs.argmax(axis=-1) == target
+    if not top[-1]:
+        return None
+    index = len(top) - 1
+    while index > 0 and top[index - 1]:
+        index -= 1
+    return int(index)
