@@ -26,6 +26,7 @@ from goalprobe.presets import PRESETS, paper_sections
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.sections import (
     ActivationsConfig,
+    DecisionConfig,
     DistanceConfig,
     FalseBeliefConfig,
     FogConfig,
@@ -108,6 +109,8 @@ class DemoConfig:
     """False-belief grids: scoring against a known belief."""
     fog: FogConfig = field(default_factory=FogConfig)
     """Fogged grids (partial observability): behaviour against the free-space planner."""
+    decision: DecisionConfig = field(default_factory=DecisionConfig)
+    """Where the decision is made: a logit lens on the answer and along the reasoning."""
 
     @property
     def seed(self) -> int:

@@ -20,6 +20,7 @@ from goalprobe.probes.plan_sweep import PlanSweepConfig
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.sections import (
     ActivationsConfig,
+    DecisionConfig,
     DistanceConfig,
     FalseBeliefConfig,
     FogConfig,
@@ -71,6 +72,7 @@ def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
             n_bootstrap=n_bootstrap,
             seed=seed,
         ),
+        decision=DecisionConfig(max_steps=600, n_bootstrap=n_bootstrap, seed=seed),
         fog=FogConfig(
             grids=GridSetConfig(densities=(0.4, 1.0), n_per_cell=10, seed=seed),
             episodes_per_grid=5,
@@ -152,6 +154,7 @@ def tiny(seed: int) -> dict[str, Any]:
             n_bootstrap=n_boot,
             seed=seed,
         ),
+        decision=DecisionConfig(max_steps=6, n_bootstrap=n_boot, seed=seed),
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7,), densities=(1.0,), n_per_cell=2, seed=seed),
             episodes_per_grid=1,
@@ -234,6 +237,7 @@ def default(seed: int) -> dict[str, Any]:
             n_bootstrap=n_boot,
             seed=seed,
         ),
+        decision=DecisionConfig(n_bootstrap=n_boot, seed=seed),
         # 12 fogged grids x 2 episodes at T = ceil(3 L)
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=3, seed=seed),

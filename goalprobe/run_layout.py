@@ -17,6 +17,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
                                                   and moral prompts (goalprobe.demo.harm)
     RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
     RUN/fog/activations.h5, map.json              what the anchors hold under fog (fog_map)
+    RUN/decision/lens.json                        logit lens along the reasoning (decision)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
                                                   headline probe decodes it (intention_map)
@@ -115,6 +116,7 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("fog trajectories", "fog/trajectories.jsonl", "fog", "goalprobe demo"),
         Artefact("fog results", "fog/results.json", "fog", "goalprobe demo"),
         Artefact("fog store", "fog/activations.h5", "fog_map", "goalprobe demo"),
+        Artefact("decision lens", "decision/lens.json", "decision", "goalprobe demo"),
         Artefact("fog map results", "fog/map.json", "fog_map", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
@@ -309,6 +311,11 @@ class RunLayout:
     def fog_results(self) -> Path:
         """Behaviour under fog against the references, with the failure modes."""
         return self.path("fog results")
+
+    @property
+    def decision_lens(self) -> Path:
+        """The logit lens on the answer and along the reasoning (curves per layer)."""
+        return self.path("decision lens")
 
     @property
     def fog_store(self) -> Path:

@@ -303,3 +303,22 @@ class FogConfig:
             )
         if not self.horizon_factor > 0 or self.n_bootstrap < 0:
             raise ValueError("fog: horizon_factor must be > 0 and n_bootstrap >= 0")
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    """Where the decision is made (issue 30): a logit lens on the answer and along the
+    reasoning of the main rollouts' steps."""
+
+    max_steps: int = 120
+    """Steps read (spread over the grids, the same for every run of a seed); 0 reads none."""
+    chunk: int = 8
+    """Reasoning tokens per chunk: the lens reads the end of each chunk and the last one."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    seed: int = 0
+    """Seed of the step sample and the bootstrap."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 0 or self.chunk < 1 or self.n_bootstrap < 0:
+            raise ValueError("decision: max_steps >= 0, chunk >= 1 and n_bootstrap >= 0")

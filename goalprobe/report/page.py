@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from goalprobe.report import (
     agents,
     behaviour,
+    decision,
     false_belief,
     fog,
     harm,
@@ -49,6 +50,7 @@ SECTION_TITLES: dict[str, str] = {
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
     "patching": "Activation patching (section 5.2, appendix F)",
     "false_belief": "False-belief grids: scoring against a known belief",
+    "decision": "Where the decision is made: a logit lens on the answer",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
@@ -68,6 +70,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "plans": "plans",
     "patching": "patching",
     "false_belief": "false_belief",
+    "decision": "decision",
 }
 """The demo stage behind each data section (for its config and failure record)."""
 
@@ -87,6 +90,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "plans": outcomes.plans,
     "patching": outcomes.patching,
     "false_belief": false_belief.false_belief,
+    "decision": decision.decision,
 }
 """Section id -> the function that builds its blocks from the run."""
 

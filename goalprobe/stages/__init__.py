@@ -26,6 +26,7 @@ STAGES: tuple[str, ...] = (
     "scoring",
     "false_belief",
     "fog_map",
+    "decision",
     "report",
 )
 """Every stage of the demo, in run order."""
@@ -49,6 +50,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "scoring": ("grids", "rollouts", "activations", "probes"),
     "false_belief": ("probes",),
     "fog_map": ("fog", "probes"),
+    "decision": ("rollouts",),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
@@ -66,6 +68,7 @@ CONTROL_STAGES: tuple[str, ...] = (
     "patching",
     "scoring",
     "fog_map",
+    "decision",
     "report",
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``

@@ -49,6 +49,7 @@ STAGE_OUTPUTS = (
     "fog/results.json",
     "fog/activations.h5",
     "fog/map.json",
+    "decision/lens.json",
     "plans/sweep.json",
     "plans/predicted/plan_decoder.h5",
 )

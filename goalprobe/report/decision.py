@@ -1,0 +1,72 @@
+"""Report section on where the decision is made: the logit lens on the answer and along the
+reasoning, with a reading derived from the numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from goalprobe.report.blocks import Block, Figures, Text, stat_text, table
+from goalprobe.report.run import RunReader
+from goalprobe.viewer.figures import decision_time_figure
+
+
+def reading(data: Mapping) -> str:
+    """What the curves say."""
+    answer = data["answer_by_layer"]
+    last = data["progress_by_layer"][-1]
+    first = next(
+        (i for i, row in enumerate(answer) if row["ci_low"] is not None and row["ci_low"] > 0.25),
+        None,
+    )
+    parts = [
+        f"On {data['steps']} answered steps of {data['grids']} grids, the lens at the position "
+        "that predicts the answer's action names the answered action in "
+        f"{stat_text(answer[-1])} of steps at the last block (the model itself) and in "
+        f"{stat_text(answer[0])} at block 0; majority action {stat_text(data['majority'])}, "
+        "chance 25%."
+    ]
+    parts.append(
+        "It names it above chance from block "
+        + (f"{first} on." if first is not None else "none (no block's interval clears 25%).")
+    )
+    early = last[0]
+    parts.append(
+        f"Along the reasoning, at the last block, the lens names the final action in "
+        f"{stat_text(early)} of steps in the first fifth of the reasoning and "
+        f"{stat_text(last[-1])} in the last fifth."
+    )
+    stable = data["first_stable"]
+    if stable["quartiles"]:
+        q = stable["quartiles"]
+        parts.append(
+            f"Where the final action ends as the top choice ({stable['steps']} steps), it stays "
+            f"the top choice from a median {100 * q[1]:.0f}% of the reasoning on (quartiles "
+            f"{100 * q[0]:.0f}%-{100 * q[2]:.0f}%)."
+        )
+    parts.append(
+        "A lens reads what the residual stream would say if the model answered there; it is a "
+        "read-out, not a causal test (patching along the reasoning is not run yet)."
+    )
+    return " ".join(parts)
+
+
+def decision(run: RunReader, fig: Figures) -> list[Block]:
+    """The reading, the figure and the per-layer table."""
+    data = run.json(run.layout.decision_lens)
+    rows = [
+        (str(layer), stat_text(row), stat_text(bins[0]), stat_text(bins[-1]))
+        for layer, (row, bins) in enumerate(
+            zip(data["answer_by_layer"], data["progress_by_layer"], strict=True)
+        )
+    ]
+    return [
+        Text(reading(data)),
+        fig(decision_time_figure(data)),
+        table(
+            ("block", "answer position", "first fifth of reasoning", "last fifth"),
+            rows,
+            caption=f"Share of steps whose logit-lens top action is the answered one, 95% "
+            f"grid-bootstrap intervals; chunks of {data['chunk']} reasoning tokens; "
+            f"{data['steps_skipped']} sampled steps had no readable answer.",
+        ),
+    ]
