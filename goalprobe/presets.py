@@ -237,7 +237,7 @@ def default(seed: int) -> dict[str, Any]:
             n_bootstrap=n_boot,
             seed=seed,
         ),
-        decision=DecisionConfig(n_bootstrap=n_boot, seed=seed),
+        decision=DecisionConfig(max_steps=60, n_bootstrap=n_boot, seed=seed),
         # 12 fogged grids x 2 episodes at T = ceil(3 L)
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=3, seed=seed),
