@@ -40,7 +40,7 @@ from goalprobe.probes.scoring.false_belief import (
     oracle_rows,
     oracle_table,
 )
-from goalprobe.probes.serialization import write_step_maps
+from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, headline_probe
