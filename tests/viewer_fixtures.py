@@ -118,8 +118,8 @@ def build_run(
     min_distance: int = 7,
 ) -> Path:
     """Write a complete run directory under ``root`` and return it."""
-    from goalprobe.probes.patching.results import summarize, write_results
     from goalprobe.probes.decoded_maps import write_decoded_maps
+    from goalprobe.probes.patching.results import summarize, write_results
     from goalprobe.probes.predicted_plans import write_predicted_plans
 
     rng = np.random.default_rng(seed)

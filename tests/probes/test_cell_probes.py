@@ -15,9 +15,9 @@ from goalprobe.probes.cell_probes import (
     MajorityCellBaseline,
     validate_label_maps,
 )
+from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
 from goalprobe.probes.metrics import cell_positions, cognitive_map, evaluate_cell_maps, top_k_cells
 from goalprobe.probes.per_cell import PerCellProbe
-from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
 from goalprobe.probes.serialization import (
     ActivationSource,
     load_probe,

@@ -436,8 +436,8 @@ def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
 
 def test_false_belief_steps_draw_true_shown_and_decoded_maps(run, run_dir, tmp_path):
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
-    from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
     from goalprobe.probes.decoded_maps import read_step_maps
+    from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
 
     fb = run.false_belief_episodes()
     assert fb is not None and fb.maps_why is None
