@@ -47,6 +47,11 @@ def canonical_stage(stage: str) -> str:
         ) from None
 
 
+def stage_rank(stage: str) -> int:
+    """Sort key of a stage: the canonical stages in order, then any other."""
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
     """Spread probability columns over every ``CellType`` (absent classes get 0).
 
