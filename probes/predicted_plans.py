@@ -119,9 +119,10 @@ def _check_plans_file(f, path: Path) -> None:
         raise ValueError(
             f"{path}: schema {f.attrs.get('schema')!r} is not {PREDICTED_PLANS_SCHEMA!r}"
         )
-    if int(f.attrs.get("schema_version", -1)) != PREDICTED_PLANS_SCHEMA_VERSION:
+    version = int(f.attrs.get("schema_version", -1))
+    if version != PREDICTED_PLANS_SCHEMA_VERSION:
         raise ValueError(
-            f"{path}: schema_version {f.attrs.get('schema_version')!r} is not supported "
+            f"{path}: schema_version {version} is not supported "
             f"(this goalprobe reads {PREDICTED_PLANS_SCHEMA_VERSION})"
         )
 
