@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.probes.serialization import _json_ready
 
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
@@ -71,6 +70,7 @@ def write_decoded_maps(
         ``path``.
     """
     import h5py
+    from goalprobe.probes.serialization import _json_ready
 
     p = np.asarray(probs)
     rows = np.asarray(row_ids)

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.probes.decoded_maps import read_rows
-from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
 
 PREDICTED_PLANS_SCHEMA = "goalprobe.predicted_plans"
 """``schema`` attribute of a predicted-plans HDF5 file."""
@@ -79,6 +78,7 @@ def write_predicted_plans(
         overwrite: replace an existing run of that name instead of raising.
     """
     import h5py
+    from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
 
     plans = validate_plans(plans, name=f"plans of run {run_name!r}")
     row_ids = np.asarray(row_ids)

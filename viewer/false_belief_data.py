@@ -15,9 +15,7 @@ from typing import Any
 import numpy as np
 from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
 from goalprobe.gridworld.core import Grid
-from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
-from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoded_maps import read_step_maps
 from goalprobe.viewer.run_files import RunFiles
 from goalprobe.viewer.sources import full_class_probs
@@ -51,6 +49,8 @@ class FalseBeliefEpisodes:
 
     def label(self, key: str) -> str:
         """Short human label: grid, episode, kind and role, outcome and length."""
+        from goalprobe.gridworld.false_belief import pair_facts
+
         episode = self.episodes[key]
         s = episode.summary
         facts = pair_facts(self.grids[s.grid_id]) or {}
@@ -118,6 +118,8 @@ def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
     Raises:
         ValueError: the grid set or the results are unreadable.
     """
+    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.gridworld.text import cell_types
     from goalprobe.probes.scoring.false_belief import read_results
 
     grids_path, results_path = files.layout.false_belief_grids, files.layout.false_belief_results
