@@ -138,24 +138,18 @@ class _MapFile:
 
 
 def _map_file(layout: RunLayout, path: Path) -> _MapFile:
-    import h5py
-
-    from goalprobe.probes.serialization import DECODED_MAPS_SCHEMA
+    from goalprobe.probes.decoded_maps import read_decoded_maps_info
 
     try:
-        with h5py.File(path, "r") as f:
-            schema = f.attrs.get("schema")
-            card_text = f.attrs.get("probe_card")
+        info = read_decoded_maps_info(path)
     except OSError as err:
         raise ScoringError(
             f"{path}: cannot open the decoded maps ({err}); the HDF5 file is truncated or corrupt"
         ) from err
-    if schema != DECODED_MAPS_SCHEMA or card_text is None:
-        raise ScoringError(
-            f"{path}: not a decoded-maps file (schema {schema!r}, expected {DECODED_MAPS_SCHEMA!r})"
-        )
+    except (ValueError, KeyError) as err:
+        raise ScoringError(f"{path}: not a readable decoded-maps file ({err})") from err
     rel = str(path.relative_to(layout.root))
-    return _MapFile(path.stem, path, {"file": rel, **card_summary(json.loads(card_text))})
+    return _MapFile(path.stem, path, {"file": rel, **card_summary(info.card)})
 
 
 def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
@@ -175,7 +169,7 @@ def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
 
 
 def _read_maps(mf: _MapFile):
-    from goalprobe.probes.serialization import read_decoded_maps
+    from goalprobe.probes.decoded_maps import read_decoded_maps
 
     try:
         maps = read_decoded_maps(mf.path)

@@ -22,21 +22,25 @@ from dataclasses import dataclass
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
-from goalprobe.gridworld.metrics import (
-    TrajectoryData,
-    align_pairs,
-    goal_success_rate,
-    grid_metrics,
-    jaccard_similarity,
+from goalprobe.gridworld.key_metrics import (
     key_attraction_bias,
     key_pickup_rate,
     manhattan_key_distance,
-    paired_wilcoxon,
-    policy_table,
     stage_accuracy,
+)
+from goalprobe.gridworld.metrics import (
+    TrajectoryData,
+    goal_success_rate,
+    grid_metrics,
+    policy_table,
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.paired import (
+    align_pairs,
+    jaccard_similarity,
+    paired_wilcoxon,
+)
 from goalprobe.gridworld.stats import bootstrap_ci
 
 GRID_METRICS: tuple[str, ...] = (

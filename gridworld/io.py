@@ -326,3 +326,46 @@ def read_grid_set(path: str | Path) -> list[Grid]:
             seen[grid.grid_id] = line_no
             grids.append(grid)
     return grids
+
+
+def index_grid_set(path: str | Path) -> dict[str, tuple[int, int]]:
+    """``grid_id -> (byte offset, line)`` of every grid of a grid-set file, for reading one
+    grid at a time (:func:`read_indexed_grid`); only the ids are looked at (the first line of a
+    repeated id wins), each grid is validated when read.
+
+    Raises:
+        GridSetFormatError: a line is not a JSON object (file and line named).
+    """
+    path = Path(path)
+    offsets: dict[str, tuple[int, int]] = {}
+    offset = 0
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            if raw.strip():
+                try:
+                    grid_id = json.loads(raw).get("grid_id")
+                except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+                    raise GridSetFormatError(f"{path}:{line_no}: not a JSON object") from err
+                if isinstance(grid_id, str):
+                    offsets.setdefault(grid_id, (offset, line_no))
+            offset += len(raw)
+    return offsets
+
+
+def read_indexed_grid(path: str | Path, offset: int, line: int) -> Grid:
+    """The grid on the line at byte ``offset`` (line number ``line``, for messages) of a
+    grid-set file, validated like every line of :func:`read_grid_set`.
+
+    Raises:
+        GridSetFormatError: the line breaks the schema (file, line and field named).
+    """
+    path = Path(path)
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        raw = handle.readline()
+    where = f"{path}:{line}"
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GridSetFormatError(f"{where}: invalid JSON: {err}") from err
+    return grid_from_dict(record, where=where)

@@ -27,7 +27,8 @@ restored); decoding is the per-step argmax (deterministic), made canonical (toke
 first predicted ``END`` become ``PAD``). Inputs are standardised per (token, feature) with
 statistics fitted on the training set. Label format and metrics: :mod:`goalprobe.probes.plan_metrics`.
 
-Persistence (safetensors + JSON card, predicted plans in HDF5): :mod:`goalprobe.probes.serialization`.
+Persistence: safetensors + JSON card in :mod:`goalprobe.probes.serialization`, predicted plans in
+HDF5 in :mod:`goalprobe.probes.predicted_plans`.
 The sweep over stages, layers and capacities: :mod:`goalprobe.probes.plan_sweep`.
 """
 

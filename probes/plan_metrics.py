@@ -452,3 +452,47 @@ def plan_metrics_by_group(
         )
         for value in np.unique(keys)
     }
+
+
+def stored_run_metrics(
+    plans: np.ndarray,
+    row_ids: np.ndarray,
+    split: np.ndarray | None,
+    store_plans: np.ndarray,
+    store_grid_ids: np.ndarray,
+    *,
+    test_code: int = 2,
+    n_bootstrap: int = 200,
+    random_state: int | None = 0,
+) -> tuple[PlanMetrics, str]:
+    """:func:`plan_metrics` of one stored run of predicted plans against the store's labels.
+
+    Scores the test rows when the run stores split codes (every row otherwise, and says so);
+    rows outside the store are dropped.
+
+    Args:
+        plans: ``(N, T)`` predicted plans of the run.
+        row_ids: ``(N,)`` the activation-store row of each prediction.
+        split: ``(N,)`` split codes, or None when the run stores none.
+        store_plans: ``(R, T')`` the store's plan labels (``T' >= T``), indexed by row.
+        store_grid_ids: ``(R,)`` the store's grid id of each row (the bootstrap's clusters).
+        test_code: the split code of the test rows.
+        n_bootstrap, random_state: as in :func:`plan_metrics`.
+
+    Returns:
+        ``(metrics, rows)``: ``rows`` is ``"test"`` or ``"all"``.
+    """
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    keep = np.ones(len(row_ids), bool) if split is None else np.asarray(split) == test_code
+    keep &= (row_ids >= 0) & (row_ids < len(store_plans))
+    rows = row_ids[keep]
+    target = truncate_plans(np.asarray(store_plans)[rows], np.asarray(plans).shape[1])
+    grid_ids = np.asarray(store_grid_ids)[rows].astype(str)
+    metrics = plan_metrics(
+        np.asarray(plans)[keep],
+        target,
+        grid_ids,
+        n_bootstrap=n_bootstrap,
+        random_state=random_state,
+    )
+    return metrics, "all" if split is None else "test"

@@ -9,7 +9,8 @@ intervals (:func:`goalprobe.probes.plan_metrics.plan_metrics`).
 
 Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json`` cards,
 ``predicted_plans.h5`` (all rows of every trained run, with split codes) and ``sweep.json``
-(:mod:`goalprobe.probes.serialization` writes the files).
+(:mod:`goalprobe.probes.serialization` writes the models,
+:mod:`goalprobe.probes.predicted_plans` the plans).
 """
 
 from __future__ import annotations
@@ -32,12 +33,8 @@ from goalprobe.probes.plan_metrics import (
     truncate_plans,
     validate_plans,
 )
-from goalprobe.probes.serialization import (
-    SPLIT_NAMES,
-    read_plan_decoder_card,
-    save_plan_decoder,
-    write_predicted_plans,
-)
+from goalprobe.probes.predicted_plans import SPLIT_NAMES, write_predicted_plans
+from goalprobe.probes.serialization import read_plan_decoder_card, save_plan_decoder
 from goalprobe.probes.splits import GridSplit, split_by_grid
 from sklearn.base import clone
 

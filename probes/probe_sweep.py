@@ -25,13 +25,9 @@ import numpy as np
 from goalprobe.activations.store import ActivationStore
 from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates
 from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance
-from goalprobe.probes.serialization import (
-    ActivationSource,
-    probe_card,
-    save_probe,
-    write_decoded_maps,
-)
+from goalprobe.probes.serialization import ActivationSource, probe_card, save_probe
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import clone
 from sklearn.dummy import DummyRegressor

@@ -118,8 +118,9 @@ def build_run(
     min_distance: int = 7,
 ) -> Path:
     """Write a complete run directory under ``root`` and return it."""
+    from goalprobe.probes.decoded_maps import write_decoded_maps
     from goalprobe.probes.patching.results import summarize, write_results
-    from goalprobe.probes.serialization import write_decoded_maps, write_predicted_plans
+    from goalprobe.probes.predicted_plans import write_predicted_plans
 
     rng = np.random.default_rng(seed)
     grids = generate_grid_set(
@@ -329,7 +330,7 @@ def write_false_belief(root: Path, *, seed: int = 0) -> None:
     (root / "false_belief" / "results.json").write_text(json.dumps(results), encoding="utf-8")
 
     from goalprobe.gridworld.text import padded_cell_types
-    from goalprobe.probes.serialization import write_step_maps
+    from goalprobe.probes.decoded_maps import write_step_maps
 
     traj = root / "false_belief" / "trajectories.jsonl"
     config = RolloutConfig(episodes_per_grid=2, horizon_steps=4, seed=seed)

@@ -78,3 +78,8 @@ def url_query(search) -> dict[str, str]:
     if not isinstance(search, str):
         return {}
     return {k: v[0] for k, v in parse_qs(search.lstrip("?")).items() if v}
+
+
+def from_url(context) -> bool:
+    """Whether a callback runs for the page's first load or for its query string."""
+    return context.triggered_id is None or "url.search" in context.triggered_prop_ids

@@ -31,6 +31,7 @@ from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from goalprobe.gridworld.io import write_grid_set
+from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
@@ -40,7 +41,6 @@ from goalprobe.probes.scoring.false_belief import (
     oracle_rows,
     oracle_table,
 )
-from goalprobe.probes.serialization import write_step_maps
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, headline_probe

@@ -13,7 +13,8 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
 Pairs drawn from one grid are not independent, so every interval is a percentile grid
 bootstrap of the pooled statistic (:func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`). Files
 (:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
-(schema ``goalprobe.patching/1``: config, preparation report, summary, records);
+(schema ``goalprobe.patching/1``: config, preparation report, summary, records), read back by
+:func:`read_records` (the bundle's records, else the records CSV);
 :meth:`goalprobe.probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
 The site x layers heatmap of a summary is :func:`goalprobe.viewer.figures.patching.patch_summary_figure`;
 the application layer writes it.
@@ -215,3 +216,49 @@ def write_results(
         json.dumps(_json_safe(bundle), indent=1, allow_nan=False), encoding="utf-8"
     )
     return paths
+
+
+_CSV_FLOATS = ("ld_target", "ld_source", "ld_patched", "recovered")
+_CSV_BOOLS = ("action_changed", "into_source_optimal", "in_target_optimal")
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The patch records of a file :func:`write_results` wrote, as dicts.
+
+    Reads ``patch_results.json`` (its ``records``; a bare list of records is read too) or
+    ``patch_records.csv`` (logit differences and ``recovered`` back to floats, NaN where empty;
+    the flags back to booleans). A bundle that names another schema is refused.
+
+    Raises:
+        ValueError: not valid JSON, another schema, no list of records, or a record without a
+            string ``base_id``.
+    """
+    path = Path(path)
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as fh:
+            records = [_csv_record(r) for r in csv.DictReader(fh)]
+    else:
+        try:
+            bundle = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
+        if isinstance(bundle, dict) and bundle.get("schema", SCHEMA) != SCHEMA:
+            raise ValueError(f"{path}: schema {bundle.get('schema')!r} is not {SCHEMA!r}")
+        records = bundle.get("records") if isinstance(bundle, dict) else bundle
+        if not isinstance(records, list):
+            raise ValueError(f"{path}: expected a list of records or an object with 'records'")
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or not isinstance(record.get("base_id"), str):
+            raise ValueError(f"{path}: record {i} has no string field 'base_id'")
+    return records
+
+
+def _csv_record(row: dict) -> dict:
+    out: dict = dict(row)
+    for name in _CSV_FLOATS:
+        if name in out:
+            out[name] = float(out[name]) if out[name] not in ("", None) else math.nan
+    for name in _CSV_BOOLS:
+        if name in out:
+            out[name] = str(out[name]).lower() == "true"
+    return out

@@ -339,7 +339,7 @@ def card_summary(card: dict) -> dict:
     """What ``belief.json`` says of a decoded-map source, from its probe card: ``family``,
     ``stage``, ``layer`` and ``card_accuracy`` (test ``accuracy_no_padding``, else
     ``accuracy``, else None)."""
-    from goalprobe.probes.serialization import decoded_map_family
+    from goalprobe.probes.decoded_maps import decoded_map_family
 
     models = (card.get("metrics") or {}).get("models") or {}
     model = models.get("probe") or {}

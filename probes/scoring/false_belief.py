@@ -27,8 +27,10 @@ Every interval is a grid (cluster) bootstrap (:mod:`goalprobe.gridworld.stats`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
@@ -303,3 +305,21 @@ def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
     out = np.zeros((*probs.shape[:-1], len(CellType)))
     out[..., np.asarray(classes, dtype=int)] = probs
     return out
+
+
+def read_results(path: str | Path) -> dict:
+    """The false_belief stage's ``results.json`` (schema :data:`SCHEMA` checked).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: not a JSON object, or another schema.
+    """
+    path = Path(path)
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
+    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+        found = results.get("schema") if isinstance(results, dict) else type(results).__name__
+        raise ValueError(f"{path}: schema {found!r} is not {SCHEMA!r}")
+    return results

@@ -44,7 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
-from goalprobe.gridworld.metrics import paired_wilcoxon
+from goalprobe.gridworld.paired import (
+    paired_wilcoxon,
+)
 from goalprobe.probes.scoring.belief import decoded_walls
 from goalprobe.probes.scoring.belief_table import StepTable, bootstrap_text
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError

@@ -33,13 +33,13 @@ from goalprobe.gridworld.core import CellType, Grid
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.scoring.belief import StepBelief, score_step, summarise
 from goalprobe.probes.scoring.belief_table import belief_metrics, expand_classes
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import grid_meg, subjective_grid_meg
 from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import decoded_grid
-from goalprobe.probes.serialization import write_decoded_maps
 from goalprobe.viewer.figures import belief_figure, meg_figure, topk_figure
 from typer.testing import CliRunner
 from viewer_fixtures import NoisyOptimalBackend
@@ -208,7 +208,7 @@ def test_planted_next_cell_goal_gives_hand_computed_recovery(run):
 def test_point_values_equal_summarise(run):
     root, facts, summary = run
     steps = facts["steps"]
-    from goalprobe.probes.serialization import read_decoded_maps
+    from goalprobe.probes.decoded_maps import read_decoded_maps
 
     maps = read_decoded_maps(root / "probes" / "decoded" / "next_goal.h5")
     scores = []

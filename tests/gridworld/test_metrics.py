@@ -9,14 +9,21 @@ import numpy as np
 import pytest
 import scipy.stats
 from goalprobe.gridworld.core import Action, State
+from goalprobe.gridworld.key_metrics import (
+    KeyAttraction,
+    Stage,
+    key_attraction_bias,
+    key_pickup_rate,
+    manhattan_key_distance,
+    stage_accuracy,
+    stage_of,
+    trajectory_stage_accuracy,
+)
 from goalprobe.gridworld.metrics import (
     ECE_BINS,
     INVALID,
     N_OUTCOMES,
-    KeyAttraction,
-    Stage,
     TrajectoryData,
-    align_pairs,
     confidence_bins,
     entropy,
     expected_calibration_error,
@@ -25,21 +32,18 @@ from goalprobe.gridworld.metrics import (
     grid_ece,
     grid_metrics,
     group_by_grid,
-    jaccard_similarity,
     jensen_shannon_divergence,
-    key_attraction_bias,
-    key_pickup_rate,
-    manhattan_key_distance,
     metrics_by_grid,
     optimal_mask,
-    paired_wilcoxon,
     policy_entropy,
     policy_jsd,
     policy_table,
-    stage_accuracy,
-    stage_of,
     trajectory_accuracy,
-    trajectory_stage_accuracy,
+)
+from goalprobe.gridworld.paired import (
+    align_pairs,
+    jaccard_similarity,
+    paired_wilcoxon,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st

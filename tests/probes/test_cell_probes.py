@@ -15,16 +15,15 @@ from goalprobe.probes.cell_probes import (
     MajorityCellBaseline,
     validate_label_maps,
 )
+from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
 from goalprobe.probes.metrics import cell_positions, cognitive_map, evaluate_cell_maps, top_k_cells
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.serialization import (
     ActivationSource,
     load_probe,
     probe_card,
-    read_decoded_maps,
     read_probe_card,
     save_probe,
-    write_decoded_maps,
 )
 from goalprobe.probes.splits import carve_validation, shuffle_by_grid, split_by_grid
 from goalprobe.probes.synthetic import planted_cell_data

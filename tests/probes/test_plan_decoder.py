@@ -33,13 +33,12 @@ from goalprobe.probes.plan_sweep import (
     StorePlanLoader,
     run_plan_sweep,
 )
-from goalprobe.probes.serialization import (
+from goalprobe.probes.predicted_plans import (
     list_predicted_plan_runs,
-    load_plan_decoder,
     read_predicted_plans,
-    save_plan_decoder,
     write_predicted_plans,
 )
+from goalprobe.probes.serialization import load_plan_decoder, save_plan_decoder
 from goalprobe.probes.training import train_module
 from safetensors.torch import load_file
 

@@ -356,7 +356,7 @@ def test_episode_rows_join_the_store_by_ids(run, run_dir):
 
 
 def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
-    from goalprobe.probes.serialization import read_decoded_maps
+    from goalprobe.probes.decoded_maps import read_decoded_maps
 
     full = read_decoded_maps(run_dir / "probes" / "decoded" / "mlp_post_L3.h5")
     position = {int(r): i for i, r in enumerate(full.row_ids)}
@@ -376,7 +376,7 @@ def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
 
 
 def test_predicted_plans_match_the_file(run, run_dir):
-    from goalprobe.probes.serialization import read_predicted_plans
+    from goalprobe.probes.predicted_plans import read_predicted_plans
 
     key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
     source = run.plan_sources[key]
@@ -436,8 +436,8 @@ def test_a_run_with_only_trajectories_still_opens(run_dir, tmp_path):
 
 def test_false_belief_steps_draw_true_shown_and_decoded_maps(run, run_dir, tmp_path):
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.probes.decoded_maps import read_step_maps
     from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
-    from goalprobe.probes.serialization import read_step_maps
 
     fb = run.false_belief_episodes()
     assert fb is not None and fb.maps_why is None

@@ -1,0 +1,373 @@
+"""Decoded cognitive maps in HDF5: what a cell probe writes when applied, and how it is read.
+
+Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 1): an HDF5
+file with ``probs (N, S, S, C)`` float16 and ``row_ids (N,)`` int64 (the activation store rows
+the maps were decoded from), and file attributes ``schema``, ``schema_version``, ``classes`` (the
+``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
+(see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
+:func:`read_decoded_maps` reads a file whole; a viewer that shows a few rows at a time reads
+:func:`read_decoded_maps_info` (attributes only, stage, layer and family falling back to the
+card for files written before those attributes), :func:`read_decoded_row_ids` and
+:func:`read_decoded_probs` (chosen rows only).
+
+Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 1): decoded maps keyed
+by trajectory step rather than store row: ``probs (N, S, S, C)`` float16, ``grid_id``,
+``episode``, ``step`` ``(N,)``; attributes ``schema``, ``schema_version``, ``classes`` and free
+scalars such as ``stage``, ``layer``, ``probe``; for maps decoded from a store of their own (the
+false-belief episodes' visited states).
+
+Neither needs torch; h5py is imported when a file is opened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from goalprobe.gridworld.core import CellType
+
+DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
+"""``schema`` attribute of a decoded-maps HDF5 file."""
+DECODED_MAPS_SCHEMA_VERSION = 1
+"""Version of the decoded-maps HDF5 layout."""
+
+
+@dataclass(frozen=True)
+class DecodedMaps:
+    """Decoded cognitive maps read back from HDF5.
+
+    Attributes:
+        probs: ``(N, S, S, C)`` float16 class probabilities.
+        row_ids: ``(N,)`` int64 store rows they were decoded from.
+        classes: ``(C,)`` uint8 ``CellType`` of each probability column.
+        card: the card of the probe that decoded them.
+        schema_version: the file's schema version.
+    """
+
+    probs: np.ndarray
+    row_ids: np.ndarray
+    classes: np.ndarray
+    card: dict
+    schema_version: int
+
+
+def write_decoded_maps(
+    path: str | Path, probs: np.ndarray, row_ids: np.ndarray, card: dict
+) -> Path:
+    """Write decoded maps to HDF5.
+
+    Args:
+        path: output file.
+        probs: ``(N, S, S, C)`` probabilities (stored as float16).
+        row_ids: ``(N,)`` int store rows the maps were decoded from.
+        card: the decoding probe's card (:func:`probe_card` or :func:`read_probe_card`); its
+            ``fitted.classes_`` names the ``CellType`` of each probability column.
+
+    Returns:
+        ``path``.
+    """
+    import h5py
+    from goalprobe.probes.serialization import _json_ready
+
+    p = np.asarray(probs)
+    rows = np.asarray(row_ids)
+    if p.ndim != 4 or p.shape[1] != p.shape[2]:
+        raise ValueError(f"probs must be (N, S, S, C), got shape {p.shape}")
+    if rows.shape != (p.shape[0],):
+        raise ValueError(f"row_ids must have shape ({p.shape[0]},), got {rows.shape}")
+    if not np.issubdtype(rows.dtype, np.integer):
+        raise ValueError(f"row_ids must be integers, got dtype {rows.dtype}")
+    classes = (card.get("fitted") or {}).get("classes_")
+    if classes is None or len(classes) != p.shape[3]:
+        raise ValueError(
+            f"card['fitted']['classes_'] must list the CellType of each of the {p.shape[3]} "
+            "probability columns; pass the card of the probe that decoded them"
+        )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(out, "w") as f:
+        f.attrs["schema"] = DECODED_MAPS_SCHEMA
+        f.attrs["schema_version"] = DECODED_MAPS_SCHEMA_VERSION
+        f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
+        f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
+        f.attrs["family"] = decoded_map_family(card)
+        source = card.get("activations") or {}
+        if source.get("stage") is not None:
+            f.attrs["stage"] = str(source["stage"])
+        if source.get("layer") is not None:
+            f.attrs["layer"] = int(source["layer"])
+        f.create_dataset(
+            "probs",
+            data=p.astype(np.float16),
+            chunks=(min(256, max(1, p.shape[0])), *p.shape[1:]),
+            compression="gzip",
+        )
+        f.create_dataset("row_ids", data=rows.astype(np.int64))
+    return out
+
+
+def decoded_map_family(card: dict) -> str:
+    """Short label of the decoding probe (file attribute ``family``, used by the viewer).
+
+    ``"mlp"`` / ``"linear"`` for the study's coordinate-conditioned probe, ``"per_cell_mlp"`` /
+    ``"per_cell_linear"`` for per-cell probes, ``"majority"`` for the baseline.
+    """
+    family = (card.get("hyperparameters") or {}).get("family")
+    name = card.get("class")
+    if name == "MajorityCellBaseline":
+        return "majority"
+    if name == "PerCellProbe":
+        return f"per_cell_{family}"
+    return str(family or name or "probe")
+
+
+def _check_decoded_maps(f, p: Path) -> int:
+    """The schema version of an open decoded-maps file (schema, version and datasets checked)."""
+    schema = f.attrs.get("schema")
+    if schema != DECODED_MAPS_SCHEMA:
+        raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
+    version = int(f.attrs.get("schema_version", -1))
+    if version != DECODED_MAPS_SCHEMA_VERSION:
+        raise ValueError(
+            f"{p}: schema_version {version} is not supported (reads {DECODED_MAPS_SCHEMA_VERSION})"
+        )
+    for name in ("probs", "row_ids"):
+        if name not in f:
+            raise ValueError(f"{p}: missing dataset {name!r}")
+    return version
+
+
+def read_decoded_maps(path: str | Path) -> DecodedMaps:
+    """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        version = _check_decoded_maps(f, p)
+        probs = f["probs"][...]
+        row_ids = f["row_ids"][...]
+        classes = np.asarray(f.attrs["classes"], dtype=np.uint8)
+        card = json.loads(f.attrs["probe_card"])
+    if probs.shape[0] != row_ids.shape[0] or probs.shape[3] != len(classes):
+        raise ValueError(
+            f"{p}: probs {probs.shape}, row_ids {row_ids.shape} and {len(classes)} classes disagree"
+        )
+    return DecodedMaps(
+        probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version
+    )
+
+
+@dataclass(frozen=True)
+class DecodedMapsInfo:
+    """What a decoded-maps file holds, from its attributes (no probabilities read).
+
+    Attributes:
+        stage: the activations' stage (as written: ``"pre"``, ``"post_reasoning"``, ...), None
+            when neither the attributes nor the card name it.
+        layer: residual-stream layer, None when recorded nowhere.
+        family: probe family (:func:`decoded_map_family`).
+        classes: ``(C,)`` ``CellType`` of each probability column.
+        shape: shape of ``probs``, ``(N, S, S, C)``.
+        card: the decoding probe's card.
+    """
+
+    stage: str | None
+    layer: int | None
+    family: str
+    classes: tuple[int, ...]
+    shape: tuple[int, ...]
+    card: dict = field(repr=False, compare=False)
+
+
+def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
+    """The stage, layer, family and classes of a decoded-maps file (schema and version checked).
+
+    Files written before ``stage``, ``layer`` and ``family`` became attributes name them in the
+    probe card (``activations``, ``hyperparameters``); both are read.
+
+    Raises:
+        ValueError: the schema or version is not this module's, a dataset is missing, the card
+            is not JSON, or shapes and classes disagree.
+    """
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        _check_decoded_maps(f, p)
+        shape = tuple(int(n) for n in f["probs"].shape)
+        try:
+            card = json.loads(f.attrs.get("probe_card", "{}"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{p}: probe_card is not valid JSON ({err.msg})") from err
+        source = card.get("activations") or {}
+        params = card.get("hyperparameters") or {}
+        stage = f.attrs.get("stage", source.get("stage"))
+        layer = f.attrs.get("layer", source.get("layer"))
+        family = f.attrs.get("family", params.get("family", card.get("class")))
+        classes = tuple(int(c) for c in np.asarray(f.attrs["classes"]).tolist())
+    if len(shape) != 4 or shape[1] != shape[2] or shape[3] != len(classes):
+        raise ValueError(f"{p}: probs has shape {shape} for {len(classes)} classes")
+    if any(not 0 <= c < len(CellType) for c in classes):
+        raise ValueError(f"{p}: classes {classes} are not CellType values")
+    return DecodedMapsInfo(
+        stage=None if stage is None else _text(stage),
+        layer=None if layer is None else int(layer),
+        family=_text(family or "probe"),
+        classes=classes,
+        shape=shape,
+        card=card,
+    )
+
+
+def read_decoded_row_ids(path: str | Path) -> np.ndarray:
+    """``(N,)`` int64 store rows of a decoded-maps file (schema and version checked)."""
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        _check_decoded_maps(f, p)
+        return np.asarray(f["row_ids"][()], dtype=np.int64)
+
+
+def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``(P, S, S, C)`` probabilities at file positions ``positions`` (any order, repeats
+    allowed), reading only those rows."""
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        _check_decoded_maps(f, p)
+        return read_rows(f["probs"], positions)
+
+
+def read_rows(dataset, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``dataset[positions]`` of an h5py dataset for any order of ``positions`` (h5py wants
+    increasing indices), reading only those rows."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size == 0:
+        return np.zeros((0, *dataset.shape[1:]), dtype=dataset.dtype)
+    unique, inverse = np.unique(positions, return_inverse=True)
+    return dataset[unique.tolist()][inverse]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Step maps
+
+
+STEP_MAPS_SCHEMA = "goalprobe.step_maps"
+"""``schema`` attribute of a step-maps HDF5 file (decoded maps keyed by trajectory step)."""
+STEP_MAPS_SCHEMA_VERSION = 1
+"""Version of the step-maps HDF5 layout."""
+
+
+@dataclass(frozen=True, eq=False)
+class StepMaps:
+    """Decoded maps of trajectory steps read back from HDF5 (:func:`read_step_maps`).
+
+    Attributes:
+        probs: ``(N, S, S, C)`` float16 class probabilities.
+        grid_id, episode, step: ``(N,)`` the trajectory step of each map.
+        classes: ``(C,)`` uint8 ``CellType`` of each probability column.
+        attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ...).
+    """
+
+    probs: np.ndarray
+    grid_id: np.ndarray
+    episode: np.ndarray
+    step: np.ndarray
+    classes: np.ndarray
+    attrs: dict
+
+    def index(self) -> dict[tuple[str, int, int], int]:
+        """``(grid_id, episode, step) -> position`` of every map."""
+        return {
+            (str(g), int(e), int(t)): i
+            for i, (g, e, t) in enumerate(zip(self.grid_id, self.episode, self.step, strict=True))
+        }
+
+
+def write_step_maps(
+    path: str | Path,
+    keys: list[tuple[str, int, int]],
+    probs: np.ndarray,
+    classes,
+    **attrs,
+) -> Path:
+    """Write decoded maps keyed by trajectory step (for maps decoded outside the activation
+    store's rows, e.g. the false-belief episodes' visited states).
+
+    Args:
+        path: output file.
+        keys: ``(N,)`` ``(grid_id, episode, step)`` of each map.
+        probs: ``(N, S, S, C)`` probabilities (stored as float16).
+        classes: ``(C,)`` the ``CellType`` of each probability column.
+        **attrs: further scalar attributes (``stage``, ``layer``, ``probe``).
+
+    Returns:
+        ``path``.
+    """
+    import h5py
+
+    p = np.asarray(probs)
+    classes = np.asarray(classes, dtype=np.uint8)
+    if p.ndim != 4 or p.shape[1] != p.shape[2] or p.shape[0] != len(keys):
+        raise ValueError(f"probs must be ({len(keys)}, S, S, C), got shape {p.shape}")
+    if p.shape[3] != len(classes):
+        raise ValueError(f"probs has {p.shape[3]} columns for {len(classes)} classes")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(out, "w") as f:
+        f.attrs["schema"] = STEP_MAPS_SCHEMA
+        f.attrs["schema_version"] = STEP_MAPS_SCHEMA_VERSION
+        f.attrs["classes"] = classes
+        for name, value in attrs.items():
+            f.attrs[name] = value
+        f.create_dataset("grid_id", data=[str(k[0]) for k in keys], dtype=h5py.string_dtype())
+        f.create_dataset("episode", data=np.asarray([k[1] for k in keys], dtype=np.int32))
+        f.create_dataset("step", data=np.asarray([k[2] for k in keys], dtype=np.int32))
+        f.create_dataset(
+            "probs",
+            data=p.astype(np.float16),
+            chunks=(min(256, max(1, p.shape[0])), *p.shape[1:]) if len(keys) else None,
+            compression="gzip" if len(keys) else None,
+        )
+    return out
+
+
+def read_step_maps(path: str | Path) -> StepMaps:
+    """Read a file written by :func:`write_step_maps` (checks schema and shapes)."""
+    import h5py
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        if f.attrs.get("schema") != STEP_MAPS_SCHEMA:
+            raise ValueError(
+                f"{p}: schema attribute is {f.attrs.get('schema')!r}, expected {STEP_MAPS_SCHEMA!r}"
+            )
+        version = int(f.attrs["schema_version"])
+        if version != STEP_MAPS_SCHEMA_VERSION:
+            raise ValueError(f"{p}: schema_version {version} is not supported")
+        for name in ("probs", "grid_id", "episode", "step"):
+            if name not in f:
+                raise ValueError(f"{p}: missing dataset {name!r}")
+        maps = StepMaps(
+            probs=f["probs"][...],
+            grid_id=f["grid_id"].asstr()[...],
+            episode=f["episode"][...],
+            step=f["step"][...],
+            classes=np.asarray(f.attrs["classes"], dtype=np.uint8),
+            attrs={k: v for k, v in f.attrs.items() if k not in ("schema", "schema_version")},
+        )
+    n = len(maps.grid_id)
+    if maps.probs.shape[0] != n or len(maps.episode) != n or len(maps.step) != n:
+        raise ValueError(f"{p}: probs {maps.probs.shape} and the {n} step keys disagree")
+    if maps.probs.ndim != 4 or maps.probs.shape[3] != len(maps.classes):
+        raise ValueError(f"{p}: probs {maps.probs.shape} for {len(maps.classes)} classes")
+    return maps

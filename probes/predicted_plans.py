@@ -1,0 +1,271 @@
+"""Predicted plans in HDF5: what a plan decoder writes when applied, and how it is read.
+
+Schema ``goalprobe.predicted_plans`` version 1 (:func:`write_predicted_plans`): file attributes
+``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names`` (JSON); one group
+``runs/<run>`` per decoder run with datasets ``plans (N, T) int8``, ``row_ids (N,) int64``
+(activation store rows), optional ``split (N,) int8`` (codes into :data:`SPLIT_NAMES`) and
+attributes ``card`` (JSON), ``horizon``. The plan sweep names its runs
+``"<stage>/layer<layer>/<kind><decoder layers>"`` (:class:`goalprobe.probes.plan_sweep.SweepRun`).
+
+:func:`read_predicted_plans` reads one run whole; a viewer that shows a few rows at a time reads
+:func:`read_plan_runs` (what each run decoded, from attributes and cards) and
+:func:`read_plan_row_ids` / :func:`read_plan_rows` (chosen rows only). Every reader checks the
+schema and version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from goalprobe.probes.decoded_maps import read_rows
+
+PREDICTED_PLANS_SCHEMA = "goalprobe.predicted_plans"
+"""``schema`` attribute of a predicted-plans HDF5 file."""
+PREDICTED_PLANS_SCHEMA_VERSION = 1
+"""Version of the predicted-plans HDF5 layout."""
+SPLIT_NAMES: tuple[str, ...] = ("train", "validation", "test")
+"""Meaning of the ``split`` codes 0, 1, 2 in predicted-plans files."""
+
+_RUN_NAME = re.compile(r"^(?P<stage>[a-z_]+)/layer(?P<layer>\d+)/(?P<kind>[a-z_]+?)(?P<n>\d*)$")
+"""The plan sweep's run names: the last fallback for a run's stage, layer, kind and capacity."""
+
+
+@dataclass(frozen=True, eq=False)
+class PredictedPlans:
+    """One run's predicted plans as stored in HDF5.
+
+    Attributes:
+        plans: ``(N, T)`` int8 predicted plans (plan format).
+        row_ids: ``(N,)`` int64 rows of the activation store they were predicted for.
+        split: ``(N,)`` int8 codes into :data:`SPLIT_NAMES`, or None when not recorded.
+        card: the decoder card (hyperparameters, metrics, provenance).
+    """
+
+    plans: np.ndarray
+    row_ids: np.ndarray
+    split: np.ndarray | None
+    card: dict
+
+
+def write_predicted_plans(
+    path: str | Path,
+    run_name: str,
+    plans: np.ndarray,
+    row_ids: np.ndarray,
+    *,
+    card: dict,
+    split: np.ndarray | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Add one run's predicted plans to an HDF5 file (created when missing).
+
+    Layout: file attributes ``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names``
+    (JSON); group ``runs/<run_name>`` with datasets ``plans (N, T) int8``, ``row_ids (N,)
+    int64``, optional ``split (N,) int8``, and attributes ``card`` (JSON), ``horizon``.
+
+    Args:
+        path: the ``.h5`` file.
+        run_name: group name under ``runs/`` (may contain ``/``), e.g. ``"post/layer15/decoder2"``.
+        plans: ``(N, T)`` predicted plans.
+        row_ids: ``(N,)`` int store rows.
+        card: JSON-ready card of the decoder that produced them.
+        split: ``(N,)`` optional split codes (0 train, 1 validation, 2 test).
+        overwrite: replace an existing run of that name instead of raising.
+    """
+    import h5py
+    from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
+
+    plans = validate_plans(plans, name=f"plans of run {run_name!r}")
+    row_ids = np.asarray(row_ids)
+    if row_ids.shape != (len(plans),) or not np.issubdtype(row_ids.dtype, np.integer):
+        raise ValueError(
+            f"row_ids must be ({len(plans)},) integers, got {row_ids.shape} {row_ids.dtype}"
+        )
+    if split is not None:
+        split = np.asarray(split)
+        if split.shape != (len(plans),) or ((split < 0) | (split >= len(SPLIT_NAMES))).any():
+            raise ValueError(f"split must be ({len(plans)},) codes in 0..{len(SPLIT_NAMES) - 1}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "a") as f:
+        if "schema" in f.attrs:
+            _check_plans_file(f, path)
+        else:
+            f.attrs["schema"] = PREDICTED_PLANS_SCHEMA
+            f.attrs["schema_version"] = PREDICTED_PLANS_SCHEMA_VERSION
+            f.attrs["tokens"] = json.dumps(PLAN_TOKENS)
+            f.attrs["split_names"] = json.dumps(list(SPLIT_NAMES))
+        name = f"runs/{run_name}"
+        if name in f:
+            if not overwrite:
+                raise ValueError(f"{path}: run {run_name!r} already exists (pass overwrite=True)")
+            del f[name]
+        group = f.create_group(name)
+        group.create_dataset("plans", data=plans, dtype=np.int8)
+        group.create_dataset("row_ids", data=row_ids.astype(np.int64))
+        if split is not None:
+            group.create_dataset("split", data=split.astype(np.int8))
+        group.attrs["card"] = json.dumps(card, allow_nan=False)
+        group.attrs["horizon"] = plans.shape[1]
+
+
+def _check_plans_file(f, path: Path) -> None:
+    if f.attrs.get("schema") != PREDICTED_PLANS_SCHEMA:
+        raise ValueError(
+            f"{path}: schema {f.attrs.get('schema')!r} is not {PREDICTED_PLANS_SCHEMA!r}"
+        )
+    version = int(f.attrs.get("schema_version", -1))
+    if version != PREDICTED_PLANS_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema_version {version} is not supported "
+            f"(this goalprobe reads {PREDICTED_PLANS_SCHEMA_VERSION})"
+        )
+
+
+def _run_names(f) -> list[str]:
+    """Names of the groups under ``runs/`` of an open file that hold a ``plans`` dataset, sorted."""
+    import h5py
+
+    names: list[str] = []
+
+    def visit(name: str, obj) -> None:
+        if isinstance(obj, h5py.Group) and "plans" in obj:
+            names.append(name)
+
+    if "runs" in f:
+        f["runs"].visititems(visit)
+    return sorted(names)
+
+
+def list_predicted_plan_runs(path: str | Path) -> list[str]:
+    """Names of the runs in a predicted-plans HDF5 file, sorted."""
+    import h5py
+
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        return _run_names(f)
+
+
+def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
+    """Read one run written by :func:`write_predicted_plans`."""
+    import h5py
+
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        name = f"runs/{run_name}"
+        if name not in f:
+            raise KeyError(f"{path}: no run {run_name!r}")
+        group = f[name]
+        return PredictedPlans(
+            plans=group["plans"][()].astype(np.int8),
+            row_ids=group["row_ids"][()].astype(np.int64),
+            split=group["split"][()].astype(np.int8) if "split" in group else None,
+            card=json.loads(group.attrs["card"]),
+        )
+
+
+@dataclass(frozen=True)
+class PlanRunInfo:
+    """What one run of a predicted-plans file decoded, without reading its plans.
+
+    Attributes:
+        run: the group name under ``runs/``.
+        stage: the activations' stage (as written: ``"pre"``, ``"post_reasoning"``, ...).
+        layer: the activations' residual-stream layer.
+        kind: ``decoder``, ``shuffled_control``, ...
+        n_layers: decoder capacity (Transformer layers), None when unknown.
+        has_split: whether split codes (:data:`SPLIT_NAMES`) are stored.
+        card: the run's decoder card.
+    """
+
+    run: str
+    stage: str
+    layer: int
+    kind: str
+    n_layers: int | None
+    has_split: bool
+    card: dict = field(repr=False, compare=False)
+
+
+def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
+    """Every run of a predicted-plans file, sorted by name (schema and version checked).
+
+    Stage, layer and capacity come from the file attributes, then the run's card (provenance
+    and hyperparameters), then the run's name (the plan sweep's ``<stage>/layer<n>/<kind><k>``).
+
+    Raises:
+        ValueError: the schema or version is not this module's, the file holds no run, or a
+            run's stage and layer are recorded nowhere.
+    """
+    import h5py
+
+    path = Path(path)
+    out = []
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        attrs = dict(f.attrs)
+        for run in _run_names(f):
+            group = f[f"runs/{run}"]
+            try:
+                card = json.loads(group.attrs.get("card", "{}"))
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{path}: run {run!r}: card is not valid JSON ({err.msg})"
+                ) from err
+            out.append(_run_info(run, attrs, card, "split" in group))
+    if not out:
+        raise ValueError(f"{path}: no runs/<name>/plans group")
+    return out
+
+
+def _run_info(run: str, attrs: dict, card: dict, has_split: bool) -> PlanRunInfo:
+    provenance = card.get("provenance") or {}
+    params = card.get("hyperparameters") or {}
+    named = _RUN_NAME.match(run)
+    stage = attrs.get("stage", provenance.get("stage", named and named["stage"]))
+    layer = attrs.get("layer", provenance.get("layer", named and named["layer"]))
+    kind = provenance.get("kind", named["kind"] if named else "decoder")
+    n_layers = attrs.get("n_layers", params.get("n_layers", named and named["n"]))
+    if stage is None or layer is None:
+        raise ValueError(f"run {run!r}: stage and layer are not recorded")
+    return PlanRunInfo(
+        run=run,
+        stage=_text(stage),
+        layer=int(layer),
+        kind=_text(kind),
+        n_layers=int(n_layers) if n_layers not in (None, "") else None,
+        has_split=has_split,
+        card=card,
+    )
+
+
+def read_plan_row_ids(path: str | Path, run: str) -> np.ndarray:
+    """``(N,)`` int64 store rows of one run (schema and version checked)."""
+    import h5py
+
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        return np.asarray(f[f"runs/{run}/row_ids"][()], dtype=np.int64)
+
+
+def read_plan_rows(path: str | Path, run: str, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``(P, T)`` int8 plans of one run at file positions ``positions`` (any order), reading only
+    those rows; ``T`` is the run's horizon even when ``positions`` is empty."""
+    import h5py
+
+    path = Path(path)
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        return read_rows(f[f"runs/{run}/plans"], positions).astype(np.int8, copy=False)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

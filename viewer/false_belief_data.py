@@ -1,0 +1,159 @@
+"""The false_belief stage's outputs as the viewer shows them (``RUN/false_belief/``).
+
+The stage's grids, episodes and per-step decoded maps (``false_belief/decoded_maps.h5``,
+:mod:`goalprobe.probes.decoded_maps` step maps, keyed by ``(grid_id, episode, step)``) are read
+whole on first use (:func:`read_false_belief_episodes`; the set is small); the start-state cards
+of the run overview come from the stage's results (:func:`false_belief_start_maps`). Every file
+is read by its owner's reader, which checks its schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
+from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+from goalprobe.probes.decoded_maps import read_step_maps
+from goalprobe.viewer.run_files import RunFiles
+from goalprobe.viewer.sources import full_class_probs
+
+
+def episode_key(grid_id: str, episode: int) -> str:
+    """The allow-list key of an episode."""
+    return f"{grid_id}:{int(episode)}"
+
+
+@dataclass(frozen=True, eq=False)
+class FalseBeliefEpisodes:
+    """The false_belief stage's episodes (``RUN/false_belief/``), read whole on first use: the
+    set is small (a few pairs per kind, a few episodes per grid).
+
+    Attributes:
+        grids: grid id -> grid (false-belief grids carry ``shown``; controls do not).
+        episodes: episode key (``"<grid_id>:<episode>"``) -> episode, in file order (the
+            allow-list of false-belief episode keys).
+        maps: ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` float32 decoded map of
+            the step (from ``false_belief/decoded_maps.h5``); empty without one.
+        maps_why: why there are no decoded maps (None when there are).
+        maps_label: what decoded them (stage, layer, probe), for captions.
+    """
+
+    grids: dict[str, Grid]
+    episodes: dict[str, Any]
+    maps: dict[tuple[str, int, int], np.ndarray]
+    maps_why: str | None
+    maps_label: str
+
+    def label(self, key: str) -> str:
+        """Short human label: grid, episode, kind and role, outcome and length."""
+        from goalprobe.gridworld.false_belief import pair_facts
+
+        episode = self.episodes[key]
+        s = episode.summary
+        facts = pair_facts(self.grids[s.grid_id]) or {}
+        what = f"{facts.get('kind', '?').replace('_', ' ')} {facts.get('role', '?')}"
+        what = what.replace("false_belief", "false belief")
+        outcome = "success" if s.success else "failure"
+        return f"{s.grid_id} · ep {s.episode} · {what} · {outcome} · {s.length} steps"
+
+
+def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
+    """The stage's grids, episodes and per-step decoded maps (None when the stage has not run).
+
+    Raises:
+        UnsafePathError: a file resolves outside the run directory.
+        ValueError: a file is unreadable or its episodes name grids the grid set lacks.
+    """
+    layout = files.layout
+    grids_path = files.resolve(files.relative(layout.false_belief_grids))
+    traj_path = files.resolve(files.relative(layout.false_belief_trajectories))
+    maps_path = files.resolve(files.relative(layout.false_belief_decoded))
+    if not (grids_path.is_file() and traj_path.is_file()):
+        return None
+    try:
+        grids = {g.grid_id: g for g in read_grid_set(grids_path)}
+        episodes = {
+            episode_key(e.summary.grid_id, e.summary.episode): e
+            for e in read_trajectories(traj_path)
+        }
+    except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
+        raise ValueError(f"false-belief episodes unreadable: {err}") from err
+    unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
+    if unknown:
+        raise ValueError(
+            f"{files.relative(layout.false_belief_trajectories)}: episodes on grids the "
+            f"false-belief grid set lacks ({', '.join(unknown[:3])})"
+        )
+    maps: dict[tuple[str, int, int], np.ndarray] = {}
+    why, label = None, ""
+    if maps_path.is_file():
+        try:
+            step_maps = read_step_maps(maps_path)
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"false-belief decoded maps unreadable: {err}") from err
+        probs = full_class_probs(step_maps.probs, step_maps.classes.tolist())
+        maps = {key: probs[i] for key, i in step_maps.index().items()}
+        a = step_maps.attrs
+        label = f"{_text(a.get('stage', '?'))} · layer {a.get('layer', '?')}"
+    else:
+        why = (
+            "no decoded maps of the false-belief steps: run goalprobe demo with the probes "
+            "stage (the headline probe decodes every visited state)"
+        )
+    return FalseBeliefEpisodes(grids, episodes, maps, why, label)
+
+
+def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
+    """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
+    three ways (empty when the false_belief stage has not run).
+
+    Returns:
+        ``[{"grid_id", "kind", "true", "shown", "decoded" (None without a probe reading),
+        "differs", "decoded_at" (what the probe read at the differing cells)}]``; maps are
+        ``(n, n)`` ``CellType`` arrays.
+
+    Raises:
+        ValueError: the grid set or the results are unreadable.
+    """
+    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+    from goalprobe.gridworld.text import cell_types
+    from goalprobe.probes.scoring.false_belief import read_results
+
+    grids_path, results_path = files.layout.false_belief_grids, files.layout.false_belief_results
+    if not (grids_path.is_file() and results_path.is_file()):
+        return []
+    try:
+        grids = read_grid_set(grids_path)
+        results = read_results(results_path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"false-belief outputs unreadable: {err}") from err
+    decoding = results.get("decoding") or {}
+    maps = decoding.get("maps") or {}
+    cells = decoding.get("cells") or []
+    out: list[dict] = []
+    taken: dict[str, int] = {}
+    for grid in grids:
+        facts = pair_facts(grid)
+        if not facts or facts["role"] != FALSE_BELIEF or taken.get(facts["kind"], 0) >= per_kind:
+            continue
+        taken[facts["kind"]] = taken.get(facts["kind"], 0) + 1
+        decoded = maps.get(grid.grid_id)
+        out.append(
+            {
+                "grid_id": grid.grid_id,
+                "kind": facts["kind"],
+                "true": cell_types(grid),
+                "shown": cell_types(grid.shown),
+                "decoded": None if decoded is None else np.asarray(decoded, dtype=np.int64),
+                "differs": [tuple(c) for c in facts["differs"]],
+                "decoded_at": [c for c in cells if c["grid_id"] == grid.grid_id],
+            }
+        )
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

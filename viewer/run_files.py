@@ -1,0 +1,126 @@
+"""The files of a run directory as the viewer may open them: path safety and what is missing.
+
+The browser only ever sends *keys* (episode keys, source keys, class names) that are looked up
+in allow-lists built on the server (:class:`UnknownKeyError` otherwise); no path ever comes from a
+request. Every file opened is resolved and must lie inside the run directory
+(:class:`UnsafePathError`), so a symbolic link pointing elsewhere is refused, not followed. Each
+expected file that is absent or unreadable is recorded as a :class:`MissingArtefact`, shown as a
+notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from goalprobe.run_layout import RunLayout
+
+
+class UnsafePathError(PermissionError):
+    """A path resolves outside the run directory."""
+
+
+class UnknownKeyError(KeyError):
+    """A key sent by the browser is not in the server-side allow-list."""
+
+
+@dataclass(frozen=True)
+class MissingArtefact:
+    """An artefact of the run directory that is absent or unreadable.
+
+    Attributes:
+        name: what it is (``"activation store"``).
+        path: its path relative to the run directory.
+        reason: why it is unavailable (``"not found"`` or the reader's error).
+        consequence: what the viewer cannot show without it.
+    """
+
+    name: str
+    path: str
+    reason: str
+    consequence: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.path}): {self.reason}; {self.consequence}"
+
+
+class RunFiles:
+    """The run directory's files, resolved safely; absences go to :attr:`missing`.
+
+    Args:
+        root: the resolved run directory.
+
+    Attributes:
+        root: the run directory.
+        layout: its :class:`~goalprobe.run_layout.RunLayout` (every path comes from it).
+        missing: artefacts found absent or unreadable so far, in the order met.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.layout = RunLayout(root)
+        self.missing: list[MissingArtefact] = []
+
+    def resolve(self, relative: str | Path) -> Path:
+        """``RUN/relative`` resolved (symbolic links followed); must stay inside the run.
+
+        Raises:
+            UnsafePathError: the path resolves outside the run directory.
+        """
+        path = (self.root / relative).resolve()
+        if not path.is_relative_to(self.root):
+            raise UnsafePathError(f"{relative}: resolves to {path}, outside the run directory")
+        return path
+
+    def relative(self, path: Path) -> str:
+        """A layout path relative to the run directory, for messages."""
+        return path.relative_to(self.root).as_posix()
+
+    def note(self, name: str, path: Path | str, reason: str, consequence: str) -> None:
+        """Record an absent or unreadable artefact (``path``: a layout path or a relative one)."""
+        relative = self.relative(path) if isinstance(path, Path) else path
+        self.missing.append(MissingArtefact(name, relative, reason, consequence))
+
+    def artefact(self, path: Path, name: str, consequence: str) -> Path | None:
+        """The resolved path of an expected file, or None (recorded in :attr:`missing`)."""
+        relative = self.relative(path)
+        try:
+            path = self.resolve(relative)
+        except UnsafePathError as err:
+            self.note(name, relative, str(err), consequence)
+            return None
+        if not path.is_file():
+            self.note(name, relative, "not found", consequence)
+            return None
+        return path
+
+    def first_file(self, candidates: Iterable[Path]) -> Path | None:
+        """The first of ``candidates`` that is a file inside the run (nothing recorded)."""
+        for candidate in candidates:
+            try:
+                path = self.resolve(candidate)
+            except UnsafePathError:
+                continue
+            if path.is_file():
+                return path
+        return None
+
+    def listing(self, folder: Path, name: str, consequence: str) -> list[Path]:
+        """``*.h5`` files of a directory inside the run; absences go to :attr:`missing`."""
+        relative = self.relative(folder)
+        try:
+            directory = self.resolve(relative)
+        except UnsafePathError as err:
+            self.note(name, relative, str(err), consequence)
+            return []
+        files = sorted(directory.glob("*.h5")) if directory.is_dir() else []
+        safe = []
+        for path in files:
+            try:
+                safe.append(self.resolve(path.relative_to(self.root)))
+            except (UnsafePathError, ValueError) as err:
+                self.note(name, f"{relative}/{path.name}", str(err), "file skipped")
+        if not safe:
+            self.note(name, f"{relative}/*.h5", "not found", consequence)
+        return safe
