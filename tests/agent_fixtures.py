@@ -8,6 +8,13 @@ import threading
 import time
 
 import uvicorn
+from goalprobe.agents.backend import Completion
+from goalprobe.agents.harmony import CHANNEL, MESSAGE, RETURN, render_completion, render_prompt
+from goalprobe.agents.reasoning import final_text, reasoning_text
+from goalprobe.agents.trajectories import StepRecord
+from goalprobe.gridworld.core import Action, Grid, State
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import parse, render
 
 SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core CPU
     "instructions_plain.txt": "Reach G.",
@@ -105,3 +112,91 @@ def serving(app):
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def _grid_text(content: str) -> str:
+    lines = content.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("  0 1"))
+    n = len(lines[start].split())
+    return "\n".join(lines[start : start + n + 1])
+
+
+class OracleBackend:
+    """A scripted agent: reasons and answers like the bundled agent's training texts.
+
+    Deterministic variations exercise every branch: some answers take a non-optimal move, some
+    name no action (invalid steps) and some skip the reasoning channel (no post-reasoning
+    anchor).
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.calls = 0
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, batch, sampling):
+        out = []
+        for messages in batch:
+            self.calls += 1
+            grid, state = parse(_grid_text(messages[-1].content))
+            best = sorted(solve(grid).optimal_actions(state))
+            action = best[0]
+            if self.calls % 4 == 1:
+                action = next(a for a in Action if a not in best)
+            reasoning = reasoning_text(grid, state, [action], key_variant=False)
+            final = final_text(action) if self.calls % 7 != 3 else "I am not sure."
+            if self.calls % 5 == 2:
+                reasoning, text = "", f"{CHANNEL}final{MESSAGE}{final}{RETURN}"
+            else:
+                text = render_completion(reasoning, final)
+            prompt = render_prompt(messages, sampling.reasoning_effort)
+            out.append(
+                Completion(
+                    prompt_token_ids=self._ids(prompt),
+                    generated_token_ids=self._ids(text),
+                    text=text,
+                    reasoning=reasoning,
+                    final=final,
+                    token_ids_source="model",
+                    finish_reason="stop",
+                )
+            )
+        return out
+
+
+def step_record(grid: Grid, state: State, **overrides) -> StepRecord:
+    fields = dict(
+        run_id="run",
+        grid_id=grid.grid_id,
+        episode=0,
+        step=2,
+        episode_seed=0,
+        grid_size=grid.size,
+        density=0.5,
+        variant=grid.variant,
+        grid_text=render(grid, state),
+        agent_row_col=state.agent,
+        goal_row_col=grid.goal,
+        has_key=state.has_key,
+        door_open=state.door_open,
+        key_row_col=grid.key,
+        door_row_col=grid.door,
+        optimal_actions=sorted(a.name for a in solve(grid).optimal_actions(state)),
+        distance_to_goal=int(solve(grid).distance(state)),
+        action="UP",
+        valid=True,
+        next_agent_row_col=state.agent,
+        prompt_token_ids=[1, 2, 3],
+        generated_token_ids=[4, 5],
+        token_ids_source="model",
+        reasoning="",
+        final="",
+        finish_reason="stop",
+        parse_error=None,
+        parse_form="json",
+        attempts=1,
+    )
+    fields.update(overrides)
+    return StepRecord(**fields)

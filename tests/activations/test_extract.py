@@ -13,83 +13,23 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from agent_fixtures import tiny_gpt_oss
+from agent_fixtures import OracleBackend, tiny_gpt_oss
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.extract import ExtractConfig, default_layers, extract, sha256_file
 from goalprobe.activations.store import ActivationStore, shard_of
-from goalprobe.agents.backend import Completion
 from goalprobe.agents.harmony import (
-    CHANNEL,
-    MESSAGE,
-    RETURN,
     HarmonyTokenIds,
-    render_completion,
-    render_prompt,
 )
 from goalprobe.agents.models import load_model
-from goalprobe.agents.reasoning import final_text, reasoning_text
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.agents.trajectories import read_steps, read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import padded_cell_types, parse
 from goalprobe.probes.plan_metrics import encode_plans
 
 LAYERS = (0, 2)
-
-
-def _grid_text(content: str) -> str:
-    lines = content.split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith("  0 1"))
-    n = len(lines[start].split())
-    return "\n".join(lines[start : start + n + 1])
-
-
-class OracleBackend:
-    """A scripted agent: reasons and answers like the bundled agent's training texts.
-
-    Deterministic variations exercise every branch: some answers take a non-optimal move, some
-    name no action (invalid steps) and some skip the reasoning channel (no post-reasoning
-    anchor).
-    """
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.calls = 0
-
-    def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def generate(self, batch, sampling):
-        out = []
-        for messages in batch:
-            self.calls += 1
-            grid, state = parse(_grid_text(messages[-1].content))
-            best = sorted(solve(grid).optimal_actions(state))
-            action = best[0]
-            if self.calls % 4 == 1:
-                action = next(a for a in Action if a not in best)
-            reasoning = reasoning_text(grid, state, [action], key_variant=False)
-            final = final_text(action) if self.calls % 7 != 3 else "I am not sure."
-            if self.calls % 5 == 2:
-                reasoning, text = "", f"{CHANNEL}final{MESSAGE}{final}{RETURN}"
-            else:
-                text = render_completion(reasoning, final)
-            prompt = render_prompt(messages, sampling.reasoning_effort)
-            out.append(
-                Completion(
-                    prompt_token_ids=self._ids(prompt),
-                    generated_token_ids=self._ids(text),
-                    text=text,
-                    reasoning=reasoning,
-                    final=final,
-                    token_ids_source="model",
-                    finish_reason="stop",
-                )
-            )
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -368,8 +368,8 @@ def test_rollout_with_the_random_model_records_invalid_steps(
 def oracle_trajectories(o200k_tokenizer, tmp_path_factory) -> Path:
     """Trajectories of a scripted agent that reasons and answers as GPT-OSS-20B would, in
     o200k token ids (some steps without reasoning or without a valid answer)."""
+    from agent_fixtures import OracleBackend
     from goalprobe.agents.rollout import RolloutConfig, run_rollouts
-    from test_extract import OracleBackend
 
     traj = tmp_path_factory.mktemp("o200k-traj") / "traj.jsonl"
     config = RolloutConfig(episodes_per_grid=1, horizon_steps=2, retries=0, batch_size=4)

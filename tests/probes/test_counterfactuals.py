@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from goalprobe.agents.trajectories import StepRecord
+from agent_fixtures import step_record
 from goalprobe.gridworld.core import CellType, Grid, State, Variant
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.optimal import solve
@@ -152,42 +152,6 @@ def test_build_counterfactuals_quotas_and_seed():
         build_counterfactuals([bases[0], bases[0]])
     with pytest.raises(ValueError, match="moves"):
         CounterfactualConfig(moves=("key",))
-
-
-def step_record(grid: Grid, state: State, **overrides) -> StepRecord:
-    fields = dict(
-        run_id="run",
-        grid_id=grid.grid_id,
-        episode=0,
-        step=2,
-        episode_seed=0,
-        grid_size=grid.size,
-        density=0.5,
-        variant=grid.variant,
-        grid_text=render(grid, state),
-        agent_row_col=state.agent,
-        goal_row_col=grid.goal,
-        has_key=state.has_key,
-        door_open=state.door_open,
-        key_row_col=grid.key,
-        door_row_col=grid.door,
-        optimal_actions=sorted(a.name for a in solve(grid).optimal_actions(state)),
-        distance_to_goal=int(solve(grid).distance(state)),
-        action="UP",
-        valid=True,
-        next_agent_row_col=state.agent,
-        prompt_token_ids=[1, 2, 3],
-        generated_token_ids=[4, 5],
-        token_ids_source="model",
-        reasoning="",
-        final="",
-        finish_reason="stop",
-        parse_error=None,
-        parse_form="json",
-        attempts=1,
-    )
-    fields.update(overrides)
-    return StepRecord(**fields)
 
 
 def test_base_from_step_rebuilds_the_state_and_rejects_inconsistent_records():

@@ -704,8 +704,8 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
 
 def test_patch_command_on_a_trajectory_file(tmp_path, model_dir, model, tokenizer, backends):
     import typer
+    from agent_fixtures import step_record
     from goalprobe.agents.trajectories import EpisodeSummary, RunHeader, record_to_json
-    from test_counterfactuals import step_record
     from typer.testing import CliRunner
 
     from goalprobe.commands.patch import command
