@@ -35,11 +35,12 @@ from dash import Input, Output, dcc, html
 from goalprobe.viewer.data import RunData, find_runs
 from goalprobe.viewer.explorer_tab import explorer_tab, register_explorer_callbacks
 from goalprobe.viewer.false_belief_tab import false_belief_tab, register_false_belief_callbacks
+from goalprobe.viewer.fog_tab import fog_tab, register_fog_callbacks
 from goalprobe.viewer.overview_tab import overview_tab, register_overview_callbacks
 from goalprobe.viewer.page import INDEX
 from goalprobe.viewer.widgets import url_query
 
-_TABS = ("explorer", "overview", "false_belief")
+_TABS = ("explorer", "overview", "false_belief", "fog")
 """The tabs' values (``?view=`` in the URL)."""
 
 
@@ -134,6 +135,7 @@ def create_app(
                         value="false_belief",
                         children=false_belief_tab(run),
                     ),
+                    dcc.Tab(label="Fogged episodes", value="fog", children=fog_tab(run)),
                 ],
                 id="tabs",
                 value="explorer",
@@ -145,6 +147,7 @@ def create_app(
     register_explorer_callbacks(app, run)
     register_overview_callbacks(app, run)
     register_false_belief_callbacks(app, run)
+    register_fog_callbacks(app, run)
     _register_page_callbacks(app)
     app.run_data = run  # for callers that want the index (tests, the CLI's summary)
     return app

@@ -59,6 +59,7 @@ from goalprobe.viewer.false_belief_data import (
     read_false_belief_episodes,
 )
 from goalprobe.viewer.figures.probes import baseline_values
+from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
 from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
 from goalprobe.viewer.sources import (
     N_CLASSES,
@@ -237,6 +238,7 @@ class RunData:
         self._grid_offsets: dict[str, tuple[int, int]] | None = None
         self._patching: dict[str, list[dict]] | None = None
         self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
+        self._fog: tuple[FogEpisodes | None] | None = None
         self._scan()
         self.map_sources: dict[str, MapSource] = scan_map_sources(self.files)
         self.plan_sources: dict[str, PlanSource] = scan_plan_sources(self.files)
@@ -607,6 +609,20 @@ class RunData:
                 except UnsafePathError as err:
                     raise ValueError(str(err)) from err
             return self._false_belief[0]
+
+    def fog_episodes(self) -> FogEpisodes | None:
+        """The fog stage's grids and episodes (read once; None when the stage has not run).
+
+        Raises:
+            ValueError: a file is unreadable or its episodes name grids the grid set lacks.
+        """
+        with self._lock:
+            if self._fog is None:
+                try:
+                    self._fog = (read_fog_episodes(self.files),)
+                except UnsafePathError as err:
+                    raise ValueError(str(err)) from err
+            return self._fog[0]
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.

@@ -58,3 +58,32 @@ def test_recorded_episodes_replay_under_fog(fog_run):
         modes = failure_modes(replay)
         assert modes.steps == len(actions)
         assert 0 <= modes.revisits + modes.into_known_walls + modes.into_known_dead_ends
+
+
+def test_the_viewer_step_view_draws_the_knowledge_beside_the_true_grid(fog_run):
+    import numpy as np
+
+    from goalprobe.gridworld.core import CellType
+    from goalprobe.gridworld.fog import free_space_actions, revealed_sets
+    from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
+
+    grids, trajectories = fog_run
+    fog = FogEpisodes(
+        {g.grid_id: g for g in grids},
+        {f"{e.summary.grid_id}:{e.summary.episode}": e for e in trajectories},
+    )
+    key = next(iter(fog.episodes))
+    last = len(fog.episodes[key].steps) - 1
+    view = fog_step_view(fog, key, last + 5)  # clipped to the episode
+    assert view.step == last
+    grid = fog.grids[fog.episodes[key].summary.grid_id]
+    hidden = np.zeros_like(view.true_types, dtype=bool)
+    for cell in view.hidden:
+        hidden[cell] = True
+    assert hidden.any() and not hidden[view.agent]
+    assert (view.shown_types[hidden] == CellType.PADDING).all()
+    assert (view.shown_types[~hidden] == view.true_types[~hidden]).all()
+    steps = fog.episodes[key].steps
+    cells = [grid.start, *(tuple(s.next_agent_row_col) for s in steps[:last])]
+    known = revealed_sets(grid, cells)[-1]
+    assert view.free_space == free_space_actions(grid, State(view.agent), known, goal_known=False)

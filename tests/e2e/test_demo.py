@@ -109,6 +109,7 @@ def test_every_stage_runs_and_writes_the_viewer_layout(demo):
 
     run = RunData(root)
     assert run.missing == []
+    assert run.fog_episodes() is not None and run.fog_episodes().episodes
     assert run.episodes and run.map_sources and run.plan_sources
     layers = {s.layer for s in run.map_sources.values()}
     stages = {s.stage for s in run.map_sources.values()}

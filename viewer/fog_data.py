@@ -1,0 +1,124 @@
+"""The fog stage's episodes as the viewer shows them (``RUN/fog/``): per step, the true grid
+and what the fogged prompt drew (hidden cells shown as padding), with the step's action against
+the free-space planner on what was revealed and against the optimal policy on the true grid.
+Every file is read by its owner's reader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
+from goalprobe.gridworld.core import Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.fog import fogged_cell_types, free_space_actions, revealed_sets
+from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import cell_types
+from goalprobe.viewer.run_files import RunFiles
+
+
+@dataclass(frozen=True, eq=False)
+class FogEpisodes:
+    """The fog stage's grids and episodes (small: read whole on first use).
+
+    Attributes:
+        grids: grid id -> fogged grid.
+        episodes: ``"<grid_id>:<episode>"`` -> episode, in file order.
+    """
+
+    grids: dict[str, Grid]
+    episodes: dict[str, Any]
+
+    def label(self, key: str) -> str:
+        """Grid, episode, outcome and length."""
+        s = self.episodes[key].summary
+        outcome = "success" if s.success else "failure"
+        return f"{s.grid_id} · ep {s.episode} · {outcome} · {s.length} steps"
+
+
+@dataclass(frozen=True)
+class FogStepView:
+    """One step of a fogged episode.
+
+    Attributes:
+        step, n_steps: the step index and the episode's length.
+        true_types: ``(n, n)`` the true grid's cell types in the step's state.
+        shown_types: ``(n, n)`` what the prompt drew: the revealed cells' types, hidden cells as
+            ``PADDING``.
+        hidden: the hidden cells.
+        agent: the agent's cell.
+        action: the step's action (None: invalid).
+        free_space: the free-space planner's moves on what was revealed.
+        optimal: the optimal moves on the true grid.
+        reasoning, final: the step's texts.
+    """
+
+    step: int
+    n_steps: int
+    true_types: np.ndarray
+    shown_types: np.ndarray
+    hidden: tuple[RowCol, ...]
+    agent: RowCol
+    action: Action | None
+    free_space: frozenset[Action]
+    optimal: frozenset[Action]
+    reasoning: str | None
+    final: str | None
+
+
+def read_fog_episodes(files: RunFiles) -> FogEpisodes | None:
+    """The fog stage's grids and episodes (None when the stage has not run).
+
+    Raises:
+        ValueError: a file is unreadable, or its episodes name grids the grid set lacks.
+    """
+    layout = files.layout
+    grids_path = files.resolve(files.relative(layout.fog_grids))
+    traj_path = files.resolve(files.relative(layout.fog_trajectories))
+    if not (grids_path.is_file() and traj_path.is_file()):
+        return None
+    try:
+        grids = {g.grid_id: g for g in read_grid_set(grids_path)}
+        episodes = {
+            f"{e.summary.grid_id}:{e.summary.episode}": e for e in read_trajectories(traj_path)
+        }
+    except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
+        raise ValueError(f"fog episodes unreadable: {err}") from err
+    unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
+    if unknown:
+        raise ValueError(f"fog episodes on grids the fog grid set lacks ({', '.join(unknown[:3])})")
+    return FogEpisodes(grids, episodes)
+
+
+def fog_step_view(fog: FogEpisodes, key: str, step: int) -> FogStepView:
+    """The view of step ``step`` of episode ``key`` (clipped to the episode).
+
+    Raises:
+        KeyError: an unknown episode key.
+    """
+    episode = fog.episodes[key]
+    grid = fog.grids[episode.summary.grid_id]
+    steps = episode.steps
+    t = min(max(int(step), 0), max(len(steps) - 1, 0))
+    record = steps[t]
+    state = State(tuple(record.agent_row_col))
+    cells = [grid.start, *(tuple(s.next_agent_row_col) for s in steps[:t])]
+    revealed = revealed_sets(grid, cells)[-1]
+    shown = fogged_cell_types(grid, state, revealed).astype(np.int64)
+    hidden = tuple((int(r), int(c)) for r, c in np.argwhere(shown < 0))
+    shown[shown < 0] = CellType.PADDING
+    action = Action[record.action] if record.action else None
+    return FogStepView(
+        step=t,
+        n_steps=len(steps),
+        true_types=cell_types(grid, state).astype(np.int64),
+        shown_types=shown,
+        hidden=hidden,
+        agent=state.agent,
+        action=action,
+        free_space=free_space_actions(grid, state, revealed, goal_known=False),
+        optimal=solve(grid).optimal_actions(state),
+        reasoning=record.reasoning,
+        final=record.final,
+    )

@@ -1,0 +1,146 @@
+"""The viewer's fog tab: the fog stage's episodes step by step, the true grid beside what the
+fogged prompt drew (the agent's knowledge, exact), with the step's action against the
+free-space planner on that knowledge and against the optimal policy on the true grid."""
+
+from __future__ import annotations
+
+import logging
+
+import dash
+from dash import Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+from goalprobe.viewer.data import RunData
+from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
+from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
+from goalprobe.viewer.widgets import GRID_HEIGHT, badge, graph, legend, step_controls, step_marks
+
+log = logging.getLogger(__name__)
+
+NO_FOG = "No fogged episodes in this run: run goalprobe demo (its fog stage)."
+
+FOG_CAPTION = (
+    "The episode runs on the true grid (left) while its prompt draws only the cells the agent "
+    "has seen (middle; hidden cells drawn as padding and ringed), with its past moves. The "
+    "revealed map is the agent's knowledge, known exactly; the free-space planner plans on it "
+    "with hidden cells treated as open. The arrow is the step's action."
+)
+
+
+def _fog(run: RunData) -> tuple[FogEpisodes | None, str | None]:
+    try:
+        return run.fog_episodes(), None
+    except ValueError as err:
+        return None, str(err)
+
+
+def fog_tab(run: RunData):
+    """The tab's layout: the episode list and step controls beside the two maps."""
+    fog, error = _fog(run)
+    options = [] if fog is None else [{"label": fog.label(k), "value": k} for k in fog.episodes]
+    why = error or (NO_FOG if fog is None else "Episodes of the fog stage (appendix A).")
+    side = html.Div(
+        [
+            html.H3("Fogged episode"),
+            html.Div(why, className="gp-count", id="fog-why"),
+            html.Label("Episode", className="gp-label"),
+            dcc.Dropdown(
+                id="fog-episode",
+                options=options,
+                value=options[0]["value"] if options else None,
+                clearable=False,
+                optionHeight=48,
+                placeholder="none: run goalprobe demo",
+            ),
+            *step_controls("fog-step", "fog-prev", "fog-next", 0),
+        ],
+        className="gp-side",
+    )
+    main = html.Div(
+        [
+            html.Div(id="fog-error"),
+            html.Div(
+                [
+                    html.Div(id="fog-header", className="gp-stepbar"),
+                    graph("g-fog-maps", GRID_HEIGHT + 20),
+                    html.P(FOG_CAPTION, className="gp-caption"),
+                    legend(),
+                ],
+                className="gp-card",
+            ),
+            html.Div(html.Div(id="fog-texts", className="gp-text"), className="gp-card"),
+        ],
+        className="gp-main",
+    )
+    return html.Div([side, main], className="gp-body")
+
+
+def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
+    """The tab's callbacks: the step and the step's view."""
+
+    @app.callback(
+        Output("fog-step", "value"),
+        Output("fog-step", "max"),
+        Output("fog-step", "marks"),
+        Input("fog-episode", "value"),
+        Input("fog-prev", "n_clicks"),
+        Input("fog-next", "n_clicks"),
+        State("fog-step", "value"),
+    )
+    def choose_fog_step(episode, _prev, _next, current):
+        fog, _ = _fog(run)
+        if fog is None or not isinstance(episode, str) or episode not in fog.episodes:
+            return 0, 1, None
+        last = max(len(fog.episodes[episode].steps) - 1, 0)
+        current = int(current) if isinstance(current, int | float) else 0
+        trigger = ctx.triggered_id
+        value = {"fog-prev": current - 1, "fog-next": current + 1}.get(trigger, 0)
+        return min(max(value, 0), last), max(last, 1), step_marks(last)
+
+    @app.callback(
+        Output("fog-header", "children"),
+        Output("g-fog-maps", "figure"),
+        Output("fog-texts", "children"),
+        Output("fog-error", "children"),
+        Input("fog-episode", "value"),
+        Input("fog-step", "value"),
+    )
+    def render_fog(episode, step):
+        fog, error = _fog(run)
+        if fog is None or episode is None:
+            message = NO_FOG if error is None else f"Cannot read them: {error}"
+            return [], empty_figure(message, height=GRID_HEIGHT), [], None
+        if not isinstance(episode, str) or not isinstance(step, int | float | None):
+            raise PreventUpdate
+        try:
+            view = fog_step_view(fog, episode, int(step or 0))
+        except (KeyError, ValueError) as err:
+            log.warning("cannot show fog %s step %s: %s", episode, step, err)
+            blank = empty_figure("Cannot show this step (see the message above).")
+            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+        figure = false_belief_maps_figure(
+            view.true_types,
+            view.shown_types,
+            None,
+            differs=view.hidden,
+            decoded_label="no per-step decoded map under fog (fog/map.json has the read-outs)",
+            height=GRID_HEIGHT + 20,
+            agent_row_col=view.agent,
+            action=None if view.action is None else int(view.action),
+        )
+        header = [badge(f"step {view.step} of {view.n_steps - 1}"), badge("fog", "info")]
+        if view.action is None:
+            header.append(badge("invalid step (no action)", "bad"))
+        else:
+            header.append(badge(f"action {view.action.name}"))
+            for name, moves in (("free-space", view.free_space), ("true-grid", view.optimal)):
+                ok = view.action in moves
+                header.append(
+                    badge(f"{name} {'optimal' if ok else 'not optimal'}", "ok" if ok else "bad")
+                )
+        texts = [
+            html.H4("Reasoning"),
+            html.Pre(view.reasoning or "(none)", id="fog-reasoning"),
+            html.H4("Final answer"),
+            html.Pre(view.final or "(none)"),
+        ]
+        return header, figure, texts, None
