@@ -122,7 +122,7 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
             view.shown_types,
             None,
             differs=view.hidden,
-            decoded_label="no per-step decoded map under fog (fog/map.json has the read-outs)",
+            decoded_label="not decoded per step (see the report)",
             height=GRID_HEIGHT + 20,
             agent_row_col=view.agent,
             action=None if view.action is None else int(view.action),
