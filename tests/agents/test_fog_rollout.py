@@ -62,7 +62,6 @@ def test_recorded_episodes_replay_under_fog(fog_run):
 
 def test_the_viewer_step_view_draws_the_knowledge_beside_the_true_grid(fog_run):
     import numpy as np
-
     from goalprobe.gridworld.core import CellType
     from goalprobe.gridworld.fog import free_space_actions, revealed_sets
     from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
