@@ -107,3 +107,106 @@ def decision_curves(
         "majority": _rate(boot, (actions == majority_action).astype(float), ones),
         "chance": 0.25,
     }
+
+
+def bin_positions(fractions: np.ndarray) -> list[int | None]:
+    """For each progress bin, the index of the last chunk end inside it (None: no chunk)."""
+    edges = (0.0, *PROGRESS_BINS)
+    out: list[int | None] = []
+    for low, high in zip(edges, edges[1:], strict=False):
+        inside = np.flatnonzero((fractions > low) & (fractions <= high))
+        out.append(int(inside[-1]) if inside.size else None)
+    return out
+
+
+def readout_curves(
+    features: np.ndarray,
+    present: np.ndarray,
+    actions: np.ndarray,
+    grid_ids: np.ndarray,
+    train: np.ndarray,
+    baselines: dict[str, np.ndarray],
+    *,
+    n_resamples: int = 1000,
+    random_state: int = 0,
+) -> dict:
+    """Decode the answered action from the residual stream at each layer and progress bin.
+
+    Args:
+        features: ``(N, L, B, d)`` the residual stream at each bin's last chunk end.
+        present: ``(N, B)`` bool, whether the step has a chunk end in the bin.
+        actions: ``(N,)`` the answered action.
+        grid_ids: ``(N,)``; intervals resample the test grids.
+        train: ``(N,)`` bool, a split by grid.
+        baselines: name -> ``(N,)`` predicted action of a predictor that needs no activation
+            (e.g. the majority action, the optimal policy on the true grid, a read-out of the
+            agent's and goal's coordinates), each fitted on the training rows only.
+
+    Returns:
+        ``baselines`` (test accuracy of each with its interval), ``strongest`` (its name) and
+        ``by_layer`` (per layer, per bin: the probe's test accuracy, its margin over the
+        strongest baseline on the same rows with a paired interval, Bonferroni-adjusted over the
+        ``family`` of every layer x bin, and the verdict: ``yes`` when that interval excludes 0).
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    train = np.asarray(train, dtype=bool)
+    test = ~train
+    boot = GridBootstrap.from_grid_ids(
+        np.asarray(grid_ids)[test], n_resamples=n_resamples, random_state=random_state
+    )
+    truth = actions[test]
+    ones = np.ones(int(test.sum()))
+    base = {
+        name: _rate(boot, (pred[test] == truth).astype(float), ones)
+        for name, pred in baselines.items()
+    }
+    strongest = max(base, key=lambda k: base[k]["value"] or 0.0)
+    best_hits = (baselines[strongest][test] == truth).astype(float)
+    # the verdicts form one family (every layer x bin): Bonferroni-adjusted margin intervals
+    family = int(features.shape[1] * features.shape[2])
+    adjusted = GridBootstrap.from_grid_ids(
+        np.asarray(grid_ids)[test],
+        n_resamples=n_resamples,
+        random_state=random_state,
+        confidence=1 - 0.05 / family,
+    )
+    by_layer = []
+    for layer in range(features.shape[1]):
+        row = []
+        for b in range(features.shape[2]):
+            rows_train = train & present[:, b]
+            rows_test = test & present[:, b]
+            weight = present[test, b].astype(float)
+            if rows_train.sum() < 2 or len(np.unique(actions[rows_train])) < 2 or not weight.any():
+                row.append({"bin": b, "value": None, "verdict": "no", "n": int(weight.sum())})
+                continue
+            x = features[:, layer, b].reshape(len(actions), -1)
+            mean, std = x[rows_train].mean(0), x[rows_train].std(0) + 1e-6
+            model = LogisticRegression(C=0.1, max_iter=1000)
+            model.fit((x[rows_train] - mean) / std, actions[rows_train])
+            pred = np.full(len(actions), -1)
+            pred[rows_test] = model.predict((x[rows_test] - mean) / std)
+            hits = (pred[test] == truth).astype(float) * weight
+            accuracy = boot.summary(boot.ratio(hits, weight))
+            margin = adjusted.summary(
+                adjusted.ratio(hits, weight) - adjusted.ratio(best_hits * weight, weight)
+            )
+            low = margin["ci_low"]
+            row.append(
+                {
+                    "bin": b,
+                    **accuracy,
+                    "n": int(weight.sum()),
+                    "margin_over_strongest": margin,
+                    "verdict": "yes" if low is not None and low > 0 else "no",
+                }
+            )
+        by_layer.append(row)
+    return {
+        "baselines": base,
+        "strongest": strongest,
+        "family": family,
+        "margin_confidence": 1 - 0.05 / family,
+        "by_layer": by_layer,
+    }

@@ -133,6 +133,25 @@ def lens_logits(model: torch.nn.Module, resid: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def capture_resid(backend: ResidualBackend, ids: Sequence[int], positions: Sequence[int]):
+    """``(n_layers, len(positions), d_model)`` the residual stream after every block at
+    ``positions`` of ``ids`` (one forward pass)."""
+    layers = list(range(backend.n_layers))
+    batch = TokenBatch.from_sequences([list(ids)], [list(positions)], backend.pad_token_id or 0)
+    resid = backend.capture(batch, layers)
+    return torch.stack([resid[layer][0] for layer in layers])
+
+
+@torch.no_grad()
+def lens_from_resid(
+    model: torch.nn.Module, resid: torch.Tensor, candidates: Sequence[int]
+) -> np.ndarray:
+    """The lens's distribution over ``candidates`` (softmax over their logits) of residual
+    streams ``(..., d_model)``: ``(..., len(candidates))`` float32."""
+    logits = lens_logits(model, resid)[..., list(candidates)]
+    return torch.softmax(logits, dim=-1).numpy().astype(np.float32)
+
+
 def lens_probs(
     backend: ResidualBackend,
     ids: Sequence[int],
@@ -140,13 +159,8 @@ def lens_probs(
     candidates: Sequence[int],
 ) -> np.ndarray:
     """``(n_layers, len(positions), len(candidates))`` the lens's distribution over
-    ``candidates`` (softmax over their logits) after every block, at ``positions`` of ``ids``."""
-    layers = list(range(backend.n_layers))
-    batch = TokenBatch.from_sequences([list(ids)], [list(positions)], backend.pad_token_id or 0)
-    resid = backend.capture(batch, layers)
-    stacked = torch.stack([resid[layer][0] for layer in layers])  # (L, P, d)
-    logits = lens_logits(backend.model, stacked)[..., list(candidates)]
-    return torch.softmax(logits, dim=-1).numpy().astype(np.float32)
+    ``candidates`` after every block, at ``positions`` of ``ids``."""
+    return lens_from_resid(backend.model, capture_resid(backend, ids, positions), candidates)
 
 
 @torch.no_grad()

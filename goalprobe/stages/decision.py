@@ -19,8 +19,14 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
-from goalprobe.probes.decision_time import StepLens, decision_curves
-from goalprobe.probes.logit_lens import lens_probs, step_positions
+from goalprobe.probes.decision_time import (
+    StepLens,
+    bin_positions,
+    decision_curves,
+    readout_curves,
+)
+from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
+from goalprobe.probes.splits import split_by_grid
 from goalprobe.sections import DecisionConfig
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes
@@ -51,7 +57,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
     picked = sorted(rng.permutation(len(steps))[: d.max_steps].tolist())
     loaded = context.agent(config.agent).loaded()
     backend = make_backend("hooks", loaded.model, loaded.tokenizer)
-    lenses, skipped = [], 0
+    lenses, features, present, kept, skipped = [], [], [], [], 0
     for index in picked:
         step = steps[index]
         action = Action[step.action]
@@ -62,17 +68,19 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
             skipped += 1
             continue
         ids = [*step.prompt_token_ids, *step.generated_token_ids]
-        probs = lens_probs(backend, ids, [*pos.chunk_ends, pos.answer], pos.candidates)
-        lenses.append(
-            StepLens(
-                grid_id=step.grid_id,
-                action=int(action),
-                fractions=np.asarray(pos.chunk_fractions),
-                chunks=probs[:, :-1],
-                answer=probs[:, -1],
-            )
+        resid = capture_resid(backend, ids, [*pos.chunk_ends, pos.answer])
+        probs = lens_from_resid(loaded.model, resid, pos.candidates)
+        fractions = np.asarray(pos.chunk_fractions)
+        lenses.append(StepLens(step.grid_id, int(action), fractions, probs[:, :-1], probs[:, -1]))
+        where = bin_positions(fractions)
+        chunks = resid[:, :-1].float().numpy()
+        features.append(
+            np.stack([chunks[:, i] if i is not None else chunks[:, -1] for i in where], axis=1)
         )
+        present.append([i is not None for i in where])
+        kept.append(step)
     curves = decision_curves(lenses, n_resamples=d.n_bootstrap, random_state=d.seed)
+    readout = _readout(kept, np.asarray(features), np.asarray(present), d)
     payload = {
         "schema": SCHEMA,
         "agent": config.agent.model,
@@ -80,7 +88,40 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         "steps_sampled": len(picked),
         "steps_skipped": skipped,
         **curves,
+        "readout": readout,
     }
     out = write_json(context.layout.decision_lens, payload)
     last = curves["answer_by_layer"][-1]["value"]
     return {"lens": out}, {"steps": len(lenses), "answer_last_layer": last}
+
+
+def _readout(steps, features: np.ndarray, present: np.ndarray, d: DecisionConfig) -> dict | None:
+    """The action read out of the residual stream per layer and progress bin, on held-out grids
+    (half the grids), against the majority action, the optimal policy on the true grid and a
+    read-out of the agent's and goal's coordinates (each fitted on the training grids)."""
+    from sklearn.linear_model import LogisticRegression
+
+    ids = np.asarray([s.grid_id for s in steps])
+    if len(set(ids.tolist())) < 4:
+        return None
+    actions = np.asarray([int(Action[s.action]) for s in steps])
+    split = split_by_grid(ids, test_fraction=0.5, random_state=d.seed)
+    train = np.isin(np.arange(len(ids)), split.train)
+    majority = np.full(len(ids), np.bincount(actions[train], minlength=4).argmax())
+    optimal = np.asarray([int(Action[sorted(s.optimal_actions)[0]]) for s in steps])
+    coords = np.asarray([[*s.agent_row_col, *s.goal_row_col] for s in steps])
+    onehot = np.concatenate([np.eye(15)[coords[:, k]] for k in range(4)], axis=1)
+    baselines = {"majority action": majority, "optimal policy (true grid)": optimal}
+    if len(np.unique(actions[train])) >= 2:
+        state = LogisticRegression(C=1.0, max_iter=1000).fit(onehot[train], actions[train])
+        baselines["agent and goal coordinates"] = state.predict(onehot)
+    return readout_curves(
+        features,
+        present,
+        actions,
+        ids,
+        train,
+        baselines,
+        n_resamples=d.n_bootstrap,
+        random_state=d.seed,
+    )

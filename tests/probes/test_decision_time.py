@@ -50,3 +50,28 @@ def test_a_lens_that_never_names_the_action_stays_at_zero():
 def test_no_steps_is_an_error():
     with pytest.raises(ValueError, match="no steps"):
         decision_curves([])
+
+
+def test_readout_finds_a_planted_decision_only_after_it_is_made():
+    from goalprobe.probes.decision_time import readout_curves
+
+    rng = np.random.default_rng(0)
+    n, layers, bins, d = 240, 2, 5, 8
+    actions = rng.integers(0, 4, n)
+    ids = np.asarray([f"g{i % 40}" for i in range(n)])
+    train = np.isin(ids, [f"g{i}" for i in range(20)])
+    features = rng.normal(size=(n, layers, bins, d))
+    features[:, 1, 3:, :4] += 3.0 * np.eye(4)[actions][:, None, :]  # readable from bin 3 on
+    present = np.ones((n, bins), dtype=bool)
+    majority = np.full(n, np.bincount(actions[train]).argmax())
+    out = readout_curves(
+        features, present, actions, ids, train, {"majority": majority}, n_resamples=1000
+    )
+    assert out["strongest"] == "majority"
+    assert [c["verdict"] for c in out["by_layer"][1]] == ["no", "no", "no", "yes", "yes"]
+    assert all(c["verdict"] == "no" for c in out["by_layer"][0])
+    # a baseline that already knows the action leaves the probe nothing to add
+    oracle = readout_curves(
+        features, present, actions, ids, train, {"oracle": actions}, n_resamples=200
+    )
+    assert all(c["verdict"] == "no" for row in oracle["by_layer"] for c in row)
