@@ -5,7 +5,7 @@ The objects a notebook needs, importable from the package itself::
 
     import goalprobe as gp
 
-    grids = gp.generate_grid_set(gp.GridSetConfig(sizes=(7,), densities=(0.2,), per_cell=4))
+    grids = gp.generate_grid_set(gp.GridSetConfig(sizes=(7,), densities=(0.2,), n_per_cell=4))
     model, tokenizer = gp.load_bundled_agent()
     ...
 
