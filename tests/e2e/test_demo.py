@@ -257,21 +257,41 @@ def test_report_of_a_damaged_run_shows_what_is_missing(demo, tmp_path):
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
-def test_cli_prints_the_headline_table(demo):
+def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
+    """One line per headline verdict (both agents), then the report's path and the exact
+    ``goalprobe view`` command, each on one line, every line within 80 columns."""
+    import shlex
+
     from typer.testing import CliRunner
 
     from goalprobe.cli import app
+    from goalprobe.report.agents import side_by_side
+    from goalprobe.report.run import RunReader
 
     result, _ = demo
     out = CliRunner().invoke(
         app,
         ["demo", "--run-dir", str(result.run_dir), "--scale", "tiny", "--no-progress"],
-        env={"COLUMNS": "200"},
+        env={"COLUMNS": "80"},
     )
     assert out.exit_code == 0, out.output
-    assert "Headline results" in out.output and "both agents" in out.output
-    assert "Per-action accuracy" in out.output and "bundled:map" in out.output
-    assert "cached" in out.output and "control/probes" in out.output
+    lines = out.output.splitlines()
+    tally = next(i for i, line in enumerate(lines) if line.startswith("goalprobe demo (tiny)"))
+    assert "cached" in lines[tally] and "ran" not in lines[tally]  # a rerun: all from the cache
+    summary = lines[tally + 1 :]
+    assert all(len(line) <= 80 for line in summary), summary
+    assert summary[0].startswith("Verdicts at 95%") and summary[0].endswith("bundled | bundled:map")
+    run = RunReader(result.run_dir)
+    pairs = side_by_side(headline_rows(run.root), headline_rows(run.layout.control.root))
+    with_verdict = [p for p in pairs if any(v.strip() and v != "-" for v in (p[3], p[6]))]
+    verdicts = summary[1:-2]
+    assert len(verdicts) == len(with_verdict) >= 10
+    for line, pair in zip(verdicts, with_verdict, strict=True):
+        answers = " | ".join(v.partition(": ")[2] or v or "-" for v in (pair[3], pair[6]))
+        assert line.endswith(" " + answers), (line, pair)
+    assert summary[-2] == f"report: {result.run_dir / 'report.html'}"
+    assert summary[-1] == f"view: goalprobe view {shlex.quote(str(result.run_dir))}"
+    assert len(summary) <= 40  # one screen
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
