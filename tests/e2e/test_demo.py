@@ -495,3 +495,34 @@ def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tm
     resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
     assert resumed.failed == {}
     assert resumed.report_path is not None
+
+
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
+def test_readme_assets_renders_the_results_page_of_a_run(demo):
+    """``scripts/readme_assets.py`` makes docs/results.md from a run: what the run was, both
+    agents' headline side by side and a reading of each agent; the page reads back to its
+    parts."""
+    import importlib.util
+    import sys
+
+    from goalprobe.report.agents import side_by_side_markdown
+
+    result, _ = demo
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "readme_assets", root / "scripts" / "readme_assets.py"
+    )
+    assets = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("readme_assets", assets)
+    spec.loader.exec_module(assets)
+    command = assets.demo_command(result.run_dir)
+    assert command == f"goalprobe demo --scale tiny --run-dir {result.run_dir}"
+    page = assets.page_from_run(result.run_dir, command=command, figure="")
+    assert assets.parse(assets.render(page)) == page
+    assert page.headline == side_by_side_markdown(result.run_dir)
+    assert "torch" in page.provenance["environment"] and command in page.provenance["command"]
+    assert set(page.readings) == {"bundled", "bundled:map"}
+    assert any(
+        b.startswith("- **Behaviour.** Per-action accuracy") for b in page.readings["bundled"]
+    )
+    assert any(b.startswith("- **Causality.** Patching") for b in page.readings["bundled:map"])
