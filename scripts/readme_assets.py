@@ -279,13 +279,51 @@ def git_commit() -> str:
     return f"`{sha}{'-dirty' if dirty else ''}`"
 
 
+def _leaves(tree, prefix: str = "") -> dict[str, object]:
+    """``{"section.field": value}`` of a nested JSON dict."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        out |= _leaves(value, f"{prefix}.{key}" if prefix else key)
+    return out
+
+
 def demo_command(run_dir: Path) -> str:
-    """The ``goalprobe demo`` call that writes ``run_dir`` as its config records it."""
-    config = json.loads((run_dir / "demo_config.json").read_text(encoding="utf-8"))
+    """The ``goalprobe demo`` call that writes ``run_dir``, rebuilt from its
+    ``demo_config.json``: the scale, the agent and seed options, and a ``--set`` for every
+    field that differs from the scale's preset (so the command is exact, not a guess)."""
+    import shlex
+
+    from goalprobe.config import demo_config
+
+    recorded = json.loads((run_dir / "demo_config.json").read_text(encoding="utf-8"))
+    agent, seed = recorded["agent"], recorded["grids"]["seed"]
+    preset = demo_config(
+        recorded["scale"],
+        model=agent["model"],
+        backend=agent["backend"],
+        base_url=agent["base_url"],
+        device=agent["device"],
+        seed=seed,
+    ).to_dict()
     parts = ["goalprobe demo"]
-    if config.get("scale") not in (None, "default"):
-        parts.append(f"--scale {config['scale']}")
-    parts.append(f"--run-dir {run_dir}")
+    if recorded["scale"] != "default":
+        parts.append(f"--scale {recorded['scale']}")
+    if not (run_dir / "control" / "stages").is_dir():
+        parts.append(f"--model {shlex.quote(agent['model'])}")
+    if agent["backend"] != "local":
+        parts.append(f"--backend {agent['backend']} --base-url {shlex.quote(agent['base_url'])}")
+    if agent["device"] != "cpu":
+        parts.append(f"--device {agent['device']}")
+    if seed != 0:
+        parts.append(f"--seed {seed}")
+    before = _leaves(preset)
+    for path, value in sorted(_leaves(recorded).items()):
+        if path in before and before[path] != value:
+            setting = f"{path}={json.dumps(value, separators=(',', ':'))}"
+            parts.append(f"--set {shlex.quote(setting)}")
+    parts.append(f"--run-dir {shlex.quote(str(run_dir))}")
     return " ".join(parts)
 
 

@@ -5,6 +5,7 @@ question is described once."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -63,3 +64,25 @@ def test_readme_is_a_manual_of_at_most_150_lines():
     assert "bash scripts/setup_tests.sh && python3 -m pytest" in readme
     for link in ("docs/results.md", "docs/gpu.md", "docs/architecture.md", "docs/formats.md"):
         assert link in readme and (ROOT / link).is_file(), link
+
+
+def test_the_command_is_rebuilt_exactly_from_the_run_config(tmp_path):
+    from goalprobe.commands.demo import parse_setting
+    from goalprobe.config import demo_config
+
+    assets = readme_assets()
+    run = tmp_path / "run"
+    run.mkdir()
+    overrides = {"keys.episodes_per_grid": 5, "probing.grids.sizes": (7, 9, 11)}
+    config = demo_config("tiny", seed=3, overrides=overrides)
+    (run / "demo_config.json").write_text(json.dumps(config.to_dict()))
+    command = assets.demo_command(run)
+    assert command.startswith("goalprobe demo --scale tiny --model bundled --seed 3 ")
+    words = command.split()
+    settings = dict(
+        parse_setting(words[i + 1].strip("'")) for i, w in enumerate(words) if w == "--set"
+    )
+    assert settings == overrides
+    assert demo_config("tiny", seed=3, overrides=settings).to_dict() == config.to_dict()
+    (run / "control" / "stages").mkdir(parents=True)  # both agents: no --model
+    assert "--model" not in assets.demo_command(run)
