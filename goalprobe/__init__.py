@@ -1,1 +1,97 @@
-"""goalprobe: goalprobe."""
+"""goalprobe: is an LLM agent goal-directed? Its behaviour in a text grid world, beside what
+probes read from its residual stream.
+
+The objects a notebook needs, importable from the package itself::
+
+    import goalprobe as gp
+
+    grids = gp.generate_grid_set(gp.GridSetConfig(sizes=(7,), densities=(0.2,), n_per_cell=4))
+    model, tokenizer = gp.load_bundled_agent()
+    ...
+
+Every name is imported on first use (PEP 562), so ``import goalprobe`` loads neither torch nor
+any room of the library; ``goalprobe.__all__`` lists them, grouped below as in the study:
+grid sets, the bundled agents, rollouts, the activation store, probes, decoding, scoring and
+MEG, and the whole study in one call (:func:`run_demo`). The worked examples in ``examples/``
+use nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    # grid sets: generation, the JSONL format, false-belief pairs
+    "goalprobe.gridworld.core": ("Action", "CellType", "Grid", "State"),
+    "goalprobe.gridworld.generator": ("GridSetConfig", "generate_grid_set"),
+    "goalprobe.gridworld.io": ("read_grid_set", "write_grid_set"),
+    "goalprobe.gridworld.false_belief": ("FalseBeliefSetConfig", "generate_false_belief_set"),
+    "goalprobe.gridworld.optimal": ("solve",),
+    # the bundled agents and any local model
+    "goalprobe.agents.bundled": ("BUNDLED_AGENTS", "bundled_agent_dir", "load_bundled_agent"),
+    "goalprobe.agents.models": ("load_model",),
+    "goalprobe.agent_config": ("Agent", "AgentConfig"),
+    # rollouts and prompt-only states
+    "goalprobe.agents.local_backend": ("LocalBackend",),
+    "goalprobe.agents.rollout": ("RolloutConfig", "run_rollouts"),
+    "goalprobe.agents.trajectories": ("read_trajectories",),
+    "goalprobe.agents.prompt_states": ("PromptStatesConfig", "write_prompt_states"),
+    "goalprobe.agents.harmony": ("encode_prompt",),
+    # the activation store
+    "goalprobe.activations.capture": ("make_backend",),
+    "goalprobe.activations.extract": ("ExtractConfig", "default_layers", "extract"),
+    "goalprobe.activations.store": ("ActivationStore",),
+    # probes: cell types, positions, distances, plans, and their files
+    "goalprobe.probes.cell_probes": ("CoordinateCellProbe", "MajorityCellBaseline"),
+    "goalprobe.probes.per_cell": ("PerCellProbe",),
+    "goalprobe.probes.baselines": ("CellPrior",),
+    "goalprobe.probes.position": ("PositionProbe", "PositionPrior", "position_scores"),
+    "goalprobe.probes.distance": ("GoalDistanceRegressor",),
+    "goalprobe.probes.plan_decoder": ("PlanDecoder",),
+    "goalprobe.probes.probe_sweep": ("ProbeSweepConfig", "StoreProbeLoader", "run_probe_sweep"),
+    "goalprobe.probes.splits": ("split_by_grid",),
+    "goalprobe.probes.serialization": (
+        "load_plan_decoder",
+        "load_probe",
+        "read_decoded_maps",
+        "save_plan_decoder",
+        "save_probe",
+        "write_decoded_maps",
+    ),
+    # decoding prompt-only states with the headline cell probe
+    "goalprobe.stages.decode": ("decode_prompt_states", "headline_probe"),
+    # scoring: policy against decoded belief, and MEG
+    "goalprobe.probes.scoring.config": ("ScoreConfig",),
+    "goalprobe.scoring": ("score_run",),
+    "goalprobe.probes.scoring.meg": ("known_utility_meg", "unknown_utility_meg"),
+    "goalprobe.probes.scoring.grid_meg": ("empirical_policy", "grid_meg"),
+    # the whole study, and the run directory it writes
+    "goalprobe.config": ("DemoConfig", "demo_config"),
+    "goalprobe.demo": ("run_demo",),
+    "goalprobe.run_layout": ("RunLayout",),
+    "goalprobe.version": ("package_version",),
+}
+
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted([*_MODULE_OF, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name on first use (PEP 562) and keep it in the module's namespace."""
+    if name == "__version__":
+        from goalprobe.version import package_version
+
+        value: Any = package_version()
+    elif name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    else:
+        raise AttributeError(f"module 'goalprobe' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's own attributes and every lazily exported name."""
+    return sorted({*globals(), *__all__})

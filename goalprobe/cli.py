@@ -13,6 +13,7 @@ traceback; ``GOALPROBE_TRACEBACK=1`` shows the traceback of the project's errors
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Any
@@ -96,15 +97,47 @@ VERBS: dict[str, str] = {
 }
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from goalprobe.version import package_version
+
+        typer.echo(f"goalprobe {package_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the installed goalprobe version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
+) -> None:
     """Measure the goal-directedness of LLM agents."""
+
+
+def prose(doc: str | None) -> str:
+    """A docstring as ``--help`` prose: each paragraph on one line, so that the terminal wraps
+    it (typer keeps a docstring's single line breaks, which cut sentences at any width but the
+    source's). Paragraphs are separated by blank lines; a paragraph whose lines start with a
+    list marker keeps its line breaks."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    out = []
+    for paragraph in paragraphs:
+        lines = paragraph.splitlines()
+        if any(line.lstrip().startswith(("- ", "* ", "\b")) for line in lines):
+            out.append(paragraph)
+        else:
+            out.append(" ".join(paragraph.split()))
+    return "\n\n".join(out)
 
 
 def _register() -> None:
     for verb, module_name in VERBS.items():
         module = importlib.import_module(f"goalprobe.commands.{module_name}")
-        app.command(name=verb, help=module.command.__doc__)(module.command)
+        app.command(name=verb, help=prose(module.command.__doc__))(module.command)
 
 
 _register()

@@ -207,6 +207,13 @@ def load_probe(path: str | Path):
 # Plan decoders
 
 
+PLAN_DECODER_ESTIMATOR = "goalprobe.probes.plan_decoder.PlanDecoder"
+"""The ``estimator`` a plan-decoder card records (the class's import path)."""
+
+LEGACY_PLAN_DECODER_ESTIMATORS: tuple[str, ...] = ("probes.plan_decoder.PlanDecoder",)
+"""Its path in cards written before the one ``goalprobe.*`` namespace (still read)."""
+
+
 def save_plan_decoder(
     decoder,
     path: str | Path,
@@ -282,6 +289,9 @@ def load_plan_decoder(path: str | Path, *, device: str | None = None):
 
     path = Path(path)
     card = read_plan_decoder_card(path)
+    estimator = card.get("estimator", PLAN_DECODER_ESTIMATOR)
+    if estimator not in (PLAN_DECODER_ESTIMATOR, *LEGACY_PLAN_DECODER_ESTIMATORS):
+        raise ValueError(f"{path.with_suffix('.json')}: unknown estimator {estimator!r}")
     params = {RENAMED_PLAN_DECODER_PARAMS.get(k, k): v for k, v in card["hyperparameters"].items()}
     if device is not None:
         params["device"] = device

@@ -73,15 +73,15 @@ def command(
     behaviour and representational stages in RUN/control/; the report shows them side by side.
 
     Stages are cached in RUN/stages/ (a rerun skips finished ones; an interrupted run resumes).
-    Writes RUN/report.html (self-contained) and prints the headline table; `goalprobe view RUN`
-    opens the run in the viewer.
+    Writes RUN/report.html (self-contained) and ends with one line per headline verdict, the
+    report's path and the `goalprobe view RUN` command that opens the run in the viewer.
     """
     from rich.console import Console
-    from rich.table import Table
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
+    from goalprobe.report.summary import terminal_summary
 
     console = Console()
     try:
@@ -109,20 +109,26 @@ def command(
         jobs=jobs or default_jobs(device),
         control=control,
     )
-    stages = Table(title=f"goalprobe demo ({scale}) in {run_dir}: {result.seconds:.0f} s")
-    for column in ("stage", "status", "seconds"):
-        stages.add_column(column)
-    for prefix, each in (("", result), ("control/", result.control)):
-        for name, outcome in (each.stages if each is not None else {}).items():
-            status = outcome.error or outcome.status
-            stages.add_row(prefix + name, status, f"{outcome.seconds:.1f}")
-    console.print(stages)
-    console.print(headline_table(run_dir, result.control is not None))
-    if result.report_path is not None:
-        console.print(f"report: {result.report_path}   viewer: goalprobe view {run_dir}")
+    typer.echo(stage_tally(result, scale))
+    for name, error in result.failed.items():
+        typer.echo(f"  {name}: {' '.join(str(error).split())}"[:200])
+    # plain echo, not rich: the summary fits 80 columns and the view command never wraps
+    for line in terminal_summary(run_dir, with_control=result.control is not None):
+        typer.echo(line)
     if result.failed:
-        console.print(f"[red]{len(result.failed)} stage(s) did not finish[/red]")
+        typer.echo(f"{len(result.failed)} stage(s) did not finish", err=True)
         raise typer.Exit(code=1)
+
+
+def stage_tally(result, scale: str) -> str:
+    """One line: how many stages ran, came from the cache or failed, and the wall time."""
+    from collections import Counter
+
+    counts = Counter(o.status for o in result.stages.values())
+    if result.control is not None:
+        counts.update(o.status for o in result.control.stages.values())
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return f"goalprobe demo ({scale}): {result.seconds:.0f} s; stages {parts}"
 
 
 def parse_setting(text: str) -> tuple[str, object]:
@@ -138,31 +144,3 @@ def parse_setting(text: str) -> tuple[str, object]:
     except json.JSONDecodeError:
         value = raw
     return path.strip(), tuple(value) if isinstance(value, list) else value
-
-
-def headline_table(run_dir: Path, with_control: bool):
-    """The headline as a rich table: this run's rows, or both agents' side by side."""
-    from rich.table import Table
-
-    from goalprobe.report import headline_rows
-    from goalprobe.report.agents import agent_name, side_by_side
-    from goalprobe.report.run import RunReader
-
-    title = "Headline results (95% CIs; see report.html for every figure)"
-    if not with_control:
-        table = Table(title=title)
-        for column in ("finding", "value", "baseline", "verdict"):
-            table.add_column(column)
-        for row in headline_rows(run_dir):
-            table.add_row(row.finding, row.value, row.baseline, row.verdict)
-        return table
-    run = RunReader(run_dir)
-    control = RunReader(run.layout.control.root)
-    names = agent_name(run), agent_name(control)
-    table = Table(title=title + "; both agents")
-    for column in ("finding", names[0], "verdict", names[1], "verdict"):
-        table.add_column(column)
-    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
-        finding, value, _, verdict, other, _, other_verdict = row  # baselines: report.html
-        table.add_row(finding, value, verdict, other, other_verdict)
-    return table

@@ -1,7 +1,9 @@
 """The headline table: one line per finding of the study, with its baseline.
 
-``goalprobe demo`` prints it, the report shows it first, ``scripts/compare_headline.py`` checks
-that a change of code leaves it identical on the same seed.
+The report shows it first, ``goalprobe demo`` ends with its verdicts (one line each,
+:mod:`goalprobe.report.summary`), ``docs/results.md`` carries it (``scripts/readme_assets.py``),
+and ``scripts/compare_headline.py`` checks that a change of code leaves it identical on the same
+seed.
 """
 
 from __future__ import annotations

@@ -272,21 +272,41 @@ def test_report_of_a_damaged_run_shows_what_is_missing(demo, tmp_path):
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
-def test_cli_prints_the_headline_table(demo):
+def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
+    """One line per headline verdict (both agents), then the report's path and the exact
+    ``goalprobe view`` command, each on one line, every line within 80 columns."""
+    import shlex
+
     from typer.testing import CliRunner
 
     from goalprobe.cli import app
+    from goalprobe.report.agents import side_by_side
+    from goalprobe.report.run import RunReader
 
     result, _ = demo
     out = CliRunner().invoke(
         app,
         ["demo", "--run-dir", str(result.run_dir), "--scale", "tiny", "--no-progress"],
-        env={"COLUMNS": "200"},
+        env={"COLUMNS": "80"},
     )
     assert out.exit_code == 0, out.output
-    assert "Headline results" in out.output and "both agents" in out.output
-    assert "Per-action accuracy" in out.output and "bundled:map" in out.output
-    assert "cached" in out.output and "control/probes" in out.output
+    lines = out.output.splitlines()
+    tally = next(i for i, line in enumerate(lines) if line.startswith("goalprobe demo (tiny)"))
+    assert "cached" in lines[tally]  # a rerun: (most) stages come from the cache
+    summary = lines[tally + 1 :]
+    assert all(len(line) <= 80 for line in summary), summary
+    assert summary[0].startswith("Verdicts at 95%") and summary[0].endswith("bundled | bundled:map")
+    run = RunReader(result.run_dir)
+    pairs = side_by_side(headline_rows(run.root), headline_rows(run.layout.control.root))
+    with_verdict = [p for p in pairs if any(v.strip() and v != "-" for v in (p[3], p[6]))]
+    verdicts = summary[1:-2]
+    assert len(verdicts) == len(with_verdict) >= 10
+    for line, pair in zip(verdicts, with_verdict, strict=True):
+        answers = " | ".join(v.partition(": ")[2] or v or "-" for v in (pair[3], pair[6]))
+        assert line.endswith(" " + answers), (line, pair)
+    assert summary[-2] == f"report: {result.run_dir / 'report.html'}"
+    assert summary[-1] == f"view: goalprobe view {shlex.quote(str(result.run_dir))}"
+    assert len(summary) <= 40  # one screen
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
@@ -490,3 +510,34 @@ def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tm
     resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
     assert resumed.failed == {}
     assert resumed.report_path is not None
+
+
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
+def test_readme_assets_renders_the_results_page_of_a_run(demo):
+    """``scripts/readme_assets.py`` makes docs/results.md from a run: what the run was, both
+    agents' headline side by side and a reading of each agent; the page reads back to its
+    parts."""
+    import importlib.util
+    import sys
+
+    from goalprobe.report.agents import side_by_side_markdown
+
+    result, _ = demo
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "readme_assets", root / "scripts" / "readme_assets.py"
+    )
+    assets = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("readme_assets", assets)
+    spec.loader.exec_module(assets)
+    command = assets.demo_command(result.run_dir)
+    assert command == f"goalprobe demo --scale tiny --run-dir {result.run_dir}"
+    page = assets.page_from_run(result.run_dir, command=command, figure="")
+    assert assets.parse(assets.render(page)) == page
+    assert page.headline == side_by_side_markdown(result.run_dir)
+    assert "torch" in page.provenance["environment"] and command in page.provenance["command"]
+    assert set(page.readings) == {"bundled", "bundled:map"}
+    assert any(
+        b.startswith("- **Behaviour.** Per-action accuracy") for b in page.readings["bundled"]
+    )
+    assert any(b.startswith("- **Causality.** Patching") for b in page.readings["bundled:map"])

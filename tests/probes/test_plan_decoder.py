@@ -542,3 +542,22 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(
         iter(summary["main_linear"])
     )
+
+
+def test_card_of_the_old_namespace_still_loads(fitted, data, tmp_path):
+    """Cards written before the one ``goalprobe.*`` namespace name the class by its old module
+    (``probes.plan_decoder.PlanDecoder``): they load and predict the same; an unknown estimator
+    is refused."""
+    X, _ = data["test"]
+    path = tmp_path / "decoder.safetensors"
+    card_path = save_plan_decoder(fitted, path)
+    card = json.loads(card_path.read_text())
+    assert card["estimator"] == "goalprobe.probes.plan_decoder.PlanDecoder"
+    card["estimator"] = "probes.plan_decoder.PlanDecoder"
+    card_path.write_text(json.dumps(card))
+    old = load_plan_decoder(path)
+    np.testing.assert_array_equal(old.predict_proba(X), fitted.predict_proba(X))
+    card["estimator"] = "somewhere.else.Decoder"
+    card_path.write_text(json.dumps(card))
+    with pytest.raises(ValueError, match="unknown estimator 'somewhere.else.Decoder'"):
+        load_plan_decoder(path)
