@@ -28,6 +28,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "goalprobe.gridworld.io": ("read_grid_set", "write_grid_set"),
     "goalprobe.gridworld.false_belief": ("FalseBeliefSetConfig", "generate_false_belief_set"),
     "goalprobe.gridworld.optimal": ("solve",),
+    "goalprobe.gridworld.fog": ("fog_episode", "free_space_episode", "generate_fog_set"),
     # the bundled agents and any local model
     "goalprobe.agents.bundled": ("BUNDLED_AGENTS", "bundled_agent_dir", "load_bundled_agent"),
     "goalprobe.agents.models": ("load_model",),
@@ -51,14 +52,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "goalprobe.probes.plan_decoder": ("PlanDecoder",),
     "goalprobe.probes.probe_sweep": ("ProbeSweepConfig", "StoreProbeLoader", "run_probe_sweep"),
     "goalprobe.probes.splits": ("split_by_grid",),
+    "goalprobe.probes.logit_lens": ("lens_probs", "step_positions"),
     "goalprobe.probes.serialization": (
         "load_plan_decoder",
         "load_probe",
-        "read_decoded_maps",
         "save_plan_decoder",
         "save_probe",
-        "write_decoded_maps",
     ),
+    "goalprobe.probes.decoded_maps": ("read_decoded_maps", "write_decoded_maps"),
     # decoding prompt-only states with the headline cell probe
     "goalprobe.stages.decode": ("decode_prompt_states", "headline_probe"),
     # scoring: policy against decoded belief, and MEG
