@@ -25,6 +25,10 @@ from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 ENGINES: tuple[str, ...] = ("local", "server")
 """Rollout engines: transformers in this process, or an OpenAI-compatible server."""
 
+SERVER_IN_FLIGHT = 128
+"""Requests the demo keeps in flight on a server (vLLM batches up to ``--max-num-seqs``, 256
+by default, and queues the rest); each stage's episodes in flight follow it."""
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -77,6 +81,15 @@ class Agent:
         self.config = config
         self._loaded: LoadedModel | None = None
         self._backend: tuple[Any, dict] | None = None
+        self._tokenizer = None
+
+    def tokenizer(self):
+        """The model's tokenizer, without its weights (the local model's when loaded)."""
+        if self._loaded is not None:
+            return self._loaded.tokenizer
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.config.model)
+        return self._tokenizer
 
     def loaded(self) -> LoadedModel:
         """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts."""
@@ -88,10 +101,16 @@ class Agent:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
-                backend = ServerBackend(
-                    ServerConfig(base_url=self.config.base_url, model=self.config.model),
-                    load_tokenizer(self.config.model),
+                # the study's rows must be of the prompts the model read: ask for the ids and
+                # refuse answers without them; keep the server's batch full
+                server = ServerConfig(
+                    base_url=self.config.base_url,
+                    model=self.config.model,
+                    request_token_ids=True,
+                    require_token_ids=True,
+                    max_concurrency=SERVER_IN_FLIGHT,
                 )
+                backend = ServerBackend(server, self.tokenizer())
                 self._backend = (backend, backend.describe())
             else:
                 loaded = self.loaded()
