@@ -18,7 +18,9 @@ marked ``token_ids_source="model"``: the prompt ids are the ones the server rend
 renders harmony itself, with a ``Current date:`` line and its own channel list, so they differ
 from goalprobe's rendering) and every later stage replays them. Reasoning and answer are then
 read from the generated ids (with the tokenizer), not from the response's text fields.
-Otherwise, with ``require_token_ids`` the response is refused (:class:`ServerTokenIdsError`, which
+vLLM 0.10.2-0.11.0 returns the prompt ids but not the generated ones for gpt-oss
+(vllm-project/vllm#28246): the prompt ids are then kept and only the generated text is
+re-tokenised. Otherwise, with ``require_token_ids`` the response is refused (:class:`ServerTokenIdsError`, which
 stops a run at once); without it the prompt and the returned text are rendered in harmony
 (:mod:`goalprobe.agents.harmony`) and tokenised with the model's tokenizer, marked
 ``"retokenized"`` and counted (:attr:`RequestStats.retokenized`, with a warning): a faithful
@@ -117,7 +119,6 @@ class ServerConfig:
 
     base_url: str
     """The API root, e.g. ``http://127.0.0.1:8000/v1`` (requests go to ``{base_url}/chat/completions``)."""
-
 
     model: str
     """The model name sent with every request (e.g. ``openai/gpt-oss-20b``)."""
@@ -416,8 +417,14 @@ class ServerBackend:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _missing_ids_message(self, where: str) -> str:
-        if self.config.request_token_ids:
+    def _missing_ids_message(self, where: str, has_prompt_ids: bool = False) -> str:
+        if has_prompt_ids:
+            ask = (
+                "the server returned prompt_token_ids but no generated token_ids (vLLM's "
+                "gpt-oss chat completions before the fix of vllm-project/vllm#28246, 0.11.1): "
+                "upgrade the server"
+            )
+        elif self.config.request_token_ids:
             ask = (
                 "the server returned no prompt_token_ids/token_ids although the request asked "
                 "for them (return_token_ids); vLLM returns them from 0.10.2 on: upgrade the "
@@ -466,11 +473,12 @@ class ServerBackend:
                 well_formed = finish_reason == "stop" and bool(final)
         else:
             if self.config.require_token_ids or self.tokenizer is None:
-                raise ServerTokenIdsError(self._missing_ids_message(where))
+                raise ServerTokenIdsError(self._missing_ids_message(where, prompt_ids is not None))
             source = "retokenized"
             text = _harmony_text(reasoning, final, finish_reason)
-            prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
-            prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
+            if prompt_ids is None:  # else keep the prompt the server rendered
+                prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
+                prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
             generated_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
             well_formed = finish_reason == "stop" and bool(final) and bool(reasoning)
             self.stats.retokenized += 1

@@ -45,6 +45,9 @@ class VllmShape:
     """``"reasoning"`` (current vLLM) or ``"reasoning_content"`` (older)."""
     token_ids: bool = True
     """Honour ``return_token_ids`` (False: a version that returns no ids for gpt-oss)."""
+    generated_ids: bool = True
+    """Return the generated ids too (False: vLLM 0.10.2-0.11.0 for gpt-oss, which returned
+    ``prompt_token_ids`` but ``token_ids: null``, vllm-project/vllm#28246)."""
     empty_developer: bool = False
     """Older vLLM: an empty developer message before the request's messages."""
     legacy_parser: bool = False
@@ -60,6 +63,7 @@ OLDER = VllmShape(
     reasoning_field="reasoning_content", empty_developer=True, legacy_parser=True, no_analysis=True
 )
 NO_IDS = VllmShape(token_ids=False)
+PROMPT_IDS_ONLY = VllmShape(generated_ids=False)
 
 
 @dataclass
@@ -227,7 +231,7 @@ def fake_vllm_app(
                     "index": 0,
                     "message": message,
                     "finish_reason": "length" if cut else "stop",
-                    "token_ids": generated if ids else None,
+                    "token_ids": generated if ids and shape.generated_ids else None,
                 }
             ],
             "usage": {

@@ -26,7 +26,7 @@ from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.text import render
-from vllm_fixtures import CURRENT, NO_IDS, OLDER, VllmShape, fake_vllm
+from vllm_fixtures import CURRENT, NO_IDS, OLDER, PROMPT_IDS_ONLY, VllmShape, fake_vllm
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +256,22 @@ def test_rollout_shards_merge_to_the_unsharded_run(
     )
     assert result.exit_code == 2 and "in both" in result.stderr
     assert not (tmp_path / "twice.jsonl").exists()
+
+
+def test_prompt_ids_without_generated_ids_keep_the_served_prompt(
+    gptoss_tiny, harmony_encoding, grids
+):
+    """vLLM 0.10.2-0.11.0 returned gpt-oss's prompt ids but ``token_ids: null``: the served
+    prompt is kept (only the answer is re-tokenised, and counted); required ids refuse it,
+    naming the bug."""
+    messages = build_messages(render(grids[0]), variant="plain", has_key=False)
+    sampling = SamplingConfig(temperature=0.7, max_new_tokens=64, seed=2)
+    with fake_vllm(gptoss_tiny, harmony_encoding, PROMPT_IDS_ONLY) as (url, log):
+        server = backend(url, gptoss_tiny.tokenizer, request_token_ids=True)
+        completion = server.generate([messages], sampling)[0]
+        strict = backend(url, gptoss_tiny.tokenizer, request_token_ids=True, require_token_ids=True)
+        with pytest.raises(ServerTokenIdsError, match="28246"):
+            strict.generate([messages], sampling)
+    assert completion.prompt_token_ids == log.prompts[0]
+    assert completion.token_ids_source == "retokenized" and server.stats.retokenized == 1
+    assert parse_action(completion.final).ok
