@@ -69,3 +69,23 @@ def test_switching_backend_keeps_the_servers_trajectories(gptoss_tiny, harmony_e
     assert len(log.requests) == requests  # nothing generated again
     assert summary["episodes_resumed"] == summary["episodes"] == len(served)
     assert {e.key: e for e in read_trajectories(out)} == served
+
+
+def test_every_stage_that_loads_weights_or_generates_is_classified():
+    """A stage whose module loads the weights (directly or through decode/extract helpers) is in
+    WEIGHT_STAGES, one that generates with the rollout engine in SERVER_STAGES, and no stage
+    does both (a server could then be needed while the weights are loaded)."""
+    from pathlib import Path
+
+    import goalprobe.stages as stages
+
+    root = Path(stages.__file__).parent
+    weights = ("loaded()", "extract_into(", "decode_prompt_states(")
+    generates = ("rollouts_into(", "rollout_backend(")
+    for name in STAGES:
+        source = (root / f"{name}.py").read_text(encoding="utf-8")
+        loads = any(marker in source for marker in weights)
+        serves = any(marker in source for marker in generates)
+        assert not (loads and serves), f"stage {name} both generates and loads weights"
+        assert loads == (name in WEIGHT_STAGES), name
+        assert serves == (name in SERVER_STAGES), name
