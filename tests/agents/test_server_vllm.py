@@ -172,6 +172,13 @@ def test_retokenized_steps_are_counted_and_warned_about(
     assert steps and all(s.token_ids_source == "retokenized" for s in steps)
     assert f"warning: {len(steps)} of {len(steps)} steps were re-tokenised" in result.stderr
     assert any("returned no token ids" in r.message for r in caplog.records)
+    store = tmp_path / "acts.h5"
+    result = goalprobe_cli(
+        "extract", out, "--model", gptoss_tiny.directory, "--out", store, "--device", "cpu",
+        "--layers", "0", "--no-progress",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"{len(steps)} step(s) replay token ids re-tokenised" in result.stderr
 
 
 def test_require_token_ids_refuses_an_answer_without_them(gptoss_tiny, harmony_encoding, grids):
