@@ -282,3 +282,31 @@ def test_prompt_ids_without_generated_ids_keep_the_served_prompt(
     assert completion.prompt_token_ids == log.prompts[0]
     assert completion.token_ids_source == "retokenized" and server.stats.retokenized == 1
     assert parse_action(completion.final).ok
+
+
+class _LockstepOnly:
+    """The same server without ``session``/``acomplete``: run_rollouts schedules it in rounds."""
+
+    def __init__(self, backend: ServerBackend) -> None:
+        self.backend = backend
+
+    def generate(self, batch, sampling, seeds=None):
+        return self.backend.generate(batch, sampling, seeds=seeds)
+
+    def describe(self):
+        return self.backend.describe()
+
+
+def test_per_episode_scheduling_gives_the_episodes_of_lockstep_rounds(
+    gptoss_tiny, harmony_encoding, grids, template_dir, tmp_path
+):
+    config = rollout_config(template_dir, batch_size=3, horizon_steps=3)
+    with fake_vllm(gptoss_tiny, harmony_encoding) as (url, _):
+        server = backend(url, gptoss_tiny.tokenizer, request_token_ids=True)
+        rounds = run_rollouts(
+            grids, _LockstepOnly(server), config, tmp_path / "r.jsonl", progress=False
+        )
+        each = run_rollouts(grids, server, config, tmp_path / "e.jsonl", progress=False)
+    assert (rounds.scheduling, each.scheduling) == ("lockstep", "per_episode")
+    assert rounds.run_id == each.run_id
+    assert episodes(tmp_path / "r.jsonl") == episodes(tmp_path / "e.jsonl")
