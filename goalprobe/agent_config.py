@@ -97,6 +97,27 @@ class Agent:
             self._loaded = load_model(self.config.model, device=self.config.device)
         return self._loaded
 
+    def check_server(self) -> None:
+        """Before any stage runs: one short request to the server, which must answer with the
+        prompt and generated token ids (a down server or one without ids fails here, at once,
+        rather than in every generating stage).
+
+        Raises:
+            ServerError: the server did not answer (one retry), or answered without ids
+                (:class:`~goalprobe.agents.server_backend.ServerTokenIdsError`).
+        """
+        from dataclasses import replace
+
+        from goalprobe.agents.backend import SamplingConfig
+        from goalprobe.agents.harmony import Message
+
+        backend, _ = self.rollout_backend()
+        probe = ServerBackend(
+            replace(backend.config, max_retries=1, timeout_s=120.0), backend.tokenizer
+        )
+        conversation = [Message("user", "Answer with one word.")]
+        probe.generate([conversation], SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0))
+
     def rollout_backend(self) -> tuple[Any, dict]:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:

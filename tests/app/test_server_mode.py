@@ -89,3 +89,24 @@ def test_every_stage_that_loads_weights_or_generates_is_classified():
         assert not (loads and serves), f"stage {name} both generates and loads weights"
         assert loads == (name in WEIGHT_STAGES), name
         assert serves == (name in SERVER_STAGES), name
+
+
+@pytest.mark.parametrize("shape", ["no_ids", "prompt_ids_only"])
+def test_demo_server_mode_without_ids_is_one_error_before_any_stage(
+    goalprobe_cli, gptoss_tiny, harmony_encoding, tmp_path, shape
+):
+    from vllm_fixtures import NO_IDS, PROMPT_IDS_ONLY
+
+    chosen = {"no_ids": NO_IDS, "prompt_ids_only": PROMPT_IDS_ONLY}[shape]
+    run_dir = tmp_path / "run"
+    with fake_vllm(gptoss_tiny, harmony_encoding, chosen) as (url, log):
+        result = goalprobe_cli(
+            "demo", "--scale", "tiny", "--run-dir", run_dir, "--model", gptoss_tiny.directory,
+            "--backend", "server", "--base-url", url, "--no-progress",
+        )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --base-url: "), result.stderr
+    assert ("28246" if shape == "prompt_ids_only" else "0.10.2") in lines[0]
+    assert len(log.requests) == 1 and log.requests[0]["return_token_ids"] is True
+    assert not (run_dir / "stages").exists()
