@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import random
@@ -204,7 +205,11 @@ class ServerBackend:
         self._rng = random.Random()
         self.stats = RequestStats()
         self._in_flight = [0] * len(config.base_urls)
-        self._client: httpx.AsyncClient | None = None
+        # the open session (client, concurrency limit) of the running task's context: each
+        # event loop (a thread calling generate() inside a notebook's loop) has its own
+        self._session: contextvars.ContextVar = contextvars.ContextVar(
+            f"server-session-{id(self)}", default=None
+        )
 
     def __repr__(self) -> str:
         return (
@@ -282,20 +287,20 @@ class ServerBackend:
     async def session(self):
         """Keep one HTTP client (its connection pool and concurrency limit) open for every
         :meth:`acomplete` inside the block; nested blocks share the outer one."""
-        if self._client is not None:
+        if self._session.get() is not None:
             yield self
             return
-        limits = httpx.Limits(max_connections=self.config.max_concurrency * len(self._in_flight))
+        in_flight = self.config.max_concurrency * len(self._in_flight)
+        limits = httpx.Limits(max_connections=in_flight)
         timeout = httpx.Timeout(self.config.timeout_s)
-        self._semaphore = asyncio.Semaphore(self.config.max_concurrency * len(self._in_flight))
         async with httpx.AsyncClient(
             timeout=timeout, headers=self._headers(), limits=limits
         ) as client:
-            self._client = client
+            token = self._session.set((client, asyncio.Semaphore(in_flight)))
             try:
                 yield self
             finally:
-                self._client = None
+                self._session.reset(token)
 
     async def acomplete(
         self, messages: list[Message], sampling: SamplingConfig, seed: int | None
@@ -314,10 +319,12 @@ class ServerBackend:
     async def _complete(
         self, messages: list[Message], sampling: SamplingConfig, seed: int | None
     ) -> Completion:
-        if self._client is None:
+        session = self._session.get()
+        if session is None:
             raise RuntimeError("ServerBackend requests run inside `async with backend.session()`")
-        async with self._semaphore:
-            body = await self._post(self._client, self.request_body(messages, sampling, seed))
+        client, semaphore = session
+        async with semaphore:
+            body = await self._post(client, self.request_body(messages, sampling, seed))
         return self._completion(messages, sampling, body)
 
     # -- requests -----------------------------------------------------------------------------
