@@ -132,6 +132,23 @@ class LocalBackend:
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
+        return self.generate_ids(prompts, sampling, seeds=seeds)
+
+    @torch.no_grad()
+    def generate_ids(
+        self,
+        prompts: Sequence[list[int]],
+        sampling: SamplingConfig,
+        *,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """:meth:`generate` for prompts given as token ids (e.g. the ones a server rendered)."""
+        if not prompts:
+            return []
+        prompts = [list(p) for p in prompts]
+        batch = prompts
+        if seeds is not None and len(seeds) != len(batch):
+            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} prompts")
         if seeds is None and sampling.temperature > 0:
             seeds = _row_seeds(len(batch), sampling.seed)
         groups: dict[tuple[tuple[int, ...], int], list[int]] = {}

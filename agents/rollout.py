@@ -1,4 +1,4 @@
-"""Run an agent in the grid world: many episodes in lockstep, every step recorded.
+"""Run an agent in the grid world: many episodes at once, every step recorded.
 
 An episode starts in the settled initial state of its grid and, at every step ``t``, shows the
 agent the current grid (a fresh conversation: instructions + grid, see
@@ -11,9 +11,15 @@ ends on success (the agent stands on the goal) or when ``T`` steps have been tak
 attempt fails the step is *invalid*: the agent stays in place, the step counts towards the
 horizon, and the step line has ``action: null, valid: false``. No episode is ever dropped.
 
-**Lockstep batching.** Up to ``batch_size`` episodes are in flight; each round sends the
-current conversation of every one of them to ``backend.generate`` in one call (a retry is simply
-the same episode's next round), so a batch of B episodes costs about one call per step.
+**Scheduling.** Up to ``batch_size`` episodes are in flight. A backend that answers one
+conversation at a time concurrently (a server: it has ``session()`` and ``acomplete()``) is
+scheduled *per episode*: each episode sends its next request as soon as its previous answer
+came back, and a finished episode's slot goes at once to the next one, so the server's batch
+stays full and no episode waits for the longest reasoning trace of a round. Other backends (a
+local model, which batches on its own device) run in *lockstep rounds*: each round sends the
+current conversation of every episode in flight to ``backend.generate`` in one call (a retry is
+simply the same episode's next round). With per-conversation seeds both give the same
+episodes; only the order they are written in differs.
 
 **Seeds.** Episode ``e`` on grid ``g`` samples with ``episode_seed = H(seed, g, e)`` and the
 attempt ``k`` of its step ``t`` with ``H(episode_seed, t, k)`` (H: SHA-256 folded to 31 bits).
@@ -24,7 +30,9 @@ conversation (``batch_size=1``: rollouts are then independent of scheduling and 
 bit for bit), else a seed derived from the seeds of the conversations in it (reproducible for
 the same config and schedule only).
 
-**Failed requests.** A backend that answers conversations independently (a server) raises
+**Failed requests.** Per episode: a request that failed after the backend's own retries is
+sent again with the same seed; an episode whose request fails more than ``max_failed_rounds``
+times in a row stops the run (:class:`RolloutStopped`). In lockstep rounds: a backend raises
 :class:`~goalprobe.agents.backend.BatchGenerationError` when some of a round's conversations
 failed after the backend's own retries: the answered ones are used, the failed ones stay at
 their step and are sent again next round with the same seed, so the trajectories equal those
@@ -40,6 +48,7 @@ interrupted run loses only the episodes in flight.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import logging
@@ -47,6 +56,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -187,8 +197,13 @@ class RolloutReport:
         invalid_steps: invalid steps among them.
         generate_calls: ``backend.generate`` calls made now.
         seconds: wall time.
-        failed_rounds: rounds in which some conversations failed (and were sent again).
+        failed_rounds: rounds in which some conversations failed (and were sent again);
+            per-episode scheduling: failed requests (each sent again).
         failed_generations: conversations that failed in those rounds.
+        retokenized_steps: steps among those taken now whose token ids were rebuilt from the
+            server's text (not the ids the model read; see
+            :mod:`goalprobe.agents.server_backend`).
+        scheduling: ``"per_episode"`` or ``"lockstep"``.
     """
 
     out_path: Path
@@ -203,6 +218,8 @@ class RolloutReport:
     seconds: float
     failed_rounds: int = 0
     failed_generations: int = 0
+    retokenized_steps: int = 0
+    scheduling: str = "lockstep"
 
     @property
     def steps_per_second(self) -> float:
@@ -480,6 +497,14 @@ def _finite_distance(policy: OptimalPolicy, state: State) -> int:
     return int(distance)
 
 
+def per_episode_scheduling(backend: object) -> bool:
+    """Whether ``backend`` answers single conversations concurrently (``session()`` and
+    ``acomplete()``), so that :func:`run_rollouts` schedules it per episode."""
+    return callable(getattr(backend, "session", None)) and callable(
+        getattr(backend, "acomplete", None)
+    )
+
+
 def _accepts_seeds(backend: Backend) -> bool:
     try:
         return "seeds" in inspect.signature(backend.generate).parameters
@@ -565,8 +590,9 @@ def run_rollouts(
 
     per_row_seeds = _accepts_seeds(backend)
     active: list[_Episode] = []
-    calls = episodes_run = successes = steps = invalid = 0
+    calls = episodes_run = successes = steps = invalid = retokenized = 0
     failed_rounds = failed_generations = consecutive_failures = 0
+    scheduling = "per_episode" if per_episode_scheduling(backend) else "lockstep"
 
     def report() -> RolloutReport:
         return RolloutReport(
@@ -582,23 +608,83 @@ def run_rollouts(
             seconds=time.perf_counter() - started,
             failed_rounds=failed_rounds,
             failed_generations=failed_generations,
+            retokenized_steps=retokenized,
+            scheduling=scheduling,
         )
+
+    def new_episode(grid: Grid, policy: OptimalPolicy, index: int) -> _Episode:
+        return _Episode(
+            run_id=run_id, grid=grid, policy=policy, index=index, config=config, template=template
+        )
+
+    def finish(episode: _Episode) -> None:
+        nonlocal episodes_run, successes, steps, invalid, retokenized
+        summary = episode.summary()
+        append_episode(out_path, episode.steps, summary)
+        episodes_run += 1
+        successes += summary.success
+        steps += summary.length
+        invalid += summary.invalid_steps
+        retokenized += sum(s.token_ids_source == "retokenized" for s in episode.steps)
+        bar.update(1)
+        bar.set_postfix(steps=steps, invalid=invalid, success=successes, refresh=False)
+
+    async def per_episode() -> None:
+        nonlocal calls, failed_rounds, failed_generations
+        stop: list[BaseException] = []
+
+        async def worker() -> None:
+            nonlocal calls, failed_rounds, failed_generations
+            while todo and not stop:
+                episode = new_episode(*todo.popleft())
+                failures = 0
+                while not episode.done:
+                    try:
+                        calls += 1
+                        completion = await backend.acomplete(
+                            episode.messages(), config.sampling(None), episode.attempt_seed
+                        )
+                    except BatchGenerationError as err:
+                        failed_rounds += 1
+                        failed_generations += 1
+                        failures += 1
+                        if stop:
+                            return
+                        if failures > max_failed_rounds:
+                            stop.append(err)
+                            return
+                        log.warning("episode %s: %s; sending it again", episode.key, err)
+                        continue
+                    if stop:
+                        return
+                    failures = 0
+                    episode.consume(completion)
+                finish(episode)
+
+        async with backend.session():
+            tasks = [asyncio.ensure_future(worker()) for _ in range(config.batch_size)]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:  # a fatal error in one episode ends the others' requests
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        if stop:
+            raise RolloutStopped(
+                f"a request failed {max_failed_rounds + 1} times in a row (last: {stop[0]}); "
+                f"{skipped + episodes_run} of {total} episodes finished and written; rerun the "
+                "same command to resume",
+                report(),
+            ) from stop[0]
 
     bar = tqdm(total=len(todo), unit="episode", disable=not progress, desc="rollout")
     try:
+        if scheduling == "per_episode":
+            _run_coroutine(per_episode())
+            return report()
         while todo or active:
             while todo and len(active) < config.batch_size:
-                grid, policy, index = todo.popleft()
-                active.append(
-                    _Episode(
-                        run_id=run_id,
-                        grid=grid,
-                        policy=policy,
-                        index=index,
-                        config=config,
-                        template=template,
-                    )
-                )
+                active.append(new_episode(*todo.popleft()))
             try:
                 completions: list[Completion | None] = list(
                     _generate(backend, active, config, per_row_seeds)
@@ -617,14 +703,7 @@ def run_rollouts(
                 if not episode.done:
                     still.append(episode)
                     continue
-                summary = episode.summary()
-                append_episode(out_path, episode.steps, summary)
-                episodes_run += 1
-                successes += summary.success
-                steps += summary.length
-                invalid += summary.invalid_steps
-                bar.update(1)
-                bar.set_postfix(steps=steps, invalid=invalid, success=successes, refresh=False)
+                finish(episode)
             active = still
             if failure is None:
                 consecutive_failures = 0
@@ -643,6 +722,16 @@ def run_rollouts(
     finally:
         bar.close()
     return report()
+
+
+def _run_coroutine(coroutine) -> Any:
+    """Run ``coroutine`` to its end (on a worker thread when called inside an event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _generate(

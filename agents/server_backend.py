@@ -2,22 +2,36 @@
 ``goalprobe serve``).
 
 Each conversation of a batch is one ``POST {base_url}/chat/completions`` request; requests run
-concurrently (``httpx.AsyncClient``) up to ``max_concurrency`` at a time, each with a timeout and
+concurrently (``httpx.AsyncClient``) up to ``max_concurrency`` at a time per endpoint (several
+endpoints serving the same model: each request, and each retry, goes to the endpoint with the
+fewest requests in flight), each with a timeout and
 retries with exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection errors,
 truncated bodies and answers that are not a JSON object. Other 4xx answers fail at once with the
 server's message. Conversations are independent: when some of a batch fail after every retry,
 :class:`ServerBatchError` carries the completions of the others (and the reasons), so a caller
 keeps them; :attr:`ServerBackend.stats` counts requests, retries and failures.
 
-**Text.** The final answer is ``message.content``; the reasoning is ``message.reasoning_content``
-or ``message.reasoning`` (vLLM, several providers), empty when the server returns neither.
+**Token ids.** When the response carries them (``goalprobe serve`` always; vLLM >= 0.10.2 when
+asked with ``request_token_ids``: request field ``return_token_ids``) they are
+``prompt_token_ids`` on the response and ``token_ids`` on the choice, and the completion is
+marked ``token_ids_source="model"``: the prompt ids are the ones the server rendered (vLLM
+renders harmony itself, with a ``Current date:`` line and its own channel list, so they differ
+from goalprobe's rendering) and every later stage replays them. Reasoning and answer are then
+read from the generated ids (with the tokenizer), not from the response's text fields.
+vLLM 0.10.2-0.11.0 returns the prompt ids but not the generated ones for gpt-oss
+(vllm-project/vllm#28246): the prompt ids are then kept and only the generated text is
+re-tokenised. Otherwise, with ``require_token_ids`` the response is refused (:class:`ServerTokenIdsError`, which
+stops a run at once); without it the prompt and the returned text are rendered in harmony
+(:mod:`goalprobe.agents.harmony`) and tokenised with the model's tokenizer, marked
+``"retokenized"`` and counted (:attr:`RequestStats.retokenized`, with a warning): a faithful
+replay only when the server renders prompts exactly as goalprobe does, which vLLM does not.
 
-**Token ids.** When the response carries them (``goalprobe serve`` always; vLLM when asked with
-``request_token_ids``) they are ``prompt_token_ids`` on the response and ``token_ids`` on the
-choice, and the completion is marked ``token_ids_source="model"``. Otherwise the prompt and the
-returned text are rendered in harmony (:mod:`goalprobe.agents.harmony`) and tokenised with the
-model's tokenizer, marked ``"retokenized"``: a faithful replay only when the server renders
-prompts exactly as goalprobe does.
+**Text.** Without ids, the final answer is ``message.content`` and the reasoning
+``message.reasoning`` (vLLM >= 0.11) or ``message.reasoning_content`` (older vLLM, several
+providers), empty when the server returns neither. vLLM before the fix of its harmony output
+parser put an answer that has no analysis message into the reasoning field with empty content;
+such a response (finished with ``stop``, no content, some reasoning) is read as an answer
+without reasoning.
 
 **API key.** Read from the environment variable ``api_key_env`` (default ``OPENAI_API_KEY``)
 when the backend is built and sent as ``Authorization: Bearer ...``; it is never logged, never
@@ -27,6 +41,8 @@ part of ``repr``/``describe()``, and removed from any server message quoted in a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import os
 import random
@@ -41,6 +57,8 @@ from goalprobe.agents.backend import BatchGenerationError, Completion, SamplingC
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
+    RETURN,
+    SPECIAL_TOKENS,
     Message,
     render_completion,
     render_prompt,
@@ -62,6 +80,11 @@ class ServerBatchError(ServerError, BatchGenerationError):
     in ``completions`` (None where a request failed, its reason in ``errors``)."""
 
 
+class ServerTokenIdsError(ServerError):
+    """The server answered without the token ids the backend needs (``require_token_ids``, or
+    no tokenizer to rebuild them). Sending the request again cannot help: it stops the run."""
+
+
 @dataclass
 class RequestStats:
     """What the backend's requests went through (counts since the backend was built)."""
@@ -77,6 +100,12 @@ class RequestStats:
 
     problems: dict[str, int] = field(default_factory=dict)
     """Retryable failures by kind (``HTTP 503``, ``ReadTimeout``, ``malformed JSON``, ...)."""
+
+    retokenized: int = 0
+    """Completions whose ids were rebuilt locally because the server returned none."""
+
+    by_endpoint: dict[str, int] = field(default_factory=dict)
+    """Requests answered, by endpoint (public URL)."""
 
 
 class _Tokenizer(Protocol):
@@ -95,11 +124,17 @@ class ServerConfig:
     model: str
     """The model name sent with every request (e.g. ``openai/gpt-oss-20b``)."""
 
+    more_base_urls: tuple[str, ...] = ()
+    """Further endpoints serving the same model (e.g. one vLLM per GPU); each request goes to
+    the endpoint with the fewest requests in flight (ties: the first listed)."""
+
     api_key_env: str | None = "OPENAI_API_KEY"
     """Environment variable holding the API key; None (or an unset variable) sends no key."""
 
-    max_concurrency: int = 8
-    """Requests in flight at once."""
+    max_concurrency: int = 128
+    """Requests in flight at once per endpoint. vLLM batches up to ``--max-num-seqs`` sequences
+    (256 by default) and queues the rest; 128 keeps a GPT-OSS-20B server on one GPU busy
+    without leaving requests queued long enough to reach ``timeout_s``."""
 
     timeout_s: float = 600.0
     """Per-request timeout (connect, read, write) in seconds."""
@@ -114,8 +149,13 @@ class ServerConfig:
     """Longest backoff delay (also caps a server's ``Retry-After``)."""
 
     request_token_ids: bool = False
-    """Send ``return_token_ids: true`` (vLLM's extension returning prompt and generated ids).
-    Leave off for servers that reject unknown fields (OpenAI's own API)."""
+    """Send ``return_token_ids: true`` (vLLM's extension returning prompt and generated ids,
+    vLLM >= 0.10.2). Leave off for servers that reject unknown fields (OpenAI's own API)."""
+
+    require_token_ids: bool = False
+    """Refuse a response without prompt and generated token ids (:class:`ServerTokenIdsError`)
+    instead of re-tokenising its text: for runs whose activations must be of the prompts the
+    model read."""
 
     developer_role: str = "developer"
     """Role the instructions (harmony ``developer`` message) are sent as; ``"system"`` for
@@ -132,8 +172,16 @@ class ServerConfig:
             raise ValueError(
                 f"developer_role must be 'developer' or 'system', got {self.developer_role!r}"
             )
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        for url in self.base_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+        if len(set(self.base_urls)) != len(self.base_urls):
+            raise ValueError("base URLs repeat")
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """Every endpoint, ``base_url`` first."""
+        return (self.base_url, *self.more_base_urls)
 
 
 class ServerBackend:
@@ -156,10 +204,16 @@ class ServerBackend:
         self._api_key = key or None
         self._rng = random.Random()
         self.stats = RequestStats()
+        self._in_flight = [0] * len(config.base_urls)
+        # the open session (client, concurrency limit) of the running task's context: each
+        # event loop (a thread calling generate() inside a notebook's loop) has its own
+        self._session: contextvars.ContextVar = contextvars.ContextVar(
+            f"server-session-{id(self)}", default=None
+        )
 
     def __repr__(self) -> str:
         return (
-            f"ServerBackend(base_url={_public_url(self.config.base_url)!r}, "
+            f"ServerBackend(base_url={', '.join(map(_public_url, self.config.base_urls))!r}, "
             f"model={self.config.model!r}, api_key={'<set>' if self._api_key else None})"
         )
 
@@ -201,21 +255,19 @@ class ServerBackend:
         """
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
-        semaphore = asyncio.Semaphore(self.config.max_concurrency)
-        timeout = httpx.Timeout(self.config.timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as client:
+        async with self.session():
 
             async def one(i: int) -> Completion:
                 seed = sampling.seed if seeds is None else int(seeds[i])
-                async with semaphore:
-                    body = await self._post(client, self.request_body(batch[i], sampling, seed))
-                return self._completion(batch[i], sampling, body)
+                return await self._complete(batch[i], sampling, seed)
 
             outcomes = await asyncio.gather(
                 *(one(i) for i in range(len(batch))), return_exceptions=True
             )
-        for outcome in outcomes:  # a bug (not a server failure) is raised as it is
-            if isinstance(outcome, BaseException) and not isinstance(outcome, ServerError):
+        for outcome in outcomes:  # a bug or a missing-ids answer is raised as it is
+            if isinstance(outcome, BaseException) and (
+                not isinstance(outcome, ServerError) or isinstance(outcome, ServerTokenIdsError)
+            ):
                 raise outcome
         failed = [str(o) for o in outcomes if isinstance(o, ServerError)]
         if failed:
@@ -230,6 +282,50 @@ class ServerBackend:
                 [str(o) if isinstance(o, ServerError) else None for o in outcomes],
             )
         return list(outcomes)
+
+    @contextlib.asynccontextmanager
+    async def session(self):
+        """Keep one HTTP client (its connection pool and concurrency limit) open for every
+        :meth:`acomplete` inside the block; nested blocks share the outer one."""
+        if self._session.get() is not None:
+            yield self
+            return
+        in_flight = self.config.max_concurrency * len(self._in_flight)
+        limits = httpx.Limits(max_connections=in_flight)
+        timeout = httpx.Timeout(self.config.timeout_s)
+        async with httpx.AsyncClient(
+            timeout=timeout, headers=self._headers(), limits=limits
+        ) as client:
+            token = self._session.set((client, asyncio.Semaphore(in_flight)))
+            try:
+                yield self
+            finally:
+                self._session.reset(token)
+
+    async def acomplete(
+        self, messages: list[Message], sampling: SamplingConfig, seed: int | None
+    ) -> Completion:
+        """One conversation's completion (inside :meth:`session`): what a per-episode scheduler
+        calls. A request that failed after its retries raises :class:`ServerBatchError` (a
+        :class:`~goalprobe.agents.backend.BatchGenerationError` of one conversation), a
+        response without the ids the backend needs :class:`ServerTokenIdsError`."""
+        try:
+            return await self._complete(messages, sampling, seed)
+        except ServerTokenIdsError:
+            raise
+        except ServerError as err:
+            raise ServerBatchError(str(err), [None], [str(err)]) from err
+
+    async def _complete(
+        self, messages: list[Message], sampling: SamplingConfig, seed: int | None
+    ) -> Completion:
+        session = self._session.get()
+        if session is None:
+            raise RuntimeError("ServerBackend requests run inside `async with backend.session()`")
+        client, semaphore = session
+        async with semaphore:
+            body = await self._post(client, self.request_body(messages, sampling, seed))
+        return self._completion(messages, sampling, body)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -266,11 +362,14 @@ class ServerBackend:
         return text.replace(self._api_key, "<redacted>") if self._api_key else text
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        public = _public_url(url)
         attempts = self.config.max_retries + 1
         for attempt in range(attempts):
             retry_after: float | None = None
+            # the least-loaded endpoint (no await between the choice and the count: atomic)
+            endpoint = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)
+            url = self.config.base_urls[endpoint].rstrip("/") + "/chat/completions"
+            public = _public_url(url)
+            self._in_flight[endpoint] += 1
             try:
                 response = await client.post(url, json=body)
             except (httpx.TimeoutException, httpx.TransportError) as err:
@@ -284,6 +383,8 @@ class ServerBackend:
                         payload = None
                     if isinstance(payload, dict):
                         self.stats.requests += 1
+                        where = _public_url(self.config.base_urls[endpoint])
+                        self.stats.by_endpoint[where] = self.stats.by_endpoint.get(where, 0) + 1
                         return payload
                     # a proxy cut short or garbled the answer: worth another attempt
                     kind = "malformed JSON"
@@ -299,6 +400,8 @@ class ServerBackend:
                         self.stats.failures += 1
                         raise ServerError(f"{public} refused the request ({problem})")
                     retry_after = _retry_after(response)
+            finally:
+                self._in_flight[endpoint] -= 1
             self.stats.problems[kind] = self.stats.problems.get(kind, 0) + 1
             if attempt + 1 == attempts:
                 self.stats.failures += 1
@@ -321,6 +424,28 @@ class ServerBackend:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
+    def _missing_ids_message(self, where: str, has_prompt_ids: bool = False) -> str:
+        if has_prompt_ids:
+            ask = (
+                "the server returned prompt_token_ids but no generated token_ids (vLLM's "
+                "gpt-oss chat completions before the fix of vllm-project/vllm#28246, 0.11.1): "
+                "upgrade the server"
+            )
+        elif self.config.request_token_ids:
+            ask = (
+                "the server returned no prompt_token_ids/token_ids although the request asked "
+                "for them (return_token_ids); vLLM returns them from 0.10.2 on: upgrade the "
+                "server"
+            )
+        else:
+            ask = (
+                "the server returned no token ids; for vLLM (>= 0.10.2) ask for them "
+                "(--server-token-ids)"
+            )
+        if self.config.require_token_ids:
+            return f"{where}: {ask} (this run requires the ids the model read)"
+        return f"{where}: {ask}, or give the model's tokenizer (--tokenizer) to re-tokenise"
+
     # -- responses ----------------------------------------------------------------------------
 
     def _completion(
@@ -335,31 +460,42 @@ class ServerBackend:
         if not isinstance(message, dict):
             raise ServerError(f"{where}: choice has no message")
         final = _text(message.get("content"))
-        reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning"))
+        reasoning = _text(message.get("reasoning")) or _text(message.get("reasoning_content"))
         finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        if finish_reason == "stop" and not final and reasoning:
+            # older vLLM: an answer without an analysis message lands in the reasoning field
+            final, reasoning = reasoning, ""
 
         prompt_ids = _int_list(body.get("prompt_token_ids"))
         generated_ids = _int_list(choice.get("token_ids"))
         if prompt_ids is not None and generated_ids is not None:
             source = "model"
             if self.tokenizer is not None:
+                # the ids are what the model generated: read the channels from them
                 text = self.tokenizer.decode(generated_ids, skip_special_tokens=False)
-                well_formed = split_completion(text).well_formed
+                split = split_completion(text)
+                reasoning, final, well_formed = split.reasoning, split.final, split.well_formed
             else:
                 text = _harmony_text(reasoning, final, finish_reason)
                 well_formed = finish_reason == "stop" and bool(final)
         else:
-            if self.tokenizer is None:
-                raise ServerError(
-                    f"{where}: the server returned no token ids; give the backend the model's "
-                    "tokenizer to re-tokenise the text (or, for vLLM, set request_token_ids)"
-                )
+            if self.config.require_token_ids or self.tokenizer is None:
+                raise ServerTokenIdsError(self._missing_ids_message(where, prompt_ids is not None))
             source = "retokenized"
             text = _harmony_text(reasoning, final, finish_reason)
-            prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
-            prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
+            if prompt_ids is None:  # else keep the prompt the server rendered
+                prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
+                prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
             generated_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-            well_formed = finish_reason == "stop" and bool(final)
+            well_formed = finish_reason == "stop" and bool(final) and bool(reasoning)
+            self.stats.retokenized += 1
+            if self.stats.retokenized == 1:
+                log.warning(
+                    "%s returned no token ids: re-tokenising its text with goalprobe's harmony "
+                    "rendering (the prompt ids may differ from what the model read; counted "
+                    "in the run's retokenized steps)",
+                    where,
+                )
         return Completion(
             prompt_token_ids=[int(i) for i in prompt_ids],
             generated_token_ids=[int(i) for i in generated_ids],
@@ -373,9 +509,13 @@ class ServerBackend:
 
 
 def _harmony_text(reasoning: str, final: str, finish_reason: str) -> str:
-    """The harmony text of a completion given as reasoning + final (cut off if it was)."""
+    """The harmony text of a completion given as reasoning + final (cut off if it was; an
+    answer without reasoning is a lone final message)."""
     if finish_reason == "length" and not final:
         return f"{CHANNEL}analysis{MESSAGE}{reasoning}"
+    if not reasoning and final and not any(t in final for t in SPECIAL_TOKENS):
+        closer = RETURN if finish_reason == "stop" else ""
+        return f"{CHANNEL}final{MESSAGE}{final}{closer}"
     try:
         return render_completion(reasoning, final)
     except ValueError as err:

@@ -25,6 +25,10 @@ from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 ENGINES: tuple[str, ...] = ("local", "server")
 """Rollout engines: transformers in this process, or an OpenAI-compatible server."""
 
+SERVER_IN_FLIGHT = 128
+"""Requests the demo keeps in flight on a server (vLLM batches up to ``--max-num-seqs``, 256
+by default, and queues the rest); each stage's episodes in flight follow it."""
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -77,6 +81,15 @@ class Agent:
         self.config = config
         self._loaded: LoadedModel | None = None
         self._backend: tuple[Any, dict] | None = None
+        self._tokenizer = None
+
+    def tokenizer(self):
+        """The model's tokenizer, without its weights (the local model's when loaded)."""
+        if self._loaded is not None:
+            return self._loaded.tokenizer
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.config.model)
+        return self._tokenizer
 
     def loaded(self) -> LoadedModel:
         """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts."""
@@ -84,14 +97,41 @@ class Agent:
             self._loaded = load_model(self.config.model, device=self.config.device)
         return self._loaded
 
+    def check_server(self) -> None:
+        """Before any stage runs: one short request to the server, which must answer with the
+        prompt and generated token ids (a down server or one without ids fails here, at once,
+        rather than in every generating stage).
+
+        Raises:
+            ServerError: the server did not answer (one retry), or answered without ids
+                (:class:`~goalprobe.agents.server_backend.ServerTokenIdsError`).
+        """
+        from dataclasses import replace
+
+        from goalprobe.agents.backend import SamplingConfig
+        from goalprobe.agents.harmony import Message
+
+        backend, _ = self.rollout_backend()
+        probe = ServerBackend(
+            replace(backend.config, max_retries=1, timeout_s=120.0), backend.tokenizer
+        )
+        conversation = [Message("user", "Answer with one word.")]
+        probe.generate([conversation], SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0))
+
     def rollout_backend(self) -> tuple[Any, dict]:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
-                backend = ServerBackend(
-                    ServerConfig(base_url=self.config.base_url, model=self.config.model),
-                    load_tokenizer(self.config.model),
+                # the study's rows must be of the prompts the model read: ask for the ids and
+                # refuse answers without them; keep the server's batch full
+                server = ServerConfig(
+                    base_url=self.config.base_url,
+                    model=self.config.model,
+                    request_token_ids=True,
+                    require_token_ids=True,
+                    max_concurrency=SERVER_IN_FLIGHT,
                 )
+                backend = ServerBackend(server, self.tokenizer())
                 self._backend = (backend, backend.describe())
             else:
                 loaded = self.loaded()

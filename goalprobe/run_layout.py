@@ -78,12 +78,15 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
         Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
         Artefact(
-            "false-belief grids", "false_belief/grids.jsonl", "false_belief", "goalprobe demo"
+            "false-belief grids",
+            "false_belief/grids.jsonl",
+            "false_belief_rollouts",
+            "goalprobe demo",
         ),
         Artefact(
             "false-belief trajectories",
             "false_belief/trajectories.jsonl",
-            "false_belief",
+            "false_belief_rollouts",
             "goalprobe demo",
         ),
         Artefact(

@@ -22,7 +22,7 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
-from goalprobe.stages import DEPENDS_ON, STAGES
+from goalprobe.stages import DEPENDS_ON, SERVER_STAGES, STAGES, WEIGHT_STAGES, server_first
 from goalprobe.stages.context import StageContext, write_json
 
 
@@ -69,6 +69,20 @@ class StageBook:
 
     def __post_init__(self) -> None:
         self.runner = StageRunner(self.layout.root, force=self.force)
+        if self.serves:  # the server's generation first, then the stages that load weights
+            self.stages = server_first(self.stages)
+
+    @property
+    def serves(self) -> bool:
+        """Whether the agent generates on a server (``--backend server``)."""
+        return self.config.agent.backend == "server"
+
+    def waits_for_server(self, name: str) -> tuple[str, ...]:
+        """The server stages ``name`` waits for besides its inputs: with a server, a stage that
+        needs the weights starts after every stage of :data:`SERVER_STAGES`."""
+        if not self.serves or not _needs_weights(name):
+            return ()
+        return tuple(n for n in SERVER_STAGES if n in self.stages)
 
     def blocked(self, name: str) -> bool:
         """Record ``name`` as not run (and return True) when a stage it reads did not finish."""
@@ -158,7 +172,7 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return (book, name) in waiting or (book, name) in running.values()
 
     def ready(book: StageBook, name: str) -> bool:
-        if any(pending(book, d) for d in DEPENDS_ON[name]):
+        if any(pending(book, d) for d in (*DEPENDS_ON[name], *book.waits_for_server(name))):
             return False
         return name != "report" or not any(pending(c, n) for c in book.companions for n in c.stages)
 
@@ -213,6 +227,11 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                     bar.update()
                 break
     bar.close()
+
+
+def _needs_weights(name: str) -> bool:
+    """Whether ``name`` loads the weights or reads a stage that does."""
+    return name in WEIGHT_STAGES or any(_needs_weights(d) for d in DEPENDS_ON[name])
 
 
 _DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"

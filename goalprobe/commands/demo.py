@@ -100,6 +100,15 @@ def command(
         raise typer.BadParameter(str(err)) from err
     if run_dir.exists() and not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
+    if backend == "server":  # the server answers, with token ids, before any stage runs
+        from goalprobe.agent_config import Agent
+        from goalprobe.agents.server_backend import ServerError
+
+        try:
+            Agent(config.agent).check_server()
+        except ServerError as err:
+            typer.echo(f"error: --base-url: {err}", err=True)
+            raise typer.Exit(code=2) from err
     result = run_demo(
         run_dir,
         config,

@@ -173,3 +173,19 @@ def command(
         f"layers {list(config.layers)}, backend {capture.name}; {state}; "
         f"{report.seconds:.1f} s"
     )
+    _warn_retokenized(report.output)
+
+
+def _warn_retokenized(store: Path) -> None:
+    """A warning line when some rows replay ids rebuilt from a server's text."""
+    from goalprobe.activations.store import ActivationStore
+
+    with ActivationStore(store) as opened:
+        retokenized = int(opened.attrs.get("retokenized_steps", 0) or 0)
+    if retokenized:
+        typer.echo(
+            f"warning: {store}: {retokenized} step(s) replay token ids re-tokenised from a "
+            "server's text, not the ids the model read (the server returned none; use vLLM "
+            ">= 0.11.1 with --server-token-ids)",
+            err=True,
+        )

@@ -1,4 +1,5 @@
-"""``goalprobe merge``: join the shard stores of one extraction into one store."""
+"""``goalprobe merge``: join the shard stores of one extraction into one store, or the shard
+trajectory files of one rollout run into one trajectory file."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
 
 
 def command(
-    shards: Annotated[list[Path], typer.Argument(help="The N shard stores (any order).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Merged store (.h5) to write.")],
+    shards: Annotated[
+        list[Path],
+        typer.Argument(help="The N shard stores, or trajectory files (.jsonl), in any order."),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Merged store (.h5) or trajectory file to write.")
+    ],
     compression: Annotated[
         str | None, typer.Option(help="none, lzf or gzip (default: the shards').")
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
-    """Merge `extract --shard i/N` stores, checking every step is covered exactly once.
+    """Merge `extract --shard i/N` stores, checking every step is covered exactly once, or
+    `rollout --shard i/N` trajectory files (.jsonl), checking every episode appears once.
 
     Rows come out in trajectory-file order, as an unsharded extraction writes them. Some shards
     may be empty (their grids hashed elsewhere); all of them empty is an error.
@@ -28,6 +35,16 @@ def command(
     check_new_output(out, overwrite, "--out")
     if out.resolve() in {s.resolve() for s in shards}:
         raise typer.BadParameter(f"{out} is one of the shards being merged", param_hint="--out")
+    if all(s.suffix == ".jsonl" for s in shards):
+        from goalprobe.agents.trajectory_merge import merge_trajectory_files
+
+        if compression is not None:
+            raise typer.BadParameter(
+                "trajectory files have no compression", param_hint="--compression"
+            )
+        n = merge_trajectory_files(shards, out)
+        typer.echo(f"{out}: {n} episode(s) from {len(shards)} trajectory file(s)")
+        return
 
     rows = 0
     for shard in shards:

@@ -28,10 +28,11 @@ def command(
         str, typer.Option(help="auto, bfloat16, float16 or float32 (local models).")
     ] = "auto",
     server: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             help="Base URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) "
-            "to use instead of a local model."
+            "to use instead of a local model; repeat it for several servers of the same model "
+            "(each request goes to the least loaded)."
         ),
     ] = None,
     api_key_env: Annotated[
@@ -40,17 +41,36 @@ def command(
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="Tokenizer ('bundled', directory or hub id) to re-tokenise server text when "
-            "the server returns no token ids."
+            help="The model's tokenizer ('bundled', directory or hub id): reads the channels "
+            "from returned ids and, when a server returns none, re-tokenises its text (such "
+            "steps are counted and warned about: vLLM renders prompts differently)."
         ),
     ] = None,
     server_token_ids: Annotated[
-        bool, typer.Option(help="Ask the server for token ids (vLLM's return_token_ids).")
+        bool,
+        typer.Option(
+            help="Ask the server for the prompt and generated token ids (vLLM >= 0.10.2: "
+            "return_token_ids), so that extraction replays what the model read."
+        ),
+    ] = False,
+    require_token_ids: Annotated[
+        bool,
+        typer.Option(
+            help="Stop (error, exit 2) at the first answer without token ids instead of "
+            "re-tokenising it."
+        ),
     ] = False,
     developer_role: Annotated[
         str, typer.Option(help="Role the instructions are sent as: developer or system.")
     ] = "developer",
-    concurrency: Annotated[int, typer.Option(min=1, help="Server requests in flight.")] = 8,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Server requests in flight per server (vLLM batches up to its --max-num-seqs, "
+            "256 by default).",
+        ),
+    ] = 128,
     request_timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
     request_retries: Annotated[
         int,
@@ -70,8 +90,8 @@ def command(
         int,
         typer.Option(
             min=0,
-            help="Consecutive rounds with failed server requests tolerated (failed ones are "
-            "sent again); one more stops the run, resumable by rerunning the command.",
+            help="Consecutive failures of one episode's server request tolerated (it is sent "
+            "again); one more stops the run, resumable by rerunning the command.",
         ),
     ] = 3,
     episodes: Annotated[int, typer.Option(min=1, max=100_000, help="Episodes per grid.")] = 10,
@@ -84,7 +104,22 @@ def command(
     retries: Annotated[
         int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
     ] = 2,
-    batch_size: Annotated[int, typer.Option(min=1, max=4096, help="Episodes in flight.")] = 16,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="Episodes in flight (default: 16 for a local model; for servers, --concurrency "
+            "times the number of servers, each episode scheduled on its own).",
+        ),
+    ] = None,
+    shard: Annotated[
+        str,
+        typer.Option(
+            help="i/N: run only the grids of shard i of N (by grid id, as `extract --shard`); "
+            "`goalprobe merge` joins the N trajectory files into the unsharded run's episodes."
+        ),
+    ] = "0/1",
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     top_p: Annotated[float, typer.Option(help="Nucleus-sampling mass.")] = 0.95,
     max_new_tokens: Annotated[
@@ -103,13 +138,21 @@ def command(
     """
     from rich.console import Console
 
+    from goalprobe.activations.store.shards import Shard
     from goalprobe.agent_config import local_backend
     from goalprobe.agents.models import load_tokenizer
     from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts
+    from goalprobe.agents.server_backend import ServerTokenIdsError
     from goalprobe.agents.trajectories import read_run_header
     from goalprobe.gridworld.io import read_grid_set
 
     console = Console(stderr=True)
+    try:
+        chosen_shard = Shard.parse(shard)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--shard") from err
+    if batch_size is None:
+        batch_size = concurrency * len(server) if server else 16
     check_device(device)
     check_directory(template_dir, "--template-dir")
     choice(developer_role, ("developer", "system"), "--developer-role")
@@ -132,16 +175,18 @@ def command(
     grid_set = read_grid_set(grids)
     if not grid_set:
         raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
+    grid_set = [grid for grid in grid_set if chosen_shard.holds(grid.grid_id)]
     if out.is_dir():
         raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
     if out.exists() and out.stat().st_size:
         read_run_header(out)  # resuming: a file that is no trajectory file is refused here
-    if server is not None:
+    if server:
         from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 
         try:
             server_config = ServerConfig(
-                base_url=server,
+                base_url=server[0],
+                more_base_urls=tuple(server[1:]),
                 model=model,
                 api_key_env=api_key_env,
                 max_concurrency=concurrency,
@@ -150,6 +195,7 @@ def command(
                 backoff_s=retry_backoff,
                 backoff_max_s=retry_backoff_max,
                 request_token_ids=server_token_ids,
+                require_token_ids=require_token_ids,
                 developer_role=developer_role,
             )
         except ValueError as err:
@@ -174,6 +220,9 @@ def command(
     except RolloutStopped as err:
         typer.echo(f"error: {out}: {err}{_request_summary(backend)}", err=True)
         raise typer.Exit(code=2) from err
+    except ServerTokenIdsError as err:
+        typer.echo(f"error: {out}: {err}; finished episodes are kept (rerun resumes)", err=True)
+        raise typer.Exit(code=2) from err
     console.print(
         f"{out}: run {report.run_id}; {report.episodes_run} episode(s) run, "
         f"{report.episodes_skipped} already finished, {report.episodes_total} in all; "
@@ -189,6 +238,14 @@ def command(
         + _request_summary(backend),
         soft_wrap=True,
     )
+    if report.retokenized_steps:
+        console.print(
+            f"warning: {report.retokenized_steps} of {report.steps} steps were re-tokenised from "
+            "the server's text (it returned no token ids): their prompt ids are goalprobe's "
+            "rendering, not necessarily what the model read; use --server-token-ids with "
+            "vLLM >= 0.10.2",
+            soft_wrap=True,
+        )
 
 
 def _request_summary(backend: object) -> str:

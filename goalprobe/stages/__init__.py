@@ -16,6 +16,7 @@ STAGES: tuple[str, ...] = (
     "harm",
     "fog",
     "intention",
+    "false_belief_rollouts",
     "probing",
     "activations",
     "probes",
@@ -48,12 +49,50 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "plans": ("activations",),
     "patching": ("rollouts",),
     "scoring": ("grids", "rollouts", "activations", "probes"),
-    "false_belief": ("probes",),
+    "false_belief_rollouts": (),
+    "false_belief": ("probes", "false_belief_rollouts"),
     "fog_map": ("fog", "probes"),
     "decision": ("rollouts",),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
+
+SERVER_STAGES: tuple[str, ...] = (
+    "rollouts",
+    "iso",
+    "keys",
+    "harm",
+    "fog",
+    "intention",
+    "false_belief_rollouts",
+)
+"""The stages that generate with the agent's rollout engine (the server, with ``--backend
+server``) and need no model weights in the demo's process."""
+
+WEIGHT_STAGES: tuple[str, ...] = (
+    "probing",
+    "activations",
+    "patching",
+    "intention_map",
+    "false_belief",
+    "fog_map",
+    "decision",
+)
+"""The stages that load the model's weights in the demo's process (extraction, patching,
+decoding). With ``--backend server`` none of them starts before every stage of
+:data:`SERVER_STAGES` has finished, so the server's generation is done before the weights
+load (on the server's GPU, stop the server between the two: ``goalprobe demo`` resumes)."""
+
+
+def server_first(stages: tuple[str, ...]) -> tuple[str, ...]:
+    """``stages`` with every stage that needs no weights, neither itself nor through a stage it
+    reads, moved before those that do (study order kept within each group; still an order in
+    which every stage comes after the ones it reads)."""
+    needs: dict[str, bool] = {}
+    for name in STAGES:  # STAGES is in dependency order
+        needs[name] = name in WEIGHT_STAGES or any(needs[d] for d in DEPENDS_ON[name])
+    return tuple(sorted(stages, key=lambda name: needs[name]))
+
 
 CONTROL_STAGES: tuple[str, ...] = (
     "grids",

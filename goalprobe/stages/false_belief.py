@@ -29,8 +29,8 @@ from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.gridworld.core import CellType, State
-from goalprobe.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
-from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
@@ -44,7 +44,7 @@ from goalprobe.probes.scoring.false_belief import (
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, headline_probe
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from goalprobe.stages.rollouts import read_episodes
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -80,15 +80,15 @@ def inputs(config: DemoConfig) -> FalseBeliefInput:
 
 
 def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
-    """Generate the pairs, run the agent, decode the visited states, and score."""
+    """Read the pairs and the agent's episodes on them (stage ``false_belief_rollouts``),
+    decode the visited states, and score."""
     layout = context.layout
     fb = config.false_belief
-    grids = generate_false_belief_set(fb.grids)
-    write_grid_set(layout.false_belief_grids, grids)
+    grids = list(read_grid_set(layout.false_belief_grids))
     by_id = {g.grid_id: g for g in grids}
     out = layout.false_belief_trajectories
-    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
-    outputs = {"grids": layout.false_belief_grids, "trajectories": out}
+    summary: dict = {"grids": len(grids)}
+    outputs: dict = {}
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
     episodes = read_episodes(out)

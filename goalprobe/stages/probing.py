@@ -41,7 +41,7 @@ def run(context: StageContext, config: ProbingInput, stage_dir: Path):
     write_grid_set(layout.probing_grids, grids)
     layout.probing_states.unlink(missing_ok=True)
     agent = context.agent(config.agent)
-    tokenizer = agent.loaded().tokenizer
+    tokenizer = agent.tokenizer()  # the prompts need no weights (extraction loads them below)
     states = write_prompt_states(
         grids,
         lambda messages, effort: encode_prompt(tokenizer, messages, effort),

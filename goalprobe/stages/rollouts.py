@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agent_config import Agent, AgentConfig
-from goalprobe.agents.rollout import RolloutConfig, run_id_for, run_rollouts
+from goalprobe.agents.rollout import (
+    RolloutConfig,
+    per_episode_scheduling,
+    run_id_for,
+    run_rollouts,
+)
 from goalprobe.agents.trajectories import (
     Episode,
     TrajectoryFormatError,
@@ -53,25 +59,45 @@ def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
 def rollouts_into(
     grids: Sequence[Grid], agent: Agent, config: RolloutConfig, out: Path, context: StageContext
 ) -> dict:
-    """Run (or resume) rollouts into ``out``; a file of another run id is replaced."""
+    """Run (or resume) rollouts into ``out``.
+
+    A file of another run (another agent, engine or rollout config) is never deleted: it is
+    moved aside to ``<stem>.<its run id>.jsonl`` and moved back when that run is asked for
+    again, so switching ``--backend`` (server to local and back) keeps the server's episodes.
+    A server is scheduled per episode with as many episodes in flight as it takes requests.
+    """
     backend, description = agent.rollout_backend()
+    run_id = run_id_for(config, description)
+    aside = out.with_name(f"{out.stem}.{run_id}{out.suffix}")
     if out.exists():
         try:
-            stale = read_run_header(out).run_id != run_id_for(config, description)
+            previous = read_run_header(out).run_id
         except TrajectoryFormatError:
-            stale = True
-        if stale:
-            out.unlink()
+            previous = None
+        if previous != run_id:
+            if previous is None:
+                out.unlink()  # not a trajectory file of any run: nothing to keep
+            else:
+                out.replace(out.with_name(f"{out.stem}.{previous}{out.suffix}"))
+    if not out.exists() and aside.exists():
+        aside.replace(out)
+    if per_episode_scheduling(backend):
+        server = backend.config
+        in_flight = server.max_concurrency * len(server.base_urls)
+        config = dataclasses.replace(config, batch_size=max(config.batch_size, in_flight))
     report = run_rollouts(
         grids, backend, config, out, progress=context.progress, backend_description=description
     )
-    return {
+    summary = {
         "run_id": report.run_id,
         "episodes": report.episodes_total,
         "episodes_resumed": report.episodes_skipped,
         "steps_now": report.steps,
         "invalid_steps_now": report.invalid_steps,
     }
+    if report.retokenized_steps:
+        summary["retokenized_steps_now"] = report.retokenized_steps
+    return summary
 
 
 def read_episodes(path: Path) -> list[Episode]:

@@ -261,10 +261,8 @@ class PatchingContext:
             self.messages(grid, state), self.config.reasoning_effort
         )
 
-    def greedy(
-        self, conversations: Sequence[tuple[Grid, State]]
-    ) -> list[tuple[list[int], Action | None]]:
-        """Greedy completions and their parsed actions, ``batch_size`` prompts per call."""
+    def greedy(self, prompts: Sequence[list[int]]) -> list[tuple[list[int], Action | None]]:
+        """Greedy completions of prompt ids and their parsed actions, ``batch_size`` per call."""
         sampling = SamplingConfig(
             temperature=0.0,
             max_new_tokens=self.config.max_new_tokens,
@@ -273,9 +271,9 @@ class PatchingContext:
         )
         out = []
         size = self.config.batch_size
-        for start in range(0, len(conversations), size):
-            chunk = [self.messages(g, s) for g, s in conversations[start : start + size]]
-            for completion in self.generator.generate(chunk, sampling):
+        for start in range(0, len(prompts), size):
+            chunk = [list(p) for p in prompts[start : start + size]]
+            for completion in self.generator.generate_ids(chunk, sampling):
                 out.append((completion.generated_token_ids, parse_action(completion.final).action))
         return out
 
@@ -338,39 +336,54 @@ def prepare_pairs(
     reasoning, when ``"recorded"`` reasoning is asked for a base without a recorded completion,
     or, with ``require_optimal``, when the unpatched action of a side is not optimal.
 
+    A base with recorded ``prompt_token_ids`` is replayed on them (a server such as vLLM renders
+    harmony itself, so they need not equal goalprobe's rendering); its counterfactuals are the
+    recorded prompt with the grid's tokens replaced (:func:`served_counterfactual`).
+
     Raises:
-        SequenceError: when a recorded prompt differs from the re-rendered one, or base and
-            counterfactual prompts do not align token for token (both mean the inputs do not fit
-            this tokenizer/template; nothing is dropped silently).
+        SequenceError: when a recorded prompt does not hold the locally rendered user message
+            (another tokenizer, template or reasoning effort), or base and counterfactual
+            prompts do not align token for token (both mean the inputs do not fit this
+            tokenizer/template; nothing is dropped silently).
     """
     config = context.config
     report = PreparationReport(n_pairs=len(pairs))
     sites = config.sites
-    # prompts, and which sides need greedy completions
+    # prompts (the recorded ones where there are), and which sides need greedy completions
     base_prompts: dict[str, list[int]] = {}
+    local_prompts: dict[str, list[int]] = {}
     for pair in pairs:
         base = pair.base
         if base.base_id in base_prompts:
             continue
-        prompt = context.prompt_ids(base.grid, base.state)
-        if base.prompt_token_ids is not None and list(base.prompt_token_ids) != prompt:
-            raise SequenceError(
-                f"base {base.base_id}: the recorded prompt_token_ids differ from the prompt "
-                "rendered now (another tokenizer, template or reasoning effort?)"
-            )
-        base_prompts[base.base_id] = prompt
+        local = context.prompt_ids(base.grid, base.state)
+        local_prompts[base.base_id] = local
+        base_prompts[base.base_id] = (
+            local if base.prompt_token_ids is None else [int(i) for i in base.prompt_token_ids]
+        )
+    cf_prompts = {
+        pair.pair_id: served_counterfactual(
+            base_prompts[pair.base.base_id],
+            local_prompts[pair.base.base_id],
+            context.prompt_ids(pair.cf_grid, pair.cf_state),
+            where=f"base {pair.base.base_id}",
+        )
+        for pair in pairs
+    }
     # greedy completions: the reasoning of "greedy"/"recorded" runs, the reference of regeneration
     base_greedy = config.reasoning == "greedy" or config.regenerate
     cf_greedy = config.reasoning != "oracle" or config.regenerate
-    need_greedy: list[tuple[str, Grid, State]] = []
+    need_greedy: list[tuple[str, list[int]]] = []
     if base_greedy:
-        need_greedy += [(p.base.base_id, p.base.grid, p.base.state) for p in _unique_bases(pairs)]
+        need_greedy += [
+            (p.base.base_id, base_prompts[p.base.base_id]) for p in _unique_bases(pairs)
+        ]
     if cf_greedy:
-        need_greedy += [(p.pair_id, p.cf_grid, p.cf_state) for p in pairs]
+        need_greedy += [(p.pair_id, cf_prompts[p.pair_id]) for p in pairs]
     greedy = dict(
         zip(
-            [key for key, _, _ in need_greedy],
-            context.greedy([(g, s) for _, g, s in need_greedy]),
+            [key for key, _ in need_greedy],
+            context.greedy([prompt for _, prompt in need_greedy]),
             strict=True,
         )
     )
@@ -386,7 +399,7 @@ def prepare_pairs(
         if isinstance(base_side, str):
             report.dropped[base_side] += 1
             continue
-        cf_prompt = context.prompt_ids(pair.cf_grid, pair.cf_state)
+        cf_prompt = cf_prompts[pair.pair_id]
         generated_ids, generated_action = greedy.get(pair.pair_id, (None, None))
         completion = (
             context.oracle_completion(pair.cf_grid, pair.cf_state)
@@ -412,6 +425,38 @@ def prepare_pairs(
         prepared.append(PreparedPair(pair=pair, base=base_side, cf=cf_side))
     report.n_kept = len(prepared)
     return prepared, report
+
+
+def served_counterfactual(
+    served: Sequence[int], local: Sequence[int], local_cf: Sequence[int], *, where: str = ""
+) -> list[int]:
+    """The counterfactual of a prompt someone else rendered: ``served`` with the tokens in which
+    the local renderings of base (``local``) and counterfactual (``local_cf``) differ replaced.
+
+    The local renderings differ only inside the user message (the grid), which a server renders
+    as goalprobe does, so ``served`` must end with ``local`` from before the first differing
+    token on; its head (system and developer messages, which a server renders its own way:
+    date line, channel list, an empty developer message) is kept.
+
+    Raises:
+        SequenceError: ``served`` does not end with that part of ``local``.
+    """
+    served, local, local_cf = list(served), list(local), list(local_cf)
+    if served == local:
+        return local_cf
+    prefix = 0
+    while prefix < min(len(local), len(local_cf)) and local[prefix] == local_cf[prefix]:
+        prefix += 1
+    shared = 0  # the tail that served and local have in common
+    while shared < min(len(served), len(local)) and served[-1 - shared] == local[-1 - shared]:
+        shared += 1
+    start = len(local) - shared  # local[start:] == served[-shared:]
+    if start > prefix:
+        raise SequenceError(
+            f"{where}: the recorded prompt_token_ids do not end with the user message rendered "
+            "now (another tokenizer, template or reasoning effort?)"
+        )
+    return served[: len(served) - shared] + local_cf[start:]
 
 
 def _unique_bases(pairs: Sequence[CounterfactualPair]) -> list[CounterfactualPair]:

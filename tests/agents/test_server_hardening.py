@@ -308,7 +308,7 @@ def test_rollout_cli_against_a_down_server_is_one_error_line_and_exit_2(
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "consecutive rounds failed" in lines[0] and "rerun" in lines[0]
+    assert "failed 2 times in a row" in lines[0] and "rerun" in lines[0]
     assert "retried" in lines[0] and log.forwarded == 0
     result = CliRunner().invoke(app, [*argv, "--server", f"{url}/v1"])  # the server is back
     assert result.exit_code == 0, result.output

@@ -766,4 +766,7 @@ def test_patch_command_on_a_trajectory_file(tmp_path, model_dir, model, tokenize
     )
     (tmp_path / "traj.jsonl").write_text(text)
     result = CliRunner().invoke(app, [*args, "--overwrite"])
-    assert result.exit_code != 0 and "recorded prompt_token_ids differ" in plain(result.output)
+    assert (
+        result.exit_code != 0
+        and "recorded prompt_token_ids do not end with the user message" in plain(result.output)
+    )

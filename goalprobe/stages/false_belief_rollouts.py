@@ -1,0 +1,53 @@
+"""Stage ``false_belief_rollouts``: the false-belief grids and their matched controls
+(``RUN/false_belief/grids.jsonl``) and the agent's episodes on them
+(``RUN/false_belief/trajectories.jsonl``).
+
+Split from the ``false_belief`` stage, which scores and decodes them, so that every stage that
+generates runs before any stage that loads the model's weights: with ``--backend server`` the
+server's generation is finished (and the server can be stopped) before extraction, probing and
+patching load the model (:data:`goalprobe.stages.SERVER_STAGES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.config import DemoConfig
+from goalprobe.gridworld.false_belief import FalseBeliefSetConfig, generate_false_belief_set
+from goalprobe.gridworld.io import write_grid_set
+from goalprobe.stages.context import StageContext
+from goalprobe.stages.rollouts import rollouts_into
+
+
+@dataclass(frozen=True)
+class FalseBeliefRolloutsInput:
+    """What the stage receives."""
+
+    agent: AgentConfig
+    """The agent."""
+    rollout: RolloutConfig
+    """How episodes run (the main rollouts' settings, the false-belief episode count)."""
+    grids: FalseBeliefSetConfig
+    """Which false-belief grids and controls."""
+
+
+def inputs(config: DemoConfig) -> FalseBeliefRolloutsInput:
+    """The agent, the rollout settings with the false-belief episode count, and the grids."""
+    rollout = dataclasses.replace(
+        config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
+    )
+    return FalseBeliefRolloutsInput(config.agent, rollout, config.false_belief.grids)
+
+
+def run(context: StageContext, config: FalseBeliefRolloutsInput, stage_dir: Path):
+    """Generate the pairs and run the agent on them."""
+    layout = context.layout
+    grids = generate_false_belief_set(config.grids)
+    write_grid_set(layout.false_belief_grids, grids)
+    out = layout.false_belief_trajectories
+    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
+    return {"grids": layout.false_belief_grids, "trajectories": out}, summary
