@@ -23,6 +23,7 @@ import copy
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ class LocalBackend:
         self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
-        self._prefix_cache: tuple[tuple[int, ...], object] | None = None
+        self._prefix_cache: tuple[tuple[int, ...], Any] | None = None  # (prefix, KV cache)
         """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
 
     @classmethod

@@ -311,9 +311,9 @@ class _Batcher:
         sampling = jobs[0].sampling
         self.batches += 1
         if self.per_row_seeds:
-            seeds = [job.sampling.seed for job in jobs]
-            if any(seed is None for seed in seeds):  # greedy rows: the sampler ignores seeds
-                seeds = None
+            row_seeds = [job.sampling.seed for job in jobs]
+            # greedy rows: the sampler ignores seeds
+            seeds = None if any(seed is None for seed in row_seeds) else row_seeds
             return await asyncio.to_thread(
                 self.backend.generate, batch, replace(sampling, seed=None), seeds=seeds
             )

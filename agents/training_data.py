@@ -209,7 +209,7 @@ def sample_batch_examples(
     key_prompt = rng.random() < config.key_prompt_probability
     names = list(config.key_variant_weights)
     weights = np.asarray([config.key_variant_weights[v] for v in names], dtype=float)
-    examples = []
+    examples: list[Example] = []
     while len(examples) < batch_size:
         variant = (
             names[int(rng.choice(len(names), p=weights / weights.sum()))]

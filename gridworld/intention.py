@@ -155,7 +155,7 @@ def matched_states(original: Grid, intervened: Grid, max_states: int) -> list[Ma
         )
     states, _ = solve(original).optimal_trajectory()
     door_open = intervened.door is None or intervened.start_door_open
-    out = []
+    out: list[MatchedState] = []
     for index, state in enumerate(states[:-1]):  # the last state is the goal
         if state.has_key or len(out) == max_states:
             break
@@ -438,8 +438,8 @@ def intention_study(
     by_key: dict[tuple[str, str | None], np.ndarray] = {}
     row = 0
     for grid, other, states in plan:
-        name = None if other is None else other.extra["intervention"]
-        by_key[(grid.grid_id, name)] = samples[row : row + len(states)]
+        intervention = None if other is None else other.extra["intervention"]
+        by_key[(grid.grid_id, intervention)] = samples[row : row + len(states)]
         row += len(states)
     results, state_rows = [], []
     for variant, names in INTERVENTIONS.items():

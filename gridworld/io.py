@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 from goalprobe.gridworld.core import Grid
@@ -136,6 +136,14 @@ def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
     return GridSetFormatError(f"{where}: {field}: {problem}")
 
 
+@overload
+def _read_cell(
+    record: dict, field: str, where: str, *, optional: Literal[False]
+) -> tuple[int, int]: ...
+@overload
+def _read_cell(
+    record: dict, field: str, where: str, *, optional: bool
+) -> tuple[int, int] | None: ...
 def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple[int, int] | None:
     value = record[field]
     if value is None and optional:

@@ -293,8 +293,8 @@ class PlanDecoder(BaseEstimator):
             raise ValueError(f"X has {len(X)} examples but y has {len(y)}")
         if (X_val is None) != (y_val is None):
             raise ValueError("pass both X_val and y_val, or neither")
-        has_val = X_val is not None
-        if has_val:
+        has_val = X_val is not None and y_val is not None
+        if X_val is not None and y_val is not None:
             X_val = check_plan_acts(X_val, "X_val")
             y_val = truncate_plans(y_val, self.horizon)
             if X_val.shape[1:] != X.shape[1:]:
@@ -332,7 +332,7 @@ class PlanDecoder(BaseEstimator):
                 return token_loss(logits, targets), (targets != _IGNORE_INDEX).sum()
 
             validation_loss = None
-            if has_val:
+            if X_val is not None and y_val is not None:
                 x_val = self._standardise(X_val, device)
                 t_val = self._loss_targets(y_val, device)
 

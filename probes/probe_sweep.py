@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
@@ -107,6 +107,16 @@ _LABELS = (
     "goal_row_col",
     "distance_to_goal",
 )
+
+
+class ProbeLoader(Protocol):
+    """``(stage, layer) -> ProbeData`` over one store, exposing every store row's grid id and
+    size so that one split by grid serves a whole sweep (:class:`StoreProbeLoader`)."""
+
+    all_grid_ids: np.ndarray
+    all_grid_sizes: np.ndarray
+
+    def __call__(self, stage: str, layer: int) -> ProbeData: ...
 
 
 class StoreProbeLoader:
@@ -258,7 +268,7 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
 
 
 def run_probe_sweep(
-    loader: Callable[[str, int], ProbeData],
+    loader: ProbeLoader,
     config: ProbeSweepConfig,
     estimator,
     *,

@@ -280,7 +280,7 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
     if map_source is not None:
         maps = run.decoded_maps(map_source, episode)
         source = run.map_source(map_source)
-        row = []
+        row: list[bool | None] = []
         for t, s in enumerate(data.steps):
             if not maps.present[t] or s.action_enum is None:
                 row.append(None)

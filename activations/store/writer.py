@@ -118,10 +118,12 @@ class RowBatch:
                     raise ValueError(f"{where} has shape {got}, expected {want}")
             for layer in layout.layers:
                 arr = self.acts.get(stage, {}).get(layer)
-                want = (n, k, layout.d_model)
-                if arr is None or np.shape(arr) != want:
+                acts_shape = (n, k, layout.d_model)
+                if arr is None or np.shape(arr) != acts_shape:
                     got = None if arr is None else np.shape(arr)
-                    raise ValueError(f"acts[{stage!r}][{layer}] has shape {got}, expected {want}")
+                    raise ValueError(
+                        f"acts[{stage!r}][{layer}] has shape {got}, expected {acts_shape}"
+                    )
 
 
 def _chunk_rows(row_bytes: int) -> int:

@@ -162,7 +162,7 @@ def headline_table(run_dir: Path, with_control: bool):
     table = Table(title=title + "; both agents")
     for column in ("finding", names[0], "verdict", names[1], "verdict"):
         table.add_column(column)
-    for row in side_by_side(headline_rows(run.root), headline_rows(control.root)):
-        finding, value, _, verdict, other, _, other_verdict = row  # baselines: report.html
+    for pair in side_by_side(headline_rows(run.root), headline_rows(control.root)):
+        finding, value, _, verdict, other, _, other_verdict = pair  # baselines: report.html
         table.add_row(finding, value, verdict, other, other_verdict)
     return table

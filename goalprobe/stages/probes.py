@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,9 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
         for file in folder.glob("cell_*") if folder.is_dir() else []:
             file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
-    common = dict(test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed)
+    common: dict[str, Any] = dict(
+        test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed
+    )
     for kind in p.types:
         for family in p.families:
             estimator = PROBE_CLASSES[kind](

@@ -391,7 +391,7 @@ def prepare_pairs(
         completion = (
             context.oracle_completion(pair.cf_grid, pair.cf_state)
             if config.reasoning == "oracle"
-            else generated_ids
+            else greedy[pair.pair_id][0]  # every pair has one unless the reasoning is "oracle"
         )
         try:
             cf_side = context.side(

@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.stats import grid_bootstrap_ratio
@@ -58,7 +59,8 @@ def grid_ci(
         confidence=confidence,
         random_state=random_state,
     )
-    return tuple(math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
+    low, high = (math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,9 @@ def summarize(
         in_target = np.asarray([_get(r, "in_target_optimal") for r in group], dtype=np.float64)
         recovered = np.asarray([_get(r, "recovered") for r in group], dtype=np.float64)
         defined = np.isfinite(recovered)
-        ci = dict(n_resamples=n_resamples, confidence=confidence, random_state=random_state)
+        ci: dict[str, Any] = dict(
+            n_resamples=n_resamples, confidence=confidence, random_state=random_state
+        )
         out.append(
             SummaryRow(
                 **dict(zip(GROUP_KEYS, key, strict=True)),

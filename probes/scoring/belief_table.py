@@ -131,7 +131,7 @@ class StepTable:
         )
 
 
-def expand_classes(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+def expand_classes(probs: np.ndarray, classes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Put a probe's probability columns at their ``CellType`` index.
 
     Args:
@@ -245,9 +245,9 @@ def score_rows(
     """
     from tqdm.auto import tqdm
 
-    classes = np.asarray(classes, dtype=np.int64)
+    class_values = np.asarray(classes, dtype=np.int64)
     chunks = [
-        (probs[a : a + CHUNK_ROWS], classes, facts[a : a + CHUNK_ROWS], top_k)
+        (probs[a : a + CHUNK_ROWS], class_values, facts[a : a + CHUNK_ROWS], top_k)
         for a in range(0, len(facts), CHUNK_ROWS)
     ]
     if executor is None:

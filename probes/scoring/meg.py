@@ -260,9 +260,10 @@ class MDPBatch:
         horizon = np.array([m.horizon for m in mdps], dtype=np.int64)
         if deterministic is not False:
             nexts = [m.next_state for m in mdps]
-            if all(n is not None for n in nexts):
+            given = [n for n in nexts if n is not None]
+            if len(given) == len(nexts):
                 loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, n_a))
-                next_state = np.stack([np.concatenate([n, loops[n.shape[0] :]]) for n in nexts])
+                next_state = np.stack([np.concatenate([n, loops[n.shape[0] :]]) for n in given])
                 return cls(initial, horizon, next_state=next_state)
             if deterministic:
                 bad = next(i for i, n in enumerate(nexts) if n is None)
@@ -287,8 +288,11 @@ class MDPBatch:
     @property
     def n_actions(self) -> int:
         """``A``."""
-        source = self.next_state if self.next_state is not None else self.transitions
-        return int(source.shape[2])
+        if self.next_state is not None:
+            return int(self.next_state.shape[2])
+        if self.transitions is None:
+            raise ValueError("the batch holds neither transitions nor next_state")
+        return int(self.transitions.shape[2])
 
 
 def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:

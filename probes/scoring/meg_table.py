@@ -244,7 +244,10 @@ def score_meg(
     unknown_ids = sorted(set(steps.trajectories) - set(grids))
     if unknown_ids:
         raise ScoringError(f"{where}: grids {unknown_ids[:3]} are not in {grid_set}")
-    records, true_jobs, subj_jobs, subj_index = [], [], [], []
+    records: list[dict] = []
+    true_jobs: list[_MEGJob] = []
+    subj_jobs: list[_MEGJob] = []
+    subj_index: list[int] = []
     grid_ids = sorted(steps.trajectories)
     for gid in tqdm(grid_ids, desc="MEG MDPs", unit="grid", disable=not progress):
         grid, trajs = grids[gid], steps.trajectories[gid]

@@ -197,7 +197,9 @@ def prefix_accuracy_grid_figure(
     )
     layers = sorted({int(r["layer"]) for r in runs})
     capacities = sorted({int(r["n_layers"]) for r in runs if r.get("n_layers") is not None})
-    colour = {c: CAPACITY_COLOURS[i % len(CAPACITY_COLOURS)] for i, c in enumerate(capacities)}
+    colour: dict[int | None, str] = {
+        c: CAPACITY_COLOURS[i % len(CAPACITY_COLOURS)] for i, c in enumerate(capacities)
+    }
     fig = make_subplots(
         rows=len(stages),
         cols=len(layers),
