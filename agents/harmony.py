@@ -46,7 +46,7 @@ STOP_TOKENS: tuple[str, ...] = (RETURN, CALL)
 """Tokens that end an assistant turn (generation stops on them)."""
 
 ReasoningEffort = Literal["low", "medium", "high"]
-REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 
 Role = Literal["system", "developer", "user", "assistant"]
 _ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant")

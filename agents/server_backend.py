@@ -226,10 +226,10 @@ class ServerBackend:
             )
             raise ServerBatchError(
                 message,
-                [None if isinstance(o, ServerError) else o for o in outcomes],
+                [o if isinstance(o, Completion) else None for o in outcomes],
                 [str(o) if isinstance(o, ServerError) else None for o in outcomes],
             )
-        return list(outcomes)
+        return [o for o in outcomes if isinstance(o, Completion)]  # every other one raised
 
     # -- requests -----------------------------------------------------------------------------
 

@@ -353,6 +353,8 @@ def key_variant_table(
         if variant in ("key_no_door", "two_path_key"):
             n_non, n_towards = 0, 0
             for e in eps:
+                if e.grid.key is None:
+                    raise ValueError(f"grid {e.grid.grid_id!r} of variant {variant} has no key")
                 bias = key_attraction_bias([e.trajectory], manhattan_key_distance(e.grid.key))
                 n_non += bias.n_non_optimal
                 n_towards += bias.n_towards

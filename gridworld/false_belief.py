@@ -156,7 +156,7 @@ def make_pair(base: Grid, kind: str, pair_id: str) -> tuple[Grid, Grid] | None:
     if kind not in _BUILDERS:
         raise ValueError(f"unknown false-belief kind {kind!r}; expected one of {KINDS}")
     grid = _BUILDERS[kind](base)
-    if grid is None:
+    if grid is None or grid.shown is None:
         return None
     true_first, shown_first = start_optimal(grid), start_optimal(grid.shown)
     if true_first & shown_first or not true_first or not shown_first:

@@ -222,7 +222,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     extra = record["extra"]
     if not isinstance(extra, dict):
         raise _fail(where, "extra", f"expected a JSON object, got {extra!r}")
-    cells = {
+    cells: dict[str, Any] = {
         "start": _read_cell(record, "start_row_col", where, optional=False),
         "goal": _read_cell(record, "goal_row_col", where, optional=False),
         "key": _read_cell(record, "key_row_col", where, optional=True),

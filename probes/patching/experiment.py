@@ -37,7 +37,7 @@ import torch
 from goalprobe.activations.capture.base import CleanRun, Patch, ResidualBackend
 from goalprobe.activations.extract import default_layers
 from goalprobe.agents.backend import SamplingConfig
-from goalprobe.agents.harmony import HarmonyTokenIds, split_completion
+from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.parser import parse_action
 from goalprobe.agents.prompts import PromptTemplate, build_messages, uses_key_prompt
@@ -93,7 +93,7 @@ class PatchConfig:
     regenerate: bool = False
     max_new_tokens: int = 256
     batch_size: int = 16
-    reasoning_effort: str = "low"
+    reasoning_effort: ReasoningEffort = "low"
     template_dir: str | None = None
 
     def __post_init__(self) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
@@ -319,7 +320,9 @@ _MEG_VALUES = ("meg", "meg_per_decision")
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
     """Grid-bootstrap means of true MEG (all grids) and of the paired true / subjective MEG."""
     rng = seeded_rng(config.random_state, "meg" + seed_text)
-    common = dict(n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng)
+    common: dict[str, Any] = dict(
+        n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
+    )
     sel = [records[i] for i in rows]
     codes = np.arange(len(sel))
     true = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in sel], dtype=np.float64)
