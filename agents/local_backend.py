@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from goalprobe.agents.backend import Completion, SamplingConfig
+from goalprobe.agents.backend import Completion, FinishReason, SamplingConfig
 from goalprobe.agents.harmony import (
     DEFAULT_SYSTEM,
     HarmonyTokenIds,
@@ -219,6 +219,7 @@ class LocalBackend:
 
     def _completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
+        finish: FinishReason
         if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
             ids, finish = row, "length"
         else:

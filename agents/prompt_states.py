@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
@@ -47,7 +48,7 @@ from goalprobe.gridworld.text import render
 
 from goalprobe.version import package_version
 
-PROMPT_ONLY = "prompt_only"
+PROMPT_ONLY: Final = "prompt_only"
 """The ``finish_reason``, flag and ``end_reason`` of every prompt-only step."""
 
 Encoder = Callable[[Sequence[Message], ReasoningEffort], list[int]]

@@ -37,7 +37,13 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from goalprobe.agents.backend import BatchGenerationError, Completion, SamplingConfig
+from goalprobe.agents.backend import (
+    BatchGenerationError,
+    Completion,
+    FinishReason,
+    SamplingConfig,
+    TokenIdsSource,
+)
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
@@ -336,7 +342,10 @@ class ServerBackend:
             raise ServerError(f"{where}: choice has no message")
         final = _text(message.get("content"))
         reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning"))
-        finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        finish_reason: FinishReason = (
+            "length" if choice.get("finish_reason") == "length" else "stop"
+        )
+        source: TokenIdsSource
 
         prompt_ids = _int_list(body.get("prompt_token_ids"))
         generated_ids = _int_list(choice.get("token_ids"))

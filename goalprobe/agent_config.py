@@ -88,6 +88,8 @@ class Agent:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
+                if self.config.base_url is None:
+                    raise ValueError("the server backend needs a base_url")
                 backend = ServerBackend(
                     ServerConfig(base_url=self.config.base_url, model=self.config.model),
                     load_tokenizer(self.config.model),

@@ -18,9 +18,10 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
-from goalprobe.gridworld.core import Grid, RowCol
+from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.metrics import (
     TrajectoryData,
@@ -367,7 +368,7 @@ def key_variant_table(
         return (e.grid.grid_id.split("-", 1)[1], e.episode)
 
     def cells(e: KeyEpisode) -> list[RowCol]:
-        return [s.agent for s in e.trajectory.states[:-1]] + [e.final_cell]
+        return [cast(State, s).agent for s in e.trajectory.states[:-1]] + [e.final_cell]
 
     with_key = {layout(e): e for e in by_variant.get("two_path_key", [])}
     jaccard = [

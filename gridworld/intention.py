@@ -441,8 +441,8 @@ def intention_study(
         raise ValueError(f"the sampler returned shape {samples.shape} for {len(requests)} states")
     by_key: dict[tuple[str, str | None], np.ndarray] = {}
     row = 0
-    for grid, other, states in plan:
-        intervention = None if other is None else other.extra["intervention"]
+    for grid, intervened, states in plan:
+        intervention = None if intervened is None else intervened.extra["intervention"]
         by_key[(grid.grid_id, intervention)] = samples[row : row + len(states)]
         row += len(states)
     results, state_rows = [], []

@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
-from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates
+from goalprobe.probes.baselines import CellPrior, Conditioning, GroupMeanRegressor, covariates
 from goalprobe.probes.cell_probes import MajorityCellBaseline
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance
 from goalprobe.probes.serialization import (
@@ -229,7 +229,8 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
         else:
             controls["mean"] = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
             inputs["mean"] = np.zeros((len(te.acts), 1))
-            for by in ("size", "size_density"):
+            by_options: tuple[Conditioning, ...] = ("size", "size_density")
+            for by in by_options:
                 controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
                 inputs[f"mean_{by}"] = cov_te
     common = dict(
@@ -259,11 +260,11 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
         )
         test_output = preds["probe"][0]
     else:
-        preds = {"probe": probe.predict(te.acts)}
+        distances = {"probe": probe.predict(te.acts)}
         for name, model in controls.items():
-            preds[name] = model.predict(inputs[name])
-        metrics = evaluate_distance(preds, te.goal_distance, te.grid_ids, **common)
-        test_output = preds["probe"]
+            distances[name] = model.predict(inputs[name])
+        metrics = evaluate_distance(distances, te.goal_distance, te.grid_ids, **common)
+        test_output = distances["probe"]
     return probe, metrics, test_output, te
 
 

@@ -285,7 +285,7 @@ class ResidualBackend(ABC):
 
     @abstractmethod
     def clean_run(
-        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
         and the last position's logits."""
@@ -293,7 +293,7 @@ class ResidualBackend(ABC):
     @abstractmethod
     def patched_logits(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:
@@ -314,7 +314,7 @@ class ResidualBackend(ABC):
 
     def _patched_run(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None,
     ) -> tuple[torch.Tensor, dict, list[Patch]]:

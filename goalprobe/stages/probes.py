@@ -21,7 +21,12 @@ from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.learning_curve import grid_counts, learning_curve
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import position_scores
-from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+from goalprobe.probes.probe_sweep import (
+    ProbeSweepConfig,
+    StoreProbeLoader,
+    Target,
+    run_probe_sweep,
+)
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
@@ -77,7 +82,7 @@ def cell_params(kind: str, p: ProbesConfig) -> dict:
 def sweep(
     context: StageContext,
     store: Path,
-    target: str,
+    target: Target,
     estimator,
     out: Path,
     sweep_path: Path,

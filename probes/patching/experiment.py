@@ -580,6 +580,8 @@ def _jobs(
 def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
     source, target = job.prepared.sides(job.direction)
     src_opt, tgt_opt = source.optimal, target.optimal
+    target_action: Action | None
+    source_action: Action | None
     if mode == "teacher_forced":
         target_action, source_action = target.action, source.action
         ld_target = logit_difference(target.action_logits, src_opt, tgt_opt)
@@ -679,6 +681,6 @@ def run_patching(
                         stop_ids=stop_ids,
                     )
                     for job, ids in zip(chunk, completions, strict=True):
-                        action = context.parse_generated(ids)
-                        records.append(_record(job, "regenerated", action, None))
+                        generated = context.parse_generated(ids)
+                        records.append(_record(job, "regenerated", generated, None))
     return records, skipped

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -187,7 +188,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_results(
-    out_dir: str | Path,
+    out_dir: str | os.PathLike,
     records: Sequence,
     summary: Sequence[SummaryRow],
     meta: dict,

@@ -147,7 +147,7 @@ def expand_classes(probs: np.ndarray, classes: Sequence[int] | np.ndarray) -> np
     return out
 
 
-def check_classes(classes: Sequence[int], where: str) -> None:
+def check_classes(classes: Sequence[int] | np.ndarray, where: str) -> None:
     """Refuse a probe that cannot be scored (no AGENT or GOAL class, or not CellType values)."""
     classes = [int(c) for c in classes]
     missing = [CellType(c).name for c in (CellType.AGENT, CellType.GOAL) if c not in classes]
@@ -225,7 +225,7 @@ def _score_chunk(
 
 def score_rows(
     probs: np.ndarray,
-    classes: Sequence[int],
+    classes: Sequence[int] | np.ndarray,
     facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
     top_k: tuple[int, ...],
     *,
@@ -325,7 +325,7 @@ class MapAccumulator:
 def belief_csv_rows(belief: dict) -> list[dict]:
     """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
     rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
-    rows = []
+    rows: list[dict] = []
     for key, entry in belief["probes"].items():
         base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
         rows.extend(stat_rows(base, groups_of(entry)))

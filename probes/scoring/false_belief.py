@@ -32,7 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
-from goalprobe.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_facts
+from goalprobe.gridworld.false_belief import (
+    CONTROL,
+    FALSE_BELIEF,
+    KINDS,
+    pair_facts,
+    require_pair_facts,
+)
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.gridworld.text import cell_types
@@ -252,7 +258,7 @@ def control_cells(control: Grid, twin: Grid, probs: np.ndarray, classes=None) ->
     types = cell_types(control, control.initial_state)
     return [
         _cell_row(control, facts, tuple(cell), types, types, arg)
-        for cell in pair_facts(twin)["differs"]
+        for cell in require_pair_facts(twin)["differs"]
     ]
 
 
