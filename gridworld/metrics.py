@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from operator import index
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -112,7 +113,7 @@ class TrajectoryData:
         return len(self.actions)
 
 
-def _parse_action(action: object, where: str) -> int | None:
+def _parse_action(action: Any, where: str) -> int | None:
     if action is None:
         return None
     try:
@@ -671,7 +672,7 @@ def trajectory_stage_accuracy(trajectory: TrajectoryData) -> StageAccuracy:
     """Accuracy of one trajectory within each stage (stage of ``s_t`` decides step ``t``)."""
     mask = optimal_mask(trajectory)
     stages = [stage_of(s) for s in trajectory.states[:-1]]
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}  # floats; Any for StageAccuracy(**values, **counts)
     counts: dict[str, int] = {}
     for stage in Stage:
         sel = np.array([st is stage for st in stages], dtype=bool)
@@ -683,7 +684,7 @@ def trajectory_stage_accuracy(trajectory: TrajectoryData) -> StageAccuracy:
 def stage_accuracy(trajectories: Iterable[TrajectoryData]) -> StageAccuracy:
     """Mean per-trajectory stage accuracy over the trajectories that reach each stage."""
     per_traj = [trajectory_stage_accuracy(t) for t in trajectories]
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}  # floats; Any for StageAccuracy(**values, **counts)
     counts: dict[str, int] = {}
     for stage in Stage:
         accs = [a[stage] for a in per_traj if not math.isnan(a[stage])]

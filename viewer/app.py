@@ -442,7 +442,7 @@ def _stage_rank(stage: str) -> int:
 
 
 def _json_table(obj, limit: int = 60):
-    rows = []
+    rows: list = []
     for key, value in _flatten(obj):
         if len(rows) >= limit:
             rows.append(html.Tr([html.Td("…"), html.Td("")]))

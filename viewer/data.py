@@ -987,7 +987,7 @@ class RunData:
                     "grid_id": grid.grid_id,
                     "kind": facts["kind"],
                     "true": cell_types(grid),
-                    "shown": cell_types(grid.shown),
+                    "shown": cell_types(grid.shown),  # type: ignore[arg-type]  # FB grids have one
                     "decoded": None if decoded is None else np.asarray(decoded, dtype=np.int64),
                     "differs": [tuple(c) for c in facts["differs"]],
                     "decoded_at": [c for c in cells if c["grid_id"] == grid.grid_id],
@@ -1161,7 +1161,7 @@ def _index_patching(path: Path) -> dict[str, list[dict]]:
     """base_id -> records of a patching bundle (JSON with ``records``, or the records CSV)."""
     if path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as fh:
-            records = [_csv_record(r) for r in csv.DictReader(fh)]
+            records: Any = [_csv_record(r) for r in csv.DictReader(fh)]
     else:
         try:
             bundle = json.loads(path.read_text(encoding="utf-8"))
