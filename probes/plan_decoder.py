@@ -33,6 +33,8 @@ The sweep over stages, layers and capacities: :mod:`goalprobe.probes.plan_sweep`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
@@ -43,6 +45,9 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import PlanProbs, PlanTargets, ResidualActs
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024
@@ -268,11 +273,11 @@ class PlanDecoder(BaseEstimator):
 
     def fit(
         self,
-        X: np.ndarray,
-        y: np.ndarray,
+        X: ResidualActs,
+        y: PlanTargets,
         *,
-        X_val: np.ndarray | None = None,
-        y_val: np.ndarray | None = None,
+        X_val: ResidualActs | None = None,
+        y_val: PlanTargets | None = None,
     ) -> PlanDecoder:
         """Train on ``(X, y)``, early-stopping on ``(X_val, y_val)`` when given.
 
@@ -379,7 +384,7 @@ class PlanDecoder(BaseEstimator):
                 total += float(loss_fn(logits.reshape(-1, N_PLAN_CLASSES), t.reshape(-1)))
         return total / max(count, 1)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: ResidualActs) -> PlanProbs:
         """Per-step class probabilities.
 
         Args:
@@ -399,7 +404,7 @@ class PlanDecoder(BaseEstimator):
         self.network_ = network.cpu()
         return np.concatenate(outputs).astype(np.float32)
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: ResidualActs) -> PlanTargets:
         """Argmax plans in the plan format (``PAD`` after the first predicted ``END``).
 
         Args:

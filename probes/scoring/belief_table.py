@@ -50,6 +50,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
@@ -63,6 +64,9 @@ from goalprobe.probes.scoring.grouped import (
     seeded_rng,
     stat_rows,
 )
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import CellProbs
 
 N_CELL_TYPES = len(CellType)
 CHUNK_ROWS = 64
@@ -131,7 +135,7 @@ class StepTable:
         )
 
 
-def expand_classes(probs: np.ndarray, classes: Sequence[int] | np.ndarray) -> np.ndarray:
+def expand_classes(probs: CellProbs, classes: Sequence[int] | np.ndarray) -> CellProbs:
     """Put a probe's probability columns at their ``CellType`` index.
 
     Args:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
@@ -43,6 +44,9 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import CellProbs
 
 SCHEMA = "goalprobe.false_belief/1"
 """Schema of the payload :func:`false_belief_payload` builds."""
@@ -302,7 +306,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
     return out
 
 
-def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+def full_class_probs(probs: CellProbs, classes: Sequence[int]) -> CellProbs:
     """``(..., len(CellType))`` probabilities from a probe's ``(..., C)`` over ``classes``
     (absent classes get 0), as :class:`goalprobe.probes.scoring.belief.StepBelief` expects."""
     probs = np.asarray(probs, dtype=np.float64)
