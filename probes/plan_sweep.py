@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
@@ -45,6 +45,18 @@ SWEEP_SCHEMA = "goalprobe.plan_sweep"
 """``schema`` field of ``sweep.json``."""
 SWEEP_SCHEMA_VERSION = 1
 """Version of the ``sweep.json`` layout."""
+
+
+class PlanSweepDict(TypedDict):
+    """``sweep.json`` of a plan sweep (schema :data:`SWEEP_SCHEMA`, version
+    :data:`SWEEP_SCHEMA_VERSION`): :meth:`PlanSweepResult.to_dict`."""
+
+    schema: str
+    schema_version: int
+    config: dict[str, Any]
+    decoder_params: dict
+    splits: dict[str, dict]
+    runs: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,7 +258,7 @@ class PlanSweepResult:
     runs: list[PlanRun]
     splits: dict[str, dict]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> PlanSweepDict:
         """JSON-ready dict."""
         return {
             "schema": SWEEP_SCHEMA,

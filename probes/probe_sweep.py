@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
@@ -40,6 +40,42 @@ Target = Literal["cell_type", "distance"]
 
 SWEEP_SCHEMA = "goalprobe.probe_sweep"
 SWEEP_SCHEMA_VERSION = 1
+
+
+class ProbeSweepRun(TypedDict):
+    """One stage x layer of ``sweep.json`` (:func:`run_probe_sweep`)."""
+
+    name: str
+    stage: str
+    layer: int
+    n_train: int
+    n_test: int
+    n_train_grids: int
+    n_test_grids: int
+    best_epoch: int | None
+    metrics: dict[str, Any]
+    model_path: str | None
+    decoded_maps_path: str | None
+
+
+class ProbeSweepSplit(TypedDict):
+    """The sweep's one split by grid."""
+
+    n_train_grids: int
+    n_test_grids: int
+
+
+class ProbeSweepResult(TypedDict):
+    """``sweep.json`` of a probe sweep (schema :data:`SWEEP_SCHEMA`, version
+    :data:`SWEEP_SCHEMA_VERSION`), as :func:`run_probe_sweep` returns and writes it."""
+
+    schema: str
+    schema_version: int
+    config: dict[str, Any]
+    estimator: dict[str, Any]
+    split: ProbeSweepSplit
+    runs: list[ProbeSweepRun]
+    stage_comparisons: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,7 +311,7 @@ def run_probe_sweep(
     *,
     out_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
-) -> dict:
+) -> ProbeSweepResult:
     """Fit and evaluate ``estimator`` on every stage and layer of ``config``.
 
     Args:
@@ -302,7 +338,8 @@ def run_probe_sweep(
     )
     test_grids = set(np.unique(loader.all_grid_ids[split.test]).tolist())
     out = None if out_dir is None else Path(out_dir)
-    runs, outputs = [], {}
+    runs: list[ProbeSweepRun] = []
+    outputs: dict = {}
     for stage in config.stages:
         for layer in config.layers:
             name = _run_name(config, estimator, stage, layer)
@@ -320,7 +357,7 @@ def run_probe_sweep(
                 )
             say(f"{name}: fitting on {len(train)} rows, testing on {len(test)}")
             probe, metrics, test_output, te = fit_and_score(config, estimator, data, train, test)
-            run = {
+            run: ProbeSweepRun = {
                 "name": name,
                 "stage": stage,
                 "layer": int(layer),
@@ -346,7 +383,7 @@ def run_probe_sweep(
                     run["decoded_maps_path"] = str(path)
             outputs[(stage, int(layer))] = (te, test_output, probe)
             runs.append(run)
-    result = {
+    result: ProbeSweepResult = {
         "schema": SWEEP_SCHEMA,
         "schema_version": SWEEP_SCHEMA_VERSION,
         "config": asdict(config),

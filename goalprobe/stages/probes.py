@@ -23,6 +23,7 @@ from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import position_scores
 from goalprobe.probes.probe_sweep import (
     ProbeSweepConfig,
+    ProbeSweepResult,
     StoreProbeLoader,
     Target,
     run_probe_sweep,
@@ -90,7 +91,7 @@ def sweep(
     test_fraction: float,
     n_bootstrap: int,
     seed: int,
-) -> dict:
+) -> ProbeSweepResult:
     """Run one probe sweep on ``store`` over every stage with rows x every stored layer; its
     table lands at ``sweep_path`` (models and decoded test maps under ``out``)."""
     loader = StoreProbeLoader(store)

@@ -50,7 +50,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
@@ -71,6 +71,36 @@ if TYPE_CHECKING:
 N_CELL_TYPES = len(CellType)
 CHUNK_ROWS = 64
 """Decoded rows per scoring task (a worker process scores one chunk at a time)."""
+
+
+class ScoresHeader(TypedDict):
+    """The fields ``belief.json`` and ``meg.json`` share (written by ``goalprobe score``)."""
+
+    created: str
+    package_version: str
+    config: dict[str, Any]
+
+
+class BeliefInputs(TypedDict):
+    """What ``belief.json`` was scored from (paths relative to the run directory)."""
+
+    trajectories: str
+    trajectory_run_id: str
+    store: str
+    decoded_maps: list[str]
+
+
+class BeliefScores(ScoresHeader):
+    """``belief.json``: policy-vs-belief scores per probe (``schema``
+    ``goalprobe.scoring.belief``, ``schema_version`` 2; :func:`belief_csv_rows` reads it)."""
+
+    schema: str
+    schema_version: int
+    inputs: BeliefInputs
+    method: dict[str, Any]
+    metrics: list[str]
+    default_probe: str
+    probes: dict[str, dict]
 
 
 @dataclass
@@ -326,7 +356,7 @@ class MapAccumulator:
         return {g: p for g, (_, p) in self.first.items()}
 
 
-def belief_csv_rows(belief: dict) -> list[dict]:
+def belief_csv_rows(belief: BeliefScores) -> list[dict]:
     """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
     rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
     rows: list[dict] = []

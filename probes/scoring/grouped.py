@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,7 +136,7 @@ def grouped_stats(
     return out
 
 
-def groups_of(entry: dict) -> list[tuple[str, dict]]:
+def groups_of(entry: Mapping[str, Any]) -> list[tuple[str, dict]]:
     """``[(group label, block)]``: ``all`` then ``size=7``, ``density=0.2``, ``variant=...``."""
     out = [("all", entry["overall"])]
     for breakdown in BREAKDOWNS:
