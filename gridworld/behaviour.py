@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
@@ -243,7 +243,21 @@ def by_distance(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[
     ]
 
 
-def behaviour_summary(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> dict:
+class BehaviourSummary(TypedDict):
+    """What :func:`behaviour_summary` returns (the body of the demo's behaviour metrics JSON):
+    one row per grid, their aggregates overall and by size, density and distance, and what
+    the baselines are."""
+
+    per_grid: list[dict[str, Any]]
+    overall: dict[str, Any]
+    by_size_density: list[dict[str, Any]]
+    by_size: list[dict[str, Any]]
+    by_density: list[dict[str, Any]]
+    by_distance: Any
+    baselines: dict[str, str]
+
+
+def behaviour_summary(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> BehaviourSummary:
     """Per-grid rows and their aggregates overall, by size x density, size, density and
     distance to the goal (schema ``goalprobe.demo.behaviour/1`` without the schema tag)."""
     rows = grid_rows(grids, config)

@@ -38,6 +38,7 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
+    FalseBeliefResults,
     control_cells,
     decoded_cells,
     decoded_table,
@@ -150,7 +151,7 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
             outputs.update(states=layout.false_belief_states, store=layout.false_belief_store)
 
     rows = oracle_rows(episodes, by_id, decoded)
-    payload = {
+    payload: FalseBeliefResults = {
         "schema": SCHEMA,
         "config": dataclasses.asdict(fb),
         "pairs": [

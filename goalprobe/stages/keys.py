@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, TypedDict, cast
 
 from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.rollout import RolloutConfig
@@ -19,6 +19,15 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.keys/1"
+
+
+class KeysResults(TypedDict):
+    """The key-door results JSON (``RunLayout.keys_results``)."""
+
+    schema: str
+    horizon: int
+    variants: dict[str, dict[str, Any]]
+    two_path_jaccard: Any
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,7 @@ def run(context: StageContext, config: KeysInput, stage_dir: Path):
         for e in read_episodes(out)
     ]
     variants, jaccard = key_variant_table(episodes, config.intervals)
-    payload = {
+    payload: KeysResults = {
         "schema": SCHEMA,
         "horizon": k.horizon,
         "variants": variants,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
@@ -49,7 +49,20 @@ if TYPE_CHECKING:
     from goalprobe.gridworld.shapes import CellProbs
 
 SCHEMA = "goalprobe.false_belief/1"
-"""Schema of the payload :func:`false_belief_payload` builds."""
+"""Schema of the false-belief results JSON (:class:`FalseBeliefResults`)."""
+
+
+class FalseBeliefResults(TypedDict):
+    """The false-belief results JSON (schema :data:`SCHEMA`; ``RunLayout.false_belief_results``):
+    the pairs, the oracle behaviour table, the decoding reading and one row per step."""
+
+    schema: str
+    config: dict[str, Any]
+    pairs: list[dict[str, Any]]
+    behaviour: Any
+    decoding: Any
+    steps: list[dict[str, Any]]
+    reading: Any
 
 
 def oracle_optimal_mask(grid: Grid, state: State) -> np.ndarray:
