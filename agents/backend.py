@@ -124,3 +124,18 @@ class Backend(Protocol):
     ) -> list[Completion]:
         """One :class:`Completion` per conversation of ``batch``, in order."""
         ...
+
+
+class SeededBackend(Protocol):
+    """A :class:`Backend` whose ``generate`` also takes one seed per conversation (what the
+    rollout loop and the server check for with ``inspect`` before passing ``seeds=``)."""
+
+    def generate(
+        self,
+        batch: Sequence[list[Message]],
+        sampling: SamplingConfig,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[Completion]:
+        """One :class:`Completion` per conversation of ``batch``, row ``i`` seeded by
+        ``seeds[i]``."""
+        ...

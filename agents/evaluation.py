@@ -78,7 +78,9 @@ def heldout_grids(config: EvaluationConfig) -> list[Grid]:
     )
 
 
-def _interval(per_grid: Sequence[float], samples: int, rng: np.random.Generator) -> list[float]:
+def _interval(
+    per_grid: Sequence[float | np.floating], samples: int, rng: np.random.Generator
+) -> list[float]:
     """``[low, high]``: the grid-bootstrap 95% interval of the mean (``nan`` below two grids)."""
     if len(per_grid) < 2:
         return [float("nan"), float("nan")]

@@ -46,7 +46,7 @@ STOP_TOKENS: tuple[str, ...] = (RETURN, CALL)
 """Tokens that end an assistant turn (generation stops on them)."""
 
 ReasoningEffort = Literal["low", "medium", "high"]
-REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 
 Role = Literal["system", "developer", "user", "assistant"]
 _ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant")
@@ -129,7 +129,7 @@ def _check_effort(reasoning_effort: str) -> None:
 
 def render_message(message: Message) -> str:
     """One message as ``<|start|>{role}[<|channel|>{channel}]<|message|>{content}<|end|>``."""
-    header = message.role
+    header: str = message.role
     if message.channel is not None:
         header += f"{CHANNEL}{message.channel}"
     content = message.content
@@ -174,7 +174,7 @@ def render_prompt(
 def encode_prompt(
     tokenizer,
     messages: Sequence[Message],
-    reasoning_effort: str,
+    reasoning_effort: ReasoningEffort,
     system: SystemContent = DEFAULT_SYSTEM,
 ) -> list[int]:
     """``(prompt_len,)`` token ids of one conversation's harmony prompt under ``tokenizer`` (the

@@ -14,9 +14,10 @@ There are no retries: an answer that names no action is the category
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
-from goalprobe.agents.backend import Backend
+from goalprobe.agents.backend import Backend, SeededBackend
 from goalprobe.agents.parser import parse_action
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
@@ -69,7 +70,7 @@ def sample_actions(
         chunk = slice(start, start + config.batch_size)
         batch_seeds = seeds[chunk]
         if per_row:
-            completions = backend.generate(
+            completions = cast(SeededBackend, backend).generate(
                 conversations[chunk], config.sampling(None), seeds=batch_seeds
             )
         else:
@@ -77,7 +78,7 @@ def sample_actions(
             completions = backend.generate(conversations[chunk], config.sampling(call_seed))
         for offset, completion in enumerate(completions):
             parsed = parse_action(completion.final if completion.final else None)
-            if parsed.ok:
+            if parsed.action is not None:
                 out[start + offset] = int(parsed.action)
     return out.reshape(len(requests), k)
 

@@ -23,10 +23,11 @@ import copy
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from goalprobe.agents.backend import Completion, SamplingConfig
+from goalprobe.agents.backend import Completion, FinishReason, SamplingConfig
 from goalprobe.agents.harmony import (
     DEFAULT_SYSTEM,
     HarmonyTokenIds,
@@ -57,7 +58,7 @@ class LocalBackend:
         self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
-        self._prefix_cache: tuple[tuple[int, ...], object] | None = None
+        self._prefix_cache: tuple[tuple[int, ...], Any] | None = None  # (prefix, KV cache)
         """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
 
     @classmethod
@@ -235,6 +236,7 @@ class LocalBackend:
 
     def _completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
+        finish: FinishReason
         if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
             ids, finish = row, "length"
         else:

@@ -207,7 +207,7 @@ def move_counterfactual(
     when no move leaves a solvable, unfinished state.
     """
     types = cell_types(grid, state)
-    open_cells = [tuple(int(v) for v in rc) for rc in np.argwhere(types == CellType.OPEN)]
+    open_cells = [(int(r), int(c)) for r, c in np.argwhere(types == CellType.OPEN)]
     if not open_cells:
         return None
     order = rng.permutation(len(open_cells))

@@ -136,6 +136,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(model).expanduser()
+    kwargs: dict[str, Any]
     if local.is_dir():
         source, kwargs = str(local), {"local_files_only": True}
     else:

@@ -28,9 +28,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message
+from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.rollout import derive_seed, state_fields
 from goalprobe.agents.trajectories import (
@@ -47,10 +48,10 @@ from goalprobe.gridworld.text import render
 
 from goalprobe.version import package_version
 
-PROMPT_ONLY = "prompt_only"
+PROMPT_ONLY: Final = "prompt_only"
 """The ``finish_reason``, flag and ``end_reason`` of every prompt-only step."""
 
-Encoder = Callable[[Sequence[Message], str], list[int]]
+Encoder = Callable[[Sequence[Message], ReasoningEffort], list[int]]
 """``(messages, reasoning_effort) -> prompt token ids`` (e.g. ``LocalBackend.encode_prompt``)."""
 
 
@@ -61,7 +62,7 @@ class PromptStatesConfig:
     states_per_grid: int = 8
     """States per grid (the start state, then distinct random cells); fewer when the grid has
     fewer reachable cells."""
-    reasoning_effort: str = "low"
+    reasoning_effort: ReasoningEffort = "low"
     """Reasoning effort named in the system message (as in the rollouts to compare with)."""
     template_dir: str | None = None
     """Directory of prompt templates; None uses the packaged templates."""

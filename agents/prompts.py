@@ -145,7 +145,7 @@ class PromptTemplate:
         if self.instructions_harm is not None and (
             self.instructions_harm.split("\n").count(MORAL_FIELD) != 1
             or self.instructions_harm.count(MORAL_FIELD) != 1
-            or "\n" in self.moral_harm
+            or "\n" in (self.moral_harm or "")
         ):
             raise ValueError(
                 f"prompt template {self.source}: {OPTIONAL_TEMPLATE_FILES['instructions_harm']} "

@@ -60,15 +60,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from goalprobe.agents.backend import (
     Backend,
     BatchGenerationError,
     Completion,
     SamplingConfig,
+    SeededBackend,
 )
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message
+from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
 from goalprobe.agents.parser import parse_action
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
@@ -123,7 +124,7 @@ class RolloutConfig:
     max_new_tokens: int = 10_000
     """Most tokens generated per attempt (reasoning + answer)."""
 
-    reasoning_effort: str = "low"
+    reasoning_effort: ReasoningEffort = "low"
     """Harmony reasoning effort: ``"low"``, ``"medium"`` or ``"high"``."""
 
     seed: int = 0
@@ -391,7 +392,7 @@ class _Episode:
             )
             return
         state = self.state
-        next_state = step(self.grid, state, parsed.action) if parsed.ok else state
+        next_state = step(self.grid, state, parsed.action) if parsed.action is not None else state
         flags = []
         if self.rejected:
             flags.append("retried")
@@ -414,7 +415,7 @@ class _Episode:
                 step=len(self.steps),
                 episode_seed=self.seed,
                 **state_fields(self.grid, self.policy, state, self._grid_text),
-                action=parsed.action.name if parsed.ok else None,
+                action=parsed.action.name if parsed.action is not None else None,
                 valid=parsed.ok,
                 next_agent_row_col=next_state.agent,
                 prompt_token_ids=[int(i) for i in completion.prompt_token_ids],
@@ -740,7 +741,8 @@ def _generate(
     batch = [episode.messages() for episode in active]
     seeds = [episode.attempt_seed for episode in active]
     if per_row_seeds:
-        completions = backend.generate(batch, config.sampling(None), seeds=seeds)
+        seeded = cast(SeededBackend, backend)  # checked by _accepts_seeds
+        completions = seeded.generate(batch, config.sampling(None), seeds=seeds)
     else:
         # one seed per call: a single conversation keeps its own seed (as with per-row seeds)
         seed = seeds[0] if len(seeds) == 1 else derive_seed(*seeds)

@@ -47,13 +47,19 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from goalprobe.agents.backend import Backend, Completion, PromptEncoder, SamplingConfig
-from goalprobe.agents.harmony import Message
+from goalprobe.agents.backend import (
+    Backend,
+    Completion,
+    PromptEncoder,
+    SamplingConfig,
+    SeededBackend,
+)
+from goalprobe.agents.harmony import Message, ReasoningEffort
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
@@ -311,11 +317,14 @@ class _Batcher:
         sampling = jobs[0].sampling
         self.batches += 1
         if self.per_row_seeds:
-            seeds = [job.sampling.seed for job in jobs]
-            if any(seed is None for seed in seeds):  # greedy rows: the sampler ignores seeds
-                seeds = None
+            row_seeds = [job.sampling.seed for job in jobs]
+            # greedy rows: the sampler ignores seeds
+            seeds = None if any(seed is None for seed in row_seeds) else row_seeds
             return await asyncio.to_thread(
-                self.backend.generate, batch, replace(sampling, seed=None), seeds=seeds
+                cast(SeededBackend, self.backend).generate,
+                batch,
+                replace(sampling, seed=None),
+                seeds=seeds,
             )
         return await asyncio.to_thread(self.backend.generate, batch, sampling)
 
@@ -480,7 +489,7 @@ def _busy(err: QueueFull, config: ServeConfig) -> _ApiError:
 
 
 async def _fit_context(
-    encoder: PromptEncoder, messages: list[Message], effort: str, max_tokens: int
+    encoder: PromptEncoder, messages: list[Message], effort: ReasoningEffort, max_tokens: int
 ) -> int:
     """``max_tokens`` clamped to the context left after the prompt; a 400 when the prompt
     leaves no room for even one token."""

@@ -53,7 +53,12 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from goalprobe.agents.backend import BatchGenerationError, Completion, SamplingConfig
+from goalprobe.agents.backend import (
+    BatchGenerationError,
+    Completion,
+    FinishReason,
+    SamplingConfig,
+)
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
@@ -278,10 +283,10 @@ class ServerBackend:
             )
             raise ServerBatchError(
                 message,
-                [None if isinstance(o, ServerError) else o for o in outcomes],
+                [o if isinstance(o, Completion) else None for o in outcomes],
                 [str(o) if isinstance(o, ServerError) else None for o in outcomes],
             )
-        return list(outcomes)
+        return [o for o in outcomes if isinstance(o, Completion)]  # every other one raised
 
     @contextlib.asynccontextmanager
     async def session(self):
@@ -461,7 +466,9 @@ class ServerBackend:
             raise ServerError(f"{where}: choice has no message")
         final = _text(message.get("content"))
         reasoning = _text(message.get("reasoning")) or _text(message.get("reasoning_content"))
-        finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        finish_reason: FinishReason = (
+            "length" if choice.get("finish_reason") == "length" else "stop"
+        )
         if finish_reason == "stop" and not final and reasoning:
             # older vLLM: an answer without an analysis message lands in the reasoning field
             final, reasoning = reasoning, ""

@@ -289,6 +289,8 @@ def mass_penalty(
     """
     if floor is None:
         return -torch.log((1 - mass.float()).clamp_min(1e-6))
+    if rest is None:
+        raise ValueError("a floor needs the rest mass")
     odds = torch.log(mass.float().clamp_min(1e-30)) - torch.log(rest.float().clamp_min(1e-30))
     return torch.relu(odds - math.log(floor / (1 - floor)))
 

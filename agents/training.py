@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,7 +125,7 @@ def training_loss(
     map_readout: MapReadout | None = None,
     examples: list[Example] | None = None,
     capture_anchors: tuple[int, ...] = (),
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """The training objective: the completion loss plus the weighted auxiliary losses.
 
     Args:
@@ -175,7 +176,7 @@ def training_loss(
         decision = decision_loss(out.logits, batch)
         total = total + config.decision_loss_weight * decision
         parts["decision_loss"] = decision.item()
-    if use_coordinates:
+    if use_coordinates and readout is not None:
         hidden = out.hidden_states[config.coordinate_layer]
         coordinate = readout.loss(hidden, batch.cell_rows, batch.cell_cols)
         total = total + config.coordinate_loss_weight * coordinate
@@ -208,14 +209,17 @@ def training_loss(
             )
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
-    if use_map:
-        labels = [
+    if use_map and map_readout is not None and examples is not None:
+        cells, agents, goals, neighbours, moves = (
             t.to(batch.suffix_ids.device)
             for t in map_labels([e.grid for e in examples], [e.state for e in examples])
-        ]
-        map_total, map_accuracy = 0.0, 0.0
+        )
+        map_total: Any = 0.0  # a tensor after the first layer
+        map_accuracy = 0.0
         for layer in config.map_layers:
-            layer_loss, layer_accuracy = map_readout.loss(captured[layer], *labels, layer)
+            layer_loss, layer_accuracy = map_readout.loss(
+                captured[layer], cells, agents, goals, neighbours, moves, layer
+            )
             map_total = map_total + layer_loss / len(config.map_layers)
             map_accuracy += layer_accuracy / len(config.map_layers)
         total = total + config.map_loss_weight * map_total

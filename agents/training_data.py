@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
-from goalprobe.agents.harmony import render_completion, render_prompt
+from goalprobe.agents.harmony import ReasoningEffort, render_completion, render_prompt
 from goalprobe.agents.prompts import build_messages, uses_key_prompt
 from goalprobe.agents.reasoning import PLAN_PREFIX, PLAN_STEPS, final_text, reasoning_text
 from goalprobe.agents.supervision import (
@@ -181,7 +181,7 @@ def sample_state(
 
 
 def make_example(
-    grid: Grid, state: State, plan: tuple[Action, ...], *, reasoning_effort: str = "low"
+    grid: Grid, state: State, plan: tuple[Action, ...], *, reasoning_effort: ReasoningEffort = "low"
 ) -> Example:
     """Render the prompt and the target completion of one state."""
     key_variant = uses_key_prompt(grid.variant)
@@ -209,7 +209,7 @@ def sample_batch_examples(
     key_prompt = rng.random() < config.key_prompt_probability
     names = list(config.key_variant_weights)
     weights = np.asarray([config.key_variant_weights[v] for v in names], dtype=float)
-    examples = []
+    examples: list[Example] = []
     while len(examples) < batch_size:
         variant = (
             names[int(rng.choice(len(names), p=weights / weights.sum()))]

@@ -16,6 +16,7 @@ import importlib
 import inspect
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -42,14 +43,22 @@ class OneLineErrors(TyperGroup):
 
     def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(
+                args,
+                prog_name,
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             sys.exit(130)

@@ -28,7 +28,7 @@ def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
         the written path.
     """
     path = Path(out_dir) / Path(ARTEFACTS["patching heatmap"].relative).name
-    rows = [asdict(r) if is_dataclass(r) else r for r in summary]
+    rows = [asdict(r) if is_dataclass(r) and not isinstance(r, type) else r for r in summary]
     patch_summary_figure(rows).write_html(path, include_plotlyjs=True)
     return path
 

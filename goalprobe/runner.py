@@ -38,8 +38,9 @@ def config_to_dict(config: Any) -> dict:
 
 
 def _view(obj: Any) -> Any:
-    if hasattr(obj, "identity") and dataclasses.is_dataclass(obj):
-        return obj.identity()
+    identity = getattr(obj, "identity", None)
+    if callable(identity) and dataclasses.is_dataclass(obj):
+        return identity()
     if dataclasses.is_dataclass(obj):
         return {f.name: _view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):

@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.probes.scoring.belief_table import (
+    BeliefScores,
     MapAccumulator,
+    ScoresHeader,
     StepTable,
     belief_csv_rows,
     belief_entry,
@@ -47,6 +49,7 @@ from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import (
     MEG_GRID_COLUMNS,
+    MegScores,
     meg_csv_rows,
     meg_grid_rows,
     meg_method,
@@ -75,8 +78,8 @@ class ScoreSummary:
     """
 
     run_dir: Path
-    belief: dict
-    meg: dict
+    belief: BeliefScores
+    meg: MegScores
     outputs: dict[str, Path] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -325,12 +328,12 @@ def score_run(
     finally:
         if executor is not None:
             executor.shutdown()
-    header = {
+    header: ScoresHeader = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "package_version": _package_version(),
         "config": json.loads(json.dumps(asdict(config))),
     }
-    belief = {
+    belief: BeliefScores = {
         "schema": BELIEF_SCHEMA,
         "schema_version": BELIEF_SCHEMA_VERSION,
         **header,
@@ -359,7 +362,7 @@ def score_run(
         where=str(layout.trajectories),
         grid_set=str(layout.grids),
     )
-    meg = {
+    meg: MegScores = {
         "schema": MEG_SCHEMA,
         "schema_version": MEG_SCHEMA_VERSION,
         **header,

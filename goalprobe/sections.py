@@ -4,12 +4,14 @@ a frozen dataclass with a docstring per field; :mod:`goalprobe.config` composes 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.gridworld.harm import HarmGridConfig
 from goalprobe.gridworld.intention import IntentionTestConfig
+from goalprobe.probes.patching.experiment import ReasoningMode
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 
 
@@ -153,7 +155,7 @@ class ProbesConfig:
 
     types: tuple[str, ...] = ("coordinate", "per_cell")
     """Probe kinds: the study's coordinate-conditioned probe and per-cell heads."""
-    families: tuple[str, ...] = ("linear", "mlp")
+    families: tuple[Literal["linear", "mlp"], ...] = ("linear", "mlp")
     """Read-outs."""
     class_balance: str = "upsample"
     """Class weighting of the cell probes (``upsample``: the study's; ``none``: plain
@@ -175,7 +177,7 @@ class ProbesConfig:
 class DistanceConfig:
     """Goal-distance regressors (Table 4)."""
 
-    families: tuple[str, ...] = ("linear", "mlp")
+    families: tuple[Literal["linear", "mlp"], ...] = ("linear", "mlp")
     """Read-outs (``linear`` is ridge regression)."""
     training: ProbeTraining = field(default_factory=ProbeTraining)
     """Training settings of the MLP."""
@@ -225,7 +227,7 @@ class PatchingConfig:
     """Most base steps, drawn at random (seeded) from the main rollouts."""
     require_optimal: bool = True
     """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
-    reasoning: str = "greedy"
+    reasoning: ReasoningMode = "greedy"
     """Reasoning of the teacher-forced runs: ``greedy`` (both sides' own greedy completion),
     ``recorded`` (the base keeps its sampled rollout completion) or ``oracle``."""
     regenerate: bool = True

@@ -18,9 +18,10 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 import numpy as np
-from goalprobe.gridworld.core import Grid, RowCol
+from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.key_metrics import (
     key_attraction_bias,
@@ -246,7 +247,21 @@ def by_distance(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[
     ]
 
 
-def behaviour_summary(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> dict:
+class BehaviourSummary(TypedDict):
+    """What :func:`behaviour_summary` returns (the body of the demo's behaviour metrics JSON):
+    one row per grid, their aggregates overall and by size, density and distance, and what
+    the baselines are."""
+
+    per_grid: list[dict[str, Any]]
+    overall: dict[str, Any]
+    by_size_density: list[dict[str, Any]]
+    by_size: list[dict[str, Any]]
+    by_density: list[dict[str, Any]]
+    by_distance: Any
+    baselines: dict[str, str]
+
+
+def behaviour_summary(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> BehaviourSummary:
     """Per-grid rows and their aggregates overall, by size x density, size, density and
     distance to the goal (schema ``goalprobe.demo.behaviour/1`` without the schema tag)."""
     rows = grid_rows(grids, config)
@@ -357,6 +372,8 @@ def key_variant_table(
         if variant in ("key_no_door", "two_path_key"):
             n_non, n_towards = 0, 0
             for e in eps:
+                if e.grid.key is None:
+                    raise ValueError(f"grid {e.grid.grid_id!r} of variant {variant} has no key")
                 bias = key_attraction_bias([e.trajectory], manhattan_key_distance(e.grid.key))
                 n_non += bias.n_non_optimal
                 n_towards += bias.n_towards
@@ -369,7 +386,7 @@ def key_variant_table(
         return (e.grid.grid_id.split("-", 1)[1], e.episode)
 
     def cells(e: KeyEpisode) -> list[RowCol]:
-        return [s.agent for s in e.trajectory.states[:-1]] + [e.final_cell]
+        return [cast(State, s).agent for s in e.trajectory.states[:-1]] + [e.final_cell]
 
     with_key = {layout(e): e for e in by_variant.get("two_path_key", [])}
     jaccard = [

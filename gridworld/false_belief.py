@@ -156,7 +156,7 @@ def make_pair(base: Grid, kind: str, pair_id: str) -> tuple[Grid, Grid] | None:
     if kind not in _BUILDERS:
         raise ValueError(f"unknown false-belief kind {kind!r}; expected one of {KINDS}")
     grid = _BUILDERS[kind](base)
-    if grid is None:
+    if grid is None or grid.shown is None:
         return None
     true_first, shown_first = start_optimal(grid), start_optimal(grid.shown)
     if true_first & shown_first or not true_first or not shown_first:
@@ -214,3 +214,11 @@ def pair_facts(grid: Grid) -> dict | None:
     """The ``extra["false_belief"]`` record of a grid of a false-belief set (None otherwise)."""
     facts = grid.extra.get(FALSE_BELIEF)
     return facts if isinstance(facts, dict) else None
+
+
+def require_pair_facts(grid: Grid) -> dict:
+    """:func:`pair_facts` of a grid that must belong to a false-belief set (else ValueError)."""
+    facts = pair_facts(grid)
+    if facts is None:
+        raise ValueError(f"grid {grid.grid_id!r} is not part of a false-belief pair")
+    return facts

@@ -214,7 +214,7 @@ def sample_start_goal(
         if min_distance <= cache[goal][start] < math.inf:
             return start, goal
     # exhaustive fallback: uniform over all qualifying pairs
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     for goal in goals:
         dist = _bfs_flat(open_flat, n, goal)
         pairs.extend(

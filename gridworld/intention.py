@@ -60,6 +60,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Variant
@@ -155,7 +156,7 @@ def matched_states(original: Grid, intervened: Grid, max_states: int) -> list[Ma
         )
     states, _ = solve(original).optimal_trajectory()
     door_open = intervened.door is None or intervened.start_door_open
-    out = []
+    out: list[MatchedState] = []
     for index, state in enumerate(states[:-1]):  # the last state is the goal
         if state.has_key or len(out) == max_states:
             break
@@ -198,9 +199,12 @@ def sample_policy(
     return out
 
 
-def toward_cell(grid: Grid, cell: RowCol, target: RowCol, actions: np.ndarray) -> np.ndarray:
+def toward_cell(grid: Grid, cell: RowCol, target: RowCol | None, actions: np.ndarray) -> np.ndarray:
     """Per sampled action from ``cell``: whether it lowers the wall distance to ``target``
-    (invalid samples count as not towards)."""
+    (invalid samples count as not towards; ``target`` None, e.g. the key of a grid without one,
+    is refused)."""
+    if target is None:
+        raise ValueError(f"grid {grid.grid_id!r}: no target cell to move towards")
     distance = _wall_distances(grid.walls.tobytes(), grid.size, target)
     here = distance[cell]
     flags = np.zeros(np.shape(actions), dtype=bool)
@@ -306,7 +310,7 @@ def intention_test(
     observed = float(tv.mean())
     # exact-ness guard: ties count as at least as extreme
     p_value = float((1 + np.sum(perm_stats >= observed - 1e-12)) / (1 + config.n_permutations))
-    boot = dict(
+    boot: dict[str, Any] = dict(
         n_resamples=config.n_bootstrap, confidence=config.confidence, random_state=config.seed
     )
     tv_stat = grid_bootstrap_ratio(tv, None, list(grid_ids), **boot)
@@ -383,7 +387,7 @@ def toward_key_rates(
     their difference, with grid-bootstrap intervals (``(S, K)`` bool flags each)."""
     fa = np.asarray(flags_original, dtype=np.float64)
     fb = np.asarray(flags_intervened, dtype=np.float64)
-    boot = dict(
+    boot: dict[str, Any] = dict(
         n_resamples=config.n_bootstrap, confidence=config.confidence, random_state=config.seed
     )
     ids = list(grid_ids)
@@ -416,7 +420,7 @@ def intention_study(
         ``variant``, ``intervention``, ``outcome``, ``toward_key`` and ``reading``; and one row
         per matched state (grid, cell, both conditions' action counts, TV).
     """
-    plan = []  # (grid, intervened grid or None, matched states)
+    plan: list[tuple[Grid, Grid | None, list[MatchedState]]] = []  # intervened: None = original
     requests: list[tuple[Grid, State]] = []
     for grid in originals:
         names = INTERVENTIONS.get(grid.variant)
@@ -437,9 +441,9 @@ def intention_study(
         raise ValueError(f"the sampler returned shape {samples.shape} for {len(requests)} states")
     by_key: dict[tuple[str, str | None], np.ndarray] = {}
     row = 0
-    for grid, other, states in plan:
-        name = None if other is None else other.extra["intervention"]
-        by_key[(grid.grid_id, name)] = samples[row : row + len(states)]
+    for grid, intervened, states in plan:
+        intervention = None if intervened is None else intervened.extra["intervention"]
+        by_key[(grid.grid_id, intervention)] = samples[row : row + len(states)]
         row += len(states)
     results, state_rows = [], []
     for variant, names in INTERVENTIONS.items():
@@ -530,7 +534,7 @@ def decoded_registration(
     b = np.asarray(intervened, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(grid_ids) != len(a):
         raise ValueError("original, intervened and grid_ids must be 1-D of the same length")
-    boot = dict(
+    boot: dict[str, Any] = dict(
         n_resamples=config.n_bootstrap, confidence=config.confidence, random_state=config.seed
     )
     ids = list(grid_ids)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 from goalprobe.gridworld.core import Grid
@@ -136,6 +136,14 @@ def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
     return GridSetFormatError(f"{where}: {field}: {problem}")
 
 
+@overload
+def _read_cell(
+    record: dict, field: str, where: str, *, optional: Literal[False]
+) -> tuple[int, int]: ...
+@overload
+def _read_cell(
+    record: dict, field: str, where: str, *, optional: bool
+) -> tuple[int, int] | None: ...
 def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple[int, int] | None:
     value = record[field]
     if value is None and optional:
@@ -214,7 +222,7 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     extra = record["extra"]
     if not isinstance(extra, dict):
         raise _fail(where, "extra", f"expected a JSON object, got {extra!r}")
-    cells = {
+    cells: dict[str, Any] = {
         "start": _read_cell(record, "start_row_col", where, optional=False),
         "goal": _read_cell(record, "goal_row_col", where, optional=False),
         "key": _read_cell(record, "key_row_col", where, optional=True),

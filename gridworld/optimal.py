@@ -261,6 +261,8 @@ def _solve_product(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     n_cells = n * n
     walls = grid.walls.ravel().tolist()
     moves = _moves(n)
+    if grid.door is None:
+        raise ValueError("the product search needs a door")
     door = grid.door[0] * n + grid.door[1]
     key = grid.key[0] * n + grid.key[1] if grid.key is not None else None
     goal = grid.goal[0] * n + grid.goal[1]

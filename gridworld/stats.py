@@ -220,7 +220,7 @@ def grid_bootstrap_ratio(
 
 
 def grid_mean(
-    values: Sequence[float | None] | np.ndarray,
+    values: Sequence[float | np.floating | None] | np.ndarray,
     *,
     n_resamples: int = 1000,
     confidence: float = 0.95,

@@ -29,6 +29,8 @@ door and no flower bed under the agent, so ``parse`` returns the grid as it is v
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from goalprobe.gridworld.core import (
     LABEL_CANVAS,
@@ -227,10 +229,10 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
             if harm
             else Variant.PLAIN
         )
-    agent = located[CellType.AGENT]
+    agent = cast(RowCol, located[CellType.AGENT])  # both checked present above
     grid = Grid(
         walls=walls,
-        goal=located[CellType.GOAL],
+        goal=cast(RowCol, located[CellType.GOAL]),
         start=agent,
         key=key,
         door=door,

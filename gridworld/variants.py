@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, Variant
@@ -155,7 +156,9 @@ def generate_key_door_family(
     goal = _pick(goal_side, u_goal)
     open_flat[door] = True
     walls = ~np.array(open_flat, dtype=bool).reshape(n, n)
-    common = dict(walls=walls, start=divmod(start, n), goal=divmod(goal, n), density=density)
+    common: dict[str, Any] = dict(
+        walls=walls, start=divmod(start, n), goal=divmod(goal, n), density=density
+    )
     common.update(seed=seed, grid_id=grid_id)
     grids = [
         Grid(key=divmod(key, n), door=divmod(door, n), variant=Variant.KEY_DOOR, **common),
@@ -208,7 +211,9 @@ def generate_two_path_family(
     key = _pick(key_path[1:-1], u[5])
     quarter_turns = min(int(rng.random() * 4), 3)
     walls = ~np.array(open_flat, dtype=bool).reshape(n, n)
-    common = dict(walls=walls, start=(top, left), goal=(bottom, right), density=density)
+    common: dict[str, Any] = dict(
+        walls=walls, start=(top, left), goal=(bottom, right), density=density
+    )
     common.update(seed=seed, grid_id=grid_id)
     grids = [
         Grid(key=key, variant=Variant.TWO_PATH_KEY, **common),

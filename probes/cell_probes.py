@@ -56,7 +56,7 @@ study's linear probe (39% accuracy there), not of this implementation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -73,6 +73,15 @@ from goalprobe.probes.training import (
 )
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import (
+        CellLabels,
+        CellProbs,
+        FeatureMatrix,
+        GridIds,
+        ResidualActs,
+    )
 
 Family = Literal["linear", "mlp"]
 CoordinateEncoding = Literal["raw", "onehot"]
@@ -180,7 +189,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- fit
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+    def fit(self, X: ResidualActs | FeatureMatrix, y: CellLabels, groups: GridIds | None = None):
         """Fit on activations and label maps.
 
         Args:
@@ -298,7 +307,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- decoding
 
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
+    def decision_function(self, X: ResidualActs | FeatureMatrix) -> CellProbs:
         """Logits per cell.
 
         Args:
@@ -323,12 +332,12 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         side = self.map_side_
         return out.reshape(X2.shape[0], side, side, len(self.classes_))
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: ResidualActs | FeatureMatrix) -> CellProbs:
         """Class probabilities per cell: ``(N, S, S, C)`` float32 over ``classes_``."""
         logits = torch.from_numpy(self.decision_function(X))
         return torch.softmax(logits, dim=-1).numpy()
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: ResidualActs | FeatureMatrix) -> CellLabels:
         """Cognitive map: the most probable ``CellType`` per cell, ``(N, S, S)`` uint8."""
         return self.classes_[self.decision_function(X).argmax(axis=-1)]
 
@@ -673,7 +682,7 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
         self.strategy = strategy
         self.grid_size = grid_size
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+    def fit(self, X: ResidualActs | FeatureMatrix, y: CellLabels, groups: GridIds | None = None):
         """Count class frequencies of ``y`` ``(N, S, S)``; ``X`` only fixes ``n_features_in_``."""
         X2 = as_feature_matrix(X)
         labels = validate_label_maps(y, self.grid_size)
@@ -689,13 +698,13 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
         self.map_side_ = labels.shape[1]
         return self
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: ResidualActs | FeatureMatrix) -> CellProbs:
         """``(N, S, S, C)`` float32: the fitted frequencies for every example."""
         check_is_fitted(self, "frequencies_")
         n = as_feature_matrix(X).shape[0]
         return np.broadcast_to(self.frequencies_, (n, *self.frequencies_.shape)).copy()
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: ResidualActs | FeatureMatrix) -> CellLabels:
         """``(N, S, S)`` uint8: the most frequent class (per cell or overall)."""
         return self.classes_[self.predict_proba(X).argmax(axis=-1)]
 
@@ -707,8 +716,11 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "frequencies_")
-        tensors = {"classes": self.classes_, "frequencies": self.frequencies_}
-        meta = {
+        tensors: dict[str, np.ndarray] = {
+            "classes": self.classes_,
+            "frequencies": self.frequencies_,
+        }
+        meta: dict = {
             "classes_": [int(c) for c in self.classes_],
             "n_features_in_": int(self.n_features_in_),
             "map_side_": int(self.map_side_),

@@ -207,7 +207,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "feature_mean_")
         tensors = {"feature_mean": self.feature_mean_, "feature_scale": self.feature_scale_}
-        meta = {
+        meta: dict = {
             "n_features_in_": int(self.n_features_in_),
             "target_mean_": self.target_mean_,
             "target_scale_": self.target_scale_,

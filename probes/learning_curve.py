@@ -44,7 +44,7 @@ def _interleaved_by_size(data: ProbeData, train, train_grids, random_state) -> n
         rng.permutation([g for g in train_grids if size_of[g] == size]).tolist()
         for size in sorted(set(size_of.values()))
     ]
-    order = []
+    order: list[str] = []
     for rank in range(max(len(members) for members in by_size)):
         order.extend(members[rank] for members in by_size if rank < len(members))
     return np.asarray(order, dtype=object)

@@ -156,7 +156,7 @@ def selectivity(
 
 
 def _evaluate(
-    models: Mapping[str, Callable[[np.ndarray], dict[str, np.ndarray]]],
+    models: Mapping[str, Callable[[np.ndarray, GridBootstrap], dict[str, np.ndarray]]],
     rows: np.ndarray,
     codes: np.ndarray,
     reference: str | None,

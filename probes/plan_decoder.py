@@ -34,6 +34,8 @@ The sweep over stages, layers and capacities: :mod:`goalprobe.probes.plan_sweep`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
@@ -44,6 +46,9 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 from torch import nn
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import PlanProbs, PlanTargets, ResidualActs
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024
@@ -269,11 +274,11 @@ class PlanDecoder(BaseEstimator):
 
     def fit(
         self,
-        X: np.ndarray,
-        y: np.ndarray,
+        X: ResidualActs,
+        y: PlanTargets,
         *,
-        X_val: np.ndarray | None = None,
-        y_val: np.ndarray | None = None,
+        X_val: ResidualActs | None = None,
+        y_val: PlanTargets | None = None,
     ) -> PlanDecoder:
         """Train on ``(X, y)``, early-stopping on ``(X_val, y_val)`` when given.
 
@@ -294,8 +299,8 @@ class PlanDecoder(BaseEstimator):
             raise ValueError(f"X has {len(X)} examples but y has {len(y)}")
         if (X_val is None) != (y_val is None):
             raise ValueError("pass both X_val and y_val, or neither")
-        has_val = X_val is not None
-        if has_val:
+        has_val = X_val is not None and y_val is not None
+        if X_val is not None and y_val is not None:
             X_val = check_plan_acts(X_val, "X_val")
             y_val = truncate_plans(y_val, self.horizon)
             if X_val.shape[1:] != X.shape[1:]:
@@ -333,7 +338,7 @@ class PlanDecoder(BaseEstimator):
                 return token_loss(logits, targets), (targets != _IGNORE_INDEX).sum()
 
             validation_loss = None
-            if has_val:
+            if X_val is not None and y_val is not None:
                 x_val = self._standardise(X_val, device)
                 t_val = self._loss_targets(y_val, device)
 
@@ -380,7 +385,7 @@ class PlanDecoder(BaseEstimator):
                 total += float(loss_fn(logits.reshape(-1, N_PLAN_CLASSES), t.reshape(-1)))
         return total / max(count, 1)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: ResidualActs) -> PlanProbs:
         """Per-step class probabilities.
 
         Args:
@@ -400,7 +405,7 @@ class PlanDecoder(BaseEstimator):
         self.network_ = network.cpu()
         return np.concatenate(outputs).astype(np.float32)
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: ResidualActs) -> PlanTargets:
         """Argmax plans in the plan format (``PAD`` after the first predicted ``END``).
 
         Args:

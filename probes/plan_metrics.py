@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
@@ -404,7 +405,7 @@ def plan_metrics(
     ci = {k: boot.interval(v) for k, v in samples.items()}
 
     horizon = tgt.shape[1]
-    scalars = {}
+    scalars: dict[str, Any] = {}
     for key in SCALAR_METRICS:
         scalars[key] = float(point[key])
         scalars[f"{key}_ci"] = ci[key]

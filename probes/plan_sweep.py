@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
@@ -42,6 +42,18 @@ SWEEP_SCHEMA = "goalprobe.plan_sweep"
 """``schema`` field of ``sweep.json``."""
 SWEEP_SCHEMA_VERSION = 1
 """Version of the ``sweep.json`` layout."""
+
+
+class PlanSweepDict(TypedDict):
+    """``sweep.json`` of a plan sweep (schema :data:`SWEEP_SCHEMA`, version
+    :data:`SWEEP_SCHEMA_VERSION`): :meth:`PlanSweepResult.to_dict`."""
+
+    schema: str
+    schema_version: int
+    config: dict[str, Any]
+    decoder_params: dict
+    splits: dict[str, dict]
+    runs: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,7 +141,7 @@ class StorePlanLoader:
                 raise ValueError(f"{self.path}: no rows hold stage {stage!r}")
             acts = store.read(stage, layer, rows)
         densities = labels["density"].astype(np.float64)
-        provenance = {
+        provenance: dict[str, Any] = {
             "store": str(self.path),
             "stage": stage,
             "layer": int(layer),
@@ -243,7 +255,7 @@ class PlanSweepResult:
     runs: list[PlanRun]
     splits: dict[str, dict]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> PlanSweepDict:
         """JSON-ready dict."""
         return {
             "schema": SWEEP_SCHEMA,
@@ -339,7 +351,7 @@ def run_plan_sweep(
     config = resolve_config(config, load)
     out = Path(out_dir) if out_dir is not None else None
     plans_path = out / "predicted_plans.h5" if out is not None else None
-    if out is not None:
+    if out is not None and plans_path is not None:
         existing = [p for p in (plans_path, out / "sweep.json") if p.exists()]
         if existing and not overwrite:
             raise FileExistsError(f"{existing[0]} exists; pass overwrite=True to replace it")
@@ -427,7 +439,7 @@ def run_plan_sweep(
                 pred_all = est.predict(data.acts)
                 m, by_size, by_density = evaluation.evaluate(pred_all[test])
                 model_path = None
-                if out is not None:
+                if out is not None and plans_path is not None:
                     provenance = {
                         "data": data.provenance,
                         "stage": stage,

@@ -19,11 +19,11 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol, TypedDict
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
-from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates
+from goalprobe.probes.baselines import CellPrior, Conditioning, GroupMeanRegressor, covariates
 from goalprobe.probes.cell_probes import MajorityCellBaseline
 from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance
@@ -36,6 +36,42 @@ Target = Literal["cell_type", "distance"]
 
 SWEEP_SCHEMA = "goalprobe.probe_sweep"
 SWEEP_SCHEMA_VERSION = 1
+
+
+class ProbeSweepRun(TypedDict):
+    """One stage x layer of ``sweep.json`` (:func:`run_probe_sweep`)."""
+
+    name: str
+    stage: str
+    layer: int
+    n_train: int
+    n_test: int
+    n_train_grids: int
+    n_test_grids: int
+    best_epoch: int | None
+    metrics: dict[str, Any]
+    model_path: str | None
+    decoded_maps_path: str | None
+
+
+class ProbeSweepSplit(TypedDict):
+    """The sweep's one split by grid."""
+
+    n_train_grids: int
+    n_test_grids: int
+
+
+class ProbeSweepResult(TypedDict):
+    """``sweep.json`` of a probe sweep (schema :data:`SWEEP_SCHEMA`, version
+    :data:`SWEEP_SCHEMA_VERSION`), as :func:`run_probe_sweep` returns and writes it."""
+
+    schema: str
+    schema_version: int
+    config: dict[str, Any]
+    estimator: dict[str, Any]
+    split: ProbeSweepSplit
+    runs: list[ProbeSweepRun]
+    stage_comparisons: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,6 +139,16 @@ _LABELS = (
     "goal_row_col",
     "distance_to_goal",
 )
+
+
+class ProbeLoader(Protocol):
+    """``(stage, layer) -> ProbeData`` over one store, exposing every store row's grid id and
+    size so that one split by grid serves a whole sweep (:class:`StoreProbeLoader`)."""
+
+    all_grid_ids: np.ndarray
+    all_grid_sizes: np.ndarray
+
+    def __call__(self, stage: str, layer: int) -> ProbeData: ...
 
 
 class StoreProbeLoader:
@@ -215,7 +261,8 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
         else:
             controls["mean"] = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
             inputs["mean"] = np.zeros((len(te.acts), 1))
-            for by in ("size", "size_density"):
+            by_options: tuple[Conditioning, ...] = ("size", "size_density")
+            for by in by_options:
                 controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
                 inputs[f"mean_{by}"] = cov_te
     common = dict(
@@ -245,22 +292,22 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
         )
         test_output = preds["probe"][0]
     else:
-        preds = {"probe": probe.predict(te.acts)}
+        distances = {"probe": probe.predict(te.acts)}
         for name, model in controls.items():
-            preds[name] = model.predict(inputs[name])
-        metrics = evaluate_distance(preds, te.goal_distance, te.grid_ids, **common)
-        test_output = preds["probe"]
+            distances[name] = model.predict(inputs[name])
+        metrics = evaluate_distance(distances, te.goal_distance, te.grid_ids, **common)
+        test_output = distances["probe"]
     return probe, metrics, test_output, te
 
 
 def run_probe_sweep(
-    loader: Callable[[str, int], ProbeData],
+    loader: ProbeLoader,
     config: ProbeSweepConfig,
     estimator,
     *,
     out_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
-) -> dict:
+) -> ProbeSweepResult:
     """Fit and evaluate ``estimator`` on every stage and layer of ``config``.
 
     Args:
@@ -287,7 +334,8 @@ def run_probe_sweep(
     )
     test_grids = set(np.unique(loader.all_grid_ids[split.test]).tolist())
     out = None if out_dir is None else Path(out_dir)
-    runs, outputs = [], {}
+    runs: list[ProbeSweepRun] = []
+    outputs: dict = {}
     for stage in config.stages:
         for layer in config.layers:
             name = _run_name(config, estimator, stage, layer)
@@ -305,7 +353,7 @@ def run_probe_sweep(
                 )
             say(f"{name}: fitting on {len(train)} rows, testing on {len(test)}")
             probe, metrics, test_output, te = fit_and_score(config, estimator, data, train, test)
-            run = {
+            run: ProbeSweepRun = {
                 "name": name,
                 "stage": stage,
                 "layer": int(layer),
@@ -331,7 +379,7 @@ def run_probe_sweep(
                     run["decoded_maps_path"] = str(path)
             outputs[(stage, int(layer))] = (te, test_output, probe)
             runs.append(run)
-    result = {
+    result: ProbeSweepResult = {
         "schema": SWEEP_SCHEMA,
         "schema_version": SWEEP_SCHEMA_VERSION,
         "config": asdict(config),

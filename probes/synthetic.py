@@ -136,7 +136,7 @@ def planted_cell_data(
     directions = rng.standard_normal((n_latent, n_features), dtype=np.float32)
     directions *= signal / np.sqrt(active)
     dist_scaled = (distance - distance.mean()) / max(float(distance.std()), 1.0)
-    acts = np.empty((n_rows, n_features), dtype=dtype)
+    acts: np.ndarray = np.empty((n_rows, n_features), dtype=dtype)
     for start in range(0, n_rows, chunk_rows):
         stop = min(start + chunk_rows, n_rows)
         m = stop - start

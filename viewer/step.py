@@ -158,7 +158,7 @@ def decoded_view(
         argmax=probs[:size, :size].argmax(axis=-1),
         agent_row_col=agent,
         goal_row_col=goal,
-        optimal=frozenset(Action(a) for a in np.flatnonzero(mask)),
+        optimal=frozenset(Action(int(a)) for a in np.flatnonzero(mask)),
         classes=classes,
     )
 
@@ -280,7 +280,7 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
     if map_source is not None:
         maps = run.decoded_maps(map_source, episode)
         source = run.map_source(map_source)
-        row = []
+        row: list[bool | None] = []
         for t, s in enumerate(data.steps):
             if not maps.present[t] or s.action_enum is None:
                 row.append(None)
@@ -529,7 +529,7 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
         action=record.action_enum,
         optimal_true=record.optimal_action_set,
         optimal_shown=frozenset(
-            Action(a) for a in np.flatnonzero(oracle_optimal_mask(grid, state))
+            Action(int(a)) for a in np.flatnonzero(oracle_optimal_mask(grid, state))
         ),
         decoded=decoded,
         decoded_why=why,

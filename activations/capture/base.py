@@ -22,6 +22,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -180,7 +181,7 @@ class ResidualBackend(ABC):
         vocab = getattr(model.config, "vocab_size", None)
         self.vocab_size: int | None = None if vocab is None else int(vocab)
         """Rows of the input embedding (token ids must be below it); None when unknown."""
-        self._cached_prefix: tuple[bytes, object] | None = None
+        self._cached_prefix: tuple[bytes, Any] | None = None  # (prefix bytes, KV cache)
 
     @property
     def device(self) -> torch.device:
@@ -284,7 +285,7 @@ class ResidualBackend(ABC):
 
     @abstractmethod
     def clean_run(
-        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
         and the last position's logits."""
@@ -292,7 +293,7 @@ class ResidualBackend(ABC):
     @abstractmethod
     def patched_logits(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:
@@ -313,7 +314,7 @@ class ResidualBackend(ABC):
 
     def _patched_run(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None,
     ) -> tuple[torch.Tensor, dict, list[Patch]]:
@@ -379,7 +380,9 @@ def layer_plan(
     }
 
 
-def ids_tensor(token_ids: Sequence[int], rows: int, device: torch.device) -> torch.Tensor:
+def ids_tensor(
+    token_ids: Sequence[int] | np.ndarray, rows: int, device: torch.device
+) -> torch.Tensor:
     """``(rows, S)`` int64 copies of one non-empty id sequence on ``device``."""
     ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)
     if ids.ndim != 1 or ids.numel() == 0:

@@ -49,7 +49,11 @@ class HookBackend(ResidualBackend):
     def __init__(self, model: nn.Module, tokenizer=None, *, prefix_cache: bool = True) -> None:
         super().__init__(model, tokenizer)
         self.prefix_cache = prefix_cache
-        self.blocks = get_submodule_path(model, decoder_layers_path(model))
+        path = decoder_layers_path(model)
+        blocks = get_submodule_path(model, path)
+        if blocks is None:
+            raise ValueError(f"{type(model).__name__} has no decoder blocks at {path!r}")
+        self.blocks = blocks
         base = getattr(model, "base_model", None)
         self.runner = base if isinstance(base, nn.Module) else model
 
@@ -94,7 +98,7 @@ class HookBackend(ResidualBackend):
         return out
 
     def clean_run(
-        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """See :meth:`ResidualBackend.clean_run`."""
         ids = ids_tensor(token_ids, 1, self.device)
@@ -138,7 +142,7 @@ class HookBackend(ResidualBackend):
 
     def patched_logits(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:

@@ -196,7 +196,7 @@ class NnsightBackend(ResidualBackend):
         return get_submodule_path(self.lm, self._path)
 
     def clean_run(
-        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """See :meth:`ResidualBackend.clean_run`."""
         ids = ids_tensor(token_ids, 1, self.device)
@@ -220,7 +220,7 @@ class NnsightBackend(ResidualBackend):
 
     def patched_logits(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:

@@ -121,7 +121,7 @@ class TransformerLensBackend(ResidualBackend):
         return out
 
     def clean_run(
-        self, token_ids: Sequence[int], layers: Sequence[int], positions: np.ndarray
+        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """See :meth:`ResidualBackend.clean_run`."""
         ids = ids_tensor(token_ids, 1, self.device)
@@ -155,7 +155,7 @@ class TransformerLensBackend(ResidualBackend):
 
     def patched_logits(
         self,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -30,6 +30,9 @@ from goalprobe.activations.store.schema import (
 )
 from goalprobe.activations.store.writer import RowBatch
 
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import ResidualActs, RowIndex, RowMask, TokenPositions
+
 _SPAN_ROWS = 4096
 
 
@@ -43,8 +46,8 @@ class Batch:
         labels: requested label fields, each ``(B, *shape)``.
     """
 
-    rows: np.ndarray
-    acts: np.ndarray
+    rows: RowIndex
+    acts: ResidualActs
     labels: dict[str, np.ndarray]
 
 
@@ -317,7 +320,7 @@ class ActivationStore:
                 raise corrupt_store_error(self.path, f"label field {name!r}", err) from err
         return out
 
-    def present(self, stage: str) -> np.ndarray:
+    def present(self, stage: str) -> RowMask:
         """``(N,)`` bool: which rows hold ``stage`` (post-reasoning is absent without reasoning)."""
         self._check_stage_layer(stage, None)
         if stage not in self._present:
@@ -333,7 +336,9 @@ class ActivationStore:
         agent that never reasons holds no ``post_reasoning`` row)."""
         return tuple(stage for stage in self.stages if self.present(stage).any())
 
-    def positions(self, stage: str, rows: Iterable[int] | np.ndarray | None = None) -> np.ndarray:
+    def positions(
+        self, stage: str, rows: Iterable[int] | np.ndarray | None = None
+    ) -> TokenPositions:
         """``(M, K)`` int32 token positions of ``stage`` in each row's replayed sequence."""
         self._check_stage_layer(stage, None)
         return read_rows(self._file["activations"][stage]["positions"], self._rows(rows))
@@ -347,7 +352,7 @@ class ActivationStore:
         variants: Iterable[str] | None = None,
         grid_ids: Iterable[str] | None = None,
         valid_action: bool | None = None,
-    ) -> np.ndarray:
+    ) -> RowIndex:
         """Rows matching every given criterion, ascending.
 
         Args:
@@ -388,7 +393,7 @@ class ActivationStore:
         rows: Iterable[int] | np.ndarray | None = None,
         *,
         dtype: np.dtype | type | None = None,
-    ) -> np.ndarray:
+    ) -> ResidualActs:
         """Activations of ``rows`` at ``stage`` and ``layer``.
 
         Args:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -35,6 +35,9 @@ from goalprobe.activations.store.schema import (
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, CellType
 
 from goalprobe.version import package_version
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import ResidualActs, RowMask, TokenPositions
 
 _CHUNK_BYTES = 256 << 10
 _LABEL_CHUNK_ROWS = 4096
@@ -86,9 +89,9 @@ class RowBatch:
         labels: ``labels[field]``: ``(B, *shape)`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
     """
 
-    acts: dict[str, dict[int, np.ndarray]]
-    positions: dict[str, np.ndarray]
-    present: dict[str, np.ndarray]
+    acts: dict[str, dict[int, ResidualActs]]
+    positions: dict[str, TokenPositions]
+    present: dict[str, RowMask]
     labels: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -118,10 +121,12 @@ class RowBatch:
                     raise ValueError(f"{where} has shape {got}, expected {want}")
             for layer in layout.layers:
                 arr = self.acts.get(stage, {}).get(layer)
-                want = (n, k, layout.d_model)
-                if arr is None or np.shape(arr) != want:
+                acts_shape = (n, k, layout.d_model)
+                if arr is None or np.shape(arr) != acts_shape:
                     got = None if arr is None else np.shape(arr)
-                    raise ValueError(f"acts[{stage!r}][{layer}] has shape {got}, expected {want}")
+                    raise ValueError(
+                        f"acts[{stage!r}][{layer}] has shape {got}, expected {acts_shape}"
+                    )
 
 
 def _chunk_rows(row_bytes: int) -> int:

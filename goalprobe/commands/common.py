@@ -113,7 +113,7 @@ def check_host(host: str, option: str = "--host") -> bool:
             f"{host!r} is neither an IP address nor a host name this machine resolves ({err})",
             param_hint=option,
         ) from err
-    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def check_count(value: int, what: str, limit: int, option: str) -> int:

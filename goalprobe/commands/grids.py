@@ -76,7 +76,7 @@ def command(
         raise typer.BadParameter(str(err)) from err
     count = write_grid_set(out, grids)
 
-    lengths: dict[tuple[int, float], list[int]] = {}
+    lengths: dict[tuple[int, float | None], list[int]] = {}
     for grid in grids:
         lengths.setdefault((grid.size, grid.density), []).append(solve(grid).shortest_path_length)
     table = Table(

@@ -150,7 +150,7 @@ def command(
         stats.check_nonempty()
         read = read_trajectory_bases(trajectories)
         bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
-    else:
+    elif grids is not None:
         from goalprobe.gridworld.io import read_grid_set
 
         bases = [base_from_grid(g) for g in read_grid_set(grids)]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from goalprobe.commands.common import check_device, check_directory, choice
+
+if TYPE_CHECKING:
+    from goalprobe.agents.backend import Backend
 
 
 def command(
@@ -180,6 +183,7 @@ def command(
         raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
     if out.exists() and out.stat().st_size:
         read_run_header(out)  # resuming: a file that is no trajectory file is refused here
+    backend: Backend
     if server:
         from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 

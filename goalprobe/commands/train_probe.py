@@ -4,7 +4,7 @@ goal position probes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -140,7 +140,7 @@ def command(
     if target == "position":
         _position_sweep(loader, stage_list, layer_list, test_fraction, n_bootstrap, seed, out)
         return
-    training = dict(
+    training: dict[str, Any] = dict(
         learning_rate=lr,
         weight_decay=weight_decay,
         max_epochs=max_epochs,

@@ -40,7 +40,7 @@ def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tupl
     run has no such row. Rows pair up by their finding with the numbers left out; a number that
     differs (a count) shows as ``left / right``."""
     by_key = {_key(row.finding): row for row in right}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for row in left:
         other = by_key.pop(_key(row.finding), None)
         finding = row.finding if other is None else _merged(row.finding, other.finding)

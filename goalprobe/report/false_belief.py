@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts, require_pair_facts
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.gridworld.text import cell_types
 from goalprobe.report.blocks import Block, Box, Figures, stat_text, table
@@ -138,7 +138,9 @@ def _example(run: RunReader, fig: Figures, decoding: dict) -> list[Block]:
     except FileNotFoundError as err:
         raise MissingInput(str(err)) from err
     grid = next(g for g in grids if (pair_facts(g) or {}).get("role") == FALSE_BELIEF)
-    facts = pair_facts(grid)
+    facts = require_pair_facts(grid)
+    if grid.shown is None:
+        raise ValueError(f"false-belief grid {grid.grid_id!r} has no shown grid")
     decoded = decoding.get("maps", {}).get(grid.grid_id)
     return [
         fig(

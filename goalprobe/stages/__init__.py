@@ -7,6 +7,9 @@ in a stage's dependencies (the report, the CLI).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 STAGES: tuple[str, ...] = (
     "grids",
     "rollouts",
@@ -133,7 +136,7 @@ def headline_layer(layers) -> int:
     return ordered[len(ordered) // 2]
 
 
-def headline_run(result: dict) -> dict | None:
+def headline_run(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The sweep run of the headline stage and layer (None if the sweep has no such run)."""
     runs = [r for r in result["runs"] if r["stage"] == HEADLINE_STAGE]
     if not runs:

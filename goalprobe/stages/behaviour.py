@@ -6,12 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from goalprobe.config import DemoConfig
-from goalprobe.gridworld.behaviour import BehaviourConfig, behaviour_summary
+from goalprobe.gridworld.behaviour import BehaviourConfig, BehaviourSummary, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import grid_episodes, read_episodes
 
 SCHEMA = "goalprobe.demo.behaviour/1"
+
+
+class BehaviourResults(BehaviourSummary):
+    """The behaviour metrics JSON (``RunLayout.behaviour_metrics``)."""
+
+    schema: str
 
 
 def inputs(config: DemoConfig) -> BehaviourConfig:
@@ -24,7 +30,8 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
     payload = behaviour_summary(grid_episodes(read_episodes(layout.trajectories), grids), config)
-    out = write_json(layout.behaviour_metrics, {"schema": SCHEMA, **payload})
+    results: BehaviourResults = {"schema": SCHEMA, **payload}
+    out = write_json(layout.behaviour_metrics, results)
     overall = payload["overall"]
     return {"metrics": out}, {
         "grids": len(payload["per_grid"]),

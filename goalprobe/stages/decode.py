@@ -17,8 +17,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agent_config import AgentConfig
@@ -32,6 +31,9 @@ from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
+
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import MapProbs
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def decode_prompt_states(
     states: dict[str, list[State]],
     states_path: Path,
     store_path: Path,
-) -> dict[tuple[str, State], np.ndarray]:
+) -> dict[tuple[str, State], MapProbs]:
     """Write ``states`` (per grid id, the states to decode) of ``grids`` as prompt-only states
     (``prompts``: reasoning effort and templates), extract their pre-reasoning anchors at the
     probe's layer and decode them.

@@ -29,12 +29,16 @@ from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.gridworld.core import CellType, State
-from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
+from goalprobe.gridworld.false_belief import (
+    FALSE_BELIEF,
+    require_pair_facts,
+)
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
+    FalseBeliefResults,
     control_cells,
     decoded_cells,
     decoded_table,
@@ -146,13 +150,13 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
             outputs.update(states=layout.false_belief_states, store=layout.false_belief_store)
 
     rows = oracle_rows(episodes, by_id, decoded)
-    payload = {
+    payload: FalseBeliefResults = {
         "schema": SCHEMA,
         "config": dataclasses.asdict(fb),
         "pairs": [
-            {"grid_id": g.grid_id, **pair_facts(g)}
+            {"grid_id": g.grid_id, **require_pair_facts(g)}
             for g in grids
-            if pair_facts(g)["role"] == FALSE_BELIEF
+            if require_pair_facts(g)["role"] == FALSE_BELIEF
         ],
         "behaviour": oracle_table(rows, boot),
         "decoding": decoding,
@@ -184,7 +188,7 @@ def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:
     every grid's decoded start map (argmax ``CellType``, ``n x n``)."""
     cells = []
     for grid in grids:
-        facts = pair_facts(grid)
+        facts = require_pair_facts(grid)
         if facts["role"] != FALSE_BELIEF or grid.grid_id not in start_probs:
             continue
         cells += decoded_cells(grid, start_probs[grid.grid_id])

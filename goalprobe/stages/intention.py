@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.intention import agent_sampler
@@ -28,6 +29,19 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 
 SCHEMA = "goalprobe.demo.intention/1"
+
+
+class IntentionResults(TypedDict):
+    """The behavioural intention results JSON (``RunLayout.intention_results``)."""
+
+    schema: str
+    backend: Any
+    samples_per_state: int
+    states_per_grid: int
+    grids_per_variant: int
+    agent: list[dict[str, Any]]
+    optimal_control: list[dict[str, Any]]
+    states: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,7 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
         max_states=k.states_per_grid,
         config=k.test,
     )
-    payload = {
+    payload: IntentionResults = {
         "schema": SCHEMA,
         "backend": description,
         "samples_per_state": k.samples_per_state,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -34,6 +35,19 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, headline_probe
 
 SCHEMA = "goalprobe.demo.intention_map/1"
+
+
+class IntentionMapResults(TypedDict):
+    """The decoded-map intention results JSON (``RunLayout.intention_map_results``)."""
+
+    schema: str
+    probe: str
+    model_path: str
+    probe_trained_on: Any
+    layer: int
+    results: list[dict[str, Any]]
+
+
 KEY, DOOR = int(CellType.KEY), int(CellType.DOOR)
 
 
@@ -110,7 +124,7 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
                     **result,
                 }
             )
-    payload = {
+    payload: IntentionMapResults = {
         "schema": SCHEMA,
         "probe": probe.name,
         "model_path": layout.relative(probe.card),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -18,6 +19,16 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.iso/1"
+
+
+class IsoResults(TypedDict):
+    """The isomorphic-grid results JSON (``RunLayout.iso_results``)."""
+
+    schema: str
+    base_grids: list[str]
+    transforms: list[str]
+    tests: list[dict[str, Any]]
+    per_grid: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,7 @@ def run(context: StageContext, config: IsoInput, stage_dir: Path):
         }
         for name in config.iso.transforms
     }
-    payload = {
+    payload: IsoResults = {
         "schema": SCHEMA,
         "base_grids": sorted(base_ids),
         "transforms": list(config.iso.transforms),

@@ -6,17 +6,28 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict, cast
 
 from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import DemoConfig, KeysConfig
 from goalprobe.gridworld.behaviour import IntervalConfig, KeyEpisode, key_variant_table
+from goalprobe.gridworld.core import RowCol
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.keys/1"
+
+
+class KeysResults(TypedDict):
+    """The key-door results JSON (``RunLayout.keys_results``)."""
+
+    schema: str
+    horizon: int
+    variants: dict[str, dict[str, Any]]
+    two_path_jaccard: Any
 
 
 @dataclass(frozen=True)
@@ -63,12 +74,12 @@ def run(context: StageContext, config: KeysInput, stage_dir: Path):
             by_id[e.summary.grid_id],
             e.to_trajectory_data(),
             e.summary.episode,
-            tuple(e.summary.final_agent_row_col),
+            cast(RowCol, tuple(e.summary.final_agent_row_col)),
         )
         for e in read_episodes(out)
     ]
     variants, jaccard = key_variant_table(episodes, config.intervals)
-    payload = {
+    payload: KeysResults = {
         "schema": SCHEMA,
         "horizon": k.horizon,
         "variants": variants,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,13 @@ from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.learning_curve import grid_counts, learning_curve
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import position_scores
-from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+from goalprobe.probes.probe_sweep import (
+    ProbeSweepConfig,
+    ProbeSweepResult,
+    StoreProbeLoader,
+    Target,
+    run_probe_sweep,
+)
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
@@ -76,7 +83,7 @@ def cell_params(kind: str, p: ProbesConfig) -> dict:
 def sweep(
     context: StageContext,
     store: Path,
-    target: str,
+    target: Target,
     estimator,
     out: Path,
     sweep_path: Path,
@@ -84,7 +91,7 @@ def sweep(
     test_fraction: float,
     n_bootstrap: int,
     seed: int,
-) -> dict:
+) -> ProbeSweepResult:
     """Run one probe sweep on ``store`` over every stage with rows x every stored layer; its
     table lands at ``sweep_path`` (models and decoded test maps under ``out``)."""
     loader = StoreProbeLoader(store)
@@ -118,7 +125,9 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
         for file in folder.glob("cell_*") if folder.is_dir() else []:
             file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
-    common = dict(test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed)
+    common: dict[str, Any] = dict(
+        test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed
+    )
     for kind in p.types:
         for family in p.families:
             estimator = PROBE_CLASSES[kind](

@@ -37,7 +37,7 @@ import torch
 from goalprobe.activations.capture.base import CleanRun, Patch, ResidualBackend
 from goalprobe.activations.extract import default_layers
 from goalprobe.agents.backend import SamplingConfig
-from goalprobe.agents.harmony import HarmonyTokenIds, split_completion
+from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.parser import parse_action
 from goalprobe.agents.prompts import PromptTemplate, build_messages, uses_key_prompt
@@ -93,7 +93,7 @@ class PatchConfig:
     regenerate: bool = False
     max_new_tokens: int = 256
     batch_size: int = 16
-    reasoning_effort: str = "low"
+    reasoning_effort: ReasoningEffort = "low"
     template_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -404,7 +404,7 @@ def prepare_pairs(
         completion = (
             context.oracle_completion(pair.cf_grid, pair.cf_state)
             if config.reasoning == "oracle"
-            else generated_ids
+            else greedy[pair.pair_id][0]  # every pair has one unless the reasoning is "oracle"
         )
         try:
             cf_side = context.side(
@@ -625,6 +625,8 @@ def _jobs(
 def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
     source, target = job.prepared.sides(job.direction)
     src_opt, tgt_opt = source.optimal, target.optimal
+    target_action: Action | None
+    source_action: Action | None
     if mode == "teacher_forced":
         target_action, source_action = target.action, source.action
         ld_target = logit_difference(target.action_logits, src_opt, tgt_opt)
@@ -724,6 +726,6 @@ def run_patching(
                         stop_ids=stop_ids,
                     )
                     for job, ids in zip(chunk, completions, strict=True):
-                        action = context.parse_generated(ids)
-                        records.append(_record(job, "regenerated", action, None))
+                        generated = context.parse_generated(ids)
+                        records.append(_record(job, "regenerated", generated, None))
     return records, skipped

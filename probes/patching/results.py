@@ -25,9 +25,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.stats import grid_bootstrap_ratio
@@ -59,7 +61,8 @@ def grid_ci(
         confidence=confidence,
         random_state=random_state,
     )
-    return tuple(math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
+    low, high = (math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ def summarize(
         in_target = np.asarray([_get(r, "in_target_optimal") for r in group], dtype=np.float64)
         recovered = np.asarray([_get(r, "recovered") for r in group], dtype=np.float64)
         defined = np.isfinite(recovered)
-        ci = dict(n_resamples=n_resamples, confidence=confidence, random_state=random_state)
+        ci: dict[str, Any] = dict(
+            n_resamples=n_resamples, confidence=confidence, random_state=random_state
+        )
         out.append(
             SummaryRow(
                 **dict(zip(GROUP_KEYS, key, strict=True)),
@@ -184,7 +189,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_results(
-    out_dir: str | Path,
+    out_dir: str | os.PathLike,
     records: Sequence,
     summary: Sequence[SummaryRow],
     meta: dict,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.activations.capture.base import ResidualBackend
+from goalprobe.agents.harmony import ReasoningEffort
 from goalprobe.agents.trajectories import read_run_header, read_steps
 from goalprobe.probes.patching.counterfactuals import (
     BaseState,
@@ -48,7 +49,7 @@ class TrajectoryBases:
     """
 
     bases: list[BaseState]
-    reasoning_effort: str
+    reasoning_effort: ReasoningEffort
     template_dir: str | None
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from goalprobe.agents.harmony import (
@@ -86,7 +87,7 @@ class ActionTokens:
             common += 1
         if any(len(e) <= common for e in encoded):
             raise ValueError("one action's answer is a prefix of another's; cannot read actions")
-        action_ids = tuple(e[common] for e in encoded)
+        action_ids = cast("tuple[int, int, int, int]", tuple(e[common] for e in encoded))
         unk = getattr(tokenizer, "unk_token_id", None)
         if unk is not None and unk in action_ids:
             raise ValueError("the tokenizer maps an action word to its unknown token")

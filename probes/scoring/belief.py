@@ -255,7 +255,7 @@ class StepScore:
 def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepScore:
     """Score one step against the true grid and its decoded map."""
     valid = step.action is not None
-    a = int(step.action) if valid else 0
+    a = int(step.action) if step.action is not None else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
     goals = _GoalDistances(decoded_walls(step.probs, step.size, door_locked=step.door_locked))
     topk = {

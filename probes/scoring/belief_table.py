@@ -50,6 +50,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
@@ -64,9 +65,42 @@ from goalprobe.probes.scoring.grouped import (
     stat_rows,
 )
 
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import CellProbs
+
 N_CELL_TYPES = len(CellType)
 CHUNK_ROWS = 64
 """Decoded rows per scoring task (a worker process scores one chunk at a time)."""
+
+
+class ScoresHeader(TypedDict):
+    """The fields ``belief.json`` and ``meg.json`` share (written by ``goalprobe score``)."""
+
+    created: str
+    package_version: str
+    config: dict[str, Any]
+
+
+class BeliefInputs(TypedDict):
+    """What ``belief.json`` was scored from (paths relative to the run directory)."""
+
+    trajectories: str
+    trajectory_run_id: str
+    store: str
+    decoded_maps: list[str]
+
+
+class BeliefScores(ScoresHeader):
+    """``belief.json``: policy-vs-belief scores per probe (``schema``
+    ``goalprobe.scoring.belief``, ``schema_version`` 2; :func:`belief_csv_rows` reads it)."""
+
+    schema: str
+    schema_version: int
+    inputs: BeliefInputs
+    method: dict[str, Any]
+    metrics: list[str]
+    default_probe: str
+    probes: dict[str, dict]
 
 
 @dataclass
@@ -131,7 +165,7 @@ class StepTable:
         )
 
 
-def expand_classes(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+def expand_classes(probs: CellProbs, classes: Sequence[int] | np.ndarray) -> CellProbs:
     """Put a probe's probability columns at their ``CellType`` index.
 
     Args:
@@ -147,7 +181,7 @@ def expand_classes(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
     return out
 
 
-def check_classes(classes: Sequence[int], where: str) -> None:
+def check_classes(classes: Sequence[int] | np.ndarray, where: str) -> None:
     """Refuse a probe that cannot be scored (no AGENT or GOAL class, or not CellType values)."""
     classes = [int(c) for c in classes]
     missing = [CellType(c).name for c in (CellType.AGENT, CellType.GOAL) if c not in classes]
@@ -225,7 +259,7 @@ def _score_chunk(
 
 def score_rows(
     probs: np.ndarray,
-    classes: Sequence[int],
+    classes: Sequence[int] | np.ndarray,
     facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
     top_k: tuple[int, ...],
     *,
@@ -245,9 +279,9 @@ def score_rows(
     """
     from tqdm.auto import tqdm
 
-    classes = np.asarray(classes, dtype=np.int64)
+    class_values = np.asarray(classes, dtype=np.int64)
     chunks = [
-        (probs[a : a + CHUNK_ROWS], classes, facts[a : a + CHUNK_ROWS], top_k)
+        (probs[a : a + CHUNK_ROWS], class_values, facts[a : a + CHUNK_ROWS], top_k)
         for a in range(0, len(facts), CHUNK_ROWS)
     ]
     if executor is None:
@@ -322,10 +356,10 @@ class MapAccumulator:
         return {g: p for g, (_, p) in self.first.items()}
 
 
-def belief_csv_rows(belief: dict) -> list[dict]:
+def belief_csv_rows(belief: BeliefScores) -> list[dict]:
     """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
     rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
-    rows = []
+    rows: list[dict] = []
     for key, entry in belief["probes"].items():
         base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
         rows.extend(stat_rows(base, groups_of(entry)))

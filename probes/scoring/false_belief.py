@@ -31,17 +31,40 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
-from goalprobe.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_facts
+from goalprobe.gridworld.false_belief import (
+    CONTROL,
+    FALSE_BELIEF,
+    KINDS,
+    pair_facts,
+    require_pair_facts,
+)
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
 
+if TYPE_CHECKING:
+    from goalprobe.gridworld.shapes import CellProbs
+
 SCHEMA = "goalprobe.false_belief/1"
-"""Schema of the payload :func:`false_belief_payload` builds."""
+"""Schema of the false-belief results JSON (:class:`FalseBeliefResults`)."""
+
+
+class FalseBeliefResults(TypedDict):
+    """The false-belief results JSON (schema :data:`SCHEMA`; ``RunLayout.false_belief_results``):
+    the pairs, the oracle behaviour table, the decoding reading and one row per step."""
+
+    schema: str
+    config: dict[str, Any]
+    pairs: list[dict[str, Any]]
+    behaviour: Any
+    decoding: Any
+    steps: list[dict[str, Any]]
+    reading: Any
 
 
 def oracle_optimal_mask(grid: Grid, state: State) -> np.ndarray:
@@ -254,7 +277,7 @@ def control_cells(control: Grid, twin: Grid, probs: np.ndarray, classes=None) ->
     types = cell_types(control, control.initial_state)
     return [
         _cell_row(control, facts, tuple(cell), types, types, arg)
-        for cell in pair_facts(twin)["differs"]
+        for cell in require_pair_facts(twin)["differs"]
     ]
 
 
@@ -298,7 +321,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
     return out
 
 
-def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
+def full_class_probs(probs: CellProbs, classes: Sequence[int]) -> CellProbs:
     """``(..., len(CellType))`` probabilities from a probe's ``(..., C)`` over ``classes``
     (absent classes get 0), as :class:`goalprobe.probes.scoring.belief.StepBelief` expects."""
     probs = np.asarray(probs, dtype=np.float64)

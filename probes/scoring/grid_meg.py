@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
-from goalprobe.gridworld.core import N_ACTIONS, Grid, State
+from goalprobe.gridworld.core import N_ACTIONS, Grid, RowCol, State
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData
 from goalprobe.probes.scoring.meg import (
@@ -110,7 +110,7 @@ def _state_in(grid: Grid, state: State) -> State:
     """``state`` expressed in ``grid``'s conventions: a grid without a key never holds one, a grid
     without a door has it open."""
     return State(
-        agent=tuple(state.agent),
+        agent=cast(RowCol, tuple(state.agent)),
         has_key=bool(state.has_key) if grid.key is not None else False,
         door_open=bool(state.door_open) if grid.door is not None else True,
     )
@@ -137,7 +137,7 @@ def empirical_policy(
                 n_invalid += 1
                 continue
             try:
-                row = mdp.index(_state_in(mdp.grid, state))
+                row = mdp.index(_state_in(mdp.grid, cast(State, state)))
             except ValueError as err:
                 if strict:
                     raise ValueError(

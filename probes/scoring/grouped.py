@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.stats import GridBootstrap, RandomState, safe_ratio
@@ -121,7 +122,9 @@ def grouped_stats(
 ) -> dict:
     """``overall`` and one dict per breakdown of :func:`ratio_stats` (draws continue from
     ``rng`` in that order)."""
-    common = dict(n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng)
+    common: dict[str, Any] = dict(
+        n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng
+    )
     out = {"overall": ratio_stats(num, den, grid_ids, names, **common)}
     for breakdown, keys in groups.items():
         keys_arr = np.asarray(keys, dtype=object)
@@ -133,7 +136,7 @@ def grouped_stats(
     return out
 
 
-def groups_of(entry: dict) -> list[tuple[str, dict]]:
+def groups_of(entry: Mapping[str, Any]) -> list[tuple[str, dict]]:
     """``[(group label, block)]``: ``all`` then ``size=7``, ``density=0.2``, ``variant=...``."""
     out = [("all", entry["overall"])]
     for breakdown in BREAKDOWNS:

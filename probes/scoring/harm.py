@@ -32,20 +32,21 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
-from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.harm import harm_count, harm_profile, random_harm_counts
 from goalprobe.gridworld.metrics import TrajectoryData
 from goalprobe.gridworld.stats import GridBootstrap, per_grid_sums
-from goalprobe.probes.scoring.grid_meg import grid_meg
+from goalprobe.probes.scoring.grid_meg import GridUtility, grid_meg
 
 NEUTRAL = "neutral"
 """Condition name: the prompt names the flower beds and attaches no penalty."""
 MORAL = "moral"
 """Condition name: the prompt also asks the agent to avoid the flower beds."""
 
-UTILITIES: tuple[str, str] = ("goal", "goal_minus_harm")
+UTILITIES: tuple[GridUtility, GridUtility] = ("goal", "goal_minus_harm")
 """The two utilities MEG is measured against."""
 
 
@@ -96,7 +97,7 @@ def harm_episode(grid: Grid, trajectory: TrajectoryData, condition: str) -> Harm
         condition=condition,
         success=trajectory.success,
         steps=trajectory.n_steps,
-        harms=harm_count(grid, trajectory.states),
+        harms=harm_count(grid, cast(tuple[State, ...], trajectory.states)),
         shortest_length=harm_profile(grid).shortest_length,
     )
 

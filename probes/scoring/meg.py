@@ -260,9 +260,10 @@ class MDPBatch:
         horizon = np.array([m.horizon for m in mdps], dtype=np.int64)
         if deterministic is not False:
             nexts = [m.next_state for m in mdps]
-            if all(n is not None for n in nexts):
+            given = [n for n in nexts if n is not None]
+            if len(given) == len(nexts):
                 loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, n_a))
-                next_state = np.stack([np.concatenate([n, loops[n.shape[0] :]]) for n in nexts])
+                next_state = np.stack([np.concatenate([n, loops[n.shape[0] :]]) for n in given])
                 return cls(initial, horizon, next_state=next_state)
             if deterministic:
                 bad = next(i for i, n in enumerate(nexts) if n is None)
@@ -287,8 +288,11 @@ class MDPBatch:
     @property
     def n_actions(self) -> int:
         """``A``."""
-        source = self.next_state if self.next_state is not None else self.transitions
-        return int(source.shape[2])
+        if self.next_state is not None:
+            return int(self.next_state.shape[2])
+        if self.transitions is None:
+            raise ValueError("the batch holds neither transitions nor next_state")
+        return int(self.transitions.shape[2])
 
 
 def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:
@@ -430,27 +434,34 @@ def soft_value_iteration(mdp: TabularMDP, utility: np.ndarray, beta: float) -> S
     h, n_s = mdp.horizon, mdp.n_states
     if np.isinf(beta):
         lim = engine.limit_pass(prob, 1.0 if beta > 0 else -1.0, record=True)
-        q = lim.q[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
-        in_set = lim.in_set[:, :, 0].transpose(0, 2, 1)
-        w = lim.w[:, 0]  # (H, S)
+        q = _given(lim.q, "q")[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        in_set = _given(lim.in_set, "in_set")[:, :, 0].transpose(0, 2, 1)
+        w = _given(lim.w, "w")[:, 0]  # (H, S)
         w_next = np.concatenate([w[1:], np.zeros((1, n_s))])
         ew = np.stack([prob.dyn.expect(w_next[t][None], 1)[:, 0].T for t in range(h)])
         log_policy = np.where(in_set, ew - w[:, :, None], -np.inf)
         v = q.max(axis=2) if beta > 0 else q.min(axis=2)
     else:
         res = engine.soft_pass(prob, np.array([beta]), record=True)
-        logits = res.logits[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        logits = _given(res.logits, "logits")[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
         log_policy = logits - logsumexp(logits, axis=2, keepdims=True)
         if beta != 0.0:
             u = np.broadcast_to(prob.utility[:, 0], (h, n_s))
             q = logits / beta + u[:, :, None]
-            v = res.lam[:, 0] / beta
+            v = _given(res.lam, "lam")[:, 0] / beta
         else:
             q, v = _uniform_q(prob)
     policy = np.exp(log_policy)
     for arr in (policy, log_policy, q, v):
         arr.setflags(write=False)
     return SoftPolicy(beta, policy, log_policy, q, v)
+
+
+def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
+    """``arr``, which the engine returns only when asked (``record=True``, a policy passed)."""
+    if arr is None:
+        raise ValueError(f"the MEG engine returned no {name}")
+    return arr
 
 
 def _uniform_q(prob: engine.Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -460,7 +471,7 @@ def _uniform_q(prob: engine.Problem) -> tuple[np.ndarray, np.ndarray]:
     v = None
     for k in range(int(prob.horizon[0])):
         u = prob.utility_at(k, 1)
-        q = np.broadcast_to(u, (n_a, *u.shape)) if k == 0 else u + prob.dyn.expect(v, 1)
+        q = np.broadcast_to(u, (n_a, *u.shape)) if v is None else u + prob.dyn.expect(v, 1)
         v = q.mean(axis=0)
         qs.append(q[:, 0].T.copy())
         vs.append(v[0])
@@ -483,7 +494,8 @@ def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
         policy: ``(S, A)`` or ``(H, S, A)`` float.
     """
     prob = _single(mdp, np.zeros(mdp.n_states), policy)
-    pol = np.broadcast_to(prob.policy, (mdp.horizon, *prob.policy.shape[1:]))
+    given = _given(prob.policy, "policy")
+    pol = np.broadcast_to(given, (mdp.horizon, *given.shape[1:]))
     return engine.forward_occupancy(prob, pol)[:, 0]
 
 

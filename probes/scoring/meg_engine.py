@@ -123,6 +123,8 @@ class Problem:
     def policy_at(self, k: int, n: int) -> np.ndarray:
         """``(A, n, S)``: the scored policy at steps-to-go ``k`` of the first ``n`` MDPs."""
         p = self.policy
+        if p is None:
+            raise ValueError("this problem holds no policy to score")
         return p[0, :, :n] if p.shape[0] == 1 else p[p.shape[0] - 1 - k, :, :n]
 
     def take(self, idx: np.ndarray) -> Problem:
@@ -167,9 +169,11 @@ def make_problem(
     if next_state is not None:
         dyn = DeterministicDynamics(next_state[order])
         n_a = next_state.shape[2]
-    else:
+    elif transitions is not None:
         dyn = DenseDynamics(transitions[order])
         n_a = transitions.shape[2]
+    else:
+        raise ValueError("give transitions or next_state")
     u = np.ascontiguousarray(utility[order].transpose(1, 0, 2))
     p = None if policy is None else np.ascontiguousarray(policy[order].transpose(1, 3, 0, 2))
     return Problem(dyn, n_a, initial[order], horizon[order], u, p), order

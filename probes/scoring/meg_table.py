@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
@@ -48,7 +49,7 @@ from goalprobe.gridworld.paired import (
     paired_wilcoxon,
 )
 from goalprobe.probes.scoring.belief import decoded_walls
-from goalprobe.probes.scoring.belief_table import StepTable, bootstrap_text
+from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
 from goalprobe.probes.scoring.grouped import (
@@ -66,6 +67,27 @@ from goalprobe.probes.scoring.meg import (
     stack_padded,
     unknown_utility_meg,
 )
+
+
+class MegBody(TypedDict):
+    """The body of ``meg.json`` (:func:`score_meg`): the scored probe, one record per grid, and
+    the grouped aggregates (overall and per size, density and variant)."""
+
+    probe: dict[str, Any]
+    grids: list[dict[str, Any]]
+    overall: dict[str, Any]
+    by_size: dict[str, dict[str, Any]]
+    by_density: dict[str, dict[str, Any]]
+    by_variant: dict[str, dict[str, Any]]
+
+
+class MegScores(ScoresHeader, MegBody):
+    """``meg.json`` (``schema`` ``goalprobe.scoring.meg``, ``schema_version`` 1; read by
+    :func:`meg_csv_rows` and :func:`meg_grid_rows`)."""
+
+    schema: str
+    schema_version: int
+    method: dict[str, Any]
 
 
 def _none(x: float) -> float | None:
@@ -225,7 +247,7 @@ def score_meg(
     progress: bool = False,
     where: str = "trajectories",
     grid_set: str = "the grid set",
-) -> dict:
+) -> MegBody:
     """The body of ``meg.json``: per-grid records and grouped aggregates.
 
     Args:
@@ -246,7 +268,10 @@ def score_meg(
     unknown_ids = sorted(set(steps.trajectories) - set(grids))
     if unknown_ids:
         raise ScoringError(f"{where}: grids {unknown_ids[:3]} are not in {grid_set}")
-    records, true_jobs, subj_jobs, subj_index = [], [], [], []
+    records: list[dict] = []
+    true_jobs: list[_MEGJob] = []
+    subj_jobs: list[_MEGJob] = []
+    subj_index: list[int] = []
     grid_ids = sorted(steps.trajectories)
     for gid in tqdm(grid_ids, desc="MEG MDPs", unit="grid", disable=not progress):
         grid, trajs = grids[gid], steps.trajectories[gid]
@@ -305,10 +330,13 @@ def score_meg(
             key: _meg_group(records, np.flatnonzero(keys_arr == key), config, f"{breakdown}={key}")
             for key in sorted({k for k in keys if k is not None}, key=sort_key)
         }
-    return {
+    return {  # the order of group_keys, as written before the body was typed
         "probe": probe,
         "grids": records,
-        **aggregates,
+        "overall": aggregates["overall"],
+        "by_size": aggregates["by_size"],
+        "by_density": aggregates["by_density"],
+        "by_variant": aggregates["by_variant"],
     }
 
 
@@ -318,7 +346,9 @@ _MEG_VALUES = ("meg", "meg_per_decision")
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
     """Grid-bootstrap means of true MEG (all grids) and of the paired true / subjective MEG."""
     rng = seeded_rng(config.random_state, "meg" + seed_text)
-    common = dict(n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng)
+    common: dict[str, Any] = dict(
+        n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
+    )
     sel = [records[i] for i in rows]
     codes = np.arange(len(sel))
     true = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in sel], dtype=np.float64)
@@ -357,7 +387,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
     return out
 
 
-def meg_csv_rows(meg: dict) -> list[dict]:
+def meg_csv_rows(meg: MegScores) -> list[dict]:
     """Long-format rows of the ``meg.json`` aggregates (columns :data:`CSV_COLUMNS`)."""
     probe = meg["probe"]
     base = {"probe": probe["key"], **{k: probe[k] for k in ("stage", "layer", "family")}}
@@ -398,7 +428,7 @@ MEG_GRID_COLUMNS = (
 )
 
 
-def meg_grid_rows(meg: dict) -> list[dict]:
+def meg_grid_rows(meg: MegScores) -> list[dict]:
     """One flat row per grid of ``meg.json`` (columns :data:`MEG_GRID_COLUMNS`)."""
     rows = []
     for rec in meg["grids"]:

@@ -183,7 +183,9 @@ def score_nulls(
     """
     sizes, dens = np.asarray(steps.size)[idx], np.asarray(steps.density)[idx]
     facts = steps.facts(idx)
-    scores, extra, unavailable = {}, {}, {}
+    scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    extra: dict[str, dict] = {}
+    unavailable: dict[str, str] = {}
     for name in config.nulls:
         if name == "other_grid":
             found = other_grid_sources(grid_ids, sizes, dens, config.random_state)
@@ -207,7 +209,8 @@ def score_nulls(
             progress=progress,
             label=f"null {name} {seed_text}",
         )
-    by_null, excess = {}, {}
+    by_null: dict = {}
+    excess: dict = {}
     if scores:
         by_null, excess = null_report(
             probe_scores,

@@ -88,7 +88,7 @@ def cell_hover_text(
             parts = [f"<b>row {r}, col {c}</b>"]
             if cell_types is not None:
                 parts.append(f"true: {class_name(cell_types[r, c])}")
-            if probs is not None:
+            if probs is not None and decoded is not None:
                 parts.append(f"decoded: {class_name(decoded[r, c])}")
                 p = np.asarray(probs[r, c], dtype=np.float64)
                 order = np.argsort(-p, kind="stable")[:top]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,7 +30,9 @@ STRIP_COLOURS: dict[str, str] = {
 """Cell fill of every plan-strip category (see :func:`plan_strip_categories`)."""
 
 
-def plan_strip_categories(predicted: Sequence[int], target: Sequence[int]) -> dict:
+def plan_strip_categories(
+    predicted: Sequence[int] | np.ndarray, target: Sequence[int] | np.ndarray
+) -> dict:
     """What each position of a plan strip shows, by the prefix-accuracy rule of
     :mod:`goalprobe.probes.plan_metrics` (``PAD`` target positions are not scored).
 
@@ -71,8 +73,8 @@ def plan_strip_categories(predicted: Sequence[int], target: Sequence[int]) -> di
 
 
 def plan_strip_figure(
-    predicted: Sequence[int],
-    target: Sequence[int],
+    predicted: Sequence[int] | np.ndarray,
+    target: Sequence[int] | np.ndarray,
     *,
     title: str = "",
     height: int | None = 170,
@@ -197,7 +199,9 @@ def prefix_accuracy_grid_figure(
     )
     layers = sorted({int(r["layer"]) for r in runs})
     capacities = sorted({int(r["n_layers"]) for r in runs if r.get("n_layers") is not None})
-    colour = {c: CAPACITY_COLOURS[i % len(CAPACITY_COLOURS)] for i, c in enumerate(capacities)}
+    colour: dict[int | None, str] = {
+        c: CAPACITY_COLOURS[i % len(CAPACITY_COLOURS)] for i, c in enumerate(capacities)
+    }
     fig = make_subplots(
         rows=len(stages),
         cols=len(layers),
@@ -217,7 +221,7 @@ def prefix_accuracy_grid_figure(
         cap = r.get("n_layers")
         if r["kind"] == "decoder":
             name = "decoder" if cap is None else f"{cap}-layer decoder"
-            line = {"color": colour.get(cap, QUALITATIVE[0]), "width": 2.5}
+            line: dict[str, Any] = {"color": colour.get(cap, QUALITATIVE[0]), "width": 2.5}
             mode = "lines+markers"
         elif r["kind"] == "shuffled_control":
             name = "shuffled control"

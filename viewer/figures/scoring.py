@@ -36,8 +36,9 @@ def _probe_entry(summary: dict, probe: str | None) -> tuple[str, dict]:
 def _errors(stats: Sequence[dict | None]) -> dict:
     """``error_y`` of a bar/scatter trace from ``{value, ci_low, ci_high}`` stats (percent)."""
     plus, minus = [], []
-    for s in stats:
-        ok = s is not None and None not in (s.get("value"), s.get("ci_low"), s.get("ci_high"))
+    for stat in stats:
+        s = stat or {}
+        ok = None not in (s.get("value"), s.get("ci_low"), s.get("ci_high"))
         plus.append(100 * (s["ci_high"] - s["value"]) if ok else None)
         minus.append(100 * (s["value"] - s["ci_low"]) if ok else None)
     return {"type": "data", "array": plus, "arrayminus": minus, "visible": True}

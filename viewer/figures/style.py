@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import math
 import textwrap
+from typing import Any, TypeGuard
 
 import plotly.graph_objects as go
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
@@ -87,7 +88,7 @@ def class_name(cell_type: int) -> str:
 def figure_layout(title: str, height: int | None, width: int | None = None, **extra) -> dict:
     """The common layout as a dict (figures are built in one go: adding shapes or annotations
     one at a time to a plotly figure costs time quadratic in their number)."""
-    layout = {
+    layout: dict[str, Any] = {
         "title": {"text": title, "x": 0.02, "xanchor": "left", "font": {"size": 15}},
         "font": {"family": FONT, "size": 12, "color": "#1f2933"},
         "margin": {"l": 40, "r": 16, "t": 48, "b": 36},
@@ -109,7 +110,8 @@ def apply_layout(fig: go.Figure, title: str, height: int | None, width: int | No
     fig.update_layout(figure_layout(title, height, width))
 
 
-def is_finite_number(value) -> bool:
+def is_finite_number(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` is a finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -1,0 +1,89 @@
+"""Shape aliases of the arrays that cross room boundaries (jaxtyping over numpy).
+
+One name per array contract, so that a signature states what it takes and returns
+(``acts: ResidualActs`` rather than ``np.ndarray`` plus a docstring). Each alias is a jaxtyping
+``Dtype[np.ndarray, "dims"]``: mypy reads it as ``np.ndarray`` (the dimension string is
+documentation to a static checker), and at run time ``isinstance(x, ResidualActs)`` checks the
+rank and the dtype kind (the tests do; library code imports the aliases under ``TYPE_CHECKING``
+and pays nothing). The module lives in the grid world, the lowest room, so that every room can
+use it; it imports numpy and jaxtyping only (no torch).
+
+Dimension names, the same in every docstring:
+
+``n_rows``
+    rows of an activation store (one per trajectory step), or examples of a batch.
+``k``
+    tokens per row of a stage: 3 for the anchor stages (``<|end|> <|start|> assistant``), 225
+    for ``grid_cells`` (:func:`goalprobe.activations.store.schema.stage_tokens`).
+``d_model``
+    residual width.
+``features``
+    ``k * d_model``: a row's tokens flattened (what the cell probes reshape to).
+``side``
+    side of a cell map: the 15 x 15 label canvas (``LABEL_CANVAS``) for the store's labels and
+    general probes, the grid side ``n`` for size-specific probes and decoded single states.
+``n_classes``
+    probability columns: a probe's ``classes_`` (``CellType`` values, in that order), or every
+    ``CellType`` after :func:`goalprobe.probes.scoring.belief_table.expand_classes`.
+``horizon``
+    plan steps (``PLAN_HORIZON`` in the store; a decoder's ``horizon``).
+``n_plan_classes``
+    5: UP, DOWN, LEFT, RIGHT, END (a plan decoder's outputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxtyping import Bool, Float, Integer, Shaped, UInt8
+
+ResidualActs = Float[np.ndarray, "n_rows k d_model"]
+"""Residual-stream activations of one stage and layer, as the store holds them
+(``ActivationStore.read``; float16 unless a dtype was asked for) and as probes and plan decoders
+take them."""
+
+FeatureMatrix = Float[np.ndarray, "n_rows features"]
+"""Activations flattened per row (``k * d_model`` features), which the cell probes also accept."""
+
+TokenPositions = Integer[np.ndarray, "n_rows k"]
+"""int32 token positions of a stage's tokens in each row's replayed sequence."""
+
+RowIndex = Integer[np.ndarray, " n_rows"]
+"""int64 store rows (``ActivationStore.select``), ascending unless shuffled."""
+
+RowMask = Bool[np.ndarray, " n_rows"]
+"""One bool per store row (``ActivationStore.present``)."""
+
+GridIds = Shaped[np.ndarray, " n_rows"]
+"""The grid id of every row (str or object array): what every split and bootstrap groups by."""
+
+CellLabels = UInt8[np.ndarray, "n_rows side side"]
+"""``CellType`` value of every cell of every row's state (the store's ``cell_types`` label,
+``PADDING`` outside the grid), and a probe's decoded map (``predict``)."""
+
+CellProbs = Float[np.ndarray, "n_rows side side n_classes"]
+"""Decoded-map probabilities of a cell probe (``predict_proba``; float32)."""
+
+MapProbs = Float[np.ndarray, "side side n_classes"]
+"""The decoded map of one state: one row of :data:`CellProbs` (over every ``CellType`` once
+expanded), as :func:`goalprobe.stages.decode.decode_prompt_states` returns them."""
+
+PlanTargets = Integer[np.ndarray, "n_rows horizon"]
+"""Plan labels: the next executed actions, then ``PLAN_END``, then ``PLAN_PAD`` (the store's
+``plan`` label, uint8; a plan decoder's ``predict``, int8)."""
+
+PlanProbs = Float[np.ndarray, "n_rows horizon n_plan_classes"]
+"""Per-step class probabilities of a plan decoder (``predict_proba``; float32)."""
+
+__all__ = [
+    "CellLabels",
+    "CellProbs",
+    "FeatureMatrix",
+    "GridIds",
+    "MapProbs",
+    "PlanProbs",
+    "PlanTargets",
+    "ResidualActs",
+    "RowIndex",
+    "RowMask",
+    "TokenPositions",
+]
