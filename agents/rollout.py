@@ -633,6 +633,7 @@ def run_rollouts(
     async def per_episode() -> None:
         nonlocal calls, failed_rounds, failed_generations
         stop: list[BaseException] = []
+        server: Any = backend  # per_episode_scheduling(backend): it has session() and acomplete()
 
         async def worker() -> None:
             nonlocal calls, failed_rounds, failed_generations
@@ -642,7 +643,7 @@ def run_rollouts(
                 while not episode.done:
                     try:
                         calls += 1
-                        completion = await backend.acomplete(
+                        completion = await server.acomplete(
                             episode.messages(), config.sampling(None), episode.attempt_seed
                         )
                     except BatchGenerationError as err:
@@ -662,7 +663,7 @@ def run_rollouts(
                     episode.consume(completion)
                 finish(episode)
 
-        async with backend.session():
+        async with server.session():
             tasks = [asyncio.ensure_future(worker()) for _ in range(config.batch_size)]
             try:
                 await asyncio.gather(*tasks)

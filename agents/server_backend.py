@@ -58,6 +58,7 @@ from goalprobe.agents.backend import (
     Completion,
     FinishReason,
     SamplingConfig,
+    TokenIdsSource,
 )
 from goalprobe.agents.harmony import (
     CHANNEL,
@@ -475,6 +476,7 @@ class ServerBackend:
 
         prompt_ids = _int_list(body.get("prompt_token_ids"))
         generated_ids = _int_list(choice.get("token_ids"))
+        source: TokenIdsSource
         if prompt_ids is not None and generated_ids is not None:
             source = "model"
             if self.tokenizer is not None:

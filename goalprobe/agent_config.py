@@ -122,6 +122,8 @@ class Agent:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
+                if self.config.base_url is None:
+                    raise ValueError("the server backend needs a base_url")
                 # the study's rows must be of the prompts the model read: ask for the ids and
                 # refuse answers without them; keep the server's batch full
                 server = ServerConfig(

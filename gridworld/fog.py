@@ -173,13 +173,12 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     return walls
 
 
-def _bfs(walls: np.ndarray, sources: RowCol | Sequence[RowCol]) -> np.ndarray:
+def _bfs(walls: np.ndarray, sources: Sequence[RowCol]) -> np.ndarray:
     """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
     n = walls.shape[0]
     dist = np.full((n, n), np.inf)
-    starts = [sources] if isinstance(sources[0], int) else list(sources)
-    queue = deque()
-    for source in starts:
+    queue: deque[RowCol] = deque()
+    for source in sources:
         if not walls[source] and dist[source] == np.inf:
             dist[source] = 0
             queue.append(source)
@@ -278,7 +277,7 @@ def known_dead_end(grid: Grid, here: RowCol, target: RowCol, revealed: frozenset
         return False
     walls = walls.copy()
     walls[here] = True
-    region = np.isfinite(_bfs(walls, target))
+    region = np.isfinite(_bfs(walls, [target]))
     if region[grid.goal]:
         return False
     mask = revealed_mask(grid, revealed)
@@ -374,7 +373,8 @@ def generate_fog_set(config: GridSetConfig, radius: int = DEFAULT_RADIUS) -> lis
         raise ValueError(f"radius must be >= 0, got {radius}")
     out = []
     for grid in generate_grid_set(config):
-        size, density, index = grid.size, grid.density, int(grid.grid_id.rsplit("i", 1)[1])
+        size, index = grid.size, int(grid.grid_id.rsplit("i", 1)[1])
+        density = float(grid.density if grid.density is not None else 0.0)
         out.append(
             replace(
                 grid,
@@ -390,7 +390,8 @@ def revealed_sets(grid: Grid, agent_cells: Sequence[RowCol]) -> list[frozenset[R
     """The cumulative revealed set on reaching each of ``agent_cells`` (the cells an episode
     visited, in order; the grid's :func:`fog_radius`)."""
     radius = fog_radius(grid)
-    out, seen = [], frozenset()
+    out: list[frozenset[RowCol]] = []
+    seen: frozenset[RowCol] = frozenset()
     for cell in agent_cells:
         seen = seen | visible_cells(grid, cell, radius)
         out.append(seen)

@@ -91,7 +91,7 @@ def trajectory_stage_accuracy(trajectory: TrajectoryData) -> StageAccuracy:
         sel = np.array([st is stage for st in stages], dtype=bool)
         counts[f"n_{stage.value}"] = int(sel.sum())
         values[stage.value] = float(mask[sel].mean()) if sel.any() else math.nan
-    return StageAccuracy(**values, **counts)
+    return StageAccuracy(**values, **counts)  # type: ignore[arg-type]
 
 
 def stage_accuracy(trajectories: Iterable[TrajectoryData]) -> StageAccuracy:
@@ -103,7 +103,7 @@ def stage_accuracy(trajectories: Iterable[TrajectoryData]) -> StageAccuracy:
         accs = [a[stage] for a in per_traj if not math.isnan(a[stage])]
         counts[f"n_{stage.value}"] = len(accs)
         values[stage.value] = float(np.mean(accs)) if accs else math.nan
-    return StageAccuracy(**values, **counts)
+    return StageAccuracy(**values, **counts)  # type: ignore[arg-type]
 
 
 def key_pickup_rate(trajectories: Iterable[TrajectoryData]) -> float:

@@ -32,6 +32,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import index
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -113,7 +114,7 @@ class TrajectoryData:
         return len(self.actions)
 
 
-def _parse_action(action: object, where: str) -> int | None:
+def _parse_action(action: Any, where: str) -> int | None:
     if action is None:
         return None
     try:

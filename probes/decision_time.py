@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.stats import GridBootstrap
@@ -171,9 +172,9 @@ def readout_curves(
         random_state=random_state,
         confidence=1 - 0.05 / family,
     )
-    by_layer = []
+    by_layer: list[list[dict[str, Any]]] = []
     for layer in range(features.shape[1]):
-        row = []
+        row: list[dict[str, Any]] = []
         for b in range(features.shape[2]):
             rows_train = train & present[:, b]
             rows_test = test & present[:, b]

@@ -146,7 +146,7 @@ def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
                 "grid_id": grid.grid_id,
                 "kind": facts["kind"],
                 "true": cell_types(grid),
-                "shown": cell_types(grid.shown),
+                "shown": cell_types(grid.prompt_grid),
                 "decoded": None if decoded is None else np.asarray(decoded, dtype=np.int64),
                 "differs": [tuple(c) for c in facts["differs"]],
                 "decoded_at": [c for c in cells if c["grid_id"] == grid.grid_id],

@@ -122,7 +122,7 @@ def overview_content(run: RunData):
 
 
 def _json_table(obj, limit: int = 60):
-    rows = []
+    rows: list = []
     for key, value in _flatten(obj):
         if len(rows) >= limit:
             rows.append(html.Tr([html.Td("…"), html.Td("")]))

@@ -45,8 +45,9 @@ def cell_type_canvas(step: StepRecord) -> np.ndarray:
     A fogged grid's text hides cells (``*``), so its label is the true grid in ``s_t`` (what
     each cell holds); which cells were revealed is a function of the episode
     (:func:`goalprobe.gridworld.fog.fog_view`), not a cell type."""
-    fogged = step.variant == Variant.FOG and step.true_grid_text is not None
-    text = step.true_grid_text if fogged else step.grid_text
+    text = step.grid_text
+    if step.variant == Variant.FOG and step.true_grid_text is not None:
+        text = step.true_grid_text
     try:
         grid, state = parse(text)
     except GridParseError as err:

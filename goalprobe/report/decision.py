@@ -74,7 +74,7 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
     if readout:
         strongest = readout["strongest"]
         base = readout["baselines"][strongest]
-        rows = [
+        grid_rows: list[tuple[str, ...]] = [
             (
                 str(layer),
                 *(
@@ -87,7 +87,7 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
         blocks.append(
             table(
                 ("block", "0-20%", "20-40%", "40-60%", "60-80%", "80-100%"),
-                rows,
+                grid_rows,
                 caption="The answered action read out of the residual stream (a linear probe "
                 "per block and fifth of the reasoning, trained on half the grids, scored on the "
                 f"others) against the strongest baseline, {strongest} "

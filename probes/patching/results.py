@@ -239,6 +239,7 @@ def read_records(path: str | Path) -> list[dict]:
             string ``base_id``.
     """
     path = Path(path)
+    records: Any
     if path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as fh:
             records = [_csv_record(r) for r in csv.DictReader(fh)]
