@@ -11,6 +11,15 @@ ends on success (the agent stands on the goal) or when ``T`` steps have been tak
 attempt fails the step is *invalid*: the agent stays in place, the step counts towards the
 horizon, and the step line has ``action: null, valid: false``. No episode is ever dropped.
 
+**Truncated output.** A generation cut off by the token limit (``finish_reason == "length"``)
+is not the agent's choice, even when part of its answer would parse: it is not retried at the
+same budget, the step is recorded with ``action: null`` and the flag ``"truncated"``, and the
+episode ends there with ``end_reason: "truncated"`` (``success: false``). Behaviour metrics
+leave truncated episodes out and report how many there were
+(:attr:`goalprobe.agents.trajectories.Episode.truncated`); a budget that cuts more than a few
+percent of steps is refused before the run by the pre-flight
+(:mod:`goalprobe.agents.preflight`).
+
 **Lockstep batching.** Up to ``batch_size`` episodes are in flight; each round sends the
 current conversation of every one of them to ``backend.generate`` in one call (a retry is simply
 the same episode's next round), so a batch of B episodes costs about one call per step.
@@ -59,7 +68,7 @@ from goalprobe.agents.backend import (
     SamplingConfig,
 )
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message
-from goalprobe.agents.parser import parse_action
+from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
     Attempt,
@@ -181,7 +190,8 @@ class RolloutReport:
         episodes_run: episodes run now.
         successes: successful episodes among those run now.
         steps: steps taken now.
-        invalid_steps: invalid steps among them.
+        invalid_steps: invalid steps among them (answers naming no action; truncated steps
+            not included).
         generate_calls: ``backend.generate`` calls made now.
         seconds: wall time.
         failed_rounds: rounds in which some conversations failed (and were sent again).
@@ -200,6 +210,8 @@ class RolloutReport:
     seconds: float
     failed_rounds: int = 0
     failed_generations: int = 0
+    truncated_episodes: int = 0
+    """Episodes run now that ended on a generation cut off by the token limit."""
 
     @property
     def steps_per_second(self) -> float:
@@ -272,6 +284,7 @@ class _Episode:
         self.state = self.start
         self.steps: list[StepRecord] = []
         self.rejected: list[Attempt] = []
+        self.truncated = False
         self._messages: list[Message] | None = None
         self._grid_text = ""
 
@@ -281,7 +294,11 @@ class _Episode:
 
     @property
     def done(self) -> bool:
-        return is_success(self.grid, self.state) or len(self.steps) >= self.horizon
+        return (
+            self.truncated
+            or is_success(self.grid, self.state)
+            or len(self.steps) >= self.horizon
+        )
 
     @property
     def attempt_seed(self) -> int:
@@ -303,8 +320,8 @@ class _Episode:
 
     def consume(self, completion: Completion) -> None:
         """Take one completion for the current step: retry, or record the step and move."""
-        parsed = parse_action(completion.final if completion.final else None)
-        if not parsed.ok and len(self.rejected) < self.config.retries:
+        parsed = parse_completion(completion.final, completion.finish_reason)
+        if not parsed.ok and not parsed.truncated and len(self.rejected) < self.config.retries:
             self.rejected.append(
                 Attempt(
                     generated_token_ids=[int(i) for i in completion.generated_token_ids],
@@ -321,7 +338,10 @@ class _Episode:
         flags = []
         if self.rejected:
             flags.append("retried")
-        if not parsed.ok:
+        if parsed.truncated:
+            flags.append("truncated")
+            self.truncated = True
+        elif not parsed.ok:
             flags.append("invalid")
         elif next_state.agent == state.agent:
             flags.append("blocked_move")
@@ -361,7 +381,8 @@ class _Episode:
         self._messages = None
 
     def summary(self) -> EpisodeSummary:
-        success = is_success(self.grid, self.state)
+        success = is_success(self.grid, self.state) and not self.truncated
+        end_reason = "goal" if success else "truncated" if self.truncated else "horizon"
         return EpisodeSummary(
             run_id=self.run_id,
             grid_id=self.grid.grid_id,
@@ -371,9 +392,9 @@ class _Episode:
             density=self.grid.density,
             variant=str(self.grid.variant),
             success=success,
-            end_reason="goal" if success else "horizon",
+            end_reason=end_reason,
             length=len(self.steps),
-            invalid_steps=sum(not s.valid for s in self.steps),
+            invalid_steps=sum(not s.valid and not s.truncated for s in self.steps),
             optimal_steps=sum(
                 s.action is not None and s.action in s.optimal_actions for s in self.steps
             ),
@@ -506,7 +527,7 @@ def run_rollouts(
 
     per_row_seeds = _accepts_seeds(backend)
     active: list[_Episode] = []
-    calls = episodes_run = successes = steps = invalid = 0
+    calls = episodes_run = successes = steps = invalid = truncated = 0
     failed_rounds = failed_generations = consecutive_failures = 0
 
     def report() -> RolloutReport:
@@ -523,6 +544,7 @@ def run_rollouts(
             seconds=time.perf_counter() - started,
             failed_rounds=failed_rounds,
             failed_generations=failed_generations,
+            truncated_episodes=truncated,
         )
 
     bar = tqdm(total=len(todo), unit="episode", disable=not progress, desc="rollout")
@@ -564,8 +586,15 @@ def run_rollouts(
                 successes += summary.success
                 steps += summary.length
                 invalid += summary.invalid_steps
+                truncated += summary.end_reason == "truncated"
                 bar.update(1)
-                bar.set_postfix(steps=steps, invalid=invalid, success=successes, refresh=False)
+                bar.set_postfix(
+                    steps=steps,
+                    invalid=invalid,
+                    truncated=truncated,
+                    success=successes,
+                    refresh=False,
+                )
             active = still
             if failure is None:
                 consecutive_failures = 0

@@ -9,7 +9,7 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import grid_episodes, read_episodes
+from goalprobe.stages.rollouts import grid_episodes, read_episodes, truncation_counts
 
 SCHEMA = "goalprobe.demo.behaviour/1"
 
@@ -23,12 +23,21 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     """Per-grid metrics, their aggregates and the random-walk baseline."""
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
-    payload = behaviour_summary(grid_episodes(read_episodes(layout.trajectories), grids), config)
-    out = write_json(layout.behaviour_metrics, {"schema": SCHEMA, **payload})
+    episodes = read_episodes(layout.trajectories)
+    kept = grid_episodes(episodes, grids)
+    truncation = truncation_counts(episodes)
+    if not kept:
+        raise ValueError(
+            f"all {len(episodes)} episodes were cut off by the token limit (truncated); "
+            "behaviour needs finished episodes: raise rollouts.max_new_tokens"
+        )
+    payload = behaviour_summary(kept, config)
+    out = write_json(layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation})
     overall = payload["overall"]
     return {"metrics": out}, {
         "grids": len(payload["per_grid"]),
         "accuracy": overall["accuracy"]["value"],
         "success_rate": overall["success_rate"]["value"],
         "random_walk_success_rate": overall["random_walk_success_rate"]["value"],
+        "truncated_episodes": truncation["truncated_episodes"],
     }

@@ -45,7 +45,11 @@ def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
     grids = list(read_grid_set(context.layout.grids))
     summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
     episodes = read_episodes(out)
-    summary["success_rate"] = float(np.mean([e.summary.success for e in episodes]))
+    finished = [e for e in episodes if not e.truncated]
+    summary["success_rate"] = (
+        float(np.mean([e.summary.success for e in finished])) if finished else None
+    )
+    summary["truncated_episodes"] = len(episodes) - len(finished)
     summary["steps"] = int(sum(e.summary.length for e in episodes))
     return {"trajectories": out}, summary
 
@@ -71,6 +75,7 @@ def rollouts_into(
         "episodes_resumed": report.episodes_skipped,
         "steps_now": report.steps,
         "invalid_steps_now": report.invalid_steps,
+        "truncated_episodes_now": report.truncated_episodes,
     }
 
 
@@ -82,12 +87,18 @@ def read_episodes(path: Path) -> list[Episode]:
 def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> list[GridEpisodes]:
     """Episodes grouped by grid (in order of first appearance) as the behaviour library's input.
 
+    Truncated episodes (a generation cut off by the token limit: not the agent's choice) are
+    left out, so they count toward neither success nor optimality; :func:`truncation_counts`
+    says how many there were. A grid whose every episode was truncated is left out too.
+
     Raises:
         ValueError: an episode on a grid that ``grids`` lacks, or episodes of one grid with
             different horizons.
     """
     by_grid: dict[str, list[Episode]] = {}
     for episode in episodes:
+        if episode.truncated:
+            continue
         by_grid.setdefault(episode.summary.grid_id, []).append(episode)
     out = []
     for grid_id, eps in by_grid.items():
@@ -100,3 +111,16 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
             GridEpisodes(grids[grid_id], horizons.pop(), tuple(e.to_trajectory_data() for e in eps))
         )
     return out
+
+
+def truncation_counts(episodes: Sequence[Episode]) -> dict:
+    """How many episodes and steps were cut off by the token limit, reported beside (never
+    inside) the behaviour metrics."""
+    truncated = [e for e in episodes if e.truncated]
+    return {
+        "episodes": len(episodes),
+        "truncated_episodes": len(truncated),
+        "truncated_fraction": len(truncated) / len(episodes) if episodes else None,
+        "steps_before_truncation": int(sum(e.summary.length - 1 for e in truncated)),
+        "excluded": "truncated episodes count toward neither success nor optimality",
+    }

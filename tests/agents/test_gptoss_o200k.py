@@ -334,7 +334,7 @@ def _grids(n_grids: int = 2, size: int = 7):
     ]
 
 
-def test_rollout_with_the_random_model_records_invalid_steps(
+def test_rollout_with_the_random_model_records_truncated_steps(
     gptoss_model, o200k_tokenizer, tmp_path
 ):
     from goalprobe.agents.local_backend import LocalBackend
@@ -353,11 +353,12 @@ def test_rollout_with_the_random_model_records_invalid_steps(
     assert sorted(e.summary.grid_id for e in episodes) == sorted(g.grid_id for g in grids)
     special = HarmonyTokenIds.from_tokenizer(o200k_tokenizer)
     for episode in episodes:
-        assert episode.summary.length == 2 == len(episode.steps)  # nothing dropped
-        assert episode.summary.invalid_steps == 2 and episode.summary.end_reason == "horizon"
+        # every answer is cut at 3 tokens: truncated, not retried, the episode ends there
+        assert episode.summary.length == 1 == len(episode.steps)
+        assert episode.summary.invalid_steps == 0 and episode.summary.end_reason == "truncated"
         for step in episode.steps:
-            assert not step.valid and step.action is None and "invalid" in step.flags
-            assert step.attempts == 2 and 0 < len(step.generated_token_ids) <= 3
+            assert not step.valid and step.action is None and step.truncated
+            assert step.attempts == 1 and len(step.generated_token_ids) == 3
             prompt = step.prompt_token_ids
             messages = build_messages(step.grid_text, variant="plain", has_key=False)
             assert prompt == _ids(o200k_tokenizer, render_prompt(messages, "low"))
