@@ -295,9 +295,7 @@ class _Episode:
     @property
     def done(self) -> bool:
         return (
-            self.truncated
-            or is_success(self.grid, self.state)
-            or len(self.steps) >= self.horizon
+            self.truncated or is_success(self.grid, self.state) or len(self.steps) >= self.horizon
         )
 
     @property

@@ -55,6 +55,14 @@ def command(
     device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    allow_truncation: Annotated[
+        bool,
+        typer.Option(
+            "--allow-truncation",
+            help="Run the rollouts even when the pre-flight (models other than the bundled "
+            "ones) finds more than 5% of steps cut off by the token budget.",
+        ),
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -92,7 +100,8 @@ def command(
             base_url=base_url,
             device=device,
             seed=seed,
-            overrides=dict(parse_setting(text) for text in settings or ()),
+            overrides=dict(parse_setting(text) for text in settings or ())
+            | ({"preflight.allow_truncation": True} if allow_truncation else {}),
         )
         control = control_config(config) if model is None and backend == "local" else None
         stages_forced = check_force(force or ())

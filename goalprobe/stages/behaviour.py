@@ -23,7 +23,7 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     """Per-grid metrics, their aggregates and the random-walk baseline."""
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
-    episodes = read_episodes(layout.trajectories)
+    episodes = read_episodes(layout.trajectories, truncated=True)
     kept = grid_episodes(episodes, grids)
     truncation = truncation_counts(episodes)
     if not kept:
@@ -32,7 +32,9 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
             "behaviour needs finished episodes: raise rollouts.max_new_tokens"
         )
     payload = behaviour_summary(kept, config)
-    out = write_json(layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation})
+    out = write_json(
+        layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation}
+    )
     overall = payload["overall"]
     return {"metrics": out}, {
         "grids": len(payload["per_grid"]),

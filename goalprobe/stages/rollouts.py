@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.agents.bundled import is_bundled
+from goalprobe.agents.preflight import PreflightConfig, PreflightReport, run_preflight
 from goalprobe.agents.rollout import RolloutConfig, run_id_for, run_rollouts
 from goalprobe.agents.trajectories import (
     Episode,
@@ -21,7 +23,7 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import GridEpisodes
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.io import read_grid_set
-from goalprobe.stages.context import StageContext
+from goalprobe.stages.context import StageContext, write_json
 
 
 @dataclass(frozen=True)
@@ -32,19 +34,27 @@ class RolloutsInput:
     """The agent."""
     rollout: RolloutConfig
     """How episodes run."""
+    preflight: PreflightConfig = PreflightConfig()
+    """The pre-flight of a model other than the bundled ones."""
 
 
 def inputs(config: DemoConfig) -> RolloutsInput:
-    """The agent and the rollout settings."""
-    return RolloutsInput(config.agent, config.rollouts)
+    """The agent, the rollout settings and the pre-flight."""
+    return RolloutsInput(config.agent, config.rollouts, config.preflight)
 
 
 def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
-    """Run (or resume) the episodes of every main grid."""
+    """Run (or resume) the episodes of every main grid; a fresh run of a model other than the
+    bundled ones starts with the pre-flight (``stage_dir/preflight.json``), which refuses a
+    budget that cuts more than ``preflight.max_truncated`` of its steps."""
     out = context.layout.trajectories
     grids = list(read_grid_set(context.layout.grids))
-    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
-    episodes = read_episodes(out)
+    agent = context.agent(config.agent)
+    checked = preflight_into(grids, agent, config, out, stage_dir, context)
+    summary = rollouts_into(grids, agent, config.rollout, out, context)
+    if checked is not None:
+        summary["preflight"] = checked.to_dict()
+    episodes = read_episodes(out, truncated=True)
     finished = [e for e in episodes if not e.truncated]
     summary["success_rate"] = (
         float(np.mean([e.summary.success for e in finished])) if finished else None
@@ -52,6 +62,34 @@ def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
     summary["truncated_episodes"] = len(episodes) - len(finished)
     summary["steps"] = int(sum(e.summary.length for e in episodes))
     return {"trajectories": out}, summary
+
+
+def preflight_into(
+    grids: Sequence[Grid],
+    agent: Agent,
+    config: RolloutsInput,
+    out: Path,
+    stage_dir: Path,
+    context: StageContext,
+) -> PreflightReport | None:
+    """Run the pre-flight when it applies (a model other than the bundled ones, steps > 0, and
+    no episode of this run finished yet); write it to ``stage_dir/preflight.json`` and raise
+    :class:`~goalprobe.agents.preflight.PreflightRefused` when it refuses."""
+    if is_bundled(config.agent.model) or config.preflight.steps < 1:
+        return None
+    backend, description = agent.rollout_backend()
+    if out.exists():
+        try:
+            if read_run_header(out).run_id == run_id_for(config.rollout, description):
+                return None  # resuming a run that already passed its pre-flight
+        except TrajectoryFormatError:
+            pass
+    report = run_preflight(grids, backend, config.rollout, config.preflight)
+    write_json(stage_dir / "preflight.json", report.to_dict())
+    if context.say is not None:
+        context.say(report.describe())
+    report.check(config.preflight)
+    return report
 
 
 def rollouts_into(
@@ -79,9 +117,11 @@ def rollouts_into(
     }
 
 
-def read_episodes(path: Path) -> list[Episode]:
-    """Every finished episode of a trajectory file, in file order."""
-    return list(read_trajectories(path))
+def read_episodes(path: Path, *, truncated: bool = False) -> list[Episode]:
+    """The finished episodes of a trajectory file, in file order: by default only those that
+    hold behaviour (a truncated episode ended on a generation cut off by the token limit, not
+    on the agent's choice; ``truncated=True`` keeps them, e.g. to count them)."""
+    return [e for e in read_trajectories(path) if truncated or not e.truncated]
 
 
 def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> list[GridEpisodes]:
