@@ -88,6 +88,7 @@ def command(
     from rich.table import Table
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
+    from goalprobe.agents.models import HubUnavailableError, check_model_available
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
 
@@ -109,6 +110,10 @@ def command(
         raise typer.BadParameter(str(err)) from err
     if run_dir.exists() and not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
+    try:  # a model that cannot be loaded fails here, once, before any stage runs
+        check_model_available(config.agent.model)
+    except (FileNotFoundError, HubUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
     result = run_demo(
         run_dir,
         config,
