@@ -360,20 +360,15 @@ def demo_config(
 
 
 def fit_budgets(config: DemoConfig, fixed: set[str] = frozenset()) -> DemoConfig:
-    """``config`` with token budgets that fit its agent (:func:`goalprobe.agents.budgets.
-    token_budget`): a bundled agent keeps the preset's; any other model gets at least the
-    reasoning-model budget of the rollouts' effort, for the rollouts and for patching's greedy
-    completions, except where ``fixed`` names the field (set by the user). The ``tiny`` scale
-    (CI: the pipeline, not the numbers) keeps its budgets."""
-    if config.scale == "tiny":
-        return config
-    effort = config.rollouts.reasoning_effort
+    """``config`` with rollout and patching budgets that fit its agent
+    (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
+    user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
     for path in ("rollouts.max_new_tokens", "patching.max_new_tokens"):
-        if path in fixed:
-            continue
-        section, name = path.split(".")
-        current = getattr(getattr(config, section), name)
-        config = override(config, path, token_budget(config.agent.model, effort, current))
+        if config.scale != "tiny" and path not in fixed:
+            section, name = path.split(".")
+            small = getattr(getattr(config, section), name)
+            effort = config.rollouts.reasoning_effort
+            config = override(config, path, token_budget(config.agent.model, effort, small))
     return config
 
 

@@ -495,31 +495,63 @@ def _extraction_script():
 def test_extraction_script_plans_for_a_local_model_dir(
     gptoss_dir, gptoss_model, oracle_trajectories, tmp_path, capsys
 ):
-    from goalprobe.agents.trajectories import read_steps
+    from goalprobe.activations.extract import ExtractConfig
+    from goalprobe.activations.plan import replay_lengths
 
     script = _extraction_script()
     args = [str(oracle_trajectories), "--out", str(tmp_path / "a.h5"), "--dry-run"]
     script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80"])
     plan = json.loads(capsys.readouterr().out)
-    lengths = [
-        len(s.prompt_token_ids) + len(s.generated_token_ids)
-        for s in read_steps(oracle_trajectories)
-    ]
+    lengths = replay_lengths(oracle_trajectories, o200k_tok(gptoss_dir), ExtractConfig((0, 1)))
     n_params = sum(p.numel() for p in gptoss_model.parameters())
     assert plan["model"] == str(gptoss_dir) and plan["n_params"] == n_params
     assert plan["layers"] == [0, 1] and plan["d_model"] == 16  # the tiny model's 2 blocks
-    assert plan["steps"] == len(lengths) and plan["tokens_per_step_max"] == max(lengths)
-    assert plan["weights"] == "bf16 (dequantised)" and plan["weights_gb"] == n_params * 2 / 1e9
+    assert plan["steps"] == len(lengths) and plan["replayed_tokens_max"] == max(lengths)
+    assert plan["weights"].startswith("bf16 (dequantised: ")  # not an MXFP4 checkpoint
+    assert plan["weights_gb"] == round(n_params * 2 / 1e9, 1)
     assert plan["batch_size"] == 64 and plan["estimated_peak_gb"] < 1
     assert not (tmp_path / "a.h5").exists()  # a dry run loads and writes nothing
     # GPT-OSS-20B's own plan (no directory: the built-in shape) on the same steps
-    script.main([*args, "--gpu-memory-gb", "80"])
+    script.main([*args, "--tokenizer", str(gptoss_dir), "--gpu-memory-gb", "80"])
     plan = json.loads(capsys.readouterr().out)
-    assert plan["layers"] == [7, 15, 23] and plan["weights_gb"] == 41.8
+    assert plan["layers"] == [7, 15, 23] and plan["n_params"] > 20.8e9
+    assert plan["weights_gb"] in (13.8, 41.8)  # MXFP4 where transformers keeps it, else bf16
     with pytest.raises(SystemExit, match="outside the model's 2 blocks"):
         script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80", "--layers", "2"])
     with pytest.raises(SystemExit, match="no config.json"):
         script.main([*args, "--model", str(tmp_path), "--gpu-memory-gb", "80"])
+
+
+def o200k_tok(directory):
+    from goalprobe.agents.models import load_tokenizer
+
+    return load_tokenizer(str(directory))
+
+
+def test_the_plan_sizes_batches_from_the_replayed_lengths(
+    gptoss_dir, oracle_trajectories, tmp_path, capsys
+):
+    """A step cut off deep in its reasoning (10,000 generated tokens, no closed analysis
+    message) is replayed only up to its prompt's anchor: it must not make GPT-OSS-20B's plan
+    pick batch 1 and warn of 80 GB on an 80 GB card."""
+    lines = oracle_trajectories.read_text(encoding="utf-8").splitlines()
+    step_line = next(i for i, line in enumerate(lines) if '"kind":"step"' in line)
+    step = json.loads(lines[step_line])
+    channel = 200005  # <|channel|>, then analysis text that never closes
+    step["generated_token_ids"] = [channel, 35644] + [1008] * 9_998
+    step["finish_reason"] = "length"
+    lines[step_line] = json.dumps(step)
+    traj = tmp_path / "cut.jsonl"
+    traj.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    script = _extraction_script()
+    args = [str(traj), "--out", str(tmp_path / "a.h5"), "--dry-run", "--gpu-memory-gb", "80"]
+    script.main([*args, "--tokenizer", str(gptoss_dir), "--dequantize"])
+    out = capsys.readouterr().out
+    plan = json.loads(out)
+    assert plan["recorded_tokens_max"] > 10_000 > 1_000 > plan["replayed_tokens_max"]
+    assert plan["batch_size"] == 64 and plan["max_batch_tokens"] == 0  # short replays fit
+    assert plan["weights_gb"] == 41.8 and plan["estimated_peak_gb"] < 0.85 * 80
+    assert "warning" not in out
 
 
 @pytest.mark.slow
