@@ -20,8 +20,8 @@ the model's).
 
 Memory model (:func:`goalprobe.activations.plan.activation_bytes`): weights plus one batch's
 activations must fit in 85% of the GPU's memory less 1.5 GB of CUDA context. Eager attention's
-scores (``3 x batch x 64 heads x T x (T + 1)`` bf16) dominate: per sequence about 0.11 GB at
-T = 400 replayed tokens, 0.47 GB at 1,000, 1.7 GB at 2,000 and 6.7 GB at 4,000. Batches are
+scores (``3 x batch x 64 heads x T x (T + 1)`` bf16) dominate: per sequence about 0.08 GB at
+T = 400 replayed tokens, 0.43 GB at 1,000, 1.6 GB at 2,000 and 6.4 GB at 4,000. Batches are
 limited by a token budget (``max_batch_tokens``) chosen at the longest replayed step, so short
 steps go many at a time.
 

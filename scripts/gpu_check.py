@@ -82,6 +82,10 @@ TINY_CONFIG: dict[str, Any] = dict(
 """``--tiny``: the same layout at a few thousand parameters per block (CPU smoke mode)."""
 
 
+PRIME_BLOCK = 1_048_573
+"""Length of the normal block tiled into large CPU weights (a prime, so no row repeats)."""
+
+
 def layer_types(blocks: int) -> list[str]:
     """GPT-OSS's alternation: sliding-window attention first, then full attention."""
     return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(blocks)]
@@ -90,7 +94,8 @@ def layer_types(blocks: int) -> list[str]:
 def build_model(tokenizer, blocks: int, *, tiny: bool, dtype, device: str, seed: int = 0):
     """A random ``GptOssForCausalLM`` of ``blocks`` blocks with GPT-OSS-20B's (or the tiny)
     dimensions, built on ``meta`` and materialised on ``device`` in ``dtype`` (normal(0, 0.02)
-    weights, zero biases, unit norms; the rotary frequencies recomputed), in eval mode."""
+    weights, on a CPU tiled from a normal block of prime length; zero biases, unit norms; the
+    rotary frequencies recomputed), in eval mode."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
@@ -106,12 +111,21 @@ def build_model(tokenizer, blocks: int, *, tiny: bool, dtype, device: str, seed:
         model = GptOssForCausalLM(config).to(dtype)
     model.to_empty(device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
+    # on a CPU, drawing billions of normals takes minutes: tile a normal block of prime length
+    # (rows of a matrix then start at different offsets of it); on a GPU draw every value
+    block = torch.empty(PRIME_BLOCK, dtype=dtype, device=device)
+    block.normal_(0.0, 0.02, generator=generator)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
             elif name.endswith("bias"):
                 param.zero_()
+            elif device.startswith("cpu") and param.numel() > PRIME_BLOCK:
+                flat = param.view(-1)
+                for start in range(0, flat.numel(), PRIME_BLOCK):
+                    piece = flat[start : start + PRIME_BLOCK]
+                    piece.copy_(block[: piece.numel()])
             else:
                 param.normal_(0.0, 0.02, generator=generator)
         model.model.rotary_emb = GptOssRotaryEmbedding(config).to(device)

@@ -30,7 +30,7 @@ def test_activation_model_is_quadratic_in_the_replayed_length():
     assert activation_bytes(GPT_OSS_20B, 4, 1_000) == 4 * one
     assert 3.5 < activation_bytes(GPT_OSS_20B, 1, 2_000) / one < 4.1
     # the eager attention scores dominate: 3 x 64 heads x T x (T + 1) bf16 values
-    assert activation_bytes(GPT_OSS_20B, 1, 4_000) / GB == pytest.approx(6.7, abs=0.1)
+    assert activation_bytes(GPT_OSS_20B, 1, 4_000) / GB == pytest.approx(6.4, abs=0.1)
 
 
 def test_plan_from_short_replays_fills_the_batch_and_long_ones_get_a_token_budget():
