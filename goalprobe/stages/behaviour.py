@@ -9,7 +9,12 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import grid_episodes, read_episodes, truncation_counts
+from goalprobe.stages.rollouts import (
+    behaviour_episodes,
+    grid_episodes,
+    read_episodes,
+    truncation_counts,
+)
 
 SCHEMA = "goalprobe.demo.behaviour/1"
 
@@ -24,13 +29,8 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
     episodes = read_episodes(layout.trajectories, truncated=True)
-    kept = grid_episodes(episodes, grids)
+    kept = grid_episodes(behaviour_episodes(layout.trajectories), grids)
     truncation = truncation_counts(episodes)
-    if not kept:
-        raise ValueError(
-            f"all {len(episodes)} episodes were cut off by the token limit (truncated); "
-            "behaviour needs finished episodes: raise rollouts.max_new_tokens"
-        )
     payload = behaviour_summary(kept, config)
     out = write_json(
         layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation}

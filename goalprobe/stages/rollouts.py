@@ -153,6 +153,23 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
     return out
 
 
+def behaviour_episodes(path: Path) -> list[Episode]:
+    """The episodes of ``path`` that hold behaviour (:func:`read_episodes`).
+
+    Raises:
+        ValueError: the file's every episode was truncated (there is no behaviour to report;
+            the message says which budget to raise).
+    """
+    episodes = read_episodes(path, truncated=True)
+    kept = [e for e in episodes if not e.truncated]
+    if episodes and not kept:
+        raise ValueError(
+            f"all {len(episodes)} episodes of {path.name} were cut off by the token limit "
+            "(truncated); behaviour needs finished episodes: raise rollouts.max_new_tokens"
+        )
+    return kept
+
+
 def truncation_counts(episodes: Sequence[Episode]) -> dict:
     """How many episodes and steps were cut off by the token limit, reported beside (never
     inside) the behaviour metrics."""

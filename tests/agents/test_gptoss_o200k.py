@@ -571,7 +571,16 @@ def test_demo_runs_on_the_random_o200k_model(gptoss_dir, o200k_tokenizer, tmp_pa
     # sort the whole vocabulary per token (minutes); the pipeline is the same
     args += ["--set", "rollouts.temperature=0"]
     result = CliRunner().invoke(app, [*args, "--no-progress"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
+    # a random model never stops within the budget: the pre-flight refuses the run
+    assert result.exit_code == 1 and "--allow-truncation" in result.output, result.output
+    result = CliRunner().invoke(
+        app, [*args, "--allow-truncation", "--no-progress"], env={"COLUMNS": "200"}
+    )
+    # every step is cut off, so the stages that report behaviour say so and the rest run
+    failed = [line for line in result.output.splitlines() if "] failed:" in line]
+    assert result.exit_code == 1 and len(failed) == 2, result.output
+    assert all("cut off by the token limit" in line for line in failed)
+    assert {line.split("]")[0].strip("[ ") for line in failed} == {"behaviour", "harm"}
     assert "Headline results" in result.output
     assert (run_dir / "report.html").is_file()
     assert (run_dir / "activations" / "activations.h5").is_file()
