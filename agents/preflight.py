@@ -24,7 +24,6 @@ pre-flight (their budgets are measured, :mod:`goalprobe.agents.budgets`).
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from goalprobe.agents.backend import Backend, Completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
-from goalprobe.agents.rollout import RolloutConfig, derive_seed
+from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.dynamics import initial_state
 from goalprobe.gridworld.optimal import solve
@@ -230,10 +229,3 @@ def run_preflight(
         max_new_tokens=config.max_new_tokens,
         reasoning_effort=config.reasoning_effort,
     )
-
-
-def _accepts_seeds(backend: Backend) -> bool:
-    try:
-        return "seeds" in inspect.signature(backend.generate).parameters
-    except (TypeError, ValueError):
-        return False
