@@ -91,6 +91,11 @@ class ExtractConfig:
     batch_size: int = 8
     """Sequences per forward pass (sorted by length within a part to limit padding)."""
 
+    max_batch_tokens: int = 0
+    """Most padded tokens per forward pass (a batch's longest sequence times its size; at least
+    one sequence); 0: only ``batch_size`` limits. :mod:`goalprobe.activations.plan` picks it
+    from the replayed lengths and the device's memory."""
+
     rows_per_part: int = 256
     """Steps per crash-safe part: the most work a kill can lose."""
 
@@ -112,6 +117,8 @@ class ExtractConfig:
         object.__setattr__(self, "stages", tuple(s for s in ANCHOR_STAGES if s in stages))
         if self.batch_size < 1 or self.rows_per_part < 1:
             raise ValueError("batch_size and rows_per_part must be >= 1")
+        if self.max_batch_tokens < 0:
+            raise ValueError(f"max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression}")
         Shard.parse(self.shard)
@@ -122,8 +129,12 @@ class ExtractConfig:
         return (*self.stages, GRID_CELLS) if self.grid_cells else self.stages
 
     def to_json(self) -> dict[str, Any]:
-        """The config as a JSON-ready dict."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """The config as a JSON-ready dict (``max_batch_tokens`` only when set, so that stores
+        extracted before it existed keep their identity)."""
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not self.max_batch_tokens:
+            out.pop("max_batch_tokens")
+        return out
 
 
 @dataclass(frozen=True)
@@ -350,7 +361,8 @@ def compute_rows(
 ) -> RowBatch:
     """Replay ``rows`` through ``capture`` and collect everything a store row holds.
 
-    Rows are batched by decreasing length (``config.batch_size`` per forward pass).
+    Rows are batched by decreasing length (:func:`batch_bounds`: ``config.batch_size`` per
+    forward pass, at most ``config.max_batch_tokens`` padded tokens when set).
 
     Returns:
         a :class:`RowBatch` of ``len(rows)`` rows, activations float16 ``(n, K, d_model)``.
@@ -366,8 +378,10 @@ def compute_rows(
         for s, k in zip(stages, sizes, strict=True)
     }
     order = sorted(range(n), key=lambda i: (-len(rows[i].token_ids), i))
-    for start in range(0, n, config.batch_size):
-        chunk = order[start : start + config.batch_size]
+    lengths = [len(rows[i].token_ids) for i in order]
+    starts = batch_bounds(lengths, config.batch_size, config.max_batch_tokens)
+    for start, stop in zip(starts, [*starts[1:], n], strict=True):
+        chunk = order[start:stop]
         batch = TokenBatch.from_sequences(
             [rows[i].token_ids.tolist() for i in chunk],
             [np.concatenate([rows[i].positions[s] for s in stages]).tolist() for i in chunk],
@@ -385,6 +399,20 @@ def compute_rows(
         present={s: np.asarray([r.present[s] for r in rows], dtype=bool) for s in stages},
         labels={name: _stack_label(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
     )
+
+
+def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int = 0) -> list[int]:
+    """Where batches start in ``lengths`` (sorted by decreasing length): each batch holds at
+    most ``batch_size`` sequences and, when ``max_batch_tokens`` is set, at most that many padded
+    tokens (its first, longest sequence's length times its size; at least one sequence)."""
+    starts, start = [], 0
+    while start < len(lengths):
+        starts.append(start)
+        size = batch_size
+        if max_batch_tokens:
+            size = max(1, min(size, max_batch_tokens // max(1, int(lengths[start]))))
+        start += size
+    return starts
 
 
 def _stack_label(name: str, values: list) -> np.ndarray:

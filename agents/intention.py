@@ -8,7 +8,8 @@ Each ``(grid, state)`` gets ``K`` one-step conversations exactly as a rollout st
 ``j`` of a state has its own seed ``H(seed, grid_id, agent cell, has_key, door_open, j)`` (passed
 per conversation when the backend takes ``seeds=``), so the samples do not depend on batching.
 There are no retries: an answer that names no action is the category
-:data:`~goalprobe.gridworld.intention.INVALID`.
+:data:`~goalprobe.gridworld.intention.INVALID` (so is an answer cut off by the token limit,
+however much of it parses: :func:`goalprobe.agents.parser.parse_completion`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import cast
 
 import numpy as np
 from goalprobe.agents.backend import Backend, SeededBackend
-from goalprobe.agents.parser import parse_action
+from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
 from goalprobe.gridworld.core import Grid, State
@@ -77,8 +78,8 @@ def sample_actions(
             call_seed = derive_seed(*batch_seeds) if len(batch_seeds) > 1 else batch_seeds[0]
             completions = backend.generate(conversations[chunk], config.sampling(call_seed))
         for offset, completion in enumerate(completions):
-            parsed = parse_action(completion.final if completion.final else None)
-            if parsed.action is not None:
+            parsed = parse_completion(completion.final, completion.finish_reason)
+            if parsed.ok:
                 out[start + offset] = int(parsed.action)
     return out.reshape(len(requests), k)
 

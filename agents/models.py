@@ -47,7 +47,8 @@ class LoadedModel:
             without weights).
         tokenizer: its tokenizer (it holds the harmony special tokens).
         model_id: the name it was loaded by (recorded in stores and trajectory files).
-        revision: the revision recorded ('' when unknown; a bundled agent's weights digest).
+        revision: the revision recorded: the one asked for, else the resolved commit
+            (:func:`model_commit`; '' when unknown; a bundled agent's weights digest).
     """
 
     model: Any
@@ -157,7 +158,69 @@ def load_model(
                 "unreachable); download it where there is network, or pass a local path"
             ) from err
         raise
-    return LoadedModel(loaded.eval(), tokenizer, model, revision)
+    commit = revision or getattr(loaded.config, "_commit_hash", None) or model_commit(model)
+    return LoadedModel(loaded.eval(), tokenizer, model, commit or "")
+
+
+def model_commit(model: str) -> str:
+    """The resolved commit of a model's weights, '' when unknown: a hub id's cached snapshot
+    (``.../snapshots/<commit>/config.json`` in the Hugging Face cache; nothing is downloaded), a
+    local directory that is such a snapshot, or what the loaded config says
+    (``config._commit_hash``, see :func:`load_model`). A bundled agent is identified by its
+    weights digest instead (:func:`model_identity`)."""
+    if is_bundled(model):
+        return ""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        resolved = local.resolve()
+        return resolved.name if resolved.parent.name == "snapshots" else ""
+    if _looks_like_path(model):
+        return ""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except (ImportError, ValueError):  # no hub client, or not a valid repo id
+        return ""
+    if isinstance(cached, str) and Path(cached).parent.parent.name == "snapshots":
+        return Path(cached).parent.name
+    return ""
+
+
+def check_model_available(model: str) -> None:
+    """Refuse, before any stage runs, a model that cannot be loaded: a path that is no model
+    directory, or a hub id that is not in the local cache while the hub cannot be used.
+
+    Raises:
+        FileNotFoundError: a path that does not exist or holds no ``config.json``.
+        HubUnavailableError: a hub id neither cached nor downloadable now.
+        ValueError: an empty name.
+    """
+    check_model_name(model)
+    if is_bundled(model):
+        return
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return
+    if _looks_like_path(model):
+        raise FileNotFoundError(f"{model}: no such model directory")
+    if model_commit(model) or _hub_reachable():
+        return
+    raise HubUnavailableError(
+        f"{model!r} is not a local directory and is not in the Hugging Face cache, and the hub "
+        "cannot be used (HF_HUB_OFFLINE is set or the hub is unreachable); download it where "
+        "there is network, or pass a local path"
+    )
+
+
+def _looks_like_path(model: str) -> bool:
+    """Whether ``model`` is spelled as a path rather than a hub id (``org/name``)."""
+    return (
+        model.startswith(("/", ".", "~"))
+        or "\\" in model
+        or model.count("/") > 1
+        or model.endswith("/")
+    )
 
 
 def load_tokenizer(model: str):

@@ -12,9 +12,14 @@ usual noise around it and rejects everything that does not name exactly one acti
   ``action`` key, a value that is not one of the four actions, several objects naming different
   actions (ambiguous), an object holding the key twice with different values.
 
-As a last resort, when the text holds no complete object (an answer cut off by the token
-limit), a lone ``"action": "<ACTION>"`` pair is accepted and reported as ``form="key_value"``.
-:func:`parse_action` never raises: any string gives a :class:`ParseResult`.
+As a last resort, when the text holds no complete object, a lone ``"action": "<ACTION>"`` pair
+is accepted and reported as ``form="key_value"``. :func:`parse_action` never raises: any string
+gives a :class:`ParseResult`.
+
+**Truncation.** An answer cut off by the token limit is not the agent's choice, however much of
+it parses (``{"action": "LEFT", "re`` stopped mid-object): :func:`parse_completion` takes the
+generation's ``finish_reason`` and names no action for ``"length"`` (``truncated=True``). Every
+caller that turns a generation into an action (rollouts, intention, patching) goes through it.
 """
 
 from __future__ import annotations
@@ -47,11 +52,14 @@ class ParseResult:
         form: how the action was found: ``"json"`` (strict JSON object), ``"relaxed_json"``
             (after fixing trailing commas, single quotes or unquoted keys) or ``"key_value"``
             (an ``"action": "..."`` pair outside any complete object); None on failure.
+        truncated: the generation was cut off by the token limit (no action, whatever the
+            text says; see :func:`parse_completion`).
     """
 
     action: Action | None
     error: str | None = None
     form: ParseForm | None = None
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -65,6 +73,19 @@ class _Candidate:
     end: int
     value: object
     form: ParseForm
+
+
+TRUNCATED_ERROR = "truncated: the generation hit the token limit (finish_reason 'length')"
+"""The ``error`` of a :class:`ParseResult` for a cut-off generation."""
+
+
+def parse_completion(final: str | None, finish_reason: str) -> ParseResult:
+    """The action of one generation: none when it was cut off by the token limit
+    (``finish_reason == "length"``: truncated, whatever its text holds), else
+    :func:`parse_action` of its final text (empty text counts as none)."""
+    if finish_reason == "length":
+        return ParseResult(None, TRUNCATED_ERROR, None, truncated=True)
+    return parse_action(final if final else None)
 
 
 def parse_action(text: str | None) -> ParseResult:

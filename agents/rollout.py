@@ -21,6 +21,15 @@ current conversation of every episode in flight to ``backend.generate`` in one c
 simply the same episode's next round). With per-conversation seeds both give the same
 episodes; only the order they are written in differs.
 
+**Truncated output.** A generation cut off by the token limit (``finish_reason == "length"``)
+is not the agent's choice, even when part of its answer would parse: it is not retried at the
+same budget, the step is recorded with ``action: null`` and the flag ``"truncated"``, and the
+episode ends there with ``end_reason: "truncated"`` (``success: false``). Behaviour metrics
+leave truncated episodes out and report how many there were
+(:attr:`goalprobe.agents.trajectories.Episode.truncated`); a budget that cuts more than a few
+percent of steps is refused before the run by the pre-flight
+(:mod:`goalprobe.agents.preflight`).
+
 **Seeds.** Episode ``e`` on grid ``g`` samples with ``episode_seed = H(seed, g, e)`` and the
 attempt ``k`` of its step ``t`` with ``H(episode_seed, t, k)`` (H: SHA-256 folded to 31 bits).
 When the backend's ``generate`` accepts ``seeds=`` (one per conversation) these are passed per
@@ -70,7 +79,7 @@ from goalprobe.agents.backend import (
     SeededBackend,
 )
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
-from goalprobe.agents.parser import parse_action
+from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
     Attempt,
@@ -195,7 +204,8 @@ class RolloutReport:
         episodes_run: episodes run now.
         successes: successful episodes among those run now.
         steps: steps taken now.
-        invalid_steps: invalid steps among them.
+        invalid_steps: invalid steps among them (answers naming no action; truncated steps
+            not included).
         generate_calls: ``backend.generate`` calls made now.
         seconds: wall time.
         failed_rounds: rounds in which some conversations failed (and were sent again);
@@ -221,6 +231,8 @@ class RolloutReport:
     failed_generations: int = 0
     retokenized_steps: int = 0
     scheduling: str = "lockstep"
+    truncated_episodes: int = 0
+    """Episodes run now that ended on a generation cut off by the token limit."""
 
     @property
     def steps_per_second(self) -> float:
@@ -334,6 +346,7 @@ class _Episode:
         self.state = self.start
         self.steps: list[StepRecord] = []
         self.rejected: list[Attempt] = []
+        self.truncated = False
         self._messages: list[Message] | None = None
         self._grid_text = ""
 
@@ -343,7 +356,9 @@ class _Episode:
 
     @property
     def done(self) -> bool:
-        return is_success(self.grid, self.state) or len(self.steps) >= self.horizon
+        return (
+            self.truncated or is_success(self.grid, self.state) or len(self.steps) >= self.horizon
+        )
 
     @property
     def attempt_seed(self) -> int:
@@ -378,8 +393,8 @@ class _Episode:
 
     def consume(self, completion: Completion) -> None:
         """Take one completion for the current step: retry, or record the step and move."""
-        parsed = parse_action(completion.final if completion.final else None)
-        if not parsed.ok and len(self.rejected) < self.config.retries:
+        parsed = parse_completion(completion.final, completion.finish_reason)
+        if not parsed.ok and not parsed.truncated and len(self.rejected) < self.config.retries:
             self.rejected.append(
                 Attempt(
                     generated_token_ids=[int(i) for i in completion.generated_token_ids],
@@ -396,7 +411,10 @@ class _Episode:
         flags = []
         if self.rejected:
             flags.append("retried")
-        if not parsed.ok:
+        if parsed.truncated:
+            flags.append("truncated")
+            self.truncated = True
+        elif not parsed.ok:
             flags.append("invalid")
         elif next_state.agent == state.agent:
             flags.append("blocked_move")
@@ -436,7 +454,8 @@ class _Episode:
         self._messages = None
 
     def summary(self) -> EpisodeSummary:
-        success = is_success(self.grid, self.state)
+        success = is_success(self.grid, self.state) and not self.truncated
+        end_reason = "goal" if success else "truncated" if self.truncated else "horizon"
         return EpisodeSummary(
             run_id=self.run_id,
             grid_id=self.grid.grid_id,
@@ -446,9 +465,9 @@ class _Episode:
             density=self.grid.density,
             variant=str(self.grid.variant),
             success=success,
-            end_reason="goal" if success else "horizon",
+            end_reason=end_reason,
             length=len(self.steps),
-            invalid_steps=sum(not s.valid for s in self.steps),
+            invalid_steps=sum(not s.valid and not s.truncated for s in self.steps),
             optimal_steps=sum(
                 s.action is not None and s.action in s.optimal_actions for s in self.steps
             ),
@@ -591,7 +610,7 @@ def run_rollouts(
 
     per_row_seeds = _accepts_seeds(backend)
     active: list[_Episode] = []
-    calls = episodes_run = successes = steps = invalid = retokenized = 0
+    calls = episodes_run = successes = steps = invalid = retokenized = truncated = 0
     failed_rounds = failed_generations = consecutive_failures = 0
     scheduling = "per_episode" if per_episode_scheduling(backend) else "lockstep"
 
@@ -611,6 +630,7 @@ def run_rollouts(
             failed_generations=failed_generations,
             retokenized_steps=retokenized,
             scheduling=scheduling,
+            truncated_episodes=truncated,
         )
 
     def new_episode(grid: Grid, policy: OptimalPolicy, index: int) -> _Episode:
@@ -619,16 +639,19 @@ def run_rollouts(
         )
 
     def finish(episode: _Episode) -> None:
-        nonlocal episodes_run, successes, steps, invalid, retokenized
+        nonlocal episodes_run, successes, steps, invalid, retokenized, truncated
         summary = episode.summary()
         append_episode(out_path, episode.steps, summary)
         episodes_run += 1
         successes += summary.success
         steps += summary.length
         invalid += summary.invalid_steps
+        truncated += summary.end_reason == "truncated"
         retokenized += sum(s.token_ids_source == "retokenized" for s in episode.steps)
         bar.update(1)
-        bar.set_postfix(steps=steps, invalid=invalid, success=successes, refresh=False)
+        bar.set_postfix(
+            steps=steps, invalid=invalid, truncated=truncated, success=successes, refresh=False
+        )
 
     async def per_episode() -> None:
         nonlocal calls, failed_rounds, failed_generations

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.budgets import token_budget
 from goalprobe.agents.bundled import MAP_AGENT
+from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
@@ -55,6 +57,7 @@ __all__ = [
     "PatchingConfig",
     "PlanDecoderTraining",
     "PlansConfig",
+    "PreflightConfig",
     "ProbeTraining",
     "ProbesConfig",
     "ProbingConfig",
@@ -81,6 +84,9 @@ class DemoConfig:
         default_factory=lambda: RolloutConfig(episodes_per_grid=10, batch_size=64)
     )
     """Main and iso-difficulty rollouts (the key variants use their own horizon and count)."""
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    """The pre-flight before the rollouts of a model other than the bundled ones: a sample of
+    steps, refused when more than 5% are cut off by the token limit."""
     behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     """Behavioural metrics and baselines."""
     iso: IsoConfig = field(default_factory=IsoConfig)
@@ -162,6 +168,19 @@ def demo_config(
     )
     for path, value in (overrides or {}).items():
         config = override(config, path, value)
+    return fit_budgets(config, set(overrides or ()))
+
+
+def fit_budgets(config: DemoConfig, fixed: set[str] = frozenset()) -> DemoConfig:
+    """``config`` with rollout and patching budgets that fit its agent
+    (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
+    user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
+    for path in ("rollouts.max_new_tokens", "patching.max_new_tokens"):
+        if config.scale != "tiny" and path not in fixed:
+            section, name = path.split(".")
+            small = getattr(getattr(config, section), name)
+            effort = config.rollouts.reasoning_effort
+            config = override(config, path, token_budget(config.agent.model, effort, small))
     return config
 
 

@@ -163,12 +163,33 @@ class StageRunner:
             "seconds": seconds,
             "summary": summary,
             "package_version": _package_version(),
+            "provenance": provenance(config),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         tmp = self.record_path(name).with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=2, default=_json_default))
         os.replace(tmp, self.record_path(name))
         return StageResult(name, {k: Path(v) for k, v in outputs.items()}, False, seconds, summary)
+
+
+def provenance(config: Any) -> dict:
+    """What produced a stage's outputs beyond its config: the software versions
+    (:func:`goalprobe.version.software_versions`) and, when the stage runs an agent (a field
+    ``agent`` of its config, possibly under ``config["config"]``), the model and its resolved
+    commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown)."""
+    from goalprobe.agents.models import model_commit
+    from goalprobe.version import software_versions
+
+    record: dict = {"software": software_versions()}
+    received = config.get("config") if isinstance(config, dict) else config
+    agent = getattr(received, "agent", None)
+    model = getattr(agent, "model", None)
+    if isinstance(model, str):
+        record["model"] = model
+        record["model_commit"] = model_commit(model)
+        if getattr(agent, "backend", None) == "server":
+            record["server"] = getattr(agent, "base_url", None)
+    return record
 
 
 def fingerprint(paths: Iterable[Path], root: Path) -> str:

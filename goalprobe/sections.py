@@ -132,7 +132,8 @@ class ActivationsConfig:
     """Residual-stream layers to capture; empty: the default spread (last block of each
     third)."""
     batch_size: int = 16
-    """Sequences per forward pass."""
+    """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
+    a token budget when long replays would not fit the device's memory."""
 
 
 @dataclass(frozen=True)

@@ -11,3 +11,21 @@ def package_version() -> str:
         return metadata.version("goalprobe")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+PROVENANCE_PACKAGES: tuple[str, ...] = ("torch", "transformers", "nnsight", "h5py", "vllm")
+"""The packages whose versions :func:`software_versions` records (a missing one is left out)."""
+
+
+def software_versions() -> dict[str, str]:
+    """The versions that produced a result: goalprobe, Python and the installed
+    :data:`PROVENANCE_PACKAGES` (read from their metadata; nothing is imported)."""
+    import platform
+
+    versions = {"goalprobe": package_version(), "python": platform.python_version()}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions

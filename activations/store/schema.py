@@ -126,8 +126,11 @@ ROOT_ATTRS: dict[str, str] = {
     "committed_rows": "rows written and flushed; rows beyond it are not part of the store",
     "created": "UTC creation time, ISO 8601",
     "package_version": "goalprobe version that wrote the file",
+    "software": "JSON of the versions that wrote it: goalprobe, python, torch, transformers, "
+    "nnsight, h5py (and vllm when installed)",
     "model_id": "model name or path",
-    "model_revision": "model revision ('' when unknown)",
+    "model_revision": "model revision: the one asked for, else the resolved commit of the "
+    "weights (Hugging Face cache snapshot or config._commit_hash; '' when unknown)",
     "backend": "capture backend (nnsight, transformer_lens, hooks)",
     "layers": "stored decoder blocks (int array)",
     "stages": "stored stages (JSON list)",

@@ -34,7 +34,7 @@ from goalprobe.activations.store.schema import (
 )
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, CellType
 
-from goalprobe.version import package_version
+from goalprobe.version import package_version, software_versions
 
 if TYPE_CHECKING:
     from goalprobe.gridworld.shapes import ResidualActs, RowMask, TokenPositions
@@ -211,6 +211,7 @@ class StoreWriter:
             "schema_version": SCHEMA_VERSION,
             "created": utc_now(),
             "package_version": package_version(),
+            "software": software_versions(),
             "layers": np.asarray(layout.layers, dtype=np.int64),
             "stages": json.dumps(list(layout.stages)),
             "d_model": int(layout.d_model),

@@ -18,6 +18,10 @@ JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajec
 * ``"episode"``: one line per episode after its steps (field list: :class:`EpisodeSummary`):
   success, length, invalid steps, horizon, shortest path length, final state.
 
+A step whose generation was cut off by the token limit carries the flag ``"truncated"`` (no
+action, not counted in ``invalid_steps``) and ends its episode with ``end_reason:
+"truncated"`` (added without a version change: files that have none read as before).
+
 An episode is written as one block (its steps then its summary) with a single append, flush and
 fsync once it ends, so it is either complete or the tail of an interrupted file. Readers use
 only episodes whose summary line exists; the writer's resume (:func:`open_for_resume`) cuts an

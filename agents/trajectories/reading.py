@@ -126,7 +126,7 @@ class _EpisodeAssembler:
             raise TrajectoryFormatError(
                 f"{where}: field 'length' is {record.length} but {len(steps)} step lines precede it"
             )
-        if sum(not s.valid for s in steps) != record.invalid_steps:
+        if sum(not s.valid and not s.truncated for s in steps) != record.invalid_steps:
             raise TrajectoryFormatError(
                 f"{where}: field 'invalid_steps' disagrees with the step lines"
             )

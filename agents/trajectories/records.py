@@ -154,6 +154,11 @@ class StepRecord:
     true_grid_text: str | None = None
 
     @property
+    def truncated(self) -> bool:
+        """Whether the generation was cut off by the token limit (not the agent's choice)."""
+        return "truncated" in self.flags
+
+    @property
     def oracle_grid_text(self) -> str:
         """The grid the agent was shown (its oracle belief): ``grid_text``."""
         return self.grid_text
@@ -192,10 +197,12 @@ class EpisodeSummary:
         density: obstacle density (None when unknown).
         variant: grid variant name.
         success: whether the agent reached the goal.
-        end_reason: ``"goal"``, ``"horizon"``, or ``"prompt_only"`` (a state written without
-            generation by :mod:`goalprobe.agents.prompt_states`; no behaviour).
-        length: number of steps taken (valid and invalid).
-        invalid_steps: steps whose every attempt named no action.
+        end_reason: ``"goal"``, ``"horizon"``, ``"truncated"`` (the last step's generation
+            was cut off by the token limit: behaviour metrics leave the episode out), or
+            ``"prompt_only"`` (a state written without generation by
+            :mod:`goalprobe.agents.prompt_states`; no behaviour).
+        length: number of steps taken (valid, invalid and truncated).
+        invalid_steps: steps whose every attempt named no action (truncated steps excluded).
         optimal_steps: valid steps whose action was in ``pi*(s_t)``.
         total_attempts: generations over all steps (retries included).
         horizon: the step budget ``T``.
@@ -215,7 +222,7 @@ class EpisodeSummary:
     density: float | None
     variant: str
     success: bool
-    end_reason: Literal["goal", "horizon", "prompt_only"]
+    end_reason: Literal["goal", "horizon", "truncated", "prompt_only"]
     length: int
     invalid_steps: int
     optimal_steps: int
@@ -232,6 +239,11 @@ class EpisodeSummary:
     def key(self) -> tuple[str, int]:
         """``(grid_id, episode)``, the episode's identity within its run."""
         return (self.grid_id, self.episode)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the episode ended on a generation cut off by the token limit."""
+        return self.end_reason == "truncated"
 
     @property
     def final_state(self) -> State:
@@ -254,6 +266,12 @@ class Episode:
     def key(self) -> tuple[str, int]:
         """``(grid_id, episode)``."""
         return self.summary.key
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the episode ended on a generation cut off by the token limit (behaviour
+        metrics leave it out and count it apart)."""
+        return self.summary.truncated
 
     def to_trajectory_data(self):
         """This episode as :class:`goalprobe.gridworld.metrics.TrajectoryData` (states
@@ -387,7 +405,7 @@ _SPECS: dict[type, dict[str, Any]] = {
         "density": ("optional", float),
         "variant": str,
         "success": bool,
-        "end_reason": ("enum", ("goal", "horizon", "prompt_only")),
+        "end_reason": ("enum", ("goal", "horizon", "truncated", "prompt_only")),
         "length": int,
         "invalid_steps": int,
         "optimal_steps": int,

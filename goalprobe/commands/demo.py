@@ -55,6 +55,14 @@ def command(
     device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    allow_truncation: Annotated[
+        bool,
+        typer.Option(
+            "--allow-truncation",
+            help="Run the rollouts even when the pre-flight (models other than the bundled "
+            "ones) finds more than 5% of steps cut off by the token budget.",
+        ),
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -79,6 +87,7 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
+    from goalprobe.agents.models import HubUnavailableError, check_model_available
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.report.summary import terminal_summary
@@ -92,7 +101,8 @@ def command(
             base_url=base_url,
             device=device,
             seed=seed,
-            overrides=dict(parse_setting(text) for text in settings or ()),
+            overrides=dict(parse_setting(text) for text in settings or ())
+            | ({"preflight.allow_truncation": True} if allow_truncation else {}),
         )
         control = control_config(config) if model is None and backend == "local" else None
         stages_forced = check_force(force or ())
@@ -100,6 +110,10 @@ def command(
         raise typer.BadParameter(str(err)) from err
     if run_dir.exists() and not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
+    try:  # a model that cannot be loaded fails here, once, before any stage runs
+        check_model_available(config.agent.model)
+    except (FileNotFoundError, HubUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
     if backend == "server":  # the server answers, with token ids, before any stage runs
         from goalprobe.agent_config import Agent
         from goalprobe.agents.server_backend import ServerError

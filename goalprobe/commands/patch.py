@@ -112,7 +112,14 @@ def command(
         Path | None,
         typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
     ] = None,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Greedy completion budget.")] = 512,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Greedy completion budget (default: 512 for a bundled agent, the "
+            "reasoning-model budget of the effort for any other model: 4,096 at low).",
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
     n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
@@ -130,6 +137,7 @@ def command(
     from rich.table import Table
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
     from goalprobe.agents.trajectories import trajectory_stats
     from goalprobe.figure_files import write_patch_heatmap
@@ -168,7 +176,7 @@ def command(
             reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
             require_optimal=not allow_suboptimal,
             regenerate=regenerate,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max_new_tokens or token_budget(model, effort, 512),
             batch_size=batch_size,
             reasoning_effort=effort,
             template_dir=template_dir,

@@ -134,6 +134,22 @@ def command(
         Path | None, typer.Option(help="Directory of prompt templates (default: packaged).")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    preflight_steps: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Steps sampled before a fresh run of a model other than the bundled ones "
+            "(truncation rate, tokens per step, projected tokens and hours); 0 skips it.",
+        ),
+    ] = 16,
+    allow_truncation: Annotated[
+        bool,
+        typer.Option(
+            "--allow-truncation",
+            help="Run even when the pre-flight finds more than 5% of steps cut off by "
+            "--max-new-tokens (truncated steps are still recorded and reported apart).",
+        ),
+    ] = False,
 ) -> None:
     """Run the agent on every grid and write one JSONL line per step plus one per episode.
 
@@ -143,7 +159,9 @@ def command(
 
     from goalprobe.activations.store.shards import Shard
     from goalprobe.agent_config import local_backend
+    from goalprobe.agents.bundled import is_bundled
     from goalprobe.agents.models import load_tokenizer
+    from goalprobe.agents.preflight import PreflightConfig, PreflightRefused, run_preflight
     from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts
     from goalprobe.agents.server_backend import ServerTokenIdsError
     from goalprobe.agents.trajectories import read_run_header
@@ -211,6 +229,15 @@ def command(
         description = backend.describe()
     else:
         backend, description = local_backend(model, revision=revision, device=device, dtype=dtype)
+    if not is_bundled(model) and preflight_steps and not (out.exists() and out.stat().st_size):
+        preflight = PreflightConfig(steps=preflight_steps, allow_truncation=allow_truncation)
+        checked = run_preflight(grid_set, backend, config, preflight)
+        console.print(checked.describe(), soft_wrap=True)
+        try:
+            checked.check(preflight)
+        except PreflightRefused as err:
+            typer.echo(f"error: {grids}: {err}", err=True)
+            raise typer.Exit(code=2) from err
     try:
         report = run_rollouts(
             grid_set,
@@ -230,7 +257,8 @@ def command(
     console.print(
         f"{out}: run {report.run_id}; {report.episodes_run} episode(s) run, "
         f"{report.episodes_skipped} already finished, {report.episodes_total} in all; "
-        f"{report.successes} successful; {report.steps} steps ({report.invalid_steps} invalid) "
+        f"{report.successes} successful; {report.steps} steps ({report.invalid_steps} invalid, "
+        f"{report.truncated_episodes} episode(s) cut off by the token limit) "
         f"in {report.seconds:.1f} s ({report.steps_per_second:.2f} steps/s, "
         f"{report.generate_calls} generate calls)"
         + (

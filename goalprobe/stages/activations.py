@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.extract import ExtractConfig, default_layers, extract
+from goalprobe.activations.plan import (
+    ModelShape,
+    device_memory_bytes,
+    plan_extraction,
+    replay_lengths,
+)
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.stages.context import StageContext
@@ -58,15 +65,41 @@ def extract_into(
         host=None,
     )
     layers = tuple(settings.layers or default_layers(capture.n_layers))
+    config = planned_config(
+        ExtractConfig(layers=layers, stages=stages, batch_size=settings.batch_size),
+        trajectories,
+        loaded,
+        agent.device,
+    )
     report = extract(
         trajectories,
         out,
         capture,
         loaded.tokenizer,
-        ExtractConfig(layers=layers, stages=stages, batch_size=settings.batch_size),
+        config,
         model_id=loaded.model_id,
         model_revision=loaded.revision,
         overwrite=True,
         progress=context.progress,
     )
     return report, layers
+
+
+def planned_config(config: ExtractConfig, trajectories: Path, loaded, device: str) -> ExtractConfig:
+    """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
+    most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
+    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``)."""
+    model = loaded.model
+    shape = ModelShape.from_config(model.config)
+    dtype_bytes = next(model.parameters()).element_size()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    lengths = replay_lengths(trajectories, loaded.tokenizer, config)
+    plan = plan_extraction(
+        lengths,
+        shape,
+        memory_bytes=device_memory_bytes(device),
+        weights_bytes=weights,
+        dtype_bytes=dtype_bytes,
+        max_batch=config.batch_size,
+    )
+    return dataclasses.replace(config, max_batch_tokens=plan.max_batch_tokens)

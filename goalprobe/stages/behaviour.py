@@ -9,7 +9,12 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig, BehaviourSummary, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import grid_episodes, read_episodes
+from goalprobe.stages.rollouts import (
+    behaviour_episodes,
+    grid_episodes,
+    read_episodes,
+    truncation_counts,
+)
 
 SCHEMA = "goalprobe.demo.behaviour/1"
 
@@ -29,13 +34,18 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     """Per-grid metrics, their aggregates and the random-walk baseline."""
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
-    payload = behaviour_summary(grid_episodes(read_episodes(layout.trajectories), grids), config)
-    results: BehaviourResults = {"schema": SCHEMA, **payload}
-    out = write_json(layout.behaviour_metrics, results)
+    episodes = read_episodes(layout.trajectories, truncated=True)
+    kept = grid_episodes(behaviour_episodes(layout.trajectories), grids)
+    truncation = truncation_counts(episodes)
+    payload = behaviour_summary(kept, config)
+    out = write_json(
+        layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation}
+    )
     overall = payload["overall"]
     return {"metrics": out}, {
         "grids": len(payload["per_grid"]),
         "accuracy": overall["accuracy"]["value"],
         "success_rate": overall["success_rate"]["value"],
         "random_walk_success_rate": overall["random_walk_success_rate"]["value"],
+        "truncated_episodes": truncation["truncated_episodes"],
     }

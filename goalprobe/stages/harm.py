@@ -27,7 +27,7 @@ from goalprobe.probes.scoring.harm import (
     reward_harm_points,
 )
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from goalprobe.stages.rollouts import behaviour_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.harm/1"
 
@@ -65,7 +65,7 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
         out = layout.harm_trajectories(condition)
         summary[condition] = rollouts_into(grids, agent, rollout, out, context)
         by_grid: dict[str, list] = {}
-        for episode in read_episodes(out):
+        for episode in behaviour_episodes(out):
             traj = episode.to_trajectory_data()
             actions[condition, traj.grid_id, episode.summary.episode] = traj.actions
             rows.append(harm_episode(by_id[traj.grid_id], traj, condition))

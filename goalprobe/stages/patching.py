@@ -60,5 +60,9 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     )
     paths = outcome.write(stage_dir)
     write_patch_heatmap(stage_dir, outcome.summary)
-    counts = {"pairs": outcome.report.n_kept, "records": len(outcome.records)}
+    counts = {
+        "pairs": outcome.report.n_kept,
+        "records": len(outcome.records),
+        "dropped_truncated": outcome.report.dropped_truncated,
+    }
     return {"results": paths["results_json"]}, counts

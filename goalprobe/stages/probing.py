@@ -4,6 +4,7 @@ pre-reasoning anchors of every state (``RUN/probing/activations.h5``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,15 @@ class ProbingInput:
 
 
 def inputs(config: DemoConfig) -> ProbingInput:
-    """The agent, the probing set and the extraction settings."""
-    return ProbingInput(config.agent, config.probing, config.activations)
+    """The agent, the probing set and the extraction settings; the probing prompts use the
+    rollouts' reasoning effort and templates (the prompts the agent reads in its episodes)."""
+    states = dataclasses.replace(
+        config.probing.states,
+        reasoning_effort=config.rollouts.reasoning_effort,
+        template_dir=config.rollouts.template_dir,
+    )
+    probing = dataclasses.replace(config.probing, states=states)
+    return ProbingInput(config.agent, probing, config.activations)
 
 
 def run(context: StageContext, config: ProbingInput, stage_dir: Path):

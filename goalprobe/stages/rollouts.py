@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.agents.bundled import is_bundled
+from goalprobe.agents.preflight import PreflightConfig, PreflightReport, run_preflight
 from goalprobe.agents.rollout import (
     RolloutConfig,
     per_episode_scheduling,
@@ -27,7 +29,7 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import GridEpisodes
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.io import read_grid_set
-from goalprobe.stages.context import StageContext
+from goalprobe.stages.context import StageContext, write_json
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,62 @@ class RolloutsInput:
     """The agent."""
     rollout: RolloutConfig
     """How episodes run."""
+    preflight: PreflightConfig = PreflightConfig()
+    """The pre-flight of a model other than the bundled ones."""
 
 
 def inputs(config: DemoConfig) -> RolloutsInput:
-    """The agent and the rollout settings."""
-    return RolloutsInput(config.agent, config.rollouts)
+    """The agent, the rollout settings and the pre-flight."""
+    return RolloutsInput(config.agent, config.rollouts, config.preflight)
 
 
 def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
-    """Run (or resume) the episodes of every main grid."""
+    """Run (or resume) the episodes of every main grid; a fresh run of a model other than the
+    bundled ones starts with the pre-flight (``stage_dir/preflight.json``), which refuses a
+    budget that cuts more than ``preflight.max_truncated`` of its steps."""
     out = context.layout.trajectories
     grids = list(read_grid_set(context.layout.grids))
-    summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
-    episodes = read_episodes(out)
-    summary["success_rate"] = float(np.mean([e.summary.success for e in episodes]))
+    agent = context.agent(config.agent)
+    checked = preflight_into(grids, agent, config, out, stage_dir, context)
+    summary = rollouts_into(grids, agent, config.rollout, out, context)
+    if checked is not None:
+        summary["preflight"] = checked.to_dict()
+    episodes = read_episodes(out, truncated=True)
+    finished = [e for e in episodes if not e.truncated]
+    summary["success_rate"] = (
+        float(np.mean([e.summary.success for e in finished])) if finished else None
+    )
+    summary["truncated_episodes"] = len(episodes) - len(finished)
     summary["steps"] = int(sum(e.summary.length for e in episodes))
     return {"trajectories": out}, summary
+
+
+def preflight_into(
+    grids: Sequence[Grid],
+    agent: Agent,
+    config: RolloutsInput,
+    out: Path,
+    stage_dir: Path,
+    context: StageContext,
+) -> PreflightReport | None:
+    """Run the pre-flight when it applies (a model other than the bundled ones, steps > 0, and
+    no episode of this run finished yet); write it to ``stage_dir/preflight.json`` and raise
+    :class:`~goalprobe.agents.preflight.PreflightRefused` when it refuses."""
+    if is_bundled(config.agent.model) or config.preflight.steps < 1:
+        return None
+    backend, description = agent.rollout_backend()
+    if out.exists():
+        try:
+            if read_run_header(out).run_id == run_id_for(config.rollout, description):
+                return None  # resuming a run that already passed its pre-flight
+        except TrajectoryFormatError:
+            pass
+    report = run_preflight(grids, backend, config.rollout, config.preflight)
+    write_json(stage_dir / "preflight.json", report.to_dict())
+    if context.say is not None:
+        context.say(report.describe())
+    report.check(config.preflight)
+    return report
 
 
 def rollouts_into(
@@ -94,19 +136,26 @@ def rollouts_into(
         "episodes_resumed": report.episodes_skipped,
         "steps_now": report.steps,
         "invalid_steps_now": report.invalid_steps,
+        "truncated_episodes_now": report.truncated_episodes,
     }
     if report.retokenized_steps:
         summary["retokenized_steps_now"] = report.retokenized_steps
     return summary
 
 
-def read_episodes(path: Path) -> list[Episode]:
-    """Every finished episode of a trajectory file, in file order."""
-    return list(read_trajectories(path))
+def read_episodes(path: Path, *, truncated: bool = False) -> list[Episode]:
+    """The finished episodes of a trajectory file, in file order: by default only those that
+    hold behaviour (a truncated episode ended on a generation cut off by the token limit, not
+    on the agent's choice; ``truncated=True`` keeps them, e.g. to count them)."""
+    return [e for e in read_trajectories(path) if truncated or not e.truncated]
 
 
 def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> list[GridEpisodes]:
     """Episodes grouped by grid (in order of first appearance) as the behaviour library's input.
+
+    Truncated episodes (a generation cut off by the token limit: not the agent's choice) are
+    left out, so they count toward neither success nor optimality; :func:`truncation_counts`
+    says how many there were. A grid whose every episode was truncated is left out too.
 
     Raises:
         ValueError: an episode on a grid that ``grids`` lacks, or episodes of one grid with
@@ -114,6 +163,8 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
     """
     by_grid: dict[str, list[Episode]] = {}
     for episode in episodes:
+        if episode.truncated:
+            continue
         by_grid.setdefault(episode.summary.grid_id, []).append(episode)
     out = []
     for grid_id, eps in by_grid.items():
@@ -126,3 +177,33 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
             GridEpisodes(grids[grid_id], horizons.pop(), tuple(e.to_trajectory_data() for e in eps))
         )
     return out
+
+
+def behaviour_episodes(path: Path) -> list[Episode]:
+    """The episodes of ``path`` that hold behaviour (:func:`read_episodes`).
+
+    Raises:
+        ValueError: the file's every episode was truncated (there is no behaviour to report;
+            the message says which budget to raise).
+    """
+    episodes = read_episodes(path, truncated=True)
+    kept = [e for e in episodes if not e.truncated]
+    if episodes and not kept:
+        raise ValueError(
+            f"all {len(episodes)} episodes of {path.name} were cut off by the token limit "
+            "(truncated); behaviour needs finished episodes: raise rollouts.max_new_tokens"
+        )
+    return kept
+
+
+def truncation_counts(episodes: Sequence[Episode]) -> dict:
+    """How many episodes and steps were cut off by the token limit, reported beside (never
+    inside) the behaviour metrics."""
+    truncated = [e for e in episodes if e.truncated]
+    return {
+        "episodes": len(episodes),
+        "truncated_episodes": len(truncated),
+        "truncated_fraction": len(truncated) / len(episodes) if episodes else None,
+        "steps_before_truncation": int(sum(e.summary.length - 1 for e in truncated)),
+        "excluded": "truncated episodes count toward neither success nor optimality",
+    }

@@ -39,7 +39,7 @@ from goalprobe.activations.extract import default_layers
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
-from goalprobe.agents.parser import parse_action
+from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages, uses_key_prompt
 from goalprobe.agents.reasoning import PLAN_STEPS, reasoning_text
 from goalprobe.gridworld.core import Action, Grid, State
@@ -217,9 +217,25 @@ class PreparationReport:
     n_kept: int = 0
     dropped: Counter = field(default_factory=Counter)
 
+    @property
+    def dropped_truncated(self) -> int:
+        """Pairs dropped because a side's greedy completion was cut off by the token limit
+        (the reasons that start with :data:`TRUNCATED_DROP`)."""
+        return sum(n for reason, n in self.dropped.items() if TRUNCATED_DROP in reason)
+
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"n_pairs": self.n_pairs, "n_kept": self.n_kept, "dropped": dict(self.dropped)}
+        return {
+            "n_pairs": self.n_pairs,
+            "n_kept": self.n_kept,
+            "dropped": dict(self.dropped),
+            "dropped_truncated": self.dropped_truncated,
+        }
+
+
+TRUNCATED_DROP = "truncated: the greedy completion hit max_new_tokens"
+"""The drop reason (after ``base: `` or ``counterfactual: ``) of a pair whose greedy completion
+was cut off by the token limit; raise ``max_new_tokens`` to keep such pairs."""
 
 
 class PatchingContext:
@@ -261,8 +277,10 @@ class PatchingContext:
             self.messages(grid, state), self.config.reasoning_effort
         )
 
-    def greedy(self, prompts: Sequence[list[int]]) -> list[tuple[list[int], Action | None]]:
-        """Greedy completions of prompt ids and their parsed actions, ``batch_size`` per call."""
+    def greedy(self, prompts: Sequence[list[int]]) -> list[tuple[list[int] | None, Action | None]]:
+        """Greedy completions of prompt ids and their parsed actions, ``batch_size`` per call; a
+        completion cut off by the token limit gives ``(None, None)`` (truncated: no reasoning
+        to teacher-force, no action)."""
         sampling = SamplingConfig(
             temperature=0.0,
             max_new_tokens=self.config.max_new_tokens,
@@ -274,7 +292,9 @@ class PatchingContext:
         for start in range(0, len(prompts), size):
             chunk = [list(p) for p in prompts[start : start + size]]
             for completion in self.generator.generate_ids(chunk, sampling):
-                out.append((completion.generated_token_ids, parse_action(completion.final).action))
+                parsed = parse_completion(completion.final, completion.finish_reason)
+                ids = None if parsed.truncated else completion.generated_token_ids
+                out.append((ids, parsed.action))
         return out
 
     def oracle_completion(self, grid: Grid, state: State) -> list[int]:
@@ -286,9 +306,13 @@ class PatchingContext:
         return reasoning_ids(self.tokenizer, text, self.special_ids)
 
     def parse_generated(self, ids: Sequence[int]) -> Action | None:
-        """The action named by a generated completion (None when none can be parsed)."""
-        split = split_completion(list(ids), self.tokenizer)
-        return parse_action(split.final or None).action
+        """The action named by a generated completion (None when none can be parsed, or when
+        it used the whole budget without a stop token: truncated)."""
+        ids = list(ids)
+        stops = set(self.special_ids.stop_ids)
+        cut = len(ids) >= self.config.max_new_tokens and not (ids and ids[-1] in stops)
+        split = split_completion(ids, self.tokenizer)
+        return parse_completion(split.final, "length" if cut else "stop").action
 
     def side(
         self,
@@ -332,8 +356,9 @@ def prepare_pairs(
 ) -> tuple[list[PreparedPair], PreparationReport]:
     """Tokenise, complete and run both sides of every pair unpatched; filter.
 
-    Pairs are dropped (and counted by reason in the report) when a completion has no closed
-    reasoning, when ``"recorded"`` reasoning is asked for a base without a recorded completion,
+    Pairs are dropped (and counted by reason in the report) when a greedy completion was cut
+    off by the token limit (:data:`TRUNCATED_DROP`; counted in
+    :attr:`PreparationReport.dropped_truncated`), when a completion has no closed reasoning, when ``"recorded"`` reasoning is asked for a base without a recorded completion,
     or, with ``require_optimal``, when the unpatched action of a side is not optimal.
 
     A base with recorded ``prompt_token_ids`` is replayed on them (a server such as vLLM renders
@@ -401,6 +426,9 @@ def prepare_pairs(
             continue
         cf_prompt = cf_prompts[pair.pair_id]
         generated_ids, generated_action = greedy.get(pair.pair_id, (None, None))
+        if pair.pair_id in greedy and generated_ids is None and config.reasoning != "oracle":
+            report.dropped[f"counterfactual: {TRUNCATED_DROP} ({config.max_new_tokens})"] += 1
+            continue
         completion = (
             context.oracle_completion(pair.cf_grid, pair.cf_state)
             if config.reasoning == "oracle"
@@ -477,6 +505,8 @@ def _make_base_side(context, base, base_prompts, greedy) -> Side | str:
             return "base: no recorded completion (use reasoning='greedy')"
         completion = list(base.generated_token_ids)
     else:
+        if generated_ids is None:
+            return f"base: {TRUNCATED_DROP} ({context.config.max_new_tokens})"
         completion = generated_ids
     try:
         return context.side(

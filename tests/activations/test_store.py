@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib import metadata
 
 import h5py
 import numpy as np
@@ -42,6 +43,9 @@ def test_round_trip_keeps_every_row_field_and_attribute(tmp_path, rng, compressi
         assert store.attrs["schema"] == "goalprobe.activations" and store.attrs["complete"]
         assert store.attrs["config"] == {"layers": [1, 3]}
         assert store.attrs["compression"] == compression
+        software = store.attrs["software"]  # provenance: what wrote the store
+        for name in ("torch", "transformers", "nnsight", "h5py"):
+            assert software[name] == metadata.version(name)
         for stage in LAYOUT.stages:
             present = np.concatenate([b.present[stage] for b in batches])
             assert np.array_equal(store.present(stage), present)

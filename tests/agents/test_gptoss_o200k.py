@@ -334,7 +334,7 @@ def _grids(n_grids: int = 2, size: int = 7):
     ]
 
 
-def test_rollout_with_the_random_model_records_invalid_steps(
+def test_rollout_with_the_random_model_records_truncated_steps(
     gptoss_model, o200k_tokenizer, tmp_path
 ):
     from goalprobe.agents.local_backend import LocalBackend
@@ -353,11 +353,12 @@ def test_rollout_with_the_random_model_records_invalid_steps(
     assert sorted(e.summary.grid_id for e in episodes) == sorted(g.grid_id for g in grids)
     special = HarmonyTokenIds.from_tokenizer(o200k_tokenizer)
     for episode in episodes:
-        assert episode.summary.length == 2 == len(episode.steps)  # nothing dropped
-        assert episode.summary.invalid_steps == 2 and episode.summary.end_reason == "horizon"
+        # every answer is cut at 3 tokens: truncated, not retried, the episode ends there
+        assert episode.summary.length == 1 == len(episode.steps)
+        assert episode.summary.invalid_steps == 0 and episode.summary.end_reason == "truncated"
         for step in episode.steps:
-            assert not step.valid and step.action is None and "invalid" in step.flags
-            assert step.attempts == 2 and 0 < len(step.generated_token_ids) <= 3
+            assert not step.valid and step.action is None and step.truncated
+            assert step.attempts == 1 and len(step.generated_token_ids) == 3
             prompt = step.prompt_token_ids
             messages = build_messages(step.grid_text, variant="plain", has_key=False)
             assert prompt == _ids(o200k_tokenizer, render_prompt(messages, "low"))
@@ -494,31 +495,63 @@ def _extraction_script():
 def test_extraction_script_plans_for_a_local_model_dir(
     gptoss_dir, gptoss_model, oracle_trajectories, tmp_path, capsys
 ):
-    from goalprobe.agents.trajectories import read_steps
+    from goalprobe.activations.extract import ExtractConfig
+    from goalprobe.activations.plan import replay_lengths
 
     script = _extraction_script()
     args = [str(oracle_trajectories), "--out", str(tmp_path / "a.h5"), "--dry-run"]
     script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80"])
     plan = json.loads(capsys.readouterr().out)
-    lengths = [
-        len(s.prompt_token_ids) + len(s.generated_token_ids)
-        for s in read_steps(oracle_trajectories)
-    ]
+    lengths = replay_lengths(oracle_trajectories, o200k_tok(gptoss_dir), ExtractConfig((0, 1)))
     n_params = sum(p.numel() for p in gptoss_model.parameters())
     assert plan["model"] == str(gptoss_dir) and plan["n_params"] == n_params
     assert plan["layers"] == [0, 1] and plan["d_model"] == 16  # the tiny model's 2 blocks
-    assert plan["steps"] == len(lengths) and plan["tokens_per_step_max"] == max(lengths)
-    assert plan["weights"] == "bf16 (dequantised)" and plan["weights_gb"] == n_params * 2 / 1e9
+    assert plan["steps"] == len(lengths) and plan["replayed_tokens_max"] == max(lengths)
+    assert plan["weights"].startswith("bf16 (dequantised: ")  # not an MXFP4 checkpoint
+    assert plan["weights_gb"] == round(n_params * 2 / 1e9, 1)
     assert plan["batch_size"] == 64 and plan["estimated_peak_gb"] < 1
     assert not (tmp_path / "a.h5").exists()  # a dry run loads and writes nothing
     # GPT-OSS-20B's own plan (no directory: the built-in shape) on the same steps
-    script.main([*args, "--gpu-memory-gb", "80"])
+    script.main([*args, "--tokenizer", str(gptoss_dir), "--gpu-memory-gb", "80"])
     plan = json.loads(capsys.readouterr().out)
-    assert plan["layers"] == [7, 15, 23] and plan["weights_gb"] == 41.8
+    assert plan["layers"] == [7, 15, 23] and plan["n_params"] > 20.8e9
+    assert plan["weights_gb"] in (13.8, 41.8)  # MXFP4 where transformers keeps it, else bf16
     with pytest.raises(SystemExit, match="outside the model's 2 blocks"):
         script.main([*args, "--model", str(gptoss_dir), "--gpu-memory-gb", "80", "--layers", "2"])
     with pytest.raises(SystemExit, match="no config.json"):
         script.main([*args, "--model", str(tmp_path), "--gpu-memory-gb", "80"])
+
+
+def o200k_tok(directory):
+    from goalprobe.agents.models import load_tokenizer
+
+    return load_tokenizer(str(directory))
+
+
+def test_the_plan_sizes_batches_from_the_replayed_lengths(
+    gptoss_dir, oracle_trajectories, tmp_path, capsys
+):
+    """A step cut off deep in its reasoning (10,000 generated tokens, no closed analysis
+    message) is replayed only up to its prompt's anchor: it must not make GPT-OSS-20B's plan
+    pick batch 1 and warn of 80 GB on an 80 GB card."""
+    lines = oracle_trajectories.read_text(encoding="utf-8").splitlines()
+    step_line = next(i for i, line in enumerate(lines) if '"kind":"step"' in line)
+    step = json.loads(lines[step_line])
+    channel = 200005  # <|channel|>, then analysis text that never closes
+    step["generated_token_ids"] = [channel, 35644] + [1008] * 9_998
+    step["finish_reason"] = "length"
+    lines[step_line] = json.dumps(step)
+    traj = tmp_path / "cut.jsonl"
+    traj.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    script = _extraction_script()
+    args = [str(traj), "--out", str(tmp_path / "a.h5"), "--dry-run", "--gpu-memory-gb", "80"]
+    script.main([*args, "--tokenizer", str(gptoss_dir), "--dequantize"])
+    out = capsys.readouterr().out
+    plan = json.loads(out)
+    assert plan["recorded_tokens_max"] > 10_000 > 1_000 > plan["replayed_tokens_max"]
+    assert plan["batch_size"] == 64 and plan["max_batch_tokens"] == 0  # short replays fit
+    assert plan["weights_gb"] == 41.8 and plan["estimated_peak_gb"] < 0.85 * 80
+    assert "warning" not in out
 
 
 @pytest.mark.slow
@@ -538,7 +571,16 @@ def test_demo_runs_on_the_random_o200k_model(gptoss_dir, o200k_tokenizer, tmp_pa
     # sort the whole vocabulary per token (minutes); the pipeline is the same
     args += ["--set", "rollouts.temperature=0"]
     result = CliRunner().invoke(app, [*args, "--no-progress"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
+    # a random model never stops within the budget: the pre-flight refuses the run
+    assert result.exit_code == 1 and "--allow-truncation" in result.output, result.output
+    result = CliRunner().invoke(
+        app, [*args, "--allow-truncation", "--no-progress"], env={"COLUMNS": "200"}
+    )
+    # every step is cut off, so the stages that report behaviour say so and the rest run
+    failed = [line for line in result.output.splitlines() if "] failed:" in line]
+    assert result.exit_code == 1 and len(failed) == 2, result.output
+    assert all("cut off by the token limit" in line for line in failed)
+    assert {line.split("]")[0].strip("[ ") for line in failed} == {"behaviour", "harm"}
     assert "Headline results" in result.output
     assert (run_dir / "report.html").is_file()
     assert (run_dir / "activations" / "activations.h5").is_file()

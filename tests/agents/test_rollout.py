@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from agent_fixtures import SHORT_TEMPLATES, build_tiny_backend
+from goalprobe.agents.backend import Completion
 from goalprobe.agents.rollout import RolloutConfig, derive_seed, describe_backend, run_rollouts
 from goalprobe.agents.trajectories import (
     SCHEMA,
@@ -78,11 +79,29 @@ def config(template_dir) -> RolloutConfig:
     )
 
 
+class Stopped:
+    """The real model's completions as if a stop token had ended them where the budget did:
+    answers that name no action but were not cut off (the invalid-output path; the raw tiny
+    model at 4 tokens is cut off, which is truncation, see the test below)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def describe(self):  # the inner backend's identity, so the run id does not change
+        return describe_backend(self.inner)
+
+    def generate(self, batch, sampling, *, seeds=None):
+        return [
+            replace(c, finish_reason="stop")
+            for c in self.inner.generate(batch, sampling, seeds=seeds)
+        ]
+
+
 @pytest.fixture(scope="module")
 def reference(backend, grids, config, tmp_path_factory) -> Path:
     """An uninterrupted run of ``config`` (the tiny model never names an action)."""
     out = tmp_path_factory.mktemp("reference") / "traj.jsonl"
-    report = run_rollouts(grids, backend, config, out, progress=False)
+    report = run_rollouts(grids, Stopped(backend), config, out, progress=False)
     assert report.episodes_run == len(grids) * config.episodes_per_grid
     return out
 
@@ -133,6 +152,63 @@ def test_invalid_output_is_recorded_agent_stays_and_episode_is_summarised(
         data = episode.to_trajectory_data()
         assert isinstance(data, TrajectoryData)
         assert data.actions == (None,) * summary.length
+
+
+def test_steps_cut_by_the_token_limit_are_truncated_not_the_agents_choice(
+    backend, grids, config, tmp_path
+):
+    from goalprobe.stages.rollouts import grid_episodes, truncation_counts
+
+    out = tmp_path / "cut.jsonl"
+    report = run_rollouts(grids, backend, config, out, progress=False)  # every answer cut at 4
+    episodes = list(read_trajectories(out))
+    assert report.truncated_episodes == len(episodes) == len(grids) * config.episodes_per_grid
+    assert report.invalid_steps == 0
+    for episode in episodes:
+        summary, (step,) = episode.summary, episode.steps  # the episode ends at the cut
+        assert summary.end_reason == "truncated" and episode.truncated and not summary.success
+        assert summary.invalid_steps == 0 and summary.total_attempts == 1  # not retried
+        assert step.finish_reason == "length" and step.truncated and "invalid" not in step.flags
+        assert step.action is None and step.attempts == 1 and not step.rejected_attempts
+        assert step.parse_error.startswith("truncated")
+        assert len(step.generated_token_ids) == config.max_new_tokens
+    by_id = {g.grid_id: g for g in grids}
+    assert grid_episodes(episodes, by_id) == []  # no behaviour from cut-off answers
+    counts = truncation_counts(episodes)
+    assert counts["truncated_episodes"] == counts["episodes"] == len(episodes)
+
+
+class CutInTheAnswer:
+    """A generation cut off inside its final answer: part of the JSON object is there."""
+
+    def generate(self, batch, sampling):
+        return [
+            Completion(
+                prompt_token_ids=[1, 2],
+                generated_token_ids=[3] * sampling.max_new_tokens,
+                text="...",
+                reasoning="I go left.",
+                final='{"action": "LEFT", "re',
+                token_ids_source="model",
+                finish_reason="length",
+            )
+            for _ in batch
+        ]
+
+
+def test_an_answer_cut_inside_the_json_is_truncated_not_left(grids, config, tmp_path):
+    from goalprobe.agents.parser import parse_action, parse_completion
+
+    assert parse_action('{"action": "LEFT", "re').action is not None  # the text alone parses
+    assert parse_completion('{"action": "LEFT", "re', "length").truncated
+    assert parse_completion('{"action": "LEFT"}', "stop").action.name == "LEFT"
+    out = tmp_path / "cut.jsonl"
+    run_rollouts(grids[:1], CutInTheAnswer(), replace(config, retries=2), out, progress=False)
+    (episode, second) = read_trajectories(out)
+    for each in (episode, second):
+        (step,) = each.steps
+        assert step.action is None and step.truncated and each.summary.end_reason == "truncated"
+        assert step.next_agent_row_col == step.agent_row_col  # not moved LEFT
 
 
 def test_key_state_is_recorded(reference):

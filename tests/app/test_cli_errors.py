@@ -407,3 +407,35 @@ def test_serve_and_view_refuse_a_host_they_cannot_bind_before_loading(
     (tmp_path / "run").mkdir()
     line = one_error_line(goalprobe_cli("view", tmp_path / "run", "--host", host))
     assert "--host" in line, line
+
+
+def test_demo_with_a_model_that_cannot_load_is_one_error_before_any_stage(
+    tmp_path, goalprobe_cli, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub cannot be used
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # nothing cached
+    for model, named in [(NO_MODEL, "no such model directory"), ("nobody/no-such-model", "cache")]:
+        run_dir = tmp_path / model.replace("/", "_")
+        line = one_error_line(goalprobe_cli("demo", "--run-dir", run_dir, "--model", model))
+        assert "--model" in line and named in line
+        assert not run_dir.exists()  # no stage ran, no report of nothing
+
+
+def test_model_commit_is_read_from_a_cached_snapshot(tmp_path, monkeypatch):
+    from goalprobe.agents.models import check_model_available, model_commit
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "models--org--tiny" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "models--org--tiny" / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert model_commit("org/tiny") == commit  # cached: offline is fine
+    check_model_available("org/tiny")
+    assert model_commit(str(snapshot)) == commit  # the snapshot directory itself
+    assert model_commit("bundled") == "" and model_commit("org/other") == ""

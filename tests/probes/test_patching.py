@@ -365,6 +365,22 @@ def test_optimality_filter_drops_exactly_the_suboptimal_pairs(
     assert report.dropped.get("not optimal before patching", 0) == 4 - len(expected)
 
 
+def test_pairs_whose_greedy_reasoning_was_cut_are_reported_as_truncated(backends, pairs):
+    # the random model never stops within 6 tokens: every greedy completion is cut off
+    context = context_for(backends["nnsight"], reasoning="greedy", regenerate=False)
+    kept, report = prepare_pairs(pairs[:4], context)
+    assert kept == [] and report.n_pairs == 4
+    assert report.dropped_truncated == 4 == sum(report.dropped.values())
+    assert all("truncated" in reason and "(6)" in reason for reason in report.dropped)
+    assert report.to_dict()["dropped_truncated"] == 4
+    # a regenerated completion that used the whole budget names no action, whatever it says
+    ids = list(context.tokenizer('<|channel|>final<|message|>{"action": "UP", "x')["input_ids"])
+    context = context_for(backends["nnsight"], max_new_tokens=len(ids))
+    assert context.parse_generated(ids) is None
+    longer = context_for(backends["nnsight"], max_new_tokens=len(ids) + 1)
+    assert longer.parse_generated(ids) == Action.UP
+
+
 def test_draw_bases_keeps_sizes_then_draws_in_order():
     grids = [
         generate_grid(size, 0.5, np.random.default_rng(seed), grid_id=f"d{size}_{seed}")

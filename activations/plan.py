@@ -1,0 +1,305 @@
+"""Plan an extraction from what is replayed: batches that fit the device, weights as loaded.
+
+Extraction (:mod:`goalprobe.activations.extract`) replays each step only up to the last position
+it reads (the post-reasoning anchor, or the prompt's pre-reasoning anchor), through the blocks up
+to the last stored one. A plan built from prompt + generated tokens overestimates a step cut off
+deep in its reasoning by its whole generation; this module plans from the *replayed* lengths
+(:func:`replay_lengths`, the same cut as :func:`~goalprobe.activations.extract.episode_rows`) and
+batches by a token budget (``ExtractConfig.max_batch_tokens``: at most that many padded tokens
+per forward pass), so that long replays go a few at a time and short ones many at a time.
+
+**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``
+tokens, ``e`` bytes per element of the compute dtype). Transformers' GPT-OSS runs eager attention
+(it supports neither SDPA nor, without the ``kernels`` package, flash attention); inside one
+block it holds three score-sized tensors at once (the scores, the scores with the sink column,
+their max-shifted copy or the softmax output: ``3 x B x heads x T x (T + 1)``), the two 4-D masks
+(sliding window and full, ``2 x B x T x T``), and per token the query with the repeated keys and
+values (``3 x heads x head_dim``) and a few residual vectors (``3 x d_model``); the MoE phase
+that follows holds far less (``4 x d_model + 6 x expert width`` per token, all tokens routed to
+one expert at worst), so the peak is the attention phase's. Blocks run one after another, so
+this is the peak whatever the depth. On a GPT-OSS-20B-shaped model on CPU (bf16, 2 blocks) the
+measured resident peak was 71%, 84-107% and 92% of this model at T = 400, 800 and 1,200
+(``tests/activations/test_real_dimensions.py`` checks it is within 25%); the plan leaves 15% of
+the device and 1.5 GB free for that slack. ``scripts/gpu_check.py`` measures it on a GPU.
+
+**Weights.** GPT-OSS-20B ships its expert weights in MXFP4 (4.25 bits per parameter with the
+block scales); transformers keeps them so only when its MXFP4 kernels can run, and otherwise
+dequantises them to bf16 (41.8 GB instead of 13.8 GB). :func:`mxfp4_status` asks the installed
+transformers itself (its ``Mxfp4HfQuantizer.validate_environment``: a CUDA device of compute
+capability >= 7.5, ``triton >= 3.4``, the ``kernels`` package in the range it supports, and
+``accelerate``; the ``gpu`` extra installs them) and says why not when it would dequantise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from goalprobe.activations.extract import ExtractConfig, GridCellLocator, episode_rows
+from goalprobe.agents.harmony import HarmonyTokenIds
+from goalprobe.agents.trajectories import read_trajectories
+
+GB = 1e9
+MXFP4_BITS = 4.25
+"""Bits per MXFP4 expert parameter: 4-bit values plus one 8-bit scale per block of 32."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The dimensions the memory model needs (a GPT-OSS ``config.json``'s fields)."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_experts: int
+    experts_per_token: int
+    expert_width: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModelShape:
+        """From a transformers config object or a ``config.json`` dict (GPT-OSS field names;
+        a dense model without experts counts as one expert of its MLP width)."""
+        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        heads = int(get("num_attention_heads"))
+        return cls(
+            n_layers=int(get("num_hidden_layers")),
+            d_model=int(get("hidden_size")),
+            n_heads=heads,
+            n_kv_heads=int(get("num_key_value_heads", heads) or heads),
+            head_dim=int(get("head_dim", None) or int(get("hidden_size")) // heads),
+            n_experts=int(get("num_local_experts", 1) or 1),
+            experts_per_token=int(get("num_experts_per_tok", 1) or 1),
+            expert_width=int(get("intermediate_size")),
+            vocab_size=int(get("vocab_size")),
+            tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+        )
+
+    @classmethod
+    def from_model_dir(cls, directory: str | os.PathLike) -> ModelShape:
+        """From a local model directory's ``config.json``."""
+        import json
+
+        text = (Path(directory) / "config.json").read_text(encoding="utf-8")
+        return cls.from_config(json.loads(text))
+
+    def parameters(self) -> dict[str, int]:
+        """Parameter counts: ``experts`` (the MoE expert matrices and biases) and ``other``
+        (attention with biases and sinks, routers, norms, embeddings and the head)."""
+        d, w, hd = self.d_model, self.expert_width, self.head_dim
+        attention = (d + 1) * (self.n_heads + 2 * self.n_kv_heads) * hd
+        attention += (self.n_heads * hd + 1) * d + self.n_heads
+        experts = self.n_experts * ((d + 1) * 2 * w + (w + 1) * d)
+        router = (d + 1) * self.n_experts
+        embeddings = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        other = self.n_layers * (attention + router + 2 * d) + d + embeddings
+        return {"experts": self.n_layers * experts, "other": other}
+
+    def weight_bytes(self, *, mxfp4: bool, dtype_bytes: int = 2) -> float:
+        """Bytes of the loaded weights: experts in MXFP4 (``mxfp4``) or in the compute dtype,
+        everything else in the compute dtype."""
+        counts = self.parameters()
+        experts = counts["experts"] * (MXFP4_BITS / 8 if mxfp4 else dtype_bytes)
+        return experts + counts["other"] * dtype_bytes
+
+
+GPT_OSS_20B = ModelShape(
+    n_layers=24,
+    d_model=2880,
+    n_heads=64,
+    n_kv_heads=8,
+    head_dim=64,
+    n_experts=32,
+    experts_per_token=4,
+    expert_width=2880,
+    vocab_size=201_088,
+)
+"""GPT-OSS-20B's dimensions (its ``config.json``): 20.9 billion parameters."""
+
+
+def activation_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int = 2) -> float:
+    """Peak activation bytes of one teacher-forced forward pass of ``batch`` sequences padded to
+    ``tokens`` (eager attention, no KV cache kept; module docstring): the larger of the
+    attention phase and the MoE phase of one block."""
+    t = int(tokens)
+    attention = 3 * shape.n_heads * t * (t + 1) + 2 * t * t
+    attention += t * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
+    moe = t * (4 * shape.d_model + 6 * shape.expert_width)
+    return float(dtype_bytes) * batch * max(attention, moe)
+
+
+# ---------------------------------------------------------------------------------------------
+# What is installed
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mxfp4Status:
+    """Whether transformers would keep GPT-OSS's MXFP4 weights on this machine.
+
+    Attributes:
+        available: True when it keeps them (no dequantisation).
+        reason: why not (what to install or which device is missing); '' when available.
+    """
+
+    available: bool
+    reason: str
+
+
+def mxfp4_status() -> Mxfp4Status:
+    """Ask the installed transformers whether it would keep MXFP4 weights here (its own
+    quantizer's check, so the answer follows the installed version's rules)."""
+    try:
+        from transformers import Mxfp4Config
+        from transformers.quantizers.quantizer_mxfp4 import Mxfp4HfQuantizer
+    except ImportError as err:
+        return Mxfp4Status(False, f"this transformers has no MXFP4 support ({err})")
+    quantizer = Mxfp4HfQuantizer(Mxfp4Config(), pre_quantized=True)
+    messages: list[str] = []
+    handler = _Collect(messages)
+    logger = logging.getLogger("transformers.quantizers.quantizer_mxfp4")
+    logger.addHandler(handler)
+    try:
+        quantizer.validate_environment()
+    except (ImportError, ValueError, RuntimeError) as err:
+        return Mxfp4Status(False, str(err))
+    finally:
+        logger.removeHandler(handler)
+    if quantizer.quantization_config.dequantize:
+        why = messages[-1] if messages else _missing_parts()
+        return Mxfp4Status(False, why or "transformers would dequantise to bf16")
+    return Mxfp4Status(True, "")
+
+
+class _Collect(logging.Handler):
+    def __init__(self, out: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.out.append(record.getMessage())
+
+
+def _missing_parts() -> str:
+    """What of MXFP4's requirements is missing (for a message when transformers logged none)."""
+    import torch
+    from transformers.utils import is_kernels_available, is_triton_available
+
+    missing = []
+    if not torch.cuda.is_available():
+        missing.append("no CUDA device")
+    elif torch.cuda.get_device_capability() < (7, 5):
+        missing.append("GPU compute capability < 7.5")
+    if not is_triton_available("3.4.0"):
+        missing.append("triton >= 3.4 is not installed")
+    if not is_kernels_available():
+        missing.append("the kernels package is not installed")
+    return "; ".join(missing)
+
+
+def device_memory_bytes(device: str) -> float:
+    """Total memory of ``device`` (a CUDA device's, else this machine's RAM), so that a plan is
+    the same on every run on one machine."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        return float(torch.cuda.get_device_properties(index).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractConfig) -> list[int]:
+    """The replayed length of every step of the finished episodes of ``trajectories``: the
+    recorded ids cut after the last position ``config`` reads (what extraction runs)."""
+    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    locator = GridCellLocator(tokenizer) if config.grid_cells else None
+    lengths: list[int] = []
+    first = 0
+    for episode in read_trajectories(trajectories):
+        rows = episode_rows(episode, first, special, config, str(trajectories), locator)
+        lengths.extend(len(r.token_ids) for r in rows)
+        first += len(episode.steps)
+    return lengths
+
+
+@dataclass(frozen=True)
+class ExtractionPlan:
+    """Batches for one extraction and the memory they are expected to take.
+
+    Attributes:
+        batch_size: most sequences per forward pass.
+        max_batch_tokens: most padded tokens per forward pass (0: only ``batch_size`` limits).
+        longest: the longest replayed sequence.
+        steps: replayed steps.
+        tokens: replayed tokens in all.
+        weights_gb: the weights' memory.
+        activations_gb: the expected activation peak of the largest batch.
+        budget_gb: memory available to activations (``fraction`` of the device less weights and
+            the reserve).
+        fits: whether one sequence of the longest length fits the budget at all.
+    """
+
+    batch_size: int
+    max_batch_tokens: int
+    longest: int
+    steps: int
+    tokens: int
+    weights_gb: float
+    activations_gb: float
+    budget_gb: float
+    fits: bool
+
+    @property
+    def peak_gb(self) -> float:
+        """Weights plus the activation peak."""
+        return self.weights_gb + self.activations_gb
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with the peak."""
+        return {**asdict(self), "peak_gb": self.peak_gb}
+
+
+def plan_extraction(
+    lengths: Sequence[int],
+    shape: ModelShape,
+    *,
+    memory_bytes: float,
+    weights_bytes: float,
+    dtype_bytes: int = 2,
+    max_batch: int = 64,
+    fraction: float = 0.85,
+    reserve_bytes: float = 1.5 * GB,
+) -> ExtractionPlan:
+    """Batches that fit: the most sequences ``B`` (at most ``max_batch``) whose activation peak
+    at the longest replayed length fits ``fraction x memory - weights - reserve``, and the token
+    budget ``B x longest``. Shorter sequences then go more at a time under the same token budget
+    and take less memory (the peak per padded token grows with the length)."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    longest = max(lengths, default=1)
+    budget = fraction * memory_bytes - weights_bytes - reserve_bytes
+    one = activation_bytes(shape, 1, longest, dtype_bytes)
+    batch = max(1, min(max_batch, int(budget // one))) if budget > 0 else 1
+    return ExtractionPlan(
+        batch_size=max_batch,
+        max_batch_tokens=batch * longest if batch < max_batch else 0,
+        longest=longest,
+        steps=len(lengths),
+        tokens=int(sum(lengths)),
+        weights_gb=weights_bytes / GB,
+        activations_gb=activation_bytes(shape, batch, longest, dtype_bytes) / GB,
+        budget_gb=budget / GB,
+        fits=budget >= one,
+    )

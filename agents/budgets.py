@@ -1,0 +1,38 @@
+"""Token budgets that fit the model: small for the bundled agents, long for reasoning models.
+
+The bundled agents (:mod:`goalprobe.agents.bundled`) reason in a few dozen tokens, so the demo's
+presets give them small budgets (96 to 512 new tokens). GPT-OSS reasons for hundreds to
+thousands of tokens per step, more at higher effort; a budget that cuts the reasoning turns
+steps into truncated ones (:mod:`goalprobe.agents.rollout`), which carry no behaviour. Every
+other model therefore gets at least :data:`REASONING_MODEL_BUDGETS` for its reasoning effort
+(:func:`token_budget`); the pre-flight (:mod:`goalprobe.agents.preflight`) then measures
+whether that is enough before a long run starts.
+"""
+
+from __future__ import annotations
+
+from goalprobe.agents.bundled import is_bundled
+from goalprobe.agents.harmony import REASONING_EFFORTS
+
+REASONING_MODEL_BUDGETS: dict[str, int] = {"low": 4_096, "medium": 12_288, "high": 32_768}
+"""Least new tokens per generation (reasoning + answer) of a model other than the bundled ones,
+by harmony reasoning effort: GPT-OSS-20B at low effort reasons for a few hundred to ~2,000
+tokens on the study's grids, medium several thousand (8-16k covers it), high far more."""
+
+
+def token_budget(model: str, reasoning_effort: str, small: int) -> int:
+    """The new-token budget of one generation: ``small`` for a bundled agent, else at least
+    :data:`REASONING_MODEL_BUDGETS` of ``reasoning_effort``.
+
+    Raises:
+        ValueError: an unknown reasoning effort or a budget below 1.
+    """
+    if reasoning_effort not in REASONING_EFFORTS:
+        raise ValueError(
+            f"reasoning_effort must be one of {REASONING_EFFORTS}, got {reasoning_effort!r}"
+        )
+    if small < 1:
+        raise ValueError(f"a token budget must be >= 1, got {small}")
+    if is_bundled(model):
+        return small
+    return max(small, REASONING_MODEL_BUDGETS[reasoning_effort])

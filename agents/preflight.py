@@ -1,0 +1,231 @@
+"""The pre-flight: measure a sample of steps before a long generation run, refuse a budget that
+cuts too many of them, and say what the whole run will cost.
+
+A reasoning model's steps are long and their length depends on the model, the effort and the
+grid; a token budget that cuts the reasoning makes steps truncated (no behaviour, see
+:mod:`goalprobe.agents.rollout`) and a run of hours can be wasted before anyone looks.
+:func:`run_preflight` therefore generates one step at the start state of a sample of the run's
+grids (spread over the grid list, so every size is seen) with the run's own sampling settings
+(effort, budget, temperature), then reports
+
+* the truncation rate (generations cut off by ``max_new_tokens``) with a Wilson 95% interval;
+* the 95th percentile and mean of the generated tokens per step (reasoning + answer; a cut-off
+  step counts at the budget, so the percentile is then a lower bound);
+* the projected tokens and hours of the whole run: at most ``episodes x horizon`` steps per grid
+  (episodes that succeed earlier take fewer), at the mean tokens per step and the throughput
+  measured on the sample (generated tokens per wall-clock second with the sample's
+  conversations in flight together).
+
+:meth:`PreflightReport.check` raises :class:`PreflightRefused` when more than
+``PreflightConfig.max_truncated`` of the sampled steps were cut (default 5%), naming the flag
+that overrides it (``--allow-truncation``) and the budget to raise. The bundled agents need no
+pre-flight (their budgets are measured, :mod:`goalprobe.agents.budgets`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from goalprobe.agents.backend import Backend, Completion
+from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
+from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.dynamics import initial_state
+from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.text import render
+
+OVERRIDE_FLAG = "--allow-truncation"
+"""The command-line flag that runs a budget the pre-flight refused."""
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    """How the pre-flight samples and when it refuses."""
+
+    steps: int = 16
+    """Steps generated before the run (one at the start of each of that many grids, spread over
+    the grid list); 0 skips the pre-flight."""
+    max_truncated: float = 0.05
+    """Largest fraction of sampled steps that may be cut off by the token limit."""
+    allow_truncation: bool = False
+    """Run anyway when more are cut (the truncated steps are still reported apart)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise ValueError(f"preflight: steps must be >= 0, got {self.steps}")
+        if not 0 <= self.max_truncated <= 1:
+            raise ValueError(
+                f"preflight: max_truncated must be in [0, 1], got {self.max_truncated}"
+            )
+
+
+class PreflightRefused(RuntimeError):
+    """Too many sampled steps were cut off by the token limit; the run was not started.
+
+    Attributes:
+        report: what the pre-flight measured.
+    """
+
+    def __init__(self, message: str, report: PreflightReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """What :func:`run_preflight` measured and projected.
+
+    Attributes:
+        steps: sampled steps.
+        truncated: those cut off by the token limit.
+        truncation_ci: Wilson 95% interval of the truncation rate.
+        generated_tokens_p95: 95th percentile of generated tokens per step (reasoning + answer;
+            a lower bound when steps were cut, which count at the budget).
+        generated_tokens_mean: their mean.
+        tokens_per_second: generated tokens per wall-clock second on the sample.
+        seconds: wall time of the sample.
+        projected_steps: at most this many steps in the whole run (episodes x horizon).
+        projected_tokens: ``projected_steps x generated_tokens_mean``.
+        projected_hours: ``projected_tokens / tokens_per_second / 3600``.
+        max_new_tokens: the budget sampled with.
+        reasoning_effort: the effort sampled with.
+    """
+
+    steps: int
+    truncated: int
+    truncation_ci: tuple[float, float]
+    generated_tokens_p95: float
+    generated_tokens_mean: float
+    tokens_per_second: float
+    seconds: float
+    projected_steps: int
+    projected_tokens: float
+    projected_hours: float
+    max_new_tokens: int
+    reasoning_effort: str
+
+    @property
+    def truncation_rate(self) -> float:
+        """Fraction of sampled steps cut off by the token limit (nan without steps)."""
+        return self.truncated / self.steps if self.steps else math.nan
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with the rate."""
+        return {**asdict(self), "truncation_rate": self.truncation_rate}
+
+    def describe(self) -> str:
+        """One paragraph for a terminal."""
+        low, high = self.truncation_ci
+        bound = ">= " if self.truncated else ""
+        return (
+            f"pre-flight: {self.steps} steps at effort {self.reasoning_effort}, budget "
+            f"{self.max_new_tokens:,} tokens: {self.truncated} cut off "
+            f"({self.truncation_rate:.0%}, 95% CI {low:.0%}-{high:.0%}); generated tokens per "
+            f"step p95 {bound}{self.generated_tokens_p95:,.0f}, mean "
+            f"{self.generated_tokens_mean:,.0f}; {self.tokens_per_second:,.0f} tokens/s; the "
+            f"run: up to {self.projected_steps:,} steps, {self.projected_tokens:,.0f} tokens, "
+            f"{self.projected_hours:,.1f} h at this throughput"
+        )
+
+    def check(self, config: PreflightConfig) -> None:
+        """Raise :class:`PreflightRefused` when more than ``config.max_truncated`` of the
+        sampled steps were cut and ``config.allow_truncation`` is off."""
+        if config.allow_truncation or not self.steps:
+            return
+        if self.truncation_rate > config.max_truncated:
+            raise PreflightRefused(
+                f"{self.truncated} of {self.steps} pre-flight steps "
+                f"({self.truncation_rate:.0%}) were cut off by the token limit of "
+                f"{self.max_new_tokens:,} (more than {config.max_truncated:.0%}); truncated steps "
+                "carry no behaviour. Raise the budget (rollouts.max_new_tokens / "
+                f"--max-new-tokens) or pass {OVERRIDE_FLAG} to run anyway. {self.describe()}",
+                self,
+            )
+
+
+def wilson_interval(k: int, n: int) -> tuple[float, float]:
+    """Wilson score 95% interval of ``k`` in ``n`` (scipy; inside [0, 1] and honest at 0 and
+    n); ``(0, 1)`` without trials."""
+    if n == 0:
+        return (0.0, 1.0)
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return (float(ci.low), float(ci.high))
+
+
+def sample_grids(grids: Sequence[Grid], steps: int) -> list[Grid]:
+    """``steps`` grids spread evenly over ``grids`` (all of them when there are fewer)."""
+    if steps >= len(grids):
+        return list(grids)
+    picks = np.linspace(0, len(grids) - 1, steps).round().astype(int)
+    return [grids[i] for i in sorted(set(picks.tolist()))]
+
+
+def run_preflight(
+    grids: Sequence[Grid],
+    backend: Backend,
+    config: RolloutConfig,
+    preflight: PreflightConfig,
+) -> PreflightReport:
+    """Generate one step at the start of ``preflight.steps`` of ``grids`` with ``config``'s
+    sampling (in flight together, at most ``config.batch_size`` per call) and project the run.
+
+    Raises:
+        ValueError: no grids, or ``preflight.steps`` is 0.
+    """
+    if not grids or preflight.steps < 1:
+        raise ValueError("the pre-flight needs grids and steps >= 1")
+    template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
+    chosen = sample_grids(grids, preflight.steps)
+    conversations = []
+    for grid in chosen:
+        state = initial_state(grid)
+        conversations.append(
+            build_messages(
+                render(grid.prompt_grid, state),
+                variant=grid.variant,
+                has_key=state.has_key,
+                template=template,
+                moral_conditioning=config.moral_conditioning,
+            )
+        )
+    seeds = [derive_seed(config.seed, "preflight", g.grid_id) for g in chosen]
+    per_row = _accepts_seeds(backend)
+    completions: list[Completion] = []
+    started = time.perf_counter()
+    for start in range(0, len(conversations), config.batch_size):
+        batch = conversations[start : start + config.batch_size]
+        batch_seeds = seeds[start : start + config.batch_size]
+        if per_row:
+            out = backend.generate(batch, config.sampling(None), seeds=batch_seeds)
+        else:
+            out = backend.generate(batch, config.sampling(derive_seed(*batch_seeds)))
+        completions.extend(out)
+    seconds = time.perf_counter() - started
+    lengths = np.asarray([len(c.generated_token_ids) for c in completions], dtype=float)
+    truncated = sum(c.finish_reason == "length" for c in completions)
+    projected_steps = sum(
+        config.episodes_per_grid * config.horizon(solve(g).shortest_path_length) for g in grids
+    )
+    mean = float(lengths.mean())
+    rate = float(lengths.sum() / seconds) if seconds > 0 else math.nan
+    tokens = projected_steps * mean
+    return PreflightReport(
+        steps=len(completions),
+        truncated=int(truncated),
+        truncation_ci=wilson_interval(int(truncated), len(completions)),
+        generated_tokens_p95=float(np.percentile(lengths, 95)),
+        generated_tokens_mean=mean,
+        tokens_per_second=rate,
+        seconds=seconds,
+        projected_steps=int(projected_steps),
+        projected_tokens=float(tokens),
+        projected_hours=float(tokens / rate / 3600) if rate > 0 else math.nan,
+        max_new_tokens=config.max_new_tokens,
+        reasoning_effort=config.reasoning_effort,
+    )

@@ -1,0 +1,89 @@
+"""The extraction planner (issue 32, item 4): GPT-OSS-20B's weights as transformers loads them,
+the activation model, batches by a token budget that keep the rows of a plain extraction, MXFP4
+detected from what is installed, and the demo's extraction planned by the same planner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from goalprobe.activations.extract import ExtractConfig, batch_bounds
+from goalprobe.activations.plan import (
+    GPT_OSS_20B,
+    ModelShape,
+    activation_bytes,
+    mxfp4_status,
+    plan_extraction,
+)
+
+GB = 1e9
+
+
+def test_gpt_oss_20b_weights_as_loaded():
+    counts = GPT_OSS_20B.parameters()
+    assert 20.8e9 < sum(counts.values()) < 21.0e9  # 20.9 billion parameters
+    assert GPT_OSS_20B.weight_bytes(mxfp4=True) / GB == pytest.approx(13.8, abs=0.1)
+    assert GPT_OSS_20B.weight_bytes(mxfp4=False) / GB == pytest.approx(41.8, abs=0.1)
+
+
+def test_activation_model_is_quadratic_in_the_replayed_length():
+    one = activation_bytes(GPT_OSS_20B, 1, 1_000)
+    assert activation_bytes(GPT_OSS_20B, 4, 1_000) == 4 * one
+    assert 3.5 < activation_bytes(GPT_OSS_20B, 1, 2_000) / one < 4.1
+    # the eager attention scores dominate: 3 x 64 heads x T x (T + 1) bf16 values
+    assert activation_bytes(GPT_OSS_20B, 1, 4_000) / GB == pytest.approx(6.4, abs=0.1)
+
+
+def test_plan_from_short_replays_fills_the_batch_and_long_ones_get_a_token_budget():
+    weights = GPT_OSS_20B.weight_bytes(mxfp4=False)
+    short = plan_extraction([400] * 100, GPT_OSS_20B, memory_bytes=80 * GB, weights_bytes=weights)
+    assert short.batch_size == 64 and short.max_batch_tokens == 0 and short.fits
+    assert short.peak_gb < 0.85 * 80
+    lengths = [4_000] + [400] * 100
+    long = plan_extraction(lengths, GPT_OSS_20B, memory_bytes=80 * GB, weights_bytes=weights)
+    per_sequence = activation_bytes(GPT_OSS_20B, 1, 4_000)
+    batch = long.max_batch_tokens // 4_000
+    assert batch == int(long.budget_gb * GB // per_sequence) and 1 <= batch < 64
+    assert long.peak_gb <= 0.85 * 80 - 1.5 + 1e-9
+    # under the token budget, every batch of shorter steps takes less memory than the first
+    bounds = batch_bounds(sorted(lengths, reverse=True), 64, long.max_batch_tokens)
+    sizes = np.diff([*bounds, len(lengths)])
+    assert sizes[0] == batch and sizes[1] == long.max_batch_tokens // 400
+    none = plan_extraction([10_000], GPT_OSS_20B, memory_bytes=40 * GB, weights_bytes=weights)
+    assert not none.fits and none.max_batch_tokens == 10_000  # one at a time, flagged
+
+
+def test_batch_bounds_respect_both_limits():
+    assert batch_bounds([10, 9, 5, 5, 5, 1], 4) == [0, 4]
+    assert batch_bounds([10, 9, 5, 5, 5, 1], 4, max_batch_tokens=20) == [0, 2]
+    assert batch_bounds([50, 5], 4, max_batch_tokens=20) == [0, 1]  # at least one sequence
+    assert batch_bounds([8, 8, 8, 2, 2], 8, max_batch_tokens=16) == [0, 2, 4]
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        ExtractConfig(layers=(0,), max_batch_tokens=-1)
+    assert "max_batch_tokens" not in ExtractConfig(layers=(0,)).to_json()  # old identities
+    assert ExtractConfig(layers=(0,), max_batch_tokens=9).to_json()["max_batch_tokens"] == 9
+
+
+def test_shape_from_a_config():
+    from transformers import GptOssConfig
+
+    config = GptOssConfig(
+        hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        num_local_experts=32, num_experts_per_tok=4, intermediate_size=2880,
+        num_hidden_layers=24, vocab_size=201_088,
+    )  # fmt: skip
+    assert ModelShape.from_config(config) == GPT_OSS_20B
+    assert ModelShape.from_config(config.to_dict()) == GPT_OSS_20B
+
+
+def test_mxfp4_is_detected_from_what_is_installed():
+    import importlib.util
+
+    import torch
+
+    status = mxfp4_status()
+    kernels = importlib.util.find_spec("kernels") is not None
+    triton = importlib.util.find_spec("triton") is not None
+    if not (torch.cuda.is_available() and kernels and triton):
+        assert not status.available and status.reason  # says why it would dequantise
+    if not triton:
+        assert "triton" in status.reason.lower()
