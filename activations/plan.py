@@ -67,7 +67,9 @@ class ModelShape:
     def from_config(cls, config: Any) -> ModelShape:
         """From a transformers config object or a ``config.json`` dict (GPT-OSS field names;
         a dense model without experts counts as one expert of its MLP width)."""
-        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        get: Any = (
+            config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        )
         heads = int(get("num_attention_heads"))
         return cls(
             n_layers=int(get("num_hidden_layers")),

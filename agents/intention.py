@@ -79,7 +79,7 @@ def sample_actions(
             completions = backend.generate(conversations[chunk], config.sampling(call_seed))
         for offset, completion in enumerate(completions):
             parsed = parse_completion(completion.final, completion.finish_reason)
-            if parsed.ok:
+            if parsed.ok and parsed.action is not None:
                 out[start + offset] = int(parsed.action)
     return out.reshape(len(requests), k)
 

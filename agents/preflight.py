@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.agents.backend import Backend, Completion
@@ -202,7 +203,8 @@ def run_preflight(
         batch = conversations[start : start + config.batch_size]
         batch_seeds = seeds[start : start + config.batch_size]
         if per_row:
-            out = backend.generate(batch, config.sampling(None), seeds=batch_seeds)
+            seeded: Any = backend  # _accepts_seeds: its generate takes per-row seeds
+            out = seeded.generate(batch, config.sampling(None), seeds=batch_seeds)
         else:
             out = backend.generate(batch, config.sampling(derive_seed(*batch_seeds)))
         completions.extend(out)

@@ -69,7 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from goalprobe.agents.backend import (
     Backend,
@@ -455,7 +455,9 @@ class _Episode:
 
     def summary(self) -> EpisodeSummary:
         success = is_success(self.grid, self.state) and not self.truncated
-        end_reason = "goal" if success else "truncated" if self.truncated else "horizon"
+        end_reason: Literal["goal", "horizon", "truncated"] = (
+            "goal" if success else "truncated" if self.truncated else "horizon"
+        )
         return EpisodeSummary(
             run_id=self.run_id,
             grid_id=self.grid.grid_id,

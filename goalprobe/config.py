@@ -171,7 +171,7 @@ def demo_config(
     return fit_budgets(config, set(overrides or ()))
 
 
-def fit_budgets(config: DemoConfig, fixed: set[str] = frozenset()) -> DemoConfig:
+def fit_budgets(config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset()) -> DemoConfig:
     """``config`` with rollout and patching budgets that fit its agent
     (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
     user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""

@@ -434,6 +434,8 @@ def prepare_pairs(
             if config.reasoning == "oracle"
             else greedy[pair.pair_id][0]  # every pair has one unless the reasoning is "oracle"
         )
+        if completion is None:  # truncated: counted above
+            continue
         try:
             cf_side = context.side(
                 pair.cf_grid, pair.cf_state, cf_prompt, completion, generated_action, sites
