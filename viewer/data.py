@@ -7,7 +7,7 @@ missing (:attr:`RunData.missing` says which are). What is read here:
 * the activation store (only its /labels ids);
 * decoded maps, ``probes/decoded/<probe>.h5``: probs (N, S, S, C), row_ids (N,);
 * predicted plans, ``plans/predicted/<decoder>.h5``: runs/<run>/plans (N, T), row_ids (N,);
-* the patching bundle (goalprobe.patching/1, "records"), else the patching records CSV;
+* the patching bundle (goalprobe.patching/2, "records"), else the patching records CSV;
 * belief and MEG scoring (JSON) and whether the report exists;
 * the false_belief stage's grids, episodes and per-step decoded maps
   (``false_belief/decoded_maps.h5``, goalprobe.step_maps, keyed by ``(grid_id, episode, step)``),

@@ -445,8 +445,8 @@ def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
         PatchConfig,
         PatchingContext,
         prepare_pairs,
-        run_patching,
     )
+    from goalprobe.probes.patching.patched_runs import run_patching
 
     config = CounterfactualConfig(moves=("agent", "goal"), disjoint_per_move=1, control_per_move=0)
     pairs = build_counterfactuals([base_from_grid(g) for g in _grids()], config)[:2]

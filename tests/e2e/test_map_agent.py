@@ -34,8 +34,8 @@ from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
     prepare_pairs,
-    run_patching,
 )
+from goalprobe.probes.patching.patched_runs import run_patching
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from sklearn.linear_model import LogisticRegression

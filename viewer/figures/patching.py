@@ -27,7 +27,7 @@ def patching_heatmap_figure(
     """Mean of a patching outcome over records, as ``rows x cols`` heatmaps per facet.
 
     Args:
-        records: patch records as mappings (``goalprobe.probes.patching.experiment.PatchRecord`` fields):
+        records: patch records as mappings (``goalprobe.probes.patching.patched_runs.PatchRecord`` fields):
             ``value`` is a number or a bool (booleans average to a rate); non-finite values
             (e.g. ``recovered`` of a control pair) are left out of the mean.
         value: the field to average (``recovered``, ``action_changed``, ``into_source_optimal``).
