@@ -412,6 +412,12 @@ def test_resolve_layer_sets():
         ("2", (2,)),
         ("0+2", (0, 2)),
     ]
+    # the dose-response: single blocks, then the first k and the last k, then every block
+    assert [label for label, _ in resolve_layer_sets(["each", "cumulative"], 4)] == [
+        "0", "1", "2", "3", "first2", "last2", "first3", "last3", "all",
+    ]  # fmt: skip
+    assert dict(resolve_layer_sets(["cumulative"], 4))["last3"] == (1, 2, 3)
+    assert [label for label, _ in resolve_layer_sets(["cumulative"], 2)] == ["0", "1", "all"]
     with pytest.raises(ValueError, match="outside"):
         resolve_layer_sets(["3"], 3)
     with pytest.raises(ValueError, match="bad layer spec"):
@@ -449,6 +455,17 @@ def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer
         torch.as_tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=stop
     )[0, len(prompt) :].tolist()
     assert a[0] == unpatched[: len(a[0])]
+    # pooled regeneration: one equal-length prompt per patch gives what each prompt alone gives
+    prompts = np.asarray([prompt, item.cf.prompt_ids])
+    for name in ("nnsight", "hooks", "transformer_lens"):
+        pooled = backends[name].generate(prompts, patches, max_new_tokens=6, stop_ids=stop)
+        alone = [
+            backends[name].generate(row, [patch], max_new_tokens=6, stop_ids=stop)[0]
+            for row, patch in zip(prompts, patches, strict=True)
+        ]
+        assert pooled == alone, name
+    with pytest.raises(ValueError, match="one equal-length prompt per patch"):
+        backends["hooks"].generate(prompts[:1], patches, max_new_tokens=2, stop_ids=stop)
 
 
 # ---------------------------------------------------------------------------------------------
