@@ -84,11 +84,9 @@ def anchor_verdicts(
             continue
         key = (_get(r, "site"), _get(r, "mode"), _get(r, "direction"))
         cells.setdefault(key, {}).setdefault(_get(r, "kind"), []).append(r)
-    recovered_by = {
+    recovered_by = {  # the teacher-forced runs of a cell, where the recovery is defined
         (site, direction): [
-            r
-            for r in group.get("disjoint", [])
-            if r is not None and math.isfinite(float(_get(r, "recovered")))
+            r for r in group.get("disjoint", []) if math.isfinite(float(_get(r, "recovered")))
         ]
         for (site, mode, direction), group in cells.items()
         if mode == "teacher_forced"
