@@ -94,7 +94,7 @@ def patching_rows(data: Mapping) -> list[HeadlineRow]:
         site, mode, _ = key
         sanity = v["verdict"] == "sanity check"
         what = (
-            "Sanity check, true for any agent that acts on its input: every block at the grid "
+            "Sanity check, true for any agent that acts on its input: every block at the grid tokens "
             if sanity
             else f"Patching the {site.replace('_', '-')} anchors at every block "
         )
