@@ -611,11 +611,11 @@ def test_summary_and_files(tmp_path, records):
     assert "plotly" in heatmap.read_text()[:5000].lower()
     fig = patch_summary_figure(bundle["summary"])  # the JSON bundle, as the report reads it
     first = min(r.direction for r in summary if r.mode == "teacher_forced")
-    drawn = fig.data[0]  # first direction, "action changed (disjoint)"
+    drawn = fig.data[0]  # first direction, "into source's optimal set (disjoint)"
     for r in summary:
         if (r.kind, r.mode, r.direction) == ("disjoint", "teacher_forced", first):
             z = drawn.z[list(drawn.y).index(r.site)][list(drawn.x).index(r.layers)]
-            assert z == pytest.approx(r.action_changed_rate)
+            assert z == pytest.approx(r.into_source_optimal_rate)
 
 
 def test_summary_intervals_resample_grids():
