@@ -64,7 +64,9 @@ def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         probes=ProbesConfig(n_bootstrap=n_bootstrap, seed=seed),
         distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
-        patching=PatchingConfig(max_new_tokens=4096, n_bootstrap=n_bootstrap, seed=seed),
+        patching=PatchingConfig(
+            max_new_tokens=4096, full_pairs=24, n_bootstrap=n_bootstrap, seed=seed
+        ),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
         false_belief=FalseBeliefConfig(
             grids=FalseBeliefSetConfig(size=9, pairs_per_kind=10, seed=seed),
@@ -218,8 +220,9 @@ def default(seed: int) -> dict[str, Any]:
             training=training, test_fraction=0.25, n_bootstrap=n_boot, seed=seed
         ),
         plans=PlansConfig(
+            # 5-fold cross-fitting by grid: every one of the 60 grids is a test grid once
             sweep=PlanSweepConfig(
-                test_fraction=0.25 * 0.75,
+                n_folds=5,
                 validation_fraction=0.25 * 0.75,
                 n_bootstrap=n_boot,
                 random_state=seed,
@@ -228,7 +231,18 @@ def default(seed: int) -> dict[str, Any]:
                 d_bottleneck=64, n_heads=4, max_epochs=6, n_iter_no_change=2
             ),
         ),
-        patching=PatchingConfig(max_bases=16, max_new_tokens=256, n_bootstrap=n_boot, seed=seed),
+        # >= 100 disjoint pairs at the anchors (the headline); the dose-response over single
+        # blocks and first/last k blocks at every site on the first 12 pairs of each kind
+        patching=PatchingConfig(
+            max_bases=120,
+            control_bases=24,
+            full_pairs=12,
+            max_new_tokens=256,
+            batch_size=64,
+            regenerate_batch_size=128,
+            n_bootstrap=n_boot,
+            seed=seed,
+        ),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
         # 24 grids x 2 episodes of <= ~10 steps: about a minute with the bundled agent
         false_belief=FalseBeliefConfig(

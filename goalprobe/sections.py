@@ -222,10 +222,26 @@ class PatchingConfig:
 
     sites: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning", "post_reasoning")
     """Patch sites."""
-    layers: tuple[str, ...] = ("thirds", "all")
-    """Layer sets: each default layer alone, then every layer at once."""
+    layers: tuple[str, ...] = ("each", "cumulative")
+    """Layer sets of the dose-response: every block alone, and the first k and the last k
+    blocks for every k (k = all: every block at once)."""
+    anchor_sites: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
+    """Sites every kept pair is patched at (the sites the headline concludes on)."""
+    anchor_layers: tuple[str, ...] = ("all",)
+    """Layer sets every kept pair is patched at there (and the random-grid control's)."""
+    full_pairs: int | None = None
+    """Pairs of each kind patched at every site x layer set (the dose-response); the others
+    only at the anchor sites and layer sets. None: every pair at everything."""
+    random_control: bool = True
+    """Also patch each disjoint pair's target with a random other grid of the same size (the
+    control a merely disruptive patch cannot beat)."""
     max_bases: int = 100
     """Most base steps, drawn at random (seeded) from the main rollouts."""
+    disjoint_per_move: int = 1
+    """Disjoint pairs drawn per base and per move (agent, goal)."""
+    control_bases: int | None = None
+    """Bases (the first drawn) that also get no-relevant-change control pairs, one per move;
+    None: every base."""
     require_optimal: bool = True
     """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
     reasoning: ReasoningMode = "greedy"
@@ -236,10 +252,15 @@ class PatchingConfig:
     take the action from that answer (the study's appendix F); False: teacher-forced only."""
     max_new_tokens: int = 512
     """Token budget of every greedy completion."""
+    batch_size: int = 16
+    """Patched copies per forward pass and prompts per greedy-completion call."""
+    regenerate_batch_size: int = 64
+    """Regenerations per decoding loop (pooled across pairs with prompts of one length)."""
     n_bootstrap: int = 1000
     """Grid-bootstrap resamples of every interval."""
     seed: int = 0
-    """Seed of the base draw, the counterfactuals and the bootstrap."""
+    """Seed of the base draw, the counterfactuals, the random-grid control and the
+    bootstrap."""
 
 
 @dataclass(frozen=True)

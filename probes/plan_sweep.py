@@ -24,23 +24,33 @@ from typing import Any, Protocol, TypedDict
 
 import numpy as np
 from goalprobe.activations.store import ActivationStore
+from goalprobe.gridworld.core import PLAN_PAD
+from goalprobe.gridworld.stats import grid_bootstrap_ratio
+from goalprobe.probes.plan_baselines import (
+    StatePlanDecoder,
+    departure_mask,
+    optimal_plans,
+    prefix_verdicts,
+    state_features,
+)
 from goalprobe.probes.plan_decoder import PlanDecoder, check_plan_acts
 from goalprobe.probes.plan_metrics import (
     PlanMetrics,
     majority_plan,
     plan_metrics,
     plan_metrics_by_group,
+    prefix_hits,
     truncate_plans,
     validate_plans,
 )
 from goalprobe.probes.predicted_plans import SPLIT_NAMES, write_predicted_plans
 from goalprobe.probes.serialization import read_plan_decoder_card, save_plan_decoder
-from goalprobe.probes.splits import GridSplit, split_by_grid
+from goalprobe.probes.splits import GridSplit, grid_folds, split_by_grid
 from sklearn.base import clone
 
 SWEEP_SCHEMA = "goalprobe.plan_sweep"
 """``schema`` field of ``sweep.json``."""
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 2
 """Version of the ``sweep.json`` layout."""
 
 
@@ -68,6 +78,12 @@ class PlanDataset:
         sizes: ``(N,)`` grid sizes for the breakdown, or None.
         densities: ``(N,)`` obstacle densities for the breakdown, or None.
         provenance: JSON-ready description of the source (store file, model, stage, layer).
+        agent_row_col, goal_row_col: ``(N, 2)`` the row's agent and goal cells, or None (then
+            no state-only decoder is trained).
+        optimal_plans: ``(N, T')`` the optimal policy's plan on the true grid from the row's
+            state (:func:`~goalprobe.probes.plan_baselines.optimal_plans`), or None.
+        departs: ``(N,)`` bool, the row's first step departs from the optimal policy or breaks
+            a tie (:func:`~goalprobe.probes.plan_baselines.departure_mask`), or None.
     """
 
     acts: np.ndarray
@@ -77,12 +93,19 @@ class PlanDataset:
     sizes: np.ndarray | None = None
     densities: np.ndarray | None = None
     provenance: dict = field(default_factory=dict)
+    agent_row_col: np.ndarray | None = None
+    goal_row_col: np.ndarray | None = None
+    optimal_plans: np.ndarray | None = None
+    departs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.acts)
         check_plan_acts(self.acts, "acts")
         validate_plans(self.plans)
-        for name in ("plans", "grid_ids", "row_ids", "sizes", "densities"):
+        for name in (
+            "plans", "grid_ids", "row_ids", "sizes", "densities", "agent_row_col",
+            "goal_row_col", "optimal_plans", "departs",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} rows but acts has {n}")
@@ -131,7 +154,10 @@ class StorePlanLoader:
         """Activations ``(N, 3, d_model)`` float16 and labels of ``stage`` and ``layer``."""
         with ActivationStore(self.path) as store:
             rows = store.select(stage)
-            fields = ["plan", "grid_id", "grid_size", "density", "step"]
+            fields = [
+                "plan", "grid_id", "grid_size", "density", "step", "agent_row_col",
+                "goal_row_col", "cell_types", "optimal_actions", "action", "action_valid",
+            ]  # fmt: skip
             labels = store.labels(fields, rows)
             if self.first_step_only:
                 keep = labels["step"] == 0
@@ -141,6 +167,7 @@ class StorePlanLoader:
                 raise ValueError(f"{self.path}: no rows hold stage {stage!r}")
             acts = store.read(stage, layer, rows)
         densities = labels["density"].astype(np.float64)
+        plans = labels["plan"].astype(np.int8)
         provenance: dict[str, Any] = {
             "store": str(self.path),
             "stage": stage,
@@ -163,12 +190,24 @@ class StorePlanLoader:
         }
         return PlanDataset(
             acts=acts,
-            plans=labels["plan"].astype(np.int8),
+            plans=plans,
             grid_ids=labels["grid_id"].astype(str),
             row_ids=rows,
             sizes=labels["grid_size"].astype(np.int64),
             densities=None if np.isnan(densities).all() else np.round(densities, 6),
             provenance=provenance,
+            agent_row_col=labels["agent_row_col"].astype(np.int64),
+            goal_row_col=labels["goal_row_col"].astype(np.int64),
+            optimal_plans=optimal_plans(
+                labels["cell_types"],
+                labels["agent_row_col"],
+                labels["goal_row_col"],
+                labels["grid_size"],
+                plans.shape[1],
+            ),
+            departs=departure_mask(
+                plans, labels["optimal_actions"], labels["action"], labels["action_valid"]
+            ),
         )
 
 
@@ -185,7 +224,15 @@ class PlanSweepConfig:
     control_decoder_layers: tuple[int, ...] = (2,)
     """Capacities that also get the shuffled-activation control; empty to skip it."""
     test_fraction: float = 0.15
-    """Fraction of grids held out for the reported metrics (within each grid size)."""
+    """Fraction of grids held out for the reported metrics (within each grid size); unused
+    with ``n_folds >= 2``."""
+    n_folds: int = 1
+    """1: one train/validation/test split; K >= 2: K-fold cross-fitting by grid (every grid a
+    test grid once, its rows predicted by the fold's decoders; K times the training)."""
+    state_baselines: bool = True
+    """Also score the state-only decoder and the optimal policy's plan (when the data hold
+    the agent's and goal's cells / the optimal plans), and judge every decoder against the
+    strongest baseline at every N."""
     validation_fraction: float = 0.15
     """Fraction of the remaining (non-test) grids used for early stopping."""
     n_bootstrap: int = 1000
@@ -204,12 +251,21 @@ class PlanRun:
         name: ``"<stage>/layer<layer>/<kind>"`` (+ ``<decoder_layers>`` for trained decoders).
         stage, layer: the activations' stage and layer.
         kind: ``"decoder"``, ``"shuffled_control"`` (decoder trained on activations shuffled
-            across examples) or ``"majority_plan"`` (the most frequent training plan for all).
+            across examples), ``"majority_plan"`` (the most frequent training plan for all),
+            ``"state_only"`` (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on
+            the agent's and goal's cells) or ``"optimal_policy"`` (the optimal policy's plan
+            on the true grid).
         decoder_layers: the decoder's capacity; None for the majority plan (no decoder).
         metrics: test-split :class:`PlanMetrics`.
         by_size, by_density: test metrics per grid size / density (empty when unknown).
-        best_epoch: the kept epoch; None for the majority plan.
-        model_path: the saved ``.safetensors`` file, or None when nothing was written.
+        best_epoch: the kept epoch (one per fold with cross-fitting); None for runs without
+            training epochs.
+        model_path: the saved ``.safetensors`` file (the first fold's), or None.
+        verdicts: decoders only: per N, the decoder against the strongest baseline
+            (:func:`~goalprobe.probes.plan_baselines.prefix_verdicts`).
+        departures: on the test rows whose first step departs from the optimal policy or
+            breaks a tie: ``n_rows``, ``accuracy_n1`` (with its interval) and, for decoders,
+            ``verdict_n1``; None when the data do not say which rows those are.
     """
 
     name: str
@@ -220,8 +276,10 @@ class PlanRun:
     metrics: PlanMetrics
     by_size: dict[str, PlanMetrics]
     by_density: dict[str, PlanMetrics]
-    best_epoch: int | None
+    best_epoch: int | list[int] | None
     model_path: str | None
+    verdicts: list[dict] = field(default_factory=list)
+    departures: dict | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
@@ -236,6 +294,8 @@ class PlanRun:
             "metrics": self.metrics.to_dict(),
             "by_size": {k: v.to_dict() for k, v in self.by_size.items()},
             "by_density": {k: v.to_dict() for k, v in self.by_density.items()},
+            "verdicts": self.verdicts,
+            "departures": self.departures,
         }
 
 
@@ -369,34 +429,10 @@ def run_plan_sweep(
             data = load(stage, layer)
             plans = truncate_plans(data.plans, template.horizon)
             grid_ids = np.asarray(data.grid_ids)
-            split = split_by_grid(
-                grid_ids,
-                test_fraction=config.test_fraction,
-                validation_fraction=config.validation_fraction,
-                stratify=data.sizes,
-                random_state=config.random_state,
-            )
-            for part, rows in zip(
-                SPLIT_NAMES, (split.train, split.validation, split.test), strict=True
-            ):
-                if len(rows) == 0:
-                    raise ValueError(
-                        f"{stage}/layer{layer}: the {part} split is empty "
-                        f"({len(np.unique(grid_ids))} grids); use more grids"
-                    )
             key = f"{stage}/layer{layer}"
-            split_info = {
-                part: {
-                    "n_rows": int(len(rows)),
-                    "n_grids": int(len(np.unique(grid_ids[rows]))),
-                    "grid_ids_sha256": _ids_digest(grid_ids[rows]),
-                }
-                for part, rows in zip(
-                    SPLIT_NAMES, (split.train, split.validation, split.test), strict=True
-                )
-            }
-            splits[key] = split_info
-            test = split.test
+            folds = _folds(config, grid_ids, data.sizes, key)
+            test = np.sort(np.concatenate([f.test for f in folds]))
+            splits[key] = _split_info(folds, grid_ids)
             evaluation = _TestSet(
                 plans[test],
                 grid_ids[test],
@@ -404,84 +440,239 @@ def run_plan_sweep(
                 None if data.densities is None else np.asarray(data.densities)[test],
                 metric_kw,
             )
-
-            majority = np.tile(majority_plan(plans[split.train]), (len(test), 1))
-            m, by_size, by_density = evaluation.evaluate(majority)
-            runs.append(
-                PlanRun(
-                    name=f"{key}/majority_plan",
-                    stage=stage,
-                    layer=layer,
-                    kind="majority_plan",
-                    decoder_layers=None,
-                    metrics=m,
-                    by_size=by_size,
-                    by_density=by_density,
-                    best_epoch=None,
-                    model_path=None,
-                )
-            )
-
+            # every run's predictions on all rows (the test rows filled)
+            pending = _baselines(key, data, plans, folds, config, template.horizon)
             jobs = [("decoder", k) for k in config.decoder_layers]
             jobs += [("shuffled_control", k) for k in config.control_decoder_layers]
             for kind, n_layers in jobs:
                 name = f"{key}/{kind}{n_layers}"
                 say(f"training {name}")
-                X_train, X_val = data.acts[split.train], data.acts[split.validation]
-                if kind == "shuffled_control":
-                    rng = np.random.default_rng(config.random_state)
-                    X_train = X_train[rng.permutation(len(X_train))]
-                    X_val = X_val[rng.permutation(len(X_val))]
-                est = clone(template).set_params(
-                    n_layers=n_layers, random_state=config.random_state
-                )
-                est.fit(X_train, plans[split.train], X_val=X_val, y_val=plans[split.validation])
-                pred_all = est.predict(data.acts)
-                m, by_size, by_density = evaluation.evaluate(pred_all[test])
-                model_path = None
-                if out is not None and plans_path is not None:
-                    provenance = {
-                        "data": data.provenance,
-                        "stage": stage,
-                        "layer": layer,
-                        "kind": kind,
-                        "split": split_info,
-                        "split_config": {
-                            "validation_fraction": config.validation_fraction,
-                            "test_fraction": config.test_fraction,
-                            "random_state": config.random_state,
-                        },
-                    }
-                    weights = out / "models" / f"{name.replace('/', '__')}.safetensors"
-                    if weights.exists() and not overwrite:
-                        raise FileExistsError(f"{weights} exists; pass overwrite=True")
-                    card_path = save_plan_decoder(
-                        est, weights, metrics={"test": m.to_dict()}, provenance=provenance
+                pred_all = np.full(plans.shape, PLAN_PAD, dtype=np.int8)
+                epochs, paths = [], []
+                for index, fold in enumerate(folds):
+                    est = _fit_decoder(template, data.acts, plans, fold, kind, n_layers, config)
+                    epochs.append(est.best_epoch_)
+                    if len(folds) == 1:
+                        pred_all = est.predict(data.acts)
+                    else:
+                        pred_all[fold.test] = est.predict(data.acts[fold.test])
+                    if out is not None:
+                        suffix = "" if len(folds) == 1 else f"_fold{index}"
+                        fold_metrics = plan_metrics(
+                            pred_all[fold.test], plans[fold.test], grid_ids[fold.test],
+                            **metric_kw,
+                        )  # fmt: skip
+                        paths.append(
+                            _save(est, out / "models" / f"{(name + suffix).replace('/', '__')}",
+                                  {"test": fold_metrics.to_dict()}, data, stage, layer, kind,
+                                  splits[key], config, overwrite)
+                        )  # fmt: skip
+                if out is not None:
+                    codes = (
+                        _split_codes(folds[0], len(plans))
+                        if len(folds) == 1
+                        else np.full(len(plans), 2, dtype=np.int8)
                     )
-                    model_path = str(weights)
                     write_predicted_plans(
                         plans_path,
                         name,
                         pred_all,
                         np.asarray(data.row_ids),
-                        card=read_plan_decoder_card(card_path),
-                        split=_split_codes(split, len(plans)),
+                        card=read_plan_decoder_card(paths[0][1]),
+                        split=codes,
                     )
-                runs.append(
-                    PlanRun(
-                        name=name,
-                        stage=stage,
-                        layer=layer,
-                        kind=kind,
-                        decoder_layers=n_layers,
-                        metrics=m,
-                        by_size=by_size,
-                        by_density=by_density,
-                        best_epoch=est.best_epoch_,
-                        model_path=model_path,
-                    )
+                pending.append(
+                    {
+                        "kind": kind,
+                        "name": name,
+                        "pred": pred_all,
+                        "decoder_layers": n_layers,
+                        "best_epoch": epochs[0] if len(epochs) == 1 else epochs,
+                        "model_path": str(paths[0][0]) if paths else None,
+                    }
                 )
+            runs += _score(pending, plans, grid_ids, test, data.departs, evaluation, stage,
+                           layer, metric_kw)  # fmt: skip
     result = PlanSweepResult(config, template.get_params(), runs, splits)
     if out is not None:
         (out / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     return result
+
+
+def _by_fold(folds: list[GridSplit], shape, fit_predict) -> np.ndarray:
+    """``shape`` int8 plans: every fold's test rows predicted by ``fit_predict(fold)``."""
+    pred = np.full(shape, PLAN_PAD, dtype=np.int8)
+    for fold in folds:
+        pred[fold.test] = fit_predict(fold)
+    return pred
+
+
+def _baselines(key, data: PlanDataset, plans, folds, config, horizon) -> list[dict]:
+    """The majority plan (every fold's training plans), the state-only decoder and the optimal
+    policy's plan (where the data allow), as pending runs."""
+
+    def majority(fold):
+        return np.tile(majority_plan(plans[fold.train]), (len(fold.test), 1))
+
+    out = [{"kind": "majority_plan", "name": f"{key}/majority_plan",
+            "pred": _by_fold(folds, plans.shape, majority)}]  # fmt: skip
+    if config.state_baselines and data.agent_row_col is not None:
+        sizes = np.zeros(len(plans)) if data.sizes is None else data.sizes
+        features = state_features(data.agent_row_col, data.goal_row_col, sizes)
+
+        def state_only(fold):
+            decoder = StatePlanDecoder(random_state=config.random_state)
+            return decoder.fit(features[fold.train], plans[fold.train]).predict(features[fold.test])
+
+        out.append({"kind": "state_only", "name": f"{key}/state_only",
+                    "pred": _by_fold(folds, plans.shape, state_only)})  # fmt: skip
+    if config.state_baselines and data.optimal_plans is not None:
+        out.append({"kind": "optimal_policy", "name": f"{key}/optimal_policy",
+                    "pred": truncate_plans(data.optimal_plans, horizon)})  # fmt: skip
+    return out
+
+
+def _folds(config: PlanSweepConfig, grid_ids: np.ndarray, sizes, key: str) -> list[GridSplit]:
+    """The single split, or the K folds of cross-fitting; raises when a part is empty."""
+    if config.n_folds >= 2:
+        folds = grid_folds(
+            grid_ids,
+            config.n_folds,
+            validation_fraction=config.validation_fraction,
+            stratify=sizes,
+            random_state=config.random_state,
+        )
+    else:
+        folds = [
+            split_by_grid(
+                grid_ids,
+                test_fraction=config.test_fraction,
+                validation_fraction=config.validation_fraction,
+                stratify=sizes,
+                random_state=config.random_state,
+            )
+        ]
+    for fold in folds:
+        for part, rows in zip(SPLIT_NAMES, (fold.train, fold.validation, fold.test), strict=True):
+            if len(rows) == 0:
+                raise ValueError(
+                    f"{key}: the {part} split is empty ({len(np.unique(grid_ids))} grids); "
+                    "use more grids"
+                )
+    return folds
+
+
+def _part_info(rows: np.ndarray, grid_ids: np.ndarray) -> dict:
+    return {
+        "n_rows": int(len(rows)),
+        "n_grids": int(len(np.unique(grid_ids[rows]))),
+        "grid_ids_sha256": _ids_digest(grid_ids[rows]),
+    }
+
+
+def _split_info(folds: list[GridSplit], grid_ids: np.ndarray) -> dict:
+    """Rows and grids per part (one split), or the union of the test parts and every fold's
+    parts (cross-fitting)."""
+    if len(folds) == 1:
+        f = folds[0]
+        parts = (f.train, f.validation, f.test)
+        return {
+            part: _part_info(rows, grid_ids) for part, rows in zip(SPLIT_NAMES, parts, strict=True)
+        }
+    test = np.sort(np.concatenate([f.test for f in folds]))
+    return {
+        "n_folds": len(folds),
+        "test": _part_info(test, grid_ids),
+        "folds": [
+            {
+                part: _part_info(rows, grid_ids)
+                for part, rows in zip(SPLIT_NAMES, (f.train, f.validation, f.test), strict=True)
+            }
+            for f in folds
+        ],
+    }
+
+
+def _fit_decoder(template, acts, plans, fold: GridSplit, kind, n_layers, config):
+    """One decoder of the sweep trained on a fold (shuffled activations for the control)."""
+    X_train, X_val = acts[fold.train], acts[fold.validation]
+    if kind == "shuffled_control":
+        rng = np.random.default_rng(config.random_state)
+        X_train = X_train[rng.permutation(len(X_train))]
+        X_val = X_val[rng.permutation(len(X_val))]
+    est = clone(template).set_params(n_layers=n_layers, random_state=config.random_state)
+    est.fit(X_train, plans[fold.train], X_val=X_val, y_val=plans[fold.validation])
+    return est
+
+
+def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config, overwrite):
+    """Write the decoder's weights and card (``stem`` + ``.safetensors`` / ``.json``);
+    returns ``(weights path, card path)``."""
+    provenance = {
+        "data": data.provenance,
+        "stage": stage,
+        "layer": layer,
+        "kind": kind,
+        "split": split_info,
+        "split_config": {
+            "validation_fraction": config.validation_fraction,
+            "test_fraction": config.test_fraction,
+            "n_folds": config.n_folds,
+            "random_state": config.random_state,
+        },
+    }
+    weights = stem.with_name(stem.name + ".safetensors")
+    if weights.exists() and not overwrite:
+        raise FileExistsError(f"{weights} exists; pass overwrite=True")
+    card = save_plan_decoder(est, weights, metrics=metrics, provenance=provenance)
+    return weights, card
+
+
+def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, metric_kw):
+    """Score every run on the test rows; judge every decoder against the strongest baseline at
+    every N, and on the rows whose first step departs from the optimal policy or ties."""
+    hits = {r["name"]: prefix_hits(r["pred"][test], plans[test]) for r in pending}
+    baselines = [r["name"] for r in pending if r["kind"] != "decoder"]
+    departing = None if departs is None else np.asarray(departs)[test]
+    kw = {
+        "n_resamples": metric_kw["n_bootstrap"],
+        "confidence": metric_kw["confidence_level"],
+        "random_state": metric_kw["random_state"],
+    }
+    out = []
+    for r in pending:
+        m, by_size, by_density = evaluation.evaluate(r["pred"][test])
+        verdicts, departure = [], None
+        if departing is not None:
+            departure = {
+                "n_rows": int(departing.sum()),
+                "accuracy_n1": grid_bootstrap_ratio(
+                    hits[r["name"]][departing, 0], None, grid_ids[test][departing], **kw
+                )
+                if departing.any()
+                else None,
+            }
+        if r["kind"] == "decoder":
+            judged = {name: hits[name] for name in [r["name"], *baselines]}
+            verdicts = prefix_verdicts(judged, r["name"], grid_ids[test], **kw)
+            if departure is not None:
+                departure["verdict_n1"] = prefix_verdicts(
+                    judged, r["name"], grid_ids[test], rows=departing, horizons=range(1, 2), **kw
+                )[0]
+        out.append(
+            PlanRun(
+                name=r["name"],
+                stage=stage,
+                layer=layer,
+                kind=r["kind"],
+                decoder_layers=r.get("decoder_layers"),
+                metrics=m,
+                by_size=by_size,
+                by_density=by_density,
+                best_epoch=r.get("best_epoch"),
+                model_path=r.get("model_path"),
+                verdicts=verdicts,
+                departures=departure,
+            )
+        )
+    return out

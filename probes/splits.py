@@ -131,6 +131,61 @@ def split_by_grid(
     return split
 
 
+def grid_folds(
+    grid_ids: np.ndarray,
+    n_folds: int,
+    *,
+    validation_fraction: float = 0.0,
+    stratify: np.ndarray | None = None,
+    random_state: int = 0,
+) -> list[GridSplit]:
+    """K-fold cross-fitting by grid: every grid is a test grid in exactly one fold.
+
+    Grids are permuted (seeded) within each stratum and dealt to the folds in turn, so every
+    fold holds about ``1 / n_folds`` of each stratum; each fold's validation grids are carved
+    from its training grids (``validation_fraction`` within each stratum).
+
+    Args:
+        grid_ids: ``(N,)`` grid identifier of every row.
+        n_folds: ``K >= 2`` (at most the number of grids).
+        validation_fraction: fraction of each fold's training grids held out for validation.
+        stratify: optional ``(N,)`` per-grid value (e.g. grid size) to balance the folds by.
+        random_state: seed.
+
+    Returns:
+        ``K`` :class:`GridSplit` whose test parts partition the rows.
+    """
+    ids = np.asarray(grid_ids)
+    grids, grid_strata = _grid_strata(ids, stratify)
+    if not 2 <= n_folds <= len(grids):
+        raise ValueError(f"n_folds must lie in [2, {len(grids)} grids], got {n_folds}")
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must lie in [0, 1), got {validation_fraction}")
+    rng = np.random.default_rng(random_state)
+    fold = np.zeros(len(grids), dtype=np.int64)
+    offset = 0
+    for s in np.unique(grid_strata):
+        members = rng.permutation(np.flatnonzero(grid_strata == s))
+        fold[members] = (np.arange(len(members)) + offset) % n_folds
+        offset += len(members)  # the next stratum starts where this one stopped
+    row_grid = np.searchsorted(grids, ids)
+    out = []
+    for k in range(n_folds):
+        val_grid = np.zeros(len(grids), dtype=bool)
+        for s in np.unique(grid_strata):
+            rest = np.flatnonzero((grid_strata == s) & (fold != k))
+            val_grid[rest[_assign(len(rest), validation_fraction, rng)]] = True
+        test_grid = fold == k
+        split = GridSplit(
+            train=np.flatnonzero(~test_grid[row_grid] & ~val_grid[row_grid]),
+            validation=np.flatnonzero(val_grid[row_grid]),
+            test=np.flatnonzero(test_grid[row_grid]),
+        )
+        split.check_disjoint(ids)
+        out.append(split)
+    return out
+
+
 def carve_validation(
     rows: np.ndarray, grid_ids: np.ndarray, fraction: float, random_state: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -77,8 +77,8 @@ def main() -> None:
         PatchConfig,
         PatchingContext,
         prepare_pairs,
-        run_patching,
     )
+    from goalprobe.probes.patching.patched_runs import run_patching
     from goalprobe.probes.patching.sites import DEFAULT_SITES, site_positions
 
     model, tokenizer, description = load_agent()

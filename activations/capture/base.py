@@ -309,8 +309,13 @@ class ResidualBackend(ABC):
         max_new_tokens: int,
         stop_ids: Sequence[int],
     ) -> list[list[int]]:
-        """Greedy completions of the prompt, one per patch (patches apply to the prompt pass,
-        not to the decoding steps); each cut after its first stop id."""
+        """Greedy completions, one per patch (patches apply to the prompt pass, not to the
+        decoding steps); each cut after its first stop id.
+
+        ``prompt_ids`` is one prompt, copied for every patch, or ``(len(patches), S)``: one
+        prompt per patch, all of one length (so that positions align and nothing is padded;
+        regenerations of many targets then share one decoding loop, see
+        :func:`prompt_batch`)."""
 
     def _patched_run(
         self,
@@ -388,6 +393,20 @@ def ids_tensor(
     if ids.ndim != 1 or ids.numel() == 0:
         raise ValueError("token_ids must be a non-empty 1-D sequence")
     return ids.unsqueeze(0).expand(rows, -1).contiguous()
+
+
+def prompt_batch(prompt_ids, rows: int, device: torch.device) -> torch.Tensor:
+    """``(rows, S)`` int64 prompts of :meth:`ResidualBackend.generate`: one 1-D prompt copied
+    ``rows`` times, or a 2-D ``(rows, S)`` array of equal-length prompts taken as they are."""
+    ids = np.asarray(prompt_ids, dtype=np.int64)
+    if ids.ndim == 1:
+        return ids_tensor(ids, rows, device)
+    if ids.ndim != 2 or ids.shape[0] != rows or ids.shape[1] == 0:
+        raise ValueError(
+            f"prompt_ids must be one prompt or one equal-length prompt per patch ({rows}), "
+            f"got shape {ids.shape}"
+        )
+    return torch.as_tensor(ids, device=device).contiguous()
 
 
 def check_patches(patches: Sequence[Patch], seq_len: int, n_layers: int) -> None:

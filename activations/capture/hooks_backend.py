@@ -24,6 +24,7 @@ from goalprobe.activations.capture.base import (
     ids_tensor,
     input_device,
     layer_plan,
+    prompt_batch,
     strip_stop,
 )
 from torch import nn
@@ -156,7 +157,7 @@ class HookBackend(ResidualBackend):
 
     def generate(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         *,
         max_new_tokens: int,
@@ -165,7 +166,7 @@ class HookBackend(ResidualBackend):
         """See :meth:`ResidualBackend.generate`."""
         if not patches:
             return []
-        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
         with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1])):
             out = self.model.generate(

@@ -36,6 +36,7 @@ from goalprobe.activations.capture.base import (
     ids_tensor,
     input_device,
     layer_plan,
+    prompt_batch,
     strip_stop,
 )
 from torch import nn
@@ -235,7 +236,7 @@ class NnsightBackend(ResidualBackend):
 
     def generate(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         *,
         max_new_tokens: int,
@@ -244,7 +245,7 @@ class NnsightBackend(ResidualBackend):
         """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
         if not patches:
             return []
-        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
         with (
             torch.no_grad(),

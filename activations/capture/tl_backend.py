@@ -35,6 +35,7 @@ from goalprobe.activations.capture.base import (
     ids_tensor,
     input_device,
     layer_plan,
+    prompt_batch,
     readout_index,
     strip_stop,
 )
@@ -170,7 +171,7 @@ class TransformerLensBackend(ResidualBackend):
 
     def generate(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         *,
         max_new_tokens: int,
@@ -179,7 +180,7 @@ class TransformerLensBackend(ResidualBackend):
         """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
         if not patches:
             return []
-        ids = ids_tensor(prompt_ids, len(patches), self.device)
+        ids = prompt_batch(prompt_ids, len(patches), self.device)
         prompt_length = ids.shape[1]
         hooks = self._hooks(patches, prompt_length)
         stops = torch.as_tensor(list(stop_ids), device=self.device)

@@ -201,6 +201,8 @@ def summary_table(result: PlanSweepResult) -> Table:
             "decoder": f"decoder {run.decoder_layers}L",
             "shuffled_control": f"shuffled {run.decoder_layers}L",
             "majority_plan": "majority plan",
+            "state_only": "state only (agent, goal cells)",
+            "optimal_policy": "optimal policy's plan",
         }[run.kind]
         table.add_row(
             run.stage,

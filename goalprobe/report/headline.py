@@ -10,30 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.run import MissingInput, RunReader, metric
+from goalprobe.report.verdict_rows import HeadlineRow, patching_rows, plan_rows
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
-
-
-@dataclass(frozen=True)
-class HeadlineRow:
-    """One line of the headline table.
-
-    Attributes:
-        finding: what is measured, with the study's figure or table.
-        value: the measured value (with its 95% CI where there is one).
-        baseline: what it is compared with.
-        verdict: whether the interval excludes the baseline, in words ("above majority: yes");
-            empty where there is nothing to test.
-    """
-
-    finding: str
-    value: str
-    baseline: str = ""
-    verdict: str = ""
 
 
 def yes_no(flag: bool | None) -> str:
@@ -236,52 +218,10 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         decoders = [r for r in runs if r["kind"] == "decoder" and r["stage"] == HEADLINE_STAGE]
         layer = headline_layer({r["layer"] for r in decoders})
         head = min((r for r in decoders if r["layer"] == layer), key=lambda r: r["decoder_layers"])
-        shuffled = [
-            r["metrics"]["prefix_accuracy"][0]
-            for r in runs
-            if r["kind"] == "shuffled_control"
-            and (r["stage"], r["layer"]) == (HEADLINE_STAGE, layer)
-        ]
-        m = head["metrics"]
-        acc, ci = m["prefix_accuracy"], m["prefix_accuracy_ci"]
-        bar = max([0.25, *[s for s in shuffled if s is not None]])
-        first = {"value": acc[0], "ci_low": ci[0][0], "ci_high": ci[1][0]}  # ci: (lows, highs)
-        return [
-            HeadlineRow(
-                f"Plan decoder prefix accuracy N=1 / N=3 ({head['name']}; Fig. 10)",
-                f"{stat_text(first)} / {pct(acc[2])}",
-                "0.25^N: 25.0% / 1.6%" + (f"; shuffled N=1 {pct(shuffled[0])}" if shuffled else ""),
-                f"N=1 above 0.25 and shuffled: {yes_no(above(first, bar))}",
-            )
-        ]
+        return plan_rows(head)
 
     def patching():
-        summary = run.json(run.layout.patch_results).get("summary", [])
-        controls = {
-            (r["mode"], r["site"], r["layers"], r["direction"]): r
-            for r in summary
-            if r["kind"] == "control"
-        }
-        out = []
-        for r in summary:
-            if r["kind"] != "disjoint" or r["layers"] != "all" or r["direction"] != "base_to_cf":
-                continue
-            control = controls.get((r["mode"], r["site"], r["layers"], r["direction"]))
-            ci = r.get("action_changed_ci") or [None, None]
-            stat = {"value": r["action_changed_rate"], "ci_low": ci[0], "ci_high": ci[1]}
-            base = None if control is None else control["action_changed_rate"]
-            out.append(
-                HeadlineRow(
-                    f"Patching all layers at {r['site']} ({r['mode']}): action changed "
-                    f"(n={r['n_runs']})",
-                    stat_text(stat),
-                    "control pairs "
-                    + ("–" if control is None else f"{pct(base)} (n={control['n_runs']})")
-                    + "; study: always changed, controls never",
-                    f"above controls: {yes_no(above(stat, base))}",
-                )
-            )
-        return out
+        return patching_rows(run.json(run.layout.patch_results))
 
     def false_belief():
         fb = run.json(run.layout.false_belief_results)["behaviour"]["all"]

@@ -14,6 +14,7 @@ from goalprobe.viewer.figures import (
     sweep_runs,
     topk_figure,
 )
+from goalprobe.viewer.figures.style import layer_key
 
 
 def belief(run: RunReader, fig: Figures) -> list[Block]:
@@ -112,11 +113,52 @@ def plans(run: RunReader, fig: Figures) -> list[Block]:
         caption="Random baseline 0.25^N: N=1 25.0%, N=3 1.6%, N=5 0.1%. Table 5: length "
         "analysis (plans censored at T = 10).",
     )
-    return [fig(figure), lengths]
+    return [fig(figure), plan_verdicts_table(decoders), lengths]
+
+
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1].replace("_", " ")
+
+
+def plan_verdicts_table(decoders: list[dict]) -> Block:
+    """Every decoder against the strongest baseline at N = 1, 2, 3, 5, and at N = 1 where the
+    agent departs from the optimal policy or breaks a tie."""
+    ns = (1, 2, 3, 5)
+    rows = []
+    for r in decoders:
+        by_n = {v["n"]: v for v in r.get("verdicts") or []}
+        line = [r["stage"], r["layer"], f"{r['decoder_layers']}L"]
+        for n in ns:
+            v = by_n.get(n)
+            line.append(
+                "–"
+                if v is None or not v.get("baselines")
+                else f"{pct(v['decoder']['value'])} vs {_short(v['strongest'])} "
+                f"{pct(v['baselines'][v['strongest']])}: {v['verdict']}"
+            )
+        dep = (r.get("departures") or {}).get("verdict_n1")
+        line.append(
+            "–"
+            if not dep or not dep.get("baselines")
+            else f"{stat_text(dep['decoder'])} vs {_short(dep['strongest'])} "
+            f"{pct(dep['baselines'][dep['strongest']])}: {dep['verdict']} (n={dep['n_rows']})"
+        )
+        rows.append(tuple(line))
+    return table(
+        ("stage", "layer", "decoder", *(f"N={n}" for n in ns), "N=1, departures and ties"),
+        rows,
+        caption="Each decoder against the strongest of 0.25^N, the majority plan, the shuffled "
+        "control, a state-only decoder (agent's and goal's cells and the grid's size, trained on "
+        "the same rows) and the optimal policy's plan on the true grid. Verdict: the paired "
+        "95% grid-clustered interval of decoder minus strongest lies above 0. Departures and "
+        "ties: the test rows whose first step is not optimal or is one of several optimal "
+        "actions, where no state-only predictor is right by construction.",
+    )
 
 
 def patching(run: RunReader, fig: Figures) -> list[Block]:
-    """Action changed per site x layer set (teacher-forced), with the control's stability."""
+    """The anchors' verdicts (every block, against a random other grid), the dose-response
+    (single blocks, first k and last k blocks, at every site) and the heatmap."""
     data = run.json(run.layout.patch_results)
     summary = data.get("summary", [])
     if not summary:
@@ -127,49 +169,54 @@ def patching(run: RunReader, fig: Figures) -> list[Block]:
                 f"no counterfactual pair survived preparation ({prep}); nothing was patched",
             )
         ]
-    control = {
-        (r["direction"], r["site"], r["layers"]): r
-        for r in summary
-        if r["kind"] == "control" and r["mode"] == "teacher_forced"
-    }
-    rows = []
-    for r in summary:
-        if r["kind"] != "disjoint" or r["mode"] != "teacher_forced":
-            continue
-        c = control.get((r["direction"], r["site"], r["layers"]))
-        low, high = r["action_changed_ci"]
-        rows.append(
+    verdicts = table(
+        ("site", "reasoning", "direction", "pairs (grids)", "moved into cf's optimal set",
+         "invalid", "random other grid", "controls changed", "logit diff. recovered",
+         "moved − random (paired)", "verdict"),
+        [
             (
-                r["direction"],
-                r["site"],
-                r["layers"],
-                r["n_runs"],
-                f"{pct(r['action_changed_rate'])} [{pct(low)}, {pct(high)}]",
-                pct(r["into_source_optimal_rate"]),
-                num(r["recovered_mean"]),
-                "–" if c is None else f"{pct(c['stable_rate'])} (n={c['n_runs']})",
+                v["site"], v["mode"].replace("_", " "), v["direction"],
+                f"{v['n_pairs']} ({v['n_grids']})", stat_text(v["moved"]),
+                pct(v["invalid"]["value"]), stat_text(v["random_grid"]),
+                f"{stat_text(v['control_changed'])} (n={v['control_changed']['n']})",
+                stat_text(v["recovered"], percent=False, digits=2),
+                stat_text(v["difference"]), v["verdict"],
             )
-        )
-    sites = table(
-        (
-            "direction",
-            "site",
-            "layers",
-            "runs",
-            "action changed [95% CI]",
-            "into source's optimal set",
-            "logit diff. recovered",
-            "control stable",
-        ),
+            for v in data.get("verdicts", [])
+        ],
+        caption="Every block patched at once. Moved: the patched action lies in the "
+        "counterfactual's optimal set (the source's); an answer naming no action is invalid, "
+        "never moved. The random-grid control patches the same target with a random other grid "
+        "of the same size, scored against the pair's counterfactual: a patch that only "
+        "disrupts the run moves as often under it. Verdict: the paired difference's 95% "
+        "grid-clustered interval lies above 0. At grid and changed_cells the patch transplants "
+        "the input: true for any agent that acts on it (a sanity check, no verdict). The upper "
+        "bound of 'moved' is the largest effect the pairs cannot exclude.",
+    )  # fmt: skip
+    dose = [r for r in summary if r["kind"] == "disjoint"]
+    labels = sorted({r["layers"] for r in dose}, key=layer_key)
+    cells = {(r["mode"], r["direction"], r["site"], r["layers"]): r for r in dose}
+    rows = []
+    for mode, direction, site in sorted({k[:3] for k in cells}):
+        line = [mode.replace("_", " "), direction, site]
+        for label in labels:
+            r = cells.get((mode, direction, site, label))
+            line.append(
+                "–" if r is None else f"{pct(r['into_source_optimal_rate'])} ({r['n_runs']})"
+            )
+        rows.append(tuple(line))
+    dose_table = table(
+        ("reasoning", "direction", "site", *labels),
         rows,
-        caption=f"{data.get('n_bases', '?')} base steps; reasoning held fixed (teacher-forced). "
-        "The study found single-layer patches never changed GPT-OSS-20B's action (0/456), "
-        "all-layer patches always did.",
+        caption=f"Dose-response: share of disjoint pairs moved into the counterfactual's optimal "
+        f"set (n runs) by block set: single blocks, the first k and the last k blocks, all. "
+        f"{data.get('n_bases', '?')} base steps; pairs kept: {data.get('n_pairs', {})}. The "
+        "study: single layers 0/456, all layers always.",
     )
     records = data.get("records", [])
     if not records:
-        return [sites]
+        return [verdicts, dose_table]
     heatmap = patching_heatmap_figure(
-        records, value="action_changed", title="Action changed by site and layer set"
+        records, value="into_source_optimal", title="Moved into the source's optimal set"
     )
-    return [fig(heatmap), sites]
+    return [verdicts, dose_table, fig(heatmap)]

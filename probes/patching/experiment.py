@@ -1,4 +1,5 @@
-"""The patching experiment: prepare counterfactual pairs, run every site x layers x direction.
+"""The patching experiment: its config, and the counterfactual pairs prepared for patching
+(:mod:`goalprobe.probes.patching.patched_runs` patches them).
 
 For each :class:`~goalprobe.probes.patching.counterfactuals.CounterfactualPair` both sides (base and
 counterfactual) get a teacher-forced sequence (prompt + their own reasoning + the answer
@@ -26,15 +27,13 @@ patching are kept (``require_optimal``), so capability does not confound the res
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import torch
-from goalprobe.activations.capture.base import CleanRun, Patch, ResidualBackend
+from goalprobe.activations.capture.base import CleanRun, ResidualBackend
 from goalprobe.activations.extract import default_layers
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
@@ -48,7 +47,6 @@ from goalprobe.gridworld.text import render
 from goalprobe.probes.patching.counterfactuals import CounterfactualPair
 from goalprobe.probes.patching.sites import (
     DEFAULT_SITES,
-    PROMPT_SITES,
     SITES,
     ActionTokens,
     SequenceError,
@@ -57,7 +55,6 @@ from goalprobe.probes.patching.sites import (
     capture_positions,
     check_aligned,
     reasoning_ids,
-    site_positions,
 )
 
 DIRECTIONS: tuple[str, ...] = ("base_to_cf", "cf_to_base")
@@ -73,14 +70,29 @@ class PatchConfig:
         sites: patch sites (:data:`goalprobe.probes.patching.sites.SITES`).
         layers: layer-set specs, each patched as one run: ``"thirds"`` (the study's spread, the
             last block of each third: 7, 15, 23 of GPT-OSS-20B's 24), ``"each"`` (every block
-            on its own), ``"all"`` (every block at once), ``"7"``, ``"-1"`` (the last block),
-            ``"7+15"`` (both at once).
+            on its own), ``"cumulative"`` (the first k and the last k blocks for every k: the
+            dose-response, labelled ``first<k>`` / ``last<k>``), ``"all"`` (every block at
+            once), ``"7"``, ``"-1"`` (the last block), ``"7+15"`` (both at once).
         directions: ``"base_to_cf"`` and/or ``"cf_to_base"``.
         reasoning: ``"recorded"``, ``"greedy"`` or ``"oracle"`` (module docstring).
         require_optimal: keep only pairs whose unpatched action is optimal on both sides.
         regenerate: also regenerate the reasoning under the patch (prompt sites only).
         max_new_tokens: token budget of every greedy completion.
-        batch_size: patched copies per forward pass (and prompts per generation call).
+        batch_size: patched copies per forward pass (and prompts per greedy-completion call).
+        regenerate_batch_size: regenerations per decoding loop; they are pooled across pairs
+            (every target prompt of one length shares a loop), which is what makes regeneration
+            affordable.
+        anchor_sites, anchor_layers: what every kept pair is patched at (the headline's power);
+            anchor sites not among ``sites`` are not patched.
+        full_pairs: pairs of each kind (disjoint, control) patched at every site x layer set
+            (the dose-response); the others only at ``anchor_sites`` x ``anchor_layers``. None:
+            every pair at everything.
+        random_control: also patch every disjoint pair's target with the values of a random
+            other grid of the same size (a different grid, drawn with ``seed``), at the
+            ``anchor_layers`` sets of every site the pair is patched at but
+            ``changed_cells``: kind ``"random_grid"``, scored against the pair's counterfactual
+            (a patch that only disrupts lands there as often as this control does).
+        seed: seed of the random-grid draw.
         reasoning_effort: harmony reasoning effort of the prompts.
         template_dir: prompt templates directory; None uses the packaged ones.
     """
@@ -93,6 +105,12 @@ class PatchConfig:
     regenerate: bool = False
     max_new_tokens: int = 256
     batch_size: int = 16
+    regenerate_batch_size: int = 64
+    anchor_sites: tuple[str, ...] = ("pre_reasoning",)
+    anchor_layers: tuple[str, ...] = ("all",)
+    full_pairs: int | None = None
+    random_control: bool = True
+    seed: int = 0
     reasoning_effort: ReasoningEffort = "low"
     template_dir: str | None = None
 
@@ -107,16 +125,20 @@ class PatchConfig:
             raise ValueError(f"reasoning must be one of {REASONING_MODES}, got {self.reasoning!r}")
         if not self.layers:
             raise ValueError("layers needs at least one layer-set spec")
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("max_new_tokens and batch_size must be >= 1")
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.regenerate_batch_size < 1:
+            raise ValueError("max_new_tokens, batch_size and regenerate_batch_size must be >= 1")
+        if not self.anchor_layers:
+            raise ValueError("anchor_layers needs at least one layer-set spec")
+        if self.full_pairs is not None and self.full_pairs < 0:
+            raise ValueError(f"full_pairs must be >= 0 or None, got {self.full_pairs}")
 
 
 def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
     """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept.
 
     Raises:
-        ValueError: a spec that is not ``thirds``, ``each``, ``all`` or ``+``-joined block
-            indices in ``[-n_layers, n_layers)``.
+        ValueError: a spec that is not ``thirds``, ``each``, ``cumulative``, ``all`` or
+            ``+``-joined block indices in ``[-n_layers, n_layers)``.
     """
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
@@ -124,6 +146,18 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
         if spec == "each":
             for layer in range(n_layers):
                 out.setdefault((layer,), str(layer))
+            continue
+        if spec == "cumulative":
+            for k in range(1, n_layers + 1):
+                first, last = tuple(range(k)), tuple(range(n_layers - k, n_layers))
+                if k == n_layers:
+                    out.setdefault(first, "all")
+                elif k == 1:
+                    out.setdefault(first, "0")
+                    out.setdefault(last, str(n_layers - 1))
+                else:
+                    out.setdefault(first, f"first{k}")
+                    out.setdefault(last, f"last{k}")
             continue
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")
@@ -263,7 +297,10 @@ class PatchingContext:
         )
         self.generator = LocalBackend(model, tokenizer)
         self.layer_sets = resolve_layer_sets(config.layers, backend.n_layers)
-        self.capture_layers = sorted({x for _, layers in self.layer_sets for x in layers})
+        self.anchor_layer_sets = resolve_layer_sets(config.anchor_layers, backend.n_layers)
+        self.capture_layers = sorted(
+            {x for _, layers in self.layer_sets + self.anchor_layer_sets for x in layers}
+        )
 
     def messages(self, grid: Grid, state: State):
         """The conversation showing ``grid`` in ``state``."""
@@ -521,243 +558,3 @@ def _make_base_side(context, base, base_prompts, greedy) -> Side | str:
         )
     except SequenceError as err:
         return f"base: {err}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Patching
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PatchRecord:
-    """The outcome of one patched run (one row of the results table).
-
-    Attributes:
-        pair_id, base_id, grid_id: the pair, its base and grid.
-        kind: ``"disjoint"`` or ``"control"``.
-        moved: ``"agent"`` or ``"goal"``.
-        direction: ``"base_to_cf"`` or ``"cf_to_base"``.
-        site: the patch site.
-        layers: the layer-set label (``"7"``, ``"all"``, ``"7+15"``).
-        n_positions: target positions overwritten.
-        mode: ``"teacher_forced"`` or ``"regenerated"``.
-        source_values: ``"live"`` (captured now) or ``"store"`` (read from the activation store).
-        target_action, source_action: the unpatched actions of the two runs.
-        patched_action: the patched action (None: the regenerated answer named none).
-        target_optimal, source_optimal: optimal action names of the two states.
-        action_changed: patched action differs from the target's unpatched action.
-        into_source_optimal: patched action lies in the source state's optimal set.
-        in_target_optimal: patched action lies in the target state's optimal set.
-        ld_target, ld_source, ld_patched: logit difference
-            ``logsumexp(logits[source_optimal]) - logsumexp(logits[target_optimal])`` over the
-            action logits of the unpatched target, the unpatched source and the patched run
-            (NaN for regenerated runs).
-        recovered: ``(ld_patched - ld_target) / (ld_source - ld_target)``; NaN when the optimal
-            sets coincide (control pairs), for regenerated runs, or when the denominator is
-            below 1e-6 in absolute value.
-        patched_probs: ``(4,)`` softmax over the action logits of the patched run (empty for
-            regenerated runs).
-    """
-
-    pair_id: str
-    base_id: str
-    grid_id: str
-    kind: str
-    moved: str
-    direction: str
-    site: str
-    layers: str
-    n_positions: int
-    mode: str
-    source_values: str
-    target_action: str | None
-    source_action: str | None
-    patched_action: str | None
-    target_optimal: list[str]
-    source_optimal: list[str]
-    action_changed: bool
-    into_source_optimal: bool
-    in_target_optimal: bool
-    ld_target: float
-    ld_source: float
-    ld_patched: float
-    recovered: float
-    patched_probs: list[float]
-
-    def to_dict(self) -> dict:
-        """JSON-ready (NaN kept as float NaN; writers turn it into null)."""
-        return asdict(self)
-
-
-RECOVERED_MIN_DENOMINATOR = 1e-6
-
-
-def logit_difference(
-    action_logits: np.ndarray, toward: frozenset[Action], away: frozenset[Action]
-) -> float:
-    """``logsumexp(logits[toward]) - logsumexp(logits[away])`` over ``(4,)`` action logits."""
-    a = np.asarray(action_logits, dtype=np.float64)
-    t = [int(x) for x in sorted(toward)]
-    w = [int(x) for x in sorted(away)]
-    if not t or not w:
-        return math.nan
-    return float(np.logaddexp.reduce(a[t]) - np.logaddexp.reduce(a[w]))
-
-
-def recovered_fraction(ld_patched: float, ld_target: float, ld_source: float) -> float:
-    """``(patched - target) / (source - target)``; NaN for a near-zero denominator."""
-    denominator = ld_source - ld_target
-    if not math.isfinite(denominator) or abs(denominator) < RECOVERED_MIN_DENOMINATOR:
-        return math.nan
-    return float((ld_patched - ld_target) / denominator)
-
-
-def _names(actions) -> list[str]:
-    return sorted(Action(a).name for a in actions)
-
-
-@dataclass(frozen=True)
-class _Job:
-    prepared: PreparedPair
-    direction: str
-    site: str
-    label: str
-    patch: Patch
-    source_values: str
-
-
-def _jobs(
-    prepared: PreparedPair, context: PatchingContext, store, skipped: Counter, sites: Sequence[str]
-) -> list[_Job]:
-    jobs = []
-    for direction in context.config.directions:
-        source, target = prepared.sides(direction)
-        for site in sites:
-            try:
-                src_pos, tgt_pos = site_positions(
-                    source.sequence, target.sequence, site, prepared.pair.changed_cells
-                )
-            except SequenceError as err:
-                skipped[f"{site}: {err}"] += 1
-                continue
-            for label, layers in context.layer_sets:
-                values, origin = None, "live"
-                if store is not None and direction == "base_to_cf":
-                    values = store.values(
-                        prepared.pair.base, site, layers, src_pos, source.sequence.token_ids
-                    )
-                    origin = "live" if values is None else "store"
-                if values is None:
-                    values = source.clean.values(layers, src_pos)
-                patch = Patch(layers, torch.as_tensor(tgt_pos), values)
-                jobs.append(_Job(prepared, direction, site, label, patch, origin))
-    return jobs
-
-
-def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
-    source, target = job.prepared.sides(job.direction)
-    src_opt, tgt_opt = source.optimal, target.optimal
-    target_action: Action | None
-    source_action: Action | None
-    if mode == "teacher_forced":
-        target_action, source_action = target.action, source.action
-        ld_target = logit_difference(target.action_logits, src_opt, tgt_opt)
-        ld_source = logit_difference(source.action_logits, src_opt, tgt_opt)
-        ld_patched = logit_difference(patched_logits, src_opt, tgt_opt)
-        recovered = (
-            math.nan if src_opt == tgt_opt else recovered_fraction(ld_patched, ld_target, ld_source)
-        )
-        shifted = patched_logits - patched_logits.max()
-        probs = (np.exp(shifted) / np.exp(shifted).sum()).tolist()
-    else:
-        target_action, source_action = target.generated_action, source.generated_action
-        ld_target = ld_source = ld_patched = recovered = math.nan
-        probs = []
-    pair = job.prepared.pair
-    return PatchRecord(
-        pair_id=pair.pair_id,
-        base_id=pair.base.base_id,
-        grid_id=pair.base.grid_id,
-        kind=pair.kind,
-        moved=pair.moved,
-        direction=job.direction,
-        site=job.site,
-        layers=job.label,
-        n_positions=int(len(job.patch.positions)),
-        mode=mode,
-        source_values=job.source_values,
-        target_action=None if target_action is None else target_action.name,
-        source_action=None if source_action is None else source_action.name,
-        patched_action=None if patched_action is None else patched_action.name,
-        target_optimal=_names(tgt_opt),
-        source_optimal=_names(src_opt),
-        action_changed=patched_action != target_action,
-        into_source_optimal=patched_action is not None and patched_action in src_opt,
-        in_target_optimal=patched_action is not None and patched_action in tgt_opt,
-        ld_target=ld_target,
-        ld_source=ld_source,
-        ld_patched=ld_patched,
-        recovered=recovered,
-        patched_probs=probs,
-    )
-
-
-def run_patching(
-    prepared: Sequence[PreparedPair],
-    context: PatchingContext,
-    *,
-    store=None,
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[PatchRecord], Counter]:
-    """Every site x layer set x direction of every prepared pair.
-
-    Args:
-        prepared: from :func:`prepare_pairs`.
-        context: the shared model context.
-        store: optional :class:`~goalprobe.probes.patching.store_source.StoreSource`; anchor values of
-            base sources come from it where it holds them.
-        progress: called with ``(pairs done, pairs)``.
-
-    Returns:
-        ``(records, skipped)``: one :class:`PatchRecord` per patched run (teacher-forced, then
-        regenerated ones when ``config.regenerate``), and site -> count of pairs where a site
-        could not be patched (e.g. ``"all"`` on sequences of different lengths).
-    """
-    config = context.config
-    action_ids = list(context.action_tokens.action_ids)
-    stop_ids = list(context.special_ids.stop_ids)
-    records: list[PatchRecord] = []
-    skipped: Counter = Counter()
-    for index, item in enumerate(prepared):
-        if progress is not None:
-            progress(index, len(prepared))
-        jobs = _jobs(item, context, store, skipped, config.sites)
-        by_target: dict[str, list[_Job]] = {}
-        for job in jobs:
-            by_target.setdefault(job.direction, []).append(job)
-        for direction, group in by_target.items():
-            _, target = item.sides(direction)
-            # patches that start late share a long unpatched prefix (the backends' prefix_cache)
-            group.sort(key=lambda j: int(j.patch.positions.min()))
-            for start in range(0, len(group), config.batch_size):
-                chunk = group[start : start + config.batch_size]
-                logits = context.backend.patched_logits(
-                    target.sequence.token_ids, [j.patch for j in chunk]
-                )
-                for job, row in zip(chunk, logits[:, action_ids].numpy(), strict=True):
-                    action = Action(int(np.argmax(row)))
-                    records.append(_record(job, "teacher_forced", action, row.astype(np.float64)))
-            if config.regenerate:
-                prompt_jobs = [j for j in group if j.site in PROMPT_SITES]
-                for start in range(0, len(prompt_jobs), config.batch_size):
-                    chunk = prompt_jobs[start : start + config.batch_size]
-                    completions = context.backend.generate(
-                        target.prompt_ids,
-                        [j.patch for j in chunk],
-                        max_new_tokens=config.max_new_tokens,
-                        stop_ids=stop_ids,
-                    )
-                    for job, ids in zip(chunk, completions, strict=True):
-                        generated = context.parse_generated(ids)
-                        records.append(_record(job, "regenerated", generated, None))
-    return records, skipped

@@ -2,19 +2,26 @@
 
 Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
 
-* ``action_changed_rate``: patched action differs from the target's unpatched action (for the
-  control set, ``stable_rate = 1 - action_changed_rate`` is the stability);
 * ``into_source_optimal_rate``: patched action lies in the source state's optimal set (for
-  ``cf_to_base`` this is the rate of moving into the counterfactual's optimal set);
+  ``cf_to_base`` this is the rate of moving into the counterfactual's optimal set): the
+  headline quantity;
+* ``invalid_rate``: the patched answer named no action (regenerated runs); an invalid run is
+  never counted as changed or moved;
+* ``into_reference_optimal_rate``: patched action lies in the reference set (the pair's
+  counterfactual side for the ``random_grid`` control, else the source's);
+* ``action_changed_rate``: a valid patched action that differs from the target's unpatched one
+  (for the control set, ``stable_rate = 1 - action_changed_rate`` is the stability);
 * ``recovered_mean``: mean normalised logit difference recovered,
   ``(patched - target) / (source - target)`` (1: the patch carries the source's preference over
   fully; 0: no effect), over the runs where it is defined.
 
-Pairs drawn from one grid are not independent, so every interval is a percentile grid
-bootstrap of the pooled statistic (:func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`). Files
+Pairs drawn from one grid are not independent, so every interval is the grid-clustered
+interval of :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio` (the one place rates get
+their intervals). :func:`anchor_verdicts` turns the records into the headline's verdicts. Files
 (:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
-(schema ``goalprobe.patching/1``: config, preparation report, summary, records), read back by
-:func:`read_records` (the bundle's records, else the records CSV);
+(schema ``goalprobe.patching/2``: config, preparation report, pairs per kind, verdicts, summary,
+records; ``/1`` still read), read back by :func:`read_records` (the bundle's records, else the
+records CSV);
 :meth:`goalprobe.probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
 The site x layers heatmap of a summary is :func:`goalprobe.viewer.figures.patching.patch_summary_figure`;
 the application layer writes it.
@@ -34,7 +41,7 @@ from typing import Any
 import numpy as np
 from goalprobe.gridworld.stats import grid_bootstrap_ratio
 
-SCHEMA = "goalprobe.patching/1"
+SCHEMA = "goalprobe.patching/2"
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
@@ -51,8 +58,8 @@ def grid_ci(
     confidence: float,
     random_state: int | None,
 ) -> tuple[float, float]:
-    """Grid-bootstrap percentile CI of the pooled mean of finite ``values`` (NaN where
-    undefined, e.g. fewer than two grids)."""
+    """The grid-clustered CI of the pooled mean of finite ``values``
+    (:func:`~goalprobe.gridworld.stats.grid_bootstrap_ratio`; NaN where undefined)."""
     stat = grid_bootstrap_ratio(
         values,
         None,
@@ -72,9 +79,12 @@ class SummaryRow:
     Attributes:
         kind, mode, direction, site, layers: the cell (see :class:`PatchRecord`).
         n_runs: patched runs in the cell; n_grids: distinct grids they come from.
+        n_valid: runs whose patched answer named an action.
+        invalid_rate, invalid_ci: share of runs whose answer named none, and CI.
         action_changed_rate, action_changed_ci: rate and ``(low, high)`` CI.
         stable_rate: ``1 - action_changed_rate`` (the control set's stability).
         into_source_optimal_rate, into_source_optimal_ci: rate and CI.
+        into_reference_optimal_rate, into_reference_optimal_ci: rate and CI.
         in_target_optimal_rate: patched action still optimal for the target state.
         recovered_mean, recovered_ci: mean normalised logit difference recovered and CI (NaN
             when undefined in every run, e.g. control pairs or regenerated runs).
@@ -88,11 +98,16 @@ class SummaryRow:
     layers: str
     n_runs: int
     n_grids: int
+    n_valid: int
+    invalid_rate: float
+    invalid_ci: tuple[float, float]
     action_changed_rate: float
     action_changed_ci: tuple[float, float]
     stable_rate: float
     into_source_optimal_rate: float
     into_source_optimal_ci: tuple[float, float]
+    into_reference_optimal_rate: float
+    into_reference_optimal_ci: tuple[float, float]
     in_target_optimal_rate: float
     recovered_mean: float
     recovered_ci: tuple[float, float]
@@ -110,7 +125,7 @@ def summarize(
     confidence: float = 0.95,
     random_state: int | None = 0,
 ) -> list[SummaryRow]:
-    """Aggregate :class:`~goalprobe.probes.patching.experiment.PatchRecord` (or their dicts) per cell."""
+    """Aggregate :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` (or their dicts) per cell."""
     groups: dict[tuple, list] = {}
     for record in records:
         groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)
@@ -119,6 +134,8 @@ def summarize(
         grids = np.asarray([_get(r, "grid_id") for r in group], dtype=str)
         changed = np.asarray([_get(r, "action_changed") for r in group], dtype=np.float64)
         into = np.asarray([_get(r, "into_source_optimal") for r in group], dtype=np.float64)
+        invalid = np.asarray([_get(r, "invalid") for r in group], dtype=np.float64)
+        into_ref = np.asarray([_get(r, "into_reference_optimal") for r in group], dtype=np.float64)
         in_target = np.asarray([_get(r, "in_target_optimal") for r in group], dtype=np.float64)
         recovered = np.asarray([_get(r, "recovered") for r in group], dtype=np.float64)
         defined = np.isfinite(recovered)
@@ -130,11 +147,16 @@ def summarize(
                 **dict(zip(GROUP_KEYS, key, strict=True)),
                 n_runs=len(group),
                 n_grids=len(set(grids.tolist())),
+                n_valid=int((invalid == 0).sum()),
+                invalid_rate=float(invalid.mean()),
+                invalid_ci=grid_ci(invalid, grids, **ci),
                 action_changed_rate=float(changed.mean()),
                 action_changed_ci=grid_ci(changed, grids, **ci),
                 stable_rate=float(1.0 - changed.mean()),
                 into_source_optimal_rate=float(into.mean()),
                 into_source_optimal_ci=grid_ci(into, grids, **ci),
+                into_reference_optimal_rate=float(into_ref.mean()),
+                into_reference_optimal_ci=grid_ci(into_ref, grids, **ci),
                 in_target_optimal_rate=float(in_target.mean()),
                 recovered_mean=float(recovered[defined].mean()) if defined.any() else math.nan,
                 recovered_ci=grid_ci(recovered[defined], grids[defined], **ci)
@@ -147,12 +169,16 @@ def summarize(
 
 
 def _layer_order(label: str) -> tuple:
-    """Single layers ascending, then multi-layer sets, then ``all``."""
+    """Single layers ascending, then the first k and the last k blocks by k, then other
+    multi-layer sets, then ``all``."""
     if label == "all":
-        return (2, 0, label)
-    if "+" in label:
-        return (1, 0, label)
-    return (0, int(label), label)
+        return (4, 0, label)
+    for rank, prefix in ((1, "first"), (2, "last")):
+        if label.startswith(prefix) and label[len(prefix) :].isdigit():
+            return (rank, int(label[len(prefix) :]), label)
+    if label.lstrip("-").isdigit():
+        return (0, int(label), label)
+    return (3, 0, label)
 
 
 def _json_safe(value):

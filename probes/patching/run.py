@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,20 +23,21 @@ from goalprobe.agents.trajectories import read_run_header, read_steps
 from goalprobe.probes.patching.counterfactuals import (
     BaseState,
     CounterfactualConfig,
+    CounterfactualPair,
     base_from_step,
     build_counterfactuals,
 )
 from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
-    PatchRecord,
     PreparationReport,
     PreparedPair,
     prepare_pairs,
-    run_patching,
 )
+from goalprobe.probes.patching.patched_runs import PatchRecord, run_patching
 from goalprobe.probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
 from goalprobe.probes.patching.store_source import StoreSource
+from goalprobe.probes.patching.verdicts import anchor_verdicts
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,9 @@ class PatchingOutcome:
         records: one record per patched run.
         summary: per-cell rates with grid-bootstrap intervals.
         meta: JSON-ready facts (model, backend, layer sets, configs, input, counts, preparation
-            report, sites skipped per reason) written beside the tables.
+            report, sites skipped per reason, pairs kept per kind, the anchors' verdicts of
+            :func:`~goalprobe.probes.patching.verdicts.anchor_verdicts`) written beside the
+            tables.
     """
 
     prepared: list[PreparedPair]
@@ -127,6 +131,7 @@ def run_experiment(
     config: PatchConfig,
     counterfactuals: CounterfactualConfig = CounterfactualConfig(),
     *,
+    pairs: Sequence[CounterfactualPair] | None = None,
     store: StoreSource | None = None,
     n_resamples: int = 2000,
     random_state: int | None = 0,
@@ -142,6 +147,7 @@ def run_experiment(
         backend: a residual-stream backend with a tokenizer.
         config: what to patch and how.
         counterfactuals: how many pairs of which kind to draw per base.
+        pairs: the pairs, drawn by the caller (then ``counterfactuals`` is only recorded).
         store: optional source of recorded anchor values (:class:`StoreSource`).
         n_resamples, random_state: the grid bootstrap of the summary.
         model_id, model_revision, input_name: recorded in :attr:`PatchingOutcome.meta`.
@@ -151,11 +157,13 @@ def run_experiment(
         goalprobe.probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or template
             (see :func:`~goalprobe.probes.patching.experiment.prepare_pairs`).
     """
-    pairs = build_counterfactuals(bases, counterfactuals)
+    if pairs is None:
+        pairs = build_counterfactuals(bases, counterfactuals)
     context = PatchingContext(backend, config)
     prepared, report = prepare_pairs(pairs, context)
     records, skipped = run_patching(prepared, context, store=store)
     summary = summarize(records, n_resamples=n_resamples, random_state=random_state)
+    verdicts = anchor_verdicts(records, n_resamples=n_resamples, random_state=random_state)
     meta = {
         "model": model_id,
         "model_revision": model_revision,
@@ -168,5 +176,7 @@ def run_experiment(
         "n_bases": len(bases),
         "preparation": report.to_dict(),
         "skipped_sites": dict(skipped),
+        "n_pairs": dict(Counter(p.pair.kind for p in prepared)),
+        "verdicts": verdicts,
     }
     return PatchingOutcome(prepared, report, records, summary, meta)

@@ -446,15 +446,15 @@ def test_patching_end_to_end(gptoss_model, o200k_tokenizer):
         PatchConfig,
         PatchingContext,
         prepare_pairs,
-        run_patching,
     )
+    from goalprobe.probes.patching.patched_runs import run_patching
 
     config = CounterfactualConfig(moves=("agent", "goal"), disjoint_per_move=1, control_per_move=0)
     pairs = build_counterfactuals([base_from_grid(g) for g in _grids()], config)[:2]
     sites = ("grid", "changed_cells", "pre_reasoning", "post_reasoning", "answer")
     patch_config = PatchConfig(
         sites=sites, layers=("1",), directions=("base_to_cf",), reasoning="oracle",
-        require_optimal=False, max_new_tokens=4, batch_size=8,
+        require_optimal=False, max_new_tokens=4, batch_size=8, random_control=False,
     )  # fmt: skip
     backend = make_backend("nnsight", gptoss_model, o200k_tokenizer)
     context = PatchingContext(backend, patch_config)

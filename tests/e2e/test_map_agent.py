@@ -34,8 +34,9 @@ from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
     prepare_pairs,
-    run_patching,
 )
+from goalprobe.probes.patching.patched_runs import run_patching
+from goalprobe.probes.patching.verdicts import anchor_verdicts
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from sklearn.linear_model import LogisticRegression
@@ -184,9 +185,17 @@ def causality(agents):
         regenerated = [r for r in records if r.mode == "regenerated"]
         disjoint = [r for r in regenerated if r.kind == "disjoint"]
         control = [r for r in regenerated if r.kind == "control"]
+        (verdict,) = [
+            v
+            for v in anchor_verdicts(records, n_resamples=500)
+            if (v["site"], v["mode"]) == ("pre_reasoning", "regenerated")
+        ]
         out[name] = {
             "n_disjoint": len(disjoint),
             "flipped": float(np.mean([r.into_source_optimal for r in disjoint])),
+            "invalid": float(np.mean([r.invalid for r in disjoint])),
+            "random_grid": verdict["random_grid"]["value"],
+            "verdict": verdict["verdict"],
             "n_control": len(control),
             "control_changed": float(np.mean([r.action_changed for r in control])),
             "kept": report.n_kept,
@@ -224,3 +233,7 @@ def test_patching_map_agent_anchors_moves_its_action(causality):
     assert m["flipped"] >= 0.5, m
     assert m["control_changed"] <= 0.25, m
     assert shipped["flipped"] <= 0.15, shipped
+    # the anchors' verdict (moved beyond a random other grid of the same size, paired): the
+    # positive control says yes, the shipped agent no
+    assert m["verdict"] == "yes" and m["random_grid"] < m["flipped"], m
+    assert shipped["verdict"] == "no", shipped

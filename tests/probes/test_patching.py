@@ -33,10 +33,12 @@ from goalprobe.probes.patching.counterfactuals import (
 from goalprobe.probes.patching.experiment import (
     PatchConfig,
     PatchingContext,
-    logit_difference,
     prepare_pairs,
-    recovered_fraction,
     resolve_layer_sets,
+)
+from goalprobe.probes.patching.patched_runs import (
+    logit_difference,
+    recovered_fraction,
     run_patching,
 )
 from goalprobe.probes.patching.results import summarize, write_results
@@ -133,7 +135,11 @@ def context_for(backend, **overrides) -> PatchingContext:
 @pytest.fixture(scope="module")
 def prepared(model, tokenizer, backends, pairs):
     context = context_for(backends["nnsight"])
-    items, report = prepare_pairs(pairs[:4], context)
+    # two pairs from each of two grids of one size: the random-grid control has a source
+    chosen = [p for p in pairs if p.base.grid_id == "g0"][:2]
+    chosen += [p for p in pairs if p.base.grid_id == "g1"][:2]
+    assert {p.kind for p in chosen} == {"disjoint", "control"}
+    items, report = prepare_pairs(chosen, context)
     assert report.n_kept == 4 and not report.dropped
     return context, items
 
@@ -315,15 +321,27 @@ def records(prepared):
 def test_records_metrics_are_consistent(prepared, records):
     context, items = prepared
     by_pair = {item.pair.pair_id: item for item in items}
+    others = {item.base.sequence.prompt_length: item for item in items}
     for r in records:
         item = by_pair[r.pair_id]
         source, target = item.sides(r.direction)
+        reference = source.optimal
+        if r.kind == "random_grid":  # a base side of the other grid, scored against the pair's
+            assert item.pair.kind == "disjoint" and r.site != "changed_cells"
+            assert r.base_id == item.pair.base.base_id
+            source = next(i.base for i in items if i.pair.base.grid_id != r.grid_id)
+            assert r.source_optimal == sorted(a.name for a in source.optimal)
         probs = np.asarray(r.patched_probs)
         assert probs.shape == (4,) and math.isclose(probs.sum(), 1.0, rel_tol=1e-6)
         assert r.patched_action == Action(int(np.argmax(probs))).name
+        assert not r.invalid
         assert r.target_action == target.action.name and r.source_action == source.action.name
         assert r.action_changed == (r.patched_action != r.target_action)
         assert r.into_source_optimal == (Action[r.patched_action] in source.optimal)
+        assert r.into_reference_optimal == (Action[r.patched_action] in reference)
+        if r.kind == "random_grid":
+            assert math.isnan(r.recovered)
+            continue
         if r.kind == "control":
             assert r.ld_target == 0.0 and math.isnan(r.recovered)
             assert r.into_source_optimal == r.in_target_optimal
@@ -337,6 +355,8 @@ def test_records_metrics_are_consistent(prepared, records):
             if r.kind == "disjoint":
                 assert math.isclose(r.recovered, 1.0, abs_tol=1e-4) or math.isnan(r.recovered)
     assert {r.site for r in records} == set(context.config.sites)
+    assert {r.kind for r in records} == {"disjoint", "control", "random_grid"}
+    assert len(others) == 1  # one prompt length: every disjoint pair had a random source
 
 
 def test_logit_difference_and_recovered_fraction():
@@ -408,6 +428,12 @@ def test_resolve_layer_sets():
         ("2", (2,)),
         ("0+2", (0, 2)),
     ]
+    # the dose-response: single blocks, then the first k and the last k, then every block
+    assert [label for label, _ in resolve_layer_sets(["each", "cumulative"], 4)] == [
+        "0", "1", "2", "3", "first2", "last2", "first3", "last3", "all",
+    ]  # fmt: skip
+    assert dict(resolve_layer_sets(["cumulative"], 4))["last3"] == (1, 2, 3)
+    assert [label for label, _ in resolve_layer_sets(["cumulative"], 2)] == ["0", "1", "all"]
     with pytest.raises(ValueError, match="outside"):
         resolve_layer_sets(["3"], 3)
     with pytest.raises(ValueError, match="bad layer spec"):
@@ -445,6 +471,17 @@ def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer
         torch.as_tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=stop
     )[0, len(prompt) :].tolist()
     assert a[0] == unpatched[: len(a[0])]
+    # pooled regeneration: one equal-length prompt per patch gives what each prompt alone gives
+    prompts = np.asarray([prompt, item.cf.prompt_ids])
+    for name in ("nnsight", "hooks", "transformer_lens"):
+        pooled = backends[name].generate(prompts, patches, max_new_tokens=6, stop_ids=stop)
+        alone = [
+            backends[name].generate(row, [patch], max_new_tokens=6, stop_ids=stop)[0]
+            for row, patch in zip(prompts, patches, strict=True)
+        ]
+        assert pooled == alone, name
+    with pytest.raises(ValueError, match="one equal-length prompt per patch"):
+        backends["hooks"].generate(prompts[:1], patches, max_new_tokens=2, stop_ids=stop)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,7 +617,7 @@ def test_summary_and_files(tmp_path, records):
             assert low <= row.action_changed_rate <= high
     paths = write_results(tmp_path / "out", records, summary, {"config": {"sites": ["grid"]}})
     bundle = json.loads(paths["results_json"].read_text())
-    assert bundle["schema"] == "goalprobe.patching/1"
+    assert bundle["schema"] == "goalprobe.patching/2"
     assert len(bundle["records"]) == len(records) and len(bundle["summary"]) == len(summary)
     header = paths["summary_csv"].read_text().splitlines()[0]
     assert "action_changed_ci_low" in header
@@ -590,11 +627,11 @@ def test_summary_and_files(tmp_path, records):
     assert "plotly" in heatmap.read_text()[:5000].lower()
     fig = patch_summary_figure(bundle["summary"])  # the JSON bundle, as the report reads it
     first = min(r.direction for r in summary if r.mode == "teacher_forced")
-    drawn = fig.data[0]  # first direction, "action changed (disjoint)"
+    drawn = fig.data[0]  # first direction, "into source's optimal set (disjoint)"
     for r in summary:
         if (r.kind, r.mode, r.direction) == ("disjoint", "teacher_forced", first):
             z = drawn.z[list(drawn.y).index(r.site)][list(drawn.x).index(r.layers)]
-            assert z == pytest.approx(r.action_changed_rate)
+            assert z == pytest.approx(r.into_source_optimal_rate)
 
 
 def test_summary_intervals_resample_grids():
@@ -606,7 +643,7 @@ def test_summary_intervals_resample_grids():
             "kind": "disjoint", "mode": "teacher_forced", "direction": "base_to_cf",
             "site": "grid", "layers": "0", "grid_id": grid, "action_changed": changed,
             "into_source_optimal": changed, "in_target_optimal": not changed,
-            "recovered": recovered,
+            "recovered": recovered, "invalid": False, "into_reference_optimal": changed,
         }  # fmt: skip
 
     grids = ["a", "a", "a", "a", "b", "b", "c", "c"]

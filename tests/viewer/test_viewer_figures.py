@@ -743,6 +743,8 @@ def test_patch_summary_figure_draws_rates_by_site_and_layers():
             "n_grids": 3,
             "action_changed_rate": rate,
             "action_changed_ci": (max(rate - 0.2, 0.0), min(rate + 0.2, 1.0)),
+            "into_source_optimal_rate": rate,
+            "into_source_optimal_ci": (max(rate - 0.2, 0.0), min(rate + 0.2, 1.0)),
             "stable_rate": 1 - rate,
             "recovered_mean": recovered,
             "recovered_ci": (recovered, recovered),
@@ -755,7 +757,7 @@ def test_patch_summary_figure_draws_rates_by_site_and_layers():
         row("control", "grid", "3", 0.0),
     ]
     fig = F.patch_summary_figure(summary)
-    changed, recovered, stable = fig.data
+    changed, recovered, stable = fig.data  # the first panel: into the source's optimal set
     assert list(changed.y) == ["grid", "answer"] and list(changed.x) == ["3", "1+2", "all"]
     assert list(changed.z[0]) == [0.2, 0.4, None] and changed.z[1][2] == 1.0
     assert recovered.z[0][1] is None  # undefined (NaN) recovery is left blank

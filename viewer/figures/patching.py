@@ -27,7 +27,7 @@ def patching_heatmap_figure(
     """Mean of a patching outcome over records, as ``rows x cols`` heatmaps per facet.
 
     Args:
-        records: patch records as mappings (``goalprobe.probes.patching.experiment.PatchRecord`` fields):
+        records: patch records as mappings (``goalprobe.probes.patching.patched_runs.PatchRecord`` fields):
             ``value`` is a number or a bool (booleans average to a rate); non-finite values
             (e.g. ``recovered`` of a control pair) are left out of the mean.
         value: the field to average (``recovered``, ``action_changed``, ``into_source_optimal``).
@@ -110,7 +110,7 @@ def patching_heatmap_figure(
 
 
 SUMMARY_PANELS: tuple[tuple[str, str, str], ...] = (
-    ("disjoint", "action_changed_rate", "action changed (disjoint)"),
+    ("disjoint", "into_source_optimal_rate", "into source's optimal set (disjoint)"),
     ("disjoint", "recovered_mean", "logit diff. recovered (disjoint)"),
     ("control", "stable_rate", "stable (control)"),
 )
@@ -193,6 +193,7 @@ def _summary_hover(row: Mapping | None, metric: str) -> str:
     changed_ci = row["action_changed_ci"]
     ci = {
         "action_changed_rate": changed_ci,
+        "into_source_optimal_rate": row["into_source_optimal_ci"],
         "stable_rate": tuple(None if v is None else 1 - v for v in changed_ci[::-1]),
         "recovered_mean": row["recovered_ci"],
     }[metric]

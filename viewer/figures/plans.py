@@ -180,7 +180,7 @@ def prefix_accuracy_grid_figure(
 
     Args:
         runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
-            ``majority_plan``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
+            ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
             and optional ``ci`` ``(2, T)``.
         title: figure title.
         panel_height: height of one row of panels in pixels.
@@ -226,6 +226,11 @@ def prefix_accuracy_grid_figure(
         elif r["kind"] == "shuffled_control":
             name = "shuffled control"
             line = {"color": "#868e96", "width": 1.5, "dash": "dot"}
+            mode = "lines"
+        elif r["kind"] in ("state_only", "optimal_policy"):  # the state-only baselines
+            name = {"state_only": "state only", "optimal_policy": "optimal policy"}[r["kind"]]
+            line = {"color": "#e8590c" if r["kind"] == "state_only" else "#5f3dc4",
+                    "width": 1.5, "dash": "dash"}  # fmt: skip
             mode = "lines"
         else:
             name = str(r["kind"]).replace("_", " ")

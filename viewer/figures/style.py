@@ -162,8 +162,13 @@ def rgba(hex_colour: str, alpha: float) -> str:
 
 
 def layer_key(label: str) -> tuple:
+    """Order of layer-set labels: single blocks, the first k blocks, the last k blocks (by k:
+    the dose-response), other sets, then ``all``."""
     if label == "all":
-        return (2, 0, label)
+        return (4, 0, label)
     if label.isdigit():
         return (0, int(label), label)
-    return (1, 0, label)
+    for rank, prefix in ((1, "first"), (2, "last")):
+        if label.startswith(prefix) and label[len(prefix) :].isdigit():
+            return (rank, int(label[len(prefix) :]), label)
+    return (3, 0, label)

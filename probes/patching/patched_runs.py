@@ -1,0 +1,372 @@
+"""Patched runs of prepared counterfactual pairs: the records and how they are computed.
+
+:func:`run_patching` writes the source side's residual stream into the target side's run at
+every site x layer set x direction of
+:func:`~goalprobe.probes.patching.experiment.prepare_pairs`' pairs (the first
+``full_pairs`` of each kind; the others at the anchor sites and layer sets only), plus the
+random-grid control, and reads the action teacher-forced and, for prompt sites, from a greedy
+regeneration pooled across pairs. One :class:`PatchRecord` per patched run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from goalprobe.activations.capture.base import Patch
+from goalprobe.gridworld.core import Action
+from goalprobe.probes.patching.counterfactuals import CounterfactualPair
+from goalprobe.probes.patching.experiment import (
+    PatchConfig,
+    PatchingContext,
+    PreparedPair,
+    Side,
+)
+from goalprobe.probes.patching.sites import PROMPT_SITES, SequenceError, site_positions
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    """The outcome of one patched run (one row of the results table).
+
+    Attributes:
+        pair_id, base_id, grid_id: the pair, its base and grid.
+        kind: ``"disjoint"``, ``"control"`` or ``"random_grid"`` (the disjoint pair's target
+            patched with a random other grid of the same size; its source is that grid).
+        moved: ``"agent"`` or ``"goal"``.
+        direction: ``"base_to_cf"`` or ``"cf_to_base"``.
+        site: the patch site.
+        layers: the layer-set label (``"7"``, ``"all"``, ``"7+15"``).
+        n_positions: target positions overwritten.
+        mode: ``"teacher_forced"`` or ``"regenerated"``.
+        source_values: ``"live"`` (captured now) or ``"store"`` (read from the activation store).
+        target_action, source_action: the unpatched actions of the two runs.
+        patched_action: the patched action (None: the regenerated answer named none).
+        target_optimal, source_optimal: optimal action names of the two states.
+        reference_optimal: the set a moved action is scored against: the source's, and for
+            ``"random_grid"`` runs the pair's counterfactual side's (the disjoint pair's source).
+        invalid: the patched answer named no action (regenerated runs only); such a run is
+            never counted as changed or moved, and is reported on its own.
+        action_changed: a valid patched action that differs from the target's unpatched one.
+        into_source_optimal: patched action lies in the source state's optimal set.
+        into_reference_optimal: patched action lies in ``reference_optimal``.
+        in_target_optimal: patched action lies in the target state's optimal set.
+        ld_target, ld_source, ld_patched: logit difference
+            ``logsumexp(logits[source_optimal]) - logsumexp(logits[target_optimal])`` over the
+            action logits of the unpatched target, the unpatched source and the patched run
+            (NaN for regenerated runs).
+        recovered: ``(ld_patched - ld_target) / (ld_source - ld_target)``; NaN when the optimal
+            sets coincide (control pairs), for regenerated runs, or when the denominator is
+            below 1e-6 in absolute value.
+        patched_probs: ``(4,)`` softmax over the action logits of the patched run (empty for
+            regenerated runs).
+    """
+
+    pair_id: str
+    base_id: str
+    grid_id: str
+    kind: str
+    moved: str
+    direction: str
+    site: str
+    layers: str
+    n_positions: int
+    mode: str
+    source_values: str
+    target_action: str | None
+    source_action: str | None
+    patched_action: str | None
+    target_optimal: list[str]
+    source_optimal: list[str]
+    reference_optimal: list[str]
+    invalid: bool
+    action_changed: bool
+    into_source_optimal: bool
+    into_reference_optimal: bool
+    in_target_optimal: bool
+    ld_target: float
+    ld_source: float
+    ld_patched: float
+    recovered: float
+    patched_probs: list[float]
+
+    def to_dict(self) -> dict:
+        """JSON-ready (NaN kept as float NaN; writers turn it into null)."""
+        return asdict(self)
+
+
+RECOVERED_MIN_DENOMINATOR = 1e-6
+
+
+def logit_difference(
+    action_logits: np.ndarray, toward: frozenset[Action], away: frozenset[Action]
+) -> float:
+    """``logsumexp(logits[toward]) - logsumexp(logits[away])`` over ``(4,)`` action logits."""
+    a = np.asarray(action_logits, dtype=np.float64)
+    t = [int(x) for x in sorted(toward)]
+    w = [int(x) for x in sorted(away)]
+    if not t or not w:
+        return math.nan
+    return float(np.logaddexp.reduce(a[t]) - np.logaddexp.reduce(a[w]))
+
+
+def recovered_fraction(ld_patched: float, ld_target: float, ld_source: float) -> float:
+    """``(patched - target) / (source - target)``; NaN for a near-zero denominator."""
+    denominator = ld_source - ld_target
+    if not math.isfinite(denominator) or abs(denominator) < RECOVERED_MIN_DENOMINATOR:
+        return math.nan
+    return float((ld_patched - ld_target) / denominator)
+
+
+def _names(actions) -> list[str]:
+    return sorted(Action(a).name for a in actions)
+
+
+@dataclass(frozen=True)
+class _Job:
+    pair: CounterfactualPair
+    kind: str
+    direction: str
+    source: Side
+    target: Side
+    reference: frozenset[Action]
+    site: str
+    label: str
+    patch: Patch
+    source_values: str
+
+
+def _tiers(prepared: Sequence[PreparedPair], config: PatchConfig) -> list[bool]:
+    """Per prepared pair: whether it is patched at everything (the first ``full_pairs`` of
+    its kind) or only at the anchors."""
+    seen: Counter = Counter()
+    out = []
+    for item in prepared:
+        seen[item.pair.kind] += 1
+        out.append(config.full_pairs is None or seen[item.pair.kind] <= config.full_pairs)
+    return out
+
+
+def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[PreparedPair | None]:
+    """Per prepared pair, a random other pair whose base lies on a *different* grid of the same
+    size and whose prompt has the same length (its base side is the random-grid control's
+    source; None: there is none). Seeded by ``seed`` and the pair's index."""
+    out = []
+    for index, item in enumerate(prepared):
+        grid = item.pair.base.grid
+        length = item.base.sequence.prompt_length
+        candidates = [
+            other
+            for other in prepared
+            if other.pair.base.grid.size == grid.size
+            and other.pair.base.grid_id != item.pair.base.grid_id
+            and other.base.sequence.prompt_length == length
+        ]
+        # one candidate per base (several pairs share a base side)
+        unique = list({id(c.base): c for c in candidates}.values())
+        if not unique:
+            out.append(None)
+            continue
+        rng = np.random.default_rng([seed, index])
+        out.append(unique[int(rng.integers(len(unique)))])
+    return out
+
+
+def _jobs(
+    item: PreparedPair,
+    context: PatchingContext,
+    store,
+    skipped: Counter,
+    *,
+    full: bool,
+    random_source: PreparedPair | None,
+) -> list[_Job]:
+    config = context.config
+    sites = config.sites if full else [x for x in config.anchor_sites if x in config.sites]
+    layer_sets = context.layer_sets if full else context.anchor_layer_sets
+    jobs = []
+    for direction in config.directions:
+        source, target = item.sides(direction)
+        for site in sites:
+            try:
+                src_pos, tgt_pos = site_positions(
+                    source.sequence, target.sequence, site, item.pair.changed_cells
+                )
+            except SequenceError as err:
+                skipped[f"{site}: {err}"] += 1
+                continue
+            for label, layers in layer_sets:
+                values, origin = None, "live"
+                if store is not None and direction == "base_to_cf":
+                    values = store.values(
+                        item.pair.base, site, layers, src_pos, source.sequence.token_ids
+                    )
+                    origin = "live" if values is None else "store"
+                if values is None:
+                    values = source.clean.values(layers, src_pos)
+                patch = Patch(layers, torch.as_tensor(tgt_pos), values)
+                jobs.append(
+                    _Job(
+                        item.pair, item.pair.kind, direction, source, target, source.optimal,
+                        site, label, patch, origin,
+                    )
+                )  # fmt: skip
+        if item.pair.kind != "disjoint" or not config.random_control:
+            continue
+        if random_source is None:
+            skipped["random_grid: no other grid of the same size and prompt length"] += 1
+            continue
+        other = random_source.base
+        for site in sites:
+            if site == "changed_cells":
+                continue
+            try:
+                src_pos, tgt_pos = site_positions(other.sequence, target.sequence, site)
+            except SequenceError as err:
+                skipped[f"random_grid {site}: {err}"] += 1
+                continue
+            if len(src_pos) != len(tgt_pos):
+                skipped[f"random_grid {site}: positions differ in number"] += 1
+                continue
+            for label, layers in context.anchor_layer_sets:
+                patch = Patch(layers, torch.as_tensor(tgt_pos), other.clean.values(layers, src_pos))
+                jobs.append(
+                    _Job(
+                        item.pair, "random_grid", direction, other, target, source.optimal,
+                        site, label, patch, "live",
+                    )
+                )  # fmt: skip
+    return jobs
+
+
+def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
+    source, target = job.source, job.target
+    src_opt, tgt_opt, ref_opt = source.optimal, target.optimal, job.reference
+    if mode == "teacher_forced":
+        target_action, source_action = target.action, source.action
+        ld_target = logit_difference(target.action_logits, ref_opt, tgt_opt)
+        ld_source = logit_difference(source.action_logits, ref_opt, tgt_opt)
+        ld_patched = logit_difference(patched_logits, ref_opt, tgt_opt)
+        recovered = (
+            math.nan
+            if ref_opt == tgt_opt or job.kind == "random_grid"
+            else recovered_fraction(ld_patched, ld_target, ld_source)
+        )
+        shifted = patched_logits - patched_logits.max()
+        probs = (np.exp(shifted) / np.exp(shifted).sum()).tolist()
+    else:
+        target_action, source_action = target.generated_action, source.generated_action
+        ld_target = ld_source = ld_patched = recovered = math.nan
+        probs = []
+    pair = job.pair
+    valid = patched_action is not None
+    return PatchRecord(
+        pair_id=pair.pair_id,
+        base_id=pair.base.base_id,
+        grid_id=pair.base.grid_id,
+        kind=job.kind,
+        moved=pair.moved,
+        direction=job.direction,
+        site=job.site,
+        layers=job.label,
+        n_positions=int(len(job.patch.positions)),
+        mode=mode,
+        source_values=job.source_values,
+        target_action=None if target_action is None else target_action.name,
+        source_action=None if source_action is None else source_action.name,
+        patched_action=None if patched_action is None else patched_action.name,
+        target_optimal=_names(tgt_opt),
+        source_optimal=_names(src_opt),
+        reference_optimal=_names(ref_opt),
+        invalid=not valid,
+        action_changed=valid and patched_action != target_action,
+        into_source_optimal=valid and patched_action in src_opt,
+        into_reference_optimal=valid and patched_action in ref_opt,
+        in_target_optimal=valid and patched_action in tgt_opt,
+        ld_target=ld_target,
+        ld_source=ld_source,
+        ld_patched=ld_patched,
+        recovered=recovered,
+        patched_probs=probs,
+    )
+
+
+def run_patching(
+    prepared: Sequence[PreparedPair],
+    context: PatchingContext,
+    *,
+    store=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[PatchRecord], Counter]:
+    """Patch the prepared pairs: the first ``config.full_pairs`` of each kind at every site x
+    layer set x direction (the dose-response), the others at the anchor sites and layer sets;
+    with ``config.random_control``, every disjoint pair's targets also get a random other
+    grid's values (kind ``"random_grid"``, see :class:`PatchConfig`).
+
+    Teacher-forced runs are batched per target (patches that start late share the unpatched
+    prefix's KV cache); regenerations (``config.regenerate``, prompt sites only) are pooled
+    across pairs, ``config.regenerate_batch_size`` target prompts of one length per decoding
+    loop.
+
+    Args:
+        prepared: from :func:`prepare_pairs`.
+        context: the shared model context.
+        store: optional :class:`~goalprobe.probes.patching.store_source.StoreSource`; anchor
+            values of base sources come from it where it holds them.
+        progress: called with ``(pairs done, pairs)``.
+
+    Returns:
+        ``(records, skipped)``: one :class:`PatchRecord` per patched run (teacher-forced, then
+        regenerated ones), and reason -> count of pairs where a site could not be patched
+        (e.g. ``"all"`` on sequences of different lengths).
+    """
+    config = context.config
+    action_ids = list(context.action_tokens.action_ids)
+    stop_ids = list(context.special_ids.stop_ids)
+    records: list[PatchRecord] = []
+    skipped: Counter = Counter()
+    regenerate: list[_Job] = []
+    tiers = _tiers(prepared, config)
+    randoms = (
+        random_sources(prepared, config.seed) if config.random_control else [None] * len(prepared)
+    )
+    for index, item in enumerate(prepared):
+        if progress is not None:
+            progress(index, len(prepared))
+        jobs = _jobs(item, context, store, skipped, full=tiers[index], random_source=randoms[index])
+        by_target: dict[str, list[_Job]] = {}
+        for job in jobs:
+            by_target.setdefault(job.direction, []).append(job)
+        for group in by_target.values():
+            target = group[0].target
+            # patches that start late share a long unpatched prefix (the backends' prefix_cache)
+            group.sort(key=lambda j: int(j.patch.positions.min()))
+            for start in range(0, len(group), config.batch_size):
+                chunk = group[start : start + config.batch_size]
+                logits = context.backend.patched_logits(
+                    target.sequence.token_ids, [j.patch for j in chunk]
+                )
+                for job, row in zip(chunk, logits[:, action_ids].numpy(), strict=True):
+                    action = Action(int(np.argmax(row)))
+                    records.append(_record(job, "teacher_forced", action, row.astype(np.float64)))
+            if config.regenerate:
+                regenerate += [j for j in group if j.site in PROMPT_SITES]
+    by_length: dict[int, list[_Job]] = {}
+    for job in regenerate:
+        by_length.setdefault(job.target.sequence.prompt_length, []).append(job)
+    for _, group in sorted(by_length.items()):
+        for start in range(0, len(group), config.regenerate_batch_size):
+            chunk = group[start : start + config.regenerate_batch_size]
+            completions = context.backend.generate(
+                np.asarray([j.target.prompt_ids for j in chunk], dtype=np.int64),
+                [j.patch for j in chunk],
+                max_new_tokens=config.max_new_tokens,
+                stop_ids=stop_ids,
+            )
+            for job, ids in zip(chunk, completions, strict=True):
+                records.append(_record(job, "regenerated", context.parse_generated(ids), None))
+    return records, skipped

@@ -1,0 +1,155 @@
+"""What patching says about a site: the headline's verdicts, computed from the records.
+
+A patch that transplants the whole input (every block at ``grid``, or ``changed_cells``, on a
+pair whose optimal sets are disjoint and whose agent is optimal on both sides) moves the
+action of *any* agent that acts on its input, so such a cell is a sanity check of the
+machinery, never evidence about where the agent keeps its state. Evidence is the patch of a
+site that does not carry the input (the anchors), and it must beat two things:
+
+* the **random-grid control** (records of kind ``"random_grid"``): the same target patched at
+  the same site and blocks with a random other grid of the same size, scored against the
+  *pair's* counterfactual. A patch that merely disrupts the run (scrambled actions, broken
+  output) lands in the counterfactual's optimal set as often under this control as under the
+  real patch; one that carries the counterfactual's state does not;
+* **invalid answers**: a patched answer that names no action is counted on its own, never as
+  moved.
+
+:func:`anchor_verdicts` gives, per site x mode x direction at one layer set, the share of
+disjoint pairs moved into the counterfactual's optimal set (the headline quantity), the
+share of invalid answers, the random-grid control's share, the no-relevant-change controls'
+share changed, the teacher-forced recovered logit difference, and the paired difference
+(real minus random-grid, per pair) whose interval decides the verdict. Every interval is the
+grid-clustered one of :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from goalprobe.gridworld.stats import grid_bootstrap_ratio
+
+SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
+"""Sites whose all-block patch transplants the input itself: true by construction for any
+agent that reads its input, so reported as sanity checks, never as a verdict."""
+
+
+def _get(record, name):
+    return record[name] if isinstance(record, Mapping) else getattr(record, name)
+
+
+def _rate(values, grids, boot: dict) -> dict:
+    """``{value, ci_low, ci_high, n, n_grids}`` of 0/1 (or real) ``values`` by grid."""
+    if len(values) == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0}
+    return grid_bootstrap_ratio(
+        np.asarray(values, dtype=np.float64), None, np.asarray(grids, dtype=str), **boot
+    )
+
+
+def anchor_verdicts(
+    records: Sequence,
+    *,
+    layers: str = "all",
+    sites: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: int | None = 0,
+) -> list[dict]:
+    """One verdict per site x mode x direction of the disjoint records at ``layers``.
+
+    Args:
+        records: :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` or their dicts.
+        layers: the layer-set label judged (``"all"``: every block at once).
+        sites: the sites to judge (None: every site with disjoint records).
+        n_resamples, confidence, random_state: the grid-clustered intervals.
+
+    Returns:
+        dicts with ``site``, ``mode``, ``direction``, ``layers``, ``sanity_check`` (the site
+        transplants the input: no verdict), ``n_pairs``, ``n_grids``, ``moved`` (share of
+        disjoint pairs whose patched action lies in the source's optimal set), ``invalid``,
+        ``random_grid`` (the control's share in the pair's counterfactual set), ``control_changed``
+        (no-relevant-change pairs whose action changed), ``recovered`` (teacher-forced mean
+        normalised logit difference recovered at the same cell), ``difference`` (paired,
+        real minus random-grid, over the pairs with both), and ``verdict``: ``"yes"`` when the
+        difference's interval lies above 0, ``"no"`` when it does not, ``"undecided"`` without
+        a random-grid control or an interval, ``"sanity check"`` at :data:`SANITY_SITES`.
+        Every statistic is ``{value, ci_low, ci_high, n, n_grids}``.
+    """
+    boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
+    cells: dict[tuple, dict[str, list]] = {}
+    for r in records:
+        if _get(r, "layers") != layers:
+            continue
+        key = (_get(r, "site"), _get(r, "mode"), _get(r, "direction"))
+        cells.setdefault(key, {}).setdefault(_get(r, "kind"), []).append(r)
+    recovered_by = {  # the teacher-forced runs of a cell, where the recovery is defined
+        (site, direction): [
+            r for r in group.get("disjoint", []) if math.isfinite(float(_get(r, "recovered")))
+        ]
+        for (site, mode, direction), group in cells.items()
+        if mode == "teacher_forced"
+    }
+    out = []
+    for (site, mode, direction), group in sorted(cells.items()):
+        disjoint = group.get("disjoint", [])
+        if not disjoint or (sites is not None and site not in sites):
+            continue
+        grids = [_get(r, "grid_id") for r in disjoint]
+        random_grid = group.get("random_grid", [])
+        control = group.get("control", [])
+        random_by_pair = {_get(r, "pair_id"): r for r in random_grid}
+        paired = [
+            (r, random_by_pair[_get(r, "pair_id")])
+            for r in disjoint
+            if _get(r, "pair_id") in random_by_pair
+        ]
+        difference = _rate(
+            [
+                float(_get(a, "into_source_optimal")) - float(_get(b, "into_reference_optimal"))
+                for a, b in paired
+            ],
+            [_get(a, "grid_id") for a, _ in paired],
+            boot,
+        )
+        recovered = recovered_by.get((site, direction), [])
+        entry = {
+            "site": site,
+            "mode": mode,
+            "direction": direction,
+            "layers": layers,
+            "sanity_check": site in SANITY_SITES,
+            "n_pairs": len(disjoint),
+            "n_grids": len(set(grids)),
+            "moved": _rate([_get(r, "into_source_optimal") for r in disjoint], grids, boot),
+            "invalid": _rate([_get(r, "invalid") for r in disjoint], grids, boot),
+            "random_grid": _rate(
+                [_get(r, "into_reference_optimal") for r in random_grid],
+                [_get(r, "grid_id") for r in random_grid],
+                boot,
+            ),
+            "control_changed": _rate(
+                [_get(r, "action_changed") for r in control],
+                [_get(r, "grid_id") for r in control],
+                boot,
+            ),
+            "recovered": _rate(
+                [_get(r, "recovered") for r in recovered],
+                [_get(r, "grid_id") for r in recovered],
+                boot,
+            ),
+            "difference": difference,
+        }
+        entry["verdict"] = _verdict(entry)
+        out.append(entry)
+    return out
+
+
+def _verdict(entry: dict) -> str:
+    if entry["sanity_check"]:
+        return "sanity check"
+    low = entry["difference"]["ci_low"]
+    if entry["difference"]["n"] == 0 or low is None:
+        return "undecided"
+    return "yes" if low > 0 else "no"
