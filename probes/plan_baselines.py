@@ -22,6 +22,7 @@ Pure numpy and scikit-learn (no torch).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import CellType, Grid, State
@@ -99,8 +100,8 @@ def optimal_plans(
     cells = np.asarray(cell_types)
     if np.isin(cells, (CellType.KEY, CellType.DOOR)).any():
         return None
-    sequences = []
-    cache: dict[bytes, object] = {}
+    sequences: list[list[int]] = []
+    cache: dict[bytes, Any] = {}
     for types, agent, goal, size in zip(cells, agent_row_col, goal_row_col, sizes, strict=True):
         n = int(size)
         walls = np.ascontiguousarray(types[:n, :n] == CellType.WALL)
@@ -172,7 +173,11 @@ def prefix_verdicts(
     ids = ids[select]
     table = {name: np.asarray(h, dtype=bool)[select] for name, h in hits.items()}
     horizon = table[decoder].shape[1]
-    boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
+    boot: dict[str, Any] = {
+        "n_resamples": n_resamples,
+        "confidence": confidence,
+        "random_state": random_state,
+    }
     out = []
     for n in horizons or range(1, horizon + 1):
         if len(select) == 0:

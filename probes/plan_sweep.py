@@ -417,7 +417,7 @@ def run_plan_sweep(
             raise FileExistsError(f"{existing[0]} exists; pass overwrite=True to replace it")
         if plans_path.exists():
             plans_path.unlink()
-    metric_kw = {
+    metric_kw: dict[str, Any] = {
         "n_bootstrap": config.n_bootstrap,
         "confidence_level": config.confidence_level,
         "random_state": config.random_state,
@@ -473,6 +473,7 @@ def run_plan_sweep(
                         if len(folds) == 1
                         else np.full(len(plans), 2, dtype=np.int8)
                     )
+                    assert plans_path is not None  # set whenever out is
                     write_predicted_plans(
                         plans_path,
                         name,
@@ -516,7 +517,7 @@ def _baselines(key, data: PlanDataset, plans, folds, config, horizon) -> list[di
 
     out = [{"kind": "majority_plan", "name": f"{key}/majority_plan",
             "pred": _by_fold(folds, plans.shape, majority)}]  # fmt: skip
-    if config.state_baselines and data.agent_row_col is not None:
+    if config.state_baselines and data.agent_row_col is not None and data.goal_row_col is not None:
         sizes = np.zeros(len(plans)) if data.sizes is None else data.sizes
         features = state_features(data.agent_row_col, data.goal_row_col, sizes)
 

@@ -303,7 +303,7 @@ class ResidualBackend(ABC):
     @abstractmethod
     def generate(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
         *,
         max_new_tokens: int,

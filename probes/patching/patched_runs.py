@@ -155,7 +155,7 @@ def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[Prep
     """Per prepared pair, a random other pair whose base lies on a *different* grid of the same
     size and whose prompt has the same length (its base side is the random-grid control's
     source; None: there is none). Seeded by ``seed`` and the pair's index."""
-    out = []
+    out: list[PreparedPair | None] = []
     for index, item in enumerate(prepared):
         grid = item.pair.base.grid
         length = item.base.sequence.prompt_length
@@ -247,6 +247,8 @@ def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord
     source, target = job.source, job.target
     src_opt, tgt_opt, ref_opt = source.optimal, target.optimal, job.reference
     if mode == "teacher_forced":
+        target_action: Action | None
+        source_action: Action | None
         target_action, source_action = target.action, source.action
         ld_target = logit_difference(target.action_logits, ref_opt, tgt_opt)
         ld_source = logit_difference(source.action_logits, ref_opt, tgt_opt)
