@@ -62,8 +62,8 @@ from goalprobe.probes.scoring.meg import (
     TabularMDP,
     known_utility_meg_batch,
     stack_padded,
-    unknown_utility_meg,
 )
+from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
 
 def _none(x: float) -> float | None:
