@@ -97,10 +97,12 @@ def _read_steps(layout: RunLayout) -> StepTable:
     return table
 
 
-def _store_labels(layout: RunLayout, fields: list[str], rows: np.ndarray | None = None) -> dict:
+def _store_labels(
+    layout: RunLayout, fields: list[str], rows: np.ndarray | None = None, store_path=None
+) -> dict:
     from goalprobe.activations.store import ActivationStore
 
-    with ActivationStore(layout.store) as store:
+    with ActivationStore(store_path or layout.store) as store:
         if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
             raise ScoringError(
                 f"{layout.store}: decoded maps name rows {rows.min()}..{rows.max()}, but the "
@@ -135,6 +137,7 @@ class _MapFile:
     key: str
     path: Path
     description: dict
+    attrs: dict = field(default_factory=dict)
 
 
 def _map_file(layout: RunLayout, path: Path) -> _MapFile:
@@ -146,6 +149,7 @@ def _map_file(layout: RunLayout, path: Path) -> _MapFile:
         with h5py.File(path, "r") as f:
             schema = f.attrs.get("schema")
             card_text = f.attrs.get("probe_card")
+            attrs = {k: str(f.attrs[k]) for k in ("role", "trained_on", "readout") if k in f.attrs}
     except OSError as err:
         raise ScoringError(
             f"{path}: cannot open the decoded maps ({err}); the HDF5 file is truncated or corrupt"
@@ -155,7 +159,12 @@ def _map_file(layout: RunLayout, path: Path) -> _MapFile:
             f"{path}: not a decoded-maps file (schema {schema!r}, expected {DECODED_MAPS_SCHEMA!r})"
         )
     rel = str(path.relative_to(layout.root))
-    return _MapFile(path.stem, path, {"file": rel, **card_summary(json.loads(card_text))})
+    described = {"file": rel, **card_summary(json.loads(card_text))}
+    if "readout" in attrs:
+        described["readout"] = json.loads(attrs["readout"])
+    if "trained_on" in attrs:
+        described["trained_on"] = attrs["trained_on"]
+    return _MapFile(path.stem, path, described, attrs)
 
 
 def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
@@ -209,14 +218,18 @@ def _join(layout: RunLayout, mf: _MapFile, maps, steps: StepTable):
     return idx, ids
 
 
-def _fit_prior(layout: RunLayout, decoded: frozenset) -> tuple:
-    """``(size-and-density cell prior or None, n grids)`` fitted on the store rows of the grids
-    a probe did not decode (its training grids)."""
-    labels = _store_labels(layout, ["grid_id", "grid_size", "density"])
+def _fit_prior(layout: RunLayout, decoded: frozenset, trained_on: str | None = None) -> tuple:
+    """``(size-and-density cell prior or None, n grids)`` fitted on the grids the probe was
+    trained on: the probing set's rows for a probe trained there (``trained_on="probing"``),
+    else the main store's rows of the grids it did not decode."""
+    store = layout.probing_store if trained_on == "probing" else layout.store
+    if not store.is_file():
+        return None, 0
+    labels = _store_labels(layout, ["grid_id", "grid_size", "density"], store_path=store)
     train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
     if not train.size:
         return None, 0
-    cells = _store_labels(layout, ["cell_types"], train)["cell_types"]
+    cells = _store_labels(layout, ["cell_types"], train, store_path=store)["cell_types"]
     prior = fit_prior(cells, labels["grid_size"][train], labels["density"][train])
     return prior, int(np.unique(labels["grid_id"][train]).size)
 
@@ -230,6 +243,8 @@ def _score_file(mf, layout, steps, config, accumulator, priors, executor, progre
         maps.classes,
         steps.facts(idx),
         config.top_k,
+        agent=maps.agent,
+        goal=maps.goal,
         executor=executor,
         progress=progress,
         label=f"belief {mf.key}",
@@ -240,9 +255,10 @@ def _score_file(mf, layout, steps, config, accumulator, priors, executor, progre
             accumulator.add(key[0], (key[1], key[2]), expand_classes(maps.probs[i], maps.classes))
     entry = {**mf.description, **belief_entry(*scores, idx, grid_ids, steps, config, mf.key)}
     if config.nulls:
-        decoded = frozenset(grid_ids.tolist())
+        trained_on = mf.attrs.get("trained_on")
+        decoded = (frozenset(grid_ids.tolist()), trained_on)
         if "prior" in config.nulls and decoded not in priors:
-            priors[decoded] = _fit_prior(layout, decoded)
+            priors[decoded] = _fit_prior(layout, decoded[0], trained_on)
         entry.update(
             score_nulls(
                 maps.probs,
@@ -254,11 +270,28 @@ def _score_file(mf, layout, steps, config, accumulator, priors, executor, progre
                 config,
                 priors.get(decoded, (None, 0)),
                 seed_text=mf.key,
+                agent=maps.agent,
+                goal=maps.goal,
                 executor=executor,
                 progress=progress,
             )
         )
     return entry, [int(c) for c in maps.classes]
+
+
+def _headline_key(files: list[_MapFile]) -> str | None:
+    """The decoded maps MEG and the report's headline read when no probe is named: the file the
+    probes stage wrote with ``role="headline"`` (the probing-set probes' maps of the rollouts),
+    else None (best card accuracy). The demo's scoring stage and ``goalprobe score`` both go
+    through here, so they pick the same maps."""
+    from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer
+
+    for f in files:
+        if f.attrs.get("role") == "headline":
+            return f.key
+    prefix = "cell_type_{}_{}_{}_L".format(*HEADLINE_PROBE, HEADLINE_STAGE)
+    layers = {int(f.key.removeprefix(prefix)): f.key for f in files if f.key.startswith(prefix)}
+    return layers[headline_layer(layers)] if layers else None
 
 
 def _package_version() -> str:
@@ -314,9 +347,11 @@ def score_run(
     _require(layout.grids, "grid set", "run goalprobe grids")
     steps = _read_steps(layout)  # the trajectory file is validated (in full) first
     files = _decoded_files(layout, config)
-    meg_key, selected_by = pick_meg_probe({f.key: f.description for f in files}, config.meg_probe)
+    meg_key, selected_by = pick_meg_probe(
+        {f.key: f.description for f in files}, config.meg_probe or _headline_key(files)
+    )
     accumulator = MapAccumulator(config.subjective_map)
-    priors: dict[frozenset, tuple] = {}  # decoded grids -> prior of the other grids
+    priors: dict[tuple, tuple] = {}  # (decoded grids, trained_on) -> prior of the training grids
     probes: dict[str, dict] = {}
     meg_classes: list[int] = []
     executor: Executor | None = ProcessPoolExecutor(config.n_jobs) if config.n_jobs > 1 else None

@@ -60,13 +60,15 @@ CONTROL_STAGES: tuple[str, ...] = (
     "plans",
     "patching",
     "scoring",
+    "false_belief",
     "report",
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``
 without ``--model``): its behaviour and every representational finding (probes, localisation,
-distance, plans, patching, belief scoring and MEG), on the same grids and probing set; the
-behavioural studies that say nothing about where a map is (iso, keys, harm, intention,
-false belief) run for the default agent only."""
+distance, plans, patching, belief scoring and MEG), on the same grids and probing set, and the
+false-belief grids (the loop closed: its anchors carry the drawn goal, so its decoded goal
+should follow the drawn grid); the behavioural studies that say nothing about where a map is
+(iso, keys, harm, intention) run for the default agent only."""
 
 
 HEADLINE_STAGE = "pre_reasoning"
