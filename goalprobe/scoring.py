@@ -58,7 +58,7 @@ from goalprobe.stages.context import write_json
 
 BELIEF_SCHEMA = "goalprobe.scoring.belief"
 MEG_SCHEMA = "goalprobe.scoring.meg"
-BELIEF_SCHEMA_VERSION = 2
+BELIEF_SCHEMA_VERSION = 3
 MEG_SCHEMA_VERSION = 1
 
 

@@ -76,6 +76,25 @@ CHUNK_ROWS = 64
 """Decoded rows per scoring task (a worker process scores one chunk at a time)."""
 
 
+class StepFacts(NamedTuple):
+    """What scoring a decoded map needs of one trajectory step."""
+
+    size: int
+    """The grid side n."""
+    action: int | None
+    """The agent's action, None for an invalid step."""
+    optimal: tuple[bool, ...]
+    """Per ``Action``, optimal on the true grid."""
+    door_locked: bool
+    """A locked door still blocks the agent."""
+    agent: tuple[int, int] | None = None
+    """The true agent cell (None: localisation and wall scores are left out)."""
+    goal: tuple[int, int] | None = None
+    """The true goal cell."""
+    walls: np.ndarray | None = None
+    """The true ``(n, n)`` walls."""
+
+
 @dataclass
 class StepTable:
     """Compact per-step facts of one trajectory run, keyed by ``(grid_id, episode, step)``.
@@ -162,25 +181,6 @@ class StepTable:
         :attr:`index`."""
         key = {j: f"{g}/{e}" for (g, e, _), j in self.index.items()}
         return np.asarray([key[int(j)] for j in idx], dtype=object)
-
-
-class StepFacts(NamedTuple):
-    """What scoring a decoded map needs of one trajectory step."""
-
-    size: int
-    """The grid side n."""
-    action: int | None
-    """The agent's action, None for an invalid step."""
-    optimal: tuple[bool, ...]
-    """Per ``Action``, optimal on the true grid."""
-    door_locked: bool
-    """A locked door still blocks the agent."""
-    agent: tuple[int, int] | None = None
-    """The true agent cell (None: localisation and wall scores are left out)."""
-    goal: tuple[int, int] | None = None
-    """The true goal cell."""
-    walls: np.ndarray | None = None
-    """The true ``(n, n)`` walls."""
 
     def groups(self, idx: np.ndarray) -> dict[str, list]:
         """Breakdown keys (size, density, variant) of the steps ``idx``."""
