@@ -140,3 +140,29 @@ def top1_cell(dist: np.ndarray, size: int) -> tuple[int, int]:
     d = np.asarray(dist, dtype=np.float64)[:size, :size]
     i = int(np.argmax(d))
     return i // size, i % size
+
+
+def decoded_classes(
+    probs: np.ndarray,
+    size: int,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
+) -> np.ndarray:
+    """``(n, n)`` ``CellType`` picture of a decoded map: the cell probe's argmax class, except
+    that where a read-out is given its top-1 cell is the one agent (goal) cell and the cell
+    probe's ``AGENT`` (``GOAL``) class is left out of the argmax elsewhere.
+
+    Args:
+        probs: ``(S, S, len(CellType))`` cell-type probabilities.
+        size: the grid side n.
+        agent, goal: ``(S, S)`` read-out distributions, or None.
+    """
+    p = np.array(np.asarray(probs, dtype=np.float64)[:size, :size], copy=True)
+    for cell_type, readout in ((CellType.AGENT, agent), (CellType.GOAL, goal)):
+        if readout is not None:
+            p[..., int(cell_type)] = -np.inf
+    types = p.argmax(axis=-1)
+    for cell_type, readout in ((CellType.GOAL, goal), (CellType.AGENT, agent)):
+        if readout is not None:
+            types[top1_cell(readout, size)] = int(cell_type)
+    return types

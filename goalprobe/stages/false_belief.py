@@ -31,6 +31,7 @@ from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from goalprobe.gridworld.io import write_grid_set
+from goalprobe.probes.decoded_map import decoded_classes
 from goalprobe.probes.scoring.belief import top_cells
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
@@ -194,7 +195,9 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
 def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
     """The decoded class at the differing cells of every pair, against shown and true; where
     the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
-    decoded start map (argmax ``CellType``, ``n x n``) with its decoded agent and goal cells.
+    decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
+    agent and goal, :func:`goalprobe.probes.decoded_map.decoded_classes`) with its decoded
+    agent and goal cells.
     ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
     cells = []
     for grid in grids:
@@ -208,7 +211,7 @@ def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
     maps, goals = {}, {}
     for g, (probs, agent, goal) in start_maps.items():
         n = by_id[g].size
-        maps[g] = probs[:n, :n].argmax(axis=-1).tolist()
+        maps[g] = decoded_classes(probs, n, agent, goal).tolist()
         goals[g] = {
             "agent": list(top_cells(probs, n, CellType.AGENT, 1, agent)[0]),
             "goal": list(top_cells(probs, n, CellType.GOAL, 1, goal)[0]),

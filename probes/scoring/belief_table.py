@@ -6,19 +6,29 @@ this module scores every step (:func:`score_rows`, one :func:`goalprobe.probes.s
 each) and pools them (:func:`belief_entry`).
 
 Metrics (study section 5.2, Table 2, Figure 9, appendix E.4; see
-:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both),
+:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (the study's: the
+optimal policies on the true and on the top-1 decoded grid share an optimal action in the
+step's state, whatever the agent did), ``optimal_on_both`` (the agent's action is optimal under
+both: the project's former "agreement", bounded by min(Acc. GT, Acc. Dec.)),
 ``recovery`` (share of GT-suboptimal actions that are optimal on the decoded grid),
 ``inverse_recovery`` (share of decoded-suboptimal actions optimal on the true grid),
 ``acc_top{k}``, ``expected_optimality`` and ``qmdp_agreement`` / ``qmdp_regret`` (belief-weighted,
 beyond the study), and the chance baselines ``chance_acc_gt`` / ``chance_acc_dec`` (expected
 accuracy of a uniformly random action, ``|optimal set| / 4``, on the true / top-1 decoded grid).
-Invalid steps (no action) count as not optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`,
-whose point values these are. Groups pool steps (ratio of sums). Intervals come from a **grid
+and :data:`LOCAL_METRICS` (``agent_found``, ``goal_found``, ``wall_acc_near``, ``wall_acc_far``:
+what the map holds around the agent and elsewhere). Invalid steps (no action) count as not
+optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`. Groups weight each grid as the
+study's Figure 4 (``ScoreConfig.weighting="grid"``: each trajectory's rate, averaged over the
+grid's trajectories, then over grids; ``n`` still counts steps) or pool steps (``"step"``: a
+ratio of sums, whose point values are ``summarise``'s). Intervals come from a **grid
 bootstrap** (grids resampled with replacement, percentile interval; steps of one grid are not
 independent), so they differ from ``summarise``'s step bootstrap; ``null`` where undefined
 (no step in the denominator; an interval needs two grids).
 
-``belief.json`` (schema ``goalprobe.scoring.belief``, version 2)::
+``belief.json`` (schema ``goalprobe.scoring.belief``, version 3: version 2 plus the metrics
+``optimal_on_both`` and :data:`LOCAL_METRICS`, ``agreement`` redefined as the study's,
+``method.weighting``, and per probe ``readout`` / ``trained_on`` when the decoded-map file
+records them)::
 
     {"schema", "schema_version", "created", "package_version", "config": ScoreConfig,
      "inputs": {"trajectories", "trajectory_run_id", "store", "decoded_maps": [...]},
@@ -440,6 +450,8 @@ class MapAccumulator:
     """Per-grid decoded map of the MEG probe (mean over steps, or the earliest step)."""
 
     mode: str
+    rows: list = field(default_factory=list)
+    """Every decoded row, ``(step index, probs, agent read-out, goal read-out)`` (per-step MEG)."""
     sums: dict[str, np.ndarray] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
