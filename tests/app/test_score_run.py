@@ -295,6 +295,22 @@ def test_oracle_subjective_meg_equals_true_meg(run):
     assert paired["wilcoxon"]["n_nonzero"] == 0
 
 
+def test_oracle_per_step_meg_equals_true_meg_from_every_state(run):
+    _, facts, summary = run
+    per_step = summary.meg["per_step"]
+    plain = [
+        s for s in facts["steps"] if s.variant == "plain" and s.agent_row_col != s.goal_row_col
+    ]
+    # one value per decoded step of a plain grid; key grids are counted, not scored
+    assert per_step["n_steps"] + per_step["n_unreachable"] == len(plain)
+    assert per_step["n_other_states"] == len(facts["steps"]) - len(plain)
+    assert per_step["n_unreachable"] == 0  # the oracle map is the true grid
+    overall = per_step["overall"]
+    assert overall["difference"]["value"] == pytest.approx(0.0, abs=1e-9)
+    assert overall["subjective"]["value"] == pytest.approx(overall["true"]["value"], abs=1e-9)
+    assert "believe" in per_step["what"]
+
+
 @pytest.mark.slow
 def test_wrong_belief_subjective_meg_matches_hand_built_grid(tmp_path, run):
     root, facts, _ = run
