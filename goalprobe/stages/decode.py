@@ -29,7 +29,13 @@ from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
-from goalprobe.probes.decoded_map import DecodedArrays, Readout, decode_rows
+from goalprobe.probes.decoded_map import (
+    CELL_READOUT,
+    POSITION_READOUT,
+    DecodedArrays,
+    Readout,
+    decode_rows,
+)
 from goalprobe.probes.serialization import load_probe, read_probe_card, write_decoded_maps
 from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
@@ -116,6 +122,8 @@ def load_decoder(layout: RunLayout) -> Decoder | None:
         if layers == {probe.layer}:
             models = [load_probe(c) for c in cards]
     readout = Readout(
+        agent=CELL_READOUT if models[0] is None else POSITION_READOUT,
+        goal=CELL_READOUT if models[1] is None else POSITION_READOUT,
         cell_probe=layout.relative(probe.card),
         agent_probe=layout.relative(cards[0]) if models[0] is not None else None,
         goal_probe=layout.relative(cards[1]) if models[1] is not None else None,
