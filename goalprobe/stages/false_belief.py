@@ -193,25 +193,31 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
 
 
 def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
-    """The decoded class at the differing cells of every pair, against shown and true; where
+    """The decoded class (of the decoded map's picture: the cell probe's classes with the
+    read-out's one agent and one goal) at the differing cells of every pair, against shown and
+    true; where
     the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
     decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
     agent and goal, :func:`goalprobe.probes.decoded_map.decoded_classes`) with its decoded
     agent and goal cells.
     ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
+    pictures = {
+        g: decoded_classes(probs, by_id[g].size, agent, goal)
+        for g, (probs, agent, goal) in start_maps.items()
+    }
     cells = []
     for grid in grids:
         facts = pair_facts(grid)
         if facts["role"] != FALSE_BELIEF or grid.grid_id not in start_maps:
             continue
-        cells += decoded_cells(grid, start_maps[grid.grid_id][0])
+        cells += decoded_cells(grid, pictures[grid.grid_id])
         twin = by_id[facts["pair_id"] + "-ctl"]
         if twin.grid_id in start_maps:
-            cells += control_cells(twin, grid, start_maps[twin.grid_id][0])
+            cells += control_cells(twin, grid, pictures[twin.grid_id])
     maps, goals = {}, {}
     for g, (probs, agent, goal) in start_maps.items():
         n = by_id[g].size
-        maps[g] = decoded_classes(probs, n, agent, goal).tolist()
+        maps[g] = pictures[g].tolist()
         goals[g] = {
             "agent": list(top_cells(probs, n, CellType.AGENT, 1, agent)[0]),
             "goal": list(top_cells(probs, n, CellType.GOAL, 1, goal)[0]),
