@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 UTILITIES = ("goal", "goal_with_key", "key")
-TABLE2 = ("acc_gt", "acc_dec", "agreement", "recovery", "inverse_recovery")
+TABLE2 = ("acc_gt", "acc_dec", "agreement", "optimal_on_both", "recovery", "inverse_recovery")
 
 
 def _top_k(text: str) -> tuple[int, ...]:
@@ -162,6 +162,7 @@ def _belief_table(belief: dict) -> Table:
         "acc_gt": "Acc GT",
         "acc_dec": "Acc Dec",
         "agreement": "Agree",
+        **({"optimal_on_both": "Opt both"} if "optimal_on_both" in belief["metrics"] else {}),
         "recovery": "Recov",
         "inverse_recovery": "Inv rec",
         **{m: f"top-{m.removeprefix('acc_top')}" for m in top},
