@@ -12,7 +12,7 @@ file attributes ``schema`` (``"goalprobe.decoded_maps"``), ``schema_version``, `
 ``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
 (see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
 Version 2 adds ``readout`` (JSON: which read-out produced the cells, the agent and the goal,
-:class:`goalprobe.probes.decoded_map.Readout`), optional ``agent_probs`` / ``goal_probs``
+:class:`goalprobe.probes.decoder.Readout`), optional ``agent_probs`` / ``goal_probs``
 ``(N, S, S)`` float16 (the position probes' cell distributions) and optional ``role`` and
 ``trained_on`` attributes (``headline`` / ``probing`` for the maps ``goalprobe score`` reads
 first); version 1 files read with agent and goal from the cell probe.
@@ -53,7 +53,7 @@ CARD_SCHEMA_VERSION = 1
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 DECODED_MAPS_SCHEMA_VERSION = 2
 """Version 2 adds the optional ``agent_probs`` / ``goal_probs`` datasets (the position probes'
-cell distributions) and the ``readout`` attribute (:class:`goalprobe.probes.decoded_map.Readout`);
+cell distributions) and the ``readout`` attribute (:class:`goalprobe.probes.decoder.Readout`);
 version-1 files still read (agent and goal from the cell probe's channels)."""
 PLAN_CARD_SCHEMA = "goalprobe.plan_decoder"
 """``schema`` field of a plan-decoder JSON card and safetensors metadata."""
@@ -251,7 +251,7 @@ class DecodedMaps:
         agent, goal: ``(N, S, S)`` float16 cell distributions of the agent and the goal (the
             position probes' read-out), or None (read from the cell probe's channels).
         readout: which read-out produced each part
-            (:class:`goalprobe.probes.decoded_map.Readout`).
+            (:class:`goalprobe.probes.decoder.Readout`).
         attrs: the optional ``role`` / ``trained_on`` attributes.
     """
 
@@ -287,7 +287,7 @@ def write_decoded_maps(
             ``fitted.classes_`` names the ``CellType`` of each probability column.
         agent, goal: optional ``(N, S, S)`` cell distributions of the agent and the goal
             (the position probes' read-out).
-        readout: a :class:`goalprobe.probes.decoded_map.Readout` (None: every part from the
+        readout: a :class:`goalprobe.probes.decoder.Readout` (None: every part from the
             cell probe).
         **attrs: further scalar attributes (``role``, ``trained_on``).
 
@@ -310,7 +310,7 @@ def write_decoded_maps(
             f"card['fitted']['classes_'] must list the CellType of each of the {p.shape[3]} "
             "probability columns; pass the card of the probe that decoded them"
         )
-    from goalprobe.probes.decoded_map import Readout
+    from goalprobe.probes.decoder import Readout
 
     for name, extra in (("agent", agent), ("goal", goal)):
         if extra is not None and np.shape(extra) != p.shape[:3]:
@@ -365,7 +365,7 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
     """Read a file written by :func:`write_decoded_maps` (checks schema and shapes; version-1
     files read with ``agent``/``goal`` None and the cell read-out)."""
     import h5py
-    from goalprobe.probes.decoded_map import Readout
+    from goalprobe.probes.decoder import Readout
 
     p = Path(path)
     with h5py.File(p, "r") as f:

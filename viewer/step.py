@@ -25,7 +25,7 @@ from goalprobe.activations.store.labels import plan_rows
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
 from goalprobe.gridworld.dynamics import rollout
 from goalprobe.gridworld.text import cell_types, parse
-from goalprobe.probes.decoded_map import decoded_classes
+from goalprobe.probes.decoder import decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures import (

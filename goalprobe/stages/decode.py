@@ -1,6 +1,6 @@
 """The one decoder of the application: the headline read-out (:class:`Decoder`: the headline cell
 probe for the cells, the probing set's position probes for the agent and the goal, combined by
-:func:`goalprobe.probes.decoded_map.decode_rows`), used for the rollouts' steps (the headline
+:func:`goalprobe.probes.decoder.decode_rows`), used for the rollouts' steps (the headline
 decoded maps ``goalprobe score`` reads, :func:`write_headline_maps`) and for prompt-only states
 of grids of their own (the false-belief grids, the intention interventions:
 :func:`decode_prompt_states`).
@@ -29,7 +29,7 @@ from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
-from goalprobe.probes.decoded_map import (
+from goalprobe.probes.decoder import (
     CELL_READOUT,
     POSITION_READOUT,
     DecodedArrays,

@@ -31,7 +31,7 @@ from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import FALSE_BELIEF, generate_false_belief_set, pair_facts
 from goalprobe.gridworld.io import write_grid_set
-from goalprobe.probes.decoded_map import decoded_classes
+from goalprobe.probes.decoder import decoded_classes
 from goalprobe.probes.scoring.belief import top_cells
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
@@ -198,7 +198,7 @@ def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
     true; where
     the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
     decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
-    agent and goal, :func:`goalprobe.probes.decoded_map.decoded_classes`) with its decoded
+    agent and goal, :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded
     agent and goal cells.
     ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
     pictures = {

@@ -9,7 +9,7 @@ probabilities per cell, ``probs: (15, 15, C)`` on the padded canvas (the grid si
 - agent and goal: the cells with the highest probability under the map's agent and goal
   read-out (top-k candidates for the top-k analysis). The read-out is the position probes'
   cell distributions when the map carries them (``StepBelief.agent`` / ``.goal``, decoded-map
-  schema 2: :mod:`goalprobe.probes.decoded_map`), else the cell probe's ``P(AGENT)`` and
+  schema 2: :mod:`goalprobe.probes.decoder`), else the cell probe's ``P(AGENT)`` and
   ``P(GOAL)`` (the study's read-out, schema 1 files).
 
 An action is optimal for a candidate pair (agent cell a, goal cell g) when it moves to a neighbour

@@ -20,7 +20,7 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.probes.decoded_map import POSITION_READOUT, Readout, decode_rows
+from goalprobe.probes.decoder import POSITION_READOUT, Readout, decode_rows
 from goalprobe.probes.position import PositionProbe
 from goalprobe.probes.scoring.belief_table import StepTable, belief_metrics, score_rows
 from goalprobe.probes.scoring.config import ScoreConfig
