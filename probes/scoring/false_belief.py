@@ -36,6 +36,7 @@ from goalprobe.gridworld.false_belief import CONTROL, FALSE_BELIEF, KINDS, pair_
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.gridworld.text import cell_types
+from goalprobe.probes.decoder import full_class_probs  # noqa: F401  (re-exported, its old home)
 from goalprobe.probes.scoring.belief import (
     StepBelief,
     optimal_mask_for_pair,
