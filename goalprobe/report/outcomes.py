@@ -68,6 +68,25 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
             "goal-directed than the uniform policy.",
         )
     )
+    per_step = meg.get("per_step") or {}
+    if per_step.get("overall"):
+        o = per_step["overall"]
+        blocks.append(
+            table(
+                ("MEG per step (nats)", "value [95% CI]"),
+                [
+                    ("subjective: the step's decoded map, from the agent's cell",
+                     stat_text(o["subjective"], percent=False)),
+                    ("true grid, from the same cells", stat_text(o["true"], percent=False)),
+                    ("subjective − true", stat_text(o["difference"], percent=False)),
+                ],
+                caption=f"What it estimates: {per_step['what']}. {per_step['n_steps']} steps "
+                f"({per_step['n_states']} distinct states); {per_step['n_unreachable']} steps "
+                "whose believed goal is unreachable on their believed grid and "
+                f"{per_step['n_other_states']} steps of key/door grids are left out, not "
+                "scored 0. Grids weighted as Fig. 4.",
+            )
+        )  # fmt: skip
     return blocks
 
 
