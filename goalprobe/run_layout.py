@@ -28,7 +28,10 @@ report and the viewer find every artefact through :class:`RunLayout`::
                                                   false-belief grids (goalprobe.false_belief/1)
     RUN/false_belief/decoded_maps.h5              every step's decoded map (goalprobe.step_maps)
     RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
+    RUN/probes/decoded/headline_pre_reasoning_L<layer>.h5   the rollouts decoded by the probing
+                                                  set's probes (cells + position read-outs)
     RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
+    RUN/probes/probing/models/position_{agent,goal}_pre_reasoning.*  position probes (probing)
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
     RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
@@ -399,6 +402,18 @@ class RunLayout:
     def probing_positions(self) -> Path:
         """Agent and goal position probes on the probing set, against their baselines."""
         return self.path("position probes")
+
+    def position_probe(self, target: str) -> Path:
+        """``probes/probing/models/position_<target>_pre_reasoning``: the agent's (``target``
+        ``"agent"``) or the goal's position probe of the probing set (headline stage and layer;
+        safetensors + JSON card stem)."""
+        return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
+
+    def headline_maps(self, layer: int) -> Path:
+        """``probes/decoded/headline_pre_reasoning_L<layer>.h5``: the rollouts' steps decoded by
+        the probing-set probes (cells from the headline cell probe, agent and goal from the
+        position probes), the maps ``goalprobe score`` reads first."""
+        return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
 
     @property
     def probing_distance(self) -> Path:

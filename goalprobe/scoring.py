@@ -8,8 +8,9 @@ trajectories, activation store, decoded maps), joins each decoded-map row ``row_
 a row that joins nothing or a store written for another trajectory run raises an error naming the
 file; nothing is skipped silently.
 
-Outputs: ``belief.json`` (schema ``goalprobe.scoring.belief`` version 2, described in
-:mod:`goalprobe.probes.scoring.belief_table`; version 1 lacks only the nulls) and ``belief.csv``;
+Outputs: ``belief.json`` (schema ``goalprobe.scoring.belief`` version 3, described in
+:mod:`goalprobe.probes.scoring.belief_table`; version 2 lacks the study's Agreement, the local
+scores and the per-grid weighting, version 1 also the nulls) and ``belief.csv``;
 ``meg.json`` (:mod:`goalprobe.probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv``. The figures
 (``scoring/figures/``) are drawn by :mod:`goalprobe.viewer.figures` and written by the callers
 (:func:`goalprobe.figure_files.write_scoring_figures`).
@@ -34,18 +35,15 @@ from goalprobe.probes.scoring.belief_table import (
     BeliefScores,
     MapAccumulator,
     ScoresHeader,
-    StepTable,
     belief_csv_rows,
     belief_entry,
     belief_method,
     belief_metrics,
-    card_summary,
-    check_classes,
     expand_classes,
     pick_meg_probe,
     score_rows,
 )
-from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
+from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import (
     MEG_GRID_COLUMNS,
@@ -55,14 +53,24 @@ from goalprobe.probes.scoring.meg_table import (
     meg_method,
     score_meg,
 )
-from goalprobe.probes.scoring.nulls import fit_prior, score_nulls
+from goalprobe.probes.scoring.nulls import score_nulls
+from goalprobe.probes.scoring.step_meg import step_meg
 from goalprobe.run_layout import RunLayout
+from goalprobe.scoring_inputs import (
+    decoded_files,
+    fit_training_prior,
+    headline_key,
+    join_rows,
+    read_maps,
+    read_steps,
+    require,
+)
 from goalprobe.stages.context import write_json
 
 BELIEF_SCHEMA = "goalprobe.scoring.belief"
 MEG_SCHEMA = "goalprobe.scoring.meg"
-BELIEF_SCHEMA_VERSION = 2
-MEG_SCHEMA_VERSION = 1
+BELIEF_SCHEMA_VERSION = 3
+MEG_SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -84,149 +92,17 @@ class ScoreSummary:
     seconds: float = 0.0
 
 
-def _require(path: Path, what: str, hint: str) -> Path:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no {what} ({hint})")
-    return path
-
-
-def _read_steps(layout: RunLayout) -> StepTable:
-    from goalprobe.agents.trajectories import read_run_header, read_trajectories
-
-    path = layout.trajectories
-    table = StepTable.from_episodes(read_run_header(path).run_id, read_trajectories(path))
-    if not table.action:
-        raise ScoringError(f"{path}: no finished episode to score")
-    return table
-
-
-def _store_labels(layout: RunLayout, fields: list[str], rows: np.ndarray | None = None) -> dict:
-    from goalprobe.activations.store import ActivationStore
-
-    with ActivationStore(layout.store) as store:
-        if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
-            raise ScoringError(
-                f"{layout.store}: decoded maps name rows {rows.min()}..{rows.max()}, but the "
-                f"store has {store.n_rows} rows (decoded from another store?)"
-            )
-        return store.labels(fields, rows)
-
-
-def _store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[str, int, int]]:
-    """``(grid_id, episode, step)`` of store ``rows``; checks that they come from ``run_id``."""
-    labels = _store_labels(layout, ["run_id", "grid_id", "episode", "step"], rows)
-    foreign = sorted(set(labels["run_id"].tolist()) - {run_id})
-    if foreign:
-        raise ScoringError(
-            f"{layout.store}: rows come from trajectory run {foreign[0]!r}, but "
-            f"{layout.trajectories} is run {run_id!r}; the store was extracted from other rollouts"
-        )
-    return list(
-        zip(
-            labels["grid_id"].tolist(),
-            labels["episode"].astype(int).tolist(),
-            labels["step"].astype(int).tolist(),
-            strict=True,
-        )
-    )
-
-
-@dataclass(frozen=True)
-class _MapFile:
-    """One decoded-map file and what its card says (:func:`card_summary` plus ``file``)."""
-
-    key: str
-    path: Path
-    description: dict
-
-
-def _map_file(layout: RunLayout, path: Path) -> _MapFile:
-    from goalprobe.probes.decoded_maps import read_decoded_maps_info
-
-    try:
-        info = read_decoded_maps_info(path)
-    except OSError as err:
-        raise ScoringError(
-            f"{path}: cannot open the decoded maps ({err}); the HDF5 file is truncated or corrupt"
-        ) from err
-    except (ValueError, KeyError) as err:
-        raise ScoringError(f"{path}: not a readable decoded-maps file ({err})") from err
-    rel = str(path.relative_to(layout.root))
-    return _MapFile(path.stem, path, {"file": rel, **card_summary(info.card)})
-
-
-def _decoded_files(layout: RunLayout, config: ScoreConfig) -> list[_MapFile]:
-    if config.decoded_maps:
-        paths = [
-            _require(layout.decoded_map(name), "decoded-map file", "ScoreConfig.decoded_maps")
-            for name in config.decoded_maps
-        ]
-    else:
-        paths = layout.decoded_maps()
-        if not paths:
-            raise FileNotFoundError(
-                f"{layout.decoded_dir}: no decoded-map files (*.h5); run `goalprobe train-probe ... --out "
-                f"{layout.decoded_dir.parent}` first"
-            )
-    return [_map_file(layout, p) for p in paths]
-
-
-def _read_maps(mf: _MapFile):
-    from goalprobe.probes.decoded_maps import read_decoded_maps
-
-    try:
-        maps = read_decoded_maps(mf.path)
-    except (OSError, KeyError) as err:
-        raise ScoringError(
-            f"{mf.path}: cannot read the decoded maps ({err!r}); the file is truncated or corrupt"
-        ) from err
-    check_classes(maps.classes, str(mf.path))
-    return maps
-
-
-def _join(layout: RunLayout, mf: _MapFile, maps, steps: StepTable):
-    """Trajectory-step index and ``(grid_id, episode, step)`` of every decoded row."""
-    ids = _store_ids(layout, np.asarray(maps.row_ids, dtype=np.int64), steps.run_id)
-    idx = np.empty(len(ids), dtype=np.int64)
-    for i, key in enumerate(ids):
-        j = steps.index.get(key)
-        if j is None:
-            raise ScoringError(
-                f"{mf.path}: row {i} (store row {int(maps.row_ids[i])}) is step {key} "
-                f"(grid_id, episode, step), which {layout.trajectories} does not hold"
-            )
-        idx[i] = j
-    side = maps.probs.shape[1]
-    sizes = np.asarray(steps.size)[idx] if idx.size else np.zeros(0, dtype=np.int64)
-    if sizes.size and sizes.max() > side:
-        raise ScoringError(
-            f"{mf.path}: maps are {side} x {side} but row {int(np.argmax(sizes > side))} is a "
-            f"{int(sizes.max())} x {int(sizes.max())} grid"
-        )
-    return idx, ids
-
-
-def _fit_prior(layout: RunLayout, decoded: frozenset) -> tuple:
-    """``(size-and-density cell prior or None, n grids)`` fitted on the store rows of the grids
-    a probe did not decode (its training grids)."""
-    labels = _store_labels(layout, ["grid_id", "grid_size", "density"])
-    train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
-    if not train.size:
-        return None, 0
-    cells = _store_labels(layout, ["cell_types"], train)["cell_types"]
-    prior = fit_prior(cells, labels["grid_size"][train], labels["density"][train])
-    return prior, int(np.unique(labels["grid_id"][train]).size)
-
-
 def _score_file(mf, layout, steps, config, accumulator, priors, executor, progress):
     """The ``belief.json`` entry of one decoded-map file, and the probe's classes."""
-    maps = _read_maps(mf)
-    idx, ids = _join(layout, mf, maps, steps)
+    maps = read_maps(mf)
+    idx, ids = join_rows(layout, mf, maps, steps)
     scores = score_rows(
         maps.probs,
         maps.classes,
         steps.facts(idx),
         config.top_k,
+        agent=maps.agent,
+        goal=maps.goal,
         executor=executor,
         progress=progress,
         label=f"belief {mf.key}",
@@ -234,12 +110,17 @@ def _score_file(mf, layout, steps, config, accumulator, priors, executor, progre
     grid_ids = np.asarray([k[0] for k in ids], dtype=object)
     if accumulator is not None:
         for i, key in enumerate(ids):
-            accumulator.add(key[0], (key[1], key[2]), expand_classes(maps.probs[i], maps.classes))
+            full = expand_classes(maps.probs[i], maps.classes)
+            accumulator.add(key[0], (key[1], key[2]), full)
+            agent = None if maps.agent is None else maps.agent[i].astype(np.float64)
+            goal = None if maps.goal is None else maps.goal[i].astype(np.float64)
+            accumulator.rows.append((int(idx[i]), full, agent, goal))
     entry = {**mf.description, **belief_entry(*scores, idx, grid_ids, steps, config, mf.key)}
     if config.nulls:
-        decoded = frozenset(grid_ids.tolist())
+        trained_on = mf.attrs.get("trained_on")
+        decoded = (frozenset(grid_ids.tolist()), trained_on)
         if "prior" in config.nulls and decoded not in priors:
-            priors[decoded] = _fit_prior(layout, decoded)
+            priors[decoded] = fit_training_prior(layout, decoded[0], trained_on)
         entry.update(
             score_nulls(
                 maps.probs,
@@ -251,6 +132,8 @@ def _score_file(mf, layout, steps, config, accumulator, priors, executor, progre
                 config,
                 priors.get(decoded, (None, 0)),
                 seed_text=mf.key,
+                agent=maps.agent,
+                goal=maps.goal,
                 executor=executor,
                 progress=progress,
             )
@@ -306,14 +189,16 @@ def score_run(
 
     start = time.perf_counter()
     layout = run_dir if isinstance(run_dir, RunLayout) else RunLayout(Path(run_dir))
-    _require(layout.trajectories, "trajectory file", "run goalprobe rollout")
-    _require(layout.store, "activation store", "run goalprobe extract")
-    _require(layout.grids, "grid set", "run goalprobe grids")
-    steps = _read_steps(layout)  # the trajectory file is validated (in full) first
-    files = _decoded_files(layout, config)
-    meg_key, selected_by = pick_meg_probe({f.key: f.description for f in files}, config.meg_probe)
+    require(layout.trajectories, "trajectory file", "run goalprobe rollout")
+    require(layout.store, "activation store", "run goalprobe extract")
+    require(layout.grids, "grid set", "run goalprobe grids")
+    steps = read_steps(layout)  # the trajectory file is validated (in full) first
+    files = decoded_files(layout, config)
+    meg_key, selected_by = pick_meg_probe(
+        {f.key: f.description for f in files}, config.meg_probe or headline_key(files)
+    )
     accumulator = MapAccumulator(config.subjective_map)
-    priors: dict[frozenset, tuple] = {}  # decoded grids -> prior of the other grids
+    priors: dict[tuple, tuple] = {}  # (decoded grids, trained_on) -> prior of the training grids
     probes: dict[str, dict] = {}
     meg_classes: list[int] = []
     executor: Executor | None = ProcessPoolExecutor(config.n_jobs) if config.n_jobs > 1 else None
@@ -362,6 +247,7 @@ def score_run(
         where=str(layout.trajectories),
         grid_set=str(layout.grids),
     )
+    meg_body["per_step"] = step_meg(grids, steps, accumulator.rows, meg_classes, config)
     meg: MegScores = {
         "schema": MEG_SCHEMA,
         "schema_version": MEG_SCHEMA_VERSION,

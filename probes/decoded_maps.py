@@ -31,7 +31,10 @@ from goalprobe.gridworld.core import CellType
 
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
-DECODED_MAPS_SCHEMA_VERSION = 1
+DECODED_MAPS_SCHEMA_VERSION = 2
+"""Version 2 adds the optional ``agent_probs`` / ``goal_probs`` datasets (the position probes'
+cell distributions) and the ``readout`` attribute (:class:`goalprobe.probes.decoder.Readout`);
+version-1 files still read (agent and goal from the cell probe's channels)."""
 """Version of the decoded-maps HDF5 layout."""
 
 
@@ -45,6 +48,11 @@ class DecodedMaps:
         classes: ``(C,)`` uint8 ``CellType`` of each probability column.
         card: the card of the probe that decoded them.
         schema_version: the file's schema version.
+        agent, goal: ``(N, S, S)`` float16 cell distributions of the agent and the goal (the
+            position probes' read-out), or None (read from the cell probe's channels).
+        readout: which read-out produced each part
+            (:class:`goalprobe.probes.decoder.Readout`).
+        attrs: the optional ``role`` / ``trained_on`` attributes.
     """
 
     probs: np.ndarray
@@ -52,12 +60,24 @@ class DecodedMaps:
     classes: np.ndarray
     card: dict
     schema_version: int
+    agent: np.ndarray | None = None
+    goal: np.ndarray | None = None
+    readout: object = None
+    attrs: dict | None = None
 
 
 def write_decoded_maps(
-    path: str | Path, probs: np.ndarray, row_ids: np.ndarray, card: dict
+    path: str | Path,
+    probs: np.ndarray,
+    row_ids: np.ndarray,
+    card: dict,
+    *,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
+    readout=None,
+    **attrs,
 ) -> Path:
-    """Write decoded maps to HDF5.
+    """Write decoded maps to HDF5 (schema version 2).
 
     Args:
         path: output file.
@@ -65,6 +85,11 @@ def write_decoded_maps(
         row_ids: ``(N,)`` int store rows the maps were decoded from.
         card: the decoding probe's card (:func:`probe_card` or :func:`read_probe_card`); its
             ``fitted.classes_`` names the ``CellType`` of each probability column.
+        agent, goal: optional ``(N, S, S)`` cell distributions of the agent and the goal
+            (the position probes' read-out).
+        readout: a :class:`goalprobe.probes.decoder.Readout` (None: every part from the
+            cell probe).
+        **attrs: further scalar attributes (``role``, ``trained_on``).
 
     Returns:
         ``path``.
@@ -86,11 +111,24 @@ def write_decoded_maps(
             f"card['fitted']['classes_'] must list the CellType of each of the {p.shape[3]} "
             "probability columns; pass the card of the probe that decoded them"
         )
+    from goalprobe.probes.decoder import Readout
+
+    for name, extra in (("agent", agent), ("goal", goal)):
+        if extra is not None and np.shape(extra) != p.shape[:3]:
+            raise ValueError(f"{name} must have shape {p.shape[:3]}, got {np.shape(extra)}")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(out, "w") as f:
         f.attrs["schema"] = DECODED_MAPS_SCHEMA
         f.attrs["schema_version"] = DECODED_MAPS_SCHEMA_VERSION
+        f.attrs["readout"] = (readout or Readout()).to_json()
+        for name, value in attrs.items():
+            f.attrs[name] = value
+        for name, extra in (("agent_probs", agent), ("goal_probs", goal)):
+            if extra is not None:
+                f.create_dataset(
+                    name, data=np.asarray(extra).astype(np.float16), compression="gzip"
+                )
         f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
         f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
         f.attrs["family"] = decoded_map_family(card)
@@ -130,9 +168,10 @@ def _check_decoded_maps(f, p: Path) -> int:
     if schema != DECODED_MAPS_SCHEMA:
         raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
     version = int(f.attrs.get("schema_version", -1))
-    if version != DECODED_MAPS_SCHEMA_VERSION:
+    if version not in (1, DECODED_MAPS_SCHEMA_VERSION):
         raise ValueError(
-            f"{p}: schema_version {version} is not supported (reads {DECODED_MAPS_SCHEMA_VERSION})"
+            f"{p}: schema_version {version} is not supported (reads 1 and "
+            f"{DECODED_MAPS_SCHEMA_VERSION})"
         )
     for name in ("probs", "row_ids"):
         if name not in f:
@@ -141,8 +180,10 @@ def _check_decoded_maps(f, p: Path) -> int:
 
 
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
-    """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
+    """Read a file written by :func:`write_decoded_maps` (checks schema and shapes; version-1
+    files read with ``agent``/``goal`` None and the cell read-out)."""
     import h5py
+    from goalprobe.probes.decoder import Readout
 
     p = Path(path)
     with h5py.File(p, "r") as f:
@@ -151,12 +192,27 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
         row_ids = f["row_ids"][...]
         classes = np.asarray(f.attrs["classes"], dtype=np.uint8)
         card = json.loads(f.attrs["probe_card"])
+        agent = f["agent_probs"][...] if "agent_probs" in f else None
+        goal = f["goal_probs"][...] if "goal_probs" in f else None
+        readout = Readout.from_json(f.attrs.get("readout"))
+        extra = {k: f.attrs[k] for k in ("role", "trained_on") if k in f.attrs}
+    for name, value in (("agent_probs", agent), ("goal_probs", goal)):
+        if value is not None and value.shape != probs.shape[:3]:
+            raise ValueError(f"{p}: {name} {value.shape} disagrees with probs {probs.shape}")
     if probs.shape[0] != row_ids.shape[0] or probs.shape[3] != len(classes):
         raise ValueError(
             f"{p}: probs {probs.shape}, row_ids {row_ids.shape} and {len(classes)} classes disagree"
         )
     return DecodedMaps(
-        probs=probs, row_ids=row_ids, classes=classes, card=card, schema_version=version
+        probs=probs,
+        row_ids=row_ids,
+        classes=classes,
+        card=card,
+        schema_version=version,
+        agent=agent,
+        goal=goal,
+        readout=readout,
+        attrs=extra,
     )
 
 
@@ -263,8 +319,9 @@ def _text(value) -> str:
 
 STEP_MAPS_SCHEMA = "goalprobe.step_maps"
 """``schema`` attribute of a step-maps HDF5 file (decoded maps keyed by trajectory step)."""
-STEP_MAPS_SCHEMA_VERSION = 1
-"""Version of the step-maps HDF5 layout."""
+STEP_MAPS_SCHEMA_VERSION = 2
+"""Version of the step-maps HDF5 layout: 2 adds optional ``agent_probs`` / ``goal_probs`` and the
+``readout`` attribute, as decoded maps' version 2; version 1 still reads."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,7 +332,8 @@ class StepMaps:
         probs: ``(N, S, S, C)`` float16 class probabilities.
         grid_id, episode, step: ``(N,)`` the trajectory step of each map.
         classes: ``(C,)`` uint8 ``CellType`` of each probability column.
-        attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ...).
+        attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ``readout``, ...).
+        agent, goal: ``(N, S, S)`` position read-outs, or None (version 1, or none written).
     """
 
     probs: np.ndarray
@@ -284,6 +342,8 @@ class StepMaps:
     step: np.ndarray
     classes: np.ndarray
     attrs: dict
+    agent: np.ndarray | None = None
+    goal: np.ndarray | None = None
 
     def index(self) -> dict[tuple[str, int, int], int]:
         """``(grid_id, episode, step) -> position`` of every map."""
@@ -298,6 +358,9 @@ def write_step_maps(
     keys: list[tuple[str, int, int]],
     probs: np.ndarray,
     classes,
+    *,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
     **attrs,
 ) -> Path:
     """Write decoded maps keyed by trajectory step (for maps decoded outside the activation
@@ -308,7 +371,8 @@ def write_step_maps(
         keys: ``(N,)`` ``(grid_id, episode, step)`` of each map.
         probs: ``(N, S, S, C)`` probabilities (stored as float16).
         classes: ``(C,)`` the ``CellType`` of each probability column.
-        **attrs: further scalar attributes (``stage``, ``layer``, ``probe``).
+        agent, goal: optional ``(N, S, S)`` cell distributions (the position probes').
+        **attrs: further scalar attributes (``stage``, ``layer``, ``probe``, ``readout``).
 
     Returns:
         ``path``.
@@ -332,6 +396,11 @@ def write_step_maps(
         f.create_dataset("grid_id", data=[str(k[0]) for k in keys], dtype=h5py.string_dtype())
         f.create_dataset("episode", data=np.asarray([k[1] for k in keys], dtype=np.int32))
         f.create_dataset("step", data=np.asarray([k[2] for k in keys], dtype=np.int32))
+        for name, extra in (("agent_probs", agent), ("goal_probs", goal)):
+            if extra is not None:
+                if np.shape(extra) != p.shape[:3]:
+                    raise ValueError(f"{name} must have shape {p.shape[:3]}")
+                f.create_dataset(name, data=np.asarray(extra).astype(np.float16))
         f.create_dataset(
             "probs",
             data=p.astype(np.float16),
@@ -352,7 +421,7 @@ def read_step_maps(path: str | Path) -> StepMaps:
                 f"{p}: schema attribute is {f.attrs.get('schema')!r}, expected {STEP_MAPS_SCHEMA!r}"
             )
         version = int(f.attrs["schema_version"])
-        if version != STEP_MAPS_SCHEMA_VERSION:
+        if version not in (1, STEP_MAPS_SCHEMA_VERSION):
             raise ValueError(f"{p}: schema_version {version} is not supported")
         for name in ("probs", "grid_id", "episode", "step"):
             if name not in f:
@@ -364,6 +433,8 @@ def read_step_maps(path: str | Path) -> StepMaps:
             step=f["step"][...],
             classes=np.asarray(f.attrs["classes"], dtype=np.uint8),
             attrs={k: v for k, v in f.attrs.items() if k not in ("schema", "schema_version")},
+            agent=f["agent_probs"][...] if "agent_probs" in f else None,
+            goal=f["goal_probs"][...] if "goal_probs" in f else None,
         )
     n = len(maps.grid_id)
     if maps.probs.shape[0] != n or len(maps.episode) != n or len(maps.step) != n:

@@ -74,13 +74,70 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
         self.converged_ = all(
             int(np.max(p[-1].n_iter_)) < self.max_iter for p in (self.row_, self.col_)
         )
+        self._axes_ = {
+            name: _axis_arrays(p) for name, p in (("row", self.row_), ("col", self.col_))
+        }
         return self
 
+    def axis_proba(self, X: np.ndarray, axis: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(classes (K,), probabilities (N, K))`` of one coordinate (``"row"`` or ``"col"``):
+        the fitted regression's softmax (sigmoid for two classes), computed from the stored
+        arrays so that a probe read back from disk predicts bit for bit the same."""
+        check_is_fitted(self, "_axes_")
+        a = self._axes_[axis]
+        z = (_flat(X).astype(np.float64) - a["mean"]) / a["scale"]
+        logits = z @ a["coef"].T + a["intercept"]
+        if logits.shape[1] == 1:  # binary: scikit-learn's single column is class 1 vs 0
+            logits = np.concatenate([np.zeros_like(logits), logits], axis=1)
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return a["classes"].astype(np.int64), p / p.sum(axis=1, keepdims=True)
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """``(N, 2)`` predicted ``(row, col)``."""
-        check_is_fitted(self, ("row_", "col_"))
-        X = _flat(X)
-        return np.stack([self.row_.predict(X), self.col_.predict(X)], axis=1).astype(np.int64)
+        """``(N, 2)`` predicted ``(row, col)`` (the argmax of each coordinate)."""
+        out = []
+        for axis in ("row", "col"):
+            classes, p = self.axis_proba(X, axis)
+            out.append(classes[p.argmax(axis=1)])
+        return np.stack(out, axis=1).astype(np.int64)
+
+    def cell_proba(self, X: np.ndarray, sizes: np.ndarray, canvas: int) -> np.ndarray:
+        """``(N, canvas, canvas)`` distribution of the object's cell: ``P(row) P(col)`` within
+        each row's ``n x n`` grid (``sizes``), renormalised there, zero outside. Its argmax is
+        :meth:`predict` whenever that lies inside the grid; its top-k cells are the top-k
+        analysis's candidates."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        out = np.zeros((len(sizes), canvas, canvas), dtype=np.float64)
+        marg = []
+        for axis in ("row", "col"):
+            classes, p = self.axis_proba(X, axis)
+            full = np.zeros((len(sizes), canvas))
+            keep = classes < canvas
+            full[:, classes[keep]] = p[:, keep]
+            marg.append(full)
+        joint = marg[0][:, :, None] * marg[1][:, None, :]
+        inside = np.arange(canvas)[None, :] < sizes[:, None]  # (N, canvas)
+        joint *= inside[:, :, None] & inside[:, None, :]
+        total = joint.sum(axis=(1, 2), keepdims=True)
+        uniform = (inside[:, :, None] & inside[:, None, :]) / (sizes**2)[:, None, None]
+        out[:] = np.where(total > 0, joint / np.where(total > 0, total, 1.0), uniform)
+        return out
+
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        check_is_fitted(self, "_axes_")
+        tensors = {
+            f"{axis}_{k}": np.asarray(v) for axis, a in self._axes_.items() for k, v in a.items()
+        }
+        return tensors, {"converged_": bool(self.converged_)}
+
+    def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        self._axes_ = {
+            axis: {
+                k: tensors[f"{axis}_{k}"] for k in ("mean", "scale", "coef", "intercept", "classes")
+            }
+            for axis in ("row", "col")
+        }
+        self.converged_ = bool(meta["converged_"])
 
 
 class PositionPrior(ClassifierMixin, BaseEstimator):
@@ -167,6 +224,7 @@ def position_scores(
     n_boot: int = 1000,
     random_state: int = 0,
     log=None,
+    fitted: dict | None = None,
 ) -> dict:
     """Agent and goal position probes of one stage and layer, scored on the test grids.
 
@@ -180,6 +238,7 @@ def position_scores(
         test: ``(N,)`` bool, the rows of the test grids (split by grid, never by row).
         C: the probes' inverse L2 strength.
         log: optional ``str -> None`` progress callback.
+        fitted: when given, receives ``target -> fitted PositionProbe`` (to save or decode).
 
     Returns:
         ``{"agent": ..., "goal": ...}``: :func:`evaluate_positions` of each, plus
@@ -200,6 +259,8 @@ def position_scores(
         )  # fmt: skip
         probe = PositionProbe(C=C, random_state=random_state)
         probe.fit(data.acts[train], positions[train])
+        if fitted is not None:
+            fitted[target] = probe
         control = PositionProbe(C=C, random_state=random_state).fit(data.acts[train], shuffled)
         predictions = {
             "probe": probe.predict(data.acts[test]),
@@ -274,6 +335,18 @@ def position_sweep(
                   "test_grids": int(len(test_grids))},
         "runs": runs,
     }  # fmt: skip
+
+
+def _axis_arrays(pipeline) -> dict[str, np.ndarray]:
+    """The arrays of one fitted ``StandardScaler -> LogisticRegression`` pipeline."""
+    scaler, model = pipeline[0], pipeline[-1]
+    return {
+        "mean": np.asarray(scaler.mean_, dtype=np.float64),
+        "scale": np.asarray(scaler.scale_, dtype=np.float64),
+        "coef": np.asarray(model.coef_, dtype=np.float64),
+        "intercept": np.asarray(model.intercept_, dtype=np.float64),
+        "classes": np.asarray(model.classes_, dtype=np.int64),
+    }
 
 
 def _flat(X: np.ndarray) -> np.ndarray:

@@ -66,10 +66,17 @@ def _registry() -> dict[str, type]:
     from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
     from goalprobe.probes.distance import GoalDistanceRegressor
     from goalprobe.probes.per_cell import PerCellProbe
+    from goalprobe.probes.position import PositionProbe
 
     return {
         cls.__name__: cls
-        for cls in (CoordinateCellProbe, PerCellProbe, MajorityCellBaseline, GoalDistanceRegressor)
+        for cls in (
+            CoordinateCellProbe,
+            PerCellProbe,
+            MajorityCellBaseline,
+            GoalDistanceRegressor,
+            PositionProbe,
+        )
     }
 
 

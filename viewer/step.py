@@ -25,6 +25,7 @@ from goalprobe.activations.store.labels import plan_rows
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
 from goalprobe.gridworld.dynamics import rollout
 from goalprobe.gridworld.text import cell_types, parse
+from goalprobe.probes.decoder import decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures import (
@@ -136,7 +137,14 @@ def _names(actions) -> str:
 
 
 def decoded_view(
-    probs: np.ndarray, size: int, *, source: str, classes: tuple[int, ...], door_locked: bool
+    probs: np.ndarray,
+    size: int,
+    *,
+    source: str,
+    classes: tuple[int, ...],
+    door_locked: bool,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
 ) -> DecodedView:
     """The decoded grid of one map and its optimal actions (see the module docstring).
 
@@ -146,18 +154,20 @@ def decoded_view(
         source: source key (recorded).
         classes: the probe's classes.
         door_locked: whether the true door still blocks the agent.
+        agent, goal: the map's position read-outs (``(S, S)``, decoded-map schema 2), or None
+            (the cell probe's ``P(AGENT)`` / ``P(GOAL)``).
     """
     probs = np.asarray(probs)
     walls = decoded_walls(probs, size, door_locked=door_locked)
-    agent = top_cells(probs, size, CellType.AGENT, 1)[0]
-    goal = top_cells(probs, size, CellType.GOAL, 1)[0]
-    mask = optimal_mask_for_pair(walls, agent, goal)
+    agent_cell = top_cells(probs, size, CellType.AGENT, 1, agent)[0]
+    goal_cell = top_cells(probs, size, CellType.GOAL, 1, goal)[0]
+    mask = optimal_mask_for_pair(walls, agent_cell, goal_cell)
     return DecodedView(
         source=source,
         probs=probs[:size, :size],
-        argmax=probs[:size, :size].argmax(axis=-1),
-        agent_row_col=agent,
-        goal_row_col=goal,
+        argmax=decoded_classes(probs, size, agent, goal),
+        agent_row_col=agent_cell,
+        goal_row_col=goal_cell,
         optimal=frozenset(Action(int(a)) for a in np.flatnonzero(mask)),
         classes=classes,
     )

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 UTILITIES = ("goal", "goal_with_key", "key")
-TABLE2 = ("acc_gt", "acc_dec", "agreement", "recovery", "inverse_recovery")
+TABLE2 = ("acc_gt", "acc_dec", "agreement", "optimal_on_both", "recovery", "inverse_recovery")
 
 
 def _top_k(text: str) -> tuple[int, ...]:
@@ -84,6 +84,13 @@ def command(
         ),
     ] = True,
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes for belief scoring.")] = 1,
+    weighting: Annotated[
+        str,
+        typer.Option(
+            help="Pooling of steps: 'grid' (the study's Fig. 4: trajectory means averaged per "
+            "grid) or 'step' (a ratio of sums over steps)."
+        ),
+    ] = "grid",
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
@@ -107,6 +114,7 @@ def command(
     choice(key_utility, UTILITIES, "--key-utility")
     choice(horizon, ("episodes", "grid"), "--horizon")
     choice(subjective_map, ("mean", "first"), "--subjective-map")
+    choice(weighting, ("grid", "step"), "--weighting")
     config = ScoreConfig(
         decoded_maps=tuple(probe or ()),
         top_k=_top_k(top_k),
@@ -120,6 +128,7 @@ def command(
         subjective_map=subjective_map,
         unknown_utility=unknown_utility,
         n_jobs=jobs,
+        weighting=weighting,
         **({} if nulls else {"nulls": ()}),
     )
     check_new_output(RunLayout(run_dir).scoring_dir, overwrite, "RUN_DIR", directory=True)
@@ -153,6 +162,7 @@ def _belief_table(belief: dict) -> Table:
         "acc_gt": "Acc GT",
         "acc_dec": "Acc Dec",
         "agreement": "Agree",
+        **({"optimal_on_both": "Opt both"} if "optimal_on_both" in belief["metrics"] else {}),
         "recovery": "Recov",
         "inverse_recovery": "Inv rec",
         **{m: f"top-{m.removeprefix('acc_top')}" for m in top},

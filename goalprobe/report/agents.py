@@ -82,8 +82,8 @@ def agents(run: RunReader) -> list[Block]:
         Text(
             f"The same study on two agents: `{names[0]}` (this run) and `{names[1]}` (the "
             "positive control, RUN/control/: same grids, probing set and seeds; it runs the "
-            "behaviour and every representational stage, not the iso, key, harm, intention and "
-            "false-belief studies). A finding the toolkit reports on the control but not on the "
+            "behaviour, every representational stage and the false-belief grids, not the iso, "
+            "key, harm and intention studies). A finding the toolkit reports on the control but not on the "
             "default agent is about the agent, not a failure of the measurement."
         )
     ]

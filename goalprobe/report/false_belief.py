@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts, require_pair_facts
+from goalprobe.gridworld.core import Action
+from goalprobe.gridworld.false_belief import (
+    FALSE_BELIEF,
+    STALE_GOAL,
+    pair_facts,
+    require_pair_facts,
+)
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.gridworld.text import cell_types
-from goalprobe.report.blocks import Block, Box, Figures, stat_text, table
+from goalprobe.report.blocks import Block, Box, Figures, Text, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.viewer.figures import false_belief_maps_figure, oracle_rates_figure
 
@@ -20,15 +26,40 @@ BEHAVIOUR_METRICS = (
     ("acc_oracle", "Acc. Oracle (all steps)"),
     ("recovery_oracle", "Recovery vs oracle (GT-suboptimal steps)"),
     ("acc_dec", "Acc. Dec. (steps with a decoded map)"),
+    ("acc_gt_decoded_steps", "Acc. GT on the same steps"),
+    ("acc_dec_minus_gt", "Acc. Dec. − Acc. GT (paired)"),
     ("recovery_dec", "Recovery vs decoded map"),
+    ("episodes_decoded_goal_shown", "decoded goal on the drawn grid's goal only (episodes)"),
+    ("episodes_decoded_goal_true", "decoded goal on the true grid's goal only (episodes)"),
+    ("episodes_decoded_goal_both", "decoded goal on the shared goal (episodes)"),
+    ("episodes_decoded_goal_neither", "decoded goal elsewhere (episodes)"),
+    ("decoded_goal_shown", "decoded goal on the drawn goal only (all steps)"),
     ("chance_acc_gt", "chance: Acc. GT"),
     ("chance_acc_oracle", "chance: Acc. Oracle"),
 )
 
 
 def false_belief(run: RunReader, fig: Figures) -> list[Block]:
-    """Behaviour against the oracle belief per kind and role, the paired first-step
-    differences, the probe's shown-vs-true reading, and one pair drawn side by side."""
+    """This run's agent, then the positive control's (``RUN/control/``, when it ran the stage):
+    behaviour against the oracle belief per kind and role, the paired first-step differences,
+    the decoded map's shown-vs-true reading (cells and goal), and one pair drawn side by side
+    with the agent's first action."""
+    blocks = _agent_blocks(run, fig)
+    control = RunReader(run.layout.control.root)
+    if control.layout.false_belief_results.is_file():
+        blocks.append(
+            Text(
+                "Positive control (RUN/control/): the map agent's anchors carry the goal, so on "
+                "stale-goal grids its decoded goal should be the drawn one and its actions "
+                "should follow the decoded map rather than the true grid."
+            )
+        )
+        blocks.extend(_agent_blocks(control, fig))
+    return blocks
+
+
+def _agent_blocks(run: RunReader, fig: Figures) -> list[Block]:
+    """The section's blocks for one run directory."""
     data = run.json(run.layout.false_belief_results)
     behaviour = data["behaviour"]
     kinds = list(behaviour)
@@ -105,7 +136,7 @@ def false_belief(run: RunReader, fig: Figures) -> list[Block]:
             "95% grid-bootstrap intervals.",
         )
     )
-    blocks.extend(_example(run, fig, decoding))
+    blocks.extend(_example(run, fig, decoding, data.get("steps", [])))
     return blocks
 
 
@@ -131,17 +162,31 @@ def _this_run(data: dict) -> str:
     return text
 
 
-def _example(run: RunReader, fig: Figures, decoding: dict) -> list[Block]:
-    """The first false-belief grid drawn three ways: true, shown, decoded (argmax, start)."""
+def _example(run: RunReader, fig: Figures, decoding: dict, steps: list) -> list[Block]:
+    """One false-belief grid (a stale goal when there is one) drawn three ways: true, shown,
+    decoded (the cell probe's classes with the read-out's agent and goal, start state), with
+    the agent's first action of its first episode."""
     try:
         grids = read_grid_set(run.layout.false_belief_grids)
     except FileNotFoundError as err:
         raise MissingInput(str(err)) from err
-    grid = next(g for g in grids if (pair_facts(g) or {}).get("role") == FALSE_BELIEF)
+    fbs = [g for g in grids if (pair_facts(g) or {}).get("role") == FALSE_BELIEF]
+    grid = next((g for g in fbs if require_pair_facts(g)["kind"] == STALE_GOAL), fbs[0])
     facts = require_pair_facts(grid)
     if grid.shown is None:
         raise ValueError(f"false-belief grid {grid.grid_id!r} has no shown grid")
     decoded = decoding.get("maps", {}).get(grid.grid_id)
+    first = next(
+        (r for r in steps if r["grid_id"] == grid.grid_id and r["step"] == 0 and r["action"]),
+        None,
+    )
+    action = None if first is None else int(Action[first["action"]])
+    start = decoding.get("start_cells", {}).get(grid.grid_id, {})
+    title = f"{facts['kind']}: {grid.grid_id} (start state)"
+    if first is not None:
+        title += f", first action {first['action']}"
+    if start:
+        title += f", decoded goal: {start.get('goal_follows')}"
     return [
         fig(
             false_belief_maps_figure(
@@ -149,7 +194,9 @@ def _example(run: RunReader, fig: Figures, decoding: dict) -> list[Block]:
                 cell_types(grid.shown),
                 None if decoded is None else np.asarray(decoded),
                 differs=[tuple(c) for c in facts["differs"]],
-                title=f"{facts['kind']}: {grid.grid_id} (start state)",
+                title=title,
+                agent_row_col=grid.initial_state.agent,
+                action=action,
             )
         )
     ]

@@ -189,6 +189,21 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 f"chance {pct((o.get('chance_acc_gt') or {}).get('value'))}",
             )
         ]
+        nulls = entry.get("nulls") or {}
+        for null, label in (
+            ("other_grid", "another grid's map (the whole belief)"),
+            ("prior", "the prior map (the walls; same agent/goal read-out)"),
+        ):
+            e = ((nulls.get(null) or {}).get("excess") or {}).get("acc_dec")
+            if e:
+                out.append(
+                    HeadlineRow(
+                        f"Acc. Dec. minus {label}",
+                        stat_text(e, percent=True),
+                        f"null: {null} maps",
+                        f"above the null: {yes_no(e['above_baseline'])}",
+                    )
+                )
         for k, label in (("acc_dec", "Acc. Dec."), ("recovery", "Recovery")):
             if k in excess:
                 e = excess[k]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Box, Figures, num, pct, stat_text, table
+from goalprobe.report.loop import loop
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.viewer.figures import (
     belief_figure,
@@ -23,19 +24,25 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
     key = summary.get("default_probe") or next(iter(summary["probes"]))
     entry = summary["probes"][key]
     metrics = ("acc_gt", "acc_dec", "agreement", "recovery", "chance_acc_gt", "chance_acc_dec")
+    if "optimal_on_both" in entry["overall"]:
+        metrics = (*metrics[:3], "optimal_on_both", *metrics[3:])
     rows = []
     for group_name, groups in (("size", entry["by_size"]), ("density", entry["by_density"])):
         for value, stats in groups.items():
             rows.append((f"{group_name} {value}", *(stat_text(stats.get(m)) for m in metrics)))
     rows.append(("all", *(stat_text(entry["overall"].get(m)) for m in metrics)))
+    names = {"acc_gt": "Acc. GT", "acc_dec": "Acc. Dec.", "agreement": "Agreement"}
+    names |= {"optimal_on_both": "optimal on both", "recovery": "Recovery"}
+    names |= {"chance_acc_gt": "chance GT", "chance_acc_dec": "chance Dec."}
     groups_table = table(
-        ("group", "Acc. GT", "Acc. Dec.", "Agreement", "Recovery", "chance GT", "chance Dec."),
+        ("group", *(names[m] for m in metrics)),
         rows,
-        caption=f"Probe {key} ({entry.get('family')}, {entry.get('stage')}, layer "
-        f"{entry.get('layer')}); decoded maps exist for test grids only. Chance: a uniformly "
-        "random action. 95% grid-bootstrap intervals.",
+        caption=f"This run's agent, maps {key} ({entry.get('family')}, {entry.get('stage')}, "
+        f"layer {entry.get('layer')}). Chance: a uniformly random action. 95% grid-bootstrap "
+        "intervals.",
     )
-    blocks: list[Block] = [fig(belief_figure(summary)), groups_table, fig(topk_figure(summary))]
+    blocks: list[Block] = [*loop(run), fig(belief_figure(summary)), groups_table]
+    blocks.append(fig(topk_figure(summary)))
     try:
         meg = run.json(run.layout.meg)
     except MissingInput as err:
@@ -62,6 +69,25 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
             "goal-directed than the uniform policy.",
         )
     )
+    per_step = meg.get("per_step") or {}
+    if per_step.get("overall"):
+        o = per_step["overall"]
+        blocks.append(
+            table(
+                ("MEG per step (nats)", "value [95% CI]"),
+                [
+                    ("subjective: the step's decoded map, from the agent's cell",
+                     stat_text(o["subjective"], percent=False)),
+                    ("true grid, from the same cells", stat_text(o["true"], percent=False)),
+                    ("subjective − true", stat_text(o["difference"], percent=False)),
+                ],
+                caption=f"What it estimates: {per_step['what']}. {per_step['n_steps']} steps "
+                f"({per_step['n_states']} distinct states); {per_step['n_unreachable']} steps "
+                "whose believed goal is unreachable on their believed grid and "
+                f"{per_step['n_other_states']} steps of key/door grids are left out, not "
+                "scored 0. Grids weighted as Fig. 4.",
+            )
+        )  # fmt: skip
     return blocks
 
 

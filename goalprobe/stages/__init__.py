@@ -115,9 +115,10 @@ CONTROL_STAGES: tuple[str, ...] = (
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``
 without ``--model``): its behaviour and every representational finding (probes, localisation,
-distance, plans, patching, belief scoring and MEG) and the fogged grids, on the same grids
-and probing set; the behavioural studies that say nothing about where a map is (iso, keys,
-harm, intention, false belief) run for the default agent only."""
+distance, plans, patching, belief scoring and MEG), the fogged grids and the false-belief grids
+(the loop closed: its anchors carry the drawn goal, so its decoded goal should follow the drawn
+grid), on the same grids and probing set; the behavioural studies that say nothing about where
+a map is (iso, keys, harm, intention) run for the default agent only."""
 
 
 HEADLINE_STAGE = "pre_reasoning"

@@ -1,6 +1,9 @@
-"""Decoding prompt-only states with the headline cell probe: the one implementation for the
-stages that ask what the agent's anchors hold about grids of their own (the false-belief grids,
-the intention interventions).
+"""The one decoder of the application: the headline read-out (:class:`Decoder`: the headline cell
+probe for the cells, the probing set's position probes for the agent and the goal, combined by
+:func:`goalprobe.probes.decoder.decode_rows`), used for the rollouts' steps (the headline
+decoded maps ``goalprobe score`` reads, :func:`write_headline_maps`) and for prompt-only states
+of grids of their own (the false-belief grids, the intention interventions:
+:func:`decode_prompt_states`).
 
 The probe is the headline cell probe (:data:`goalprobe.stages.HEADLINE_PROBE` at
 :data:`goalprobe.stages.HEADLINE_STAGE` and :func:`goalprobe.stages.headline_layer`) fit on the
@@ -19,21 +22,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
-from goalprobe.probes.scoring.false_belief import full_class_probs
-from goalprobe.probes.serialization import load_probe
+from goalprobe.probes.decoded_maps import write_decoded_maps
+from goalprobe.probes.decoder import (
+    CELL_READOUT,
+    POSITION_READOUT,
+    DecodedArrays,
+    Readout,
+    decode_rows,
+)
+from goalprobe.probes.serialization import load_probe, read_probe_card
 from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import MapProbs
+    pass
 
 
 @dataclass(frozen=True)
@@ -74,25 +86,121 @@ def headline_probe(layout: RunLayout) -> HeadlineProbe | None:
     return None
 
 
+@dataclass(frozen=True)
+class Decoder:
+    """The headline read-out, loaded: the cell probe and (when the probes stage fit them) the
+    agent and goal position probes of the probing set, at the headline stage and layer."""
+
+    probe: HeadlineProbe
+    """Where the cell probe is and what it reads."""
+    cell: object
+    """The fitted cell probe."""
+    agent: object | None
+    """The agent position probe (None: the cell probe's ``P(AGENT)``)."""
+    goal: object | None
+    """The goal position probe (None: the cell probe's ``P(GOAL)``)."""
+    readout: Readout
+    """The card paths, relative to the run directory."""
+
+    def decode(self, acts: np.ndarray, sizes: np.ndarray) -> DecodedArrays:
+        """Maps of activations ``acts`` of grids of side ``sizes``."""
+        return decode_rows(
+            self.cell,
+            acts,
+            sizes,
+            agent_probe=self.agent,
+            goal_probe=self.goal,
+            readout=self.readout,
+        )
+
+
+def load_decoder(layout: RunLayout) -> Decoder | None:
+    """The headline read-out of the run (None without a headline cell probe). The position
+    probes join when both cards exist and read the cell probe's layer."""
+    probe = headline_probe(layout)
+    if probe is None:
+        return None
+    cards = [layout.position_probe(t).with_suffix(".json") for t in ("agent", "goal")]
+    models: list = [None, None]
+    if all(c.is_file() for c in cards):
+        layers = {(read_probe_card(c).get("activations") or {}).get("layer") for c in cards}
+        if layers == {probe.layer}:
+            models = [load_probe(c) for c in cards]
+    readout = Readout(
+        agent=CELL_READOUT if models[0] is None else POSITION_READOUT,
+        goal=CELL_READOUT if models[1] is None else POSITION_READOUT,
+        cell_probe=layout.relative(probe.card),
+        agent_probe=layout.relative(cards[0]) if models[0] is not None else None,
+        goal_probe=layout.relative(cards[1]) if models[1] is not None else None,
+    )
+    return Decoder(probe, load_probe(probe.card), models[0], models[1], readout)
+
+
+def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
+    """Decode every row of the main store at the headline stage and layer with the headline
+    read-out of the probing set (a probe that never saw a rollout grid: every rollout grid is
+    held out) into ``layout.headline_maps(layer)`` (``role="headline"``,
+    ``trained_on="probing"``); None when the probing set's probe is missing."""
+    decoder = load_decoder(layout)
+    if decoder is None or decoder.probe.trained_on != "probing":
+        return None
+    with ActivationStore(layout.store) as store:
+        rows = store.select(HEADLINE_STAGE)
+        if decoder.probe.layer not in {int(x) for x in store.layers} or not len(rows):
+            return None
+        sizes = store.labels(["grid_size"], rows)["grid_size"]
+        parts = [
+            decoder.decode(
+                store.read(HEADLINE_STAGE, decoder.probe.layer, rows[a : a + batch]),
+                sizes[a : a + batch],
+            )
+            for a in range(0, len(rows), batch)
+        ]
+    probs = np.concatenate([p.probs for p in parts])
+    extra = {
+        name: None
+        if getattr(parts[0], name) is None
+        else np.concatenate([getattr(p, name) for p in parts])
+        for name in ("agent", "goal")
+    }
+    card = read_probe_card(decoder.probe.card)
+    keep = np.asarray(card["fitted"]["classes_"], dtype=np.int64)
+    out = layout.headline_maps(decoder.probe.layer)
+    tmp = out.with_name(f".{out.name}.tmp")
+    write_decoded_maps(
+        tmp,
+        probs[..., keep],
+        np.asarray(rows, dtype=np.int64),
+        card,
+        readout=parts[0].readout,
+        role="headline",
+        trained_on="probing",
+        **extra,
+    )
+    tmp.replace(out)
+    return out
+
+
 def decode_prompt_states(
     context: StageContext,
     agent: AgentConfig,
     activations: ActivationsConfig,
     prompts: PromptStatesConfig,
     grids: list[Grid],
-    probe: HeadlineProbe,
+    decoder: Decoder,
     states: dict[str, list[State]],
     states_path: Path,
     store_path: Path,
-) -> dict[tuple[str, State], MapProbs]:
+) -> dict[tuple[str, State], tuple]:
     """Write ``states`` (per grid id, the states to decode) of ``grids`` as prompt-only states
     (``prompts``: reasoning effort and templates), extract their pre-reasoning anchors at the
     probe's layer and decode them.
 
     Returns:
-        ``{(grid_id, state): (S, S, len(CellType)) probabilities}`` (classes the probe lacks
-        get 0).
+        ``{(grid_id, state): (probs (S, S, len(CellType)), agent (S, S) or None, goal)}``
+        (classes the probe lacks get 0; agent and goal from the decoder's read-out).
     """
+    probe = decoder.probe
     loaded = context.agent(agent).loaded()
     tokenizer = loaded.tokenizer
     states_path.unlink(missing_ok=True)
@@ -104,7 +212,6 @@ def decode_prompt_states(
         backend_description=context.agent(agent).config.identity(),
         states=states,
     )
-    model = load_probe(probe.card)
     extract_into(
         context,
         agent,
@@ -115,10 +222,10 @@ def decode_prompt_states(
     )
     with ActivationStore(store_path) as store:
         rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(["grid_id", "episode"], rows)
+        labels = store.labels(["grid_id", "episode", "grid_size"], rows)
         acts = store.read(HEADLINE_STAGE, probe.layer, rows)
-    probs = full_class_probs(model.predict_proba(acts), [int(c) for c in model.classes_])
+    decoded = decoder.decode(acts, labels["grid_size"])
     return {
-        (str(g), states[str(g)][int(e)]): p
-        for g, e, p in zip(labels["grid_id"], labels["episode"], probs, strict=True)
+        (str(g), states[str(g)][int(e)]): decoded.row(i)
+        for i, (g, e) in enumerate(zip(labels["grid_id"], labels["episode"], strict=True))
     }

@@ -35,6 +35,8 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import write_step_maps
+from goalprobe.probes.decoder import decoded_classes
+from goalprobe.probes.scoring.belief import top_cells
 from goalprobe.probes.scoring.false_belief import (
     SCHEMA,
     Bootstrap,
@@ -42,12 +44,13 @@ from goalprobe.probes.scoring.false_belief import (
     control_cells,
     decoded_cells,
     decoded_table,
+    goal_follows,
     oracle_rows,
     oracle_table,
 )
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.decode import decode_prompt_states, headline_probe
+from goalprobe.stages.decode import decode_prompt_states, load_decoder
 from goalprobe.stages.rollouts import read_episodes
 
 READING = (
@@ -99,8 +102,9 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     layout.false_belief_decoded.unlink(missing_ok=True)
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
-        probe = headline_probe(layout)
-        if probe is None:
+        decoder = load_decoder(layout)
+        probe = None if decoder is None else decoder.probe
+        if decoder is None:
             decoding["why"] = "the probes stage left no headline probe"
         else:
             visited = visited_states(episodes, by_id)
@@ -115,7 +119,7 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
                 config.activations,
                 prompts,
                 grids,
-                probe,
+                decoder,
                 visited,
                 layout.false_belief_states,
                 layout.false_belief_store,
@@ -128,18 +132,27 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
             }
             if decoded:
                 keys = list(decoded)
+                extra = {
+                    name: None
+                    if decoded[keys[0]][j] is None
+                    else np.stack([decoded[k][j] for k in keys])
+                    for j, name in ((1, "agent"), (2, "goal"))
+                }
                 write_step_maps(
                     layout.false_belief_decoded,
                     keys,
-                    np.stack([decoded[k] for k in keys]),
+                    np.stack([decoded[k][0] for k in keys]),
                     classes=[int(c) for c in CellType],
                     stage=HEADLINE_STAGE,
                     layer=probe.layer,
                     probe=str(layout.relative(probe.card)),
+                    readout=decoder.readout.to_json(),
+                    **extra,
                 )
                 outputs["decoded_maps"] = layout.false_belief_decoded
             start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
+            decoding["readout"] = decoder.readout.to_json()
             decoding.update(
                 probe=layout.relative(probe.card),
                 probe_trained_on=probe.trained_on,
@@ -183,20 +196,41 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
     return out
 
 
-def probe_reading(grids, by_id, start_probs, boot: Bootstrap) -> dict:
-    """The decoded class at the differing cells of every pair, against shown and true, and
-    every grid's decoded start map (argmax ``CellType``, ``n x n``)."""
+def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
+    """The decoded class (of the decoded map's picture: the cell probe's classes with the
+    read-out's one agent and one goal) at the differing cells of every pair, against shown and
+    true; where
+    the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
+    decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
+    agent and goal, :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded
+    agent and goal cells.
+    ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
+    pictures = {
+        g: decoded_classes(probs, by_id[g].size, agent, goal)
+        for g, (probs, agent, goal) in start_maps.items()
+    }
     cells = []
     for grid in grids:
         facts = require_pair_facts(grid)
-        if facts["role"] != FALSE_BELIEF or grid.grid_id not in start_probs:
+        if facts["role"] != FALSE_BELIEF or grid.grid_id not in start_maps:
             continue
-        cells += decoded_cells(grid, start_probs[grid.grid_id])
+        cells += decoded_cells(grid, pictures[grid.grid_id])
         twin = by_id[facts["pair_id"] + "-ctl"]
-        if twin.grid_id in start_probs:
-            cells += control_cells(twin, grid, start_probs[twin.grid_id])
-    maps = {
-        g: probs[: by_id[g].size, : by_id[g].size].argmax(axis=-1).tolist()
-        for g, probs in start_probs.items()
+        if twin.grid_id in start_maps:
+            cells += control_cells(twin, grid, pictures[twin.grid_id])
+    maps, goals = {}, {}
+    for g, (probs, agent, goal) in start_maps.items():
+        n = by_id[g].size
+        maps[g] = pictures[g].tolist()
+        goals[g] = {
+            "agent": list(top_cells(probs, n, CellType.AGENT, 1, agent)[0]),
+            "goal": list(top_cells(probs, n, CellType.GOAL, 1, goal)[0]),
+            "goal_follows": goal_follows(by_id[g], goal, probs),
+        }
+    return {
+        "available": True,
+        "table": decoded_table(cells, boot),
+        "cells": cells,
+        "maps": maps,
+        "start_cells": goals,
     }
-    return {"available": True, "table": decoded_table(cells, boot), "cells": cells, "maps": maps}

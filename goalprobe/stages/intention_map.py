@@ -32,7 +32,7 @@ from goalprobe.gridworld.intention import (
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.decode import decode_prompt_states, headline_probe
+from goalprobe.stages.decode import decode_prompt_states, load_decoder
 
 SCHEMA = "goalprobe.demo.intention_map/1"
 
@@ -81,9 +81,10 @@ def inputs(config: DemoConfig) -> IntentionMapInput:
 def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
     """Prompt, extract and decode the start states; compare the changed cells."""
     layout = context.layout
-    probe = headline_probe(layout)
-    if probe is None:
+    decoder = load_decoder(layout)
+    if decoder is None:
         raise ValueError(f"the probes stage left no {HEADLINE_STAGE} headline probe to decode with")
+    probe = decoder.probe
     grids = read_grid_set(layout.intention_grids)
     maps = decode_prompt_states(
         context,
@@ -91,7 +92,7 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
         ActivationsConfig(batch_size=config.batch_size),
         config.states,
         grids,
-        probe,
+        decoder,
         {g.grid_id: [g.initial_state] for g in grids},
         layout.intention_map_states,
         layout.intention_map_store,
@@ -109,10 +110,16 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
             if not pairs:
                 continue
             p_a = np.array(
-                [maps[(g.grid_id, g.initial_state)][getattr(g, what)][open_class] for g, _ in pairs]
+                [
+                    maps[(g.grid_id, g.initial_state)][0][getattr(g, what)][open_class]
+                    for g, _ in pairs
+                ]
             )
             p_b = np.array(
-                [maps[(o.grid_id, o.initial_state)][getattr(g, what)][open_class] for g, o in pairs]
+                [
+                    maps[(o.grid_id, o.initial_state)][0][getattr(g, what)][open_class]
+                    for g, o in pairs
+                ]
             )
             result = decoded_registration(p_a, p_b, [g.grid_id for g, _ in pairs], config.test)
             results.append(

@@ -28,9 +28,11 @@ from goalprobe.probes.probe_sweep import (
     Target,
     run_probe_sweep,
 )
+from goalprobe.probes.serialization import save_probe
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.decode import write_headline_maps
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
@@ -122,8 +124,9 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
     curve on the probing set."""
     layout, p = context.layout, config.probes
     for folder in (layout.decoded_dir, layout.probe_sweeps, layout.probing_probes):
-        for file in folder.glob("cell_*") if folder.is_dir() else []:
-            file.unlink()
+        for pattern in ("cell_*", "headline_*"):
+            for file in folder.glob(pattern) if folder.is_dir() else []:
+                file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
     common: dict[str, Any] = dict(
         test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed
@@ -167,6 +170,9 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
     curve = probing_learning_curve(context, estimator, p, config.points)
     outputs["learning_curve"] = write_json(layout.learning_curve, curve)
     outputs["positions"] = write_json(layout.probing_positions, probing_positions(context, p))
+    headline = write_headline_maps(layout)
+    if headline is not None:
+        outputs["headline_maps"] = headline
     return outputs, summary
 
 
@@ -185,9 +191,18 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
     )
     test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
-    return out | position_scores(
-        data, test, n_boot=p.n_bootstrap, random_state=p.seed, log=context.say
+    fitted: dict = {}
+    scores = position_scores(
+        data, test, n_boot=p.n_bootstrap, random_state=p.seed, log=context.say, fitted=fitted
     )
+    for target, probe in fitted.items():  # the read-out of the headline decoded maps
+        save_probe(
+            probe,
+            context.layout.position_probe(target),
+            source=data.source,
+            metrics={"test": scores[target]["models"]["probe"]},
+        )
+    return out | scores
 
 
 def targets(*candidates: tuple[str, Path, Path, Path]):

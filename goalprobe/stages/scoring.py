@@ -3,15 +3,12 @@ the decoded grids (``RUN/scoring/``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from goalprobe.activations.store import ActivationStore
 from goalprobe.config import DemoConfig
 from goalprobe.figure_files import write_scoring_figures
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.scoring import score_run
-from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext
 
 
@@ -21,16 +18,11 @@ def inputs(config: DemoConfig) -> ScoreConfig:
 
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
-    """Score every decoded-map file of the run; subjective MEG and the headline use the
-    headline probe's maps (fixed in advance, not the best on test data) when they exist."""
+    """Score every decoded-map file of the run, as ``goalprobe score`` does
+    (:func:`goalprobe.scoring.score_run`): subjective MEG and the headline use the headline
+    maps (the probing-set probes' maps of the rollouts, fixed in advance, not the best on test
+    data) when they exist."""
     layout = context.layout
-    if config.meg_probe is None:
-        kind, family = HEADLINE_PROBE
-        with ActivationStore(layout.store) as store:
-            layer = headline_layer(store.layers)
-        name = f"cell_type_{kind}_{family}_{HEADLINE_STAGE}_L{layer}"
-        if layout.decoded_map(name).is_file():
-            config = dataclasses.replace(config, meg_probe=name)
     summary = score_run(layout, config, progress=context.progress)
     write_scoring_figures(layout, summary.belief, summary.meg)
     outputs = {"belief": layout.belief, "meg": layout.meg}

@@ -6,8 +6,11 @@ probabilities per cell, ``probs: (15, 15, C)`` on the padded canvas (the grid si
 
 - walls: cells whose argmax class is ``WALL`` (and ``DOOR`` while the true door is still locked
   and the agent holds no key: a locked door blocks like a wall; ``KEY`` counts as open);
-- agent and goal: the cells with the highest ``P(AGENT)`` and ``P(GOAL)`` (top-k candidates for
-  the top-k analysis).
+- agent and goal: the cells with the highest probability under the map's agent and goal
+  read-out (top-k candidates for the top-k analysis). The read-out is the position probes'
+  cell distributions when the map carries them (``StepBelief.agent`` / ``.goal``, decoded-map
+  schema 2: :mod:`goalprobe.probes.decoder`), else the cell probe's ``P(AGENT)`` and
+  ``P(GOAL)`` (the study's read-out, schema 1 files).
 
 An action is optimal for a candidate pair (agent cell a, goal cell g) when it moves to a neighbour
 whose decoded shortest-path distance to g is minimal among a's neighbours and finite; a move into
@@ -47,6 +50,9 @@ class StepBelief:
         true_optimal: ``(4,)`` bool, the optimal actions on the true grid in this state.
         door_locked: whether a door exists and still blocks the agent (no key held, not open).
         group: free-form keys for breakdowns (e.g. ``{"size": 9, "density": 0.4}``).
+        agent, goal: optional ``(canvas, canvas)`` distributions of the agent's and the goal's
+            cell (the position probes' read-out); None: the cell probe's ``P(AGENT)`` /
+            ``P(GOAL)`` channel.
     """
 
     probs: np.ndarray
@@ -55,6 +61,8 @@ class StepBelief:
     true_optimal: np.ndarray
     door_locked: bool = False
     group: dict | None = None
+    agent: np.ndarray | None = None
+    goal: np.ndarray | None = None
 
 
 def decoded_walls(probs: np.ndarray, size: int, *, door_locked: bool = False) -> np.ndarray:
@@ -66,9 +74,26 @@ def decoded_walls(probs: np.ndarray, size: int, *, door_locked: bool = False) ->
     return walls
 
 
-def top_cells(probs: np.ndarray, size: int, cell_type: CellType, k: int) -> list[RowCol]:
-    """The ``k`` cells of the ``n x n`` grid with the highest probability of ``cell_type``."""
-    scores = np.asarray(probs, dtype=np.float64)[:size, :size, int(cell_type)].ravel()
+def location(
+    probs: np.ndarray, size: int, cell_type: CellType, readout: np.ndarray | None = None
+) -> np.ndarray:
+    """``(n, n)`` scores of the cells for the agent or the goal: the read-out's distribution
+    when given (``(canvas, canvas)``), else the cell probe's ``P(cell_type)``."""
+    if readout is not None:
+        return np.asarray(readout, dtype=np.float64)[:size, :size]
+    return np.asarray(probs, dtype=np.float64)[:size, :size, int(cell_type)]
+
+
+def top_cells(
+    probs: np.ndarray,
+    size: int,
+    cell_type: CellType,
+    k: int,
+    readout: np.ndarray | None = None,
+) -> list[RowCol]:
+    """The ``k`` cells of the ``n x n`` grid with the highest probability of ``cell_type``
+    (under ``readout`` when given, see :func:`location`)."""
+    scores = location(probs, size, cell_type, readout).ravel()
     k = min(k, scores.size)
     order = np.argsort(-scores, kind="stable")[:k]
     return [(int(i // size), int(i % size)) for i in order]
@@ -123,12 +148,15 @@ def topk_optimal_mask(
     k: int,
     *,
     door_locked: bool = False,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
     _goals: _GoalDistances | None = None,
 ) -> np.ndarray:
-    """``(4,)`` bool: actions optimal for at least one of the top-k agent x top-k goal pairs."""
+    """``(4,)`` bool: actions optimal for at least one of the top-k agent x top-k goal pairs
+    (``agent`` / ``goal``: the read-out's distributions, see :func:`location`)."""
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
-    agents = top_cells(probs, size, CellType.AGENT, k)
-    goals = top_cells(probs, size, CellType.GOAL, k)
+    agents = top_cells(probs, size, CellType.AGENT, k, agent)
+    goals = top_cells(probs, size, CellType.GOAL, k, goal)
     rows = np.array([a[0] for a in agents])
     cols = np.array([a[1] for a in agents])
     mask = np.zeros(N_ACTIONS, dtype=bool)
@@ -169,6 +197,8 @@ def belief_weighted_scores(
     door_locked: bool = False,
     mass: float = 0.99,
     max_cells: int = 25,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
     _goals: _GoalDistances | None = None,
 ) -> BeliefWeighted:
     """Score ``action`` against the probe's whole agent/goal distribution (see module docstring).
@@ -180,12 +210,13 @@ def belief_weighted_scores(
         door_locked: whether the door still blocks.
         mass: keep the most probable cells until this share of each marginal is covered.
         max_cells: at most this many agent and this many goal cells.
+        agent, goal: the read-out's distributions (see :func:`location`).
     """
-    p = np.asarray(probs, dtype=np.float64)[:size, :size]
     cap = float(size * size)
+    readouts = {CellType.AGENT: agent, CellType.GOAL: goal}
 
     def support(cell_type: CellType) -> tuple[list[RowCol], np.ndarray, float]:
-        w = p[..., int(cell_type)].ravel()
+        w = location(probs, size, cell_type, readouts[cell_type]).ravel()
         total = w.sum()
         w = w / total if total > 0 else np.full_like(w, 1.0 / w.size)
         order = np.argsort(-w, kind="stable")
@@ -244,12 +275,18 @@ class StepScore:
         opt_dec: the action is optimal on the top-1 decoded grid.
         opt_topk: k -> the action is optimal for some top-k candidate pair.
         belief: the belief-weighted scores.
+        agreement: the study's Agreement (section 5.2): the optimal policy on the true grid and
+            the optimal policy on the top-1 decoded grid share an optimal action in this state
+            (independent of the agent's action, so defined at invalid steps too).
+        dec_optimal: ``(4,)`` bool, the optimal actions on the top-1 decoded grid.
     """
 
     opt_gt: bool
     opt_dec: bool
     opt_topk: dict[int, bool]
     belief: BeliefWeighted
+    agreement: bool = False
+    dec_optimal: np.ndarray | None = None
 
 
 def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepScore:
@@ -258,19 +295,15 @@ def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepSc
     a = int(step.action) if step.action is not None else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
     goals = _GoalDistances(decoded_walls(step.probs, step.size, door_locked=step.door_locked))
-    topk = {
-        int(k): valid
-        and bool(
-            topk_optimal_mask(
-                step.probs, step.size, int(k), door_locked=step.door_locked, _goals=goals
-            )[a]
-        )
+    readout = dict(door_locked=step.door_locked, agent=step.agent, goal=step.goal, _goals=goals)
+    masks = {
+        int(k): topk_optimal_mask(step.probs, step.size, int(k), **readout)
         for k in sorted(set(top_k) | {1})
     }
-    belief = belief_weighted_scores(
-        step.probs, step.size, step.action, door_locked=step.door_locked, _goals=goals
-    )
-    return StepScore(opt_gt, topk[1], topk, belief)
+    topk = {k: valid and bool(m[a]) for k, m in masks.items()}
+    belief = belief_weighted_scores(step.probs, step.size, step.action, **readout)
+    agreement = bool((masks[1] & np.asarray(step.true_optimal, dtype=bool)).any())
+    return StepScore(opt_gt, topk[1], topk, belief, agreement, masks[1])
 
 
 @dataclass(frozen=True)
@@ -298,7 +331,9 @@ def _rate(values: np.ndarray, random_state: int) -> Rate:
 def summarise(scores: Sequence[StepScore], *, random_state: int = 0) -> dict[str, Rate]:
     """Table 2 columns (+ E.4, Figure 9 and the belief-weighted scores) over ``scores``.
 
-    Keys: ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both), ``recovery`` (among
+    Keys: ``acc_gt``, ``acc_dec``, ``agreement`` (the study's: the optimal policies on the true
+    and the decoded grid share an optimal action), ``optimal_on_both`` (the agent's action is
+    optimal under both), ``recovery`` (among
     GT-suboptimal actions, the share optimal on the decoded grid), ``inverse_recovery`` (among
     decoded-suboptimal actions, the share optimal on the true grid), ``acc_top{k}``,
     ``expected_optimality``, ``qmdp_agreement`` and ``qmdp_regret``.
@@ -308,7 +343,8 @@ def summarise(scores: Sequence[StepScore], *, random_state: int = 0) -> dict[str
     out = {
         "acc_gt": _rate(gt, random_state),
         "acc_dec": _rate(dec, random_state),
-        "agreement": _rate(gt & dec, random_state),
+        "agreement": _rate(np.array([s.agreement for s in scores], dtype=bool), random_state),
+        "optimal_on_both": _rate(gt & dec, random_state),
         "recovery": _rate(dec[~gt], random_state),
         "inverse_recovery": _rate(gt[~dec], random_state),
     }

@@ -6,19 +6,29 @@ this module scores every step (:func:`score_rows`, one :func:`goalprobe.probes.s
 each) and pools them (:func:`belief_entry`).
 
 Metrics (study section 5.2, Table 2, Figure 9, appendix E.4; see
-:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (optimal under both),
+:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (the study's: the
+optimal policies on the true and on the top-1 decoded grid share an optimal action in the
+step's state, whatever the agent did), ``optimal_on_both`` (the agent's action is optimal under
+both: the project's former "agreement", bounded by min(Acc. GT, Acc. Dec.)),
 ``recovery`` (share of GT-suboptimal actions that are optimal on the decoded grid),
 ``inverse_recovery`` (share of decoded-suboptimal actions optimal on the true grid),
 ``acc_top{k}``, ``expected_optimality`` and ``qmdp_agreement`` / ``qmdp_regret`` (belief-weighted,
 beyond the study), and the chance baselines ``chance_acc_gt`` / ``chance_acc_dec`` (expected
 accuracy of a uniformly random action, ``|optimal set| / 4``, on the true / top-1 decoded grid).
-Invalid steps (no action) count as not optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`,
-whose point values these are. Groups pool steps (ratio of sums). Intervals come from a **grid
+and :data:`LOCAL_METRICS` (``agent_found``, ``goal_found``, ``wall_acc_near``, ``wall_acc_far``:
+what the map holds around the agent and elsewhere). Invalid steps (no action) count as not
+optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`. Groups weight each grid as the
+study's Figure 4 (``ScoreConfig.weighting="grid"``: each trajectory's rate, averaged over the
+grid's trajectories, then over grids; ``n`` still counts steps) or pool steps (``"step"``: a
+ratio of sums, whose point values are ``summarise``'s). Intervals come from a **grid
 bootstrap** (grids resampled with replacement, percentile interval; steps of one grid are not
 independent), so they differ from ``summarise``'s step bootstrap; ``null`` where undefined
 (no step in the denominator; an interval needs two grids).
 
-``belief.json`` (schema ``goalprobe.scoring.belief``, version 2)::
+``belief.json`` (schema ``goalprobe.scoring.belief``, version 3: version 2 plus the metrics
+``optimal_on_both`` and :data:`LOCAL_METRICS`, ``agreement`` redefined as the study's,
+``method.weighting``, and per probe ``readout`` / ``trained_on`` when the decoded-map file
+records them)::
 
     {"schema", "schema_version", "created", "package_version", "config": ScoreConfig,
      "inputs": {"trajectories", "trajectory_run_id", "store", "decoded_maps": [...]},
@@ -50,12 +60,17 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.probes.scoring.belief import StepBelief, score_step, topk_optimal_mask
+from goalprobe.probes.scoring.belief import (
+    StepBelief,
+    decoded_walls,
+    score_step,
+    top_cells,
+)
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grouped import (
     group_keys,
@@ -63,6 +78,7 @@ from goalprobe.probes.scoring.grouped import (
     groups_of,
     seeded_rng,
     stat_rows,
+    trajectory_weights,
 )
 
 if TYPE_CHECKING:
@@ -92,7 +108,7 @@ class BeliefInputs(TypedDict):
 
 class BeliefScores(ScoresHeader):
     """``belief.json``: policy-vs-belief scores per probe (``schema``
-    ``goalprobe.scoring.belief``, ``schema_version`` 2; :func:`belief_csv_rows` reads it)."""
+    ``goalprobe.scoring.belief``, ``schema_version`` 3; :func:`belief_csv_rows` reads it)."""
 
     schema: str
     schema_version: int
@@ -101,6 +117,25 @@ class BeliefScores(ScoresHeader):
     metrics: list[str]
     default_probe: str
     probes: dict[str, dict]
+
+
+class StepFacts(NamedTuple):
+    """What scoring a decoded map needs of one trajectory step."""
+
+    size: int
+    """The grid side n."""
+    action: int | None
+    """The agent's action, None for an invalid step."""
+    optimal: tuple[bool, ...]
+    """Per ``Action``, optimal on the true grid."""
+    door_locked: bool
+    """A locked door still blocks the agent."""
+    agent: tuple[int, int] | None = None
+    """The true agent cell (None: localisation and wall scores are left out)."""
+    goal: tuple[int, int] | None = None
+    """The true goal cell."""
+    walls: np.ndarray | None = None
+    """The true ``(n, n)`` walls."""
 
 
 @dataclass
@@ -116,6 +151,9 @@ class StepTable:
         size, density, variant: the grid's.
         trajectories: grid id -> its episodes (for the empirical policy of MEG).
         horizons: grid id -> the step budgets of its episodes.
+        episode: the step's episode (Figure 4's per-trajectory mean).
+        agent, goal: the true agent and goal cells.
+        walls: grid id -> its true ``(n, n)`` walls.
     """
 
     run_id: str
@@ -128,11 +166,18 @@ class StepTable:
     variant: list[str] = field(default_factory=list)
     trajectories: dict[str, list[TrajectoryData]] = field(default_factory=dict)
     horizons: dict[str, set[int]] = field(default_factory=dict)
+    episode: list[int] = field(default_factory=list)
+    agent: list[tuple[int, int]] = field(default_factory=list)
+    goal: list[tuple[int, int]] = field(default_factory=list)
+    grid_id: list[str] = field(default_factory=list)
+    walls: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_episodes(cls, run_id: str, episodes: Iterable) -> StepTable:
         """Keep what scoring needs of ``episodes`` (``goalprobe.agents.trajectories``
         episodes; not their token ids)."""
+        from goalprobe.gridworld.text import parse
+
         table = cls(run_id=run_id)
         for episode in episodes:
             summary = episode.summary
@@ -150,11 +195,35 @@ class StepTable:
                 table.size.append(int(s.grid_size))
                 table.density.append(math.nan if s.density is None else float(s.density))
                 table.variant.append(str(s.variant))
+                table.episode.append(int(s.episode))
+                table.agent.append(tuple(int(x) for x in s.agent_row_col))
+                table.goal.append(tuple(int(x) for x in s.goal_row_col))
+                table.grid_id.append(str(gid))
+                if gid not in table.walls:
+                    grid, _ = parse(s.true_grid_text or s.grid_text, variant=str(s.variant))
+                    table.walls[gid] = np.asarray(grid.walls, dtype=bool)
         return table
 
-    def facts(self, idx: np.ndarray) -> list[tuple[int, int | None, tuple[bool, ...], bool]]:
-        """``(size, action, optimal, door_locked)`` of the steps ``idx``."""
-        return [(self.size[j], self.action[j], self.optimal[j], self.door_locked[j]) for j in idx]
+    def facts(self, idx: np.ndarray) -> list[StepFacts]:
+        """:class:`StepFacts` of the steps ``idx``."""
+        return [
+            StepFacts(
+                self.size[j],
+                self.action[j],
+                self.optimal[j],
+                self.door_locked[j],
+                self.agent[j] if self.agent else None,
+                self.goal[j] if self.goal else None,
+                self.walls.get(self.grid_id[j]) if self.grid_id else None,
+            )
+            for j in idx
+        ]
+
+    def episodes(self, idx: np.ndarray) -> np.ndarray:
+        """``(N,)`` ``grid_id/episode`` keys of the steps ``idx`` (the trajectories), read from
+        :attr:`index`."""
+        key = {j: f"{g}/{e}" for (g, e, _), j in self.index.items()}
+        return np.asarray([key[int(j)] for j in idx], dtype=object)
 
     def groups(self, idx: np.ndarray) -> dict[str, list]:
         """Breakdown keys (size, density, variant) of the steps ``idx``."""
@@ -200,12 +269,49 @@ def belief_metrics(top_k: Sequence[int]) -> tuple[str, ...]:
         "agreement",
         "recovery",
         "inverse_recovery",
+        "optimal_on_both",
         *(f"acc_top{k}" for k in ks),
         "expected_optimality",
         "qmdp_agreement",
         "qmdp_regret",
         "chance_acc_gt",
         "chance_acc_dec",
+        *LOCAL_METRICS,
+    )
+
+
+LOCAL_METRICS = ("agent_found", "goal_found", "wall_acc_near", "wall_acc_far")
+"""What the map holds where: the decoded agent (goal) cell is the true one; the share of the
+cells around the true agent (the 8 cells at Chebyshev distance 1, inside the grid) and of the
+other cells (neither agent nor goal) whose decoded wall/open state is the true one."""
+
+
+def local_scores(
+    walls: np.ndarray,
+    agent_cell: tuple[int, int],
+    goal_cell: tuple[int, int],
+    fact: StepFacts,
+) -> tuple[list[float], list[float]]:
+    """``(num, den)`` of :data:`LOCAL_METRICS` for a decoded map (``walls``: decoded walls,
+    ``agent_cell`` / ``goal_cell``: its top-1 cells) against the step's truth."""
+    if fact.walls is None or fact.agent is None or fact.goal is None:
+        return [0.0] * 4, [0.0] * 4
+    n = fact.size
+    rows, cols = np.indices((n, n))
+    ar, ac = fact.agent
+    ring = np.maximum(np.abs(rows - ar), np.abs(cols - ac))
+    near = ring == 1
+    far = ring > 1
+    far[fact.goal] = False
+    right = walls[:n, :n] == fact.walls[:n, :n]
+    return (
+        [
+            float(tuple(agent_cell) == tuple(fact.agent)),
+            float(tuple(goal_cell) == tuple(fact.goal)),
+            float(right[near].sum()),
+            float(right[far].sum()),
+        ],
+        [1.0, 1.0, float(near.sum()), float(far.sum())],
     )
 
 
@@ -216,19 +322,23 @@ MAP_FREE = frozenset({"acc_gt", "chance_acc_gt"})
 """Belief metrics that do not depend on the decoded map (no null, no excess)."""
 
 
-def _indicators(step: StepBelief, top_k: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """``(num, den)`` per metric of :func:`belief_metrics` for one step (a ratio of sums)."""
+def _indicators(
+    step: StepBelief, top_k: Sequence[int], fact: StepFacts | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(num, den)`` per metric of :func:`belief_metrics` for one step (a ratio of sums);
+    the local metrics need the step's truth (``fact``; without it their ``den`` is 0)."""
     s = score_step(step, top_k)
     gt, dec = s.opt_gt, s.opt_dec
     regret = s.belief.qmdp_regret
     finite = math.isfinite(regret)
-    dec_mask = topk_optimal_mask(step.probs, step.size, 1, door_locked=step.door_locked)
+    dec_mask = s.dec_optimal
     num = [
         gt,
         dec,
-        gt and dec,
+        s.agreement,
         dec and not gt,
         gt and not dec,
+        gt and dec,
         *(s.opt_topk[k] for k in sorted(s.opt_topk)),
         s.belief.expected_optimality,
         s.belief.action_is_qmdp_optimal,
@@ -236,22 +346,40 @@ def _indicators(step: StepBelief, top_k: Sequence[int]) -> tuple[np.ndarray, np.
         float(np.count_nonzero(step.true_optimal)) / N_ACTIONS,
         float(np.count_nonzero(dec_mask)) / N_ACTIONS,
     ]
-    den = [1, 1, 1, not gt, not dec, *([1] * len(s.opt_topk)), 1, 1, finite, 1, 1]
-    return np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    den = [1, 1, 1, not gt, not dec, 1, *([1] * len(s.opt_topk)), 1, 1, finite, 1, 1]
+    if fact is not None:
+        walls = decoded_walls(step.probs, step.size, door_locked=False)
+        agent = top_cells(step.probs, step.size, CellType.AGENT, 1, step.agent)[0]
+        goal = top_cells(step.probs, step.size, CellType.GOAL, 1, step.goal)[0]
+        lnum, lden = local_scores(walls, agent, goal, fact)
+    else:
+        lnum, lden = [0.0] * 4, [0.0] * 4
+    return np.asarray(num + lnum, dtype=np.float64), np.asarray(den + lden, dtype=np.float64)
 
 
 def _score_chunk(
     probs: np.ndarray,
     classes: np.ndarray,
-    facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
+    facts: list[StepFacts],
     top_k: tuple[int, ...],
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Score a chunk of decoded rows; ``facts`` = ``(size, action, optimal, door_locked)``."""
+    """Score a chunk of decoded rows (``agent`` / ``goal``: the rows' position read-outs)."""
     full = expand_classes(probs, classes)
     nums, dens = [], []
-    for p, (size, action, optimal, door_locked) in zip(full, facts, strict=True):
-        step = StepBelief(p, size, action, np.asarray(optimal, dtype=bool), door_locked)
-        num, den = _indicators(step, top_k)
+    for i, (p, fact) in enumerate(zip(full, facts, strict=True)):
+        fact = StepFacts(*fact)
+        step = StepBelief(
+            p,
+            fact.size,
+            fact.action,
+            np.asarray(fact.optimal, dtype=bool),
+            fact.door_locked,
+            agent=None if agent is None else agent[i],
+            goal=None if goal is None else goal[i],
+        )
+        num, den = _indicators(step, top_k, fact)
         nums.append(num)
         dens.append(den)
     return np.stack(nums), np.stack(dens)
@@ -260,9 +388,11 @@ def _score_chunk(
 def score_rows(
     probs: np.ndarray,
     classes: Sequence[int] | np.ndarray,
-    facts: list[tuple[int, int | None, tuple[bool, ...], bool]],
+    facts: list[StepFacts],
     top_k: tuple[int, ...],
     *,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
     executor: Executor | None = None,
     progress: bool = False,
     label: str = "belief",
@@ -272,16 +402,23 @@ def score_rows(
     Args:
         probs: ``(N, S, S, C)`` class probabilities (column ``j`` is class ``classes[j]``).
         classes: ``(C,)`` ``CellType`` values.
-        facts: per row, ``(size, action, optimal, door_locked)`` (:meth:`StepTable.facts`).
+        facts: per row, :class:`StepFacts` (:meth:`StepTable.facts`).
         top_k: the top-k values.
+        agent, goal: ``(N, S, S)`` the rows' agent and goal read-outs (None: the cell probe's
+            ``P(AGENT)`` / ``P(GOAL)`` channels).
         executor: optional process pool scoring chunks of :data:`CHUNK_ROWS` rows.
         progress: show a tqdm bar labelled ``label``.
     """
     from tqdm.auto import tqdm
 
     class_values = np.asarray(classes, dtype=np.int64)
+
+    def part(x, a):
+        return None if x is None else np.asarray(x[a : a + CHUNK_ROWS], dtype=np.float32)
+
     chunks = [
         (probs[a : a + CHUNK_ROWS], class_values, facts[a : a + CHUNK_ROWS], top_k)
+        + (part(agent, a), part(goal, a))
         for a in range(0, len(facts), CHUNK_ROWS)
     ]
     if executor is None:
@@ -311,7 +448,8 @@ def belief_entry(
 ) -> dict:
     """Counts and grouped statistics of one source's scored steps (``belief.json`` entry less
     its description): ``n_steps, n_grids, n_invalid_steps, overall, by_size, by_density,
-    by_variant``. The bootstrap is seeded by ``config.random_state`` and ``seed_text``."""
+    by_variant``. The bootstrap is seeded by ``config.random_state`` and ``seed_text``; steps
+    are pooled as ``config.weighting`` says."""
     stats = grouped_stats(
         num,
         den,
@@ -321,6 +459,7 @@ def belief_entry(
         n_bootstrap=config.n_bootstrap,
         confidence_level=config.confidence_level,
         rng=seeded_rng(config.random_state, seed_text),
+        weights=step_weights(den, grid_ids, idx, steps, config),
     )
     return {
         "n_steps": len(idx),
@@ -330,11 +469,22 @@ def belief_entry(
     }
 
 
+def step_weights(
+    den: np.ndarray, grid_ids: np.ndarray, idx: np.ndarray, steps: StepTable, config: ScoreConfig
+) -> np.ndarray | None:
+    """Row weights of ``config.weighting`` (None: a plain ratio of sums over steps)."""
+    if config.weighting != "grid":
+        return None
+    return trajectory_weights(den, grid_ids, steps.episodes(idx))
+
+
 @dataclass
 class MapAccumulator:
     """Per-grid decoded map of the MEG probe (mean over steps, or the earliest step)."""
 
     mode: str
+    rows: list = field(default_factory=list)
+    """Every decoded row, ``(step index, probs, agent read-out, goal read-out)`` (per-step MEG)."""
     sums: dict[str, np.ndarray] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, tuple[tuple[int, int], np.ndarray]] = field(default_factory=dict)
@@ -430,7 +580,16 @@ def belief_method(config: ScoreConfig) -> dict:
         "confidence_level": config.confidence_level,
         "top_k": list(config.top_k),
         "invalid_steps": "counted as not optimal (on both grids)",
-        "groups": "steps pooled within a group (ratio of sums)",
+        "groups": (
+            "per grid as the study's Figure 4: each trajectory's rate, averaged over the "
+            "grid's trajectories, then over grids"
+            if config.weighting == "grid"
+            else "steps pooled within a group (ratio of sums)"
+        ),
+        "weighting": config.weighting,
+        "agreement": "the study's (section 5.2): the optimal policies on the true and on the "
+        "top-1 decoded grid share an optimal action in the step's state, whatever the agent "
+        "did; optimal_on_both: the agent's action is optimal under both",
         "nulls": "other_grid: the probe's maps of another grid of the same size and density "
         "(seeded derangement); prior: size-and-density cell prior of the training grids; "
         "excess = probe - null, paired grid bootstrap (goalprobe.probes.scoring.nulls)",

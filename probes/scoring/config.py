@@ -69,6 +69,11 @@ class ScoreConfig:
     size and density) and ``"prior"`` (the size-and-density cell prior of the training grids);
     empty: no nulls, no excess."""
 
+    weighting: Literal["grid", "step"] = "grid"
+    """How steps are pooled: ``"grid"``, as the study's Figure 4 and appendix B (each
+    trajectory's rate, averaged over the grid's trajectories, then over grids); ``"step"``: a
+    ratio of sums over steps (belief.json version 2)."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoded_maps", tuple(str(x) for x in self.decoded_maps))
         top_k = tuple(sorted({int(k) for k in self.top_k}))
@@ -95,5 +100,7 @@ class ScoreConfig:
         if unknown or len(set(nulls)) != len(nulls):
             raise ValueError(f"nulls must be distinct names among {NULLS}, got {self.nulls!r}")
         object.__setattr__(self, "nulls", nulls)
+        if self.weighting not in ("grid", "step"):
+            raise ValueError(f"weighting must be 'grid' or 'step', got {self.weighting!r}")
         if self.meg_batch_size < 1 or self.n_jobs < 1:
             raise ValueError("meg_batch_size and n_jobs must be >= 1")

@@ -45,10 +45,16 @@ from goalprobe.gridworld.false_belief import (
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.gridworld.text import cell_types
-from goalprobe.probes.scoring.belief import StepBelief, optimal_mask_for_pair, score_step
+from goalprobe.probes.decoder import full_class_probs  # noqa: F401  (re-exported, its old home)
+from goalprobe.probes.scoring.belief import (
+    StepBelief,
+    optimal_mask_for_pair,
+    score_step,
+    top_cells,
+)
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import CellProbs
+    pass
 
 SCHEMA = "goalprobe.false_belief/1"
 """Schema of the false-belief results JSON (:class:`FalseBeliefResults`)."""
@@ -95,13 +101,15 @@ def oracle_rows(
     Args:
         episodes: trajectory episodes (:class:`goalprobe.agents.trajectories.Episode`).
         grids: grid id -> grid (with ``shown`` and ``extra["false_belief"]``).
-        decoded: optional ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` class
-            probabilities of the step's decoded map (a step without one has ``opt_dec`` None
-            and is left out of ``acc_dec`` / ``recovery_dec``).
+        decoded: optional ``(grid_id, episode, step)`` -> the step's decoded map: ``(S, S,
+            len(CellType))`` class probabilities, or ``(probs, agent, goal)`` with the position
+            read-outs (None: the cell probe's channels); a step without one has ``opt_dec``
+            and ``decoded_goal`` None and is left out of ``acc_dec`` / ``recovery_dec``.
 
     Returns:
         rows ``{grid_id, pair_id, kind, role, episode, step, action, opt_gt, opt_oracle,
-        opt_dec (None without a map), n_opt_gt, n_opt_oracle, follows_shown,
+        opt_dec (None without a map), decoded_goal (:func:`goal_follows`, None without a map),
+        n_opt_gt, n_opt_oracle, follows_shown,
         follows_true (first step only, else None)}``.
     """
     decoded = decoded or {}
@@ -115,10 +123,13 @@ def oracle_rows(
             action = None if s.action_enum is None else int(s.action_enum)
             true_mask = np.array([a in s.optimal_action_set for a in Action])
             oracle_mask = oracle_optimal_mask(grid, s.state)
-            probs = decoded.get((s.grid_id, s.episode, s.step))
-            opt_dec = None
-            if probs is not None:
-                opt_dec = score_step(StepBelief(probs, grid.size, action, true_mask)).opt_dec
+            found = decoded.get((s.grid_id, s.episode, s.step))
+            opt_dec, follows = None, None
+            if found is not None:
+                probs, agent, goal = found if isinstance(found, tuple) else (found, None, None)
+                step = StepBelief(probs, grid.size, action, true_mask, agent=agent, goal=goal)
+                opt_dec = score_step(step).opt_dec
+                follows = goal_follows(grid, goal, probs)
             first = s.step == 0
             rows.append(
                 {
@@ -132,6 +143,7 @@ def oracle_rows(
                     "opt_gt": bool(action is not None and true_mask[action]),
                     "opt_oracle": bool(action is not None and oracle_mask[action]),
                     "opt_dec": opt_dec,
+                    "decoded_goal": follows,
                     "n_opt_gt": int(true_mask.sum()),
                     "n_opt_oracle": int(oracle_mask.sum()),
                     "follows_shown": _in(action, facts["shown_optimal_start"]) if first else None,
@@ -181,7 +193,25 @@ def _rates(rows: list[dict], boot: Bootstrap) -> dict:
         dec = np.array([r["opt_dec"] for r in dec_rows], dtype=float)
         d_gt = np.array([r["opt_gt"] for r in dec_rows], dtype=float)
         out["acc_dec"] = _ratio(dec, None, d_ids, boot)
+        out["acc_gt_decoded_steps"] = _ratio(d_gt, None, d_ids, boot)
+        engine = GridBootstrap.from_grid_ids(
+            d_ids,
+            n_resamples=boot.n_resamples,
+            confidence=boot.confidence,
+            random_state=boot.random_state,
+        )
+        diff = engine.ratio(dec) - engine.ratio(d_gt)  # paired: the same steps and draws
+        out["acc_dec_minus_gt"] = {**engine.summary(diff), "n": len(dec_rows)}
         out["recovery_dec"] = _ratio(dec * (1 - d_gt), 1 - d_gt, d_ids, boot)
+        for where in GOAL_FOLLOWS:  # every decoded step, then the episodes' start states
+            hit = [r["decoded_goal"] == where for r in dec_rows]
+            out[f"decoded_goal_{where}"] = _ratio(hit, None, d_ids, boot)
+        starts = [r for r in dec_rows if r["step"] == 0]
+        if starts:
+            s_ids = [r["grid_id"] for r in starts]
+            for where in GOAL_FOLLOWS:
+                hit = [r["decoded_goal"] == where for r in starts]
+                out[f"episodes_decoded_goal_{where}"] = _ratio(hit, None, s_ids, boot)
     first = [r for r in rows if r["step"] == 0]
     if first:
         f_ids = [r["grid_id"] for r in first]
@@ -321,15 +351,6 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
     return out
 
 
-def full_class_probs(probs: CellProbs, classes: Sequence[int]) -> CellProbs:
-    """``(..., len(CellType))`` probabilities from a probe's ``(..., C)`` over ``classes``
-    (absent classes get 0), as :class:`goalprobe.probes.scoring.belief.StepBelief` expects."""
-    probs = np.asarray(probs, dtype=np.float64)
-    out = np.zeros((*probs.shape[:-1], len(CellType)))
-    out[..., np.asarray(classes, dtype=int)] = probs
-    return out
-
-
 def read_results(path: str | Path) -> dict:
     """The false_belief stage's ``results.json`` (schema :data:`SCHEMA` checked).
 
@@ -346,3 +367,18 @@ def read_results(path: str | Path) -> dict:
         found = results.get("schema") if isinstance(results, dict) else type(results).__name__
         raise ValueError(f"{path}: schema {found!r} is not {SCHEMA!r}")
     return results
+
+
+def goal_follows(grid: Grid, goal_readout: np.ndarray | None, probs: np.ndarray) -> str:
+    """Where the decoded goal (top-1 of the goal read-out, else of the cell probe's
+    ``P(GOAL)``) lies: ``"shown"`` (the drawn grid's goal only), ``"true"`` (the true grid's
+    only), ``"both"`` (the two grids share the goal and the decoded goal is on it) or
+    ``"neither"``."""
+    cell = top_cells(probs, grid.size, CellType.GOAL, 1, goal_readout)[0]
+    shown = (grid.prompt_grid.goal if grid.shown is not None else grid.goal) == cell
+    true = grid.goal == cell
+    return "both" if shown and true else "shown" if shown else "true" if true else "neither"
+
+
+GOAL_FOLLOWS = ("shown", "true", "both", "neither")
+"""The values of :func:`goal_follows`."""

@@ -38,13 +38,8 @@ import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Grid, RowCol, State
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.probes.scoring.meg import (
-    KnownUtilityMEG,
-    TabularMDP,
-    UnknownUtilityMEG,
-    known_utility_meg,
-    unknown_utility_meg,
-)
+from goalprobe.probes.scoring.meg import KnownUtilityMEG, TabularMDP, known_utility_meg
+from goalprobe.probes.scoring.meg_unknown import UnknownUtilityMEG, unknown_utility_meg
 
 GridUtility = Literal["goal", "goal_with_key", "key", "goal_minus_harm"]
 """Which state utility grid MEG is measured against (see the module docstring)."""

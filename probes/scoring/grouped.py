@@ -55,6 +55,34 @@ def ratio_samples(boot: GridBootstrap, num: np.ndarray, den: np.ndarray) -> np.n
     return safe_ratio(boot.resample(boot.grid_sums(num)), boot.resample(boot.grid_sums(den)))
 
 
+def trajectory_weights(den: np.ndarray, grid_ids: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+    """Per-row weights that turn a ratio of sums into the study's per-grid mean (Figure 4,
+    appendix B eqs. 2-3): each trajectory's ratio, averaged over the grid's trajectories, then
+    over grids.
+
+    Args:
+        den: ``(N, M)`` per-row denominators.
+        grid_ids: ``(N,)`` grid of every row.
+        episodes: ``(N,)`` trajectory key of every row (unique across grids).
+
+    Returns:
+        ``(N, M)`` weights ``w``: ``sum(w num) / sum(w den)`` over any set of whole grids is the
+        mean over those grids (with a non-zero denominator) of the mean over their trajectories
+        (with one) of ``sum(num) / sum(den)`` within the trajectory.
+    """
+    den = np.asarray(den, dtype=np.float64)
+    _, ep = np.unique(np.asarray(episodes).astype(str), return_inverse=True)
+    _, grid = np.unique(np.asarray(grid_ids).astype(str), return_inverse=True)
+    ep_den = np.zeros((int(ep.max()) + 1 if ep.size else 0, den.shape[1]))
+    np.add.at(ep_den, ep, den)
+    ep_grid = np.zeros(ep_den.shape[0], dtype=np.int64)
+    ep_grid[ep] = grid
+    n_eps = np.zeros((int(grid.max()) + 1 if grid.size else 0, den.shape[1]))
+    np.add.at(n_eps, ep_grid, (ep_den > 0).astype(np.float64))
+    scale = ep_den[ep] * n_eps[grid]
+    return np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0)
+
+
 def ratio_stats(
     num: np.ndarray,
     den: np.ndarray,
@@ -64,6 +92,7 @@ def ratio_stats(
     n_bootstrap: int,
     confidence_level: float,
     rng: RandomState,
+    weights: np.ndarray | None = None,
 ) -> dict[str, dict]:
     """Ratio-of-sums statistics with grid-bootstrap percentile intervals.
 
@@ -75,12 +104,16 @@ def ratio_stats(
         n_bootstrap: resamples (shared by all metrics, so they are paired).
         confidence_level: interval level.
         rng: the random generator (draws continue from it).
+        weights: optional ``(N, M)`` row weights (:func:`trajectory_weights`): the ratio is of
+            weighted sums; ``n`` still counts the rows' unweighted denominators.
 
     Returns:
         ``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` (``None`` where undefined).
     """
     boot = bootstrap_over(grid_codes, n_bootstrap, confidence_level, rng)
     g_den = boot.grid_sums(den)
+    if weights is not None:
+        num, den = num * weights, den * weights
     samples = ratio_samples(boot, num, den)
     out = {}
     for j, name in enumerate(names):
@@ -119,19 +152,23 @@ def grouped_stats(
     n_bootstrap: int,
     confidence_level: float,
     rng: np.random.Generator,
+    weights: np.ndarray | None = None,
 ) -> dict:
     """``overall`` and one dict per breakdown of :func:`ratio_stats` (draws continue from
-    ``rng`` in that order)."""
+    ``rng`` in that order; ``weights`` as there, whole grids fall in one group)."""
     common: dict[str, Any] = dict(
         n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng
     )
-    out = {"overall": ratio_stats(num, den, grid_ids, names, **common)}
+    out = {"overall": ratio_stats(num, den, grid_ids, names, **common, weights=weights)}
     for breakdown, keys in groups.items():
         keys_arr = np.asarray(keys, dtype=object)
         table = {}
         for key in sorted({k for k in keys if k is not None}, key=sort_key):
             rows = np.flatnonzero(keys_arr == key)
-            table[key] = ratio_stats(num[rows], den[rows], grid_ids[rows], names, **common)
+            w = None if weights is None else weights[rows]
+            table[key] = ratio_stats(
+                num[rows], den[rows], grid_ids[rows], names, **common, weights=w
+            )
         out[breakdown] = table
     return out
 

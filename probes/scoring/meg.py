@@ -3,7 +3,9 @@
 Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS 2024):
 known-utility MEG (Definition 3.2 computed through Theorem 5.1), unknown-utility MEG over all
 utility functions of the state or of chosen state features (Definitions 4.3 and 4.4, solved as a
-concave maximum-causal-entropy dual), and an MLP-utility lower bound (Algorithm 2).
+concave maximum-causal-entropy dual), and an MLP-utility lower bound (Algorithm 2). This module
+holds known-utility MEG, the MDP containers and soft value iteration; unknown-utility MEG lives
+in :mod:`goalprobe.probes.scoring.meg_unknown`.
 
 Conventions (Definition 5.1):
 
@@ -37,7 +39,6 @@ from functools import cached_property
 
 import numpy as np
 from goalprobe.probes.scoring import meg_engine as engine
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 
 __all__ = [
@@ -46,17 +47,13 @@ __all__ = [
     "MDPBatch",
     "SoftPolicy",
     "TabularMDP",
-    "UnknownUtilityMEG",
     "expected_utility",
     "known_utility_meg",
     "known_utility_meg_batch",
     "meg_at_beta",
-    "mlp_utility_meg",
     "soft_value_iteration",
     "stack_padded",
     "state_occupancy",
-    "target_variable_meg",
-    "unknown_utility_meg",
 ]
 
 _ATOL_PROB = 1e-6
@@ -702,257 +699,4 @@ def _known_utility_meg(prob: engine.Problem, xrtol: float) -> KnownUtilityMEGBat
         min_expected_utility=bottom.eu,
         max_expected_utility=top.eu,
         n_decisions=prob.horizon.copy(),
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Unknown-utility MEG
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class UnknownUtilityMEG:
-    """Unknown-utility MEG of one policy (Definitions 4.3 / 4.4) and the utility attaining it.
-
-    Attributes:
-        meg: MEG in nats, ``f(U_hat)`` for the returned utility: always a valid lower bound of the
-            supremum over the class, equal to it up to the solver tolerance for the concave
-            problems of :func:`unknown_utility_meg` and :func:`target_variable_meg`.
-        utility: ``(H, S)`` float, the fitted utility with the rationality folded in (``beta = 1``:
-            the model is ``pi^soft_1`` for this utility); stationary classes repeat one row.
-        weights: the fitted parameters: ``(K,)`` or ``(H, K)`` feature weights, or the flattened
-            MLP parameters (with ``beta`` last) for :func:`mlp_utility_meg`.
-        converged: whether the optimiser reported success (L-BFGS), or whether the best value
-            improved by less than 1e-4 (relative) over the last tenth of the steps (MLP).
-        iterations: optimiser iterations.
-        feature_residual: ``max |E_pi[phi] - E_model[phi]|`` over the utility's features (the
-            gradient's sup norm; 0 at an attained optimum, -> 0 when the supremum lies at infinity).
-        upper_bound: ``E_pi[sum_t log pi(D_t | S_t)] + H log|A|``, the MEG of ``pi`` with respect to
-            itself; no utility class can exceed it.
-        method: ``"concave-lbfgs"`` or ``"mlp-adam"``.
-    """
-
-    meg: float
-    utility: np.ndarray
-    weights: np.ndarray
-    converged: bool
-    iterations: int
-    feature_residual: float
-    upper_bound: float
-    method: str
-
-
-class _MaxEntObjective:
-    """``f(U) = E_pi[sum_t U_t(S_t)] - E[Lambda_0(S_0)] + H log|A|`` and its gradient
-    ``d_pi - d_U`` (``(H, S)`` state occupancies: feature matching) for ``beta = 1``."""
-
-    def __init__(self, mdp: TabularMDP, policy: np.ndarray) -> None:
-        self.mdp = mdp
-        self.base = _single(mdp, np.zeros(mdp.n_states), policy)
-        self.occ_pi = state_occupancy(mdp, policy)
-        h = mdp.horizon
-        pol = _time_indexed(np.asarray(policy, dtype=np.float64), h)
-        with np.errstate(divide="ignore"):
-            self.upper_bound = _cross_entropy_term(self.occ_pi, pol, np.log(pol)) + h * np.log(
-                mdp.n_actions
-            )
-        self.const = h * np.log(mdp.n_actions)
-
-    def __call__(self, u: np.ndarray) -> tuple[float, np.ndarray]:
-        """``u: (H, S)`` -> ``(f, grad (H, S))``."""
-        b = self.base
-        prob = engine.Problem(b.dyn, b.n_actions, b.initial, b.horizon, u[:, None], None)
-        res = engine.soft_pass(prob, np.ones(1), record=True)
-        x = res.logits  # (H, A, 1, S)
-        pol = np.exp(x - logsumexp(x, axis=1, keepdims=True))
-        occ = engine.forward_occupancy(prob, pol)[:, 0]
-        f = float(np.sum(self.occ_pi * u) - res.log_z[0] + self.const)
-        return f, self.occ_pi - occ
-
-
-def unknown_utility_meg(
-    mdp: TabularMDP,
-    policy: np.ndarray,
-    features: np.ndarray | None = None,
-    *,
-    time_indexed: bool = False,
-    max_iter: int = 2000,
-    gtol: float = 1e-10,
-) -> UnknownUtilityMEG:
-    """MEG over all utilities linear in state features (Definition 4.3), solved exactly.
-
-    With the default ``features`` (the identity) the class is every utility function of the
-    state, ``U(s)`` (or ``U_t(s)`` with ``time_indexed``). Because ``beta U`` ranges over the same
-    class, the maximisation over ``U`` and ``beta`` folds into one unconstrained vector ``theta``
-    with ``U = features @ theta`` and ``beta = 1``. The objective ``f(theta)`` is concave (it is the
-    dual of maximum-causal-entropy IRL) with exact gradient ``features^T (d_pi - d_theta)``
-    (occupancy / feature matching), so L-BFGS converges to the global supremum. The reported value
-    is ``f`` at the returned utility: a certified lower bound that equals the supremum up to the
-    optimiser tolerance (``feature_residual``); when the supremum is reached only as
-    ``|theta| -> inf`` (e.g. deterministic policies) it is approached from below.
-
-    Args:
-        mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` float.
-        features: ``(S, K)`` float state features; None means the identity (all state utilities).
-        time_indexed: fit a separate weight vector per decision step (utility ``U_t(s)``).
-        max_iter: L-BFGS iteration limit.
-        gtol: L-BFGS tolerance on the gradient's sup norm.
-    """
-    obj = _MaxEntObjective(mdp, policy)
-    n_s, h = mdp.n_states, mdp.horizon
-    phi = np.eye(n_s) if features is None else np.asarray(features, dtype=np.float64)
-    if phi.ndim != 2 or phi.shape[0] != n_s or not np.all(np.isfinite(phi)):
-        raise ValueError(f"features must be a finite ({n_s}, K) array, got shape {phi.shape}")
-    n_k = phi.shape[1]
-    shape = (h, n_k) if time_indexed else (n_k,)
-
-    def utility_of(theta: np.ndarray) -> np.ndarray:
-        w = theta.reshape(shape)
-        return w @ phi.T if time_indexed else np.broadcast_to(phi @ w, (h, n_s))
-
-    def neg(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        f, grad_u = obj(utility_of(theta))
-        grad = grad_u @ phi if time_indexed else grad_u.sum(axis=0) @ phi
-        return -f, -grad.reshape(-1)
-
-    res = minimize(
-        neg,
-        np.zeros(int(np.prod(shape))),
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": max_iter, "gtol": gtol, "ftol": 1e-15, "maxcor": 20},
-    )
-    theta = res.x
-    f, grad = neg(theta)
-    meg, utility = -f, np.array(utility_of(theta))
-    if meg < 0.0:  # theta = 0 (the uniform policy, MEG 0) is in every class
-        meg, utility, theta = 0.0, np.zeros((h, n_s)), np.zeros_like(theta)
-        grad = neg(theta)[1]
-    return UnknownUtilityMEG(
-        meg=float(meg),
-        utility=utility,
-        weights=theta.reshape(shape),
-        converged=bool(res.success),
-        iterations=int(res.nit),
-        feature_residual=float(np.max(np.abs(grad))),
-        upper_bound=float(obj.upper_bound),
-        method="concave-lbfgs",
-    )
-
-
-def target_variable_meg(
-    mdp: TabularMDP, policy: np.ndarray, target: np.ndarray, **kwargs
-) -> UnknownUtilityMEG:
-    """MEG with respect to target variables that are functions of the state (Definition 4.4).
-
-    The class is every utility function of the target's value: ``U(s) = w[target(s)]``.
-
-    Args:
-        mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` float.
-        target: ``(S,)`` or ``(S, V)`` discrete values of the ``V`` target variables in each state
-            (rows with equal values share a utility).
-        **kwargs: passed to :func:`unknown_utility_meg` (``time_indexed``, ``max_iter``, ``gtol``).
-    """
-    target = np.asarray(target)
-    if target.shape[:1] != (mdp.n_states,) or target.ndim not in (1, 2):
-        raise ValueError(
-            f"target must have shape ({mdp.n_states},) or ({mdp.n_states}, V), got {target.shape}"
-        )
-    rows = target.reshape(mdp.n_states, -1)
-    _, codes = np.unique(rows, axis=0, return_inverse=True)
-    one_hot = np.eye(int(codes.max()) + 1)[codes.reshape(-1)]
-    return unknown_utility_meg(mdp, policy, one_hot, **kwargs)
-
-
-def mlp_utility_meg(
-    mdp: TabularMDP,
-    policy: np.ndarray,
-    state_features: np.ndarray,
-    *,
-    hidden_sizes: Sequence[int] = (32,),
-    n_steps: int = 300,
-    learning_rate: float = 0.05,
-    random_state: int = 0,
-) -> UnknownUtilityMEG:
-    """Lower bound on MEG over utilities ``U(s) = beta * MLP(state_features[s])`` (Algorithm 2).
-
-    Adam ascends the exact objective of :func:`unknown_utility_meg`; the gradient with respect to
-    the utility vector is the occupancy difference ``d_pi - d_U`` and torch back-propagates it
-    through the MLP. The class is not convex in its parameters, so the result is a lower bound of
-    MEG over the class (the best value evaluated), itself at most the all-state-utility MEG.
-
-    Args:
-        mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` float.
-        state_features: ``(S, F)`` float inputs of the MLP.
-        hidden_sizes: widths of the tanh hidden layers.
-        n_steps: Adam steps.
-        learning_rate: Adam learning rate.
-        random_state: seed of the parameter initialisation.
-    """
-    import torch  # lazily: the rest of MEG is numpy/scipy only
-
-    x_np = np.asarray(state_features, dtype=np.float64)
-    if x_np.ndim != 2 or x_np.shape[0] != mdp.n_states or not np.all(np.isfinite(x_np)):
-        raise ValueError(
-            f"state_features must be a finite ({mdp.n_states}, F) array, got {x_np.shape}"
-        )
-    obj = _MaxEntObjective(mdp, policy)
-    gen = torch.Generator().manual_seed(random_state)
-    sizes = [x_np.shape[1], *hidden_sizes, 1]
-    params: list[torch.Tensor] = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        bound = 1.0 / np.sqrt(fan_in)
-        w = (torch.rand(fan_in, fan_out, generator=gen, dtype=torch.float64) * 2 - 1) * bound
-        params += [
-            w.requires_grad_(),
-            torch.zeros(fan_out, dtype=torch.float64, requires_grad=True),
-        ]
-    beta = torch.ones((), dtype=torch.float64, requires_grad=True)
-    params.append(beta)
-    x = torch.from_numpy(x_np)
-    opt = torch.optim.Adam(params, lr=learning_rate)
-
-    def forward() -> torch.Tensor:
-        h = x
-        for i in range(0, len(params) - 1, 2):
-            h = h @ params[i] + params[i + 1]
-            if i + 2 < len(params) - 1:
-                h = torch.tanh(h)
-        return beta * h[:, 0]
-
-    f0, grad0 = obj(np.zeros((mdp.horizon, mdp.n_states)))
-    best = (f0, np.zeros(mdp.n_states), float(np.max(np.abs(grad0.sum(axis=0)))))
-    best_params = np.zeros(sum(p.numel() for p in params))
-    history = []
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny MLP: thread pools only add latency; restored below
-    try:
-        for _ in range(n_steps):
-            opt.zero_grad()
-            u = forward()
-            u_np = u.detach().numpy()
-            f, grad_u = obj(np.broadcast_to(u_np, (mdp.horizon, mdp.n_states)))
-            if f > best[0]:
-                best = (f, u_np.copy(), float(np.max(np.abs(grad_u.sum(axis=0)))))
-                best_params = torch.cat([p.detach().reshape(-1) for p in params]).numpy().copy()
-            history.append(best[0])
-            u.backward(gradient=-torch.from_numpy(grad_u.sum(axis=0)))
-            opt.step()
-    finally:
-        torch.set_num_threads(n_threads)
-    f_best, u_best, residual = best
-    tail = history[-max(1, n_steps // 10)]
-    plateau = f_best - tail <= 1e-4 * max(abs(f_best), 1e-12)
-    return UnknownUtilityMEG(
-        meg=float(f_best),
-        utility=np.broadcast_to(u_best, (mdp.horizon, mdp.n_states)).copy(),
-        weights=best_params,
-        converged=bool(plateau),
-        iterations=n_steps,
-        feature_residual=residual,
-        upper_bound=float(obj.upper_bound),
-        method="mlp-adam",
     )

@@ -45,10 +45,8 @@ from typing import Any, TypedDict
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
-from goalprobe.gridworld.paired import (
-    paired_wilcoxon,
-)
-from goalprobe.probes.scoring.belief import decoded_walls
+from goalprobe.gridworld.paired import paired_wilcoxon
+from goalprobe.probes.scoring.belief import decoded_walls, location
 from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
@@ -65,8 +63,8 @@ from goalprobe.probes.scoring.meg import (
     TabularMDP,
     known_utility_meg_batch,
     stack_padded,
-    unknown_utility_meg,
 )
+from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
 
 class MegBody(TypedDict):
@@ -111,8 +109,10 @@ class DecodedGrid:
     door_from_probe: bool
 
 
-def _best_cell(probs: np.ndarray, n: int, cell_type: CellType, exclude: set) -> tuple[int, int]:
-    scores = probs[:n, :n, int(cell_type)].ravel()
+def _best_cell(
+    probs: np.ndarray, n: int, cell_type: CellType, exclude: set, readout=None
+) -> tuple[int, int]:
+    scores = location(probs, n, cell_type, readout).ravel()
     for i in np.argsort(-scores, kind="stable"):
         cell = (int(i // n), int(i % n))
         if cell not in exclude:
@@ -121,7 +121,12 @@ def _best_cell(probs: np.ndarray, n: int, cell_type: CellType, exclude: set) -> 
 
 
 def decoded_grid(
-    probs: np.ndarray, true_grid: Grid, classes: Sequence[int], *, grid_id: str | None = None
+    probs: np.ndarray,
+    true_grid: Grid,
+    classes: Sequence[int],
+    *,
+    grid_id: str | None = None,
+    goal_readout: np.ndarray | None = None,
 ) -> DecodedGrid:
     """The believed grid of a decoded map (see :class:`DecodedGrid`).
 
@@ -130,6 +135,7 @@ def decoded_grid(
         true_grid: the grid the agent was on (size, start, whether it has a key / door).
         classes: the ``CellType`` values the probe predicts.
         grid_id: id of the decoded grid (default ``<true id>~decoded``).
+        goal_readout: the goal's position read-out ``(S, S)`` (None: ``P(GOAL)``).
     """
     n = true_grid.size
     probs = np.asarray(probs, dtype=np.float64)
@@ -139,7 +145,7 @@ def decoded_grid(
     door_from_probe = door is not None and int(CellType.DOOR) in classes
     fixed_door = {door} if door is not None and not door_from_probe else set()
     fixed_key = {key} if key is not None and not key_from_probe else set()
-    goal = _best_cell(probs, n, CellType.GOAL, {start} | fixed_key | fixed_door)
+    goal = _best_cell(probs, n, CellType.GOAL, {start} | fixed_key | fixed_door, goal_readout)
     if key_from_probe:
         key = _best_cell(probs, n, CellType.KEY, {goal} | fixed_door)
     if door_from_probe:

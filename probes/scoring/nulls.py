@@ -5,8 +5,13 @@ A belief score such as Recovery (the share of the agent's GT-suboptimal actions 
 on the decoded grid) rewards any map whose decoded optimal actions happen to match the agent's
 errors, informative or not. Each decoded-map source is therefore also scored under two nulls:
 
+Both nulls use the same agent/goal read-out as the probe's map (the position probes when the
+decoded-map file carries them, else the cell probe's channels), so that each excess isolates
+one part of the belief:
+
 ``other_grid``
-    The maps the same probe decoded on *another* grid of the same size and density: a seeded
+    The whole maps (cells, agent and goal read-outs) the same decoder made on *another* grid of
+    the same size and density: a seeded
     derangement of the grids (Sattolo cycles within strata, :func:`goalprobe.probes.splits.shuffle_by_grid`),
     the ``i``-th decoded step of grid ``g`` taking the ``i``-th (cyclically) of grid ``pi(g)``.
     The maps keep the probe's own style (its sharpness, its biases) but say nothing about this
@@ -16,8 +21,10 @@ errors, informative or not. Each decoded-map source is therefore also scored und
     The map of a prior that knows only the grid's size and density:
     :class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")`` fitted on the label maps of the
     training grids (every store step of the grids the probe did not decode), predicting each
-    cell's class frequencies. The decoded grid of a step reads walls as the cells whose most
-    likely type is WALL, and agent and goal as the cells most often holding them.
+    cell's class frequencies, for the cells (walls: the cells whose most likely type is WALL);
+    the agent and the goal are *this step's* read-out, the probe map's own. A map whose cells
+    say no more than the prior therefore has zero excess over it: the excess over the prior map
+    isolates the walls, the excess over another grid's map the whole belief.
 
 The excess is probe minus null (for ``qmdp_regret``, null minus probe), with a paired grid
 bootstrap (:class:`goalprobe.gridworld.stats.GridBootstrap`: the probe and every null recomputed under
@@ -41,7 +48,12 @@ from goalprobe.probes.scoring.belief_table import (
     score_rows,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.grouped import bootstrap_over, ratio_samples, seeded_rng
+from goalprobe.probes.scoring.grouped import (
+    bootstrap_over,
+    ratio_samples,
+    seeded_rng,
+    trajectory_weights,
+)
 from goalprobe.probes.splits import shuffle_by_grid
 
 STRATA = ("size_density", "size", "all")
@@ -112,6 +124,7 @@ def null_report(
     n_bootstrap: int,
     confidence_level: float,
     rng: np.random.Generator,
+    episodes: np.ndarray | None = None,
 ) -> tuple[dict, dict]:
     """Null scores and the probe's excess over them, under shared grid-bootstrap draws.
 
@@ -121,6 +134,8 @@ def null_report(
         grid_ids: ``(N,)`` grid of every step.
         names: the ``M`` metric names.
         n_bootstrap, confidence_level, rng: the bootstrap.
+        episodes: ``(N,)`` trajectory of every step: when given, every source's steps are
+            weighted as the study's Figure 4 (:func:`trajectory_weights`).
 
     Returns:
         ``(by_null, excess)``: ``by_null[name] = {"overall": {metric: STAT}, "excess":
@@ -130,11 +145,18 @@ def null_report(
     """
     boot = bootstrap_over(grid_ids, n_bootstrap, confidence_level, rng)
     scored = [j for j, m in enumerate(names) if m not in MAP_FREE]
-    ref = ratio_samples(boot, *probe)
+
+    def samples_of(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        if episodes is None:
+            return ratio_samples(boot, num, den)
+        w = trajectory_weights(den, grid_ids, episodes)
+        return ratio_samples(boot, num * w, den * w)
+
+    ref = samples_of(*probe)
     all_samples = {"probe": {names[j]: ref[:, j] for j in scored}}
     by_null = {}
     for name, (num, den) in nulls.items():
-        s = ratio_samples(boot, num, den)
+        s = samples_of(num, den)
         all_samples[name] = {names[j]: s[:, j] for j in scored}
         g_den = boot.grid_sums(den)
         overall = {
@@ -165,6 +187,8 @@ def score_nulls(
     prior: tuple[CellPrior | None, int],
     *,
     seed_text: str,
+    agent: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
     executor: Executor | None = None,
     progress: bool = False,
 ) -> dict:
@@ -180,7 +204,16 @@ def score_nulls(
         config: which nulls, the top-k values, the bootstrap.
         prior: ``(prior fitted on the training grids or None, number of training grids)``.
         seed_text: seeds the derangement's bootstrap (with ``config.random_state``).
+        agent, goal: ``(N, S, S)`` the source's agent and goal read-outs (None: its cell
+            probe's ``P(AGENT)`` / ``P(GOAL)`` channels).
     """
+    from goalprobe.gridworld.core import CellType
+    from goalprobe.probes.scoring.belief_table import expand_classes
+
+    if agent is None or goal is None:  # the read-out is the probe's own channels
+        full = expand_classes(probs, classes)
+        agent = full[..., int(CellType.AGENT)] if agent is None else agent
+        goal = full[..., int(CellType.GOAL)] if goal is None else goal
     sizes, dens = np.asarray(steps.size)[idx], np.asarray(steps.density)[idx]
     facts = steps.facts(idx)
     scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -193,18 +226,22 @@ def score_nulls(
                 unavailable[name] = "fewer than two decoded grids"
                 continue
             null_probs, null_classes = probs[found[0]], classes
+            readout = (agent[found[0]], goal[found[0]])
             extra[name] = {"stratified_by": found[1]}
         else:
             if prior[0] is None:
                 unavailable[name] = "no training grid (every store grid was decoded)"
                 continue
             null_probs, null_classes = prior_maps(prior[0], sizes, dens)
+            readout = (agent, goal)
             extra[name] = {"n_training_grids": prior[1]}
         scores[name] = score_rows(
             null_probs,
             null_classes,
             facts,
             config.top_k,
+            agent=readout[0],
+            goal=readout[1],
             executor=executor,
             progress=progress,
             label=f"null {name} {seed_text}",
@@ -220,6 +257,7 @@ def score_nulls(
             n_bootstrap=config.n_bootstrap,
             confidence_level=config.confidence_level,
             rng=seeded_rng(config.random_state, "nulls" + seed_text),
+            episodes=steps.episodes(idx) if config.weighting == "grid" else None,
         )
     return {
         "nulls": {k: {**v, **extra[k]} for k, v in by_null.items()},

@@ -541,3 +541,63 @@ def test_readme_assets_renders_the_results_page_of_a_run(demo):
         b.startswith("- **Behaviour.** Per-action accuracy") for b in page.readings["bundled"]
     )
     assert any(b.startswith("- **Causality.** Patching") for b in page.readings["bundled:map"])
+
+
+def test_goalprobe_score_gives_the_scoring_stage_numbers(demo, tmp_path):
+    """The verb and the stage go through one function with one choice of headline maps: on a
+    copy of each agent's run, ``goalprobe score`` (the demo's bootstrap and seed) writes the
+    same belief and MEG numbers as the demo's scoring stage."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from goalprobe.cli import app
+
+    result, _ = demo
+    config = demo_config("tiny").scoring
+    for run_dir in (result.run_dir, result.run_dir / "control"):
+        copy = tmp_path / run_dir.name
+        shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("scoring", "control"))
+        out = CliRunner().invoke(
+            app,
+            [
+                "score",
+                str(copy),
+                "--n-bootstrap",
+                str(config.n_bootstrap),
+                "--seed",
+                str(config.random_state),
+                "--no-progress",
+            ],
+        )
+        assert out.exit_code == 0, out.output
+        for name in ("belief.json", "meg.json"):
+            stage = json.loads((run_dir / "scoring" / name).read_text())
+            verb = json.loads((copy / "scoring" / name).read_text())
+            for key in ("created", "package_version"):
+                stage.pop(key), verb.pop(key)
+            verb["config"]["n_jobs"] = stage["config"]["n_jobs"]
+            assert verb == stage, (run_dir, name)
+        belief = json.loads((run_dir / "scoring" / "belief.json").read_text())
+        headline = belief["probes"][belief["default_probe"]]
+        assert belief["default_probe"].startswith("headline_pre_reasoning_L")
+        assert headline["readout"]["agent"] == "position probe"
+        assert headline["trained_on"] == "probing"
+        assert {"other_grid", "prior"} <= set(headline["nulls"])
+
+
+@pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
+def test_the_control_runs_the_false_belief_grids_with_the_position_read_out(demo):
+    import json
+
+    from goalprobe.probes.decoded_maps import read_step_maps
+
+    result, _ = demo
+    control = result.run_dir / "control" / "false_belief"
+    data = json.loads((control / "results.json").read_text())
+    assert data["decoding"]["available"]
+    assert json.loads(data["decoding"]["readout"])["goal"] == "position probe"
+    stale = data["behaviour"]["stale_goal"]["false_belief"]
+    assert {"episodes_decoded_goal_shown", "acc_dec", "acc_gt_decoded_steps"} <= set(stale)
+    maps = read_step_maps(control / "decoded_maps.h5")
+    assert maps.goal is not None and maps.goal.shape == maps.probs.shape[:3]

@@ -13,10 +13,12 @@ from goalprobe.probes.scoring.meg import (
     known_utility_meg,
     known_utility_meg_batch,
     meg_at_beta,
-    mlp_utility_meg,
     soft_value_iteration,
     stack_padded,
     state_occupancy,
+)
+from goalprobe.probes.scoring.meg_unknown import (
+    mlp_utility_meg,
     target_variable_meg,
     unknown_utility_meg,
 )
