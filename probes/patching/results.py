@@ -42,6 +42,8 @@ import numpy as np
 from goalprobe.gridworld.stats import grid_bootstrap_ratio
 
 SCHEMA = "goalprobe.patching/2"
+SCHEMA_V1 = "goalprobe.patching/1"
+"""The previous bundle version (no pairs per kind, no verdicts); still read."""
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
@@ -274,8 +276,9 @@ def read_records(path: str | Path) -> list[dict]:
             bundle = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-        if isinstance(bundle, dict) and bundle.get("schema", SCHEMA) != SCHEMA:
-            raise ValueError(f"{path}: schema {bundle.get('schema')!r} is not {SCHEMA!r}")
+        readable = (SCHEMA, SCHEMA_V1)
+        if isinstance(bundle, dict) and bundle.get("schema", SCHEMA) not in readable:
+            raise ValueError(f"{path}: schema {bundle.get('schema')!r} is not one of {readable!r}")
         records = bundle.get("records") if isinstance(bundle, dict) else bundle
         if not isinstance(records, list):
             raise ValueError(f"{path}: expected a list of records or an object with 'records'")

@@ -63,7 +63,7 @@ def test_older_decoded_maps_name_stage_and_layer_in_the_card(tmp_path):
 @pytest.mark.parametrize(
     ("attr", "value", "message"),
     [
-        ("schema_version", 2, "schema_version 2 is not supported"),
+        ("schema_version", 3, "schema_version 3 is not supported"),
         ("schema", "goalprobe.step_maps", "schema attribute is"),
     ],
 )
@@ -160,8 +160,11 @@ def test_patch_records_read_back_from_the_bundle_and_the_csv(tmp_path):
     ]
     bad = tmp_path / "other.json"
     bad.write_text('{"schema": "goalprobe.patching/9", "records": []}')
-    with pytest.raises(ValueError, match="is not 'goalprobe.patching/1'"):
+    with pytest.raises(ValueError, match="is not one of"):
         read_records(bad)
+    old = tmp_path / "old.json"  # version 1 bundles still read
+    old.write_text('{"schema": "goalprobe.patching/1", "records": [{"base_id": "run/g/0/0"}]}')
+    assert read_records(old) == [{"base_id": "run/g/0/0"}]
     bare = tmp_path / "bare.json"
     bare.write_text('[{"base_id": "run/g/0/0"}]')
     assert read_records(bare) == [{"base_id": "run/g/0/0"}]
