@@ -37,7 +37,7 @@ from goalprobe.gridworld.metrics import (
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import bootstrap_ci
+from goalprobe.gridworld.stats import bootstrap_ci, cluster_rate_interval
 
 GRID_METRICS: tuple[str, ...] = (
     "success_rate",
@@ -50,6 +50,20 @@ GRID_METRICS: tuple[str, ...] = (
     "random_action_accuracy",
 )
 """Per-grid metrics aggregated (mean over grids and grid-bootstrap CI) by :func:`aggregate`."""
+
+RATE_METRICS: frozenset[str] = frozenset(
+    {
+        "success_rate",
+        "accuracy",
+        "invalid_rate",
+        "random_walk_success_rate",
+        "random_walk_accuracy",
+        "random_action_accuracy",
+    }
+)
+"""Per-grid metrics that are rates in [0, 1]: their interval over grids is the Clopper-Pearson
+interval on the grids (:func:`goalprobe.gridworld.stats.cluster_rate_interval`, one trial per
+grid), which stays honest at 0% and 100% where a percentile bootstrap collapses to a point."""
 
 ISO_METRICS: tuple[str, ...] = ("accuracy", "success_rate", "entropy", "jsd")
 """Metrics compared between base and transformed grids (Table 3)."""
@@ -147,12 +161,18 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
     return RandomWalk(successes / n_walks, float(np.mean(accuracies)))
 
 
-def mean_ci(values: Sequence[float | None], config: IntervalConfig | BehaviourConfig) -> dict:
+def mean_ci(
+    values: Sequence[float | None], config: IntervalConfig | BehaviourConfig, rate: bool = False
+) -> dict:
     """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
-    percentile-bootstrap 95% interval; ``None`` where undefined."""
+    percentile-bootstrap 95% interval; ``None`` where undefined. A ``rate`` (values in [0, 1])
+    gets the Clopper-Pearson interval on the grids instead (plus ``interval_method``)."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    if rate:
+        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
     low, high = bootstrap_ci(
         x, n_resamples=config.n_bootstrap, method="percentile", random_state=config.seed
     )
@@ -209,7 +229,9 @@ def aggregate(rows: Sequence[Mapping], keys: Sequence[str], config: BehaviourCon
         entry = dict(zip(keys, key, strict=True))
         entry["n_grids"] = len(members)
         for metric in GRID_METRICS:
-            entry[metric] = mean_ci([r[metric] for r in members], config)
+            entry[metric] = mean_ci(
+                [r[metric] for r in members], config, rate=metric in RATE_METRICS
+            )
         out.append(entry)
     return out
 
@@ -235,7 +257,7 @@ def by_distance(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[
         {
             "distance": d,
             "n_steps": sum(len(v) for v in acc[d].values()),
-            "accuracy": mean_ci([float(np.mean(v)) for v in acc[d].values()], config),
+            "accuracy": mean_ci([float(np.mean(v)) for v in acc[d].values()], config, rate=True),
             "jsd": mean_ci([float(np.mean(v)) for v in jsd[d].values()], config),
         }
         for d in sorted(acc)
@@ -339,7 +361,7 @@ def key_variant_table(
         entry: dict = {
             "n_trajectories": len(data),
             "success_rate": goal_success_rate(data),
-            "accuracy": mean_ci([trajectory_accuracy(t) for t in data], config),
+            "accuracy": mean_ci([trajectory_accuracy(t) for t in data], config, rate=True),
         }
         if any(e.grid.key is not None for e in eps):
             entry["key_pickup_rate"] = key_pickup_rate(data)
@@ -392,6 +414,7 @@ def finite(obj):
 
 __all__: list[str] = [
     "GRID_METRICS",
+    "RATE_METRICS",
     "ISO_METRICS",
     "BehaviourConfig",
     "GridEpisodes",

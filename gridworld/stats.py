@@ -8,8 +8,18 @@ recomputed under the same draws, so intervals of several metrics, and their pair
 share one resampling. A statistic averaged over grids with equal weight is the special case of
 one row per grid.
 
-Intervals are percentile intervals of the resampled statistic; resamples where the statistic is
-undefined (an empty subset, a zero denominator) are left out.
+Intervals of general statistics are percentile intervals of the resampled statistic; resamples
+where the statistic is undefined (an empty subset, a zero denominator) are left out.
+
+A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0% and
+100%, where every percentile resample of 16/16 is 16/16: :func:`cluster_rate_interval`, the
+Clopper-Pearson interval on the effective number of trials ``n_eff = n / deff``, with the design
+effect ``deff = 1 + (m - 1) * icc`` from the intra-grid correlation (one-way ANOVA estimator,
+``m`` the size-weighted mean trials per grid). Where the correlation is not estimable (every row
+alike, as at 0% and 100%), ``icc = 1``: the grids are the independent units, so 16/16 over 16
+grids gives [79.4%, 100%] whatever the rows per grid. :func:`grid_bootstrap_ratio` uses it for
+counts, :meth:`GridBootstrap.rate_summary` for rates computed under shared draws, and
+:func:`grid_mean` for a mean of per-grid values in [0, 1] (one trial per grid).
 """
 
 from __future__ import annotations
@@ -78,6 +88,110 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.nda
 
 def _none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+RATE_INTERVAL_METHOD = "cluster-adjusted Clopper-Pearson"
+"""How a rate's interval is made (recorded beside it as ``interval_method``)."""
+
+
+def clopper_pearson(k: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a binomial proportion ``k / n``, extended to
+    non-integer ``k`` and ``n`` (an effective sample) through the beta quantiles; equal to
+    ``scipy.stats.binomtest(k, n).proportion_ci("exact")`` for integers. ``(nan, nan)`` for
+    ``n <= 0``."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if not n > 0:
+        return (math.nan, math.nan)
+    k = min(max(float(k), 0.0), float(n))
+    alpha = 1.0 - confidence
+    low = 0.0 if k <= 0 else float(scipy.stats.beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k >= n else float(scipy.stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return (low, high)
+
+
+def intra_grid_correlation(k: np.ndarray, n: np.ndarray) -> float:
+    """One-way ANOVA estimate of the intra-grid correlation of 0/1 rows from per-grid successes
+    ``k`` and trials ``n``, clipped to [0, 1]; 1 where it is not estimable (fewer than two
+    grids with trials, no spread within or between grids: the conservative choice)."""
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    keep = n > 0
+    k, n = k[keep], n[keep]
+    n_total, n_groups = float(n.sum()), len(n)
+    if n_groups < 2 or n_total <= n_groups:
+        return 1.0
+    p, p_g = k.sum() / n_total, k / n
+    msb = float(np.sum(n * (p_g - p) ** 2) / (n_groups - 1))
+    msw = float(np.sum(k * (1 - p_g)) / (n_total - n_groups))
+    n0 = (n_total - float(np.sum(n**2)) / n_total) / (n_groups - 1)
+    den = msb + (n0 - 1) * msw
+    if not den > 0:
+        return 1.0
+    return float(np.clip((msb - msw) / den, 0.0, 1.0))
+
+
+def cluster_rate_interval(
+    k: Sequence[float] | np.ndarray, n: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> dict:
+    """A pooled rate ``sum(k) / sum(n)`` over grids with an interval honest at 0% and 100%.
+
+    Args:
+        k: ``(G,)`` successes per grid.
+        n: ``(G,)`` trials per grid (grids with none are left out).
+        confidence: the interval level.
+
+    Returns:
+        ``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``:
+        the Clopper-Pearson interval on ``n_eff = n / deff`` trials with ``value * n_eff``
+        successes (see the module docstring); ``None`` values where there are no trials, and
+        no interval from fewer than two grids (as the grid bootstrap: nothing to say how grids
+        vary).
+    """
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    if k.shape != n.shape or k.ndim != 1:
+        raise ValueError("k and n must be 1-D of the same length")
+    if np.any(n < 0) or np.any(k < 0) or np.any(k > n + 1e-9):
+        raise ValueError("need 0 <= k <= n per grid")
+    total = float(n.sum())
+    n_grids = int(np.count_nonzero(n > 0))
+    if total <= 0:
+        return {
+            "value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0,
+            "n_eff": None, "design_effect": None, "icc": None,
+            "interval_method": RATE_INTERVAL_METHOD,
+        }  # fmt: skip
+    value = float(k.sum() / total)
+    icc = intra_grid_correlation(k, n)
+    m = float(np.sum(n**2) / total)
+    deff = 1.0 + (m - 1.0) * icc
+    n_eff = total / deff
+    low, high = clopper_pearson(value * n_eff, n_eff, confidence)
+    if n_grids < 2:
+        low = high = None
+    return {
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "n": int(round(total)),
+        "n_grids": n_grids,
+        "n_eff": n_eff,
+        "design_effect": deff,
+        "icc": icc,
+        "interval_method": RATE_INTERVAL_METHOD,
+    }
+
+
+def is_count_rate(num: np.ndarray, den: np.ndarray) -> bool:
+    """Whether per-row ``num`` / ``den`` are counts of successes among trials (non-negative
+    integers, ``num <= den``): a rate, whose interval is :func:`cluster_rate_interval`."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return bool(
+        num.size > 0
+        and np.all(num >= 0)
+        and np.all(num <= den)
+        and np.all(num == np.round(num))
+        and np.all(den == np.round(den))
+    )
 
 
 @dataclass(frozen=True)
@@ -172,6 +286,15 @@ class GridBootstrap:
             return np.full((2, *samples.shape[1:]), np.nan)
         return percentile_interval(samples[1:], self.confidence)
 
+    def rate_summary(self, num: np.ndarray, den: np.ndarray | None = None) -> dict:
+        """``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``
+        of the pooled rate of per-row 0/1 outcomes ``num`` over trials ``den`` (one per row by
+        default): :func:`cluster_rate_interval` on this sample's grids, not the percentile
+        interval, which collapses to a point at 0% and 100%."""
+        num = np.asarray(num, dtype=np.float64)
+        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
+
     def summary(self, samples: np.ndarray) -> dict:
         """``{value, ci_low, ci_high}`` of a scalar statistic's ``(1 + B,)`` samples (row 0 is
         the estimate); ``None`` where undefined, and no interval for an undefined estimate."""
@@ -203,7 +326,10 @@ def grid_bootstrap_ratio(
 
     Returns:
         ``{value, ci_low, ci_high, n, n_grids}`` (``None`` where undefined; ``n`` is the sum of
-        the denominators, ``n_grids`` the grids with a non-zero denominator).
+        the denominators, ``n_grids`` the grids with a non-zero denominator). Where ``num`` and
+        ``den`` are counts (:func:`is_count_rate`, e.g. 0/1 outcomes) the interval is
+        :func:`cluster_rate_interval`'s and the dict also holds ``n_eff``, ``design_effect``,
+        ``icc`` and ``interval_method``; otherwise it is the grid-bootstrap percentile interval.
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
@@ -214,6 +340,8 @@ def grid_bootstrap_ratio(
     boot = GridBootstrap.from_grid_ids(
         grid_ids, n_resamples=n_resamples, confidence=confidence, random_state=random_state
     )
+    if is_count_rate(num, den):
+        return boot.rate_summary(num, den)
     stat = boot.summary(boot.ratio(num, den))
     grid_den = boot.grid_sums(den)
     return {**stat, "n": int(round(den.sum())), "n_grids": int(np.count_nonzero(grid_den > 0))}
@@ -225,10 +353,14 @@ def grid_mean(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     random_state: RandomState = 0,
+    rate: bool = False,
 ) -> dict:
     """Mean of one value per grid, with its grid-bootstrap interval.
 
-    ``None`` and non-finite values are dropped first (an undefined per-grid metric).
+    ``None`` and non-finite values are dropped first (an undefined per-grid metric). For a
+    ``rate`` (every value in [0, 1]) the interval is :func:`cluster_rate_interval` with one
+    trial per grid (Clopper-Pearson on the grids: honest at 0 and 1; conservative for a mean of
+    bounded values, whose variance is at most the binomial one).
 
     Returns:
         ``{value, ci_low, ci_high, n}``, ``n`` the number of grids averaged.
@@ -238,6 +370,11 @@ def grid_mean(
     ).reshape(-1)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    if rate:
+        if not np.all((x >= 0) & (x <= 1)):
+            raise ValueError("a rate's per-grid values must lie in [0, 1]")
+        stat = cluster_rate_interval(x, np.ones(x.size), confidence)
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
     stat = grid_bootstrap_ratio(
         x,
         None,
