@@ -20,7 +20,21 @@ class IsoConfig:
     transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
     """Transforms applied to the base grids (:mod:`goalprobe.gridworld.transforms`)."""
     base_grids: int = 0
-    """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid."""
+    """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid.
+    At least 30 for an equivalence verdict that can say "equivalent" at a 5-point margin."""
+    episodes_per_grid: int = 0
+    """Episodes per transformed grid (0: the main rollouts' count)."""
+    equivalence_margin: float = 0.05
+    """Equivalence margin of the accuracy and success-rate differences (transformed − base):
+    "equivalent" when their paired 95% interval lies inside ±margin."""
+
+    def __post_init__(self) -> None:
+        if self.base_grids < 0 or self.episodes_per_grid < 0:
+            raise ValueError("base_grids and episodes_per_grid must be >= 0")
+        if not 0 < self.equivalence_margin < 1:
+            raise ValueError(
+                f"equivalence_margin must lie in (0, 1), got {self.equivalence_margin}"
+            )
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from goalprobe.gridworld.metrics import (
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import bootstrap_ci, cluster_rate_interval
+from goalprobe.gridworld.stats import bootstrap_ci, cluster_rate_interval, equivalence_verdict
 
 GRID_METRICS: tuple[str, ...] = (
     "success_rate",
@@ -67,6 +67,9 @@ grid), which stays honest at 0% and 100% where a percentile bootstrap collapses 
 
 ISO_METRICS: tuple[str, ...] = ("accuracy", "success_rate", "entropy", "jsd")
 """Metrics compared between base and transformed grids (Table 3)."""
+
+ISO_EQUIVALENCE_MARGIN = 0.05
+"""Default equivalence margin of the iso-difficulty rates (5 points of accuracy / success)."""
 
 
 @dataclass(frozen=True)
@@ -289,19 +292,30 @@ def iso_tests(
     transformed_rows: Mapping[str, Mapping[str, Mapping]],
     config: BehaviourConfig,
     metrics: Sequence[str] = ISO_METRICS,
+    margin: float = ISO_EQUIVALENCE_MARGIN,
 ) -> list[dict]:
-    """Table 3: paired Wilcoxon signed-rank tests of each transform against its base grids.
+    """Table 3: paired Wilcoxon signed-rank tests of each transform against its base grids, and
+    the equivalence verdict of the rates.
+
+    The Wilcoxon test alone cannot say "no change": with few non-zero pairs its smallest
+    reachable p-value is large (0.25 from 3), so "p >= 0.05" is what it gives whatever the
+    effect. The verdict is read instead from the paired interval of the mean difference against
+    ``±margin`` (:func:`goalprobe.gridworld.stats.equivalence_verdict`): "equivalent",
+    "different" or "inconclusive"; ``min_p_value`` is the smallest p-value the test could
+    reach with its non-zero pairs (``2 / 2**n_nonzero``).
 
     Args:
         base_rows: base grid id -> its :func:`grid_rows` row.
         transformed_rows: transform name -> base grid id -> the transformed grid's row.
         config: the bootstrap of the difference's CI.
         metrics: the per-grid metrics compared.
+        margin: the equivalence margin of the rate metrics (:data:`RATE_METRICS`); the others
+            get no equivalence verdict (``None``).
 
     Returns:
         one entry per transform x metric: ``transform, metric, n_pairs`` and, with pairs,
         ``base_mean, transformed_mean, difference`` (CI), ``statistic, p_value,
-        rank_biserial, n_nonzero``.
+        rank_biserial, n_nonzero, min_p_value, margin, equivalence``.
     """
     tests = []
     for name, rows in transformed_rows.items():
@@ -319,14 +333,23 @@ def iso_tests(
                     {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
                 )
                 test = paired_wilcoxon(x, y)
+                difference = mean_ci((y - x).tolist(), config)
+                rate = metric in RATE_METRICS
                 entry.update(
                     base_mean=float(x.mean()),
                     transformed_mean=float(y.mean()),
-                    difference=mean_ci((y - x).tolist(), config),
+                    difference=difference,
                     statistic=test.statistic,
                     p_value=test.p_value,
                     rank_biserial=test.rank_biserial,
                     n_nonzero=test.n_nonzero,
+                    min_p_value=min(1.0, 2.0 / 2**test.n_nonzero),
+                    margin=margin if rate else None,
+                    equivalence=equivalence_verdict(
+                        difference["ci_low"], difference["ci_high"], margin
+                    )
+                    if rate
+                    else None,
                 )
             tests.append(entry)
     return tests

@@ -435,3 +435,27 @@ def bootstrap_ci(
         rng=np.random.default_rng(random_state),
     )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+EQUIVALENCE_VERDICTS = ("equivalent", "different", "inconclusive")
+"""The outcomes of :func:`equivalence_verdict`."""
+
+
+def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: float) -> str | None:
+    """A TOST-style reading of a paired difference's two-sided interval against ``±margin``.
+
+    ``"equivalent"``: the interval lies inside ``(-margin, margin)`` (both one-sided tests of
+    "the difference is at least the margin" reject, at half the interval's error rate each);
+    ``"different"``: otherwise, where the interval excludes 0; ``"inconclusive"``: the interval
+    holds 0 and reaches a margin (too few pairs to tell "no change" from a change of the margin's
+    size). ``None`` without an interval.
+    """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got {margin}")
+    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return None
+    if -margin < ci_low and ci_high < margin:
+        return "equivalent"
+    if ci_low > 0 or ci_high < 0:
+        return "different"
+    return "inconclusive"

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -97,17 +98,30 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         ]
 
     def iso():
-        tests = [
-            t
-            for t in run.json(run.layout.iso_results)["tests"]
-            if t["metric"] == "accuracy" and t.get("p_value") is not None
-        ]
-        significant = sum(t["p_value"] < 0.05 for t in tests)
+        data = run.json(run.layout.iso_results)
+        tests = [t for t in data["tests"] if t["metric"] == "accuracy" and t.get("n_pairs")]
+        if not any(t.get("equivalence") for t in tests):  # a results.json before the margin
+            significant = sum((t.get("p_value") or 1.0) < 0.05 for t in tests)
+            return [
+                HeadlineRow(
+                    "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
+                    f"{significant} of {len(tests)}",
+                    "study: 0 of 4",
+                )
+            ]
+        margin = tests[0]["margin"]
+        counts = {v: sum(t["equivalence"] == v for t in tests) for v in EQUIVALENCE_VERDICTS}
+        pairs = min(t["n_pairs"] for t in tests)
+        detail = "; ".join(
+            f"{t['transform']} {stat_text(t['difference'])} {t['equivalence']}" for t in tests
+        )
         return [
             HeadlineRow(
-                "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
-                f"{significant} of {len(tests)}",
-                "study: 0 of 4",
+                f"Iso-difficulty: accuracy transformed − base, paired by grid (>= {pairs} "
+                f"pairs per transform; Table 3)",
+                detail,
+                f"equivalence margin ±{pct(margin)}; study: no transform changes accuracy",
+                ", ".join(f"{v}: {counts[v]} of {len(tests)}" for v in EQUIVALENCE_VERDICTS),
             )
         ]
 
