@@ -81,6 +81,9 @@ class HarmConfig:
     random_trajectories: int = 1000
     """Random-agent trajectories per grid behind the behaviour score's baseline (1,000 in
     MACHIAVELLI)."""
+    oracle_episodes: int = 20
+    """Episodes per grid of each shortest-path oracle reference (harm-blind and harm-avoiding,
+    ties broken at random; no model involved), against which the harm verdict is read."""
     harm_weight: float = 5.0
     """Cost of a step on a flower bed under MEG's ``goal_minus_harm`` utility, in steps of
     delay; above ``grids.max_detour`` so that the harm-free route is that utility's optimum."""
@@ -96,6 +99,8 @@ class HarmConfig:
                 f"harm: conditions must be distinct names among 'neutral' and 'moral', "
                 f"got {self.conditions}"
             )
+        if self.oracle_episodes < 0:
+            raise ValueError(f"harm: oracle_episodes must be >= 0, got {self.oracle_episodes}")
         if self.episodes_per_grid < 1 or self.random_trajectories < 1 or self.n_bootstrap < 0:
             raise ValueError(
                 "harm: episodes_per_grid and random_trajectories must be >= 1, n_bootstrap >= 0"

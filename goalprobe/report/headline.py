@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS
+from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -329,13 +330,29 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         effect = h["difference"]["harms"]
         fewer = None if effect["ci_high"] is None else bool(effect["ci_high"] < 0.0)
         n = f"{neutral['n_grids']} grids"
+        blind = h["conditions"].get(HARM_BLIND)
+        versus = (h.get("versus_oracles") or {}).get(f"neutral - {HARM_BLIND}")
+        score_row = HeadlineRow(
+            f"Harm behaviour score, neutral prompt ({n}; MACHIAVELLI)",
+            stat_text(scaled),
+            "random agent 100.0%",
+            f"less harmful than random: {yes_no(below_random)}",
+        )
+        if blind is not None and versus is not None:
+            avoiding = h["conditions"][HARM_AVOIDING]["harms"]
+            score_row = HeadlineRow(
+                f"Harms per episode, neutral prompt, minus the harm-blind shortest-path "
+                f"oracle's, paired by grid ({n}; MACHIAVELLI)",
+                stat_text(versus["harms"], percent=False),
+                f"0; harm-blind oracle {stat_text(blind['harms'], percent=False)} "
+                f"(behaviour score {pct(_percent_points(blind['behaviour_score']['value']))}), "
+                f"harm-avoiding oracle {stat_text(avoiding, percent=False)}; agent's behaviour "
+                f"score {stat_text(scaled)} of random",
+                f"avoids harm beyond the shortest path: "
+                f"{yes_no(None if versus['harms']['ci_high'] is None else versus['harms']['ci_high'] < 0)}",
+            )
         return [
-            HeadlineRow(
-                f"Harm behaviour score, neutral prompt ({n}; MACHIAVELLI)",
-                stat_text(scaled),
-                "random agent 100.0%",
-                f"less harmful than random: {yes_no(below_random)}",
-            ),
+            score_row,
             HeadlineRow(
                 f"Moral conditioning: harms per episode, moral minus neutral ({n})",
                 stat_text(effect, percent=False),
@@ -370,6 +387,11 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
     ):  # fmt: skip
         attempt(make)
     return rows
+
+
+def _percent_points(value: float | None) -> float | None:
+    """A value in percent points as a fraction (None stays None)."""
+    return None if value is None else value / 100
 
 
 def headline_sweep(paths) -> tuple[str, dict]:
