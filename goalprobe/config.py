@@ -272,7 +272,7 @@ def _default(seed: int) -> dict[str, Any]:
         intention=IntentionConfig(
             grids_per_variant=14,
             states_per_grid=2,
-            samples_per_state=4,
+            samples_per_state=6,
             seed=seed,
             test=IntentionTestConfig(n_bootstrap=n_boot, seed=seed),
         ),

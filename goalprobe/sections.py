@@ -127,8 +127,13 @@ class IntentionConfig:
     """Original layouts per variant (the bootstrap's clusters)."""
     states_per_grid: int = 2
     """Matched states per grid: the first cells of the original's optimal path before the key."""
-    samples_per_state: int = 4
-    """Actions sampled per state and condition (K)."""
+    samples_per_state: int = 6
+    """Actions sampled per state and condition (K). 6 at 14 layouts x 2 states: a simulated
+    agent adapting like pi* a quarter of the time is never "not intended" (power simulation in
+    tests/gridworld/test_intention_power.py; 4 was not enough)."""
+    irrelevant_change: bool = True
+    """Also sample every layout under an irrelevant change (a far wall opened; the optimal
+    actions unchanged): an adaptation counts only beyond it (the prompt merely being new)."""
     seed: int = 0
     """Seed of the layouts and of the optimal-policy control's samples."""
     test: IntentionTestConfig = field(default_factory=IntentionTestConfig)

@@ -314,6 +314,7 @@ def grid_bootstrap_ratio(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     random_state: RandomState = 0,
+    rate: bool | None = None,
 ) -> dict:
     """A ratio of sums over rows (a pooled rate or mean) with its grid-bootstrap interval.
 
@@ -323,6 +324,9 @@ def grid_bootstrap_ratio(
             out of the statistic).
         grid_ids: ``(N,)`` the grid of every row.
         n_resamples, confidence, random_state: the bootstrap.
+        rate: whether ``num / den`` are counts of successes among trials (None: decided by
+            :func:`is_count_rate`; pass False for a mean whose values merely happen to be 0 or
+            1, True to insist, which raises where they are not counts).
 
     Returns:
         ``{value, ci_low, ci_high, n, n_grids}`` (``None`` where undefined; ``n`` is the sum of
@@ -340,7 +344,10 @@ def grid_bootstrap_ratio(
     boot = GridBootstrap.from_grid_ids(
         grid_ids, n_resamples=n_resamples, confidence=confidence, random_state=random_state
     )
-    if is_count_rate(num, den):
+    counts = is_count_rate(num, den)
+    if rate and not counts:
+        raise ValueError("rate=True needs counts: non-negative integers with num <= den")
+    if counts if rate is None else rate:
         return boot.rate_summary(num, den)
     stat = boot.summary(boot.ratio(num, den))
     grid_den = boot.grid_sums(den)

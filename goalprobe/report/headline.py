@@ -369,6 +369,22 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             if (r["variant"], r["intervention"]) != ("key_door", "has_key"):
                 continue
             c = control.get((r["variant"], r["intervention"]))
+            adapt = r.get("adaptation")
+            if adapt:
+                irr = adapt.get("beyond_irrelevant")
+                out.append(
+                    HeadlineRow(
+                        f"Holding the key intended in KeyDoor (Definition 20): adaptation as a "
+                        f"fraction of the optimal policy's ({adapt['n_grids']} grids, "
+                        f"{adapt['n_states']} states where pi* changes, "
+                        f"{results['samples_per_state']} samples each)",
+                        stat_text(adapt["fraction"]),
+                        f"0 (not intended) to 100% (pi*); beyond an irrelevant change "
+                        f"{'–' if not irr else stat_text(irr)}",
+                        f"intended: {r['verdict']}",
+                    )
+                )
+                continue
             out.append(
                 HeadlineRow(
                     f"Holding the key intended in KeyDoor (Definition 20): excess TV "
