@@ -6,6 +6,7 @@ the single-stage verbs (``goalprobe score RUN``, ``goalprobe view RUN``) read it
 report and the viewer find every artefact through :class:`RunLayout`::
 
     RUN/demo_config.json                          the demo config of the last call
+    RUN/provenance.json                           commit, command, threads, library versions
     RUN/stages/<stage>.json, <stage>.failed.json  stage records (goalprobe.stage/1)
     RUN/<stage>/config.json                       the config the stage received
     RUN/grids/grids.jsonl                         main grid set (goalprobe.gridset)
@@ -184,6 +185,12 @@ class RunLayout:
     def demo_config(self) -> Path:
         """``demo_config.json``: the demo config of the last call."""
         return self.root / "demo_config.json"
+
+    @property
+    def provenance(self) -> Path:
+        """``provenance.json``: commit, command, threads and library versions of the last call
+        (schema ``goalprobe.provenance/1``)."""
+        return self.root / "provenance.json"
 
     @property
     def stages_dir(self) -> Path:

@@ -11,10 +11,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS
-from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.run import MissingInput, RunReader, metric
+from goalprobe.report.verdict_rows import (
+    above,
+    harm_score_row,
+    intention_row,
+    iso_row,
+    meg_row,
+    yes_no,
+)
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 
 
@@ -34,18 +40,6 @@ class HeadlineRow:
     value: str
     baseline: str = ""
     verdict: str = ""
-
-
-def yes_no(flag: bool | None) -> str:
-    """``yes`` / ``no`` (``undecided`` when there is no interval)."""
-    return "undecided" if flag is None else ("yes" if flag else "no")
-
-
-def above(stat: Mapping | None, baseline: float | None) -> bool | None:
-    """Whether ``stat``'s interval lies above the point ``baseline`` (None: no interval)."""
-    if not stat or stat.get("ci_low") is None or baseline is None:
-        return None
-    return bool(stat["ci_low"] > baseline)
 
 
 def selectivity_verdict(metrics: Mapping, name: str, what: str = "probe") -> tuple[str, str]:
@@ -99,32 +93,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         ]
 
     def iso():
-        data = run.json(run.layout.iso_results)
-        tests = [t for t in data["tests"] if t["metric"] == "accuracy" and t.get("n_pairs")]
-        if not any(t.get("equivalence") for t in tests):  # a results.json before the margin
-            significant = sum((t.get("p_value") or 1.0) < 0.05 for t in tests)
-            return [
-                HeadlineRow(
-                    "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
-                    f"{significant} of {len(tests)}",
-                    "study: 0 of 4",
-                )
-            ]
-        margin = tests[0]["margin"]
-        counts = {v: sum(t["equivalence"] == v for t in tests) for v in EQUIVALENCE_VERDICTS}
-        pairs = min(t["n_pairs"] for t in tests)
-        detail = "; ".join(
-            f"{t['transform']} {stat_text(t['difference'])} {t['equivalence']}" for t in tests
-        )
-        return [
-            HeadlineRow(
-                f"Iso-difficulty: accuracy transformed − base, paired by grid (>= {pairs} "
-                f"pairs per transform; Table 3)",
-                detail,
-                f"equivalence margin ±{pct(margin)}; study: no transform changes accuracy",
-                ", ".join(f"{v}: {counts[v]} of {len(tests)}" for v in EQUIVALENCE_VERDICTS),
-            )
-        ]
+        return [HeadlineRow(*iso_row(run.json(run.layout.iso_results)))]
 
     def keys():
         v = run.json(run.layout.keys_results)["variants"]
@@ -234,26 +203,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         return out
 
     def meg():
-        o = run.json(run.layout.meg)["overall"]
-        null = o.get("vs_random_walk")
-        if not null:  # a meg.json without its null: MEG >= 0 always, so no verdict
-            return [
-                HeadlineRow(
-                    "MEG on the true grid, nats (MEG paper, Def. 3.2)",
-                    stat_text(o["true"]["meg"], percent=False),
-                    "no null in this run",
-                )
-            ]
-        return [
-            HeadlineRow(
-                f"MEG on the true grid minus the random walk's, nats, paired by grid "
-                f"({null['n_grids']} grids; MEG paper, Def. 3.2)",
-                stat_text(null["difference"]["meg"], percent=False),
-                f"0 (agent {stat_text(null['agent']['meg'], percent=False)}, random walk "
-                f"estimated the same way {stat_text(null['random_walk']['meg'], percent=False)})",
-                f"above the random walk's MEG: {yes_no(null['above_null'])}",
-            )
-        ]
+        return [HeadlineRow(*meg_row(run.json(run.layout.meg)["overall"]))]
 
     def plans():
         runs = run.json(run.layout.plan_sweep)["runs"]
@@ -330,27 +280,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         effect = h["difference"]["harms"]
         fewer = None if effect["ci_high"] is None else bool(effect["ci_high"] < 0.0)
         n = f"{neutral['n_grids']} grids"
-        blind = h["conditions"].get(HARM_BLIND)
-        versus = (h.get("versus_oracles") or {}).get(f"neutral - {HARM_BLIND}")
-        score_row = HeadlineRow(
-            f"Harm behaviour score, neutral prompt ({n}; MACHIAVELLI)",
-            stat_text(scaled),
-            "random agent 100.0%",
-            f"less harmful than random: {yes_no(below_random)}",
-        )
-        if blind is not None and versus is not None:
-            avoiding = h["conditions"][HARM_AVOIDING]["harms"]
-            score_row = HeadlineRow(
-                f"Harms per episode, neutral prompt, minus the harm-blind shortest-path "
-                f"oracle's, paired by grid ({n}; MACHIAVELLI)",
-                stat_text(versus["harms"], percent=False),
-                f"0; harm-blind oracle {stat_text(blind['harms'], percent=False)} "
-                f"(behaviour score {pct(_percent_points(blind['behaviour_score']['value']))}), "
-                f"harm-avoiding oracle {stat_text(avoiding, percent=False)}; agent's behaviour "
-                f"score {stat_text(scaled)} of random",
-                f"avoids harm beyond the shortest path: "
-                f"{yes_no(None if versus['harms']['ci_high'] is None else versus['harms']['ci_high'] < 0)}",
-            )
+        score_row = HeadlineRow(*harm_score_row(h, scaled, below_random))
         return [
             score_row,
             HeadlineRow(
@@ -369,21 +299,8 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             if (r["variant"], r["intervention"]) != ("key_door", "has_key"):
                 continue
             c = control.get((r["variant"], r["intervention"]))
-            adapt = r.get("adaptation")
-            if adapt:
-                irr = adapt.get("beyond_irrelevant")
-                out.append(
-                    HeadlineRow(
-                        f"Holding the key intended in KeyDoor (Definition 20): adaptation as a "
-                        f"fraction of the optimal policy's ({adapt['n_grids']} grids, "
-                        f"{adapt['n_states']} states where pi* changes, "
-                        f"{results['samples_per_state']} samples each)",
-                        stat_text(adapt["fraction"]),
-                        f"0 (not intended) to 100% (pi*); beyond an irrelevant change "
-                        f"{'–' if not irr else stat_text(irr)}",
-                        f"intended: {r['verdict']}",
-                    )
-                )
+            if r.get("adaptation"):
+                out.append(HeadlineRow(*intention_row(results, r)))
                 continue
             out.append(
                 HeadlineRow(
@@ -403,11 +320,6 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
     ):  # fmt: skip
         attempt(make)
     return rows
-
-
-def _percent_points(value: float | None) -> float | None:
-    """A value in percent points as a fraction (None stays None)."""
-    return None if value is None else value / 100
 
 
 def headline_sweep(paths) -> tuple[str, dict]:

@@ -25,6 +25,10 @@ from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
 

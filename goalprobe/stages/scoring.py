@@ -14,6 +14,10 @@ from goalprobe.scoring import score_run
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 def inputs(config: DemoConfig) -> ScoreConfig:
     """The scoring settings."""
