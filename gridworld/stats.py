@@ -466,3 +466,42 @@ def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: flo
     if ci_low > 0 or ci_high < 0:
         return "different"
     return "inconclusive"
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error control) of the defined entries;
+    None stays None. A verdict holds across the family where its adjusted p is below alpha."""
+    idx = [i for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
+    order = sorted(idx, key=lambda i: p_values[i])
+    m = len(order)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
+        out[i] = running
+    return out
+
+
+def p_from_interval(
+    value: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    baseline: float = 0.0,
+    *,
+    confidence: float = 0.95,
+    side: str = "greater",
+) -> float | None:
+    """One-sided p-value of "the statistic exceeds ``baseline``" (``side="less"``: lies below
+    it) recovered from a reported estimate and its two-sided interval by the normal
+    approximation (standard error = interval width / (2 z)); the interval side facing the
+    baseline is used, so skewed intervals are read on the side that matters. None where
+    undefined or the interval has no width on that side (the verdict then rests on the
+    interval alone)."""
+    if value is None or ci_low is None or ci_high is None or side not in ("greater", "less"):
+        return None
+    z_level = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    half = (value - ci_low) if side == "greater" else (ci_high - value)
+    if not half > 0:
+        return None
+    z = (value - baseline) / (half / z_level)
+    return float(scipy.stats.norm.sf(z if side == "greater" else -z))

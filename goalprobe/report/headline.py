@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from goalprobe.gridworld.stats import holm
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.report.verdict_rows import (
@@ -19,6 +20,8 @@ from goalprobe.report.verdict_rows import (
     intention_row,
     iso_row,
     meg_row,
+    p_above,
+    p_below,
     yes_no,
 )
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -33,26 +36,33 @@ class HeadlineRow:
         value: the measured value (with its 95% CI where there is one).
         baseline: what it is compared with.
         verdict: whether the interval excludes the baseline, in words ("above majority: yes");
-            empty where there is nothing to test.
+            empty where there is nothing to test; with the Holm-adjusted p across the agent's
+            family of tested verdicts (:data:`HOLM_FAMILY`).
     """
 
     finding: str
     value: str
     baseline: str = ""
     verdict: str = ""
+    p_value: float | None = None
+    """One-sided p-value of the verdict's test (from its interval,
+    :func:`goalprobe.gridworld.stats.p_from_interval`); rows with one form the Holm family."""
 
 
-def selectivity_verdict(metrics: Mapping, name: str, what: str = "probe") -> tuple[str, str]:
-    """``(baseline text, verdict)`` of a probe metric against its strongest control (the
+def selectivity_verdict(
+    metrics: Mapping, name: str, what: str = "probe"
+) -> tuple[str, str, float | None]:
+    """``(baseline text, verdict, p)`` of a probe metric against its strongest control (the
     sweep's paired-bootstrap selectivity)."""
     sel = metrics.get("selectivity", {}).get(name)
     if not sel:
-        return "", ""
+        return "", "", None
     strongest = sel["baseline"]
     base = stat_text(metric(metrics, strongest, name), percent=name != "r2")
     return (
         f"strongest control {strongest} {base}",
         f"{what} above {strongest}: {yes_no(sel['above_baseline'])}",
+        p_above(sel, 0.0),
     )
 
 
@@ -83,12 +93,14 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 f"random walk {pct(walk)}, random action "
                 f"{pct(o['random_action_accuracy']['value'])}",
                 f"above random walk: {yes_no(above(o['accuracy'], walk))}",
+                p_above(o["accuracy"], walk),
             ),
             HeadlineRow(
                 "Goal success rate (Fig. 12a)",
                 stat_text(o["success_rate"]),
                 f"random walk {pct(walk_success)}",
                 f"above random walk: {yes_no(above(o['success_rate'], walk_success))}",
+                p_above(o["success_rate"], walk_success),
             ),
         ]
 
@@ -129,13 +141,14 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             ("Agent localisation, top-1", "agent_top1"),
             ("Goal localisation, top-1", "goal_top1"),
         ):
-            baseline, verdict = selectivity_verdict(m, key)
+            baseline, verdict, p = selectivity_verdict(m, key)
             rows_out.append(
                 HeadlineRow(
                     f"{label} (probing set, {where}; Figs. 6-7)",
                     stat_text(metric(m, "probe", key)),
                     baseline,
                     verdict,
+                    p,
                 )
             )
         return rows_out
@@ -156,6 +169,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                     stat_text(result["models"]["probe"]["top1"]),
                     f"strongest control {sel['baseline']} {stat_text(base)}",
                     f"probe above {sel['baseline']}: {yes_no(sel['above_baseline'])}{note}",
+                    p_above(sel, 0.0),
                 )
             )
         return out
@@ -165,13 +179,14 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         out = []
         for sweep in sweeps:
             head = headline_run(sweep)
-            baseline, verdict = selectivity_verdict(head["metrics"], "r2", "regressor")
+            baseline, verdict, p = selectivity_verdict(head["metrics"], "r2", "regressor")
             out.append(
                 HeadlineRow(
                     f"Goal distance R² ({head['name']}, probing set; Table 4)",
                     stat_text(metric(head["metrics"], "probe", "r2"), percent=False),
                     baseline,
                     verdict,
+                    p,
                 )
             )
         return out
@@ -198,12 +213,16 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                         stat_text(e, percent=True),
                         f"null: {e['baseline']} maps",
                         f"above the null: {yes_no(e['above_baseline'])}",
+                        p_above(e, 0.0),
                     )
                 )
         return out
 
     def meg():
-        return [HeadlineRow(*meg_row(run.json(run.layout.meg)["overall"]))]
+        overall = run.json(run.layout.meg)["overall"]
+        null = overall.get("vs_random_walk")
+        p = p_above(null["difference"]["meg"], 0.0) if null else None
+        return [HeadlineRow(*meg_row(overall), p)]
 
     def plans():
         runs = run.json(run.layout.plan_sweep)["runs"]
@@ -268,6 +287,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 stat_text(diff),
                 f"0 (control pairs {stat_text(control)})",
                 f"acts on what it is shown: {yes_no(above(diff, 0.0))}",
+                p_above(diff, 0.0),
             )
         ]
 
@@ -280,7 +300,9 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         effect = h["difference"]["harms"]
         fewer = None if effect["ci_high"] is None else bool(effect["ci_high"] < 0.0)
         n = f"{neutral['n_grids']} grids"
-        score_row = HeadlineRow(*harm_score_row(h, scaled, below_random))
+        versus = (h.get("versus_oracles") or {}).get("neutral - oracle_harm_blind")
+        p = p_below(versus["harms"], 0.0) if versus else p_below(score, 100.0)
+        score_row = HeadlineRow(*harm_score_row(h, scaled, below_random), p)
         return [
             score_row,
             HeadlineRow(
@@ -288,6 +310,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 stat_text(effect, percent=False),
                 "0",
                 f"conditioning reduces harm: {yes_no(fewer)}",
+                p_below(effect, 0.0),
             ),
         ]
 
@@ -300,7 +323,8 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 continue
             c = control.get((r["variant"], r["intervention"]))
             if r.get("adaptation"):
-                out.append(HeadlineRow(*intention_row(results, r)))
+                p = p_above(r["adaptation"]["fraction"], 0.0)
+                out.append(HeadlineRow(*intention_row(results, r), p))
                 continue
             out.append(
                 HeadlineRow(
@@ -319,7 +343,31 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         false_belief, harm, intention,
     ):  # fmt: skip
         attempt(make)
-    return rows
+    return with_holm(rows)
+
+
+HOLM_FAMILY = (
+    "the agent's headline verdicts that carry a test (each row with a p-value: behaviour, "
+    "probes against their strongest control, belief, MEG, false belief, harm, intention)"
+)
+"""The family Holm's correction runs over, per agent (named in the report)."""
+
+
+def with_holm(rows: list[HeadlineRow], alpha: float = 0.05) -> list[HeadlineRow]:
+    """``rows`` with the Holm-adjusted p-value appended to every tested verdict: whether the
+    verdict still holds when the family of :data:`HOLM_FAMILY` is corrected together."""
+    adjusted = holm([r.p_value for r in rows])
+    m = sum(a is not None for a in adjusted)
+    return [
+        r
+        if a is None
+        else replace(
+            r,
+            verdict=f"{r.verdict}; Holm p {a:.2g} of {m} "
+            f"({'holds' if a < alpha else 'not significant'} after correction)",
+        )
+        for r, a in zip(rows, adjusted, strict=True)
+    ]
 
 
 def headline_sweep(paths) -> tuple[str, dict]:

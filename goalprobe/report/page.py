@@ -23,7 +23,7 @@ from goalprobe.report import (
     probing,
 )
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
-from goalprobe.report.headline import headline_rows
+from goalprobe.report.headline import HOLM_FAMILY, headline_rows
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.stages import STAGES
 
@@ -196,6 +196,9 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         headline=table(
             ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
             [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
+            caption=f"Rates carry exact intervals on the effective number of grids (honest at 0% "
+            f"and 100%). Multiplicity: Holm's correction over {HOLM_FAMILY}; each tested verdict "
+            "shows its adjusted one-sided p (from its interval, normal approximation).",
         )
         if headline
         else Box("not_run", "no stage produced a headline figure yet"),

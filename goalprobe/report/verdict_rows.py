@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS
+from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS, p_from_interval
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
 
@@ -24,6 +24,22 @@ def above(stat: Mapping | None, baseline: float | None) -> bool | None:
     if not stat or stat.get("ci_low") is None or baseline is None:
         return None
     return bool(stat["ci_low"] > baseline)
+
+
+def p_above(stat: Mapping | None, baseline: float | None) -> float | None:
+    """One-sided p of "``stat`` lies above ``baseline``" from its interval (None: untested)."""
+    if not stat or baseline is None:
+        return None
+    return p_from_interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"), baseline)
+
+
+def p_below(stat: Mapping | None, baseline: float | None) -> float | None:
+    """One-sided p of "``stat`` lies below ``baseline``" from its interval (None: untested)."""
+    if not stat or baseline is None:
+        return None
+    return p_from_interval(
+        stat.get("value"), stat.get("ci_low"), stat.get("ci_high"), baseline, side="less"
+    )
 
 
 def iso_row(data: Mapping) -> Row:

@@ -218,3 +218,23 @@ def test_rate_interval_validation_and_empty():
     assert grid_mean([1.0, 1.0, 1.0], rate=True)["ci_low"] == pytest.approx(0.025 ** (1 / 3))
     with pytest.raises(ValueError):
         grid_mean([1.5, 0.2], rate=True)
+
+
+def test_holm_matches_the_step_down_rule_and_keeps_missing_entries():
+    from goalprobe.gridworld.stats import holm
+
+    adjusted = holm([0.01, None, 0.04, 0.03, 0.2])
+    # sorted 0.01, 0.03, 0.04, 0.2 with m = 4: 0.04, 0.09, max(0.09, 0.08), 0.2
+    assert adjusted == pytest.approx([0.04, None, 0.09, 0.09, 0.2])
+    assert adjusted[1] is None
+    assert holm([]) == []
+
+
+def test_p_from_interval_reads_the_side_facing_the_baseline():
+    from goalprobe.gridworld.stats import p_from_interval
+
+    # a symmetric 95% interval whose lower end touches the baseline: p = 0.025
+    assert p_from_interval(1.0, 0.0, 2.0, 0.0) == pytest.approx(0.025, rel=1e-3)
+    assert p_from_interval(1.0, 0.0, 2.0, 0.0, side="less") == pytest.approx(0.975, rel=1e-3)
+    assert p_from_interval(1.0, 1.0, 1.0, 0.0) is None
+    assert p_from_interval(None, 0.0, 1.0) is None
