@@ -505,3 +505,19 @@ def p_from_interval(
         return None
     z = (value - baseline) / (half / z_level)
     return float(scipy.stats.norm.sf(z if side == "greater" else -z))
+
+
+def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, float | None]:
+    """Newcombe's hybrid interval of the difference ``first - second`` of two rates from their
+    own honest intervals (e.g. :func:`cluster_rate_interval`'s): it stays open at 100% - 0%,
+    where every bootstrap resample of a paired difference is 1. Ignoring the pairing, it is
+    conservative when the two rates are positively correlated. ``(None, None)`` where either
+    rate has no interval."""
+    p1, l1, u1 = first.get("value"), first.get("ci_low"), first.get("ci_high")
+    p2, l2, u2 = second.get("value"), second.get("ci_low"), second.get("ci_high")
+    if None in (p1, l1, u1, p2, l2, u2):
+        return (None, None)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return (max(-1.0, low), min(1.0, high))

@@ -238,3 +238,13 @@ def test_p_from_interval_reads_the_side_facing_the_baseline():
     assert p_from_interval(1.0, 0.0, 2.0, 0.0, side="less") == pytest.approx(0.975, rel=1e-3)
     assert p_from_interval(1.0, 1.0, 1.0, 0.0) is None
     assert p_from_interval(None, 0.0, 1.0) is None
+
+
+def test_rate_difference_interval_stays_open_at_100_minus_0():
+    from goalprobe.gridworld.stats import rate_difference_interval
+
+    ones = cluster_rate_interval(np.ones(12), np.ones(12))
+    zeros = cluster_rate_interval(np.zeros(12), np.ones(12))
+    low, high = rate_difference_interval(ones, zeros)
+    assert high == 1.0 and 0.5 < low < 0.8  # not [1, 1]
+    assert rate_difference_interval({"value": None}, zeros) == (None, None)
