@@ -136,6 +136,9 @@ ARTEFACTS: dict[str, Artefact] = {
         ),
         Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
         Artefact("position probes", "probes/probing/positions.json", "probes", "goalprobe demo"),
+        Artefact(
+            "headline probe seeds", "probes/probing/headline_seeds.json", "probes", "goalprobe demo"
+        ),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -364,6 +367,11 @@ class RunLayout:
     def probing_positions(self) -> Path:
         """Agent and goal position probes on the probing set, against their baselines."""
         return self.path("position probes")
+
+    @property
+    def probing_headline_seeds(self) -> Path:
+        """The headline probe under several training seeds, with seed-pooled intervals."""
+        return self.path("headline probe seeds")
 
     @property
     def probing_distance(self) -> Path:

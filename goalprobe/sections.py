@@ -193,6 +193,9 @@ class ProbesConfig:
     """Grid-bootstrap resamples of every interval."""
     seed: int = 0
     """Seed of the split, the controls, the training and the bootstrap."""
+    headline_seeds: int = 5
+    """Training seeds of the headline probe on the probing set (``seed`` onwards, same split):
+    the headline rows report the seed-pooled intervals; 1: the sweep's single seed."""
 
 
 @dataclass(frozen=True)

@@ -521,3 +521,40 @@ def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, f
     low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     return (max(-1.0, low), min(1.0, high))
+
+
+def seed_pooled(stats: Sequence[dict], confidence: float = 0.95) -> dict:
+    """One statistic estimated under several training seeds (same data, same split), each with
+    its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
+    of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
+    (each from its interval's width), ``B`` the variance between seeds; widened further to the
+    envelope of the seeds' own intervals where that reaches further.
+
+    Returns:
+        ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
+        defined estimate; no interval where a seed has none).
+    """
+    defined = [s for s in stats if s.get("value") is not None]
+    if not defined:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_seeds": 0, "seed_sd": None}
+    values = np.array([s["value"] for s in defined], dtype=np.float64)
+    out = {
+        "value": float(values.mean()),
+        "ci_low": None,
+        "ci_high": None,
+        "n_seeds": len(defined),
+        "seed_sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "values": values.tolist(),
+    }
+    if any(s.get("ci_low") is None or s.get("ci_high") is None for s in defined):
+        return out
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
+    between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
+    half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
+    lows = min(s["ci_low"] for s in defined)
+    highs = max(s["ci_high"] for s in defined)
+    # and never narrower than any single seed's interval reaches (their envelope)
+    out["ci_low"] = float(min(out["value"] - half, lows))
+    out["ci_high"] = float(max(out["value"] + half, highs))
+    return out

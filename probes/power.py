@@ -22,7 +22,7 @@ import numpy as np
 from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
 from goalprobe.probes.serialization import ActivationSource
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.synthetic import PlantedCellData, planted_cell_data
 
 WALL_METRIC = "auc/wall"
 """The headline metric whose verdict the power is computed for."""
@@ -56,6 +56,23 @@ class PowerDesign:
     """Bootstrap of the verdict's interval."""
 
 
+def as_probe_data(planted: PlantedCellData, label: str = "synthetic") -> ProbeData:
+    """A synthetic data set (:func:`planted_cell_data`) as the sweep's :class:`ProbeData`."""
+    n = len(planted.grid_ids)
+    return ProbeData(
+        acts=planted.acts,
+        row_ids=np.arange(n, dtype=np.int64),
+        grid_ids=planted.grid_ids,
+        grid_sizes=planted.grid_sizes,
+        densities=planted.densities,
+        cell_types=planted.labels,
+        agent_row_col=planted.agent_row_col,
+        goal_row_col=planted.goal_row_col,
+        goal_distance=planted.goal_distance.astype(np.float64),
+        source=ActivationSource("synthetic", label, "synthetic", 0),
+    )
+
+
 def _probe_data(n_grids: int, design: PowerDesign, signal: float, seed: int) -> ProbeData:
     planted = planted_cell_data(
         n_grids,
@@ -68,19 +85,7 @@ def _probe_data(n_grids: int, design: PowerDesign, signal: float, seed: int) -> 
         wall_signal=signal,
         random_state=seed,
     )
-    n = len(planted.grid_ids)
-    return ProbeData(
-        acts=planted.acts,
-        row_ids=np.arange(n, dtype=np.int64),
-        grid_ids=planted.grid_ids,
-        grid_sizes=planted.grid_sizes,
-        densities=planted.densities,
-        cell_types=planted.labels,
-        agent_row_col=planted.agent_row_col,
-        goal_row_col=planted.goal_row_col,
-        goal_distance=planted.goal_distance.astype(np.float64),
-        source=ActivationSource("synthetic", f"wall_signal={signal},seed={seed}", "synthetic", 0),
-    )
+    return as_probe_data(planted, f"wall_signal={signal},seed={seed}")
 
 
 def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:

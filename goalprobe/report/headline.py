@@ -22,6 +22,7 @@ from goalprobe.report.verdict_rows import (
     meg_row,
     p_above,
     p_below,
+    seed_probe_row,
     yes_no,
 )
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
@@ -134,6 +135,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         name, sweep = headline_sweep(run.layout.probing_probe_sweeps())
         head = headline_run(sweep)
         m, where = head["metrics"], f"{head['name']}, {head['n_test_grids']} test grids"
+        seeds = run.optional_json(run.layout.probing_headline_seeds)
         rows_out = []
         for label, key in (
             ("Cognitive map: probe accuracy on grid cells", "accuracy_no_padding"),
@@ -141,6 +143,10 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             ("Agent localisation, top-1", "agent_top1"),
             ("Goal localisation, top-1", "goal_top1"),
         ):
+            if seeds and key in seeds.get("pooled", {}):
+                row, p = seed_probe_row(label, key, seeds, f"probing set, {where}")
+                rows_out.append(HeadlineRow(*row, p))
+                continue
             baseline, verdict, p = selectivity_verdict(m, key)
             rows_out.append(
                 HeadlineRow(

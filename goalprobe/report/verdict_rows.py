@@ -126,3 +126,49 @@ def intention_row(results: Mapping, r: Mapping) -> Row:
         f"{'–' if not irr else stat_text(irr)}",
         f"intended: {r['verdict']}",
     )
+
+
+def seed_probe_row(label: str, key: str, seeds: Mapping, where: str) -> tuple[Row, float | None]:
+    """A headline probe row from the seed-pooled runs (:mod:`goalprobe.probes.seeds`), and the
+    one-sided p of its selectivity."""
+    pooled = seeds["pooled"][key]
+    sel, n = pooled["selectivity"], len(seeds["seeds"])
+    mde = wall_mde_text() if key == "auc/wall" else ""
+    if not sel:
+        return (f"{label} ({where}, {n} seeds)", stat_text(pooled["probe"]), mde, ""), None
+    return (
+        (
+            f"{label} ({where}; {n} training seeds pooled; Figs. 6-7)",
+            stat_text(pooled["probe"]),
+            f"selectivity over the strongest prior ({sel['baseline']}) "
+            f"{stat_text(sel, percent=key != 'r2')}{mde}",
+            f"probe above {sel['baseline']} across seeds: {yes_no(sel['above_baseline'])}",
+        ),
+        p_above(sel, 0.0),
+    )
+
+
+def wall_mde_text() -> str:
+    """``"; power: ..."``: the minimum detectable planted wall map of the headline probe at the
+    demo's design (``goalprobe/probes/wall_power.json``, ``scripts/wall_power.py``), or ""."""
+    import json
+    from importlib import resources
+
+    try:
+        data = json.loads(
+            resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
+        )
+    except (FileNotFoundError, OSError, ValueError):
+        return ""
+    mde, auc = data.get("minimum_detectable_effect"), data.get("auc_at_mde")
+    design = data.get("design", {})
+    if mde is None:
+        return (
+            "; power: no planted wall map up to strength "
+            + f"{max(design.get('signals', [0])):g} was detected"
+        )
+    return (
+        f"; power: smallest planted wall map detected in >= {design.get('power', 0.8):.0%} of "
+        f"synthetic sets of this design, strength {mde:g} (probe wall AUC {pct(auc)}); a 'no' "
+        "cannot exclude a weaker map"
+    )
