@@ -56,14 +56,33 @@ def test_probe_stages_declare_a_constant_thread_count(stage):
     assert getattr(module, "TORCH_THREADS", None) == 1
 
 
+def _h5_digest(path) -> str:
+    """sha256 over every dataset's name and bytes (HDF5 files also hold creation times)."""
+    import h5py
+
+    digest = hashlib.sha256()
+    with h5py.File(path, "r") as f:
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                digest.update(name.encode())
+                digest.update(np.ascontiguousarray(obj[()]).tobytes())
+
+        f.visititems(visit)
+    return digest.hexdigest()
+
+
 def _probe_outputs(root) -> dict[str, str]:
-    """sha256 of the probe stages' numeric outputs (JSON tables without timings, HDF5 maps)."""
+    """sha256 of the probe stages' numeric outputs: the stored arrays of the decoded maps and
+    model weights, and the score tables."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if not path.is_file() or not rel.startswith(("probing/", "probes/", "scoring/")):
             continue
-        if path.suffix in (".h5", ".npz", ".safetensors", ".csv"):
+        if path.suffix == ".h5":
+            out[rel] = _h5_digest(path)
+        elif path.suffix in (".safetensors", ".csv"):
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
