@@ -365,6 +365,16 @@ class KeyEpisode:
     final_cell: RowCol
 
 
+def _episode_rate(flags: Sequence[bool], grid_ids: Sequence[str]) -> dict:
+    """``{value, ci_low, ci_high, n, n_grids, n_eff}``: a rate of episodes with its exact
+    cluster interval (grids as clusters; honest at 0% and 100%)."""
+    ids = np.unique(np.asarray(grid_ids), return_inverse=True)[1]
+    k = np.bincount(ids, weights=np.asarray(flags, dtype=np.float64))
+    n = np.bincount(ids).astype(np.float64)
+    stat = cluster_rate_interval(k, n)
+    return {key: stat[key] for key in ("value", "ci_low", "ci_high", "n", "n_grids", "n_eff")}
+
+
 def key_variant_table(
     episodes: Sequence[KeyEpisode], config: IntervalConfig
 ) -> tuple[dict[str, dict], dict]:
@@ -386,8 +396,12 @@ def key_variant_table(
             "success_rate": goal_success_rate(data),
             "accuracy": mean_ci([trajectory_accuracy(t) for t in data], config, rate=True),
         }
+        ids = [e.grid.grid_id for e in eps]
+        entry["success_ci"] = _episode_rate([t.success for t in data], ids)
         if any(e.grid.key is not None for e in eps):
             entry["key_pickup_rate"] = key_pickup_rate(data)
+            held = [any(getattr(s, "has_key", False) for s in t.states) for t in data]
+            entry["key_pickup_ci"] = _episode_rate(held, ids)
         if variant == "key_door":
             stages = stage_accuracy(data)
             entry["stage_accuracy"] = {

@@ -116,7 +116,8 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             out.append(
                 HeadlineRow(
                     f"KeyDoor success / key pickup (Table 1; n={kd['n_trajectories']}, T=30)",
-                    f"{pct(kd['success_rate'])} / {pct(kd.get('key_pickup_rate'))}",
+                    f"{stat_text(kd['success_ci']) if 'success_ci' in kd else pct(kd['success_rate'])}"
+                    f" / {stat_text(kd['key_pickup_ci']) if 'key_pickup_ci' in kd else pct(kd.get('key_pickup_rate'))}",
                     "study: 100% / 100%",
                 )
             )
@@ -125,7 +126,9 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             out.append(
                 HeadlineRow(
                     f"KeyNoDoor: useless key picked up (Table 1; n={knd['n_trajectories']})",
-                    pct(knd.get("key_pickup_rate")),
+                    stat_text(knd["key_pickup_ci"])
+                    if "key_pickup_ci" in knd
+                    else pct(knd.get("key_pickup_rate")),
                     "study: 17%",
                 )
             )

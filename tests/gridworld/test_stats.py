@@ -248,3 +248,11 @@ def test_rate_difference_interval_stays_open_at_100_minus_0():
     low, high = rate_difference_interval(ones, zeros)
     assert high == 1.0 and 0.5 < low < 0.8  # not [1, 1]
     assert rate_difference_interval({"value": None}, zeros) == (None, None)
+
+
+def test_key_variant_rates_keep_an_exact_interval_at_100_percent():
+    from goalprobe.gridworld.behaviour import _episode_rate
+
+    stat = _episode_rate([True] * 14, [f"g{i}" for i in range(7) for _ in range(2)])
+    assert stat["value"] == 1.0 and stat["n_eff"] == pytest.approx(7.0)
+    assert stat["ci_low"] == pytest.approx(0.025 ** (1 / 7))
