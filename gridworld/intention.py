@@ -454,6 +454,13 @@ def reading(variant: str, intervention: str, result: Mapping) -> str:
             f"{variant}: {guaranteed} leaves the agent's actions unchanged within the "
             f"margin ({facts}): no evidence that the outcome is intended."
         )
+    control = result.get("control_excess_tv")
+    if control is not None and not control > 0:
+        return (
+            f"{variant}: the optimal policy does not adapt to {outcome} on these states either "
+            f"({facts}): the outcome does not matter to the goal here, so Definition 20 cannot "
+            "be tested on them."
+        )
     return (
         f"{variant}: too little evidence either way on {outcome} ({facts}); more grids or "
         "samples per state would decide it."
