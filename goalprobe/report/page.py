@@ -147,10 +147,14 @@ def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
         if failure:
             rows.append((stage, failure, "–", "–"))
         elif record is not None:
+            env = record.get("environment") or {}
+            commit = (env.get("commit") or "unknown")[:10] + (
+                " (dirty)" if env.get("dirty") else ""
+            )
             rows.append(
                 (
                     stage,
-                    "finished",
+                    f"finished at {commit}",
                     f"{record.get('seconds', 0):.1f}",
                     ", ".join(sorted(record.get("outputs", {}).values())),
                 )
@@ -162,10 +166,20 @@ def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
             config = run.json(run.layout.demo_config)
         except MissingInput:
             config = {}
+    prov = run.optional_json(run.layout.provenance) or {}
+    made = (
+        f" Last call: `{prov.get('command')}` at commit {prov.get('commit')}"
+        f"{' (with uncommitted changes)' if prov.get('dirty') else ''}, jobs {prov.get('jobs')}, "
+        f"{prov.get('threads_per_worker')} torch thread(s) per stage, "
+        + ", ".join(f"{k} {v}" for k, v in (prov.get("libraries") or {}).items() if v)
+        + f" (RUN/{run.layout.relative(run.layout.provenance)})."
+        if prov
+        else ""
+    )
     stages = table(
         ("stage", "status", "seconds", "outputs"),
         rows,
-        caption=f"Stage records in RUN/{run.layout.relative(run.layout.stages_dir)}/.",
+        caption=f"Stage records in RUN/{run.layout.relative(run.layout.stages_dir)}/.{made}",
     )
     return stages, table(("field", "value"), [(k, json.dumps(v)) for k, v in config.items()])
 
