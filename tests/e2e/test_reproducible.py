@@ -57,21 +57,40 @@ def test_probe_stages_declare_a_constant_thread_count(stage):
 
 
 def _h5_digest(path) -> str:
-    """sha256 over every dataset's name and bytes but the run ids (HDF5 files also hold creation
-    times)."""
+    """sha256 over every dataset's name and contents (HDF5 files also hold creation times)."""
     import h5py
 
     digest = hashlib.sha256()
     with h5py.File(path, "r") as f:
 
         def visit(name, obj):
-            # run ids name the run directory (the two runs live in different folders)
-            if isinstance(obj, h5py.Dataset) and not name.endswith("run_id"):
+            if isinstance(obj, h5py.Dataset):
+                values = obj[()]
                 digest.update(name.encode())
-                digest.update(np.ascontiguousarray(obj[()]).tobytes())
+                if obj.dtype.kind == "O":  # strings: their text, not object pointers
+                    digest.update(repr(values.tolist()).encode())
+                else:
+                    digest.update(np.ascontiguousarray(values).tobytes())
 
         f.visititems(visit)
     return digest.hexdigest()
+
+
+def _h5_datasets_differing(a, b) -> list[str]:
+    """The datasets of two HDF5 files whose contents differ (what a failure reports)."""
+    import h5py
+
+    out = []
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                other = fb.get(name)
+                if other is None or not np.array_equal(obj[()], other[()]):
+                    out.append(name)
+
+        fa.visititems(visit)
+    return out
 
 
 def _probe_outputs(root) -> dict[str, str]:
@@ -98,4 +117,9 @@ def test_tiny_demo_probe_outputs_are_the_same_with_jobs_1_and_2(tmp_path):
     one, two = _probe_outputs(tmp_path / "one"), _probe_outputs(tmp_path / "two")
     assert one, "no probe outputs found"
     different = sorted(k for k in one if one[k] != two.get(k))
-    assert not different, different
+    detail = {
+        k: _h5_datasets_differing(tmp_path / "one" / k, tmp_path / "two" / k)
+        for k in different
+        if k.endswith(".h5")
+    }
+    assert not different, (different, detail)
