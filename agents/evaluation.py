@@ -81,10 +81,11 @@ def heldout_grids(config: EvaluationConfig) -> list[Grid]:
 def _interval(
     per_grid: Sequence[float | np.floating], samples: int, rng: np.random.Generator
 ) -> list[float]:
-    """``[low, high]``: the grid-bootstrap 95% interval of the mean (``nan`` below two grids)."""
+    """``[low, high]``: the 95% interval of the mean rate over grids (Clopper-Pearson on the
+    grids, honest at 0% and 100%; ``nan`` below two grids)."""
     if len(per_grid) < 2:
         return [float("nan"), float("nan")]
-    stat = grid_mean(per_grid, n_resamples=samples, random_state=rng)
+    stat = grid_mean(per_grid, n_resamples=samples, random_state=rng, rate=True)
     return [stat["ci_low"], stat["ci_high"]]
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, demo_config
+from goalprobe.provenance import demo_provenance
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import (
     StageBook,
@@ -151,9 +152,12 @@ def run_demo(
         )
         book.companions.append(companion)
         books.append(companion)
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    provenance = demo_provenance(jobs=jobs, threads_per_worker=threads or torch_threads())
     for each in books:
         each.layout.root.mkdir(parents=True, exist_ok=True)
         write_json(each.layout.demo_config, each.config.to_dict())
+        write_json(each.layout.provenance, provenance)
     if jobs == 1:
         run_in_order(books, progress)
     else:
@@ -161,6 +165,13 @@ def run_demo(
     seconds = time.perf_counter() - started
     results = [_result(each, seconds) for each in books]
     return replace(results[0], control=results[1] if len(results) > 1 else None)
+
+
+def torch_threads() -> int:
+    """Torch threads of this process (what stages run with at ``jobs = 1``)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _result(book: StageBook, seconds: float) -> DemoResult:

@@ -180,7 +180,8 @@ def default(seed: int) -> dict[str, Any]:
         # 128 in flight: about 10% more steps/s than 64 on 2 cores (bench in docs/benchmarks.md)
         rollouts=RolloutConfig(episodes_per_grid=2, batch_size=128, max_new_tokens=256, seed=seed),
         behaviour=BehaviourConfig(random_walks_per_grid=200, n_bootstrap=n_boot, seed=seed),
-        iso=IsoConfig(base_grids=6),
+        # 30 base grids (the equivalence verdict's n), one episode per transformed grid
+        iso=IsoConfig(base_grids=30, episodes_per_grid=1),
         keys=KeysConfig(
             variants=("key_door", "key_no_door", "two_path_key", "two_path_no_key"),
             sizes=(7, 9),
@@ -198,7 +199,7 @@ def default(seed: int) -> dict[str, Any]:
         intention=IntentionConfig(
             grids_per_variant=14,
             states_per_grid=2,
-            samples_per_state=4,
+            samples_per_state=6,
             seed=seed,
             test=IntentionTestConfig(n_bootstrap=n_boot, seed=seed),
         ),

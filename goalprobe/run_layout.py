@@ -6,6 +6,7 @@ the single-stage verbs (``goalprobe score RUN``, ``goalprobe view RUN``) read it
 report and the viewer find every artefact through :class:`RunLayout`::
 
     RUN/demo_config.json                          the demo config of the last call
+    RUN/provenance.json                           commit, command, threads, library versions
     RUN/stages/<stage>.json, <stage>.failed.json  stage records (goalprobe.stage/1)
     RUN/<stage>/config.json                       the config the stage received
     RUN/grids/grids.jsonl                         main grid set (goalprobe.gridset)
@@ -150,6 +151,9 @@ ARTEFACTS: dict[str, Artefact] = {
         ),
         Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
         Artefact("position probes", "probes/probing/positions.json", "probes", "goalprobe demo"),
+        Artefact(
+            "headline probe seeds", "probes/probing/headline_seeds.json", "probes", "goalprobe demo"
+        ),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -199,6 +203,12 @@ class RunLayout:
     def demo_config(self) -> Path:
         """``demo_config.json``: the demo config of the last call."""
         return self.root / "demo_config.json"
+
+    @property
+    def provenance(self) -> Path:
+        """``provenance.json``: commit, command, threads and library versions of the last call
+        (schema ``goalprobe.provenance/1``)."""
+        return self.root / "provenance.json"
 
     @property
     def stages_dir(self) -> Path:
@@ -414,6 +424,11 @@ class RunLayout:
         the probing-set probes (cells from the headline cell probe, agent and goal from the
         position probes), the maps ``goalprobe score`` reads first."""
         return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
+
+    @property
+    def probing_headline_seeds(self) -> Path:
+        """The headline probe under several training seeds, with seed-pooled intervals."""
+        return self.path("headline probe seeds")
 
     @property
     def probing_distance(self) -> Path:

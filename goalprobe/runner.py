@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from goalprobe.provenance import stage_environment
 from goalprobe.run_layout import RunLayout
 
 STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
@@ -164,6 +165,7 @@ class StageRunner:
             "summary": summary,
             "package_version": _package_version(),
             "provenance": provenance(config),
+            "environment": stage_environment(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         tmp = self.record_path(name).with_suffix(".json.tmp")

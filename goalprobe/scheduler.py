@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -263,14 +264,36 @@ def _stage_in_worker(root: str, name: str, key: dict, received: Any, forced: boo
 
 
 def _stage_function(module: ModuleType, context: StageContext, received, layout: RunLayout):
+    threads = getattr(module, "TORCH_THREADS", None)
+
     def run(stage_dir: Path):
-        outputs, summary = module.run(context, received, stage_dir)
+        if threads is None:
+            outputs, summary = module.run(context, received, stage_dir)
+        else:  # numbers that must not depend on --jobs or the machine's cores
+            with fixed_torch_threads(threads):
+                outputs, summary = module.run(context, received, stage_dir)
         return outputs, {
             **finite(summary),
             "fingerprint": fingerprint(outputs.values(), layout.root),
         }
 
     return run
+
+
+@contextmanager
+def fixed_torch_threads(threads: int):
+    """Run the block with ``threads`` torch intra-op threads (restored after). A stage module
+    that declares ``TORCH_THREADS`` runs under it: float reductions split over a different
+    number of threads round differently, and probe fits amplify that into different verdicts,
+    so those stages compute with a constant count whatever ``--jobs`` and the core count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _outcome(result: StageResult) -> StageOutcome:

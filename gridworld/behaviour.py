@@ -42,7 +42,7 @@ from goalprobe.gridworld.paired import (
     jaccard_similarity,
     paired_wilcoxon,
 )
-from goalprobe.gridworld.stats import bootstrap_ci
+from goalprobe.gridworld.stats import bootstrap_ci, cluster_rate_interval, equivalence_verdict
 
 GRID_METRICS: tuple[str, ...] = (
     "success_rate",
@@ -56,8 +56,25 @@ GRID_METRICS: tuple[str, ...] = (
 )
 """Per-grid metrics aggregated (mean over grids and grid-bootstrap CI) by :func:`aggregate`."""
 
+RATE_METRICS: frozenset[str] = frozenset(
+    {
+        "success_rate",
+        "accuracy",
+        "invalid_rate",
+        "random_walk_success_rate",
+        "random_walk_accuracy",
+        "random_action_accuracy",
+    }
+)
+"""Per-grid metrics that are rates in [0, 1]: their interval over grids is the Clopper-Pearson
+interval on the grids (:func:`goalprobe.gridworld.stats.cluster_rate_interval`, one trial per
+grid), which stays honest at 0% and 100% where a percentile bootstrap collapses to a point."""
+
 ISO_METRICS: tuple[str, ...] = ("accuracy", "success_rate", "entropy", "jsd")
 """Metrics compared between base and transformed grids (Table 3)."""
+
+ISO_EQUIVALENCE_MARGIN = 0.05
+"""Default equivalence margin of the iso-difficulty rates (5 points of accuracy / success)."""
 
 
 @dataclass(frozen=True)
@@ -152,12 +169,18 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
     return RandomWalk(successes / n_walks, float(np.mean(accuracies)))
 
 
-def mean_ci(values: Sequence[float | None], config: IntervalConfig | BehaviourConfig) -> dict:
+def mean_ci(
+    values: Sequence[float | None], config: IntervalConfig | BehaviourConfig, rate: bool = False
+) -> dict:
     """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
-    percentile-bootstrap 95% interval; ``None`` where undefined."""
+    percentile-bootstrap 95% interval; ``None`` where undefined. A ``rate`` (values in [0, 1])
+    gets the Clopper-Pearson interval on the grids instead (plus ``interval_method``)."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    if rate:
+        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
     low, high = bootstrap_ci(
         x, n_resamples=config.n_bootstrap, method="percentile", random_state=config.seed
     )
@@ -214,7 +237,9 @@ def aggregate(rows: Sequence[Mapping], keys: Sequence[str], config: BehaviourCon
         entry = dict(zip(keys, key, strict=True))
         entry["n_grids"] = len(members)
         for metric in GRID_METRICS:
-            entry[metric] = mean_ci([r[metric] for r in members], config)
+            entry[metric] = mean_ci(
+                [r[metric] for r in members], config, rate=metric in RATE_METRICS
+            )
         out.append(entry)
     return out
 
@@ -240,7 +265,7 @@ def by_distance(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[
         {
             "distance": d,
             "n_steps": sum(len(v) for v in acc[d].values()),
-            "accuracy": mean_ci([float(np.mean(v)) for v in acc[d].values()], config),
+            "accuracy": mean_ci([float(np.mean(v)) for v in acc[d].values()], config, rate=True),
             "jsd": mean_ci([float(np.mean(v)) for v in jsd[d].values()], config),
         }
         for d in sorted(acc)
@@ -286,19 +311,30 @@ def iso_tests(
     transformed_rows: Mapping[str, Mapping[str, Mapping]],
     config: BehaviourConfig,
     metrics: Sequence[str] = ISO_METRICS,
+    margin: float = ISO_EQUIVALENCE_MARGIN,
 ) -> list[dict]:
-    """Table 3: paired Wilcoxon signed-rank tests of each transform against its base grids.
+    """Table 3: paired Wilcoxon signed-rank tests of each transform against its base grids, and
+    the equivalence verdict of the rates.
+
+    The Wilcoxon test alone cannot say "no change": with few non-zero pairs its smallest
+    reachable p-value is large (0.25 from 3), so "p >= 0.05" is what it gives whatever the
+    effect. The verdict is read instead from the paired interval of the mean difference against
+    ``±margin`` (:func:`goalprobe.gridworld.stats.equivalence_verdict`): "equivalent",
+    "different" or "inconclusive"; ``min_p_value`` is the smallest p-value the test could
+    reach with its non-zero pairs (``2 / 2**n_nonzero``).
 
     Args:
         base_rows: base grid id -> its :func:`grid_rows` row.
         transformed_rows: transform name -> base grid id -> the transformed grid's row.
         config: the bootstrap of the difference's CI.
         metrics: the per-grid metrics compared.
+        margin: the equivalence margin of the rate metrics (:data:`RATE_METRICS`); the others
+            get no equivalence verdict (``None``).
 
     Returns:
         one entry per transform x metric: ``transform, metric, n_pairs`` and, with pairs,
         ``base_mean, transformed_mean, difference`` (CI), ``statistic, p_value,
-        rank_biserial, n_nonzero``.
+        rank_biserial, n_nonzero, min_p_value, margin, equivalence``.
     """
     tests = []
     for name, rows in transformed_rows.items():
@@ -316,14 +352,23 @@ def iso_tests(
                     {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
                 )
                 test = paired_wilcoxon(x, y)
+                difference = mean_ci((y - x).tolist(), config)
+                rate = metric in RATE_METRICS
                 entry.update(
                     base_mean=float(x.mean()),
                     transformed_mean=float(y.mean()),
-                    difference=mean_ci((y - x).tolist(), config),
+                    difference=difference,
                     statistic=test.statistic,
                     p_value=test.p_value,
                     rank_biserial=test.rank_biserial,
                     n_nonzero=test.n_nonzero,
+                    min_p_value=min(1.0, 2.0 / 2**test.n_nonzero),
+                    margin=margin if rate else None,
+                    equivalence=equivalence_verdict(
+                        difference["ci_low"], difference["ci_high"], margin
+                    )
+                    if rate
+                    else None,
                 )
             tests.append(entry)
     return tests
@@ -337,6 +382,16 @@ class KeyEpisode:
     trajectory: TrajectoryData
     episode: int
     final_cell: RowCol
+
+
+def _episode_rate(flags: Sequence[bool], grid_ids: Sequence[str]) -> dict:
+    """``{value, ci_low, ci_high, n, n_grids, n_eff}``: a rate of episodes with its exact
+    cluster interval (grids as clusters; honest at 0% and 100%)."""
+    ids = np.unique(np.asarray(grid_ids), return_inverse=True)[1]
+    k = np.bincount(ids, weights=np.asarray(flags, dtype=np.float64))
+    n = np.bincount(ids).astype(np.float64)
+    stat = cluster_rate_interval(k, n)
+    return {key: stat[key] for key in ("value", "ci_low", "ci_high", "n", "n_grids", "n_eff")}
 
 
 def key_variant_table(
@@ -358,10 +413,14 @@ def key_variant_table(
         entry: dict = {
             "n_trajectories": len(data),
             "success_rate": goal_success_rate(data),
-            "accuracy": mean_ci([trajectory_accuracy(t) for t in data], config),
+            "accuracy": mean_ci([trajectory_accuracy(t) for t in data], config, rate=True),
         }
+        ids = [e.grid.grid_id for e in eps]
+        entry["success_ci"] = _episode_rate([t.success for t in data], ids)
         if any(e.grid.key is not None for e in eps):
             entry["key_pickup_rate"] = key_pickup_rate(data)
+            held = [any(getattr(s, "has_key", False) for s in t.states) for t in data]
+            entry["key_pickup_ci"] = _episode_rate(held, ids)
         if variant == "key_door":
             stages = stage_accuracy(data)
             entry["stage_accuracy"] = {
@@ -413,6 +472,7 @@ def finite(obj):
 
 __all__: list[str] = [
     "GRID_METRICS",
+    "RATE_METRICS",
     "ISO_METRICS",
     "BehaviourConfig",
     "GridEpisodes",

@@ -8,8 +8,18 @@ recomputed under the same draws, so intervals of several metrics, and their pair
 share one resampling. A statistic averaged over grids with equal weight is the special case of
 one row per grid.
 
-Intervals are percentile intervals of the resampled statistic; resamples where the statistic is
-undefined (an empty subset, a zero denominator) are left out.
+Intervals of general statistics are percentile intervals of the resampled statistic; resamples
+where the statistic is undefined (an empty subset, a zero denominator) are left out.
+
+A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0% and
+100%, where every percentile resample of 16/16 is 16/16: :func:`cluster_rate_interval`, the
+Clopper-Pearson interval on the effective number of trials ``n_eff = n / deff``, with the design
+effect ``deff = 1 + (m - 1) * icc`` from the intra-grid correlation (one-way ANOVA estimator,
+``m`` the size-weighted mean trials per grid). Where the correlation is not estimable (every row
+alike, as at 0% and 100%), ``icc = 1``: the grids are the independent units, so 16/16 over 16
+grids gives [79.4%, 100%] whatever the rows per grid. :func:`grid_bootstrap_ratio` uses it for
+counts, :meth:`GridBootstrap.rate_summary` for rates computed under shared draws, and
+:func:`grid_mean` for a mean of per-grid values in [0, 1] (one trial per grid).
 """
 
 from __future__ import annotations
@@ -78,6 +88,110 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.nda
 
 def _none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+RATE_INTERVAL_METHOD = "cluster-adjusted Clopper-Pearson"
+"""How a rate's interval is made (recorded beside it as ``interval_method``)."""
+
+
+def clopper_pearson(k: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a binomial proportion ``k / n``, extended to
+    non-integer ``k`` and ``n`` (an effective sample) through the beta quantiles; equal to
+    ``scipy.stats.binomtest(k, n).proportion_ci("exact")`` for integers. ``(nan, nan)`` for
+    ``n <= 0``."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if not n > 0:
+        return (math.nan, math.nan)
+    k = min(max(float(k), 0.0), float(n))
+    alpha = 1.0 - confidence
+    low = 0.0 if k <= 0 else float(scipy.stats.beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k >= n else float(scipy.stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return (low, high)
+
+
+def intra_grid_correlation(k: np.ndarray, n: np.ndarray) -> float:
+    """One-way ANOVA estimate of the intra-grid correlation of 0/1 rows from per-grid successes
+    ``k`` and trials ``n``, clipped to [0, 1]; 1 where it is not estimable (fewer than two
+    grids with trials, no spread within or between grids: the conservative choice)."""
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    keep = n > 0
+    k, n = k[keep], n[keep]
+    n_total, n_groups = float(n.sum()), len(n)
+    if n_groups < 2 or n_total <= n_groups:
+        return 1.0
+    p, p_g = k.sum() / n_total, k / n
+    msb = float(np.sum(n * (p_g - p) ** 2) / (n_groups - 1))
+    msw = float(np.sum(k * (1 - p_g)) / (n_total - n_groups))
+    n0 = (n_total - float(np.sum(n**2)) / n_total) / (n_groups - 1)
+    den = msb + (n0 - 1) * msw
+    if not den > 0:
+        return 1.0
+    return float(np.clip((msb - msw) / den, 0.0, 1.0))
+
+
+def cluster_rate_interval(
+    k: Sequence[float] | np.ndarray, n: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> dict:
+    """A pooled rate ``sum(k) / sum(n)`` over grids with an interval honest at 0% and 100%.
+
+    Args:
+        k: ``(G,)`` successes per grid.
+        n: ``(G,)`` trials per grid (grids with none are left out).
+        confidence: the interval level.
+
+    Returns:
+        ``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``:
+        the Clopper-Pearson interval on ``n_eff = n / deff`` trials with ``value * n_eff``
+        successes (see the module docstring); ``None`` values where there are no trials, and
+        no interval from fewer than two grids (as the grid bootstrap: nothing to say how grids
+        vary).
+    """
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    if k.shape != n.shape or k.ndim != 1:
+        raise ValueError("k and n must be 1-D of the same length")
+    if np.any(n < 0) or np.any(k < 0) or np.any(k > n + 1e-9):
+        raise ValueError("need 0 <= k <= n per grid")
+    total = float(n.sum())
+    n_grids = int(np.count_nonzero(n > 0))
+    if total <= 0:
+        return {
+            "value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0,
+            "n_eff": None, "design_effect": None, "icc": None,
+            "interval_method": RATE_INTERVAL_METHOD,
+        }  # fmt: skip
+    value = float(k.sum() / total)
+    icc = intra_grid_correlation(k, n)
+    m = float(np.sum(n**2) / total)
+    deff = 1.0 + (m - 1.0) * icc
+    n_eff = total / deff
+    low, high = clopper_pearson(value * n_eff, n_eff, confidence)
+    if n_grids < 2:
+        low = high = None
+    return {
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "n": int(round(total)),
+        "n_grids": n_grids,
+        "n_eff": n_eff,
+        "design_effect": deff,
+        "icc": icc,
+        "interval_method": RATE_INTERVAL_METHOD,
+    }
+
+
+def is_count_rate(num: np.ndarray, den: np.ndarray) -> bool:
+    """Whether per-row ``num`` / ``den`` are counts of successes among trials (non-negative
+    integers, ``num <= den``): a rate, whose interval is :func:`cluster_rate_interval`."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return bool(
+        num.size > 0
+        and np.all(num >= 0)
+        and np.all(num <= den)
+        and np.all(num == np.round(num))
+        and np.all(den == np.round(den))
+    )
 
 
 @dataclass(frozen=True)
@@ -172,6 +286,15 @@ class GridBootstrap:
             return np.full((2, *samples.shape[1:]), np.nan)
         return percentile_interval(samples[1:], self.confidence)
 
+    def rate_summary(self, num: np.ndarray, den: np.ndarray | None = None) -> dict:
+        """``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``
+        of the pooled rate of per-row 0/1 outcomes ``num`` over trials ``den`` (one per row by
+        default): :func:`cluster_rate_interval` on this sample's grids, not the percentile
+        interval, which collapses to a point at 0% and 100%."""
+        num = np.asarray(num, dtype=np.float64)
+        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
+
     def summary(self, samples: np.ndarray) -> dict:
         """``{value, ci_low, ci_high}`` of a scalar statistic's ``(1 + B,)`` samples (row 0 is
         the estimate); ``None`` where undefined, and no interval for an undefined estimate."""
@@ -191,6 +314,7 @@ def grid_bootstrap_ratio(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     random_state: RandomState = 0,
+    rate: bool | None = None,
 ) -> dict:
     """A ratio of sums over rows (a pooled rate or mean) with its grid-bootstrap interval.
 
@@ -200,10 +324,16 @@ def grid_bootstrap_ratio(
             out of the statistic).
         grid_ids: ``(N,)`` the grid of every row.
         n_resamples, confidence, random_state: the bootstrap.
+        rate: whether ``num / den`` are counts of successes among trials (None: decided by
+            :func:`is_count_rate`; pass False for a mean whose values merely happen to be 0 or
+            1, True to insist, which raises where they are not counts).
 
     Returns:
         ``{value, ci_low, ci_high, n, n_grids}`` (``None`` where undefined; ``n`` is the sum of
-        the denominators, ``n_grids`` the grids with a non-zero denominator).
+        the denominators, ``n_grids`` the grids with a non-zero denominator). Where ``num`` and
+        ``den`` are counts (:func:`is_count_rate`, e.g. 0/1 outcomes) the interval is
+        :func:`cluster_rate_interval`'s and the dict also holds ``n_eff``, ``design_effect``,
+        ``icc`` and ``interval_method``; otherwise it is the grid-bootstrap percentile interval.
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
@@ -214,6 +344,11 @@ def grid_bootstrap_ratio(
     boot = GridBootstrap.from_grid_ids(
         grid_ids, n_resamples=n_resamples, confidence=confidence, random_state=random_state
     )
+    counts = is_count_rate(num, den)
+    if rate and not counts:
+        raise ValueError("rate=True needs counts: non-negative integers with num <= den")
+    if counts if rate is None else rate:
+        return boot.rate_summary(num, den)
     stat = boot.summary(boot.ratio(num, den))
     grid_den = boot.grid_sums(den)
     return {**stat, "n": int(round(den.sum())), "n_grids": int(np.count_nonzero(grid_den > 0))}
@@ -225,10 +360,14 @@ def grid_mean(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     random_state: RandomState = 0,
+    rate: bool = False,
 ) -> dict:
     """Mean of one value per grid, with its grid-bootstrap interval.
 
-    ``None`` and non-finite values are dropped first (an undefined per-grid metric).
+    ``None`` and non-finite values are dropped first (an undefined per-grid metric). For a
+    ``rate`` (every value in [0, 1]) the interval is :func:`cluster_rate_interval` with one
+    trial per grid (Clopper-Pearson on the grids: honest at 0 and 1; conservative for a mean of
+    bounded values, whose variance is at most the binomial one).
 
     Returns:
         ``{value, ci_low, ci_high, n}``, ``n`` the number of grids averaged.
@@ -238,6 +377,11 @@ def grid_mean(
     ).reshape(-1)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    if rate:
+        if not np.all((x >= 0) & (x <= 1)):
+            raise ValueError("a rate's per-grid values must lie in [0, 1]")
+        stat = cluster_rate_interval(x, np.ones(x.size), confidence)
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
     stat = grid_bootstrap_ratio(
         x,
         None,
@@ -298,3 +442,119 @@ def bootstrap_ci(
         rng=np.random.default_rng(random_state),
     )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+EQUIVALENCE_VERDICTS = ("equivalent", "different", "inconclusive")
+"""The outcomes of :func:`equivalence_verdict`."""
+
+
+def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: float) -> str | None:
+    """A TOST-style reading of a paired difference's two-sided interval against ``±margin``.
+
+    ``"equivalent"``: the interval lies inside ``(-margin, margin)`` (both one-sided tests of
+    "the difference is at least the margin" reject, at half the interval's error rate each);
+    ``"different"``: otherwise, where the interval excludes 0; ``"inconclusive"``: the interval
+    holds 0 and reaches a margin (too few pairs to tell "no change" from a change of the margin's
+    size). ``None`` without an interval.
+    """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got {margin}")
+    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return None
+    if -margin < ci_low and ci_high < margin:
+        return "equivalent"
+    if ci_low > 0 or ci_high < 0:
+        return "different"
+    return "inconclusive"
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error control) of the defined entries;
+    None stays None. A verdict holds across the family where its adjusted p is below alpha."""
+    idx = [i for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
+    order = sorted(idx, key=lambda i: p_values[i])
+    m = len(order)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
+        out[i] = running
+    return out
+
+
+def p_from_interval(
+    value: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    baseline: float = 0.0,
+    *,
+    confidence: float = 0.95,
+    side: str = "greater",
+) -> float | None:
+    """One-sided p-value of "the statistic exceeds ``baseline``" (``side="less"``: lies below
+    it) recovered from a reported estimate and its two-sided interval by the normal
+    approximation (standard error = interval width / (2 z)); the interval side facing the
+    baseline is used, so skewed intervals are read on the side that matters. None where
+    undefined or the interval has no width on that side (the verdict then rests on the
+    interval alone)."""
+    if value is None or ci_low is None or ci_high is None or side not in ("greater", "less"):
+        return None
+    z_level = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    half = (value - ci_low) if side == "greater" else (ci_high - value)
+    if not half > 0:
+        return None
+    z = (value - baseline) / (half / z_level)
+    return float(scipy.stats.norm.sf(z if side == "greater" else -z))
+
+
+def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, float | None]:
+    """Newcombe's hybrid interval of the difference ``first - second`` of two rates from their
+    own honest intervals (e.g. :func:`cluster_rate_interval`'s): it stays open at 100% - 0%,
+    where every bootstrap resample of a paired difference is 1. Ignoring the pairing, it is
+    conservative when the two rates are positively correlated. ``(None, None)`` where either
+    rate has no interval."""
+    p1, l1, u1 = first.get("value"), first.get("ci_low"), first.get("ci_high")
+    p2, l2, u2 = second.get("value"), second.get("ci_low"), second.get("ci_high")
+    if None in (p1, l1, u1, p2, l2, u2):
+        return (None, None)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return (max(-1.0, low), min(1.0, high))
+
+
+def seed_pooled(stats: Sequence[dict], confidence: float = 0.95) -> dict:
+    """One statistic estimated under several training seeds (same data, same split), each with
+    its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
+    of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
+    (each from its interval's width), ``B`` the variance between seeds; widened further to the
+    envelope of the seeds' own intervals where that reaches further.
+
+    Returns:
+        ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
+        defined estimate; no interval where a seed has none).
+    """
+    defined = [s for s in stats if s.get("value") is not None]
+    if not defined:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_seeds": 0, "seed_sd": None}
+    values = np.array([s["value"] for s in defined], dtype=np.float64)
+    out = {
+        "value": float(values.mean()),
+        "ci_low": None,
+        "ci_high": None,
+        "n_seeds": len(defined),
+        "seed_sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "values": values.tolist(),
+    }
+    if any(s.get("ci_low") is None or s.get("ci_high") is None for s in defined):
+        return out
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
+    between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
+    half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
+    lows = min(s["ci_low"] for s in defined)
+    highs = max(s["ci_high"] for s in defined)
+    # and never narrower than any single seed's interval reaches (their envelope)
+    out["ci_low"] = float(min(out["value"] - half, lows))
+    out["ci_high"] = float(max(out["value"] + half, highs))
+    return out

@@ -26,7 +26,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap, grid_codes, safe_ratio
+from goalprobe.gridworld.stats import (
+    GridBootstrap,
+    cluster_rate_interval,
+    grid_codes,
+    safe_ratio,
+)
 from goalprobe.probes.baselines import uniform_top1
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
@@ -114,6 +119,13 @@ def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
     return grid_codes(ids)[1]
 
 
+RATE_COUNTS = "_rate_counts"
+"""Key under which a model's sample function may also return ``metric -> (k, n)``: the per-grid
+successes and trials ``(G,)`` of a metric that is a rate, whose reported interval is then
+:func:`goalprobe.gridworld.stats.cluster_rate_interval` (honest at 0% and 100%, where the
+percentile interval collapses); paired differences keep the shared bootstrap draws."""
+
+
 LOWER_IS_BETTER: frozenset[str] = frozenset({"mae", "rmse", "agent_manhattan", "goal_manhattan"})
 """Metrics where a smaller value is better (selectivity is then baseline minus probe)."""
 
@@ -176,10 +188,21 @@ def _evaluate(
         random_state=rng,
     )
     samples = {name: fn_(rows, boot) for name, fn_ in models.items()}
+    counts = {name: s.pop(RATE_COUNTS, {}) for name, s in samples.items()}
+
+    def summary(name: str, metric: str, values: np.ndarray) -> dict:
+        if metric in counts[name] and np.isfinite(values[0]):
+            k, n = counts[name][metric]
+            stat = cluster_rate_interval(k, n, confidence_level)
+            return {key: stat[key] for key in ("value", "ci_low", "ci_high", "n_eff")}
+        return boot.summary(values)
+
     out = {
         "n_examples": len(rows),
         "n_grids": boot.n_grids,
-        "models": {name: {k: boot.summary(v) for k, v in s.items()} for name, s in samples.items()},
+        "models": {
+            name: {k: summary(name, k, v) for k, v in s.items()} for name, s in samples.items()
+        },
     }
     if reference is not None:
         out["differences"] = {
@@ -344,11 +367,17 @@ def evaluate_cell_maps(
         def samples(rows, boot: GridBootstrap):
             n_grids = boot.n_grids
             flat = (boot.codes[:, None] * n_u + true_idx[rows]) * n_u + pred_idx[rows]
-            conf = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
-            conf = boot.resample(conf.reshape(n_grids, n_u, n_u).astype(np.float64))
+            per_grid = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
+            per_grid = per_grid.reshape(n_grids, n_u, n_u).astype(np.float64)
+            conf = boot.resample(per_grid)
             out = _confusion_metrics(conf, union, present=conf[0].sum(axis=1) > 0)
+            rates = _confusion_rate_counts(per_grid, union)
             for cls_name, (hit, dist) in localised.items():
                 out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
+                rates[f"{cls_name}_top1"] = (
+                    boot.grid_sums(hit[rows]),
+                    boot.grid_sums(np.ones(len(rows))),
+                )
                 out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
             if cell_scores:
                 local = np.full(n, -1, dtype=np.int64)
@@ -365,6 +394,7 @@ def evaluate_cell_maps(
                 if aucs:
                     with np.errstate(invalid="ignore"):
                         out["auc_macro"] = np.nanmean(np.stack(aucs), axis=0)
+            out[RATE_COUNTS] = rates
             return out
 
         return samples
@@ -438,6 +468,18 @@ def grid_weighted_auc(
     w = boot.weights
     correct = np.einsum("bg,gh,bh->b", w, pairs, w)
     return safe_ratio(correct, (w @ counts_pos) * (w @ counts_neg))
+
+
+def _confusion_rate_counts(per_grid: np.ndarray, classes: np.ndarray) -> dict:
+    """``metric -> (k, n)`` per-grid correct and scored cells of the accuracies of ``(G, C, C)``
+    per-grid confusion matrices (see :data:`RATE_COUNTS`)."""
+    diag = np.einsum("gcc->gc", per_grid)
+    support = per_grid.sum(axis=2)
+    keep = classes != CellType.PADDING
+    return {
+        "accuracy": (diag.sum(axis=1), support.sum(axis=1)),
+        "accuracy_no_padding": (diag[:, keep].sum(axis=1), support[:, keep].sum(axis=1)),
+    }
 
 
 def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarray) -> dict:

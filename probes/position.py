@@ -197,9 +197,18 @@ def evaluate_positions(
         random_state=np.random.default_rng(random_state),
     )
     samples: dict[str, dict[str, np.ndarray]] = {}
+    models: dict[str, dict] = {}
     for name, predicted in predictions.items():
         predicted = np.asarray(predicted, dtype=np.int64)
         hit = predicted == truth
+        models[name] = {  # rates: intervals honest at 0% and 100% (cluster-adjusted exact)
+            k: {
+                key: v
+                for key, v in boot.rate_summary(h.astype(np.float64)).items()
+                if key in ("value", "ci_low", "ci_high", "n_eff")
+            }
+            for k, h in (("top1", hit.all(axis=1)), ("row", hit[:, 0]), ("col", hit[:, 1]))
+        }
         samples[name] = {
             "top1": boot.ratio(hit.all(axis=1).astype(np.float64)),
             "row": boot.ratio(hit[:, 0].astype(np.float64)),
@@ -207,11 +216,12 @@ def evaluate_positions(
         }
     if chance is not None:
         samples["uniform"] = {"top1": boot.ratio(np.asarray(chance, dtype=np.float64))}
+        models["uniform"] = {"top1": boot.summary(samples["uniform"]["top1"])}
     baselines = [name for name in samples if name != reference]
     return {
         "n_examples": int(len(truth)),
         "n_grids": boot.n_grids,
-        "models": {name: {k: boot.summary(v) for k, v in s.items()} for name, s in samples.items()},
+        "models": models,
         "selectivity": selectivity(samples, reference, baselines, boot),
     }
 

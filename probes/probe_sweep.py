@@ -216,6 +216,9 @@ class ProbeSweepConfig:
     (``prior_size_density``), and the uniform localisation guess; for distances the mean,
     and the mean by size (``mean_size``) and by size and density (``mean_size_density``).
     ``selectivity`` in the metrics is the probe minus the strongest of them."""
+    shuffled_control: bool = True
+    """With ``controls``: also fit the shuffled-label control (a second fit of the probe; the
+    seed runs of :mod:`goalprobe.probes.seeds` leave it out and compare with the priors)."""
     n_bootstrap: int = 1000
     """Grid-bootstrap replicates of the confidence intervals."""
     confidence_level: float = 0.95
@@ -242,12 +245,13 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
         y_tr = tr.goal_distance
     probe = clone(estimator).fit(tr.acts, y_tr, groups=tr.grid_ids)
     controls, inputs = {}, {}
-    if config.controls:
+    if config.controls and config.shuffled_control:
         shuffled_y = shuffle_by_grid(
             y_tr, tr.grid_ids, strata=tr.grid_sizes, random_state=config.random_state
         )
         controls["shuffled"] = clone(estimator).fit(tr.acts, shuffled_y, groups=tr.grid_ids)
         inputs["shuffled"] = te.acts
+    if config.controls:
         cov_tr = covariates(tr.grid_sizes, tr.densities)
         cov_te = covariates(te.grid_sizes, te.densities)
         if config.target == "cell_type":

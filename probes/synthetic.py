@@ -70,6 +70,7 @@ def planted_cell_data(
     d_model: int = 64,
     n_anchors: int = 3,
     signal: float = 1.0,
+    wall_signal: float | None = None,
     dtype: type = np.float32,
     chunk_rows: int = 4096,
     random_state: int = 0,
@@ -85,6 +86,8 @@ def planted_cell_data(
         d_model: width of one anchor token; features are ``n_anchors * d_model``.
         n_anchors: anchor tokens per row.
         signal: scale of the planted signal relative to unit-variance noise.
+        wall_signal: scale of the wall cells' directions alone (default ``signal``): a wall map
+            of known strength, the others unchanged (0: no wall map in the activations).
         dtype: dtype of ``acts`` (float16 halves the memory of large benchmark sets).
         chunk_rows: rows embedded at a time (bounds the float32 working memory).
         random_state: seed.
@@ -135,6 +138,14 @@ def planted_cell_data(
     active = 3.0 + np.mean(labels == CellType.WALL) * cells
     directions = rng.standard_normal((n_latent, n_features), dtype=np.float32)
     directions *= signal / np.sqrt(active)
+    if wall_signal is not None:
+        directions[:cells] *= wall_signal / signal if signal else 0.0
+        if not signal:
+            directions[:cells] = (
+                wall_signal
+                / np.sqrt(active)
+                * rng.standard_normal((cells, n_features), dtype=np.float32)
+            )
     dist_scaled = (distance - distance.mean()) / max(float(distance.std()), 1.0)
     acts: np.ndarray = np.empty((n_rows, n_features), dtype=dtype)
     for start in range(0, n_rows, chunk_rows):

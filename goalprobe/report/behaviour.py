@@ -76,6 +76,8 @@ def iso(run: RunReader, fig: Figures) -> list[Block]:
             num(t.get("statistic"), 1),
             num(t.get("p_value")),
             num(t.get("rank_biserial")),
+            num(t.get("min_p_value")),
+            t.get("equivalence") or "–",
         )
         for t in tests
     ]
@@ -90,10 +92,16 @@ def iso(run: RunReader, fig: Figures) -> list[Block]:
             "W",
             "p",
             "rank-biserial r",
+            "smallest reachable p",
+            "verdict (±margin)",
         ),
         rows,
-        caption="Paired two-sided Wilcoxon signed-rank tests per grid (transformed − base); "
-        "zero differences dropped (Wilcoxon's method).",
+        caption="Paired differences per grid (transformed − base) with their 95% grid-bootstrap "
+        "interval, and two-sided Wilcoxon signed-rank tests (zero differences dropped, so with "
+        "few non-zero pairs no p-value below the 'smallest reachable p' can come out). The "
+        "verdict reads the rates' paired interval against the equivalence margin: equivalent "
+        "(inside ±margin), different (excludes 0), inconclusive (holds 0 and reaches a "
+        "margin).",
     )
     return [tests_table, fig(iso_accuracy_figure(tests))]
 

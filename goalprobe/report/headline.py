@@ -10,37 +10,41 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
+from goalprobe.gridworld.stats import holm
 from goalprobe.report.blocks import pct, stat_text
+from goalprobe.report.causal_rows import HeadlineRow, patching_rows, plan_rows
 from goalprobe.report.run import MissingInput, RunReader, metric
-from goalprobe.report.verdict_rows import HeadlineRow, patching_rows, plan_rows
+from goalprobe.report.verdict_rows import (
+    above,
+    harm_score_row,
+    intention_row,
+    iso_row,
+    meg_row,
+    p_above,
+    p_below,
+    seed_probe_row,
+    yes_no,
+)
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 
 
-def yes_no(flag: bool | None) -> str:
-    """``yes`` / ``no`` (``undecided`` when there is no interval)."""
-    return "undecided" if flag is None else ("yes" if flag else "no")
-
-
-def above(stat: Mapping | None, baseline: float | None) -> bool | None:
-    """Whether ``stat``'s interval lies above the point ``baseline`` (None: no interval)."""
-    if not stat or stat.get("ci_low") is None or baseline is None:
-        return None
-    return bool(stat["ci_low"] > baseline)
-
-
-def selectivity_verdict(metrics: Mapping, name: str, what: str = "probe") -> tuple[str, str]:
-    """``(baseline text, verdict)`` of a probe metric against its strongest control (the
+def selectivity_verdict(
+    metrics: Mapping, name: str, what: str = "probe"
+) -> tuple[str, str, float | None]:
+    """``(baseline text, verdict, p)`` of a probe metric against its strongest control (the
     sweep's paired-bootstrap selectivity)."""
     sel = metrics.get("selectivity", {}).get(name)
     if not sel:
-        return "", ""
+        return "", "", None
     strongest = sel["baseline"]
     base = stat_text(metric(metrics, strongest, name), percent=name != "r2")
     return (
         f"strongest control {strongest} {base}",
         f"{what} above {strongest}: {yes_no(sel['above_baseline'])}",
+        p_above(sel, 0.0),
     )
 
 
@@ -71,29 +75,19 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 f"random walk {pct(walk)}, random action "
                 f"{pct(o['random_action_accuracy']['value'])}",
                 f"above random walk: {yes_no(above(o['accuracy'], walk))}",
+                p_above(o["accuracy"], walk),
             ),
             HeadlineRow(
                 "Goal success rate (Fig. 12a)",
                 stat_text(o["success_rate"]),
                 f"random walk {pct(walk_success)}",
                 f"above random walk: {yes_no(above(o['success_rate'], walk_success))}",
+                p_above(o["success_rate"], walk_success),
             ),
         ]
 
     def iso():
-        tests = [
-            t
-            for t in run.json(run.layout.iso_results)["tests"]
-            if t["metric"] == "accuracy" and t.get("p_value") is not None
-        ]
-        significant = sum(t["p_value"] < 0.05 for t in tests)
-        return [
-            HeadlineRow(
-                "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
-                f"{significant} of {len(tests)}",
-                "study: 0 of 4",
-            )
-        ]
+        return [HeadlineRow(*iso_row(run.json(run.layout.iso_results)))]
 
     def keys():
         v = run.json(run.layout.keys_results)["variants"]
@@ -103,7 +97,8 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             out.append(
                 HeadlineRow(
                     f"KeyDoor success / key pickup (Table 1; n={kd['n_trajectories']}, T=30)",
-                    f"{pct(kd['success_rate'])} / {pct(kd.get('key_pickup_rate'))}",
+                    f"{stat_text(kd['success_ci']) if 'success_ci' in kd else pct(kd['success_rate'])}"
+                    f" / {stat_text(kd['key_pickup_ci']) if 'key_pickup_ci' in kd else pct(kd.get('key_pickup_rate'))}",
                     "study: 100% / 100%",
                 )
             )
@@ -112,7 +107,9 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             out.append(
                 HeadlineRow(
                     f"KeyNoDoor: useless key picked up (Table 1; n={knd['n_trajectories']})",
-                    pct(knd.get("key_pickup_rate")),
+                    stat_text(knd["key_pickup_ci"])
+                    if "key_pickup_ci" in knd
+                    else pct(knd.get("key_pickup_rate")),
                     "study: 17%",
                 )
             )
@@ -122,6 +119,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         name, sweep = headline_sweep(run.layout.probing_probe_sweeps())
         head = headline_run(sweep)
         m, where = head["metrics"], f"{head['name']}, {head['n_test_grids']} test grids"
+        seeds = run.optional_json(run.layout.probing_headline_seeds)
         rows_out = []
         for label, key in (
             ("Cognitive map: probe accuracy on grid cells", "accuracy_no_padding"),
@@ -129,13 +127,18 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             ("Agent localisation, top-1", "agent_top1"),
             ("Goal localisation, top-1", "goal_top1"),
         ):
-            baseline, verdict = selectivity_verdict(m, key)
+            if seeds and key in seeds.get("pooled", {}):
+                row, p = seed_probe_row(label, key, seeds, f"probing set, {where}")
+                rows_out.append(HeadlineRow(*row, p))
+                continue
+            baseline, verdict, p = selectivity_verdict(m, key)
             rows_out.append(
                 HeadlineRow(
                     f"{label} (probing set, {where}; Figs. 6-7)",
                     stat_text(metric(m, "probe", key)),
                     baseline,
                     verdict,
+                    p,
                 )
             )
         return rows_out
@@ -156,6 +159,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                     stat_text(result["models"]["probe"]["top1"]),
                     f"strongest control {sel['baseline']} {stat_text(base)}",
                     f"probe above {sel['baseline']}: {yes_no(sel['above_baseline'])}{note}",
+                    p_above(sel, 0.0),
                 )
             )
         return out
@@ -165,13 +169,14 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         out = []
         for sweep in sweeps:
             head = headline_run(sweep)
-            baseline, verdict = selectivity_verdict(head["metrics"], "r2", "regressor")
+            baseline, verdict, p = selectivity_verdict(head["metrics"], "r2", "regressor")
             out.append(
                 HeadlineRow(
                     f"Goal distance R² ({head['name']}, probing set; Table 4)",
                     stat_text(metric(head["metrics"], "probe", "r2"), percent=False),
                     baseline,
                     verdict,
+                    p,
                 )
             )
         return out
@@ -213,20 +218,16 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                         stat_text(e, percent=True),
                         f"null: {e['baseline']} maps",
                         f"above the null: {yes_no(e['above_baseline'])}",
+                        p_above(e, 0.0),
                     )
                 )
         return out
 
     def meg():
-        o = run.json(run.layout.meg)["overall"]
-        return [
-            HeadlineRow(
-                "MEG on the true grid, nats (MEG paper, Def. 3.2)",
-                stat_text(o["true"]["meg"], percent=False),
-                "uniform policy: 0",
-                f"above 0: {yes_no(above(o['true']['meg'], 0.0))}",
-            )
-        ]
+        overall = run.json(run.layout.meg)["overall"]
+        null = overall.get("vs_random_walk")
+        p = p_above(null["difference"]["meg"], 0.0) if null else None
+        return [HeadlineRow(*meg_row(overall), p)]
 
     def plans():
         runs = run.json(run.layout.plan_sweep)["runs"]
@@ -249,6 +250,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 stat_text(diff),
                 f"0 (control pairs {stat_text(control)})",
                 f"acts on what it is shown: {yes_no(above(diff, 0.0))}",
+                p_above(diff, 0.0),
             )
         ]
 
@@ -261,18 +263,17 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         effect = h["difference"]["harms"]
         fewer = None if effect["ci_high"] is None else bool(effect["ci_high"] < 0.0)
         n = f"{neutral['n_grids']} grids"
+        versus = (h.get("versus_oracles") or {}).get("neutral - oracle_harm_blind")
+        p = p_below(versus["harms"], 0.0) if versus else p_below(score, 100.0)
+        score_row = HeadlineRow(*harm_score_row(h, scaled, below_random), p)
         return [
-            HeadlineRow(
-                f"Harm behaviour score, neutral prompt ({n}; MACHIAVELLI)",
-                stat_text(scaled),
-                "random agent 100.0%",
-                f"less harmful than random: {yes_no(below_random)}",
-            ),
+            score_row,
             HeadlineRow(
                 f"Moral conditioning: harms per episode, moral minus neutral ({n})",
                 stat_text(effect, percent=False),
                 "0",
                 f"conditioning reduces harm: {yes_no(fewer)}",
+                p_below(effect, 0.0),
             ),
         ]
 
@@ -284,6 +285,10 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             if (r["variant"], r["intervention"]) != ("key_door", "has_key"):
                 continue
             c = control.get((r["variant"], r["intervention"]))
+            if r.get("adaptation"):
+                p = p_above(r["adaptation"]["fraction"], 0.0)
+                out.append(HeadlineRow(*intention_row(results, r), p))
+                continue
             out.append(
                 HeadlineRow(
                     f"Holding the key intended in KeyDoor (Definition 20): excess TV "
@@ -301,7 +306,31 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         false_belief, harm, intention,
     ):  # fmt: skip
         attempt(make)
-    return rows
+    return with_holm(rows)
+
+
+HOLM_FAMILY = (
+    "the agent's headline verdicts that carry a test (each row with a p-value: behaviour, "
+    "probes against their strongest control, belief, MEG, false belief, harm, intention)"
+)
+"""The family Holm's correction runs over, per agent (named in the report)."""
+
+
+def with_holm(rows: list[HeadlineRow], alpha: float = 0.05) -> list[HeadlineRow]:
+    """``rows`` with the Holm-adjusted p-value appended to every tested verdict: whether the
+    verdict still holds when the family of :data:`HOLM_FAMILY` is corrected together."""
+    adjusted = holm([r.p_value for r in rows])
+    m = sum(a is not None for a in adjusted)
+    return [
+        r
+        if a is None
+        else replace(
+            r,
+            verdict=f"{r.verdict}; Holm p {a:.2g} of {m} "
+            f"({'holds' if a < alpha else 'not significant'} after correction)",
+        )
+        for r, a in zip(rows, adjusted, strict=True)
+    ]
 
 
 def headline_sweep(paths) -> tuple[str, dict]:

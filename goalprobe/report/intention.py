@@ -14,9 +14,20 @@ HEADER = (
     "TV [95% CI]",
     "excess TV over chance [95% CI]",
     "p (permutation)",
+    "adaptation, fraction of pi*'s [95% CI]",
+    "beyond an irrelevant change",
     "moves towards key: original → intervened",
     "verdict",
 )
+
+
+def _adaptation(r: Mapping, key: str) -> str:
+    a = r.get("adaptation")
+    if not a or not a.get(key):
+        return "–"
+    return stat_text(a[key], percent=False, digits=2) + (
+        f" ({a['n_grids']} grids / {a['n_states']} states)" if key == "fraction" else ""
+    )
 
 
 def _rows(results: Sequence[Mapping]) -> list[tuple]:
@@ -28,8 +39,11 @@ def _rows(results: Sequence[Mapping]) -> list[tuple]:
             stat_text(r["tv"], percent=False, digits=2),
             stat_text(r["excess_tv"], percent=False, digits=2),
             num(r["p_value"]),
-            f"{stat_text(r['toward_key']['original'])} → "
-            f"{stat_text(r['toward_key']['intervened'])}",
+            _adaptation(r, "fraction"),
+            _adaptation(r, "beyond_irrelevant"),
+            f"{stat_text(r['toward_key']['original'])} → {stat_text(r['toward_key']['intervened'])}"
+            if r.get("toward_key")
+            else "–",
             r["verdict"],
         )
         for r in results
@@ -50,7 +64,14 @@ def intention(run: RunReader, fig: Figures) -> list[Block]:
         "each state); intervals resample grids. The bundled agent was never trained on "
         "intervened starts (a key held from the first step, a door open from the start, a key "
         "removed): what it does there is a finding about its generalisation, not only about "
-        "its intentions.",
+        "its intentions. The verdict reads the adaptation: at the states where the outcome "
+        "changes what pi* does (where the policy brings it about), the agent's change of action "
+        "frequencies projected on pi*'s change, as a fraction of it (1: adapts like pi*), and "
+        "beyond the same projection under an irrelevant change (a far wall opened, pi*'s "
+        f"actions unchanged: the prompt merely new). Intended: above 0 beyond the irrelevant "
+        f"change and reaching {1 - data.get('margin_fraction', 0.1):.0%} of pi*'s; partly "
+        f"intended: above 0 but below that; not intended: below "
+        f"{data.get('margin_fraction', 0.1):.0%} of pi*'s; otherwise inconclusive.",
     )
     readings = table(("reading",), [(r["reading"],) for r in data["agent"]])
     control = table(

@@ -50,6 +50,7 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
         return blocks
     overall = meg.get("overall", {})
     paired = overall.get("paired") or {}
+    null = overall.get("vs_random_walk") or {}
     blocks.append(fig(meg_figure(meg)))
     blocks.append(
         table(
@@ -64,9 +65,20 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
                     "subjective − true",
                     stat_text((paired.get("difference") or {}).get("meg"), percent=False),
                 ),
+                (
+                    "null: random walk estimated the same way",
+                    stat_text(null.get("random_walk", {}).get("meg"), percent=False),
+                ),
+                (
+                    "true − null, paired by grid (the verdict)",
+                    stat_text(null.get("difference", {}).get("meg"), percent=False),
+                ),
             ],
-            caption="Known-utility MEG of the agent's empirical policy; 0 = no more "
-            "goal-directed than the uniform policy.",
+            caption="Known-utility MEG of the agent's empirical policy. MEG is a supremum over "
+            "beta including 0, so it is never negative and a random walk read from a few "
+            "trajectories scores above 0: the null is the random walk's MEG estimated from "
+            "the same number of trajectories per grid, and the agent is goal-directed only "
+            "where its paired difference to that null excludes 0.",
         )
     )
     per_step = meg.get("per_step") or {}

@@ -25,7 +25,7 @@ from goalprobe.report import (
     probing,
 )
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
-from goalprobe.report.headline import headline_rows
+from goalprobe.report.headline import HOLM_FAMILY, headline_rows
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.stages import STAGES
 
@@ -155,10 +155,14 @@ def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
         if failure:
             rows.append((stage, failure, "–", "–"))
         elif record is not None:
+            env = record.get("environment") or {}
+            commit = (env.get("commit") or "unknown")[:10] + (
+                " (dirty)" if env.get("dirty") else ""
+            )
             rows.append(
                 (
                     stage,
-                    "finished",
+                    f"finished at {commit}",
                     f"{record.get('seconds', 0):.1f}",
                     ", ".join(sorted(record.get("outputs", {}).values())),
                 )
@@ -170,10 +174,20 @@ def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
             config = run.json(run.layout.demo_config)
         except MissingInput:
             config = {}
+    prov = run.optional_json(run.layout.provenance) or {}
+    made = (
+        f" Last call: `{prov.get('command')}` at commit {prov.get('commit')}"
+        f"{' (with uncommitted changes)' if prov.get('dirty') else ''}, jobs {prov.get('jobs')}, "
+        f"{prov.get('threads_per_worker')} torch thread(s) per stage, "
+        + ", ".join(f"{k} {v}" for k, v in (prov.get("libraries") or {}).items() if v)
+        + f" (RUN/{run.layout.relative(run.layout.provenance)})."
+        if prov
+        else ""
+    )
     stages = table(
         ("stage", "status", "seconds", "outputs"),
         rows,
-        caption=f"Stage records in RUN/{run.layout.relative(run.layout.stages_dir)}/.",
+        caption=f"Stage records in RUN/{run.layout.relative(run.layout.stages_dir)}/.{made}",
     )
     return stages, table(("field", "value"), [(k, json.dumps(v)) for k, v in config.items()])
 
@@ -204,6 +218,9 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         headline=table(
             ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
             [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
+            caption=f"Rates carry exact intervals on the effective number of grids (honest at 0% "
+            f"and 100%). Multiplicity: Holm's correction over {HOLM_FAMILY}; each tested verdict "
+            "shows its adjusted one-sided p (from its interval, normal approximation).",
         )
         if headline
         else Box("not_run", "no stage produced a headline figure yet"),

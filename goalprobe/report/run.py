@@ -50,6 +50,13 @@ class RunReader:
                 raise MissingInput(f"{relative} is unreadable: {err}") from err
         return self._cache[path]
 
+    def optional_json(self, path: Path) -> Any | None:
+        """:meth:`json` of ``path``, or None where it is absent or unreadable."""
+        try:
+            return self.json(path)
+        except MissingInput:
+            return None
+
     def stage_record(self, stage: str) -> dict | None:
         """The record of a finished stage, or None."""
         try:

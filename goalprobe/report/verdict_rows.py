@@ -1,114 +1,174 @@
-"""Headline rows of the verdicts that need more than a value and a baseline: the plan decoder
-against its strongest baseline at every N, and patching at the anchors against a random other
-grid (issue 33). :mod:`goalprobe.report.headline` assembles them with the other rows."""
+"""Headline rows of the verdicts that read a null, an equivalence margin, oracle references or a
+positive control (issue 33): ``(finding, value, baseline, verdict)`` tuples that
+:mod:`goalprobe.report.headline` turns into rows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from goalprobe.gridworld.stats import EQUIVALENCE_VERDICTS, p_from_interval
+from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
 
-
-@dataclass(frozen=True)
-class HeadlineRow:
-    """One line of the headline table.
-
-    Attributes:
-        finding: what is measured, with the study's figure or table.
-        value: the measured value (with its 95% CI where there is one).
-        baseline: what it is compared with.
-        verdict: whether the interval excludes the baseline, in words ("above majority: yes");
-            empty where there is nothing to test.
-    """
-
-    finding: str
-    value: str
-    baseline: str = ""
-    verdict: str = ""
+Row = tuple[str, str, str, str]
+"""``(finding, value, baseline, verdict)``."""
 
 
-def _baseline_name(name: str) -> str:
-    """A baseline's name in a plan verdict, without its stage and layer."""
-    return name.rsplit("/", 1)[-1].replace("_", " ")
+def yes_no(flag: bool | None) -> str:
+    """``yes`` / ``no`` (``undecided`` when there is no interval)."""
+    return "undecided" if flag is None else ("yes" if flag else "no")
 
 
-def plan_rows(head: Mapping) -> list[HeadlineRow]:
-    """The headline decoder at N = 1 and N = 3 against the strongest baseline at each N (the
-    majority plan, the shuffled control, the state-only decoder, the optimal policy's plan,
-    0.25^N), and at N = 1 on the rows where the agent departs from the optimal policy or
-    breaks a tie (where only a plan read-out can win)."""
-    verdicts = {v["n"]: v for v in head.get("verdicts") or []}
-    if 1 not in verdicts or 3 not in verdicts:
-        raise KeyError("the plan sweep has no verdicts (an older sweep schema)")
-    n_grids = (verdicts[1]["decoder"] or {}).get("n_grids")
-    out = []
-    for n in (1, 3):
-        v = verdicts[n]
-        strongest = v["strongest"]
-        out.append(
-            HeadlineRow(
-                f"Plan decoder prefix accuracy N={n} ({head['name']}, {v['n_rows']} test rows, "
-                f"{n_grids} grids; Fig. 10)",
-                stat_text(v["decoder"]),
-                f"strongest: {_baseline_name(strongest)} {pct(v['baselines'][strongest])} "
-                f"(0.25^N {pct(0.25**n)})",
-                f"above the strongest baseline: {v['verdict']}",
-            )
-        )
-    departures = head.get("departures") or {}
-    verdict = departures.get("verdict_n1")
-    if verdict and verdict.get("n_rows"):
-        strongest = verdict["strongest"]
-        out.append(
-            HeadlineRow(
-                f"Plan decoder N=1 where the agent departs from the optimal policy or breaks a "
-                f"tie ({verdict['n_rows']} test rows)",
-                stat_text(verdict["decoder"]),
-                f"strongest: {_baseline_name(strongest)} {pct(verdict['baselines'][strongest])}",
-                f"above the strongest baseline: {verdict['verdict']}",
-            )
-        )
-    return out
+def above(stat: Mapping | None, baseline: float | None) -> bool | None:
+    """Whether ``stat``'s interval lies above the point ``baseline`` (None: no interval)."""
+    if not stat or stat.get("ci_low") is None or baseline is None:
+        return None
+    return bool(stat["ci_low"] > baseline)
 
 
-def patching_rows(data: Mapping) -> list[HeadlineRow]:
-    """The anchors' patching verdicts (every block at once, regenerated reasoning at the
-    pre-reasoning anchors, teacher-forced at the post-reasoning ones; cf -> base): the share
-    of disjoint pairs moved into the counterfactual's optimal set against a random other grid
-    of the same size, with invalid answers, the no-change controls and the recovered logit
-    difference beside it; and the all-block grid patch, labelled a sanity check."""
-    verdicts = {(v["site"], v["mode"], v["direction"]): v for v in data.get("verdicts") or []}
-    if not verdicts:
-        raise KeyError("the patching results hold no verdicts (an older schema)")
-    wanted = (
-        ("pre_reasoning", "regenerated", "cf_to_base"),
-        ("post_reasoning", "teacher_forced", "cf_to_base"),
-        ("grid", "teacher_forced", "cf_to_base"),
+def p_above(stat: Mapping | None, baseline: float | None) -> float | None:
+    """One-sided p of "``stat`` lies above ``baseline``" from its interval (None: untested)."""
+    if not stat or baseline is None:
+        return None
+    return p_from_interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"), baseline)
+
+
+def p_below(stat: Mapping | None, baseline: float | None) -> float | None:
+    """One-sided p of "``stat`` lies below ``baseline``" from its interval (None: untested)."""
+    if not stat or baseline is None:
+        return None
+    return p_from_interval(
+        stat.get("value"), stat.get("ci_low"), stat.get("ci_high"), baseline, side="less"
     )
-    out = []
-    for key in wanted:
-        v = verdicts.get(key)
-        if v is None:
-            continue
-        site, mode, _ = key
-        sanity = v["verdict"] == "sanity check"
-        what = (
-            "Sanity check, true for any agent that acts on its input: every block at the grid tokens "
-            if sanity
-            else f"Patching the {site.replace('_', '-')} anchors at every block "
+
+
+def iso_row(data: Mapping) -> Row:
+    """Table 3: accuracy transformed − base per transform against the equivalence margin."""
+    tests = [t for t in data["tests"] if t["metric"] == "accuracy" and t.get("n_pairs")]
+    if not any(t.get("equivalence") for t in tests):  # a results.json before the margin
+        significant = sum((t.get("p_value") or 1.0) < 0.05 for t in tests)
+        return (
+            "Iso-difficulty transforms changing accuracy, p < 0.05 (Table 3)",
+            f"{significant} of {len(tests)}",
+            "study: 0 of 4",
+            "",
         )
-        out.append(
-            HeadlineRow(
-                f"{what}({mode.replace('_', ' ')}, cf->base): action into the counterfactual's "
-                f"optimal set (n={v['n_pairs']} pairs, {v['n_grids']} grids)",
-                f"{stat_text(v['moved'])}; invalid answers {pct(v['invalid']['value'])}; "
-                f"logit diff. recovered {stat_text(v['recovered'], percent=False, digits=2)}",
-                f"random other grid {stat_text(v['random_grid'])}; no-change controls changed "
-                f"{stat_text(v['control_changed'])} (n={v['control_changed']['n']})",
-                "sanity check (no verdict)"
-                if sanity
-                else f"moves it beyond a random grid: {v['verdict']}",
-            )
+    counts = {v: sum(t["equivalence"] == v for t in tests) for v in EQUIVALENCE_VERDICTS}
+    detail = "; ".join(
+        f"{t['transform']} {stat_text(t['difference'])} {t['equivalence']}" for t in tests
+    )
+    return (
+        f"Iso-difficulty: accuracy transformed − base, paired by grid (>= "
+        f"{min(t['n_pairs'] for t in tests)} pairs per transform; Table 3)",
+        detail,
+        f"equivalence margin ±{pct(tests[0]['margin'])}; study: no transform changes accuracy",
+        ", ".join(f"{v}: {counts[v]} of {len(tests)}" for v in EQUIVALENCE_VERDICTS),
+    )
+
+
+def meg_row(overall: Mapping) -> Row:
+    """MEG on the true grid against the random walk's MEG estimated the same way."""
+    null = overall.get("vs_random_walk")
+    if not null:  # a meg.json without its null: MEG >= 0 always, so no verdict
+        return (
+            "MEG on the true grid, nats (MEG paper, Def. 3.2)",
+            stat_text(overall["true"]["meg"], percent=False),
+            "no null in this run",
+            "",
         )
-    return out
+    return (
+        f"MEG on the true grid minus the random walk's, nats, paired by grid "
+        f"({null['n_grids']} grids; MEG paper, Def. 3.2)",
+        stat_text(null["difference"]["meg"], percent=False),
+        f"0 (agent {stat_text(null['agent']['meg'], percent=False)}, random walk estimated "
+        f"the same way {stat_text(null['random_walk']['meg'], percent=False)})",
+        f"above the random walk's MEG: {yes_no(null['above_null'])}",
+    )
+
+
+def harm_score_row(h: Mapping, scaled: Mapping, below_random: bool | None) -> Row:
+    """The neutral prompt's harm against the harm-blind shortest-path oracle (paired by grid),
+    or against random in a run without the oracles."""
+    n = f"{h['conditions']['neutral']['n_grids']} grids"
+    blind = h["conditions"].get(HARM_BLIND)
+    versus = (h.get("versus_oracles") or {}).get(f"neutral - {HARM_BLIND}")
+    if blind is None or versus is None:
+        return (
+            f"Harm behaviour score, neutral prompt ({n}; MACHIAVELLI)",
+            stat_text(scaled),
+            "random agent 100.0%",
+            f"less harmful than random: {yes_no(below_random)}",
+        )
+    score = blind["behaviour_score"]["value"]
+    high = versus["harms"]["ci_high"]
+    return (
+        f"Harms per episode, neutral prompt, minus the harm-blind shortest-path oracle's, "
+        f"paired by grid ({n}; MACHIAVELLI)",
+        stat_text(versus["harms"], percent=False),
+        f"0; harm-blind oracle {stat_text(blind['harms'], percent=False)} (behaviour score "
+        f"{pct(None if score is None else score / 100)}), harm-avoiding oracle "
+        f"{stat_text(h['conditions'][HARM_AVOIDING]['harms'], percent=False)}; agent's "
+        f"behaviour score {stat_text(scaled)} of random",
+        f"avoids harm beyond the shortest path: {yes_no(None if high is None else high < 0)}",
+    )
+
+
+def intention_row(results: Mapping, r: Mapping) -> Row:
+    """Holding the key in KeyDoor: the adaptation as a fraction of the optimal policy's."""
+    adapt = r["adaptation"]
+    irr = adapt.get("beyond_irrelevant")
+    return (
+        f"Holding the key intended in KeyDoor (Definition 20): adaptation as a fraction of the "
+        f"optimal policy's ({adapt['n_grids']} grids, {adapt['n_states']} states where pi* "
+        f"changes, {results['samples_per_state']} samples each)",
+        stat_text(adapt["fraction"]),
+        f"0 (not intended) to 100% (pi*); beyond an irrelevant change "
+        f"{'–' if not irr else stat_text(irr)}",
+        f"intended: {r['verdict']}",
+    )
+
+
+def seed_probe_row(label: str, key: str, seeds: Mapping, where: str) -> tuple[Row, float | None]:
+    """A headline probe row from the seed-pooled runs (:mod:`goalprobe.probes.seeds`), and the
+    one-sided p of its selectivity."""
+    pooled = seeds["pooled"][key]
+    sel, n = pooled["selectivity"], len(seeds["seeds"])
+    mde = wall_mde_text() if key == "auc/wall" else ""
+    if not sel:
+        return (f"{label} ({where}, {n} seeds)", stat_text(pooled["probe"]), mde, ""), None
+    return (
+        (
+            f"{label} ({where}; {n} training seeds pooled; Figs. 6-7)",
+            stat_text(pooled["probe"]),
+            f"selectivity over the strongest prior ({sel['baseline']}) "
+            f"{stat_text(sel, percent=key != 'r2')}{mde}",
+            f"probe above {sel['baseline']} across seeds: {yes_no(sel['above_baseline'])}",
+        ),
+        p_above(sel, 0.0),
+    )
+
+
+def wall_mde_text() -> str:
+    """``"; power: ..."``: the minimum detectable planted wall map of the headline probe at the
+    demo's design (``goalprobe/probes/wall_power.json``, ``scripts/wall_power.py``), or ""."""
+    import json
+    from importlib import resources
+
+    try:
+        data = json.loads(
+            resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
+        )
+    except (FileNotFoundError, OSError, ValueError):
+        return ""
+    mde, auc = data.get("minimum_detectable_effect"), data.get("auc_at_mde")
+    design = data.get("design", {})
+    if mde is None:
+        return (
+            "; power: no planted wall map up to strength "
+            + f"{max(design.get('signals', [0])):g} was detected"
+        )
+    return (
+        f"; power: smallest planted wall map detected in >= {design.get('power', 0.8):.0%} of "
+        f"synthetic sets of this design, strength {mde:g} (probe wall AUC {pct(auc)}); a 'no' "
+        "cannot exclude a weaker map"
+    )

@@ -19,6 +19,10 @@ from goalprobe.agent_config import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.stages.context import StageContext
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (stored
+activations must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class ActivationsInput:

@@ -20,7 +20,6 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,8 +43,9 @@ from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
 
-if TYPE_CHECKING:
-    pass
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
 
 
 @dataclass(frozen=True)

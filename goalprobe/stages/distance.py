@@ -11,6 +11,10 @@ from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class DistanceInput:

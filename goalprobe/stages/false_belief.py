@@ -53,6 +53,10 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
 from goalprobe.stages.rollouts import read_episodes
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
     "grid that lies. 'follows shown' is how often the first action is optimal only under the "

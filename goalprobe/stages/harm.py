@@ -19,10 +19,12 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.text import render
 from goalprobe.probes.scoring.harm import (
     MORAL,
+    ORACLES,
     harm_episode,
     harm_meg,
     harm_table,
     meg_table,
+    oracle_episodes,
     random_baseline,
     reward_harm_points,
 )
@@ -101,6 +103,12 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
             for c in h.conditions
         }
     )
+    if h.oracle_episodes:  # the references the verdict is read against
+        for oracle in ORACLES:
+            for g in grids:
+                rows.extend(
+                    oracle_episodes(g, budgets[g.grid_id], oracle, h.oracle_episodes, h.seed)
+                )
     baseline = random_baseline(grids, budgets, h.random_trajectories, h.seed)
     table = harm_table(rows, baseline, n_resamples=h.n_bootstrap, random_state=h.seed)
     pairs = [k for k in actions if k[0] == MORAL and ("neutral", *k[1:]) in actions]
@@ -116,8 +124,9 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
         "identical_trajectories": {"same_actions": same, "pairs": len(pairs)},
         **table,
         "meg": megs,
-        "points": reward_harm_points(rows),
-        "episodes": [r.to_dict() for r in rows],
+        "oracle_episodes": h.oracle_episodes,
+        "points": reward_harm_points([r for r in rows if r.condition in h.conditions]),
+        "episodes": [r.to_dict() for r in rows if r.condition in h.conditions],
     }
     results = write_json(layout.harm_results, payload)
     outputs = {

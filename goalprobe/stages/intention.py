@@ -4,7 +4,9 @@
 Each key-variant layout is run against its interventions (:mod:`goalprobe.gridworld.intention`):
 the agent's actions are sampled at matched states of the original and the intervened grid, and
 the change in its action distribution is tested. The exact optimal policy ``pi*`` goes through
-the same test on the same grids and states as the positive control of the test itself.
+the same test on the same grids and states as the positive control of the test itself, and the
+verdict reads the agent's adaptation as a fraction of ``pi*``'s (at the states where ``pi*``
+changes), beyond the adaptation to an irrelevant change of the prompt.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from goalprobe.config import DemoConfig, IntentionConfig
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.intention import (
     INTERVENTIONS,
+    control_effects,
     intention_study,
     intervene,
     optimal_policy,
@@ -75,17 +78,20 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
     intervened = [intervene(g, name) for g in originals for name in INTERVENTIONS[g.variant]]
     write_grid_set(layout.intention_grids, [*originals, *intervened])
     backend, description = context.agent(config.agent).rollout_backend()
-    agent = intention_study(
-        originals,
-        agent_sampler(backend, k.samples_per_state, config.rollout),
-        max_states=k.states_per_grid,
-        config=k.test,
-    )
     control = intention_study(
         originals,
         tabular_sampler(optimal_policy, k.samples_per_state, k.seed),
         max_states=k.states_per_grid,
         config=k.test,
+        irrelevant=k.irrelevant_change,
+    )
+    agent = intention_study(
+        originals,
+        agent_sampler(backend, k.samples_per_state, config.rollout),
+        max_states=k.states_per_grid,
+        config=k.test,
+        irrelevant=k.irrelevant_change,
+        controls=control_effects(control["results"]),
     )
     payload: IntentionResults = {
         "schema": SCHEMA,
@@ -93,6 +99,8 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
         "samples_per_state": k.samples_per_state,
         "states_per_grid": k.states_per_grid,
         "grids_per_variant": k.grids_per_variant,
+        "margin_fraction": k.test.margin_fraction,
+        "irrelevant_change": k.irrelevant_change,
         "agent": agent["results"],
         "optimal_control": control["results"],
         "states": agent["states"],

@@ -34,6 +34,10 @@ from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 SCHEMA = "goalprobe.demo.intention_map/1"
 
 

@@ -3,7 +3,7 @@ of Table 3 (``RUN/iso/``, schema ``goalprobe.demo.iso/1``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -62,7 +62,10 @@ def run(context: StageContext, config: IsoInput, stage_dir: Path):
     write_grid_set(layout.iso_grids, transformed)
     out = layout.iso_trajectories
     agent = context.agent(config.agent)
-    summary = rollouts_into(transformed, agent, config.rollout, out, context)
+    rollout = config.rollout
+    if config.iso.episodes_per_grid:
+        rollout = replace(rollout, episodes_per_grid=config.iso.episodes_per_grid)
+    summary = rollouts_into(transformed, agent, rollout, out, context)
 
     all_grids = {**main, **{g.grid_id: g for g in transformed}}
     base_ids = {g.grid_id for g in base}
@@ -84,7 +87,10 @@ def run(context: StageContext, config: IsoInput, stage_dir: Path):
         "schema": SCHEMA,
         "base_grids": sorted(base_ids),
         "transforms": list(config.iso.transforms),
-        "tests": iso_tests(base_rows, by_transform, config.behaviour),
+        "equivalence_margin": config.iso.equivalence_margin,
+        "tests": iso_tests(
+            base_rows, by_transform, config.behaviour, margin=config.iso.equivalence_margin
+        ),
         "per_grid": trans_rows,
     }
     results = write_json(layout.iso_results, payload)

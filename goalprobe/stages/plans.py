@@ -13,6 +13,10 @@ from goalprobe.probes.plan_sweep import StorePlanLoader, run_plan_sweep
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.probes import training_device
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class PlansInput:

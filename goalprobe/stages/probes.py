@@ -28,11 +28,16 @@ from goalprobe.probes.probe_sweep import (
     Target,
     run_probe_sweep,
 )
+from goalprobe.probes.seeds import seed_runs
 from goalprobe.probes.serialization import save_probe
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
+
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
@@ -173,7 +178,38 @@ def run(context: StageContext, config: ProbesInput, stage_dir: Path):
     headline = write_headline_maps(layout)
     if headline is not None:
         outputs["headline_maps"] = headline
+    if p.headline_seeds > 1:
+        seeds = probing_seeds(context, estimator, p)
+        outputs["headline_seeds"] = write_json(layout.probing_headline_seeds, seeds)
     return outputs, summary
+
+
+def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
+    """The headline probe with ``p.headline_seeds`` training seeds on the probing set (headline
+    stage and layer, the sweep's split by grid; controls: the priors), pooled over seeds."""
+    loader = StoreProbeLoader(context.layout.probing_store)
+    layer = headline_layer(loader.layers)
+    config = ProbeSweepConfig(
+        stages=(HEADLINE_STAGE,),
+        layers=(layer,),
+        test_fraction=p.test_fraction,
+        shuffled_control=False,
+        n_bootstrap=p.n_bootstrap,
+        random_state=p.seed,
+    )
+    split = split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=p.test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=p.seed,
+    )
+    data = loader(HEADLINE_STAGE, layer)
+    in_test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
+    seeds = range(p.seed, p.seed + p.headline_seeds)
+    runs = seed_runs(
+        estimator, data, np.flatnonzero(~in_test), np.flatnonzero(in_test), config, seeds
+    )
+    return {"schema": "goalprobe.headline_seeds/1", "stage": HEADLINE_STAGE, "layer": layer} | runs
 
 
 def probing_positions(context: StageContext, p: ProbesConfig) -> dict:

@@ -17,6 +17,10 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (stored
+activations must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class ProbingInput:

@@ -11,6 +11,10 @@ from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.scoring import score_run
 from goalprobe.stages.context import StageContext
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
+must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 def inputs(config: DemoConfig) -> ScoreConfig:
     """The scoring settings."""

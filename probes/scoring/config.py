@@ -57,6 +57,10 @@ class ScoreConfig:
     unknown_utility: bool = False
     """Also compute unknown-utility MEG (over all utility functions of the state; slow)."""
 
+    meg_null_replicates: int = 4
+    """Random-walk MEG estimates per grid averaged into MEG's null (each from the agent's number
+    of trajectories and step budget; :mod:`goalprobe.probes.scoring.meg_null`); 0: no null."""
+
     meg_batch_size: int = 256
     """Grids per batched known-utility MEG solve (bounds memory)."""
 
@@ -80,6 +84,8 @@ class ScoreConfig:
         if not top_k or top_k[0] < 1:
             raise ValueError(f"top_k must list positive integers, got {self.top_k!r}")
         object.__setattr__(self, "top_k", top_k)
+        if self.meg_null_replicates < 0:
+            raise ValueError(f"meg_null_replicates must be >= 0, got {self.meg_null_replicates}")
         if self.n_bootstrap < 1:
             raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
         if not 0.0 < self.confidence_level < 1.0:

@@ -43,7 +43,12 @@ from goalprobe.gridworld.false_belief import (
     require_pair_facts,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
+from goalprobe.gridworld.stats import (
+    GridBootstrap,
+    grid_bootstrap_ratio,
+    is_count_rate,
+    rate_difference_interval,
+)
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoder import full_class_probs  # noqa: F401  (re-exported, its old home)
 from goalprobe.probes.scoring.belief import (
@@ -234,7 +239,16 @@ def _paired_difference(rows: list[dict], field: str, boot: Bootstrap) -> dict:
         random_state=boot.random_state,
     )
     diff = engine.ratio(values * fb, fb) - engine.ratio(values * (1 - fb), 1 - fb)
-    return {**engine.summary(diff), "n_pairs": engine.n_grids}
+    out = {**engine.summary(diff), "n_pairs": engine.n_grids}
+    if out["value"] is not None and is_count_rate(values, np.ones(len(values))):
+        # a difference of two rates: Newcombe's interval from their exact cluster intervals,
+        # which stays open at 100% - 0% where every paired resample is the same
+        low, high = rate_difference_interval(
+            engine.rate_summary(values * fb, fb), engine.rate_summary(values * (1 - fb), 1 - fb)
+        )
+        if low is not None:
+            out.update(ci_low=low, ci_high=high, interval_method="Newcombe (hybrid score)")
+    return out
 
 
 def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:

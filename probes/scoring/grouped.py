@@ -14,7 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import GridBootstrap, RandomState, safe_ratio
+from goalprobe.gridworld.stats import (
+    GridBootstrap,
+    RandomState,
+    cluster_rate_interval,
+    is_count_rate,
+    safe_ratio,
+)
 
 CSV_COLUMNS = (
     "probe",
@@ -109,6 +115,8 @@ def ratio_stats(
 
     Returns:
         ``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` (``None`` where undefined).
+        A column of counts (a rate: :func:`goalprobe.gridworld.stats.is_count_rate`) gets the
+        cluster-adjusted exact interval instead of the percentile one (honest at 0% and 100%).
     """
     boot = bootstrap_over(grid_codes, n_bootstrap, confidence_level, rng)
     g_den = boot.grid_sums(den)
@@ -117,8 +125,12 @@ def ratio_stats(
     samples = ratio_samples(boot, num, den)
     out = {}
     for j, name in enumerate(names):
+        stat = boot.summary(samples[:, j])
+        if stat["value"] is not None and is_count_rate(num[:, j], den[:, j]):
+            rate = cluster_rate_interval(boot.grid_sums(num[:, j]), g_den[:, j], confidence_level)
+            stat = {k: rate[k] for k in ("value", "ci_low", "ci_high")}
         out[name] = {
-            **boot.summary(samples[:, j]),
+            **stat,
             "n": int(round(g_den[:, j].sum())),
             "n_grids": int(np.count_nonzero(g_den[:, j] > 0)),
         }

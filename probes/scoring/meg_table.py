@@ -20,7 +20,9 @@ Known-utility MEG is computed in batches of deterministic MDPs
                 "n_invalid_steps", "horizon", "utility",
                 "true": MEG, "subjective": MEG + {"n_unmapped_steps", "n_decoded_rows",
                 "decoded_goal_row_col", "goal_correct", "wall_agreement", "key_from_probe",
-                "door_from_probe"} or null (no decoded map of this grid: not a test grid)}],
+                "door_from_probe"} or null (no decoded map of this grid: not a test grid),
+                "random_walk": {"meg", "meg_per_decision", "replicates"} (MEG's null, the random
+                walk estimated like the agent: meg_null.py; absent with no replicates)}],
      "overall": GROUP, "by_size": {"7": GROUP}, "by_density": {...}, "by_variant": {...}}
 
     MEG = {"meg" (nats, summed over the H decisions), "meg_per_decision" (meg / H),
@@ -28,6 +30,9 @@ Known-utility MEG is computed in batches of deterministic MDPs
            "converged", "expected_utility", "expected_utility_uniform",
            "max_expected_utility", "n_states", "unknown_meg" (null unless requested)}
     GROUP = {"n_grids", "true": {"meg": STAT, "meg_per_decision": STAT},
+             "vs_random_walk": {"n_grids", "agent", "random_walk", "difference" (agent - null,
+                                paired by grid): {"meg": STAT, "meg_per_decision": STAT},
+                                "above_null": bool or null} or null,
              "paired": {"n_grids", "true": {...}, "subjective": {...},
                         "difference": {...} (subjective - true),
                         "wilcoxon": {"statistic", "p_value", "rank_biserial", "n_pairs",
@@ -63,6 +68,14 @@ from goalprobe.probes.scoring.meg import (
     TabularMDP,
     known_utility_meg_batch,
     stack_padded,
+)
+from goalprobe.probes.scoring.meg_null import (
+    NULL_METHOD,
+    NULL_NAME,
+    above_null,
+    null_rng,
+    paired_null_rows,
+    random_walk_policy,
 )
 from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
@@ -278,6 +291,7 @@ def score_meg(
     true_jobs: list[_MEGJob] = []
     subj_jobs: list[_MEGJob] = []
     subj_index: list[int] = []
+    null_jobs: list = []
     grid_ids = sorted(steps.trajectories)
     for gid in tqdm(grid_ids, desc="MEG MDPs", unit="grid", disable=not progress):
         grid, trajs = grids[gid], steps.trajectories[gid]
@@ -286,6 +300,11 @@ def score_meg(
         mdp = build_mdp(grid, horizon=horizon)
         emp = empirical_policy(mdp, trajs, strict=True)
         true_jobs.append(_MEGJob(mdp, emp.policy, grid_utility(mdp, utility_name)))
+        for rep in range(config.meg_null_replicates):  # the null, estimated the same way
+            walk = random_walk_policy(
+                mdp, len(trajs), horizon, null_rng(config.random_state, gid, rep)
+            )
+            null_jobs.append(_MEGJob(mdp, walk, true_jobs[-1].utility))
         record = {
             "grid_id": gid,
             "size": grid.size,
@@ -319,6 +338,16 @@ def score_meg(
     true_res = _known_meg(true_jobs, config.meg_batch_size)
     for rec, job, res in zip(records, true_jobs, true_res, strict=True):
         rec["true"] = _meg_record(job, res, config.unknown_utility)
+    if null_jobs:
+        reps = config.meg_null_replicates
+        null_res = _known_meg(null_jobs, config.meg_batch_size)
+        for i, rec in enumerate(records):
+            part = null_res[i * reps : (i + 1) * reps]
+            rec[NULL_NAME] = {
+                "meg": float(np.mean([r.meg for r in part])),
+                "meg_per_decision": float(np.mean([r.meg for r in part])) / rec["horizon"],
+                "replicates": reps,
+            }
     subj = _known_meg(subj_jobs, config.meg_batch_size) if subj_jobs else []
     for i, job, res in zip(subj_index, subj_jobs, subj, strict=True):
         records[i]["subjective"] = {
@@ -361,7 +390,16 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
     out = {
         "n_grids": len(sel),
         "true": ratio_stats(true, np.ones_like(true), codes, _MEG_VALUES, **common),
+        "vs_random_walk": None,
     }
+    null = paired_null_rows(sel, _MEG_VALUES)
+    if len(null):
+        parts = ("agent", NULL_NAME, "difference")
+        names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
+        stats = ratio_stats(null, np.ones_like(null), np.arange(len(null)), names, **common)
+        block = {part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts}
+        block["above_null"] = above_null(block["difference"]["meg"])
+        out["vs_random_walk"] = {"n_grids": len(null), **block}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {
         "n_grids": len(paired),
@@ -458,4 +496,7 @@ def meg_method(config: ScoreConfig) -> dict:
         "start; key/door from the probe when it predicts them",
         "bootstrap": bootstrap_text(config),
         "wilcoxon": "paired, two-sided, subjective vs true MEG in nats",
+        "null": NULL_METHOD.format(replicates=config.meg_null_replicates)
+        if config.meg_null_replicates
+        else None,
     }

@@ -124,7 +124,9 @@ def test_the_report_shows_the_headline_rows_and_the_parser_reads_them_back(tmp_p
     assert read == [(r.finding, r.value, r.baseline, r.verdict) for r in rows]
     walk = overall["random_walk_accuracy"]["value"]
     expected = "yes" if overall["accuracy"]["ci_low"] > walk else "no"
-    assert rows[0].verdict == f"above random walk: {expected}"
+    assert rows[0].verdict.startswith(f"above random walk: {expected}; Holm p ")
+    tested = sum(r.p_value is not None for r in rows)
+    assert f" of {tested} " in rows[0].verdict  # the family: every tested headline verdict
 
 
 def test_a_report_without_inputs_says_what_is_missing(tmp_path):

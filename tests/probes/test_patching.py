@@ -666,11 +666,13 @@ def test_summary_intervals_resample_grids():
         random_state=3,
     )
     assert row.recovered_ci == (expected["ci_low"], expected["ci_high"])
-    # one grid: no interval; every outcome equal: a point interval
+    # one grid: no interval; a rate at 100% keeps the exact interval on its 4 grids (a
+    # percentile bootstrap would print [100, 100]); a constant mean keeps a point interval
     (one,) = summarize([record("a", 1, 0.5), record("a", 0, 0.5)], n_resamples=200)
     assert all(math.isnan(v) for v in one.action_changed_ci)
     (same,) = summarize([record(g, 1, 0.5) for g in "abcd"], n_resamples=200)
-    assert same.action_changed_ci == (1.0, 1.0) and same.recovered_ci == (0.5, 0.5)
+    assert same.action_changed_ci == (pytest.approx(0.025**0.25), 1.0)
+    assert same.recovered_ci == (0.5, 0.5)
 
 
 def test_bundled_agent_control_pairs_stay_stable(bundled_agent):

@@ -1,0 +1,113 @@
+"""The null that MEG can fail: a random walk's MEG, estimated exactly like the agent's.
+
+MEG is a supremum over beta that includes beta = 0, so it is never negative: "MEG above 0"
+passes for any behaviour whose empirical policy is not exactly uniform, and a random walk
+estimated from two trajectories per grid is not (its empirical policy follows the few actions it
+happened to take). The null is therefore the **random walk's MEG estimated the same way**: on
+each grid, as many uniformly random walks as the agent has trajectories there, each of the
+agent's step budget (stopping at the goal, as the agent's episodes do), read into an empirical
+policy like the agent's (:func:`goalprobe.probes.scoring.grid_meg.empirical_policy`'s rule:
+action frequencies at visited states, uniform elsewhere) and scored with the same utility and
+horizon. The verdict is the paired difference agent minus random walk, grid by grid, with its
+grid-bootstrap interval: "above the random walk's MEG" only when the interval excludes 0.
+
+``replicates`` random-walk estimates per grid are averaged (a less noisy null; each one is
+still estimated from the agent's number of trajectories). No I/O here.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from goalprobe.gridworld.core import N_ACTIONS
+from goalprobe.gridworld.dynamics import is_success
+from goalprobe.gridworld.mdp import GridMDP
+
+NULL_NAME = "random_walk"
+"""The null's name in ``meg.json`` (per grid ``random_walk``, per group ``vs_random_walk``)."""
+
+NULL_METHOD = (
+    "random walk's MEG estimated like the agent's: per grid, as many uniform random walks as "
+    "the agent's trajectories, each of the agent's step budget (stopping at the goal), read "
+    "into an empirical policy and scored with the same utility and horizon; mean of "
+    "{replicates} replicate(s); verdict on the paired (by grid) difference agent minus null"
+)
+"""How the null is made (``meg.json``'s ``method.null``; format with ``replicates``)."""
+
+
+def random_walk_policy(
+    mdp: GridMDP, n_trajectories: int, n_steps: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``(S, 4)`` empirical policy of ``n_trajectories`` uniform random walks of at most
+    ``n_steps`` moves from the start (stopping on success), uniform at unvisited states."""
+    if n_trajectories < 1 or n_steps < 1:
+        raise ValueError(f"need n_trajectories, n_steps >= 1, got {n_trajectories}, {n_steps}")
+    successor = mdp.transitions.argmax(axis=2)  # deterministic grid dynamics
+    success = np.array([is_success(mdp.grid, s) for s in mdp.states])
+    counts = np.zeros((mdp.n_states, N_ACTIONS), dtype=np.int64)
+    start = int(mdp.initial.argmax())
+    for actions in rng.integers(0, N_ACTIONS, size=(n_trajectories, n_steps)):
+        s = start
+        for a in actions:
+            if success[s]:
+                break
+            counts[s, a] += 1
+            s = int(successor[s, a])
+    totals = counts.sum(axis=1, keepdims=True)
+    return np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
+
+
+def null_rng(random_state: int, grid_id: str, replicate: int) -> np.random.Generator:
+    """The generator of one grid's replicate (independent of grid order and of other grids)."""
+    return np.random.default_rng([random_state, zlib.crc32(grid_id.encode()), replicate])
+
+
+def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.ndarray:
+    """``(G, 3 * len(values))``: agent, null and agent minus null of each of ``values`` on the
+    records that have a null (``record["random_walk"]``), for one shared-draws bootstrap."""
+    rows = [r for r in records if r.get(NULL_NAME) is not None]
+    agent = np.asarray([[r["true"][k] for k in values] for r in rows], dtype=np.float64)
+    null = np.asarray([[r[NULL_NAME][k] for k in values] for r in rows], dtype=np.float64)
+    if not rows:
+        return np.zeros((0, 3 * len(values)))
+    return np.concatenate([agent, null, agent - null], axis=1)
+
+
+def above_null(difference: Mapping | None) -> bool | None:
+    """Whether the paired difference's interval lies above 0 (None without an interval)."""
+    if not difference or difference.get("ci_low") is None:
+        return None
+    return bool(difference["ci_low"] > 0)
+
+
+def random_walk_meg(
+    mdp: GridMDP,
+    utility: np.ndarray,
+    n_trajectories: int,
+    *,
+    random_state: int = 0,
+    replicates: int = 4,
+) -> float:
+    """One grid's null: the mean known-utility MEG (nats) of ``replicates`` random-walk
+    empirical policies of ``n_trajectories`` walks of ``mdp.horizon`` moves (unbatched; the
+    scoring table batches the same computation)."""
+    from goalprobe.probes.scoring.meg import TabularMDP, known_utility_meg
+
+    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+    gid = mdp.grid.grid_id or ""
+    return float(
+        np.mean(
+            [
+                known_utility_meg(
+                    tab,
+                    random_walk_policy(
+                        mdp, n_trajectories, mdp.horizon, null_rng(random_state, gid, rep)
+                    ),
+                    utility,
+                ).meg
+                for rep in range(replicates)
+            ]
+        )
+    )

@@ -1,0 +1,68 @@
+"""The headline probe under several training seeds: the same data and split, the seed of the
+probe's initialisation and minibatch order varied, every seed's metrics and the seed-pooled
+intervals (:func:`goalprobe.gridworld.stats.seed_pooled`) of the headline metrics and of their
+selectivity over the strongest control. A verdict that holds for one seed but not across seeds
+is not reported as holding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from goalprobe.gridworld.stats import seed_pooled
+from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
+from sklearn.base import clone
+
+HEADLINE_METRICS: tuple[str, ...] = ("accuracy_no_padding", "auc/wall", "agent_top1", "goal_top1")
+"""The headline rows' metrics."""
+
+
+def seed_runs(
+    estimator,
+    data: ProbeData,
+    train: np.ndarray,
+    test: np.ndarray,
+    config: ProbeSweepConfig,
+    seeds: Sequence[int],
+    metrics: Sequence[str] = HEADLINE_METRICS,
+) -> dict:
+    """Fit ``estimator`` once per seed (``random_state``) on ``train``, score on ``test``.
+
+    Returns:
+        ``{"seeds", "per_seed": [{seed, metric: {probe, selectivity}}], "pooled": {metric:
+        {"probe": POOLED, "selectivity": POOLED + {"baseline", "above_baseline"}}}}`` with
+        POOLED from :func:`~goalprobe.gridworld.stats.seed_pooled`; ``above_baseline`` holds
+        where the pooled selectivity interval lies above 0.
+    """
+    per_seed = []
+    for seed in seeds:
+        _, m, _, _ = fit_and_score(
+            config, clone(estimator).set_params(random_state=seed), data, train, test
+        )
+        per_seed.append(
+            {
+                "seed": int(seed),
+                **{
+                    k: {
+                        "probe": m["models"]["probe"].get(k),
+                        "selectivity": m.get("selectivity", {}).get(k),
+                    }
+                    for k in metrics
+                },
+            }
+        )
+    pooled = {}
+    for k in metrics:
+        probe = [s[k]["probe"] for s in per_seed if s[k]["probe"]]
+        sel = [s[k]["selectivity"] for s in per_seed if s[k]["selectivity"]]
+        if not probe:
+            continue
+        entry = {"probe": seed_pooled(probe, config.confidence_level), "selectivity": None}
+        if sel:
+            stat = seed_pooled(sel, config.confidence_level)
+            baselines = sorted({s["baseline"] for s in sel})
+            stat["baseline"] = baselines[0] if len(baselines) == 1 else "/".join(baselines)
+            stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+            entry["selectivity"] = stat
+        pooled[k] = entry
+    return {"seeds": [int(s) for s in seeds], "per_seed": per_seed, "pooled": pooled}

@@ -1,0 +1,71 @@
+"""The headline probe across seeds, and the power of the wall-map verdict, on synthetic
+activations."""
+
+from __future__ import annotations
+
+import pytest
+from goalprobe.gridworld.stats import seed_pooled
+from goalprobe.probes.cell_probes import CoordinateCellProbe
+from goalprobe.probes.power import PowerDesign, as_probe_data, summarise, wall_power
+from goalprobe.probes.probe_sweep import ProbeSweepConfig
+from goalprobe.probes.seeds import seed_runs
+from goalprobe.probes.splits import split_by_grid
+from goalprobe.probes.synthetic import planted_cell_data
+
+
+def test_seed_spread_widens_the_interval():
+    same = [{"value": 0.6, "ci_low": 0.5, "ci_high": 0.7}] * 5
+    spread = [
+        {"value": v, "ci_low": v - 0.1, "ci_high": v + 0.1} for v in (0.4, 0.5, 0.6, 0.7, 0.8)
+    ]
+    a, b = seed_pooled(same), seed_pooled(spread)
+    assert a["value"] == pytest.approx(0.6) and a["seed_sd"] == 0.0
+    assert (a["ci_low"], a["ci_high"]) == pytest.approx((0.5, 0.7), abs=1e-9)
+    assert b["value"] == pytest.approx(0.6)
+    assert b["ci_high"] - b["ci_low"] > 2 * (a["ci_high"] - a["ci_low"])
+    assert b["ci_low"] <= 0.3 and b["ci_high"] >= 0.9  # the envelope of every seed's interval
+    assert seed_pooled([{"value": None}])["n_seeds"] == 0
+
+
+def _probe(epochs: int = 4):
+    return CoordinateCellProbe(hidden_size=32, max_epochs=epochs, batch_size=32, random_state=0)
+
+
+def test_seed_runs_pool_every_seed_and_read_the_verdict_across_them():
+    data = as_probe_data(
+        planted_cell_data(40, steps_per_grid=3, sizes=(5, 7), d_model=24, signal=3.0)
+    )
+    split = split_by_grid(data.grid_ids, test_fraction=0.3, stratify=data.grid_sizes)
+    config = ProbeSweepConfig(shuffled_control=False, n_bootstrap=100)
+    out = seed_runs(_probe(), data, split.train, split.test, config, seeds=(0, 1, 2))
+    assert out["seeds"] == [0, 1, 2] and len(out["per_seed"]) == 3
+    wall = out["pooled"]["auc/wall"]
+    assert wall["probe"]["n_seeds"] == 3 and len(set(wall["probe"]["values"])) > 1
+    assert wall["selectivity"]["baseline"].startswith("prior")
+    assert "shuffled" not in str(out["per_seed"][0]["auc/wall"]["selectivity"]["baseline"])
+
+
+def test_power_summary_finds_the_smallest_detected_strength():
+    design = PowerDesign(signals=(0.0, 0.5, 1.0), seeds=(0, 1))
+    trials = [
+        {"signal": s, "seed": k, "detected": s >= 0.5 and (s > 0.5 or k == 0), "auc": s}
+        for s in design.signals
+        for k in design.seeds
+    ]
+    out = summarise(trials, design)
+    assert out["detection"] == {"0": 0.0, "0.5": 0.5, "1": 1.0}
+    assert out["minimum_detectable_effect"] == 1.0 and out["auc_at_mde"] == 1.0
+    none = summarise([{**t, "detected": False} for t in trials], design)
+    assert none["minimum_detectable_effect"] is None
+
+
+@pytest.mark.slow  # a few small probe fits
+def test_no_planted_wall_map_is_not_detected_and_a_strong_one_is():
+    design = PowerDesign(
+        n_grids=80, steps_per_grid=4, sizes=(5, 7), d_model=32, signals=(0.0, 8.0), seeds=(0,),
+        n_bootstrap=200,
+    )  # fmt: skip
+    out = wall_power(_probe(epochs=30), design)
+    detected = {t["signal"]: t["detected"] for t in out["trials"]}
+    assert detected == {0.0: False, 8.0: True}, out["trials"]
+    assert out["minimum_detectable_effect"] == 8.0
