@@ -9,7 +9,7 @@ is read by its owner's reader, which checks its schema.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,9 @@ class FalseBeliefEpisodes:
             the step (from ``false_belief/decoded_maps.h5``); empty without one.
         maps_why: why there are no decoded maps (None when there are).
         maps_label: what decoded them (stage, layer, probe), for captions.
+        readouts: ``(grid_id, episode, step)`` -> ``(agent, goal)`` ``(S, S)`` position read-outs
+            of the step (step maps of schema 2); empty when the file has none (the cell
+            probe's ``P(AGENT)`` / ``P(GOAL)`` place them then).
     """
 
     grids: dict[str, Grid]
@@ -46,6 +49,9 @@ class FalseBeliefEpisodes:
     maps: dict[tuple[str, int, int], np.ndarray]
     maps_why: str | None
     maps_label: str
+    readouts: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )
 
     def label(self, key: str) -> str:
         """Short human label: grid, episode, kind and role, outcome and length."""
@@ -88,6 +94,7 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
             f"false-belief grid set lacks ({', '.join(unknown[:3])})"
         )
     maps: dict[tuple[str, int, int], np.ndarray] = {}
+    readouts: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
     why, label = None, ""
     if maps_path.is_file():
         try:
@@ -96,6 +103,14 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
             raise ValueError(f"false-belief decoded maps unreadable: {err}") from err
         probs = full_class_probs(step_maps.probs, step_maps.classes.tolist())
         maps = {key: probs[i] for key, i in step_maps.index().items()}
+        if step_maps.agent is not None and step_maps.goal is not None:
+            readouts = {
+                key: (
+                    np.asarray(step_maps.agent[i], dtype=np.float32),
+                    np.asarray(step_maps.goal[i], dtype=np.float32),
+                )
+                for key, i in step_maps.index().items()
+            }
         a = step_maps.attrs
         label = f"{_text(a.get('stage', '?'))} · layer {a.get('layer', '?')}"
     else:
@@ -103,7 +118,7 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
             "no decoded maps of the false-belief steps: run goalprobe demo with the probes "
             "stage (the headline probe decodes every visited state)"
         )
-    return FalseBeliefEpisodes(grids, episodes, maps, why, label)
+    return FalseBeliefEpisodes(grids, episodes, maps, why, label, readouts)
 
 
 def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:

@@ -509,7 +509,9 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
     grid = fb.grids[record.grid_id]
     state = record.state
     facts = pair_facts(grid) or {}
-    probs = fb.maps.get((record.grid_id, record.episode, record.step))
+    key = (record.grid_id, record.episode, record.step)
+    probs = fb.maps.get(key)
+    agent_map, goal_map = fb.readouts.get(key, (None, None))
     decoded, why = None, fb.maps_why
     if probs is not None:
         locked = record.door_row_col is not None and not record.door_open and not record.has_key
@@ -519,6 +521,8 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
             source=fb.maps_label,
             classes=tuple(range(N_CLASSES)),
             door_locked=locked,
+            agent=agent_map,
+            goal=goal_map,
         )
     elif why is None:
         why = (

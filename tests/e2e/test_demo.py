@@ -601,3 +601,32 @@ def test_the_control_runs_the_false_belief_grids_with_the_position_read_out(demo
     assert {"episodes_decoded_goal_shown", "acc_dec", "acc_gt_decoded_steps"} <= set(stale)
     maps = read_step_maps(control / "decoded_maps.h5")
     assert maps.goal is not None and maps.goal.shape == maps.probs.shape[:3]
+
+
+@pytest.mark.slow  # on the tiny demo's run
+def test_the_viewer_places_the_false_belief_agent_and_goal_with_the_position_readouts(demo):
+    """The viewer's false-belief step decodes the agent's and goal's cells with the position
+    read-outs stored beside the step maps (decoded-map schema 2), like scoring does."""
+    import numpy as np
+
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.step import build_false_belief_step
+
+    result, _ = demo
+    for run_dir in (result.run_dir, result.run_dir / "control"):
+        run = RunData(run_dir)
+        fb = run.false_belief_episodes()
+        assert fb is not None and fb.readouts, run_dir
+        key = next(
+            k
+            for k in fb.episodes
+            if any((s.grid_id, s.episode, s.step) in fb.readouts for s in fb.episodes[k].steps)
+        )
+        steps = fb.episodes[key].steps
+        t = next(i for i, s in enumerate(steps) if (s.grid_id, s.episode, s.step) in fb.readouts)
+        view = build_false_belief_step(run, key, t)
+        agent, goal = fb.readouts[(steps[t].grid_id, steps[t].episode, steps[t].step)]
+        n = fb.grids[steps[t].grid_id].size
+        assert view.decoded is not None
+        want = np.unravel_index(np.argmax(agent[:n, :n]), (n, n))
+        assert tuple(int(x) for x in view.decoded.agent_row_col) == tuple(int(x) for x in want)
