@@ -608,7 +608,6 @@ def test_the_viewer_places_the_false_belief_agent_and_goal_with_the_position_rea
     """The viewer's false-belief step decodes the agent's and goal's cells with the position
     read-outs stored beside the step maps (decoded-map schema 2), like scoring does."""
     import numpy as np
-
     from goalprobe.viewer.data import RunData
     from goalprobe.viewer.step import build_false_belief_step
 
