@@ -42,7 +42,16 @@ def split_verdict(verdict: str) -> tuple[str, str]:
     question, sep, answer = verdict.partition(": ")
     if not sep:
         return "", verdict.strip() or "-"
-    return question.strip(), answer.strip()
+    return question.strip(), short_answer(answer.strip())
+
+
+def short_answer(answer: str) -> str:
+    """``"yes; Holm p 0.036 of 12 (holds after correction)"`` -> ``"yes, Holm ok"`` (``"Holm
+    ns"`` when it does not hold after the correction); other answers as they are."""
+    head, sep, rest = answer.partition("; Holm")
+    if not sep:
+        return answer
+    return f"{head}, Holm {'ok' if 'holds' in rest else 'ns'}"
 
 
 def _questions(questions: list[str]) -> str:

@@ -33,6 +33,10 @@ from goalprobe.stages.rollouts import read_episodes
 
 SCHEMA = "goalprobe.demo.decision/1"
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers must
+not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class DecisionInput:

@@ -35,6 +35,10 @@ from goalprobe.stages.decode import headline_probe
 
 SCHEMA = "goalprobe.demo.fog_map/1"
 
+TORCH_THREADS = 1
+"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers must
+not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+
 
 @dataclass(frozen=True)
 class FogMapInput:

@@ -68,3 +68,17 @@ def test_single_agent_lines():
     lines = verdict_lines([("MEG on the true grid, nats", ["above 0: yes"])], ["bundled"])
     assert lines[1].startswith("MEG on the true grid, nats: > 0") and lines[1].endswith(" yes")
     assert all(len(line) == WIDTH for line in lines)
+
+
+def test_holm_details_shorten_to_ok_or_ns():
+    from goalprobe.report.summary import split_verdict
+
+    assert split_verdict("above random walk: yes; Holm p 0.036 of 12 (holds after correction)") == (
+        "above random walk",
+        "yes, Holm ok",
+    )
+    assert (
+        split_verdict("above prior: no; Holm p 1 of 12 (not significant after correction)")[1]
+        == "no, Holm ns"
+    )
+    assert split_verdict("above controls: undecided") == ("above controls", "undecided")
