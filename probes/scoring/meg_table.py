@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
@@ -90,6 +90,9 @@ class MegBody(TypedDict):
     by_size: dict[str, dict[str, Any]]
     by_density: dict[str, dict[str, Any]]
     by_variant: dict[str, dict[str, Any]]
+    # the per-step MEG (:func:`goalprobe.probes.scoring.step_meg.step_meg`), which the
+    # application layer adds to the body before writing ``meg.json``
+    per_step: NotRequired[dict[str, Any]]
 
 
 class MegScores(ScoresHeader, MegBody):
@@ -397,9 +400,11 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         parts = ("agent", NULL_NAME, "difference")
         names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
         stats = ratio_stats(null, np.ones_like(null), np.arange(len(null)), names, **common)
-        block = {part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts}
-        block["above_null"] = above_null(block["difference"]["meg"])
-        out["vs_random_walk"] = {"n_grids": len(null), **block}
+        vs_null: dict[str, Any] = {
+            part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts
+        }
+        vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
+        out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {
         "n_grids": len(paired),
