@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
@@ -90,9 +90,6 @@ class MegBody(TypedDict):
     by_size: dict[str, dict[str, Any]]
     by_density: dict[str, dict[str, Any]]
     by_variant: dict[str, dict[str, Any]]
-    # the per-step MEG (:func:`goalprobe.probes.scoring.step_meg.step_meg`), which the
-    # application layer adds to the body before writing ``meg.json``
-    per_step: NotRequired[dict[str, Any]]
 
 
 class MegScores(ScoresHeader, MegBody):
@@ -102,6 +99,8 @@ class MegScores(ScoresHeader, MegBody):
     schema: str
     schema_version: int
     method: dict[str, Any]
+    # the per-step MEG (:func:`goalprobe.probes.scoring.step_meg.step_meg`), after the body
+    per_step: dict[str, Any]
 
 
 def _none(x: float) -> float | None:
