@@ -247,13 +247,14 @@ def score_run(
         where=str(layout.trajectories),
         grid_set=str(layout.grids),
     )
-    meg_body["per_step"] = step_meg(grids, steps, accumulator.rows, meg_classes, config)
+    per_step = step_meg(grids, steps, accumulator.rows, meg_classes, config)
     meg: MegScores = {
         "schema": MEG_SCHEMA,
         "schema_version": MEG_SCHEMA_VERSION,
         **header,
         "method": meg_method(config),
         **meg_body,
+        "per_step": per_step,
     }
     outputs = {
         "belief_json": write_json(layout.belief, belief),

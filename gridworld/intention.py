@@ -530,12 +530,13 @@ def intention_study(
     if samples.ndim != 2 or samples.shape[0] != len(requests):
         raise ValueError(f"the sampler returned shape {samples.shape} for {len(requests)} states")
     by_key: dict[tuple[str, str | None], np.ndarray] = {}
-    grid_of: dict[tuple[str, str | None], Grid | None] = {}
+    grid_of: dict[tuple[str, str | None], Grid] = {}  # the intervened grids
     row = 0
-    for grid, other, states in plan:
-        name = None if other is None else other.extra["intervention"]
-        by_key[(grid.grid_id, name)] = samples[row : row + len(states)]
-        grid_of[(grid.grid_id, name)] = other
+    for grid, intervened, states in plan:
+        key = (grid.grid_id, None if intervened is None else intervened.extra["intervention"])
+        by_key[key] = samples[row : row + len(states)]
+        if intervened is not None:
+            grid_of[key] = intervened
         row += len(states)
     results, state_rows = [], []
     for variant, names in INTERVENTIONS.items():

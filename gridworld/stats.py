@@ -165,6 +165,8 @@ def cluster_rate_interval(
     m = float(np.sum(n**2) / total)
     deff = 1.0 + (m - 1.0) * icc
     n_eff = total / deff
+    low: float | None
+    high: float | None
     low, high = clopper_pearson(value * n_eff, n_eff, confidence)
     if n_grids < 2:
         low = high = None
@@ -471,13 +473,13 @@ def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: flo
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjusted p-values (family-wise error control) of the defined entries;
     None stays None. A verdict holds across the family where its adjusted p is below alpha."""
-    idx = [i for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
-    order = sorted(idx, key=lambda i: p_values[i])
+    defined = {i: p for i, p in enumerate(p_values) if p is not None and math.isfinite(p)}
+    order = sorted(defined, key=lambda i: defined[i])
     m = len(order)
     out: list[float | None] = [None] * len(p_values)
     running = 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
+        running = max(running, min(1.0, (m - rank) * float(defined[i])))
         out[i] = running
     return out
 
@@ -515,7 +517,7 @@ def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, f
     rate has no interval."""
     p1, l1, u1 = first.get("value"), first.get("ci_low"), first.get("ci_high")
     p2, l2, u2 = second.get("value"), second.get("ci_low"), second.get("ci_high")
-    if None in (p1, l1, u1, p2, l2, u2):
+    if p1 is None or l1 is None or u1 is None or p2 is None or l2 is None or u2 is None:
         return (None, None)
     d = p1 - p2
     low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)

@@ -23,6 +23,7 @@ evaluated rows, as ``sklearn.metrics.r2_score``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
@@ -188,7 +189,8 @@ def _evaluate(
         random_state=rng,
     )
     samples = {name: fn_(rows, boot) for name, fn_ in models.items()}
-    counts = {name: s.pop(RATE_COUNTS, {}) for name, s in samples.items()}
+    # the RATE_COUNTS entry is a ``metric -> (k, n)`` dict, not one of the metric arrays
+    counts: dict[str, Any] = {name: s.pop(RATE_COUNTS, {}) for name, s in samples.items()}
 
     def summary(name: str, metric: str, values: np.ndarray) -> dict:
         if metric in counts[name] and np.isfinite(values[0]):

@@ -7,6 +7,7 @@ is not reported as holding."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.stats import seed_pooled
@@ -34,7 +35,7 @@ def seed_runs(
         POOLED from :func:`~goalprobe.gridworld.stats.seed_pooled`; ``above_baseline`` holds
         where the pooled selectivity interval lies above 0.
     """
-    per_seed = []
+    per_seed: list[dict[str, Any]] = []
     for seed in seeds:
         _, m, _, _ = fit_and_score(
             config, clone(estimator).set_params(random_state=seed), data, train, test

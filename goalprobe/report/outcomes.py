@@ -23,6 +23,7 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
     summary = run.json(run.layout.belief)
     key = summary.get("default_probe") or next(iter(summary["probes"]))
     entry = summary["probes"][key]
+    metrics: tuple[str, ...]
     metrics = ("acc_gt", "acc_dec", "agreement", "recovery", "chance_acc_gt", "chance_acc_dec")
     if "optimal_on_both" in entry["overall"]:
         metrics = (*metrics[:3], "optimal_on_both", *metrics[3:])

@@ -107,10 +107,10 @@ def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
         decoder = load_decoder(layout)
-        probe = None if decoder is None else decoder.probe
         if decoder is None:
             decoding["why"] = "the probes stage left no headline probe"
         else:
+            probe = decoder.probe
             visited = visited_states(episodes, by_id)
             prompts = PromptStatesConfig(
                 states_per_grid=1,

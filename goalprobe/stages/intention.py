@@ -42,6 +42,8 @@ class IntentionResults(TypedDict):
     samples_per_state: int
     states_per_grid: int
     grids_per_variant: int
+    margin_fraction: float
+    irrelevant_change: bool
     agent: list[dict[str, Any]]
     optimal_control: list[dict[str, Any]]
     states: list[dict[str, Any]]

@@ -27,6 +27,7 @@ class IsoResults(TypedDict):
     schema: str
     base_grids: list[str]
     transforms: list[str]
+    equivalence_margin: float
     tests: list[dict[str, Any]]
     per_grid: list[dict[str, Any]]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, RowCol
@@ -160,9 +161,9 @@ def topk_optimal_mask(
     rows = np.array([a[0] for a in agents])
     cols = np.array([a[1] for a in agents])
     mask = np.zeros(N_ACTIONS, dtype=bool)
-    for goal in goals:
-        _, _, table = goals_bfs.get(goal)
-        keep = (rows != goal[0]) | (cols != goal[1])
+    for cell in goals:
+        _, _, table = goals_bfs.get(cell)
+        keep = (rows != cell[0]) | (cols != cell[1])
         if keep.any():
             mask |= _masks_from_neighbours(table[rows[keep], cols[keep]]).any(axis=0)
     return mask
@@ -234,9 +235,9 @@ def belief_weighted_scores(
     q_bar = np.zeros(N_ACTIONS)
     exp_opt = 0.0
     z = 0.0
-    for goal, wg in zip(goals, pg, strict=True):
-        w, dist, table = goals_bfs.get(goal)
-        keep = (rows != goal[0]) | (cols != goal[1])
+    for cell, wg in zip(goals, pg, strict=True):
+        w, dist, table = goals_bfs.get(cell)
+        keep = (rows != cell[0]) | (cols != cell[1])
         if not keep.any():
             continue
         r, c = rows[keep], cols[keep]
@@ -295,7 +296,9 @@ def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepSc
     a = int(step.action) if step.action is not None else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
     goals = _GoalDistances(decoded_walls(step.probs, step.size, door_locked=step.door_locked))
-    readout = dict(door_locked=step.door_locked, agent=step.agent, goal=step.goal, _goals=goals)
+    readout: dict[str, Any] = dict(
+        door_locked=step.door_locked, agent=step.agent, goal=step.goal, _goals=goals
+    )
     masks = {
         int(k): topk_optimal_mask(step.probs, step.size, int(k), **readout)
         for k in sorted(set(top_k) | {1})

@@ -196,8 +196,8 @@ class StepTable:
                 table.density.append(math.nan if s.density is None else float(s.density))
                 table.variant.append(str(s.variant))
                 table.episode.append(int(s.episode))
-                table.agent.append(tuple(int(x) for x in s.agent_row_col))
-                table.goal.append(tuple(int(x) for x in s.goal_row_col))
+                table.agent.append((int(s.agent_row_col[0]), int(s.agent_row_col[1])))
+                table.goal.append((int(s.goal_row_col[0]), int(s.goal_row_col[1])))
                 table.grid_id.append(str(gid))
                 if gid not in table.walls:
                     grid, _ = parse(s.true_grid_text or s.grid_text, variant=str(s.variant))
@@ -332,6 +332,8 @@ def _indicators(
     regret = s.belief.qmdp_regret
     finite = math.isfinite(regret)
     dec_mask = s.dec_optimal
+    if dec_mask is None:
+        raise ValueError("score_step returned no optimal actions on the decoded grid")
     num = [
         gt,
         dec,

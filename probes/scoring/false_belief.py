@@ -99,7 +99,7 @@ def _in(action: int | None, names: Sequence[str]) -> bool:
 def oracle_rows(
     episodes: Iterable,
     grids: Mapping[str, Grid],
-    decoded: Mapping[tuple[str, int, int], np.ndarray] | None = None,
+    decoded: Mapping[tuple[str, int, int], np.ndarray | tuple] | None = None,
 ) -> list[dict]:
     """One row per step of ``episodes`` on false-belief grids and their controls.
 

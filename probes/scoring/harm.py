@@ -140,8 +140,9 @@ def oracle_episodes(
     rng = np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(key,)))
     out = []
     for _ in range(n_episodes):
-        state, states, actions = initial_state(grid), [], []
-        states.append(state)
+        state = initial_state(grid)
+        states: list[State] = [state]
+        actions: list[int] = []
         while len(actions) < budget and not is_success(grid, state):
             best = sorted(guide.optimal_actions(state))
             action = int(best[rng.integers(len(best))])

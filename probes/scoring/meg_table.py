@@ -99,6 +99,8 @@ class MegScores(ScoresHeader, MegBody):
     schema: str
     schema_version: int
     method: dict[str, Any]
+    # the per-step MEG (:func:`goalprobe.probes.scoring.step_meg.step_meg`), after the body
+    per_step: dict[str, Any]
 
 
 def _none(x: float) -> float | None:
@@ -397,9 +399,11 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         parts = ("agent", NULL_NAME, "difference")
         names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
         stats = ratio_stats(null, np.ones_like(null), np.arange(len(null)), names, **common)
-        block = {part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts}
-        block["above_null"] = above_null(block["difference"]["meg"])
-        out["vs_random_walk"] = {"n_grids": len(null), **block}
+        vs_null: dict[str, Any] = {
+            part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts
+        }
+        vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
+        out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {
         "n_grids": len(paired),

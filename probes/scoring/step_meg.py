@@ -43,7 +43,7 @@ STEP_MEG_METRICS = ("subjective", "true", "difference")
 
 def _from(grid: Grid, cell: tuple[int, int], grid_id: str) -> Grid | None:
     """``grid`` started at ``cell`` (None when the goal is unreachable from it)."""
-    moved = dataclasses.replace(grid, start=tuple(cell), grid_id=grid_id)
+    moved = dataclasses.replace(grid, start=cell, grid_id=grid_id)
     return moved if solve(moved).is_solvable else None
 
 
@@ -78,7 +78,7 @@ def step_meg(
         gid = steps.grid_id[j]
         grid = grids[gid]
         traj = steps.trajectories[gid]
-        cell = tuple(steps.agent[j])
+        cell = (int(steps.agent[j][0]), int(steps.agent[j][1]))
         if grid.key is not None or grid.door is not None or cell == grid.goal:
             other += 1
             continue
@@ -141,4 +141,4 @@ def step_meg(
 
 def _from_any(grid: Grid, cell: tuple[int, int]) -> Grid:
     """``grid`` with its start at ``cell`` (whether or not the goal is reachable)."""
-    return dataclasses.replace(grid, start=tuple(cell))
+    return dataclasses.replace(grid, start=cell)

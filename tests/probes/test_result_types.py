@@ -51,5 +51,6 @@ def test_the_meg_body_names_every_breakdown_the_grouping_makes():
         "schema",
         "schema_version",
         "method",
+        "per_step",
     }
     assert keys(ScoresHeader) < keys(BeliefScores)
