@@ -68,8 +68,8 @@ def test_gpt_oss_20b_dimensions_on_cpu(o200k_tokenizer, tmp_path):
         PatchConfig,
         PatchingContext,
         prepare_pairs,
-        run_patching,
     )
+    from goalprobe.probes.patching.patched_runs import run_patching
 
     gpu_check = _gpu_check()
     tokenizer = o200k_tokenizer
