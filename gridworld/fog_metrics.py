@@ -34,7 +34,7 @@ from goalprobe.gridworld.fog import (
     free_space_episode,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import GridBootstrap
+from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 
 AGENT = "agent"
 FREE_SPACE = "free_space"
@@ -121,8 +121,26 @@ def reference_rows(
     return rows
 
 
-def _rate(boot: GridBootstrap, num: np.ndarray, den: np.ndarray) -> dict:
+def _rate(boot: GridBootstrap, num: np.ndarray, den: np.ndarray, grid_ids, *, rate: bool) -> dict:
+    """A ratio of per-grid sums: a rate of counts gets the cluster-adjusted Clopper-Pearson
+    interval (honest at 0% and 100%), a mean per episode the grid-bootstrap percentile one."""
     value = float(num.sum() / den.sum()) if den.sum() else None
+    if rate and den.sum():
+        keep = den > 0
+        out = grid_bootstrap_ratio(
+            num[keep],
+            den[keep],
+            np.asarray(grid_ids)[keep],
+            n_resamples=boot.n_resamples,
+            confidence=boot.confidence,
+            rate=True,
+        )
+        return {
+            "value": value,
+            "ci_low": out["ci_low"],
+            "ci_high": out["ci_high"],
+            "n": int(den.sum()),
+        }
     return {**boot.summary(boot.ratio(num, den)), "value": value, "n": int(den.sum())}
 
 
@@ -171,12 +189,16 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         per_policy[policy] = sums
         out[policy] = {
             "episodes": len(mine),
-            "success": _rate(boot, sums["success"], sums["episodes"]),
-            "acc_oracle_fog": _rate(boot, sums["fog_hits"], sums["moves"]),
-            "acc_gt": _rate(boot, sums["gt_hits"], sums["moves"]),
-            "moves_over_shortest": _rate(boot, sums["success_moves"], sums["success_shortest"]),
+            "success": _rate(boot, sums["success"], sums["episodes"], grid_ids, rate=True),
+            "acc_oracle_fog": _rate(boot, sums["fog_hits"], sums["moves"], grid_ids, rate=True),
+            "acc_gt": _rate(boot, sums["gt_hits"], sums["moves"], grid_ids, rate=True),
+            "moves_over_shortest": _rate(
+                boot, sums["success_moves"], sums["success_shortest"], grid_ids, rate=False
+            ),
             **{
-                f"{mode}_per_episode": _rate(boot, sums[mode], sums["episodes"])
+                f"{mode}_per_episode": _rate(
+                    boot, sums[mode], sums["episodes"], grid_ids, rate=False
+                )
                 for mode in ("revisits", "into_known_walls", "into_known_dead_ends")
             },
         }

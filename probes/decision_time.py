@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import GridBootstrap
+from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.probes.logit_lens import first_stable_top
 
 PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -43,7 +43,20 @@ class StepLens:
     answer: np.ndarray
 
 
-def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray) -> dict:
+def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids=None) -> dict:
+    """A share over steps with its interval: where ``hits`` are 0/1 counts, the cluster-adjusted
+    Clopper-Pearson interval (honest at 0% and 100%; :func:`grid_bootstrap_ratio`), else the
+    grid-bootstrap percentile interval of ``boot``."""
+    if ids is not None:
+        keep = weight > 0
+        out = grid_bootstrap_ratio(
+            hits[keep],
+            weight[keep],
+            np.asarray(ids)[keep],
+            n_resamples=boot.n_resamples,
+            confidence=boot.confidence,
+        )
+        return {k: out[k] for k in ("value", "ci_low", "ci_high")} | {"n": int(weight.sum())}
     return boot.summary(boot.ratio(hits, weight)) | {"n": int(weight.sum())}
 
 
@@ -73,6 +86,7 @@ def decision_curves(
             boot,
             np.asarray([s.answer[layer].argmax() == s.action for s in steps], float),
             ones,
+            ids,
         )
         for layer in range(n_layers)
     ]
@@ -87,7 +101,7 @@ def decision_curves(
                 if inside.any():
                     top = s.chunks[layer, inside].argmax(axis=-1) == s.action
                     hits[i], weight[i] = top.mean(), 1.0
-            row.append({"bin": [low, high], **_rate(boot, hits, weight)})
+            row.append({"bin": [low, high], **_rate(boot, hits, weight, ids)})
         progress.append(row)
     stable = []
     for s in steps:
@@ -105,7 +119,7 @@ def decision_curves(
             "steps": len(stable),
             "quartiles": np.quantile(stable, [0.25, 0.5, 0.75]).tolist() if stable else None,
         },
-        "majority": _rate(boot, (actions == majority_action).astype(float), ones),
+        "majority": _rate(boot, (actions == majority_action).astype(float), ones, ids),
         "chance": 0.25,
     }
 

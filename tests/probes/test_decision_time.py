@@ -35,6 +35,7 @@ def test_a_planted_decision_time_is_recovered():
     last = curves["progress_by_layer"][-1]
     assert [round(b["value"], 6) for b in last] == [0.0, 0.0, 0.0, 1.0, 1.0]
     assert curves["answer_by_layer"][-1]["value"] == 1.0
+    assert curves["answer_by_layer"][-1]["ci_low"] < 1.0  # 40/40 is not [100, 100]
     assert curves["answer_by_layer"][0]["value"] == 0.0
     assert curves["first_stable"]["quartiles"] == pytest.approx([0.7, 0.7, 0.7])
     assert curves["grids"] == 10 and curves["answer_by_layer"][-1]["ci_low"] is not None
