@@ -49,6 +49,8 @@ def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids=None) -
     grid-bootstrap percentile interval of ``boot``."""
     if ids is not None:
         keep = weight > 0
+        if not keep.any():  # no step has a chunk end in this bin
+            return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
         out = grid_bootstrap_ratio(
             hits[keep],
             weight[keep],

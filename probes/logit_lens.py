@@ -69,7 +69,7 @@ def step_positions(
     start = _after_message(ids, anchors.pre_reasoning[2], special.message)
     post = anchors.post_reasoning[0]
     final_start = _after_message(ids, anchors.post_reasoning[2], special.message)
-    if start is None or final_start is None or post <= start:
+    if start is None or final_start is None:
         return None
     final_ids = ids[final_start:]
     text = tokenizer.decode(final_ids)
@@ -93,8 +93,8 @@ def step_positions(
             candidates.append(int(tokenizer.encode(name, add_special_tokens=False)[0]))
     if len(set(candidates)) != len(candidates):
         return None
-    length = post - start
-    offsets = sorted({*range(chunk - 1, length, chunk), length - 1})
+    length = max(post - start, 0)  # an agent may answer with an empty reasoning
+    offsets = sorted({*range(chunk - 1, length, chunk), length - 1}) if length else []
     action_token = final_start + token
     return StepPositions(
         answer=action_token - 1,

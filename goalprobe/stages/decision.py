@@ -78,11 +78,15 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         lenses.append(StepLens(step.grid_id, int(action), fractions, probs[:, :-1], probs[:, -1]))
         where = bin_positions(fractions)
         chunks = resid[:, :-1].float().numpy()
-        features.append(
-            np.stack([chunks[:, i] if i is not None else chunks[:, -1] for i in where], axis=1)
-        )
+        blank = np.zeros((chunks.shape[0], chunks.shape[2]), dtype=np.float32)
+        features.append(np.stack([chunks[:, i] if i is not None else blank for i in where], axis=1))
         present.append([i is not None for i in where])
         kept.append(step)
+    if not lenses:
+        raise ValueError(
+            f"none of the {len(picked)} sampled steps has a final answer naming its action "
+            "(cut off, or not in the harmony format): nothing to read"
+        )
     curves = decision_curves(lenses, n_resamples=d.n_bootstrap, random_state=d.seed)
     readout = _readout(kept, np.asarray(features), np.asarray(present), d)
     payload = {

@@ -48,6 +48,16 @@ def test_a_lens_that_never_names_the_action_stays_at_zero():
     assert 0.0 < curves["majority"]["value"] <= 1.0
 
 
+def test_an_empty_bin_has_no_value():
+    steps = _steps(0.6)
+    late = [
+        StepLens(s.grid_id, s.action, s.fractions[3:], s.chunks[:, 3:], s.answer) for s in steps
+    ]  # no chunk ends in the first two fifths
+    curves = decision_curves(late, n_resamples=100)
+    first = curves["progress_by_layer"][-1][0]
+    assert first["value"] is None and first["n"] == 0
+
+
 def test_no_steps_is_an_error():
     with pytest.raises(ValueError, match="no steps"):
         decision_curves([])
