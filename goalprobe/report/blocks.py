@@ -34,13 +34,19 @@ def pct(value: Any) -> str:
 
 
 def stat_text(stat: Mapping | None, *, percent: bool = True, digits: int = 3) -> str:
-    """``"45.2% [40.1%, 50.3%]"`` of a ``{value, ci_low, ci_high}`` dict ('–' when absent)."""
+    """``"45.2% [40.1%, 50.3%]"`` of a ``{value, ci_low, ci_high}`` dict ('–' when absent; an
+    interval of equal ends is said in words, not printed as ``[x, x]``)."""
     if not stat or stat.get("value") is None:
         return "–"
     fmt: Callable[[Any], str] = pct if percent else (lambda v: num(v, digits))
     text = fmt(stat["value"])
     if stat.get("ci_low") is not None and stat.get("ci_high") is not None:
-        text += f" [{fmt(stat['ci_low'])}, {fmt(stat['ci_high'])}]"
+        low, high = fmt(stat["ci_low"]), fmt(stat["ci_high"])
+        if low == high:
+            # a resampling interval of equal ends: every grid gave the same value (a deterministic
+            # reference, or no paired difference anywhere); it says nothing about what n excludes
+            return f"{text} (equal on every grid: no interval)"
+        text += f" [{low}, {high}]"
     return text
 
 

@@ -301,9 +301,27 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             )
         return out
 
+    def fog():
+        data = run.json(run.layout.fog_results)
+        pol = data["policies"]
+        agent, walk = pol["agent"], pol["random_walk"]
+        diff = pol.get("agent_minus_random_walk_acc_oracle_fog")
+        low = None if not diff else diff.get("ci_low")
+        return [
+            HeadlineRow(
+                f"Fogged grids: moves free-space optimal on what was seen ({data['grids']} "
+                f"grids, radius {data['radius']}; App. A)",
+                stat_text(agent["acc_oracle_fog"]),
+                f"random walk {stat_text(walk['acc_oracle_fog'])}; success "
+                f"{pct(agent['success']['value'])} (free-space planner "
+                f"{pct(pol['free_space']['success']['value'])})",
+                f"above random walk: {yes_no(None if low is None else low > 0)}",
+            )
+        ]
+
     for make in (
         behaviour, iso, keys, probes, positions, distance, belief, meg, plans, patching,
-        false_belief, harm, intention,
+        false_belief, harm, intention, fog,
     ):  # fmt: skip
         attempt(make)
     return with_holm(rows)

@@ -219,3 +219,12 @@ def test_side_by_side_pairs_rows_by_finding_and_shows_both_counts():
         ("Keys (n=70)", "25%", "", "", "-", "-", "-"),
         ("Recovery minus its null", "-", "-", "-", "-5%", "null", "above the null: no"),
     ]  # fmt: skip
+
+
+def test_an_interval_of_equal_ends_is_said_not_printed():
+    from goalprobe.report.blocks import stat_text
+
+    assert stat_text({"value": 1.0, "ci_low": 1.0, "ci_high": 1.0}, percent=False) == (
+        "1.000 (equal on every grid: no interval)"
+    )
+    assert stat_text({"value": 0.5, "ci_low": 0.25, "ci_high": 0.75}) == "50.0% [25.0%, 75.0%]"
