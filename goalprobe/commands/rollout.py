@@ -159,6 +159,7 @@ def command(
 
     from goalprobe.activations.store.shards import Shard
     from goalprobe.agent_config import local_backend
+    from goalprobe.agents.backend import BatchGenerationError
     from goalprobe.agents.bundled import is_bundled
     from goalprobe.agents.models import load_tokenizer
     from goalprobe.agents.preflight import PreflightConfig, PreflightRefused, run_preflight
@@ -231,7 +232,14 @@ def command(
         backend, description = local_backend(model, revision=revision, device=device, dtype=dtype)
     if not is_bundled(model) and preflight_steps and not (out.exists() and out.stat().st_size):
         preflight = PreflightConfig(steps=preflight_steps, allow_truncation=allow_truncation)
-        checked = run_preflight(grid_set, backend, config, preflight)
+        try:
+            checked = run_preflight(grid_set, backend, config, preflight)
+        except ServerTokenIdsError as err:
+            typer.echo(f"error: {out}: {err}", err=True)
+            raise typer.Exit(code=2) from err
+        except BatchGenerationError as err:
+            typer.echo(f"error: {out}: the pre-flight's requests failed: {err}", err=True)
+            raise typer.Exit(code=2) from err
         console.print(checked.describe(), soft_wrap=True)
         try:
             checked.check(preflight)

@@ -85,7 +85,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
     if not lenses:
         raise ValueError(
             f"none of the {len(picked)} sampled steps has a final answer naming its action "
-            "(cut off, or not in the harmony format): nothing to read"
+            "(cut off by the token limit, or not in the harmony format): nothing to read"
         )
     curves = decision_curves(lenses, n_resamples=d.n_bootstrap, random_state=d.seed)
     readout = _readout(kept, np.asarray(features), np.asarray(present), d)

@@ -72,6 +72,11 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         actions = [Action[s.action] for s in episode.steps if s.action is not None]
         invalid += sum(s.action is None for s in episode.steps)
         rows.append(episode_row(grid, actions, AGENT))
+    if not rows:
+        raise ValueError(
+            f"all fog episodes of {layout.fog_trajectories.name} were cut off by the token limit "
+            "(truncated) or took no valid action: raise rollouts.max_new_tokens"
+        )
     rng = np.random.default_rng(f.seed)
     for grid in grids:
         horizon = config.rollout.horizon(solve(grid).shortest_path_length)

@@ -128,7 +128,13 @@ def test_outputs_carry_baselines_and_intervals(demo):
     models = sweep["runs"][0]["metrics"]["models"]
     assert {"probe", "majority", "shuffled"} <= set(models)
     plans = json.loads((root / "plans/sweep.json").read_text())
-    assert {r["kind"] for r in plans["runs"]} == {"decoder", "shuffled_control", "majority_plan"}
+    assert {r["kind"] for r in plans["runs"]} == {
+        "decoder",
+        "shuffled_control",
+        "majority_plan",
+        "state_only",
+        "optimal_policy",
+    }
     findings = [row.finding for row in headline_rows(root)]
     assert any("Per-action accuracy" in f for f in findings)
     assert any("Plan decoder" in f for f in findings)
@@ -282,6 +288,7 @@ def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
     from goalprobe.cli import app
     from goalprobe.report.agents import side_by_side
     from goalprobe.report.run import RunReader
+    from goalprobe.report.summary import short_answer
 
     result, _ = demo
     out = CliRunner().invoke(
@@ -302,7 +309,9 @@ def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
     verdicts = summary[1:-2]
     assert len(verdicts) == len(with_verdict) >= 10
     for line, pair in zip(verdicts, with_verdict, strict=True):
-        answers = " | ".join(v.partition(": ")[2] or v or "-" for v in (pair[3], pair[6]))
+        answers = " | ".join(
+            short_answer(v.partition(": ")[2]) or v or "-" for v in (pair[3], pair[6])
+        )
         assert line.endswith(" " + answers), (line, pair)
     assert summary[-2] == f"report: {result.run_dir / 'report.html'}"
     assert summary[-1] == f"view: goalprobe view {shlex.quote(str(result.run_dir))}"

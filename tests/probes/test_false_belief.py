@@ -340,6 +340,14 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
         ActivationsConfig(),
         section,
     )
+    from goalprobe.stages import false_belief_rollouts
+
+    # the episodes come from their own stage (generation before any weights load)
+    false_belief_rollouts.run(
+        StageContext(layout),
+        false_belief_rollouts.FalseBeliefRolloutsInput(config.agent, config.rollout, section.grids),
+        tmp_path / "false_belief_rollouts",
+    )
     outputs, summary = stage.run(StageContext(layout), config, tmp_path / "false_belief")
     payload = json.loads(outputs["results"].read_text())
     assert payload["schema"] == "goalprobe.false_belief/1"
