@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import socket
 import time
 from dataclasses import asdict
 
@@ -304,6 +305,7 @@ def test_rollout_cli_against_a_down_server_is_one_error_line_and_exit_2(
     argv += ["--episodes", "2", "--horizon", "2", "--max-new-tokens", "4", "--no-progress"]
     argv += ["--template-dir", str(template_dir), "--api-key-env", "GOALPROBE_UNSET_KEY"]
     argv += ["--retry-backoff", "0.01", "--retry-backoff-max", "0.02"]
+    argv += ["--preflight-steps", "0"]  # the rollout loop's own handling (the pre-flight's: below)
     with faulty_server(url, seed=0, rate=1.0, max_faults=100) as (faulty, log):
         result = CliRunner().invoke(
             app,
@@ -386,3 +388,25 @@ def test_serve_under_load_answers_every_valid_request_and_refuses_every_invalid_
             assert 0 < len(ids) <= 6
             if "seed" in body:
                 assert ids == reference[body["seed"]]
+
+
+def test_a_preflight_against_a_down_server_is_one_error_line_and_exit_2(
+    grids, template_dir, tmp_path
+):
+    from goalprobe.cli import app
+
+    grid_file = tmp_path / "grids.jsonl"
+    write_grid_set(grid_file, grids)
+    out = tmp_path / "traj.jsonl"
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = ["rollout", str(grid_file), "--out", str(out), "--model", TINY_MODEL]
+    argv += ["--episodes", "1", "--horizon", "1", "--max-new-tokens", "4", "--no-progress"]
+    argv += ["--template-dir", str(template_dir), "--api-key-env", "GOALPROBE_UNSET_KEY"]
+    argv += ["--retry-backoff", "0.01", "--retry-backoff-max", "0.02", "--request-retries", "0"]
+    argv += ["--server", f"http://127.0.0.1:{port}/v1", "--request-timeout", "0.3"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "pre-flight" in lines[0], result.output
