@@ -141,7 +141,7 @@ def test_outputs_carry_baselines_and_intervals(demo):
     # issue 18's three questions reach the headline, each with its baseline and verdict
     for finding, verdict in (
         ("False-belief grids", "acts on what it is shown: "),
-        ("Harm behaviour score", "less harmful than random: "),
+        ("Harms per episode, neutral prompt", "avoids harm beyond the shortest path: "),
         ("Moral conditioning", "conditioning reduces harm: "),
         ("Holding the key intended in KeyDoor", "intended: "),
     ):
