@@ -197,12 +197,7 @@ def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
         n_bootstrap=p.n_bootstrap,
         random_state=p.seed,
     )
-    split = split_by_grid(
-        loader.all_grid_ids,
-        test_fraction=p.test_fraction,
-        stratify=loader.all_grid_sizes,
-        random_state=p.seed,
-    )
+    split = _headline_split(loader, p)
     data = loader(HEADLINE_STAGE, layer)
     in_test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
     seeds = range(p.seed, p.seed + p.headline_seeds)
@@ -219,12 +214,7 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
     loader = StoreProbeLoader(context.layout.probing_store)
     layer = headline_layer(loader.layers)
     data = loader(HEADLINE_STAGE, layer)
-    split = split_by_grid(
-        loader.all_grid_ids,
-        test_fraction=p.test_fraction,
-        stratify=loader.all_grid_sizes,
-        random_state=p.seed,
-    )
+    split = _headline_split(loader, p)
     test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
     fitted: dict = {}
@@ -263,12 +253,7 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
         n_bootstrap=p.n_bootstrap,
         random_state=p.seed,
     )
-    split = split_by_grid(
-        loader.all_grid_ids,
-        test_fraction=p.test_fraction,
-        stratify=loader.all_grid_sizes,
-        random_state=p.seed,
-    )
+    split = _headline_split(loader, p)
     test_grids = np.unique(loader.all_grid_ids[split.test])
     data = loader(HEADLINE_STAGE, layer)
     in_test = np.isin(data.grid_ids, test_grids)
@@ -286,3 +271,14 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
         "layer": layer,
         **curve,
     }
+
+
+def _headline_split(loader: StoreProbeLoader, p: ProbesConfig):
+    """The probing set's split by grid (stratified by size) that the headline probe, its extra
+    seeds and the headline maps share: one definition, so they cannot drift apart."""
+    return split_by_grid(
+        loader.all_grid_ids,
+        test_fraction=p.test_fraction,
+        stratify=loader.all_grid_sizes,
+        random_state=p.seed,
+    )
