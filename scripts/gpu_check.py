@@ -402,6 +402,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _write_partial(out: Path | None, report: Report, started: float) -> None:
+    """Write what is measured so far to ``out`` under an "incomplete" line (a check stopped
+    at its time limit still leaves its figures; the final write replaces the file)."""
+    if out is None:
+        return
+    report.seconds = time.perf_counter() - started
+    text = "**incomplete: the check was still running when this was written**\n\n"
+    out.write_text(text + markdown(report) + "\n", encoding="utf-8")
+    print(markdown(report), flush=True)
+
+
 def main(argv: list[str] | None = None) -> Report:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -430,11 +441,13 @@ def main(argv: list[str] | None = None) -> Report:
     report.rollout = rollout_steps(
         model, tokenizer, args.device, args.conversations, args.new_tokens
     )
+    _write_partial(args.out, report, started)
     with tempfile.TemporaryDirectory() as work:
         for target in args.lengths:
             report.extraction.append(
                 extraction_at(model, tokenizer, args.device, target, args.steps, Path(work))
             )
+            _write_partial(args.out, report, started)
         if status.available and not args.no_mxfp4 and not args.tiny:
             del model
             torch.cuda.empty_cache()
@@ -444,6 +457,7 @@ def main(argv: list[str] | None = None) -> Report:
                 report.mxfp4_extraction.append(
                     extraction_at(model, tokenizer, args.device, target, args.steps, Path(work))
                 )
+                _write_partial(args.out, report, started)
     report.seconds = time.perf_counter() - started
     text = markdown(report)
     print(text)
