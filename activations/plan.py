@@ -20,7 +20,15 @@ one expert at worst), so the peak is the attention phase's. Blocks run one after
 this is the peak whatever the depth. On a GPT-OSS-20B-shaped model on CPU (bf16, 2 blocks) the
 measured resident peak was 71%, 84-107% and 92% of this model at T = 400, 800 and 1,200
 (``tests/activations/test_real_dimensions.py`` checks it is within 25%); the plan leaves 15% of
-the device and 1.5 GB free for that slack. ``scripts/gpu_check.py`` measures it on a GPU.
+the device and 1.5 GB free for that slack. On an H200 (``scripts/gpu_check.py``, all 24 blocks,
+bf16) the measured peak was 97.6-100.6% of weights plus this model at T = 500 to 8,000.
+
+The score matrices grow as ``T^2``: at T = 16,000 one sequence needs 100 GB, more than an H200
+leaves after the bf16 weights (it ran out of memory there). ``attention="flex_attention"``
+models PyTorch's FlexAttention (transformers' ``attn_implementation="flex_attention"``, which
+supports GPT-OSS's sinks on CUDA only), whose memory is linear in ``T``; :func:`require_fits`
+refuses a plan whose longest step does not fit one sequence at a time, before any forward pass,
+and says what flex attention would need.
 
 **Weights.** GPT-OSS-20B ships its expert weights in MXFP4 (4.25 bits per parameter with the
 block scales); transformers keeps them so only when its MXFP4 kernels can run, and otherwise
@@ -126,15 +134,36 @@ GPT_OSS_20B = ModelShape(
 """GPT-OSS-20B's dimensions (its ``config.json``): 20.9 billion parameters."""
 
 
-def activation_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int = 2) -> float:
+ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention")
+"""Attention implementations the planner models: transformers' eager GPT-OSS attention (the
+default; score matrices of ``T x (T + 1)`` per head) and ``flex_attention`` (PyTorch's
+FlexAttention, which computes the scores tile by tile; GPT-OSS's sinks need it on CUDA)."""
+
+
+def activation_bytes(
+    shape: ModelShape,
+    batch: int,
+    tokens: int,
+    dtype_bytes: int = 2,
+    attention: str = "eager",
+) -> float:
     """Peak activation bytes of one teacher-forced forward pass of ``batch`` sequences padded to
-    ``tokens`` (eager attention, no KV cache kept; module docstring): the larger of the
-    attention phase and the MoE phase of one block."""
+    ``tokens`` (no KV cache kept; module docstring): the larger of the attention phase and the
+    MoE phase of one block. ``attention="flex_attention"`` holds no score matrix, only the
+    per-token query, keys, values and output (``5 x heads x head_dim``), the residual vectors
+    and the log-sum-exp in fp32 (``2 x heads`` elements)."""
+    if attention not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
+        )
     t = int(tokens)
-    attention = 3 * shape.n_heads * t * (t + 1) + 2 * t * t
-    attention += t * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
+    if attention == "eager":
+        attn = 3 * shape.n_heads * t * (t + 1) + 2 * t * t
+        attn += t * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
+    else:
+        attn = t * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
     moe = t * (4 * shape.d_model + 6 * shape.expert_width)
-    return float(dtype_bytes) * batch * max(attention, moe)
+    return float(dtype_bytes) * batch * max(attn, moe)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +280,8 @@ class ExtractionPlan:
         budget_gb: memory available to activations (``fraction`` of the device less weights and
             the reserve).
         fits: whether one sequence of the longest length fits the budget at all.
+        attention: the attention implementation planned for (:data:`ATTENTION_IMPLEMENTATIONS`).
+        one_gb: the activation peak of one sequence of the longest length.
     """
 
     batch_size: int
@@ -262,6 +293,8 @@ class ExtractionPlan:
     activations_gb: float
     budget_gb: float
     fits: bool
+    attention: str = "eager"
+    one_gb: float = 0.0
 
     @property
     def peak_gb(self) -> float:
@@ -283,6 +316,7 @@ def plan_extraction(
     max_batch: int = 64,
     fraction: float = 0.85,
     reserve_bytes: float = 1.5 * GB,
+    attention: str = "eager",
 ) -> ExtractionPlan:
     """Batches that fit: the most sequences ``B`` (at most ``max_batch``) whose activation peak
     at the longest replayed length fits ``fraction x memory - weights - reserve``, and the token
@@ -292,7 +326,7 @@ def plan_extraction(
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     longest = max(lengths, default=1)
     budget = fraction * memory_bytes - weights_bytes - reserve_bytes
-    one = activation_bytes(shape, 1, longest, dtype_bytes)
+    one = activation_bytes(shape, 1, longest, dtype_bytes, attention)
     batch = max(1, min(max_batch, int(budget // one))) if budget > 0 else 1
     return ExtractionPlan(
         batch_size=max_batch,
@@ -301,7 +335,37 @@ def plan_extraction(
         steps=len(lengths),
         tokens=int(sum(lengths)),
         weights_gb=weights_bytes / GB,
-        activations_gb=activation_bytes(shape, batch, longest, dtype_bytes) / GB,
+        activations_gb=activation_bytes(shape, batch, longest, dtype_bytes, attention) / GB,
         budget_gb=budget / GB,
         fits=budget >= one,
+        attention=attention,
+        one_gb=one / GB,
     )
+
+
+class ExtractionDoesNotFitError(ValueError):
+    """The longest replayed step does not fit the device even one sequence at a time."""
+
+
+def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) -> None:
+    """Raise :class:`ExtractionDoesNotFitError` (before any forward pass) when one sequence of
+    the longest replayed length needs more activation memory than the device has left after
+    the weights: extraction would run out of memory at that step after hours of work (on an
+    H200, T = 16,000 under eager attention; docs/benchmarks.md). The message names the
+    figures and, under eager attention, what flex attention would need."""
+    if plan.fits:
+        return
+    message = (
+        f"extraction does not fit: the longest replayed step ({plan.longest:,} tokens) needs "
+        f"{plan.one_gb:.1f} GB of activations one sequence at a time with {plan.attention} "
+        f"attention, and {max(plan.budget_gb, 0.0):.1f} GB are left on the device after the "
+        f"weights ({plan.weights_gb:.1f} GB) and the reserve"
+    )
+    if plan.attention == "eager":
+        flex = activation_bytes(shape, 1, plan.longest, dtype_bytes, "flex_attention") / GB
+        message += (
+            f"; flex attention (CUDA) would need {flex:.1f} GB: pass --attn-implementation "
+            "flex_attention (goalprobe extract, scripts/extract_gptoss20b.py) or "
+            "--set activations.attn_implementation=flex_attention (goalprobe demo)"
+        )
+    raise ExtractionDoesNotFitError(message)

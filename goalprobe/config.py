@@ -168,6 +168,12 @@ def demo_config(
     )
     for path, value in (overrides or {}).items():
         config = override(config, path, value)
+    if config.activations.attn_implementation != "eager" and not device.startswith("cuda"):
+        raise ValueError(
+            f"activations.attn_implementation={config.activations.attn_implementation} needs "
+            f"--device cuda (GPT-OSS's attention sinks run under flex attention on CUDA only), "
+            f"not {device!r}"
+        )
     return fit_budgets(config, set(overrides or ()))
 
 

@@ -158,6 +158,17 @@ class ActivationsConfig:
     batch_size: int = 16
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
+    attn_implementation: str = "eager"
+    """Attention the replay runs with: ``eager`` (transformers' GPT-OSS default) or
+    ``flex_attention`` (CUDA only; memory linear in the replayed length, for reasoning traces
+    of 8-16k tokens whose eager score matrices do not fit: docs/benchmarks.md)."""
+
+    def __post_init__(self) -> None:
+        if self.attn_implementation not in ("eager", "flex_attention"):
+            raise ValueError(
+                f"activations.attn_implementation {self.attn_implementation!r}: expected "
+                "'eager' or 'flex_attention'"
+            )
 
 
 @dataclass(frozen=True)

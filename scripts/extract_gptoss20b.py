@@ -64,17 +64,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dequantize", action="store_true", help="force bf16 expert weights")
     parser.add_argument("--gpu-memory-gb", type=float, default=None, help="override detection")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, load no model")
+    parser.add_argument(
+        "--attn-implementation",
+        default="eager",
+        choices=("eager", "flex_attention"),
+        help="flex_attention: memory linear in T, for 8-16k-token reasoning (CUDA)",
+    )
     args = parser.parse_args(argv)
 
     import torch
     from goalprobe.activations.extract import ExtractConfig, default_layers
     from goalprobe.activations.plan import (
         GPT_OSS_20B,
+        ExtractionDoesNotFitError,
         ModelShape,
         activation_bytes,
         mxfp4_status,
         plan_extraction,
         replay_lengths,
+        require_fits,
     )
     from goalprobe.agents.models import load_tokenizer, model_commit
     from goalprobe.agents.trajectories import read_steps
@@ -115,7 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     recorded = [
         len(s.prompt_token_ids) + len(s.generated_token_ids) for s in read_steps(args.trajectories)
     ]
-    planned = plan_extraction(lengths, shape, memory_bytes=gpu_gb * 1e9, weights_bytes=weights)
+    planned = plan_extraction(
+        lengths,
+        shape,
+        memory_bytes=gpu_gb * 1e9,
+        weights_bytes=weights,
+        attention=args.attn_implementation,
+    )
     batch = args.batch_size or planned.batch_size
     max_tokens = 0 if args.batch_size else planned.max_batch_tokens
     reason = "--dequantize" if args.dequantize else status.reason
@@ -132,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         "replayed_tokens_mean": round(sum(lengths) / max(1, len(lengths))),
         "replayed_tokens_max": max(lengths, default=0),
         "recorded_tokens_max": max(recorded, default=0),
+        "attn_implementation": args.attn_implementation,
+        "fits": planned.fits,
         "batch_size": batch,
         "max_batch_tokens": max_tokens,
         "estimated_peak_gb": round(planned.peak_gb, 1),
@@ -139,9 +155,16 @@ def main(argv: list[str] | None = None) -> None:
     }
     estimate = planned.peak_gb
     if args.batch_size:  # checked, not changed
-        estimate = (weights + activation_bytes(shape, batch, planned.longest)) / 1e9
+        activations = activation_bytes(
+            shape, batch, planned.longest, attention=args.attn_implementation
+        )
+        estimate = (weights + activations) / 1e9
         plan["estimated_peak_gb"] = round(estimate, 1)
     print(json.dumps(plan, indent=2))
+    try:
+        require_fits(planned, shape)
+    except ExtractionDoesNotFitError as err:
+        raise SystemExit(f"error: {err}") from None
     if estimate > 0.95 * gpu_gb:
         print(f"warning: batch size {batch} is estimated to need {estimate:.1f} GB of {gpu_gb:.1f}")
     if args.dry_run:
@@ -156,7 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         model_id, kwargs = str(local), {"local_files_only": True}
     else:
         kwargs = {"revision": args.revision} if args.revision else {}
-    load = {"dtype": torch.bfloat16, "device_map": "auto", **kwargs}
+    load = {
+        "dtype": torch.bfloat16,
+        "device_map": "auto",
+        "attn_implementation": args.attn_implementation,
+        **kwargs,
+    }
     if args.dequantize:
         from transformers import Mxfp4Config
 

@@ -222,6 +222,8 @@ class Report:
     weights_gb: float
     versions: dict[str, str]
     mxfp4: str
+    attention: str = "eager"
+    agreement: dict[str, float] = field(default_factory=dict)
     rollout: dict[str, float] = field(default_factory=dict)
     extraction: list[dict[str, float]] = field(default_factory=list)
     mxfp4_extraction: list[dict[str, float]] = field(default_factory=list)
@@ -249,16 +251,31 @@ def markdown(report: Report) -> str:
             f"{r['tokens_per_s']:.0f} generated tokens/s, peak {r['peak_gb']:.1f} GB.",
             "",
         ]
+    if report.agreement:
+        a = report.agreement
+        lines += [
+            f"Eager vs flex attention on one random batch ({a['batch']:.0f} x "
+            f"{a['tokens']:,.0f} tokens): largest block-output difference "
+            f"{a['max_relative_diff']:.3g} of the output's mean absolute value.",
+            "",
+        ]
     for title, rows in (("bf16", report.extraction), ("MXFP4", report.mxfp4_extraction)):
         if not rows:
             continue
         lines += [
-            f"Extraction ({title} weights), synthetic trajectories replayed at T tokens:",
+            f"Extraction ({title} weights, {report.attention} attention), synthetic "
+            "trajectories replayed at T tokens:",
             "",
             "| T | steps | batch | tokens/s | peak GB (measured) | peak GB (planned) |",
             "|---|---|---|---|---|---|",
         ]
         for row in rows:
+            if not row.get("fits", 1.0):
+                lines.append(
+                    f"| {row['tokens']:,.0f} | {row['steps']:.0f} | - | not run: one sequence "
+                    f"does not fit | - | {row['planned_gb']:.2f} |"
+                )
+                continue
             lines.append(
                 f"| {row['tokens']:,.0f} | {row['steps']:.0f} | {row['batch']:.0f} | "
                 f"{row['tokens_per_s']:,.0f} | {row['peak_gb']:.2f} | {row['planned_gb']:.2f} |"
@@ -315,9 +332,12 @@ def rollout_steps(model, tokenizer, device: str, conversations: int, new_tokens:
     }
 
 
-def extraction_at(model, tokenizer, device: str, target: int, steps: int, work: Path) -> dict:
-    """Extract ``steps`` synthetic steps replayed at ``target`` tokens, batched by the planner;
-    the measured peak beside the plan's estimate."""
+def extraction_at(
+    model, tokenizer, device: str, target: int, steps: int, work: Path, attention: str = "eager"
+) -> dict:
+    """Extract ``steps`` synthetic steps replayed at ``target`` tokens, batched by the planner
+    for the ``attention`` implementation the model runs; the measured peak beside the plan's
+    estimate. A plan that does not fit one sequence at a time is recorded as such, not run."""
     from goalprobe.activations.capture import make_backend
     from goalprobe.activations.extract import ExtractConfig, default_layers, extract
     from goalprobe.activations.plan import (
@@ -341,13 +361,24 @@ def extraction_at(model, tokenizer, device: str, target: int, steps: int, work: 
         memory_bytes=device_memory_bytes(device),
         weights_bytes=weights,
         dtype_bytes=dtype_bytes,
+        attention=attention,
     )
+    if not plan.fits:
+        return {
+            "tokens": float(plan.longest),
+            "steps": float(len(lengths)),
+            "batch": 0.0,
+            "tokens_per_s": float("nan"),
+            "peak_gb": float("nan"),
+            "planned_gb": (weights / 1e9) + plan.one_gb,
+            "fits": 0.0,
+        }
     config = ExtractConfig(
         layers=config.layers, batch_size=plan.batch_size, max_batch_tokens=plan.max_batch_tokens
     )
     batch = plan.max_batch_tokens // plan.longest if plan.max_batch_tokens else plan.batch_size
     batch = min(batch, len(lengths))
-    activations = activation_bytes(plan_shape, batch, plan.longest, dtype_bytes)
+    activations = activation_bytes(plan_shape, batch, plan.longest, dtype_bytes, attention)
     _reset_peak(device)
     started = time.perf_counter()
     extract(traj, work / f"acts_{target}.h5", capture, tokenizer, config, model_id="random")
@@ -359,7 +390,30 @@ def extraction_at(model, tokenizer, device: str, target: int, steps: int, work: 
         "tokens_per_s": sum(lengths) / seconds,
         "peak_gb": _peak_gb(device),
         "planned_gb": (weights + activations) / 1e9,
+        "fits": 1.0,
     }
+
+
+def attention_agreement(model, device: str, tokens: int = 1_000, batch: int = 2) -> dict:
+    """The residual streams of one random batch under eager and flex attention: the largest
+    difference of any block's output, relative to that output's mean absolute value (bf16
+    rounding is ~1e-2), so rows extracted under either implementation can be compared."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, tokens), device=device, generator=generator)
+    states = {}
+    for implementation in ("eager", "flex_attention"):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+        states[implementation] = [h.float() for h in out.hidden_states[1:]]
+    worst = max(
+        ((a - b).abs().max() / a.abs().mean()).item()
+        for a, b in zip(states["eager"], states["flex_attention"], strict=True)
+    )
+    return {"tokens": float(tokens), "batch": float(batch), "max_relative_diff": worst}
 
 
 def blocks_that_fit(device: str, wanted: int, tiny: bool) -> int:
@@ -388,6 +442,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-mxfp4", action="store_true", help="skip the MXFP4 measurement")
     parser.add_argument("--tokenizer", default=None, help="a saved o200k_harmony tokenizer dir")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
+    parser.add_argument(
+        "--attn-implementation",
+        default="eager",
+        choices=("eager", "flex_attention"),
+        help="attention of the extraction (flex_attention: CUDA only)",
+    )
     args = parser.parse_args(argv)
     try:
         args.lengths = tuple(int(x) for x in args.lengths.split(",") if x.strip())
@@ -397,6 +457,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--lengths: every T must be >= 64 (a prompt is several hundred tokens)")
     if args.blocks < 1 or args.steps < 1 or args.conversations < 1 or args.new_tokens < 1:
         parser.error("--blocks, --steps, --conversations and --new-tokens must be >= 1")
+    if args.attn_implementation == "flex_attention" and not args.device.startswith("cuda"):
+        parser.error("--attn-implementation flex_attention needs CUDA (GPT-OSS's sinks)")
     if args.device.startswith("cpu") and not args.tiny:
         parser.error("--device cpu needs --tiny (the real dimensions are for a GPU)")
     return args
@@ -437,25 +499,34 @@ def main(argv: list[str] | None = None) -> Report:
         weights_gb=sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9,
         versions=software_versions(),
         mxfp4="available" if status.available else f"not available ({status.reason})",
+        attention=args.attn_implementation,
     )
     report.rollout = rollout_steps(
         model, tokenizer, args.device, args.conversations, args.new_tokens
     )
     _write_partial(args.out, report, started)
+    attn = args.attn_implementation
+    if attn == "flex_attention":
+        report.agreement = attention_agreement(model, args.device)
+        print(f"eager vs flex attention: {report.agreement}", flush=True)
+    model.set_attn_implementation(attn)
     with tempfile.TemporaryDirectory() as work:
         for target in args.lengths:
             report.extraction.append(
-                extraction_at(model, tokenizer, args.device, target, args.steps, Path(work))
+                extraction_at(model, tokenizer, args.device, target, args.steps, Path(work), attn)
             )
             _write_partial(args.out, report, started)
         if status.available and not args.no_mxfp4 and not args.tiny:
             del model
             torch.cuda.empty_cache()
             model = mxfp4_model(tokenizer, args.mxfp4_blocks, args.device, Path(work))
+            model.set_attn_implementation(attn)
             report.mxfp4 += f"; {args.mxfp4_blocks} blocks reloaded through the MXFP4 quantizer"
             for target in args.lengths:
                 report.mxfp4_extraction.append(
-                    extraction_at(model, tokenizer, args.device, target, args.steps, Path(work))
+                    extraction_at(
+                        model, tokenizer, args.device, target, args.steps, Path(work), attn
+                    )
                 )
                 _write_partial(args.out, report, started)
     report.seconds = time.perf_counter() - started

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from goalprobe.activations.plan import (
     device_memory_bytes,
     plan_extraction,
     replay_lengths,
+    require_fits,
 )
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
@@ -59,6 +61,26 @@ def extract_into(
     """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers;
     returns ``(ExtractReport, layers)``."""
     loaded = context.agent(agent).loaded()
+    with attention(loaded.model, settings.attn_implementation):
+        return _extract(context, agent, settings, trajectories, out, stages, loaded)
+
+
+@contextmanager
+def attention(model, implementation: str):
+    """``model`` run with the attention ``implementation`` inside the block, its own after (the
+    loaded model is shared with the later stages)."""
+    before = model.config._attn_implementation
+    if implementation == before:
+        yield
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+def _extract(context, agent, settings, trajectories, out, stages, loaded):
     capture = make_backend(
         "nnsight",
         loaded.model,
@@ -74,6 +96,7 @@ def extract_into(
         trajectories,
         loaded,
         agent.device,
+        attention=settings.attn_implementation,
     )
     report = extract(
         trajectories,
@@ -89,10 +112,15 @@ def extract_into(
     return report, layers
 
 
-def planned_config(config: ExtractConfig, trajectories: Path, loaded, device: str) -> ExtractConfig:
+def planned_config(
+    config: ExtractConfig, trajectories: Path, loaded, device: str, attention: str = "eager"
+) -> ExtractConfig:
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
-    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``)."""
+    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``).
+
+    Raises:
+        ExtractionDoesNotFitError: the longest step does not fit one sequence at a time."""
     model = loaded.model
     shape = ModelShape.from_config(model.config)
     dtype_bytes = next(model.parameters()).element_size()
@@ -105,5 +133,7 @@ def planned_config(config: ExtractConfig, trajectories: Path, loaded, device: st
         weights_bytes=weights,
         dtype_bytes=dtype_bytes,
         max_batch=config.batch_size,
+        attention=attention,
     )
+    require_fits(plan, shape, dtype_bytes)
     return dataclasses.replace(config, max_batch_tokens=plan.max_batch_tokens)

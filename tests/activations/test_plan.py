@@ -9,10 +9,12 @@ import pytest
 from goalprobe.activations.extract import ExtractConfig, batch_bounds
 from goalprobe.activations.plan import (
     GPT_OSS_20B,
+    ExtractionDoesNotFitError,
     ModelShape,
     activation_bytes,
     mxfp4_status,
     plan_extraction,
+    require_fits,
 )
 
 GB = 1e9
@@ -87,3 +89,45 @@ def test_mxfp4_is_detected_from_what_is_installed():
         assert not status.available and status.reason  # says why it would dequantise
     if not triton:
         assert "triton" in status.reason.lower()
+
+
+def test_eager_attention_grows_quadratically_and_flex_linearly():
+    eager = [activation_bytes(GPT_OSS_20B, 1, t) for t in (4_000, 8_000, 16_000)]
+    flex = [
+        activation_bytes(GPT_OSS_20B, 1, t, attention="flex_attention")
+        for t in (4_000, 8_000, 16_000)
+    ]
+    assert 3.9 < eager[2] / eager[1] < 4.1 and 3.9 < eager[1] / eager[0] < 4.1
+    assert flex[2] / flex[1] == pytest.approx(2.0) and flex[1] / flex[0] == pytest.approx(2.0)
+    assert flex[2] < eager[2] / 100
+    with pytest.raises(ValueError, match="attention implementation 'sdpa'"):
+        activation_bytes(GPT_OSS_20B, 1, 100, attention="sdpa")
+
+
+def test_a_step_that_does_not_fit_is_refused_with_its_figures():
+    """On an H200 (143,771 MiB) with bf16 weights, T = 16,000 ran out of memory under eager
+    attention (docs/benchmarks.md); the plan refuses it and names flex attention."""
+    h200 = 143_771 * 2**20
+    weights = GPT_OSS_20B.weight_bytes(mxfp4=False)
+    fits = plan_extraction([8_000] * 16, GPT_OSS_20B, memory_bytes=h200, weights_bytes=weights)
+    require_fits(fits, GPT_OSS_20B)  # T = 8,000 ran (batch 3, 118 GB)
+    assert fits.max_batch_tokens == 3 * 8_000
+    long = plan_extraction([16_000] * 16, GPT_OSS_20B, memory_bytes=h200, weights_bytes=weights)
+    with pytest.raises(ExtractionDoesNotFitError, match=r"16,000 tokens\) needs 100\.0 GB") as err:
+        require_fits(long, GPT_OSS_20B)
+    assert "flex_attention" in str(err.value) and "84." in str(err.value)
+    flex = plan_extraction(
+        [16_000] * 16,
+        GPT_OSS_20B,
+        memory_bytes=h200,
+        weights_bytes=weights,
+        attention="flex_attention",
+    )
+    require_fits(flex, GPT_OSS_20B)
+    assert flex.attention == "flex_attention" and flex.max_batch_tokens == 0  # all 64 at once
+    # a card too small for the weights themselves: refused under either implementation
+    tiny = plan_extraction(
+        [500], GPT_OSS_20B, memory_bytes=40 * GB, weights_bytes=weights, attention="flex_attention"
+    )
+    with pytest.raises(ExtractionDoesNotFitError, match="0.0 GB are left"):
+        require_fits(tiny, GPT_OSS_20B)

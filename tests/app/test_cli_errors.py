@@ -439,3 +439,31 @@ def test_model_commit_is_read_from_a_cached_snapshot(tmp_path, monkeypatch):
     check_model_available("org/tiny")
     assert model_commit(str(snapshot)) == commit  # the snapshot directory itself
     assert model_commit("bundled") == "" and model_commit("org/other") == ""
+
+
+def test_demo_flex_attention_without_cuda_is_one_error_before_any_stage(tmp_path, goalprobe_cli):
+    run_dir = tmp_path / "run"
+    for value, named in [("flex_attention", "needs --device cuda"), ("sdpa", "expected 'eager'")]:
+        line = one_error_line(
+            goalprobe_cli(
+                "demo", "--run-dir", run_dir, "--set", f"activations.attn_implementation={value}"
+            )
+        )
+        assert "attn_implementation" in line and named in line, line
+        assert not run_dir.exists()
+
+
+def test_the_replay_attention_is_restored_after_extraction():
+    """The demo's extraction switches the shared model's attention only while it runs."""
+    from goalprobe.agents.bundled import load_bundled_agent
+    from goalprobe.stages.activations import attention
+
+    model, _ = load_bundled_agent()
+    assert model.config._attn_implementation == "eager"
+    with attention(model, "flex_attention"):  # switched (not run: sinks need CUDA)
+        assert model.config._attn_implementation == "flex_attention"
+    assert model.config._attn_implementation == "eager"
+    with pytest.raises(RuntimeError, match="inside"):
+        with attention(model, "flex_attention"):
+            raise RuntimeError("inside")
+    assert model.config._attn_implementation == "eager"
