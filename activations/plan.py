@@ -140,6 +140,14 @@ default; score matrices of ``T x (T + 1)`` per head) and ``flex_attention`` (PyT
 FlexAttention, which computes the scores tile by tile; GPT-OSS's sinks need it on CUDA)."""
 
 
+MOE_CALIBRATION = 1.35
+"""The MoE phase per (token, chosen expert) pair, ``4 x d_model + 6 x expert width`` elements,
+times this factor: measured on an H200 with transformers' grouped experts and flex attention
+(whose scores no longer dominate), the peak was 289 and 304 KB per token at T = 4,000 and
+16,000 (batch 8), 1.25-1.32 times the pairs' elements for GPT-OSS-20B's 4 experts per token; the
+factor is that measurement, not a derivation (docs/benchmarks.md)."""
+
+
 def activation_bytes(
     shape: ModelShape,
     batch: int,
@@ -162,7 +170,8 @@ def activation_bytes(
         attn += t * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
     else:
         attn = t * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
-    moe = t * (4 * shape.d_model + 6 * shape.expert_width)
+    per_pair = 4 * shape.d_model + 6 * shape.expert_width
+    moe = t * per_pair * max(1.0, MOE_CALIBRATION * shape.experts_per_token)
     return float(dtype_bytes) * batch * max(attn, moe)
 
 

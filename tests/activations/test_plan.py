@@ -99,7 +99,7 @@ def test_eager_attention_grows_quadratically_and_flex_linearly():
     ]
     assert 3.9 < eager[2] / eager[1] < 4.1 and 3.9 < eager[1] / eager[0] < 4.1
     assert flex[2] / flex[1] == pytest.approx(2.0) and flex[1] / flex[0] == pytest.approx(2.0)
-    assert flex[2] < eager[2] / 100
+    assert flex[2] < eager[2] / 15  # 5 GB against 100 at T = 16,000
     with pytest.raises(ValueError, match="attention implementation 'sdpa'"):
         activation_bytes(GPT_OSS_20B, 1, 100, attention="sdpa")
 
@@ -124,7 +124,7 @@ def test_a_step_that_does_not_fit_is_refused_with_its_figures():
         attention="flex_attention",
     )
     require_fits(flex, GPT_OSS_20B)
-    assert flex.attention == "flex_attention" and flex.max_batch_tokens == 0  # all 64 at once
+    assert flex.attention == "flex_attention" and flex.max_batch_tokens == 17 * 16_000
     # a card too small for the weights themselves: refused under either implementation
     tiny = plan_extraction(
         [500], GPT_OSS_20B, memory_bytes=40 * GB, weights_bytes=weights, attention="flex_attention"
