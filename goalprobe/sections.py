@@ -161,7 +161,8 @@ class ActivationsConfig:
     attn_implementation: str = "eager"
     """Attention the replay runs with: ``eager`` (transformers' GPT-OSS default) or
     ``flex_attention`` (CUDA only; memory linear in the replayed length, for reasoning traces
-    of 8-16k tokens whose eager score matrices do not fit: docs/benchmarks.md)."""
+    of 8-16k tokens whose eager score matrices do not fit; its rows differ from eager's, so
+    never compare stores of the two: docs/benchmarks.md)."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("eager", "flex_attention"):

@@ -116,6 +116,7 @@ def test_a_step_that_does_not_fit_is_refused_with_its_figures():
     with pytest.raises(ExtractionDoesNotFitError, match=r"16,000 tokens\) needs 100\.0 GB") as err:
         require_fits(long, GPT_OSS_20B)
     assert "flex_attention" in str(err.value) and "84." in str(err.value)
+    assert "not eager" in str(err.value)
     flex = plan_extraction(
         [16_000] * 16,
         GPT_OSS_20B,

@@ -456,6 +456,7 @@ def test_demo_flex_attention_without_cuda_is_one_error_before_any_stage(tmp_path
 def test_the_replay_attention_is_restored_after_extraction():
     """The demo's extraction switches the shared model's attention only while it runs."""
     from goalprobe.agents.bundled import load_bundled_agent
+
     from goalprobe.stages.activations import attention
 
     model, _ = load_bundled_agent()
