@@ -439,3 +439,41 @@ def test_model_commit_is_read_from_a_cached_snapshot(tmp_path, monkeypatch):
     check_model_available("org/tiny")
     assert model_commit(str(snapshot)) == commit  # the snapshot directory itself
     assert model_commit("bundled") == "" and model_commit("org/other") == ""
+
+
+def test_a_server_failure_in_any_verb_is_one_line_and_exit_2():
+    """A server that is down or answers no completion is the environment, not a bug: under the
+    command group (every verb: rollout, demo) its ServerError is one ``error: server: <what,
+    URL>`` line and exit 2, while any other RuntimeError still shows its traceback.
+
+    ``goalprobe patch`` itself sends no request (it replays server trajectories on the local
+    model), so the rule is tested on the group, with a real client against a closed port."""
+    import socket
+
+    import typer
+    from goalprobe.agents.backend import SamplingConfig
+    from goalprobe.agents.harmony import Message
+    from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+
+    from goalprobe.cli import OneLineErrors
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = typer.Typer(cls=OneLineErrors)
+
+    @app.command()
+    def ask() -> None:
+        config = ServerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0, api_key_env=None
+        )
+        ServerBackend(config).generate([[Message("user", "hi")]], SamplingConfig())
+
+    @app.command()
+    def bug() -> None:
+        raise RuntimeError("a bug")
+
+    line = one_error_line(CliRunner().invoke(app, ["ask"]))
+    assert line.startswith("error: server: ") and f"127.0.0.1:{port}" in line, line
+    result = CliRunner().invoke(app, ["bug"])
+    assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
