@@ -639,12 +639,15 @@ def holds_other_extraction(
     config: ExtractConfig,
     *,
     compare_layers: bool = True,
+    compare_batching: bool = True,
 ) -> bool:
     """Whether an existing ``output`` can *not* be this extraction's finished store, judged
     without the model: it is not a complete store, or it was extracted from another trajectory
     file or with another config (its layers compared only when ``compare_layers``: the default
-    layers depend on the model). The CLI refuses such an output before loading any model unless
-    ``--overwrite``; the model itself is compared later by :func:`extract`.
+    layers depend on the model; its ``max_batch_tokens`` only when ``compare_batching``: a
+    planned budget depends on the model and the device). The CLI refuses such an output before
+    loading any model unless ``--overwrite``; the model itself is compared later by
+    :func:`extract`.
     """
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
@@ -653,6 +656,9 @@ def holds_other_extraction(
     if not compare_layers:
         ours.pop("layers")
         theirs.pop("layers", None)
+    if not compare_batching:
+        ours.pop("max_batch_tokens", None)
+        theirs.pop("max_batch_tokens", None)
     return ours != theirs
 
 

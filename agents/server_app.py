@@ -62,6 +62,8 @@ from goalprobe.agents.backend import (
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from pydantic import BaseModel, ConfigDict, Field
 
+from goalprobe.version import package_version
+
 log = logging.getLogger(__name__)
 
 
@@ -412,6 +414,10 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": config.model_name}
+
+    @app.get("/version")
+    async def version() -> dict[str, Any]:  # as vLLM's GET /version, plus the server's name
+        return {"version": package_version(), "server": "goalprobe"}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -227,6 +227,32 @@ class ServerBackend:
         """What identifies this backend in a trajectory file (no URL credentials, no key)."""
         return {"class": "ServerBackend", "model": self.config.model}
 
+    def server_versions(self, timeout_s: float = 10.0) -> dict[str, str | None]:
+        """Each endpoint's server version (for provenance): ``GET <root>/version`` beside the
+        ``/v1`` base URL, which vLLM answers ``{"version": "0.11.1"}`` and ``goalprobe serve``
+        ``{"version": ..., "server": "goalprobe"}`` (recorded as ``"goalprobe <version>"``).
+        None for an endpoint that did not say (no such route, down, not JSON): a warning is
+        logged and the version is recorded as unknown, never guessed."""
+        versions: dict[str, str | None] = {}
+        with httpx.Client(timeout=timeout_s, headers=self._headers()) as client:
+            for base_url in self.config.base_urls:
+                url = _version_url(base_url)
+                try:
+                    answer = client.get(url)
+                    answer.raise_for_status()
+                    body = answer.json()
+                    version = body["version"]
+                    if not isinstance(version, str) or not version:
+                        raise ValueError(f"no version string in {answer.text[:200]!r}")
+                except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+                    reason = self._redact(str(err))
+                    log.warning("%s: no server version (%s)", _public_url(url), reason)
+                    versions[_public_url(base_url)] = None
+                    continue
+                name = body.get("server")
+                versions[_public_url(base_url)] = f"{name} {version}" if name else version
+        return versions
+
     # -- Backend ------------------------------------------------------------------------------
 
     def generate(
@@ -568,6 +594,12 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def _version_url(base_url: str) -> str:
+    """``<root>/version`` for an endpoint's ``.../v1`` base URL."""
+    root = base_url.rstrip("/")
+    return f"{root.removesuffix('/v1')}/version"
 
 
 def _public_url(url: str) -> str:

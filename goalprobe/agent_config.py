@@ -7,7 +7,7 @@ agent gives one run id whichever verb recorded it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from goalprobe.agents.local_backend import LocalBackend
@@ -45,6 +45,10 @@ class AgentConfig:
     device: str = "cpu"
     """Torch device of the local model: ``cpu`` or ``cuda`` (the precision follows: fp32 on CPU,
     bf16 on CUDA)."""
+    local_weights: bool = True
+    """Whether the stage handed this config may load the weights in this process. False only
+    for the generation stages of a server engine (:meth:`for_generation`): their episodes do
+    not depend on ``device``, which :meth:`identity` then leaves out."""
 
     def __post_init__(self) -> None:
         if self.backend not in ENGINES:
@@ -55,15 +59,45 @@ class AgentConfig:
 
     def identity(self) -> dict[str, Any]:
         """What a stage's cache key records of this agent: the weights (a bundled agent's
-        digest, else the name), the engine and the numeric precision it runs at."""
-        device, dtype = resolve_device_dtype(self.device, "auto")
-        return {
+        digest, else the name), the engine and, when the weights run in this process, the
+        device and numeric precision they run at."""
+        identity = {
             **model_identity(self.model),
             "backend": self.backend,
             "base_url": self.base_url,
-            "device": device,
-            "dtype": str(dtype).removeprefix("torch."),
         }
+        if self.local_weights:
+            device, dtype = resolve_device_dtype(self.device, "auto")
+            identity |= {"device": device, "dtype": str(dtype).removeprefix("torch.")}
+        return identity
+
+    def server_config(self) -> ServerConfig:
+        """The server engine's settings: the study's rows must be of the prompts the model
+        read, so the token ids are asked for and answers without them refused; the server's
+        batch is kept full (:data:`SERVER_IN_FLIGHT`).
+
+        Raises:
+            ValueError: the engine is not a server.
+        """
+        if self.backend != "server" or self.base_url is None:
+            raise ValueError(f"agent {self.model!r} does not run on a server")
+        return ServerConfig(
+            base_url=self.base_url,
+            model=self.model,
+            request_token_ids=True,
+            require_token_ids=True,
+            max_concurrency=SERVER_IN_FLIGHT,
+        )
+
+    def for_generation(self) -> AgentConfig:
+        """What a stage that only generates receives: with a server engine, this config without
+        the local device (``local_weights=False``), so that the generation stages' cache keys do
+        not depend on where the weight stages run (``goalprobe demo --device cuda`` after the
+        server's generation reuses it); with the local engine, this config (the device and
+        precision generate the episodes)."""
+        if self.backend != "server":
+            return self
+        return replace(self, device="cpu", local_weights=False)
 
 
 def local_backend(
@@ -92,7 +126,16 @@ class Agent:
         return self._tokenizer
 
     def loaded(self) -> LoadedModel:
-        """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts."""
+        """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts.
+
+        Raises:
+            ValueError: the config is a generation stage's (``local_weights=False``).
+        """
+        if not self.config.local_weights:
+            raise ValueError(
+                "this agent config is a generation stage's (AgentConfig.for_generation): it "
+                "names no device, so it loads no weights"
+            )
         if self._loaded is None:
             self._loaded = load_model(self.config.model, device=self.config.device)
         return self._loaded
@@ -106,7 +149,6 @@ class Agent:
             ServerError: the server did not answer (one retry), or answered without ids
                 (:class:`~goalprobe.agents.server_backend.ServerTokenIdsError`).
         """
-        from dataclasses import replace
 
         from goalprobe.agents.backend import SamplingConfig
         from goalprobe.agents.harmony import Message
@@ -122,18 +164,7 @@ class Agent:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
-                if self.config.base_url is None:
-                    raise ValueError("the server backend needs a base_url")
-                # the study's rows must be of the prompts the model read: ask for the ids and
-                # refuse answers without them; keep the server's batch full
-                server = ServerConfig(
-                    base_url=self.config.base_url,
-                    model=self.config.model,
-                    request_token_ids=True,
-                    require_token_ids=True,
-                    max_concurrency=SERVER_IN_FLIGHT,
-                )
-                backend = ServerBackend(server, self.tokenizer())
+                backend = ServerBackend(self.config.server_config(), self.tokenizer())
                 self._backend = (backend, backend.describe())
             else:
                 loaded = self.loaded()

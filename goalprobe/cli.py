@@ -30,7 +30,16 @@ EXIT_USER_ERROR = 2
 USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, HubUnavailableError)
 """What counts as an error in the user's input: missing, unreadable, foreign or malformed
 files (``OSError``; the project's format errors subclass ``ValueError``), bad values, and a
-model that is not available offline."""
+model that is not available offline. A server's failure is one too (:func:`is_server_error`)."""
+
+
+def is_server_error(err: BaseException) -> bool:
+    """Whether ``err`` is a :class:`~goalprobe.agents.server_backend.ServerError` (a server down,
+    refusing, or answering what is not a completion: the environment, not a bug; its message
+    names the URL). Any verb that talks to a server (``rollout``, ``demo``) gets it as one line;
+    the module is looked up only when it was imported, so ``--help`` stays light."""
+    module = sys.modules.get("goalprobe.agents.server_backend")
+    return module is not None and isinstance(err, module.ServerError)
 
 
 def one_line(message: str) -> str:
@@ -66,6 +75,10 @@ class OneLineErrors(TyperGroup):
             self._fail(err.format_message(), err)
         except USER_ERRORS as err:
             self._fail(str(err) or type(err).__name__, err)
+        except RuntimeError as err:
+            if not is_server_error(err):
+                raise
+            self._fail(f"server: {err}", err)
         # click returns an Exit's code (and a verb's return value, always None here)
         sys.exit(code if isinstance(code, int) else 0)
 

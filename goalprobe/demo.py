@@ -41,6 +41,7 @@ from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import (
     StageBook,
     StageOutcome,
+    needs_weights,
     run_in_order,
     run_parallel,
     stage_module,
@@ -48,7 +49,15 @@ from goalprobe.scheduler import (
 from goalprobe.stages import CONTROL_STAGES, STAGES
 from goalprobe.stages.context import write_json
 
-__all__ = ["DemoResult", "StageOutcome", "check_force", "default_jobs", "run_demo", "stage_module"]
+__all__ = [
+    "DemoResult",
+    "StageOutcome",
+    "check_force",
+    "default_jobs",
+    "run_demo",
+    "stage_module",
+    "stages_to_run",
+]
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,22 @@ def check_force(force: Iterable[str]) -> set[str]:
     return force
 
 
+def stages_to_run(
+    run_dir: str | Path, config: DemoConfig, names: Iterable[str], force: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """Which of ``names`` a :func:`run_demo` of ``config`` in ``run_dir`` would compute now
+    rather than take from the cache (:meth:`goalprobe.scheduler.StageBook.to_run`); writes
+    nothing. ``goalprobe demo --backend server`` checks the server only when one of
+    :data:`~goalprobe.stages.SERVER_STAGES` is among them, so that the second call of the
+    one-GPU workflow (the server stopped, the generation cached) runs without it."""
+    layout = RunLayout(Path(run_dir))
+    names = tuple(names)
+    if not layout.stages_dir.is_dir():  # a fresh run: everything runs
+        return tuple(n for n in STAGES if n in names)
+    book = StageBook(layout, config, check_force(force), False, lambda line: None)
+    return book.to_run(names)
+
+
 def default_jobs(device: str = "cpu") -> int:
     """Stages run at once by default: 2 on a CPU with at least 2 cores (generation leaves the
     second core nearly idle), 1 on an accelerator (stages would compete for its memory)."""
@@ -112,6 +137,7 @@ def run_demo(
     log: Callable[[str], None] | None = None,
     jobs: int = 1,
     control: DemoConfig | None = None,
+    generation_only: bool = False,
 ) -> DemoResult:
     """Run (or resume) the whole study in ``run_dir`` and write ``run_dir/report.html``.
 
@@ -128,6 +154,9 @@ def run_demo(
         control: the config of a positive-control agent run beside ``config``'s in
             ``run_dir/control/`` (its :data:`~goalprobe.stages.CONTROL_STAGES` only), shown
             side by side in the report; None runs ``config``'s agent alone.
+        generation_only: run only the stages that load no weights, neither themselves nor
+            through a stage they read (:func:`goalprobe.scheduler.needs_weights`): with a
+            server, its generation; no report. The one-GPU workflow's first call.
 
     Raises:
         ValueError: an unknown stage in ``force``, or ``jobs < 1``.
@@ -139,7 +168,11 @@ def run_demo(
     force = check_force(force)
     say = log or print
     layout = RunLayout(Path(run_dir))
-    book = StageBook(layout, config, force, strict, say)
+
+    def chosen(stages: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(n for n in stages if not (generation_only and needs_weights(n)))
+
+    book = StageBook(layout, config, force, strict, say, stages=chosen(STAGES))
     books = [book]
     if control is not None:
         companion = StageBook(
@@ -148,7 +181,7 @@ def run_demo(
             force & set(CONTROL_STAGES),
             strict,
             lambda line: say(f"control {line}"),
-            stages=CONTROL_STAGES,
+            stages=chosen(CONTROL_STAGES),
         )
         book.companions.append(companion)
         books.append(companion)

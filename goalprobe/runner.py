@@ -178,19 +178,26 @@ def provenance(config: Any) -> dict:
     """What produced a stage's outputs beyond its config: the software versions
     (:func:`goalprobe.version.software_versions`) and, when the stage runs an agent (a field
     ``agent`` of its config, possibly under ``config["config"]``), the model and its resolved
-    commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown)."""
+    commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown). A stage that
+    generated on a server (its agent is :meth:`~goalprobe.agent_config.AgentConfig.for_generation`'s)
+    also records the server's version beside the others (``software["server"]``: what its
+    ``GET /version`` answered, None when it did not say)."""
+    from goalprobe.agent_config import AgentConfig
     from goalprobe.agents.models import model_commit
+    from goalprobe.agents.server_backend import ServerBackend
     from goalprobe.version import software_versions
 
     record: dict = {"software": software_versions()}
     received = config.get("config") if isinstance(config, dict) else config
     agent = getattr(received, "agent", None)
-    model = getattr(agent, "model", None)
-    if isinstance(model, str):
-        record["model"] = model
-        record["model_commit"] = model_commit(model)
-        if getattr(agent, "backend", None) == "server":
-            record["server"] = getattr(agent, "base_url", None)
+    if isinstance(agent, AgentConfig):
+        record["model"] = agent.model
+        record["model_commit"] = model_commit(agent.model)
+        if agent.backend == "server":
+            record["server"] = agent.base_url
+            if not agent.local_weights:  # it generated on the server
+                versions = ServerBackend(agent.server_config()).server_versions()
+                record["software"]["server"] = next(iter(versions.values()))
     return record
 
 

@@ -81,7 +81,7 @@ class StageBook:
     def waits_for_server(self, name: str) -> tuple[str, ...]:
         """The server stages ``name`` waits for besides its inputs: with a server, a stage that
         needs the weights starts after every stage of :data:`SERVER_STAGES`."""
-        if not self.serves or not _needs_weights(name):
+        if not self.serves or not needs_weights(name):
             return ()
         return tuple(n for n in SERVER_STAGES if n in self.stages)
 
@@ -107,11 +107,7 @@ class StageBook:
 
     def prepare(self, name: str) -> tuple[Any, dict]:
         """``(what the stage receives, its cache key)``; a forced stage's old outputs go."""
-        received = stage_module(name).inputs(self.config)
-        key = {
-            "config": received,
-            "inputs": {d: self.fingerprints[d] for d in DEPENDS_ON[name] if d in self.fingerprints},
-        }
+        received, key = self._key(name, self.fingerprints)
         if name == "report":
             key["failures"] = {n: o.error for n, o in self.outcomes.items() if o.error}
             for companion in self.companions:
@@ -122,6 +118,36 @@ class StageBook:
         if name in self.force:
             self.runner.remove_outputs(name)
         return received, key
+
+    def _key(self, name: str, fingerprints: dict[str, str]) -> tuple[Any, dict]:
+        received = stage_module(name).inputs(self.config)
+        inputs = {d: fingerprints[d] for d in DEPENDS_ON[name] if d in fingerprints}
+        return received, {"config": received, "inputs": inputs}
+
+    def to_run(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Which of ``names`` (stages of this book other than ``report``) a run now would
+        compute rather than take from the cache: forced, without a record matching its key, or
+        reading a stage that would run. Reads the records only; writes nothing."""
+        wanted = set(names)
+        for name in reversed(self.stages):  # with every stage they read
+            if name in wanted:
+                wanted.update(d for d in DEPENDS_ON[name] if d in self.stages)
+        if "report" in wanted:
+            raise ValueError("to_run does not decide the report stage")
+        fingerprints: dict[str, str] = {}
+        runs: set[str] = set()
+        for name in self.stages:
+            if name not in wanted:
+                continue
+            if name in self.force or any(d in runs for d in DEPENDS_ON[name]):
+                runs.add(name)
+                continue
+            hit = self.runner.cached(name, self._key(name, fingerprints)[1])
+            if hit is None:
+                runs.add(name)
+            else:
+                fingerprints[name] = hit.summary["fingerprint"]
+        return tuple(n for n in self.stages if n in runs and n in names)
 
     def finished(self, result: StageResult) -> None:
         name = result.name
@@ -230,9 +256,10 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
     bar.close()
 
 
-def _needs_weights(name: str) -> bool:
-    """Whether ``name`` loads the weights or reads a stage that does."""
-    return name in WEIGHT_STAGES or any(_needs_weights(d) for d in DEPENDS_ON[name])
+def needs_weights(name: str) -> bool:
+    """Whether ``name`` loads the weights or reads a stage that does (the report reads every
+    stage)."""
+    return name in WEIGHT_STAGES or any(needs_weights(d) for d in DEPENDS_ON[name])
 
 
 _DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"

@@ -35,6 +35,8 @@ from fastapi import FastAPI, Request
 
 REASONING_WORDS = (" go", " the", " goal", " is", " near", " move", " wall", " path", " so")
 ACTIONS = ("UP", "DOWN", "LEFT", "RIGHT")
+VLLM_VERSION = "0.11.1"
+"""The version the fake server reports at ``GET /version``."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,10 @@ def fake_vllm_app(
     @app.get("/health")
     def health():
         return {}
+
+    @app.get("/version")
+    def version():  # vLLM's route (vllm/entrypoints/openai/api_server.py)
+        return {"version": VLLM_VERSION}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):

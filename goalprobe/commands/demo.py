@@ -63,6 +63,15 @@ def command(
             "ones) finds more than 5% of steps cut off by the token budget.",
         ),
     ] = False,
+    generation_only: Annotated[
+        bool,
+        typer.Option(
+            "--generation-only",
+            help="Run only the stages that load no weights (with --backend server: the "
+            "server's generation), then stop. The one-GPU workflow: this first, then stop the "
+            "server and rerun without it (e.g. with --device cuda) for the weight stages.",
+        ),
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -114,15 +123,8 @@ def command(
         check_model_available(config.agent.model)
     except (FileNotFoundError, HubUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--model") from err
-    if backend == "server":  # the server answers, with token ids, before any stage runs
-        from goalprobe.agent_config import Agent
-        from goalprobe.agents.server_backend import ServerError
-
-        try:
-            Agent(config.agent).check_server()
-        except ServerError as err:
-            typer.echo(f"error: --base-url: {err}", err=True)
-            raise typer.Exit(code=2) from err
+    if backend == "server":
+        check_server_if_needed(run_dir, config, stages_forced)
     result = run_demo(
         run_dir,
         config,
@@ -131,6 +133,7 @@ def command(
         log=lambda line: console.print(line, markup=False, highlight=False),
         jobs=jobs or default_jobs(device),
         control=control,
+        generation_only=generation_only,
     )
     typer.echo(stage_tally(result, scale))
     for name, error in result.failed.items():
@@ -141,6 +144,26 @@ def command(
     if result.failed:
         typer.echo(f"{len(result.failed)} stage(s) did not finish", err=True)
         raise typer.Exit(code=1)
+
+
+def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
+    """Before any stage runs, the server must answer with token ids, unless every stage that
+    generates on it is cached (the second call of the one-GPU workflow: the server stopped,
+    the weight stages to run). Exits 2 with one ``error: --base-url: ...`` line otherwise."""
+    from goalprobe.agent_config import Agent
+    from goalprobe.agents.server_backend import ServerError
+    from goalprobe.demo import stages_to_run
+    from goalprobe.stages import SERVER_STAGES
+
+    generating = stages_to_run(run_dir, config, SERVER_STAGES, force)
+    if not generating:
+        typer.echo("every generation stage is cached: the server is not needed")
+        return
+    try:
+        Agent(config.agent).check_server()
+    except ServerError as err:
+        typer.echo(f"error: --base-url: {err}", err=True)
+        raise typer.Exit(code=2) from err
 
 
 def stage_tally(result, scale: str) -> str:

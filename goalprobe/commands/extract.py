@@ -54,6 +54,16 @@ def command(
         str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
+    max_batch_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Most padded tokens per forward pass (a batch's longest replayed step times "
+            "its size; at least one step). Default: planned from the replayed lengths and the "
+            "device's memory (goalprobe.activations.plan; none with --remote); 0: only "
+            "--batch-size limits.",
+        ),
+    ] = None,
     rows_per_part: Annotated[
         int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
     ] = 256,
@@ -102,6 +112,7 @@ def command(
             stages=parse_list(stages, str, "--stages"),
             grid_cells=grid_cells,
             batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens or 0,
             rows_per_part=rows_per_part,
             compression=compression,
             shard=shard,
@@ -114,7 +125,13 @@ def command(
     if (
         out.exists()
         and not overwrite
-        and holds_other_extraction(out, trajectories, config, compare_layers=bool(chosen))
+        and holds_other_extraction(
+            out,
+            trajectories,
+            config,
+            compare_layers=bool(chosen),
+            compare_batching=max_batch_tokens is not None,
+        )
     ):
         raise typer.BadParameter(
             f"{out} exists and is not this extraction's store (resumed or finished); pass "
@@ -150,6 +167,11 @@ def command(
         stats.check_vocabulary(capture.vocab_size)
     if not chosen:
         config = replace(config, layers=default_layers(capture.n_layers))
+    if max_batch_tokens is None and not remote:  # the planner's token budget
+        from goalprobe.stages.activations import planned_config
+
+        on = str(next(loaded.model.parameters()).device)
+        config = planned_config(config, trajectories, loaded, on)
     report = extract(
         trajectories,
         out,
@@ -170,8 +192,9 @@ def command(
     )
     typer.echo(
         f"{report.output}: {report.rows} rows (of {report.trajectory_steps} steps in the file), "
-        f"layers {list(config.layers)}, backend {capture.name}; {state}; "
-        f"{report.seconds:.1f} s"
+        f"layers {list(config.layers)}, backend {capture.name}, batches of <= "
+        f"{config.batch_size} steps and {config.max_batch_tokens or 'any number of'} tokens; "
+        f"{state}; {report.seconds:.1f} s"
     )
     _warn_retokenized(report.output)
 

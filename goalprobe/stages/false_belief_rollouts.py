@@ -40,7 +40,9 @@ def inputs(config: DemoConfig) -> FalseBeliefRolloutsInput:
     rollout = dataclasses.replace(
         config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
     )
-    return FalseBeliefRolloutsInput(config.agent, rollout, config.false_belief.grids)
+    return FalseBeliefRolloutsInput(
+        config.agent.for_generation(), rollout, config.false_belief.grids
+    )
 
 
 def run(context: StageContext, config: FalseBeliefRolloutsInput, stage_dir: Path):

@@ -53,7 +53,7 @@ def inputs(config: DemoConfig) -> FogInput:
         horizon_factor=config.fog.horizon_factor,
         horizon_steps=None,
     )
-    return FogInput(config.agent, rollout, config.fog)
+    return FogInput(config.agent.for_generation(), rollout, config.fog)
 
 
 def run(context: StageContext, config: FogInput, stage_dir: Path):

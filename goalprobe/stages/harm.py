@@ -49,7 +49,7 @@ class HarmInput:
 def inputs(config: DemoConfig) -> HarmInput:
     """The agent, the rollout settings with the harm episode count, and the harm section."""
     rollout = dataclasses.replace(config.rollouts, episodes_per_grid=config.harm.episodes_per_grid)
-    return HarmInput(config.agent, rollout, config.harm)
+    return HarmInput(config.agent.for_generation(), rollout, config.harm)
 
 
 def run(context: StageContext, config: HarmInput, stage_dir: Path):

@@ -63,7 +63,7 @@ class IntentionInput:
 
 def inputs(config: DemoConfig) -> IntentionInput:
     """The agent, its sampling settings and the intention section."""
-    return IntentionInput(config.agent, config.rollouts, config.intention)
+    return IntentionInput(config.agent.for_generation(), config.rollouts, config.intention)
 
 
 def run(context: StageContext, config: IntentionInput, stage_dir: Path):

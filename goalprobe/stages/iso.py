@@ -48,7 +48,7 @@ class IsoInput:
 
 def inputs(config: DemoConfig) -> IsoInput:
     """The agent, the rollout and behaviour settings, and the transforms."""
-    return IsoInput(config.agent, config.rollouts, config.behaviour, config.iso)
+    return IsoInput(config.agent.for_generation(), config.rollouts, config.behaviour, config.iso)
 
 
 def run(context: StageContext, config: IsoInput, stage_dir: Path):

@@ -51,7 +51,9 @@ def inputs(config: DemoConfig) -> KeysInput:
         horizon_steps=config.keys.horizon,
         episodes_per_grid=config.keys.episodes_per_grid,
     )
-    return KeysInput(config.agent, rollout, config.behaviour.intervals, config.keys)
+    return KeysInput(
+        config.agent.for_generation(), rollout, config.behaviour.intervals, config.keys
+    )
 
 
 def run(context: StageContext, config: KeysInput, stage_dir: Path):

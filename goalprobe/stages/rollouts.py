@@ -46,7 +46,7 @@ class RolloutsInput:
 
 def inputs(config: DemoConfig) -> RolloutsInput:
     """The agent, the rollout settings and the pre-flight."""
-    return RolloutsInput(config.agent, config.rollouts, config.preflight)
+    return RolloutsInput(config.agent.for_generation(), config.rollouts, config.preflight)
 
 
 def run(context: StageContext, config: RolloutsInput, stage_dir: Path):

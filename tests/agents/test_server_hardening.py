@@ -258,21 +258,25 @@ def test_rollout_through_a_faulty_server_retries_and_equals_a_clean_run(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="with per-episode scheduling (issue 32) this faulty server never stops the run: "
-    "the stop-and-resume path is not exercised; open, see the session note of 2026-11-27",
-    strict=False,
-)
 def test_rollout_stops_resumably_and_resumes_without_loss_or_duplicates(
     tiny_server, grids, template_dir, tmp_path
 ):
+    """Every request body fails twice (``rate=1.0, max_faults=2``), then passes: with
+    ``max_failed_rounds=1`` an episode's request failing twice in a row stops the run, and each
+    rerun gets further (the proxy remembers the faults each body has had).
+
+    Per-episode scheduling counts failures per episode (a failed request is sent again at once,
+    with the same seed), not per lockstep round: a server that fails half its requests at random
+    but never the same one twice in a row is retried through, and the run finishes without a
+    stop. The faults must therefore hit one request twice in a row for the stop to happen; the
+    earlier random faults (``rate=0.5``, seed 11) never did."""
     url, _ = tiny_server
     config = rollout_config(template_dir)
     clean = tmp_path / "clean.jsonl"
     run_rollouts(grids, client(url), config, clean, progress=False)
     out = tmp_path / "faulty.jsonl"
     stops = 0
-    with faulty_server(url, seed=11, rate=0.5, max_faults=2, hang_s=1.2) as (faulty, log):
+    with faulty_server(url, seed=11, rate=1.0, max_faults=2, hang_s=1.2) as (faulty, log):
         for _ in range(40):  # every run gets further: each request body has 2 faults at most
             backend = client(faulty, max_retries=0, timeout_s=1.0)
             try:

@@ -468,3 +468,84 @@ def test_the_replay_attention_is_restored_after_extraction():
         with attention(model, "flex_attention"):
             raise RuntimeError("inside")
     assert model.config._attn_implementation == "eager"
+
+
+def test_a_server_failure_in_any_verb_is_one_line_and_exit_2():
+    """A server that is down or answers no completion is the environment, not a bug: under the
+    command group (every verb: rollout, demo) its ServerError is one ``error: server: <what,
+    URL>`` line and exit 2, while any other RuntimeError still shows its traceback.
+
+    ``goalprobe patch`` itself sends no request (it replays server trajectories on the local
+    model), so the rule is tested on the group, with a real client against a closed port."""
+    import socket
+
+    import typer
+    from goalprobe.agents.backend import SamplingConfig
+    from goalprobe.agents.harmony import Message
+    from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+
+    from goalprobe.cli import OneLineErrors
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = typer.Typer(cls=OneLineErrors)
+
+    @app.command()
+    def ask() -> None:
+        config = ServerConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0, api_key_env=None
+        )
+        ServerBackend(config).generate([[Message("user", "hi")]], SamplingConfig())
+
+    @app.command()
+    def bug() -> None:
+        raise RuntimeError("a bug")
+
+    line = one_error_line(CliRunner().invoke(app, ["ask"]))
+    assert line.startswith("error: server: ") and f"127.0.0.1:{port}" in line, line
+    result = CliRunner().invoke(app, ["bug"])
+    assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
+
+
+def test_extract_max_batch_tokens_is_checked_before_the_model_and_bounds_the_batches(
+    files, tmp_path, goalprobe_cli
+):
+    """``--max-batch-tokens N``: a negative N is refused before any model loads; a given N is
+    the store's token budget (its identity records it) and changes no row; without it, the
+    planner's budget is used."""
+    import numpy as np
+    from goalprobe.activations.store import ActivationStore
+
+    out = tmp_path / "x.h5"
+    line = one_error_line(
+        goalprobe_cli(
+            "extract",
+            files / "a.jsonl",
+            "--out",
+            out,
+            "--model",
+            NO_MODEL,
+            "--max-batch-tokens",
+            "-1",
+        )  # fmt: skip
+    )
+    assert "Invalid value for '--max-batch-tokens'" in line, line
+    not_about_the_model(line)
+    assert not out.exists()
+
+    result = goalprobe_cli(
+        "extract", files / "a.jsonl", "--out", out, "--backend", "hooks", "--no-progress",
+        "--max-batch-tokens", 600,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "batches of <= 8 steps and 600 tokens" in result.output
+    with ActivationStore(out) as given, ActivationStore(files / "a.h5") as planned:
+        assert given.attrs["config"]["max_batch_tokens"] == 600
+        assert "max_batch_tokens" not in planned.attrs["config"]  # planned: all 8 fit on a CPU
+        assert len(given) == len(planned) > 0
+        for stage in given.stages_with_rows():
+            for layer in given.attrs["layers"]:
+                np.testing.assert_allclose(
+                    given.read(stage, layer), planned.read(stage, layer), atol=1e-3
+                )

@@ -5,6 +5,7 @@ settings (token ids requested and required, requests in flight)."""
 from __future__ import annotations
 
 import pytest
+from agent_fixtures import serving
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.agents.trajectories import read_run_header, read_trajectories
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
@@ -110,3 +111,73 @@ def test_demo_server_mode_without_ids_is_one_error_before_any_stage(
     assert ("28246" if shape == "prompt_ids_only" else "0.10.2") in lines[0]
     assert len(log.requests) == 1 and log.requests[0]["return_token_ids"] is True
     assert not (run_dir / "stages").exists()
+
+
+def test_generation_keys_do_not_depend_on_where_the_weight_stages_run():
+    """The one-GPU workflow's second call (``--device cuda`` after the server's generation)
+    must find the generation stages cached: their keys leave the device out with a server, and
+    keep it with the local engine (there the device generates); the weight stages' keep it."""
+    from goalprobe.runner import config_hash
+    from goalprobe.scheduler import stage_module
+
+    def key(name: str, backend: str, device: str) -> str:
+        url = "http://127.0.0.1:9/v1" if backend == "server" else None
+        config = demo_config("tiny", backend=backend, base_url=url, device=device)
+        return config_hash(stage_module(name).inputs(config))
+
+    for name in SERVER_STAGES:
+        assert key(name, "server", "cpu") == key(name, "server", "cuda"), name
+        assert key(name, "local", "cpu") != key(name, "local", "cuda"), name
+    for name in WEIGHT_STAGES:
+        assert key(name, "server", "cpu") != key(name, "server", "cuda"), name
+
+
+def test_a_generation_stages_agent_loads_no_weights():
+    config = AgentConfig(backend="server", base_url="http://h/v1", device="cuda")
+    generating = config.for_generation()
+    assert not generating.local_weights and "device" not in generating.identity()
+    assert config.identity()["device"] == "cuda"
+    with pytest.raises(ValueError, match="loads no weights"):
+        Agent(generating).loaded()
+    local = AgentConfig(device="cuda")
+    assert local.for_generation() is local
+
+
+def test_stages_to_run_in_a_fresh_run_is_every_stage_asked_and_writes_nothing(tmp_path):
+    from goalprobe.demo import stages_to_run
+
+    config = demo_config("tiny", backend="server", base_url="http://127.0.0.1:9/v1")
+    assert stages_to_run(tmp_path / "run", config, SERVER_STAGES) == SERVER_STAGES
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_stage_that_generated_on_a_server_records_the_servers_version(
+    gptoss_tiny, harmony_encoding, tiny_backend
+):
+    """vLLM answers GET /version, and so does ``goalprobe serve``; a generation stage's record
+    carries it beside the library versions, a weight stage's (no server used) does not."""
+    from goalprobe.agents.server_app import ServeConfig, create_app
+    from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+    from server_fixtures import TINY_MODEL
+    from vllm_fixtures import VLLM_VERSION
+
+    from goalprobe.runner import provenance
+    from goalprobe.scheduler import stage_module
+    from goalprobe.version import package_version
+
+    model = str(gptoss_tiny.directory)
+    with fake_vllm(gptoss_tiny, harmony_encoding) as (url, _):
+        config = demo_config("tiny", model=model, backend="server", base_url=url)
+        generated = provenance({"config": stage_module("rollouts").inputs(config), "inputs": {}})
+        extracted = provenance({"config": stage_module("activations").inputs(config)})
+    assert generated["software"]["server"] == VLLM_VERSION
+    assert {"torch", "transformers"} <= set(generated["software"])
+    assert generated["server"] == url
+    assert "server" not in extracted["software"] and extracted["server"] == url
+
+    with serving(create_app(tiny_backend, ServeConfig(model_name=TINY_MODEL))) as served:
+        ours = ServerBackend(ServerConfig(base_url=f"{served}/v1", model=TINY_MODEL))
+        assert ours.server_versions() == {f"{served}/v1": f"goalprobe {package_version()}"}
+        # an endpoint without the route says nothing: unknown, not guessed
+        bare = ServerBackend(ServerConfig(base_url=f"{served}/nothing/v1", model=TINY_MODEL))
+        assert bare.server_versions() == {f"{served}/nothing/v1": None}
