@@ -64,6 +64,13 @@ def command(
             "--batch-size limits.",
         ),
     ] = None,
+    attn_implementation: Annotated[
+        str,
+        typer.Option(
+            help="eager (default) or flex_attention (CUDA; memory linear in the replayed "
+            "length, but its rows differ from eager's: never mix the two in one study)."
+        ),
+    ] = "eager",
     rows_per_part: Annotated[
         int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
     ] = 256,
@@ -103,6 +110,12 @@ def command(
     # every argument and the input file are checked before the (possibly long) model load
     choice(backend, BACKENDS, "--backend")
     check_device(device)
+    choice(attn_implementation, ("eager", "flex_attention"), "--attn-implementation")
+    if attn_implementation != "eager" and (remote or not device.startswith("cuda")):
+        raise typer.BadParameter(
+            "--attn-implementation flex_attention needs a local model on --device cuda "
+            "(GPT-OSS's attention sinks run under flex attention on CUDA only)"
+        )
     if (remote or simulate_remote) and backend != "nnsight":
         raise typer.BadParameter("--remote runs through nnsight; use --backend nnsight")
     chosen = parse_list(layers, int, "--layers", empty_ok=True)
@@ -159,6 +172,8 @@ def command(
         }
     elif backend == "transformer_lens":  # full forwards only: the bridge may take the model
         options = {"model_id": loaded.model_id, "copy_model": False}
+    if not remote and loaded.model.config._attn_implementation != attn_implementation:
+        loaded.model.set_attn_implementation(attn_implementation)
     try:
         capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
     except (BackendUnavailableError, ValueError) as err:
@@ -171,7 +186,7 @@ def command(
         from goalprobe.stages.activations import planned_config
 
         on = str(next(loaded.model.parameters()).device)
-        config = planned_config(config, trajectories, loaded, on)
+        config = planned_config(config, trajectories, loaded, on, attention=attn_implementation)
     report = extract(
         trajectories,
         out,

@@ -87,6 +87,8 @@ EXTRACT_BAD = [
     (["--layers", "-2"], "layers"),
     (["--compression", "zip"], "compression"),
     (["--backend", "jax"], "--backend"),
+    (["--attn-implementation", "sdpa"], "--attn-implementation"),
+    (["--attn-implementation", "flex_attention"], "needs a local model on --device cuda"),
 ]
 
 
