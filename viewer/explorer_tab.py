@@ -27,6 +27,7 @@ from goalprobe.viewer.step import (
     step_figures,
     timeline_figure,
 )
+from goalprobe.viewer.step_panels import step_texts
 from goalprobe.viewer.widgets import (
     GRID_HEIGHT,
     badge,
@@ -422,16 +423,12 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             )
             source = run.map_sources[map_key]
             header.append(badge(f"probe: {source.label}"))
+            header.append(badge(f"agent and goal: {view.decoded.readout}", "info"))
         elif map_key is None:
             header.append(badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
         for note in view.notes:
             header.append(badge(note, "bad"))
-        texts = [
-            html.H4("Reasoning"),
-            html.Pre(view.reasoning or "(none)", id="reasoning"),
-            html.H4("Final answer"),
-            html.Pre(view.final or "(none)"),
-        ]
+        texts = step_texts(view.reasoning, view.final, "reasoning", view.lens, view.lens_why)
         style = {} if view.patching else {"display": "none"}
         return (
             header,
