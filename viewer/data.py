@@ -510,7 +510,7 @@ class RunData:
             values = np.zeros((len(data.rows), side, side, N_CLASSES), dtype=np.float32)
             values[present] = full_class_probs(probs, source.classes)
             agent, goal, readout = read_decoded_readouts(source.path, positions)
-            parts = []
+            parts: list[np.ndarray | None] = []
             for part in (agent, goal):
                 if part is None:
                     parts.append(None)

@@ -1,6 +1,6 @@
 """Stage ``fog``: the agent on fogged grids (the study's Appendix A), read against the
 free-space planner and a random walk on the same grids, with the study's failure modes
-(``RUN/fog/``, schema ``goalprobe.demo.fog/1``).
+(``RUN/fog/``, schema ``goalprobe.demo.fog/2``).
 
 Neither bundled agent was trained on fog: their tokenizers read the hidden cell ``*`` and most
 of the fog instructions as unknown words (listed in the results), so what they do here is what
