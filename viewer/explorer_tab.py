@@ -209,6 +209,13 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
     return None
 
 
+def _blank_outputs(why: str, message=None) -> tuple:
+    """The step panels' outputs when there is no step to show: blank figures saying ``why``
+    (header, timeline, five figures, texts, patching, its card hidden, the error ``message``)."""
+    blank = empty_figure(why)
+    return ([], blank, blank, blank, blank, blank, blank, [], blank, {"display": "none"}, message)
+
+
 def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
     """The tab's callbacks: filters, step, layer and plan choices, the probe named in the URL,
     and the step's panels."""
@@ -359,20 +366,7 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
     )
     def render(episode, step, stage, layer, family, cell_class, plan):
         if episode is None:
-            blank = empty_figure("No episode matches the filters: clear a filter to see more.")
-            return (
-                [],
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                [],
-                blank,
-                {"display": "none"},
-                None,
-            )
+            return _blank_outputs("No episode matches the filters: clear a filter to see more.")
         names = {class_name(c): int(c) for c in CellType}
         if not isinstance(cell_class, str) or cell_class not in names:
             raise PreventUpdate
@@ -388,21 +382,8 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             timeline = timeline_figure(run, episode, view.step, map_key)
         except (UnknownKeyError, TrajectoryFormatError, ValueError, OSError, KeyError) as err:
             log.warning("cannot show %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
             message = html.Div(f"Cannot show this step: {err}", className="gp-error")
-            return (
-                [],
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                [],
-                blank,
-                {"display": "none"},
-                message,
-            )
+            return _blank_outputs("Cannot show this step (see the message above).", message)
         header = [badge(f"step {view.step} of {view.n_steps - 1}")]
         if view.action is None:
             header.append(badge("invalid step (no action)", "bad"))
