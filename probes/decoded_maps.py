@@ -228,6 +228,8 @@ class DecodedMapsInfo:
         classes: ``(C,)`` ``CellType`` of each probability column.
         shape: shape of ``probs``, ``(N, S, S, C)``.
         card: the decoding probe's card.
+        role: the optional ``role`` attribute (``"headline"``: the maps scoring uses by
+            default, decoded by :mod:`goalprobe.probes.decoder` with the position probes).
     """
 
     stage: str | None
@@ -236,6 +238,7 @@ class DecodedMapsInfo:
     classes: tuple[int, ...]
     shape: tuple[int, ...]
     card: dict = field(repr=False, compare=False)
+    role: str | None = None
 
 
 def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
@@ -264,6 +267,7 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
         layer = f.attrs.get("layer", source.get("layer"))
         family = f.attrs.get("family", params.get("family", card.get("class")))
         classes = tuple(int(c) for c in np.asarray(f.attrs["classes"]).tolist())
+        role = f.attrs.get("role")
     if len(shape) != 4 or shape[1] != shape[2] or shape[3] != len(classes):
         raise ValueError(f"{p}: probs has shape {shape} for {len(classes)} classes")
     if any(not 0 <= c < len(CellType) for c in classes):
@@ -275,6 +279,7 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
         classes=classes,
         shape=shape,
         card=card,
+        role=None if role is None else _text(role),
     )
 
 

@@ -45,6 +45,7 @@ from goalprobe.viewer.figures import (
     plan_strip_figure,
     probability_figure,
 )
+from goalprobe.viewer.sources import HEADLINE_FAMILY
 
 
 @dataclass(frozen=True, eq=False)
@@ -446,10 +447,15 @@ def timeline_figure(run: RunData, episode: str, step: int, map_source: str | Non
 
 
 def default_map_source(run: RunData) -> str | None:
-    """The decoded-map source shown first: pre-reasoning, ``mlp`` when present, middle layer."""
+    """The decoded-map source shown first: the headline maps when the run has them (the maps
+    scoring uses, with the position probes' agent and goal); else pre-reasoning, ``mlp`` when
+    present, middle layer."""
     if not run.map_sources:
         return None
     sources = list(run.map_sources.values())
+    headline = [s for s in sources if s.family == HEADLINE_FAMILY]
+    if headline:
+        return headline[0].key
     stages = {s.stage for s in sources}
     stage = "pre_reasoning" if "pre_reasoning" in stages else sorted(stages)[0]
     families = {s.family for s in sources if s.stage == stage}

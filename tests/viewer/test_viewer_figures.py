@@ -881,3 +881,39 @@ def test_step_view_carries_the_lens_of_the_steps_the_decision_stage_read(run, ru
     assert build_step_view(run, key, len(data.steps) - 1).lens is None
     other = list(run.episodes)[1]
     assert build_step_view(run, other, 0).lens_why == NO_LENS
+
+
+def test_headline_maps_are_listed_apart_and_shown_first(run_dir, tmp_path):
+    # the headline maps (role "headline": the decoder's maps scoring uses, agent and goal from
+    # the position probes) share stage, layer and family with the probe sweep's maps; listed
+    # under their own family, they are selectable and the explorer opens on them
+    import shutil
+
+    from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.sources import HEADLINE_FAMILY
+    from goalprobe.viewer.step import build_step_view, default_map_source
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    full = read_decoded_maps(copy / "probes" / "decoded" / "mlp_pre_L5.h5")
+    assert full.agent is not None  # the fixture's mlp maps carry the position read-out
+    write_decoded_maps(
+        copy / "probes" / "decoded" / "headline_pre_reasoning_L5.h5",
+        full.probs,
+        full.row_ids,
+        full.card,
+        agent=full.agent,
+        goal=full.goal,
+        readout=full.readout,
+        role="headline",
+        trained_on="probing",
+    )
+    opened = RunData(copy)
+    source = opened.map_sources["headline_pre_reasoning_L5"]
+    assert source.family == HEADLINE_FAMILY and opened.map_sources["mlp_pre_L5"].family == "mlp"
+    assert default_map_source(opened) == "headline_pre_reasoning_L5"
+    key = list(opened.episodes)[0]
+    view = build_step_view(opened, key, 0, map_source="headline_pre_reasoning_L5")
+    assert view.decoded.readout == "position probes"
+    assert default_map_source(RunData(run_dir)) == "mlp_pre_L5"  # no headline maps: as before

@@ -80,7 +80,7 @@ LEGEND: tuple[tuple[str, str, str], ...] = (
     ("executed action / path", EXECUTED_COLOUR, "line"),
     ("optimal on the true grid", OPTIMAL_COLOUR, "line"),
     ("optimal on the decoded grid, decoded plan", DECODED_COLOUR, "line"),
-    ("decoded agent (○) and goal (◇): argmax P", DECODED_COLOUR, "ring"),
+    ("decoded agent (○) and goal (◇): top cell of the read-out", DECODED_COLOUR, "ring"),
 )
 """``(label, colour, kind)`` of every mark the figures use, for a legend drawn outside them
 (``kind``: ``square`` cell fill, ``line`` arrow or path, ``ring`` marker)."""
