@@ -19,6 +19,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
     RUN/fog/activations.h5, map.json              what the anchors hold under fog (fog_map)
     RUN/decision/lens.json                        logit lens along the reasoning (decision)
+    RUN/decision/steps.jsonl                      the lens per step and reasoning chunk (decision)
     RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
     RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
                                                   headline probe decodes it (intention_map)
@@ -124,6 +125,7 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("fog results", "fog/results.json", "fog", "goalprobe demo"),
         Artefact("fog store", "fog/activations.h5", "fog_map", "goalprobe demo"),
         Artefact("decision lens", "decision/lens.json", "decision", "goalprobe demo"),
+        Artefact("decision steps", "decision/steps.jsonl", "decision", "goalprobe demo"),
         Artefact("fog map results", "fog/map.json", "fog_map", "goalprobe demo"),
         Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
         Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
@@ -332,6 +334,11 @@ class RunLayout:
     def decision_lens(self) -> Path:
         """The logit lens on the answer and along the reasoning (curves per layer)."""
         return self.path("decision lens")
+
+    @property
+    def decision_steps(self) -> Path:
+        """The lens of each sampled step chunk by chunk (the viewer's coloured reasoning)."""
+        return self.path("decision steps")
 
     @property
     def fog_store(self) -> Path:

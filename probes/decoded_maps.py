@@ -7,8 +7,8 @@ the maps were decoded from), and file attributes ``schema``, ``schema_version``,
 (see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
 :func:`read_decoded_maps` reads a file whole; a viewer that shows a few rows at a time reads
 :func:`read_decoded_maps_info` (attributes only, stage, layer and family falling back to the
-card for files written before those attributes), :func:`read_decoded_row_ids` and
-:func:`read_decoded_probs` (chosen rows only).
+card for files written before those attributes), :func:`read_decoded_row_ids`,
+:func:`read_decoded_probs` and :func:`read_decoded_readouts` (chosen rows only).
 
 Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 1): decoded maps keyed
 by trajectory step rather than store row: ``probs (N, S, S, C)`` float16, ``grid_id``,
@@ -228,6 +228,8 @@ class DecodedMapsInfo:
         classes: ``(C,)`` ``CellType`` of each probability column.
         shape: shape of ``probs``, ``(N, S, S, C)``.
         card: the decoding probe's card.
+        role: the optional ``role`` attribute (``"headline"``: the maps scoring uses by
+            default, decoded by :mod:`goalprobe.probes.decoder` with the position probes).
     """
 
     stage: str | None
@@ -236,6 +238,7 @@ class DecodedMapsInfo:
     classes: tuple[int, ...]
     shape: tuple[int, ...]
     card: dict = field(repr=False, compare=False)
+    role: str | None = None
 
 
 def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
@@ -264,6 +267,7 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
         layer = f.attrs.get("layer", source.get("layer"))
         family = f.attrs.get("family", params.get("family", card.get("class")))
         classes = tuple(int(c) for c in np.asarray(f.attrs["classes"]).tolist())
+        role = f.attrs.get("role")
     if len(shape) != 4 or shape[1] != shape[2] or shape[3] != len(classes):
         raise ValueError(f"{p}: probs has shape {shape} for {len(classes)} classes")
     if any(not 0 <= c < len(CellType) for c in classes):
@@ -275,6 +279,7 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
         classes=classes,
         shape=shape,
         card=card,
+        role=None if role is None else _text(role),
     )
 
 
@@ -297,6 +302,25 @@ def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) 
     with h5py.File(p, "r") as f:
         _check_decoded_maps(f, p)
         return read_rows(f["probs"], positions)
+
+
+def read_decoded_readouts(
+    path: str | Path, positions: Sequence[int] | np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None, object]:
+    """``(agent (P, S, S) or None, goal (P, S, S) or None, readout)``: the position probes' cell
+    distributions at file positions ``positions`` (None where the file has none: version 1, or
+    maps decoded with the cell probe only) and the file's
+    :class:`goalprobe.probes.decoder.Readout`, reading only those rows."""
+    import h5py
+    from goalprobe.probes.decoder import Readout
+
+    p = Path(path)
+    with h5py.File(p, "r") as f:
+        _check_decoded_maps(f, p)
+        agent = read_rows(f["agent_probs"], positions) if "agent_probs" in f else None
+        goal = read_rows(f["goal_probs"], positions) if "goal_probs" in f else None
+        readout = Readout.from_json(f.attrs.get("readout"))
+    return agent, goal, readout
 
 
 def read_rows(dataset, positions: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -10,7 +10,9 @@
   label maps (agent and goal mass blurred onto neighbours, as the study's probes do), one file
   per (family, stage, layer), some rows left out;
 * predicted plans: ``write_predicted_plans`` with the plan labels, some tokens replaced;
-* patching: ``write_results`` with records for the first steps of the first episode.
+* patching: ``write_results`` with records for the first steps of the first episode;
+* the decision stage's per-step lens: ``write_decision_steps`` for the first episode's steps but
+  its last, with a planted decision time.
 """
 
 from __future__ import annotations
@@ -107,6 +109,49 @@ def synthetic_maps(labels: np.ndarray, classes: tuple[int, ...], noise: float, r
     return _softmax(logits).astype(np.float32)
 
 
+def position_readouts(labels: np.ndarray, rng) -> dict:
+    """``agent`` / ``goal`` ``(N, 15, 15)``: position-probe-like cell distributions peaked on
+    the true agent and goal cells of ``labels`` (softmax of a one-hot plus noise), with the
+    :class:`~goalprobe.probes.decoder.Readout` that names them."""
+    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+
+    out = {}
+    for name, cell_type in (("agent", CellType.AGENT), ("goal", CellType.GOAL)):
+        logits = 5.0 * (labels == int(cell_type)) + rng.normal(0.0, 0.5, size=labels.shape)
+        flat = logits.reshape(len(labels), -1)
+        out[name] = _softmax(flat).reshape(labels.shape).astype(np.float32)
+    out["readout"] = Readout(agent=POSITION_READOUT, goal=POSITION_READOUT)
+    return out
+
+
+def write_lens_steps(root: Path, episodes, rng) -> None:
+    """The decision stage's per-step lens file for every step of the first episode but its last
+    (which the viewer must say was not read): the reasoning split into chunks of 40
+    characters, a lens that names another action on the first half of the chunks and the step's
+    action on the second half (a planted decision time), written by the stage's own writer."""
+    from goalprobe.probes.decision_steps import step_record, write_decision_steps
+
+    records = []
+    steps = [s for s in episodes[0].steps if s.action is not None][:-1]
+    layers = 2
+    for s in steps:
+        text = s.reasoning or ""
+        texts = [text[i : i + 40] for i in range(0, len(text), 40)]
+        ends = [min(10 * (i + 1), 10 * len(texts)) - 1 for i in range(len(texts))]
+        action = Action[s.action]
+        probs = np.full((layers, len(texts) + 1, 4), 0.1, dtype=np.float64)
+        for i in range(len(texts) + 1):
+            named = action if 2 * i >= len(texts) else Action((int(action) + 1) % 4)
+            probs[:, i, int(named)] = 0.7
+        probs += rng.uniform(0, 0.01, size=probs.shape)
+        fractions = [(e + 1) / (10 * len(texts)) for e in ends]
+        key = (s.grid_id, s.episode, s.step)
+        records.append(step_record(key, action, 10 * len(texts), ends, fractions, texts, probs))
+    write_decision_steps(
+        root / "decision" / "steps.jsonl", records, agent="scripted", chunk=10, layers=layers
+    )
+
+
 def build_run(
     root: Path,
     *,
@@ -173,6 +218,7 @@ def build_run(
         )
 
     classes = (0, 1, 2, 3, 6)
+    extra = np.random.default_rng(seed + 1)  # its own stream: the other files stay as they were
     cells = lab["cell_types"].astype(np.int64)
     keep = np.ones(n, bool)
     keep[n - 2 :] = False  # the last steps have no decoded map: the viewer must say so
@@ -218,7 +264,10 @@ def build_run(
                     },
                 }
                 path = root / "probes" / "decoded" / f"{family}_{stage.split('_')[0]}_L{layer}.h5"
-                write_decoded_maps(path, probs, rows, card)
+                # the mlp family's files carry the position probes' read-out (decoded-map
+                # schema 2), the linear family's do not (the cell probe's channels)
+                readouts = position_readouts(cells[rows], extra) if family == "mlp" else {}
+                write_decoded_maps(path, probs, rows, card, **readouts)
 
     target = lab["plan"].astype(np.int8)
     grid_of_row = lab["grid_id"].astype(str)
@@ -295,6 +344,7 @@ def build_run(
         encoding="utf-8",
     )
     write_false_belief(root, seed=seed)
+    write_lens_steps(root, episodes, extra)
     return root
 
 

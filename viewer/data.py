@@ -14,7 +14,9 @@ rooms that own each format, which check its schema and version:
   :func:`goalprobe.probes.plan_metrics.stored_run_metrics`;
 * the patching records (:func:`goalprobe.probes.patching.results.read_records`);
 * belief and MEG scoring (JSON) and whether the report exists;
-* the false_belief stage's outputs (:mod:`goalprobe.viewer.false_belief_data`).
+* the false_belief stage's outputs (:mod:`goalprobe.viewer.false_belief_data`), the fog
+  stage's (:mod:`goalprobe.viewer.fog_data`) and the decision stage's lens per step and
+  reasoning chunk (:mod:`goalprobe.probes.decision_steps`).
 
 How the parts join: a trajectory step is ``(grid_id, episode, step)``; the store's ``/labels``
 map each of its rows to those ids (and the trajectory ``run_id``); decoded maps and predicted
@@ -52,6 +54,7 @@ from goalprobe.agents.trajectories import (
 )
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.text import parse
+from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
 from goalprobe.viewer.false_belief_data import (
     FalseBeliefEpisodes,
     episode_key,
@@ -156,10 +159,27 @@ class StepArrays:
     Attributes:
         values: ``(T, ...)`` values (zeros where ``present`` is False).
         present: ``(T,)`` bool, whether the source holds the step.
+        agent, goal: for decoded maps, ``(T, S, S)`` the position probes' cell distributions of
+            the agent and the goal (the decoder's read-out), or None where the file has none
+            (the cell probe's ``P(AGENT)`` / ``P(GOAL)`` are the read-out then).
+        readout: for decoded maps, which read-out produced each part
+            (:class:`goalprobe.probes.decoder.Readout`).
     """
 
     values: np.ndarray
     present: np.ndarray
+    agent: np.ndarray | None = None
+    goal: np.ndarray | None = None
+    readout: Any = None
+
+    def decoded_parts(self, t: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """``(probs, agent, goal)`` of step ``t`` (the arguments of the one decoder's read-out,
+        :func:`goalprobe.viewer.step.decoded_view`)."""
+        return (
+            self.values[t],
+            None if self.agent is None else self.agent[t],
+            None if self.goal is None else self.goal[t],
+        )
 
 
 def find_runs(path: str | Path) -> dict[str, Path]:
@@ -239,6 +259,7 @@ class RunData:
         self._patching: dict[str, list[dict]] | None = None
         self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
         self._fog: tuple[FogEpisodes | None] | None = None
+        self._decision: tuple[DecisionSteps | None] | None = None
         self._scan()
         self.map_sources: dict[str, MapSource] = scan_map_sources(self.files)
         self.plan_sources: dict[str, PlanSource] = scan_plan_sources(self.files)
@@ -290,6 +311,11 @@ class RunData:
         )
         self._meg_path = files.artefact(layout.meg, "MEG scoring", "no MEG summary")
         files.artefact(layout.report, "report", "no link to the static report")
+        self._decision_path = files.artefact(
+            layout.decision_steps,
+            "decision steps",
+            "the reasoning is shown without the logit lens's colours",
+        )
 
     # -- allow-lists --------------------------------------------------------------------------
 
@@ -463,9 +489,15 @@ class RunData:
 
         Returns:
             :class:`StepArrays` with ``values: (T, S, S, len(CellType))`` float32 probabilities
-            (column ``c`` = ``P(CellType(c))``, 0 for classes the probe does not predict).
+            (column ``c`` = ``P(CellType(c))``, 0 for classes the probe does not predict) and,
+            where the file carries them (decoded-map schema 2), ``agent`` / ``goal``
+            ``(T, S, S)``: the position probes' read-out of the agent's and goal's cells.
         """
-        from goalprobe.probes.decoded_maps import read_decoded_probs, read_decoded_row_ids
+        from goalprobe.probes.decoded_maps import (
+            read_decoded_probs,
+            read_decoded_readouts,
+            read_decoded_row_ids,
+        )
 
         source = self.map_source(source_key)
         data = self.episode(episode)
@@ -477,7 +509,16 @@ class RunData:
             side = probs.shape[1]
             values = np.zeros((len(data.rows), side, side, N_CLASSES), dtype=np.float32)
             values[present] = full_class_probs(probs, source.classes)
-            return StepArrays(values=values, present=present)
+            agent, goal, readout = read_decoded_readouts(source.path, positions)
+            parts: list[np.ndarray | None] = []
+            for part in (agent, goal):
+                if part is None:
+                    parts.append(None)
+                    continue
+                full = np.zeros((len(data.rows), side, side), dtype=np.float32)
+                full[present] = part
+                parts.append(full)
+            return StepArrays(values, present, parts[0], parts[1], readout)
 
         return self._array_cache.get(("maps", source_key, episode), load)
 
@@ -623,6 +664,22 @@ class RunData:
                 except UnsafePathError as err:
                     raise ValueError(str(err)) from err
             return self._fog[0]
+
+    def decision_steps(self) -> DecisionSteps | None:
+        """The decision stage's lens per step and reasoning chunk (read once; None when the
+        stage has not written it).
+
+        Raises:
+            ValueError: the file is unreadable or not of its schema.
+        """
+        with self._lock:
+            if self._decision is None:
+                path = self._decision_path
+                try:
+                    self._decision = (None if path is None else read_decision_steps(path),)
+                except OSError as err:
+                    raise ValueError(f"{path}: unreadable ({err})") from err
+            return self._decision[0]
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.

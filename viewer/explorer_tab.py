@@ -27,6 +27,7 @@ from goalprobe.viewer.step import (
     step_figures,
     timeline_figure,
 )
+from goalprobe.viewer.step_panels import step_texts
 from goalprobe.viewer.widgets import (
     GRID_HEIGHT,
     badge,
@@ -208,6 +209,13 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
     return None
 
 
+def _blank_outputs(why: str, message=None) -> tuple:
+    """The step panels' outputs when there is no step to show: blank figures saying ``why``
+    (header, timeline, five figures, texts, patching, its card hidden, the error ``message``)."""
+    blank = empty_figure(why)
+    return ([], blank, blank, blank, blank, blank, blank, [], blank, {"display": "none"}, message)
+
+
 def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
     """The tab's callbacks: filters, step, layer and plan choices, the probe named in the URL,
     and the step's panels."""
@@ -358,20 +366,7 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
     )
     def render(episode, step, stage, layer, family, cell_class, plan):
         if episode is None:
-            blank = empty_figure("No episode matches the filters: clear a filter to see more.")
-            return (
-                [],
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                [],
-                blank,
-                {"display": "none"},
-                None,
-            )
+            return _blank_outputs("No episode matches the filters: clear a filter to see more.")
         names = {class_name(c): int(c) for c in CellType}
         if not isinstance(cell_class, str) or cell_class not in names:
             raise PreventUpdate
@@ -387,21 +382,8 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             timeline = timeline_figure(run, episode, view.step, map_key)
         except (UnknownKeyError, TrajectoryFormatError, ValueError, OSError, KeyError) as err:
             log.warning("cannot show %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
             message = html.Div(f"Cannot show this step: {err}", className="gp-error")
-            return (
-                [],
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                blank,
-                [],
-                blank,
-                {"display": "none"},
-                message,
-            )
+            return _blank_outputs("Cannot show this step (see the message above).", message)
         header = [badge(f"step {view.step} of {view.n_steps - 1}")]
         if view.action is None:
             header.append(badge("invalid step (no action)", "bad"))
@@ -422,16 +404,12 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             )
             source = run.map_sources[map_key]
             header.append(badge(f"probe: {source.label}"))
+            header.append(badge(f"agent and goal: {view.decoded.readout}", "info"))
         elif map_key is None:
             header.append(badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
         for note in view.notes:
             header.append(badge(note, "bad"))
-        texts = [
-            html.H4("Reasoning"),
-            html.Pre(view.reasoning or "(none)", id="reasoning"),
-            html.H4("Final answer"),
-            html.Pre(view.final or "(none)"),
-        ]
+        texts = step_texts(view.reasoning, view.final, "reasoning", view.lens, view.lens_why)
         style = {} if view.patching else {"display": "none"}
         return (
             header,

@@ -11,16 +11,8 @@ from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData, UnknownKeyError
 from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
 from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
-from goalprobe.viewer.widgets import (
-    GRAPH_CONFIG,
-    GRID_HEIGHT,
-    badge,
-    graph,
-    legend,
-    step_controls,
-    step_marks,
-    url_query,
-)
+from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
+from goalprobe.viewer.widgets import GRAPH_CONFIG, GRID_HEIGHT, badge, step_marks, url_query
 
 log = logging.getLogger(__name__)
 
@@ -68,40 +60,14 @@ def false_belief_tab(run: RunData):
             "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
             "true grid as it is."
         )
-    side = html.Div(
-        [
-            html.H3("False-belief episode"),
-            html.Div(why, className="gp-count", id="fb-why"),
-            html.Label("Episode", className="gp-label"),
-            dcc.Dropdown(
-                id="fb-episode",
-                options=options,
-                value=options[0]["value"] if options else None,
-                clearable=False,
-                optionHeight=58,
-                placeholder="none: run goalprobe demo",
-            ),
-            *step_controls("fb-step", "fb-prev", "fb-next", 0),
-        ],
-        className="gp-side",
+    return episode_tab(
+        "fb",
+        title="False-belief episode",
+        why=why,
+        options=options,
+        option_height=58,
+        caption=FALSE_BELIEF_STEP_CAPTION,
     )
-    main = html.Div(
-        [
-            html.Div(id="fb-error"),
-            html.Div(
-                [
-                    html.Div(id="fb-header", className="gp-stepbar"),
-                    graph("g-fb-maps", GRID_HEIGHT + 20),
-                    html.P(FALSE_BELIEF_STEP_CAPTION, className="gp-caption", id="fb-caption"),
-                    legend(),
-                ],
-                className="gp-card",
-            ),
-            html.Div(html.Div(id="fb-texts", className="gp-text"), className="gp-card"),
-        ],
-        className="gp-main",
-    )
-    return html.Div([side, main], className="gp-body")
 
 
 FALSE_BELIEF_CAPTION = (
@@ -179,19 +145,14 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
             return 0, 1, None, used
         last = max(len(fb.episodes[episode].steps) - 1, 0)
-        marks = step_marks(last)
-        current = int(current) if isinstance(current, int | float) else 0
         trigger = ctx.triggered_id
         query = url_query(search)
-        if trigger == "fb-prev":
-            value = current - 1
-        elif trigger == "fb-next":
-            value = current + 1
-        elif not used and query.get("fb") == episode and query.get("fb_step", "").isdigit():
-            value, used = int(query["fb_step"]), True
-        else:
-            value = 0
-        return min(max(value, 0), last), max(last, 1), marks, bool(used)
+        value = 0
+        if trigger not in ("fb-prev", "fb-next") and not used and query.get("fb") == episode:
+            if query.get("fb_step", "").isdigit():
+                value, used = int(query["fb_step"]), True
+        step = stepped(trigger, "fb", current, last, otherwise=value)
+        return step, max(last, 1), step_marks(last), bool(used)
 
     @app.callback(
         Output("fb-header", "children"),
@@ -240,10 +201,5 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         if view.decoded is not None:
             names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
             header.append(badge(f"optimal (decoded): {names}"))
-        texts = [
-            html.H4("Reasoning"),
-            html.Pre(view.reasoning or "(none)", id="fb-reasoning"),
-            html.H4("Final answer"),
-            html.Pre(view.final or "(none)"),
-        ]
+        texts = step_texts(view.reasoning, view.final, "fb-reasoning")
         return header, figure, texts, None

@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 
 import dash
-from dash import Input, Output, State, ctx, dcc, html
+from dash import Input, Output, State, ctx, html
 from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData
 from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
 from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
-from goalprobe.viewer.widgets import GRID_HEIGHT, badge, graph, legend, step_controls, step_marks
+from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
+from goalprobe.viewer.widgets import GRID_HEIGHT, badge, step_marks
 
 log = logging.getLogger(__name__)
 
@@ -38,40 +39,14 @@ def fog_tab(run: RunData):
     fog, error = _fog(run)
     options = [] if fog is None else [{"label": fog.label(k), "value": k} for k in fog.episodes]
     why = error or (NO_FOG if fog is None else "Episodes of the fog stage (appendix A).")
-    side = html.Div(
-        [
-            html.H3("Fogged episode"),
-            html.Div(why, className="gp-count", id="fog-why"),
-            html.Label("Episode", className="gp-label"),
-            dcc.Dropdown(
-                id="fog-episode",
-                options=options,
-                value=options[0]["value"] if options else None,
-                clearable=False,
-                optionHeight=48,
-                placeholder="none: run goalprobe demo",
-            ),
-            *step_controls("fog-step", "fog-prev", "fog-next", 0),
-        ],
-        className="gp-side",
+    return episode_tab(
+        "fog",
+        title="Fogged episode",
+        why=why,
+        options=options,
+        option_height=48,
+        caption=FOG_CAPTION,
     )
-    main = html.Div(
-        [
-            html.Div(id="fog-error"),
-            html.Div(
-                [
-                    html.Div(id="fog-header", className="gp-stepbar"),
-                    graph("g-fog-maps", GRID_HEIGHT + 20),
-                    html.P(FOG_CAPTION, className="gp-caption"),
-                    legend(),
-                ],
-                className="gp-card",
-            ),
-            html.Div(html.Div(id="fog-texts", className="gp-text"), className="gp-card"),
-        ],
-        className="gp-main",
-    )
-    return html.Div([side, main], className="gp-body")
 
 
 def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
@@ -91,10 +66,7 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
         if fog is None or not isinstance(episode, str) or episode not in fog.episodes:
             return 0, 1, None
         last = max(len(fog.episodes[episode].steps) - 1, 0)
-        current = int(current) if isinstance(current, int | float) else 0
-        trigger = ctx.triggered_id
-        value = {"fog-prev": current - 1, "fog-next": current + 1}.get(trigger, 0)
-        return min(max(value, 0), last), max(last, 1), step_marks(last)
+        return stepped(ctx.triggered_id, "fog", current, last), max(last, 1), step_marks(last)
 
     @app.callback(
         Output("fog-header", "children"),
@@ -137,10 +109,5 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
                 header.append(
                     badge(f"{name} {'optimal' if ok else 'not optimal'}", "ok" if ok else "bad")
                 )
-        texts = [
-            html.H4("Reasoning"),
-            html.Pre(view.reasoning or "(none)", id="fog-reasoning"),
-            html.H4("Final answer"),
-            html.Pre(view.final or "(none)"),
-        ]
+        texts = step_texts(view.reasoning, view.final, "fog-reasoning")
         return header, figure, texts, None

@@ -45,6 +45,11 @@ body { margin: 0; font-family: Inter, system-ui, -apple-system, 'Segoe UI', Robo
                font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12.5px;
                background: #f8f9fa; border-radius: 5px; padding: 8px; max-height: 220px;
                overflow: auto; }
+.gp-reasoning { white-space: pre-wrap; word-break: break-word; margin: 0 0 8px;
+                font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12.5px;
+                background: #f8f9fa; border-radius: 5px; padding: 8px; max-height: 260px;
+                overflow: auto; line-height: 1.6; }
+.gp-chunk { border-radius: 2px; padding: 1px 0; }
 .gp-table { border-collapse: collapse; font-size: 13px; }
 .gp-table td, .gp-table th { padding: 3px 10px; border-bottom: 1px solid #eceff1; text-align: left; }
 .gp-empty { color: #6c757d; padding: 20px; }
@@ -71,14 +76,15 @@ document.addEventListener('keydown', function (event) {
   const t = event.target;
   if (t && t.closest && t.closest('input, textarea, select, [contenteditable=true], ' +
       '[role=slider], [role=combobox], [role=listbox], .dash-dropdown, .rc-slider')) { return; }
-  const ids = event.key === 'ArrowLeft' ? ['prev', 'fb-prev'] : ['next', 'fb-next'];
+  const ids = event.key === 'ArrowLeft' ? ['prev', 'fb-prev', 'fog-prev']
+                                         : ['next', 'fb-next', 'fog-next'];
   const button = ids.map(id => document.getElementById(id))
     .find(b => b && b.offsetParent !== null);
   if (button) { event.preventDefault(); button.click(); }
 });
 """
-"""Left and right arrows press the step buttons of the open tab (the episode explorer's or the
-false-belief tab's), unless a control that uses arrows has focus."""
+"""Left and right arrows press the step buttons of the open tab (the episode explorer's, the
+false-belief tab's or the fog tab's), unless a control that uses arrows has focus."""
 
 INDEX = (
     """<!DOCTYPE html>

@@ -124,6 +124,13 @@ class PlanSource:
         return f"{self.kind.replace('_', ' ')}{capacity} · {self.stage.split('_')[0]} · layer {self.layer}"
 
 
+HEADLINE_FAMILY = "headline"
+"""The family the viewer lists the headline maps under (files with ``role="headline"``: every
+main-store row decoded by the probing set's probes, walls from the cell probe and the agent and
+goal from the position probes; the maps scoring uses by default). Listed apart so that the
+probe sweep's maps of the same stage, layer and family do not hide them."""
+
+
 def scan_map_sources(files: RunFiles) -> dict[str, MapSource]:
     """The decoded-map files of the run, by key; unreadable ones go to ``files.missing``."""
     paths = files.listing(files.layout.decoded_dir, "decoded maps", "no decoded cognitive maps")
@@ -140,7 +147,7 @@ def scan_map_sources(files: RunFiles) -> dict[str, MapSource]:
                 path=path,
                 stage=canonical_stage(info.stage),
                 layer=info.layer,
-                family=info.family,
+                family=HEADLINE_FAMILY if info.role == "headline" else info.family,
                 classes=info.classes,
                 card=info.card,
             )

@@ -8,10 +8,13 @@ reasoning text and the step's patching records. :func:`step_figures` draws it.
 false_belief stage's own rollouts): the true grid, the grid the prompt drew and the step's
 decoded map, with the action's optimality on each; :func:`false_belief_step_figure` draws it.
 
-Decoded grid (study, section 5.2; the same rule as :mod:`goalprobe.probes.scoring.belief`): within the
-true size ``n``, walls are the cells whose argmax class is ``WALL`` (plus ``DOOR`` while the
-true door is locked), and the agent and goal are the cells with the highest ``P(AGENT)`` and
-``P(GOAL)``. Its optimal actions come from breadth-first distances to the decoded goal
+Decoded grid (study, section 5.2; the one decoder of :mod:`goalprobe.probes.decoder`, scored by
+:mod:`goalprobe.probes.scoring.belief`): within the true size ``n``, walls are the cells whose
+argmax class is ``WALL`` (plus ``DOOR`` while the true door is locked), and the agent and goal are
+the top cells of the position probes' read-out where the decoded-map file carries it (schema 2),
+else the cells with the highest ``P(AGENT)`` and ``P(GOAL)`` of the cell probe (schema 1). The
+explorer, the false-belief steps, scoring and the false-belief stage all place them with
+:func:`goalprobe.probes.scoring.belief.top_cells` on the same read-out. Its optimal actions come from breadth-first distances to the decoded goal
 (:func:`goalprobe.gridworld.optimal.bfs_distances`, through
 :func:`goalprobe.probes.scoring.belief.optimal_mask_for_pair`).
 """
@@ -25,7 +28,8 @@ from goalprobe.activations.store.labels import plan_rows
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
 from goalprobe.gridworld.dynamics import rollout
 from goalprobe.gridworld.text import cell_types, parse
-from goalprobe.probes.decoder import decoded_classes
+from goalprobe.probes.decision_steps import StepLensRecord
+from goalprobe.probes.decoder import CELL_READOUT, POSITION_READOUT, decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures import (
@@ -41,6 +45,7 @@ from goalprobe.viewer.figures import (
     plan_strip_figure,
     probability_figure,
 )
+from goalprobe.viewer.sources import HEADLINE_FAMILY
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +59,8 @@ class DecodedView:
         agent_row_col, goal_row_col: most probable agent and goal cells.
         optimal: optimal actions on the decoded grid.
         classes: ``CellType`` values the probe predicts.
+        readout: what placed the agent and the goal (``"position probes"`` or ``"cell probe"``;
+            :data:`goalprobe.probes.decoder.POSITION_READOUT` / ``CELL_READOUT`` per part).
     """
 
     source: str
@@ -63,6 +70,7 @@ class DecodedView:
     goal_row_col: RowCol
     optimal: frozenset[Action]
     classes: tuple[int, ...]
+    readout: str = CELL_READOUT
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +110,9 @@ class StepView:
         patching: patching records whose base is this step.
         notes: why a panel is empty for this step.
         map_source: the decoded-map source asked for, or None.
+        lens: the logit lens along this step's reasoning (the decision stage's
+            :class:`~goalprobe.probes.decision_steps.StepLensRecord`), or None; lens_why: why
+            there is none.
     """
 
     episode: str
@@ -120,6 +131,8 @@ class StepView:
     patching: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     map_source: str | None = None
+    lens: StepLensRecord | None = None
+    lens_why: str | None = None
 
     @property
     def header(self) -> str:
@@ -170,7 +183,19 @@ def decoded_view(
         goal_row_col=goal_cell,
         optimal=frozenset(Action(int(a)) for a in np.flatnonzero(mask)),
         classes=classes,
+        readout=readout_label(agent is not None, goal is not None),
     )
+
+
+def readout_label(agent: bool, goal: bool) -> str:
+    """What placed the agent and the goal, for a badge: both from the position probes, both
+    from the cell probe, or which from which."""
+    if agent and goal:
+        return f"{POSITION_READOUT}s"
+    if not agent and not goal:
+        return CELL_READOUT
+    parts = (("agent", agent), ("goal", goal))
+    return ", ".join(f"{name}: {POSITION_READOUT if pos else CELL_READOUT}" for name, pos in parts)
 
 
 def plan_actions(tokens: np.ndarray) -> list[Action]:
@@ -220,12 +245,15 @@ def build_step_view(
             door_locked = (
                 record.door_row_col is not None and not record.door_open and not record.has_key
             )
+            probs, agent, goal = maps.decoded_parts(t)
             decoded = decoded_view(
-                maps.values[t],
+                probs,
                 n,
                 source=map_source,
                 classes=source.classes,
                 door_locked=door_locked,
+                agent=agent,
+                goal=goal,
             )
         else:
             notes.append("no decoded map for this step (probes decode their test grids only)")
@@ -260,6 +288,7 @@ def build_step_view(
             )
         else:
             notes.append("no predicted plan for this step")
+    lens, lens_why = step_lens(run, record)
     return StepView(
         episode=episode,
         step=t,
@@ -277,7 +306,32 @@ def build_step_view(
         patching=run.patching_records(episode, t),
         notes=notes,
         map_source=map_source,
+        lens=lens,
+        lens_why=lens_why,
     )
+
+
+def step_lens(run: RunData, record) -> tuple[StepLensRecord | None, str | None]:
+    """The decision stage's lens on a main-rollout step, or None with why there is none (the
+    stage has not run; it did not read this step; its record disagrees with the step's action,
+    so it comes from other rollouts)."""
+    from goalprobe.viewer.step_panels import NO_LENS, NO_LENS_RUN
+
+    try:
+        lens_file = run.decision_steps()
+    except ValueError as err:
+        return None, f"Cannot read the decision stage's lens file: {err}"
+    if lens_file is None:
+        return None, NO_LENS_RUN
+    lens = lens_file.steps.get((record.grid_id, record.episode, record.step))
+    if lens is None:
+        return None, NO_LENS
+    if record.action_enum != lens.action:
+        return None, (
+            f"The decision stage's lens for this step answered {lens.action.name}, the step "
+            f"{record.action or 'no action'}: it was read from other rollouts (rerun the stage)."
+        )
+    return lens, None
 
 
 def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[str, list]:
@@ -296,12 +350,15 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
                 row.append(None)
                 continue
             locked = s.door_row_col is not None and not s.door_open and not s.has_key
+            probs, agent, goal = maps.decoded_parts(t)
             view = decoded_view(
-                maps.values[t],
+                probs,
                 s.grid_size,
                 source=map_source,
                 classes=source.classes,
                 door_locked=locked,
+                agent=agent,
+                goal=goal,
             )
             row.append(s.action_enum in view.optimal)
         flags["optimal (decoded grid)"] = row
@@ -390,10 +447,15 @@ def timeline_figure(run: RunData, episode: str, step: int, map_source: str | Non
 
 
 def default_map_source(run: RunData) -> str | None:
-    """The decoded-map source shown first: pre-reasoning, ``mlp`` when present, middle layer."""
+    """The decoded-map source shown first: the headline maps when the run has them (the maps
+    scoring uses, with the position probes' agent and goal); else pre-reasoning, ``mlp`` when
+    present, middle layer."""
     if not run.map_sources:
         return None
     sources = list(run.map_sources.values())
+    headline = [s for s in sources if s.family == HEADLINE_FAMILY]
+    if headline:
+        return headline[0].key
     stages = {s.stage for s in sources}
     stage = "pre_reasoning" if "pre_reasoning" in stages else sorted(stages)[0]
     families = {s.family for s in sources if s.stage == stage}

@@ -49,6 +49,9 @@ def reading(data: Mapping) -> str:
         f"walls, {stat_text(agent.get('into_known_dead_ends_per_episode'), percent=False)} moves "
         "into known dead ends."
     )
+    cut = truncation_text(data)
+    if cut:
+        parts.append(cut)
     if data.get("invalid_steps"):
         parts.append(f"{data['invalid_steps']} steps gave no valid action (they move nothing).")
     unknown = data.get("unknown_prompt_pieces")
@@ -67,6 +70,25 @@ def reading(data: Mapping) -> str:
             "can explore."
         )
     return " ".join(parts)
+
+
+def truncation_text(data: Mapping, *, short: bool = False) -> str | None:
+    """What the token limit cut off (``fog/results.json`` ``truncation``, schema 2): episodes
+    left out of every score and never counted as the agent's failures. None for a version-1
+    file or when nothing was cut."""
+    cut = data.get("truncation")
+    if not cut or not cut.get("truncated_episodes"):
+        return None
+    n, total = cut["truncated_episodes"], cut["episodes"]
+    budget = cut.get("max_new_tokens")
+    at = f" at {budget} tokens" if budget else ""
+    if short:
+        return f"{n} of {total} episodes truncated{at} (left out, not failures)"
+    return (
+        f"{n} of the agent's {total} episodes were cut off by the token limit{at} before an "
+        "answer: they are left out of every number here (not counted as failures, since the "
+        "budget ended them, not the agent); raise rollouts.max_new_tokens to score them."
+    )
 
 
 def map_reading(data: Mapping) -> str:
@@ -110,6 +132,14 @@ def fog(run: RunReader, fig: Figures) -> list[Block]:
         for key, label, pct in ROWS
     ]
     rows.append(("episodes", *(str(data["policies"][p]["episodes"]) for p in policies)))
+    cut = data.get("truncation")
+    if cut is not None:
+        rows.append(
+            (
+                "episodes cut off by the token limit (left out)",
+                *(str(cut["truncated_episodes"]) if p == AGENT else "-" for p in policies),
+            )
+        )
     extra: list[Block] = []
     if run.layout.fog_map_results.is_file():
         extra.append(Text(map_reading(run.json(run.layout.fog_map_results))))

@@ -16,6 +16,7 @@ from pathlib import Path
 from goalprobe.gridworld.stats import holm
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.causal_rows import HeadlineRow, patching_rows, plan_rows
+from goalprobe.report.fog import truncation_text as fog_truncation_text
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.report.verdict_rows import (
     above,
@@ -307,6 +308,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
         agent, walk = pol["agent"], pol["random_walk"]
         diff = pol.get("agent_minus_random_walk_acc_oracle_fog")
         low = None if not diff else diff.get("ci_low")
+        cut = fog_truncation_text(data, short=True)
         return [
             HeadlineRow(
                 f"Fogged grids: moves free-space optimal on what was seen ({data['grids']} "
@@ -314,7 +316,7 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
                 stat_text(agent["acc_oracle_fog"]),
                 f"random walk {stat_text(walk['acc_oracle_fog'])}; success "
                 f"{pct(agent['success']['value'])} (free-space planner "
-                f"{pct(pol['free_space']['success']['value'])})",
+                f"{pct(pol['free_space']['success']['value'])})" + (f"; {cut}" if cut else ""),
                 f"above random walk: {yes_no(None if low is None else low > 0)}",
             )
         ]

@@ -1,5 +1,7 @@
 """Stage ``decision``: where the decision is made, read with a logit lens on the main rollouts'
-steps (``RUN/decision/lens.json``, schema ``goalprobe.demo.decision/1``).
+steps (``RUN/decision/lens.json``, schema ``goalprobe.demo.decision/1``; and, per step and
+reasoning chunk, ``RUN/decision/steps.jsonl``, :mod:`goalprobe.probes.decision_steps`, which the
+viewer's step view colours the reasoning with).
 
 For up to ``max_steps`` answered steps (the same sample for every run of a seed, spread over the
 grids), the residual stream after every block is read through the final norm and unembedding
@@ -19,6 +21,7 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
+from goalprobe.probes.decision_steps import chunk_texts, step_record, write_decision_steps
 from goalprobe.probes.decision_time import (
     StepLens,
     bin_positions,
@@ -61,7 +64,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
     picked = sorted(rng.permutation(len(steps))[: d.max_steps].tolist())
     loaded = context.agent(config.agent).loaded()
     backend = make_backend("hooks", loaded.model, loaded.tokenizer)
-    lenses, features, present, kept, skipped = [], [], [], [], 0
+    lenses, features, present, kept, records, skipped = [], [], [], [], [], 0
     for index in picked:
         step = steps[index]
         action = Action[step.action]
@@ -76,6 +79,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         probs = lens_from_resid(loaded.model, resid, pos.candidates)
         fractions = np.asarray(pos.chunk_fractions)
         lenses.append(StepLens(step.grid_id, int(action), fractions, probs[:, :-1], probs[:, -1]))
+        records.append(_step_record(loaded.tokenizer, step, action, pos, ids, probs))
         where = bin_positions(fractions)
         chunks = resid[:, :-1].float().numpy()
         blank = np.zeros((chunks.shape[0], chunks.shape[2]), dtype=np.float32)
@@ -99,8 +103,26 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         "readout": readout,
     }
     out = write_json(context.layout.decision_lens, payload)
+    per_step = write_decision_steps(
+        context.layout.decision_steps,
+        records,
+        agent=config.agent.model,
+        chunk=d.chunk,
+        layers=curves["layers"],
+    )
     last = curves["answer_by_layer"][-1]["value"]
-    return {"lens": out}, {"steps": len(lenses), "answer_last_layer": last}
+    return {"lens": out, "steps": per_step}, {"steps": len(lenses), "answer_last_layer": last}
+
+
+def _step_record(tokenizer, step, action: Action, pos, ids: list[int], probs: np.ndarray) -> dict:
+    """One step's line of ``RUN/decision/steps.jsonl`` (:mod:`goalprobe.probes.decision_steps`):
+    each chunk's text and the lens at its end, and the lens at the answer."""
+    offsets = list(pos.chunk_offsets)
+    start = pos.chunk_ends[0] - offsets[0] if offsets else 0
+    length = offsets[-1] + 1 if offsets else 0  # the last chunk ends at the last token
+    texts = chunk_texts(tokenizer.decode, ids[start : start + length], offsets)
+    key = (step.grid_id, step.episode, step.step)
+    return step_record(key, action, length, offsets, pos.chunk_fractions, texts, probs)
 
 
 def _readout(steps, features: np.ndarray, present: np.ndarray, d: DecisionConfig) -> dict | None:

@@ -1,6 +1,6 @@
 """Stage ``fog``: the agent on fogged grids (the study's Appendix A), read against the
 free-space planner and a random walk on the same grids, with the study's failure modes
-(``RUN/fog/``, schema ``goalprobe.demo.fog/1``).
+(``RUN/fog/``, schema ``goalprobe.demo.fog/2``).
 
 Neither bundled agent was trained on fog: their tokenizers read the hidden cell ``*`` and most
 of the fog instructions as unknown words (listed in the results), so what they do here is what
@@ -28,9 +28,12 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.sections import FogConfig
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from goalprobe.stages.rollouts import read_episodes, rollouts_into, truncation_counts
 
-SCHEMA = "goalprobe.demo.fog/1"
+SCHEMA = "goalprobe.demo.fog/2"
+"""Version 2 adds ``truncation`` (:func:`goalprobe.stages.rollouts.truncation_counts` and the
+token budget): the episodes cut off by the token limit, left out of every score and reported
+apart (never as the agent's failures). Version-1 files (no ``truncation``) still read."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,12 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
     summary = rollouts_into(grids, agent, config.rollout, layout.fog_trajectories, context)
     rows = []
     invalid = 0
-    for episode in read_episodes(layout.fog_trajectories):
+    episodes = read_episodes(layout.fog_trajectories, truncated=True)
+    truncation = {
+        **truncation_counts(episodes),
+        "max_new_tokens": config.rollout.max_new_tokens,
+    }
+    for episode in (e for e in episodes if not e.truncated):
         grid = by_id[episode.summary.grid_id]
         actions = [Action[s.action] for s in episode.steps if s.action is not None]
         invalid += sum(s.action is None for s in episode.steps)
@@ -98,6 +106,7 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         "radius": f.radius,
         "grids": len(grids),
         "invalid_steps": invalid,
+        "truncation": truncation,
         "unknown_prompt_pieces": unknown,
         "policies": table,
         "episodes": [r.to_dict() for r in rows],
@@ -111,5 +120,6 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
     return outputs, {
         "grids": len(grids),
         "success_agent": table[AGENT]["success"]["value"],
+        "truncated_episodes": truncation["truncated_episodes"],
         "rollouts": summary,
     }

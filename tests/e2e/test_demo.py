@@ -50,6 +50,7 @@ STAGE_OUTPUTS = (
     "fog/activations.h5",
     "fog/map.json",
     "decision/lens.json",
+    "decision/steps.jsonl",
     "plans/sweep.json",
     "plans/predicted/plan_decoder.h5",
 )

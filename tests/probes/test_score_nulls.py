@@ -146,20 +146,28 @@ def test_random_maps_get_zero_excess_recovery(world):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="coverage fell to 7 of 10 draws after issue 29's shared agent/goal read-out and "
-    "per-grid weighting; open, see the session note of 2026-11-27",
-    strict=False,
-)
 def test_random_maps_excess_is_zero_over_many_draws(world):
-    # not one lucky draw: the interval covers 0 for (nearly) every draw of random maps, and the
-    # excess averages to about 0 (its spread over draws is about 0.075 here)
+    # Calibration over draws of random maps (the steps fixed): each draw's excess is centred on
+    # 0 by construction (the probe's and the null's maps are exchangeable), so a calibrated 95%
+    # interval covers 0 on Binomial(n, 0.95) of n independent draws. The test was ">= 8 of 10";
+    # since issue 29 scores per grid (Fig. 4) the excess spreads more (about 0.10 over draws,
+    # not 0.075; a grid with one GT-suboptimal step weighs as much as one with five), and 7 of
+    # 10 came up on this seed, an outcome a calibrated interval gives 1.2% of the time and a
+    # 90% one 7%: ten draws cannot tell the two apart. Checked with 40 draws and the variance
+    # of the per-grid excess over 60 more: the draws' variance of the total equals the sum of
+    # the grids' variances (the grid bootstrap's assumption holds; the derangement couples no
+    # grids); coverage was 35 of 40 and the bootstrap's standard error 0.86 of the spread over
+    # draws (which 40 draws estimate to about 11%). No evidence against the method, so it stands
+    # and the test asks, over 40 draws, what a calibrated interval must pass.
+    from scipy.stats import binom
+
     config = ScoreConfig(n_bootstrap=400, random_state=3, nulls=("other_grid",))
     table, grid_ids = world["table"], world["grid_ids"]
     idx = np.arange(len(table.action))
     rng = np.random.default_rng(2024)
-    covered, values = 0, []
-    for draw in range(10):
+    n_draws = 40
+    covered, values, errors = 0, [], []
+    for draw in range(n_draws):
         probs = rng.dirichlet(np.ones(len(ALL_CLASSES)), size=(len(idx), CANVAS, CANVAS))
         scores = score_rows(probs, ALL_CLASSES, table.facts(idx), config.top_k)
         out = score_nulls(
@@ -168,8 +176,15 @@ def test_random_maps_excess_is_zero_over_many_draws(world):
         excess = out["nulls"]["other_grid"]["excess"]["recovery"]
         covered += excess["ci_low"] <= 0.0 <= excess["ci_high"]
         values.append(excess["value"])
-    assert covered >= 8, covered
-    assert abs(np.mean(values)) < 0.07, values
+        errors.append((excess["ci_high"] - excess["ci_low"]) / (2 * 1.96))
+    spread = float(np.std(values, ddof=1))
+    # coverage: not below 95% beyond what chance gives one time in a hundred
+    assert binom.cdf(covered, n_draws, 0.95) >= 0.01, covered
+    # no bias: the mean excess within three standard errors of 0
+    assert abs(np.mean(values)) < 3 * spread / np.sqrt(n_draws), values
+    # the interval's width matches the spread over draws (40 draws estimate the spread to
+    # about 11%: bounds at about three of those)
+    assert 0.7 < np.mean(errors) / spread < 1.4, (np.mean(errors), spread)
 
 
 def test_true_map_has_clearly_positive_excess_acc_dec(world):

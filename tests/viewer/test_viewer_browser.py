@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import playwright.sync_api as playwright_api
 import pytest
+from goalprobe.gridworld.core import Action
 from viewer_fixtures import offline_page, shared_run
 
 # The README's test command installs Chromium (scripts/setup_tests.sh) and playwright (test
@@ -394,6 +395,74 @@ def test_false_belief_tab_steps_through_an_episode_with_three_maps(page, browser
     other.close()
     page.keyboard.press("ArrowLeft")
     _wait_false_belief_step(page, grid_id, 0)
+    page.get_by_text("Episode explorer").click()
+    assert page.console_problems == []
+
+
+def test_reasoning_is_coloured_by_the_lens_chunk_by_chunk(browser, server, run_dir):
+    # issue 30: the step view draws the reasoning in the decision stage's chunks, each coloured
+    # by the action the lens names at its end, with the legend and the final action; a step the
+    # stage did not read says so
+    from goalprobe.probes.decision_steps import read_decision_steps
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.figures.style import ACTION_COLOURS
+
+    run = RunData(run_dir)
+    lens = read_decision_steps(run_dir / "decision" / "steps.jsonl")
+    key = list(run.episodes)[0]
+    steps = run.episode(key).steps
+    read = [t for t, s in enumerate(steps) if (s.grid_id, s.episode, s.step) in lens.steps]
+    t = read[-1]
+    record = lens.steps[(steps[t].grid_id, steps[t].episode, steps[t].step)]
+    page = browser.new_page(viewport={"width": 1600, "height": 1300})
+    page.goto(f"{server['url']}?episode={key}&step={t}&stage=pre_reasoning&layer=5&family=mlp")
+    page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
+    _wait_header(page, f"step {t} of")
+    page.wait_for_selector("#reasoning .gp-chunk", timeout=20_000)
+    chunks = page.evaluate(
+        """() => [...document.querySelectorAll('#reasoning .gp-chunk')].map(s => ({
+            text: s.textContent, action: s.dataset.action, end: s.dataset.end,
+            background: getComputedStyle(s).backgroundColor, title: s.title}))"""
+    )
+    assert [c["text"] for c in chunks] == [c.text for c in record.chunks]
+    assert "".join(c["text"] for c in chunks) == steps[t].reasoning
+    # each chunk's colour is its decoded action's (the planted decision time: another action
+    # on the first half of the chunks, the answered one after)
+    assert [c["action"] for c in chunks] == [c.decoded().name for c in record.chunks]
+    assert [int(c["end"]) for c in chunks] == [c.end for c in record.chunks]
+    assert {c["action"] for c in chunks} == {record.action.name, record.chunks[0].decoded().name}
+    for c in chunks:
+        r, g, b = (int(ACTION_COLOURS[int(Action[c["action"]])][i : i + 2], 16) for i in (1, 3, 5))
+        assert c["background"].replace(" ", "").startswith(f"rgba({r},{g},{b},")
+        assert "lens after block 1" in c["title"]
+    legend = page.text_content("#reasoning-legend")
+    assert all(a.name in legend for a in Action)
+    texts = page.text_content("#texts")
+    assert f"final action {record.action.name}" in texts
+    assert "agent and goal: position probes" in page.text_content("#step-header")
+    _shot(page, "reasoning_lens")
+    # the episode's last step was not read: plain text, and why
+    last = len(steps) - 1
+    page.goto(f"{server['url']}?episode={key}&step={last}&stage=pre_reasoning&layer=5&family=mlp")
+    page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
+    _wait_header(page, f"step {last} of")
+    page.wait_for_selector("#reasoning-why", timeout=20_000)
+    assert "No logit lens for this step" in page.text_content("#reasoning-why")
+    assert page.locator("#reasoning .gp-chunk").count() == 0
+    assert page.text_content("#reasoning") == (steps[last].reasoning or "(none)")
+    # the linear probe's maps carry no position read-out: the header says the cell probe
+    page.goto(f"{server['url']}?episode={key}&step=0&stage=pre_reasoning&layer=5&family=linear")
+    page.wait_for_selector("#g-decoded .js-plotly-plot .hm", timeout=30_000)
+    _wait_header(page, "agent and goal: cell probe")
+    page.close()
+
+
+def test_fog_tab_says_the_run_has_no_fog_episodes(page):
+    # the shared episode-tab layout (viewer.step_panels) in the tab whose stage did not run
+    page.get_by_text("Fogged episodes", exact=True).click()
+    page.wait_for_selector("#fog-why", timeout=20_000)
+    assert "No fogged episodes in this run" in page.text_content("#fog-why")
+    assert page.locator("#fog-episode").count() == 1 and page.locator("#fog-next").count() == 1
     page.get_by_text("Episode explorer").click()
     assert page.console_problems == []
 

@@ -811,3 +811,109 @@ def test_a_folder_of_runs_is_served_with_an_agent_picker(run_dir, tmp_path):
     assert [x["props"]["className"] for x in links] == ["", "current"]
     with pytest.raises(FileNotFoundError):
         create_multi_run_app(parent / "notes")
+
+
+def test_explorer_places_agent_and_goal_with_the_position_readout(run_dir, tmp_path):
+    # one read-out (issue 29): where a decoded-map file carries the position probes' read-out,
+    # the explorer's decoded agent and goal are its top cells, as scoring places them, not the
+    # cell probe's argmax P(AGENT) / P(GOAL)
+    import shutil
+
+    from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
+    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+    from goalprobe.probes.scoring.belief import top_cells
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.step import build_step_view
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    path = copy / "probes" / "decoded" / "linear_pre_L5.h5"
+    full = read_decoded_maps(path)
+    assert full.agent is None  # the fixture's linear maps: the cell probe's channels only
+    n = len(full.row_ids)
+    # a read-out that puts the agent at (0, 1) and the goal at (1, 0) on every map: wrong, but
+    # told apart from the cell probe's channels, whose argmax follows the true cells
+    agent = np.full((n, 15, 15), 1e-4, dtype=np.float32)
+    goal = agent.copy()
+    agent[:, 0, 1] = goal[:, 1, 0] = 0.9
+    readout = Readout(agent=POSITION_READOUT, goal=POSITION_READOUT)
+    write_decoded_maps(path, full.probs, full.row_ids, full.card, agent=agent, goal=goal,
+                       readout=readout)  # fmt: skip
+    before = build_step_view(RunData(run_dir), list(RunData(run_dir).episodes)[0], 0,
+                             map_source="linear_pre_L5")  # fmt: skip
+    opened = RunData(copy)
+    key = list(opened.episodes)[0]
+    view = build_step_view(opened, key, 0, map_source="linear_pre_L5")
+    maps = opened.decoded_maps("linear_pre_L5", key)
+    probs, agent_t, goal_t = maps.decoded_parts(0)
+    size = view.size
+    assert view.decoded.agent_row_col == (0, 1) and view.decoded.goal_row_col == (1, 0)
+    # the scoring's placement on the same read-out agrees; the cell probe's channels did not
+    assert view.decoded.agent_row_col == top_cells(probs, size, CellType.AGENT, 1, agent_t)[0]
+    assert view.decoded.goal_row_col == top_cells(probs, size, CellType.GOAL, 1, goal_t)[0]
+    assert before.decoded.agent_row_col == top_cells(probs, size, CellType.AGENT, 1)[0]
+    assert before.decoded.agent_row_col != (0, 1)
+    assert view.decoded.readout == "position probes" and before.decoded.readout == "cell probe"
+    # the decoded picture draws the one agent and the one goal where the read-out puts them
+    assert view.decoded.argmax[0, 1] == int(CellType.AGENT)
+    assert (view.decoded.argmax == int(CellType.AGENT)).sum() == 1
+    assert maps.readout.agent == POSITION_READOUT
+
+
+def test_step_view_carries_the_lens_of_the_steps_the_decision_stage_read(run, run_dir):
+    from goalprobe.probes.decision_steps import read_decision_steps
+    from goalprobe.viewer.step import build_step_view
+    from goalprobe.viewer.step_panels import NO_LENS
+
+    lens_file = read_decision_steps(run_dir / "decision" / "steps.jsonl")
+    key = list(run.episodes)[0]
+    data = run.episode(key)
+    for t, record in enumerate(data.steps):
+        view = build_step_view(run, key, t)
+        expected = lens_file.steps.get((record.grid_id, record.episode, record.step))
+        if expected is None:
+            assert view.lens is None and view.lens_why == NO_LENS
+        else:
+            assert view.lens.key == expected.key and view.lens_why is None
+            assert np.array_equal(view.lens.answer, expected.answer)
+            # the chunks' texts are the reasoning, cut at the chunk boundaries
+            assert "".join(c.text for c in view.lens.chunks) == record.reasoning
+    assert build_step_view(run, key, len(data.steps) - 1).lens is None
+    other = list(run.episodes)[1]
+    assert build_step_view(run, other, 0).lens_why == NO_LENS
+
+
+def test_headline_maps_are_listed_apart_and_shown_first(run_dir, tmp_path):
+    # the headline maps (role "headline": the decoder's maps scoring uses, agent and goal from
+    # the position probes) share stage, layer and family with the probe sweep's maps; listed
+    # under their own family, they are selectable and the explorer opens on them
+    import shutil
+
+    from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
+    from goalprobe.viewer.data import RunData
+    from goalprobe.viewer.sources import HEADLINE_FAMILY
+    from goalprobe.viewer.step import build_step_view, default_map_source
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    full = read_decoded_maps(copy / "probes" / "decoded" / "mlp_pre_L5.h5")
+    assert full.agent is not None  # the fixture's mlp maps carry the position read-out
+    write_decoded_maps(
+        copy / "probes" / "decoded" / "headline_pre_reasoning_L5.h5",
+        full.probs,
+        full.row_ids,
+        full.card,
+        agent=full.agent,
+        goal=full.goal,
+        readout=full.readout,
+        role="headline",
+        trained_on="probing",
+    )
+    opened = RunData(copy)
+    source = opened.map_sources["headline_pre_reasoning_L5"]
+    assert source.family == HEADLINE_FAMILY and opened.map_sources["mlp_pre_L5"].family == "mlp"
+    assert default_map_source(opened) == "headline_pre_reasoning_L5"
+    key = list(opened.episodes)[0]
+    view = build_step_view(opened, key, 0, map_source="headline_pre_reasoning_L5")
+    assert view.decoded.readout == "position probes"
+    assert default_map_source(RunData(run_dir)) == "mlp_pre_L5"  # no headline maps: as before

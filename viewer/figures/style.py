@@ -45,6 +45,15 @@ ACTION_ARROWS: dict[int, str] = {
 }
 """Glyph of every plan token (actions, ``END``, ``PAD``)."""
 
+ACTION_COLOURS: dict[int, str] = {
+    int(Action.UP): "#0072b2",
+    int(Action.DOWN): "#e69f00",
+    int(Action.LEFT): "#009e73",
+    int(Action.RIGHT): "#cc79a7",
+}
+"""Colour of each action where actions are told apart by colour (Okabe-Ito, colour-blind safe):
+the reasoning chunks coloured by the action the logit lens decodes there."""
+
 EXECUTED_COLOUR = "#1d3557"
 """Colour of what the agent did (executed action, executed path)."""
 OPTIMAL_COLOUR = "#52b788"
@@ -71,7 +80,7 @@ LEGEND: tuple[tuple[str, str, str], ...] = (
     ("executed action / path", EXECUTED_COLOUR, "line"),
     ("optimal on the true grid", OPTIMAL_COLOUR, "line"),
     ("optimal on the decoded grid, decoded plan", DECODED_COLOUR, "line"),
-    ("decoded agent (○) and goal (◇): argmax P", DECODED_COLOUR, "ring"),
+    ("decoded agent (○) and goal (◇): top cell of the read-out", DECODED_COLOUR, "ring"),
 )
 """``(label, colour, kind)`` of every mark the figures use, for a legend drawn outside them
 (``kind``: ``square`` cell fill, ``line`` arrow or path, ``ring`` marker)."""

@@ -1,0 +1,164 @@
+"""Panels the viewer's step tabs share: the episode-and-step layout of the false-belief and fog
+tabs, stepping with prev/next, and the reasoning-and-answer text, with the reasoning coloured
+chunk by chunk by the action the logit lens decodes at each chunk's end (issue 30) where the
+``decision`` stage read the step (:mod:`goalprobe.probes.decision_steps`).
+
+Every id of an episode tab derives from its ``prefix`` (``fb``, ``fog``): ``{prefix}-episode``,
+``{prefix}-step``, ``{prefix}-prev``, ``{prefix}-next``, ``{prefix}-why``, ``{prefix}-error``,
+``{prefix}-header``, ``{prefix}-caption``, ``{prefix}-texts`` and the graph ``g-{prefix}-maps``.
+"""
+
+from __future__ import annotations
+
+from dash import dcc, html
+from goalprobe.gridworld.core import Action
+from goalprobe.probes.decision_steps import StepLensRecord
+from goalprobe.viewer.figures.style import ACTION_COLOURS, rgba
+from goalprobe.viewer.widgets import GRID_HEIGHT, graph, legend, step_controls
+
+NO_LENS = (
+    "No logit lens for this step: the decision stage reads a seeded sample of answered steps "
+    "(decision.max_steps); pick a step it read, or raise it."
+)
+"""What the reasoning panel says for a step the stage did not read."""
+NO_LENS_RUN = "No logit lens in this run: run goalprobe demo (its decision stage)."
+"""What it says when the run has no per-step lens file."""
+
+
+def episode_tab(
+    prefix: str,
+    *,
+    title: str,
+    why: str,
+    options: list[dict],
+    option_height: int,
+    caption: str,
+) -> html.Div:
+    """An episode tab's layout: the episode list and step controls beside a card with the
+    step's header, its maps, their caption and the legend, and a card for its texts."""
+    side = html.Div(
+        [
+            html.H3(title),
+            html.Div(why, className="gp-count", id=f"{prefix}-why"),
+            html.Label("Episode", className="gp-label"),
+            dcc.Dropdown(
+                id=f"{prefix}-episode",
+                options=options,
+                value=options[0]["value"] if options else None,
+                clearable=False,
+                optionHeight=option_height,
+                placeholder="none: run goalprobe demo",
+            ),
+            *step_controls(f"{prefix}-step", f"{prefix}-prev", f"{prefix}-next", 0),
+        ],
+        className="gp-side",
+    )
+    main = html.Div(
+        [
+            html.Div(id=f"{prefix}-error"),
+            html.Div(
+                [
+                    html.Div(id=f"{prefix}-header", className="gp-stepbar"),
+                    graph(f"g-{prefix}-maps", GRID_HEIGHT + 20),
+                    html.P(caption, className="gp-caption", id=f"{prefix}-caption"),
+                    legend(),
+                ],
+                className="gp-card",
+            ),
+            html.Div(html.Div(id=f"{prefix}-texts", className="gp-text"), className="gp-card"),
+        ],
+        className="gp-main",
+    )
+    return html.Div([side, main], className="gp-body")
+
+
+def stepped(trigger, prefix: str, current, last: int, otherwise: int = 0) -> int:
+    """The step after a prev/next press of tab ``prefix`` (``otherwise`` for any other
+    trigger), kept within ``0 .. last``."""
+    current = int(current) if isinstance(current, int | float) else 0
+    value = {f"{prefix}-prev": current - 1, f"{prefix}-next": current + 1}.get(trigger, otherwise)
+    return min(max(int(value), 0), last)
+
+
+def step_texts(
+    reasoning: str | None,
+    final: str | None,
+    reasoning_id: str,
+    lens: StepLensRecord | None = None,
+    why: str | None = None,
+) -> list:
+    """The step's reasoning and final answer. With ``lens``, the reasoning is drawn chunk by
+    chunk (:func:`lens_reasoning`); without, as plain text under ``why`` (when given: why the
+    step has no lens)."""
+    head: list = [html.H4("Reasoning")]
+    if lens is not None:
+        body = lens_reasoning(lens, reasoning_id)
+    else:
+        if why:
+            head.append(html.Div(why, className="gp-count", id=f"{reasoning_id}-why"))
+        body = [html.Pre(reasoning or "(none)", id=reasoning_id)]
+    return [*head, *body, html.H4("Final answer"), html.Pre(final or "(none)")]
+
+
+def lens_reasoning(lens: StepLensRecord, reasoning_id: str, layer: int = -1) -> list:
+    """The reasoning as the lens read it: one span per chunk, its background the colour of the
+    action the lens names at the chunk's end after block ``layer`` (the last: the model's own
+    preference among the four action tokens there), a bar marking each chunk's end, the
+    probabilities in its tooltip; above it the colour legend and the final action."""
+    blocks = lens.answer.shape[0]
+    block = layer % blocks
+    spans = []
+    for i, chunk in enumerate(lens.chunks):
+        decoded = chunk.decoded(layer)
+        probs = " · ".join(f"{a.name} {chunk.probs[layer][int(a)]:.2f}" for a in Action)
+        spans.append(
+            html.Span(
+                chunk.text,
+                className="gp-chunk",
+                title=(
+                    f"chunk {i + 1} of {len(lens.chunks)}: tokens up to {chunk.end + 1} of "
+                    f"{lens.reasoning_tokens} ({100 * chunk.fraction:.0f}%); lens after block "
+                    f"{block}: {probs}"
+                ),
+                style={
+                    "background": rgba(ACTION_COLOURS[int(decoded)], 0.28),
+                    "borderRight": f"2px solid {ACTION_COLOURS[int(decoded)]}",
+                },
+                **{"data-action": decoded.name, "data-end": str(chunk.end)},
+            )
+        )
+    agree = sum(c.decoded(layer) == lens.action for c in lens.chunks)
+    answer = Action(int(lens.answer[layer].argmax()))
+    key = [
+        html.Span(
+            [
+                html.Span(className="gp-swatch", style={"background": ACTION_COLOURS[int(a)]}),
+                a.name,
+            ],
+            className="gp-legend-item",
+        )
+        for a in Action
+    ]
+    summary = html.Div(
+        [
+            html.Span(f"final action {lens.action.name}", className="gp-badge info"),
+            html.Span(
+                f"lens after block {block} names it at {agree} of {len(lens.chunks)} chunk ends "
+                f"({lens.reasoning_tokens} reasoning tokens); at the answer it names "
+                f"{answer.name}",
+                className="gp-count",
+            ),
+        ],
+        className="gp-stepbar",
+    )
+    legend_row = html.Div(
+        [html.Span("chunk coloured by the lens's action:"), *key],
+        className="gp-legend",
+        id=f"{reasoning_id}-legend",
+    )
+    text = (
+        html.Div(spans, id=reasoning_id, className="gp-reasoning")
+        if spans
+        else html.Pre("(empty reasoning: no chunk to read)", id=reasoning_id)
+    )
+    return [summary, legend_row, text]
