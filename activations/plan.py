@@ -15,8 +15,10 @@ block it holds three score-sized tensors at once (the scores, the scores with th
 their max-shifted copy or the softmax output: ``3 x B x heads x T x (T + 1)``), the two 4-D masks
 (sliding window and full, ``2 x B x T x T``), and per token the query with the repeated keys and
 values (``3 x heads x head_dim``) and a few residual vectors (``3 x d_model``); the MoE phase
-that follows holds far less (``4 x d_model + 6 x expert width`` per token, all tokens routed to
-one expert at worst), so the peak is the attention phase's. Blocks run one after another, so
+that follows holds ``4 x d_model + 6 x expert width`` elements per chosen (token, expert) pair
+times :data:`MOE_CALIBRATION` (measured on an H200), less than eager attention's scores beyond
+a few hundred tokens, so there the peak is the attention phase's (under flex attention it is
+the MoE phase's). Blocks run one after another, so
 this is the peak whatever the depth. On a GPT-OSS-20B-shaped model on CPU (bf16, 2 blocks) the
 measured resident peak was 71%, 84-107% and 92% of this model at T = 400, 800 and 1,200
 (``tests/activations/test_real_dimensions.py`` checks it is within 25%); the plan leaves 15% of
