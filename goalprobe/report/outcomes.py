@@ -306,7 +306,8 @@ def reasoning_chunks(data) -> list[Block]:
             f"length, so chunks are fractions of each side's reasoning: {chunks['alignment']}"
             f"{chosen} Controls: the same chunk from a random other grid of the same size "
             "(scored against the pair's counterfactual) and from no-relevant-change "
-            "counterfactuals. Verdict: the paired difference's 95% grid-clustered interval "
-            "lies above 0.",
+            "counterfactuals. Verdict: the paired difference's grid-clustered interval lies "
+            f"above 0; every interval here is at {100 * chunks['confidence']:.1f}% (Bonferroni "
+            f"over the {chunks['family']} chunk verdicts).",
         )
     ]  # fmt: skip

@@ -113,8 +113,10 @@ class PatchingOutcome:
         meta: JSON-ready facts (model, backend, layer sets, configs, input, counts, preparation
             report, sites skipped per reason, pairs kept per kind, the anchors' verdicts of
             :func:`~goalprobe.probes.patching.verdicts.anchor_verdicts`; with reasoning chunks,
-            ``reasoning_chunks``: their count, sites, direction, layer sets, alignment and
-            verdicts at each chunk layer set) written beside the tables.
+            ``reasoning_chunks``: their count, sites, direction, layer sets, alignment, and
+            verdicts at each chunk layer set with intervals Bonferroni-adjusted over the
+            ``family`` of chunk x layer-set verdicts, at ``confidence``) written beside the
+            tables.
     """
 
     prepared: list[PreparedPair]
@@ -191,12 +193,16 @@ def run_experiment(
         "verdicts": verdicts,
     }
     if chunks:
+        # the chunk x layer-set verdicts are one family: Bonferroni-adjusted intervals
+        confidence = 1 - 0.05 / (len(chunks) * len(context.chunk_layer_sets))
         meta["reasoning_chunks"] = {
             "n_chunks": config.reasoning_chunks,
             "sites": chunks,
             "direction": CHUNK_DIRECTION,
             "layer_sets": {label: list(layers) for label, layers in context.chunk_layer_sets},
             "alignment": CHUNK_ALIGNMENT,
+            "family": len(chunks) * len(context.chunk_layer_sets),
+            "confidence": confidence,
             "verdicts": [
                 v
                 for label, _ in context.chunk_layer_sets
@@ -205,6 +211,7 @@ def run_experiment(
                     layers=label,
                     sites=chunks,
                     n_resamples=n_resamples,
+                    confidence=confidence,
                     random_state=random_state,
                 )
             ],

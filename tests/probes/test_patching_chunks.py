@@ -151,6 +151,8 @@ def test_chunk_patching_end_to_end_with_controls(tmp_path, bundled_agent, grids)
     meta = outcome.meta["reasoning_chunks"]
     assert meta["n_chunks"] == N_CHUNKS and meta["layer_sets"] == {"1": [1]}
     assert "relative" in meta["alignment"]
+    # the chunk verdicts are one family: Bonferroni-adjusted intervals
+    assert meta["family"] == N_CHUNKS and meta["confidence"] == pytest.approx(1 - 0.05 / N_CHUNKS)
     assert {v["site"] for v in meta["verdicts"]} <= set(meta["sites"])
     assert all(v["verdict"] in ("yes", "no", "undecided") for v in meta["verdicts"])
     paths = outcome.write(tmp_path)
