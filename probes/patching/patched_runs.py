@@ -180,7 +180,7 @@ def chunk_jobs(
     plus, for a disjoint pair, the same chunks from a random other grid's base run."""
     n = context.config.reasoning_chunks
     source, target = item.sides(CHUNK_DIRECTION)
-    sources = [(item.pair.kind, source)]
+    sources: list[tuple[str, Side]] = [(item.pair.kind, source)]
     if item.pair.kind == "disjoint" and context.config.random_control:
         if random_source is None:
             skipped["random_grid reasoning chunks: no other grid of the same size"] += 1
@@ -434,6 +434,6 @@ def run_patching(
                 stop_ids=stop_ids,
             )
             for job, ids in zip(chunk, completions, strict=True):
-                action = context.parse_generated(ids, job.prefix)
-                records.append(_record(job, "regenerated", action, None))
+                parsed = context.parse_generated(ids, job.prefix)
+                records.append(_record(job, "regenerated", parsed, None))
     return records, skipped
