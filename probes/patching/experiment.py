@@ -328,8 +328,9 @@ class PatchingContext:
             if config.reasoning_chunks
             else []
         )
-        every = self.layer_sets + self.anchor_layer_sets + self.chunk_layer_sets
-        self.capture_layers = sorted({x for _, layers in every for x in layers})
+        self.capture_layers = sorted(
+            {x for _, layers in self.layer_sets + self.anchor_layer_sets for x in layers}
+        )
 
     def messages(self, grid: Grid, state: State):
         """The conversation showing ``grid`` in ``state``."""
@@ -399,8 +400,9 @@ class PatchingContext:
             special_ids=self.special_ids,
             action_tokens=self.action_tokens,
         )
-        positions = capture_positions(sequence, sites, reasoning=self.config.reasoning_chunks > 0)
-        clean = self.backend.clean_run(sequence.token_ids, self.capture_layers, positions)
+        clean = self.backend.clean_run(
+            sequence.token_ids, self.capture_layers, capture_positions(sequence, sites)
+        )
         action_ids = list(self.action_tokens.action_ids)
         return Side(
             grid=grid,

@@ -186,6 +186,17 @@ def chunk_jobs(
             skipped["random_grid reasoning chunks: no other grid of the same size"] += 1
         else:
             sources.append(("random_grid", random_source.base))
+    # the sources' reasoning at the chunk blocks, captured now (one forward per source, kept
+    # only for this pair's jobs: a long reasoning at every block would not fit for all pairs)
+    blocks = sorted({x for _, layer_set in context.chunk_layer_sets for x in layer_set})
+    captured = {
+        id(side): context.backend.clean_run(
+            side.sequence.token_ids,
+            blocks,
+            np.arange(*side.sequence.reasoning_span, dtype=np.int64),
+        )
+        for _, side in sources
+    }
     jobs = []
     for index in range(n):
         site = chunk_site(index, n)
@@ -199,8 +210,9 @@ def chunk_jobs(
             forced = tuple(
                 int(i) for i in target.sequence.token_ids[target.sequence.prompt_length : stop]
             )
-            for label, layers in context.chunk_layer_sets:
-                patch = Patch(layers, torch.as_tensor(tgt_pos), side.clean.values(layers, src_pos))
+            for label, layer_set in context.chunk_layer_sets:
+                values = captured[id(side)].values(layer_set, src_pos)
+                patch = Patch(layer_set, torch.as_tensor(tgt_pos), values)
                 jobs.append(
                     _Job(
                         item.pair, kind, CHUNK_DIRECTION, side, target, source.optimal, site,

@@ -378,16 +378,11 @@ def site_positions(
     raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
 
 
-def capture_positions(
-    sequence: TeacherForcedSequence, sites: Sequence[str], *, reasoning: bool = False
-) -> np.ndarray:
-    """``(k,)`` sorted positions of ``sequence`` that any of ``sites`` reads as a source (with
-    ``reasoning``, every position of the reasoning body too: the chunk sites' sources)."""
+def capture_positions(sequence: TeacherForcedSequence, sites: Sequence[str]) -> np.ndarray:
+    """``(k,)`` sorted positions of ``sequence`` that any of ``sites`` reads as a source."""
     if "all" in sites:
         return np.arange(len(sequence), dtype=np.int64)
     parts = [np.asarray([sequence.readout_position], dtype=np.int64)]
-    if reasoning:
-        parts.append(np.arange(*sequence.reasoning_span, dtype=np.int64))
     for site in sites:
         if site in ("grid", "changed_cells"):
             parts.append(sequence.grid.positions())
