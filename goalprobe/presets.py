@@ -65,7 +65,11 @@ def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
         patching=PatchingConfig(
-            max_new_tokens=4096, full_pairs=24, n_bootstrap=n_bootstrap, seed=seed
+            max_new_tokens=4096,
+            full_pairs=24,
+            chunk_pairs=100,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
         false_belief=FalseBeliefConfig(

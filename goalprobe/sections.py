@@ -300,6 +300,15 @@ class PatchingConfig:
     seed: int = 0
     """Seed of the base draw, the counterfactuals, the random-grid control and the
     bootstrap."""
+    reasoning_chunks: int = 4
+    """Fractions of the reasoning patched cf -> base as chunk sites, the rest of the reasoning
+    regenerated (issue 30, the causal check along the reasoning); 0: none."""
+    chunk_layers: tuple[str, ...] = ("peak",)
+    """Block sets of the chunk patches; ``"peak"``: the block where the decision stage's
+    read-out of the answered action peaks (mean held-out accuracy over reasoning progress,
+    fitted and scored on the decision stage's own steps, never on patching pairs)."""
+    chunk_pairs: int = 24
+    """Pairs of each kind (disjoint, control) patched at every chunk (the first kept ones)."""
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,17 @@ def command(
         ),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
+    reasoning_chunks: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Also patch the counterfactual's reasoning into the base run in this many "
+            "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
+        ),
+    ] = 0,
+    chunk_layers: Annotated[
+        str, typer.Option(help="Layer sets of the reasoning chunks, e.g. '1' or 'all'.")
+    ] = "all",
     n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
@@ -180,6 +191,8 @@ def command(
             batch_size=batch_size,
             reasoning_effort=effort,
             template_dir=template_dir,
+            reasoning_chunks=reasoning_chunks,
+            chunk_layers=_split(chunk_layers, "--chunk-layers"),
         )
         cf_config = CounterfactualConfig(
             moves=_split(moves, "--moves"),
@@ -193,6 +206,10 @@ def command(
         resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--layers") from err
+    try:
+        resolve_layer_sets(config.chunk_layers, SYNTAX_CHECK_LAYERS)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
     source = None
     if store is not None:
         source = _store_source(store, stats)

@@ -45,7 +45,7 @@ def reading(data: Mapping) -> str:
         )
     parts.append(
         "A lens reads what the residual stream would say if the model answered there; it is a "
-        "read-out, not a causal test (patching along the reasoning is not run yet)."
+        "read-out, not a causal test (patching along the reasoning is in the patching section)."
     )
     return " ".join(parts)
 

@@ -26,11 +26,11 @@ STAGES: tuple[str, ...] = (
     "intention_map",
     "distance",
     "plans",
+    "decision",
     "patching",
     "scoring",
     "false_belief",
     "fog_map",
-    "decision",
     "report",
 )
 """Every stage of the demo, in run order."""
@@ -50,7 +50,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "probes": ("activations", "probing"),
     "distance": ("activations", "probing"),
     "plans": ("activations",),
-    "patching": ("rollouts",),
+    "patching": ("rollouts", "decision"),
     "scoring": ("grids", "rollouts", "activations", "probes"),
     "false_belief_rollouts": (),
     "false_belief": ("probes", "false_belief_rollouts"),
@@ -108,11 +108,11 @@ CONTROL_STAGES: tuple[str, ...] = (
     "probes",
     "distance",
     "plans",
+    "decision",
     "patching",
     "scoring",
     "false_belief",
     "fog_map",
-    "decision",
     "report",
 )
 """The stages the positive-control agent runs beside the default agent (``goalprobe demo``

@@ -1,10 +1,15 @@
 """Stage ``patching``: activation patching between base steps of the main rollouts and their
-counterfactual grids (``RUN/patching/``, schema ``goalprobe.patching/2``)."""
+counterfactual grids (``RUN/patching/``, schema ``goalprobe.patching/2``), and along the
+reasoning: chunks of the counterfactual's reasoning written into the base run at the block where
+the ``decision`` stage's read-out peaks, the rest of the reasoning regenerated (issue 30)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from goalprobe.activations.capture import make_backend
 from goalprobe.agent_config import AgentConfig
@@ -38,6 +43,13 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     p = config.patching
     trajectories = context.layout.trajectories
     read = read_trajectory_bases(trajectories)
+    loaded = context.agent(config.agent).loaded()
+    n_layers = int(loaded.model.config.num_hidden_layers)
+    peak = readout_peak(context.layout.decision_lens, n_layers) if p.reasoning_chunks else None
+    chunk_layers = tuple(
+        str(peak["layer"]) if spec == "peak" and peak is not None else spec
+        for spec in p.chunk_layers
+    )
     patch_config = PatchConfig(
         sites=p.sites,
         layers=p.layers,
@@ -54,6 +66,9 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
         seed=p.seed,
         reasoning_effort=read.reasoning_effort,
         template_dir=read.template_dir,
+        reasoning_chunks=p.reasoning_chunks,
+        chunk_layers=chunk_layers,
+        chunk_pairs=p.chunk_pairs,
     )
     bases = draw_bases(read.bases, p.max_bases, p.seed)
     disjoint = CounterfactualConfig(
@@ -63,7 +78,6 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     pairs = build_counterfactuals(bases, disjoint) + build_counterfactuals(
         bases[: p.control_bases], controls
     )
-    loaded = context.agent(config.agent).loaded()
     outcome = run_experiment(
         bases,
         make_backend("nnsight", loaded.model, loaded.tokenizer),
@@ -75,6 +89,8 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
         model_revision=loaded.revision,
         input_name=context.layout.relative(trajectories),
     )
+    if peak is not None:
+        outcome.meta["reasoning_chunks"]["peak"] = peak
     paths = outcome.write(stage_dir)
     write_patch_heatmap(stage_dir, outcome.summary)
     counts = {
@@ -83,3 +99,35 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
         "dropped_truncated": outcome.report.dropped_truncated,
     }
     return {"results": paths["results_json"]}, counts
+
+
+def readout_peak(lens_path: Path, n_layers: int) -> dict:
+    """The block where the decision stage's read-out of the answered action peaks: the highest
+    mean held-out accuracy over the reasoning-progress bins (earliest block on ties), from
+    ``RUN/decision/lens.json``; without a read-out there (too few grids), the middle block.
+
+    The read-out is fitted and scored on the decision stage's own sample of rollout steps, so
+    the choice never looks at a patching outcome.
+
+    Returns:
+        ``{"layer", "source", "accuracy"}`` (``accuracy``: the mean per block, None where the
+        read-out is missing).
+    """
+    readout = json.loads(Path(lens_path).read_text(encoding="utf-8")).get("readout")
+    means: list[float | None] = []
+    for row in (readout or {}).get("by_layer", []):
+        values = [b["value"] for b in row if b.get("value") is not None]
+        means.append(float(np.mean(values)) if values else None)
+    scored = [(m, -i) for i, m in enumerate(means) if m is not None]
+    if not scored:
+        return {
+            "layer": n_layers // 2,
+            "source": "middle block (the decision stage has no read-out)",
+            "accuracy": None,
+        }
+    _, negative = max(scored)
+    return {
+        "layer": -negative,
+        "source": "decision read-out peak (mean held-out accuracy over reasoning progress)",
+        "accuracy": means,
+    }

@@ -21,7 +21,14 @@ Reasoning (:attr:`PatchConfig.reasoning`) is held fixed in the patched run (teac
 
 With ``regenerate=True`` the prompt sites are also patched into a greedy *generation* of the
 target prompt, and the action parsed from its final answer is the outcome (the reasoning then
-runs under the patch). By default only pairs whose agent acts optimally on both sides before
+runs under the patch).
+
+With ``reasoning_chunks=n`` the reasoning itself is patched too (issue 30, the causal check
+along the reasoning): the base run is teacher-forced on its own reasoning up to the end of
+chunk ``i`` of ``n`` (fractions of the reasoning, aligned by relative position:
+:func:`~goalprobe.probes.patching.sites.chunk_positions`), with the counterfactual's residual
+stream written at the chunk's positions at ``chunk_layers``, and the rest of the reasoning and
+the answer are regenerated greedily (cf -> base only; sites ``reasoning_chunk_<i>of<n>``). By default only pairs whose agent acts optimally on both sides before
 patching are kept (``require_optimal``), so capability does not confound the result.
 """
 
@@ -95,6 +102,12 @@ class PatchConfig:
         seed: seed of the random-grid draw.
         reasoning_effort: harmony reasoning effort of the prompts.
         template_dir: prompt templates directory; None uses the packaged ones.
+        reasoning_chunks: fractions of the reasoning patched as chunk sites (cf -> base, the
+            rest of the reasoning regenerated; module docstring); 0: none.
+        chunk_layers: layer-set specs of the chunk patches (e.g. the block where the decision
+            read-out peaks, chosen on data other than the patched pairs).
+        chunk_pairs: pairs of each kind (disjoint, control) patched at every chunk (the first
+            kept ones; the disjoint ones also get the random-grid control there). None: all.
     """
 
     sites: tuple[str, ...] = DEFAULT_SITES
@@ -113,6 +126,9 @@ class PatchConfig:
     seed: int = 0
     reasoning_effort: ReasoningEffort = "low"
     template_dir: str | None = None
+    reasoning_chunks: int = 0
+    chunk_layers: tuple[str, ...] = ("all",)
+    chunk_pairs: int | None = None
 
     def __post_init__(self) -> None:
         for name, values, allowed in (
@@ -131,6 +147,15 @@ class PatchConfig:
             raise ValueError("anchor_layers needs at least one layer-set spec")
         if self.full_pairs is not None and self.full_pairs < 0:
             raise ValueError(f"full_pairs must be >= 0 or None, got {self.full_pairs}")
+        if self.reasoning_chunks < 0 or (self.chunk_pairs is not None and self.chunk_pairs < 0):
+            raise ValueError("reasoning_chunks and chunk_pairs must be >= 0")
+        if self.reasoning_chunks and not self.chunk_layers:
+            raise ValueError("chunk_layers needs at least one layer-set spec")
+        if self.reasoning_chunks and self.reasoning != "greedy":
+            raise ValueError(
+                "reasoning chunks need reasoning='greedy': the run regenerated after a chunk is "
+                "compared with the base's own greedy run"
+            )
 
 
 def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -298,6 +323,11 @@ class PatchingContext:
         self.generator = LocalBackend(model, tokenizer)
         self.layer_sets = resolve_layer_sets(config.layers, backend.n_layers)
         self.anchor_layer_sets = resolve_layer_sets(config.anchor_layers, backend.n_layers)
+        self.chunk_layer_sets = (
+            resolve_layer_sets(config.chunk_layers, backend.n_layers)
+            if config.reasoning_chunks
+            else []
+        )
         self.capture_layers = sorted(
             {x for _, layers in self.layer_sets + self.anchor_layer_sets for x in layers}
         )
@@ -342,13 +372,14 @@ class PatchingContext:
         )
         return reasoning_ids(self.tokenizer, text, self.special_ids)
 
-    def parse_generated(self, ids: Sequence[int]) -> Action | None:
+    def parse_generated(self, ids: Sequence[int], forced: Sequence[int] = ()) -> Action | None:
         """The action named by a generated completion (None when none can be parsed, or when
-        it used the whole budget without a stop token: truncated)."""
+        it used the whole budget without a stop token: truncated); ``forced``: completion ids
+        teacher-forced before the generated ones (a reasoning chunk's run), parsed with them."""
         ids = list(ids)
         stops = set(self.special_ids.stop_ids)
         cut = len(ids) >= self.config.max_new_tokens and not (ids and ids[-1] in stops)
-        split = split_completion(ids, self.tokenizer)
+        split = split_completion([*forced, *ids], self.tokenizer)
         return parse_completion(split.final, "length" if cut else "stop").action
 
     def side(

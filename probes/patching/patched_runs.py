@@ -5,7 +5,10 @@ every site x layer set x direction of
 :func:`~goalprobe.probes.patching.experiment.prepare_pairs`' pairs (the first
 ``full_pairs`` of each kind; the others at the anchor sites and layer sets only), plus the
 random-grid control, and reads the action teacher-forced and, for prompt sites, from a greedy
-regeneration pooled across pairs. One :class:`PatchRecord` per patched run.
+regeneration pooled across pairs. With ``reasoning_chunks`` the first ``chunk_pairs`` pairs of
+each kind are also patched cf -> base at every reasoning chunk (teacher-forced up to the chunk's
+end, the rest regenerated in the same pooled loops), with the random-grid control on the
+disjoint ones. One :class:`PatchRecord` per patched run.
 """
 
 from __future__ import annotations
@@ -21,12 +24,21 @@ from goalprobe.activations.capture.base import Patch
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.patching.counterfactuals import CounterfactualPair
 from goalprobe.probes.patching.experiment import (
-    PatchConfig,
     PatchingContext,
     PreparedPair,
     Side,
 )
-from goalprobe.probes.patching.sites import PROMPT_SITES, SequenceError, site_positions
+from goalprobe.probes.patching.sites import (
+    PROMPT_SITES,
+    SequenceError,
+    chunk_positions,
+    chunk_site,
+    site_positions,
+)
+
+CHUNK_DIRECTION = "cf_to_base"
+"""The one direction reasoning chunks are patched in: the counterfactual's reasoning into the
+base run (does the base now act as in the counterfactual?)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,7 @@ class PatchRecord:
             patched with a random other grid of the same size; its source is that grid).
         moved: ``"agent"`` or ``"goal"``.
         direction: ``"base_to_cf"`` or ``"cf_to_base"``.
-        site: the patch site.
+        site: the patch site (``reasoning_chunk_<i>of<n>`` for a reasoning chunk).
         layers: the layer-set label (``"7"``, ``"all"``, ``"7+15"``).
         n_positions: target positions overwritten.
         mode: ``"teacher_forced"`` or ``"regenerated"``.
@@ -138,17 +150,76 @@ class _Job:
     label: str
     patch: Patch
     source_values: str
+    prefix: tuple[int, ...] = ()
+    """Completion ids teacher-forced after the prompt before regenerating (a chunk's run)."""
+
+    @property
+    def prompt(self) -> list[int]:
+        """The ids a regeneration starts from: the target's prompt, then :attr:`prefix`."""
+        return [*self.target.prompt_ids, *self.prefix]
 
 
-def _tiers(prepared: Sequence[PreparedPair], config: PatchConfig) -> list[bool]:
-    """Per prepared pair: whether it is patched at everything (the first ``full_pairs`` of
-    its kind) or only at the anchors."""
+def _tiers(prepared: Sequence[PreparedPair], limit: int | None) -> list[bool]:
+    """Per prepared pair: whether it is among the first ``limit`` of its kind (None: all)."""
     seen: Counter = Counter()
     out = []
     for item in prepared:
         seen[item.pair.kind] += 1
-        out.append(config.full_pairs is None or seen[item.pair.kind] <= config.full_pairs)
+        out.append(limit is None or seen[item.pair.kind] <= limit)
     return out
+
+
+def chunk_jobs(
+    item: PreparedPair,
+    context: PatchingContext,
+    skipped: Counter,
+    *,
+    random_source: PreparedPair | None,
+) -> list[_Job]:
+    """The reasoning-chunk patches of one pair (cf -> base, every chunk x chunk layer set),
+    plus, for a disjoint pair, the same chunks from a random other grid's base run."""
+    n = context.config.reasoning_chunks
+    source, target = item.sides(CHUNK_DIRECTION)
+    sources: list[tuple[str, Side]] = [(item.pair.kind, source)]
+    if item.pair.kind == "disjoint" and context.config.random_control:
+        if random_source is None:
+            skipped["random_grid reasoning chunks: no other grid of the same size"] += 1
+        else:
+            sources.append(("random_grid", random_source.base))
+    # the sources' reasoning at the chunk blocks, captured now (one forward per source, kept
+    # only for this pair's jobs: a long reasoning at every block would not fit for all pairs)
+    blocks = sorted({x for _, layer_set in context.chunk_layer_sets for x in layer_set})
+    captured = {
+        id(side): context.backend.clean_run(
+            side.sequence.token_ids,
+            blocks,
+            np.arange(*side.sequence.reasoning_span, dtype=np.int64),
+        )
+        for _, side in sources
+    }
+    jobs = []
+    for index in range(n):
+        site = chunk_site(index, n)
+        for kind, side in sources:
+            try:
+                src_pos, tgt_pos = chunk_positions(side.sequence, target.sequence, index, n)
+            except SequenceError as err:
+                skipped[f"{site}{' random_grid' if kind == 'random_grid' else ''}: {err}"] += 1
+                continue
+            stop = int(tgt_pos[-1]) + 1
+            forced = tuple(
+                int(i) for i in target.sequence.token_ids[target.sequence.prompt_length : stop]
+            )
+            for label, layer_set in context.chunk_layer_sets:
+                values = captured[id(side)].values(layer_set, src_pos)
+                patch = Patch(layer_set, torch.as_tensor(tgt_pos), values)
+                jobs.append(
+                    _Job(
+                        item.pair, kind, CHUNK_DIRECTION, side, target, source.optimal, site,
+                        label, patch, "live", forced,
+                    )
+                )  # fmt: skip
+    return jobs
 
 
 def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[PreparedPair | None]:
@@ -312,7 +383,8 @@ def run_patching(
     Teacher-forced runs are batched per target (patches that start late share the unpatched
     prefix's KV cache); regenerations (``config.regenerate``, prompt sites only) are pooled
     across pairs, ``config.regenerate_batch_size`` target prompts of one length per decoding
-    loop.
+    loop (a chunk's run: the prompt and the reasoning up to the chunk's end, pooled by that
+    length).
 
     Args:
         prepared: from :func:`prepare_pairs`.
@@ -332,7 +404,8 @@ def run_patching(
     records: list[PatchRecord] = []
     skipped: Counter = Counter()
     regenerate: list[_Job] = []
-    tiers = _tiers(prepared, config)
+    tiers = _tiers(prepared, config.full_pairs)
+    chunk_tiers = _tiers(prepared, config.chunk_pairs if config.reasoning_chunks else 0)
     randoms = (
         random_sources(prepared, config.seed) if config.random_control else [None] * len(prepared)
     )
@@ -357,18 +430,22 @@ def run_patching(
                     records.append(_record(job, "teacher_forced", action, row.astype(np.float64)))
             if config.regenerate:
                 regenerate += [j for j in group if j.site in PROMPT_SITES]
+        if chunk_tiers[index]:
+            regenerate += chunk_jobs(item, context, skipped, random_source=randoms[index])
+    # one decoding loop per prompt length (prompt, then any teacher-forced reasoning prefix)
     by_length: dict[int, list[_Job]] = {}
     for job in regenerate:
-        by_length.setdefault(job.target.sequence.prompt_length, []).append(job)
+        by_length.setdefault(len(job.prompt), []).append(job)
     for _, group in sorted(by_length.items()):
         for start in range(0, len(group), config.regenerate_batch_size):
             chunk = group[start : start + config.regenerate_batch_size]
             completions = context.backend.generate(
-                np.asarray([j.target.prompt_ids for j in chunk], dtype=np.int64),
+                np.asarray([j.prompt for j in chunk], dtype=np.int64),
                 [j.patch for j in chunk],
                 max_new_tokens=config.max_new_tokens,
                 stop_ids=stop_ids,
             )
             for job, ids in zip(chunk, completions, strict=True):
-                records.append(_record(job, "regenerated", context.parse_generated(ids), None))
+                parsed = context.parse_generated(ids, job.prefix)
+                records.append(_record(job, "regenerated", parsed, None))
     return records, skipped

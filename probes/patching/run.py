@@ -34,10 +34,19 @@ from goalprobe.probes.patching.experiment import (
     PreparedPair,
     prepare_pairs,
 )
-from goalprobe.probes.patching.patched_runs import PatchRecord, run_patching
+from goalprobe.probes.patching.patched_runs import CHUNK_DIRECTION, PatchRecord, run_patching
 from goalprobe.probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
+from goalprobe.probes.patching.sites import chunk_site
 from goalprobe.probes.patching.store_source import StoreSource
 from goalprobe.probes.patching.verdicts import anchor_verdicts
+
+CHUNK_ALIGNMENT = (
+    "chunk i of n covers the fraction [(i-1)/n, i/n) of each side's reasoning tokens; each "
+    "base position takes the counterfactual's value at the same relative place in its chunk "
+    "(nearest below). The base is teacher-forced on its own reasoning up to the chunk's end, "
+    "the rest of the reasoning and the answer are regenerated greedily."
+)
+"""How reasoning chunks of different lengths are aligned (recorded in the results)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,10 @@ class PatchingOutcome:
         summary: per-cell rates with grid-bootstrap intervals.
         meta: JSON-ready facts (model, backend, layer sets, configs, input, counts, preparation
             report, sites skipped per reason, pairs kept per kind, the anchors' verdicts of
-            :func:`~goalprobe.probes.patching.verdicts.anchor_verdicts`) written beside the
+            :func:`~goalprobe.probes.patching.verdicts.anchor_verdicts`; with reasoning chunks,
+            ``reasoning_chunks``: their count, sites, direction, layer sets, alignment, and
+            verdicts at each chunk layer set with intervals Bonferroni-adjusted over the
+            ``family`` of chunk x layer-set verdicts, at ``confidence``) written beside the
             tables.
     """
 
@@ -164,6 +176,7 @@ def run_experiment(
     records, skipped = run_patching(prepared, context, store=store)
     summary = summarize(records, n_resamples=n_resamples, random_state=random_state)
     verdicts = anchor_verdicts(records, n_resamples=n_resamples, random_state=random_state)
+    chunks = [chunk_site(i, config.reasoning_chunks) for i in range(config.reasoning_chunks)]
     meta = {
         "model": model_id,
         "model_revision": model_revision,
@@ -179,4 +192,28 @@ def run_experiment(
         "n_pairs": dict(Counter(p.pair.kind for p in prepared)),
         "verdicts": verdicts,
     }
+    if chunks:
+        # the chunk x layer-set verdicts are one family: Bonferroni-adjusted intervals
+        confidence = 1 - 0.05 / (len(chunks) * len(context.chunk_layer_sets))
+        meta["reasoning_chunks"] = {
+            "n_chunks": config.reasoning_chunks,
+            "sites": chunks,
+            "direction": CHUNK_DIRECTION,
+            "layer_sets": {label: list(layers) for label, layers in context.chunk_layer_sets},
+            "alignment": CHUNK_ALIGNMENT,
+            "family": len(chunks) * len(context.chunk_layer_sets),
+            "confidence": confidence,
+            "verdicts": [
+                v
+                for label, _ in context.chunk_layer_sets
+                for v in anchor_verdicts(
+                    records,
+                    layers=label,
+                    sites=chunks,
+                    n_resamples=n_resamples,
+                    confidence=confidence,
+                    random_state=random_state,
+                )
+            ],
+        }
     return PatchingOutcome(prepared, report, records, summary, meta)

@@ -17,7 +17,14 @@ Sites (:data:`SITES`), as positions in a source and a target sequence that corre
 * ``"pre_reasoning"``, ``"post_reasoning"``: the three anchor tokens
   ``<|end|> <|start|> assistant`` closing the prompt / the reasoning (the probing sites);
 * ``"answer"``: the readout position, the token right before the action word;
-* ``"all"``: every position (source and target must have the same length).
+* ``"all"``: every position (source and target must have the same length);
+* ``"reasoning_chunk_<i>of<n>"`` (:func:`chunk_site`): the ``i``-th of ``n`` equal fractions of
+  the reasoning body (the tokens between ``<|channel|>analysis<|message|>`` and the ``<|end|>``
+  that closes it). Source and target reasonings differ in length, so chunks are aligned by
+  relative position: chunk ``i`` covers the fraction ``[(i-1)/n, i/n)`` of each side's
+  reasoning, and target position ``t`` takes the source's value at the same relative place in
+  the source's chunk (:func:`chunk_positions`; nearest below, so a longer source chunk is
+  subsampled and a shorter one repeated).
 
 Grid cells are located by token ids and character offsets of the decoded user message
 (:func:`locate_grid_tokens`), so the function works for any tokenizer that decodes faithfully
@@ -218,12 +225,15 @@ class TeacherForcedSequence:
         prompt_length: number of prompt tokens.
         grid: the grid's token positions.
         anchors: both anchors (``post_reasoning`` is always set).
+        reasoning_span: ``(start, stop)`` token positions of the reasoning body (after
+            ``<|channel|>analysis<|message|>``, before the ``<|end|>`` closing it).
     """
 
     token_ids: np.ndarray
     prompt_length: int
     grid: GridTokens
     anchors: AnchorPositions
+    reasoning_span: tuple[int, int]
 
     @property
     def readout_position(self) -> int:
@@ -293,6 +303,7 @@ def build_sequence(
         prompt_length=len(prompt),
         grid=grid,
         anchors=anchors,
+        reasoning_span=(len(prompt) + 2 + len(s.analysis), stop),
     )
 
 
@@ -380,3 +391,64 @@ def capture_positions(sequence: TeacherForcedSequence, sites: Sequence[str]) -> 
         elif site != "answer":
             raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
     return np.unique(np.concatenate(parts))
+
+
+CHUNK_PREFIX = "reasoning_chunk_"
+
+
+def chunk_site(index: int, n_chunks: int) -> str:
+    """The site name of reasoning chunk ``index`` (0-based) of ``n_chunks``:
+    ``"reasoning_chunk_<index + 1>of<n_chunks>"``."""
+    if not 0 <= index < n_chunks:
+        raise ValueError(f"chunk index {index} outside 0 .. {n_chunks - 1}")
+    return f"{CHUNK_PREFIX}{index + 1}of{n_chunks}"
+
+
+def parse_chunk_site(site: str) -> tuple[int, int] | None:
+    """``(index, n_chunks)`` of a :func:`chunk_site` name (0-based index); None for any other
+    site."""
+    if not site.startswith(CHUNK_PREFIX):
+        return None
+    head, sep, tail = site[len(CHUNK_PREFIX) :].partition("of")
+    if not sep or not head.isdigit() or not tail.isdigit():
+        return None
+    index, n = int(head) - 1, int(tail)
+    return (index, n) if 0 <= index < n else None
+
+
+def chunk_bounds(sequence: TeacherForcedSequence, index: int, n_chunks: int) -> tuple[int, int]:
+    """``(start, stop)`` positions of chunk ``index`` of ``n_chunks``: the reasoning body's
+    fraction ``[index / n, (index + 1) / n)`` (floored token boundaries).
+
+    Raises:
+        SequenceError: the chunk holds no token (a reasoning shorter than ``n_chunks``).
+    """
+    begin, end = sequence.reasoning_span
+    length = end - begin
+    start = begin + (index * length) // n_chunks
+    stop = begin + ((index + 1) * length) // n_chunks
+    if stop <= start:
+        raise SequenceError(
+            f"reasoning of {length} tokens has no token in chunk {index + 1} of {n_chunks}"
+        )
+    return start, stop
+
+
+def chunk_positions(
+    source: TeacherForcedSequence, target: TeacherForcedSequence, index: int, n_chunks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Corresponding positions of reasoning chunk ``index`` of ``n_chunks``, aligned by
+    relative position (module docstring): every target position of the chunk, each with the
+    source position at the same fraction of the source's chunk.
+
+    Returns:
+        ``(source_positions, target_positions)``, each ``(k,)`` int64, ``k`` the target chunk's
+        length.
+
+    Raises:
+        SequenceError: either side's chunk is empty.
+    """
+    t0, t1 = chunk_bounds(target, index, n_chunks)
+    s0, s1 = chunk_bounds(source, index, n_chunks)
+    offsets = np.arange(t1 - t0, dtype=np.int64)
+    return s0 + (offsets * (s1 - s0)) // (t1 - t0), t0 + offsets
