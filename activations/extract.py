@@ -51,8 +51,8 @@ from goalprobe.activations.store.schema import (
 )
 from goalprobe.activations.store.shards import Shard
 from goalprobe.activations.store.writer import (
-    RowBatch,
     ReasoningRows,
+    RowBatch,
     StoreLayout,
     StoreWriter,
     fsync_dir,

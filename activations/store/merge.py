@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.activations.store.reader import ActivationStore, ragged_ranges
 from goalprobe.activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
 from goalprobe.activations.store.shards import shard_of
-from goalprobe.activations.store.reader import ragged_ranges
 from goalprobe.activations.store.writer import (
     ReasoningRows,
     RowBatch,
