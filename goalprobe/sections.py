@@ -158,6 +158,14 @@ class ActivationsConfig:
     batch_size: int = 16
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
+    reasoning_every: int = 8
+    """The main store also holds the residual stream along each step's reasoning: every
+    ``k``-th analysis token and the last (``goalprobe extract --reasoning-every``); 0: none.
+    Only the ``activations`` stage's store (the decision read-out's input) holds them."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
+            raise ValueError("activations: reasoning_every must be an integer >= 0")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,12 @@ def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     out = context.layout.store
     report, layers = extract_into(
-        context, config.agent, config.activations, context.layout.trajectories, out
+        context,
+        config.agent,
+        config.activations,
+        context.layout.trajectories,
+        out,
+        reasoning_every=config.activations.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
 
@@ -55,9 +60,11 @@ def extract_into(
     trajectories: Path,
     out: Path,
     stages: tuple[str, ...] = ("pre_reasoning", "post_reasoning"),
+    reasoning_every: int = 0,
 ):
-    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers;
-    returns ``(ExtractReport, layers)``."""
+    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers (and
+    reasoning rows every ``reasoning_every`` tokens when not 0); returns
+    ``(ExtractReport, layers)``."""
     loaded = context.agent(agent).loaded()
     capture = make_backend(
         "nnsight",
@@ -70,7 +77,12 @@ def extract_into(
     )
     layers = tuple(settings.layers or default_layers(capture.n_layers))
     config = planned_config(
-        ExtractConfig(layers=layers, stages=stages, batch_size=settings.batch_size),
+        ExtractConfig(
+            layers=layers,
+            stages=stages,
+            batch_size=settings.batch_size,
+            reasoning_every=reasoning_every,
+        ),
         trajectories,
         loaded,
         agent.device,
