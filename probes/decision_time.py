@@ -187,7 +187,7 @@ def readout_curves(
     test = ~train
     ids = np.asarray(grid_ids)
     truth = np.asarray(actions).reshape(len(train), -1)
-    boot = {"n_resamples": n_resamples, "random_state": random_state}
+    boot: dict[str, Any] = {"n_resamples": n_resamples, "random_state": random_state}
 
     def hits_of(pred: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         want = truth if rows is None else truth[rows]
