@@ -76,7 +76,9 @@ def bin_features(
     present = np.zeros((n, nb), dtype=bool)
     along = store.reasoning_rows()
     # the last reasoning row of each (row, fifth): fifths are (low, high] of the fraction
-    fifth = np.searchsorted(np.asarray(PROGRESS_BINS), along.fraction, side="left")
+    # exact fractions from the integer offsets (the stored float32 0.2 lies above 0.2)
+    exact = (along.tokens.astype(np.float64) + 1) / np.maximum(along.length, 1)
+    fifth = np.searchsorted(np.asarray(PROGRESS_BINS), exact, side="left")
     keys = along.row * len(PROGRESS_BINS) + fifth
     _, last = np.unique(keys[::-1], return_index=True)
     pick = len(keys) - 1 - last

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def planted_store(path, n: int = 480, d: int = 16, seed: int = 0):
+def planted_store(path, n: int = 480, d: int = 16, seed: int = 0, tokens=(1, 3, 5, 7), length=8):
     """A real activation store (schema 2) whose residual streams carry a planted decision:
     the action is written into block 1 from 75% of the reasoning on (and at the post-reasoning
     anchor), the agent's cell into every bin of every block, the goal's cell nowhere."""
@@ -31,12 +31,13 @@ def planted_store(path, n: int = 480, d: int = 16, seed: int = 0):
             x[:, 10:14] += 3.0 * np.eye(4)[action]
         return x
 
-    fractions = np.asarray([0.25, 0.5, 0.75, 1.0])  # 8 reasoning tokens, every 2nd
+    offsets = np.asarray(tokens)
+    fractions = (offsets + 1) / length  # default: 8 reasoning tokens, every 2nd
     stage = {"pre_reasoning": "early", "post_reasoning": "late"}
     acts = {
         s: {x: np.repeat(code(x, w)[:, None], 3, axis=1) for x in layers} for s, w in stage.items()
     }
-    along = {x: np.zeros((n, 4, d)) for x in layers}
+    along = {x: np.zeros((n, len(offsets), d)) for x in layers}
     for k, f in enumerate(fractions):
         for x in layers:
             along[x][:, k] = code(x, "late" if f >= 0.75 else "early")
@@ -62,12 +63,12 @@ def planted_store(path, n: int = 480, d: int = 16, seed: int = 0):
         "seq_len": np.full(n, 100),
     }
     reasoning = ReasoningRows(
-        counts=np.full(n, 4),
-        length=np.full(n, 8),
-        positions=np.tile(np.asarray([51, 53, 55, 57]), n),
-        tokens=np.tile(np.asarray([1, 3, 5, 7]), n),
-        fraction=np.tile(fractions, n),
-        acts={x: along[x].reshape(n * 4, d) for x in layers},
+        counts=np.full(n, len(offsets)),
+        length=np.full(n, length),
+        positions=np.tile(50 + offsets, n),
+        tokens=np.tile(offsets, n),
+        fraction=np.tile(fractions, n).astype(np.float32),
+        acts={x: along[x].reshape(n * len(offsets), d) for x in layers},
     )
     layout = StoreLayout(tuple(stage), layers, d, reasoning_every=2)
     positions = {s: np.tile(np.asarray([[40, 41, 42]]), (n, 1)) for s in stage}

@@ -118,6 +118,21 @@ def test_store_readout_recovers_a_planted_decision_time(tmp_path):
     assert out["targets"]["goal cell"]["strongest"] == "most frequent cell of the size"
 
 
+def test_a_row_at_exactly_a_fifth_s_edge_falls_in_that_fifth(tmp_path):
+    """Bins are (low, high]: offset 1 of 10 tokens (fraction 0.2, stored as float32 0.2000...03)
+    is the end of the first fifth."""
+    from goalprobe.activations.store import ActivationStore
+    from goalprobe.probes.reasoning_readout import bin_features
+
+    path = planted_store(tmp_path / "edges.h5", n=8, tokens=(1, 3, 5, 7, 9), length=10)
+    with ActivationStore(path) as store:
+        features, present = bin_features(store)
+        along = store.reasoning_rows()
+        first = store.read_reasoning(0, along.index[along.row == 0])
+    assert present.all()
+    np.testing.assert_array_equal(features[0, 0, 1:6], first.astype(np.float32))
+
+
 def test_readout_intervals_stay_honest_at_0_and_100_percent():
     from goalprobe.probes.decision_time import readout_curves
 
