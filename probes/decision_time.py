@@ -180,7 +180,10 @@ def readout_curves(
         ``by_layer`` (per layer, per bin: the probe's test accuracy, its margin over the
         strongest baseline on the same rows with a paired interval, Bonferroni-adjusted over the
         ``family`` of every layer x bin, and the verdict: ``yes`` when that interval lies above
-        0, ``no`` when not, ``undecided`` without one). Accuracies carry the cluster-adjusted
+        0, ``no`` when not, ``undecided`` without one). Where the paired differences are 0/1
+        (the baseline never hits where the probe misses) the margin's interval is the same
+        cluster-adjusted Clopper-Pearson interval, as in :func:`goalprobe.probes.plan_baselines.
+        prefix_verdicts`. Accuracies carry the cluster-adjusted
         Clopper-Pearson interval (:func:`grid_bootstrap_ratio`: honest at 0% and 100%).
     """
     train = np.asarray(train, dtype=bool)
@@ -223,7 +226,6 @@ def readout_curves(
                     None,
                     ids[rows_test],
                     confidence=confidence,
-                    rate=False,
                     **boot,
                 )
             )
