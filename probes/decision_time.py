@@ -155,6 +155,7 @@ def readout_curves(
     baselines: dict[str, np.ndarray],
     *,
     estimator: Callable[[], Any] = action_probe,
+    baseline_rates: dict[str, np.ndarray] | None = None,
     n_resamples: int = 1000,
     random_state: int = 0,
 ) -> dict:
@@ -173,6 +174,9 @@ def readout_curves(
             state-only decoder), each fitted on the training rows only.
         estimator: a factory of a fresh scikit-learn estimator (default :func:`action_probe`;
             for cells, :class:`goalprobe.probes.position.PositionProbe`).
+        baseline_rates: name -> ``(N,)`` probability that a random predictor is right on each
+            row (e.g. a uniform guess among the open cells,
+            :func:`goalprobe.probes.baselines.uniform_top1`), compared like ``baselines``.
         n_resamples, random_state: the intervals.
 
     Returns:
@@ -197,6 +201,7 @@ def readout_curves(
         return (np.asarray(pred).reshape(want.shape) == want).all(axis=1).astype(float)
 
     base_hits = {name: hits_of(pred) for name, pred in baselines.items()}
+    base_hits.update({k: np.asarray(v, dtype=float) for k, v in (baseline_rates or {}).items()})
     base = {
         name: _summary(grid_bootstrap_ratio(h[test], None, ids[test], **boot))
         for name, h in base_hits.items()

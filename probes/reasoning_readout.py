@@ -18,8 +18,9 @@ Baselines, each fitted on the training grids only: for the two moves the majorit
 optimal policy on the true grid (the lowest-index optimal action) and a state-only decoder
 (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on the agent's and goal's
 coordinates and the grid's size); for the cells the most frequent cell of the grid's size
-(:class:`~goalprobe.probes.position.PositionPrior`; a state-only predictor of a cell would be
-the label itself). Computes on the store it is handed; no other I/O.
+(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among the grid's open
+cells (:func:`~goalprobe.probes.baselines.uniform_top1`; a state-only predictor of a cell would
+be the label itself). Computes on the store it is handed; no other I/O.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.probes.baselines import uniform_top1
 from goalprobe.probes.decision_time import PROGRESS_BINS, readout_curves
 from goalprobe.probes.plan_baselines import StatePlanDecoder, state_features
 from goalprobe.probes.position import PositionPrior, PositionProbe
@@ -50,6 +52,7 @@ ANCHOR_TOKEN = 2
 """Which of the anchor's three tokens a bin reads (``assistant``)."""
 
 _FIELDS = (
+    "cell_types",
     "action",
     "action_valid",
     "plan",
@@ -155,6 +158,7 @@ def reasoning_readout(
         targets[name] = _curves(
             features, present, y, ids, train, keep, baselines, None, n_resamples, random_state
         )
+    chance = uniform_top1(labels["cell_types"], sizes)
     for name, field in (("agent cell", "agent_row_col"), ("goal cell", "goal_row_col")):
         y = labels[field].astype(np.int64)
         prior = PositionPrior().fit(sizes[train], y[train])
@@ -169,6 +173,7 @@ def reasoning_readout(
             PositionProbe,
             n_resamples,
             random_state,
+            {"uniform guess among open cells": chance},
         )
     return {
         "bins": list(READOUT_BINS),
@@ -183,10 +188,14 @@ def reasoning_readout(
     }
 
 
-def _curves(features, present, y, ids, train, keep, baselines, estimator, n_resamples, seed):
+def _curves(
+    features, present, y, ids, train, keep, baselines, estimator, n_resamples, seed, rates=None
+):
     options: dict[str, Any] = {"n_resamples": n_resamples, "random_state": seed}
     if estimator is not None:
         options["estimator"] = estimator
+    if rates:
+        options["baseline_rates"] = {k: np.asarray(v)[keep] for k, v in rates.items()}
     curves = readout_curves(
         features[keep],
         present[keep],

@@ -115,7 +115,7 @@ def test_store_readout_recovers_a_planted_decision_time(tmp_path):
     agent = out["targets"]["agent cell"]
     assert all(row[b]["verdict"] == "yes" for row in agent["by_layer"] for b in (0, 2, 6))
     assert first_readable(out["targets"]["goal cell"]) is None
-    assert out["targets"]["goal cell"]["strongest"] == "most frequent cell of the size"
+    assert out["targets"]["goal cell"]["strongest"] == "uniform guess among open cells"
 
 
 def test_a_row_at_exactly_a_fifth_s_edge_falls_in_that_fifth(tmp_path):
