@@ -71,9 +71,38 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
             f"{data['steps_skipped']} sampled steps had no readable answer.",
         ),
     ]
-    readout = data.get("reasoning_readout")
+    readout = data.get("readout")
     if readout:
-        blocks.extend(readout_blocks(readout, fig))
+        strongest = readout["strongest"]
+        base = readout["baselines"][strongest]
+        grid_rows: list[tuple[str, ...]] = [
+            (
+                str(layer),
+                *(
+                    stat_text(cell) + (" ✓" if cell.get("verdict") == "yes" else "")
+                    for cell in cells
+                ),
+            )
+            for layer, cells in enumerate(readout["by_layer"])
+        ]
+        blocks.append(
+            table(
+                ("block", "0-20%", "20-40%", "40-60%", "60-80%", "80-100%"),
+                grid_rows,
+                caption="The answered action read out of the residual stream (a linear probe "
+                "per block and fifth of the reasoning, trained on half the grids, scored on the "
+                f"others) against the strongest baseline, {strongest} "
+                f"({stat_text(base)}; others: "
+                + ", ".join(
+                    f"{k} {stat_text(v)}" for k, v in readout["baselines"].items() if k != strongest
+                )
+                + f"). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
+                f"{readout['family']} cells).",
+            )
+        )
+    along = data.get("reasoning_readout")
+    if along:
+        blocks.extend(readout_blocks(along, fig))
     return blocks
 
 

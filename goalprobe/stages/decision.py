@@ -11,7 +11,7 @@ Beside the lens, the decision is read out of the ``activations`` stage's store (
 rows and anchors; :func:`goalprobe.probes.reasoning_readout.reasoning_readout`): the action,
 the plan's first move and the agent's and goal's cells per bin of reasoning progress and stored
 layer, on held-out grids, against their strongest baselines (``reasoning_readout`` in
-``lens.json``).
+``lens.json``; ``readout`` stays the action read at the lens's chunk ends of every block).
 """
 
 from __future__ import annotations
@@ -26,9 +26,15 @@ from goalprobe.activations.store import ActivationStore
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
-from goalprobe.probes.decision_time import StepLens, decision_curves
+from goalprobe.probes.decision_time import (
+    StepLens,
+    bin_positions,
+    decision_curves,
+    readout_curves,
+)
 from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
 from goalprobe.probes.reasoning_readout import reasoning_readout
+from goalprobe.probes.splits import split_by_grid
 from goalprobe.sections import DecisionConfig
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.rollouts import read_episodes
@@ -64,7 +70,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
     picked = sorted(rng.permutation(len(steps))[: d.max_steps].tolist())
     loaded = context.agent(config.agent).loaded()
     backend = make_backend("hooks", loaded.model, loaded.tokenizer)
-    lenses, skipped = [], 0
+    lenses, features, present, kept, skipped = [], [], [], [], 0
     for index in picked:
         step = steps[index]
         action = Action[step.action]
@@ -79,15 +85,22 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         probs = lens_from_resid(loaded.model, resid, pos.candidates)
         fractions = np.asarray(pos.chunk_fractions)
         lenses.append(StepLens(step.grid_id, int(action), fractions, probs[:, :-1], probs[:, -1]))
+        where = bin_positions(fractions)
+        chunks = resid[:, :-1].float().numpy()
+        blank = np.zeros((chunks.shape[0], chunks.shape[2]), dtype=np.float32)
+        features.append(np.stack([chunks[:, i] if i is not None else blank for i in where], axis=1))
+        present.append([i is not None for i in where])
+        kept.append(step)
     if not lenses:
         raise ValueError(
             f"none of the {len(picked)} sampled steps has a final answer naming its action "
             "(cut off by the token limit, or not in the harmony format): nothing to read"
         )
     curves = decision_curves(lenses, n_resamples=d.n_bootstrap, random_state=d.seed)
+    readout = _readout(kept, np.asarray(features), np.asarray(present), d)
     with ActivationStore(context.layout.store) as store:
         grids = len(set(store.labels(["grid_id"])["grid_id"].tolist()))
-        readout = (  # a split by grid needs grids on both sides
+        along = (  # a split by grid needs grids on both sides
             reasoning_readout(store, n_resamples=d.n_bootstrap, random_state=d.seed)
             if grids >= 4
             else None
@@ -99,8 +112,41 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         "steps_sampled": len(picked),
         "steps_skipped": skipped,
         **curves,
-        "reasoning_readout": readout,
+        "readout": readout,
+        "reasoning_readout": along,
     }
     out = write_json(context.layout.decision_lens, payload)
     last = curves["answer_by_layer"][-1]["value"]
     return {"lens": out}, {"steps": len(lenses), "answer_last_layer": last}
+
+
+def _readout(steps, features: np.ndarray, present: np.ndarray, d: DecisionConfig) -> dict | None:
+    """The action read out of the residual stream per layer and progress bin, on held-out grids
+    (half the grids), against the majority action, the optimal policy on the true grid and a
+    read-out of the agent's and goal's coordinates (each fitted on the training grids)."""
+    from sklearn.linear_model import LogisticRegression
+
+    ids = np.asarray([s.grid_id for s in steps])
+    if len(set(ids.tolist())) < 4:
+        return None
+    actions = np.asarray([int(Action[s.action]) for s in steps])
+    split = split_by_grid(ids, test_fraction=0.5, random_state=d.seed)
+    train = np.isin(np.arange(len(ids)), split.train)
+    majority = np.full(len(ids), np.bincount(actions[train], minlength=4).argmax())
+    optimal = np.asarray([int(Action[sorted(s.optimal_actions)[0]]) for s in steps])
+    coords = np.asarray([[*s.agent_row_col, *s.goal_row_col] for s in steps])
+    onehot = np.concatenate([np.eye(15)[coords[:, k]] for k in range(4)], axis=1)
+    baselines = {"majority action": majority, "optimal policy (true grid)": optimal}
+    if len(np.unique(actions[train])) >= 2:
+        state = LogisticRegression(C=1.0, max_iter=1000).fit(onehot[train], actions[train])
+        baselines["agent and goal coordinates"] = state.predict(onehot)
+    return readout_curves(
+        features,
+        present,
+        actions,
+        ids,
+        train,
+        baselines,
+        n_resamples=d.n_bootstrap,
+        random_state=d.seed,
+    )
