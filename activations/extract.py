@@ -51,6 +51,7 @@ from goalprobe.activations.store.schema import (
 )
 from goalprobe.activations.store.shards import Shard
 from goalprobe.activations.store.writer import (
+    ReasoningRows,
     RowBatch,
     StoreLayout,
     StoreWriter,
@@ -58,7 +59,12 @@ from goalprobe.activations.store.writer import (
     temp_path,
     to_float16,
 )
-from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.harmony import (
+    HarmonyTokenIds,
+    find_anchors,
+    reasoning_offsets,
+    reasoning_span,
+)
 from goalprobe.agents.trajectories import Episode, read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS
 
@@ -105,6 +111,10 @@ class ExtractConfig:
     shard: str = "0/1"
     """``i/N``: extract the grids whose id hashes to shard ``i`` of ``N``."""
 
+    reasoning_every: int = 0
+    """Also store ragged reasoning rows: every ``k``-th token of each step's analysis message and
+    its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`); 0: none."""
+
     def __post_init__(self) -> None:
         layers = tuple(sorted({int(x) for x in self.layers}))
         if not layers or layers[0] < 0:
@@ -119,6 +129,12 @@ class ExtractConfig:
             raise ValueError("batch_size and rows_per_part must be >= 1")
         if self.max_batch_tokens < 0:
             raise ValueError(f"max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
+        if isinstance(self.reasoning_every, bool) or int(self.reasoning_every) < 0:
+            raise ValueError(
+                f"reasoning_every must be an integer >= 0 (0: no reasoning rows), got "
+                f"{self.reasoning_every!r}"
+            )
+        object.__setattr__(self, "reasoning_every", int(self.reasoning_every))
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression}")
         Shard.parse(self.shard)
@@ -129,11 +145,12 @@ class ExtractConfig:
         return (*self.stages, GRID_CELLS) if self.grid_cells else self.stages
 
     def to_json(self) -> dict[str, Any]:
-        """The config as a JSON-ready dict (``max_batch_tokens`` only when set, so that stores
-        extracted before it existed keep their identity)."""
+        """The config as a JSON-ready dict (``max_batch_tokens`` and ``reasoning_every`` only
+        when set, so that stores extracted before they existed keep their identity)."""
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        if not self.max_batch_tokens:
-            out.pop("max_batch_tokens")
+        for optional in ("max_batch_tokens", "reasoning_every"):
+            if not out[optional]:
+                out.pop(optional)
         return out
 
 
@@ -195,6 +212,9 @@ class ReplayRow:
         present: ``stage -> bool``.
         labels: ``field -> value`` of this row (every ``LABEL_FIELDS`` entry).
         retokenized: whether the step's ids were rebuilt from server text.
+        reasoning: ``(R,)`` positions of the reasoning rows (empty: none).
+        reasoning_tokens: ``(R,)`` their offsets from the reasoning's first token.
+        reasoning_length: tokens of the step's reasoning (0 where none is read).
     """
 
     token_ids: np.ndarray
@@ -202,6 +222,9 @@ class ReplayRow:
     present: dict[str, bool]
     labels: dict[str, Any] = field(default_factory=dict)
     retokenized: bool = False
+    reasoning: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    reasoning_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    reasoning_length: int = 0
 
 
 class GridCellLocator:
@@ -328,11 +351,21 @@ def episode_rows(
                 step.prompt_token_ids, step.grid_text, step_where
             ).astype(np.int64)
             present[GRID_CELLS] = True
+        offsets: tuple[int, ...] = ()
+        length = first_token = 0
+        if config.reasoning_every and post_anchor is not None:
+            span = reasoning_span(ids.tolist(), special)
+            if span is not None:
+                length, first_token = span.length, span.start
+                offsets = reasoning_offsets(length, config.reasoning_every)
+        reasoning = np.asarray(offsets, dtype=np.int64) + first_token
         last = (
             max(int(positions[s].max()) for s in positions if present[s])
             if any(present.values())
             else int(pre.max())
         )
+        if offsets:
+            last = max(last, int(reasoning[-1]))
         cut = ids[: last + 1]
         row_labels = {name: labels[name][t] for name in labels}
         row_labels["seq_len"] = np.int32(len(cut))
@@ -343,6 +376,9 @@ def episode_rows(
                 present=present,
                 labels=row_labels,
                 retokenized=step.token_ids_source == "retokenized",
+                reasoning=reasoning,
+                reasoning_tokens=np.asarray(offsets, dtype=np.int64),
+                reasoning_length=length if offsets else 0,
             )
         )
     return rows
@@ -377,15 +413,22 @@ def compute_rows(
         s: {x: np.zeros((n, k, d), dtype=np.float16) for x in config.layers}
         for s, k in zip(stages, sizes, strict=True)
     }
+    counts = np.asarray([len(r.reasoning) for r in rows], dtype=np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)])
+    reasoning = {x: np.zeros((int(first[-1]), d), dtype=np.float16) for x in config.layers}
     order = sorted(range(n), key=lambda i: (-len(rows[i].token_ids), i))
     lengths = [len(rows[i].token_ids) for i in order]
     starts = batch_bounds(lengths, config.batch_size, config.max_batch_tokens)
     for start, stop in zip(starts, [*starts[1:], n], strict=True):
         chunk = order[start:stop]
+        width = int(max(counts[i] for i in chunk))
+        read = []
+        for i in chunk:  # anchors, then the reasoning rows padded by repeating a position
+            extra = rows[i].reasoning.tolist()
+            pad = [int(rows[i].positions[stages[0]][0])] * (width - len(extra))
+            read.append([*np.concatenate([rows[i].positions[s] for s in stages]), *extra, *pad])
         batch = TokenBatch.from_sequences(
-            [rows[i].token_ids.tolist() for i in chunk],
-            [np.concatenate([rows[i].positions[s] for s in stages]).tolist() for i in chunk],
-            pad_id=pad_id,
+            [rows[i].token_ids.tolist() for i in chunk], read, pad_id=pad_id
         )
         captured = capture.capture(batch, config.layers)
         for layer in config.layers:
@@ -393,12 +436,31 @@ def compute_rows(
             for j, stage in enumerate(stages):
                 part = values[:, offsets[j] : offsets[j + 1]]
                 acts[stage][layer][chunk] = to_float16(part, f"block {layer}, {stage}")
+            for b, i in enumerate(chunk):
+                got = values[b, offsets[-1] : offsets[-1] + counts[i]]
+                reasoning[layer][first[i] : first[i + 1]] = to_float16(
+                    got, f"block {layer}, reasoning"
+                )
     return RowBatch(
         acts=acts,
         positions={s: np.stack([r.positions[s] for r in rows]).astype(np.int32) for s in stages},
         present={s: np.asarray([r.present[s] for r in rows], dtype=bool) for s in stages},
         labels={name: _stack_label(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
+        reasoning=ReasoningRows(
+            counts=counts,
+            length=np.asarray([r.reasoning_length for r in rows], dtype=np.int32),
+            positions=_cat([r.reasoning for r in rows]).astype(np.int32),
+            tokens=_cat([r.reasoning_tokens for r in rows]).astype(np.int32),
+            fraction=_cat(
+                [(r.reasoning_tokens + 1) / max(r.reasoning_length, 1) for r in rows]
+            ).astype(np.float32),
+            acts=reasoning,
+        ),
     )
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0)
 
 
 def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int = 0) -> list[int]:
@@ -559,7 +621,12 @@ def extract(
     for leftover in parts_dir.glob(".*.tmp"):
         leftover.unlink()
 
-    layout = StoreLayout(stages=config.all_stages, layers=config.layers, d_model=capture.d_model)
+    layout = StoreLayout(
+        stages=config.all_stages,
+        layers=config.layers,
+        d_model=capture.d_model,
+        reasoning_every=config.reasoning_every,
+    )
     locator = GridCellLocator(tokenizer) if config.grid_cells else None
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     counter = [0]

@@ -432,3 +432,59 @@ def find_anchors(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> Anch
         pre_reasoning=(pre, pre + 1, pre + 2),
         post_reasoning=None if post is None else (post, post + 1, post + 2),
     )
+
+
+@dataclass(frozen=True)
+class ReasoningSpan:
+    """The content tokens of a step's analysis message: ``ids[start:stop]``.
+
+    Attributes:
+        start: the first token after the analysis message's ``<|message|>``.
+        stop: the post-reasoning anchor's ``<|end|>`` (exclusive end of the reasoning).
+    """
+
+    start: int
+    stop: int
+
+    @property
+    def length(self) -> int:
+        """Reasoning tokens (0 for an empty analysis message)."""
+        return self.stop - self.start
+
+
+def reasoning_span(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> ReasoningSpan | None:
+    """Where the reasoning of a prompt + completion lies: the analysis message that opens the
+    completion (``<|channel|>analysis<|message|>`` right after the pre-reasoning anchor) up to
+    the post-reasoning anchor.
+
+    Returns:
+        the span, or None when the ids hold no complete analysis message (no post-reasoning
+        anchor: prompt only, reasoning cut off by the token limit, or a completion that opens
+        another channel first).
+
+    Raises:
+        ValueError: no pre-reasoning anchor (see :func:`find_anchors`).
+    """
+    ids = [int(i) for i in token_ids]
+    s = special_ids
+    anchors = find_anchors(ids, s)
+    if anchors.post_reasoning is None:
+        return None
+    header = (s.channel, *s.analysis, s.message)
+    at = anchors.pre_reasoning[2] + 1
+    if not _matches(ids, at, header):
+        return None
+    start = at + len(header)
+    stop = anchors.post_reasoning[0]
+    return ReasoningSpan(start, stop) if stop >= start else None
+
+
+def reasoning_offsets(length: int, every: int) -> tuple[int, ...]:
+    """Offsets (from the reasoning's first token) read along a reasoning of ``length`` tokens:
+    every ``every``-th token (offsets ``every - 1, 2 every - 1, ...``) and the last one
+    (``length - 1``); empty for an empty reasoning."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    if length <= 0:
+        return ()
+    return tuple(sorted({*range(every - 1, length, every), length - 1}))

@@ -163,6 +163,11 @@ class ActivationsConfig:
     ``flex_attention`` (CUDA only; memory linear in the replayed length, for reasoning traces
     of 8-16k tokens whose eager score matrices do not fit; its rows differ from eager's, so
     never compare stores of the two: docs/benchmarks.md)."""
+    reasoning_every: int = 4
+    """The main store also holds the residual stream along each step's reasoning: every
+    ``k``-th analysis token and the last (``goalprobe extract --reasoning-every``); 0: none.
+    Only the ``activations`` stage's store (the decision read-out's input) holds them. 4 puts
+    a row in every fifth of the bundled agents' reasoning (35-38 tokens)."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("eager", "flex_attention"):
@@ -170,6 +175,8 @@ class ActivationsConfig:
                 f"activations.attn_implementation {self.attn_implementation!r}: expected "
                 "'eager' or 'flex_attention'"
             )
+        if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
+            raise ValueError("activations: reasoning_every must be an integer >= 0")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ action would get (the majority action over the steps, a lens that always says it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,16 @@ def bin_positions(fractions: np.ndarray) -> list[int | None]:
     return out
 
 
+def action_probe():
+    """The read-out of a discrete target (an action, a first move): a logistic regression on
+    standardised features (fixed in advance, never tuned on test)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=1000))
+
+
 def readout_curves(
     features: np.ndarray,
     present: np.ndarray,
@@ -144,79 +154,94 @@ def readout_curves(
     train: np.ndarray,
     baselines: dict[str, np.ndarray],
     *,
+    estimator: Callable[[], Any] = action_probe,
+    baseline_rates: dict[str, np.ndarray] | None = None,
     n_resamples: int = 1000,
     random_state: int = 0,
 ) -> dict:
-    """Decode the answered action from the residual stream at each layer and progress bin.
+    """Decode a target from the residual stream at each layer and progress bin.
 
     Args:
-        features: ``(N, L, B, d)`` the residual stream at each bin's last chunk end.
-        present: ``(N, B)`` bool, whether the step has a chunk end in the bin.
-        actions: ``(N,)`` the answered action.
+        features: ``(N, L, B, d)`` the residual stream at each bin's position.
+        present: ``(N, B)`` bool, whether the row has a position in the bin.
+        actions: the target: ``(N,)`` classes (the answered action, the plan's first move) or
+            ``(N, k)`` (a cell's ``(row, col)``); a prediction is a hit when every column
+            matches.
         grid_ids: ``(N,)``; intervals resample the test grids.
         train: ``(N,)`` bool, a split by grid.
-        baselines: name -> ``(N,)`` predicted action of a predictor that needs no activation
-            (e.g. the majority action, the optimal policy on the true grid, a read-out of the
-            agent's and goal's coordinates), each fitted on the training rows only.
+        baselines: name -> predictions shaped like ``actions`` of a predictor that needs no
+            activation (e.g. the majority action, the optimal policy on the true grid, a
+            state-only decoder), each fitted on the training rows only.
+        estimator: a factory of a fresh scikit-learn estimator (default :func:`action_probe`;
+            for cells, :class:`goalprobe.probes.position.PositionProbe`).
+        baseline_rates: name -> ``(N,)`` probability that a random predictor is right on each
+            row (e.g. a uniform guess among the open cells,
+            :func:`goalprobe.probes.baselines.uniform_top1`), compared like ``baselines``.
+        n_resamples, random_state: the intervals.
 
     Returns:
         ``baselines`` (test accuracy of each with its interval), ``strongest`` (its name) and
         ``by_layer`` (per layer, per bin: the probe's test accuracy, its margin over the
         strongest baseline on the same rows with a paired interval, Bonferroni-adjusted over the
-        ``family`` of every layer x bin, and the verdict: ``yes`` when that interval excludes 0).
+        ``family`` of every layer x bin, and the verdict: ``yes`` when that interval lies above
+        0, ``no`` when not, ``undecided`` without one). Where the paired differences are 0/1
+        (the baseline never hits where the probe misses) the margin's interval is the same
+        cluster-adjusted Clopper-Pearson interval, as in :func:`goalprobe.probes.plan_baselines.
+        prefix_verdicts`. Accuracies carry the cluster-adjusted
+        Clopper-Pearson interval (:func:`grid_bootstrap_ratio`: honest at 0% and 100%).
     """
-    from sklearn.linear_model import LogisticRegression
-
     train = np.asarray(train, dtype=bool)
     test = ~train
-    boot = GridBootstrap.from_grid_ids(
-        np.asarray(grid_ids)[test], n_resamples=n_resamples, random_state=random_state
-    )
-    truth = actions[test]
-    ones = np.ones(int(test.sum()))
+    ids = np.asarray(grid_ids)
+    truth = np.asarray(actions).reshape(len(train), -1)
+    boot: dict[str, Any] = {"n_resamples": n_resamples, "random_state": random_state}
+
+    def hits_of(pred: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        want = truth if rows is None else truth[rows]
+        return (np.asarray(pred).reshape(want.shape) == want).all(axis=1).astype(float)
+
+    base_hits = {name: hits_of(pred) for name, pred in baselines.items()}
+    base_hits.update({k: np.asarray(v, dtype=float) for k, v in (baseline_rates or {}).items()})
     base = {
-        name: _rate(boot, (pred[test] == truth).astype(float), ones)
-        for name, pred in baselines.items()
+        name: _summary(grid_bootstrap_ratio(h[test], None, ids[test], **boot))
+        for name, h in base_hits.items()
     }
     strongest = max(base, key=lambda k: base[k]["value"] or 0.0)
-    best_hits = (baselines[strongest][test] == truth).astype(float)
     # the verdicts form one family (every layer x bin): Bonferroni-adjusted margin intervals
     family = int(features.shape[1] * features.shape[2])
-    adjusted = GridBootstrap.from_grid_ids(
-        np.asarray(grid_ids)[test],
-        n_resamples=n_resamples,
-        random_state=random_state,
-        confidence=1 - 0.05 / family,
-    )
+    confidence = 1 - 0.05 / family
+    target = truth[:, 0] if truth.shape[1] == 1 else truth
     by_layer: list[list[dict[str, Any]]] = []
     for layer in range(features.shape[1]):
         row: list[dict[str, Any]] = []
         for b in range(features.shape[2]):
             rows_train = train & present[:, b]
             rows_test = test & present[:, b]
-            weight = present[test, b].astype(float)
-            if rows_train.sum() < 2 or len(np.unique(actions[rows_train])) < 2 or not weight.any():
-                row.append({"bin": b, "value": None, "verdict": "no", "n": int(weight.sum())})
+            kinds = np.unique(truth[rows_train], axis=0)
+            if rows_train.sum() < 2 or len(kinds) < 2 or not rows_test.any():
+                row.append({"bin": b, "value": None, "verdict": "undecided", "n": 0})
                 continue
-            x = features[:, layer, b].reshape(len(actions), -1)
-            mean, std = x[rows_train].mean(0), x[rows_train].std(0) + 1e-6
-            model = LogisticRegression(C=0.1, max_iter=1000)
-            model.fit((x[rows_train] - mean) / std, actions[rows_train])
-            pred = np.full(len(actions), -1)
-            pred[rows_test] = model.predict((x[rows_test] - mean) / std)
-            hits = (pred[test] == truth).astype(float) * weight
-            accuracy = boot.summary(boot.ratio(hits, weight))
-            margin = adjusted.summary(
-                adjusted.ratio(hits, weight) - adjusted.ratio(best_hits * weight, weight)
+            x = features[:, layer, b].reshape(len(train), -1).astype(np.float32)
+            model = estimator().fit(x[rows_train], target[rows_train])
+            hits = hits_of(model.predict(x[rows_test]), rows_test)
+            accuracy = _summary(grid_bootstrap_ratio(hits, None, ids[rows_test], **boot))
+            margin = _summary(
+                grid_bootstrap_ratio(
+                    hits - base_hits[strongest][rows_test],
+                    None,
+                    ids[rows_test],
+                    confidence=confidence,
+                    **boot,
+                )
             )
             low = margin["ci_low"]
+            verdict = "undecided" if low is None else ("yes" if low > 0 else "no")
             row.append(
                 {
                     "bin": b,
                     **accuracy,
-                    "n": int(weight.sum()),
                     "margin_over_strongest": margin,
-                    "verdict": "yes" if low is not None and low > 0 else "no",
+                    "verdict": verdict,
                 }
             )
         by_layer.append(row)
@@ -224,6 +249,11 @@ def readout_curves(
         "baselines": base,
         "strongest": strongest,
         "family": family,
-        "margin_confidence": 1 - 0.05 / family,
+        "margin_confidence": confidence,
         "by_layer": by_layer,
     }
+
+
+def _summary(stat: dict) -> dict:
+    """``value, ci_low, ci_high, n, n_grids`` of a :func:`grid_bootstrap_ratio` result."""
+    return {k: stat.get(k) for k in ("value", "ci_low", "ci_high", "n", "n_grids")}

@@ -26,7 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from goalprobe.activations.capture.base import ResidualBackend, TokenBatch, get_submodule_path
-from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.harmony import (
+    HarmonyTokenIds,
+    find_anchors,
+    reasoning_offsets,
+    reasoning_span,
+)
 from goalprobe.gridworld.core import Action
 
 FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.final_layernorm")
@@ -66,11 +71,11 @@ def step_positions(
     anchors = find_anchors(ids, special)
     if anchors.post_reasoning is None:
         return None
-    start = _after_message(ids, anchors.pre_reasoning[2], special.message)
-    post = anchors.post_reasoning[0]
+    span = reasoning_span(ids, special)
     final_start = _after_message(ids, anchors.post_reasoning[2], special.message)
-    if start is None or final_start is None:
+    if span is None or final_start is None:
         return None
+    start = span.start
     final_ids = ids[final_start:]
     text = tokenizer.decode(final_ids)
     where = text.find(action.name)
@@ -93,15 +98,15 @@ def step_positions(
             candidates.append(int(tokenizer.encode(name, add_special_tokens=False)[0]))
     if len(set(candidates)) != len(candidates):
         return None
-    length = max(post - start, 0)  # an agent may answer with an empty reasoning
-    offsets = sorted({*range(chunk - 1, length, chunk), length - 1}) if length else []
+    length = span.length  # an agent may answer with an empty reasoning
+    offsets = reasoning_offsets(length, chunk)
     action_token = final_start + token
     return StepPositions(
         answer=action_token - 1,
         action_token=action_token,
         candidates=tuple(candidates),  # type: ignore[arg-type]
         chunk_ends=tuple(start + o for o in offsets),
-        chunk_offsets=tuple(offsets),
+        chunk_offsets=offsets,
         chunk_fractions=tuple((o + 1) / length for o in offsets),
     )
 

@@ -11,7 +11,12 @@ Splits by grid are made where the data is read for training (:mod:`goalprobe.pro
 """
 
 from goalprobe.activations.store.merge import concatenate_stores, merge_shards
-from goalprobe.activations.store.reader import ActivationStore, Batch, read_rows
+from goalprobe.activations.store.reader import (
+    ActivationStore,
+    Batch,
+    ReasoningIndex,
+    read_rows,
+)
 from goalprobe.activations.store.schema import (
     ALL_STAGES,
     ANCHOR_STAGES,
@@ -23,7 +28,7 @@ from goalprobe.activations.store.schema import (
     StoreFormatError,
 )
 from goalprobe.activations.store.shards import Shard, shard_of
-from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter
+from goalprobe.activations.store.writer import ReasoningRows, RowBatch, StoreLayout, StoreWriter
 
 __all__ = [
     "ALL_STAGES",
@@ -35,6 +40,8 @@ __all__ = [
     "ActivationStore",
     "Batch",
     "IncompleteStoreError",
+    "ReasoningIndex",
+    "ReasoningRows",
     "RowBatch",
     "Shard",
     "StoreFormatError",

@@ -13,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.activations.store.reader import ActivationStore, ragged_ranges
 from goalprobe.activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
 from goalprobe.activations.store.shards import shard_of
-from goalprobe.activations.store.writer import RowBatch, StoreLayout, StoreWriter, utc_now
+from goalprobe.activations.store.writer import (
+    ReasoningRows,
+    RowBatch,
+    StoreLayout,
+    StoreWriter,
+    utc_now,
+)
 
 _BLOCK_BYTES = 64 << 20
 
@@ -32,7 +38,12 @@ _MATCHING_ATTRS: tuple[str, ...] = (
 
 
 def _layout(store: ActivationStore) -> StoreLayout:
-    return StoreLayout(stages=store.stages, layers=store.layers, d_model=store.d_model)
+    return StoreLayout(
+        stages=store.stages,
+        layers=store.layers,
+        d_model=store.d_model,
+        reasoning_every=store.reasoning_every,
+    )
 
 
 def _block_rows(layout: StoreLayout) -> int:
@@ -116,6 +127,37 @@ def _assemble(pieces: list[tuple[np.ndarray, RowBatch]], n: int) -> RowBatch:
         positions={s: fill(lambda b, s=s: b.positions[s]) for s in first.positions},
         present={s: fill(lambda b, s=s: b.present[s]) for s in first.present},
         labels={k: fill(lambda b, k=k: b.labels[k]) for k in first.labels},
+        reasoning=_assemble_reasoning(pieces, n),
+    )
+
+
+def _assemble_reasoning(pieces: list[tuple[np.ndarray, RowBatch]], n: int) -> ReasoningRows | None:
+    """The ragged reasoning rows of ``_assemble``'s output rows, in output row order."""
+    parts = [(sel, batch.reasoning) for sel, batch in pieces if batch.reasoning is not None]
+    if len(parts) != len(pieces):
+        return None
+    counts = np.zeros(n, dtype=np.int64)
+    length = np.zeros(n, dtype=np.int32)
+    starts = np.zeros(n, dtype=np.int64)
+    base = 0
+    for sel, rows in parts:
+        c = np.asarray(rows.counts, dtype=np.int64)
+        counts[sel], length[sel] = c, rows.length
+        starts[sel] = base + np.cumsum(c) - c
+        base += int(c.sum())
+    gather = ragged_ranges(starts, counts)
+    first = parts[0][1]
+
+    def cat(get):
+        return np.concatenate([get(r) for _, r in parts], axis=0)[gather]
+
+    return ReasoningRows(
+        counts=counts,
+        length=length,
+        positions=cat(lambda r: r.positions),
+        tokens=cat(lambda r: r.tokens),
+        fraction=cat(lambda r: r.fraction),
+        acts={x: cat(lambda r, x=x: r.acts[x]) for x in first.acts},
     )
 
 

@@ -21,14 +21,16 @@ import numpy as np
 from goalprobe.activations.store.schema import (
     ALL_STAGES,
     LABEL_FIELDS,
+    READABLE_VERSIONS,
+    REASONING,
+    REASONING_FIELDS,
     SCHEMA,
-    SCHEMA_VERSION,
     IncompleteStoreError,
     StoreFormatError,
     layer_name,
     stage_tokens,
 )
-from goalprobe.activations.store.writer import RowBatch
+from goalprobe.activations.store.writer import ReasoningRows, RowBatch
 
 if TYPE_CHECKING:
     from goalprobe.gridworld.shapes import ResidualActs, RowIndex, RowMask, TokenPositions
@@ -115,6 +117,9 @@ class ActivationStore:
         layers: stored decoder blocks (0-based).
         d_model: residual width.
         attrs: root attributes, JSON ones decoded.
+        schema_version: the file's layout version (1: no reasoning rows).
+        reasoning_every: ``k`` of the stored reasoning rows (0: none, as in every version 1
+            store).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -154,11 +159,12 @@ class ActivationStore:
                 f"{schema!r}, expected {SCHEMA!r})"
             )
         version = self._int_attr("schema_version", -1)
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise StoreFormatError(
-                f"{path}: store schema version {version}, this goalprobe reads version "
-                f"{SCHEMA_VERSION}"
+                f"{path}: store schema version {version}, this goalprobe reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
+        self.schema_version = version
         committed = self._int_attr("committed_rows", 0)
         if committed < 0:
             raise StoreFormatError(f"{path}: root attribute 'committed_rows' is {committed} < 0")
@@ -224,6 +230,10 @@ class ActivationStore:
                         f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
                         f"{(k, self.d_model)}"
                     )
+        self.reasoning_every = 0
+        self._offsets = np.zeros(committed + 1, dtype=np.int64)
+        if version >= 2:
+            self._check_reasoning(committed)
         for name in LABEL_FIELDS:
             key = f"labels/{name}"
             if key not in f:
@@ -233,6 +243,44 @@ class ActivationStore:
                     f"{path}: dataset /{key} has {f[key].shape[0]} rows, fewer than the "
                     f"{committed} committed"
                 )
+
+    def _check_reasoning(self, committed: int) -> None:
+        f, path = self._file, self.path
+        names = ("offsets", "length", *REASONING_FIELDS, *(layer_name(x) for x in self.layers))
+        for name in names:
+            if f"{REASONING}/{name}" not in f:
+                raise StoreFormatError(f"{path}: dataset /{REASONING}/{name} is missing")
+        group = f[REASONING]
+        try:
+            self.reasoning_every = int(group.attrs.get("every", -1))
+            offsets = group["offsets"][: committed + 1].astype(np.int64)
+        except (OSError, TypeError, ValueError) as err:
+            raise corrupt_store_error(path, f"/{REASONING}", err) from err
+        total = int(offsets[-1]) if len(offsets) else -1
+        if (
+            self.reasoning_every < 0
+            or len(offsets) != committed + 1
+            or offsets[0] != 0
+            or (np.diff(offsets) < 0).any()
+            or group["length"].shape[0] < committed
+        ):
+            raise StoreFormatError(
+                f"{path}: /{REASONING} offsets or 'every' are inconsistent with the "
+                f"{committed} committed rows"
+            )
+        for name in names[2:]:
+            ds = group[name]
+            if ds.shape[0] < total:
+                raise StoreFormatError(
+                    f"{path}: dataset /{REASONING}/{name} has {ds.shape[0]} rows, fewer than the "
+                    f"{total} reasoning rows its offsets name"
+                )
+            if name.startswith("layer_") and ds.shape[1:] != (self.d_model,):
+                raise StoreFormatError(
+                    f"{path}: dataset /{REASONING}/{name} has row shape {ds.shape[1:]}, expected "
+                    f"{(self.d_model,)}"
+                )
+        self._offsets = offsets
 
     def _int_attr(self, name: str, default: int) -> int:
         value = self._file.attrs.get(name, default)
@@ -384,6 +432,68 @@ class ActivationStore:
             mask &= self.labels(["action_valid"])["action_valid"] == bool(valid_action)
         return np.flatnonzero(mask).astype(np.int64)
 
+    # -- reasoning rows -----------------------------------------------------------------------
+
+    def reasoning_offsets(self) -> np.ndarray:
+        """``(N + 1,)`` int64: store row ``i``'s reasoning rows are ``[o[i], o[i + 1])`` (all
+        zeros in a store without reasoning rows)."""
+        return self._offsets.copy()
+
+    def reasoning_rows(self, rows: Iterable[int] | np.ndarray | None = None) -> ReasoningIndex:
+        """The reasoning rows of store ``rows`` (all by default), store row by store row.
+
+        Args:
+            rows: ``(M,)`` int store rows or an ``(N,)`` bool mask.
+        """
+        idx = self._rows(rows)
+        starts, stops = self._offsets[idx], self._offsets[idx + 1]
+        counts = stops - starts
+        index = ragged_ranges(starts, counts)
+        row = np.repeat(idx, counts)
+        meta: dict[str, np.ndarray] = {}
+        try:
+            group = self._file[REASONING] if self.schema_version >= 2 else None
+            for name, dtype in REASONING_FIELDS.items():
+                meta[name] = (
+                    read_rows(group[name], index) if group is not None else np.zeros(0, dtype)
+                )
+            length = (
+                read_rows(group["length"], idx)
+                if group is not None
+                else np.zeros(len(idx), np.int32)
+            )
+        except (OSError, KeyError) as err:
+            raise corrupt_store_error(self.path, f"/{REASONING}", err) from err
+        return ReasoningIndex(
+            index=index,
+            row=row,
+            positions=meta["positions"],
+            tokens=meta["tokens"],
+            fraction=meta["fraction"],
+            length=np.repeat(length, counts),
+        )
+
+    def read_reasoning(
+        self,
+        layer: int,
+        index: np.ndarray,
+        *,
+        dtype: np.dtype | type | None = None,
+    ) -> np.ndarray:
+        """``(R, d_model)`` activations of reasoning rows ``index``
+        (:attr:`ReasoningIndex.index`) after block ``layer``."""
+        self._check_stage_layer(self.stages[0], layer)
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= int(self._offsets[-1])):
+            raise IndexError(
+                f"{self.path}: reasoning rows must lie in [0, {int(self._offsets[-1])})"
+            )
+        if self.schema_version < 2:
+            out = np.zeros((0, self.d_model), dtype=np.float16)
+        else:
+            out = read_rows(self._file[REASONING][layer_name(layer)], index)
+        return out if dtype is None else out.astype(dtype)
+
     # -- activations ------------------------------------------------------------------------
 
     def read(
@@ -487,6 +597,58 @@ class ActivationStore:
             acts[stage] = {x: read_rows(group[layer_name(x)], idx) for x in self.layers}
             positions[stage] = read_rows(group["positions"], idx)
             present[stage] = read_rows(group["present"], idx).astype(bool)
-        return RowBatch(
-            acts=acts, positions=positions, present=present, labels=self.labels(rows=idx)
+        meta = self.reasoning_rows(idx)
+        counts = self._offsets[idx + 1] - self._offsets[idx]
+        reasoning = ReasoningRows(
+            counts=counts,
+            length=(
+                read_rows(self._file[REASONING]["length"], idx)
+                if self.schema_version >= 2
+                else np.zeros(len(idx), np.int32)
+            ),
+            positions=meta.positions,
+            tokens=meta.tokens,
+            fraction=meta.fraction,
+            acts={x: self.read_reasoning(x, meta.index) for x in self.layers},
         )
+        return RowBatch(
+            acts=acts,
+            positions=positions,
+            present=present,
+            labels=self.labels(rows=idx),
+            reasoning=reasoning,
+        )
+
+
+@dataclass(frozen=True)
+class ReasoningIndex:
+    """Reasoning rows of some store rows (``R`` in all), store row by store row.
+
+    Attributes:
+        index: ``(R,)`` int64 reasoning-row indices (for :meth:`ActivationStore.read_reasoning`).
+        row: ``(R,)`` int64 the store row each belongs to.
+        positions: ``(R,)`` token positions in the replayed sequence.
+        tokens: ``(R,)`` offsets from the reasoning's first token.
+        fraction: ``(R,)`` ``(tokens + 1) / length``.
+        length: ``(R,)`` tokens of the reasoning the row lies in.
+    """
+
+    index: np.ndarray
+    row: np.ndarray
+    positions: np.ndarray
+    tokens: np.ndarray
+    fraction: np.ndarray
+    length: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def ragged_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``range(s, s + c)`` for each pair (int64)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - np.cumsum(counts) + counts, counts)
+    return np.arange(total, dtype=np.int64) + shift

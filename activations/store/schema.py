@@ -1,4 +1,4 @@
-"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 1).
+"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 2).
 
 One file holds, for ``N`` rows (one row per trajectory step)::
 
@@ -7,13 +7,28 @@ One file holds, for ``N`` rows (one row per trajectory step)::
     /activations/{stage}/positions      (N, K) int32, token positions in the replayed sequence
     /activations/{stage}/present        (N,) bool, False where the step has no such anchor
     /labels/{field}                     see LABEL_FIELDS
+    /reasoning                          attribute ``every``: k (0: no reasoning rows stored)
+    /reasoning/offsets                  (N + 1,) int64: row i's reasoning rows are
+                                        [offsets[i], offsets[i + 1])
+    /reasoning/length                   (N,) int32, tokens of row i's reasoning (0: none read)
+    /reasoning/layer_{L}                (R, d_model) float16, one reasoning position per row
+    /reasoning/positions                (R,) int32, token position in the replayed sequence
+    /reasoning/tokens                   (R,) int32, offset from the reasoning's first token
+    /reasoning/fraction                 (R,) float32, (tokens + 1) / length (1.0 at the last)
 
 ``stage`` is ``pre_reasoning`` or ``post_reasoning`` (``K = 3``: the anchor tokens
 ``<|end|> <|start|> assistant``), and optionally ``grid_cells`` (``K = 15 * 15``: the token of
 every cell of the label canvas, row-major; cells outside the grid are zero and masked by the
 ``PADDING`` class of ``/labels/cell_types``). ``L`` is the 0-based index of the decoder block
 whose *output* (the residual stream after block ``L``) is stored. Rows whose ``present`` is
-False hold zeros. This module holds names and specs only; it does no I/O and imports no torch.
+False hold zeros.
+
+The ``/reasoning`` group (version 2) holds ragged rows: for every store row, the residual
+stream at every ``k``-th token of the step's analysis message (offsets ``k - 1, 2k - 1, ...``)
+and at its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`), in ascending order.
+A step without a complete analysis message (reasoning cut off, no harmony reasoning) has none.
+Version 1 stores (no ``/reasoning`` group) are still read, as stores without reasoning rows.
+This module holds names and specs only; it does no I/O and imports no torch.
 """
 
 from __future__ import annotations
@@ -26,8 +41,22 @@ from goalprobe.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
 SCHEMA = "goalprobe.activations"
 """Value of the root ``schema`` attribute."""
 
-SCHEMA_VERSION = 1
-"""Value of the root ``schema_version`` attribute; bumped on any incompatible change."""
+SCHEMA_VERSION = 2
+"""Value of the root ``schema_version`` attribute written; bumped on any incompatible change
+(2: the ``/reasoning`` group of ragged reasoning rows)."""
+
+READABLE_VERSIONS: tuple[int, ...] = (1, 2)
+"""Schema versions a reader opens (1: without ``/reasoning``)."""
+
+REASONING = "reasoning"
+"""Group of the ragged reasoning rows (schema version 2)."""
+
+REASONING_FIELDS: dict[str, type] = {
+    "positions": np.int32,
+    "tokens": np.int32,
+    "fraction": np.float32,
+}
+"""Per-reasoning-row datasets beside the activations (``(R,)`` each)."""
 
 ANCHOR_STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
 """The two anchor stages (same names as ``goalprobe.agents.harmony.ANCHOR_NAMES``)."""
@@ -142,6 +171,7 @@ ROOT_ATTRS: dict[str, str] = {
     "trajectory_steps": "steps of finished episodes in the source file (all shards)",
     "shard_index": "this file's shard i of shard_count (merged files: 0 of 1)",
     "shard_count": "number of shards the steps were split into",
+    "reasoning_every": "k of the reasoning rows (0: none stored; absent in version 1)",
 }
 """Root attributes every store carries (documentation; written by the extraction)."""
 

@@ -27,6 +27,8 @@ from goalprobe.activations.store.schema import (
     ACTIVATION_DTYPE,
     COMPRESSIONS,
     LABEL_FIELDS,
+    REASONING,
+    REASONING_FIELDS,
     SCHEMA,
     SCHEMA_VERSION,
     layer_name,
@@ -56,11 +58,13 @@ class StoreLayout:
         stages: stored stages, in order (see :data:`~goalprobe.activations.store.schema.ALL_STAGES`).
         layers: stored decoder blocks (0-based), ascending.
         d_model: residual width.
+        reasoning_every: ``k`` of the ragged reasoning rows (0: none stored).
     """
 
     stages: tuple[str, ...]
     layers: tuple[int, ...]
     d_model: int
+    reasoning_every: int = 0
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -75,6 +79,62 @@ class StoreLayout:
         object.__setattr__(self, "layers", layers)
         if int(self.d_model) <= 0:
             raise ValueError(f"d_model must be positive, got {self.d_model}")
+        if int(self.reasoning_every) < 0:
+            raise ValueError(f"reasoning_every must be >= 0, got {self.reasoning_every}")
+
+
+@dataclass
+class ReasoningRows:
+    """The ragged reasoning rows of a batch of store rows (``R`` in all).
+
+    Attributes:
+        counts: ``(B,)`` reasoning rows of each store row (they follow one another in row order).
+        length: ``(B,)`` tokens of each store row's reasoning (0 where none was read).
+        positions: ``(R,)`` token positions in the replayed sequence.
+        tokens: ``(R,)`` offsets from the reasoning's first token.
+        fraction: ``(R,)`` ``(tokens + 1) / length``.
+        acts: ``acts[layer]``: ``(R, d_model)`` activations.
+    """
+
+    counts: np.ndarray
+    length: np.ndarray
+    positions: np.ndarray
+    tokens: np.ndarray
+    fraction: np.ndarray
+    acts: dict[int, np.ndarray]
+
+    @classmethod
+    def empty(cls, n: int, layers: tuple[int, ...], d_model: int) -> ReasoningRows:
+        """``n`` store rows without reasoning rows."""
+        zeros = np.zeros(0, dtype=np.int32)
+        return cls(
+            counts=np.zeros(n, dtype=np.int64),
+            length=np.zeros(n, dtype=np.int32),
+            positions=zeros,
+            tokens=zeros,
+            fraction=np.zeros(0, dtype=np.float32),
+            acts={x: np.zeros((0, d_model), dtype=ACTIVATION_DTYPE) for x in layers},
+        )
+
+    def check(self, n: int, layout: StoreLayout) -> None:
+        """Raise ``ValueError`` naming the first array that does not fit."""
+        counts = np.asarray(self.counts)
+        if counts.shape != (n,) or (counts < 0).any():
+            raise ValueError(f"reasoning counts have shape {counts.shape}, expected ({n},) >= 0")
+        if np.shape(self.length) != (n,):
+            raise ValueError(f"reasoning length has shape {np.shape(self.length)}, expected ({n},)")
+        r = int(counts.sum())
+        for name in REASONING_FIELDS:
+            if np.shape(getattr(self, name)) != (r,):
+                got = np.shape(getattr(self, name))
+                raise ValueError(f"reasoning {name} has shape {got}, expected ({r},)")
+        for layer in layout.layers:
+            arr = self.acts.get(layer)
+            if arr is None or np.shape(arr) != (r, layout.d_model):
+                got = None if arr is None else np.shape(arr)
+                raise ValueError(
+                    f"reasoning acts[{layer}] has shape {got}, expected {(r, layout.d_model)}"
+                )
 
 
 @dataclass
@@ -87,12 +147,14 @@ class RowBatch:
         present: ``present[stage]``: ``(B,)`` bool, False where the row has no such anchor
             (its activations are written as zeros).
         labels: ``labels[field]``: ``(B, *shape)`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
+        reasoning: the rows' ragged reasoning rows (None: none).
     """
 
     acts: dict[str, dict[int, ResidualActs]]
     positions: dict[str, TokenPositions]
     present: dict[str, RowMask]
     labels: dict[str, np.ndarray] = field(default_factory=dict)
+    reasoning: ReasoningRows | None = None
 
     def __len__(self) -> int:
         return int(len(next(iter(self.labels.values()))))
@@ -127,6 +189,10 @@ class RowBatch:
                     raise ValueError(
                         f"acts[{stage!r}][{layer}] has shape {got}, expected {acts_shape}"
                     )
+        if self.reasoning is not None:
+            self.reasoning.check(n, layout)
+            if not layout.reasoning_every and int(np.sum(self.reasoning.counts)):
+                raise ValueError("reasoning rows given to a store without reasoning rows")
 
 
 def _chunk_rows(row_bytes: int) -> int:
@@ -216,8 +282,10 @@ class StoreWriter:
             "stages": json.dumps(list(layout.stages)),
             "d_model": int(layout.d_model),
             "compression": compression,
+            "reasoning_every": int(layout.reasoning_every),
         }
-        for key, value in {**base, **dict(attrs)}.items():
+        fixed = {k: base[k] for k in ("schema", "schema_version", "reasoning_every")}
+        for key, value in {**base, **dict(attrs), **fixed}.items():
             if key == "layers":
                 value = np.asarray(layout.layers, dtype=np.int64)
             elif isinstance(value, (dict, list, tuple)):
@@ -267,6 +335,29 @@ class StoreWriter:
                 chunks=(_LABEL_CHUNK_ROWS, *spec.shape),
             )
             ds.attrs["doc"] = spec.doc
+        reasoning = f.create_group(REASONING)
+        reasoning.attrs["every"] = int(layout.reasoning_every)
+        reasoning.create_dataset(
+            "offsets", data=np.zeros(1, dtype=np.int64), maxshape=(None,), chunks=(4096,)
+        )
+        reasoning.create_dataset(
+            "length", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(_LABEL_CHUNK_ROWS,)
+        )
+        rrows = _chunk_rows(layout.d_model * 2)
+        for layer in layout.layers:
+            reasoning.create_dataset(
+                layer_name(layer),
+                shape=(0, layout.d_model),
+                maxshape=(None, layout.d_model),
+                dtype=ACTIVATION_DTYPE,
+                chunks=(rrows, layout.d_model),
+                **filters,
+            )
+        for name, dtype in REASONING_FIELDS.items():
+            reasoning.create_dataset(
+                name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(_LABEL_CHUNK_ROWS,)
+            )
+        self._reasoning_rows = 0
         labels["cell_types"].attrs["vocabulary"] = json.dumps({c.name: int(c) for c in CellType})
         labels["plan"].attrs["tokens"] = json.dumps(
             {"UP": 0, "DOWN": 1, "LEFT": 2, "RIGHT": 3, "END": PLAN_END, "PAD": PLAN_PAD}
@@ -302,6 +393,7 @@ class StoreWriter:
             for name, value in (("positions", positions), ("present", present)):
                 group[name].resize(stop, axis=0)
                 group[name][start:stop] = value
+        self._append_reasoning(batch, n)
         for name, spec in LABEL_FIELDS.items():
             ds = f["labels"][name]
             ds.resize(stop, axis=0)
@@ -313,6 +405,28 @@ class StoreWriter:
         f.attrs["committed_rows"] = np.int64(stop)
         f.flush()
         self._rows = stop
+
+    def _append_reasoning(self, batch: RowBatch, n: int) -> None:
+        rows = batch.reasoning
+        if rows is None:
+            rows = ReasoningRows.empty(n, self.layout.layers, self.layout.d_model)
+        group = self._file[REASONING]
+        counts = np.asarray(rows.counts, dtype=np.int64)
+        lo = self._reasoning_rows
+        hi = lo + int(counts.sum())
+        for layer in self.layout.layers:
+            ds = group[layer_name(layer)]
+            ds.resize(hi, axis=0)
+            ds[lo:hi] = to_float16(rows.acts[layer], f"reasoning acts[{layer}]")
+        for name, dtype in REASONING_FIELDS.items():
+            group[name].resize(hi, axis=0)
+            group[name][lo:hi] = np.asarray(getattr(rows, name), dtype=dtype)
+        start = self._rows
+        group["length"].resize(start + n, axis=0)
+        group["length"][start : start + n] = np.asarray(rows.length, dtype=np.int32)
+        group["offsets"].resize(start + n + 1, axis=0)
+        group["offsets"][start + 1 : start + n + 1] = lo + np.cumsum(counts)
+        self._reasoning_rows = hi
 
     def finalize(self) -> Path:
         """Mark the store complete and move it onto ``path`` atomically; returns ``path``."""

@@ -40,6 +40,13 @@ def command(
     grid_cells: Annotated[
         bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
     ] = False,
+    reasoning_every: Annotated[
+        int,
+        typer.Option(
+            help="Also store the residual stream along each step's reasoning: every k-th "
+            "token of the analysis message and its last token (ragged rows); 0: none."
+        ),
+    ] = 0,
     backend: Annotated[
         str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")
     ] = "nnsight",
@@ -129,9 +136,11 @@ def command(
             rows_per_part=rows_per_part,
             compression=compression,
             shard=shard,
+            reasoning_every=reasoning_every,
         )
     except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+        hint = "--reasoning-every" if "reasoning_every" in str(err) else None
+        raise typer.BadParameter(str(err), param_hint=hint) from err
     stats = trajectory_stats(trajectories)
     stats.check_nonempty()
     check_new_output(out, True, "--out")  # a directory is refused; an existing file below
@@ -211,6 +220,12 @@ def command(
         f"{config.batch_size} steps and {config.max_batch_tokens or 'any number of'} tokens; "
         f"{state}; {report.seconds:.1f} s"
     )
+    if config.reasoning_every:
+        from goalprobe.activations.store import ActivationStore
+
+        with ActivationStore(report.output) as opened:
+            along = int(opened.reasoning_offsets()[-1])
+        typer.echo(f"  {along} reasoning rows (every {config.reasoning_every} tokens + the last)")
     _warn_retokenized(report.output)
 
 

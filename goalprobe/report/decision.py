@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from goalprobe.probes.reasoning_readout import first_readable
 from goalprobe.report.blocks import Block, Figures, Text, stat_text, table
 from goalprobe.report.run import RunReader
-from goalprobe.viewer.figures import decision_time_figure
+from goalprobe.viewer.figures import decision_time_figure, reasoning_readout_figure
 
 
 def reading(data: Mapping) -> str:
@@ -97,6 +98,77 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
                 )
                 + f"). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
                 f"{readout['family']} cells).",
+            )
+        )
+    along = data.get("reasoning_readout")
+    if along:
+        blocks.extend(readout_blocks(along, fig))
+    return blocks
+
+
+def readout_reading(readout: Mapping) -> str:
+    """What the store's read-out over reasoning time says, target by target."""
+    bins = readout["bins"]
+    parts = [
+        f"Read out of the stored residual stream ({readout['rows']} steps of "
+        f"{readout['grids']} grids; probes trained on half the grids, scored on the other "
+        f"{readout['test_grids']}; reasoning rows every {readout['every']} tokens):"
+    ]
+    for name, target in readout["targets"].items():
+        strongest = target["strongest"]
+        base = target["baselines"][strongest]
+        first = first_readable(target)
+        cells = [row[0] for row in target["by_layer"]]
+        best_pre = max(cells, key=lambda c: c.get("value") or 0.0)
+        yes = [
+            any(row[b].get("verdict") == "yes" for row in target["by_layer"])
+            for b in range(len(bins))
+        ]
+        held = first is not None and all(yes[first["bin"] :])
+        where = (
+            f"first beats it at the {first['name']} (block "
+            f"{readout['layers'][first['layer_index']]})"
+            + (" and at every later bin" if held else ", not at every later bin")
+            if first is not None
+            else "beats it at no bin and block"
+        )
+        parts.append(
+            f"{name}: strongest baseline {strongest} {stat_text(base)}; at the pre-reasoning "
+            f"anchor up to {stat_text(best_pre)}; the read-out {where}."
+        )
+    parts.append(
+        "A read-out says what is linearly decodable at a position, not that the model uses it; "
+        "bins hold the last stored reasoning row of each fifth of the reasoning."
+    )
+    return " ".join(parts)
+
+
+def readout_blocks(readout: Mapping, fig: Figures) -> list[Block]:
+    """The reading, the figure and one table per target (rows: stored blocks; columns: bins)."""
+    blocks: list[Block] = [Text(readout_reading(readout)), fig(reasoning_readout_figure(readout))]
+    for name, target in readout["targets"].items():
+        rows = [
+            (
+                str(readout["layers"][j]),
+                *(stat_text(c) + (" ✓" if c.get("verdict") == "yes" else "") for c in cells),
+            )
+            for j, cells in enumerate(target["by_layer"])
+        ]
+        others = ", ".join(
+            f"{k} {stat_text(v)}"
+            for k, v in target["baselines"].items()
+            if k != target["strongest"]
+        )
+        blocks.append(
+            table(
+                ("block", *readout["bins"]),
+                rows,
+                caption=f"{name}: held-out accuracy of the read-out ({target['rows']} steps) "
+                f"against the strongest baseline, {target['strongest']} "
+                f"({stat_text(target['baselines'][target['strongest']])}"
+                + (f"; others: {others}" if others else "")
+                + "). ✓: the paired margin over it excludes 0 (intervals Bonferroni-adjusted "
+                f"over the {target['family']} cells).",
             )
         )
     return blocks

@@ -50,7 +50,7 @@ SECTION_TITLES: dict[str, str] = {
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
     "patching": "Activation patching (section 5.2, appendix F)",
     "false_belief": "False-belief grids: scoring against a known belief",
-    "decision": "Where the decision is made: a logit lens on the answer",
+    "decision": "Where the decision is made: a logit lens and a read-out over reasoning time",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 

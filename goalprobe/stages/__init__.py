@@ -55,7 +55,7 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {
     "false_belief_rollouts": (),
     "false_belief": ("probes", "false_belief_rollouts"),
     "fog_map": ("fog", "probes"),
-    "decision": ("rollouts",),
+    "decision": ("rollouts", "activations"),
     "report": STAGES[:-1],
 }
 """The stages whose outputs each stage reads (its cache key includes their fingerprints)."""

@@ -45,7 +45,12 @@ def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     out = context.layout.store
     report, layers = extract_into(
-        context, config.agent, config.activations, context.layout.trajectories, out
+        context,
+        config.agent,
+        config.activations,
+        context.layout.trajectories,
+        out,
+        reasoning_every=config.activations.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
 
@@ -57,12 +62,16 @@ def extract_into(
     trajectories: Path,
     out: Path,
     stages: tuple[str, ...] = ("pre_reasoning", "post_reasoning"),
+    reasoning_every: int = 0,
 ):
-    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers;
-    returns ``(ExtractReport, layers)``."""
+    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers (and
+    reasoning rows every ``reasoning_every`` tokens when not 0); returns
+    ``(ExtractReport, layers)``."""
     loaded = context.agent(agent).loaded()
     with attention(loaded.model, settings.attn_implementation):
-        return _extract(context, agent, settings, trajectories, out, stages, loaded)
+        return _extract(
+            context, agent, settings, trajectories, out, stages, loaded, reasoning_every
+        )
 
 
 @contextmanager
@@ -80,7 +89,7 @@ def attention(model, implementation: str):
         model.set_attn_implementation(before)
 
 
-def _extract(context, agent, settings, trajectories, out, stages, loaded):
+def _extract(context, agent, settings, trajectories, out, stages, loaded, reasoning_every):
     capture = make_backend(
         "nnsight",
         loaded.model,
@@ -92,7 +101,12 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded):
     )
     layers = tuple(settings.layers or default_layers(capture.n_layers))
     config = planned_config(
-        ExtractConfig(layers=layers, stages=stages, batch_size=settings.batch_size),
+        ExtractConfig(
+            layers=layers,
+            stages=stages,
+            batch_size=settings.batch_size,
+            reasoning_every=reasoning_every,
+        ),
         trajectories,
         loaded,
         agent.device,

@@ -8,6 +8,12 @@ grids), the residual stream after every block is read through the final norm and
 at the end of each reasoning chunk and at the position that predicts the answer's action
 (:mod:`goalprobe.probes.logit_lens`); :func:`goalprobe.probes.decision_time.decision_curves`
 pools the agreement with the answered action per layer and reasoning progress.
+
+Beside the lens, the decision is read out of the ``activations`` stage's store (its reasoning
+rows and anchors; :func:`goalprobe.probes.reasoning_readout.reasoning_readout`): the action,
+the plan's first move and the agent's and goal's cells per bin of reasoning progress and stored
+layer, on held-out grids, against their strongest baselines (``reasoning_readout`` in
+``lens.json``; ``readout`` stays the action read at the lens's chunk ends of every block).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.activations.capture import make_backend
+from goalprobe.activations.store import ActivationStore
 from goalprobe.agent_config import AgentConfig
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
@@ -29,6 +36,7 @@ from goalprobe.probes.decision_time import (
     readout_curves,
 )
 from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
+from goalprobe.probes.reasoning_readout import reasoning_readout
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.sections import DecisionConfig
 from goalprobe.stages.context import StageContext, write_json
@@ -57,7 +65,8 @@ def inputs(config: DemoConfig) -> DecisionInput:
 
 
 def run(context: StageContext, config: DecisionInput, stage_dir: Path):
-    """Read the lens on a seeded sample of answered steps and pool the curves."""
+    """Read the lens on a seeded sample of answered steps and pool the curves; read the
+    decision out of the store over reasoning time."""
     d = config.decision
     steps = [s for e in read_episodes(context.layout.trajectories) for s in e.steps if s.action]
     rng = np.random.default_rng(d.seed)
@@ -93,6 +102,13 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         )
     curves = decision_curves(lenses, n_resamples=d.n_bootstrap, random_state=d.seed)
     readout = _readout(kept, np.asarray(features), np.asarray(present), d)
+    with ActivationStore(context.layout.store) as store:
+        grids = len(set(store.labels(["grid_id"])["grid_id"].tolist()))
+        along = (  # a split by grid needs grids on both sides
+            reasoning_readout(store, n_resamples=d.n_bootstrap, random_state=d.seed)
+            if grids >= 4
+            else None
+        )
     payload = {
         "schema": SCHEMA,
         "agent": config.agent.model,
@@ -101,6 +117,7 @@ def run(context: StageContext, config: DecisionInput, stage_dir: Path):
         "steps_skipped": skipped,
         **curves,
         "readout": readout,
+        "reasoning_readout": along,
     }
     out = write_json(context.layout.decision_lens, payload)
     per_step = write_decision_steps(

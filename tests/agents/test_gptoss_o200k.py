@@ -26,6 +26,8 @@ from goalprobe.agents.harmony import (
     HarmonyTokenIds,
     Message,
     find_anchors,
+    reasoning_offsets,
+    reasoning_span,
     render_completion,
     render_prompt,
     split_completion,
@@ -245,6 +247,39 @@ def test_anchors_under_o200k(o200k_tokenizer, harmony_encoding):
         assert tuple(split_completion(full[n:], o200k_tokenizer)) == (reasoning, final, True)
 
 
+def test_reasoning_span_under_o200k(o200k_tokenizer, harmony_encoding):
+    """The reasoning finder (extraction's reasoning rows, the logit lens's chunks) against
+    openai-harmony's own parse of GPT-OSS-20B's completion: the span is the analysis message's
+    content token for token; a cut-off reasoning, a completion without an analysis message and
+    a prompt alone have none."""
+    import openai_harmony as oh
+
+    special = HarmonyTokenIds.from_tokenizer(o200k_tokenizer)
+    grid, state = _grid_and_state(Variant.PLAIN, 9, seed=2)
+    messages = build_messages(render(grid, state), variant=Variant.PLAIN, has_key=False)
+    conversation = oh.Conversation.from_messages(_harmony_messages(oh, messages, "low"))
+    prompt = harmony_encoding.render_conversation_for_completion(conversation, oh.Role.ASSISTANT)
+    reasoning, final = _reasoning(grid, state, Variant.PLAIN), final_text(Action.DOWN)
+    full = _teacher_forced(harmony_encoding, prompt, reasoning, final)
+    span = reasoning_span(full, special)
+    assert span is not None
+    content = harmony_encoding.encode(reasoning, allowed_special=set())
+    assert full[span.start : span.stop] == content and span.length == len(content) > 10
+    assert full[span.stop] == special.end and full[span.start - 1] == special.message
+    offsets = reasoning_offsets(span.length, 4)
+    assert offsets[0] == 3 and offsets[-1] == span.length - 1
+    assert all(b - a == 4 for a, b in zip(offsets[:-2], offsets[1:-1], strict=True))
+    assert reasoning_span(full[: span.stop], special) is None  # cut off by the token limit
+    assert reasoning_span(prompt, special) is None
+    direct = [*prompt, *harmony_encoding.encode(
+        f"<|channel|>final<|message|>{final}<|return|>", allowed_special="all"
+    )]  # fmt: skip
+    assert reasoning_span(direct, special) is None
+    empty = _teacher_forced(harmony_encoding, prompt, "", final)
+    assert reasoning_span(empty, special).length == 0
+    assert reasoning_offsets(0, 4) == ()
+
+
 # ----------------------------------------------------------------------------- patching sites
 
 
@@ -390,7 +425,9 @@ def test_extract_rows_equal_a_plain_forward_hook(
     steps = list(read_steps(traj))
     layers = (0, 1)
     capture = make_backend("nnsight", gptoss_model, o200k_tokenizer)
-    extract_config = ExtractConfig(layers=layers, grid_cells=True, batch_size=3, rows_per_part=4)
+    extract_config = ExtractConfig(
+        layers=layers, grid_cells=True, batch_size=3, rows_per_part=4, reasoning_every=5
+    )
     report = extract(
         traj, tmp_path / "acts.h5", capture, o200k_tokenizer, extract_config, model_id="o200k"
     )
@@ -403,10 +440,18 @@ def test_extract_rows_equal_a_plain_forward_hook(
         assert has_reasoning.any()
         cells = store.positions("grid_cells")
         labels = store.labels()
+        along = store.reasoning_rows()
+        assert len(along) > 0 and set(along.row.tolist()) == set(np.flatnonzero(has_reasoning))
         for i, step in enumerate(steps):
             ids = [*step.prompt_token_ids, *step.generated_token_ids]
             anchor = [special.end, special.start, special.assistant]
             assert [ids[p] for p in pre[i]] == anchor
+            mine = along.row == i
+            if mine.any():  # the reasoning rows read the recorded reasoning's tokens
+                first = int(along.positions[mine][0] - along.tokens[mine][0])
+                length = int(along.length[mine][0])
+                assert o200k_tokenizer.decode(ids[first : first + length]) == step.reasoning
+                assert along.tokens[mine].tolist() == list(reasoning_offsets(length, 5))
             hidden = {}
             handles = [
                 gptoss_model.model.layers[x].register_forward_hook(
@@ -433,6 +478,10 @@ def test_extract_rows_equal_a_plain_forward_hook(
                         np.testing.assert_allclose(
                             got.astype(np.float32), want.astype(np.float32), atol=2e-3, rtol=2e-3
                         )
+                if mine.any():
+                    got = store.read_reasoning(layer, along.index[mine]).astype(np.float32)
+                    want = hidden[layer][0, along.positions[mine]].float().numpy()
+                    np.testing.assert_allclose(got, want, atol=2e-3, rtol=2e-3)
             kinds = labels["cell_types"][i].reshape(-1)
             for flat, kind in enumerate(kinds):
                 if kind != CellType.PADDING:

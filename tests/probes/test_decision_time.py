@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.probes.decision_time import StepLens, decision_curves
+from readout_fixtures import planted_store
 
 
 def _steps(decide_at: float | None, n_steps: int = 40, n_layers: int = 3, seed: int = 0):
@@ -86,3 +87,67 @@ def test_readout_finds_a_planted_decision_only_after_it_is_made():
         features, present, actions, ids, train, {"oracle": actions}, n_resamples=200
     )
     assert all(c["verdict"] == "no" for row in oracle["by_layer"] for c in row)
+
+
+def test_store_readout_recovers_a_planted_decision_time(tmp_path):
+    from goalprobe.activations.store import ActivationStore
+    from goalprobe.probes.reasoning_readout import (
+        READOUT_BINS,
+        first_readable,
+        reasoning_readout,
+    )
+
+    with ActivationStore(planted_store(tmp_path / "planted.h5")) as store:
+        out = reasoning_readout(store, n_resamples=300)
+    assert out["bins"] == list(READOUT_BINS) and out["every"] == 2
+    assert out["rows_by_bin"] == [480, 0, 480, 480, 480, 480, 480]  # no row in the first fifth
+    action = out["targets"]["action"]
+    verdicts = [[c["verdict"] for c in row] for row in action["by_layer"]]
+    # block 1 reads the action from the 60-80% fifth (fraction 0.75) on; block 0 never does
+    assert verdicts[1] == ["no", "undecided", "no", "no", "yes", "yes", "yes"]
+    assert "yes" not in verdicts[0]
+    assert first_readable(action) == {"bin": 4, "name": "60-80%", "layer_index": 1}
+    assert action["by_layer"][1][5]["value"] > 0.9 and action["by_layer"][1][5]["ci_high"] <= 1
+    # the plan's first move is the action on these rows: the same curve
+    first_move = out["targets"]["first move"]
+    assert [[c["verdict"] for c in row] for row in first_move["by_layer"]] == verdicts
+    # the agent's cell is readable everywhere; the goal's nowhere (a verdict that can say no)
+    agent = out["targets"]["agent cell"]
+    assert all(row[b]["verdict"] == "yes" for row in agent["by_layer"] for b in (0, 2, 6))
+    assert first_readable(out["targets"]["goal cell"]) is None
+    assert out["targets"]["goal cell"]["strongest"] == "uniform guess among open cells"
+
+
+def test_a_row_at_exactly_a_fifth_s_edge_falls_in_that_fifth(tmp_path):
+    """Bins are (low, high]: offset 1 of 10 tokens (fraction 0.2, stored as float32 0.2000...03)
+    is the end of the first fifth."""
+    from goalprobe.activations.store import ActivationStore
+    from goalprobe.probes.reasoning_readout import bin_features
+
+    path = planted_store(tmp_path / "edges.h5", n=8, tokens=(1, 3, 5, 7, 9), length=10)
+    with ActivationStore(path) as store:
+        features, present = bin_features(store)
+        along = store.reasoning_rows()
+        first = store.read_reasoning(0, along.index[along.row == 0])
+    assert present.all()
+    np.testing.assert_array_equal(features[0, 0, 1:6], first.astype(np.float32))
+
+
+def test_readout_intervals_stay_honest_at_0_and_100_percent():
+    from goalprobe.probes.decision_time import readout_curves
+
+    rng = np.random.default_rng(1)
+    n = 160
+    actions = rng.integers(0, 4, n)
+    ids = np.asarray([f"g{i % 32}" for i in range(n)])
+    train = np.isin(ids, [f"g{i}" for i in range(16)])
+    features = rng.normal(size=(n, 1, 1, 8))
+    features[:, 0, 0, :4] += 10.0 * np.eye(4)[actions]  # perfectly readable
+    never = (actions + 1) % 4  # a baseline that is always wrong
+    out = readout_curves(
+        features, np.ones((n, 1), bool), actions, ids, train, {"wrong": never}, n_resamples=300
+    )
+    cell, base = out["by_layer"][0][0], out["baselines"]["wrong"]
+    assert cell["value"] == 1.0 and cell["ci_low"] < 1.0 and cell["ci_high"] == 1.0
+    assert base["value"] == 0.0 and base["ci_low"] == 0.0 and base["ci_high"] > 0.0
+    assert cell["verdict"] == "yes"

@@ -26,7 +26,8 @@ module                 figures
                        :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
 :mod:`.patching`       :func:`patching_heatmap_figure` (records), :func:`patch_summary_figure`
-:mod:`.decision`       :func:`decision_time_figure` (the logit lens along the reasoning)
+:mod:`.decision`       :func:`decision_time_figure` (the logit lens along the reasoning),
+                       :func:`reasoning_readout_figure` (the store's read-out over reasoning time)
 =====================  ========================================================================
 
 The names below are re-exported here, so ``from goalprobe.viewer.figures import cell_map_figure`` works.
@@ -37,7 +38,7 @@ from goalprobe.viewer.figures.behaviour import (
     behaviour_grid_figure,
     iso_accuracy_figure,
 )
-from goalprobe.viewer.figures.decision import decision_time_figure
+from goalprobe.viewer.figures.decision import decision_time_figure, reasoning_readout_figure
 from goalprobe.viewer.figures.episodes import episode_timeline_figure
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
 from goalprobe.viewer.figures.harm import reward_harm_figure
@@ -81,6 +82,7 @@ from goalprobe.viewer.figures.style import (
 __all__ = [
     "BASELINES",
     "decision_time_figure",
+    "reasoning_readout_figure",
     "baseline_values",
     "plan_strip_categories",
     "prefix_accuracy_grid_figure",

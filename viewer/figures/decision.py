@@ -51,3 +51,81 @@ def decision_time_figure(curves: Mapping, *, height: int = 380) -> go.Figure:
         )
     )
     return fig
+
+
+_LAYER_COLOURS = ("#1d3557", "#e76f51", "#2a9d8f", "#7b2cbf", "#e9c46a", "#8d6e63")
+
+
+def reasoning_readout_figure(readout: Mapping | None, *, height: int = 520) -> go.Figure:
+    """Decision time from the store: per target (action, the plan's first move, the agent's and
+    the goal's cell), the read-out's held-out accuracy at each bin of the reasoning (the
+    pre-reasoning anchor, fifths of the reasoning, the post-reasoning anchor), one line per
+    stored layer with its 95% interval, and the strongest baseline as a dashed line; a filled
+    marker where the margin over it excludes 0 (the input is ``reasoning_readout`` of the
+    decision stage's ``lens.json``)."""
+    from plotly.subplots import make_subplots
+
+    readout = readout or {}
+    targets = readout.get("targets") or {}
+    if not targets:
+        return empty_figure(
+            "no read-out over reasoning time: run the demo's activations and decision stages",
+            height=height,
+        )
+    names = list(targets)
+    fig = make_subplots(
+        rows=2, cols=2, subplot_titles=names, vertical_spacing=0.2, horizontal_spacing=0.08
+    )
+    bins = list(readout["bins"])
+    short = ["pre" if i == 0 else "post" if i == len(bins) - 1 else b for i, b in enumerate(bins)]
+    for k, name in enumerate(names):
+        target = targets[name]
+        row, col = k // 2 + 1, k % 2 + 1
+        for j, cells in enumerate(target["by_layer"]):
+            colour = _LAYER_COLOURS[j % len(_LAYER_COLOURS)]
+            y = [c.get("value") for c in cells]
+            upper = [
+                c["ci_high"] - c["value"] if c.get("ci_high") is not None else 0 for c in cells
+            ]
+            lower = [c["value"] - c["ci_low"] if c.get("ci_low") is not None else 0 for c in cells]
+            symbols = ["circle" if c.get("verdict") == "yes" else "circle-open" for c in cells]
+            fig.add_trace(
+                go.Scatter(
+                    x=short,
+                    y=y,
+                    mode="lines+markers",
+                    name=f"block {readout['layers'][j]}",
+                    legendgroup=f"layer{j}",
+                    showlegend=k == 0,
+                    line={"color": colour},
+                    marker={"symbol": symbols, "size": 8, "color": colour},
+                    error_y={"type": "data", "array": upper, "arrayminus": lower},
+                ),
+                row=row,
+                col=col,
+            )
+        strongest = target["strongest"]
+        value = target["baselines"][strongest]["value"]
+        if value is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[short[0], short[-1]],
+                    y=[value, value],
+                    mode="lines",
+                    line={"dash": "dash", "color": "#6c757d"},
+                    name=f"strongest baseline ({name}: {strongest})",
+                    showlegend=False,
+                    hovertemplate=f"{strongest}: {value:.2f}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+        fig.update_yaxes(range=[0, 1.05], row=row, col=col)
+    fig.update_layout(
+        **figure_layout(
+            "Decision time from the store: held-out read-out accuracy along the reasoning "
+            "(dashed: strongest baseline; filled: margin over it excludes 0)",
+            height,
+        )
+    )
+    return fig

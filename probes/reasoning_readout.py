@@ -1,0 +1,218 @@
+"""The decision read out of the activation store over reasoning time (issue 30).
+
+For every store row (one step), the residual stream is read at the pre-reasoning anchor, at the
+last stored reasoning row of each fifth of the reasoning (:data:`~goalprobe.probes.decision_time.
+PROGRESS_BINS`, by the rows' ``fraction``) and at the post-reasoning anchor: seven bins in
+reasoning order. At an anchor the read token is its last (``assistant``, the position whose
+output opens the reasoning or the answer), so that every bin reads one token. Per bin and
+stored layer, the existing estimators are trained on half the grids and scored on the others
+(:func:`goalprobe.probes.decision_time.readout_curves`) for four targets:
+
+* ``action``: the step's executed action (rows with a valid action);
+* ``first move``: the plan's first move (the next executed action from the state on; rows with
+  one); equal to ``action`` on a valid step, it differs where a step named no valid action;
+* ``agent cell`` and ``goal cell``: ``(row, col)`` by :class:`~goalprobe.probes.position.
+  PositionProbe`.
+
+Baselines, each fitted on the training grids only: for the two moves the majority move, the
+optimal policy on the true grid (the lowest-index optimal action) and a state-only decoder
+(:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on the agent's and goal's
+coordinates and the grid's size); for the cells the most frequent cell of the grid's size
+(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among the grid's open
+cells (:func:`~goalprobe.probes.baselines.uniform_top1`; a state-only predictor of a cell would
+be the label itself). Computes on the store it is handed; no other I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from goalprobe.activations.store.reader import ActivationStore
+from goalprobe.probes.baselines import uniform_top1
+from goalprobe.probes.decision_time import PROGRESS_BINS, readout_curves
+from goalprobe.probes.plan_baselines import StatePlanDecoder, state_features
+from goalprobe.probes.position import PositionPrior, PositionProbe
+from goalprobe.probes.splits import split_by_grid
+
+READOUT_BINS: tuple[str, ...] = (
+    "pre-reasoning anchor",
+    *(
+        f"{round(100 * lo)}-{round(100 * hi)}%"
+        for lo, hi in zip((0.0, *PROGRESS_BINS[:-1]), PROGRESS_BINS, strict=True)
+    ),
+    "post-reasoning anchor",
+)
+"""The read-out's bins, in reasoning order."""
+
+READOUT_TARGETS: tuple[str, ...] = ("action", "first move", "agent cell", "goal cell")
+"""What is read out (see the module docstring)."""
+
+ANCHOR_TOKEN = 2
+"""Which of the anchor's three tokens a bin reads (``assistant``)."""
+
+_FIELDS = (
+    "cell_types",
+    "action",
+    "action_valid",
+    "plan",
+    "agent_row_col",
+    "goal_row_col",
+    "grid_size",
+    "grid_id",
+    "optimal_actions",
+)
+
+
+def bin_features(
+    store: ActivationStore, layers: tuple[int, ...] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The residual stream of every store row at each of :data:`READOUT_BINS`.
+
+    Returns:
+        ``features`` ``(N, L, 7, d_model)`` float32 (zeros where absent) and ``present``
+        ``(N, 7)`` bool.
+    """
+    layers = store.layers if layers is None else tuple(layers)
+    n, nb = len(store), len(READOUT_BINS)
+    features = np.zeros((n, len(layers), nb, store.d_model), dtype=np.float32)
+    present = np.zeros((n, nb), dtype=bool)
+    along = store.reasoning_rows()
+    # the last reasoning row of each (row, fifth): fifths are (low, high] of the fraction
+    # exact fractions from the integer offsets (the stored float32 0.2 lies above 0.2)
+    exact = (along.tokens.astype(np.float64) + 1) / np.maximum(along.length, 1)
+    fifth = np.searchsorted(np.asarray(PROGRESS_BINS), exact, side="left")
+    keys = along.row * len(PROGRESS_BINS) + fifth
+    _, last = np.unique(keys[::-1], return_index=True)
+    pick = len(keys) - 1 - last
+    rows, bins = along.row[pick], fifth[pick] + 1
+    present[rows, bins] = True
+    present[:, 0] = store.present("pre_reasoning") if "pre_reasoning" in store.stages else False
+    post = "post_reasoning" in store.stages
+    if post:
+        present[:, -1] = store.present("post_reasoning")
+    for j, layer in enumerate(layers):
+        if present[:, 0].any():
+            at = np.flatnonzero(present[:, 0])
+            features[at, j, 0] = store.read("pre_reasoning", layer, at)[:, ANCHOR_TOKEN]
+        if post and present[:, -1].any():
+            at = np.flatnonzero(present[:, -1])
+            features[at, j, -1] = store.read("post_reasoning", layer, at)[:, ANCHOR_TOKEN]
+        if len(pick):
+            features[rows, j, bins] = store.read_reasoning(layer, along.index[pick])
+    return features, present
+
+
+def reasoning_readout(
+    store: ActivationStore,
+    *,
+    test_fraction: float = 0.5,
+    n_resamples: int = 1000,
+    random_state: int = 0,
+) -> dict[str, Any]:
+    """The four targets read out of the store at every bin and stored layer.
+
+    Args:
+        store: an activation store (reasoning rows make the five middle bins; without them
+            only the anchors are read).
+        test_fraction: share of the grids held out (split by grid, never by row).
+        n_resamples, random_state: the split's seed and the intervals.
+
+    Returns:
+        ``bins``, ``layers``, ``every`` (the store's k), ``rows``, ``grids``, ``test_grids``,
+        ``rows_by_bin`` (rows with a position in each bin) and ``targets``: name -> ``rows``
+        (rows with the target) and :func:`readout_curves`'s result.
+    """
+    labels = store.labels(list(_FIELDS))
+    ids = labels["grid_id"].astype(str)
+    if len(np.unique(ids)) < 4:
+        raise ValueError(
+            f"{store.path}: {len(np.unique(ids))} grid(s); a read-out split by grid needs >= 4"
+        )
+    features, present = bin_features(store)
+    split = split_by_grid(ids, test_fraction=test_fraction, random_state=random_state)
+    train = np.zeros(len(ids), dtype=bool)
+    train[split.train] = True
+    state = state_features(labels["agent_row_col"], labels["goal_row_col"], labels["grid_size"])
+    sizes = labels["grid_size"].astype(np.int64)
+    optimal = np.where(
+        labels["optimal_actions"].any(axis=1), labels["optimal_actions"].argmax(axis=1), -1
+    )
+    moves = {
+        "action": (labels["action"].astype(np.int64), labels["action_valid"].astype(bool)),
+        "first move": (labels["plan"][:, 0].astype(np.int64), labels["plan"][:, 0] < 4),
+    }
+    plans = labels["plan"].astype(np.int64)
+    with_move = train & (plans[:, 0] < 4)
+    decoder = StatePlanDecoder(random_state=random_state).fit(state[with_move], plans[with_move])
+    state_only = decoder.predict(state)[:, 0].astype(np.int64)  # the plan's first move
+    targets: dict[str, Any] = {}
+    for name, (y, keep) in moves.items():
+        fit = train & keep
+        majority = int(np.bincount(y[fit], minlength=4).argmax()) if fit.any() else 0
+        baselines = {
+            "majority move": np.full(len(y), majority),
+            "optimal policy (true grid)": optimal,
+            "state-only decoder": state_only,
+        }
+        targets[name] = _curves(
+            features, present, y, ids, train, keep, baselines, None, n_resamples, random_state
+        )
+    chance = uniform_top1(labels["cell_types"], sizes)
+    for name, field in (("agent cell", "agent_row_col"), ("goal cell", "goal_row_col")):
+        y = labels[field].astype(np.int64)
+        prior = PositionPrior().fit(sizes[train], y[train])
+        targets[name] = _curves(
+            features,
+            present,
+            y,
+            ids,
+            train,
+            np.ones(len(y), dtype=bool),
+            {"most frequent cell of the size": prior.predict(sizes)},
+            PositionProbe,
+            n_resamples,
+            random_state,
+            {"uniform guess among open cells": chance},
+        )
+    return {
+        "bins": list(READOUT_BINS),
+        "layers": list(store.layers),
+        "every": int(store.reasoning_every),
+        "anchor_token": ANCHOR_TOKEN,
+        "rows": len(ids),
+        "grids": int(len(np.unique(ids))),
+        "test_grids": int(len(np.unique(ids[~train]))),
+        "rows_by_bin": present.sum(axis=0).astype(int).tolist(),
+        "targets": targets,
+    }
+
+
+def _curves(
+    features, present, y, ids, train, keep, baselines, estimator, n_resamples, seed, rates=None
+):
+    options: dict[str, Any] = {"n_resamples": n_resamples, "random_state": seed}
+    if estimator is not None:
+        options["estimator"] = estimator
+    if rates:
+        options["baseline_rates"] = {k: np.asarray(v)[keep] for k, v in rates.items()}
+    curves = readout_curves(
+        features[keep],
+        present[keep],
+        y[keep],
+        ids[keep],
+        train[keep],
+        {k: np.asarray(v)[keep] for k, v in baselines.items()},
+        **options,
+    )
+    return {"rows": int(keep.sum()), **curves}
+
+
+def first_readable(target: dict) -> dict | None:
+    """The first bin (in reasoning order) at which some layer's read-out beats the strongest
+    baseline (verdict ``yes``), with that layer; None when no bin does."""
+    for b in range(len(READOUT_BINS)):
+        for layer, cells in enumerate(target["by_layer"]):
+            if cells[b].get("verdict") == "yes":
+                return {"bin": b, "name": READOUT_BINS[b], "layer_index": layer}
+    return None
