@@ -159,15 +159,11 @@ class ActivationsConfig:
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
     attn_implementation: str = "eager"
-    """Attention the replay runs with: ``eager`` (transformers' GPT-OSS default) or
-    ``flex_attention`` (CUDA only; memory linear in the replayed length, for reasoning traces
-    of 8-16k tokens whose eager score matrices do not fit; its rows differ from eager's, so
-    never compare stores of the two: docs/benchmarks.md)."""
+    """Replay attention: ``eager`` (transformers' default) or ``flex_attention`` (CUDA; memory
+    linear in the length, for 8-16k-token reasoning; rows differ from eager's: docs/gpu.md)."""
     reasoning_every: int = 4
-    """The main store also holds the residual stream along each step's reasoning: every
-    ``k``-th analysis token and the last (``goalprobe extract --reasoning-every``); 0: none.
-    Only the ``activations`` stage's store (the decision read-out's input) holds them. 4 puts
-    a row in every fifth of the bundled agents' reasoning (35-38 tokens)."""
+    """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
+    (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("eager", "flex_attention"):
