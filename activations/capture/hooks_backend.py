@@ -168,13 +168,15 @@ class HookBackend(ResidualBackend):
             return []
         ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
-        with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1])):
+        start, cache, patches = self._generation_prefix(ids, patches)
+        with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
             out = self.model.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=list(stop_ids),
                 pad_token_id=self.pad_token_id,
+                **cache,
             )
         rows = out[:, ids.shape[1] :].cpu().tolist()
         return [strip_stop(row, stop_ids) for row in rows]

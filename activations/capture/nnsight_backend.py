@@ -242,19 +242,23 @@ class NnsightBackend(ResidualBackend):
         max_new_tokens: int,
         stop_ids: Sequence[int],
     ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
+        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass
+        (with ``prefix_cache``, on the suffix after the shared prefix: :meth:`_generation_prefix`)."""
         if not patches:
             return []
         ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
+        _, cache, patches = self._generation_prefix(ids, patches)
         with (
             torch.no_grad(),
+            cache_name_accepted(),
             self.lm.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=list(stop_ids),
                 pad_token_id=self.pad_token_id,
+                **cache,
             ) as tracer,
         ):
             self._intervene(patches)

@@ -444,3 +444,45 @@ def test_transformer_lens_leaves_the_model_it_is_given_intact(tokenizer, batch):
     backend = make_backend("transformer_lens", model, tokenizer)
     assert backend.model is model and backend.bridge.original_model is not model
     assert torch.equal(greedy(model), before)
+
+
+def test_pooled_generation_reuses_the_shared_prefix_with_the_same_completions(tokenizer):
+    """Regenerations of several equal-length prompts with late patches: the shared system and
+    developer messages run once (the prefix cache), and every completion is the one the full
+    prefill gives (hooks and nnsight, greedy)."""
+    model = tiny_gpt_oss(tokenizer, seed=5)
+    developer = Message("developer", "Reach the goal. " * 6)
+    prompts = [
+        tokenizer(
+            render_prompt([developer, Message("user", f"  0 1\n0 A {cell}\n1 # #")]),
+            add_special_tokens=False,
+        )["input_ids"]
+        for cell in ("G", "_")
+    ]
+    assert len(prompts[0]) == len(prompts[1]) and prompts[0] != prompts[1]
+    n = len(prompts[0])
+    late = torch.as_tensor(np.arange(n - 6, n))
+    noise = torch.randn(3, 6, 32, generator=torch.Generator().manual_seed(2)) * 3
+    patches = [Patch((1,), late, noise[:1]), Patch((0, 3), late[2:], noise[1:, 2:])]
+    stop = [tokenizer.convert_tokens_to_ids("<|return|>")]
+    for name in ("hooks", "nnsight"):
+        outputs = []
+        for cached in (True, False):
+            backend = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=cached)
+            ids = torch.as_tensor(prompts)
+            start, _, _ = backend._generation_prefix(ids, patches)
+            assert (start > 16) == cached  # the developer message runs once
+            outputs.append(backend.generate(prompts, patches, max_new_tokens=8, stop_ids=stop))
+        assert outputs[0] == outputs[1]
+        unpatched = model.generate(
+            torch.as_tensor(prompts), max_new_tokens=8, do_sample=False, eos_token_id=stop
+        )[:, n:]
+        assert outputs[0][0] != strip_unpatched(unpatched[0].tolist(), stop)  # the patch acts
+
+
+def strip_unpatched(ids: list[int], stop: list[int]) -> list[int]:
+    """A raw greedy continuation cut after its first stop id (as the backends return it)."""
+    for i, token in enumerate(ids):
+        if token in stop:
+            return ids[: i + 1]
+    return ids
