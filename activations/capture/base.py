@@ -346,6 +346,21 @@ class ResidualBackend(ABC):
             patches = [Patch(p.layers, p.positions - start, p.values) for p in patches]
         return ids_tensor(ids[start:], len(patches), self.device), kwargs, patches
 
+    def _clean_prefix(self, ids: np.ndarray, positions: np.ndarray) -> tuple[int, dict]:
+        """``(start, forward kwargs)`` of a clean run of one sequence ``ids`` read at
+        ``positions``: with :attr:`prefix_cache`, the tokens before the first read position,
+        cut at their last message start (the template's system and developer messages, shared
+        by every clean run of a template), come from one cached KV prefix and the run covers
+        the rest; ``start`` 0 and no kwargs otherwise."""
+        first = int(np.min(positions)) if len(positions) else len(ids) - 1
+        start = min(first, len(ids) - 1)
+        if not self.prefix_cache or start < self.min_shared_prefix:
+            return 0, {}
+        start = self._reusable_prefix_length(np.asarray(ids[:start]))
+        if start < self.min_shared_prefix:
+            return 0, {}
+        return start, {"use_cache": True, self.cache_keyword(): self._prefix_kv(ids[:start], 1)}
+
     def _generation_prefix(
         self, ids: torch.Tensor, patches: Sequence[Patch]
     ) -> tuple[int, dict, list[Patch]]:

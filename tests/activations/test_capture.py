@@ -486,3 +486,23 @@ def strip_unpatched(ids: list[int], stop: list[int]) -> list[int]:
         if token in stop:
             return ids[: i + 1]
     return ids
+
+
+def test_clean_runs_from_the_cached_template_prefix_read_the_same_values(tokenizer, batch):
+    """A clean run read after the system and developer messages continues from their cached KV
+    prefix (hooks, nnsight); values and logits equal the full run's up to float rounding, and
+    a read position inside the prefix runs the whole sequence."""
+    model = tiny_gpt_oss(tokenizer, seed=6)
+    n = int(batch.attention_mask[2].sum())
+    ids = batch.input_ids[2, :n].numpy()
+    late = np.arange(n - 8, n)
+    for name in ("hooks", "nnsight"):
+        cached = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=True)
+        full = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=False)
+        start, _ = cached._clean_prefix(ids, late)
+        assert start > 16 and cached._clean_prefix(ids, np.arange(n))[0] == 0
+        a, b = cached.clean_run(ids, [0, 3], late), full.clean_run(ids, [0, 3], late)
+        assert a.acts.shape == b.acts.shape == (2, 8, 32)
+        torch.testing.assert_close(a.acts, b.acts, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values([3], late[-2:]), b.values([3], late[-2:]))
