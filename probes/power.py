@@ -96,7 +96,7 @@ def demo_layouts(design: PowerDesign) -> list[Layout] | None:
         )
     )
     return [
-        Layout(np.asarray(g.walls, dtype=bool), tuple(g.goal), float(g.density or 0.0))
+        Layout(np.asarray(g.walls, dtype=bool), (g.goal[0], g.goal[1]), float(g.density or 0.0))
         for g in grids
     ]
 
