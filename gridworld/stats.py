@@ -80,9 +80,13 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.nda
     defined = ~np.isnan(flat).all(axis=0) if flat.shape[0] else np.zeros(flat.shape[1], bool)
     out = np.full((2, flat.shape[1]), np.nan)
     if defined.any():
-        cols = flat[:, defined]
-        out[0, defined] = np.nanquantile(cols, alpha, axis=0)
-        out[1, defined] = np.nanquantile(cols, 1.0 - alpha, axis=0)
+        # np.nanquantile loops over columns in Python once any NaN is present: columns without
+        # one take the vectorised np.quantile (the same numbers), the others nanquantile
+        complete = defined & ~np.isnan(flat).any(axis=0)
+        partial = defined & ~complete
+        for which, quantile in ((complete, np.quantile), (partial, np.nanquantile)):
+            if which.any():
+                out[:, which] = quantile(flat[:, which], [alpha, 1.0 - alpha], axis=0)
     return out.reshape(2, *samples.shape[1:])
 
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
 from goalprobe.probes.serialization import ActivationSource
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.synthetic import PlantedCellData, planted_cell_data
+from goalprobe.probes.synthetic import Layout, PlantedCellData, planted_cell_data
 
 WALL_METRIC = "auc/wall"
 """The headline metric whose verdict the power is computed for."""
@@ -39,7 +40,12 @@ class PowerDesign:
     sizes: tuple[int, ...] = (7, 9, 11, 13, 15)
     """Grid sides."""
     densities: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    """Wall densities drawn from (the synthetic generator's random walls)."""
+    """Wall densities (of the demo's generator with ``grid_seed``, else of random walls)."""
+    grid_seed: int | None = None
+    """Seed of the demo's grid generator (:func:`~goalprobe.gridworld.generator
+    .generate_grid_set` over ``sizes`` x ``densities``, ``n_grids`` spread evenly): the walls
+    and goals of the demo's own grid distribution (the probing set's seed reproduces its
+    grids); None: random walls per cell (the generator of :func:`planted_cell_data`)."""
     d_model: int = 128
     """Width of one anchor (the bundled agents' hidden size)."""
     n_anchors: int = 3
@@ -73,7 +79,31 @@ def as_probe_data(planted: PlantedCellData, label: str = "synthetic") -> ProbeDa
     )
 
 
-def _probe_data(n_grids: int, design: PowerDesign, signal: float, seed: int) -> ProbeData:
+def demo_layouts(design: PowerDesign) -> list[Layout] | None:
+    """The walls, goals and densities of the demo's grid generator at ``design.grid_seed``
+    (``n_grids`` spread evenly over sizes x densities), or None without a seed."""
+    if design.grid_seed is None:
+        return None
+    cells = len(design.sizes) * len(design.densities)
+    if design.n_grids % cells:
+        raise ValueError(f"n_grids={design.n_grids} does not spread evenly over {cells} cells")
+    grids = generate_grid_set(
+        GridSetConfig(
+            sizes=design.sizes,
+            densities=design.densities,
+            n_per_cell=design.n_grids // cells,
+            seed=design.grid_seed,
+        )
+    )
+    return [
+        Layout(np.asarray(g.walls, dtype=bool), (g.goal[0], g.goal[1]), float(g.density or 0.0))
+        for g in grids
+    ]
+
+
+def _probe_data(
+    n_grids: int, design: PowerDesign, signal: float, seed: int, layouts: list[Layout] | None
+) -> ProbeData:
     planted = planted_cell_data(
         n_grids,
         steps_per_grid=design.steps_per_grid,
@@ -84,6 +114,7 @@ def _probe_data(n_grids: int, design: PowerDesign, signal: float, seed: int) -> 
         n_anchors=design.n_anchors,
         wall_signal=signal,
         random_state=seed,
+        layouts=layouts,
     )
     return as_probe_data(planted, f"wall_signal={signal},seed={seed}")
 
@@ -100,9 +131,10 @@ def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:
         test_fraction=design.test_fraction, n_bootstrap=design.n_bootstrap, random_state=0
     )
     trials = []
+    layouts = demo_layouts(design)
     for signal in design.signals:
         for seed in design.seeds:
-            data = _probe_data(design.n_grids, design, signal, seed)
+            data = _probe_data(design.n_grids, design, signal, seed, layouts)
             split = split_by_grid(
                 data.grid_ids,
                 test_fraction=design.test_fraction,

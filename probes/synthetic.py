@@ -1,7 +1,7 @@
 """Synthetic activations with a planted cognitive map, for sanity checks, tests and benchmarks.
 
-Each synthetic grid has random walls, a goal and several steps (agent positions reachable from
-the goal). The activation of a step is Gaussian noise plus a random linear image of its latent
+Each synthetic grid has random walls (or a given layout's: the demo's own grids), a goal and
+several steps (agent positions reachable from the goal). The activation of a step is Gaussian noise plus a random linear image of its latent
 state: one-hot wall cells, agent cell, goal cell, grid size, and the shortest-path distance to
 the goal. A probe that works must recover the map from these; on shuffled labels it must not.
 Pure numpy.
@@ -10,12 +10,28 @@ Pure numpy.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
 
 _MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One given grid of :func:`planted_cell_data` (e.g. a demo grid's walls and goal).
+
+    Attributes:
+        walls: ``(n, n)`` bool, True on wall cells.
+        goal: the goal cell ``(row, col)`` (open).
+        density: the obstacle density it was generated with (metadata).
+    """
+
+    walls: np.ndarray
+    goal: tuple[int, int]
+    density: float
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,7 @@ def planted_cell_data(
     dtype: type = np.float32,
     chunk_rows: int = 4096,
     random_state: int = 0,
+    layouts: Sequence[Layout] | None = None,
 ) -> PlantedCellData:
     """Draw a synthetic data set with a planted, linearly embedded cognitive map.
 
@@ -91,6 +108,10 @@ def planted_cell_data(
         dtype: dtype of ``acts`` (float16 halves the memory of large benchmark sets).
         chunk_rows: rows embedded at a time (bounds the float32 working memory).
         random_state: seed.
+        layouts: one :class:`Layout` per grid (``n_grids`` of them): its walls, goal and
+            density instead of random ones (``sizes`` must hold every layout's side and
+            ``densities`` is then unused); the agents' cells are still drawn at random among
+            the cells reachable from the goal.
 
     Returns:
         A :class:`PlantedCellData`.
@@ -98,6 +119,10 @@ def planted_cell_data(
     side = max(sizes) if canvas is None else canvas
     if max(sizes) > side:
         raise ValueError(f"grid size {max(sizes)} exceeds the canvas {side}")
+    if layouts is not None and len(layouts) != n_grids:
+        raise ValueError(f"{len(layouts)} layouts for {n_grids} grids")
+    if layouts is not None and any(lay.walls.shape[0] not in sizes for lay in layouts):
+        raise ValueError(f"a layout's side is not among sizes={sizes}")
     rng = np.random.default_rng(random_state)
     n_rows = n_grids * steps_per_grid
     labels = np.full((n_rows, side, side), CellType.PADDING, dtype=np.uint8)
@@ -107,10 +132,15 @@ def planted_cell_data(
     goal = np.empty((n_rows, 2), dtype=np.int64)
     distance = np.empty(n_rows, dtype=np.float32)
     for g in range(n_grids):
-        n = int(rng.choice(sizes))
-        density = float(rng.choice(densities))
-        walls = rng.random((n, n)) < density
-        goal_rc = (int(rng.integers(n)), int(rng.integers(n)))
+        if layouts is None:
+            n = int(rng.choice(sizes))
+            density = float(rng.choice(densities))
+            walls = rng.random((n, n)) < density
+            goal_rc = (int(rng.integers(n)), int(rng.integers(n)))
+        else:
+            walls = np.array(layouts[g].walls, dtype=bool)
+            n, density = walls.shape[0], float(layouts[g].density)
+            goal_rc = (int(layouts[g].goal[0]), int(layouts[g].goal[1]))
         walls[goal_rc] = False
         dist = _bfs(walls, goal_rc)
         reachable = np.argwhere(np.isfinite(dist) & (dist > 0))

@@ -37,7 +37,12 @@ def main() -> None:
     probe = CoordinateCellProbe(
         **cell_params("coordinate", p), **estimator_params(p.training, "cpu", p.seed, False)
     )
+    probing = demo_config("default").probing.grids
     design = PowerDesign(
+        n_grids=len(probing.sizes) * len(probing.densities) * probing.n_per_cell,
+        sizes=probing.sizes,
+        densities=probing.densities,
+        grid_seed=probing.seed,  # the probing set's own grids (walls, goals)
         signals=tuple(float(s) for s in args.signals.split(",")),
         seeds=tuple(int(s) for s in args.seeds.split(",")),
         test_fraction=p.test_fraction,

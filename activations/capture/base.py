@@ -346,6 +346,47 @@ class ResidualBackend(ABC):
             patches = [Patch(p.layers, p.positions - start, p.values) for p in patches]
         return ids_tensor(ids[start:], len(patches), self.device), kwargs, patches
 
+    def _clean_prefix(self, ids: np.ndarray, positions: np.ndarray) -> tuple[int, dict]:
+        """``(start, forward kwargs)`` of a clean run of one sequence ``ids`` read at
+        ``positions``: with :attr:`prefix_cache`, the tokens before the first read position,
+        cut at their last message start (the template's system and developer messages, shared
+        by every clean run of a template), come from one cached KV prefix and the run covers
+        the rest; ``start`` 0 and no kwargs otherwise."""
+        first = int(np.min(positions)) if len(positions) else len(ids) - 1
+        start = min(first, len(ids) - 1)
+        if not self.prefix_cache or start < self.min_shared_prefix:
+            return 0, {}
+        start = self._reusable_prefix_length(np.asarray(ids[:start]))
+        if start < self.min_shared_prefix:
+            return 0, {}
+        return start, {"use_cache": True, self.cache_keyword(): self._prefix_kv(ids[:start], 1)}
+
+    def _generation_prefix(
+        self, ids: torch.Tensor, patches: Sequence[Patch]
+    ) -> tuple[int, dict, list[Patch]]:
+        """``(start, generate kwargs, patches)`` of a batch of patched prompts ``ids (B, S)``.
+
+        With :attr:`prefix_cache` the tokens every row shares before the batch's first patched
+        position (the system and developer messages of a harmony prompt, about 320 of the
+        bundled agent's 440 tokens) run once, cut at their last message start as in
+        :meth:`capture` (so every batch of a template reuses one cache), and the batch's
+        prefill continues from their KV cache: the patches' positions are shifted onto the
+        suffix, which keeps at least two tokens (a one-token pass is a decoding step). Exact
+        under causal attention up to floating-point reassociation. Without it ``start`` is 0.
+        """
+        patches = list(patches)
+        if not self.prefix_cache or not patches:
+            return 0, {}, patches
+        same = (ids == ids[:1]).all(dim=0)
+        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        firsts = [int(p.positions.min()) for p in patches if len(p.positions)]
+        start = min(shared, min(firsts, default=shared), ids.shape[1] - 2)
+        if start < self.min_shared_prefix:
+            return 0, {}, patches
+        start = self._reusable_prefix_length(ids[0, :start].cpu().numpy())
+        kwargs = {self.cache_keyword(): self._prefix_kv(ids[0, :start].cpu().numpy(), len(ids))}
+        return start, kwargs, [Patch(p.layers, p.positions - start, p.values) for p in patches]
+
     def cache_keyword(self) -> str:
         """The keyword this backend's forward call takes a KV cache by (see
         :func:`goalprobe.agents.models.cache_keyword`)."""

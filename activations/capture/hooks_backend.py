@@ -101,9 +101,12 @@ class HookBackend(ResidualBackend):
     def clean_run(
         self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
-        """See :meth:`ResidualBackend.clean_run`."""
-        ids = ids_tensor(token_ids, 1, self.device)
-        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
+        """See :meth:`ResidualBackend.clean_run` (with ``prefix_cache``, from the template's
+        cached prefix: :meth:`_clean_prefix`)."""
+        token_ids = np.asarray(token_ids, dtype=np.int64)
+        start, kwargs = self._clean_prefix(token_ids, np.asarray(positions))
+        ids = ids_tensor(token_ids[start:], 1, self.device)
+        where = torch.as_tensor(np.asarray(positions, dtype=np.int64) - start, device=self.device)
         layers = tuple(sorted(int(layer) for layer in layers))
         saved: dict[int, torch.Tensor] = {}
 
@@ -115,7 +118,7 @@ class HookBackend(ResidualBackend):
             return hook
 
         with torch.no_grad(), self._hooked({x: reader(x) for x in layers}):
-            logits = self.model(ids, logits_to_keep=1, use_cache=False).logits
+            logits = self.model(ids, logits_to_keep=1, **{"use_cache": False, **kwargs}).logits
         acts = torch.stack([saved[x].float().cpu() for x in layers]) if layers else torch.empty(0)
         return CleanRun(
             np.asarray(positions, dtype=np.int64), layers, acts, logits[0, -1].float().cpu()
@@ -168,13 +171,15 @@ class HookBackend(ResidualBackend):
             return []
         ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
-        with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1])):
+        start, cache, patches = self._generation_prefix(ids, patches)
+        with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
             out = self.model.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=list(stop_ids),
                 pad_token_id=self.pad_token_id,
+                **cache,
             )
         rows = out[:, ids.shape[1] :].cpu().tolist()
         return [strip_stop(row, stop_ids) for row in rows]

@@ -199,13 +199,20 @@ class NnsightBackend(ResidualBackend):
     def clean_run(
         self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
-        """See :meth:`ResidualBackend.clean_run`."""
-        ids = ids_tensor(token_ids, 1, self.device)
-        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
+        """See :meth:`ResidualBackend.clean_run` (with ``prefix_cache``, from the template's
+        cached prefix: :meth:`_clean_prefix`)."""
+        token_ids = np.asarray(token_ids, dtype=np.int64)
+        start, kwargs = self._clean_prefix(token_ids, np.asarray(positions))
+        ids = ids_tensor(token_ids[start:], 1, self.device)
+        where = torch.as_tensor(np.asarray(positions, dtype=np.int64) - start, device=self.device)
         layers = tuple(sorted(int(layer) for layer in layers))
         blocks = self._blocks()
         saved = []
-        with torch.no_grad(), self.lm.trace(ids, logits_to_keep=1, use_cache=False):
+        with (
+            torch.no_grad(),
+            cache_name_accepted(),
+            self.lm.trace(ids, logits_to_keep=1, **{"use_cache": False, **kwargs}),
+        ):
             for layer in layers:
                 saved.append(blocks[layer].output[0, where].save())
             logits = self.lm.lm_head.output[0, -1].save()
@@ -242,19 +249,23 @@ class NnsightBackend(ResidualBackend):
         max_new_tokens: int,
         stop_ids: Sequence[int],
     ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
+        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass
+        (with ``prefix_cache``, on the suffix after the shared prefix: :meth:`_generation_prefix`)."""
         if not patches:
             return []
         ids = prompt_batch(prompt_ids, len(patches), self.device)
         check_patches(patches, ids.shape[1], self.n_layers)
+        _, cache, patches = self._generation_prefix(ids, patches)
         with (
             torch.no_grad(),
+            cache_name_accepted(),
             self.lm.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=list(stop_ids),
                 pad_token_id=self.pad_token_id,
+                **cache,
             ) as tracer,
         ):
             self._intervene(patches)

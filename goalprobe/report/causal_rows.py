@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from goalprobe.gridworld.stats import p_from_interval
 from goalprobe.report.blocks import pct, stat_text
 
 
@@ -31,6 +32,15 @@ class HeadlineRow:
     p_value: float | None = None
     """One-sided p-value of the verdict's test (from its interval,
     :func:`goalprobe.gridworld.stats.p_from_interval`); rows with one form the Holm family."""
+
+
+def difference_p(verdict: Mapping) -> float | None:
+    """One-sided p of "the paired difference lies above 0" from its interval: the test behind
+    the plan decoder's and the patching anchors' "yes" (their verdict is that interval's lower
+    bound above 0), so these rows join the agent's Holm family. None without an interval, or
+    where it has no width below the estimate (the verdict then rests on the interval)."""
+    diff = verdict.get("difference") or {}
+    return p_from_interval(diff.get("value"), diff.get("ci_low"), diff.get("ci_high"), 0.0)
 
 
 def _baseline_name(name: str) -> str:
@@ -59,6 +69,7 @@ def plan_rows(head: Mapping) -> list[HeadlineRow]:
                 f"strongest: {_baseline_name(strongest)} {pct(v['baselines'][strongest])} "
                 f"(0.25^N {pct(0.25**n)})",
                 f"above the strongest baseline: {v['verdict']}",
+                difference_p(v),
             )
         )
     departures = head.get("departures") or {}
@@ -72,6 +83,7 @@ def plan_rows(head: Mapping) -> list[HeadlineRow]:
                 stat_text(verdict["decoder"]),
                 f"strongest: {_baseline_name(strongest)} {pct(verdict['baselines'][strongest])}",
                 f"above the strongest baseline: {verdict['verdict']}",
+                difference_p(verdict),
             )
         )
     return out
@@ -114,6 +126,7 @@ def patching_rows(data: Mapping) -> list[HeadlineRow]:
                 "sanity check (no verdict)"
                 if sanity
                 else f"moves it beyond a random grid: {v['verdict']}",
+                None if sanity else difference_p(v),
             )
         )
     return out

@@ -331,7 +331,9 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
 
 HOLM_FAMILY = (
     "the agent's headline verdicts that carry a test (each row with a p-value: behaviour, "
-    "probes against their strongest control, belief, MEG, false belief, harm, intention)"
+    "probes against their strongest control, belief, MEG, the plan decoder against its "
+    "strongest baseline, patching at the anchors against a random grid, false belief, harm, "
+    "intention)"
 )
 """The family Holm's correction runs over, per agent (named in the report)."""
 

@@ -75,7 +75,10 @@ def run(context: StageContext, config: IsoInput, stage_dir: Path):
         r["grid_id"]: r
         for r in grid_rows(grid_episodes(base_episodes, all_grids), config.behaviour)
     }
-    trans_rows = grid_rows(grid_episodes(read_episodes(out), all_grids), config.behaviour)
+    # only this set's transforms: a file resumed under the same rollout config may hold the
+    # episodes of transforms an earlier preset ran (resume goes by grid id and episode)
+    ours = [e for e in read_episodes(out) if e.summary.grid_id in all_grids]
+    trans_rows = grid_rows(grid_episodes(ours, all_grids), config.behaviour)
     by_transform = {
         name: {
             all_grids[r["grid_id"]].extra["source_grid_id"]: r

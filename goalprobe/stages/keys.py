@@ -79,6 +79,9 @@ def run(context: StageContext, config: KeysInput, stage_dir: Path):
             cast(RowCol, tuple(e.summary.final_agent_row_col)),
         )
         for e in read_episodes(out)
+        # a file resumed under the same rollout config may hold episodes of grids an earlier
+        # preset generated (resume goes by grid id and episode): only this set's count
+        if e.summary.grid_id in by_id
     ]
     variants, jaccard = key_variant_table(episodes, config.intervals)
     payload: KeysResults = {

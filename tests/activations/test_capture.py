@@ -444,3 +444,65 @@ def test_transformer_lens_leaves_the_model_it_is_given_intact(tokenizer, batch):
     backend = make_backend("transformer_lens", model, tokenizer)
     assert backend.model is model and backend.bridge.original_model is not model
     assert torch.equal(greedy(model), before)
+
+
+def test_pooled_generation_reuses_the_shared_prefix_with_the_same_completions(tokenizer):
+    """Regenerations of several equal-length prompts with late patches: the shared system and
+    developer messages run once (the prefix cache), and every completion is the one the full
+    prefill gives (hooks and nnsight, greedy)."""
+    model = tiny_gpt_oss(tokenizer, seed=5)
+    developer = Message("developer", "Reach the goal. " * 6)
+    prompts = [
+        tokenizer(
+            render_prompt([developer, Message("user", f"  0 1\n0 A {cell}\n1 # #")]),
+            add_special_tokens=False,
+        )["input_ids"]
+        for cell in ("G", "_")
+    ]
+    assert len(prompts[0]) == len(prompts[1]) and prompts[0] != prompts[1]
+    n = len(prompts[0])
+    late = torch.as_tensor(np.arange(n - 6, n))
+    noise = torch.randn(3, 6, 32, generator=torch.Generator().manual_seed(2)) * 3
+    patches = [Patch((1,), late, noise[:1]), Patch((0, 3), late[2:], noise[1:, 2:])]
+    stop = [tokenizer.convert_tokens_to_ids("<|return|>")]
+    for name in ("hooks", "nnsight"):
+        outputs = []
+        for cached in (True, False):
+            backend = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=cached)
+            ids = torch.as_tensor(prompts)
+            start, _, _ = backend._generation_prefix(ids, patches)
+            assert (start > 16) == cached  # the developer message runs once
+            outputs.append(backend.generate(prompts, patches, max_new_tokens=8, stop_ids=stop))
+        assert outputs[0] == outputs[1]
+        unpatched = model.generate(
+            torch.as_tensor(prompts), max_new_tokens=8, do_sample=False, eos_token_id=stop
+        )[:, n:]
+        assert outputs[0][0] != strip_unpatched(unpatched[0].tolist(), stop)  # the patch acts
+
+
+def strip_unpatched(ids: list[int], stop: list[int]) -> list[int]:
+    """A raw greedy continuation cut after its first stop id (as the backends return it)."""
+    for i, token in enumerate(ids):
+        if token in stop:
+            return ids[: i + 1]
+    return ids
+
+
+def test_clean_runs_from_the_cached_template_prefix_read_the_same_values(tokenizer, batch):
+    """A clean run read after the system and developer messages continues from their cached KV
+    prefix (hooks, nnsight); values and logits equal the full run's up to float rounding, and
+    a read position inside the prefix runs the whole sequence."""
+    model = tiny_gpt_oss(tokenizer, seed=6)
+    n = int(batch.attention_mask[2].sum())
+    ids = batch.input_ids[2, :n].numpy()
+    late = np.arange(n - 8, n)
+    for name in ("hooks", "nnsight"):
+        cached = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=True)
+        full = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=False)
+        start, _ = cached._clean_prefix(ids, late)
+        assert start > 16 and cached._clean_prefix(ids, np.arange(n))[0] == 0
+        a, b = cached.clean_run(ids, [0, 3], late), full.clean_run(ids, [0, 3], late)
+        assert a.acts.shape == b.acts.shape == (2, 8, 32)
+        torch.testing.assert_close(a.acts, b.acts, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values([3], late[-2:]), b.values([3], late[-2:]))

@@ -69,3 +69,29 @@ def test_no_planted_wall_map_is_not_detected_and_a_strong_one_is():
     detected = {t["signal"]: t["detected"] for t in out["trials"]}
     assert detected == {0.0: False, 8.0: True}, out["trials"]
     assert out["minimum_detectable_effect"] == 8.0
+
+
+def test_power_plants_on_the_demo_grids_when_given_their_seed():
+    """With ``grid_seed`` the planted data carry the demo generator's own walls and goals
+    (bordered, connected grids at every density), not random walls."""
+    from goalprobe.gridworld.core import CellType
+    from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
+    from goalprobe.probes.power import demo_layouts
+
+    design = PowerDesign(n_grids=4, sizes=(7, 9), densities=(0.4, 1.0), grid_seed=3)
+    grids = generate_grid_set(
+        GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=1, seed=3)
+    )
+    layouts = demo_layouts(design)
+    assert layouts is not None and len(layouts) == 4
+    data = planted_cell_data(
+        4, steps_per_grid=3, sizes=(7, 9), d_model=8, layouts=layouts, random_state=0
+    )
+    for g, grid in enumerate(grids):
+        n = grid.size
+        labels = data.labels[3 * g]
+        assert ((labels[:n, :n] == CellType.WALL) == grid.walls).all()
+        assert labels[grid.goal] == CellType.GOAL and data.densities[3 * g] == grid.density
+    assert demo_layouts(PowerDesign()) is None  # the random-wall design stays available
+    with pytest.raises(ValueError, match="layouts for"):
+        planted_cell_data(5, sizes=(7, 9), layouts=layouts)
