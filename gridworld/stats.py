@@ -529,12 +529,18 @@ def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, f
     return (max(-1.0, low), min(1.0, high))
 
 
-def seed_pooled(stats: Sequence[dict], confidence: float = 0.95) -> dict:
+def seed_pooled(
+    stats: Sequence[dict],
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
+) -> dict:
     """One statistic estimated under several training seeds (same data, same split), each with
     its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
     of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
     (each from its interval's width), ``B`` the variance between seeds; widened further to the
-    envelope of the seeds' own intervals where that reaches further.
+    envelope of the seeds' own intervals where that reaches further; then cut to ``bounds``,
+    the statistic's range (a rate's [0, 1]: seeds that disagree widely must give [0, 100%],
+    never [-8%, 140%]).
 
     Returns:
         ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
@@ -563,4 +569,7 @@ def seed_pooled(stats: Sequence[dict], confidence: float = 0.95) -> dict:
     # and never narrower than any single seed's interval reaches (their envelope)
     out["ci_low"] = float(min(out["value"] - half, lows))
     out["ci_high"] = float(max(out["value"] + half, highs))
+    if bounds is not None:
+        out["ci_low"] = float(max(out["ci_low"], bounds[0]))
+        out["ci_high"] = float(min(out["ci_high"], bounds[1]))
     return out

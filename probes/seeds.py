@@ -58,9 +58,13 @@ def seed_runs(
         sel = [s[k]["selectivity"] for s in per_seed if s[k]["selectivity"]]
         if not probe:
             continue
-        entry = {"probe": seed_pooled(probe, config.confidence_level), "selectivity": None}
+        # every pooled probe metric is a rate or an AUC in [0, 1]; selectivity their difference
+        entry = {
+            "probe": seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0)),
+            "selectivity": None,
+        }
         if sel:
-            stat = seed_pooled(sel, config.confidence_level)
+            stat = seed_pooled(sel, config.confidence_level, bounds=(-1.0, 1.0))
             baselines = sorted({s["baseline"] for s in sel})
             stat["baseline"] = baselines[0] if len(baselines) == 1 else "/".join(baselines)
             stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)

@@ -27,6 +27,21 @@ def test_seed_spread_widens_the_interval():
     assert seed_pooled([{"value": None}])["n_seeds"] == 0
 
 
+def test_seed_pooled_interval_stays_in_the_statistics_range():
+    """Seeds that disagree widely (the control's agent localisation: 4% and 96% top-1 across
+    seeds) widen the interval to the whole range, never beyond it (the default run printed
+    66.1% [-8.0%, 140.2%] before the bounds)."""
+    seeds = [
+        {"value": v, "ci_low": v - 0.03, "ci_high": v + 0.03} for v in (0.04, 0.96, 0.95, 0.9, 0.5)
+    ]
+    wide = seed_pooled(seeds)
+    assert wide["ci_low"] < 0 and wide["ci_high"] > 1  # Rubin's rules alone overshoot
+    cut = seed_pooled(seeds, bounds=(0.0, 1.0))
+    assert cut["ci_low"] == 0.0 and cut["ci_high"] == 1.0 and cut["value"] == wide["value"]
+    inside = [{"value": v, "ci_low": v - 0.01, "ci_high": v + 0.01} for v in (0.5, 0.52, 0.51)]
+    assert seed_pooled(inside, bounds=(0.0, 1.0)) == seed_pooled(inside)  # no effect inside
+
+
 def _probe(epochs: int = 4):
     return CoordinateCellProbe(hidden_size=32, max_epochs=epochs, batch_size=32, random_state=0)
 
