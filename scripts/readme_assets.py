@@ -279,6 +279,25 @@ def git_commit() -> str:
     return f"`{sha}{'-dirty' if dirty else ''}`"
 
 
+def run_commit(run_dir: Path) -> str:
+    """The commit the run's stages were computed at (their records' ``environment.commit``;
+    ``-dirty`` when a stage ran on a changed tree; every commit when they differ), not the
+    checkout's: the page must name the code that produced its numbers. Falls back to the
+    checkout's commit for a run whose records carry none."""
+    seen: set[str] = set()
+    for record in sorted(run_dir.glob("stages/*.json")) + sorted(
+        run_dir.glob("control/stages/*.json")
+    ):
+        if record.name.endswith(".failed.json"):
+            continue
+        environment = json.loads(record.read_text(encoding="utf-8")).get("environment") or {}
+        if environment.get("commit"):
+            seen.add(f"{environment['commit'][:7]}{'-dirty' if environment.get('dirty') else ''}")
+    if not seen:
+        return git_commit()
+    return ", ".join(f"`{c}`" for c in sorted(seen))
+
+
 def _leaves(tree, prefix: str = "") -> dict[str, object]:
     """``{"section.field": value}`` of a nested JSON dict."""
     if not isinstance(tree, dict):
@@ -339,7 +358,7 @@ def page_from_run(run_dir: Path, *, command: str, figure: str) -> ResultsPage:
 
             readings[agent_name(RunReader(each))] = generated_reading(each)
     provenance = {
-        "commit": git_commit(),
+        "commit": run_commit(run_dir),
         "command": f"`{command}`",
         "environment": package_versions(),
     }
