@@ -173,9 +173,10 @@ def tiny(seed: int) -> dict[str, Any]:
 
 
 def default(seed: int) -> dict[str, Any]:
-    """2 CPU cores, <= 15 minutes: the study's protocol (horizons ceil(1.5 L), key variants at
-    T = 30 with 70 episodes each, patching with greedy regenerated reasoning and the optimality
-    filter) on the study's 5 sizes x 6 densities, and a probing set of 420 grids."""
+    """2 CPU cores, a 15-minute budget (27 minutes measured: docs/benchmarks.md): the study's
+    protocol (horizons ceil(1.5 L), key variants at T = 30 with 70 episodes each, patching with
+    greedy regenerated reasoning and the optimality filter) on the study's 5 sizes x 6
+    densities, and a probing set of 420 grids."""
     n_boot = 1000
     # converges on CPU at demo sizes (best epoch well below the limit on the probing set)
     training = ProbeTraining(hidden_size=128, max_epochs=60, batch_size=32, learning_rate=3e-3)
