@@ -270,12 +270,19 @@ _WORKER_CONTEXTS: dict[str, StageContext] = {}
 
 
 def _init_worker(threads: int) -> None:
-    """A worker process's share of the CPU: ``threads`` torch (OpenMP) threads."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    """A worker process's share of the CPU: ``threads`` torch (OpenMP) threads and ``threads``
+    threads in every BLAS pool (OpenBLAS reads its count when it loads, which may precede this
+    call: threadpoolctl sets the pools already loaded, the environment the ones loaded later).
+    """
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import scipy.linalg  # noqa: F401  (load scipy's OpenBLAS now, under the limit below)
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
+    threadpool_limits(limits=threads)
 
 
 def _stage_in_worker(root: str, name: str, key: dict, received: Any, forced: bool):
@@ -309,16 +316,23 @@ def _stage_function(module: ModuleType, context: StageContext, received, layout:
 
 @contextmanager
 def fixed_torch_threads(threads: int):
-    """Run the block with ``threads`` torch intra-op threads (restored after). A stage module
+    """Run the block with ``threads`` torch intra-op threads and ``threads`` BLAS/OpenMP threads
+    in numpy's, scipy's and torch's native pools (threadpoolctl; restored after). A stage module
     that declares ``TORCH_THREADS`` runs under it: float reductions split over a different
     number of threads round differently, and probe fits amplify that into different verdicts,
-    so those stages compute with a constant count whatever ``--jobs`` and the core count."""
+    so those stages compute with a constant count whatever ``--jobs`` and the core count. The
+    BLAS pools matter for time too: two stage workers each running scikit-learn's many small
+    L-BFGS fits on a 2-thread OpenBLAS on 2 cores ran the decision stage 11 times slower (227
+    s against 20 s; docs/benchmarks.md)."""
+    import scipy.linalg  # noqa: F401  (loads scipy's own OpenBLAS, so that the limit covers it)
     import torch
+    from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        yield
+        with threadpool_limits(limits=threads):
+            yield
     finally:
         torch.set_num_threads(before)
 
