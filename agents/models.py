@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from goalprobe.agents.attention import resolve_attention, set_attention
 from goalprobe.agents.bundled import (
     bundled_agent_dir,
     bundled_weights_digest,
@@ -101,6 +102,7 @@ def load_model(
     dtype: str = "auto",
     device_map: str | None = None,
     remote: bool = False,
+    attention: str = "auto",
 ) -> LoadedModel:
     """Load an agent.
 
@@ -115,6 +117,8 @@ def load_model(
             overrides ``device``.
         remote: build only the module tree and tokenizer (nnsight ``TransformersModel``, no
             weights) for a run on NDIF.
+        attention: the GPT-OSS attention kernel (:func:`~goalprobe.agents.attention.set_attention`:
+            ``auto`` runs the sinks through SDPA on CPU and eager attention elsewhere).
 
     Raises:
         HubUnavailableError: a hub id that is not cached while the hub cannot be used.
@@ -130,8 +134,10 @@ def load_model(
         lm = TransformersModel(model, revision=revision or None)
         return LoadedModel(lm, lm.tokenizer, model, revision)
     device, torch_dtype = resolve_device_dtype(device, dtype)
+    resolve_attention(attention, device)  # an unknown choice fails before any weights load
     if is_bundled(model):
         loaded, tokenizer = load_bundled_agent(device=device, directory=bundled_agent_dir(model))
+        set_attention(loaded, attention, device)
         return LoadedModel(loaded.to(torch_dtype), tokenizer, model, bundled_weights_digest(model))
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -159,6 +165,7 @@ def load_model(
             ) from err
         raise
     commit = revision or getattr(loaded.config, "_commit_hash", None) or model_commit(model)
+    set_attention(loaded, attention, str(loaded.device) if device_map else device)
     return LoadedModel(loaded.eval(), tokenizer, model, commit or "")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from goalprobe.agents.attention import resolve_attention
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.models import (
     LoadedModel,
@@ -60,7 +61,8 @@ class AgentConfig:
     def identity(self) -> dict[str, Any]:
         """What a stage's cache key records of this agent: the weights (a bundled agent's
         digest, else the name), the engine and, when the weights run in this process, the
-        device and numeric precision they run at."""
+        device, numeric precision and attention kernel they run at (the kernels compute the
+        same maths, with numerics that differ from the 6th digit on: agents/attention.py)."""
         identity = {
             **model_identity(self.model),
             "backend": self.backend,
@@ -68,7 +70,11 @@ class AgentConfig:
         }
         if self.local_weights:
             device, dtype = resolve_device_dtype(self.device, "auto")
-            identity |= {"device": device, "dtype": str(dtype).removeprefix("torch.")}
+            identity |= {
+                "device": device,
+                "dtype": str(dtype).removeprefix("torch."),
+                "attention": resolve_attention("auto", device),
+            }
         return identity
 
     def server_config(self) -> ServerConfig:

@@ -168,7 +168,7 @@ def demo_config(
     )
     for path, value in (overrides or {}).items():
         config = override(config, path, value)
-    if config.activations.attn_implementation != "eager" and not device.startswith("cuda"):
+    if config.activations.attn_implementation == "flex_attention" and not device.startswith("cuda"):
         raise ValueError(
             f"activations.attn_implementation={config.activations.attn_implementation} needs "
             f"--device cuda (GPT-OSS's attention sinks run under flex attention on CUDA only), "

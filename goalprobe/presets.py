@@ -174,7 +174,7 @@ def tiny(seed: int) -> dict[str, Any]:
 
 def default(seed: int) -> dict[str, Any]:
     """2 CPU cores, a 15-minute budget (21 minutes measured: docs/benchmarks.md): the study's
-    protocol (horizons ceil(1.5 L), key variants at T = 30 with 70 episodes each, patching with
+    protocol (horizons ceil(1.5 L), key variants at T = 30 with 42 episodes each, patching with
     greedy regenerated reasoning and the optimality filter) on the study's 5 sizes x 6
     densities, and a probing set of 420 grids."""
     n_boot = 1000
@@ -190,13 +190,13 @@ def default(seed: int) -> dict[str, Any]:
         iso=IsoConfig(
             transforms=("reflect", "start_goal_swap"), base_grids=30, episodes_per_grid=1
         ),
-        # 14 layouts per variant on 7 x 7 only (70 episodes per variant as on 7 + 9): shorter
-        # prompts, the same number of layouts and episodes behind each rate
+        # 14 layouts per variant on 7 x 7 only, 3 episodes each (42 per variant: descriptive
+        # rates, the layouts are the unit of their intervals; 5 episodes cost 2.5 minutes more)
         keys=KeysConfig(
             variants=("key_door", "key_no_door", "two_path_key", "two_path_no_key"),
             sizes=(7,),
             grids_per_size=14,
-            episodes_per_grid=5,
+            episodes_per_grid=3,
             horizon=30,
             seed=seed,
         ),
@@ -253,6 +253,8 @@ def default(seed: int) -> dict[str, Any]:
             max_new_tokens=256,
             batch_size=64,
             regenerate_batch_size=128,
+            # 12 pairs of each kind at each reasoning chunk (24: ~25 s more per agent)
+            chunk_pairs=12,
             n_bootstrap=n_boot,
             seed=seed,
         ),

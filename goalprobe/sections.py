@@ -158,18 +158,20 @@ class ActivationsConfig:
     batch_size: int = 16
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
-    attn_implementation: str = "eager"
-    """Replay attention: ``eager`` (transformers' default) or ``flex_attention`` (CUDA; memory
-    linear in the length, for 8-16k-token reasoning; rows differ from eager's: docs/gpu.md)."""
+    attn_implementation: str = "agent"
+    """Replay attention: ``agent`` (the kernel the agent was loaded with: GPT-OSS's sinks
+    through SDPA on CPU, eager on CUDA; agents/attention.py), ``eager`` (transformers') or
+    ``flex_attention`` (CUDA; memory linear in the length, for 8-16k-token reasoning; rows
+    differ from eager's: docs/gpu.md)."""
     reasoning_every: int = 4
     """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
     (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
 
     def __post_init__(self) -> None:
-        if self.attn_implementation not in ("eager", "flex_attention"):
+        if self.attn_implementation not in ("agent", "eager", "flex_attention"):
             raise ValueError(
                 f"activations.attn_implementation {self.attn_implementation!r}: expected "
-                "'eager' or 'flex_attention'"
+                "'agent', 'eager' or 'flex_attention'"
             )
         if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
             raise ValueError("activations: reasoning_every must be an integer >= 0")

@@ -74,10 +74,11 @@ def command(
     attn_implementation: Annotated[
         str,
         typer.Option(
-            help="eager (default) or flex_attention (CUDA; memory linear in the replayed "
-            "length, but its rows differ from eager's: never mix the two in one study)."
+            help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
+            "sink_attention or flex_attention (CUDA; memory linear in the replayed length, but "
+            "its rows differ from eager's: never mix the two in one study)."
         ),
-    ] = "eager",
+    ] = "auto",
     rows_per_part: Annotated[
         int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
     ] = 256,
@@ -112,13 +113,14 @@ def command(
         extract,
         holds_other_extraction,
     )
+    from goalprobe.agents.attention import ATTENTION_CHOICES
     from goalprobe.agents.trajectories import trajectory_stats
 
     # every argument and the input file are checked before the (possibly long) model load
     choice(backend, BACKENDS, "--backend")
     check_device(device)
-    choice(attn_implementation, ("eager", "flex_attention"), "--attn-implementation")
-    if attn_implementation != "eager" and (remote or not device.startswith("cuda")):
+    choice(attn_implementation, (*ATTENTION_CHOICES, "flex_attention"), "--attn-implementation")
+    if attn_implementation == "flex_attention" and (remote or not device.startswith("cuda")):
         raise typer.BadParameter(
             "--attn-implementation flex_attention needs a local model on --device cuda "
             "(GPT-OSS's attention sinks run under flex attention on CUDA only)"
@@ -170,6 +172,7 @@ def command(
         dtype=dtype,
         device_map=device_map,
         remote=remote,
+        attention="eager" if attn_implementation == "flex_attention" else attn_implementation,
     )
     options = {}
     if backend == "nnsight":
@@ -181,7 +184,7 @@ def command(
         }
     elif backend == "transformer_lens":  # full forwards only: the bridge may take the model
         options = {"model_id": loaded.model_id, "copy_model": False}
-    if not remote and loaded.model.config._attn_implementation != attn_implementation:
+    if not remote and attn_implementation == "flex_attention":
         loaded.model.set_attn_implementation(attn_implementation)
     try:
         capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
@@ -195,7 +198,7 @@ def command(
         from goalprobe.stages.activations import planned_config
 
         on = str(next(loaded.model.parameters()).device)
-        config = planned_config(config, trajectories, loaded, on, attention=attn_implementation)
+        config = planned_config(config, trajectories, loaded, on)
     report = extract(
         trajectories,
         out,

@@ -18,6 +18,7 @@ from goalprobe.activations.plan import (
     require_fits,
 )
 from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.attention import SINK_ATTENTION
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.stages.context import StageContext
 
@@ -76,10 +77,11 @@ def extract_into(
 
 @contextmanager
 def attention(model, implementation: str):
-    """``model`` run with the attention ``implementation`` inside the block, its own after (the
-    loaded model is shared with the later stages)."""
+    """``model`` run with the attention ``implementation`` inside the block (``agent``: the
+    one it was loaded with), its own after (the loaded model is shared with the later
+    stages)."""
     before = model.config._attn_implementation
-    if implementation == before:
+    if implementation in ("agent", before):
         yield
         return
     model.set_attn_implementation(implementation)
@@ -110,7 +112,6 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         trajectories,
         loaded,
         agent.device,
-        attention=settings.attn_implementation,
     )
     report = extract(
         trajectories,
@@ -127,15 +128,24 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
 
 
 def planned_config(
-    config: ExtractConfig, trajectories: Path, loaded, device: str, attention: str = "eager"
+    config: ExtractConfig,
+    trajectories: Path,
+    loaded,
+    device: str,
+    attention: str | None = None,
 ) -> ExtractConfig:
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
-    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``).
+    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``). ``attention``:
+    the kernel planned for; None: the one the model runs (the SDPA sinks kernel is planned as
+    eager: its additive mask has the scores' size).
 
     Raises:
         ExtractionDoesNotFitError: the longest step does not fit one sequence at a time."""
     model = loaded.model
+    attention = attention or str(model.config._attn_implementation)
+    if attention == SINK_ATTENTION:
+        attention = "eager"
     shape = ModelShape.from_config(model.config)
     dtype_bytes = next(model.parameters()).element_size()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -1,0 +1,129 @@
+"""GPT-OSS attention with its sinks through PyTorch's ``scaled_dot_product_attention``.
+
+Transformers runs GPT-OSS under its eager attention only (the per-head sink logit rules SDPA
+out): every call repeats the key/value heads, materialises the scores, concatenates the sink
+column and softmaxes in Python-visible steps. The same maths fits one SDPA call: append one
+key and one value of zeros to every sequence and give that key, through the additive mask,
+the head's sink as its logit. The softmax then runs over ``[scores, sink]`` exactly as eager's
+does, the zero value drops the sink's share from the output, and SDPA handles the grouped
+key/value heads itself (``enable_gqa``). On the bundled agents on CPU it generates about 40%
+faster than eager with the same greedy tokens and logits within 1e-5 (docs/benchmarks.md).
+
+Shapes (transformers' attention-interface convention): ``query`` ``(B, H, Q, D)``, ``key`` and
+``value`` ``(B, KV, K, D)``, ``attention_mask`` ``(B, 1, Q, K)`` additive float (transformers'
+eager mask, which :func:`register_sink_attention` assigns to this implementation, sliding
+windows and padding included), output ``(B, Q, H, D)``.
+
+:func:`set_attention` is the one place a loaded model's kernel is chosen (``auto``: this one on
+CPU, eager elsewhere, where it has not been measured); nothing registers at import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+SINK_ATTENTION = "sink_attention"
+"""The implementation's name in transformers' attention registry (no ``sdpa`` in it:
+transformers would check the model's own SDPA support, which GPT-OSS lacks)."""
+
+ATTENTION_CHOICES = ("auto", "eager", SINK_ATTENTION)
+"""What a caller may ask for: ``auto`` resolves by device (:func:`resolve_attention`)."""
+
+
+def sink_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    s_aux: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Eager GPT-OSS attention's output in one SDPA call (module docstring); no weights."""
+    import torch
+    import torch.nn.functional as F
+
+    if s_aux is None:
+        raise ValueError("sink_attention needs the attention sinks (s_aux): a GPT-OSS layer")
+    batch, heads, q_len, head_dim = query.shape
+    k_len = key.shape[2]
+    zeros = key.new_zeros(batch, key.shape[1], 1, head_dim)
+    key = torch.cat([key, zeros], dim=2)
+    value = torch.cat([value, zeros], dim=2)
+    if attention_mask is None:
+        mask = _causal_mask(q_len, k_len, kwargs.get("sliding_window"), query)
+    else:
+        mask = attention_mask[..., :k_len].to(query.dtype)
+    mask = mask.expand(batch, heads, q_len, k_len)
+    sink = s_aux.reshape(1, heads, 1, 1).to(query.dtype).expand(batch, heads, q_len, 1)
+    out = F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=torch.cat([mask, sink], dim=-1),
+        dropout_p=dropout if module.training else 0.0,
+        scale=scaling,
+        enable_gqa=True,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _causal_mask(q_len: int, k_len: int, window: int | None, like: torch.Tensor) -> torch.Tensor:
+    """``(1, 1, Q, K)`` additive causal mask of the last ``Q`` of ``K`` positions (only within
+    ``window`` when given); used when transformers hands no mask."""
+    import torch
+
+    q_pos = torch.arange(k_len - q_len, k_len, device=like.device)[:, None]
+    k_pos = torch.arange(k_len, device=like.device)[None, :]
+    allowed = k_pos <= q_pos
+    if window is not None:
+        allowed &= k_pos > q_pos - window
+    mask = torch.zeros(q_len, k_len, dtype=like.dtype, device=like.device)
+    return mask.masked_fill(~allowed, torch.finfo(like.dtype).min)[None, None]
+
+
+def register_sink_attention() -> None:
+    """Register :data:`SINK_ATTENTION` with transformers (idempotent), with the eager additive
+    mask as its mask (transformers would hand a custom kernel none: padding would leak)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    AttentionInterface.register(SINK_ATTENTION, sink_attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SINK_ATTENTION, eager_mask)
+
+
+def has_sinks(model: Any) -> bool:
+    """Whether ``model`` is a GPT-OSS model (attention sinks in every layer)."""
+    return getattr(getattr(model, "config", None), "model_type", None) == "gpt_oss"
+
+
+def resolve_attention(choice: str, device: str) -> str:
+    """The kernel ``choice`` means on ``device``: ``auto`` is :data:`SINK_ATTENTION` on CPU and
+    ``eager`` elsewhere; the others are themselves.
+
+    Raises:
+        ValueError: a choice outside :data:`ATTENTION_CHOICES`.
+    """
+    if choice not in ATTENTION_CHOICES:
+        raise ValueError(f"attention {choice!r}: expected one of {ATTENTION_CHOICES}")
+    if choice != "auto":
+        return choice
+    return SINK_ATTENTION if str(device).startswith("cpu") else "eager"
+
+
+def set_attention(model: Any, choice: str, device: str) -> str:
+    """Run ``model`` (a transformers model) under ``choice`` resolved for ``device``; models
+    without sinks keep their own kernel. Returns the implementation the model now runs."""
+    implementation = resolve_attention(choice, device)
+    if not has_sinks(model):
+        return str(model.config._attn_implementation)
+    if implementation == SINK_ATTENTION:
+        register_sink_attention()
+    if model.config._attn_implementation != implementation:
+        model.set_attn_implementation(implementation)
+    return implementation
