@@ -174,7 +174,7 @@ def tiny(seed: int) -> dict[str, Any]:
 
 def default(seed: int) -> dict[str, Any]:
     """2 CPU cores, a 15-minute budget (21 minutes measured: docs/benchmarks.md): the study's
-    protocol (horizons ceil(1.5 L), key variants at T = 30 with 42 episodes each, patching with
+    protocol (horizons ceil(1.5 L), key variants at T = 30 with 28 episodes each, patching with
     greedy regenerated reasoning and the optimality filter) on the study's 5 sizes x 6
     densities, and a probing set of 420 grids."""
     n_boot = 1000
@@ -190,13 +190,14 @@ def default(seed: int) -> dict[str, Any]:
         iso=IsoConfig(
             transforms=("reflect", "start_goal_swap"), base_grids=30, episodes_per_grid=1
         ),
-        # 14 layouts per variant on 7 x 7 only, 3 episodes each (42 per variant: descriptive
-        # rates, the layouts are the unit of their intervals; 5 episodes cost 2.5 minutes more)
+        # 14 layouts per variant on 7 x 7 only, 2 episodes each (28 per variant: descriptive
+        # rates whose intervals are clustered by layout, so the 14 layouts set their width;
+        # 5 episodes per layout cost about 3 minutes more)
         keys=KeysConfig(
             variants=("key_door", "key_no_door", "two_path_key", "two_path_no_key"),
             sizes=(7,),
             grids_per_size=14,
-            episodes_per_grid=3,
+            episodes_per_grid=2,
             horizon=30,
             seed=seed,
         ),
@@ -216,6 +217,7 @@ def default(seed: int) -> dict[str, Any]:
         probing=ProbingConfig(
             grids=GridSetConfig(n_per_cell=14, seed=seed + 1),
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
+            learning_curve_points=4,
         ),
         activations=ActivationsConfig(batch_size=16),
         probes=ProbesConfig(
@@ -232,8 +234,11 @@ def default(seed: int) -> dict[str, Any]:
         ),
         plans=PlansConfig(
             # 3-fold cross-fitting by grid: every one of the 60 grids is a test grid once (>= 50
-            # test grids) at 3/5 of 5 folds' training
+            # test grids) at 3/5 of 5 folds' training; capacities 1 and 4 (the sweep's ends;
+            # 2 layers cost a third of the stage), the shuffled control at 1
             sweep=PlanSweepConfig(
+                decoder_layers=(1, 4),
+                control_decoder_layers=(1,),
                 n_folds=3,
                 validation_fraction=0.25 * 0.75,
                 n_bootstrap=n_boot,

@@ -23,7 +23,14 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
-from goalprobe.stages import DEPENDS_ON, SERVER_STAGES, STAGES, WEIGHT_STAGES, server_first
+from goalprobe.stages import (
+    DEPENDS_ON,
+    SERVER_STAGES,
+    STAGES,
+    WEIGHT_STAGES,
+    server_first,
+    work_after,
+)
 from goalprobe.stages.context import StageContext, write_json
 
 
@@ -192,7 +199,13 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
     """Up to ``jobs`` stages (of any of ``books``) at once in worker processes, each as soon as
     its inputs are done; a run's report also waits for its companions' stages."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    waiting = [(book, name) for book in books for name in book.stages]
+    # the ready stage with the most work after it first (study order among equals)
+    ranked = sorted(
+        ((-work_after(book.stages)[name], i, j, book, name)
+         for i, book in enumerate(books) for j, name in enumerate(book.stages)),
+        key=lambda entry: entry[:3],
+    )  # fmt: skip
+    waiting = [(book, name) for *_, book, name in ranked]
     running: dict[Any, tuple[StageBook, str]] = {}
 
     def pending(book: StageBook, name: str) -> bool:

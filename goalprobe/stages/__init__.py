@@ -123,6 +123,49 @@ grid), on the same grids and probing set; the behavioural studies that say nothi
 a map is (iso, keys, harm, intention) run for the default agent only."""
 
 
+SECONDS_HINT: Mapping[str, float] = {
+    "grids": 0,
+    "rollouts": 110,
+    "behaviour": 2,
+    "iso": 65,
+    "keys": 55,
+    "harm": 15,
+    "fog": 41,
+    "intention": 94,
+    "false_belief_rollouts": 14,
+    "probing": 33,
+    "activations": 40,
+    "probes": 220,
+    "intention_map": 2,
+    "distance": 6,
+    "plans": 65,
+    "decision": 12,
+    "patching": 128,
+    "scoring": 40,
+    "false_belief": 2,
+    "fog_map": 8,
+    "report": 1,
+}
+"""Rough seconds of each stage at the default scale on 2 cores (docs/benchmarks.md). Used only
+to order the stages that are ready to start (:func:`work_after`); never part of a key or a
+result, so a stale figure costs wall time, not correctness."""
+
+
+def work_after(stages: tuple[str, ...]) -> dict[str, float]:
+    """Each of ``stages``' own :data:`SECONDS_HINT` plus the longest chain of hints of the
+    stages among ``stages`` that read it, directly or not (the parallel scheduler starts the
+    ready stage with the most work after it first: the critical path)."""
+    readers: dict[str, list[str]] = {name: [] for name in stages}
+    for name in stages:
+        for dependency in DEPENDS_ON[name]:
+            if dependency in readers and name != "report":
+                readers[dependency].append(name)
+    work: dict[str, float] = {}
+    for name in reversed([n for n in STAGES if n in readers]):  # readers come later
+        work[name] = SECONDS_HINT[name] + max((work[r] for r in readers[name]), default=0.0)
+    return work
+
+
 HEADLINE_STAGE = "pre_reasoning"
 """The anchor stage of the headline representational findings (fixed in advance)."""
 

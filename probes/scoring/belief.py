@@ -290,12 +290,25 @@ class StepScore:
     dec_optimal: np.ndarray | None = None
 
 
-def score_step(step: StepBelief, top_k: Sequence[int] = TOP_K_DEFAULT) -> StepScore:
-    """Score one step against the true grid and its decoded map."""
+def score_step(
+    step: StepBelief,
+    top_k: Sequence[int] = TOP_K_DEFAULT,
+    distances: dict[bytes, _GoalDistances] | None = None,
+) -> StepScore:
+    """Score one step against the true grid and its decoded map.
+
+    ``distances``: a caller's cache of the BFS tables by decoded wall map, shared by the steps
+    it scores (the steps of a grid mostly decode the same walls); the scores do not depend on
+    it."""
     valid = step.action is not None
     a = int(step.action) if step.action is not None else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])
-    goals = _GoalDistances(decoded_walls(step.probs, step.size, door_locked=step.door_locked))
+    walls = decoded_walls(step.probs, step.size, door_locked=step.door_locked)
+    if distances is None:
+        goals = _GoalDistances(walls)
+    else:
+        key = walls.shape[0].to_bytes(2, "little") + np.packbits(walls).tobytes()
+        goals = distances.setdefault(key, _GoalDistances(walls))
     readout: dict[str, Any] = dict(
         door_locked=step.door_locked, agent=step.agent, goal=step.goal, _goals=goals
     )

@@ -323,11 +323,15 @@ MAP_FREE = frozenset({"acc_gt", "chance_acc_gt"})
 
 
 def _indicators(
-    step: StepBelief, top_k: Sequence[int], fact: StepFacts | None = None
+    step: StepBelief,
+    top_k: Sequence[int],
+    fact: StepFacts | None = None,
+    distances: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(num, den)`` per metric of :func:`belief_metrics` for one step (a ratio of sums);
-    the local metrics need the step's truth (``fact``; without it their ``den`` is 0)."""
-    s = score_step(step, top_k)
+    the local metrics need the step's truth (``fact``; without it their ``den`` is 0);
+    ``distances``: the BFS cache :func:`score_step` shares across steps."""
+    s = score_step(step, top_k, distances)
     gt, dec = s.opt_gt, s.opt_dec
     regret = s.belief.qmdp_regret
     finite = math.isfinite(regret)
@@ -370,6 +374,7 @@ def _score_chunk(
     """Score a chunk of decoded rows (``agent`` / ``goal``: the rows' position read-outs)."""
     full = expand_classes(probs, classes)
     nums, dens = [], []
+    distances: dict = {}  # BFS tables by decoded wall map, for this chunk's steps
     for i, (p, fact) in enumerate(zip(full, facts, strict=True)):
         fact = StepFacts(*fact)
         step = StepBelief(
@@ -381,7 +386,7 @@ def _score_chunk(
             agent=None if agent is None else agent[i],
             goal=None if goal is None else goal[i],
         )
-        num, den = _indicators(step, top_k, fact)
+        num, den = _indicators(step, top_k, fact, distances)
         nums.append(num)
         dens.append(den)
     return np.stack(nums), np.stack(dens)

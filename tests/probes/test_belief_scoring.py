@@ -144,3 +144,27 @@ def test_belief_weighted_matches_brute_force_over_all_pairs():
                     num += weight * optimal_mask_for_pair(walls, agent, goal)[action]
                     den += weight
         assert got.expected_optimality == pytest.approx(num / den, abs=1e-9), trial
+
+
+def test_shared_bfs_cache_gives_the_same_scores_and_is_shared():
+    """The cache a caller passes (keyed by decoded walls) changes no score; steps that decode
+    the same walls share one entry, different walls get their own."""
+    rng = np.random.default_rng(3)
+    walls = open_room(7).walls.copy()
+    walls[3, 1:4] = True  # a second wall map
+    rooms = [open_room(7, start=(1, 1), goal=(5, 5)), Grid(walls=walls, goal=(1, 5), start=(2, 3))]
+    cache: dict = {}
+    for step in range(24):
+        grid = rooms[step % 2]
+        probs = one_hot_map(padded_cell_types(grid), sharp=float(rng.uniform(0.5, 0.99)))
+        probs = probs * rng.uniform(0.8, 1.2, probs.shape)  # agent/goal read-outs vary
+        action = int(rng.integers(4))
+        true_opt = solve(grid).action_mask(grid.initial_state)
+        alone = score_step(StepBelief(probs, 7, action, true_opt), (1, 3))
+        shared = score_step(StepBelief(probs, 7, action, true_opt), (1, 3), cache)
+        assert alone.opt_dec == shared.opt_dec and alone.opt_topk == shared.opt_topk
+        assert alone.agreement == shared.agreement
+        assert np.array_equal(alone.dec_optimal, shared.dec_optimal)
+        assert alone.belief.expected_optimality == shared.belief.expected_optimality
+        assert np.array_equal(alone.belief.q_bar, shared.belief.q_bar)
+    assert len(cache) == 2
