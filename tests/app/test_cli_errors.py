@@ -445,7 +445,7 @@ def test_model_commit_is_read_from_a_cached_snapshot(tmp_path, monkeypatch):
 
 def test_demo_flex_attention_without_cuda_is_one_error_before_any_stage(tmp_path, goalprobe_cli):
     run_dir = tmp_path / "run"
-    for value, named in [("flex_attention", "needs --device cuda"), ("sdpa", "expected 'eager'")]:
+    for value, named in [("flex_attention", "needs --device cuda"), ("sdpa", "expected 'agent', 'eager'")]:
         line = one_error_line(
             goalprobe_cli(
                 "demo", "--run-dir", run_dir, "--set", f"activations.attn_implementation={value}"
@@ -466,6 +466,8 @@ def test_the_replay_attention_is_restored_after_extraction():
     with attention(model, "flex_attention"):  # switched (not run: sinks need CUDA)
         assert model.config._attn_implementation == "flex_attention"
     assert model.config._attn_implementation == "eager"
+    with attention(model, "agent"):  # the loaded kernel, untouched
+        assert model.config._attn_implementation == "eager"
     with pytest.raises(RuntimeError, match="inside"):
         with attention(model, "flex_attention"):
             raise RuntimeError("inside")
