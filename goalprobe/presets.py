@@ -173,7 +173,7 @@ def tiny(seed: int) -> dict[str, Any]:
 
 
 def default(seed: int) -> dict[str, Any]:
-    """2 CPU cores, a 15-minute budget (21 minutes measured: docs/benchmarks.md): the study's
+    """2 CPU cores, a 15-minute budget (13.7 minutes measured: docs/benchmarks.md): the study's
     protocol (horizons ceil(1.5 L), key variants at T = 30 with 28 episodes each, patching with
     greedy regenerated reasoning and the optimality filter) on the study's 5 sizes x 6
     densities, and a probing set of 420 grids."""

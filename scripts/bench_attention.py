@@ -77,8 +77,10 @@ def main() -> None:
     ratio = min(seconds[SINK_ATTENTION]) / min(seconds["eager"])
     print(f"ratio {SINK_ATTENTION} / eager (best of each): {ratio:.2f}")
     same = float((eager_out == sink_out).float().mean())
-    print(f"same greedy tokens: {same:.4f}; largest logit difference on the prompts: "
-          f"{float((eager_logits - sink_logits).abs().max()):.2e}")
+    print(
+        f"same greedy tokens: {same:.4f}; largest logit difference on the prompts: "
+        f"{float((eager_logits - sink_logits).abs().max()):.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def command(
     scale: Annotated[
         str,
         typer.Option(
-            help="tiny (CI, ~2 min), default (~21 min on 2 idle CPU cores) or paper (the study's "
+            help="tiny (CI, ~1 min), default (~14 min on 2 idle CPU cores) or paper (the study's "
             "sizes and counts; for a GPU)."
         ),
     ] = "default",

@@ -445,7 +445,10 @@ def test_model_commit_is_read_from_a_cached_snapshot(tmp_path, monkeypatch):
 
 def test_demo_flex_attention_without_cuda_is_one_error_before_any_stage(tmp_path, goalprobe_cli):
     run_dir = tmp_path / "run"
-    for value, named in [("flex_attention", "needs --device cuda"), ("sdpa", "expected 'agent', 'eager'")]:
+    for value, named in [
+        ("flex_attention", "needs --device cuda"),
+        ("sdpa", "expected 'agent', 'eager'"),
+    ]:
         line = one_error_line(
             goalprobe_cli(
                 "demo", "--run-dir", run_dir, "--set", f"activations.attn_implementation={value}"
