@@ -159,10 +159,8 @@ class ActivationsConfig:
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
     attn_implementation: str = "agent"
-    """Replay attention: ``agent`` (the kernel the agent was loaded with: GPT-OSS's sinks
-    through SDPA on CPU, eager on CUDA; agents/attention.py), ``eager`` (transformers') or
-    ``flex_attention`` (CUDA; memory linear in the length, for 8-16k-token reasoning; rows
-    differ from eager's: docs/gpu.md)."""
+    """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager`` or
+    ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md)."""
     reasoning_every: int = 4
     """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
     (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
