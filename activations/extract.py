@@ -78,6 +78,7 @@ _IDENTITY_ATTRS: tuple[str, ...] = (
     "backend",
     "trajectory_sha256",
     "d_model",
+    "attention",
 )
 
 
@@ -573,6 +574,7 @@ def extract(
         "backend": capture.name,
         "trajectory_sha256": sha256_file(trajectories),
         "d_model": capture.d_model,
+        "attention": capture.attention,
     }
     attrs = {
         **identity,

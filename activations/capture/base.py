@@ -184,6 +184,13 @@ class ResidualBackend(ABC):
         self._cached_prefix: tuple[bytes, Any] | None = None  # (prefix bytes, KV cache)
 
     @property
+    def attention(self) -> str:
+        """The attention kernel the model runs (transformers' ``_attn_implementation``: eager,
+        ``sink_attention`` (agents/attention.py) or flex_attention; '' when unknown): recorded
+        in a store's ``attention`` attribute, since the kernels' rows differ."""
+        return str(getattr(self.config, "_attn_implementation", None) or "")
+
+    @property
     def device(self) -> torch.device:
         """Device of the model's first parameter (where patch values and token ids go)."""
         return next(self.model.parameters()).device

@@ -96,6 +96,12 @@ class TransformerLensBackend(ResidualBackend):
                 f"{type(err).__name__}: {err}"
             ) from err
 
+    @property
+    def attention(self) -> str:
+        """The bridge's own kernel: it runs the wrapped model under eager attention (module
+        docstring), whatever the model was loaded with."""
+        return "eager"
+
     @staticmethod
     def hook_name(layer: int) -> str:
         """The hook of the residual stream after block ``layer``."""

@@ -34,6 +34,7 @@ _MATCHING_ATTRS: tuple[str, ...] = (
     "trajectory_steps",
     "shard_count",
     "d_model",
+    "attention",
 )
 
 

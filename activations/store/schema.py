@@ -164,6 +164,8 @@ ROOT_ATTRS: dict[str, str] = {
     "layers": "stored decoder blocks (int array)",
     "stages": "stored stages (JSON list)",
     "d_model": "residual width",
+    "attention": "attention kernel the rows were computed with (eager, sink_attention, "
+    "flex_attention; the TransformerLens bridge runs eager); absent before 2026-11-27",
     "anchor_token_ids": "JSON of the harmony token ids used to find the anchors",
     "config": "JSON of the extraction config",
     "trajectory_file": "name of the source trajectory JSONL",

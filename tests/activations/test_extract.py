@@ -349,3 +349,39 @@ def test_a_step_without_anchors_is_named(tmp_path, trajectories, loaded):
     with pytest.raises(ValueError, match=rf"bad\.jsonl: {where}: no pre-reasoning anchor"):
         extract(bad, tmp_path / "s.h5", capture, loaded.tokenizer, CONFIG, model_id="tiny")
     assert not (tmp_path / "s.h5").exists()
+
+
+def test_the_attention_kernel_is_recorded_and_never_mixed(tmp_path, trajectories, loaded):
+    """A store says which kernel computed its rows; resuming or merging across kernels is
+    refused (their rows differ in the last digits, flex attention's by far more)."""
+    from goalprobe.activations.store.merge import merge_shards
+    from goalprobe.activations.store.schema import StoreFormatError
+    from goalprobe.agents.attention import SINK_ATTENTION, set_attention
+
+    model = loaded.model
+    kernel = model.config._attn_implementation
+    try:
+        stores = {}
+        for name in ("eager", SINK_ATTENTION):
+            set_attention(model, name, "cpu")
+            capture = make_backend("hooks", model, loaded.tokenizer)
+            assert capture.attention == name
+            config = ExtractConfig(layers=(1,), batch_size=2, rows_per_part=2, shard="0/2")
+            stores[name] = tmp_path / f"{name}.h5"
+            extract(trajectories, stores[name], capture, loaded.tokenizer, config, model_id="t")
+            with ActivationStore(stores[name]) as store:
+                assert store.attrs["attention"] == name
+        # the same extraction resumed under the other kernel is another extraction
+        with pytest.raises(ValueError, match="another extraction"):
+            extract(trajectories, stores["eager"], capture, loaded.tokenizer, config, model_id="t")
+        # shard 1 of 2 under the other kernel does not merge with shard 0
+        set_attention(model, "eager", "cpu")
+        other = tmp_path / "shard1.h5"
+        config = ExtractConfig(layers=(1,), batch_size=2, rows_per_part=2, shard="1/2")
+        capture = make_backend("hooks", model, loaded.tokenizer)
+        extract(trajectories, other, capture, loaded.tokenizer, config, model_id="t")
+        with pytest.raises(StoreFormatError, match="attribute 'attention'"):
+            merge_shards([stores[SINK_ATTENTION], other], tmp_path / "merged.h5")
+        merge_shards([stores["eager"], other], tmp_path / "merged.h5")
+    finally:
+        model.set_attn_implementation(kernel)
