@@ -200,3 +200,11 @@ def step_record(grid: Grid, state: State, **overrides) -> StepRecord:
     )
     fields.update(overrides)
     return StepRecord(**fields)
+
+
+def replay_model(tokenizer):
+    """A seeded random 3-block GPT-OSS (mixture of experts, sinks, a 16-token window)."""
+    return tiny_gpt_oss(
+        tokenizer, layers=3, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
+        sliding_window=16, max_positions=1024,
+    )  # fmt: skip

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from agent_fixtures import OracleBackend, tiny_gpt_oss
+from agent_fixtures import replay_model
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.extract import ExtractConfig, default_layers, extract, sha256_file
 from goalprobe.activations.store import ActivationStore, shard_of
@@ -21,11 +21,8 @@ from goalprobe.agents.harmony import (
     HarmonyTokenIds,
 )
 from goalprobe.agents.models import load_model
-from goalprobe.agents.rollout import RolloutConfig, run_rollouts
-from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.agents.trajectories import read_steps, read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS, SYMBOLS, Action, CellType
-from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.text import padded_cell_types, parse
 from goalprobe.probes.plan_metrics import encode_plans
 
@@ -33,29 +30,9 @@ LAYERS = (0, 2)
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def trajectories(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("traj") / "trajectories.jsonl"
-    grids = [
-        generate_grid(size, density, np.random.default_rng(i), grid_id=f"plain-n{size}-i{i}")
-        for i, (size, density) in enumerate([(5, 0.5), (5, 0.0), (7, 1.0), (5, 1.0)])
-    ]
-    config = RolloutConfig(episodes_per_grid=1, retries=0, batch_size=4, horizon_factor=1.0)
-    run_rollouts(grids, OracleBackend(tokenizer), config, path, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tokenizer):
     """A tiny random GPT-OSS saved like a checkpoint (config, weights, tokenizer)."""
-    model = tiny_gpt_oss(
-        tokenizer, layers=3, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
-        sliding_window=16, max_positions=1024,
-    )  # fmt: skip
+    model = replay_model(tokenizer)
     directory = tmp_path_factory.mktemp("model")
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

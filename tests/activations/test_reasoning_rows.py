@@ -11,43 +11,20 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from agent_fixtures import OracleBackend, tiny_gpt_oss
+from agent_fixtures import replay_model
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.extract import ExtractConfig, extract
 from goalprobe.activations.store import ActivationStore, concatenate_stores
 from goalprobe.activations.store.merge import merge_shards
-from goalprobe.agents.rollout import RolloutConfig, run_rollouts
-from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.agents.trajectories import read_steps
-from goalprobe.gridworld.generator import generate_grid
 
 LAYERS = (0, 1, 2)
 EVERY = 3
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def trajectories(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("traj") / "trajectories.jsonl"
-    grids = [
-        generate_grid(size, density, np.random.default_rng(i), grid_id=f"plain-n{size}-i{i}")
-        for i, (size, density) in enumerate([(5, 0.5), (5, 0.0), (7, 1.0), (5, 1.0)])
-    ]
-    config = RolloutConfig(episodes_per_grid=1, retries=0, batch_size=4, horizon_factor=1.0)
-    run_rollouts(grids, OracleBackend(tokenizer), config, path, progress=False)
-    return path
-
-
-@pytest.fixture(scope="module")
 def model(tokenizer):
-    return tiny_gpt_oss(
-        tokenizer, layers=3, heads=4, kv_heads=2, head_dim=8, experts=4, experts_per_token=2,
-        sliding_window=16, max_positions=1024,
-    ).eval()  # fmt: skip
+    return replay_model(tokenizer).eval()
 
 
 CONFIG = ExtractConfig(layers=LAYERS, batch_size=3, rows_per_part=4, reasoning_every=EVERY)
