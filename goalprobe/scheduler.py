@@ -200,8 +200,9 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
     its inputs are done; a run's report also waits for its companions' stages."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     # the ready stage with the most work after it first (study order among equals)
+    work = [work_after(book.stages) for book in books]
     ranked = sorted(
-        ((-work_after(book.stages)[name], i, j, book, name)
+        ((-work[i][name], i, j, book, name)
          for i, book in enumerate(books) for j, name in enumerate(book.stages)),
         key=lambda entry: entry[:3],
     )  # fmt: skip

@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if not args.trajectories.is_file():
+        raise SystemExit(f"error: {args.trajectories}: no such trajectory file")
 
     import torch
     from goalprobe.agents.attention import SINK_ATTENTION, set_attention
