@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if not args.trajectories.is_file():
-        raise SystemExit(f"error: {args.trajectories}: no such trajectory file")
+        print(f"error: {args.trajectories}: no such trajectory file", file=sys.stderr)
+        raise SystemExit(2)
 
     import torch
     from goalprobe.agents.attention import SINK_ATTENTION, set_attention
