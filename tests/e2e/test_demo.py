@@ -553,6 +553,7 @@ def test_readme_assets_renders_the_results_page_of_a_run(demo):
     assert any(b.startswith("- **Causality.** Patching") for b in page.readings["bundled:map"])
 
 
+@pytest.mark.slow  # on the tiny demo's run (its fixture runs the demo, ~40 s)
 def test_goalprobe_score_gives_the_scoring_stage_numbers(demo, tmp_path):
     """The verb and the stage go through one function with one choice of headline maps: on a
     copy of each agent's run, ``goalprobe score`` (the demo's bootstrap and seed) writes the
