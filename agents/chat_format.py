@@ -81,6 +81,11 @@ class ChatFormat(Protocol):
         """Reasoning and answer of a completion (text, or ids decoded with the tokenizer)."""
         ...
 
+    def opens_reasoning(self, generated_ids: Sequence[int]) -> bool:
+        """Whether a completion starts as the format's reasoning starts (else it is malformed and
+        has no post-reasoning anchor)."""
+        ...
+
     def find_anchors(self, token_ids: Sequence[int]) -> AnchorPositions:
         """Pre- and post-reasoning anchor positions (``K`` each) in prompt (+ completion) ids."""
         ...
@@ -156,6 +161,9 @@ class HarmonyFormat:
     def split_completion(self, completion) -> SplitCompletion:
         return harmony.split_completion(_decode(self.tokenizer, completion))
 
+    def opens_reasoning(self, generated_ids) -> bool:
+        return bool(generated_ids) and int(generated_ids[0]) == self.special.channel
+
     def find_anchors(self, token_ids) -> AnchorPositions:
         return harmony.find_anchors(token_ids, self.special)
 
@@ -182,7 +190,9 @@ class HarmonyFormat:
         return {
             "name": self.name,
             "anchor_tokens": self.anchor_tokens,
-            "token_ids": asdict(self.special),
+            "token_ids": {
+                k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.special).items()
+            },
         }
 
 
@@ -406,6 +416,11 @@ class ThinkTagFormat:
     def _is_newline(self, token_id: int) -> bool:
         piece = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return piece != "" and piece.strip("\n") == ""
+
+    def opens_reasoning(self, generated_ids) -> bool:
+        if self.prefilled:
+            return bool(generated_ids)
+        return bool(generated_ids) and int(generated_ids[0]) == self.open_id
 
     def find_anchors(self, token_ids) -> AnchorPositions:
         """Pre: the last three ids of the last generation prompt before the first ``</think>``;
