@@ -94,6 +94,11 @@ class ChatFormat(Protocol):
         """Where the reasoning lies in prompt + completion ids (None: no complete reasoning)."""
         ...
 
+    def answer_start(self, token_ids: Sequence[int]) -> int | None:
+        """Index of the answer's first token in prompt + completion ids (None: no answer after
+        a complete reasoning)."""
+        ...
+
     def answer_header_ids(self) -> tuple[int, ...]:
         """Ids that close the reasoning and open the answer, tokenized on their own."""
         ...
@@ -169,6 +174,16 @@ class HarmonyFormat:
 
     def reasoning_span(self, token_ids) -> ReasoningSpan | None:
         return harmony.reasoning_span(token_ids, self.special)
+
+    def answer_start(self, token_ids) -> int | None:
+        ids = [int(i) for i in token_ids]
+        post = self.find_anchors(ids).post_reasoning
+        if post is None:
+            return None
+        for i in range(post[2] + 1, len(ids)):
+            if ids[i] == self.special.message:
+                return i + 1 if i + 1 < len(ids) else None
+        return None
 
     def answer_header_ids(self) -> tuple[int, ...]:
         s = self.special
@@ -467,6 +482,17 @@ class ThinkTagFormat:
         if stop > start and self._is_newline(ids[stop - 1]):
             stop -= 1
         return ReasoningSpan(start, stop)
+
+    def answer_start(self, token_ids) -> int | None:
+        """The first token after ``</think>`` that is not whitespace only."""
+        ids = [int(i) for i in token_ids]
+        post = self.find_anchors(ids).post_reasoning
+        if post is None:
+            return None
+        i = post[1] + 1
+        while i < len(ids) and self._is_newline(ids[i]):
+            i += 1
+        return i if i < len(ids) else None
 
     def answer_header_ids(self) -> tuple[int, ...]:
         return tuple(_ids(self.tokenizer, self.reasoning_close))
