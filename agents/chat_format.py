@@ -223,6 +223,11 @@ _PROBE_REASONING = "REASONING-PROBE"
 _PROBE_ANSWER = "ANSWER-PROBE"
 
 
+EFFORT_KEYWORD = "reasoning_effort"
+"""The template variable that carries the reasoning effort where a template has one (GPT-OSS's,
+Qwen3.8's)."""
+
+
 class ChatFormatError(ValueError):
     """The tokenizer's chat template supports no known chat format (the message names what is
     missing)."""
@@ -273,7 +278,8 @@ class ThinkTagFormat:
 
     @classmethod
     def from_tokenizer(cls, tokenizer, effort_keyword: str | None = None) -> ThinkTagFormat:
-        """Read the format off the tokenizer's chat template.
+        """Read the format off the tokenizer's chat template (``effort_keyword`` None: the
+        template's :data:`EFFORT_KEYWORD` when it reads that variable, else no effort).
 
         Raises:
             ChatFormatError: no chat template, no single-token ``<think>`` / ``</think>``, a
@@ -297,6 +303,8 @@ class ThinkTagFormat:
                 "harmony special tokens); goalprobe needs a reasoning model whose template "
                 f"separates reasoning from answer ({OPEN_TAG}...{CLOSE_TAG} or harmony channels)"
             )
+        if effort_keyword is None and EFFORT_KEYWORD in template:
+            effort_keyword = EFFORT_KEYWORD
         stop = getattr(tokenizer, "eos_token", None)
         if not stop or _single_token(tokenizer, stop) is None:
             raise ChatFormatError("the tokenizer has no single-token eos_token to stop on")

@@ -245,3 +245,24 @@ def test_grid_cell_locator_unique_for_every_size(which, qwen3_tokenizer, llama3_
     else:
         # every row but the last ends in a wall, and " #\n" is one token
         assert merged == sum(size - 1 for size in SIZES)
+
+
+def test_effort_reaches_a_template_that_reads_it(qwen3_tokenizer, think):
+    """A template with a ``reasoning_effort`` variable gets the effort; Qwen3's has none and
+    renders the same prompt for every effort."""
+    import copy
+
+    from goalprobe.agents.chat_format import ThinkTagFormat
+
+    assert think.effort_keyword is None
+    assert think.render_prompt(_messages(), "low") == think.render_prompt(_messages(), "high")
+    tokenizer = copy.deepcopy(qwen3_tokenizer)
+    tokenizer.chat_template = qwen3_tokenizer.chat_template.replace(
+        "{{- '<|im_start|>system\\n' + messages[0].content",
+        "{{- '<|im_start|>system\\nReasoning: ' + (reasoning_effort or 'none') + '\\n' "
+        "+ messages[0].content",
+    )
+    fmt = ThinkTagFormat.from_tokenizer(tokenizer)
+    assert fmt.effort_keyword == "reasoning_effort"
+    assert "Reasoning: high\n" in fmt.render_prompt(_messages(), "high")
+    assert "Reasoning: low\n" in fmt.render_prompt(_messages(), "low")

@@ -79,13 +79,29 @@ def test_states_and_extract_on_a_think_tag_model(tmp_path, goalprobe_cli, grid_f
     assert "think_tag chat format" in wrong.output and "uses harmony" in wrong.output
 
 
-def test_a_template_without_reasoning_delimiters_is_one_error_line(
-    tmp_path, goalprobe_cli, grid_file, qwen3_plain_dir
-):
-    out = tmp_path / "states.jsonl"
-    result = goalprobe_cli("states", grid_file, "--out", out, "--model", qwen3_plain_dir)
+def _one_error_line(result) -> str:
     assert result.exit_code == 2
     lines = [line for line in result.output.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
-    assert "no reasoning delimiters" in lines[0] and "never writes </think>" in lines[0]
+    return lines[0]
+
+
+def test_a_template_without_reasoning_delimiters_is_one_error_line(
+    tmp_path, goalprobe_cli, grid_file, qwen3_tiny, qwen3_plain_dir
+):
+    out = tmp_path / "states.jsonl"
+    line = _one_error_line(
+        goalprobe_cli("states", grid_file, "--out", out, "--model", qwen3_plain_dir)
+    )
+    assert "no reasoning delimiters" in line and "never writes </think>" in line
     assert not out.exists()
+    # extract: refused before the model loads, no output left behind
+    states = tmp_path / "ok.jsonl"
+    ok = goalprobe_cli("states", grid_file, "--out", states, "--model", qwen3_tiny.directory)
+    assert ok.exit_code == 0, ok.output
+    store = tmp_path / "s.h5"
+    line = _one_error_line(
+        goalprobe_cli("extract", states, "--out", store, "--model", qwen3_plain_dir)
+    )
+    assert "no reasoning delimiters" in line and "--model" in line
+    assert not store.exists() and not (tmp_path / "s.h5.parts").exists()
