@@ -4,7 +4,8 @@ Every step of every finished episode of a trajectory JSONL is replayed teacher-f
 recorded ``prompt_token_ids + generated_token_ids`` (so the activations are those of the run,
 up to floating-point reassociation between cached generation and one full forward), and the
 output of the chosen decoder blocks is stored at the anchor tokens
-(:func:`goalprobe.agents.harmony.find_anchors`) and optionally at every grid-cell token.
+(found by the model's chat format, :mod:`goalprobe.agents.chat_format`: harmony or think-tag)
+and optionally at every grid-cell token.
 
 Two exact savings make extraction cheaper than a plain forward pass over the same tokens:
 each sequence is cut after the last position read (attention is causal, so later tokens cannot
@@ -43,6 +44,7 @@ from goalprobe.activations.store.merge import concatenate_stores
 from goalprobe.activations.store.reader import ActivationStore
 from goalprobe.activations.store.schema import (
     ANCHOR_STAGES,
+    CHAT_FORMAT_ATTR,
     COMPRESSIONS,
     GRID_CELLS,
     LABEL_FIELDS,
@@ -59,12 +61,8 @@ from goalprobe.activations.store.writer import (
     temp_path,
     to_float16,
 )
-from goalprobe.agents.harmony import (
-    HarmonyTokenIds,
-    find_anchors,
-    reasoning_offsets,
-    reasoning_span,
-)
+from goalprobe.agents.chat_format import ChatFormat, HarmonyFormat, chat_format_for
+from goalprobe.agents.harmony import reasoning_offsets
 from goalprobe.agents.trajectories import Episode, read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS
 
@@ -298,7 +296,7 @@ class GridCellLocator:
 def episode_rows(
     episode: Episode,
     first_step_index: int,
-    special: HarmonyTokenIds,
+    chat_format: ChatFormat,
     config: ExtractConfig,
     where: str,
     locator: GridCellLocator | None = None,
@@ -309,7 +307,7 @@ def episode_rows(
     Args:
         episode: a finished episode.
         first_step_index: index of its first step among all steps of the file.
-        special: harmony token ids of the model's tokenizer.
+        chat_format: the model's chat format (:func:`~goalprobe.agents.chat_format.chat_format_for`).
         config: the extraction config.
         where: the trajectory file (for error messages).
         locator: needed when ``config.grid_cells``.
@@ -326,15 +324,15 @@ def episode_rows(
                 f"{vocab_size} ids (the file was written with another tokenizer)"
             )
         try:
-            pre_anchor = find_anchors(step.prompt_token_ids, special).pre_reasoning
+            pre_anchor = chat_format.find_anchors(step.prompt_token_ids).pre_reasoning
         except ValueError as err:
             raise ValueError(f"{step_where}: {err}") from err
         post_anchor = None
         generated = step.generated_token_ids
-        if generated and generated[0] == special.channel:
-            # a completion that opens a channel; anything else (malformed output) has no
+        if generated and chat_format.opens_reasoning(generated):
+            # a completion that opens the reasoning; anything else (malformed output) has no
             # post-reasoning anchor
-            anchors = find_anchors(ids.tolist(), special)
+            anchors = chat_format.find_anchors(ids.tolist())
             if anchors.pre_reasoning != pre_anchor:
                 raise ValueError(f"{step_where}: the prompt's anchor moved in the full sequence")
             post_anchor = anchors.post_reasoning
@@ -355,7 +353,7 @@ def episode_rows(
         offsets: tuple[int, ...] = ()
         length = first_token = 0
         if config.reasoning_every and post_anchor is not None:
-            span = reasoning_span(ids.tolist(), special)
+            span = chat_format.reasoning_span(ids.tolist())
             if span is not None:
                 length, first_token = span.length, span.start
                 offsets = reasoning_offsets(length, config.reasoning_every)
@@ -541,7 +539,7 @@ def extract(
         output: the store to write (see :mod:`goalprobe.activations.store.schema`).
         capture: a :class:`~goalprobe.activations.capture.base.ResidualBackend` around the model that
             generated the trajectories.
-        tokenizer: its tokenizer (harmony token ids; grid-cell offsets).
+        tokenizer: its tokenizer (its chat format finds the anchors; grid-cell offsets).
         config: what to extract.
         model_id: model name or path (recorded).
         model_revision: model revision (recorded; '' when unknown).
@@ -566,7 +564,7 @@ def extract(
     layers = capture.check_layers(config.layers)
     if tuple(layers) != config.layers:
         raise ValueError(f"layers {config.layers} are not valid for this model")
-    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    chat_format = chat_format_for(tokenizer)
     identity = {
         "config": config.to_json(),
         "model_id": model_id,
@@ -578,7 +576,12 @@ def extract(
     }
     attrs = {
         **identity,
-        "anchor_token_ids": asdict(special),
+        **(
+            {"anchor_token_ids": asdict(chat_format.special)}
+            if isinstance(chat_format, HarmonyFormat)
+            else {}
+        ),
+        CHAT_FORMAT_ATTR: chat_format.describe(),
         "trajectory_file": trajectories.name,
         "shard_index": shard.index,
         "shard_count": shard.count,
@@ -670,7 +673,7 @@ def extract(
             rows = episode_rows(
                 episode,
                 first,
-                special,
+                chat_format,
                 config,
                 str(trajectories),
                 locator,

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from goalprobe.activations.extract import ExtractConfig, GridCellLocator, episode_rows
-from goalprobe.agents.harmony import HarmonyTokenIds
+from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.trajectories import read_trajectories
 
 GB = 1e9
@@ -269,7 +269,7 @@ def device_memory_bytes(device: str) -> float:
 def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractConfig) -> list[int]:
     """The replayed length of every step of the finished episodes of ``trajectories``: the
     recorded ids cut after the last position ``config`` reads (what extraction runs)."""
-    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    special = chat_format_for(tokenizer)
     locator = GridCellLocator(tokenizer) if config.grid_cells else None
     lengths: list[int] = []
     first = 0

@@ -122,6 +122,7 @@ def write_prompt_states(
     *,
     backend_description: dict,
     states: Mapping[str, Sequence[State]] | None = None,
+    chat_format: dict | None = None,
 ) -> PromptStatesReport:
     """Write the prompts of :func:`sample_states` for every grid (resumable: grids whose states
     are already in ``out_path`` from the same run are skipped).
@@ -134,6 +135,8 @@ def write_prompt_states(
         backend_description: JSON facts identifying the tokenizer/model (part of the run id).
         states: explicit states per grid id (e.g. the states a rollout visited) instead of
             :func:`sample_states`; part of the run id. A grid missing from it gets none.
+        chat_format: the description of the chat format ``encode`` renders in (recorded in the
+            header; part of the run id unless it is harmony, whose files predate it).
 
     Raises:
         ValueError: an empty or repeated ``grid_id`` or an unsolvable grid.
@@ -149,13 +152,15 @@ def write_prompt_states(
         listed = {g: [[*s.agent, s.has_key, s.door_open] for s in v] for g, v in states.items()}
         digest = hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()
         header_config["explicit_states_sha256"] = digest
-    identity = json.dumps([header_config, backend_description], sort_keys=True)
+    named = [chat_format] if chat_format and chat_format.get("name") != "harmony" else []
+    identity = json.dumps([header_config, backend_description, *named], sort_keys=True)
     run_id = "states-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
     header = RunHeader(
         run_id=run_id,
         config=header_config,
         backend=backend_description,
         package_version=package_version(),
+        chat_format=chat_format,
     )
     finished = open_for_resume(out_path, header)
     total = written = 0

@@ -534,6 +534,13 @@ def _accepts_seeds(backend: Backend) -> bool:
         return False
 
 
+def _chat_format_of(backend) -> dict | None:
+    """The header's chat format: a backend's ``chat_format`` when it has one other than
+    harmony (files without one are harmony, as every file written before formats existed)."""
+    fmt = getattr(backend, "chat_format", None)
+    return None if fmt is None or fmt.name == "harmony" else fmt.describe()
+
+
 def run_rollouts(
     grids: Iterable[Grid],
     backend: Backend,
@@ -593,6 +600,7 @@ def run_rollouts(
         config=asdict(config),
         backend=backend_description,
         package_version=package_version(),
+        chat_format=_chat_format_of(backend),
     )
     finished = open_for_resume(out_path, header)
 

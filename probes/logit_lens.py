@@ -9,9 +9,11 @@ action tokens: the token each action name would take at the answer's action posi
 answer's own prefix (``{"action": "``). At the last block the lens is the model itself (tested:
 the difference of the action distributions is below 1e-3).
 
-Positions in a harmony step (prompt + completion ids, :func:`goalprobe.agents.harmony.find_anchors`):
-the reasoning is the analysis message between the pre-reasoning anchor's ``<|message|>`` and the
-post-reasoning anchor; the answer is the final message after it. Chunks end every ``chunk``
+Positions in a step (prompt + completion ids) come from the model's chat format
+(:mod:`goalprobe.agents.chat_format`): in harmony the reasoning is the analysis message between
+the pre-reasoning anchor's ``<|message|>`` and the post-reasoning anchor and the answer is the
+final message after it; in the think-tag format the reasoning lies between ``<think>`` and
+``</think>`` and the answer follows. Chunks end every ``chunk``
 reasoning tokens and at the last one; each carries its offset in tokens and its fraction of the
 reasoning (1.0 at the last reasoning token).
 
@@ -26,12 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from goalprobe.activations.capture.base import ResidualBackend, TokenBatch, get_submodule_path
-from goalprobe.agents.harmony import (
-    HarmonyTokenIds,
-    find_anchors,
-    reasoning_offsets,
-    reasoning_span,
-)
+from goalprobe.agents.chat_format import ChatFormat, chat_format_for
+from goalprobe.agents.harmony import reasoning_offsets
 from goalprobe.gridworld.core import Action
 
 FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.final_layernorm")
@@ -60,19 +58,23 @@ class StepPositions:
 
 
 def step_positions(
-    tokenizer, prompt_ids: Sequence[int], generated_ids: Sequence[int], action: Action, chunk: int
+    tokenizer,
+    prompt_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    action: Action,
+    chunk: int,
+    chat_format: ChatFormat | None = None,
 ) -> StepPositions | None:
     """The lens positions of one step (None when the ids hold no final answer naming
-    ``action``, e.g. reasoning cut off)."""
+    ``action``, e.g. reasoning cut off). ``chat_format``: the tokenizer's (found when None)."""
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     ids = [int(i) for i in (*prompt_ids, *generated_ids)]
-    special = HarmonyTokenIds.from_tokenizer(tokenizer)
-    anchors = find_anchors(ids, special)
-    if anchors.post_reasoning is None:
+    fmt = chat_format_for(tokenizer) if chat_format is None else chat_format
+    if fmt.find_anchors(ids).post_reasoning is None:
         return None
-    span = reasoning_span(ids, special)
-    final_start = _after_message(ids, anchors.post_reasoning[2], special.message)
+    span = fmt.reasoning_span(ids)
+    final_start = fmt.answer_start(ids)
     if span is None or final_start is None:
         return None
     start = span.start
@@ -109,13 +111,6 @@ def step_positions(
         chunk_offsets=offsets,
         chunk_fractions=tuple((o + 1) / length for o in offsets),
     )
-
-
-def _after_message(ids: Sequence[int], after: int, message_id: int) -> int | None:
-    for i in range(after + 1, len(ids)):
-        if ids[i] == message_id:
-            return i + 1
-    return None
 
 
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:

@@ -226,7 +226,7 @@ def main() -> None:
         episode_rows,
         extract,
     )
-    from goalprobe.agents.harmony import HarmonyTokenIds
+    from goalprobe.agents.chat_format import chat_format_for
     from goalprobe.agents.trajectories import read_steps, read_trajectories
     from transformers.utils import logging as hf_logging
 
@@ -250,7 +250,7 @@ def main() -> None:
         f"tokens (rollouts took {time.perf_counter() - started:.1f} s)"
     )
 
-    special = HarmonyTokenIds.from_tokenizer(tokenizer)
+    special = chat_format_for(tokenizer)
 
     def replay_rows(config):
         rows, first = [], 0

@@ -126,11 +126,12 @@ class OracleBackend:
 
     Deterministic variations exercise every branch: some answers take a non-optimal move, some
     name no action (invalid steps) and some skip the reasoning channel (no post-reasoning
-    anchor).
+    anchor). ``chat_format`` (default harmony) renders prompts and completions.
     """
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, chat_format=None):
         self.tokenizer = tokenizer
+        self.chat_format = chat_format
         self.calls = 0
 
     def _ids(self, text: str) -> list[int]:
@@ -147,11 +148,18 @@ class OracleBackend:
                 action = next(a for a in Action if a not in best)
             reasoning = reasoning_text(grid, state, [action], key_variant=False)
             final = final_text(action) if self.calls % 7 != 3 else "I am not sure."
+            fmt = self.chat_format
             if self.calls % 5 == 2:
-                reasoning, text = "", f"{CHANNEL}final{MESSAGE}{final}{RETURN}"
-            else:
+                reasoning = ""
+                text = f"{CHANNEL}final{MESSAGE}{final}{RETURN}" if fmt is None else final
+            elif fmt is None:
                 text = render_completion(reasoning, final)
-            prompt = render_prompt(messages, sampling.reasoning_effort)
+            else:
+                text = fmt.render_completion(reasoning, final)
+            if fmt is None:
+                prompt = render_prompt(messages, sampling.reasoning_effort)
+            else:
+                prompt = fmt.render_prompt(messages, sampling.reasoning_effort)
             out.append(
                 Completion(
                     prompt_token_ids=self._ids(prompt),

@@ -20,6 +20,8 @@ import h5py
 import numpy as np
 from goalprobe.activations.store.schema import (
     ALL_STAGES,
+    CHAT_FORMAT_ATTR,
+    DEFAULT_CHAT_FORMAT,
     LABEL_FIELDS,
     READABLE_VERSIONS,
     REASONING,
@@ -120,6 +122,8 @@ class ActivationStore:
         schema_version: the file's layout version (1: no reasoning rows).
         reasoning_every: ``k`` of the stored reasoning rows (0: none, as in every version 1
             store).
+        chat_format: JSON description of the chat format the rows were read with (stores of
+            versions 1 and 2: ``{"name": "harmony"}``).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -230,6 +234,13 @@ class ActivationStore:
                         f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
                         f"{(k, self.d_model)}"
                     )
+        chat_format = self.attrs.get(CHAT_FORMAT_ATTR, DEFAULT_CHAT_FORMAT)
+        if not isinstance(chat_format, dict) or not isinstance(chat_format.get("name"), str):
+            raise StoreFormatError(
+                f"{path}: root attribute {CHAT_FORMAT_ATTR!r} is {chat_format!r}, expected a "
+                "JSON object with a 'name'"
+            )
+        self.chat_format: dict[str, Any] = dict(chat_format)
         self.reasoning_every = 0
         self._offsets = np.zeros(committed + 1, dtype=np.int64)
         if version >= 2:

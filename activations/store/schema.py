@@ -1,4 +1,4 @@
-"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 2).
+"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 3).
 
 One file holds, for ``N`` rows (one row per trajectory step)::
 
@@ -16,7 +16,7 @@ One file holds, for ``N`` rows (one row per trajectory step)::
     /reasoning/tokens                   (R,) int32, offset from the reasoning's first token
     /reasoning/fraction                 (R,) float32, (tokens + 1) / length (1.0 at the last)
 
-``stage`` is ``pre_reasoning`` or ``post_reasoning`` (``K = 3``: the anchor tokens
+``stage`` is ``pre_reasoning`` or ``post_reasoning`` (``K = 3``: the anchor tokens, in harmony
 ``<|end|> <|start|> assistant``), and optionally ``grid_cells`` (``K = 15 * 15``: the token of
 every cell of the label canvas, row-major; cells outside the grid are zero and masked by the
 ``PADDING`` class of ``/labels/cell_types``). ``L`` is the 0-based index of the decoder block
@@ -28,6 +28,12 @@ stream at every ``k``-th token of the step's analysis message (offsets ``k - 1, 
 and at its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`), in ascending order.
 A step without a complete analysis message (reasoning cut off, no harmony reasoning) has none.
 Version 1 stores (no ``/reasoning`` group) are still read, as stores without reasoning rows.
+
+Version 3 adds the root attribute ``chat_format``: the JSON description of the chat format
+whose anchors and reasoning span the rows were read at
+(:meth:`goalprobe.agents.chat_format.ChatFormat.describe`; ``name`` is ``harmony`` or
+``think_tag``). The layout is otherwise that of version 2; stores of versions 1 and 2, written
+before other formats existed, are read as harmony (:data:`DEFAULT_CHAT_FORMAT`).
 This module holds names and specs only; it does no I/O and imports no torch.
 """
 
@@ -41,12 +47,18 @@ from goalprobe.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
 SCHEMA = "goalprobe.activations"
 """Value of the root ``schema`` attribute."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Value of the root ``schema_version`` attribute written; bumped on any incompatible change
-(2: the ``/reasoning`` group of ragged reasoning rows)."""
+(2: the ``/reasoning`` group of ragged reasoning rows; 3: the ``chat_format`` attribute)."""
 
-READABLE_VERSIONS: tuple[int, ...] = (1, 2)
-"""Schema versions a reader opens (1: without ``/reasoning``)."""
+READABLE_VERSIONS: tuple[int, ...] = (1, 2, 3)
+"""Schema versions a reader opens (1: without ``/reasoning``; 1 and 2: harmony rows)."""
+
+CHAT_FORMAT_ATTR = "chat_format"
+"""Root attribute (version 3) naming the chat format of the rows (JSON)."""
+
+DEFAULT_CHAT_FORMAT: dict[str, str] = {"name": "harmony"}
+"""The chat format of a store without ``chat_format`` (versions 1 and 2)."""
 
 REASONING = "reasoning"
 """Group of the ragged reasoning rows (schema version 2)."""
@@ -67,7 +79,8 @@ GRID_CELLS = "grid_cells"
 ALL_STAGES: tuple[str, ...] = (*ANCHOR_STAGES, GRID_CELLS)
 
 ANCHOR_TOKENS = 3
-"""Tokens per anchor (``<|end|> <|start|> assistant``)."""
+"""Tokens per anchor in every chat format (harmony: ``<|end|> <|start|> assistant``; think-tag:
+see :mod:`goalprobe.agents.chat_format`)."""
 
 GRID_CELL_TOKENS = LABEL_CANVAS * LABEL_CANVAS
 """Tokens per row of the ``grid_cells`` stage (row-major over the label canvas)."""
@@ -166,7 +179,10 @@ ROOT_ATTRS: dict[str, str] = {
     "d_model": "residual width",
     "attention": "attention kernel the rows were computed with (eager, sink_attention, "
     "flex_attention; the TransformerLens bridge runs eager); absent before 2026-11-27",
-    "anchor_token_ids": "JSON of the harmony token ids used to find the anchors",
+    "anchor_token_ids": "JSON of the harmony token ids used to find the anchors (harmony "
+    "stores only)",
+    "chat_format": "JSON description of the chat format the anchors and reasoning rows were "
+    "found with (version 3; absent: harmony)",
     "config": "JSON of the extraction config",
     "trajectory_file": "name of the source trajectory JSONL",
     "trajectory_sha256": "sha256 of the source trajectory JSONL",

@@ -47,12 +47,16 @@ class RunHeader:
         config: the rollout config as JSON (see ``goalprobe.agents.rollout.RolloutConfig``).
         backend: a JSON description of the backend (class, model, ...).
         package_version: the goalprobe version that wrote the file.
+        chat_format: JSON description of the chat format the prompts and completions are in
+            (:meth:`goalprobe.agents.chat_format.ChatFormat.describe`); None (absent from the
+            line) in files written before formats were recorded, which are harmony.
     """
 
     run_id: str
     config: dict
     backend: dict
     package_version: str
+    chat_format: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,8 @@ _KIND_OF: dict[type, str] = {RunHeader: "run", StepRecord: "step", EpisodeSummar
 def record_to_json(record: Record) -> str:
     """One JSONL line (with trailing newline) for ``record``."""
     payload = {"schema": SCHEMA, "kind": _KIND_OF[type(record)], **asdict(record)}
+    if isinstance(record, RunHeader) and record.chat_format is None:
+        del payload["chat_format"]  # files without it are harmony, as before formats existed
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -353,7 +359,13 @@ _ACTION_NAMES = tuple(a.name for a in Action)
 _SOURCES = ("model", "retokenized")
 
 _SPECS: dict[type, dict[str, Any]] = {
-    RunHeader: {"run_id": str, "config": dict, "backend": dict, "package_version": str},
+    RunHeader: {
+        "run_id": str,
+        "config": dict,
+        "backend": dict,
+        "package_version": str,
+        "chat_format": ("optional", dict),
+    },
     Attempt: {
         "generated_token_ids": ("list", _TOKEN_ID),
         "token_ids_source": ("enum", _SOURCES),
@@ -432,11 +444,20 @@ def _from_dict(cls: type, obj: Any, where: str, *, version: int = 2) -> Any:
                 f"{where}: field(s) {', '.join(unexpected)} are not part of {SCHEMA_V1!r}"
             )
         obj = {**obj, **FIELDS_V2}
-    missing = [name for name in spec if name not in obj]
+    may_lack = _MAY_BE_ABSENT.get(cls, ())
+    missing = [name for name in spec if name not in obj and name not in may_lack]
     if missing:
         raise TrajectoryFormatError(f"{where}: missing field(s) {', '.join(missing)}")
-    values = {name: _check(obj[name], s, f"{where}: field {name!r}") for name, s in spec.items()}
+    values = {
+        name: _check(obj[name], s, f"{where}: field {name!r}")
+        for name, s in spec.items()
+        if name in obj
+    }
     return cls(**values)
+
+
+_MAY_BE_ABSENT: dict[type, tuple[str, ...]] = {RunHeader: ("chat_format",)}
+"""Fields later versions added, absent from older lines (their dataclass default applies)."""
 
 
 def parse_record(obj: Any, where: str) -> Record:

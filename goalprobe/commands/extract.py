@@ -163,6 +163,7 @@ def command(
             param_hint="--out",
         )
 
+    _check_chat_format(model, trajectories)
     from goalprobe.agents.models import load_model
 
     loaded = load_model(
@@ -230,6 +231,25 @@ def command(
             along = int(opened.reasoning_offsets()[-1])
         typer.echo(f"  {along} reasoning rows (every {config.reasoning_every} tokens + the last)")
     _warn_retokenized(report.output)
+
+
+def _check_chat_format(model: str, trajectories: Path) -> None:
+    """The model's chat format exists and is the one the trajectories were written in."""
+    from goalprobe.agents.chat_format import ChatFormatError, chat_format_for, format_name
+    from goalprobe.agents.models import load_tokenizer
+    from goalprobe.agents.trajectories import read_run_header
+
+    try:
+        chat_format = chat_format_for(load_tokenizer(model))
+    except ChatFormatError as err:
+        raise typer.BadParameter(f"{model}: {err}", param_hint="--model") from err
+    recorded = format_name(read_run_header(trajectories).chat_format)
+    if recorded != chat_format.name:
+        raise typer.BadParameter(
+            f"{trajectories} was written in the {recorded} chat format, but {model}'s tokenizer "
+            f"uses {chat_format.name}",
+            param_hint="--model",
+        )
 
 
 def _warn_retokenized(store: Path) -> None:

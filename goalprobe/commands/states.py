@@ -43,7 +43,7 @@ def command(
     whose states are one-step episodes with no generated tokens (marked prompt_only); it holds
     no behaviour.
     """
-    from goalprobe.agents.harmony import encode_prompt
+    from goalprobe.agents.chat_format import ChatFormatError, chat_format_for
     from goalprobe.agents.models import check_model_name, describe_local_model, load_tokenizer
     from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
     from goalprobe.gridworld.io import read_grid_set
@@ -64,12 +64,17 @@ def command(
         raise typer.BadParameter(f"{grids} holds no grids", param_hint="GRIDS")
     check_model_name(model)
     tokenizer = load_tokenizer(model)
+    try:
+        chat_format = chat_format_for(tokenizer)
+    except ChatFormatError as err:
+        raise typer.BadParameter(f"{model}: {err}", param_hint="--model") from err
     report = write_prompt_states(
         grid_set,
-        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        chat_format.encode_prompt,
         config,
         out,
         backend_description={**describe_local_model(model), "prompt_only": True},
+        chat_format=chat_format.describe(),
     )
     typer.echo(
         f"{out}: run {report.run_id}; {report.states_written} state(s) written, "

@@ -29,6 +29,13 @@ Sites (:data:`SITES`), as positions in a source and a target sequence that corre
 Grid cells are located by token ids and character offsets of the decoded user message
 (:func:`locate_grid_tokens`), so the function works for any tokenizer that decodes faithfully
 and keeps grid cells in separate tokens (the bundled word-level one and GPT-OSS's o200k_harmony).
+
+Other chat formats (:mod:`goalprobe.agents.chat_format`, e.g. think-tag templates) build their
+sequences through the format (:func:`build_sequence` with ``chat_format``): the prompt, the
+completion's reasoning up to the answer's first token (``<think>...</think>`` and the separator
+after it, as the model tokenized them), then the answer prefix; the anchors and the reasoning
+body come from the format, and the grid is the last occurrence of the grid text in the prompt
+(the user message comes last).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
+from goalprobe.agents.chat_format import ChatFormat, HarmonyFormat
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
@@ -204,7 +212,14 @@ def locate_grid_tokens(
         raise SequenceError(
             f"the grid text occurs {count} times in the user message (expected exactly once)"
         )
-    grid_start = text.index(grid_text)
+    return _grid_tokens(text, spans, start, grid_text, text.index(grid_text))
+
+
+def _grid_tokens(
+    text: str, spans: np.ndarray, start: int, grid_text: str, grid_start: int
+) -> GridTokens:
+    """The grid at character ``grid_start`` of ``text``, whose tokens (``spans``) start at
+    token position ``start``."""
     grid_stop = grid_start + len(grid_text)
     cell_chars = grid_start + _cell_char_offsets(grid_text)
     # token k covers [spans[k, 0], spans[k, 1]): the covering token is the first stop > char
@@ -268,22 +283,32 @@ def build_sequence(
     *,
     tokenizer,
     grid_text: str,
-    special_ids: HarmonyTokenIds,
+    special_ids: HarmonyTokenIds | None = None,
     action_tokens: ActionTokens,
+    chat_format: ChatFormat | None = None,
 ) -> TeacherForcedSequence:
     """Prompt + the completion's reasoning + ``<|end|><|start|>assistant<|channel|>final
-    <|message|>`` + the answer prefix.
+    <|message|>`` + the answer prefix (in harmony; other formats: see the module docstring).
 
     Args:
-        prompt_ids: ``(n_prompt,)`` the rendered harmony prompt.
+        prompt_ids: ``(n_prompt,)`` the rendered prompt.
         completion_ids: ``(n_generated,)`` a completion (what followed the prompt); only its
-            analysis message is kept, anything after it (the answer) is replaced.
+            reasoning is kept, anything after it (the answer) is replaced.
         tokenizer, grid_text, special_ids, action_tokens: see :func:`locate_grid_tokens` and
             :class:`ActionTokens`.
+        chat_format: the model's chat format; None or harmony: harmony with ``special_ids``.
 
     Raises:
-        SequenceError: the completion has no closed analysis message, or the grid is not found.
+        SequenceError: the completion has no closed reasoning, or the grid is not found.
     """
+    if chat_format is not None and not isinstance(chat_format, HarmonyFormat):
+        return _format_sequence(
+            prompt_ids, completion_ids, tokenizer, grid_text, action_tokens, chat_format
+        )
+    if special_ids is None:
+        if chat_format is None:
+            raise TypeError("build_sequence needs special_ids or chat_format")
+        special_ids = chat_format.special
     prompt = [int(i) for i in prompt_ids]
     ids = prompt + [int(i) for i in completion_ids]
     stop = _reasoning_stop(len(prompt), ids, special_ids)
@@ -304,6 +329,44 @@ def build_sequence(
         grid=grid,
         anchors=anchors,
         reasoning_span=(len(prompt) + 2 + len(s.analysis), stop),
+    )
+
+
+def _format_sequence(
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    tokenizer,
+    grid_text: str,
+    action_tokens: ActionTokens,
+    chat_format: ChatFormat,
+) -> TeacherForcedSequence:
+    """:func:`build_sequence` through a chat format other than harmony."""
+    prompt = [int(i) for i in prompt_ids]
+    ids = prompt + [int(i) for i in completion_ids]
+    try:
+        anchors = chat_format.find_anchors(ids)
+    except ValueError as err:
+        raise SequenceError(str(err)) from err
+    if anchors.pre_reasoning[-1] != len(prompt) - 1:
+        raise SequenceError("the pre-reasoning anchor is not where the prompt ends")
+    span = chat_format.reasoning_span(ids)
+    if anchors.post_reasoning is None or span is None:
+        raise SequenceError("the reasoning is cut off (nothing closes it)")
+    answer = chat_format.answer_start(ids)
+    head = ids[: answer if answer is not None else len(ids)]
+    full = head + list(action_tokens.prefix_ids)
+    if chat_format.find_anchors(full) != anchors:
+        raise SequenceError("the anchors are not where the prompt and reasoning end")
+    text, spans = token_char_spans(prompt, tokenizer)
+    grid_start = text.rfind(grid_text)
+    if grid_start < 0:
+        raise SequenceError("the grid text does not occur in the prompt")
+    return TeacherForcedSequence(
+        token_ids=np.asarray(full, dtype=np.int64),
+        prompt_length=len(prompt),
+        grid=_grid_tokens(text, spans, 0, grid_text, grid_start),
+        anchors=anchors,
+        reasoning_span=(span.start, span.stop),
     )
 
 

@@ -79,7 +79,7 @@ def test_reasoning_rows_equal_a_forward_hook_and_hidden_states(
     extract(trajectories, out, capture, tokenizer, CONFIG, model_id="tiny")
     steps = list(read_steps(trajectories))
     with ActivationStore(out) as store:
-        assert store.schema_version == 2 and store.reasoning_every == EVERY
+        assert store.schema_version == 3 and store.reasoning_every == EVERY
         offsets = store.reasoning_offsets()
         assert offsets.shape == (len(steps) + 1,) and offsets[0] == 0
         index = store.reasoning_rows()
@@ -190,7 +190,7 @@ def test_a_version_1_store_reads_without_reasoning_rows(
     # concatenating a version 1 store writes a version 2 store without reasoning rows
     copied = concatenate_stores([old], tmp_path / "copied.h5", attrs)
     with ActivationStore(copied) as store:
-        assert store.schema_version == 2 and len(store.reasoning_rows()) == 0
+        assert store.schema_version == 3 and len(store.reasoning_rows()) == 0
 
 
 def test_reasoning_every_is_validated():

@@ -71,3 +71,36 @@ def test_first_stable_top():
     assert first_stable_top(probs, 1) == 1
     assert first_stable_top(probs, 0) is None
     assert first_stable_top(probs[[1, 0, 2, 3]], 1) == 2
+
+
+def test_lens_on_a_think_tag_step(qwen3_tiny):
+    """A Qwen3-format step (tiny random Qwen3, Qwen3's tokenizer and template): the answer's
+    action token is found after ``</think>``, chunks end inside the reasoning, and at the last
+    block the lens is the model."""
+    from goalprobe.agents.chat_format import chat_format_for
+    from goalprobe.agents.prompts import build_messages
+    from goalprobe.gridworld.core import Variant
+
+    tokenizer, model = qwen3_tiny.tokenizer, qwen3_tiny.model
+    fmt = chat_format_for(tokenizer)
+    prompt = fmt.encode_prompt(
+        build_messages("  0 1 2\n0 # # #\n1 # A #\n2 # G #", variant=Variant.PLAIN, has_key=False)
+    )
+    reasoning = "A is at (1, 1). G is at (2, 1). Plan: DOWN."
+    completion = fmt.render_completion(reasoning, '{"action": "DOWN"}')
+    generated = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    pos = step_positions(tokenizer, prompt, generated, Action.DOWN, chunk=4, chat_format=fmt)
+    assert pos is not None
+    ids = [*prompt, *generated]
+    assert ids[pos.action_token] == pos.candidates[int(Action.DOWN)]
+    assert tokenizer.decode([ids[pos.action_token]]).strip() == "DOWN"
+    close = ids.index(tokenizer.convert_tokens_to_ids("</think>"))
+    span = fmt.reasoning_span(ids)
+    assert pos.chunk_ends[-1] == span.stop - 1 < close < pos.answer
+    assert pos.chunk_ends[0] == span.start + 3 and pos.chunk_fractions[-1] == 1.0
+    assert step_positions(tokenizer, prompt, generated[:5], Action.DOWN, 4, fmt) is None
+    positions = [*pos.chunk_ends, pos.answer]
+    backend = make_backend("hooks", model, tokenizer)
+    probs = lens_probs(backend, ids, positions, pos.candidates)
+    own = model_probs(model, ids, positions, pos.candidates)
+    assert np.abs(probs[-1] - own).max() < 1e-3
