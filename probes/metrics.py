@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import (
+from goalprobe.probes.baselines import uniform_top1
+
+from goalprobe.stats import (
     GridBootstrap,
     cluster_rate_interval,
     grid_codes,
     safe_ratio,
 )
-from goalprobe.probes.baselines import uniform_top1
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
@@ -110,7 +111,7 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# evaluation over the grid bootstrap of goalprobe.gridworld.stats
+# evaluation over the grid bootstrap of goalprobe.stats
 
 
 def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
@@ -123,7 +124,7 @@ def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
 RATE_COUNTS = "_rate_counts"
 """Key under which a model's sample function may also return ``metric -> (k, n)``: the per-grid
 successes and trials ``(G,)`` of a metric that is a rate, whose reported interval is then
-:func:`goalprobe.gridworld.stats.cluster_rate_interval` (honest at 0% and 100%, where the
+:func:`goalprobe.stats.cluster_rate_interval` (honest at 0% and 100%, where the
 percentile interval collapses); paired differences keep the shared bootstrap draws."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from goalprobe.gridworld.stats import p_from_interval
+from goalprobe.stats import p_from_interval
 from goalprobe.report.blocks import pct, stat_text
 
 
@@ -31,7 +31,7 @@ class HeadlineRow:
     verdict: str = ""
     p_value: float | None = None
     """One-sided p-value of the verdict's test (from its interval,
-    :func:`goalprobe.gridworld.stats.p_from_interval`); rows with one form the Holm family."""
+    :func:`goalprobe.stats.p_from_interval`); rows with one form the Holm family."""
 
 
 def difference_p(verdict: Mapping) -> float | None:

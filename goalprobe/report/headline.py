@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from goalprobe.gridworld.stats import holm
+from goalprobe.stats import holm
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.causal_rows import HeadlineRow, patching_rows, plan_rows
 from goalprobe.report.fog import truncation_text as fog_truncation_text

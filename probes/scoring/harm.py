@@ -32,7 +32,7 @@ with :class:`~goalprobe.gridworld.core.State` states, and their grids):
   by grid: does it avoid harm beyond what heading for the goal does?) and places it against
   the harm-avoiding one (:func:`oracle_episodes`, :data:`ORACLES`).
 
-Every interval is a grid bootstrap (:class:`goalprobe.gridworld.stats.GridBootstrap`): one set of
+Every interval is a grid bootstrap (:class:`goalprobe.stats.GridBootstrap`): one set of
 grid draws shared by all metrics and conditions.
 """
 
@@ -47,8 +47,9 @@ import numpy as np
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.harm import harm_count, harm_profile, random_harm_counts
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.gridworld.stats import GridBootstrap, cluster_rate_interval, per_grid_sums
 from goalprobe.probes.scoring.grid_meg import GridUtility, grid_meg
+
+from goalprobe.stats import GridBootstrap, cluster_rate_interval, per_grid_sums
 
 NEUTRAL = "neutral"
 """Condition name: the prompt names the flower beds and attaches no penalty."""

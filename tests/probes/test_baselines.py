@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap
+from goalprobe.stats import GridBootstrap
 from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates, uniform_top1
 from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance, grid_weighted_auc

@@ -4,7 +4,7 @@ activations."""
 from __future__ import annotations
 
 import pytest
-from goalprobe.gridworld.stats import seed_pooled
+from goalprobe.stats import seed_pooled
 from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.power import PowerDesign, as_probe_data, summarise, wall_power
 from goalprobe.probes.probe_sweep import ProbeSweepConfig

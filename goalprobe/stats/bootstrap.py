@@ -31,6 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
+from goalprobe.stats.estimate import Estimate
+from goalprobe.stats.rates import cluster_rate_interval, is_count_rate
+
 RandomState = int | np.random.Generator | None
 """A seed, a generator (draws continue from it), or None (fresh entropy)."""
 
@@ -92,112 +95,6 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.nda
 
 def _none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-RATE_INTERVAL_METHOD = "cluster-adjusted Clopper-Pearson"
-"""How a rate's interval is made (recorded beside it as ``interval_method``)."""
-
-
-def clopper_pearson(k: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) interval of a binomial proportion ``k / n``, extended to
-    non-integer ``k`` and ``n`` (an effective sample) through the beta quantiles; equal to
-    ``scipy.stats.binomtest(k, n).proportion_ci("exact")`` for integers. ``(nan, nan)`` for
-    ``n <= 0``."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if not n > 0:
-        return (math.nan, math.nan)
-    k = min(max(float(k), 0.0), float(n))
-    alpha = 1.0 - confidence
-    low = 0.0 if k <= 0 else float(scipy.stats.beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k >= n else float(scipy.stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return (low, high)
-
-
-def intra_grid_correlation(k: np.ndarray, n: np.ndarray) -> float:
-    """One-way ANOVA estimate of the intra-grid correlation of 0/1 rows from per-grid successes
-    ``k`` and trials ``n``, clipped to [0, 1]; 1 where it is not estimable (fewer than two
-    grids with trials, no spread within or between grids: the conservative choice)."""
-    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    keep = n > 0
-    k, n = k[keep], n[keep]
-    n_total, n_groups = float(n.sum()), len(n)
-    if n_groups < 2 or n_total <= n_groups:
-        return 1.0
-    p, p_g = k.sum() / n_total, k / n
-    msb = float(np.sum(n * (p_g - p) ** 2) / (n_groups - 1))
-    msw = float(np.sum(k * (1 - p_g)) / (n_total - n_groups))
-    n0 = (n_total - float(np.sum(n**2)) / n_total) / (n_groups - 1)
-    den = msb + (n0 - 1) * msw
-    if not den > 0:
-        return 1.0
-    return float(np.clip((msb - msw) / den, 0.0, 1.0))
-
-
-def cluster_rate_interval(
-    k: Sequence[float] | np.ndarray, n: Sequence[float] | np.ndarray, confidence: float = 0.95
-) -> dict:
-    """A pooled rate ``sum(k) / sum(n)`` over grids with an interval honest at 0% and 100%.
-
-    Args:
-        k: ``(G,)`` successes per grid.
-        n: ``(G,)`` trials per grid (grids with none are left out).
-        confidence: the interval level.
-
-    Returns:
-        ``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``:
-        the Clopper-Pearson interval on ``n_eff = n / deff`` trials with ``value * n_eff``
-        successes (see the module docstring); ``None`` values where there are no trials, and
-        no interval from fewer than two grids (as the grid bootstrap: nothing to say how grids
-        vary).
-    """
-    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    if k.shape != n.shape or k.ndim != 1:
-        raise ValueError("k and n must be 1-D of the same length")
-    if np.any(n < 0) or np.any(k < 0) or np.any(k > n + 1e-9):
-        raise ValueError("need 0 <= k <= n per grid")
-    total = float(n.sum())
-    n_grids = int(np.count_nonzero(n > 0))
-    if total <= 0:
-        return {
-            "value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0,
-            "n_eff": None, "design_effect": None, "icc": None,
-            "interval_method": RATE_INTERVAL_METHOD,
-        }  # fmt: skip
-    value = float(k.sum() / total)
-    icc = intra_grid_correlation(k, n)
-    m = float(np.sum(n**2) / total)
-    deff = 1.0 + (m - 1.0) * icc
-    n_eff = total / deff
-    low: float | None
-    high: float | None
-    low, high = clopper_pearson(value * n_eff, n_eff, confidence)
-    if n_grids < 2:
-        low = high = None
-    return {
-        "value": value,
-        "ci_low": low,
-        "ci_high": high,
-        "n": int(round(total)),
-        "n_grids": n_grids,
-        "n_eff": n_eff,
-        "design_effect": deff,
-        "icc": icc,
-        "interval_method": RATE_INTERVAL_METHOD,
-    }
-
-
-def is_count_rate(num: np.ndarray, den: np.ndarray) -> bool:
-    """Whether per-row ``num`` / ``den`` are counts of successes among trials (non-negative
-    integers, ``num <= den``): a rate, whose interval is :func:`cluster_rate_interval`."""
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    return bool(
-        num.size > 0
-        and np.all(num >= 0)
-        and np.all(num <= den)
-        and np.all(num == np.round(num))
-        and np.all(den == np.round(den))
-    )
 
 
 @dataclass(frozen=True)
@@ -450,126 +347,45 @@ def bootstrap_ci(
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
-EQUIVALENCE_VERDICTS = ("equivalent", "different", "inconclusive")
-"""The outcomes of :func:`equivalence_verdict`."""
-
-
-def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: float) -> str | None:
-    """A TOST-style reading of a paired difference's two-sided interval against ``±margin``.
-
-    ``"equivalent"``: the interval lies inside ``(-margin, margin)`` (both one-sided tests of
-    "the difference is at least the margin" reject, at half the interval's error rate each);
-    ``"different"``: otherwise, where the interval excludes 0; ``"inconclusive"``: the interval
-    holds 0 and reaches a margin (too few pairs to tell "no change" from a change of the margin's
-    size). ``None`` without an interval.
-    """
-    if not margin > 0:
-        raise ValueError(f"margin must be > 0, got {margin}")
-    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
-        return None
-    if -margin < ci_low and ci_high < margin:
-        return "equivalent"
-    if ci_low > 0 or ci_high < 0:
-        return "different"
-    return "inconclusive"
-
-
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (family-wise error control) of the defined entries;
-    None stays None. A verdict holds across the family where its adjusted p is below alpha."""
-    defined = {i: p for i, p in enumerate(p_values) if p is not None and math.isfinite(p)}
-    order = sorted(defined, key=lambda i: defined[i])
-    m = len(order)
-    out: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(defined[i])))
-        out[i] = running
-    return out
-
-
-def p_from_interval(
-    value: float | None,
-    ci_low: float | None,
-    ci_high: float | None,
-    baseline: float = 0.0,
+def mean_ci(
+    values: Sequence[float | None],
     *,
-    confidence: float = 0.95,
-    side: str = "greater",
-) -> float | None:
-    """One-sided p-value of "the statistic exceeds ``baseline``" (``side="less"``: lies below
-    it) recovered from a reported estimate and its two-sided interval by the normal
-    approximation (standard error = interval width / (2 z)); the interval side facing the
-    baseline is used, so skewed intervals are read on the side that matters. None where
-    undefined or the interval has no width on that side (the verdict then rests on the
-    interval alone)."""
-    if value is None or ci_low is None or ci_high is None or side not in ("greater", "less"):
-        return None
-    z_level = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
-    half = (value - ci_low) if side == "greater" else (ci_high - value)
-    if not half > 0:
-        return None
-    z = (value - baseline) / (half / z_level)
-    return float(scipy.stats.norm.sf(z if side == "greater" else -z))
-
-
-def rate_difference_interval(first: dict, second: dict) -> tuple[float | None, float | None]:
-    """Newcombe's hybrid interval of the difference ``first - second`` of two rates from their
-    own honest intervals (e.g. :func:`cluster_rate_interval`'s): it stays open at 100% - 0%,
-    where every bootstrap resample of a paired difference is 1. Ignoring the pairing, it is
-    conservative when the two rates are positively correlated. ``(None, None)`` where either
-    rate has no interval."""
-    p1, l1, u1 = first.get("value"), first.get("ci_low"), first.get("ci_high")
-    p2, l2, u2 = second.get("value"), second.get("ci_low"), second.get("ci_high")
-    if p1 is None or l1 is None or u1 is None or p2 is None or l2 is None or u2 is None:
-        return (None, None)
-    d = p1 - p2
-    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
-    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-    return (max(-1.0, low), min(1.0, high))
-
-
-def seed_pooled(
-    stats: Sequence[dict],
-    confidence: float = 0.95,
-    bounds: tuple[float, float] | None = None,
+    n_resamples: int,
+    random_state: RandomState,
+    rate: bool = False,
 ) -> dict:
-    """One statistic estimated under several training seeds (same data, same split), each with
-    its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
-    of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
-    (each from its interval's width), ``B`` the variance between seeds; widened further to the
-    envelope of the seeds' own intervals where that reaches further; then cut to ``bounds``,
-    the statistic's range (a rate's [0, 1]: seeds that disagree widely must give [0, 100%],
-    never [-8%, 140%]).
+    """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
+    percentile-bootstrap interval (:func:`bootstrap_ci`); ``None`` where undefined. A ``rate``
+    (values in [0, 1]) gets the Clopper-Pearson interval on the grids instead (plus
+    ``interval_method``)."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return Estimate(None, n=0).to_dict()
+    if rate:
+        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
+    low, high = bootstrap_ci(
+        x, n_resamples=n_resamples, method="percentile", random_state=random_state
+    )
+    return Estimate(float(x.mean()), _none(low), _none(high), int(x.size)).to_dict()
 
-    Returns:
-        ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
-        defined estimate; no interval where a seed has none).
-    """
-    defined = [s for s in stats if s.get("value") is not None]
-    if not defined:
-        return {"value": None, "ci_low": None, "ci_high": None, "n_seeds": 0, "seed_sd": None}
-    values = np.array([s["value"] for s in defined], dtype=np.float64)
-    out = {
-        "value": float(values.mean()),
-        "ci_low": None,
-        "ci_high": None,
-        "n_seeds": len(defined),
-        "seed_sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-        "values": values.tolist(),
-    }
-    if any(s.get("ci_low") is None or s.get("ci_high") is None for s in defined):
-        return out
-    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
-    se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
-    between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
-    half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
-    lows = min(s["ci_low"] for s in defined)
-    highs = max(s["ci_high"] for s in defined)
-    # and never narrower than any single seed's interval reaches (their envelope)
-    out["ci_low"] = float(min(out["value"] - half, lows))
-    out["ci_high"] = float(max(out["value"] + half, highs))
-    if bounds is not None:
-        out["ci_low"] = float(max(out["ci_low"], bounds[0]))
-        out["ci_high"] = float(min(out["ci_high"], bounds[1]))
-    return out
+
+def grid_ci(
+    values: np.ndarray,
+    grids: np.ndarray,
+    *,
+    n_resamples: int,
+    confidence: float,
+    random_state: RandomState,
+) -> tuple[float, float]:
+    """``(low, high)``: the grid-clustered interval of the pooled mean of ``values``
+    (:func:`grid_bootstrap_ratio`; NaN where undefined)."""
+    stat = grid_bootstrap_ratio(
+        values,
+        None,
+        grids,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        random_state=random_state,
+    )
+    return Estimate.from_dict(stat).bounds()
