@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from goalprobe.stats import p_from_interval
 from goalprobe.report.blocks import pct, stat_text
+from goalprobe.stats import p_from_interval
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from goalprobe.stats import holm
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.causal_rows import HeadlineRow, patching_rows, plan_rows
 from goalprobe.report.fog import truncation_text as fog_truncation_text
@@ -30,6 +29,7 @@ from goalprobe.report.verdict_rows import (
     yes_no,
 )
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
+from goalprobe.stats import holm
 
 
 def selectivity_verdict(

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from goalprobe.stats import EQUIVALENCE_VERDICTS, p_from_interval
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
+from goalprobe.stats import EQUIVALENCE_VERDICTS, p_from_interval
 
 Row = tuple[str, str, str, str]
 """``(finding, value, baseline, verdict)``."""

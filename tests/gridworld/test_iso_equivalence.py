@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.behaviour import BehaviourConfig, iso_tests
+
 from goalprobe.stats import equivalence_verdict
 
 

@@ -7,6 +7,10 @@ import numpy as np
 import pytest
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
+from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.scoring.false_belief import full_class_probs
+from store_fixtures import LAYOUT, make_batch, write_store
+
 from goalprobe.stats.shapes import (
     CellLabels,
     CellProbs,
@@ -19,9 +23,6 @@ from goalprobe.stats.shapes import (
     RowMask,
     TokenPositions,
 )
-from goalprobe.probes.cell_probes import MajorityCellBaseline
-from goalprobe.probes.scoring.false_belief import full_class_probs
-from store_fixtures import LAYOUT, make_batch, write_store
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+
 from goalprobe.stats import bootstrap_ci
 
 
