@@ -32,7 +32,7 @@ import numpy as np
 import scipy.stats
 
 from goalprobe.stats.estimate import Estimate
-from goalprobe.stats.rates import cluster_rate_interval, is_count_rate
+from goalprobe.stats.rates import clopper_pearson, cluster_rate_interval, is_count_rate
 
 RandomState = int | np.random.Generator | None
 """A seed, a generator (draws continue from it), or None (fresh entropy)."""
@@ -198,15 +198,45 @@ class GridBootstrap:
         den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
         return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
 
-    def summary(self, samples: np.ndarray) -> dict:
+    def summary(self, samples: np.ndarray, bounds: tuple[float, float] | None = None) -> dict:
         """``{value, ci_low, ci_high}`` of a scalar statistic's ``(1 + B,)`` samples (row 0 is
-        the estimate); ``None`` where undefined, and no interval for an undefined estimate."""
+        the estimate); ``None`` where undefined, and no interval for an undefined estimate.
+
+        ``bounds``: the range the statistic can take (a difference of two rates: ``(-1, 1)``).
+        Where every resample equals the estimate (every grid agrees: a full harm avoider's
+        -1 on each grid) the percentile interval has no width and says nothing about grids
+        not drawn; with bounds it becomes :func:`bounded_agreement_interval` instead (and the
+        dict says so in ``interval_method``)."""
         samples = np.asarray(samples, dtype=np.float64)
         value = float(samples[0])
         if not math.isfinite(value):
-            return {"value": None, "ci_low": None, "ci_high": None}
+            return Estimate(None).to_dict()
         low, high = self.interval(samples)
-        return {"value": value, "ci_low": _none(low), "ci_high": _none(high)}
+        if bounds is not None and self.n_grids >= 2 and math.isfinite(low) and low == high:
+            low, high = bounded_agreement_interval(value, self.n_grids, bounds, self.confidence)
+            method = BOUNDED_AGREEMENT_METHOD
+            return Estimate(value, low, high, method=method).to_dict()
+        return Estimate(value, _none(low), _none(high)).to_dict()
+
+
+BOUNDED_AGREEMENT_METHOD = "Clopper-Pearson on the grids within the statistic's bounds"
+"""How a statistic on which every grid agrees gets its interval (``interval_method``)."""
+
+
+def bounded_agreement_interval(
+    value: float, n_grids: int, bounds: tuple[float, float], confidence: float = 0.95
+) -> tuple[float, float]:
+    """An interval for a mean over ``n_grids`` grids that all gave ``value``, the statistic
+    bounded by ``bounds``: the Clopper-Pearson interval of ``value`` rescaled to [0, 1] with
+    one trial per grid, mapped back (as :func:`grid_mean` does for a rate). 12 grids that all
+    say -1 within [-1, 1] give [-1, -0.47]: the grids not drawn may disagree, by at most the
+    bounds, and 12 grids cannot rule out a quarter of them doing so."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if not hi > lo:
+        raise ValueError(f"bounds must be increasing, got {bounds}")
+    share = min(max((value - lo) / (hi - lo), 0.0), 1.0)
+    low, high = clopper_pearson(share * n_grids, n_grids, confidence)
+    return (lo + low * (hi - lo), lo + high * (hi - lo))
 
 
 def grid_bootstrap_ratio(
