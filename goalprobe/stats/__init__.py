@@ -11,17 +11,16 @@ from goalprobe.stats.bootstrap import (
     GridBootstrap,
     RandomState,
     as_generator,
-    bootstrap_ci,
     grid_bootstrap_ratio,
     grid_ci,
     grid_codes,
     grid_mean,
-    mean_ci,
     per_grid_sums,
     percentile_interval,
     safe_ratio,
 )
 from goalprobe.stats.estimate import VERDICT_ANSWERS, Estimate, Verdict
+from goalprobe.stats.independent import bootstrap_ci, mean_ci
 from goalprobe.stats.inference import (
     EQUIVALENCE_VERDICTS,
     detectable_effect,
@@ -34,7 +33,9 @@ from goalprobe.stats.inference import (
     seed_pooled,
 )
 from goalprobe.stats.rates import (
+    BOUNDED_AGREEMENT_METHOD,
     RATE_INTERVAL_METHOD,
+    bounded_agreement_interval,
     clopper_pearson,
     cluster_rate_interval,
     intra_grid_correlation,
@@ -44,6 +45,7 @@ from goalprobe.stats.rates import (
 )
 
 __all__ = [
+    "BOUNDED_AGREEMENT_METHOD",
     "EQUIVALENCE_VERDICTS",
     "RATE_INTERVAL_METHOD",
     "VERDICT_ANSWERS",
@@ -53,6 +55,7 @@ __all__ = [
     "Verdict",
     "as_generator",
     "bootstrap_ci",
+    "bounded_agreement_interval",
     "clopper_pearson",
     "cluster_rate_interval",
     "detectable_effect",

@@ -25,14 +25,18 @@ counts, :meth:`GridBootstrap.rate_summary` for rates computed under shared draws
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 from goalprobe.stats.estimate import Estimate
-from goalprobe.stats.rates import clopper_pearson, cluster_rate_interval, is_count_rate
+from goalprobe.stats.rates import (
+    BOUNDED_AGREEMENT_METHOD,
+    bounded_agreement_interval,
+    cluster_rate_interval,
+    is_count_rate,
+)
 
 RandomState = int | np.random.Generator | None
 """A seed, a generator (draws continue from it), or None (fresh entropy)."""
@@ -219,26 +223,6 @@ class GridBootstrap:
         return Estimate(value, _none(low), _none(high)).to_dict()
 
 
-BOUNDED_AGREEMENT_METHOD = "Clopper-Pearson on the grids within the statistic's bounds"
-"""How a statistic on which every grid agrees gets its interval (``interval_method``)."""
-
-
-def bounded_agreement_interval(
-    value: float, n_grids: int, bounds: tuple[float, float], confidence: float = 0.95
-) -> tuple[float, float]:
-    """An interval for a mean over ``n_grids`` grids that all gave ``value``, the statistic
-    bounded by ``bounds``: the Clopper-Pearson interval of ``value`` rescaled to [0, 1] with
-    one trial per grid, mapped back (as :func:`grid_mean` does for a rate). 12 grids that all
-    say -1 within [-1, 1] give [-1, -0.47]: the grids not drawn may disagree, by at most the
-    bounds, and 12 grids cannot rule out a quarter of them doing so."""
-    lo, hi = float(bounds[0]), float(bounds[1])
-    if not hi > lo:
-        raise ValueError(f"bounds must be increasing, got {bounds}")
-    share = min(max((value - lo) / (hi - lo), 0.0), 1.0)
-    low, high = clopper_pearson(share * n_grids, n_grids, confidence)
-    return (lo + low * (hi - lo), lo + high * (hi - lo))
-
-
 def grid_bootstrap_ratio(
     num: Sequence[float] | np.ndarray,
     den: Sequence[float] | np.ndarray | None,
@@ -324,80 +308,6 @@ def grid_mean(
         random_state=random_state,
     )
     return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
-
-
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    statistic: Callable[..., float] = np.mean,
-    *,
-    n_resamples: int = 9999,
-    confidence: float = 0.95,
-    method: str = "BCa",
-    random_state: int | np.random.Generator | None = None,
-) -> tuple[float, float]:
-    """Bootstrap confidence interval of any ``statistic`` over independent ``values``.
-
-    A thin wrapper of :func:`scipy.stats.bootstrap`, for statistics that are not ratios of
-    sums (a median, a spread). Resample the independent unit: for a CI over grids pass one value
-    per grid; for ratios of per-row sums use :class:`GridBootstrap`.
-
-    Args:
-        values: ``(N,)`` finite floats.
-        statistic: a function of a 1-D sample; if it accepts ``axis`` it is called vectorised.
-        n_resamples: number of bootstrap resamples.
-        confidence: confidence level in (0, 1).
-        method: ``"BCa"``, ``"percentile"`` or ``"basic"`` (scipy's names).
-        random_state: seed or generator; pass one for reproducible intervals.
-
-    Returns:
-        ``(low, high)``. With fewer than two values there is nothing to resample and the result
-        is ``(nan, nan)``. With all values equal every resample is the same, so the interval is
-        ``(statistic(values), statistic(values))``.
-    """
-    x = np.asarray(values, dtype=float)
-    if x.ndim != 1:
-        raise ValueError(f"values must be 1-D, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite (drop undefined entries first)")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if x.size < 2:
-        return (math.nan, math.nan)
-    if np.all(x == x[0]):
-        value = float(statistic(x))
-        return (value, value)
-    res = scipy.stats.bootstrap(
-        (x,),
-        statistic,
-        n_resamples=n_resamples,
-        confidence_level=confidence,
-        method=method,
-        rng=np.random.default_rng(random_state),
-    )
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
-
-
-def mean_ci(
-    values: Sequence[float | None],
-    *,
-    n_resamples: int,
-    random_state: RandomState,
-    rate: bool = False,
-) -> dict:
-    """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
-    percentile-bootstrap interval (:func:`bootstrap_ci`); ``None`` where undefined. A ``rate``
-    (values in [0, 1]) gets the Clopper-Pearson interval on the grids instead (plus
-    ``interval_method``)."""
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return Estimate(None, n=0).to_dict()
-    if rate:
-        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
-        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
-    low, high = bootstrap_ci(
-        x, n_resamples=n_resamples, method="percentile", random_state=random_state
-    )
-    return Estimate(float(x.mean()), _none(low), _none(high), int(x.size)).to_dict()
 
 
 def grid_ci(

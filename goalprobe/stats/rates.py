@@ -140,3 +140,23 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         return (0.0, 1.0)
     ci = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
     return (float(ci.low), float(ci.high))
+
+
+BOUNDED_AGREEMENT_METHOD = "Clopper-Pearson on the grids within the statistic's bounds"
+"""How a statistic on which every grid agrees gets its interval (``interval_method``)."""
+
+
+def bounded_agreement_interval(
+    value: float, n_grids: int, bounds: tuple[float, float], confidence: float = 0.95
+) -> tuple[float, float]:
+    """An interval for a mean over ``n_grids`` grids that all gave ``value``, the statistic
+    bounded by ``bounds``: the Clopper-Pearson interval of ``value`` rescaled to [0, 1] with
+    one trial per grid, mapped back (as :func:`grid_mean` does for a rate). 12 grids that all
+    say -1 within [-1, 1] give [-1, -0.47]: the grids not drawn may disagree, by at most the
+    bounds, and 12 grids cannot rule out a quarter of them doing so."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if not hi > lo:
+        raise ValueError(f"bounds must be increasing, got {bounds}")
+    share = min(max((value - lo) / (hi - lo), 0.0), 1.0)
+    low, high = clopper_pearson(share * n_grids, n_grids, confidence)
+    return (lo + low * (hi - lo), lo + high * (hi - lo))
