@@ -33,6 +33,7 @@ from goalprobe.stats import (
     GridBootstrap,
     cluster_rate_interval,
     grid_codes,
+    p_from_draws,
     safe_ratio,
 )
 
@@ -150,7 +151,9 @@ def selectivity(
         lower_is_better: metrics where the advantage is baseline minus reference.
 
     Returns:
-        metric -> ``{value, ci_low, ci_high, baseline, above_baseline}``.
+        metric -> ``{value, ci_low, ci_high, baseline, above_baseline, p_draws}``, ``p_draws``
+        the one-sided p of "above the baseline" from the draws (:func:`goalprobe.stats.p_from_draws`;
+        absent without draws).
     """
     out = {}
     for metric, ref in samples[reference].items():
@@ -165,6 +168,8 @@ def selectivity(
         stat = boot.summary(diff)
         stat["baseline"] = strongest
         stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+        if boot.n_resamples:  # the one-sided p of "above" from the draws themselves
+            stat["p_draws"] = p_from_draws(diff[1:], 0.0)
         out[metric] = stat
     return out
 

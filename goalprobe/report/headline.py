@@ -35,6 +35,7 @@ from goalprobe.stats import (
 P_METHODS = {
     "exact": "exact binomial test of a rate on its effective trials",
     "sign-flip": "exact sign-flip test where every grid agrees (2^-G)",
+    "draws": "share of the grid-bootstrap draws at or below the baseline",
     "interval": "normal approximation to the interval's side facing the baseline",
     "bound": "the interval's level (the interval excludes the baseline on a side of no width)",
 }
@@ -98,6 +99,9 @@ def one_sided_p(t: Estimate | None, point: float, side: str) -> tuple[float | No
     if t.width == 0 and t.clusters:  # every grid agrees: the exact sign-flip test
         beyond = t.value > point if side == "greater" else t.value < point
         return (2.0 ** -int(t.clusters) if beyond else 1.0), "sign-flip"
+    draws = t.extra.get("p_draws")
+    if draws is not None and side == "greater" and point == 0.0:
+        return float(draws), "draws"
     p = p_from_interval(t.value, t.low, t.high, point, side=side)
     if p is not None:
         return p, "interval"

@@ -134,6 +134,8 @@ def test_a_rate_gets_an_exact_p_and_a_difference_the_interval_route():
     assert how == "interval" and p == pytest.approx(0.025, rel=1e-3)
     harm = Estimate.from_dict(_stat(-1.0, -1.0, -1.0, n_grids=10))  # a full harm avoider
     assert one_sided_p(harm, 0.0, "less") == (pytest.approx(2.0**-10), "sign-flip")
+    recorded = Estimate.from_dict(_stat(0.2, 0.0, 0.4, p_draws=0.004))  # from the draws
+    assert one_sided_p(recorded, 0.0, "greater") == (0.004, "draws")
     one_sided = Estimate.from_dict(_stat(0.7, 0.7, 0.78))  # no width below, no grid count
     assert one_sided_p(one_sided, 0.0, "greater") == (0.025, "bound")
 

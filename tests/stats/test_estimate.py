@@ -84,3 +84,22 @@ def test_the_detectable_effect_shrinks_with_n_and_exists_without_width():
     assert detectable_effect(1.0, 1.0, n=16) is not None  # degenerate: from n
     assert detectable_effect(None, None, n=100) < detectable_effect(None, None, n=25)
     assert detectable_effect(None, None) is None
+
+
+def test_selectivity_records_the_p_of_its_draws():
+    from goalprobe.probes.metrics import selectivity
+
+    from goalprobe.stats import GridBootstrap
+
+    boot = GridBootstrap.from_codes(np.arange(20), 20, n_resamples=400, random_state=0)
+    rng = np.random.default_rng(0)
+    good = rng.normal(0.8, 0.05, 20)
+    samples = {
+        "probe": {"acc": boot.ratio(good)},
+        "prior": {"acc": boot.ratio(good - 0.3)},
+        "same": {"acc": boot.ratio(good)},
+    }
+    clear = selectivity(samples, "probe", ("prior",), boot)["acc"]
+    assert clear["above_baseline"] and clear["p_draws"] == pytest.approx(1 / 401)
+    tie = selectivity(samples, "probe", ("same",), boot)["acc"]
+    assert not tie["above_baseline"] and tie["p_draws"] == 1.0
