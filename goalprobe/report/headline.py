@@ -180,9 +180,3 @@ def headline_rows(run_dir: str | Path) -> list[HeadlineRow]:
             continue  # that stage did not produce the input; the report's section says why
         rows.append(evaluate(spec, reading))
     return with_holm(rows, family(role_of(run)))
-
-
-def family_text(role: str) -> str:
-    """The family in words, for the report: the labels of its rows, in order."""
-    members = [s.label for s in SPECS if s.id in family(role)]
-    return f"{len(members)} tests: " + "; ".join(members)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from goalprobe.report.agents import agent_name
 from goalprobe.report.blocks import Block, Box, Text, table
-from goalprobe.report.headline import P_METHODS, HeadlineRow, family_text, headline_rows
-from goalprobe.report.row_specs import SPECS, TEST
+from goalprobe.report.headline import P_METHODS, HeadlineRow, headline_rows
+from goalprobe.report.row_specs import SPECS, TEST, family
 from goalprobe.report.run import RunReader
 
 
@@ -40,21 +40,7 @@ def headline_blocks(run: RunReader) -> list[Block]:
     agents = agent_rows(run)
     if not any(rows for _, rows in agents):
         return [Box("not_run", "no stage produced a headline figure yet")]
-    roles = ("default", "control")
-    family = " ".join(
-        f"{name} ({role} agent): {family_text(role)}."
-        for (name, _), role in zip(agents, roles[: len(agents)], strict=True)
-    )
-    methods = "; ".join(f"{k}: {v}" for k, v in P_METHODS.items())
-    blocks: list[Block] = [
-        Text(
-            "Holm family, declared before the run (every test row; a row the run lacks counts "
-            f"as p = 1, so the data cannot shrink it). {family} Rows marked descriptive or "
-            "pipeline check carry no verdict. One-sided p-values, by the most exact route the "
-            f"result file allows ({methods}). A 'no' or 'undecided' states the effect its n "
-            "could detect (80% power)."
-        )
-    ]
+    blocks: list[Block] = [Text(family_sentence([name for name, _ in agents]))]
     by_id = [{r.id: r for r in rows} for _, rows in agents]
     header = ["question"]
     for name, _ in agents:
@@ -77,4 +63,30 @@ def headline_blocks(run: RunReader) -> list[Block]:
         "(honest at 0% and 100%)."
     )
     blocks.append(table(header, lines, caption=caption))
+    methods = "; ".join(f"{k}: {v}" for k, v in P_METHODS.items())
+    blocks.append(
+        Text(
+            "A row of the family that a run lacks counts as p = 1, so the data cannot shrink "
+            "the family. One-sided p-values, by the most exact route the result file allows "
+            f"({methods}). A 'no' or 'undecided' states the effect its n could detect (80% "
+            "power, one-sided at 2.5%)."
+        )
+    )
     return blocks
+
+
+def family_sentence(names: list[str]) -> str:
+    """The Holm family of each agent in one sentence (the default agent's rows, then what the
+    control's lacks)."""
+    default = family("default")
+    labels = {s.id: s.label for s in SPECS}
+    text = (
+        f"Holm family, declared before the run: for {names[0]}, {len(default)} tests ("
+        + "; ".join(labels[i] for i in default)
+        + ")"
+    )
+    if len(names) > 1:
+        control = family("control")
+        missing = [labels[i] for i in default if i not in control]
+        text += f"; for {names[1]}, the same {len(control)} without " + "; ".join(missing)
+    return text + ". Descriptive rows and pipeline checks carry no verdict."

@@ -119,7 +119,7 @@ SPECS: tuple[RowSpec, ...] = (
     RowSpec("harm.moral", "Moral prompt reduces harm", readers.harm_moral, "neutral prompt",
             control=False),
     RowSpec("intention.key_door", "Holding the key intended", readers.intention,
-            "0 (not intended)", control=False),
+            "no adaptation", control=False),
     RowSpec("fog.vs_walk", "Fog: moves optimal on what was seen", readers.fog, "random walk"),
 )  # fmt: skip
 """Every headline row, in report order (ids unique)."""

@@ -69,12 +69,16 @@ def summary_rows(agents: list[list[HeadlineRow]]) -> list[tuple[str, list[str]]]
     """``(label, [answer per agent])`` for every spec with a verdict or a pipeline check that
     some agent has, in spec order."""
     by_id = [{r.id: r for r in rows} for rows in agents]
+    room = WIDTH - 2 * len("undecided") - 4
     out = []
     for spec in SPECS:
         found = [rows.get(spec.id) for rows in by_id]
         if spec.kind == DESCRIPTIVE or not any(found):
             continue
-        label = f"{spec.label} (vs {spec.baseline})" if spec.kind == TEST else spec.label
+        label = spec.label
+        said = spec.baseline.split()[-1] in label.split()  # the label names it already
+        if spec.kind == TEST and not said and len(f"{label} (vs {spec.baseline})") <= room:
+            label = f"{label} (vs {spec.baseline})"
         out.append((label, [short_answer(r) for r in found]))
     return out
 
