@@ -73,14 +73,17 @@ def agents(run: RunReader) -> list[Block]:
     control = RunReader(run.layout.control.root)
     if not control.layout.stages_dir.is_dir():
         full = [(r.finding, r.value, r.baseline, r.verdict) for r in headline_rows(run.root)]
-        header = ("finding", "value [95% CI]", "baseline", "verdict (Holm-adjusted p)")
         return [
             Box(
                 "not_run",
                 "no positive-control run beside this one: `goalprobe demo` without --model runs "
                 "the map agent (bundled:map) beside the default agent in RUN/control/",
             ),
-            table(header, full, caption="This agent's headline rows in full (95% CIs)."),
+            table(
+                ("finding", "value [95% CI]", "baseline", "verdict (Holm-adjusted p)"),
+                full,
+                caption="This agent's headline rows in full (95% CIs).",
+            ),
         ]
     names = agent_name(run), agent_name(control)
     blocks: list[Block] = [
