@@ -155,3 +155,23 @@ def test_a_spec_is_checked_when_declared():
         RowSpec("x.y", "X", lambda run, arg: None, "0", kind="maybe")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="label over 40"):
         RowSpec("x.y", "x" * 41, lambda run, arg: None, "0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("word", ["unstable", "n/a", "undecided", "inconclusive"])
+def test_a_file_may_answer_unstable_or_na_and_the_row_keeps_its_family_seat(word):
+    from goalprobe.report.headline import evaluate
+    from goalprobe.report.readers import Reading, answer
+    from goalprobe.report.row_specs import spec
+
+    tested = Estimate.from_dict(_stat(0.5, 0.0, 1.0, n_grids=10))
+    reading = Reading(
+        "Agent localisation", "51.3% [0%, 100%]", "prior", tested,
+        question="above prior_size", answer=answer(word), reason="seeds disagree",
+    )  # fmt: skip
+    row = evaluate(spec("probes.agent_top1"), reading)
+    expected = "undecided" if word == "inconclusive" else word
+    assert row.answer == expected and f"above prior_size: {expected}" in row.verdict
+    assert "seeds disagree" in row.verdict
+    assert bool(row.detectable) == (expected == "undecided")  # a 'no'/'undecided' states it
+    (held,) = with_holm([row], family("default"))
+    assert held.holm_p is not None and f"of {len(family('default'))}" in held.verdict
