@@ -1,4 +1,4 @@
-"""Statistics shared across goalprobe: the grid bootstrap, and a plain bootstrap. No torch.
+"""The grid bootstrap: intervals that resample grids, never rows. No torch.
 
 Every interval goalprobe reports resamples *grids* (clusters), never rows: the steps of one
 grid's trajectories are not independent. :class:`GridBootstrap` is the one engine: it draws
@@ -11,15 +11,11 @@ one row per grid.
 Intervals of general statistics are percentile intervals of the resampled statistic; resamples
 where the statistic is undefined (an empty subset, a zero denominator) are left out.
 
-A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0% and
-100%, where every percentile resample of 16/16 is 16/16: :func:`cluster_rate_interval`, the
-Clopper-Pearson interval on the effective number of trials ``n_eff = n / deff``, with the design
-effect ``deff = 1 + (m - 1) * icc`` from the intra-grid correlation (one-way ANOVA estimator,
-``m`` the size-weighted mean trials per grid). Where the correlation is not estimable (every row
-alike, as at 0% and 100%), ``icc = 1``: the grids are the independent units, so 16/16 over 16
-grids gives [79.4%, 100%] whatever the rows per grid. :func:`grid_bootstrap_ratio` uses it for
-counts, :meth:`GridBootstrap.rate_summary` for rates computed under shared draws, and
-:func:`grid_mean` for a mean of per-grid values in [0, 1] (one trial per grid).
+A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0%
+and 100% instead (:mod:`goalprobe.stats.rates`): :func:`grid_bootstrap_ratio` uses it for
+counts, :meth:`GridBootstrap.rate_summary` for rates under shared draws, and :func:`grid_mean`
+for a mean of per-grid values in [0, 1]; a paired difference on which every grid agrees gets
+one within its bounds (:meth:`GridBootstrap.summary`).
 """
 
 from __future__ import annotations
