@@ -24,7 +24,8 @@ from goalprobe.gridworld.behaviour import random_walk
 from goalprobe.gridworld.core import Grid, Variant
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import grid_mean
+
+from goalprobe.stats import Estimate, grid_mean
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,8 @@ def _interval(
 ) -> list[float]:
     """``[low, high]``: the 95% interval of the mean rate over grids (Clopper-Pearson on the
     grids, honest at 0% and 100%; ``nan`` below two grids)."""
-    if len(per_grid) < 2:
-        return [float("nan"), float("nan")]
     stat = grid_mean(per_grid, n_resamples=samples, random_state=rng, rate=True)
-    return [stat["ci_low"], stat["ci_high"]]
+    return list(Estimate.from_dict(stat).bounds())
 
 
 def evaluate_agent(backend: Backend, config: EvaluationConfig, *, progress: bool = False) -> dict:

@@ -39,6 +39,8 @@ from goalprobe.gridworld.dynamics import initial_state
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
 
+from goalprobe.stats import wilson_interval
+
 OVERRIDE_FLAG = "--allow-truncation"
 """The command-line flag that runs a budget the pre-flight refused."""
 
@@ -146,17 +148,6 @@ class PreflightReport:
                 f"--max-new-tokens) or pass {OVERRIDE_FLAG} to run anyway. {self.describe()}",
                 self,
             )
-
-
-def wilson_interval(k: int, n: int) -> tuple[float, float]:
-    """Wilson score 95% interval of ``k`` in ``n`` (scipy; inside [0, 1] and honest at 0 and
-    n); ``(0, 1)`` without trials."""
-    if n == 0:
-        return (0.0, 1.0)
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return (float(ci.low), float(ci.high))
 
 
 def sample_grids(grids: Sequence[Grid], steps: int) -> list[Grid]:

@@ -42,7 +42,9 @@ from goalprobe.gridworld.paired import (
     jaccard_similarity,
     paired_wilcoxon,
 )
-from goalprobe.gridworld.stats import bootstrap_ci, cluster_rate_interval, equivalence_verdict
+
+from goalprobe.stats import cluster_rate_interval, equivalence_verdict
+from goalprobe.stats import mean_ci as stats_mean_ci
 
 GRID_METRICS: tuple[str, ...] = (
     "success_rate",
@@ -67,7 +69,7 @@ RATE_METRICS: frozenset[str] = frozenset(
     }
 )
 """Per-grid metrics that are rates in [0, 1]: their interval over grids is the Clopper-Pearson
-interval on the grids (:func:`goalprobe.gridworld.stats.cluster_rate_interval`, one trial per
+interval on the grids (:func:`goalprobe.stats.cluster_rate_interval`, one trial per
 grid), which stays honest at 0% and 100% where a percentile bootstrap collapses to a point."""
 
 ISO_METRICS: tuple[str, ...] = ("accuracy", "success_rate", "entropy", "jsd")
@@ -172,24 +174,10 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
 def mean_ci(
     values: Sequence[float | None], config: IntervalConfig | BehaviourConfig, rate: bool = False
 ) -> dict:
-    """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
-    percentile-bootstrap 95% interval; ``None`` where undefined. A ``rate`` (values in [0, 1])
-    gets the Clopper-Pearson interval on the grids instead (plus ``interval_method``)."""
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
-    if rate:
-        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
-        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
-    low, high = bootstrap_ci(
-        x, n_resamples=config.n_bootstrap, method="percentile", random_state=config.seed
+    """:func:`goalprobe.stats.mean_ci` at ``config``'s resamples and seed."""
+    return stats_mean_ci(
+        values, n_resamples=config.n_bootstrap, random_state=config.seed, rate=rate
     )
-    return {
-        "value": float(x.mean()),
-        "ci_low": None if math.isnan(low) else low,
-        "ci_high": None if math.isnan(high) else high,
-        "n": int(x.size),
-    }
 
 
 def grid_rows(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[dict]:
@@ -319,7 +307,7 @@ def iso_tests(
     The Wilcoxon test alone cannot say "no change": with few non-zero pairs its smallest
     reachable p-value is large (0.25 from 3), so "p >= 0.05" is what it gives whatever the
     effect. The verdict is read instead from the paired interval of the mean difference against
-    ``±margin`` (:func:`goalprobe.gridworld.stats.equivalence_verdict`): "equivalent",
+    ``±margin`` (:func:`goalprobe.stats.equivalence_verdict`): "equivalent",
     "different" or "inconclusive"; ``min_p_value`` is the smallest p-value the test could
     reach with its non-zero pairs (``2 / 2**n_nonzero``).
 

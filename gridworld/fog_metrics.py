@@ -34,7 +34,8 @@ from goalprobe.gridworld.fog import (
     free_space_episode,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
+
+from goalprobe.stats import GridBootstrap, grid_bootstrap_ratio
 
 AGENT = "agent"
 FREE_SPACE = "free_space"

@@ -40,7 +40,7 @@ null distribution comes from permuting the condition labels of the ``2K`` sample
 state* (the agent's policy is the same in both conditions under the null). Two empirical
 distributions of the same policy differ by chance, so the reported effect is the *excess* TV:
 each state's TV minus its mean under the permutations, averaged over states, with a
-grid-bootstrap interval (:mod:`goalprobe.gridworld.stats`, grids resampled). The verdict:
+grid-bootstrap interval (:mod:`goalprobe.stats`, grids resampled). The verdict:
 
 * ``intended``: the permutation p-value is below ``alpha`` and the excess TV's interval lies
   above 0 (the agent adapts its behaviour when the outcome is guaranteed);
@@ -72,7 +72,8 @@ from goalprobe.gridworld.intention_control import (
     optimal_shift,
 )
 from goalprobe.gridworld.optimal import bfs_distances, solve
-from goalprobe.gridworld.stats import RandomState, as_generator, grid_bootstrap_ratio
+
+from goalprobe.stats import RandomState, as_generator, grid_bootstrap_ratio
 
 INTERVENTIONS: dict[str, tuple[str, ...]] = {
     Variant.KEY_DOOR: ("has_key", "door_open"),

@@ -12,7 +12,8 @@ from functools import lru_cache
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Grid
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import grid_bootstrap_ratio
+
+from goalprobe.stats import grid_bootstrap_ratio
 
 N_CATEGORIES = N_ACTIONS + 1
 """Categories of a sampled action: the four moves, then "no valid action"."""

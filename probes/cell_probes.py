@@ -75,7 +75,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import (
+    from goalprobe.stats.shapes import (
         CellLabels,
         CellProbs,
         FeatureMatrix,

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import GridBootstrap, grid_bootstrap_ratio
 from goalprobe.probes.logit_lens import first_stable_top
+
+from goalprobe.stats import GridBootstrap, grid_bootstrap_ratio
 
 PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 """Upper edges of the reasoning-progress bins (fraction of the reasoning's tokens)."""

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap, as_generator, percentile_interval
 from goalprobe.probes.baselines import CellPrior, covariates
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
+
+from goalprobe.stats import GridBootstrap, as_generator, percentile_interval
 
 
 def in_grid_mask(grid_sizes: np.ndarray, side: int) -> np.ndarray:

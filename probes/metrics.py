@@ -27,13 +27,15 @@ from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import (
+from goalprobe.probes.baselines import uniform_top1
+
+from goalprobe.stats import (
     GridBootstrap,
     cluster_rate_interval,
     grid_codes,
+    p_from_draws,
     safe_ratio,
 )
-from goalprobe.probes.baselines import uniform_top1
 
 LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
@@ -110,7 +112,7 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# evaluation over the grid bootstrap of goalprobe.gridworld.stats
+# evaluation over the grid bootstrap of goalprobe.stats
 
 
 def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
@@ -123,7 +125,7 @@ def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
 RATE_COUNTS = "_rate_counts"
 """Key under which a model's sample function may also return ``metric -> (k, n)``: the per-grid
 successes and trials ``(G,)`` of a metric that is a rate, whose reported interval is then
-:func:`goalprobe.gridworld.stats.cluster_rate_interval` (honest at 0% and 100%, where the
+:func:`goalprobe.stats.cluster_rate_interval` (honest at 0% and 100%, where the
 percentile interval collapses); paired differences keep the shared bootstrap draws."""
 
 
@@ -149,7 +151,9 @@ def selectivity(
         lower_is_better: metrics where the advantage is baseline minus reference.
 
     Returns:
-        metric -> ``{value, ci_low, ci_high, baseline, above_baseline}``.
+        metric -> ``{value, ci_low, ci_high, baseline, above_baseline, p_draws}``, ``p_draws``
+        the one-sided p of "above the baseline" from the draws (:func:`goalprobe.stats.p_from_draws`;
+        absent without draws).
     """
     out = {}
     for metric, ref in samples[reference].items():
@@ -164,6 +168,8 @@ def selectivity(
         stat = boot.summary(diff)
         stat["baseline"] = strongest
         stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+        if boot.n_resamples:  # the one-sided p of "above" from the draws themselves
+            stat["p_draws"] = p_from_draws(diff[1:], 0.0)
         out[metric] = stat
     return out
 

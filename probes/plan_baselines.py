@@ -12,7 +12,7 @@ cells already predicts much of an optimal agent's next moves. So beside the stud
 
 and :func:`prefix_verdicts` compares the decoder with the strongest of them, paired on the
 same test rows (the grid-clustered interval of the difference,
-:func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`). :func:`departure_mask` marks the rows
+:func:`goalprobe.stats.grid_bootstrap_ratio`). :func:`departure_mask` marks the rows
 whose first step departs from the optimal policy or breaks a tie among optimal actions: the
 only rows where a plan read-out can beat every state-only predictor.
 
@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 from goalprobe.gridworld.core import CellType, Grid, State
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import grid_bootstrap_ratio
 from goalprobe.probes.plan_metrics import canonical_plans, encode_plans
 from sklearn.ensemble import RandomForestClassifier
+
+from goalprobe.stats import grid_bootstrap_ratio
 
 CHANCE = "chance 0.25^N"
 """Name of the ``0.25 ** N`` line among the baselines of :func:`prefix_verdicts`."""

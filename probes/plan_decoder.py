@@ -48,7 +48,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import PlanProbs, PlanTargets, ResidualActs
+    from goalprobe.stats.shapes import PlanProbs, PlanTargets, ResidualActs
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024

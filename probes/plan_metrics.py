@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
-from goalprobe.gridworld.stats import GridBootstrap, safe_ratio
+
+from goalprobe.stats import GridBootstrap, safe_ratio
 
 N_PLAN_CLASSES = N_ACTIONS + 1
 """Classes a decoder predicts per step: the four actions and ``PLAN_END``."""

@@ -25,7 +25,6 @@ from typing import Any, Protocol, TypedDict
 import numpy as np
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import PLAN_PAD
-from goalprobe.gridworld.stats import grid_bootstrap_ratio
 from goalprobe.probes.plan_baselines import (
     StatePlanDecoder,
     departure_mask,
@@ -47,6 +46,8 @@ from goalprobe.probes.predicted_plans import SPLIT_NAMES, write_predicted_plans
 from goalprobe.probes.serialization import read_plan_decoder_card, save_plan_decoder
 from goalprobe.probes.splits import GridSplit, grid_folds, split_by_grid
 from sklearn.base import clone
+
+from goalprobe.stats import grid_bootstrap_ratio
 
 SWEEP_SCHEMA = "goalprobe.plan_sweep"
 """``schema`` field of ``sweep.json``."""

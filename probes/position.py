@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -27,6 +26,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
+
+from goalprobe.stats import GridBootstrap
 
 if TYPE_CHECKING:
     from goalprobe.probes.probe_sweep import ProbeData, StoreProbeLoader

@@ -1,6 +1,6 @@
 """The headline probe under several training seeds: the same data and split, the seed of the
 probe's initialisation and minibatch order varied, every seed's metrics and the seed-pooled
-intervals (:func:`goalprobe.gridworld.stats.seed_pooled`) of the headline metrics and of their
+intervals (:func:`goalprobe.stats.seed_pooled`) of the headline metrics and of their
 selectivity over the strongest control. A verdict that holds for one seed but not across seeds
 is not reported as holding."""
 
@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import seed_pooled
 from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
 from sklearn.base import clone
+
+from goalprobe.stats import seed_pooled
 
 HEADLINE_METRICS: tuple[str, ...] = ("accuracy_no_padding", "auc/wall", "agent_top1", "goal_top1")
 """The headline rows' metrics."""
@@ -32,7 +33,7 @@ def seed_runs(
     Returns:
         ``{"seeds", "per_seed": [{seed, metric: {probe, selectivity}}], "pooled": {metric:
         {"probe": POOLED, "selectivity": POOLED + {"baseline", "above_baseline"}}}}`` with
-        POOLED from :func:`~goalprobe.gridworld.stats.seed_pooled`; ``above_baseline`` holds
+        POOLED from :func:`~goalprobe.stats.seed_pooled`; ``above_baseline`` holds
         where the pooled selectivity interval lies above 0.
     """
     per_seed: list[dict[str, Any]] = []

@@ -35,7 +35,7 @@ from goalprobe.activations.store.schema import (
 from goalprobe.activations.store.writer import ReasoningRows, RowBatch
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import ResidualActs, RowIndex, RowMask, TokenPositions
+    from goalprobe.stats.shapes import ResidualActs, RowIndex, RowMask, TokenPositions
 
 _SPAN_ROWS = 4096
 

@@ -39,7 +39,7 @@ from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, CellType
 from goalprobe.version import package_version, software_versions
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import ResidualActs, RowMask, TokenPositions
+    from goalprobe.stats.shapes import ResidualActs, RowMask, TokenPositions
 
 _CHUNK_BYTES = 256 << 10
 _LABEL_CHUNK_ROWS = 4096

@@ -36,17 +36,19 @@ def _merged(left: str, right: str) -> str:
 
 def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tuple[str, ...]]:
     """``(finding, left value, left baseline, left verdict, right value, right baseline, right
-    verdict)`` per finding, in ``left``'s order then ``right``'s extra findings; ``-`` where a
-    run has no such row. Rows pair up by their finding with the numbers left out; a number that
-    differs (a count) shows as ``left / right``."""
-    by_key = {_key(row.finding): row for row in right}
+    verdict)`` per row spec, in ``left``'s order then ``right``'s extra rows; ``-`` where a run
+    has no such row. Rows pair up by their spec's id; a number in the finding that differs (a
+    count) shows as ``left / right``."""
+    by_id = {row.id: row for row in right}
     rows: list[tuple[str, ...]] = []
     for row in left:
-        other = by_key.pop(_key(row.finding), None)
-        finding = row.finding if other is None else _merged(row.finding, other.finding)
+        other = by_id.pop(row.id, None)
+        finding = row.finding
+        if other is not None and _key(row.finding) == _key(other.finding):
+            finding = _merged(row.finding, other.finding)
         theirs = (other.value, other.baseline, other.verdict) if other else ("-", "-", "-")
         rows.append((finding, row.value, row.baseline, row.verdict, *theirs))
-    rows += [(r.finding, "-", "-", "-", r.value, r.baseline, r.verdict) for r in by_key.values()]
+    rows += [(r.finding, "-", "-", "-", r.value, r.baseline, r.verdict) for r in by_id.values()]
     return rows
 
 
@@ -70,12 +72,18 @@ def agents(run: RunReader) -> list[Block]:
     """The section's blocks: a reading per agent and the side-by-side headline."""
     control = RunReader(run.layout.control.root)
     if not control.layout.stages_dir.is_dir():
+        full = [(r.finding, r.value, r.baseline, r.verdict) for r in headline_rows(run.root)]
         return [
             Box(
                 "not_run",
                 "no positive-control run beside this one: `goalprobe demo` without --model runs "
                 "the map agent (bundled:map) beside the default agent in RUN/control/",
-            )
+            ),
+            table(
+                ("finding", "value [95% CI]", "baseline", "verdict (Holm-adjusted p)"),
+                full,
+                caption="This agent's headline rows in full (95% CIs).",
+            ),
         ]
     names = agent_name(run), agent_name(control)
     blocks: list[Block] = [

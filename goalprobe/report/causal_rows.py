@@ -1,46 +1,124 @@
-"""The headline row type, and the rows of the two causal-and-plan verdicts: the plan decoder
-against its strongest baseline at every N, and patching at the anchors against a random other
-grid (issue 33). :mod:`goalprobe.report.headline` assembles them with the other rows
-(:mod:`goalprobe.report.verdict_rows` holds the rows that read nulls and margins)."""
+"""Where the representational and causal headline rows get their numbers: the cell probes, the
+position probes and the distance regressors against their strongest prior, the plan decoder
+against its strongest baseline, and patching at the anchors against a random other grid. One
+reader per row spec (:mod:`goalprobe.report.row_specs`); :mod:`goalprobe.report.readers` holds
+the behavioural and scoring ones."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
 
-from goalprobe.gridworld.stats import p_from_interval
 from goalprobe.report.blocks import pct, stat_text
+from goalprobe.report.readers import Reading, answer
+from goalprobe.report.run import MissingInput, RunReader, metric
+from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
+from goalprobe.stats import Estimate
+
+_PROBE_LABELS = {
+    "accuracy_no_padding": "Cognitive map: probe accuracy on grid cells",
+    "auc/wall": "Cognitive map: wall AUC (rank-based, class-balance free)",
+    "agent_top1": "Agent localisation, top-1",
+    "goal_top1": "Goal localisation, top-1",
+}
 
 
-@dataclass(frozen=True)
-class HeadlineRow:
-    """One line of the headline table.
-
-    Attributes:
-        finding: what is measured, with the study's figure or table.
-        value: the measured value (with its 95% CI where there is one).
-        baseline: what it is compared with.
-        verdict: whether the interval excludes the baseline, in words ("above majority: yes");
-            empty where there is nothing to test; with the Holm-adjusted p across the agent's
-            family of tested verdicts (:data:`HOLM_FAMILY`).
-    """
-
-    finding: str
-    value: str
-    baseline: str = ""
-    verdict: str = ""
-    p_value: float | None = None
-    """One-sided p-value of the verdict's test (from its interval,
-    :func:`goalprobe.gridworld.stats.p_from_interval`); rows with one form the Holm family."""
+def headline_sweep(paths) -> tuple[str, dict]:
+    """The sweep of the headline probe kind and family among ``paths`` (by file stem
+    ``cell_<kind>_<family>``): ``(stem, sweep)``."""
+    kind, family = HEADLINE_PROBE
+    wanted = f"cell_{kind}_{family}"
+    for path in paths:
+        if Path(path).stem == wanted:
+            return wanted, json.loads(Path(path).read_text())
+    raise MissingInput(f"no {wanted}.json among the probing-set sweeps")
 
 
-def difference_p(verdict: Mapping) -> float | None:
-    """One-sided p of "the paired difference lies above 0" from its interval: the test behind
-    the plan decoder's and the patching anchors' "yes" (their verdict is that interval's lower
-    bound above 0), so these rows join the agent's Holm family. None without an interval, or
-    where it has no width below the estimate (the verdict then rests on the interval)."""
-    diff = verdict.get("difference") or {}
-    return p_from_interval(diff.get("value"), diff.get("ci_low"), diff.get("ci_high"), 0.0)
+def _selectivity(
+    finding: str,
+    value: Mapping | None,
+    sel: Mapping,
+    base: Mapping | None,
+    percent: bool,
+    n_grids: int | None,
+) -> Reading:
+    strongest = sel["baseline"]
+    return Reading(
+        finding,
+        stat_text(value, percent=percent),
+        (
+            f"strongest control {strongest} {stat_text(base, percent=percent)}; selectivity "
+            if base is not None
+            else f"selectivity over the strongest prior ({strongest}) across seeds "
+        )
+        + stat_text(sel, percent=percent),
+        Estimate.from_dict({"n_grids": n_grids, **sel}),
+        question=f"above {strongest}",
+        answer=answer(sel.get("verdict") or sel.get("above_baseline")),
+        percent=percent,
+        reason=str(sel.get("reason", "")),
+    )
+
+
+def probe(run: RunReader, key: str) -> Reading:
+    """The headline cell probe's ``key`` metric on the probing set, over training seeds where
+    they were pooled (:mod:`goalprobe.probes.seeds`), else from the sweep's selectivity."""
+    _, sweep = headline_sweep(run.layout.probing_probe_sweeps())
+    head = headline_run(sweep)
+    if head is None:
+        raise MissingInput("no headline-stage run in the probe sweep")
+    m, where = head["metrics"], f"{head['name']}, {head['n_test_grids']} test grids"
+    seeds = run.optional_json(run.layout.probing_headline_seeds)
+    if seeds and key in seeds.get("pooled", {}):
+        pooled = seeds["pooled"][key]
+        finding = (
+            f"{_PROBE_LABELS[key]} (probing set, {where}; {len(seeds['seeds'])} training seeds "
+            "pooled; Figs. 6-7)"
+        )
+        out = _selectivity(
+            finding, pooled["probe"], pooled["selectivity"], None, True, head["n_test_grids"]
+        )
+        if key == "auc/wall":
+            out = replace(out, baseline=out.baseline + wall_mde_text())
+        return out
+    sel = m["selectivity"][key]
+    finding = f"{_PROBE_LABELS[key]} (probing set, {where}; Figs. 6-7)"
+    base = metric(m, sel["baseline"], key)
+    return _selectivity(finding, metric(m, "probe", key), sel, base, True, head["n_test_grids"])
+
+
+def position(run: RunReader, target: str) -> Reading:
+    """The ``target`` (agent, goal) position probe's top-1 against its strongest prior."""
+    pos = run.json(run.layout.probing_positions)
+    result = pos[target]
+    sel = result["selectivity"]["top1"]
+    unconverged = [m for m, ok in result.get("converged", {}).items() if not ok]
+    note = f"; solver did not converge: {', '.join(unconverged)}" if unconverged else ""
+    finding = (
+        f"{target.capitalize()} position probe, top-1 (probing set, {pos['stage']} "
+        f"L{pos['layer']}, {result['n_grids']} test grids; Fig. 7{note})"
+    )
+    base = result["models"][sel["baseline"]]["top1"]
+    probe_top1 = result["models"]["probe"]["top1"]
+    return _selectivity(finding, probe_top1, sel, base, True, result["n_grids"])
+
+
+def distance(run: RunReader, family: str) -> Reading:
+    """The ``family`` (linear, mlp) goal-distance regressor's R² against its strongest prior."""
+    path = run.layout.probing_distance / f"distance_{family}.json"
+    head = headline_run(run.json(path))
+    if head is None:
+        raise MissingInput(f"no headline-stage run in {path.name}")
+    m = head["metrics"]
+    sel = m["selectivity"]["r2"]
+    finding = f"Goal distance R² ({family} regressor, {head['name']}, probing set; Table 4)"
+    base = metric(m, sel["baseline"], "r2")
+    return _selectivity(
+        finding, metric(m, "probe", "r2"), sel, base, False, head.get("n_test_grids")
+    )
 
 
 def _baseline_name(name: str) -> str:
@@ -48,85 +126,121 @@ def _baseline_name(name: str) -> str:
     return name.rsplit("/", 1)[-1].replace("_", " ")
 
 
-def plan_rows(head: Mapping) -> list[HeadlineRow]:
-    """The headline decoder at N = 1 and N = 3 against the strongest baseline at each N (the
-    majority plan, the shuffled control, the state-only decoder, the optimal policy's plan,
-    0.25^N), and at N = 1 on the rows where the agent departs from the optimal policy or
-    breaks a tie (where only a plan read-out can win)."""
-    verdicts = {v["n"]: v for v in head.get("verdicts") or []}
-    if 1 not in verdicts or 3 not in verdicts:
-        raise KeyError("the plan sweep has no verdicts (an older sweep schema)")
-    n_grids = (verdicts[1]["decoder"] or {}).get("n_grids")
-    out = []
-    for n in (1, 3):
-        v = verdicts[n]
-        strongest = v["strongest"]
-        out.append(
-            HeadlineRow(
-                f"Plan decoder prefix accuracy N={n} ({head['name']}, {v['n_rows']} test rows, "
-                f"{n_grids} grids; Fig. 10)",
-                stat_text(v["decoder"]),
-                f"strongest: {_baseline_name(strongest)} {pct(v['baselines'][strongest])} "
-                f"(0.25^N {pct(0.25**n)})",
-                f"above the strongest baseline: {v['verdict']}",
-                difference_p(v),
-            )
-        )
-    departures = head.get("departures") or {}
-    verdict = departures.get("verdict_n1")
-    if verdict and verdict.get("n_rows"):
-        strongest = verdict["strongest"]
-        out.append(
-            HeadlineRow(
-                f"Plan decoder N=1 where the agent departs from the optimal policy or breaks a "
-                f"tie ({verdict['n_rows']} test rows)",
-                stat_text(verdict["decoder"]),
-                f"strongest: {_baseline_name(strongest)} {pct(verdict['baselines'][strongest])}",
-                f"above the strongest baseline: {verdict['verdict']}",
-                difference_p(verdict),
-            )
-        )
-    return out
+def _plan_head(run: RunReader) -> Mapping:
+    runs = run.json(run.layout.plan_sweep)["runs"]
+    decoders = [r for r in runs if r["kind"] == "decoder" and r["stage"] == HEADLINE_STAGE]
+    layer = headline_layer({r["layer"] for r in decoders})
+    return min((r for r in decoders if r["layer"] == layer), key=lambda r: r["decoder_layers"])
 
 
-def patching_rows(data: Mapping) -> list[HeadlineRow]:
-    """The anchors' patching verdicts (every block at once, regenerated reasoning at the
-    pre-reasoning anchors, teacher-forced at the post-reasoning ones; cf -> base): the share
-    of disjoint pairs moved into the counterfactual's optimal set against a random other grid
-    of the same size, with invalid answers, the no-change controls and the recovered logit
-    difference beside it; and the all-block grid patch, labelled a sanity check."""
-    verdicts = {(v["site"], v["mode"], v["direction"]): v for v in data.get("verdicts") or []}
-    if not verdicts:
-        raise KeyError("the patching results hold no verdicts (an older schema)")
-    wanted = (
-        ("pre_reasoning", "regenerated", "cf_to_base"),
-        ("post_reasoning", "teacher_forced", "cf_to_base"),
-        ("grid", "teacher_forced", "cf_to_base"),
+def _plan_Reading(finding: str, v: Mapping, extra: str = "") -> Reading:
+    strongest = v["strongest"]
+    return Reading(
+        finding,
+        stat_text(v["decoder"]),
+        f"strongest: {_baseline_name(strongest)} {pct(v['baselines'][strongest])}{extra}",
+        Estimate.from_dict({"n_grids": (v["decoder"] or {}).get("n_grids"), **v["difference"]})
+        if v.get("difference")
+        else None,
+        question="above the strongest baseline",
+        answer=answer(v["verdict"]),
     )
-    out = []
-    for key in wanted:
-        v = verdicts.get(key)
-        if v is None:
-            continue
-        site, mode, _ = key
-        sanity = v["verdict"] == "sanity check"
-        what = (
-            "Sanity check, true for any agent that acts on its input: every block at the grid tokens "
-            if sanity
-            else f"Patching the {site.replace('_', '-')} anchors at every block "
+
+
+def plan(run: RunReader, n: str) -> Reading:
+    """The headline decoder's prefix accuracy at N = ``n`` against the strongest baseline (the
+    majority plan, the shuffled control, the state-only decoder, the optimal policy's plan,
+    0.25^N); descriptive, as the optimal policy's plan wins wherever the agent follows it."""
+    head = _plan_head(run)
+    verdicts = {v["n"]: v for v in head.get("verdicts") or []}
+    v = verdicts[int(n)]
+    n_grids = (verdicts[1]["decoder"] or {}).get("n_grids")
+    return _plan_Reading(
+        f"Plan decoder prefix accuracy N={n} ({head['name']}, {v['n_rows']} test rows, "
+        f"{n_grids} grids; Fig. 10)",
+        v,
+        f" (0.25^N {pct(0.25 ** int(n))})",
+    )
+
+
+def departures(run: RunReader, arg: str) -> Reading:
+    """The decoder at N = 1 on the rows where the agent departs from the optimal policy or
+    breaks a tie (where only a plan read-out can beat the optimal policy's plan)."""
+    verdict = (_plan_head(run).get("departures") or {}).get("verdict_n1")
+    if not verdict or not verdict.get("n_rows"):
+        raise KeyError("no departure rows in the plan sweep")
+    return _plan_Reading(
+        f"Plan decoder N=1 where the agent departs from the optimal policy or breaks a tie "
+        f"({verdict['n_rows']} test rows)",
+        verdict,
+    )
+
+
+_MODES = {
+    "pre_reasoning": ("regenerated",),
+    "post_reasoning": ("regenerated", "teacher_forced"),
+    "grid": ("regenerated", "teacher_forced"),
+}
+"""The patching mode each site's row reads, in order of preference."""
+
+
+def patching(run: RunReader, site: str) -> Reading:
+    """Every block patched at ``site`` (cf -> base): the share of disjoint pairs moved into the
+    counterfactual's optimal set against a random other grid of the same size, with invalid
+    answers, the no-change controls and the recovered logit difference (teacher-forced runs
+    only: a regenerated run has none) beside it."""
+    data = run.json(run.layout.patch_results)
+    verdicts = {(v["site"], v["mode"], v["direction"]): v for v in data.get("verdicts") or []}
+    found = [
+        verdicts[(site, m, "cf_to_base")]
+        for m in _MODES[site]
+        if (site, m, "cf_to_base") in verdicts
+    ]
+    if not found:
+        raise KeyError(f"no {site} patching verdict")
+    v = found[0]
+    mode = v["mode"].replace("_", " ")
+    what = (
+        "Sanity check, true for any agent that acts on its input: every block at the grid tokens"
+        if site == "grid"
+        else f"Patching the {site.replace('_', '-')} anchors at every block"
+    )
+    recovered = v.get("recovered") or {}
+    logit = (
+        f"; logit diff. recovered {stat_text(recovered, percent=False, digits=2)}"
+        if v["mode"] == "teacher_forced" and recovered.get("value") is not None
+        else ""
+    )
+    return Reading(
+        f"{what} ({mode}, cf->base): action into the counterfactual's optimal set "
+        f"(n={v['n_pairs']} pairs, {v['n_grids']} grids)",
+        f"{stat_text(v['moved'])}; invalid answers {pct(v['invalid']['value'])}{logit}",
+        f"random other grid {stat_text(v['random_grid'])}; no-change controls changed "
+        f"{stat_text(v['control_changed'])} (n={v['control_changed']['n']})",
+        Estimate.from_dict({"n_grids": v["n_grids"], **(v.get("difference") or {})}),
+        question="moves it beyond a random grid",
+        answer=answer(v["verdict"]),
+    )
+
+
+def wall_mde_text() -> str:
+    """``"; power: ..."``: the minimum detectable planted wall map of the headline probe at the
+    demo's design (``goalprobe/probes/wall_power.json``, ``scripts/wall_power.py``), or ""."""
+    try:
+        data = json.loads(
+            resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
         )
-        out.append(
-            HeadlineRow(
-                f"{what}({mode.replace('_', ' ')}, cf->base): action into the counterfactual's "
-                f"optimal set (n={v['n_pairs']} pairs, {v['n_grids']} grids)",
-                f"{stat_text(v['moved'])}; invalid answers {pct(v['invalid']['value'])}; "
-                f"logit diff. recovered {stat_text(v['recovered'], percent=False, digits=2)}",
-                f"random other grid {stat_text(v['random_grid'])}; no-change controls changed "
-                f"{stat_text(v['control_changed'])} (n={v['control_changed']['n']})",
-                "sanity check (no verdict)"
-                if sanity
-                else f"moves it beyond a random grid: {v['verdict']}",
-                None if sanity else difference_p(v),
-            )
+    except (FileNotFoundError, OSError, ValueError):
+        return ""
+    mde, auc = data.get("minimum_detectable_effect"), data.get("auc_at_mde")
+    design = data.get("design", {})
+    if mde is None:
+        return (
+            "; power: no planted wall map up to strength "
+            + f"{max(design.get('signals', [0])):g} was detected"
         )
-    return out
+    return (
+        f"; power: smallest planted wall map detected in >= {design.get('power', 0.8):.0%} of "
+        f"synthetic sets of this design, strength {mde:g} (probe wall AUC {pct(auc)}); a 'no' "
+        "cannot exclude a weaker map"
+    )

@@ -25,12 +25,11 @@ from goalprobe.report import (
     probing,
 )
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
-from goalprobe.report.headline import HOLM_FAMILY, headline_rows
+from goalprobe.report.headline_page import headline_blocks
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.stages import STAGES
 
 SECTION_TITLES: dict[str, str] = {
-    "run": "Run and configuration",
     "headline": "Headline results",
     "agents": "Both agents side by side: the default agent and the positive control",
     "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
@@ -51,6 +50,7 @@ SECTION_TITLES: dict[str, str] = {
     "patching": "Activation patching (section 5.2, appendix F)",
     "false_belief": "False-belief grids: scoring against a known belief",
     "decision": "Where the decision is made: a logit lens and a read-out over reasoning time",
+    "run": "Run and configuration",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
@@ -207,7 +207,6 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
     run = RunReader(run_dir)
     fig = Figures()
     stages, demo_config = _run_section(run, config)
-    headline = headline_rows(run.root)
     env = _environment()
     return env.get_template("report.html.j2").render(
         titles=SECTION_TITLES,
@@ -215,15 +214,7 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         written=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         stages=stages,
         demo_config=demo_config,
-        headline=table(
-            ("finding", "value [95% CI]", "baseline", "interval excludes the baseline?"),
-            [(r.finding, r.value, r.baseline, r.verdict) for r in headline],
-            caption=f"Rates carry exact intervals on the effective number of grids (honest at 0% "
-            f"and 100%). Multiplicity: Holm's correction over {HOLM_FAMILY}; each tested verdict "
-            "shows its adjusted one-sided p (from its interval, normal approximation).",
-        )
-        if headline
-        else Box("not_run", "no stage produced a headline figure yet"),
+        headline=headline_blocks(run),
         agents=agents.agents(run),
         sections=[_data_section(run, s, fig) for s in BUILDERS],
         plotly_js=Markup(get_plotlyjs()),

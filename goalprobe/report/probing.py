@@ -4,7 +4,7 @@ hundreds of prompt-only states, against its strongest control, and its learning 
 from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Figures, stat_text, table
-from goalprobe.report.headline import headline_sweep
+from goalprobe.report.causal_rows import headline_sweep
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.viewer.figures import learning_curve_figure

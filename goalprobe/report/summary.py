@@ -1,122 +1,96 @@
 """What ``goalprobe demo`` prints when it ends: one screen at 80 columns.
 
-One line per headline verdict (both agents' answers side by side when the positive control ran
-beside the default agent), then the report's path and the exact ``goalprobe view`` command,
-each on one line. The numbers, their intervals and baselines are in the report; this is the
-at-a-glance reading.
+One line per headline question that carries a verdict or checks the pipeline (the row spec's
+short label, :mod:`goalprobe.report.row_specs`), each agent's answer at the right margin (both
+agents side by side when the positive control ran beside the default agent), then the report's
+path and the exact ``goalprobe view`` command. Nothing is cut mid-word: a label that does not
+fit beside the answers goes on a line of its own. The numbers, their intervals and baselines are
+in the report; this is the at-a-glance reading.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
+import textwrap
 from pathlib import Path
 
-from goalprobe.report.agents import agent_name, side_by_side
-from goalprobe.report.headline import headline_rows
+from goalprobe.report.agents import agent_name
+from goalprobe.report.headline import HeadlineRow, headline_rows
+from goalprobe.report.row_specs import DESCRIPTIVE, SPECS, TEST
 from goalprobe.report.run import RunReader
 
 WIDTH = 80
 """Columns the summary fits in."""
 
-_DETAILS = re.compile(r"\s*\([^()]*[0-9,;][^()]*\)")
-"""A parenthesised detail: a figure, a count, a probe name (anything with a digit, a comma or
-a semicolon); ``(regenerated)`` and ``(teacher_forced)`` tell findings apart and stay."""
 
-_ABOVE = re.compile(r"^(?:probe |regressor )?above ")
-
-
-def short_finding(finding: str) -> str:
-    """A finding without its parenthesised details (figure, counts, probe name)."""
-    return _DETAILS.sub("", finding).strip()
-
-
-def short_question(question: str) -> str:
-    """``"probe above prior_size"`` -> ``"> prior_size"`` (the other questions as they are)."""
-    return _ABOVE.sub("> ", question)
-
-
-def split_verdict(verdict: str) -> tuple[str, str]:
-    """``"above random walk: yes"`` -> ``("above random walk", "yes")``; ``("", "-")`` for a
-    missing verdict."""
-    question, sep, answer = verdict.partition(": ")
-    if not sep:
-        return "", verdict.strip() or "-"
-    return question.strip(), short_answer(answer.strip())
-
-
-def short_answer(answer: str) -> str:
-    """``"yes; Holm p 0.036 of 12 (holds after correction)"`` -> ``"yes, Holm ok"`` (``"Holm
-    ns"`` when it does not hold after the correction); other answers as they are."""
-    head, sep, rest = answer.partition("; Holm")
-    if not sep:
-        return answer
-    return f"{head}, Holm {'ok' if 'holds' in rest else 'ns'}"
-
-
-def _questions(questions: list[str]) -> str:
-    """The agents' questions, once: ``"probe above shuffled / prior_size"`` when they differ
-    (another strongest control), the words they share said once."""
-    distinct = list(dict.fromkeys(questions))
-    if len(distinct) <= 1:
-        return short_question(distinct[0]) if distinct else ""
-    first = distinct[0].split()
-    out = [short_question(distinct[0])]
-    for other in distinct[1:]:
-        words = other.split()
-        shared = 0
-        while shared < min(len(first), len(words)) - 1 and first[shared] == words[shared]:
-            shared += 1
-        out.append(" ".join(words[shared:]))
-    return " / ".join(out)
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def short_answer(row: HeadlineRow | None) -> str:
+    """``yes*`` (holds after Holm's correction), ``yes`` (not after it), ``no``, ``undecided``,
+    ``unstable``, ``n/a``, ``check`` (a pipeline check), ``-`` (the agent has no such row)."""
+    if row is None:
+        return "-"
+    if row.kind != TEST:
+        return "check"
+    if row.answer == "yes" and row.holm_p is not None and row.holm_p < 0.05:
+        return "yes*"
+    return row.answer or "undecided"
 
 
 def verdict_lines(
     rows: list[tuple[str, list[str]]], names: list[str], width: int = WIDTH
 ) -> list[str]:
-    """One line per finding: the finding and its baseline (``> baseline``), then each agent's
-    answer at the right margin (``yes | no``); the text is cut (``…``) where it would not fit.
+    """One line per question: its label, then each agent's answer at the right margin
+    (``yes* | no``). A label too long to sit beside the answers is wrapped at a space, the
+    answers on its last line; no word is cut.
 
     Args:
-        rows: ``(finding, [verdict per agent])``; a finding whose verdicts are all empty (a
-            row with nothing to test) is left out.
-        names: the agents, in the order of the verdicts.
+        rows: ``(label, [answer per agent])``.
+        names: the agents, in the order of the answers.
         width: the columns every line fits in.
     """
-    kept = [(f, v) for f, v in rows if any(x.strip() and x != "-" for x in v)]
-    agents = " | ".join(names)
-    lines = [_fit("Verdicts at 95% (report.html: values, baselines)", width - len(agents) - 1)]
-    lines[0] = lines[0].ljust(width - len(agents)) + agents
-    shorts = [short_finding(f) for f, _ in kept]
-    for (finding, verdicts), short in zip(kept, shorts, strict=True):
-        parsed = [split_verdict(x) for x in verdicts]
-        answers = " | ".join(a for _, a in parsed)
-        questions = _questions([q for q, _ in parsed if q])
-        # two findings that only their details tell apart (two regressors) keep the details
-        name = finding if shorts.count(short) > 1 else short
-        text = name + (f": {questions}" if questions else "")
-        room = width - len(answers) - 1
-        lines.append(_fit(text, room).ljust(room) + " " + answers)
+    cols = [max([len(n), *(len(a[i]) for _, a in rows)]) for i, n in enumerate(names)]
+
+    def right(cells: list[str]) -> str:
+        return " | ".join(c.rjust(w) for c, w in zip(cells, cols, strict=True))
+
+    head = right(list(names))
+    room = width - len(head) - 1
+    title = "Verdicts at 95% (* holds after Holm)"
+    lines = [title.ljust(room) + " " + head if len(title) <= room else head.rjust(width)]
+    for label, answers in rows:
+        tail = right(answers)
+        parts = textwrap.wrap(label, width=max(10, width - len(tail) - 1), break_long_words=False)
+        for part in parts[:-1]:
+            lines.append(part)
+        lines.append(parts[-1].ljust(width - len(tail) - 1) + " " + tail)
     return lines
+
+
+def summary_rows(agents: list[list[HeadlineRow]]) -> list[tuple[str, list[str]]]:
+    """``(label, [answer per agent])`` for every spec with a verdict or a pipeline check that
+    some agent has, in spec order."""
+    by_id = [{r.id: r for r in rows} for rows in agents]
+    room = WIDTH - 2 * len("undecided") - 4
+    out = []
+    for spec in SPECS:
+        found = [rows.get(spec.id) for rows in by_id]
+        if spec.kind == DESCRIPTIVE or not any(found):
+            continue
+        label = spec.label
+        said = spec.baseline.split()[-1] in label.split()  # the label names it already
+        if spec.kind == TEST and not said and len(f"{label} (vs {spec.baseline})") <= room:
+            label = f"{label} (vs {spec.baseline})"
+        out.append((label, [short_answer(r) for r in found]))
+    return out
 
 
 def terminal_summary(run_dir: str | Path, *, with_control: bool, width: int = WIDTH) -> list[str]:
     """The lines ``goalprobe demo`` prints at its end (see the module docstring)."""
     run = RunReader(run_dir)
-    rows: list[tuple[str, list[str]]]
+    runs = [run]
     if with_control:
-        control = RunReader(run.layout.control.root)
-        names = [agent_name(run), agent_name(control)]
-        pairs = side_by_side(headline_rows(run.root), headline_rows(control.root))
-        rows = [(p[0], [p[3], p[6]]) for p in pairs]
-    else:
-        names = [agent_name(run)]
-        rows = [(r.finding, [r.verdict]) for r in headline_rows(run.root)]
-    lines = verdict_lines(rows, names, width)
+        runs.append(RunReader(run.layout.control.root))
+    names = [agent_name(r) for r in runs]
+    lines = verdict_lines(summary_rows([headline_rows(r.root) for r in runs]), names, width)
     report = run.layout.report
     if report.is_file():
         lines.append(f"report: {report}")

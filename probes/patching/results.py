@@ -16,7 +16,7 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
   fully; 0: no effect), over the runs where it is defined.
 
 Pairs drawn from one grid are not independent, so every interval is the grid-clustered
-interval of :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio` (the one place rates get
+interval of :func:`goalprobe.stats.grid_bootstrap_ratio` (the one place rates get
 their intervals). :func:`anchor_verdicts` turns the records into the headline's verdicts. Files
 (:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
 (schema ``goalprobe.patching/2``: config, preparation report, pairs per kind, verdicts, summary,
@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import grid_bootstrap_ratio
+
+from goalprobe.stats import grid_ci
 
 SCHEMA = "goalprobe.patching/2"
 SCHEMA_V1 = "goalprobe.patching/1"
@@ -50,28 +51,6 @@ GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
 
 PAIRS_FILE = "patch_pairs.jsonl"
 """File name of the kept pairs beside the results."""
-
-
-def grid_ci(
-    values: np.ndarray,
-    grids: np.ndarray,
-    *,
-    n_resamples: int,
-    confidence: float,
-    random_state: int | None,
-) -> tuple[float, float]:
-    """The grid-clustered CI of the pooled mean of finite ``values``
-    (:func:`~goalprobe.gridworld.stats.grid_bootstrap_ratio`; NaN where undefined)."""
-    stat = grid_bootstrap_ratio(
-        values,
-        None,
-        grids,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        random_state=random_state,
-    )
-    low, high = (math.nan if stat[k] is None else float(stat[k]) for k in ("ci_low", "ci_high"))
-    return low, high
 
 
 @dataclass(frozen=True)

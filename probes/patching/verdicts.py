@@ -19,7 +19,7 @@ disjoint pairs moved into the counterfactual's optimal set (the headline quantit
 share of invalid answers, the random-grid control's share, the no-relevant-change controls'
 share changed, the teacher-forced recovered logit difference, and the paired difference
 (real minus random-grid, per pair) whose interval decides the verdict. Every interval is the
-grid-clustered one of :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`.
+grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from goalprobe.gridworld.stats import grid_bootstrap_ratio
+
+from goalprobe.stats import grid_bootstrap_ratio
 
 SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
 """Sites whose all-block patch transplants the input itself: true by construction for any

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, RowCol
 from goalprobe.gridworld.optimal import bfs_distances
-from goalprobe.gridworld.stats import bootstrap_ci
+
+from goalprobe.stats import bootstrap_ci
 
 TOP_K_DEFAULT = (1, 3, 5, 10)
 

@@ -82,7 +82,7 @@ from goalprobe.probes.scoring.grouped import (
 )
 
 if TYPE_CHECKING:
-    from goalprobe.gridworld.shapes import CellProbs
+    from goalprobe.stats.shapes import CellProbs
 
 N_CELL_TYPES = len(CellType)
 CHUNK_ROWS = 64

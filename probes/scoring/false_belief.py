@@ -22,7 +22,7 @@ the same (true-suboptimal) actions without the false belief; the paired differen
 class (argmax of a cell-type probe at the start state's prompt) is compared with the shown and
 the true cell type; the control gives the probe's accuracy at the same cells without a conflict.
 
-Every interval is a grid (cluster) bootstrap (:mod:`goalprobe.gridworld.stats`).
+Every interval is a grid (cluster) bootstrap (:mod:`goalprobe.stats`).
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ from goalprobe.gridworld.false_belief import (
     require_pair_facts,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.stats import (
-    GridBootstrap,
-    grid_bootstrap_ratio,
-    is_count_rate,
-    rate_difference_interval,
-)
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoder import full_class_probs  # noqa: F401  (re-exported, its old home)
 from goalprobe.probes.scoring.belief import (
@@ -56,6 +50,13 @@ from goalprobe.probes.scoring.belief import (
     optimal_mask_for_pair,
     score_step,
     top_cells,
+)
+
+from goalprobe.stats import (
+    GridBootstrap,
+    grid_bootstrap_ratio,
+    is_count_rate,
+    rate_difference_interval,
 )
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
     Returns:
         ``{kind: {"false_belief": RATES, "control": RATES, "difference": {"follows_shown",
         "follows_true"}}}`` plus ``"all"`` over every kind; RATES maps metric -> ``{value,
-        ci_low, ci_high, n, n_grids}`` (see :func:`goalprobe.gridworld.stats.grid_bootstrap_ratio`).
+        ci_low, ci_high, n, n_grids}`` (see :func:`goalprobe.stats.grid_bootstrap_ratio`).
     """
     out = {}
     kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]

@@ -1,7 +1,7 @@
 """Pooled scores with grid-bootstrap intervals, overall and by grid size, density and variant.
 
 Every score of :mod:`goalprobe.probes.scoring` is a ratio of per-step sums (``sum(num) / sum(den)``);
-intervals come from :class:`goalprobe.gridworld.stats.GridBootstrap` (grids resampled, percentile
+intervals come from :class:`goalprobe.stats.GridBootstrap` (grids resampled, percentile
 interval), and all metrics of one call share the draws, so they are paired. Also the long-format
 table rows that ``belief.csv`` and ``meg.csv`` hold (:data:`CSV_COLUMNS`). No I/O here.
 """
@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.stats import (
+
+from goalprobe.stats import (
     GridBootstrap,
     RandomState,
     cluster_rate_interval,
@@ -45,15 +46,6 @@ def seeded_rng(random_state: int, text: str) -> np.random.Generator:
     """A generator seeded by ``random_state`` and a label (a probe, a group), so that every
     table draws its own reproducible bootstrap."""
     return np.random.default_rng([random_state, zlib.crc32(text.encode())])
-
-
-def bootstrap_over(
-    grid_ids: np.ndarray, n_bootstrap: int, confidence_level: float, rng: RandomState
-) -> GridBootstrap:
-    """Grid-bootstrap draws over rows labelled with their grid ids."""
-    return GridBootstrap.from_grid_ids(
-        grid_ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
-    )
 
 
 def ratio_samples(boot: GridBootstrap, num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -115,10 +107,12 @@ def ratio_stats(
 
     Returns:
         ``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` (``None`` where undefined).
-        A column of counts (a rate: :func:`goalprobe.gridworld.stats.is_count_rate`) gets the
+        A column of counts (a rate: :func:`goalprobe.stats.is_count_rate`) gets the
         cluster-adjusted exact interval instead of the percentile one (honest at 0% and 100%).
     """
-    boot = bootstrap_over(grid_codes, n_bootstrap, confidence_level, rng)
+    boot = GridBootstrap.from_grid_ids(
+        grid_codes, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
+    )
     g_den = boot.grid_sums(den)
     if weights is not None:
         num, den = num * weights, den * weights

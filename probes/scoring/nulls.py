@@ -27,7 +27,7 @@ one part of the belief:
     isolates the walls, the excess over another grid's map the whole belief.
 
 The excess is probe minus null (for ``qmdp_regret``, null minus probe), with a paired grid
-bootstrap (:class:`goalprobe.gridworld.stats.GridBootstrap`: the probe and every null recomputed under
+bootstrap (:class:`goalprobe.stats.GridBootstrap`: the probe and every null recomputed under
 the same draws), reported like :func:`goalprobe.probes.metrics.selectivity`: per null, and over the
 strongest null (best point value) as ``excess`` with ``baseline`` and ``above_baseline``.
 """
@@ -49,12 +49,13 @@ from goalprobe.probes.scoring.belief_table import (
 )
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.grouped import (
-    bootstrap_over,
     ratio_samples,
     seeded_rng,
     trajectory_weights,
 )
 from goalprobe.probes.splits import shuffle_by_grid
+
+from goalprobe.stats import GridBootstrap
 
 STRATA = ("size_density", "size", "all")
 """Conditioning levels of the ``other_grid`` derangement, from the finest."""
@@ -143,7 +144,9 @@ def null_report(
         ``STAT = {value, ci_low, ci_high, n, n_grids}`` and ``EXCESS = {value, ci_low,
         ci_high, baseline, above_baseline}``; map-free metrics (``acc_gt``) get no excess.
     """
-    boot = bootstrap_over(grid_ids, n_bootstrap, confidence_level, rng)
+    boot = GridBootstrap.from_grid_ids(
+        grid_ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
+    )
     scored = [j for j, m in enumerate(names) if m not in MAP_FREE]
 
     def samples_of(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -30,6 +30,10 @@ those before it. The last room, the application layer, is the ``goalprobe`` fold
 CONTRACTS = ("goalprobe.run_layout", "goalprobe.version")
 """Leaf modules of the root package that every room may import: they import nothing of ours."""
 
+LEAF_ROOM = "goalprobe.stats"
+"""The leaf room below the grid world (estimates, verdicts, statistics, array shapes): every
+room may import it, and it imports no room (only itself)."""
+
 APPLICATION_MAX_LINES = 400
 
 MODULE_MAX_LINES = 800
@@ -56,6 +60,8 @@ def _room(name: str) -> int | None:
     """Rank of the room an absolute module name belongs to (None: not ours)."""
     if name in CONTRACTS:
         return -1
+    if name == LEAF_ROOM or name.startswith(LEAF_ROOM + "."):
+        return -2
     best = None
     for rank, (_, prefix) in enumerate(ROOMS):
         if name == prefix or name.startswith(prefix + "."):
@@ -90,6 +96,8 @@ def test_imports_flow_one_way():
         for path in _modules(folder):
             module = _module_name(path)
             own = -1 if module in CONTRACTS else rank
+            if _room(module) == -2:
+                own = -2
             for line, name in _imports(path):
                 target = _room(name)
                 if target is not None and target > own:
@@ -133,6 +141,35 @@ def test_application_code_does_not_import_the_cli():
             if name == "goalprobe.cli" or name.startswith("goalprobe.commands"):
                 wrong.append(f"{relative}:{line} imports {name}")
     assert wrong == []
+
+
+def test_the_leaf_room_imports_no_room_and_loads_nothing_else():
+    """``goalprobe.stats`` imports only itself, and importing it loads no other module of ours
+    (the root package is lazy), nor torch."""
+    leaf = [p for p in _modules("goalprobe") if _room(_module_name(p)) == -2]
+    assert len(leaf) >= 5
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in leaf
+        for line, name in _imports(path)
+        if _room(name) is not None and _room(name) != -2
+    ]
+    assert wrong == []
+    code = (
+        "import sys, goalprobe.stats\n"
+        "ours = sorted(m for m in sys.modules if m.startswith('goalprobe') and m != 'goalprobe'"
+        " and not m.startswith('goalprobe.stats'))\n"
+        "print(ours, any(m == 'torch' for m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[] False"
+
+
+def test_every_room_may_import_the_leaf_room_and_it_none():
+    leaf, grid = _room("goalprobe.stats.estimate"), _room("goalprobe.gridworld.core")
+    assert leaf is not None and grid is not None and leaf < grid < _room("goalprobe.report")
 
 
 def test_the_grid_world_imports_no_torch():

@@ -141,7 +141,7 @@ def test_outputs_carry_baselines_and_intervals(demo):
     assert any("Plan decoder" in f for f in findings)
     # issue 18's three questions reach the headline, each with its baseline and verdict
     for finding, verdict in (
-        ("False-belief grids", "acts on what it is shown: "),
+        ("False-belief grids", "pipeline check (no verdict)"),
         ("Harms per episode, neutral prompt", "avoids harm beyond the shortest path: "),
         ("Moral conditioning", "conditioning reduces harm: "),
         ("Holding the key intended in KeyDoor", "intended: "),
@@ -287,9 +287,8 @@ def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
     from typer.testing import CliRunner
 
     from goalprobe.cli import app
-    from goalprobe.report.agents import side_by_side
     from goalprobe.report.run import RunReader
-    from goalprobe.report.summary import short_answer
+    from goalprobe.report.summary import summary_rows, verdict_lines
 
     result, _ = demo
     out = CliRunner().invoke(
@@ -305,15 +304,9 @@ def test_cli_ends_with_a_summary_that_fits_one_screen_at_80_columns(demo):
     assert all(len(line) <= 80 for line in summary), summary
     assert summary[0].startswith("Verdicts at 95%") and summary[0].endswith("bundled | bundled:map")
     run = RunReader(result.run_dir)
-    pairs = side_by_side(headline_rows(run.root), headline_rows(run.layout.control.root))
-    with_verdict = [p for p in pairs if any(v.strip() and v != "-" for v in (p[3], p[6]))]
-    verdicts = summary[1:-2]
-    assert len(verdicts) == len(with_verdict) >= 10
-    for line, pair in zip(verdicts, with_verdict, strict=True):
-        answers = " | ".join(
-            short_answer(v.partition(": ")[2]) or v or "-" for v in (pair[3], pair[6])
-        )
-        assert line.endswith(" " + answers), (line, pair)
+    agents = [headline_rows(run.root), headline_rows(run.layout.control.root)]
+    expected = verdict_lines(summary_rows(agents), ["bundled", "bundled:map"])
+    assert summary[:-2] == expected and len(expected) >= 11
     assert summary[-2] == f"report: {result.run_dir / 'report.html'}"
     assert summary[-1] == f"view: goalprobe view {shlex.quote(str(result.run_dir))}"
     assert len(summary) <= 40  # one screen

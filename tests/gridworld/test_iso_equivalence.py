@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.behaviour import BehaviourConfig, iso_tests
-from goalprobe.gridworld.stats import equivalence_verdict
+
+from goalprobe.stats import equivalence_verdict
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap
 from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates, uniform_top1
 from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance, grid_weighted_auc
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from goalprobe.probes.synthetic import planted_cell_data
 from sklearn.metrics import roc_auc_score
+
+from goalprobe.stats import GridBootstrap
 
 CANVAS = 15
 

@@ -635,8 +635,8 @@ def test_summary_and_files(tmp_path, records):
 
 
 def test_summary_intervals_resample_grids():
-    """The summary's intervals come from the grid bootstrap of ``goalprobe.gridworld.stats``."""
-    from goalprobe.gridworld.stats import grid_bootstrap_ratio
+    """The summary's intervals come from the grid bootstrap of ``goalprobe.stats``."""
+    from goalprobe.stats import grid_bootstrap_ratio
 
     def record(grid, changed, recovered):
         return {

@@ -4,13 +4,14 @@ activations."""
 from __future__ import annotations
 
 import pytest
-from goalprobe.gridworld.stats import seed_pooled
 from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.power import PowerDesign, as_probe_data, summarise, wall_power
 from goalprobe.probes.probe_sweep import ProbeSweepConfig
 from goalprobe.probes.seeds import seed_runs
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.synthetic import planted_cell_data
+
+from goalprobe.stats import seed_pooled
 
 
 def test_seed_spread_widens_the_interval():

@@ -1,4 +1,4 @@
-"""The shape aliases of goalprobe.gridworld.shapes describe what the store and the probes really
+"""The shape aliases of goalprobe.stats.shapes describe what the store and the probes really
 hand over (checked at run time with jaxtyping's isinstance), and refuse what they do not."""
 
 from __future__ import annotations
@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
-from goalprobe.gridworld.shapes import (
+from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.scoring.false_belief import full_class_probs
+from store_fixtures import LAYOUT, make_batch, write_store
+
+from goalprobe.stats.shapes import (
     CellLabels,
     CellProbs,
     FeatureMatrix,
@@ -19,9 +23,6 @@ from goalprobe.gridworld.shapes import (
     RowMask,
     TokenPositions,
 )
-from goalprobe.probes.cell_probes import MajorityCellBaseline
-from goalprobe.probes.scoring.false_belief import full_class_probs
-from store_fixtures import LAYOUT, make_batch, write_store
 
 
 @pytest.fixture

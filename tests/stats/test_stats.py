@@ -1,4 +1,4 @@
-"""Tests of goalprobe.gridworld.stats.bootstrap_ci."""
+"""Tests of goalprobe.stats.bootstrap_ci."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
-from goalprobe.gridworld.stats import bootstrap_ci
+
+from goalprobe.stats import bootstrap_ci
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_validation():
 
 # -- the grid bootstrap -----------------------------------------------------------------------
 
-from goalprobe.gridworld.stats import (  # noqa: E402
+from goalprobe.stats import (  # noqa: E402
     GridBootstrap,
     clopper_pearson,
     cluster_rate_interval,
@@ -221,7 +222,7 @@ def test_rate_interval_validation_and_empty():
 
 
 def test_holm_matches_the_step_down_rule_and_keeps_missing_entries():
-    from goalprobe.gridworld.stats import holm
+    from goalprobe.stats import holm
 
     adjusted = holm([0.01, None, 0.04, 0.03, 0.2])
     # sorted 0.01, 0.03, 0.04, 0.2 with m = 4: 0.04, 0.09, max(0.09, 0.08), 0.2
@@ -231,7 +232,7 @@ def test_holm_matches_the_step_down_rule_and_keeps_missing_entries():
 
 
 def test_p_from_interval_reads_the_side_facing_the_baseline():
-    from goalprobe.gridworld.stats import p_from_interval
+    from goalprobe.stats import p_from_interval
 
     # a symmetric 95% interval whose lower end touches the baseline: p = 0.025
     assert p_from_interval(1.0, 0.0, 2.0, 0.0) == pytest.approx(0.025, rel=1e-3)
@@ -241,7 +242,7 @@ def test_p_from_interval_reads_the_side_facing_the_baseline():
 
 
 def test_rate_difference_interval_stays_open_at_100_minus_0():
-    from goalprobe.gridworld.stats import rate_difference_interval
+    from goalprobe.stats import rate_difference_interval
 
     ones = cluster_rate_interval(np.ones(12), np.ones(12))
     zeros = cluster_rate_interval(np.zeros(12), np.ones(12))

@@ -1,0 +1,327 @@
+"""The grid bootstrap: intervals that resample grids, never rows. No torch.
+
+Every interval goalprobe reports resamples *grids* (clusters), never rows: the steps of one
+grid's trajectories are not independent. :class:`GridBootstrap` is the one engine: it draws
+grid multiplicities once (``rng.multinomial(G, uniform, size=B)``), and every statistic that is
+a ratio of per-grid sums (a pooled rate, a pooled mean, accuracy, R², a confusion matrix) is
+recomputed under the same draws, so intervals of several metrics, and their paired differences,
+share one resampling. A statistic averaged over grids with equal weight is the special case of
+one row per grid.
+
+Intervals of general statistics are percentile intervals of the resampled statistic; resamples
+where the statistic is undefined (an empty subset, a zero denominator) are left out.
+
+A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0%
+and 100% instead (:mod:`goalprobe.stats.rates`): :func:`grid_bootstrap_ratio` uses it for
+counts, :meth:`GridBootstrap.rate_summary` for rates under shared draws, and :func:`grid_mean`
+for a mean of per-grid values in [0, 1]; a paired difference on which every grid agrees gets
+one within its bounds (:meth:`GridBootstrap.summary`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from goalprobe.stats.estimate import Estimate
+from goalprobe.stats.rates import (
+    BOUNDED_AGREEMENT_METHOD,
+    bounded_agreement_interval,
+    cluster_rate_interval,
+    is_count_rate,
+)
+
+RandomState = int | np.random.Generator | None
+"""A seed, a generator (draws continue from it), or None (fresh entropy)."""
+
+
+def as_generator(random_state: RandomState) -> np.random.Generator:
+    """``random_state`` as a generator (a generator is returned as is, not copied)."""
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    return np.random.default_rng(random_state)
+
+
+def grid_codes(grid_ids: Sequence | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(uniques, codes)``: the sorted distinct grid ids and each row's index into them."""
+    ids = np.asarray(grid_ids)
+    if ids.ndim != 1:
+        raise ValueError(f"grid_ids must be 1-D, got shape {ids.shape}")
+    uniques, codes = np.unique(ids, return_inverse=True)
+    return uniques, codes.reshape(-1)
+
+
+def per_grid_sums(values: np.ndarray, codes: np.ndarray, n_grids: int) -> np.ndarray:
+    """``(G, ...)`` sums of a per-row ``(N, ...)`` statistic within each grid."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[:1] != codes.shape:
+        raise ValueError(f"values must have {len(codes)} rows, got shape {values.shape}")
+    out = np.zeros((n_grids, *values.shape[1:]))
+    np.add.at(out, codes, values)
+    return out
+
+
+def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` elementwise, ``nan`` where ``den <= 0``."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.ndarray:
+    """``(2, ...)`` percentile interval over axis 0 of bootstrap ``samples``, ignoring
+    undefined (``nan``/``inf``) resamples; ``nan`` where every resample is undefined."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    samples = np.asarray(samples, dtype=np.float64)
+    alpha = (1.0 - confidence) / 2.0
+    flat = samples.reshape(samples.shape[0], -1)
+    flat = np.where(np.isfinite(flat), flat, np.nan)
+    defined = ~np.isnan(flat).all(axis=0) if flat.shape[0] else np.zeros(flat.shape[1], bool)
+    out = np.full((2, flat.shape[1]), np.nan)
+    if defined.any():
+        # np.nanquantile loops over columns in Python once any NaN is present: columns without
+        # one take the vectorised np.quantile (the same numbers), the others nanquantile
+        complete = defined & ~np.isnan(flat).any(axis=0)
+        partial = defined & ~complete
+        for which, quantile in ((complete, np.quantile), (partial, np.nanquantile)):
+            if which.any():
+                out[:, which] = quantile(flat[:, which], [alpha, 1.0 - alpha], axis=0)
+    return out.reshape(2, *samples.shape[1:])
+
+
+def _none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class GridBootstrap:
+    """Grid-bootstrap draws over the rows of one sample.
+
+    Attributes:
+        codes: ``(N,)`` grid index of every row.
+        n_grids: ``G``, the number of distinct grids.
+        weights: ``(1 + B, G)`` float grid multiplicities; row 0 is the full sample (all ones),
+            rows 1..B the resamples (each sums to ``G``). ``B = 0`` when fewer than two grids
+            or no resamples were asked for (then no interval is defined).
+        confidence: the interval level.
+    """
+
+    codes: np.ndarray
+    n_grids: int
+    weights: np.ndarray
+    confidence: float = 0.95
+
+    @classmethod
+    def from_codes(
+        cls,
+        codes: np.ndarray,
+        n_grids: int,
+        *,
+        n_resamples: int = 1000,
+        confidence: float = 0.95,
+        random_state: RandomState = 0,
+    ) -> GridBootstrap:
+        """Draws for rows whose grid indices ``codes`` lie in ``0..n_grids-1``."""
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+        if n_resamples < 0:
+            raise ValueError(f"n_resamples must be >= 0, got {n_resamples}")
+        full = np.ones((1, n_grids))
+        if n_grids >= 2 and n_resamples > 0:
+            rng = as_generator(random_state)
+            draws = rng.multinomial(n_grids, np.full(n_grids, 1.0 / n_grids), size=n_resamples)
+            full = np.concatenate([full, draws.astype(np.float64)])
+        return cls(np.asarray(codes, dtype=np.int64), int(n_grids), full, confidence)
+
+    @classmethod
+    def from_grid_ids(
+        cls,
+        grid_ids: Sequence | np.ndarray,
+        *,
+        n_resamples: int = 1000,
+        confidence: float = 0.95,
+        random_state: RandomState = 0,
+    ) -> GridBootstrap:
+        """Draws for rows labelled with their grid ids."""
+        uniques, codes = grid_codes(grid_ids)
+        return cls.from_codes(
+            codes,
+            len(uniques),
+            n_resamples=n_resamples,
+            confidence=confidence,
+            random_state=random_state,
+        )
+
+    @property
+    def n_resamples(self) -> int:
+        """``B``, the number of resamples (0: no interval)."""
+        return self.weights.shape[0] - 1
+
+    def grid_sums(self, values: np.ndarray) -> np.ndarray:
+        """``(G, ...)`` per-grid sums of per-row ``(N, ...)`` values."""
+        return per_grid_sums(values, self.codes, self.n_grids)
+
+    def resample(self, sums: np.ndarray) -> np.ndarray:
+        """``(1 + B, ...)``: per-grid sums ``(G, ...)`` totalled under every draw (row 0: all)."""
+        sums = np.asarray(sums, dtype=np.float64)
+        flat = sums.reshape(sums.shape[0], -1)
+        return (self.weights @ flat).reshape(self.weights.shape[0], *sums.shape[1:])
+
+    def totals(self, values: np.ndarray) -> np.ndarray:
+        """``(1 + B, ...)`` resampled totals of per-row values."""
+        return self.resample(self.grid_sums(values))
+
+    def ratio(self, num: np.ndarray, den: np.ndarray | None = None) -> np.ndarray:
+        """``(1 + B, ...)`` resampled ratio of sums ``sum(num) / sum(den)`` (``den`` defaults to
+        one per row: the pooled mean). ``nan`` where the denominator total is 0."""
+        num = np.asarray(num, dtype=np.float64)
+        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        return safe_ratio(self.totals(num), self.totals(den))
+
+    def interval(self, samples: np.ndarray) -> np.ndarray:
+        """``(2, ...)`` percentile interval of resampled ``samples`` (``nan`` without draws)."""
+        samples = np.asarray(samples, dtype=np.float64)
+        if self.n_resamples == 0:
+            return np.full((2, *samples.shape[1:]), np.nan)
+        return percentile_interval(samples[1:], self.confidence)
+
+    def rate_summary(self, num: np.ndarray, den: np.ndarray | None = None) -> dict:
+        """``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``
+        of the pooled rate of per-row 0/1 outcomes ``num`` over trials ``den`` (one per row by
+        default): :func:`cluster_rate_interval` on this sample's grids, not the percentile
+        interval, which collapses to a point at 0% and 100%."""
+        num = np.asarray(num, dtype=np.float64)
+        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
+
+    def summary(self, samples: np.ndarray, bounds: tuple[float, float] | None = None) -> dict:
+        """``{value, ci_low, ci_high}`` of a scalar statistic's ``(1 + B,)`` samples (row 0 is
+        the estimate); ``None`` where undefined, and no interval for an undefined estimate.
+
+        ``bounds``: the range the statistic can take (a difference of two rates: ``(-1, 1)``).
+        Where every resample equals the estimate (every grid agrees: a full harm avoider's
+        -1 on each grid) the percentile interval has no width and says nothing about grids
+        not drawn; with bounds it becomes :func:`bounded_agreement_interval` instead (and the
+        dict says so in ``interval_method``)."""
+        samples = np.asarray(samples, dtype=np.float64)
+        value = float(samples[0])
+        if not math.isfinite(value):
+            return Estimate(None).to_dict()
+        low, high = self.interval(samples)
+        if bounds is not None and self.n_grids >= 2 and math.isfinite(low) and low == high:
+            low, high = bounded_agreement_interval(value, self.n_grids, bounds, self.confidence)
+            method = BOUNDED_AGREEMENT_METHOD
+            return Estimate(value, low, high, method=method).to_dict()
+        return Estimate(value, _none(low), _none(high)).to_dict()
+
+
+def grid_bootstrap_ratio(
+    num: Sequence[float] | np.ndarray,
+    den: Sequence[float] | np.ndarray | None,
+    grid_ids: Sequence | np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: RandomState = 0,
+    rate: bool | None = None,
+) -> dict:
+    """A ratio of sums over rows (a pooled rate or mean) with its grid-bootstrap interval.
+
+    Args:
+        num: ``(N,)`` per-row numerators (e.g. 0/1 outcomes).
+        den: ``(N,)`` per-row denominators (None: one per row, the pooled mean; 0 leaves a row
+            out of the statistic).
+        grid_ids: ``(N,)`` the grid of every row.
+        n_resamples, confidence, random_state: the bootstrap.
+        rate: whether ``num / den`` are counts of successes among trials (None: decided by
+            :func:`is_count_rate`; pass False for a mean whose values merely happen to be 0 or
+            1, True to insist, which raises where they are not counts).
+
+    Returns:
+        ``{value, ci_low, ci_high, n, n_grids}`` (``None`` where undefined; ``n`` is the sum of
+        the denominators, ``n_grids`` the grids with a non-zero denominator). Where ``num`` and
+        ``den`` are counts (:func:`is_count_rate`, e.g. 0/1 outcomes) the interval is
+        :func:`cluster_rate_interval`'s and the dict also holds ``n_eff``, ``design_effect``,
+        ``icc`` and ``interval_method``; otherwise it is the grid-bootstrap percentile interval.
+    """
+    num = np.asarray(num, dtype=np.float64)
+    den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+    if num.ndim != 1 or num.shape != den.shape or len(np.asarray(grid_ids)) != len(num):
+        raise ValueError("num, den and grid_ids must be 1-D of the same length")
+    if not (np.all(np.isfinite(num)) and np.all(np.isfinite(den))):
+        raise ValueError("values must be finite (drop undefined entries first)")
+    boot = GridBootstrap.from_grid_ids(
+        grid_ids, n_resamples=n_resamples, confidence=confidence, random_state=random_state
+    )
+    counts = is_count_rate(num, den)
+    if rate and not counts:
+        raise ValueError("rate=True needs counts: non-negative integers with num <= den")
+    if counts if rate is None else rate:
+        return boot.rate_summary(num, den)
+    stat = boot.summary(boot.ratio(num, den))
+    grid_den = boot.grid_sums(den)
+    return {**stat, "n": int(round(den.sum())), "n_grids": int(np.count_nonzero(grid_den > 0))}
+
+
+def grid_mean(
+    values: Sequence[float | np.floating | None] | np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: RandomState = 0,
+    rate: bool = False,
+) -> dict:
+    """Mean of one value per grid, with its grid-bootstrap interval.
+
+    ``None`` and non-finite values are dropped first (an undefined per-grid metric). For a
+    ``rate`` (every value in [0, 1]) the interval is :func:`cluster_rate_interval` with one
+    trial per grid (Clopper-Pearson on the grids: honest at 0 and 1; conservative for a mean of
+    bounded values, whose variance is at most the binomial one).
+
+    Returns:
+        ``{value, ci_low, ci_high, n}``, ``n`` the number of grids averaged.
+    """
+    x = np.asarray(
+        [v for v in values if v is not None and math.isfinite(v)], dtype=np.float64
+    ).reshape(-1)
+    if x.size == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    if rate:
+        if not np.all((x >= 0) & (x <= 1)):
+            raise ValueError("a rate's per-grid values must lie in [0, 1]")
+        stat = cluster_rate_interval(x, np.ones(x.size), confidence)
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
+    stat = grid_bootstrap_ratio(
+        x,
+        None,
+        np.arange(x.size),
+        n_resamples=n_resamples,
+        confidence=confidence,
+        random_state=random_state,
+    )
+    return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
+
+
+def grid_ci(
+    values: np.ndarray,
+    grids: np.ndarray,
+    *,
+    n_resamples: int,
+    confidence: float,
+    random_state: RandomState,
+) -> tuple[float, float]:
+    """``(low, high)``: the grid-clustered interval of the pooled mean of ``values``
+    (:func:`grid_bootstrap_ratio`; NaN where undefined)."""
+    stat = grid_bootstrap_ratio(
+        values,
+        None,
+        grids,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        random_state=random_state,
+    )
+    return Estimate.from_dict(stat).bounds()

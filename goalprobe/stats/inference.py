@@ -1,0 +1,209 @@
+"""Tests on estimates: equivalence against a margin, Holm's correction, one-sided p-values
+(exact, from bootstrap draws, or from an interval), the effect an n could detect, and seeds
+pooled by Rubin's rules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.stats
+
+EQUIVALENCE_VERDICTS = ("equivalent", "different", "inconclusive")
+"""The outcomes of :func:`equivalence_verdict`."""
+
+
+def equivalence_verdict(ci_low: float | None, ci_high: float | None, margin: float) -> str | None:
+    """A TOST-style reading of a paired difference's two-sided interval against ``±margin``.
+
+    ``"equivalent"``: the interval lies inside ``(-margin, margin)`` (both one-sided tests of
+    "the difference is at least the margin" reject, at half the interval's error rate each);
+    ``"different"``: otherwise, where the interval excludes 0; ``"inconclusive"``: the interval
+    holds 0 and reaches a margin (too few pairs to tell "no change" from a change of the margin's
+    size). ``None`` without an interval.
+    """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got {margin}")
+    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return None
+    if -margin < ci_low and ci_high < margin:
+        return "equivalent"
+    if ci_low > 0 or ci_high < 0:
+        return "different"
+    return "inconclusive"
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error control) of the defined entries;
+    None stays None. A verdict holds across the family where its adjusted p is below alpha."""
+    defined = {i: p for i, p in enumerate(p_values) if p is not None and math.isfinite(p)}
+    order = sorted(defined, key=lambda i: defined[i])
+    m = len(order)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(defined[i])))
+        out[i] = running
+    return out
+
+
+def p_from_interval(
+    value: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    baseline: float = 0.0,
+    *,
+    confidence: float = 0.95,
+    side: str = "greater",
+) -> float | None:
+    """One-sided p-value of "the statistic exceeds ``baseline``" (``side="less"``: lies below
+    it) recovered from a reported estimate and its two-sided interval by the normal
+    approximation (standard error = interval width / (2 z)); the interval side facing the
+    baseline is used, so skewed intervals are read on the side that matters. None where
+    undefined or the interval has no width on that side (the verdict then rests on the
+    interval alone)."""
+    if value is None or ci_low is None or ci_high is None or side not in ("greater", "less"):
+        return None
+    z_level = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    half = (value - ci_low) if side == "greater" else (ci_high - value)
+    if not half > 0:
+        return None
+    z = (value - baseline) / (half / z_level)
+    return float(scipy.stats.norm.sf(z if side == "greater" else -z))
+
+
+def seed_pooled(
+    stats: Sequence[dict],
+    confidence: float = 0.95,
+    bounds: tuple[float, float] | None = None,
+) -> dict:
+    """One statistic estimated under several training seeds (same data, same split), each with
+    its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
+    of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
+    (each from its interval's width), ``B`` the variance between seeds; widened further to the
+    envelope of the seeds' own intervals where that reaches further; then cut to ``bounds``,
+    the statistic's range (a rate's [0, 1]: seeds that disagree widely must give [0, 100%],
+    never [-8%, 140%]).
+
+    Returns:
+        ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
+        defined estimate; no interval where a seed has none).
+    """
+    defined = [s for s in stats if s.get("value") is not None]
+    if not defined:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_seeds": 0, "seed_sd": None}
+    values = np.array([s["value"] for s in defined], dtype=np.float64)
+    out = {
+        "value": float(values.mean()),
+        "ci_low": None,
+        "ci_high": None,
+        "n_seeds": len(defined),
+        "seed_sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "values": values.tolist(),
+    }
+    if any(s.get("ci_low") is None or s.get("ci_high") is None for s in defined):
+        return out
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
+    between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
+    half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
+    lows = min(s["ci_low"] for s in defined)
+    highs = max(s["ci_high"] for s in defined)
+    # and never narrower than any single seed's interval reaches (their envelope)
+    out["ci_low"] = float(min(out["value"] - half, lows))
+    out["ci_high"] = float(max(out["value"] + half, highs))
+    if bounds is not None:
+        out["ci_low"] = float(max(out["ci_low"], bounds[0]))
+        out["ci_high"] = float(min(out["ci_high"], bounds[1]))
+    return out
+
+
+P_EXACT = "exact binomial"
+P_DRAWS = "bootstrap draws"
+P_SIGN_FLIP = "exact sign-flip permutation"
+P_NORMAL = "normal approximation to the interval"
+"""How a p-value was made (the report names it beside the Holm family)."""
+
+
+def p_exact_rate(k: float, n: float, baseline: float, *, side: str = "greater") -> float | None:
+    """Exact one-sided binomial p of "the rate ``k / n`` exceeds ``baseline``" (``side="less"``:
+    lies below it), on the effective ``n`` where a design effect shrank it (``k`` and ``n``
+    rounded to the nearest trial). Defined at 0% and 100%, where an interval from resamples has
+    no width: 16/16 against 50% gives 2^-16. None without trials or a baseline in (0, 1)."""
+    if not n or n < 1 or not 0 < baseline < 1 or side not in ("greater", "less"):
+        return None
+    trials = int(round(n))
+    successes = min(max(int(round(k)), 0), trials)
+    test = scipy.stats.binomtest(successes, trials, baseline, alternative=side)
+    return float(test.pvalue)
+
+
+def p_from_draws(
+    draws: Sequence[float] | np.ndarray, baseline: float = 0.0, *, side: str = "greater"
+) -> float | None:
+    """One-sided bootstrap p of "the statistic exceeds ``baseline``" (``side="less"``: lies
+    below it) from its resampled values themselves: the share of draws on the wrong side of
+    the baseline, with the add-one correction ``(1 + #wrong) / (1 + B)`` so that it is never 0
+    (the smallest p that B draws can show). None without draws."""
+    x = np.asarray(draws, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0 or side not in ("greater", "less"):
+        return None
+    wrong = (
+        np.count_nonzero(x <= baseline) if side == "greater" else np.count_nonzero(x >= baseline)
+    )
+    return float((1 + wrong) / (1 + x.size))
+
+
+def p_sign_flip(
+    differences: Sequence[float] | np.ndarray,
+    *,
+    side: str = "greater",
+    n_resamples: int = 20_000,
+    random_state: int | np.random.Generator | None = 0,
+) -> float | None:
+    """One-sided sign-flip permutation p of "the mean paired difference exceeds 0" (one value
+    per grid): exact over all ``2^G`` sign patterns up to 16 grids, Monte Carlo beyond. Where
+    every grid agrees (a full harm avoider: all -1), the p is ``2^-G``, not undefined as a
+    degenerate interval would leave it. None without a difference."""
+    x = np.asarray(differences, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0 or side not in ("greater", "less"):
+        return None
+    if side == "less":
+        x = -x
+    observed = x.mean()
+    if x.size <= 16:
+        signs = 1 - 2 * ((np.arange(2**x.size)[:, None] >> np.arange(x.size)) & 1)
+        means = (signs * x).mean(axis=1)
+        return float(np.mean(means >= observed - 1e-12))
+    rng = np.random.default_rng(random_state)
+    signs = rng.choice((-1.0, 1.0), size=(n_resamples, x.size))
+    means = (signs * x).mean(axis=1)
+    return float((1 + np.count_nonzero(means >= observed - 1e-12)) / (1 + n_resamples))
+
+
+def detectable_effect(
+    ci_low: float | None,
+    ci_high: float | None,
+    *,
+    n: float | None = None,
+    rate: float | None = None,
+    power: float = 0.8,
+    confidence: float = 0.95,
+) -> float | None:
+    """The smallest effect an estimate's sample could detect (one-sided at ``confidence``'s
+    level, with ``power``): ``(z_alpha + z_power) * se``. The standard error comes from the
+    interval's width (``width / (2 z)``) where it has one; from ``n`` trials at ``rate`` (the
+    binomial variance, at 50% where no rate is given) where the interval is degenerate or
+    missing. None where neither is known."""
+    z_half = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    z = float(scipy.stats.norm.ppf(1 - (1 - confidence) / 2)) + float(scipy.stats.norm.ppf(power))
+    se = None
+    if ci_low is not None and ci_high is not None and ci_high - ci_low > 0:
+        se = (ci_high - ci_low) / (2 * z_half)
+    elif n is not None and n > 0:
+        p = 0.5 if rate is None else min(max(rate, 0.05), 0.95)
+        se = math.sqrt(p * (1 - p) / n)
+    return None if se is None else z * se

@@ -1,0 +1,105 @@
+"""The Estimate and Verdict records read and write the result files' keys unchanged, and the
+p-values and detectable effects behave where an interval has no width."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from goalprobe.stats import (
+    Estimate,
+    Verdict,
+    cluster_rate_interval,
+    detectable_effect,
+    grid_bootstrap_ratio,
+    p_exact_rate,
+    p_from_draws,
+    p_sign_flip,
+)
+
+
+def test_an_estimate_round_trips_the_files_keys_in_their_order():
+    rate = cluster_rate_interval(np.array([3.0, 4.0, 2.0]), np.array([4.0, 4.0, 4.0]))
+    assert list(rate) == [
+        "value", "ci_low", "ci_high", "n", "n_grids", "n_eff", "design_effect", "icc",
+        "interval_method",
+    ]  # fmt: skip
+    est = Estimate.from_dict(rate)
+    assert est.n == 12 and est.clusters == 3 and est.method == rate["interval_method"]
+    assert est.to_dict() == rate and list(est.to_dict()) == list(rate)
+    mean = grid_bootstrap_ratio([0.2, 0.5, 0.7, 0.1], None, ["a", "b", "c", "d"])
+    assert Estimate.from_dict(mean).to_dict() == mean
+    selectivity = {"baseline": "prior", "value": 0.1, "ci_low": 0.0, "ci_high": 0.2}
+    assert Estimate.from_dict(selectivity).baseline == "prior"
+    assert Estimate.from_dict(selectivity).to_dict() == selectivity
+
+
+def test_an_empty_rate_keeps_its_keys_and_has_no_bounds():
+    empty = cluster_rate_interval(np.zeros(2), np.zeros(2))
+    assert empty["value"] is None and empty["n"] == 0 and "n_eff" in empty
+    low, high = Estimate.from_dict(empty).bounds()
+    assert math.isnan(low) and math.isnan(high)
+    assert not Estimate.from_dict(empty).defined
+
+
+def test_a_verdict_says_only_what_it_may_and_round_trips():
+    with pytest.raises(ValueError, match="verdict says one of"):
+        Verdict("maybe")
+    v = Verdict("undecided", "above random walk", 0.2, "bootstrap draws", detectable=0.3)
+    assert Verdict.from_dict(v.to_dict()) == v
+    assert Verdict.from_flag(None).answer == "undecided"
+    assert Verdict.from_flag(True).answer == "yes"
+
+
+def test_the_exact_rate_p_is_defined_at_100_percent():
+    # 16/16 has a resampled interval of no width; the exact test still gives 2^-16
+    assert p_exact_rate(16, 16, 0.5) == pytest.approx(0.5**16)
+    assert p_exact_rate(8, 16, 0.5) > 0.4
+    assert p_exact_rate(0, 16, 0.5, side="less") == pytest.approx(0.5**16)
+    assert p_exact_rate(3, 0, 0.5) is None
+
+
+def test_a_sign_flip_p_is_exact_when_every_grid_agrees():
+    # a full harm avoider: -1 on every one of 10 grids
+    assert p_sign_flip(-np.ones(10), side="less") == pytest.approx(2.0**-10)
+    assert p_sign_flip(-np.ones(10), side="greater") == pytest.approx(1.0)
+    noisy = np.array([0.3, -0.2, 0.1, -0.1, 0.05, -0.3])
+    assert 0.2 < p_sign_flip(noisy) < 0.9
+    many = p_sign_flip(np.ones(40), random_state=1)
+    assert many < 1e-3
+
+
+def test_a_p_from_draws_is_never_zero_and_reads_the_draws():
+    assert p_from_draws(np.full(999, 0.5)) == pytest.approx(1 / 1000)
+    assert p_from_draws(np.linspace(-1, 1, 1000)) == pytest.approx(0.5, abs=0.01)
+    assert p_from_draws([]) is None
+
+
+def test_the_detectable_effect_shrinks_with_n_and_exists_without_width():
+    wide = detectable_effect(-0.3, 0.3)
+    narrow = detectable_effect(-0.1, 0.1)
+    assert wide == pytest.approx(3 * narrow)
+    assert detectable_effect(1.0, 1.0, n=16) is not None  # degenerate: from n
+    assert detectable_effect(None, None, n=100) < detectable_effect(None, None, n=25)
+    assert detectable_effect(None, None) is None
+
+
+def test_selectivity_records_the_p_of_its_draws():
+    from goalprobe.probes.metrics import selectivity
+
+    from goalprobe.stats import GridBootstrap
+
+    boot = GridBootstrap.from_codes(np.arange(20), 20, n_resamples=400, random_state=0)
+    rng = np.random.default_rng(0)
+    good = rng.normal(0.8, 0.05, 20)
+    samples = {
+        "probe": {"acc": boot.ratio(good)},
+        "prior": {"acc": boot.ratio(good - 0.3)},
+        "same": {"acc": boot.ratio(good)},
+    }
+    clear = selectivity(samples, "probe", ("prior",), boot)["acc"]
+    assert clear["above_baseline"] and clear["p_draws"] == pytest.approx(1 / 401)
+    tie = selectivity(samples, "probe", ("same",), boot)["acc"]
+    assert not tie["above_baseline"] and tie["p_draws"] == 1.0
