@@ -6,7 +6,7 @@
 :class:`~goalprobe.gridworld.behaviour.BehaviourConfig`,
 :class:`~goalprobe.probes.plan_sweep.PlanSweepConfig`,
 :class:`~goalprobe.probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
-Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
+Each stage receives only the part it declares (``goalprobe/stages/<stage>.py``: its ``STAGE``),
 and its cache key is computed from what it receives, so no table of "which fields matter" can
 drift. No I/O here.
 """

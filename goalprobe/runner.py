@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from goalprobe.provenance import stage_environment
@@ -33,7 +34,7 @@ def config_to_dict(config: Any) -> dict:
     A nested object with an ``identity()`` method (an agent) is recorded by its identity (the
     weights digest, the precision), not by its fields, so the key changes when the weights do.
     """
-    if not (dataclasses.is_dataclass(config) or isinstance(config, dict)):
+    if not (dataclasses.is_dataclass(config) or isinstance(config, (dict, SimpleNamespace))):
         raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
     return json.loads(json.dumps(_view(config), default=_json_default))
 
@@ -46,6 +47,8 @@ def _view(obj: Any) -> Any:
         return {f.name: _view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {k: _view(v) for k, v in obj.items()}
+    if isinstance(obj, SimpleNamespace):  # the named values a stage receives
+        return {k: _view(v) for k, v in vars(obj).items()}
     if isinstance(obj, (list, tuple)):
         return [_view(v) for v in obj]
     return obj

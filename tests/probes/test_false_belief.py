@@ -327,6 +327,7 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages import false_belief as stage
     from goalprobe.stages.context import StageContext
+    from goalprobe.stages.registry import Settings
 
     layout = RunLayout(tmp_path)
     section = FalseBeliefConfig(
@@ -334,18 +335,18 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
         episodes_per_grid=1,
         n_bootstrap=50,
     )
-    config = stage.FalseBeliefInput(
-        AgentConfig(),
-        RolloutConfig(episodes_per_grid=1, horizon_steps=2, max_new_tokens=96, seed=1),
-        ActivationsConfig(),
-        section,
+    config = Settings(
+        agent=AgentConfig(),
+        rollout=RolloutConfig(episodes_per_grid=1, horizon_steps=2, max_new_tokens=96, seed=1),
+        activations=ActivationsConfig(),
+        false_belief=section,
     )
     from goalprobe.stages import false_belief_rollouts
 
     # the episodes come from their own stage (generation before any weights load)
     false_belief_rollouts.run(
         StageContext(layout),
-        false_belief_rollouts.FalseBeliefRolloutsInput(config.agent, config.rollout, section.grids),
+        Settings(agent=config.agent, rollout=config.rollout, grids=section.grids),
         tmp_path / "false_belief_rollouts",
     )
     outputs, summary = stage.run(StageContext(layout), config, tmp_path / "false_belief")

@@ -519,6 +519,7 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages import distance, plans
     from goalprobe.stages.context import StageContext
+    from goalprobe.stages.registry import Settings
 
     layout = RunLayout(tmp_path / "run")
     layout.store.parent.mkdir(parents=True)
@@ -529,7 +530,7 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
         sweep=PlanSweepConfig(decoder_layers=(1,), control_decoder_layers=(), n_bootstrap=0),
         decoder=PlanDecoderTraining(d_bottleneck=8, n_heads=2, max_epochs=1, n_iter_no_change=1),
     )
-    _, summary = plans.run(context, plans.PlansInput(config, "cpu"), tmp_path / "plans")
+    _, summary = plans.run(context, Settings(plans=config, device="cpu"), tmp_path / "plans")
     assert summary["best"] == "pre_reasoning/layer3/decoder1"
     sweep = json.loads(layout.plan_sweep.read_text())
     assert sweep["config"]["stages"] == ["pre_reasoning"]
@@ -538,7 +539,7 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
         families=("linear",), training=ProbeTraining(hidden_size=8, max_epochs=1), n_bootstrap=0
     )
     _, summary = distance.run(
-        context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
+        context, Settings(distance=regressors, device="cpu"), tmp_path / "distance"
     )
     assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(
         iter(summary["main_linear"])
