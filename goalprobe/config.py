@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.budgets import token_budget
 from goalprobe.agents.bundled import MAP_AGENT
 from goalprobe.agents.preflight import PreflightConfig
@@ -150,7 +150,7 @@ def demo_config(
 
     Args:
         scale: ``tiny`` (CI), ``default`` (2 CPU cores) or ``paper`` (the study's counts).
-        model, backend, base_url, device: the agent (:class:`~goalprobe.agent_config.AgentConfig`).
+        model, backend, base_url, device: the agent (:class:`~goalprobe.agents.agent_config.AgentConfig`).
         seed: the seed of every section.
         overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
             ``{"probes.training.max_epochs": 3}``) applied after the preset.

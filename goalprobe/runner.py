@@ -182,10 +182,10 @@ def provenance(config: Any) -> dict:
     (:func:`goalprobe.version.software_versions`) and, when the stage runs an agent (a field
     ``agent`` of its config, possibly under ``config["config"]``), the model and its resolved
     commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown). A stage that
-    generated on a server (its agent is :meth:`~goalprobe.agent_config.AgentConfig.for_generation`'s)
+    generated on a server (its agent is :meth:`~goalprobe.agents.agent_config.AgentConfig.for_generation`'s)
     also records the server's version beside the others (``software["server"]``: what its
     ``GET /version`` answered, None when it did not say)."""
-    from goalprobe.agent_config import AgentConfig
+    from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.models import model_commit
     from goalprobe.agents.server_backend import ServerBackend
     from goalprobe.version import software_versions

@@ -16,7 +16,7 @@ from goalprobe.activations.plan import (
     replay_lengths,
     require_fits,
 )
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.attention import SINK_ATTENTION
 from goalprobe.config import ActivationsConfig
 from goalprobe.stages.context import StageContext

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig

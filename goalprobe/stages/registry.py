@@ -47,7 +47,7 @@ class Stage:
             decoding).
         generates: it generates with the agent's rollout engine (the server, with
             ``--backend server``); it receives the agent's generation config
-            (:meth:`~goalprobe.agent_config.AgentConfig.for_generation`).
+            (:meth:`~goalprobe.agents.agent_config.AgentConfig.for_generation`).
         control: the positive-control agent runs it too.
         seconds: rough seconds at the default scale on 2 cores (docs/benchmarks.md); orders
             the ready stages only, never part of a key.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agent_config import Agent
+from goalprobe.agents.agent_config import Agent
 from goalprobe.agents.bundled import is_bundled
 from goalprobe.agents.preflight import PreflightReport, run_preflight
 from goalprobe.agents.rollout import (

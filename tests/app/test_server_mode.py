@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from agent_fixtures import serving
+from goalprobe.agents.agent_config import Agent, AgentConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.agents.trajectories import read_run_header, read_trajectories
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from vllm_fixtures import fake_vllm
 
-from goalprobe.agent_config import Agent, AgentConfig
 from goalprobe.config import demo_config
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import StageBook

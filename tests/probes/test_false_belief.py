@@ -319,9 +319,9 @@ def _tiny_trajectory(tmp_path):
 
 @pytest.mark.slow
 def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
+    from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.rollout import RolloutConfig
 
-    from goalprobe.agent_config import AgentConfig
     from goalprobe.config import ActivationsConfig, FalseBeliefConfig
     from goalprobe.report import render_report
     from goalprobe.run_layout import RunLayout
