@@ -23,8 +23,6 @@ from goalprobe.gridworld.false_belief import (
     start_optimal,
 )
 from goalprobe.gridworld.io import (
-    SCHEMA_V1,
-    V2_DEFAULTS,
     GridSetFormatError,
     grid_from_dict,
     grid_to_dict,
@@ -118,7 +116,7 @@ def _another_open(grid: Grid):
     )
 
 
-def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
+def test_grid_set_round_trip_with_shown_grids(tmp_path):
     grids = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=2, seed=3))
     path = tmp_path / "fb.jsonl"
     write_grid_set(path, grids)
@@ -128,16 +126,11 @@ def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
     for g, b in zip(grids, back, strict=True):
         if g.shown is not None:
             assert render(b.prompt_grid) == render(g.shown)
-    # a /1 line (none of the /2 fields) is still read, as a grid shown as it is
+    # a line must carry shown
     record = grid_to_dict(grids[1])
-    for added in V2_DEFAULTS:
-        record.pop(added)
-    record["schema"] = SCHEMA_V1
-    assert grid_from_dict(json.loads(json.dumps(record))) == grids[1]
-    # a /2 line must carry shown; a /1 line must not
-    record["shown"] = None
-    with pytest.raises(GridSetFormatError, match="unknown field"):
-        grid_from_dict(record)
+    record.pop("shown")
+    with pytest.raises(GridSetFormatError, match="shown: missing"):
+        grid_from_dict(json.loads(json.dumps(record)))
 
 
 def test_grid_set_rejects_a_bad_shown_grid():
