@@ -262,34 +262,18 @@ def test_oracle_scoring_of_real_rollouts(fb_rollouts):
     assert "difference" in table[PHANTOM_WALL]
 
 
-def test_trajectory_v1_files_are_still_read(tmp_path):
-    from goalprobe.agents.trajectories import (
-        SCHEMA,
-        SCHEMA_V1,
-        TrajectoryFormatError,
-        read_trajectories,
-    )
+def test_trajectory_files_carry_the_true_grid_text(tmp_path):
+    from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
 
     path = _tiny_trajectory(tmp_path)
+    episodes = list(read_trajectories(path))
+    assert any(s.true_grid_text for e in episodes for s in e.steps)
     lines = path.read_text().splitlines()
-    v1 = []
-    for line in lines:
-        obj = json.loads(line)
-        assert obj["schema"] == SCHEMA
-        obj["schema"] = SCHEMA_V1
-        obj.pop("true_grid_text", None)
-        v1.append(json.dumps(obj))
-    old = tmp_path / "v1.jsonl"
-    old.write_text("\n".join(v1) + "\n")
-    new_eps, old_eps = list(read_trajectories(path)), list(read_trajectories(old))
-    assert any(s.true_grid_text for e in new_eps for s in e.steps)
-    assert all(s.true_grid_text is None for e in old_eps for s in e.steps)
-    assert [[replace(s, true_grid_text=None) for s in e.steps] for e in new_eps] == [
-        list(e.steps) for e in old_eps
-    ]
-    bad = json.loads(v1[1])
-    bad["true_grid_text"] = "x"
-    old.write_text("\n".join([v1[0], json.dumps(bad), *v1[2:]]) + "\n")
+    step = next(i for i, line in enumerate(lines) if '"kind":"step"' in line.replace(" ", ""))
+    cut = json.loads(lines[step])
+    del cut["true_grid_text"]  # a step line without it is refused
+    old = tmp_path / "cut.jsonl"
+    old.write_text("\n".join([*lines[:step], json.dumps(cut), *lines[step + 1 :]]) + "\n")
     with pytest.raises(TrajectoryFormatError, match="true_grid_text"):
         list(read_trajectories(old))
 
