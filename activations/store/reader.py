@@ -21,10 +21,10 @@ import numpy as np
 from goalprobe.activations.store.schema import (
     ALL_STAGES,
     LABEL_FIELDS,
-    READABLE_VERSIONS,
     REASONING,
     REASONING_FIELDS,
     SCHEMA,
+    SCHEMA_VERSION,
     IncompleteStoreError,
     StoreFormatError,
     layer_name,
@@ -117,9 +117,8 @@ class ActivationStore:
         layers: stored decoder blocks (0-based).
         d_model: residual width.
         attrs: root attributes, JSON ones decoded.
-        schema_version: the file's layout version (1: no reasoning rows).
-        reasoning_every: ``k`` of the stored reasoning rows (0: none, as in every version 1
-            store).
+        schema_version: the file's layout version.
+        reasoning_every: ``k`` of the stored reasoning rows (0: none).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -159,10 +158,10 @@ class ActivationStore:
                 f"{schema!r}, expected {SCHEMA!r})"
             )
         version = self._int_attr("schema_version", -1)
-        if version not in READABLE_VERSIONS:
+        if version != SCHEMA_VERSION:
             raise StoreFormatError(
-                f"{path}: store schema version {version}, this goalprobe reads versions "
-                f"{', '.join(map(str, READABLE_VERSIONS))}"
+                f"{path}: store schema version {version}, this goalprobe reads version "
+                f"{SCHEMA_VERSION}"
             )
         self.schema_version = version
         committed = self._int_attr("committed_rows", 0)
@@ -230,10 +229,7 @@ class ActivationStore:
                         f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
                         f"{(k, self.d_model)}"
                     )
-        self.reasoning_every = 0
-        self._offsets = np.zeros(committed + 1, dtype=np.int64)
-        if version >= 2:
-            self._check_reasoning(committed)
+        self._check_reasoning(committed)
         for name in LABEL_FIELDS:
             key = f"labels/{name}"
             if key not in f:
@@ -452,16 +448,10 @@ class ActivationStore:
         row = np.repeat(idx, counts)
         meta: dict[str, np.ndarray] = {}
         try:
-            group = self._file[REASONING] if self.schema_version >= 2 else None
-            for name, dtype in REASONING_FIELDS.items():
-                meta[name] = (
-                    read_rows(group[name], index) if group is not None else np.zeros(0, dtype)
-                )
-            length = (
-                read_rows(group["length"], idx)
-                if group is not None
-                else np.zeros(len(idx), np.int32)
-            )
+            group = self._file[REASONING]
+            for name in REASONING_FIELDS:
+                meta[name] = read_rows(group[name], index)
+            length = read_rows(group["length"], idx)
         except (OSError, KeyError) as err:
             raise corrupt_store_error(self.path, f"/{REASONING}", err) from err
         return ReasoningIndex(
@@ -488,10 +478,7 @@ class ActivationStore:
             raise IndexError(
                 f"{self.path}: reasoning rows must lie in [0, {int(self._offsets[-1])})"
             )
-        if self.schema_version < 2:
-            out = np.zeros((0, self.d_model), dtype=np.float16)
-        else:
-            out = read_rows(self._file[REASONING][layer_name(layer)], index)
+        out = read_rows(self._file[REASONING][layer_name(layer)], index)
         return out if dtype is None else out.astype(dtype)
 
     # -- activations ------------------------------------------------------------------------
@@ -601,11 +588,7 @@ class ActivationStore:
         counts = self._offsets[idx + 1] - self._offsets[idx]
         reasoning = ReasoningRows(
             counts=counts,
-            length=(
-                read_rows(self._file[REASONING]["length"], idx)
-                if self.schema_version >= 2
-                else np.zeros(len(idx), np.int32)
-            ),
+            length=read_rows(self._file[REASONING]["length"], idx),
             positions=meta.positions,
             tokens=meta.tokens,
             fraction=meta.fraction,

@@ -27,7 +27,6 @@ The ``/reasoning`` group (version 2) holds ragged rows: for every store row, the
 stream at every ``k``-th token of the step's analysis message (offsets ``k - 1, 2k - 1, ...``)
 and at its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`), in ascending order.
 A step without a complete analysis message (reasoning cut off, no harmony reasoning) has none.
-Version 1 stores (no ``/reasoning`` group) are still read, as stores without reasoning rows.
 This module holds names and specs only; it does no I/O and imports no torch.
 """
 
@@ -44,9 +43,6 @@ SCHEMA = "goalprobe.activations"
 SCHEMA_VERSION = 2
 """Value of the root ``schema_version`` attribute written; bumped on any incompatible change
 (2: the ``/reasoning`` group of ragged reasoning rows)."""
-
-READABLE_VERSIONS: tuple[int, ...] = (1, 2)
-"""Schema versions a reader opens (1: without ``/reasoning``)."""
 
 REASONING = "reasoning"
 """Group of the ragged reasoning rows (schema version 2)."""
@@ -173,7 +169,7 @@ ROOT_ATTRS: dict[str, str] = {
     "trajectory_steps": "steps of finished episodes in the source file (all shards)",
     "shard_index": "this file's shard i of shard_count (merged files: 0 of 1)",
     "shard_count": "number of shards the steps were split into",
-    "reasoning_every": "k of the reasoning rows (0: none stored; absent in version 1)",
+    "reasoning_every": "k of the reasoning rows (0: none stored)",
 }
 """Root attributes every store carries (documentation; written by the extraction)."""
 
