@@ -275,13 +275,12 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     loaded = load_plan_decoder(path)
     np.testing.assert_array_equal(loaded.predict_proba(X), fitted.predict_proba(X))
     assert loaded.get_params() == fitted.get_params()
-    # a card written before the decoder took the probes' names (lr, patience) still loads
-    params = card["hyperparameters"]
-    params["lr"], params["patience"] = params.pop("learning_rate"), params.pop("n_iter_no_change")
-    card_path.write_text(json.dumps(card))
-    legacy = load_plan_decoder(path)
-    assert legacy.get_params() == fitted.get_params()
-    np.testing.assert_array_equal(legacy.predict_proba(X), fitted.predict_proba(X))
+    # a card with the names before the decoder took the probes' (lr: never shipped) is refused
+    renamed = json.loads(json.dumps(card))
+    renamed["hyperparameters"]["lr"] = renamed["hyperparameters"].pop("learning_rate")
+    card_path.write_text(json.dumps(renamed))
+    with pytest.raises(ValueError, match="hyperparameters: .*'lr'"):
+        load_plan_decoder(path)
     card["schema_version"] = 99
     card_path.write_text(json.dumps(card))
     with pytest.raises(ValueError, match="schema_version 99"):
@@ -546,20 +545,16 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     )
 
 
-def test_card_of_the_old_namespace_still_loads(fitted, data, tmp_path):
-    """Cards written before the one ``goalprobe.*`` namespace name the class by its old module
-    (``probes.plan_decoder.PlanDecoder``): they load and predict the same; an unknown estimator
-    is refused."""
+def test_a_card_names_its_estimator(fitted, data, tmp_path):
+    """A card records the class by its import path; another path (the module before the one
+    ``goalprobe.*`` namespace, which never shipped) is refused."""
     X, _ = data["test"]
     path = tmp_path / "decoder.safetensors"
     card_path = save_plan_decoder(fitted, path)
     card = json.loads(card_path.read_text())
     assert card["estimator"] == "goalprobe.probes.plan_decoder.PlanDecoder"
+    np.testing.assert_array_equal(load_plan_decoder(path).predict_proba(X), fitted.predict_proba(X))
     card["estimator"] = "probes.plan_decoder.PlanDecoder"
     card_path.write_text(json.dumps(card))
-    old = load_plan_decoder(path)
-    np.testing.assert_array_equal(old.predict_proba(X), fitted.predict_proba(X))
-    card["estimator"] = "somewhere.else.Decoder"
-    card_path.write_text(json.dumps(card))
-    with pytest.raises(ValueError, match="unknown estimator 'somewhere.else.Decoder'"):
+    with pytest.raises(ValueError, match="unknown estimator 'probes.plan_decoder.PlanDecoder'"):
         load_plan_decoder(path)
