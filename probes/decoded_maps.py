@@ -1,6 +1,6 @@
 """Decoded cognitive maps in HDF5: what a cell probe writes when applied, and how it is read.
 
-Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 1): an HDF5
+Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 2): an HDF5
 file with ``probs (N, S, S, C)`` float16 and ``row_ids (N,)`` int64 (the activation store rows
 the maps were decoded from), and file attributes ``schema``, ``schema_version``, ``classes`` (the
 ``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
@@ -10,7 +10,7 @@ the maps were decoded from), and file attributes ``schema``, ``schema_version``,
 card for files written before those attributes), :func:`read_decoded_row_ids`,
 :func:`read_decoded_probs` and :func:`read_decoded_readouts` (chosen rows only).
 
-Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 1): decoded maps keyed
+Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 2): decoded maps keyed
 by trajectory step rather than store row: ``probs (N, S, S, C)`` float16, ``grid_id``,
 ``episode``, ``step`` ``(N,)``; attributes ``schema``, ``schema_version``, ``classes`` and free
 scalars such as ``stage``, ``layer``, ``probe``; for maps decoded from a store of their own (the

@@ -134,3 +134,19 @@ def test_the_tables_come_from_the_declarations():
         assert all(STAGES.index(d) < STAGES.index(name) for d in DEPENDS_ON[name]), name
         # what it declares it writes is what the run layout says it writes
         assert set(spec.writes) == {a.name for a in ARTEFACTS.values() if a.stage == name}, name
+
+
+def test_importing_the_stages_package_loads_no_stage():
+    """``goalprobe.stages`` itself stays cheap (the headline constants, the registry): the stage
+    modules, and torch with them, load when a derived table is first read."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, goalprobe.stages as s\n"
+        "assert 'torch' not in sys.modules and 'goalprobe.stages.grids' not in sys.modules\n"
+        "assert s.HEADLINE_STAGE and s.STAGES[0] == 'grids'\n"
+        "assert 'goalprobe.stages.grids' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
