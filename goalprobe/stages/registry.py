@@ -113,11 +113,6 @@ def register(stage: Stage) -> Stage:
     return stage
 
 
-def unregister(name: str) -> None:
-    """Remove stage ``name`` (a test's toy stage) from the registry."""
-    _REGISTRY.pop(name, None)
-
-
 def registered() -> Mapping[str, Stage]:
     """Every stage registered so far, by name."""
     return dict(_REGISTRY)

@@ -22,7 +22,7 @@ from goalprobe.runner import config_hash, config_to_dict
 from goalprobe.scheduler import StageBook, run_in_order, run_parallel
 from goalprobe.stages import DEPENDS_ON, MODULES, STAGES, stage
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.registry import Stage, register
+from goalprobe.stages.registry import Stage, register, topological
 
 
 @dataclass(frozen=True)
@@ -150,3 +150,17 @@ def test_importing_the_stages_package_loads_no_stage():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_run_order_puts_each_stage_after_what_it_reads():
+    def spec(name, *reads, final=False):
+        return Stage(name=name, run=run_toy, reads=reads, final=final)
+
+    specs = {s.name: s for s in (spec("a"), spec("b", "c"), spec("c", "a"), spec("r", final=True))}
+    assert topological(specs, ("r", "a", "b", "c")) == ("a", "c", "b", "r")  # order kept if it can
+    specs["a"] = spec("a", "b")
+    with pytest.raises(ValueError, match="cycle"):
+        topological(specs, ("a", "b", "c"))
+    specs["a"] = spec("a", "nowhere")
+    with pytest.raises(ValueError, match="unknown stage"):
+        topological(specs, ("a",))
