@@ -21,12 +21,12 @@ NUMERIC_STAGES = (
     "probes",
     "distance",
     "plans",
-    "decode",
     "intention_map",
     "false_belief",
     "scoring",
 )
-"""Stages that fit or apply probes (their outputs must not depend on the thread count)."""
+"""Stages that fit or apply probes (their outputs must not depend on the thread count; the
+decode helpers run inside intention_map, false_belief, fog_map and probes)."""
 
 
 def _fit_bytes(outer_threads: int) -> bytes:
