@@ -11,8 +11,8 @@ whether that is enough before a long run starts.
 
 from __future__ import annotations
 
-from goalprobe.agents.bundled import is_bundled
 from goalprobe.agents.harmony import REASONING_EFFORTS
+from goalprobe.agents.registry import named_agent
 
 REASONING_MODEL_BUDGETS: dict[str, int] = {"low": 4_096, "medium": 12_288, "high": 32_768}
 """Least new tokens per generation (reasoning + answer) of a model other than the bundled ones,
@@ -21,8 +21,9 @@ tokens on the study's grids, medium several thousand (8-16k covers it), high far
 
 
 def token_budget(model: str, reasoning_effort: str, small: int) -> int:
-    """The new-token budget of one generation: ``small`` for a bundled agent, else at least
-    :data:`REASONING_MODEL_BUDGETS` of ``reasoning_effort``.
+    """The new-token budget of one generation: ``small`` for a registered agent that reasons
+    briefly (the bundled ones; :attr:`~goalprobe.agents.registry.NamedAgent.short_reasoning`),
+    else at least :data:`REASONING_MODEL_BUDGETS` of ``reasoning_effort``.
 
     Raises:
         ValueError: an unknown reasoning effort or a budget below 1.
@@ -33,6 +34,7 @@ def token_budget(model: str, reasoning_effort: str, small: int) -> int:
         )
     if small < 1:
         raise ValueError(f"a token budget must be >= 1, got {small}")
-    if is_bundled(model):
+    agent = named_agent(model)
+    if agent is not None and agent.short_reasoning:
         return small
     return max(small, REASONING_MODEL_BUDGETS[reasoning_effort])

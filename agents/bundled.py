@@ -6,13 +6,16 @@ on a CPU in about a second, and let the whole pipeline run without GPT-OSS-20B.
 ``scripts/train_default_agent.py`` reproduces them.
 
 Every verb that takes a model accepts a bundled agent's name (:data:`BUNDLED_AGENTS`): the plain
-``bundled`` is the default agent. A name is resolved to its directory here and nowhere else.
+``bundled`` is the default agent. They register in the agent registry
+(:mod:`goalprobe.agents.registry`), which resolves every name, theirs and any other registered.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+
+from goalprobe.agents.registry import named_agent, register_agent
 
 _HERE = Path(__file__).resolve().parent
 
@@ -34,22 +37,29 @@ BUNDLED_AGENT_DIR = BUNDLED_AGENTS[DEFAULT_BUNDLED]
 """Directory of the default bundled agent's files."""
 
 
+for _name, _summary in (
+    (DEFAULT_BUNDLED, "the default agent (its anchors hold its position, little else)"),
+    (MAP_AGENT, "the positive control (its full map at the pre-reasoning anchors)"),
+):
+    register_agent(_name, BUNDLED_AGENTS[_name], _summary, short_reasoning=True)
+
+
 def is_bundled(name: str) -> bool:
-    """Whether ``name`` names a bundled agent (rather than a directory or a hub id)."""
+    """Whether ``name`` names a bundled agent (one shipped with the package)."""
     return name in BUNDLED_AGENTS
 
 
 def bundled_agent_dir(name: str = DEFAULT_BUNDLED) -> Path:
-    """The directory of the bundled agent ``name``.
+    """The directory of the bundled (or any registered) agent ``name``.
 
     Raises:
-        ValueError: ``name`` is no bundled agent.
+        ValueError: ``name`` is no registered agent.
     """
-    try:
-        return BUNDLED_AGENTS[name]
-    except KeyError:
+    agent = named_agent(name)
+    if agent is None:
         known = ", ".join(sorted(BUNDLED_AGENTS))
         raise ValueError(f"unknown bundled agent {name!r}; bundled agents are {known}") from None
+    return agent.directory
 
 
 def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
@@ -59,7 +69,7 @@ def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
     activation stores, and part of the demo's stage cache keys. ``directory`` may also be a
     bundled agent's name.
     """
-    if isinstance(directory, str) and is_bundled(directory):
+    if isinstance(directory, str) and named_agent(directory) is not None:
         directory = bundled_agent_dir(directory)
     digest = hashlib.sha256()
     for path in sorted(Path(directory).glob("*.safetensors")):
@@ -84,7 +94,7 @@ def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGEN
     from goalprobe.agents.tokenizer import load_tokenizer
     from transformers import GptOssForCausalLM
 
-    if isinstance(directory, str) and is_bundled(directory):
+    if isinstance(directory, str) and named_agent(directory) is not None:
         directory = bundled_agent_dir(directory)
     directory = Path(directory)
     if not (directory / "config.json").is_file() or not any(directory.glob("*.safetensors")):

@@ -1,7 +1,7 @@
 """The one way an agent is named, loaded and identified.
 
-A model name is a bundled agent's name (``bundled``, see :mod:`goalprobe.agents.bundled`), a
-local model directory (``config.json`` + weights + tokenizer files; never touches the network),
+A model name is a registered agent's name (``bundled``, ``bundled:map`` or one added with
+:func:`goalprobe.agents.registry.register_agent`), a local model directory (``config.json`` + weights + tokenizer files; never touches the network),
 or a Hugging Face hub id (``openai/gpt-oss-20b``). Rollouts, extraction, patching, the server
 and the demo all load through :func:`load_model` and record the model through
 :func:`model_identity` / :func:`describe_local_model`, so one agent has one identity
@@ -24,12 +24,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from goalprobe.agents.attention import resolve_attention, set_attention
-from goalprobe.agents.bundled import (
-    bundled_agent_dir,
-    bundled_weights_digest,
-    is_bundled,
-    load_bundled_agent,
-)
+from goalprobe.agents.bundled import bundled_agent_dir, bundled_weights_digest, load_bundled_agent
+from goalprobe.agents.registry import named_agent
 
 NETWORK_PROBE_TIMEOUT_S = 3.0
 """How long :func:`load_model` waits to learn whether the hub is reachable."""
@@ -87,7 +83,7 @@ def check_model_name(model: str) -> None:
     """
     if not model.strip():
         raise ValueError("the model name is empty")
-    if is_bundled(model):
+    if _named(model):
         return
     path = Path(model).expanduser()
     if path.exists() and not (path / "config.json").is_file():
@@ -129,13 +125,13 @@ def load_model(
     if remote:
         from nnsight.modeling.transformers import TransformersModel
 
-        if is_bundled(model) or Path(model).exists():
+        if _named(model) or Path(model).exists():
             raise ValueError("remote extraction needs a Hub id that NDIF serves, not a local model")
         lm = TransformersModel(model, revision=revision or None)
         return LoadedModel(lm, lm.tokenizer, model, revision)
     device, torch_dtype = resolve_device_dtype(device, dtype)
     resolve_attention(attention, device)  # an unknown choice fails before any weights load
-    if is_bundled(model):
+    if _named(model):
         loaded, tokenizer = load_bundled_agent(device=device, directory=bundled_agent_dir(model))
         set_attention(loaded, attention, device)
         return LoadedModel(loaded.to(torch_dtype), tokenizer, model, bundled_weights_digest(model))
@@ -175,7 +171,7 @@ def model_commit(model: str) -> str:
     local directory that is such a snapshot, or what the loaded config says
     (``config._commit_hash``, see :func:`load_model`). A bundled agent is identified by its
     weights digest instead (:func:`model_identity`)."""
-    if is_bundled(model):
+    if _named(model):
         return ""
     local = Path(model).expanduser()
     if local.is_dir():
@@ -204,7 +200,7 @@ def check_model_available(model: str) -> None:
         ValueError: an empty name.
     """
     check_model_name(model)
-    if is_bundled(model):
+    if _named(model):
         return
     local = Path(model).expanduser()
     if local.is_dir():
@@ -233,7 +229,7 @@ def _looks_like_path(model: str) -> bool:
 def load_tokenizer(model: str):
     """The tokenizer of ``model`` (a bundled agent's name, a local directory or a hub id)."""
     check_model_name(model)
-    if is_bundled(model):
+    if _named(model):
         from goalprobe.agents.tokenizer import load_tokenizer as load_bundled_tokenizer
 
         return load_bundled_tokenizer(bundled_agent_dir(model))
@@ -245,7 +241,7 @@ def load_tokenizer(model: str):
 
 def model_identity(model: str) -> dict[str, str]:
     """What identifies an agent's weights: a bundled agent's weights digest, else its name."""
-    if is_bundled(model):
+    if _named(model):
         return {"model": model, "weights_sha256": bundled_weights_digest(model)}
     return {"model": model}
 
@@ -254,7 +250,7 @@ def describe_local_model(model: str, revision: str = "") -> dict[str, Any]:
     """How trajectory files identify a model run in this process (it enters the rollout's
     ``run_id``): a bundled agent by its weights digest, any other model by name and revision,
     so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent."""
-    if is_bundled(model):
+    if _named(model):
         return {"class": "LocalBackend", **model_identity(model)}
     return {"class": "LocalBackend", "model": model, "revision": revision}
 
@@ -291,3 +287,8 @@ def output_cache(output):
     """The KV cache a forward pass returned (``cache`` or, before transformers 5.2x,
     ``past_key_values``)."""
     return output["cache"] if "cache" in output else output["past_key_values"]
+
+
+def _named(model: str) -> bool:
+    """Whether ``model`` is a registered agent's name (the bundled ones included)."""
+    return named_agent(model) is not None

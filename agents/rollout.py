@@ -86,10 +86,8 @@ from goalprobe.agents.trajectories import (
     EpisodeSummary,
     RunHeader,
     StepRecord,
-    TrajectoryFormatError,
     append_episode,
     open_for_resume,
-    read_run_header,
 )
 from goalprobe.gridworld.core import Action, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
@@ -265,47 +263,6 @@ def describe_backend(backend: Backend) -> dict[str, Any]:
         return dict(describe())
     cls = type(backend)
     return {"class": f"{cls.__module__}.{cls.__qualname__}"}
-
-
-LEGACY_MODULE_PREFIXES: dict[str, str] = {
-    "goalprobe.agents.": "activations.agent.",
-    "goalprobe.gridworld.": "activations.gridworld.",
-    "goalprobe.activations.": "activations.",
-    "goalprobe.probes.": "probes.",
-    "goalprobe.viewer.": "viewer.",
-}
-"""Module prefixes before the one ``goalprobe.*`` namespace -> after: a backend described by
-its class path (:func:`describe_backend`) recorded the old path in files written before."""
-
-
-def legacy_description(backend_description: dict[str, Any]) -> dict[str, Any] | None:
-    """``backend_description`` as a file written before the namespace move recorded it (its
-    ``class`` path under the old module names), or None when no name changed."""
-    path = backend_description.get("class")
-    if not isinstance(path, str):
-        return None
-    for new, old in LEGACY_MODULE_PREFIXES.items():
-        if path.startswith(new):
-            return {**backend_description, "class": old + path.removeprefix(new)}
-    return None
-
-
-def _resumed_identity(
-    out_path: Path, config: RolloutConfig, backend_description: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
-    """``(run_id, description)`` of this run: the file's own when ``out_path`` holds the same
-    run recorded under the old module names (so it resumes, as before the move)."""
-    run_id = run_id_for(config, backend_description)
-    legacy = legacy_description(backend_description)
-    if legacy is None or not out_path.is_file() or out_path.stat().st_size == 0:
-        return run_id, backend_description
-    try:
-        recorded = read_run_header(out_path).run_id
-    except TrajectoryFormatError:
-        return run_id, backend_description  # open_for_resume names the problem
-    if recorded != run_id and recorded == run_id_for(config, legacy):
-        return recorded, legacy
-    return run_id, backend_description
 
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
@@ -594,7 +551,7 @@ def run_rollouts(
     template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
     if backend_description is None:
         backend_description = describe_backend(backend)
-    run_id, backend_description = _resumed_identity(out_path, config, backend_description)
+    run_id = run_id_for(config, backend_description)
     header = RunHeader(
         run_id=run_id,
         config=asdict(config),

@@ -32,7 +32,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # the bundled agents and any local model
     "goalprobe.agents.bundled": ("BUNDLED_AGENTS", "bundled_agent_dir", "load_bundled_agent"),
     "goalprobe.agents.models": ("load_model",),
-    "goalprobe.agent_config": ("Agent", "AgentConfig"),
+    "goalprobe.agents.agent_config": ("Agent", "AgentConfig"),
     # rollouts and prompt-only states
     "goalprobe.agents.local_backend": ("LocalBackend",),
     "goalprobe.agents.rollout": ("RolloutConfig", "run_rollouts"),

@@ -6,7 +6,7 @@
 :class:`~goalprobe.gridworld.behaviour.BehaviourConfig`,
 :class:`~goalprobe.probes.plan_sweep.PlanSweepConfig`,
 :class:`~goalprobe.probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
-Each stage receives only the part it uses (``goalprobe/stages/<stage>.py``: ``inputs(config)``),
+Each stage receives only the part it declares (``goalprobe/stages/<stage>.py``: its ``STAGE``),
 and its cache key is computed from what it receives, so no table of "which fields matter" can
 drift. No I/O here.
 """
@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.budgets import token_budget
 from goalprobe.agents.bundled import MAP_AGENT
 from goalprobe.agents.preflight import PreflightConfig
@@ -150,7 +150,7 @@ def demo_config(
 
     Args:
         scale: ``tiny`` (CI), ``default`` (2 CPU cores) or ``paper`` (the study's counts).
-        model, backend, base_url, device: the agent (:class:`~goalprobe.agent_config.AgentConfig`).
+        model, backend, base_url, device: the agent (:class:`~goalprobe.agents.agent_config.AgentConfig`).
         seed: the seed of every section.
         overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
             ``{"probes.training.max_epochs": 3}``) applied after the preset.

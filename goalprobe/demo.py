@@ -1,11 +1,11 @@
 """``goalprobe demo``: the whole study in one run directory, as cached, resumable stages.
 
 Stages run in study order (:data:`goalprobe.stages.STAGES`; one module each under
-``goalprobe/stages/``). Each stage module has ``inputs(config) -> its config`` and
-``run(context, its config, stage_dir) -> (outputs, summary)``; a stage never sees more of the
-:class:`~goalprobe.config.DemoConfig` than ``inputs`` hands it, and its cache key is that
-config (agents by their identity: weights digest and precision) plus the fingerprints of the
-stages it reads (:data:`goalprobe.stages.DEPENDS_ON`). A rerun skips a stage whose key matches
+``goalprobe/stages/``, each declaring its :class:`~goalprobe.stages.registry.Stage`). A stage
+never sees more of the :class:`~goalprobe.config.DemoConfig` than its declaration hands it
+(:meth:`~goalprobe.stages.registry.Stage.receives`: its section, the sections it uses, its
+derived values), and its cache key is that (agents by their identity: weights digest and
+precision) plus the fingerprints of the stages it reads (:data:`goalprobe.stages.DEPENDS_ON`). A rerun skips a stage whose key matches
 and whose outputs exist; ``force`` redoes it, and the stages downstream rerun only when its
 outputs actually changed. An interrupted demo resumes: finished stages are skipped, rollouts
 resume per episode, extraction per part. A failing stage is recorded in
@@ -44,9 +44,8 @@ from goalprobe.scheduler import (
     needs_weights,
     run_in_order,
     run_parallel,
-    stage_module,
 )
-from goalprobe.stages import CONTROL_STAGES, STAGES
+from goalprobe.stages import CONTROL_STAGES, STAGES, stage
 from goalprobe.stages.context import write_json
 
 __all__ = [
@@ -55,7 +54,7 @@ __all__ = [
     "check_force",
     "default_jobs",
     "run_demo",
-    "stage_module",
+    "stage",
     "stages_to_run",
 ]
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from goalprobe.provenance import stage_environment
@@ -33,7 +34,7 @@ def config_to_dict(config: Any) -> dict:
     A nested object with an ``identity()`` method (an agent) is recorded by its identity (the
     weights digest, the precision), not by its fields, so the key changes when the weights do.
     """
-    if not (dataclasses.is_dataclass(config) or isinstance(config, dict)):
+    if not (dataclasses.is_dataclass(config) or isinstance(config, (dict, SimpleNamespace))):
         raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
     return json.loads(json.dumps(_view(config), default=_json_default))
 
@@ -46,6 +47,8 @@ def _view(obj: Any) -> Any:
         return {f.name: _view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {k: _view(v) for k, v in obj.items()}
+    if isinstance(obj, SimpleNamespace):  # the named values a stage receives
+        return {k: _view(v) for k, v in vars(obj).items()}
     if isinstance(obj, (list, tuple)):
         return [_view(v) for v in obj]
     return obj
@@ -179,10 +182,10 @@ def provenance(config: Any) -> dict:
     (:func:`goalprobe.version.software_versions`) and, when the stage runs an agent (a field
     ``agent`` of its config, possibly under ``config["config"]``), the model and its resolved
     commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown). A stage that
-    generated on a server (its agent is :meth:`~goalprobe.agent_config.AgentConfig.for_generation`'s)
+    generated on a server (its agent is :meth:`~goalprobe.agents.agent_config.AgentConfig.for_generation`'s)
     also records the server's version beside the others (``software["server"]``: what its
     ``GET /version`` answered, None when it did not say)."""
-    from goalprobe.agent_config import AgentConfig
+    from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.models import model_commit
     from goalprobe.agents.server_backend import ServerBackend
     from goalprobe.version import software_versions

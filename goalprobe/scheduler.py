@@ -14,7 +14,6 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -23,15 +22,9 @@ from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
-from goalprobe.stages import (
-    DEPENDS_ON,
-    SERVER_STAGES,
-    STAGES,
-    WEIGHT_STAGES,
-    server_first,
-    work_after,
-)
+from goalprobe.stages import STAGES, reads, server_first, stage, work_after
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Stage
 
 
 @dataclass(frozen=True)
@@ -51,11 +44,6 @@ class StageOutcome:
     seconds: float
     summary: dict
     error: str | None = None
-
-
-def stage_module(name: str) -> ModuleType:
-    """The module that implements stage ``name``."""
-    return importlib.import_module(f"goalprobe.stages.{name}")
 
 
 @dataclass
@@ -87,15 +75,15 @@ class StageBook:
 
     def waits_for_server(self, name: str) -> tuple[str, ...]:
         """The server stages ``name`` waits for besides its inputs: with a server, a stage that
-        needs the weights starts after every stage of :data:`SERVER_STAGES`."""
+        needs the weights starts after every stage of the book that generates."""
         if not self.serves or not needs_weights(name):
             return ()
-        return tuple(n for n in SERVER_STAGES if n in self.stages)
+        return tuple(n for n in self.stages if stage(n).generates)
 
     def blocked(self, name: str) -> bool:
         """Record ``name`` as not run (and return True) when a stage it reads did not finish."""
-        failed_inputs = [d for d in DEPENDS_ON[name] if d not in self.fingerprints]
-        if not failed_inputs or name == "report":
+        failed_inputs = [d for d in reads(name, self.stages) if d not in self.fingerprints]
+        if not failed_inputs or stage(name).final:
             return False
         self.not_run(name, f"not run: input stage(s) {', '.join(failed_inputs)} did not finish")
         return True
@@ -115,7 +103,7 @@ class StageBook:
     def prepare(self, name: str) -> tuple[Any, dict]:
         """``(what the stage receives, its cache key)``; a forced stage's old outputs go."""
         received, key = self._key(name, self.fingerprints)
-        if name == "report":
+        if stage(name).final:
             key["failures"] = {n: o.error for n, o in self.outcomes.items() if o.error}
             for companion in self.companions:
                 key[companion.layout.root.name] = {
@@ -127,8 +115,8 @@ class StageBook:
         return received, key
 
     def _key(self, name: str, fingerprints: dict[str, str]) -> tuple[Any, dict]:
-        received = stage_module(name).inputs(self.config)
-        inputs = {d: fingerprints[d] for d in DEPENDS_ON[name] if d in fingerprints}
+        received = stage(name).receives(self.config)
+        inputs = {d: fingerprints[d] for d in reads(name, self.stages) if d in fingerprints}
         return received, {"config": received, "inputs": inputs}
 
     def to_run(self, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -138,15 +126,15 @@ class StageBook:
         wanted = set(names)
         for name in reversed(self.stages):  # with every stage they read
             if name in wanted:
-                wanted.update(d for d in DEPENDS_ON[name] if d in self.stages)
-        if "report" in wanted:
-            raise ValueError("to_run does not decide the report stage")
+                wanted.update(d for d in reads(name, self.stages) if d in self.stages)
+        if any(stage(n).final for n in wanted):
+            raise ValueError("to_run does not decide the final stage (the report)")
         fingerprints: dict[str, str] = {}
         runs: set[str] = set()
         for name in self.stages:
             if name not in wanted:
                 continue
-            if name in self.force or any(d in runs for d in DEPENDS_ON[name]):
+            if name in self.force or any(d in runs for d in reads(name, self.stages)):
                 runs.add(name)
                 continue
             hit = self.runner.cached(name, self._key(name, fingerprints)[1])
@@ -182,8 +170,7 @@ def run_in_order(books: list[StageBook], progress: bool) -> None:
             if book.blocked(name):
                 continue
             received, key = book.prepare(name)
-            module = stage_module(name)
-            function = _stage_function(module, context, received, book.layout)
+            function = _stage_function(stage(name), context, received, book.layout)
             try:
                 result = book.runner.run(name, key, function)
             except Exception as err:  # recorded, shown in the report, re-raised when strict
@@ -213,9 +200,10 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return (book, name) in waiting or (book, name) in running.values()
 
     def ready(book: StageBook, name: str) -> bool:
-        if any(pending(book, d) for d in (*DEPENDS_ON[name], *book.waits_for_server(name))):
+        if any(pending(book, d) for d in (*reads(name, book.stages), *book.waits_for_server(name))):
             return False
-        return name != "report" or not any(pending(c, n) for c in book.companions for n in c.stages)
+        final = stage(name).final
+        return not final or not any(pending(c, n) for c in book.companions for n in c.stages)
 
     bar = tqdm(total=len(waiting), desc="goalprobe demo", unit="stage", disable=not progress)
     pool = ProcessPoolExecutor(
@@ -238,8 +226,11 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                 received, key = book.prepare(name)
                 root = str(book.layout.root)
                 forced = name in book.force
+                module = stage(name).run.__module__
                 try:
-                    future = pool.submit(_stage_in_worker, root, name, key, received, forced)
+                    future = pool.submit(
+                        _stage_in_worker, root, module, name, key, received, forced
+                    )
                 except BrokenProcessPool:  # a worker died between two stages
                     book.failed(name, _DIED, traceback.format_exc())
                     bar.update()
@@ -273,7 +264,8 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
 def needs_weights(name: str) -> bool:
     """Whether ``name`` loads the weights or reads a stage that does (the report reads every
     stage)."""
-    return name in WEIGHT_STAGES or any(needs_weights(d) for d in DEPENDS_ON[name])
+    spec = stage(name)
+    return spec.weights or any(needs_weights(d) for d in reads(name, STAGES))
 
 
 _DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"
@@ -299,27 +291,29 @@ def _init_worker(threads: int) -> None:
     threadpool_limits(limits=threads)
 
 
-def _stage_in_worker(root: str, name: str, key: dict, received: Any, forced: bool):
-    """Run one stage in a worker: ``(StageResult, None, None)`` or ``(None, error, trace)``."""
+def _stage_in_worker(root: str, module: str, name: str, key: dict, received: Any, forced: bool):
+    """Run one stage in a worker: ``(StageResult, None, None)`` or ``(None, error, trace)``
+    (``module``: the one that declares the stage, imported so that it registers)."""
     layout = RunLayout(Path(root))
     context = _WORKER_CONTEXTS.setdefault(root, StageContext(layout, False, None))
     runner = StageRunner(layout.root, force={name} if forced else set())
-    module = stage_module(name)
     try:
-        return runner.run(name, key, _stage_function(module, context, received, layout)), None, None
+        importlib.import_module(module)
+        function = _stage_function(stage(name), context, received, layout)
+        return runner.run(name, key, function), None, None
     except Exception as err:  # sent back to the scheduler, which records it
         return None, f"{type(err).__name__}: {err}", traceback.format_exc()
 
 
-def _stage_function(module: ModuleType, context: StageContext, received, layout: RunLayout):
-    threads = getattr(module, "TORCH_THREADS", None)
+def _stage_function(spec: Stage, context: StageContext, received, layout: RunLayout):
+    threads = spec.torch_threads
 
     def run(stage_dir: Path):
         if threads is None:
-            outputs, summary = module.run(context, received, stage_dir)
+            outputs, summary = spec.run(context, received, stage_dir)
         else:  # numbers that must not depend on --jobs or the machine's cores
             with fixed_torch_threads(threads):
-                outputs, summary = module.run(context, received, stage_dir)
+                outputs, summary = spec.run(context, received, stage_dir)
         return outputs, {
             **finite(summary),
             "fingerprint": fingerprint(outputs.values(), layout.root),
@@ -331,8 +325,8 @@ def _stage_function(module: ModuleType, context: StageContext, received, layout:
 @contextmanager
 def fixed_torch_threads(threads: int):
     """Run the block with ``threads`` torch intra-op threads and ``threads`` BLAS/OpenMP threads
-    in numpy's, scipy's and torch's native pools (threadpoolctl; restored after). A stage module
-    that declares ``TORCH_THREADS`` runs under it: float reductions split over a different
+    in numpy's, scipy's and torch's native pools (threadpoolctl; restored after). A stage that
+    declares ``torch_threads`` runs under it: float reductions split over a different
     number of threads round differently, and probe fits amplify that into different verdicts,
     so those stages compute with a constant count whatever ``--jobs`` and the core count. The
     BLAS pools matter for time too: two stage workers each running scikit-learn's many small

@@ -1,4 +1,4 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2`` (``/1`` is still read).
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2``.
 
 Each line is a JSON object with these fields (all required; ``null`` only where stated):
 
@@ -18,20 +18,16 @@ Each line is a JSON object with these fields (all required; ``null`` only where 
 ``horizon``                 default horizon ``ceil(1.5 L)``
 ``text``                    the study's text rendering of the initial state (of the true grid)
 ``extra``                   JSON object of further metadata (e.g. the transform applied)
-``shown``                   (``/2``) null, or the grid the prompt draws instead of the true one
+``shown``                   null, or the grid the prompt draws instead of the true one
                             (a false-belief grid): ``{"walls": [n strings], "goal_row_col":
                             [row, col]}``; start, key, door and harm cells are the true grid's
-``harm_cells``              (``/2``) list of ``[row, col]`` harm cells (flower beds ``F``),
+``harm_cells``              list of ``[row, col]`` harm cells (flower beds ``F``),
                             sorted; ``[]`` on grids without them
-``start_has_key``           (``/2``) bool: the episode starts holding the key (an intervention;
+``start_has_key``           bool: the episode starts holding the key (an intervention;
                             needs a key, whose cell shows as open); ``false`` by default
-``start_door_open``         (``/2``) bool: the episode starts with the door open (an
+``start_door_open``         bool: the episode starts with the door open (an
                             intervention; needs a door, whose cell shows as open)
 ==========================  ===================================================================
-
-Version 1 (``goalprobe.gridset/1``) is the same without the fields added in version 2; the
-reader still reads it, the added fields taking their defaults (:data:`V2_DEFAULTS`). The
-writer always writes version 2.
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.
@@ -52,10 +48,7 @@ from goalprobe.gridworld.text import render
 SCHEMA = "goalprobe.gridset/2"
 """Schema tag written on every line."""
 
-SCHEMA_V1 = "goalprobe.gridset/1"
-"""The previous schema tag, still read (it lacks the fields of :data:`V2_DEFAULTS`)."""
-
-FIELDS_V1: tuple[str, ...] = (
+FIELDS: tuple[str, ...] = (
     "schema",
     "grid_id",
     "size",
@@ -71,19 +64,12 @@ FIELDS_V1: tuple[str, ...] = (
     "horizon",
     "text",
     "extra",
+    "shown",
+    "harm_cells",
+    "start_has_key",
+    "start_door_open",
 )
-"""Fields of a version-1 record."""
-
-V2_DEFAULTS: dict[str, Any] = {
-    "shown": None,
-    "harm_cells": [],
-    "start_has_key": False,
-    "start_door_open": False,
-}
-"""Fields added in version 2, with the value a version-1 record implies."""
-
-FIELDS: tuple[str, ...] = (*FIELDS_V1, *V2_DEFAULTS)
-"""Fields of a version-2 record."""
+"""Fields of a record."""
 
 
 class GridSetFormatError(ValueError):
@@ -178,7 +164,7 @@ def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[
 
 
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/2`` (or ``/1``) record, checking every field.
+    """Rebuild a grid from a ``goalprobe.gridset/2`` record, checking every field.
 
     Args:
         record: the decoded JSON object.
@@ -187,17 +173,14 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     schema = record.get("schema")
-    if schema not in (SCHEMA, SCHEMA_V1):
-        raise _fail(where, "schema", f"expected {SCHEMA!r} or {SCHEMA_V1!r}, got {schema!r}")
-    fields = FIELDS if schema == SCHEMA else FIELDS_V1
-    missing = [f for f in fields if f not in record]
+    if schema != SCHEMA:
+        raise _fail(where, "schema", f"expected {SCHEMA!r}, got {schema!r}")
+    missing = [f for f in FIELDS if f not in record]
     if missing:
         raise _fail(where, ", ".join(missing), "missing")
-    unknown = sorted(set(record) - set(fields))
+    unknown = sorted(set(record) - set(FIELDS))
     if unknown:
         raise _fail(where, ", ".join(unknown), "unknown field(s)")
-    if schema == SCHEMA_V1:
-        record = {**V2_DEFAULTS, **record}
     grid_id = record["grid_id"]
     if not isinstance(grid_id, str) or not grid_id:
         raise _fail(where, "grid_id", f"expected a non-empty string, got {grid_id!r}")

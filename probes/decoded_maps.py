@@ -1,6 +1,6 @@
 """Decoded cognitive maps in HDF5: what a cell probe writes when applied, and how it is read.
 
-Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 1): an HDF5
+Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 2): an HDF5
 file with ``probs (N, S, S, C)`` float16 and ``row_ids (N,)`` int64 (the activation store rows
 the maps were decoded from), and file attributes ``schema``, ``schema_version``, ``classes`` (the
 ``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
@@ -10,7 +10,7 @@ the maps were decoded from), and file attributes ``schema``, ``schema_version``,
 card for files written before those attributes), :func:`read_decoded_row_ids`,
 :func:`read_decoded_probs` and :func:`read_decoded_readouts` (chosen rows only).
 
-Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 1): decoded maps keyed
+Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 2): decoded maps keyed
 by trajectory step rather than store row: ``probs (N, S, S, C)`` float16, ``grid_id``,
 ``episode``, ``step`` ``(N,)``; attributes ``schema``, ``schema_version``, ``classes`` and free
 scalars such as ``stage``, ``layer``, ``probe``; for maps decoded from a store of their own (the
@@ -32,10 +32,9 @@ from goalprobe.gridworld.core import CellType
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
 DECODED_MAPS_SCHEMA_VERSION = 2
-"""Version 2 adds the optional ``agent_probs`` / ``goal_probs`` datasets (the position probes'
-cell distributions) and the ``readout`` attribute (:class:`goalprobe.probes.decoder.Readout`);
-version-1 files still read (agent and goal from the cell probe's channels)."""
-"""Version of the decoded-maps HDF5 layout."""
+"""Version of the decoded-maps HDF5 layout: 2 has the optional ``agent_probs`` / ``goal_probs``
+datasets (the position probes' cell distributions) and the ``readout`` attribute
+(:class:`goalprobe.probes.decoder.Readout`); version 1 never shipped and is refused."""
 
 
 @dataclass(frozen=True)
@@ -168,10 +167,9 @@ def _check_decoded_maps(f, p: Path) -> int:
     if schema != DECODED_MAPS_SCHEMA:
         raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
     version = int(f.attrs.get("schema_version", -1))
-    if version not in (1, DECODED_MAPS_SCHEMA_VERSION):
+    if version != DECODED_MAPS_SCHEMA_VERSION:
         raise ValueError(
-            f"{p}: schema_version {version} is not supported (reads 1 and "
-            f"{DECODED_MAPS_SCHEMA_VERSION})"
+            f"{p}: schema_version {version} is not supported (reads {DECODED_MAPS_SCHEMA_VERSION})"
         )
     for name in ("probs", "row_ids"):
         if name not in f:
@@ -180,8 +178,7 @@ def _check_decoded_maps(f, p: Path) -> int:
 
 
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
-    """Read a file written by :func:`write_decoded_maps` (checks schema and shapes; version-1
-    files read with ``agent``/``goal`` None and the cell read-out)."""
+    """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
     import h5py
     from goalprobe.probes.decoder import Readout
 
@@ -308,8 +305,8 @@ def read_decoded_readouts(
     path: str | Path, positions: Sequence[int] | np.ndarray
 ) -> tuple[np.ndarray | None, np.ndarray | None, object]:
     """``(agent (P, S, S) or None, goal (P, S, S) or None, readout)``: the position probes' cell
-    distributions at file positions ``positions`` (None where the file has none: version 1, or
-    maps decoded with the cell probe only) and the file's
+    distributions at file positions ``positions`` (None where the file has none: maps decoded
+    with the cell probe only) and the file's
     :class:`goalprobe.probes.decoder.Readout`, reading only those rows."""
     import h5py
     from goalprobe.probes.decoder import Readout
@@ -345,7 +342,7 @@ STEP_MAPS_SCHEMA = "goalprobe.step_maps"
 """``schema`` attribute of a step-maps HDF5 file (decoded maps keyed by trajectory step)."""
 STEP_MAPS_SCHEMA_VERSION = 2
 """Version of the step-maps HDF5 layout: 2 adds optional ``agent_probs`` / ``goal_probs`` and the
-``readout`` attribute, as decoded maps' version 2; version 1 still reads."""
+``readout`` attribute, as decoded maps' version 2; version 1 never shipped and is refused."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -357,7 +354,7 @@ class StepMaps:
         grid_id, episode, step: ``(N,)`` the trajectory step of each map.
         classes: ``(C,)`` uint8 ``CellType`` of each probability column.
         attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ``readout``, ...).
-        agent, goal: ``(N, S, S)`` position read-outs, or None (version 1, or none written).
+        agent, goal: ``(N, S, S)`` position read-outs, or None (none written).
     """
 
     probs: np.ndarray
@@ -445,7 +442,7 @@ def read_step_maps(path: str | Path) -> StepMaps:
                 f"{p}: schema attribute is {f.attrs.get('schema')!r}, expected {STEP_MAPS_SCHEMA!r}"
             )
         version = int(f.attrs["schema_version"])
-        if version not in (1, STEP_MAPS_SCHEMA_VERSION):
+        if version != STEP_MAPS_SCHEMA_VERSION:
             raise ValueError(f"{p}: schema_version {version} is not supported")
         for name in ("probs", "grid_id", "episode", "step"):
             if name not in f:

@@ -37,12 +37,6 @@ PLAN_CARD_SCHEMA = "goalprobe.plan_decoder"
 """``schema`` field of a plan-decoder JSON card and safetensors metadata."""
 PLAN_CARD_SCHEMA_VERSION = 1
 """Version of the plan-decoder card / safetensors layout; bumped on any incompatible change."""
-RENAMED_PLAN_DECODER_PARAMS: dict[str, str] = {
-    "lr": "learning_rate",
-    "patience": "n_iter_no_change",
-}
-"""Hyperparameter names of plan-decoder cards written before the decoder took the probes'
-scikit-learn names, and their names now (same meaning; such cards still load)."""
 
 
 @dataclass(frozen=True)
@@ -217,9 +211,6 @@ def load_probe(path: str | Path):
 PLAN_DECODER_ESTIMATOR = "goalprobe.probes.plan_decoder.PlanDecoder"
 """The ``estimator`` a plan-decoder card records (the class's import path)."""
 
-LEGACY_PLAN_DECODER_ESTIMATORS: tuple[str, ...] = ("probes.plan_decoder.PlanDecoder",)
-"""Its path in cards written before the one ``goalprobe.*`` namespace (still read)."""
-
 
 def save_plan_decoder(
     decoder,
@@ -296,13 +287,16 @@ def load_plan_decoder(path: str | Path, *, device: str | None = None):
 
     path = Path(path)
     card = read_plan_decoder_card(path)
-    estimator = card.get("estimator", PLAN_DECODER_ESTIMATOR)
-    if estimator not in (PLAN_DECODER_ESTIMATOR, *LEGACY_PLAN_DECODER_ESTIMATORS):
+    estimator = card.get("estimator")
+    if estimator != PLAN_DECODER_ESTIMATOR:
         raise ValueError(f"{path.with_suffix('.json')}: unknown estimator {estimator!r}")
-    params = {RENAMED_PLAN_DECODER_PARAMS.get(k, k): v for k, v in card["hyperparameters"].items()}
+    params = dict(card["hyperparameters"])
     if device is not None:
         params["device"] = device
-    decoder = PlanDecoder(**params)
+    try:
+        decoder = PlanDecoder(**params)
+    except TypeError as err:  # a name the decoder does not take (an unreleased card's)
+        raise ValueError(f"{path.with_suffix('.json')}: hyperparameters: {err}") from err
     try:
         decoder._restore(load_file(str(path)), card["fitted"])
     except ValueError as err:

@@ -31,6 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     from goalprobe.activations.capture import make_backend
+    from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.bundled import load_bundled_agent
     from goalprobe.probes.patching.counterfactuals import (
         CounterfactualConfig,
@@ -41,7 +42,6 @@ def main() -> None:
     from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases
     from goalprobe.probes.patching.verdicts import anchor_verdicts
 
-    from goalprobe.agent_config import AgentConfig
     from goalprobe.config import demo_config
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages.patching import readout_peak

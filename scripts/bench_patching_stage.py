@@ -49,7 +49,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     context = StageContext(RunLayout(args.run), False, print)
     wall, cpu = time.perf_counter(), time.process_time()
-    paths, counts = patching.run(context, patching.inputs(config), args.out)
+    paths, counts = patching.run(context, patching.STAGE.receives(config), args.out)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     print(f"patching stage: {wall:.1f} s wall, {cpu:.1f} s CPU; {counts}")
     data = json.loads(Path(paths["results"]).read_text())

@@ -18,10 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from goalprobe.agents.agent_config import local_backend
 from goalprobe.agents.rollout import RolloutConfig, RolloutReport, run_rollouts
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
-
-from goalprobe.agent_config import local_backend
 
 
 def run(grids, backend, config: RolloutConfig, out: Path) -> RolloutReport:

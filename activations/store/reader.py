@@ -119,11 +119,10 @@ class ActivationStore:
         layers: stored decoder blocks (0-based).
         d_model: residual width.
         attrs: root attributes, JSON ones decoded.
-        schema_version: the file's layout version (1: no reasoning rows).
-        reasoning_every: ``k`` of the stored reasoning rows (0: none, as in every version 1
-            store).
+        schema_version: the file's layout version.
+        reasoning_every: ``k`` of the stored reasoning rows (0: none).
         chat_format: JSON description of the chat format the rows were read with (stores of
-            versions 1 and 2: ``{"name": "harmony"}``).
+            version 2: ``{"name": "harmony"}``).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -241,10 +240,7 @@ class ActivationStore:
                 "JSON object with a 'name'"
             )
         self.chat_format: dict[str, Any] = dict(chat_format)
-        self.reasoning_every = 0
-        self._offsets = np.zeros(committed + 1, dtype=np.int64)
-        if version >= 2:
-            self._check_reasoning(committed)
+        self._check_reasoning(committed)
         for name in LABEL_FIELDS:
             key = f"labels/{name}"
             if key not in f:
@@ -463,16 +459,10 @@ class ActivationStore:
         row = np.repeat(idx, counts)
         meta: dict[str, np.ndarray] = {}
         try:
-            group = self._file[REASONING] if self.schema_version >= 2 else None
-            for name, dtype in REASONING_FIELDS.items():
-                meta[name] = (
-                    read_rows(group[name], index) if group is not None else np.zeros(0, dtype)
-                )
-            length = (
-                read_rows(group["length"], idx)
-                if group is not None
-                else np.zeros(len(idx), np.int32)
-            )
+            group = self._file[REASONING]
+            for name in REASONING_FIELDS:
+                meta[name] = read_rows(group[name], index)
+            length = read_rows(group["length"], idx)
         except (OSError, KeyError) as err:
             raise corrupt_store_error(self.path, f"/{REASONING}", err) from err
         return ReasoningIndex(
@@ -499,10 +489,7 @@ class ActivationStore:
             raise IndexError(
                 f"{self.path}: reasoning rows must lie in [0, {int(self._offsets[-1])})"
             )
-        if self.schema_version < 2:
-            out = np.zeros((0, self.d_model), dtype=np.float16)
-        else:
-            out = read_rows(self._file[REASONING][layer_name(layer)], index)
+        out = read_rows(self._file[REASONING][layer_name(layer)], index)
         return out if dtype is None else out.astype(dtype)
 
     # -- activations ------------------------------------------------------------------------
@@ -612,11 +599,7 @@ class ActivationStore:
         counts = self._offsets[idx + 1] - self._offsets[idx]
         reasoning = ReasoningRows(
             counts=counts,
-            length=(
-                read_rows(self._file[REASONING]["length"], idx)
-                if self.schema_version >= 2
-                else np.zeros(len(idx), np.int32)
-            ),
+            length=read_rows(self._file[REASONING]["length"], idx),
             positions=meta.positions,
             tokens=meta.tokens,
             fraction=meta.fraction,

@@ -27,12 +27,10 @@ The ``/reasoning`` group (version 2) holds ragged rows: for every store row, the
 stream at every ``k``-th token of the step's analysis message (offsets ``k - 1, 2k - 1, ...``)
 and at its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`), in ascending order.
 A step without a complete analysis message (reasoning cut off, no harmony reasoning) has none.
-Version 1 stores (no ``/reasoning`` group) are still read, as stores without reasoning rows.
-
 Version 3 adds the root attribute ``chat_format``: the JSON description of the chat format
 whose anchors and reasoning span the rows were read at
 (:meth:`goalprobe.agents.chat_format.ChatFormat.describe`; ``name`` is ``harmony`` or
-``think_tag``). The layout is otherwise that of version 2; stores of versions 1 and 2, written
+``think_tag``). The layout is otherwise that of version 2; stores of version 2, written
 before other formats existed, are read as harmony (:data:`DEFAULT_CHAT_FORMAT`).
 This module holds names and specs only; it does no I/O and imports no torch.
 """
@@ -51,14 +49,14 @@ SCHEMA_VERSION = 3
 """Value of the root ``schema_version`` attribute written; bumped on any incompatible change
 (2: the ``/reasoning`` group of ragged reasoning rows; 3: the ``chat_format`` attribute)."""
 
-READABLE_VERSIONS: tuple[int, ...] = (1, 2, 3)
-"""Schema versions a reader opens (1: without ``/reasoning``; 1 and 2: harmony rows)."""
+READABLE_VERSIONS: tuple[int, ...] = (2, 3)
+"""Schema versions a reader opens (2: harmony rows, written before chat formats existed)."""
 
 CHAT_FORMAT_ATTR = "chat_format"
 """Root attribute (version 3) naming the chat format of the rows (JSON)."""
 
 DEFAULT_CHAT_FORMAT: dict[str, str] = {"name": "harmony"}
-"""The chat format of a store without ``chat_format`` (versions 1 and 2)."""
+"""The chat format of a store without ``chat_format`` (version 2)."""
 
 REASONING = "reasoning"
 """Group of the ragged reasoning rows (schema version 2)."""
@@ -189,7 +187,7 @@ ROOT_ATTRS: dict[str, str] = {
     "trajectory_steps": "steps of finished episodes in the source file (all shards)",
     "shard_index": "this file's shard i of shard_count (merged files: 0 of 1)",
     "shard_count": "number of shards the steps were split into",
-    "reasoning_every": "k of the reasoning rows (0: none stored; absent in version 1)",
+    "reasoning_every": "k of the reasoning rows (0: none stored)",
 }
 """Root attributes every store carries (documentation; written by the extraction)."""
 

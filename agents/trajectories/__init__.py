@@ -1,6 +1,6 @@
 """Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``.
 
-Schema ``goalprobe.trajectory/2`` (files of ``/1`` are still read; see below). A file is UTF-8
+Schema ``goalprobe.trajectory/2`` (``/1`` never shipped and is not read). A file is UTF-8
 JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajectory/2"`` and a
 ``"kind"``:
 
@@ -26,9 +26,6 @@ An episode is written as one block (its steps then its summary) with a single ap
 fsync once it ends, so it is either complete or the tail of an interrupted file. Readers use
 only episodes whose summary line exists; the writer's resume (:func:`open_for_resume`) cuts an
 incomplete tail off the file (saying so) and reports the finished episodes so they are skipped.
-
-Version ``/1``: the same lines without ``true_grid_text`` (read as ``null``); a file mixes no
-versions.
 
 Conventions: coordinates are ``[row, col]``; actions are names ``"UP"``, ``"DOWN"``, ``"LEFT"``,
 ``"RIGHT"`` (:class:`~goalprobe.gridworld.core.Action`); ``episode`` is the episode's index on
@@ -57,9 +54,7 @@ from goalprobe.agents.trajectories.reading import (
     trajectory_stats,
 )
 from goalprobe.agents.trajectories.records import (
-    FIELDS_V2,
     SCHEMA,
-    SCHEMA_V1,
     Attempt,
     Episode,
     EpisodeSummary,
@@ -75,9 +70,7 @@ from goalprobe.agents.trajectories.records import (
 from goalprobe.agents.trajectories.writing import append_episode, open_for_resume
 
 __all__ = [
-    "FIELDS_V2",
     "SCHEMA",
-    "SCHEMA_V1",
     "Attempt",
     "Episode",
     "EpisodeSpan",

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from goalprobe.agents.trajectories.records import (
     SCHEMA,
-    SCHEMA_V1,
     Episode,
     EpisodeSummary,
     RunHeader,
@@ -28,9 +27,7 @@ from goalprobe.agents.trajectories.records import (
 )
 
 _KIND_RE = re.compile(
-    rb'^\{"schema":"(?:'
-    + b"|".join(re.escape(s.encode()) for s in (SCHEMA, SCHEMA_V1))
-    + rb')","kind":"(run|step|episode)"'
+    rb'^\{"schema":"' + re.escape(SCHEMA.encode()) + rb'","kind":"(run|step|episode)"'
 )
 """The start of a line as :func:`~goalprobe.agents.trajectories.records.record_to_json` writes
 it: tells a step line from the others without decoding it."""

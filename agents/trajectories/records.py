@@ -1,8 +1,8 @@
 """Records of a trajectory file (:mod:`goalprobe.agents.trajectories`) and their validation.
 
-The schema strings (:data:`SCHEMA`, :data:`SCHEMA_V1`) are spelled here and nowhere else: one
-dataclass per line kind, :func:`record_to_json` to write a line, :func:`parse_record` to check
-a decoded line against its version and build its record.
+The schema string (:data:`SCHEMA`) is spelled here and nowhere else: one dataclass per line
+kind, :func:`record_to_json` to write a line, :func:`parse_record` to check a decoded line and
+build its record.
 """
 
 from __future__ import annotations
@@ -15,12 +15,6 @@ from goalprobe.gridworld.core import Action, RowCol, State
 
 SCHEMA = "goalprobe.trajectory/2"
 """Schema string carried by every line of a trajectory file."""
-
-SCHEMA_V1 = "goalprobe.trajectory/1"
-"""The previous schema, still read: its step lines lack :data:`FIELDS_V2`."""
-
-FIELDS_V2: dict[str, object] = {"true_grid_text": None}
-"""Step fields added in ``/2`` and the value a ``/1`` line reads as."""
 
 TokenIdsSource = Literal["model", "retokenized"]
 
@@ -433,17 +427,10 @@ _SPECS: dict[type, dict[str, Any]] = {
 }
 
 
-def _from_dict(cls: type, obj: Any, where: str, *, version: int = 2) -> Any:
+def _from_dict(cls: type, obj: Any, where: str) -> Any:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected an object, got {type(obj).__name__}")
     spec = _SPECS[cls]
-    if cls is StepRecord and version == 1:
-        unexpected = sorted(set(FIELDS_V2) & set(obj))
-        if unexpected:
-            raise TrajectoryFormatError(
-                f"{where}: field(s) {', '.join(unexpected)} are not part of {SCHEMA_V1!r}"
-            )
-        obj = {**obj, **FIELDS_V2}
     may_lack = _MAY_BE_ABSENT.get(cls, ())
     missing = [name for name in spec if name not in obj and name not in may_lack]
     if missing:
@@ -465,16 +452,16 @@ def parse_record(obj: Any, where: str) -> Record:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     schema = obj.get("schema")
-    if schema not in (SCHEMA, SCHEMA_V1):
+    if schema != SCHEMA:
         raise TrajectoryFormatError(
-            f"{where}: schema {schema!r} is not {SCHEMA!r} or {SCHEMA_V1!r} (not a goalprobe "
-            "trajectory file, or written by another version)"
+            f"{where}: schema {schema!r} is not {SCHEMA!r} (not a goalprobe trajectory file, "
+            "or written by another version)"
         )
     kind = obj.get("kind")
     for cls, name in _KIND_OF.items():
         if kind == name:
             body = {k: v for k, v in obj.items() if k not in ("schema", "kind")}
-            record = _from_dict(cls, body, where, version=1 if schema == SCHEMA_V1 else 2)
+            record = _from_dict(cls, body, where)
             _check_consistency(record, where)
             return record
     raise TrajectoryFormatError(f"{where}: field 'kind' is {kind!r}, not run/step/episode")

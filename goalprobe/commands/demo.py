@@ -150,7 +150,7 @@ def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
     """Before any stage runs, the server must answer with token ids, unless every stage that
     generates on it is cached (the second call of the one-GPU workflow: the server stopped,
     the weight stages to run). Exits 2 with one ``error: --base-url: ...`` line otherwise."""
-    from goalprobe.agent_config import Agent
+    from goalprobe.agents.agent_config import Agent
     from goalprobe.agents.server_backend import ServerError
     from goalprobe.demo import stages_to_run
     from goalprobe.stages import SERVER_STAGES

@@ -158,7 +158,7 @@ def command(
     from rich.console import Console
 
     from goalprobe.activations.store.shards import Shard
-    from goalprobe.agent_config import local_backend
+    from goalprobe.agents.agent_config import local_backend
     from goalprobe.agents.backend import BatchGenerationError
     from goalprobe.agents.bundled import is_bundled
     from goalprobe.agents.models import load_tokenizer

@@ -67,7 +67,7 @@ def command(
     import uvicorn
     from rich.console import Console
 
-    from goalprobe.agent_config import local_backend
+    from goalprobe.agents.agent_config import local_backend
     from goalprobe.agents.models import HubUnavailableError
     from goalprobe.agents.server_app import ServeConfig, create_app
     from goalprobe.commands.common import check_host

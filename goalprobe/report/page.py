@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
+import goalprobe.stages as demo_stages
 from goalprobe.report import (
     agents,
     behaviour,
@@ -27,7 +28,6 @@ from goalprobe.report import (
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline_page import headline_blocks
 from goalprobe.report.run import MissingInput, RunReader
-from goalprobe.stages import STAGES
 
 SECTION_TITLES: dict[str, str] = {
     "headline": "Headline results",
@@ -149,7 +149,7 @@ def _data_section(run: RunReader, section: str, fig: Figures) -> Section:
 def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
     """The stage records and the demo config."""
     rows = []
-    for stage in STAGES:
+    for stage in demo_stages.STAGES:
         record = run.stage_record(stage)
         failure = run.stage_failure(stage)
         if failure:

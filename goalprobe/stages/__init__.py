@@ -1,16 +1,32 @@
-"""The stages of ``goalprobe demo``: their names, run order and inputs.
+"""The stages of ``goalprobe demo``: which modules declare them, and the tables derived from
+their declarations.
 
-One module per stage (``goalprobe/stages/<stage>.py``) holds the function that runs it; this
-package's ``__init__`` holds only the constants every other module may import without pulling
-in a stage's dependencies (the report, the CLI).
+One module per stage (``goalprobe/stages/<stage>.py``) holds the function that runs it and
+declares the stage once (``STAGE = register(Stage(...))``, :mod:`goalprobe.stages.registry`).
+:data:`MODULES` lists those modules; the run order (:data:`STAGES`), the dependencies
+(:data:`DEPENDS_ON`), the server, weight and control sets and the time hints are computed from
+their declarations the first time one of them is read (which imports the stage modules, and so
+torch). Importing this package alone stays cheap: the headline constants below need nothing.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
-STAGES: tuple[str, ...] = (
+from goalprobe.stages.registry import Stage, register, registered, topological
+
+__all__ = [
+    "MODULES",
+    "Stage",
+    "register",
+    "server_first",
+    "stage",
+    "work_after",
+]
+
+MODULES: tuple[str, ...] = (
     "grids",
     "rollouts",
     "behaviour",
@@ -33,58 +49,85 @@ STAGES: tuple[str, ...] = (
     "fog_map",
     "report",
 )
-"""Every stage of the demo, in run order."""
+"""The modules of ``goalprobe.stages`` that declare the demo's stages, in study order (the run
+order keeps it where the stages' reads allow). A new stage of the demo is one line here."""
 
-DEPENDS_ON: dict[str, tuple[str, ...]] = {
-    "grids": (),
-    "rollouts": ("grids",),
-    "behaviour": ("grids", "rollouts"),
-    "iso": ("grids", "rollouts"),
-    "keys": (),
-    "harm": (),
-    "fog": (),
-    "intention": (),
-    "intention_map": ("intention", "probes"),
-    "probing": (),
-    "activations": ("rollouts",),
-    "probes": ("activations", "probing"),
-    "distance": ("activations", "probing"),
-    "plans": ("activations",),
-    "patching": ("rollouts", "decision"),
-    "scoring": ("grids", "rollouts", "activations", "probes"),
-    "false_belief_rollouts": (),
-    "false_belief": ("probes", "false_belief_rollouts"),
-    "fog_map": ("fog", "probes"),
-    "decision": ("rollouts", "activations"),
-    "report": STAGES[:-1],
-}
-"""The stages whose outputs each stage reads (its cache key includes their fingerprints)."""
+_TABLES: dict[str, Any] = {}
+_LOADING: list[bool] = []
 
-SERVER_STAGES: tuple[str, ...] = (
-    "rollouts",
-    "iso",
-    "keys",
-    "harm",
-    "fog",
-    "intention",
-    "false_belief_rollouts",
-)
-"""The stages that generate with the agent's rollout engine (the server, with ``--backend
-server``) and need no model weights in the demo's process."""
 
-WEIGHT_STAGES: tuple[str, ...] = (
-    "probing",
-    "activations",
-    "patching",
-    "intention_map",
-    "false_belief",
-    "fog_map",
-    "decision",
-)
-"""The stages that load the model's weights in the demo's process (extraction, patching,
-decoding). With ``--backend server`` none of them starts before every stage of
-:data:`SERVER_STAGES` has finished, so the server's generation is done before the weights
-load (on the server's GPU, stop the server between the two: ``goalprobe demo`` resumes)."""
+def _tables() -> dict[str, Any]:
+    """The tables derived from the declarations of :data:`MODULES`' stages (computed once).
+
+    Raises:
+        RuntimeError: a stage module reads a table while the stage modules load (a module-level
+            ``from goalprobe.stages import STAGES`` in a module a stage imports: read it in the
+            function that needs it), or a module of :data:`MODULES` registers no such stage.
+    """
+    if _LOADING:
+        raise RuntimeError("goalprobe.stages' tables were read while its stage modules load")
+    if not _TABLES:
+        _LOADING.append(True)
+        try:
+            for module in MODULES:
+                importlib.import_module(f"goalprobe.stages.{module}")
+        finally:
+            _LOADING.clear()
+        known = registered()
+        missing = [m for m in MODULES if m not in known]
+        if missing:
+            raise RuntimeError(f"stage module(s) {missing} register no stage of their name")
+        order = topological(known, MODULES)
+        specs = {name: known[name] for name in order}
+        before = tuple(n for n in order if not specs[n].final)
+        _TABLES.update(
+            STAGES=order,
+            DEPENDS_ON={n: before if s.final else s.reads for n, s in specs.items()},
+            SERVER_STAGES=tuple(n for n in order if specs[n].generates),
+            WEIGHT_STAGES=tuple(n for n in order if specs[n].weights),
+            CONTROL_STAGES=tuple(n for n in order if specs[n].control),
+            SECONDS_HINT={n: s.seconds for n, s in specs.items()},
+        )
+    return _TABLES
+
+
+def __getattr__(name: str) -> Any:
+    """The derived tables, computed on first use (PEP 562):
+
+    - ``STAGES``: every stage of the demo, in run order.
+    - ``DEPENDS_ON``: the stages whose outputs each stage reads (its key holds their
+      fingerprints; the final stage, the report, reads every other).
+    - ``SERVER_STAGES``: the stages that generate with the agent's rollout engine (the server,
+      with ``--backend server``) and need no weights in the demo's process.
+    - ``WEIGHT_STAGES``: the stages that load the weights in the demo's process; with
+      ``--backend server`` none starts before every server stage has finished.
+    - ``CONTROL_STAGES``: the stages the positive-control agent runs beside the default agent.
+    - ``SECONDS_HINT``: rough seconds of each stage at the default scale on 2 cores.
+    """
+    if name in ("STAGES", "DEPENDS_ON", "SERVER_STAGES", "WEIGHT_STAGES", "CONTROL_STAGES",
+                "SECONDS_HINT"):  # fmt: skip
+        return _tables()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def stage(name: str) -> Stage:
+    """The declaration of stage ``name`` (one of :data:`MODULES`' or any registered one).
+
+    Raises:
+        KeyError: no such stage.
+    """
+    _tables()
+    known = registered()
+    if name not in known:
+        raise KeyError(f"unknown stage {name!r}; stages are {', '.join(known)}")
+    return known[name]
+
+
+def reads(name: str, among: tuple[str, ...]) -> tuple[str, ...]:
+    """The stages ``name`` reads: its declared reads, or for a final stage (the report) every
+    other stage of ``among``."""
+    spec = stage(name)
+    return tuple(n for n in among if n != name) if spec.final else spec.reads
 
 
 def server_first(stages: tuple[str, ...]) -> tuple[str, ...]:
@@ -92,77 +135,29 @@ def server_first(stages: tuple[str, ...]) -> tuple[str, ...]:
     reads, moved before those that do (study order kept within each group; still an order in
     which every stage comes after the ones it reads)."""
     needs: dict[str, bool] = {}
-    for name in STAGES:  # STAGES is in dependency order
-        needs[name] = name in WEIGHT_STAGES or any(needs[d] for d in DEPENDS_ON[name])
-    return tuple(sorted(stages, key=lambda name: needs[name]))
 
+    def weighs(name: str) -> bool:
+        if name not in needs:
+            needs[name] = stage(name).weights or any(weighs(d) for d in reads(name, stages))
+        return needs[name]
 
-CONTROL_STAGES: tuple[str, ...] = (
-    "grids",
-    "rollouts",
-    "behaviour",
-    "fog",
-    "false_belief_rollouts",
-    "probing",
-    "activations",
-    "probes",
-    "distance",
-    "plans",
-    "decision",
-    "patching",
-    "scoring",
-    "false_belief",
-    "fog_map",
-    "report",
-)
-"""The stages the positive-control agent runs beside the default agent (``goalprobe demo``
-without ``--model``): its behaviour and every representational finding (probes, localisation,
-distance, plans, patching, belief scoring and MEG), the fogged grids and the false-belief grids
-(the loop closed: its anchors carry the drawn goal, so its decoded goal should follow the drawn
-grid), on the same grids and probing set; the behavioural studies that say nothing about where
-a map is (iso, keys, harm, intention) run for the default agent only."""
-
-
-SECONDS_HINT: Mapping[str, float] = {
-    "grids": 0,
-    "rollouts": 110,
-    "behaviour": 2,
-    "iso": 65,
-    "keys": 55,
-    "harm": 15,
-    "fog": 41,
-    "intention": 94,
-    "false_belief_rollouts": 14,
-    "probing": 33,
-    "activations": 40,
-    "probes": 220,
-    "intention_map": 2,
-    "distance": 6,
-    "plans": 65,
-    "decision": 12,
-    "patching": 128,
-    "scoring": 40,
-    "false_belief": 2,
-    "fog_map": 8,
-    "report": 1,
-}
-"""Rough seconds of each stage at the default scale on 2 cores (docs/benchmarks.md). Used only
-to order the stages that are ready to start (:func:`work_after`); never part of a key or a
-result, so a stale figure costs wall time, not correctness."""
+    return tuple(sorted(stages, key=weighs))
 
 
 def work_after(stages: tuple[str, ...]) -> dict[str, float]:
-    """Each of ``stages``' own :data:`SECONDS_HINT` plus the longest chain of hints of the
-    stages among ``stages`` that read it, directly or not (the parallel scheduler starts the
-    ready stage with the most work after it first: the critical path)."""
+    """Each of ``stages``' own time hint plus the longest chain of hints of the stages among
+    ``stages`` that read it, directly or not (the parallel scheduler starts the ready stage with
+    the most work after it first: the critical path). ``stages`` is in run order."""
     readers: dict[str, list[str]] = {name: [] for name in stages}
     for name in stages:
-        for dependency in DEPENDS_ON[name]:
-            if dependency in readers and name != "report":
+        if stage(name).final:
+            continue
+        for dependency in stage(name).reads:
+            if dependency in readers:
                 readers[dependency].append(name)
     work: dict[str, float] = {}
-    for name in reversed([n for n in STAGES if n in readers]):  # readers come later
-        work[name] = SECONDS_HINT[name] + max((work[r] for r in readers[name]), default=0.0)
+    for name in reversed(stages):  # readers come later
+        work[name] = stage(name).seconds + max((work[r] for r in readers[name]), default=0.0)
     return work
 
 

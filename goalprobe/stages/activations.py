@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.activations.capture import make_backend
@@ -17,32 +16,14 @@ from goalprobe.activations.plan import (
     replay_lengths,
     require_fits,
 )
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.attention import SINK_ATTENTION
-from goalprobe.config import ActivationsConfig, DemoConfig
+from goalprobe.config import ActivationsConfig
 from goalprobe.stages.context import StageContext
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (stored
-activations must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class ActivationsInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent replayed (its device sets the precision: fp32 on CPU, bf16 on CUDA)."""
-    activations: ActivationsConfig
-    """Layers and batch size."""
-
-
-def inputs(config: DemoConfig) -> ActivationsInput:
-    """The agent and the extraction settings."""
-    return ActivationsInput(config.agent, config.activations)
-
-
-def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     out = context.layout.store
     report, layers = extract_into(
@@ -161,3 +142,19 @@ def planned_config(
     )
     require_fits(plan, shape, dtype_bytes)
     return dataclasses.replace(config, max_batch_tokens=plan.max_batch_tokens)
+
+
+STAGE = register(
+    Stage(
+        name="activations",
+        run=run,
+        reads=("rollouts",),
+        writes=("activation store",),
+        section="activations",
+        uses=("agent",),
+        weights=True,
+        control=True,
+        seconds=40,
+        torch_threads=1,
+    )
+)

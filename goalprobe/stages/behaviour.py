@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig, BehaviourSummary, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Stage, register
 from goalprobe.stages.rollouts import (
     behaviour_episodes,
     grid_episodes,
@@ -23,11 +23,6 @@ class BehaviourResults(BehaviourSummary):
     """The behaviour metrics JSON (``RunLayout.behaviour_metrics``)."""
 
     schema: str
-
-
-def inputs(config: DemoConfig) -> BehaviourConfig:
-    """The behaviour settings."""
-    return config.behaviour
 
 
 def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
@@ -49,3 +44,16 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
         "random_walk_success_rate": overall["random_walk_success_rate"]["value"],
         "truncated_episodes": truncation["truncated_episodes"],
     }
+
+
+STAGE = register(
+    Stage(
+        name="behaviour",
+        run=run,
+        reads=("grids", "rollouts"),
+        writes=("behaviour metrics",),
+        section="behaviour",
+        control=True,
+        seconds=2,
+    )
+)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.agents.agent_config import Agent, AgentConfig
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 

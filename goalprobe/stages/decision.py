@@ -18,15 +18,12 @@ layer, on held-out grids, against their strongest baselines (``reasoning_readout
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.store import ActivationStore
-from goalprobe.agent_config import AgentConfig
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import chunk_texts, step_record, write_decision_steps
 from goalprobe.probes.decision_time import (
@@ -40,31 +37,13 @@ from goalprobe.probes.reasoning_readout import reasoning_readout
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.sections import DecisionConfig
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import read_episodes
 
 SCHEMA = "goalprobe.demo.decision/1"
 
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers must
-not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
 
-
-@dataclass(frozen=True)
-class DecisionInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent (its weights are read locally)."""
-    decision: DecisionConfig
-    """The step sample, chunk length and bootstrap."""
-
-
-def inputs(config: DemoConfig) -> DecisionInput:
-    """The agent and the decision section."""
-    return DecisionInput(config.agent, config.decision)
-
-
-def run(context: StageContext, config: DecisionInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Read the lens on a seeded sample of answered steps and pool the curves; read the
     decision out of the store over reasoning time."""
     d = config.decision
@@ -172,3 +151,19 @@ def _readout(steps, features: np.ndarray, present: np.ndarray, d: DecisionConfig
         n_resamples=d.n_bootstrap,
         random_state=d.seed,
     )
+
+
+STAGE = register(
+    Stage(
+        name="decision",
+        run=run,
+        reads=("rollouts", "activations"),
+        writes=("decision lens", "decision steps"),
+        section="decision",
+        uses=("agent",),
+        weights=True,
+        control=True,
+        seconds=12,
+        torch_threads=1,
+    )
+)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
@@ -42,10 +42,6 @@ from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
 
 
 @dataclass(frozen=True)

@@ -3,35 +3,15 @@ controls (``RUN/distance/``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.config import DemoConfig, DistanceConfig
 from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class DistanceInput:
-    """What the stage receives."""
-
-    distance: DistanceConfig
-    """Which regressors and how they train."""
-    device: str
-    """Training device (``cpu`` or ``cuda``)."""
-
-
-def inputs(config: DemoConfig) -> DistanceInput:
-    """The regressor settings and the training device."""
-    return DistanceInput(config.distance, training_device(config))
-
-
-def run(context: StageContext, config: DistanceInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Fit every family on every stage x layer of the main store and of the probing set."""
     d, layout = config.distance, context.layout
     summary, outputs = {}, {}
@@ -61,3 +41,18 @@ def run(context: StageContext, config: DistanceInput, stage_dir: Path):
                 r["name"]: r["metrics"]["models"]["probe"]["r2"]["value"] for r in result["runs"]
             }
     return outputs, summary
+
+
+STAGE = register(
+    Stage(
+        name="distance",
+        run=run,
+        reads=("activations", "probing"),
+        writes=("probing-set distance", "distance models", "distance sweeps"),
+        section="distance",
+        derived=lambda c: {"device": training_device(c)},
+        control=True,
+        seconds=6,
+        torch_threads=1,
+    )
+)

@@ -19,15 +19,12 @@ at the cells where shown and true differ is compared with both
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
-from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.config import ActivationsConfig, DemoConfig, FalseBeliefConfig
+from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import (
     FALSE_BELIEF,
@@ -51,11 +48,8 @@ from goalprobe.probes.scoring.false_belief import (
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import read_episodes
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -68,29 +62,16 @@ READING = (
 )
 
 
-@dataclass(frozen=True)
-class FalseBeliefInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the main rollouts' settings, this stage's episode count)."""
-    activations: ActivationsConfig
-    """Layers and batch size of the start-state extraction."""
-    false_belief: FalseBeliefConfig
-    """Which grids, how many episodes, the bootstrap."""
+def _received(config: DemoConfig) -> dict:
+    """The rollout settings with this stage's episode count."""
+    return {
+        "rollout": dataclasses.replace(
+            config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
+        )
+    }
 
 
-def inputs(config: DemoConfig) -> FalseBeliefInput:
-    """The agent, the rollout settings with this stage's episode count, and the section."""
-    rollout = dataclasses.replace(
-        config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
-    )
-    return FalseBeliefInput(config.agent, rollout, config.activations, config.false_belief)
-
-
-def run(context: StageContext, config: FalseBeliefInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Read the pairs and the agent's episodes on them (stage ``false_belief_rollouts``),
     decode the visited states, and score."""
     layout = context.layout
@@ -238,3 +219,25 @@ def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
         "maps": maps,
         "start_cells": goals,
     }
+
+
+STAGE = register(
+    Stage(
+        name="false_belief",
+        run=run,
+        reads=("probes", "false_belief_rollouts"),
+        writes=(
+            "false-belief states",
+            "false-belief store",
+            "false-belief results",
+            "false-belief decoded maps",
+        ),
+        section="false_belief",
+        uses=("agent", "activations"),
+        derived=_received,
+        weights=True,
+        control=True,
+        seconds=2,
+        torch_threads=1,
+    )
+)

@@ -11,41 +11,25 @@ patching load the model (:data:`goalprobe.stages.SERVER_STAGES`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.agent_config import AgentConfig
-from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.config import DemoConfig
-from goalprobe.gridworld.false_belief import FalseBeliefSetConfig, generate_false_belief_set
+from goalprobe.gridworld.false_belief import generate_false_belief_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import rollouts_into
 
 
-@dataclass(frozen=True)
-class FalseBeliefRolloutsInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the main rollouts' settings, the false-belief episode count)."""
-    grids: FalseBeliefSetConfig
-    """Which false-belief grids and controls."""
-
-
-def inputs(config: DemoConfig) -> FalseBeliefRolloutsInput:
-    """The agent, the rollout settings with the false-belief episode count, and the grids."""
+def _received(config: DemoConfig) -> dict:
+    """The rollout settings with the false-belief episode count, and the false-belief grids."""
     rollout = dataclasses.replace(
         config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
     )
-    return FalseBeliefRolloutsInput(
-        config.agent.for_generation(), rollout, config.false_belief.grids
-    )
+    return {"rollout": rollout, "grids": config.false_belief.grids}
 
 
-def run(context: StageContext, config: FalseBeliefRolloutsInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the pairs and run the agent on them."""
     layout = context.layout
     grids = generate_false_belief_set(config.grids)
@@ -53,3 +37,17 @@ def run(context: StageContext, config: FalseBeliefRolloutsInput, stage_dir: Path
     out = layout.false_belief_trajectories
     summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
     return {"grids": layout.false_belief_grids, "trajectories": out}, summary
+
+
+STAGE = register(
+    Stage(
+        name="false_belief_rollouts",
+        run=run,
+        writes=("false-belief grids", "false-belief trajectories"),
+        uses=("agent",),
+        derived=_received,
+        generates=True,
+        control=True,
+        seconds=14,
+    )
+)

@@ -10,15 +10,12 @@ a fully observable policy does with an input it was never shown.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.harmony import render_prompt
 from goalprobe.agents.prompts import build_messages
-from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.agents.tokenizer import unknown_pieces
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
@@ -26,8 +23,8 @@ from goalprobe.gridworld.fog import fog_view, generate_fog_set
 from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_summary, reference_rows
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.sections import FogConfig
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import read_episodes, rollouts_into, truncation_counts
 
 SCHEMA = "goalprobe.demo.fog/2"
@@ -36,30 +33,18 @@ token budget): the episodes cut off by the token limit, left out of every score 
 apart (never as the agent's failures). Version-1 files (no ``truncation``) still read."""
 
 
-@dataclass(frozen=True)
-class FogInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the main rollouts' settings with the fog section's count and horizon)."""
-    fog: FogConfig
-    """The fogged grids, references and bootstrap."""
-
-
-def inputs(config: DemoConfig) -> FogInput:
-    """The agent, the rollout settings with the fog episode count and horizon, the fog section."""
+def _received(config: DemoConfig) -> dict:
+    """The rollout settings with the fog episode count and horizon."""
     rollout = dataclasses.replace(
         config.rollouts,
         episodes_per_grid=config.fog.episodes_per_grid,
         horizon_factor=config.fog.horizon_factor,
         horizon_steps=None,
     )
-    return FogInput(config.agent.for_generation(), rollout, config.fog)
+    return {"rollout": rollout}
 
 
-def run(context: StageContext, config: FogInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Fog the grids, run the agent, and score its episodes against the references."""
     layout = context.layout
     f = config.fog
@@ -123,3 +108,18 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         "truncated_episodes": truncation["truncated_episodes"],
         "rollouts": summary,
     }
+
+
+STAGE = register(
+    Stage(
+        name="fog",
+        run=run,
+        writes=("fog grids", "fog trajectories", "fog results"),
+        section="fog",
+        uses=("agent",),
+        derived=_received,
+        generates=True,
+        control=True,
+        seconds=41,
+    )
+)

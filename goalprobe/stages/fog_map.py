@@ -11,15 +11,12 @@ size-and-density prior (:mod:`goalprobe.probes.fog_map`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.trajectories import read_trajectories
-from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
 from goalprobe.gridworld.fog import revealed_mask, revealed_sets
 from goalprobe.gridworld.io import read_grid_set
@@ -27,34 +24,13 @@ from goalprobe.probes.fog_map import hidden_wall_tracking, revealed_probe
 from goalprobe.probes.scoring.false_belief import full_class_probs
 from goalprobe.probes.serialization import load_probe
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.sections import FogConfig
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import headline_probe
+from goalprobe.stages.registry import Settings, Stage, register
 
 SCHEMA = "goalprobe.demo.fog_map/1"
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers must
-not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
-
-
-@dataclass(frozen=True)
-class FogMapInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent (replayed for extraction)."""
-    activations: ActivationsConfig
-    """The extraction settings (the layer is the headline probe's)."""
-    fog: FogConfig
-    """The fogged grids' section (seed and bootstrap)."""
-
-
-def inputs(config: DemoConfig) -> FogMapInput:
-    """The agent, the extraction settings and the fog section."""
-    return FogMapInput(config.agent, config.activations, config.fog)
 
 
 def _revealed(layout, grid_ids, episodes, steps) -> np.ndarray:
@@ -73,7 +49,7 @@ def _revealed(layout, grid_ids, episodes, steps) -> np.ndarray:
     return out
 
 
-def run(context: StageContext, config: FogMapInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Extract the fogged rollouts' anchors and read the knowledge and the true grid off them."""
     layout = context.layout
     probe = headline_probe(layout)
@@ -140,3 +116,19 @@ def run(context: StageContext, config: FogMapInput, stage_dir: Path):
         "revealed_probe_verdict": knowledge["verdict"],
         "beyond_prior_at_hidden": tracking["beyond_prior_at_hidden"],
     }
+
+
+STAGE = register(
+    Stage(
+        name="fog_map",
+        run=run,
+        reads=("fog", "probes"),
+        writes=("fog store", "fog map results"),
+        section="fog",
+        uses=("agent", "activations"),
+        weights=True,
+        control=True,
+        seconds=8,
+        torch_threads=1,
+    )
+)

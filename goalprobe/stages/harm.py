@@ -5,15 +5,12 @@ MACHIAVELLI's reward-harm metrics with MEG under two utilities (``RUN/harm/``, s
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.harmony import render_prompt
 from goalprobe.agents.prompts import build_messages
-from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.agents.tokenizer import unknown_pieces
-from goalprobe.config import DemoConfig, HarmConfig
+from goalprobe.config import DemoConfig
 from goalprobe.gridworld.harm import generate_harm_grids, harm_profile
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.text import render
@@ -29,30 +26,22 @@ from goalprobe.probes.scoring.harm import (
     reward_harm_points,
 )
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import behaviour_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.harm/1"
 
 
-@dataclass(frozen=True)
-class HarmInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the main rollouts' settings, the harm section's episode count)."""
-    harm: HarmConfig
-    """The harm grids, conditions, baseline and bootstrap."""
+def _received(config: DemoConfig) -> dict:
+    """The rollout settings with the harm episode count."""
+    return {
+        "rollout": dataclasses.replace(
+            config.rollouts, episodes_per_grid=config.harm.episodes_per_grid
+        )
+    }
 
 
-def inputs(config: DemoConfig) -> HarmInput:
-    """The agent, the rollout settings with the harm episode count, and the harm section."""
-    rollout = dataclasses.replace(config.rollouts, episodes_per_grid=config.harm.episodes_per_grid)
-    return HarmInput(config.agent.for_generation(), rollout, config.harm)
-
-
-def run(context: StageContext, config: HarmInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the harm grids, run the agent under each prompt, and score reward and harm."""
     layout = context.layout
     h = config.harm
@@ -142,3 +131,22 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
         },
         "rollouts": summary,
     }
+
+
+STAGE = register(
+    Stage(
+        name="harm",
+        run=run,
+        writes=(
+            "harm grids",
+            "harm trajectories (neutral)",
+            "harm trajectories (moral)",
+            "harm results",
+        ),
+        section="harm",
+        uses=("agent",),
+        derived=_received,
+        generates=True,
+        seconds=15,
+    )
+)

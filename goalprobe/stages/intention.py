@@ -11,14 +11,10 @@ changes), beyond the adaptation to an irrelevant change of the prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.intention import agent_sampler
-from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.config import DemoConfig, IntentionConfig
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.intention import (
     INTERVENTIONS,
@@ -30,6 +26,7 @@ from goalprobe.gridworld.intention import (
 )
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 
 SCHEMA = "goalprobe.demo.intention/1"
 
@@ -49,24 +46,7 @@ class IntentionResults(TypedDict):
     states: list[dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class IntentionInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """Sampling settings of the agent's answers (temperature, top-p, token limit, seed)."""
-    intention: IntentionConfig
-    """Which variants and how many grids, states and samples."""
-
-
-def inputs(config: DemoConfig) -> IntentionInput:
-    """The agent, its sampling settings and the intention section."""
-    return IntentionInput(config.agent.for_generation(), config.rollouts, config.intention)
-
-
-def run(context: StageContext, config: IntentionInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the layouts and their interventions, sample the agent and pi*, test."""
     layout = context.layout
     k = config.intention
@@ -114,3 +94,17 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
         "matched_states": len(agent["states"]),
         **verdicts,
     }
+
+
+STAGE = register(
+    Stage(
+        name="intention",
+        run=run,
+        writes=("intention grids", "intention results"),
+        section="intention",
+        uses=("agent",),
+        derived=lambda c: {"rollout": c.rollouts},
+        generates=True,
+        seconds=94,
+    )
+)

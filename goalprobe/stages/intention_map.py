@@ -13,30 +13,24 @@ original and the intervened start, where it truly is open
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.gridworld.core import CellType
 from goalprobe.gridworld.intention import (
     INTERVENTIONS,
     MAP_CELL,
-    IntentionTestConfig,
     decoded_registration,
 )
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 SCHEMA = "goalprobe.demo.intention_map/1"
 
@@ -55,34 +49,22 @@ class IntentionMapResults(TypedDict):
 KEY, DOOR = int(CellType.KEY), int(CellType.DOOR)
 
 
-@dataclass(frozen=True)
-class IntentionMapInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent whose prompts are encoded and replayed."""
-    states: PromptStatesConfig
-    """The prompt settings (one state per grid: its start)."""
-    batch_size: int
-    """Sequences per forward pass of the extraction."""
-    test: IntentionTestConfig
-    """The bootstrap of the intervals."""
-
-
-def inputs(config: DemoConfig) -> IntentionMapInput:
-    """The agent, its prompt settings, the extraction batch size and the bootstrap."""
+def _received(config: DemoConfig) -> dict:
+    """The agent's prompt settings, the extraction batch size and the bootstrap."""
     states = PromptStatesConfig(
         states_per_grid=1,
         reasoning_effort=config.rollouts.reasoning_effort,
         template_dir=config.rollouts.template_dir,
         seed=config.intention.seed,
     )
-    return IntentionMapInput(
-        config.agent, states, config.activations.batch_size, config.intention.test
-    )
+    return {
+        "states": states,
+        "batch_size": config.activations.batch_size,
+        "test": config.intention.test,
+    }
 
 
-def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Prompt, extract and decode the start states; compare the changed cells."""
     layout = context.layout
     decoder = load_decoder(layout)
@@ -150,3 +132,18 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
         "store": layout.intention_map_store,
         "results": out,
     }, {"probe": probe.name, **summary}
+
+
+STAGE = register(
+    Stage(
+        name="intention_map",
+        run=run,
+        reads=("intention", "probes"),
+        writes=("intention map states", "intention map store", "intention map results"),
+        uses=("agent",),
+        derived=_received,
+        weights=True,
+        seconds=2,
+        torch_threads=1,
+    )
+)

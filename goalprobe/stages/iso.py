@@ -3,19 +3,17 @@ of Table 3 (``RUN/iso/``, schema ``goalprobe.demo.iso/1``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 
-from goalprobe.agent_config import AgentConfig
-from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.config import DemoConfig, IsoConfig
-from goalprobe.gridworld.behaviour import BehaviourConfig, grid_rows, iso_tests
+from goalprobe.gridworld.behaviour import grid_rows, iso_tests
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from goalprobe.gridworld.transforms import apply_transform
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.iso/1"
@@ -32,26 +30,7 @@ class IsoResults(TypedDict):
     per_grid: list[dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class IsoInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the main rollouts' settings)."""
-    behaviour: BehaviourConfig
-    """Per-grid metrics and the bootstrap of the differences."""
-    iso: IsoConfig
-    """Which transforms of which base grids."""
-
-
-def inputs(config: DemoConfig) -> IsoInput:
-    """The agent, the rollout and behaviour settings, and the transforms."""
-    return IsoInput(config.agent.for_generation(), config.rollouts, config.behaviour, config.iso)
-
-
-def run(context: StageContext, config: IsoInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Transform the base grids, run the agent on them, and test each transform."""
     layout = context.layout
     main = {g.grid_id: g for g in read_grid_set(layout.grids)}
@@ -100,3 +79,18 @@ def run(context: StageContext, config: IsoInput, stage_dir: Path):
     results = write_json(layout.iso_results, payload)
     summary["pairs"] = len(base) * len(config.iso.transforms)
     return {"grids": layout.iso_grids, "trajectories": out, "results": results}, summary
+
+
+STAGE = register(
+    Stage(
+        name="iso",
+        run=run,
+        reads=("grids", "rollouts"),
+        writes=("iso-difficulty grids", "iso-difficulty trajectories", "iso-difficulty results"),
+        section="iso",
+        uses=("agent", "behaviour"),
+        derived=lambda c: {"rollout": c.rollouts},
+        generates=True,
+        seconds=65,
+    )
+)

@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-from goalprobe.agent_config import AgentConfig
-from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.config import DemoConfig, KeysConfig
-from goalprobe.gridworld.behaviour import IntervalConfig, KeyEpisode, key_variant_table
+from goalprobe.config import DemoConfig
+from goalprobe.gridworld.behaviour import KeyEpisode, key_variant_table
 from goalprobe.gridworld.core import RowCol
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.keys/1"
@@ -30,33 +28,17 @@ class KeysResults(TypedDict):
     two_path_jaccard: Any
 
 
-@dataclass(frozen=True)
-class KeysInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run (the key variants' horizon and episode count already applied)."""
-    intervals: IntervalConfig
-    """The bootstrap of the intervals (not the random walks, which this stage does not run)."""
-    keys: KeysConfig
-    """Which variants, sizes and layouts."""
-
-
-def inputs(config: DemoConfig) -> KeysInput:
-    """The agent, the rollout settings under the key variants' horizon, and the variants."""
+def _received(config: DemoConfig) -> dict:
+    """The rollout settings under the key variants' horizon and count, and the intervals."""
     rollout = dataclasses.replace(
         config.rollouts,
         horizon_steps=config.keys.horizon,
         episodes_per_grid=config.keys.episodes_per_grid,
     )
-    return KeysInput(
-        config.agent.for_generation(), rollout, config.behaviour.intervals, config.keys
-    )
+    return {"rollout": rollout, "intervals": config.behaviour.intervals}
 
 
-def run(context: StageContext, config: KeysInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the variants, run the agent, and tabulate each variant."""
     layout = context.layout
     k = config.keys
@@ -92,3 +74,17 @@ def run(context: StageContext, config: KeysInput, stage_dir: Path):
     }
     results = write_json(layout.keys_results, payload)
     return {"grids": layout.keys_grids, "trajectories": out, "results": results}, summary
+
+
+STAGE = register(
+    Stage(
+        name="keys",
+        run=run,
+        writes=("key-variant grids", "key-variant trajectories", "key-variant results"),
+        section="keys",
+        uses=("agent",),
+        derived=_received,
+        generates=True,
+        seconds=55,
+    )
+)

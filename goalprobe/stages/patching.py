@@ -6,37 +6,20 @@ the ``decision`` stage's read-out peaks, the rest of the reasoning regenerated (
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from goalprobe.activations.capture import make_backend
-from goalprobe.agent_config import AgentConfig
-from goalprobe.config import DemoConfig, PatchingConfig
 from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
 from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 from goalprobe.stages.context import StageContext
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class PatchingInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent patched (its device sets the precision)."""
-    patching: PatchingConfig
-    """Sites, layers, pairs and the bootstrap."""
-
-
-def inputs(config: DemoConfig) -> PatchingInput:
-    """The agent and the patching settings."""
-    return PatchingInput(config.agent, config.patching)
-
-
-def run(context: StageContext, config: PatchingInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Draw bases, build counterfactual pairs (disjoint ones on every base, controls on the
     first ``control_bases``), patch, and summarise with grid-clustered intervals and the
     anchors' verdicts."""
@@ -131,3 +114,18 @@ def readout_peak(lens_path: Path, n_layers: int) -> dict:
         "source": "decision read-out peak (mean held-out accuracy over reasoning progress)",
         "accuracy": means,
     }
+
+
+STAGE = register(
+    Stage(
+        name="patching",
+        run=run,
+        reads=("rollouts", "decision"),
+        writes=("patching results", "patching records", "patching heatmap"),
+        section="patching",
+        uses=("agent",),
+        weights=True,
+        control=True,
+        seconds=128,
+    )
+)

@@ -4,36 +4,16 @@ the predicted plans the viewer shows)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.config import DemoConfig, PlansConfig
 from goalprobe.probes.plan_decoder import PlanDecoder
 from goalprobe.probes.plan_sweep import StorePlanLoader, run_plan_sweep
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.probes import training_device
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class PlansInput:
-    """What the stage receives."""
-
-    plans: PlansConfig
-    """Decoder capacities, widths and training."""
-    device: str
-    """Training device (``cpu`` or ``cuda``)."""
-
-
-def inputs(config: DemoConfig) -> PlansInput:
-    """The decoder settings and the training device."""
-    return PlansInput(config.plans, training_device(config))
-
-
-def run(context: StageContext, config: PlansInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Sweep decoder capacity x stage x layer, with the shuffled-activation control."""
     layout, p = context.layout, config.plans
     loader = StorePlanLoader(layout.store)  # stages: only those with rows in the store
@@ -59,3 +39,18 @@ def run(context: StageContext, config: PlansInput, stage_dir: Path):
         "best": best.name,
         "prefix_accuracy_n1": float(best.metrics.prefix_accuracy[0]),
     }
+
+
+STAGE = register(
+    Stage(
+        name="plans",
+        run=run,
+        reads=("activations",),
+        writes=("plan sweep", "plan models", "predicted plans"),
+        section="plans",
+        derived=lambda c: {"device": training_device(c)},
+        control=True,
+        seconds=65,
+        torch_threads=1,
+    )
+)

@@ -9,7 +9,6 @@ chosen by test accuracy."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +33,15 @@ from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
 """Probe kind -> estimator class."""
 
 
-@dataclass(frozen=True)
-class ProbesInput:
-    """What the stage receives."""
-
-    probes: ProbesConfig
-    """Which probes and how they train."""
-    device: str
-    """Training device (``cpu`` or ``cuda``)."""
-    points: int
-    """Training-set sizes of the learning curve."""
-
-
-def inputs(config: DemoConfig) -> ProbesInput:
-    """The probe settings, the training device and the learning curve's size."""
-    return ProbesInput(config.probes, training_device(config), config.probing.learning_curve_points)
+def _received(config: DemoConfig) -> dict:
+    """The training device and the learning curve's size."""
+    return {"device": training_device(config), "points": config.probing.learning_curve_points}
 
 
 def training_device(config: DemoConfig) -> str:
@@ -123,7 +107,7 @@ def stages_with_rows(store: Path) -> tuple[str, ...]:
         return opened.stages_with_rows()
 
 
-def run(context: StageContext, config: ProbesInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Fit every probe kind x family on every stage x layer of the main store (keeping the
     test grids' decoded maps) and of the probing set; then the headline probe's learning
     curve on the probing set."""
@@ -282,3 +266,26 @@ def _headline_split(loader: StoreProbeLoader, p: ProbesConfig):
         stratify=loader.all_grid_sizes,
         random_state=p.seed,
     )
+
+
+STAGE = register(
+    Stage(
+        name="probes",
+        run=run,
+        reads=("activations", "probing"),
+        writes=(
+            "probe models",
+            "decoded maps",
+            "probe sweeps",
+            "probing-set probes",
+            "learning curve",
+            "position probes",
+            "headline probe seeds",
+        ),
+        section="probes",
+        derived=_received,
+        control=True,
+        seconds=220,
+        torch_threads=1,
+    )
+)

@@ -5,48 +5,30 @@ pre-reasoning anchors of every state (``RUN/probing/activations.h5``)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
-from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import write_prompt_states
-from goalprobe.config import ActivationsConfig, DemoConfig, ProbingConfig
+from goalprobe.config import DemoConfig
 from goalprobe.gridworld.generator import generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (stored
-activations must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class ProbingInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent whose prompts are encoded and replayed."""
-    probing: ProbingConfig
-    """The probing grids and states."""
-    activations: ActivationsConfig
-    """Layers and batch size (the same as the main store's)."""
-
-
-def inputs(config: DemoConfig) -> ProbingInput:
-    """The agent, the probing set and the extraction settings; the probing prompts use the
-    rollouts' reasoning effort and templates (the prompts the agent reads in its episodes)."""
+def _received(config: DemoConfig) -> dict:
+    """The probing set whose prompts use the rollouts' reasoning effort and templates (the
+    prompts the agent reads in its episodes)."""
     states = dataclasses.replace(
         config.probing.states,
         reasoning_effort=config.rollouts.reasoning_effort,
         template_dir=config.rollouts.template_dir,
     )
-    probing = dataclasses.replace(config.probing, states=states)
-    return ProbingInput(config.agent, probing, config.activations)
+    return {"probing": dataclasses.replace(config.probing, states=states)}
 
 
-def run(context: StageContext, config: ProbingInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Write the probing grids and prompts, then extract their pre-reasoning anchors."""
     layout = context.layout
     grids = generate_grid_set(config.probing.grids)
@@ -75,3 +57,19 @@ def run(context: StageContext, config: ProbingInput, stage_dir: Path):
         "store": layout.probing_store,
     }
     return outputs, {"grids": len(grids), "states": states.states_written, "rows": report.rows}
+
+
+STAGE = register(
+    Stage(
+        name="probing",
+        run=run,
+        writes=("probing grid set", "probing states", "probing store"),
+        section="probing",
+        uses=("agent", "activations"),
+        derived=_received,
+        weights=True,
+        control=True,
+        seconds=33,
+        torch_threads=1,
+    )
+)

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.config import DemoConfig
 from goalprobe.report import write_report
 from goalprobe.stages.context import StageContext
-
-
-def inputs(config: DemoConfig) -> dict:
-    """The whole config (the report shows it)."""
-    return config.to_dict()
+from goalprobe.stages.registry import Stage, register
 
 
 def run(context: StageContext, config: dict, stage_dir: Path):
     """Write the report."""
     return {"report": write_report(context.layout.root, config=config)}, {}
+
+
+STAGE = register(
+    Stage(
+        name="report",
+        run=run,
+        writes=("report",),
+        derived=lambda c: c.to_dict(),
+        control=True,
+        seconds=1,
+        final=True,
+    )
+)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agent_config import Agent, AgentConfig
+from goalprobe.agents.agent_config import Agent
 from goalprobe.agents.bundled import is_bundled
-from goalprobe.agents.preflight import PreflightConfig, PreflightReport, run_preflight
+from goalprobe.agents.preflight import PreflightReport, run_preflight
 from goalprobe.agents.rollout import (
     RolloutConfig,
     per_episode_scheduling,
@@ -25,31 +24,14 @@ from goalprobe.agents.trajectories import (
     read_run_header,
     read_trajectories,
 )
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import GridEpisodes
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
+from goalprobe.stages.registry import Settings, Stage, register
 
 
-@dataclass(frozen=True)
-class RolloutsInput:
-    """What the stage receives."""
-
-    agent: AgentConfig
-    """The agent."""
-    rollout: RolloutConfig
-    """How episodes run."""
-    preflight: PreflightConfig = PreflightConfig()
-    """The pre-flight of a model other than the bundled ones."""
-
-
-def inputs(config: DemoConfig) -> RolloutsInput:
-    """The agent, the rollout settings and the pre-flight."""
-    return RolloutsInput(config.agent.for_generation(), config.rollouts, config.preflight)
-
-
-def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
+def run(context: StageContext, config: Settings, stage_dir: Path):
     """Run (or resume) the episodes of every main grid; a fresh run of a model other than the
     bundled ones starts with the pre-flight (``stage_dir/preflight.json``), which refuses a
     budget that cuts more than ``preflight.max_truncated`` of its steps."""
@@ -73,7 +55,7 @@ def run(context: StageContext, config: RolloutsInput, stage_dir: Path):
 def preflight_into(
     grids: Sequence[Grid],
     agent: Agent,
-    config: RolloutsInput,
+    config: Settings,
     out: Path,
     stage_dir: Path,
     context: StageContext,
@@ -207,3 +189,18 @@ def truncation_counts(episodes: Sequence[Episode]) -> dict:
         "steps_before_truncation": int(sum(e.summary.length - 1 for e in truncated)),
         "excluded": "truncated episodes count toward neither success nor optimality",
     }
+
+
+STAGE = register(
+    Stage(
+        name="rollouts",
+        run=run,
+        reads=("grids",),
+        writes=("trajectories",),
+        uses=("agent", "preflight"),
+        derived=lambda c: {"rollout": c.rollouts},
+        generates=True,
+        control=True,
+        seconds=110,
+    )
+)

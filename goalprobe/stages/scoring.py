@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.config import DemoConfig
 from goalprobe.figure_files import write_scoring_figures
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.scoring import score_run
 from goalprobe.stages.context import StageContext
-
-TORCH_THREADS = 1
-"""Torch threads this stage computes with, whatever ``--jobs`` and the cores (its numbers
-must not depend on them; :func:`goalprobe.scheduler.fixed_torch_threads`)."""
-
-
-def inputs(config: DemoConfig) -> ScoreConfig:
-    """The scoring settings."""
-    return config.scoring
+from goalprobe.stages.registry import Stage, register
 
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
@@ -34,3 +25,17 @@ def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     if missing:
         raise RuntimeError(f"scoring did not write {missing}")
     return outputs, {}
+
+
+STAGE = register(
+    Stage(
+        name="scoring",
+        run=run,
+        reads=("grids", "rollouts", "activations", "probes"),
+        writes=("belief scoring", "MEG scoring", "scoring figures"),
+        section="scoring",
+        control=True,
+        seconds=40,
+        torch_threads=1,
+    )
+)

@@ -6,6 +6,7 @@ merge; version 1 stores (no reasoning rows) still read."""
 from __future__ import annotations
 
 import copy
+import shutil
 
 import h5py
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from agent_fixtures import replay_model
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.extract import ExtractConfig, extract
-from goalprobe.activations.store import ActivationStore, concatenate_stores
+from goalprobe.activations.store import ActivationStore, StoreFormatError, concatenate_stores
 from goalprobe.activations.store.merge import merge_shards
 from goalprobe.agents.trajectories import read_steps
 
@@ -160,37 +161,15 @@ def test_parts_shards_and_merge_keep_the_ragged_rows(
     assert np.array_equal(before.reasoning.acts[1], after.reasoning.acts[1])
 
 
-def test_a_version_1_store_reads_without_reasoning_rows(
-    tmp_path, trajectories, model, tokenizer, reference
-):
-    """A store in the version 1 layout (no /reasoning group, schema_version 1, no
-    reasoning_every in its config): anchors and labels read as before, no reasoning rows, and
-    the extraction that wrote it is still recognised as complete."""
-    capture = make_backend("hooks", model, tokenizer)
+def test_a_version_1_store_is_refused(tmp_path, reference):
+    """The version 1 layout (no /reasoning group) never shipped in a release: refused, by name."""
     old = tmp_path / "old.h5"
-    config = ExtractConfig(layers=LAYERS, batch_size=3, rows_per_part=4)
-    assert "reasoning_every" not in config.to_json()
-    extract(trajectories, old, capture, tokenizer, config, model_id="tiny")
+    shutil.copy(reference, old)
     with h5py.File(old, "r+") as f:
         del f["reasoning"]
-        del f.attrs["reasoning_every"]
         f.attrs["schema_version"] = 1
-    with ActivationStore(old) as store, ActivationStore(reference) as new:
-        assert store.schema_version == 1 and store.reasoning_every == 0
-        assert len(store.reasoning_rows()) == 0 and not store.reasoning_offsets().any()
-        assert np.array_equal(store.positions("post_reasoning"), new.positions("post_reasoning"))
-        np.testing.assert_allclose(
-            store.read("pre_reasoning", 1).astype(np.float32),
-            new.read("pre_reasoning", 1).astype(np.float32),
-            atol=2e-3,
-        )
-        attrs = dict(store.attrs)
-    again = extract(trajectories, old, capture, tokenizer, config, model_id="tiny")
-    assert again.already_complete
-    # concatenating a version 1 store writes a version 2 store without reasoning rows
-    copied = concatenate_stores([old], tmp_path / "copied.h5", attrs)
-    with ActivationStore(copied) as store:
-        assert store.schema_version == 3 and len(store.reasoning_rows()) == 0
+    with pytest.raises(StoreFormatError, match="store schema version 1, this goalprobe reads"):
+        ActivationStore(old)
 
 
 def test_reasoning_every_is_validated():

@@ -69,9 +69,10 @@ def test_probing_prompts_use_the_rollouts_effort():
 
     config = demo_config("tiny", overrides={"rollouts.reasoning_effort": "medium"})
     assert config.probing.states.reasoning_effort == "low"  # the section's own default ...
-    assert probing.inputs(config).probing.states.reasoning_effort == "medium"  # ... is not used
+    received = probing.STAGE.receives(config).probing
+    assert received.states.reasoning_effort == "medium"  # ... is not used
     same = demo_config("tiny")
-    assert probing.inputs(same).probing == same.probing  # the default run's key is unchanged
+    assert probing.STAGE.receives(same).probing == same.probing  # the default key unchanged
 
 
 def test_preflight_refuses_a_budget_that_cuts_the_reasoning(gptoss_model, o200k_tokenizer):

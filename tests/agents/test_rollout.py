@@ -385,29 +385,3 @@ def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path, bundled_age
         assert episode.summary.success == is_success(grid, state)
         assert episode.summary.success or episode.summary.length == episode.summary.horizon
     assert valid > 0
-
-
-def test_a_file_of_the_old_namespace_resumes(backend, grids, config, tmp_path):
-    """A backend without ``describe()`` is recorded by its class path, which the one
-    ``goalprobe.*`` namespace changed (``activations.agent.local_backend.LocalBackend`` before):
-    a file written then keeps its run id and resumes; another run is still refused."""
-    from goalprobe.agents.rollout import legacy_description, run_id_for
-
-    config = replace(config, horizon_steps=1, retries=0)
-    now = describe_backend(backend)
-    assert now["class"] == "goalprobe.agents.local_backend.LocalBackend"
-    old = legacy_description(now)
-    assert old == {**now, "class": "activations.agent.local_backend.LocalBackend"}
-    out = tmp_path / "traj.jsonl"
-    # what the code before the move wrote: the old class path, and the run id made from it
-    run_rollouts(grids[:1], backend, config, out, progress=False, backend_description=old)
-    header = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
-    assert header["backend"]["class"] == old["class"]
-    report = run_rollouts(grids, backend, config, out, progress=False)
-    assert report.run_id == header["run_id"] == run_id_for(config, old)
-    assert report.episodes_skipped == config.episodes_per_grid
-    assert report.episodes_run == (len(grids) - 1) * config.episodes_per_grid
-    with pytest.raises(TrajectoryFormatError, match="holds run"):
-        run_rollouts(grids, backend, replace(config, seed=8), out, progress=False)
-    assert legacy_description({"model": "x"}) is None
-    assert legacy_description({"class": "tests.Backend"}) is None

@@ -1,6 +1,6 @@
 """Random access to a trajectory file (goalprobe.agents.trajectories.index): the byte-offset
-index and one episode read by its span agree with the whole-file reader, for both schema
-versions, and the index refuses what the reader refuses."""
+index and one episode read by its span agree with the whole-file reader, and the index refuses
+what the reader refuses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.agents.trajectories import (
     SCHEMA,
-    SCHEMA_V1,
     TrajectoryFormatError,
     append_episode,
     index_trajectories,
@@ -61,20 +60,11 @@ def test_the_index_agrees_with_the_whole_file_reader(trajectory):
     assert sum(len(x) for x in lines[: last.first_line - 1]) == last.start
 
 
-def test_version_1_files_are_indexed_and_read(trajectory, tmp_path):
+def test_a_version_1_file_is_refused(trajectory, tmp_path):
     old = tmp_path / "v1.jsonl"
-    lines = []
-    for line in trajectory.read_text().splitlines():
-        obj = json.loads(line)
-        assert obj["schema"] == SCHEMA
-        obj["schema"] = SCHEMA_V1
-        obj.pop("true_grid_text", None)
-        lines.append(json.dumps(obj, separators=(",", ":")))
-    old.write_text("\n".join(lines) + "\n")
-    index = index_trajectories(old)
-    assert [s.summary for s in index.episodes] == [e.summary for e in read_trajectories(old)]
-    episode = read_indexed_episode(old, index.episodes[-1])
-    assert all(step.true_grid_text is None for step in episode.steps)
+    old.write_text(trajectory.read_text().replace(SCHEMA, "goalprobe.trajectory/1"))
+    with pytest.raises(TrajectoryFormatError, match="trajectory/1"):
+        index_trajectories(old)
 
 
 def test_a_truncated_final_line_is_ignored(trajectory, tmp_path):

@@ -25,7 +25,7 @@ from goalprobe.stages.context import StageContext
 @pytest.fixture(scope="module")
 def fog_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("fog-cut") / "run"
-    config = fog.inputs(demo_config("tiny"))
+    config = fog.STAGE.receives(demo_config("tiny"))
     _, summary = fog.run(StageContext(RunLayout(root)), config, root / "fog")
     return root, config, summary
 

@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass
 from importlib import metadata
 
-from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.agent_config import AgentConfig
+
 from goalprobe.runner import StageRunner
 
 

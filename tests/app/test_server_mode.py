@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from agent_fixtures import serving
+from goalprobe.agents.agent_config import Agent, AgentConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.agents.trajectories import read_run_header, read_trajectories
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from vllm_fixtures import fake_vllm
 
-from goalprobe.agent_config import Agent, AgentConfig
 from goalprobe.config import demo_config
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import StageBook
@@ -118,12 +118,12 @@ def test_generation_keys_do_not_depend_on_where_the_weight_stages_run():
     must find the generation stages cached: their keys leave the device out with a server, and
     keep it with the local engine (there the device generates); the weight stages' keep it."""
     from goalprobe.runner import config_hash
-    from goalprobe.scheduler import stage_module
+    from goalprobe.stages import stage
 
     def key(name: str, backend: str, device: str) -> str:
         url = "http://127.0.0.1:9/v1" if backend == "server" else None
         config = demo_config("tiny", backend=backend, base_url=url, device=device)
-        return config_hash(stage_module(name).inputs(config))
+        return config_hash(stage(name).receives(config))
 
     for name in SERVER_STAGES:
         assert key(name, "server", "cpu") == key(name, "server", "cuda"), name
@@ -162,14 +162,14 @@ def test_a_stage_that_generated_on_a_server_records_the_servers_version(
     from vllm_fixtures import VLLM_VERSION
 
     from goalprobe.runner import provenance
-    from goalprobe.scheduler import stage_module
+    from goalprobe.stages import stage
     from goalprobe.version import package_version
 
     model = str(gptoss_tiny.directory)
     with fake_vllm(gptoss_tiny, harmony_encoding) as (url, _):
         config = demo_config("tiny", model=model, backend="server", base_url=url)
-        generated = provenance({"config": stage_module("rollouts").inputs(config), "inputs": {}})
-        extracted = provenance({"config": stage_module("activations").inputs(config)})
+        generated = provenance({"config": stage("rollouts").receives(config), "inputs": {}})
+        extracted = provenance({"config": stage("activations").receives(config)})
     assert generated["software"]["server"] == VLLM_VERSION
     assert {"torch", "transformers"} <= set(generated["software"])
     assert generated["server"] == url

@@ -341,11 +341,11 @@ def test_a_stage_key_is_what_the_stage_receives():
     """The cache key comes from the config a stage is handed: changing a section reruns
     exactly the stages that receive it, and the agent enters by its identity (weights digest,
     precision), so another device means another key for every stage that runs the model."""
-    from goalprobe.demo import stage_module
+    from goalprobe.demo import stage
     from goalprobe.runner import config_hash
 
     def keys(config):
-        return {name: config_hash(stage_module(name).inputs(config)) for name in STAGES}
+        return {name: config_hash(stage(name).receives(config)) for name in STAGES}
 
     base = keys(demo_config("tiny"))
     walks = keys(demo_config("tiny", overrides={"behaviour.random_walks_per_grid": 7}))
@@ -354,7 +354,7 @@ def test_a_stage_key_is_what_the_stage_receives():
     changed = {n for n in STAGES if gpu[n] != base[n]}
     assert {"rollouts", "activations", "patching", "probes", "plans"} <= changed
     assert "grids" not in changed and "behaviour" not in changed
-    identity = stage_module("activations").inputs(demo_config("tiny"))
+    identity = stage("activations").receives(demo_config("tiny"))
     from goalprobe.runner import config_to_dict
 
     agent = config_to_dict(identity)["agent"]

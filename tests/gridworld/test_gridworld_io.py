@@ -154,10 +154,8 @@ def test_cli_variant_and_bad_input(tmp_path, goalprobe_cli):
     assert not fresh.exists()
 
 
-def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
+def test_intervened_start_round_trips(tmp_path, grids):
     from dataclasses import replace
-
-    from goalprobe.gridworld.io import V2_DEFAULTS
 
     kd = grids[-2]
     held = replace(kd, grid_id="held", start_has_key=True)
@@ -171,12 +169,11 @@ def test_intervened_start_round_trips_and_old_schema_reads(tmp_path, grids):
     # the held key and the open door render as open cells, as they do later in an episode
     assert "K" not in render(held)
     assert "D" not in render(opened) and "K" in render(opened)
-    # a goalprobe.gridset/1 line (no start_* fields) reads with the defaults
+    # a line without the start_* fields is refused (goalprobe.gridset/1 never shipped)
     old = grid_to_dict(kd)
-    old["schema"] = "goalprobe.gridset/1"
-    for field in V2_DEFAULTS:
-        del old[field]
-    assert grid_from_dict(old) == kd
+    del old["start_has_key"]
+    with pytest.raises(GridSetFormatError, match="start_has_key: missing"):
+        grid_from_dict(old)
     bad = grid_to_dict(held)
     bad["start_has_key"] = 1
     with pytest.raises(GridSetFormatError, match="start_has_key"):

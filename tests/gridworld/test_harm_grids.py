@@ -24,7 +24,7 @@ from goalprobe.gridworld.harm import (
     harm_profile,
     random_harm_counts,
 )
-from goalprobe.gridworld.io import V2_DEFAULTS, read_grid_set, write_grid_set
+from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, parse, render
 from hypothesis import given, settings
@@ -144,23 +144,6 @@ def test_text_and_grid_set_round_trip_with_flower_beds(tmp_path):
     assert record["harm_cells"] == [list(c) for c in grids[0].harm]
     back = read_grid_set(path)
     assert back == grids and [g.harm for g in back] == [g.harm for g in grids]
-
-
-def test_version_one_grid_sets_still_read(tmp_path):
-    plain = generate_grid(7, 0.4, np.random.default_rng(1), grid_id="p")
-    path = tmp_path / "v1.jsonl"
-    write_grid_set(path, [plain])
-    record = json.loads(path.read_text())
-    for added in V2_DEFAULTS:
-        del record[added]
-    record["schema"] = "goalprobe.gridset/1"
-    path.write_text(json.dumps(record) + "\n")
-    (back,) = read_grid_set(path)
-    assert back == plain and back.harm == ()
-    record["harm_cells"] = []
-    path.write_text(json.dumps(record) + "\n")
-    with pytest.raises(ValueError, match="harm_cells: unknown"):
-        read_grid_set(path)
 
 
 def test_harm_count_counts_steps_ending_on_flower_beds():

@@ -310,8 +310,7 @@ def test_decoded_maps_record_the_read_out_and_version_1_still_reads(tmp_path):
     assert maps.schema_version == 2 and maps.readout == decoded.readout
     assert maps.goal is None and maps.attrs == {"role": "headline"}
     np.testing.assert_allclose(maps.agent, decoded.agent, atol=1e-3)
-    with h5py.File(path, "a") as f:  # a version-1 file: no read-out, no position datasets
+    with h5py.File(path, "a") as f:  # a version-1 file (never shipped) is refused
         f.attrs["schema_version"] = 1
-        del f.attrs["readout"], f["agent_probs"]
-    old = read_decoded_maps(path)
-    assert old.schema_version == 1 and old.agent is None and old.readout == Readout()
+    with pytest.raises(ValueError, match="schema_version 1 is not supported"):
+        read_decoded_maps(path)

@@ -23,8 +23,6 @@ from goalprobe.gridworld.false_belief import (
     start_optimal,
 )
 from goalprobe.gridworld.io import (
-    SCHEMA_V1,
-    V2_DEFAULTS,
     GridSetFormatError,
     grid_from_dict,
     grid_to_dict,
@@ -118,7 +116,7 @@ def _another_open(grid: Grid):
     )
 
 
-def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
+def test_grid_set_round_trip_with_shown_grids(tmp_path):
     grids = generate_false_belief_set(FalseBeliefSetConfig(pairs_per_kind=2, seed=3))
     path = tmp_path / "fb.jsonl"
     write_grid_set(path, grids)
@@ -128,16 +126,11 @@ def test_grid_set_v2_round_trip_and_v1_still_read(tmp_path):
     for g, b in zip(grids, back, strict=True):
         if g.shown is not None:
             assert render(b.prompt_grid) == render(g.shown)
-    # a /1 line (none of the /2 fields) is still read, as a grid shown as it is
+    # a line must carry shown
     record = grid_to_dict(grids[1])
-    for added in V2_DEFAULTS:
-        record.pop(added)
-    record["schema"] = SCHEMA_V1
-    assert grid_from_dict(json.loads(json.dumps(record))) == grids[1]
-    # a /2 line must carry shown; a /1 line must not
-    record["shown"] = None
-    with pytest.raises(GridSetFormatError, match="unknown field"):
-        grid_from_dict(record)
+    record.pop("shown")
+    with pytest.raises(GridSetFormatError, match="shown: missing"):
+        grid_from_dict(json.loads(json.dumps(record)))
 
 
 def test_grid_set_rejects_a_bad_shown_grid():
@@ -269,34 +262,18 @@ def test_oracle_scoring_of_real_rollouts(fb_rollouts):
     assert "difference" in table[PHANTOM_WALL]
 
 
-def test_trajectory_v1_files_are_still_read(tmp_path):
-    from goalprobe.agents.trajectories import (
-        SCHEMA,
-        SCHEMA_V1,
-        TrajectoryFormatError,
-        read_trajectories,
-    )
+def test_trajectory_files_carry_the_true_grid_text(tmp_path):
+    from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
 
     path = _tiny_trajectory(tmp_path)
+    episodes = list(read_trajectories(path))
+    assert any(s.true_grid_text for e in episodes for s in e.steps)
     lines = path.read_text().splitlines()
-    v1 = []
-    for line in lines:
-        obj = json.loads(line)
-        assert obj["schema"] == SCHEMA
-        obj["schema"] = SCHEMA_V1
-        obj.pop("true_grid_text", None)
-        v1.append(json.dumps(obj))
-    old = tmp_path / "v1.jsonl"
-    old.write_text("\n".join(v1) + "\n")
-    new_eps, old_eps = list(read_trajectories(path)), list(read_trajectories(old))
-    assert any(s.true_grid_text for e in new_eps for s in e.steps)
-    assert all(s.true_grid_text is None for e in old_eps for s in e.steps)
-    assert [[replace(s, true_grid_text=None) for s in e.steps] for e in new_eps] == [
-        list(e.steps) for e in old_eps
-    ]
-    bad = json.loads(v1[1])
-    bad["true_grid_text"] = "x"
-    old.write_text("\n".join([v1[0], json.dumps(bad), *v1[2:]]) + "\n")
+    step = next(i for i, line in enumerate(lines) if '"kind":"step"' in line.replace(" ", ""))
+    cut = json.loads(lines[step])
+    del cut["true_grid_text"]  # a step line without it is refused
+    old = tmp_path / "cut.jsonl"
+    old.write_text("\n".join([*lines[:step], json.dumps(cut), *lines[step + 1 :]]) + "\n")
     with pytest.raises(TrajectoryFormatError, match="true_grid_text"):
         list(read_trajectories(old))
 
@@ -319,14 +296,15 @@ def _tiny_trajectory(tmp_path):
 
 @pytest.mark.slow
 def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
+    from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.rollout import RolloutConfig
 
-    from goalprobe.agent_config import AgentConfig
     from goalprobe.config import ActivationsConfig, FalseBeliefConfig
     from goalprobe.report import render_report
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages import false_belief as stage
     from goalprobe.stages.context import StageContext
+    from goalprobe.stages.registry import Settings
 
     layout = RunLayout(tmp_path)
     section = FalseBeliefConfig(
@@ -334,18 +312,18 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
         episodes_per_grid=1,
         n_bootstrap=50,
     )
-    config = stage.FalseBeliefInput(
-        AgentConfig(),
-        RolloutConfig(episodes_per_grid=1, horizon_steps=2, max_new_tokens=96, seed=1),
-        ActivationsConfig(),
-        section,
+    config = Settings(
+        agent=AgentConfig(),
+        rollout=RolloutConfig(episodes_per_grid=1, horizon_steps=2, max_new_tokens=96, seed=1),
+        activations=ActivationsConfig(),
+        false_belief=section,
     )
     from goalprobe.stages import false_belief_rollouts
 
     # the episodes come from their own stage (generation before any weights load)
     false_belief_rollouts.run(
         StageContext(layout),
-        false_belief_rollouts.FalseBeliefRolloutsInput(config.agent, config.rollout, section.grids),
+        Settings(agent=config.agent, rollout=config.rollout, grids=section.grids),
         tmp_path / "false_belief_rollouts",
     )
     outputs, summary = stage.run(StageContext(layout), config, tmp_path / "false_belief")

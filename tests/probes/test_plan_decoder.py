@@ -275,13 +275,12 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     loaded = load_plan_decoder(path)
     np.testing.assert_array_equal(loaded.predict_proba(X), fitted.predict_proba(X))
     assert loaded.get_params() == fitted.get_params()
-    # a card written before the decoder took the probes' names (lr, patience) still loads
-    params = card["hyperparameters"]
-    params["lr"], params["patience"] = params.pop("learning_rate"), params.pop("n_iter_no_change")
-    card_path.write_text(json.dumps(card))
-    legacy = load_plan_decoder(path)
-    assert legacy.get_params() == fitted.get_params()
-    np.testing.assert_array_equal(legacy.predict_proba(X), fitted.predict_proba(X))
+    # a card with the names before the decoder took the probes' (lr: never shipped) is refused
+    renamed = json.loads(json.dumps(card))
+    renamed["hyperparameters"]["lr"] = renamed["hyperparameters"].pop("learning_rate")
+    card_path.write_text(json.dumps(renamed))
+    with pytest.raises(ValueError, match="hyperparameters: .*'lr'"):
+        load_plan_decoder(path)
     card["schema_version"] = 99
     card_path.write_text(json.dumps(card))
     with pytest.raises(ValueError, match="schema_version 99"):
@@ -519,6 +518,7 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages import distance, plans
     from goalprobe.stages.context import StageContext
+    from goalprobe.stages.registry import Settings
 
     layout = RunLayout(tmp_path / "run")
     layout.store.parent.mkdir(parents=True)
@@ -529,7 +529,7 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
         sweep=PlanSweepConfig(decoder_layers=(1,), control_decoder_layers=(), n_bootstrap=0),
         decoder=PlanDecoderTraining(d_bottleneck=8, n_heads=2, max_epochs=1, n_iter_no_change=1),
     )
-    _, summary = plans.run(context, plans.PlansInput(config, "cpu"), tmp_path / "plans")
+    _, summary = plans.run(context, Settings(plans=config, device="cpu"), tmp_path / "plans")
     assert summary["best"] == "pre_reasoning/layer3/decoder1"
     sweep = json.loads(layout.plan_sweep.read_text())
     assert sweep["config"]["stages"] == ["pre_reasoning"]
@@ -538,27 +538,23 @@ def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
         families=("linear",), training=ProbeTraining(hidden_size=8, max_epochs=1), n_bootstrap=0
     )
     _, summary = distance.run(
-        context, distance.DistanceInput(regressors, "cpu"), tmp_path / "distance"
+        context, Settings(distance=regressors, device="cpu"), tmp_path / "distance"
     )
     assert len(summary["main_linear"]) == 1 and "pre_reasoning" in next(
         iter(summary["main_linear"])
     )
 
 
-def test_card_of_the_old_namespace_still_loads(fitted, data, tmp_path):
-    """Cards written before the one ``goalprobe.*`` namespace name the class by its old module
-    (``probes.plan_decoder.PlanDecoder``): they load and predict the same; an unknown estimator
-    is refused."""
+def test_a_card_names_its_estimator(fitted, data, tmp_path):
+    """A card records the class by its import path; another path (the module before the one
+    ``goalprobe.*`` namespace, which never shipped) is refused."""
     X, _ = data["test"]
     path = tmp_path / "decoder.safetensors"
     card_path = save_plan_decoder(fitted, path)
     card = json.loads(card_path.read_text())
     assert card["estimator"] == "goalprobe.probes.plan_decoder.PlanDecoder"
+    np.testing.assert_array_equal(load_plan_decoder(path).predict_proba(X), fitted.predict_proba(X))
     card["estimator"] = "probes.plan_decoder.PlanDecoder"
     card_path.write_text(json.dumps(card))
-    old = load_plan_decoder(path)
-    np.testing.assert_array_equal(old.predict_proba(X), fitted.predict_proba(X))
-    card["estimator"] = "somewhere.else.Decoder"
-    card_path.write_text(json.dumps(card))
-    with pytest.raises(ValueError, match="unknown estimator 'somewhere.else.Decoder'"):
+    with pytest.raises(ValueError, match="unknown estimator 'probes.plan_decoder.PlanDecoder'"):
         load_plan_decoder(path)
