@@ -366,7 +366,7 @@ class ResidualBackend(ABC):
         readout_positions: Sequence[int],
     ) -> torch.Tensor:
         """``(len(patches), R, vocab)`` logits at several ``readout_positions`` (ascending) of
-        each patched copy: :meth:`patched_logits` reading ``R`` positions at once (the logits
+        each patched copy (non-decreasing; a position may repeat): :meth:`patched_logits` reading ``R`` positions at once (the logits
         from the first readout on are computed, so keep ``R`` and the vocabulary small)."""
         from goalprobe.activations.capture.gradients import GradientUnsupportedError
 

@@ -187,8 +187,8 @@ class HookBackend(ResidualBackend):
         readouts = np.asarray(readout_positions, dtype=np.int64)
         if not patches:
             return torch.empty(0)
-        if readouts.ndim != 1 or len(readouts) == 0 or np.any(np.diff(readouts) <= 0):
-            raise ValueError("readout_positions must be ascending and non-empty")
+        if readouts.ndim != 1 or len(readouts) == 0 or np.any(np.diff(readouts) < 0):
+            raise ValueError("readout_positions must be non-decreasing and non-empty")
         first = int(readouts[0])
         ids, kwargs, patches = self._patched_run(token_ids, patches, first)
         with torch.no_grad(), self._hooked(self._writers(patches)):
