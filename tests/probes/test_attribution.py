@@ -140,3 +140,24 @@ def test_compare_says_agree_on_a_faithful_estimate_and_not_on_an_unrelated_one()
     # GradDrop's magnitude ranks the sites when given
     ranked = compare(_attribution(-effects, graddrop=np.abs(effects)), effects, first=10)
     assert ranked.hits_top == 5 and ranked.spearman_graddrop == pytest.approx(1.0)
+
+
+def test_the_attribution_file_round_trips_and_refuses_another_version(attributions, tmp_path):
+    import json
+
+    from goalprobe.probes.attribution_file import read_attributions, write_attributions
+
+    tensors, card = write_attributions(tmp_path / "a", attributions, {"model": "bundled"})
+    records, meta = read_attributions(tmp_path / "a.json")
+    assert meta["model"] == "bundled" and len(records) == len(attributions)
+    for got, want in zip(records, attributions, strict=True):
+        assert got.pair_id == want.pair_id and got.metric == want.metric
+        assert np.allclose(got.atp, want.atp, rtol=1e-6, atol=1e-12)
+        assert np.array_equal(got.positions, want.positions)
+        assert np.array_equal(got.cell_positions, want.cell_positions)
+        assert got.changed_cells == want.changed_cells
+    text = json.loads(card.read_text())
+    text["schema_version"] = 99
+    card.write_text(json.dumps(text))
+    with pytest.raises(ValueError, match="version 99"):
+        read_attributions(tensors)
