@@ -21,8 +21,9 @@ def error_line(result) -> str:
 
 @pytest.fixture(scope="module")
 def grids(tmp_path_factory):
-    from goalprobe.cli import app
     from typer.testing import CliRunner
+
+    from goalprobe.cli import app
 
     path = tmp_path_factory.mktemp("attr") / "grids.jsonl"
     result = CliRunner().invoke(
