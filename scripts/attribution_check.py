@@ -21,6 +21,32 @@ from collections import defaultdict
 
 import numpy as np
 
+REGIONS = ("changed_cells", "other_grid", "instructions", "pre_reasoning")
+"""Where in the prompt: the two changed cells' tokens, the rest of the grid's tokens, the
+pre-reasoning anchors, and every other prompt token (system, developer and user text)."""
+
+
+def region_of(attribution, changed: set[int], grid: tuple[int, int]) -> np.ndarray:
+    """The region index (in :data:`REGIONS`) of every attributed position."""
+    out = np.full(len(attribution.positions), 2, dtype=np.int64)
+    for j, p in enumerate(attribution.positions.tolist()):
+        if p in changed:
+            out[j] = 0
+        elif grid[0] <= p < grid[1]:
+            out[j] = 1
+        elif p in attribution.pre_reasoning:
+            out[j] = 3
+    return out
+
+
+def region_shares(values: np.ndarray, regions: np.ndarray) -> np.ndarray:
+    """``(n_layers, len(REGIONS))`` each region's share of the pair's total ``|values|``."""
+    magnitude = np.abs(values)
+    total = magnitude.sum() or 1.0
+    return np.stack(
+        [magnitude[:, regions == r].sum(axis=1) / total for r in range(len(REGIONS))], axis=1
+    )
+
 
 def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     import torch
@@ -65,6 +91,7 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     config = AttributionConfig()
     rows: dict[str, list] = defaultdict(list)
     sites: dict[str, list] = defaultdict(list)
+    shares: dict[str, list] = defaultdict(list)
     t_attr = t_patch = 0.0
     n_patches = 0
     for pair in prepared:
@@ -81,6 +108,12 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
             first = first_affected(pair)
             n_patches += int((attribution.positions >= first).sum()) * len(attribution.layers)
             agreement = compare(attribution, effects, first)
+            seq = pair.base.sequence
+            changed = {int(seq.grid.cell_positions[r, c]) for r, c in pair.pair.changed_cells}
+            regions = region_of(attribution, changed, seq.grid.span)
+            shares[attribution.metric].append(
+                (region_shares(effects, regions), region_shares(attribution.graddrop, regions))
+            )
             rows[attribution.metric].append(agreement)
             estimates = site_estimates(attribution, pair)
             for site, real in real_sites.items():
@@ -136,6 +169,9 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
             "site_sum_spearman": site_rho,
             "site_sum_rows": site_rows,
             "total_effect_median": float(np.median([a.total_effect for a in agreements])),
+            "regions": list(REGIONS),
+            "real_share_by_block": np.mean([x[0] for x in shares[metric]], axis=0).tolist(),
+            "graddrop_share_by_block": np.mean([x[1] for x in shares[metric]], axis=0).tolist(),
         }
     return out
 
@@ -167,6 +203,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"{m['scale_top_decile_median']}; wrong sign {m['wrong_sign_top_decile']}; "
                 f"site sums rho {m['site_sum_spearman']}"
             )
+            real = np.round(np.asarray(m["real_share_by_block"]), 3).tolist()
+            est = np.round(np.asarray(m["graddrop_share_by_block"]), 3).tolist()
+            print(f"  share of |real effect| by block x {m['regions']}: {real}")
+            print(f"  share of GradDrop by block x {m['regions']}: {est}")
         print(f"{agent} seconds: {json.dumps(result['seconds'])}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

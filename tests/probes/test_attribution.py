@@ -161,3 +161,15 @@ def test_the_attribution_file_round_trips_and_refuses_another_version(attributio
     card.write_text(json.dumps(text))
     with pytest.raises(ValueError, match="version 99"):
         read_attributions(tensors)
+
+
+def test_reasoning_positions_are_attributed_when_asked(prepared):
+    backend, kept = prepared
+    config = AttributionConfig(metrics=("coordinates",), positions="all", grad_drop=False)
+    (record,) = attribute_pairs(kept[:1], backend, config)
+    sequence = kept[0].base.sequence
+    assert record.atp.shape == (4, len(sequence)) and record.graddrop is None
+    last_read = int(record.readouts.max())
+    assert np.all(record.atp[:, last_read + 1 :] == 0)  # nothing after the last read
+    reasoning = slice(sequence.reasoning_span[0], last_read + 1)
+    assert np.any(record.atp[:, reasoning] != 0)
