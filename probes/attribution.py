@@ -121,7 +121,7 @@ def coordinate_positions(sequence: TeacherForcedSequence, tokenizer) -> np.ndarr
     ids = sequence.token_ids[begin:end]
     if len(ids) == 0:
         return None
-    text, spans = token_char_spans(ids, tokenizer)
+    text, spans = token_char_spans(ids.tolist(), tokenizer)
     match = _COORDINATES.search(text)
     if match is None:
         return None
@@ -291,7 +291,7 @@ def attribute_pair(
                 prompt_length=base.prompt_length,
                 cell_positions=base.grid.cell_positions.copy(),
                 pre_reasoning=tuple(int(p) for p in base.anchors.pre_reasoning),
-                changed_cells=tuple(tuple(int(x) for x in c) for c in pair.pair.changed_cells),
+                changed_cells=tuple((int(c[0]), int(c[1])) for c in pair.pair.changed_cells),
                 readouts=spec.readouts.copy(),
             )
         )

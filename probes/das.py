@@ -29,7 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from goalprobe.activations.capture.base import Patch, ResidualBackend, block_output
+from goalprobe.activations.capture.base import (
+    Patch,
+    ResidualBackend,
+    block_output,
+    decoder_layers_path,
+    get_submodule_path,
+)
 from goalprobe.probes.patching.experiment import PreparedPair
 
 
@@ -125,7 +131,8 @@ def train_subspace(
     torch.nn.utils.parametrizations.orthogonal(layer)
     optimizer = torch.optim.Adam(layer.parameters(), lr=config.learning_rate)
     items = _training_items(pairs, backend, config.block)
-    block = backend.blocks[config.block]
+    blocks = get_submodule_path(backend.model, decoder_layers_path(backend.model))
+    block = blocks[config.block]  # type: ignore[index]
     current: dict[str, torch.Tensor] = {}
 
     def hook(module, args, output):

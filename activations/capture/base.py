@@ -330,7 +330,7 @@ class ResidualBackend(ABC):
         layers: Sequence[int],
         positions: np.ndarray,
         metric,
-        readout_positions: Sequence[int],
+        readout_positions: Sequence[int] | np.ndarray,
         *,
         drops: Sequence[int | None] = (None,),
     ):
@@ -363,7 +363,7 @@ class ResidualBackend(ABC):
         self,
         token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
-        readout_positions: Sequence[int],
+        readout_positions: Sequence[int] | np.ndarray,
     ) -> torch.Tensor:
         """``(len(patches), R, vocab)`` logits at several ``readout_positions`` (ascending) of
         each patched copy (non-decreasing; a position may repeat): :meth:`patched_logits` reading ``R`` positions at once (the logits

@@ -188,7 +188,7 @@ def hooks_gradient_run(
     layers: Sequence[int],
     positions: np.ndarray,
     metric: Metric,
-    readout_positions: Sequence[int],
+    readout_positions: Sequence[int] | np.ndarray,
     drops: Sequence[int | None],
 ) -> GradientRun:
     """:meth:`ResidualBackend.gradient_run` with plain forward hooks (the reference)."""
@@ -252,7 +252,7 @@ def nnsight_gradient_run(
     layers: Sequence[int],
     positions: np.ndarray,
     metric: Metric,
-    readout_positions: Sequence[int],
+    readout_positions: Sequence[int] | np.ndarray,
     drops: Sequence[int | None],
 ) -> GradientRun:
     """:meth:`ResidualBackend.gradient_run` inside an nnsight trace (plain gradients only)."""

@@ -247,7 +247,7 @@ class NnsightBackend(ResidualBackend):
         layers: Sequence[int],
         positions: np.ndarray,
         metric,
-        readout_positions: Sequence[int],
+        readout_positions: Sequence[int] | np.ndarray,
         *,
         drops: Sequence[int | None] = (None,),
     ):
@@ -262,7 +262,7 @@ class NnsightBackend(ResidualBackend):
         self,
         token_ids: Sequence[int] | np.ndarray,
         patches: Sequence[Patch],
-        readout_positions: Sequence[int],
+        readout_positions: Sequence[int] | np.ndarray,
     ) -> torch.Tensor:
         """See :meth:`ResidualBackend.patched_logits_at`."""
         from goalprobe.activations.capture.gradients import result_dtype

@@ -134,7 +134,7 @@ def command(
             raise typer.BadParameter(f"{trajectories} does not exist", param_hint="--trajectories")
         read = read_trajectory_bases(trajectories)
         bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
-    else:
+    elif grids is not None:
         from goalprobe.gridworld.io import read_grid_set
 
         if not grids.is_file():

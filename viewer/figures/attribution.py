@@ -42,19 +42,19 @@ def attribution_map_figure(
     from plotly.subplots import make_subplots
 
     values = np.asarray(values, dtype=np.float64)
-    positions = np.asarray(positions, dtype=np.int64)
+    columns = np.asarray(positions, dtype=np.int64)
     cells = np.asarray(cell_positions, dtype=np.int64)
-    if values.ndim != 2 or values.shape[1] != len(positions):
-        raise ValueError(f"values {values.shape} do not match {len(positions)} positions")
+    if values.ndim != 2 or values.shape[1] != len(columns):
+        raise ValueError(f"values {values.shape} do not match {len(columns)} positions")
     if cells.ndim != 2 or cells.shape[0] != cells.shape[1]:
         raise ValueError(f"cell_positions must be (n, n), got {cells.shape}")
     n_layers = values.shape[0]
     labels = [str(x) for x in (layers if layers is not None else range(n_layers))]
     if len(labels) != n_layers:
         raise ValueError(f"{len(labels)} layer labels for {n_layers} rows")
-    column = np.searchsorted(positions, cells)
-    if np.any(column >= len(positions)) or np.any(
-        positions[np.minimum(column, len(positions) - 1)] != cells
+    column = np.searchsorted(columns, cells)
+    if np.any(column >= len(columns)) or np.any(
+        columns[np.minimum(column, len(columns) - 1)] != cells
     ):
         raise ValueError("a grid cell's token position was not attributed")
     bound = float(np.max(np.abs(values))) or 1.0
@@ -91,7 +91,7 @@ def attribution_map_figure(
         fig.update_yaxes(autorange="reversed", row=1, col=i + 1, showticklabels=i == 0)
     fig.add_trace(
         go.Heatmap(
-            z=values, x=positions, y=labels, showscale=False, hovertemplate=(
+            z=values, x=columns, y=labels, showscale=False, hovertemplate=(
                 "position %{x}, block %{y}<br>%{z:.4g}<extra></extra>"
             ), **scale,
         ),
