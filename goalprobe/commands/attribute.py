@@ -192,6 +192,7 @@ def _run(out, bases, model, backend, config, cf_config, mode, effort, template_d
             f"no pair was kept for attribution ({report.n_pairs} offered; dropped "
             f"{dict(report.dropped)})"
         )
+    _require_fits(runner, [len(p.base.sequence) for p in prepared])
     records = attribute_pairs(prepared, runner, config)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -222,3 +223,23 @@ def _run(out, bases, model, backend, config, cf_config, mode, effort, template_d
     heatmap = out / HEATMAP_FILE
     heatmap.write_text("<html><body>" + "\n".join(figures) + "</body></html>", encoding="utf-8")
     return [*paths, heatmap]
+
+
+def _require_fits(runner, lengths) -> None:
+    """Refuse (one error line) gradient runs whose backward pass the device cannot hold, or a
+    model with MXFP4 weights (goalprobe.activations.gradient_plan), before the first one."""
+    from goalprobe.activations.capture.gradients import is_mxfp4
+    from goalprobe.activations.gradient_plan import plan_attribution
+    from goalprobe.activations.plan import ModelShape, device_memory_bytes
+
+    device = str(runner.device)
+    plan = plan_attribution(
+        lengths,
+        ModelShape.from_config(runner.config),
+        memory_bytes=device_memory_bytes(device),
+        mxfp4=is_mxfp4(runner.model),
+        dtype_bytes=runner.dtype.itemsize,
+        attention="flex_attention" if runner.attention == "flex_attention" else "eager",
+    )
+    if not plan.fits:
+        raise typer.BadParameter(f"attribution does not fit on {device}: {plan.reason}")
