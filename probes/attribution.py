@@ -214,6 +214,7 @@ class PairAttribution:
         pre_reasoning: the three pre-reasoning anchor positions.
         changed_cells: the two cells base and counterfactual differ in.
         readouts: ``(R,)`` where the metric reads the logits.
+        grid_span: ``(start, stop)`` token positions of the grid text (header included).
     """
 
     pair_id: str
@@ -232,6 +233,7 @@ class PairAttribution:
     pre_reasoning: tuple[int, ...]
     changed_cells: tuple[tuple[int, int], ...]
     readouts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    grid_span: tuple[int, int] = (0, 0)
 
     @property
     def total_effect(self) -> float:
@@ -293,6 +295,7 @@ def attribute_pair(
                 pre_reasoning=tuple(int(p) for p in base.anchors.pre_reasoning),
                 changed_cells=tuple((int(c[0]), int(c[1])) for c in pair.pair.changed_cells),
                 readouts=spec.readouts.copy(),
+                grid_span=(int(base.grid.span[0]), int(base.grid.span[1])),
             )
         )
     return out
@@ -329,4 +332,55 @@ def site_estimates(
         _, target = site_positions(cf, base, site, pair.pair.changed_cells)
         columns = [attribution.column(int(p)) for p in target]
         out[site] = attribution.atp[:, columns].sum(axis=1)
+    return out
+
+
+REGIONS: tuple[str, ...] = ("changed_cells", "other_grid", "instructions", "pre_reasoning")
+"""Where in the prompt (:func:`regions`): the two changed cells' tokens, the rest of the grid's
+tokens, every other prompt token (system, developer and user text) and the pre-reasoning
+anchors."""
+
+
+def regions(attribution: PairAttribution) -> np.ndarray:
+    """``(k,)`` the index in :data:`REGIONS` of every attributed position (positions after the
+    prompt count as instructions' neighbours: index 2)."""
+    changed = {int(attribution.cell_positions[r, c]) for r, c in attribution.changed_cells}
+    start, stop = attribution.grid_span
+    out = np.full(len(attribution.positions), 2, dtype=np.int64)
+    for j, p in enumerate(attribution.positions.tolist()):
+        if p in changed:
+            out[j] = 0
+        elif start <= p < stop:
+            out[j] = 1
+        elif p in attribution.pre_reasoning:
+            out[j] = 3
+    return out
+
+
+def region_shares(values: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """``(n_layers, len(REGIONS))`` each region's share of the total ``|values|`` (an
+    ``(n_layers, k)`` attribution or real effect; all zero when ``values`` is)."""
+    magnitude = np.abs(np.asarray(values, dtype=np.float64))
+    total = magnitude.sum() or 1.0
+    return np.stack(
+        [magnitude[:, region == r].sum(axis=1) / total for r in range(len(REGIONS))], axis=1
+    )
+
+
+def where_read(records: Sequence[PairAttribution]) -> dict:
+    """Per metric, where the attribution lies: the mean over pairs of each region's share of the
+    pair's GradDrop magnitude (``|atp|`` without GradDrop) by block, and the pairs behind it."""
+    out: dict = {}
+    for metric in dict.fromkeys(r.metric for r in records):
+        mine = [r for r in records if r.metric == metric]
+        shares = [
+            region_shares(r.atp if r.graddrop is None else r.graddrop, regions(r)) for r in mine
+        ]
+        out[metric] = {
+            "regions": list(REGIONS),
+            "share_by_block": np.mean(shares, axis=0).tolist(),
+            "source": "graddrop" if all(r.graddrop is not None for r in mine) else "abs_atp",
+            "n_pairs": len(mine),
+            "n_grids": len({r.grid_id for r in mine}),
+        }
     return out

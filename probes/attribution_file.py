@@ -64,6 +64,7 @@ def write_attributions(
                 "pre_reasoning": list(r.pre_reasoning),
                 "changed_cells": [list(c) for c in r.changed_cells],
                 "graddrop": r.graddrop is not None,
+                "grid_span": list(r.grid_span),
             }
         )
     tensors_path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +121,7 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
                     pre_reasoning=tuple(e["pre_reasoning"]),
                     changed_cells=tuple(tuple(c) for c in e["changed_cells"]),
                     readouts=arrays[f"readouts.{i}"],
+                    grid_span=tuple(e.get("grid_span", (0, 0))),
                 )
             )
         except KeyError as err:

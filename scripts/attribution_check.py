@@ -21,32 +21,6 @@ from collections import defaultdict
 
 import numpy as np
 
-REGIONS = ("changed_cells", "other_grid", "instructions", "pre_reasoning")
-"""Where in the prompt: the two changed cells' tokens, the rest of the grid's tokens, the
-pre-reasoning anchors, and every other prompt token (system, developer and user text)."""
-
-
-def region_of(attribution, changed: set[int], grid: tuple[int, int]) -> np.ndarray:
-    """The region index (in :data:`REGIONS`) of every attributed position."""
-    out = np.full(len(attribution.positions), 2, dtype=np.int64)
-    for j, p in enumerate(attribution.positions.tolist()):
-        if p in changed:
-            out[j] = 0
-        elif grid[0] <= p < grid[1]:
-            out[j] = 1
-        elif p in attribution.pre_reasoning:
-            out[j] = 3
-    return out
-
-
-def region_shares(values: np.ndarray, regions: np.ndarray) -> np.ndarray:
-    """``(n_layers, len(REGIONS))`` each region's share of the pair's total ``|values|``."""
-    magnitude = np.abs(values)
-    total = magnitude.sum() or 1.0
-    return np.stack(
-        [magnitude[:, regions == r].sum(axis=1) / total for r in range(len(REGIONS))], axis=1
-    )
-
 
 def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     import torch
@@ -55,9 +29,12 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     from goalprobe.gridworld.generator import generate_grid
     from goalprobe.gridworld.stats import grid_mean
     from goalprobe.probes.attribution import (
+        REGIONS,
         AttributionConfig,
         attribute_pair,
         metric_specs,
+        region_shares,
+        regions,
         site_estimates,
     )
     from goalprobe.probes.attribution_check import (
@@ -108,11 +85,9 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
             first = first_affected(pair)
             n_patches += int((attribution.positions >= first).sum()) * len(attribution.layers)
             agreement = compare(attribution, effects, first)
-            seq = pair.base.sequence
-            changed = {int(seq.grid.cell_positions[r, c]) for r, c in pair.pair.changed_cells}
-            regions = region_of(attribution, changed, seq.grid.span)
+            where = regions(attribution)
             shares[attribution.metric].append(
-                (region_shares(effects, regions), region_shares(attribution.graddrop, regions))
+                (region_shares(effects, where), region_shares(attribution.graddrop, where))
             )
             rows[attribution.metric].append(agreement)
             estimates = site_estimates(attribution, pair)

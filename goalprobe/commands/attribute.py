@@ -173,7 +173,7 @@ def _run(out, bases, model, backend, config, cf_config, mode, effort, template_d
 
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.models import load_model
-    from goalprobe.probes.attribution import attribute_pairs
+    from goalprobe.probes.attribution import attribute_pairs, where_read
     from goalprobe.probes.attribution_file import write_attributions
     from goalprobe.probes.patching.counterfactuals import build_counterfactuals
     from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
@@ -206,6 +206,7 @@ def _run(out, bases, model, backend, config, cf_config, mode, effort, template_d
         "input": input_name,
         "n_bases": len(bases),
         "preparation": report.to_dict(),
+        "where": where_read(records),
     }
     paths = list(write_attributions(out / ATTRIBUTION_STEM, records, meta))
     figures = []

@@ -67,6 +67,7 @@ def test_a_run_writes_the_attribution_file_and_never_overwrites_it(goalprobe_cli
     records, card = read_attributions(out / "attribution")
     assert card["schema"] == SCHEMA and card["schema_version"] == SCHEMA_VERSION
     assert card["backend"] == "hooks" and card["n_layers"] == 4
+    assert set(card["where"]) == {r.metric for r in records}
     assert {r.metric for r in records} <= {"action", "coordinates"} and records
     for r in records:
         assert r.atp.shape == (4, r.prompt_length) and r.graddrop.shape == r.atp.shape

@@ -173,3 +173,27 @@ def test_reasoning_positions_are_attributed_when_asked(prepared):
     assert np.all(record.atp[:, last_read + 1 :] == 0)  # nothing after the last read
     reasoning = slice(sequence.reasoning_span[0], last_read + 1)
     assert np.any(record.atp[:, reasoning] != 0)
+
+
+def test_regions_and_where_the_attribution_lies(prepared, attributions):
+    from goalprobe.probes.attribution import REGIONS, regions, where_read
+
+    _, kept = prepared
+    a = attributions[0]
+    pair = next(p for p in kept if p.pair.pair_id == a.pair_id)
+    region = regions(a)
+    cells = pair.base.sequence.grid.cell_positions
+    for r, c in pair.pair.changed_cells:
+        assert region[a.column(int(cells[r, c]))] == REGIONS.index("changed_cells")
+    for p in pair.base.sequence.anchors.pre_reasoning:
+        assert region[a.column(int(p))] == REGIONS.index("pre_reasoning")
+    assert region[0] == REGIONS.index("instructions")
+    where = where_read(attributions)
+    assert set(where) == {"action", "coordinates"}
+    for metric, summary in where.items():
+        shares = np.asarray(summary["share_by_block"])
+        assert shares.shape == (4, len(REGIONS)) and np.isclose(shares.sum(), 1.0)
+        n = sum(r.metric == metric for r in attributions)
+        assert summary["source"] == "graddrop" and summary["n_pairs"] == n
+        # nothing before the first changed cell: the instructions carry no attribution
+        assert np.all(shares[:, REGIONS.index("instructions")] < 0.05)
