@@ -384,3 +384,42 @@ def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) 
             "eager's (docs/benchmarks.md): never mix the two in one study"
         )
     raise ExtractionDoesNotFitError(message)
+
+
+def backward_bytes(
+    shape: ModelShape,
+    tokens: int,
+    dtype_bytes: int = 2,
+    attention: str = "eager",
+) -> float:
+    """Peak activation bytes of one gradient run (:mod:`goalprobe.activations.capture.gradients`):
+    one sequence of ``tokens`` forward, then backward to every block output (attribution).
+
+    A forward pass frees each block's intermediates when the next block starts; a forward pass
+    that is to be differentiated keeps, for *every* block, what its backward needs: under eager
+    attention the softmax output with the sink column (``heads x T x (T + 1)``; flex attention
+    keeps only its log-sum-exp, ``heads x T`` in fp32, and recomputes the scores), the queries,
+    keys, values and attention output (``4 x heads x head_dim`` per token), the two norms'
+    inputs and the residual vectors (``6 x d_model``), and per chosen (token, expert) pair the
+    expert's input and its gated intermediates (``d_model + 6 x expert width``). On top comes
+    the transient peak of one block (:func:`activation_bytes`: the backward of the attention
+    holds score-sized gradients as the forward holds scores) and the gradient of every block
+    output (``n_layers x T x d_model``). Parameters are frozen in a gradient run, so no weight
+    gradient is allocated. With ``n_layers`` blocks this is "roughly double" the forward peak
+    only for a model of two or three blocks; for GPT-OSS-20B's 24 it is far more. A model, not
+    a measurement: it has not been calibrated on a GPU (docs/gpu.md)."""
+    if attention not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
+        )
+    t = int(tokens)
+    heads, d = shape.n_heads, shape.d_model
+    per_block = t * (4 * heads * shape.head_dim + 6 * d)
+    per_block += t * shape.experts_per_token * (d + 6 * shape.expert_width)
+    kept = float(dtype_bytes) * shape.n_layers * per_block
+    if attention == "eager":
+        kept += float(dtype_bytes) * shape.n_layers * heads * t * (t + 1)
+    else:
+        kept += 4.0 * shape.n_layers * heads * t
+    block_grads = float(dtype_bytes) * shape.n_layers * t * d
+    return kept + block_grads + activation_bytes(shape, 1, t, dtype_bytes, attention)

@@ -113,6 +113,7 @@ VERBS: dict[str, str] = {
     "train-probe": "train_probe",
     "train-plan-decoder": "train_plan_decoder",
     "patch": "patch",
+    "attribute": "attribute",
     "score": "score",
     "view": "view",
     "demo": "demo",

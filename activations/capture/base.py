@@ -324,6 +324,54 @@ class ResidualBackend(ABC):
         regenerations of many targets then share one decoding loop, see
         :func:`prompt_batch`)."""
 
+    def gradient_run(
+        self,
+        token_ids: Sequence[int] | np.ndarray,
+        layers: Sequence[int],
+        positions: np.ndarray,
+        metric,
+        readout_positions: Sequence[int] | np.ndarray,
+        *,
+        drops: Sequence[int | None] = (None,),
+    ):
+        """Run ``token_ids`` (one sequence, no KV cache) with gradients: the residual stream at
+        ``layers`` x ``positions`` and ``dM/d`` of it, where ``M = metric(logits at
+        readout_positions)`` (:mod:`goalprobe.activations.capture.gradients`).
+
+        Args:
+            token_ids: ``(S,)`` one teacher-forced sequence.
+            layers: blocks to read.
+            positions: ``(k,)`` ascending positions to read (prompt and, when asked, reasoning).
+            metric: scalar function of the ``(R, vocab)`` logits at ``readout_positions``.
+            readout_positions: ``(R,)`` positions whose logits the metric reads.
+            drops: GradDrop blocks, one gradient each (None: the plain gradient).
+
+        Returns:
+            a :class:`~goalprobe.activations.capture.gradients.GradientRun`.
+
+        Raises:
+            GradientUnsupportedError: this backend records no gradients, or the model's kernels
+                have no backward (MXFP4).
+        """
+        from goalprobe.activations.capture.gradients import GradientUnsupportedError
+
+        raise GradientUnsupportedError(
+            f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
+        )
+
+    def patched_logits_at(
+        self,
+        token_ids: Sequence[int] | np.ndarray,
+        patches: Sequence[Patch],
+        readout_positions: Sequence[int] | np.ndarray,
+    ) -> torch.Tensor:
+        """``(len(patches), R, vocab)`` logits at several ``readout_positions`` (ascending) of
+        each patched copy (non-decreasing; a position may repeat): :meth:`patched_logits` reading ``R`` positions at once (the logits
+        from the first readout on are computed, so keep ``R`` and the vocabulary small)."""
+        from goalprobe.activations.capture.gradients import GradientUnsupportedError
+
+        raise GradientUnsupportedError(f"the {self.name} backend reads one readout position")
+
     def _patched_run(
         self,
         token_ids: Sequence[int] | np.ndarray,

@@ -158,6 +158,44 @@ class HookBackend(ResidualBackend):
             logits = self.model(ids, **kwargs).logits
         return logits[:, 0].float().cpu()
 
+    def gradient_run(
+        self,
+        token_ids: Sequence[int] | np.ndarray,
+        layers: Sequence[int],
+        positions: np.ndarray,
+        metric,
+        readout_positions: Sequence[int] | np.ndarray,
+        *,
+        drops: Sequence[int | None] = (None,),
+    ):
+        """See :meth:`ResidualBackend.gradient_run`."""
+        from goalprobe.activations.capture.gradients import hooks_gradient_run
+
+        return hooks_gradient_run(
+            self, token_ids, layers, positions, metric, readout_positions, drops
+        )
+
+    def patched_logits_at(
+        self,
+        token_ids: Sequence[int] | np.ndarray,
+        patches: Sequence[Patch],
+        readout_positions: Sequence[int] | np.ndarray,
+    ) -> torch.Tensor:
+        """See :meth:`ResidualBackend.patched_logits_at`."""
+        from goalprobe.activations.capture.gradients import result_dtype
+
+        readouts = np.asarray(readout_positions, dtype=np.int64)
+        if not patches:
+            return torch.empty(0)
+        if readouts.ndim != 1 or len(readouts) == 0 or np.any(np.diff(readouts) < 0):
+            raise ValueError("readout_positions must be non-decreasing and non-empty")
+        first = int(readouts[0])
+        ids, kwargs, patches = self._patched_run(token_ids, patches, first)
+        with torch.no_grad(), self._hooked(self._writers(patches)):
+            logits = self.model(ids, **kwargs).logits
+        index = torch.as_tensor(readouts - first, device=logits.device)
+        return logits[:, index].to(result_dtype(logits.dtype)).cpu()
+
     def generate(
         self,
         prompt_ids: Sequence[int] | np.ndarray,

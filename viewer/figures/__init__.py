@@ -26,6 +26,7 @@ module                 figures
                        :func:`sweep_comparison_figure` (a probe sweep)
 :mod:`.scoring`        policy against belief, top-k, MEG
 :mod:`.patching`       :func:`patching_heatmap_figure` (records), :func:`patch_summary_figure`
+:mod:`.attribution`    :func:`attribution_map_figure` (prompt positions x blocks, cells as the grid)
 :mod:`.decision`       :func:`decision_time_figure` (the logit lens along the reasoning),
                        :func:`reasoning_readout_figure` (the store's read-out over reasoning time)
 =====================  ========================================================================
@@ -33,6 +34,7 @@ module                 figures
 The names below are re-exported here, so ``from goalprobe.viewer.figures import cell_map_figure`` works.
 """
 
+from goalprobe.viewer.figures.attribution import attribution_map_figure
 from goalprobe.viewer.figures.behaviour import (
     behaviour_by_distance_figure,
     behaviour_grid_figure,
@@ -111,6 +113,7 @@ __all__ = [
     "meg_figure",
     "patch_summary_figure",
     "patching_heatmap_figure",
+    "attribution_map_figure",
     "per_class_figure",
     "plan_figure",
     "plan_strip_figure",

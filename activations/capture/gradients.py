@@ -1,0 +1,329 @@
+"""Activations and their gradients with respect to a metric, through the capture backends.
+
+Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced sequence,
+the residual stream after chosen decoder blocks at chosen positions *and* the gradient of a
+scalar metric of the logits with respect to it: ``dM/da[L, p]``, the total derivative through
+every later block (what a patch at ``(L, p)`` changes to first order). A :class:`GradientRun`
+holds both; :meth:`ResidualBackend.gradient_run
+<goalprobe.activations.capture.base.ResidualBackend.gradient_run>` makes one (the plain-hooks
+backend, the reference, and nnsight; TransformerLens has none).
+
+**How.** The metric is a function of the logits at a few *readout* positions (``logits_to_keep``
+takes them, so the unembedding runs there only). During the gradient run the model's parameters
+are frozen (their ``requires_grad`` is restored afterwards) and the input embedding's output is
+made to require grad instead (:func:`gradient_mode`): autograd then builds the graph through the
+activations only and no parameter gradient is ever allocated (41.8 GB for GPT-OSS-20B's bf16
+weights). Gradients are read with ``torch.autograd.grad`` (hooks) or nnsight's ``with
+metric.backward():`` block (in reverse-forward order, as nnsight requires).
+
+**GradDrop** (AtP*, Kramar et al. 2024): ``drops`` lists blocks ``l`` whose residual *branch*
+(attention and MLP, ``out - in``) passes no gradient back in that backward pass, only its skip
+connection does (:class:`_BranchGate`); ``None`` is the plain gradient. One forward pass serves
+every drop (the graph is kept between backward passes). The hooks backend implements drops; the
+nnsight backend records plain gradients only (a branch gate needs the block's input and output
+in one hook, which an nnsight trace does not give without reordering its reads).
+
+**Refusal.** MXFP4 expert kernels (GPT-OSS-20B on a GPU with triton and ``kernels``) have no
+backward (transformers: "MXFP4 quantization don't support training"): a gradient run on a model
+loaded with them raises :class:`GradientUnsupportedError` before any forward pass; load with
+``Mxfp4Config(dequantize=True)`` (bf16 weights) instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+"""A scalar metric of the logits ``(R, vocab)`` at the run's readout positions (floating point,
+at least float32; float64 when the model runs in float64)."""
+
+
+class GradientUnsupportedError(RuntimeError):
+    """The model (or backend) cannot give gradients; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class GradientRun:
+    """A teacher-forced run's residual stream and the metric's gradient with respect to it.
+
+    Attributes:
+        positions: ``(k,)`` int64 positions captured, ascending.
+        layers: ``(n_layers,)`` blocks captured, ascending.
+        acts: ``(n_layers, k, d_model)`` residual stream after each block (float32, or float64
+            for a float64 model), on the CPU.
+        grads: ``(n_drops, n_layers, k, d_model)`` ``dM/d acts``, one per entry of ``drops``.
+        drops: the GradDrop block of each gradient (``None``: the plain gradient).
+        metric: the metric's value on the unpatched run.
+        readout_positions: ``(R,)`` where the metric read the logits.
+    """
+
+    positions: np.ndarray
+    layers: tuple[int, ...]
+    acts: torch.Tensor
+    grads: torch.Tensor
+    drops: tuple[int | None, ...]
+    metric: float
+    readout_positions: np.ndarray
+
+    def grad(self, drop: int | None = None) -> torch.Tensor:
+        """``(n_layers, k, d_model)`` the gradient with block ``drop``'s branch dropped (None:
+        the plain gradient); KeyError when that drop was not computed."""
+        if drop not in self.drops:
+            raise KeyError(f"GradDrop of block {drop} was not computed (have {self.drops})")
+        return self.grads[self.drops.index(drop)]
+
+
+def result_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype activations and gradients come back in: at least float32 (float64 kept)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def is_mxfp4(model: nn.Module) -> bool:
+    """Whether ``model`` holds GPT-OSS's MXFP4 expert weights (not dequantised on load)."""
+    config = getattr(getattr(model, "config", None), "quantization_config", None)
+    if config is None:
+        return False
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    method = str(get("quant_method", "") or "")
+    return method.lower() == "mxfp4" and not bool(get("dequantize", False))
+
+
+def refuse_without_gradients(model: nn.Module) -> None:
+    """Raise :class:`GradientUnsupportedError` for a model whose kernels have no backward."""
+    if is_mxfp4(model):
+        raise GradientUnsupportedError(
+            "the model holds MXFP4 expert weights, whose kernels are forward-only (transformers: "
+            "MXFP4 quantization does not support training); attribution needs bf16 weights: "
+            "load with quantization_config=Mxfp4Config(dequantize=True) (about 41.8 GB for "
+            "GPT-OSS-20B instead of 13.8 GB)"
+        )
+
+
+@contextlib.contextmanager
+def gradient_mode(model: nn.Module) -> Iterator[None]:
+    """Grad enabled, parameters frozen, the input embedding's output requiring grad.
+
+    Autograd then tracks the activations (every block output depends on the embeddings) without
+    allocating a gradient for any parameter. Every parameter's ``requires_grad`` is restored on
+    exit.
+    """
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def track(module, args, output):
+        return output.detach().requires_grad_(True)
+
+    handle = model.get_input_embeddings().register_forward_hook(track)
+    try:
+        for param in trainable:
+            param.requires_grad_(False)
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
+    finally:
+        handle.remove()
+        for param in trainable:
+            param.requires_grad_(True)
+
+
+class _DropHolder:
+    """Which block's branch the current backward pass drops (None: none)."""
+
+    def __init__(self) -> None:
+        self.layer: int | None = None
+
+
+class _BranchGate(torch.autograd.Function):
+    """Identity on a block's output ``out`` in the forward pass; in the backward pass, when the
+    holder names this block, the gradient skips the block's branch: it goes to the block's
+    input ``inp`` (the skip connection) and not to ``out`` (whose graph is the branch plus the
+    skip), so ``dM/d inp`` is ``dM/d out`` alone instead of ``(1 + d branch/d inp)^T dM/d out``."""
+
+    @staticmethod
+    def forward(ctx, out, inp, holder, layer):  # type: ignore[override]
+        ctx.holder = holder
+        ctx.layer = layer
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        if ctx.holder.layer == ctx.layer:
+            return None, grad, None, None
+        return grad, None, None, None
+
+
+def check_drops(drops: Sequence[int | None], n_layers: int) -> tuple[int | None, ...]:
+    """``drops`` as a tuple, each None or a block index inside the model."""
+    out = tuple(None if d is None else int(d) for d in drops)
+    if not out:
+        raise ValueError("drops needs at least one entry (None: the plain gradient)")
+    bad = [d for d in out if d is not None and not 0 <= d < n_layers]
+    if bad:
+        raise ValueError(f"GradDrop blocks {bad} outside 0..{n_layers - 1}")
+    return out
+
+
+def _block_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The hidden states a decoder block was called with."""
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    hidden = kwargs.get("hidden_states")
+    if not isinstance(hidden, torch.Tensor):
+        raise RuntimeError("cannot find the decoder block's input hidden states")
+    return hidden
+
+
+def _with_output(output, hidden: torch.Tensor):
+    """A block's output with its hidden state replaced (tensor or tuple)."""
+    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+
+def hooks_gradient_run(
+    backend,
+    token_ids: Sequence[int] | np.ndarray,
+    layers: Sequence[int],
+    positions: np.ndarray,
+    metric: Metric,
+    readout_positions: Sequence[int] | np.ndarray,
+    drops: Sequence[int | None],
+) -> GradientRun:
+    """:meth:`ResidualBackend.gradient_run` with plain forward hooks (the reference)."""
+    from goalprobe.activations.capture.base import block_output, ids_tensor
+
+    ids, layers, where, readouts, drops = _checked(
+        backend, token_ids, layers, positions, readout_positions, drops
+    )
+    holder = _DropHolder()
+    gate = any(d is not None for d in drops)
+    outs: dict[int, torch.Tensor] = {}
+
+    def make_hook(layer: int):
+        def hook(module, args, kwargs, output):
+            hidden = block_output(output)
+            if gate:
+                hidden = _BranchGate.apply(hidden, _block_input(args, kwargs), holder, layer)
+            outs[layer] = hidden
+            return _with_output(output, hidden) if gate else None
+
+        return hook
+
+    hooked = range(backend.n_layers) if gate else layers
+    handles = [
+        backend.blocks[x].register_forward_hook(make_hook(x), with_kwargs=True) for x in hooked
+    ]
+    try:
+        with gradient_mode(backend.model):
+            logits = backend.model(
+                ids_tensor(ids, 1, backend.device),
+                use_cache=False,
+                logits_to_keep=torch.as_tensor(readouts, device=backend.device),
+            ).logits[0]
+            value = metric(logits.to(result_dtype(logits.dtype)))
+            _check_scalar(value)
+            tensors = [outs[x] for x in layers]
+            acts = torch.stack([t[0, where] for t in tensors]).detach()
+            grads = []
+            for i, drop in enumerate(drops):
+                holder.layer = drop
+                got = torch.autograd.grad(
+                    value, tensors, retain_graph=i < len(drops) - 1, allow_unused=True
+                )
+                grads.append(
+                    torch.stack(
+                        [
+                            torch.zeros_like(t[0, where]) if g is None else g[0, where]
+                            for g, t in zip(got, tensors, strict=True)
+                        ]
+                    )
+                )
+    finally:
+        for handle in handles:
+            handle.remove()
+    return _result(positions, layers, acts, torch.stack(grads), drops, value, readouts)
+
+
+def nnsight_gradient_run(
+    backend,
+    token_ids: Sequence[int] | np.ndarray,
+    layers: Sequence[int],
+    positions: np.ndarray,
+    metric: Metric,
+    readout_positions: Sequence[int] | np.ndarray,
+    drops: Sequence[int | None],
+) -> GradientRun:
+    """:meth:`ResidualBackend.gradient_run` inside an nnsight trace (plain gradients only)."""
+    from goalprobe.activations.capture.base import ids_tensor
+    from goalprobe.activations.capture.nnsight_backend import cache_name_accepted
+
+    ids, layers, where, readouts, drops = _checked(
+        backend, token_ids, layers, positions, readout_positions, drops
+    )
+    if drops != (None,):
+        raise GradientUnsupportedError(
+            "GradDrop runs on the hooks backend only (the nnsight backend records plain "
+            "gradients): use --backend hooks or drops=(None,)"
+        )
+    if backend.remote:
+        raise GradientUnsupportedError("gradient runs are local only (remote=False)")
+    blocks = backend._blocks()
+    keep = torch.as_tensor(readouts, device=backend.device)
+    dtype = result_dtype(backend.dtype)
+    with (
+        gradient_mode(backend.model),
+        cache_name_accepted(),
+        backend.lm.trace(ids_tensor(ids, 1, backend.device), use_cache=False, logits_to_keep=keep),
+    ):
+        hidden = []
+        for layer in layers:
+            out = blocks[layer].output
+            hidden.append(out[0] if isinstance(out, tuple) else out)
+        acts = torch.stack([h[0, where].detach() for h in hidden]).save()
+        value = metric(backend.lm.lm_head.output[0].to(dtype))
+        saved_value = value.detach().save()
+        with value.backward():
+            reversed_grads = [h.grad[0, where] for h in reversed(hidden)]
+            grads = torch.stack(reversed_grads[::-1]).save()
+    _check_scalar(saved_value)
+    return _result(positions, layers, acts, grads[None], drops, saved_value, readouts)
+
+
+def _checked(backend, token_ids, layers, positions, readout_positions, drops):
+    """Validated ``(ids, layers, where, readouts, drops)`` of a gradient run."""
+    refuse_without_gradients(backend.model)
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.ndim != 1 or len(ids) == 0:
+        raise ValueError("token_ids must be a non-empty 1-D sequence")
+    layers = backend.check_layers(layers)
+    positions = np.asarray(positions, dtype=np.int64)
+    readouts = np.asarray(readout_positions, dtype=np.int64)
+    for name, values in (("positions", positions), ("readout positions", readouts)):
+        if values.ndim != 1 or len(values) == 0:
+            raise ValueError(f"{name} must be a non-empty 1-D sequence")
+        if values.min() < 0 or values.max() >= len(ids):
+            raise ValueError(f"{name} {values.tolist()} fall outside the {len(ids)} tokens")
+    if np.any(np.diff(positions) <= 0):
+        raise ValueError("positions must be strictly ascending")
+    where = torch.as_tensor(positions, device=backend.device)
+    return ids, layers, where, readouts, check_drops(drops, backend.n_layers)
+
+
+def _check_scalar(value) -> None:
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        raise ValueError("the metric must return a scalar tensor")
+
+
+def _result(positions, layers, acts, grads, drops, value, readouts) -> GradientRun:
+    dtype = result_dtype(acts.dtype)
+    return GradientRun(
+        positions=np.asarray(positions, dtype=np.int64),
+        layers=tuple(layers),
+        acts=acts.detach().to(dtype).cpu(),
+        grads=grads.detach().to(dtype).cpu(),
+        drops=tuple(drops),
+        metric=float(value.detach().reshape(())),
+        readout_positions=np.asarray(readouts, dtype=np.int64),
+    )

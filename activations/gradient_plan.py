@@ -1,0 +1,121 @@
+"""Plan attribution's gradient runs: does one teacher-forced sequence's backward pass fit?
+
+Attribution patching (:mod:`goalprobe.probes.attribution`) runs each base sequence forward with
+gradients and backward to every block output (:mod:`goalprobe.activations.capture.gradients`),
+one sequence at a time; the counterfactual runs forward only (the extraction planner's
+:func:`~goalprobe.activations.plan.activation_bytes`). The backward pass's memory is
+:func:`~goalprobe.activations.plan.backward_bytes` (every block's saved tensors at once).
+
+Two refusals, before any model loads or any forward pass:
+
+* **MXFP4 weights.** GPT-OSS-20B's MXFP4 expert kernels are forward-only (transformers refuses
+  to train them), so attribution needs bf16 weights (41.8 GB instead of 13.8 GB); a plan made
+  for MXFP4 weights does not fit, and says what bf16 weights would need.
+* **Memory.** The longest sequence's backward peak must fit ``fraction x memory - weights -
+  reserve`` (the extraction planner's budget); otherwise the plan says by how much, and what
+  flex attention would need under eager attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from goalprobe.activations.plan import GB, ModelShape, activation_bytes, backward_bytes
+
+
+@dataclass(frozen=True)
+class AttributionPlan:
+    """Memory of attribution's gradient runs on one device.
+
+    Attributes:
+        longest: the longest teacher-forced sequence (tokens).
+        sequences: sequences run with gradients.
+        weights_gb: the weights as planned (bf16 experts; MXFP4 is refused).
+        backward_gb: the backward peak of the longest sequence.
+        forward_gb: the forward-only peak of the longest sequence (the counterfactual's run).
+        budget_gb: memory left to activations (``fraction`` of the device less weights and the
+            reserve).
+        fits: whether the plan can run.
+        reason: why not ('' when it fits).
+        attention: the attention implementation planned for.
+    """
+
+    longest: int
+    sequences: int
+    weights_gb: float
+    backward_gb: float
+    forward_gb: float
+    budget_gb: float
+    fits: bool
+    reason: str
+    attention: str = "eager"
+
+    @property
+    def peak_gb(self) -> float:
+        """Weights plus the backward peak."""
+        return self.weights_gb + self.backward_gb
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with the peak."""
+        return {**asdict(self), "peak_gb": self.peak_gb}
+
+
+class AttributionDoesNotFitError(ValueError):
+    """Attribution cannot run on this device with these weights (the message says why)."""
+
+
+def plan_attribution(
+    lengths: Sequence[int],
+    shape: ModelShape,
+    *,
+    memory_bytes: float,
+    mxfp4: bool = False,
+    dtype_bytes: int = 2,
+    fraction: float = 0.85,
+    reserve_bytes: float = 1.5 * GB,
+    attention: str = "eager",
+) -> AttributionPlan:
+    """The memory of gradient runs over sequences of ``lengths`` on a device of
+    ``memory_bytes``, with the weights in the compute dtype (``mxfp4``: the weights as they
+    would load, which refuses: the module docstring)."""
+    longest = max(lengths, default=1)
+    weights = shape.weight_bytes(mxfp4=False, dtype_bytes=dtype_bytes)
+    budget = fraction * memory_bytes - weights - reserve_bytes
+    backward = backward_bytes(shape, longest, dtype_bytes, attention)
+    forward = activation_bytes(shape, 1, longest, dtype_bytes, attention)
+    reasons = []
+    if mxfp4:
+        reasons.append(
+            "the weights would load as MXFP4, whose kernels are forward-only (no backward "
+            "pass): attribution needs bf16 weights (load with Mxfp4Config(dequantize=True) / "
+            f"--dequantize), {weights / GB:.1f} GB"
+        )
+    if backward > budget:
+        message = (
+            f"the backward pass of the longest sequence ({longest:,} tokens) needs "
+            f"{backward / GB:.1f} GB of activations with {attention} attention, and "
+            f"{max(budget, 0.0) / GB:.1f} GB are left on the device after the bf16 weights "
+            f"({weights / GB:.1f} GB) and the reserve"
+        )
+        if attention == "eager":
+            flex = backward_bytes(shape, longest, dtype_bytes, "flex_attention")
+            message += f"; flex attention would need {flex / GB:.1f} GB (CUDA only)"
+        reasons.append(message)
+    return AttributionPlan(
+        longest=longest,
+        sequences=len(lengths),
+        weights_gb=weights / GB,
+        backward_gb=backward / GB,
+        forward_gb=forward / GB,
+        budget_gb=budget / GB,
+        fits=not reasons,
+        reason="; ".join(reasons),
+        attention=attention,
+    )
+
+
+def require_attribution_fits(plan: AttributionPlan) -> None:
+    """Raise :class:`AttributionDoesNotFitError` with the plan's reason when it does not fit."""
+    if not plan.fits:
+        raise AttributionDoesNotFitError(f"attribution does not fit: {plan.reason}")

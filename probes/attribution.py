@@ -1,0 +1,386 @@
+"""Attribution patching over every block x position (issue 41; AtP*, Kramar et al. 2024).
+
+For a prepared base/counterfactual pair (:class:`~goalprobe.probes.patching.experiment.PreparedPair`:
+the two prompts align token for token) both runs are teacher-forced on the **base's own
+reasoning**: the base sequence, and the same ids with the counterfactual's prompt in front. A
+patch of the counterfactual's residual stream into the base run at block ``L`` and position
+``p`` changes a metric ``M`` of the base run by, to first order,
+
+    ``atp[L, p] = (a_cf[L, p] - a_base[L, p]) . dM/da_base[L, p]``
+
+from one gradient run of the base (:meth:`ResidualBackend.gradient_run
+<goalprobe.activations.capture.base.ResidualBackend.gradient_run>`) and one clean run of the
+counterfactual, for every block and position at once. Positions before the first changed grid
+cell carry the same values in both runs (causal attention), so their estimate is exactly 0.
+
+**GradDrop** (AtP*, against cancellation between paths): the estimate recomputed with the
+gradient through block ``l``'s branch dropped, for each ``l``, and
+``graddrop[L, p] = sum_l |atp_l[L, p]| / (n_layers - 1)``: a magnitude, used to rank sites
+(the plain ``atp`` keeps the sign and is what predicts a patch's signed effect).
+
+**Metrics** (:data:`METRICS`):
+
+* ``"action"``: the logit of the counterfactual's action (its own teacher-forced argmax) minus
+  the base's, at the readout before the action word; a pair whose two actions agree has none.
+* ``"coordinates"``: the summed log-probability of the agent's and the goal's coordinate tokens
+  where the base reasoning writes them (the bundled agents write ``A is at (r, c). G is at
+  (r, c)``: :func:`coordinate_positions`); a reasoning that names neither has none.
+
+A site's estimate at a block is the sum over its positions (:func:`site_estimates`): what the
+patching experiment's single-block site patches should move the metric by.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from goalprobe.activations.capture.base import Patch, ResidualBackend
+from goalprobe.probes.patching.experiment import PreparedPair
+from goalprobe.probes.patching.sites import (
+    ActionTokens,
+    TeacherForcedSequence,
+    site_positions,
+    token_char_spans,
+)
+
+METRICS: tuple[str, ...] = ("action", "coordinates")
+"""The attribution metrics; see the module docstring."""
+
+POSITION_SETS: tuple[str, ...] = ("prompt", "all")
+"""Which positions are attributed: the prompt's, or every position (the reasoning too)."""
+
+ESTIMATE_SITES: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning")
+"""Prompt sites whose summed estimate :func:`site_estimates` gives."""
+
+_COORDINATES = re.compile(r"A is at \((\d+), (\d+)\)\. G is at \((\d+), (\d+)\)")
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    """What to attribute.
+
+    Attributes:
+        metrics: subset of :data:`METRICS`.
+        positions: ``"prompt"`` (every prompt position) or ``"all"`` (the reasoning's too).
+        grad_drop: also compute the GradDrop magnitude (one backward pass per block more,
+            hooks backend only).
+    """
+
+    metrics: tuple[str, ...] = METRICS
+    positions: str = "prompt"
+    grad_drop: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.metrics or any(m not in METRICS for m in self.metrics):
+            raise ValueError(f"metrics must be a non-empty subset of {METRICS}, got {self.metrics}")
+        if self.positions not in POSITION_SETS:
+            raise ValueError(f"positions must be one of {POSITION_SETS}, got {self.positions!r}")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric of one sequence's logits: where it reads them and how.
+
+    Attributes:
+        name: one of :data:`METRICS`.
+        readouts: ``(R,)`` ascending positions whose logits it reads.
+        token_ids: ``(R,)`` the token read at each (``"coordinates"``: the next token's id).
+        signs: ``(R,)`` +1 / -1 per read (``"action"``: +cf action, -base action).
+        log_prob: read log-probabilities (True) or raw logits (False).
+    """
+
+    name: str
+    readouts: np.ndarray
+    token_ids: np.ndarray
+    signs: np.ndarray
+    log_prob: bool
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """The metric of ``(R, vocab)`` logits at :attr:`readouts`."""
+        return self.batch(logits[None])[0]
+
+    def batch(self, logits: torch.Tensor) -> torch.Tensor:
+        """``(P,)`` the metric of ``(P, R, vocab)`` logits."""
+        values = torch.log_softmax(logits, dim=-1) if self.log_prob else logits
+        index = torch.as_tensor(self.token_ids, device=logits.device)
+        rows = torch.arange(len(index), device=logits.device)
+        picked = values[:, rows, index]
+        signs = torch.as_tensor(self.signs, dtype=picked.dtype, device=logits.device)
+        return (picked * signs).sum(dim=-1)
+
+
+def coordinate_positions(sequence: TeacherForcedSequence, tokenizer) -> np.ndarray | None:
+    """Token positions of the agent's and the goal's coordinates in the reasoning (every token
+    of the four numbers of ``A is at (r, c). G is at (r, c)``), or None when the reasoning does
+    not write them."""
+    begin, end = sequence.reasoning_span
+    ids = sequence.token_ids[begin:end]
+    if len(ids) == 0:
+        return None
+    text, spans = token_char_spans(ids.tolist(), tokenizer)
+    match = _COORDINATES.search(text)
+    if match is None:
+        return None
+    positions: list[int] = []
+    for group in range(1, 5):
+        start, stop = match.span(group)
+        covering = np.flatnonzero((spans[:, 0] < stop) & (spans[:, 1] > start))
+        positions.extend(int(k) + begin for k in covering)
+    return np.unique(np.asarray(positions, dtype=np.int64))
+
+
+def action_metric(pair: PreparedPair, action_tokens: ActionTokens) -> MetricSpec | None:
+    """Metric (a): counterfactual's action logit minus the base's at the base's readout; None
+    when both sides act alike."""
+    base, cf = pair.base.action, pair.cf.action
+    if base == cf:
+        return None
+    ids = action_tokens.action_ids
+    readout = pair.base.sequence.readout_position
+    return MetricSpec(
+        name="action",
+        readouts=np.asarray([readout, readout], dtype=np.int64),
+        token_ids=np.asarray([ids[int(cf)], ids[int(base)]], dtype=np.int64),
+        signs=np.asarray([1.0, -1.0]),
+        log_prob=False,
+    )
+
+
+def coordinate_metric(sequence: TeacherForcedSequence, tokenizer) -> MetricSpec | None:
+    """Metric (b): summed log-probability of the coordinate tokens the base reasoning writes
+    (each read at the position before it); None when it writes none."""
+    positions = coordinate_positions(sequence, tokenizer)
+    if positions is None or len(positions) == 0:
+        return None
+    return MetricSpec(
+        name="coordinates",
+        readouts=positions - 1,
+        token_ids=sequence.token_ids[positions].astype(np.int64),
+        signs=np.ones(len(positions)),
+        log_prob=True,
+    )
+
+
+def metric_specs(
+    pair: PreparedPair, tokenizer, action_tokens: ActionTokens, metrics: Sequence[str]
+) -> dict[str, MetricSpec | None]:
+    """The pair's metrics by name (None where a metric is not defined for it)."""
+    out: dict[str, MetricSpec | None] = {}
+    for name in metrics:
+        if name == "action":
+            out[name] = action_metric(pair, action_tokens)
+        elif name == "coordinates":
+            out[name] = coordinate_metric(pair.base.sequence, tokenizer)
+        else:
+            raise ValueError(f"unknown metric {name!r}; expected one of {METRICS}")
+    return out
+
+
+def counterfactual_ids(pair: PreparedPair) -> np.ndarray:
+    """The counterfactual's prompt followed by the base's reasoning and answer prefix (the
+    counterfactual teacher-forced on the base's own reasoning)."""
+    base = pair.base.sequence
+    ids = base.token_ids.copy()
+    n = base.prompt_length
+    ids[:n] = pair.cf.sequence.token_ids[:n]
+    return ids
+
+
+def noop_patch(d_model: int) -> Patch:
+    """A patch that writes nothing (a clean run through the patched-logits path)."""
+    return Patch((0,), torch.zeros(0, dtype=torch.long), torch.zeros(1, 0, d_model))
+
+
+@dataclass(frozen=True)
+class PairAttribution:
+    """One pair's attribution for one metric.
+
+    Attributes:
+        pair_id, grid_id, kind, moved: the pair (kind: disjoint or control).
+        metric: the metric's name.
+        layers: ``(n_layers,)`` blocks.
+        positions: ``(k,)`` positions attributed (ascending).
+        atp: ``(n_layers, k)`` signed first-order estimates of patching each block x position.
+        graddrop: ``(n_layers, k)`` the GradDrop magnitude (None: not computed).
+        metric_base: the metric on the base run.
+        metric_cf: the metric on the counterfactual teacher-forced on the base's reasoning
+            (``metric_cf - metric_base``: the effect of patching everything).
+        prompt_length: the prompt's tokens.
+        cell_positions: ``(n, n)`` the token position of every grid cell.
+        pre_reasoning: the three pre-reasoning anchor positions.
+        changed_cells: the two cells base and counterfactual differ in.
+        readouts: ``(R,)`` where the metric reads the logits.
+        grid_span: ``(start, stop)`` token positions of the grid text (header included).
+    """
+
+    pair_id: str
+    grid_id: str
+    kind: str
+    moved: str
+    metric: str
+    layers: tuple[int, ...]
+    positions: np.ndarray
+    atp: np.ndarray
+    graddrop: np.ndarray | None
+    metric_base: float
+    metric_cf: float
+    prompt_length: int
+    cell_positions: np.ndarray
+    pre_reasoning: tuple[int, ...]
+    changed_cells: tuple[tuple[int, int], ...]
+    readouts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    grid_span: tuple[int, int] = (0, 0)
+
+    @property
+    def total_effect(self) -> float:
+        """``metric_cf - metric_base``."""
+        return self.metric_cf - self.metric_base
+
+    def column(self, position: int) -> int:
+        """Index of ``position`` in :attr:`positions` (KeyError if not attributed)."""
+        where = int(np.searchsorted(self.positions, position))
+        if where >= len(self.positions) or self.positions[where] != position:
+            raise KeyError(f"position {position} was not attributed")
+        return where
+
+
+def attribute_pair(
+    pair: PreparedPair,
+    backend: ResidualBackend,
+    specs: dict[str, MetricSpec | None],
+    config: AttributionConfig = AttributionConfig(),
+) -> list[PairAttribution]:
+    """Attribution of every block x position of ``pair`` for each defined metric of ``specs``
+    (one gradient run of the base per metric, one clean run of the counterfactual)."""
+    base = pair.base.sequence
+    ids = base.token_ids
+    cf_ids = counterfactual_ids(pair)
+    length = base.prompt_length if config.positions == "prompt" else len(base)
+    positions = np.arange(length, dtype=np.int64)
+    layers = list(range(backend.n_layers))
+    drops: tuple[int | None, ...] = (None,)
+    if config.grad_drop:
+        drops = (None, *layers)
+    cf_clean = backend.clean_run(cf_ids, layers, positions)
+    out = []
+    for name, spec in specs.items():
+        if spec is None:
+            continue
+        run = backend.gradient_run(ids, layers, positions, spec, spec.readouts, drops=drops)
+        delta = cf_clean.acts.to(run.acts.dtype) - run.acts
+        per_drop = (delta[None] * run.grads).sum(dim=-1).numpy().astype(np.float64)
+        graddrop = None
+        if config.grad_drop:
+            graddrop = np.abs(per_drop[1:]).sum(axis=0) / max(len(layers) - 1, 1)
+        cf_logits = backend.patched_logits_at(cf_ids, [noop_patch(backend.d_model)], spec.readouts)
+        out.append(
+            PairAttribution(
+                pair_id=pair.pair.pair_id,
+                grid_id=pair.pair.base.grid_id,
+                kind=pair.pair.kind,
+                moved=pair.pair.moved,
+                metric=name,
+                layers=tuple(layers),
+                positions=positions,
+                atp=per_drop[0],
+                graddrop=graddrop,
+                metric_base=run.metric,
+                metric_cf=float(spec.batch(cf_logits)[0]),
+                prompt_length=base.prompt_length,
+                cell_positions=base.grid.cell_positions.copy(),
+                pre_reasoning=tuple(int(p) for p in base.anchors.pre_reasoning),
+                changed_cells=tuple((int(c[0]), int(c[1])) for c in pair.pair.changed_cells),
+                readouts=spec.readouts.copy(),
+                grid_span=(int(base.grid.span[0]), int(base.grid.span[1])),
+            )
+        )
+    return out
+
+
+def attribute_pairs(
+    pairs: Sequence[PreparedPair],
+    backend: ResidualBackend,
+    config: AttributionConfig = AttributionConfig(),
+    *,
+    progress=None,
+) -> list[PairAttribution]:
+    """:func:`attribute_pair` over prepared pairs (``backend`` needs a tokenizer)."""
+    if backend.tokenizer is None:
+        raise ValueError(f"the {backend.name} backend needs the model's tokenizer to attribute")
+    action_tokens = ActionTokens.from_tokenizer(backend.tokenizer)
+    out: list[PairAttribution] = []
+    for index, pair in enumerate(pairs):
+        if progress is not None:
+            progress(index, len(pairs))
+        specs = metric_specs(pair, backend.tokenizer, action_tokens, config.metrics)
+        out.extend(attribute_pair(pair, backend, specs, config))
+    return out
+
+
+def site_estimates(
+    attribution: PairAttribution, pair: PreparedPair, sites: Sequence[str] = ESTIMATE_SITES
+) -> dict[str, np.ndarray]:
+    """``{site: (n_layers,)}`` the estimate of patching each site's positions at one block:
+    the sum of :attr:`PairAttribution.atp` over them."""
+    base, cf = pair.base.sequence, pair.cf.sequence
+    out = {}
+    for site in sites:
+        _, target = site_positions(cf, base, site, pair.pair.changed_cells)
+        columns = [attribution.column(int(p)) for p in target]
+        out[site] = attribution.atp[:, columns].sum(axis=1)
+    return out
+
+
+REGIONS: tuple[str, ...] = ("changed_cells", "other_grid", "instructions", "pre_reasoning")
+"""Where in the prompt (:func:`regions`): the two changed cells' tokens, the rest of the grid's
+tokens, every other prompt token (system, developer and user text) and the pre-reasoning
+anchors."""
+
+
+def regions(attribution: PairAttribution) -> np.ndarray:
+    """``(k,)`` the index in :data:`REGIONS` of every attributed position (positions after the
+    prompt count as instructions' neighbours: index 2)."""
+    changed = {int(attribution.cell_positions[r, c]) for r, c in attribution.changed_cells}
+    start, stop = attribution.grid_span
+    out = np.full(len(attribution.positions), 2, dtype=np.int64)
+    for j, p in enumerate(attribution.positions.tolist()):
+        if p in changed:
+            out[j] = 0
+        elif start <= p < stop:
+            out[j] = 1
+        elif p in attribution.pre_reasoning:
+            out[j] = 3
+    return out
+
+
+def region_shares(values: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """``(n_layers, len(REGIONS))`` each region's share of the total ``|values|`` (an
+    ``(n_layers, k)`` attribution or real effect; all zero when ``values`` is)."""
+    magnitude = np.abs(np.asarray(values, dtype=np.float64))
+    total = magnitude.sum() or 1.0
+    return np.stack(
+        [magnitude[:, region == r].sum(axis=1) / total for r in range(len(REGIONS))], axis=1
+    )
+
+
+def where_read(records: Sequence[PairAttribution]) -> dict:
+    """Per metric, where the attribution lies: the mean over pairs of each region's share of the
+    pair's GradDrop magnitude (``|atp|`` without GradDrop) by block, and the pairs behind it."""
+    out: dict = {}
+    for metric in dict.fromkeys(r.metric for r in records):
+        mine = [r for r in records if r.metric == metric]
+        shares = [
+            region_shares(r.atp if r.graddrop is None else r.graddrop, regions(r)) for r in mine
+        ]
+        out[metric] = {
+            "regions": list(REGIONS),
+            "share_by_block": np.mean(shares, axis=0).tolist(),
+            "source": "graddrop" if all(r.graddrop is not None for r in mine) else "abs_atp",
+            "n_pairs": len(mine),
+            "n_grids": len({r.grid_id for r in mine}),
+        }
+    return out

@@ -1,0 +1,129 @@
+"""The attribution file: ``<stem>.safetensors`` (the arrays) + ``<stem>.json`` (the card), never
+pickle (docs/formats.md, "Attribution").
+
+Record ``i`` of a list of :class:`~goalprobe.probes.attribution.PairAttribution` is stored as the
+tensors ``atp.i`` (float32, ``(n_layers, k)``), ``graddrop.i`` (when computed), ``positions.i``,
+``cell_positions.i`` and ``readouts.i`` (int64), and as entry ``i`` of the card's ``records``
+(ids, metric, layers, metric values, prompt length, anchors, changed cells). The card holds
+``schema`` / ``schema_version`` (:data:`SCHEMA`, :data:`SCHEMA_VERSION`, also in the
+safetensors metadata) and what the caller passes as ``meta`` (model, backend, configs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from goalprobe.probes.attribution import PairAttribution
+
+SCHEMA = "goalprobe.attribution"
+"""``schema`` of the card and the safetensors metadata."""
+SCHEMA_VERSION = 1
+"""Layout version; bumped on any incompatible change."""
+
+
+def attribution_paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    """``(<stem>.safetensors, <stem>.json)`` of ``path`` (with or without a suffix)."""
+    stem = Path(path)
+    if stem.suffix in (".safetensors", ".json"):
+        stem = stem.with_suffix("")
+    return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+
+
+def write_attributions(
+    path: str | os.PathLike, records: Sequence[PairAttribution], meta: dict
+) -> tuple[Path, Path]:
+    """Write ``records`` and ``meta``; returns both paths. The card is written last, so a file
+    pair without its card is incomplete."""
+    from safetensors.numpy import save_file
+
+    tensors_path, card_path = attribution_paths(path)
+    tensors: dict[str, np.ndarray] = {}
+    entries = []
+    for i, r in enumerate(records):
+        tensors[f"atp.{i}"] = np.ascontiguousarray(r.atp, dtype=np.float32)
+        if r.graddrop is not None:
+            tensors[f"graddrop.{i}"] = np.ascontiguousarray(r.graddrop, dtype=np.float32)
+        tensors[f"positions.{i}"] = np.ascontiguousarray(r.positions, dtype=np.int64)
+        tensors[f"cell_positions.{i}"] = np.ascontiguousarray(r.cell_positions, dtype=np.int64)
+        tensors[f"readouts.{i}"] = np.ascontiguousarray(r.readouts, dtype=np.int64)
+        entries.append(
+            {
+                "pair_id": r.pair_id,
+                "grid_id": r.grid_id,
+                "kind": r.kind,
+                "moved": r.moved,
+                "metric": r.metric,
+                "layers": list(r.layers),
+                "metric_base": r.metric_base,
+                "metric_cf": r.metric_cf,
+                "prompt_length": r.prompt_length,
+                "pre_reasoning": list(r.pre_reasoning),
+                "changed_cells": [list(c) for c in r.changed_cells],
+                "graddrop": r.graddrop is not None,
+                "grid_span": list(r.grid_span),
+            }
+        )
+    tensors_path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(
+        tensors,
+        str(tensors_path),
+        metadata={"schema": SCHEMA, "schema_version": str(SCHEMA_VERSION)},
+    )
+    card = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **meta, "records": entries}
+    card_path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    return tensors_path, card_path
+
+
+def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], dict]:
+    """``(records, card)`` of an attribution file written by :func:`write_attributions`.
+
+    Raises:
+        ValueError: naming the file when its schema or version is not this one's, or its card
+            and arrays disagree.
+    """
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    tensors_path, card_path = attribution_paths(path)
+    card = json.loads(card_path.read_text(encoding="utf-8"))
+    if card.get("schema") != SCHEMA or card.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{card_path}: schema {card.get('schema')!r} version {card.get('schema_version')!r},"
+            f" expected {SCHEMA!r} version {SCHEMA_VERSION}"
+        )
+    with safe_open(str(tensors_path), framework="numpy") as handle:
+        header = handle.metadata() or {}
+    if header.get("schema") != SCHEMA or header.get("schema_version") != str(SCHEMA_VERSION):
+        raise ValueError(f"{tensors_path}: not a {SCHEMA} v{SCHEMA_VERSION} file")
+    arrays = load_file(str(tensors_path))
+    records = []
+    for i, e in enumerate(card["records"]):
+        try:
+            records.append(
+                PairAttribution(
+                    pair_id=e["pair_id"],
+                    grid_id=e["grid_id"],
+                    kind=e["kind"],
+                    moved=e["moved"],
+                    metric=e["metric"],
+                    layers=tuple(e["layers"]),
+                    positions=arrays[f"positions.{i}"],
+                    atp=arrays[f"atp.{i}"].astype(np.float64),
+                    graddrop=arrays[f"graddrop.{i}"].astype(np.float64) if e["graddrop"] else None,
+                    metric_base=float(e["metric_base"]),
+                    metric_cf=float(e["metric_cf"]),
+                    prompt_length=int(e["prompt_length"]),
+                    cell_positions=arrays[f"cell_positions.{i}"],
+                    pre_reasoning=tuple(e["pre_reasoning"]),
+                    changed_cells=tuple(tuple(c) for c in e["changed_cells"]),
+                    readouts=arrays[f"readouts.{i}"],
+                    grid_span=tuple(e.get("grid_span", (0, 0))),
+                )
+            )
+        except KeyError as err:
+            raise ValueError(f"{tensors_path}: record {i} lacks {err}") from err
+    return records, {k: v for k, v in card.items() if k != "records"}
