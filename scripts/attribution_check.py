@@ -27,7 +27,7 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
     from goalprobe.gridworld.generator import generate_grid
-    from goalprobe.gridworld.stats import grid_mean
+    from goalprobe.stats.bootstrap import grid_mean
     from goalprobe.probes.attribution import (
         REGIONS,
         AttributionConfig,

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
-    from goalprobe.gridworld.stats import cluster_rate_interval
+    from goalprobe.stats.rates import cluster_rate_interval
     from goalprobe.probes.das import (
         DasConfig,
         natural_r2,
