@@ -27,7 +27,6 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
     from goalprobe.gridworld.generator import generate_grid
-    from goalprobe.stats.bootstrap import grid_mean
     from goalprobe.probes.attribution import (
         REGIONS,
         AttributionConfig,
@@ -50,6 +49,8 @@ def run_agent(name: str, n_grids: int, seed: int, size: int) -> dict:
     )
     from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
     from goalprobe.probes.patching.sites import ActionTokens
+
+    from goalprobe.stats.bootstrap import grid_mean
 
     torch.manual_seed(seed)
     model, tokenizer = load_bundled_agent(directory=name)

@@ -103,7 +103,6 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
-    from goalprobe.stats.rates import cluster_rate_interval
     from goalprobe.probes.das import (
         DasConfig,
         natural_r2,
@@ -114,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext
     from safetensors.torch import save_file
     from sklearn.linear_model import LogisticRegression
+
+    from goalprobe.stats.rates import cluster_rate_interval
 
     torch.set_num_threads(1)
     t_start = time.perf_counter()
