@@ -109,6 +109,13 @@ def main(argv: list[str] | None = None) -> None:
         stored = json.loads((local / "config.json").read_text(encoding="utf-8"))
         if (stored.get("quantization_config") or {}).get("quant_method") != "mxfp4":
             status = replace(status, available=False, reason="the checkpoint is not MXFP4")
+    kernel = ""
+    if status.available and not args.dequantize:  # transformers downloads it only at load time
+        from goalprobe.activations.compute import mxfp4_kernel_check
+
+        loads, kernel = mxfp4_kernel_check()
+        if not loads:
+            status = replace(status, available=False, reason=kernel)
     mxfp4 = status.available and not args.dequantize
     weights = shape.weight_bytes(mxfp4=mxfp4)
     config = ExtractConfig(
@@ -142,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         "gpu_memory_gb": round(gpu_gb, 1),
         "weights": "MXFP4" if mxfp4 else f"bf16 (dequantised: {reason})",
         "weights_gb": round(weights / 1e9, 1),
+        "mxfp4_kernel": kernel or None,
         "steps": len(lengths),
         "replayed_tokens_mean": round(sum(lengths) / max(1, len(lengths))),
         "replayed_tokens_max": max(lengths, default=0),
@@ -191,7 +199,27 @@ def main(argv: list[str] | None = None) -> None:
         load["quantization_config"] = Mxfp4Config(dequantize=True)
     tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(model_id, **load).eval()
-    print(f"loaded {model_id}: {torch.cuda.memory_allocated() / 1e9:.1f} GB allocated")
+    from goalprobe.activations.compute import weights_format
+    from goalprobe.activations.plan import loaded_weights_bytes
+
+    loaded = loaded_weights_bytes(model, "cuda")  # MXFP4 Triton tensors included
+    print(
+        f"loaded {model_id}: weights {weights_format(model)}, {loaded / 1e9:.1f} GB allocated "
+        f"(planned {weights / 1e9:.1f})"
+    )
+    if not args.batch_size:  # replan from what the weights actually take
+        planned = plan_extraction(
+            lengths,
+            shape,
+            memory_bytes=gpu_gb * 1e9,
+            weights_bytes=loaded,
+            attention=args.attn_implementation,
+        )
+        try:
+            require_fits(planned, shape)
+        except ExtractionDoesNotFitError as err:
+            raise SystemExit(f"error: {err}") from None
+        batch, max_tokens, estimate = planned.batch_size, planned.max_batch_tokens, planned.peak_gb
     capture = make_backend(
         "nnsight", model, tokenizer, model_id=args.model, revision=args.revision or None
     )

@@ -217,3 +217,25 @@ def test_mxfp4_expert_weights_are_counted(tmp_path, trajectories, tokenizer):
         )
         assert planned_config(config, trajectories, loaded, "cpu").max_batch_tokens > 0
     assert torch.is_tensor(model.model.layers[0].mlp.experts.gate_up_proj.storage.data)
+
+
+def test_the_mxfp4_kernel_is_checked_by_loading_it(monkeypatch):
+    """transformers fetches the MXFP4 kernel from the Hub only at load time: the check loads it
+    (here, without a GPU, it says why MXFP4 would be dequantised; with transformers' own checks
+    passing but the kernel not loadable, it names the kernel and how to pre-fetch it)."""
+    import importlib.util
+
+    import torch
+    from goalprobe.activations import compute
+    from goalprobe.activations.plan import Mxfp4Status
+
+    loads, message = compute.mxfp4_kernel_check()
+    if not torch.cuda.is_available():
+        assert not loads and message.startswith("MXFP4 would be dequantised to bf16: ")
+    if importlib.util.find_spec("kernels") is None:
+        monkeypatch.setattr(
+            "goalprobe.activations.plan.mxfp4_status", lambda: Mxfp4Status(True, "")
+        )
+        loads, message = compute.mxfp4_kernel_check()
+        assert not loads and "kernels-community/gpt-oss-triton-kernels" in message
+        assert compute.PREFETCH in message and "offline" in message
