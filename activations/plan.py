@@ -155,13 +155,16 @@ reading of torch 2.13; planned, not measured on a GPU)."""
 
 
 def planned_attention(implementation: str, device: str) -> str:
-    """The memory model that fits the kernel ``implementation`` running on ``device``: the SDPA
-    sinks kernel is its own model on CUDA and eager's on CPU; flex variants (the fp32-LSE one
-    included) are ``flex_attention``; anything else (``sdpa`` of a model without sinks, '') is
-    planned as eager."""
+    """The memory model that fits the kernel ``implementation`` running on ``device``: on CUDA
+    the SDPA sinks kernel is its own model and the flex variants (the fp32-LSE one included,
+    agents/flex_sinks.py) ``flex_attention``'s; elsewhere they run uncompiled or through the
+    math kernel, materialising the scores, and are planned as eager, as is anything else
+    (``sdpa`` of a model without sinks, '')."""
     implementation = str(implementation or "eager")
+    if not str(device).startswith("cuda"):
+        return "eager"
     if implementation == "sink_attention":
-        return "sink_attention" if str(device).startswith("cuda") else "eager"
+        return "sink_attention"
     if implementation.startswith("flex"):
         return "flex_attention"
     return "eager"

@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--attn-implementation",
         default="eager",
-        choices=("eager", "flex_attention"),
-        help="flex_attention: memory linear in T, for 8-16k-token reasoning (CUDA)",
+        choices=("eager", "flex_attention", "flex_fp32_sinks"),
+        help="flex_fp32_sinks / flex_attention: memory linear in T, for 8-16k-token reasoning "
+        "(CUDA); flex_fp32_sinks keeps the log-sum-exp and the sinks in fp32",
     )
     args = parser.parse_args(argv)
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         activation_bytes,
         mxfp4_status,
         plan_extraction,
+        planned_attention,
         replay_lengths,
         require_fits,
     )
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         shape,
         memory_bytes=gpu_gb * 1e9,
         weights_bytes=weights,
-        attention=args.attn_implementation,
+        attention=planned_attention(args.attn_implementation, "cuda"),
     )
     batch = args.batch_size or planned.batch_size
     max_tokens = 0 if args.batch_size else planned.max_batch_tokens
@@ -163,9 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     estimate = planned.peak_gb
     if args.batch_size:  # checked, not changed
-        activations = activation_bytes(
-            shape, batch, planned.longest, attention=args.attn_implementation
-        )
+        activations = activation_bytes(shape, batch, planned.longest, attention=planned.attention)
         estimate = (weights + activations) / 1e9
         plan["estimated_peak_gb"] = round(estimate, 1)
     print(json.dumps(plan, indent=2))
@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
         from transformers import Mxfp4Config
 
         load["quantization_config"] = Mxfp4Config(dequantize=True)
+    from goalprobe.agents.attention import register
+
+    register(args.attn_implementation)  # goalprobe's own kernels (flex_fp32_sinks)
     tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(model_id, **load).eval()
     from goalprobe.activations.compute import weights_format
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             shape,
             memory_bytes=gpu_gb * 1e9,
             weights_bytes=loaded,
-            attention=args.attn_implementation,
+            attention=planned.attention,
         )
         try:
             require_fits(planned, shape)

@@ -20,6 +20,7 @@ from goalprobe.activations.plan import (
     require_fits,
 )
 from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.attention import register
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.stages.context import StageContext
 
@@ -85,6 +86,7 @@ def attention(model, implementation: str):
     if implementation in ("agent", before):
         yield
         return
+    register(implementation)  # goalprobe's own kernels (sink_attention, flex_fp32_sinks)
     model.set_attn_implementation(implementation)
     try:
         yield
