@@ -643,7 +643,13 @@ def extract(
         leftover.unlink()
     batching_path = parts_dir / BATCHING_FILE
     if batching_path.exists():  # an earlier run was halved on an out-of-memory error
-        config = replace(config, **json.loads(batching_path.read_text(encoding="utf-8")))
+        halved = json.loads(batching_path.read_text(encoding="utf-8"))
+        budgets = [b for b in (config.max_batch_tokens, halved["max_batch_tokens"]) if b]
+        config = replace(
+            config,
+            batch_size=min(config.batch_size, halved["batch_size"]),
+            max_batch_tokens=min(budgets, default=0),
+        )
 
     layout = StoreLayout(
         stages=config.all_stages,

@@ -71,13 +71,14 @@ class OomAbove:
     ``limit`` rows (as a card would) and recording the batch sizes it ran."""
 
     def __init__(self, inner, limit: int) -> None:
-        self.inner, self.limit, self.sizes = inner, limit, []
+        self.inner, self.limit, self.sizes, self.raised = inner, limit, [], 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
     def capture(self, batch, layers):
         if batch.size > self.limit:
+            self.raised += 1
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
         self.sizes.append(batch.size)
         return self.inner.capture(batch, layers)
@@ -168,6 +169,15 @@ def test_out_of_memory_halves_the_extraction_batches(tmp_path, trajectories, tok
     assert recorded == {"batch_size": 2, "max_batch_tokens": 0}
     with ActivationStore(out) as store:
         assert {b["batch_size"] for b in store.attrs["part_batching"]} == {2}
+    assert_same_rows(out, at_two)
+    assert capture.raised >= 1
+    # a rerun (the parts gone, the record kept) starts from the halved batches: no OOM
+    out.unlink()
+    for part in (tmp_path / "s.h5.parts").glob("part_*.h5"):
+        part.unlink()
+    again = OomAbove(inner, limit=2)
+    extract(trajectories, out, again, tokenizer, config(), model_id="tiny")
+    assert again.raised == 0 and max(again.sizes) == 2
     assert_same_rows(out, at_two)
     # one step that does not fit alone is an error, not a loop
     from goalprobe.activations.oom import OutOfMemoryAtOneError
