@@ -247,3 +247,33 @@ def test_identity_patch_floor_is_reported_and_zero_on_cpu(tiny, pairs):
     assert regenerated["action_changed"] == 0
     assert forced["interval"][0] == 0.0 and 0 < forced["interval"][1] < 0.5
     assert all(r.kind != "identity" for r in outcome.records)
+
+
+def test_the_patch_command_refuses_with_one_error_line(tmp_path, tiny):
+    """``goalprobe patch`` with a token budget no device of this machine could run one copy
+    of: one ``error:`` line, exit 2, nothing written, before any generation."""
+    from goalprobe.gridworld.io import write_grid_set
+    from typer.testing import CliRunner
+
+    from goalprobe.cli import app
+
+    model, tokenizer = tiny
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    grids = [
+        generate_grid(5, 0.5, np.random.default_rng(seed), grid_id=f"c{seed}", min_distance=2)
+        for seed in range(2)
+    ]
+    write_grid_set(tmp_path / "grids.jsonl", grids)
+    out = tmp_path / "out"
+    args = [
+        "patch", "--grids", str(tmp_path / "grids.jsonl"), "--model", str(model_dir),
+        "--out", str(out), "--reasoning", "greedy", "--allow-suboptimal", "--device", "cpu",
+        "--max-new-tokens", "2000000",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert errors[0].startswith("error: patching does not fit: ") and "GB" in errors[0]
+    assert not (out / "patch_results.json").exists()
