@@ -34,11 +34,13 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from goalprobe.activations.compute import batching_record, compute_identity, part_batching
+from goalprobe.activations.oom import halving_batches
 from goalprobe.activations.store.labels import episode_labels
 from goalprobe.activations.store.merge import concatenate_stores
 from goalprobe.activations.store.reader import ActivationStore
@@ -77,7 +79,14 @@ _IDENTITY_ATTRS: tuple[str, ...] = (
     "trajectory_sha256",
     "d_model",
     "attention",
+    "compute",
 )
+BATCHING = ("batch_size", "max_batch_tokens")
+"""Config fields left out of the identity: the batch depends on the device (a requeued shard
+resumes on a card of another size), not on what is computed; each part records its own."""
+BATCHING_FILE = "batching.json"
+"""In the parts directory: the batches an out-of-memory error halved this extraction to (a
+rerun starts from them, not from the plan that failed)."""
 
 
 @dataclass(frozen=True)
@@ -503,7 +512,16 @@ def _write_json_atomic(path: Path, payload: dict) -> None:
 
 
 def _identity_diff(a: dict, b: dict) -> list[str]:
-    return [k for k in _IDENTITY_ATTRS if a.get(k) != b.get(k)]
+    return [k for k in _IDENTITY_ATTRS if _identity_value(a, k) != _identity_value(b, k)]
+
+
+def _identity_value(attrs: dict, key: str) -> Any:
+    """``attrs[key]`` as the identity compares it: the config without :data:`BATCHING`."""
+    value = attrs.get(key)
+    if key == "config" and value is not None:
+        value = json.loads(value) if isinstance(value, str) else dict(value)
+        value = {k: v for k, v in value.items() if k not in BATCHING}
+    return value
 
 
 def _iter_shard_steps(
@@ -573,6 +591,7 @@ def extract(
         "trajectory_sha256": sha256_file(trajectories),
         "d_model": capture.d_model,
         "attention": capture.attention,
+        "compute": compute_identity(capture.model) if hasattr(capture, "model") else {},
     }
     attrs = {
         **identity,
@@ -625,6 +644,15 @@ def extract(
         _write_json_atomic(manifest_path, manifest)
     for leftover in parts_dir.glob(".*.tmp"):
         leftover.unlink()
+    batching_path = parts_dir / BATCHING_FILE
+    if batching_path.exists():  # an earlier run was halved on an out-of-memory error
+        halved = json.loads(batching_path.read_text(encoding="utf-8"))
+        budgets = [b for b in (config.max_batch_tokens, halved["max_batch_tokens"]) if b]
+        config = replace(
+            config,
+            batch_size=min(config.batch_size, halved["batch_size"]),
+            max_batch_tokens=min(budgets, default=0),
+        )
 
     layout = StoreLayout(
         stages=config.all_stages,
@@ -645,7 +673,7 @@ def extract(
         bar = tqdm(desc=f"extract {shard}", unit="step")
 
     def flush() -> None:
-        nonlocal computed, reused
+        nonlocal computed, reused, config
         index = len(part_paths)
         path = parts_dir / f"part_{index:06d}.h5"
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
@@ -654,10 +682,18 @@ def extract(
             reused += 1
             done = False
         else:
-            rows = compute_rows(buffer, capture, config, pad_id)
-            with StoreWriter(
-                path, layout, {**attrs, "part_index": index}, compression=config.compression
-            ) as writer:
+            rows, config = halving_batches(
+                lambda c: compute_rows(buffer, capture, c, pad_id),
+                config,
+                max(len(r.token_ids) for r in buffer),
+                batching_path,
+            )
+            part_attrs = {
+                **attrs,
+                "part_index": index,
+                "batching": batching_record(config, capture),
+            }
+            with StoreWriter(path, layout, part_attrs, compression=config.compression) as writer:
                 writer.append(rows)
             computed += 1
             done = True
@@ -691,6 +727,7 @@ def extract(
             bar.close()
 
     final_attrs = {**attrs, "trajectory_steps": counter[0], "retokenized_steps": retokenized}
+    final_attrs["part_batching"] = [part_batching(p) for p in part_paths]
     if part_paths:
         concatenate_stores(part_paths, output, final_attrs, compression=config.compression)
     else:
@@ -716,8 +753,8 @@ def holds_other_extraction(
     """Whether an existing ``output`` can *not* be this extraction's finished store, judged
     without the model: it is not a complete store, or it was extracted from another trajectory
     file or with another config (its layers compared only when ``compare_layers``: the default
-    layers depend on the model; its ``max_batch_tokens`` only when ``compare_batching``: a
-    planned budget depends on the model and the device). The CLI refuses such an output before
+    layers depend on the model; its batches never, :data:`BATCHING`, whatever
+    ``compare_batching`` says: they depend on the device). The CLI refuses such an output before
     loading any model unless ``--overwrite``; the model itself is compared later by
     :func:`extract`.
     """
@@ -728,9 +765,9 @@ def holds_other_extraction(
     if not compare_layers:
         ours.pop("layers")
         theirs.pop("layers", None)
-    if not compare_batching:
-        ours.pop("max_batch_tokens", None)
-        theirs.pop("max_batch_tokens", None)
+    for key in BATCHING:
+        ours.pop(key, None)
+        theirs.pop(key, None)
     return ours != theirs
 
 

@@ -140,10 +140,34 @@ GPT_OSS_20B = ModelShape(
 """GPT-OSS-20B's dimensions (its ``config.json``): 20.9 billion parameters."""
 
 
-ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention")
+ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention", "sink_attention")
 """Attention implementations the planner models: transformers' eager GPT-OSS attention (the
-default; score matrices of ``T x (T + 1)`` per head) and ``flex_attention`` (PyTorch's
-FlexAttention, which computes the scores tile by tile; GPT-OSS's sinks need it on CUDA)."""
+default; score matrices of ``T x (T + 1)`` per head), ``flex_attention`` (PyTorch's
+FlexAttention, which computes the scores tile by tile; GPT-OSS's sinks need it on CUDA) and
+``sink_attention`` *on CUDA* (agents/attention.py's SDPA call: with grouped key/value heads and
+a float mask PyTorch falls back to its fp32 math kernel there, :data:`SINK_ATTENTION_CUDA`
+times eager's attention phase; on CPU it is planned as eager, :func:`planned_attention`)."""
+
+SINK_ATTENTION_CUDA = 1.7
+"""The SDPA sinks kernel's attention phase on CUDA relative to eager's: PyTorch's math fallback
+(GQA with a float mask) upcasts the scores to fp32 and expands the key/value heads (issue 43's
+reading of torch 2.13; planned, not measured on a GPU)."""
+
+
+def planned_attention(implementation: str, device: str) -> str:
+    """The memory model that fits the kernel ``implementation`` running on ``device``: on CUDA
+    the SDPA sinks kernel is its own model and the flex variants (the fp32-LSE one included,
+    agents/flex_sinks.py) ``flex_attention``'s; elsewhere they run uncompiled or through the
+    math kernel, materialising the scores, and are planned as eager, as is anything else
+    (``sdpa`` of a model without sinks, '')."""
+    implementation = str(implementation or "eager")
+    if not str(device).startswith("cuda"):
+        return "eager"
+    if implementation == "sink_attention":
+        return "sink_attention"
+    if implementation.startswith("flex"):
+        return "flex_attention"
+    return "eager"
 
 
 MOE_CALIBRATION = 1.35
@@ -165,20 +189,76 @@ def activation_bytes(
     ``tokens`` (no KV cache kept; module docstring): the larger of the attention phase and the
     MoE phase of one block. ``attention="flex_attention"`` holds no score matrix, only the
     per-token query, keys, values and output (``5 x heads x head_dim``), the residual vectors
-    and the log-sum-exp in fp32 (``2 x heads`` elements)."""
+    and the log-sum-exp in fp32 (``2 x heads`` elements); ``"sink_attention"`` is eager's
+    attention phase times :data:`SINK_ATTENTION_CUDA`."""
+    t = int(tokens)
+    return (
+        float(dtype_bytes) * batch * max(_attention_phase(shape, t, t, attention), _moe(shape, t))
+    )
+
+
+def _attention_phase(shape: ModelShape, queries: int, keys: int, attention: str) -> float:
+    """Elements per sequence of one block's attention phase: ``queries`` positions run against
+    ``keys`` positions (a cached prefix plus the queries)."""
     if attention not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
         )
-    t = int(tokens)
-    if attention == "eager":
-        attn = 3 * shape.n_heads * t * (t + 1) + 2 * t * t
-        attn += t * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
-    else:
-        attn = t * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
+    q, k = int(queries), int(keys)
+    if attention == "flex_attention":
+        return q * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
+    attn = 3 * shape.n_heads * q * (k + 1) + 2 * q * k
+    attn += q * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
+    return attn * (SINK_ATTENTION_CUDA if attention == "sink_attention" else 1.0)
+
+
+def _moe(shape: ModelShape, tokens: int) -> float:
     per_pair = 4 * shape.d_model + 6 * shape.expert_width
-    moe = t * per_pair * max(1.0, MOE_CALIBRATION * shape.experts_per_token)
-    return float(dtype_bytes) * batch * max(attn, moe)
+    return tokens * per_pair * max(1.0, MOE_CALIBRATION * shape.experts_per_token)
+
+
+def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int = 2) -> float:
+    """A KV cache of ``batch`` sequences of ``tokens`` positions in every block (keys and
+    values of the key/value heads; sliding-window blocks counted in full: an upper bound)."""
+    per_token = shape.n_layers * 2 * shape.n_kv_heads * shape.head_dim
+    return float(dtype_bytes) * batch * tokens * per_token
+
+
+def patched_run_bytes(
+    shape: ModelShape,
+    batch: int,
+    prefix: int,
+    suffix: int,
+    dtype_bytes: int = 2,
+    attention: str = "eager",
+) -> float:
+    """Peak activation bytes of one batch of patched copies (``probes/patching``'s
+    :meth:`~goalprobe.activations.capture.base.ResidualBackend.patched_logits`): ``batch``
+    copies of a sequence whose first ``prefix`` tokens come from a cached KV prefix and whose
+    ``suffix`` tokens run, so the eager scores are ``3 x B x heads x S x (P + S + 1)``; plus the
+    KV cache of ``P + S`` positions per copy (kept when a prefix is cached) and one fp32 logits
+    row per copy."""
+    s, p = int(suffix), int(prefix)
+    phase = max(_attention_phase(shape, s, p + s, attention), _moe(shape, s))
+    kv = kv_cache_bytes(shape, batch, p + s, dtype_bytes) if p > 0 else 0.0
+    logits = batch * shape.vocab_size * (4 + dtype_bytes)
+    return float(dtype_bytes) * batch * phase + kv + logits
+
+
+def generation_bytes(
+    shape: ModelShape,
+    batch: int,
+    prompt: int,
+    new_tokens: int,
+    dtype_bytes: int = 2,
+    attention: str = "eager",
+) -> float:
+    """Peak activation bytes of greedy generation of ``batch`` prompts of ``prompt`` tokens for
+    up to ``new_tokens`` tokens: the prefill's attention or MoE phase, the KV cache at its full
+    length, and the fp32 logits of one step."""
+    phase = max(_attention_phase(shape, prompt, prompt, attention), _moe(shape, prompt))
+    kv = kv_cache_bytes(shape, batch, int(prompt) + int(new_tokens), dtype_bytes)
+    return float(dtype_bytes) * batch * phase + kv + batch * shape.vocab_size * (4 + dtype_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +339,61 @@ def device_memory_bytes(device: str) -> float:
         index = torch.device(device).index or 0
         return float(torch.cuda.get_device_properties(index).total_memory)
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def model_bytes(model) -> float:
+    """Bytes of every tensor ``model`` holds: its parameters and buffers, and the tensors its
+    modules keep as plain attributes (transformers' MXFP4 experts replace each expert weight
+    with a Triton tensor, not an ``nn.Parameter``, that keeps its data in ``.storage.data``, and
+    their scales in a precision config's ``weight_scale``). Each storage is counted once."""
+    import torch
+
+    seen: set[tuple] = set()
+    total = 0
+
+    def count(value, depth: int) -> None:
+        nonlocal total
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            key = (str(value.device), storage.data_ptr(), storage.nbytes())
+            if key not in seen and storage.nbytes():
+                seen.add(key)
+                total += storage.nbytes()
+            return
+        if depth == 0 or value is None or isinstance(value, (str, bytes, int, float, bool)):
+            return
+        if isinstance(value, torch.nn.Module):
+            return  # counted as a module of its own
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                count(item, depth - 1)
+            return
+        for name in ("storage", "data", "weight_scale", "scale"):
+            inner = getattr(value, name, None)
+            if inner is not None and inner is not value and not callable(inner):
+                count(inner, depth - 1)
+
+    for module in model.modules():
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if tensor is not None:
+                count(tensor, 0)
+        for name, value in vars(module).items():
+            if not name.startswith("_"):
+                count(value, 3)
+    return float(total)
+
+
+def loaded_weights_bytes(model, device: str) -> float:
+    """The weights' memory as loaded: on a CUDA device, what the allocator holds after loading
+    (``torch.cuda.memory_allocated``, which sees MXFP4 Triton tensors and anything else
+    resident), never less than :func:`model_bytes`; elsewhere :func:`model_bytes`."""
+    import torch
+
+    counted = model_bytes(model)
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        return max(counted, float(torch.cuda.memory_allocated(index)))
+    return counted
 
 
 # ---------------------------------------------------------------------------------------------

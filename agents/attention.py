@@ -30,7 +30,10 @@ SINK_ATTENTION = "sink_attention"
 """The implementation's name in transformers' attention registry (no ``sdpa`` in it:
 transformers would check the model's own SDPA support, which GPT-OSS lacks)."""
 
-ATTENTION_CHOICES = ("auto", "eager", SINK_ATTENTION)
+FLEX_FP32_SINKS = "flex_fp32_sinks"
+"""FlexAttention with the sinks applied in fp32 (:mod:`goalprobe.agents.flex_sinks`)."""
+
+ATTENTION_CHOICES = ("auto", "eager", SINK_ATTENTION, FLEX_FP32_SINKS)
 """What a caller may ask for: ``auto`` resolves by device (:func:`resolve_attention`)."""
 
 
@@ -98,6 +101,16 @@ def register_sink_attention() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(SINK_ATTENTION, eager_mask)
 
 
+def register(implementation: str) -> None:
+    """Register ``implementation`` with transformers when it is one of ours (idempotent)."""
+    if implementation == SINK_ATTENTION:
+        register_sink_attention()
+    elif implementation == FLEX_FP32_SINKS:
+        from goalprobe.agents.flex_sinks import register_flex_fp32_sinks
+
+        register_flex_fp32_sinks()
+
+
 def has_sinks(model: Any) -> bool:
     """Whether ``model`` is a GPT-OSS model (attention sinks in every layer)."""
     return getattr(getattr(model, "config", None), "model_type", None) == "gpt_oss"
@@ -123,8 +136,7 @@ def set_attention(model: Any, choice: str, device: str) -> str:
     implementation = resolve_attention(choice, device)
     if not has_sinks(model):
         return str(model.config._attn_implementation)
-    if implementation == SINK_ATTENTION:
-        register_sink_attention()
+    register(implementation)
     if model.config._attn_implementation != implementation:
         model.set_attn_implementation(implementation)
     return implementation

@@ -19,6 +19,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from goalprobe.config import DemoConfig
+from goalprobe.fatal import RunStopped, is_fatal, preflight_gate
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
@@ -79,6 +80,19 @@ class StageBook:
         if not self.serves or not needs_weights(name):
             return ()
         return tuple(n for n in self.stages if stage(n).generates)
+
+    def gated(self, name: str) -> tuple[str, ...]:
+        """The stage ``name`` waits for besides its inputs because of a pre-flight
+        (:func:`goalprobe.fatal.preflight_gate`)."""
+        return preflight_gate(self.config, self.stages, name)
+
+    def stop(self, name: str, error: str, left: list[tuple[StageBook, str]]) -> RunStopped:
+        """Record that ``name`` stopped the run (``left``: the stages not finished, recorded
+        as not run) and return the error to raise."""
+        for book, other in left:
+            if other not in book.outcomes:
+                book.not_run(other, f"not run: stage {name} stopped the run")
+        return RunStopped(f"{name}: {' '.join(error.split())}")
 
     def blocked(self, name: str) -> bool:
         """Record ``name`` as not run (and return True) when a stage it reads did not finish."""
@@ -177,6 +191,9 @@ def run_in_order(books: list[StageBook], progress: bool) -> None:
                 if book.strict:
                     raise
                 book.failed(name, f"{type(err).__name__}: {err}", traceback.format_exc())
+                if is_fatal(err):
+                    left = [(b, n) for b in books for n in b.stages if n not in b.outcomes]
+                    raise book.stop(name, str(err), left) from err
                 continue
             book.finished(result)
         bar.close()
@@ -200,7 +217,8 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return (book, name) in waiting or (book, name) in running.values()
 
     def ready(book: StageBook, name: str) -> bool:
-        if any(pending(book, d) for d in (*reads(name, book.stages), *book.waits_for_server(name))):
+        waits = (*reads(name, book.stages), *book.waits_for_server(name), *book.gated(name))
+        if any(pending(book, d) for d in waits):
             return False
         final = stage(name).final
         return not final or not any(pending(c, n) for c in book.companions for n in c.stages)
@@ -243,13 +261,18 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
             for future in done:
                 book, name = running.pop(future)
                 try:
-                    result, error, trace = future.result()
+                    result, error, trace, fatal = future.result()
                 except BrokenProcessPool:  # its worker was killed (e.g. out of memory)
-                    result, error, trace = None, _DIED, traceback.format_exc()
+                    result, error, trace, fatal = None, _DIED, traceback.format_exc(), False
                 if error is not None:
                     if book.strict:
                         raise RuntimeError(f"stage {name} failed: {error}\n{trace}")
                     book.failed(name, error, trace)
+                    if fatal:  # stop: the stages running are ended, the others not started
+                        left = [*running.values(), *waiting]
+                        for process in list(getattr(pool, "_processes", {}).values()):
+                            process.terminate()
+                        raise book.stop(name, error, left)
                 else:
                     book.finished(result)
                 bar.update()
@@ -292,17 +315,18 @@ def _init_worker(threads: int) -> None:
 
 
 def _stage_in_worker(root: str, module: str, name: str, key: dict, received: Any, forced: bool):
-    """Run one stage in a worker: ``(StageResult, None, None)`` or ``(None, error, trace)``
-    (``module``: the one that declares the stage, imported so that it registers)."""
+    """Run one stage in a worker: ``(StageResult, None, None, False)`` or ``(None, error,
+    trace, fatal)`` (``module``: the one that declares the stage, imported so that it
+    registers; ``fatal``: :func:`is_fatal`)."""
     layout = RunLayout(Path(root))
     context = _WORKER_CONTEXTS.setdefault(root, StageContext(layout, False, None))
     runner = StageRunner(layout.root, force={name} if forced else set())
     try:
         importlib.import_module(module)
         function = _stage_function(stage(name), context, received, layout)
-        return runner.run(name, key, function), None, None
+        return runner.run(name, key, function), None, None, False
     except Exception as err:  # sent back to the scheduler, which records it
-        return None, f"{type(err).__name__}: {err}", traceback.format_exc()
+        return None, f"{type(err).__name__}: {err}", traceback.format_exc(), is_fatal(err)
 
 
 def _stage_function(spec: Stage, context: StageContext, received, layout: RunLayout):

@@ -159,17 +159,18 @@ class ActivationsConfig:
     """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
     a token budget when long replays would not fit the device's memory."""
     attn_implementation: str = "agent"
-    """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager`` or
-    ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md)."""
+    """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager``,
+    ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md) or
+    ``flex_fp32_sinks`` (FlexAttention with the sinks applied in fp32: agents/flex_sinks.py)."""
     reasoning_every: int = 4
     """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
     (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
 
     def __post_init__(self) -> None:
-        if self.attn_implementation not in ("agent", "eager", "flex_attention"):
+        if self.attn_implementation not in ("agent", "eager", "flex_attention", "flex_fp32_sinks"):
             raise ValueError(
                 f"activations.attn_implementation {self.attn_implementation!r}: expected "
-                "'agent', 'eager' or 'flex_attention'"
+                "'agent', 'eager', 'flex_attention' or 'flex_fp32_sinks'"
             )
         if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
             raise ValueError("activations: reasoning_every must be an integer >= 0")

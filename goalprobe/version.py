@@ -13,7 +13,17 @@ def package_version() -> str:
         return "unknown"
 
 
-PROVENANCE_PACKAGES: tuple[str, ...] = ("torch", "transformers", "nnsight", "h5py", "vllm")
+PROVENANCE_PACKAGES: tuple[str, ...] = (
+    "torch",
+    "transformers",
+    "nnsight",
+    "h5py",
+    "vllm",
+    "triton",
+    "kernels",
+    "accelerate",
+    "openai-harmony",
+)
 """The packages whose versions :func:`software_versions` records (a missing one is left out)."""
 
 

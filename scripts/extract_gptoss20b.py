@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--attn-implementation",
         default="eager",
-        choices=("eager", "flex_attention"),
-        help="flex_attention: memory linear in T, for 8-16k-token reasoning (CUDA)",
+        choices=("eager", "flex_attention", "flex_fp32_sinks"),
+        help="flex_fp32_sinks / flex_attention: memory linear in T, for 8-16k-token reasoning "
+        "(CUDA); flex_fp32_sinks keeps the log-sum-exp and the sinks in fp32",
     )
     args = parser.parse_args(argv)
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         activation_bytes,
         mxfp4_status,
         plan_extraction,
+        planned_attention,
         replay_lengths,
         require_fits,
     )
@@ -109,6 +111,13 @@ def main(argv: list[str] | None = None) -> None:
         stored = json.loads((local / "config.json").read_text(encoding="utf-8"))
         if (stored.get("quantization_config") or {}).get("quant_method") != "mxfp4":
             status = replace(status, available=False, reason="the checkpoint is not MXFP4")
+    kernel = ""
+    if status.available and not args.dequantize:  # transformers downloads it only at load time
+        from goalprobe.activations.compute import mxfp4_kernel_check
+
+        loads, kernel = mxfp4_kernel_check()
+        if not loads:
+            status = replace(status, available=False, reason=kernel)
     mxfp4 = status.available and not args.dequantize
     weights = shape.weight_bytes(mxfp4=mxfp4)
     config = ExtractConfig(
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         shape,
         memory_bytes=gpu_gb * 1e9,
         weights_bytes=weights,
-        attention=args.attn_implementation,
+        attention=planned_attention(args.attn_implementation, "cuda"),
     )
     batch = args.batch_size or planned.batch_size
     max_tokens = 0 if args.batch_size else planned.max_batch_tokens
@@ -142,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         "gpu_memory_gb": round(gpu_gb, 1),
         "weights": "MXFP4" if mxfp4 else f"bf16 (dequantised: {reason})",
         "weights_gb": round(weights / 1e9, 1),
+        "mxfp4_kernel": kernel or None,
         "steps": len(lengths),
         "replayed_tokens_mean": round(sum(lengths) / max(1, len(lengths))),
         "replayed_tokens_max": max(lengths, default=0),
@@ -155,9 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     estimate = planned.peak_gb
     if args.batch_size:  # checked, not changed
-        activations = activation_bytes(
-            shape, batch, planned.longest, attention=args.attn_implementation
-        )
+        activations = activation_bytes(shape, batch, planned.longest, attention=planned.attention)
         estimate = (weights + activations) / 1e9
         plan["estimated_peak_gb"] = round(estimate, 1)
     print(json.dumps(plan, indent=2))
@@ -189,9 +197,32 @@ def main(argv: list[str] | None = None) -> None:
         from transformers import Mxfp4Config
 
         load["quantization_config"] = Mxfp4Config(dequantize=True)
+    from goalprobe.agents.attention import register
+
+    register(args.attn_implementation)  # goalprobe's own kernels (flex_fp32_sinks)
     tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(model_id, **load).eval()
-    print(f"loaded {model_id}: {torch.cuda.memory_allocated() / 1e9:.1f} GB allocated")
+    from goalprobe.activations.compute import weights_format
+    from goalprobe.activations.plan import loaded_weights_bytes
+
+    loaded = loaded_weights_bytes(model, "cuda")  # MXFP4 Triton tensors included
+    print(
+        f"loaded {model_id}: weights {weights_format(model)}, {loaded / 1e9:.1f} GB allocated "
+        f"(planned {weights / 1e9:.1f})"
+    )
+    if not args.batch_size:  # replan from what the weights actually take
+        planned = plan_extraction(
+            lengths,
+            shape,
+            memory_bytes=gpu_gb * 1e9,
+            weights_bytes=loaded,
+            attention=planned.attention,
+        )
+        try:
+            require_fits(planned, shape)
+        except ExtractionDoesNotFitError as err:
+            raise SystemExit(f"error: {err}") from None
+        batch, max_tokens, estimate = planned.batch_size, planned.max_batch_tokens, planned.peak_gb
     capture = make_backend(
         "nnsight", model, tokenizer, model_id=args.model, revision=args.revision or None
     )

@@ -13,6 +13,14 @@ keeps MXFP4 weights (:func:`goalprobe.activations.plan.mxfp4_status`; ``pip inst
 a model of ``--mxfp4-blocks`` blocks is saved and reloaded with transformers' MXFP4 quantizer and
 its weights and extraction peak are measured too; otherwise the report says why not.
 
+Issue 43's measurements come after the rollout steps: the kernels against eager attention on one
+random batch (worst block output difference and the MoE routing flip rate: the share of
+(block, token) whose top-4 experts differ from eager's), patching's planned vs measured memory
+(``patched_logits`` at ``--patching-lengths``, the batch from
+:class:`goalprobe.probes.patching.memory.PatchingBudget`), and extraction tokens/s with the
+fp32-LSE flex kernel (agents/flex_sinks.py) at ``--kernel-lengths`` (T = 500 to 16,000). The
+weights are counted as loaded (MXFP4's Triton tensors included).
+
 Extraction runs the toolkit's own path on synthetic trajectories (a scripted agent whose
 reasoning fills each step to the target length, so every row is replayed at ``T``): the planner
 (:mod:`goalprobe.activations.plan`) picks the batch, :func:`goalprobe.activations.extract.extract`
@@ -223,7 +231,10 @@ class Report:
     versions: dict[str, str]
     mxfp4: str
     attention: str = "eager"
-    agreement: dict[str, float] = field(default_factory=dict)
+    agreement: dict[str, Any] = field(default_factory=dict)
+    kernel: str = ""
+    kernel_extraction: list[dict[str, float]] = field(default_factory=list)
+    patching: list[dict[str, float]] = field(default_factory=list)
     rollout: dict[str, float] = field(default_factory=dict)
     extraction: list[dict[str, float]] = field(default_factory=list)
     mxfp4_extraction: list[dict[str, float]] = field(default_factory=list)
@@ -254,17 +265,28 @@ def markdown(report: Report) -> str:
     if report.agreement:
         a = report.agreement
         lines += [
-            f"Eager vs flex attention on one random batch ({a['batch']:.0f} x "
-            f"{a['tokens']:,.0f} tokens): worst block output ||eager - flex|| / ||eager|| = "
-            f"{a['flex']:.3g}, against {a['floor']:.3g} for eager batched vs one sequence at "
-            "a time (bf16's own noise).",
+            f"Kernels vs eager attention on one random batch ({a['batch']:.0f} x "
+            f"{a['tokens']:,.0f} tokens; eager batched vs one sequence at a time, the dtype's "
+            f"own noise: {a['floor']:.3g}):",
             "",
         ]
-    for title, rows in (("bf16", report.extraction), ("MXFP4", report.mxfp4_extraction)):
+        lines += [
+            f"- {k}: worst block ||eager - k|| / ||eager|| = {v['worst']:.3g}; top-k routing "
+            f"differs for {v['flips']:.2%} of (block, token), {v['flips_block0']:.2%} at block 0"
+            for k, v in a.items()
+            if isinstance(v, dict)
+        ]
+        lines.append("")
+    tables = (
+        ("bf16", report.attention, report.extraction),
+        ("MXFP4", report.attention, report.mxfp4_extraction),
+        (report.dtype, report.kernel, report.kernel_extraction),
+    )
+    for title, attention, rows in tables:
         if not rows:
             continue
         lines += [
-            f"Extraction ({title} weights, {report.attention} attention), synthetic "
+            f"Extraction ({title} weights, {attention} attention), synthetic "
             "trajectories replayed at T tokens:",
             "",
             "| T | steps | batch | tokens/s | peak GB (measured) | peak GB (planned) |",
@@ -281,6 +303,19 @@ def markdown(report: Report) -> str:
                 f"| {row['tokens']:,.0f} | {row['steps']:.0f} | {row['batch']:.0f} | "
                 f"{row['tokens_per_s']:,.0f} | {row['peak_gb']:.2f} | {row['planned_gb']:.2f} |"
             )
+        lines.append("")
+    if report.patching:
+        lines += [
+            "Patching (patched_logits, copies patched from the middle on), planned vs measured:",
+            "",
+            "| T | copies | peak GB (measured) | peak GB (planned) | measured / planned |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['tokens']:,.0f} | {r['batch']:.0f} | {r['peak_gb']:.2f} | "
+            f"{r['planned_gb']:.2f} | {r['peak_gb'] / r['planned_gb']:.2f} |"
+            for r in report.patching
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -345,7 +380,9 @@ def extraction_at(
         ModelShape,
         activation_bytes,
         device_memory_bytes,
+        loaded_weights_bytes,
         plan_extraction,
+        planned_attention,
         replay_lengths,
     )
 
@@ -353,9 +390,10 @@ def extraction_at(
     capture = make_backend("nnsight", model, tokenizer)
     config = ExtractConfig(layers=default_layers(capture.n_layers), batch_size=64)
     lengths = replay_lengths(traj, tokenizer, config)
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights = loaded_weights_bytes(model, device)  # MXFP4 Triton tensors included
     dtype_bytes = next(model.parameters()).element_size()
     plan_shape = ModelShape.from_config(model.config)
+    attention = planned_attention(attention, device)
     plan = plan_extraction(
         lengths,
         plan_shape,
@@ -395,25 +433,43 @@ def extraction_at(
     }
 
 
-def attention_agreement(model, device: str, tokens: int = 1_000, batch: int = 2) -> dict:
-    """Residual streams of one random batch under eager and flex attention, compared per block
-    output as ``||a - b|| / ||a||`` (worst block), beside the noise floor of bf16 itself: eager
-    on the same sequences run one at a time instead of batched (other kernels, same maths)."""
+def attention_agreement(
+    model, device: str, kernels: tuple[str, ...], tokens: int = 1_000, batch: int = 2
+) -> dict:
+    """Residual streams of one random batch under eager attention and each of ``kernels``,
+    compared per block output as ``||a - b|| / ||a||`` (worst block), beside the noise floor of
+    the dtype itself (eager on the same sequences one at a time instead of batched), and the
+    routing flip rate: the share of (block, token) whose top-k experts differ from eager's (a
+    flip moves a token's MoE output by about 30%, issue 43), overall and at block 0."""
     import torch
+    from goalprobe.agents.attention import register
 
     generator = torch.Generator(device=device).manual_seed(0)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, tokens), device=device, generator=generator)
+    routers = [m for n, m in model.named_modules() if n.endswith("mlp.router")]
 
-    def streams(implementation: str, one_at_a_time: bool = False) -> list:
+    def streams(implementation: str, one_at_a_time: bool = False) -> tuple[list, list]:
+        register(implementation)
         model.set_attn_implementation(implementation)
-        with torch.no_grad():
-            if not one_at_a_time:
-                return [h.float() for h in model(ids, output_hidden_states=True).hidden_states]
-            parts = [
-                model(ids[i : i + 1], output_hidden_states=True).hidden_states for i in range(batch)
-            ]
-            return [torch.cat([p[k] for p in parts]).float() for k in range(len(parts[0]))]
+        chosen: list = []
+        hooks = [
+            r.register_forward_hook(lambda m, i, o: chosen.append(o[2].sort(-1).values))
+            for r in routers
+        ]
+        try:
+            with torch.no_grad():
+                if not one_at_a_time:
+                    out = model(ids, output_hidden_states=True, logits_to_keep=1).hidden_states
+                    return [h.float() for h in out], chosen
+                parts = [
+                    model(ids[i : i + 1], output_hidden_states=True, logits_to_keep=1).hidden_states
+                    for i in range(batch)
+                ]
+                return [torch.cat([p[k] for p in parts]).float() for k in range(len(parts[0]))], []
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def worst(a: list, b: list) -> float:
         return max(
@@ -421,10 +477,55 @@ def attention_agreement(model, device: str, tokens: int = 1_000, batch: int = 2)
             for x, y in zip(a[1:], b[1:], strict=True)
         )
 
-    eager = streams("eager")
-    floor = worst(eager, streams("eager", one_at_a_time=True))
-    flex = worst(eager, streams("flex_attention"))
-    return {"tokens": float(tokens), "batch": float(batch), "flex": flex, "floor": floor}
+    eager, routes = streams("eager")
+    out: dict = {"tokens": float(tokens), "batch": float(batch)}
+    out["floor"] = worst(eager, streams("eager", one_at_a_time=True)[0])
+    for kernel in kernels:
+        other, other_routes = streams(kernel)
+        flips = [
+            (a != b).any(-1).float().mean().item()
+            for a, b in zip(routes, other_routes, strict=True)
+        ]
+        out[kernel] = {
+            "worst": worst(eager, other),
+            "flips": sum(flips) / max(1, len(flips)),
+            "flips_block0": flips[0] if flips else float("nan"),
+        }
+    model.set_attn_implementation("eager")
+    return out
+
+
+def patching_memory(model, tokenizer, device: str, lengths: tuple[int, ...]) -> list[dict]:
+    """Patched forward passes (probes/patching's ``patched_logits``) at ``T`` tokens with the
+    batch :class:`~goalprobe.probes.patching.memory.PatchingBudget` plans (at most 16 copies,
+    each patched from the middle on, so the first half is a cached prefix): the measured peak
+    beside the planned one (weights plus :func:`~goalprobe.activations.plan.patched_run_bytes`)."""
+    import torch
+    from goalprobe.activations.capture import Patch, make_backend
+    from goalprobe.probes.patching.memory import PatchingBudget
+
+    budget = PatchingBudget.for_model(model, device)
+    backend = make_backend("nnsight", model, tokenizer)
+    rows = []
+    for tokens in lengths:
+        ids = torch.randint(0, model.config.vocab_size, (tokens,)).numpy()
+        start = tokens // 2 if backend.prefix_cache else 0
+        batch = budget.patched_batch(start, tokens - start, 16)
+        planned = budget.weights_bytes + budget.patched_bytes(batch, start, tokens - start)
+        values = torch.zeros(1, 1, model.config.hidden_size)
+        patches = [Patch((0,), torch.tensor([tokens // 2]), values) for _ in range(batch)]
+        _reset_peak(device)
+        try:
+            backend.patched_logits(ids, patches)
+            peak = _peak_gb(device)
+        except torch.OutOfMemoryError:
+            peak = float("inf")
+        rows.append(
+            {"tokens": tokens, "batch": batch, "planned_gb": planned / 1e9, "peak_gb": peak}
+        )
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return rows
 
 
 def blocks_that_fit(device: str, wanted: int, tiny: bool) -> int:
@@ -456,15 +557,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--attn-implementation",
         default="eager",
-        choices=("eager", "flex_attention"),
+        choices=("eager", "flex_attention", "flex_fp32_sinks"),
         help="attention of the extraction (flex_attention: CUDA only)",
     )
+    parser.add_argument(
+        "--kernel-lengths",
+        default=None,
+        help="replayed T values of the fp32-LSE flex kernel's extraction (default on CUDA "
+        "500,2000,4000,8000,16000; on CPU none; '' to skip)",
+    )
+    parser.add_argument(
+        "--patching-lengths",
+        default=None,
+        help="T of the patching memory check (default on CUDA 1000,2000,4000; on CPU none)",
+    )
     args = parser.parse_args(argv)
-    try:
-        args.lengths = tuple(int(x) for x in args.lengths.split(",") if x.strip())
-    except ValueError:
-        parser.error(f"--lengths {args.lengths!r}: expected comma-separated integers")
-    if not args.lengths or min(args.lengths) < 64:
+    cuda = args.device.startswith("cuda")
+    if args.kernel_lengths is None:
+        args.kernel_lengths = "500,2000,4000,8000,16000" if cuda else ""
+    if args.patching_lengths is None:
+        args.patching_lengths = "1000,2000,4000" if cuda else ""
+    for name in ("lengths", "kernel_lengths", "patching_lengths"):
+        text = getattr(args, name)
+        try:
+            setattr(args, name, tuple(int(x) for x in text.split(",") if x.strip()))
+        except ValueError:
+            parser.error(f"--{name.replace('_', '-')} {text!r}: expected comma-separated integers")
+    if not args.lengths or min((*args.lengths, *args.kernel_lengths)) < 64:
         parser.error("--lengths: every T must be >= 64 (a prompt is several hundred tokens)")
     if args.blocks < 1 or args.steps < 1 or args.conversations < 1 or args.new_tokens < 1:
         parser.error("--blocks, --steps, --conversations and --new-tokens must be >= 1")
@@ -490,7 +609,8 @@ def main(argv: list[str] | None = None) -> Report:
     args = parse_args(argv)
     started = time.perf_counter()
     import torch
-    from goalprobe.activations.plan import mxfp4_status
+    from goalprobe.activations.plan import loaded_weights_bytes, mxfp4_status
+    from goalprobe.agents.attention import FLEX_FP32_SINKS, register
 
     from goalprobe.version import software_versions
 
@@ -507,7 +627,7 @@ def main(argv: list[str] | None = None) -> Report:
         dtype=str(dtype).removeprefix("torch."),
         blocks=blocks,
         blocks_wanted=args.blocks,
-        weights_gb=sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9,
+        weights_gb=loaded_weights_bytes(model, args.device) / 1e9,
         versions=software_versions(),
         mxfp4="available" if status.available else f"not available ({status.reason})",
         attention=args.attn_implementation,
@@ -517,9 +637,16 @@ def main(argv: list[str] | None = None) -> Report:
     )
     _write_partial(args.out, report, started)
     attn = args.attn_implementation
-    if attn == "flex_attention":
-        report.agreement = attention_agreement(model, args.device)
-        print(f"eager vs flex attention: {report.agreement}", flush=True)
+    kernels = ("flex_attention", FLEX_FP32_SINKS) if args.device.startswith("cuda") else ()
+    tokens = 1_000 if args.device.startswith("cuda") else 128
+    report.agreement = attention_agreement(
+        model, args.device, kernels or (FLEX_FP32_SINKS,), tokens=tokens
+    )
+    print(f"kernels vs eager attention: {report.agreement}", flush=True)
+    if args.patching_lengths:
+        report.patching = patching_memory(model, tokenizer, args.device, args.patching_lengths)
+        _write_partial(args.out, report, started)
+    register(attn)
     model.set_attn_implementation(attn)
     with tempfile.TemporaryDirectory() as work:
         for target in args.lengths:
@@ -527,6 +654,21 @@ def main(argv: list[str] | None = None) -> Report:
                 extraction_at(model, tokenizer, args.device, target, args.steps, Path(work), attn)
             )
             _write_partial(args.out, report, started)
+        if args.kernel_lengths:  # the fp32-LSE flex kernel, up to long reasoning
+            register(FLEX_FP32_SINKS)
+            model.set_attn_implementation(FLEX_FP32_SINKS)
+            report.kernel = FLEX_FP32_SINKS
+            kernel_work = Path(work) / FLEX_FP32_SINKS  # its own stores
+            kernel_work.mkdir()
+            for target in args.kernel_lengths:
+                report.kernel_extraction.append(
+                    extraction_at(
+                        model, tokenizer, args.device, target, args.steps, kernel_work,
+                        FLEX_FP32_SINKS,
+                    )
+                )  # fmt: skip
+                _write_partial(args.out, report, started)
+            model.set_attn_implementation(attn)
         if status.available and not args.no_mxfp4 and not args.tiny:
             del model
             torch.cuda.empty_cache()

@@ -11,8 +11,15 @@
 #   sbatch --dependency=afterok:<array job id> --wrap \
 #       "goalprobe merge runs/gptoss/acts/shard_*_of_8.h5 --out runs/gptoss/acts/activations.h5"
 #
+# The gres names the GPU type (here a100; use your cluster's name, e.g. h100): a requeued task
+# then resumes on the same GPU model, which is part of the store's identity (with the weights'
+# format, dtype, driver and CUDA; `goalprobe merge` refuses shards computed on others). A card
+# of the same model but another size (A100-40 after A100-80) resumes: the batch is planned per
+# run and recorded per part, outside the identity. On an offline node, pre-fetch the MXFP4
+# kernel first (the --dry-run plan says whether it loads, and how to fetch it).
+#
 #SBATCH --job-name=goalprobe-extract
-#SBATCH --gres=gpu:1
+#SBATCH --gres=gpu:a100:1
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=64G
 #SBATCH --time=08:00:00

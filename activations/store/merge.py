@@ -35,6 +35,7 @@ _MATCHING_ATTRS: tuple[str, ...] = (
     "shard_count",
     "d_model",
     "attention",
+    "compute",
 )
 
 
@@ -256,6 +257,10 @@ def merge_shards(
             merged_from=[paths[i].name for i in ordered],
             merged=utc_now(),
         )
+        if any("part_batching" in s.attrs for s in stores):  # each shard's parts, in order
+            attrs["part_batching"] = [
+                b for i in ordered for b in (stores[i].attrs.get("part_batching") or [])
+            ]
         order = np.argsort(np.concatenate([step_index[i] for i in ordered]), kind="stable")
         sources = [paths[i] for i in ordered]
         if compression is None:

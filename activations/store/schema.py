@@ -167,7 +167,7 @@ ROOT_ATTRS: dict[str, str] = {
     "created": "UTC creation time, ISO 8601",
     "package_version": "goalprobe version that wrote the file",
     "software": "JSON of the versions that wrote it: goalprobe, python, torch, transformers, "
-    "nnsight, h5py (and vllm when installed)",
+    "nnsight, h5py (and vllm, triton, kernels, accelerate, openai-harmony when installed)",
     "model_id": "model name or path",
     "model_revision": "model revision: the one asked for, else the resolved commit of the "
     "weights (Hugging Face cache snapshot or config._commit_hash; '' when unknown)",
@@ -177,6 +177,11 @@ ROOT_ATTRS: dict[str, str] = {
     "d_model": "residual width",
     "attention": "attention kernel the rows were computed with (eager, sink_attention, "
     "flex_attention; the TransformerLens bridge runs eager); absent before 2026-11-27",
+    "compute": "JSON {weights (mxfp4, bf16, fp32, ...), dtype, device, gpu (its model, without "
+    "the memory size), driver, cuda}: part of the identity (resume and merge refused across "
+    "it); absent before 2026-11-28",
+    "part_batching": "JSON list, per part: the batch_size and max_batch_tokens it ran with and "
+    "where (device, GPU name and memory); the batches are outside the identity",
     "anchor_token_ids": "JSON of the harmony token ids used to find the anchors (harmony "
     "stores only)",
     "chat_format": "JSON description of the chat format the anchors and reasoning rows were "

@@ -99,6 +99,7 @@ def command(
     from goalprobe.agents.models import HubUnavailableError, check_model_available
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
+    from goalprobe.fatal import RunStopped
     from goalprobe.report.summary import terminal_summary
 
     console = Console()
@@ -125,16 +126,20 @@ def command(
         raise typer.BadParameter(str(err), param_hint="--model") from err
     if backend == "server":
         check_server_if_needed(run_dir, config, stages_forced)
-    result = run_demo(
-        run_dir,
-        config,
-        force=stages_forced,
-        progress=progress,
-        log=lambda line: console.print(line, markup=False, highlight=False),
-        jobs=jobs or default_jobs(device),
-        control=control,
-        generation_only=generation_only,
-    )
+    try:
+        result = run_demo(
+            run_dir,
+            config,
+            force=stages_forced,
+            progress=progress,
+            log=lambda line: console.print(line, markup=False, highlight=False),
+            jobs=jobs or default_jobs(device),
+            control=control,
+            generation_only=generation_only,
+        )
+    except RunStopped as err:  # a pre-flight refusal: no other stage spends generation time
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(code=2) from err
     typer.echo(stage_tally(result, scale))
     for name, error in result.failed.items():
         typer.echo(f"  {name}: {' '.join(str(error).split())}"[:200])

@@ -75,8 +75,10 @@ def command(
         str,
         typer.Option(
             help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
-            "sink_attention or flex_attention (CUDA; memory linear in the replayed length, but "
-            "its rows differ from eager's: never mix the two in one study)."
+            "sink_attention, flex_fp32_sinks (FlexAttention, the sinks in fp32: eager's rows "
+            "within 1e-4 in fp32, memory linear on CUDA) or flex_attention (CUDA; memory linear "
+            "in the replayed length, but its rows differ from eager's: never mix kernels in one "
+            "study)."
         ),
     ] = "auto",
     rows_per_part: Annotated[

@@ -154,6 +154,7 @@ def command(
     from goalprobe.figure_files import write_patch_heatmap
     from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
     from goalprobe.probes.patching.experiment import PatchConfig, resolve_layer_sets
+    from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
     from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
     from goalprobe.probes.patching.sites import SequenceError
 
@@ -237,7 +238,11 @@ def command(
             model_id=loaded.model_id,
             model_revision=loaded.revision,
             input_name=str(trajectories or grids),
+            budget=PatchingBudget.for_model(loaded.model),
         )
+    except PatchingDoesNotFitError as err:  # refused before any generation: nothing written
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     except SequenceError as err:
         raise typer.BadParameter(
             f"{err}", param_hint="--trajectories" if trajectories else "--model"

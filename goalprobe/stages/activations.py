@@ -12,12 +12,14 @@ from goalprobe.activations.extract import ExtractConfig, default_layers, extract
 from goalprobe.activations.plan import (
     ModelShape,
     device_memory_bytes,
+    loaded_weights_bytes,
     plan_extraction,
+    planned_attention,
     replay_lengths,
     require_fits,
 )
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.attention import SINK_ATTENTION
+from goalprobe.agents.attention import register as register_attention
 from goalprobe.config import ActivationsConfig
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
@@ -65,6 +67,7 @@ def attention(model, implementation: str):
     if implementation in ("agent", before):
         yield
         return
+    register_attention(implementation)  # goalprobe's own kernels (sink_attention, flex_fp32_sinks)
     model.set_attn_implementation(implementation)
     try:
         yield
@@ -118,18 +121,20 @@ def planned_config(
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
     longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``). ``attention``:
-    the kernel planned for; None: the one the model runs (the SDPA sinks kernel is planned as
-    eager: its additive mask has the scores' size).
+    the kernel planned for; None: the one the model runs (the SDPA sinks kernel is eager's
+    model on CPU and its own on CUDA: :func:`~goalprobe.activations.plan.planned_attention`).
+    The weights are what the loaded model holds (:func:`~goalprobe.activations.plan.loaded_weights_bytes`:
+    MXFP4 experts are Triton tensors, not parameters).
 
     Raises:
         ExtractionDoesNotFitError: the longest step does not fit one sequence at a time."""
     model = loaded.model
-    attention = attention or str(model.config._attn_implementation)
-    if attention == SINK_ATTENTION:
-        attention = "eager"
+    if device in ("", "auto"):
+        device = str(next(model.parameters()).device)
+    attention = planned_attention(attention or str(model.config._attn_implementation), device)
     shape = ModelShape.from_config(model.config)
     dtype_bytes = next(model.parameters()).element_size()
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights = loaded_weights_bytes(model, device)
     lengths = replay_lengths(trajectories, loaded.tokenizer, config)
     plan = plan_extraction(
         lengths,

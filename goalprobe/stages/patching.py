@@ -14,6 +14,7 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
 from goalprobe.probes.patching.experiment import PatchConfig
+from goalprobe.probes.patching.memory import PatchingBudget
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
@@ -61,6 +62,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     pairs = build_counterfactuals(bases, disjoint) + build_counterfactuals(
         bases[: p.control_bases], controls
     )
+    batches = stage_dir / BATCHES_FILE  # what an out-of-memory error halved a batch to
+    limits = json.loads(batches.read_text(encoding="utf-8")) if batches.is_file() else None
     outcome = run_experiment(
         bases,
         make_backend("nnsight", loaded.model, loaded.tokenizer),
@@ -71,6 +74,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         model_id=loaded.model_id,
         model_revision=loaded.revision,
         input_name=context.layout.relative(trajectories),
+        budget=PatchingBudget.for_model(loaded.model, config.agent.device),
+        batch_limits=limits,
+        on_halve=lambda halved: _record_batch(batches, halved),
     )
     if peak is not None:
         outcome.meta["reasoning_chunks"]["peak"] = peak
@@ -82,6 +88,19 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "dropped_truncated": outcome.report.dropped_truncated,
     }
     return {"results": paths["results_json"]}, counts
+
+
+BATCHES_FILE = "batches.json"
+"""``RUN/patching/batches.json``: kind of forward pass -> the batch an out-of-memory error
+halved it to, written at once, so that a rerun starts from it instead of the plan that failed."""
+
+
+def _record_batch(path: Path, halved) -> None:
+    limits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    limits[halved.name] = halved.size
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(limits, indent=1), encoding="utf-8")
+    tmp.replace(path)
 
 
 def readout_peak(lens_path: Path, n_layers: int) -> dict:

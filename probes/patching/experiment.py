@@ -35,13 +35,14 @@ patching are kept (``require_optimal``), so capability does not confound the res
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from goalprobe.activations.capture.base import CleanRun, ResidualBackend
 from goalprobe.activations.extract import default_layers
+from goalprobe.activations.oom import HalvingBatch
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
@@ -52,6 +53,12 @@ from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
 from goalprobe.probes.patching.counterfactuals import CounterfactualPair
+from goalprobe.probes.patching.memory import (
+    PatchingBudget,
+    PatchingPlan,
+    plan_patching,
+    require_patching_fits,
+)
 from goalprobe.probes.patching.sites import (
     DEFAULT_SITES,
     SITES,
@@ -306,7 +313,15 @@ class PatchingContext:
         config: the experiment config.
     """
 
-    def __init__(self, backend: ResidualBackend, config: PatchConfig) -> None:
+    def __init__(
+        self,
+        backend: ResidualBackend,
+        config: PatchConfig,
+        *,
+        budget: PatchingBudget | None = None,
+        batch_limits: Mapping[str, int] | None = None,
+        on_halve: Callable[[HalvingBatch], None] | None = None,
+    ) -> None:
         if backend.tokenizer is None:
             raise ValueError(f"the {backend.name} backend needs the model's tokenizer to patch")
         self.model = model = backend.model
@@ -331,6 +346,24 @@ class PatchingContext:
         self.capture_layers = sorted(
             {x for _, layers in self.layer_sets + self.anchor_layer_sets for x in layers}
         )
+        self.budget = budget
+        """The memory budget batches are planned in (:mod:`~goalprobe.probes.patching.memory`;
+        None: only the config's batch sizes limit them)."""
+        self.plan: PatchingPlan | None = None
+        """The plan :func:`prepare_pairs` made before the greedy completions (with a budget)."""
+        limits = dict(batch_limits or {})
+        self.batches = {
+            name: HalvingBatch(name, planned, size=int(limits.get(name, 0)), on_halve=on_halve)
+            for name, planned in (
+                ("greedy", config.batch_size),
+                ("teacher_forced", config.batch_size),
+                ("regenerate", config.regenerate_batch_size),
+            )
+        }
+        """Per kind of forward pass, its batch: halved on an out-of-memory error and started
+        from ``batch_limits`` (what an earlier run halved to)."""
+        self.identity_records: list = []
+        """The identity patches' records (:func:`~goalprobe.probes.patching.patched_runs.run_patching`)."""
 
     def messages(self, grid: Grid, state: State):
         """The conversation showing ``grid`` in ``state``."""
@@ -354,15 +387,23 @@ class PatchingContext:
             reasoning_effort=self.config.reasoning_effort,
             seed=0,
         )
-        out = []
-        size = self.config.batch_size
-        for start in range(0, len(prompts), size):
-            chunk = [list(p) for p in prompts[start : start + size]]
-            for completion in self.generator.generate_ids(chunk, sampling):
+        prompts = [list(p) for p in prompts]
+
+        def complete(chunk):
+            out = []
+            for completion in self.generator.generate_ids(list(chunk), sampling):
                 parsed = parse_completion(completion.final, completion.finish_reason)
                 ids = None if parsed.truncated else completion.generated_token_ids
                 out.append((ids, parsed.action))
-        return out
+            return out
+
+        cap = None
+        if self.budget is not None and prompts:
+            longest = max(len(p) for p in prompts)
+            cap = self.budget.generation_batch(
+                longest, self.config.max_new_tokens, self.config.batch_size
+            )
+        return self.batches["greedy"].run(prompts, complete, cap=cap)
 
     def oracle_completion(self, grid: Grid, state: State) -> list[int]:
         """Completion ids holding the bundled agent's reasoning with an optimal plan."""
@@ -466,6 +507,21 @@ def prepare_pairs(
     # greedy completions: the reasoning of "greedy"/"recorded" runs, the reference of regeneration
     base_greedy = config.reasoning == "greedy" or config.regenerate
     cf_greedy = config.reasoning != "oracle" or config.regenerate
+    if context.budget is not None:  # planned (and refused) before any generation
+        recorded = [
+            len(base_prompts[p.base.base_id]) + len(p.base.generated_token_ids)
+            for p in _unique_bases(pairs)
+            if config.reasoning == "recorded" and p.base.generated_token_ids is not None
+        ]
+        context.plan = plan_patching(
+            [len(x) for x in [*base_prompts.values(), *cf_prompts.values()]],
+            context.budget,
+            max_new_tokens=config.max_new_tokens,
+            batch_size=config.batch_size,
+            generation_batch_size=config.regenerate_batch_size,
+            recorded_lengths=recorded,
+        )
+        require_patching_fits(context.plan)
     need_greedy: list[tuple[str, list[int]]] = []
     if base_greedy:
         need_greedy += [

@@ -409,6 +409,7 @@ def run_patching(
     randoms = (
         random_sources(prepared, config.seed) if config.random_control else [None] * len(prepared)
     )
+    produced: list[PatchRecord] = []
     for index, item in enumerate(prepared):
         if progress is not None:
             progress(index, len(prepared))
@@ -416,36 +417,118 @@ def run_patching(
         by_target: dict[str, list[_Job]] = {}
         for job in jobs:
             by_target.setdefault(job.direction, []).append(job)
-        for group in by_target.values():
+        for direction, group in by_target.items():
+            identity = identity_job(item, direction, context)
+            group += [] if identity is None else [identity]
             target = group[0].target
             # patches that start late share a long unpatched prefix (the backends' prefix_cache)
             group.sort(key=lambda j: int(j.patch.positions.min()))
-            for start in range(0, len(group), config.batch_size):
-                chunk = group[start : start + config.batch_size]
+
+            def forced(chunk, target=target):
                 logits = context.backend.patched_logits(
                     target.sequence.token_ids, [j.patch for j in chunk]
                 )
-                for job, row in zip(chunk, logits[:, action_ids].numpy(), strict=True):
-                    action = Action(int(np.argmax(row)))
-                    records.append(_record(job, "teacher_forced", action, row.astype(np.float64)))
+                return [
+                    _record(job, "teacher_forced", Action(int(np.argmax(row))), row.astype(float))
+                    for job, row in zip(chunk, logits[:, action_ids].numpy(), strict=True)
+                ]
+
+            produced += context.batches["teacher_forced"].run(
+                group, forced, cap=_forced_cap(context, target, group)
+            )
             if config.regenerate:
                 regenerate += [j for j in group if j.site in PROMPT_SITES]
         if chunk_tiers[index]:
             regenerate += chunk_jobs(item, context, skipped, random_source=randoms[index])
+
+    def regenerated(chunk):
+        completions = context.backend.generate(
+            np.asarray([j.prompt for j in chunk], dtype=np.int64),
+            [j.patch for j in chunk],
+            max_new_tokens=config.max_new_tokens,
+            stop_ids=stop_ids,
+        )
+        return [
+            _record(job, "regenerated", context.parse_generated(ids, job.prefix), None)
+            for job, ids in zip(chunk, completions, strict=True)
+        ]
+
     # one decoding loop per prompt length (prompt, then any teacher-forced reasoning prefix)
     by_length: dict[int, list[_Job]] = {}
     for job in regenerate:
         by_length.setdefault(len(job.prompt), []).append(job)
-    for _, group in sorted(by_length.items()):
-        for start in range(0, len(group), config.regenerate_batch_size):
-            chunk = group[start : start + config.regenerate_batch_size]
-            completions = context.backend.generate(
-                np.asarray([j.prompt for j in chunk], dtype=np.int64),
-                [j.patch for j in chunk],
-                max_new_tokens=config.max_new_tokens,
-                stop_ids=stop_ids,
+    for length, group in sorted(by_length.items()):
+        cap = None
+        if context.budget is not None:
+            cap = context.budget.generation_batch(
+                length, config.max_new_tokens, config.regenerate_batch_size
             )
-            for job, ids in zip(chunk, completions, strict=True):
-                parsed = context.parse_generated(ids, job.prefix)
-                records.append(_record(job, "regenerated", parsed, None))
+        produced += context.batches["regenerate"].run(group, regenerated, cap=cap)
+    records += [r for r in produced if r.kind != IDENTITY]
+    context.identity_records.extend(r for r in produced if r.kind == IDENTITY)
     return records, skipped
+
+
+IDENTITY = "identity"
+"""Kind of the identity patch: the target's own clean values written back into its run, in
+the same batches as the real patches. A patch that changes nothing changes the action only
+through the batch itself (padding, batch-dependent kernels, a GPU's non-batch-invariant
+reductions), so its action-change rate is the floor the real patches' rates stand on
+(:func:`identity_floor`)."""
+
+
+def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -> _Job | None:
+    """The identity patch of ``item``'s target in ``direction``: its own clean values at the
+    first anchor site it is patched at (else its first site) and the first anchor layer set;
+    None when the target has no positions there."""
+    config = context.config
+    sites = [s for s in config.anchor_sites if s in config.sites] + list(config.sites)
+    _, target = item.sides(direction)
+    label, layers = context.anchor_layer_sets[0]
+    for site in sites:
+        try:
+            _, positions = site_positions(
+                target.sequence, target.sequence, site, item.pair.changed_cells
+            )
+        except SequenceError:
+            continue
+        patch = Patch(layers, torch.as_tensor(positions), target.clean.values(layers, positions))
+        return _Job(
+            item.pair, IDENTITY, direction, target, target, target.optimal, site, label, patch,
+            "live",
+        )  # fmt: skip
+    return None
+
+
+def identity_floor(records: Sequence[PatchRecord]) -> dict:
+    """Per mode (teacher-forced, regenerated): identity patches run, how many changed the
+    action (a valid patched action other than the unpatched one), the rate and its Wilson 95%
+    interval (honest at 0%); the rate is the floor of the real patches' action-change rates."""
+    from goalprobe.agents.preflight import wilson_interval
+
+    out = {}
+    for mode in ("teacher_forced", "regenerated"):
+        rows = [r for r in records if r.mode == mode]
+        changed = sum(r.action_changed for r in rows)
+        low, high = wilson_interval(changed, len(rows))
+        out[mode] = {
+            "n": len(rows),
+            "action_changed": int(changed),
+            "invalid": int(sum(r.invalid for r in rows)),
+            "rate": changed / len(rows) if rows else None,
+            "interval": [low, high],
+        }
+    return out
+
+
+def _forced_cap(context: PatchingContext, target: Side, group: Sequence[_Job]) -> int | None:
+    """The most patched copies of ``target`` the memory budget allows (None: no budget): the
+    run covers the tokens after the group's earliest patched position when the backend caches
+    the unpatched prefix, else the whole sequence."""
+    if context.budget is None:
+        return None
+    n = len(target.sequence.token_ids)
+    start = 0
+    if context.backend.prefix_cache:
+        start = min(min(int(j.patch.positions.min()) for j in group), n - 1)
+    return context.budget.patched_batch(start, n - start, context.config.batch_size)

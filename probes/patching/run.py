@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from goalprobe.activations.capture.base import ResidualBackend
+from goalprobe.activations.oom import HalvingBatch
 from goalprobe.agents.harmony import ReasoningEffort
 from goalprobe.agents.trajectories import read_run_header, read_steps
 from goalprobe.probes.patching.counterfactuals import (
@@ -34,7 +35,13 @@ from goalprobe.probes.patching.experiment import (
     PreparedPair,
     prepare_pairs,
 )
-from goalprobe.probes.patching.patched_runs import CHUNK_DIRECTION, PatchRecord, run_patching
+from goalprobe.probes.patching.memory import PatchingBudget
+from goalprobe.probes.patching.patched_runs import (
+    CHUNK_DIRECTION,
+    PatchRecord,
+    identity_floor,
+    run_patching,
+)
 from goalprobe.probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
 from goalprobe.probes.patching.sites import chunk_site
 from goalprobe.probes.patching.store_source import StoreSource
@@ -150,6 +157,9 @@ def run_experiment(
     model_id: str | None = None,
     model_revision: str | None = None,
     input_name: str | None = None,
+    budget: PatchingBudget | None = None,
+    batch_limits: Mapping[str, int] | None = None,
+    on_halve: Callable[[HalvingBatch], None] | None = None,
 ) -> PatchingOutcome:
     """Draw pairs for ``bases``, prepare them, patch every site x layer set x direction, and
     summarise.
@@ -163,6 +173,12 @@ def run_experiment(
         store: optional source of recorded anchor values (:class:`StoreSource`).
         n_resamples, random_state: the grid bootstrap of the summary.
         model_id, model_revision, input_name: recorded in :attr:`PatchingOutcome.meta`.
+        budget: the device's memory budget (:class:`PatchingBudget`): the run is planned (and
+            refused, :class:`PatchingDoesNotFitError`) before any greedy completion, and each
+            forward pass takes the batch the memory model allows; None: the config's batches.
+        batch_limits: kind of forward pass -> the batch to start from (what an earlier run was
+            halved to on an out-of-memory error).
+        on_halve: called after each halving (e.g. to record the batch on disk).
 
     Raises:
         ValueError: a layer-set spec the model cannot resolve.
@@ -171,7 +187,9 @@ def run_experiment(
     """
     if pairs is None:
         pairs = build_counterfactuals(bases, counterfactuals)
-    context = PatchingContext(backend, config)
+    context = PatchingContext(
+        backend, config, budget=budget, batch_limits=batch_limits, on_halve=on_halve
+    )
     prepared, report = prepare_pairs(pairs, context)
     records, skipped = run_patching(prepared, context, store=store)
     summary = summarize(records, n_resamples=n_resamples, random_state=random_state)
@@ -191,6 +209,11 @@ def run_experiment(
         "skipped_sites": dict(skipped),
         "n_pairs": dict(Counter(p.pair.kind for p in prepared)),
         "verdicts": verdicts,
+        "identity_floor": identity_floor(context.identity_records),
+        "memory": {
+            "plan": None if context.plan is None else context.plan.to_dict(),
+            "batches": {name: b.to_dict() for name, b in context.batches.items()},
+        },
     }
     if chunks:
         # the chunk x layer-set verdicts are one family: Bonferroni-adjusted intervals

@@ -30,6 +30,10 @@ def test_arguments(gpu_check):
     assert args.device == "cuda" and args.blocks == 24 and args.lengths == (500, 1000, 2000, 4000)
     args = gpu_check.parse_args(["--lengths", "700, 900", "--steps", "2"])
     assert args.lengths == (700, 900) and args.steps == 2
+    assert args.kernel_lengths == (500, 2000, 4000, 8000, 16000)  # up to long reasoning
+    assert args.patching_lengths == (1000, 2000, 4000)
+    smoke = gpu_check.parse_args(["--device", "cpu", "--tiny"])
+    assert smoke.kernel_lengths == () and smoke.patching_lengths == ()
     for bad in (["--lengths", "5x"], ["--lengths", "10"], ["--blocks", "0"], ["--device", "cpu"]):
         with pytest.raises(SystemExit):
             gpu_check.parse_args(bad)
@@ -61,11 +65,20 @@ def test_smoke_mode_on_cpu(gpu_check, gptoss_dir, tmp_path, capsys):
     out = tmp_path / "check.md"
     args = ["--device", "cpu", "--blocks", "1", "--tiny", "--tokenizer", str(gptoss_dir)]
     args += ["--lengths", "450,600", "--steps", "2", "--conversations", "2", "--new-tokens", "3"]
+    args += ["--kernel-lengths", "450", "--patching-lengths", "400"]
     report = gpu_check.main([*args, "--out", str(out)])
+    # the fp32-LSE flex kernel: its rows, its agreement with eager and its routing flips (fp32
+    # on CPU: within float noise, no flip), and patching planned beside measured (CPU: nan)
+    assert report.kernel == "flex_fp32_sinks" and report.kernel_extraction[0]["tokens"] == 450
+    kernel = report.agreement["flex_fp32_sinks"]
+    assert kernel["worst"] < 1e-4 and kernel["flips"] == 0.0
+    assert report.patching[0]["tokens"] == 400 and report.patching[0]["batch"] >= 1
     assert report.blocks == 1 and report.dtype == "float32"
     assert [row["tokens"] for row in report.extraction] == [450, 600]  # replayed at T exactly
     assert all(row["steps"] == 2 and row["tokens_per_s"] > 0 for row in report.extraction)
     assert report.rollout["conversations"] == 2 and report.rollout["tokens_per_s"] > 0
     text = out.read_text()
     assert "| 450 | 2 |" in text and "| 600 | 2 |" in text and "1 of 1 blocks" in text
+    assert "flex_fp32_sinks attention" in text and "top-k routing differs for 0.00%" in text
+    assert "| 400 |" in text  # the patching table
     assert "### GPU check (CPU" in capsys.readouterr().out

@@ -14,6 +14,7 @@ from goalprobe.activations.plan import (
     activation_bytes,
     mxfp4_status,
     plan_extraction,
+    replay_lengths,
     require_fits,
 )
 
@@ -132,3 +133,109 @@ def test_a_step_that_does_not_fit_is_refused_with_its_figures():
     )
     with pytest.raises(ExtractionDoesNotFitError, match="0.0 GB are left"):
         require_fits(tiny, GPT_OSS_20B)
+
+
+class TritonTensorStandIn:
+    """What transformers' MXFP4 loading puts in place of an expert weight: not a torch tensor
+    nor a module parameter; its packed bytes live in ``.storage.data`` (triton_kernels'
+    ``Tensor``), its scales in a precision config's ``weight_scale``."""
+
+    def __init__(self, data) -> None:
+        from types import SimpleNamespace
+
+        self.storage = SimpleNamespace(data=data, layout="swizzled")
+        self.shape = data.shape
+
+
+def mxfp4_stand_in(model) -> int:
+    """Replace every expert weight of ``model`` the way transformers' MXFP4 loading does
+    (packed uint8 values, 4 bits each, and one uint8 scale per block of 32); returns the bytes
+    put in place."""
+    from types import SimpleNamespace
+
+    import torch
+
+    added = 0
+    for module in model.modules():
+        for name in ("gate_up_proj", "down_proj"):
+            weight = module._parameters.get(name)
+            if weight is None or weight.dim() != 3:
+                continue
+            packed = torch.zeros(*weight.shape[:-1], weight.shape[-1] // 2, dtype=torch.uint8)
+            scales = torch.zeros(*weight.shape[:-1], weight.shape[-1] // 32, dtype=torch.uint8)
+            del module._parameters[name]
+            setattr(module, name, TritonTensorStandIn(packed))
+            precision = SimpleNamespace(weight_scale=TritonTensorStandIn(scales), flex_ctx=None)
+            setattr(module, f"{name}_precision_config", precision)
+            added += packed.numel() + scales.numel()
+    return added
+
+
+def test_mxfp4_expert_weights_are_counted(tmp_path, trajectories, tokenizer):
+    """transformers replaces each MXFP4 expert parameter with a Triton tensor, which
+    ``model.parameters()`` does not list (issue 43: 3.6 of GPT-OSS-20B's 13.8 GB were seen):
+    the planner counts every tensor the model holds."""
+    from types import SimpleNamespace
+
+    import torch
+    from agent_fixtures import replay_model
+    from goalprobe.activations.plan import loaded_weights_bytes, model_bytes
+
+    from goalprobe.stages.activations import planned_config
+
+    model = replay_model(tokenizer)
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert model_bytes(model) == parameters + buffers  # plain model: parameters and buffers
+    experts = sum(
+        p.numel() * p.element_size()
+        for n, p in model.named_parameters()
+        if n.endswith(("gate_up_proj", "down_proj"))
+    )
+    added = mxfp4_stand_in(model)
+    left = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert left == parameters - experts  # what summing model.parameters() would plan with
+    assert model_bytes(model) == left + buffers + added
+    assert loaded_weights_bytes(model, "cpu") == model_bytes(model)
+    # a tensor shared by two modules is counted once
+    model.model.layers[1].shared = model.model.layers[0].mlp.experts.gate_up_proj
+    assert model_bytes(model) == left + buffers + added
+    # the demo's planner is fed with them: a device with room for one replay of the longest
+    # step beside the parameters alone (half the experts to spare), not beside all weights
+    loaded = SimpleNamespace(model=model, tokenizer=tokenizer)
+    config = ExtractConfig(layers=(0,), batch_size=4)
+    lengths = replay_lengths(trajectories, tokenizer, config)
+    one = activation_bytes(ModelShape.from_config(model.config), 1, max(lengths), 4)
+    memory = (left + buffers + 1.5 * GB + one + added / 2) / 0.85
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("goalprobe.stages.activations.device_memory_bytes", lambda device: memory)
+        with pytest.raises(ExtractionDoesNotFitError):
+            planned_config(config, trajectories, loaded, "cpu")
+        mxfp4_memory = memory + added / 0.85
+        patch.setattr(
+            "goalprobe.stages.activations.device_memory_bytes", lambda device: mxfp4_memory
+        )
+        assert planned_config(config, trajectories, loaded, "cpu").max_batch_tokens > 0
+    assert torch.is_tensor(model.model.layers[0].mlp.experts.gate_up_proj.storage.data)
+
+
+def test_the_mxfp4_kernel_is_checked_by_loading_it(monkeypatch):
+    """transformers fetches the MXFP4 kernel from the Hub only at load time: the check loads it
+    (here, without a GPU, it says why MXFP4 would be dequantised; with transformers' own checks
+    passing but the kernel not loadable, it names the kernel and how to pre-fetch it)."""
+    import importlib.util
+
+    import torch
+    from goalprobe.activations import compute
+    from goalprobe.activations.plan import Mxfp4Status
+
+    loads, message = compute.mxfp4_kernel_check()
+    if not torch.cuda.is_available():
+        assert not loads and message.startswith("MXFP4 would be dequantised to bf16: ")
+    if importlib.util.find_spec("kernels") is None:
+        monkeypatch.setattr(
+            "goalprobe.activations.plan.mxfp4_status", lambda: Mxfp4Status(True, "")
+        )
+        loads, message = compute.mxfp4_kernel_check()
+        assert not loads and "kernels-community/gpt-oss-triton-kernels" in message
+        assert compute.PREFETCH in message and "offline" in message

@@ -620,8 +620,9 @@ def test_demo_runs_on_the_random_o200k_model(gptoss_dir, o200k_tokenizer, tmp_pa
     # sort the whole vocabulary per token (minutes); the pipeline is the same
     args += ["--set", "rollouts.temperature=0"]
     result = CliRunner().invoke(app, [*args, "--no-progress"], env={"COLUMNS": "200"})
-    # a random model never stops within the budget: the pre-flight refuses the run
-    assert result.exit_code == 1 and "--allow-truncation" in result.output, result.output
+    # a random model never stops within the budget: the pre-flight refuses the run (and stops
+    # the demo: tests/e2e/test_demo_preflight.py)
+    assert result.exit_code == 2 and "--allow-truncation" in result.output, result.output
     result = CliRunner().invoke(
         app, [*args, "--allow-truncation", "--no-progress"], env={"COLUMNS": "200"}
     )

@@ -1,0 +1,156 @@
+"""What computed a store's rows: the weights' format, the dtype and the device (issue 43).
+
+Rows of one extraction must come from one computation: GPT-OSS-20B's experts in MXFP4 and the
+same experts dequantised to bf16 give different residual streams, and so do two GPU models or
+CUDA builds (other kernels). :func:`compute_identity` is what a store records as its
+``compute`` attribute, part of the extraction's identity (a resume or a merge across any of its
+fields is refused); the GPU's memory size is left out of it (a requeued shard may resume on a
+card of another size, :func:`device_details` records that per part), as is the batch.
+
+:func:`mxfp4_kernel_check` loads the Hub kernel transformers' MXFP4 path downloads at load time,
+so that ``--dry-run`` says on the node itself whether the run will keep MXFP4 or dequantise.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any
+
+MXFP4_KERNEL = ("kernels-community/gpt-oss-triton-kernels", 1)
+"""The Hub kernel (repository, version) transformers 5.24 loads for MXFP4 experts
+(``transformers.integrations.mxfp4.replace_with_mxfp4_linear``)."""
+
+PREFETCH = (
+    'python -c "from kernels import get_kernel; '
+    f"get_kernel('{MXFP4_KERNEL[0]}', version={MXFP4_KERNEL[1]})\""
+)
+"""What to run on a node with network (same ``HF_HOME`` as the offline node) to put the MXFP4
+kernel into the Hub cache; offline, ``HF_HUB_OFFLINE=1`` then finds it there."""
+
+_DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def weights_format(model: Any) -> str:
+    """``"mxfp4"`` when the model's experts run transformers' MXFP4 modules, the quantisation
+    method of another quantised model, else the parameters' dtype (``bf16``, ``fp32``, ...)."""
+    if any("Mxfp4" in type(m).__name__ for m in model.modules()):
+        return "mxfp4"
+    quantization = getattr(model.config, "quantization_config", None)
+    method = getattr(quantization, "quant_method", None) if quantization is not None else None
+    if isinstance(quantization, dict):
+        method = quantization.get("quant_method")
+    dequantized = getattr(quantization, "dequantize", False) or (
+        isinstance(quantization, dict) and quantization.get("dequantize")
+    )
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if method and str(method) != "mxfp4" and not dequantized:
+        return str(method)
+    return _DTYPE_SHORT.get(dtype, dtype)
+
+
+def gpu_model(name: str) -> str:
+    """A GPU's name without its memory size (``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA A100-SXM4``),
+    so that cards of one model but another size compare equal."""
+    return re.sub(r"\s+", " ", re.sub(r"[-_ ]?\d+\s*GB\b", "", name)).strip(" -")
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version ('' when it cannot be asked: no driver, no nvidia-smi)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception as err:  # noqa: BLE001 - no pynvml, or NVML failed: ask nvidia-smi
+        reason = err
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ""
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return f"unknown ({type(reason).__name__})"
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+
+
+def compute_identity(model: Any) -> dict[str, str]:
+    """``{weights, dtype, device, gpu, driver, cuda}`` of the computation ``model`` runs: the
+    weights' format (:func:`weights_format`), the compute dtype, the device type, and on CUDA
+    the GPU model (:func:`gpu_model`), the NVIDIA driver and the CUDA runtime torch was built
+    with ('' elsewhere)."""
+    import torch
+
+    parameter = next(model.parameters())
+    device = parameter.device
+    out = {
+        "weights": weights_format(model),
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "device": device.type,
+        "gpu": "",
+        "driver": "",
+        "cuda": "",
+    }
+    if device.type == "cuda":
+        out["gpu"] = gpu_model(torch.cuda.get_device_name(device))
+        out["driver"] = nvidia_driver()
+        out["cuda"] = str(torch.version.cuda or "")
+    return out
+
+
+def device_details(model: Any) -> dict[str, Any]:
+    """Where a part was computed, beside its batch: the device and, on CUDA, the GPU's full
+    name and memory (not part of the identity)."""
+    import torch
+
+    device = next(model.parameters()).device
+    out: dict[str, Any] = {"device": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        out.update(gpu=props.name, memory_gb=round(props.total_memory / 1e9, 1))
+    return out
+
+
+def batching_record(config: Any, capture: Any) -> dict[str, Any]:
+    """A part's ``batching`` attribute: the batches it ran with (``batch_size``,
+    ``max_batch_tokens``) and where (:func:`device_details`); outside the identity."""
+    where = device_details(capture.model) if hasattr(capture, "model") else {}
+    return {"batch_size": config.batch_size, "max_batch_tokens": config.max_batch_tokens, **where}
+
+
+def part_batching(path: Any) -> dict[str, Any]:
+    """The ``batching`` attribute of the part store at ``path`` ({} for a part without one)."""
+    from goalprobe.activations.store.reader import ActivationStore
+
+    with ActivationStore(path) as part:
+        return dict(part.attrs.get("batching") or {})
+
+
+def mxfp4_kernel_check() -> tuple[bool, str]:
+    """Whether the MXFP4 Hub kernel (:data:`MXFP4_KERNEL`) loads here (from the Hub cache, or
+    downloaded when the node is online), and a sentence saying what that means."""
+    from goalprobe.activations.plan import mxfp4_status
+
+    status = mxfp4_status()
+    if not status.available:
+        return False, f"MXFP4 would be dequantised to bf16: {status.reason}"
+    try:
+        from kernels import get_kernel  # type: ignore[import-not-found]
+
+        get_kernel(MXFP4_KERNEL[0], version=MXFP4_KERNEL[1])
+    except Exception as err:  # noqa: BLE001 - any failure means transformers cannot load it
+        return False, (
+            f"the MXFP4 kernel {MXFP4_KERNEL[0]} (version {MXFP4_KERNEL[1]}) does not load here "
+            f"({type(err).__name__}: {err}); transformers would fail or dequantise at load. On "
+            f"an offline node, pre-fetch it from a node with network and the same HF_HOME: "
+            f"{PREFETCH}"
+        )
+    return True, f"the MXFP4 kernel {MXFP4_KERNEL[0]} loads: experts stay in MXFP4"

@@ -1,0 +1,215 @@
+"""Patching's memory plan: batches from the memory model, refused before any generation.
+
+:func:`~goalprobe.probes.patching.patched_runs.run_patching` runs ``batch_size`` patched copies
+of a whole teacher-forced sequence per forward pass; under eager attention each copy holds
+``3 x heads x S x (P + S + 1)`` scores (``S`` tokens run after a cached prefix of ``P``), so at
+the paper's scale (reasoning up to 4,096 tokens) one batch of 16 copies needs more than an A100
+has. The greedy reference completions come first and take hours, so the plan is made before
+them, from what is known then: the prompts' lengths and the token budget (a kept completion is
+shorter than ``max_new_tokens``: a cut one is dropped), :func:`plan_patching`. A run whose
+longest possible sequence does not fit one copy at a time is refused
+(:class:`PatchingDoesNotFitError`, with the figures and the budget that would fit). During the
+run each forward pass takes the largest batch the memory model allows at *its* lengths
+(:meth:`PatchingBudget.patched_batch`, :meth:`PatchingBudget.generation_batch`), capped by the
+config, and halves on an out-of-memory error (:class:`~goalprobe.activations.oom.HalvingBatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from goalprobe.activations.plan import (
+    GB,
+    ModelShape,
+    device_memory_bytes,
+    generation_bytes,
+    loaded_weights_bytes,
+    patched_run_bytes,
+    planned_attention,
+)
+
+ANSWER_TOKENS = 32
+"""Tokens a teacher-forced sequence may hold after the reasoning (the end of the analysis
+message, the final channel's header and the answer prefix): a margin, not a count."""
+
+
+@dataclass(frozen=True)
+class PatchingBudget:
+    """The memory one patching run may use.
+
+    Attributes:
+        shape: the model's dimensions.
+        memory_bytes: the device's total memory.
+        weights_bytes: the weights as loaded (:func:`~goalprobe.activations.plan.loaded_weights_bytes`).
+        dtype_bytes: bytes per element of the compute dtype.
+        attention: the memory model of the kernel the model runs
+            (:func:`~goalprobe.activations.plan.planned_attention`).
+        fraction: share of the device the plan may fill.
+        reserve_bytes: kept free beside it (allocator slack, CUDA context).
+    """
+
+    shape: ModelShape
+    memory_bytes: float
+    weights_bytes: float
+    dtype_bytes: int = 2
+    attention: str = "eager"
+    fraction: float = 0.85
+    reserve_bytes: float = 1.5 * GB
+
+    @classmethod
+    def for_model(cls, model, device: str = "") -> PatchingBudget:
+        """The budget of a loaded transformers model on ``device`` ('' or ``auto``: where its
+        parameters are)."""
+        params = next(model.parameters())
+        if device in ("", "auto"):
+            device = str(params.device)
+        return cls(
+            shape=ModelShape.from_config(model.config),
+            memory_bytes=device_memory_bytes(device),
+            weights_bytes=loaded_weights_bytes(model, device),
+            dtype_bytes=params.element_size(),
+            attention=planned_attention(str(model.config._attn_implementation), device),
+        )
+
+    @property
+    def available(self) -> float:
+        """Bytes left to activations: ``fraction x memory - weights - reserve``."""
+        return self.fraction * self.memory_bytes - self.weights_bytes - self.reserve_bytes
+
+    def patched_bytes(self, batch: int, prefix: int, suffix: int) -> float:
+        """:func:`~goalprobe.activations.plan.patched_run_bytes` in this budget's dtype and kernel."""
+        return patched_run_bytes(
+            self.shape, batch, prefix, suffix, self.dtype_bytes, self.attention
+        )
+
+    def generate_bytes(self, batch: int, prompt: int, new_tokens: int) -> float:
+        """:func:`~goalprobe.activations.plan.generation_bytes` in this budget's dtype and kernel."""
+        return generation_bytes(
+            self.shape, batch, prompt, new_tokens, self.dtype_bytes, self.attention
+        )
+
+    def patched_batch(self, prefix: int, suffix: int, cap: int) -> int:
+        """The most patched copies (at most ``cap``, at least 1) that fit at these lengths."""
+        return _fit(self.available, self.patched_bytes(1, prefix, suffix), cap)
+
+    def generation_batch(self, prompt: int, new_tokens: int, cap: int) -> int:
+        """The most prompts generated at once (at most ``cap``, at least 1) that fit."""
+        return _fit(self.available, self.generate_bytes(1, prompt, new_tokens), cap)
+
+
+def _fit(available: float, one: float, cap: int) -> int:
+    if available <= 0 or one <= 0:
+        return 1
+    return max(1, min(int(cap), int(available // one)))
+
+
+@dataclass(frozen=True)
+class PatchingPlan:
+    """The plan made before the greedy completions.
+
+    Attributes:
+        longest_prompt: the longest prompt (tokens).
+        longest: the longest teacher-forced sequence a kept pair can have (prompt, a completion
+            shorter than ``max_new_tokens``, :data:`ANSWER_TOKENS`; or a recorded completion).
+        max_new_tokens: the completions' token budget.
+        batch_size: patched copies per forward pass at the longest sequence (config's cap).
+        generation_batch_size: prompts per greedy decoding loop (config's cap).
+        one_gb: one patched copy of the longest sequence, run from its first token.
+        generation_one_gb: one greedy completion of the longest prompt to the budget.
+        budget_gb: memory left to activations after the weights and the reserve.
+        weights_gb: the weights as loaded.
+        attention: the kernel's memory model.
+        fits: whether one copy (and one completion) fits at all.
+        max_new_tokens_fitting: the largest token budget at which one copy fits (0: none).
+    """
+
+    longest_prompt: int
+    longest: int
+    max_new_tokens: int
+    batch_size: int
+    generation_batch_size: int
+    one_gb: float
+    generation_one_gb: float
+    budget_gb: float
+    weights_gb: float
+    attention: str
+    fits: bool
+    max_new_tokens_fitting: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def plan_patching(
+    prompt_lengths: Sequence[int],
+    budget: PatchingBudget,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    generation_batch_size: int,
+    recorded_lengths: Sequence[int] = (),
+) -> PatchingPlan:
+    """Plan from the prompts and the token budget (module docstring); ``recorded_lengths``:
+    recorded completions teacher-forced as they are (``reasoning="recorded"``)."""
+    prompt = max(prompt_lengths, default=1)
+    longest = max(prompt + max_new_tokens - 1, max(recorded_lengths, default=0)) + ANSWER_TOKENS
+    one = budget.patched_bytes(1, 0, longest)
+    gen_one = budget.generate_bytes(1, prompt, max_new_tokens)
+    fits = budget.available >= max(one, gen_one)
+    fitting = 0
+    low, high = 1, max_new_tokens
+    while low <= high:  # the largest budget at which one copy and one completion fit
+        mid = (low + high) // 2
+        length = max(prompt + mid - 1, max(recorded_lengths, default=0)) + ANSWER_TOKENS
+        need = max(budget.patched_bytes(1, 0, length), budget.generate_bytes(1, prompt, mid))
+        if need <= budget.available:
+            fitting, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return PatchingPlan(
+        longest_prompt=prompt,
+        longest=longest,
+        max_new_tokens=max_new_tokens,
+        batch_size=budget.patched_batch(0, longest, batch_size),
+        generation_batch_size=budget.generation_batch(
+            prompt, max_new_tokens, generation_batch_size
+        ),
+        one_gb=one / GB,
+        generation_one_gb=gen_one / GB,
+        budget_gb=budget.available / GB,
+        weights_gb=budget.weights_bytes / GB,
+        attention=budget.attention,
+        fits=fits,
+        max_new_tokens_fitting=fitting,
+    )
+
+
+class PatchingDoesNotFitError(ValueError):
+    """The longest sequence a pair can have does not fit the device one copy at a time."""
+
+
+def require_patching_fits(plan: PatchingPlan) -> None:
+    """Raise :class:`PatchingDoesNotFitError`, before any generation, when one patched copy of
+    the longest possible sequence (or one greedy completion) needs more than the device has
+    left after the weights; the message names the figures and what would fit."""
+    if plan.fits:
+        return
+    fix = (
+        f"lower max_new_tokens to {plan.max_new_tokens_fitting:,} or less"
+        if plan.max_new_tokens_fitting
+        else "no token budget fits"
+    )
+    raise PatchingDoesNotFitError(
+        f"patching does not fit: a pair's teacher-forced sequence can reach {plan.longest:,} "
+        f"tokens (prompt {plan.longest_prompt:,} + max_new_tokens {plan.max_new_tokens:,}), "
+        f"which needs {_gb(plan.one_gb)} of activations one copy at a time with "
+        f"{plan.attention} attention (a greedy completion {_gb(plan.generation_one_gb)}), and "
+        f"{_gb(max(plan.budget_gb, 0.0))} are left after the weights ({_gb(plan.weights_gb)}) "
+        f"and the reserve; {fix}, or use a larger device"
+    )
+
+
+def _gb(value: float) -> str:
+    return f"{value:.1f} GB" if value >= 1 else f"{value:.3g} GB"
