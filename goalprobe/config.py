@@ -63,6 +63,7 @@ __all__ = [
     "ProbingConfig",
     "control_config",
     "demo_config",
+    "from_dict",
     "override",
 ]
 
@@ -216,3 +217,35 @@ def override(config: Any, path: str, value: Any) -> Any:
     if rest:
         value = override(getattr(config, head), rest, value)
     return dataclasses.replace(config, **{head: value})
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """The frozen dataclass ``cls`` from its JSON form (:meth:`DemoConfig.to_dict`, a section
+    of ``demo_config.json``): lists become tuples, nested sections their dataclasses.
+
+    Raises:
+        ValueError: a field ``cls`` does not have, or a value its checks refuse.
+    """
+    import typing
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            values[name] = from_dict(kind, value)
+        else:
+            values[name] = _tuples(value)
+    return cls(**values)
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value

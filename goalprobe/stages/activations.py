@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.activations.capture import make_backend
-from goalprobe.activations.extract import ExtractConfig, default_layers, extract
+from goalprobe.activations.extract import ExtractConfig, extract
+from goalprobe.activations.extract import default_layers as layer_spread
 from goalprobe.activations.plan import (
     ModelShape,
     device_memory_bytes,
@@ -101,18 +102,58 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         revision=loaded.revision or None,
         host=None,
     )
-    layers = tuple(settings.layers or default_layers(capture.n_layers))
-    config = planned_config(
-        ExtractConfig(
-            layers=layers,
-            stages=stages,
-            batch_size=settings.batch_size,
-            reasoning_every=reasoning_every,
-        ),
-        trajectories,
-        loaded,
-        agent.device,
+    config = ExtractConfig(
+        layers=settings.layers or (0,),
+        stages=stages,
+        batch_size=settings.batch_size,
+        reasoning_every=reasoning_every,
     )
+    report, config = extract_store(
+        trajectories,
+        out,
+        loaded,
+        capture,
+        config,
+        default_layers=not settings.layers,
+        plan_device=agent.device,
+        overwrite=True,
+        progress=context.progress,
+    )
+    return report, config.layers
+
+
+def extract_store(
+    trajectories: Path,
+    out: Path,
+    loaded,
+    capture,
+    config: ExtractConfig,
+    *,
+    default_layers: bool = False,
+    plan_device: str | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    work_dir: Path | None = None,
+    keep_parts: bool = False,
+):
+    """The extraction, the one path of ``goalprobe extract`` and of this stage: replay
+    ``trajectories`` teacher-forced through ``capture`` (a backend over ``loaded``'s model)
+    and store the residual stream at ``out`` (resumable:
+    :func:`goalprobe.activations.extract.extract`).
+
+    Args:
+        default_layers: capture the default spread (the last block of each third) instead of
+            ``config.layers``.
+        plan_device: plan the batches' token budget for this device's memory
+            (:func:`planned_config`); None: ``config.max_batch_tokens`` as given.
+
+    Returns:
+        ``(ExtractReport, the config extracted with)``.
+    """
+    if default_layers:
+        config = dataclasses.replace(config, layers=layer_spread(capture.n_layers))
+    if plan_device is not None:
+        config = planned_config(config, trajectories, loaded, plan_device)
     report = extract(
         trajectories,
         out,
@@ -121,10 +162,12 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         config,
         model_id=loaded.model_id,
         model_revision=loaded.revision,
-        overwrite=True,
-        progress=context.progress,
+        work_dir=work_dir,
+        keep_parts=keep_parts,
+        overwrite=overwrite,
+        progress=progress,
     )
-    return report, layers
+    return report, config
 
 
 def planned_config(

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, DistanceConfig
-from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
 
@@ -36,7 +35,7 @@ def run(context: StageContext, config: DistanceInput, stage_dir: Path):
     d, layout = config.distance, context.layout
     summary, outputs = {}, {}
     for family in d.families:
-        estimator = GoalDistanceRegressor(
+        params = dict(
             family=family, **estimator_params(d.training, config.device, d.seed, context.progress)
         )
         name = f"distance_{family}"
@@ -49,7 +48,7 @@ def run(context: StageContext, config: DistanceInput, stage_dir: Path):
                 context,
                 store,
                 "distance",
-                estimator,
+                params,
                 out,
                 path,
                 test_fraction=d.test_fraction,

@@ -5,6 +5,7 @@ the ``decision`` stage's read-out peaks, the rest of the reasoning regenerated (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,18 +40,35 @@ def inputs(config: DemoConfig) -> PatchingInput:
 def run(context: StageContext, config: PatchingInput, stage_dir: Path):
     """Draw bases, build counterfactual pairs (disjoint ones on every base, controls on the
     first ``control_bases``), patch, and summarise with grid-clustered intervals and the
-    anchors' verdicts."""
+    anchors' verdicts (:func:`patch`, as ``goalprobe patch`` does)."""
     p = config.patching
     trajectories = context.layout.trajectories
     read = read_trajectory_bases(trajectories)
     loaded = context.agent(config.agent).loaded()
-    n_layers = int(loaded.model.config.num_hidden_layers)
-    peak = readout_peak(context.layout.decision_lens, n_layers) if p.reasoning_chunks else None
-    chunk_layers = tuple(
-        str(peak["layer"]) if spec == "peak" and peak is not None else spec
-        for spec in p.chunk_layers
+    outcome, paths = patch(
+        read.bases,
+        make_backend("nnsight", loaded.model, loaded.tokenizer),
+        patch_config(p, read.reasoning_effort, read.template_dir),
+        stage_dir,
+        pairs=pair_settings(p),
+        n_resamples=p.n_bootstrap,
+        lens=context.layout.decision_lens,
+        model_id=loaded.model_id,
+        model_revision=loaded.revision,
+        input_name=context.layout.relative(trajectories),
     )
-    patch_config = PatchConfig(
+    counts = {
+        "pairs": outcome.report.n_kept,
+        "records": len(outcome.records),
+        "dropped_truncated": outcome.report.dropped_truncated,
+    }
+    return {"results": paths["results_json"]}, counts
+
+
+def patch_config(p: PatchingConfig, effort: str, template_dir: str | None) -> PatchConfig:
+    """The library's :class:`PatchConfig` of the demo's section, with the prompts' reasoning
+    effort and templates (those of the trajectories)."""
+    return PatchConfig(
         sites=p.sites,
         layers=p.layers,
         reasoning=p.reasoning,
@@ -64,41 +82,114 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
         full_pairs=p.full_pairs,
         random_control=p.random_control,
         seed=p.seed,
-        reasoning_effort=read.reasoning_effort,
-        template_dir=read.template_dir,
+        reasoning_effort=effort,
+        template_dir=template_dir,
         reasoning_chunks=p.reasoning_chunks,
-        chunk_layers=chunk_layers,
+        chunk_layers=p.chunk_layers,
         chunk_pairs=p.chunk_pairs,
     )
-    bases = draw_bases(read.bases, p.max_bases, p.seed)
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """Which bases are drawn and which counterfactual pairs each gets."""
+
+    max_bases: int = 100
+    """Most bases, drawn at random (seeded)."""
+    disjoint_per_move: int = 1
+    """Disjoint pairs per base and move."""
+    control_per_move: int = 1
+    """Control pairs per control base and move."""
+    control_bases: int | None = None
+    """Bases (the first drawn) that get control pairs; None: every base."""
+    moves: tuple[str, ...] = ("agent", "goal")
+    """What moves between base and counterfactual."""
+    sizes: tuple[int, ...] | None = None
+    """Grid sizes kept (None: all)."""
+    seed: int = 0
+    """Seed of the base draw, the counterfactuals and the bootstrap."""
+
+
+def pair_settings(p: PatchingConfig) -> PairSettings:
+    """The demo section's base draw and pairs."""
+    return PairSettings(
+        max_bases=p.max_bases,
+        disjoint_per_move=p.disjoint_per_move,
+        control_bases=p.control_bases,
+        seed=p.seed,
+    )
+
+
+def patch(
+    bases: list,
+    patcher,
+    config: PatchConfig,
+    out: Path,
+    *,
+    pairs: PairSettings,
+    n_resamples: int,
+    lens: Path | None = None,
+    store=None,
+    model_id: str | None = None,
+    model_revision: str | None = None,
+    input_name: str | None = None,
+):
+    """The patching analysis, the one path of ``goalprobe patch`` and of this stage: draw
+    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs (disjoint ones on every
+    base, controls on the first ``pairs.control_bases``), patch them through ``patcher`` and
+    write the results, records, summary, pairs and heatmap into ``out``.
+
+    With reasoning chunks, the chunk layer set ``"peak"`` is the block where the decision
+    read-out in ``lens`` (``RUN/decision/lens.json``) peaks (:func:`readout_peak`).
+
+    Returns:
+        ``(outcome, paths)``: the :class:`~goalprobe.probes.patching.run.PatchingOutcome` and
+        name -> written file.
+    """
+    n_layers = int(patcher.n_layers)
+    peak = None
+    if config.reasoning_chunks and lens is not None:
+        peak = readout_peak(lens, n_layers)
+    if peak is not None:
+        config = dataclasses.replace(
+            config,
+            chunk_layers=tuple(
+                str(peak["layer"]) if spec == "peak" else spec for spec in config.chunk_layers
+            ),
+        )
+    drawn = draw_bases(bases, pairs.max_bases, pairs.seed, sizes=pairs.sizes)
     disjoint = CounterfactualConfig(
-        disjoint_per_move=p.disjoint_per_move, control_per_move=0, random_state=p.seed
+        moves=pairs.moves,
+        disjoint_per_move=pairs.disjoint_per_move,
+        control_per_move=0,
+        random_state=pairs.seed,
     )
-    controls = CounterfactualConfig(disjoint_per_move=0, control_per_move=1, random_state=p.seed)
-    pairs = build_counterfactuals(bases, disjoint) + build_counterfactuals(
-        bases[: p.control_bases], controls
+    controls = CounterfactualConfig(
+        moves=pairs.moves,
+        disjoint_per_move=0,
+        control_per_move=pairs.control_per_move,
+        random_state=pairs.seed,
     )
+    control_bases = drawn if pairs.control_bases is None else drawn[: pairs.control_bases]
     outcome = run_experiment(
-        bases,
-        make_backend("nnsight", loaded.model, loaded.tokenizer),
-        patch_config,
-        pairs=pairs,
-        n_resamples=p.n_bootstrap,
-        random_state=p.seed,
-        model_id=loaded.model_id,
-        model_revision=loaded.revision,
-        input_name=context.layout.relative(trajectories),
+        drawn,
+        patcher,
+        config,
+        dataclasses.replace(disjoint, control_per_move=pairs.control_per_move),  # recorded
+        pairs=build_counterfactuals(drawn, disjoint)
+        + build_counterfactuals(control_bases, controls),
+        store=store,
+        n_resamples=n_resamples,
+        random_state=pairs.seed,
+        model_id=model_id,
+        model_revision=model_revision,
+        input_name=input_name,
     )
     if peak is not None:
         outcome.meta["reasoning_chunks"]["peak"] = peak
-    paths = outcome.write(stage_dir)
-    write_patch_heatmap(stage_dir, outcome.summary)
-    counts = {
-        "pairs": outcome.report.n_kept,
-        "records": len(outcome.records),
-        "dropped_truncated": outcome.report.dropped_truncated,
-    }
-    return {"results": paths["results_json"]}, counts
+    paths = outcome.write(out)
+    paths["heatmap_html"] = write_patch_heatmap(out, outcome.summary)
+    return outcome, paths
 
 
 def readout_peak(lens_path: Path, n_layers: int) -> dict:

@@ -424,7 +424,6 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     import ast
     import inspect
 
-    from goalprobe import scoring
     from goalprobe.run_layout import ARTEFACTS, RunLayout
     from goalprobe.stages import decode
 
@@ -472,7 +471,6 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     helpers = {
         "false_belief": [decode],
         "intention_map": [decode],
-        "scoring": [scoring],
     }
     checked = 0
     for stage in STAGES:
