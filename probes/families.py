@@ -132,6 +132,11 @@ def register_probe_family(
     return register if cls is None else register(cls)
 
 
+def unregister_probe_family(name: str) -> None:
+    """Remove the family ``name`` (a test's toy family, after the test)."""
+    _FAMILIES.pop(name, None)
+
+
 def _load() -> None:
     """Register the built-in families and those of installed entry points (once)."""
     if _LOADED:
