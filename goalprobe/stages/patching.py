@@ -66,28 +66,9 @@ def run(context: StageContext, config: PatchingInput, stage_dir: Path):
 
 
 def patch_config(p: PatchingConfig, effort: str, template_dir: str | None) -> PatchConfig:
-    """The library's :class:`PatchConfig` of the demo's section, with the prompts' reasoning
-    effort and templates (those of the trajectories)."""
-    return PatchConfig(
-        sites=p.sites,
-        layers=p.layers,
-        reasoning=p.reasoning,
-        regenerate=p.regenerate,
-        require_optimal=p.require_optimal,
-        max_new_tokens=p.max_new_tokens,
-        batch_size=p.batch_size,
-        regenerate_batch_size=p.regenerate_batch_size,
-        anchor_sites=p.anchor_sites,
-        anchor_layers=p.anchor_layers,
-        full_pairs=p.full_pairs,
-        random_control=p.random_control,
-        seed=p.seed,
-        reasoning_effort=effort,
-        template_dir=template_dir,
-        reasoning_chunks=p.reasoning_chunks,
-        chunk_layers=p.chunk_layers,
-        chunk_pairs=p.chunk_pairs,
-    )
+    """The demo section's :class:`PatchConfig`, with the prompts' reasoning effort and
+    templates (those of the trajectories)."""
+    return dataclasses.replace(p.patch, reasoning_effort=effort, template_dir=template_dir)
 
 
 @dataclass(frozen=True)
@@ -116,7 +97,7 @@ def pair_settings(p: PatchingConfig) -> PairSettings:
         max_bases=p.max_bases,
         disjoint_per_move=p.disjoint_per_move,
         control_bases=p.control_bases,
-        seed=p.seed,
+        seed=p.patch.seed,
     )
 
 

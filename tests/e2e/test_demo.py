@@ -259,6 +259,17 @@ def test_configs_reject_bad_input():
     assert paper.rollouts.temperature == 0.7
     nested = demo_config("tiny", overrides={"probes.training.max_epochs": 5})
     assert nested.probes.training.max_epochs == 5 and nested.distance.training.max_epochs == 2
+    # a field of the library config a section embeds answers to its flat path too
+    flat = demo_config("tiny", overrides={"patching.batch_size": 3, "patching.patch.seed": 4})
+    assert (flat.patching.patch.batch_size, flat.patching.patch.seed) == (3, 4)
+    assert (
+        flat.patching
+        == demo_config(
+            "tiny", overrides={"patching.patch.batch_size": 3, "patching.seed": 4}
+        ).patching
+    )
+    with pytest.raises(ValueError, match=r"seed is in \['grids', 'states'\]: name one"):
+        demo_config("tiny", overrides={"probing.seed": 2})
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
