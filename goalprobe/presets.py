@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig
@@ -131,7 +132,7 @@ def tiny(seed: int) -> dict[str, Any]:
             states=PromptStatesConfig(states_per_grid=3, seed=seed),
             learning_curve_points=3,
         ),
-        activations=ActivationsConfig(batch_size=32),
+        activations=ActivationsConfig(extract=ExtractConfig(batch_size=32, reasoning_every=4)),
         probes=ProbesConfig(training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed),
         distance=DistanceConfig(
             training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed
@@ -226,7 +227,7 @@ def default(seed: int) -> dict[str, Any]:
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
             learning_curve_points=4,
         ),
-        activations=ActivationsConfig(batch_size=16),
+        activations=ActivationsConfig(extract=ExtractConfig(batch_size=16, reasoning_every=4)),
         probes=ProbesConfig(
             types=("coordinate",),
             class_balance="none",

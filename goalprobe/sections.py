@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
@@ -152,18 +153,16 @@ class IntentionConfig:
 class ActivationsConfig:
     """What the extraction stores (section 5)."""
 
-    layers: tuple[int, ...] = ()
-    """Residual-stream layers to capture; empty: the default spread (last block of each
-    third)."""
-    batch_size: int = 16
-    """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
-    a token budget when long replays would not fit the device's memory."""
+    extract: ExtractConfig = ExtractConfig(batch_size=16, reasoning_every=4)
+    """The library's :class:`~goalprobe.activations.extract.ExtractConfig` of the
+    ``activations`` stage's store (empty layers: the last block of each third; batches: at most
+    ``batch_size`` sequences, the planner (:mod:`goalprobe.activations.plan`) adding a token
+    budget that fits the device; ``reasoning_every`` 4 fills every fifth of a 35-38-token
+    reasoning). The stages that extract prompt-only states (probing, decoding) take its layers
+    and batches with their own anchor stages and no reasoning rows."""
     attn_implementation: str = "agent"
     """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager`` or
     ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md)."""
-    reasoning_every: int = 4
-    """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
-    (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("agent", "eager", "flex_attention"):
@@ -171,8 +170,6 @@ class ActivationsConfig:
                 f"activations.attn_implementation {self.attn_implementation!r}: expected "
                 "'agent', 'eager' or 'flex_attention'"
             )
-        if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
-            raise ValueError("activations: reasoning_every must be an integer >= 0")
 
 
 @dataclass(frozen=True)

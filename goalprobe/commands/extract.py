@@ -125,7 +125,7 @@ def command(
     chosen = parse_list(layers, int, "--layers", empty_ok=True)
     try:
         config = ExtractConfig(
-            layers=chosen or (0,),  # the default layers need the model's depth
+            layers=chosen,  # empty: the default spread, once the model's depth is known
             stages=parse_list(stages, str, "--stages"),
             grid_cells=grid_cells,
             batch_size=batch_size,
@@ -196,7 +196,6 @@ def command(
         loaded,
         capture,
         config,
-        default_layers=not chosen,
         plan_device=plan_device,
         overwrite=overwrite,
         progress=progress,

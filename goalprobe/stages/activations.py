@@ -46,13 +46,15 @@ def inputs(config: DemoConfig) -> ActivationsInput:
 def run(context: StageContext, config: ActivationsInput, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     out = context.layout.store
+    settings = config.activations.extract
     report, layers = extract_into(
         context,
         config.agent,
         config.activations,
         context.layout.trajectories,
         out,
-        reasoning_every=config.activations.reasoning_every,
+        stages=settings.stages,
+        reasoning_every=settings.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
 
@@ -65,15 +67,20 @@ def extract_into(
     out: Path,
     stages: tuple[str, ...] = ("pre_reasoning", "post_reasoning"),
     reasoning_every: int = 0,
+    layers: tuple[int, ...] | None = None,
 ):
-    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers (and
-    reasoning rows every ``reasoning_every`` tokens when not 0); returns
-    ``(ExtractReport, layers)``."""
+    """Extract ``trajectories`` into the store ``out`` with the demo's backend, batches and
+    layers (``layers``: these instead), at the anchor ``stages`` (and reasoning rows every
+    ``reasoning_every`` tokens when not 0); returns ``(ExtractReport, layers)``."""
+    config = dataclasses.replace(
+        settings.extract,
+        stages=stages,
+        reasoning_every=reasoning_every,
+        layers=settings.extract.layers if layers is None else layers,
+    )
     loaded = context.agent(agent).loaded()
     with attention(loaded.model, settings.attn_implementation):
-        return _extract(
-            context, agent, settings, trajectories, out, stages, loaded, reasoning_every
-        )
+        return _extract(context, agent, config, trajectories, out, loaded)
 
 
 @contextmanager
@@ -92,7 +99,7 @@ def attention(model, implementation: str):
         model.set_attn_implementation(before)
 
 
-def _extract(context, agent, settings, trajectories, out, stages, loaded, reasoning_every):
+def _extract(context, agent, config: ExtractConfig, trajectories, out, loaded):
     capture = make_backend(
         "nnsight",
         loaded.model,
@@ -102,19 +109,12 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         revision=loaded.revision or None,
         host=None,
     )
-    config = ExtractConfig(
-        layers=settings.layers or (0,),
-        stages=stages,
-        batch_size=settings.batch_size,
-        reasoning_every=reasoning_every,
-    )
     report, config = extract_store(
         trajectories,
         out,
         loaded,
         capture,
         config,
-        default_layers=not settings.layers,
         plan_device=agent.device,
         overwrite=True,
         progress=context.progress,
@@ -129,7 +129,6 @@ def extract_store(
     capture,
     config: ExtractConfig,
     *,
-    default_layers: bool = False,
     plan_device: str | None = None,
     overwrite: bool = False,
     progress: bool = False,
@@ -142,15 +141,14 @@ def extract_store(
     :func:`goalprobe.activations.extract.extract`).
 
     Args:
-        default_layers: capture the default spread (the last block of each third) instead of
-            ``config.layers``.
+        config: what to store (empty layers: the last block of each third).
         plan_device: plan the batches' token budget for this device's memory
             (:func:`planned_config`); None: ``config.max_batch_tokens`` as given.
 
     Returns:
         ``(ExtractReport, the config extracted with)``.
     """
-    if default_layers:
+    if not config.layers:
         config = dataclasses.replace(config, layers=layer_spread(capture.n_layers))
     if plan_device is not None:
         config = planned_config(config, trajectories, loaded, plan_device)

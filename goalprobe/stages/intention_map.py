@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agent_config import AgentConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
@@ -78,7 +79,7 @@ def inputs(config: DemoConfig) -> IntentionMapInput:
         seed=config.intention.seed,
     )
     return IntentionMapInput(
-        config.agent, states, config.activations.batch_size, config.intention.test
+        config.agent, states, config.activations.extract.batch_size, config.intention.test
     )
 
 
@@ -93,7 +94,7 @@ def run(context: StageContext, config: IntentionMapInput, stage_dir: Path):
     maps = decode_prompt_states(
         context,
         config.agent,
-        ActivationsConfig(batch_size=config.batch_size),
+        ActivationsConfig(extract=ExtractConfig(batch_size=config.batch_size)),
         config.states,
         grids,
         decoder,

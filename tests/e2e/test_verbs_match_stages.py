@@ -119,7 +119,7 @@ def test_patch_is_the_patching_stage(tiny_run, tmp_path, goalprobe_cli, monkeypa
 
 def test_extract_is_the_activations_stage(tiny_run, tmp_path, goalprobe_cli):
     root, config = tiny_run
-    layout, a = RunLayout(root), config.activations
+    layout, a = RunLayout(root), config.activations.extract
     out = tmp_path / "activations.h5"
     result = goalprobe_cli(
         "extract", layout.trajectories, "--out", out, "--batch-size", a.batch_size,
