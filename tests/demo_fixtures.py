@@ -1,8 +1,10 @@
-"""A tiny demo run shared by the whole session (registered in ``tests/conftest.py``).
+"""The tiny demo run shared by the whole session (registered in ``tests/conftest.py``).
 
-``goalprobe demo --scale tiny`` for the default agent alone (no positive control), run once
-into a temporary directory on first use (about a minute on 2 cores); tests read it and write
-their own outputs elsewhere, never into it.
+``goalprobe demo --scale tiny`` as the command runs it without ``--model`` (the default agent
+with the positive control beside it), once per session into a temporary directory, on first
+use (about 2-3 minutes on 2 cores). The end-to-end tests of the demo (tests/e2e/test_demo.py:
+caching, resuming, forcing a stage) rerun stages in it; the verbs' tests read it and write their
+own outputs elsewhere.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """``(run directory, DemoConfig)`` of a finished tiny demo run (every stage ran)."""
-    from goalprobe.config import demo_config
+def tiny_demo(tmp_path_factory):
+    """``(DemoResult, log lines)`` of a finished tiny demo run with its positive control."""
+    from goalprobe.config import control_config, demo_config
     from goalprobe.demo import run_demo
 
     config = demo_config("tiny")
-    root = tmp_path_factory.mktemp("tiny_demo") / "run"
-    result = run_demo(root, config, progress=False, log=lambda _: None)
-    assert result.failed == {}, result.failed
-    return root, config
+    root = tmp_path_factory.mktemp("demo") / "run"
+    lines: list[str] = []
+    result = run_demo(
+        root, config, progress=False, control=control_config(config), log=lines.append
+    )
+    return result, lines

@@ -1,7 +1,7 @@
 """``goalprobe demo`` end to end at the tiny scale, on the real bundled agent.
 
-One module-scoped run of the whole pipeline, the default agent with the positive control beside it
-(about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory
+One session-scoped run of the whole pipeline (tests/demo_fixtures.py), the default agent with
+the positive control beside it (about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory
 layout, caching (a rerun skips everything, ``force`` reruns one stage, a changed parameter reruns
 exactly the stages downstream), the CLI, a report over a damaged run, and the report in headless
 chromium (skipped, saying why, without
@@ -74,12 +74,10 @@ def tiny(root, overrides=None, **kwargs):
     return run_demo(root, config, progress=False, control=control_config(config), **kwargs)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    lines: list[str] = []
-    result = tiny(run_dir, log=lines.append)
-    return result, lines
+@pytest.fixture
+def demo(tiny_demo):
+    """The session's tiny run (tests/demo_fixtures.py), as ``tiny`` runs it."""
+    return tiny_demo
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it

@@ -20,7 +20,18 @@ import pytest
 
 from goalprobe.run_layout import RunLayout
 
-pytestmark = pytest.mark.slow  # the shared tiny run (~1-2 min) and a verb each (2-30 s)
+pytestmark = pytest.mark.slow  # the session's tiny run (tests/demo_fixtures.py), a verb each
+
+
+@pytest.fixture
+def tiny_run(tiny_demo):
+    """``(run directory, DemoConfig)`` of the default agent in the session's tiny run."""
+    from goalprobe.config import demo_config
+
+    result, _ = tiny_demo
+    assert result.failed == {}, result.failed
+    return result.run_dir, demo_config("tiny")
+
 
 VOLATILE = ("created", "seconds")
 """Attributes and JSON keys that record when a file was written or how long a step took."""
