@@ -171,9 +171,7 @@ def command(
             "the options above.",
         ),
     ] = None,
-    n_resample_option: Annotated[
-        int, typer.Option("--n-resamples", min=100, help="Bootstrap resamples.")
-    ] = 2000,
+    n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
@@ -297,7 +295,7 @@ def command(
             config,
             out,
             pairs=pairs,
-            n_resamples=n_resamples if config_file is not None else n_resample_option,
+            n_resamples=n_resamples,
             lens=decision_lens,
             store=source,
             model_id=loaded.model_id,
