@@ -93,8 +93,10 @@ rerun starts from them, not from the plan that failed)."""
 class ExtractConfig:
     """What to extract and how (stored as JSON in the store's ``config`` attribute)."""
 
-    layers: tuple[int, ...]
-    """Decoder blocks whose output is stored (0-based; GPT-OSS-20B in the study: 7, 15, 23)."""
+    layers: tuple[int, ...] = ()
+    """Decoder blocks whose output is stored (0-based; GPT-OSS-20B in the study: 7, 15, 23);
+    empty: the last block of each third (:func:`default_layers`), set by the caller once the
+    model's depth is known (:func:`extract` needs them named)."""
 
     stages: tuple[str, ...] = ANCHOR_STAGES
     """Anchor stages to store: ``pre_reasoning`` and/or ``post_reasoning``."""
@@ -125,7 +127,7 @@ class ExtractConfig:
 
     def __post_init__(self) -> None:
         layers = tuple(sorted({int(x) for x in self.layers}))
-        if not layers or layers[0] < 0:
+        if layers and layers[0] < 0:
             raise ValueError(f"layers must be non-negative block indices, got {self.layers}")
         object.__setattr__(self, "layers", layers)
         stages = tuple(self.stages)
@@ -579,6 +581,8 @@ def extract(
     if not trajectories.is_file():
         raise FileNotFoundError(f"{trajectories}: no such trajectory file")
     shard = Shard.parse(config.shard)
+    if not config.layers:
+        raise ValueError("ExtractConfig.layers is empty: name the blocks (default_layers)")
     layers = capture.check_layers(config.layers)
     if tuple(layers) != config.layers:
         raise ValueError(f"layers {config.layers} are not valid for this model")

@@ -64,7 +64,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "goalprobe.stages.decode": ("decode_prompt_states", "headline_probe"),
     # scoring: policy against decoded belief, and MEG
     "goalprobe.probes.scoring.config": ("ScoreConfig",),
-    "goalprobe.scoring": ("score_run",),
+    "goalprobe.stages.scoring": ("score_run",),
     "goalprobe.probes.scoring.meg": ("known_utility_meg",),
     "goalprobe.probes.scoring.meg_unknown": ("unknown_utility_meg",),
     "goalprobe.probes.scoring.grid_meg": ("empirical_policy", "grid_meg"),

@@ -63,6 +63,7 @@ __all__ = [
     "ProbingConfig",
     "control_config",
     "demo_config",
+    "from_dict",
     "override",
 ]
 
@@ -174,17 +175,18 @@ def demo_config(
             f"--device cuda (GPT-OSS's attention sinks run under flex attention on CUDA only), "
             f"not {device!r}"
         )
-    return fit_budgets(config, set(overrides or ()))
+    return fit_budgets(config, {resolve_path(config, path) for path in overrides or ()})
 
 
 def fit_budgets(config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset()) -> DemoConfig:
     """``config`` with rollout and patching budgets that fit its agent
     (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
     user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
-    for path in ("rollouts.max_new_tokens", "patching.max_new_tokens"):
+    for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens"):
         if config.scale != "tiny" and path not in fixed:
-            section, name = path.split(".")
-            small = getattr(getattr(config, section), name)
+            small = config
+            for name in path.split("."):
+                small = getattr(small, name)
             effort = config.rollouts.reasoning_effort
             config = override(config, path, token_budget(config.agent.model, effort, small))
     return config
@@ -198,21 +200,82 @@ def control_config(config: DemoConfig) -> DemoConfig:
 
 
 def override(config: Any, path: str, value: Any) -> Any:
-    """A copy of the frozen dataclass ``config`` with the dotted field ``path`` set to ``value``.
+    """A copy of the frozen dataclass ``config`` with the dotted field ``path`` set to ``value``
+    (:func:`resolve_path`: ``patching.batch_size`` sets ``patching.patch.batch_size``).
 
     Raises:
         ValueError: no such field, or the value is invalid for it.
     """
-    target, parts = config, path.split(".")
-    for depth, part in enumerate(parts):
-        names = sorted(f.name for f in dataclasses.fields(target))
-        if part not in names:
-            raise ValueError(f"unknown config field {path!r}: {type(target).__name__} has {names}")
-        if depth < len(parts) - 1:
-            target = getattr(target, part)
-            if not dataclasses.is_dataclass(target):
-                raise ValueError(f"unknown config field {path!r}: {part} has no fields")
+    path = resolve_path(config, path)
     head, _, rest = path.partition(".")
     if rest:
         value = override(getattr(config, head), rest, value)
     return dataclasses.replace(config, **{head: value})
+
+
+def resolve_path(config: Any, path: str) -> str:
+    """The dotted field ``path`` of ``config`` as the config nests it: below a section, a field
+    of a library config the section embeds may be named without it when no other embedded
+    config has a field of that name (``patching.batch_size`` is ``patching.patch.batch_size``,
+    ``probes.max_epochs`` is ``probes.training.max_epochs``).
+
+    Raises:
+        ValueError: no such field (the message lists the fields there), or an ambiguous one.
+    """
+    target, parts, out = config, path.split("."), []
+    for depth, part in enumerate(parts):
+        fields = dataclasses.fields(target)
+        names = sorted(f.name for f in fields)
+        if part not in names:
+            hosts = [
+                f.name
+                for f in fields
+                if depth > 0
+                and dataclasses.is_dataclass(getattr(target, f.name))
+                and part in {g.name for g in dataclasses.fields(getattr(target, f.name))}
+            ]
+            if len(hosts) != 1:
+                raise ValueError(
+                    f"unknown config field {path!r}: {type(target).__name__} has {names}"
+                    + (f" ({part} is in {hosts}: name one)" if hosts else "")
+                )
+            out.append(hosts[0])
+            target = getattr(target, hosts[0])
+        out.append(part)
+        if depth < len(parts) - 1:
+            target = getattr(target, part)
+            if not dataclasses.is_dataclass(target):
+                raise ValueError(f"unknown config field {path!r}: {part} has no fields")
+    return ".".join(out)
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """The frozen dataclass ``cls`` from its JSON form (:meth:`DemoConfig.to_dict`, a section
+    of ``demo_config.json``): lists become tuples, nested sections their dataclasses.
+
+    Raises:
+        ValueError: a field ``cls`` does not have, or a value its checks refuse.
+    """
+    import typing
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            values[name] = from_dict(kind, value)
+        else:
+            values[name] = _tuples(value)
+    return cls(**values)
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value

@@ -29,7 +29,8 @@ def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
     """
     path = Path(out_dir) / Path(ARTEFACTS["patching heatmap"].relative).name
     rows = [asdict(r) if is_dataclass(r) and not isinstance(r, type) else r for r in summary]
-    patch_summary_figure(rows).write_html(path, include_plotlyjs=True)
+    # a fixed div id: the same summary gives the same bytes (plotly draws a random one)
+    patch_summary_figure(rows).write_html(path, include_plotlyjs=True, div_id="patch-heatmap")
     return path
 
 

@@ -6,9 +6,11 @@ it sets over it (:func:`goalprobe.config.demo_config` composes them). No I/O her
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig
@@ -16,9 +18,11 @@ from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.gridworld.harm import HarmGridConfig
 from goalprobe.gridworld.intention import IntentionTestConfig
+from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.sections import (
+    DEMO_PATCH,
     ActivationsConfig,
     DecisionConfig,
     DistanceConfig,
@@ -35,6 +39,11 @@ from goalprobe.sections import (
     ProbeTraining,
     ProbingConfig,
 )
+
+
+def demo_patch(**changes: Any) -> PatchConfig:
+    """The demo's patching (:data:`~goalprobe.sections.DEMO_PATCH`) with ``changes``."""
+    return dataclasses.replace(DEMO_PATCH, **changes)
 
 
 def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
@@ -65,11 +74,8 @@ def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
         distance=DistanceConfig(n_bootstrap=n_bootstrap, seed=seed),
         plans=PlansConfig(sweep=PlanSweepConfig(n_bootstrap=n_bootstrap, random_state=seed)),
         patching=PatchingConfig(
-            max_new_tokens=4096,
-            full_pairs=24,
-            chunk_pairs=100,
+            patch=demo_patch(max_new_tokens=4096, full_pairs=24, chunk_pairs=100, seed=seed),
             n_bootstrap=n_bootstrap,
-            seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
         false_belief=FalseBeliefConfig(
@@ -126,7 +132,7 @@ def tiny(seed: int) -> dict[str, Any]:
             states=PromptStatesConfig(states_per_grid=3, seed=seed),
             learning_curve_points=3,
         ),
-        activations=ActivationsConfig(batch_size=32),
+        activations=ActivationsConfig(extract=ExtractConfig(batch_size=32, reasoning_every=4)),
         probes=ProbesConfig(training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed),
         distance=DistanceConfig(
             training=training, test_fraction=0.34, n_bootstrap=n_boot, seed=seed
@@ -145,13 +151,15 @@ def tiny(seed: int) -> dict[str, Any]:
             ),
         ),
         patching=PatchingConfig(
-            sites=("grid", "post_reasoning"),
-            layers=("all",),
+            patch=demo_patch(
+                sites=("grid", "post_reasoning"),
+                layers=("all",),
+                require_optimal=False,
+                max_new_tokens=96,
+                seed=seed,
+            ),
             max_bases=1,
-            require_optimal=False,
-            max_new_tokens=96,
             n_bootstrap=n_boot,
-            seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
         false_belief=FalseBeliefConfig(
@@ -219,7 +227,7 @@ def default(seed: int) -> dict[str, Any]:
             states=PromptStatesConfig(states_per_grid=4, seed=seed),
             learning_curve_points=4,
         ),
-        activations=ActivationsConfig(batch_size=16),
+        activations=ActivationsConfig(extract=ExtractConfig(batch_size=16, reasoning_every=4)),
         probes=ProbesConfig(
             types=("coordinate",),
             class_balance="none",
@@ -253,16 +261,18 @@ def default(seed: int) -> dict[str, Any]:
         # blocks at every site on the first 6 pairs of each kind (the budget: 61% of the patched
         # runs were the dose-response at 12; n shown in the report)
         patching=PatchingConfig(
+            patch=demo_patch(
+                full_pairs=6,
+                max_new_tokens=256,
+                batch_size=64,
+                regenerate_batch_size=128,
+                # 12 pairs of each kind at each reasoning chunk (24: ~25 s more per agent)
+                chunk_pairs=12,
+                seed=seed,
+            ),
             max_bases=130,
             control_bases=24,
-            full_pairs=6,
-            max_new_tokens=256,
-            batch_size=64,
-            regenerate_batch_size=128,
-            # 12 pairs of each kind at each reasoning chunk (24: ~25 s more per agent)
-            chunk_pairs=12,
             n_bootstrap=n_boot,
-            seed=seed,
         ),
         scoring=ScoreConfig(n_bootstrap=n_boot, random_state=seed),
         # 24 grids x 2 episodes of <= ~10 steps: about a minute with the bundled agent

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.gridworld.harm import HarmGridConfig
 from goalprobe.gridworld.intention import IntentionTestConfig
-from goalprobe.probes.patching.experiment import ReasoningMode
+from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 
 
@@ -152,19 +153,17 @@ class IntentionConfig:
 class ActivationsConfig:
     """What the extraction stores (section 5)."""
 
-    layers: tuple[int, ...] = ()
-    """Residual-stream layers to capture; empty: the default spread (last block of each
-    third)."""
-    batch_size: int = 16
-    """Most sequences per forward pass; the planner (:mod:`goalprobe.activations.plan`) adds
-    a token budget when long replays would not fit the device's memory."""
+    extract: ExtractConfig = ExtractConfig(batch_size=16, reasoning_every=4)
+    """The library's :class:`~goalprobe.activations.extract.ExtractConfig` of the
+    ``activations`` stage's store (empty layers: the last block of each third; batches: at most
+    ``batch_size`` sequences, the planner (:mod:`goalprobe.activations.plan`) adding a token
+    budget that fits the device; ``reasoning_every`` 4 fills every fifth of a 35-38-token
+    reasoning). The stages that extract prompt-only states (probing, decoding) take its layers
+    and batches with their own anchor stages and no reasoning rows."""
     attn_implementation: str = "agent"
     """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager``,
     ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md) or
     ``flex_fp32_sinks`` (FlexAttention with the sinks applied in fp32: agents/flex_sinks.py)."""
-    reasoning_every: int = 4
-    """The ``activations`` stage's store also holds every ``k``-th reasoning token and the last
-    (``extract --reasoning-every``; 0: none); 4 fills every fifth of a 35-38-token reasoning."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("agent", "eager", "flex_attention", "flex_fp32_sinks"):
@@ -172,8 +171,6 @@ class ActivationsConfig:
                 f"activations.attn_implementation {self.attn_implementation!r}: expected "
                 "'agent', 'eager', 'flex_attention' or 'flex_fp32_sinks'"
             )
-        if isinstance(self.reasoning_every, bool) or self.reasoning_every < 0:
-            raise ValueError("activations: reasoning_every must be an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -259,25 +256,32 @@ class PlansConfig:
     """Decoder width and training."""
 
 
+DEMO_PATCH = PatchConfig(
+    sites=("grid", "changed_cells", "pre_reasoning", "post_reasoning"),
+    layers=("each", "cumulative"),
+    anchor_sites=("pre_reasoning", "post_reasoning"),
+    regenerate=True,
+    max_new_tokens=512,
+    reasoning_chunks=4,
+    chunk_layers=("peak",),
+    chunk_pairs=24,
+)
+"""The demo's patching (the library's :class:`PatchConfig` with the study's choices): every
+block alone and the first and last k blocks (the dose-response) at the prompt and anchor
+sites, the anchors concluding; greedy reasoning regenerated under each prompt-site patch (the
+study's appendix F); 4 chunks of the counterfactual's reasoning patched at the block where the
+decision stage's read-out peaks (chunk layer ``"peak"``: fitted and scored on the decision
+stage's own steps, never on patching pairs) on the first 24 pairs of each kind. Its ``seed``
+also draws the bases and the counterfactuals and seeds the bootstrap."""
+
+
 @dataclass(frozen=True)
 class PatchingConfig:
     """Activation patching with counterfactual grids (section 5.2, appendix F)."""
 
-    sites: tuple[str, ...] = ("grid", "changed_cells", "pre_reasoning", "post_reasoning")
-    """Patch sites."""
-    layers: tuple[str, ...] = ("each", "cumulative")
-    """Layer sets of the dose-response: every block alone, and the first k and the last k
-    blocks for every k (k = all: every block at once)."""
-    anchor_sites: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-    """Sites every kept pair is patched at (the sites the headline concludes on)."""
-    anchor_layers: tuple[str, ...] = ("all",)
-    """Layer sets every kept pair is patched at there (and the random-grid control's)."""
-    full_pairs: int | None = None
-    """Pairs of each kind patched at every site x layer set (the dose-response); the others
-    only at the anchor sites and layer sets. None: every pair at everything."""
-    random_control: bool = True
-    """Also patch each disjoint pair's target with a random other grid of the same size (the
-    control a merely disruptive patch cannot beat)."""
+    patch: PatchConfig = DEMO_PATCH
+    """What is patched and how (:class:`~goalprobe.probes.patching.experiment.PatchConfig`;
+    the prompts' reasoning effort and templates are the trajectories')."""
     max_bases: int = 100
     """Most base steps, drawn at random (seeded) from the main rollouts."""
     disjoint_per_move: int = 1
@@ -285,34 +289,8 @@ class PatchingConfig:
     control_bases: int | None = None
     """Bases (the first drawn) that also get no-relevant-change control pairs, one per move;
     None: every base."""
-    require_optimal: bool = True
-    """Keep only pairs where the unpatched agent acts optimally on both sides (the study's)."""
-    reasoning: ReasoningMode = "greedy"
-    """Reasoning of the teacher-forced runs: ``greedy`` (both sides' own greedy completion),
-    ``recorded`` (the base keeps its sampled rollout completion) or ``oracle``."""
-    regenerate: bool = True
-    """Also let the agent regenerate its reasoning greedily under each prompt-site patch and
-    take the action from that answer (the study's appendix F); False: teacher-forced only."""
-    max_new_tokens: int = 512
-    """Token budget of every greedy completion."""
-    batch_size: int = 16
-    """Patched copies per forward pass and prompts per greedy-completion call."""
-    regenerate_batch_size: int = 64
-    """Regenerations per decoding loop (pooled across pairs with prompts of one length)."""
     n_bootstrap: int = 1000
     """Grid-bootstrap resamples of every interval."""
-    seed: int = 0
-    """Seed of the base draw, the counterfactuals, the random-grid control and the
-    bootstrap."""
-    reasoning_chunks: int = 4
-    """Fractions of the reasoning patched cf -> base as chunk sites, the rest of the reasoning
-    regenerated (issue 30, the causal check along the reasoning); 0: none."""
-    chunk_layers: tuple[str, ...] = ("peak",)
-    """Block sets of the chunk patches; ``"peak"``: the block where the decision stage's
-    read-out of the answered action peaks (mean held-out accuracy over reasoning progress,
-    fitted and scored on the decision stage's own steps, never on patching pairs)."""
-    chunk_pairs: int = 24
-    """Pairs of each kind (disjoint, control) patched at every chunk (the first kept ones)."""
 
 
 @dataclass(frozen=True)

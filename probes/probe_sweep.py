@@ -228,9 +228,9 @@ class ProbeSweepConfig:
 
 
 def _run_name(config: ProbeSweepConfig, estimator, stage: str, layer: int) -> str:
-    kind = {"CoordinateCellProbe": "coordinate", "PerCellProbe": "per_cell"}.get(
-        type(estimator).__name__, "distance"
-    )
+    from goalprobe.probes.families import family_name
+
+    kind = family_name(estimator) or type(estimator).__name__
     family = estimator.get_params().get("family", "probe")
     size = "" if config.grid_size is None else f"_size{config.grid_size}"
     return f"{config.target}_{kind}_{family}{size}_{stage}_L{layer}"

@@ -57,21 +57,11 @@ class ActivationSource:
 
 
 def _registry() -> dict[str, type]:
-    from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
-    from goalprobe.probes.distance import GoalDistanceRegressor
-    from goalprobe.probes.per_cell import PerCellProbe
-    from goalprobe.probes.position import PositionProbe
+    """Class name -> class of every registered probe family
+    (:mod:`goalprobe.probes.families`): what a card's ``class`` may name."""
+    from goalprobe.probes.families import probe_classes
 
-    return {
-        cls.__name__: cls
-        for cls in (
-            CoordinateCellProbe,
-            PerCellProbe,
-            MajorityCellBaseline,
-            GoalDistanceRegressor,
-            PositionProbe,
-        )
-    }
+    return probe_classes()
 
 
 def _paths(path: str | Path) -> tuple[Path, Path]:

@@ -46,7 +46,8 @@ def main() -> None:
     from goalprobe.run_layout import RunLayout
     from goalprobe.stages.patching import readout_peak
 
-    p = demo_config(args.scale).patching
+    section = demo_config(args.scale).patching
+    p = section.patch
     layout = RunLayout(args.run)
     agent = args.agent or AgentConfig().model
     model, tokenizer = load_bundled_agent(directory=agent)
@@ -56,7 +57,7 @@ def main() -> None:
     pairs = build_counterfactuals(
         bases, CounterfactualConfig(disjoint_per_move=1, control_per_move=0, random_state=p.seed)
     ) + build_counterfactuals(
-        bases[: p.control_bases],
+        bases[: section.control_bases],
         CounterfactualConfig(disjoint_per_move=0, control_per_move=1, random_state=p.seed),
     )
     config = PatchConfig(

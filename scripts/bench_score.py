@@ -23,7 +23,7 @@ from bench_viewer import build
 from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.probes.scoring.config import ScoreConfig
 
-from goalprobe.scoring import score_run
+from goalprobe.stages.scoring import score_run
 
 
 def main() -> None:

@@ -16,7 +16,12 @@ from typer.testing import CliRunner, Result
 # set before any test module imports torch
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-pytest_plugins: list[str] = ["gptoss_fixtures", "server_fixtures", "thinktag_fixtures"]
+pytest_plugins: list[str] = [
+    "demo_fixtures",
+    "gptoss_fixtures",
+    "server_fixtures",
+    "thinktag_fixtures",
+]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -109,14 +108,10 @@ def command(
     refused unless --overwrite.
     """
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
-    from goalprobe.activations.extract import (
-        ExtractConfig,
-        default_layers,
-        extract,
-        holds_other_extraction,
-    )
+    from goalprobe.activations.extract import ExtractConfig, holds_other_extraction
     from goalprobe.agents.attention import ATTENTION_CHOICES
     from goalprobe.agents.trajectories import trajectory_stats
+    from goalprobe.stages.activations import extract_store
 
     # every argument and the input file are checked before the (possibly long) model load
     choice(backend, BACKENDS, "--backend")
@@ -132,7 +127,7 @@ def command(
     chosen = parse_list(layers, int, "--layers", empty_ok=True)
     try:
         config = ExtractConfig(
-            layers=chosen or (0,),  # the default layers need the model's depth
+            layers=chosen,  # empty: the default spread, once the model's depth is known
             stages=parse_list(stages, str, "--stages"),
             grid_cells=grid_cells,
             batch_size=batch_size,
@@ -195,25 +190,20 @@ def command(
         raise typer.BadParameter(str(err), param_hint="--backend") from err
     if capture.vocab_size is not None:
         stats.check_vocabulary(capture.vocab_size)
-    if not chosen:
-        config = replace(config, layers=default_layers(capture.n_layers))
+    plan_device = None
     if max_batch_tokens is None and not remote:  # the planner's token budget
-        from goalprobe.stages.activations import planned_config
-
-        on = str(next(loaded.model.parameters()).device)
-        config = planned_config(config, trajectories, loaded, on)
-    report = extract(
+        plan_device = str(next(loaded.model.parameters()).device)
+    report, config = extract_store(
         trajectories,
         out,
+        loaded,
         capture,
-        loaded.tokenizer,
         config,
-        model_id=loaded.model_id,
-        model_revision=loaded.revision,
-        work_dir=work_dir,
-        keep_parts=keep_parts,
+        plan_device=plan_device,
         overwrite=overwrite,
         progress=progress,
+        work_dir=work_dir,
+        keep_parts=keep_parts,
     )
     state = (
         "already complete"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -48,6 +49,23 @@ def _store_source(store: Path, stats):
             param_hint="--store",
         )
     return StoreSource(opened)
+
+
+def _patching_section(path: Path):
+    """The demo patching section (:class:`goalprobe.config.PatchingConfig`) in the JSON file
+    ``path``."""
+    import json
+
+    from goalprobe.config import PatchingConfig, from_dict
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
+    try:
+        return from_dict(PatchingConfig, data)
+    except (TypeError, ValueError) as err:
+        raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
 
 
 def command(
@@ -100,8 +118,12 @@ def command(
         int, typer.Option(min=0, help="Disjoint pairs per base and move.")
     ] = 1,
     control_per_move: Annotated[
-        int, typer.Option(min=0, help="Control pairs per base and move.")
+        int, typer.Option(min=0, help="Control pairs per control base and move.")
     ] = 1,
+    control_bases: Annotated[
+        int | None,
+        typer.Option(min=0, help="Bases (the first drawn) that get control pairs (default: all)."),
+    ] = None,
     sizes: Annotated[
         str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
     ] = "",
@@ -130,8 +152,25 @@ def command(
         ),
     ] = 0,
     chunk_layers: Annotated[
-        str, typer.Option(help="Layer sets of the reasoning chunks, e.g. '1' or 'all'.")
+        str,
+        typer.Option(
+            help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
+            "where the read-out in --decision-lens peaks)."
+        ),
     ] = "all",
+    decision_lens: Annotated[
+        Path | None,
+        typer.Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
+            "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
+            "the options above.",
+        ),
+    ] = None,
     n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
@@ -151,12 +190,12 @@ def command(
     from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
     from goalprobe.agents.trajectories import trajectory_stats
-    from goalprobe.figure_files import write_patch_heatmap
-    from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
+    from goalprobe.probes.patching.counterfactuals import MOVES, base_from_grid
     from goalprobe.probes.patching.experiment import PatchConfig, resolve_layer_sets
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
-    from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
+    from goalprobe.probes.patching.run import read_trajectory_bases
     from goalprobe.probes.patching.sites import SequenceError
+    from goalprobe.stages.patching import PairSettings, pair_settings, patch, patch_config
 
     # every argument, the inputs and the output are checked before the model is loaded
     if (trajectories is None) == (grids is None):
@@ -177,38 +216,62 @@ def command(
         if not bases:
             raise typer.BadParameter(f"{grids} holds no grids", param_hint="--grids")
     keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
-    bases = draw_bases(bases, max_bases, seed, sizes=keep)
-    if not bases:
-        raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
     try:
-        config = PatchConfig(
-            sites=_split(sites, "--sites"),
-            layers=_split(layers, "--layers"),
-            directions=_split(directions, "--directions"),
-            reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
-            require_optimal=not allow_suboptimal,
-            regenerate=regenerate,
-            max_new_tokens=max_new_tokens or token_budget(model, effort, 512),
-            batch_size=batch_size,
-            reasoning_effort=effort,
-            template_dir=template_dir,
-            reasoning_chunks=reasoning_chunks,
-            chunk_layers=_split(chunk_layers, "--chunk-layers"),
-        )
-        cf_config = CounterfactualConfig(
-            moves=_split(moves, "--moves"),
-            disjoint_per_move=disjoint_per_move,
-            control_per_move=control_per_move,
-            random_state=seed,
-        )
+        if config_file is not None:
+            section = _patching_section(config_file)
+            config = patch_config(section, effort, template_dir)
+            pairs = dataclasses.replace(
+                pair_settings(section), sizes=None if keep is None else tuple(keep)
+            )
+            n_resamples = section.n_bootstrap
+        else:
+            config = PatchConfig(
+                sites=_split(sites, "--sites"),
+                layers=_split(layers, "--layers"),
+                directions=_split(directions, "--directions"),
+                reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
+                require_optimal=not allow_suboptimal,
+                regenerate=regenerate,
+                max_new_tokens=max_new_tokens or token_budget(model, effort, 512),
+                batch_size=batch_size,
+                seed=seed,
+                reasoning_effort=effort,
+                template_dir=template_dir,
+                reasoning_chunks=reasoning_chunks,
+                chunk_layers=_split(chunk_layers, "--chunk-layers"),
+            )
+            moved = _split(moves, "--moves")
+            if any(m not in MOVES for m in moved):
+                raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moved}")
+            pairs = PairSettings(
+                max_bases=max_bases,
+                disjoint_per_move=disjoint_per_move,
+                control_per_move=control_per_move,
+                control_bases=control_bases,
+                moves=moved,
+                sizes=None if keep is None else tuple(keep),
+                seed=seed,
+            )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
+    if not [b for b in bases if keep is None or b.grid.size in keep]:
+        raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
     try:
         resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--layers") from err
+    peak = config.reasoning_chunks and "peak" in config.chunk_layers
+    if peak and decision_lens is None:
+        raise typer.BadParameter(
+            "chunk layers 'peak' need --decision-lens (the decision stage's lens.json)",
+            param_hint="--chunk-layers",
+        )
+    if decision_lens is not None and not decision_lens.is_file():
+        raise typer.BadParameter(f"{decision_lens}: no such file", param_hint="--decision-lens")
     try:
-        resolve_layer_sets(config.chunk_layers, SYNTAX_CHECK_LAYERS)
+        resolve_layer_sets(
+            [c for c in config.chunk_layers if c != "peak"] or ["all"], SYNTAX_CHECK_LAYERS
+        )
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
     source = None
@@ -227,14 +290,15 @@ def command(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--layers") from err
     try:
-        outcome = run_experiment(
+        outcome, paths = patch(
             bases,
             patcher,
             config,
-            cf_config,
-            store=source,
+            out,
+            pairs=pairs,
             n_resamples=n_resamples,
-            random_state=seed,
+            lens=decision_lens,
+            store=source,
             model_id=loaded.model_id,
             model_revision=loaded.revision,
             input_name=str(trajectories or grids),
@@ -249,11 +313,9 @@ def command(
         ) from err
     report, records, summary = outcome.report, outcome.records, outcome.summary
     console.print(
-        f"{len(bases)} bases -> {report.n_pairs} counterfactual pairs; prepared "
+        f"{report.n_pairs} counterfactual pairs; prepared "
         f"{report.n_kept}, dropped {dict(report.dropped)}"
     )
-    paths = outcome.write(out)
-    paths["heatmap_html"] = write_patch_heatmap(out, summary)
 
     table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
     for column in (

@@ -105,10 +105,9 @@ def command(
     """
     from rich.console import Console
 
-    from goalprobe.figure_files import write_scoring_figures
     from goalprobe.probes.scoring.config import ScoreConfig
     from goalprobe.run_layout import RunLayout
-    from goalprobe.scoring import score_run
+    from goalprobe.stages.scoring import score_run
 
     choice(utility, UTILITIES, "--utility")
     choice(key_utility, UTILITIES, "--key-utility")
@@ -136,7 +135,6 @@ def command(
     # a missing input (FileNotFoundError) or inputs that do not join up (ScoringError) become
     # one "error: ..." line and exit code 2 in goalprobe.cli.OneLineErrors
     summary = score_run(run_dir, config, progress=progress)
-    summary.outputs.update(write_scoring_figures(RunLayout(run_dir), summary.belief, summary.meg))
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))
     for name, path in summary.outputs.items():

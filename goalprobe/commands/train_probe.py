@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 TARGETS = ("cell-type", "distance", "position")
-PROBE_TYPES = ("coordinate", "per-cell")
 FAMILIES = ("mlp", "linear")
 
 
@@ -42,7 +41,8 @@ def command(
     probe: Annotated[
         str,
         typer.Option(
-            help="Cell-type probe: coordinate ([act, row, col], the study's) or per-cell."
+            help="Cell-type probe family: coordinate ([act, row, col], the study's), per-cell, "
+            "or any registered family (goalprobe.probes.families; --target distance: distance)."
         ),
     ] = "coordinate",
     family: Annotated[str, typer.Option(help="mlp or linear (ridge for distance).")] = "mlp",
@@ -105,13 +105,21 @@ def command(
     from rich.console import Console
 
     from goalprobe.activations.store import StoreFormatError
-    from goalprobe.probes.cell_probes import CoordinateCellProbe
-    from goalprobe.probes.distance import GoalDistanceRegressor
-    from goalprobe.probes.per_cell import PerCellProbe
-    from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader, run_probe_sweep
+    from goalprobe.probes.families import probe_families
+    from goalprobe.probes.probe_sweep import ProbeSweepConfig, StoreProbeLoader
+    from goalprobe.stages.probes import train_probe
 
     choice(target, TARGETS, "--target")
-    choice(probe, PROBE_TYPES, "--probe")
+    families = probe_families()
+    probe = probe.replace("-", "_")
+    sweepable = sorted(n for n, f in families.items() if f.target in ("cell_type", "distance"))
+    choice(probe, tuple(sweepable), "--probe")
+    if target == "distance":
+        probe = "distance"
+    elif target == "cell-type" and families[probe].target != "cell_type":
+        raise typer.BadParameter(
+            f"{probe} learns {families[probe].target}, not cell types", param_hint="--probe"
+        )
     choice(family, FAMILIES, "--family")
     choice(coordinates, ("raw", "onehot"), "--coordinates")
     choice(class_balance, ("upsample", "weighted_loss", "none"), "--class-balance")
@@ -140,7 +148,13 @@ def command(
     if target == "position":
         _position_sweep(loader, stage_list, layer_list, test_fraction, n_bootstrap, seed, out)
         return
-    training: dict[str, Any] = dict(
+    params: dict[str, Any] = dict(  # each family takes those of these it has
+        family=family,
+        alpha=alpha,
+        hidden_size=hidden_size,
+        coordinates=coordinates,
+        grid_size=grid_size,
+        class_balance=class_balance,
         learning_rate=lr,
         weight_decay=weight_decay,
         max_epochs=max_epochs,
@@ -151,29 +165,7 @@ def command(
         progress=progress,
         random_state=seed,
     )
-    if target == "distance":
-        estimator = GoalDistanceRegressor(
-            family=family, alpha=alpha, hidden_size=hidden_size, **training
-        )
-    elif probe == "coordinate":
-        estimator = CoordinateCellProbe(
-            family=family,
-            hidden_size=hidden_size,
-            coordinates=coordinates,
-            grid_size=grid_size,
-            class_balance=class_balance,
-            **training,
-        )
-    else:
-        estimator = PerCellProbe(
-            family=family,
-            hidden_size=hidden_size,
-            grid_size=grid_size,
-            class_balance=class_balance,
-            **training,
-        )
     config = ProbeSweepConfig(
-        target="cell_type" if target == "cell-type" else "distance",
         stages=stage_list,
         layers=tuple(layer_list),
         grid_size=grid_size,
@@ -184,7 +176,7 @@ def command(
     )
     try:
         with removed_on_error(out):
-            result = run_probe_sweep(loader, config, estimator, out_dir=out, log=console.log)
+            result = train_probe(store, out, probe, params, config, log=console.log)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="STORE") from err
     console.print(summary_table(result))
@@ -193,7 +185,7 @@ def command(
     figure.write_json(out / "sweep_figure.json")
     console.print(
         f"wrote {out}/: sweep.json, models/, sweep_figure.html"
-        + (", decoded/" if target == "cell-type" else "")
+        + (", decoded/" if result["config"]["target"] == "cell_type" else "")
     )
 
 

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from goalprobe.activations.capture import make_backend
-from goalprobe.activations.extract import ExtractConfig, default_layers, extract
+from goalprobe.activations.extract import ExtractConfig, extract
+from goalprobe.activations.extract import default_layers as layer_spread
 from goalprobe.activations.plan import (
     ModelShape,
     device_memory_bytes,
@@ -28,13 +29,15 @@ from goalprobe.stages.registry import Settings, Stage, register
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Replay the main rollouts teacher-forced and store the anchors' residual streams."""
     out = context.layout.store
+    settings = config.activations.extract
     report, layers = extract_into(
         context,
         config.agent,
         config.activations,
         context.layout.trajectories,
         out,
-        reasoning_every=config.activations.reasoning_every,
+        stages=settings.stages,
+        reasoning_every=settings.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
 
@@ -47,15 +50,20 @@ def extract_into(
     out: Path,
     stages: tuple[str, ...] = ("pre_reasoning", "post_reasoning"),
     reasoning_every: int = 0,
+    layers: tuple[int, ...] | None = None,
 ):
-    """Extract ``trajectories`` into the store ``out`` with the demo's backend and layers (and
-    reasoning rows every ``reasoning_every`` tokens when not 0); returns
-    ``(ExtractReport, layers)``."""
+    """Extract ``trajectories`` into the store ``out`` with the demo's backend, batches and
+    layers (``layers``: these instead), at the anchor ``stages`` (and reasoning rows every
+    ``reasoning_every`` tokens when not 0); returns ``(ExtractReport, layers)``."""
+    config = dataclasses.replace(
+        settings.extract,
+        stages=stages,
+        reasoning_every=reasoning_every,
+        layers=settings.extract.layers if layers is None else layers,
+    )
     loaded = context.agent(agent).loaded()
     with attention(loaded.model, settings.attn_implementation):
-        return _extract(
-            context, agent, settings, trajectories, out, stages, loaded, reasoning_every
-        )
+        return _extract(context, agent, config, trajectories, out, loaded)
 
 
 @contextmanager
@@ -75,7 +83,7 @@ def attention(model, implementation: str):
         model.set_attn_implementation(before)
 
 
-def _extract(context, agent, settings, trajectories, out, stages, loaded, reasoning_every):
+def _extract(context, agent, config: ExtractConfig, trajectories, out, loaded):
     capture = make_backend(
         "nnsight",
         loaded.model,
@@ -85,18 +93,49 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         revision=loaded.revision or None,
         host=None,
     )
-    layers = tuple(settings.layers or default_layers(capture.n_layers))
-    config = planned_config(
-        ExtractConfig(
-            layers=layers,
-            stages=stages,
-            batch_size=settings.batch_size,
-            reasoning_every=reasoning_every,
-        ),
+    report, config = extract_store(
         trajectories,
+        out,
         loaded,
-        agent.device,
+        capture,
+        config,
+        plan_device=agent.device,
+        overwrite=True,
+        progress=context.progress,
     )
+    return report, config.layers
+
+
+def extract_store(
+    trajectories: Path,
+    out: Path,
+    loaded,
+    capture,
+    config: ExtractConfig,
+    *,
+    plan_device: str | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    work_dir: Path | None = None,
+    keep_parts: bool = False,
+):
+    """The extraction, the one path of ``goalprobe extract`` and of this stage: replay
+    ``trajectories`` teacher-forced through ``capture`` (a backend over ``loaded``'s model)
+    and store the residual stream at ``out`` (resumable:
+    :func:`goalprobe.activations.extract.extract`).
+
+    Args:
+        config: what to store (empty layers: the last block of each third).
+        plan_device: plan the batches' token budget for this device's memory
+            (:func:`planned_config`); None: ``config.max_batch_tokens`` as given.
+
+    Returns:
+        ``(ExtractReport, the config extracted with)``.
+    """
+    if not config.layers:
+        config = dataclasses.replace(config, layers=layer_spread(capture.n_layers))
+    if plan_device is not None:
+        config = planned_config(config, trajectories, loaded, plan_device)
     report = extract(
         trajectories,
         out,
@@ -105,10 +144,12 @@ def _extract(context, agent, settings, trajectories, out, stages, loaded, reason
         config,
         model_id=loaded.model_id,
         model_revision=loaded.revision,
-        overwrite=True,
-        progress=context.progress,
+        work_dir=work_dir,
+        keep_parts=keep_parts,
+        overwrite=overwrite,
+        progress=progress,
     )
-    return report, layers
+    return report, config
 
 
 def planned_config(

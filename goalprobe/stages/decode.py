@@ -16,7 +16,6 @@ extracted, and the probe returns a full ``(S, S, len(CellType))`` distribution p
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,10 +210,11 @@ def decode_prompt_states(
     extract_into(
         context,
         agent,
-        dataclasses.replace(activations, layers=(probe.layer,)),
+        activations,
         states_path,
         store_path,
         stages=(HEADLINE_STAGE,),
+        layers=(probe.layer,),
     )
     with ActivationStore(store_path) as store:
         rows = store.select(HEADLINE_STAGE)

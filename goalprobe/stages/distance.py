@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.probes import estimator_params, sweep, targets, training_device
 from goalprobe.stages.registry import Settings, Stage, register
@@ -16,7 +15,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     d, layout = config.distance, context.layout
     summary, outputs = {}, {}
     for family in d.families:
-        estimator = GoalDistanceRegressor(
+        params = dict(
             family=family, **estimator_params(d.training, config.device, d.seed, context.progress)
         )
         name = f"distance_{family}"
@@ -29,7 +28,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 context,
                 store,
                 "distance",
-                estimator,
+                params,
                 out,
                 path,
                 test_fraction=d.test_fraction,

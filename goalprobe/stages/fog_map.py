@@ -10,7 +10,6 @@ size-and-density prior (:mod:`goalprobe.probes.fog_map`).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -58,10 +57,11 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     extract_into(
         context,
         config.agent,
-        dataclasses.replace(config.activations, layers=(probe.layer,)),
+        config.activations,
         layout.fog_trajectories,
         layout.fog_store,
         stages=(HEADLINE_STAGE,),
+        layers=(probe.layer,),
     )
     fields = ["grid_id", "episode", "step", "cell_types", "grid_size", "density", "agent_row_col"]
     with ActivationStore(layout.fog_store) as store:

@@ -18,6 +18,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.gridworld.core import CellType
@@ -59,7 +60,7 @@ def _received(config: DemoConfig) -> dict:
     )
     return {
         "states": states,
-        "batch_size": config.activations.batch_size,
+        "batch_size": config.activations.extract.batch_size,
         "test": config.intention.test,
     }
 
@@ -75,7 +76,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     maps = decode_prompt_states(
         context,
         config.agent,
-        ActivationsConfig(batch_size=config.batch_size),
+        ActivationsConfig(extract=ExtractConfig(batch_size=config.batch_size)),
         config.states,
         grids,
         decoder,

@@ -5,12 +5,15 @@ the ``decision`` stage's read-out peaks, the rest of the reasoning regenerated (
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from goalprobe.activations.capture import make_backend
+from goalprobe.config import PatchingConfig
 from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
 from goalprobe.probes.patching.experiment import PatchConfig
@@ -23,65 +26,25 @@ from goalprobe.stages.registry import Settings, Stage, register
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Draw bases, build counterfactual pairs (disjoint ones on every base, controls on the
     first ``control_bases``), patch, and summarise with grid-clustered intervals and the
-    anchors' verdicts."""
+    anchors' verdicts (:func:`patch`, as ``goalprobe patch`` does)."""
     p = config.patching
     trajectories = context.layout.trajectories
     read = read_trajectory_bases(trajectories)
     loaded = context.agent(config.agent).loaded()
-    n_layers = int(loaded.model.config.num_hidden_layers)
-    peak = readout_peak(context.layout.decision_lens, n_layers) if p.reasoning_chunks else None
-    chunk_layers = tuple(
-        str(peak["layer"]) if spec == "peak" and peak is not None else spec
-        for spec in p.chunk_layers
-    )
-    patch_config = PatchConfig(
-        sites=p.sites,
-        layers=p.layers,
-        reasoning=p.reasoning,
-        regenerate=p.regenerate,
-        require_optimal=p.require_optimal,
-        max_new_tokens=p.max_new_tokens,
-        batch_size=p.batch_size,
-        regenerate_batch_size=p.regenerate_batch_size,
-        anchor_sites=p.anchor_sites,
-        anchor_layers=p.anchor_layers,
-        full_pairs=p.full_pairs,
-        random_control=p.random_control,
-        seed=p.seed,
-        reasoning_effort=read.reasoning_effort,
-        template_dir=read.template_dir,
-        reasoning_chunks=p.reasoning_chunks,
-        chunk_layers=chunk_layers,
-        chunk_pairs=p.chunk_pairs,
-    )
-    bases = draw_bases(read.bases, p.max_bases, p.seed)
-    disjoint = CounterfactualConfig(
-        disjoint_per_move=p.disjoint_per_move, control_per_move=0, random_state=p.seed
-    )
-    controls = CounterfactualConfig(disjoint_per_move=0, control_per_move=1, random_state=p.seed)
-    pairs = build_counterfactuals(bases, disjoint) + build_counterfactuals(
-        bases[: p.control_bases], controls
-    )
-    batches = stage_dir / BATCHES_FILE  # what an out-of-memory error halved a batch to
-    limits = json.loads(batches.read_text(encoding="utf-8")) if batches.is_file() else None
-    outcome = run_experiment(
-        bases,
+    outcome, paths = patch(
+        read.bases,
         make_backend("nnsight", loaded.model, loaded.tokenizer),
-        patch_config,
-        pairs=pairs,
+        patch_config(p, read.reasoning_effort, read.template_dir),
+        stage_dir,
+        pairs=pair_settings(p),
         n_resamples=p.n_bootstrap,
-        random_state=p.seed,
+        lens=context.layout.decision_lens,
         model_id=loaded.model_id,
         model_revision=loaded.revision,
         input_name=context.layout.relative(trajectories),
         budget=PatchingBudget.for_model(loaded.model, config.agent.device),
-        batch_limits=limits,
-        on_halve=lambda halved: _record_batch(batches, halved),
+        batches=stage_dir / BATCHES_FILE,
     )
-    if peak is not None:
-        outcome.meta["reasoning_chunks"]["peak"] = peak
-    paths = outcome.write(stage_dir)
-    write_patch_heatmap(stage_dir, outcome.summary)
     counts = {
         "pairs": outcome.report.n_kept,
         "records": len(outcome.records),
@@ -101,6 +64,127 @@ def _record_batch(path: Path, halved) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(limits, indent=1), encoding="utf-8")
     tmp.replace(path)
+
+
+def patch_config(p: PatchingConfig, effort: str, template_dir: str | None) -> PatchConfig:
+    """The demo section's :class:`PatchConfig`, with the prompts' reasoning effort and
+    templates (those of the trajectories)."""
+    return dataclasses.replace(p.patch, reasoning_effort=effort, template_dir=template_dir)
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """Which bases are drawn and which counterfactual pairs each gets."""
+
+    max_bases: int = 100
+    """Most bases, drawn at random (seeded)."""
+    disjoint_per_move: int = 1
+    """Disjoint pairs per base and move."""
+    control_per_move: int = 1
+    """Control pairs per control base and move."""
+    control_bases: int | None = None
+    """Bases (the first drawn) that get control pairs; None: every base."""
+    moves: tuple[str, ...] = ("agent", "goal")
+    """What moves between base and counterfactual."""
+    sizes: tuple[int, ...] | None = None
+    """Grid sizes kept (None: all)."""
+    seed: int = 0
+    """Seed of the base draw, the counterfactuals and the bootstrap."""
+
+
+def pair_settings(p: PatchingConfig) -> PairSettings:
+    """The demo section's base draw and pairs."""
+    return PairSettings(
+        max_bases=p.max_bases,
+        disjoint_per_move=p.disjoint_per_move,
+        control_bases=p.control_bases,
+        seed=p.patch.seed,
+    )
+
+
+def patch(
+    bases: list,
+    patcher,
+    config: PatchConfig,
+    out: Path,
+    *,
+    pairs: PairSettings,
+    n_resamples: int,
+    lens: Path | None = None,
+    store=None,
+    model_id: str | None = None,
+    model_revision: str | None = None,
+    input_name: str | None = None,
+    budget: PatchingBudget | None = None,
+    batches: Path | None = None,
+):
+    """The patching analysis, the one path of ``goalprobe patch`` and of this stage: draw
+    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs (disjoint ones on every
+    base, controls on the first ``pairs.control_bases``), patch them through ``patcher`` and
+    write the results, records, summary, pairs and heatmap into ``out``.
+
+    ``budget``: the device memory the passes are planned in (None: no plan); ``batches``: the
+    JSON file of the batches an out-of-memory error halved (read first, so that a rerun starts
+    from them, and written at each halving; None: not kept).
+
+    With reasoning chunks, the chunk layer set ``"peak"`` is the block where the decision
+    read-out in ``lens`` (``RUN/decision/lens.json``) peaks (:func:`readout_peak`).
+
+    Returns:
+        ``(outcome, paths)``: the :class:`~goalprobe.probes.patching.run.PatchingOutcome` and
+        name -> written file.
+    """
+    n_layers = int(patcher.n_layers)
+    peak = None
+    if config.reasoning_chunks and lens is not None:
+        peak = readout_peak(lens, n_layers)
+    if peak is not None:
+        config = dataclasses.replace(
+            config,
+            chunk_layers=tuple(
+                str(peak["layer"]) if spec == "peak" else spec for spec in config.chunk_layers
+            ),
+        )
+    drawn = draw_bases(bases, pairs.max_bases, pairs.seed, sizes=pairs.sizes)
+    disjoint = CounterfactualConfig(
+        moves=pairs.moves,
+        disjoint_per_move=pairs.disjoint_per_move,
+        control_per_move=0,
+        random_state=pairs.seed,
+    )
+    controls = CounterfactualConfig(
+        moves=pairs.moves,
+        disjoint_per_move=0,
+        control_per_move=pairs.control_per_move,
+        random_state=pairs.seed,
+    )
+    control_bases = drawn if pairs.control_bases is None else drawn[: pairs.control_bases]
+    outcome = run_experiment(
+        drawn,
+        patcher,
+        config,
+        dataclasses.replace(disjoint, control_per_move=pairs.control_per_move),  # recorded
+        pairs=build_counterfactuals(drawn, disjoint)
+        + build_counterfactuals(control_bases, controls),
+        store=store,
+        n_resamples=n_resamples,
+        random_state=pairs.seed,
+        model_id=model_id,
+        model_revision=model_revision,
+        input_name=input_name,
+        budget=budget,
+        batch_limits=(
+            json.loads(batches.read_text(encoding="utf-8"))
+            if batches is not None and batches.is_file()
+            else None
+        ),
+        on_halve=None if batches is None else lambda halved: _record_batch(batches, halved),
+    )
+    if peak is not None:
+        outcome.meta["reasoning_chunks"]["peak"] = peak
+    paths = outcome.write(out)
+    paths["heatmap_html"] = write_patch_heatmap(out, outcome.summary)
+    return outcome, paths
 
 
 def readout_peak(lens_path: Path, n_layers: int) -> dict:

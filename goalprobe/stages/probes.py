@@ -8,6 +8,7 @@ chosen by test accuracy."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,13 @@ import numpy as np
 
 from goalprobe.activations.store import ActivationStore
 from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
-from goalprobe.probes.cell_probes import CoordinateCellProbe
+from goalprobe.probes.families import make_probe, probe_family
 from goalprobe.probes.learning_curve import grid_counts, learning_curve
-from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import position_scores
 from goalprobe.probes.probe_sweep import (
     ProbeSweepConfig,
     ProbeSweepResult,
     StoreProbeLoader,
-    Target,
     run_probe_sweep,
 )
 from goalprobe.probes.seeds import seed_runs
@@ -34,9 +33,6 @@ from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, hea
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
 from goalprobe.stages.registry import Settings, Stage, register
-
-PROBE_CLASSES = {"coordinate": CoordinateCellProbe, "per_cell": PerCellProbe}
-"""Probe kind -> estimator class."""
 
 
 def _received(config: DemoConfig) -> dict:
@@ -71,11 +67,38 @@ def cell_params(kind: str, p: ProbesConfig) -> dict:
     return params
 
 
+def train_probe(
+    store: Path,
+    out: Path,
+    probe: str,
+    params: dict[str, Any],
+    sweep: ProbeSweepConfig,
+    *,
+    log=None,
+) -> ProbeSweepResult:
+    """The probes analysis on one activation store, the one path of ``goalprobe train-probe``
+    and of this stage: the registered probe family ``probe``
+    (:mod:`goalprobe.probes.families`) built from ``params``, fitted and scored on every
+    stage x layer of ``sweep`` (empty stages: every stage some row holds; empty layers: every
+    stored layer; its target: the labels the family learns), with the controls; writes
+    ``out/models/`` (safetensors + JSON cards), ``out/decoded/`` (the test grids' maps, cell
+    types) and ``out/sweep.json``."""
+    family = probe_family(probe)
+    loader = StoreProbeLoader(store)
+    sweep = dataclasses.replace(
+        sweep,
+        target=family.target,
+        stages=sweep.stages or stages_with_rows(store),
+        layers=sweep.layers or tuple(loader.layers),
+    )
+    return run_probe_sweep(loader, sweep, family.make(**params), out_dir=out, log=log)
+
+
 def sweep(
     context: StageContext,
     store: Path,
-    target: Target,
-    estimator,
+    probe: str,
+    params: dict[str, Any],
     out: Path,
     sweep_path: Path,
     *,
@@ -83,19 +106,18 @@ def sweep(
     n_bootstrap: int,
     seed: int,
 ) -> ProbeSweepResult:
-    """Run one probe sweep on ``store`` over every stage with rows x every stored layer; its
-    table lands at ``sweep_path`` (models and decoded test maps under ``out``)."""
-    loader = StoreProbeLoader(store)
+    """Run one probe sweep (:func:`train_probe`) on ``store`` over every stage with rows x
+    every stored layer; its table lands at ``sweep_path`` (models and decoded test maps under
+    ``out``)."""
     config = ProbeSweepConfig(
-        target=target,
-        stages=stages_with_rows(store),
-        layers=tuple(loader.layers),
+        stages=(),
+        layers=(),
         test_fraction=test_fraction,
         controls=True,
         n_bootstrap=n_bootstrap,
         random_state=seed,
     )
-    result = run_probe_sweep(loader, config, estimator, out_dir=out, log=context.say)
+    result = train_probe(store, out, probe, params, config, log=context.say)
     sweep_path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(out / "sweep.json", sweep_path)
     return result
@@ -122,7 +144,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     )
     for kind in p.types:
         for family in p.families:
-            estimator = PROBE_CLASSES[kind](
+            params = dict(
                 family=family,
                 **cell_params(kind, p),
                 **estimator_params(p.training, config.device, p.seed, context.progress),
@@ -133,7 +155,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 ("probing", layout.probing_store, layout.probing_probes,
                  layout.probing_probe_sweep(name)),
             ):  # fmt: skip
-                result = sweep(context, store, "cell_type", estimator, out, path, **common)
+                result = sweep(context, store, kind, params, out, path, **common)
                 outputs[f"{where}_{kind}_{family}"] = path
                 head = headline_run(result)
                 if head is not None:
@@ -151,7 +173,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         if HEADLINE_PROBE in {(k, f) for k in p.types for f in p.families}
         else (p.types[0], p.families[0])
     )
-    estimator = PROBE_CLASSES[kind](
+    estimator = make_probe(
+        kind,
         family=family,
         **cell_params(kind, p),
         **estimator_params(p.training, config.device, p.seed, False),

@@ -362,3 +362,15 @@ def test_the_attention_kernel_is_recorded_and_never_mixed(tmp_path, trajectories
         merge_shards([stores["eager"], other], tmp_path / "merged.h5")
     finally:
         model.set_attn_implementation(kernel)
+
+
+def test_an_extraction_names_its_layers(tmp_path):
+    """Empty layers mean the default spread in a config (the demo's section), resolved by the
+    caller once the model's depth is known; the extraction itself refuses them."""
+    trajectories = tmp_path / "trajectories.jsonl"
+    trajectories.write_text("")
+    assert ExtractConfig().layers == ()
+    with pytest.raises(ValueError, match="layers is empty"):
+        extract(trajectories, tmp_path / "store.h5", None, None, ExtractConfig(), model_id="m")
+    with pytest.raises(ValueError, match="non-negative"):
+        ExtractConfig(layers=(-1,))

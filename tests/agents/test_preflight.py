@@ -47,18 +47,21 @@ def test_demo_budgets_follow_the_model_and_the_effort(gptoss_dir):
     from goalprobe.config import demo_config
 
     bundled = demo_config("default")
-    assert bundled.rollouts.max_new_tokens == 256 and bundled.patching.max_new_tokens == 256
+    assert bundled.rollouts.max_new_tokens == 256 and bundled.patching.patch.max_new_tokens == 256
     gptoss = demo_config("default", model=str(gptoss_dir))
-    assert gptoss.rollouts.max_new_tokens == 4_096 == gptoss.patching.max_new_tokens
+    assert gptoss.rollouts.max_new_tokens == 4_096 == gptoss.patching.patch.max_new_tokens
     medium = demo_config(
         "paper", model=str(gptoss_dir), overrides={"rollouts.reasoning_effort": "medium"}
     )
-    assert 8_192 <= medium.rollouts.max_new_tokens == medium.patching.max_new_tokens <= 16_384
+    assert 8_192 <= medium.rollouts.max_new_tokens == medium.patching.patch.max_new_tokens <= 16_384
     fixed = demo_config(
         "default", model=str(gptoss_dir), overrides={"rollouts.max_new_tokens": 2_000}
     )
     assert fixed.rollouts.max_new_tokens == 2_000  # what the user sets stays
-    assert fixed.patching.max_new_tokens == 4_096
+    assert fixed.patching.patch.max_new_tokens == 4_096
+    # the flat path of the PatchConfig the section embeds is the user's too
+    flat = demo_config("default", model=str(gptoss_dir), overrides={"patching.max_new_tokens": 300})
+    assert flat.patching.patch.max_new_tokens == 300
     # tiny (CI) keeps its budgets whatever the model
     assert demo_config("tiny", model=str(gptoss_dir)).rollouts.max_new_tokens == 96
 

@@ -1,4 +1,4 @@
-"""``goalprobe score`` (goalprobe.scoring over goalprobe.probes.scoring) on a real small run directory.
+"""``goalprobe score`` (goalprobe.stages.scoring over goalprobe.probes.scoring) on a real small run directory.
 
 The run is built with the real stages: a seeded grid set (plain and key-no-door grids), rollouts
 by ``run_rollouts`` with a scripted noisy-optimal agent (tests/viewer_fixtures.py), a real
@@ -46,7 +46,7 @@ from viewer_fixtures import NoisyOptimalBackend
 
 from goalprobe.figure_files import write_scoring_figures
 from goalprobe.run_layout import RunLayout
-from goalprobe.scoring import score_run
+from goalprobe.stages.scoring import score_run
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
 N_BOOT = 200

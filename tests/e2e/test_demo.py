@@ -1,7 +1,7 @@
 """``goalprobe demo`` end to end at the tiny scale, on the real bundled agent.
 
-One module-scoped run of the whole pipeline, the default agent with the positive control beside it
-(about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory
+One session-scoped run of the whole pipeline (tests/demo_fixtures.py), the default agent with
+the positive control beside it (about 2-3 minutes on 2 CPU cores), feeds every test: the artefacts of the viewer's run-directory
 layout, caching (a rerun skips everything, ``force`` reruns one stage, a changed parameter reruns
 exactly the stages downstream), the CLI, a report over a damaged run, and the report in headless
 chromium (skipped, saying why, without
@@ -74,12 +74,10 @@ def tiny(root, overrides=None, **kwargs):
     return run_demo(root, config, progress=False, control=control_config(config), **kwargs)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    lines: list[str] = []
-    result = tiny(run_dir, log=lines.append)
-    return result, lines
+@pytest.fixture
+def demo(tiny_demo):
+    """The session's tiny run (tests/demo_fixtures.py), as ``tiny`` runs it."""
+    return tiny_demo
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
@@ -259,6 +257,17 @@ def test_configs_reject_bad_input():
     assert paper.rollouts.temperature == 0.7
     nested = demo_config("tiny", overrides={"probes.training.max_epochs": 5})
     assert nested.probes.training.max_epochs == 5 and nested.distance.training.max_epochs == 2
+    # a field of the library config a section embeds answers to its flat path too
+    flat = demo_config("tiny", overrides={"patching.batch_size": 3, "patching.patch.seed": 4})
+    assert (flat.patching.patch.batch_size, flat.patching.patch.seed) == (3, 4)
+    assert (
+        flat.patching
+        == demo_config(
+            "tiny", overrides={"patching.patch.batch_size": 3, "patching.seed": 4}
+        ).patching
+    )
+    with pytest.raises(ValueError, match=r"seed is in \['grids', 'states'\]: name one"):
+        demo_config("tiny", overrides={"probing.seed": 2})
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it
@@ -417,7 +426,6 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     import ast
     import inspect
 
-    from goalprobe import scoring
     from goalprobe.run_layout import ARTEFACTS, RunLayout
     from goalprobe.stages import decode
 
@@ -465,7 +473,6 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     helpers = {
         "false_belief": [decode],
         "intention_map": [decode],
-        "scoring": [scoring],
     }
     checked = 0
     for stage in STAGES:

@@ -732,7 +732,8 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
     pairs = (out / "patch_pairs.jsonl").read_text().splitlines()
     assert len(pairs) == bundle["preparation"]["n_kept"] > 0
     assert (out / "patch_heatmap.html").stat().st_size > 10_000
-    # the verb is run_experiment on the drawn bases: the same records, the same summary
+    # the verb is run_experiment on the drawn bases, disjoint pairs on every base and then
+    # control pairs (goalprobe.stages.patching.patch): the same records, the same summary
     from goalprobe.agents.models import load_model
     from goalprobe.gridworld.io import read_grid_set
 
@@ -749,6 +750,10 @@ def test_patch_command_writes_tables_and_heatmap(tmp_path, model_dir):
             max_new_tokens=512,
         ),
         CounterfactualConfig(moves=("agent",)),
+        pairs=build_counterfactuals(
+            bases, CounterfactualConfig(moves=("agent",), control_per_move=0)
+        )
+        + build_counterfactuals(bases, CounterfactualConfig(moves=("agent",), disjoint_per_move=0)),
         n_resamples=200,
     )
     again = json.loads(outcome.write(tmp_path / "again")["results_json"].read_text())

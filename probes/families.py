@@ -1,0 +1,198 @@
+"""Probe families: the estimators ``goalprobe train-probe`` and the ``probes`` stage fit, by name.
+
+A probe family is a class implementing :class:`ProbeFamily` (scikit-learn's estimator API plus
+the two methods :func:`~goalprobe.probes.serialization.save_probe` and
+:func:`~goalprobe.probes.serialization.load_probe` need to write it as safetensors + a JSON
+card), registered under a name with the labels of the activation store it learns
+(:data:`TARGETS`)::
+
+    from goalprobe.probes.families import register_probe_family
+
+    @register_probe_family("ridge_cells", target="cell_type")
+    class RidgeCellProbe(ClassifierMixin, BaseEstimator):
+        ...
+
+Then ``goalprobe train-probe STORE --probe ridge_cells`` and ``--set probes.types=...`` in
+the demo fit it through :func:`make_probe`. A package can also register families without
+being imported first: an entry point in the group ``goalprobe.probe_families`` naming a
+module (imported on first use of the registry) or a class (registered under the entry
+point's name, its ``probe_target`` attribute giving the target).
+
+The built-in families: ``coordinate`` and ``per_cell`` (cell types), ``distance`` (goal
+distance), ``position`` (agent and goal cells; fitted by
+:func:`goalprobe.probes.position.position_scores`, not by the sweep) and ``majority`` (the
+cell-type prior a control fits). A family's ``family`` hyperparameter, where it has one, is
+its read-out (``linear`` or ``mlp``), not this registry's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+Target = Literal["cell_type", "distance", "position"]
+TARGETS: dict[str, str] = {
+    "cell_type": "cell types (N, S, S) uint8: ProbeData.cell_types; predict_proba -> "
+    "(N, S, S, C) over classes_",
+    "distance": "shortest-path distance to the goal (N,): ProbeData.goal_distance; predict -> (N,)",
+    "position": "a flat cell index (N,) of the agent or the goal (position_scores)",
+}
+"""The labels of the activation store a family can learn, and what it predicts for them."""
+
+ENTRY_POINT_GROUP = "goalprobe.probe_families"
+"""Entry-point group of probe families shipped by other packages."""
+
+
+@runtime_checkable
+class ProbeFamily(Protocol):
+    """What a probe family implements: scikit-learn's estimator API (``get_params`` and
+    ``set_params`` come with :class:`sklearn.base.BaseEstimator`; ``clone`` must rebuild it
+    from its parameters) and its fitted state as tensors plus JSON for the card."""
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> Any:
+        """Fit on activations ``X (N, F)`` and the target's labels ``y`` (``groups``: grid
+        ids, for grouped early stopping)."""
+        ...
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Labels of the target's shape."""
+        ...
+
+    def score(self, X: np.ndarray, y: np.ndarray) -> float:
+        """Accuracy (classifiers) or R^2 (regressors)."""
+        ...
+
+    def get_params(self, deep: bool = True) -> dict:
+        """The constructor's parameters (written into the card: JSON-ready values)."""
+        ...
+
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """``(tensors, fitted)``: arrays for safetensors and JSON-ready fitted scalars
+        (classifiers include ``classes_``)."""
+        ...
+
+    def _restore(self, tensors: dict[str, np.ndarray], fitted: dict) -> None:
+        """Set the fitted state :meth:`_fitted_state` returned on a fresh instance."""
+        ...
+
+
+@dataclass(frozen=True)
+class RegisteredFamily:
+    """One registered probe family."""
+
+    name: str
+    """Its registry name (``--probe``, ``probes.types``)."""
+    cls: type
+    """The estimator class."""
+    target: str
+    """The labels it learns (a key of :data:`TARGETS`)."""
+
+    def make(self, **params: Any) -> Any:
+        """An unfitted instance with those of ``params`` the class takes (the verb's and the
+        stage's shared options; a family without e.g. ``hidden_size`` ignores it)."""
+        names = set(self.cls._get_param_names()) if hasattr(self.cls, "_get_param_names") else None
+        kept = params if names is None else {k: v for k, v in params.items() if k in names}
+        return self.cls(**kept)
+
+
+_FAMILIES: dict[str, RegisteredFamily] = {}
+_LOADED: list[bool] = []
+
+
+def register_probe_family(
+    name: str, cls: type | None = None, *, target: str = "cell_type"
+) -> Callable[[type], type] | type:
+    """Register ``cls`` as the probe family ``name`` learning ``target``; usable as a
+    decorator (``@register_probe_family("name", target=...)``).
+
+    Raises:
+        ValueError: an unknown target, a class missing part of :class:`ProbeFamily`, or
+            ``name`` taken by another class.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"probe family {name!r}: target {target!r} is not one of {list(TARGETS)}")
+
+    def register(klass: type) -> type:
+        missing = [
+            m
+            for m in ("fit", "predict", "score", "get_params", "_fitted_state", "_restore")
+            if not callable(getattr(klass, m, None))
+        ]
+        if missing:
+            raise ValueError(f"probe family {name!r}: {klass.__name__} lacks {missing}")
+        known = _FAMILIES.get(name)
+        if known is not None and known.cls is not klass:
+            raise ValueError(f"probe family {name!r} is already {known.cls.__qualname__}")
+        _FAMILIES[name] = RegisteredFamily(name, klass, target)
+        return klass
+
+    return register if cls is None else register(cls)
+
+
+def unregister_probe_family(name: str) -> None:
+    """Remove the family ``name`` (a test's toy family, after the test)."""
+    _FAMILIES.pop(name, None)
+
+
+def _load() -> None:
+    """Register the built-in families and those of installed entry points (once)."""
+    if _LOADED:
+        return
+    _LOADED.append(True)
+    from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
+    from goalprobe.probes.distance import GoalDistanceRegressor
+    from goalprobe.probes.per_cell import PerCellProbe
+    from goalprobe.probes.position import PositionProbe
+
+    register_probe_family("coordinate", CoordinateCellProbe, target="cell_type")
+    register_probe_family("per_cell", PerCellProbe, target="cell_type")
+    register_probe_family("majority", MajorityCellBaseline, target="cell_type")
+    register_probe_family("distance", GoalDistanceRegressor, target="distance")
+    register_probe_family("position", PositionProbe, target="position")
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        loaded = point.load()
+        if isinstance(loaded, type):
+            register_probe_family(
+                point.name, loaded, target=getattr(loaded, "probe_target", "cell_type")
+            )
+
+
+def probe_families() -> dict[str, RegisteredFamily]:
+    """Every registered family by name."""
+    _load()
+    return dict(_FAMILIES)
+
+
+def probe_family(name: str) -> RegisteredFamily:
+    """The family registered as ``name``.
+
+    Raises:
+        ValueError: no family of that name (the message lists them).
+    """
+    families = probe_families()
+    if name not in families:
+        raise ValueError(f"unknown probe family {name!r}; registered: {sorted(families)}")
+    return families[name]
+
+
+def make_probe(name: str, **params: Any) -> Any:
+    """An unfitted estimator of the family ``name`` (:meth:`RegisteredFamily.make`)."""
+    return probe_family(name).make(**params)
+
+
+def family_name(estimator: Any) -> str | None:
+    """The registry name of ``estimator``'s class (None: not registered)."""
+    for entry in probe_families().values():
+        if type(estimator) is entry.cls:
+            return entry.name
+    return None
+
+
+def probe_classes() -> dict[str, type]:
+    """Class name -> class of every registered family (what a card's ``class`` names)."""
+    return {entry.cls.__name__: entry.cls for entry in probe_families().values()}
