@@ -171,7 +171,7 @@ def wall_power_curve(
                     "detected": res["overall"]["detected"],
                     "bits": res["overall"]["bits"]["difference"],
                     "auc_difference": res["overall"]["auc_within_grid"]["difference"],
-                    "alpha": res["alpha"],
+                    "median_alpha": float(np.median(res["alpha"])),
                 }
                 if "rings" in res:
                     trial["ring_bits"] = {

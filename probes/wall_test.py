@@ -205,7 +205,7 @@ def _loss_grad(theta, Z, offset, target, mask, lam):
     resid = mask * (scipy.special.expit(logit) - target) / n
     gW = Z.T @ resid + lam * W
     gb = resid.sum(axis=0)
-    return loss + 0.5 * lam * np.sum(W * W), np.concatenate([gW.ravel(), gb])
+    return loss + 0.5 * np.sum(lam * W * W), np.concatenate([gW.ravel(), gb])
 
 
 def fit_offset_logistic(
@@ -213,7 +213,7 @@ def fit_offset_logistic(
     offset: np.ndarray,
     target: np.ndarray,
     mask: np.ndarray,
-    lam: float,
+    lam: float | np.ndarray,
     *,
     theta0: np.ndarray | None = None,
     max_iter: int = 300,
@@ -227,7 +227,8 @@ def fit_offset_logistic(
         offset: ``(N, P)`` prior logits.
         target: ``(N, P)`` 0/1.
         mask: ``(N, P)`` entries that count (0: left out).
-        lam: L2 penalty on ``W`` (per unit of the mean-over-rows loss).
+        lam: L2 penalty on ``W`` (per unit of the mean-over-rows loss): one, or ``(P,)`` one
+            per column.
         theta0: warm start.
     """
     F, P = Z.shape[1], offset.shape[1]
@@ -235,7 +236,7 @@ def fit_offset_logistic(
     res = scipy.optimize.minimize(
         _loss_grad,
         x0,
-        args=(Z, offset, target.astype(np.float64), mask.astype(np.float64), lam),
+        args=(Z, offset, target.astype(np.float64), mask.astype(np.float64), np.asarray(lam)),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": tol},
@@ -254,16 +255,19 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         frame: ``"absolute"`` (one head per canvas cell) or ``"agent"`` (one per offset from
             the agent's cell within ``radius``).
         radius: Chebyshev radius of the agent-centred heads.
-        alphas: L2 penalties tried, largest first (a warm-started path that stops at the first
-            penalty whose validation loss is worse than the best so far); the one with the best
-            held-out log loss on the validation grids is refitted on all training grids.
+        alphas: L2 penalties tried, largest first (a warm-started path that stops once no
+            group's validation loss improves); each group of heads (:meth:`penalty_groups`: all
+            cells, or one ring of offsets) takes the penalty with its best held-out log loss on
+            the validation grids, and all heads are refitted on all training grids with their
+            penalties.
         validation_fraction: share of the training grids held out to choose the penalty.
         max_iter: L-BFGS iterations per fit.
         random_state: seed of the validation carve.
 
     Fitted attributes: ``prior_`` (:class:`WallPrior`), ``mean_``/``scale_`` (feature
-    standardisation), ``coef_ (F, P)``, ``intercept_ (P,)``, ``alpha_`` (chosen penalty),
-    ``validation_loss_`` (penalty -> validation nats per uncertain entry), ``classes_``
+    standardisation), ``coef_ (F, P)``, ``intercept_ (P,)``, ``alpha_`` (``(P,)`` chosen penalty of each head's group,
+    or the one penalty given), ``validation_loss_`` (penalty -> validation nats per uncertain entry, all
+    heads at that penalty), ``classes_``
     (``[False, True]``: wall), ``n_features_in_``.
     """
 
@@ -271,7 +275,7 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         self,
         frame: Frame = "absolute",
         radius: int = 3,
-        alphas: Sequence[float] = (10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003),
+        alphas: Sequence[float] = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003),
         validation_fraction: float = 0.2,
         max_iter: int = 300,
         random_state: int = 0,
@@ -320,19 +324,34 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
                 self.validation_fraction,
                 self.random_state,
             )
-            theta = None
+            theta, best, chosen = None, None, None
             for alpha in alphas:
                 theta = self._fit_rows(X, y, fit_rows, alpha, theta)
                 logit, target, mask = self._val_terms(X, y, val_rows)
-                nll = np.logaddexp(0.0, logit) - target * logit
-                self.validation_loss_[alpha] = float(np.sum(nll * mask) / max(mask.sum(), 1))
-                if self.validation_loss_[alpha] > min(self.validation_loss_.values()):
-                    break  # past the best penalty of the path: smaller ones overfit further
-            self.alpha_ = min(self.validation_loss_, key=self.validation_loss_.__getitem__)
+                per_head = ((np.logaddexp(0.0, logit) - target * logit) * mask).sum(axis=0)
+                self.validation_loss_[alpha] = float(per_head.sum() / max(mask.sum(), 1))
+                heads = self.penalty_groups(len(per_head))
+                nll = np.bincount(heads, weights=per_head)
+                if best is None:
+                    best, chosen = nll, np.full(nll.shape, alpha)
+                    continue
+                better = nll < best
+                if not better.any():
+                    break  # no head improves any more: smaller penalties overfit further
+                best, chosen = np.where(better, nll, best), np.where(better, alpha, chosen)
+            self.alpha_ = chosen[self.penalty_groups(len(per_head))]
         else:
             self.alpha_ = alphas[0]
         self._fit_rows(X, y, np.arange(len(acts)), self.alpha_, None)
         return self
+
+    def penalty_groups(self, n_heads: int) -> np.ndarray:
+        """``(P,)`` int: the heads that share one penalty (the agent frame: a ring; the
+        absolute frame: all cells, since choosing per cell on a few validation grids overfits
+        the choice)."""
+        if self.frame == "agent":
+            return rings(offsets(self.radius)).astype(np.int64) - 1
+        return np.zeros(n_heads, dtype=np.int64)
 
     def _fit_rows(self, X, y, rows, alpha, theta0):
         X_rows = np.asarray(X)[rows]
@@ -404,7 +423,7 @@ class WallTestConfig:
     """Which cells the probe reads."""
     radius: int = 3
     """Chebyshev radius of the agent-centred heads."""
-    alphas: tuple[float, ...] = (10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003)
+    alphas: tuple[float, ...] = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003)
     """L2 penalties tried on the validation grids."""
     validation_fraction: float = 0.2
     """Share of the training grids that choose the penalty."""
@@ -575,8 +594,8 @@ def conditional_wall_test(
 
     out = {
         "frame": config.frame,
-        "alpha": probe.alpha_,
-        "null_alpha": null.alpha_,
+        "alpha": np.asarray(probe.alpha_, dtype=np.float64).reshape(-1).tolist(),
+        "null_alpha": np.asarray(null.alpha_, dtype=np.float64).reshape(-1).tolist(),
         "n_train_grids": int(np.unique(ids[train]).size),
         "overall": score(np.arange(target.shape[1])),
     }

@@ -79,7 +79,8 @@ def test_estimator_api_and_penalty_chosen_on_validation_grids():
     with pytest.raises(ValueError, match="groups"):
         clone(probe).fit(X[split.train], data.labels[split.train])
     probe.fit(X[split.train], data.labels[split.train], data.grid_ids[split.train])
-    assert probe.alpha_ in probe.validation_loss_
+    assert set(np.unique(probe.alpha_)) <= set(probe.validation_loss_)
+    assert np.shape(probe.alpha_) == (probe.coef_.shape[1],)
     p = probe.predict_proba(X[split.test])
     prior, uncertain = probe.prior_proba(X[split.test])
     side = data.labels.shape[1]
