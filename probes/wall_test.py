@@ -564,8 +564,8 @@ def conditional_wall_test(
         config: the probe's settings and the bootstrap.
 
     Returns:
-        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...}
-        (agent frame only), probe, null}``; ``probe``/``null`` are the fitted estimators (not
+        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} and
+        neighbours (the agent's four orthogonal neighbours; agent frame only), probe, null}``; ``probe``/``null`` are the fitted estimators (not
         JSON: drop them before writing).
     """
     X = np.asarray(X, dtype=np.float64)
@@ -600,7 +600,9 @@ def conditional_wall_test(
         "overall": score(np.arange(target.shape[1])),
     }
     if config.frame == "agent":
-        ring = rings(offsets(config.radius))
+        offs = offsets(config.radius)
+        ring = rings(offs)
         out["rings"] = {str(k): score(np.flatnonzero(ring == k)) for k in np.unique(ring)}
+        out["neighbours"] = score(np.flatnonzero(np.abs(offs).sum(axis=1) == 1))
     out["probe"], out["null"] = probe, null
     return out

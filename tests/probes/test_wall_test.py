@@ -106,6 +106,7 @@ def test_detects_planted_walls_and_not_their_absence(frame):
     if frame == "agent":
         assert set(results[3.0]["rings"]) == {"1", "2", "3"}
         assert results[3.0]["rings"]["1"]["detected"]
+        assert results[3.0]["neighbours"]["cells_per_row"] <= 4
 
 
 def test_an_agent_centred_map_is_missed_by_no_frame_it_is_not_in():
