@@ -31,10 +31,13 @@ from goalprobe.gridworld.core import CellType
 
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
-DECODED_MAPS_SCHEMA_VERSION = 2
-"""Version of the decoded-maps HDF5 layout: 2 has the optional ``agent_probs`` / ``goal_probs``
-datasets (the position probes' cell distributions) and the ``readout`` attribute
-(:class:`goalprobe.probes.decoder.Readout`); version 1 never shipped and is refused."""
+DECODED_MAPS_SCHEMA_VERSION = 3
+"""Version of the decoded-maps HDF5 layout. Version 2 has the optional ``agent_probs`` /
+``goal_probs`` datasets (the position probes' cell distributions) and the ``readout`` attribute
+(:class:`goalprobe.probes.decoder.Readout`); version 3 adds the optional ``wall_source`` dataset
+(which read-out gave each cell's wall probability, :data:`goalprobe.probes.decoder.WALL_SOURCES`)
+and the readout's ``walls``, ``wall_probe``, ``agent_wall_probe``. Version 2 still reads (every
+wall from the cell probe); version 1 never shipped and is refused."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class DecodedMaps:
         readout: which read-out produced each part
             (:class:`goalprobe.probes.decoder.Readout`).
         attrs: the optional ``role`` / ``trained_on`` attributes.
+        wall_source: ``(N, S, S)`` uint8 code of the read-out that gave each cell's wall
+            probability (:data:`goalprobe.probes.decoder.WALL_SOURCES`), or None (version < 3,
+            or every wall from the cell probe).
     """
 
     probs: np.ndarray
@@ -63,6 +69,7 @@ class DecodedMaps:
     goal: np.ndarray | None = None
     readout: object = None
     attrs: dict | None = None
+    wall_source: np.ndarray | None = None
 
 
 def write_decoded_maps(
@@ -74,9 +81,10 @@ def write_decoded_maps(
     agent: np.ndarray | None = None,
     goal: np.ndarray | None = None,
     readout=None,
+    wall_source: np.ndarray | None = None,
     **attrs,
 ) -> Path:
-    """Write decoded maps to HDF5 (schema version 2).
+    """Write decoded maps to HDF5 (schema version 3).
 
     Args:
         path: output file.
@@ -88,6 +96,8 @@ def write_decoded_maps(
             (the position probes' read-out).
         readout: a :class:`goalprobe.probes.decoder.Readout` (None: every part from the
             cell probe).
+        wall_source: optional ``(N, S, S)`` uint8 code of each cell's wall read-out
+            (:data:`goalprobe.probes.decoder.WALL_SOURCES`).
         **attrs: further scalar attributes (``role``, ``trained_on``).
 
     Returns:
@@ -112,9 +122,13 @@ def write_decoded_maps(
         )
     from goalprobe.probes.decoder import Readout
 
-    for name, extra in (("agent", agent), ("goal", goal)):
+    for name, extra in (("agent", agent), ("goal", goal), ("wall_source", wall_source)):
         if extra is not None and np.shape(extra) != p.shape[:3]:
             raise ValueError(f"{name} must have shape {p.shape[:3]}, got {np.shape(extra)}")
+    from goalprobe.probes.decoder import WALL_SOURCES
+
+    if wall_source is not None and np.max(wall_source, initial=0) >= len(WALL_SOURCES):
+        raise ValueError(f"wall_source codes must lie below {len(WALL_SOURCES)}")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(out, "w") as f:
@@ -128,6 +142,11 @@ def write_decoded_maps(
                 f.create_dataset(
                     name, data=np.asarray(extra).astype(np.float16), compression="gzip"
                 )
+        if wall_source is not None:
+            f.create_dataset(
+                "wall_source", data=np.asarray(wall_source, dtype=np.uint8), compression="gzip"
+            )
+            f.attrs["wall_sources"] = json.dumps(list(WALL_SOURCES))
         f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
         f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
         f.attrs["family"] = decoded_map_family(card)
@@ -167,9 +186,10 @@ def _check_decoded_maps(f, p: Path) -> int:
     if schema != DECODED_MAPS_SCHEMA:
         raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
     version = int(f.attrs.get("schema_version", -1))
-    if version != DECODED_MAPS_SCHEMA_VERSION:
+    if version not in (2, DECODED_MAPS_SCHEMA_VERSION):
         raise ValueError(
-            f"{p}: schema_version {version} is not supported (reads {DECODED_MAPS_SCHEMA_VERSION})"
+            f"{p}: schema_version {version} is not supported (reads 2 and "
+            f"{DECODED_MAPS_SCHEMA_VERSION})"
         )
     for name in ("probs", "row_ids"):
         if name not in f:
@@ -191,9 +211,10 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
         card = json.loads(f.attrs["probe_card"])
         agent = f["agent_probs"][...] if "agent_probs" in f else None
         goal = f["goal_probs"][...] if "goal_probs" in f else None
+        wall_source = f["wall_source"][...] if "wall_source" in f else None
         readout = Readout.from_json(f.attrs.get("readout"))
         extra = {k: f.attrs[k] for k in ("role", "trained_on") if k in f.attrs}
-    for name, value in (("agent_probs", agent), ("goal_probs", goal)):
+    for name, value in (("agent_probs", agent), ("goal_probs", goal), ("wall_source", wall_source)):
         if value is not None and value.shape != probs.shape[:3]:
             raise ValueError(f"{p}: {name} {value.shape} disagrees with probs {probs.shape}")
     if probs.shape[0] != row_ids.shape[0] or probs.shape[3] != len(classes):
@@ -210,6 +231,7 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
         goal=goal,
         readout=readout,
         attrs=extra,
+        wall_source=wall_source,
     )
 
 

@@ -21,7 +21,7 @@ schema 2, :func:`goalprobe.probes.serialization.write_decoded_maps`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,14 @@ CELL_READOUT = "cell probe"
 """Read-out name of a part taken from the cell-type probe."""
 POSITION_READOUT = "position probe"
 """Read-out name of a part taken from a position probe."""
+CONDITIONAL_READOUT = "conditional wall probe"
+"""Read-out name of walls from :class:`goalprobe.probes.wall_test.ConditionalWallProbe`
+(absolute frame)."""
+AGENT_CENTRED_READOUT = "agent-centred wall probe"
+"""Read-out name of walls from the agent-centred :class:`~goalprobe.probes.wall_test
+.ConditionalWallProbe` (``frame="agent"``), near the decoded agent."""
+WALL_SOURCES = (CELL_READOUT, CONDITIONAL_READOUT, AGENT_CENTRED_READOUT)
+"""Codes of the per-cell ``wall_source`` map (decoded-map schema 3): index = code."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,13 @@ class Readout:
     """The agent position probe's card, when it gave the agent."""
     goal_probe: str | None = None
     """The goal position probe's card, when it gave the goal."""
+    walls: str = CELL_READOUT
+    """The wall probability: ``cell probe``, or ``conditional wall probe`` /
+    ``agent-centred wall probe`` cell by cell (the ``wall_source`` map says which)."""
+    wall_probe: str | None = None
+    """The absolute conditional wall probe's card, when it gave walls."""
+    agent_wall_probe: str | None = None
+    """The agent-centred wall probe's card, when it gave walls."""
 
     def to_json(self) -> str:
         """The file attribute."""
@@ -74,12 +89,16 @@ class DecodedArrays:
             ``probs[..., AGENT]``).
         goal: ``(N, S, S)`` float32 distribution of the goal's cell, or None.
         readout: what produced each part.
+        wall_source: see the field.
     """
 
     probs: np.ndarray
     agent: np.ndarray | None
     goal: np.ndarray | None
     readout: Readout
+    wall_source: np.ndarray | None = None
+    """``(N, S, S)`` uint8 code (:data:`WALL_SOURCES`) of the read-out that gave each cell's
+    wall probability, or None (every cell from the cell probe)."""
 
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """``(probs, agent, goal)`` of row ``i``."""
@@ -107,9 +126,14 @@ def decode_rows(
     agent_probe: Any = None,
     goal_probe: Any = None,
     readout: Readout | None = None,
+    wall_probe: Any = None,
+    agent_wall_probe: Any = None,
+    densities: np.ndarray | None = None,
 ) -> DecodedArrays:
     """Decode anchor activations into maps: cells from ``cell_probe``, agent and goal from the
-    position probes when given (else the cell probe's channels).
+    position probes when given (else the cell probe's channels), and walls from the wall probes
+    when given (:func:`combine_walls`: the agent-centred read-out near the decoded agent, the
+    conditional probe's elsewhere).
 
     Args:
         cell_probe: a fitted cell-type probe (``predict_proba -> (N, S, S, C)``, ``classes_``).
@@ -117,6 +141,9 @@ def decode_rows(
         sizes: ``(N,)`` the grid side of each row (the position distributions live inside it).
         agent_probe, goal_probe: fitted :class:`goalprobe.probes.position.PositionProbe`, or None.
         readout: card paths to record (the read-out names are filled in here).
+        wall_probe, agent_wall_probe: fitted :class:`goalprobe.probes.wall_test
+            .ConditionalWallProbe` of the absolute and the agent frame, or None.
+        densities: ``(N,)`` the grids' densities (the wall probes' prior), needed with them.
     """
     probs = full_class_probs(cell_probe.predict_proba(acts), [int(c) for c in cell_probe.classes_])
     canvas = probs.shape[1]
@@ -132,7 +159,40 @@ def decode_rows(
         goal_probe=base.goal_probe if goal is not None else None,
     )
     as32 = None if agent is None else agent.astype(np.float32)
-    return DecodedArrays(probs, as32, None if goal is None else goal.astype(np.float32), named)
+    source = None
+    if wall_probe is not None or agent_wall_probe is not None:
+        probs, source = _decoded_walls(
+            probs, acts, sizes, densities, as32, wall_probe, agent_wall_probe
+        )
+        named = replace(
+            named,
+            walls=CONDITIONAL_READOUT if wall_probe is not None else AGENT_CENTRED_READOUT,
+            wall_probe=base.wall_probe if wall_probe is not None else None,
+            agent_wall_probe=base.agent_wall_probe if agent_wall_probe is not None else None,
+        )
+    goal32 = None if goal is None else goal.astype(np.float32)
+    return DecodedArrays(probs, as32, goal32, named, source)
+
+
+def _decoded_walls(probs, acts, sizes, densities, agent, wall_probe, agent_wall_probe):
+    """:func:`combine_walls` at the decoded agent (top-1 of ``agent``, else of ``P(AGENT)``)."""
+    from goalprobe.probes.wall_test import wall_inputs
+
+    if densities is None:
+        raise ValueError("the wall probes need each row's density (their prior's covariate)")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    dist = probs[..., int(CellType.AGENT)] if agent is None else agent
+    cells = np.asarray([top1_cell(dist[i], int(n)) for i, n in enumerate(sizes)], np.int64)
+    X = wall_inputs(acts, sizes, densities, cells.reshape(-1, 2))
+    radius = 3 if agent_wall_probe is None else int(agent_wall_probe.radius)
+    return combine_walls(
+        probs,
+        sizes,
+        cells.reshape(-1, 2),
+        absolute=None if wall_probe is None else wall_probe.predict_proba(X),
+        agent_centred=None if agent_wall_probe is None else agent_wall_probe.predict_proba(X),
+        radius=radius,
+    )
 
 
 def top1_cell(dist: np.ndarray, size: int) -> tuple[int, int]:
@@ -166,3 +226,61 @@ def decoded_classes(
         if readout is not None:
             types[top1_cell(readout, size)] = int(cell_type)
     return types
+
+
+def combine_walls(
+    probs: np.ndarray,
+    sizes: np.ndarray,
+    agent_cells: np.ndarray,
+    *,
+    absolute: np.ndarray | None = None,
+    agent_centred: np.ndarray | None = None,
+    radius: int = 3,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replace the cell probe's wall probability by the wall read-outs, cell by cell: within
+    Chebyshev ``radius`` of the decoded agent the agent-centred probe's, elsewhere in the grid the
+    conditional (absolute) probe's; the other classes keep their proportions.
+
+    Args:
+        probs: ``(N, S, S, len(CellType))`` cell-type probabilities.
+        sizes: ``(N,)`` grid sides (cells outside keep the cell probe's probabilities).
+        agent_cells: ``(N, 2)`` the decoded agent cell of each row.
+        absolute: ``(N, S * S)`` wall probability per canvas cell, or None.
+        agent_centred: ``(N, P)`` wall probability per offset of
+            :func:`goalprobe.probes.wall_test.offsets` (``radius``), or None.
+
+    Returns:
+        ``(probs, wall_source)``: the new probabilities (float32) and the ``(N, S, S)`` uint8
+        code (:data:`WALL_SOURCES`) of each cell's wall probability.
+    """
+    from goalprobe.probes.wall_test import frame_cells
+
+    out = np.array(probs, dtype=np.float32, copy=True)
+    n, side = out.shape[0], out.shape[1]
+    wall = np.array(out[..., int(CellType.WALL)], copy=True).reshape(n, -1)
+    source = np.zeros((n, side * side), dtype=np.uint8)
+    inside = np.zeros((n, side, side), dtype=bool)
+    for i, size in enumerate(np.asarray(sizes, dtype=np.int64).tolist()):
+        inside[i, :size, :size] = True
+    inside = inside.reshape(n, -1)
+    if absolute is not None:
+        a = np.asarray(absolute, dtype=np.float32).reshape(n, -1)
+        wall = np.where(inside, a, wall)
+        source[inside] = 1
+    if agent_centred is not None:
+        flat, on_canvas = frame_cells("agent", side, agent_cells, radius)
+        rows = np.broadcast_to(np.arange(n)[:, None], flat.shape)
+        use = on_canvas & inside[rows, flat]
+        wall[rows[use], flat[use]] = np.asarray(agent_centred, dtype=np.float32)[use]
+        source[rows[use], flat[use]] = 2
+    wall = wall.reshape(n, side, side)
+    old = out[..., int(CellType.WALL)]
+    rest = np.clip(1.0 - old, 1e-12, None)
+    changed = source.reshape(n, side, side) > 0
+    scale = np.where(changed, (1.0 - wall) / rest, 1.0)[..., None]
+    others = out * scale
+    others[..., int(CellType.WALL)] = np.where(changed, wall, old)
+    # a cell whose other classes all had probability 0 takes OPEN for the rest
+    empty = changed & (old >= 1.0 - 1e-12)
+    others[..., int(CellType.OPEN)] += np.where(empty, 1.0 - wall, 0.0)
+    return others, source.reshape(n, side, side)

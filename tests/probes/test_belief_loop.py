@@ -307,7 +307,7 @@ def test_decoded_maps_record_the_read_out_and_version_1_still_reads(tmp_path):
         role="headline",
     )
     maps = read_decoded_maps(path)
-    assert maps.schema_version == 2 and maps.readout == decoded.readout
+    assert maps.schema_version == 3 and maps.readout == decoded.readout
     assert maps.goal is None and maps.attrs == {"role": "headline"}
     np.testing.assert_allclose(maps.agent, decoded.agent, atol=1e-3)
     with h5py.File(path, "a") as f:  # a version-1 file (never shipped) is refused

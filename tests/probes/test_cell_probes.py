@@ -276,7 +276,7 @@ def test_decoded_maps_round_trip(tmp_path, planted, fitted_per_cell):
     np.testing.assert_allclose(maps.probs, probs, atol=1e-3)
     np.testing.assert_array_equal(maps.row_ids, rows)
     np.testing.assert_array_equal(maps.classes, fitted_per_cell.classes_)
-    assert maps.card["activations"]["layer"] == 7 and maps.schema_version == 2
+    assert maps.card["activations"]["layer"] == 7 and maps.schema_version == 3
     assert maps.agent is None and maps.goal is None and maps.readout.agent == "cell probe"
     np.testing.assert_array_equal(
         cognitive_map(maps.probs, maps.classes), fitted_per_cell.predict(data.acts[rows])

@@ -63,7 +63,7 @@ def test_older_decoded_maps_name_stage_and_layer_in_the_card(tmp_path):
 @pytest.mark.parametrize(
     ("attr", "value", "message"),
     [
-        ("schema_version", 3, "schema_version 3 is not supported"),
+        ("schema_version", 4, "schema_version 4 is not supported"),
         ("schema", "goalprobe.step_maps", "schema attribute is"),
     ],
 )

@@ -1,0 +1,106 @@
+"""The wall read-out of one store, stage and layer in both frames, with its verdict and power:
+what the probes stage writes (one call, JSON-ready; the stage does the I/O).
+
+    result = wall_readout(data, split, power=json.loads(wall_power_json)["conditional"])
+
+``result["frames"][frame]`` holds the conditional test (:func:`goalprobe.probes.wall_test
+.conditional_wall_test`: bits per prior-uncertain cell, within-grid AUC and accuracy, probe and
+same-size-and-density null, by ring in the agent frame) and ``result["verdicts"][frame]`` the
+verdict a headline prints (:func:`wall_verdict`): ``"yes"`` (detected), ``"no"`` (not
+detected, and the power curve shows this design detects an effect the interval excludes) or
+``"undecided"`` (not detected, and no power shown that would make a "no" mean anything).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from goalprobe.probes.probe_sweep import ProbeData
+from goalprobe.probes.splits import GridSplit
+from goalprobe.probes.wall_test import Frame, WallTestConfig, conditional_wall_test, wall_inputs
+
+WALL_READOUT_SCHEMA = "goalprobe.wall_readout/1"
+"""``schema`` of :func:`wall_readout`'s result."""
+
+VERDICTS = ("yes", "no", "undecided")
+"""What :func:`wall_verdict` can say."""
+
+
+def wall_verdict(overall: dict, power: dict | None) -> dict:
+    """The verdict of one frame's test, with the power it stands on.
+
+    Args:
+        overall: a test's ``overall`` block (:func:`~goalprobe.probes.wall_test.score_walls`).
+        power: that frame's power curve
+            (:func:`goalprobe.probes.wall_planting.wall_power_curve`'s ``frames[frame]``), or
+            None (no power shown).
+
+    Returns:
+        ``{verdict, detected, bits, minimum_detectable_strength, minimum_detectable_bits,
+        reason}``: ``"no"`` only when the design detects planted walls at some strength
+        (``minimum_detectable_bits``) and the bits interval's upper end lies below that effect.
+    """
+    bits = overall["bits"]["difference"]
+    mds = None if power is None else power.get("minimum_detectable_strength")
+    mdb = None if power is None else power.get("bits_at_mds")
+    if overall["detected"]:
+        verdict, reason = "yes", "bits and within-grid AUC intervals above the null"
+    elif mds is None or mdb is None:
+        verdict, reason = "undecided", "not detected, and no detectable strength shown"
+    elif bits["ci_high"] is not None and bits["ci_high"] < mdb:
+        verdict, reason = "no", "not detected; the interval excludes the minimum detectable effect"
+    else:
+        verdict, reason = "undecided", "not detected; the interval reaches the detectable effect"
+    return {
+        "verdict": verdict,
+        "detected": bool(overall["detected"]),
+        "bits": bits,
+        "minimum_detectable_strength": mds,
+        "minimum_detectable_bits": mdb,
+        "reason": reason,
+    }
+
+
+def _json_block(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("probe", "null")}
+
+
+def wall_readout(
+    data: ProbeData,
+    split: GridSplit,
+    *,
+    frames: tuple[Frame, ...] = ("absolute", "agent"),
+    config: WallTestConfig = WallTestConfig(),
+    power: dict | None = None,
+) -> dict:
+    """Both frames' conditional wall tests on ``data`` (split by grid) and their verdicts.
+
+    Args:
+        data: one stage and layer (the true agent cell is the agent-centred frame's).
+        split: its split by grid (train / test rows; validation grids for the penalty are
+            carved from the training grids).
+        frames: the frames to test.
+        config: the probe and bootstrap settings (``frame`` is set per frame).
+        power: the committed power curves by frame (``probes/wall_power.json``'s
+            ``conditional.frames``), or None (every "no" is then "undecided").
+
+    Returns:
+        ``{schema, stage, layer, n_train_grids, n_test_grids, frames: {frame: test},
+        verdicts: {frame: wall_verdict}}`` (JSON-ready).
+    """
+    X = wall_inputs(data.acts, data.grid_sizes, data.densities, data.agent_row_col)
+    out: dict = {
+        "schema": WALL_READOUT_SCHEMA,
+        "stage": data.source.stage,
+        "layer": data.source.layer,
+        "n_train_grids": int(np.unique(data.grid_ids[split.train]).size),
+        "n_test_grids": int(np.unique(data.grid_ids[split.test]).size),
+        "frames": {},
+        "verdicts": {},
+    }
+    for frame in frames:
+        cfg = WallTestConfig(**{**config.__dict__, "frame": frame})
+        res = conditional_wall_test(X, data.cell_types, data.grid_ids, split.train, split.test, cfg)
+        out["frames"][frame] = _json_block(res)
+        curve = None if power is None else power.get(frame)
+        out["verdicts"][frame] = wall_verdict(res["overall"], curve)
+    return out

@@ -1,0 +1,608 @@
+"""The conditional wall test: does an activation say more about a grid's walls than its size and
+density do? In two frames: absolute cells, and cells at an offset from the agent.
+
+**Probe.** :class:`ConditionalWallProbe` is a per-cell logistic regression whose logit starts
+from the per-cell prior given the grid's size and density (a prior-logit offset):
+``logit P(wall at cell p | act) = logit prior_p(size, density) + act . w_p + b_p``, with an L2
+penalty chosen on validation *grids* carved from the training grids (never the test grids).
+``frame="absolute"`` has one head per canvas cell; ``frame="agent"`` one head per offset
+``(dr, dc)`` from the agent's cell (``|dr|, |dc| <= radius``), the cell read being the agent's
+cell plus the offset (:data:`OFFSETS`). The prior (:class:`WallPrior`) is fitted on the training
+grids inside ``fit``.
+
+**Statistic.** Only the *prior-uncertain* cells count: cells whose wall status is not fixed by
+the grid's size and density (the border, the maze lattice, an open room's interior are fixed).
+Held-out bits per uncertain cell (the prior's cross-entropy minus the model's, in bits), with the
+within-grid AUC (walls against open cells of one row) and the accuracy as companions.
+
+**Null.** The same probe fitted on another grid's anchors of the same size and density
+(:func:`null_inputs`: each training grid's labels paired with the anchors of a different training
+grid of its size and density). It learns what any grid of that size and density carries, so
+probe minus null isolates the information about *this* grid. Every interval resamples test
+grids (:class:`goalprobe.gridworld.stats.GridBootstrap`); a frame's read-out is *detected* when
+the intervals of both the bits and the within-grid AUC of probe minus null lie above 0.
+
+Input layout: ``X = wall_inputs(acts, grid_sizes, densities, agent_row_col)``, the flattened
+anchors followed by four columns ``[size, density, agent row, agent col]`` (so the estimator
+keeps scikit-learn's ``fit(X, y)`` / ``predict_proba(X)``; for decoding pass the *decoded* agent
+cell). ``y`` is the ``(N, S, S)`` ``CellType`` label maps. Pure numpy/scipy/scikit-learn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import scipy.optimize
+import scipy.special
+from goalprobe.gridworld.core import CellType
+from goalprobe.gridworld.stats import GridBootstrap, grid_mean
+from goalprobe.probes.splits import carve_validation, shuffle_by_grid
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.metrics import roc_auc_score
+from sklearn.utils.validation import check_is_fitted
+
+Frame = Literal["absolute", "agent"]
+"""Which cells a probe's heads read: canvas cells, or offsets from the agent's cell."""
+
+N_COVARIATES = 4
+"""Trailing columns of :func:`wall_inputs`: grid size, density, agent row, agent column."""
+
+_DENSITY_DECIMALS = 3
+_LOG2 = np.log(2.0)
+
+
+def offsets(radius: int = 3) -> np.ndarray:
+    """``(P, 2)`` int64 offsets ``(dr, dc)`` with ``1 <= max(|dr|, |dc|) <= radius``, ring by
+    ring, row-major within a ring."""
+    grid = [
+        (dr, dc)
+        for dr in range(-radius, radius + 1)
+        for dc in range(-radius, radius + 1)
+        if (dr, dc) != (0, 0)
+    ]
+    grid.sort(key=lambda o: max(abs(o[0]), abs(o[1])))
+    return np.asarray(grid, dtype=np.int64).reshape(-1, 2)
+
+
+OFFSETS = offsets(3)
+"""The agent-centred heads: the 48 offsets within Chebyshev distance 3 of the agent."""
+
+
+def rings(offs: np.ndarray) -> np.ndarray:
+    """``(P,)`` Chebyshev distance of each offset (its ring)."""
+    offs = np.asarray(offs)
+    return np.max(np.abs(offs), axis=1)
+
+
+def wall_inputs(
+    acts: np.ndarray,
+    grid_sizes: np.ndarray,
+    densities: np.ndarray,
+    agent_row_col: np.ndarray,
+) -> np.ndarray:
+    """``(N, F + 4)`` float64 input of the wall probes: flattened ``acts`` ``(N, ...)`` then
+    ``[size, density, agent row, agent col]`` (the agent cell: true for fitting and scoring,
+    decoded for decoding)."""
+    a = np.asarray(acts, dtype=np.float64).reshape(len(acts), -1)
+    cov = np.column_stack(
+        [
+            np.asarray(grid_sizes, dtype=np.float64).reshape(-1),
+            np.asarray(densities, dtype=np.float64).reshape(-1),
+            np.asarray(agent_row_col, dtype=np.float64).reshape(-1, 2),
+        ]
+    )
+    if cov.shape[0] != a.shape[0]:
+        raise ValueError(f"acts has {a.shape[0]} rows, the covariates {cov.shape[0]}")
+    if not np.all(np.isfinite(cov[:, 0])) or (cov[:, 0] < 1).any():
+        raise ValueError("grid_sizes must be positive")
+    return np.concatenate([a, cov], axis=1)
+
+
+def _split_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] <= N_COVARIATES:
+        raise ValueError(f"X must be (N, F + {N_COVARIATES}) from wall_inputs, got {X.shape}")
+    sizes = X[:, -4].astype(np.int64)
+    return X[:, :-N_COVARIATES], sizes, X[:, -3], X[:, -2:].astype(np.int64)
+
+
+def group_codes(grid_sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
+    """``(N,)`` str ``"size/density"`` of each row (the null's strata)."""
+    d = np.round(np.asarray(densities, dtype=np.float64), _DENSITY_DECIMALS)
+    return np.asarray([f"{int(s)}/{x:g}" for s, x in zip(grid_sizes, d, strict=True)])
+
+
+class WallPrior(BaseEstimator):
+    """Per-cell wall frequency of the training grids of the same size and density (backing off
+    to the size, then to every grid, when a group is unseen).
+
+    ``proba`` of a cell is ``(k + 1/2) / (n + 1)`` (``k`` walls among ``n`` training rows of the
+    group) where the group's cell varies, and exactly 0 or 1 where it does not (*fixed*: the
+    cells the statistic leaves out). Outside a grid of size ``n`` a cell is fixed open.
+
+    Fitted attributes: ``freq_`` (group key -> ``(S, S)`` frequency), ``count_`` (key -> rows),
+    ``side_``.
+    """
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> WallPrior:
+        """Count walls of ``y`` ``(N, S, S)`` per group of ``X`` (:func:`wall_inputs`)."""
+        _, sizes, dens, _ = _split_inputs(X)
+        walls = np.asarray(y) == CellType.WALL
+        self.side_ = int(walls.shape[1])
+        sums: dict[tuple, np.ndarray] = {}
+        counts: dict[tuple, int] = {}
+        for row, key_list in enumerate(self._keys(sizes, dens)):
+            for key in key_list:
+                sums[key] = sums.get(key, 0) + walls[row]
+                counts[key] = counts.get(key, 0) + 1
+        self.freq_ = {k: sums[k] / counts[k] for k in sums}
+        self.count_ = counts
+        return self
+
+    @staticmethod
+    def _keys(sizes: np.ndarray, dens: np.ndarray) -> list[list[tuple]]:
+        d = np.round(dens, _DENSITY_DECIMALS)
+        return [
+            [("sd", int(s), float(x)), ("s", int(s)), ("all",)]
+            for s, x in zip(sizes.tolist(), d.tolist(), strict=True)
+        ]
+
+    def proba(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(prob (N, S, S) float64, uncertain (N, S, S) bool)`` of each row's group."""
+        check_is_fitted(self, "freq_")
+        _, sizes, dens, _ = _split_inputs(X)
+        side = self.side_
+        prob = np.zeros((len(sizes), side, side))
+        uncertain = np.zeros((len(sizes), side, side), dtype=bool)
+        for row, key_list in enumerate(self._keys(sizes, dens)):
+            key = next(k for k in key_list if k in self.freq_)
+            f, n = self.freq_[key], self.count_[key]
+            varies = (f > 0) & (f < 1)
+            p = np.where(varies, (f * n + 0.5) / (n + 1), f)
+            inside = np.zeros((side, side), dtype=bool)
+            inside[: sizes[row], : sizes[row]] = True
+            prob[row] = np.where(inside, p, 0.0)
+            uncertain[row] = varies & inside
+        return prob, uncertain
+
+
+def frame_cells(
+    frame: Frame, side: int, agent_row_col: np.ndarray, radius: int = 3
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(flat (N, P) int64 canvas index, inside (N, P) bool)`` of the cells each head reads:
+    every canvas cell (``absolute``), or the agent's cell plus each offset (``agent``; False
+    where it falls off the canvas)."""
+    agent = np.asarray(agent_row_col, dtype=np.int64).reshape(-1, 2)
+    n = agent.shape[0]
+    if frame == "absolute":
+        flat = np.broadcast_to(np.arange(side * side), (n, side * side)).copy()
+        return flat, np.ones(flat.shape, dtype=bool)
+    if frame != "agent":
+        raise ValueError(f"frame must be 'absolute' or 'agent', got {frame!r}")
+    offs = offsets(radius)
+    r = agent[:, :1] + offs[None, :, 0]
+    c = agent[:, 1:] + offs[None, :, 1]
+    inside = (r >= 0) & (r < side) & (c >= 0) & (c < side)
+    flat = np.where(inside, np.clip(r, 0, side - 1) * side + np.clip(c, 0, side - 1), 0)
+    return flat, inside
+
+
+def _gather(maps: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(maps.reshape(len(maps), -1), flat, axis=1)
+
+
+def _loss_grad(theta, Z, offset, target, mask, lam):
+    """Mean-over-rows logistic loss (nats) of the masked entries plus ``lam/2 ||W||^2``."""
+    F, P = Z.shape[1], offset.shape[1]
+    W = theta[: F * P].reshape(F, P)
+    b = theta[F * P :]
+    logit = offset + Z @ W + b
+    n = Z.shape[0]
+    loss = np.sum(mask * (np.logaddexp(0.0, logit) - target * logit)) / n
+    resid = mask * (scipy.special.expit(logit) - target) / n
+    gW = Z.T @ resid + lam * W
+    gb = resid.sum(axis=0)
+    return loss + 0.5 * np.sum(lam * W * W), np.concatenate([gW.ravel(), gb])
+
+
+def fit_offset_logistic(
+    Z: np.ndarray,
+    offset: np.ndarray,
+    target: np.ndarray,
+    mask: np.ndarray,
+    lam: float | np.ndarray,
+    *,
+    theta0: np.ndarray | None = None,
+    max_iter: int = 300,
+    tol: float = 1e-6,
+) -> np.ndarray:
+    """Independent L2-penalised logistic regressions (one per column ``p``) with a fixed logit
+    offset, fitted jointly by L-BFGS: ``theta`` = ``W (F, P)`` then ``b (P,)``, flattened.
+
+    Args:
+        Z: ``(N, F)`` standardised features.
+        offset: ``(N, P)`` prior logits.
+        target: ``(N, P)`` 0/1.
+        mask: ``(N, P)`` entries that count (0: left out).
+        lam: L2 penalty on ``W`` (per unit of the mean-over-rows loss): one, or ``(P,)`` one
+            per column.
+        theta0: warm start.
+    """
+    F, P = Z.shape[1], offset.shape[1]
+    x0 = np.zeros(F * P + P) if theta0 is None else theta0
+    res = scipy.optimize.minimize(
+        _loss_grad,
+        x0,
+        args=(Z, offset, target.astype(np.float64), mask.astype(np.float64), np.asarray(lam)),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": max_iter, "gtol": tol},
+    )
+    return res.x
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    return scipy.special.logit(np.clip(p, 1e-6, 1 - 1e-6))
+
+
+class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
+    """Per-cell (or per-offset) logistic wall probe with the size-and-density prior as offset.
+
+    Args:
+        frame: ``"absolute"`` (one head per canvas cell) or ``"agent"`` (one per offset from
+            the agent's cell within ``radius``).
+        radius: Chebyshev radius of the agent-centred heads.
+        alphas: L2 penalties tried, largest first (a warm-started path that stops once no
+            group's validation loss improves); each group of heads (:meth:`penalty_groups`: all
+            cells, or one ring of offsets) takes the penalty with its best held-out log loss on
+            the validation grids, and all heads are refitted on all training grids with their
+            penalties.
+        validation_fraction: share of the training grids held out to choose the penalty.
+        max_iter: L-BFGS iterations per fit.
+        random_state: seed of the validation carve.
+
+    Fitted attributes: ``prior_`` (:class:`WallPrior`), ``mean_``/``scale_`` (feature
+    standardisation), ``coef_ (F, P)``, ``intercept_ (P,)``, ``alpha_`` (``(P,)`` chosen penalty of each head's group,
+    or the one penalty given), ``validation_loss_`` (penalty -> validation nats per uncertain entry, all
+    heads at that penalty), ``classes_``
+    (``[False, True]``: wall), ``n_features_in_``.
+    """
+
+    def __init__(
+        self,
+        frame: Frame = "absolute",
+        radius: int = 3,
+        alphas: Sequence[float] = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003),
+        validation_fraction: float = 0.2,
+        max_iter: int = 300,
+        random_state: int = 0,
+    ) -> None:
+        self.frame = frame
+        self.radius = radius
+        self.alphas = alphas
+        self.validation_fraction = validation_fraction
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def frame_targets(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(wall (N, P) bool, uncertain (N, P) bool)``: each head's cell's wall status, and
+        whether it counts (prior-uncertain and on the canvas). Needs the fitted prior."""
+        _, _, _, agent = _split_inputs(X)
+        walls = np.asarray(y) == CellType.WALL
+        _, uncertain = self.prior_.proba(X)
+        flat, inside = frame_cells(self.frame, walls.shape[1], agent, self.radius)
+        return _gather(walls, flat) & inside, _gather(uncertain, flat) & inside
+
+    def prior_proba(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(prob (N, P), uncertain (N, P))``: the prior at each head's cell (0 off the
+        canvas)."""
+        check_is_fitted(self, "prior_")
+        _, _, _, agent = _split_inputs(X)
+        prob, uncertain = self.prior_.proba(X)
+        flat, inside = frame_cells(self.frame, prob.shape[1], agent, self.radius)
+        return _gather(prob, flat) * inside, _gather(uncertain, flat) & inside
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
+        """Fit the prior and the heads on ``X`` (:func:`wall_inputs`), ``y`` ``(N, S, S)``;
+        ``groups``: each row's grid id (required to choose the penalty on validation grids)."""
+        acts, *_ = _split_inputs(X)
+        alphas = [float(a) for a in self.alphas]
+        if not alphas:
+            raise ValueError("alphas must name at least one penalty")
+        self.classes_ = np.array([False, True])
+        self.n_features_in_ = np.asarray(X).shape[1]
+        self.validation_loss_: dict[float, float] = {}
+        if len(alphas) > 1:
+            if groups is None:
+                raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
+            fit_rows, val_rows = carve_validation(
+                np.arange(len(acts)),
+                np.asarray(groups),
+                self.validation_fraction,
+                self.random_state,
+            )
+            theta, best, chosen = None, None, None
+            for alpha in alphas:
+                theta = self._fit_rows(X, y, fit_rows, alpha, theta)
+                logit, target, mask = self._val_terms(X, y, val_rows)
+                per_head = ((np.logaddexp(0.0, logit) - target * logit) * mask).sum(axis=0)
+                self.validation_loss_[alpha] = float(per_head.sum() / max(mask.sum(), 1))
+                heads = self.penalty_groups(len(per_head))
+                nll = np.bincount(heads, weights=per_head)
+                if best is None:
+                    best, chosen = nll, np.full(nll.shape, alpha)
+                    continue
+                better = nll < best
+                if not better.any():
+                    break  # no head improves any more: smaller penalties overfit further
+                best, chosen = np.where(better, nll, best), np.where(better, alpha, chosen)
+            self.alpha_ = chosen[self.penalty_groups(len(per_head))]
+        else:
+            self.alpha_ = alphas[0]
+        self._fit_rows(X, y, np.arange(len(acts)), self.alpha_, None)
+        return self
+
+    def penalty_groups(self, n_heads: int) -> np.ndarray:
+        """``(P,)`` int: the heads that share one penalty (the agent frame: a ring; the
+        absolute frame: all cells, since choosing per cell on a few validation grids overfits
+        the choice)."""
+        if self.frame == "agent":
+            return rings(offsets(self.radius)).astype(np.int64) - 1
+        return np.zeros(n_heads, dtype=np.int64)
+
+    def _fit_rows(self, X, y, rows, alpha, theta0):
+        X_rows = np.asarray(X)[rows]
+        acts, *_ = _split_inputs(X_rows)
+        self.prior_ = WallPrior().fit(X_rows, np.asarray(y)[rows])
+        self.mean_ = acts.mean(axis=0)
+        self.scale_ = np.maximum(acts.std(axis=0), 1e-8)
+        Z = (acts - self.mean_) / self.scale_
+        target, mask = self.frame_targets(X_rows, np.asarray(y)[rows])
+        prior, _ = self.prior_proba(X_rows)
+        theta = fit_offset_logistic(
+            Z, _logit(prior), target, mask, alpha, theta0=theta0, max_iter=self.max_iter
+        )
+        F, P = Z.shape[1], target.shape[1]
+        self.coef_ = theta[: F * P].reshape(F, P)
+        self.intercept_ = theta[F * P :]
+        return theta
+
+    def _val_terms(self, X, y, rows):
+        X_rows = np.asarray(X)[rows]
+        logit = self.decision_function(X_rows)
+        target, _ = self.frame_targets(X_rows, np.asarray(y)[rows])
+        _, mask = self.prior_proba(X_rows)
+        return logit, target.astype(np.float64), mask
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """``(N, P)`` wall logits (the prior's logit where the cell is fixed)."""
+        check_is_fitted(self, "coef_")
+        acts, *_ = _split_inputs(X)
+        prior, uncertain = self.prior_proba(X)
+        read = ((acts - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+        return _logit(prior) + np.where(uncertain, read, 0.0)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """``(N, P)`` wall probability of each head's cell (exactly the prior's 0 or 1 on
+        fixed cells, 0 off the canvas)."""
+        prior, uncertain = self.prior_proba(X)
+        return np.where(uncertain, scipy.special.expit(self.decision_function(X)), prior)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """``(N, P)`` bool: wall where the probability exceeds 1/2."""
+        return self.predict_proba(X) > 0.5
+
+
+def null_inputs(X: np.ndarray, grid_ids: np.ndarray, random_state: int = 0) -> np.ndarray:
+    """``X`` whose anchors come from another grid of the same size and density (row ``i`` of
+    grid ``g`` takes the anchors of row ``i`` of a grid ``pi(g) != g``, a derangement within each
+    size-and-density stratum; a stratum with a single grid falls back to its size). The
+    covariates and the agent cell stay the row's own, as do the labels fitted against them."""
+    X = np.asarray(X, dtype=np.float64)
+    _, sizes, dens, _ = _split_inputs(X)
+    ids = np.asarray(grid_ids)
+    strata = group_codes(sizes, dens)
+    grids_per = {s: len(np.unique(ids[strata == s])) for s in np.unique(strata)}
+    strata = np.asarray(
+        [s if grids_per[s] > 1 else s.split("/")[0] for s in strata.tolist()], dtype=object
+    ).astype(str)
+    source = shuffle_by_grid(np.arange(len(X)), ids, strata=strata, random_state=random_state)
+    out = X.copy()
+    out[:, :-N_COVARIATES] = X[source, :-N_COVARIATES]
+    return out
+
+
+@dataclass(frozen=True)
+class WallTestConfig:
+    """How :func:`conditional_wall_test` fits and scores."""
+
+    frame: Frame = "absolute"
+    """Which cells the probe reads."""
+    radius: int = 3
+    """Chebyshev radius of the agent-centred heads."""
+    alphas: tuple[float, ...] = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1, 0.03, 0.01, 0.003)
+    """L2 penalties tried on the validation grids."""
+    validation_fraction: float = 0.2
+    """Share of the training grids that choose the penalty."""
+    max_iter: int = 300
+    """L-BFGS iterations per fit."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of every interval."""
+    random_state: int = 0
+    """Seed of the validation carve, the null's pairing and the bootstrap."""
+
+    def probe(self) -> ConditionalWallProbe:
+        """The unfitted probe these settings describe."""
+        return ConditionalWallProbe(
+            frame=self.frame,
+            radius=self.radius,
+            alphas=self.alphas,
+            validation_fraction=self.validation_fraction,
+            max_iter=self.max_iter,
+            random_state=self.random_state,
+        )
+
+
+def _bits(p: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Per-entry cross-entropy in bits."""
+    q = np.clip(np.where(target, p, 1 - p), 1e-12, 1.0)
+    return -np.log(q) / _LOG2
+
+
+def _row_auc(scores: np.ndarray, target: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``(N,)`` AUC of each row's masked entries (NaN where one class is absent)."""
+    out = np.full(len(scores), np.nan)
+    for i in range(len(scores)):
+        m = mask[i]
+        t = target[i, m]
+        if t.any() and not t.all():
+            out[i] = roc_auc_score(t, scores[i, m])
+    return out
+
+
+def _grid_auc(row_auc: np.ndarray, grid_ids: np.ndarray) -> dict[str, float]:
+    out: dict[str, list[float]] = {}
+    for g, v in zip(grid_ids.tolist(), row_auc.tolist(), strict=True):
+        if np.isfinite(v):
+            out.setdefault(g, []).append(v)
+    return {g: float(np.mean(v)) for g, v in out.items()}
+
+
+def score_walls(
+    probe_p: np.ndarray,
+    null_p: np.ndarray,
+    prior_p: np.ndarray,
+    target: np.ndarray,
+    mask: np.ndarray,
+    grid_ids: np.ndarray,
+    *,
+    n_bootstrap: int = 1000,
+    random_state: int = 0,
+) -> dict:
+    """The statistic on the masked (prior-uncertain) entries of held-out rows.
+
+    Returns:
+        ``{n_rows, n_grids, n_cells, cells_per_row, bits: {probe, null, difference},
+        accuracy: {probe, null, prior, difference}, auc_within_grid: {probe, null, prior,
+        difference}, detected}``: bits gained over the prior per uncertain cell (probe, null)
+        and probe minus null, each ``{value, ci_low, ci_high, ...}`` over a grid bootstrap;
+        ``detected``: both differences' intervals above 0.
+    """
+    ids = np.asarray(grid_ids).astype(str)
+    t = np.asarray(target, dtype=bool)
+    m = np.asarray(mask, dtype=bool)
+    n_cells = m.sum(axis=1).astype(np.float64)
+    keep = n_cells > 0
+    prior_bits = _bits(prior_p, t)
+    gain_probe = ((prior_bits - _bits(probe_p, t)) * m).sum(axis=1)
+    gain_null = ((prior_bits - _bits(null_p, t)) * m).sum(axis=1)
+    correct = {
+        name: (((p > 0.5) == t) & m).sum(axis=1).astype(np.float64)
+        for name, p in (("probe", probe_p), ("null", null_p), ("prior", prior_p))
+    }
+    boot = GridBootstrap.from_grid_ids(
+        ids[keep], n_resamples=n_bootstrap, random_state=random_state
+    )
+
+    def ratio(num):
+        return {**boot.summary(boot.ratio(num[keep], n_cells[keep])), "n": int(n_cells.sum())}
+
+    auc = {name: _row_auc(p, t, m) for name, p in (("probe", probe_p), ("null", null_p))}
+    per_grid = {k: _grid_auc(v, ids) for k, v in auc.items()}
+    common = sorted(set(per_grid["probe"]) & set(per_grid["null"]))
+    prior_auc = _grid_auc(_row_auc(prior_p, t, m), ids)
+    auc_out = {
+        "probe": grid_mean([per_grid["probe"][g] for g in common], random_state=random_state),
+        "null": grid_mean([per_grid["null"][g] for g in common], random_state=random_state),
+        "prior": grid_mean(list(prior_auc.values()), random_state=random_state),
+        "difference": grid_mean(
+            [per_grid["probe"][g] - per_grid["null"][g] for g in common],
+            n_resamples=n_bootstrap,
+            random_state=random_state,
+        ),
+    }
+    bits = {
+        "probe": ratio(gain_probe),
+        "null": ratio(gain_null),
+        "difference": ratio(gain_probe - gain_null),
+    }
+    accuracy = {
+        **{k: boot.rate_summary(v[keep], n_cells[keep]) for k, v in correct.items()},
+        "difference": ratio(correct["probe"] - correct["null"]),
+    }
+    low_b, low_a = bits["difference"]["ci_low"], auc_out["difference"]["ci_low"]
+    return {
+        "n_rows": int(keep.sum()),
+        "n_grids": int(len(np.unique(ids[keep]))),
+        "n_cells": int(n_cells.sum()),
+        "cells_per_row": float(n_cells[keep].mean()) if keep.any() else 0.0,
+        "bits": bits,
+        "accuracy": accuracy,
+        "auc_within_grid": auc_out,
+        "detected": bool(low_b is not None and low_b > 0 and low_a is not None and low_a > 0),
+    }
+
+
+def conditional_wall_test(
+    X: np.ndarray,
+    y: np.ndarray,
+    grid_ids: np.ndarray,
+    train: np.ndarray,
+    test: np.ndarray,
+    config: WallTestConfig = WallTestConfig(),
+) -> dict:
+    """Fit the probe and its null on the ``train`` rows, score both on the ``test`` rows.
+
+    Args:
+        X: ``(N, F + 4)`` :func:`wall_inputs` with the *true* agent cell.
+        y: ``(N, S, S)`` ``CellType`` label maps.
+        grid_ids: ``(N,)`` grid of every row (``train`` and ``test`` must not share one).
+        train, test: row indices (a split by grid, :func:`goalprobe.probes.splits.split_by_grid`).
+        config: the probe's settings and the bootstrap.
+
+    Returns:
+        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} and
+        neighbours (the agent's four orthogonal neighbours; agent frame only), probe, null}``; ``probe``/``null`` are the fitted estimators (not
+        JSON: drop them before writing).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    ids = np.asarray(grid_ids).astype(str)
+    train, test = np.asarray(train), np.asarray(test)
+    if np.intersect1d(ids[train], ids[test]).size:
+        raise ValueError("train and test share grids: split by grid")
+    probe = config.probe().fit(X[train], y[train], ids[train])
+    X_null = null_inputs(X[train], ids[train], random_state=config.random_state)
+    null = config.probe().fit(X_null, y[train], ids[train])
+    target, _ = probe.frame_targets(X[test], y[test])
+    prior_p, mask = probe.prior_proba(X[test])
+    probe_p, null_p = probe.predict_proba(X[test]), null.predict_proba(X[test])
+
+    def score(cols: np.ndarray) -> dict:
+        return score_walls(
+            probe_p[:, cols],
+            null_p[:, cols],
+            prior_p[:, cols],
+            target[:, cols],
+            mask[:, cols],
+            ids[test],
+            n_bootstrap=config.n_bootstrap,
+            random_state=config.random_state,
+        )
+
+    out = {
+        "frame": config.frame,
+        "alpha": np.asarray(probe.alpha_, dtype=np.float64).reshape(-1).tolist(),
+        "null_alpha": np.asarray(null.alpha_, dtype=np.float64).reshape(-1).tolist(),
+        "n_train_grids": int(np.unique(ids[train]).size),
+        "overall": score(np.arange(target.shape[1])),
+    }
+    if config.frame == "agent":
+        offs = offsets(config.radius)
+        ring = rings(offs)
+        out["rings"] = {str(k): score(np.flatnonzero(ring == k)) for k in np.unique(ring)}
+        out["neighbours"] = score(np.flatnonzero(np.abs(offs).sum(axis=1) == 1))
+    out["probe"], out["null"] = probe, null
+    return out
