@@ -5,7 +5,7 @@ prompt) depend on the prompt alone, so a probing set needs no rollout: it needs 
 states of many grids. :func:`write_prompt_states` samples states per grid (seeded), renders each
 state's prompt exactly as a rollout step would (same messages, template and harmony rendering,
 encoded by the backend that will be replayed) and writes them as a trajectory file (schema
-``goalprobe.trajectory/2``) in which every state is a one-step episode with no generated tokens:
+``goalprobe.trajectory/3``) in which every state is a one-step episode with no generated tokens:
 
 * the run header's ``config`` carries ``"prompt_only": true`` and the sampling settings;
 * each step has ``generated_token_ids == []``, ``action = None``, ``valid = False``,

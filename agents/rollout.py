@@ -78,7 +78,8 @@ from goalprobe.agents.backend import (
     SamplingConfig,
     SeededBackend,
 )
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
+from goalprobe.agents.coverage import prompt_coverage
+from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort, render_prompt
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
@@ -306,6 +307,35 @@ def _resumed_identity(
     if recorded != run_id and recorded == run_id_for(config, legacy):
         return recorded, legacy
     return run_id, backend_description
+
+
+def rollout_coverage(
+    backend: object,
+    grids: Sequence[Grid],
+    policies: Sequence[OptimalPolicy],
+    config: RolloutConfig,
+    template: PromptTemplate | None,
+) -> dict | None:
+    """:func:`~goalprobe.agents.coverage.prompt_coverage` of the first prompt of every grid
+    (the grid as shown, and its instructions) under ``backend``'s tokenizer; None for a
+    backend without one."""
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    render_text = getattr(backend, "prompt_text", None)
+    prompts = []
+    for grid, policy in zip(grids, policies, strict=True):
+        first = _Episode(
+            run_id="", grid=grid, policy=policy, index=0, config=config, template=template
+        )
+        messages = first.messages()
+        text = (
+            render_text(messages, config.reasoning_effort)
+            if callable(render_text)
+            else render_prompt(messages, config.reasoning_effort)
+        )
+        prompts.append((first._grid_text, text))
+    return prompt_coverage(tokenizer, prompts)
 
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
@@ -554,7 +584,7 @@ def run_rollouts(
         grids: the grids (each with a non-empty, unique ``grid_id``; solvable).
         backend: anything with ``generate(batch, sampling) -> list[Completion]``.
         config: the rollout config.
-        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/2``).
+        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/3``).
         progress: show a progress bar (tqdm, on stderr).
         backend_description: JSON facts identifying the backend (model path, ...), recorded in
             the run header and part of the run id; None uses :func:`describe_backend`.
@@ -588,20 +618,22 @@ def run_rollouts(
     if backend_description is None:
         backend_description = describe_backend(backend)
     run_id, backend_description = _resumed_identity(out_path, config, backend_description)
+    policies = [solve(grid) for grid in grids]
+    for grid, policy in zip(grids, policies, strict=True):
+        if not policy.is_solvable:
+            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
     header = RunHeader(
         run_id=run_id,
         config=asdict(config),
         backend=backend_description,
         package_version=package_version(),
+        prompt_coverage=rollout_coverage(backend, grids, policies, config, template),
     )
     finished = open_for_resume(out_path, header)
 
     todo: deque[tuple[Grid, OptimalPolicy, int]] = deque()
     total = 0
-    for grid in grids:
-        policy = solve(grid)
-        if not policy.is_solvable:
-            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
+    for grid, policy in zip(grids, policies, strict=True):
         for index in range(config.episodes_per_grid):
             total += 1
             if (grid.grid_id, index) not in finished:

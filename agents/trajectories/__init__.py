@@ -1,11 +1,14 @@
 """Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``.
 
-Schema ``goalprobe.trajectory/2`` (files of ``/1`` are still read; see below). A file is UTF-8
-JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajectory/2"`` and a
-``"kind"``:
+Schema ``goalprobe.trajectory/3`` (files of ``/2`` and ``/1`` are still read; see below). A file
+is UTF-8 JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajectory/3"``
+and a ``"kind"``:
 
 * ``"run"``: the first line, once. ``run_id``, ``config`` (the rollout config, JSON),
-  ``backend`` (what generated the text: backend class, model, ...), ``package_version``.
+  ``backend`` (what generated the text: backend class, model, ...), ``package_version``, and
+  ``prompt_coverage`` (added in ``/3``: the share of unknown tokens in the grids and in the
+  instructions of the run's prompts under the agent's tokenizer, see
+  :mod:`goalprobe.agents.coverage`; ``null`` without a tokenizer to ask).
   A rerun with the same ``run_id`` resumes the file; another ``run_id`` is refused.
 * ``"step"``: one line per step ``t`` of an episode (field list: :class:`StepRecord`): the state
   ``s_t`` shown to the agent (grid text, agent/goal/key/door ``(row, col)``, ``has_key``,
@@ -27,8 +30,9 @@ fsync once it ends, so it is either complete or the tail of an interrupted file.
 only episodes whose summary line exists; the writer's resume (:func:`open_for_resume`) cuts an
 incomplete tail off the file (saying so) and reports the finished episodes so they are skipped.
 
-Version ``/1``: the same lines without ``true_grid_text`` (read as ``null``); a file mixes no
-versions.
+Version ``/2``: the same lines without the header's ``prompt_coverage`` (read as ``null``).
+Version ``/1``: also without ``true_grid_text`` (read as ``null``). A file written from scratch
+mixes no versions.
 
 Conventions: coordinates are ``[row, col]``; actions are names ``"UP"``, ``"DOWN"``, ``"LEFT"``,
 ``"RIGHT"`` (:class:`~goalprobe.gridworld.core.Action`); ``episode`` is the episode's index on
@@ -58,8 +62,10 @@ from goalprobe.agents.trajectories.reading import (
 )
 from goalprobe.agents.trajectories.records import (
     FIELDS_V2,
+    HEADER_FIELDS_V3,
     SCHEMA,
     SCHEMA_V1,
+    SCHEMA_V2,
     Attempt,
     Episode,
     EpisodeSummary,
@@ -76,8 +82,10 @@ from goalprobe.agents.trajectories.writing import append_episode, open_for_resum
 
 __all__ = [
     "FIELDS_V2",
+    "HEADER_FIELDS_V3",
     "SCHEMA",
     "SCHEMA_V1",
+    "SCHEMA_V2",
     "Attempt",
     "Episode",
     "EpisodeSpan",

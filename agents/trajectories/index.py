@@ -19,6 +19,7 @@ from pathlib import Path
 from goalprobe.agents.trajectories.records import (
     SCHEMA,
     SCHEMA_V1,
+    SCHEMA_V2,
     Episode,
     EpisodeSummary,
     RunHeader,
@@ -29,7 +30,7 @@ from goalprobe.agents.trajectories.records import (
 
 _KIND_RE = re.compile(
     rb'^\{"schema":"(?:'
-    + b"|".join(re.escape(s.encode()) for s in (SCHEMA, SCHEMA_V1))
+    + b"|".join(re.escape(s.encode()) for s in (SCHEMA, SCHEMA_V2, SCHEMA_V1))
     + rb')","kind":"(run|step|episode)"'
 )
 """The start of a line as :func:`~goalprobe.agents.trajectories.records.record_to_json` writes

@@ -1,6 +1,6 @@
 """Records of a trajectory file (:mod:`goalprobe.agents.trajectories`) and their validation.
 
-The schema strings (:data:`SCHEMA`, :data:`SCHEMA_V1`) are spelled here and nowhere else: one
+The schema strings (:data:`SCHEMA`, :data:`SCHEMA_V2`, :data:`SCHEMA_V1`) are spelled here and nowhere else: one
 dataclass per line kind, :func:`record_to_json` to write a line, :func:`parse_record` to check
 a decoded line against its version and build its record.
 """
@@ -13,14 +13,21 @@ from typing import Any, Literal
 
 from goalprobe.gridworld.core import Action, RowCol, State
 
-SCHEMA = "goalprobe.trajectory/2"
+SCHEMA = "goalprobe.trajectory/3"
 """Schema string carried by every line of a trajectory file."""
 
+SCHEMA_V2 = "goalprobe.trajectory/2"
+"""The previous schema, still read: its run header lacks :data:`HEADER_FIELDS_V3`."""
+
 SCHEMA_V1 = "goalprobe.trajectory/1"
-"""The previous schema, still read: its step lines lack :data:`FIELDS_V2`."""
+"""The first schema, still read: its step lines lack :data:`FIELDS_V2` (and its header
+:data:`HEADER_FIELDS_V3`)."""
 
 FIELDS_V2: dict[str, object] = {"true_grid_text": None}
 """Step fields added in ``/2`` and the value a ``/1`` line reads as."""
+
+HEADER_FIELDS_V3: dict[str, object] = {"prompt_coverage": None}
+"""Run-header fields added in ``/3`` and the value an older header reads as."""
 
 TokenIdsSource = Literal["model", "retokenized"]
 
@@ -47,12 +54,18 @@ class RunHeader:
         config: the rollout config as JSON (see ``goalprobe.agents.rollout.RolloutConfig``).
         backend: a JSON description of the backend (class, model, ...).
         package_version: the goalprobe version that wrote the file.
+        prompt_coverage: how much of the prompts the agent's tokenizer can read
+            (:func:`goalprobe.agents.coverage.prompt_coverage`: the share of unknown tokens in
+            the grids and in the instructions, ``readable``, ``unreadable``); None where the
+            backend has no tokenizer to ask, or the file predates ``/3``. Not part of the run
+            id (it follows from the config and the model).
     """
 
     run_id: str
     config: dict
     backend: dict
     package_version: str
+    prompt_coverage: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -353,7 +366,13 @@ _ACTION_NAMES = tuple(a.name for a in Action)
 _SOURCES = ("model", "retokenized")
 
 _SPECS: dict[type, dict[str, Any]] = {
-    RunHeader: {"run_id": str, "config": dict, "backend": dict, "package_version": str},
+    RunHeader: {
+        "run_id": str,
+        "config": dict,
+        "backend": dict,
+        "package_version": str,
+        "prompt_coverage": ("optional", dict),
+    },
     Attempt: {
         "generated_token_ids": ("list", _TOKEN_ID),
         "token_ids_source": ("enum", _SOURCES),
@@ -421,10 +440,18 @@ _SPECS: dict[type, dict[str, Any]] = {
 }
 
 
-def _from_dict(cls: type, obj: Any, where: str, *, version: int = 2) -> Any:
+def _from_dict(cls: type, obj: Any, where: str, *, version: int = 3) -> Any:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected an object, got {type(obj).__name__}")
     spec = _SPECS[cls]
+    if cls is RunHeader and version < 3:
+        unexpected = sorted(set(HEADER_FIELDS_V3) & set(obj))
+        if unexpected:
+            old = SCHEMA_V1 if version == 1 else SCHEMA_V2
+            raise TrajectoryFormatError(
+                f"{where}: field(s) {', '.join(unexpected)} are not part of {old!r}"
+            )
+        obj = {**obj, **HEADER_FIELDS_V3}
     if cls is StepRecord and version == 1:
         unexpected = sorted(set(FIELDS_V2) & set(obj))
         if unexpected:
@@ -444,16 +471,17 @@ def parse_record(obj: Any, where: str) -> Record:
     if not isinstance(obj, dict):
         raise TrajectoryFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     schema = obj.get("schema")
-    if schema not in (SCHEMA, SCHEMA_V1):
+    versions = {SCHEMA: 3, SCHEMA_V2: 2, SCHEMA_V1: 1}
+    if schema not in versions:
         raise TrajectoryFormatError(
-            f"{where}: schema {schema!r} is not {SCHEMA!r} or {SCHEMA_V1!r} (not a goalprobe "
-            "trajectory file, or written by another version)"
+            f"{where}: schema {schema!r} is not {SCHEMA!r}, {SCHEMA_V2!r} or {SCHEMA_V1!r} (not a "
+            "goalprobe trajectory file, or written by another version)"
         )
     kind = obj.get("kind")
     for cls, name in _KIND_OF.items():
         if kind == name:
             body = {k: v for k, v in obj.items() if k not in ("schema", "kind")}
-            record = _from_dict(cls, body, where, version=1 if schema == SCHEMA_V1 else 2)
+            record = _from_dict(cls, body, where, version=versions[schema])
             _check_consistency(record, where)
             return record
     raise TrajectoryFormatError(f"{where}: field 'kind' is {kind!r}, not run/step/episode")

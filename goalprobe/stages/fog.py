@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agent_config import AgentConfig
-from goalprobe.agents.harmony import render_prompt
-from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.coverage import not_readable
 from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.agents.tokenizer import unknown_pieces
+from goalprobe.agents.trajectories import read_run_header
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
-from goalprobe.gridworld.fog import fog_view, generate_fog_set
+from goalprobe.gridworld.fog import generate_fog_set
 from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_summary, reference_rows
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
@@ -90,16 +89,13 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         horizon = config.rollout.horizon(solve(grid).shortest_path_length)
         rows.extend(reference_rows(grid, horizon, rng, f.random_walks_per_grid))
     table = fog_summary(rows, n_resamples=f.n_bootstrap, random_state=f.seed)
-    tokenizer = agent.rollout_backend()[0].tokenizer
-    unknown = None
-    if tokenizer is not None:
-        first = grids[0]
-        text, history = fog_view(first, [first.initial_state], [])
-        messages = build_messages(
-            text, variant=first.variant, has_key=False, history=history, fog_radius=f.radius
-        )
-        prompt = render_prompt(messages, config.rollout.reasoning_effort)
-        unknown = sorted({p.strip() for p in unknown_pieces(tokenizer, prompt)})
+    # what the agent can read of the fogged prompts (the trajectory header's record)
+    coverage = read_run_header(layout.fog_trajectories).prompt_coverage
+    unknown = (
+        None
+        if coverage is None
+        else sorted({*coverage["grid"]["pieces"], *coverage["instructions"]["pieces"]})
+    )
     payload = {
         "schema": SCHEMA,
         "agent": config.agent.model,
@@ -108,6 +104,9 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         "invalid_steps": invalid,
         "truncation": truncation,
         "unknown_prompt_pieces": unknown,
+        "prompt_coverage": coverage,
+        # "n/a: the agent cannot read ..." (the hidden cell, the fog instructions): no verdict
+        "not_applicable": not_readable(coverage),
         "policies": table,
         "episodes": [r.to_dict() for r in rows],
     }

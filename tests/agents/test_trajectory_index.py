@@ -69,6 +69,7 @@ def test_version_1_files_are_indexed_and_read(trajectory, tmp_path):
         assert obj["schema"] == SCHEMA
         obj["schema"] = SCHEMA_V1
         obj.pop("true_grid_text", None)
+        obj.pop("prompt_coverage", None)  # a /3 header field
         lines.append(json.dumps(obj, separators=(",", ":")))
     old.write_text("\n".join(lines) + "\n")
     index = index_trajectories(old)

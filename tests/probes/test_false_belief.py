@@ -285,6 +285,7 @@ def test_trajectory_v1_files_are_still_read(tmp_path):
         assert obj["schema"] == SCHEMA
         obj["schema"] = SCHEMA_V1
         obj.pop("true_grid_text", None)
+        obj.pop("prompt_coverage", None)  # a /3 header field
         v1.append(json.dumps(obj))
     old = tmp_path / "v1.jsonl"
     old.write_text("\n".join(v1) + "\n")
