@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import scipy.stats
 from goalprobe.gridworld.core import Action, Grid
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.fog import (
@@ -209,6 +210,20 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         lo = summary.get("ci_low")
         out["agent_minus_random_walk_acc_oracle_fog"] = {
             **summary,
-            "verdict": "yes" if lo is not None and lo > 0 else "no",
+            "verdict": "yes" if lo is not None and lo > 0 else "undecided",
+            "detectable_effect": detectable_effect(summary),
         }
     return out
+
+
+def detectable_effect(stat: Mapping, power: float = 0.8, confidence: float = 0.95) -> float | None:
+    """The smallest difference this design detects with ``power`` at ``confidence`` (two-sided):
+    ``(z_{1-a/2} + z_power) * SE``, the standard error read off the interval's half-width. A
+    difference whose interval covers 0 is "undecided" and carries this figure (no "no": an
+    interval over 0 excludes nothing smaller than it)."""
+    low, high = stat.get("ci_low"), stat.get("ci_high")
+    if low is None or high is None:
+        return None
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    se = (high - low) / (2 * z)
+    return float((z + float(scipy.stats.norm.ppf(power))) * se)

@@ -89,7 +89,9 @@ def anchor_verdicts(
         with both), ``moved_bound`` (the exact upper bound of the moved share: the largest
         effect the pairs do not exclude), ``headline`` (regenerated rows only: a teacher-forced
         row is descriptive, ``note`` says why), ``sanity_passed`` and ``flag`` (a regenerated
-        sanity row below :data:`SANITY_THRESHOLD` is flagged), and ``verdict``: ``"yes"`` when
+        sanity row below :data:`SANITY_THRESHOLD` is flagged), ``role`` (``"verdict"``,
+        ``"descriptive"`` or ``"sanity check"``: what the headline may make of it), and
+        ``verdict``: ``"yes"`` when
         the difference's interval lies above 0, ``"no"`` when it does not, ``"undecided"``
         without a random-grid control or an interval, ``"sanity check"`` at
         :data:`SANITY_SITES`. Every statistic is ``{value, ci_low, ci_high, n, n_grids}``.
@@ -162,6 +164,11 @@ def anchor_verdicts(
         }
         entry.update(_sanity(entry))
         entry["verdict"] = _verdict(entry)
+        entry["role"] = (
+            "sanity check"
+            if entry["sanity_check"]
+            else ("verdict" if entry["headline"] else "descriptive")
+        )
         out.append(entry)
     return out
 
