@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from goalprobe.agent_config import AgentConfig
+from goalprobe.agents.coverage import not_readable
 from goalprobe.agents.intention import agent_sampler
-from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.agents.prompts import PromptTemplate
+from goalprobe.agents.rollout import RolloutConfig, rollout_coverage
 from goalprobe.config import DemoConfig, IntentionConfig
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.intention import (
@@ -29,6 +31,7 @@ from goalprobe.gridworld.intention import (
     tabular_sampler,
 )
 from goalprobe.gridworld.io import write_grid_set
+from goalprobe.gridworld.optimal import solve
 from goalprobe.stages.context import StageContext, write_json
 
 SCHEMA = "goalprobe.demo.intention/1"
@@ -49,6 +52,8 @@ class IntentionResults(TypedDict):
     states: list[dict[str, Any]]
     role: str
     role_note: str
+    prompt_coverage: dict | None
+    not_applicable: str | None
 
 
 ROLE_NOTE = (
@@ -106,6 +111,15 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
         irrelevant=k.irrelevant_change,
         controls=control_effects(control["results"]),
     )
+    # what the agent can read of these prompts (this path generates outside run_rollouts)
+    template = (
+        PromptTemplate.from_dir(config.rollout.template_dir)
+        if config.rollout.template_dir
+        else None
+    )
+    coverage = rollout_coverage(
+        backend, originals, [solve(g) for g in originals], config.rollout, template
+    )
     payload: IntentionResults = {
         "schema": SCHEMA,
         "backend": description,
@@ -119,6 +133,8 @@ def run(context: StageContext, config: IntentionInput, stage_dir: Path):
         "states": agent["states"],
         "role": "descriptive",
         "role_note": ROLE_NOTE,
+        "prompt_coverage": coverage,
+        "not_applicable": not_readable(coverage),
     }
     results = write_json(layout.intention_results, payload)
     verdicts = {f"{r['variant']}/{r['intervention']}": r["verdict"] for r in agent["results"]}
