@@ -216,6 +216,31 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
     return out
 
 
+def fog_readings(
+    rows: Sequence[FogRow],
+    cut_rows: Sequence[FogRow],
+    *,
+    n_resamples: int = 1000,
+    random_state: int = 0,
+) -> dict:
+    """:func:`fog_summary` of ``rows`` (the agent's finished episodes and the references), its
+    agent-minus-random-walk difference with ``truncated_episodes`` and ``with_truncated``: the
+    same difference with ``cut_rows`` (the agent's episodes the token limit cut off, scored on
+    the moves made before the cut, no success) counted in, so both readings are reported."""
+    table = fog_summary(rows, n_resamples=n_resamples, random_state=random_state)
+    key = "agent_minus_random_walk_acc_oracle_fog"
+    if key in table:
+        diff = table[key]
+        with_cut = (
+            fog_summary([*rows, *cut_rows], n_resamples=n_resamples, random_state=random_state)[key]
+            if cut_rows
+            else dict(diff)
+        )
+        diff["truncated_episodes"] = len(cut_rows)
+        diff["with_truncated"] = with_cut
+    return table
+
+
 def detectable_effect(stat: Mapping, power: float = 0.8, confidence: float = 0.95) -> float | None:
     """The smallest difference this design detects with ``power`` at ``confidence`` (two-sided):
     ``(z_{1-a/2} + z_power) * SE``, the standard error read off the interval's half-width. A

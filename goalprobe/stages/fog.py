@@ -22,7 +22,7 @@ from goalprobe.agents.trajectories import read_run_header
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.fog import generate_fog_set
-from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_summary, reference_rows
+from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_readings, reference_rows
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.sections import FogConfig
@@ -88,9 +88,8 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
     for grid in grids:
         horizon = config.rollout.horizon(solve(grid).shortest_path_length)
         rows.extend(reference_rows(grid, horizon, rng, f.random_walks_per_grid))
-    table = fog_summary(rows, n_resamples=f.n_bootstrap, random_state=f.seed)
-    # the second reading: episodes cut off by the token limit counted as what they are (the
-    # moves made before the cut, no success), beside the first that leaves them out
+    # both readings: without the episodes cut off by the token limit, and with them counted
+    # as what they are (the moves made before the cut, no success)
     cut_rows = [
         episode_row(
             by_id[e.summary.grid_id], [Action[s.action] for s in e.steps if s.action], AGENT
@@ -98,14 +97,7 @@ def run(context: StageContext, config: FogInput, stage_dir: Path):
         for e in episodes
         if e.truncated
     ]
-    key = "agent_minus_random_walk_acc_oracle_fog"
-    if key in table:
-        table[key]["truncated_episodes"] = len(cut_rows)
-        table[key]["with_truncated"] = (
-            fog_summary([*rows, *cut_rows], n_resamples=f.n_bootstrap, random_state=f.seed)[key]
-            if cut_rows
-            else {k: v for k, v in table[key].items() if k != "truncated_episodes"}
-        )
+    table = fog_readings(rows, cut_rows, n_resamples=f.n_bootstrap, random_state=f.seed)
     # what the agent can read of the fogged prompts (the trajectory header's record)
     coverage = read_run_header(layout.fog_trajectories).prompt_coverage
     unknown = (
