@@ -34,11 +34,12 @@ def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
     for text in texts:
         if not text:
             continue
+        if unk is None:  # nothing can be unknown: count the tokens only
+            tokens += len(tokenizer.encode(text, add_special_tokens=False))
+            continue
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(encoded["input_ids"])
         tokens += len(ids)
-        if unk is None:
-            continue
         for token_id, (start, end) in zip(ids, encoded["offset_mapping"], strict=True):
             if token_id == unk:
                 unknown += 1
@@ -57,8 +58,9 @@ def prompt_coverage(tokenizer: Any, prompts: Iterable[tuple[str, str]]) -> dict 
     """The share of unknown tokens in the grids and in the instructions of ``prompts``.
 
     Args:
-        tokenizer: a Hugging Face tokenizer (fast: offsets name the unknown pieces); None when
-            the backend has none (a remote server): nothing can be said, None is returned.
+        tokenizer: a Hugging Face tokenizer (with an unknown token it must be a fast one:
+            offsets name the unknown pieces); None when the backend has none: nothing can be
+            said, None is returned.
         prompts: ``(grid_text, prompt_text)`` per prompt: the grid as drawn in the prompt and
             the whole rendered prompt (the instructions are the prompt without its grid text).
             Each distinct grid and instruction text is counted once.

@@ -92,3 +92,13 @@ def test_version_2_headers_read_without_coverage_and_refuse_it():
 
     with pytest.raises(TrajectoryFormatError, match="prompt_coverage are not part of"):
         parse_record({"schema": SCHEMA_V2, "kind": "run", **body, "prompt_coverage": None}, "f:1")
+
+
+def test_a_byte_level_tokenizer_reads_everything(o200k_tokenizer):
+    """GPT-OSS's o200k (byte-level BPE) has no unknown token: the flower beds and the moral
+    instruction are readable (counted, never n/a)."""
+    harm = generate_harm_grids(HarmGridConfig(n_grids=2, seed=0))
+    coverage = prompt_coverage(o200k_tokenizer, [_prompt(g, moral=True) for g in harm])
+    assert coverage["unk_token_id"] is None and coverage["readable"]
+    assert coverage["grid"]["tokens"] > 0 and coverage["grid"]["unknown"] == 0
+    assert not_readable(coverage) is None
