@@ -12,8 +12,10 @@ byte-level tokenizer (GPT-OSS's o200k) has no unknown token and reads everything
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from goalprobe.agents.harmony import Message, ReasoningEffort, render_prompt
 
 MAX_PIECES = 12
 """Distinct unknown pieces listed per part (the count is always complete)."""
@@ -130,3 +132,27 @@ def merge_coverage(records: Iterable[dict | None]) -> dict | None:
     out["readable"] = all(r["readable"] for r in present)
     out["unreadable"] = not_readable(out)
     return out
+
+
+def backend_coverage(
+    backend: object,
+    conversations: Iterable[tuple[str, Sequence[Message]]],
+    reasoning_effort: ReasoningEffort,
+) -> dict | None:
+    """:func:`prompt_coverage` of ``(grid_text, messages)`` conversations as ``backend`` renders
+    them (its ``prompt_text`` where it has one, else the harmony rendering) under its
+    ``tokenizer``; None for a backend without a tokenizer."""
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    render_text = getattr(backend, "prompt_text", None)
+    prompts = [
+        (
+            grid_text,
+            render_text(list(messages), reasoning_effort)
+            if callable(render_text)
+            else render_prompt(list(messages), reasoning_effort),
+        )
+        for grid_text, messages in conversations
+    ]
+    return prompt_coverage(tokenizer, prompts)

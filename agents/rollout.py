@@ -78,8 +78,8 @@ from goalprobe.agents.backend import (
     SamplingConfig,
     SeededBackend,
 )
-from goalprobe.agents.coverage import prompt_coverage
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort, render_prompt
+from goalprobe.agents.coverage import backend_coverage
+from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
@@ -316,26 +316,13 @@ def rollout_coverage(
     config: RolloutConfig,
     template: PromptTemplate | None,
 ) -> dict | None:
-    """:func:`~goalprobe.agents.coverage.prompt_coverage` of the first prompt of every grid
-    (the grid as shown, and its instructions) under ``backend``'s tokenizer; None for a
-    backend without one."""
-    tokenizer = getattr(backend, "tokenizer", None)
-    if tokenizer is None:
-        return None
-    render_text = getattr(backend, "prompt_text", None)
-    prompts = []
-    for grid, policy in zip(grids, policies, strict=True):
-        first = _Episode(
-            run_id="", grid=grid, policy=policy, index=0, config=config, template=template
-        )
-        messages = first.messages()
-        text = (
-            render_text(messages, config.reasoning_effort)
-            if callable(render_text)
-            else render_prompt(messages, config.reasoning_effort)
-        )
-        prompts.append((first._grid_text, text))
-    return prompt_coverage(tokenizer, prompts)
+    """:func:`~goalprobe.agents.coverage.backend_coverage` of every grid's first prompt."""
+    firsts = [
+        _Episode(run_id="", grid=g, policy=p, index=0, config=config, template=template)
+        for g, p in zip(grids, policies, strict=True)
+    ]
+    shown = [(e.messages(), e) for e in firsts]  # messages() draws the grid text
+    return backend_coverage(backend, [(e._grid_text, m) for m, e in shown], config.reasoning_effort)
 
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
