@@ -62,11 +62,9 @@ def seed_runs(
         if not probe:
             continue
         # every pooled probe metric is a rate or an AUC in [0, 1]; selectivity their difference
-        entry = {
-            "probe": seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0)),
-            "selectivity": None,
-        }
-        entry["probe"]["seeds_disagree"] = intervals_disjoint(probe)
+        pooled_probe = seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0))
+        pooled_probe["seeds_disagree"] = intervals_disjoint(probe)
+        entry: dict[str, Any] = {"probe": pooled_probe, "selectivity": None}
         if sel:
             stat = seed_pooled(sel, config.confidence_level, bounds=(-1.0, 1.0))
             baselines = sorted({s["baseline"] for s in sel})

@@ -79,12 +79,11 @@ def run(context: StageContext, config: HarmInput, stage_dir: Path):
     coverage = {
         c: read_run_header(layout.harm_trajectories(c)).prompt_coverage for c in h.conditions
     }
-    unknown = {
+    pieces = {
         c: None if cov is None else sorted({*cov["grid"]["pieces"], *cov["instructions"]["pieces"]})
         for c, cov in coverage.items()
     }
-    if all(v is None for v in unknown.values()):
-        unknown = None
+    unknown = None if all(v is None for v in pieces.values()) else pieces
     if h.oracle_episodes:  # the references the verdict is read against
         for oracle in ORACLES:
             for g in grids:
