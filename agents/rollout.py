@@ -78,6 +78,7 @@ from goalprobe.agents.backend import (
     SamplingConfig,
     SeededBackend,
 )
+from goalprobe.agents.coverage import backend_coverage
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
@@ -263,6 +264,22 @@ def describe_backend(backend: Backend) -> dict[str, Any]:
         return dict(describe())
     cls = type(backend)
     return {"class": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def rollout_coverage(
+    backend: object,
+    grids: Sequence[Grid],
+    policies: Sequence[OptimalPolicy],
+    config: RolloutConfig,
+    template: PromptTemplate | None,
+) -> dict | None:
+    """:func:`~goalprobe.agents.coverage.backend_coverage` of every grid's first prompt."""
+    firsts = [
+        _Episode(run_id="", grid=g, policy=p, index=0, config=config, template=template)
+        for g, p in zip(grids, policies, strict=True)
+    ]
+    shown = [(e.messages(), e) for e in firsts]  # messages() draws the grid text
+    return backend_coverage(backend, [(e._grid_text, m) for m, e in shown], config.reasoning_effort)
 
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
@@ -552,21 +569,23 @@ def run_rollouts(
     if backend_description is None:
         backend_description = describe_backend(backend)
     run_id = run_id_for(config, backend_description)
+    policies = [solve(grid) for grid in grids]
+    for grid, policy in zip(grids, policies, strict=True):
+        if not policy.is_solvable:
+            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
     header = RunHeader(
         run_id=run_id,
         config=asdict(config),
         backend=backend_description,
         package_version=package_version(),
         chat_format=_chat_format_of(backend),
+        prompt_coverage=rollout_coverage(backend, grids, policies, config, template),
     )
     finished = open_for_resume(out_path, header)
 
     todo: deque[tuple[Grid, OptimalPolicy, int]] = deque()
     total = 0
-    for grid in grids:
-        policy = solve(grid)
-        if not policy.is_solvable:
-            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
+    for grid, policy in zip(grids, policies, strict=True):
         for index in range(config.episodes_per_grid):
             total += 1
             if (grid.grid_id, index) not in finished:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import scipy.stats
 from goalprobe.gridworld.core import Action, Grid
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.fog import (
@@ -210,6 +211,45 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         lo = summary.get("ci_low")
         out["agent_minus_random_walk_acc_oracle_fog"] = {
             **summary,
-            "verdict": "yes" if lo is not None and lo > 0 else "no",
+            "verdict": "yes" if lo is not None and lo > 0 else "undecided",
+            "detectable_effect": detectable_effect(summary),
         }
     return out
+
+
+def fog_readings(
+    rows: Sequence[FogRow],
+    cut_rows: Sequence[FogRow],
+    *,
+    n_resamples: int = 1000,
+    random_state: int = 0,
+) -> dict:
+    """:func:`fog_summary` of ``rows`` (the agent's finished episodes and the references), its
+    agent-minus-random-walk difference with ``truncated_episodes`` and ``with_truncated``: the
+    same difference with ``cut_rows`` (the agent's episodes the token limit cut off, scored on
+    the moves made before the cut, no success) counted in, so both readings are reported."""
+    table = fog_summary(rows, n_resamples=n_resamples, random_state=random_state)
+    key = "agent_minus_random_walk_acc_oracle_fog"
+    if key in table:
+        diff = table[key]
+        with_cut = (
+            fog_summary([*rows, *cut_rows], n_resamples=n_resamples, random_state=random_state)[key]
+            if cut_rows
+            else dict(diff)
+        )
+        diff["truncated_episodes"] = len(cut_rows)
+        diff["with_truncated"] = with_cut
+    return table
+
+
+def detectable_effect(stat: Mapping, power: float = 0.8, confidence: float = 0.95) -> float | None:
+    """The smallest difference this design detects with ``power`` at ``confidence`` (two-sided):
+    ``(z_{1-a/2} + z_power) * SE``, the standard error read off the interval's half-width. A
+    difference whose interval covers 0 is "undecided" and carries this figure (no "no": an
+    interval over 0 excludes nothing smaller than it)."""
+    low, high = stat.get("ci_low"), stat.get("ci_high")
+    if low is None or high is None:
+        return None
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    se = (high - low) / (2 * z)
+    return float((z + float(scipy.stats.norm.ppf(power))) * se)

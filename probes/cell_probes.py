@@ -42,6 +42,11 @@ cell) loss weights: the objective of an epoch is exactly the one on the upsample
 minibatches are formed from examples. ``"weighted_loss"`` uses the expectation of those weights,
 ``n_max / n_c`` per class (lower variance); ``"none"`` weights every row 1.
 
+The linear families are convex (weighted multinomial logistic regression) and are fitted by
+L-BFGS from zero to convergence (:func:`goalprobe.probes.training.fit_lbfgs`), not by AdamW: no
+seed, minibatch order or thread count can move them; ``"upsample"`` then uses its expected weights
+(no draws). The MLP families train with AdamW on minibatches.
+
 Coordinates
 -----------
 ``coordinates="raw"`` (default) is the study's: ``(row, col)`` standardised with the mean and
@@ -66,6 +71,7 @@ from goalprobe.probes.splits import carve_validation
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
+    fit_lbfgs,
     fit_standardiser,
     seeded_module,
     torch_seed,
@@ -212,7 +218,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         rng = np.random.default_rng(self.random_state)
         n = X2.shape[0]
         rows = np.arange(n)
-        if self.early_stopping:
+        linear = self.family == "linear"
+        if self.early_stopping and not linear:
             if groups is None:
                 raise ValueError(
                     "early_stopping needs grid ids (groups=) to carve the validation split by grid; "
@@ -248,7 +255,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
             ratio = np.divide(counts.max(), counts, out=np.zeros(n_classes), where=counts > 0)
             self.class_weights_ = ratio.astype(np.float32)
         fit_codes = codes[fit_rows]
-        if self.class_balance == "upsample":
+        if self.class_balance == "upsample" and not linear:
             fit_weights = _upsampling_multiplicities(fit_codes, counts, rng)
         else:
             fit_weights = self.class_weights_[fit_codes]
@@ -260,9 +267,12 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
             lambda: self._build_module(self.n_features_in_, side, n_classes), torch_seed(rng)
         ).to(self.device)
 
-        train_logits = self._training_logits(X2, fit_rows)
         fit_targets = torch.from_numpy(fit_codes)
         fit_w = torch.from_numpy(np.ascontiguousarray(fit_weights, dtype=np.float32))
+        if linear:
+            self._fit_linear(X2, fit_rows, fit_targets, fit_w)
+            return self
+        train_logits = self._training_logits(X2, fit_rows)
 
         def batch_loss(pos: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
             logits = train_logits(pos)
@@ -304,6 +314,50 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         )
         self.n_epochs_ = len(self.history_)
         return self
+
+    def _fit_linear(
+        self, X: np.ndarray, fit_rows: np.ndarray, targets: torch.Tensor, weights: torch.Tensor
+    ) -> None:
+        """The linear family: weighted multinomial logistic regression fitted to convergence
+        by L-BFGS from zero (:func:`~goalprobe.probes.training.fit_lbfgs`), on every training
+        row, ``weight_decay`` the L2 strength on the weighted mean loss (biases included).
+        Seed-free: no validation carve, no draws (``upsample`` uses its expected weights)."""
+        if self.max_iter < 1:
+            raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
+        module, chunk = self.module_, max(1, self.batch_size) * 8
+        total_weight = float(weights.double().sum())
+        if total_weight <= 0:
+            raise ValueError("the training rows carry no weight (no labelled cells)")
+
+        def logits(rows: np.ndarray) -> torch.Tensor:
+            if getattr(self, "materialise", False):
+                table = self.materialised_rows(X, rows).double()
+                return module.forward_rows(table).reshape(len(rows), self.map_side_**2, -1)
+            return module(standardise(X, rows).double())
+
+        def objective() -> torch.Tensor:
+            total = torch.zeros((), dtype=torch.float64, device=self.device)
+            for start in range(0, len(fit_rows), chunk):
+                sl = slice(start, start + chunk)
+                w = weights[sl].to(self.device, torch.float64)
+                total = total + _weighted_ce(logits(fit_rows[sl]), targets[sl].to(self.device), w)
+            return total / total_weight
+
+        # biases too: a class a cell never shows (padding outside every grid) keeps a finite
+        # optimum instead of a bias that L-BFGS would chase to infinity
+        penalised = [name for name, _ in module.named_parameters()]
+        solver = fit_lbfgs(
+            module,
+            objective=objective,
+            penalised=penalised,
+            l2=self.weight_decay,
+            max_iter=self.max_iter,
+        )
+        self.module_ = module.eval()
+        self.history_ = [{"solver": "lbfgs", **solver}]
+        self.n_epochs_ = self.best_epoch_ = solver["n_iter"]
+        self.converged_ = solver["converged"]
 
     # ---------------------------------------------------------------- decoding
 
@@ -545,13 +599,15 @@ class CoordinateCellProbe(CellProbeBase):
         classes: ``CellType`` values to predict; None takes those present in the training labels.
         class_balance: ``"upsample"`` (study), ``"weighted_loss"`` or ``"none"``.
         learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        weight_decay: AdamW weight decay (MLP); the L2 strength on the mean loss (linear).
         max_epochs: upper bound on training epochs.
         batch_size: examples per step (each brings all its cells).
         early_stopping: stop on the loss of a validation split carved from the training grids.
         validation_fraction: fraction of training grids held out for early stopping.
         n_iter_no_change: patience, in epochs.
         tol: minimum validation-loss improvement.
+        max_iter: L-BFGS iterations at most of the linear family (which ignores the learning
+            rate, epochs, batches and early stopping: it is fitted to convergence, seed-free).
         materialise: run the naive reference path that builds one row per (example, cell).
         device: torch device (``"cpu"`` or ``"cuda"``).
         progress: show progress bars.
@@ -578,6 +634,7 @@ class CoordinateCellProbe(CellProbeBase):
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 3,
         tol: float = 1e-4,
+        max_iter: int = 1000,
         materialise: bool = False,
         device: str = "cpu",
         progress: bool = False,
@@ -597,6 +654,7 @@ class CoordinateCellProbe(CellProbeBase):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.max_iter = max_iter
         self.materialise = materialise
         self.device = device
         self.progress = progress

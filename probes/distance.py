@@ -1,7 +1,12 @@
 """Goal-distance regressors (study appendix E.3): activation -> shortest-path distance to goal.
 
 ``family="linear"`` is ridge regression (``sklearn.linear_model.Ridge``, closed form) on
-standardised activations; ``family="mlp"`` is two layers with a ReLU (hidden 1024) trained with
+standardised activations; ``family="quadratic"`` is kernel ridge regression with a degree-2
+polynomial kernel (``sklearn.kernel_ridge.KernelRidge``, closed form): every quadratic form of
+the activations, so a distance ``sum_ij p_agent(i) p_goal(j) D(i, j)`` between positions that
+linear read-outs decode (``p_agent = softmax``-free linear scores) is within its reach, which a
+linear read-out of a distance is not (issue 40: the ridge and the MLP failed that positive
+control); ``family="mlp"`` is two layers with a ReLU (hidden 1024) trained with
 AdamW on the mean squared error of the standardised target, with early stopping on validation
 grids carved from the training grids. Evaluate with :func:`goalprobe.probes.metrics.evaluate_distance`
 (MAE, R^2 by grid size; controls: ``sklearn.dummy.DummyRegressor`` for the mean predictor and
@@ -28,6 +33,7 @@ from goalprobe.probes.training import (
     train_module,
 )
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted
 
@@ -36,8 +42,8 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
     """Regress the shortest-path distance to the goal from the anchor activations.
 
     Args:
-        family: ``"linear"`` (ridge) or ``"mlp"``.
-        alpha: ridge penalty (linear family).
+        family: ``"linear"`` (ridge), ``"quadratic"`` (degree-2 kernel ridge) or ``"mlp"``.
+        alpha: ridge penalty (linear and quadratic families).
         hidden_size: MLP hidden width.
         learning_rate: AdamW learning rate (MLP).
         weight_decay: AdamW weight decay (MLP).
@@ -53,13 +59,14 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
 
     Fitted attributes:
         n_features_in_; feature_mean_, feature_scale_ ``(F,)``; target_mean_, target_scale_;
-        coef_ ``(F,)`` and intercept_ (linear; on standardised features); module_, history_,
-        n_epochs_, best_epoch_ (MLP).
+        coef_ ``(F,)`` and intercept_ (linear; on standardised features); dual_coef_ ``(M,)``
+        and support_ ``(M, F)`` (quadratic: the standardised training rows); module_,
+        history_, n_epochs_, best_epoch_ (MLP).
     """
 
     def __init__(
         self,
-        family: Literal["linear", "mlp"] = "linear",
+        family: Literal["linear", "quadratic", "mlp"] = "linear",
         alpha: float = 1.0,
         hidden_size: int = 1024,
         learning_rate: float = 1e-3,
@@ -89,6 +96,13 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         self.progress = progress
         self.random_state = random_state
 
+    def _kernel(self) -> KernelRidge:
+        """The quadratic family's kernel ridge: ``(x . y / F + 1) ** 2`` on standardised rows
+        (the product of two linear read-outs, plus each alone)."""
+        return KernelRidge(
+            alpha=self.alpha, kernel="poly", degree=2, gamma=1.0 / self.n_features_in_, coef0=1.0
+        )
+
     def _build_module(self, n_features: int) -> torch.nn.Module:
         return torch.nn.Sequential(
             torch.nn.Linear(n_features, self.hidden_size),
@@ -114,8 +128,8 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         if not np.isfinite(target).all():
             row = int(np.flatnonzero(~np.isfinite(target))[0])
             raise ValueError(f"y[{row}] = {target[row]} is not a finite distance")
-        if self.family not in ("linear", "mlp"):
-            raise ValueError(f"family must be 'linear' or 'mlp', got {self.family!r}")
+        if self.family not in ("linear", "quadratic", "mlp"):
+            raise ValueError(f"family must be 'linear', 'quadratic' or 'mlp', got {self.family!r}")
         rng = np.random.default_rng(self.random_state)
         rows = np.arange(X2.shape[0])
         use_validation = self.family == "mlp" and self.early_stopping
@@ -138,6 +152,14 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             ridge = Ridge(alpha=self.alpha).fit(standardise(X2, fit_rows).numpy(), target[fit_rows])
             self.coef_ = ridge.coef_.astype(np.float64)
             self.intercept_ = float(ridge.intercept_)
+            return self
+        if self.family == "quadratic":
+            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
+            support = standardise(X2, fit_rows).double().numpy()
+            z = (target[fit_rows] - self.target_mean_) / self.target_scale_
+            kernel = self._kernel()
+            self.dual_coef_ = kernel.fit(support, z).dual_coef_.astype(np.float64)
+            self.support_ = support.astype(np.float32)
             return self
 
         standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
@@ -199,6 +221,11 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
                 x = standardise(X2, rows)
                 if self.family == "linear":
                     out[rows] = x.double().numpy() @ self.coef_ + self.intercept_
+                elif self.family == "quadratic":
+                    gram = self._kernel()._get_kernel(
+                        x.double().numpy(), self.support_.astype(np.float64)
+                    )
+                    out[rows] = (gram @ self.dual_coef_) * self.target_scale_ + self.target_mean_
                 else:
                     z = self.module_(x)[:, 0].double().cpu().numpy()
                     out[rows] = z * self.target_scale_ + self.target_mean_
@@ -215,6 +242,8 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         if self.family == "linear":
             tensors["coef"] = self.coef_
             meta["intercept_"] = self.intercept_
+        elif self.family == "quadratic":
+            tensors.update(dual_coef=self.dual_coef_, support=self.support_)
         else:
             tensors.update(
                 {
@@ -236,6 +265,10 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         if self.family == "linear":
             self.coef_ = tensors["coef"]
             self.intercept_ = float(meta["intercept_"])
+            return
+        if self.family == "quadratic":
+            self.dual_coef_ = tensors["dual_coef"]
+            self.support_ = tensors["support"]
             return
         module = self._build_module(self.n_features_in_)
         module.load_state_dict(

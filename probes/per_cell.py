@@ -58,13 +58,15 @@ class PerCellProbe(CellProbeBase):
         class_balance: ``"upsample"``, ``"weighted_loss"`` or ``"none"`` (see
             :mod:`goalprobe.probes.cell_probes`).
         learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        weight_decay: AdamW weight decay (MLP); the L2 strength on the mean loss (linear).
         max_epochs: upper bound on training epochs.
         batch_size: examples per step.
         early_stopping: stop on the loss of a validation split carved from the training grids.
         validation_fraction: fraction of training grids held out for early stopping.
         n_iter_no_change: patience, in epochs.
         tol: minimum validation-loss improvement.
+        max_iter: L-BFGS iterations at most of the linear family (which ignores the learning
+            rate, epochs, batches and early stopping: it is fitted to convergence, seed-free).
         device: torch device.
         progress: show progress bars.
         random_state: seed.
@@ -87,6 +89,7 @@ class PerCellProbe(CellProbeBase):
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 3,
         tol: float = 1e-4,
+        max_iter: int = 1000,
         device: str = "cpu",
         progress: bool = False,
         random_state: int = 0,
@@ -104,6 +107,7 @@ class PerCellProbe(CellProbeBase):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.max_iter = max_iter
         self.device = device
         self.progress = progress
         self.random_state = random_state

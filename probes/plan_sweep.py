@@ -263,10 +263,13 @@ class PlanRun:
             training epochs.
         model_path: the saved ``.safetensors`` file (the first fold's), or None.
         verdicts: decoders only: per N, the decoder against the strongest baseline
-            (:func:`~goalprobe.probes.plan_baselines.prefix_verdicts`).
+            (:func:`~goalprobe.probes.plan_baselines.prefix_verdicts`), each with ``role``
+            ``"descriptive"`` (issue 40: the prefix rows cannot tell the agent's plan from the
+            optimal one where the agent is optimal).
         departures: on the test rows whose first step departs from the optimal policy or
             breaks a tie: ``n_rows``, ``accuracy_n1`` (with its interval) and, for decoders,
-            ``verdict_n1``; None when the data do not say which rows those are.
+            ``verdict_n1`` (``role`` ``"verdict"``: the plan decoder's verdict); None when the
+            data do not say which rows those are.
     """
 
     name: str
@@ -656,11 +659,25 @@ def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, me
             }
         if r["kind"] == "decoder":
             judged = {name: hits[name] for name in [r["name"], *baselines]}
-            verdicts = prefix_verdicts(judged, r["name"], grid_ids[test], **kw)
+            # the prefix rows are descriptive: a decoder that outputs the agent's own plan half
+            # the time still loses to the optimal policy's plan where the agent is optimal
+            # (issue 40); the verdict is the departure row's
+            verdicts = [
+                {**v, "role": "descriptive"}
+                for v in prefix_verdicts(judged, r["name"], grid_ids[test], **kw)
+            ]
             if departure is not None:
-                departure["verdict_n1"] = prefix_verdicts(
-                    judged, r["name"], grid_ids[test], rows=departing, horizons=range(1, 2), **kw
-                )[0]
+                departure["verdict_n1"] = {
+                    **prefix_verdicts(
+                        judged,
+                        r["name"],
+                        grid_ids[test],
+                        rows=departing,
+                        horizons=range(1, 2),
+                        **kw,
+                    )[0],
+                    "role": "verdict",
+                }
         out.append(
             PlanRun(
                 name=r["name"],

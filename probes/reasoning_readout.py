@@ -6,15 +6,14 @@ PROGRESS_BINS`, by the rows' ``fraction``) and at the post-reasoning anchor: sev
 reasoning order. At an anchor the read token is its last (``assistant``, the position whose
 output opens the reasoning or the answer), so that every bin reads one token. Per bin and
 stored layer, the existing estimators are trained on half the grids and scored on the others
-(:func:`goalprobe.probes.decision_time.readout_curves`) for four targets:
+(:func:`goalprobe.probes.decision_time.readout_curves`) for three targets:
 
-* ``action``: the step's executed action (rows with a valid action);
-* ``first move``: the plan's first move (the next executed action from the state on; rows with
-  one); equal to ``action`` on a valid step, it differs where a step named no valid action;
+* ``action``: the step's executed action on the valid steps (there the plan's first move is the
+  same label, so the two are one target: issue 40 counted them twice);
 * ``agent cell`` and ``goal cell``: ``(row, col)`` by :class:`~goalprobe.probes.position.
   PositionProbe`.
 
-Baselines, each fitted on the training grids only: for the two moves the majority move, the
+Baselines, each fitted on the training grids only: for the action the majority move, the
 optimal policy on the true grid (the lowest-index optimal action) and a state-only decoder
 (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on the agent's and goal's
 coordinates and the grid's size); for the cells the most frequent cell of the grid's size
@@ -45,7 +44,7 @@ READOUT_BINS: tuple[str, ...] = (
 )
 """The read-out's bins, in reasoning order."""
 
-READOUT_TARGETS: tuple[str, ...] = ("action", "first move", "agent cell", "goal cell")
+READOUT_TARGETS: tuple[str, ...] = ("action", "agent cell", "goal cell")
 """What is read out (see the module docstring)."""
 
 ANCHOR_TOKEN = 2
@@ -110,7 +109,7 @@ def reasoning_readout(
     n_resamples: int = 1000,
     random_state: int = 0,
 ) -> dict[str, Any]:
-    """The four targets read out of the store at every bin and stored layer.
+    """The three targets read out of the store at every bin and stored layer.
 
     Args:
         store: an activation store (reasoning rows make the five middle bins; without them
@@ -138,10 +137,7 @@ def reasoning_readout(
     optimal = np.where(
         labels["optimal_actions"].any(axis=1), labels["optimal_actions"].argmax(axis=1), -1
     )
-    moves = {
-        "action": (labels["action"].astype(np.int64), labels["action_valid"].astype(bool)),
-        "first move": (labels["plan"][:, 0].astype(np.int64), labels["plan"][:, 0] < 4),
-    }
+    moves = {"action": (labels["action"].astype(np.int64), labels["action_valid"].astype(bool))}
     plans = labels["plan"].astype(np.int64)
     with_move = train & (plans[:, 0] < 4)
     decoder = StatePlanDecoder(random_state=random_state).fit(state[with_move], plans[with_move])

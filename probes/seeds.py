@@ -2,7 +2,8 @@
 probe's initialisation and minibatch order varied, every seed's metrics and the seed-pooled
 intervals (:func:`goalprobe.stats.seed_pooled`) of the headline metrics and of their
 selectivity over the strongest control. A verdict that holds for one seed but not across seeds
-is not reported as holding."""
+is not reported as holding: where the seeds disagree by more than their own intervals, or
+some seed says yes and the pool does not, the verdict is ``"unstable"``, not ``"no"``."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def seed_runs(
         ``{"seeds", "per_seed": [{seed, metric: {probe, selectivity}}], "pooled": {metric:
         {"probe": POOLED, "selectivity": POOLED + {"baseline", "above_baseline"}}}}`` with
         POOLED from :func:`~goalprobe.stats.seed_pooled`; ``above_baseline`` holds
-        where the pooled selectivity interval lies above 0.
+        where the pooled selectivity interval lies above 0; ``verdict`` and ``seeds_disagree``
+        from :func:`seed_verdict` (on the selectivity, and ``seeds_disagree`` also beside the
+        probe metric).
     """
     per_seed: list[dict[str, Any]] = []
     for seed in seeds:
@@ -60,15 +63,45 @@ def seed_runs(
         if not probe:
             continue
         # every pooled probe metric is a rate or an AUC in [0, 1]; selectivity their difference
-        entry = {
-            "probe": seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0)),
-            "selectivity": None,
-        }
+        pooled_probe = seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0))
+        pooled_probe["seeds_disagree"] = intervals_disjoint(probe)
+        entry: dict[str, Any] = {"probe": pooled_probe, "selectivity": None}
         if sel:
             stat = seed_pooled(sel, config.confidence_level, bounds=(-1.0, 1.0))
             baselines = sorted({s["baseline"] for s in sel})
             stat["baseline"] = baselines[0] if len(baselines) == 1 else "/".join(baselines)
             stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+            stat["seeds_disagree"] = intervals_disjoint(sel)
+            stat["verdict"] = seed_verdict(sel, stat)
             entry["selectivity"] = stat
         pooled[k] = entry
     return {"seeds": [int(s) for s in seeds], "per_seed": per_seed, "pooled": pooled}
+
+
+def intervals_disjoint(stats: Sequence[dict]) -> bool:
+    """Whether two of the seeds' intervals do not overlap (the seeds disagree by more than
+    their own uncertainty): the highest lower bound above the lowest upper bound."""
+    bounded = [s for s in stats if s.get("ci_low") is not None and s.get("ci_high") is not None]
+    if len(bounded) < 2:
+        return False
+    return max(s["ci_low"] for s in bounded) > min(s["ci_high"] for s in bounded)
+
+
+def seed_verdict(per_seed: Sequence[dict], pooled: dict) -> str:
+    """The verdict "above the baseline" read across seeds.
+
+    Args:
+        per_seed: each seed's selectivity ``{value, ci_low, ci_high}`` (probe minus baseline).
+        pooled: their :func:`~goalprobe.stats.seed_pooled` statistic.
+
+    Returns:
+        ``"yes"`` where the pooled interval lies above 0; ``"unstable"`` where it does not and
+        the seeds disagree (two seeds' intervals disjoint) or some seed alone says yes (the
+        training, not the data, decides); else ``"no"``.
+    """
+    if pooled.get("ci_low") is not None and pooled["ci_low"] > 0:
+        return "yes"
+    seed_yes = any(s.get("ci_low") is not None and s["ci_low"] > 0 for s in per_seed)
+    if intervals_disjoint(per_seed) or seed_yes:
+        return "unstable"
+    return "no"

@@ -3,7 +3,8 @@
 The loop trains any module on minibatches of *examples* with a per-element weighted loss,
 AdamW, optional early stopping on a validation split (carved from the training grids by the
 caller) and an optional progress bar. The best validation state is restored at the end. The
-cell probes, the distance regressor and the plan decoder all train with it.
+MLP cell probes, the distance regressor's MLP and the plan decoder train with it; the linear
+cell-probe families are convex and are fitted by :func:`fit_lbfgs` instead (deterministic).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
+import scipy.optimize
 import torch
 from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
@@ -229,3 +231,78 @@ def train_module(
         best_epoch = len(history)
     module.eval()
     return history, best_epoch
+
+
+def fit_lbfgs(
+    module: torch.nn.Module,
+    *,
+    objective: Callable[[], torch.Tensor],
+    penalised: Sequence[str],
+    l2: float,
+    max_iter: int,
+    tol: float = 1e-9,
+) -> dict:
+    """Minimise a convex full-batch objective over ``module``'s parameters with L-BFGS
+    (:func:`scipy.optimize.minimize`, ``L-BFGS-B``), in float64, from all-zero parameters.
+
+    Nothing random enters: no initialisation draw, no minibatch order, no early-stopping split,
+    so a seed cannot move the result, and with a strictly convex objective (``l2 > 0``) the
+    optimum is unique, so neither can the thread count beyond the solver's tolerance. This is
+    the solver of the linear probe families (logistic regression on the residual stream).
+
+    Args:
+        module: the model; converted to float64 while fitting and back to float32 after.
+        objective: the data term, computed with the module's current parameters (a scalar
+            tensor with gradients; the caller accumulates over chunks if it must).
+        penalised: names of the parameters under the L2 penalty (weights, not biases).
+        l2: strength of ``l2 / 2 * sum(w**2)`` over ``penalised``.
+        max_iter: L-BFGS iterations at most.
+        tol: ``gtol`` of the solver (its relative ``ftol`` a thousandth of it).
+
+    Returns:
+        ``{"n_iter", "converged", "loss", "message"}``.
+    """
+    module.double()
+    params = list(module.named_parameters())
+    for _, p in params:
+        torch.nn.init.zeros_(p)
+    sizes = [p.numel() for _, p in params]
+    penalise = [name in penalised for name, _ in params]
+
+    def assign(theta: np.ndarray) -> None:
+        with torch.no_grad():
+            for (_, p), chunk in zip(params, np.split(theta, np.cumsum(sizes)[:-1]), strict=True):
+                p.copy_(torch.from_numpy(chunk.reshape(p.shape)))
+
+    def value_and_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        assign(theta)
+        module.zero_grad(set_to_none=True)
+        loss = objective()
+        for (_, p), pen in zip(params, penalise, strict=True):
+            if pen:
+                loss = loss + 0.5 * l2 * (p * p).sum()
+        loss.backward()
+        grad = np.concatenate(
+            [
+                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).numpy()
+                for _, p in params
+            ]
+        )
+        return float(loss.detach()), grad.astype(np.float64)
+
+    result = scipy.optimize.minimize(
+        value_and_grad,
+        np.zeros(sum(sizes), dtype=np.float64),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol * 1e-3, "maxcor": 20},
+    )
+    assign(result.x)
+    module.zero_grad(set_to_none=True)
+    module.float()
+    return {
+        "n_iter": int(result.nit),
+        "converged": bool(result.success),
+        "loss": float(result.fun),
+        "message": str(result.message),
+    }

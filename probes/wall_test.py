@@ -19,7 +19,7 @@ within-grid AUC (walls against open cells of one row) and the accuracy as compan
 (:func:`null_inputs`: each training grid's labels paired with the anchors of a different training
 grid of its size and density). It learns what any grid of that size and density carries, so
 probe minus null isolates the information about *this* grid. Every interval resamples test
-grids (:class:`goalprobe.gridworld.stats.GridBootstrap`); a frame's read-out is *detected* when
+grids (:class:`goalprobe.stats.GridBootstrap`); a frame's read-out is *detected* when
 the intervals of both the bits and the within-grid AUC of probe minus null lie above 0.
 
 Input layout: ``X = wall_inputs(acts, grid_sizes, densities, agent_row_col)``, the flattened
@@ -38,11 +38,12 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.stats import GridBootstrap, grid_mean
 from goalprobe.probes.splits import carve_validation, shuffle_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import roc_auc_score
 from sklearn.utils.validation import check_is_fitted
+
+from goalprobe.stats import GridBootstrap, grid_mean
 
 Frame = Literal["absolute", "agent"]
 """Which cells a probe's heads read: canvas cells, or offsets from the agent's cell."""

@@ -5,7 +5,10 @@ JSON Lines; every line is one JSON object carrying ``"schema": "goalprobe.trajec
 ``"kind"``:
 
 * ``"run"``: the first line, once. ``run_id``, ``config`` (the rollout config, JSON),
-  ``backend`` (what generated the text: backend class, model, ...), ``package_version``.
+  ``backend`` (what generated the text: backend class, model, ...), ``package_version``, and
+  ``prompt_coverage`` (added in ``/3``: the share of unknown tokens in the grids and in the
+  instructions of the run's prompts under the agent's tokenizer, see
+  :mod:`goalprobe.agents.coverage`; ``null`` without a tokenizer to ask).
   A rerun with the same ``run_id`` resumes the file; another ``run_id`` is refused.
 * ``"step"``: one line per step ``t`` of an episode (field list: :class:`StepRecord`): the state
   ``s_t`` shown to the agent (grid text, agent/goal/key/door ``(row, col)``, ``has_key``,

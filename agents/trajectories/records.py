@@ -51,6 +51,7 @@ class RunHeader:
     backend: dict
     package_version: str
     chat_format: dict | None = None
+    prompt_coverage: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +360,7 @@ _SPECS: dict[type, dict[str, Any]] = {
         "backend": dict,
         "package_version": str,
         "chat_format": ("optional", dict),
+        "prompt_coverage": ("optional", dict),
     },
     Attempt: {
         "generated_token_ids": ("list", _TOKEN_ID),
@@ -443,7 +445,7 @@ def _from_dict(cls: type, obj: Any, where: str) -> Any:
     return cls(**values)
 
 
-_MAY_BE_ABSENT: dict[type, tuple[str, ...]] = {RunHeader: ("chat_format",)}
+_MAY_BE_ABSENT: dict[type, tuple[str, ...]] = {RunHeader: ("chat_format", "prompt_coverage")}
 """Fields later versions added, absent from older lines (their dataclass default applies)."""
 
 

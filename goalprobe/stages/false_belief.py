@@ -35,6 +35,7 @@ from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.decoder import decoded_classes
 from goalprobe.probes.scoring.belief import top_cells
 from goalprobe.probes.scoring.false_belief import (
+    ROLES,
     SCHEMA,
     Bootstrap,
     FalseBeliefResults,
@@ -160,6 +161,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "decoding": decoding,
         "steps": rows,
         "reading": READING,
+        "roles": ROLES,
     }
     outputs["results"] = write_json(layout.false_belief_results, payload)
     summary["steps"] = len(rows)

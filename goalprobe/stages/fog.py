@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agents.harmony import render_prompt
-from goalprobe.agents.prompts import build_messages
-from goalprobe.agents.tokenizer import unknown_pieces
+from goalprobe.agents.coverage import not_readable
+from goalprobe.agents.trajectories import read_run_header
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
-from goalprobe.gridworld.fog import fog_view, generate_fog_set
-from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_summary, reference_rows
+from goalprobe.gridworld.fog import generate_fog_set
+from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_readings, reference_rows
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.stages.context import StageContext, write_json
@@ -74,17 +73,23 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     for grid in grids:
         horizon = config.rollout.horizon(solve(grid).shortest_path_length)
         rows.extend(reference_rows(grid, horizon, rng, f.random_walks_per_grid))
-    table = fog_summary(rows, n_resamples=f.n_bootstrap, random_state=f.seed)
-    tokenizer = agent.rollout_backend()[0].tokenizer
-    unknown = None
-    if tokenizer is not None:
-        first = grids[0]
-        text, history = fog_view(first, [first.initial_state], [])
-        messages = build_messages(
-            text, variant=first.variant, has_key=False, history=history, fog_radius=f.radius
+    # both readings: without the episodes cut off by the token limit, and with them counted
+    # as what they are (the moves made before the cut, no success)
+    cut_rows = [
+        episode_row(
+            by_id[e.summary.grid_id], [Action[s.action] for s in e.steps if s.action], AGENT
         )
-        prompt = render_prompt(messages, config.rollout.reasoning_effort)
-        unknown = sorted({p.strip() for p in unknown_pieces(tokenizer, prompt)})
+        for e in episodes
+        if e.truncated
+    ]
+    table = fog_readings(rows, cut_rows, n_resamples=f.n_bootstrap, random_state=f.seed)
+    # what the agent can read of the fogged prompts (the trajectory header's record)
+    coverage = read_run_header(layout.fog_trajectories).prompt_coverage
+    unknown = (
+        None
+        if coverage is None
+        else sorted({*coverage["grid"]["pieces"], *coverage["instructions"]["pieces"]})
+    )
     payload = {
         "schema": SCHEMA,
         "agent": config.agent.model,
@@ -93,6 +98,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "invalid_steps": invalid,
         "truncation": truncation,
         "unknown_prompt_pieces": unknown,
+        "prompt_coverage": coverage,
+        # "n/a: the agent cannot read ..." (the hidden cell, the fog instructions): no verdict
+        "not_applicable": not_readable(coverage),
         "policies": table,
         "episodes": [r.to_dict() for r in rows],
     }

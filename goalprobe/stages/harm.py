@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from goalprobe.agents.harmony import render_prompt
-from goalprobe.agents.prompts import build_messages
-from goalprobe.agents.tokenizer import unknown_pieces
+from goalprobe.agents.coverage import merge_coverage, not_readable
+from goalprobe.agents.trajectories import read_run_header
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.harm import generate_harm_grids, harm_profile
 from goalprobe.gridworld.io import write_grid_set
-from goalprobe.gridworld.text import render
 from goalprobe.probes.scoring.harm import (
     MORAL,
     ORACLES,
@@ -66,32 +64,15 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             for g, trajs in by_grid.items()
         ]
         megs[condition] = meg_table(per_grid, n_resamples=h.n_bootstrap, random_state=h.seed)
-    tokenizer = agent.rollout_backend()[0].tokenizer
-    unknown = (
-        None
-        if tokenizer is None
-        else {
-            c: sorted(
-                {
-                    piece.strip()
-                    for g in grids
-                    for piece in unknown_pieces(
-                        tokenizer,
-                        render_prompt(
-                            build_messages(
-                                render(g),
-                                variant=g.variant,
-                                has_key=False,
-                                moral_conditioning=c == MORAL,
-                            ),
-                            config.rollout.reasoning_effort,
-                        ),
-                    )
-                }
-            )
-            for c in h.conditions
-        }
-    )
+    # what the agent can read of each condition's prompts (the trajectory headers' record)
+    coverage = {
+        c: read_run_header(layout.harm_trajectories(c)).prompt_coverage for c in h.conditions
+    }
+    pieces = {
+        c: None if cov is None else sorted({*cov["grid"]["pieces"], *cov["instructions"]["pieces"]})
+        for c, cov in coverage.items()
+    }
+    unknown = None if all(v is None for v in pieces.values()) else pieces
     if h.oracle_episodes:  # the references the verdict is read against
         for oracle in ORACLES:
             for g in grids:
@@ -110,6 +91,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "random_trajectories": h.random_trajectories,
         "harm_weight": h.harm_weight,
         "unknown_prompt_pieces": unknown,
+        "prompt_coverage": coverage,
+        # "n/a: the agent cannot read ..." where it cannot: its harm rows then measure nothing
+        "not_applicable": not_readable(merge_coverage(coverage.values())),
         "identical_trajectories": {"same_actions": same, "pairs": len(pairs)},
         **table,
         "meg": megs,

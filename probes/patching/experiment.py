@@ -115,6 +115,12 @@ class PatchConfig:
             read-out peaks, chosen on data other than the patched pairs).
         chunk_pairs: pairs of each kind (disjoint, control) patched at every chunk (the first
             kept ones; the disjoint ones also get the random-grid control there). None: all.
+        sanity_pairs: disjoint pairs (the first kept ones) also patched at the sanity site
+            ``grid`` at every block (layer set ``all``, which ``layers`` or ``anchor_layers``
+            must resolve), both directions, teacher-forced and, with ``regenerate``,
+            regenerated: the pipeline check that patching the whole input moves an agent that
+            reads its input (issue 40: at ``full_pairs`` alone it rested on 6 pairs). Pairs of
+            the ``full_pairs`` tier already have it. 0: only those.
     """
 
     sites: tuple[str, ...] = DEFAULT_SITES
@@ -136,6 +142,7 @@ class PatchConfig:
     reasoning_chunks: int = 0
     chunk_layers: tuple[str, ...] = ("all",)
     chunk_pairs: int | None = None
+    sanity_pairs: int = 24
 
     def __post_init__(self) -> None:
         for name, values, allowed in (
@@ -154,6 +161,8 @@ class PatchConfig:
             raise ValueError("anchor_layers needs at least one layer-set spec")
         if self.full_pairs is not None and self.full_pairs < 0:
             raise ValueError(f"full_pairs must be >= 0 or None, got {self.full_pairs}")
+        if self.sanity_pairs < 0:
+            raise ValueError(f"sanity_pairs must be >= 0, got {self.sanity_pairs}")
         if self.reasoning_chunks < 0 or (self.chunk_pairs is not None and self.chunk_pairs < 0):
             raise ValueError("reasoning_chunks and chunk_pairs must be >= 0")
         if self.reasoning_chunks and not self.chunk_layers:

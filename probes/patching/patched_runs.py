@@ -247,6 +247,40 @@ def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[Prep
     return out
 
 
+SANITY_SITE = "grid"
+"""The site of the input sanity check (every block at the grid's tokens)."""
+
+
+def sanity_jobs(item: PreparedPair, context: PatchingContext, skipped: Counter) -> list[_Job]:
+    """The input sanity check of one disjoint pair outside the full tier: its whole grid
+    patched at every block (layer set ``all``), each direction, no random-grid control."""
+    if SANITY_SITE not in context.config.sites:  # its positions were not captured
+        return []
+    layer_sets = dict(context.layer_sets + context.anchor_layer_sets)
+    if "all" not in layer_sets:
+        skipped["sanity check: no layer set 'all' among layers or anchor_layers"] += 1
+        return []
+    layers = layer_sets["all"]
+    jobs = []
+    for direction in context.config.directions:
+        source, target = item.sides(direction)
+        try:
+            src_pos, tgt_pos = site_positions(
+                source.sequence, target.sequence, SANITY_SITE, item.pair.changed_cells
+            )
+        except SequenceError as err:
+            skipped[f"{SANITY_SITE} (sanity check): {err}"] += 1
+            continue
+        patch = Patch(layers, torch.as_tensor(tgt_pos), source.clean.values(layers, src_pos))
+        jobs.append(
+            _Job(
+                item.pair, item.pair.kind, direction, source, target, source.optimal,
+                SANITY_SITE, "all", patch, "live",
+            )
+        )  # fmt: skip
+    return jobs
+
+
 def _jobs(
     item: PreparedPair,
     context: PatchingContext,
@@ -376,7 +410,9 @@ def run_patching(
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[PatchRecord], Counter]:
     """Patch the prepared pairs: the first ``config.full_pairs`` of each kind at every site x
-    layer set x direction (the dose-response), the others at the anchor sites and layer sets;
+    layer set x direction (the dose-response), the others at the anchor sites and layer sets
+    (the first ``config.sanity_pairs`` disjoint ones also at the input sanity check,
+    :func:`sanity_jobs`);
     with ``config.random_control``, every disjoint pair's targets also get a random other
     grid's values (kind ``"random_grid"``, see :class:`PatchConfig`).
 
@@ -406,6 +442,7 @@ def run_patching(
     regenerate: list[_Job] = []
     tiers = _tiers(prepared, config.full_pairs)
     chunk_tiers = _tiers(prepared, config.chunk_pairs if config.reasoning_chunks else 0)
+    sanity_tiers = _tiers(prepared, config.sanity_pairs)
     randoms = (
         random_sources(prepared, config.seed) if config.random_control else [None] * len(prepared)
     )
@@ -414,6 +451,8 @@ def run_patching(
         if progress is not None:
             progress(index, len(prepared))
         jobs = _jobs(item, context, store, skipped, full=tiers[index], random_source=randoms[index])
+        if sanity_tiers[index] and not tiers[index] and item.pair.kind == "disjoint":
+            jobs += sanity_jobs(item, context, skipped)
         by_target: dict[str, list[_Job]] = {}
         for job in jobs:
             by_target.setdefault(job.direction, []).append(job)

@@ -17,7 +17,7 @@ site that does not carry the input (the anchors), and it must beat two things:
 :func:`anchor_verdicts` gives, per site x mode x direction at one layer set, the share of
 disjoint pairs moved into the counterfactual's optimal set (the headline quantity), the
 share of invalid answers, the random-grid control's share, the no-relevant-change controls'
-share changed, the teacher-forced recovered logit difference, and the paired difference
+share changed, the recovered logit difference (teacher-forced cells only), and the paired difference
 (real minus random-grid, per pair) whose interval decides the verdict. Every interval is the
 grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio`.
 """
@@ -28,12 +28,25 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import scipy.stats
 
 from goalprobe.stats import grid_bootstrap_ratio
 
 SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
 """Sites whose all-block patch transplants the input itself: true by construction for any
 agent that reads its input, so reported as sanity checks, never as a verdict."""
+
+SANITY_THRESHOLD = 0.9
+"""Share of disjoint pairs a regenerated all-block input patch must move into the
+counterfactual's optimal set for the sanity check to pass; below it the row is flagged (the
+agent does not act on its input, or the patching pipeline is broken)."""
+
+TEACHER_FORCED_NOTE = (
+    "teacher-forced: the reasoning is held fixed, and an answer that copies the fixed "
+    "reasoning's plan cannot move whatever the patch (0% even for a patched input or an agent "
+    "that keeps its state there); descriptive, out of the headline"
+)
+"""Why a teacher-forced row is not a headline finding (issue 40, item 1)."""
 
 
 def _get(record, name):
@@ -71,12 +84,18 @@ def anchor_verdicts(
         transplants the input: no verdict), ``n_pairs``, ``n_grids``, ``moved`` (share of
         disjoint pairs whose patched action lies in the source's optimal set), ``invalid``,
         ``random_grid`` (the control's share in the pair's counterfactual set), ``control_changed``
-        (no-relevant-change pairs whose action changed), ``recovered`` (teacher-forced mean
-        normalised logit difference recovered at the same cell), ``difference`` (paired,
-        real minus random-grid, over the pairs with both), and ``verdict``: ``"yes"`` when the
-        difference's interval lies above 0, ``"no"`` when it does not, ``"undecided"`` without
-        a random-grid control or an interval, ``"sanity check"`` at :data:`SANITY_SITES`.
-        Every statistic is ``{value, ci_low, ci_high, n, n_grids}``.
+        (no-relevant-change pairs whose action changed), ``recovered`` (mean normalised logit
+        difference recovered, measured on this cell's own runs: teacher-forced ones; ``n`` 0 on
+        a regenerated cell), ``difference`` (paired, real minus random-grid, over the pairs
+        with both), ``moved_bound`` (the exact upper bound of the moved share: the largest
+        effect the pairs do not exclude), ``headline`` (regenerated rows only: a teacher-forced
+        row is descriptive, ``note`` says why), ``sanity_passed`` and ``flag`` (a regenerated
+        sanity row below :data:`SANITY_THRESHOLD` is flagged), ``role`` (``"verdict"``,
+        ``"descriptive"`` or ``"sanity check"``: what the headline may make of it), and
+        ``verdict``: ``"yes"`` when
+        the difference's interval lies above 0, ``"no"`` when it does not, ``"undecided"``
+        without a random-grid control or an interval, ``"sanity check"`` at
+        :data:`SANITY_SITES`. Every statistic is ``{value, ci_low, ci_high, n, n_grids}``.
     """
     boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
     cells: dict[tuple, dict[str, list]] = {}
@@ -85,13 +104,6 @@ def anchor_verdicts(
             continue
         key = (_get(r, "site"), _get(r, "mode"), _get(r, "direction"))
         cells.setdefault(key, {}).setdefault(_get(r, "kind"), []).append(r)
-    recovered_by = {  # the teacher-forced runs of a cell, where the recovery is defined
-        (site, direction): [
-            r for r in group.get("disjoint", []) if math.isfinite(float(_get(r, "recovered")))
-        ]
-        for (site, mode, direction), group in cells.items()
-        if mode == "teacher_forced"
-    }
     out = []
     for (site, mode, direction), group in sorted(cells.items()):
         disjoint = group.get("disjoint", [])
@@ -114,7 +126,9 @@ def anchor_verdicts(
             [_get(a, "grid_id") for a, _ in paired],
             boot,
         )
-        recovered = recovered_by.get((site, direction), [])
+        # the recovered logit difference of this cell's own runs: defined on teacher-forced
+        # runs only (a regenerated row has none, never the teacher-forced row's)
+        recovered = [r for r in disjoint if math.isfinite(float(_get(r, "recovered")))]
         entry = {
             "site": site,
             "mode": mode,
@@ -141,10 +155,50 @@ def anchor_verdicts(
                 boot,
             ),
             "difference": difference,
+            "moved_bound": exact_upper_bound(
+                sum(bool(_get(r, "into_source_optimal")) for r in disjoint),
+                len(disjoint),
+                confidence,
+            ),
+            "headline": mode == "regenerated",
+            "note": TEACHER_FORCED_NOTE if mode == "teacher_forced" else None,
         }
+        entry.update(_sanity(entry))
         entry["verdict"] = _verdict(entry)
+        entry["role"] = (
+            "sanity check"
+            if entry["sanity_check"]
+            else ("verdict" if entry["headline"] else "descriptive")
+        )
         out.append(entry)
     return out
+
+
+def exact_upper_bound(k: int, n: int, confidence: float = 0.95) -> float | None:
+    """The exact (Clopper-Pearson) upper confidence bound of a rate of ``k`` in ``n``: the
+    largest rate the data do not exclude (0 of 12 excludes only rates above 26.5% at 95%);
+    None for ``n = 0``."""
+    if n == 0:
+        return None
+    return float(scipy.stats.binomtest(k, n).proportion_ci(confidence, method="exact").high)
+
+
+def _sanity(entry: dict) -> dict:
+    """``sanity_passed`` (True / False on a regenerated input patch, None elsewhere: a
+    teacher-forced one cannot pass) and ``flag`` (why a failed one is flagged)."""
+    if not entry["sanity_check"] or entry["mode"] != "regenerated":
+        return {"sanity_passed": None, "flag": None}
+    moved = entry["moved"]["value"]
+    passed = moved is not None and moved >= SANITY_THRESHOLD
+    flag = None
+    if not passed:
+        share = "no pairs" if moved is None else f"{100 * moved:.0f}%"
+        flag = (
+            f"sanity check failed: the input patch moved {share} of {entry['n_pairs']} pairs "
+            f"(< {100 * SANITY_THRESHOLD:.0f}%): the agent does not act on its input, or the "
+            "patching is broken; the other patching rows are then not evidence"
+        )
+    return {"sanity_passed": passed, "flag": flag}
 
 
 def _verdict(entry: dict) -> str:

@@ -77,6 +77,17 @@ class FalseBeliefResults(TypedDict):
     decoding: Any
     steps: list[dict[str, Any]]
     reading: Any
+    roles: dict[str, str]
+
+
+ROLES: dict[str, str] = {
+    "behaviour.follows_shown": "pipeline check",
+    "decoding.goal": "pipeline check",
+}
+"""What the headline may make of each reading (issue 40): the prompt shows only the drawn grid,
+so an agent that reads its prompt acts on it and its decoded goal is the shown one; both
+check the pipeline (the drawn grid reaches the agent and the probe), neither is a finding
+about beliefs, and neither belongs to a multiplicity family."""
 
 
 def oracle_optimal_mask(grid: Grid, state: State) -> np.ndarray:

@@ -31,9 +31,11 @@ def test_reading_names_where_each_target_becomes_readable(readout):
 def test_figure_has_a_line_per_target_and_layer_and_the_baselines(readout):
     fig = reasoning_readout_figure(readout)
     layers = [t for t in fig.data if t.name and t.name.startswith("block")]
-    assert len(layers) == 4 * len(readout["layers"])
+    # three targets (action, agent cell, goal cell: the first move is the action, issue 40)
+    assert len(readout["targets"]) == 3
+    assert len(layers) == 3 * len(readout["layers"])
     baselines = [t for t in fig.data if t.name and t.name.startswith("strongest baseline")]
-    assert len(baselines) == 4
+    assert len(baselines) == 3
     action_block1 = layers[1]
     assert list(action_block1.marker.symbol)[4:] == ["circle", "circle", "circle"]
     empty = reasoning_readout_figure(None)
@@ -42,4 +44,4 @@ def test_figure_has_a_line_per_target_and_layer_and_the_baselines(readout):
 
 def test_blocks_hold_the_reading_the_figure_and_a_table_per_target(readout):
     blocks = readout_blocks(readout, lambda figure: figure)
-    assert len(blocks) == 2 + 4
+    assert len(blocks) == 2 + 3

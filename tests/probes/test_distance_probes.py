@@ -111,3 +111,49 @@ def test_regressor_input_errors(planted):
     fitted = GoalDistanceRegressor().fit(data.acts[:20], data.goal_distance[:20])
     with pytest.raises(ValueError, match="features"):
         fitted.predict(np.zeros((2, 5), np.float32))
+
+
+def test_quadratic_family_passes_the_positive_control_a_linear_read_out_fails():
+    """Issue 40: activations that carry the agent's and the goal's cells (each linearly
+    decodable, one direction per cell) but not their distance. The distance is a product of
+    the two positions, out of a linear read-out's reach (about the prior); the degree-2 kernel
+    ridge expresses it from the decoded positions and beats the prior by far."""
+    rng = np.random.default_rng(0)
+    side, n, d = 5, 900, 64
+    cells = side * side
+    agent, goal = rng.integers(cells, size=n), rng.integers(cells, size=n)
+    basis = rng.normal(size=(2 * cells, d))
+    acts = basis[agent] + basis[cells + goal] + rng.normal(0, 0.3, size=(n, d))
+    ar, ac = np.divmod(agent, side)
+    gr, gc = np.divmod(goal, side)
+    distance = (np.abs(ar - gr) + np.abs(ac - gc)).astype(float)
+    tr, te = np.arange(600), np.arange(600, n)
+    mean = np.full(len(te), distance[tr].mean())
+    r2 = {}
+    for family in ("linear", "quadratic"):
+        probe = GoalDistanceRegressor(family=family, alpha=1.0).fit(acts[tr], distance[tr])
+        r2[family] = r2_score(distance[te], probe.predict(acts[te]))
+    assert abs(r2_score(distance[te], mean)) < 0.05
+    # the ridge reads only how far each cell lies from the centre: little beyond the prior
+    assert r2["linear"] < 0.2
+    # the quadratic read-out of the decoded positions: far beyond the prior and the ridge
+    assert r2["quadratic"] > 0.35 and r2["quadratic"] > r2["linear"] + 0.2
+
+
+@pytest.mark.parametrize("family", ["quadratic"])
+def test_quadratic_family_round_trips(tmp_path, planted, family):
+    data, split = planted
+    tr, te = split.train[:200], split.test[:50]
+    probe = GoalDistanceRegressor(family=family, alpha=3.0).fit(
+        data.acts[tr], data.goal_distance[tr]
+    )
+    from goalprobe.probes.serialization import ActivationSource
+
+    save_probe(probe, tmp_path / "q", source=ActivationSource("s.h5", "x", "pre_reasoning", 1))
+    loaded = load_probe(tmp_path / "q.safetensors")
+    np.testing.assert_allclose(loaded.predict(data.acts[te]), probe.predict(data.acts[te]))
+    # same data twice: the same regressor (closed form, no seed)
+    again = GoalDistanceRegressor(family=family, alpha=3.0, random_state=9).fit(
+        data.acts[tr], data.goal_distance[tr]
+    )
+    np.testing.assert_array_equal(again.predict(data.acts[te]), probe.predict(data.acts[te]))

@@ -484,6 +484,36 @@ def test_regenerated_outcomes_patch_prompt_sites_only(prepared, model, tokenizer
         backends["hooks"].generate(prompts[:1], patches, max_new_tokens=2, stop_ids=stop)
 
 
+def test_sanity_pairs_patch_the_whole_input_beyond_the_full_tier(backends, pairs):
+    """Pairs outside the dose-response tier still get the input sanity check (every block at
+    the grid, teacher-forced and regenerated), the first ``sanity_pairs`` disjoint ones only."""
+    context = context_for(
+        backends["nnsight"],
+        regenerate=True,
+        directions=("cf_to_base",),
+        layers=("0",),
+        anchor_layers=("all",),
+        full_pairs=0,
+        sanity_pairs=1,
+    )
+    items, _ = prepare_pairs(pairs, context)
+    records, skipped = run_patching(items, context)
+    grid = [r for r in records if r.site == "grid"]
+    first = next(i.pair.pair_id for i in items if i.pair.kind == "disjoint")
+    assert {r.pair_id for r in grid} == {first} and {r.layers for r in grid} == {"all"}
+    assert {r.mode for r in grid} == {"teacher_forced", "regenerated"}
+    assert all(r.kind == "disjoint" for r in grid)
+    # no sanity check without its layer set: said, not silently absent
+    bare = context_for(
+        backends["nnsight"], directions=("cf_to_base",), layers=("0",), anchor_layers=("0",),
+        full_pairs=0, sanity_pairs=1,
+    )  # fmt: skip
+    items, _ = prepare_pairs(pairs, bare)
+    records, skipped = run_patching(items, bare)
+    assert not [r for r in records if r.site == "grid"]
+    assert any(k.startswith("sanity check: no layer set 'all'") for k in skipped)
+
+
 # ---------------------------------------------------------------------------------------------
 # store source values and result files
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from goalprobe.probes.patching.counterfactuals import (
     build_counterfactuals,
 )
 from goalprobe.probes.patching.results import summarize
-from goalprobe.probes.patching.verdicts import anchor_verdicts
+from goalprobe.probes.patching.verdicts import anchor_verdicts, exact_upper_bound
 
 N_GRIDS = 60
 
@@ -164,3 +164,60 @@ def test_without_a_random_grid_control_the_verdict_is_undecided(pairs):
         r for r in simulate(pairs, lambda site, t, s, rng: min(s)) if r["kind"] != "random_grid"
     ]
     assert verdicts_of(records)["pre_reasoning"]["verdict"] == "undecided"
+
+
+def _by_mode(records) -> dict[tuple[str, str], dict]:
+    return {
+        (v["site"], v["mode"]): v for v in anchor_verdicts(records, n_resamples=300, random_state=0)
+    }
+
+
+def test_the_regenerated_input_sanity_check_passes_only_for_an_agent_that_reads_its_input(pairs):
+    """Issue 40, item 1: the sanity row is the regenerated one; an agent that acts on its input
+    passes it, an agent whose output ignores the grid (it keeps its own plan) is flagged, and a
+    teacher-forced input patch (the answer copies the fixed reasoning's plan) is never the
+    sanity check, whatever the agent."""
+
+    def reads(site, target_opt, source_opt, rng):
+        return min(source_opt) if site == "grid" else min(target_opt)
+
+    def ignores(site, target_opt, source_opt, rng):
+        return min(target_opt)
+
+    sites = ("grid", "pre_reasoning")
+    good = _by_mode(
+        simulate(pairs, reads, sites) + simulate(pairs, ignores, sites, "teacher_forced")
+    )
+    regenerated, forced = good[("grid", "regenerated")], good[("grid", "teacher_forced")]
+    assert regenerated["sanity_passed"] is True and regenerated["flag"] is None
+    assert regenerated["headline"] and regenerated["verdict"] == "sanity check"
+    assert forced["moved"]["value"] == 0.0  # the teacher-forced 0% of the old headline
+    assert forced["sanity_passed"] is None and not forced["headline"]
+    assert forced["note"].startswith("teacher-forced")
+    bad = _by_mode(simulate(pairs, ignores, sites))[("grid", "regenerated")]
+    assert bad["sanity_passed"] is False and bad["flag"].startswith("sanity check failed")
+    # an agent that reads its input only some of the time: below 90% is flagged too
+    half = _by_mode(
+        simulate(pairs, lambda s, t, c, rng: min(c) if rng.random() < 0.7 else min(t), ("grid",))
+    )[("grid", "regenerated")]
+    assert 0.5 < half["moved"]["value"] < 0.9 and half["sanity_passed"] is False
+
+
+def test_the_recovered_logit_difference_stays_beside_its_own_runs(pairs):
+    """The recovered logit difference is measured on teacher-forced runs: a regenerated row
+    carries none (it used to print the teacher-forced cell's beside it)."""
+    forced = simulate(pairs, lambda s, t, c, rng: min(t), ("pre_reasoning",), "teacher_forced")
+    for i, r in enumerate(forced):
+        r["recovered"] = 0.25 if i % 2 else 0.75
+    regenerated = simulate(pairs, lambda s, t, c, rng: min(c), ("pre_reasoning",))
+    v = _by_mode(forced + regenerated)
+    assert v[("pre_reasoning", "regenerated")]["recovered"]["n"] == 0
+    assert v[("pre_reasoning", "regenerated")]["recovered"]["value"] is None
+    assert v[("pre_reasoning", "teacher_forced")]["recovered"]["n"] > 0
+
+
+def test_zero_moved_reports_the_bound_its_n_can_exclude():
+    # 0 of 12 pairs excludes only effects above about 26%; 0 of 48 above about 7%
+    assert 0.25 < exact_upper_bound(0, 12) < 0.27
+    assert exact_upper_bound(0, 48) < 0.08
+    assert exact_upper_bound(12, 12) == 1.0 and exact_upper_bound(0, 0) is None

@@ -7,7 +7,7 @@ import pytest
 from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.power import PowerDesign, as_probe_data, summarise, wall_power
 from goalprobe.probes.probe_sweep import ProbeSweepConfig
-from goalprobe.probes.seeds import seed_runs
+from goalprobe.probes.seeds import intervals_disjoint, seed_runs, seed_verdict
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.synthetic import planted_cell_data
 
@@ -111,3 +111,40 @@ def test_power_plants_on_the_demo_grids_when_given_their_seed():
     assert demo_layouts(PowerDesign()) is None  # the random-wall design stays available
     with pytest.raises(ValueError, match="layouts for"):
         planted_cell_data(5, sizes=(7, 9), layouts=layouts)
+
+
+def _stats(values, half):
+    return [{"value": v, "ci_low": v - half, "ci_high": v + half} for v in values]
+
+
+def test_seeds_that_disagree_give_unstable_not_no():
+    # the control's agent localisation over five seeds (93 / 44 / 20 / 91 / 9%, minus a 10%
+    # prior), each interval +-8 points: the pool straddles 0, but the seeds disagree
+    disagree = _stats([0.83, 0.34, 0.10, 0.81, -0.01], 0.08)
+    pooled = seed_pooled(disagree, bounds=(-1.0, 1.0))
+    assert pooled["ci_low"] <= 0 and intervals_disjoint(disagree)
+    assert seed_verdict(disagree, pooled) == "unstable"
+    # seeds that agree, all near 0: a plain "no"
+    agree = _stats([0.01, -0.02, 0.0, 0.02, -0.01], 0.08)
+    assert not intervals_disjoint(agree)
+    assert seed_verdict(agree, seed_pooled(agree, bounds=(-1.0, 1.0))) == "no"
+    # one seed alone above its baseline while the pool is not: unstable
+    one = _stats([0.09, -0.02, 0.0], 0.08)
+    assert seed_verdict(one, seed_pooled(one, bounds=(-1.0, 1.0))) == "unstable"
+    # seeds that all clear the baseline: yes, even where their sizes differ
+    yes = _stats([0.5, 0.3, 0.45], 0.05)
+    assert seed_verdict(yes, seed_pooled(yes, bounds=(-1.0, 1.0))) == "yes"
+
+
+def test_linear_probe_seeds_agree_exactly():
+    data = as_probe_data(
+        planted_cell_data(40, steps_per_grid=3, sizes=(5, 7), d_model=24, signal=3.0)
+    )
+    split = split_by_grid(data.grid_ids, test_fraction=0.3, stratify=data.grid_sizes)
+    config = ProbeSweepConfig(shuffled_control=False, n_bootstrap=100)
+    probe = CoordinateCellProbe(family="linear", class_balance="weighted_loss")
+    out = seed_runs(probe, data, split.train, split.test, config, seeds=(0, 1, 2))
+    wall = out["pooled"]["auc/wall"]
+    assert len(set(wall["probe"]["values"])) == 1 and wall["probe"]["seed_sd"] == 0.0
+    assert not wall["probe"]["seeds_disagree"]
+    assert wall["selectivity"]["verdict"] in ("yes", "no")
