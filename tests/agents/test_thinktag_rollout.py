@@ -10,6 +10,7 @@ import torch
 from agent_fixtures import SHORT_TEMPLATES, OracleBackend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.budgets import REASONING_MODEL_BUDGETS, UNSTEERED_BUDGET, token_budget
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.prompts import PromptTemplate, build_messages
@@ -173,3 +174,22 @@ def test_oracle_rollout_in_qwen3_format_is_the_optimal_policy_and_extracts(
             assert ids[post[i][1]] == fmt.close_id  # </think>, between reasoning and answer
         for stage in ("pre_reasoning", "post_reasoning"):
             assert np.isfinite(s.read(stage, 1, np.arange(len(steps)))).all()
+
+
+def test_budgets_follow_whether_the_format_renders_the_effort(qwen3_tiny):
+    from goalprobe.agents.chat_format import ThinkTagFormat
+    from goalprobe.agents.tokenizer import build_tokenizer
+
+    harmony = chat_format_for(build_tokenizer())
+    qwen3 = chat_format_for(qwen3_tiny.tokenizer)
+    assert qwen3.effort_keyword is None
+    model = str(qwen3_tiny.directory)
+    for effort in ("low", "medium", "high"):
+        # harmony renders the effort: its budgets; Qwen3's template does not: one budget
+        assert token_budget(model, effort, 96, harmony) == REASONING_MODEL_BUDGETS[effort]
+        assert token_budget(model, effort, 96, qwen3) == UNSTEERED_BUDGET
+        assert token_budget("bundled", effort, 96, qwen3) == 96
+    # a think-tag template that reads reasoning_effort is steered like harmony
+    steered = ThinkTagFormat.from_tokenizer(qwen3_tiny.tokenizer, effort_keyword="reasoning_effort")
+    assert token_budget(model, "low", 96, steered) == REASONING_MODEL_BUDGETS["low"]
+    assert token_budget(model, "low", 40_000, qwen3) == 40_000  # never lowered

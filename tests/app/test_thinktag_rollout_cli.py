@@ -52,6 +52,7 @@ def test_rollout_runs_a_think_tag_model(tmp_path, goalprobe_cli, grid_file, qwen
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "2 of 2 pre-flight steps (100%) were cut off" in errors[0]
+    assert "effort low (not rendered: the chat template reads no effort)" in result.output
     assert not refused.exists()
 
 
