@@ -193,3 +193,22 @@ def test_budgets_follow_whether_the_format_renders_the_effort(qwen3_tiny):
     steered = ThinkTagFormat.from_tokenizer(qwen3_tiny.tokenizer, effort_keyword="reasoning_effort")
     assert token_budget(model, "low", 96, steered) == REASONING_MODEL_BUDGETS["low"]
     assert token_budget(model, "low", 40_000, qwen3) == 40_000  # never lowered
+
+
+def test_a_template_that_prefills_think_generates_inside_the_reasoning(
+    qwen3_tiny, qwen3_prefill_dir, grids
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_prefill_dir), local_files_only=True)
+    backend = LocalBackend(qwen3_tiny.model, tokenizer)
+    assert backend.chat_format.prefilled
+    messages = build_messages(_initial_text(grids[0]), variant=Variant.PLAIN, has_key=False)
+    c = backend.generate([messages], SamplingConfig(max_new_tokens=5, seed=2))[0]
+    assert tokenizer.decode(c.prompt_token_ids).endswith("<|im_start|>assistant\n<think>\n")
+    n = len(c.prompt_token_ids)
+    pre = backend.chat_format.find_anchors(c.prompt_token_ids + c.generated_token_ids)
+    assert pre.pre_reasoning == (n - 3, n - 2, n - 1)
+    # the completion opens inside the reasoning: without </think> all of it is reasoning
+    assert backend.chat_format.close_id not in c.generated_token_ids
+    assert c.reasoning == c.text.strip("\n") and c.final == ""
