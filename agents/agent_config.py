@@ -107,11 +107,18 @@ class AgentConfig:
 
 
 def local_backend(
-    model: str, *, revision: str = "", device: str = "cpu", dtype: str = "auto"
+    model: str,
+    *,
+    revision: str = "",
+    device: str = "cpu",
+    dtype: str = "auto",
+    chat_format: Any = None,
 ) -> tuple[LocalBackend, dict[str, Any]]:
-    """A :class:`LocalBackend` for ``model`` and the description trajectory files record."""
+    """A :class:`LocalBackend` for ``model`` and the description trajectory files record
+    (``chat_format``: the model's, looked up before loading; None detects it)."""
     loaded = load_model(model, revision=revision, device=device, dtype=dtype)
-    return LocalBackend(loaded.model, loaded.tokenizer), describe_local_model(model, revision)
+    backend = LocalBackend(loaded.model, loaded.tokenizer, chat_format=chat_format)
+    return backend, describe_local_model(model, revision)
 
 
 class Agent:

@@ -24,7 +24,8 @@ class SamplingConfig:
         temperature: softmax temperature; 0 means greedy decoding.
         top_p: nucleus-sampling mass (1.0 keeps every token).
         max_new_tokens: most tokens generated per completion (reasoning + answer).
-        reasoning_effort: harmony's ``Reasoning:`` level, ``"low"``, ``"medium"`` or ``"high"``.
+        reasoning_effort: harmony's ``Reasoning:`` level, ``"low"``, ``"medium"`` or ``"high"``
+            (a think-tag template sees it only where it reads ``reasoning_effort``).
         seed: seed of the sampler; the same seed, batch and model give the same completions.
             None draws fresh randomness.
     """
@@ -54,17 +55,20 @@ class Completion:
     """One sampled completion.
 
     Attributes:
-        prompt_token_ids: ``(prompt_len,)`` ids of the rendered harmony prompt, unpadded.
+        prompt_token_ids: ``(prompt_len,)`` ids of the prompt rendered in the model's chat
+            format (:mod:`goalprobe.agents.chat_format`), unpadded.
         generated_token_ids: ``(gen_len,)`` ids the model generated after the prompt (up to and
             including the stop token when it stopped), unpadded.
         text: the generated text, special tokens included (decoded ``generated_token_ids``).
-        reasoning: the analysis-channel text (see
-            :func:`goalprobe.agents.harmony.split_completion`).
-        final: the final-channel text (the answer to parse).
+        reasoning: the reasoning (harmony's analysis channel, the text inside ``<think>``; see
+            the format's ``split_completion``).
+        final: the answer to parse (harmony's final channel, the text after ``</think>``).
         token_ids_source: ``"model"`` when the ids are the ones the model sampled,
             ``"retokenized"`` when a server returned text that was tokenised again locally.
         finish_reason: ``"stop"`` (a stop token ended it) or ``"length"`` (token limit).
-        well_formed: whether the completion was one analysis then one final message.
+        well_formed: whether the completion was laid out as its format writes one (harmony:
+            one analysis then one final message; think-tag: reasoning, ``</think>``, answer,
+            stop token).
     """
 
     prompt_token_ids: list[int]

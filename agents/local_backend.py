@@ -1,6 +1,10 @@
-"""Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent).
+"""Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent,
+a think-tag reasoning model such as Qwen3).
 
-The backend renders harmony itself (:mod:`goalprobe.agents.harmony`) and samples a batch of
+The backend renders prompts in the model's chat format (:mod:`goalprobe.agents.chat_format`:
+harmony, rendered by goalprobe itself, or the model's own ``<think>`` chat template), stops at
+the format's stop ids, splits each completion into reasoning and answer with the format and
+records every generated token. It samples a batch of
 conversations with ``model.generate`` and a KV cache, so ``B`` episodes' steps cost about one
 generation. Every prompt of a run starts with the same system and developer messages (several
 hundred tokens; only the last user message, the grid, differs), so the backend runs that shared
@@ -28,36 +32,50 @@ from typing import Any
 import numpy as np
 import torch
 from goalprobe.agents.backend import Completion, FinishReason, SamplingConfig
+from goalprobe.agents.chat_format import ChatFormat, chat_format_for
 from goalprobe.agents.harmony import (
     DEFAULT_SYSTEM,
-    HarmonyTokenIds,
     Message,
     ReasoningEffort,
     SystemContent,
     encode_prompt,
     render_prompt,
-    split_completion,
 )
 from goalprobe.agents.models import cache_keyword, load_model
 from transformers import LogitsProcessor, LogitsProcessorList
 
 
 class LocalBackend:
-    """Sample harmony completions from a local causal LM.
+    """Sample completions in the model's chat format from a local causal LM.
 
     Args:
-        model: a transformers causal LM (e.g. ``GptOssForCausalLM``); put in eval mode.
-        tokenizer: its tokenizer; it must hold the harmony special tokens.
-        system: the system content rendered into every prompt.
+        model: a transformers causal LM (e.g. ``GptOssForCausalLM``, ``Qwen3ForCausalLM``); put
+            in eval mode.
+        tokenizer: its tokenizer (harmony special tokens, or a chat template with reasoning
+            delimiters).
+        system: the harmony system content rendered into every prompt (harmony only: a
+            think-tag template renders its own).
+        chat_format: the format to render and split in; None detects it
+            (:func:`~goalprobe.agents.chat_format.chat_format_for`, which raises
+            :class:`~goalprobe.agents.chat_format.ChatFormatError` when none fits).
     """
 
-    def __init__(self, model, tokenizer, *, system: SystemContent = DEFAULT_SYSTEM) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        system: SystemContent = DEFAULT_SYSTEM,
+        chat_format: ChatFormat | None = None,
+    ) -> None:
+        self.chat_format = chat_format if chat_format is not None else chat_format_for(tokenizer)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.system = system
-        self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
+        self.stop_ids = tuple(int(i) for i in self.chat_format.stop_ids)
         pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad) if pad is not None else self.special_ids.return_
+        self.pad_token_id = int(pad) if pad is not None else self.stop_ids[-1]
+        self._harmony = self.chat_format.name == "harmony"
         self._prefix_cache: tuple[tuple[int, ...], Any] | None = None  # (prefix, KV cache)
         """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
 
@@ -99,14 +117,19 @@ class LocalBackend:
         return int(self.model.config.max_position_embeddings)
 
     def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
-        """The harmony prompt of one conversation."""
-        return render_prompt(messages, reasoning_effort, system=self.system)
+        """The prompt of one conversation in the model's chat format (a think-tag template
+        renders the effort only where it reads ``reasoning_effort``)."""
+        if self._harmony:
+            return render_prompt(messages, reasoning_effort, system=self.system)
+        return self.chat_format.render_prompt(messages, reasoning_effort)
 
     def encode_prompt(
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
-        """``(prompt_len,)`` token ids of one conversation's harmony prompt."""
-        return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
+        """``(prompt_len,)`` token ids of one conversation's prompt in the model's chat format."""
+        if self._harmony:
+            return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
+        return self.chat_format.encode_prompt(messages, reasoning_effort)
 
     @torch.no_grad()
     def generate(
@@ -169,11 +192,20 @@ class LocalBackend:
     def shared_prefix_length(self, prompt: list[int]) -> int:
         """Tokens of ``prompt`` before its last message (system + developer messages), or 0.
 
-        The prefix ends after the second-to-last ``<|end|>`` of the prompt, i.e. just before the
-        last user message; prompts of one run share it, so its KV cache is computed once.
+        Harmony: the prefix ends after the second-to-last ``<|end|>`` of the prompt, i.e. just
+        before the last user message. Think-tag: it ends before the second-to-last occurrence
+        of the token that opens the generation prompt (ChatML's ``<|im_start|>``, which opens
+        every message), i.e. just before the last user message; a template whose messages open
+        otherwise gets 0 (one padded call). Prompts of one run share the prefix, so its KV
+        cache is computed once.
         """
-        ends = [i for i, t in enumerate(prompt) if t == self.special_ids.end]
-        return ends[-2] + 1 if len(ends) >= 2 else 0
+        if self._harmony:
+            end = self.chat_format.special.end  # type: ignore[attr-defined]
+            ends = [i for i, t in enumerate(prompt) if t == end]
+            return ends[-2] + 1 if len(ends) >= 2 else 0
+        opener = self.chat_format.generation_ids[0]  # type: ignore[attr-defined]
+        opens = [i for i, t in enumerate(prompt) if t == opener]
+        return opens[-2] if len(opens) >= 2 else 0
 
     def _prefix_kv(self, prefix: tuple[int, ...], n_rows: int):
         """A fresh copy of ``prefix``'s KV cache repeated over ``n_rows`` rows."""
@@ -211,7 +243,7 @@ class LocalBackend:
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids) :] = 1
         device = self.device
-        stop_ids = list(self.special_ids.stop_ids)
+        stop_ids = list(self.stop_ids)
         kwargs = dict(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
@@ -242,7 +274,7 @@ class LocalBackend:
         else:
             ids, finish = row[: stop_at + 1], "stop"
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        split = split_completion(text)
+        split = self.chat_format.split_completion(text)
         return Completion(
             prompt_token_ids=list(prompt),
             generated_token_ids=list(ids),

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.agents.backend import Backend, Completion
+from goalprobe.agents.budgets import renders_effort
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
 from goalprobe.gridworld.core import Grid
@@ -220,5 +221,14 @@ def run_preflight(
         projected_tokens=float(tokens),
         projected_hours=float(tokens / rate / 3600) if rate > 0 else math.nan,
         max_new_tokens=config.max_new_tokens,
-        reasoning_effort=config.reasoning_effort,
+        reasoning_effort=_effort(backend, config.reasoning_effort),
     )
+
+
+def _effort(backend: Backend, effort: str) -> str:
+    """The effort as the report states it (marked where the backend's chat format does not
+    render it)."""
+    fmt = getattr(backend, "chat_format", None)
+    if fmt is None or renders_effort(fmt):
+        return effort
+    return f"{effort} (not rendered: the chat template reads no effort)"

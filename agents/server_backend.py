@@ -33,6 +33,15 @@ parser put an answer that has no analysis message into the reasoning field with 
 such a response (finished with ``stop``, no content, some reasoning) is read as an answer
 without reasoning.
 
+**Think-tag models.** With a tokenizer whose chat format is think-tag
+(:mod:`goalprobe.agents.chat_format`; vLLM serving it with ``--reasoning-parser``, e.g.
+``qwen3``), the request sends the messages as the template takes them (the instructions as the
+system message: such templates have no developer role) and ``chat_template_kwargs:
+{"enable_thinking": true}`` (plus the effort, and ``reasoning_effort`` itself, only where the
+template reads it). Reasoning and answer are read from the generated ids with the format; without
+ids, from ``reasoning``/``reasoning_content`` (the reasoning parser's output, delimiter newlines
+stripped) and ``content``, re-rendered in the format and tokenised (``"retokenized"``).
+
 **API key.** Read from the environment variable ``api_key_env`` (default ``OPENAI_API_KEY``)
 when the backend is built and sent as ``Authorization: Bearer ...``; it is never logged, never
 part of ``repr``/``describe()``, and removed from any server message quoted in an error.
@@ -60,6 +69,7 @@ from goalprobe.agents.backend import (
     SamplingConfig,
     TokenIdsSource,
 )
+from goalprobe.agents.chat_format import ChatFormat, chat_format_for
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
@@ -195,17 +205,25 @@ class ServerBackend:
 
     Args:
         config: the endpoint.
-        tokenizer: the model's tokenizer (Hugging Face API), used to rebuild token ids when the
-            server returns none; without one such a response raises :class:`ServerError`.
+        tokenizer: the model's tokenizer (Hugging Face API), used to read reasoning and answer
+            from returned ids and to rebuild token ids when the server returns none; without one
+            such a response raises :class:`ServerError`.
+        chat_format: the model's chat format; None detects it from ``tokenizer``
+            (:func:`~goalprobe.agents.chat_format.chat_format_for`), harmony without one.
     """
 
     def __init__(
         self,
         config: ServerConfig,
         tokenizer: _Tokenizer | None = None,
+        chat_format: ChatFormat | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
+        if chat_format is None and tokenizer is not None:
+            chat_format = chat_format_for(tokenizer)
+        self.chat_format = chat_format
+        """The model's chat format (None: harmony, as the server renders it)."""
         key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self._api_key = key or None
         self._rng = random.Random()
@@ -365,20 +383,36 @@ class ServerBackend:
         self, messages: Sequence[Message], sampling: SamplingConfig, seed: int | None
     ) -> dict[str, Any]:
         """The JSON body of one chat-completions request."""
+        fmt = self._think_tag
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": [self._message(m) for m in messages],
+            "messages": (
+                [self._message(m) for m in messages] if fmt is None else fmt.chat_messages(messages)
+            ),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_new_tokens,
             "reasoning_effort": sampling.reasoning_effort,
             "n": 1,
         }
+        if fmt is not None:  # the template's own switches (vLLM's chat_template_kwargs)
+            kwargs: dict[str, Any] = {"enable_thinking": True}
+            if fmt.effort_keyword is None:
+                del body["reasoning_effort"]
+            else:
+                kwargs[fmt.effort_keyword] = sampling.reasoning_effort
+            body["chat_template_kwargs"] = kwargs
         if seed is not None:
             body["seed"] = int(seed)
         if self.config.request_token_ids:
             body["return_token_ids"] = True
         return body
+
+    @property
+    def _think_tag(self) -> Any:
+        """The think-tag chat format, or None (harmony)."""
+        fmt = self.chat_format
+        return None if fmt is None or fmt.name == "harmony" else fmt
 
     def _message(self, message: Message) -> dict[str, str]:
         role = self.config.developer_role if message.role == "developer" else message.role
@@ -496,7 +530,10 @@ class ServerBackend:
         finish_reason: FinishReason = (
             "length" if choice.get("finish_reason") == "length" else "stop"
         )
-        if finish_reason == "stop" and not final and reasoning:
+        fmt = self._think_tag
+        if fmt is not None:  # the reasoning parser keeps the template's delimiter newlines
+            reasoning, final = reasoning.strip("\n"), final.lstrip("\n")
+        elif finish_reason == "stop" and not final and reasoning:
             # older vLLM: an answer without an analysis message lands in the reasoning field
             final, reasoning = reasoning, ""
 
@@ -508,7 +545,7 @@ class ServerBackend:
             if self.tokenizer is not None:
                 # the ids are what the model generated: read the channels from them
                 text = self.tokenizer.decode(generated_ids, skip_special_tokens=False)
-                split = split_completion(text)
+                split = split_completion(text) if fmt is None else fmt.split_completion(text)
                 reasoning, final, well_formed = split.reasoning, split.final, split.well_formed
             else:
                 text = _harmony_text(reasoning, final, finish_reason)
@@ -517,8 +554,13 @@ class ServerBackend:
             if self.config.require_token_ids or self.tokenizer is None:
                 raise ServerTokenIdsError(self._missing_ids_message(where, prompt_ids is not None))
             source = "retokenized"
-            text = _harmony_text(reasoning, final, finish_reason)
-            if prompt_ids is None:  # else keep the prompt the server rendered
+            if fmt is None:
+                text = _harmony_text(reasoning, final, finish_reason)
+            else:
+                text = _think_tag_text(fmt, reasoning, final, finish_reason)
+            if prompt_ids is None and fmt is not None:
+                prompt_ids = fmt.encode_prompt(list(messages), sampling.reasoning_effort)
+            elif prompt_ids is None:  # else keep the prompt the server rendered
                 prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
                 prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
             generated_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -526,10 +568,11 @@ class ServerBackend:
             self.stats.retokenized += 1
             if self.stats.retokenized == 1:
                 log.warning(
-                    "%s returned no token ids: re-tokenising its text with goalprobe's harmony "
+                    "%s returned no token ids: re-tokenising its text with goalprobe's %s "
                     "rendering (the prompt ids may differ from what the model read; counted "
                     "in the run's retokenized steps)",
                     where,
+                    "harmony" if fmt is None else fmt.name,
                 )
         return Completion(
             prompt_token_ids=[int(i) for i in prompt_ids],
@@ -555,6 +598,18 @@ def _harmony_text(reasoning: str, final: str, finish_reason: str) -> str:
         return render_completion(reasoning, final)
     except ValueError as err:
         raise ServerError(f"cannot re-render the server's text in harmony: {err}") from err
+
+
+def _think_tag_text(fmt: Any, reasoning: str, final: str, finish_reason: str) -> str:
+    """The think-tag completion text of a reasoning + answer (cut off inside the reasoning:
+    the open reasoning only)."""
+    if finish_reason == "length" and not final:
+        return f"{fmt.reasoning_open}{reasoning}"
+    try:
+        text = fmt.render_completion(reasoning, final)
+    except ValueError as err:
+        raise ServerError(f"cannot re-render the server's text in {fmt.name}: {err}") from err
+    return text if finish_reason == "stop" else text.removesuffix(fmt.stop_token)
 
 
 def _text(value: Any) -> str:

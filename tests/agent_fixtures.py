@@ -126,12 +126,15 @@ class OracleBackend:
 
     Deterministic variations exercise every branch: some answers take a non-optimal move, some
     name no action (invalid steps) and some skip the reasoning channel (no post-reasoning
-    anchor). ``chat_format`` (default harmony) renders prompts and completions.
+    anchor). ``chat_format`` (default harmony) renders prompts and completions;
+    ``variations=False`` answers every step with an optimal move after its reasoning (the
+    optimal-policy writer).
     """
 
-    def __init__(self, tokenizer, chat_format=None):
+    def __init__(self, tokenizer, chat_format=None, *, variations: bool = True):
         self.tokenizer = tokenizer
         self.chat_format = chat_format
+        self.variations = variations
         self.calls = 0
 
     def _ids(self, text: str) -> list[int]:
@@ -144,12 +147,13 @@ class OracleBackend:
             grid, state = parse(_grid_text(messages[-1].content))
             best = sorted(solve(grid).optimal_actions(state))
             action = best[0]
-            if self.calls % 4 == 1:
+            vary = self.variations
+            if vary and self.calls % 4 == 1:
                 action = next(a for a in Action if a not in best)
             reasoning = reasoning_text(grid, state, [action], key_variant=False)
-            final = final_text(action) if self.calls % 7 != 3 else "I am not sure."
+            final = final_text(action) if not vary or self.calls % 7 != 3 else "I am not sure."
             fmt = self.chat_format
-            if self.calls % 5 == 2:
+            if vary and self.calls % 5 == 2:
                 reasoning = ""
                 text = f"{CHANNEL}final{MESSAGE}{final}{RETURN}" if fmt is None else final
             elif fmt is None:

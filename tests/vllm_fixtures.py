@@ -127,17 +127,21 @@ class _Generator:
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def _plan(self, seed: int, analysis: bool) -> list[list[int] | None]:
+        """Fixed ids, or None: one sampled token (harmony's channels around them)."""
+        plan: list[list[int] | None] = []
+        if analysis:
+            plan += [self._ids("<|channel|>analysis<|message|>")] + [None] * (2 + seed % 4)
+            plan += [self._ids("<|end|><|start|>assistant")]
+        plan += [self._ids('<|channel|>final<|message|>{"action": "'), None]
+        return plan + [self._ids('"}<|return|>')]
+
     def generate(
         self, prompt: list[int], *, seed: int, temperature: float, max_tokens: int, analysis: bool
     ) -> tuple[list[int], bool]:
         """``(generated ids, cut off by max_tokens)``: the model's cache follows the ids."""
         generator = torch.Generator().manual_seed(int(seed))
-        plan: list[list[int] | None] = []  # fixed ids, or None: one sampled token
-        if analysis:
-            plan += [self._ids("<|channel|>analysis<|message|>")] + [None] * (2 + seed % 4)
-            plan += [self._ids("<|end|><|start|>assistant")]
-        plan += [self._ids('<|channel|>final<|message|>{"action": "'), None]
-        plan += [self._ids('"}<|return|>')]
+        plan = self._plan(seed, analysis)
         last_sampled = max(i for i, part in enumerate(plan) if part is None)
         out: list[int] = []
         pending = list(prompt)
@@ -256,5 +260,102 @@ def fake_vllm(gptoss_tiny, encoding, shape: VllmShape = CURRENT, delay=None):
     """Serve :func:`fake_vllm_app` on loopback; yields ``(base_url_v1, FakeVllmLog)``."""
     log = FakeVllmLog()
     app = fake_vllm_app(gptoss_tiny.model, gptoss_tiny.tokenizer, encoding, shape, log, delay)
+    with serving(app) as url:
+        yield f"{url}/v1", log
+
+
+# ---------------------------------------------------------------------------------------------
+# A think-tag model behind vLLM (``vllm serve Qwen/Qwen3-8B --reasoning-parser qwen3``)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThinkTagShape:
+    """Which vLLM the think-tag fake behaves as."""
+
+    reasoning_field: str = "reasoning_content"
+    """The message field of the reasoning parser's output (``reasoning_content``; vLLM
+    >= 0.11 also ``reasoning``)."""
+    token_ids: bool = True
+    """Honour ``return_token_ids``."""
+
+
+class _ThinkTagGenerator(_Generator):
+    """The tiny Qwen3, steered: ``<think>\\n``, a few sampled words, ``\\n</think>\\n\\n``, a
+    sampled action in an answer, ``<|im_end|>``."""
+
+    def _plan(self, seed: int, analysis: bool) -> list[list[int] | None]:
+        plan: list[list[int] | None] = [self._ids("<think>\n")] + [None] * (2 + seed % 4)
+        plan += [self._ids("\n</think>\n\n"), self._ids('{"action": "'), None]
+        return plan + [self._ids('"}'), [self.tokenizer.eos_token_id]]
+
+
+def parse_like_qwen3_reasoning_parser(text: str) -> tuple[str | None, str | None]:
+    """``(reasoning, content)`` of vLLM's ``qwen3`` reasoning parser on the decoded output
+    (special tokens skipped): the text between ``<think>`` and ``</think>`` as it is (delimiter
+    newlines kept), the rest after ``</think>``; output cut off inside the reasoning is all
+    reasoning."""
+    start = text.find("<think>")
+    body = text[start + len("<think>") :] if start >= 0 else text
+    if "</think>" not in body:
+        return body, None
+    reasoning, _, content = body.partition("</think>")
+    return reasoning, content or None
+
+
+def fake_vllm_thinktag_app(model, tokenizer, shape: ThinkTagShape, log: FakeVllmLog) -> FastAPI:
+    """vLLM serving a think-tag model: the prompt is the tokenizer's chat template applied to
+    the request's messages with its ``chat_template_kwargs``; the reasoning parser splits the
+    answer."""
+    app = FastAPI()
+    generator = _ThinkTagGenerator(model, tokenizer)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        log.requests.append(body)
+        text = tokenizer.apply_chat_template(
+            body["messages"],
+            tokenize=False,
+            add_generation_prompt=True,
+            **(body.get("chat_template_kwargs") or {}),
+        )
+        prompt = list(tokenizer.encode(text, add_special_tokens=False))
+        log.prompts.append(prompt)
+        generated, cut = generator.generate(
+            prompt,
+            seed=int(body.get("seed") or 0),
+            temperature=float(body.get("temperature", 1.0)),
+            max_tokens=int(body.get("max_tokens") or 10_000),
+            analysis=True,
+        )
+        decoded = tokenizer.decode(generated, skip_special_tokens=True)
+        reasoning, content = parse_like_qwen3_reasoning_parser(decoded)
+        ids = shape.token_ids and bool(body.get("return_token_ids"))
+        message = {"role": "assistant", "content": content, "tool_calls": []}
+        message[shape.reasoning_field] = reasoning
+        return {
+            "id": f"chatcmpl-{len(log.requests)}",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "length" if cut else "stop",
+                    "token_ids": generated if ids else None,
+                }
+            ],
+            "prompt_token_ids": prompt if ids else None,
+        }
+
+    return app
+
+
+@contextlib.contextmanager
+def fake_vllm_thinktag(qwen3_tiny, shape: ThinkTagShape = ThinkTagShape()):
+    """Serve :func:`fake_vllm_thinktag_app` on loopback; yields ``(base_url_v1, FakeVllmLog)``."""
+    log = FakeVllmLog()
+    app = fake_vllm_thinktag_app(qwen3_tiny.model, qwen3_tiny.tokenizer, shape, log)
     with serving(app) as url:
         yield f"{url}/v1", log

@@ -202,6 +202,7 @@ def command(
         raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
     if out.exists() and out.stat().st_size:
         read_run_header(out)  # resuming: a file that is no trajectory file is refused here
+    chat_format = _chat_format(*((tokenizer, "--tokenizer") if server else (model, "--model")))
     backend: Backend
     if server:
         from goalprobe.agents.server_backend import ServerBackend, ServerConfig
@@ -225,11 +226,15 @@ def command(
             typer.echo(f"error: --server: {err}", err=True)
             raise typer.Exit(code=2) from err
         backend = ServerBackend(
-            server_config, load_tokenizer(tokenizer) if tokenizer is not None else None
+            server_config,
+            load_tokenizer(tokenizer) if tokenizer is not None else None,
+            chat_format=chat_format,
         )
         description = backend.describe()
     else:
-        backend, description = local_backend(model, revision=revision, device=device, dtype=dtype)
+        backend, description = local_backend(
+            model, revision=revision, device=device, dtype=dtype, chat_format=chat_format
+        )
     if not is_bundled(model) and preflight_steps and not (out.exists() and out.stat().st_size):
         preflight = PreflightConfig(steps=preflight_steps, allow_truncation=allow_truncation)
         try:
@@ -286,6 +291,20 @@ def command(
             "vLLM >= 0.10.2",
             soft_wrap=True,
         )
+
+
+def _chat_format(model: str | None, option: str):
+    """The chat format of ``model``'s tokenizer, before any weights load (None: no tokenizer
+    given to a server run, which is then harmony as the server renders it)."""
+    if model is None:
+        return None
+    from goalprobe.agents.chat_format import ChatFormatError, chat_format_for
+    from goalprobe.agents.models import load_tokenizer
+
+    try:
+        return chat_format_for(load_tokenizer(model))
+    except ChatFormatError as err:
+        raise typer.BadParameter(f"{model}: {err}", param_hint=option) from err
 
 
 def _request_summary(backend: object) -> str:
