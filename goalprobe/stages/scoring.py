@@ -1,16 +1,12 @@
 """Stage ``scoring``: the agent's actions against its decoded beliefs, and MEG on the true and
 the decoded grids (``RUN/scoring/``).
 
-:func:`score_run` is the one path of the analysis: ``goalprobe score RUN`` and this stage's
-:func:`run` both call it. It finds every input through :class:`RunLayout` (grid set,
-trajectories, activation store, decoded maps), joins each decoded-map row ``row_ids -> store
+:func:`score_run` is the one path of the analysis (``goalprobe score RUN`` and :func:`run`). It
+finds every input through :class:`RunLayout`, joins each decoded-map row ``row_ids -> store
 /labels (run_id, grid_id, episode, step) -> trajectory step``, hands arrays to the library
-(:mod:`goalprobe.probes.scoring.run`) and writes ``RUN/scoring/``. A missing file, a truncated
-HDF5, a row that joins nothing or a store written for another trajectory run raises an error
-naming the file; nothing is skipped silently. Outputs: ``belief.json`` (schema
-``goalprobe.scoring.belief`` 3: :mod:`goalprobe.probes.scoring.belief_table`), ``belief.csv``,
-``meg.json`` (:mod:`goalprobe.probes.scoring.meg_table`), ``meg.csv``, ``meg_grids.csv`` and
-the figures (``scoring/figures/``).
+(:mod:`goalprobe.probes.scoring.run`) and writes ``RUN/scoring/``: ``belief.json``, ``belief.csv``,
+``meg.json``, ``meg.csv``, ``meg_grids.csv`` and the figures. A missing file, a truncated HDF5,
+a row that joins nothing or a store of another trajectory run is an error naming the file.
 """
 
 from __future__ import annotations
