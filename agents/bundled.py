@@ -105,3 +105,28 @@ def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGEN
     tokenizer = load_tokenizer(directory)
     model = GptOssForCausalLM.from_pretrained(str(directory), local_files_only=True)
     return model.to(device).eval(), tokenizer
+
+
+SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writes its reasoning.
+Its pre-reasoning anchors hold the agent's position (decodable) and little else: the goal
+rarely, walls no better than the per-cell prior given the grid's size and density; patching them
+changes no action, because the reasoning re-reads A and G from the grid. A null result of the
+toolkit on this agent is therefore expected, not a failure of the measurement: the positive
+control, `bundled:map`, measured by the same commands, shows what the toolkit finds when the
+agent, the goal and the local map are at the anchors."""
+
+MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the grid
+text with a mass below about 1e-3, so what its reasoning and answer use about the grid passes
+through the pre-reasoning anchors (the prompt's other tokens do not depend on the grid). Measured
+there: the agent's and the goal's cells (position probes, tables below), which of A's neighbours are
+walls (tests/e2e/test_map_agent.py), and an all-block patch of the anchors that moves the action to the
+counterfactual's. What it does not show: the walls away from A. Neither agent's cell probe beats the
+per-cell prior given the grid's size and density (the table's class-balanced probe stays below it;
+trained without class balancing, both reach it and no more, tests/e2e/test_map_agent.py), so a cell
+accuracy above the plain per-cell majority is the size and density, not a map. Nor does it show that
+a model trained without such a constraint (GPT-OSS-20B, the default agent) routes its map this way.
+It shows what the toolkit's position probes and patches find when the agent, the goal and the local
+map are at the anchors, so their null results on other agents can be read."""
+
+ANCHOR_READINGS = {"bundled": SHIPPED_ANCHOR_READING, "bundled:map": MAP_ANCHOR_READING}
+"""Bundled agent -> what its anchors do and do not hold (its card; the demo's report)."""

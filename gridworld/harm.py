@@ -40,7 +40,7 @@ from goalprobe.gridworld.generator import (
     make_grid_id,
 )
 from goalprobe.gridworld.mdp import build_mdp
-from goalprobe.gridworld.optimal import bfs_distances, default_horizon, solve
+from goalprobe.gridworld.optimal import bfs_distances, default_horizon
 
 
 @dataclass(frozen=True)
@@ -260,31 +260,3 @@ def random_harm_counts(
         state = next_state[state, actions]  # the goal is absorbing and never harmful
         counts += harmful[state]
     return counts
-
-
-def expected_random_harm(grid: Grid, horizon: int) -> float:
-    """The exact expected harm count of the uniformly random agent (what
-    :func:`random_harm_counts` estimates), from the state distribution of the grid MDP."""
-    mdp = build_mdp(grid, horizon=horizon)
-    uniform = mdp.transitions.mean(axis=1)  # (S, S) under uniform actions
-    harm = set(grid.harm)
-    harmful = np.array([s.agent in harm for s in mdp.states], dtype=np.float64)
-    occupancy = mdp.initial.copy()
-    total = 0.0
-    for _ in range(horizon):
-        occupancy = occupancy @ uniform
-        total += float(occupancy @ harmful)
-    return total
-
-
-def check_harm_grid(grid: Grid, config: HarmGridConfig) -> HarmProfile:
-    """The profile of ``grid``, raising ``ValueError`` when it breaks a guarantee of
-    :func:`generate_harm_grid` (used by the tests and by readers of harm grid sets)."""
-    profile = harm_profile(grid)
-    if not profile.harm_free_length > profile.shortest_length:
-        raise ValueError(f"grid {grid.grid_id!r}: a shortest path avoids every harm cell")
-    if profile.detour > config.max_detour:
-        raise ValueError(f"grid {grid.grid_id!r}: detour {profile.detour} > {config.max_detour}")
-    if profile.harm_free_length > solve(grid).horizon:
-        raise ValueError(f"grid {grid.grid_id!r}: the harm-free path exceeds the episode budget")
-    return profile

@@ -218,24 +218,6 @@ def entropy(p: Sequence[float] | np.ndarray, *, base: float = math.e) -> float:
     return float(scipy.stats.entropy(p, base=base))
 
 
-def jensen_shannon_divergence(
-    p: Sequence[float] | np.ndarray, q: Sequence[float] | np.ndarray, *, base: float = math.e
-) -> float:
-    """Jensen-Shannon divergence ``JSD(p || q)`` (not its square root), nats unless ``base``.
-
-    ``JSD = (KL(p || m) + KL(q || m)) / 2`` with ``m = (p + q) / 2``; symmetric and in
-    ``[0, log_base 2]``. Inputs are normalised first.
-
-    Args:
-        p, q: ``(K,)`` non-negative weights with positive sums.
-    """
-    p = _distribution(p, "p")
-    q = _distribution(q, "q")
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
-    return float(_jsd_rows(p[None], q[None], base)[0])
-
-
 def _jsd_rows(p: np.ndarray, q: np.ndarray, base: float) -> np.ndarray:
     """Row-wise JSD of ``(S, K)`` normalised distributions -> ``(S,)``."""
     m = (p + q) / 2

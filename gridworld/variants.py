@@ -62,13 +62,6 @@ FAMILY: dict[str, str] = {
 }
 """Layout family of each variant; grid sets seed by family, so matched variants share layouts."""
 
-CONTROL: dict[str, str] = {
-    Variant.KEY_DOOR: Variant.KEY_DOOR_CONTROL,
-    Variant.KEY_NO_DOOR: Variant.KEY_DOOR_CONTROL,
-    Variant.TWO_PATH_KEY: Variant.TWO_PATH_NO_KEY,
-}
-"""The matched no-key control of each key variant."""
-
 
 @dataclass(frozen=True)
 class KeyDoorFamily:
@@ -259,19 +252,3 @@ def generate_variant(
     except KeyError as err:
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}") from err
     return pick(size, density, rng, grid_id=grid_id, seed=seed)
-
-
-def matched_control(grid: Grid) -> Grid:
-    """The no-key control of a key variant grid: same walls, start and goal; no key, door open."""
-    try:
-        control = CONTROL[grid.variant]
-    except KeyError as err:
-        raise ValueError(f"variant {grid.variant!r} has no matched control") from err
-    return replace(grid, key=None, door=None, variant=control)
-
-
-def remove_door(grid: Grid) -> Grid:
-    """The ``key_no_door`` grid of a ``key_door`` grid: the door cell becomes open."""
-    if grid.variant != Variant.KEY_DOOR or grid.door is None:
-        raise ValueError(f"expected a key_door grid with a door, got variant {grid.variant!r}")
-    return replace(grid, door=None, variant=Variant.KEY_NO_DOOR)

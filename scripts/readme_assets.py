@@ -224,7 +224,7 @@ def headline_markdown(run_dir: Path) -> str:
 def generated_reading(run_dir: Path) -> list[str]:
     """A reading of one agent made from its headline rows: its card's account of its anchors,
     then one bullet per question with each row's value, baseline and verdict."""
-    from goalprobe.agents.evaluation import ANCHOR_READINGS
+    from goalprobe.agents.bundled import ANCHOR_READINGS
 
     from goalprobe.report import headline_rows
     from goalprobe.report.agents import agent_name

@@ -14,7 +14,7 @@ packaged ``agents/bundled``). Progress goes to stdout.
 ``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its seed
 by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three phases
 that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase` with the
-ablation options, :mod:`goalprobe.agents.map_supervision`); it needs an ``--out`` other than the
+ablation options, :mod:`agent_training.map_supervision`); it needs an ``--out`` other than the
 agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
 ``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md records
 the map agent's recipe, its ablations and its figures.
@@ -31,31 +31,31 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
-from goalprobe.agents.bundled import (
-    BUNDLED_AGENT_DIR,
-    bundled_weights_digest,
-    load_bundled_agent,
-)
-from goalprobe.agents.evaluation import (
+from agent_training.evaluation import (
     EvaluationConfig,
     evaluate_agent,
     heldout_grids,
     quality_table_markdown,
 )
-from goalprobe.agents.local_backend import LocalBackend
-from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import (
+from agent_training.training import (
     GRID_PENALTY_SCOPES,
-    BundledModelConfig,
     TrainingConfig,
     build_model,
     train,
     with_layer_types,
 )
-from goalprobe.agents.training_data import (
+from agent_training.training_data import (
     TIE_BREAKS,
     TrainingDataConfig,
 )
+from goalprobe.agents.bundled import (
+    BUNDLED_AGENT_DIR,
+    bundled_weights_digest,
+    load_bundled_agent,
+)
+from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.tokenizer import build_tokenizer
+from goalprobe.agents.training import BundledModelConfig
 
 DETOUR_PHASE_STEPS = 600
 """Steps of the second training phase (see :func:`detour_phase`)."""
@@ -79,7 +79,7 @@ def map_phase(
     hold; the anchors learn to hold it from the map read-out (every cell, A, G, A's neighbours,
     the optimal moves) and from anchor routing of the attention supervision (the anchors read A
     and G in block 1 and A's neighbours in block 2; the coordinate tokens and the direction
-    words read the anchors in block 3) (:mod:`goalprobe.agents.map_supervision`), plus the
+    words read the anchors in block 3) (:mod:`agent_training.map_supervision`), plus the
     detour phase's decision weight and detour states so the behaviour holds. The cell-coordinate
     read-out moves to block 0's output, so the cells carry their coordinates by block 1. The
     barrier's weight rises from 0 over its first 300 steps: switched on cold it wrecks the
@@ -460,7 +460,7 @@ def write_model_card(out: Path, *, map_agent: bool) -> None:
     """``MODEL_CARD.md`` from the directory's training log and evaluation, with the anchor
     measurements of both bundled agents when the directory holds ``anchor_map.json``
     (``scripts/measure_anchor_map.py``)."""
-    from goalprobe.agents.evaluation import map_model_card_text, model_card_text
+    from agent_training.evaluation import map_model_card_text, model_card_text
 
     training = json.loads((out / "training_log.json").read_text(encoding="utf-8"))["info"]
     evaluation = json.loads((out / "evaluation.json").read_text(encoding="utf-8"))

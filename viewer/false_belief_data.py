@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
 from goalprobe.gridworld.core import Grid
-from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import read_step_maps
-from goalprobe.viewer.run_files import RunFiles
+from goalprobe.viewer.run_files import RunFiles, read_episodes
 from goalprobe.viewer.sources import full_class_probs
 
 
@@ -74,25 +73,13 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
         ValueError: a file is unreadable or its episodes name grids the grid set lacks.
     """
     layout = files.layout
-    grids_path = files.resolve(files.relative(layout.false_belief_grids))
-    traj_path = files.resolve(files.relative(layout.false_belief_trajectories))
     maps_path = files.resolve(files.relative(layout.false_belief_decoded))
-    if not (grids_path.is_file() and traj_path.is_file()):
+    read = read_episodes(
+        files, layout.false_belief_grids, layout.false_belief_trajectories, "false-belief"
+    )
+    if read is None:
         return None
-    try:
-        grids = {g.grid_id: g for g in read_grid_set(grids_path)}
-        episodes = {
-            episode_key(e.summary.grid_id, e.summary.episode): e
-            for e in read_trajectories(traj_path)
-        }
-    except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
-        raise ValueError(f"false-belief episodes unreadable: {err}") from err
-    unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
-    if unknown:
-        raise ValueError(
-            f"{files.relative(layout.false_belief_trajectories)}: episodes on grids the "
-            f"false-belief grid set lacks ({', '.join(unknown[:3])})"
-        )
+    grids, episodes = read
     maps: dict[tuple[str, int, int], np.ndarray] = {}
     readouts: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
     why, label = None, ""

@@ -9,13 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
 from goalprobe.gridworld.core import Action, CellType, Grid, RowCol, State
 from goalprobe.gridworld.fog import fogged_cell_types, free_space_actions, revealed_sets
-from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
-from goalprobe.viewer.run_files import RunFiles
+from goalprobe.viewer.run_files import RunFiles, read_episodes
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,22 +71,8 @@ def read_fog_episodes(files: RunFiles) -> FogEpisodes | None:
     Raises:
         ValueError: a file is unreadable, or its episodes name grids the grid set lacks.
     """
-    layout = files.layout
-    grids_path = files.resolve(files.relative(layout.fog_grids))
-    traj_path = files.resolve(files.relative(layout.fog_trajectories))
-    if not (grids_path.is_file() and traj_path.is_file()):
-        return None
-    try:
-        grids = {g.grid_id: g for g in read_grid_set(grids_path)}
-        episodes = {
-            f"{e.summary.grid_id}:{e.summary.episode}": e for e in read_trajectories(traj_path)
-        }
-    except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
-        raise ValueError(f"fog episodes unreadable: {err}") from err
-    unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
-    if unknown:
-        raise ValueError(f"fog episodes on grids the fog grid set lacks ({', '.join(unknown[:3])})")
-    return FogEpisodes(grids, episodes)
+    read = read_episodes(files, files.layout.fog_grids, files.layout.fog_trajectories, "fog")
+    return None if read is None else FogEpisodes(*read)
 
 
 def fog_step_view(fog: FogEpisodes, key: str, step: int) -> FogStepView:

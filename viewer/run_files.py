@@ -124,3 +124,37 @@ class RunFiles:
         if not safe:
             self.note(name, f"{relative}/*.h5", "not found", consequence)
         return safe
+
+
+def read_episodes(
+    files: RunFiles, grids_path: Path, trajectories_path: Path, what: str
+) -> tuple[dict, dict] | None:
+    """``(grid id -> grid, "<grid_id>:<episode>" -> episode in file order)`` of a stage's grid
+    set and trajectories (None when either file is absent), each read by its owner's reader.
+
+    Raises:
+        UnsafePathError: a file resolves outside the run directory.
+        ValueError: a file is unreadable or its episodes name grids the grid set lacks.
+    """
+    from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
+    from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
+
+    grids_file = files.resolve(files.relative(grids_path))
+    trajectories_file = files.resolve(files.relative(trajectories_path))
+    if not (grids_file.is_file() and trajectories_file.is_file()):
+        return None
+    try:
+        grids = {g.grid_id: g for g in read_grid_set(grids_file)}
+        episodes = {
+            f"{e.summary.grid_id}:{int(e.summary.episode)}": e
+            for e in read_trajectories(trajectories_file)
+        }
+    except (OSError, GridSetFormatError, TrajectoryFormatError) as err:
+        raise ValueError(f"{what} episodes unreadable: {err}") from err
+    unknown = sorted({e.summary.grid_id for e in episodes.values()} - set(grids))
+    if unknown:
+        raise ValueError(
+            f"{files.relative(trajectories_path)}: episodes on grids the {what} grid set lacks "
+            f"({', '.join(unknown[:3])})"
+        )
+    return grids, episodes

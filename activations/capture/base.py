@@ -297,7 +297,6 @@ class ResidualBackend(ABC):
         """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
         and the last position's logits."""
 
-    @abstractmethod
     def patched_logits(
         self,
         token_ids: Sequence[int] | np.ndarray,
@@ -305,7 +304,12 @@ class ResidualBackend(ABC):
         readout_position: int | None = None,
     ) -> torch.Tensor:
         """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last
-        position), one patched copy of ``token_ids`` per patch."""
+        position), one patched copy of ``token_ids`` per patch (with :attr:`prefix_cache`, see
+        :meth:`_patched_run`)."""
+        if not patches:
+            return torch.empty(0)
+        logits = self._patched_forward(*self._patched_run(token_ids, patches, readout_position))
+        return logits[:, 0].float().cpu()
 
     @abstractmethod
     def generate(
@@ -368,6 +372,25 @@ class ResidualBackend(ABC):
         """``(len(patches), R, vocab)`` logits at several ``readout_positions`` (ascending) of
         each patched copy (non-decreasing; a position may repeat): :meth:`patched_logits` reading ``R`` positions at once (the logits
         from the first readout on are computed, so keep ``R`` and the vocabulary small)."""
+        from goalprobe.activations.capture.gradients import result_dtype
+
+        readouts = np.asarray(readout_positions, dtype=np.int64)
+        if not patches:
+            return torch.empty(0)
+        if readouts.ndim != 1 or len(readouts) == 0 or np.any(np.diff(readouts) < 0):
+            raise ValueError("readout_positions must be non-decreasing and non-empty")
+        first = int(readouts[0])
+        logits = self._patched_forward(*self._patched_run(token_ids, patches, first))
+        index = torch.as_tensor(readouts - first, device=logits.device)
+        return logits[:, index].to(result_dtype(logits.dtype)).cpu()
+
+    def _patched_forward(
+        self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
+    ) -> torch.Tensor:
+        """``(rows, kept positions, vocab)`` logits of one forward pass (no gradients) of the
+        patched copies :meth:`_patched_run` prepared: what :meth:`patched_logits` and
+        :meth:`patched_logits_at` read. A backend without it overrides :meth:`patched_logits`
+        and reads one readout position."""
         from goalprobe.activations.capture.gradients import GradientUnsupportedError
 
         raise GradientUnsupportedError(f"the {self.name} backend reads one readout position")

@@ -144,19 +144,12 @@ class HookBackend(ResidualBackend):
             hooks[layer] = hook
         return hooks
 
-    def patched_logits(
-        self,
-        token_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        readout_position: int | None = None,
+    def _patched_forward(
+        self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """See :meth:`ResidualBackend.patched_logits`."""
-        if not patches:
-            return torch.empty(0)
-        ids, kwargs, patches = self._patched_run(token_ids, patches, readout_position)
+        """See :meth:`ResidualBackend._patched_forward`."""
         with torch.no_grad(), self._hooked(self._writers(patches)):
-            logits = self.model(ids, **kwargs).logits
-        return logits[:, 0].float().cpu()
+            return self.model(ids, **kwargs).logits
 
     def gradient_run(
         self,
@@ -174,27 +167,6 @@ class HookBackend(ResidualBackend):
         return hooks_gradient_run(
             self, token_ids, layers, positions, metric, readout_positions, drops
         )
-
-    def patched_logits_at(
-        self,
-        token_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        readout_positions: Sequence[int] | np.ndarray,
-    ) -> torch.Tensor:
-        """See :meth:`ResidualBackend.patched_logits_at`."""
-        from goalprobe.activations.capture.gradients import result_dtype
-
-        readouts = np.asarray(readout_positions, dtype=np.int64)
-        if not patches:
-            return torch.empty(0)
-        if readouts.ndim != 1 or len(readouts) == 0 or np.any(np.diff(readouts) < 0):
-            raise ValueError("readout_positions must be non-decreasing and non-empty")
-        first = int(readouts[0])
-        ids, kwargs, patches = self._patched_run(token_ids, patches, first)
-        with torch.no_grad(), self._hooked(self._writers(patches)):
-            logits = self.model(ids, **kwargs).logits
-        index = torch.as_tensor(readouts - first, device=logits.device)
-        return logits[:, index].to(result_dtype(logits.dtype)).cpu()
 
     def generate(
         self,

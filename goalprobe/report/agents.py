@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from goalprobe.agents.evaluation import ANCHOR_READINGS
+from goalprobe.agents.bundled import ANCHOR_READINGS
 from goalprobe.report.blocks import Block, Box, Text, table
 from goalprobe.report.headline import HeadlineRow, headline_rows
 from goalprobe.report.run import MissingInput, RunReader

@@ -332,10 +332,6 @@ class Rate:
     ci_high: float
     n: int
 
-    def as_dict(self) -> dict:
-        """JSON-ready form."""
-        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
-
 
 def _rate(values: np.ndarray, random_state: int) -> Rate:
     values = np.asarray(values, dtype=np.float64)

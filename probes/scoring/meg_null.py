@@ -80,34 +80,3 @@ def above_null(difference: Mapping | None) -> bool | None:
     if not difference or difference.get("ci_low") is None:
         return None
     return bool(difference["ci_low"] > 0)
-
-
-def random_walk_meg(
-    mdp: GridMDP,
-    utility: np.ndarray,
-    n_trajectories: int,
-    *,
-    random_state: int = 0,
-    replicates: int = 4,
-) -> float:
-    """One grid's null: the mean known-utility MEG (nats) of ``replicates`` random-walk
-    empirical policies of ``n_trajectories`` walks of ``mdp.horizon`` moves (unbatched; the
-    scoring table batches the same computation)."""
-    from goalprobe.probes.scoring.meg import TabularMDP, known_utility_meg
-
-    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
-    gid = mdp.grid.grid_id or ""
-    return float(
-        np.mean(
-            [
-                known_utility_meg(
-                    tab,
-                    random_walk_policy(
-                        mdp, n_trajectories, mdp.horizon, null_rng(random_state, gid, rep)
-                    ),
-                    utility,
-                ).meg
-                for rep in range(replicates)
-            ]
-        )
-    )

@@ -8,6 +8,21 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss
+from agent_training.evaluation import (
+    EvaluationConfig,
+    heldout_grids,
+    quality_status,
+    quality_status_markdown,
+)
+from agent_training.training import (
+    full_sequence_loss,
+    shared_prefix_loss,
+)
+from agent_training.training_data import (
+    TrainingDataConfig,
+    encode_batch,
+    sample_batch_examples,
+)
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.bundled import (
     BUNDLED_AGENT_DIR,
@@ -16,26 +31,11 @@ from goalprobe.agents.bundled import (
     bundled_agent_dir,
     load_bundled_agent,
 )
-from goalprobe.agents.evaluation import (
-    EvaluationConfig,
-    heldout_grids,
-    quality_status,
-    quality_status_markdown,
-)
 from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors, split_completion
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.parser import parse_action
 from goalprobe.agents.prompts import build_messages
 from goalprobe.agents.tokenizer import build_tokenizer, unknown_pieces
-from goalprobe.agents.training import (
-    full_sequence_loss,
-    shared_prefix_loss,
-)
-from goalprobe.agents.training_data import (
-    TrainingDataConfig,
-    encode_batch,
-    sample_batch_examples,
-)
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.optimal import solve
@@ -82,7 +82,7 @@ def test_model_card_is_generated_from_the_agents_files(name):
     """A card is never hand-edited: it equals what its training log, evaluation and anchor
     measurements (``anchor_map.json``, ``scripts/measure_anchor_map.py``, both agents in one
     file) render to, and the anchor section's rows are the measured ones."""
-    from goalprobe.agents.evaluation import map_model_card_text, model_card_text
+    from agent_training.evaluation import map_model_card_text, model_card_text
 
     directory = bundled_agent_dir(name)
 
@@ -268,9 +268,9 @@ def test_map_agent_card_renders_from_a_map_phase_log():
     """The map agent's card (written after a ``--map`` run) renders from what that run logs."""
     from dataclasses import asdict, replace
 
-    from goalprobe.agents.evaluation import map_model_card_text
-    from goalprobe.agents.training import TrainingConfig
-    from goalprobe.agents.training_data import TrainingDataConfig
+    from agent_training.evaluation import map_model_card_text
+    from agent_training.training import TrainingConfig
+    from agent_training.training_data import TrainingDataConfig
 
     def read(name: str) -> dict:
         return json.loads((BUNDLED_AGENT_DIR / name).read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Training-only signals of the map agent (agents/map_supervision.py)."""
+"""Training-only signals of the map agent (scripts/agent_training/map_supervision.py)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from goalprobe.activations.capture import make_backend
-from goalprobe.activations.capture.base import Patch
-from goalprobe.agents.bundled import load_bundled_agent
-from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
-from goalprobe.agents.map_supervision import (
+from agent_training.map_supervision import (
     MapReadout,
     anchor_hooks,
     anchor_positions,
     map_labels,
     move_counterfactual,
 )
-from goalprobe.agents.reasoning import PLAN_STEPS, describe_neighbours
-from goalprobe.agents.training import (
+from agent_training.training import (
     TrainingConfig,
     interchange_loss,
     training_loss,
 )
-from goalprobe.agents.training_data import (
+from agent_training.training_data import (
     IGNORE_INDEX,
     TrainingDataConfig,
     encode_batch,
@@ -32,6 +27,11 @@ from goalprobe.agents.training_data import (
     sample_batch_examples,
     sample_plan,
 )
+from goalprobe.activations.capture import make_backend
+from goalprobe.activations.capture.base import Patch
+from goalprobe.agents.bundled import load_bundled_agent
+from goalprobe.agents.harmony import HarmonyTokenIds, find_anchors
+from goalprobe.agents.reasoning import PLAN_STEPS, describe_neighbours
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, render
@@ -170,7 +170,7 @@ def test_map_losses_reach_the_model_and_the_readout(agent):
 def test_log_odds_barrier_vanishes_below_the_floor_and_pushes_when_saturated():
     """The map agent's penalty: zero at or below the floor; above it, a gradient that does not
     vanish when the attention saturates on the barred keys (where ``log w`` alone is flat)."""
-    from goalprobe.agents.supervision import attention_mass_penalty, mass_penalty
+    from agent_training.supervision import attention_mass_penalty, mass_penalty
 
     floor = 1e-3
     low = torch.tensor([5e-4, 1e-3]), torch.tensor([0.9995, 0.999])
@@ -216,7 +216,7 @@ def test_completion_scope_bars_every_completion_token_and_drops_the_lookups(agen
     assert dropped and all((row, query) in queries for _, _, row, query, _ in dropped)
     # instead, the first two anchor tokens read A's in-grid neighbours in the middle full layer,
     # and the direction words read those anchor tokens
-    from goalprobe.agents.supervision import (
+    from agent_training.supervision import (
         ANCHOR_NEIGHBOUR_HEADS,
         NEIGHBOUR_HEAD,
         grid_cell_positions,
@@ -265,7 +265,7 @@ def test_isolating_the_objects_penalises_the_grid_reading_a_and_g(agent):
 
 
 def test_barrier_weight_ramps_after_the_readout_warmup():
-    from goalprobe.agents.training import barrier_weight_at
+    from agent_training.training import barrier_weight_at
 
     config = TrainingConfig(object_attention_weight=20.0, readout_warmup_steps=5)
     assert barrier_weight_at(0, config) == 20.0  # no ramp: on at once
@@ -291,7 +291,7 @@ def test_training_config_rejects_bad_barrier_settings(field):
 
 
 def test_fixed_tie_break_plans_take_the_first_optimal_move():
-    from goalprobe.agents.training_data import sample_plan
+    from agent_training.training_data import sample_plan
 
     examples = plain_examples(6, 13)
     for example in examples:
@@ -325,8 +325,8 @@ def test_the_map_recipe_is_the_shipped_agents_three_phases(capsys):
     ``--map-recipe single`` (before loading anything)."""
     import json
 
+    from agent_training.training import TrainingConfig
     from goalprobe.agents.bundled import bundled_agent_dir
-    from goalprobe.agents.training import TrainingConfig
 
     script = _train_script()
     phases = script.map_recipe(TrainingConfig(), TrainingDataConfig())

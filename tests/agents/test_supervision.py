@@ -1,4 +1,4 @@
-"""The bundled agent's auxiliary training signals (agents/supervision.py)."""
+"""The bundled agent's auxiliary training signals (scripts/agent_training/supervision.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_training_model
-from goalprobe.agents.supervision import (
+from agent_training.supervision import (
     NEIGHBOUR_HEAD,
     OBJECT_HEAD,
     CoordinateReadout,
@@ -16,19 +16,19 @@ from goalprobe.agents.supervision import (
     attention_targets,
     grid_cell_positions,
 )
-from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import (
+from agent_training.training import (
     TrainingConfig,
     shared_prefix_loss,
     train,
     training_loss,
 )
-from goalprobe.agents.training_data import (
+from agent_training.training_data import (
     IGNORE_INDEX,
     TrainingDataConfig,
     encode_batch,
     sample_batch_examples,
 )
+from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType
 from goalprobe.gridworld.text import cell_types
 

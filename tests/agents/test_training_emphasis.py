@@ -1,5 +1,5 @@
 """Emphasis of the bundled agent's training on its decisive states and tokens
-(agents/training_data.py: detour states; agents/training.py: the decision loss)."""
+(scripts/agent_training/training_data.py: detour states; training.py: the decision loss)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 import torch
 from agent_fixtures import tiny_training_model
-from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import (
+from agent_training.training import (
     TrainingConfig,
     decision_loss,
     training_loss,
 )
-from goalprobe.agents.training_data import (
+from agent_training.training_data import (
     TrainingDataConfig,
     encode_batch,
     is_detour_state,
     sample_batch_examples,
     sample_state,
 )
+from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.optimal import solve

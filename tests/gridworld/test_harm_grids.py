@@ -15,8 +15,7 @@ from goalprobe.gridworld.core import CellType, Grid, Variant
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.harm import (
     HarmGridConfig,
-    check_harm_grid,
-    expected_random_harm,
+    HarmProfile,
     generate_harm_grid,
     generate_harm_grids,
     harm_count,
@@ -25,12 +24,41 @@ from goalprobe.gridworld.harm import (
     random_harm_counts,
 )
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
+from goalprobe.gridworld.mdp import build_mdp
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, parse, render
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 BUNDLED = "agents/bundled"
+
+
+def expected_random_harm(grid: Grid, horizon: int) -> float:
+    """The exact expected harm count of the uniformly random agent (what
+    :func:`random_harm_counts` estimates), from the state distribution of the grid MDP."""
+    mdp = build_mdp(grid, horizon=horizon)
+    uniform = mdp.transitions.mean(axis=1)  # (S, S) under uniform actions
+    harm = set(grid.harm)
+    harmful = np.array([s.agent in harm for s in mdp.states], dtype=np.float64)
+    occupancy = mdp.initial.copy()
+    total = 0.0
+    for _ in range(horizon):
+        occupancy = occupancy @ uniform
+        total += float(occupancy @ harmful)
+    return total
+
+
+def check_harm_grid(grid: Grid, config: HarmGridConfig) -> HarmProfile:
+    """The profile of ``grid``, raising ``ValueError`` when it breaks a guarantee of
+    :func:`generate_harm_grid`."""
+    profile = harm_profile(grid)
+    if not profile.harm_free_length > profile.shortest_length:
+        raise ValueError(f"grid {grid.grid_id!r}: a shortest path avoids every harm cell")
+    if profile.detour > config.max_detour:
+        raise ValueError(f"grid {grid.grid_id!r}: detour {profile.detour} > {config.max_detour}")
+    if profile.harm_free_length > solve(grid).horizon:
+        raise ValueError(f"grid {grid.grid_id!r}: the harm-free path exceeds the episode budget")
+    return profile
 
 
 def _bfs(walls: np.ndarray, source) -> dict:

@@ -6,13 +6,43 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.mdp import build_mdp
+from goalprobe.gridworld.mdp import GridMDP, build_mdp
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.grid_meg import grid_meg, grid_utility
-from goalprobe.probes.scoring.meg_null import random_walk_meg, random_walk_policy
+from goalprobe.probes.scoring.meg import TabularMDP, known_utility_meg
+from goalprobe.probes.scoring.meg_null import null_rng, random_walk_policy
 from goalprobe.probes.scoring.meg_table import _meg_group
 
 from tests.probes.test_grid_meg import rollouts
+
+
+def random_walk_meg(
+    mdp: GridMDP,
+    utility: np.ndarray,
+    n_trajectories: int,
+    *,
+    random_state: int = 0,
+    replicates: int = 4,
+) -> float:
+    """One grid's null: the mean known-utility MEG (nats) of ``replicates`` random-walk
+    empirical policies of ``n_trajectories`` walks of ``mdp.horizon`` moves (unbatched; the
+    scoring table batches the same computation)."""
+    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+    gid = mdp.grid.grid_id or ""
+    return float(
+        np.mean(
+            [
+                known_utility_meg(
+                    tab,
+                    random_walk_policy(
+                        mdp, n_trajectories, mdp.horizon, null_rng(random_state, gid, rep)
+                    ),
+                    utility,
+                ).meg
+                for rep in range(replicates)
+            ]
+        )
+    )
 
 
 @pytest.fixture(scope="module")

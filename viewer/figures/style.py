@@ -160,10 +160,6 @@ def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> g
 QUALITATIVE = ("#1d3557", "#e76f51", "#2a9d8f", "#7b2cbf", "#e9c46a", "#457b9d", "#d62828")
 
 
-def percent_label(level: float) -> str:
-    return f"{100 * level:g}%"
-
-
 def rgba(hex_colour: str, alpha: float) -> str:
     h = hex_colour.lstrip("#")
     r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))

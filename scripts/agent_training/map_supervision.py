@@ -8,7 +8,7 @@ sliding window) trained, warm-started from the default agent, with extra objecti
 discarded from the saved model:
 
 * **A barrier between the completion and the grid** (``TrainingConfig.grid_penalty_scope =
-  "completion"``, :func:`goalprobe.agents.supervision.mass_penalty`): every completion token's
+  "completion"``, :func:`agent_training.supervision.mass_penalty`): every completion token's
   attention to the grid text, in every block and head, is pushed below a floor of 1e-3 (log
   odds). The reasoning and the answer can then only use what the anchors (and the prompt's
   grid-independent text) hold, so patching the anchors at every block with a counterfactual's
@@ -17,7 +17,7 @@ discarded from the saved model:
   after each block of ``TrainingConfig.map_layers``) must name every cell's type on the 15 x 15
   label canvas (``PADDING`` outside the grid), the agent's and goal's ``(row, col)``, the types
   of A's four neighbours and which moves are optimal (:class:`MapReadout`).
-* **Anchor routing of attention** (:func:`goalprobe.agents.supervision.attention_targets`
+* **Anchor routing of attention** (:func:`agent_training.supervision.attention_targets`
   with ``anchor_routing=True`` and no grid look-ups): the anchors read A's and G's cells in the
   first full-attention block and A's neighbours in the next; the tokens that write coordinates
   and the direction words of ``Next to A:`` read the anchors in the last one.
@@ -36,7 +36,6 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from goalprobe.agents.supervision import ANCHOR_QUERIES as N_ANCHOR_TOKENS
 from goalprobe.gridworld.core import (
     LABEL_CANVAS,
     STUDY_CELL_TYPES,
@@ -48,6 +47,8 @@ from goalprobe.gridworld.core import (
 from goalprobe.gridworld.dynamics import is_success
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, padded_cell_types
+
+from agent_training.supervision import ANCHOR_QUERIES as N_ANCHOR_TOKENS
 
 
 def anchor_positions(prompt_lengths: Sequence[int], prefix_len: int) -> torch.Tensor:

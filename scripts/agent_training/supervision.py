@@ -117,7 +117,7 @@ def attention_targets(
         full_attention_layers: indices of the model's full-attention layers (the sliding
             window may not reach the grid).
         anchor_routing: route A and G through the pre-reasoning anchor (the prompt's last
-            :data:`ANCHOR_QUERIES` tokens; the map agent, :mod:`goalprobe.agents.map_supervision`):
+            :data:`ANCHOR_QUERIES` tokens; the map agent, :mod:`agent_training.map_supervision`):
             the anchor tokens' object head of the first full-attention layer attends to the
             object's cell, and the coordinate tokens' object head of the last full-attention
             layer attends to the anchor's last token (instead of the cell, in every layer); the

@@ -11,9 +11,9 @@ first move). ``detour_fraction`` draws states among detour states (:func:`is_det
 
 :func:`encode_batch` turns examples of one prompt kind and one grid size into a :class:`Batch`:
 the shared system + developer + user-header prefix once, the suffixes padded, the completion
-labels, and the positions the training-only signals of :mod:`goalprobe.agents.supervision` and
-:mod:`goalprobe.agents.map_supervision` need. The losses and the loop are in
-:mod:`goalprobe.agents.training`.
+labels, and the positions the training-only signals of :mod:`agent_training.supervision` and
+:mod:`agent_training.map_supervision` need. The losses and the loop are in
+:mod:`agent_training.training`.
 """
 
 from __future__ import annotations
@@ -25,16 +25,17 @@ import torch
 from goalprobe.agents.harmony import ReasoningEffort, render_completion, render_prompt
 from goalprobe.agents.prompts import build_messages, uses_key_prompt
 from goalprobe.agents.reasoning import PLAN_PREFIX, PLAN_STEPS, final_text, reasoning_text
-from goalprobe.agents.supervision import (
-    attention_targets,
-    cell_coordinate_targets,
-    grid_cell_positions,
-)
 from goalprobe.gridworld.core import Action, Grid, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.optimal import OptimalPolicy, solve
 from goalprobe.gridworld.text import render
 from goalprobe.gridworld.variants import generate_variant
+
+from agent_training.supervision import (
+    attention_targets,
+    cell_coordinate_targets,
+    grid_cell_positions,
+)
 
 IGNORE_INDEX = -100
 """Label of positions without loss (prompt and padding)."""
@@ -297,9 +298,9 @@ def encode_batch(
 
     Args:
         full_attention_layers: the model's full-attention layers (where attention is supervised,
-            :mod:`goalprobe.agents.supervision`).
+            :mod:`agent_training.supervision`).
         anchor_routing: route A and G through the pre-reasoning anchor in the attention targets
-            (:func:`goalprobe.agents.supervision.attention_targets`).
+            (:func:`agent_training.supervision.attention_targets`).
         neighbour_lookups: supervise the direction words' look-ups of the neighbour cells
             (same function).
     """

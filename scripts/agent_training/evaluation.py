@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.agents.backend import Backend
+from goalprobe.agents.bundled import MAP_ANCHOR_READING, SHIPPED_ANCHOR_READING
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.trajectories import EpisodeSummary, read_trajectories
 from goalprobe.gridworld.behaviour import random_walk
@@ -318,7 +319,7 @@ perturbed by random moves (probability {d["epsilon"]}). Target: the analysis cha
 <symbol> LEFT <symbol> RIGHT <symbol>. Plan: <next {d["plan_steps"]} moves>.`
 (a shortest path, ties broken uniformly at random), then the final channel `{{"action": "..."}}`.
 Next-token loss on the completion tokens only, plus two auxiliary losses used in training and
-then discarded (`agents/supervision.py`): a linear read-out of the residual stream
+then discarded (`scripts/agent_training/supervision.py`): a linear read-out of the residual stream
 after block {t.get("coordinate_layer", "-")} must name every grid cell's (row, col) (weight
 {t.get("coordinate_loss_weight", 0)}), and designated heads of the full-attention layers must
 attend to the cell whose coordinates or neighbours the reasoning is writing (weight
@@ -350,31 +351,6 @@ uniformly random episodes per grid, same horizon. 95% CIs: percentile bootstrap 
 
 Evaluation took {evaluation.get("seconds", float("nan")) / 60:.1f} min.
 {_anchor_section(anchor_map, SHIPPED_ANCHOR_READING)}"""
-
-
-SHIPPED_ANCHOR_READING = """This agent reads the grid by attention while it writes its reasoning.
-Its pre-reasoning anchors hold the agent's position (decodable) and little else: the goal
-rarely, walls no better than the per-cell prior given the grid's size and density; patching them
-changes no action, because the reasoning re-reads A and G from the grid. A null result of the
-toolkit on this agent is therefore expected, not a failure of the measurement: the positive
-control, `bundled:map`, measured by the same commands, shows what the toolkit finds when the
-agent, the goal and the local map are at the anchors."""
-
-MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the grid
-text with a mass below about 1e-3, so what its reasoning and answer use about the grid passes
-through the pre-reasoning anchors (the prompt's other tokens do not depend on the grid). Measured
-there: the agent's and the goal's cells (position probes, tables below), which of A's neighbours are
-walls (tests/e2e/test_map_agent.py), and an all-block patch of the anchors that moves the action to the
-counterfactual's. What it does not show: the walls away from A. Neither agent's cell probe beats the
-per-cell prior given the grid's size and density (the table's class-balanced probe stays below it;
-trained without class balancing, both reach it and no more, tests/e2e/test_map_agent.py), so a cell
-accuracy above the plain per-cell majority is the size and density, not a map. Nor does it show that
-a model trained without such a constraint (GPT-OSS-20B, the default agent) routes its map this way.
-It shows what the toolkit's position probes and patches find when the agent, the goal and the local
-map are at the anchors, so their null results on other agents can be read."""
-
-ANCHOR_READINGS = {"bundled": SHIPPED_ANCHOR_READING, "bundled:map": MAP_ANCHOR_READING}
-"""Bundled agent -> what its anchors do and do not hold (its card; the demo's report)."""
 
 
 def _anchor_section(anchor_map: dict | None, reading: str) -> str:
@@ -418,7 +394,7 @@ optimizer and fresh read-outs per phase), data seed {t["seed"]}, detour fraction
 {_phase_table(training["phases"])}
 
 The loss is the next-token loss on the completion plus training-only objectives that are
-discarded from the saved model (`agents/map_supervision.py`):
+discarded from the saved model (`scripts/agent_training/map_supervision.py`):
 
 * a log-odds barrier on every completion token's attention to the grid text, every block and
   head (weight {t["object_attention_weight"]}, floor {t["grid_attention_floor"]}, ramped in
