@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from goalprobe.agents import harmony
 from goalprobe.agents.harmony import (
@@ -58,8 +58,15 @@ ANCHOR_TOKENS = 3
 class ChatFormat(Protocol):
     """What a chat format says about one tokenizer (see the module docstring)."""
 
-    name: str
-    anchor_tokens: int
+    @property
+    def name(self) -> str:
+        """The format's registry name."""
+        ...
+
+    @property
+    def anchor_tokens(self) -> int:
+        """Tokens per anchor."""
+        ...
 
     def render_prompt(
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
@@ -354,15 +361,15 @@ class ThinkTagFormat:
             )
         return cls(
             tokenizer=tokenizer,
-            open_id=_single_token(tokenizer, OPEN_TAG),
-            close_id=_single_token(tokenizer, CLOSE_TAG),
+            open_id=cast(int, _single_token(tokenizer, OPEN_TAG)),  # checked above
+            close_id=cast(int, _single_token(tokenizer, CLOSE_TAG)),
             generation_prompt=generation_prompt,
             generation_ids=generation_ids,
             prefilled=prefilled,
             reasoning_open=reasoning_open,
             reasoning_close=reasoning_close,
             stop_token=stop,
-            stop_token_id=_single_token(tokenizer, stop),
+            stop_token_id=cast(int, _single_token(tokenizer, stop)),
             effort_keyword=effort_keyword,
             template_sha256=hashlib.sha256(template.encode("utf-8")).hexdigest(),
         )
@@ -467,7 +474,7 @@ class ThinkTagFormat:
                 f"{self.generation_prompt!r} of the chat template; render prompts with the "
                 "model's chat format (goalprobe.agents.chat_format)"
             )
-        pre = tuple(range(end - ANCHOR_TOKENS, end))
+        pre = (end - 3, end - 2, end - 1)  # ANCHOR_TOKENS = 3
         post = None
         close = first_close
         if close < len(ids) - 1 and close - 1 >= end:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.budgets import token_budget
@@ -184,7 +184,7 @@ def fit_budgets(config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset
     user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
     for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens"):
         if config.scale != "tiny" and path not in fixed:
-            small = config
+            small: Any = config
             for name in path.split("."):
                 small = getattr(small, name)
             effort = config.rollouts.reasoning_effort
@@ -269,7 +269,7 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
     for name, value in data.items():
         kind = hints[name]
         if dataclasses.is_dataclass(kind) and isinstance(value, dict):
-            values[name] = from_dict(kind, value)
+            values[name] = from_dict(cast(type, kind), value)
         else:
             values[name] = _tuples(value)
     return cls(**values)

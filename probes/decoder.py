@@ -259,10 +259,10 @@ def combine_walls(
     n, side = out.shape[0], out.shape[1]
     wall = np.array(out[..., int(CellType.WALL)], copy=True).reshape(n, -1)
     source = np.zeros((n, side * side), dtype=np.uint8)
-    inside = np.zeros((n, side, side), dtype=bool)
+    grid_cells = np.zeros((n, side, side), dtype=bool)
     for i, size in enumerate(np.asarray(sizes, dtype=np.int64).tolist()):
-        inside[i, :size, :size] = True
-    inside = inside.reshape(n, -1)
+        grid_cells[i, :size, :size] = True
+    inside = grid_cells.reshape(n, -1)
     if absolute is not None:
         a = np.asarray(absolute, dtype=np.float32).reshape(n, -1)
         wall = np.where(inside, a, wall)
@@ -273,14 +273,14 @@ def combine_walls(
         use = on_canvas & inside[rows, flat]
         wall[rows[use], flat[use]] = np.asarray(agent_centred, dtype=np.float32)[use]
         source[rows[use], flat[use]] = 2
-    wall = wall.reshape(n, side, side)
+    wall_map = wall.reshape(n, side, side)
     old = out[..., int(CellType.WALL)]
     rest = np.clip(1.0 - old, 1e-12, None)
     changed = source.reshape(n, side, side) > 0
-    scale = np.where(changed, (1.0 - wall) / rest, 1.0)[..., None]
+    scale = np.where(changed, (1.0 - wall_map) / rest, 1.0)[..., None]
     others = out * scale
-    others[..., int(CellType.WALL)] = np.where(changed, wall, old)
+    others[..., int(CellType.WALL)] = np.where(changed, wall_map, old)
     # a cell whose other classes all had probability 0 takes OPEN for the rest
     empty = changed & (old >= 1.0 - 1e-12)
-    others[..., int(CellType.OPEN)] += np.where(empty, 1.0 - wall, 0.0)
+    others[..., int(CellType.OPEN)] += np.where(empty, 1.0 - wall_map, 0.0)
     return others, source.reshape(n, side, side)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.optimize
@@ -325,7 +325,9 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
                 self.validation_fraction,
                 self.random_state,
             )
-            theta, best, chosen = None, None, None
+            theta = None
+            best: Any = None
+            chosen: Any = None
             for alpha in alphas:
                 theta = self._fit_rows(X, y, fit_rows, alpha, theta)
                 logit, target, mask = self._val_terms(X, y, val_rows)

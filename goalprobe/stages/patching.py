@@ -9,6 +9,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def _record_batch(path: Path, halved) -> None:
     tmp.replace(path)
 
 
-def patch_config(p: PatchingConfig, effort: str, template_dir: str | None) -> PatchConfig:
+def patch_config(p: PatchingConfig, effort: Any, template_dir: str | None) -> PatchConfig:
     """The demo section's :class:`PatchConfig`, with the prompts' reasoning effort and
     templates (those of the trajectories)."""
     return dataclasses.replace(p.patch, reasoning_effort=effort, template_dir=template_dir)

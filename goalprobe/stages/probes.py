@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def train_probe(
     loader = StoreProbeLoader(store)
     sweep = dataclasses.replace(
         sweep,
-        target=family.target,
+        target=cast(Any, family.target),
         stages=sweep.stages or stages_with_rows(store),
         layers=sweep.layers or tuple(loader.layers),
     )

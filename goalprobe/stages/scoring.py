@@ -149,7 +149,7 @@ def score_run(
     }
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
     by_key = {f.key: f for f in files}
-    meg: MegScores = {
+    meg: MegScores = {  # type: ignore[typeddict-item]  # the aggregates come from score_grid_meg
         "schema": MEG_SCHEMA,
         "schema_version": MEG_SCHEMA_VERSION,
         **header,

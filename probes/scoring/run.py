@@ -8,9 +8,10 @@ The application (:func:`goalprobe.stages.scoring.score_run`) finds and joins the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from goalprobe.probes.scoring.belief_table import (
@@ -46,7 +47,7 @@ class DecodedRows:
 
     key: str
     description: dict
-    maps: object
+    maps: Any
     idx: np.ndarray
     ids: list[tuple[str, int, int]]
     prior: tuple = (None, 0)
@@ -133,7 +134,7 @@ def score_beliefs(
 
 
 def score_grid_meg(
-    grids: Mapping,
+    grids: dict,
     steps: StepTable,
     config: ScoreConfig,
     probe: dict,
