@@ -360,4 +360,3 @@ def test_patching_rows_follow_the_specs_and_the_sanity_row_shows_its_outcome(tmp
     _patching(layout, passed=True, post_role="verdict")
     with pytest.raises(RoleMismatch, match="patching.post_reasoning"):
         headline_rows(layout.root)
-
