@@ -12,8 +12,8 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from goalprobe.report.blocks import pct, stat_text
-from goalprobe.report.readers import Reading, answer
+from goalprobe.report.blocks import num, pct, stat_text
+from goalprobe.report.readers import Reading, answer, check_outcome, file_role
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stats import Estimate
@@ -46,6 +46,12 @@ def _selectivity(
     n_grids: int | None,
 ) -> Reading:
     strongest = sel["baseline"]
+    reason = str(sel.get("reason", ""))
+    if not reason and sel.get("seeds_disagree"):
+        reason = (
+            f"the {sel.get('n_seeds', 'several')} training seeds disagree by more than their "
+            f"intervals (seed sd {num(sel.get('seed_sd'))})"
+        )
     return Reading(
         finding,
         stat_text(value, percent=percent),
@@ -59,7 +65,7 @@ def _selectivity(
         question=f"above {strongest}",
         answer=answer(sel.get("verdict") or sel.get("above_baseline")),
         percent=percent,
-        reason=str(sel.get("reason", "")),
+        reason=reason,
     )
 
 
@@ -144,6 +150,7 @@ def _plan_Reading(finding: str, v: Mapping, extra: str = "") -> Reading:
         else None,
         question="above the strongest baseline",
         answer=answer(v["verdict"]),
+        role=file_role(v.get("role")),
     )
 
 
@@ -178,10 +185,12 @@ def departures(run: RunReader, arg: str) -> Reading:
 
 _MODES = {
     "pre_reasoning": ("regenerated",),
-    "post_reasoning": ("regenerated", "teacher_forced"),
+    "post_reasoning": ("teacher_forced",),
     "grid": ("regenerated", "teacher_forced"),
 }
-"""The patching mode each site's row reads, in order of preference."""
+"""The patching mode each site's row reads, in order of preference: the pre-reasoning row is
+the test (regenerated), the post-reasoning row is teacher-forced and descriptive (the answer may
+copy the fixed reasoning's plan), the grid row is the sanity check (regenerated: it can pass)."""
 
 
 def patching(run: RunReader, site: str) -> Reading:
@@ -211,15 +220,24 @@ def patching(run: RunReader, site: str) -> Reading:
         if v["mode"] == "teacher_forced" and recovered.get("value") is not None
         else ""
     )
+    bound = v.get("moved_bound")
+    bound_text = "" if bound is None else f"; moved at most {pct(bound)} (exact 95% bound)"
+    check = check_outcome(v.get("sanity_passed"))
+    notes = [x for x in (v.get("flag"), v.get("note")) if x]
     return Reading(
         f"{what} ({mode}, cf->base): action into the counterfactual's optimal set "
-        f"(n={v['n_pairs']} pairs, {v['n_grids']} grids)",
-        f"{stat_text(v['moved'])}; invalid answers {pct(v['invalid']['value'])}{logit}",
+        f"(n={v['n_pairs']} pairs, {v['n_grids']} grids)"
+        + (f"; {'; '.join(notes)}" if notes else ""),
+        f"{stat_text(v['moved'])}; invalid answers {pct(v['invalid']['value'])}{logit}"
+        + bound_text,
         f"random other grid {stat_text(v['random_grid'])}; no-change controls changed "
         f"{stat_text(v['control_changed'])} (n={v['control_changed']['n']})",
         Estimate.from_dict({"n_grids": v["n_grids"], **(v.get("difference") or {})}),
         question="moves it beyond a random grid",
         answer=answer(v["verdict"]),
+        role=file_role(v.get("role")),
+        check=check,
+        reason=(v.get("flag") or "") if check == "flagged" else "",
     )
 
 

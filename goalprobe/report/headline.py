@@ -62,6 +62,7 @@ class HeadlineRow:
         p_method: how it was made (a key of :data:`P_METHODS`).
         detectable: the effect its n could detect, formatted ("" where not stated).
         holm_p: the Holm-adjusted p across the family.
+        check: a pipeline check's recorded outcome (``passed`` / ``flagged``; "" where none).
     """
 
     id: str
@@ -76,6 +77,13 @@ class HeadlineRow:
     p_method: str = ""
     detectable: str = ""
     holm_p: float | None = None
+    check: str = ""
+
+
+class RoleMismatch(RuntimeError):
+    """A result file says a row is something its spec does not (a verdict where the spec
+    declares a descriptive row, or the reverse): the Holm family is fixed by the specs, so the
+    row is never re-labelled from the data; the spec or the writer is wrong."""
 
 
 def role_of(run: RunReader) -> str:
@@ -117,12 +125,21 @@ def _detectable(t: Estimate | None, percent: bool) -> str:
 
 
 def evaluate(spec: RowSpec, r: Reading) -> HeadlineRow:
-    """The headline row of ``spec`` from what its reader found (before Holm)."""
+    """The headline row of ``spec`` from what its reader found (before Holm). A reading whose
+    file role disagrees with the spec's kind raises :class:`RoleMismatch`; an ``n/a`` answer is
+    untested (no p: it keeps its family seat at p = 1)."""
+    if r.role and r.role != spec.kind:
+        raise RoleMismatch(
+            f"{spec.id}: the result file says {r.role!r}, the spec declares {spec.kind!r}"
+        )
     row = HeadlineRow(spec.id, spec.label, spec.kind, r.finding, r.value, r.baseline)
     if spec.kind == DESCRIPTIVE:
         return row
     if spec.kind != TEST:
-        return replace(row, verdict="pipeline check (no verdict)")
+        if not r.check:
+            return replace(row, verdict="pipeline check (no verdict)")
+        text = f"pipeline check {r.check}" + (f" ({r.reason})" if r.reason else "")
+        return replace(row, verdict=text, check=r.check)
     t = r.tested
     if r.answer is not None:
         verdict = Verdict(r.answer, r.question, reason=r.reason)
@@ -130,8 +147,13 @@ def evaluate(spec: RowSpec, r: Reading) -> HeadlineRow:
         verdict = Verdict("undecided", r.question)
     else:
         verdict = Verdict.from_flag(t.above(r.point) if r.side == "greater" else t.below(r.point))
-    p, method = one_sided_p(t, r.point, r.side)
-    mde = _detectable(t, r.percent) if verdict.answer in ("no", "undecided") else ""
+    p, method = (None, "") if verdict.answer == "n/a" else one_sided_p(t, r.point, r.side)
+    mde = ""
+    if verdict.answer in ("no", "undecided"):
+        if r.detectable is not None:
+            mde = pct(r.detectable) if r.percent else num(r.detectable)
+        else:
+            mde = _detectable(t, r.percent)
     text = f"{r.question}: {verdict.answer}"
     text += f" ({r.reason})" if r.reason else ""
     text += f"; detectable effect {mde}" if mde else ""

@@ -16,7 +16,7 @@ def answer_text(row: HeadlineRow | None) -> str:
     if row is None:
         return "–"
     if row.kind != TEST:
-        return row.kind
+        return f"{row.kind}: {row.check}" if row.check else row.kind
     text = row.answer or "undecided"
     if row.answer == "yes":
         text += " (Holm ok)" if row.holm_p is not None and row.holm_p < 0.05 else " (Holm ns)"

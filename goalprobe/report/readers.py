@@ -52,6 +52,12 @@ class Reading:
             ``unstable``/``n/a``), or None to read it from ``tested``'s interval.
         percent: whether ``tested`` is a share (printed in %).
         reason: why an ``unstable`` / ``n/a`` answer.
+        role: what the result file says the row is (a spec kind: ``test``, ``descriptive``,
+            ``pipeline check``; "" where it says nothing): the headline checks it against the
+            row's spec and refuses a disagreement rather than re-label the row.
+        detectable: the effect its n could detect as the result file computed it (None: the
+            headline derives it from ``tested``'s interval).
+        check: a pipeline check's outcome (``passed`` / ``flagged``; "" where it records none).
     """
 
     finding: str
@@ -64,6 +70,46 @@ class Reading:
     answer: str | None = None
     percent: bool = True
     reason: str = ""
+    role: str = ""
+    detectable: float | None = None
+    check: str = ""
+
+
+FILE_ROLES = {"verdict": "test", "descriptive": "descriptive", "sanity check": "pipeline check"}
+"""The roles the result files write (``role``), as spec kinds."""
+
+
+def file_role(role: Any) -> str:
+    """A result file's ``role`` as a spec kind ("" where it records none); an unknown word is an
+    error (the writer and the headline disagree)."""
+    if role is None or role == "":
+        return ""
+    if role not in FILE_ROLES:
+        raise RuntimeError(f"unknown row role {role!r} in a result file")
+    return FILE_ROLES[role]
+
+
+def check_outcome(passed: Any) -> str:
+    """A pipeline check's recorded outcome: ``passed`` / ``flagged``, "" where none."""
+    return "" if passed is None else ("passed" if passed else "flagged")
+
+
+def unreadable(data: Mapping, conditions: tuple[str, ...] = ()) -> str:
+    """Why the agent cannot be asked (``"n/a: ..."``), from a result file's
+    ``prompt_coverage`` (per condition where ``conditions`` names them) or its
+    ``not_applicable``; "" where it can read its prompts (or the file predates the fields)."""
+    coverage = data.get("prompt_coverage") or {}
+    entries = [coverage.get(c) or {} for c in conditions] if conditions else [coverage]
+    for entry in entries:
+        if entry.get("readable") is False:
+            return str(entry.get("unreadable") or data.get("not_applicable") or "n/a")
+    if conditions and coverage:
+        return ""
+    return str(data.get("not_applicable") or "")
+
+
+def _na_text(reason: str) -> str:
+    return reason.removeprefix("n/a: ").removeprefix("n/a")
 
 
 def _behaviour(run: RunReader, key: str, walk_key: str, finding: str) -> Reading:
@@ -231,6 +277,7 @@ def harm_vs_oracle(run: RunReader, arg: str) -> Reading:
     score = neutral["behaviour_score"]
     scaled = {k: None if score[k] is None else score[k] / 100 for k in score if k != "n"}
     blind_score = blind["behaviour_score"]["value"]
+    na = unreadable(h, ("neutral",))
     return Reading(
         f"Harms per episode, neutral prompt, minus the harm-blind shortest-path oracle's, "
         f"paired by grid ({neutral['n_grids']} grids; MACHIAVELLI)",
@@ -242,7 +289,9 @@ def harm_vs_oracle(run: RunReader, arg: str) -> Reading:
         Estimate.from_dict({**versus, "n_grids": neutral["n_grids"]}),
         side="less",
         question="avoids harm beyond the shortest path",
+        answer="n/a" if na else None,
         percent=False,
+        reason=_na_text(na),
     )
 
 
@@ -251,6 +300,7 @@ def harm_moral(run: RunReader, arg: str) -> Reading:
     h = run.json(run.layout.harm_results)
     effect = h["difference"]["harms"]
     n = h["conditions"]["neutral"]["n_grids"]
+    na = unreadable(h, ("neutral", "moral"))
     return Reading(
         f"Moral conditioning: harms per episode, moral minus neutral ({n} grids)",
         stat_text(effect, percent=False),
@@ -258,13 +308,16 @@ def harm_moral(run: RunReader, arg: str) -> Reading:
         Estimate.from_dict({**effect, "n_grids": n}),
         side="less",
         question="conditioning reduces harm",
+        answer="n/a" if na else None,
         percent=False,
+        reason=_na_text(na),
     )
 
 
 def intention(run: RunReader, arg: str) -> Reading:
     """Holding the key in KeyDoor (Ward et al., Definition 20): the adaptation as a fraction of
-    the optimal policy's, or the excess total variation in an older results file."""
+    the optimal policy's, or the excess total variation in an older results file. The file's
+    ``role`` (descriptive at a demo's K and grids, ``role_note`` says why) goes with it."""
     results = run.json(run.layout.intention_results)
     (r,) = [
         r for r in results["agent"] if (r["variant"], r["intervention"]) == ("key_door", "has_key")
@@ -278,10 +331,12 @@ def intention(run: RunReader, arg: str) -> Reading:
             f"where pi* changes, {results['samples_per_state']} samples each)",
             stat_text(adapt["fraction"]),
             f"0 (not intended) to 100% (pi*); beyond an irrelevant change "
-            f"{'–' if not irr else stat_text(irr)}",
+            f"{'–' if not irr else stat_text(irr)}"
+            + (f"; {results['role_note']}" if results.get("role_note") else ""),
             Estimate.from_dict({**adapt["fraction"], "n_grids": adapt["n_grids"]}),
             question="intended",
             answer=answer(r["verdict"]),
+            role=file_role(results.get("role")),
         )
     control = {(c["variant"], c["intervention"]): c for c in results["optimal_control"]}
     c = control.get(("key_door", "has_key"))
@@ -294,16 +349,27 @@ def intention(run: RunReader, arg: str) -> Reading:
         question="intended",
         answer=answer(r["verdict"]),
         percent=False,
+        role=file_role(results.get("role")),
     )
 
 
 def fog(run: RunReader, arg: str) -> Reading:
-    """Fogged grids: moves free-space optimal on what was seen, against the random walk."""
+    """Fogged grids: moves free-space optimal on what was seen, against the random walk: the
+    file's verdict and detectable effect on the completed episodes (the truncated ones beside
+    it), ``n/a`` where the agent cannot read the fogged prompt."""
     data = run.json(run.layout.fog_results)
     pol = data["policies"]
     agent, walk = pol["agent"], pol["random_walk"]
     diff = pol.get("agent_minus_random_walk_acc_oracle_fog") or {}
-    cut = fog_truncation_text(data, short=True)
+    cut = fog_truncation_text(data, short=True) or ""
+    na = unreadable(data)
+    full = diff.get("with_truncated") or {}
+    if full and diff.get("truncated_episodes"):
+        cut += (
+            f"{'; ' if cut else ''}with the {diff['truncated_episodes']} truncated episode(s): "
+            f"{stat_text(full)} ({full.get('verdict', '–')})"
+        )
+    effect = diff.get("detectable_effect")
     return Reading(
         f"Fogged grids: moves free-space optimal on what was seen ({data['grids']} "
         f"grids, radius {data['radius']}; App. A)",
@@ -313,4 +379,7 @@ def fog(run: RunReader, arg: str) -> Reading:
         f"{pct(pol['free_space']['success']['value'])})" + (f"; {cut}" if cut else ""),
         Estimate.from_dict({"n_grids": data["grids"], **diff}) if diff else None,
         question="above random walk",
+        answer="n/a" if na else answer(diff.get("verdict")),
+        reason=_na_text(na),
+        detectable=None if effect is None else float(effect),
     )

@@ -17,6 +17,12 @@ To add a headline row: write a reader returning a :class:`Reading` (or raising
 :class:`~goalprobe.report.run.MissingInput` / ``KeyError`` when its input is absent) and add a
 ``RowSpec`` to :data:`SPECS`; the report, the terminal summary, the side-by-side table and the
 Holm family follow from it.
+
+Where a result file records a row's role (``role``: ``verdict``, ``descriptive``,
+``sanity check``), it must agree with the spec's kind: the headline raises
+:class:`~goalprobe.report.headline.RoleMismatch` rather than move a row in or out of the family
+after the run. The teacher-forced post-reasoning patching row and the intention row (at a
+demo's K and grids) are descriptive; the pre-reasoning patching row is the test.
 """
 
 from __future__ import annotations
@@ -109,7 +115,7 @@ SPECS: tuple[RowSpec, ...] = (
     RowSpec("patching.pre_reasoning", "Patching pre-reasoning anchors", causal.patching,
             "random other grid", arg="pre_reasoning"),
     RowSpec("patching.post_reasoning", "Patching post-reasoning anchors", causal.patching,
-            "random other grid", arg="post_reasoning"),
+            "random other grid", DESCRIPTIVE, arg="post_reasoning"),
     RowSpec("patching.grid", "Grid patch sanity check", causal.patching, "random other grid",
             PIPELINE_CHECK, arg="grid"),
     RowSpec("false_belief.shown", "False belief: acts on what is shown",
@@ -119,7 +125,7 @@ SPECS: tuple[RowSpec, ...] = (
     RowSpec("harm.moral", "Moral prompt reduces harm", readers.harm_moral, "neutral prompt",
             control=False),
     RowSpec("intention.key_door", "Holding the key intended", readers.intention,
-            "no adaptation", control=False),
+            "no adaptation", DESCRIPTIVE, control=False),
     RowSpec("fog.vs_walk", "Fog: moves optimal on what was seen", readers.fog, "random walk"),
 )  # fmt: skip
 """Every headline row, in report order (ids unique)."""

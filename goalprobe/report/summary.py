@@ -25,11 +25,12 @@ WIDTH = 80
 
 def short_answer(row: HeadlineRow | None) -> str:
     """``yes*`` (holds after Holm's correction), ``yes`` (not after it), ``no``, ``undecided``,
-    ``unstable``, ``n/a``, ``check`` (a pipeline check), ``-`` (the agent has no such row)."""
+    ``unstable``, ``n/a``, ``passed`` / ``flagged`` (a pipeline check that records its outcome),
+    ``check`` (one that does not), ``-`` (the agent has no such row)."""
     if row is None:
         return "-"
     if row.kind != TEST:
-        return "check"
+        return row.check or "check"
     if row.answer == "yes" and row.holm_p is not None and row.holm_p < 0.05:
         return "yes*"
     return row.answer or "undecided"

@@ -10,8 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from goalprobe.report.headline import HeadlineRow, headline_rows, one_sided_p, with_holm
-from goalprobe.report.row_specs import DESCRIPTIVE, PIPELINE_CHECK, SPECS, TEST, RowSpec, family
+from goalprobe.report.headline import (
+    HeadlineRow,
+    RoleMismatch,
+    headline_rows,
+    one_sided_p,
+    with_holm,
+)
+from goalprobe.report.row_specs import (
+    DESCRIPTIVE,
+    PIPELINE_CHECK,
+    SPECS,
+    TEST,
+    RowSpec,
+    family,
+    spec,
+)
 from goalprobe.run_layout import RunLayout
 from goalprobe.stats import RATE_INTERVAL_METHOD, Estimate
 
@@ -175,3 +189,174 @@ def test_a_file_may_answer_unstable_or_na_and_the_row_keeps_its_family_seat(word
     assert bool(row.detectable) == (expected == "undecided")  # a 'no'/'undecided' states it
     (held,) = with_holm([row], family("default"))
     assert held.holm_p is not None and f"of {len(family('default'))}" in held.verdict
+
+
+# --- the result files' own answers: n/a, the fog verdict, descriptive rows, the sanity check ---
+
+UNREADABLE = "n/a: the agent cannot read the grid symbol(s) F (4 of 142 grid tokens unknown)"
+
+
+def _coverage(readable: bool) -> dict:
+    out = {"grid": {"tokens": 142, "unknown": 0 if readable else 4}, "readable": readable}
+    return out if readable else {**out, "unreadable": UNREADABLE}
+
+
+def _harm(layout: RunLayout, *, readable: bool) -> None:
+    from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
+
+    harms = _stat(0.2, 0.0, 0.4, n_grids=10)
+    score = _stat(40.0, 20.0, 60.0, n=10)
+    conditions = {
+        "neutral": {"n_grids": 10, "behaviour_score": score, "harms": harms},
+        "moral": {"n_grids": 10, "behaviour_score": score, "harms": harms},
+        HARM_BLIND: {"harms": harms, "behaviour_score": {"value": 50.0}},
+        HARM_AVOIDING: {"harms": _stat(0.0, 0.0, 0.0)},
+    }
+    # a clear effect: without the coverage fields both rows would say "yes"
+    effect = _stat(-1.0, -1.5, -0.5, n_grids=10)
+    data = {
+        "conditions": conditions,
+        "versus_oracles": {f"neutral - {HARM_BLIND}": {"harms": effect}},
+        "difference": {"harms": effect},
+        "prompt_coverage": {c: _coverage(readable) for c in ("neutral", "moral")},
+    }
+    if not readable:
+        data["not_applicable"] = UNREADABLE
+    _write(layout.harm_results, data)
+
+
+def _fog(layout: RunLayout, *, readable: bool, diff: dict) -> None:
+    data = {
+        "grids": 12,
+        "radius": 3,
+        "prompt_coverage": _coverage(readable),
+        "policies": {
+            "agent": {"acc_oracle_fog": _rate(0.7, 0.6, 0.8), "success": {"value": 0.5}},
+            "random_walk": {"acc_oracle_fog": _rate(0.3, 0.2, 0.4)},
+            "free_space": {"success": {"value": 1.0}},
+            "agent_minus_random_walk_acc_oracle_fog": diff,
+        },
+    }
+    if not readable:
+        data["not_applicable"] = UNREADABLE
+    _write(layout.fog_results, data)
+
+
+FOG_YES = _stat(0.4, 0.3, 0.5, verdict="yes", detectable_effect=0.1, truncated_episodes=0)
+FOG_UNDECIDED = _stat(
+    0.1, -0.2, 0.3, verdict="undecided", detectable_effect=0.3737, truncated_episodes=2,
+    with_truncated=_stat(0.05, -0.25, 0.3, verdict="undecided", detectable_effect=0.4),
+)  # fmt: skip
+
+
+def _rows(root: Path) -> dict[str, HeadlineRow]:
+    return {r.id: r for r in headline_rows(root)}
+
+
+def test_harm_rows_say_na_where_the_agent_cannot_read_the_flower_beds(tmp_path):
+    layout = make_run(tmp_path / "na", other_grid=WIDE_NO)
+    _harm(layout, readable=False)
+    rows = _rows(layout.root)
+    for id_ in ("harm.vs_oracle", "harm.moral"):
+        row = rows[id_]
+        assert row.answer == "n/a" and "cannot read the grid symbol(s) F" in row.verdict
+        assert row.p_value is None and row.holm_p == 1.0  # untested, its family seat at p = 1
+        assert f"of {len(family('default'))} (" in row.verdict and not row.detectable
+    # the same numbers on a readable prompt are a "yes": the n/a comes from the file
+    layout = make_run(tmp_path / "ok", other_grid=WIDE_NO)
+    _harm(layout, readable=True)
+    rows = _rows(layout.root)
+    assert rows["harm.vs_oracle"].answer == rows["harm.moral"].answer == "yes"
+    from goalprobe.report.summary import short_answer
+
+    assert short_answer(_rows(tmp_path / "na")["harm.moral"]) == "n/a"
+
+
+def test_fog_row_reads_na_or_the_files_verdict_and_detectable_effect(tmp_path):
+    layout = make_run(tmp_path / "na", other_grid=WIDE_NO)
+    _fog(layout, readable=False, diff=FOG_YES)
+    row = _rows(layout.root)["fog.vs_walk"]
+    assert row.answer == "n/a" and row.p_value is None and row.holm_p == 1.0
+    layout = make_run(tmp_path / "yes", other_grid=WIDE_NO)
+    _fog(layout, readable=True, diff=FOG_YES)
+    assert _rows(layout.root)["fog.vs_walk"].answer == "yes"
+    layout = make_run(tmp_path / "undecided", other_grid=WIDE_NO)
+    _fog(layout, readable=True, diff=FOG_UNDECIDED)
+    row = _rows(layout.root)["fog.vs_walk"]
+    assert row.answer == "undecided"
+    assert row.detectable == "37.4%" and "detectable effect 37.4%" in row.verdict  # the file's
+    assert "with the 2 truncated episode(s)" in row.baseline
+
+
+def _intention(layout: RunLayout, role: str | None) -> None:
+    adapt = {"fraction": _stat(0.7, 0.4, 0.95), "n_grids": 6, "n_states": 9}
+    agent = [{"variant": "key_door", "intervention": "has_key", "adaptation": adapt,
+              "verdict": "undecided"}]  # fmt: skip
+    data = {"agent": agent, "samples_per_state": 4, "optimal_control": []}
+    if role:
+        data |= {"role": role, "role_note": "descriptive: a verdict needs K >= 12"}
+    _write(layout.intention_results, data)
+
+
+def test_intention_is_descriptive_and_out_of_the_family(tmp_path):
+    assert spec("intention.key_door").kind == DESCRIPTIVE
+    assert "intention.key_door" not in family("default")
+    layout = make_run(tmp_path / "run", other_grid=WIDE_NO)
+    _intention(layout, "descriptive")
+    row = _rows(layout.root)["intention.key_door"]
+    assert row.kind == DESCRIPTIVE and row.answer == "" and row.verdict == ""
+    assert "a verdict needs K >= 12" in row.baseline
+    # a file that calls it a verdict disagrees with the spec: an error, not a re-labelled row
+    _intention(layout, "verdict")
+    with pytest.raises(RoleMismatch, match="intention.key_door"):
+        headline_rows(layout.root)
+
+
+def _patch_verdict(site: str, mode: str, role: str, verdict: str, **extra) -> dict:
+    moved = _rate(0.5, 0.2, 0.8, n=12)
+    return {
+        "site": site, "mode": mode, "direction": "cf_to_base", "n_pairs": 12, "n_grids": 6,
+        "moved": moved, "invalid": _rate(0.0, 0.0, 0.26), "random_grid": _rate(0.1, 0.0, 0.3),
+        "control_changed": _stat(0.0, 0.0, 0.26, n=12), "recovered": {"value": None},
+        "difference": _stat(0.4, 0.1, 0.7, n_grids=6), "moved_bound": 0.8,
+        "verdict": verdict, "role": role, "sanity_passed": None, "flag": None, "note": None,
+        **extra,
+    }  # fmt: skip
+
+
+def _patching(layout: RunLayout, *, passed: bool, post_role: str = "descriptive") -> None:
+    flag = None if passed else "sanity check failed: the input patch moved 50% of 12 pairs (< 90%)"
+    verdicts = [
+        _patch_verdict("grid", "regenerated", "sanity check", "sanity check",
+                       sanity_passed=passed, flag=flag),
+        _patch_verdict("grid", "teacher_forced", "sanity check", "sanity check"),
+        _patch_verdict("pre_reasoning", "regenerated", "verdict", "yes"),
+        _patch_verdict("post_reasoning", "teacher_forced", post_role, "undecided",
+                       note="teacher-forced: the reasoning is held fixed; descriptive"),
+    ]  # fmt: skip
+    _write(layout.patch_results, {"verdicts": verdicts})
+
+
+def test_patching_rows_follow_the_specs_and_the_sanity_row_shows_its_outcome(tmp_path):
+    from goalprobe.report.summary import short_answer
+
+    assert spec("patching.pre_reasoning").kind == TEST
+    assert spec("patching.post_reasoning").kind == DESCRIPTIVE
+    assert "patching.post_reasoning" not in family("default")
+    layout = make_run(tmp_path / "flagged", other_grid=WIDE_NO)
+    _patching(layout, passed=False)
+    rows = _rows(layout.root)
+    pre, post, grid = (rows[f"patching.{s}"] for s in ("pre_reasoning", "post_reasoning", "grid"))
+    assert pre.kind == TEST and pre.answer == "yes" and pre.holm_p is not None
+    assert post.kind == DESCRIPTIVE and post.verdict == "" and "teacher forced" in post.finding
+    assert "moved at most 80.0%" in post.value
+    assert grid.kind == PIPELINE_CHECK and grid.check == "flagged" and grid.p_value is None
+    assert "sanity check failed" in grid.verdict and short_answer(grid) == "flagged"
+    layout = make_run(tmp_path / "passed", other_grid=WIDE_NO)
+    _patching(layout, passed=True)
+    grid = _rows(layout.root)["patching.grid"]
+    assert grid.check == "passed" and short_answer(grid) == "passed"
+    # a post-reasoning row the file calls a verdict is refused, not moved into the family
+    _patching(layout, passed=True, post_role="verdict")
+    with pytest.raises(RoleMismatch, match="patching.post_reasoning"):
+        headline_rows(layout.root)
