@@ -11,6 +11,7 @@ from typing import Any
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
@@ -161,6 +162,9 @@ def tiny(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         decision=DecisionConfig(max_steps=6, n_bootstrap=n_boot, seed=seed),
+        # attribution (issue 41): the patching stage's 2 disjoint pairs, the first checked
+        # against its real patches (~4 s + ~12 s per agent)
+        attribution=AttributionSection(max_pairs=2, check_pairs=1),
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7,), densities=(1.0,), n_per_cell=2, seed=seed),
             episodes_per_grid=1,
@@ -273,6 +277,10 @@ def default(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         decision=DecisionConfig(max_steps=60, n_bootstrap=n_boot, seed=seed),
+        # attribution (issue 41): 10 of the patching stage's disjoint pairs at ~2 s each on CPU
+        # (AtP + GradDrop, both metrics; docs/benchmarks.md) plus the real-patch check of the
+        # first (~11 s default agent, ~16 s control): about 35-40 s per agent
+        attribution=AttributionSection(max_pairs=10, check_pairs=1),
         # 12 fogged grids x 2 episodes at T = ceil(3 L)
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=3, seed=seed),
