@@ -32,12 +32,23 @@ def card(run: RunReader) -> dict:
     return run.json(run.layout.attribution)
 
 
+def share_text(top: Mapping) -> str:
+    """The top region's share with its interval over grids (in words with one grid)."""
+    text = stat_text(top["share"])
+    return text if top["share"].get("ci_low") is not None else f"{text} (one grid: no interval)"
+
+
+def counts_text(top: Mapping) -> str:
+    """``"n = 10 pairs on 5 grids"``."""
+    grids = top["n_grids"]
+    return f"n = {top['n_pairs']} pairs on {grids} grid{'' if grids == 1 else 's'}"
+
+
 def where_text(top: Mapping) -> str:
-    """``"pre-reasoning anchors 62% [40%, 80%] (uniform 3%; 10 pairs, 5 grids)"``."""
+    """``"the pre-reasoning anchors: 62% [40%, 80%] of the attribution (uniform 3%; n = ...)"``."""
     return (
-        f"{REGION_WORDS[top['region']]}: {stat_text(top['share'])} of the attribution "
-        f"(uniform over the affected positions {pct(top['uniform_share'])}; "
-        f"n = {top['n_pairs']} pairs on {top['n_grids']} grids)"
+        f"{REGION_WORDS[top['region']]}: {share_text(top)} of the attribution "
+        f"(uniform over the affected positions {pct(top['uniform_share'])}; {counts_text(top)})"
     )
 
 
@@ -51,7 +62,7 @@ def where_read_row(run: RunReader, arg: str) -> Reading:
         f"Where the coordinates are read from: the region with the largest share of "
         f"{METRIC_WORDS[arg]}'s attribution (GradDrop; chosen on the same pairs: a location, "
         "not a test)",
-        f"{top['region'].replace('_', ' ')} {stat_text(top['share'])}",
+        f"{top['region'].replace('_', ' ')} {share_text(top)}; {counts_text(top)}",
         f"uniform {pct(top['uniform_share'])}",
         Estimate.from_dict(top["share"]),
         top["uniform_share"],
@@ -100,11 +111,11 @@ def _first_map(run: RunReader, metric: str):
     return heatmap_figure(next(r for r in records if r.metric == metric))
 
 
-def _check_blocks(run: RunReader, who: str) -> list[Block]:
+def _check_rows(run: RunReader, who: str) -> list[tuple]:
     check = run.optional_json(run.layout.attribution_check)
+    rows: list[tuple] = []
     if not check:
-        return []
-    rows = []
+        return rows
     for metric, entries in check["metrics"].items():
         for e in entries:
             rows.append(
@@ -121,8 +132,11 @@ def _check_blocks(run: RunReader, who: str) -> list[Block]:
                     num(e["total_effect"], 3),
                 )
             )
-    return [
-        table(
+    return rows
+
+
+def _check_table(rows: list[tuple]) -> Block:
+    return table(
             (
                 "agent",
                 "metric",
@@ -141,7 +155,6 @@ def _check_blocks(run: RunReader, who: str) -> list[Block]:
             "is in the pair's top decile. Estimate / effect well below 1: saturation (the "
             "coordinates are written with probability about 1) or cancellation.",
         )  # fmt: skip
-    ]
 
 
 def attribution(run: RunReader, fig: Figures) -> list[Block]:
@@ -164,7 +177,9 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
     blocks += _agent_blocks(run, "Default agent", fig)
     if control.layout.stages_dir.is_dir():
         blocks += _agent_blocks(control, "Positive control", fig)
-    blocks += _check_blocks(run, "default")
+    rows = _check_rows(run, "default")
     if control.layout.stages_dir.is_dir():
-        blocks += _check_blocks(control, "control")
+        rows += _check_rows(control, "control")
+    if rows:
+        blocks.append(_check_table(rows))
     return blocks
