@@ -199,7 +199,7 @@ def command(
             chosen = read_pairs(pairs, bases, section.kinds, section.max_pairs)
         except (ValueError, KeyError) as err:
             raise typer.BadParameter(str(err), param_hint="--pairs") from err
-        source = pair_source(str(pairs), str(trajectories))
+        source = pair_source(str(pairs), str(trajectories), read)
     else:
         from goalprobe.probes.patching.counterfactuals import build_counterfactuals
 
@@ -211,6 +211,7 @@ def command(
             "counterfactuals": asdict(cf_config),
             "input": str(trajectories or grids),
             "n_bases": len(bases),
+            "pairs": None,
         }
     if not chosen:
         raise typer.BadParameter(f"no pair of {pairs or trajectories or grids} to attribute")

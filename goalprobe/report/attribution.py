@@ -112,7 +112,9 @@ def _first_map(run: RunReader, metric: str):
 
 
 def _check_rows(run: RunReader, who: str) -> list[tuple]:
-    check = run.optional_json(run.layout.attribution_check)
+    from goalprobe.stages.attribution import read_check
+
+    check = read_check(run.layout.attribution_check)
     rows: list[tuple] = []
     if not check:
         return rows

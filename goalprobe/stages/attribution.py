@@ -23,6 +23,12 @@ ATTRIBUTION_STEM = "attribution"
 """``OUT/attribution.safetensors`` + ``attribution.json`` (docs/formats.md)."""
 CHECK_FILE = "attribution_check.json"
 """The check against real patches (absent when none ran)."""
+CHECK_SCHEMA = "goalprobe.attribution_check"
+"""``schema`` of :data:`CHECK_FILE`."""
+CHECK_SCHEMA_VERSION = 1
+"""Its layout version: ``top_k``, ``regions`` and per metric one entry per checked pair (the
+fields of :class:`~goalprobe.probes.attribution_check.Agreement`, ``hit_rate`` and
+``real_share_by_block``)."""
 HEATMAP_FILE = "attribution_heatmap.html"
 """The heat map of the first pair of each metric."""
 
@@ -93,7 +99,9 @@ def attribute(
         loaded: the model (:class:`~goalprobe.agents.models.LoadedModel`).
         section: what to attribute and check.
         patch_config: how the pairs are prepared (reasoning mode, token budget, prompts).
-        source: where the pairs come from (recorded in the card as given).
+        source: where the pairs come from, added to the card as given: ``counterfactuals``
+            (how they were drawn, or None), ``input`` (the bases' file), ``n_bases`` and
+            ``pairs`` (the pairs file they were read from, or None).
 
     Raises:
         NoPairError: no pair survived preparation.
@@ -119,8 +127,9 @@ def attribute(
         "model_revision": loaded.revision,
         "backend": runner.name,
         "n_layers": runner.n_layers,
-        "config": asdict(section),
-        "pairs": source,
+        "config": asdict(section.attribution),
+        "selection": {k: v for k, v in asdict(section).items() if k != "attribution"},
+        **source,
         "reasoning": patch_config.reasoning,
         "preparation": report.to_dict(),
         "where": where_read(records),
@@ -156,7 +165,13 @@ def check_against_patches(prepared, records, runner, section: AttributionSection
 
     action_tokens = ActionTokens.from_tokenizer(runner.tokenizer)
     by_key = {(r.pair_id, r.metric): r for r in records}
-    out: dict = {"top_k": section.top_k, "regions": list(REGIONS), "metrics": {}}
+    out: dict = {
+        "schema": CHECK_SCHEMA,
+        "schema_version": CHECK_SCHEMA_VERSION,
+        "top_k": section.top_k,
+        "regions": list(REGIONS),
+        "metrics": {},
+    }
     for pair in prepared:
         specs = metric_specs(pair, runner.tokenizer, action_tokens, section.attribution.metrics)
         for metric, spec in specs.items():
@@ -258,16 +273,39 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         section,
         stage_patch_config(config.patching, read),
         source=pair_source(
-            context.layout.relative(pairs_file), context.layout.relative(trajectories)
+            context.layout.relative(pairs_file), context.layout.relative(trajectories), read
         ),
     )
     names = {"card": "attribution", "check": "check"}
     return {names[k]: p for k, p in outcome.paths.items() if k in names}, outcome.counts
 
 
-def pair_source(pairs_file: str, trajectories: str) -> dict:
-    """The card's ``pairs`` entry: the pairs file and the trajectories its bases come from."""
-    return {"pairs_file": pairs_file, "trajectories": trajectories}
+def pair_source(pairs_file: str, trajectories: str, read) -> dict:
+    """The card's entries on pairs read from a pairs file (their bases: ``read``, the
+    :class:`~goalprobe.probes.patching.run.TrajectoryBases` of ``trajectories``)."""
+    return {
+        "counterfactuals": None,
+        "input": trajectories,
+        "n_bases": len(read.bases),
+        "pairs": pairs_file,
+    }
+
+
+def read_check(path: Path) -> dict | None:
+    """The check file at ``path`` (None when absent).
+
+    Raises:
+        ValueError: naming the file when its schema or version is not this one's.
+    """
+    if not Path(path).is_file():
+        return None
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if data.get("schema") != CHECK_SCHEMA or data.get("schema_version") != CHECK_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: schema {data.get('schema')!r} version {data.get('schema_version')!r}, "
+            f"expected {CHECK_SCHEMA!r} version {CHECK_SCHEMA_VERSION}"
+        )
+    return data
 
 
 STAGE = register(

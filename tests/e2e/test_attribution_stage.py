@@ -14,6 +14,7 @@ from goalprobe.probes.attribution_file import read_attributions
 from goalprobe.config import demo_config
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import StageBook, run_in_order
+from goalprobe.stages.attribution import read_check
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +44,16 @@ def test_the_stage_attributes_the_patching_pairs(tiny_run):
     kept = [json.loads(line) for line in (root / "patching" / "patch_pairs.jsonl").open()]
     wanted = [p["pair_id"] for p in kept if p["kind"] == "disjoint"][: config.attribution.max_pairs]
     assert wanted and [r.pair_id for r in records if r.metric == records[0].metric] == wanted
-    assert card["pairs"] == {
-        "pairs_file": "patching/patch_pairs.jsonl",
-        "trajectories": "rollouts/trajectories.jsonl",
-    }
+    assert card["pairs"] == "patching/patch_pairs.jsonl"
+    assert card["input"] == "rollouts/trajectories.jsonl" and card["counterfactuals"] is None
+    assert card["config"] == {"metrics": ["action", "coordinates"], "positions": "prompt",
+                              "grad_drop": True}  # fmt: skip
     top = card["top_region"]["coordinates"]
     assert top["region"] in REGIONS and 0 <= top["share"]["value"] <= 1
     if top["n_grids"] > 1:
         assert top["share"]["ci_low"] <= top["share"]["value"] <= top["share"]["ci_high"]
     assert top["n_pairs"] == len(wanted)
-    check = json.loads((root / "attribution" / "attribution_check.json").read_text())
+    check = read_check(root / "attribution" / "attribution_check.json")
     assert {e["pair_id"] for entries in check["metrics"].values() for e in entries} == {wanted[0]}
 
 
