@@ -163,7 +163,8 @@ def tiny(seed: int) -> dict[str, Any]:
         ),
         decision=DecisionConfig(max_steps=6, n_bootstrap=n_boot, seed=seed),
         # attribution (issue 41): the patching stage's 2 disjoint pairs, the first checked
-        # against its real patches (~4 s + ~12 s per agent)
+        # against its real patches (measured in a tiny demo on 2 shared cores: 18 s default
+        # agent, 13 s control)
         attribution=AttributionSection(max_pairs=2, check_pairs=1),
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7,), densities=(1.0,), n_per_cell=2, seed=seed),
@@ -277,9 +278,10 @@ def default(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         decision=DecisionConfig(max_steps=60, n_bootstrap=n_boot, seed=seed),
-        # attribution (issue 41): 10 of the patching stage's disjoint pairs at ~2 s each on CPU
-        # (AtP + GradDrop, both metrics; docs/benchmarks.md) plus the real-patch check of the
-        # first (~11 s default agent, ~16 s control): about 35-40 s per agent
+        # attribution (issue 41): 10 of the patching stage's disjoint pairs at <= 2 s each on CPU
+        # (preparation + AtP with GradDrop, both metrics: 0.5-0.8 s on 7x7 grids alone, ~2 s on
+        # a shared CPU, docs/benchmarks.md) plus the real-patch check of the first (3-6 s on
+        # 7x7 alone, 11-16 s shared): estimated 25-40 s per agent
         attribution=AttributionSection(max_pairs=10, check_pairs=1),
         # 12 fogged grids x 2 episodes at T = ceil(3 L)
         fog=FogConfig(
