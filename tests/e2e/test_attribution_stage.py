@@ -113,3 +113,81 @@ def test_the_step_view_draws_the_steps_heat_map(tiny_run):
     other = build_step_view(run, episode, step + 1) if step + 1 < view.n_steps else None
     if other is not None and not other.attribution:
         assert not [t for t in step_figures(other)["attribution"].data if t.type == "heatmap"]
+
+
+def test_the_viewer_shows_the_heat_map_in_a_browser(tiny_run, tmp_path):
+    """``goalprobe view`` on the tiny run, in headless chromium: the step of the first
+    attributed pair shows the attribution card with a drawn heat map of that pair."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    from urllib.parse import quote
+
+    import httpx
+    import playwright.sync_api as playwright_api
+    from goalprobe.viewer.data import RunData
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "no chromium on PATH: scripts/setup_tests.sh installs Debian's 'chromium'"
+    root, _ = tiny_run
+    records, _ = read_attributions(root / "attribution" / "attribution")
+    run = RunData(root)
+    base = records[0].pair_id.rsplit("/", 1)[0]
+    episode = next(
+        key
+        for key, info in run.episodes.items()
+        if base.startswith(f"{run.header.run_id}/{info.grid_id}/{info.episode}/")
+    )
+    step = int(base.rsplit("/", 1)[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = (
+        "import typer; from goalprobe.commands.view import command; "
+        "app = typer.Typer(); app.command()(command); app()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", serve, str(root), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, "the viewer exited early"
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the viewer did not answer within 90 s"
+            time.sleep(0.3)
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1300})
+            problems: list[str] = []
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.goto(f"{url}?episode={quote(episode)}&step={step}")
+            page.wait_for_selector("#g-attribution .js-plotly-plot", timeout=60_000)
+            page.wait_for_function(
+                "(id) => { const p = document.querySelector('#g-attribution .js-plotly-plot');"
+                " return p && p.layout && p.layout.title && p.layout.title.text.includes(id); }",
+                arg=records[0].pair_id,
+                timeout=60_000,
+            )
+            drawn = page.evaluate(
+                "() => document.querySelector('#g-attribution .js-plotly-plot').data"
+                ".filter(t => t.type === 'heatmap').length"
+            )
+            assert drawn > 0
+            assert page.locator("#attribution-card").is_visible()
+            assert problems == []
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
