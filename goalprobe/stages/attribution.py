@@ -13,11 +13,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goalprobe.attribution_section import AttributionSection
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
+
+if TYPE_CHECKING:
+    from goalprobe.probes.patching.counterfactuals import BaseState, CounterfactualPair
 
 ATTRIBUTION_STEM = "attribution"
 """``OUT/attribution.safetensors`` + ``attribution.json`` (docs/formats.md)."""
@@ -49,7 +52,9 @@ class AttributionOutcome:
     counts: dict[str, Any]
 
 
-def read_pairs(path: Path, bases: Sequence, kinds: Sequence[str], max_pairs: int) -> list:
+def read_pairs(
+    path: Path, bases: Sequence[BaseState], kinds: Sequence[str], max_pairs: int
+) -> list[CounterfactualPair]:
     """The first ``max_pairs`` pairs of ``kinds`` in the pairs JSONL at ``path`` (the patching
     stage's kept pairs, ``patch_pairs.jsonl``), rebuilt from ``bases`` (by base id and pair id).
 
@@ -59,7 +64,7 @@ def read_pairs(path: Path, bases: Sequence, kinds: Sequence[str], max_pairs: int
     from goalprobe.probes.patching.counterfactuals import counterfactual_candidates
 
     by_id = {b.base_id: b for b in bases}
-    out = []
+    out: list[CounterfactualPair] = []
     with Path(path).open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if len(out) >= max_pairs:
