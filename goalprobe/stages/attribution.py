@@ -95,8 +95,8 @@ def attribute(
 ) -> AttributionOutcome:
     """Prepare ``pairs`` (:func:`~goalprobe.probes.patching.experiment.prepare_pairs`), refuse a
     backward pass the device cannot hold, attribute every block x position, check the first
-    ``section.check_pairs`` against real patches, and write the attribution file, the check and
-    the heat map into ``out``.
+    ``section.check_pairs`` against real patches, and write the check, the heat map and the
+    attribution file (its card last) into ``out``.
 
     Args:
         out: the output directory (created).
@@ -140,14 +140,15 @@ def attribute(
         "where": where_read(records),
         "top_region": {m: top_region(records, m) for m in section.attribution.metrics},
     }
-    tensors, card = write_attributions(out / ATTRIBUTION_STEM, records, meta)
-    paths = {"tensors": tensors, "card": card}
     check = check_against_patches(prepared[: section.check_pairs], records, runner, section)
+    paths: dict[str, Path] = {}
     if check is not None:
         from goalprobe.stages.context import write_json
 
         paths["check"] = write_json(out / CHECK_FILE, check)
     paths["heatmap"] = write_heatmap(out / HEATMAP_FILE, records, section.attribution.metrics)
+    # the card last: an attribution file without its card is incomplete
+    paths["tensors"], paths["card"] = write_attributions(out / ATTRIBUTION_STEM, records, meta)
     counts = {
         "pairs": len(prepared),
         "records": len(records),
