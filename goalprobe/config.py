@@ -22,6 +22,7 @@ from goalprobe.agents.budgets import token_budget
 from goalprobe.agents.bundled import MAP_AGENT
 from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.presets import PRESETS, paper_sections
@@ -118,6 +119,9 @@ class DemoConfig:
     """Fogged grids (partial observability): behaviour against the free-space planner."""
     decision: DecisionConfig = field(default_factory=DecisionConfig)
     """Where the decision is made: a logit lens on the answer and along the reasoning."""
+    # attribution patching on the patching stage's pairs (issue 41; goalprobe.attribution_section)
+    attribution: AttributionSection = field(default_factory=AttributionSection)
+    """Attribution patching over every block x prompt position of the patching stage's pairs."""
 
     @property
     def seed(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
+from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
@@ -169,6 +170,10 @@ def tiny(seed: int) -> dict[str, Any]:
             seed=seed,
         ),
         decision=DecisionConfig(max_steps=6, n_bootstrap=n_boot, seed=seed),
+        # attribution (issue 41): the patching stage's 2 disjoint pairs, the first checked
+        # against its real patches (measured in a tiny demo on 2 shared cores: 18 s default
+        # agent, 13 s control)
+        attribution=AttributionSection(max_pairs=2, check_pairs=1),
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7,), densities=(1.0,), n_per_cell=2, seed=seed),
             episodes_per_grid=1,
@@ -292,6 +297,11 @@ def default(seed: int) -> dict[str, Any]:
         # 240 steps: a read-out right 70% of the time against a 40% baseline is found 97% of
         # the time (44% at 60 steps; issue 40)
         decision=DecisionConfig(max_steps=240, n_bootstrap=n_boot, seed=seed),
+        # attribution (issue 41): 10 of the patching stage's disjoint pairs at <= 2 s each on CPU
+        # (preparation + AtP with GradDrop, both metrics: 0.5-0.8 s on 7x7 grids alone, ~2 s on
+        # a shared CPU, docs/benchmarks.md) plus the real-patch check of the first (3-6 s on
+        # 7x7 alone, 11-16 s shared): estimated 25-40 s per agent
+        attribution=AttributionSection(max_pairs=10, check_pairs=1),
         # 12 fogged grids x 1 episode at T = ceil(3 L): the bundled agents cannot read the
         # hidden cell (prompt coverage: "n/a"), so the fog rows are descriptive at this scale;
         # a verdict on +20 points needs about 43 grids (issue 40)

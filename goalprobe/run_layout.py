@@ -38,6 +38,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
+    RUN/attribution/attribution.{json,safetensors}, attribution_check.json, heatmap  attribution
     RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
     RUN/report.html                               the self-contained report
     RUN/control/                                  the positive-control agent's run (the same
@@ -169,6 +170,15 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("patching results", "patching/patch_results.json", "patching", "goalprobe patch"),
         Artefact("patching records", "patching/patch_records.csv", "patching", "goalprobe patch"),
         Artefact("patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"),
+        Artefact(
+            "attribution file", "attribution/attribution.json", "attribution", "goalprobe attribute"
+        ),
+        Artefact(
+            "attribution heatmap",
+            "attribution/attribution_heatmap.html",
+            "attribution",
+            "goalprobe attribute",
+        ),
         Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
         Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
         Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
@@ -540,6 +550,16 @@ class RunLayout:
     def patching_dir(self) -> Path:
         """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
         return self.patch_results.parent
+
+    @property
+    def attribution(self) -> Path:
+        """The attribution file's card (``attribution.safetensors`` beside it, issue 41)."""
+        return self.path("attribution file")
+
+    @property
+    def attribution_check(self) -> Path:
+        """The attribution's check against real patches (absent when none ran)."""
+        return self.attribution.parent / "attribution_check.json"
 
     # -- scoring and report -----------------------------------------------------------------------
 

@@ -384,3 +384,45 @@ def where_read(records: Sequence[PairAttribution]) -> dict:
             "n_grids": len({r.grid_id for r in mine}),
         }
     return out
+
+
+def top_region(records: Sequence[PairAttribution], metric: str) -> dict | None:
+    """Where ``metric``'s attribution lies most: the region of :data:`REGIONS` with the largest
+    mean share (over pairs, summed over blocks) of the pair's GradDrop magnitude (``|atp|``
+    without GradDrop), its share with a Clopper-Pearson interval over grids (one mean share
+    per grid, :func:`~goalprobe.stats.bootstrap.grid_mean`; honest at 0 and 1), and the share
+    a uniform attribution would give it (its share of the positions from the first changed
+    cell on, where the estimate can be non-zero). The region is chosen on the same pairs: a
+    description of where, not a test. None when no pair has the metric.
+
+    Returns:
+        ``{region, share: {value, ci_low, ci_high, n}, uniform_share, shares: {region: mean},
+        n_pairs, n_grids}``.
+    """
+    from goalprobe.stats.bootstrap import grid_mean
+
+    mine = [r for r in records if r.metric == metric]
+    if not mine:
+        return None
+    per_pair, uniform = [], []
+    for r in mine:
+        region = regions(r)
+        values = r.atp if r.graddrop is None else r.graddrop
+        per_pair.append(region_shares(values, region).sum(axis=0))
+        first = min(int(r.cell_positions[c]) for c in r.changed_cells)
+        affected = region[r.positions >= first]
+        uniform.append(np.bincount(affected, minlength=len(REGIONS)) / max(len(affected), 1))
+    shares = np.mean(per_pair, axis=0)
+    top = int(np.argmax(shares))
+    by_grid: dict[str, list[float]] = {}
+    for r, s in zip(mine, per_pair, strict=True):
+        by_grid.setdefault(r.grid_id, []).append(float(s[top]))
+    share = grid_mean([float(np.mean(v)) for v in by_grid.values()], rate=True)
+    return {
+        "region": REGIONS[top],
+        "share": share,
+        "uniform_share": float(np.mean(uniform, axis=0)[top]),
+        "shares": {name: float(v) for name, v in zip(REGIONS, shares, strict=True)},
+        "n_pairs": len(mine),
+        "n_grids": len(by_grid),
+    }

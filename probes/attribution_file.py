@@ -38,7 +38,7 @@ def write_attributions(
 ) -> tuple[Path, Path]:
     """Write ``records`` and ``meta``; returns both paths. The card is written last, so a file
     pair without its card is incomplete."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     tensors_path, card_path = attribution_paths(path)
     tensors: dict[str, np.ndarray] = {}
@@ -68,14 +68,27 @@ def write_attributions(
             }
         )
     tensors_path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(
-        tensors,
-        str(tensors_path),
-        metadata={"schema": SCHEMA, "schema_version": str(SCHEMA_VERSION)},
-    )
+    data = save(tensors, metadata={"schema": SCHEMA, "schema_version": str(SCHEMA_VERSION)})
+    tensors_path.write_bytes(_sorted_metadata(data))
     card = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **meta, "records": entries}
     card_path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
     return tensors_path, card_path
+
+
+def _sorted_metadata(data: bytes) -> bytes:
+    """``data`` (a safetensors file) with its header's ``__metadata__`` keys in sorted order:
+    safetensors writes them in hash-map order, which differs between processes, so the same
+    records would not give the same bytes. Same length (the header is re-padded with spaces, as
+    the format allows)."""
+    import struct
+
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    if len(text) > length:
+        raise ValueError("the sorted safetensors header is longer than the original")
+    return data[:8] + text.ljust(length, b" ") + data[8 + length :]
 
 
 def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], dict]:

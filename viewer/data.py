@@ -257,6 +257,7 @@ class RunData:
         self._store_labels: dict[str, np.ndarray] | None = None
         self._grid_offsets: dict[str, tuple[int, int]] | None = None
         self._patching: dict[str, list[dict]] | None = None
+        self._attribution: dict[str, list] | None = None
         self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
         self._fog: tuple[FogEpisodes | None] | None = None
         self._decision: tuple[DecisionSteps | None] | None = None
@@ -306,6 +307,9 @@ class RunData:
         self._patching_path = files.first_file((layout.patch_results, layout.patch_records_csv))
         if self._patching_path is None:
             files.note("patching results", layout.patch_results, "not found", "no patching panel")
+        self._attribution_path = files.artefact(
+            layout.attribution, "attribution file", "no attribution panel"
+        )
         self._belief_path = files.artefact(
             layout.belief, "belief scoring", "no policy-against-belief summary"
         )
@@ -730,6 +734,25 @@ class RunData:
                 self._patching = by_base
         base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
         return list(self._patching.get(base_id, []))
+
+    # -- attribution --------------------------------------------------------------------------
+
+    def attribution_records(self, episode: str, step: int) -> list:
+        """Attribution records (:class:`~goalprobe.probes.attribution.PairAttribution`) whose
+        pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
+        from goalprobe.probes.attribution_file import read_attributions
+
+        info = self.episode_info(episode)
+        if self._attribution_path is None or self.header is None:
+            return []
+        with self._lock:
+            if self._attribution is None:
+                by_base: dict[str, list] = {}
+                for record in read_attributions(self._attribution_path)[0]:
+                    by_base.setdefault(record.pair_id.rsplit("/", 1)[0], []).append(record)
+                self._attribution = by_base
+        base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
+        return list(self._attribution.get(base_id, []))
 
 
 def _find_models(metrics: Any) -> dict | None:

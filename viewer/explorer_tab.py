@@ -191,6 +191,7 @@ def _explorer_main():
                 className="gp-row2",
             ),
             html.Div(graph("g-patching", 280), className="gp-card", id="patching-card"),
+            html.Div(graph("g-attribution", 540), className="gp-card", id="attribution-card"),
         ],
         className="gp-main",
     )
@@ -211,9 +212,11 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
 
 def _blank_outputs(why: str, message=None) -> tuple:
     """The step panels' outputs when there is no step to show: blank figures saying ``why``
-    (header, timeline, five figures, texts, patching, its card hidden, the error ``message``)."""
+    (header, timeline, five figures, texts, patching and attribution with their cards hidden,
+    the error ``message``)."""
     blank = empty_figure(why)
-    return ([], blank, blank, blank, blank, blank, blank, [], blank, {"display": "none"}, message)
+    hidden = {"display": "none"}
+    return ([], blank, blank, blank, blank, blank, blank, [], blank, hidden, blank, hidden, message)
 
 
 def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
@@ -355,6 +358,8 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
         Output("texts", "children"),
         Output("g-patching", "figure"),
         Output("patching-card", "style"),
+        Output("g-attribution", "figure"),
+        Output("attribution-card", "style"),
         Output("error", "children"),
         Input("episode", "value"),
         Input("step", "value"),
@@ -422,6 +427,8 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             texts,
             figs["patching"],
             style,
+            figs["attribution"],
+            {} if view.attribution else {"display": "none"},
             None,
         )
 

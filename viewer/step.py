@@ -34,6 +34,7 @@ from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair
 from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures import (
     DECODED_COLOUR,
+    attribution_map_figure,
     cell_map_figure,
     class_name,
     empty_figure,
@@ -108,6 +109,7 @@ class StepView:
         reasoning, final: the agent's texts.
         decoded: the decoded map, or None; plan: the plan view, or None.
         patching: patching records whose base is this step.
+        attribution: attribution records (one per pair and metric) whose base is this step.
         notes: why a panel is empty for this step.
         map_source: the decoded-map source asked for, or None.
         lens: the logit lens along this step's reasoning (the decision stage's
@@ -129,6 +131,7 @@ class StepView:
     decoded: DecodedView | None
     plan: PlanView | None
     patching: list[dict] = field(default_factory=list)
+    attribution: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     map_source: str | None = None
     lens: StepLensRecord | None = None
@@ -304,6 +307,7 @@ def build_step_view(
         decoded=decoded,
         plan=plan,
         patching=run.patching_records(episode, t),
+        attribution=run.attribution_records(episode, t),
         notes=notes,
         map_source=map_source,
         lens=lens,
@@ -369,7 +373,7 @@ def step_figures(
     view: StepView, cell_class: int = int(CellType.GOAL), *, show_legend: bool = True
 ) -> dict[str, object]:
     """The figures of a step: ``true``, ``decoded``, ``probability``, ``plan``, ``plan_strip``,
-    ``patching`` (plotly figures; an explanatory blank figure where data is missing).
+    ``patching``, ``attribution`` (plotly figures; an explanatory blank figure where data is missing).
 
     Args:
         view: from :func:`build_step_view`.
@@ -438,7 +442,24 @@ def step_figures(
         if view.patching
         else empty_figure("No patching results for this step.", height=200)
     )
+    figs["attribution"] = attribution_step_figure(view.attribution)
     return figs
+
+
+def attribution_step_figure(records, height: int = 520):
+    """The heat map of a step's first attributed pair, for metric (b) (the coordinates) when it
+    has one, else the first metric: its GradDrop magnitude (the signed estimate without
+    GradDrop) over prompt positions x blocks, the grid cells laid out as the grid."""
+    if not records:
+        return empty_figure("No attribution for this step.", height=200)
+    record = next((r for r in records if r.metric == "coordinates"), records[0])
+    values = record.graddrop if record.graddrop is not None else record.atp
+    kind = "GradDrop |AtP|" if record.graddrop is not None else "AtP"
+    return attribution_map_figure(
+        values, record.positions, record.cell_positions, anchors=record.pre_reasoning,
+        changed_cells=record.changed_cells, layers=record.layers, height=height,
+        title=f"Attribution at this step, {record.metric} ({kind}): {record.pair_id}",
+    )  # fmt: skip
 
 
 def timeline_figure(run: RunData, episode: str, step: int, map_source: str | None):

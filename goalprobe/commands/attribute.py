@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -15,11 +16,6 @@ from goalprobe.commands.common import (
     parse_list,
     removed_on_error,
 )
-
-ATTRIBUTION_STEM = "attribution"
-"""``--out``/attribution.safetensors + attribution.json (docs/formats.md)."""
-HEATMAP_FILE = "attribution_heatmap.html"
-"""The heat map of the first pair of each metric."""
 
 
 def _mxfp4_refusal(model: str, device: str) -> None:
@@ -83,6 +79,27 @@ def command(
     control_per_move: Annotated[
         int, typer.Option(min=0, help="Control pairs per base and move.")
     ] = 0,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pairs JSONL of `goalprobe patch` / the patching stage (patch_pairs.jsonl): "
+            "attribute those pairs (their bases from --trajectories) instead of drawing new ones."
+        ),
+    ] = None,
+    kinds: Annotated[
+        str, typer.Option(help="Pair kinds to attribute: disjoint and/or control.")
+    ] = "disjoint,control",
+    max_pairs: Annotated[int, typer.Option(min=1, help="Most pairs, the first ones.")] = 100,
+    check_pairs: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Pairs (the first) checked against the real patch of every affected site."
+        ),
+    ] = 0,
+    top_k: Annotated[int, typer.Option(min=1, help="The check's top-k hit rate.")] = 5,
+    require_optimal: Annotated[
+        bool, typer.Option(help="Keep only pairs whose unpatched action is optimal on both sides.")
+    ] = True,
     sizes: Annotated[
         str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
     ] = "",
@@ -100,17 +117,31 @@ def command(
     For each pair both prompts are teacher-forced on the base's own reasoning and
     (a_cf - a_base) . dM/da_base is computed for every block and position (AtP, with AtP*'s
     GradDrop), for the answered action's logit difference and the log-probability of the
-    coordinates the reasoning writes (goalprobe.probes.attribution). Writes attribution.safetensors,
-    attribution.json (docs/formats.md) and attribution_heatmap.html into --out; a non-empty --out
-    is refused unless --overwrite.
+    coordinates the reasoning writes (goalprobe.probes.attribution); the first --check-pairs
+    pairs are checked against real patches. Writes attribution.safetensors, attribution.json
+    (docs/formats.md), attribution_check.json (with --check-pairs) and attribution_heatmap.html
+    into --out; a non-empty --out is refused unless --overwrite. The demo's ``attribution`` stage
+    runs the same task (goalprobe.stages.attribution.attribute) on the patching stage's pairs
+    (--pairs RUN/patching/patch_pairs.jsonl --trajectories RUN/rollouts/trajectories.jsonl).
     """
     from goalprobe.activations.capture.gradients import GradientUnsupportedError
+    from goalprobe.attribution_section import AttributionSection
     from goalprobe.probes.attribution import METRICS, POSITION_SETS, AttributionConfig
     from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, base_from_grid
+    from goalprobe.probes.patching.experiment import PatchConfig
     from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases
+    from goalprobe.stages.attribution import (
+        DoesNotFitError,
+        NoPairError,
+        attribute,
+        pair_source,
+        read_pairs,
+    )
 
     if (trajectories is None) == (grids is None):
         raise typer.BadParameter("give exactly one of --trajectories and --grids")
+    if pairs is not None and trajectories is None:
+        raise typer.BadParameter("--pairs needs --trajectories (its bases)", param_hint="--pairs")
     check_new_output(out, overwrite, "--out", directory=True)
     choice(backend, ("hooks", "nnsight"), "--backend")
     choice(positions, POSITION_SETS, "--positions")
@@ -128,6 +159,27 @@ def command(
         raise typer.BadParameter(
             "recorded reasoning needs --trajectories", param_hint="--reasoning"
         )
+    try:
+        section = AttributionSection(
+            attribution=AttributionConfig(
+                metrics=parse_list(metrics, str, "--metrics"),
+                positions=positions,
+                grad_drop=grad_drop,
+            ),
+            kinds=parse_list(kinds, str, "--kinds"),
+            max_pairs=max_pairs,
+            check_pairs=check_pairs,
+            top_k=top_k,
+            backend=backend,
+        )
+        cf_config = CounterfactualConfig(
+            moves=parse_list(moves, str, "--moves"),
+            disjoint_per_move=disjoint_per_move,
+            control_per_move=control_per_move,
+            random_state=seed,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
     effort, template_dir = "low", None
     if trajectories is not None:
         if not trajectories.is_file():
@@ -140,107 +192,40 @@ def command(
         if not grids.is_file():
             raise typer.BadParameter(f"{grids} does not exist", param_hint="--grids")
         bases = [base_from_grid(g) for g in read_grid_set(grids)]
-    keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
-    bases = draw_bases(bases, max_bases, seed, sizes=keep)
-    if not bases:
-        raise typer.BadParameter(f"no base state of {trajectories or grids} (with --sizes)")
-    try:
-        config = AttributionConfig(
-            metrics=parse_list(metrics, str, "--metrics"), positions=positions, grad_drop=grad_drop
-        )
-        cf_config = CounterfactualConfig(
-            moves=parse_list(moves, str, "--moves"),
-            disjoint_per_move=disjoint_per_move,
-            control_per_move=control_per_move,
-            random_state=seed,
-        )
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    if pairs is not None:
+        if not pairs.is_file():
+            raise typer.BadParameter(f"{pairs} does not exist", param_hint="--pairs")
+        try:
+            chosen = read_pairs(pairs, bases, section.kinds, section.max_pairs)
+        except (ValueError, KeyError) as err:
+            raise typer.BadParameter(str(err), param_hint="--pairs") from err
+        source = pair_source(str(pairs), str(trajectories), read)
+    else:
+        from goalprobe.probes.patching.counterfactuals import build_counterfactuals
+
+        keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
+        bases = draw_bases(bases, max_bases, seed, sizes=keep)
+        drawn = build_counterfactuals(bases, cf_config)
+        chosen = [p for p in drawn if p.kind in section.kinds][: section.max_pairs]
+        source = {
+            "counterfactuals": asdict(cf_config),
+            "input": str(trajectories or grids),
+            "n_bases": len(bases),
+            "pairs": None,
+        }
+    if not chosen:
+        raise typer.BadParameter(f"no pair of {pairs or trajectories or grids} to attribute")
+    patch_config = PatchConfig(
+        reasoning=mode, require_optimal=require_optimal, max_new_tokens=max_new_tokens,
+        reasoning_effort=effort, template_dir=template_dir,
+    )  # fmt: skip
     _mxfp4_refusal(model, device)
+    from goalprobe.agents.models import load_model
+
     with removed_on_error(out):
         try:
-            paths = _run(out, bases, model, backend, config, cf_config, mode, effort,
-                         template_dir, max_new_tokens, device, dtype, str(trajectories or grids))  # fmt: skip
-        except GradientUnsupportedError as err:
+            loaded = load_model(model, device=device, dtype=dtype)
+            outcome = attribute(out, chosen, loaded, section, patch_config, source=source)
+        except (GradientUnsupportedError, NoPairError, DoesNotFitError) as err:
             raise typer.BadParameter(str(err), param_hint="--model") from err
-    typer.echo(f"wrote {', '.join(str(p) for p in paths)}")
-
-
-def _run(out, bases, model, backend, config, cf_config, mode, effort, template_dir,
-         max_new_tokens, device, dtype, input_name):  # fmt: skip
-    """Load the model, prepare the pairs, attribute, write (the verb's work after validation)."""
-    from dataclasses import asdict
-
-    from goalprobe.activations.capture import make_backend
-    from goalprobe.agents.models import load_model
-    from goalprobe.probes.attribution import attribute_pairs, where_read
-    from goalprobe.probes.attribution_file import write_attributions
-    from goalprobe.probes.patching.counterfactuals import build_counterfactuals
-    from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
-    from goalprobe.viewer.figures.attribution import attribution_map_figure
-
-    loaded = load_model(model, device=device, dtype=dtype)
-    runner = make_backend(backend, loaded.model, loaded.tokenizer)
-    patch_config = PatchConfig(
-        reasoning=mode, max_new_tokens=max_new_tokens, reasoning_effort=effort,
-        template_dir=template_dir,
-    )  # fmt: skip
-    pairs = build_counterfactuals(bases, cf_config)
-    prepared, report = prepare_pairs(pairs, PatchingContext(runner, patch_config))
-    if not prepared:
-        raise typer.BadParameter(
-            f"no pair was kept for attribution ({report.n_pairs} offered; dropped "
-            f"{dict(report.dropped)})"
-        )
-    _require_fits(runner, [len(p.base.sequence) for p in prepared])
-    records = attribute_pairs(prepared, runner, config)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "model": loaded.model_id,
-        "model_revision": loaded.revision,
-        "backend": runner.name,
-        "n_layers": runner.n_layers,
-        "config": asdict(config),
-        "counterfactuals": asdict(cf_config),
-        "reasoning": mode,
-        "input": input_name,
-        "n_bases": len(bases),
-        "preparation": report.to_dict(),
-        "where": where_read(records),
-    }
-    paths = list(write_attributions(out / ATTRIBUTION_STEM, records, meta))
-    figures = []
-    for metric in config.metrics:
-        first = next((r for r in records if r.metric == metric), None)
-        if first is None:
-            continue
-        values = first.graddrop if first.graddrop is not None else first.atp
-        figure = attribution_map_figure(
-            values, first.positions, first.cell_positions, anchors=first.pre_reasoning,
-            changed_cells=first.changed_cells, layers=first.layers,
-            title=f"{metric}: {first.pair_id}",
-        )  # fmt: skip
-        figures.append(figure.to_html(full_html=False, include_plotlyjs=not figures))
-    heatmap = out / HEATMAP_FILE
-    heatmap.write_text("<html><body>" + "\n".join(figures) + "</body></html>", encoding="utf-8")
-    return [*paths, heatmap]
-
-
-def _require_fits(runner, lengths) -> None:
-    """Refuse (one error line) gradient runs whose backward pass the device cannot hold, or a
-    model with MXFP4 weights (goalprobe.activations.gradient_plan), before the first one."""
-    from goalprobe.activations.capture.gradients import is_mxfp4
-    from goalprobe.activations.gradient_plan import plan_attribution
-    from goalprobe.activations.plan import ModelShape, device_memory_bytes
-
-    device = str(runner.device)
-    plan = plan_attribution(
-        lengths,
-        ModelShape.from_config(runner.config),
-        memory_bytes=device_memory_bytes(device),
-        mxfp4=is_mxfp4(runner.model),
-        dtype_bytes=runner.dtype.itemsize,
-        attention="flex_attention" if runner.attention == "flex_attention" else "eager",
-    )
-    if not plan.fits:
-        raise typer.BadParameter(f"attribution does not fit on {device}: {plan.reason}")
+    typer.echo(f"wrote {', '.join(str(p) for p in outcome.paths.values())}")

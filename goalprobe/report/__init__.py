@@ -17,6 +17,7 @@ goal distance          Table 4 (MAE, R2 by family, stage and layer)
 policy vs belief       Table 2, Fig. 9 (Acc GT, Acc Dec, Agreement, Recovery, top-k), MEG
 plan decoder           Fig. 10, Table 5 (prefix accuracy vs N, length analysis)
 patching               section 5.2, appendix F (anchor verdicts vs a random grid; dose-response)
+attribution            beyond the study (issue 41): where both agents read the coordinates from
 false belief           beyond the study: behaviour and the probe against a known (shown) belief
 =====================  =====================================================================
 

@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 import goalprobe.stages as demo_stages
 from goalprobe.report import (
     agents,
+    attribution,
     behaviour,
     decision,
     false_belief,
@@ -48,6 +49,8 @@ SECTION_TITLES: dict[str, str] = {
     "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
     "patching": "Activation patching (section 5.2, appendix F)",
+    "attribution": "Where the coordinates are read from: attribution patching over every block "
+    "and prompt position",
     "false_belief": "False-belief grids: scoring against a known belief",
     "decision": "Where the decision is made: a logit lens and a read-out over reasoning time",
     "run": "Run and configuration",
@@ -69,6 +72,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "belief": "scoring",
     "plans": "plans",
     "patching": "patching",
+    "attribution": "attribution",
     "false_belief": "false_belief",
     "decision": "decision",
 }
@@ -89,6 +93,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "belief": outcomes.belief,
     "plans": outcomes.plans,
     "patching": outcomes.patching,
+    "attribution": attribution.attribution,
     "false_belief": false_belief.false_belief,
     "decision": decision.decision,
 }

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from goalprobe.report import attribution, readers
 from goalprobe.report import causal_rows as causal
-from goalprobe.report import readers
 from goalprobe.report.readers import Reading
 from goalprobe.report.run import RunReader
 
@@ -118,6 +118,9 @@ SPECS: tuple[RowSpec, ...] = (
             "random other grid", DESCRIPTIVE, arg="post_reasoning"),
     RowSpec("patching.grid", "Grid patch sanity check", causal.patching, "random other grid",
             PIPELINE_CHECK, arg="grid"),
+    RowSpec("attribution.where_read", "Where the coordinates are read from",
+            attribution.where_read_row, "uniform over affected positions", DESCRIPTIVE,
+            arg="coordinates"),
     RowSpec("false_belief.shown", "False belief: acts on what is shown",
             readers.false_belief, "control pairs", PIPELINE_CHECK),
     RowSpec("harm.vs_oracle", "Harm below the shortest path", readers.harm_vs_oracle,

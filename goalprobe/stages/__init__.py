@@ -44,6 +44,7 @@ MODULES: tuple[str, ...] = (
     "plans",
     "decision",
     "patching",
+    "attribution",
     "scoring",
     "false_belief",
     "fog_map",

@@ -44,6 +44,9 @@ def grids(tmp_path_factory):
         (["--reasoning", "recorded"], "needs --trajectories"),
         (["--moves", "key"], "moves"),
         (["--device", "gpu0"], "--device"),
+        (["--pairs", "patch_pairs.jsonl"], "--pairs needs --trajectories"),
+        (["--kinds", "disjoint,swap"], "kinds must be"),
+        (["--backend", "nnsight", "--no-grad-drop", "--check-pairs", "-1"], "--check-pairs"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_model_loads(

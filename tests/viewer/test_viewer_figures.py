@@ -331,7 +331,7 @@ def test_index_matches_the_trajectory_file_and_lists_missing_artefacts(run, run_
     episodes = list(read_trajectories(run_dir / "rollouts" / "trajectories.jsonl"))
     assert list(run.episodes) == [f"{e.summary.grid_id}:{e.summary.episode}" for e in episodes]
     missing = {m.path for m in run.missing}
-    assert missing == {"scoring/meg.json", "report.html"}
+    assert missing == {"scoring/meg.json", "report.html", "attribution/attribution.json"}
     assert {s.stage for s in run.map_sources.values()} == {"pre_reasoning", "post_reasoning"}
     assert run.map_sources["mlp_pre_L5"].family == "mlp"
     assert {p.n_layers for p in run.plan_sources.values()} == {1, 2}

@@ -1,0 +1,187 @@
+"""Report section and headline reader on where the agents read the coordinates from (issue 41):
+attribution patching's metric (b), the log-probability of the coordinates the reasoning writes,
+attributed to every block x prompt position of the patching stage's pairs
+(``RUN/attribution/``; :mod:`goalprobe.stages.attribution`), for this run's agent and the
+positive control beside it, with the check against real patches where the stage ran one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from goalprobe.report.blocks import Block, Figures, Text, num, pct, stat_text, table
+from goalprobe.report.readers import Reading
+from goalprobe.report.run import MissingInput, RunReader
+from goalprobe.stats import Estimate
+
+REGION_WORDS: dict[str, str] = {
+    "changed_cells": "the two changed grid cells' tokens",
+    "other_grid": "the rest of the grid's tokens",
+    "instructions": "the instructions (every other prompt token)",
+    "pre_reasoning": "the pre-reasoning anchors",
+}
+"""Each region of :data:`goalprobe.probes.attribution.REGIONS` in words."""
+
+METRIC_WORDS: dict[str, str] = {
+    "coordinates": "metric (b), the coordinates' log-probability",
+    "action": "metric (a), the answered action's logit difference",
+}
+
+
+def card(run: RunReader) -> dict:
+    """The attribution card of ``run`` (MissingInput when the stage did not run)."""
+    return run.json(run.layout.attribution)
+
+
+def share_text(top: Mapping) -> str:
+    """The top region's share with its interval over grids (in words with one grid)."""
+    text = stat_text(top["share"])
+    return text if top["share"].get("ci_low") is not None else f"{text} (one grid: no interval)"
+
+
+def counts_text(top: Mapping) -> str:
+    """``"n = 10 pairs on 5 grids"``."""
+    grids = top["n_grids"]
+    return f"n = {top['n_pairs']} pairs on {grids} grid{'' if grids == 1 else 's'}"
+
+
+def where_text(top: Mapping) -> str:
+    """``"the pre-reasoning anchors: 62% [40%, 80%] of the attribution (uniform 3%; n = ...)"``."""
+    return (
+        f"{REGION_WORDS[top['region']]}: {share_text(top)} of the attribution "
+        f"(uniform over the affected positions {pct(top['uniform_share'])}; {counts_text(top)})"
+    )
+
+
+def where_read_row(run: RunReader, arg: str) -> Reading:
+    """The headline row (descriptive): the region ``arg``'s metric is read from most, and its
+    share of the attribution, beside a uniform attribution's."""
+    top = (card(run).get("top_region") or {}).get(arg)
+    if top is None:
+        raise KeyError(f"no {arg} attribution")
+    return Reading(
+        f"Where the coordinates are read from: the region with the largest share of "
+        f"{METRIC_WORDS[arg]}'s attribution (GradDrop; chosen on the same pairs: a location, "
+        "not a test)",
+        f"{top['region'].replace('_', ' ')} {share_text(top)}; {counts_text(top)}",
+        f"uniform {pct(top['uniform_share'])}",
+        Estimate.from_dict(top["share"]),
+        top["uniform_share"],
+        question="where",
+    )
+
+
+def _agent_blocks(run: RunReader, who: str, fig: Figures) -> list[Block]:
+    try:
+        data = card(run)
+    except MissingInput as err:
+        return [Text(f"{who}: not run ({err}).")]
+    blocks: list[Block] = []
+    for metric in ("coordinates", "action"):
+        top = (data.get("top_region") or {}).get(metric)
+        where = (data.get("where") or {}).get(metric)
+        if top is None or where is None:
+            blocks.append(Text(f"{who}, {METRIC_WORDS[metric]}: no pair defines it."))
+            continue
+        blocks.append(Text(f"{who} ({data['model']}), {METRIC_WORDS[metric]}: read most from "
+                           f"{where_text(top)}."))  # fmt: skip
+        rows = [
+            (str(block), *(pct(v) for v in shares))
+            for block, shares in enumerate(where["share_by_block"])
+        ]
+        blocks.append(
+            table(
+                ("block", *where["regions"]),
+                rows,
+                caption=f"Share of the summed {where['source']} magnitude by block and prompt "
+                f"region, mean over {where['n_pairs']} pairs on {where['n_grids']} grids "
+                f"({who}). Whole rows sum over blocks to 100%.",
+            )
+        )
+        if metric == "coordinates":
+            blocks.append(fig(_first_map(run, metric)))
+    return blocks
+
+
+def _first_map(run: RunReader, metric: str):
+    """The heat map of the first pair of ``metric`` (grid cells laid out as the grid x blocks)."""
+    from goalprobe.probes.attribution_file import read_attributions
+    from goalprobe.stages.attribution import heatmap_figure
+
+    records, _ = read_attributions(run.layout.attribution)
+    return heatmap_figure(next(r for r in records if r.metric == metric))
+
+
+def _check_rows(run: RunReader, who: str) -> list[tuple]:
+    from goalprobe.stages.attribution import read_check
+
+    check = read_check(run.layout.attribution_check)
+    rows: list[tuple] = []
+    if not check:
+        return rows
+    for metric, entries in check["metrics"].items():
+        for e in entries:
+            rows.append(
+                (
+                    who,
+                    metric,
+                    e["pair_id"],
+                    e["n_sites"],
+                    num(e["spearman"], 2) if e["spearman"] is not None else "–",
+                    num(e["spearman_graddrop"], 2) if e["spearman_graddrop"] is not None else "–",
+                    f"{e['hits_top']}/{e['top_k']}",
+                    pct(e["random_hit_rate"]),
+                    num(e["scale_top"], 2) if e["scale_top"] is not None else "–",
+                    num(e["total_effect"], 3),
+                )
+            )
+    return rows
+
+
+def _check_table(rows: list[tuple]) -> Block:
+    return table(
+            (
+                "agent",
+                "metric",
+                "pair",
+                "affected sites",
+                "rho AtP vs effect",
+                "rho GradDrop vs |effect|",
+                "top-k hits",
+                "k random (expected)",
+                "estimate / effect (top decile)",
+                "whole-prompt effect",
+            ),
+            rows,
+            caption="Attribution against the real patch of every affected block x position of "
+            "the first pair(s) (probes/attribution_check.py). A hit: a site whose real |effect| "
+            "is in the pair's top decile. Estimate / effect well below 1: saturation (the "
+            "coordinates are written with probability about 1) or cancellation.",
+        )  # fmt: skip
+
+
+def attribution(run: RunReader, fig: Figures) -> list[Block]:
+    """Both agents: where metric (b) says the coordinates are read from (region shares by block
+    with n, the heat map of the first pair), metric (a) beside it, and the check against real
+    patches where the stage ran one."""
+    card(run)  # this run's stage must have run: MissingInput otherwise
+    control = RunReader(run.layout.control.root)
+    blocks: list[Block] = [
+        Text(
+            "Attribution patching (AtP with AtP*'s GradDrop) estimates, from one gradient run "
+            "per pair, what patching each block x prompt position of the counterfactual into "
+            "the base would do to a metric, for the patching stage's first disjoint pairs, both "
+            "runs teacher-forced on the base's own reasoning. Metric (b) asks where the "
+            "coordinates the reasoning writes (A is at (r, c). G is at (r, c)) are read from. "
+            "The top region is chosen on the same pairs (a location, not a test); the uniform "
+            "share is what an attribution spread evenly over the affected positions would give."
+        )
+    ]
+    blocks += _agent_blocks(run, "Default agent", fig)
+    if control.layout.stages_dir.is_dir():
+        blocks += _agent_blocks(control, "Positive control", fig)
+    rows = _check_rows(run, "default")
+    if control.layout.stages_dir.is_dir():
+        rows += _check_rows(control, "control")
+    if rows:
+        blocks.append(_check_table(rows))
+    return blocks
