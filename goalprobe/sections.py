@@ -218,8 +218,10 @@ class ProbesConfig:
 class DistanceConfig:
     """Goal-distance regressors (Table 4)."""
 
-    families: tuple[Literal["linear", "mlp"], ...] = ("linear", "mlp")
-    """Read-outs (``linear`` is ridge regression)."""
+    families: tuple[Literal["linear", "quadratic", "mlp"], ...] = ("linear", "quadratic", "mlp")
+    """Read-outs: ``linear`` (ridge regression), ``quadratic`` (degree-2 kernel ridge: it can
+    express a distance from the positions a linear read-out finds, and passes the positive control
+    the ridge fails; the headline's test row, issue 40) and ``mlp``."""
     training: ProbeTraining = field(default_factory=ProbeTraining)
     """Training settings of the MLP."""
     test_fraction: float = 0.2

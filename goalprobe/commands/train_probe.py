@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 TARGETS = ("cell-type", "distance", "position")
-FAMILIES = ("mlp", "linear")
+FAMILIES = ("mlp", "linear", "quadratic")
 
 
 def command(

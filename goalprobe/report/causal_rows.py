@@ -113,7 +113,8 @@ def position(run: RunReader, target: str) -> Reading:
 
 
 def distance(run: RunReader, family: str) -> Reading:
-    """The ``family`` (linear, mlp) goal-distance regressor's R² against its strongest prior."""
+    """The ``family`` (linear, quadratic, mlp) goal-distance regressor's R² against its
+    strongest prior."""
     path = run.layout.probing_distance / f"distance_{family}.json"
     head = headline_run(run.json(path))
     if head is None:
