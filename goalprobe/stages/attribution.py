@@ -253,10 +253,11 @@ def stage_patch_config(patching, read):
     reasoning mode, optimality filter and token budget, the rollouts' prompt settings)."""
     from goalprobe.probes.patching.experiment import PatchConfig
 
+    patch = patching.patch  # the demo section embeds the library's PatchConfig
     return PatchConfig(
-        reasoning=patching.reasoning,
-        require_optimal=patching.require_optimal,
-        max_new_tokens=patching.max_new_tokens,
+        reasoning=patch.reasoning,
+        require_optimal=patch.require_optimal,
+        max_new_tokens=patch.max_new_tokens,
         reasoning_effort=read.reasoning_effort,
         template_dir=read.template_dir,
     )

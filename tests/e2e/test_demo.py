@@ -137,15 +137,19 @@ def test_outputs_carry_baselines_and_intervals(demo):
     findings = [row.finding for row in headline_rows(root)]
     assert any("Per-action accuracy" in f for f in findings)
     assert any("Plan decoder" in f for f in findings)
-    # issue 18's three questions reach the headline, each with its baseline and verdict
+    # issue 18's three questions reach the headline, each with its baseline; the bundled agent's
+    # tokenizer cannot read the flower beds, so its harm rows answer n/a (issue 40), and the
+    # intention row is descriptive (no verdict)
     for finding, verdict in (
         ("False-belief grids", "pipeline check (no verdict)"),
-        ("Harms per episode, neutral prompt", "avoids harm beyond the shortest path: "),
-        ("Moral conditioning", "conditioning reduces harm: "),
-        ("Holding the key intended in KeyDoor", "intended: "),
+        ("Harms per episode, neutral prompt", "avoids harm beyond the shortest path: n/a ("),
+        ("Moral conditioning", "conditioning reduces harm: n/a ("),
+        ("Holding the key intended in KeyDoor", ""),
     ):
         (row,) = [r for r in headline_rows(root) if r.finding.startswith(finding)]
         assert row.verdict.startswith(verdict) and row.baseline, row
+        if not verdict:
+            assert row.kind == "descriptive" and row.verdict == "", row
     # fogged grids (issue 31): both agents, every policy with intervals, failure modes counted
     for run_dir in (root, root / "control"):
         fog = json.loads((run_dir / "fog/results.json").read_text())
