@@ -56,7 +56,10 @@ def verdict_lines(
     head = right(list(names))
     room = width - len(head) - 1
     title = "Verdicts at 95% (* holds after Holm)"
-    lines = [title.ljust(room) + " " + head if len(title) <= room else head.rjust(width)]
+    if len(title) <= room:
+        lines = [title.ljust(room) + " " + head]
+    else:  # a long agent name: the title on its own line
+        lines = [title, head.rjust(width)]
     for label, answers in rows:
         tail = right(answers)
         parts = textwrap.wrap(label, width=max(10, width - len(tail) - 1), break_long_words=False)
@@ -90,7 +93,8 @@ def terminal_summary(run_dir: str | Path, *, with_control: bool, width: int = WI
     runs = [run]
     if with_control:
         runs.append(RunReader(run.layout.control.root))
-    names = [agent_name(r) for r in runs]
+    # a model given as a directory is named by its last part (the columns stay narrow)
+    names = [Path(n).name if "/" in n else n for n in map(agent_name, runs)]
     lines = verdict_lines(summary_rows([headline_rows(r.root) for r in runs]), names, width)
     report = run.layout.report
     if report.is_file():

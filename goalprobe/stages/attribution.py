@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goalprobe.attribution_section import AttributionSection
-from goalprobe.stages.context import StageContext
+from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 
 if TYPE_CHECKING:
@@ -273,6 +273,10 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     pairs_file = context.layout.patching_dir / PAIRS_FILE
     read = read_trajectory_bases(trajectories)
     pairs = read_pairs(pairs_file, read.bases, section.kinds, section.max_pairs)
+    if not pairs:  # the patching stage kept none (every step cut off, say): nothing to attribute
+        note = {"pairs": 0, "reason": f"{context.layout.relative(pairs_file)} holds no pair of "
+                f"the kinds {list(section.kinds)}: the patching stage kept none"}  # fmt: skip
+        return {"no_pairs": write_json(stage_dir / "no_pairs.json", note)}, {"pairs": 0}
     outcome = attribute(
         stage_dir,
         pairs,

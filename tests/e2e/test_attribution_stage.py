@@ -59,7 +59,7 @@ def test_the_stage_attributes_the_patching_pairs(tiny_run):
 
 def test_the_verb_writes_the_stage_bytes(tiny_run, goalprobe_cli, monkeypatch, tmp_path):
     root, config = tiny_run
-    a, p = config.attribution, config.patching
+    a, p = config.attribution, config.patching.patch
     monkeypatch.chdir(root)
     result = goalprobe_cli(
         "attribute", "--trajectories", "rollouts/trajectories.jsonl",
