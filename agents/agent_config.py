@@ -8,6 +8,7 @@ agent gives one run id whichever verb recorded it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from goalprobe.agents.attention import resolve_attention
@@ -129,6 +130,7 @@ class Agent:
         self._loaded: LoadedModel | None = None
         self._backend: tuple[Any, dict] | None = None
         self._tokenizer = None
+        self._encoder: tuple[Any, dict[str, Any] | None] | None = None
 
     def tokenizer(self):
         """The model's tokenizer, without its weights (the local model's when loaded)."""
@@ -172,6 +174,48 @@ class Agent:
         )
         conversation = [Message("user", "Answer with one word.")]
         probe.generate([conversation], SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0))
+
+    def prompt_encoder(self, rollouts: Path | None = None) -> tuple[Any, dict[str, Any] | None]:
+        """``(encode, rendering)``: how a prompt goalprobe renders itself (the probing set, every
+        prompt-only state) is tokenised so that it is the prompt the rollouts' model read.
+
+        A harmony model served by a chat endpoint: the server's rendering
+        (:class:`~goalprobe.agents.served_harmony.ServedHarmony`, read off the ids it returns
+        for one short request: its date line, its developer-message convention), ``rendering``
+        its description (record it with the prompts). ``rollouts``: a trajectory file of this
+        agent's rollouts; when it was generated on a server, the rendering is read off its
+        served prompts instead (the prompts the probes are compared with, even from a server
+        since restarted on another date, or no longer up). Otherwise the chat format's own
+        rendering (no date line: it never reads the clock) and None.
+        """
+        if self._encoder is None:
+            from goalprobe.agents.chat_format import chat_format_for
+
+            fmt = chat_format_for(self.tokenizer())
+            self._encoder = (fmt.encode_prompt, None)
+            if self.config.backend == "server" and fmt.name == "harmony":
+                served = self._served_harmony(rollouts)
+                self._encoder = (served.encode_prompt, served.describe())
+        return self._encoder
+
+    def _served_harmony(self, rollouts: Path | None):
+        from goalprobe.agents.backend import SamplingConfig
+        from goalprobe.agents.harmony import Message
+        from goalprobe.agents.served_harmony import ServedHarmony, served_harmony_in
+        from goalprobe.agents.trajectories import read_run_header
+
+        if rollouts is not None and rollouts.is_file():
+            if read_run_header(rollouts).backend.get("class") == "ServerBackend":
+                found = served_harmony_in(self.tokenizer(), rollouts)
+                if found is not None:
+                    return found
+
+        backend, _ = self.rollout_backend()
+        probe = ServerBackend(replace(backend.config, timeout_s=120.0), backend.tokenizer)
+        conversation = [Message("developer", "Answer with one word."), Message("user", "Hello.")]
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=1, seed=0)
+        completion = probe.generate([conversation], sampling)[0]
+        return ServedHarmony.from_prompt_ids(self.tokenizer(), completion.prompt_token_ids)
 
     def rollout_backend(self) -> tuple[Any, dict]:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""

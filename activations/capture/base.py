@@ -182,6 +182,10 @@ class ResidualBackend(ABC):
         self.vocab_size: int | None = None if vocab is None else int(vocab)
         """Rows of the input embedding (token ids must be below it); None when unknown."""
         self._cached_prefix: tuple[bytes, Any] | None = None  # (prefix bytes, KV cache)
+        self.capture_tokens = {"replayed": 0, "run": 0}
+        """Token positions :meth:`capture` was handed (``replayed``: batch x padded width) and
+        the ones the model ran (``run``: the suffixes after a cached prefix, plus each prefix
+        forward); equal without the prefix cache."""
 
     @property
     def attention(self) -> str:
@@ -238,11 +242,16 @@ class ResidualBackend(ABC):
             ``{layer: (B, K, d_model)}`` CPU tensors in the model's dtype.
         """
         layers = self.check_layers(layers)
+        self.capture_tokens["replayed"] += int(batch.input_ids.numel())
         start = self.shared_prefix_length(batch) if self.prefix_cache else 0
         if start < self.min_shared_prefix:
+            self.capture_tokens["run"] += int(batch.input_ids.numel())
             return self._capture(batch.input_ids, batch.attention_mask, batch.positions, layers)
         start = self._reusable_prefix_length(batch.input_ids[0, :start].numpy())
         prefix = batch.input_ids[0, :start].numpy()
+        if self._cached_prefix is None or self._cached_prefix[0] != prefix.tobytes():
+            self.capture_tokens["run"] += len(prefix)  # a new prefix runs once (_prefix_kv)
+        self.capture_tokens["run"] += batch.size * (batch.input_ids.shape[1] - start)
         kwargs = {"use_cache": True, self.cache_keyword(): self._prefix_kv(prefix, batch.size)}
         return self._capture(
             batch.input_ids[:, start:], batch.attention_mask, batch.positions - start, layers,

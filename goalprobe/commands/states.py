@@ -30,6 +30,13 @@ def command(
         Path | None, typer.Option(help="Prompt template directory (default: packaged).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the state draw.")] = 0,
+    served_prompts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trajectory JSONL of rollouts on a chat endpoint (vLLM): render the prompts as "
+            "that server did (its date line, its developer message), read off a served prompt."
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue an interrupted file of the same run.")
     ] = False,
@@ -68,15 +75,46 @@ def command(
         chat_format = chat_format_for(tokenizer)
     except ChatFormatError as err:
         raise typer.BadParameter(f"{model}: {err}", param_hint="--model") from err
+    encode, description = chat_format.encode_prompt, describe_local_model(model)
+    if served_prompts is not None:
+        served = _served_rendering(served_prompts, tokenizer, chat_format.name)
+        encode, description = served.encode_prompt, {**description, "rendering": served.describe()}
     report = write_prompt_states(
         grid_set,
-        chat_format.encode_prompt,
+        encode,
         config,
         out,
-        backend_description={**describe_local_model(model), "prompt_only": True},
+        backend_description={**description, "prompt_only": True},
         chat_format=chat_format.describe(),
     )
     typer.echo(
         f"{out}: run {report.run_id}; {report.states_written} state(s) written, "
         f"{report.states_skipped} already there, {report.states_total} over {report.grids} grids"
     )
+
+
+def _served_rendering(path: Path, tokenizer, format_name: str):
+    """The rendering of the first served prompt (``token_ids_source == "model"``) in ``path``."""
+    from goalprobe.agents.served_harmony import served_harmony_in
+    from goalprobe.agents.trajectories import TrajectoryFormatError
+
+    hint = "--served-prompts"
+    if not path.is_file():
+        raise typer.BadParameter(f"{path} is not a file", param_hint=hint)
+    if format_name != "harmony":
+        raise typer.BadParameter(
+            f"{path}: only a harmony model's served rendering differs from goalprobe's "
+            f"(this tokenizer's format is {format_name})",
+            param_hint=hint,
+        )
+    try:
+        served = served_harmony_in(tokenizer, path)
+    except (TrajectoryFormatError, ValueError) as err:
+        raise typer.BadParameter(f"{path}: {err}", param_hint=hint) from err
+    if served is None:
+        raise typer.BadParameter(
+            f"{path} holds no served prompt (prompt-only states, or no step with the served "
+            "prompt ids)",
+            param_hint=hint,
+        )
+    return served

@@ -24,7 +24,6 @@ import numpy as np
 
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
@@ -196,15 +195,18 @@ def decode_prompt_states(
         (classes the probe lacks get 0; agent and goal from the decoder's read-out).
     """
     probe = decoder.probe
-    loaded = context.agent(agent).loaded()
-    tokenizer = loaded.tokenizer
+    # a served agent: as its rollouts were served
+    encode, rendering = context.agent(agent).prompt_encoder(context.layout.trajectories)
     states_path.unlink(missing_ok=True)
     write_prompt_states(
         grids,
-        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        encode,
         prompts,
         states_path,
-        backend_description=context.agent(agent).config.identity(),
+        backend_description={
+            **context.agent(agent).config.identity(),
+            **({"rendering": rendering} if rendering else {}),
+        },
         states=states,
     )
     extract_into(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from goalprobe.agents.harmony import encode_prompt
 from goalprobe.agents.prompt_states import write_prompt_states
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.generator import generate_grid_set
@@ -35,13 +34,18 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     write_grid_set(layout.probing_grids, grids)
     layout.probing_states.unlink(missing_ok=True)
     agent = context.agent(config.agent)
-    tokenizer = agent.tokenizer()  # the prompts need no weights (extraction loads them below)
+    # the prompts need no weights (extraction loads them below); a served agent's are rendered
+    # as its server renders them (the rollouts replay the served prompts)
+    encode, rendering = agent.prompt_encoder(layout.trajectories)
     states = write_prompt_states(
         grids,
-        lambda messages, effort: encode_prompt(tokenizer, messages, effort),
+        encode,
         config.probing.states,
         layout.probing_states,
-        backend_description=agent.config.identity(),
+        backend_description={
+            **agent.config.identity(),
+            **({"rendering": rendering} if rendering else {}),
+        },
     )
     report, layers = extract_into(
         context,

@@ -374,3 +374,35 @@ def test_an_extraction_names_its_layers(tmp_path):
         extract(trajectories, tmp_path / "store.h5", None, None, ExtractConfig(), model_id="m")
     with pytest.raises(ValueError, match="non-negative"):
         ExtractConfig(layers=(-1,))
+
+
+@pytest.mark.parametrize("backend", ["hooks", "nnsight"])
+def test_the_shared_prefix_cache_gives_the_same_rows_for_fewer_tokens(
+    tmp_path, trajectories, loaded, backend
+):
+    """Extraction with the backends' shared-prefix KV cache (their default, on every device:
+    the system and developer messages run once per prompt template and every batch continues
+    from their cache) stores the rows whole-sequence replay stores, to float16 rounding, and
+    the model runs fewer token positions than it is handed."""
+    stores, counts = {}, {}
+    for cached in (True, False):
+        capture = make_backend(backend, loaded.model, loaded.tokenizer, prefix_cache=cached)
+        assert capture.prefix_cache is cached
+        stores[cached] = tmp_path / f"{cached}.h5"
+        extract(trajectories, stores[cached], capture, loaded.tokenizer, CONFIG, model_id="t")
+        counts[cached] = capture.capture_tokens
+    assert counts[True]["replayed"] == counts[False]["replayed"] > 0
+    assert counts[False]["run"] == counts[False]["replayed"]  # whole sequences
+    assert counts[True]["run"] < 0.9 * counts[True]["replayed"], counts
+    cached, whole = store_contents(stores[True]), store_contents(stores[False])
+    assert cached.keys() == whole.keys()
+    compared = 0
+    for name, values in whole.items():
+        if values.dtype == np.float16:
+            compared += values.size
+            np.testing.assert_allclose(
+                cached[name].astype(np.float32), values.astype(np.float32), rtol=2e-3, atol=2e-3
+            )
+        else:
+            np.testing.assert_array_equal(cached[name], values, err_msg=name)
+    assert compared > 0
