@@ -67,6 +67,8 @@ STAGE = register(
     Stage(
         name="probing",
         run=run,
+        # a served agent's prompts are rendered as its rollouts' served prompts were
+        reads=("rollouts",),
         writes=("probing grid set", "probing states", "probing store"),
         section="probing",
         uses=("agent", "activations"),
