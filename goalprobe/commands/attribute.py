@@ -10,6 +10,10 @@ import typer
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
+    BaseGridsOption,
+    BaseTrajectoriesOption,
+    ModelOption,
+    OutDirOption,
     check_device,
     check_new_output,
     choice,
@@ -41,18 +45,10 @@ def _mxfp4_refusal(model: str, device: str) -> None:
 
 
 def command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-    trajectories: Annotated[
-        Path | None,
-        typer.Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
-    ] = None,
-    grids: Annotated[
-        Path | None,
-        typer.Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
-    ] = None,
-    model: Annotated[
-        str, typer.Option(help="'bundled', a local model directory, or a Hugging Face id.")
-    ] = "bundled",
+    out: OutDirOption,
+    trajectories: BaseTrajectoriesOption = None,
+    grids: BaseGridsOption = None,
+    model: ModelOption = "bundled",
     backend: Annotated[
         str, typer.Option(help="hooks (GradDrop) or nnsight (plain gradients).")
     ] = "hooks",
