@@ -154,6 +154,34 @@ class Agreement:
         return self.hits_top / self.top_k
 
 
+AGREE_RHO = 0.8
+"""Rank agreement at or above which attribution and real patches are said to agree (issue 41)."""
+
+SATURATED_SCALE = 0.5
+"""``scale_top`` below this: the largest real effects are under-estimated (saturation)."""
+
+
+def diagnose(spearman: float | None, scale_top: float | None, wrong_sign_top: int) -> str:
+    """Where and why a pair's attribution disagrees with its real patches, in words.
+
+    ``"agrees"`` when rho >= :data:`AGREE_RHO`; otherwise the causes the fields show:
+    *saturation* (the top-decile effects are under-estimated: ``scale_top`` below
+    :data:`SATURATED_SCALE`), *cancellation* (top-decile sites whose estimate has the wrong
+    sign), or, when neither shows, rank noise among the small effects (the top sites agree, the
+    tail does not).
+    """
+    if spearman is not None and spearman >= AGREE_RHO:
+        return "agrees"
+    causes = []
+    if scale_top is not None and scale_top < SATURATED_SCALE:
+        causes.append(f"saturation (top-decile estimate/effect {scale_top:.2f})")
+    if wrong_sign_top > 0:
+        causes.append(f"cancellation ({wrong_sign_top} top-decile sites of the wrong sign)")
+    if spearman is None:
+        return "constant estimate or effect: rank agreement undefined"
+    return "; ".join(causes) or "ranks differ among the small effects (top decile consistent)"
+
+
 def _rho(x: np.ndarray, y: np.ndarray) -> float | None:
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return None

@@ -112,6 +112,7 @@ def _first_map(run: RunReader, metric: str):
 
 
 def _check_rows(run: RunReader, who: str) -> list[tuple]:
+    from goalprobe.probes.attribution_check import diagnose
     from goalprobe.stages.attribution import read_check
 
     check = read_check(run.layout.attribution_check)
@@ -132,6 +133,7 @@ def _check_rows(run: RunReader, who: str) -> list[tuple]:
                     pct(e["random_hit_rate"]),
                     num(e["scale_top"], 2) if e["scale_top"] is not None else "–",
                     num(e["total_effect"], 3),
+                    diagnose(e["spearman"], e["scale_top"], e["wrong_sign_top"]),
                 )
             )
     return rows
@@ -150,6 +152,7 @@ def _check_table(rows: list[tuple]) -> Block:
                 "k random (expected)",
                 "estimate / effect (top decile)",
                 "whole-prompt effect",
+                "where and why they disagree",
             ),
             rows,
             caption="Attribution against the real patch of every affected block x position of "

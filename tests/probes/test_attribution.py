@@ -142,6 +142,31 @@ def test_compare_says_agree_on_a_faithful_estimate_and_not_on_an_unrelated_one()
     assert ranked.hits_top == 5 and ranked.spearman_graddrop == pytest.approx(1.0)
 
 
+def test_diagnose_names_saturation_and_cancellation_from_constructed_estimates():
+    from goalprobe.probes.attribution_check import diagnose
+
+    rng = np.random.default_rng(1)
+    effects = rng.standard_normal((3, 60)) * rng.exponential(1.0, (3, 60))
+    effects[:, :10] = 0
+
+    def verdict(atp):
+        a = compare(_attribution(atp), effects, first=10)
+        return diagnose(a.spearman, a.scale_top, a.wrong_sign_top)
+
+    assert verdict(effects) == "agrees"
+    # saturation: the largest effects squashed (monotone, so ranks survive: still agrees) ...
+    assert verdict(np.tanh(effects) * 0.1) == "agrees"
+    # ... and squashed with noise in the ranks: rho falls, the top decile is under-read
+    noisy = np.tanh(effects) * 0.1 + 0.05 * rng.standard_normal(effects.shape)
+    assert verdict(noisy).startswith("saturation")
+    # cancellation: the top effects' estimates flipped
+    flipped = effects.copy()
+    top = np.abs(effects) >= np.quantile(np.abs(effects[:, 10:]), 0.9)
+    flipped[top] *= -1
+    assert "cancellation" in verdict(flipped)
+    assert diagnose(None, None, 0).startswith("constant")
+
+
 def test_the_attribution_file_round_trips_and_refuses_another_version(attributions, tmp_path):
     import json
 
