@@ -5,8 +5,10 @@ Pairs on training grids train a rank-k subspace at one block's anchors (``probes
 held-out grids' disjoint pairs are regenerated greedily under the interchange, under the full
 anchor patch, and under a random subspace of the same rank. Position probes fitted on natural
 states (other grids again) give the directions the subspace is compared with (principal angles)
-and the natural-variation check. Writes ``--out``.json (figures) and ``--out``.safetensors (the
-bases, ``basis.k<rank>``).
+and the natural-variation check. Writes ``--out``.json (figures: a DAS card,
+``goalprobe.das_card/1``, docs/formats.md) and ``--out``.safetensors (the bases, ``basis.k<rank>``).
+Copied to ``agents/<agent>/das.json``, the card is what the report shows for that agent (the
+weights' digest tells the report whether it still describes the shipped weights).
 
     OMP_NUM_THREADS=1 python scripts/das_anchors.py --out /tmp/das
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    argv_used = sys.argv[1:] if argv is None else list(argv)
     import torch
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     from safetensors.torch import save_file
     from sklearn.linear_model import LogisticRegression
 
+    from goalprobe.report.attribution import DAS_CARD_SCHEMA, weights_sha256
     from goalprobe.stats.rates import cluster_rate_interval
 
     torch.set_num_threads(1)
@@ -172,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
         if r["fraction_of_full"] is not None and r["fraction_of_full"] >= 0.9
     ]
     result = {
+        "schema": DAS_CARD_SCHEMA, "command": "python scripts/das_anchors.py " + " ".join(argv_used),
+        "weights_sha256": weights_sha256(args.agent), "seed": args.seed, "steps": args.steps,
         "agent": args.agent, "block": args.block, "size": args.size, "density": args.density,
         "train_pairs": len(train), "test_pairs": len(test),
         "test_grids": len({p.pair.base.grid_id for p in test}),

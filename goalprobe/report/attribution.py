@@ -6,7 +6,10 @@ positive control beside it, with the check against real patches where the stage 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from goalprobe.report.blocks import Block, Figures, Text, num, pct, stat_text, table
 from goalprobe.report.readers import Reading
@@ -25,6 +28,81 @@ METRIC_WORDS: dict[str, str] = {
     "coordinates": "metric (b), the coordinates' log-probability",
     "action": "metric (a), the answered action's logit difference",
 }
+
+
+DAS_CARD = "das.json"
+"""File name of a named agent's DAS card, beside its weights (``scripts/das_anchors.py``)."""
+
+DAS_CARD_SCHEMA = "goalprobe.das_card/1"
+"""``schema`` of a DAS card (docs/formats.md, "DAS card")."""
+
+
+def weights_sha256(model: str | Path) -> str | None:
+    """sha256 of ``model.safetensors`` of a named agent or a model directory (None: no such file)."""
+    from goalprobe.agents.registry import named_agent
+
+    agent = named_agent(str(model))
+    path = (agent.directory if agent is not None else Path(model)) / "model.safetensors"
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def das_card(model: str) -> dict | None:
+    """The DAS card shipped with the named agent ``model``, with ``stale`` set when its weights'
+    digest is not the shipped weights' (None: the agent has no card).
+
+    Raises:
+        MissingInput: a card of another schema.
+    """
+    from goalprobe.agents.registry import named_agent
+
+    agent = named_agent(model)
+    path = None if agent is None else agent.directory / DAS_CARD
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("schema") != DAS_CARD_SCHEMA:
+        raise MissingInput(f"{path}: schema {data.get('schema')!r}, expected {DAS_CARD_SCHEMA!r}")
+    return {**data, "stale": data.get("weights_sha256") != weights_sha256(model)}
+
+
+def das_blocks(model: str) -> list[Block]:
+    """The control's trained subspace (DAS) at its anchors, from its card: the smallest rank
+    reaching 90% of the full anchor patch, the random subspace of the same rank, the principal
+    angles to the position probes and the natural-variation check (issue 41, item 5)."""
+    data = das_card(model)
+    if data is None:
+        return []
+    rows = [
+        (
+            r["rank"], stat_text(r["das"]), stat_text(r["random"]), num(r["fraction_of_full"], 2),
+            ", ".join(f"{a:.0f}" for a in r["angles_das_deg"]),
+            ", ".join(f"{a:.0f}" for a in r["angles_random_deg"]),
+            f"{num(r['natural_r2_das'], 2)} / {num(r['natural_r2_random'], 2)}",
+        )
+        for r in data["rows"]
+    ]  # fmt: skip
+    smallest = data.get("smallest_rank_reaching_90pct_of_full")
+    caption = (
+        f"Trained subspace interventions (DAS) at {model}'s pre-reasoning anchors, block "
+        f"{data['block']}: a rank-k subspace trained on {data['train_pairs']} pairs so that "
+        "interchanging it makes the base produce the counterfactual's completion, evaluated on "
+        f"{data['test_pairs']} disjoint pairs of {data['test_grids']} held-out grids (share whose "
+        "action moves into the counterfactual's optimal set; the full anchor patch moves "
+        f"{stat_text(data['full_patch'])}). Smallest rank reaching 90% of the full patch: "
+        f"{smallest if smallest is not None else 'none of those tried'}. From the agent's DAS "
+        f"card ({data['command']}), measured once on the shipped weights, not in this run"
+        + (
+            "; STALE: the weights have changed since, so these figures describe other weights"
+            if data["stale"]
+            else ""
+        )
+        + "."
+    )
+    header = ("rank k", "DAS: moved", "random k: moved", "DAS / full",
+              "angles to the position probes (deg)", "random's", "natural R^2 DAS / random")  # fmt: skip
+    return [table(header, rows, caption)]
 
 
 def card(run: RunReader) -> dict:
@@ -187,4 +265,6 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
         rows += _check_rows(control, "control")
     if rows:
         blocks.append(_check_table(rows))
+    if control.layout.stages_dir.is_dir():
+        blocks += das_blocks(card(control)["model"])
     return blocks
