@@ -23,6 +23,7 @@ evaluated rows, as ``sklearn.metrics.r2_score``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,19 +44,6 @@ LOCALISED = (CellType.AGENT, CellType.GOAL)
 
 # ------------------------------------------------------------------------------------------
 # decoding
-
-
-def cognitive_map(probs: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Argmax map.
-
-    Args:
-        probs: ``(N, S, S, C)`` class probabilities (or logits) over ``classes``.
-        classes: ``(C,)`` ``CellType`` values.
-
-    Returns:
-        ``(N, S, S)`` uint8 ``CellType`` per cell.
-    """
-    return np.asarray(classes, dtype=np.uint8)[np.asarray(probs).argmax(axis=-1)]
 
 
 def _class_index(classes: np.ndarray, cell_type: int) -> int:
@@ -317,97 +305,8 @@ def evaluate_cell_maps(
     lab = np.asarray(labels)
     if lab.ndim != 3:
         raise ValueError(f"labels must be (N, S, S), got shape {lab.shape}")
-    n, side = lab.shape[0], lab.shape[1]
-    codes = _grid_codes(grid_ids, n)
-    truth = {
-        CellType.AGENT: agent_row_col,
-        CellType.GOAL: goal_row_col,
-    }
-    all_classes = set(np.unique(lab).tolist())
-    for name, (probs, classes) in predictions.items():
-        if np.asarray(probs).shape[:3] != lab.shape:
-            raise ValueError(
-                f"predictions[{name!r}] has shape {np.asarray(probs).shape}, labels {lab.shape}"
-            )
-        if np.asarray(probs).shape[3] != len(classes):
-            raise ValueError(
-                f"predictions[{name!r}]: {len(classes)} classes for {np.asarray(probs).shape[3]} columns"
-            )
-        all_classes |= set(np.asarray(classes).tolist())
-    union = np.array(sorted(all_classes), dtype=np.int64)
-    lookup = np.zeros(int(union.max()) + 1, dtype=np.int64)
-    lookup[union] = np.arange(len(union))
-    n_u = len(union)
-    true_idx = lookup[lab.reshape(n, -1)]
-    for cell_type in LOCALISED:
-        if truth[cell_type] is None and (lab == cell_type).any():
-            truth[cell_type] = cell_positions(lab, cell_type)
-        elif truth[cell_type] is not None:
-            truth[cell_type] = np.asarray(truth[cell_type], dtype=np.int64).reshape(n, 2)
-
-    grid_cell = lab.reshape(n, -1) != CellType.PADDING  # (N, S*S) cells inside the grid
-    cell_row = np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell]
-    cell_true = lab.reshape(n, -1)[grid_cell]
-    auc_classes = [c for c in union if c != CellType.PADDING and (cell_true == c).any()]
-
-    def make_model(probs: np.ndarray, classes: np.ndarray):
-        probs = np.asarray(probs)
-        classes = np.asarray(classes)
-        pred_idx = lookup[classes[probs.argmax(axis=-1)].reshape(n, -1)]
-        cell_scores = {
-            int(c): (
-                probs.reshape(n, -1, len(classes))[..., int(np.flatnonzero(classes == c)[0])][
-                    grid_cell
-                ].astype(np.float64)
-                if (classes == c).any()
-                else np.zeros(len(cell_true))
-            )
-            for c in (auc_classes if class_auc else [])
-        }
-        localised = {}
-        for cell_type in LOCALISED:
-            if truth[cell_type] is None or int(cell_type) not in classes:
-                continue
-            top = top_k_cells(probs, classes, cell_type, 1)[:, 0]
-            dist = np.abs(top - truth[cell_type]).sum(axis=1)
-            localised[CellType(cell_type).name.lower()] = (dist == 0, dist)
-
-        def samples(rows, boot: GridBootstrap):
-            n_grids = boot.n_grids
-            flat = (boot.codes[:, None] * n_u + true_idx[rows]) * n_u + pred_idx[rows]
-            per_grid = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
-            per_grid = per_grid.reshape(n_grids, n_u, n_u).astype(np.float64)
-            conf = boot.resample(per_grid)
-            out = _confusion_metrics(conf, union, present=conf[0].sum(axis=1) > 0)
-            rates = _confusion_rate_counts(per_grid, union)
-            for cls_name, (hit, dist) in localised.items():
-                out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
-                rates[f"{cls_name}_top1"] = (
-                    boot.grid_sums(hit[rows]),
-                    boot.grid_sums(np.ones(len(rows))),
-                )
-                out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
-            if cell_scores:
-                local = np.full(n, -1, dtype=np.int64)
-                local[rows] = boot.codes
-                keep = local[cell_row] >= 0
-                aucs = []
-                for c, scores in cell_scores.items():
-                    positive = cell_true[keep] == c
-                    if positive.all() or not positive.any():
-                        continue
-                    auc = grid_weighted_auc(scores[keep], positive, local[cell_row[keep]], boot)
-                    out[f"auc/{CellType(c).name.lower()}"] = auc
-                    aucs.append(auc)
-                if aucs:
-                    with np.errstate(invalid="ignore"):
-                        out["auc_macro"] = np.nanmean(np.stack(aucs), axis=0)
-            out[RATE_COUNTS] = rates
-            return out
-
-        return samples
-
-    models = {name: make_model(p, c) for name, (p, c) in predictions.items()}
+    truth = _CellMapTruth.build(predictions, lab, agent_row_col, goal_row_col, class_auc)
+    models = {name: _cell_map_sampler(p, c, truth) for name, (p, c) in predictions.items()}
     if uniform_localisation:
         chance = uniform_top1(lab, _sizes_of(lab) if grid_sizes is None else grid_sizes)
 
@@ -418,8 +317,8 @@ def evaluate_cell_maps(
         baselines = (*baselines, "uniform")
     result = _grouped(
         models,
-        n,
-        codes,
+        truth.n,
+        _grid_codes(grid_ids, truth.n),
         {"grid_size": grid_sizes, "density": densities},
         reference,
         n_boot,
@@ -427,11 +326,135 @@ def evaluate_cell_maps(
         np.random.default_rng(random_state),
         tuple(baselines),
     )
-    result["classes"] = [CellType(c).name.lower() for c in union]
-    result["map_side"] = side
+    result["classes"] = [CellType(c).name.lower() for c in truth.union]
+    result["map_side"] = lab.shape[1]
     result["confidence_level"] = confidence_level
     result["n_boot"] = n_boot
     return result
+
+
+@dataclass(frozen=True)
+class _CellMapTruth:
+    """The true maps, indexed for every model's samples: ``union`` the sorted classes of the
+    labels and of every model, ``lookup`` CellType -> index into ``union``, ``true_idx``
+    ``(N, S*S)`` true class indices, ``truth`` the true agent/goal cells (None when absent),
+    ``grid_cell`` ``(N, S*S)`` cells inside the grid, ``cell_row`` / ``cell_true`` the row and
+    true class of each such cell, ``auc_classes`` the classes scored by AUC."""
+
+    n: int
+    union: np.ndarray
+    lookup: np.ndarray
+    true_idx: np.ndarray
+    truth: dict
+    grid_cell: np.ndarray
+    cell_row: np.ndarray
+    cell_true: np.ndarray
+    auc_classes: list
+
+    @classmethod
+    def build(cls, predictions, lab, agent_row_col, goal_row_col, class_auc) -> _CellMapTruth:
+        """Check every model's shape against ``lab`` and index the truth."""
+        n = lab.shape[0]
+        all_classes = set(np.unique(lab).tolist())
+        for name, (probs, classes) in predictions.items():
+            shape = np.asarray(probs).shape
+            if shape[:3] != lab.shape:
+                raise ValueError(f"predictions[{name!r}] has shape {shape}, labels {lab.shape}")
+            if shape[3] != len(classes):
+                raise ValueError(
+                    f"predictions[{name!r}]: {len(classes)} classes for {shape[3]} columns"
+                )
+            all_classes |= set(np.asarray(classes).tolist())
+        union = np.array(sorted(all_classes), dtype=np.int64)
+        lookup = np.zeros(int(union.max()) + 1, dtype=np.int64)
+        lookup[union] = np.arange(len(union))
+        truth = {CellType.AGENT: agent_row_col, CellType.GOAL: goal_row_col}
+        for cell_type in LOCALISED:
+            if truth[cell_type] is None and (lab == cell_type).any():
+                truth[cell_type] = cell_positions(lab, cell_type)
+            elif truth[cell_type] is not None:
+                truth[cell_type] = np.asarray(truth[cell_type], dtype=np.int64).reshape(n, 2)
+        grid_cell = lab.reshape(n, -1) != CellType.PADDING
+        cell_true = lab.reshape(n, -1)[grid_cell]
+        auc_classes = [c for c in union if c != CellType.PADDING and (cell_true == c).any()]
+        return cls(
+            n=n,
+            union=union,
+            lookup=lookup,
+            true_idx=lookup[lab.reshape(n, -1)],
+            truth=truth,
+            grid_cell=grid_cell,
+            cell_row=np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell],
+            cell_true=cell_true,
+            auc_classes=auc_classes if class_auc else [],
+        )
+
+
+def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):
+    """The samples function of one model (``(rows, boot) -> metric -> (1 + B,)``) for
+    :func:`_evaluate`: confusion metrics, top-1 localisation and per-class AUC."""
+    probs = np.asarray(probs)
+    classes = np.asarray(classes)
+    n, n_u = t.n, len(t.union)
+    pred_idx = t.lookup[classes[probs.argmax(axis=-1)].reshape(n, -1)]
+    flat_probs = probs.reshape(n, -1, len(classes))
+    cell_scores = {
+        int(c): (
+            flat_probs[..., int(np.flatnonzero(classes == c)[0])][t.grid_cell].astype(np.float64)
+            if (classes == c).any()
+            else np.zeros(len(t.cell_true))
+        )
+        for c in t.auc_classes
+    }
+    localised = {}
+    for cell_type in LOCALISED:
+        if t.truth[cell_type] is None or int(cell_type) not in classes:
+            continue
+        top = top_k_cells(probs, classes, cell_type, 1)[:, 0]
+        dist = np.abs(top - t.truth[cell_type]).sum(axis=1)
+        localised[CellType(cell_type).name.lower()] = (dist == 0, dist)
+
+    def samples(rows, boot: GridBootstrap):
+        n_grids = boot.n_grids
+        flat = (boot.codes[:, None] * n_u + t.true_idx[rows]) * n_u + pred_idx[rows]
+        per_grid = np.bincount(flat.ravel(), minlength=n_grids * n_u * n_u)
+        per_grid = per_grid.reshape(n_grids, n_u, n_u).astype(np.float64)
+        conf = boot.resample(per_grid)
+        out = _confusion_metrics(conf, t.union, present=conf[0].sum(axis=1) > 0)
+        rates = _confusion_rate_counts(per_grid, t.union)
+        for cls_name, (hit, dist) in localised.items():
+            out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
+            rates[f"{cls_name}_top1"] = (
+                boot.grid_sums(hit[rows]),
+                boot.grid_sums(np.ones(len(rows))),
+            )
+            out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
+        if cell_scores:
+            out.update(_class_aucs(cell_scores, rows, boot, t))
+        out[RATE_COUNTS] = rates
+        return out
+
+    return samples
+
+
+def _class_aucs(cell_scores: dict, rows: np.ndarray, boot: GridBootstrap, t: _CellMapTruth) -> dict:
+    """``auc/<class>`` (one class against the rest over the grid cells of ``rows``) and their
+    ``auc_macro``, each ``(1 + B,)``."""
+    local = np.full(t.n, -1, dtype=np.int64)
+    local[rows] = boot.codes
+    keep = local[t.cell_row] >= 0
+    out, aucs = {}, []
+    for c, scores in cell_scores.items():
+        positive = t.cell_true[keep] == c
+        if positive.all() or not positive.any():
+            continue
+        auc = grid_weighted_auc(scores[keep], positive, local[t.cell_row[keep]], boot)
+        out[f"auc/{CellType(c).name.lower()}"] = auc
+        aucs.append(auc)
+    if aucs:
+        with np.errstate(invalid="ignore"):
+            out["auc_macro"] = np.nanmean(np.stack(aucs), axis=0)
+    return out
 
 
 def _sizes_of(labels: np.ndarray) -> np.ndarray:

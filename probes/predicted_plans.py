@@ -142,16 +142,6 @@ def _run_names(f) -> list[str]:
     return sorted(names)
 
 
-def list_predicted_plan_runs(path: str | Path) -> list[str]:
-    """Names of the runs in a predicted-plans HDF5 file, sorted."""
-    import h5py
-
-    path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
-        return _run_names(f)
-
-
 def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
     """Read one run written by :func:`write_predicted_plans`."""
     import h5py

@@ -467,18 +467,6 @@ def chunk_site(index: int, n_chunks: int) -> str:
     return f"{CHUNK_PREFIX}{index + 1}of{n_chunks}"
 
 
-def parse_chunk_site(site: str) -> tuple[int, int] | None:
-    """``(index, n_chunks)`` of a :func:`chunk_site` name (0-based index); None for any other
-    site."""
-    if not site.startswith(CHUNK_PREFIX):
-        return None
-    head, sep, tail = site[len(CHUNK_PREFIX) :].partition("of")
-    if not sep or not head.isdigit() or not tail.isdigit():
-        return None
-    index, n = int(head) - 1, int(tail)
-    return (index, n) if 0 <= index < n else None
-
-
 def chunk_bounds(sequence: TeacherForcedSequence, index: int, n_chunks: int) -> tuple[int, int]:
     """``(start, stop)`` positions of chunk ``index`` of ``n_chunks``: the reasoning body's
     fraction ``[index / n, (index + 1) / n)`` (floored token boundaries).

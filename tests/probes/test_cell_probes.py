@@ -16,7 +16,7 @@ from goalprobe.probes.cell_probes import (
     validate_label_maps,
 )
 from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
-from goalprobe.probes.metrics import cell_positions, cognitive_map, evaluate_cell_maps, top_k_cells
+from goalprobe.probes.metrics import cell_positions, evaluate_cell_maps, top_k_cells
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.serialization import (
     ActivationSource,
@@ -326,7 +326,7 @@ def test_decoded_maps_round_trip(tmp_path, planted, fitted_per_cell):
     assert maps.card["activations"]["layer"] == 7 and maps.schema_version == 3
     assert maps.agent is None and maps.goal is None and maps.readout.agent == "cell probe"
     np.testing.assert_array_equal(
-        cognitive_map(maps.probs, maps.classes), fitted_per_cell.predict(data.acts[rows])
+        maps.classes[maps.probs.argmax(axis=-1)], fitted_per_cell.predict(data.acts[rows])
     )
     with h5py.File(path, "a") as f:
         f.attrs["schema"] = "nope"

@@ -34,7 +34,7 @@ from goalprobe.probes.plan_sweep import (
     run_plan_sweep,
 )
 from goalprobe.probes.predicted_plans import (
-    list_predicted_plan_runs,
+    read_plan_runs,
     read_predicted_plans,
     write_predicted_plans,
 )
@@ -294,7 +294,7 @@ def test_predicted_plans_hdf5_round_trip(tmp_path):
     write_predicted_plans(
         path, "pre/layer7/decoder1", plans, np.array([4, 9]), card={}, split=[0, 2]
     )
-    assert list_predicted_plan_runs(path) == ["post/layer15/decoder2", "pre/layer7/decoder1"]
+    assert [r.run for r in read_plan_runs(path)] == ["post/layer15/decoder2", "pre/layer7/decoder1"]
     back = read_predicted_plans(path, "post/layer15/decoder2")
     np.testing.assert_array_equal(back.plans, plans)
     assert back.row_ids.tolist() == [4, 9] and back.card == {"a": 1} and back.split is None
@@ -438,7 +438,7 @@ def test_cli_reads_store_and_writes_table_figure_and_artefacts(tmp_path):
     names = {trace["name"] for trace in figure["data"]}
     assert "random 0.25^N" in names and "1-layer decoder" in names
     assert (out / "prefix_accuracy.html").stat().st_size > 1000
-    runs = list_predicted_plan_runs(out / "predicted_plans.h5")
+    runs = [r.run for r in read_plan_runs(out / "predicted_plans.h5")]
     assert "pre_reasoning/layer3/shuffled_control1" in runs and len(runs) == 4
     again = runner.invoke(app, args)
     assert again.exit_code != 0 and "exists" in again.output
