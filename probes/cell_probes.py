@@ -1,61 +1,34 @@
 """Cell-type probes: decode a cognitive map (one ``CellType`` per grid cell) from activations.
 
-Input of every probe: ``acts (N, n_anchors, d_model)`` (the three anchor tokens of one stage and
-layer; flattened to ``F = n_anchors * d_model`` features) and label maps ``(N, S, S)`` uint8
-``CellType`` values. Output: class probabilities ``(N, S, S, C)`` over ``classes_``.
+Input: ``acts (N, n_anchors, d_model)`` (flattened to ``F = n_anchors * d_model`` features) and
+label maps ``(N, S, S)`` uint8 ``CellType``. Output: class probabilities ``(N, S, S, C)`` over
+``classes_``. Every probe type (``family="linear"`` or ``"mlp"``) shares :class:`CellProbeBase`:
+the same data, split, class balancing and training loop.
 
-Probe types (each with ``family="linear"`` or ``"mlp"``)
--------------------------------------------------------
-* :class:`CoordinateCellProbe` (the study's probe, section 5.1): a classifier of
-  ``[act, row, col] -> class`` queried at every cell. ``family="linear"`` is multinomial logistic
-  regression on those rows; ``family="mlp"`` is two layers with a ReLU (hidden 1024).
-* :class:`goalprobe.probes.per_cell.PerCellProbe` (Othello-GPT style world-model probes): one head per
-  cell reading ``act``.
+* :class:`CoordinateCellProbe` (the study's, section 5.1): ``[act, row, col] -> class`` queried
+  at every cell; linear is multinomial logistic regression, mlp two layers with a ReLU.
+* :class:`goalprobe.probes.per_cell.PerCellProbe` (Othello-GPT style): one head per cell.
 
-Both types share this module's base class, so they take the same data, the same split, the same class
-balancing and the same training loop, and can be compared on the same split.
+``grid_size=None`` gives a *general* probe over the whole canvas (``PADDING`` is a class);
+``grid_size=n`` a *size-specific* one over the top-left ``n x n`` cells (fitting checks that
+every map is a grid of exactly that size).
 
-General and size-specific probes
---------------------------------
-``grid_size=None`` gives a *general* probe: it is queried on every cell of the label canvas
-(15 x 15 in the store) and ``PADDING`` is one of its classes. ``grid_size=n`` gives a
-*size-specific* probe: it reads only the top-left ``n x n`` cells, and fitting checks that every
-label map is a grid of exactly that size (no padding inside, only padding outside).
+**Factorised first layer.** ``W [act; coord] + b = (W_act act) + (W_coord coord + b)``: the act
+part is computed once per example, the coordinate part once per cell, and the hidden layer is
+their broadcast sum, the same function with the same parameters, ~``S^2`` times cheaper than
+materialising ``N * S^2`` rows. ``materialise=True`` runs the naive path (tests, benchmark).
 
-The factorised first layer (why nothing is materialised)
---------------------------------------------------------
-The naive construction builds one row ``[act, row, col]`` per (example, cell): ``N * S^2`` rows of
-``F + 2`` features (225 copies of every activation). The first layer is linear in its input, so
-``W [act; coord] + b = (W_act act) + (W_coord coord + b)``: the act part is computed once per
-example (``N x F x H``), the coordinate part once per cell (``S^2 x 2 x H``), and the hidden layer is
-their broadcast sum. This is exactly the same function with the same parameters (the module
-holds one ``Linear(F + K, H)`` and slices its weight), ~``S^2`` times cheaper in the first layer and
-never stores the rows. ``materialise=True`` runs the naive path as a reference (tests, benchmark).
+**Class balance.** ``"upsample"`` (default, the study's) draws each minority class up to the
+largest with replacement (seeded, once per fit); the draws are applied as integer per-(example,
+cell) loss weights, which is the same objective. ``"weighted_loss"`` uses their expectation
+``n_max / n_c``; ``"none"`` weights every row 1. The linear families are convex and fitted by
+L-BFGS to convergence (:func:`goalprobe.probes.training.fit_lbfgs`; seed-free, ``"upsample"``
+with its expected weights); the MLPs train with AdamW on minibatches.
 
-Class balance
--------------
-``class_balance="upsample"`` (default, as in the study) upsamples each minority class to the size
-of the largest one over the training (example, cell) rows by drawing with replacement (seeded,
-once per fit). Drawing row ``r`` ``m_r`` times and summing the loss over the drawn rows equals
-summing ``m_r * loss_r`` over the original rows, so the draws are applied as integer per-(example,
-cell) loss weights: the objective of an epoch is exactly the one on the upsampled rows, only the
-minibatches are formed from examples. ``"weighted_loss"`` uses the expectation of those weights,
-``n_max / n_c`` per class (lower variance); ``"none"`` weights every row 1.
-
-The linear families are convex (weighted multinomial logistic regression) and are fitted by
-L-BFGS from zero to convergence (:func:`goalprobe.probes.training.fit_lbfgs`), not by AdamW: no
-seed, minibatch order or thread count can move them; ``"upsample"`` then uses its expected weights
-(no draws). The MLP families train with AdamW on minibatches.
-
-Coordinates
------------
-``coordinates="raw"`` (default) is the study's: ``(row, col)`` standardised with the mean and
-standard deviation of the training rows (every example contributes every cell once, so these are
-the moments of the queried cell grid). ``"onehot"`` encodes row and column as two one-hot vectors
-(``2 S`` features, not standardised): each cell gets its own row and column offsets. Either way a
-*linear* coordinate-conditioned probe adds a cell-dependent bias to an act-dependent score that
-is the same at every cell, so it cannot place the agent or goal; that is a property of the
-study's linear probe (39% accuracy there), not of this implementation.
+**Coordinates.** ``"raw"`` (the study's): ``(row, col)`` standardised; ``"onehot"``: row and
+column one-hot (``2 S`` features). A *linear* coordinate-conditioned probe adds a cell-dependent
+bias to an act score that is the same at every cell, so it cannot place the agent or goal (the
+study's 39% accuracy).
 """
 
 from __future__ import annotations
@@ -103,14 +76,8 @@ def cell_row_col(side: int) -> np.ndarray:
 
 
 def coordinate_features(side: int, encoding: CoordinateEncoding) -> np.ndarray:
-    """Coordinate part of the probe input for every cell of a ``side x side`` map.
-
-    Args:
-        side: map side ``S``.
-        encoding: ``"raw"`` (standardised row, col) or ``"onehot"`` (row and column one-hot).
-
-    Returns:
-        ``(S * S, K)`` float32 with ``K = 2`` (raw) or ``2 S`` (onehot).
+    """``(S * S, K)`` float32 coordinate part of the probe input for every cell of a ``side x side``
+    map: ``"raw"`` (standardised row, col; ``K = 2``) or ``"onehot"`` (``K = 2 S``).
     """
     rc = cell_row_col(side).astype(np.float64)
     if encoding == "raw":
@@ -196,16 +163,9 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
     # ---------------------------------------------------------------- fit
 
     def fit(self, X: ResidualActs | FeatureMatrix, y: CellLabels, groups: GridIds | None = None):
-        """Fit on activations and label maps.
-
-        Args:
-            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` float activations (float16 is fine).
-            y: ``(N, S, S)`` uint8 ``CellType`` maps.
-            groups: ``(N,)`` grid ids; required with ``early_stopping`` (the validation split is
-                carved from the training grids by grid).
-
-        Returns:
-            self
+        """Fit on activations ``(N, n_anchors, d_model)`` or ``(N, F)`` and label maps ``(N, S, S)``;
+        ``groups`` (grid ids) is required with ``early_stopping`` (the validation split is carved by
+        grid). Returns self.
         """
         X2 = as_feature_matrix(X)
         labels = validate_label_maps(y, self.grid_size)
@@ -362,13 +322,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
     # ---------------------------------------------------------------- decoding
 
     def decision_function(self, X: ResidualActs | FeatureMatrix) -> CellProbs:
-        """Logits per cell.
-
-        Args:
-            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` activations.
-
-        Returns:
-            ``(N, S, S, C)`` float32 logits over ``classes_``.
+        """``(N, S, S, C)`` float32 logits over ``classes_`` of ``(N, n_anchors, d_model)`` or ``(N, F)``
+        activations.
         """
         check_is_fitted(self, "module_")
         X2 = as_feature_matrix(X)
@@ -396,12 +351,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         return self.classes_[self.decision_function(X).argmax(axis=-1)]
 
     def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
-        """Accuracy over every queried cell (padding cells included for a general probe).
-
-        Args:
-            X: ``(N, n_anchors, d_model)`` activations.
-            y: ``(N, S, S)`` label maps.
-            sample_weight: unsupported (present for the scikit-learn signature); must be None.
+        """Accuracy over every queried cell (padding included for a general probe); ``sample_weight``
+        must be None.
         """
         if sample_weight is not None:
             raise ValueError("score does not support sample_weight")
@@ -463,18 +414,9 @@ def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 def _upsampling_multiplicities(
     codes: np.ndarray, counts: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """How often each (example, cell) row is drawn when minority classes are upsampled.
-
-    Every class with fewer rows than the largest is resampled with replacement to the largest
-    count; rows of the largest class are kept once each.
-
-    Args:
-        codes: ``(M, P)`` class index of every training (example, cell) row.
-        counts: ``(C,)`` rows per class.
-        rng: numpy generator.
-
-    Returns:
-        ``(M, P)`` float32 integer multiplicities.
+    """``(M, P)`` float32 integer multiplicities of the training (example, cell) rows ``codes``
+    ``(M, P)`` when every class with fewer rows than the largest (``counts`` ``(C,)``) is resampled
+    with replacement to the largest count; rows of the largest class are kept once each.
     """
     flat = codes.ravel()
     weights = np.ones(flat.shape, dtype=np.float32)
@@ -668,14 +610,8 @@ class CoordinateCellProbe(CellProbeBase):
         return _CoordinateConditionedNet(n_features, coords, n_classes, hidden)
 
     def materialised_rows(self, X: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """The naive probe input: one ``[act, coord]`` row per (example, cell).
-
-        Args:
-            X: ``(N, F)`` activations.
-            rows: ``(B,)`` example rows.
-
-        Returns:
-            ``(B * P, F + K)`` float32, example-major (all cells of the first example first).
+        """The naive probe input of example ``rows`` of ``X``: one ``[act, coord]`` row per (example,
+        cell), ``(B * P, F + K)`` float32, example-major.
         """
         check_is_fitted(self, "module_")
         acts = Standardiser(self.feature_mean_, self.feature_scale_, self.device)(X, rows)

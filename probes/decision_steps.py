@@ -2,30 +2,10 @@
 viewer's step view (the reasoning with each chunk coloured by the action the lens decodes there),
 and how it is read back.
 
-File (``RUN/decision/steps.jsonl``, schema ``goalprobe.decision_steps`` version 1): JSON lines.
-The first line is the header::
-
-    {"schema": "goalprobe.decision_steps", "schema_version": 1, "agent": ..., "chunk": 8,
-     "layers": L, "actions": ["UP", "DOWN", "LEFT", "RIGHT"]}
-
-then one line per step read by the lens, in the stage's sample order::
-
-    {"grid_id": ..., "episode": e, "step": t, "action": "LEFT", "reasoning_tokens": n,
-     "chunks": [{"end": offset, "fraction": f, "text": "...", "probs": [[p_UP, ..] per layer]}],
-     "answer": [[p_UP, ..] per layer]}
-
-``end`` is the chunk's last token as an offset from the reasoning's first token, ``fraction``
-its share of the reasoning (``(end + 1) / n``), ``text`` the decoded text of the chunk's tokens
-(the chunks' texts concatenate to the decoded reasoning: each is the growth of the decoded
-prefix, so no character is lost where a chunk splits a multi-byte character), ``probs`` the
-lens's distribution over the four candidate action tokens at the chunk's last token after every
-block (:func:`goalprobe.probes.logit_lens.lens_from_resid`), ``answer`` the same at the position
-that predicts the answer's action token. Probabilities are rounded to 4 decimals. A step with an
-empty reasoning has no chunks.
-
-The decoded action of a chunk at block ``l`` is the argmax of ``probs[l]``
-(:meth:`ChunkLens.decoded`); at the last block it is the model's own preference among the four
-action tokens at that position. Torch-free; no run-directory knowledge (the caller passes paths).
+File ``RUN/decision/steps.jsonl`` (schema ``goalprobe.decision_steps`` version 1; its lines are
+described in docs/formats.md, "The lens per step"): a header line, then one line per step read by
+the lens, in the stage's sample order. The decoded action of a chunk at block ``l`` is the argmax
+of ``probs[l]`` (:meth:`ChunkLens.decoded`). Torch-free; the caller passes paths.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""Decoded cognitive maps in HDF5: what a cell probe writes when applied, and how it is read.
+"""Decoded cognitive maps in HDF5: what a cell probe writes when applied, and how it is read
+(layouts in docs/formats.md, "Fitted probes ..., decoded maps HDF5").
 
-Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps`` version 2): an HDF5
-file with ``probs (N, S, S, C)`` float16 and ``row_ids (N,)`` int64 (the activation store rows
-the maps were decoded from), and file attributes ``schema``, ``schema_version``, ``classes`` (the
-``CellType`` value of each probability column), ``probe_card`` (the card as JSON), ``family``
-(see :func:`decoded_map_family`) and, when the card names them, ``stage`` and ``layer``.
-:func:`read_decoded_maps` reads a file whole; a viewer that shows a few rows at a time reads
-:func:`read_decoded_maps_info` (attributes only, stage, layer and family falling back to the
-card for files written before those attributes), :func:`read_decoded_row_ids`,
-:func:`read_decoded_probs` and :func:`read_decoded_readouts` (chosen rows only).
-
-Step maps (:func:`write_step_maps`, schema ``goalprobe.step_maps`` version 2): decoded maps keyed
-by trajectory step rather than store row: ``probs (N, S, S, C)`` float16, ``grid_id``,
-``episode``, ``step`` ``(N,)``; attributes ``schema``, ``schema_version``, ``classes`` and free
-scalars such as ``stage``, ``layer``, ``probe``; for maps decoded from a store of their own (the
-false-belief episodes' visited states).
-
-Neither needs torch; h5py is imported when a file is opened.
+Decoded maps (:func:`write_decoded_maps`, schema ``goalprobe.decoded_maps``) are keyed by
+activation-store row; :func:`read_decoded_maps` reads a file whole, a viewer reads
+:func:`read_decoded_maps_info`, :func:`read_decoded_row_ids`, :func:`read_decoded_probs` and
+:func:`read_decoded_readouts` (chosen rows only). Step maps (:func:`write_step_maps`, schema
+``goalprobe.step_maps``) are keyed by trajectory step, for maps decoded from a store of their
+own (the false-belief episodes' visited states). h5py is imported when a file is opened.
 """
 
 from __future__ import annotations

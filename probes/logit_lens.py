@@ -1,23 +1,14 @@
 """A logit lens on the answer: which action each layer's residual stream would name, at the
 position that predicts the final answer's action token and at the end of each reasoning chunk.
 
-The lens reads the residual stream after block ``l`` (``resid[l]``, captured by any
+The lens reads ``resid[l]`` (after block ``l``, from any
 :class:`~goalprobe.activations.capture.base.ResidualBackend`) through the model's final norm and
-unembedding, ``logits_l = W_U norm(resid[l])`` (nostalgebraist's logit lens; TransformerLens's
-``accumulated_resid`` + ``apply_ln_to_stack``), and keeps the logits of the four candidate
-action tokens: the token each action name would take at the answer's action position, given the
-answer's own prefix (``{"action": "``). At the last block the lens is the model itself (tested:
-the difference of the action distributions is below 1e-3).
-
-Positions in a step (prompt + completion ids) come from the model's chat format
-(:mod:`goalprobe.agents.chat_format`): in harmony the reasoning is the analysis message between
-the pre-reasoning anchor's ``<|message|>`` and the post-reasoning anchor and the answer is the
-final message after it; in the think-tag format the reasoning lies between ``<think>`` and
-``</think>`` and the answer follows. Chunks end every ``chunk``
-reasoning tokens and at the last one; each carries its offset in tokens and its fraction of the
-reasoning (1.0 at the last reasoning token).
-
-Shapes: ``probs`` ``(n_layers, n_positions, 4)`` float32, action order ``UP, DOWN, LEFT, RIGHT``.
+unembedding (nostalgebraist's logit lens) and keeps the logits of the four candidate action
+tokens at the answer's action position. At the last block it is the model itself (tested).
+Positions come from the model's chat format (:mod:`goalprobe.agents.chat_format`: harmony's
+analysis message, or ``<think>`` ... ``</think>``); chunks end every ``chunk`` reasoning tokens
+and at the last one. ``probs`` are ``(n_layers, n_positions, 4)`` float32 in the order ``UP,
+DOWN, LEFT, RIGHT``.
 """
 
 from __future__ import annotations

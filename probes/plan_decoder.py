@@ -1,35 +1,21 @@
 """One-shot transformer plan decoder (study, section 5.3 and appendix E.5).
 
-From the three anchor-token activations of one stage and layer, the decoder predicts the next
-``T = 10`` executed actions of the trajectory (then ``END``) all at once:
+From the three anchor-token activations of one stage and layer it predicts the next ``T = 10``
+executed actions (then ``END``) at once: each token goes through a shared bottleneck
+``LayerNorm(Linear(d_model -> d_bottleneck))``; a pre-LayerNorm ``torch.nn.TransformerDecoder``
+(1, 2 or 4 layers, 8 heads) runs ``T`` learned queries that cross-attend over the three tokens
+(a set: no positional embedding); a linear head gives logits over ``{UP, DOWN, LEFT, RIGHT,
+END}``.
 
-* each token activation ``h_i`` (``d_model``) goes through a shared bottleneck,
-  ``LayerNorm(Linear(d_model -> d_bottleneck))`` (``d_bottleneck = 1024`` in the study);
-* a ``torch.nn.TransformerDecoder`` (1, 2 or 4 layers, 8 heads) runs ``T`` learned query
-  embeddings, one per plan step, which cross-attend over the three bottlenecked tokens;
-* a linear head maps each query slot to logits over ``{UP, DOWN, LEFT, RIGHT, END}``.
+**One-shot, never autoregressive.** The queries are learned embeddings, never predicted or true
+actions, so their self-attention mixes only hidden states computed from the activations: any
+multi-step structure must come from the activations, and the capacity sweep controls for
+computation done by the decoder itself.
 
-**One-shot, never autoregressive.** The decoder input is the learned queries, never predicted
-actions, so no step conditions on another step's prediction and any multi-step structure in the
-output must come from the activations. The query slots do self-attend to each other (no
-causal mask), as in the study's Transformer decoder: the queries are learned embeddings,
-identical for every example, and no slot ever sees a predicted or true action, so
-self-attention mixes only hidden states computed from the activations and leaks no label. It
-is decoder capacity, not a channel for continuation heuristics over predicted actions; the
-capacity sweep (1, 2, 4 layers) is the control for computation done by the decoder itself.
-
-The cross-attention sees the three tokens as a set (no positional embedding on the memory), as
-in the study. The decoder layers are pre-LayerNorm (``norm_first=True``) with a final
-LayerNorm, for stable training at width 1024. Training minimises token cross-entropy over the
-``T`` steps with ``PAD`` ignored, on the probes' shared loop (:func:`goalprobe.probes.training.train_module`:
-AdamW, early stopping on the validation loss with ``n_iter_no_change`` / ``tol``, the best epoch
-restored); decoding is the per-step argmax (deterministic), made canonical (tokens after the
-first predicted ``END`` become ``PAD``). Inputs are standardised per (token, feature) with
-statistics fitted on the training set. Label format and metrics: :mod:`goalprobe.probes.plan_metrics`.
-
-Persistence: safetensors + JSON card in :mod:`goalprobe.probes.serialization`, predicted plans in
-HDF5 in :mod:`goalprobe.probes.predicted_plans`.
-The sweep over stages, layers and capacities: :mod:`goalprobe.probes.plan_sweep`.
+Training minimises token cross-entropy (``PAD`` ignored) on
+:func:`goalprobe.probes.training.train_module`; inputs are standardised per (token, feature) on
+the training set; decoding is the per-step argmax, made canonical (tokens after the first
+``END`` become ``PAD``). Labels and metrics: :mod:`goalprobe.probes.plan_metrics`.
 """
 
 from __future__ import annotations

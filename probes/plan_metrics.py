@@ -1,35 +1,20 @@
-"""Plan labels and the metrics of one-shot plan decoding (prefix accuracy, length analysis).
+"""Plan labels and the metrics of one-shot plan decoding (prefix accuracy, length analysis). Pure
+numpy, shared by the plan decoder, its sweep and the viewer.
 
-Pure numpy (no torch), shared by the plan decoder, its sweep and the viewer.
+**Plan format.** A row of ``T`` tokens (``PLAN_HORIZON = 10``): the next executed actions
+(``Action``: UP=0 .. RIGHT=3), ``PLAN_END`` (4) after the last one, then ``PLAN_PAD`` (5). A
+trajectory with ``T`` or more actions left has no ``END`` (truncated, never dropped). A plan's
+*length* is the number of actions before its first ``END`` (``T`` without one), censored at
+``T`` for targets and predictions alike.
 
-Plan format
------------
-A plan is a row of ``T`` int tokens (``T = PLAN_HORIZON = 10`` in the study): the next executed
-actions (``Action``: UP=0, DOWN=1, LEFT=2, RIGHT=3), then ``PLAN_END`` (4) right after the last
-executed action, then ``PLAN_PAD`` (5) to the end of the row. A trajectory with ``T`` or more
-actions left has no ``END`` in the window (the plan is truncated at ``T``, never dropped).
+**Prefix matching.** Predictions are made canonical (every token after the first ``END``
+becomes ``PAD``); a prefix hit at ``N`` means the prediction equals the target at every
+position ``j <= N`` whose target is not ``PAD``. ``END`` is thus a token to predict, and a
+prediction that ends early misses. Over examples with at least ``N`` actions, ``END`` never
+enters and a uniform guess hits with probability exactly ``0.25 ** N`` (the study's random
+baseline; over all examples it is only a reference line).
 
-The *length* of a plan is the number of actions before its first ``END``, or ``T`` when it has
-none, so lengths are censored at ``T`` for targets and predictions alike (as in the study's
-length analysis, where the ground-truth mean is below ``T``).
-
-Prefix matching (how END and PAD take part)
--------------------------------------------
-Predictions are first made canonical: every token after the first predicted ``END`` becomes
-``PAD`` (a plan that has ended says nothing more). Prefix hit at ``N`` means that for every
-position ``j <= N`` whose target token is not ``PAD``, the prediction equals the target. So
-
-* ``END`` is a token to be predicted: a target with 3 actions then ``END`` is hit at ``N = 4``
-  only if steps 1-3 are right **and** step 4 predicts ``END``; at every ``N >= 4`` its hit is the
-  same (the whole plan right), since ``PAD`` positions are ignored;
-* a prediction that ends early (``END`` where the target still has an action) misses;
-* "over examples with at least ``N`` actions" keeps the rows whose length is ``>= N``: there the
-  first ``N`` target tokens are all actions, ``END`` never enters, and guessing uniformly among
-  the four actions hits with probability exactly ``0.25 ** N`` (the study's random baseline).
-  Over all examples, ``0.25 ** N`` is the study's reference line, not an exact chance level.
-
-Confidence intervals resample *grids* (clusters) with replacement: every example of a drawn
-grid enters with the grid's multiplicity, because examples from one grid are not independent.
+Intervals resample *grids* with replacement (examples of one grid are not independent).
 """
 
 from __future__ import annotations

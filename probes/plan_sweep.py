@@ -1,16 +1,11 @@
 """The plan-decoder sweep: every capacity on every stage and layer (study, section 5.3, Table 5).
 
-For each ``(stage, layer)``: load the anchor activations and plan labels, split by grid
-(:func:`goalprobe.probes.splits.split_by_grid`, stratified by grid size, so every stage and layer is scored
-on the same test grids), evaluate the majority-plan baseline, train one
-:class:`~goalprobe.probes.plan_decoder.PlanDecoder` per capacity (early stopping on the validation grids)
-and the shuffled-activation controls, and score everything on the test grids with grid-bootstrap
-intervals (:func:`goalprobe.probes.plan_metrics.plan_metrics`).
-
-Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json`` cards,
-``predicted_plans.h5`` (all rows of every trained run, with split codes) and ``sweep.json``
-(:mod:`goalprobe.probes.serialization` writes the models,
-:mod:`goalprobe.probes.predicted_plans` the plans).
+For each ``(stage, layer)``: split by grid (one split, stratified by size, for every stage and
+layer), evaluate the majority-plan baseline, train one
+:class:`~goalprobe.probes.plan_decoder.PlanDecoder` per capacity and the shuffled-activation
+controls, and score everything on the test grids with grid-bootstrap intervals
+(:func:`goalprobe.probes.plan_metrics.plan_metrics`). Writes ``models/<run>.*``,
+``predicted_plans.h5`` and ``sweep.json`` under ``out_dir``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Predicted plans in HDF5: what a plan decoder writes when applied, and how it is read.
-
-Schema ``goalprobe.predicted_plans`` version 1 (:func:`write_predicted_plans`): file attributes
-``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names`` (JSON); one group
-``runs/<run>`` per decoder run with datasets ``plans (N, T) int8``, ``row_ids (N,) int64``
-(activation store rows), optional ``split (N,) int8`` (codes into :data:`SPLIT_NAMES`) and
-attributes ``card`` (JSON), ``horizon``. The plan sweep names its runs
-``"<stage>/layer<layer>/<kind><decoder layers>"`` (:class:`goalprobe.probes.plan_sweep.SweepRun`).
-
-:func:`read_predicted_plans` reads one run whole; a viewer that shows a few rows at a time reads
-:func:`read_plan_runs` (what each run decoded, from attributes and cards) and
+"""Predicted plans in HDF5 (schema ``goalprobe.predicted_plans`` version 1; layout in
+docs/formats.md, "Plan decoders"): what a plan decoder writes when applied, and how it is read.
+:func:`read_predicted_plans` reads one run whole; a viewer reads :func:`read_plan_runs` and
 :func:`read_plan_row_ids` / :func:`read_plan_rows` (chosen rows only). Every reader checks the
 schema and version.
 """

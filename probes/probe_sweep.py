@@ -1,15 +1,10 @@
 """Probe sweeps over stages and layers of an activation store (``goalprobe train-probe``).
 
-For every (stage, layer): load the anchor activations and labels, split by grid (one split for
-the whole sweep, stratified by grid size, so every stage and layer is scored on the same test
-grids), fit the probe (early stopping on validation grids carved from the training grids), fit
-the controls (majority class / mean predictor; the same probe on labels shuffled by grid),
-evaluate on the test grids with grid-bootstrap intervals, and save the probe (safetensors + card
-naming the store, its checksum, stage and layer) and the decoded test maps (HDF5). With several
-stages, the stages are also compared pairwise on the test steps they share (paired bootstrap).
-
-Output layout under ``out_dir``: ``models/<run>.safetensors`` + ``.json``,
-``decoded/<run>.h5`` (cell-type target only) and ``sweep.json``.
+For every (stage, layer): split by grid (one split, stratified by size, for the whole sweep),
+fit the probe and its controls (majority class / mean predictor; the probe on labels shuffled by
+grid), evaluate on the test grids with grid-bootstrap intervals, and write
+``models/<run>.safetensors`` + ``.json``, ``decoded/<run>.h5`` (cell types) and ``sweep.json``
+under ``out_dir``. Several stages are also compared pairwise on the test steps they share.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
-"""The decision read out of the activation store over reasoning time (issue 30).
+"""The decision read out of the activation store over reasoning time.
 
-For every store row (one step), the residual stream is read at the pre-reasoning anchor, at the
-last stored reasoning row of each fifth of the reasoning (:data:`~goalprobe.probes.decision_time.
-PROGRESS_BINS`, by the rows' ``fraction``) and at the post-reasoning anchor: seven bins in
-reasoning order. At an anchor the read token is its last (``assistant``, the position whose
-output opens the reasoning or the answer), so that every bin reads one token. Per bin and
-stored layer, the existing estimators are trained on half the grids and scored on the others
-(:func:`goalprobe.probes.decision_time.readout_curves`) for three targets:
+For every store row (one step) the residual stream is read at seven bins in reasoning order:
+the pre-reasoning anchor, the last stored reasoning row of each fifth of the reasoning
+(:data:`~goalprobe.probes.decision_time.PROGRESS_BINS`) and the post-reasoning anchor (at an
+anchor, its last token). Per bin and layer the estimators are trained on half the grids and
+scored on the others (:func:`goalprobe.probes.decision_time.readout_curves`) for the targets
+``action`` (the executed action on valid steps; the plan's first move is the same label) and
+``agent cell`` / ``goal cell`` (:class:`~goalprobe.probes.position.PositionProbe`).
 
-* ``action``: the step's executed action on the valid steps (there the plan's first move is the
-  same label, so the two are one target: issue 40 counted them twice);
-* ``agent cell`` and ``goal cell``: ``(row, col)`` by :class:`~goalprobe.probes.position.
-  PositionProbe`.
-
-Baselines, each fitted on the training grids only: for the action the majority move, the
-optimal policy on the true grid (the lowest-index optimal action) and a state-only decoder
-(:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on the agent's and goal's
-coordinates and the grid's size); for the cells the most frequent cell of the grid's size
-(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among the grid's open
-cells (:func:`~goalprobe.probes.baselines.uniform_top1`; a state-only predictor of a cell would
-be the label itself). Computes on the store it is handed; no other I/O.
+Baselines, fitted on the training grids: for the action the majority move, the optimal policy
+and a state-only decoder (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder`); for the
+cells the most frequent cell of the grid's size
+(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among open cells. No I/O.
 """
 
 from __future__ import annotations

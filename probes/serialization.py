@@ -1,20 +1,8 @@
-"""Persistence of fitted probes and plan decoders: safetensors + a JSON card, never pickle.
-
-Fitted probe: ``<stem>.safetensors`` holds every array of the fitted state (module weights,
-standardisation, classes); ``<stem>.json`` is the card (schema ``goalprobe.probe_card``):
-estimator class, hyperparameters, fitted scalars and training history, metrics, and the
-activations it was trained on (store path and checksum, stage, layer). :func:`load_probe`
-rebuilds the estimator from a registry of known classes and restores the arrays bit for bit.
-
-Plan decoder (:class:`goalprobe.probes.plan_decoder.PlanDecoder`): ``<stem>.safetensors`` holds the
-network weights (``network.*``) and the input standardisation (``input_mean``, ``input_scale``),
-with ``schema`` / ``schema_version`` in its metadata; ``<stem>.json`` is its card
-(:func:`save_plan_decoder`, schema ``goalprobe.plan_decoder``): hyperparameters, fitted scalars
-and history, plan tokens, metrics and provenance (store, stage, layer, kind, split).
-
-What probes and decoders write when applied lives beside: decoded maps and step maps in
-:mod:`goalprobe.probes.decoded_maps`, predicted plans in :mod:`goalprobe.probes.predicted_plans`.
-This module imports torch and the estimators lazily.
+"""Persistence of fitted probes and plan decoders: safetensors + a JSON card, never pickle
+(layouts in docs/formats.md). :func:`load_probe` rebuilds an estimator from the registry of
+probe families and restores its arrays bit for bit; :func:`load_plan_decoder` does the same for
+a :class:`goalprobe.probes.plan_decoder.PlanDecoder`. Torch and the estimators are imported
+lazily.
 """
 
 from __future__ import annotations

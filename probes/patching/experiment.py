@@ -1,35 +1,22 @@
 """The patching experiment: its config, and the counterfactual pairs prepared for patching
 (:mod:`goalprobe.probes.patching.patched_runs` patches them).
 
-For each :class:`~goalprobe.probes.patching.counterfactuals.CounterfactualPair` both sides (base and
-counterfactual) get a teacher-forced sequence (prompt + their own reasoning + the answer
-prefix, :mod:`goalprobe.probes.patching.sites`) and one clean run that captures the residual stream at
-every position a site may read. Then, per direction, the *source* side's values are written into
-the *target* side's run:
+Both sides of each :class:`~goalprobe.probes.patching.counterfactuals.CounterfactualPair` get a
+teacher-forced sequence (prompt + their own reasoning + the answer prefix,
+:mod:`goalprobe.probes.patching.sites`) and one clean run capturing every position a site may
+read. Then, per direction, the *source* side's values are written into the *target* side's run:
+``"base_to_cf"`` (source = base) or ``"cf_to_base"`` (does the base now act as in the
+counterfactual?).
 
-* ``"base_to_cf"``: source = base, target = counterfactual;
-* ``"cf_to_base"``: source = counterfactual, target = base (does the base run now act as in the
-  counterfactual?).
-
-Reasoning (:attr:`PatchConfig.reasoning`) is held fixed in the patched run (teacher forcing):
-
-* ``"recorded"``: the base keeps the completion recorded in the trajectory; the counterfactual
-  gets a greedy completion;
-* ``"greedy"``: both sides get a greedy (temperature 0) completion of their prompt;
-* ``"oracle"``: both sides get the bundled agent's reasoning text with an optimal plan
-  (:func:`goalprobe.agents.reasoning.reasoning_text`), no generation.
-
-With ``regenerate=True`` the prompt sites are also patched into a greedy *generation* of the
-target prompt, and the action parsed from its final answer is the outcome (the reasoning then
-runs under the patch).
-
-With ``reasoning_chunks=n`` the reasoning itself is patched too (issue 30, the causal check
-along the reasoning): the base run is teacher-forced on its own reasoning up to the end of
-chunk ``i`` of ``n`` (fractions of the reasoning, aligned by relative position:
-:func:`~goalprobe.probes.patching.sites.chunk_positions`), with the counterfactual's residual
-stream written at the chunk's positions at ``chunk_layers``, and the rest of the reasoning and
-the answer are regenerated greedily (cf -> base only; sites ``reasoning_chunk_<i>of<n>``). By default only pairs whose agent acts optimally on both sides before
-patching are kept (``require_optimal``), so capability does not confound the result.
+The reasoning held fixed (:attr:`PatchConfig.reasoning`): ``"recorded"`` (the base's recorded
+completion; the counterfactual's greedy one), ``"greedy"`` (both greedy) or ``"oracle"`` (the
+bundled agent's reasoning text with an optimal plan, no generation). ``regenerate=True`` also
+patches the prompt sites into a greedy *generation* whose parsed action is the outcome.
+``reasoning_chunks=n`` patches the reasoning itself, cf -> base: teacher-forced up to the end of
+chunk ``i`` of ``n`` (aligned by relative position,
+:func:`~goalprobe.probes.patching.sites.chunk_positions`) with the counterfactual's values at the
+chunk's positions, the rest regenerated. By default only pairs whose agent is optimal on both
+sides are kept (``require_optimal``), so capability does not confound the result.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
-"""Summaries of patching records: rates with grid-cluster bootstrap CIs and tables.
+"""Summaries of patching records: rates with grid-cluster bootstrap CIs, and the result files.
 
-Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`):
-
-* ``into_source_optimal_rate``: patched action lies in the source state's optimal set (for
-  ``cf_to_base`` this is the rate of moving into the counterfactual's optimal set): the
-  headline quantity;
-* ``invalid_rate``: the patched answer named no action (regenerated runs); an invalid run is
-  never counted as changed or moved;
-* ``into_reference_optimal_rate``: patched action lies in the reference set (the pair's
-  counterfactual side for the ``random_grid`` control, else the source's);
-* ``action_changed_rate``: a valid patched action that differs from the target's unpatched one
-  (for the control set, ``stable_rate = 1 - action_changed_rate`` is the stability);
-* ``recovered_mean``: mean normalised logit difference recovered,
-  ``(patched - target) / (source - target)`` (1: the patch carries the source's preference over
-  fully; 0: no effect), over the runs where it is defined.
-
-Pairs drawn from one grid are not independent, so every interval is the grid-clustered
-interval of :func:`goalprobe.stats.grid_bootstrap_ratio` (the one place rates get
-their intervals). :func:`anchor_verdicts` turns the records into the headline's verdicts. Files
-(:func:`write_results`): ``patch_records.csv``, ``patch_summary.csv``, ``patch_results.json``
-(schema ``goalprobe.patching/2``: config, preparation report, pairs per kind, verdicts, summary,
-records; ``/1`` still read), read back by :func:`read_records` (the bundle's records, else the
-records CSV);
-:meth:`goalprobe.probes.patching.run.PatchingOutcome.write` adds ``patch_pairs.jsonl`` (the pairs kept).
-The site x layers heatmap of a summary is :func:`goalprobe.viewer.figures.patching.patch_summary_figure`;
-the application layer writes it.
+Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`, :class:`SummaryRow`):
+``into_source_optimal_rate`` (the patched action lies in the source state's optimal set: the
+headline quantity), ``invalid_rate`` (no action named; never counted as changed or moved),
+``into_reference_optimal_rate`` (the pair's counterfactual for the ``random_grid`` control),
+``action_changed_rate`` / ``stable_rate`` and ``recovered_mean`` (the normalised logit
+difference recovered, ``(patched - target) / (source - target)``). Every interval is the
+grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio` (pairs from one grid are not
+independent). :func:`write_results` writes ``patch_records.csv``, ``patch_summary.csv`` and
+``patch_results.json`` (docs/formats.md, "Patching results"), read back by :func:`read_records`.
 """
 
 from __future__ import annotations

@@ -1,41 +1,25 @@
-"""Token positions of the patch sites in a teacher-forced harmony sequence.
+"""Token positions of the patch sites in a teacher-forced sequence.
 
-A *teacher-forced sequence* is what one patched or unpatched run reads::
+A *teacher-forced sequence* is what one patched or unpatched run reads (in harmony)::
 
     prompt  <|channel|>analysis<|message|>{reasoning}  <|end|><|start|>assistant
     <|channel|>final<|message|>  {"action": "
 
 It ends right before the action word, so the logits at its last position (the *readout*) give
-the distribution over the four action tokens with the reasoning held fixed. The answer prefix
-and the action tokens are derived from the tokenizer (:class:`ActionTokens`), never hard-coded.
-
-Sites (:data:`SITES`), as positions in a source and a target sequence that correspond:
-
-* ``"grid"``: every token of the serialised grid in the user message (header, row indices,
-  cells, line breaks);
-* ``"changed_cells"``: the tokens of the cells that differ between base and counterfactual;
-* ``"pre_reasoning"``, ``"post_reasoning"``: the three anchor tokens
-  ``<|end|> <|start|> assistant`` closing the prompt / the reasoning (the probing sites);
-* ``"answer"``: the readout position, the token right before the action word;
-* ``"all"``: every position (source and target must have the same length);
-* ``"reasoning_chunk_<i>of<n>"`` (:func:`chunk_site`): the ``i``-th of ``n`` equal fractions of
-  the reasoning body (the tokens between ``<|channel|>analysis<|message|>`` and the ``<|end|>``
-  that closes it). Source and target reasonings differ in length, so chunks are aligned by
-  relative position: chunk ``i`` covers the fraction ``[(i-1)/n, i/n)`` of each side's
-  reasoning, and target position ``t`` takes the source's value at the same relative place in
-  the source's chunk (:func:`chunk_positions`; nearest below, so a longer source chunk is
-  subsampled and a shorter one repeated).
+the distribution over the action tokens with the reasoning held fixed; the answer prefix and
+the action tokens come from the tokenizer (:class:`ActionTokens`). Sites (:data:`SITES`):
+``"grid"`` (every token of the serialised grid), ``"changed_cells"`` (the cells that differ),
+``"pre_reasoning"`` / ``"post_reasoning"`` (the three anchor tokens closing the prompt / the
+reasoning), ``"answer"`` (the readout), ``"all"`` (same-length sequences) and
+``"reasoning_chunk_<i>of<n>"`` (:func:`chunk_site`): the ``i``-th of ``n`` equal fractions of the
+reasoning body, aligned by relative position (:func:`chunk_positions`: a longer source chunk is
+subsampled, a shorter one repeated).
 
 Grid cells are located by token ids and character offsets of the decoded user message
-(:func:`locate_grid_tokens`), so the function works for any tokenizer that decodes faithfully
-and keeps grid cells in separate tokens (the bundled word-level one and GPT-OSS's o200k_harmony).
-
-Other chat formats (:mod:`goalprobe.agents.chat_format`, e.g. think-tag templates) build their
-sequences through the format (:func:`build_sequence` with ``chat_format``): the prompt, the
-completion's reasoning up to the answer's first token (``<think>...</think>`` and the separator
-after it, as the model tokenized them), then the answer prefix; the anchors and the reasoning
-body come from the format, and the grid is the last occurrence of the grid text in the prompt
-(the user message comes last).
+(:func:`locate_grid_tokens`: any tokenizer that decodes faithfully and keeps cells in separate
+tokens). Other chat formats (:mod:`goalprobe.agents.chat_format`) build their sequences through
+the format (:func:`build_sequence` with ``chat_format``); the grid is then the last occurrence
+of the grid text in the prompt.
 """
 
 from __future__ import annotations

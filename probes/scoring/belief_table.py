@@ -1,57 +1,15 @@
-"""Policy against decoded belief over many steps: the rows of ``belief.json`` (no I/O here).
+"""Policy against decoded belief over many steps: the rows of ``belief.json`` (no I/O here; the
+file, its metrics and versions are described in docs/formats.md, "Scoring outputs").
 
-The caller hands the trajectory steps (:class:`StepTable`, built from episodes) and, per
-decoded-map source, the class probabilities and the index of the step each map was decoded at;
-this module scores every step (:func:`score_rows`, one :func:`goalprobe.probes.scoring.belief.score_step`
-each) and pools them (:func:`belief_entry`).
-
-Metrics (study section 5.2, Table 2, Figure 9, appendix E.4; see
-:mod:`goalprobe.probes.scoring.belief`): ``acc_gt``, ``acc_dec``, ``agreement`` (the study's: the
-optimal policies on the true and on the top-1 decoded grid share an optimal action in the
-step's state, whatever the agent did), ``optimal_on_both`` (the agent's action is optimal under
-both: the project's former "agreement", bounded by min(Acc. GT, Acc. Dec.)),
-``recovery`` (share of GT-suboptimal actions that are optimal on the decoded grid),
-``inverse_recovery`` (share of decoded-suboptimal actions optimal on the true grid),
-``acc_top{k}``, ``expected_optimality`` and ``qmdp_agreement`` / ``qmdp_regret`` (belief-weighted,
-beyond the study), and the chance baselines ``chance_acc_gt`` / ``chance_acc_dec`` (expected
-accuracy of a uniformly random action, ``|optimal set| / 4``, on the true / top-1 decoded grid).
-and :data:`LOCAL_METRICS` (``agent_found``, ``goal_found``, ``wall_acc_near``, ``wall_acc_far``:
-what the map holds around the agent and elsewhere). Invalid steps (no action) count as not
-optimal, as in :func:`goalprobe.probes.scoring.belief.summarise`. Groups weight each grid as the
-study's Figure 4 (``ScoreConfig.weighting="grid"``: each trajectory's rate, averaged over the
-grid's trajectories, then over grids; ``n`` still counts steps) or pool steps (``"step"``: a
-ratio of sums, whose point values are ``summarise``'s). Intervals come from a **grid
-bootstrap** (grids resampled with replacement, percentile interval; steps of one grid are not
-independent), so they differ from ``summarise``'s step bootstrap; ``null`` where undefined
-(no step in the denominator; an interval needs two grids).
-
-``belief.json`` (schema ``goalprobe.scoring.belief``, version 3: version 2 plus the metrics
-``optimal_on_both`` and :data:`LOCAL_METRICS`, ``agreement`` redefined as the study's,
-``method.weighting``, and per probe ``readout`` / ``trained_on`` when the decoded-map file
-records them)::
-
-    {"schema", "schema_version", "created", "package_version", "config": ScoreConfig,
-     "inputs": {"trajectories", "trajectory_run_id", "store", "decoded_maps": [...]},
-     "method": {"bootstrap", "n_bootstrap", "confidence_level", "top_k", "invalid_steps",
-                "groups", "nulls"},
-     "metrics": [metric names, in table order],
-     "default_probe": key of the probe MEG used,
-     "probes": {<key = decoded-map file stem>: {
-         "file", "family", "stage", "layer", "card_accuracy", "n_steps", "n_grids",
-         "n_invalid_steps", "overall": {<metric>: STAT}, "by_size": {"7": {...}},
-         "by_density": {"0.2": {...}}, "by_variant": {"plain": {...}},
-         "nulls": {<null>: {"overall": {<metric>: STAT}, "excess": {<metric>: EXCESS},
-                            + "stratified_by" (other_grid) / "n_training_grids" (prior)}},
-         "nulls_unavailable": {<null>: why},
-         "excess": {<metric>: EXCESS over the strongest null}}}}
-
-    STAT = {"value", "ci_low", "ci_high", "n" (steps in the denominator), "n_grids"}
-    EXCESS = {"value", "ci_low", "ci_high", "baseline", "above_baseline"}
-
-Version 1 files (no ``nulls``/``excess``) read the same otherwise. ``belief.csv``: one row per
-probe x group x metric (:data:`goalprobe.probes.scoring.grouped.CSV_COLUMNS`), plus ``null:<name>/<metric>``
-and ``excess:<name>/<metric>`` rows (group ``all``) (:func:`belief_csv_rows`). The nulls and
-their excess: :mod:`goalprobe.probes.scoring.nulls`.
+The caller hands the trajectory steps (:class:`StepTable`) and, per decoded-map source, the
+class probabilities and the step each map was decoded at; :func:`score_rows` scores every step
+(:func:`goalprobe.probes.scoring.belief.score_step`) and :func:`belief_entry` pools them, with
+:data:`LOCAL_METRICS` (what the map holds around the agent and elsewhere) beside the study's
+metrics. Invalid steps count as not optimal. Groups weight each grid as the study's Figure 4
+(``ScoreConfig.weighting="grid"``) or pool steps (``"step"``, a ratio of sums, whose point
+values are :func:`~goalprobe.probes.scoring.belief.summarise`'s). Intervals come from a grid
+bootstrap (steps of one grid are not independent); ``null`` where undefined. The nulls and the
+excess over them: :mod:`goalprobe.probes.scoring.nulls`.
 """
 
 from __future__ import annotations

@@ -1,43 +1,14 @@
 """Known-utility MEG per grid, on the true grid and on the grid a probe decoded: the content of
-``meg.json`` (no I/O here).
+``meg.json`` (format: docs/formats.md, "Scoring outputs"; no I/O here).
 
-MEG per grid (:mod:`goalprobe.probes.scoring.grid_meg`): the empirical policy of all the agent's episodes
-on the grid; known-utility MEG against ``utility`` (grids without a key) or ``key_utility``
-(grids with a key) on the true grid's MDP, and *subjective* MEG on the MDP of the grid decoded by
-one probe. The decoded grid is read from one map per grid (:class:`DecodedGrid`; by default the
-mean of the probe's class probabilities over every decoded step of the grid). ``H`` is the
-episodes' step budget (``horizon="episodes"``) or the grid's ``ceil(1.5 L)`` (``"grid"``).
-Known-utility MEG is computed in batches of deterministic MDPs
-(:func:`goalprobe.probes.scoring.meg.known_utility_meg_batch`); aggregates are grid-bootstrap means
-(:func:`goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective vs true.
-
-``meg.json`` (schema ``goalprobe.scoring.meg``, version 1)::
-
-    {"schema", "schema_version", "created", "package_version", "config",
-     "method": {"empirical_policy", "horizon", "utility", "subjective_map", "bootstrap", ...},
-     "probe": {"key", "file", "family", "stage", "layer", "card_accuracy", "selected_by"},
-     "grids": [{"grid_id", "size", "density", "variant", "n_episodes", "n_steps",
-                "n_invalid_steps", "horizon", "utility",
-                "true": MEG, "subjective": MEG + {"n_unmapped_steps", "n_decoded_rows",
-                "decoded_goal_row_col", "goal_correct", "wall_agreement", "key_from_probe",
-                "door_from_probe"} or null (no decoded map of this grid: not a test grid),
-                "random_walk": {"meg", "meg_per_decision", "replicates"} (MEG's null, the random
-                walk estimated like the agent: meg_null.py; absent with no replicates)}],
-     "overall": GROUP, "by_size": {"7": GROUP}, "by_density": {...}, "by_variant": {...}}
-
-    MEG = {"meg" (nats, summed over the H decisions), "meg_per_decision" (meg / H),
-           "beta" (null at a limit), "beta_limit" ("optimal" / "anti_optimal" / null),
-           "converged", "expected_utility", "expected_utility_uniform",
-           "max_expected_utility", "n_states", "unknown_meg" (null unless requested)}
-    GROUP = {"n_grids", "true": {"meg": STAT, "meg_per_decision": STAT},
-             "vs_random_walk": {"n_grids", "agent", "random_walk", "difference" (agent - null,
-                                paired by grid): {"meg": STAT, "meg_per_decision": STAT},
-                                "above_null": bool or null} or null,
-             "paired": {"n_grids", "true": {...}, "subjective": {...},
-                        "difference": {...} (subjective - true),
-                        "wilcoxon": {"statistic", "p_value", "rank_biserial", "n_pairs",
-                                     "n_nonzero"} (on meg)}}
-    (``true``, ``subjective``, ``difference`` and ``wilcoxon`` are null without paired grids)
+MEG per grid (:mod:`goalprobe.probes.scoring.grid_meg`): the empirical policy of all the agent's
+episodes on the grid, scored against ``utility`` (grids without a key) or ``key_utility`` (grids
+with a key) on the true grid's MDP, and *subjective* MEG on the MDP of the grid one probe decoded
+(:class:`DecodedGrid`; by default the mean of the probe's class probabilities over the grid's
+decoded steps). ``H`` is the episodes' step budget (``horizon="episodes"``) or the grid's
+``ceil(1.5 L)`` (``"grid"``). Aggregates are grid-bootstrap means
+(:func:`goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
+vs true.
 """
 
 from __future__ import annotations
