@@ -216,14 +216,20 @@ def _evaluate(
 def _grouped(
     models,
     n: int,
-    codes,
+    grid_ids,
     groups: Mapping[str, np.ndarray | None],
     reference,
-    n_boot,
-    level,
-    rng,
-    baselines: tuple[str, ...] = (),
+    baselines: tuple[str, ...],
+    n_boot: int,
+    level: float,
+    random_state: int,
+    extra: Mapping | None = None,
 ) -> dict:
+    """:func:`_evaluate` on every row and within each value of ``groups`` (``by_<name>``),
+    then ``extra``, the confidence level and the number of draws."""
+    codes = _grid_codes(grid_ids, n)
+    rng = np.random.default_rng(random_state)
+    baselines = tuple(baselines)
     result = _evaluate(models, np.arange(n), codes, reference, n_boot, level, rng, baselines)
     for group_name, values in groups.items():
         if values is None:
@@ -238,6 +244,9 @@ def _grouped(
             )
             for key in np.unique(keys[np.isfinite(keys)])
         }
+    result.update(extra or {})
+    result["confidence_level"] = level
+    result["n_boot"] = n_boot
     return result
 
 
@@ -315,22 +324,20 @@ def evaluate_cell_maps(
 
         models["uniform"] = uniform
         baselines = (*baselines, "uniform")
-    result = _grouped(
+    extra = {"classes": [CellType(c).name.lower() for c in truth.union], "map_side": lab.shape[1]}
+    groups = {"grid_size": grid_sizes, "density": densities}
+    return _grouped(
         models,
         truth.n,
-        _grid_codes(grid_ids, truth.n),
-        {"grid_size": grid_sizes, "density": densities},
+        grid_ids,
+        groups,
         reference,
+        baselines,
         n_boot,
         confidence_level,
-        np.random.default_rng(random_state),
-        tuple(baselines),
+        random_state,
+        extra,
     )
-    result["classes"] = [CellType(c).name.lower() for c in truth.union]
-    result["map_side"] = lab.shape[1]
-    result["confidence_level"] = confidence_level
-    result["n_boot"] = n_boot
-    return result
 
 
 @dataclass(frozen=True)
@@ -577,7 +584,6 @@ def evaluate_distance(
     if y.ndim != 1:
         raise ValueError(f"y_true must be 1-D, got shape {y.shape}")
     n = len(y)
-    codes = _grid_codes(grid_ids, n)
 
     def make_model(pred: np.ndarray):
         pred = np.asarray(pred, dtype=np.float64)
@@ -602,17 +608,7 @@ def evaluate_distance(
         return samples
 
     models = {name: make_model(p) for name, p in predictions.items()}
-    result = _grouped(
-        models,
-        n,
-        codes,
-        {"grid_size": grid_sizes, "density": densities},
-        reference,
-        n_boot,
-        confidence_level,
-        np.random.default_rng(random_state),
-        tuple(baselines),
+    groups = {"grid_size": grid_sizes, "density": densities}
+    return _grouped(
+        models, n, grid_ids, groups, reference, baselines, n_boot, confidence_level, random_state
     )
-    result["confidence_level"] = confidence_level
-    result["n_boot"] = n_boot
-    return result
