@@ -1,33 +1,19 @@
-"""Attribution patching over every block x position (issue 41; AtP*, Kramar et al. 2024).
+"""Attribution patching over every block x position (AtP*, Kramar et al. 2024).
 
-For a prepared base/counterfactual pair (:class:`~goalprobe.probes.patching.experiment.PreparedPair`:
-the two prompts align token for token) both runs are teacher-forced on the **base's own
-reasoning**: the base sequence, and the same ids with the counterfactual's prompt in front. A
-patch of the counterfactual's residual stream into the base run at block ``L`` and position
-``p`` changes a metric ``M`` of the base run by, to first order,
+For a prepared pair (:class:`~goalprobe.probes.patching.experiment.PreparedPair`: the prompts
+align token for token) both runs are teacher-forced on the base's own reasoning. Patching the
+counterfactual's residual stream into the base run at block ``L`` and position ``p`` changes a
+metric ``M`` by, to first order, ``atp[L, p] = (a_cf[L, p] - a_base[L, p]) . dM/da_base[L,
+p]``, from one gradient run of the base and one clean run of the counterfactual. Positions
+before the first changed cell are exactly 0 (causal attention). **GradDrop** (against
+cancellation): the estimate with block ``l``'s gradient branch dropped, for each ``l``,
+``graddrop[L, p] = sum_l |atp_l[L, p]| / (n_layers - 1)``, a magnitude for ranking sites.
 
-    ``atp[L, p] = (a_cf[L, p] - a_base[L, p]) . dM/da_base[L, p]``
-
-from one gradient run of the base (:meth:`ResidualBackend.gradient_run
-<goalprobe.activations.capture.base.ResidualBackend.gradient_run>`) and one clean run of the
-counterfactual, for every block and position at once. Positions before the first changed grid
-cell carry the same values in both runs (causal attention), so their estimate is exactly 0.
-
-**GradDrop** (AtP*, against cancellation between paths): the estimate recomputed with the
-gradient through block ``l``'s branch dropped, for each ``l``, and
-``graddrop[L, p] = sum_l |atp_l[L, p]| / (n_layers - 1)``: a magnitude, used to rank sites
-(the plain ``atp`` keeps the sign and is what predicts a patch's signed effect).
-
-**Metrics** (:data:`METRICS`):
-
-* ``"action"``: the logit of the counterfactual's action (its own teacher-forced argmax) minus
-  the base's, at the readout before the action word; a pair whose two actions agree has none.
-* ``"coordinates"``: the summed log-probability of the agent's and the goal's coordinate tokens
-  where the base reasoning writes them (the bundled agents write ``A is at (r, c). G is at
-  (r, c)``: :func:`coordinate_positions`); a reasoning that names neither has none.
-
-A site's estimate at a block is the sum over its positions (:func:`site_estimates`): what the
-patching experiment's single-block site patches should move the metric by.
+**Metrics** (:data:`METRICS`): ``"action"``, the logit of the counterfactual's action minus the
+base's at the readout (none when the two agree); ``"coordinates"``, the summed log-probability
+of the agent's and goal's coordinate tokens where the base reasoning writes them
+(:func:`coordinate_positions`). A site's estimate at a block sums its positions
+(:func:`site_estimates`).
 """
 
 from __future__ import annotations

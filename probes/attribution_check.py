@@ -1,24 +1,14 @@
-"""Attribution checked against real patches (issue 41, item 3).
+"""Attribution checked against real patches.
 
-For a pair and a metric, :func:`patch_effects` runs the real patch of every block x position
-(the counterfactual's residual stream, teacher-forced on the base's reasoning, written into the
-base run at one block and one position) and reads the metric's change; :func:`site_effects`
-does it for whole sites at one block. :func:`compare` then scores the attribution of
-:mod:`goalprobe.probes.attribution` against them:
-
-* **rank agreement**: Spearman's rho between the estimate and the real effect over the
-  *affected* sites (positions from the first changed grid cell on; before it both runs carry
-  the same values, so estimate and effect are both exactly 0 and would only inflate rho);
-* **hit rate**: a site is a *hit* when its real ``|effect|`` is in the top decile of the
-  pair's affected sites; the hit rate of the ``k`` sites the attribution ranks first (by the
-  GradDrop magnitude when computed, else ``|atp|``) beside that of ``k`` random affected sites
-  (expected ``k/10``; the exact expectation over random draws is used, not one draw).
-
-Where they disagree the usual causes are *saturation* (a patch that moves the metric far: the
-first-order term misses the curvature; the largest effects are under-estimated) and
-*cancellation* (paths whose first-order terms cancel: GradDrop's magnitude is meant to catch
-them). :func:`compare` reports the ratio of estimated to real effect over the top-decile sites
-and the number of hits whose estimate has the wrong sign, so a reader can tell which.
+:func:`patch_effects` runs the real patch of every block x position (the counterfactual's
+residual stream, teacher-forced on the base's reasoning) and reads the metric's change;
+:func:`site_effects` does it for whole sites at one block. :func:`compare` scores the
+attribution of :mod:`goalprobe.probes.attribution` against them over the *affected* sites (from
+the first changed grid cell on; before it both are exactly 0): Spearman's rho, and the hit rate
+of the ``k`` first-ranked sites (a hit: real ``|effect|`` in the pair's top decile) beside the
+exact expectation for ``k`` random sites (``k/10``). Disagreement comes from *saturation*
+(large effects under-estimated) or *cancellation* (paths whose first-order terms cancel), told
+apart by the estimate / effect ratio and the wrong-sign hits it reports.
 """
 
 from __future__ import annotations

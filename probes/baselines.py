@@ -1,20 +1,12 @@
-"""Baselines conditioned on what a probe's input could trivially encode: the grid's size and
-obstacle density.
+"""Baselines conditioned on what a probe's input trivially encodes: the grid's size and obstacle
+density (the prompt's length gives the size, the wall count the density).
 
-Grids of several sizes share one padded 15 x 15 canvas, so a per-cell majority fitted over every
-grid predicts ``PADDING`` inside the larger grids and understates what the label maps' prior
-alone gets right. The baselines here take the covariates a residual stream trivially carries
-(the prompt's length gives the size; the wall count the density) as their input ``X`` and
-predict the prior of the matching group of training grids:
-
-* :class:`CellPrior`: per-cell class frequencies within the grids of the same size (``by="size"``)
-  or the same size and density (``by="size_density"``); cells outside a grid of size ``n`` are
-  ``PADDING``. Its most probable ``AGENT``/``GOAL`` cell is the most frequent position by size,
-  the localisation baseline.
-* :class:`GroupMeanRegressor`: the mean goal distance of the same group.
-
-A group unseen in training backs off to the coarser one (size and density -> size -> every
-grid). Both follow scikit-learn's conventions; build their input with :func:`covariates`.
+Grids of several sizes share one padded canvas, so a per-cell majority over every grid predicts
+``PADDING`` inside the larger grids and understates the prior. :class:`CellPrior` predicts the
+per-cell class frequencies of the training grids of the same size (``by="size"``) or size and
+density (``"size_density"``); its most probable ``AGENT`` / ``GOAL`` cell is the localisation
+baseline. :class:`GroupMeanRegressor` predicts the group's mean goal distance. An unseen group
+backs off (size and density -> size -> every grid). Build their input with :func:`covariates`.
 """
 
 from __future__ import annotations

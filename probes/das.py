@@ -1,25 +1,14 @@
 """Trained subspace interventions (distributed alignment search, DAS) at the pre-reasoning
-anchors (issue 41, item 5; Geiger et al. 2024, with the controls of Makelov et al. 2024).
+anchors (Geiger et al. 2024, with the controls of Makelov et al. 2024).
 
-Where a full patch of the anchors moves the action (the control agent ``bundled:map`` at block
-2: docs/map_agent.md), DAS asks which low-rank subspace carries the variable: a rank-``k``
-subspace with orthonormal basis ``W`` (``k x d``) is *interchanged*,
-
-    ``h_base <- h_base + W^T W (h_cf - h_base)``
-
-at the three anchor positions of one block, and ``W`` is trained so that the base run so
-patched produces the counterfactual's own completion (loss: the cross-entropy of the
-counterfactual's reasoning and answer tokens, teacher-forced after the base's prompt). The
-prompt before the anchors is unaffected, so it runs once per pair from a KV cache and only the
-anchors and the completion run with gradients (the model's parameters frozen).
-
-Evaluation (:func:`interchange_patch`) writes the interchanged anchors as an ordinary
-:class:`~goalprobe.activations.capture.base.Patch` and regenerates the reasoning greedily, as the
-patching experiment does: the share of held-out disjoint pairs whose action moves into the
-counterfactual's optimal set, beside the full patch (``W = I``) and a random subspace of the
-same rank (:func:`random_basis`). :func:`principal_angles` compares a subspace with the position
-probes' directions; :func:`natural_r2` checks that the subspace varies with the variable on
-natural inputs (a subspace that only works when written, never read, is "dormant").
+A rank-``k`` subspace with orthonormal basis ``W`` is *interchanged*, ``h_base <- h_base + W^T W
+(h_cf - h_base)``, at the three anchors of one block, and ``W`` is trained so that the patched
+base run produces the counterfactual's completion (cross-entropy of its reasoning and answer,
+teacher-forced; the prompt before the anchors runs once from a KV cache, the model frozen).
+:func:`interchange_patch` evaluates like the patching experiment (greedy regeneration, the share
+of held-out disjoint pairs moved) beside the full patch and a random subspace
+(:func:`random_basis`); :func:`principal_angles` compares with the position probes' directions
+and :func:`natural_r2` checks that the subspace varies with the variable on natural inputs.
 """
 
 from __future__ import annotations

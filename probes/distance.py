@@ -1,20 +1,12 @@
 """Goal-distance regressors (study appendix E.3): activation -> shortest-path distance to goal.
 
-``family="linear"`` is ridge regression (``sklearn.linear_model.Ridge``, closed form) on
-standardised activations; ``family="quadratic"`` is kernel ridge regression with a degree-2
-polynomial kernel (``sklearn.kernel_ridge.KernelRidge``, closed form): every quadratic form of
-the activations, so a distance ``sum_ij p_agent(i) p_goal(j) D(i, j)`` between positions that
-linear read-outs decode (``p_agent = softmax``-free linear scores) is within its reach, which a
-linear read-out of a distance is not (issue 40: the ridge and the MLP failed that positive
-control); ``family="mlp"`` is two layers with a ReLU (hidden 1024) trained with
-AdamW on the mean squared error of the standardised target, with early stopping on validation
-grids carved from the training grids. Evaluate with :func:`goalprobe.probes.metrics.evaluate_distance`
-(MAE, R^2 by grid size; controls: ``sklearn.dummy.DummyRegressor`` for the mean predictor and
-:func:`goalprobe.probes.splits.shuffle_by_grid` for shuffled targets; pre against post reasoning by
-passing both stages' predictions on the same steps).
-
-The ridge ``alpha`` is a hyperparameter: choose it on training grids only, e.g. with
-``GridSearchCV(GoalDistanceRegressor(), {"alpha": [...]}, cv=GroupKFold())`` and ``groups``.
+``family="linear"`` is ridge regression on standardised activations; ``"quadratic"`` kernel
+ridge with a degree-2 polynomial kernel (closed form), which reaches every quadratic form of the
+activations, so a distance ``sum_ij p_agent(i) p_goal(j) D(i, j)`` between linearly decoded
+positions is within its reach (a linear read-out of a distance is not); ``"mlp"`` two layers
+with a ReLU trained with AdamW on the standardised target, early-stopped on validation grids.
+Evaluate with :func:`goalprobe.probes.metrics.evaluate_distance`; choose ``alpha`` on training
+grids only (e.g. ``GridSearchCV`` with ``GroupKFold`` and ``groups``).
 """
 
 from __future__ import annotations

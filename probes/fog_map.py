@@ -1,20 +1,13 @@
-"""What the anchors hold under fog: the revealed map (the agent's exact knowledge) against the
-true grid. Computes on what it is handed (activations, decoded maps, labels); no I/O.
+"""What the anchors hold under fog: the revealed map (the agent's exact knowledge,
+:func:`goalprobe.gridworld.fog.fog_view`) against the true grid, on held-out grids. No I/O.
 
-Under fog the agent's knowledge at a step is known exactly: the revealed set
-(:func:`goalprobe.gridworld.fog.fog_view`). Two questions, both on held-out grids:
-
-* **Does the residual stream hold which cells are revealed?** :func:`revealed_probe` fits one
-  logistic read-out per canvas cell on the training grids' rows and scores it on the test grids'
-  cells, against the strongest baselines a probe could trivially match: the per-cell majority and
-  a read-out from the distance to the agent's current cell alone (the window around the agent
-  is always revealed, and the agent's cell is readable at the anchors).
-* **At hidden cells, does the decoded map follow the true grid or the knowledge?** The headline
-  cell probe's ``P(WALL)`` at hidden cells is scored as a detector of true walls (ROC AUC)
-  against the size-and-density prior's ``P(WALL)`` (:class:`goalprobe.probes.baselines.CellPrior`
-  fitted on the training grids): an agent whose map tracks its knowledge carries no information
-  about hidden walls beyond the prior; one whose map beats the prior there carries information it
-  could only have inferred. Intervals resample test grids.
+* :func:`revealed_probe`: does the residual stream hold which cells are revealed? One logistic
+  read-out per canvas cell, against the per-cell majority and a read-out from the distance to
+  the agent's cell alone (the window around the agent is always revealed).
+* :func:`hidden_wall_tracking`: at hidden cells, does the decoded map follow the true grid or
+  the knowledge? The headline probe's ``P(WALL)`` there as a detector of true walls (ROC AUC)
+  against the size-and-density prior's (:class:`goalprobe.probes.baselines.CellPrior`): a map
+  that tracks knowledge carries nothing about hidden walls beyond the prior.
 """
 
 from __future__ import annotations

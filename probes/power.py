@@ -1,16 +1,12 @@
 """The power of "no wall map beyond the prior": the smallest planted wall signal the headline
-probe's verdict detects (minimum detectable effect), on synthetic activations of the demo's
-size and sample count (:func:`goalprobe.probes.synthetic.planted_cell_data`).
+probe's verdict detects (minimum detectable effect).
 
-For each planted wall strength ``s`` (the norm of each wall cell's direction relative to
-unit-variance noise per feature, divided by the root of the active latents; other latents
-as planted by default) and each seed, a data set with the demo's grids, rows per grid, grid
-sizes, densities and feature width is drawn, split by grid like the sweep, and the headline
-probe and its controls go through the sweep's own :func:`~goalprobe.probes.probe_sweep
-.fit_and_score`: "detected" is the verdict the demo reports, the wall AUC's selectivity over
-the strongest control excluding 0. The minimum detectable effect is the smallest strength
-detected in at least ``power`` of the seeds; beside it, the probe's wall AUC there, so the
-effect can be read in the verdict's own units. Below it a "no" says nothing.
+For each planted wall strength (:func:`goalprobe.probes.synthetic.planted_cell_data`) and seed, a
+data set of the demo's grids, rows, sizes, densities and width is split by grid like the sweep
+and scored by the sweep's own :func:`~goalprobe.probes.probe_sweep.fit_and_score`: "detected"
+is the demo's verdict (the wall AUC's selectivity over the strongest control excluding 0). The
+minimum detectable effect is the smallest strength detected in at least ``power`` of the seeds,
+reported with the probe's wall AUC there. Below it a "no" says nothing.
 """
 
 from __future__ import annotations
