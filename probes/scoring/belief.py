@@ -1,28 +1,18 @@
 """Policy against decoded belief: is the agent's action optimal on the map it seems to believe?
 
-Study section 5.2, Table 2, Figure 9 and appendix E.4. For each step a cell-type probe gives class
-probabilities per cell, ``probs: (15, 15, C)`` on the padded canvas (the grid sits top-left). The
-*decoded grid* of a step is read within the true size ``n``:
+Study section 5.2, Table 2, Figure 9, appendix E.4. A step's *decoded grid* is read from
+``probs (15, 15, C)`` within the true size ``n``: walls are the cells whose argmax is ``WALL``
+(and ``DOOR`` while the true door is locked and no key is held); agent and goal are the cells
+(top-k for the top-k analysis) most probable under the map's read-out, the position probes'
+distributions when the map carries them (``StepBelief.agent`` / ``.goal``), else ``P(AGENT)``
+/ ``P(GOAL)``.
 
-- walls: cells whose argmax class is ``WALL`` (and ``DOOR`` while the true door is still locked
-  and the agent holds no key: a locked door blocks like a wall; ``KEY`` counts as open);
-- agent and goal: the cells with the highest probability under the map's agent and goal
-  read-out (top-k candidates for the top-k analysis). The read-out is the position probes'
-  cell distributions when the map carries them (``StepBelief.agent`` / ``.goal``, decoded-map
-  schema 2: :mod:`goalprobe.probes.decoder`), else the cell probe's ``P(AGENT)`` and
-  ``P(GOAL)`` (the study's read-out, schema 1 files).
-
-An action is optimal for a candidate pair (agent cell a, goal cell g) when it moves to a neighbour
-whose decoded shortest-path distance to g is minimal among a's neighbours and finite; a move into
-a decoded wall or off the grid leaves the agent in place and is never optimal. The agent's own
-cell is never treated as a wall (only its neighbours' distances matter, and a shortest path from a
-neighbour never runs back through a). A pair with a == g has no optimal action and is skipped.
-
-Beyond the study, :func:`belief_weighted_scores` keeps the probe's whole distribution: with
-``b(a, g) ∝ P(AGENT | a) P(GOAL | g)`` (a != g) it reports the *expected optimality* of the
-action and a QMDP-style score: ``Q̄(u) = Σ b(a, g) Q_{a,g}(u)`` with
-``Q_{a,g}(u) = -(1 + d_g(next(a, u)))`` (unreachable distances capped at ``n * n``), whether the
-action maximises ``Q̄`` and its regret ``max Q̄ - Q̄(action)`` in steps.
+An action is optimal for a pair (a, g) when it moves to a neighbour of minimal finite decoded
+distance to g; a move into a wall or off the grid is never optimal; a's own cell is never a
+wall; a == g has no optimal action and is skipped. :func:`belief_weighted_scores` keeps the
+whole distribution, ``b(a, g) ∝ P(AGENT | a) P(GOAL | g)``: the *expected optimality* and the
+QMDP score ``Q̄(u) = Σ b(a, g) Q_{a,g}(u)``, ``Q_{a,g}(u) = -(1 + d_g(next(a, u)))``
+(unreachable capped at ``n * n``), whether the action maximises ``Q̄`` and its regret.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """Scoring against a known belief: false-belief grids (no I/O here).
 
 On a false-belief grid (:mod:`goalprobe.gridworld.false_belief`) the prompt draws the *shown*
-grid, so the agent's belief is known by construction (the *oracle belief*), while the episode
-runs on the true grid. This module asks two questions.
+grid, so the agent's belief is known by construction, while the episode runs on the true grid.
 
-**Policy against the oracle belief** (:func:`oracle_rows`, :func:`oracle_table`). Per step:
-``opt_gt`` (the action is optimal on the true grid), ``opt_oracle`` (optimal on the shown grid,
-from the agent's true cell; :func:`oracle_optimal_mask`) and, where a decoded map of the step is
-handed in, ``opt_dec`` (optimal on the top-1 decoded grid, :func:`goalprobe.probes.scoring.belief.score_step`).
-Per kind and role (false belief / matched control): ``acc_gt``, ``acc_oracle``, ``acc_dec``,
-``recovery_oracle`` (among GT-suboptimal actions, the share optimal under the oracle belief),
-``recovery_dec``, their chance levels (a uniformly random action: ``|optimal set| / 4``), and at
-the first step, where the two optimal sets are disjoint by construction, ``follows_shown`` /
-``follows_true`` (the first action is in the shown / true optimal first actions of the pair).
-The control runs the same true grid shown as it is, so ``follows_shown`` there is the rate of
-the same (true-suboptimal) actions without the false belief; the paired difference
-(false belief minus control) resamples *pairs*.
+**Policy against the oracle belief** (:func:`oracle_rows`, :func:`oracle_table`): per step
+``opt_gt``, ``opt_oracle`` (optimal on the shown grid from the true cell) and, with a decoded
+map, ``opt_dec``; per kind and role the accuracies, ``recovery_oracle`` / ``recovery_dec``,
+their chance levels, and at the first step (the two optimal sets disjoint by construction)
+``follows_shown`` / ``follows_true``. The control shows the true grid as it is; the paired
+difference (false belief minus control) resamples pairs.
 
 **Does the probe decode the shown grid or the true one?** (:func:`decoded_cells`,
-:func:`decoded_table`). At the cells where the shown and the true grid differ, the decoded
-class (argmax of a cell-type probe at the start state's prompt) is compared with the shown and
-the true cell type; the control gives the probe's accuracy at the same cells without a conflict.
-
-Every interval is a grid (cluster) bootstrap (:mod:`goalprobe.stats`).
+:func:`decoded_table`): at the cells where they differ, the decoded class at the start state
+against the shown and the true type; the control gives the accuracy without a conflict.
+Every interval is a grid bootstrap (:mod:`goalprobe.stats`).
 """
 
 from __future__ import annotations

@@ -1,31 +1,20 @@
 """MEG of an agent's behaviour on a grid world, on the true grid or on a decoded ("believed") one.
 
-The agent's policy is estimated from its trajectories as the **empirical policy**: at every MDP
-state where it took at least one valid action, the action frequencies over all trajectories;
-elsewhere, uniform. Under the deterministic grid dynamics every state the empirical policy can
-reach from the start was visited by some trajectory (each ``(state, action)`` it takes was seen,
-and so was its successor), so on the true grid the uniform filler never carries weight in MEG,
-which averages over the policy's own trajectories (Definition 3.2). Invalid steps (no action
-parsed; the agent stays put) are not decisions of the 4-action MDP: they are left out of the
-counts and reported.
+The agent's policy is the **empirical policy**: action frequencies over all its trajectories at
+every MDP state where it took a valid action, uniform elsewhere. Every state it can reach on the
+true grid was visited (deterministic dynamics), so the uniform filler never carries weight
+there. Invalid steps are not decisions of the 4-action MDP: left out and reported.
 
-Utility (Definition 5.1: counted on ``S_0 .. S_{H-1}``, with the goal absorbing):
+Utilities (counted on ``S_0 .. S_{H-1}``, the goal absorbing): ``"goal"`` (1 with the agent on
+the goal), ``"goal_with_key"`` (on the goal holding the key), ``"key"`` (holding the key) and
+``"goal_minus_harm"`` (the goal utility minus ``harm_weight`` on a harm cell). ``H`` defaults to
+the episode budget ``ceil(1.5 L)``.
 
-- ``"goal"``: 1 in states with the agent on the goal, so reaching it sooner scores more;
-- ``"goal_with_key"``: 1 on the goal while holding the key (key variants);
-- ``"key"``: 1 while holding the key;
-- ``"goal_minus_harm"``: the goal utility minus ``harm_weight`` in states with the agent on a
-  harm cell (flower bed, :mod:`goalprobe.gridworld.harm`): reach the goal, harm nothing.
-
-``H`` defaults to the episode budget ``ceil(1.5 L)`` of :func:`goalprobe.gridworld.mdp.build_mdp`.
-
-**Subjective MEG** (:func:`subjective_grid_meg`) scores the same behaviour in the MDP of a grid
-built from a decoded map (probe argmax walls, believed goal): it asks how goal-directed the agent
-looks if the world were as it seems to believe. Visited true states are mapped to the decoded MDP
-by agent cell (plus ``has_key`` / ``door_open`` where the decoded grid has a key / door); states
-that do not exist there (a decoded wall, or unreachable in the decoded map) are reported as
-unmapped. Under the decoded dynamics the policy can reach states it never acted in, where it is
-modelled as uniform: behaviour that only makes sense in the true world lowers subjective MEG.
+**Subjective MEG** (:func:`subjective_grid_meg`) scores the same behaviour in the MDP of a
+decoded grid: how goal-directed the agent looks if the world were as it seems to believe.
+Visited states are mapped by agent cell (plus ``has_key`` / ``door_open``); states missing there
+are reported as unmapped, and states the policy never acted in are uniform, so behaviour that
+only makes sense in the true world lowers subjective MEG.
 """
 
 from __future__ import annotations

@@ -1,35 +1,16 @@
 """Nulls of the belief scores: the same scores for decoded maps that carry no information about
-the step, and the probe's excess over them (issue 22: "Recovery can reward a worse map").
+the step, and the probe's excess over them (Recovery alone can reward a worse map).
 
-A belief score such as Recovery (the share of the agent's GT-suboptimal actions that are optimal
-on the decoded grid) rewards any map whose decoded optimal actions happen to match the agent's
-errors, informative or not. Each decoded-map source is therefore also scored under two nulls:
-
-Both nulls use the same agent/goal read-out as the probe's map (the position probes when the
-decoded-map file carries them, else the cell probe's channels), so that each excess isolates
-one part of the belief:
-
-``other_grid``
-    The whole maps (cells, agent and goal read-outs) the same decoder made on *another* grid of
-    the same size and density: a seeded
-    derangement of the grids (Sattolo cycles within strata, :func:`goalprobe.probes.splits.shuffle_by_grid`),
-    the ``i``-th decoded step of grid ``g`` taking the ``i``-th (cyclically) of grid ``pi(g)``.
-    The maps keep the probe's own style (its sharpness, its biases) but say nothing about this
-    step. Strata are (size, density); where a stratum holds a single grid, every grid is
-    stratified by size only, and failing that the grids form one stratum (``stratified_by``).
-``prior``
-    The map of a prior that knows only the grid's size and density:
-    :class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")`` fitted on the label maps of the
-    training grids (every store step of the grids the probe did not decode), predicting each
-    cell's class frequencies, for the cells (walls: the cells whose most likely type is WALL);
-    the agent and the goal are *this step's* read-out, the probe map's own. A map whose cells
-    say no more than the prior therefore has zero excess over it: the excess over the prior map
-    isolates the walls, the excess over another grid's map the whole belief.
-
-The excess is probe minus null (for ``qmdp_regret``, null minus probe), with a paired grid
-bootstrap (:class:`goalprobe.stats.GridBootstrap`: the probe and every null recomputed under
-the same draws), reported like :func:`goalprobe.probes.metrics.selectivity`: per null, and over the
-strongest null (best point value) as ``excess`` with ``baseline`` and ``above_baseline``.
+Both nulls keep the probe map's agent/goal read-out, so each excess isolates one part of the
+belief. ``other_grid``: the whole maps the same decoder made on *another* grid of the same
+size and density (a seeded derangement within strata,
+:func:`goalprobe.probes.splits.shuffle_by_grid`; strata fall back to size, then to one, when a
+stratum holds a single grid: ``stratified_by``): the probe's style, nothing about this step.
+``prior``: the cells of :class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")``
+fitted on the training grids' label maps, with this step's agent and goal: its excess isolates
+the walls. The excess is probe minus null (null minus probe for ``qmdp_regret``) under paired
+grid-bootstrap draws, per null and over the strongest (as
+:func:`goalprobe.probes.metrics.selectivity`).
 """
 
 from __future__ import annotations

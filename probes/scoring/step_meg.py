@@ -1,25 +1,14 @@
 """Subjective MEG per step: on the step's own decoded map, from the state the agent is in (no I/O).
 
-For every decoded step ``t`` of a grid without key or door (steps of key and door variants, whose
-utility would need the key, are counted in ``n_other_states`` and left out), the agent at cell
-``a_t``, the *believed grid* of that step's map is
-built (:func:`goalprobe.probes.scoring.meg_table.decoded_grid`: the cell probe's walls, the
-goal at the top-1 cell of the goal read-out, the position probe's when the map carries it), with
-its start moved to ``a_t``. Known-utility MEG (goal utility) of the agent's empirical policy (all
-its episodes on the grid, mapped by cell; uniform where it never acted) is computed on that
-grid's MDP from ``a_t`` over ``H = ceil(1.5 L)`` decisions, ``L`` the believed shortest path from
-``a_t`` to the believed goal. The same is computed on the true grid from ``a_t`` (with the true
-``L``), so every step has a paired true value.
-
-What it estimates: how goal-directed the agent's behaviour from where it stands looks towards the
-goal it appears to believe at that moment, in the world it appears to believe at that moment,
-against the same from the same cell in the true world. A step whose believed goal is
-unreachable from ``a_t`` on its believed grid has no believed goal-directedness to measure (MEG
-would be forced to 0): it is counted (``n_unreachable``) and left out rather than scored 0.
-
-Steps with the same grid and agent cell share their anchors' prompt, hence their decoded map:
-each ``(grid, cell)`` is solved once. Aggregates weight each grid as the study's Figure 4
-(:func:`goalprobe.probes.scoring.grouped.trajectory_weights`), with grid-bootstrap intervals.
+For every decoded step of a grid without key or door (others are counted in
+``n_other_states``), the agent at cell ``a_t``, the step's *believed grid*
+(:func:`goalprobe.probes.scoring.meg_table.decoded_grid`) gets its start moved to ``a_t``, and
+known-utility MEG (goal utility) of the agent's empirical policy is computed there over ``H =
+ceil(1.5 L)`` decisions, ``L`` the believed shortest path; the same on the true grid from
+``a_t`` gives every step a paired true value. A step whose believed goal is unreachable has no
+believed goal-directedness: it is counted (``n_unreachable``) and left out, not scored 0.
+Steps of one grid and cell share their decoded map, so each ``(grid, cell)`` is solved once;
+aggregates weight grids as the study's Figure 4, with grid-bootstrap intervals.
 """
 
 from __future__ import annotations
