@@ -1,10 +1,8 @@
 """Probe families: the estimators ``goalprobe train-probe`` and the ``probes`` stage fit, by name.
 
-A probe family is a class implementing :class:`ProbeFamily` (scikit-learn's estimator API plus
-the two methods :func:`~goalprobe.probes.serialization.save_probe` and
-:func:`~goalprobe.probes.serialization.load_probe` need to write it as safetensors + a JSON
-card), registered under a name with the labels of the activation store it learns
-(:data:`TARGETS`)::
+A family is a class implementing :class:`ProbeFamily` (scikit-learn's estimator API plus what
+:func:`~goalprobe.probes.serialization.save_probe` / ``load_probe`` need), registered with the
+store labels it learns (:data:`TARGETS`)::
 
     from goalprobe.probes.families import register_probe_family
 
@@ -12,17 +10,12 @@ card), registered under a name with the labels of the activation store it learns
     class RidgeCellProbe(ClassifierMixin, BaseEstimator):
         ...
 
-Then ``goalprobe train-probe STORE --probe ridge_cells`` and ``--set probes.types=...`` in
-the demo fit it through :func:`make_probe`. A package can also register families without
-being imported first: an entry point in the group ``goalprobe.probe_families`` naming a
-module (imported on first use of the registry) or a class (registered under the entry
-point's name, its ``probe_target`` attribute giving the target).
-
-The built-in families: ``coordinate`` and ``per_cell`` (cell types), ``distance`` (goal
-distance), ``position`` (agent and goal cells; fitted by
-:func:`goalprobe.probes.position.position_scores`, not by the sweep) and ``majority`` (the
-cell-type prior a control fits). A family's ``family`` hyperparameter, where it has one, is
-its read-out (``linear`` or ``mlp``), not this registry's name.
+Then ``goalprobe train-probe STORE --probe ridge_cells`` (or ``--set probes.types=...`` in the
+demo) fits it through :func:`make_probe`. Packages can also register through the entry-point
+group ``goalprobe.probe_families`` (a module, imported on first use, or a class with a
+``probe_target``). Built in: ``coordinate`` and ``per_cell`` (cell types), ``distance``,
+``position`` (fitted by :func:`goalprobe.probes.position.position_scores`) and ``majority``. A
+family's ``family`` hyperparameter is its read-out (``linear`` or ``mlp``), not this name.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
-"""Baselines a plan read-out must beat, and the verdict against the strongest (issue 33, item 3).
+"""Baselines a plan read-out must beat, and the verdict against the strongest.
 
-A decoder that "reads the first move" from the anchors may read the *state* (where the agent
-and the goal are, which the anchors hold), not a plan: heading for the goal from the two
-cells already predicts much of an optimal agent's next moves. So beside the study's
-``0.25 ** N`` line, the majority plan and the shuffled-activation control, every N gets:
-
-* :class:`StatePlanDecoder`: a one-shot decoder trained on the same rows from the agent's and
-  the goal's coordinates (and the grid's size) alone;
-* :func:`optimal_plans`: the optimal policy's plan on the true grid from the row's state
-  (ties by the lowest action index), which needs no training;
-
-and :func:`prefix_verdicts` compares the decoder with the strongest of them, paired on the
-same test rows (the grid-clustered interval of the difference,
-:func:`goalprobe.stats.grid_bootstrap_ratio`). :func:`departure_mask` marks the rows
-whose first step departs from the optimal policy or breaks a tie among optimal actions: the
-only rows where a plan read-out can beat every state-only predictor.
-
-Pure numpy and scikit-learn (no torch).
+A decoder that "reads the first move" from the anchors may read the *state* (agent and goal
+cells), not a plan: heading for the goal already predicts much of an optimal agent's moves.
+So beside the study's ``0.25 ** N`` line, the majority plan and the shuffled control, every N
+gets :class:`StatePlanDecoder` (a one-shot decoder from the agent's and goal's coordinates and
+the grid's size) and :func:`optimal_plans` (the optimal policy's plan, no training);
+:func:`prefix_verdicts` compares the decoder with the strongest of them, paired on the same
+rows (:func:`goalprobe.stats.grid_bootstrap_ratio`). :func:`departure_mask` marks the rows
+whose first step departs from the optimal policy or breaks a tie: the only rows where a plan
+read-out can beat every state-only predictor. No torch.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Counterfactual grid pairs for activation patching (study, section 5.2 and appendix F).
 
-A *base* is a state the agent acted in (a trajectory step, or a grid's start state). A
-*counterfactual* moves either the agent or the goal of the base to another open cell and leaves
-everything else as it is, so that the two grid texts differ in exactly two cell symbols (the
-cell moved from and the cell moved to) and their prompts tokenise to the same length:
-
-* ``"disjoint"`` pairs: the optimal action sets ``pi*(base)`` and ``pi*(cf)`` share no action,
-  so a patch that carries the counterfactual's state into the base run has a measurable target;
-* ``"control"`` pairs: the two optimal action sets are identical, so a faithful patch should
-  leave the action where it is.
-
-Cells a move may go to are *open* in the rendered state: not a wall, not the agent, not the
-goal, not a visible key or door. An agent move that would pick up the key or open the door
-(which would change more cells) is skipped. This module imports no torch.
+A *base* is a state the agent acted in (a trajectory step or a grid's start). A
+*counterfactual* moves its agent or goal to another open cell (not a wall, the agent, the goal
+or a visible key or door), so the two grid texts differ in exactly two cells and the prompts
+have the same length; an agent move that would pick up the key or open the door is skipped.
+``"disjoint"`` pairs have optimal action sets that share no action (a patch carrying the
+counterfactual's state has a measurable target); ``"control"`` pairs have identical sets (a
+faithful patch leaves the action). No torch.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Patching's memory plan: batches from the memory model, refused before any generation.
 
-:func:`~goalprobe.probes.patching.patched_runs.run_patching` runs ``batch_size`` patched copies
-of a whole teacher-forced sequence per forward pass; under eager attention each copy holds
-``3 x heads x S x (P + S + 1)`` scores (``S`` tokens run after a cached prefix of ``P``), so at
-the paper's scale (reasoning up to 4,096 tokens) one batch of 16 copies needs more than an A100
-has. The greedy reference completions come first and take hours, so the plan is made before
-them, from what is known then: the prompts' lengths and the token budget (a kept completion is
-shorter than ``max_new_tokens``: a cut one is dropped), :func:`plan_patching`. A run whose
-longest possible sequence does not fit one copy at a time is refused
-(:class:`PatchingDoesNotFitError`, with the figures and the budget that would fit). During the
-run each forward pass takes the largest batch the memory model allows at *its* lengths
+Each patched copy of a teacher-forced sequence holds ``3 x heads x S x (P + S + 1)`` attention
+scores under eager attention, so at the paper's scale one batch of 16 copies exceeds an A100.
+The greedy completions come first and take hours, so :func:`plan_patching` plans before them
+from the prompts' lengths and the token budget, and refuses a run whose longest sequence does
+not fit one copy (:class:`PatchingDoesNotFitError`, with the budget that would fit). During the
+run each forward pass takes the largest batch the model allows at its lengths
 (:meth:`PatchingBudget.patched_batch`, :meth:`PatchingBudget.generation_batch`), capped by the
-config, and halves on an out-of-memory error (:class:`~goalprobe.activations.oom.HalvingBatch`).
+config, halving on an out-of-memory error (:class:`~goalprobe.activations.oom.HalvingBatch`).
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """What patching says about a site: the headline's verdicts, computed from the records.
 
-A patch that transplants the whole input (every block at ``grid``, or ``changed_cells``, on a
-pair whose optimal sets are disjoint and whose agent is optimal on both sides) moves the
-action of *any* agent that acts on its input, so such a cell is a sanity check of the
-machinery, never evidence about where the agent keeps its state. Evidence is the patch of a
-site that does not carry the input (the anchors), and it must beat two things:
-
-* the **random-grid control** (records of kind ``"random_grid"``): the same target patched at
-  the same site and blocks with a random other grid of the same size, scored against the
-  *pair's* counterfactual. A patch that merely disrupts the run (scrambled actions, broken
-  output) lands in the counterfactual's optimal set as often under this control as under the
-  real patch; one that carries the counterfactual's state does not;
-* **invalid answers**: a patched answer that names no action is counted on its own, never as
-  moved.
-
-:func:`anchor_verdicts` gives, per site x mode x direction at one layer set, the share of
-disjoint pairs moved into the counterfactual's optimal set (the headline quantity), the
-share of invalid answers, the random-grid control's share, the no-relevant-change controls'
-share changed, the recovered logit difference (teacher-forced cells only), and the paired difference
-(real minus random-grid, per pair) whose interval decides the verdict. Every interval is the
-grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio`.
+Patching the whole input (``grid`` at every block, or ``changed_cells``) moves *any* agent that
+acts on its input: a sanity check of the machinery, never evidence of where the agent keeps its
+state. Evidence is a patch of a site that does not carry the input (the anchors), and it must
+beat the **random-grid control** (the same target and site patched with a random other grid of
+its size, scored against the pair's counterfactual: a merely disruptive patch lands there as
+often) and count **invalid answers** on their own, never as moved. :func:`anchor_verdicts`
+reports these shares, the controls' and the paired difference whose grid-clustered interval
+(:func:`goalprobe.stats.grid_bootstrap_ratio`) decides the verdict.
 """
 
 from __future__ import annotations

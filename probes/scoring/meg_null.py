@@ -1,18 +1,12 @@
 """The null that MEG can fail: a random walk's MEG, estimated exactly like the agent's.
 
-MEG is a supremum over beta that includes beta = 0, so it is never negative: "MEG above 0"
-passes for any behaviour whose empirical policy is not exactly uniform, and a random walk
-estimated from two trajectories per grid is not (its empirical policy follows the few actions it
-happened to take). The null is therefore the **random walk's MEG estimated the same way**: on
-each grid, as many uniformly random walks as the agent has trajectories there, each of the
-agent's step budget (stopping at the goal, as the agent's episodes do), read into an empirical
-policy like the agent's (:func:`goalprobe.probes.scoring.grid_meg.empirical_policy`'s rule:
-action frequencies at visited states, uniform elsewhere) and scored with the same utility and
-horizon. The verdict is the paired difference agent minus random walk, grid by grid, with its
-grid-bootstrap interval: "above the random walk's MEG" only when the interval excludes 0.
-
-``replicates`` random-walk estimates per grid are averaged (a less noisy null; each one is
-still estimated from the agent's number of trajectories). No I/O here.
+MEG is a supremum over beta including 0, so it is never negative, and an empirical policy from
+two trajectories per grid is never exactly uniform: "MEG above 0" passes for anything. The null
+is the random walk's MEG estimated the same way: per grid, as many uniformly random walks as
+the agent has trajectories, with its step budget (stopping at the goal), read into an empirical
+policy and scored with the same utility and horizon (``replicates`` estimates averaged). The
+verdict is the paired difference agent minus random walk, grid by grid: "above the random
+walk's MEG" only when its grid-bootstrap interval excludes 0. No I/O.
 """
 
 from __future__ import annotations
