@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.probes.attribution import PairAttribution
+from goalprobe.probes.serialization import check_schema
 
 SCHEMA = "goalprobe.attribution"
 """``schema`` of the card and the safetensors metadata."""
@@ -103,15 +104,9 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
 
     tensors_path, card_path = attribution_paths(path)
     card = json.loads(card_path.read_text(encoding="utf-8"))
-    if card.get("schema") != SCHEMA or card.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"{card_path}: schema {card.get('schema')!r} version {card.get('schema_version')!r},"
-            f" expected {SCHEMA!r} version {SCHEMA_VERSION}"
-        )
+    check_schema(card, SCHEMA, (SCHEMA_VERSION,), card_path)
     with safe_open(str(tensors_path), framework="numpy") as handle:
-        header = handle.metadata() or {}
-    if header.get("schema") != SCHEMA or header.get("schema_version") != str(SCHEMA_VERSION):
-        raise ValueError(f"{tensors_path}: not a {SCHEMA} v{SCHEMA_VERSION} file")
+        check_schema(handle.metadata() or {}, SCHEMA, (SCHEMA_VERSION,), tensors_path)
     arrays = load_file(str(tensors_path))
     records = []
     for i, e in enumerate(card["records"]):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.gridworld.core import Action
+from goalprobe.probes.serialization import check_schema
 
 DECISION_STEPS_SCHEMA = "goalprobe.decision_steps"
 """``schema`` of the header line."""
@@ -192,13 +193,8 @@ def read_decision_steps(path: str | Path) -> DecisionSteps:
         header = json.loads(lines[0])
     except json.JSONDecodeError as err:
         raise ValueError(f"{p}: header is not JSON ({err.msg})") from err
-    if not isinstance(header, dict) or header.get("schema") != DECISION_STEPS_SCHEMA:
-        raise ValueError(f"{p}: not a {DECISION_STEPS_SCHEMA} file")
-    if header.get("schema_version") != DECISION_STEPS_SCHEMA_VERSION:
-        raise ValueError(
-            f"{p}: schema_version {header.get('schema_version')!r} is not supported "
-            f"(reads {DECISION_STEPS_SCHEMA_VERSION})"
-        )
+    header = header if isinstance(header, dict) else {}
+    check_schema(header, DECISION_STEPS_SCHEMA, (DECISION_STEPS_SCHEMA_VERSION,), p)
     if header.get("actions") != [a.name for a in Action]:
         raise ValueError(
             f"{p}: action order {header.get('actions')!r} is not UP, DOWN, LEFT, RIGHT"

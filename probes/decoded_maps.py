@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
+from goalprobe.probes.serialization import check_schema
 
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
@@ -172,15 +173,7 @@ def decoded_map_family(card: dict) -> str:
 
 def _check_decoded_maps(f, p: Path) -> int:
     """The schema version of an open decoded-maps file (schema, version and datasets checked)."""
-    schema = f.attrs.get("schema")
-    if schema != DECODED_MAPS_SCHEMA:
-        raise ValueError(f"{p}: schema attribute is {schema!r}, expected {DECODED_MAPS_SCHEMA!r}")
-    version = int(f.attrs.get("schema_version", -1))
-    if version not in (2, DECODED_MAPS_SCHEMA_VERSION):
-        raise ValueError(
-            f"{p}: schema_version {version} is not supported (reads 2 and "
-            f"{DECODED_MAPS_SCHEMA_VERSION})"
-        )
+    version = check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), p)
     for name in ("probs", "row_ids"):
         if name not in f:
             raise ValueError(f"{p}: missing dataset {name!r}")
@@ -449,13 +442,7 @@ def read_step_maps(path: str | Path) -> StepMaps:
 
     p = Path(path)
     with h5py.File(p, "r") as f:
-        if f.attrs.get("schema") != STEP_MAPS_SCHEMA:
-            raise ValueError(
-                f"{p}: schema attribute is {f.attrs.get('schema')!r}, expected {STEP_MAPS_SCHEMA!r}"
-            )
-        version = int(f.attrs["schema_version"])
-        if version != STEP_MAPS_SCHEMA_VERSION:
-            raise ValueError(f"{p}: schema_version {version} is not supported")
+        check_schema(f.attrs, STEP_MAPS_SCHEMA, (STEP_MAPS_SCHEMA_VERSION,), p)
         for name in ("probs", "grid_id", "episode", "step"):
             if name not in f:
                 raise ValueError(f"{p}: missing dataset {name!r}")

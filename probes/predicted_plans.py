@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.probes.decoded_maps import read_rows
+from goalprobe.probes.serialization import check_schema
 
 PREDICTED_PLANS_SCHEMA = "goalprobe.predicted_plans"
 """``schema`` attribute of a predicted-plans HDF5 file."""
@@ -107,16 +108,7 @@ def write_predicted_plans(
 
 
 def _check_plans_file(f, path: Path) -> None:
-    if f.attrs.get("schema") != PREDICTED_PLANS_SCHEMA:
-        raise ValueError(
-            f"{path}: schema {f.attrs.get('schema')!r} is not {PREDICTED_PLANS_SCHEMA!r}"
-        )
-    version = int(f.attrs.get("schema_version", -1))
-    if version != PREDICTED_PLANS_SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: schema_version {version} is not supported "
-            f"(this goalprobe reads {PREDICTED_PLANS_SCHEMA_VERSION})"
-        )
+    check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
 
 
 def _run_names(f) -> list[str]:

@@ -141,6 +141,22 @@ def read_probe_card(path: str | Path) -> dict:
     return _read_card(card_path, "probe card", CARD_SCHEMA, CARD_SCHEMA_VERSION)
 
 
+def check_schema(header, schema: str, versions: tuple[int, ...], where) -> int:
+    """The ``schema_version`` of ``header`` (a card, a JSON header line or HDF5 attributes) once
+    its ``schema`` is ``schema`` and its version one of ``versions``; ValueError naming ``where``
+    otherwise."""
+    if header.get("schema") != schema:
+        raise ValueError(f"{where}: not a {schema} file (schema {header.get('schema')!r})")
+    raw = header.get("schema_version")
+    version = int(raw) if str(raw).isdigit() else raw  # safetensors metadata holds strings
+    if version not in versions:
+        raise ValueError(
+            f"{where}: schema_version {version!r} is not supported (this goalprobe reads "
+            f"{', '.join(map(str, versions))})"
+        )
+    return int(version)
+
+
 def _read_card(path: Path, what: str, schema: str, version: int) -> dict:
     """A JSON card at ``path``, checked for its ``schema`` and ``schema_version``."""
     if not path.exists():
@@ -149,13 +165,7 @@ def _read_card(path: Path, what: str, schema: str, version: int) -> dict:
         card = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-    if card.get("schema") != schema:
-        raise ValueError(f"{path}: schema is {card.get('schema')!r}, expected {schema!r}")
-    if card.get("schema_version") != version:
-        raise ValueError(
-            f"{path}: schema_version {card.get('schema_version')!r} is not supported "
-            f"(this goalprobe reads {version})"
-        )
+    check_schema(card, schema, (version,), path)
     return card
 
 

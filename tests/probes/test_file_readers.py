@@ -64,7 +64,7 @@ def test_older_decoded_maps_name_stage_and_layer_in_the_card(tmp_path):
     ("attr", "value", "message"),
     [
         ("schema_version", 4, "schema_version 4 is not supported"),
-        ("schema", "goalprobe.step_maps", "schema attribute is"),
+        ("schema", "goalprobe.step_maps", "not a goalprobe.decoded_maps file"),
     ],
 )
 def test_decoded_map_readers_check_schema_and_version(tmp_path, attr, value, message):
