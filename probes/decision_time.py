@@ -1,13 +1,10 @@
 """When the decision is readable: the logit lens's agreement with the final action along the
-reasoning and across layers, pooled over steps with grid-bootstrap intervals. Computes on what
-it is handed (per-step lens distributions); no I/O.
+reasoning and across layers, pooled over steps with grid-bootstrap intervals (no I/O).
 
-Each step contributes its lens distributions (:func:`goalprobe.probes.logit_lens.lens_probs`) at
-the ends of its reasoning chunks and at the answer position, and the action it answered. A
-curve's point is the share of steps whose lens top choice (at that layer, in that bin of
-reasoning progress) is the final action; its baseline is the share the step's most frequent
-action would get (the majority action over the steps, a lens that always says it), and chance
-(25%). Intervals resample grids.
+Each step contributes its lens distributions (:func:`goalprobe.probes.logit_lens.lens_probs`)
+at its chunk ends and at the answer, and the action it answered. A point of a curve is the
+share of steps whose lens top choice (at that layer and progress bin) is the final action,
+beside the majority action's share and chance (25%).
 """
 
 from __future__ import annotations

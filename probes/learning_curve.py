@@ -1,12 +1,10 @@
 """Learning curves: a probe and its controls against the number of training grids.
 
-A null result on a few dozen grids says little; a curve that is flat while the probe stays at
-its prior says more, and one that is still rising says "collect more data". For a fixed test
-split, the training grids are shuffled once (seeded, within grid sizes, then taken round-robin across
-sizes) and the probe and its controls are refit on nested prefixes of that order (each point's grids contain the previous point's), so the
-curve moves only with the amount of data. Each point is scored exactly as the probe sweep scores
-a run (:func:`goalprobe.probes.probe_sweep.fit_and_score`: every control, grid-bootstrap intervals, the
-selectivity over the strongest control), and keeps the metrics named in ``metrics``.
+A flat curve with the probe at its prior says more than a null on a few dozen grids; a rising
+one says "collect more data". For a fixed test split the training grids are shuffled once
+(seeded, within sizes, taken round-robin across sizes) and everything is refit on nested
+prefixes, each point scored as the probe sweep scores a run
+(:func:`goalprobe.probes.probe_sweep.fit_and_score`), keeping the metrics named in ``metrics``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Per-cell probes (Othello-GPT style): one classification head per grid cell reading ``act``.
 
-``family="linear"``: ``logits[n, p, c] = einsum("nf,pfc->npc", act, W) + b[p, c]`` with a
-``(cells, features, classes)`` weight, as in the linear world-model probes of Nanda et al. (2023)
-on Othello-GPT. ``family="mlp"``: a shared hidden layer (``Linear(F, H)`` + ReLU) followed by
-per-cell heads ``(cells, H, classes)``, the non-linear probe of Li et al. (2023).
-
-Unlike the coordinate-conditioned probe, a per-cell probe can read a different direction at
-every cell, so even its linear family can localise the agent and goal. Both probe types share the
-fit/decode/persistence code of :mod:`goalprobe.probes.cell_probes`, so they can be compared on one split.
+``family="linear"``: ``logits[n, p, c] = einsum("nf,pfc->npc", act, W) + b[p, c]`` (the linear
+world-model probes of Nanda et al., 2023); ``"mlp"``: a shared ``Linear(F, H)`` + ReLU, then
+per-cell heads (Li et al., 2023). Unlike the coordinate-conditioned probe it can read a
+different direction at every cell, so even the linear family can localise the agent and goal;
+both share :mod:`goalprobe.probes.cell_probes`' fitting, decoding and persistence.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Position probes: a read-out made for localisation.
 
-The argmax of a cell-type probe's ``AGENT`` (or ``GOAL``) probability is a poor localiser: the
-cell map spreads a rare class over many cells. A position probe reads the agent's (or the
-goal's) row and column directly from the anchor activations: one multinomial logistic
-regression per coordinate on standardised features (scikit-learn), the cell being the pair of
-argmaxes. :func:`evaluate_positions` scores it against the baselines a position could
-trivially come from (the most frequent position of the grid's size, a uniform guess among the
-grid's open cells, the same probe on positions shuffled between grids), with grid-bootstrap
-intervals and the selectivity over the strongest of them (``goalprobe.probes.metrics.selectivity``).
+A cell-type probe's ``AGENT`` (or ``GOAL``) argmax is a poor localiser (the map spreads a rare
+class over many cells). A position probe reads the row and column directly: one multinomial
+logistic regression per coordinate on standardised features. :func:`evaluate_positions` scores
+it against the most frequent position of the grid's size, a uniform guess among open cells and
+the probe on positions shuffled between grids, with grid-bootstrap intervals and the
+selectivity over the strongest.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Synthetic activations with a planted cognitive map, for sanity checks, tests and benchmarks.
 
-Each synthetic grid has random walls (or a given layout's: the demo's own grids), a goal and
-several steps (agent positions reachable from the goal). The activation of a step is Gaussian noise plus a random linear image of its latent
-state: one-hot wall cells, agent cell, goal cell, grid size, and the shortest-path distance to
-the goal. A probe that works must recover the map from these; on shuffled labels it must not.
-Pure numpy.
+Each grid has random walls (or a given layout), a goal and several steps (agent cells reachable
+from the goal); a step's activation is Gaussian noise plus a random linear image of its latent
+state (one-hot walls, agent, goal, grid size, distance to the goal). A working probe recovers
+the map; on shuffled labels it must not. Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Shared torch machinery of the probes: standardisation, seeded modules, the training loop.
 
-The loop trains any module on minibatches of *examples* with a per-element weighted loss,
-AdamW, optional early stopping on a validation split (carved from the training grids by the
-caller) and an optional progress bar. The best validation state is restored at the end. The
-MLP cell probes, the distance regressor's MLP and the plan decoder train with it; the linear
-cell-probe families are convex and are fitted by :func:`fit_lbfgs` instead (deterministic).
+:func:`train_module` trains any module on minibatches of examples with a weighted loss, AdamW
+and optional early stopping on validation grids (the best state restored): the MLP cell probes,
+the distance MLP and the plan decoder. The convex linear cell probes use :func:`fit_lbfgs`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
-"""Vectorised backward passes behind :mod:`goalprobe.probes.scoring.meg` (plain numpy arrays, no API types).
+"""Vectorised backward passes behind :mod:`goalprobe.probes.scoring.meg` (plain numpy arrays).
 
-A :class:`Problem` is a batch of ``B`` finite-horizon MDPs with utilities (and optionally the
-policies being scored). Arrays are laid out action-major, ``(A, B, S)``, so that every reduction
-over actions is an elementwise operation between contiguous slices. Problems are sorted by
-horizon, longest first, and every backward pass runs in *steps-to-go* ``k = H_b - 1 - t``: at step
-``k`` only the prefix of MDPs with ``H_b > k`` is touched, and MDP ``b`` is read out (its value at
-``t = 0`` averaged over the initial distribution) when ``k = H_b - 1``.
+A :class:`Problem` is a batch of ``B`` finite-horizon MDPs laid out action-major, ``(A, B, S)``
+(reductions over actions are elementwise between contiguous slices), sorted by horizon, longest
+first; passes run in steps-to-go ``k = H_b - 1 - t``, touching only the MDPs with ``H_b > k``.
 
-Soft value iteration works on the log-partition ``Lambda_t = beta V^soft_t``:
-``Lambda_t(s) = beta U_t(s) + logsumexp_a X_t(s, a)`` with ``X_t(s, a) = E[Lambda_{t+1}(S') | s, a]``
-(``X_{H-1} = 0``); the soft policy is ``softmax_a X_t(s, .)``. Along with it the pass carries
-``G_t = dLambda_t / dbeta`` (the soft policy's expected utility-to-go) and
-``K_t = dG_t / dbeta = sum_a pi (C_a - G_bar)^2 + sum_a pi E[K_{t+1} | s, a]`` (``C_a`` =
-``E[G_{t+1} | s, a]``), a causal variance. With them the predictive accuracy
-``f(beta) = beta E_pi[U] - E[Lambda_0] + H log A`` has ``f' = E_pi[U] - E[G_0]`` and
-``f'' = -E[K_0] <= 0``, which :func:`solve_beta` uses for a safeguarded Newton iteration.
+Soft value iteration works on ``Lambda_t = beta V^soft_t``: ``Lambda_t(s) = beta U_t(s) +
+logsumexp_a X_t(s, a)``, ``X_t(s, a) = E[Lambda_{t+1}(S') | s, a]``; the soft policy is
+``softmax_a X_t(s, .)``. The pass also carries ``G_t = dLambda_t / dbeta`` and the causal variance
+``K_t = dG_t / dbeta = sum_a pi (C_a - G_bar)^2 + sum_a pi E[K_{t+1} | s, a]`` (``C_a =
+E[G_{t+1} | s, a]``), so ``f(beta) = beta E_pi[U] - E[Lambda_0] + H log A`` has ``f' = E_pi[U] -
+E[G_0]`` and ``f'' = -E[K_0] <= 0``, which :func:`solve_beta`'s safeguarded Newton uses.
 """
 
 from __future__ import annotations
