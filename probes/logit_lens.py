@@ -154,18 +154,6 @@ def lens_probs(
     return lens_from_resid(backend.model, capture_resid(backend, ids, positions), candidates)
 
 
-@torch.no_grad()
-def model_probs(
-    model: torch.nn.Module, ids: Sequence[int], positions: Sequence[int], candidates: Sequence[int]
-) -> np.ndarray:
-    """``(len(positions), len(candidates))`` the model's own next-token distribution over
-    ``candidates`` at ``positions`` (a plain forward pass: the lens's identity check)."""
-    device = next(model.parameters()).device
-    logits = model(torch.as_tensor([list(ids)], device=device)).logits[0]
-    picked = logits[list(positions)][:, list(candidates)].float()
-    return torch.softmax(picked, dim=-1).cpu().numpy().astype(np.float32)
-
-
 def first_stable_top(probs: np.ndarray, target: int) -> int | None:
     """Index of the first position from which ``target`` is the top choice at every later
     position (``probs``: ``(P, 4)``), None when it is not the top choice at the last one."""

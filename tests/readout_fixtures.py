@@ -1,5 +1,6 @@
 """A real activation store (schema 2) with a planted decision time, for the read-out over
-reasoning time (tests/probes/test_decision_time.py, tests/app/test_decision_readout_report.py)."""
+reasoning time (tests/probes/test_decision_time.py, tests/app/test_decision_readout_report.py),
+and the model's own action distribution, the logit lens's identity check."""
 
 from __future__ import annotations
 
@@ -76,3 +77,15 @@ def planted_store(path, n: int = 480, d: int = 16, seed: int = 0, tokens=(1, 3, 
     with StoreWriter(path, layout, {"model_id": "planted"}) as writer:
         writer.append(RowBatch(acts, positions, present, labels, reasoning=reasoning))
     return path
+
+
+def model_probs(model, ids, positions, candidates) -> np.ndarray:
+    """``(len(positions), len(candidates))`` the model's own next-token distribution over
+    ``candidates`` at ``positions`` of ``ids`` (a plain forward pass)."""
+    import torch
+
+    with torch.no_grad():
+        device = next(model.parameters()).device
+        logits = model(torch.as_tensor([list(ids)], device=device)).logits[0]
+        picked = logits[list(positions)][:, list(candidates)].float()
+        return torch.softmax(picked, dim=-1).cpu().numpy().astype(np.float32)

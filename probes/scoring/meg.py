@@ -128,24 +128,6 @@ class TabularMDP:
         object.__setattr__(self, "initial", initial)
         object.__setattr__(self, "horizon", _check_horizon(self.horizon))
 
-    @classmethod
-    def from_next_state(
-        cls, next_state: np.ndarray, initial: np.ndarray, horizon: int
-    ) -> TabularMDP:
-        """Build a deterministic MDP from ``next_state: (S, A) int`` successor indices."""
-        next_state = np.asarray(next_state)
-        if next_state.ndim != 2 or not np.issubdtype(next_state.dtype, np.integer):
-            raise ValueError(
-                f"next_state must be an (S, A) integer array, got {next_state.dtype} {next_state.shape}"
-            )
-        n_states, n_actions = next_state.shape
-        if np.any((next_state < 0) | (next_state >= n_states)):
-            raise ValueError(f"next_state holds indices outside [0, {n_states})")
-        transitions = np.zeros((n_states, n_actions, n_states))
-        s_idx, a_idx = np.indices(next_state.shape)
-        transitions[s_idx, a_idx, next_state] = 1.0
-        return cls(transitions, initial, horizon)
-
     @property
     def n_states(self) -> int:
         """``S``."""

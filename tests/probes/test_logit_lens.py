@@ -15,9 +15,9 @@ from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.probes.logit_lens import (
     first_stable_top,
     lens_probs,
-    model_probs,
     step_positions,
 )
+from readout_fixtures import model_probs
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def random_mdp(
 ) -> TabularMDP:
     initial = rng.dirichlet(np.ones(n_states))
     if deterministic:
-        return TabularMDP.from_next_state(
+        return mdp_from_next_state(
             rng.integers(0, n_states, (n_states, n_actions)), initial, horizon
         )
     return TabularMDP(
@@ -79,7 +79,15 @@ def chain_mdp(horizon: int, n_actions: int = 3) -> TabularMDP:
     n_states = horizon + 1
     nxt = np.full((n_states, n_actions), horizon)
     nxt[:horizon, 0] = np.minimum(np.arange(horizon) + 1, horizon - 1)
-    return TabularMDP.from_next_state(nxt, np.eye(n_states)[0], horizon)
+    return mdp_from_next_state(nxt, np.eye(n_states)[0], horizon)
+
+
+def mdp_from_next_state(next_state: np.ndarray, initial, horizon: int) -> TabularMDP:
+    """A deterministic MDP from ``(S, A)`` successor indices."""
+    transitions = np.zeros((*next_state.shape, next_state.shape[0]))
+    s_idx, a_idx = np.indices(next_state.shape)
+    transitions[s_idx, a_idx, next_state] = 1.0
+    return TabularMDP(transitions, initial, horizon)
 
 
 def brute_force_soft_q(mdp: TabularMDP, utility: np.ndarray, beta: float) -> np.ndarray:
@@ -195,7 +203,7 @@ def test_infinite_beta_limit_is_maximum_entropy_optimal_not_uniform_over_argmax(
     # with one: both are optimal, but the maximum-entropy optimal policy (the beta -> inf limit,
     # Theorem 5.1) weighs them 2 : 1.
     nxt = np.array([[1, 2], [3, 3], [3, 4], [3, 3], [4, 4]])
-    mdp = TabularMDP.from_next_state(nxt, np.eye(5)[0], horizon=3)
+    mdp = mdp_from_next_state(nxt, np.eye(5)[0], horizon=3)
     utility = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
     limit = soft_value_iteration(mdp, utility, math.inf)
     np.testing.assert_allclose(limit.policy[0, 0], [2 / 3, 1 / 3])
@@ -353,7 +361,7 @@ def test_bounds_for_random_policies(seed):
 def test_states_the_policy_never_visits_do_not_matter():
     # state 4 is never reached from state 0
     nxt = np.array([[1, 2, 0], [2, 3, 0], [3, 1, 1], [0, 3, 2], [4, 0, 1]])
-    mdp = TabularMDP.from_next_state(nxt, np.eye(5)[0], horizon=5)
+    mdp = mdp_from_next_state(nxt, np.eye(5)[0], horizon=5)
     rng = np.random.default_rng(0)
     policy, utility = random_policy(rng), rng.normal(size=5)
     other = policy.copy()
@@ -486,7 +494,5 @@ def test_invalid_inputs_raise_clear_errors():
         known_utility_meg(good, mouse_policy(0.8), np.array([0, 0, np.nan, 1.0]))
     with pytest.raises(ValueError, match="time-indexed utility has 3 steps"):
         known_utility_meg(good, mouse_policy(0.8), np.zeros((3, 4)))
-    with pytest.raises(ValueError, match="next_state"):
-        TabularMDP.from_next_state(np.array([[0, 5]]), [1.0], 1)
     with pytest.raises(ValueError, match="exactly one"):
         MDPBatch(np.ones((1, 2)) / 2, 1)
