@@ -348,6 +348,7 @@ def prepare_state(
         "true_optimal": sorted(a.name for a in true_opt),
         "edited_optimal": sorted(a.name for a in target.optimal),
         "norm": {"probe": float(alpha[target.head]), "irrelevant": float(alpha[other.head])},
+        "target_train_flip": calibration["train_flip"][target.head],
         "read_before": _read(probe, X, target.head),
         "read_after": {
             c: _read(probe, _probe_row(probe, flat + d, item.grid, item.state), target.head)
@@ -544,6 +545,16 @@ def summarise(records: Sequence[dict], dropped: dict[str, int], config: Steering
     }
     out["read_flip"]["n"] = len(checked)
     out.update(steering_verdict(out["differences"]))
+    # an edit that cannot move the probe's own read-out tests no direction: not a "no"
+    flips = [r["target_train_flip"] for r in records]
+    out["target_train_flip"] = float(np.mean(flips))
+    if out["verdict"] == "no" and out["target_train_flip"] < config.flip_target:
+        out["verdict"] = "undecided"
+        out["reason"] = (
+            f"the edit flips the probe's own read-out on {out['target_train_flip']:.0%} of its "
+            f"training rows (target {config.flip_target:.0%}, up to "
+            f"{max(config.multiples):g}x the class gap): no direction to test"
+        )
     return out
 
 

@@ -272,7 +272,17 @@ def steering(run: RunReader, arg: str) -> Reading:
     the probe's edit of an irrelevant cell (paired on the same states)."""
     data = run.json(run.layout.steering_results)
     if not data.get("n_states"):
-        raise KeyError(f"no steered state kept (dropped: {data.get('dropped')})")
+        dropped = "; ".join(f"{n} {why}" for why, n in (data.get("dropped") or {}).items())
+        return Reading(
+            f"Steering along the agent-centred wall probe: no test state kept ({dropped})",
+            "–",
+            "random direction; irrelevant cell",
+            None,
+            question="moves it beyond both controls",
+            answer=answer(data.get("verdict")),
+            role=file_role(data.get("role")),
+            reason=str(data.get("reason", "")),
+        )
     rates, tested = data["rates"], data["tested"]
     flips = data.get("read_flip") or {}
     flip = (
@@ -298,4 +308,5 @@ def steering(run: RunReader, arg: str) -> Reading:
         answer=answer(data.get("verdict")),
         role=file_role(data.get("role")),
         detectable=data.get("detectable"),
+        reason=str(data.get("reason", "")) if data.get("verdict") != "yes" else "",
     )

@@ -29,7 +29,10 @@ STAGES = ("grids", "rollouts", "probing", "steering")
 def tiny_run(tmp_path_factory):
     """The tiny scale's stages up to ``steering`` for the positive control."""
     root = tmp_path_factory.mktemp("steering_stage") / "run"
-    config = control_config(demo_config("tiny"))
+    # a probing set large enough to fit the probe and find edits (the tiny preset's 12 grids x 3
+    # states steer none); every other setting the tiny preset's
+    overrides = {"probing.grids.n_per_cell": 6, "probing.states.states_per_grid": 6}
+    config = control_config(demo_config("tiny", overrides=overrides))
     book = StageBook(RunLayout(root), config, set(), True, lambda _: None, stages=STAGES)
     run_in_order([book], progress=False)
     return root, config

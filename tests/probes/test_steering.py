@@ -118,7 +118,9 @@ def test_no_planted_direction_gives_no_strength_worth_the_name():
     assert cal["train_flip"][right] is None or cal["train_flip"][right] < config.flip_target
 
 
-def _records(rates: dict[str, float], n_states: int, per_grid: int, seed: int = 0) -> list[dict]:
+def _records(
+    rates: dict[str, float], n_states: int, per_grid: int, seed: int = 0, flip: float = 0.95
+) -> list[dict]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n_states):
@@ -128,6 +130,7 @@ def _records(rates: dict[str, float], n_states: int, per_grid: int, seed: int = 
             "success": success,
             "invalid": dict.fromkeys(CONDITIONS, False),
             "target_uncertain": True,
+            "target_train_flip": flip,
             "read_before": 0.2,
             "read_after": {"probe": 0.8, "random": 0.2, "irrelevant": 0.2},
         })  # fmt: skip
@@ -174,3 +177,12 @@ def test_zero_successes_everywhere_is_never_yes_and_has_an_honest_interval():
 def test_no_state_kept_is_undecided():
     out = summarise([], {"no irrelevant ring-1 cell": 4}, SteeringConfig())
     assert out["verdict"] == "undecided" and out["n_states"] == 0
+
+
+def test_an_edit_that_cannot_flip_the_probe_read_out_is_undecided_not_no():
+    """A probe with nothing to read (the default agent's walls): the strongest edit flips its
+    read-out on few training rows, so an unmoved action says nothing about its direction."""
+    records = _records({"probe": 0.1, "random": 0.1, "irrelevant": 0.1}, 600, 3, flip=0.02)
+    out = summarise(records, {}, SteeringConfig(n_bootstrap=400))
+    assert out["verdict"] == "undecided" and "no direction to test" in out["reason"]
+    assert out["target_train_flip"] == pytest.approx(0.02)
