@@ -23,11 +23,11 @@ from goalprobe.agents.bundled import MAP_AGENT
 from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.attribution_section import AttributionSection
-from goalprobe.probes.steering import SteeringConfig
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.presets import PRESETS, paper_sections
 from goalprobe.probes.scoring.config import ScoreConfig
+from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DecisionConfig,

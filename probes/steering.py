@@ -252,7 +252,9 @@ def choose_edits(
         return "no neighbour whose toggle makes a non-optimal action optimal"
     if not irrelevant:
         return "no irrelevant ring-1 cell"
-    return relevant[int(rng.integers(len(relevant)))], irrelevant[int(rng.integers(len(irrelevant)))]
+    return relevant[int(rng.integers(len(relevant)))], irrelevant[
+        int(rng.integers(len(irrelevant)))
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +278,7 @@ class SteerState:
     prompt_ids: tuple[int, ...]
 
 
-def steer_patch(
-    layer: int, positions: np.ndarray, clean: torch.Tensor, delta: np.ndarray
-) -> Patch:
+def steer_patch(layer: int, positions: np.ndarray, clean: torch.Tensor, delta: np.ndarray) -> Patch:
     """The edit as a patch: ``clean`` ``(K, d_model)`` plus ``delta`` (``K * d_model``, or
     ``(K, d_model)``) written into block ``layer``'s output at ``positions``; with one block,
     the residual stream there plus ``delta``."""
@@ -404,9 +404,7 @@ def run_steering(
         clean = backend.clean_run(list(item.prompt_ids), [layer], positions).values(
             [layer], positions
         )[0]
-        record, deltas = prepare_state(
-            item, probe, calibration, chosen, clean.float().numpy(), rng
-        )
+        record, deltas = prepare_state(item, probe, calibration, chosen, clean.float().numpy(), rng)
         records.append(record)
         for condition, delta in deltas.items():
             patch = steer_patch(layer, positions, clean, delta)
@@ -537,7 +535,9 @@ def summarise(records: Sequence[dict], dropped: dict[str, int], config: Steering
     checked = [r for r in records if r["target_uncertain"]]
     out["read_flip"] = {
         c: (
-            float(np.mean([(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked]))
+            float(
+                np.mean([(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked])
+            )
             if checked
             else None
         )
@@ -563,7 +563,6 @@ def _low(d: dict) -> float:
     return -np.inf if low is None else float(low)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The whole test
 # ---------------------------------------------------------------------------------------------
@@ -586,7 +585,9 @@ def fit_probe(
     return probe, calibrate(probe, X, cell_types, config)
 
 
-def draw_states(states: Sequence[SteerState], test_grids: Sequence[str], seed: int) -> list[SteerState]:
+def draw_states(
+    states: Sequence[SteerState], test_grids: Sequence[str], seed: int
+) -> list[SteerState]:
     """The states of ``test_grids`` in a seeded random order (:func:`run_steering` steers them
     in this order until :attr:`SteeringConfig.max_states` have an edit)."""
     keep = set(test_grids)

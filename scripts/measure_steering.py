@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from goalprobe.agents.agent_config import Agent, AgentConfig
 from goalprobe.probes.steering import CONDITIONS, SteeringConfig
+
 from goalprobe.stages.steering import steer
 
 
@@ -43,7 +44,9 @@ def main() -> None:
     if args.out.exists():
         sys.exit(f"error: {args.out} exists (not overwritten)")
     torch.set_num_threads(1)
-    config = dataclasses.replace(SteeringConfig(), max_states=args.max_states or None, seed=args.seed)
+    config = dataclasses.replace(
+        SteeringConfig(), max_states=args.max_states or None, seed=args.seed
+    )
     results: dict = {}
     for spec in args.agents:
         model, _, paths = spec.partition("=")

@@ -10,11 +10,11 @@ import json
 
 import numpy as np
 import pytest
+from goalprobe.activations.capture import make_backend
+from goalprobe.agents.agent_config import Agent
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.probes.steering import CONDITIONS, SteeringConfig, fit_probe, run_steering, summarise
 
-from goalprobe.activations.capture import make_backend
-from goalprobe.agents.agent_config import Agent
 from goalprobe.config import control_config, demo_config
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import StageBook, run_in_order
@@ -46,9 +46,10 @@ def test_the_stage_steers_test_states_and_the_headline_reads_its_row(tiny_run):
     assert data["schema"] == "goalprobe.steering/1" and data["role"] == "verdict"
     assert data["config"] == json.loads(json.dumps(dataclasses.asdict(config.steering)))
     records = data["records"]
-    assert len(records) == data["n_states"] and data["n_states"] + sum(
-        data["dropped"].values()
-    ) <= data["n_states_offered"]
+    assert (
+        len(records) == data["n_states"]
+        and data["n_states"] + sum(data["dropped"].values()) <= data["n_states_offered"]
+    )
     for r in records:
         assert set(r["actions"]) == set(CONDITIONS)
         # success is scored against the edited map for every edit
@@ -67,6 +68,7 @@ def test_an_edit_of_strength_zero_never_says_yes_on_the_real_model(tiny_run):
     irrelevant edits equal the unedited run, so the test must not find an effect."""
     root, config = tiny_run
     from goalprobe.probes.probe_sweep import StoreProbeLoader
+
     from goalprobe.stages import headline_layer
 
     loader = StoreProbeLoader(root / "probing" / "activations.h5")
