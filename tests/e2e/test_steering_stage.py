@@ -39,7 +39,7 @@ def tiny_run(tmp_path_factory):
 
 
 def test_the_stage_steers_test_states_and_the_headline_reads_its_row(tiny_run):
-    from goalprobe.report import headline_rows
+    from goalprobe.report import SECTION_TITLES, headline_rows, write_report
 
     root, config = tiny_run
     data = json.loads((root / "steering" / "results.json").read_text())
@@ -61,6 +61,12 @@ def test_the_stage_steers_test_states_and_the_headline_reads_its_row(tiny_run):
     assert data["verdict"] in ("yes", "no", "undecided")
     (row,) = [r for r in headline_rows(root) if r.id == "steering.walls"]
     assert "edited map" in row.finding and row.answer in ("yes", "no", "undecided")
+    assert f"n={data['n_states']} states" in row.finding
+    page = write_report(root).read_text()
+    section = page[page.index('id="steering"') :]
+    assert SECTION_TITLES["steering"].split("? ")[1] in section
+    assert "probe direction (the wall toggled)" in section.split("</section>")[0]
+    assert "Positive control" not in section.split("</section>")[0]  # no control run beside it
 
 
 def test_an_edit_of_strength_zero_never_says_yes_on_the_real_model(tiny_run):
