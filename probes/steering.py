@@ -106,6 +106,22 @@ class SteeringConfig:
     seed: int = 0
     """Seed of the state draw, the edits' choices and the random directions."""
 
+    def __post_init__(self) -> None:
+        if self.radius < 1:
+            raise ValueError(f"radius must be >= 1, got {self.radius}")
+        if (
+            not self.multiples
+            or any(m <= 0 for m in self.multiples)
+            or list(self.multiples) != sorted(self.multiples)
+        ):
+            raise ValueError(f"multiples must be positive and increasing, got {self.multiples}")
+        if not 0 < self.flip_target <= 1:
+            raise ValueError(f"flip_target must lie in (0, 1], got {self.flip_target}")
+        if self.max_states is not None and self.max_states < 1:
+            raise ValueError(f"max_states must be >= 1 or None, got {self.max_states}")
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.n_bootstrap < 0:
+            raise ValueError("max_new_tokens and batch_size must be >= 1, n_bootstrap >= 0")
+
 
 # ---------------------------------------------------------------------------------------------
 # Directions and strengths (training rows only)

@@ -186,3 +186,13 @@ def test_an_edit_that_cannot_flip_the_probe_read_out_is_undecided_not_no():
     out = summarise(records, {}, SteeringConfig(n_bootstrap=400))
     assert out["verdict"] == "undecided" and "no direction to test" in out["reason"]
     assert out["target_train_flip"] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"multiples": ()}, {"multiples": (2.0, 1.0)}, {"flip_target": 0.0}, {"max_states": 0},
+     {"radius": 0}, {"batch_size": 0}],
+)  # fmt: skip
+def test_a_bad_setting_is_refused(bad):
+    with pytest.raises(ValueError):
+        SteeringConfig(**bad)
