@@ -27,6 +27,7 @@ from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.presets import PRESETS, paper_sections
 from goalprobe.probes.scoring.config import ScoreConfig
+from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     ActivationsConfig,
     DecisionConfig,
@@ -122,6 +123,9 @@ class DemoConfig:
     # attribution patching on the patching stage's pairs (issue 41; goalprobe.attribution_section)
     attribution: AttributionSection = field(default_factory=AttributionSection)
     """Attribution patching over every block x prompt position of the patching stage's pairs."""
+    # steering along the agent-centred wall probe's directions (issue 39 item 6)
+    steering: SteeringConfig = field(default_factory=SteeringConfig)
+    """Steering the pre-reasoning anchors along the wall probe's directions (probing set)."""
 
     @property
     def seed(self) -> int:
@@ -186,7 +190,8 @@ def fit_budgets(config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset
     """``config`` with rollout and patching budgets that fit its agent
     (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
     user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
-    for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens"):
+    for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens",
+                 "steering.max_new_tokens"):  # fmt: skip
         if config.scale != "tiny" and path not in fixed:
             small: Any = config
             for name in path.split("."):

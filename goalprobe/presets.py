@@ -22,6 +22,7 @@ from goalprobe.gridworld.intention import IntentionTestConfig
 from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 from goalprobe.probes.scoring.config import ScoreConfig
+from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     DEMO_PATCH,
     ActivationsConfig,
@@ -79,6 +80,7 @@ def paper_sections(seed: int, n_bootstrap: int) -> dict[str, Any]:
             n_bootstrap=n_bootstrap,
         ),
         scoring=ScoreConfig(n_bootstrap=n_bootstrap, random_state=seed),
+        steering=SteeringConfig(n_bootstrap=n_bootstrap, seed=seed),
         false_belief=FalseBeliefConfig(
             grids=FalseBeliefSetConfig(size=9, pairs_per_kind=10, seed=seed),
             episodes_per_grid=5,
@@ -174,6 +176,7 @@ def tiny(seed: int) -> dict[str, Any]:
         # against its real patches (measured in a tiny demo on 2 shared cores: 18 s default
         # agent, 13 s control)
         attribution=AttributionSection(max_pairs=2, check_pairs=1),
+        steering=SteeringConfig(max_new_tokens=96, n_bootstrap=n_boot, seed=seed),
         fog=FogConfig(
             grids=GridSetConfig(sizes=(7,), densities=(1.0,), n_per_cell=2, seed=seed),
             episodes_per_grid=1,
@@ -302,6 +305,9 @@ def default(seed: int) -> dict[str, Any]:
         # a shared CPU, docs/benchmarks.md) plus the real-patch check of the first (3-6 s on
         # 7x7 alone, 11-16 s shared): estimated 25-40 s per agent
         attribution=AttributionSection(max_pairs=10, check_pairs=1),
+        # steering (issue 39 item 6): 100 test states with an edit x 4 regenerations, about 23
+        # CPU-seconds for the control (one thread; 77 kept), about 25 s on 2 idle cores
+        steering=SteeringConfig(max_states=100, n_bootstrap=n_boot, seed=seed),
         # 12 fogged grids x 1 episode at T = ceil(3 L): the bundled agents cannot read the
         # hidden cell (prompt coverage: "n/a"), so the fog rows are descriptive at this scale;
         # a verdict on +20 points needs about 43 grids (issue 40)

@@ -38,6 +38,7 @@ report and the viewer find every artefact through :class:`RunLayout`::
     RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
     RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
+    RUN/steering/results.json                     steering along the wall probe's directions
     RUN/attribution/attribution.{json,safetensors}, attribution_check.json, heatmap  attribution
     RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
     RUN/report.html                               the self-contained report
@@ -179,6 +180,7 @@ ARTEFACTS: dict[str, Artefact] = {
             "attribution",
             "goalprobe attribute",
         ),
+        Artefact("steering results", "steering/results.json", "steering", "goalprobe demo"),
         Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
         Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
         Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
@@ -530,6 +532,11 @@ class RunLayout:
     def predicted_plans_dir(self) -> Path:
         """The folder of predicted-plan files (the viewer lists it)."""
         return self.predicted_plans.parent
+
+    @property
+    def steering_results(self) -> Path:
+        """The steering test along the wall probe's directions, with its per-state records."""
+        return self.path("steering results")
 
     @property
     def patch_results(self) -> Path:

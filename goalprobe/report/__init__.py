@@ -18,6 +18,8 @@ policy vs belief       Table 2, Fig. 9 (Acc GT, Acc Dec, Agreement, Recovery, to
 plan decoder           Fig. 10, Table 5 (prefix accuracy vs N, length analysis)
 patching               section 5.2, appendix F (anchor verdicts vs a random grid; dose-response)
 attribution            beyond the study (issue 41): where both agents read the coordinates from
+steering               beyond the study (issue 39): do edits along the wall probe's directions move
+                       the action as the edited map says, beyond a random and an irrelevant edit
 false belief           beyond the study: behaviour and the probe against a known (shown) belief
 =====================  =====================================================================
 

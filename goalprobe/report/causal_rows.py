@@ -263,3 +263,50 @@ def wall_mde_text() -> str:
         f"synthetic sets of this design, strength {mde:g} (probe wall AUC {pct(auc)}); a 'no' "
         "cannot exclude a weaker map"
     )
+
+
+def steering(run: RunReader, arg: str) -> Reading:
+    """Steering the pre-reasoning anchors along the agent-centred wall probe's direction for one
+    neighbour of the agent (issue 39 item 6): the share of test states whose regenerated action
+    moves into the edited map's optimal set, against a random direction of the same norm and
+    the probe's edit of an irrelevant cell (paired on the same states)."""
+    data = run.json(run.layout.steering_results)
+    if not data.get("n_states"):
+        dropped = "; ".join(f"{n} {why}" for why, n in (data.get("dropped") or {}).items())
+        return Reading(
+            f"Steering along the agent-centred wall probe: no test state kept ({dropped})",
+            "–",
+            "random direction; irrelevant cell",
+            None,
+            question="moves it beyond both controls",
+            answer=answer(data.get("verdict")),
+            role=file_role(data.get("role")),
+            reason=str(data.get("reason", "")),
+        )
+    rates, tested = data["rates"], data["tested"]
+    flips = data.get("read_flip") or {}
+    flip = (
+        f"; the probe's read-out flipped on {pct(flips['probe'])} of {flips['n']} "
+        "prior-uncertain targets"
+        if flips.get("probe") is not None
+        else ""
+    )
+    finding = (
+        f"Steering the {data['stage'].replace('_', '-')} anchors (block {data['layer']}) along "
+        "the agent-centred wall probe for one neighbour of the agent, reasoning regenerated: "
+        f"action into the edited map's optimal set (n={data['n_states']} states, "
+        f"{data['n_grids']} test grids{flip})"
+    )
+    return Reading(
+        finding,
+        stat_text(rates["probe"]),
+        f"random direction {stat_text(rates['random'])}; irrelevant cell "
+        f"{stat_text(rates['irrelevant'])}; unedited {stat_text(rates['none'])}; probe minus "
+        f"{tested['control']} (paired) {stat_text(tested)}",
+        Estimate.from_dict(tested),
+        question="moves it beyond both controls",
+        answer=answer(data.get("verdict")),
+        role=file_role(data.get("role")),
+        detectable=data.get("detectable"),
+        reason=str(data.get("reason", "")) if data.get("verdict") != "yes" else "",
+    )

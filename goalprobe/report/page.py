@@ -25,6 +25,7 @@ from goalprobe.report import (
     outcomes,
     probes,
     probing,
+    steering,
 )
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline_page import headline_blocks
@@ -51,6 +52,7 @@ SECTION_TITLES: dict[str, str] = {
     "patching": "Activation patching (section 5.2, appendix F)",
     "attribution": "Where the coordinates are read from: attribution patching over every block "
     "and prompt position",
+    "steering": "Do the wall probe directions matter? Steering the anchors along them",
     "false_belief": "False-belief grids: scoring against a known belief",
     "decision": "Where the decision is made: a logit lens and a read-out over reasoning time",
     "run": "Run and configuration",
@@ -73,6 +75,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "plans": "plans",
     "patching": "patching",
     "attribution": "attribution",
+    "steering": "steering",
     "false_belief": "false_belief",
     "decision": "decision",
 }
@@ -94,6 +97,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "plans": outcomes.plans,
     "patching": outcomes.patching,
     "attribution": attribution.attribution,
+    "steering": steering.steering,
     "false_belief": false_belief.false_belief,
     "decision": decision.decision,
 }

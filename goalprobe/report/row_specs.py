@@ -122,6 +122,8 @@ SPECS: tuple[RowSpec, ...] = (
             "random other grid", DESCRIPTIVE, arg="post_reasoning"),
     RowSpec("patching.grid", "Grid patch sanity check", causal.patching, "random other grid",
             PIPELINE_CHECK, arg="grid"),
+    RowSpec("steering.walls", "Steering along the wall probe", causal.steering,
+            "random direction; irrelevant cell"),
     RowSpec("attribution.where_read", "Where the coordinates are read from",
             attribution.where_read_row, "uniform over affected positions", DESCRIPTIVE,
             arg="coordinates"),

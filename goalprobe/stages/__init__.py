@@ -45,6 +45,7 @@ MODULES: tuple[str, ...] = (
     "decision",
     "patching",
     "attribution",
+    "steering",
     "scoring",
     "false_belief",
     "fog_map",

@@ -1,0 +1,666 @@
+"""Do the wall probe's directions matter? Steering the pre-reasoning anchors along them.
+
+Decodability is not use: a probe can read a wall the agent never consults. This test edits the
+anchors along the agent-centred wall probe's direction for one neighbour of the agent and lets
+the agent reason again, and asks whether its action then changes as the *edited* map's optimal
+policy says, more often than under two edits that should not do that.
+
+Design (every choice fixed before any outcome is seen):
+
+* **Probe.** :class:`~goalprobe.probes.wall_test.ConditionalWallProbe` with ``frame="agent"``
+  (per offset from the agent's cell, linear on the standardised anchor residual with the
+  size-and-density prior's logit as offset), fitted on the *training* grids of the probing set.
+  Its wall logit at offset ``p`` is ``prior + ((a - mean) / scale) . w_p + b_p``, so its
+  gradient in the residual ``a`` (the flattened ``K x d_model`` anchors of one block) is
+  ``g_p = w_p / scale``; the **direction** of offset ``p`` is ``u_p = g_p / |g_p|`` (the
+  smallest edit that moves the read-out), spread over the anchor tokens as the probe reads them.
+* **Strength, on training rows only** (:func:`calibrate`). ``gap_p`` is the distance between the
+  mean projection on ``u_p`` of the training rows with a wall and without one at ``p`` (prior-
+  uncertain rows); the edit is ``alpha_p = k_p * gap_p`` with ``k_p`` the smallest multiple of
+  :attr:`SteeringConfig.multiples` that flips the probe's own read-out (across 1/2) on at least
+  :attr:`SteeringConfig.flip_target` of the training rows, each pushed towards the other class.
+  Test states never choose it; their own read-out flips are reported as a check.
+* **States.** Prompts of test grids only (split by grid from the probe's training grids, as the
+  probes stage splits the probing set), in a seeded random order, until
+  :attr:`SteeringConfig.max_states` of them have an edit (below).
+* **The edited map** (:func:`choose_edits`). Among the agent's four orthogonal neighbours inside
+  the border (not the goal, key or door), one whose wall toggle puts an action
+  into the optimal set that is not optimal on the true map: a wall added on an optimal next step
+  (the only one, or the new set gains an action), or a wall removed where that opens a strictly
+  shorter path. Drawn seeded among the candidates; a state without one is dropped (counted).
+* **Edits** (all at the probe's block and the pre-reasoning anchors, the reasoning regenerated
+  greedily under them: :func:`run_steering`):
+
+  - ``probe``: ``+alpha_p u_p`` to add the wall, ``-alpha_p u_p`` to remove it;
+  - ``random``: a random direction (isotropic Gaussian, seeded per state) of the same norm;
+  - ``irrelevant``: the probe's own edit of another ring-1 cell inside the border whose toggle
+    leaves the optimal set unchanged, at that cell's calibrated strength;
+  - ``none``: the unedited values written back (the reference action, and the floor).
+
+  An edit is a patch that writes ``clean + delta`` into the block's output at the anchors
+  (:func:`steer_patch`): with one block this is adding ``delta`` to the residual stream there.
+* **Outcome.** Success: the regenerated action is in the edited map's optimal set and not in the
+  true map's, for every edit alike (the controls are scored against the same edited map). With
+  :attr:`SteeringConfig.require_optimal`, only states whose unedited action is optimal count.
+* **Statistics** (:func:`summarise`). Success rates with cluster-adjusted Clopper-Pearson
+  intervals (honest at 0% and 100%); the paired difference probe minus each control per state,
+  its grid-bootstrap interval (bounded where every grid agrees) and one-sided bootstrap p;
+  verdict ``yes`` when both differences' intervals lie above 0, ``no`` when a difference's
+  interval excludes the effect its n could detect (:func:`goalprobe.stats.detectable_effect`),
+  else ``undecided``.
+
+The computing functions take what they are handed (a fitted probe, arrays, a backend, states);
+the demo stage (:mod:`goalprobe.stages.steering`) reads and writes the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.special
+import torch
+from goalprobe.activations.capture.base import Patch, ResidualBackend
+from goalprobe.agents.parser import parse_completion
+from goalprobe.gridworld.core import Action, Grid, State
+from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.wall_test import ConditionalWallProbe, offsets, wall_inputs
+
+from goalprobe.stats import GridBootstrap, detectable_effect, p_from_draws
+
+STEERING_SCHEMA = "goalprobe.steering/1"
+"""``schema`` of :func:`summarise`'s result."""
+
+CONDITIONS = ("none", "probe", "random", "irrelevant")
+"""The edits of every state: none (reference), the probe's, and the two controls."""
+
+CONTROLS = ("random", "irrelevant")
+"""The edits the probe's is compared with (paired on the same states)."""
+
+_NEIGHBOURS = {(-1, 0), (1, 0), (0, -1), (0, 1)}
+
+
+@dataclass(frozen=True)
+class SteeringConfig:
+    """How the steering test chooses its edits and regenerates."""
+
+    radius: int = 1
+    """Chebyshev radius of the agent-centred probe's heads (1: the eight cells around A)."""
+    multiples: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+    """Candidate edit strengths in units of the training rows' projection gap."""
+    flip_target: float = 0.9
+    """Share of training rows whose read-out the chosen strength must flip."""
+    max_states: int | None = 200
+    """Most test states steered (those with an edit, in a seeded order of the test grids'
+    states); None: every one. The states kept (unedited action optimal) are fewer."""
+    require_optimal: bool = True
+    """Count only states whose unedited action is optimal on the true map."""
+    max_new_tokens: int = 256
+    """Token budget of every regenerated completion."""
+    batch_size: int = 64
+    """Regenerations per decoding loop."""
+    n_bootstrap: int = 1000
+    """Grid-bootstrap resamples of the paired differences."""
+    seed: int = 0
+    """Seed of the state draw, the edits' choices and the random directions."""
+
+    def __post_init__(self) -> None:
+        if self.radius < 1:
+            raise ValueError(f"radius must be >= 1, got {self.radius}")
+        if (
+            not self.multiples
+            or any(m <= 0 for m in self.multiples)
+            or list(self.multiples) != sorted(self.multiples)
+        ):
+            raise ValueError(f"multiples must be positive and increasing, got {self.multiples}")
+        if not 0 < self.flip_target <= 1:
+            raise ValueError(f"flip_target must lie in (0, 1], got {self.flip_target}")
+        if self.max_states is not None and self.max_states < 1:
+            raise ValueError(f"max_states must be >= 1 or None, got {self.max_states}")
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.n_bootstrap < 0:
+            raise ValueError("max_new_tokens and batch_size must be >= 1, n_bootstrap >= 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Directions and strengths (training rows only)
+# ---------------------------------------------------------------------------------------------
+
+
+def directions(probe: ConditionalWallProbe) -> tuple[np.ndarray, np.ndarray]:
+    """``(unit (P, F), gain (P,))``: each head's direction in the (flattened) residual and the
+    logit change per unit of edit along it (``|g_p|``; 0 where the head learnt nothing)."""
+    grad = (np.asarray(probe.coef_) / np.asarray(probe.scale_)[:, None]).T
+    gain = np.linalg.norm(grad, axis=1)
+    unit = np.divide(grad, gain[:, None], out=np.zeros_like(grad), where=gain[:, None] > 0)
+    return unit, gain
+
+
+def calibrate(
+    probe: ConditionalWallProbe, X: np.ndarray, y: np.ndarray, config: SteeringConfig
+) -> dict:
+    """Each head's edit strength from training rows (never from the states steered).
+
+    Args:
+        probe: the fitted agent-frame probe.
+        X: ``(N, F + 4)`` :func:`~goalprobe.probes.wall_test.wall_inputs` of training rows.
+        y: ``(N, S, S)`` their ``CellType`` maps.
+        config: the multiples and the flip target.
+
+    Returns:
+        ``{offsets (P, 2), gap (P,), multiple (P,), alpha (P,), train_flip (P,), n_rows (P,)}``
+        as lists: the projection gap (wall minus open class mean), the chosen multiple, the
+        strength ``alpha = multiple * gap`` and the share of the uncertain training rows whose
+        read-out it flips (None where a head has no uncertain rows of both classes or no
+        positive gap: such a head is never edited).
+    """
+    unit, gain = directions(probe)
+    acts = np.asarray(X, dtype=np.float64)[:, :-4]
+    target, mask = probe.frame_targets(X, y)
+    logit = probe.decision_function(X)
+    proj = acts @ unit.T
+    out: dict = {"gap": [], "multiple": [], "alpha": [], "train_flip": [], "n_rows": []}
+    for p in range(unit.shape[0]):
+        m, t = mask[:, p], target[:, p]
+        ok = m.any() and t[m].any() and (~t[m]).any() and gain[p] > 0
+        gap = float(proj[m & t, p].mean() - proj[m & ~t, p].mean()) if ok else None
+        if gap is None or gap <= 0:
+            for key, v in (("gap", gap), ("multiple", None), ("alpha", None)):
+                out[key].append(v)
+            out["train_flip"].append(None)
+            out["n_rows"].append(int(m.sum()))
+            continue
+        # an edit towards the other class: -alpha on wall rows, +alpha on open rows
+        sign = np.where(t[m], -1.0, 1.0)
+        before = logit[m, p] > 0
+        chosen, flip = config.multiples[-1], 0.0
+        for k in config.multiples:
+            after = logit[m, p] + sign * k * gap * gain[p] > 0
+            flip = float(np.mean(after != before))
+            if flip >= config.flip_target:
+                chosen = k
+                break
+        out["gap"].append(gap)
+        out["multiple"].append(float(chosen))
+        out["alpha"].append(float(chosen * gap))
+        out["train_flip"].append(flip)
+        out["n_rows"].append(int(m.sum()))
+    out["offsets"] = offsets(probe.radius).tolist()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The edited map
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One wall toggle next to the agent.
+
+    Attributes:
+        head: the probe head (index into :func:`~goalprobe.probes.wall_test.offsets`).
+        cell: the cell toggled ``(row, col)``.
+        add: True adds a wall (the cell is open), False removes one.
+        optimal: the edited map's optimal actions in the state.
+    """
+
+    head: int
+    cell: tuple[int, int]
+    add: bool
+    optimal: frozenset[Action]
+
+
+def toggled(grid: Grid, cell: tuple[int, int]) -> Grid:
+    """``grid`` with the wall status of ``cell`` flipped (nothing else changed)."""
+    walls = np.array(grid.walls, dtype=bool)
+    walls[cell] = not walls[cell]
+    return dataclasses.replace(grid, walls=walls, shown=None)
+
+
+def _toggle_optimal(grid: Grid, state: State, cell: tuple[int, int]) -> frozenset[Action] | None:
+    try:
+        return solve(toggled(grid, cell)).optimal_actions(state)
+    except ValueError:  # the goal unreachable once the wall is added
+        return None
+
+
+def choose_edits(
+    grid: Grid,
+    state: State,
+    alpha: Sequence[float | None],
+    rng: np.random.Generator,
+    radius: int = 1,
+) -> tuple[Edit, Edit] | str:
+    """The target edit and the irrelevant-cell edit of one state (module docstring), or the
+    reason the state has none.
+
+    Args:
+        grid, state: the true map and the state shown.
+        alpha: ``(P,)`` calibrated strengths (None: the head is never edited).
+        rng: draws among the candidates.
+        radius: the probe's radius (its heads' offsets).
+    """
+    offs = offsets(radius)
+    true_opt = solve(grid).optimal_actions(state)
+    if not true_opt:
+        return "no optimal action (at the goal or unreachable)"
+    ar, ac = state.agent
+    special = {grid.goal, grid.key, grid.door, tuple(state.agent)}
+    relevant: list[Edit] = []
+    irrelevant: list[Edit] = []
+    for p, (dr, dc) in enumerate(offs.tolist()):
+        cell = (ar + dr, ac + dc)
+        if max(abs(dr), abs(dc)) != 1 or alpha[p] is None or cell in special:
+            continue
+        if not (0 < cell[0] < grid.size - 1 and 0 < cell[1] < grid.size - 1):
+            continue  # the border stays a wall
+        new = _toggle_optimal(grid, state, cell)
+        if not new:
+            continue
+        edit = Edit(p, cell, not bool(grid.walls[cell]), new)
+        if (dr, dc) in _NEIGHBOURS and new - true_opt:
+            relevant.append(edit)
+        elif new == true_opt:
+            irrelevant.append(edit)
+    if not relevant:
+        return "no neighbour whose toggle makes a non-optimal action optimal"
+    if not irrelevant:
+        return "no irrelevant ring-1 cell"
+    return relevant[int(rng.integers(len(relevant)))], irrelevant[
+        int(rng.integers(len(irrelevant)))
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Regeneration under the edits
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SteerState:
+    """A test state to steer.
+
+    Attributes:
+        state_id: its id (``run/grid/episode/step``).
+        grid, state: the true map and the state its prompt shows.
+        prompt_ids: the prompt's token ids (as the agent read them).
+    """
+
+    state_id: str
+    grid: Grid
+    state: State
+    prompt_ids: tuple[int, ...]
+
+
+def steer_patch(layer: int, positions: np.ndarray, clean: torch.Tensor, delta: np.ndarray) -> Patch:
+    """The edit as a patch: ``clean`` ``(K, d_model)`` plus ``delta`` (``K * d_model``, or
+    ``(K, d_model)``) written into block ``layer``'s output at ``positions``; with one block,
+    the residual stream there plus ``delta``."""
+    values = clean.float() + torch.as_tensor(np.asarray(delta), dtype=torch.float32).reshape(
+        clean.shape
+    )
+    return Patch((int(layer),), torch.as_tensor(positions, dtype=torch.long), values[None])
+
+
+def _probe_row(probe, acts: np.ndarray, grid: Grid, state: State) -> np.ndarray:
+    """``(1, F + 4)`` probe input of one state's anchors."""
+    return wall_inputs(
+        acts[None],
+        np.array([grid.size]),
+        np.array([np.nan if grid.density is None else grid.density]),
+        np.array([state.agent]),
+    )
+
+
+def _read(probe: ConditionalWallProbe, X: np.ndarray, head: int) -> float:
+    return float(scipy.special.expit(probe.decision_function(X)[0, head]))
+
+
+def prepare_state(
+    item: SteerState,
+    probe: ConditionalWallProbe,
+    calibration: dict,
+    chosen: tuple[Edit, Edit],
+    clean: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """One state's edits: ``(record, {condition: delta})``.
+
+    ``chosen``: its target and irrelevant edits (:func:`choose_edits`); ``clean``: its anchors
+    at the probe's block, ``(K, d_model)``; ``rng``: draws the random direction. The record
+    holds the edits, the optimal sets, the norms and the probe's read-out of the target cell
+    before and after each edit (the test flip check)."""
+    X = _probe_row(probe, clean.reshape(-1), item.grid, item.state)
+    _, uncertain = probe.prior_proba(X)
+    alpha = calibration["alpha"]
+    target, other = chosen
+    unit, _ = directions(probe)
+    sign = 1.0 if target.add else -1.0
+    delta_probe = sign * alpha[target.head] * unit[target.head]
+    noise = rng.standard_normal(unit.shape[1])
+    delta_random = noise / np.linalg.norm(noise) * alpha[target.head]
+    delta_other = (1.0 if other.add else -1.0) * alpha[other.head] * unit[other.head]
+    deltas = {
+        "none": np.zeros(unit.shape[1]),
+        "probe": delta_probe,
+        "random": delta_random,
+        "irrelevant": delta_other,
+    }
+    flat = clean.reshape(-1)
+    true_opt = solve(item.grid).optimal_actions(item.state)
+    record = {
+        "state_id": item.state_id,
+        "grid_id": item.grid.grid_id,
+        "grid_size": int(item.grid.size),
+        "target_offset": list(offsets(probe.radius)[target.head].tolist()),
+        "target_cell": list(target.cell),
+        "target_add": target.add,
+        "target_uncertain": bool(uncertain[0, target.head]),
+        "irrelevant_offset": list(offsets(probe.radius)[other.head].tolist()),
+        "irrelevant_cell": list(other.cell),
+        "irrelevant_add": other.add,
+        "true_optimal": sorted(a.name for a in true_opt),
+        "edited_optimal": sorted(a.name for a in target.optimal),
+        "norm": {"probe": float(alpha[target.head]), "irrelevant": float(alpha[other.head])},
+        "target_train_flip": calibration["train_flip"][target.head],
+        "read_before": _read(probe, X, target.head),
+        "read_after": {
+            c: _read(probe, _probe_row(probe, flat + d, item.grid, item.state), target.head)
+            for c, d in deltas.items()
+            if c != "none"
+        },
+    }
+    return record, deltas
+
+
+def run_steering(
+    states: Sequence[SteerState],
+    backend: ResidualBackend,
+    chat_format,
+    probe: ConditionalWallProbe,
+    calibration: dict,
+    layer: int,
+    config: SteeringConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict], dict[str, int]]:
+    """Steer every state under the four edits and regenerate.
+
+    Args:
+        states: the test states (:class:`SteerState`).
+        backend: a residual backend with the model and its tokenizer.
+        chat_format: the tokenizer's :class:`~goalprobe.agents.chat_format.ChatFormat` (the
+            anchors, the stop ids, the answer split).
+        probe: the fitted agent-frame probe (read at ``layer``'s pre-reasoning anchors).
+        calibration: :func:`calibrate`'s strengths.
+        layer: the block the probe reads and the edits write.
+        config: the settings.
+        progress: called with a line now and then.
+
+    Returns:
+        ``(records, dropped)``: one record per steered state (:func:`prepare_state`'s, plus
+        ``actions``, ``invalid`` and ``success`` by condition), and reason -> states dropped.
+    """
+    dropped: dict[str, int] = {}
+    jobs: list[tuple[int, str, list[int], Patch]] = []
+    records: list[dict] = []
+    for index, item in enumerate(states):
+        if config.max_states is not None and len(records) >= config.max_states:
+            break
+        rng = np.random.default_rng([config.seed, index])
+        chosen = choose_edits(item.grid, item.state, calibration["alpha"], rng, probe.radius)
+        if isinstance(chosen, str):
+            dropped[chosen] = dropped.get(chosen, 0) + 1
+            continue
+        positions = np.asarray(
+            chat_format.find_anchors(list(item.prompt_ids)).pre_reasoning, dtype=np.int64
+        )
+        clean = backend.clean_run(list(item.prompt_ids), [layer], positions).values(
+            [layer], positions
+        )[0]
+        record, deltas = prepare_state(item, probe, calibration, chosen, clean.float().numpy(), rng)
+        records.append(record)
+        for condition, delta in deltas.items():
+            patch = steer_patch(layer, positions, clean, delta)
+            jobs.append((len(records) - 1, condition, list(item.prompt_ids), patch))
+    stop_ids = list(chat_format.stop_ids)
+    by_length: dict[int, list] = {}
+    for job in jobs:
+        by_length.setdefault(len(job[2]), []).append(job)
+    actions: dict[tuple[int, str], Action | None] = {}
+    for _, group in sorted(by_length.items()):
+        for start in range(0, len(group), config.batch_size):
+            chunk = group[start : start + config.batch_size]
+            completions = backend.generate(
+                np.asarray([j[2] for j in chunk], dtype=np.int64),
+                [j[3] for j in chunk],
+                max_new_tokens=config.max_new_tokens,
+                stop_ids=stop_ids,
+            )
+            for (row, condition, _, _), ids in zip(chunk, completions, strict=True):
+                cut = len(ids) >= config.max_new_tokens and not (ids and ids[-1] in stop_ids)
+                split = chat_format.split_completion(ids)
+                parsed = parse_completion(split.final, "length" if cut else "stop")
+                actions[(row, condition)] = parsed.action
+            if progress is not None:
+                progress(f"steering: {len(actions)} of {len(jobs)} regenerations")
+    kept = []
+    for row, record in enumerate(records):
+        true_opt = {Action.from_name(a) for a in record["true_optimal"]}
+        edited = {Action.from_name(a) for a in record["edited_optimal"]}
+        acts = {c: actions[(row, c)] for c in CONDITIONS}
+        if config.require_optimal and acts["none"] not in true_opt:
+            reason = "unedited action not optimal"
+            dropped[reason] = dropped.get(reason, 0) + 1
+            continue
+        record["actions"] = {c: None if a is None else a.name for c, a in acts.items()}
+        record["invalid"] = {c: a is None for c, a in acts.items()}
+        record["success"] = {
+            c: bool(a is not None and a in edited and a not in true_opt) for c, a in acts.items()
+        }
+        kept.append(record)
+    return kept, dropped
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics and verdict
+# ---------------------------------------------------------------------------------------------
+
+
+def paired_difference(
+    first: np.ndarray, second: np.ndarray, grid_ids: np.ndarray, n_bootstrap: int, seed: int
+) -> dict:
+    """The mean paired difference ``first - second`` of per-state 0/1 outcomes, its grid-
+    bootstrap interval (bounded where every grid agrees), its one-sided bootstrap p of "above
+    0" (``p_draws``) and the effect its n could detect (``detectable``)."""
+    diff = np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
+    if diff.size == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+    boot = GridBootstrap.from_grid_ids(grid_ids, n_resamples=n_bootstrap, random_state=seed)
+    draws = boot.ratio(diff)
+    out = boot.summary(draws, bounds=(-1.0, 1.0))
+    out["n"] = int(diff.size)
+    out["n_grids"] = int(boot.n_grids)
+    out["p_draws"] = p_from_draws(draws[1:]) if boot.n_resamples else None
+    out["detectable"] = detectable_effect(out["ci_low"], out["ci_high"], n=boot.n_grids)
+    return out
+
+
+def steering_verdict(differences: dict[str, dict]) -> dict:
+    """``{verdict, reason, detectable}`` from the paired differences probe minus each control:
+    ``yes`` when every interval lies above 0; ``no`` when some difference's interval lies
+    below the effect its n could detect; else ``undecided`` (no interval counts as that)."""
+    lows = [d.get("ci_low") for d in differences.values()]
+    if lows and all(low is not None and low > 0 for low in lows):
+        return {"verdict": "yes", "reason": "every paired interval above 0", "detectable": None}
+    detectable = [d.get("detectable") for d in differences.values()]
+    known = [x for x in detectable if x is not None]
+    for name, d in differences.items():
+        low, high, mde = d.get("ci_low"), d.get("ci_high"), d.get("detectable")
+        if low is not None and low > 0:
+            continue
+        if high is not None and mde is not None and high < mde:
+            return {
+                "verdict": "no",
+                "reason": f"probe minus {name}: the interval excludes the detectable effect",
+                "detectable": max(known),
+            }
+    return {
+        "verdict": "undecided",
+        "reason": "an interval reaches 0 and the detectable effect",
+        "detectable": max(known) if known else None,
+    }
+
+
+def summarise(records: Sequence[dict], dropped: dict[str, int], config: SteeringConfig) -> dict:
+    """Rates, paired differences and the verdict of steered records (JSON-ready).
+
+    Returns:
+        ``{n_states, n_grids, dropped, rates: {condition: rate}, invalid: {condition: rate},
+        differences: {control: paired difference}, tested (the difference with the lower
+        interval end, with p_draws the larger p), verdict, reason, detectable, read_flip}``;
+        a rate is ``{value, ci_low, ci_high, n, n_grids, n_eff, ...}`` (cluster-adjusted
+        Clopper-Pearson); ``read_flip``: share of states whose probe read-out of the target
+        cell crossed 1/2 under each edit (the test states' check of the calibration).
+    """
+    ids = np.asarray([r["grid_id"] for r in records]).astype(str)
+    out: dict = {"n_states": len(records), "n_grids": int(np.unique(ids).size)}
+    out["dropped"] = dict(sorted(dropped.items()))
+    if not records:
+        out.update(rates={}, invalid={}, differences={}, tested=None, read_flip={})
+        out.update(verdict="undecided", reason="no state kept", detectable=None)
+        return out
+    boot = GridBootstrap.from_grid_ids(ids, n_resamples=0)
+    success = {c: np.array([r["success"][c] for r in records], dtype=float) for c in CONDITIONS}
+    invalid = {c: np.array([r["invalid"][c] for r in records], dtype=float) for c in CONDITIONS}
+    out["rates"] = {c: boot.rate_summary(v) for c, v in success.items()}
+    out["invalid"] = {c: boot.rate_summary(v) for c, v in invalid.items()}
+    out["differences"] = {
+        c: paired_difference(success["probe"], success[c], ids, config.n_bootstrap, config.seed)
+        for c in CONTROLS
+    }
+    tested_name = min(CONTROLS, key=lambda c: _low(out["differences"][c]))
+    tested = dict(out["differences"][tested_name], control=tested_name)
+    ps = [out["differences"][c].get("p_draws") for c in CONTROLS]
+    tested["p_draws"] = None if None in ps else max(ps)  # intersection-union: both must hold
+    out["tested"] = tested
+    # the calibration's check on the test states: the probe's read-out of the target cell
+    # crosses 1/2 (only where the prior leaves the cell uncertain: elsewhere it is the prior's)
+    checked = [r for r in records if r["target_uncertain"]]
+    out["read_flip"] = {
+        c: (
+            float(
+                np.mean([(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked])
+            )
+            if checked
+            else None
+        )
+        for c in ("probe", "random", "irrelevant")
+    }
+    out["read_flip"]["n"] = len(checked)
+    out.update(steering_verdict(out["differences"]))
+    # an edit that cannot move the probe's own read-out tests no direction: not a "no"
+    flips = [r["target_train_flip"] for r in records]
+    out["target_train_flip"] = float(np.mean(flips))
+    if out["verdict"] == "no" and out["target_train_flip"] < config.flip_target:
+        out["verdict"] = "undecided"
+        out["reason"] = (
+            f"the edit flips the probe's own read-out on {out['target_train_flip']:.0%} of its "
+            f"training rows (target {config.flip_target:.0%}, up to "
+            f"{max(config.multiples):g}x the class gap): no direction to test"
+        )
+    return out
+
+
+def _low(d: dict) -> float:
+    low = d.get("ci_low")
+    return -np.inf if low is None else float(low)
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole test
+# ---------------------------------------------------------------------------------------------
+
+
+def fit_probe(
+    acts: np.ndarray,
+    cell_types: np.ndarray,
+    grid_sizes: np.ndarray,
+    densities: np.ndarray,
+    agent_row_col: np.ndarray,
+    grid_ids: np.ndarray,
+    config: SteeringConfig,
+) -> tuple[ConditionalWallProbe, dict]:
+    """The agent-frame wall probe fitted on training rows (penalty chosen on validation grids
+    carved from them) and its calibration (:func:`calibrate`)."""
+    X = wall_inputs(acts, grid_sizes, densities, agent_row_col)
+    probe = ConditionalWallProbe(frame="agent", radius=config.radius, random_state=config.seed)
+    probe.fit(X, cell_types, np.asarray(grid_ids).astype(str))
+    return probe, calibrate(probe, X, cell_types, config)
+
+
+def draw_states(
+    states: Sequence[SteerState], test_grids: Sequence[str], seed: int
+) -> list[SteerState]:
+    """The states of ``test_grids`` in a seeded random order (:func:`run_steering` steers them
+    in this order until :attr:`SteeringConfig.max_states` have an edit)."""
+    keep = set(test_grids)
+    pool = [s for s in states if s.grid.grid_id in keep]
+    order = np.random.default_rng(seed).permutation(len(pool))
+    return [pool[i] for i in order]
+
+
+def steering_test(
+    train: dict,
+    states: Sequence[SteerState],
+    backend: ResidualBackend,
+    chat_format,
+    layer: int,
+    config: SteeringConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict, list[dict]]:
+    """Fit and calibrate the probe on the training rows, steer the test states, summarise.
+
+    Args:
+        train: the training rows' ``acts`` ``(N, K, d_model)`` at ``layer``, ``cell_types``,
+            ``grid_sizes``, ``densities``, ``agent_row_col`` and ``grid_ids``.
+        states: the test states (grids disjoint from the training rows'; at most
+            ``config.max_states`` with an edit are steered, in the order given:
+            :func:`draw_states`).
+        backend, chat_format: the model's residual backend and chat format.
+        layer: the block of the anchors in ``train`` (read and edited).
+        config: the settings.
+
+    Returns:
+        ``(result, records)``: :func:`summarise`'s result with ``schema``, ``layer``,
+        ``config``, the calibration and the probe's training size; and the per-state records.
+
+    Raises:
+        ValueError: a test state's grid is among the training grids.
+    """
+    train_grids = set(np.asarray(train["grid_ids"]).astype(str).tolist())
+    leaked = sorted({s.grid.grid_id for s in states} & train_grids)
+    if leaked:
+        raise ValueError(f"test states on training grids (split by grid): {leaked[:3]}")
+    probe, calibration = fit_probe(
+        train["acts"], train["cell_types"], train["grid_sizes"], train["densities"],
+        train["agent_row_col"], train["grid_ids"], config,
+    )  # fmt: skip
+    records, dropped = run_steering(
+        states, backend, chat_format, probe, calibration, layer, config, progress=progress
+    )
+    result = {
+        "schema": STEERING_SCHEMA,
+        "layer": int(layer),
+        "config": dataclasses.asdict(config),
+        "n_train_rows": int(len(train["grid_ids"])),
+        "n_train_grids": len(train_grids),
+        "n_states_offered": len(states),
+        "calibration": calibration,
+        "probe_alpha": np.asarray(probe.alpha_, dtype=np.float64).reshape(-1).tolist(),
+        **summarise(records, dropped, config),
+    }
+    return result, records
