@@ -42,9 +42,6 @@ CONSTRAIN = "<|constrain|>"
 SPECIAL_TOKENS: tuple[str, ...] = (START, END, MESSAGE, CHANNEL, RETURN, CALL, CONSTRAIN)
 """Every harmony formatting token the toolkit renders or recognises."""
 
-STOP_TOKENS: tuple[str, ...] = (RETURN, CALL)
-"""Tokens that end an assistant turn (generation stops on them)."""
-
 ReasoningEffort = Literal["low", "medium", "high"]
 REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 

@@ -29,9 +29,6 @@ import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 
-HORIZON_FACTOR = 1.5
-"""Default horizon as a multiple of the shortest path length (study, section 4: T = 1.5 L)."""
-
 
 class UnsolvableGridError(ValueError):
     """The goal cannot be reached from the start state."""

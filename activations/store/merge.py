@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.activations.store.reader import ActivationStore, ragged_ranges
-from goalprobe.activations.store.schema import ID_FIELDS, StoreFormatError, stage_tokens
+from goalprobe.activations.store.schema import StoreFormatError, stage_tokens
 from goalprobe.activations.store.shards import shard_of
 from goalprobe.activations.store.writer import (
     ReasoningRows,
@@ -285,17 +285,3 @@ _OWN_ATTRS = frozenset(
         "package_version",
     }
 )
-
-
-def step_keys(store: ActivationStore) -> list[tuple[str, str, int, int]]:
-    """``(run_id, grid_id, episode, step)`` of every row, in row order."""
-    labels = store.labels(list(ID_FIELDS))
-    return list(
-        zip(
-            labels["run_id"].astype(str).tolist(),
-            labels["grid_id"].astype(str).tolist(),
-            labels["episode"].astype(int).tolist(),
-            labels["step"].astype(int).tolist(),
-            strict=True,
-        )
-    )

@@ -158,11 +158,6 @@ class StepRecord:
         return "truncated" in self.flags
 
     @property
-    def oracle_grid_text(self) -> str:
-        """The grid the agent was shown (its oracle belief): ``grid_text``."""
-        return self.grid_text
-
-    @property
     def false_belief(self) -> bool:
         """Whether the prompt drew a grid other than the true one."""
         return self.true_grid_text is not None

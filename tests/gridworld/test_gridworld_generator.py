@@ -170,7 +170,7 @@ def test_gridworld_imports_no_torch():
     code = (
         "import sys\n"
         "for m in ('core', 'generator', 'text', 'dynamics', 'optimal', 'variants', 'transforms',"
-        " 'mdp', 'io', 'minigrid_import'):\n"
+        " 'mdp', 'io'):\n"
         "    __import__('goalprobe.gridworld.' + m)\n"
         "assert 'torch' not in sys.modules, 'goalprobe.gridworld imported torch'\n"
     )
