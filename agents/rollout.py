@@ -1,58 +1,27 @@
 """Run an agent in the grid world: many episodes at once, every step recorded.
 
-An episode starts in the settled initial state of its grid and, at every step ``t``, shows the
-agent the current grid (a fresh conversation: instructions + grid, see
-:mod:`goalprobe.agents.prompts`), parses the final answer into an action
-(:mod:`goalprobe.agents.parser`) and executes it (:mod:`goalprobe.gridworld.dynamics`). It
-ends on success (the agent stands on the goal) or when ``T`` steps have been taken.
+An episode starts in the settled initial state of its grid; at every step it shows the agent the
+current grid in a fresh conversation (:mod:`goalprobe.agents.prompts`), parses the answer
+(:mod:`goalprobe.agents.parser`) and executes the action. It ends at the goal or after ``T``
+steps. An answer naming no action is retried ``RolloutConfig.retries`` times, then the step is
+invalid (the agent stays; ``action: null, valid: false``); a generation cut off by the token
+limit ends the episode (``end_reason: "truncated"``). No episode is ever dropped.
 
-**Invalid output.** When an answer names no action, the step is retried up to
-``RolloutConfig.retries`` times (each rejected attempt is recorded in the step); if every
-attempt fails the step is *invalid*: the agent stays in place, the step counts towards the
-horizon, and the step line has ``action: null, valid: false``. No episode is ever dropped.
+**Scheduling.** A backend with ``session()`` and ``acomplete()`` (a server) is scheduled per
+episode: ``batch_size`` workers each send an episode's next request as soon as its answer came
+back. Other backends (a local model) run in lockstep rounds: each round sends the conversation
+of every episode in flight to ``backend.generate``, in generation batches that halve on an
+out-of-memory error (:class:`~goalprobe.agents.oom.HalvingBatch`; the batch used is in the
+report). A failed request or conversation is sent again with the same seed;
+``max_failed_rounds`` consecutive failures stop the run (:class:`RolloutStopped`).
 
-**Scheduling.** Up to ``batch_size`` episodes are in flight. A backend that answers one
-conversation at a time concurrently (a server: it has ``session()`` and ``acomplete()``) is
-scheduled *per episode*: each episode sends its next request as soon as its previous answer
-came back, and a finished episode's slot goes at once to the next one, so the server's batch
-stays full and no episode waits for the longest reasoning trace of a round. Other backends (a
-local model, which batches on its own device) run in *lockstep rounds*: each round sends the
-current conversation of every episode in flight to ``backend.generate`` in one call (a retry is
-simply the same episode's next round). With per-conversation seeds both give the same
-episodes; only the order they are written in differs.
+**Seeds.** Episode ``e`` on grid ``g`` samples with ``episode_seed = H(seed, g, e)`` and attempt
+``k`` of step ``t`` with ``H(episode_seed, t, k)`` (SHA-256 folded to 31 bits), passed per
+conversation when ``generate`` accepts ``seeds=``, so an episode does not depend on which
+episodes share its batch (else one derived seed per call).
 
-**Truncated output.** A generation cut off by the token limit (``finish_reason == "length"``)
-is not the agent's choice, even when part of its answer would parse: it is not retried at the
-same budget, the step is recorded with ``action: null`` and the flag ``"truncated"``, and the
-episode ends there with ``end_reason: "truncated"`` (``success: false``). Behaviour metrics
-leave truncated episodes out and report how many there were
-(:attr:`goalprobe.agents.trajectories.Episode.truncated`); a budget that cuts more than a few
-percent of steps is refused before the run by the pre-flight
-(:mod:`goalprobe.agents.preflight`).
-
-**Seeds.** Episode ``e`` on grid ``g`` samples with ``episode_seed = H(seed, g, e)`` and the
-attempt ``k`` of its step ``t`` with ``H(episode_seed, t, k)`` (H: SHA-256 folded to 31 bits).
-When the backend's ``generate`` accepts ``seeds=`` (one per conversation) these are passed per
-conversation and an episode's rollout does not depend on which episodes share its batch. A
-backend without it gets one seed per call: the conversation's own seed when the call holds one
-conversation (``batch_size=1``: rollouts are then independent of scheduling and resumable
-bit for bit), else a seed derived from the seeds of the conversations in it (reproducible for
-the same config and schedule only).
-
-**Failed requests.** Per episode: a request that failed after the backend's own retries is
-sent again with the same seed; an episode whose request fails more than ``max_failed_rounds``
-times in a row stops the run (:class:`RolloutStopped`). In lockstep rounds: a backend raises
-:class:`~goalprobe.agents.backend.BatchGenerationError` when some of a round's conversations
-failed after the backend's own retries: the answered ones are used, the failed ones stay at
-their step and are sent again next round with the same seed, so the trajectories equal those
-of a run without failures. After ``max_failed_rounds`` consecutive rounds with failures the run
-stops with :class:`RolloutStopped`; every episode finished so far is on disk, and rerunning
-resumes. No episode is dropped or written twice.
-
-**Resume.** Each episode is written as one block (steps then summary) when it ends
-(:func:`goalprobe.agents.trajectories.append_episode`); rerunning with the same config and
-output resumes: finished episodes are skipped and the interrupted tail is cut off, so an
-interrupted run loses only the episodes in flight.
+**Resume.** Each episode is appended as one block when it ends; rerunning with the same config
+and output skips finished episodes and cuts an interrupted tail.
 """
 
 from __future__ import annotations
@@ -80,6 +49,7 @@ from goalprobe.agents.backend import (
 )
 from goalprobe.agents.coverage import backend_coverage
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
+from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
 from goalprobe.agents.trajectories import (
@@ -193,28 +163,9 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class RolloutReport:
-    """What :func:`run_rollouts` did.
-
-    Attributes:
-        out_path: the trajectory file.
-        run_id: the run's identity (see :func:`run_id_for`).
-        episodes_total: episodes the grids and config call for.
-        episodes_skipped: episodes already finished in the file (resume).
-        episodes_run: episodes run now.
-        successes: successful episodes among those run now.
-        steps: steps taken now.
-        invalid_steps: invalid steps among them (answers naming no action; truncated steps
-            not included).
-        generate_calls: ``backend.generate`` calls made now.
-        seconds: wall time.
-        failed_rounds: rounds in which some conversations failed (and were sent again);
-            per-episode scheduling: failed requests (each sent again).
-        failed_generations: conversations that failed in those rounds.
-        retokenized_steps: steps among those taken now whose token ids were rebuilt from the
-            server's text (not the ids the model read; see
-            :mod:`goalprobe.agents.server_backend`).
-        scheduling: ``"per_episode"`` or ``"lockstep"``.
-    """
+    """What :func:`run_rollouts` did now (counts of episodes, steps and calls of this call;
+    ``failed_rounds``: rounds, or per-episode requests, that failed and were sent again;
+    ``retokenized_steps``: steps whose token ids were rebuilt from a server's text)."""
 
     out_path: Path
     run_id: str
@@ -232,6 +183,9 @@ class RolloutReport:
     scheduling: str = "lockstep"
     truncated_episodes: int = 0
     """Episodes run now that ended on a generation cut off by the token limit."""
+    batch: dict | None = None
+    """Lockstep scheduling: the generation batch planned, in force at the end and the largest
+    that ran, with its halvings on out-of-memory errors (:meth:`HalvingBatch.to_dict`)."""
 
     @property
     def steps_per_second(self) -> float:
@@ -542,22 +496,30 @@ def run_rollouts(
         max_failed_rounds: consecutive rounds with failed conversations tolerated (each failed
             conversation is sent again next round); one more stops the run.
 
-    Returns:
-        a :class:`RolloutReport` of this call.
-
     Raises:
         ValueError: a grid has an empty or repeated ``grid_id``, or cannot be solved.
         TrajectoryFormatError: ``out_path`` belongs to another run or is corrupt.
         RolloutStopped: more than ``max_failed_rounds`` consecutive rounds had failures; rerun
             to resume.
     """
-    from tqdm.auto import tqdm
-
     if max_failed_rounds < 0:
         raise ValueError(f"max_failed_rounds must be >= 0, got {max_failed_rounds}")
-    started = time.perf_counter()
-    out_path = Path(out_path)
-    grids = list(grids)
+    run = _Run(list(grids), backend, config, Path(out_path), backend_description)
+    run.max_failed_rounds = max_failed_rounds
+    run.open(progress)
+    try:
+        if run.scheduling == "per_episode":
+            _run_coroutine(run.per_episode())
+        else:
+            run.lockstep()
+    finally:
+        run.bar.close()
+    return run.report()
+
+
+def _solved(grids: list[Grid]) -> list[OptimalPolicy]:
+    """The optimal policy of every grid, after checking the grid ids are non-empty and unique
+    and every grid is solvable."""
     seen: set[str] = set()
     for i, grid in enumerate(grids):
         if not grid.grid_id:
@@ -565,103 +527,157 @@ def run_rollouts(
         if grid.grid_id in seen:
             raise ValueError(f"grid_id {grid.grid_id!r} repeats")
         seen.add(grid.grid_id)
-    template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
-    if backend_description is None:
-        backend_description = describe_backend(backend)
-    run_id = run_id_for(config, backend_description)
     policies = [solve(grid) for grid in grids]
     for grid, policy in zip(grids, policies, strict=True):
         if not policy.is_solvable:
             raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
-    header = RunHeader(
-        run_id=run_id,
-        config=asdict(config),
-        backend=backend_description,
-        package_version=package_version(),
-        chat_format=_chat_format_of(backend),
-        prompt_coverage=rollout_coverage(backend, grids, policies, config, template),
-    )
-    finished = open_for_resume(out_path, header)
+    return policies
 
-    todo: deque[tuple[Grid, OptimalPolicy, int]] = deque()
-    total = 0
-    for grid, policy in zip(grids, policies, strict=True):
-        for index in range(config.episodes_per_grid):
-            total += 1
-            if (grid.grid_id, index) not in finished:
-                todo.append((grid, policy, index))
-    skipped = total - len(todo)
-    if skipped:
-        log.info("%s: resuming, %d of %d episodes already finished", out_path, skipped, total)
 
-    per_row_seeds = _accepts_seeds(backend)
-    active: list[_Episode] = []
-    calls = episodes_run = successes = steps = invalid = retokenized = truncated = 0
-    failed_rounds = failed_generations = consecutive_failures = 0
-    scheduling = "per_episode" if per_episode_scheduling(backend) else "lockstep"
+class _Run:
+    """One call of :func:`run_rollouts`: the episodes to run, the counters of its report and
+    the two schedulers."""
 
-    def report() -> RolloutReport:
+    def __init__(
+        self,
+        grids: list[Grid],
+        backend: Backend,
+        config: RolloutConfig,
+        out_path: Path,
+        backend_description: dict[str, Any] | None,
+    ) -> None:
+        self.started = time.perf_counter()
+        self.backend, self.config, self.out_path, self.grids = backend, config, out_path, grids
+        self.policies = _solved(grids)
+        self.template = (
+            PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
+        )
+        self.description = backend_description or describe_backend(backend)
+        self.run_id = run_id_for(config, self.description)
+        self.scheduling = "per_episode" if per_episode_scheduling(backend) else "lockstep"
+        self.max_failed_rounds = 3
+        self.counts = dict.fromkeys(
+            ("calls", "episodes_run", "successes", "steps", "invalid", "retokenized"), 0
+        )
+        self.counts.update(truncated=0, failed_rounds=0, failed_generations=0)
+        self.batch = HalvingBatch("generation", config.batch_size)
+        """The generation batch of lockstep rounds, halved on an out-of-memory error."""
+
+    def open(self, progress: bool) -> None:
+        """Write or check the run header and queue the episodes not yet in the file."""
+        from tqdm.auto import tqdm
+
+        config = self.config
+        header = RunHeader(
+            run_id=self.run_id,
+            config=asdict(config),
+            backend=self.description,
+            package_version=package_version(),
+            chat_format=_chat_format_of(self.backend),
+            prompt_coverage=rollout_coverage(
+                self.backend, self.grids, self.policies, config, self.template
+            ),
+        )
+        finished = open_for_resume(self.out_path, header)
+        self.todo: deque[tuple[Grid, OptimalPolicy, int]] = deque(
+            (grid, policy, index)
+            for grid, policy in zip(self.grids, self.policies, strict=True)
+            for index in range(config.episodes_per_grid)
+            if (grid.grid_id, index) not in finished
+        )
+        self.total = len(self.grids) * config.episodes_per_grid
+        self.skipped = self.total - len(self.todo)
+        if self.skipped:
+            log.info(
+                "%s: resuming, %d of %d episodes finished", self.out_path, self.skipped, self.total
+            )
+        self.bar = tqdm(total=len(self.todo), unit="episode", disable=not progress, desc="rollout")
+
+    def report(self) -> RolloutReport:
+        """What the run did so far."""
+        c = self.counts
         return RolloutReport(
-            out_path=out_path,
-            run_id=run_id,
-            episodes_total=total,
-            episodes_skipped=skipped,
-            episodes_run=episodes_run,
-            successes=successes,
-            steps=steps,
-            invalid_steps=invalid,
-            generate_calls=calls,
-            seconds=time.perf_counter() - started,
-            failed_rounds=failed_rounds,
-            failed_generations=failed_generations,
-            retokenized_steps=retokenized,
-            scheduling=scheduling,
-            truncated_episodes=truncated,
+            out_path=self.out_path,
+            run_id=self.run_id,
+            episodes_total=self.total,
+            episodes_skipped=self.skipped,
+            episodes_run=c["episodes_run"],
+            successes=c["successes"],
+            steps=c["steps"],
+            invalid_steps=c["invalid"],
+            generate_calls=c["calls"],
+            seconds=time.perf_counter() - self.started,
+            failed_rounds=c["failed_rounds"],
+            failed_generations=c["failed_generations"],
+            retokenized_steps=c["retokenized"],
+            scheduling=self.scheduling,
+            truncated_episodes=c["truncated"],
+            batch=self.batch.to_dict() if self.scheduling == "lockstep" else None,
         )
 
-    def new_episode(grid: Grid, policy: OptimalPolicy, index: int) -> _Episode:
+    def stopped(self, what: str, err: BaseException) -> RolloutStopped:
+        """The error that stops the run after too many failures."""
+        return RolloutStopped(
+            f"{what} (last: {err}); {self.skipped + self.counts['episodes_run']} of "
+            f"{self.total} episodes finished and written; rerun the same command to resume",
+            self.report(),
+        )
+
+    def new_episode(self, grid: Grid, policy: OptimalPolicy, index: int) -> _Episode:
+        """The next episode to put in flight."""
         return _Episode(
-            run_id=run_id, grid=grid, policy=policy, index=index, config=config, template=template
+            run_id=self.run_id,
+            grid=grid,
+            policy=policy,
+            index=index,
+            config=self.config,
+            template=self.template,
         )
 
-    def finish(episode: _Episode) -> None:
-        nonlocal episodes_run, successes, steps, invalid, retokenized, truncated
+    def finish(self, episode: _Episode) -> None:
+        """Write a finished episode and count it."""
         summary = episode.summary()
-        append_episode(out_path, episode.steps, summary)
-        episodes_run += 1
-        successes += summary.success
-        steps += summary.length
-        invalid += summary.invalid_steps
-        truncated += summary.end_reason == "truncated"
-        retokenized += sum(s.token_ids_source == "retokenized" for s in episode.steps)
-        bar.update(1)
-        bar.set_postfix(
-            steps=steps, invalid=invalid, truncated=truncated, success=successes, refresh=False
+        append_episode(self.out_path, episode.steps, summary)
+        c = self.counts
+        c["episodes_run"] += 1
+        c["successes"] += summary.success
+        c["steps"] += summary.length
+        c["invalid"] += summary.invalid_steps
+        c["truncated"] += summary.end_reason == "truncated"
+        c["retokenized"] += sum(s.token_ids_source == "retokenized" for s in episode.steps)
+        self.bar.update(1)
+        self.bar.set_postfix(
+            steps=c["steps"],
+            invalid=c["invalid"],
+            truncated=c["truncated"],
+            success=c["successes"],
+            refresh=False,
         )
 
-    async def per_episode() -> None:
-        nonlocal calls, failed_rounds, failed_generations
+    async def per_episode(self) -> None:
+        """Per-episode scheduling: ``batch_size`` workers, each running episodes one request
+        at a time (a failed request is sent again with the same seed)."""
         stop: list[BaseException] = []
-        server: Any = backend  # per_episode_scheduling(backend): it has session() and acomplete()
+        server: Any = self.backend  # per_episode_scheduling: it has session() and acomplete()
+        c = self.counts
 
         async def worker() -> None:
-            nonlocal calls, failed_rounds, failed_generations
-            while todo and not stop:
-                episode = new_episode(*todo.popleft())
+            while self.todo and not stop:
+                episode = self.new_episode(*self.todo.popleft())
                 failures = 0
                 while not episode.done:
                     try:
-                        calls += 1
+                        c["calls"] += 1
                         completion = await server.acomplete(
-                            episode.messages(), config.sampling(None), episode.attempt_seed
+                            episode.messages(), self.config.sampling(None), episode.attempt_seed
                         )
                     except BatchGenerationError as err:
-                        failed_rounds += 1
-                        failed_generations += 1
+                        c["failed_rounds"] += 1
+                        c["failed_generations"] += 1
                         failures += 1
                         if stop:
                             return
-                        if failures > max_failed_rounds:
+                        if failures > self.max_failed_rounds:
                             stop.append(err)
                             return
                         log.warning("episode %s: %s; sending it again", episode.key, err)
@@ -670,10 +686,10 @@ def run_rollouts(
                         return
                     failures = 0
                     episode.consume(completion)
-                finish(episode)
+                self.finish(episode)
 
         async with server.session():
-            tasks = [asyncio.ensure_future(worker()) for _ in range(config.batch_size)]
+            tasks = [asyncio.ensure_future(worker()) for _ in range(self.config.batch_size)]
             try:
                 await asyncio.gather(*tasks)
             finally:
@@ -681,58 +697,56 @@ def run_rollouts(
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
         if stop:
-            raise RolloutStopped(
-                f"a request failed {max_failed_rounds + 1} times in a row (last: {stop[0]}); "
-                f"{skipped + episodes_run} of {total} episodes finished and written; rerun the "
-                "same command to resume",
-                report(),
-            ) from stop[0]
+            what = f"a request failed {self.max_failed_rounds + 1} times in a row"
+            raise self.stopped(what, stop[0]) from stop[0]
 
-    bar = tqdm(total=len(todo), unit="episode", disable=not progress, desc="rollout")
-    try:
-        if scheduling == "per_episode":
-            _run_coroutine(per_episode())
-            return report()
-        while todo or active:
-            while todo and len(active) < config.batch_size:
-                active.append(new_episode(*todo.popleft()))
-            try:
-                completions: list[Completion | None] = list(
-                    _generate(backend, active, config, per_row_seeds)
-                )
-                failure = None
-            except BatchGenerationError as err:
-                if len(err.completions) != len(active):
-                    raise
-                completions, failure = err.completions, err
-            calls += 1
+    def lockstep(self) -> None:
+        """Lockstep rounds: every episode in flight sends its conversation in one round, in
+        generation batches that halve on an out-of-memory error; failed conversations stay at
+        their step and go again next round."""
+        active: list[_Episode] = []
+        per_row_seeds = _accepts_seeds(self.backend)
+        consecutive = 0
+        c = self.counts
+        while self.todo or active:
+            while self.todo and len(active) < self.config.batch_size:
+                active.append(self.new_episode(*self.todo.popleft()))
+            completions, failure = self._round(active, per_row_seeds)
             for episode, completion in zip(active, completions, strict=True):
                 if completion is not None:  # a failed conversation stays at its step
                     episode.consume(completion)
-            still: list[_Episode] = []
             for episode in active:
-                if not episode.done:
-                    still.append(episode)
-                    continue
-                finish(episode)
-            active = still
+                if episode.done:
+                    self.finish(episode)
+            active = [episode for episode in active if not episode.done]
             if failure is None:
-                consecutive_failures = 0
+                consecutive = 0
                 continue
-            failed_rounds += 1
-            failed_generations += sum(c is None for c in completions)
-            consecutive_failures += 1
-            log.warning("round %d: %s; the failed conversations go again", calls, failure)
-            if consecutive_failures > max_failed_rounds:
-                raise RolloutStopped(
-                    f"{consecutive_failures} consecutive rounds failed (last: {failure}); "
-                    f"{skipped + episodes_run} of {total} episodes finished and written; rerun the same "
-                    "command to resume",
-                    report(),
-                ) from failure
-    finally:
-        bar.close()
-    return report()
+            c["failed_rounds"] += 1
+            c["failed_generations"] += sum(x is None for x in completions)
+            consecutive += 1
+            log.warning("round %d: %s; the failed conversations go again", c["calls"], failure)
+            if consecutive > self.max_failed_rounds:
+                raise self.stopped(f"{consecutive} consecutive rounds failed", failure) from failure
+
+    def _round(
+        self, active: list[_Episode], per_row_seeds: bool
+    ) -> tuple[list[Completion | None], BatchGenerationError | None]:
+        """One round's completions (None where a conversation failed) and its failure."""
+        failures: list[BatchGenerationError] = []
+
+        def call(chunk: Sequence[_Episode]) -> list[Completion | None]:
+            self.counts["calls"] += 1
+            try:
+                return list(_generate(self.backend, chunk, self.config, per_row_seeds))
+            except BatchGenerationError as err:
+                if len(err.completions) != len(chunk):
+                    raise
+                failures.append(err)
+                return list(err.completions)
+
+        completions = self.batch.run(active, call)
+        return completions, (failures[-1] if failures else None)
 
 
 def _run_coroutine(coroutine) -> Any:

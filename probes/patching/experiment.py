@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 from goalprobe.activations.capture.base import CleanRun, ResidualBackend
 from goalprobe.activations.extract import default_layers
-from goalprobe.activations.oom import HalvingBatch
+from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend

@@ -7,7 +7,7 @@ from the prompts' lengths and the token budget, and refuses a run whose longest 
 not fit one copy (:class:`PatchingDoesNotFitError`, with the budget that would fit). During the
 run each forward pass takes the largest batch the model allows at its lengths
 (:meth:`PatchingBudget.patched_batch`, :meth:`PatchingBudget.generation_batch`), capped by the
-config, halving on an out-of-memory error (:class:`~goalprobe.activations.oom.HalvingBatch`).
+config, halving on an out-of-memory error (:class:`~goalprobe.agents.oom.HalvingBatch`).
 """
 
 from __future__ import annotations

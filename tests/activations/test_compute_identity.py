@@ -180,7 +180,7 @@ def test_out_of_memory_halves_the_extraction_batches(tmp_path, trajectories, tok
     assert again.raised == 0 and max(again.sizes) == 2
     assert_same_rows(out, at_two)
     # one step that does not fit alone is an error, not a loop
-    from goalprobe.activations.oom import OutOfMemoryAtOneError
+    from goalprobe.agents.oom import OutOfMemoryAtOneError
 
     with pytest.raises(OutOfMemoryAtOneError, match="one sequence of"):
         extract(
