@@ -122,6 +122,8 @@ def rollouts_into(
     }
     if report.retokenized_steps:
         summary["retokenized_steps_now"] = report.retokenized_steps
+    if report.batch is not None:  # lockstep generation: the batch used, halved on OOM
+        summary["generation_batch"] = report.batch
     return summary
 
 

@@ -385,3 +385,56 @@ def test_bundled_agent_rollout_follows_the_dynamics(grids, tmp_path, bundled_age
         assert episode.summary.success == is_success(grid, state)
         assert episode.summary.success or episode.summary.length == episode.summary.horizon
     assert valid > 0
+
+
+class OutOfMemoryAbove:
+    """The real tiny model, except that a ``generate`` call of more than ``limit``
+    conversations raises CUDA's out-of-memory error (before any work, as a device would)."""
+
+    def __init__(self, inner, limit: int) -> None:
+        self.inner, self.limit, self.sizes = inner, limit, []
+
+    def describe(self):  # the inner backend's identity, so the run id does not change
+        return describe_backend(self.inner)
+
+    def generate(self, batch, sampling, *, seeds=None):
+        import torch
+
+        self.sizes.append(len(batch))
+        if len(batch) > self.limit:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory: {len(batch)} rows")
+        return self.inner.generate(batch, sampling, seeds=seeds)
+
+
+def test_generation_halves_on_out_of_memory_and_writes_every_episode_once(
+    backend, grids, config, tmp_path
+):
+    config = replace(config, horizon_steps=1, retries=0, batch_size=6)
+    reference = tmp_path / "reference.jsonl"
+    run_rollouts(grids, backend, config, reference, progress=False)
+    out = tmp_path / "traj.jsonl"
+    fake = OutOfMemoryAbove(backend, limit=2)
+    report = run_rollouts(grids, fake, config, out, progress=False)
+    # 6 fails, 3 fails, then batches of 1 (3 // 2) for the rest of the run
+    assert fake.sizes[:3] == [6, 3, 1] and max(fake.sizes[2:]) <= 1
+    assert report.batch == {
+        "planned": 6,
+        "batch": 1,
+        "largest_run": 1,
+        "halvings": [{"from": 6, "to": 3}, {"from": 3, "to": 1}],
+    }
+    keys = [ep.key for ep in read_trajectories(out)]
+    assert len(keys) == len(set(keys)) == len(grids) * config.episodes_per_grid
+    assert episode_dicts(out) == episode_dicts(reference)  # per-row seeds: same episodes
+
+
+def test_out_of_memory_at_one_conversation_stops_with_the_figures(backend, grids, config, tmp_path):
+    from goalprobe.agents.oom import OutOfMemoryAtOneError
+
+    config = replace(config, horizon_steps=1, retries=0, batch_size=2)
+    with pytest.raises(
+        OutOfMemoryAtOneError, match="generation: one item at a time.*planned batch 2"
+    ):
+        run_rollouts(
+            grids, OutOfMemoryAbove(backend, 0), config, tmp_path / "t.jsonl", progress=False
+        )
