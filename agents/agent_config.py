@@ -8,6 +8,7 @@ agent gives one run id whichever verb recorded it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,24 @@ class AgentConfig:
     """Whether the stage handed this config may load the weights in this process. False only
     for the generation stages of a server engine (:meth:`for_generation`): their episodes do
     not depend on ``device``, which :meth:`identity` then leaves out."""
+    conversation_date: str | None = None
+    """The ``Current date:`` (``YYYY-MM-DD``) of a harmony model's system message, pinned so
+    that no prompt depends on the day it was rendered: goalprobe renders it in every harmony
+    prompt (local rollouts, the probing set, prompt-only states), and a served model must carry
+    the same date (vLLM: start it with ``VLLM_SYSTEM_START_DATE``), checked against the served
+    prompt. Recorded in the trajectory header's backend and the agent's identity. None: no
+    date line in goalprobe's rendering, and a served rendering keeps the server's date."""
 
     def __post_init__(self) -> None:
         if self.backend not in ENGINES:
             raise ValueError(f"backend must be one of {ENGINES}, got {self.backend!r}")
+        if self.conversation_date is not None:
+            try:
+                date.fromisoformat(self.conversation_date)
+            except ValueError:
+                raise ValueError(
+                    f"conversation_date must be YYYY-MM-DD, got {self.conversation_date!r}"
+                ) from None
         if self.backend == "server" and not self.base_url:
             raise ValueError("backend 'server' needs base_url (the endpoint's /v1 URL)")
         check_model_name(self.model)
@@ -69,6 +84,8 @@ class AgentConfig:
             "backend": self.backend,
             "base_url": self.base_url,
         }
+        if self.conversation_date is not None:
+            identity["conversation_date"] = self.conversation_date
         if self.local_weights:
             device, dtype = resolve_device_dtype(self.device, "auto")
             identity |= {
@@ -173,7 +190,33 @@ class Agent:
             replace(backend.config, max_retries=1, timeout_s=120.0), backend.tokenizer
         )
         conversation = [Message("user", "Answer with one word.")]
-        probe.generate([conversation], SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0))
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0)
+        completion = probe.generate([conversation], sampling)[0]
+        if self.config.conversation_date is not None and self._harmony():
+            from goalprobe.agents.served_harmony import ServedHarmony
+
+            ids = completion.prompt_token_ids
+            self._check_date(ServedHarmony.from_prompt_ids(self.tokenizer(), ids, 1))
+
+    def _harmony(self) -> bool:
+        from goalprobe.agents.chat_format import chat_format_for
+
+        return chat_format_for(self.tokenizer()).name == "harmony"
+
+    def _check_date(self, served) -> None:
+        """Refuse a served rendering whose date is not the pinned one."""
+        pinned = self.config.conversation_date
+        if pinned is not None and served.date != pinned:
+            raise ValueError(
+                f"the server renders 'Current date: {served.date}' but the agent pins "
+                f"conversation_date {pinned}: start the server with VLLM_SYSTEM_START_DATE={pinned}"
+            )
+
+    def system(self):
+        """The harmony system message goalprobe renders (the pinned date, if any)."""
+        from goalprobe.agents.harmony import DEFAULT_SYSTEM
+
+        return replace(DEFAULT_SYSTEM, conversation_start_date=self.config.conversation_date)
 
     def prompt_encoder(self, rollouts: Path | None = None) -> tuple[Any, dict[str, Any] | None]:
         """``(encode, rendering)``: how a prompt goalprobe renders itself (the probing set, every
@@ -195,7 +238,18 @@ class Agent:
             self._encoder = (fmt.encode_prompt, None)
             if self.config.backend == "server" and fmt.name == "harmony":
                 served = self._served_harmony(rollouts)
+                self._check_date(served)
                 self._encoder = (served.encode_prompt, served.describe())
+            elif fmt.name == "harmony" and self.config.conversation_date is not None:
+                from goalprobe.agents.harmony import encode_prompt
+
+                system, tokenizer = self.system(), self.tokenizer()
+
+                def encode(messages, effort="low"):
+                    return encode_prompt(tokenizer, messages, effort, system=system)
+
+                rendering = {"rendering": "goalprobe", "date": self.config.conversation_date}
+                self._encoder = (encode, rendering)
         return self._encoder
 
     def _served_harmony(self, rollouts: Path | None):
@@ -225,8 +279,8 @@ class Agent:
                 self._backend = (backend, backend.describe())
             else:
                 loaded = self.loaded()
-                self._backend = (
-                    LocalBackend(loaded.model, loaded.tokenizer),
-                    describe_local_model(self.config.model),
-                )
+                backend = LocalBackend(loaded.model, loaded.tokenizer, system=self.system())
+                self._backend = (backend, describe_local_model(self.config.model))
+            if self.config.conversation_date is not None:  # recorded in the run header
+                self._backend[1]["conversation_date"] = self.config.conversation_date
         return self._backend

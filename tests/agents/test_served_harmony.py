@@ -134,3 +134,75 @@ def test_the_date_is_the_servers_and_the_local_rendering_reads_no_clock(
     local, rendering = Agent(AgentConfig(model=str(gptoss_dir))).prompt_encoder()
     assert rendering is None
     assert "Current date" not in gptoss_tiny.tokenizer.decode(local(messages, "low"))
+
+
+def test_a_pinned_date_is_in_goalprobes_rendering_and_must_be_the_servers(
+    gptoss_dir, gptoss_tiny, harmony_encoding, grids
+):
+    from openai_harmony import (
+        Conversation,
+        DeveloperContent,
+        Message,
+        ReasoningEffort,
+        Role,
+        SystemContent,
+    )
+
+    pinned = "2026-01-15"
+    messages = build_messages(render(grids[0]), variant="plain", has_key=False)
+    agent = Agent(AgentConfig(model=str(gptoss_dir), conversation_date=pinned))
+    local, rendering = agent.prompt_encoder()
+    assert rendering == {"rendering": "goalprobe", "date": pinned}
+    ids = local(messages, "low")
+    assert f"Current date: {pinned}" in gptoss_tiny.tokenizer.decode(ids)
+    # token for token openai-harmony's rendering with that date (the model's own system message)
+    system = (
+        SystemContent.new()
+        .with_reasoning_effort(ReasoningEffort.LOW)
+        .with_conversation_start_date(pinned)
+    )
+    developer = DeveloperContent.new().with_instructions(messages[0].content)
+    conversation = Conversation.from_messages(
+        [
+            Message.from_role_and_content(Role.SYSTEM, system),
+            Message.from_role_and_content(Role.DEVELOPER, developer),
+            Message.from_role_and_content(Role.USER, messages[1].content),
+        ]
+    )
+    assert ids == list(
+        harmony_encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
+    )
+    # the local rollout engine renders the same ids and its run header records the date
+    backend, description = agent.rollout_backend()
+    assert backend.encode_prompt(messages, "low") == ids
+    assert description["conversation_date"] == pinned
+    assert agent.config.identity()["conversation_date"] == pinned
+
+    # a server started with the pinned date: its rendering is adopted, token for token
+    with fake_vllm(gptoss_tiny, harmony_encoding, VllmShape(date=pinned)) as (url, _):
+        served_agent = Agent(
+            AgentConfig(
+                model=str(gptoss_dir), backend="server", base_url=url, conversation_date=pinned
+            )
+        )
+        served_agent.check_server()
+        encode, served = served_agent.prompt_encoder()
+    assert served["date"] == pinned
+    served_ids = render_like_vllm(
+        harmony_encoding, _request(messages), "low", VllmShape(date=pinned)
+    )
+    assert encode(messages, "low") == served_ids
+    date_line = f"Current date: {pinned}"
+    assert date_line in gptoss_tiny.tokenizer.decode(served_ids)
+
+    # a server on another date is refused, before any rollout and for the probing set alike
+    with fake_vllm(gptoss_tiny, harmony_encoding, VllmShape(date="2026-11-27")) as (url, _):
+        config = AgentConfig(
+            model=str(gptoss_dir), backend="server", base_url=url, conversation_date=pinned
+        )
+        with pytest.raises(ValueError, match=f"VLLM_SYSTEM_START_DATE={pinned}"):
+            Agent(config).check_server()
+        with pytest.raises(ValueError, match="2026-11-27.*pins conversation_date 2026-01-15"):
+            Agent(config).prompt_encoder()
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        AgentConfig(conversation_date="15 Jan 2026")
