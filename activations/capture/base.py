@@ -169,6 +169,10 @@ class ResidualBackend(ABC):
     name: str = ""
     """Backend name recorded in the store's ``backend`` attribute and the patching results."""
 
+    gradient_runner: str | None = None
+    """The function of :mod:`~goalprobe.activations.capture.gradients` that runs
+    :meth:`gradient_run` for this backend (None: it records no gradients)."""
+
     prefix_cache: bool = False
     """Whether :meth:`patched_logits` runs the unpatched prefix once (see :meth:`_patched_run`)."""
 
@@ -366,11 +370,14 @@ class ResidualBackend(ABC):
             GradientUnsupportedError: this backend records no gradients, or the model's kernels
                 have no backward (MXFP4).
         """
-        from goalprobe.activations.capture.gradients import GradientUnsupportedError
+        from goalprobe.activations.capture import gradients
 
-        raise GradientUnsupportedError(
-            f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
-        )
+        if self.gradient_runner is None:
+            raise gradients.GradientUnsupportedError(
+                f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
+            )
+        run = getattr(gradients, self.gradient_runner)
+        return run(self, token_ids, layers, positions, metric, readout_positions, drops)
 
     def patched_logits_at(
         self,

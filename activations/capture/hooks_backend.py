@@ -46,6 +46,7 @@ class HookBackend(ResidualBackend):
     """
 
     name = "hooks"
+    gradient_runner = "hooks_gradient_run"
 
     def __init__(self, model: nn.Module, tokenizer=None, *, prefix_cache: bool = True) -> None:
         super().__init__(model, tokenizer)
@@ -150,23 +151,6 @@ class HookBackend(ResidualBackend):
         """See :meth:`ResidualBackend._patched_forward`."""
         with torch.no_grad(), self._hooked(self._writers(patches)):
             return self.model(ids, **kwargs).logits
-
-    def gradient_run(
-        self,
-        token_ids: Sequence[int] | np.ndarray,
-        layers: Sequence[int],
-        positions: np.ndarray,
-        metric,
-        readout_positions: Sequence[int] | np.ndarray,
-        *,
-        drops: Sequence[int | None] = (None,),
-    ):
-        """See :meth:`ResidualBackend.gradient_run`."""
-        from goalprobe.activations.capture.gradients import hooks_gradient_run
-
-        return hooks_gradient_run(
-            self, token_ids, layers, positions, metric, readout_positions, drops
-        )
 
     def generate(
         self,

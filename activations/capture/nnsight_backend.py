@@ -92,6 +92,7 @@ class NnsightBackend(ResidualBackend):
     """
 
     name = "nnsight"
+    gradient_runner = "nnsight_gradient_run"
 
     def __init__(
         self,
@@ -234,23 +235,6 @@ class NnsightBackend(ResidualBackend):
             self._intervene(patches)
             logits = self.lm.lm_head.output.save()
         return logits
-
-    def gradient_run(
-        self,
-        token_ids: Sequence[int] | np.ndarray,
-        layers: Sequence[int],
-        positions: np.ndarray,
-        metric,
-        readout_positions: Sequence[int] | np.ndarray,
-        *,
-        drops: Sequence[int | None] = (None,),
-    ):
-        """See :meth:`ResidualBackend.gradient_run`."""
-        from goalprobe.activations.capture.gradients import nnsight_gradient_run
-
-        return nnsight_gradient_run(
-            self, token_ids, layers, positions, metric, readout_positions, drops
-        )
 
     def generate(
         self,
