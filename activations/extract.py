@@ -7,22 +7,15 @@ output of the chosen decoder blocks is stored at the anchor tokens
 (found by the model's chat format, :mod:`goalprobe.agents.chat_format`: harmony or think-tag)
 and optionally at every grid-cell token.
 
-Two exact savings make extraction cheaper than a plain forward pass over the same tokens:
-each sequence is cut after the last position read (attention is causal, so later tokens cannot
-change earlier activations), and the forward pass stops after the last requested block.
+Each sequence is cut after the last position read and the forward pass stops after the last
+requested block (both exact: attention is causal).
 
-**Crash safety.** Rows are computed in *parts* of ``rows_per_part`` consecutive steps (in
-trajectory-file order, after sharding). Each part is written as a small complete store into
-``<output>.parts/`` through a temporary file that is fsynced and atomically renamed, so a part
-file either exists complete or not at all. The directory's ``manifest.json`` records the
-extraction's identity (config, model, backend, trajectory sha256). A rerun with the same
-arguments skips the parts that exist (checking that each holds exactly the steps it should),
-computes the rest, then concatenates all parts into ``output`` (again through a temporary
-file and an atomic rename) and deletes the parts. An extraction killed at any moment (SIGKILL
-included) therefore loses at most the part in flight, and its rerun ends with exactly the rows
-an uninterrupted run gives (bitwise on a deterministic device; part boundaries and batches are
-the same). Not covered: a crash of the operating system or storage that loses fsynced data,
-and changes to the trajectory file between runs (refused through its checksum).
+**Crash safety.** Rows are computed in parts of ``rows_per_part`` steps, each written as a
+small complete store into ``<output>.parts/`` (fsynced temporary file, atomic rename) beside a
+``manifest.json`` of the extraction's identity. A rerun skips the parts that exist (checking
+their steps), computes the rest, concatenates them into ``output`` and deletes the parts, so a
+kill loses at most the part in flight and the rerun gives the rows of an uninterrupted run. A
+trajectory file changed between runs is refused through its checksum.
 """
 
 from __future__ import annotations
@@ -166,17 +159,9 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ExtractReport:
-    """What an extraction call did.
-
-    Attributes:
-        output: the store written (or found complete).
-        rows: rows in the store.
-        trajectory_steps: steps of finished episodes in the trajectory file (all shards).
-        parts_computed: parts computed by this call.
-        parts_reused: parts found complete from an interrupted earlier call.
-        seconds: wall time of the call.
-        already_complete: True when ``output`` already held this extraction.
-    """
+    """What an extraction call did: rows in the store, steps of finished episodes in the
+    trajectory file (all shards), parts computed now and reused from an interrupted call, and
+    whether ``output`` already held this extraction."""
 
     output: Path
     rows: int
@@ -214,18 +199,9 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 @dataclass
 class ReplayRow:
-    """One step to replay.
-
-    Attributes:
-        token_ids: ``(S,)`` the recorded ids, cut after the last position read.
-        positions: ``stage -> (K,)`` positions to read (placeholders where absent).
-        present: ``stage -> bool``.
-        labels: ``field -> value`` of this row (every ``LABEL_FIELDS`` entry).
-        retokenized: whether the step's ids were rebuilt from server text.
-        reasoning: ``(R,)`` positions of the reasoning rows (empty: none).
-        reasoning_tokens: ``(R,)`` their offsets from the reasoning's first token.
-        reasoning_length: tokens of the step's reasoning (0 where none is read).
-    """
+    """One step to replay: its recorded ids ``(S,)`` cut after the last position read, the
+    positions ``(K,)`` and presence of each stage, its labels, whether its ids were rebuilt from
+    server text, and the positions ``(R,)``, offsets and length of its reasoning rows."""
 
     token_ids: np.ndarray
     positions: dict[str, np.ndarray]
@@ -554,23 +530,11 @@ def extract(
 ) -> ExtractReport:
     """Extract the activations of every step of ``trajectories`` (one shard) into ``output``.
 
-    Args:
-        trajectories: trajectory JSONL (``goalprobe rollout``).
-        output: the store to write (see :mod:`goalprobe.activations.store.schema`).
-        capture: a :class:`~goalprobe.activations.capture.base.ResidualBackend` around the model that
-            generated the trajectories.
-        tokenizer: its tokenizer (its chat format finds the anchors; grid-cell offsets).
-        config: what to extract.
-        model_id: model name or path (recorded).
-        model_revision: model revision (recorded; '' when unknown).
-        work_dir: parts directory (default ``<output>.parts``).
-        keep_parts: keep the parts directory after assembling the store.
-        overwrite: replace an existing ``output`` of another extraction.
-        progress: show a progress bar.
-        on_part: called as ``on_part(part_index, computed)`` after each part.
-
-    Returns:
-        an :class:`ExtractReport`.
+    ``capture`` is a :class:`~goalprobe.activations.capture.base.ResidualBackend` around the
+    model that generated the trajectories, ``tokenizer`` its tokenizer (its chat format finds
+    the anchors); ``model_id`` and ``model_revision`` are recorded; ``work_dir`` holds the parts
+    (default ``<output>.parts``, deleted unless ``keep_parts``); ``overwrite`` replaces another
+    extraction's ``output``; ``on_part(part_index, computed)`` is called after each part.
 
     Raises:
         ValueError: bad config, a step without a pre-reasoning anchor (naming file and step),
@@ -580,62 +544,84 @@ def extract(
     trajectories, output = Path(trajectories), Path(output)
     if not trajectories.is_file():
         raise FileNotFoundError(f"{trajectories}: no such trajectory file")
-    shard = Shard.parse(config.shard)
     if not config.layers:
         raise ValueError("ExtractConfig.layers is empty: name the blocks (default_layers)")
-    layers = capture.check_layers(config.layers)
-    if tuple(layers) != config.layers:
+    if tuple(capture.check_layers(config.layers)) != config.layers:
         raise ValueError(f"layers {config.layers} are not valid for this model")
-    chat_format = chat_format_for(tokenizer)
-    identity = {
-        "config": config.to_json(),
-        "model_id": model_id,
-        "model_revision": model_revision,
-        "backend": capture.name,
-        "trajectory_sha256": sha256_file(trajectories),
-        "d_model": capture.d_model,
-        "attention": capture.attention,
-        "compute": compute_identity(capture.model) if hasattr(capture, "model") else {},
-    }
-    attrs = {
-        **identity,
-        **(
-            {"anchor_token_ids": asdict(chat_format.special)}
-            if isinstance(chat_format, HarmonyFormat)
-            else {}
-        ),
-        CHAT_FORMAT_ATTR: chat_format.describe(),
-        "trajectory_file": trajectories.name,
-        "shard_index": shard.index,
-        "shard_count": shard.count,
-        "n_model_layers": capture.n_layers,
-    }
+    identity, attrs = _identity_and_attrs(
+        trajectories, capture, tokenizer, config, model_id, model_revision
+    )
     parts_dir = Path(work_dir) if work_dir is not None else parts_dir_for(output)
-
     if output.exists():
         found = _read_identity(output)
         if found is not None and not _identity_diff(found, identity):
             if parts_dir.exists():
                 shutil.rmtree(parts_dir)
             with ActivationStore(output) as store:
-                return ExtractReport(
-                    output,
-                    len(store),
-                    int(store.attrs["trajectory_steps"]),
-                    0,
-                    0,
-                    time.perf_counter() - started,
-                    already_complete=True,
-                )
+                steps = int(store.attrs["trajectory_steps"])
+                seconds = time.perf_counter() - started
+                return ExtractReport(output, len(store), steps, 0, 0, seconds, True)
         if not overwrite:
             raise ValueError(
                 f"{output} already holds another extraction or is not a complete store; pass "
                 "overwrite=True (--overwrite) to replace it"
             )
+    config = _open_parts(parts_dir, identity, config)
+    parts = _Parts(parts_dir, capture, tokenizer, config, identity, attrs, on_part)
+    parts.write(trajectories, progress)
+    final_attrs = {**attrs, "trajectory_steps": parts.steps[0]}
+    final_attrs["retokenized_steps"] = parts.retokenized
+    final_attrs["part_batching"] = [part_batching(p) for p in parts.paths]
+    if parts.paths:
+        concatenate_stores(parts.paths, output, final_attrs, compression=config.compression)
+    else:
+        with StoreWriter(output, parts.layout, final_attrs, compression=config.compression):
+            pass
+    if not keep_parts:
+        shutil.rmtree(parts_dir)
+    with ActivationStore(output) as store:
+        rows_written = len(store)
+    seconds = time.perf_counter() - started
+    return ExtractReport(
+        output, rows_written, parts.steps[0], parts.computed, parts.reused, seconds
+    )
 
+
+def _identity_and_attrs(
+    trajectories: Path, capture, tokenizer, config: ExtractConfig, model_id: str, revision: str
+) -> tuple[dict, dict]:
+    """The extraction's identity (what a resumed part or a finished store must match) and the
+    attributes every part and the store record."""
+    shard = Shard.parse(config.shard)
+    chat_format = chat_format_for(tokenizer)
+    identity = {
+        "config": config.to_json(),
+        "model_id": model_id,
+        "model_revision": revision,
+        "backend": capture.name,
+        "trajectory_sha256": sha256_file(trajectories),
+        "d_model": capture.d_model,
+        "attention": capture.attention,
+        "compute": compute_identity(capture.model) if hasattr(capture, "model") else {},
+    }
+    attrs = {**identity}
+    if isinstance(chat_format, HarmonyFormat):
+        attrs["anchor_token_ids"] = asdict(chat_format.special)
+    attrs |= {
+        CHAT_FORMAT_ATTR: chat_format.describe(),
+        "trajectory_file": trajectories.name,
+        "shard_index": shard.index,
+        "shard_count": shard.count,
+        "n_model_layers": capture.n_layers,
+    }
+    return identity, attrs
+
+
+def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> ExtractConfig:
+    """Create or check the parts directory's manifest, clear temporary leftovers, and return
+    ``config`` with the batches an earlier out-of-memory error halved to."""
     parts_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = parts_dir / "manifest.json"
-    manifest = {"schema": MANIFEST_SCHEMA, **identity}
     if manifest_path.exists():
         previous = json.loads(manifest_path.read_text(encoding="utf-8"))
         diff = _identity_diff(previous, identity)
@@ -645,105 +631,102 @@ def extract(
                 f"{', '.join(diff) or 'schema'}); delete it, or extract into another output"
             )
     else:
-        _write_json_atomic(manifest_path, manifest)
+        _write_json_atomic(manifest_path, {"schema": MANIFEST_SCHEMA, **identity})
     for leftover in parts_dir.glob(".*.tmp"):
         leftover.unlink()
     batching_path = parts_dir / BATCHING_FILE
-    if batching_path.exists():  # an earlier run was halved on an out-of-memory error
-        halved = json.loads(batching_path.read_text(encoding="utf-8"))
-        budgets = [b for b in (config.max_batch_tokens, halved["max_batch_tokens"]) if b]
-        config = replace(
-            config,
-            batch_size=min(config.batch_size, halved["batch_size"]),
-            max_batch_tokens=min(budgets, default=0),
+    if not batching_path.exists():
+        return config
+    halved = json.loads(batching_path.read_text(encoding="utf-8"))
+    budgets = [b for b in (config.max_batch_tokens, halved["max_batch_tokens"]) if b]
+    return replace(
+        config,
+        batch_size=min(config.batch_size, halved["batch_size"]),
+        max_batch_tokens=min(budgets, default=0),
+    )
+
+
+class _Parts:
+    """The parts of one extraction: rows computed (or a finished part reused) and written
+    ``rows_per_part`` at a time."""
+
+    def __init__(self, parts_dir, capture, tokenizer, config, identity, attrs, on_part) -> None:
+        self.parts_dir, self.capture, self.config = parts_dir, capture, config
+        self.identity, self.attrs, self.on_part = identity, attrs, on_part
+        self.chat_format = chat_format_for(tokenizer)
+        self.locator = GridCellLocator(tokenizer) if config.grid_cells else None
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.layout = StoreLayout(
+            stages=config.all_stages,
+            layers=config.layers,
+            d_model=capture.d_model,
+            reasoning_every=config.reasoning_every,
         )
+        self.paths: list[Path] = []
+        self.steps = [0]
+        self.computed = self.reused = self.retokenized = 0
+        self.buffer: list[ReplayRow] = []
+        self.bar = None
 
-    layout = StoreLayout(
-        stages=config.all_stages,
-        layers=config.layers,
-        d_model=capture.d_model,
-        reasoning_every=config.reasoning_every,
-    )
-    locator = GridCellLocator(tokenizer) if config.grid_cells else None
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    counter = [0]
-    buffer: list[ReplayRow] = []
-    part_paths: list[Path] = []
-    computed = reused = retokenized = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    def write(self, trajectories: Path, progress: bool) -> None:
+        """Replay rows of every step of this shard, flushing a part every ``rows_per_part``."""
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(desc=f"extract {shard}", unit="step")
+            self.bar = tqdm(desc=f"extract {self.config.shard}", unit="step")
+        shard = Shard.parse(self.config.shard)
+        vocab_size = getattr(self.capture, "vocab_size", None)
+        try:
+            for episode, first in _iter_shard_steps(trajectories, shard, self.steps):
+                rows = episode_rows(
+                    episode,
+                    first,
+                    self.chat_format,
+                    self.config,
+                    str(trajectories),
+                    self.locator,
+                    vocab_size=vocab_size,
+                )
+                self.retokenized += sum(r.retokenized for r in rows)
+                for row in rows:
+                    self.buffer.append(row)
+                    if len(self.buffer) == self.config.rows_per_part:
+                        self.flush()
+            if self.buffer:
+                self.flush()
+        finally:
+            if self.bar is not None:
+                self.bar.close()
 
-    def flush() -> None:
-        nonlocal computed, reused, config
-        index = len(part_paths)
-        path = parts_dir / f"part_{index:06d}.h5"
+    def flush(self) -> None:
+        """Write the buffered rows as the next part (or check the finished part already there),
+        halving the batches on an out-of-memory error."""
+        buffer, index = self.buffer, len(self.paths)
+        path = self.parts_dir / f"part_{index:06d}.h5"
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
-        if path.exists():
-            _check_part(path, expected, identity)
-            reused += 1
-            done = False
+        done = not path.exists()
+        if not done:
+            _check_part(path, expected, self.identity)
+            self.reused += 1
         else:
-            rows, config = halving_batches(
-                lambda c: compute_rows(buffer, capture, c, pad_id),
-                config,
+            rows, self.config = halving_batches(
+                lambda c: compute_rows(buffer, self.capture, c, self.pad_id),
+                self.config,
                 max(len(r.token_ids) for r in buffer),
-                batching_path,
+                self.parts_dir / BATCHING_FILE,
             )
-            part_attrs = {
-                **attrs,
-                "part_index": index,
-                "batching": batching_record(config, capture),
-            }
-            with StoreWriter(path, layout, part_attrs, compression=config.compression) as writer:
+            batching = batching_record(self.config, self.capture)
+            part_attrs = {**self.attrs, "part_index": index, "batching": batching}
+            compression = self.config.compression
+            with StoreWriter(path, self.layout, part_attrs, compression=compression) as writer:
                 writer.append(rows)
-            computed += 1
-            done = True
-        part_paths.append(path)
-        if bar is not None:
-            bar.update(len(buffer))
-        if on_part is not None:
-            on_part(index, done)
+            self.computed += 1
+        self.paths.append(path)
+        if self.bar is not None:
+            self.bar.update(len(buffer))
+        if self.on_part is not None:
+            self.on_part(index, done)
         buffer.clear()
-
-    try:
-        for episode, first in _iter_shard_steps(trajectories, shard, counter):
-            rows = episode_rows(
-                episode,
-                first,
-                chat_format,
-                config,
-                str(trajectories),
-                locator,
-                vocab_size=getattr(capture, "vocab_size", None),
-            )
-            retokenized += sum(r.retokenized for r in rows)
-            for row in rows:
-                buffer.append(row)
-                if len(buffer) == config.rows_per_part:
-                    flush()
-        if buffer:
-            flush()
-    finally:
-        if bar is not None:
-            bar.close()
-
-    final_attrs = {**attrs, "trajectory_steps": counter[0], "retokenized_steps": retokenized}
-    final_attrs["part_batching"] = [part_batching(p) for p in part_paths]
-    if part_paths:
-        concatenate_stores(part_paths, output, final_attrs, compression=config.compression)
-    else:
-        with StoreWriter(output, layout, final_attrs, compression=config.compression):
-            pass
-    if not keep_parts:
-        shutil.rmtree(parts_dir)
-    with ActivationStore(output) as store:
-        rows_written = len(store)
-    return ExtractReport(
-        output, rows_written, counter[0], computed, reused, time.perf_counter() - started
-    )
 
 
 def holds_other_extraction(
@@ -752,13 +735,11 @@ def holds_other_extraction(
     config: ExtractConfig,
     *,
     compare_layers: bool = True,
-    compare_batching: bool = True,
 ) -> bool:
     """Whether an existing ``output`` can *not* be this extraction's finished store, judged
     without the model: it is not a complete store, or it was extracted from another trajectory
     file or with another config (its layers compared only when ``compare_layers``: the default
-    layers depend on the model; its batches never, :data:`BATCHING`, whatever
-    ``compare_batching`` says: they depend on the device). The CLI refuses such an output before
+    layers depend on the model; its batches never, :data:`BATCHING`: they depend on the device). The CLI refuses such an output before
     loading any model unless ``--overwrite``; the model itself is compared later by
     :func:`extract`.
     """

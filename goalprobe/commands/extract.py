@@ -146,13 +146,7 @@ def command(
     if (
         out.exists()
         and not overwrite
-        and holds_other_extraction(
-            out,
-            trajectories,
-            config,
-            compare_layers=bool(chosen),
-            compare_batching=max_batch_tokens is not None,
-        )
+        and holds_other_extraction(out, trajectories, config, compare_layers=bool(chosen))
     ):
         raise typer.BadParameter(
             f"{out} exists and is not this extraction's store (resumed or finished); pass "
