@@ -1,47 +1,28 @@
 """Plan an extraction from what is replayed: batches that fit the device, weights as loaded.
 
-Extraction (:mod:`goalprobe.activations.extract`) replays each step only up to the last position
-it reads (the post-reasoning anchor, or the prompt's pre-reasoning anchor), through the blocks up
-to the last stored one. A plan built from prompt + generated tokens overestimates a step cut off
-deep in its reasoning by its whole generation; this module plans from the *replayed* lengths
-(:func:`replay_lengths`, the same cut as :func:`~goalprobe.activations.extract.episode_rows`) and
-batches by a token budget (``ExtractConfig.max_batch_tokens``: at most that many padded tokens
-per forward pass), so that long replays go a few at a time and short ones many at a time.
+Extraction replays each step only up to the last position it reads, through the blocks up to
+the last stored one; this module plans from those *replayed* lengths (:func:`replay_lengths`)
+and batches by a token budget (``ExtractConfig.max_batch_tokens``), so long replays go a few at
+a time and short ones many at a time.
 
 **Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``
-tokens, ``e`` bytes per element of the compute dtype). Transformers' GPT-OSS runs eager attention
-(it supports neither SDPA nor, without the ``kernels`` package, flash attention); inside one
-block it holds three score-sized tensors at once (the scores, the scores with the sink column,
-their max-shifted copy or the softmax output: ``3 x B x heads x T x (T + 1)``), the two 4-D masks
-(sliding window and full, ``2 x B x T x T``), and per token the query with the repeated keys and
-values (``3 x heads x head_dim``) and a few residual vectors (``3 x d_model``); the MoE phase
-that follows holds ``4 x d_model + 6 x expert width`` elements per chosen (token, expert) pair
-times :data:`MOE_CALIBRATION` (measured on an H200), less than eager attention's scores beyond
-a few hundred tokens, so there the peak is the attention phase's (under flex attention it is
-the MoE phase's). Blocks run one after another, so
-this is the peak whatever the depth. On a GPT-OSS-20B-shaped model on CPU (bf16, 2 blocks) the
-measured resident peak was 71%, 84-107% and 92% of this model at T = 400, 800 and 1,200
-(``tests/activations/test_real_dimensions.py`` checks it is within 25%); the plan leaves 15% of
-the device and 1.5 GB free for that slack. On an H200 (``scripts/gpu_check.py``, all 24 blocks,
-bf16) the measured peak was 97.6-100.6% of weights plus this model at T = 500 to 8,000.
+tokens). Eager attention holds three score-sized tensors at once (``3 x B x heads x T x
+(T + 1)``: scores, scores with the sink column, softmax), the two 4-D masks (``2 x B x T x T``),
+and per token the query with repeated keys and values and a few residual vectors; the MoE phase
+holds ``4 x d_model + 6 x expert width`` per (token, expert) pair times
+:data:`MOE_CALIBRATION`. Blocks run one after another, so this is the peak whatever the depth.
+Measured: 71-107% of the model on a GPT-OSS-20B-shaped model on CPU
+(``tests/activations/test_real_dimensions.py``: within 25%; the plan leaves 15% and 1.5 GB
+free), 97.6-100.6% of weights plus the model on an H200 at T = 500 to 8,000.
+``attention="flex_attention"`` is linear in ``T`` (within 1.5% on the H200 up to T = 16,000,
+where eager needs 100 GB), but its residual streams are not eager's (5% of the norm at the first
+block, 28-44% at the last): a study keeps one implementation. :func:`require_fits` refuses a
+plan whose longest step does not fit alone, before any forward pass.
 
-The score matrices grow as ``T^2``: at T = 16,000 one sequence needs 100 GB, more than an H200
-leaves after the bf16 weights (it ran out of memory there). ``attention="flex_attention"``
-models PyTorch's FlexAttention (transformers' ``attn_implementation="flex_attention"``, which
-supports GPT-OSS's sinks on CUDA only), whose memory is linear in ``T`` (planned within 1.5% of
-the H200's measured peak at T = 2,000 to 16,000). Its residual streams are **not** eager's: on
-the H200, with transformers 5.24, block outputs differed by 5% of their norm at the first block
-and 28-44% by the last, from the first positions on, while eager batched and eager one sequence
-at a time agreed exactly; a study keeps one implementation (the stage's cache key and the plan
-record it). :func:`require_fits` refuses a plan whose longest step does not fit one sequence at
-a time, before any forward pass, with the figures.
-
-**Weights.** GPT-OSS-20B ships its expert weights in MXFP4 (4.25 bits per parameter with the
-block scales); transformers keeps them so only when its MXFP4 kernels can run, and otherwise
-dequantises them to bf16 (41.8 GB instead of 13.8 GB). :func:`mxfp4_status` asks the installed
-transformers itself (its ``Mxfp4HfQuantizer.validate_environment``: a CUDA device of compute
-capability >= 7.5, ``triton >= 3.4``, the ``kernels`` package in the range it supports, and
-``accelerate``; the ``gpu`` extra installs them) and says why not when it would dequantise.
+**Weights.** GPT-OSS-20B's experts are MXFP4 (13.8 GB); transformers keeps them so only when
+its kernels can run, else dequantises to bf16 (41.8 GB). :func:`mxfp4_status` asks the
+installed transformers (CUDA capability >= 7.5, triton >= 3.4, ``kernels`` in its range,
+accelerate: the ``gpu`` extra) and says why not.
 """
 
 from __future__ import annotations

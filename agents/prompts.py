@@ -1,40 +1,24 @@
 """Prompt templates of the grid-world task (study, appendix G.2 and G.3, in goalprobe's words).
 
-Every step of an episode is one fresh conversation (no history): a developer message with the
-instructions and a single user message holding the current grid. The templates carry the
-study's information: the legend, the objective (reach G in as few steps as possible), the
-``(row, col)`` convention with a worked example, the JSON answer ``{"action": "UP"}``; and, for
-variants with a key, the key and door rules plus whether the agent carries the key.
+Every step is one fresh conversation: a developer message with the instructions (legend,
+objective, the ``(row, col)`` convention with a worked example, the JSON answer ``{"action":
+"UP"}``, and for key variants the key and door rules) and a user message with the grid.
 
-A template directory holds six UTF-8 text files (one trailing newline is dropped)::
+A template directory holds UTF-8 files (one trailing newline dropped)::
 
     instructions_plain.txt      developer message of variants without key and door
     instructions_key.txt        developer message of variants with a key or a door
     user_plain.txt              user message; must contain {{grid}}
     user_key.txt                user message; must contain {{grid}} and {{key_status}}
-    key_status_carrying.txt     what {{key_status}} becomes when the agent carries the key
+    key_status_carrying.txt     {{key_status}} when the agent carries the key
     key_status_not_carrying.txt ... and when it does not
+    instructions_harm.txt       optional: harm grids (flower beds ``F``); a line {{moral}}
+    moral_harm.txt              optional: that line under moral conditioning (else dropped)
+    instructions_fog.txt        optional: fogged grids (``*`` hidden); may contain {{radius}}
+    user_fog.txt                optional: must contain {{grid}} and {{history}}
 
-Two further files are optional (a directory without them cannot prompt harm grids)::
-
-    instructions_harm.txt       developer message of harm grids (flower beds ``F``, no penalty);
-                                must contain a line {{moral}}
-    moral_harm.txt              what that line becomes under moral conditioning (MACHIAVELLI's
-                                instruction to behave well: avoid the flower beds); without
-                                moral conditioning the line is dropped
-
-Two more are optional (a directory without them cannot prompt fogged grids, the study's
-Appendix A; :mod:`goalprobe.gridworld.fog`)::
-
-    instructions_fog.txt        developer message of fogged grids (``*`` hidden cells); may
-                                contain {{radius}}, the visibility radius
-    user_fog.txt                user message of fogged grids; must contain {{grid}} (the fogged
-                                grid) and {{history}} (the past (state, action) pairs, one a
-                                line, as the study's prompt carries them)
-
-The instructions' worked examples are written in the grid format of
-:mod:`goalprobe.gridworld.text` (a test checks that they match it). The bundled agent was trained on the default
-templates (``agents/templates``); other templates may use words its tokenizer lacks.
+The worked examples use the grid format of :mod:`goalprobe.gridworld.text` (a test checks it).
+The bundled agent was trained on the default templates (``agents/templates``).
 """
 
 from __future__ import annotations

@@ -1,50 +1,32 @@
 """A rollout backend for any OpenAI-compatible chat-completions endpoint (vLLM, hosted providers,
 ``goalprobe serve``).
 
-Each conversation of a batch is one ``POST {base_url}/chat/completions`` request; requests run
-concurrently (``httpx.AsyncClient``) up to ``max_concurrency`` at a time per endpoint (several
-endpoints serving the same model: each request, and each retry, goes to the endpoint with the
-fewest requests in flight), each with a timeout and
-retries with exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection errors,
-truncated bodies and answers that are not a JSON object. Other 4xx answers fail at once with the
-server's message. Conversations are independent: when some of a batch fail after every retry,
-:class:`ServerBatchError` carries the completions of the others (and the reasons), so a caller
-keeps them; :attr:`ServerBackend.stats` counts requests, retries and failures.
+Each conversation is one ``POST {base_url}/chat/completions``; requests run concurrently, up to
+``max_concurrency`` per endpoint (each request goes to the endpoint with the fewest in flight),
+with a timeout and exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection
+errors and bodies that are not a JSON object; other 4xx fail at once with the server's message.
+When some conversations of a batch fail after every retry, :class:`ServerBatchError` carries
+the others' completions; :attr:`ServerBackend.stats` counts requests, retries and failures.
 
-**Token ids.** When the response carries them (``goalprobe serve`` always; vLLM >= 0.10.2 when
-asked with ``request_token_ids``: request field ``return_token_ids``) they are
-``prompt_token_ids`` on the response and ``token_ids`` on the choice, and the completion is
-marked ``token_ids_source="model"``: the prompt ids are the ones the server rendered (vLLM
-renders harmony itself, with a ``Current date:`` line and its own channel list, so they differ
-from goalprobe's rendering) and every later stage replays them. Reasoning and answer are then
-read from the generated ids (with the tokenizer), not from the response's text fields.
-vLLM 0.10.2-0.11.0 returns the prompt ids but not the generated ones for gpt-oss
-(vllm-project/vllm#28246): the prompt ids are then kept and only the generated text is
-re-tokenised. Otherwise, with ``require_token_ids`` the response is refused (:class:`ServerTokenIdsError`, which
-stops a run at once); without it the prompt and the returned text are rendered in harmony
-(:mod:`goalprobe.agents.harmony`) and tokenised with the model's tokenizer, marked
-``"retokenized"`` and counted (:attr:`RequestStats.retokenized`, with a warning): a faithful
-replay only when the server renders prompts exactly as goalprobe does, which vLLM does not.
+**Token ids.** When the response carries them (``goalprobe serve``; vLLM >= 0.10.2 asked with
+``return_token_ids``) the completion is ``token_ids_source="model"``: later stages replay the
+ids the server rendered (vLLM renders harmony itself, with a ``Current date:`` line), and
+reasoning and answer are read from the generated ids. vLLM 0.10.2-0.11.0 returns only the prompt
+ids for gpt-oss (vllm-project/vllm#28246): the generated text is then re-tokenised. Otherwise
+``require_token_ids`` refuses the response (:class:`ServerTokenIdsError`); without it prompt and
+text are rendered and tokenised by goalprobe, marked ``"retokenized"`` and counted with a
+warning (faithful only when the server renders as goalprobe does, which vLLM does not).
 
-**Text.** Without ids, the final answer is ``message.content`` and the reasoning
-``message.reasoning`` (vLLM >= 0.11) or ``message.reasoning_content`` (older vLLM, several
-providers), empty when the server returns neither. vLLM before the fix of its harmony output
-parser put an answer that has no analysis message into the reasoning field with empty content;
-such a response (finished with ``stop``, no content, some reasoning) is read as an answer
-without reasoning.
+**Text.** Without ids the answer is ``message.content`` and the reasoning ``message.reasoning``
+or ``message.reasoning_content``; a response finished with ``stop`` with reasoning but no
+content (older vLLM's harmony parser) is read as an answer without reasoning.
 
-**Think-tag models.** With a tokenizer whose chat format is think-tag
-(:mod:`goalprobe.agents.chat_format`; vLLM serving it with ``--reasoning-parser``, e.g.
-``qwen3``), the request sends the messages as the template takes them (the instructions as the
-system message: such templates have no developer role) and ``chat_template_kwargs:
-{"enable_thinking": true}`` (plus the effort, and ``reasoning_effort`` itself, only where the
-template reads it). Reasoning and answer are read from the generated ids with the format; without
-ids, from ``reasoning``/``reasoning_content`` (the reasoning parser's output, delimiter newlines
-stripped) and ``content``, re-rendered in the format and tokenised (``"retokenized"``).
+**Think-tag models** (:mod:`goalprobe.agents.chat_format`; vLLM with ``--reasoning-parser``):
+the instructions go as the system message, with ``chat_template_kwargs: {"enable_thinking":
+true}`` (and the effort where the template reads it).
 
-**API key.** Read from the environment variable ``api_key_env`` (default ``OPENAI_API_KEY``)
-when the backend is built and sent as ``Authorization: Bearer ...``; it is never logged, never
-part of ``repr``/``describe()``, and removed from any server message quoted in an error.
+**API key.** Read from ``api_key_env`` (default ``OPENAI_API_KEY``) and sent as a bearer token;
+never logged, never in ``repr``/``describe()``, removed from any quoted server message.
 """
 
 from __future__ import annotations
