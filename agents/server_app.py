@@ -1,36 +1,20 @@
 """An OpenAI-compatible chat-completions server over a local backend (``goalprobe serve``).
 
-Endpoints:
+Endpoints: ``POST /v1/chat/completions`` (``messages``, ``temperature``, ``top_p``,
+``max_tokens``/``max_completion_tokens``, ``seed``, ``n`` = 1, ``reasoning_effort``; the answer's
+``content`` is the final channel, ``reasoning_content`` the analysis, and the token ids are
+always included as vLLM's ``return_token_ids`` gives them), ``GET /v1/models`` and
+``GET /health``.
 
-* ``POST /v1/chat/completions``: ``messages`` (roles ``system``, ``developer``, ``user``,
-  ``assistant``; string content or text parts), ``temperature``, ``top_p``, ``max_tokens`` (or
-  ``max_completion_tokens``), ``seed``, ``n`` (1 only), ``reasoning_effort``
-  (``low``/``medium``/``high``). The answer is a ``chat.completion`` whose
-  ``choices[0].message.content`` is the final-channel text and ``reasoning_content`` the
-  analysis-channel text. Token ids, as vLLM's ``return_token_ids`` gives them, are always
-  included: ``prompt_token_ids`` on the response, ``token_ids`` on the choice; plus
-  ``goalprobe: {token_ids_source, well_formed}``.
-* ``GET /v1/models``: the one served model.
-* ``GET /health``: ``{"status": "ok", "model": ...}``.
+Bad requests get an OpenAI-style error body with 400 (404 unknown model, 401 API key, 413 body
+over ``max_body_bytes``, 503 with ``Retry-After`` when ``max_queue`` requests wait), all checked
+before any compute; a prompt over the context is refused and ``max_tokens`` clamped to the
+context left.
 
-Bad requests get a 400 (404 for an unknown model, 401 for a missing or wrong API key when the
-server has one, 413 for a body over ``max_body_bytes``, 503 with ``Retry-After`` when
-``max_queue`` requests are already waiting) with an OpenAI-style body
-``{"error": {"message", "type", "param", "code"}}``. Every limit is checked before any compute:
-a prompt that does not fit the model's context is refused with a 400 that says so, and
-``max_tokens`` is clamped to the context left after the prompt (when the backend can encode
-prompts, :class:`~goalprobe.agents.backend.PromptEncoder`).
-
-**Seeds.** A request's ``seed`` seeds its own sampler. A sampled request without one gets a seed
-drawn from the server's generator (seeded once with ``ServeConfig.seed``), so a server started
-with the same seed answers the same sequence of unseeded requests the same way.
-
-Concurrent requests are batched: a single worker collects requests for up to ``batch_window_s``
-(at most ``max_batch_size``) with the same sampling settings and sends them to
-``backend.generate`` in one call (with per-request seeds when the backend accepts ``seeds=``;
-otherwise only requests with equal seeds share a call). Errors are per request: when a batch
-fails, each of its requests is generated again on its own, so one bad request never fails
-another.
+A request's ``seed`` seeds its own sampler; an unseeded sampled request draws one from the
+server's generator (seeded with ``ServeConfig.seed``). A single worker batches requests with the
+same sampling settings for up to ``batch_window_s`` (at most ``max_batch_size``); when a batch
+fails each request is generated again alone, so one bad request never fails another.
 """
 
 from __future__ import annotations

@@ -1,33 +1,4 @@
-"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2``.
-
-Each line is a JSON object with these fields (all required; ``null`` only where stated):
-
-==========================  ===================================================================
-``schema``                  ``"goalprobe.gridset/2"``
-``grid_id``                 non-empty string, unique within the file; joins every artefact
-``size``                    n (the grid is n x n, n >= 5)
-``variant``                 variant name (``plain``, ``key_door``, ...)
-``density``                 obstacle density in [0, 1] it was generated with, or null
-``seed``                    the per-grid seed it was generated from (int), or null
-``walls``                   n strings of n characters, ``"1"`` wall / ``"0"`` not, row 0 first
-``start_row_col``           ``[row, col]`` of the agent's start
-``goal_row_col``            ``[row, col]`` of the goal
-``key_row_col``             ``[row, col]`` of the key, or null
-``door_row_col``            ``[row, col]`` of the door, or null
-``shortest_path_length``    L, optimal number of steps from the start (int >= 1)
-``horizon``                 default horizon ``ceil(1.5 L)``
-``text``                    the study's text rendering of the initial state (of the true grid)
-``extra``                   JSON object of further metadata (e.g. the transform applied)
-``shown``                   null, or the grid the prompt draws instead of the true one
-                            (a false-belief grid): ``{"walls": [n strings], "goal_row_col":
-                            [row, col]}``; start, key, door and harm cells are the true grid's
-``harm_cells``              list of ``[row, col]`` harm cells (flower beds ``F``),
-                            sorted; ``[]`` on grids without them
-``start_has_key``           bool: the episode starts holding the key (an intervention;
-                            needs a key, whose cell shows as open); ``false`` by default
-``start_door_open``         bool: the episode starts with the door open (an
-                            intervention; needs a door, whose cell shows as open)
-==========================  ===================================================================
+"""Grid-set JSONL: one grid per line, schema ``goalprobe.gridset/2`` (fields: docs/formats.md).
 
 The reader checks that ``text``, ``shortest_path_length`` and ``horizon`` agree with the grid
 they describe, and reports any problem as ``path:line: field: problem``.

@@ -1,6 +1,6 @@
 """The study's text format of a grid (section 3, appendix G) and its exact parser.
 
-Example (the 5 x 5 grid of a rendering; ``A`` agent, ``G`` goal)::
+Example (``A`` agent, ``G`` goal)::
 
       0 1 2 3 4
     0 # # # # #
@@ -9,22 +9,14 @@ Example (the 5 x 5 grid of a rendering; ``A`` agent, ``G`` goal)::
     3 # _ _ _ #
     4 # # # # #
 
-* Line 1 is the header: two spaces, then the column indices ``0 .. n-1``.
-* Line ``r + 2`` is row ``r``: its index, then one symbol per cell (``#`` wall, ``_`` open,
-  ``G`` goal, ``A`` agent, ``K`` key, ``D`` door, ``F`` flower bed: a harm cell, passable).
-* Every token is separated by exactly one space and every index is a plain decimal integer, so
-  each cell and each index is one token. For n > 10 the two-digit indices shift the cells of
-  rows 10+ by one character; visual alignment is deliberately given up for single spaces (no
-  padding tokens).
-* The agent is drawn on top of whatever lies under it; the key disappears once held, the door
-  once open. The default state is the settled initial state.
+A header of column indices, then one line per row: its index and one symbol per cell (``#``
+wall, ``_`` open, ``G`` goal, ``A`` agent, ``K`` key, ``D`` door, ``F`` flower bed), single
+spaces throughout so each cell and index is one token (no alignment padding for n > 10). The
+agent is drawn over what lies under it; the key disappears once held, the door once open.
 
 :func:`parse` inverts :func:`render` exactly for initial states of grids that start with
-nothing held or opened: ``parse(render(g))`` gives ``g``'s walls, start, goal, key, door and
-flower beds. For a later state, or a grid whose start holds the key or has the door open (the
-interventions of :mod:`goalprobe.gridworld.intention`), the text shows no held key, no open
-door and no flower bed under the agent, so ``parse`` returns the grid as it is visible then
-(and ``render(*parse(t)) == t``).
+nothing held or opened; for a later state it returns the grid as visible then
+(``render(*parse(t)) == t``).
 """
 
 from __future__ import annotations

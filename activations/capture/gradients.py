@@ -1,32 +1,17 @@
 """Activations and their gradients with respect to a metric, through the capture backends.
 
-Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced sequence,
-the residual stream after chosen decoder blocks at chosen positions *and* the gradient of a
-scalar metric of the logits with respect to it: ``dM/da[L, p]``, the total derivative through
-every later block (what a patch at ``(L, p)`` changes to first order). A :class:`GradientRun`
-holds both; :meth:`ResidualBackend.gradient_run
-<goalprobe.activations.capture.base.ResidualBackend.gradient_run>` makes one (the plain-hooks
-backend, the reference, and nnsight; TransformerLens has none).
+Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced
+sequence, the residual stream after chosen blocks at chosen positions and ``dM/da[L, p]``, the
+total derivative of a scalar metric of the logits at a few readout positions. A
+:class:`GradientRun` holds both (hooks and nnsight backends; TransformerLens has none).
 
-**How.** The metric is a function of the logits at a few *readout* positions (``logits_to_keep``
-takes them, so the unembedding runs there only). During the gradient run the model's parameters
-are frozen (their ``requires_grad`` is restored afterwards) and the input embedding's output is
-made to require grad instead (:func:`gradient_mode`): autograd then builds the graph through the
-activations only and no parameter gradient is ever allocated (41.8 GB for GPT-OSS-20B's bf16
-weights). Gradients are read with ``torch.autograd.grad`` (hooks) or nnsight's ``with
-metric.backward():`` block (in reverse-forward order, as nnsight requires).
-
-**GradDrop** (AtP*, Kramar et al. 2024): ``drops`` lists blocks ``l`` whose residual *branch*
-(attention and MLP, ``out - in``) passes no gradient back in that backward pass, only its skip
-connection does (:class:`_BranchGate`); ``None`` is the plain gradient. One forward pass serves
-every drop (the graph is kept between backward passes). The hooks backend implements drops; the
-nnsight backend records plain gradients only (a branch gate needs the block's input and output
-in one hook, which an nnsight trace does not give without reordering its reads).
-
-**Refusal.** MXFP4 expert kernels (GPT-OSS-20B on a GPU with triton and ``kernels``) have no
-backward (transformers: "MXFP4 quantization don't support training"): a gradient run on a model
-loaded with them raises :class:`GradientUnsupportedError` before any forward pass; load with
-``Mxfp4Config(dequantize=True)`` (bf16 weights) instead.
+The parameters are frozen during the run and the input embedding's output requires grad instead
+(:func:`gradient_mode`), so no parameter gradient is allocated. **GradDrop** (AtP*, Kramar et
+al. 2024): ``drops`` lists blocks whose residual branch passes no gradient back
+(:class:`_BranchGate`); one forward pass serves every drop; nnsight records plain gradients
+only. MXFP4 expert kernels have no backward: a gradient run on such a model raises
+:class:`GradientUnsupportedError` before any forward pass (load with
+``Mxfp4Config(dequantize=True)``).
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
 """Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 3).
 
-One file holds, for ``N`` rows (one row per trajectory step)::
-
-    /                                   attributes: see ROOT_ATTRS
-    /activations/{stage}/layer_{L}      (N, K, d_model) float16, chunked by rows
-    /activations/{stage}/positions      (N, K) int32, token positions in the replayed sequence
-    /activations/{stage}/present        (N,) bool, False where the step has no such anchor
-    /labels/{field}                     see LABEL_FIELDS
-    /reasoning                          attribute ``every``: k (0: no reasoning rows stored)
-    /reasoning/offsets                  (N + 1,) int64: row i's reasoning rows are
-                                        [offsets[i], offsets[i + 1])
-    /reasoning/length                   (N,) int32, tokens of row i's reasoning (0: none read)
-    /reasoning/layer_{L}                (R, d_model) float16, one reasoning position per row
-    /reasoning/positions                (R,) int32, token position in the replayed sequence
-    /reasoning/tokens                   (R,) int32, offset from the reasoning's first token
-    /reasoning/fraction                 (R,) float32, (tokens + 1) / length (1.0 at the last)
-
-``stage`` is ``pre_reasoning`` or ``post_reasoning`` (``K = 3``: the anchor tokens, in harmony
-``<|end|> <|start|> assistant``), and optionally ``grid_cells`` (``K = 15 * 15``: the token of
-every cell of the label canvas, row-major; cells outside the grid are zero and masked by the
-``PADDING`` class of ``/labels/cell_types``). ``L`` is the 0-based index of the decoder block
-whose *output* (the residual stream after block ``L``) is stored. Rows whose ``present`` is
-False hold zeros.
-
-The ``/reasoning`` group (version 2) holds ragged rows: for every store row, the residual
-stream at every ``k``-th token of the step's analysis message (offsets ``k - 1, 2k - 1, ...``)
-and at its last token (:func:`goalprobe.agents.harmony.reasoning_offsets`), in ascending order.
-A step without a complete analysis message (reasoning cut off, no harmony reasoning) has none.
-Version 3 adds the root attribute ``chat_format``: the JSON description of the chat format
-whose anchors and reasoning span the rows were read at
-(:meth:`goalprobe.agents.chat_format.ChatFormat.describe`; ``name`` is ``harmony`` or
-``think_tag``). The layout is otherwise that of version 2; stores of version 2, written
-before other formats existed, are read as harmony (:data:`DEFAULT_CHAT_FORMAT`).
+The layout (``/activations/{stage}/layer_{L}``, ``positions``, ``present``, ``/labels``, the
+ragged ``/reasoning`` group, root attributes) is documented in docs/formats.md. ``stage`` is
+``pre_reasoning`` or ``post_reasoning`` (``K = 3`` anchor tokens) or ``grid_cells``
+(``K = 15 * 15``, row-major, outside cells zero and ``PADDING``); ``L`` is the 0-based block
+whose output is stored; rows whose ``present`` is False hold zeros. Version 3 adds the root
+attribute ``chat_format``; version 2 stores read as harmony (:data:`DEFAULT_CHAT_FORMAT`).
 This module holds names and specs only; it does no I/O and imports no torch.
 """
 
