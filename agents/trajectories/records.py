@@ -34,17 +34,8 @@ class TruncatedLineWarning(UserWarning):
 
 @dataclass(frozen=True)
 class RunHeader:
-    """The first line of a trajectory file.
-
-    Attributes:
-        run_id: identifies the rollout configuration; a resume must present the same id.
-        config: the rollout config as JSON (see ``goalprobe.agents.rollout.RolloutConfig``).
-        backend: a JSON description of the backend (class, model, ...).
-        package_version: the goalprobe version that wrote the file.
-        chat_format: JSON description of the chat format the prompts and completions are in
-            (:meth:`goalprobe.agents.chat_format.ChatFormat.describe`); None (absent from the
-            line) in files written before formats were recorded, which are harmony.
-    """
+    """The first line of a trajectory file (fields: docs/formats.md); ``chat_format`` None
+    (absent) means harmony."""
 
     run_id: str
     config: dict
@@ -56,16 +47,7 @@ class RunHeader:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One rejected generation of a step (the agent's output named no valid action).
-
-    Attributes:
-        generated_token_ids: ``(n_generated,)`` ids of the generated text.
-        token_ids_source: ``"model"`` (ids the model produced) or ``"retokenized"``.
-        reasoning: the analysis-channel text, or None.
-        final: the final-channel text, or None when the model produced none.
-        finish_reason: why generation stopped (``"stop"``, ``"length"``, ...).
-        parse_error: why no action could be parsed.
-    """
+    """One rejected generation of a step (its answer named no valid action)."""
 
     generated_token_ids: list[int]
     token_ids_source: TokenIdsSource
@@ -79,44 +61,10 @@ class Attempt:
 class StepRecord:
     """One step ``t`` of an episode: the state shown, what the agent produced, what it did.
 
-    Attributes:
-        run_id: the run this step belongs to.
-        grid_id: the grid the episode runs on.
-        episode: the episode's index on its grid (0-based).
-        step: the step index ``t`` (0-based).
-        episode_seed: the seed the episode's sampling derives from.
-        grid_size: side ``n`` of the grid.
-        density: obstacle density of the grid (None when unknown).
-        variant: grid variant name (``goalprobe.gridworld.core.Variant``).
-        grid_text: the grid text shown to the agent in state ``s_t`` (on a false-belief grid
-            the shown grid: the oracle belief).
-        true_grid_text: the true grid's text in ``s_t`` when it differs from ``grid_text`` (a
-            false-belief grid), else None.
-        agent_row_col: the agent's cell in ``s_t``.
-        goal_row_col: the goal cell.
-        has_key: whether the agent holds the key in ``s_t``.
-        door_open: whether the door is open in ``s_t`` (True when the grid has no door).
-        key_row_col: the key cell, None when the grid has no key.
-        door_row_col: the door cell, None when the grid has no door.
-        optimal_actions: ``pi*(s_t)``, the optimal actions as sorted names.
-        distance_to_goal: shortest path length from ``s_t`` to the goal.
-        action: the executed action name, None when the step is invalid (agent stays put).
-        valid: whether an action was parsed (after retries).
-        next_agent_row_col: the agent's cell in ``s_{t+1}``.
-        prompt_token_ids: ``(n_prompt,)`` ids of the full prompt, as the model saw it.
-        generated_token_ids: ``(n_generated,)`` ids of the generated text of the used attempt.
-        token_ids_source: ``"model"`` or ``"retokenized"`` (rebuilt from text returned by a
-            server that does not return ids; replays are then approximate).
-        reasoning: analysis-channel text of the used attempt, or None.
-        final: final-channel text of the used attempt, or None.
-        finish_reason: why the used attempt's generation stopped.
-        parse_error: why the used attempt named no action (None when valid).
-        parse_form: how the action was parsed (``"json"``, ``"relaxed_json"``, ``"key_value"``).
-        attempts: number of generations for this step (1 + len(rejected_attempts); 0 for a
-            prompt-only state, see :mod:`goalprobe.agents.prompt_states`).
-        rejected_attempts: the earlier attempts whose output named no action, in order.
-        flags: notes, e.g. ``"retried"``, ``"invalid"``, ``"retokenized"``,
-            ``"max_tokens_reached"``, ``"relaxed_parse"``.
+    Fields: docs/formats.md (``step`` lines). ``grid_text`` is the grid the prompt drew (on a
+    false-belief grid the shown one), ``true_grid_text`` the true grid's text where it differs;
+    ``action`` is None for an invalid step; ``attempts`` is 0 for a prompt-only state
+    (:mod:`goalprobe.agents.prompt_states`).
     """
 
     run_id: str
@@ -180,33 +128,9 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class EpisodeSummary:
-    """The last line of an episode.
-
-    Attributes:
-        run_id: the run this episode belongs to.
-        grid_id: the grid it ran on.
-        episode: its index on the grid (0-based).
-        episode_seed: the seed its sampling derives from.
-        grid_size: side ``n`` of the grid.
-        density: obstacle density (None when unknown).
-        variant: grid variant name.
-        success: whether the agent reached the goal.
-        end_reason: ``"goal"``, ``"horizon"``, ``"truncated"`` (the last step's generation
-            was cut off by the token limit: behaviour metrics leave the episode out), or
-            ``"prompt_only"`` (a state written without generation by
-            :mod:`goalprobe.agents.prompt_states`; no behaviour).
-        length: number of steps taken (valid, invalid and truncated).
-        invalid_steps: steps whose every attempt named no action (truncated steps excluded).
-        optimal_steps: valid steps whose action was in ``pi*(s_t)``.
-        total_attempts: generations over all steps (retries included).
-        horizon: the step budget ``T``.
-        shortest_path_length: ``L``, shortest path length from the start state.
-        start_row_col: the agent's start cell.
-        goal_row_col: the goal cell.
-        final_agent_row_col: the agent's cell after the last step.
-        final_has_key: whether the agent held the key at the end.
-        final_door_open: whether the door was open at the end.
-    """
+    """The last line of an episode (fields: docs/formats.md). ``end_reason``: ``"goal"``,
+    ``"horizon"``, ``"truncated"`` (left out of behaviour metrics) or ``"prompt_only"``;
+    ``invalid_steps`` excludes truncated steps."""
 
     run_id: str
     grid_id: str
