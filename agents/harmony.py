@@ -1,27 +1,18 @@
 """GPT-OSS's harmony chat format, rendered by goalprobe, and the two activation anchors.
 
-This is the one place in the toolkit that knows the harmony layout. A prompt is::
+The one place in the toolkit that knows the harmony layout. A prompt is (without line breaks)::
 
     <|start|>system<|message|>{system content}<|end|>
-    <|start|>developer<|message|># Instructions\\n\\n{instructions}<|end|>
+    <|start|>developer<|message|># Instructions\n\n{instructions}<|end|>
     <|start|>user<|message|>{grid}<|end|>
     <|start|>assistant
 
-and a completion is::
-
-    <|channel|>analysis<|message|>{reasoning}<|end|>
-    <|start|>assistant<|channel|>final<|message|>{answer}<|return|>
-
-(without the line breaks). The system content follows ``openai_harmony.SystemContent``'s
-defaults (model identity, knowledge cutoff, ``Reasoning: low|medium|high``, valid channels).
-
-Anchors (study, section 5): the *pre-reasoning* anchor is the three tokens
-``<|end|> <|start|> assistant`` that close the prompt, right before the analysis channel; the
-*post-reasoning* anchor is the three tokens ``<|end|> <|start|> assistant`` that close the
-reasoning, right before ``<|channel|>final<|message|>``. :func:`find_anchors` locates both by
-token ids (never by offsets from the end), for any tokenizer that holds the harmony special
-tokens: the bundled word-level one and GPT-OSS's own o200k_harmony, where ``assistant``,
-``analysis`` and ``final`` are ordinary tokens.
+and a completion ``<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant
+<|channel|>final<|message|>{answer}<|return|>``. The system content follows
+``openai_harmony.SystemContent``'s defaults. The pre-reasoning anchor (study, section 5) is the
+``<|end|> <|start|> assistant`` that closes the prompt, the post-reasoning anchor the one that
+closes the reasoning; :func:`find_anchors` locates both by token ids for any tokenizer with the
+harmony special tokens.
 """
 
 from __future__ import annotations

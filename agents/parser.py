@@ -1,25 +1,11 @@
 """Parse the agent's final answer into an :class:`~goalprobe.gridworld.core.Action`.
 
-The study's prompt (appendix G) asks for a JSON object ``{"action": "<UP|DOWN|LEFT|RIGHT>"}``;
-its own example carries a trailing comma. :func:`parse_action` accepts that object with the
-usual noise around it and rejects everything that does not name exactly one action:
-
-* accepted: surrounding whitespace and text (``Sure! {"action": "up"} Good luck``), code fences
-  (```` ```json ... ``` ````), any letter case in the key and the value, whitespace inside the
-  value, trailing commas, single quotes, an unquoted key, other keys next to ``action``; the
-  same action named by several objects;
-* rejected (``action is None`` with an ``error`` saying why): empty text, no object with an
-  ``action`` key, a value that is not one of the four actions, several objects naming different
-  actions (ambiguous), an object holding the key twice with different values.
-
-As a last resort, when the text holds no complete object, a lone ``"action": "<ACTION>"`` pair
-is accepted and reported as ``form="key_value"``. :func:`parse_action` never raises: any string
-gives a :class:`ParseResult`.
-
-**Truncation.** An answer cut off by the token limit is not the agent's choice, however much of
-it parses (``{"action": "LEFT", "re`` stopped mid-object): :func:`parse_completion` takes the
-generation's ``finish_reason`` and names no action for ``"length"`` (``truncated=True``). Every
-caller that turns a generation into an action (rollouts, intention, patching) goes through it.
+:func:`parse_action` accepts the study's ``{"action": "UP"}`` with the usual noise (text
+around it, code fences, any case, trailing commas, single quotes, an unquoted key, other keys;
+a lone ``"action": "UP"`` pair as ``form="key_value"``) and rejects, with an ``error``, anything
+that does not name exactly one action; it never raises. :func:`parse_completion` names no
+action for an answer cut off by the token limit (``truncated=True``); every caller that turns a
+generation into an action goes through it.
 """
 
 from __future__ import annotations

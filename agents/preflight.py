@@ -1,25 +1,13 @@
 """The pre-flight: measure a sample of steps before a long generation run, refuse a budget that
 cuts too many of them, and say what the whole run will cost.
 
-A reasoning model's steps are long and their length depends on the model, the effort and the
-grid; a token budget that cuts the reasoning makes steps truncated (no behaviour, see
-:mod:`goalprobe.agents.rollout`) and a run of hours can be wasted before anyone looks.
-:func:`run_preflight` therefore generates one step at the start state of a sample of the run's
-grids (spread over the grid list, so every size is seen) with the run's own sampling settings
-(effort, budget, temperature), then reports
-
-* the truncation rate (generations cut off by ``max_new_tokens``) with a Wilson 95% interval;
-* the 95th percentile and mean of the generated tokens per step (reasoning + answer; a cut-off
-  step counts at the budget, so the percentile is then a lower bound);
-* the projected tokens and hours of the whole run: at most ``episodes x horizon`` steps per grid
-  (episodes that succeed earlier take fewer), at the mean tokens per step and the throughput
-  measured on the sample (generated tokens per wall-clock second with the sample's
-  conversations in flight together).
-
-:meth:`PreflightReport.check` raises :class:`PreflightRefused` when more than
-``PreflightConfig.max_truncated`` of the sampled steps were cut (default 5%), naming the flag
-that overrides it (``--allow-truncation``) and the budget to raise. The bundled agents need no
-pre-flight (their budgets are measured, :mod:`goalprobe.agents.budgets`).
+:func:`run_preflight` generates one step at the start state of a sample of the run's grids
+(spread over the list) with the run's own sampling settings, and reports the truncation rate
+with a Wilson 95% interval, the 95th percentile and mean of generated tokens per step (a cut
+step counts at the budget), and the projected tokens and hours of the run at the measured
+throughput. :meth:`PreflightReport.check` raises :class:`PreflightRefused` when more than
+``PreflightConfig.max_truncated`` of the steps were cut, naming ``--allow-truncation`` and the
+budget to raise. The bundled agents need none (:mod:`goalprobe.agents.budgets`).
 """
 
 from __future__ import annotations

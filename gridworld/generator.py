@@ -1,29 +1,15 @@
 """Seeded generation of n x n grid worlds with obstacle density d (study, section 3).
 
-Construction of one grid (``n`` odd, ``n >= 5``):
+One grid (``n`` odd, ``n >= 5``): (1) a perfect maze over the ``(odd, odd)`` lattice cells by
+randomised depth-first search (the d = 1 grid, a spanning tree); (2) ``round((1 - d) * count)``
+of the removable interior walls (not the border) opened uniformly at random (d = 0: an open
+room); (3) a uniformly random pair of distinct connected open cells at distance
+``>= min_distance`` as start and goal (rejection sampling, with an exhaustive fallback).
 
-1. **Perfect maze.** Every cell starts as a wall. The *lattice* cells ``(odd row, odd col)`` are
-   opened and connected by a randomised depth-first search that opens the wall cell between two
-   lattice neighbours whenever it moves to an unvisited one. The open cells then form a spanning
-   tree (no cycles, all connected): this is the d = 1 grid.
-2. **Wall removal.** The *removable interior walls* are the wall cells of the maze that are not
-   on the border (rows/cols 0 and n - 1): the uncarved walls between lattice cells and the
-   ``(even row, even col)`` pillars. ``round((1 - d) * count)`` of them (rounding half up),
-   chosen uniformly at random without replacement, become open. d = 1 removes none (a tree);
-   d = 0 removes all of them, leaving an open room inside the border. Removing a pillar whose
-   four neighbours are still walls creates an isolated open cell; such cells are never chosen as
-   start or goal because start and goal must be connected.
-3. **Start and goal.** A uniformly random pair of distinct open cells whose shortest-path
-   distance is at least ``min_distance`` (rejection sampling, which is exact; an exhaustive
-   fallback handles very restrictive ``min_distance``).
-
-Determinism: all randomness comes from the explicitly passed ``numpy.random.Generator`` and only
-through ``Generator.random`` (uniform doubles), whose stream for a given seed does not depend on
-the platform; selections are derived from those doubles here rather than through numpy's
-sampling helpers. Grid sets (:func:`generate_grid_set`) derive one seed per grid from
-``(config seed, size, density, variant, index)`` with :class:`numpy.random.SeedSequence`, so
-adding a size or a density leaves every other cell's grids unchanged, and each grid can be
-regenerated alone from ``grid.seed``.
+All randomness goes through ``Generator.random`` (platform-independent streams). Grid sets
+derive one seed per grid from ``(config seed, size, density, variant, index)`` with
+:class:`numpy.random.SeedSequence`, so adding a size or density leaves the other grids
+unchanged and each grid can be regenerated alone from ``grid.seed``.
 """
 
 from __future__ import annotations

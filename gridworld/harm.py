@@ -1,27 +1,13 @@
 """Harm grids: plain layouts with flower beds (``F``) that every shortest path crosses.
 
-A **harm cell** (a flower bed) is passable; an episode *harms* it at every step that ends with
-the agent standing on it (:func:`harm_count`). The prompt names the symbol but attaches no
-penalty (the moral-conditioning prompt asks to avoid it), after the reward-harm trade-offs of
-MACHIAVELLI (Pan et al., 2023), transposed to the grid world.
-
-Construction of one grid (:func:`generate_harm_grid`):
-
-1. A plain grid of the study's generator (:func:`goalprobe.gridworld.generator.generate_grid`)
-   with start-goal distance ``L >= min_distance``.
-2. A *layer* ``k`` (``1 <= k <= L - 1``) of the shortest-path cells: the cells ``c`` with
-   ``d_start(c) = k`` and ``d_start(c) + d_goal(c) = L``. Every shortest path passes exactly one
-   cell of each layer, so a layer is a cut of all shortest paths. ``n_layers`` distinct layers,
-   chosen uniformly at random, become harm cells.
-3. The grid is kept when the harm-free shortest path (harm cells treated as walls) exists, is
-   at most ``max_detour`` steps longer than ``L`` and fits the episode budget ``ceil(1.5 L)``;
-   otherwise other layers, then a fresh layout, are tried (``max_attempts`` layouts).
-
-Exact quantities of any grid (:func:`harm_profile`): ``L`` (harm ignored), the harm-free
-shortest length, and the least harm on a shortest path (dynamic programming over the
-shortest-path DAG). The random agent of MACHIAVELLI's behaviour score is
-:func:`random_harm_counts`. Seeds follow :mod:`goalprobe.gridworld.generator`: one per grid
-from ``(seed, size, density, "harm", index)``. This module imports no torch.
+A harm cell is passable; an episode harms it at every step that ends on it
+(:func:`harm_count`). The prompt attaches no penalty (the moral-conditioning prompt asks to
+avoid it), after MACHIAVELLI (Pan et al., 2023). :func:`generate_harm_grid` takes a plain grid
+with ``L >= min_distance``, turns ``n_layers`` random layers of the shortest-path DAG (cells
+with ``d_start = k`` and ``d_start + d_goal = L``, each a cut of all shortest paths) into harm
+cells, and keeps the grid when a harm-free path exists within ``max_detour`` steps and the
+budget ``ceil(1.5 L)``. :func:`harm_profile` gives the exact quantities of a grid;
+:func:`random_harm_counts` the random agent. No torch.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Behavioural metrics of an agent in the grid world (study, section 4 and appendix B).
 
-Everything here works on :class:`TrajectoryData`, plain data that a rollout record converts into;
-optimal action sets are inputs, so this module needs neither the dynamics nor the planner.
-It imports no torch. Beside it, on the same data: the key-door metrics of section 4.3
-(:mod:`goalprobe.gridworld.key_metrics`) and the comparison of paired grids, trajectory overlap
-and the Wilcoxon test of appendix D (:mod:`goalprobe.gridworld.paired`).
-
-Conventions, applied by every function:
-
-* **Steps.** A trajectory of ``T`` steps has ``T + 1`` states ``s_0 .. s_T`` (``s_T`` is the state
-  after the last action) and ``T`` actions ``a_0 .. a_{T-1}``; ``optimal_sets[t]`` is the set of
-  optimal actions ``pi*(s_t)``.
-* **Invalid steps.** ``actions[t] is None`` marks an invalid step (the agent's output named no
-  action). It is never optimal (accuracy, ECE). In the empirical policy it is a fifth outcome
-  ``INVALID`` next to the four actions, to which ``pi*`` gives probability 0, so an agent that
-  emits invalid output is further from ``pi*`` (JSD) than one that does not. An agent without
-  invalid steps gets exactly the study's four-action policy.
-* **Log base.** Entropy and Jensen-Shannon divergence are in **nats** (natural log) unless a
-  ``base`` is passed (``base=2`` gives bits). Appendix B of the study names no base; in nats
-  ``0 <= JSD <= ln 2 ~= 0.693`` and ``0 <= H <= ln 5`` (``ln 4`` without invalid steps).
-* **Undefined values.** A metric over no data (no trajectories, no steps, no step in a stage)
-  is ``math.nan``, never an error and never a made-up number (only :func:`grid_metrics`, which
-  needs a grid id, refuses an empty list). Bad data raises ``ValueError`` naming the grid, the
-  field and the step.
+Everything here works on :class:`TrajectoryData` (plain data; optimal action sets are inputs)
+and imports no torch; key-door metrics live in :mod:`.key_metrics`, paired grids in
+:mod:`.paired`. Conventions: a trajectory of ``T`` steps has states ``s_0 .. s_T`` and actions
+``a_0 .. a_{T-1}``; ``actions[t] is None`` marks an invalid step, never optimal, and a fifth
+policy outcome ``INVALID`` to which ``pi*`` gives 0; entropy and JSD are in nats unless
+``base`` is given; a metric over no data is ``math.nan`` (only :func:`grid_metrics` refuses an
+empty list), and bad data raises ``ValueError`` naming grid, field and step.
 """
 
 from __future__ import annotations

@@ -1,27 +1,19 @@
 """Grid variants with instrumental and implicit goals (study, section 4.3), with matched controls.
 
-Two layout families; every variant of a family generated from the same random stream shares
-its walls, start and goal, so a variant and its control differ only in the key (and door):
+Every variant of a family generated from the same random stream shares walls, start and goal,
+so a variant and its control differ only in the key (and door).
 
-**Key-door family** (``key_door``, ``key_no_door``, ``key_door_control``). A full wall line
-(a row or a column at an even index) splits the interior into two sides; each side is a perfect
-maze of its own (randomised DFS), then ``round((1 - d) * R)`` of its removable interior walls are
-opened as in :mod:`goalprobe.gridworld.generator` (the dividing line is never opened). One cell
-of the line, between two lattice cells, is the door. Start and key are distinct cells of the
-agent's side connected to the door; the goal is on the other side, connected to the door.
+**Key-door family.** A full wall line splits the interior into two mazes (density as in
+:mod:`goalprobe.gridworld.generator`); one cell of the line is the door; start and key lie on
+the agent's side, the goal on the other. ``key_door``: the door is locked (the key is
+instrumental); ``key_no_door``: the door is open (the key is useless, an implicit goal);
+``key_door_control``: door open, no key.
 
-* ``key_door``: the door is locked, so the only way to the goal is via the key (instrumental).
-* ``key_no_door``: the door cell is open; the key is useless (implicit goal).
-* ``key_door_control``: door cell open and no key (the matched no-key control of both).
+**Two-path family.** A rectangle with an open perimeter and walled interior, start and goal at
+opposite corners: exactly two shortest paths of equal length. ``two_path_key`` puts a useless
+key on one of them; ``two_path_no_key`` is the same grid without it.
 
-**Two-path family** (``two_path_key``, ``two_path_no_key``). On a generated maze, a rectangle
-whose corners are lattice cells gets an open perimeter and a walled interior; start and goal
-are opposite corners. Every shortest path is monotone inside the rectangle, so there are exactly
-two, of equal length (one along each side). ``two_path_key`` puts a (useless) key on one of
-them, uniformly among its cells strictly between start and goal; ``two_path_no_key`` is the
-same grid without the key.
-
-Layouts are built in one orientation and then rotated by a random number of quarter turns.
+Layouts are built in one orientation, then rotated by a random number of quarter turns.
 """
 
 from __future__ import annotations
