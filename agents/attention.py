@@ -1,22 +1,13 @@
 """GPT-OSS attention with its sinks through PyTorch's ``scaled_dot_product_attention``.
 
-Transformers runs GPT-OSS under its eager attention only (the per-head sink logit rules SDPA
-out): every call repeats the key/value heads, materialises the scores, concatenates the sink
-column and softmaxes in Python-visible steps. The same maths fits one SDPA call: append one
-key and one value of zeros to every sequence and give that key, through the additive mask,
-the head's sink as its logit. The softmax then runs over ``[scores, sink]`` exactly as eager's
-does, the zero value drops the sink's share from the output, and SDPA handles the grouped
-key/value heads itself (``enable_gqa``). On the bundled agent on CPU it generates in 0.68 of
-eager's time with the same greedy tokens and logits within 2e-5 (scripts/bench_attention.py,
-docs/benchmarks.md).
-
-Shapes (transformers' attention-interface convention): ``query`` ``(B, H, Q, D)``, ``key`` and
-``value`` ``(B, KV, K, D)``, ``attention_mask`` ``(B, 1, Q, K)`` additive float (transformers'
-eager mask, which :func:`register_sink_attention` assigns to this implementation, sliding
-windows and padding included), output ``(B, Q, H, D)``.
-
+Transformers runs GPT-OSS under eager attention only (the sink logit rules SDPA out). The same
+maths fits one SDPA call: append a zero key and value to every sequence and give that key the
+head's sink as its logit through the additive mask; SDPA handles grouped key/value heads
+(``enable_gqa``). On the bundled agent on CPU it generates in 0.68 of eager's time with the
+same greedy tokens (docs/benchmarks.md). Shapes: ``query`` ``(B, H, Q, D)``, ``key``/``value``
+``(B, KV, K, D)``, additive mask ``(B, 1, Q, K)``, output ``(B, Q, H, D)``.
 :func:`set_attention` is the one place a loaded model's kernel is chosen (``auto``: this one on
-CPU, eager elsewhere, where it has not been measured); nothing registers at import.
+CPU, eager elsewhere); nothing registers at import.
 """
 
 from __future__ import annotations

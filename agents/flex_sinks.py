@@ -1,24 +1,12 @@
 """GPT-OSS attention through FlexAttention with the sinks applied in fp32 (issue 43).
 
-FlexAttention never materialises the ``T x T`` scores (on CUDA, compiled), so its memory is
-linear in the sequence length: what long reasoning needs. GPT-OSS's per-head sink logit joins
-the softmax's denominator, which FlexAttention's ``score_mod`` cannot express; the sink is
-applied afterwards from the log-sum-exp ``L`` of the real keys' scores:
-``out_with_sink = out x exp(L) / (exp(L) + exp(sink)) = out x sigmoid(L - sink)``.
-transformers 5.24's flex path casts ``L`` to the compute dtype first (bf16: 8 bits of mantissa,
-so at ``L`` of 10-20, a trained head's range, ``exp(L)`` is off by up to 4-10%, and the
-renormalised output with it). :func:`sink_renormalise` keeps ``L``, the sink and the factor in
-fp32 and rounds once, at the end.
-
-On CPU (torch 2.13) ``flex_attention`` runs uncompiled (it materialises the scores: no memory
-saving, but the same maths and the log-sum-exp in fp32), which is how the kernel is tested here
-against fp32 eager attention (``tests/agents/test_flex_sinks.py``); compiled FlexAttention on
-CPU cannot return the log-sum-exp in torch 2.13. On CUDA it runs compiled.
-
-Shapes as :mod:`goalprobe.agents.attention`: ``query`` ``(B, H, Q, D)``, ``key``/``value``
-``(B, KV, K, D)``; the mask is transformers' flex ``BlockMask`` (registered with the kernel by
-:func:`register_flex_fp32_sinks`; an additive float mask, if one is handed, is applied through
-``score_mod``). Planned by the flex memory model (:func:`goalprobe.activations.plan.planned_attention`).
+FlexAttention's memory is linear in the sequence length (on CUDA, compiled). Its ``score_mod``
+cannot add the per-head sink to the softmax's denominator, so the sink is applied afterwards
+from the log-sum-exp ``L``: ``out x sigmoid(L - sink)``. transformers 5.24 casts ``L`` to bf16
+first (4-10% off at a trained head's ``L`` of 10-20); :func:`sink_renormalise` keeps ``L``, the
+sink and the factor in fp32. On CPU ``flex_attention`` runs uncompiled (same maths), which is
+how it is tested against fp32 eager (``tests/agents/test_flex_sinks.py``). Shapes as
+:mod:`goalprobe.agents.attention`; the mask is transformers' flex ``BlockMask``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Rollout backend running any transformers causal LM in this process (GPT-OSS-20B, bundled agent,
 a think-tag reasoning model such as Qwen3).
 
-The backend renders prompts in the model's chat format (:mod:`goalprobe.agents.chat_format`:
-harmony, rendered by goalprobe itself, or the model's own ``<think>`` chat template), stops at
-the format's stop ids, splits each completion into reasoning and answer with the format and
-records every generated token. It samples a batch of
-conversations with ``model.generate`` and a KV cache, so ``B`` episodes' steps cost about one
-generation. Every prompt of a run starts with the same system and developer messages (several
-hundred tokens; only the last user message, the grid, differs), so the backend runs that shared
-prefix once, keeps its KV cache between calls, and hands a copy of it, repeated over the batch,
-to ``generate``: each call then only encodes the user messages. Rows are grouped by prompt
-length, so no row is ever padded (padding between the cached prefix and a prompt would shift
-sliding-window attention); conversations without a shared prefix fall back to one left-padded
-``generate`` call.
-
-Sampling is seeded per conversation: every row of the batch draws its tokens from its own
-``torch.Generator`` (temperature, then top-p, then a multinomial draw), so a conversation's
-completion depends only on the model, its prompt and its seed, never on the other
-conversations of the batch. Seeds are passed per conversation (``generate(..., seeds=[...])``)
-or derived from ``SamplingConfig.seed`` and the row index.
+Prompts are rendered in the model's chat format (:mod:`goalprobe.agents.chat_format`), a batch
+is sampled with ``model.generate`` up to the format's stop ids, and each completion is split
+into reasoning and answer. The system and developer messages every prompt shares are run once
+and their KV cache reused (a copy repeated over the batch), with rows grouped by prompt length
+so none is padded (padding after the prefix would shift sliding-window attention);
+conversations without a shared prefix go in one left-padded call. Every row samples from its
+own ``torch.Generator`` (:class:`PerRowSampler`), so a completion depends only on the model,
+its prompt and its seed, never on the rest of the batch.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Prompt-only states: the agent's prompt at arbitrary grid states, with no generation.
 
-Pre-reasoning activations (the anchors ``<|end|> <|start|> assistant`` at the end of the
-prompt) depend on the prompt alone, so a probing set needs no rollout: it needs prompts at many
-states of many grids. :func:`write_prompt_states` samples states per grid (seeded), renders each
-state's prompt exactly as a rollout step would (same messages, template and harmony rendering,
-encoded by the backend that will be replayed) and writes them as a trajectory file (schema
-``goalprobe.trajectory/2``) in which every state is a one-step episode with no generated tokens:
-
-* the run header's ``config`` carries ``"prompt_only": true`` and the sampling settings;
-* each step has ``generated_token_ids == []``, ``action = None``, ``valid = False``,
-  ``finish_reason = "prompt_only"`` and the flag ``"prompt_only"``;
-* each summary has ``end_reason = "prompt_only"`` and ``length = 1``.
-
-``goalprobe extract FILE --stages pre_reasoning`` then stores the anchors of every state,
-replaying only the prompt, and keeps extraction's resumable, sharded, crash-safe behaviour.
-Such a file holds no behaviour: behavioural readers must not score it (``is_prompt_only``).
-
-States: the start state first, then distinct cells drawn uniformly (seeded per grid) among
-the open cells from which the goal is reachable, the goal excluded, with the start's key and
-door status (key variants: the key not yet held, the door closed).
+Pre-reasoning activations depend on the prompt alone, so a probing set needs prompts at many
+states, not rollouts. :func:`write_prompt_states` samples states per grid (the start, then
+distinct open cells from which the goal is reachable, seeded, with the start's key and door
+status), renders each prompt as a rollout step would, and writes a trajectory file in which
+every state is a one-step episode without generation (header ``config["prompt_only"]``, step
+flag and ``finish_reason`` ``"prompt_only"``, ``end_reason = "prompt_only"``), for
+``goalprobe extract --stages pre_reasoning``. Behavioural readers must not score such a file
+(:func:`is_prompt_only`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """False-belief grids: the prompt draws a grid that differs from the true one in known cells.
 
-The study scores behaviour against a *decoded* belief and never knows the agent's belief. Here
-the belief is known by construction: the prompt shows :attr:`Grid.shown` (the *oracle belief*)
-while the episode runs on the true grid. Three kinds, each with a matched control (the same true
-grid, shown as it is):
-
-* ``phantom_wall``: walls drawn on open cells: every cell that an optimal first move of the true
-  grid enters. Shown-optimal and true-optimal first actions are disjoint.
-* ``hidden_wall``: walls that are there but drawn open: every cell that an optimal first move
-  of the *shown* grid enters is a wall in truth. Again the two optimal first-action sets are
-  disjoint (a belief-following agent bumps into the hidden wall).
-* ``stale_goal``: the goal moved; the prompt draws it at its old cell. The old cell is chosen
-  (farthest from the true goal first) so that the two optimal first-action sets are disjoint.
-
-Every pair records in ``extra["false_belief"]``: ``kind``, ``role`` (``"false_belief"`` or
-``"control"``), ``pair_id``, ``differs`` (the ``[row, col]`` cells whose cell type differs
-between the shown and the true initial state) and the optimal first actions under both. Seeded;
-no torch.
+The prompt shows :attr:`Grid.shown` (the *oracle belief*) while the episode runs on the true
+grid. Three kinds, each with a matched control (the same true grid, shown as it is), all with
+disjoint shown-optimal and true-optimal first actions: ``phantom_wall`` (walls drawn on the
+cells the true optimal first moves enter), ``hidden_wall`` (walls drawn open where the shown
+grid's optimal first moves go) and ``stale_goal`` (the goal drawn at an old cell). Every pair
+records ``kind``, ``role``, ``pair_id``, ``differs`` and both optimal first actions in
+``extra["false_belief"]``. Seeded; no torch.
 """
 
 from __future__ import annotations

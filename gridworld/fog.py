@@ -1,24 +1,13 @@
 """Fogged grids: the partially observable grid world of the study's Appendix A. No torch.
 
-Every cell starts hidden except those visible from the start. From its cell the agent sees the
-cells within a square radius (Chebyshev distance, default 3, the study's Fig. 11: a 7 x 7
-window) along lines of sight that walls block; a seen cell stays revealed for the rest of the
-episode. The prompt draws a hidden cell as ``*`` and a revealed cell with its own symbol
-(``_`` open, ``#`` wall, ``G`` goal, ...), so the text keeps one token per cell.
-
-Line of sight (:func:`line_of_sight`) follows Bresenham's line algorithm, as the study does:
-the cells strictly between the viewer and the target must not be walls; the target itself may
-be one (a wall is seen, and hides what lies behind it). Bresenham's line from ``a`` to ``b``
-and from ``b`` to ``a`` can differ where the line passes a corner exactly, so a cell is
-visible when either of the two lines is clear: visibility between two open cells is then
-symmetric (property-tested).
-
-The agent's knowledge at a step is the revealed set (:class:`FogEpisode`), which is exact:
-policy-vs-belief scoring under fog compares the agent with the free-space planner on that
-knowledge (:func:`free_space_action`), the standard baseline of navigation under uncertainty:
-shortest paths on the revealed map with unknown cells treated as open, replanned each step.
-Failure modes of the study's A.1 are counted per episode (:func:`failure_modes`): revisits
-(redundant backtracking), moves into known walls, and moves into known dead-ends.
+The agent sees the cells within a square radius (default 3: a 7 x 7 window) along lines of
+sight that walls block; a seen cell stays revealed, and the prompt draws hidden cells as ``*``.
+Line of sight (:func:`line_of_sight`) is Bresenham's line, clear when either direction's line
+is (so visibility between open cells is symmetric); the target may be a wall. The revealed set
+(:class:`FogEpisode`) is the agent's exact knowledge; :func:`free_space_action` is the
+free-space planner on it (unknown cells open, replanned each step), and
+:func:`failure_modes` counts the study's A.1 failures (revisits, moves into known walls and
+dead-ends).
 """
 
 from __future__ import annotations

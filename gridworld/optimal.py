@@ -1,21 +1,10 @@
 """Exact optimal policies by breadth-first search (study, sections 3-4).
 
-The study's reference policy ``pi*`` is uniform over the optimal actions of a state. Here the
-optimal action set of a state is *every* action that lowers the shortest-path distance to the
-goal by exactly one; distances come from an exact breadth-first search, so ties between equally
-short routes are all kept (a single A* path would drop them).
-
-States are ``(agent cell, has_key, door_open)`` (:class:`~goalprobe.gridworld.core.State`).
-Arrays over all states are indexed ``[has_key, door_open, row, col]``:
-
-* Grids without a door: the dynamics do not depend on ``has_key`` or ``door_open`` (a key without
-  a door is inert), so all four layers are equal and one BFS over the cells suffices.
-* Grids with a door: a reverse BFS over the product state space (``4 n^2`` states) with the
-  key and door rules of :mod:`goalprobe.gridworld.dynamics`.
-
-Unreachable states (walls, cells cut off from the goal, the cell of a locked door) have distance
-``math.inf`` and no optimal action; the goal has distance 0 and no optimal action (the episode
-is over).
+The optimal action set of a state is every action that lowers the exact BFS distance to the
+goal by one (ties kept). States are ``(agent cell, has_key, door_open)``; arrays over them are
+indexed ``[has_key, door_open, row, col]``: one BFS over cells without a door, a reverse BFS
+over the ``4 n^2`` product states with one. Unreachable states have distance ``math.inf`` and
+no optimal action; the goal has distance 0 and none either.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Iso-difficulty transforms (study, section 4.2 and appendix D).
 
-Each transform returns a :class:`Transformed`: the new grid, the map of actions and the map of
-cells from the original to the new grid.
-
-Geometric transforms (``reflect``, ``reflect_vertical``, ``rotate90``, ``transpose``) move every
-cell, including start, goal, key and door, by a symmetry of the square. They preserve size,
-wall count (density), shortest path length, and the whole optimal policy: for every state ``s``
-of the original grid, ``pi*_new(map_state(s)) = {action_map[a] for a in pi*_old(s)}``.
-
-``start_goal_swap`` exchanges start and goal and keeps every cell in place (identity maps). It
-preserves size, wall count and the shortest path length L (moves are reversible), but not the
-policy at a given cell: the new optimal actions lead towards the old start. What holds is path
-reversal: an optimal path of the original, walked backwards, is an optimal path of the swapped
-grid, and a cell lies on some optimal path of one grid exactly when it does on the other. The
-swap is refused on grids with a door (the agent would start behind the locked door, away from
-the key).
+Each returns a :class:`Transformed`: the new grid and the maps of actions and cells. Geometric
+transforms (``reflect``, ``reflect_vertical``, ``rotate90``, ``transpose``) preserve size,
+density, shortest path length and the whole optimal policy under the maps.
+``start_goal_swap`` keeps every cell in place and preserves size, density and ``L``; optimal
+paths reverse. It is refused on grids with a door.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """TransformerLens backend: a ``TransformerBridge`` around the loaded Hugging Face model.
 
-``TransformerBridge.boot_transformers(model_id, hf_model=model, tokenizer=tokenizer)`` wraps an
-already-loaded model offline (TransformerLens 4 supports GPT-OSS); nothing is downloaded. The
-bridge keeps the raw Hugging Face weights (no weight folding), so ``blocks.{L}.hook_resid_post``
-is the output of block ``L``: capture reads it with ``run_with_cache(...,
-stop_at_layer=max(layers) + 1)`` (later blocks and the unembedding are skipped), patching
-overwrites it with hooks over the full sequence.
-
-The bridge modifies the model it wraps in place: it swaps the blocks for bridge components and
-switches attention to the eager implementation. A full forward pass of that model still gives
-the same numbers, but a forward that continues from a KV cache does not (on GPT-OSS, with
-transformers 5, Hugging Face ``generate`` of a wrapped model departs from the original after
-the first token), and ``save_pretrained`` fails. So by default the backend wraps a deep copy
-(``copy_model=True``) and :attr:`model` stays the intact original, which the patching
-experiment uses for greedy completions. Extraction, which runs full forwards only, may pass
-``copy_model=False`` to save the memory of a second copy. For the same reason :meth:`generate`
-decodes greedily with full forward passes of the bridge rather than TransformerLens' cached
-``hf_generate``.
+The bridge wraps the loaded model offline, without weight folding, so
+``blocks.{L}.hook_resid_post`` is block ``L``'s output: capture reads it with
+``run_with_cache(..., stop_at_layer=max(layers) + 1)``, patching overwrites it with hooks. The
+bridge changes the model it wraps (eager attention, bridge blocks: cached generation departs
+from the original after the first token), so by default it wraps a deep copy
+(``copy_model=True``) and :attr:`model` stays intact; extraction may pass ``copy_model=False``.
+:meth:`generate` decodes greedily with full forward passes of the bridge.
 """
 
 from __future__ import annotations
