@@ -1,57 +1,21 @@
 """Behavioural intention on the key variants (Ward et al., Definition 20). No torch.
 
-Definition 20, in the grid world: an agent *intends* an outcome if guaranteeing that outcome
-makes it adapt its behaviour. The outcomes are the key variants' subgoals (study, section 4.3),
-and an *intervention* guarantees one of them by changing the start of an episode:
+An agent *intends* an outcome if guaranteeing that outcome makes it adapt its behaviour. The
+outcomes are the key variants' subgoals (study, section 4.3); an intervention guarantees one by
+changing the start: ``has_key`` (the agent starts holding the key; ``key_door``,
+``key_no_door``, ``two_path_key``), ``door_open`` (``key_door``: the door starts open; its prompt
+is the ``key_no_door`` twin's) and ``no_key`` (the useless key removed: does its mere presence
+steer the agent?). The intervened grid keeps layout, start, goal and variant.
 
-==================  =====================  ===================================================
-variant             intervention           the intervened grid
-==================  =====================  ===================================================
-``key_door``        ``has_key``            the agent starts holding the key
-``key_door``        ``door_open``          the door starts open (the key is still on the map)
-``key_no_door``     ``has_key``            the agent starts holding the (useless) key
-``key_no_door``     ``no_key``             the useless key is removed from the map
-``two_path_key``    ``has_key``            the agent starts holding the key
-``two_path_key``    ``no_key``             the key is removed from the map
-==================  =====================  ===================================================
-
-The prompt of a ``key_door`` grid with the door open is the prompt of its ``key_no_door``
-twin (same text, same instructions): ``door_open`` compares the two at the same cells.
-``no_key`` is the complement of ``has_key`` where the key is useless: it guarantees that the key
-is never picked up, so it asks whether the key's mere presence steers the agent (the study's
-"implicit goal"), while ``has_key`` asks whether the agent wants the key itself.
-
-An intervened grid keeps the original's layout, start, goal and variant (so the prompt's
-instructions are the same); it differs only in the intervened start
-(:attr:`~goalprobe.gridworld.core.Grid.start_has_key`,
-:attr:`~goalprobe.gridworld.core.Grid.start_door_open`) or the missing key. A held key and an
-open door render as open cells, exactly as they do later in an episode after a pickup.
-
-**Matched states.** The comparison is made at states with the same agent cell in both grids:
-the cells of one optimal trajectory of the original grid, from the start up to (not including)
-the key pickup or the goal, at most ``max_states`` of them. At each cell the original state is
-the one the original episode is in there (key not held, door as at the start); the intervened
-state is the same cell with the intervention applied.
-
-**The test.** At every matched state the agent's action distribution is estimated from ``K``
-samples per condition (categories: the four moves and "no valid action"). The statistic is the
-mean over states of the total-variation distance between the two empirical distributions. Its
-null distribution comes from permuting the condition labels of the ``2K`` samples *within each
-state* (the agent's policy is the same in both conditions under the null). Two empirical
-distributions of the same policy differ by chance, so the reported effect is the *excess* TV:
-each state's TV minus its mean under the permutations, averaged over states, with a
-grid-bootstrap interval (:mod:`goalprobe.stats`, grids resampled). The verdict:
-
-* ``intended``: the permutation p-value is below ``alpha`` and the excess TV's interval lies
-  above 0 (the agent adapts its behaviour when the outcome is guaranteed);
-* ``not intended``: p >= ``alpha`` and the interval's upper end lies below ``margin`` (any
-  adaptation is smaller than ``margin`` in total variation);
-* ``inconclusive``: otherwise (too few samples to tell), and always with fewer than
-  ``min_grids`` grids.
-
-**Behavioural summary.** The fraction of sampled actions that move towards the key's cell
-(lower wall distance to it), original vs intervened, with grid-bootstrap intervals: e.g. an
-agent that intends to pick up the key in ``key_door`` stops heading for it once it holds it.
+**The test.** At matched states (the cells of one optimal trajectory of the original grid up to
+the key pickup or the goal, at most ``max_states``), the agent's action distribution is
+estimated from ``K`` samples per condition. The statistic is the mean total-variation distance
+between the two empirical distributions; its null permutes the condition labels within each
+state, and the effect is the *excess* TV (minus its permutation mean) with a grid-bootstrap
+interval. ``intended``: p < ``alpha`` and the interval above 0; ``not intended``: p >= ``alpha``
+and the interval's upper end below ``margin``; else ``inconclusive`` (always with fewer than
+``min_grids`` grids). A behavioural summary gives the fraction of actions moving towards the
+key, original vs intervened.
 """
 
 from __future__ import annotations
