@@ -29,10 +29,10 @@ from typing import Literal
 import numpy as np
 from goalprobe.activations.capture.base import CleanRun, ResidualBackend
 from goalprobe.activations.extract import default_layers
-from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages, uses_key_prompt
 from goalprobe.agents.reasoning import PLAN_STEPS, reasoning_text

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.activations.capture.base import ResidualBackend
-from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.harmony import ReasoningEffort
+from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.trajectories import read_run_header, read_steps
 from goalprobe.probes.patching.counterfactuals import (
     BaseState,
