@@ -1,51 +1,12 @@
 """The one layout of a goalprobe run directory (every layer uses it; nothing else names paths).
 
-A run directory holds one agent's study: the grid sets, its trajectories, the activation store,
-the fitted probes and what was computed from them. ``goalprobe demo`` writes it stage by stage,
-the single-stage verbs (``goalprobe score RUN``, ``goalprobe view RUN``) read it, and the
-report and the viewer find every artefact through :class:`RunLayout`::
-
-    RUN/demo_config.json                          the demo config of the last call
-    RUN/provenance.json                           commit, command, threads, library versions
-    RUN/stages/<stage>.json, <stage>.failed.json  stage records (goalprobe.stage/1)
-    RUN/<stage>/config.json                       the config the stage received
-    RUN/grids/grids.jsonl                         main grid set (goalprobe.gridset)
-    RUN/rollouts/trajectories.jsonl               main rollouts (goalprobe.trajectory)
-    RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
-    RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
-    RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
-    RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
-                                                  and moral prompts (goalprobe.demo.harm)
-    RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
-    RUN/fog/activations.h5, map.json              what the anchors hold under fog (fog_map)
-    RUN/decision/lens.json                        logit lens along the reasoning (decision)
-    RUN/decision/steps.jsonl                      the lens per step and reasoning chunk (decision)
-    RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
-    RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
-                                                  headline probe decodes it (intention_map)
-    RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
-                                                  states of its own grids, pre-reasoning store
-    RUN/activations/activations.h5                activation store (goalprobe.activations)
-    RUN/false_belief/{grids,trajectories,states}.jsonl, activations.h5, results.json
-                                                  false-belief grids (goalprobe.false_belief/1)
-    RUN/false_belief/decoded_maps.h5              every step's decoded map (goalprobe.step_maps)
-    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
-    RUN/probes/decoded/headline_pre_reasoning_L<layer>.h5   the rollouts decoded by the probing
-                                                  set's probes (cells + position read-outs)
-    RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
-    RUN/probes/probing/models/position_{agent,goal}_pre_reasoning.*  position probes (probing)
-    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
-    RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
-    RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
-    RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
-    RUN/attribution/attribution.{json,safetensors}, attribution_check.json, heatmap  attribution
-    RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
-    RUN/report.html                               the self-contained report
-    RUN/control/                                  the positive-control agent's run (the same
-                                                  layout; ``goalprobe demo`` without --model)
-
-Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
-missing file. Imports nothing but the standard library.
+A run directory holds one agent's study: ``demo_config.json``, ``provenance.json``, the stage
+records ``stages/<stage>.json`` (and ``.failed.json``), one folder per stage with its
+``config.json`` and outputs (:data:`ARTEFACTS` lists every file, docs/formats.md its format),
+``report.html``, and ``control/``: the positive-control agent's run in the same layout.
+``goalprobe demo`` writes it stage by stage; the single-stage verbs, the report and the viewer
+find every artefact through :class:`RunLayout`. Paths are plain attributes, so a typo is an
+``AttributeError``, not a missing file. Imports nothing but the standard library.
 """
 
 from __future__ import annotations

@@ -1,35 +1,17 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout`; every file may be
-missing (:attr:`RunData.missing` says which are). :class:`RunData` composes the readers of the
-rooms that own each format, which check its schema and version:
+Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout` and every file may be
+missing (:attr:`RunData.missing`). :class:`RunData` composes the readers of the rooms that own
+each format (grid set, trajectories, store labels, decoded maps and predicted plans, patching
+records, scoring JSON, the false_belief, fog and decision stages' outputs), which check schema
+and version. The parts join on ``(grid_id, episode, step)``: the store's ``/labels`` map rows
+to those ids, HDF5 files name store rows in ``row_ids``, a patching record names its base in
+``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``).
 
-* grid set (:mod:`goalprobe.gridworld.io`: an index of grid ids, one grid read at a time) and
-  trajectories (:mod:`goalprobe.agents.trajectories.index`: a byte-offset index of the
-  episodes, one episode read at a time);
-* the activation store (:mod:`goalprobe.activations.store`, only its /labels ids);
-* decoded maps and predicted plans (:mod:`goalprobe.viewer.sources` over
-  :mod:`goalprobe.probes.decoded_maps` and :mod:`goalprobe.probes.predicted_plans`): attributes
-  on opening, an episode's rows on demand; prefix accuracy by
-  :func:`goalprobe.probes.plan_metrics.stored_run_metrics`;
-* the patching records (:func:`goalprobe.probes.patching.results.read_records`);
-* belief and MEG scoring (JSON) and whether the report exists;
-* the false_belief stage's outputs (:mod:`goalprobe.viewer.false_belief_data`), the fog
-  stage's (:mod:`goalprobe.viewer.fog_data`) and the decision stage's lens per step and
-  reasoning chunk (:mod:`goalprobe.probes.decision_steps`).
-
-How the parts join: a trajectory step is ``(grid_id, episode, step)``; the store's ``/labels``
-map each of its rows to those ids (and the trajectory ``run_id``); decoded maps and predicted
-plans name store rows in ``row_ids``; a patching record names its base step in ``base_id``
-(``"{run_id}/{grid_id}/{episode}/{step}"``).
-
-Nothing is loaded whole. Opening a run indexes the trajectory file once, and reads the id
-columns of the store and the ``row_ids`` of each HDF5 file on first use. Showing an episode
-reads its step lines and only its rows of the probability and plan datasets.
-
-Safety (:mod:`goalprobe.viewer.run_files`): the browser only ever sends *keys* that are looked
-up in allow-lists built here (:class:`UnknownKeyError` otherwise); no path ever comes from a
-request, and every file opened must lie inside the run directory (:class:`UnsafePathError`).
+Nothing is loaded whole: opening a run indexes the trajectory file once; an episode reads its
+step lines and its rows only. The browser only sends *keys*, looked up in allow-lists built
+here (:class:`UnknownKeyError`); every file opened lies inside the run directory
+(:class:`UnsafePathError`, :mod:`goalprobe.viewer.run_files`).
 """
 
 from __future__ import annotations
