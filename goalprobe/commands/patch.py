@@ -20,14 +20,6 @@ from goalprobe.commands.common import (
     parse_list,
 )
 
-
-def _split(text: str, option: str) -> tuple[str, ...]:
-    values = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not values:
-        raise typer.BadParameter("needs at least one value", param_hint=option)
-    return values
-
-
 SYNTAX_CHECK_LAYERS = 1024
 """Depth against which --layers is checked for syntax before the model (and its depth) loads."""
 
@@ -310,12 +302,12 @@ def _patch_config(
     from goalprobe.probes.patching.experiment import PatchConfig
 
     return PatchConfig(
-        sites=_split(sites, "--sites"),
-        layers=_split(layers, "--layers"),
-        directions=_split(directions, "--directions"),
+        sites=parse_list(sites, str, "--sites"),
+        layers=parse_list(layers, str, "--layers"),
+        directions=parse_list(directions, str, "--directions"),
         max_new_tokens=max_new_tokens or token_budget(model, reasoning_effort, 512),
         reasoning_effort=reasoning_effort,
-        chunk_layers=_split(chunk_layers, "--chunk-layers"),
+        chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
         **rest,
     )
 
@@ -327,7 +319,7 @@ def _pair_settings(
     from goalprobe.probes.patching.counterfactuals import MOVES
     from goalprobe.stages.patching import PairSettings
 
-    moved = _split(moves, "--moves")
+    moved = parse_list(moves, str, "--moves")
     if any(m not in MOVES for m in moved):
         raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moved}")
     return PairSettings(
@@ -366,6 +358,9 @@ def _check_layer_options(config, decision_lens: Path | None) -> None:
         raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
 
 
+_COLUMNS = "direction|site|layers|n|changed [95% CI]|to source opt.|recovered|control stable"
+
+
 def _print_outcome(console, outcome, out: Path, paths) -> None:
     """The pairs prepared and dropped, and a table of the teacher-forced disjoint patches beside
     their controls."""
@@ -377,16 +372,7 @@ def _print_outcome(console, outcome, out: Path, paths) -> None:
         f"{report.n_kept}, dropped {dict(report.dropped)}"
     )
     table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
-    for column in (
-        "direction",
-        "site",
-        "layers",
-        "n",
-        "changed [95% CI]",
-        "to source opt.",
-        "recovered",
-        "control stable",
-    ):
+    for column in _COLUMNS.split("|"):
         table.add_column(column, justify="right")
     control = {
         (r.direction, r.site, r.layers): r
