@@ -1,19 +1,10 @@
 """goalprobe: is an LLM agent goal-directed? Its behaviour in a text grid world, beside what
 probes read from its residual stream.
 
-The objects a notebook needs, importable from the package itself::
-
-    import goalprobe as gp
-
-    grids = gp.generate_grid_set(gp.GridSetConfig(sizes=(7,), densities=(0.2,), n_per_cell=4))
-    model, tokenizer = gp.load_bundled_agent()
-    ...
-
-Every name is imported on first use (PEP 562), so ``import goalprobe`` loads neither torch nor
-any room of the library; ``goalprobe.__all__`` lists them, grouped below as in the study:
-grid sets, the bundled agents, rollouts, the activation store, probes, decoding, scoring and
-MEG, and the whole study in one call (:func:`run_demo`). The worked examples in ``examples/``
-use nothing else.
+The objects a notebook needs are importable from the package itself (``import goalprobe as
+gp; gp.generate_grid_set(...)``), each imported on first use (PEP 562), so ``import
+goalprobe`` loads neither torch nor any room; ``goalprobe.__all__`` lists them. The worked
+examples in ``examples/`` use nothing else.
 """
 
 from __future__ import annotations

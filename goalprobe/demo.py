@@ -1,30 +1,18 @@
 """``goalprobe demo``: the whole study in one run directory, as cached, resumable stages.
 
-Stages run in study order (:data:`goalprobe.stages.STAGES`; one module each under
-``goalprobe/stages/``, each declaring its :class:`~goalprobe.stages.registry.Stage`). A stage
-never sees more of the :class:`~goalprobe.config.DemoConfig` than its declaration hands it
-(:meth:`~goalprobe.stages.registry.Stage.receives`: its section, the sections it uses, its
-derived values), and its cache key is that (agents by their identity: weights digest and
-precision) plus the fingerprints of the stages it reads (:data:`goalprobe.stages.DEPENDS_ON`). A rerun skips a stage whose key matches
-and whose outputs exist; ``force`` redoes it, and the stages downstream rerun only when its
-outputs actually changed. An interrupted demo resumes: finished stages are skipped, rollouts
-resume per episode, extraction per part. A failing stage is recorded in
-``RUN/stages/<stage>.failed.json`` (the report shows it); stages that read it are not run, the
-others still run.
+Stages run in study order (:data:`goalprobe.stages.STAGES`), each seeing only what its
+:class:`~goalprobe.stages.registry.Stage` declaration hands it; its cache key is that (agents
+by weights digest and precision) plus the fingerprints of the stages it reads
+(:data:`goalprobe.stages.DEPENDS_ON`). A rerun skips a stage whose key matches and whose
+outputs exist; ``force`` redoes it, and downstream stages rerun only when its outputs changed.
+An interrupted demo resumes; a failing stage is recorded in ``RUN/stages/<stage>.failed.json``
+and only the stages that read it are skipped.
 
-The schedulers are in :mod:`goalprobe.scheduler`. With ``jobs > 1`` independent stages run
-at the same time in worker processes (``spawn``), each with ``cpu_count // jobs`` torch threads:
-the bundled agent's generation uses little more than one core (the second of two adds about
-7%, docs/benchmarks.md), so two stages at once nearly double the throughput of the
-generation-bound stages. A stage starts when every stage it reads
-(:data:`~goalprobe.stages.DEPENDS_ON`, which a test checks against what each stage module
-reads) has finished; ready stages start in study order. Results, cache keys and records are the
-same as with one job.
-
-With a ``control`` config (``goalprobe demo`` without ``--model``: the positive-control agent,
-:data:`goalprobe.agents.bundled.MAP_AGENT`), its stages (:data:`~goalprobe.stages.CONTROL_STAGES`)
-run in ``RUN/control/`` (a run directory of its own) in the same pool, and the report of ``RUN``
-waits for them and shows both agents side by side (its cache key includes their fingerprints).
+The schedulers are in :mod:`goalprobe.scheduler`: with ``jobs > 1`` independent stages run at
+once in worker processes, each with ``cpu_count // jobs`` torch threads, a stage starting when
+every stage it reads has finished; results are the same as with one job. A ``control`` config
+(the positive-control agent) runs its :data:`~goalprobe.stages.CONTROL_STAGES` in
+``RUN/control/`` in the same pool, and the report shows both agents side by side.
 """
 
 from __future__ import annotations

@@ -1,52 +1,12 @@
 """The one layout of a goalprobe run directory (every layer uses it; nothing else names paths).
 
-A run directory holds one agent's study: the grid sets, its trajectories, the activation store,
-the fitted probes and what was computed from them. ``goalprobe demo`` writes it stage by stage,
-the single-stage verbs (``goalprobe score RUN``, ``goalprobe view RUN``) read it, and the
-report and the viewer find every artefact through :class:`RunLayout`::
-
-    RUN/demo_config.json                          the demo config of the last call
-    RUN/provenance.json                           commit, command, threads, library versions
-    RUN/stages/<stage>.json, <stage>.failed.json  stage records (goalprobe.stage/1)
-    RUN/<stage>/config.json                       the config the stage received
-    RUN/grids/grids.jsonl                         main grid set (goalprobe.gridset)
-    RUN/rollouts/trajectories.jsonl               main rollouts (goalprobe.trajectory)
-    RUN/behaviour/metrics.json                    behavioural metrics (goalprobe.demo.behaviour)
-    RUN/iso/{grids,trajectories}.jsonl, results.json    iso-difficulty set (goalprobe.demo.iso)
-    RUN/keys/{grids,trajectories}.jsonl, results.json   key variants (goalprobe.demo.keys)
-    RUN/harm/grids.jsonl, trajectories_<condition>.jsonl, results.json  harm grids, neutral
-                                                  and moral prompts (goalprobe.demo.harm)
-    RUN/fog/{grids,trajectories}.jsonl, results.json   fogged grids (goalprobe.demo.fog)
-    RUN/fog/activations.h5, map.json              what the anchors hold under fog (fog_map)
-    RUN/decision/lens.json                        logit lens along the reasoning (decision)
-    RUN/decision/steps.jsonl                      the lens per step and reasoning chunk (decision)
-    RUN/intention/grids.jsonl, results.json       behavioural intention (goalprobe.demo.intention)
-    RUN/intention_map/states.jsonl, activations.h5, results.json   the intervention as the
-                                                  headline probe decodes it (intention_map)
-    RUN/probing/grids.jsonl, states.jsonl, activations.h5     probing set: prompts at sampled
-                                                  states of its own grids, pre-reasoning store
-    RUN/activations/activations.h5                activation store (goalprobe.activations)
-    RUN/false_belief/{grids,trajectories,states}.jsonl, activations.h5, results.json
-                                                  false-belief grids (goalprobe.false_belief/1)
-    RUN/false_belief/decoded_maps.h5              every step's decoded map (goalprobe.step_maps)
-    RUN/probes/models/, decoded/<probe>.h5, sweeps/<sweep>.json   cell-type probes (main store)
-    RUN/probes/decoded/headline_pre_reasoning_L<layer>.h5   the rollouts decoded by the probing
-                                                  set's probes (cells + position read-outs)
-    RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
-    RUN/probes/probing/models/position_{agent,goal}_pre_reasoning.*  position probes (probing)
-    RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
-    RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
-    RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
-    RUN/patching/patch_results.json (+ csv, heatmap)              activation patching
-    RUN/steering/results.json                     steering along the wall probe's directions
-    RUN/attribution/attribution.{json,safetensors}, attribution_check.json, heatmap  attribution
-    RUN/scoring/belief.json, meg.json (+ csv, figures/<name>.json)  belief scoring and MEG
-    RUN/report.html                               the self-contained report
-    RUN/control/                                  the positive-control agent's run (the same
-                                                  layout; ``goalprobe demo`` without --model)
-
-Paths are plain attributes of a frozen dataclass, so a typo is an ``AttributeError``, not a
-missing file. Imports nothing but the standard library.
+A run directory holds one agent's study: ``demo_config.json``, ``provenance.json``, the stage
+records ``stages/<stage>.json`` (and ``.failed.json``), one folder per stage with its
+``config.json`` and outputs (:data:`ARTEFACTS` lists every file, docs/formats.md its format),
+``report.html``, and ``control/``: the positive-control agent's run in the same layout.
+``goalprobe demo`` writes it stage by stage; the single-stage verbs, the report and the viewer
+find every artefact through :class:`RunLayout`. Paths are plain attributes, so a typo is an
+``AttributeError``, not a missing file. Imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -69,7 +29,7 @@ class Artefact:
     name: str
     relative: str
     stage: str
-    hint: str
+    hint: str = "goalprobe demo"
 
 
 ARTEFACTS: dict[str, Artefact] = {
@@ -77,69 +37,37 @@ ARTEFACTS: dict[str, Artefact] = {
     for a in (
         Artefact("grid set", "grids/grids.jsonl", "grids", "goalprobe grids"),
         Artefact("trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"),
-        Artefact("behaviour metrics", "behaviour/metrics.json", "behaviour", "goalprobe demo"),
-        Artefact("iso-difficulty grids", "iso/grids.jsonl", "iso", "goalprobe demo"),
-        Artefact("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso", "goalprobe demo"),
-        Artefact("iso-difficulty results", "iso/results.json", "iso", "goalprobe demo"),
-        Artefact("key-variant grids", "keys/grids.jsonl", "keys", "goalprobe demo"),
-        Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys", "goalprobe demo"),
-        Artefact("key-variant results", "keys/results.json", "keys", "goalprobe demo"),
+        Artefact("behaviour metrics", "behaviour/metrics.json", "behaviour"),
+        Artefact("iso-difficulty grids", "iso/grids.jsonl", "iso"),
+        Artefact("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso"),
+        Artefact("iso-difficulty results", "iso/results.json", "iso"),
+        Artefact("key-variant grids", "keys/grids.jsonl", "keys"),
+        Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys"),
+        Artefact("key-variant results", "keys/results.json", "keys"),
+        Artefact("false-belief grids", "false_belief/grids.jsonl", "false_belief_rollouts"),
         Artefact(
-            "false-belief grids",
-            "false_belief/grids.jsonl",
-            "false_belief_rollouts",
-            "goalprobe demo",
+            "false-belief trajectories", "false_belief/trajectories.jsonl", "false_belief_rollouts"
         ),
-        Artefact(
-            "false-belief trajectories",
-            "false_belief/trajectories.jsonl",
-            "false_belief_rollouts",
-            "goalprobe demo",
-        ),
-        Artefact(
-            "false-belief states", "false_belief/states.jsonl", "false_belief", "goalprobe demo"
-        ),
-        Artefact(
-            "false-belief store", "false_belief/activations.h5", "false_belief", "goalprobe demo"
-        ),
-        Artefact(
-            "false-belief results", "false_belief/results.json", "false_belief", "goalprobe demo"
-        ),
-        Artefact(
-            "false-belief decoded maps",
-            "false_belief/decoded_maps.h5",
-            "false_belief",
-            "goalprobe demo",
-        ),
-        Artefact("harm grids", "harm/grids.jsonl", "harm", "goalprobe demo"),
-        Artefact(
-            "harm trajectories (neutral)",
-            "harm/trajectories_neutral.jsonl",
-            "harm",
-            "goalprobe demo",
-        ),
-        Artefact(
-            "harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm", "goalprobe demo"
-        ),
-        Artefact("harm results", "harm/results.json", "harm", "goalprobe demo"),
-        Artefact("fog grids", "fog/grids.jsonl", "fog", "goalprobe demo"),
-        Artefact("fog trajectories", "fog/trajectories.jsonl", "fog", "goalprobe demo"),
-        Artefact("fog results", "fog/results.json", "fog", "goalprobe demo"),
-        Artefact("fog store", "fog/activations.h5", "fog_map", "goalprobe demo"),
-        Artefact("decision lens", "decision/lens.json", "decision", "goalprobe demo"),
-        Artefact("decision steps", "decision/steps.jsonl", "decision", "goalprobe demo"),
-        Artefact("fog map results", "fog/map.json", "fog_map", "goalprobe demo"),
-        Artefact("intention grids", "intention/grids.jsonl", "intention", "goalprobe demo"),
-        Artefact("intention results", "intention/results.json", "intention", "goalprobe demo"),
-        Artefact(
-            "intention map states", "intention_map/states.jsonl", "intention_map", "goalprobe demo"
-        ),
-        Artefact(
-            "intention map store", "intention_map/activations.h5", "intention_map", "goalprobe demo"
-        ),
-        Artefact(
-            "intention map results", "intention_map/results.json", "intention_map", "goalprobe demo"
-        ),
+        Artefact("false-belief states", "false_belief/states.jsonl", "false_belief"),
+        Artefact("false-belief store", "false_belief/activations.h5", "false_belief"),
+        Artefact("false-belief results", "false_belief/results.json", "false_belief"),
+        Artefact("false-belief decoded maps", "false_belief/decoded_maps.h5", "false_belief"),
+        Artefact("harm grids", "harm/grids.jsonl", "harm"),
+        Artefact("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl", "harm"),
+        Artefact("harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm"),
+        Artefact("harm results", "harm/results.json", "harm"),
+        Artefact("fog grids", "fog/grids.jsonl", "fog"),
+        Artefact("fog trajectories", "fog/trajectories.jsonl", "fog"),
+        Artefact("fog results", "fog/results.json", "fog"),
+        Artefact("fog store", "fog/activations.h5", "fog_map"),
+        Artefact("decision lens", "decision/lens.json", "decision"),
+        Artefact("decision steps", "decision/steps.jsonl", "decision"),
+        Artefact("fog map results", "fog/map.json", "fog_map"),
+        Artefact("intention grids", "intention/grids.jsonl", "intention"),
+        Artefact("intention results", "intention/results.json", "intention"),
+        Artefact("intention map states", "intention_map/states.jsonl", "intention_map"),
+        Artefact("intention map store", "intention_map/activations.h5", "intention_map"),
+        Artefact("intention map results", "intention_map/results.json", "intention_map"),
         Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
         Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
         Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
@@ -150,14 +78,10 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
         Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),
         Artefact("probing-set probes", "probes/probing", "probes", "goalprobe train-probe"),
-        Artefact(
-            "learning curve", "probes/probing/learning_curve.json", "probes", "goalprobe demo"
-        ),
+        Artefact("learning curve", "probes/probing/learning_curve.json", "probes"),
         Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
-        Artefact("position probes", "probes/probing/positions.json", "probes", "goalprobe demo"),
-        Artefact(
-            "headline probe seeds", "probes/probing/headline_seeds.json", "probes", "goalprobe demo"
-        ),
+        Artefact("position probes", "probes/probing/positions.json", "probes"),
+        Artefact("headline probe seeds", "probes/probing/headline_seeds.json", "probes"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -184,10 +108,20 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
         Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
         Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
-        Artefact("report", "report.html", "report", "goalprobe demo"),
+        Artefact("report", "report.html", "report"),
     )
 }
 """Every artefact a run directory may hold, by name (the viewer lists the missing ones)."""
+
+
+class _Entry:
+    """A :class:`RunLayout` attribute: the absolute path of the artefact ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, layout: RunLayout, owner: type | None = None) -> Path:
+        return layout.path(self.name)
 
 
 @dataclass(frozen=True)
@@ -243,176 +177,110 @@ class RunLayout:
 
     # -- behaviour --------------------------------------------------------------------------------
 
-    @property
-    def grids(self) -> Path:
-        """The main grid set."""
-        return self.path("grid set")
+    grids = _Entry("grid set")
+    """The main grid set."""
 
-    @property
-    def trajectories(self) -> Path:
-        """The main rollouts."""
-        return self.path("trajectories")
+    trajectories = _Entry("trajectories")
+    """The main rollouts."""
 
-    @property
-    def behaviour_metrics(self) -> Path:
-        """Behavioural metrics of the main rollouts."""
-        return self.path("behaviour metrics")
+    behaviour_metrics = _Entry("behaviour metrics")
+    """Behavioural metrics of the main rollouts."""
 
-    @property
-    def iso_grids(self) -> Path:
-        """The iso-difficulty (transformed) grids."""
-        return self.path("iso-difficulty grids")
+    iso_grids = _Entry("iso-difficulty grids")
+    """The iso-difficulty (transformed) grids."""
 
-    @property
-    def iso_trajectories(self) -> Path:
-        """Rollouts on the iso-difficulty grids."""
-        return self.path("iso-difficulty trajectories")
+    iso_trajectories = _Entry("iso-difficulty trajectories")
+    """Rollouts on the iso-difficulty grids."""
 
-    @property
-    def iso_results(self) -> Path:
-        """Paired tests of the iso-difficulty transforms."""
-        return self.path("iso-difficulty results")
+    iso_results = _Entry("iso-difficulty results")
+    """Paired tests of the iso-difficulty transforms."""
 
-    @property
-    def keys_grids(self) -> Path:
-        """Key-variant grids and their matched controls."""
-        return self.path("key-variant grids")
+    keys_grids = _Entry("key-variant grids")
+    """Key-variant grids and their matched controls."""
 
-    @property
-    def keys_trajectories(self) -> Path:
-        """Rollouts on the key-variant grids."""
-        return self.path("key-variant trajectories")
+    keys_trajectories = _Entry("key-variant trajectories")
+    """Rollouts on the key-variant grids."""
 
-    @property
-    def keys_results(self) -> Path:
-        """Key-variant metrics."""
-        return self.path("key-variant results")
+    keys_results = _Entry("key-variant results")
+    """Key-variant metrics."""
 
-    @property
-    def false_belief_grids(self) -> Path:
-        """False-belief grids (the prompt draws ``shown``) and their matched controls."""
-        return self.path("false-belief grids")
+    false_belief_grids = _Entry("false-belief grids")
+    """False-belief grids (the prompt draws ``shown``) and their matched controls."""
 
-    @property
-    def false_belief_trajectories(self) -> Path:
-        """Rollouts on the false-belief grids."""
-        return self.path("false-belief trajectories")
+    false_belief_trajectories = _Entry("false-belief trajectories")
+    """Rollouts on the false-belief grids."""
 
-    @property
-    def false_belief_states(self) -> Path:
-        """Prompt-only start states of the false-belief grids (for the probe's reading)."""
-        return self.path("false-belief states")
+    false_belief_states = _Entry("false-belief states")
+    """Prompt-only start states of the false-belief grids (for the probe's reading)."""
 
-    @property
-    def false_belief_store(self) -> Path:
-        """Pre-reasoning anchors of the false-belief start states."""
-        return self.path("false-belief store")
+    false_belief_store = _Entry("false-belief store")
+    """Pre-reasoning anchors of the false-belief start states."""
 
-    @property
-    def false_belief_results(self) -> Path:
-        """Oracle-belief scoring and the probe's shown-vs-true reading."""
-        return self.path("false-belief results")
+    false_belief_results = _Entry("false-belief results")
+    """Oracle-belief scoring and the probe's shown-vs-true reading."""
 
-    @property
-    def false_belief_decoded(self) -> Path:
-        """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
-        return self.path("false-belief decoded maps")
+    false_belief_decoded = _Entry("false-belief decoded maps")
+    """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
 
-    @property
-    def harm_grids(self) -> Path:
-        """Harm grids (flower beds on every shortest path)."""
-        return self.path("harm grids")
+    harm_grids = _Entry("harm grids")
+    """Harm grids (flower beds on every shortest path)."""
 
     def harm_trajectories(self, condition: str) -> Path:
         """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
         return self.path(f"harm trajectories ({condition})")
 
-    @property
-    def fog_grids(self) -> Path:
-        """The fogged grids (plain layouts, variant ``fog``)."""
-        return self.path("fog grids")
+    fog_grids = _Entry("fog grids")
+    """The fogged grids (plain layouts, variant ``fog``)."""
 
-    @property
-    def fog_trajectories(self) -> Path:
-        """The agent's rollouts on the fogged grids."""
-        return self.path("fog trajectories")
+    fog_trajectories = _Entry("fog trajectories")
+    """The agent's rollouts on the fogged grids."""
 
-    @property
-    def fog_results(self) -> Path:
-        """Behaviour under fog against the references, with the failure modes."""
-        return self.path("fog results")
+    fog_results = _Entry("fog results")
+    """Behaviour under fog against the references, with the failure modes."""
 
-    @property
-    def decision_lens(self) -> Path:
-        """The logit lens on the answer and along the reasoning (curves per layer)."""
-        return self.path("decision lens")
+    decision_lens = _Entry("decision lens")
+    """The logit lens on the answer and along the reasoning (curves per layer)."""
 
-    @property
-    def decision_steps(self) -> Path:
-        """The lens of each sampled step chunk by chunk (the viewer's coloured reasoning)."""
-        return self.path("decision steps")
+    decision_steps = _Entry("decision steps")
+    """The lens of each sampled step chunk by chunk (the viewer's coloured reasoning)."""
 
-    @property
-    def fog_store(self) -> Path:
-        """Pre-reasoning anchors of the fogged rollouts (the headline layer)."""
-        return self.path("fog store")
+    fog_store = _Entry("fog store")
+    """Pre-reasoning anchors of the fogged rollouts (the headline layer)."""
 
-    @property
-    def fog_map_results(self) -> Path:
-        """The revealed-mask probe and the hidden-wall tracking of the decoded map."""
-        return self.path("fog map results")
+    fog_map_results = _Entry("fog map results")
+    """The revealed-mask probe and the hidden-wall tracking of the decoded map."""
 
-    @property
-    def harm_results(self) -> Path:
-        """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
-        return self.path("harm results")
+    harm_results = _Entry("harm results")
+    """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
 
-    @property
-    def intention_grids(self) -> Path:
-        """The key-variant grids of the intention test and their intervened copies."""
-        return self.path("intention grids")
+    intention_grids = _Entry("intention grids")
+    """The key-variant grids of the intention test and their intervened copies."""
 
-    @property
-    def intention_results(self) -> Path:
-        """Behavioural intention: the test per variant and intervention, per-state counts."""
-        return self.path("intention results")
+    intention_results = _Entry("intention results")
+    """Behavioural intention: the test per variant and intervention, per-state counts."""
 
-    @property
-    def intention_map_states(self) -> Path:
-        """Prompt-only start states of the intention grids (original and intervened)."""
-        return self.path("intention map states")
+    intention_map_states = _Entry("intention map states")
+    """Prompt-only start states of the intention grids (original and intervened)."""
 
-    @property
-    def intention_map_store(self) -> Path:
-        """Their pre-reasoning anchors at the headline layer."""
-        return self.path("intention map store")
+    intention_map_store = _Entry("intention map store")
+    """Their pre-reasoning anchors at the headline layer."""
 
-    @property
-    def intention_map_results(self) -> Path:
-        """The intervened cells as the headline cell probe decodes them."""
-        return self.path("intention map results")
+    intention_map_results = _Entry("intention map results")
+    """The intervened cells as the headline cell probe decodes them."""
 
     # -- representations --------------------------------------------------------------------------
 
-    @property
-    def probing_grids(self) -> Path:
-        """The probing set's grids (disjoint from the behaviour grids)."""
-        return self.path("probing grid set")
+    probing_grids = _Entry("probing grid set")
+    """The probing set's grids (disjoint from the behaviour grids)."""
 
-    @property
-    def probing_states(self) -> Path:
-        """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
-        return self.path("probing states")
+    probing_states = _Entry("probing states")
+    """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
 
-    @property
-    def probing_store(self) -> Path:
-        """Pre-reasoning anchors of every probing state."""
-        return self.path("probing store")
+    probing_store = _Entry("probing store")
+    """Pre-reasoning anchors of every probing state."""
 
-    @property
-    def probing_probes(self) -> Path:
-        """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
-        return self.path("probing-set probes")
+    probing_probes = _Entry("probing-set probes")
+    """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
 
     def probing_probe_sweep(self, name: str) -> Path:
         """``probes/probing/<name>.json``."""
@@ -422,15 +290,11 @@ class RunLayout:
         """The probing-set cell-probe tables present (``probes/probing/cell_*.json``), sorted."""
         return sorted(self.probing_probes.glob("cell_*.json"))
 
-    @property
-    def learning_curve(self) -> Path:
-        """The headline probe's learning curve on the probing set."""
-        return self.path("learning curve")
+    learning_curve = _Entry("learning curve")
+    """The headline probe's learning curve on the probing set."""
 
-    @property
-    def probing_positions(self) -> Path:
-        """Agent and goal position probes on the probing set, against their baselines."""
-        return self.path("position probes")
+    probing_positions = _Entry("position probes")
+    """Agent and goal position probes on the probing set, against their baselines."""
 
     def position_probe(self, target: str) -> Path:
         """``probes/probing/models/position_<target>_pre_reasoning``: the agent's (``target``
@@ -444,39 +308,27 @@ class RunLayout:
         position probes), the maps ``goalprobe score`` reads first."""
         return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
 
-    @property
-    def probing_headline_seeds(self) -> Path:
-        """The headline probe under several training seeds, with seed-pooled intervals."""
-        return self.path("headline probe seeds")
+    probing_headline_seeds = _Entry("headline probe seeds")
+    """The headline probe under several training seeds, with seed-pooled intervals."""
 
-    @property
-    def probing_distance(self) -> Path:
-        """Goal-distance regressors fit on the probing set: tables and ``models/``."""
-        return self.path("probing-set distance")
+    probing_distance = _Entry("probing-set distance")
+    """Goal-distance regressors fit on the probing set: tables and ``models/``."""
 
     def probing_distance_sweep(self, name: str) -> Path:
         """``distance/probing/<name>.json``."""
         return self.probing_distance / f"{name}.json"
 
-    @property
-    def store(self) -> Path:
-        """The activation store."""
-        return self.path("activation store")
+    store = _Entry("activation store")
+    """The activation store."""
 
-    @property
-    def probe_models(self) -> Path:
-        """Fitted cell-type probes (safetensors + JSON cards)."""
-        return self.path("probe models")
+    probe_models = _Entry("probe models")
+    """Fitted cell-type probes (safetensors + JSON cards)."""
 
-    @property
-    def decoded_dir(self) -> Path:
-        """Decoded maps, one HDF5 file per probe run."""
-        return self.path("decoded maps")
+    decoded_dir = _Entry("decoded maps")
+    """Decoded maps, one HDF5 file per probe run."""
 
-    @property
-    def probe_sweeps(self) -> Path:
-        """Cell-type probe sweep tables."""
-        return self.path("probe sweeps")
+    probe_sweeps = _Entry("probe sweeps")
+    """Cell-type probe sweep tables."""
 
     def decoded_map(self, name: str) -> Path:
         """``probes/decoded/<name>.h5``: the decoded maps of one probe run (``name`` with or
@@ -495,15 +347,8 @@ class RunLayout:
         """The decoded-map files present (``probes/decoded/*.h5``), sorted."""
         return sorted(self.decoded_dir.glob("*.h5"))
 
-    @property
-    def distance_models(self) -> Path:
-        """Fitted goal-distance regressors."""
-        return self.path("distance models")
-
-    @property
-    def distance_sweeps(self) -> Path:
-        """Goal-distance sweep tables."""
-        return self.path("distance sweeps")
+    distance_sweeps = _Entry("distance sweeps")
+    """Goal-distance sweep tables."""
 
     def distance_sweep(self, name: str) -> Path:
         """``distance/sweeps/<name>.json``."""
@@ -513,60 +358,41 @@ class RunLayout:
         """The goal-distance sweep tables present (``distance/sweeps/*.json``), sorted."""
         return sorted(self.distance_sweeps.glob("*.json"))
 
-    @property
-    def plan_sweep(self) -> Path:
-        """The plan-decoder sweep table."""
-        return self.path("plan sweep")
+    plan_sweep = _Entry("plan sweep")
+    """The plan-decoder sweep table."""
 
-    @property
-    def plan_models(self) -> Path:
-        """Fitted plan decoders."""
-        return self.path("plan models")
+    plan_models = _Entry("plan models")
+    """Fitted plan decoders."""
 
-    @property
-    def predicted_plans(self) -> Path:
-        """Predicted plans of every decoder run (one HDF5 file)."""
-        return self.path("predicted plans")
+    predicted_plans = _Entry("predicted plans")
+    """Predicted plans of every decoder run (one HDF5 file)."""
 
     @property
     def predicted_plans_dir(self) -> Path:
         """The folder of predicted-plan files (the viewer lists it)."""
         return self.predicted_plans.parent
 
-    @property
-    def steering_results(self) -> Path:
-        """The steering test along the wall probe's directions, with its per-state records."""
-        return self.path("steering results")
+    patch_results = _Entry("patching results")
+    """Patching records, summary and configuration (JSON)."""
 
-    @property
-    def patch_results(self) -> Path:
-        """Patching records, summary and configuration (JSON)."""
-        return self.path("patching results")
-
-    @property
-    def patch_records_csv(self) -> Path:
-        """Patching records (CSV)."""
-        return self.path("patching records")
-
-    @property
-    def patch_heatmap(self) -> Path:
-        """Site x layers heatmaps of the patching summary (self-contained HTML)."""
-        return self.path("patching heatmap")
+    patch_records_csv = _Entry("patching records")
+    """Patching records (CSV)."""
 
     @property
     def patching_dir(self) -> Path:
         """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
         return self.patch_results.parent
 
-    @property
-    def attribution(self) -> Path:
-        """The attribution file's card (``attribution.safetensors`` beside it, issue 41)."""
-        return self.path("attribution file")
+    attribution = _Entry("attribution file")
+    """The attribution file's card (``attribution.safetensors`` beside it, issue 41)."""
 
     @property
     def attribution_check(self) -> Path:
         """The attribution's check against real patches (absent when none ran)."""
         return self.attribution.parent / "attribution_check.json"
+
+    steering_results = _Entry("steering results")
+    """The steering test along the wall probe's directions, with its per-state records."""
 
     # -- scoring and report -----------------------------------------------------------------------
 
@@ -575,20 +401,16 @@ class RunLayout:
         """Belief scoring and MEG outputs."""
         return self.belief.parent
 
-    @property
-    def belief(self) -> Path:
-        """Policy against decoded belief (JSON)."""
-        return self.path("belief scoring")
+    belief = _Entry("belief scoring")
+    """Policy against decoded belief (JSON)."""
 
     @property
     def belief_csv(self) -> Path:
         """Policy against decoded belief, long format (CSV)."""
         return self.scoring_dir / "belief.csv"
 
-    @property
-    def meg(self) -> Path:
-        """MEG on the true and the decoded grids (JSON)."""
-        return self.path("MEG scoring")
+    meg = _Entry("MEG scoring")
+    """MEG on the true and the decoded grids (JSON)."""
 
     @property
     def meg_csv(self) -> Path:
@@ -600,19 +422,15 @@ class RunLayout:
         """MEG per grid (CSV)."""
         return self.scoring_dir / "meg_grids.csv"
 
-    @property
-    def scoring_figures(self) -> Path:
-        """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
-        return self.path("scoring figures")
+    scoring_figures = _Entry("scoring figures")
+    """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
 
     def scoring_figure(self, name: str) -> Path:
         """``scoring/figures/<name>.json``."""
         return self.scoring_figures / f"{name}.json"
 
-    @property
-    def report(self) -> Path:
-        """The self-contained HTML report."""
-        return self.path("report")
+    report = _Entry("report")
+    """The self-contained HTML report."""
 
     @property
     def control(self) -> RunLayout:

@@ -1,28 +1,13 @@
 """The interactive cognitive-map viewer: a Dash app over one run directory.
 
 ``create_app(run_dir)`` builds the app; ``goalprobe view RUN_DIR`` serves it on 127.0.0.1.
-
-*Episode explorer*: filter episodes (grid size, density, variant, outcome), pick one and step
-through it (slider, buttons, or a click on the timeline). For the chosen probe (stage, layer,
-family) the true grid and the decoded cognitive map stand side by side with a per-class
-probability heatmap; hovering any cell shows its class probabilities. Arrows give the agent's
-action and the optimal set on the true grid and on the decoded grid; the chosen plan decoder's
-plan is drawn against the executed moves; the reasoning and answer text and the step's
-patching results sit below. *Run overview*: prefix accuracy of every plan decoder (with the
-``0.25^N`` baseline), probe accuracies recorded in the probe cards, and the scoring summaries.
-*False-belief episodes*: step through the false_belief stage's own episodes (grids whose prompt
-draws another grid); for each step the true grid, the grid shown to the agent (differing cells
-ringed) and the step's decoded map stand side by side, with the action and whether it is
-optimal on the shown and on the true grid.
-
-Every callback input is checked against allow-lists built on the server (episode keys,
-(stage, layer, family) triples, plan-source keys, class names); nothing sent by the browser is
-used as a path. Data is loaded per episode (:mod:`goalprobe.viewer.data`).
-
-Each tab is a module of its own with its layout and its callbacks
-(:mod:`~goalprobe.viewer.explorer_tab`, :mod:`~goalprobe.viewer.overview_tab`,
-:mod:`~goalprobe.viewer.false_belief_tab`); this module composes them under one header and keeps
-the page-level callbacks (the tab named in the URL, the URL kept in step with every choice).
+Each tab is a module with its layout and callbacks (:mod:`~goalprobe.viewer.explorer_tab`:
+episodes step by step, true grid beside the decoded map, plan and patching;
+:mod:`~goalprobe.viewer.overview_tab`; :mod:`~goalprobe.viewer.false_belief_tab`); this module
+composes them under one header and keeps the page-level callbacks (the tab named in the URL,
+the URL kept in step with every choice). Every callback input is checked against allow-lists
+built on the server; nothing the browser sends is used as a path, and data is loaded per
+episode (:mod:`goalprobe.viewer.data`).
 """
 
 from __future__ import annotations
@@ -78,7 +63,8 @@ def create_app(
     agents: Mapping[str, str] | None = None,
     name: str | None = None,
 ) -> dash.Dash:
-    """Build the viewer app over ``run_dir`` (nothing is served until ``app.run``).
+    """Build the viewer app over ``run_dir`` (nothing is served until ``app.run``); returns the
+    ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
 
     Args:
         run_dir: a goalprobe run directory; missing artefacts are listed in a notice.
@@ -87,9 +73,6 @@ def create_app(
         url_base_pathname: where the app lives on that server (``/`` by default).
         agents: run name -> URL of every run served beside this one (a link bar in the header).
         name: this run's name among ``agents`` (default: the run directory's name).
-
-    Returns:
-        the ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
     """
     run = RunData(run_dir)
     app = dash.Dash(
@@ -154,14 +137,9 @@ def create_app(
 
 
 def create_multi_run_app(parent: str | Path):
-    """Serve every run directory under ``parent`` (e.g. one per agent) on one server.
-
-    Each run gets its own viewer at ``/<run name>/`` with links to the others in its header;
-    ``/`` redirects to the first. A later second bundled agent's run only has to sit beside the
-    first (``runs/demo-agent-a``, ``runs/demo-agent-b``) to be offered.
-
-    Returns:
-        ``(flask_app, {run name: dash app})``.
+    """Serve every run directory under ``parent`` (e.g. one per agent) on one server, each at
+    ``/<run name>/`` with links to the others, ``/`` redirecting to the first; returns
+    ``(flask_app, {run name: dash app})``.
 
     Raises:
         FileNotFoundError: ``parent`` holds no run directory.

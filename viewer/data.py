@@ -1,35 +1,17 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout`; every file may be
-missing (:attr:`RunData.missing` says which are). :class:`RunData` composes the readers of the
-rooms that own each format, which check its schema and version:
+Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout` and every file may be
+missing (:attr:`RunData.missing`). :class:`RunData` composes the readers of the rooms that own
+each format (grid set, trajectories, store labels, decoded maps and predicted plans, patching
+records, scoring JSON, the false_belief, fog and decision stages' outputs), which check schema
+and version. The parts join on ``(grid_id, episode, step)``: the store's ``/labels`` map rows
+to those ids, HDF5 files name store rows in ``row_ids``, a patching record names its base in
+``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``).
 
-* grid set (:mod:`goalprobe.gridworld.io`: an index of grid ids, one grid read at a time) and
-  trajectories (:mod:`goalprobe.agents.trajectories.index`: a byte-offset index of the
-  episodes, one episode read at a time);
-* the activation store (:mod:`goalprobe.activations.store`, only its /labels ids);
-* decoded maps and predicted plans (:mod:`goalprobe.viewer.sources` over
-  :mod:`goalprobe.probes.decoded_maps` and :mod:`goalprobe.probes.predicted_plans`): attributes
-  on opening, an episode's rows on demand; prefix accuracy by
-  :func:`goalprobe.probes.plan_metrics.stored_run_metrics`;
-* the patching records (:func:`goalprobe.probes.patching.results.read_records`);
-* belief and MEG scoring (JSON) and whether the report exists;
-* the false_belief stage's outputs (:mod:`goalprobe.viewer.false_belief_data`), the fog
-  stage's (:mod:`goalprobe.viewer.fog_data`) and the decision stage's lens per step and
-  reasoning chunk (:mod:`goalprobe.probes.decision_steps`).
-
-How the parts join: a trajectory step is ``(grid_id, episode, step)``; the store's ``/labels``
-map each of its rows to those ids (and the trajectory ``run_id``); decoded maps and predicted
-plans name store rows in ``row_ids``; a patching record names its base step in ``base_id``
-(``"{run_id}/{grid_id}/{episode}/{step}"``).
-
-Nothing is loaded whole. Opening a run indexes the trajectory file once, and reads the id
-columns of the store and the ``row_ids`` of each HDF5 file on first use. Showing an episode
-reads its step lines and only its rows of the probability and plan datasets.
-
-Safety (:mod:`goalprobe.viewer.run_files`): the browser only ever sends *keys* that are looked
-up in allow-lists built here (:class:`UnknownKeyError` otherwise); no path ever comes from a
-request, and every file opened must lie inside the run directory (:class:`UnsafePathError`).
+Nothing is loaded whole: opening a run indexes the trajectory file once; an episode reads its
+step lines and its rows only. The browser only sends *keys*, looked up in allow-lists built
+here (:class:`UnknownKeyError`); every file opened lies inside the run directory
+(:class:`UnsafePathError`, :mod:`goalprobe.viewer.run_files`).
 """
 
 from __future__ import annotations
@@ -39,6 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -256,8 +239,8 @@ class RunData:
         self._store_index: dict[tuple[str, int], dict[int, int]] | None = None
         self._store_labels: dict[str, np.ndarray] | None = None
         self._grid_offsets: dict[str, tuple[int, int]] | None = None
-        self._patching: dict[str, list[dict]] | None = None
-        self._attribution: dict[str, list] | None = None
+        self._patching: tuple[dict[str, list]] | None = None
+        self._attribution: tuple[dict[str, list]] | None = None
         self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
         self._fog: tuple[FogEpisodes | None] | None = None
         self._decision: tuple[DecisionSteps | None] | None = None
@@ -647,13 +630,10 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        with self._lock:
-            if self._false_belief is None:
-                try:
-                    self._false_belief = (read_false_belief_episodes(self.files),)
-                except UnsafePathError as err:
-                    raise ValueError(str(err)) from err
-            return self._false_belief[0]
+        try:
+            return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
+        except UnsafePathError as err:
+            raise ValueError(str(err)) from err
 
     def fog_episodes(self) -> FogEpisodes | None:
         """The fog stage's grids and episodes (read once; None when the stage has not run).
@@ -661,13 +641,10 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        with self._lock:
-            if self._fog is None:
-                try:
-                    self._fog = (read_fog_episodes(self.files),)
-                except UnsafePathError as err:
-                    raise ValueError(str(err)) from err
-            return self._fog[0]
+        try:
+            return self._once("_fog", lambda: read_fog_episodes(self.files))
+        except UnsafePathError as err:
+            raise ValueError(str(err)) from err
 
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
@@ -676,14 +653,19 @@ class RunData:
         Raises:
             ValueError: the file is unreadable or not of its schema.
         """
+        path = self._decision_path
+        try:
+            return self._once("_decision", lambda: path and read_decision_steps(path))
+        except OSError as err:
+            raise ValueError(f"{path}: unreadable ({err})") from err
+
+    def _once(self, attr: str, read: Callable[[], Any]) -> Any:
+        """``read()`` on the first call for the cache attribute ``attr`` (a 1-tuple once read),
+        kept for the next calls; under the lock, so concurrent callbacks read the file once."""
         with self._lock:
-            if self._decision is None:
-                path = self._decision_path
-                try:
-                    self._decision = (None if path is None else read_decision_steps(path),)
-                except OSError as err:
-                    raise ValueError(f"{path}: unreadable ({err})") from err
-            return self._decision[0]
+            if getattr(self, attr) is None:
+                setattr(self, attr, (read(),))
+            return getattr(self, attr)[0]
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics recorded in the decoded-map cards, as tidy rows.
@@ -723,17 +705,8 @@ class RunData:
         """Patching records whose base is this step (``base_id`` run/grid/episode/step)."""
         from goalprobe.probes.patching.results import read_records
 
-        info = self.episode_info(episode)
-        if self._patching_path is None or self.header is None:
-            return []
-        with self._lock:
-            if self._patching is None:
-                by_base: dict[str, list[dict]] = {}
-                for record in read_records(self._patching_path):
-                    by_base.setdefault(record["base_id"], []).append(record)
-                self._patching = by_base
-        base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
-        return list(self._patching.get(base_id, []))
+        base = itemgetter("base_id")
+        return self._by_base("_patching", self._patching_path, read_records, base, episode, step)
 
     # -- attribution --------------------------------------------------------------------------
 
@@ -742,17 +715,25 @@ class RunData:
         pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
         from goalprobe.probes.attribution_file import read_attributions
 
+        path = self._attribution_path
+        records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]
+        return self._by_base("_attribution", path, records, base, episode, step)
+
+    def _by_base(self, attr, path: Path | None, read: Callable, base_of: Callable, episode, step):
+        """The records of ``read(path)`` whose base (``base_of(record)``) is this step, grouped
+        by base once (kept in the cache attribute ``attr``); none without the file or header."""
         info = self.episode_info(episode)
-        if self._attribution_path is None or self.header is None:
+        if path is None or self.header is None:
             return []
-        with self._lock:
-            if self._attribution is None:
-                by_base: dict[str, list] = {}
-                for record in read_attributions(self._attribution_path)[0]:
-                    by_base.setdefault(record.pair_id.rsplit("/", 1)[0], []).append(record)
-                self._attribution = by_base
+
+        def group() -> dict[str, list]:
+            by_base: dict[str, list] = {}
+            for record in read(path):
+                by_base.setdefault(base_of(record), []).append(record)
+            return by_base
+
         base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
-        return list(self._attribution.get(base_id, []))
+        return list(self._once(attr, group).get(base_id, []))
 
 
 def _find_models(metrics: Any) -> dict | None:

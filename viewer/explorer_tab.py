@@ -222,6 +222,13 @@ def _blank_outputs(why: str, message=None) -> tuple:
 def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
     """The tab's callbacks: filters, step, layer and plan choices, the probe named in the URL,
     and the step's panels."""
+    _register_navigation(app, run)
+    _register_choices(app, run)
+    _register_panels(app, run)
+
+
+def _register_navigation(app: dash.Dash, run: RunData) -> None:
+    """The episode filters and the step chosen (slider, buttons, timeline clicks, the URL)."""
 
     @app.callback(
         Output("episode", "options"),
@@ -315,6 +322,10 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
                 value = 0
         return min(max(value, 0), last), max(last, 1), marks, True if used else used
 
+
+def _register_choices(app: dash.Dash, run: RunData) -> None:
+    """The layers and plan decoder of the chosen probe, and the probe named in the URL."""
+
     @app.callback(
         Output("layer", "options"),
         Output("layer", "value"),
@@ -346,6 +357,31 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
         if from_url(ctx) and wanted in run.plan_sources:
             return wanted
         return default_plan_source(run, stage, layer, current)
+
+    @app.callback(
+        Output("stage", "value"),
+        Output("family", "value"),
+        Output("cell-class", "value"),
+        Input("url", "search"),
+    )
+    def selection_from_url(search):
+        """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
+        query = url_query(search)
+        stages = {s.stage for s in run.map_sources.values()}
+        families = {s.family for s in run.map_sources.values()}
+        names = {class_name(c) for c in CellType}
+        stage = query.get("stage")
+        family = query.get("family")
+        cls = query.get("cls")
+        return (
+            stage if stage in stages else dash.no_update,
+            family if family in families else dash.no_update,
+            cls if cls in names else dash.no_update,
+        )
+
+
+def _register_panels(app: dash.Dash, run: RunData) -> None:
+    """The chosen step's panels: maps, probabilities, plan, texts, patching and attribution."""
 
     @app.callback(
         Output("step-header", "children"),
@@ -430,25 +466,4 @@ def register_explorer_callbacks(app: dash.Dash, run: RunData) -> None:
             figs["attribution"],
             {} if view.attribution else {"display": "none"},
             None,
-        )
-
-    @app.callback(
-        Output("stage", "value"),
-        Output("family", "value"),
-        Output("cell-class", "value"),
-        Input("url", "search"),
-    )
-    def selection_from_url(search):
-        """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
-        query = url_query(search)
-        stages = {s.stage for s in run.map_sources.values()}
-        families = {s.family for s in run.map_sources.values()}
-        names = {class_name(c) for c in CellType}
-        stage = query.get("stage")
-        family = query.get("family")
-        cls = query.get("cls")
-        return (
-            stage if stage in stages else dash.no_update,
-            family if family in families else dash.no_update,
-            cls if cls in names else dash.no_update,
         )

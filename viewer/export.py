@@ -256,17 +256,10 @@ def export_html(
     map_source: str | None = None,
     plan_source: str | None = None,
 ) -> Path:
-    """Write a self-contained HTML page of the selected episodes.
-
-    Args:
-        run: an opened run or a run directory.
-        out_path: the ``.html`` file to write.
-        episodes: episode specs for :func:`select_episodes` (default: the first three).
-        map_source: decoded-map source key (default: :func:`goalprobe.viewer.step.default_map_source`).
-        plan_source: plan source key (default: the best match of the map's stage and layer).
-
-    Returns:
-        ``out_path``.
+    """Write a self-contained HTML page of the selected episodes (``run``: opened or a directory)
+    to ``out_path`` and return it; ``episodes`` as :func:`select_episodes` takes them (default:
+    the first three), ``map_source`` and ``plan_source`` default to
+    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer.
 
     Raises:
         UnknownKeyError: an episode or source key is not in the run.

@@ -1,22 +1,13 @@
-"""What the viewer shows for one step, and the figures of it (shared by the app and the export).
+"""What the viewer shows for one step, and its figures (shared by the app and the export).
 
-:func:`build_step_view` gathers, for step ``t`` of an episode, the true state, the agent's action
-and the optimal set ``pi*(s_t)``, the decoded cognitive map of a chosen probe with the optimal
-set *on the decoded grid*, the chosen decoder's predicted plan with the executed plan, the
-reasoning text and the step's patching records. :func:`step_figures` draws it.
-:func:`build_false_belief_step` does the same for a step of a false-belief episode (the
-false_belief stage's own rollouts): the true grid, the grid the prompt drew and the step's
-decoded map, with the action's optimality on each; :func:`false_belief_step_figure` draws it.
-
-Decoded grid (study, section 5.2; the one decoder of :mod:`goalprobe.probes.decoder`, scored by
-:mod:`goalprobe.probes.scoring.belief`): within the true size ``n``, walls are the cells whose
-argmax class is ``WALL`` (plus ``DOOR`` while the true door is locked), and the agent and goal are
-the top cells of the position probes' read-out where the decoded-map file carries it (schema 2),
-else the cells with the highest ``P(AGENT)`` and ``P(GOAL)`` of the cell probe (schema 1). The
-explorer, the false-belief steps, scoring and the false-belief stage all place them with
-:func:`goalprobe.probes.scoring.belief.top_cells` on the same read-out. Its optimal actions come from breadth-first distances to the decoded goal
-(:func:`goalprobe.gridworld.optimal.bfs_distances`, through
-:func:`goalprobe.probes.scoring.belief.optimal_mask_for_pair`).
+:func:`build_step_view` gathers a step's true state, action and optimal set, the chosen
+probe's decoded map with the optimal set on the decoded grid, the chosen decoder's plan
+against the executed one, the texts and the patching records; :func:`step_figures` draws it.
+:func:`build_false_belief_step` and :func:`false_belief_step_figure` do the same for a
+false-belief step (true, shown and decoded grid). The decoded grid is the one decoder of
+:mod:`goalprobe.probes.decoder` (walls by argmax class, agent and goal placed by
+:func:`goalprobe.probes.scoring.belief.top_cells`), its optimal actions from breadth-first
+distances to the decoded goal.
 """
 
 from __future__ import annotations

@@ -15,88 +15,96 @@ from goalprobe.commands.common import (
     parse_list,
 )
 
+_Trajectories = Annotated[
+    Path, typer.Argument(help="Trajectory JSONL written by `goalprobe rollout`.")
+]
+_Model = Annotated[
+    str,
+    typer.Option(help="'bundled', a local model directory, or a Hugging Face id."),
+]
+_Layers = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated decoder blocks (0-based output of block L); default: the "
+        "last block of each third (GPT-OSS-20B: 7,15,23)."
+    ),
+]
+_Stages = Annotated[str, typer.Option(help="Comma-separated anchor stages.")]
+_GridCells = Annotated[
+    bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
+]
+_ReasoningEvery = Annotated[
+    int,
+    typer.Option(
+        help="Also store the residual stream along each step's reasoning: every k-th "
+        "token of the analysis message and its last token (ragged rows); 0: none."
+    ),
+]
+_Backend = Annotated[str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")]
+_Remote = Annotated[bool, typer.Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")]
+_SimulateRemote = Annotated[
+    bool,
+    typer.Option(help="Dry run of the remote path here (nnsight's local simulation)."),
+]
+_NdifHost = Annotated[
+    str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
+]
+_MaxBatchTokens = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help="Most padded tokens per forward pass (a batch's longest replayed step times "
+        "its size; at least one step). Default: planned from the replayed lengths and the "
+        "device's memory (goalprobe.activations.plan; none with --remote); 0: only "
+        "--batch-size limits.",
+    ),
+]
+_AttnImplementation = Annotated[
+    str,
+    typer.Option(
+        help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
+        "sink_attention, flex_fp32_sinks (FlexAttention, the sinks in fp32: eager's rows "
+        "within 1e-4 in fp32, memory linear on CUDA) or flex_attention (CUDA; memory linear "
+        "in the replayed length, but its rows differ from eager's: never mix kernels in one "
+        "study)."
+    ),
+]
+_RowsPerPart = Annotated[
+    int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
+]
+_Shard = Annotated[
+    str, typer.Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")
+]
+_Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")]
+_DeviceMap = Annotated[
+    str | None, typer.Option(help="transformers device map, e.g. 'auto' (overrides --device).")
+]
+_WorkDir = Annotated[Path | None, typer.Option(help="Parts directory (default: <out>.parts).")]
+
 
 def command(
-    trajectories: Annotated[
-        Path, typer.Argument(help="Trajectory JSONL written by `goalprobe rollout`.")
-    ],
+    trajectories: _Trajectories,
     out: Annotated[Path, typer.Option("--out", "-o", help="Activation store (.h5) to write.")],
-    model: Annotated[
-        str,
-        typer.Option(help="'bundled', a local model directory, or a Hugging Face id."),
-    ] = "bundled",
+    model: _Model = "bundled",
     revision: Annotated[str, typer.Option(help="Hub revision of the model.")] = "",
-    layers: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated decoder blocks (0-based output of block L); default: the "
-            "last block of each third (GPT-OSS-20B: 7,15,23)."
-        ),
-    ] = "",
-    stages: Annotated[
-        str, typer.Option(help="Comma-separated anchor stages.")
-    ] = "pre_reasoning,post_reasoning",
-    grid_cells: Annotated[
-        bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
-    ] = False,
-    reasoning_every: Annotated[
-        int,
-        typer.Option(
-            help="Also store the residual stream along each step's reasoning: every k-th "
-            "token of the analysis message and its last token (ragged rows); 0: none."
-        ),
-    ] = 0,
-    backend: Annotated[
-        str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")
-    ] = "nnsight",
-    remote: Annotated[
-        bool, typer.Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")
-    ] = False,
-    simulate_remote: Annotated[
-        bool,
-        typer.Option(help="Dry run of the remote path here (nnsight's local simulation)."),
-    ] = False,
-    ndif_host: Annotated[
-        str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
-    ] = None,
+    layers: _Layers = "",
+    stages: _Stages = "pre_reasoning,post_reasoning",
+    grid_cells: _GridCells = False,
+    reasoning_every: _ReasoningEvery = 0,
+    backend: _Backend = "nnsight",
+    remote: _Remote = False,
+    simulate_remote: _SimulateRemote = False,
+    ndif_host: _NdifHost = None,
     batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
-    max_batch_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            help="Most padded tokens per forward pass (a batch's longest replayed step times "
-            "its size; at least one step). Default: planned from the replayed lengths and the "
-            "device's memory (goalprobe.activations.plan; none with --remote); 0: only "
-            "--batch-size limits.",
-        ),
-    ] = None,
-    attn_implementation: Annotated[
-        str,
-        typer.Option(
-            help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
-            "sink_attention, flex_fp32_sinks (FlexAttention, the sinks in fp32: eager's rows "
-            "within 1e-4 in fp32, memory linear on CUDA) or flex_attention (CUDA; memory linear "
-            "in the replayed length, but its rows differ from eager's: never mix kernels in one "
-            "study)."
-        ),
-    ] = "auto",
-    rows_per_part: Annotated[
-        int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
-    ] = 256,
+    max_batch_tokens: _MaxBatchTokens = None,
+    attn_implementation: _AttnImplementation = "auto",
+    rows_per_part: _RowsPerPart = 256,
     compression: Annotated[str, typer.Option(help="none, lzf or gzip.")] = "none",
-    shard: Annotated[
-        str, typer.Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")
-    ] = "0/1",
+    shard: _Shard = "0/1",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
-    dtype: Annotated[
-        str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")
-    ] = "auto",
-    device_map: Annotated[
-        str | None, typer.Option(help="transformers device map, e.g. 'auto' (overrides --device).")
-    ] = None,
-    work_dir: Annotated[
-        Path | None, typer.Option(help="Parts directory (default: <out>.parts).")
-    ] = None,
+    dtype: _Dtype = "auto",
+    device_map: _DeviceMap = None,
+    work_dir: _WorkDir = None,
     keep_parts: Annotated[bool, typer.Option(help="Keep the parts after assembling.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -107,7 +115,7 @@ def command(
     rerun after it finished reports the store complete. An existing --out of anything else is
     refused unless --overwrite.
     """
-    from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.activations.capture import BACKENDS
     from goalprobe.activations.extract import ExtractConfig, holds_other_extraction
     from goalprobe.agents.attention import ATTENTION_CHOICES
     from goalprobe.agents.trajectories import trajectory_stats
@@ -166,22 +174,9 @@ def command(
         remote=remote,
         attention="eager" if attn_implementation == "flex_attention" else attn_implementation,
     )
-    options = {}
-    if backend == "nnsight":
-        options = {
-            "remote": True if remote else ("local" if simulate_remote else False),
-            "model_id": loaded.model_id,
-            "revision": loaded.revision or None,
-            "host": ndif_host,
-        }
-    elif backend == "transformer_lens":  # full forwards only: the bridge may take the model
-        options = {"model_id": loaded.model_id, "copy_model": False}
-    if not remote and attn_implementation == "flex_attention":
-        loaded.model.set_attn_implementation(attn_implementation)
-    try:
-        capture = make_backend(backend, loaded.model, loaded.tokenizer, **options)
-    except (BackendUnavailableError, ValueError) as err:
-        raise typer.BadParameter(str(err), param_hint="--backend") from err
+    capture = _capture_backend(
+        backend, loaded, remote, simulate_remote, ndif_host, attn_implementation
+    )
     if capture.vocab_size is not None:
         stats.check_vocabulary(capture.vocab_size)
     plan_device = None
@@ -199,6 +194,34 @@ def command(
         work_dir=work_dir,
         keep_parts=keep_parts,
     )
+    _print_report(report, config, capture.name)
+
+
+def _capture_backend(backend, loaded, remote, simulate_remote, ndif_host, attn_implementation):
+    """The capture backend of the loaded model (nnsight runs it locally, simulated remote or on
+    NDIF; transformer_lens takes the model without a copy)."""
+    from goalprobe.activations.capture import BackendUnavailableError, make_backend
+
+    options = {}
+    if backend == "nnsight":
+        options = {
+            "remote": True if remote else ("local" if simulate_remote else False),
+            "model_id": loaded.model_id,
+            "revision": loaded.revision or None,
+            "host": ndif_host,
+        }
+    elif backend == "transformer_lens":  # full forwards only: the bridge may take the model
+        options = {"model_id": loaded.model_id, "copy_model": False}
+    if not remote and attn_implementation == "flex_attention":
+        loaded.model.set_attn_implementation(attn_implementation)
+    try:
+        return make_backend(backend, loaded.model, loaded.tokenizer, **options)
+    except (BackendUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--backend") from err
+
+
+def _print_report(report, config, backend_name: str) -> None:
+    """What the extraction stored, the reasoning rows, and a warning about re-tokenised rows."""
     state = (
         "already complete"
         if report.already_complete
@@ -206,7 +229,7 @@ def command(
     )
     typer.echo(
         f"{report.output}: {report.rows} rows (of {report.trajectory_steps} steps in the file), "
-        f"layers {list(config.layers)}, backend {capture.name}, batches of <= "
+        f"layers {list(config.layers)}, backend {backend_name}, batches of <= "
         f"{config.batch_size} steps and {config.max_batch_tokens or 'any number of'} tokens; "
         f"{state}; {report.seconds:.1f} s"
     )

@@ -20,14 +20,6 @@ from goalprobe.commands.common import (
     parse_list,
 )
 
-
-def _split(text: str, option: str) -> tuple[str, ...]:
-    values = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not values:
-        raise typer.BadParameter("needs at least one value", param_hint=option)
-    return values
-
-
 SYNTAX_CHECK_LAYERS = 1024
 """Depth against which --layers is checked for syntax before the model (and its depth) loads."""
 
@@ -72,36 +64,73 @@ def _patching_section(path: Path):
         raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
 
 
+_Sites = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
+        "answer, all."
+    ),
+]
+_Layers = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
+        "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
+    ),
+]
+_Reasoning = Annotated[
+    str,
+    typer.Option(
+        help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
+        "Default: recorded with --trajectories, greedy with --grids."
+    ),
+]
+_MaxNewTokens = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Greedy completion budget (default: 512 for a bundled agent, the "
+        "reasoning-model budget of the effort for any other model: 4,096 at low).",
+    ),
+]
+_ReasoningChunks = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Also patch the counterfactual's reasoning into the base run in this many "
+        "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
+    ),
+]
+_ChunkLayers = Annotated[
+    str,
+    typer.Option(
+        help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
+        "where the read-out in --decision-lens peaks)."
+    ),
+]
+_ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
+        "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
+        "the options above.",
+    ),
+]
+
+
 def command(
     out: OutDirOption,
     trajectories: BaseTrajectoriesOption = None,
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
     backend: Annotated[str, typer.Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
-    sites: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
-            "answer, all."
-        ),
-    ] = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
-    layers: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
-            "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
-        ),
-    ] = "thirds,all",
+    sites: _Sites = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
+    layers: _Layers = "thirds,all",
     directions: Annotated[
         str, typer.Option(help="base_to_cf and/or cf_to_base (source_to_target).")
     ] = "base_to_cf,cf_to_base",
-    reasoning: Annotated[
-        str,
-        typer.Option(
-            help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
-            "Default: recorded with --trajectories, greedy with --grids."
-        ),
-    ] = "",
+    reasoning: _Reasoning = "",
     allow_suboptimal: Annotated[
         bool,
         typer.Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
@@ -130,43 +159,15 @@ def command(
         Path | None,
         typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
     ] = None,
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Greedy completion budget (default: 512 for a bundled agent, the "
-            "reasoning-model budget of the effort for any other model: 4,096 at low).",
-        ),
-    ] = None,
+    max_new_tokens: _MaxNewTokens = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
-    reasoning_chunks: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Also patch the counterfactual's reasoning into the base run in this many "
-            "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
-        ),
-    ] = 0,
-    chunk_layers: Annotated[
-        str,
-        typer.Option(
-            help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
-            "where the read-out in --decision-lens peaks)."
-        ),
-    ] = "all",
+    reasoning_chunks: _ReasoningChunks = 0,
+    chunk_layers: _ChunkLayers = "all",
     decision_lens: Annotated[
         Path | None,
         typer.Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
     ] = None,
-    config_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
-            "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
-            "the options above.",
-        ),
-    ] = None,
+    config_file: _ConfigFile = None,
     n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
@@ -180,18 +181,13 @@ def command(
     is refused unless --overwrite. --store must come from the same rollout as --trajectories.
     """
     from rich.console import Console
-    from rich.table import Table
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
-    from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
-    from goalprobe.agents.trajectories import trajectory_stats
-    from goalprobe.probes.patching.counterfactuals import MOVES, base_from_grid
-    from goalprobe.probes.patching.experiment import PatchConfig, resolve_layer_sets
+    from goalprobe.probes.patching.experiment import resolve_layer_sets
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
-    from goalprobe.probes.patching.run import read_trajectory_bases
     from goalprobe.probes.patching.sites import SequenceError
-    from goalprobe.stages.patching import PairSettings, pair_settings, patch, patch_config
+    from goalprobe.stages.patching import patch
 
     # every argument, the inputs and the output are checked before the model is loaded
     if (trajectories is None) == (grids is None):
@@ -199,81 +195,39 @@ def command(
     check_new_output(out, overwrite, "--out", directory=True)
     choice(backend, BACKENDS, "--backend")
     check_device(device)
-    effort, template_dir, stats = "low", None, None
-    if trajectories is not None:
-        stats = trajectory_stats(trajectories)
-        stats.check_nonempty()
-        read = read_trajectory_bases(trajectories)
-        bases, effort, template_dir = read.bases, read.reasoning_effort, read.template_dir
-    elif grids is not None:
-        from goalprobe.gridworld.io import read_grid_set
-
-        bases = [base_from_grid(g) for g in read_grid_set(grids)]
-        if not bases:
-            raise typer.BadParameter(f"{grids} holds no grids", param_hint="--grids")
+    bases, effort, template_dir, stats = _read_bases(trajectories, grids)
     keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
     try:
         if config_file is not None:
-            section = _patching_section(config_file)
-            config = patch_config(section, effort, template_dir)
-            pairs = dataclasses.replace(
-                pair_settings(section), sizes=None if keep is None else tuple(keep)
-            )
-            n_resamples = section.n_bootstrap
+            config, pairs, n_resamples = _config_from_file(config_file, effort, template_dir, keep)
         else:
-            config = PatchConfig(
-                sites=_split(sites, "--sites"),
-                layers=_split(layers, "--layers"),
-                directions=_split(directions, "--directions"),
+            config = _patch_config(
+                sites=sites,
+                layers=layers,
+                directions=directions,
                 reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
                 require_optimal=not allow_suboptimal,
                 regenerate=regenerate,
-                max_new_tokens=max_new_tokens or token_budget(model, effort, 512),
+                max_new_tokens=max_new_tokens,
+                model=model,
                 batch_size=batch_size,
                 seed=seed,
                 reasoning_effort=effort,
                 template_dir=template_dir,
                 reasoning_chunks=reasoning_chunks,
-                chunk_layers=_split(chunk_layers, "--chunk-layers"),
+                chunk_layers=chunk_layers,
             )
-            moved = _split(moves, "--moves")
-            if any(m not in MOVES for m in moved):
-                raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moved}")
-            pairs = PairSettings(
-                max_bases=max_bases,
-                disjoint_per_move=disjoint_per_move,
-                control_per_move=control_per_move,
-                control_bases=control_bases,
-                moves=moved,
-                sizes=None if keep is None else tuple(keep),
-                seed=seed,
+            pairs = _pair_settings(
+                moves, max_bases, disjoint_per_move, control_per_move, control_bases, keep, seed
             )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     if not [b for b in bases if keep is None or b.grid.size in keep]:
         raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
-    try:
-        resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--layers") from err
-    peak = config.reasoning_chunks and "peak" in config.chunk_layers
-    if peak and decision_lens is None:
-        raise typer.BadParameter(
-            "chunk layers 'peak' need --decision-lens (the decision stage's lens.json)",
-            param_hint="--chunk-layers",
-        )
-    if decision_lens is not None and not decision_lens.is_file():
-        raise typer.BadParameter(f"{decision_lens}: no such file", param_hint="--decision-lens")
-    try:
-        resolve_layer_sets(
-            [c for c in config.chunk_layers if c != "peak"] or ["all"], SYNTAX_CHECK_LAYERS
-        )
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
+    _check_layer_options(config, decision_lens)
     source = None
     if store is not None:
         source = _store_source(store, stats)
-    console = Console()
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)
@@ -307,23 +261,118 @@ def command(
         raise typer.BadParameter(
             f"{err}", param_hint="--trajectories" if trajectories else "--model"
         ) from err
+    _print_outcome(Console(), outcome, out, paths)
+
+
+def _read_bases(trajectories: Path | None, grids: Path | None):
+    """The base states of ``--trajectories`` (recorded steps) or ``--grids`` (start states),
+    with the recorded reasoning effort, chat-template folder and trajectory statistics."""
+    from goalprobe.agents.trajectories import trajectory_stats
+    from goalprobe.probes.patching.counterfactuals import base_from_grid
+    from goalprobe.probes.patching.run import read_trajectory_bases
+
+    if trajectories is not None:
+        stats = trajectory_stats(trajectories)
+        stats.check_nonempty()
+        read = read_trajectory_bases(trajectories)
+        return read.bases, read.reasoning_effort, read.template_dir, stats
+    from goalprobe.gridworld.io import read_grid_set
+
+    bases = [base_from_grid(g) for g in read_grid_set(grids)]
+    if not bases:
+        raise typer.BadParameter(f"{grids} holds no grids", param_hint="--grids")
+    return bases, "low", None, None
+
+
+def _config_from_file(config_file: Path, effort: str, template_dir, keep):
+    """The patch config, pair settings and bootstrap resamples of a ``--config`` section."""
+    from goalprobe.stages.patching import pair_settings, patch_config
+
+    section = _patching_section(config_file)
+    config = patch_config(section, effort, template_dir)
+    pairs = dataclasses.replace(pair_settings(section), sizes=None if keep is None else tuple(keep))
+    return config, pairs, section.n_bootstrap
+
+
+def _patch_config(
+    *, sites, layers, directions, chunk_layers, max_new_tokens, model, reasoning_effort, **rest
+):
+    """The patch config of the command-line options (lists split, the token budget resolved)."""
+    from goalprobe.agents.budgets import token_budget
+    from goalprobe.probes.patching.experiment import PatchConfig
+
+    return PatchConfig(
+        sites=parse_list(sites, str, "--sites"),
+        layers=parse_list(layers, str, "--layers"),
+        directions=parse_list(directions, str, "--directions"),
+        max_new_tokens=max_new_tokens or token_budget(model, reasoning_effort, 512),
+        reasoning_effort=reasoning_effort,
+        chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
+        **rest,
+    )
+
+
+def _pair_settings(
+    moves, max_bases, disjoint_per_move, control_per_move, control_bases, keep, seed
+):
+    """How counterfactual pairs are drawn, from the command-line options."""
+    from goalprobe.probes.patching.counterfactuals import MOVES
+    from goalprobe.stages.patching import PairSettings
+
+    moved = parse_list(moves, str, "--moves")
+    if any(m not in MOVES for m in moved):
+        raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moved}")
+    return PairSettings(
+        max_bases=max_bases,
+        disjoint_per_move=disjoint_per_move,
+        control_per_move=control_per_move,
+        control_bases=control_bases,
+        moves=moved,
+        sizes=None if keep is None else tuple(keep),
+        seed=seed,
+    )
+
+
+def _check_layer_options(config, decision_lens: Path | None) -> None:
+    """Refuse layer sets of bad syntax and a 'peak' chunk layer without its lens, before the
+    model (and its depth) loads."""
+    from goalprobe.probes.patching.experiment import resolve_layer_sets
+
+    try:
+        resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    peak = config.reasoning_chunks and "peak" in config.chunk_layers
+    if peak and decision_lens is None:
+        raise typer.BadParameter(
+            "chunk layers 'peak' need --decision-lens (the decision stage's lens.json)",
+            param_hint="--chunk-layers",
+        )
+    if decision_lens is not None and not decision_lens.is_file():
+        raise typer.BadParameter(f"{decision_lens}: no such file", param_hint="--decision-lens")
+    try:
+        resolve_layer_sets(
+            [c for c in config.chunk_layers if c != "peak"] or ["all"], SYNTAX_CHECK_LAYERS
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
+
+
+_COLUMNS = "direction|site|layers|n|changed [95% CI]|to source opt.|recovered|control stable"
+
+
+def _print_outcome(console, outcome, out: Path, paths) -> None:
+    """The pairs prepared and dropped, and a table of the teacher-forced disjoint patches beside
+    their controls."""
+    from rich.table import Table
+
     report, records, summary = outcome.report, outcome.records, outcome.summary
     console.print(
         f"{report.n_pairs} counterfactual pairs; prepared "
         f"{report.n_kept}, dropped {dict(report.dropped)}"
     )
-
     table = Table(title=f"{len(records)} patched runs, {report.n_kept} pairs -> {out}")
-    for column in (
-        "direction",
-        "site",
-        "layers",
-        "n",
-        "changed [95% CI]",
-        "to source opt.",
-        "recovered",
-        "control stable",
-    ):
+    for column in _COLUMNS.split("|"):
         table.add_column(column, justify="right")
     control = {
         (r.direction, r.site, r.layers): r

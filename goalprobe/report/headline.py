@@ -1,17 +1,12 @@
 """The headline table: one line per row spec (:data:`~goalprobe.report.row_specs.SPECS`), with
 its baseline, its verdict and the Holm family declared before the run.
 
-The report shows it first, ``goalprobe demo`` ends with its verdicts (one line each,
-:mod:`goalprobe.report.summary`), ``docs/results.md`` carries it (``scripts/readme_assets.py``),
-and ``scripts/compare_headline.py`` checks that a change of code leaves it identical on the same
-seed.
-
-Every test row gets a one-sided p-value, by the most exact route its result file allows: an
-exact binomial test for a rate against a point (on its effective trials), an exact sign-flip
-test where every grid agrees (a degenerate interval: 2^-G), the normal approximation to the
-interval's side facing the baseline otherwise. Holm's correction runs over the agent's fixed
-family (:func:`~goalprobe.report.row_specs.family`): a family row the run lacks, or one without
-a p, counts as p = 1. A "no" or "undecided" states the effect its n could detect.
+The report shows it first and ``goalprobe demo`` ends with its verdicts. Every test row gets a
+one-sided p-value by the most exact route its result file allows (exact binomial, exact
+sign-flip where every grid agrees, else the normal approximation to the interval); Holm's
+correction runs over the agent's fixed family (:func:`~goalprobe.report.row_specs.family`),
+a missing row or p counting as p = 1. A "no" or "undecided" states the effect its n could
+detect.
 """
 
 from __future__ import annotations

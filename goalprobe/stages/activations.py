@@ -120,17 +120,11 @@ def extract_store(
     keep_parts: bool = False,
 ):
     """The extraction, the one path of ``goalprobe extract`` and of this stage: replay
-    ``trajectories`` teacher-forced through ``capture`` (a backend over ``loaded``'s model)
-    and store the residual stream at ``out`` (resumable:
-    :func:`goalprobe.activations.extract.extract`).
-
-    Args:
-        config: what to store (empty layers: the last block of each third).
-        plan_device: plan the batches' token budget for this device's memory
-            (:func:`planned_config`); None: ``config.max_batch_tokens`` as given.
-
-    Returns:
-        ``(ExtractReport, the config extracted with)``.
+    ``trajectories`` teacher-forced through ``capture`` and store the residual stream at ``out``
+    (resumable, :func:`goalprobe.activations.extract.extract`); ``config``'s empty layers mean the
+    last block of each third, and ``plan_device`` plans the batches' token budget for that
+    device's memory (:func:`planned_config`; None: ``config.max_batch_tokens`` as given). Returns
+    ``(ExtractReport, the config extracted with)``.
     """
     if not config.layers:
         config = dataclasses.replace(config, layers=layer_spread(capture.n_layers))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.gridworld.behaviour import BehaviourConfig, BehaviourSummary, behaviour_summary
+from goalprobe.gridworld.behaviour import BehaviourConfig, behaviour_summary
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage, register
@@ -17,12 +17,6 @@ from goalprobe.stages.rollouts import (
 )
 
 SCHEMA = "goalprobe.demo.behaviour/1"
-
-
-class BehaviourResults(BehaviourSummary):
-    """The behaviour metrics JSON (``RunLayout.behaviour_metrics``)."""
-
-    schema: str
 
 
 def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):

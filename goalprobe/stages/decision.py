@@ -1,19 +1,15 @@
 """Stage ``decision``: where the decision is made, read with a logit lens on the main rollouts'
-steps (``RUN/decision/lens.json``, schema ``goalprobe.demo.decision/1``; and, per step and
-reasoning chunk, ``RUN/decision/steps.jsonl``, :mod:`goalprobe.probes.decision_steps`, which the
-viewer's step view colours the reasoning with).
+steps (``RUN/decision/lens.json``, ``goalprobe.demo.decision/1``; per step and reasoning chunk
+``RUN/decision/steps.jsonl``, :mod:`goalprobe.probes.decision_steps`, for the viewer).
 
-For up to ``max_steps`` answered steps (the same sample for every run of a seed, spread over the
-grids), the residual stream after every block is read through the final norm and unembedding
-at the end of each reasoning chunk and at the position that predicts the answer's action
-(:mod:`goalprobe.probes.logit_lens`); :func:`goalprobe.probes.decision_time.decision_curves`
-pools the agreement with the answered action per layer and reasoning progress.
-
-Beside the lens, the decision is read out of the ``activations`` stage's store (its reasoning
-rows and anchors; :func:`goalprobe.probes.reasoning_readout.reasoning_readout`): the action,
-the plan's first move and the agent's and goal's cells per bin of reasoning progress and stored
-layer, on held-out grids, against their strongest baselines (``reasoning_readout`` in
-``lens.json``; ``readout`` stays the action read at the lens's chunk ends of every block).
+For up to ``max_steps`` answered steps (a seeded sample spread over the grids) every block's
+residual stream is read through the final norm and unembedding at each reasoning chunk's end
+and at the answer's action (:mod:`goalprobe.probes.logit_lens`), pooled by
+:func:`goalprobe.probes.decision_time.decision_curves`. Beside the lens, the action, the
+plan's first move and the agent's and goal's cells are read out of the ``activations`` store
+per reasoning-progress bin and layer on held-out grids, against their strongest baselines
+(:func:`goalprobe.probes.reasoning_readout.reasoning_readout`; ``reasoning_readout`` in
+``lens.json``).
 """
 
 from __future__ import annotations

@@ -120,20 +120,15 @@ def patch(
     batches: Path | None = None,
 ):
     """The patching analysis, the one path of ``goalprobe patch`` and of this stage: draw
-    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs (disjoint ones on every
-    base, controls on the first ``pairs.control_bases``), patch them through ``patcher`` and
-    write the results, records, summary, pairs and heatmap into ``out``.
+    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs (controls on the first
+    ``pairs.control_bases``), patch them through ``patcher`` and write the results, records,
+    summary, pairs and heatmap into ``out``.
 
     ``budget``: the device memory the passes are planned in (None: no plan); ``batches``: the
-    JSON file of the batches an out-of-memory error halved (read first, so that a rerun starts
-    from them, and written at each halving; None: not kept).
-
-    With reasoning chunks, the chunk layer set ``"peak"`` is the block where the decision
-    read-out in ``lens`` (``RUN/decision/lens.json``) peaks (:func:`readout_peak`).
-
-    Returns:
-        ``(outcome, paths)``: the :class:`~goalprobe.probes.patching.run.PatchingOutcome` and
-        name -> written file.
+    JSON file of the batches an out-of-memory error halved (None: not kept). The chunk layer set
+    ``"peak"`` is where the read-out in ``lens`` peaks (:func:`readout_peak`). Returns
+    ``(outcome, paths)``: the :class:`~goalprobe.probes.patching.run.PatchingOutcome` and name ->
+    written file.
     """
     n_layers = int(patcher.n_layers)
     peak = None

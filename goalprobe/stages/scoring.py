@@ -96,17 +96,9 @@ class ScoreSummary:
 def score_run(
     run_dir: Path | RunLayout, config: ScoreConfig, progress: bool = False
 ) -> ScoreSummary:
-    """Score a run directory: policy against decoded belief (and its nulls) for every
-    decoded-map file, and true vs subjective MEG per grid; writes ``RUN/scoring/`` and its
-    figures.
-
-    Args:
-        run_dir: the run directory, or its layout.
-        config: what to compute.
-        progress: show tqdm progress bars.
-
-    Returns:
-        A :class:`ScoreSummary` holding the written JSON contents and paths.
+    """Score a run directory (or its layout): policy against decoded belief (and its nulls) for
+    every decoded-map file, and true vs subjective MEG per grid, into ``RUN/scoring/`` with its
+    figures; returns a :class:`ScoreSummary` of the written contents and paths.
 
     Raises:
         FileNotFoundError: a required input is missing (the message names it).

@@ -29,7 +29,6 @@ from goalprobe.stats.inference import (
     p_exact_rate,
     p_from_draws,
     p_from_interval,
-    p_sign_flip,
     seed_pooled,
 )
 from goalprobe.stats.rates import (
@@ -71,7 +70,6 @@ __all__ = [
     "p_exact_rate",
     "p_from_draws",
     "p_from_interval",
-    "p_sign_flip",
     "per_grid_sums",
     "percentile_interval",
     "rate_difference_interval",

@@ -1,21 +1,11 @@
-"""The grid bootstrap: intervals that resample grids, never rows. No torch.
+"""The grid bootstrap: intervals that resample grids (clusters), never rows. No torch.
 
-Every interval goalprobe reports resamples *grids* (clusters), never rows: the steps of one
-grid's trajectories are not independent. :class:`GridBootstrap` is the one engine: it draws
-grid multiplicities once (``rng.multinomial(G, uniform, size=B)``), and every statistic that is
-a ratio of per-grid sums (a pooled rate, a pooled mean, accuracy, R², a confusion matrix) is
-recomputed under the same draws, so intervals of several metrics, and their paired differences,
-share one resampling. A statistic averaged over grids with equal weight is the special case of
-one row per grid.
-
-Intervals of general statistics are percentile intervals of the resampled statistic; resamples
-where the statistic is undefined (an empty subset, a zero denominator) are left out.
-
-A *rate* (k successes of n trials, pooled over grids) gets an interval that stays honest at 0%
-and 100% instead (:mod:`goalprobe.stats.rates`): :func:`grid_bootstrap_ratio` uses it for
-counts, :meth:`GridBootstrap.rate_summary` for rates under shared draws, and :func:`grid_mean`
-for a mean of per-grid values in [0, 1]; a paired difference on which every grid agrees gets
-one within its bounds (:meth:`GridBootstrap.summary`).
+:class:`GridBootstrap` draws grid multiplicities once and recomputes every ratio-of-per-grid-sums
+statistic (rates, means, accuracy, R², confusion matrices) under the same draws, so intervals
+of several metrics and their paired differences share one resampling. General statistics get
+percentile intervals (undefined resamples left out); rates get intervals honest at 0% and 100%
+(:mod:`goalprobe.stats.rates`) through :func:`grid_bootstrap_ratio`,
+:meth:`GridBootstrap.rate_summary` and :func:`grid_mean`.
 """
 
 from __future__ import annotations

@@ -119,13 +119,6 @@ def seed_pooled(
     return out
 
 
-P_EXACT = "exact binomial"
-P_DRAWS = "bootstrap draws"
-P_SIGN_FLIP = "exact sign-flip permutation"
-P_NORMAL = "normal approximation to the interval"
-"""How a p-value was made (the report names it beside the Holm family)."""
-
-
 def p_exact_rate(k: float, n: float, baseline: float, *, side: str = "greater") -> float | None:
     """Exact one-sided binomial p of "the rate ``k / n`` exceeds ``baseline``" (``side="less"``:
     lies below it), on the effective ``n`` where a design effect shrank it (``k`` and ``n``
@@ -154,34 +147,6 @@ def p_from_draws(
         np.count_nonzero(x <= baseline) if side == "greater" else np.count_nonzero(x >= baseline)
     )
     return float((1 + wrong) / (1 + x.size))
-
-
-def p_sign_flip(
-    differences: Sequence[float] | np.ndarray,
-    *,
-    side: str = "greater",
-    n_resamples: int = 20_000,
-    random_state: int | np.random.Generator | None = 0,
-) -> float | None:
-    """One-sided sign-flip permutation p of "the mean paired difference exceeds 0" (one value
-    per grid): exact over all ``2^G`` sign patterns up to 16 grids, Monte Carlo beyond. Where
-    every grid agrees (a full harm avoider: all -1), the p is ``2^-G``, not undefined as a
-    degenerate interval would leave it. None without a difference."""
-    x = np.asarray(differences, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0 or side not in ("greater", "less"):
-        return None
-    if side == "less":
-        x = -x
-    observed = x.mean()
-    if x.size <= 16:
-        signs = 1 - 2 * ((np.arange(2**x.size)[:, None] >> np.arange(x.size)) & 1)
-        means = (signs * x).mean(axis=1)
-        return float(np.mean(means >= observed - 1e-12))
-    rng = np.random.default_rng(random_state)
-    signs = rng.choice((-1.0, 1.0), size=(n_resamples, x.size))
-    means = (signs * x).mean(axis=1)
-    return float((1 + np.count_nonzero(means >= observed - 1e-12)) / (1 + n_resamples))
 
 
 def detectable_effect(

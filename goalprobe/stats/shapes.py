@@ -1,34 +1,15 @@
 """Shape aliases of the arrays that cross room boundaries (jaxtyping over numpy).
 
-One name per array contract, so that a signature states what it takes and returns
-(``acts: ResidualActs`` rather than ``np.ndarray`` plus a docstring). Each alias is a jaxtyping
-``Dtype[np.ndarray, "dims"]``: mypy reads it as ``np.ndarray`` (the dimension string is
-documentation to a static checker), and at run time ``isinstance(x, ResidualActs)`` checks the
-rank and the dtype kind (the tests do; library code imports the aliases under ``TYPE_CHECKING``
-and pays nothing). The module lives in the grid world, the lowest room, so that every room can
-use it; it imports numpy and jaxtyping only (no torch).
+One name per array contract (``acts: ResidualActs`` rather than ``np.ndarray`` plus prose).
+mypy reads each as ``np.ndarray``; at run time ``isinstance(x, ResidualActs)`` checks rank and
+dtype kind (the tests do; library code imports the aliases under ``TYPE_CHECKING``). Imports
+numpy and jaxtyping only. Dimension names, the same in every docstring:
 
-Dimension names, the same in every docstring:
-
-``n_rows``
-    rows of an activation store (one per trajectory step), or examples of a batch.
-``k``
-    tokens per row of a stage: 3 for the anchor stages (``<|end|> <|start|> assistant``), 225
-    for ``grid_cells`` (:func:`goalprobe.activations.store.schema.stage_tokens`).
-``d_model``
-    residual width.
-``features``
-    ``k * d_model``: a row's tokens flattened (what the cell probes reshape to).
-``side``
-    side of a cell map: the 15 x 15 label canvas (``LABEL_CANVAS``) for the store's labels and
-    general probes, the grid side ``n`` for size-specific probes and decoded single states.
-``n_classes``
-    probability columns: a probe's ``classes_`` (``CellType`` values, in that order), or every
-    ``CellType`` after :func:`goalprobe.probes.scoring.belief_table.expand_classes`.
-``horizon``
-    plan steps (``PLAN_HORIZON`` in the store; a decoder's ``horizon``).
-``n_plan_classes``
-    5: UP, DOWN, LEFT, RIGHT, END (a plan decoder's outputs).
+``n_rows``: store rows (one per step) or batch examples; ``k``: tokens per row of a stage (3
+for the anchors, 225 for ``grid_cells``); ``d_model``: residual width; ``features``:
+``k * d_model``; ``side``: a cell map's side (the 15 x 15 ``LABEL_CANVAS``, or the grid side
+``n``); ``n_classes``: probability columns (a probe's ``classes_``, or every ``CellType``);
+``horizon``: plan steps; ``n_plan_classes``: 5 (UP, DOWN, LEFT, RIGHT, END).
 """
 
 from __future__ import annotations

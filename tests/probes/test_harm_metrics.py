@@ -317,11 +317,10 @@ def test_harm_verdict_reads_the_agent_against_the_harm_blind_oracle(grids):
 
 def test_a_full_harm_avoider_keeps_an_interval_and_an_exact_p():
     """Moral conditioning that removes the one harm of every neutral episode on all 12 grids:
-    every resample says -1, but the interval must say what 12 grids cannot rule out, and the
-    sign-flip p is exact (2^-12), so the row stays in the Holm family."""
+    every resample says -1, but the interval must say what 12 grids cannot rule out."""
     from goalprobe.probes.scoring.harm import HarmEpisode
 
-    from goalprobe.stats import Estimate, p_sign_flip
+    from goalprobe.stats import Estimate
 
     ids = [f"g{i}" for i in range(12)]
     rows = [
@@ -334,7 +333,6 @@ def test_a_full_harm_avoider_keeps_an_interval_and_an_exact_p():
     assert harms.value == -1.0
     assert harms.low == -1.0 and -0.7 < harms.high < -0.3  # not [-1, -1]
     assert harms.method is not None
-    assert p_sign_flip(np.full(12, harms.value), side="less") == pytest.approx(2.0**-12)
     # a difference that varies keeps its percentile interval (unchanged numbers)
     success = table["difference"]["success"]
     assert success["value"] == 0.0 and "interval_method" in success

@@ -16,7 +16,6 @@ from goalprobe.stats import (
     grid_bootstrap_ratio,
     p_exact_rate,
     p_from_draws,
-    p_sign_flip,
 )
 
 
@@ -59,16 +58,6 @@ def test_the_exact_rate_p_is_defined_at_100_percent():
     assert p_exact_rate(8, 16, 0.5) > 0.4
     assert p_exact_rate(0, 16, 0.5, side="less") == pytest.approx(0.5**16)
     assert p_exact_rate(3, 0, 0.5) is None
-
-
-def test_a_sign_flip_p_is_exact_when_every_grid_agrees():
-    # a full harm avoider: -1 on every one of 10 grids
-    assert p_sign_flip(-np.ones(10), side="less") == pytest.approx(2.0**-10)
-    assert p_sign_flip(-np.ones(10), side="greater") == pytest.approx(1.0)
-    noisy = np.array([0.3, -0.2, 0.1, -0.1, 0.05, -0.3])
-    assert 0.2 < p_sign_flip(noisy) < 0.9
-    many = p_sign_flip(np.ones(40), random_state=1)
-    assert many < 1e-3
 
 
 def test_a_p_from_draws_is_never_zero_and_reads_the_draws():

@@ -1,37 +1,13 @@
 """Every plotly figure of goalprobe, as pure functions (the one implementation of each).
 
-Every function takes plain data (numpy arrays, sequences, parsed JSON) and returns a new
-``plotly.graph_objects.Figure``; nothing reads files or keeps state, so the Dash viewer, the
-static export, the report (:mod:`goalprobe.report`) and the files the application writes
-(``patch_heatmap.html``, ``scoring/figures/*.json``) all draw with the same code. Coordinates
-are ``(row, col)``: row 0 is the top row, drawn at the top (the y axis is reversed), and each
-cell is a unit square centred on its integer coordinates.
-
-=====================  ========================================================================
-module                 figures
-=====================  ========================================================================
-:mod:`.style`          colours and symbols (:data:`CELL_COLOURS`, :data:`LEGEND`), layout,
-                       :func:`empty_figure`
-:mod:`.maps`           grids and decoded maps (:func:`cell_map_figure`,
-                       :func:`probability_figure`, :func:`plan_figure`)
-:mod:`.plans`          :func:`plan_strip_figure`, :func:`prefix_accuracy_grid_figure`,
-                       :func:`prefix_accuracy_grid_figure` (stage x layer small multiples),
-                       :func:`plan_sweep_figure` (a whole decoder sweep)
-:mod:`.episodes`       :func:`episode_timeline_figure`
-:mod:`.false_belief`   :func:`false_belief_maps_figure` (true, shown, decoded side by side),
-                       :func:`oracle_rates_figure`
-:mod:`.behaviour`      behaviour by size x density and distance, iso-difficulty bars
-:mod:`.harm`           reward against harm on harm grids
-:mod:`.probes`         :func:`probe_comparison_figure`, per-class and localisation bars,
-                       :func:`sweep_comparison_figure` (a probe sweep)
-:mod:`.scoring`        policy against belief, top-k, MEG
-:mod:`.patching`       :func:`patching_heatmap_figure` (records), :func:`patch_summary_figure`
-:mod:`.attribution`    :func:`attribution_map_figure` (prompt positions x blocks, cells as the grid)
-:mod:`.decision`       :func:`decision_time_figure` (the logit lens along the reasoning),
-                       :func:`reasoning_readout_figure` (the store's read-out over reasoning time)
-=====================  ========================================================================
-
-The names below are re-exported here, so ``from goalprobe.viewer.figures import cell_map_figure`` works.
+Each takes plain data (arrays, sequences, parsed JSON) and returns a new
+``plotly.graph_objects.Figure``, reading no file and keeping no state, so the viewer, the
+static export, the report and the application's figure files draw with the same code.
+Coordinates are ``(row, col)``, row 0 drawn at the top, each cell a unit square centred on its
+integer coordinates. Modules by subject: :mod:`.style` (colours, layout), :mod:`.maps`,
+:mod:`.plans`, :mod:`.episodes`, :mod:`.false_belief`, :mod:`.behaviour`, :mod:`.harm`,
+:mod:`.probes`, :mod:`.scoring`, :mod:`.patching`, :mod:`.attribution`, :mod:`.decision`;
+the names below are re-exported here.
 """
 
 from goalprobe.viewer.figures.attribution import attribution_map_figure

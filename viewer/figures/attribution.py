@@ -34,7 +34,6 @@ def attribution_map_figure(
         anchors: the anchor positions to mark (the pre-reasoning anchors).
         changed_cells: the ``(row, col)`` cells base and counterfactual differ in.
         layers: block labels (default ``0 .. n_layers - 1``).
-        title, height: figure title and height in pixels.
 
     Raises:
         ValueError: shapes that disagree, or a grid cell whose position was not attributed.

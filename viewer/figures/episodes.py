@@ -23,7 +23,6 @@ def episode_timeline_figure(
     Args:
         flags: row label -> ``(T,)`` True, False or None (unknown, drawn grey).
         current_step: the step to outline.
-        title: figure title.
         height: figure height (default: from the number of rows).
 
     Returns:

@@ -51,10 +51,8 @@ def false_belief_maps_figure(
             then says ``decoded_label``).
         probs: ``(n, n, len(CellType))`` class probabilities behind ``decoded_types`` (hover).
         differs: cells where shown and true differ (ringed in every panel).
-        title: figure title.
         decoded_label: what the third panel says when there is no decoded map (wrapped to
             fit inside it).
-        height: figure height in pixels.
         agent_row_col: the agent's cell; with ``action``, the step's action is drawn from it
             as an arrow in every panel.
         action: the executed :class:`~goalprobe.gridworld.core.Action`, or None.

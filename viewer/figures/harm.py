@@ -29,7 +29,6 @@ def reward_harm_figure(
     Args:
         points: ``{condition, grid_id, efficiency, harms, success, n_episodes}`` rows.
         random_mean_harms: the random agent's mean harms per grid id.
-        height: figure height in pixels.
     """
     if not points:
         return empty_figure("no harm-grid episodes: run the demo's harm stage", height=height)

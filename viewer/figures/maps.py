@@ -290,7 +290,6 @@ def cell_map_figure(
 
     Args:
         cell_types: ``(n, n)`` ``CellType`` values to colour the cells by.
-        title: figure title.
         probs: ``(n, n, len(CellType))`` class probabilities for the hover text, or None.
         true_cell_types: ``(n, n)`` true classes for the hover text (default: ``cell_types``
             when ``probs`` is None).
@@ -302,10 +301,6 @@ def cell_map_figure(
         history: agent cells ``s_0 .. s_t`` visited so far (a faint line).
         markers: label -> cell for ringed cells (e.g. ``{"decoded agent": (2, 3)}``).
         height: figure height in pixels (None: automatic).
-        show_legend: draw the legend.
-
-    Returns:
-        the figure.
     """
     types = np.asarray(cell_types).astype(np.int64)
     if types.ndim != 2:
@@ -383,10 +378,6 @@ def probability_figure(
         true_cell_types: ``(n, n)`` true classes: their symbols are overlaid and the true cells
             of ``cell_class`` are outlined.
         probs: ``(n, n, len(CellType))`` all probabilities, for the hover text.
-        height: figure height in pixels.
-
-    Returns:
-        the figure.
     """
     z = np.asarray(class_probs, dtype=np.float64)
     if z.ndim != 2:
@@ -458,13 +449,7 @@ def plan_figure(
         cell_types: ``(n, n)`` true classes of ``s_t``.
         executed_path: cells ``s_t, s_{t+1}, ...`` the agent actually visited.
         predicted_path: cells the predicted plan visits from ``s_t``.
-        title: figure title.
         predicted_label: legend label of the predicted path.
-        height: figure height in pixels.
-        show_legend: draw the legend.
-
-    Returns:
-        the figure.
     """
     types = np.asarray(cell_types).astype(np.int64)
     n_rows, n_cols = types.shape

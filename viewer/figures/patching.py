@@ -33,8 +33,6 @@ def patching_heatmap_figure(
         value: the field to average (``recovered``, ``action_changed``, ``into_source_optimal``).
         rows, cols: the fields that index the heatmap (``site`` x ``layers``).
         facet: a field giving one panel per value (``direction``), or None.
-        title: figure title.
-        height: figure height in pixels.
 
     Returns:
         the figure (hover: mean and the number of records behind it).

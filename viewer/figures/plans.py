@@ -92,10 +92,6 @@ def plan_strip_figure(
         predicted: ``(T,)`` predicted plan tokens (plan format).
         target: ``(T,)`` executed plan tokens (the plan label).
         title: figure title (default: the matched prefix and what the colours mean).
-        height: figure height in pixels.
-
-    Returns:
-        the figure.
     """
     cats = plan_strip_categories(predicted, target)
     pred = [int(x) for x in predicted]
@@ -182,7 +178,6 @@ def prefix_accuracy_grid_figure(
         runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
             ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
             and optional ``ci`` ``(2, T)``.
-        title: figure title.
         panel_height: height of one row of panels in pixels.
 
     Returns:

@@ -57,11 +57,6 @@ def probe_comparison_figure(
         y_title: y-axis title.
         baseline: one horizontal reference line for the whole chart, or None.
         baseline_label: its label.
-        title: figure title.
-        height: figure height in pixels.
-
-    Returns:
-        the figure.
     """
     if not rows:
         raise ValueError("no rows to draw")

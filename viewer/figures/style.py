@@ -146,7 +146,6 @@ def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> g
 
     Args:
         message: the text; wrapped at word boundaries so it fits a narrow panel.
-        height: figure height in pixels.
         wrap: characters per line.
     """
     fig = go.Figure()
