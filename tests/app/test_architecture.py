@@ -237,14 +237,6 @@ FUNCTION_MAX_LINES = 150
 signature and docstring included): a longer one does several things (split it into named
 steps, each a function with a docstring)."""
 
-OVER_FUNCTION_MAX: dict[str, str] = {
-    "agents/rollout.py:run_rollouts": "split into steps on branch slimc (issue 38)",
-    "activations/extract.py:extract": "being split by another engineer (issue 38)",
-    "probes/metrics.py:evaluate_cell_maps": "split on branch slima (issue 38)",
-}
-"""Functions of other rooms still over :data:`FUNCTION_MAX_LINES` while they are split; each is
-a strict xfail below, so that the exception fails (and must go) once its function is split."""
-
 
 def _function_lengths() -> dict[str, int]:
     """``"<path>:<qualified name>"`` -> lines of every function and method of the rooms."""
@@ -269,16 +261,10 @@ def _function_lengths() -> dict[str, int]:
 
 def test_no_function_is_over_the_size_limit():
     lengths = _function_lengths()
-    over = {
-        name: n
-        for name, n in lengths.items()
-        if n > FUNCTION_MAX_LINES and name not in OVER_FUNCTION_MAX
-    }
+    over = {name: n for name, n in lengths.items() if n > FUNCTION_MAX_LINES}
     assert over == {}, (
         f"functions over {FUNCTION_MAX_LINES} lines (split them into named steps): "
         + ", ".join(f"{name} ({n})" for name, n in sorted(over.items()))
-        + "; still over in other rooms, being split: "
-        + ", ".join(sorted(OVER_FUNCTION_MAX))
     )
 
 
@@ -287,12 +273,3 @@ def test_the_function_length_count_sees_nested_functions():
     lengths = _function_lengths()
     assert lengths["goalprobe/run_layout.py:RunLayout.path"] == 3
     assert "viewer/explorer_tab.py:_register_choices.layers_for" in lengths
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(reason=why, strict=True)) for n, why in
-     OVER_FUNCTION_MAX.items()],
-)  # fmt: skip
-def test_functions_still_over_the_limit_are_named(name):
-    assert _function_lengths()[name] <= FUNCTION_MAX_LINES, f"{name} is still being split"
