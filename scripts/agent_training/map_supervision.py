@@ -173,33 +173,36 @@ _PRIOR_SAMPLES = 48
 _PRIOR_CACHE: dict[tuple[str, int, float], np.ndarray] = {}
 
 
-def prior_uncertainty(grids: Sequence[Grid], canvas: int = LABEL_CANVAS) -> torch.Tensor:
-    """``(B, canvas, canvas)`` the binary entropy (bits) of each grid cell's wall given the grid's
-    variant, size and density (density rounded to 0.02; the frequency over
-    :data:`_PRIOR_SAMPLES` grids of the generator, drawn from a seed of the key, cached); 0 on
-    cells whose wall status that prior fixes (border, lattice) and outside the grid. The map
-    agent's walls recipe weights the map read-out's cell term by it, so the read-out learns
-    what the grid's size and density do not already say."""
+def prior_wall_frequency(grid: Grid) -> np.ndarray:
+    """``(n, n)`` each cell's wall frequency over :data:`_PRIOR_SAMPLES` grids of the grid's
+    variant, size and density (density rounded to 0.02; drawn from a seed of that key, cached):
+    the prior given size and density."""
     from goalprobe.gridworld.variants import generate_variant
 
+    density = round(float(grid.density or 0.0) * 50) / 50
+    key = (str(grid.variant), int(grid.size), density)
+    if key not in _PRIOR_CACHE:
+        rng = np.random.default_rng(zlib.crc32(f"{key[0]}/{key[1]}/{density:.2f}".encode()))
+        _PRIOR_CACHE[key] = np.mean(
+            [generate_variant(key[0], key[1], density, rng).walls for _ in range(_PRIOR_SAMPLES)],
+            axis=0,
+        )
+    return _PRIOR_CACHE[key]
+
+
+def prior_uncertainty(grids: Sequence[Grid], canvas: int = LABEL_CANVAS) -> torch.Tensor:
+    """``(B, canvas, canvas)`` the binary entropy (bits) of each grid cell's wall given the grid's
+    variant, size and density (:func:`prior_wall_frequency`); 0 on cells whose wall status that
+    prior fixes (border, lattice) and outside the grid. The map agent's walls recipe weights the
+    map read-out's cell term by it, so the read-out learns what the grid's size and density do
+    not already say."""
     out = np.zeros((len(grids), canvas, canvas), dtype=np.float32)
     for row, grid in enumerate(grids):
-        density = round(float(grid.density or 0.0) * 50) / 50
-        key = (str(grid.variant), int(grid.size), density)
-        if key not in _PRIOR_CACHE:
-            rng = np.random.default_rng(zlib.crc32(f"{key[0]}/{key[1]}/{density:.2f}".encode()))
-            walls = np.mean(
-                [
-                    generate_variant(key[0], key[1], density, rng).walls
-                    for _ in range(_PRIOR_SAMPLES)
-                ],
-                axis=0,
-            )
-            p = np.clip(walls, 1e-6, 1 - 1e-6)
-            entropy = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
-            _PRIOR_CACHE[key] = np.where((walls > 0) & (walls < 1), entropy, 0.0)
+        walls = prior_wall_frequency(grid)
+        p = np.clip(walls, 1e-6, 1 - 1e-6)
+        entropy = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
         n = grid.size
-        out[row, :n, :n] = _PRIOR_CACHE[key]
+        out[row, :n, :n] = np.where((walls > 0) & (walls < 1), entropy, 0.0)
     return torch.from_numpy(out)
 
 
