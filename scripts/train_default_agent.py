@@ -14,8 +14,9 @@ packaged ``agents/bundled``). Progress goes to stdout.
 ``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its seed
 by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three phases
 that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase` with the
-ablation options, :mod:`agent_training.map_supervision`); it needs an ``--out`` other than the
-agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
+ablation options, :mod:`agent_training.map_supervision`; ``--map-recipe walls`` runs
+:func:`walls_phase` from the map agent's weights); it needs an ``--out`` other than the agent it
+starts from. ``--stop-after-minutes`` ends a run early with its weights saved. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
 ``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md records
 the map agent's recipe, its ablations and its figures.
 """
