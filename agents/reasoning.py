@@ -9,13 +9,22 @@ of a shortest path::
     Next to A: UP _ DOWN _ LEFT # RIGHT _. Plan: RIGHT RIGHT RIGHT RIGHT.
 
 (one line each; the symbols are those of :mod:`goalprobe.gridworld.text`). The final answer is the JSON object the prompt asks for, ``{"action": "UP"}``.
+
+The map agent (``bundled:map``, docs/map_agent.md) adds, after ``Next to A:``, a line copying the
+12 cells within two steps of A (:data:`NEAR_OFFSETS`, row by row; ``#`` outside the grid), which
+its completion can only take from the pre-reasoning anchors::
+
+    ... Next to A: UP _ DOWN # LEFT _ RIGHT #. The walls by A: _ # _ _ # _ # _ _ # _ _. Plan: ...
+
+:func:`parse_near` reads that line back (the copy line's accuracy is a behavioural measure of what
+the anchors hold).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.core import SYMBOL_TO_CELL, SYMBOLS, Action, CellType, Grid, RowCol, State
 from goalprobe.gridworld.text import cell_types
 
 PLAN_STEPS = 4
@@ -25,6 +34,25 @@ CARRYING_KEY = "I carry the key."
 NOT_CARRYING_KEY = "I do not carry the key."
 PLAN_PREFIX = "Plan:"
 NEIGHBOURS_PREFIX = "Next to A:"
+NEAR_PREFIX = "The walls by A:"
+"""Prefix of the copy line of the cells within two steps of A (words of the bundled vocabulary)."""
+
+NEAR_OFFSETS: tuple[tuple[int, int], ...] = (
+    (-2, 0),
+    (-1, -1),
+    (-1, 0),
+    (-1, 1),
+    (0, -2),
+    (0, -1),
+    (0, 1),
+    (0, 2),
+    (1, -1),
+    (1, 0),
+    (1, 1),
+    (2, 0),
+)
+"""The cells the copy line names, as ``(d_row, d_col)`` from A: Manhattan distance 1 and 2, row by
+row."""
 
 
 def format_row_col(cell: RowCol) -> str:
@@ -32,8 +60,9 @@ def format_row_col(cell: RowCol) -> str:
     return f"({cell[0]}, {cell[1]})"
 
 
-def describe_state(grid: Grid, state: State, *, key_variant: bool) -> str:
-    """The first part of the reasoning: where A and G (and K, D, the key) are."""
+def describe_state(grid: Grid, state: State, *, key_variant: bool, near: bool = False) -> str:
+    """The first part of the reasoning: where A and G (and K, D, the key) are, A's neighbours
+    and (``near``) the copy line of :func:`describe_near`."""
     parts = [f"A is at {format_row_col(state.agent)}.", f"G is at {format_row_col(grid.goal)}."]
     if grid.key is not None and not state.has_key:
         parts.append(f"K is at {format_row_col(grid.key)}.")
@@ -42,7 +71,39 @@ def describe_state(grid: Grid, state: State, *, key_variant: bool) -> str:
     if key_variant:
         parts.append(CARRYING_KEY if state.has_key else NOT_CARRYING_KEY)
     parts.append(describe_neighbours(grid, state))
+    if near:
+        parts.append(describe_near(grid, state))
     return " ".join(parts)
+
+
+def near_symbols(grid: Grid, state: State) -> list[str]:
+    """The symbols of the :data:`NEAR_OFFSETS` cells (``#`` outside the grid)."""
+    types = cell_types(grid, state)
+    n = grid.size
+    out = []
+    for d_row, d_col in NEAR_OFFSETS:
+        row, col = state.agent[0] + d_row, state.agent[1] + d_col
+        inside = 0 <= row < n and 0 <= col < n
+        out.append(SYMBOLS[CellType(types[row, col]) if inside else CellType.WALL])
+    return out
+
+
+def describe_near(grid: Grid, state: State) -> str:
+    """``The walls by A: _ # ... _.``: the symbols of the 12 cells within two steps of A in
+    :data:`NEAR_OFFSETS` order."""
+    return f"{NEAR_PREFIX} {' '.join(near_symbols(grid, state))}."
+
+
+def parse_near(reasoning: str) -> list[CellType | None] | None:
+    """The cell types a reasoning's copy line names, in :data:`NEAR_OFFSETS` order (None for a
+    symbol that is not a cell's, or missing at the end), or None when the reasoning has no
+    copy line."""
+    start = reasoning.find(NEAR_PREFIX)
+    if start < 0:
+        return None
+    body = reasoning[start + len(NEAR_PREFIX) :].split(".", 1)[0].split()
+    named = [SYMBOL_TO_CELL.get(symbol) for symbol in body[: len(NEAR_OFFSETS)]]
+    return named + [None] * (len(NEAR_OFFSETS) - len(named))
 
 
 def describe_neighbours(grid: Grid, state: State) -> str:
@@ -61,16 +122,20 @@ def describe_neighbours(grid: Grid, state: State) -> str:
     return f"{NEIGHBOURS_PREFIX} {' '.join(words)}."
 
 
-def reasoning_text(grid: Grid, state: State, plan: Sequence[Action], *, key_variant: bool) -> str:
+def reasoning_text(
+    grid: Grid, state: State, plan: Sequence[Action], *, key_variant: bool, near: bool = False
+) -> str:
     """The full reasoning: :func:`describe_state` then ``Plan: <moves>.``
 
     Args:
         plan: the next moves (at least one; :data:`PLAN_STEPS` in training).
+        near: include the copy line of the cells within two steps of A (:func:`describe_near`).
     """
     if not plan:
         raise ValueError("a plan needs at least one move")
     moves = " ".join(Action(a).name for a in plan)
-    return f"{describe_state(grid, state, key_variant=key_variant)} {PLAN_PREFIX} {moves}."
+    described = describe_state(grid, state, key_variant=key_variant, near=near)
+    return f"{described} {PLAN_PREFIX} {moves}."
 
 
 def final_text(action: Action | int) -> str:

@@ -14,8 +14,9 @@ packaged ``agents/bundled``). Progress goes to stdout.
 ``--map`` warm-starts from ``--init`` (default: the shipped agent, itself reproducible from its seed
 by the plain command) and runs only the map agent's phases (:func:`map_recipe`: the three phases
 that made ``bundled:map``; ``--map-recipe single`` runs one phase of :func:`map_phase` with the
-ablation options, :mod:`agent_training.map_supervision`); it needs an ``--out`` other than the
-agent it starts from. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
+ablation options, :mod:`agent_training.map_supervision`; ``--map-recipe walls`` runs
+:func:`walls_phase` from the map agent's weights); it needs an ``--out`` other than the agent it
+starts from. ``--stop-after-minutes`` ends a run early with its weights saved. ``--card-only`` rewrites ``MODEL_CARD.md`` from the files in ``--out`` (after
 ``scripts/measure_anchor_map.py`` has written ``anchor_map.json`` there). docs/map_agent.md records
 the map agent's recipe, its ablations and its figures.
 """
@@ -50,6 +51,8 @@ from agent_training.training_data import (
 )
 from goalprobe.agents.bundled import (
     BUNDLED_AGENT_DIR,
+    MAP_AGENT,
+    bundled_agent_dir,
     bundled_weights_digest,
     load_bundled_agent,
 )
@@ -105,8 +108,47 @@ def map_phase(
     )
 
 
-MAP_RECIPES = ("chain", "single")
-"""``--map-recipe`` values: the three phases of the shipped map agent, or one phase (ablations)."""
+MAP_RECIPES = ("chain", "single", "walls")
+"""``--map-recipe`` values: the three phases of the shipped map agent, one phase (ablations), or
+the walls phase from the map agent's weights (:func:`walls_phase`)."""
+
+WALLS_PHASE_STEPS = 320
+"""Steps of the walls phase (``--map-recipe walls``; ``--map-steps`` changes it)."""
+
+
+def walls_phase(
+    config: TrainingConfig, data_config: TrainingDataConfig, steps: int
+) -> tuple[TrainingConfig, TrainingDataConfig]:
+    """A fourth map phase, from the map agent's weights (``--init`` defaults to
+    ``agents/bundled_map``), that asks the anchors for the walls around A (issue 39, item 4):
+
+    * the map read-out's cell term on grid cells only, each weighted by how uncertain its wall is
+      given the grid's size and density, at 5 times the rest of the read-out
+      (``map_cell_weighting="uncertain"``): the shipped read-out averaged all 225 canvas cells,
+      padding included, and plateaued at the prior;
+    * a read-out of the 12 cells within two steps of A after block 2 (weight 3) and attention
+      supervision of block 2's free heads at the anchors to the eight cells at distance 2
+      (:data:`agent_training.supervision.NEAR_ANCHOR_SLOTS`; ring 1 was already supervised);
+    * a reasoning line copying those 12 cells (``The walls by A: ...``), read from the anchors
+      (the barrier between the completion and the grid stays at full weight), so its accuracy is
+      a behavioural measure of what the anchors hold;
+    * the rest as the third phase (``map3``): fixed tie-breaks, detour states, the plan's first
+      move weighted, fresh grids every step (a new data seed).
+    """
+    first, data = map_phase(config, data_config, steps)
+    return (
+        replace(
+            first,
+            learning_rate=1.5e-3,
+            barrier_ramp_steps=0,
+            readout_warmup_steps=10,
+            seed=config.seed + 30,
+            map_cell_weighting="uncertain",
+            map_cell_weight=5.0,
+            near_loss_weight=3.0,
+        ),
+        replace(data, tie_break="first", near_line=True),
+    )
 
 
 def map_recipe(
@@ -210,15 +252,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--init",
         type=Path,
-        default=BUNDLED_AGENT_DIR,
-        help="weights the map phase starts from (default: the default bundled agent)",
+        default=None,
+        help="weights the map phase starts from (default: the default bundled agent; for "
+        "--map-recipe walls the map agent)",
     )
     parser.add_argument(
         "--map-recipe",
         choices=MAP_RECIPES,
         default="chain",
-        help="chain: the shipped map agent's three phases; single: one phase, with the options "
-        "below (ablations)",
+        help="chain: the map agent's three phases; single: one phase, with the options below "
+        "(ablations); walls: a fourth phase from the map agent asking the anchors for the walls "
+        "around A (--map-steps applies)",
     )
     parser.add_argument(
         "--map-steps",
@@ -281,6 +325,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--checkpoint-every", type=int, default=250, help="save the model every N steps"
     )
+    parser.add_argument(
+        "--stop-after-minutes",
+        type=float,
+        default=None,
+        help="end the training after this many minutes (the weights are saved as at the end)",
+    )
     parser.add_argument("--eval-only", action="store_true", help="evaluate the saved agent")
     parser.add_argument("--skip-eval", action="store_true", help="train without evaluating")
     parser.add_argument(
@@ -329,7 +379,13 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.map and args.map_recipe == "chain":
+    if args.map and args.map_recipe == "walls":
+        walls_config, walls_data = walls_phase(
+            config, data_config, args.map_steps or WALLS_PHASE_STEPS
+        )
+        phases = [("walls", walls_config, walls_data)]
+        print(f"walls phase from {args.init} ({bundled_weights_digest(args.init)}): {walls_config}")
+    elif args.map and args.map_recipe == "chain":
         phases = map_recipe(config, data_config)
         print(f"map phases from {args.init} ({bundled_weights_digest(args.init)}):")
         for name, phase_config, phase_data in phases:
@@ -360,6 +416,7 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     total_steps = sum(phase_config.steps for _, phase_config, _ in phases)
     log: list[dict] = []
     started = time.perf_counter()
+    deadline = None if args.stop_after_minutes is None else started + 60 * args.stop_after_minutes
     for phase, phase_config, phase_data in phases:
         log += train(
             model,
@@ -368,8 +425,13 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
             phase_data,
             device=args.device,
             exclude=exclude,
-            on_step=_progress_printer(args, model, tokenizer, phase, len(log), total_steps),
+            on_step=_progress_printer(
+                args, model, tokenizer, phase, len(log), total_steps, deadline
+            ),
         )
+        if deadline is not None and time.perf_counter() >= deadline:
+            print(f"stopped after {len(log)} of {total_steps} steps (--stop-after-minutes)")
+            break
     seconds = time.perf_counter() - started
     model.to("cpu")
     save(model, tokenizer, args.out)
@@ -393,6 +455,7 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
         "torch_threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "final_loss": sum(x["loss"] for x in log[-50:]) / len(log[-50:]),
+        "steps_run": len(log),
     }
     (args.out / "training_log.json").write_text(
         json.dumps({"info": info, "log": log}, indent=1), encoding="utf-8"
@@ -401,9 +464,12 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     return info
 
 
-def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_steps: int):
+def _progress_printer(
+    args, model, tokenizer, phase: str, offset: int, total_steps: int, deadline=None
+):
     """An ``on_step`` callback printing progress every ``--log-every`` steps (numbered over all
-    phases) and checkpointing every ``--checkpoint-every``."""
+    phases), checkpointing every ``--checkpoint-every`` and asking to stop (True) once
+    ``deadline`` (a ``time.perf_counter`` value) has passed."""
     records: list[dict] = []
     started = time.perf_counter()
 
@@ -422,6 +488,8 @@ def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_ste
                 "decision_loss",
                 "map_loss",
                 "map_cell_accuracy",
+                "near_loss",
+                "near_accuracy",
                 "interchange_loss",
                 "object_attention_loss",
             ):
@@ -439,6 +507,7 @@ def _progress_printer(args, model, tokenizer, phase: str, offset: int, total_ste
         if args.checkpoint_every and done % args.checkpoint_every == 0:
             save(model, tokenizer, args.out)
             model.train()
+        return deadline is not None and time.perf_counter() >= deadline
 
     return on_step
 
@@ -481,9 +550,13 @@ def main(argv: list[str] | None = None) -> int:
     single = [f"--{name.replace('_', '-')}" for name in SINGLE_PHASE_OPTIONS]
     given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
              if getattr(args, name) is not None]  # fmt: skip
+    if args.map_recipe == "walls":
+        given = [flag for flag in given if flag != "--map-steps"]
     if given and args.map_recipe != "single":
         print(f"error: {', '.join(given)}: only with --map --map-recipe single", file=sys.stderr)
         return 2
+    if args.init is None:
+        args.init = bundled_agent_dir(MAP_AGENT if args.map_recipe == "walls" else "bundled")
     if args.map and args.out.resolve() in (args.init.resolve(), BUNDLED_AGENT_DIR.resolve()):
         print("error: --map needs an --out other than the agent it starts from", file=sys.stderr)
         return 2

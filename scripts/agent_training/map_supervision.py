@@ -31,6 +31,7 @@ discarded from the saved model:
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -116,6 +117,8 @@ class MapReadout(torch.nn.Module):
         neighbours: torch.Tensor,
         moves: torch.Tensor,
         layer: int,
+        cell_weights: torch.Tensor | None = None,
+        cell_weight: float = 1.0,
     ) -> tuple[torch.Tensor, float]:
         """Mean cell-type cross-entropy plus the coordinate and neighbour cross-entropies and
         the moves' binary cross-entropy.
@@ -125,6 +128,10 @@ class MapReadout(torch.nn.Module):
             cells: ``(B, canvas, canvas)`` cell types; agents, goals: ``(B, 2)`` cells;
                 neighbours: ``(B, 4)`` types; moves: ``(B, 4)`` optimal (1) or not (0)
                 (:func:`map_labels`).
+            cell_weights: ``(B, canvas, canvas)`` weight of each cell in the cell term (the
+                weighted mean; :func:`prior_uncertainty`: grid cells by how uncertain their
+                wall is given size and density); None: the plain mean over the canvas.
+            cell_weight: factor of the cell term.
 
         Returns:
             ``(loss, cell accuracy on grid cells)``.
@@ -135,7 +142,15 @@ class MapReadout(torch.nn.Module):
         n_cells = self.canvas * self.canvas * self.n_classes
         logits = out[:, :n_cells].reshape(-1, self.n_classes)
         target = cells.reshape(-1)
-        loss = ce(logits, target)
+        if cell_weights is None:
+            loss = cell_weight * ce(logits, target)
+        else:
+            w = cell_weights.reshape(-1).float()
+            loss = (
+                cell_weight
+                * (ce(logits, target, reduction="none") * w).sum()
+                / w.sum().clamp_min(1e-6)
+            )
         n_objects = n_cells + 4 * self.canvas
         objects = out[:, n_cells:n_objects].reshape(x.shape[0], 4, self.canvas)
         coordinates = torch.cat([agents, goals], dim=1)
@@ -150,6 +165,85 @@ class MapReadout(torch.nn.Module):
             inside = target != CellType.PADDING
             accuracy = (logits.argmax(-1)[inside] == target[inside]).float().mean()
         return loss, float(accuracy)
+
+
+_PRIOR_SAMPLES = 48
+"""Grids drawn per (variant, size, density) to estimate the per-cell wall prior."""
+
+_PRIOR_CACHE: dict[tuple[str, int, float], np.ndarray] = {}
+
+
+def prior_wall_frequency(grid: Grid) -> np.ndarray:
+    """``(n, n)`` each cell's wall frequency over :data:`_PRIOR_SAMPLES` grids of the grid's
+    variant, size and density (density rounded to 0.02; drawn from a seed of that key, cached):
+    the prior given size and density."""
+    from goalprobe.gridworld.variants import generate_variant
+
+    density = round(float(grid.density or 0.0) * 50) / 50
+    key = (str(grid.variant), int(grid.size), density)
+    if key not in _PRIOR_CACHE:
+        rng = np.random.default_rng(zlib.crc32(f"{key[0]}/{key[1]}/{density:.2f}".encode()))
+        _PRIOR_CACHE[key] = np.mean(
+            [generate_variant(key[0], key[1], density, rng).walls for _ in range(_PRIOR_SAMPLES)],
+            axis=0,
+        )
+    return _PRIOR_CACHE[key]
+
+
+def prior_uncertainty(grids: Sequence[Grid], canvas: int = LABEL_CANVAS) -> torch.Tensor:
+    """``(B, canvas, canvas)`` the binary entropy (bits) of each grid cell's wall given the grid's
+    variant, size and density (:func:`prior_wall_frequency`); 0 on cells whose wall status that
+    prior fixes (border, lattice) and outside the grid. The map agent's walls recipe weights the
+    map read-out's cell term by it, so the read-out learns what the grid's size and density do
+    not already say."""
+    out = np.zeros((len(grids), canvas, canvas), dtype=np.float32)
+    for row, grid in enumerate(grids):
+        walls = prior_wall_frequency(grid)
+        p = np.clip(walls, 1e-6, 1 - 1e-6)
+        entropy = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
+        n = grid.size
+        out[row, :n, :n] = np.where((walls > 0) & (walls < 1), entropy, 0.0)
+    return torch.from_numpy(out)
+
+
+def near_labels(grids: Sequence[Grid], states: Sequence[State]) -> torch.Tensor:
+    """``(B, 12)`` the types of the cells within two steps of A
+    (:data:`goalprobe.agents.reasoning.NEAR_OFFSETS`; ``WALL`` outside the grid)."""
+    from goalprobe.agents.reasoning import NEAR_OFFSETS
+
+    labels = np.full((len(states), len(NEAR_OFFSETS)), int(CellType.WALL), dtype=np.int64)
+    for row, (grid, state) in enumerate(zip(grids, states, strict=True)):
+        types = cell_types(grid, state)
+        for j, (d_row, d_col) in enumerate(NEAR_OFFSETS):
+            r, c = state.agent[0] + d_row, state.agent[1] + d_col
+            if 0 <= r < grid.size and 0 <= c < grid.size:
+                labels[row, j] = types[r, c]
+    return torch.from_numpy(labels)
+
+
+class NearReadout(torch.nn.Module):
+    """Linear read-out of the 12 cells within two steps of A from the anchors after one block
+    (training only; discarded): the agent-centred frame the copy line names.
+
+    Args:
+        hidden_size: residual width ``d_model``.
+    """
+
+    def __init__(self, hidden_size: int, n_cells: int = 12):
+        super().__init__()
+        self.n_cells = n_cells
+        self.n_classes = STUDY_CELL_TYPES
+        self.linear = torch.nn.Linear(N_ANCHOR_TOKENS * hidden_size, n_cells * self.n_classes)
+
+    def loss(self, anchors: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """``(mean cross-entropy, accuracy)`` of the 12 cells' types (``labels``: ``(B, 12)``,
+        :func:`near_labels`)."""
+        logits = self.linear(anchors.reshape(anchors.shape[0], -1).float())
+        logits = logits.reshape(-1, self.n_classes)
+        target = labels.reshape(-1)
+        with torch.no_grad():
+            accuracy = (logits.argmax(-1) == target).float().mean()
+        return torch.nn.functional.cross_entropy(logits, target), float(accuracy)
 
 
 @contextlib.contextmanager

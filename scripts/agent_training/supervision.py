@@ -107,6 +107,7 @@ def attention_targets(
     *,
     anchor_routing: bool = False,
     neighbour_lookups: bool = True,
+    near: bool = False,
 ) -> list[AttentionTarget]:
     """The supervised attention weights of one example (see the module docstring).
 
@@ -126,8 +127,28 @@ def attention_targets(
             they name (False: no targets there; the map agent whose completion never reads the
             grid takes the neighbours from the anchors, which read them instead, with
             ``anchor_routing``: :data:`ANCHOR_NEIGHBOUR_HEADS`).
+        near: the map agent's copy line of the cells within two steps of A
+            (:func:`near_targets`; needs ``anchor_routing`` without look-ups).
     """
     tokens = tokenizer.convert_ids_to_tokens(completion_ids)
+    if near:
+        if not anchor_routing or neighbour_lookups or len(full_attention_layers) < 3:
+            raise ValueError("near targets need anchor routing without look-ups (the map agent)")
+        extra = near_targets(tokens, prompt_length, positions, state, full_attention_layers)
+        return [
+            *attention_targets(
+                completion_ids,
+                prompt_length,
+                positions,
+                grid,
+                state,
+                tokenizer,
+                full_attention_layers,
+                anchor_routing=anchor_routing,
+                neighbour_lookups=neighbour_lookups,
+            ),
+            *extra,
+        ]
     cells = {"A": state.agent, "G": grid.goal, "K": grid.key, "D": grid.door}
     targets: list[AttentionTarget] = []
     for j in range(len(tokens) - 7):
@@ -223,6 +244,64 @@ def _anchor_neighbour_targets(
         query = prompt_length - ANCHOR_QUERIES + int(action) // 2
         head = ANCHOR_NEIGHBOUR_HEADS[int(action) % 2]
         targets.append(AttentionTarget(layer, head, query, positions[neighbour]))
+    return targets
+
+
+NEAR_ANCHOR_SLOTS: dict[tuple[int, int], tuple[int, int]] = {
+    (-1, 0): (0, 2),
+    (1, 0): (0, 3),
+    (0, -1): (1, 2),
+    (0, 1): (1, 3),
+    (-2, 0): (0, 0),
+    (-1, -1): (0, 1),
+    (-1, 1): (1, 0),
+    (0, -2): (1, 1),
+    (0, 2): (2, 0),
+    (1, -1): (2, 1),
+    (1, 1): (2, 2),
+    (2, 0): (2, 3),
+}
+"""``(d_row, d_col) -> (anchor token, head)`` with which the anchors read the cells within two
+steps of A in the full-attention layer before the last (the map agent's walls recipe): ring 1 as
+:data:`ANCHOR_NEIGHBOUR_HEADS` already does, the eight cells at distance 2 on the heads that layer
+leaves free (heads 0 and 1 of the first two anchor tokens, every head of the third)."""
+
+
+def near_targets(
+    tokens: list[str],
+    prompt_length: int,
+    positions: dict[RowCol, int],
+    state: State,
+    full_attention_layers: list[int],
+) -> list[AttentionTarget]:
+    """Attention targets of the copy line (``The walls by A: ...``,
+    :data:`goalprobe.agents.reasoning.NEAR_OFFSETS`): the anchors read the eight cells at
+    distance 2 from A in the layer before the last (:data:`NEAR_ANCHOR_SLOTS`; ring 1 is read
+    by :func:`_anchor_neighbour_targets`), and the token before each symbol of the copy line
+    reads the anchor token that holds its cell in the last layer (head :data:`NEIGHBOUR_HEAD`).
+    Cells outside the grid have no anchor target (they are walls by convention)."""
+    from goalprobe.agents.reasoning import NEAR_OFFSETS
+
+    read, last = full_attention_layers[-2], full_attention_layers[-1]
+    targets = []
+    for offset, (anchor, head) in NEAR_ANCHOR_SLOTS.items():
+        cell = (state.agent[0] + offset[0], state.agent[1] + offset[1])
+        if abs(offset[0]) + abs(offset[1]) == 2 and cell in positions:
+            query = prompt_length - ANCHOR_QUERIES + anchor
+            targets.append(AttentionTarget(read, head, query, positions[cell]))
+    marker = [" The", " walls", " by", " A", ":"]
+    start = next(
+        (j for j in range(len(tokens) - len(marker)) if tokens[j : j + len(marker)] == marker),
+        None,
+    )
+    if start is None:
+        return targets
+    for i, offset in enumerate(NEAR_OFFSETS):
+        query = start + len(marker) - 1 + i  # the token before the i-th symbol
+        if query + 1 >= len(tokens):
+            break
+        anchor = prompt_length - ANCHOR_QUERIES + NEAR_ANCHOR_SLOTS[offset][0]
+        targets.append(AttentionTarget(last, NEIGHBOUR_HEAD, prompt_length + query, anchor))
     return targets
 
 

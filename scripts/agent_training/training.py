@@ -37,10 +37,13 @@ from goalprobe.gridworld.optimal import solve
 
 from agent_training.map_supervision import (
     MapReadout,
+    NearReadout,
     anchor_hooks,
     anchor_positions,
     map_labels,
     move_counterfactual,
+    near_labels,
+    prior_uncertainty,
 )
 from agent_training.supervision import (
     NEIGHBOUR_HEAD,
@@ -127,6 +130,7 @@ def training_loss(
     map_readout: MapReadout | None = None,
     examples: list[Example] | None = None,
     capture_anchors: tuple[int, ...] = (),
+    near_readout: NearReadout | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The training objective: the completion loss plus the weighted auxiliary losses.
 
@@ -137,6 +141,8 @@ def training_loss(
             batch's ``examples`` (its labels).
         capture_anchors: blocks whose outputs at the pre-reasoning anchors are returned in
             ``parts["anchors"]`` (``{block: (B, 3, d_model)}``, with gradients).
+        near_readout: the read-out of the cells within two steps of A (required when
+            ``config.near_loss_weight > 0``), with the batch's ``examples``.
 
     Returns:
         ``(total loss, {"loss", "coordinate_loss", "attention_loss", "map_loss",
@@ -149,9 +155,16 @@ def training_loss(
         raise ValueError("coordinate_loss_weight > 0 needs a CoordinateReadout")
     if use_map and (map_readout is None or examples is None):
         raise ValueError("map_loss_weight > 0 needs a MapReadout and the batch's examples")
+    use_near = config.near_loss_weight > 0
+    if use_near and (near_readout is None or examples is None):
+        raise ValueError("near_loss_weight > 0 needs a NearReadout and the batch's examples")
     positions = anchor_positions(batch.prompt_lengths.tolist(), batch.prefix_ids.shape[1])
     captured_layers = tuple(
-        sorted(set(capture_anchors) | set(config.map_layers if use_map else ()))
+        sorted(
+            set(capture_anchors)
+            | set(config.map_layers if use_map else ())
+            | ({config.near_layer} if use_near else set())
+        )
     )
     captured: dict[int, torch.Tensor] = {}
     hooks = (
@@ -216,17 +229,38 @@ def training_loss(
             t.to(batch.suffix_ids.device)
             for t in map_labels([e.grid for e in examples], [e.state for e in examples])
         )
+        weights = (
+            prior_uncertainty([e.grid for e in examples]).to(batch.suffix_ids.device)
+            if config.map_cell_weighting == "uncertain"
+            else None
+        )
         map_total: Any = 0.0  # a tensor after the first layer
         map_accuracy = 0.0
         for layer in config.map_layers:
             layer_loss, layer_accuracy = map_readout.loss(
-                captured[layer], cells, agents, goals, neighbours, moves, layer
+                captured[layer],
+                cells,
+                agents,
+                goals,
+                neighbours,
+                moves,
+                layer,
+                cell_weights=weights,
+                cell_weight=config.map_cell_weight,
             )
             map_total = map_total + layer_loss / len(config.map_layers)
             map_accuracy += layer_accuracy / len(config.map_layers)
         total = total + config.map_loss_weight * map_total
         parts["map_loss"] = map_total.item()
         parts["map_cell_accuracy"] = map_accuracy
+    if use_near and near_readout is not None and examples is not None:
+        labels = near_labels([e.grid for e in examples], [e.state for e in examples])
+        near, near_accuracy = near_readout.loss(
+            captured[config.near_layer], labels.to(batch.suffix_ids.device)
+        )
+        total = total + config.near_loss_weight * near
+        parts["near_loss"] = near.item()
+        parts["near_accuracy"] = near_accuracy
     if capture_anchors:
         parts["anchors"] = {layer: captured[layer] for layer in capture_anchors}
     return total, parts
@@ -345,6 +379,9 @@ def build_model(model_config: BundledModelConfig, tokenizer, seed: int):
 GRID_PENALTY_SCOPES = ("coordinates", "reasoning", "completion")
 """Values of ``TrainingConfig.grid_penalty_scope``."""
 
+MAP_CELL_WEIGHTINGS = ("canvas", "uncertain")
+"""Values of ``TrainingConfig.map_cell_weighting``."""
+
 
 @dataclass(frozen=True)
 class TrainingConfig:
@@ -394,6 +431,23 @@ class TrainingConfig:
     map_layers: tuple[int, ...] = (1, 2)
     """Blocks whose output at the anchors the map read-out reads (one read-out each)."""
 
+    map_cell_weighting: str = "canvas"
+    """The map read-out's cell term: ``"canvas"``, the mean over all 225 canvas cells (padding
+    included; the shipped ``bundled:map``), or ``"uncertain"``, grid cells only, each weighted by
+    how uncertain its wall is given the grid's size and density
+    (:func:`agent_training.map_supervision.prior_uncertainty`)."""
+
+    map_cell_weight: float = 1.0
+    """Factor of the map read-out's cell term (within ``map_loss_weight``)."""
+
+    near_loss_weight: float = 0.0
+    """Weight of the read-out of the 12 cells within two steps of A from the anchors after block
+    ``near_layer`` (:class:`agent_training.map_supervision.NearReadout`); 0 turns it off."""
+
+    near_layer: int = 2
+    """Block whose anchor output the near read-out reads (the anchors read the cells around A
+    in block 2, :data:`agent_training.supervision.NEAR_ANCHOR_SLOTS`)."""
+
     interchange_loss_weight: float = 0.0
     """Weight of the interchange objective (:func:`interchange_loss`: base prompts run with a
     counterfactual's anchors must write the counterfactual's completion); 0 turns it off."""
@@ -442,6 +496,11 @@ class TrainingConfig:
         if self.grid_attention_floor is not None and not 0 < self.grid_attention_floor < 1:
             raise ValueError(
                 f"grid_attention_floor must lie in (0, 1), got {self.grid_attention_floor}"
+            )
+        if self.map_cell_weighting not in MAP_CELL_WEIGHTINGS:
+            raise ValueError(
+                f"map_cell_weighting must be one of {MAP_CELL_WEIGHTINGS}, "
+                f"got {self.map_cell_weighting!r}"
             )
         if self.barrier_ramp_steps < 0:
             raise ValueError(f"barrier_ramp_steps must be >= 0, got {self.barrier_ramp_steps}")
@@ -495,6 +554,7 @@ def batches(
                 full_attention_layers,
                 anchor_routing=anchor_routing,
                 neighbour_lookups=neighbour_lookups,
+                near=data_config.near_line,
             ),
         )
 
@@ -512,7 +572,7 @@ def train(
     *,
     device: str | torch.device = "cpu",
     exclude: frozenset[Grid] = frozenset(),
-    on_step: Callable[[dict], None] | None = None,
+    on_step: Callable[[dict], bool | None] | None = None,
 ) -> list[dict]:
     """Train ``model`` in place; returns one log record per step.
 
@@ -524,7 +584,8 @@ def train(
         exclude: grids never trained on (the held-out evaluation set).
         on_step: called after each step with its log record (``step``, ``loss`` (completion),
             ``coordinate_loss`` and ``attention_loss`` when used, ``answer_accuracy``
-            (teacher-forced), ``seconds`` elapsed, ``tokens`` seen).
+            (teacher-forced), ``seconds`` elapsed, ``tokens`` seen); returning True stops the
+            training after that step.
     """
     layers = full_attention_layers(model)
     if config.attention_loss_weight > 0 and (
@@ -546,6 +607,12 @@ def train(
             torch.manual_seed(config.seed + 1)
             map_readout = MapReadout(model.config.hidden_size, config.map_layers)
         map_readout.to(device)
+    near_readout = None
+    if config.near_loss_weight > 0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed + 3)
+            near_readout = NearReadout(model.config.hidden_size)
+        near_readout.to(device)
     interchange_rng = np.random.default_rng(config.seed + 2)
     original_attention = model.config._attn_implementation
     if config.attention_loss_weight > 0:
@@ -553,7 +620,7 @@ def train(
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
-    for head in (readout, map_readout):
+    for head in (readout, map_readout, near_readout):
         if head is not None:
             decay += list(head.parameters())
     optimizer = torch.optim.AdamW(
@@ -587,7 +654,15 @@ def train(
             step_config = replace(
                 config, object_attention_weight=barrier_weight_at(step_index, config)
             )
-            total, parts = training_loss(model, batch, step_config, readout, map_readout, examples)
+            total, parts = training_loss(
+                model,
+                batch,
+                step_config,
+                readout,
+                map_readout,
+                examples,
+                near_readout=near_readout,
+            )
             if config.interchange_loss_weight > 0:
                 interchange = interchange_loss(
                     model,
@@ -617,8 +692,8 @@ def train(
                 "tokens": tokens,
             }
             log.append(record)
-            if on_step is not None:
-                on_step(record)
+            if on_step is not None and on_step(record) is True:
+                break  # the caller asked to stop (e.g. a time limit)
     finally:
         model.set_attn_implementation(original_attention)
         model.eval()

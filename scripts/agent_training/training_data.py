@@ -84,6 +84,12 @@ class TrainingDataConfig:
     in action order, so an agent's choice depends on its state's optimal set alone (the map
     agent's control pairs share that set)."""
 
+    near_line: bool = False
+    """Reasoning with the copy line of the 12 cells within two steps of A (``The walls by A:``,
+    :func:`goalprobe.agents.reasoning.describe_near`), and attention supervision of the anchors
+    reading them and of the copy line reading the anchors
+    (:func:`agent_training.supervision.near_targets`; the map agent's walls recipe)."""
+
 
 @dataclass(frozen=True)
 class Example:
@@ -182,13 +188,19 @@ def sample_state(
 
 
 def make_example(
-    grid: Grid, state: State, plan: tuple[Action, ...], *, reasoning_effort: ReasoningEffort = "low"
+    grid: Grid,
+    state: State,
+    plan: tuple[Action, ...],
+    *,
+    reasoning_effort: ReasoningEffort = "low",
+    near: bool = False,
 ) -> Example:
-    """Render the prompt and the target completion of one state."""
+    """Render the prompt and the target completion of one state (``near``: with the copy line
+    of the cells within two steps of A)."""
     key_variant = uses_key_prompt(grid.variant)
     messages = build_messages(render(grid, state), variant=grid.variant, has_key=state.has_key)
     prompt = render_prompt(messages, reasoning_effort)
-    reasoning = reasoning_text(grid, state, plan, key_variant=key_variant)
+    reasoning = reasoning_text(grid, state, plan, key_variant=key_variant, near=near)
     return Example(grid, state, plan, prompt, render_completion(reasoning, final_text(plan[0])))
 
 
@@ -226,7 +238,7 @@ def sample_batch_examples(
             continue
         state = sample_state(grid, policy, config.epsilon, rng, config.detour_fraction)
         plan = sample_plan(grid, policy, state, config.plan_steps, rng, config.tie_break)
-        examples.append(make_example(grid, state, plan))
+        examples.append(make_example(grid, state, plan, near=config.near_line))
     return examples
 
 
@@ -293,6 +305,7 @@ def encode_batch(
     *,
     anchor_routing: bool = False,
     neighbour_lookups: bool = True,
+    near: bool = False,
 ) -> Batch:
     """Tokenise examples of one prompt kind into a :class:`Batch` (prefix = common prompt start).
 
@@ -303,6 +316,7 @@ def encode_batch(
             (:func:`agent_training.supervision.attention_targets`).
         neighbour_lookups: supervise the direction words' look-ups of the neighbour cells
             (same function).
+        near: supervise the copy line's attention (same function; the examples carry it).
     """
     prompts = [tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
     completions = [tokenizer(e.completion, add_special_tokens=False)["input_ids"] for e in examples]
@@ -369,6 +383,7 @@ def encode_batch(
             list(full_attention_layers),
             anchor_routing=anchor_routing,
             neighbour_lookups=neighbour_lookups,
+            near=near,
         ):
             supervised.append(
                 (target.layer, target.head, row, target.query - prefix_len, target.key)
