@@ -570,6 +570,16 @@ def chat_format_for(tokenizer, name: str | None = None) -> ChatFormat:
     return ThinkTagFormat.from_tokenizer(tokenizer)
 
 
+def with_chat_format(description: dict[str, Any], chat_format: ChatFormat | None) -> dict[str, Any]:
+    """A backend description (it enters the rollouts' run id) with the chat format's
+    description added, unless the format is harmony (or None): a harmony run keeps the run id it
+    had before formats were recorded, and a run in another format never resumes a file of
+    another format (or of the same model under another chat template)."""
+    if chat_format is None or chat_format.name == HARMONY_DESCRIPTION_NAME:
+        return dict(description)
+    return {**description, "chat_format": chat_format.describe()}
+
+
 def format_name(description: dict[str, Any] | None) -> str:
     """The format name of a stored description (None, from older files: harmony)."""
     if not description:

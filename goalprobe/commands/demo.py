@@ -30,7 +30,13 @@ def command(
         ),
     ] = None,
     backend: Annotated[
-        str, typer.Option(help="Rollout engine: local (in this process) or server.")
+        str,
+        typer.Option(
+            help="Rollout engine: local (in this process), server, or oracle (the optimal "
+            "policy writes the episodes in the model's chat format, with a few random moves; "
+            "the model itself only runs the activation stages: the pipeline on a model that "
+            "cannot do the task yet, e.g. a random one)."
+        ),
     ] = "local",
     base_url: Annotated[
         str | None,
@@ -103,8 +109,9 @@ def command(
     from goalprobe.report.summary import terminal_summary
 
     console = Console()
-    try:
-        config = demo_config(
+
+    def build(chat_format=None):
+        return demo_config(
             scale,
             model=model or DEFAULT_BUNDLED,
             backend=backend,
@@ -113,8 +120,11 @@ def command(
             seed=seed,
             overrides=dict(parse_setting(text) for text in settings or ())
             | ({"preflight.allow_truncation": True} if allow_truncation else {}),
+            chat_format=chat_format,
         )
-        control = control_config(config) if model is None and backend == "local" else None
+
+    try:
+        config = build()
         stages_forced = check_force(force or ())
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
@@ -122,8 +132,11 @@ def command(
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
     try:  # a model that cannot be loaded fails here, once, before any stage runs
         check_model_available(config.agent.model)
+        # the format enters the cache keys and the budgets; no format: one error, no weights
+        config = build(model_chat_format(config.agent.model))
     except (FileNotFoundError, HubUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--model") from err
+    control = control_config(config) if model is None and backend == "local" else None
     if backend == "server":
         check_server_if_needed(run_dir, config, stages_forced)
     try:
@@ -149,6 +162,18 @@ def command(
     if result.failed:
         typer.echo(f"{len(result.failed)} stage(s) did not finish", err=True)
         raise typer.Exit(code=1)
+
+
+def model_chat_format(model: str):
+    """The chat format ``model``'s tokenizer supports, read without loading weights.
+
+    Raises:
+        ChatFormatError: (a ``ValueError``) none fits; the message names what is missing.
+    """
+    from goalprobe.agents.chat_format import chat_format_for
+    from goalprobe.agents.models import load_tokenizer
+
+    return chat_format_for(load_tokenizer(model))
 
 
 def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
