@@ -191,16 +191,23 @@ def demo_config(
             f"not {device!r}"
         )
     fixed = {resolve_path(config, path) for path in overrides or ()}
-    if config.agent.backend == "oracle" and ORACLE_REASONING not in fixed:
-        config = override(config, ORACLE_REASONING, "oracle")
+    if config.agent.backend == "oracle":  # one replace: PatchConfig checks them together
+        changes = {k.rsplit(".", 1)[1]: v for k, v in ORACLE_PATCHING.items() if k not in fixed}
+        patch = dataclasses.replace(config.patching.patch, **changes)
+        config = override(config, "patching.patch", patch)
     return fit_budgets(config, fixed, chat_format)
 
 
-ORACLE_REASONING = "patching.patch.reasoning"
-"""With the oracle engine (``agent.backend="oracle"``) patching teacher-forces the oracle's
-reasoning (``"oracle"``) rather than the model's greedy one, as the episodes it patches were
-written: a model that cannot do the task (a random one) never closes a greedy reasoning, so every
-pair would be dropped as truncated. Regenerations under the patch are still the model's."""
+ORACLE_PATCHING: dict[str, Any] = {
+    "patching.patch.reasoning": "oracle",
+    "patching.patch.reasoning_chunks": 0,
+}
+"""What the oracle engine (``agent.backend="oracle"``) changes in patching, unless set with
+``--set``: the oracle's reasoning is teacher-forced (``"oracle"``) rather than the model's greedy
+one, as the episodes it patches were written (a model that cannot do the task, such as a random
+one, never closes a greedy reasoning, so every pair would be dropped as truncated); no reasoning
+chunks (they compare a regeneration with the base's own greedy run, which such a model has
+not). Regenerations under prompt-site patches are still the model's own."""
 
 
 def fit_budgets(
