@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.models import describe_local_model, load_tokenizer, model_identity
@@ -19,6 +20,7 @@ from goalprobe.run_layout import RunLayout
 from goalprobe.stages import STAGES
 
 
+@pytest.mark.slow  # the tiny demo end to end (327 s on 2 shared cores at load 20; CPU time below)
 def test_tiny_demo_on_a_think_tag_model_runs_every_stage(tmp_path, goalprobe_cli, qwen3_tiny):
     run = tmp_path / "run"
     result = goalprobe_cli(
