@@ -102,6 +102,7 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
+    from goalprobe.agents.chat_format import model_chat_format
     from goalprobe.agents.models import HubUnavailableError, check_model_available
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
@@ -162,18 +163,6 @@ def command(
     if result.failed:
         typer.echo(f"{len(result.failed)} stage(s) did not finish", err=True)
         raise typer.Exit(code=1)
-
-
-def model_chat_format(model: str):
-    """The chat format ``model``'s tokenizer supports, read without loading weights.
-
-    Raises:
-        ChatFormatError: (a ``ValueError``) none fits; the message names what is missing.
-    """
-    from goalprobe.agents.chat_format import chat_format_for
-    from goalprobe.agents.models import load_tokenizer
-
-    return chat_format_for(load_tokenizer(model))
 
 
 def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:

@@ -184,7 +184,8 @@ def command(
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
     from goalprobe.agents.budgets import token_budget
-    from goalprobe.agents.models import load_model
+    from goalprobe.agents.chat_format import model_chat_format
+    from goalprobe.agents.models import HubUnavailableError, check_model_available, load_model
     from goalprobe.agents.trajectories import trajectory_stats
     from goalprobe.probes.patching.counterfactuals import MOVES, base_from_grid
     from goalprobe.probes.patching.experiment import PatchConfig, resolve_layer_sets
@@ -273,6 +274,14 @@ def command(
     source = None
     if store is not None:
         source = _store_source(store, stats)
+    try:  # no model, or no chat format (no reasoning delimiters): before the weights load
+        check_model_available(model)
+        chat_format = model_chat_format(model)
+    except (FileNotFoundError, HubUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
+    if config_file is None and not max_new_tokens:  # the budget of the model's chat format
+        budget = token_budget(model, effort, 512, chat_format)
+        config = dataclasses.replace(config, max_new_tokens=budget)
     console = Console()
     loaded = load_model(model, device=device, dtype=dtype)
     try:
