@@ -24,7 +24,8 @@ and tokenized with the model's tokenizer; a completion longer than the sampling 
 there (``finish_reason="length"``), as a model's would be.
 
 These episodes are the optimal policy's, not the model's: behaviour and scoring on them say
-nothing about the model (the report's agent line names the engine).
+nothing about the model (the report records the engine: its command line and config name
+``backend: oracle``).
 """
 
 from __future__ import annotations
