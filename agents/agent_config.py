@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from goalprobe.agents.attention import resolve_attention
+from goalprobe.agents.chat_format import (
+    FORMATS,
+    HARMONY_DESCRIPTION_NAME,
+    ChatFormat,
+    chat_format_for,
+)
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.models import (
     LoadedModel,
@@ -23,10 +29,13 @@ from goalprobe.agents.models import (
     model_identity,
     resolve_device_dtype,
 )
+from goalprobe.agents.oracle_backend import DEFAULT_EPSILON, OracleBackend
 from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 
-ENGINES: tuple[str, ...] = ("local", "server")
-"""Rollout engines: transformers in this process, or an OpenAI-compatible server."""
+ENGINES: tuple[str, ...] = ("local", "server", "oracle")
+"""Rollout engines: transformers in this process, an OpenAI-compatible server, or the oracle
+(:class:`~goalprobe.agents.oracle_backend.OracleBackend`: the optimal policy writes the episodes
+in the model's chat format, and only the stages that read activations run the model)."""
 
 SERVER_IN_FLIGHT = 128
 """Requests the demo keeps in flight on a server (vLLM batches up to ``--max-num-seqs``, 256
@@ -42,12 +51,23 @@ class AgentConfig:
     ``backend="server"``, the model name sent to the server; extraction and patching load it
     locally)."""
     backend: str = "local"
-    """Rollout engine: ``"local"`` (transformers in this process) or ``"server"``."""
+    """Rollout engine: ``"local"`` (transformers in this process), ``"server"``, or ``"oracle"``
+    (an optimal-policy writer, :mod:`goalprobe.agents.oracle_backend`, writes every episode in
+    the model's chat format; extraction, the lens and patching run the model over its tokens:
+    the pipeline on a model that cannot yet do the task, such as a random one)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint for ``backend="server"`` (e.g. ``http://127.0.0.1:8000/v1``)."""
     device: str = "cpu"
     """Torch device of the local model: ``cpu`` or ``cuda`` (the precision follows: fp32 on CPU,
     bf16 on CUDA)."""
+    chat_format: str | None = None
+    """The chat format the agent's prompts and completions are in (``"harmony"``,
+    ``"think_tag"``: :data:`goalprobe.agents.chat_format.FORMATS`); None detects it from the
+    tokenizer when the agent runs. ``goalprobe demo`` fills it in before any stage runs; any
+    format but harmony enters :meth:`identity` (cache keys) and the rollouts' run id."""
+    oracle_epsilon: float = DEFAULT_EPSILON
+    """With ``backend="oracle"``: the probability of a uniformly random move at a step (so the
+    oracle's behaviour is not trivially perfect); ignored by the other engines."""
     local_weights: bool = True
     """Whether the stage handed this config may load the weights in this process. False only
     for the generation stages of a server engine (:meth:`for_generation`): their episodes do
@@ -73,6 +93,12 @@ class AgentConfig:
         if self.backend == "server" and not self.base_url:
             raise ValueError("backend 'server' needs base_url (the endpoint's /v1 URL)")
         check_model_name(self.model)
+        if self.chat_format is not None and self.chat_format not in FORMATS:
+            raise ValueError(
+                f"chat_format must be one of {sorted(FORMATS)} or None, got {self.chat_format!r}"
+            )
+        if not 0.0 <= self.oracle_epsilon <= 1.0:
+            raise ValueError(f"oracle_epsilon must be in [0, 1], got {self.oracle_epsilon}")
 
     def identity(self) -> dict[str, Any]:
         """What a stage's cache key records of this agent: the weights (a bundled agent's
@@ -86,6 +112,10 @@ class AgentConfig:
         }
         if self.conversation_date is not None:
             identity["conversation_date"] = self.conversation_date
+        if self.chat_format not in (None, HARMONY_DESCRIPTION_NAME):
+            identity["chat_format"] = self.chat_format
+        if self.backend == "oracle":
+            identity["oracle_epsilon"] = self.oracle_epsilon
         if self.local_weights:
             device, dtype = resolve_device_dtype(self.device, "auto")
             identity |= {
@@ -114,12 +144,12 @@ class AgentConfig:
         )
 
     def for_generation(self) -> AgentConfig:
-        """What a stage that only generates receives: with a server engine, this config without
-        the local device (``local_weights=False``), so that the generation stages' cache keys do
-        not depend on where the weight stages run (``goalprobe demo --device cuda`` after the
-        server's generation reuses it); with the local engine, this config (the device and
-        precision generate the episodes)."""
-        if self.backend != "server":
+        """What a stage that only generates receives: with a server or the oracle engine, this
+        config without the local device (``local_weights=False``), so that the generation
+        stages' cache keys do not depend on where the weight stages run (``goalprobe demo
+        --device cuda`` after the server's generation reuses it); with the local engine, this
+        config (the device and precision generate the episodes)."""
+        if self.backend == "local":
             return self
         return replace(self, device="cpu", local_weights=False)
 
@@ -136,7 +166,7 @@ def local_backend(
     (``chat_format``: the model's, looked up before loading; None detects it)."""
     loaded = load_model(model, revision=revision, device=device, dtype=dtype)
     backend = LocalBackend(loaded.model, loaded.tokenizer, chat_format=chat_format)
-    return backend, describe_local_model(model, revision)
+    return backend, describe_local_model(model, revision, backend.chat_format)
 
 
 class Agent:
@@ -148,6 +178,17 @@ class Agent:
         self._backend: tuple[Any, dict] | None = None
         self._tokenizer = None
         self._encoder: tuple[Any, dict[str, Any] | None] | None = None
+        self._format: ChatFormat | None = None
+
+    def chat_format(self) -> ChatFormat:
+        """The agent's chat format: the config's, else the one its tokenizer supports.
+
+        Raises:
+            ChatFormatError: the tokenizer supports no format (or not the config's).
+        """
+        if self._format is None:
+            self._format = chat_format_for(self.tokenizer(), self.config.chat_format)
+        return self._format
 
     def tokenizer(self):
         """The model's tokenizer, without its weights (the local model's when loaded)."""
@@ -232,9 +273,7 @@ class Agent:
         rendering (no date line: it never reads the clock) and None.
         """
         if self._encoder is None:
-            from goalprobe.agents.chat_format import chat_format_for
-
-            fmt = chat_format_for(self.tokenizer())
+            fmt = self.chat_format()
             self._encoder = (fmt.encode_prompt, None)
             if self.config.backend == "server" and fmt.name == "harmony":
                 served = self._served_harmony(rollouts)
@@ -275,12 +314,27 @@ class Agent:
         """``(backend, description)`` for :func:`goalprobe.agents.rollout.run_rollouts`."""
         if self._backend is None:
             if self.config.backend == "server":
-                backend = ServerBackend(self.config.server_config(), self.tokenizer())
+                backend = ServerBackend(
+                    self.config.server_config(), self.tokenizer(), chat_format=self.chat_format()
+                )
                 self._backend = (backend, backend.describe())
+            elif self.config.backend == "oracle":
+                oracle = OracleBackend(
+                    self.tokenizer(), self.chat_format(), epsilon=self.config.oracle_epsilon
+                )
+                self._backend = (oracle, {**oracle.describe(), **model_identity(self.config.model)})
             else:
                 loaded = self.loaded()
-                backend = LocalBackend(loaded.model, loaded.tokenizer, system=self.system())
-                self._backend = (backend, describe_local_model(self.config.model))
+                local = LocalBackend(
+                    loaded.model,
+                    loaded.tokenizer,
+                    system=self.system(),
+                    chat_format=self.chat_format(),
+                )
+                self._backend = (
+                    local,
+                    describe_local_model(self.config.model, chat_format=local.chat_format),
+                )
             if self.config.conversation_date is not None:  # recorded in the run header
                 self._backend[1]["conversation_date"] = self.config.conversation_date
         return self._backend

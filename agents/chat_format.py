@@ -570,6 +570,29 @@ def chat_format_for(tokenizer, name: str | None = None) -> ChatFormat:
     return ThinkTagFormat.from_tokenizer(tokenizer)
 
 
+def model_chat_format(model: str) -> ChatFormat:
+    """The chat format of ``model`` (a registered agent's name, a model directory or a hub id),
+    read off its tokenizer without loading its weights: what a verb checks before any model
+    loads.
+
+    Raises:
+        ChatFormatError: no format fits (the message names what is missing).
+    """
+    from goalprobe.agents.models import load_tokenizer
+
+    return chat_format_for(load_tokenizer(model))
+
+
+def with_chat_format(description: dict[str, Any], chat_format: ChatFormat | None) -> dict[str, Any]:
+    """A backend description (it enters the rollouts' run id) with the chat format's
+    description added, unless the format is harmony (or None): a harmony run keeps the run id it
+    had before formats were recorded, and a run in another format never resumes a file of
+    another format (or of the same model under another chat template)."""
+    if chat_format is None or chat_format.name == HARMONY_DESCRIPTION_NAME:
+        return dict(description)
+    return {**description, "chat_format": chat_format.describe()}
+
+
 def format_name(description: dict[str, Any] | None) -> str:
     """The format name of a stored description (None, from older files: harmony)."""
     if not description:

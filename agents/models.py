@@ -246,13 +246,19 @@ def model_identity(model: str) -> dict[str, str]:
     return {"model": model}
 
 
-def describe_local_model(model: str, revision: str = "") -> dict[str, Any]:
+def describe_local_model(model: str, revision: str = "", chat_format=None) -> dict[str, Any]:
     """How trajectory files identify a model run in this process (it enters the rollout's
     ``run_id``): a bundled agent by its weights digest, any other model by name and revision,
-    so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent."""
+    so ``goalprobe rollout`` and ``goalprobe demo`` give the same run id for the same agent;
+    with the chat format it runs in, unless harmony
+    (:func:`~goalprobe.agents.chat_format.with_chat_format`)."""
+    from goalprobe.agents.chat_format import with_chat_format
+
     if _named(model):
-        return {"class": "LocalBackend", **model_identity(model)}
-    return {"class": "LocalBackend", "model": model, "revision": revision}
+        return with_chat_format({"class": "LocalBackend", **model_identity(model)}, chat_format)
+    return with_chat_format(
+        {"class": "LocalBackend", "model": model, "revision": revision}, chat_format
+    )
 
 
 def _hub_reachable() -> bool:

@@ -51,7 +51,7 @@ from goalprobe.agents.backend import (
     SamplingConfig,
     TokenIdsSource,
 )
-from goalprobe.agents.chat_format import ChatFormat, chat_format_for
+from goalprobe.agents.chat_format import ChatFormat, chat_format_for, with_chat_format
 from goalprobe.agents.harmony import (
     CHANNEL,
     MESSAGE,
@@ -224,8 +224,11 @@ class ServerBackend:
         )
 
     def describe(self) -> dict[str, Any]:
-        """What identifies this backend in a trajectory file (no URL credentials, no key)."""
-        return {"class": "ServerBackend", "model": self.config.model}
+        """What identifies this backend in a trajectory file (no URL credentials, no key), with
+        its chat format unless harmony (:func:`~goalprobe.agents.chat_format.with_chat_format`)."""
+        return with_chat_format(
+            {"class": "ServerBackend", "model": self.config.model}, self.chat_format
+        )
 
     def server_versions(self, timeout_s: float = 10.0) -> dict[str, str | None]:
         """Each endpoint's server version (for provenance): ``GET <root>/version`` beside the

@@ -154,6 +154,7 @@ def demo_config(
     device: str = "cpu",
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    chat_format: Any = None,
 ) -> DemoConfig:
     """The preset config of ``scale`` for one agent and seed.
 
@@ -163,6 +164,10 @@ def demo_config(
         seed: the seed of every section.
         overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
             ``{"probes.training.max_epochs": 3}``) applied after the preset.
+        chat_format: the agent's :class:`~goalprobe.agents.chat_format.ChatFormat` (the caller
+            reads it off the tokenizer): its name goes to ``agent.chat_format`` and it sizes the
+            token budgets (:func:`fit_budgets`); None leaves the format to be detected when the
+            agent runs, budgeted as harmony.
 
     Raises:
         ValueError: an unknown scale, section or field, or an invalid value.
@@ -172,7 +177,13 @@ def demo_config(
     sections = {**paper_sections(seed, 1000), **PRESETS[scale](seed)}
     config = DemoConfig(
         scale=scale,
-        agent=AgentConfig(model=model, backend=backend, base_url=base_url, device=device),
+        agent=AgentConfig(
+            model=model,
+            backend=backend,
+            base_url=base_url,
+            device=device,
+            chat_format=None if chat_format is None else chat_format.name,
+        ),
         **sections,
     )
     for path, value in (overrides or {}).items():
@@ -183,21 +194,45 @@ def demo_config(
             f"--device cuda (GPT-OSS's attention sinks run under flex attention on CUDA only), "
             f"not {device!r}"
         )
-    return fit_budgets(config, {resolve_path(config, path) for path in overrides or ()})
+    fixed = {resolve_path(config, path) for path in overrides or ()}
+    if config.agent.backend == "oracle":  # one replace: PatchConfig checks them together
+        changes = {k.rsplit(".", 1)[1]: v for k, v in ORACLE_PATCHING.items() if k not in fixed}
+        patch = dataclasses.replace(config.patching.patch, **changes)
+        config = override(config, "patching.patch", patch)
+    return fit_budgets(config, fixed, chat_format)
 
 
-def fit_budgets(config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset()) -> DemoConfig:
+ORACLE_PATCHING: dict[str, Any] = {
+    "patching.patch.reasoning": "oracle",
+    "patching.patch.reasoning_chunks": 0,
+}
+"""What the oracle engine (``agent.backend="oracle"``) changes in patching, unless set with
+``--set``: the oracle's reasoning is teacher-forced (``"oracle"``) rather than the model's greedy
+one, as the episodes it patches were written (a model that cannot do the task, such as a random
+one, never closes a greedy reasoning, so every pair would be dropped as truncated); no reasoning
+chunks (they compare a regeneration with the base's own greedy run, which such a model has
+not). Regenerations under prompt-site patches are still the model's own."""
+
+
+def fit_budgets(
+    config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset(), chat_format: Any = None
+) -> DemoConfig:
     """``config`` with rollout and patching budgets that fit its agent
-    (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
-    user) and at the ``tiny`` scale (CI: the pipeline, not the numbers)."""
+    (:func:`goalprobe.agents.budgets.token_budget`, with the agent's ``chat_format``: a
+    think-tag template that renders no effort gets the unsteered budget), except fields in
+    ``fixed`` (set by the user) and at the ``tiny`` scale (CI: the pipeline, not the numbers).
+    With the oracle engine the rollouts keep the preset's budget (the oracle writes a few dozen
+    tokens a step); patching's regenerations are the model's own and get its budget."""
     for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens",
                  "steering.max_new_tokens"):  # fmt: skip
-        if config.scale != "tiny" and path not in fixed:
+        oracle = config.agent.backend == "oracle" and path.startswith("rollouts.")
+        if config.scale != "tiny" and path not in fixed and not oracle:
             small: Any = config
             for name in path.split("."):
                 small = getattr(small, name)
             effort = config.rollouts.reasoning_effort
-            config = override(config, path, token_budget(config.agent.model, effort, small))
+            budget = token_budget(config.agent.model, effort, small, chat_format)
+            config = override(config, path, budget)
     return config
 
 

@@ -10,6 +10,7 @@ import time
 import uvicorn
 from goalprobe.agents.backend import Completion
 from goalprobe.agents.harmony import CHANNEL, MESSAGE, RETURN, render_completion, render_prompt
+from goalprobe.agents.oracle_backend import grid_text_of
 from goalprobe.agents.reasoning import final_text, reasoning_text
 from goalprobe.agents.trajectories import StepRecord
 from goalprobe.gridworld.core import Action, Grid, State
@@ -114,15 +115,10 @@ def serving(app):
         sock.close()
 
 
-def _grid_text(content: str) -> str:
-    lines = content.split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith("  0 1"))
-    n = len(lines[start].split())
-    return "\n".join(lines[start : start + n + 1])
-
-
 class OracleBackend:
-    """A scripted agent: reasons and answers like the bundled agent's training texts.
+    """A scripted agent: reasons and answers like the bundled agent's training texts (the test
+    twin of the library's oracle engine, :class:`goalprobe.agents.oracle_backend.OracleBackend`,
+    which the demo runs with a seeded epsilon; this one scripts every branch by call count).
 
     Deterministic variations exercise every branch: some answers take a non-optimal move, some
     name no action (invalid steps) and some skip the reasoning channel (no post-reasoning
@@ -144,7 +140,7 @@ class OracleBackend:
         out = []
         for messages in batch:
             self.calls += 1
-            grid, state = parse(_grid_text(messages[-1].content))
+            grid, state = parse(grid_text_of(messages[-1].content))
             best = sorted(solve(grid).optimal_actions(state))
             action = best[0]
             vary = self.variations

@@ -94,6 +94,20 @@ def check_new_output(path: Path, overwrite: bool, option: str, *, directory: boo
         )
 
 
+def model_format(model: str, option: str = "--model"):
+    """The chat format of ``model`` (:func:`goalprobe.agents.chat_format.model_chat_format`),
+    read from its tokenizer files before any weights load; a missing model or one whose template
+    has no reasoning delimiters is one error naming ``option``."""
+    from goalprobe.agents.chat_format import model_chat_format
+    from goalprobe.agents.models import HubUnavailableError, check_model_available
+
+    try:
+        check_model_available(model)
+        return model_chat_format(model)
+    except (FileNotFoundError, HubUnavailableError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint=option) from err
+
+
 def check_device(device: str, option: str = "--device") -> str:
     """``device`` if it is ``auto`` or a device torch can name (``cpu``, ``cuda``, ``cuda:1``,
     ...), else ``typer.BadParameter``; checked before any model loads (availability is checked

@@ -30,7 +30,13 @@ def command(
         ),
     ] = None,
     backend: Annotated[
-        str, typer.Option(help="Rollout engine: local (in this process) or server.")
+        str,
+        typer.Option(
+            help="Rollout engine: local (in this process), server, or oracle (the optimal "
+            "policy writes the episodes in the model's chat format, with a few random moves; "
+            "the model itself only runs the activation stages: the pipeline on a model that "
+            "cannot do the task yet, e.g. a random one)."
+        ),
     ] = "local",
     base_url: Annotated[
         str | None,
@@ -96,15 +102,16 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
-    from goalprobe.agents.models import HubUnavailableError, check_model_available
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.fatal import RunStopped
     from goalprobe.report.summary import terminal_summary
+    from goalprobe.commands.common import model_format
 
     console = Console()
-    try:
-        config = demo_config(
+
+    def build(chat_format=None):
+        return demo_config(
             scale,
             model=model or DEFAULT_BUNDLED,
             backend=backend,
@@ -113,17 +120,20 @@ def command(
             seed=seed,
             overrides=dict(parse_setting(text) for text in settings or ())
             | ({"preflight.allow_truncation": True} if allow_truncation else {}),
+            chat_format=chat_format,
         )
-        control = control_config(config) if model is None and backend == "local" else None
+
+    try:
+        config = build()
         stages_forced = check_force(force or ())
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
     if run_dir.exists() and not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir} exists and is not a directory", param_hint="--run-dir")
-    try:  # a model that cannot be loaded fails here, once, before any stage runs
-        check_model_available(config.agent.model)
-    except (FileNotFoundError, HubUnavailableError, ValueError) as err:
-        raise typer.BadParameter(str(err), param_hint="--model") from err
+    # a model that cannot be loaded fails here, once, before any stage runs; its format enters
+    # the cache keys and the budgets (no format: one error, no weights)
+    config = build(model_format(config.agent.model))
+    control = control_config(config) if model is None and backend == "local" else None
     if backend == "server":
         check_server_if_needed(run_dir, config, stages_forced)
     try:

@@ -17,6 +17,7 @@ from goalprobe.commands.common import (
     check_device,
     check_new_output,
     choice,
+    model_format,
     parse_list,
 )
 
@@ -183,6 +184,7 @@ def command(
     from rich.console import Console
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
     from goalprobe.probes.patching.experiment import resolve_layer_sets
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
@@ -228,6 +230,10 @@ def command(
     source = None
     if store is not None:
         source = _store_source(store, stats)
+    chat_format = model_format(model)  # before the weights load
+    if config_file is None and not max_new_tokens:  # the budget of the model's chat format
+        budget = token_budget(model, effort, 512, chat_format)
+        config = dataclasses.replace(config, max_new_tokens=budget)
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)

@@ -30,7 +30,8 @@ import numpy as np
 from goalprobe.activations.capture.base import CleanRun, ResidualBackend
 from goalprobe.activations.extract import default_layers
 from goalprobe.agents.backend import SamplingConfig
-from goalprobe.agents.harmony import HarmonyTokenIds, ReasoningEffort, split_completion
+from goalprobe.agents.chat_format import chat_format_for
+from goalprobe.agents.harmony import ReasoningEffort, split_completion
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
@@ -324,14 +325,18 @@ class PatchingContext:
         self.tokenizer = tokenizer = backend.tokenizer
         self.backend = backend
         self.config = config
-        self.special_ids = HarmonyTokenIds.from_tokenizer(tokenizer)
+        self.chat_format = chat_format_for(tokenizer)
+        """The model's chat format: prompts, teacher-forced sequences, stop ids and the split
+        of regenerated completions follow it (:mod:`goalprobe.agents.chat_format`)."""
+        self.special_ids = getattr(self.chat_format, "special", None)
+        """The harmony token ids (None in another chat format)."""
         self.action_tokens = ActionTokens.from_tokenizer(tokenizer)
         self.template = (
             PromptTemplate.default()
             if config.template_dir is None
             else PromptTemplate.from_dir(config.template_dir)
         )
-        self.generator = LocalBackend(model, tokenizer)
+        self.generator = LocalBackend(model, tokenizer, chat_format=self.chat_format)
         self.layer_sets = resolve_layer_sets(config.layers, backend.n_layers)
         self.anchor_layer_sets = resolve_layer_sets(config.anchor_layers, backend.n_layers)
         self.chunk_layer_sets = (
@@ -368,7 +373,8 @@ class PatchingContext:
         )
 
     def prompt_ids(self, grid: Grid, state: State) -> list[int]:
-        """``(n_prompt,)`` ids of the harmony prompt showing ``grid`` in ``state``."""
+        """``(n_prompt,)`` ids of the prompt showing ``grid`` in ``state`` (in the model's chat
+        format)."""
         return self.generator.encode_prompt(
             self.messages(grid, state), self.config.reasoning_effort
         )
@@ -407,6 +413,8 @@ class PatchingContext:
         text = reasoning_text(
             grid, state, actions[:PLAN_STEPS], key_variant=uses_key_prompt(grid.variant)
         )
+        if self.special_ids is None:
+            return self.chat_format.encode_reasoning(text)
         return reasoning_ids(self.tokenizer, text, self.special_ids)
 
     def parse_generated(self, ids: Sequence[int], forced: Sequence[int] = ()) -> Action | None:
@@ -414,9 +422,12 @@ class PatchingContext:
         it used the whole budget without a stop token: truncated); ``forced``: completion ids
         teacher-forced before the generated ones (a reasoning chunk's run), parsed with them."""
         ids = list(ids)
-        stops = set(self.special_ids.stop_ids)
+        stops = set(self.chat_format.stop_ids)
         cut = len(ids) >= self.config.max_new_tokens and not (ids and ids[-1] in stops)
-        split = split_completion([*forced, *ids], self.tokenizer)
+        if self.special_ids is not None:  # harmony, decoded as it always was
+            split = split_completion([*forced, *ids], self.tokenizer)
+        else:
+            split = self.chat_format.split_completion([*forced, *ids])
         return parse_completion(split.final, "length" if cut else "stop").action
 
     def side(
@@ -436,6 +447,7 @@ class PatchingContext:
             grid_text=render(grid, state),
             special_ids=self.special_ids,
             action_tokens=self.action_tokens,
+            chat_format=self.chat_format,
         )
         clean = self.backend.clean_run(
             sequence.token_ids, self.capture_layers, capture_positions(sequence, sites)

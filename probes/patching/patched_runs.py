@@ -436,7 +436,7 @@ def run_patching(
     """
     config = context.config
     action_ids = list(context.action_tokens.action_ids)
-    stop_ids = list(context.special_ids.stop_ids)
+    stop_ids = list(context.chat_format.stop_ids)
     records: list[PatchRecord] = []
     skipped: Counter = Counter()
     regenerate: list[_Job] = []

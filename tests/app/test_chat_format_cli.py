@@ -105,3 +105,14 @@ def test_a_template_without_reasoning_delimiters_is_one_error_line(
     )
     assert "no reasoning delimiters" in line and "--model" in line
     assert not store.exists() and not (tmp_path / "s.h5.parts").exists()
+
+
+def test_patch_refuses_a_template_without_reasoning_delimiters_before_loading(
+    tmp_path, goalprobe_cli, grid_file, qwen3_plain_dir
+):
+    out = tmp_path / "patching"
+    line = _one_error_line(
+        goalprobe_cli("patch", "--grids", grid_file, "--out", out, "--model", qwen3_plain_dir)
+    )
+    assert "no reasoning delimiters" in line and "never writes </think>" in line
+    assert "--model" in line and not out.exists()
