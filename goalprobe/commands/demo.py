@@ -102,11 +102,11 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
+    from goalprobe.commands.common import model_format
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.fatal import RunStopped
     from goalprobe.report.summary import terminal_summary
-    from goalprobe.commands.common import model_format
 
     console = Console()
 

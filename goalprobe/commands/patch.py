@@ -198,6 +198,7 @@ def command(
     choice(backend, BACKENDS, "--backend")
     check_device(device)
     bases, effort, template_dir, stats = _read_bases(trajectories, grids)
+    chat_format = model_format(model)  # no reasoning delimiters: one error, before the weights
     keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
     try:
         if config_file is not None:
@@ -210,8 +211,7 @@ def command(
                 reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
                 require_optimal=not allow_suboptimal,
                 regenerate=regenerate,
-                max_new_tokens=max_new_tokens,
-                model=model,
+                max_new_tokens=max_new_tokens or token_budget(model, effort, 512, chat_format),
                 batch_size=batch_size,
                 seed=seed,
                 reasoning_effort=effort,
@@ -230,10 +230,6 @@ def command(
     source = None
     if store is not None:
         source = _store_source(store, stats)
-    chat_format = model_format(model)  # before the weights load
-    if config_file is None and not max_new_tokens:  # the budget of the model's chat format
-        budget = token_budget(model, effort, 512, chat_format)
-        config = dataclasses.replace(config, max_new_tokens=budget)
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)
@@ -301,17 +297,16 @@ def _config_from_file(config_file: Path, effort: str, template_dir, keep):
 
 
 def _patch_config(
-    *, sites, layers, directions, chunk_layers, max_new_tokens, model, reasoning_effort, **rest
+    *, sites, layers, directions, chunk_layers, max_new_tokens, reasoning_effort, **rest
 ):
-    """The patch config of the command-line options (lists split, the token budget resolved)."""
-    from goalprobe.agents.budgets import token_budget
+    """The patch config of the command-line options (lists split)."""
     from goalprobe.probes.patching.experiment import PatchConfig
 
     return PatchConfig(
         sites=parse_list(sites, str, "--sites"),
         layers=parse_list(layers, str, "--layers"),
         directions=parse_list(directions, str, "--directions"),
-        max_new_tokens=max_new_tokens or token_budget(model, reasoning_effort, 512),
+        max_new_tokens=max_new_tokens,
         reasoning_effort=reasoning_effort,
         chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
         **rest,
