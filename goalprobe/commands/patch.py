@@ -49,19 +49,14 @@ def _store_source(store: Path, stats):
 
 
 def _patching_section(path: Path):
-    """The demo patching section (:class:`goalprobe.config.PatchingConfig`) in the JSON file
-    ``path``."""
+    """The demo patching section (:class:`goalprobe.config.PatchingConfig`) in JSON ``path``."""
     import json
 
     from goalprobe.config import PatchingConfig, from_dict
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
-    try:
-        return from_dict(PatchingConfig, data)
-    except (TypeError, ValueError) as err:
+        return from_dict(PatchingConfig, json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
         raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
 
 
@@ -198,7 +193,6 @@ def command(
     choice(backend, BACKENDS, "--backend")
     check_device(device)
     bases, effort, template_dir, stats = _read_bases(trajectories, grids)
-    chat_format = model_format(model)  # no reasoning delimiters: one error, before the weights
     keep = parse_list(sizes, int, "--sizes", empty_ok=True) or None
     try:
         if config_file is not None:
@@ -211,7 +205,7 @@ def command(
                 reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
                 require_optimal=not allow_suboptimal,
                 regenerate=regenerate,
-                max_new_tokens=max_new_tokens or token_budget(model, effort, 512, chat_format),
+                max_new_tokens=max_new_tokens,
                 batch_size=batch_size,
                 seed=seed,
                 reasoning_effort=effort,
@@ -230,6 +224,10 @@ def command(
     source = None
     if store is not None:
         source = _store_source(store, stats)
+    chat_format = model_format(model)  # no reasoning delimiters: one error, before the weights
+    if config_file is None and not max_new_tokens:  # the budget of the model's chat format
+        budget = token_budget(model, effort, 512, chat_format)
+        config = dataclasses.replace(config, max_new_tokens=budget)
     loaded = load_model(model, device=device, dtype=dtype)
     try:
         patcher = make_backend(backend, loaded.model, loaded.tokenizer)
@@ -306,7 +304,7 @@ def _patch_config(
         sites=parse_list(sites, str, "--sites"),
         layers=parse_list(layers, str, "--layers"),
         directions=parse_list(directions, str, "--directions"),
-        max_new_tokens=max_new_tokens,
+        **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}),  # else the format's
         reasoning_effort=reasoning_effort,
         chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
         **rest,
