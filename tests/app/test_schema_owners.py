@@ -38,7 +38,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(text: str, filename: str) -> ast.Module:
     """``ast.parse``, once per source text (both checks below walk every module)."""
     return ast.parse(text, filename=filename)
