@@ -96,29 +96,31 @@ def qwen3_tokenizer(qwen3_tiny):
     return qwen3_tiny.tokenizer
 
 
-def _with_template(qwen3_tiny, tmp_path_factory, name: str):
-    from transformers import AutoTokenizer
-
+def _with_template(qwen3_tiny, tmp_path_factory, name: str) -> Path:
     directory = tmp_path_factory.mktemp(f"qwen3-{name}")
     for path in qwen3_tiny.directory.iterdir():
         if path.is_file():
             shutil.copy(path, directory / path.name)
-    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    tokenizer = qwen3_tiny.tokenizer  # saved with the other template (no second parse)
+    kept = tokenizer.chat_template
     tokenizer.chat_template = template(name)
-    tokenizer.save_pretrained(directory)
-    return directory, tokenizer
+    try:
+        tokenizer.save_pretrained(directory)
+    finally:
+        tokenizer.chat_template = kept
+    return directory
 
 
 @pytest.fixture(scope="session")
 def qwen3_prefill_dir(qwen3_tiny, tmp_path_factory) -> Path:
     """The tiny Qwen3 with a template that prefills ``<think>\\n``."""
-    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_prefill")[0]
+    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_prefill")
 
 
 @pytest.fixture(scope="session")
 def qwen3_plain_dir(qwen3_tiny, tmp_path_factory) -> Path:
     """The tiny Qwen3 with a template that has no reasoning delimiters."""
-    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_plain")[0]
+    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_plain")
 
 
 @pytest.fixture(scope="session")
