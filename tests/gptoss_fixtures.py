@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_build import built_once
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gptoss_tokenizer.py"
 
@@ -40,10 +41,20 @@ class GptOssTiny:
 @pytest.fixture(scope="session")
 def gptoss_tiny(tmp_path_factory) -> GptOssTiny:
     """Build once: o200k_harmony ``tokenizer.json`` + a tiny random GPT-OSS in a model
-    directory, and ``tiktoken/o200k_base.tiktoken`` for openai-harmony."""
-    directory = tmp_path_factory.mktemp("gptoss-o200k")
-    tokenizer, model = gptoss_script().build(directory)
-    return GptOssTiny(directory, tokenizer, model)
+    directory, and ``tiktoken/o200k_base.tiktoken`` for openai-harmony (one build per session,
+    ``shared_build.built_once``; the same seeded model in every worker)."""
+    script = gptoss_script()
+
+    def build(directory: Path) -> GptOssTiny:
+        return GptOssTiny(directory, *script.build(directory))
+
+    def load(directory: Path) -> GptOssTiny:  # another worker built it: the saved directory
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        return GptOssTiny(directory, tokenizer, script.tiny_model(tokenizer))
+
+    return built_once(tmp_path_factory, "gptoss-o200k", build, load)
 
 
 @pytest.fixture(scope="session")

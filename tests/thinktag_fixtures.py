@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_build import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "thinktag_tokenizers.py"
@@ -75,9 +76,18 @@ class Qwen3Tiny:
 @pytest.fixture(scope="session")
 def qwen3_tiny(tmp_path_factory) -> Qwen3Tiny:
     """Qwen3's tokenizer (template ``chatml_think``) + a tiny random Qwen3 in a directory."""
-    directory = tmp_path_factory.mktemp("qwen3-tiny")
-    tokenizer, model = thinktag_script().build_qwen3(directory, template("chatml_think"))
-    return Qwen3Tiny(directory, tokenizer, model)
+    script = thinktag_script()
+
+    def build(directory: Path) -> Qwen3Tiny:
+        return Qwen3Tiny(directory, *script.build_qwen3(directory, template("chatml_think")))
+
+    def load(directory: Path) -> Qwen3Tiny:  # another worker built it: the saved directory
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        return Qwen3Tiny(directory, tokenizer, script.tiny_qwen3(tokenizer))
+
+    return built_once(tmp_path_factory, "qwen3-tiny", build, load)
 
 
 @pytest.fixture(scope="session")
@@ -86,29 +96,31 @@ def qwen3_tokenizer(qwen3_tiny):
     return qwen3_tiny.tokenizer
 
 
-def _with_template(qwen3_tiny, tmp_path_factory, name: str):
-    from transformers import AutoTokenizer
-
+def _with_template(qwen3_tiny, tmp_path_factory, name: str) -> Path:
     directory = tmp_path_factory.mktemp(f"qwen3-{name}")
     for path in qwen3_tiny.directory.iterdir():
         if path.is_file():
             shutil.copy(path, directory / path.name)
-    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    tokenizer = qwen3_tiny.tokenizer  # saved with the other template (no second parse)
+    kept = tokenizer.chat_template
     tokenizer.chat_template = template(name)
-    tokenizer.save_pretrained(directory)
-    return directory, tokenizer
+    try:
+        tokenizer.save_pretrained(directory)
+    finally:
+        tokenizer.chat_template = kept
+    return directory
 
 
 @pytest.fixture(scope="session")
 def qwen3_prefill_dir(qwen3_tiny, tmp_path_factory) -> Path:
     """The tiny Qwen3 with a template that prefills ``<think>\\n``."""
-    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_prefill")[0]
+    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_prefill")
 
 
 @pytest.fixture(scope="session")
 def qwen3_plain_dir(qwen3_tiny, tmp_path_factory) -> Path:
     """The tiny Qwen3 with a template that has no reasoning delimiters."""
-    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_plain")[0]
+    return _with_template(qwen3_tiny, tmp_path_factory, "chatml_plain")
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ describe formats; tests aside, which pin the on-disk strings of old files on pur
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def _docstrings(tree: ast.AST) -> set[int]:
     }
 
 
+@functools.cache
+def _parse(text: str, filename: str) -> ast.Module:
+    """``ast.parse``, once per source text (both checks below walk every module)."""
+    return ast.parse(text, filename=filename)
+
+
+def _tree(path: Path) -> ast.Module:
+    return _parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def _rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
 
@@ -57,7 +68,7 @@ def schema_owners(paths: list[Path]) -> dict[str, set[str]]:
                 owners.setdefault(_base(value.value), set()).add(_rel(path))
 
     for path in paths:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _tree(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -80,7 +91,7 @@ def schema_owners(paths: list[Path]) -> dict[str, set[str]]:
 def spellings(path: Path, bases: list[str]) -> list[tuple[int, str]]:
     """``(line, schema base name)`` of every non-docstring string of ``path`` that spells a
     schema name (regular-expression escapes removed, so a pattern counts too)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _tree(path)
     skip = _docstrings(tree)
     patterns = {b: re.compile(re.escape(b) + r"(?![\w.])") for b in bases}
     found = []
@@ -93,6 +104,8 @@ def spellings(path: Path, bases: list[str]) -> list[tuple[int, str]]:
         if not isinstance(value, str):
             continue
         text = value.replace("\\", "")
+        if "goalprobe." not in text:  # every schema name starts so (_NAME)
+            continue
         found.extend((node.lineno, b) for b, pattern in patterns.items() if pattern.search(text))
     return found
 
