@@ -34,6 +34,9 @@ report and the viewer find every artefact through :class:`RunLayout`::
                                                   set's probes (cells + position read-outs)
     RUN/probes/probing/<sweep>.json, learning_curve.json, models/ cell-type probes (probing set)
     RUN/probes/probing/models/position_{agent,goal}_pre_reasoning.*  position probes (probing)
+    RUN/probes/probing/models/wall_{absolute,agent}_pre_reasoning.*  wall probes (probing)
+    RUN/probes/wall_readout.json                  conditional wall test, both frames, per store,
+                                                  stage and layer (goalprobe.wall_readouts/1)
     RUN/distance/models/, sweeps/<sweep>.json     goal-distance regressors (main store)
     RUN/distance/probing/<sweep>.json, models/    goal-distance regressors (probing set)
     RUN/plans/sweep.json, models/, predicted/plan_decoder.h5      plan decoder
@@ -157,6 +160,7 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact(
             "headline probe seeds", "probes/probing/headline_seeds.json", "probes", "goalprobe demo"
         ),
+        Artefact("wall read-out", "probes/wall_readout.json", "probes", "goalprobe demo"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -435,6 +439,18 @@ class RunLayout:
         ``"agent"``) or the goal's position probe of the probing set (headline stage and layer;
         safetensors + JSON card stem)."""
         return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
+
+    @property
+    def wall_readout(self) -> Path:
+        """The conditional wall test in both frames (absolute cells, offsets from the agent) per
+        store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/1``)."""
+        return self.path("wall read-out")
+
+    def wall_probe(self, frame: str) -> Path:
+        """``probes/probing/models/wall_<frame>_pre_reasoning``: the conditional wall probe of
+        ``frame`` (``absolute`` / ``agent``) fit on the probing set's training grids at the
+        headline stage and layer (safetensors + JSON card stem), the decoded maps' walls."""
+        return self.probing_probes / "models" / f"wall_{frame}_pre_reasoning"
 
     def headline_maps(self, layer: int) -> Path:
         """``probes/decoded/headline_pre_reasoning_L<layer>.h5``: the rollouts' steps decoded by
