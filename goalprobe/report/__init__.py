@@ -13,6 +13,7 @@ key variants           Table 1 (success, accuracy, stage accuracy, pickup, attra
 intention              Ward et al. Def. 20: policy change when the key is guaranteed; pi* control
 cognitive map          Figs. 6, 8, 15 (probe accuracy by family, stage and layer; per class)
 localisation           Fig. 7 (agent and goal top-1, Manhattan distance, by grid size)
+walls                  beyond the study (issue 39): conditional wall test, absolute and agent frame
 goal distance          Table 4 (MAE, R2 by family, stage and layer)
 policy vs belief       Table 2, Fig. 9 (Acc GT, Acc Dec, Agreement, Recovery, top-k), MEG
 plan decoder           Fig. 10, Table 5 (prefix accuracy vs N, length analysis)
