@@ -29,7 +29,9 @@ from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.decoder import (
+    AGENT_CENTRED_READOUT,
     CELL_READOUT,
+    CONDITIONAL_READOUT,
     POSITION_READOUT,
     DecodedArrays,
     Readout,
@@ -141,6 +143,11 @@ def load_decoder(layout: RunLayout) -> Decoder | None:
     walls = wall_probes(layout, probe.layer)
     readout = replace(
         readout,
+        walls=CONDITIONAL_READOUT
+        if "absolute" in walls
+        else AGENT_CENTRED_READOUT
+        if "agent" in walls
+        else CELL_READOUT,
         wall_probe=layout.relative(walls["absolute"][0]) if "absolute" in walls else None,
         agent_wall_probe=layout.relative(walls["agent"][0]) if "agent" in walls else None,
     )
