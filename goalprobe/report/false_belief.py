@@ -179,7 +179,7 @@ def walls_follow_text(decoding: dict) -> str:
         text += (
             f" An interval that can show >= 80% needs at least {CELLS_FOR_80} changed cells per "
             "kind (17 of 17: Clopper-Pearson lower bound 80.5%); this run has fewer (raise "
-            "false_belief.grids.pairs_per_kind, about 1 changed cell per pair)."
+            "false_belief.grids.pairs_per_kind: 1-2 changed cells per pair, A's first moves)."
         )
     return text
 
