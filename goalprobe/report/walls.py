@@ -93,7 +93,10 @@ def wall_row(run: RunReader, frame: str) -> Reading:
         f"{stat_text(acc['prior'])})"
     )
     reason = power_text(verdict, r.get("power") or {})
-    if verdict["verdict"] == "yes":
+    said = verdict["verdict"]
+    if said == "no" and verdict.get("minimum_detectable_bits") is None:
+        said = "undecided"  # a "no" without shown power means nothing
+    if said == "yes":
         reason = ""
     return Reading(
         finding,
@@ -101,7 +104,7 @@ def wall_row(run: RunReader, frame: str) -> Reading:
         baseline,
         Estimate.from_dict({"n_grids": o["n_grids"], **bits["difference"]}),
         question="above the same-size-and-density null",
-        answer=answer(verdict["verdict"]),
+        answer=answer(said),
         percent=False,
         reason=reason,
         detectable=verdict.get("minimum_detectable_bits"),

@@ -87,3 +87,15 @@ def test_the_cell_probe_wall_auc_no_without_power_is_undecided():
     out = wall_auc_power(reading)
     assert out.answer == "undecided" and "power:" in out.baseline and out.reason
     assert wall_auc_power(Reading("x", "y", "z", answer="yes")).answer == "yes"
+
+
+def test_a_file_no_without_power_is_printed_undecided(tmp_path, planted_readout):
+    forged = copy.deepcopy(planted_readout)
+    forged["verdicts"]["absolute"] = {
+        **forged["verdicts"]["absolute"],
+        "verdict": "no",
+        "minimum_detectable_bits": None,
+    }
+    layout = _run(tmp_path, forged)
+    row = {r.id: r for r in headline_rows(layout.root)}["walls.absolute"]
+    assert row.answer == "undecided" and "no power shown" in row.verdict
