@@ -82,6 +82,7 @@ ARTEFACTS: dict[str, Artefact] = {
         Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
         Artefact("position probes", "probes/probing/positions.json", "probes"),
         Artefact("headline probe seeds", "probes/probing/headline_seeds.json", "probes"),
+        Artefact("wall read-out", "probes/wall_readout.json", "probes", "goalprobe demo"),
         Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
         Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
         Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
@@ -301,6 +302,16 @@ class RunLayout:
         ``"agent"``) or the goal's position probe of the probing set (headline stage and layer;
         safetensors + JSON card stem)."""
         return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
+
+    wall_readout = _Entry("wall read-out")
+    """The conditional wall test in both frames (absolute cells, offsets from the agent) per
+    store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/1``)."""
+
+    def wall_probe(self, frame: str) -> Path:
+        """``probes/probing/models/wall_<frame>_pre_reasoning``: the conditional wall probe of
+        ``frame`` (``absolute`` / ``agent``) fit on the probing set's training grids at the
+        headline stage and layer (safetensors + JSON card stem), the decoded maps' walls."""
+        return self.probing_probes / "models" / f"wall_{frame}_pre_reasoning"
 
     def headline_maps(self, layer: int) -> Path:
         """``probes/decoded/headline_pre_reasoning_L<layer>.h5``: the rollouts' steps decoded by

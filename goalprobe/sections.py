@@ -212,6 +212,14 @@ class ProbesConfig:
     headline_seeds: int = 5
     """Training seeds of the headline probe on the probing set (``seed`` onwards, same split):
     the headline rows report the seed-pooled intervals; 1: the sweep's single seed."""
+    wall_stores: tuple[Literal["probing", "main"], ...] = ("probing",)
+    """Stores the conditional wall test (both frames, ``RUN/probes/wall_readout.json``) reads,
+    each on its probe sweep's split by grid; the probing set's headline layer also gives the
+    decoded maps' wall probes. The probing set only by default: its design is the committed
+    power curve's, and the main store would cost about as much again (~40 s CPU per agent at
+    the default scale) for 15 test grids and no power."""
+    wall_stages: tuple[str, ...] = ("pre_reasoning",)
+    """Anchor stages of the wall test (every stored layer of each)."""
 
 
 @dataclass(frozen=True)

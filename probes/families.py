@@ -32,6 +32,8 @@ TARGETS: dict[str, str] = {
     "(N, S, S, C) over classes_",
     "distance": "shortest-path distance to the goal (N,): ProbeData.goal_distance; predict -> (N,)",
     "position": "a flat cell index (N,) of the agent or the goal (position_scores)",
+    "walls": "wall maps (N, S, S) uint8 cell types read per cell or per offset from the agent "
+    "(wall_test.ConditionalWallProbe): predict_proba -> (N, P) wall probability",
 }
 """The labels of the activation store a family can learn, and what it predicts for them."""
 
@@ -139,12 +141,14 @@ def _load() -> None:
     from goalprobe.probes.distance import GoalDistanceRegressor
     from goalprobe.probes.per_cell import PerCellProbe
     from goalprobe.probes.position import PositionProbe
+    from goalprobe.probes.wall_test import ConditionalWallProbe
 
     register_probe_family("coordinate", CoordinateCellProbe, target="cell_type")
     register_probe_family("per_cell", PerCellProbe, target="cell_type")
     register_probe_family("majority", MajorityCellBaseline, target="cell_type")
     register_probe_family("distance", GoalDistanceRegressor, target="distance")
     register_probe_family("position", PositionProbe, target="position")
+    register_probe_family("conditional_wall", ConditionalWallProbe, target="walls")
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINT_GROUP):

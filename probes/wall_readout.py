@@ -60,6 +60,45 @@ def wall_verdict(overall: dict, power: dict | None) -> dict:
     }
 
 
+def design_power(committed: dict | None, n_grids: int, n_test_grids: int, n_features: int):
+    """The committed power curves (``probes/wall_power.json``) where they apply to a store.
+
+    The curves were measured on planted features of one design (``design``: the demo's probing
+    set: grids, feature width, test fraction); a store with fewer grids, fewer test grids or
+    another feature width has another power, so its verdicts get none (a "no" then reads
+    "undecided").
+
+    Args:
+        committed: the whole ``wall_power.json`` (None: no power).
+        n_grids, n_test_grids: the store's grids and held-out grids.
+        n_features: the width of one row's anchors (``n_anchors * d_model``).
+
+    Returns:
+        ``(frames or None, {applies, reason, design})``: ``conditional.frames`` where the store
+        has at least the design's grids and test grids and the same feature width.
+    """
+    if not committed or "conditional" not in committed:
+        return None, {"applies": False, "reason": "no committed power curve", "design": None}
+    design = committed.get("design") or {}
+    want_grids = int(design.get("n_grids", 0))
+    want_test = int(round(want_grids * float(design.get("test_fraction", 0.0))))
+    want_features = int(design.get("d_model", 0)) * int(design.get("n_anchors", 0))
+    reasons = []
+    if n_grids < want_grids or n_test_grids < want_test:
+        reasons.append(
+            f"{n_grids} grids ({n_test_grids} held out) against the design's {want_grids} "
+            f"({want_test})"
+        )
+    if n_features != want_features:
+        reasons.append(f"{n_features} features per row against the design's {want_features}")
+    info = {
+        "applies": not reasons,
+        "reason": "; ".join(reasons) or "the store meets the power design",
+        "design": {"n_grids": want_grids, "n_test_grids": want_test, "n_features": want_features},
+    }
+    return (None if reasons else committed["conditional"]["frames"]), info
+
+
 def _json_block(result: dict) -> dict:
     return {k: v for k, v in result.items() if k not in ("probe", "null")}
 
@@ -71,6 +110,7 @@ def wall_readout(
     frames: tuple[Frame, ...] = ("absolute", "agent"),
     config: WallTestConfig = WallTestConfig(),
     power: dict | None = None,
+    fitted: dict | None = None,
 ) -> dict:
     """Both frames' conditional wall tests on ``data`` (split by grid) and their verdicts.
 
@@ -82,6 +122,8 @@ def wall_readout(
         config: the probe and bootstrap settings (``frame`` is set per frame).
         power: the committed power curves by frame (``probes/wall_power.json``'s
             ``conditional.frames``), or None (every "no" is then "undecided").
+        fitted: a dict that receives each frame's fitted probe (``{frame: probe}``, fit on the
+            training rows: the decoded maps' wall read-outs), or None.
 
     Returns:
         ``{schema, stage, layer, n_train_grids, n_test_grids, frames: {frame: test},
@@ -101,6 +143,8 @@ def wall_readout(
         cfg = WallTestConfig(**{**config.__dict__, "frame": frame})
         res = conditional_wall_test(X, data.cell_types, data.grid_ids, split.train, split.test, cfg)
         out["frames"][frame] = _json_block(res)
+        if fitted is not None:
+            fitted[frame] = res["probe"]
         curve = None if power is None else power.get(frame)
         out["verdicts"][frame] = wall_verdict(res["overall"], curve)
     return out

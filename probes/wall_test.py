@@ -231,18 +231,39 @@ def fit_offset_logistic(
         lam: L2 penalty on ``W`` (per unit of the mean-over-rows loss): one, or ``(P,)`` one
             per column.
         theta0: warm start.
+
+    A column no entry of which counts has ``W = 0``, ``b = 0`` as its optimum (its gradient is
+    the penalty's alone, from a start at 0): it is left out of the optimisation and returned
+    as zeros, which leaves the other columns' iterates as they were and saves the optimiser
+    most of its work on small grids in a large canvas.
     """
     F, P = Z.shape[1], offset.shape[1]
-    x0 = np.zeros(F * P + P) if theta0 is None else theta0
+    active = np.flatnonzero(np.asarray(mask).any(axis=0))
+    lam = np.asarray(lam, dtype=np.float64)
+    lam_active = lam[active] if lam.ndim else lam
+    full0 = np.zeros(F * P + P) if theta0 is None else np.asarray(theta0, dtype=np.float64)
+    W0, b0 = full0[: F * P].reshape(F, P), full0[F * P :]
+    x0 = np.concatenate([W0[:, active].ravel(), b0[active]])
     res = scipy.optimize.minimize(
         _loss_grad,
         x0,
-        args=(Z, offset, target.astype(np.float64), mask.astype(np.float64), np.asarray(lam)),
+        args=(
+            Z,
+            offset[:, active],
+            target[:, active].astype(np.float64),
+            mask[:, active].astype(np.float64),
+            lam_active,
+        ),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": tol},
     )
-    return res.x
+    A = active.size
+    W = np.zeros((F, P))
+    b = np.zeros(P)
+    W[:, active] = res.x[: F * A].reshape(F, A)
+    b[active] = res.x[F * A :]
+    return np.concatenate([W.ravel(), b])
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -398,20 +419,63 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         """``(N, P)`` bool: wall where the probability exceeds 1/2."""
         return self.predict_proba(X) > 0.5
 
+    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """``(tensors, scalars)`` of the fitted state, for
+        :func:`goalprobe.probes.serialization.save_probe` (the prior's groups as JSON keys)."""
+        check_is_fitted(self, "coef_")
+        keys = list(self.prior_.freq_)
+        tensors = {
+            "coef": self.coef_,
+            "intercept": self.intercept_,
+            "mean": self.mean_,
+            "scale": self.scale_,
+            "alpha": np.asarray(self.alpha_, dtype=np.float64).reshape(-1),
+            "prior_freq": np.stack([np.asarray(self.prior_.freq_[k], np.float64) for k in keys]),
+            "prior_count": np.asarray([self.prior_.count_[k] for k in keys], dtype=np.int64),
+        }
+        meta = {
+            "prior_keys": [list(k) for k in keys],
+            "prior_side": int(self.prior_.side_),
+            "n_features_in_": int(self.n_features_in_),
+            "validation_loss_": [[float(a), float(v)] for a, v in self.validation_loss_.items()],
+        }
+        return tensors, meta
+
+    def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        keys = [tuple(k) for k in meta["prior_keys"]]
+        prior = WallPrior()
+        prior.freq_ = {k: tensors["prior_freq"][i] for i, k in enumerate(keys)}
+        prior.count_ = {k: int(tensors["prior_count"][i]) for i, k in enumerate(keys)}
+        prior.side_ = int(meta["prior_side"])
+        self.prior_ = prior
+        self.coef_, self.intercept_ = tensors["coef"], tensors["intercept"]
+        self.mean_, self.scale_ = tensors["mean"], tensors["scale"]
+        alpha = tensors["alpha"]
+        self.alpha_ = float(alpha[0]) if alpha.size == 1 else alpha
+        self.classes_ = np.array([False, True])
+        self.n_features_in_ = int(meta["n_features_in_"])
+        self.validation_loss_ = {float(a): float(v) for a, v in meta["validation_loss_"]}
+
 
 def null_inputs(X: np.ndarray, grid_ids: np.ndarray, random_state: int = 0) -> np.ndarray:
     """``X`` whose anchors come from another grid of the same size and density (row ``i`` of
     grid ``g`` takes the anchors of row ``i`` of a grid ``pi(g) != g``, a derangement within each
-    size-and-density stratum; a stratum with a single grid falls back to its size). The
-    covariates and the agent cell stay the row's own, as do the labels fitted against them."""
+    size-and-density stratum; a stratum with a single grid falls back to its size, and one
+    still alone to a pool of every such grid, and a pool of one joins the largest stratum: tiny
+    sets only). The covariates and the agent cell stay the row's own, as do the labels fitted
+    against them."""
     X = np.asarray(X, dtype=np.float64)
     _, sizes, dens, _ = _split_inputs(X)
     ids = np.asarray(grid_ids)
     strata = group_codes(sizes, dens)
+    for coarser in (lambda s: s.split("/")[0], lambda s: "*"):
+        grids_per = {s: len(np.unique(ids[strata == s])) for s in np.unique(strata)}
+        strata = np.asarray(
+            [s if grids_per[s] > 1 else coarser(s) for s in strata.tolist()], dtype=object
+        ).astype(str)
     grids_per = {s: len(np.unique(ids[strata == s])) for s in np.unique(strata)}
-    strata = np.asarray(
-        [s if grids_per[s] > 1 else s.split("/")[0] for s in strata.tolist()], dtype=object
-    ).astype(str)
+    if grids_per.get("*") == 1 and len(grids_per) > 1:
+        strata = np.where(strata == "*", max(grids_per, key=lambda s: (grids_per[s], s)), strata)
     source = shuffle_by_grid(np.arange(len(X)), ids, strata=strata, random_state=random_state)
     out = X.copy()
     out[:, :-N_COVARIATES] = X[source, :-N_COVARIATES]

@@ -87,13 +87,12 @@ def probe(run: RunReader, key: str) -> Reading:
         out = _selectivity(
             finding, pooled["probe"], pooled["selectivity"], None, True, head["n_test_grids"]
         )
-        if key == "auc/wall":
-            out = replace(out, baseline=out.baseline + wall_mde_text())
-        return out
+        return wall_auc_power(out) if key == "auc/wall" else out
     sel = m["selectivity"][key]
     finding = f"{_PROBE_LABELS[key]} (probing set, {where}; Figs. 6-7)"
     base = metric(m, sel["baseline"], key)
-    return _selectivity(finding, metric(m, "probe", key), sel, base, True, head["n_test_grids"])
+    out = _selectivity(finding, metric(m, "probe", key), sel, base, True, head["n_test_grids"])
+    return wall_auc_power(out) if key == "auc/wall" else out
 
 
 def position(run: RunReader, target: str) -> Reading:
@@ -242,27 +241,41 @@ def patching(run: RunReader, site: str) -> Reading:
     )
 
 
-def wall_mde_text() -> str:
-    """``"; power: ..."``: the minimum detectable planted wall map of the headline probe at the
-    demo's design (``goalprobe/probes/wall_power.json``, ``scripts/wall_power.py``), or ""."""
+def wall_auc_power(reading: Reading) -> Reading:
+    """The cell probe's wall-AUC row with the power of its design beside it
+    (``probes/wall_power.json``'s headline-probe block, ``scripts/wall_power.py``): that probe
+    detected no planted wall map up to the largest strength tried, so a "no" of this row cannot
+    exclude a wall map and is printed "undecided"; the walls.* rows carry the conditional test,
+    whose power is shown."""
+    data = _wall_power()
+    mde = None if data is None else data.get("minimum_detectable_effect")
+    if mde is not None:
+        auc = data.get("auc_at_mde")
+        text = (
+            f"; power: planted wall maps of strength {mde:g} detected (probe wall AUC {pct(auc)})"
+        )
+        return replace(reading, baseline=reading.baseline + text)
+    largest = None if data is None else max((data.get("design") or {}).get("signals") or [0])
+    shown = (
+        "no power curve shown"
+        if largest is None
+        else (f"no planted wall map up to strength {largest:g} detected by this probe")
+    )
+    text = f"; power: {shown} (the walls rows carry the conditional test with its power)"
+    out = replace(reading, baseline=reading.baseline + text)
+    if out.answer == "no":
+        out = replace(out, answer="undecided", reason=shown)
+    return out
+
+
+def _wall_power() -> dict | None:
+    """``goalprobe/probes/wall_power.json`` (package data), or None."""
     try:
-        data = json.loads(
+        return json.loads(
             resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
         )
     except (FileNotFoundError, OSError, ValueError):
-        return ""
-    mde, auc = data.get("minimum_detectable_effect"), data.get("auc_at_mde")
-    design = data.get("design", {})
-    if mde is None:
-        return (
-            "; power: no planted wall map up to strength "
-            + f"{max(design.get('signals', [0])):g} was detected"
-        )
-    return (
-        f"; power: smallest planted wall map detected in >= {design.get('power', 0.8):.0%} of "
-        f"synthetic sets of this design, strength {mde:g} (probe wall AUC {pct(auc)}); a 'no' "
-        "cannot exclude a weaker map"
-    )
+        return None
 
 
 def steering(run: RunReader, arg: str) -> Reading:

@@ -136,8 +136,52 @@ def _agent_blocks(run: RunReader, fig: Figures) -> list[Block]:
             "95% grid-bootstrap intervals.",
         )
     )
+    blocks.append(Text(walls_follow_text(decoding)))
     blocks.extend(_example(run, fig, decoding, data.get("steps", [])))
     return blocks
+
+
+WALL_KINDS = ("phantom_wall", "hidden_wall")
+"""The false-belief kinds whose differing cell is a wall (drawn or not)."""
+CELLS_FOR_80 = 17
+"""Changed cells a kind needs for a 95% interval to show >= 80% when every cell follows
+(issue 39: the Clopper-Pearson lower bound at 17 of 17 is 80.5%)."""
+
+
+def walls_follow_text(decoding: dict) -> str:
+    """How often the decoded wall at the phantom and hidden cells follows the drawn grid, per
+    kind, with its interval (honest at 0% and 100%), its n and the read-out that made the
+    walls; where a kind has fewer than :data:`CELLS_FOR_80` changed cells, what it would take."""
+    from goalprobe.probes.decoder import Readout
+
+    walls = Readout.from_json(decoding.get("readout")).walls
+    dec = decoding["table"]
+    parts = []
+    for kind in WALL_KINDS:
+        entry = (dec.get(kind) or {}).get("false_belief")
+        if not entry:
+            continue
+        shown = entry["matches_shown"]
+        parts.append(
+            f"{kind.replace('_', ' ')}: {stat_text(shown)} of {shown.get('n')} cells "
+            f"({shown.get('n_grids', '?')} grids)"
+        )
+    if not parts:
+        return "No phantom or hidden wall cells were decoded in this run."
+    cells = [((dec.get(k) or {}).get("false_belief") or {}) for k in WALL_KINDS]
+    short = any((c.get("matches_shown") or {}).get("n", 0) < CELLS_FOR_80 for c in cells if c)
+    text = (
+        f"Decoded walls (read-out: {walls}) at the changed cells follow the drawn grid in "
+        + "; ".join(parts)
+        + "."
+    )
+    if short:
+        text += (
+            f" An interval that can show >= 80% needs at least {CELLS_FOR_80} changed cells per "
+            "kind (17 of 17: Clopper-Pearson lower bound 80.5%); this run has fewer (raise "
+            "false_belief.grids.pairs_per_kind: 1-2 changed cells per pair, A's first moves)."
+        )
+    return text
 
 
 def _this_run(data: dict) -> str:

@@ -26,6 +26,7 @@ from goalprobe.report import (
     probes,
     probing,
     steering,
+    walls,
 )
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline_page import headline_blocks
@@ -46,6 +47,7 @@ SECTION_TITLES: dict[str, str] = {
     "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
     "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
     "localisation": "Agent and goal localisation (Fig. 7)",
+    "walls": "Walls in both frames: the conditional wall test with its power",
     "distance": "Goal-distance regressors (Table 4)",
     "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
     "plans": "One-shot plan decoder (Fig. 10, Table 5)",
@@ -70,6 +72,7 @@ STAGE_OF_SECTION: dict[str, str] = {
     "probing": "probes",
     "probes": "probes",
     "localisation": "probes",
+    "walls": "probes",
     "distance": "distance",
     "belief": "scoring",
     "plans": "plans",
@@ -92,6 +95,7 @@ BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
     "probing": probing.probing,
     "probes": probes.probes,
     "localisation": probes.localisation,
+    "walls": walls.walls,
     "distance": probes.distance,
     "belief": outcomes.belief,
     "plans": outcomes.plans,

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from goalprobe.report import attribution, readers
+from goalprobe.report import attribution, readers, walls
 from goalprobe.report import causal_rows as causal
 from goalprobe.report.readers import Reading
 from goalprobe.report.run import RunReader
@@ -85,6 +85,10 @@ SPECS: tuple[RowSpec, ...] = (
             arg="accuracy_no_padding"),
     RowSpec("probes.wall_auc", "Cell probe wall AUC", causal.probe, "strongest prior",
             arg="auc/wall"),
+    RowSpec("walls.absolute", "Walls, conditional test (absolute)", walls.wall_row,
+            "other grid's anchors", arg="absolute"),
+    RowSpec("walls.agent", "Walls, conditional test (agent frame)", walls.wall_row,
+            "other grid's anchors", arg="agent"),
     RowSpec("probes.agent_top1", "Agent localisation (cell probe)", causal.probe,
             "strongest prior", arg="agent_top1"),
     RowSpec("probes.goal_top1", "Goal localisation (cell probe)", causal.probe,

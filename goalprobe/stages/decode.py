@@ -17,7 +17,7 @@ extracted, and the probe returns a full ``(S, S, len(CellType))`` distribution p
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,9 @@ from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.decoder import (
+    AGENT_CENTRED_READOUT,
     CELL_READOUT,
+    CONDITIONAL_READOUT,
     POSITION_READOUT,
     DecodedArrays,
     Readout,
@@ -95,9 +97,17 @@ class Decoder:
     """The goal position probe (None: the cell probe's ``P(GOAL)``)."""
     readout: Readout
     """The card paths, relative to the run directory."""
+    walls: dict = field(default_factory=dict)
+    """The conditional wall probes by frame (``absolute``, ``agent``) of the probing set at the
+    cell probe's layer: the decoded walls (the agent-centred read-out within its radius of the
+    decoded agent, the absolute one elsewhere); empty: the cell probe's walls."""
 
-    def decode(self, acts: np.ndarray, sizes: np.ndarray) -> DecodedArrays:
-        """Maps of activations ``acts`` of grids of side ``sizes``."""
+    def decode(
+        self, acts: np.ndarray, sizes: np.ndarray, densities: np.ndarray | None = None
+    ) -> DecodedArrays:
+        """Maps of activations ``acts`` of grids of side ``sizes`` and obstacle ``densities``
+        (the wall probes' prior; without them the cell probe gives the walls)."""
+        use_walls = bool(self.walls) and densities is not None
         return decode_rows(
             self.cell,
             acts,
@@ -105,6 +115,9 @@ class Decoder:
             agent_probe=self.agent,
             goal_probe=self.goal,
             readout=self.readout,
+            wall_probe=self.walls.get("absolute") if use_walls else None,
+            agent_wall_probe=self.walls.get("agent") if use_walls else None,
+            densities=densities,
         )
 
 
@@ -127,7 +140,34 @@ def load_decoder(layout: RunLayout) -> Decoder | None:
         agent_probe=layout.relative(cards[0]) if models[0] is not None else None,
         goal_probe=layout.relative(cards[1]) if models[1] is not None else None,
     )
-    return Decoder(probe, load_probe(probe.card), models[0], models[1], readout)
+    walls = wall_probes(layout, probe.layer)
+    readout = replace(
+        readout,
+        walls=CONDITIONAL_READOUT
+        if "absolute" in walls
+        else AGENT_CENTRED_READOUT
+        if "agent" in walls
+        else CELL_READOUT,
+        wall_probe=layout.relative(walls["absolute"][0]) if "absolute" in walls else None,
+        agent_wall_probe=layout.relative(walls["agent"][0]) if "agent" in walls else None,
+    )
+    fitted = {frame: model for frame, (_, model) in walls.items()}
+    return Decoder(probe, load_probe(probe.card), models[0], models[1], readout, fitted)
+
+
+def wall_probes(layout: RunLayout, layer: int) -> dict[str, tuple[Path, object]]:
+    """``{frame: (card, probe)}``: the probing set's conditional wall probes
+    (:meth:`~goalprobe.run_layout.RunLayout.wall_probe`, written by the probes stage) that read
+    ``layer``; a frame whose card is missing or reads another layer is left out."""
+    out: dict[str, tuple[Path, object]] = {}
+    for frame in ("absolute", "agent"):
+        card = layout.wall_probe(frame).with_suffix(".json")
+        if not card.is_file():
+            continue
+        if (read_probe_card(card).get("activations") or {}).get("layer") != layer:
+            continue
+        out[frame] = (card, load_probe(card))
+    return out
 
 
 def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
@@ -142,11 +182,13 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
         rows = store.select(HEADLINE_STAGE)
         if decoder.probe.layer not in {int(x) for x in store.layers} or not len(rows):
             return None
-        sizes = store.labels(["grid_size"], rows)["grid_size"]
+        labels = store.labels(["grid_size", "density"], rows)
+        sizes, densities = labels["grid_size"], labels["density"]
         parts = [
             decoder.decode(
                 store.read(HEADLINE_STAGE, decoder.probe.layer, rows[a : a + batch]),
                 sizes[a : a + batch],
+                densities[a : a + batch],
             )
             for a in range(0, len(rows), batch)
         ]
@@ -169,6 +211,9 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
         readout=parts[0].readout,
         role="headline",
         trained_on="probing",
+        wall_source=None
+        if parts[0].wall_source is None
+        else np.concatenate([p.wall_source for p in parts]),
         **extra,
     )
     tmp.replace(out)
@@ -220,9 +265,9 @@ def decode_prompt_states(
     )
     with ActivationStore(store_path) as store:
         rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(["grid_id", "episode", "grid_size"], rows)
+        labels = store.labels(["grid_id", "episode", "grid_size", "density"], rows)
         acts = store.read(HEADLINE_STAGE, probe.layer, rows)
-    decoded = decoder.decode(acts, labels["grid_size"])
+    decoded = decoder.decode(acts, labels["grid_size"], labels["density"])
     return {
         (str(g), states[str(g)][int(e)]): decoded.row(i)
         for i, (g, e) in enumerate(zip(labels["grid_id"], labels["episode"], strict=True))

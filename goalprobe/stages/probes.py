@@ -33,6 +33,7 @@ from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, hea
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
 from goalprobe.stages.registry import Settings, Stage, register
+from goalprobe.stages.wall_readouts import wall_readouts
 
 
 def _received(config: DemoConfig) -> dict:
@@ -166,6 +167,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                             "accuracy_no_padding"
                         ]["value"],
                     }
+    outputs["wall_readout"] = write_json(layout.wall_readout, wall_readouts(context, p))
     if not layout.probing_store.is_file():
         return outputs, summary
     kind, family = (
@@ -304,6 +306,7 @@ STAGE = register(
             "learning curve",
             "position probes",
             "headline probe seeds",
+            "wall read-out",
         ),
         section="probes",
         derived=_received,

@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from viewer_fixtures import offline_page
 
@@ -644,3 +645,46 @@ def test_the_viewer_places_the_false_belief_agent_and_goal_with_the_position_rea
         assert view.decoded is not None
         want = np.unravel_index(np.argmax(agent[:n, :n]), (n, n))
         assert tuple(int(x) for x in view.decoded.agent_row_col) == tuple(int(x) for x in want)
+
+
+@pytest.mark.slow  # on the tiny demo's run
+def test_the_probes_stage_writes_both_wall_frames_and_the_decoded_walls_use_them(demo):
+    """Issue 39: the wall read-out file holds both frames (rings in the agent frame, verdicts
+    with their power) for both agents, and the headline decoded maps take the agent-centred
+    read-out within three steps of the decoded agent, the conditional probe elsewhere."""
+    from goalprobe.probes.decoded_maps import read_decoded_maps
+    from goalprobe.probes.decoder import CONDITIONAL_READOUT, top1_cell
+
+    from goalprobe.run_layout import RunLayout
+
+    result, _ = demo
+    for root in (result.run_dir, result.run_dir / "control"):
+        layout = RunLayout(root)
+        walls = json.loads(layout.wall_readout.read_text())
+        assert walls["schema"] == "goalprobe.wall_readouts/1" and walls["readouts"]
+        for r in walls["readouts"]:
+            assert set(r["frames"]) == {"absolute", "agent"}
+            assert set(r["frames"]["agent"]["rings"]) == {"1", "2", "3"}
+            for verdict in r["verdicts"].values():
+                # the tiny probing set is not the power curve's design: never a "no"
+                assert not r["power"]["applies"] and verdict["verdict"] in ("yes", "undecided")
+        rows = {row.id: row for row in headline_rows(root)}
+        assert {"walls.absolute", "walls.agent"} <= set(rows)
+        assert rows["walls.agent"].answer in ("yes", "undecided")
+        (path,) = layout.decoded_dir.glob("headline_pre_reasoning_L*.h5")
+        maps = read_decoded_maps(path)
+        assert maps.readout.walls == CONDITIONAL_READOUT and maps.readout.agent_wall_probe
+        assert maps.wall_source is not None
+        assert maps.agent is not None  # the position read-out: the decoded agent
+        for i in range(len(maps.probs)):
+            src = maps.wall_source[i]
+            n = int(np.max(np.nonzero(src.any(axis=0))[0])) + 1  # the grid's side
+            r0, c0 = top1_cell(maps.agent[i], n)
+            near = [
+                (r, c)
+                for r in range(max(r0 - 3, 0), min(r0 + 4, n))
+                for c in range(max(c0 - 3, 0), min(c0 + 4, n))
+                if (r, c) != (r0, c0)
+            ]
+            assert all(src[r, c] == 2 for r, c in near)  # agent-centred near A
+            assert src[r0, c0] == 1  # A's own cell is no offset: the conditional probe's

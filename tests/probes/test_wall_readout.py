@@ -71,3 +71,51 @@ def test_wall_readout_result_is_json_with_both_frames_and_verdicts():
     assert res["verdicts"]["agent"]["verdict"] == "yes"
     assert set(res["frames"]["agent"]["rings"]) == {"1", "2", "3"}
     assert res["n_test_grids"] + res["n_train_grids"] == 64
+
+
+def test_committed_power_applies_only_to_its_own_design():
+    import json as _json
+    from pathlib import Path
+
+    from goalprobe.probes.wall_readout import design_power
+
+    committed = _json.loads(
+        (Path(__file__).resolve().parents[2] / "probes" / "wall_power.json").read_text()
+    )
+    d = committed["design"]
+    width = d["d_model"] * d["n_anchors"]
+    curves, info = design_power(committed, d["n_grids"], 105, width)
+    assert info["applies"] and curves is committed["conditional"]["frames"]
+    assert curves["agent"]["minimum_detectable_strength"] is not None
+    for grids, test, features in ((64, 20, width), (d["n_grids"], 105, width * 2)):
+        curves, info = design_power(committed, grids, test, features)
+        assert curves is None and not info["applies"] and info["reason"]
+    assert design_power(None, 420, 105, width)[0] is None
+
+
+def test_a_store_off_the_power_design_never_says_no_and_strong_walls_still_say_yes():
+    """Constructed: no walls planted on a small design (its power is not the committed
+    curve's) must read "undecided", never "no"; strongly planted agent-centred walls "yes"."""
+    from goalprobe.probes.wall_readout import design_power
+
+    design = PowerDesign(n_grids=64, sizes=(7, 9), densities=(0.4, 0.8), grid_seed=6)
+    committed = {
+        "design": {"n_grids": 420, "test_fraction": 0.25, "d_model": 32, "n_anchors": 3},
+        "conditional": {"frames": {"absolute": POWER, "agent": POWER}},
+    }
+    verdicts = {}
+    for strength in (0.0, 3.0):
+        planted = planted_walls(
+            demo_layouts(design), frame="agent", strength=strength, sizes=design.sizes, d_model=32
+        )
+        data = as_probe_data(planted)
+        split = split_by_grid(data.grid_ids, test_fraction=0.3, stratify=data.grid_sizes)
+        n_test = len(set(data.grid_ids[split.test]))
+        curves, info = design_power(committed, 64, n_test, 3 * 32)
+        assert curves is None and not info["applies"]
+        res = wall_readout(data, split, config=WallTestConfig(n_bootstrap=200), power=curves)
+        verdicts[strength] = {f: v["verdict"] for f, v in res["verdicts"].items()}
+    assert verdicts[0.0] == {"absolute": "undecided", "agent": "undecided"}
+    assert verdicts[3.0]["agent"] == "yes"
+    # the same null result with the committed power of its design says "no"
+    assert wall_verdict(_overall(False, 0.0, -0.01, 0.01), POWER)["verdict"] == "no"

@@ -191,3 +191,53 @@ def test_regression_the_pooled_auc_minus_prior_statistic_misses_strength_two():
     result = wall_power(probe, design)
     assert result["detection"] == {"2": 0.0}
     assert result["minimum_detectable_effect"] is None
+
+
+@pytest.mark.parametrize("frame", ["absolute", "agent"])
+def test_saved_wall_probe_predicts_exactly_as_fitted(tmp_path, frame):
+    from goalprobe.probes.serialization import load_probe, save_probe
+
+    data, split = _small(frame=frame, strength=1.0)
+    X = planted_inputs(data)
+    tr = split.train
+    probe = ConditionalWallProbe(frame=frame, alphas=(3.0, 0.3)).fit(
+        X[tr], data.labels[tr], data.grid_ids[tr]
+    )
+    card = save_probe(probe, tmp_path / f"wall_{frame}")
+    loaded = load_probe(card)
+    np.testing.assert_array_equal(loaded.predict_proba(X), probe.predict_proba(X))
+    assert loaded.get_params() == probe.get_params()
+    assert loaded.validation_loss_ == probe.validation_loss_
+
+
+def test_heads_with_no_uncertain_cell_stay_zero_and_leave_the_others_as_they_were():
+    from goalprobe.probes.wall_test import fit_offset_logistic
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(60, 5))
+    offset = rng.normal(size=(60, 4))
+    target = (Z[:, :4] + rng.normal(size=(60, 4)) > 0).astype(float)
+    mask = np.ones((60, 4))
+    mask[:, 1] = 0  # a head no entry of which counts
+    theta = fit_offset_logistic(Z, offset, target, mask, 0.1)
+    W, b = theta[:20].reshape(5, 4), theta[20:]
+    assert np.all(W[:, 1] == 0) and b[1] == 0
+    keep = [0, 2, 3]
+    alone = fit_offset_logistic(Z, offset[:, keep], target[:, keep], mask[:, keep], 0.1)
+    np.testing.assert_allclose(W[:, keep], alone[:15].reshape(5, 3), atol=1e-6)
+
+
+def test_null_of_a_tiny_set_pairs_lone_grids_with_other_grids():
+    data, _ = _small()
+    X = planted_inputs(data)
+    # keep one grid per size-and-density stratum but two of one: lone grids must still pair
+    codes = group_codes(data.grid_sizes, data.densities)
+    keep_ids = []
+    for code in np.unique(codes):
+        ids = list(dict.fromkeys(data.grid_ids[codes == code]))
+        keep_ids += ids[:2] if code == codes[0] else ids[:1]
+    rows = np.flatnonzero(np.isin(data.grid_ids, keep_ids))
+    Xn = null_inputs(X[rows], data.grid_ids[rows], random_state=0)
+    flat = X[rows][:, :-4]
+    source = np.array([int(np.flatnonzero((flat == r).all(axis=1))[0]) for r in Xn[:, :-4]])
+    assert np.all(data.grid_ids[rows][source] != data.grid_ids[rows])
