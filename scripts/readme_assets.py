@@ -60,7 +60,11 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
         "Probes on the probing set (prompt-only states of grids of their own): a cell-type probe "
         "(the decoded cognitive map), position probes for the agent and the goal, and "
         "goal-distance regressors, each against its strongest control (the grid's size and "
-        "density prior, shuffled labels, a uniform guess).",
+        "density prior, shuffled labels, a uniform guess). The walls are read twice more by the "
+        "conditional wall test, which takes the size-and-density prior as an offset and is set "
+        "against the same probe fitted on another grid of the same size and density: once per "
+        "absolute cell and once per offset from the agent (rings 1-3); a 'no' needs the power "
+        "shown beside it, else it is 'undecided'.",
     ),
     (
         "Belief scoring",
@@ -76,7 +80,12 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
         "Activation patching with counterfactual grids whose agent or goal moved: patching the "
         "grid, the changed cells or the anchors at all layers, with the reasoning regenerated "
         "greedily or held fixed (teacher-forced), and the share of disjoint pairs whose action "
-        "changes, against control pairs that change nothing the policy depends on.",
+        "changes, against control pairs that change nothing the policy depends on. Steering "
+        "edits the anchors along the agent-centred wall probe's direction for one neighbour of "
+        "the agent and asks whether the regenerated action becomes optimal on the edited map, "
+        "paired against a random direction of the same norm and an irrelevant cell's edit. "
+        "Attribution patching says where in the prompt the coordinates the reasoning writes are "
+        "read from (a location, not a test).",
     ),
     (
         "A known belief (false-belief grids)",
@@ -128,9 +137,10 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Behaviour", ("Per-action", "Goal success", "Iso-difficulty", "KeyDoor", "KeyNoDoor")),
     ("Beliefs at the pre-reasoning anchors", ("Cognitive map", "Agent loc", "Goal loc",
-                                              "Agent position", "Goal position", "Goal distance")),
+                                              "Agent position", "Goal position", "Goal distance",
+                                              "Walls")),
     ("Belief scoring", ("Acc. GT", "Acc. Dec.", "Recovery", "MEG", "Plan decoder")),
-    ("Causality", ("Patching",)),
+    ("Causality", ("Patching", "Steering", "Where the coordinates")),
     ("A known belief", ("False-belief",)),
     ("Reward and harm", ("Harm", "Moral")),
     ("Behavioural intention", ("Holding the key",)),
