@@ -335,6 +335,7 @@ def demo_command(run_dir: Path) -> str:
         base_url=agent["base_url"],
         device=agent["device"],
         seed=seed,
+        chat_format=agent.get("chat_format"),  # the demo reads it from the tokenizer
     ).to_dict()
     parts = ["goalprobe demo"]
     if recorded["scale"] != "default":
