@@ -105,7 +105,7 @@ class AgentConfig:
         digest, else the name), the engine and, when the weights run in this process, the
         device, numeric precision and attention kernel they run at (the kernels compute the
         same maths, with numerics that differ from the 6th digit on: agents/attention.py)."""
-        identity = {
+        identity: dict[str, Any] = {
             **model_identity(self.model),
             "backend": self.backend,
             "base_url": self.base_url,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from goalprobe.agents.backend import Completion, SamplingConfig
@@ -193,7 +193,7 @@ class OracleBackend:
         fmt = self.chat_format
         text = fmt.render_completion(reasoning, answer)
         ids = [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
-        finish = "stop"
+        finish: Literal["stop", "length"] = "stop"
         if len(ids) > max_new_tokens:
             ids, finish = ids[:max_new_tokens], "length"
             text = self.tokenizer.decode(

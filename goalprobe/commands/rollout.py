@@ -219,7 +219,7 @@ def command(
     chat_format = _chat_format(*((tokenizer, "--tokenizer") if server else (model, "--model")))
     backend: Backend
     if server:
-        backend = _server_backend(
+        served = _server_backend(
             server,
             model=model,
             api_key_env=api_key_env,
@@ -234,7 +234,7 @@ def command(
             tokenizer=tokenizer,
             chat_format=chat_format,
         )
-        description = backend.describe()
+        backend, description = served, served.describe()
     else:
         backend, description = local_backend(
             model, revision=revision, device=device, dtype=dtype, chat_format=chat_format

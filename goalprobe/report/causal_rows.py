@@ -249,7 +249,7 @@ def wall_auc_power(reading: Reading) -> Reading:
     whose power is shown."""
     data = _wall_power()
     mde = None if data is None else data.get("minimum_detectable_effect")
-    if mde is not None:
+    if data is not None and mde is not None:
         auc = data.get("auc_at_mde")
         text = (
             f"; power: planted wall maps of strength {mde:g} detected (probe wall AUC {pct(auc)})"
