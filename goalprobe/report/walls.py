@@ -73,8 +73,14 @@ def wall_row(run: RunReader, frame: str) -> Reading:
     if "rings" in block:
         ring1 = block["rings"].get("1", {}).get("accuracy", {})
         rings = (
-            f"; ring 1 accuracy {stat_text(ring1.get('probe'))} against null "
+            f"; ring 1 (8 cells) accuracy {stat_text(ring1.get('probe'))} against null "
             f"{stat_text(ring1.get('null'))}"
+        )
+    if "neighbours" in block:  # one step from A: the cells its next move depends on
+        near = block["neighbours"]["accuracy"]
+        rings += (
+            f"; A's 4 neighbours {stat_text(near.get('probe'))} against null "
+            f"{stat_text(near.get('null'))}"
         )
     finding = (
         f"Walls, conditional test in {FRAME_WORDS[frame]} ({r['store']} set, {r['stage']} "

@@ -56,7 +56,8 @@ def test_wall_rows_read_both_frames_and_say_no_only_with_power(tmp_path, planted
     rows = {r.id: r for r in headline_rows(layout.root)}
     assert {"walls.absolute", "walls.agent"} <= set(family("default")) & set(family("control"))
     agent, absolute = rows["walls.agent"], rows["walls.absolute"]
-    assert agent.answer == "yes" and "ring 1 accuracy" in agent.value
+    assert agent.answer == "yes" and "ring 1 (8 cells) accuracy" in agent.value
+    assert "A's 4 neighbours" in agent.value and "4 neighbours" not in absolute.value
     assert "another same-size-and-density grid" in agent.baseline
     assert absolute.answer == "undecided" and "no power shown" in absolute.verdict
     assert absolute.holm_p is not None and absolute.detectable
