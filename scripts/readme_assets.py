@@ -328,6 +328,11 @@ def demo_command(run_dir: Path) -> str:
 
     recorded = json.loads((run_dir / "demo_config.json").read_text(encoding="utf-8"))
     agent, seed = recorded["agent"], recorded["grids"]["seed"]
+    recorded_format = None  # `goalprobe demo` reads it off the tokenizer and records its name
+    if agent.get("chat_format") is not None:
+        from goalprobe.agents.chat_format import model_chat_format
+
+        recorded_format = model_chat_format(agent["model"])
     preset = demo_config(
         recorded["scale"],
         model=agent["model"],
@@ -335,7 +340,7 @@ def demo_command(run_dir: Path) -> str:
         base_url=agent["base_url"],
         device=agent["device"],
         seed=seed,
-        chat_format=agent.get("chat_format"),  # the demo reads it from the tokenizer
+        chat_format=recorded_format,
     ).to_dict()
     parts = ["goalprobe demo"]
     if recorded["scale"] != "default":

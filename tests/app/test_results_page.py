@@ -86,3 +86,12 @@ def test_the_command_is_rebuilt_exactly_from_the_run_config(tmp_path):
     assert demo_config("tiny", seed=3, overrides=settings).to_dict() == config.to_dict()
     (run / "control" / "stages").mkdir(parents=True)  # both agents: no --model
     assert "--model" not in assets.demo_command(run)
+    # `goalprobe demo` records the chat format it read off the tokenizer: no --set for it
+    from goalprobe.agents.chat_format import model_chat_format
+
+    recorded = demo_config(
+        "tiny", seed=3, overrides=overrides, chat_format=model_chat_format("bundled")
+    )
+    assert recorded.agent.chat_format == "harmony"
+    (run / "demo_config.json").write_text(json.dumps(recorded.to_dict()))
+    assert "chat_format" not in assets.demo_command(run)
