@@ -108,9 +108,10 @@ def map_phase(
     )
 
 
-MAP_RECIPES = ("chain", "single", "walls")
-"""``--map-recipe`` values: the three phases of the shipped map agent, one phase (ablations), or
-the walls phase from the map agent's weights (:func:`walls_phase`)."""
+MAP_RECIPES = ("chain", "single", "walls", "walls-offset")
+"""``--map-recipe`` values: the three phases of the shipped map agent, one phase (ablations), the
+walls phase from the map agent's weights (:func:`walls_phase`), or that phase with each cell told
+its offset from A (:func:`walls_offset_phase`)."""
 
 WALLS_PHASE_STEPS = 320
 """Steps of the walls phase (``--map-recipe walls``; ``--map-steps`` changes it)."""
@@ -148,6 +149,23 @@ def walls_phase(
             near_loss_weight=3.0,
         ),
         replace(data, tie_break="first", near_line=True),
+    )
+
+
+def walls_offset_phase(
+    config: TrainingConfig, data_config: TrainingDataConfig, steps: int
+) -> tuple[TrainingConfig, TrainingDataConfig]:
+    """:func:`walls_phase` with a signal that tells every grid cell its offset from A before
+    the anchors look the cells up (docs/map_agent.md, fifth session; the capacity note
+    ``anchor-capacity.md`` found rings 1 and 2 learnt almost at once with it and not in 2,000
+    steps without): in block 1, head 3 of every grid-cell token is supervised to attend to A's
+    cell (weight 1), and a linear read-out of the cell's offset from A (the 25 offsets of the
+    5 x 5 box around A, or "farther") reads the residual stream after block 1 (weight 1), so the
+    ring-2 heads of block 2 can address a cell by a constant offset key."""
+    walls, data = walls_phase(config, data_config, steps)
+    return (
+        replace(walls, offset_loss_weight=1.0, offset_attention_weight=1.0),
+        data,
     )
 
 
@@ -379,10 +397,11 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.map and args.map_recipe == "walls":
-        walls_config, walls_data = walls_phase(
-            config, data_config, args.map_steps or WALLS_PHASE_STEPS
-        )
+    if args.map and args.map_recipe in ("walls", "walls-offset"):
+        phase = walls_phase if args.map_recipe == "walls" else walls_offset_phase
+        walls_config, walls_data = phase(config, data_config, args.map_steps or WALLS_PHASE_STEPS)
+        if args.map_batch_size is not None:
+            walls_config = replace(walls_config, batch_size=args.map_batch_size)
         phases = [("walls", walls_config, walls_data)]
         print(f"walls phase from {args.init} ({bundled_weights_digest(args.init)}): {walls_config}")
     elif args.map and args.map_recipe == "chain":
@@ -490,6 +509,10 @@ def _progress_printer(
                 "map_cell_accuracy",
                 "near_loss",
                 "near_accuracy",
+                "offset_loss",
+                "offset_accuracy",
+                "offset_attention_loss",
+                "ring2_attention",
                 "interchange_loss",
                 "object_attention_loss",
             ):
@@ -550,13 +573,14 @@ def main(argv: list[str] | None = None) -> int:
     single = [f"--{name.replace('_', '-')}" for name in SINGLE_PHASE_OPTIONS]
     given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
              if getattr(args, name) is not None]  # fmt: skip
-    if args.map_recipe == "walls":
-        given = [flag for flag in given if flag != "--map-steps"]
+    walls = args.map_recipe in ("walls", "walls-offset")
+    if walls:
+        given = [flag for flag in given if flag not in ("--map-steps", "--map-batch-size")]
     if given and args.map_recipe != "single":
         print(f"error: {', '.join(given)}: only with --map --map-recipe single", file=sys.stderr)
         return 2
     if args.init is None:
-        args.init = bundled_agent_dir(MAP_AGENT if args.map_recipe == "walls" else "bundled")
+        args.init = bundled_agent_dir(MAP_AGENT if walls else "bundled")
     if args.map and args.out.resolve() in (args.init.resolve(), BUNDLED_AGENT_DIR.resolve()):
         print("error: --map needs an --out other than the agent it starts from", file=sys.stderr)
         return 2

@@ -246,6 +246,81 @@ class NearReadout(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits, target), float(accuracy)
 
 
+OFFSET_REACH = 2
+"""The offset read-out names each cell's offset from A within ``|dr|, |dc| <= OFFSET_REACH``."""
+
+OFFSET_CLASSES = (2 * OFFSET_REACH + 1) ** 2 + 1
+"""Classes of the offset read-out: the 25 offsets of the 5 x 5 box around A and "farther"."""
+
+
+def offset_labels(
+    cell_rows: torch.Tensor,
+    cell_cols: torch.Tensor,
+    agent_rows: torch.Tensor,
+    agent_cols: torch.Tensor,
+    ignore_index: int,
+) -> torch.Tensor:
+    """``(B, pos)`` offset class of every grid-cell token (``ignore_index`` elsewhere): the
+    index of ``(dr, dc)`` in the 5 x 5 box around A, or ``OFFSET_CLASSES - 1`` farther out.
+
+    Args:
+        cell_rows, cell_cols: ``(B, pos)`` cell coordinates, ``ignore_index`` off the grid.
+        agent_rows, agent_cols: ``(B,)`` A's cell.
+    """
+    d_row = cell_rows - agent_rows[:, None]
+    d_col = cell_cols - agent_cols[:, None]
+    near = (d_row.abs() <= OFFSET_REACH) & (d_col.abs() <= OFFSET_REACH)
+    width = 2 * OFFSET_REACH + 1
+    labels = torch.where(
+        near,
+        (d_row + OFFSET_REACH) * width + d_col + OFFSET_REACH,
+        torch.full_like(d_row, OFFSET_CLASSES - 1),
+    )
+    return torch.where(cell_rows == ignore_index, torch.full_like(labels, ignore_index), labels)
+
+
+class OffsetReadout(torch.nn.Module):
+    """Linear read-out of each grid-cell token's offset from A (training only; discarded): it
+    asks the cells to carry "I am at (dr, dc) from A" by the block it reads, so that the
+    anchors' look-ups of the cells around A in the next block can key on the offset instead of
+    on A's coordinates plus an offset (the capacity note's finding: with the offset given, rings
+    1 and 2 are learnt almost at once).
+
+    Args:
+        hidden_size: residual width ``d_model``.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, OFFSET_CLASSES)
+
+    def loss(
+        self, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int
+    ) -> tuple[torch.Tensor, float]:
+        """``(loss, accuracy on the near cells)``: the mean cross-entropy over the cells near A
+        plus the mean over the farther ones (the far class would swamp a plain mean).
+
+        Args:
+            hidden: ``(B, pos, d_model)`` residual stream.
+            labels: ``(B, pos)`` :func:`offset_labels`.
+        """
+        logits = self.linear(hidden).float().reshape(-1, OFFSET_CLASSES)
+        target = labels.reshape(-1)
+        valid = target != ignore_index
+        far = valid & (target == OFFSET_CLASSES - 1)
+        near = valid & ~far
+        ce = torch.nn.functional.cross_entropy
+        total = logits.new_zeros(())
+        accuracy = 0.0
+        if near.any():
+            total = total + ce(logits[near], target[near])
+            with torch.no_grad():
+                accuracy = float((logits[near].argmax(-1) == target[near]).float().mean())
+        if far.any():
+            total = total + ce(logits[far], target[far])
+        return total, accuracy
+
+
 @contextlib.contextmanager
 def anchor_hooks(
     model,

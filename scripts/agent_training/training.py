@@ -38,11 +38,13 @@ from goalprobe.gridworld.optimal import solve
 from agent_training.map_supervision import (
     MapReadout,
     NearReadout,
+    OffsetReadout,
     anchor_hooks,
     anchor_positions,
     map_labels,
     move_counterfactual,
     near_labels,
+    offset_labels,
     prior_uncertainty,
 )
 from agent_training.supervision import (
@@ -131,6 +133,7 @@ def training_loss(
     examples: list[Example] | None = None,
     capture_anchors: tuple[int, ...] = (),
     near_readout: NearReadout | None = None,
+    offset_readout: OffsetReadout | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The training objective: the completion loss plus the weighted auxiliary losses.
 
@@ -143,6 +146,8 @@ def training_loss(
             ``parts["anchors"]`` (``{block: (B, 3, d_model)}``, with gradients).
         near_readout: the read-out of the cells within two steps of A (required when
             ``config.near_loss_weight > 0``), with the batch's ``examples``.
+        offset_readout: the read-out of each cell's offset from A (required when
+            ``config.offset_loss_weight > 0``).
 
     Returns:
         ``(total loss, {"loss", "coordinate_loss", "attention_loss", "map_loss",
@@ -158,6 +163,9 @@ def training_loss(
     use_near = config.near_loss_weight > 0
     if use_near and (near_readout is None or examples is None):
         raise ValueError("near_loss_weight > 0 needs a NearReadout and the batch's examples")
+    use_offset = config.offset_loss_weight > 0
+    if use_offset and offset_readout is None:
+        raise ValueError("offset_loss_weight > 0 needs an OffsetReadout")
     positions = anchor_positions(batch.prompt_lengths.tolist(), batch.prefix_ids.shape[1])
     captured_layers = tuple(
         sorted(
@@ -180,8 +188,8 @@ def training_loss(
     out = _shared_prefix_forward(
         model,
         batch,
-        hidden_states=use_coordinates,
-        attentions=use_attention,
+        hidden_states=use_coordinates or use_offset,
+        attentions=use_attention or config.offset_attention_weight > 0,
         suffix_hooks=hooks,
     )
     loss, accuracy = _completion_loss_and_accuracy(out, batch)
@@ -196,10 +204,28 @@ def training_loss(
         coordinate = readout.loss(hidden, batch.cell_rows, batch.cell_cols)
         total = total + config.coordinate_loss_weight * coordinate
         parts["coordinate_loss"] = coordinate.item()
+    if use_offset and offset_readout is not None:
+        labels = offset_labels(
+            batch.cell_rows, batch.cell_cols, batch.agent_rows, batch.agent_cols, IGNORE_INDEX
+        )
+        offset, offset_accuracy = offset_readout.loss(
+            out.hidden_states[config.offset_layer], labels, IGNORE_INDEX
+        )
+        total = total + config.offset_loss_weight * offset
+        parts["offset_loss"] = offset.item()
+        parts["offset_accuracy"] = offset_accuracy
+    if config.offset_attention_weight > 0:
+        to_agent = cell_to_agent_attention(
+            out.attentions, batch, config.offset_attention_layer, config.offset_attention_head
+        )
+        total = total + config.offset_attention_weight * to_agent
+        parts["offset_attention_loss"] = to_agent.item()
     if use_attention:
         attention = attention_loss(out.attentions, batch.attention_targets)
         total = total + config.attention_loss_weight * attention
         parts["attention_loss"] = attention.item()
+        if use_near:
+            parts["ring2_attention"] = ring2_attention(out.attentions, batch, config.near_layer)
     if config.object_attention_weight > 0:
         if not use_attention:
             raise ValueError("object_attention_weight > 0 needs attention_loss_weight > 0")
@@ -264,6 +290,37 @@ def training_loss(
     if capture_anchors:
         parts["anchors"] = {layer: captured[layer] for layer in capture_anchors}
     return total, parts
+
+
+def ring2_attention(attentions: tuple[torch.Tensor, ...], batch: Batch, layer: int) -> float:
+    """Mean attention weight that the anchors' ring-2 slots
+    (:data:`agent_training.supervision.NEAR_ANCHOR_SLOTS` at Manhattan distance 2: heads 0 and 1
+    of the first two anchor tokens, every head of the third, in block ``layer``) put on their
+    target cells (a progress figure for the training log; NaN when the batch has none)."""
+    targets = batch.attention_targets
+    if targets.numel() == 0:
+        return float("nan")
+    head, row, query = targets[:, 1], targets[:, 2], targets[:, 3]
+    anchor = query - (batch.prompt_lengths[row] - batch.prefix_ids.shape[1] - 3)
+    ring2 = (targets[:, 0] == layer) & (
+        (anchor == 2) | ((anchor >= 0) & (anchor <= 1) & (head <= 1))
+    )
+    if not ring2.any():
+        return float("nan")
+    chosen = targets[ring2]
+    weights = attentions[layer][chosen[:, 2], chosen[:, 1], chosen[:, 3], chosen[:, 4]]
+    return float(weights.detach().float().mean())
+
+
+def cell_to_agent_attention(
+    attentions: tuple[torch.Tensor, ...], batch: Batch, layer: int, head: int
+) -> torch.Tensor:
+    """Mean negative log attention weight from every grid-cell token to A's cell token in
+    ``(layer, head)``: each cell reads A's coordinates there, so it can know its offset from A
+    by the next block (:class:`agent_training.map_supervision.OffsetReadout`)."""
+    rows, queries = torch.nonzero(batch.cell_rows != IGNORE_INDEX, as_tuple=True)
+    weights = attentions[layer][rows, head, queries, batch.agent_keys[rows]]
+    return -torch.log(weights.float() + 1e-6).mean()
 
 
 def interchange_loss(
@@ -448,6 +505,25 @@ class TrainingConfig:
     """Block whose anchor output the near read-out reads (the anchors read the cells around A
     in block 2, :data:`agent_training.supervision.NEAR_ANCHOR_SLOTS`)."""
 
+    offset_loss_weight: float = 0.0
+    """Weight of the read-out of each grid cell's offset from A from the residual stream after
+    ``offset_layer`` (:class:`agent_training.map_supervision.OffsetReadout`); 0 turns it off."""
+
+    offset_layer: int = 2
+    """Residual stream the offset read-out reads: after this many blocks (2: the input of the
+    block where the anchors read the cells around A)."""
+
+    offset_attention_weight: float = 0.0
+    """Weight of the attention supervision from every grid-cell token to A's cell token
+    (:func:`cell_to_agent_attention`); 0 turns it off."""
+
+    offset_attention_layer: int = 1
+    """Block of that attention supervision (a full-attention block, so every cell reaches A)."""
+
+    offset_attention_head: int = 3
+    """Head of that attention supervision (head 3 shares its key-value head with head 2, which
+    already reads A at the anchors in block 1)."""
+
     interchange_loss_weight: float = 0.0
     """Weight of the interchange objective (:func:`interchange_loss`: base prompts run with a
     counterfactual's anchors must write the counterfactual's completion); 0 turns it off."""
@@ -613,6 +689,12 @@ def train(
             torch.manual_seed(config.seed + 3)
             near_readout = NearReadout(model.config.hidden_size)
         near_readout.to(device)
+    offset_readout = None
+    if config.offset_loss_weight > 0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed + 4)
+            offset_readout = OffsetReadout(model.config.hidden_size)
+        offset_readout.to(device)
     interchange_rng = np.random.default_rng(config.seed + 2)
     original_attention = model.config._attn_implementation
     if config.attention_loss_weight > 0:
@@ -620,7 +702,7 @@ def train(
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
-    for head in (readout, map_readout, near_readout):
+    for head in (readout, map_readout, near_readout, offset_readout):
         if head is not None:
             decay += list(head.parameters())
     optimizer = torch.optim.AdamW(
@@ -662,6 +744,7 @@ def train(
                 map_readout,
                 examples,
                 near_readout=near_readout,
+                offset_readout=offset_readout,
             )
             if config.interchange_loss_weight > 0:
                 interchange = interchange_loss(

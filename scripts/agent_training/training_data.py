@@ -275,6 +275,9 @@ class Batch:
             of ``Next to A:`` (whose next symbol is a neighbour cell of the grid).
         lookups: ``(N, 3)`` ``(batch row, suffix index of a direction word, index in prefix +
             suffix of the neighbour cell it names or -1 outside the grid)``.
+        agent_rows, agent_cols: ``(B,)`` A's cell (targets of the offset read-out with
+            ``cell_rows`` / ``cell_cols``).
+        agent_keys: ``(B,)`` index in prefix + suffix of A's cell token.
     """
 
     prefix_ids: torch.Tensor
@@ -291,6 +294,9 @@ class Batch:
     coordinate_queries: torch.Tensor
     reasoning_queries: torch.Tensor
     lookups: torch.Tensor
+    agent_rows: torch.Tensor
+    agent_cols: torch.Tensor
+    agent_keys: torch.Tensor
 
     def to(self, device: str | torch.device) -> Batch:
         """The batch on ``device``."""
@@ -344,6 +350,7 @@ def encode_batch(
     coordinate_queries = torch.zeros((len(examples), width), dtype=torch.bool)
     neighbour_queries = torch.zeros((len(examples), width), dtype=torch.bool)
     lookups: list[tuple[int, int, int]] = []
+    agent_keys: list[int] = []
     directions = {tokenizer.convert_tokens_to_ids(f" {a.name}") for a in Action}
     next_id = tokenizer.convert_tokens_to_ids(" Next")
     for row, (example, prompt, completion) in enumerate(
@@ -356,6 +363,7 @@ def encode_batch(
         decisions[row] = start + _first_plan_move_index(completion, plan_marker)
         positions = grid_cell_positions(prompt, example.grid, example.state, tokenizer)
         object_keys[row, [positions[example.state.agent], positions[example.grid.goal]]] = True
+        agent_keys.append(positions[example.state.agent])
         grid_keys[row, min(positions.values()) - 2 * example.grid.size : len(prompt) - 3] = True
         coordinate_queries[row, start : start + _goal_column_query(completion, tokenizer) + 1] = (
             True
@@ -403,6 +411,9 @@ def encode_batch(
         coordinate_queries,
         (labels != IGNORE_INDEX) & ~neighbour_queries,
         torch.tensor(lookups, dtype=torch.long).reshape(-1, 3),
+        torch.tensor([e.state.agent[0] for e in examples], dtype=torch.long),
+        torch.tensor([e.state.agent[1] for e in examples], dtype=torch.long),
+        torch.tensor(agent_keys, dtype=torch.long),
     )
 
 
