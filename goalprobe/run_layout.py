@@ -305,7 +305,7 @@ class RunLayout:
 
     wall_readout = _Entry("wall read-out")
     """The conditional wall test in both frames (absolute cells, offsets from the agent) per
-    store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/1``)."""
+    store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/2``)."""
 
     def wall_probe(self, frame: str) -> Path:
         """``probes/probing/models/wall_<frame>_pre_reasoning``: the conditional wall probe of

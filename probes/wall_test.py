@@ -57,25 +57,27 @@ _LOG2 = np.log(2.0)
 
 def offsets(radius: int = 3) -> np.ndarray:
     """``(P, 2)`` int64 offsets ``(dr, dc)`` with ``1 <= max(|dr|, |dc|) <= radius``, ring by
-    ring, row-major within a ring."""
+    ring (:func:`rings`: steps from A), row-major within a ring."""
     grid = [
         (dr, dc)
         for dr in range(-radius, radius + 1)
         for dc in range(-radius, radius + 1)
         if (dr, dc) != (0, 0)
     ]
-    grid.sort(key=lambda o: max(abs(o[0]), abs(o[1])))
+    grid.sort(key=lambda o: abs(o[0]) + abs(o[1]))
     return np.asarray(grid, dtype=np.int64).reshape(-1, 2)
 
 
 OFFSETS = offsets(3)
-"""The agent-centred heads: the 48 offsets within Chebyshev distance 3 of the agent."""
+"""The agent-centred heads: the 48 offsets of the 7 x 7 box around the agent."""
 
 
 def rings(offs: np.ndarray) -> np.ndarray:
-    """``(P,)`` Chebyshev distance of each offset (its ring)."""
+    """``(P,)`` ring of each offset: its distance in steps from the agent, ``|dr| + |dc|``
+    (ring 1: A's four neighbours, ring 2: the eight cells two moves away; the 7 x 7 box holds
+    rings 1-6 with 4, 8, 12, 12, 8 and 4 cells)."""
     offs = np.asarray(offs)
-    return np.max(np.abs(offs), axis=1)
+    return np.abs(offs).sum(axis=1)
 
 
 def wall_inputs(
@@ -631,9 +633,9 @@ def conditional_wall_test(
         config: the probe's settings and the bootstrap.
 
     Returns:
-        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} and
-        neighbours (the agent's four orthogonal neighbours; agent frame only), probe, null}``; ``probe``/``null`` are the fitted estimators (not
-        JSON: drop them before writing).
+        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} (agent
+        frame only; ring k: the cells k steps from A, :func:`rings`), probe, null}``;
+        ``probe``/``null`` are the fitted estimators (not JSON: drop them before writing).
     """
     X = np.asarray(X, dtype=np.float64)
     ids = np.asarray(grid_ids).astype(str)
@@ -670,6 +672,5 @@ def conditional_wall_test(
         offs = offsets(config.radius)
         ring = rings(offs)
         out["rings"] = {str(k): score(np.flatnonzero(ring == k)) for k in np.unique(ring)}
-        out["neighbours"] = score(np.flatnonzero(np.abs(offs).sum(axis=1) == 1))
     out["probe"], out["null"] = probe, null
     return out

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", type=parse_variant, action="append", required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     calibration = {
         name: launch(

@@ -6,8 +6,8 @@ For each ``--model`` (a bundled agent's name or a directory):
    grids`` sizes 7, 9, 11 at densities 0-1, seed 8100001; ``states``; ``extract --stages
    pre_reasoning``), then :func:`goalprobe.probes.wall_test.conditional_wall_test` in the agent
    frame per block: bits per prior-uncertain cell of the probe minus the same probe fitted on
-   another grid's anchors of the same size and density, by Chebyshev ring (the instrument's
-   rings) and for the Manhattan distances 1 and 2 that the copy line names; the position probe
+   another grid's anchors of the same size and density, by ring (the instrument's rings: the
+   cells k steps from A, the copy line's rings 1 and 2); the position probe
    (``goalprobe train-probe --target position``) for A and G.
 2. **The copy line.** Greedy completions on fresh grids (sizes 7, 9, 11 at densities 0-1, seed
    8300001, one epsilon-optimal state each); the symbols of ``The walls by A:``
@@ -48,8 +48,6 @@ from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.wall_test import (
     WallTestConfig,
     conditional_wall_test,
-    offsets,
-    score_walls,
     wall_inputs,
 )
 
@@ -91,8 +89,6 @@ def anchor_walls(model: str, tag: str, out: Path, args: argparse.Namespace) -> d
             for target in ("agent", "goal")
         }  # fmt: skip
     loader = StoreProbeLoader(store)
-    manhattan = np.abs(offsets(3)).sum(axis=1)
-    chebyshev = np.abs(offsets(3)).max(axis=1)
     for layer in [int(x) for x in args.layers.split(",")]:
         started = time.perf_counter()
         data = loader("pre_reasoning", layer)
@@ -104,33 +100,17 @@ def anchor_walls(model: str, tag: str, out: Path, args: argparse.Namespace) -> d
         res = conditional_wall_test(
             X, data.cell_types, data.grid_ids, split.train, split.test, config
         )
-        probe, null = res["probe"], res["null"]
-        test = split.test
-        target, _ = probe.frame_targets(X[test], data.cell_types[test])
-        prior_p, mask = probe.prior_proba(X[test])
-        probe_p, null_p = probe.predict_proba(X[test]), null.predict_proba(X[test])
-        ids = np.asarray(data.grid_ids).astype(str)[test]
-        extra = {}
-        for name, cols in (
-            ("manhattan_1", manhattan == 1),
-            ("manhattan_2", (manhattan == 2) & (chebyshev <= 2)),
-        ):
-            c = np.flatnonzero(cols)
-            extra[name] = score_walls(
-                probe_p[:, c], null_p[:, c], prior_p[:, c], target[:, c], mask[:, c], ids
-            )
         result["walls"][str(layer)] = {
             "n_train_grids": res["n_train_grids"],
             "overall": res["overall"],
             "rings": res["rings"],
-            **extra,
             "seconds": time.perf_counter() - started,
         }
         r = result["walls"][str(layer)]
         for name in ("1", "2", "3"):
-            _print_block(f"{tag} block {layer} Chebyshev ring {name}", r["rings"][name])
-        for name in ("manhattan_1", "manhattan_2"):
-            _print_block(f"{tag} block {layer} {name}", r[name])
+            _print_block(
+                f"{tag} block {layer} ring {name} (cells {name} steps from A)", r["rings"][name]
+            )
     return result
 
 

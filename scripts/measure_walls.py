@@ -82,8 +82,6 @@ def main() -> None:
                 print(_line(frame, block["overall"]), res["verdicts"][frame]["verdict"])
                 for ring, rb in block.get("rings", {}).items():
                     print(_line(f"ring {ring}", rb))
-                if "neighbours" in block:
-                    print(_line("4 nbrs", block["neighbours"]))
     args.out.write_text(json.dumps(results, indent=2) + "\n")
 
 

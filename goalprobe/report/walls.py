@@ -70,18 +70,13 @@ def wall_row(run: RunReader, frame: str) -> Reading:
     o = block["overall"]
     bits, auc, acc = o["bits"], o["auc_within_grid"], o["accuracy"]
     rings = ""
-    if "rings" in block:
-        ring1 = block["rings"].get("1", {}).get("accuracy", {})
-        rings = (
-            f"; ring 1 (8 cells) accuracy {stat_text(ring1.get('probe'))} against null "
-            f"{stat_text(ring1.get('null'))}"
-        )
-    if "neighbours" in block:  # one step from A: the cells its next move depends on
-        near = block["neighbours"]["accuracy"]
-        rings += (
-            f"; A's 4 neighbours {stat_text(near.get('probe'))} against null "
-            f"{stat_text(near.get('null'))}"
-        )
+    for k, words in (("1", "A's 4 neighbours, one step"), ("2", "8 cells two steps away")):
+        ring = block.get("rings", {}).get(k, {}).get("accuracy")
+        if ring is not None:  # the agent frame: rings of steps from A
+            rings += (
+                f"; ring {k} ({words}) accuracy {stat_text(ring.get('probe'))} against null "
+                f"{stat_text(ring.get('null'))}"
+            )
     finding = (
         f"Walls, conditional test in {FRAME_WORDS[frame]} ({r['store']} set, {r['stage']} "
         f"L{r['layer']}, {o['n_grids']} test grids, {o['cells_per_row']:.1f} uncertain cells "
@@ -122,9 +117,10 @@ def _rows(agent: str, r: Mapping) -> list[tuple]:
     for frame, block in r["frames"].items():
         verdict = r["verdicts"][frame]
         parts = [("all", block["overall"])]
-        parts += [(f"ring {k}", v) for k, v in sorted(block.get("rings", {}).items())]
-        if "neighbours" in block:
-            parts.append(("4 neighbours", block["neighbours"]))
+        parts += [
+            (f"ring {k}", v)
+            for k, v in sorted(block.get("rings", {}).items(), key=lambda kv: int(kv[0]))
+        ]
         for i, (part, s) in enumerate(parts):
             bits, auc, acc = s["bits"], s["auc_within_grid"], s["accuracy"]
             out.append(
@@ -164,7 +160,8 @@ def walls(run: RunReader, fig: Figures) -> list[Block]:
         Text(
             "The conditional wall test (issue 39): a per-cell logistic probe whose logit starts "
             "from the wall prior given the grid's size and density, read in absolute cells and "
-            "at offsets from the agent (rings 1-3), scored on held-out grids in bits per "
+            "at offsets from the agent (the 7 x 7 box around it, in rings of steps from A: ring 1 is "
+            "A's four neighbours, ring 2 the eight cells two moves away), scored on held-out grids in bits per "
             "prior-uncertain cell, within-grid AUC and accuracy, each beside the same probe "
             "fitted on another grid's anchors of the same size and density (the null). A frame "
             "is read (yes) when the bits and AUC intervals of probe minus null both lie above "

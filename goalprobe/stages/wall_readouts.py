@@ -1,5 +1,5 @@
 """The probes stage's wall read-out (``RUN/probes/wall_readout.json``, schema
-``goalprobe.wall_readouts/1``): the conditional wall test in both frames
+``goalprobe.wall_readouts/2``): the conditional wall test in both frames
 (:func:`goalprobe.probes.wall_readout.wall_readout`) on every store, stage and layer it covers,
 with each verdict's power, and the decoded maps' wall probes (both frames, fit on the probing
 set's training grids at the headline stage and layer).
@@ -23,7 +23,7 @@ from goalprobe.sections import ProbesConfig
 from goalprobe.stages import HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext
 
-WALL_READOUTS_SCHEMA = "goalprobe.wall_readouts/1"
+WALL_READOUTS_SCHEMA = "goalprobe.wall_readouts/2"
 """``schema`` of ``RUN/probes/wall_readout.json``."""
 
 

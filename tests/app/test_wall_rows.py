@@ -56,8 +56,8 @@ def test_wall_rows_read_both_frames_and_say_no_only_with_power(tmp_path, planted
     rows = {r.id: r for r in headline_rows(layout.root)}
     assert {"walls.absolute", "walls.agent"} <= set(family("default")) & set(family("control"))
     agent, absolute = rows["walls.agent"], rows["walls.absolute"]
-    assert agent.answer == "yes" and "ring 1 (8 cells) accuracy" in agent.value
-    assert "A's 4 neighbours" in agent.value and "4 neighbours" not in absolute.value
+    assert agent.answer == "yes" and "ring 1 (A's 4 neighbours, one step) accuracy" in agent.value
+    assert "ring 2 (8 cells two steps away)" in agent.value and "ring" not in absolute.value
     assert "another same-size-and-density grid" in agent.baseline
     assert absolute.answer == "undecided" and "no power shown" in absolute.verdict
     assert absolute.holm_p is not None and absolute.detectable
@@ -79,7 +79,7 @@ def test_the_report_shows_both_frames_by_ring(tmp_path, planted_readout):
     layout = _run(tmp_path, planted_readout)
     page = write_report(layout.root).read_text()
     assert "Walls in both frames" in page
-    for part in ("ring 1", "ring 2", "ring 3", "4 neighbours", "absolute", "agent"):
+    for part in ("ring 1", "ring 2", "ring 3", "ring 6", "absolute", "agent"):
         assert part in page
 
 

@@ -661,7 +661,7 @@ def test_the_probes_stage_writes_both_wall_frames_and_the_decoded_walls_use_them
     for root in (result.run_dir, result.run_dir / "control"):
         layout = RunLayout(root)
         walls = json.loads(layout.wall_readout.read_text())
-        assert walls["schema"] == "goalprobe.wall_readouts/1" and walls["readouts"]
+        assert walls["schema"] == "goalprobe.wall_readouts/2" and walls["readouts"]
         for r in walls["readouts"]:
             assert set(r["frames"]) == {"absolute", "agent"}
             assert set(r["frames"]["agent"]["rings"]) == {"1", "2", "3"}

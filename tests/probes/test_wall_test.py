@@ -39,9 +39,13 @@ def _small(frame="absolute", strength=2.0, seed=0):
     return data, split
 
 
-def test_offsets_are_three_rings_around_the_agent():
+def test_offsets_are_the_box_around_the_agent_in_rings_of_steps():
     assert OFFSETS.shape == (48, 2)
-    assert np.bincount(rings(OFFSETS)).tolist() == [0, 8, 16, 24]
+    assert np.bincount(rings(OFFSETS)).tolist() == [0, 4, 8, 12, 12, 8, 4]
+    assert sorted(map(tuple, OFFSETS[rings(OFFSETS) == 1].tolist())) == [
+        (-1, 0), (0, -1), (0, 1), (1, 0)
+    ]  # fmt: skip
+    assert np.all(np.diff(rings(OFFSETS)) >= 0)
     assert not np.any(np.all(OFFSETS == 0, axis=1))
 
 
@@ -104,9 +108,9 @@ def test_detects_planted_walls_and_not_their_absence(frame):
     assert not no["detected"]
     assert abs(no["bits"]["difference"]["value"]) < 0.02
     if frame == "agent":
-        assert set(results[3.0]["rings"]) == {"1", "2", "3"}
+        assert set(results[3.0]["rings"]) == {"1", "2", "3", "4", "5", "6"}
         assert results[3.0]["rings"]["1"]["detected"]
-        assert results[3.0]["neighbours"]["cells_per_row"] <= 4
+        assert results[3.0]["rings"]["1"]["cells_per_row"] <= 4
 
 
 def test_an_agent_centred_map_is_missed_by_no_frame_it_is_not_in():
