@@ -21,6 +21,7 @@ from goalprobe.probes.training import (
     as_feature_matrix,
     fit_standardiser,
     seeded_module,
+    store_params,
     torch_seed,
     train_module,
 )
@@ -73,20 +74,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         progress: bool = False,
         random_state: int = 0,
     ) -> None:
-        self.family = family
-        self.alpha = alpha
-        self.hidden_size = hidden_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _kernel(self) -> KernelRidge:
         """The quadratic family's kernel ridge: ``(x . y / F + 1) ** 2`` on standardised rows

@@ -13,6 +13,7 @@ import math
 
 import torch
 from goalprobe.probes.cell_probes import CellProbeBase, ClassBalance, Family
+from goalprobe.probes.training import store_params
 
 
 class _PerCellNet(torch.nn.Module):
@@ -91,23 +92,7 @@ class PerCellProbe(CellProbeBase):
         progress: bool = False,
         random_state: int = 0,
     ) -> None:
-        self.family = family
-        self.hidden_size = hidden_size
-        self.grid_size = grid_size
-        self.classes = classes
-        self.class_balance = class_balance
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.max_iter = max_iter
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
         if self.family not in ("linear", "mlp"):

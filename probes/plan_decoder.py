@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
 from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
-from goalprobe.probes.training import train_module
+from goalprobe.probes.training import store_params, train_module
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
@@ -178,21 +178,7 @@ class PlanDecoder(BaseEstimator):
         progress: bool = False,
         random_state: int | None = 0,
     ) -> None:
-        self.n_layers = n_layers
-        self.n_heads = n_heads
-        self.d_bottleneck = d_bottleneck
-        self.horizon = horizon
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.dropout = dropout
-        self.ffn_multiplier = ffn_multiplier
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     # ---- helpers -----------------------------------------------------------------------
 

@@ -29,6 +29,14 @@ slices (the last one shorter), positions sorted within a batch (cheap gathers); 
 permutation order."""
 
 
+def store_params(estimator: object, params: dict) -> None:
+    """Set ``__init__``'s arguments (its ``locals()``) as attributes of the same names, unchanged
+    (scikit-learn's estimator API)."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
     """Flatten activations to one feature row per example (a view when possible).
 

@@ -3,7 +3,7 @@
 Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS 2024):
 known-utility MEG (Definition 3.2 computed through Theorem 5.1), unknown-utility MEG over all
 utility functions of the state or of chosen state features (Definitions 4.3 and 4.4, solved as a
-concave maximum-causal-entropy dual), and an MLP-utility lower bound (Algorithm 2). This module
+concave maximum-causal-entropy dual). This module
 holds known-utility MEG, the MDP containers and soft value iteration; unknown-utility MEG lives
 in :mod:`goalprobe.probes.scoring.meg_unknown`.
 
