@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
-from goalprobe.stats import grid_bootstrap_ratio
+from goalprobe.stats import Estimate, grid_bootstrap_ratio
 
 SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
 """Sites whose all-block patch transplants the input itself: true by construction for any
@@ -44,7 +44,7 @@ def _get(record, name):
 def _rate(values, grids, boot: dict) -> dict:
     """``{value, ci_low, ci_high, n, n_grids}`` of 0/1 (or real) ``values`` by grid."""
     if len(values) == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0}
+        return Estimate(None, n=0, clusters=0).to_dict()
     return grid_bootstrap_ratio(
         np.asarray(values, dtype=np.float64), None, np.asarray(grids, dtype=str), **boot
     )
@@ -192,7 +192,7 @@ def _sanity(entry: dict) -> dict:
 def _verdict(entry: dict) -> str:
     if entry["sanity_check"]:
         return "sanity check"
-    low = entry["difference"]["ci_low"]
-    if entry["difference"]["n"] == 0 or low is None:
+    above = Estimate.from_dict(entry["difference"]).above(0)
+    if entry["difference"]["n"] == 0 or above is None:
         return "undecided"
-    return "yes" if low > 0 else "no"
+    return "yes" if above else "no"

@@ -185,10 +185,10 @@ def score_nulls(
             probe's ``P(AGENT)`` / ``P(GOAL)`` channels).
     """
     from goalprobe.gridworld.core import CellType
-    from goalprobe.probes.scoring.belief_table import expand_classes
+    from goalprobe.probes.decoder import full_class_probs
 
     if agent is None or goal is None:  # the read-out is the probe's own channels
-        full = expand_classes(probs, classes)
+        full = full_class_probs(probs, classes)
         agent = full[..., int(CellType.AGENT)] if agent is None else agent
         goal = full[..., int(CellType.GOAL)] if goal is None else goal
     sizes, dens = np.asarray(steps.size)[idx], np.asarray(steps.density)[idx]

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from goalprobe.probes.scoring import meg_engine as engine
 from goalprobe.probes.scoring.meg import (
     MDPBatch,
     TabularMDP,
-    expected_utility,
+    _cross_entropy_term,
+    _single,
+    _time_indexed,
     known_utility_meg,
     known_utility_meg_batch,
-    meg_at_beta,
-    soft_value_iteration,
     stack_padded,
     state_occupancy,
 )
@@ -23,8 +25,76 @@ from goalprobe.probes.scoring.meg_unknown import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
+from scipy.special import logsumexp
 
 LOG2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference implementations (Definitions 3.2 and 5.2 evaluated directly, from the engine's passes)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class SoftPolicy:
+    """Soft-optimal policy of rationality ``beta``: ``(H, S, A)`` policy, log-policy and Q,
+    ``(H, S)`` values (soft, optimal / anti-optimal at ``+/-inf``, uniform at 0)."""
+
+    beta: float
+    policy: np.ndarray
+    log_policy: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+
+
+def soft_value_iteration(mdp: TabularMDP, utility: np.ndarray, beta: float) -> SoftPolicy:
+    """Soft value iteration (Definition 5.2) for any ``beta`` in ``[-inf, inf]``."""
+    beta = float(beta)
+    prob = _single(mdp, utility, None)
+    h, n_s = mdp.horizon, mdp.n_states
+    if np.isinf(beta):
+        lim = engine.limit_pass(prob, 1.0 if beta > 0 else -1.0, record=True)
+        q = lim.q[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        in_set = lim.in_set[:, :, 0].transpose(0, 2, 1)
+        w = lim.w[:, 0]  # (H, S)
+        w_next = np.concatenate([w[1:], np.zeros((1, n_s))])
+        ew = np.stack([prob.dyn.expect(w_next[t][None], 1)[:, 0].T for t in range(h)])
+        log_policy = np.where(in_set, ew - w[:, :, None], -np.inf)
+        v = q.max(axis=2) if beta > 0 else q.min(axis=2)
+    else:
+        res = engine.soft_pass(prob, np.array([beta]), record=True)
+        logits = res.logits[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
+        log_policy = logits - logsumexp(logits, axis=2, keepdims=True)
+        if beta != 0.0:
+            u = np.broadcast_to(prob.utility[:, 0], (h, n_s))
+            q, v = logits / beta + u[:, :, None], res.lam[:, 0] / beta
+        else:  # the uniform policy's Q and V
+            qs, vs, v = [], [], None
+            for k in range(h):
+                u = prob.utility_at(k, 1)
+                q = (
+                    np.broadcast_to(u, (mdp.n_actions, *u.shape))
+                    if v is None
+                    else u + prob.dyn.expect(v, 1)
+                )
+                v = q.mean(axis=0)
+                qs.append(q[:, 0].T.copy())
+                vs.append(v[0])
+            q, v = np.stack(qs[::-1]), np.stack(vs[::-1])
+    return SoftPolicy(beta, np.exp(log_policy), log_policy, q, v)
+
+
+def expected_utility(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray) -> float:
+    """``E_pi[sum_t U_t(S_t)]``."""
+    return float(engine.policy_values(_single(mdp, utility, policy))[0][0])
+
+
+def meg_at_beta(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray, beta: float) -> float:
+    """Definition 3.2 at ``beta`` directly (not the telescoped identity known_utility_meg uses)."""
+    soft = soft_value_iteration(mdp, utility, beta)
+    occ = state_occupancy(mdp, policy)
+    pol = _time_indexed(np.asarray(policy, dtype=np.float64), mdp.horizon)
+    return _cross_entropy_term(occ, pol, soft.log_policy) + mdp.horizon * np.log(mdp.n_actions)
 
 
 # ---------------------------------------------------------------------------------------------
