@@ -49,7 +49,7 @@ from goalprobe.probes.training import (
     seeded_module,
     store_params,
     torch_seed,
-    train_module,
+    train_estimator,
 )
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -258,20 +258,13 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
                         weight += float(w.sum())
                 return total / weight
 
-        self.history_, self.best_epoch_ = train_module(
+        self.history_, self.best_epoch_ = train_estimator(
+            self,
             self.module_,
             n_examples=len(fit_rows),
             batch_loss=batch_loss,
             validation_loss=validation_loss,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            n_iter_no_change=self.n_iter_no_change,
-            tol=self.tol,
             rng=rng,
-            progress=self.progress,
-            description=type(self).__name__,
         )
         self.n_epochs_ = len(self.history_)
         return self

@@ -23,7 +23,7 @@ from goalprobe.probes.training import (
     seeded_module,
     store_params,
     torch_seed,
-    train_module,
+    train_estimator,
 )
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.kernel_ridge import KernelRidge
@@ -166,20 +166,13 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
                         total += float(((pred - z[rows_].to(self.device)) ** 2).sum())
                 return total / len(val_rows)
 
-        self.history_, self.best_epoch_ = train_module(
+        self.history_, self.best_epoch_ = train_estimator(
+            self,
             self.module_,
             n_examples=len(fit_rows),
             batch_loss=batch_loss,
             validation_loss=validation_loss,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            n_iter_no_change=self.n_iter_no_change,
-            tol=self.tol,
             rng=rng,
-            progress=self.progress,
-            description="GoalDistanceRegressor",
         )
         self.n_epochs_ = len(self.history_)
         return self

@@ -239,6 +239,25 @@ def train_module(
     return history, best_epoch
 
 
+_ESTIMATOR_TRAINING = (
+    "max_epochs",
+    "batch_size",
+    "learning_rate",
+    "weight_decay",
+    "n_iter_no_change",
+    "tol",
+    "progress",
+)
+
+
+def train_estimator(estimator, module: torch.nn.Module, **kwargs) -> tuple[list[dict], int]:
+    """:func:`train_module` with the estimator's own ``max_epochs``, ``batch_size``,
+    ``learning_rate``, ``weight_decay``, ``n_iter_no_change``, ``tol`` and ``progress``,
+    labelled with its class name; ``kwargs``: the rest of :func:`train_module`'s arguments."""
+    params = {name: getattr(estimator, name) for name in _ESTIMATOR_TRAINING}
+    return train_module(module, **params, description=type(estimator).__name__, **kwargs)
+
+
 def fit_lbfgs(
     module: torch.nn.Module,
     *,

@@ -25,7 +25,6 @@ import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, RowCol
 from goalprobe.gridworld.optimal import bfs_distances
 
-
 TOP_K_DEFAULT = (1, 3, 5, 10)
 
 
