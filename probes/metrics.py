@@ -31,6 +31,7 @@ from goalprobe.gridworld.core import CellType
 from goalprobe.probes.baselines import uniform_top1
 
 from goalprobe.stats import (
+    Estimate,
     GridBootstrap,
     cluster_rate_interval,
     grid_codes,
@@ -155,7 +156,7 @@ def selectivity(
         diff = samples[strongest][metric] - ref if lower else ref - samples[strongest][metric]
         stat = boot.summary(diff)
         stat["baseline"] = strongest
-        stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+        stat["above_baseline"] = bool(Estimate.from_dict(stat).above(0))
         if boot.n_resamples:  # the one-sided p of "above" from the draws themselves
             stat["p_draws"] = p_from_draws(diff[1:], 0.0)
         out[metric] = stat

@@ -48,7 +48,7 @@ from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.wall_test import ConditionalWallProbe, offsets, wall_inputs
 
-from goalprobe.stats import GridBootstrap, detectable_effect, p_from_draws
+from goalprobe.stats import Estimate, GridBootstrap, detectable_effect, p_from_draws
 
 STEERING_SCHEMA = "goalprobe.steering/1"
 """``schema`` of :func:`summarise`'s result."""
@@ -457,7 +457,7 @@ def paired_difference(
     0" (``p_draws``) and the effect its n could detect (``detectable``)."""
     diff = np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
     if diff.size == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+        return Estimate(None, n=0).to_dict()
     boot = GridBootstrap.from_grid_ids(grid_ids, n_resamples=n_bootstrap, random_state=seed)
     draws = boot.ratio(diff)
     out = boot.summary(draws, bounds=(-1.0, 1.0))
@@ -472,16 +472,16 @@ def steering_verdict(differences: dict[str, dict]) -> dict:
     """``{verdict, reason, detectable}`` from the paired differences probe minus each control:
     ``yes`` when every interval lies above 0; ``no`` when some difference's interval lies
     below the effect its n could detect; else ``undecided`` (no interval counts as that)."""
-    lows = [d.get("ci_low") for d in differences.values()]
-    if lows and all(low is not None and low > 0 for low in lows):
+    above = [Estimate.from_dict(d).above(0) for d in differences.values()]
+    if above and all(above):
         return {"verdict": "yes", "reason": "every paired interval above 0", "detectable": None}
     detectable = [d.get("detectable") for d in differences.values()]
     known = [x for x in detectable if x is not None]
     for name, d in differences.items():
-        low, high, mde = d.get("ci_low"), d.get("ci_high"), d.get("detectable")
-        if low is not None and low > 0:
+        est, mde = Estimate.from_dict(d), d.get("detectable")
+        if est.above(0):
             continue
-        if high is not None and mde is not None and high < mde:
+        if mde is not None and est.below(mde):
             return {
                 "verdict": "no",
                 "reason": f"probe minus {name}: the interval excludes the detectable effect",

@@ -50,6 +50,11 @@ def _rate(values, grids, boot: dict) -> dict:
     )
 
 
+def _share(records: Sequence, field: str, boot: dict) -> dict:
+    """:func:`_rate` of ``field`` over ``records``, by their grids."""
+    return _rate([_get(r, field) for r in records], [_get(r, "grid_id") for r in records], boot)
+
+
 def anchor_verdicts(
     records: Sequence,
     *,
@@ -125,23 +130,11 @@ def anchor_verdicts(
             "sanity_check": site in SANITY_SITES,
             "n_pairs": len(disjoint),
             "n_grids": len(set(grids)),
-            "moved": _rate([_get(r, "into_source_optimal") for r in disjoint], grids, boot),
-            "invalid": _rate([_get(r, "invalid") for r in disjoint], grids, boot),
-            "random_grid": _rate(
-                [_get(r, "into_reference_optimal") for r in random_grid],
-                [_get(r, "grid_id") for r in random_grid],
-                boot,
-            ),
-            "control_changed": _rate(
-                [_get(r, "action_changed") for r in control],
-                [_get(r, "grid_id") for r in control],
-                boot,
-            ),
-            "recovered": _rate(
-                [_get(r, "recovered") for r in recovered],
-                [_get(r, "grid_id") for r in recovered],
-                boot,
-            ),
+            "moved": _share(disjoint, "into_source_optimal", boot),
+            "invalid": _share(disjoint, "invalid", boot),
+            "random_grid": _share(random_grid, "into_reference_optimal", boot),
+            "control_changed": _share(control, "action_changed", boot),
+            "recovered": _share(recovered, "recovered", boot),
             "difference": difference,
             "moved_bound": exact_upper_bound(
                 sum(bool(_get(r, "into_source_optimal")) for r in disjoint),
