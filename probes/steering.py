@@ -145,25 +145,24 @@ def calibrate(
         m, t = mask[:, p], target[:, p]
         ok = m.any() and t[m].any() and (~t[m]).any() and gain[p] > 0
         gap = float(proj[m & t, p].mean() - proj[m & ~t, p].mean()) if ok else None
-        if gap is None or gap <= 0:
-            for key, v in (("gap", gap), ("multiple", None), ("alpha", None)):
-                out[key].append(v)
-            out["train_flip"].append(None)
-            out["n_rows"].append(int(m.sum()))
-            continue
-        # an edit towards the other class: -alpha on wall rows, +alpha on open rows
-        sign = np.where(t[m], -1.0, 1.0)
-        before = logit[m, p] > 0
-        chosen, flip = config.multiples[-1], 0.0
-        for k in config.multiples:
-            after = logit[m, p] + sign * k * gap * gain[p] > 0
-            flip = float(np.mean(after != before))
-            if flip >= config.flip_target:
-                chosen = k
-                break
+        chosen: float | None = None
+        alpha: float | None = None
+        flip: float | None = None
+        if gap is not None and gap > 0:
+            # an edit towards the other class: -alpha on wall rows, +alpha on open rows
+            sign = np.where(t[m], -1.0, 1.0)
+            before = logit[m, p] > 0
+            chosen, flip = float(config.multiples[-1]), 0.0
+            for k in config.multiples:
+                after = logit[m, p] + sign * k * gap * gain[p] > 0
+                flip = float(np.mean(after != before))
+                if flip >= config.flip_target:
+                    chosen = float(k)
+                    break
+            alpha = float(chosen * gap)
         out["gap"].append(gap)
-        out["multiple"].append(float(chosen))
-        out["alpha"].append(float(chosen * gap))
+        out["multiple"].append(chosen)
+        out["alpha"].append(alpha)
         out["train_flip"].append(flip)
         out["n_rows"].append(int(m.sum()))
     out["offsets"] = offsets(probe.radius).tolist()
