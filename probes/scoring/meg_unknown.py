@@ -1,6 +1,6 @@
-"""Unknown-utility MEG (Definitions 4.3 / 4.4 of MacDermott et al., NeurIPS 2024): the supremum
-of known-utility MEG over all utility functions of the state, or of chosen state features,
-solved as a concave maximum-causal-entropy dual.
+"""Unknown-utility MEG (Definition 4.3 of MacDermott et al., NeurIPS 2024): the supremum of
+known-utility MEG over all utility functions of the state, solved as a concave
+maximum-causal-entropy dual.
 
 Known-utility MEG, the MDP containers and soft value iteration are in
 :mod:`goalprobe.probes.scoring.meg`, whose conventions (horizon, utility on ``S_0 .. S_{H-1}``,
@@ -28,18 +28,18 @@ __all__ = ["UnknownUtilityMEG", "unknown_utility_meg"]
 
 @dataclass(frozen=True, eq=False)
 class UnknownUtilityMEG:
-    """Unknown-utility MEG of one policy (Definitions 4.3 / 4.4) and the utility attaining it.
+    """Unknown-utility MEG of one policy (Definition 4.3) and the utility attaining it.
 
     Attributes:
         meg: MEG in nats, ``f(U_hat)`` for the returned utility: a lower bound of the supremum
             over the class, equal to it up to the solver tolerance.
         utility: ``(H, S)`` float, the fitted utility with the rationality folded in (``beta = 1``:
-            the model is ``pi^soft_1`` for this utility); stationary classes repeat one row.
-        weights: the fitted ``(K,)`` or ``(H, K)`` feature weights.
+            the model is ``pi^soft_1`` for this utility); its ``H`` rows are equal.
+        weights: ``(S,)`` the fitted utility of each state.
         converged: whether the optimiser (L-BFGS) reported success.
         iterations: optimiser iterations.
-        feature_residual: ``max |E_pi[phi] - E_model[phi]|`` over the utility's features (the
-            gradient's sup norm; 0 at an attained optimum, -> 0 when the supremum lies at infinity).
+        feature_residual: ``max |d_pi(s) - d_model(s)|`` over the states (the gradient's sup
+            norm; 0 at an attained optimum, -> 0 when the supremum lies at infinity).
         upper_bound: ``E_pi[sum_t log pi(D_t | S_t)] + H log|A|``, the MEG of ``pi`` with respect to
             itself; no utility class can exceed it.
         method: ``"concave-lbfgs"``.
@@ -84,54 +84,37 @@ class _MaxEntObjective:
 
 
 def unknown_utility_meg(
-    mdp: TabularMDP,
-    policy: np.ndarray,
-    features: np.ndarray | None = None,
-    *,
-    time_indexed: bool = False,
-    max_iter: int = 2000,
-    gtol: float = 1e-10,
+    mdp: TabularMDP, policy: np.ndarray, *, max_iter: int = 2000, gtol: float = 1e-10
 ) -> UnknownUtilityMEG:
-    """MEG over all utilities linear in state features (Definition 4.3), solved exactly.
+    """MEG over every utility function of the state, ``U(s)`` (Definition 4.3), solved exactly.
 
-    With the default ``features`` (the identity) the class is every utility function of the
-    state, ``U(s)`` (or ``U_t(s)`` with ``time_indexed``). Because ``beta U`` ranges over the same
-    class, the maximisation over ``U`` and ``beta`` folds into one unconstrained vector ``theta``
-    with ``U = features @ theta`` and ``beta = 1``. The objective ``f(theta)`` is concave (it is the
-    dual of maximum-causal-entropy IRL) with exact gradient ``features^T (d_pi - d_theta)``
-    (occupancy / feature matching), so L-BFGS converges to the global supremum. The reported value
-    is ``f`` at the returned utility: a certified lower bound that equals the supremum up to the
+    Because ``beta U`` ranges over the same class, the maximisation over ``U`` and ``beta`` folds
+    into one unconstrained vector ``theta = U`` with ``beta = 1``. The objective ``f(theta)`` is
+    concave (it is the dual of maximum-causal-entropy IRL) with exact gradient ``d_pi - d_theta``
+    (occupancy matching), so L-BFGS converges to the global supremum. The reported value is
+    ``f`` at the returned utility: a certified lower bound that equals the supremum up to the
     optimiser tolerance (``feature_residual``); when the supremum is reached only as
     ``|theta| -> inf`` (e.g. deterministic policies) it is approached from below.
 
     Args:
         mdp: the MDP.
         policy: ``(S, A)`` or ``(H, S, A)`` float.
-        features: ``(S, K)`` float state features; None means the identity (all state utilities).
-        time_indexed: fit a separate weight vector per decision step (utility ``U_t(s)``).
         max_iter: L-BFGS iteration limit.
         gtol: L-BFGS tolerance on the gradient's sup norm.
     """
     obj = _MaxEntObjective(mdp, policy)
     n_s, h = mdp.n_states, mdp.horizon
-    phi = np.eye(n_s) if features is None else np.asarray(features, dtype=np.float64)
-    if phi.ndim != 2 or phi.shape[0] != n_s or not np.all(np.isfinite(phi)):
-        raise ValueError(f"features must be a finite ({n_s}, K) array, got shape {phi.shape}")
-    n_k = phi.shape[1]
-    shape = (h, n_k) if time_indexed else (n_k,)
 
     def utility_of(theta: np.ndarray) -> np.ndarray:
-        w = theta.reshape(shape)
-        return w @ phi.T if time_indexed else np.broadcast_to(phi @ w, (h, n_s))
+        return np.broadcast_to(theta, (h, n_s))
 
     def neg(theta: np.ndarray) -> tuple[float, np.ndarray]:
         f, grad_u = obj(utility_of(theta))
-        grad = grad_u @ phi if time_indexed else grad_u.sum(axis=0) @ phi
-        return -f, -grad.reshape(-1)
+        return -f, -grad_u.sum(axis=0)
 
     res = minimize(
         neg,
-        np.zeros(int(np.prod(shape))),
+        np.zeros(n_s),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": gtol, "ftol": 1e-15, "maxcor": 20},
@@ -145,7 +128,7 @@ def unknown_utility_meg(
     return UnknownUtilityMEG(
         meg=float(meg),
         utility=utility,
-        weights=theta.reshape(shape),
+        weights=theta,
         converged=bool(res.success),
         iterations=int(res.nit),
         feature_residual=float(np.max(np.abs(grad))),
