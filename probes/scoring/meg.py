@@ -453,18 +453,8 @@ class KnownUtilityMEGBatch:
         return int(self.meg.shape[0])
 
     def __getitem__(self, i: int) -> KnownUtilityMEG:
-        return KnownUtilityMEG(
-            meg=float(self.meg[i]),
-            beta=float(self.beta[i]),
-            converged=bool(self.converged[i]),
-            iterations=int(self.iterations[i]),
-            expected_utility=float(self.expected_utility[i]),
-            expected_utility_model=float(self.expected_utility_model[i]),
-            expected_utility_uniform=float(self.expected_utility_uniform[i]),
-            min_expected_utility=float(self.min_expected_utility[i]),
-            max_expected_utility=float(self.max_expected_utility[i]),
-            n_decisions=int(self.n_decisions[i]),
-        )
+        fields = self.__dataclass_fields__
+        return KnownUtilityMEG(**{name: getattr(self, name)[i].item() for name in fields})
 
 
 def known_utility_meg(
