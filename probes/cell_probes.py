@@ -47,8 +47,9 @@ from goalprobe.probes.training import (
     fit_lbfgs,
     fit_standardiser,
     seeded_module,
+    store_params,
     torch_seed,
-    train_module,
+    train_estimator,
 )
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -257,20 +258,13 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
                         weight += float(w.sum())
                 return total / weight
 
-        self.history_, self.best_epoch_ = train_module(
+        self.history_, self.best_epoch_ = train_estimator(
+            self,
             self.module_,
             n_examples=len(fit_rows),
             batch_loss=batch_loss,
             validation_loss=validation_loss,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            n_iter_no_change=self.n_iter_no_change,
-            tol=self.tol,
             rng=rng,
-            progress=self.progress,
-            description=type(self).__name__,
         )
         self.n_epochs_ = len(self.history_)
         return self
@@ -582,25 +576,7 @@ class CoordinateCellProbe(CellProbeBase):
         progress: bool = False,
         random_state: int = 0,
     ) -> None:
-        self.family = family
-        self.hidden_size = hidden_size
-        self.coordinates = coordinates
-        self.grid_size = grid_size
-        self.classes = classes
-        self.class_balance = class_balance
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.max_iter = max_iter
-        self.materialise = materialise
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
         if self.family not in ("linear", "mlp"):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from goalprobe.probes.logit_lens import first_stable_top
 
-from goalprobe.stats import GridBootstrap, grid_bootstrap_ratio
+from goalprobe.stats import Estimate, GridBootstrap, grid_bootstrap_ratio
 
 PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 """Upper edges of the reasoning-progress bins (fraction of the reasoning's tokens)."""
@@ -41,23 +41,20 @@ class StepLens:
     answer: np.ndarray
 
 
-def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids=None) -> dict:
-    """A share over steps with its interval: where ``hits`` are 0/1 counts, the cluster-adjusted
-    Clopper-Pearson interval (honest at 0% and 100%; :func:`grid_bootstrap_ratio`), else the
-    grid-bootstrap percentile interval of ``boot``."""
-    if ids is not None:
-        keep = weight > 0
-        if not keep.any():  # no step has a chunk end in this bin
-            return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
-        out = grid_bootstrap_ratio(
-            hits[keep],
-            weight[keep],
-            np.asarray(ids)[keep],
-            n_resamples=boot.n_resamples,
-            confidence=boot.confidence,
-        )
-        return {k: out[k] for k in ("value", "ci_low", "ci_high")} | {"n": int(weight.sum())}
-    return boot.summary(boot.ratio(hits, weight)) | {"n": int(weight.sum())}
+def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids) -> dict:
+    """A share over steps with :func:`grid_bootstrap_ratio`'s interval (cluster-adjusted
+    Clopper-Pearson where ``hits`` are 0/1 counts: honest at 0% and 100%)."""
+    keep = weight > 0
+    if not keep.any():  # no step has a chunk end in this bin
+        return Estimate(None, n=0).to_dict()
+    out = grid_bootstrap_ratio(
+        hits[keep],
+        weight[keep],
+        np.asarray(ids)[keep],
+        n_resamples=boot.n_resamples,
+        confidence=boot.confidence,
+    )
+    return {k: out[k] for k in ("value", "ci_low", "ci_high")} | {"n": int(weight.sum())}
 
 
 def decision_curves(

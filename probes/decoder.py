@@ -110,8 +110,15 @@ class DecodedArrays:
 
 
 def full_class_probs(probs: np.ndarray, classes) -> np.ndarray:
-    """``(..., C)`` probabilities over a probe's ``classes`` -> ``(..., len(CellType))`` float32
-    (absent classes get 0)."""
+    """Put a probe's probability columns at their ``CellType`` index.
+
+    Args:
+        probs: ``(..., C)`` probabilities, column ``j`` for class ``classes[j]``.
+        classes: ``(C,)`` ``CellType`` values.
+
+    Returns:
+        ``(..., len(CellType))`` float32, zero for classes the probe does not predict.
+    """
     probs = np.asarray(probs)
     out = np.zeros((*probs.shape[:-1], len(CellType)), dtype=np.float32)
     out[..., np.asarray(list(classes), dtype=np.int64)] = probs

@@ -21,8 +21,9 @@ from goalprobe.probes.training import (
     as_feature_matrix,
     fit_standardiser,
     seeded_module,
+    store_params,
     torch_seed,
-    train_module,
+    train_estimator,
 )
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.kernel_ridge import KernelRidge
@@ -73,20 +74,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         progress: bool = False,
         random_state: int = 0,
     ) -> None:
-        self.family = family
-        self.alpha = alpha
-        self.hidden_size = hidden_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _kernel(self) -> KernelRidge:
         """The quadratic family's kernel ridge: ``(x . y / F + 1) ** 2`` on standardised rows
@@ -178,20 +166,13 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
                         total += float(((pred - z[rows_].to(self.device)) ** 2).sum())
                 return total / len(val_rows)
 
-        self.history_, self.best_epoch_ = train_module(
+        self.history_, self.best_epoch_ = train_estimator(
+            self,
             self.module_,
             n_examples=len(fit_rows),
             batch_loss=batch_loss,
             validation_loss=validation_loss,
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            n_iter_no_change=self.n_iter_no_change,
-            tol=self.tol,
             rng=rng,
-            progress=self.progress,
-            description="GoalDistanceRegressor",
         )
         self.n_epochs_ = len(self.history_)
         return self

@@ -18,7 +18,7 @@ from goalprobe.probes.baselines import CellPrior, covariates
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from goalprobe.stats import GridBootstrap, as_generator, percentile_interval
+from goalprobe.stats import Estimate, GridBootstrap, as_generator, percentile_interval
 
 
 def in_grid_mask(grid_sizes: np.ndarray, side: int) -> np.ndarray:
@@ -34,12 +34,6 @@ def chebyshev_to_agent(agent_row_col: np.ndarray, side: int) -> np.ndarray:
     rows = np.abs(idx[None, :, None] - agent_row_col[:, 0, None, None])
     cols = np.abs(idx[None, None, :] - agent_row_col[:, 1, None, None])
     return np.maximum(rows, cols)
-
-
-def _cell_accuracy(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray, boot: GridBootstrap):
-    hits = ((pred == truth) & mask).reshape(len(mask), -1).sum(axis=1)
-    cells = mask.reshape(len(mask), -1).sum(axis=1)
-    return boot.summary(boot.ratio(hits, cells)) | {"n_cells": int(cells.sum())}
 
 
 def revealed_probe(
@@ -100,26 +94,23 @@ def revealed_probe(
     boot = GridBootstrap.from_grid_ids(
         grid_ids[test], n_resamples=n_resamples, random_state=random_state
     )
-    mask = inside[test]
-    truth = revealed[test]
-    out = {
-        name: _cell_accuracy(pred[test], truth, mask, boot)
-        for name, pred in (("probe", probe), ("majority", majority), ("distance", distance))
+    mask, truth = inside[test], revealed[test]
+    cells = mask.reshape(len(mask), -1).sum(axis=1)
+    preds = {"probe": probe, "majority": majority, "distance": distance}
+    hits = {
+        k: ((p[test] == truth) & mask).reshape(len(mask), -1).sum(axis=1) for k, p in preds.items()
     }
-
-    def per_row(pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        hits = ((pred[test] == truth) & mask).reshape(len(mask), -1).sum(axis=1)
-        return hits, mask.reshape(len(mask), -1).sum(axis=1)
-
+    out = {
+        k: boot.summary(boot.ratio(h, cells)) | {"n_cells": int(cells.sum())}
+        for k, h in hits.items()
+    }
     best = max(("majority", "distance"), key=lambda k: out[k]["value"] or 0.0)
-    hits_probe, cells = per_row(probe)
-    hits_best, _ = per_row({"majority": majority, "distance": distance}[best])
-    margin = boot.summary(boot.ratio(hits_probe, cells) - boot.ratio(hits_best, cells))
+    margin = boot.summary(boot.ratio(hits["probe"], cells) - boot.ratio(hits[best], cells))
     return {
         **out,
         "best_baseline": best,
         "probe_minus_best_baseline": margin,
-        "verdict": "yes" if margin["ci_low"] is not None and margin["ci_low"] > 0 else "no",
+        "verdict": "yes" if Estimate.from_dict(margin).above(0) else "no",
         "test_grids": int(boot.n_grids),
     }
 
@@ -197,11 +188,11 @@ def hidden_wall_tracking(
         out[part] = {
             "decoded_auc": _none(values["decoded"]),
             "prior_auc": _none(values["prior"]),
-            "difference": {"value": _none(diff), "ci_low": _none(low), "ci_high": _none(high)},
+            "difference": Estimate(_none(diff), _none(low), _none(high)).to_dict(),
             "cells": int(mask.sum()),
         }
-    low = out["hidden"]["difference"]["ci_low"]
-    out["beyond_prior_at_hidden"] = "yes" if low is not None and low > 0 else "no"
+    hidden = Estimate.from_dict(out["hidden"]["difference"])
+    out["beyond_prior_at_hidden"] = "yes" if hidden.above(0) else "no"
     out["test_grids"] = int(len(uniques))
     return out
 

@@ -31,6 +31,7 @@ from goalprobe.gridworld.core import CellType
 from goalprobe.probes.baselines import uniform_top1
 
 from goalprobe.stats import (
+    Estimate,
     GridBootstrap,
     cluster_rate_interval,
     grid_codes,
@@ -155,7 +156,7 @@ def selectivity(
         diff = samples[strongest][metric] - ref if lower else ref - samples[strongest][metric]
         stat = boot.summary(diff)
         stat["baseline"] = strongest
-        stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+        stat["above_baseline"] = bool(Estimate.from_dict(stat).above(0))
         if boot.n_resamples:  # the one-sided p of "above" from the draws themselves
             stat["p_draws"] = p_from_draws(diff[1:], 0.0)
         out[metric] = stat
@@ -273,7 +274,6 @@ def evaluate_cell_maps(
     reference: str | None = None,
     baselines: tuple[str, ...] = (),
     uniform_localisation: bool = False,
-    class_auc: bool = True,
     n_boot: int = 1000,
     confidence_level: float = 0.95,
     random_state: int = 0,
@@ -296,25 +296,23 @@ def evaluate_cell_maps(
             reference minus the strongest of them (best point value), with its paired interval.
         uniform_localisation: also score ``"uniform"``, a guess drawn uniformly among the grid's
             non-wall cells (``agent_top1``/``goal_top1`` only); it joins ``baselines``.
-        class_auc: also report ``auc/<class>`` (one class against the rest, over grid cells,
-            padding excluded; rank-based, so no class weighting or threshold can move it) and
-            ``auc_macro``.
         n_boot: bootstrap replicates.
         confidence_level: e.g. 0.95.
         random_state: seed of the bootstrap.
 
     Returns:
         JSON-ready dict: ``n_examples``, ``n_grids``, ``models`` (name -> metric ->
-        ``{value, ci_low, ci_high}``), ``differences`` (with ``reference``), ``selectivity``
-        (with ``baselines``: metric -> ``{value, ci_low, ci_high, baseline, above_baseline}``),
-        and ``by_grid_size``
-        / ``by_density`` (group -> the same structure). Undefined metrics are None.
+        ``{value, ci_low, ci_high}``; ``auc/<class>`` is one class against the rest over grid
+        cells, padding excluded, and ``auc_macro`` their mean), ``differences`` (with
+        ``reference``), ``selectivity`` (with ``baselines``: metric -> ``{value, ci_low,
+        ci_high, baseline, above_baseline}``), and ``by_grid_size`` / ``by_density`` (group ->
+        the same structure). Undefined metrics are None.
     """
     _check_models(predictions, reference)
     lab = np.asarray(labels)
     if lab.ndim != 3:
         raise ValueError(f"labels must be (N, S, S), got shape {lab.shape}")
-    truth = _CellMapTruth.build(predictions, lab, agent_row_col, goal_row_col, class_auc)
+    truth = _CellMapTruth.build(predictions, lab, agent_row_col, goal_row_col)
     models = {name: _cell_map_sampler(p, c, truth) for name, (p, c) in predictions.items()}
     if uniform_localisation:
         chance = uniform_top1(lab, _sizes_of(lab) if grid_sizes is None else grid_sizes)
@@ -359,7 +357,7 @@ class _CellMapTruth:
     auc_classes: list
 
     @classmethod
-    def build(cls, predictions, lab, agent_row_col, goal_row_col, class_auc) -> _CellMapTruth:
+    def build(cls, predictions, lab, agent_row_col, goal_row_col) -> _CellMapTruth:
         """Check every model's shape against ``lab`` and index the truth."""
         n = lab.shape[0]
         all_classes = set(np.unique(lab).tolist())
@@ -393,7 +391,7 @@ class _CellMapTruth:
             grid_cell=grid_cell,
             cell_row=np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell],
             cell_true=cell_true,
-            auc_classes=auc_classes if class_auc else [],
+            auc_classes=auc_classes,
         )
 
 

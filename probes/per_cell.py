@@ -13,6 +13,7 @@ import math
 
 import torch
 from goalprobe.probes.cell_probes import CellProbeBase, ClassBalance, Family
+from goalprobe.probes.training import store_params
 
 
 class _PerCellNet(torch.nn.Module):
@@ -49,24 +50,9 @@ class PerCellProbe(CellProbeBase):
         family: ``"linear"`` (per-cell logistic regression) or ``"mlp"`` (shared hidden layer,
             per-cell heads).
         hidden_size: width of the shared hidden layer of the MLP family.
-        grid_size: None for a general probe over the padded canvas; ``n`` for a size-specific
-            probe over the top-left ``n x n`` cells without padding.
-        classes: ``CellType`` values to predict; None takes those present in the training labels.
-        class_balance: ``"upsample"``, ``"weighted_loss"`` or ``"none"`` (see
-            :mod:`goalprobe.probes.cell_probes`).
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay (MLP); the L2 strength on the mean loss (linear).
-        max_epochs: upper bound on training epochs.
-        batch_size: examples per step.
-        early_stopping: stop on the loss of a validation split carved from the training grids.
-        validation_fraction: fraction of training grids held out for early stopping.
-        n_iter_no_change: patience, in epochs.
-        tol: minimum validation-loss improvement.
-        max_iter: L-BFGS iterations at most of the linear family (which ignores the learning
-            rate, epochs, batches and early stopping: it is fitted to convergence, seed-free).
-        device: torch device.
-        progress: show progress bars.
-        random_state: seed.
+        grid_size, classes, class_balance, learning_rate, weight_decay, max_epochs, batch_size,
+            early_stopping, validation_fraction, n_iter_no_change, tol, max_iter, device,
+            progress, random_state: as :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`.
 
     Fitted attributes: as :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`.
     """
@@ -91,23 +77,7 @@ class PerCellProbe(CellProbeBase):
         progress: bool = False,
         random_state: int = 0,
     ) -> None:
-        self.family = family
-        self.hidden_size = hidden_size
-        self.grid_size = grid_size
-        self.classes = classes
-        self.class_balance = class_balance
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.max_iter = max_iter
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
         if self.family not in ("linear", "mlp"):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
 from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
-from goalprobe.probes.training import train_module
+from goalprobe.probes.training import store_params, train_estimator
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
@@ -178,21 +178,7 @@ class PlanDecoder(BaseEstimator):
         progress: bool = False,
         random_state: int | None = 0,
     ) -> None:
-        self.n_layers = n_layers
-        self.n_heads = n_heads
-        self.d_bottleneck = d_bottleneck
-        self.horizon = horizon
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.dropout = dropout
-        self.ffn_multiplier = ffn_multiplier
-        self.device = device
-        self.progress = progress
-        self.random_state = random_state
+        store_params(self, locals())
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -331,20 +317,13 @@ class PlanDecoder(BaseEstimator):
                 def validation_loss() -> float:
                     return self._mean_loss(network, x_val, t_val)
 
-            history, best_epoch = train_module(
+            history, best_epoch = train_estimator(
+                self,
                 network,
                 n_examples=len(X),
                 batch_loss=batch_loss,
                 validation_loss=validation_loss,
-                max_epochs=self.max_epochs,
-                batch_size=self.batch_size,
-                learning_rate=self.learning_rate,
-                weight_decay=self.weight_decay,
-                n_iter_no_change=self.n_iter_no_change,
-                tol=self.tol,
                 rng=np.random.default_rng(self.seed_),
-                progress=self.progress,
-                description=type(self).__name__,
                 batching="even",
                 fused=False,
             )

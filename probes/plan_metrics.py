@@ -323,10 +323,7 @@ class PlanMetrics:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (arrays as lists, ``nan`` as ``None``)."""
-        out: dict = {}
-        for key, value in self.__dict__.items():
-            out[key] = _jsonable(value)
-        return out
+        return {key: _jsonable(value) for key, value in self.__dict__.items()}
 
 
 def _jsonable(value):
@@ -393,8 +390,7 @@ def plan_metrics(
     horizon = tgt.shape[1]
     scalars: dict[str, Any] = {}
     for key in SCALAR_METRICS:
-        scalars[key] = float(point[key])
-        scalars[f"{key}_ci"] = ci[key]
+        scalars.update({key: float(point[key]), f"{key}_ci": ci[key]})
     return PlanMetrics(
         horizon=horizon,
         n_examples=len(tgt),

@@ -573,23 +573,18 @@ def _part_info(rows: np.ndarray, grid_ids: np.ndarray) -> dict:
 def _split_info(folds: list[GridSplit], grid_ids: np.ndarray) -> dict:
     """Rows and grids per part (one split), or the union of the test parts and every fold's
     parts (cross-fitting)."""
+
+    def parts(f: GridSplit) -> dict:
+        rows = (f.train, f.validation, f.test)
+        return {part: _part_info(r, grid_ids) for part, r in zip(SPLIT_NAMES, rows, strict=True)}
+
     if len(folds) == 1:
-        f = folds[0]
-        parts = (f.train, f.validation, f.test)
-        return {
-            part: _part_info(rows, grid_ids) for part, rows in zip(SPLIT_NAMES, parts, strict=True)
-        }
+        return parts(folds[0])
     test = np.sort(np.concatenate([f.test for f in folds]))
     return {
         "n_folds": len(folds),
         "test": _part_info(test, grid_ids),
-        "folds": [
-            {
-                part: _part_info(rows, grid_ids)
-                for part, rows in zip(SPLIT_NAMES, (f.train, f.validation, f.test), strict=True)
-            }
-            for f in folds
-        ],
+        "folds": [parts(f) for f in folds],
     }
 
 

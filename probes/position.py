@@ -200,19 +200,16 @@ def evaluate_positions(
     for name, predicted in predictions.items():
         predicted = np.asarray(predicted, dtype=np.int64)
         hit = predicted == truth
+        hits = {"top1": hit.all(axis=1), "row": hit[:, 0], "col": hit[:, 1]}
         models[name] = {  # rates: intervals honest at 0% and 100% (cluster-adjusted exact)
             k: {
                 key: v
                 for key, v in boot.rate_summary(h.astype(np.float64)).items()
                 if key in ("value", "ci_low", "ci_high", "n_eff")
             }
-            for k, h in (("top1", hit.all(axis=1)), ("row", hit[:, 0]), ("col", hit[:, 1]))
+            for k, h in hits.items()
         }
-        samples[name] = {
-            "top1": boot.ratio(hit.all(axis=1).astype(np.float64)),
-            "row": boot.ratio(hit[:, 0].astype(np.float64)),
-            "col": boot.ratio(hit[:, 1].astype(np.float64)),
-        }
+        samples[name] = {k: boot.ratio(h.astype(np.float64)) for k, h in hits.items()}
     if chance is not None:
         samples["uniform"] = {"top1": boot.ratio(np.asarray(chance, dtype=np.float64))}
         models["uniform"] = {"top1": boot.summary(samples["uniform"]["top1"])}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from goalprobe.probes.decoded_maps import read_rows
+from goalprobe.probes.decoded_maps import _text, read_rows
 from goalprobe.probes.serialization import check_schema
 
 PREDICTED_PLANS_SCHEMA = "goalprobe.predicted_plans"
@@ -239,7 +239,3 @@ def read_plan_rows(path: str | Path, run: str, positions: Sequence[int] | np.nda
     with h5py.File(path, "r") as f:
         _check_plans_file(f, path)
         return read_rows(f[f"runs/{run}/plans"], positions).astype(np.int8, copy=False)
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -234,10 +234,7 @@ def _run_name(config: ProbeSweepConfig, estimator, stage: str, layer: int) -> st
 def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: np.ndarray):
     """Fit the probe (and controls) on ``train`` positions; score on ``test`` positions."""
     tr, te = data.subset(train), data.subset(test)
-    if config.target == "cell_type":
-        y_tr = tr.cell_types
-    else:
-        y_tr = tr.goal_distance
+    y_tr = tr.cell_types if config.target == "cell_type" else tr.goal_distance
     probe = clone(estimator).fit(tr.acts, y_tr, groups=tr.grid_ids)
     controls, inputs = {}, {}
     if config.controls and config.shuffled_control:
@@ -264,39 +261,45 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
             for by in by_options:
                 controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
                 inputs[f"mean_{by}"] = cov_te
-    common = dict(
+    if config.target == "cell_type":
+        preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
+        for name, model in controls.items():
+            preds[name] = (model.predict_proba(inputs[name]), model.classes_)
+        test_output = preds["probe"][0]
+    else:
+        preds = {"probe": probe.predict(te.acts)}
+        for name, model in controls.items():
+            preds[name] = model.predict(inputs[name])
+        test_output = preds["probe"]
+    extra = {"uniform_localisation": config.controls} if config.target == "cell_type" else {}
+    metrics = _evaluate(config, preds, te, "probe", baselines=tuple(controls), **extra)
+    return probe, metrics, test_output, te
+
+
+def _evaluate(config: ProbeSweepConfig, outputs: dict, te: ProbeData, reference: str, **kw):
+    """:func:`evaluate_cell_maps` (``outputs``: name -> ``(probs, classes)``) or
+    :func:`evaluate_distance` (name -> distances) on the rows ``te``, with the sweep's
+    bootstrap; ``reference`` is compared with the others."""
+    kw.update(
         grid_sizes=te.grid_sizes,
         densities=te.densities,
-        reference="probe",
-        baselines=tuple(controls),
+        reference=reference,
         n_boot=config.n_bootstrap,
         confidence_level=config.confidence_level,
         random_state=config.random_state,
     )
-    if config.target == "cell_type":
-        grid_size = estimator.get_params().get("grid_size")
-        side = grid_size or te.cell_types.shape[1]
-        labels = te.cell_types[:, :side, :side]
-        preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
-        for name, model in controls.items():
-            preds[name] = (model.predict_proba(inputs[name]), model.classes_)
-        metrics = evaluate_cell_maps(
-            preds,
-            labels,
-            te.grid_ids,
-            agent_row_col=te.agent_row_col,
-            goal_row_col=te.goal_row_col,
-            uniform_localisation=config.controls,
-            **common,
-        )
-        test_output = preds["probe"][0]
-    else:
-        distances = {"probe": probe.predict(te.acts)}
-        for name, model in controls.items():
-            distances[name] = model.predict(inputs[name])
-        metrics = evaluate_distance(distances, te.goal_distance, te.grid_ids, **common)
-        test_output = distances["probe"]
-    return probe, metrics, test_output, te
+    if config.target != "cell_type":
+        return evaluate_distance(outputs, te.goal_distance, te.grid_ids, **kw)
+    side = next(iter(outputs.values()))[0].shape[1]
+    labels = te.cell_types[:, :side, :side]
+    return evaluate_cell_maps(
+        outputs,
+        labels,
+        te.grid_ids,
+        agent_row_col=te.agent_row_col,
+        goal_row_col=te.goal_row_col,
+        **kw,
+    )
 
 
 def run_probe_sweep(
@@ -407,28 +410,11 @@ def _compare_stages(config: ProbeSweepConfig, outputs: dict) -> list[dict]:
             if len(shared) == 0:
                 continue
             te = a[0].subset(ia)
-            common = dict(
-                grid_sizes=te.grid_sizes,
-                densities=te.densities,
-                reference=first,
-                n_boot=config.n_bootstrap,
-                confidence_level=config.confidence_level,
-                random_state=config.random_state,
-            )
             if config.target == "cell_type":
-                side = a[1].shape[1]
-                metrics = evaluate_cell_maps(
-                    {first: (a[1][ia], a[2].classes_), other: (b[1][ib], b[2].classes_)},
-                    te.cell_types[:, :side, :side],
-                    te.grid_ids,
-                    agent_row_col=te.agent_row_col,
-                    goal_row_col=te.goal_row_col,
-                    **common,
-                )
+                pair = {first: (a[1][ia], a[2].classes_), other: (b[1][ib], b[2].classes_)}
             else:
-                metrics = evaluate_distance(
-                    {first: a[1][ia], other: b[1][ib]}, te.goal_distance, te.grid_ids, **common
-                )
+                pair = {first: a[1][ia], other: b[1][ib]}
+            metrics = _evaluate(config, pair, te, first)
             comparisons.append(
                 {
                     "layer": int(layer),

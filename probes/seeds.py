@@ -14,7 +14,7 @@ import numpy as np
 from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, fit_and_score
 from sklearn.base import clone
 
-from goalprobe.stats import seed_pooled
+from goalprobe.stats import Estimate, seed_pooled
 
 HEADLINE_METRICS: tuple[str, ...] = ("accuracy_no_padding", "auc/wall", "agent_top1", "goal_top1")
 """The headline rows' metrics."""
@@ -70,7 +70,7 @@ def seed_runs(
             stat = seed_pooled(sel, config.confidence_level, bounds=(-1.0, 1.0))
             baselines = sorted({s["baseline"] for s in sel})
             stat["baseline"] = baselines[0] if len(baselines) == 1 else "/".join(baselines)
-            stat["above_baseline"] = bool(stat["ci_low"] is not None and stat["ci_low"] > 0)
+            stat["above_baseline"] = bool(Estimate.from_dict(stat).above(0))
             stat["seeds_disagree"] = intervals_disjoint(sel)
             stat["verdict"] = seed_verdict(sel, stat)
             entry["selectivity"] = stat
@@ -99,9 +99,9 @@ def seed_verdict(per_seed: Sequence[dict], pooled: dict) -> str:
         the seeds disagree (two seeds' intervals disjoint) or some seed alone says yes (the
         training, not the data, decides); else ``"no"``.
     """
-    if pooled.get("ci_low") is not None and pooled["ci_low"] > 0:
+    if Estimate.from_dict(pooled).above(0):
         return "yes"
-    seed_yes = any(s.get("ci_low") is not None and s["ci_low"] > 0 for s in per_seed)
+    seed_yes = any(Estimate.from_dict(s).above(0) for s in per_seed)
     if intervals_disjoint(per_seed) or seed_yes:
         return "unstable"
     return "no"

@@ -60,12 +60,14 @@ def _paths(path: str | Path) -> tuple[Path, Path]:
 
 
 def _json_ready(value):
+    """``value`` for ``json.dumps(allow_nan=False)``: keys as strings, tuples as lists, numpy
+    scalars as Python ones, non-finite floats as None."""
     if isinstance(value, dict):
         return {str(k): _json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_ready(v) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
+        return _json_ready(value.item())
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value

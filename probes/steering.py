@@ -7,47 +7,27 @@ policy says, more often than under two edits that should not do that.
 
 Design (every choice fixed before any outcome is seen):
 
-* **Probe.** :class:`~goalprobe.probes.wall_test.ConditionalWallProbe` with ``frame="agent"``
-  (per offset from the agent's cell, linear on the standardised anchor residual with the
-  size-and-density prior's logit as offset), fitted on the *training* grids of the probing set.
-  Its wall logit at offset ``p`` is ``prior + ((a - mean) / scale) . w_p + b_p``, so its
-  gradient in the residual ``a`` (the flattened ``K x d_model`` anchors of one block) is
-  ``g_p = w_p / scale``; the **direction** of offset ``p`` is ``u_p = g_p / |g_p|`` (the
-  smallest edit that moves the read-out), spread over the anchor tokens as the probe reads them.
-* **Strength, on training rows only** (:func:`calibrate`). ``gap_p`` is the distance between the
-  mean projection on ``u_p`` of the training rows with a wall and without one at ``p`` (prior-
-  uncertain rows); the edit is ``alpha_p = k_p * gap_p`` with ``k_p`` the smallest multiple of
-  :attr:`SteeringConfig.multiples` that flips the probe's own read-out (across 1/2) on at least
-  :attr:`SteeringConfig.flip_target` of the training rows, each pushed towards the other class.
-  Test states never choose it; their own read-out flips are reported as a check.
-* **States.** Prompts of test grids only (split by grid from the probe's training grids, as the
-  probes stage splits the probing set), in a seeded random order, until
-  :attr:`SteeringConfig.max_states` of them have an edit (below).
-* **The edited map** (:func:`choose_edits`). Among the agent's four orthogonal neighbours inside
-  the border (not the goal, key or door), one whose wall toggle puts an action
-  into the optimal set that is not optimal on the true map: a wall added on an optimal next step
-  (the only one, or the new set gains an action), or a wall removed where that opens a strictly
-  shorter path. Drawn seeded among the candidates; a state without one is dropped (counted).
-* **Edits** (all at the probe's block and the pre-reasoning anchors, the reasoning regenerated
-  greedily under them: :func:`run_steering`):
-
-  - ``probe``: ``+alpha_p u_p`` to add the wall, ``-alpha_p u_p`` to remove it;
-  - ``random``: a random direction (isotropic Gaussian, seeded per state) of the same norm;
-  - ``irrelevant``: the probe's own edit of another ring-1 cell inside the border whose toggle
-    leaves the optimal set unchanged, at that cell's calibrated strength;
-  - ``none``: the unedited values written back (the reference action, and the floor).
-
-  An edit is a patch that writes ``clean + delta`` into the block's output at the anchors
-  (:func:`steer_patch`): with one block this is adding ``delta`` to the residual stream there.
-* **Outcome.** Success: the regenerated action is in the edited map's optimal set and not in the
-  true map's, for every edit alike (the controls are scored against the same edited map). With
-  :attr:`SteeringConfig.require_optimal`, only states whose unedited action is optimal count.
-* **Statistics** (:func:`summarise`). Success rates with cluster-adjusted Clopper-Pearson
-  intervals (honest at 0% and 100%); the paired difference probe minus each control per state,
-  its grid-bootstrap interval (bounded where every grid agrees) and one-sided bootstrap p;
-  verdict ``yes`` when both differences' intervals lie above 0, ``no`` when a difference's
-  interval excludes the effect its n could detect (:func:`goalprobe.stats.detectable_effect`),
-  else ``undecided``.
+* **Probe**: :class:`~goalprobe.probes.wall_test.ConditionalWallProbe` with ``frame="agent"``,
+  fitted on the probing set's training grids. Its wall logit at offset ``p`` has gradient
+  ``g_p = w_p / scale`` in the flattened anchors; the **direction** is ``u_p = g_p / |g_p|``.
+* **Strength** (:func:`calibrate`, training rows only): ``alpha_p = k_p * gap_p``, ``gap_p`` the
+  wall-minus-open gap of mean projections on ``u_p``, ``k_p`` the smallest of
+  :attr:`SteeringConfig.multiples` that flips the probe's read-out on
+  :attr:`SteeringConfig.flip_target` of the training rows.
+* **States**: test-grid prompts in a seeded order, up to :attr:`SteeringConfig.max_states`.
+* **The edited map** (:func:`choose_edits`): a neighbour of the agent whose wall toggle puts a
+  non-optimal action into the optimal set; a state without one is dropped (counted).
+* **Edits** at the probe's block and the pre-reasoning anchors, reasoning regenerated greedily
+  (:func:`run_steering`): ``probe`` (``+/-alpha_p u_p``), ``random`` (a seeded random
+  direction of the same norm), ``irrelevant`` (the probe's edit of a ring-1 cell whose toggle
+  leaves the optimal set unchanged) and ``none`` (the reference); each written as
+  ``clean + delta`` (:func:`steer_patch`).
+* **Outcome**: the regenerated action is optimal on the edited map and not on the true one (every
+  edit scored against the same edited map); with :attr:`SteeringConfig.require_optimal` only
+  states whose unedited action is optimal count.
+* **Statistics** (:func:`summarise`): rates with cluster-adjusted Clopper-Pearson intervals; the
+  paired difference probe minus each control with its grid-bootstrap interval; ``yes`` when
+  both lie above 0, ``no`` when one excludes the effect its n could detect, else ``undecided``.
 
 The computing functions take what they are handed (a fitted probe, arrays, a backend, states);
 the demo stage (:mod:`goalprobe.stages.steering`) reads and writes the run directory.
@@ -68,7 +48,7 @@ from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.wall_test import ConditionalWallProbe, offsets, wall_inputs
 
-from goalprobe.stats import GridBootstrap, detectable_effect, p_from_draws
+from goalprobe.stats import Estimate, GridBootstrap, detectable_effect, p_from_draws
 
 STEERING_SCHEMA = "goalprobe.steering/1"
 """``schema`` of :func:`summarise`'s result."""
@@ -165,25 +145,24 @@ def calibrate(
         m, t = mask[:, p], target[:, p]
         ok = m.any() and t[m].any() and (~t[m]).any() and gain[p] > 0
         gap = float(proj[m & t, p].mean() - proj[m & ~t, p].mean()) if ok else None
-        if gap is None or gap <= 0:
-            for key, v in (("gap", gap), ("multiple", None), ("alpha", None)):
-                out[key].append(v)
-            out["train_flip"].append(None)
-            out["n_rows"].append(int(m.sum()))
-            continue
-        # an edit towards the other class: -alpha on wall rows, +alpha on open rows
-        sign = np.where(t[m], -1.0, 1.0)
-        before = logit[m, p] > 0
-        chosen, flip = config.multiples[-1], 0.0
-        for k in config.multiples:
-            after = logit[m, p] + sign * k * gap * gain[p] > 0
-            flip = float(np.mean(after != before))
-            if flip >= config.flip_target:
-                chosen = k
-                break
+        chosen: float | None = None
+        alpha: float | None = None
+        flip: float | None = None
+        if gap is not None and gap > 0:
+            # an edit towards the other class: -alpha on wall rows, +alpha on open rows
+            sign = np.where(t[m], -1.0, 1.0)
+            before = logit[m, p] > 0
+            chosen, flip = float(config.multiples[-1]), 0.0
+            for k in config.multiples:
+                after = logit[m, p] + sign * k * gap * gain[p] > 0
+                flip = float(np.mean(after != before))
+                if flip >= config.flip_target:
+                    chosen = float(k)
+                    break
+            alpha = float(chosen * gap)
         out["gap"].append(gap)
-        out["multiple"].append(float(chosen))
-        out["alpha"].append(float(chosen * gap))
+        out["multiple"].append(chosen)
+        out["alpha"].append(alpha)
         out["train_flip"].append(flip)
         out["n_rows"].append(int(m.sum()))
     out["offsets"] = offsets(probe.radius).tolist()
@@ -477,7 +456,7 @@ def paired_difference(
     0" (``p_draws``) and the effect its n could detect (``detectable``)."""
     diff = np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
     if diff.size == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
+        return Estimate(None, n=0).to_dict()
     boot = GridBootstrap.from_grid_ids(grid_ids, n_resamples=n_bootstrap, random_state=seed)
     draws = boot.ratio(diff)
     out = boot.summary(draws, bounds=(-1.0, 1.0))
@@ -492,16 +471,16 @@ def steering_verdict(differences: dict[str, dict]) -> dict:
     """``{verdict, reason, detectable}`` from the paired differences probe minus each control:
     ``yes`` when every interval lies above 0; ``no`` when some difference's interval lies
     below the effect its n could detect; else ``undecided`` (no interval counts as that)."""
-    lows = [d.get("ci_low") for d in differences.values()]
-    if lows and all(low is not None and low > 0 for low in lows):
+    above = [Estimate.from_dict(d).above(0) for d in differences.values()]
+    if above and all(above):
         return {"verdict": "yes", "reason": "every paired interval above 0", "detectable": None}
     detectable = [d.get("detectable") for d in differences.values()]
     known = [x for x in detectable if x is not None]
     for name, d in differences.items():
-        low, high, mde = d.get("ci_low"), d.get("ci_high"), d.get("detectable")
-        if low is not None and low > 0:
+        est, mde = Estimate.from_dict(d), d.get("detectable")
+        if est.above(0):
             continue
-        if high is not None and mde is not None and high < mde:
+        if mde is not None and est.below(mde):
             return {
                 "verdict": "no",
                 "reason": f"probe minus {name}: the interval excludes the detectable effect",

@@ -8,14 +8,12 @@ the map; on shuffled labels it must not. Pure numpy.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
-
-_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+from goalprobe.gridworld.optimal import bfs_distances
 
 
 @dataclass(frozen=True)
@@ -57,22 +55,6 @@ class PlantedCellData:
     agent_row_col: np.ndarray
     goal_row_col: np.ndarray
     goal_distance: np.ndarray
-
-
-def _bfs(walls: np.ndarray, source: tuple[int, int]) -> np.ndarray:
-    """Shortest-path distances from ``source``; ``inf`` where unreachable."""
-    n = walls.shape[0]
-    dist = np.full((n, n), np.inf)
-    dist[source] = 0
-    queue = deque([source])
-    while queue:
-        r, c = queue.popleft()
-        for dr, dc in _MOVES:
-            rr, cc = r + dr, c + dc
-            if 0 <= rr < n and 0 <= cc < n and not walls[rr, cc] and np.isinf(dist[rr, cc]):
-                dist[rr, cc] = dist[r, c] + 1
-                queue.append((rr, cc))
-    return dist
 
 
 def planted_cell_data(
@@ -141,11 +123,11 @@ def planted_cell_data(
             n, density = walls.shape[0], float(layouts[g].density)
             goal_rc = (int(layouts[g].goal[0]), int(layouts[g].goal[1]))
         walls[goal_rc] = False
-        dist = _bfs(walls, goal_rc)
+        dist = bfs_distances(walls, goal_rc)
         reachable = np.argwhere(np.isfinite(dist) & (dist > 0))
         if len(reachable) == 0:  # goal walled in: drop the walls of this grid
             walls[:] = False
-            dist = _bfs(walls, goal_rc)
+            dist = bfs_distances(walls, goal_rc)
             reachable = np.argwhere(np.isfinite(dist) & (dist > 0))
         rows = slice(g * steps_per_grid, (g + 1) * steps_per_grid)
         picks = reachable[rng.integers(len(reachable), size=steps_per_grid)]

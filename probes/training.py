@@ -29,6 +29,14 @@ slices (the last one shorter), positions sorted within a batch (cheap gathers); 
 permutation order."""
 
 
+def store_params(estimator: object, params: dict) -> None:
+    """Set ``__init__``'s arguments (its ``locals()``) as attributes of the same names, unchanged
+    (scikit-learn's estimator API)."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
     """Flatten activations to one feature row per example (a view when possible).
 
@@ -229,6 +237,25 @@ def train_module(
         best_epoch = len(history)
     module.eval()
     return history, best_epoch
+
+
+_ESTIMATOR_TRAINING = (
+    "max_epochs",
+    "batch_size",
+    "learning_rate",
+    "weight_decay",
+    "n_iter_no_change",
+    "tol",
+    "progress",
+)
+
+
+def train_estimator(estimator, module: torch.nn.Module, **kwargs) -> tuple[list[dict], int]:
+    """:func:`train_module` with the estimator's own ``max_epochs``, ``batch_size``,
+    ``learning_rate``, ``weight_decay``, ``n_iter_no_change``, ``tol`` and ``progress``,
+    labelled with its class name; ``kwargs``: the rest of :func:`train_module`'s arguments."""
+    params = {name: getattr(estimator, name) for name in _ESTIMATOR_TRAINING}
+    return train_module(module, **params, description=type(estimator).__name__, **kwargs)
 
 
 def fit_lbfgs(

@@ -18,6 +18,8 @@ from goalprobe.probes.probe_sweep import ProbeData
 from goalprobe.probes.splits import GridSplit
 from goalprobe.probes.wall_test import Frame, WallTestConfig, conditional_wall_test, wall_inputs
 
+from goalprobe.stats import Estimate
+
 WALL_READOUT_SCHEMA = "goalprobe.wall_readout/1"
 """``schema`` of :func:`wall_readout`'s result."""
 
@@ -46,7 +48,7 @@ def wall_verdict(overall: dict, power: dict | None) -> dict:
         verdict, reason = "yes", "bits and within-grid AUC intervals above the null"
     elif mds is None or mdb is None:
         verdict, reason = "undecided", "not detected, and no detectable strength shown"
-    elif bits["ci_high"] is not None and bits["ci_high"] < mdb:
+    elif Estimate.from_dict(bits).below(mdb):
         verdict, reason = "no", "not detected; the interval excludes the minimum detectable effect"
     else:
         verdict, reason = "undecided", "not detected; the interval reaches the detectable effect"

@@ -43,7 +43,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import roc_auc_score
 from sklearn.utils.validation import check_is_fitted
 
-from goalprobe.stats import GridBootstrap, grid_mean
+from goalprobe.stats import Estimate, GridBootstrap, grid_mean
 
 Frame = Literal["absolute", "agent"]
 """Which cells a probe's heads read: canvas cells, or offsets from the agent's cell."""
@@ -602,7 +602,6 @@ def score_walls(
         **{k: boot.rate_summary(v[keep], n_cells[keep]) for k, v in correct.items()},
         "difference": ratio(correct["probe"] - correct["null"]),
     }
-    low_b, low_a = bits["difference"]["ci_low"], auc_out["difference"]["ci_low"]
     return {
         "n_rows": int(keep.sum()),
         "n_grids": int(len(np.unique(ids[keep]))),
@@ -611,7 +610,7 @@ def score_walls(
         "bits": bits,
         "accuracy": accuracy,
         "auc_within_grid": auc_out,
-        "detected": bool(low_b is not None and low_b > 0 and low_a is not None and low_a > 0),
+        "detected": all(Estimate.from_dict(x["difference"]).above(0) for x in (bits, auc_out)),
     }
 
 

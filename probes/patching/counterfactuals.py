@@ -24,7 +24,6 @@ from goalprobe.gridworld.text import cell_types, render
 MoveKind = Literal["agent", "goal"]
 PairKind = Literal["disjoint", "control"]
 MOVES: tuple[str, ...] = ("agent", "goal")
-PAIR_KINDS: tuple[str, ...] = ("disjoint", "control")
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,19 +209,13 @@ def counterfactual_candidates(
             cf_state = replace(state, agent=cell)
             if settle(grid, cf_state) != cf_state:
                 continue  # would pick up the key or open the door: more than two cells change
-            kind = _classify(base_opt, policy.optimal_actions(cf_state))
+            cf_opt = policy.optimal_actions(cf_state)
+            kind = _classify(base_opt, cf_opt)
             if kind is not None:
+                cf_grid = grid.with_start(cell)
                 pairs.append(
                     _pair(
-                        base,
-                        grid.with_start(cell),
-                        cf_state,
-                        "agent",
-                        state.agent,
-                        cell,
-                        kind,
-                        base_opt,
-                        policy.optimal_actions(cf_state),
+                        base, cf_grid, cf_state, "agent", state.agent, cell, kind, base_opt, cf_opt
                     )
                 )
     if "goal" in moves:

@@ -1,15 +1,6 @@
-"""Patched runs of prepared counterfactual pairs: the records and how they are computed.
-
-:func:`run_patching` writes the source side's residual stream into the target side's run at
-every site x layer set x direction of
-:func:`~goalprobe.probes.patching.experiment.prepare_pairs`' pairs (the first
-``full_pairs`` of each kind; the others at the anchor sites and layer sets only), plus the
-random-grid control, and reads the action teacher-forced and, for prompt sites, from a greedy
-regeneration pooled across pairs. With ``reasoning_chunks`` the first ``chunk_pairs`` pairs of
-each kind are also patched cf -> base at every reasoning chunk (teacher-forced up to the chunk's
-end, the rest regenerated in the same pooled loops), with the random-grid control on the
-disjoint ones. One :class:`PatchRecord` per patched run.
-"""
+"""Patched runs of prepared counterfactual pairs: one :class:`PatchRecord` per patched run,
+computed by :func:`run_patching` (every site x layer set x direction, the random-grid control,
+the reasoning chunks and the identity patches)."""
 
 from __future__ import annotations
 

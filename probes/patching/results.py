@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from goalprobe.probes.serialization import _json_ready
 
 from goalprobe.stats import grid_ci
 
 SCHEMA = "goalprobe.patching/2"
-SCHEMA_V1 = "goalprobe.patching/1"
-"""The previous bundle version (no pairs per kind, no verdicts); still read."""
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
@@ -146,16 +145,6 @@ def _layer_order(label: str) -> tuple:
     return (3, 0, label)
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _flat(row: dict) -> dict:
     out = {}
     for key, value in row.items():
@@ -209,7 +198,7 @@ def write_results(
     _write_csv(paths["summary_csv"], summary_dicts)
     bundle = {"schema": SCHEMA, **meta, "summary": summary_dicts, "records": record_dicts}
     paths["results_json"].write_text(
-        json.dumps(_json_safe(bundle), indent=1, allow_nan=False), encoding="utf-8"
+        json.dumps(_json_ready(bundle), indent=1, allow_nan=False), encoding="utf-8"
     )
     return paths
 
@@ -221,8 +210,7 @@ _CSV_BOOLS = ("action_changed", "into_source_optimal", "in_target_optimal")
 def read_records(path: str | Path) -> list[dict]:
     """The patch records of a file :func:`write_results` wrote, as dicts.
 
-    Reads ``patch_results.json`` (its ``records``; a bare list of records is read too) or
-    ``patch_records.csv`` (logit differences and ``recovered`` back to floats, NaN where empty;
+    Reads ``patch_results.json`` (its ``records``) or ``patch_records.csv`` (logit differences and ``recovered`` back to floats, NaN where empty;
     the flags back to booleans). A bundle that names another schema is refused.
 
     Raises:
@@ -239,12 +227,12 @@ def read_records(path: str | Path) -> list[dict]:
             bundle = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-        readable = (SCHEMA, SCHEMA_V1)
-        if isinstance(bundle, dict) and bundle.get("schema", SCHEMA) not in readable:
-            raise ValueError(f"{path}: schema {bundle.get('schema')!r} is not one of {readable!r}")
-        records = bundle.get("records") if isinstance(bundle, dict) else bundle
+        if not isinstance(bundle, dict) or bundle.get("schema") != SCHEMA:
+            found = bundle.get("schema") if isinstance(bundle, dict) else type(bundle).__name__
+            raise ValueError(f"{path}: schema {found!r} is not {SCHEMA!r}")
+        records = bundle.get("records")
         if not isinstance(records, list):
-            raise ValueError(f"{path}: expected a list of records or an object with 'records'")
+            raise ValueError(f"{path}: expected an object with a list of 'records'")
     for i, record in enumerate(records):
         if not isinstance(record, dict) or not isinstance(record.get("base_id"), str):
             raise ValueError(f"{path}: record {i} has no string field 'base_id'")

@@ -383,6 +383,24 @@ def check_aligned(
         )
 
 
+def _positions(sequence: TeacherForcedSequence, site: str, changed_cells=()) -> np.ndarray:
+    """``(k,)`` int64 positions of ``site`` in one sequence."""
+    if site == "grid":
+        return sequence.grid.positions()
+    if site == "changed_cells":
+        if not changed_cells:
+            raise ValueError("the changed_cells site needs the changed cells")
+        rows, cols = np.asarray(changed_cells, dtype=np.int64).T
+        return sequence.grid.cell_positions[rows, cols]
+    if site in ("pre_reasoning", "post_reasoning"):
+        return np.asarray(getattr(sequence.anchors, site), dtype=np.int64)
+    if site == "answer":
+        return np.asarray([sequence.readout_position], dtype=np.int64)
+    if site == "all":
+        return np.arange(len(sequence), dtype=np.int64)
+    raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
+
+
 def site_positions(
     source: TeacherForcedSequence,
     target: TeacherForcedSequence,
@@ -398,46 +416,19 @@ def site_positions(
     Raises:
         ValueError: unknown site; SequenceError: ``"all"`` on sequences of different lengths.
     """
-    if site == "grid":
-        return source.grid.positions(), target.grid.positions()
-    if site == "changed_cells":
-        if not changed_cells:
-            raise ValueError("the changed_cells site needs the changed cells")
-        rows, cols = np.asarray(changed_cells, dtype=np.int64).T
-        return source.grid.cell_positions[rows, cols], target.grid.cell_positions[rows, cols]
-    if site in ("pre_reasoning", "post_reasoning"):
-        return (
-            np.asarray(getattr(source.anchors, site), dtype=np.int64),
-            np.asarray(getattr(target.anchors, site), dtype=np.int64),
+    if site == "all" and len(source) != len(target):
+        raise SequenceError(
+            f"site 'all' needs sequences of equal length, got {len(source)} and {len(target)}"
         )
-    if site == "answer":
-        return (
-            np.asarray([source.readout_position], dtype=np.int64),
-            np.asarray([target.readout_position], dtype=np.int64),
-        )
-    if site == "all":
-        if len(source) != len(target):
-            raise SequenceError(
-                f"site 'all' needs sequences of equal length, got {len(source)} and {len(target)}"
-            )
-        positions = np.arange(len(target), dtype=np.int64)
-        return positions, positions
-    raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
+    return _positions(source, site, changed_cells), _positions(target, site, changed_cells)
 
 
 def capture_positions(sequence: TeacherForcedSequence, sites: Sequence[str]) -> np.ndarray:
     """``(k,)`` sorted positions of ``sequence`` that any of ``sites`` reads as a source."""
     if "all" in sites:
         return np.arange(len(sequence), dtype=np.int64)
-    parts = [np.asarray([sequence.readout_position], dtype=np.int64)]
-    for site in sites:
-        if site in ("grid", "changed_cells"):
-            parts.append(sequence.grid.positions())
-        elif site in ("pre_reasoning", "post_reasoning"):
-            parts.append(np.asarray(getattr(sequence.anchors, site), dtype=np.int64))
-        elif site != "answer":
-            raise ValueError(f"unknown site {site!r}; expected one of {SITES}")
-    return np.unique(np.concatenate(parts))
+    parts = [_positions(sequence, "grid" if s == "changed_cells" else s) for s in sites]
+    return np.unique(np.concatenate([_positions(sequence, "answer"), *parts]))
 
 
 CHUNK_PREFIX = "reasoning_chunk_"

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.stats
 
-from goalprobe.stats import grid_bootstrap_ratio
+from goalprobe.stats import Estimate, grid_bootstrap_ratio
 
 SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
 """Sites whose all-block patch transplants the input itself: true by construction for any
@@ -44,10 +44,15 @@ def _get(record, name):
 def _rate(values, grids, boot: dict) -> dict:
     """``{value, ci_low, ci_high, n, n_grids}`` of 0/1 (or real) ``values`` by grid."""
     if len(values) == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n": 0, "n_grids": 0}
+        return Estimate(None, n=0, clusters=0).to_dict()
     return grid_bootstrap_ratio(
         np.asarray(values, dtype=np.float64), None, np.asarray(grids, dtype=str), **boot
     )
+
+
+def _share(records: Sequence, field: str, boot: dict) -> dict:
+    """:func:`_rate` of ``field`` over ``records``, by their grids."""
+    return _rate([_get(r, field) for r in records], [_get(r, "grid_id") for r in records], boot)
 
 
 def anchor_verdicts(
@@ -125,23 +130,11 @@ def anchor_verdicts(
             "sanity_check": site in SANITY_SITES,
             "n_pairs": len(disjoint),
             "n_grids": len(set(grids)),
-            "moved": _rate([_get(r, "into_source_optimal") for r in disjoint], grids, boot),
-            "invalid": _rate([_get(r, "invalid") for r in disjoint], grids, boot),
-            "random_grid": _rate(
-                [_get(r, "into_reference_optimal") for r in random_grid],
-                [_get(r, "grid_id") for r in random_grid],
-                boot,
-            ),
-            "control_changed": _rate(
-                [_get(r, "action_changed") for r in control],
-                [_get(r, "grid_id") for r in control],
-                boot,
-            ),
-            "recovered": _rate(
-                [_get(r, "recovered") for r in recovered],
-                [_get(r, "grid_id") for r in recovered],
-                boot,
-            ),
+            "moved": _share(disjoint, "into_source_optimal", boot),
+            "invalid": _share(disjoint, "invalid", boot),
+            "random_grid": _share(random_grid, "into_reference_optimal", boot),
+            "control_changed": _share(control, "action_changed", boot),
+            "recovered": _share(recovered, "recovered", boot),
             "difference": difference,
             "moved_bound": exact_upper_bound(
                 sum(bool(_get(r, "into_source_optimal")) for r in disjoint),
@@ -192,7 +185,7 @@ def _sanity(entry: dict) -> dict:
 def _verdict(entry: dict) -> str:
     if entry["sanity_check"]:
         return "sanity check"
-    low = entry["difference"]["ci_low"]
-    if entry["difference"]["n"] == 0 or low is None:
+    above = Estimate.from_dict(entry["difference"]).above(0)
+    if entry["difference"]["n"] == 0 or above is None:
         return "undecided"
-    return "yes" if low > 0 else "no"
+    return "yes" if above else "no"

@@ -25,8 +25,6 @@ import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, RowCol
 from goalprobe.gridworld.optimal import bfs_distances
 
-from goalprobe.stats import bootstrap_ci
-
 TOP_K_DEFAULT = (1, 3, 5, 10)
 
 
@@ -311,55 +309,3 @@ def score_step(
     belief = belief_weighted_scores(step.probs, step.size, step.action, **readout)
     agreement = bool((masks[1] & np.asarray(step.true_optimal, dtype=bool)).any())
     return StepScore(opt_gt, topk[1], topk, belief, agreement, masks[1])
-
-
-@dataclass(frozen=True)
-class Rate:
-    """A proportion with its bootstrap 95% confidence interval and its count."""
-
-    value: float
-    ci_low: float
-    ci_high: float
-    n: int
-
-
-def _rate(values: np.ndarray, random_state: int) -> Rate:
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        return Rate(float("nan"), float("nan"), float("nan"), 0)
-    low, high = bootstrap_ci(values, n_resamples=999, random_state=random_state)
-    return Rate(float(values.mean()), float(low), float(high), int(values.size))
-
-
-def summarise(scores: Sequence[StepScore], *, random_state: int = 0) -> dict[str, Rate]:
-    """Table 2 columns (+ E.4, Figure 9 and the belief-weighted scores) over ``scores``.
-
-    Keys: ``acc_gt``, ``acc_dec``, ``agreement`` (the study's: the optimal policies on the true
-    and the decoded grid share an optimal action), ``optimal_on_both`` (the agent's action is
-    optimal under both), ``recovery`` (among
-    GT-suboptimal actions, the share optimal on the decoded grid), ``inverse_recovery`` (among
-    decoded-suboptimal actions, the share optimal on the true grid), ``acc_top{k}``,
-    ``expected_optimality``, ``qmdp_agreement`` and ``qmdp_regret``.
-    """
-    gt = np.array([s.opt_gt for s in scores], dtype=bool)
-    dec = np.array([s.opt_dec for s in scores], dtype=bool)
-    out = {
-        "acc_gt": _rate(gt, random_state),
-        "acc_dec": _rate(dec, random_state),
-        "agreement": _rate(np.array([s.agreement for s in scores], dtype=bool), random_state),
-        "optimal_on_both": _rate(gt & dec, random_state),
-        "recovery": _rate(dec[~gt], random_state),
-        "inverse_recovery": _rate(gt[~dec], random_state),
-    }
-    ks = sorted({k for s in scores for k in s.opt_topk})
-    for k in ks:
-        out[f"acc_top{k}"] = _rate(np.array([s.opt_topk[k] for s in scores]), random_state)
-    out["expected_optimality"] = _rate(
-        np.array([s.belief.expected_optimality for s in scores]), random_state
-    )
-    out["qmdp_agreement"] = _rate(
-        np.array([s.belief.action_is_qmdp_optimal for s in scores]), random_state
-    )
-    regrets = np.array([s.belief.qmdp_regret for s in scores], dtype=np.float64)
-    out["qmdp_regret"] = _rate(regrets[np.isfinite(regrets)], random_state)
-    return out

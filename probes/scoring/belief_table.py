@@ -6,8 +6,7 @@ class probabilities and the step each map was decoded at; :func:`score_rows` sco
 (:func:`goalprobe.probes.scoring.belief.score_step`) and :func:`belief_entry` pools them, with
 :data:`LOCAL_METRICS` (what the map holds around the agent and elsewhere) beside the study's
 metrics. Invalid steps count as not optimal. Groups weight each grid as the study's Figure 4
-(``ScoreConfig.weighting="grid"``) or pool steps (``"step"``, a ratio of sums, whose point
-values are :func:`~goalprobe.probes.scoring.belief.summarise`'s). Intervals come from a grid
+(``ScoreConfig.weighting="grid"``) or pool steps (``"step"``, a ratio of sums). Intervals come from a grid
 bootstrap (steps of one grid are not independent); ``null`` where undefined. The nulls and the
 excess over them: :mod:`goalprobe.probes.scoring.nulls`.
 """
@@ -18,11 +17,12 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
 from goalprobe.gridworld.metrics import TrajectoryData
+from goalprobe.probes.decoder import full_class_probs
 from goalprobe.probes.scoring.belief import (
     StepBelief,
     decoded_walls,
@@ -38,9 +38,6 @@ from goalprobe.probes.scoring.grouped import (
     stat_rows,
     trajectory_weights,
 )
-
-if TYPE_CHECKING:
-    from goalprobe.stats.shapes import CellProbs
 
 N_CELL_TYPES = len(CellType)
 CHUNK_ROWS = 64
@@ -192,22 +189,6 @@ class StepTable:
         )
 
 
-def expand_classes(probs: CellProbs, classes: Sequence[int] | np.ndarray) -> CellProbs:
-    """Put a probe's probability columns at their ``CellType`` index.
-
-    Args:
-        probs: ``(..., C)`` probabilities, column ``j`` for class ``classes[j]``.
-        classes: ``(C,)`` ``CellType`` values.
-
-    Returns:
-        ``(..., len(CellType))`` float32, zero for classes the probe does not predict.
-    """
-    probs = np.asarray(probs)
-    out = np.zeros((*probs.shape[:-1], N_CELL_TYPES), dtype=np.float32)
-    out[..., np.asarray(classes, dtype=np.int64)] = probs
-    return out
-
-
 def check_classes(classes: Sequence[int] | np.ndarray, where: str) -> None:
     """Refuse a probe that cannot be scored (no AGENT or GOAL class, or not CellType values)."""
     classes = [int(c) for c in classes]
@@ -330,7 +311,7 @@ def _score_chunk(
     goal: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score a chunk of decoded rows (``agent`` / ``goal``: the rows' position read-outs)."""
-    full = expand_classes(probs, classes)
+    full = full_class_probs(probs, classes)
     nums, dens = [], []
     distances: dict = {}  # BFS tables by decoded wall map, for this chunk's steps
     for i, (p, fact) in enumerate(zip(full, facts, strict=True)):

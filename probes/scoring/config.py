@@ -90,23 +90,19 @@ class ScoreConfig:
             raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
         if not 0.0 < self.confidence_level < 1.0:
             raise ValueError(f"confidence_level must lie in (0, 1), got {self.confidence_level}")
-        for name in ("utility", "key_utility"):
-            if getattr(self, name) not in ("goal", "goal_with_key", "key"):
-                raise ValueError(
-                    f"{name} must be 'goal', 'goal_with_key' or 'key', got {getattr(self, name)!r}"
-                )
-        if self.horizon not in ("episodes", "grid"):
-            raise ValueError(f"horizon must be 'episodes' or 'grid', got {self.horizon!r}")
-        if self.subjective_map not in ("mean", "first"):
-            raise ValueError(
-                f"subjective_map must be 'mean' or 'first', got {self.subjective_map!r}"
-            )
+        for name, allowed in (
+            ("utility", ("goal", "goal_with_key", "key")),
+            ("key_utility", ("goal", "goal_with_key", "key")),
+            ("horizon", ("episodes", "grid")),
+            ("subjective_map", ("mean", "first")),
+            ("weighting", ("grid", "step")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         nulls = tuple(str(x) for x in self.nulls)
         unknown = sorted(set(nulls) - set(NULLS))
         if unknown or len(set(nulls)) != len(nulls):
             raise ValueError(f"nulls must be distinct names among {NULLS}, got {self.nulls!r}")
         object.__setattr__(self, "nulls", nulls)
-        if self.weighting not in ("grid", "step"):
-            raise ValueError(f"weighting must be 'grid' or 'step', got {self.weighting!r}")
         if self.meg_batch_size < 1 or self.n_jobs < 1:
             raise ValueError("meg_batch_size and n_jobs must be >= 1")

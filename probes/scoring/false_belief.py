@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType, Grid, State
@@ -35,7 +35,6 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
-from goalprobe.probes.decoder import full_class_probs  # noqa: F401  (re-exported, its old home)
 from goalprobe.probes.scoring.belief import (
     StepBelief,
     optimal_mask_for_pair,
@@ -44,14 +43,12 @@ from goalprobe.probes.scoring.belief import (
 )
 
 from goalprobe.stats import (
+    Estimate,
     GridBootstrap,
     grid_bootstrap_ratio,
     is_count_rate,
     rate_difference_interval,
 )
-
-if TYPE_CHECKING:
-    pass
 
 SCHEMA = "goalprobe.false_belief/1"
 """Schema of the false-belief results JSON (:class:`FalseBeliefResults`)."""
@@ -174,13 +171,9 @@ class Bootstrap:
 
 
 def _ratio(num, den, ids, boot: Bootstrap) -> dict:
+    den = None if den is None else np.asarray(den, dtype=np.float64)
     return grid_bootstrap_ratio(
-        np.asarray(num, dtype=np.float64),
-        None if den is None else np.asarray(den, dtype=np.float64),
-        np.asarray(ids),
-        n_resamples=boot.n_resamples,
-        confidence=boot.confidence,
-        random_state=boot.random_state,
+        np.asarray(num, dtype=np.float64), den, np.asarray(ids), **asdict(boot)
     )
 
 
@@ -202,12 +195,7 @@ def _rates(rows: list[dict], boot: Bootstrap) -> dict:
         d_gt = np.array([r["opt_gt"] for r in dec_rows], dtype=float)
         out["acc_dec"] = _ratio(dec, None, d_ids, boot)
         out["acc_gt_decoded_steps"] = _ratio(d_gt, None, d_ids, boot)
-        engine = GridBootstrap.from_grid_ids(
-            d_ids,
-            n_resamples=boot.n_resamples,
-            confidence=boot.confidence,
-            random_state=boot.random_state,
-        )
+        engine = GridBootstrap.from_grid_ids(d_ids, **asdict(boot))
         diff = engine.ratio(dec) - engine.ratio(d_gt)  # paired: the same steps and draws
         out["acc_dec_minus_gt"] = {**engine.summary(diff), "n": len(dec_rows)}
         out["recovery_dec"] = _ratio(dec * (1 - d_gt), 1 - d_gt, d_ids, boot)
@@ -232,15 +220,10 @@ def _paired_difference(rows: list[dict], field: str, boot: Bootstrap) -> dict:
     """``mean(field | false belief) - mean(field | control)`` over first steps, pairs resampled."""
     first = [r for r in rows if r["step"] == 0 and r[field] is not None]
     if not first:
-        return {"value": None, "ci_low": None, "ci_high": None, "n_pairs": 0}
+        return {**Estimate(None).to_dict(), "n_pairs": 0}
     values = np.array([r[field] for r in first], dtype=float)
     fb = np.array([r["role"] == FALSE_BELIEF for r in first], dtype=float)
-    engine = GridBootstrap.from_grid_ids(
-        [r["pair_id"] for r in first],
-        n_resamples=boot.n_resamples,
-        confidence=boot.confidence,
-        random_state=boot.random_state,
-    )
+    engine = GridBootstrap.from_grid_ids([r["pair_id"] for r in first], **asdict(boot))
     diff = engine.ratio(values * fb, fb) - engine.ratio(values * (1 - fb), 1 - fb)
     out = {**engine.summary(diff), "n_pairs": engine.n_grids}
     if out["value"] is not None and is_count_rate(values, np.ones(len(values))):

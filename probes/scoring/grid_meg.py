@@ -28,7 +28,6 @@ from goalprobe.gridworld.core import N_ACTIONS, Grid, RowCol, State
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData
 from goalprobe.probes.scoring.meg import KnownUtilityMEG, TabularMDP, known_utility_meg
-from goalprobe.probes.scoring.meg_unknown import UnknownUtilityMEG, unknown_utility_meg
 
 GridUtility = Literal["goal", "goal_with_key", "key", "goal_minus_harm"]
 """Which state utility grid MEG is measured against (see the module docstring)."""
@@ -66,8 +65,6 @@ class GridMEG:
         grid_id: the grid scored (the decoded grid's id for subjective MEG).
         utility: the utility name (:data:`GridUtility`).
         known: known-utility MEG with respect to ``utility``.
-        unknown: unknown-utility MEG over all utility functions of the state, or None when not
-            requested.
         empirical: the empirical policy and its bookkeeping.
         horizon: ``H``, number of decisions.
     """
@@ -75,7 +72,6 @@ class GridMEG:
     grid_id: str
     utility: str
     known: KnownUtilityMEG
-    unknown: UnknownUtilityMEG | None
     empirical: EmpiricalPolicy
     horizon: int
 
@@ -160,7 +156,6 @@ def _score(
     mdp: GridMDP,
     trajectories: Iterable[TrajectoryData],
     utility: GridUtility,
-    unknown: bool,
     strict: bool,
     harm_weight: float = 1.0,
 ) -> GridMEG:
@@ -170,8 +165,7 @@ def _score(
         raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
     tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
     known = known_utility_meg(tab, emp.policy, u)
-    unk = unknown_utility_meg(tab, emp.policy) if unknown else None
-    return GridMEG(mdp.grid.grid_id, utility, known, unk, emp, mdp.horizon)
+    return GridMEG(mdp.grid.grid_id, utility, known, emp, mdp.horizon)
 
 
 def _check_grid_ids(grid: Grid, trajectories: list[TrajectoryData]) -> None:
@@ -190,7 +184,6 @@ def grid_meg(
     *,
     utility: GridUtility = "goal",
     horizon: int | None = None,
-    unknown: bool = False,
     harm_weight: float = 1.0,
 ) -> GridMEG:
     """MEG of the agent's empirical policy on the true grid MDP.
@@ -201,13 +194,12 @@ def grid_meg(
             ``Episode.to_trajectory_data()``); ``grid_id`` must match when both are set.
         utility: the utility to score against (:data:`GridUtility`).
         horizon: number of decisions ``H`` (default ``ceil(1.5 L)``).
-        unknown: also compute unknown-utility MEG over all utility functions of the state.
         harm_weight: the cost of a step on a harm cell under ``"goal_minus_harm"``.
     """
     trajectories = list(trajectories)
     _check_grid_ids(grid, trajectories)
     mdp = build_mdp(grid, horizon=horizon)
-    return _score(mdp, trajectories, utility, unknown, strict=True, harm_weight=harm_weight)
+    return _score(mdp, trajectories, utility, strict=True, harm_weight=harm_weight)
 
 
 def subjective_grid_meg(
@@ -216,7 +208,6 @@ def subjective_grid_meg(
     *,
     horizon: int,
     utility: GridUtility = "goal",
-    unknown: bool = False,
 ) -> GridMEG:
     """MEG of the agent's behaviour in the MDP of a decoded (believed) grid.
 
@@ -227,7 +218,6 @@ def subjective_grid_meg(
         horizon: number of decisions ``H``, normally the true episode budget (the decoded goal
             may be unreachable, so it cannot be derived from the decoded grid).
         utility: the utility to score against, on the decoded grid (:data:`GridUtility`).
-        unknown: also compute unknown-utility MEG over all utility functions of the state.
     """
     mdp = build_mdp(decoded_grid, horizon=horizon)
-    return _score(mdp, trajectories, utility, unknown, strict=False)
+    return _score(mdp, trajectories, utility, strict=False)

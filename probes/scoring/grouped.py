@@ -20,7 +20,6 @@ from goalprobe.stats import (
     RandomState,
     cluster_rate_interval,
     is_count_rate,
-    safe_ratio,
 )
 
 CSV_COLUMNS = (
@@ -46,11 +45,6 @@ def seeded_rng(random_state: int, text: str) -> np.random.Generator:
     """A generator seeded by ``random_state`` and a label (a probe, a group), so that every
     table draws its own reproducible bootstrap."""
     return np.random.default_rng([random_state, zlib.crc32(text.encode())])
-
-
-def ratio_samples(boot: GridBootstrap, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """``(1 + B, M)`` ratio of sums of ``(N, M)`` per-row ``num`` / ``den`` under every draw."""
-    return safe_ratio(boot.resample(boot.grid_sums(num)), boot.resample(boot.grid_sums(den)))
 
 
 def trajectory_weights(den: np.ndarray, grid_ids: np.ndarray, episodes: np.ndarray) -> np.ndarray:
@@ -116,7 +110,7 @@ def ratio_stats(
     g_den = boot.grid_sums(den)
     if weights is not None:
         num, den = num * weights, den * weights
-    samples = ratio_samples(boot, num, den)
+    samples = boot.ratio(num, den)
     out = {}
     for j, name in enumerate(names):
         stat = boot.summary(samples[:, j])

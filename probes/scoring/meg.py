@@ -3,7 +3,7 @@
 Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS 2024):
 known-utility MEG (Definition 3.2 computed through Theorem 5.1), unknown-utility MEG over all
 utility functions of the state or of chosen state features (Definitions 4.3 and 4.4, solved as a
-concave maximum-causal-entropy dual), and an MLP-utility lower bound (Algorithm 2). This module
+concave maximum-causal-entropy dual). This module
 holds known-utility MEG, the MDP containers and soft value iteration; unknown-utility MEG lives
 in :mod:`goalprobe.probes.scoring.meg_unknown`.
 
@@ -23,7 +23,7 @@ Conventions (Definition 5.1):
 Soft value iteration is carried out on the log-partition ``Lambda_t = beta * V^soft_t``
 (Definition 5.2): ``Lambda_t(s) = beta U_t(s) + logsumexp_a E[Lambda_{t+1}(S') | s, a]``, which is
 stable for every real ``beta``; ``beta = 0`` gives the uniform policy and ``beta = +/-inf`` the
-exact limits (see :func:`soft_value_iteration`). With it the predictive accuracy of the
+exact limits (:func:`~goalprobe.probes.scoring.meg_engine.limit_pass`). With it the predictive accuracy of the
 soft-optimal policy telescopes to ``f(beta) = beta E_pi[U] - E[Lambda_0(S_0)] + H log |A|``, a
 concave function of ``beta`` with derivative ``E_pi[U] - E_beta[U]``.
 
@@ -39,19 +39,14 @@ from functools import cached_property
 
 import numpy as np
 from goalprobe.probes.scoring import meg_engine as engine
-from scipy.special import logsumexp
 
 __all__ = [
     "KnownUtilityMEG",
     "KnownUtilityMEGBatch",
     "MDPBatch",
-    "SoftPolicy",
     "TabularMDP",
-    "expected_utility",
     "known_utility_meg",
     "known_utility_meg_batch",
-    "meg_at_beta",
-    "soft_value_iteration",
     "stack_padded",
     "state_occupancy",
 ]
@@ -367,73 +362,8 @@ def _single(mdp: TabularMDP, utility: np.ndarray, policy: np.ndarray | None) -> 
 
 
 # --------------------------------------------------------------------------------------------
-# Soft value iteration (public)
+# Occupancy (public)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class SoftPolicy:
-    """Soft-optimal policy of rationality ``beta`` (Definition 5.2 / Theorem 5.1).
-
-    Attributes:
-        beta: the rationality parameter (may be ``inf`` / ``-inf``).
-        policy: ``(H, S, A)`` float, ``pi^soft_beta,t(a | s)``.
-        log_policy: ``(H, S, A)`` float, its logarithm (``-inf`` on actions it never takes).
-        q: ``(H, S, A)`` float. For finite ``beta != 0`` the soft Q-function of Definition 5.2;
-            for ``beta = +/-inf`` the optimal / anti-optimal Q-function; for ``beta = 0`` the
-            Q-function of the uniform policy (the ``beta -> 0`` limit of ``Q^soft`` diverges by an
-            action-independent ``(H-1-t) log|A| / beta``, which the policy ignores).
-        v: ``(H, S)`` float, the matching state values (soft, optimal or uniform).
-    """
-
-    beta: float
-    policy: np.ndarray
-    log_policy: np.ndarray
-    q: np.ndarray
-    v: np.ndarray
-
-
-def soft_value_iteration(mdp: TabularMDP, utility: np.ndarray, beta: float) -> SoftPolicy:
-    """Soft value iteration (Definition 5.2) for any ``beta`` in ``[-inf, inf]``.
-
-    Args:
-        mdp: the MDP.
-        utility: ``(S,)`` or ``(H, S)`` float, ``U_t`` counted on ``S_0 .. S_{H-1}``.
-        beta: rationality; ``0`` gives the uniform policy, ``+/-inf`` the maximum-entropy optimal /
-            anti-optimal policy (the exact limit of the soft-optimal policies; ties within a
-            relative tolerance of 1e-9 of the utility range count as ties).
-
-    Returns:
-        A :class:`SoftPolicy` with ``(H, S, A)`` arrays indexed by decision ``t``.
-    """
-    beta = float(beta)
-    if np.isnan(beta):
-        raise ValueError("beta is NaN")
-    prob = _single(mdp, utility, None)
-    h, n_s = mdp.horizon, mdp.n_states
-    if np.isinf(beta):
-        lim = engine.limit_pass(prob, 1.0 if beta > 0 else -1.0, record=True)
-        q = _given(lim.q, "q")[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
-        in_set = _given(lim.in_set, "in_set")[:, :, 0].transpose(0, 2, 1)
-        w = _given(lim.w, "w")[:, 0]  # (H, S)
-        w_next = np.concatenate([w[1:], np.zeros((1, n_s))])
-        ew = np.stack([prob.dyn.expect(w_next[t][None], 1)[:, 0].T for t in range(h)])
-        log_policy = np.where(in_set, ew - w[:, :, None], -np.inf)
-        v = q.max(axis=2) if beta > 0 else q.min(axis=2)
-    else:
-        res = engine.soft_pass(prob, np.array([beta]), record=True)
-        logits = _given(res.logits, "logits")[:, :, 0].transpose(0, 2, 1)  # (H, S, A)
-        log_policy = logits - logsumexp(logits, axis=2, keepdims=True)
-        if beta != 0.0:
-            u = np.broadcast_to(prob.utility[:, 0], (h, n_s))
-            q = logits / beta + u[:, :, None]
-            v = _given(res.lam, "lam")[:, 0] / beta
-        else:
-            q, v = _uniform_q(prob)
-    policy = np.exp(log_policy)
-    for arr in (policy, log_policy, q, v):
-        arr.setflags(write=False)
-    return SoftPolicy(beta, policy, log_policy, q, v)
 
 
 def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
@@ -441,25 +371,6 @@ def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
     if arr is None:
         raise ValueError(f"the MEG engine returned no {name}")
     return arr
-
-
-def _uniform_q(prob: engine.Problem) -> tuple[np.ndarray, np.ndarray]:
-    """Q and V of the uniform policy, ``(H, S, A)`` and ``(H, S)``, for a batch of one."""
-    n_a = prob.n_actions
-    qs, vs = [], []
-    v = None
-    for k in range(int(prob.horizon[0])):
-        u = prob.utility_at(k, 1)
-        q = np.broadcast_to(u, (n_a, *u.shape)) if v is None else u + prob.dyn.expect(v, 1)
-        v = q.mean(axis=0)
-        qs.append(q[:, 0].T.copy())
-        vs.append(v[0])
-    return np.stack(qs[::-1]), np.stack(vs[::-1])
-
-
-# --------------------------------------------------------------------------------------------
-# Occupancy, expected utility, direct predictive accuracy (public)
-# --------------------------------------------------------------------------------------------
 
 
 def _time_indexed(policy: np.ndarray, h: int) -> np.ndarray:
@@ -478,29 +389,11 @@ def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
     return engine.forward_occupancy(prob, pol)[:, 0]
 
 
-def expected_utility(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray) -> float:
-    """``E_pi[sum_t U_t(S_t)]`` (utility ``(S,)`` or ``(H, S)``, policy ``(S, A)`` or ``(H, S, A)``)."""
-    return float(engine.policy_values(_single(mdp, utility, policy))[0][0])
-
-
 def _cross_entropy_term(occ: np.ndarray, pol: np.ndarray, log_model: np.ndarray) -> float:
     """``sum_t sum_s occ_t(s) sum_a pol(a|s) log_model(a|s)`` with ``0 log 0 = 0``."""
     with np.errstate(invalid="ignore"):
         terms = np.where(pol > 0, pol * log_model, 0.0)
     return float(np.einsum("ts,tsa->", occ, terms))
-
-
-def meg_at_beta(mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray, beta: float) -> float:
-    """Predictive accuracy of the soft-optimal policy at ``beta`` minus that of the uniform policy.
-
-    Evaluated directly from Definition 3.2 (not through the telescoped identity used by
-    :func:`known_utility_meg`): ``sum_t E_{S_t ~ pi}[sum_a pi(a|S_t) log pi_beta(a|S_t)] + H log|A|``.
-    ``-inf`` when ``pi`` takes, in a state it reaches, an action the model gives probability 0.
-    """
-    soft = soft_value_iteration(mdp, utility, beta)
-    occ = state_occupancy(mdp, policy)
-    pol = _time_indexed(np.asarray(policy, dtype=np.float64), mdp.horizon)
-    return _cross_entropy_term(occ, pol, soft.log_policy) + mdp.horizon * np.log(mdp.n_actions)
 
 
 # --------------------------------------------------------------------------------------------
@@ -560,18 +453,8 @@ class KnownUtilityMEGBatch:
         return int(self.meg.shape[0])
 
     def __getitem__(self, i: int) -> KnownUtilityMEG:
-        return KnownUtilityMEG(
-            meg=float(self.meg[i]),
-            beta=float(self.beta[i]),
-            converged=bool(self.converged[i]),
-            iterations=int(self.iterations[i]),
-            expected_utility=float(self.expected_utility[i]),
-            expected_utility_model=float(self.expected_utility_model[i]),
-            expected_utility_uniform=float(self.expected_utility_uniform[i]),
-            min_expected_utility=float(self.min_expected_utility[i]),
-            max_expected_utility=float(self.max_expected_utility[i]),
-            n_decisions=int(self.n_decisions[i]),
-        )
+        fields = self.__dataclass_fields__
+        return KnownUtilityMEG(**{name: getattr(self, name)[i].item() for name in fields})
 
 
 def known_utility_meg(

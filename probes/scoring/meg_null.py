@@ -19,6 +19,8 @@ from goalprobe.gridworld.core import N_ACTIONS
 from goalprobe.gridworld.dynamics import is_success
 from goalprobe.gridworld.mdp import GridMDP
 
+from goalprobe.stats import Estimate
+
 NULL_NAME = "random_walk"
 """The null's name in ``meg.json`` (per grid ``random_walk``, per group ``vs_random_walk``)."""
 
@@ -71,6 +73,4 @@ def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.nd
 
 def above_null(difference: Mapping | None) -> bool | None:
     """Whether the paired difference's interval lies above 0 (None without an interval)."""
-    if not difference or difference.get("ci_low") is None:
-        return None
-    return bool(difference["ci_low"] > 0)
+    return Estimate.from_dict(difference).above(0)

@@ -367,12 +367,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
     }
     null = paired_null_rows(sel, _MEG_VALUES)
     if len(null):
-        parts = ("agent", NULL_NAME, "difference")
-        names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
-        stats = ratio_stats(null, np.ones_like(null), np.arange(len(null)), names, **common)
-        vs_null: dict[str, Any] = {
-            part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts
-        }
+        vs_null: dict[str, Any] = _paired_stats(null, ("agent", NULL_NAME, "difference"), common)
         vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
         out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
@@ -388,12 +383,8 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         s = np.asarray(
             [[r["subjective"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64
         )
-        parts = ("true", "subjective", "difference")
-        values = np.concatenate([t, s, s - t], axis=1)  # one call: shared (paired) draws
-        names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
-        stats = ratio_stats(values, np.ones_like(values), np.arange(len(paired)), names, **common)
-        for part in parts:
-            block[part] = {k: stats[f"{part}/{k}"] for k in _MEG_VALUES}
+        values = np.concatenate([t, s, s - t], axis=1)
+        block.update(_paired_stats(values, ("true", "subjective", "difference"), common))
         test = paired_wilcoxon(t[:, 0], s[:, 0])
         block["wilcoxon"] = {
             "statistic": test.statistic,
@@ -404,6 +395,14 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         }
     out["paired"] = block
     return out
+
+
+def _paired_stats(values: np.ndarray, parts: tuple[str, ...], common: dict) -> dict:
+    """Grid means of ``values`` ``(G, len(parts) * 2)`` (each part's :data:`_MEG_VALUES`), by
+    part; one call, so the parts share their (paired) draws."""
+    names = [f"{part}/{k}" for part in parts for k in _MEG_VALUES]
+    stats = ratio_stats(values, np.ones_like(values), np.arange(len(values)), names, **common)
+    return {part: {k: stats[f"{part}/{k}"] for k in _MEG_VALUES} for part in parts}
 
 
 def meg_csv_rows(meg: MegScores) -> list[dict]:

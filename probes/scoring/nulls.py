@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 
 import numpy as np
-from goalprobe.probes.baselines import CellPrior
+from goalprobe.probes.baselines import CellPrior, covariates
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.scoring.belief_table import (
     LOWER_IS_BETTER,
@@ -30,7 +30,6 @@ from goalprobe.probes.scoring.belief_table import (
 )
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.grouped import (
-    ratio_samples,
     seeded_rng,
     trajectory_weights,
 )
@@ -40,12 +39,6 @@ from goalprobe.stats import GridBootstrap
 
 STRATA = ("size_density", "size", "all")
 """Conditioning levels of the ``other_grid`` derangement, from the finest."""
-
-
-def _covariates(sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
-    return np.stack(
-        [np.asarray(sizes, dtype=np.float64), np.asarray(densities, dtype=np.float64)], axis=1
-    )
 
 
 def _strata(level: str, sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
@@ -87,14 +80,14 @@ def other_grid_sources(
 
 def fit_prior(labels: np.ndarray, sizes: np.ndarray, densities: np.ndarray) -> CellPrior:
     """The size-and-density cell prior of training label maps ``(M, S, S)``."""
-    return CellPrior(by="size_density").fit(_covariates(sizes, densities), labels)
+    return CellPrior(by="size_density").fit(covariates(sizes, densities), labels)
 
 
 def prior_maps(
     prior: CellPrior, sizes: np.ndarray, densities: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(probs (N, S, S, C), classes (C,))``: the prior's map of every row."""
-    return prior.predict_proba(_covariates(sizes, densities)), prior.classes_
+    return prior.predict_proba(covariates(sizes, densities)), prior.classes_
 
 
 def null_report(
@@ -132,9 +125,9 @@ def null_report(
 
     def samples_of(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         if episodes is None:
-            return ratio_samples(boot, num, den)
+            return boot.ratio(num, den)
         w = trajectory_weights(den, grid_ids, episodes)
-        return ratio_samples(boot, num * w, den * w)
+        return boot.ratio(num * w, den * w)
 
     ref = samples_of(*probe)
     all_samples = {"probe": {names[j]: ref[:, j] for j in scored}}
@@ -192,10 +185,10 @@ def score_nulls(
             probe's ``P(AGENT)`` / ``P(GOAL)`` channels).
     """
     from goalprobe.gridworld.core import CellType
-    from goalprobe.probes.scoring.belief_table import expand_classes
+    from goalprobe.probes.decoder import full_class_probs
 
     if agent is None or goal is None:  # the read-out is the probe's own channels
-        full = expand_classes(probs, classes)
+        full = full_class_probs(probs, classes)
         agent = full[..., int(CellType.AGENT)] if agent is None else agent
         goal = full[..., int(CellType.GOAL)] if goal is None else goal
     sizes, dens = np.asarray(steps.size)[idx], np.asarray(steps.density)[idx]

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from goalprobe.probes.decoder import full_class_probs
 from goalprobe.probes.scoring.belief_table import (
     MapAccumulator,
     StepTable,
     belief_entry,
-    expand_classes,
     score_rows,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
@@ -80,7 +80,7 @@ def _score_file(rows: DecodedRows, steps, config, accumulator, executor, progres
     grid_ids = np.asarray([k[0] for k in ids], dtype=object)
     if accumulator is not None:
         for i, key in enumerate(ids):
-            full = expand_classes(maps.probs[i], maps.classes)
+            full = full_class_probs(maps.probs[i], maps.classes)
             accumulator.add(key[0], (key[1], key[2]), full)
             agent = None if maps.agent is None else maps.agent[i].astype(np.float64)
             goal = None if maps.goal is None else maps.goal[i].astype(np.float64)

