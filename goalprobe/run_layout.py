@@ -11,6 +11,7 @@ find every artefact through :class:`RunLayout`. Paths are plain attributes, so a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,16 @@ class Artefact:
     relative: str
     stage: str
     hint: str = "goalprobe demo"
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (its folder made) through a temporary file and a rename, so
+    that a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 class _Entry:

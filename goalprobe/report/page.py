@@ -31,6 +31,7 @@ from goalprobe.report import (
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline_page import headline_blocks
 from goalprobe.report.run import MissingInput, RunReader
+from goalprobe.run_layout import write_atomic
 
 SECTION_TITLES: dict[str, str] = {
     "headline": "Headline results",
@@ -246,7 +247,4 @@ def write_report(
     """
     page = render_report(run_dir, config=config)
     path = Path(out) if out is not None else RunReader(run_dir).layout.report
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, page)
