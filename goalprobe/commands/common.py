@@ -162,6 +162,18 @@ def check_count(value: int, what: str, limit: int, option: str) -> int:
     return value
 
 
+def check_stored(asked: tuple[T, ...], held, what: str, option: str) -> tuple[T, ...]:
+    """``asked`` (the stages or layers an option names), refused unless the store holds each
+    and at least one is named."""
+    missing = [x for x in asked if x not in held]
+    if not asked or missing:
+        raise typer.BadParameter(
+            f"{what} {missing or list(asked)} not in the store (it holds {list(held)})",
+            param_hint=option,
+        )
+    return asked
+
+
 def check_directory(path: Path | None, option: str) -> None:
     """Refuse an input directory option that names no directory."""
     if path is not None and not path.is_dir():

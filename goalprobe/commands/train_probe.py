@@ -12,6 +12,7 @@ from goalprobe.commands.common import (
     OVERWRITE_HELP,
     check_device,
     check_new_output,
+    check_stored,
     choice,
     parse_list,
     removed_on_error,
@@ -189,19 +190,12 @@ def _open_store(store: Path, stages: str, stage: str, layers: str, layer: int):
     if not len(loader.all_grid_ids):
         raise ValueError(f"{store}: the store holds no rows; nothing to train on")
     stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
-    missing = [s for s in stage_list if s not in loader.stages]
-    if missing:
-        raise typer.BadParameter(
-            f"stages {missing} not in the store (it holds {loader.stages})", param_hint="--stages"
-        )
     layer_list = parse_list(layers, int, "--layers", empty_ok=True) or (layer,)
-    missing_layers = [x for x in layer_list if x not in loader.layers]
-    if missing_layers:
-        raise typer.BadParameter(
-            f"layers {missing_layers} not in the store (it holds {loader.layers})",
-            param_hint="--layers",
-        )
-    return loader, stage_list, layer_list
+    return (
+        loader,
+        check_stored(stage_list, loader.stages, "stages", "--stages"),
+        check_stored(layer_list, loader.layers, "layers", "--layers"),
+    )
 
 
 def _position_sweep(loader, stages, layers, test_fraction, n_bootstrap, seed, out: Path) -> None:
