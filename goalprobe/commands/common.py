@@ -98,12 +98,14 @@ def model_format(model: str, option: str = "--model"):
     """The chat format of ``model`` (:func:`goalprobe.agents.chat_format.model_chat_format`),
     read from its tokenizer files before any weights load; a missing model or one whose template
     has no reasoning delimiters is one error naming ``option``."""
-    from goalprobe.agents.chat_format import model_chat_format
+    from goalprobe.agents.chat_format import ChatFormatError, model_chat_format
     from goalprobe.agents.models import HubUnavailableError, check_model_available
 
     try:
         check_model_available(model)
         return model_chat_format(model)
+    except ChatFormatError as err:
+        raise typer.BadParameter(f"{model}: {err}", param_hint=option) from err
     except (FileNotFoundError, HubUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint=option) from err
 
