@@ -60,36 +60,73 @@ def _patching_section(path: Path):
         raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
 
 
+_Sites = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
+        "answer, all."
+    ),
+]
+_Layers = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
+        "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
+    ),
+]
+_Reasoning = Annotated[
+    str,
+    typer.Option(
+        help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
+        "Default: recorded with --trajectories, greedy with --grids."
+    ),
+]
+_MaxNewTokens = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Greedy completion budget (default: 512 for a bundled agent, the "
+        "reasoning-model budget of the effort for any other model: 4,096 at low).",
+    ),
+]
+_ReasoningChunks = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Also patch the counterfactual's reasoning into the base run in this many "
+        "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
+    ),
+]
+_ChunkLayers = Annotated[
+    str,
+    typer.Option(
+        help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
+        "where the read-out in --decision-lens peaks)."
+    ),
+]
+_ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
+        "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
+        "the options above.",
+    ),
+]
+
+
 def command(
     out: OutDirOption,
     trajectories: BaseTrajectoriesOption = None,
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
     backend: Annotated[str, typer.Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
-    sites: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
-            "answer, all."
-        ),
-    ] = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
-    layers: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
-            "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
-        ),
-    ] = "thirds,all",
+    sites: _Sites = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
+    layers: _Layers = "thirds,all",
     directions: Annotated[
         str, typer.Option(help="base_to_cf and/or cf_to_base (source_to_target).")
     ] = "base_to_cf,cf_to_base",
-    reasoning: Annotated[
-        str,
-        typer.Option(
-            help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
-            "Default: recorded with --trajectories, greedy with --grids."
-        ),
-    ] = "",
+    reasoning: _Reasoning = "",
     allow_suboptimal: Annotated[
         bool,
         typer.Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
@@ -118,43 +155,15 @@ def command(
         Path | None,
         typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
     ] = None,
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Greedy completion budget (default: 512 for a bundled agent, the "
-            "reasoning-model budget of the effort for any other model: 4,096 at low).",
-        ),
-    ] = None,
+    max_new_tokens: _MaxNewTokens = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
-    reasoning_chunks: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Also patch the counterfactual's reasoning into the base run in this many "
-            "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
-        ),
-    ] = 0,
-    chunk_layers: Annotated[
-        str,
-        typer.Option(
-            help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
-            "where the read-out in --decision-lens peaks)."
-        ),
-    ] = "all",
+    reasoning_chunks: _ReasoningChunks = 0,
+    chunk_layers: _ChunkLayers = "all",
     decision_lens: Annotated[
         Path | None,
         typer.Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
     ] = None,
-    config_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
-            "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
-            "the options above.",
-        ),
-    ] = None,
+    config_file: _ConfigFile = None,
     n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",

@@ -13,143 +13,160 @@ if TYPE_CHECKING:
     from goalprobe.agents.backend import Backend
 
 
+_Out = Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to write (or resume).")]
+_Model = Annotated[
+    str,
+    typer.Option(
+        help="'bundled', a local model directory or a Hugging Face id; with --server, the "
+        "model name sent to the server."
+    ),
+]
+_Dtype = Annotated[str, typer.Option(help="auto, bfloat16, float16 or float32 (local models).")]
+_Server = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Base URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) "
+        "to use instead of a local model; repeat it for several servers of the same model "
+        "(each request goes to the least loaded)."
+    ),
+]
+_ApiKeyEnv = Annotated[str, typer.Option(help="Environment variable holding the server's API key.")]
+_Tokenizer = Annotated[
+    str | None,
+    typer.Option(
+        help="The model's tokenizer ('bundled', directory or hub id): reads the channels "
+        "from returned ids and, when a server returns none, re-tokenises its text (such "
+        "steps are counted and warned about: vLLM renders prompts differently)."
+    ),
+]
+_ServerTokenIds = Annotated[
+    bool,
+    typer.Option(
+        help="Ask the server for the prompt and generated token ids (vLLM >= 0.10.2: "
+        "return_token_ids), so that extraction replays what the model read."
+    ),
+]
+_RequireTokenIds = Annotated[
+    bool,
+    typer.Option(
+        help="Stop (error, exit 2) at the first answer without token ids instead of "
+        "re-tokenising it."
+    ),
+]
+_DeveloperRole = Annotated[
+    str, typer.Option(help="Role the instructions are sent as: developer or system.")
+]
+_Concurrency = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Server requests in flight per server (vLLM batches up to its --max-num-seqs, "
+        "256 by default).",
+    ),
+]
+_RequestRetries = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Retries of a failed server request (429/5xx, timeouts, truncated or "
+        "malformed answers), with exponential backoff.",
+    ),
+]
+_RetryBackoff = Annotated[
+    float, typer.Option(min=0.0, help="First retry delay, seconds (doubles each retry).")
+]
+_RetryBackoffMax = Annotated[float, typer.Option(min=0.0, help="Longest retry delay, seconds.")]
+_MaxFailedRounds = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Consecutive failures of one episode's server request tolerated (it is sent "
+        "again); one more stops the run, resumable by rerunning the command.",
+    ),
+]
+_HorizonFactor = Annotated[
+    float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
+]
+_Horizon = Annotated[
+    int | None, typer.Option(min=1, help="Fixed horizon T (overrides --horizon-factor).")
+]
+_Retries = Annotated[
+    int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
+]
+_BatchSize = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=4096,
+        help="Episodes in flight (default: 16 for a local model; for servers, --concurrency "
+        "times the number of servers, each episode scheduled on its own).",
+    ),
+]
+_Shard = Annotated[
+    str,
+    typer.Option(
+        help="i/N: run only the grids of shard i of N (by grid id, as `extract --shard`); "
+        "`goalprobe merge` joins the N trajectory files into the unsharded run's episodes."
+    ),
+]
+_MaxNewTokens = Annotated[
+    int, typer.Option(min=1, help="Most tokens per attempt (reasoning + answer).")
+]
+_TemplateDir = Annotated[
+    Path | None, typer.Option(help="Directory of prompt templates (default: packaged).")
+]
+_PreflightSteps = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Steps sampled before a fresh run of a model other than the bundled ones "
+        "(truncation rate, tokens per step, projected tokens and hours); 0 skips it.",
+    ),
+]
+_AllowTruncation = Annotated[
+    bool,
+    typer.Option(
+        "--allow-truncation",
+        help="Run even when the pre-flight finds more than 5% of steps cut off by "
+        "--max-new-tokens (truncated steps are still recorded and reported apart).",
+    ),
+]
+
+
 def command(
     grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Trajectory JSONL to write (or resume).")
-    ],
-    model: Annotated[
-        str,
-        typer.Option(
-            help="'bundled', a local model directory or a Hugging Face id; with --server, the "
-            "model name sent to the server."
-        ),
-    ] = "bundled",
+    out: _Out,
+    model: _Model = "bundled",
     revision: Annotated[str, typer.Option(help="Hub revision of a local-run model.")] = "",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ... (local models).")] = "cpu",
-    dtype: Annotated[
-        str, typer.Option(help="auto, bfloat16, float16 or float32 (local models).")
-    ] = "auto",
-    server: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Base URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) "
-            "to use instead of a local model; repeat it for several servers of the same model "
-            "(each request goes to the least loaded)."
-        ),
-    ] = None,
-    api_key_env: Annotated[
-        str, typer.Option(help="Environment variable holding the server's API key.")
-    ] = "OPENAI_API_KEY",
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="The model's tokenizer ('bundled', directory or hub id): reads the channels "
-            "from returned ids and, when a server returns none, re-tokenises its text (such "
-            "steps are counted and warned about: vLLM renders prompts differently)."
-        ),
-    ] = None,
-    server_token_ids: Annotated[
-        bool,
-        typer.Option(
-            help="Ask the server for the prompt and generated token ids (vLLM >= 0.10.2: "
-            "return_token_ids), so that extraction replays what the model read."
-        ),
-    ] = False,
-    require_token_ids: Annotated[
-        bool,
-        typer.Option(
-            help="Stop (error, exit 2) at the first answer without token ids instead of "
-            "re-tokenising it."
-        ),
-    ] = False,
-    developer_role: Annotated[
-        str, typer.Option(help="Role the instructions are sent as: developer or system.")
-    ] = "developer",
-    concurrency: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Server requests in flight per server (vLLM batches up to its --max-num-seqs, "
-            "256 by default).",
-        ),
-    ] = 128,
+    dtype: _Dtype = "auto",
+    server: _Server = None,
+    api_key_env: _ApiKeyEnv = "OPENAI_API_KEY",
+    tokenizer: _Tokenizer = None,
+    server_token_ids: _ServerTokenIds = False,
+    require_token_ids: _RequireTokenIds = False,
+    developer_role: _DeveloperRole = "developer",
+    concurrency: _Concurrency = 128,
     request_timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
-    request_retries: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Retries of a failed server request (429/5xx, timeouts, truncated or "
-            "malformed answers), with exponential backoff.",
-        ),
-    ] = 5,
-    retry_backoff: Annotated[
-        float, typer.Option(min=0.0, help="First retry delay, seconds (doubles each retry).")
-    ] = 1.0,
-    retry_backoff_max: Annotated[
-        float, typer.Option(min=0.0, help="Longest retry delay, seconds.")
-    ] = 60.0,
-    max_failed_rounds: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Consecutive failures of one episode's server request tolerated (it is sent "
-            "again); one more stops the run, resumable by rerunning the command.",
-        ),
-    ] = 3,
+    request_retries: _RequestRetries = 5,
+    retry_backoff: _RetryBackoff = 1.0,
+    retry_backoff_max: _RetryBackoffMax = 60.0,
+    max_failed_rounds: _MaxFailedRounds = 3,
     episodes: Annotated[int, typer.Option(min=1, max=100_000, help="Episodes per grid.")] = 10,
-    horizon_factor: Annotated[
-        float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
-    ] = 1.5,
-    horizon: Annotated[
-        int | None, typer.Option(min=1, help="Fixed horizon T (overrides --horizon-factor).")
-    ] = None,
-    retries: Annotated[
-        int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
-    ] = 2,
-    batch_size: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=4096,
-            help="Episodes in flight (default: 16 for a local model; for servers, --concurrency "
-            "times the number of servers, each episode scheduled on its own).",
-        ),
-    ] = None,
-    shard: Annotated[
-        str,
-        typer.Option(
-            help="i/N: run only the grids of shard i of N (by grid id, as `extract --shard`); "
-            "`goalprobe merge` joins the N trajectory files into the unsharded run's episodes."
-        ),
-    ] = "0/1",
+    horizon_factor: _HorizonFactor = 1.5,
+    horizon: _Horizon = None,
+    retries: _Retries = 2,
+    batch_size: _BatchSize = None,
+    shard: _Shard = "0/1",
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     top_p: Annotated[float, typer.Option(help="Nucleus-sampling mass.")] = 0.95,
-    max_new_tokens: Annotated[
-        int, typer.Option(min=1, help="Most tokens per attempt (reasoning + answer).")
-    ] = 10_000,
+    max_new_tokens: _MaxNewTokens = 10_000,
     reasoning_effort: Annotated[str, typer.Option(help="low, medium or high.")] = "low",
     seed: Annotated[int, typer.Option(help="Base seed of all sampling.")] = 0,
-    template_dir: Annotated[
-        Path | None, typer.Option(help="Directory of prompt templates (default: packaged).")
-    ] = None,
+    template_dir: _TemplateDir = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    preflight_steps: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Steps sampled before a fresh run of a model other than the bundled ones "
-            "(truncation rate, tokens per step, projected tokens and hours); 0 skips it.",
-        ),
-    ] = 16,
-    allow_truncation: Annotated[
-        bool,
-        typer.Option(
-            "--allow-truncation",
-            help="Run even when the pre-flight finds more than 5% of steps cut off by "
-            "--max-new-tokens (truncated steps are still recorded and reported apart).",
-        ),
-    ] = False,
+    preflight_steps: _PreflightSteps = 16,
+    allow_truncation: _AllowTruncation = False,
 ) -> None:
     """Run the agent on every grid and write one JSONL line per step plus one per episode.
 
