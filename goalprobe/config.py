@@ -25,7 +25,7 @@ from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
-from goalprobe.presets import PRESETS, paper_sections
+from goalprobe.presets import N_BOOTSTRAP, PAPER, PRESETS, seeded
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
@@ -174,18 +174,15 @@ def demo_config(
     """
     if scale not in PRESETS:
         raise ValueError(f"unknown scale {scale!r}; expected one of {SCALES}")
-    sections = {**paper_sections(seed, 1000), **PRESETS[scale](seed)}
-    config = DemoConfig(
-        scale=scale,
-        agent=AgentConfig(
-            model=model,
-            backend=backend,
-            base_url=base_url,
-            device=device,
-            chat_format=None if chat_format is None else chat_format.name,
-        ),
-        **sections,
+    agent = AgentConfig(
+        model=model,
+        backend=backend,
+        base_url=base_url,
+        device=device,
+        chat_format=None if chat_format is None else chat_format.name,
     )
+    preset = DemoConfig(scale=scale, agent=agent, **{**PAPER, **PRESETS[scale]})
+    config = seeded(preset, seed, N_BOOTSTRAP[scale])
     for path, value in (overrides or {}).items():
         config = override(config, path, value)
     if config.activations.attn_implementation == "flex_attention" and not device.startswith("cuda"):

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from goalprobe.run_layout import ARTEFACTS, RunLayout
+from goalprobe.run_layout import ARTEFACTS, RunLayout, write_atomic
 from goalprobe.viewer.figures import belief_figure, meg_figure, patch_summary_figure, topk_figure
 
 
@@ -45,12 +45,8 @@ def write_scoring_figures(layout: RunLayout, belief: Mapping, meg: Mapping) -> d
         "topk": topk_figure(dict(belief)),
         "meg": meg_figure(dict(meg)),
     }
-    layout.scoring_figures.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, fig in figures.items():
         path = layout.scoring_figure(name)
-        tmp = path.with_name(f".{path.name}.tmp")  # atomic: a reader never sees half a file
-        tmp.write_text(fig.to_json(), encoding="utf-8")
-        tmp.replace(path)
-        out[f"figure_{name}"] = path
+        out[f"figure_{name}"] = write_atomic(path, fig.to_json())
     return out

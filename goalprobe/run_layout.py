@@ -11,6 +11,7 @@ find every artefact through :class:`RunLayout`. Paths are plain attributes, so a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,97 +33,25 @@ class Artefact:
     hint: str = "goalprobe demo"
 
 
-ARTEFACTS: dict[str, Artefact] = {
-    a.name: a
-    for a in (
-        Artefact("grid set", "grids/grids.jsonl", "grids", "goalprobe grids"),
-        Artefact("trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"),
-        Artefact("behaviour metrics", "behaviour/metrics.json", "behaviour"),
-        Artefact("iso-difficulty grids", "iso/grids.jsonl", "iso"),
-        Artefact("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso"),
-        Artefact("iso-difficulty results", "iso/results.json", "iso"),
-        Artefact("key-variant grids", "keys/grids.jsonl", "keys"),
-        Artefact("key-variant trajectories", "keys/trajectories.jsonl", "keys"),
-        Artefact("key-variant results", "keys/results.json", "keys"),
-        Artefact("false-belief grids", "false_belief/grids.jsonl", "false_belief_rollouts"),
-        Artefact(
-            "false-belief trajectories", "false_belief/trajectories.jsonl", "false_belief_rollouts"
-        ),
-        Artefact("false-belief states", "false_belief/states.jsonl", "false_belief"),
-        Artefact("false-belief store", "false_belief/activations.h5", "false_belief"),
-        Artefact("false-belief results", "false_belief/results.json", "false_belief"),
-        Artefact("false-belief decoded maps", "false_belief/decoded_maps.h5", "false_belief"),
-        Artefact("harm grids", "harm/grids.jsonl", "harm"),
-        Artefact("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl", "harm"),
-        Artefact("harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm"),
-        Artefact("harm results", "harm/results.json", "harm"),
-        Artefact("fog grids", "fog/grids.jsonl", "fog"),
-        Artefact("fog trajectories", "fog/trajectories.jsonl", "fog"),
-        Artefact("fog results", "fog/results.json", "fog"),
-        Artefact("fog store", "fog/activations.h5", "fog_map"),
-        Artefact("decision lens", "decision/lens.json", "decision"),
-        Artefact("decision steps", "decision/steps.jsonl", "decision"),
-        Artefact("fog map results", "fog/map.json", "fog_map"),
-        Artefact("intention grids", "intention/grids.jsonl", "intention"),
-        Artefact("intention results", "intention/results.json", "intention"),
-        Artefact("intention map states", "intention_map/states.jsonl", "intention_map"),
-        Artefact("intention map store", "intention_map/activations.h5", "intention_map"),
-        Artefact("intention map results", "intention_map/results.json", "intention_map"),
-        Artefact("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids"),
-        Artefact("probing states", "probing/states.jsonl", "probing", "goalprobe states"),
-        Artefact("probing store", "probing/activations.h5", "probing", "goalprobe extract"),
-        Artefact(
-            "activation store", "activations/activations.h5", "activations", "goalprobe extract"
-        ),
-        Artefact("probe models", "probes/models", "probes", "goalprobe train-probe"),
-        Artefact("decoded maps", "probes/decoded", "probes", "goalprobe train-probe"),
-        Artefact("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe"),
-        Artefact("probing-set probes", "probes/probing", "probes", "goalprobe train-probe"),
-        Artefact("learning curve", "probes/probing/learning_curve.json", "probes"),
-        Artefact("probing-set distance", "distance/probing", "distance", "goalprobe train-probe"),
-        Artefact("position probes", "probes/probing/positions.json", "probes"),
-        Artefact("headline probe seeds", "probes/probing/headline_seeds.json", "probes"),
-        Artefact("wall read-out", "probes/wall_readout.json", "probes", "goalprobe demo"),
-        Artefact("distance models", "distance/models", "distance", "goalprobe train-probe"),
-        Artefact("distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"),
-        Artefact("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder"),
-        Artefact("plan models", "plans/models", "plans", "goalprobe train-plan-decoder"),
-        Artefact(
-            "predicted plans",
-            "plans/predicted/plan_decoder.h5",
-            "plans",
-            "goalprobe train-plan-decoder",
-        ),
-        Artefact("patching results", "patching/patch_results.json", "patching", "goalprobe patch"),
-        Artefact("patching records", "patching/patch_records.csv", "patching", "goalprobe patch"),
-        Artefact("patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"),
-        Artefact(
-            "attribution file", "attribution/attribution.json", "attribution", "goalprobe attribute"
-        ),
-        Artefact(
-            "attribution heatmap",
-            "attribution/attribution_heatmap.html",
-            "attribution",
-            "goalprobe attribute",
-        ),
-        Artefact("steering results", "steering/results.json", "steering", "goalprobe demo"),
-        Artefact("belief scoring", "scoring/belief.json", "scoring", "goalprobe score"),
-        Artefact("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score"),
-        Artefact("scoring figures", "scoring/figures", "scoring", "goalprobe score"),
-        Artefact("report", "report.html", "report"),
-    )
-}
-"""Every artefact a run directory may hold, by name (the viewer lists the missing ones)."""
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (its folder made) through a temporary file and a rename, so
+    that a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 class _Entry:
-    """A :class:`RunLayout` attribute: the absolute path of the artefact ``name``."""
+    """A :class:`RunLayout` attribute: the absolute path of one :class:`Artefact` (its
+    arguments), which :data:`ARTEFACTS` lists."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, *artefact: str) -> None:
+        self.artefact = Artefact(*artefact)
 
     def __get__(self, layout: RunLayout, owner: type | None = None) -> Path:
-        return layout.path(self.name)
+        return layout.root / self.artefact.relative
 
 
 @dataclass(frozen=True)
@@ -178,109 +107,135 @@ class RunLayout:
 
     # -- behaviour --------------------------------------------------------------------------------
 
-    grids = _Entry("grid set")
+    grids = _Entry("grid set", "grids/grids.jsonl", "grids", "goalprobe grids")
     """The main grid set."""
 
-    trajectories = _Entry("trajectories")
+    trajectories = _Entry(
+        "trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"
+    )
     """The main rollouts."""
 
-    behaviour_metrics = _Entry("behaviour metrics")
+    behaviour_metrics = _Entry("behaviour metrics", "behaviour/metrics.json", "behaviour")
     """Behavioural metrics of the main rollouts."""
 
-    iso_grids = _Entry("iso-difficulty grids")
+    iso_grids = _Entry("iso-difficulty grids", "iso/grids.jsonl", "iso")
     """The iso-difficulty (transformed) grids."""
 
-    iso_trajectories = _Entry("iso-difficulty trajectories")
+    iso_trajectories = _Entry("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso")
     """Rollouts on the iso-difficulty grids."""
 
-    iso_results = _Entry("iso-difficulty results")
+    iso_results = _Entry("iso-difficulty results", "iso/results.json", "iso")
     """Paired tests of the iso-difficulty transforms."""
 
-    keys_grids = _Entry("key-variant grids")
+    keys_grids = _Entry("key-variant grids", "keys/grids.jsonl", "keys")
     """Key-variant grids and their matched controls."""
 
-    keys_trajectories = _Entry("key-variant trajectories")
+    keys_trajectories = _Entry("key-variant trajectories", "keys/trajectories.jsonl", "keys")
     """Rollouts on the key-variant grids."""
 
-    keys_results = _Entry("key-variant results")
+    keys_results = _Entry("key-variant results", "keys/results.json", "keys")
     """Key-variant metrics."""
 
-    false_belief_grids = _Entry("false-belief grids")
+    false_belief_grids = _Entry(
+        "false-belief grids", "false_belief/grids.jsonl", "false_belief_rollouts"
+    )
     """False-belief grids (the prompt draws ``shown``) and their matched controls."""
 
-    false_belief_trajectories = _Entry("false-belief trajectories")
+    false_belief_trajectories = _Entry(
+        "false-belief trajectories", "false_belief/trajectories.jsonl", "false_belief_rollouts"
+    )
     """Rollouts on the false-belief grids."""
 
-    false_belief_states = _Entry("false-belief states")
+    false_belief_states = _Entry("false-belief states", "false_belief/states.jsonl", "false_belief")
     """Prompt-only start states of the false-belief grids (for the probe's reading)."""
 
-    false_belief_store = _Entry("false-belief store")
+    false_belief_store = _Entry("false-belief store", "false_belief/activations.h5", "false_belief")
     """Pre-reasoning anchors of the false-belief start states."""
 
-    false_belief_results = _Entry("false-belief results")
+    false_belief_results = _Entry(
+        "false-belief results", "false_belief/results.json", "false_belief"
+    )
     """Oracle-belief scoring and the probe's shown-vs-true reading."""
 
-    false_belief_decoded = _Entry("false-belief decoded maps")
+    false_belief_decoded = _Entry(
+        "false-belief decoded maps", "false_belief/decoded_maps.h5", "false_belief"
+    )
     """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
 
-    harm_grids = _Entry("harm grids")
+    harm_grids = _Entry("harm grids", "harm/grids.jsonl", "harm")
     """Harm grids (flower beds on every shortest path)."""
+
+    harm_neutral = _Entry("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl", "harm")
+    """Rollouts on the harm grids under the neutral prompt."""
+
+    harm_moral = _Entry("harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm")
+    """Rollouts on the harm grids under the moral prompt."""
 
     def harm_trajectories(self, condition: str) -> Path:
         """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
         return self.path(f"harm trajectories ({condition})")
 
-    fog_grids = _Entry("fog grids")
+    fog_grids = _Entry("fog grids", "fog/grids.jsonl", "fog")
     """The fogged grids (plain layouts, variant ``fog``)."""
 
-    fog_trajectories = _Entry("fog trajectories")
+    fog_trajectories = _Entry("fog trajectories", "fog/trajectories.jsonl", "fog")
     """The agent's rollouts on the fogged grids."""
 
-    fog_results = _Entry("fog results")
+    fog_results = _Entry("fog results", "fog/results.json", "fog")
     """Behaviour under fog against the references, with the failure modes."""
 
-    decision_lens = _Entry("decision lens")
+    decision_lens = _Entry("decision lens", "decision/lens.json", "decision")
     """The logit lens on the answer and along the reasoning (curves per layer)."""
 
-    decision_steps = _Entry("decision steps")
+    decision_steps = _Entry("decision steps", "decision/steps.jsonl", "decision")
     """The lens of each sampled step chunk by chunk (the viewer's coloured reasoning)."""
 
-    fog_store = _Entry("fog store")
+    fog_store = _Entry("fog store", "fog/activations.h5", "fog_map")
     """Pre-reasoning anchors of the fogged rollouts (the headline layer)."""
 
-    fog_map_results = _Entry("fog map results")
+    fog_map_results = _Entry("fog map results", "fog/map.json", "fog_map")
     """The revealed-mask probe and the hidden-wall tracking of the decoded map."""
 
-    harm_results = _Entry("harm results")
+    harm_results = _Entry("harm results", "harm/results.json", "harm")
     """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
 
-    intention_grids = _Entry("intention grids")
+    intention_grids = _Entry("intention grids", "intention/grids.jsonl", "intention")
     """The key-variant grids of the intention test and their intervened copies."""
 
-    intention_results = _Entry("intention results")
+    intention_results = _Entry("intention results", "intention/results.json", "intention")
     """Behavioural intention: the test per variant and intervention, per-state counts."""
 
-    intention_map_states = _Entry("intention map states")
+    intention_map_states = _Entry(
+        "intention map states", "intention_map/states.jsonl", "intention_map"
+    )
     """Prompt-only start states of the intention grids (original and intervened)."""
 
-    intention_map_store = _Entry("intention map store")
+    intention_map_store = _Entry(
+        "intention map store", "intention_map/activations.h5", "intention_map"
+    )
     """Their pre-reasoning anchors at the headline layer."""
 
-    intention_map_results = _Entry("intention map results")
+    intention_map_results = _Entry(
+        "intention map results", "intention_map/results.json", "intention_map"
+    )
     """The intervened cells as the headline cell probe decodes them."""
 
     # -- representations --------------------------------------------------------------------------
 
-    probing_grids = _Entry("probing grid set")
+    probing_grids = _Entry("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids")
     """The probing set's grids (disjoint from the behaviour grids)."""
 
-    probing_states = _Entry("probing states")
+    probing_states = _Entry("probing states", "probing/states.jsonl", "probing", "goalprobe states")
     """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
 
-    probing_store = _Entry("probing store")
+    probing_store = _Entry(
+        "probing store", "probing/activations.h5", "probing", "goalprobe extract"
+    )
     """Pre-reasoning anchors of every probing state."""
 
-    probing_probes = _Entry("probing-set probes")
+    probing_probes = _Entry(
+        "probing-set probes", "probes/probing", "probes", "goalprobe train-probe"
+    )
     """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
 
     def probing_probe_sweep(self, name: str) -> Path:
@@ -291,10 +246,10 @@ class RunLayout:
         """The probing-set cell-probe tables present (``probes/probing/cell_*.json``), sorted."""
         return sorted(self.probing_probes.glob("cell_*.json"))
 
-    learning_curve = _Entry("learning curve")
+    learning_curve = _Entry("learning curve", "probes/probing/learning_curve.json", "probes")
     """The headline probe's learning curve on the probing set."""
 
-    probing_positions = _Entry("position probes")
+    probing_positions = _Entry("position probes", "probes/probing/positions.json", "probes")
     """Agent and goal position probes on the probing set, against their baselines."""
 
     def position_probe(self, target: str) -> Path:
@@ -303,7 +258,7 @@ class RunLayout:
         safetensors + JSON card stem)."""
         return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
 
-    wall_readout = _Entry("wall read-out")
+    wall_readout = _Entry("wall read-out", "probes/wall_readout.json", "probes")
     """The conditional wall test in both frames (absolute cells, offsets from the agent) per
     store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/2``)."""
 
@@ -319,26 +274,32 @@ class RunLayout:
         position probes), the maps ``goalprobe score`` reads first."""
         return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
 
-    probing_headline_seeds = _Entry("headline probe seeds")
+    probing_headline_seeds = _Entry(
+        "headline probe seeds", "probes/probing/headline_seeds.json", "probes"
+    )
     """The headline probe under several training seeds, with seed-pooled intervals."""
 
-    probing_distance = _Entry("probing-set distance")
+    probing_distance = _Entry(
+        "probing-set distance", "distance/probing", "distance", "goalprobe train-probe"
+    )
     """Goal-distance regressors fit on the probing set: tables and ``models/``."""
 
     def probing_distance_sweep(self, name: str) -> Path:
         """``distance/probing/<name>.json``."""
         return self.probing_distance / f"{name}.json"
 
-    store = _Entry("activation store")
+    store = _Entry(
+        "activation store", "activations/activations.h5", "activations", "goalprobe extract"
+    )
     """The activation store."""
 
-    probe_models = _Entry("probe models")
+    probe_models = _Entry("probe models", "probes/models", "probes", "goalprobe train-probe")
     """Fitted cell-type probes (safetensors + JSON cards)."""
 
-    decoded_dir = _Entry("decoded maps")
+    decoded_dir = _Entry("decoded maps", "probes/decoded", "probes", "goalprobe train-probe")
     """Decoded maps, one HDF5 file per probe run."""
 
-    probe_sweeps = _Entry("probe sweeps")
+    probe_sweeps = _Entry("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe")
     """Cell-type probe sweep tables."""
 
     def decoded_map(self, name: str) -> Path:
@@ -358,7 +319,14 @@ class RunLayout:
         """The decoded-map files present (``probes/decoded/*.h5``), sorted."""
         return sorted(self.decoded_dir.glob("*.h5"))
 
-    distance_sweeps = _Entry("distance sweeps")
+    distance_models = _Entry(
+        "distance models", "distance/models", "distance", "goalprobe train-probe"
+    )
+    """Fitted goal-distance regressors."""
+
+    distance_sweeps = _Entry(
+        "distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"
+    )
     """Goal-distance sweep tables."""
 
     def distance_sweep(self, name: str) -> Path:
@@ -369,13 +337,18 @@ class RunLayout:
         """The goal-distance sweep tables present (``distance/sweeps/*.json``), sorted."""
         return sorted(self.distance_sweeps.glob("*.json"))
 
-    plan_sweep = _Entry("plan sweep")
+    plan_sweep = _Entry("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder")
     """The plan-decoder sweep table."""
 
-    plan_models = _Entry("plan models")
+    plan_models = _Entry("plan models", "plans/models", "plans", "goalprobe train-plan-decoder")
     """Fitted plan decoders."""
 
-    predicted_plans = _Entry("predicted plans")
+    predicted_plans = _Entry(
+        "predicted plans",
+        "plans/predicted/plan_decoder.h5",
+        "plans",
+        "goalprobe train-plan-decoder",
+    )
     """Predicted plans of every decoder run (one HDF5 file)."""
 
     @property
@@ -383,26 +356,45 @@ class RunLayout:
         """The folder of predicted-plan files (the viewer lists it)."""
         return self.predicted_plans.parent
 
-    patch_results = _Entry("patching results")
+    patch_results = _Entry(
+        "patching results", "patching/patch_results.json", "patching", "goalprobe patch"
+    )
     """Patching records, summary and configuration (JSON)."""
 
-    patch_records_csv = _Entry("patching records")
+    patch_records_csv = _Entry(
+        "patching records", "patching/patch_records.csv", "patching", "goalprobe patch"
+    )
     """Patching records (CSV)."""
+
+    patch_heatmap = _Entry(
+        "patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"
+    )
+    """The patching heatmap (HTML)."""
 
     @property
     def patching_dir(self) -> Path:
         """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
         return self.patch_results.parent
 
-    attribution = _Entry("attribution file")
+    attribution = _Entry(
+        "attribution file", "attribution/attribution.json", "attribution", "goalprobe attribute"
+    )
     """The attribution file's card (``attribution.safetensors`` beside it, issue 41)."""
+
+    attribution_heatmap = _Entry(
+        "attribution heatmap",
+        "attribution/attribution_heatmap.html",
+        "attribution",
+        "goalprobe attribute",
+    )
+    """The attribution heatmap (HTML)."""
 
     @property
     def attribution_check(self) -> Path:
         """The attribution's check against real patches (absent when none ran)."""
         return self.attribution.parent / "attribution_check.json"
 
-    steering_results = _Entry("steering results")
+    steering_results = _Entry("steering results", "steering/results.json", "steering")
     """The steering test along the wall probe's directions, with its per-state records."""
 
     # -- scoring and report -----------------------------------------------------------------------
@@ -412,7 +404,7 @@ class RunLayout:
         """Belief scoring and MEG outputs."""
         return self.belief.parent
 
-    belief = _Entry("belief scoring")
+    belief = _Entry("belief scoring", "scoring/belief.json", "scoring", "goalprobe score")
     """Policy against decoded belief (JSON)."""
 
     @property
@@ -420,7 +412,7 @@ class RunLayout:
         """Policy against decoded belief, long format (CSV)."""
         return self.scoring_dir / "belief.csv"
 
-    meg = _Entry("MEG scoring")
+    meg = _Entry("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score")
     """MEG on the true and the decoded grids (JSON)."""
 
     @property
@@ -433,14 +425,14 @@ class RunLayout:
         """MEG per grid (CSV)."""
         return self.scoring_dir / "meg_grids.csv"
 
-    scoring_figures = _Entry("scoring figures")
+    scoring_figures = _Entry("scoring figures", "scoring/figures", "scoring", "goalprobe score")
     """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
 
     def scoring_figure(self, name: str) -> Path:
         """``scoring/figures/<name>.json``."""
         return self.scoring_figures / f"{name}.json"
 
-    report = _Entry("report")
+    report = _Entry("report", "report.html", "report")
     """The self-contained HTML report."""
 
     @property
@@ -448,3 +440,9 @@ class RunLayout:
         """``control/``: the run of the positive-control agent beside this run's agent (a run
         directory of its own, the same layout; the report shows the two side by side)."""
         return RunLayout(self.root / "control")
+
+
+ARTEFACTS: dict[str, Artefact] = {
+    e.artefact.name: e.artefact for e in vars(RunLayout).values() if isinstance(e, _Entry)
+}
+"""Every artefact a run directory may hold, by name (the viewer lists the missing ones)."""

@@ -12,18 +12,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from goalprobe.provenance import stage_environment
-from goalprobe.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout, write_atomic
+from goalprobe.version import package_version
 
 STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
 
@@ -166,14 +165,12 @@ class StageRunner:
             },
             "seconds": seconds,
             "summary": summary,
-            "package_version": _package_version(),
+            "package_version": package_version(),
             "provenance": provenance(config),
             "environment": stage_environment(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        tmp = self.record_path(name).with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2, default=_json_default))
-        os.replace(tmp, self.record_path(name))
+        write_atomic(self.record_path(name), json.dumps(record, indent=2, default=_json_default))
         return StageResult(name, {k: Path(v) for k, v in outputs.items()}, False, seconds, summary)
 
 
@@ -217,10 +214,3 @@ def fingerprint(paths: Iterable[Path], root: Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def _package_version() -> str:
-    try:
-        return version("goalprobe")
-    except PackageNotFoundError:
-        return "unknown"

@@ -44,67 +44,64 @@ def _mxfp4_refusal(model: str, device: str) -> None:
         )
 
 
-_Backend = Annotated[str, typer.Option(help="hooks (GradDrop) or nnsight (plain gradients).")]
-_Metrics = Annotated[str, typer.Option(help="Comma-separated metrics: action, coordinates.")]
-_Positions = Annotated[
-    str, typer.Option(help="prompt (every prompt position) or all (the reasoning too).")
-]
-_GradDrop = Annotated[
-    bool, typer.Option(help="Also compute AtP*'s GradDrop magnitude (hooks only).")
-]
-_Reasoning = Annotated[
-    str,
-    typer.Option(
-        help="The base's reasoning: recorded (trajectories only) or greedy. Default: "
-        "recorded with --trajectories, greedy with --grids."
-    ),
-]
-_DisjointPerMove = Annotated[int, typer.Option(min=0, help="Disjoint pairs per base and move.")]
-_ControlPerMove = Annotated[int, typer.Option(min=0, help="Control pairs per base and move.")]
-_Pairs = Annotated[
-    Path | None,
-    typer.Option(
-        help="Pairs JSONL of `goalprobe patch` / the patching stage (patch_pairs.jsonl): "
-        "attribute those pairs (their bases from --trajectories) instead of drawing new ones."
-    ),
-]
-_Kinds = Annotated[str, typer.Option(help="Pair kinds to attribute: disjoint and/or control.")]
-_CheckPairs = Annotated[
-    int,
-    typer.Option(
-        min=0, help="Pairs (the first) checked against the real patch of every affected site."
-    ),
-]
-_RequireOptimal = Annotated[
-    bool, typer.Option(help="Keep only pairs whose unpatched action is optimal on both sides.")
-]
-_Sizes = Annotated[str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")]
-_MaxBases = Annotated[
-    int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
-]
-
-
 def command(
     out: OutDirOption,
     trajectories: BaseTrajectoriesOption = None,
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
-    backend: _Backend = "hooks",
-    metrics: _Metrics = "action,coordinates",
-    positions: _Positions = "prompt",
-    grad_drop: _GradDrop = True,
-    reasoning: _Reasoning = "",
+    backend: Annotated[
+        str, typer.Option(help="hooks (GradDrop) or nnsight (plain gradients).")
+    ] = "hooks",
+    metrics: Annotated[
+        str, typer.Option(help="Comma-separated metrics: action, coordinates.")
+    ] = "action,coordinates",
+    positions: Annotated[
+        str, typer.Option(help="prompt (every prompt position) or all (the reasoning too).")
+    ] = "prompt",
+    grad_drop: Annotated[
+        bool, typer.Option(help="Also compute AtP*'s GradDrop magnitude (hooks only).")
+    ] = True,
+    reasoning: Annotated[
+        str,
+        typer.Option(
+            help="The base's reasoning: recorded (trajectories only) or greedy. Default: "
+            "recorded with --trajectories, greedy with --grids."
+        ),
+    ] = "",
     moves: Annotated[str, typer.Option(help="agent and/or goal.")] = "agent,goal",
-    disjoint_per_move: _DisjointPerMove = 1,
-    control_per_move: _ControlPerMove = 0,
-    pairs: _Pairs = None,
-    kinds: _Kinds = "disjoint,control",
+    disjoint_per_move: Annotated[
+        int, typer.Option(min=0, help="Disjoint pairs per base and move.")
+    ] = 1,
+    control_per_move: Annotated[
+        int, typer.Option(min=0, help="Control pairs per base and move.")
+    ] = 0,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pairs JSONL of `goalprobe patch` / the patching stage (patch_pairs.jsonl): "
+            "attribute those pairs (their bases from --trajectories) instead of drawing new ones."
+        ),
+    ] = None,
+    kinds: Annotated[
+        str, typer.Option(help="Pair kinds to attribute: disjoint and/or control.")
+    ] = "disjoint,control",
     max_pairs: Annotated[int, typer.Option(min=1, help="Most pairs, the first ones.")] = 100,
-    check_pairs: _CheckPairs = 0,
+    check_pairs: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Pairs (the first) checked against the real patch of every affected site."
+        ),
+    ] = 0,
     top_k: Annotated[int, typer.Option(min=1, help="The check's top-k hit rate.")] = 5,
-    require_optimal: _RequireOptimal = True,
-    sizes: _Sizes = "",
-    max_bases: _MaxBases = 20,
+    require_optimal: Annotated[
+        bool, typer.Option(help="Keep only pairs whose unpatched action is optimal on both sides.")
+    ] = True,
+    sizes: Annotated[
+        str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
+    ] = "",
+    max_bases: Annotated[
+        int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
+    ] = 20,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Greedy completion budget.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed of the draws.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",

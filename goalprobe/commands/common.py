@@ -98,12 +98,14 @@ def model_format(model: str, option: str = "--model"):
     """The chat format of ``model`` (:func:`goalprobe.agents.chat_format.model_chat_format`),
     read from its tokenizer files before any weights load; a missing model or one whose template
     has no reasoning delimiters is one error naming ``option``."""
-    from goalprobe.agents.chat_format import model_chat_format
+    from goalprobe.agents.chat_format import ChatFormatError, model_chat_format
     from goalprobe.agents.models import HubUnavailableError, check_model_available
 
     try:
         check_model_available(model)
         return model_chat_format(model)
+    except ChatFormatError as err:
+        raise typer.BadParameter(f"{model}: {err}", param_hint=option) from err
     except (FileNotFoundError, HubUnavailableError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint=option) from err
 
@@ -160,6 +162,18 @@ def check_count(value: int, what: str, limit: int, option: str) -> int:
             param_hint=option,
         )
     return value
+
+
+def check_stored(asked: tuple[T, ...], held, what: str, option: str) -> tuple[T, ...]:
+    """``asked`` (the stages or layers an option names), refused unless the store holds each
+    and at least one is named."""
+    missing = [x for x in asked if x not in held]
+    if not asked or missing:
+        raise typer.BadParameter(
+            f"{what} {missing or list(asked)} not in the store (it holds {list(held)})",
+            param_hint=option,
+        )
+    return asked
 
 
 def check_directory(path: Path | None, option: str) -> None:

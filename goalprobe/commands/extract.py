@@ -12,6 +12,7 @@ from goalprobe.commands.common import (
     check_device,
     check_new_output,
     choice,
+    model_format,
     parse_list,
 )
 
@@ -244,14 +245,10 @@ def _print_report(report, config, backend_name: str) -> None:
 
 def _check_chat_format(model: str, trajectories: Path) -> None:
     """The model's chat format exists and is the one the trajectories were written in."""
-    from goalprobe.agents.chat_format import ChatFormatError, chat_format_for, format_name
-    from goalprobe.agents.models import load_tokenizer
+    from goalprobe.agents.chat_format import format_name
     from goalprobe.agents.trajectories import read_run_header
 
-    try:
-        chat_format = chat_format_for(load_tokenizer(model))
-    except ChatFormatError as err:
-        raise typer.BadParameter(f"{model}: {err}", param_hint="--model") from err
+    chat_format = model_format(model)
     recorded = format_name(read_run_header(trajectories).chat_format)
     if recorded != chat_format.name:
         raise typer.BadParameter(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import check_device, check_directory, choice
+from goalprobe.commands.common import check_device, check_directory, choice, model_format
 
 if TYPE_CHECKING:
     from goalprobe.agents.backend import Backend
@@ -216,7 +216,10 @@ def command(
         raise typer.BadParameter(f"{out} is a directory; give a file path", param_hint="--out")
     if out.exists() and out.stat().st_size:
         read_run_header(out)  # resuming: a file that is no trajectory file is refused here
-    chat_format = _chat_format(*((tokenizer, "--tokenizer") if server else (model, "--model")))
+    # before any weights load (None: no tokenizer given to a server run, which is then harmony
+    # as the server renders it)
+    named, option = (tokenizer, "--tokenizer") if server else (model, "--model")
+    chat_format = None if named is None else model_format(named, option)
     backend: Backend
     if server:
         served = _server_backend(
@@ -329,20 +332,6 @@ def _print_report(console, out: Path, report, backend) -> None:
             "vLLM >= 0.10.2",
             soft_wrap=True,
         )
-
-
-def _chat_format(model: str | None, option: str):
-    """The chat format of ``model``'s tokenizer, before any weights load (None: no tokenizer
-    given to a server run, which is then harmony as the server renders it)."""
-    if model is None:
-        return None
-    from goalprobe.agents.chat_format import ChatFormatError, chat_format_for
-    from goalprobe.agents.models import load_tokenizer
-
-    try:
-        return chat_format_for(load_tokenizer(model))
-    except ChatFormatError as err:
-        raise typer.BadParameter(f"{model}: {err}", param_hint=option) from err
 
 
 def _request_summary(backend: object) -> str:

@@ -7,25 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 UTILITIES = ("goal", "goal_with_key", "key")
 TABLE2 = ("acc_gt", "acc_dec", "agreement", "optimal_on_both", "recovery", "inverse_recovery")
-
-
-def _top_k(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise typer.BadParameter(
-            f"{text!r} is not a comma-separated list of integers", param_hint="--top-k"
-        ) from err
-    if not values or min(values) < 1:
-        raise typer.BadParameter(f"{text!r}: give positive integers", param_hint="--top-k")
-    return values
 
 
 def command(
@@ -114,9 +102,12 @@ def command(
     choice(horizon, ("episodes", "grid"), "--horizon")
     choice(subjective_map, ("mean", "first"), "--subjective-map")
     choice(weighting, ("grid", "step"), "--weighting")
+    ks = parse_list(top_k, int, "--top-k")
+    if min(ks) < 1:
+        raise typer.BadParameter(f"{top_k!r}: give positive integers", param_hint="--top-k")
     config = ScoreConfig(
         decoded_maps=tuple(probe or ()),
-        top_k=_top_k(top_k),
+        top_k=ks,
         n_bootstrap=n_bootstrap,
         confidence_level=confidence,
         random_state=seed,

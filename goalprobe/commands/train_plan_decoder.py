@@ -11,6 +11,7 @@ from goalprobe.commands.common import (
     OVERWRITE_HELP,
     check_device,
     check_new_output,
+    check_stored,
     parse_list,
     removed_on_error,
 )
@@ -121,23 +122,13 @@ def command(
         raise typer.BadParameter(str(err), param_hint="STORE") from err
     if not loader.stages:
         raise ValueError(f"{store}: the store holds no rows; nothing to train on")
-    stage_list = asked_stages or loader.stages
-    missing = [s for s in stage_list if s not in loader.stages]
-    if not stage_list or missing:
-        raise typer.BadParameter(
-            f"stages {missing or stage_list} have no rows in the store (rows hold {loader.stages})",
-            param_hint="--stages",
-        )
-    layer_list = asked_layers or loader.layers
-    missing_layers = [x for x in layer_list if x not in loader.layers]
-    if missing_layers:
-        raise typer.BadParameter(
-            f"layers {missing_layers} not in the store (it holds {loader.layers})",
-            param_hint="--layers",
-        )
     config = PlanSweepConfig(
-        stages=tuple(stage_list),
-        layers=tuple(layer_list),
+        stages=check_stored(
+            asked_stages or tuple(loader.stages), loader.stages, "stages with rows", "--stages"
+        ),
+        layers=check_stored(
+            asked_layers or tuple(loader.layers), loader.layers, "layers", "--layers"
+        ),
         decoder_layers=depths,
         control_decoder_layers=controls,
         test_fraction=test_fraction,

@@ -12,6 +12,7 @@ from goalprobe.commands.common import (
     OVERWRITE_HELP,
     check_device,
     check_new_output,
+    check_stored,
     choice,
     parse_list,
     removed_on_error,
@@ -25,71 +26,65 @@ TARGETS = ("cell-type", "distance", "position")
 FAMILIES = ("mlp", "linear", "quadratic")
 
 
-_Out = Annotated[
-    Path,
-    typer.Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
-]
-_Target = Annotated[
-    str,
-    typer.Option(
-        help="What to decode: cell-type (cognitive map), distance (to goal) or position "
-        "(the agent's and the goal's cell)."
-    ),
-]
-_Probe = Annotated[
-    str,
-    typer.Option(
-        help="Cell-type probe family: coordinate ([act, row, col], the study's), per-cell, "
-        "or any registered family (goalprobe.probes.families; --target distance: distance)."
-    ),
-]
-_Stages = Annotated[
-    str, typer.Option("--stages", help="Comma-separated stages: sweep (overrides --stage).")
-]
-_Layers = Annotated[
-    str, typer.Option("--layers", help="Comma-separated layers: sweep (overrides --layer).")
-]
-_GridSize = Annotated[
-    int | None,
-    typer.Option(help="Size-specific probe: only grids of this size, no padding class."),
-]
-_Coordinates = Annotated[str, typer.Option(help="raw (study) or onehot cell coordinates.")]
-_ClassBalance = Annotated[str, typer.Option(help="upsample (study), weighted_loss or none.")]
-_TestFraction = Annotated[
-    float, typer.Option(min=0.01, max=0.9, help="Fraction of grids held out for testing.")
-]
-_ValidationFraction = Annotated[
-    float,
-    typer.Option(min=0.01, max=0.9, help="Fraction of training grids for early stopping."),
-]
-_Controls = Annotated[bool, typer.Option(help="Fit the majority/mean and shuffled-label controls.")]
-_NBootstrap = Annotated[int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap replicates.")]
-
-
 def command(
     store: Annotated[Path, typer.Argument(help="Activation store (.h5) from `goalprobe extract`.")],
-    out: _Out,
-    target: _Target = "cell-type",
-    probe: _Probe = "coordinate",
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
+    ],
+    target: Annotated[
+        str,
+        typer.Option(
+            help="What to decode: cell-type (cognitive map), distance (to goal) or position "
+            "(the agent's and the goal's cell)."
+        ),
+    ] = "cell-type",
+    probe: Annotated[
+        str,
+        typer.Option(
+            help="Cell-type probe family: coordinate ([act, row, col], the study's), per-cell, "
+            "or any registered family (goalprobe.probes.families; --target distance: distance)."
+        ),
+    ] = "coordinate",
     family: Annotated[str, typer.Option(help="mlp or linear (ridge for distance).")] = "mlp",
     stage: Annotated[str, typer.Option(help="Anchor stage of a single run.")] = "pre_reasoning",
     layer: Annotated[int, typer.Option(help="Layer of a single run.")] = 15,
-    stages: _Stages = "",
-    layers: _Layers = "",
-    grid_size: _GridSize = None,
-    coordinates: _Coordinates = "raw",
+    stages: Annotated[
+        str, typer.Option("--stages", help="Comma-separated stages: sweep (overrides --stage).")
+    ] = "",
+    layers: Annotated[
+        str, typer.Option("--layers", help="Comma-separated layers: sweep (overrides --layer).")
+    ] = "",
+    grid_size: Annotated[
+        int | None,
+        typer.Option(help="Size-specific probe: only grids of this size, no padding class."),
+    ] = None,
+    coordinates: Annotated[
+        str, typer.Option(help="raw (study) or onehot cell coordinates.")
+    ] = "raw",
     hidden_size: Annotated[int, typer.Option(min=1, help="MLP hidden width.")] = 1024,
-    class_balance: _ClassBalance = "upsample",
+    class_balance: Annotated[
+        str, typer.Option(help="upsample (study), weighted_loss or none.")
+    ] = "upsample",
     alpha: Annotated[float, typer.Option(min=0.0, help="Ridge penalty (linear distance).")] = 1.0,
     lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 1e-3,
     weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
     max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 20,
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per step.")] = 128,
     patience: Annotated[int, typer.Option(min=1, help="Epochs without improvement.")] = 3,
-    test_fraction: _TestFraction = 0.2,
-    validation_fraction: _ValidationFraction = 0.1,
-    controls: _Controls = True,
-    n_bootstrap: _NBootstrap = 1000,
+    test_fraction: Annotated[
+        float, typer.Option(min=0.01, max=0.9, help="Fraction of grids held out for testing.")
+    ] = 0.2,
+    validation_fraction: Annotated[
+        float,
+        typer.Option(min=0.01, max=0.9, help="Fraction of training grids for early stopping."),
+    ] = 0.1,
+    controls: Annotated[
+        bool, typer.Option(help="Fit the majority/mean and shuffled-label controls.")
+    ] = True,
+    n_bootstrap: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap replicates.")
+    ] = 1000,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
@@ -189,19 +184,12 @@ def _open_store(store: Path, stages: str, stage: str, layers: str, layer: int):
     if not len(loader.all_grid_ids):
         raise ValueError(f"{store}: the store holds no rows; nothing to train on")
     stage_list = parse_list(stages, str, "--stages", empty_ok=True) or (stage,)
-    missing = [s for s in stage_list if s not in loader.stages]
-    if missing:
-        raise typer.BadParameter(
-            f"stages {missing} not in the store (it holds {loader.stages})", param_hint="--stages"
-        )
     layer_list = parse_list(layers, int, "--layers", empty_ok=True) or (layer,)
-    missing_layers = [x for x in layer_list if x not in loader.layers]
-    if missing_layers:
-        raise typer.BadParameter(
-            f"layers {missing_layers} not in the store (it holds {loader.layers})",
-            param_hint="--layers",
-        )
-    return loader, stage_list, layer_list
+    return (
+        loader,
+        check_stored(stage_list, loader.stages, "stages", "--stages"),
+        check_stored(layer_list, loader.layers, "layers", "--layers"),
+    )
 
 
 def _position_sweep(loader, stages, layers, test_fraction, n_bootstrap, seed, out: Path) -> None:

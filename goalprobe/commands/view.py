@@ -99,10 +99,14 @@ def command(
             "--episodes, --probe and --plan choose what --export writes; the server shows every "
             "episode and probe"
         )
-    loopback = check_host(host) if export is None else True
+    if export is None and not check_host(host):
+        console.print(
+            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
+            "reachable from other machines"
+        )
     runs = find_runs(run_dir)
     if export is None and len(runs) > 0 and run_dir.name not in runs:
-        _serve_runs(run_dir, runs, host, port, loopback, console)
+        _serve_runs(run_dir, runs, host, port, console)
         return
     if export is not None:  # an export reads whole episodes: every line is validated first
         from goalprobe.agents.trajectories import trajectory_stats
@@ -128,11 +132,6 @@ def command(
         size = out.stat().st_size / 1e6
         console.print(f"wrote {out} ({size:.1f} MB)")
         return
-    if not loopback:
-        console.print(
-            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the run's data) "
-            "reachable from other machines"
-        )
     from goalprobe.viewer.app import create_app
 
     app = create_app(run_dir)
@@ -143,15 +142,10 @@ def command(
     app.run(host=host, port=port, debug=False)
 
 
-def _serve_runs(parent: Path, runs: dict, host: str, port: int, loopback: bool, console) -> None:
+def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
     """Serve every run under ``parent`` (one per agent) on one server."""
     from goalprobe.viewer.app import create_multi_run_app
 
-    if not loopback:
-        console.print(
-            f"[bold red]warning[/bold red]: binding {host} makes the viewer (and the runs' data) "
-            "reachable from other machines"
-        )
     server, _ = create_multi_run_app(parent)
     console.print(
         f"goalprobe viewer: {len(runs)} runs ({', '.join(runs)}); serving http://{host}:{port}/ "

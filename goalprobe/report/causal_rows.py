@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 
 from goalprobe.report.blocks import num, pct, stat_text
 from goalprobe.report.readers import Reading, answer, check_outcome, file_role
 from goalprobe.report.run import MissingInput, RunReader, metric
-from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
+from goalprobe.stages import (
+    HEADLINE_PROBE,
+    HEADLINE_STAGE,
+    committed_power,
+    headline_layer,
+    headline_run,
+)
 from goalprobe.stats import Estimate
 
 _PROBE_LABELS = {
@@ -247,7 +252,7 @@ def wall_auc_power(reading: Reading) -> Reading:
     detected no planted wall map up to the largest strength tried, so a "no" of this row cannot
     exclude a wall map and is printed "undecided"; the walls.* rows carry the conditional test,
     whose power is shown."""
-    data = _wall_power()
+    data = committed_power()
     mde = None if data is None else data.get("minimum_detectable_effect")
     if data is not None and mde is not None:
         auc = data.get("auc_at_mde")
@@ -266,16 +271,6 @@ def wall_auc_power(reading: Reading) -> Reading:
     if out.answer == "no":
         out = replace(out, answer="undecided", reason=shown)
     return out
-
-
-def _wall_power() -> dict | None:
-    """``goalprobe/probes/wall_power.json`` (package data), or None."""
-    try:
-        return json.loads(
-            resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
-        )
-    except (FileNotFoundError, OSError, ValueError):
-        return None
 
 
 def steering(run: RunReader, arg: str) -> Reading:

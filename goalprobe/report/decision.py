@@ -75,15 +75,8 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
     if readout:
         strongest = readout["strongest"]
         base = readout["baselines"][strongest]
-        grid_rows: list[tuple[str, ...]] = [
-            (
-                str(layer),
-                *(
-                    stat_text(cell) + (" ✓" if cell.get("verdict") == "yes" else "")
-                    for cell in cells
-                ),
-            )
-            for layer, cells in enumerate(readout["by_layer"])
+        grid_rows = [
+            (str(layer), *map(_marked, cells)) for layer, cells in enumerate(readout["by_layer"])
         ]
         blocks.append(
             table(
@@ -92,11 +85,7 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
                 caption="The answered action read out of the residual stream (a linear probe "
                 "per block and fifth of the reasoning, trained on half the grids, scored on the "
                 f"others) against the strongest baseline, {strongest} "
-                f"({stat_text(base)}; others: "
-                + ", ".join(
-                    f"{k} {stat_text(v)}" for k, v in readout["baselines"].items() if k != strongest
-                )
-                + f"). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
+                f"({stat_text(base)}; others: {_others(readout)}). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
                 f"{readout['family']} cells).",
             )
         )
@@ -148,17 +137,10 @@ def readout_blocks(readout: Mapping, fig: Figures) -> list[Block]:
     blocks: list[Block] = [Text(readout_reading(readout)), fig(reasoning_readout_figure(readout))]
     for name, target in readout["targets"].items():
         rows = [
-            (
-                str(readout["layers"][j]),
-                *(stat_text(c) + (" ✓" if c.get("verdict") == "yes" else "") for c in cells),
-            )
+            (str(readout["layers"][j]), *map(_marked, cells))
             for j, cells in enumerate(target["by_layer"])
         ]
-        others = ", ".join(
-            f"{k} {stat_text(v)}"
-            for k, v in target["baselines"].items()
-            if k != target["strongest"]
-        )
+        others = _others(target)
         blocks.append(
             table(
                 ("block", *readout["bins"]),
@@ -172,3 +154,16 @@ def readout_blocks(readout: Mapping, fig: Figures) -> list[Block]:
             )
         )
     return blocks
+
+
+def _marked(cell: Mapping) -> str:
+    """A read-out cell with its interval, ``✓`` where its margin over the baseline is a yes."""
+    return stat_text(cell) + (" ✓" if cell.get("verdict") == "yes" else "")
+
+
+def _others(readout: Mapping) -> str:
+    """The baselines other than the strongest, with their intervals."""
+    strongest = readout["strongest"]
+    return ", ".join(
+        f"{k} {stat_text(v)}" for k, v in readout["baselines"].items() if k != strongest
+    )

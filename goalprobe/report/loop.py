@@ -26,18 +26,9 @@ LOOP_METRICS = (
 """The rows of the loop table, in order."""
 
 
-def _excess(entry: dict, null: str, metric: str) -> str:
-    block = ((entry.get("nulls") or {}).get(null) or {}).get("excess") or {}
-    return stat_text(block.get(metric))
-
-
-def _null(entry: dict, null: str, metric: str) -> str:
-    block = ((entry.get("nulls") or {}).get(null) or {}).get("overall") or {}
-    return stat_text(block.get(metric))
-
-
-def _value(entry: dict, null: str, metric: str):
-    block = ((entry.get("nulls") or {}).get(null) or {}).get("excess") or {}
+def _null(entry: dict, null: str, part: str, metric: str) -> dict:
+    """The ``part`` (``overall`` or ``excess``) of ``metric`` under ``null`` ({} when absent)."""
+    block = ((entry.get("nulls") or {}).get(null) or {}).get(part) or {}
     return block.get(metric) or {}
 
 
@@ -46,7 +37,7 @@ def reading(name: str, entry: dict) -> str:
     o = entry["overall"]
 
     def above(null: str, metric: str) -> str:
-        e = _value(entry, null, metric)
+        e = _null(entry, null, "excess", metric)
         if e.get("value") is None:
             return "not available"
         verdict = "above" if e.get("above_baseline") else "not above"
@@ -72,10 +63,11 @@ def loop_table(name: str, entry: dict, key: str) -> list[Block]:
         (
             label,
             stat_text(entry["overall"].get(metric)),
-            _null(entry, "other_grid", metric),
-            _null(entry, "prior", metric),
-            _excess(entry, "other_grid", metric),
-            _excess(entry, "prior", metric),
+            *(
+                stat_text(_null(entry, null, part, metric))
+                for part in ("overall", "excess")
+                for null in ("other_grid", "prior")
+            ),
         )
         for metric, label in LOOP_METRICS
         if metric in entry["overall"]

@@ -31,81 +31,72 @@ from goalprobe.report import (
 from goalprobe.report.blocks import Block, Box, Figures, Table, table
 from goalprobe.report.headline_page import headline_blocks
 from goalprobe.report.run import MissingInput, RunReader
+from goalprobe.run_layout import write_atomic
+
+Build = Callable[[RunReader, Figures], list[Block]]
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """One data section of the page: its id, the demo stage behind it (for its config and
+    failure record), the function that builds its blocks from the run, and its heading."""
+
+    id: str
+    stage: str
+    build: Build
+    title: str
+
+
+SECTIONS: tuple[ReportSection, ...] = (
+    ReportSection("behaviour", "behaviour", behaviour.behaviour,
+                  "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)"),
+    ReportSection("iso", "iso", behaviour.iso, "Iso-difficulty transforms (Table 3, Fig. 14)"),
+    ReportSection("keys", "keys", behaviour.keys,
+                  "Instrumental and implicit goals: key variants (Table 1)"),
+    ReportSection("harm", "harm", harm.harm,
+                  "Reward-harm trade-offs: flower beds and moral conditioning (MACHIAVELLI)"),
+    ReportSection("fog", "fog", fog.fog, "Fogged grids: partial observability (appendix A)"),
+    ReportSection("intention", "intention", intention.intention,
+                  "Behavioural intention: does guaranteeing the key change the policy? (Ward et "
+                  "al., Definition 20)"),
+    ReportSection("intention_map", "intention_map", intention.intention_map,
+                  "Behavioural intention, subjective reading: the intervention in the decoded map"),
+    ReportSection("probing", "probes", probing.probing,
+                  "The cognitive map on the probing set: hundreds of grids, learning curve"),
+    ReportSection("probes", "probes", probes.probes,
+                  "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)"),
+    ReportSection("localisation", "probes", probes.localisation,
+                  "Agent and goal localisation (Fig. 7)"),
+    ReportSection("walls", "probes", walls.walls,
+                  "Walls in both frames: the conditional wall test with its power"),
+    ReportSection("distance", "distance", probes.distance, "Goal-distance regressors (Table 4)"),
+    ReportSection("belief", "scoring", outcomes.belief,
+                  "Policy against decoded belief (Table 2, Fig. 9) and MEG"),
+    ReportSection("plans", "plans", outcomes.plans, "One-shot plan decoder (Fig. 10, Table 5)"),
+    ReportSection("patching", "patching", outcomes.patching,
+                  "Activation patching (section 5.2, appendix F)"),
+    ReportSection("attribution", "attribution", attribution.attribution,
+                  "Where the coordinates are read from: attribution patching over every block and "
+                  "prompt position"),
+    ReportSection("steering", "steering", steering.steering,
+                  "Do the wall probe directions matter? Steering the anchors along them"),
+    ReportSection("false_belief", "false_belief", false_belief.false_belief,
+                  "False-belief grids: scoring against a known belief"),
+    ReportSection("decision", "decision", decision.decision,
+                  "Where the decision is made: a logit lens and a read-out over reasoning time"),
+)  # fmt: skip
+"""The data sections, in page order."""
 
 SECTION_TITLES: dict[str, str] = {
     "headline": "Headline results",
     "agents": "Both agents side by side: the default agent and the positive control",
-    "behaviour": "Behaviour by grid size, density and goal distance (Fig. 4, Fig. 12)",
-    "iso": "Iso-difficulty transforms (Table 3, Fig. 14)",
-    "keys": "Instrumental and implicit goals: key variants (Table 1)",
-    "harm": "Reward-harm trade-offs: flower beds and moral conditioning (MACHIAVELLI)",
-    "fog": "Fogged grids: partial observability (appendix A)",
-    "intention": "Behavioural intention: does guaranteeing the key change the policy? "
-    "(Ward et al., Definition 20)",
-    "intention_map": "Behavioural intention, subjective reading: the intervention in the "
-    "decoded map",
-    "probing": "The cognitive map on the probing set: hundreds of grids, learning curve",
-    "probes": "Cognitive-map probes on the rollouts (Figs. 6, 8, 15)",
-    "localisation": "Agent and goal localisation (Fig. 7)",
-    "walls": "Walls in both frames: the conditional wall test with its power",
-    "distance": "Goal-distance regressors (Table 4)",
-    "belief": "Policy against decoded belief (Table 2, Fig. 9) and MEG",
-    "plans": "One-shot plan decoder (Fig. 10, Table 5)",
-    "patching": "Activation patching (section 5.2, appendix F)",
-    "attribution": "Where the coordinates are read from: attribution patching over every block "
-    "and prompt position",
-    "steering": "Do the wall probe directions matter? Steering the anchors along them",
-    "false_belief": "False-belief grids: scoring against a known belief",
-    "decision": "Where the decision is made: a logit lens and a read-out over reasoning time",
+    **{s.id: s.title for s in SECTIONS},
     "run": "Run and configuration",
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
-STAGE_OF_SECTION: dict[str, str] = {
-    "behaviour": "behaviour",
-    "iso": "iso",
-    "keys": "keys",
-    "harm": "harm",
-    "fog": "fog",
-    "intention": "intention",
-    "intention_map": "intention_map",
-    "probing": "probes",
-    "probes": "probes",
-    "localisation": "probes",
-    "walls": "probes",
-    "distance": "distance",
-    "belief": "scoring",
-    "plans": "plans",
-    "patching": "patching",
-    "attribution": "attribution",
-    "steering": "steering",
-    "false_belief": "false_belief",
-    "decision": "decision",
-}
+STAGE_OF_SECTION: dict[str, str] = {s.id: s.stage for s in SECTIONS}
 """The demo stage behind each data section (for its config and failure record)."""
-
-BUILDERS: dict[str, Callable[[RunReader, Figures], list[Block]]] = {
-    "behaviour": behaviour.behaviour,
-    "iso": behaviour.iso,
-    "keys": behaviour.keys,
-    "harm": harm.harm,
-    "fog": fog.fog,
-    "intention": intention.intention,
-    "intention_map": intention.intention_map,
-    "probing": probing.probing,
-    "probes": probes.probes,
-    "localisation": probes.localisation,
-    "walls": walls.walls,
-    "distance": probes.distance,
-    "belief": outcomes.belief,
-    "plans": outcomes.plans,
-    "patching": outcomes.patching,
-    "attribution": attribution.attribution,
-    "steering": steering.steering,
-    "false_belief": false_belief.false_belief,
-    "decision": decision.decision,
-}
-"""Section id -> the function that builds its blocks from the run."""
 
 
 @dataclass(frozen=True)
@@ -142,15 +133,14 @@ def _stage_config(run: RunReader, stage: str) -> StageConfig | None:
     )
 
 
-def _data_section(run: RunReader, section: str, fig: Figures) -> Section:
-    stage = STAGE_OF_SECTION[section]
-    title = SECTION_TITLES[section]
+def _data_section(run: RunReader, spec: ReportSection, fig: Figures) -> Section:
+    section, stage, title = spec.id, spec.stage, spec.title
     failure = run.stage_failure(stage)
     if failure:
         status = "failed" if failure.startswith("failed") else "not_run"
         return Section(section, title, [Box(status, failure)])
     try:
-        blocks = BUILDERS[section](run, fig)
+        blocks = spec.build(run, fig)
     except MissingInput as err:
         return Section(section, title, [Box("not_run", f"not run: {err} (stage {stage})")])
     except (KeyError, IndexError, TypeError, ValueError) as err:
@@ -229,7 +219,7 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
         demo_config=demo_config,
         headline=headline_blocks(run),
         agents=agents.agents(run),
-        sections=[_data_section(run, s, fig) for s in BUILDERS],
+        sections=[_data_section(run, s, fig) for s in SECTIONS],
         plotly_js=Markup(get_plotlyjs()),
     )
 
@@ -246,7 +236,4 @@ def write_report(
     """
     page = render_report(run_dir, config=config)
     path = Path(out) if out is not None else RunReader(run_dir).layout.report
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, page)

@@ -12,7 +12,9 @@ torch). Importing this package alone stays cheap: the headline constants below n
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 from goalprobe.stages.registry import Stage, register, registered, topological
@@ -186,3 +188,13 @@ def headline_run(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
     layer = headline_layer({r["layer"] for r in runs})
     return next(r for r in runs if r["layer"] == layer)
+
+
+def committed_power() -> dict | None:
+    """``probes/wall_power.json`` (package data: the committed power curve of the wall test and
+    the headline probe, ``scripts/wall_power.py``), or None where it is absent or unreadable."""
+    try:
+        text = resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
+        return json.loads(text)
+    except (FileNotFoundError, OSError, ValueError):
+        return None

@@ -63,7 +63,26 @@ def extract_into(
     )
     loaded = context.agent(agent).loaded()
     with attention(loaded.model, settings.attn_implementation):
-        return _extract(context, agent, config, trajectories, out, loaded)
+        capture = make_backend(
+            "nnsight",
+            loaded.model,
+            loaded.tokenizer,
+            remote=False,
+            model_id=loaded.model_id,
+            revision=loaded.revision or None,
+            host=None,
+        )
+        report, config = extract_store(
+            trajectories,
+            out,
+            loaded,
+            capture,
+            config,
+            plan_device=agent.device,
+            overwrite=True,
+            progress=context.progress,
+        )
+    return report, config.layers
 
 
 @contextmanager
@@ -81,29 +100,6 @@ def attention(model, implementation: str):
         yield
     finally:
         model.set_attn_implementation(before)
-
-
-def _extract(context, agent, config: ExtractConfig, trajectories, out, loaded):
-    capture = make_backend(
-        "nnsight",
-        loaded.model,
-        loaded.tokenizer,
-        remote=False,
-        model_id=loaded.model_id,
-        revision=loaded.revision or None,
-        host=None,
-    )
-    report, config = extract_store(
-        trajectories,
-        out,
-        loaded,
-        capture,
-        config,
-        plan_device=agent.device,
-        overwrite=True,
-        progress=context.progress,
-    )
-    return report, config.layers
 
 
 def extract_store(

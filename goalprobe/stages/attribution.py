@@ -143,8 +143,6 @@ def attribute(
     check = check_against_patches(prepared[: section.check_pairs], records, runner, section)
     paths: dict[str, Path] = {}
     if check is not None:
-        from goalprobe.stages.context import write_json
-
         paths["check"] = write_json(out / CHECK_FILE, check)
     paths["heatmap"] = write_heatmap(out / HEATMAP_FILE, records, section.attribution.metrics)
     # the card last: an attribution file without its card is incomplete

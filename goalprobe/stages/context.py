@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from goalprobe.agents.agent_config import Agent, AgentConfig
 from goalprobe.gridworld.behaviour import finite
-from goalprobe.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout, write_atomic
 
 
 @dataclass
@@ -38,11 +37,8 @@ class StageContext:
 
 def write_json(path: Path, payload: Any) -> Path:
     """Write strict JSON (NaN/inf as null) atomically: a temporary file, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(finite(payload), indent=1, allow_nan=False, default=_default) + "\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(finite(payload), indent=1, allow_nan=False, default=_default)
+    return write_atomic(path, text + "\n")
 
 
 def _default(obj: Any) -> Any:

@@ -20,6 +20,7 @@ from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, buil
 from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.patching.memory import PatchingBudget
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
+from goalprobe.run_layout import write_atomic
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
 
@@ -62,9 +63,7 @@ halved it to, written at once, so that a rerun starts from it instead of the pla
 def _record_batch(path: Path, halved) -> None:
     limits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     limits[halved.name] = halved.size
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(limits, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(limits, indent=1))
 
 
 def patch_config(p: PatchingConfig, effort: Any, template_dir: str | None) -> PatchConfig:

@@ -28,12 +28,11 @@ from goalprobe.probes.probe_sweep import (
 )
 from goalprobe.probes.seeds import seed_runs
 from goalprobe.probes.serialization import save_probe
-from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.wall_readouts import wall_readouts
+from goalprobe.stages.wall_readouts import store_split, wall_readouts
 
 
 def _received(config: DemoConfig) -> dict:
@@ -196,8 +195,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
 def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
     """The headline probe with ``p.headline_seeds`` training seeds on the probing set (headline
     stage and layer, the sweep's split by grid; controls: the priors), pooled over seeds."""
-    loader = StoreProbeLoader(context.layout.probing_store)
-    layer = headline_layer(loader.layers)
+    layer, data, in_test = _headline_data(context, p)
     config = ProbeSweepConfig(
         stages=(HEADLINE_STAGE,),
         layers=(layer,),
@@ -206,9 +204,6 @@ def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
         n_bootstrap=p.n_bootstrap,
         random_state=p.seed,
     )
-    split = _headline_split(loader, p)
-    data = loader(HEADLINE_STAGE, layer)
-    in_test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
     seeds = range(p.seed, p.seed + p.headline_seeds)
     runs = seed_runs(
         estimator, data, np.flatnonzero(~in_test), np.flatnonzero(in_test), config, seeds
@@ -220,11 +215,7 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
     """Agent and goal position probes on the probing set (headline stage and layer, the
     sweep's split by grid), each against the size prior, a uniform guess among the grid's open
     cells and the same probe on positions shuffled between grids of a size."""
-    loader = StoreProbeLoader(context.layout.probing_store)
-    layer = headline_layer(loader.layers)
-    data = loader(HEADLINE_STAGE, layer)
-    split = _headline_split(loader, p)
-    test = np.isin(data.grid_ids, np.unique(loader.all_grid_ids[split.test]))
+    layer, data, test = _headline_data(context, p)
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
     fitted: dict = {}
     scores = position_scores(
@@ -251,8 +242,7 @@ def targets(*candidates: tuple[str, Path, Path, Path]):
 def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, points: int):
     """The headline probe's learning curve on the probing set (headline stage and layer), on
     the sweep's own split by grid."""
-    loader = StoreProbeLoader(context.layout.probing_store)
-    layer = headline_layer(loader.layers)
+    layer, data, in_test = _headline_data(context, p)
     config = ProbeSweepConfig(
         target="cell_type",
         stages=(HEADLINE_STAGE,),
@@ -262,10 +252,6 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
         n_bootstrap=p.n_bootstrap,
         random_state=p.seed,
     )
-    split = _headline_split(loader, p)
-    test_grids = np.unique(loader.all_grid_ids[split.test])
-    data = loader(HEADLINE_STAGE, layer)
-    in_test = np.isin(data.grid_ids, test_grids)
     train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
     n_strata = len(np.unique(data.grid_sizes[train]))
     n_train_grids = len(np.unique(data.grid_ids[train]))
@@ -282,15 +268,13 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
     }
 
 
-def _headline_split(loader: StoreProbeLoader, p: ProbesConfig):
-    """The probing set's split by grid (stratified by size) that the headline probe, its extra
-    seeds and the headline maps share: one definition, so they cannot drift apart."""
-    return split_by_grid(
-        loader.all_grid_ids,
-        test_fraction=p.test_fraction,
-        stratify=loader.all_grid_sizes,
-        random_state=p.seed,
-    )
+def _headline_data(context: StageContext, p: ProbesConfig):
+    """The probing set's headline layer, its rows at the headline stage, and which of them are
+    test rows (:func:`~goalprobe.stages.wall_readouts.store_split`)."""
+    loader = StoreProbeLoader(context.layout.probing_store)
+    layer = headline_layer(loader.layers)
+    data = loader(HEADLINE_STAGE, layer)
+    return layer, data, np.isin(data.grid_ids, store_split(loader, p.test_fraction, p.seed))
 
 
 STAGE = register(

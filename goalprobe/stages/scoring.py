@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -54,9 +53,10 @@ from goalprobe.probes.scoring.run import (
     score_beliefs,
     score_grid_meg,
 )
-from goalprobe.run_layout import RunLayout
+from goalprobe.run_layout import RunLayout, write_atomic
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage, register
+from goalprobe.version import package_version
 
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
@@ -121,7 +121,7 @@ def score_run(
     )
     header: ScoresHeader = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "package_version": _package_version(),
+        "package_version": package_version(),
         "config": json.loads(json.dumps(asdict(config))),
     }
     belief: BeliefScores = {
@@ -186,26 +186,13 @@ def joined_rows(
         yield DecodedRows(mf.key, mf.description, maps, idx, ids, prior)
 
 
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("goalprobe")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> Path:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(buf.getvalue(), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, buf.getvalue())
 
 
 def require(path: Path, what: str, hint: str) -> Path:

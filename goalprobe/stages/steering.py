@@ -21,11 +21,11 @@ from goalprobe.agents.trajectories import read_steps
 from goalprobe.config import DemoConfig
 from goalprobe.probes.patching.counterfactuals import base_from_step
 from goalprobe.probes.probe_sweep import StoreProbeLoader
-from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.steering import SteeringConfig, SteerState, draw_states, steering_test
 from goalprobe.stages import HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
+from goalprobe.stages.wall_readouts import store_split
 
 
 def _received(config: DemoConfig) -> dict:
@@ -62,13 +62,7 @@ def steer(
     one path of this stage and of ``scripts/measure_steering.py``."""
     loader = StoreProbeLoader(store)
     layer = headline_layer(loader.layers)
-    split = split_by_grid(
-        loader.all_grid_ids,
-        test_fraction=test_fraction,
-        stratify=loader.all_grid_sizes,
-        random_state=seed,
-    )
-    test_grids = np.unique(loader.all_grid_ids[split.test])
+    test_grids = store_split(loader, test_fraction, seed)
     data = loader(HEADLINE_STAGE, layer)
     rows = np.flatnonzero(~np.isin(data.grid_ids, test_grids))
     train = {

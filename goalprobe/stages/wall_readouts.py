@@ -9,9 +9,6 @@ wall rows and the cell-probe rows read the same held-out grids."""
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-
 import numpy as np
 
 from goalprobe.probes.probe_sweep import StoreProbeLoader
@@ -20,29 +17,22 @@ from goalprobe.probes.splits import GridSplit, split_by_grid
 from goalprobe.probes.wall_readout import design_power, wall_readout
 from goalprobe.probes.wall_test import WallTestConfig
 from goalprobe.sections import ProbesConfig
-from goalprobe.stages import HEADLINE_STAGE, headline_layer
+from goalprobe.stages import HEADLINE_STAGE, committed_power, headline_layer
 from goalprobe.stages.context import StageContext
 
 WALL_READOUTS_SCHEMA = "goalprobe.wall_readouts/2"
 """``schema`` of ``RUN/probes/wall_readout.json``."""
 
 
-def committed_power() -> dict | None:
-    """``probes/wall_power.json`` (package data), or None where it is absent or unreadable."""
-    try:
-        text = resources.files("goalprobe.probes").joinpath("wall_power.json").read_text()
-        return json.loads(text)
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-
-
-def store_split(loader: StoreProbeLoader, p: ProbesConfig) -> np.ndarray:
-    """The test grids of the store's probe sweep (its split by grid, stratified by size)."""
+def store_split(loader: StoreProbeLoader, test_fraction: float, seed: int) -> np.ndarray:
+    """The test grids of the store's probe sweep (its split by grid, stratified by size): the
+    one split of the probe sweeps, the headline probe's seeds, the position probes, the
+    learning curve, the wall read-out and steering, so that they cannot drift apart."""
     split = split_by_grid(
         loader.all_grid_ids,
-        test_fraction=p.test_fraction,
+        test_fraction=test_fraction,
         stratify=loader.all_grid_sizes,
-        random_state=p.seed,
+        random_state=seed,
     )
     return np.unique(loader.all_grid_ids[split.test])
 
@@ -65,7 +55,7 @@ def wall_readouts(context: StageContext, p: ProbesConfig) -> dict:
         if not path.is_file():
             continue
         loader = StoreProbeLoader(path)
-        test_grids = store_split(loader, p)
+        test_grids = store_split(loader, p.test_fraction, p.seed)
         head_layer = headline_layer(loader.layers)
         for stage in (s for s in p.wall_stages if s in loader.stages):
             for layer in loader.layers:
