@@ -14,7 +14,7 @@ from goalprobe.commands.common import (
     parse_list,
     removed_on_error,
 )
-from goalprobe.viewer.figures import plan_sweep_figure
+from goalprobe.viewer.figures.plans import plan_sweep_figure
 
 if TYPE_CHECKING:
     from rich.table import Table
