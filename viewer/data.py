@@ -41,7 +41,6 @@ from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
 from goalprobe.viewer.false_belief_data import (
     FalseBeliefEpisodes,
     episode_key,
-    false_belief_start_maps,
     read_false_belief_episodes,
 )
 from goalprobe.viewer.figures.probes import baseline_values
@@ -49,36 +48,15 @@ from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
 from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
 from goalprobe.viewer.sources import (
     N_CLASSES,
-    STAGES,
     MapSource,
     PlanSource,
     RowIndex,
-    canonical_stage,
     full_class_probs,
     scan_map_sources,
     scan_plan_sources,
 )
 
 from goalprobe.run_layout import RunLayout
-
-__all__ = [
-    "N_CLASSES",
-    "STAGES",
-    "EpisodeData",
-    "EpisodeInfo",
-    "FalseBeliefEpisodes",
-    "MapSource",
-    "MissingArtefact",
-    "PlanSource",
-    "RunData",
-    "StepArrays",
-    "UnknownKeyError",
-    "UnsafePathError",
-    "canonical_stage",
-    "episode_key",
-    "find_runs",
-    "full_class_probs",
-]
 
 
 @dataclass(frozen=True)
@@ -610,16 +588,6 @@ class RunData:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: unreadable JSON ({err})") from err
-
-    def false_belief_maps(self, per_kind: int = 1) -> list[dict]:
-        """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
-        three ways (empty when the false_belief stage has not run; see
-        :func:`~goalprobe.viewer.false_belief_data.false_belief_start_maps`).
-
-        Raises:
-            ValueError: the grid set or the results are unreadable.
-        """
-        return false_belief_start_maps(self.files, per_kind)
 
     def false_belief_episodes(self) -> FalseBeliefEpisodes | None:
         """The false_belief stage's grids, episodes and per-step decoded maps (read once).

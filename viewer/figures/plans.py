@@ -11,8 +11,8 @@ from goalprobe.gridworld.core import PLAN_END, PLAN_PAD
 from goalprobe.viewer.figures.style import (
     ACTION_ARROWS,
     QUALITATIVE,
+    band_trace,
     figure_layout,
-    rgba,
 )
 
 if TYPE_CHECKING:
@@ -236,21 +236,8 @@ def prefix_accuracy_grid_figure(
             lo, hi = (np.asarray(b, dtype=np.float64) for b in bounds)
             ok = np.isfinite(lo) & np.isfinite(hi)
             if ok.any():
-                fig.add_trace(
-                    go.Scatter(
-                        x=np.concatenate([n[ok], n[ok][::-1]]),
-                        y=np.concatenate([hi[ok], lo[ok][::-1]]),
-                        fill="toself",
-                        fillcolor=rgba(line["color"], 0.15),
-                        line={"width": 0},
-                        hoverinfo="skip",
-                        showlegend=False,
-                        name=f"{name} CI",
-                        legendgroup=name,
-                    ),
-                    row=row,
-                    col=col,
-                )
+                x, y = np.concatenate([n[ok], n[ok][::-1]]), np.concatenate([hi[ok], lo[ok][::-1]])
+                fig.add_trace(band_trace(x, y, line["color"], name, f"{name} CI"), row=row, col=col)
         fig.add_trace(
             go.Scatter(
                 x=n,
