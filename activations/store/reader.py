@@ -217,22 +217,11 @@ class ActivationStore:
                 f"{path}: root attributes give no layers or d_model {self.d_model} < 1"
             )
         for stage in self.stages:
-            k = stage_tokens(stage)
-            for name in (*(layer_name(x) for x in self.layers), "positions", "present"):
-                key = f"activations/{stage}/{name}"
-                if key not in f:
-                    raise StoreFormatError(f"{path}: dataset /{key} is missing")
-                ds = f[key]
-                if ds.shape[0] < committed:
-                    raise StoreFormatError(
-                        f"{path}: dataset /{key} has {ds.shape[0]} rows, fewer than the "
-                        f"{committed} committed"
-                    )
-                if name.startswith("layer_") and ds.shape[1:] != (k, self.d_model):
-                    raise StoreFormatError(
-                        f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
-                        f"{(k, self.d_model)}"
-                    )
+            row = (stage_tokens(stage), self.d_model)
+            for layer in self.layers:
+                self._check_dataset(f"activations/{stage}/{layer_name(layer)}", committed, row)
+            for name in ("positions", "present"):
+                self._check_dataset(f"activations/{stage}/{name}", committed)
         chat_format = self.attrs.get(CHAT_FORMAT_ATTR, DEFAULT_CHAT_FORMAT)
         if not isinstance(chat_format, dict) or not isinstance(chat_format.get("name"), str):
             raise StoreFormatError(
@@ -242,14 +231,24 @@ class ActivationStore:
         self.chat_format: dict[str, Any] = dict(chat_format)
         self._check_reasoning(committed)
         for name in LABEL_FIELDS:
-            key = f"labels/{name}"
-            if key not in f:
-                raise StoreFormatError(f"{path}: dataset /{key} is missing")
-            if f[key].shape[0] < committed:
-                raise StoreFormatError(
-                    f"{path}: dataset /{key} has {f[key].shape[0]} rows, fewer than the "
-                    f"{committed} committed"
-                )
+            self._check_dataset(f"labels/{name}", committed)
+
+    def _check_dataset(
+        self, key: str, rows: int, row_shape: tuple | None = None, of: str = "committed"
+    ) -> None:
+        """Raise :class:`StoreFormatError` unless dataset ``/key`` exists with at least ``rows``
+        rows (``of``: what they are) of ``row_shape`` (None: any)."""
+        if key not in self._file:
+            raise StoreFormatError(f"{self.path}: dataset /{key} is missing")
+        shape = self._file[key].shape
+        if shape[0] < rows:
+            raise StoreFormatError(
+                f"{self.path}: dataset /{key} has {shape[0]} rows, fewer than the {rows} {of}"
+            )
+        if row_shape is not None and shape[1:] != row_shape:
+            raise StoreFormatError(
+                f"{self.path}: dataset /{key} has row shape {shape[1:]}, expected {row_shape}"
+            )
 
     def _check_reasoning(self, committed: int) -> None:
         f, path = self._file, self.path
@@ -276,17 +275,10 @@ class ActivationStore:
                 f"{committed} committed rows"
             )
         for name in names[2:]:
-            ds = group[name]
-            if ds.shape[0] < total:
-                raise StoreFormatError(
-                    f"{path}: dataset /{REASONING}/{name} has {ds.shape[0]} rows, fewer than the "
-                    f"{total} reasoning rows its offsets name"
-                )
-            if name.startswith("layer_") and ds.shape[1:] != (self.d_model,):
-                raise StoreFormatError(
-                    f"{path}: dataset /{REASONING}/{name} has row shape {ds.shape[1:]}, expected "
-                    f"{(self.d_model,)}"
-                )
+            row = (self.d_model,) if name.startswith("layer_") else None
+            self._check_dataset(
+                f"{REASONING}/{name}", total, row, "reasoning rows its offsets name"
+            )
         self._offsets = offsets
 
     def _int_attr(self, name: str, default: int) -> int:
