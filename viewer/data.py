@@ -41,6 +41,7 @@ from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
 from goalprobe.viewer.false_belief_data import (
     FalseBeliefEpisodes,
     episode_key,
+    episode_label,
     read_false_belief_episodes,
 )
 from goalprobe.viewer.figures.probes import baseline_values
@@ -87,9 +88,7 @@ class EpisodeInfo:
     @property
     def label(self) -> str:
         """Short human label: grid, episode, outcome and length."""
-        s = self.summary
-        outcome = "success" if s.success else "failure"
-        return f"{s.grid_id} · ep {s.episode} · {outcome} · {s.length} steps"
+        return episode_label(self.summary)
 
 
 @dataclass(frozen=True, eq=False)
