@@ -168,7 +168,6 @@ def prefix_accuracy_grid_figure(
     runs: Sequence[Mapping],
     *,
     title: str = "Prefix accuracy of one-shot plan decoding (test grids)",
-    panel_height: int = 210,
 ) -> go.Figure:
     """Prefix accuracy against ``N`` as small multiples: one panel per stage (row) and layer
     (column); in each, the trained decoders (colour: capacity, band: confidence interval), the
@@ -178,7 +177,6 @@ def prefix_accuracy_grid_figure(
         runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
             ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
             and optional ``ci`` ``(2, T)``.
-        panel_height: height of one row of panels in pixels.
 
     Returns:
         the figure (one legend entry per capacity and per reference curve).
@@ -274,7 +272,7 @@ def prefix_accuracy_grid_figure(
     fig.update_layout(
         figure_layout(
             title,
-            panel_height * len(stages) + 120,
+            210 * len(stages) + 120,
             margin={"l": 56, "r": 16, "t": 72, "b": 96},
             legend={
                 "orientation": "h",

@@ -43,7 +43,6 @@ def probe_comparison_figure(
     *,
     y_title: str = "accuracy",
     baseline: float | None = None,
-    baseline_label: str = "baseline",
     title: str = "",
     height: int | None = 420,
 ) -> go.Figure:
@@ -55,8 +54,8 @@ def probe_comparison_figure(
             ``ci_low`` / ``ci_high``, and optional ``baselines``: model key of
             :data:`BASELINES` -> value (:func:`baseline_values`), drawn over that bar.
         y_title: y-axis title.
-        baseline: one horizontal reference line for the whole chart, or None.
-        baseline_label: its label.
+        baseline: one horizontal reference line for the whole chart (labelled "baseline"), or
+            None.
     """
     if not rows:
         raise ValueError("no rows to draw")
@@ -114,7 +113,7 @@ def probe_comparison_figure(
         fig.add_hline(
             y=baseline,
             line={"color": "#6c757d", "dash": "dash"},
-            annotation_text=baseline_label,
+            annotation_text="baseline",
             annotation_position="top left",
         )
     apply_layout(fig, title, height)
