@@ -597,10 +597,7 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        try:
-            return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
-        except UnsafePathError as err:
-            raise ValueError(str(err)) from err
+        return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
 
     def fog_episodes(self) -> FogEpisodes | None:
         """The fog stage's grids and episodes (read once; None when the stage has not run).
@@ -608,10 +605,7 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        try:
-            return self._once("_fog", lambda: read_fog_episodes(self.files))
-        except UnsafePathError as err:
-            raise ValueError(str(err)) from err
+        return self._once("_fog", lambda: read_fog_episodes(self.files))
 
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
@@ -628,10 +622,14 @@ class RunData:
 
     def _once(self, attr: str, read: Callable[[], Any]) -> Any:
         """``read()`` on the first call for the cache attribute ``attr`` (a 1-tuple once read),
-        kept for the next calls; under the lock, so concurrent callbacks read the file once."""
+        kept for the next calls; under the lock, so concurrent callbacks read the file once. A
+        file outside the run (:class:`UnsafePathError`) is a ``ValueError`` of its reader."""
         with self._lock:
             if getattr(self, attr) is None:
-                setattr(self, attr, (read(),))
+                try:
+                    setattr(self, attr, (read(),))
+                except UnsafePathError as err:
+                    raise ValueError(str(err)) from err
             return getattr(self, attr)[0]
 
     def probe_metrics(self) -> list[dict]:

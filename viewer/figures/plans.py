@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -14,10 +14,6 @@ from goalprobe.viewer.figures.style import (
     band_trace,
     figure_layout,
 )
-
-if TYPE_CHECKING:
-    from goalprobe.probes.plan_sweep import PlanSweepResult
-
 
 STRIP_COLOURS: dict[str, str] = {
     "match": "#95d5b2",
@@ -307,14 +303,3 @@ def sweep_runs(runs: Sequence[Mapping]) -> list[dict]:
         }
         for r in runs
     ]
-
-
-def plan_sweep_figure(result: PlanSweepResult) -> go.Figure:
-    """The prefix-accuracy small multiples of a whole plan-decoder sweep
-    (``goalprobe train-plan-decoder``'s ``prefix_accuracy.html``): the same figure as the
-    viewer's and the report's.
-
-    Args:
-        result: the sweep (``goalprobe.probes.plan_sweep.PlanSweepResult``).
-    """
-    return prefix_accuracy_grid_figure(sweep_runs(result.to_dict()["runs"]))

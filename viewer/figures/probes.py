@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
     QUALITATIVE,
     apply_layout,
+    ci_error_y,
     is_finite_number,
 )
 
@@ -214,20 +215,12 @@ def sweep_comparison_figure(result: Mapping) -> go.Figure:
             if not any(v and v.get("value") is not None for v in values):
                 continue
             y = [v["value"] if v else None for v in values]
-            high = [
-                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
-                for v in values
-            ]
-            low = [
-                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
-                for v in values
-            ]
             figure.add_trace(
                 go.Bar(
                     name=f"{stage} {model}",
                     x=[str(run["layer"]) for run in runs],
                     y=y,
-                    error_y={"type": "data", "array": high, "arrayminus": low},
+                    error_y=ci_error_y(values),
                     opacity=1.0 if model == "probe" else 0.45,
                 )
             )

@@ -205,3 +205,19 @@ def heat_cells(rows, cols, cell) -> tuple[list, list, list]:
         text.append(["" if v is None else f"{v:.2f}" for v in values])
         hover.append([h for _, h in cells])
     return z, text, hover
+
+
+def ci_error_y(stats, missing: float | None = 0, **extra) -> dict:
+    """``error_y`` of a trace from ``{value, ci_low, ci_high}`` stats (None counts as empty):
+    each value's distance to its bounds, ``missing`` where a bound is absent."""
+    stats = [s or {} for s in stats]
+    return {
+        "type": "data",
+        "array": [
+            missing if s.get("ci_high") is None else s["ci_high"] - s["value"] for s in stats
+        ],
+        "arrayminus": [
+            missing if s.get("ci_low") is None else s["value"] - s["ci_low"] for s in stats
+        ],
+        **extra,
+    }
