@@ -183,13 +183,10 @@ def default_layers(n_layers: int) -> tuple[int, ...]:
     return tuple(sorted({max(0, math.ceil(k * n_layers / 3) - 1) for k in (1, 2, 3)}))
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,10 +61,6 @@ class AttributionPlan:
         return {**asdict(self), "peak_gb": self.peak_gb}
 
 
-class AttributionDoesNotFitError(ValueError):
-    """Attribution cannot run on this device with these weights (the message says why)."""
-
-
 def plan_attribution(
     lengths: Sequence[int],
     shape: ModelShape,
@@ -113,9 +109,3 @@ def plan_attribution(
         reason="; ".join(reasons),
         attention=attention,
     )
-
-
-def require_attribution_fits(plan: AttributionPlan) -> None:
-    """Raise :class:`AttributionDoesNotFitError` with the plan's reason when it does not fit."""
-    if not plan.fits:
-        raise AttributionDoesNotFitError(f"attribution does not fit: {plan.reason}")

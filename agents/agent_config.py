@@ -222,22 +222,25 @@ class Agent:
             ServerError: the server did not answer (one retry), or answered without ids
                 (:class:`~goalprobe.agents.server_backend.ServerTokenIdsError`).
         """
-
-        from goalprobe.agents.backend import SamplingConfig
         from goalprobe.agents.harmony import Message
 
-        backend, _ = self.rollout_backend()
-        probe = ServerBackend(
-            replace(backend.config, max_retries=1, timeout_s=120.0), backend.tokenizer
-        )
-        conversation = [Message("user", "Answer with one word.")]
-        sampling = SamplingConfig(temperature=0.0, max_new_tokens=4, seed=0)
-        completion = probe.generate([conversation], sampling)[0]
+        completion = self._probe_request([Message("user", "Answer with one word.")], 4, 1)
         if self.config.conversation_date is not None and self._harmony():
             from goalprobe.agents.served_harmony import ServedHarmony
 
             ids = completion.prompt_token_ids
             self._check_date(ServedHarmony.from_prompt_ids(self.tokenizer(), ids, 1))
+
+    def _probe_request(self, conversation, max_new_tokens: int, max_retries: int | None = None):
+        """The server's greedy completion of one short ``conversation`` (a 120 s timeout)."""
+        from goalprobe.agents.backend import SamplingConfig
+
+        backend, _ = self.rollout_backend()
+        config = replace(backend.config, timeout_s=120.0)
+        if max_retries is not None:
+            config = replace(config, max_retries=max_retries)
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, seed=0)
+        return ServerBackend(config, backend.tokenizer).generate([conversation], sampling)[0]
 
     def _harmony(self) -> bool:
         from goalprobe.agents.chat_format import chat_format_for
@@ -292,7 +295,6 @@ class Agent:
         return self._encoder
 
     def _served_harmony(self, rollouts: Path | None):
-        from goalprobe.agents.backend import SamplingConfig
         from goalprobe.agents.harmony import Message
         from goalprobe.agents.served_harmony import ServedHarmony, served_harmony_in
         from goalprobe.agents.trajectories import read_run_header
@@ -303,11 +305,8 @@ class Agent:
                 if found is not None:
                     return found
 
-        backend, _ = self.rollout_backend()
-        probe = ServerBackend(replace(backend.config, timeout_s=120.0), backend.tokenizer)
         conversation = [Message("developer", "Answer with one word."), Message("user", "Hello.")]
-        sampling = SamplingConfig(temperature=0.0, max_new_tokens=1, seed=0)
-        completion = probe.generate([conversation], sampling)[0]
+        completion = self._probe_request(conversation, 1)
         return ServedHarmony.from_prompt_ids(self.tokenizer(), completion.prompt_token_ids)
 
     def rollout_backend(self) -> tuple[Any, dict]:

@@ -6,7 +6,10 @@ into one :class:`Completion` each, sampling with a :class:`SamplingConfig`.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -143,3 +146,22 @@ class SeededBackend(Protocol):
         """One :class:`Completion` per conversation of ``batch``, row ``i`` seeded by
         ``seeds[i]``."""
         ...
+
+
+def accepts_seeds(backend: Backend) -> bool:
+    """Whether ``backend.generate`` takes per-conversation ``seeds=`` (a :class:`SeededBackend`)."""
+    try:
+        return "seeds" in inspect.signature(backend.generate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def run_sync(coroutine):
+    """Run ``coroutine`` to its end and return its result (on a worker thread when called from
+    inside an event loop, such as a notebook's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -106,18 +106,11 @@ class ChatFormat(Protocol):
         a complete reasoning)."""
         ...
 
-    def answer_header_ids(self) -> tuple[int, ...]:
-        """Ids that close the reasoning and open the answer, tokenized on their own."""
-        ...
-
     def encode_reasoning(self, reasoning: str) -> list[int]:
-        """Completion ids from its start up to the answer's first token (the reasoning and
-        :meth:`answer_header_ids`, encoded together, so a newline the reasoning's last token
-        absorbs is tokenized as the model would): what teacher forcing appends to a prompt."""
-        ...
-
-    def answer_tail_ids(self, answer: str) -> list[int]:
-        """Ids of the answer and the stop token, as they follow :meth:`answer_header_ids`."""
+        """Completion ids from its start up to the answer's first token (the reasoning and the
+        ids that close it and open the answer, encoded together, so a newline the reasoning's
+        last token absorbs is tokenized as the model would): what teacher forcing appends to a
+        prompt."""
         ...
 
     @property
@@ -192,17 +185,10 @@ class HarmonyFormat:
                 return i + 1 if i + 1 < len(ids) else None
         return None
 
-    def answer_header_ids(self) -> tuple[int, ...]:
-        s = self.special
-        return (s.end, s.start, s.assistant, s.channel, *s.final, s.message)
-
     def encode_reasoning(self, reasoning: str) -> list[int]:
         return _ids(
             self.tokenizer, harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)
         )
-
-    def answer_tail_ids(self, answer: str) -> list[int]:
-        return [*_ids(self.tokenizer, answer), self.special.return_]
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -509,14 +495,8 @@ class ThinkTagFormat:
             i += 1
         return i if i < len(ids) else None
 
-    def answer_header_ids(self) -> tuple[int, ...]:
-        return tuple(_ids(self.tokenizer, self.reasoning_close))
-
     def encode_reasoning(self, reasoning: str) -> list[int]:
         return _ids(self.tokenizer, f"{self.reasoning_open}{reasoning}{self.reasoning_close}")
-
-    def answer_tail_ids(self, answer: str) -> list[int]:
-        return [*_ids(self.tokenizer, answer), self.stop_token_id]
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

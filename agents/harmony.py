@@ -346,11 +346,6 @@ class HarmonyTokenIds:
         return (self.return_, self.call)
 
 
-ANCHOR_NAMES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-ANCHOR_TOKENS: tuple[str, ...] = (END, START, "assistant")
-"""The three tokens of each anchor, in order (offsets 0, 1, 2 of an anchor)."""
-
-
 @dataclass(frozen=True)
 class AnchorPositions:
     """Absolute positions (indices into the token ids) of the two anchors.

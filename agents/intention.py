@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
-from goalprobe.agents.backend import Backend, SeededBackend
+from goalprobe.agents.backend import Backend, SeededBackend, accepts_seeds
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
-from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
+from goalprobe.agents.rollout import RolloutConfig, derive_seed
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.intention import INVALID, Sampler
 from goalprobe.gridworld.text import render
@@ -65,7 +65,7 @@ def sample_actions(
                     config.seed, grid.grid_id, state.agent, state.has_key, state.door_open, j
                 )
             )
-    per_row = _accepts_seeds(backend)
+    per_row = accepts_seeds(backend)
     out = np.full(len(conversations), INVALID, dtype=np.int64)
     for start in range(0, len(conversations), config.batch_size):
         chunk = slice(start, start + config.batch_size)

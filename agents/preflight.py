@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from goalprobe.agents.backend import Backend, Completion
+from goalprobe.agents.backend import Backend, Completion, accepts_seeds
 from goalprobe.agents.budgets import renders_effort
 from goalprobe.agents.prompts import PromptTemplate, build_messages
-from goalprobe.agents.rollout import RolloutConfig, _accepts_seeds, derive_seed
+from goalprobe.agents.rollout import RolloutConfig, derive_seed
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.dynamics import initial_state
 from goalprobe.gridworld.optimal import solve
@@ -176,14 +176,14 @@ def run_preflight(
             )
         )
     seeds = [derive_seed(config.seed, "preflight", g.grid_id) for g in chosen]
-    per_row = _accepts_seeds(backend)
+    per_row = accepts_seeds(backend)
     completions: list[Completion] = []
     started = time.perf_counter()
     for start in range(0, len(conversations), config.batch_size):
         batch = conversations[start : start + config.batch_size]
         batch_seeds = seeds[start : start + config.batch_size]
         if per_row:
-            seeded: Any = backend  # _accepts_seeds: its generate takes per-row seeds
+            seeded: Any = backend  # accepts_seeds: its generate takes per-row seeds
             out = seeded.generate(batch, config.sampling(None), seeds=batch_seeds)
         else:
             out = backend.generate(batch, config.sampling(derive_seed(*batch_seeds)))

@@ -106,26 +106,16 @@ class PromptTemplate:
     user_fog: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.instructions_fog is None) != (self.user_fog is None):
-            raise ValueError(
-                f"prompt template {self.source}: give both or neither of "
-                f"{OPTIONAL_TEMPLATE_FILES['instructions_fog']} and "
-                f"{OPTIONAL_TEMPLATE_FILES['user_fog']}"
-            )
-        if self.user_fog is not None:
-            for placeholder in (GRID_FIELD, HISTORY_FIELD):
-                if self.user_fog.count(placeholder) != 1:
-                    raise ValueError(
-                        f"prompt template {self.source}: "
-                        f"{OPTIONAL_TEMPLATE_FILES['user_fog']} must contain {placeholder} "
-                        "exactly once"
-                    )
-        if (self.instructions_harm is None) != (self.moral_harm is None):
-            raise ValueError(
-                f"prompt template {self.source}: give both or neither of "
-                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']} and "
-                f"{OPTIONAL_TEMPLATE_FILES['moral_harm']}"
-            )
+        files = {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}
+        for first, second in (
+            ("instructions_fog", "user_fog"),
+            ("instructions_harm", "moral_harm"),
+        ):
+            if (getattr(self, first) is None) != (getattr(self, second) is None):
+                raise ValueError(
+                    f"prompt template {self.source}: give both or neither of {files[first]} "
+                    f"and {files[second]}"
+                )
         if self.instructions_harm is not None and (
             self.instructions_harm.split("\n").count(MORAL_FIELD) != 1
             or self.instructions_harm.count(MORAL_FIELD) != 1
@@ -137,14 +127,15 @@ class PromptTemplate:
                 f"{OPTIONAL_TEMPLATE_FILES['moral_harm']} must be one line"
             )
         for name, fields in (
+            ("user_fog", (GRID_FIELD, HISTORY_FIELD)),
             ("user_plain", (GRID_FIELD,)),
             ("user_key", (GRID_FIELD, KEY_STATUS_FIELD)),
         ):
             text = getattr(self, name)
             for placeholder in fields:
-                if text.count(placeholder) != 1:
+                if text is not None and text.count(placeholder) != 1:
                     raise ValueError(
-                        f"prompt template {self.source}: {TEMPLATE_FILES[name]} must contain "
+                        f"prompt template {self.source}: {files[name]} must contain "
                         f"{placeholder} exactly once"
                     )
 

@@ -11,7 +11,6 @@ weights digest is its identity in trajectory files, activation stores and the de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +69,3 @@ def named_agent(name: str) -> NamedAgent | None:
     import goalprobe.agents.bundled  # noqa: F401  (the bundled agents register on import)
 
     return _AGENTS.get(name)
-
-
-def named_agents() -> Mapping[str, NamedAgent]:
-    """Every registered agent, by name."""
-    import goalprobe.agents.bundled  # noqa: F401
-
-    return dict(_AGENTS)

@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import logging
 import math
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -46,9 +44,11 @@ from goalprobe.agents.backend import (
     Completion,
     SamplingConfig,
     SeededBackend,
+    accepts_seeds,
+    run_sync,
 )
 from goalprobe.agents.coverage import backend_coverage
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
+from goalprobe.agents.harmony import Message, ReasoningEffort
 from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, build_messages
@@ -128,12 +128,7 @@ class RolloutConfig:
             raise ValueError(f"retries must be >= 0, got {self.retries}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.reasoning_effort not in REASONING_EFFORTS:
-            raise ValueError(
-                f"reasoning_effort must be one of {REASONING_EFFORTS}, got "
-                f"{self.reasoning_effort!r}"
-            )
-        self.sampling(0)  # validates temperature, top_p, max_new_tokens
+        self.sampling(0)  # validates temperature, top_p, max_new_tokens, reasoning_effort
 
     def horizon(self, shortest_path_length: int) -> int:
         """The step budget ``T`` of an episode whose shortest path has ``L`` steps."""
@@ -455,13 +450,6 @@ def per_episode_scheduling(backend: object) -> bool:
     )
 
 
-def _accepts_seeds(backend: Backend) -> bool:
-    try:
-        return "seeds" in inspect.signature(backend.generate).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _chat_format_of(backend) -> dict | None:
     """The header's chat format: a backend's ``chat_format`` when it has one other than
     harmony (files without one are harmony, as every file written before formats existed)."""
@@ -509,7 +497,7 @@ def run_rollouts(
     run.open(progress)
     try:
         if run.scheduling == "per_episode":
-            _run_coroutine(run.per_episode())
+            run_sync(run.per_episode())
         else:
             run.lockstep()
     finally:
@@ -705,7 +693,7 @@ class _Run:
         generation batches that halve on an out-of-memory error; failed conversations stay at
         their step and go again next round."""
         active: list[_Episode] = []
-        per_row_seeds = _accepts_seeds(self.backend)
+        per_row_seeds = accepts_seeds(self.backend)
         consecutive = 0
         c = self.counts
         while self.todo or active:
@@ -749,23 +737,13 @@ class _Run:
         return completions, (failures[-1] if failures else None)
 
 
-def _run_coroutine(coroutine) -> Any:
-    """Run ``coroutine`` to its end (on a worker thread when called inside an event loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
 def _generate(
     backend: Backend, active: Sequence[_Episode], config: RolloutConfig, per_row_seeds: bool
 ) -> list[Completion]:
     batch = [episode.messages() for episode in active]
     seeds = [episode.attempt_seed for episode in active]
     if per_row_seeds:
-        seeded = cast(SeededBackend, backend)  # checked by _accepts_seeds
+        seeded = cast(SeededBackend, backend)  # checked by accepts_seeds
         completions = seeded.generate(batch, config.sampling(None), seeds=seeds)
     else:
         # one seed per call: a single conversation keeps its own seed (as with per-row seeds)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import inspect
 import json
 import logging
 import random
@@ -42,6 +41,7 @@ from goalprobe.agents.backend import (
     PromptEncoder,
     SamplingConfig,
     SeededBackend,
+    accepts_seeds,
 )
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from pydantic import BaseModel, ConfigDict, Field
@@ -121,18 +121,16 @@ class ServeConfig:
     """``Retry-After`` (seconds) of a 503 for a full queue."""
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.batch_window_s < 0:
-            raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")
-        if self.default_max_tokens < 1:
-            raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
-        if self.max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1, got {self.max_queue}")
-        if self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
-        if self.retry_after_s < 0:
-            raise ValueError(f"retry_after_s must be >= 0, got {self.retry_after_s}")
+        for name, low in (
+            ("max_batch_size", 1),
+            ("batch_window_s", 0),
+            ("default_max_tokens", 1),
+            ("max_queue", 1),
+            ("max_body_bytes", 1),
+            ("retry_after_s", 0),
+        ):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
 
 
 class _ApiError(Exception):
@@ -237,7 +235,7 @@ class _Batcher:
     def __init__(self, backend: Backend, config: ServeConfig) -> None:
         self.backend = backend
         self.config = config
-        self.per_row_seeds = _accepts_seeds(backend)
+        self.per_row_seeds = accepts_seeds(backend)
         self.queue: asyncio.Queue[_Job] = asyncio.Queue()
         self.carry: deque[_Job] = deque()
         self.batches = 0
@@ -339,13 +337,6 @@ class _Batcher:
         for job, completion in zip(live, completions, strict=True):
             if not job.future.done():
                 job.future.set_result(completion)
-
-
-def _accepts_seeds(backend: Backend) -> bool:
-    try:
-        return "seeds" in inspect.signature(backend.generate).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def create_app(backend: Backend, config: ServeConfig) -> FastAPI:

@@ -1,12 +1,7 @@
 """A rollout backend for any OpenAI-compatible chat-completions endpoint (vLLM, hosted providers,
-``goalprobe serve``).
-
-Each conversation is one ``POST {base_url}/chat/completions``; requests run concurrently, up to
-``max_concurrency`` per endpoint (each request goes to the endpoint with the fewest in flight),
-with a timeout and exponential backoff (and ``Retry-After``) on 429, 5xx, timeouts, connection
-errors and bodies that are not a JSON object; other 4xx fail at once with the server's message.
-When some conversations of a batch fail after every retry, :class:`ServerBatchError` carries
-the others' completions; :attr:`ServerBackend.stats` counts requests, retries and failures.
+``goalprobe serve``): one concurrent ``POST {base_url}/chat/completions`` per conversation, with
+timeouts and backoff (:class:`ServerConfig`); :attr:`ServerBackend.stats` counts requests,
+retries and failures.
 
 **Token ids.** When the response carries them (``goalprobe serve``; vLLM >= 0.10.2 asked with
 ``return_token_ids``) the completion is ``token_ids_source="model"``: later stages replay the
@@ -19,14 +14,10 @@ warning (faithful only when the server renders as goalprobe does, which vLLM doe
 
 **Text.** Without ids the answer is ``message.content`` and the reasoning ``message.reasoning``
 or ``message.reasoning_content``; a response finished with ``stop`` with reasoning but no
-content (older vLLM's harmony parser) is read as an answer without reasoning.
-
-**Think-tag models** (:mod:`goalprobe.agents.chat_format`; vLLM with ``--reasoning-parser``):
-the instructions go as the system message, with ``chat_template_kwargs: {"enable_thinking":
-true}`` (and the effort where the template reads it).
-
-**API key.** Read from ``api_key_env`` (default ``OPENAI_API_KEY``) and sent as a bearer token;
-never logged, never in ``repr``/``describe()``, removed from any quoted server message.
+content (older vLLM's harmony parser) is read as an answer without reasoning. Think-tag models
+(vLLM with ``--reasoning-parser``) get the instructions as the system message and
+``chat_template_kwargs: {"enable_thinking": true}``. The API key is never logged, nor in
+``repr``/``describe()``, and is removed from any quoted server message.
 """
 
 from __future__ import annotations
@@ -38,7 +29,6 @@ import logging
 import os
 import random
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -50,6 +40,7 @@ from goalprobe.agents.backend import (
     FinishReason,
     SamplingConfig,
     TokenIdsSource,
+    run_sync,
 )
 from goalprobe.agents.chat_format import ChatFormat, chat_format_for, with_chat_format
 from goalprobe.agents.harmony import (
@@ -265,14 +256,7 @@ class ServerBackend:
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """One completion per conversation (blocking; see :meth:`agenerate`)."""
-        coro = self.agenerate(batch, sampling, seeds=seeds)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        # called from inside an event loop (a notebook): run ours on a worker thread
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        return run_sync(self.agenerate(batch, sampling, seeds=seeds))
 
     async def agenerate(
         self,

@@ -13,7 +13,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from goalprobe.run_layout import ARTEFACTS, RunLayout, write_atomic
-from goalprobe.viewer.figures import belief_figure, meg_figure, patch_summary_figure, topk_figure
+from goalprobe.viewer.figures.patching import patch_summary_figure
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 
 
 def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:

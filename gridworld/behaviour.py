@@ -456,23 +456,3 @@ def finite(obj):
     if isinstance(obj, np.integer):
         return int(obj)
     return obj
-
-
-__all__: list[str] = [
-    "GRID_METRICS",
-    "RATE_METRICS",
-    "ISO_METRICS",
-    "BehaviourConfig",
-    "GridEpisodes",
-    "KeyEpisode",
-    "RandomWalk",
-    "aggregate",
-    "behaviour_summary",
-    "by_distance",
-    "finite",
-    "grid_rows",
-    "iso_tests",
-    "key_variant_table",
-    "mean_ci",
-    "random_walk",
-]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,8 +163,6 @@ def sample_start_goal(
     rng: np.random.Generator,
     *,
     min_distance: int = 1,
-    start_cells: Sequence[int] | None = None,
-    goal_cells: Sequence[int] | None = None,
 ) -> tuple[int, int]:
     """A uniformly random ``(start, goal)`` pair of flat cells at distance ``>= min_distance``.
 
@@ -174,19 +171,13 @@ def sample_start_goal(
         n: grid side.
         rng: the random source.
         min_distance: the minimum shortest-path distance between start and goal (``>= 1``).
-        start_cells, goal_cells: candidate flat cells (default: every open cell).
 
     Raises ``ValueError`` when no pair qualifies.
     """
     if min_distance < 1:
         raise ValueError(f"min_distance must be >= 1, got {min_distance}")
-    starts = (
-        list(start_cells)
-        if start_cells is not None
-        else [i for i, is_open in enumerate(open_flat) if is_open]
-    )
-    goals = list(goal_cells) if goal_cells is not None else starts
-    if not starts or not goals:
+    starts = goals = [i for i, is_open in enumerate(open_flat) if is_open]
+    if not starts:
         raise ValueError("no open cell to place the start or the goal on")
     cache: dict[int, list[float]] = {}
     for _ in range(_MAX_PAIR_ATTEMPTS):

@@ -59,9 +59,6 @@ INVALID = N_ACTIONS
 N_CATEGORIES = N_ACTIONS + 1
 """Categories of a sampled action: the four moves, then :data:`INVALID`."""
 
-VERDICTS: tuple[str, ...] = ("intended", "partly intended", "not intended", "inconclusive")
-"""The possible verdicts of :func:`intention_test`."""
-
 
 def intervene(grid: Grid, intervention: str) -> Grid:
     """The grid of ``grid`` under ``intervention`` (same layout, start, goal and variant).

@@ -283,24 +283,6 @@ def policy_table(trajectories: Iterable[TrajectoryData]) -> PolicyTable:
     )
 
 
-def policy_entropy(trajectories: Iterable[TrajectoryData], *, base: float = math.e) -> float:
-    """``H_pi_theta``: mean entropy of the empirical policy over visited states (eq. 4).
-
-    Nats unless ``base`` is given; NaN when no action was taken.
-    """
-    values = policy_table(trajectories).entropy(base=base)
-    return float(values.mean()) if values.size else math.nan
-
-
-def policy_jsd(trajectories: Iterable[TrajectoryData], *, base: float = math.e) -> float:
-    """``JSD_pi_theta``: mean JSD between empirical and optimal policy over visited states (eq. 5).
-
-    Nats unless ``base`` is given; NaN when no action was taken.
-    """
-    values = policy_table(trajectories).jsd(base=base)
-    return float(values.mean()) if values.size else math.nan
-
-
 def confidence_bins(
     confidences: Sequence[float] | np.ndarray, *, n_bins: int = ECE_BINS
 ) -> np.ndarray:
@@ -356,18 +338,10 @@ def expected_calibration_error(
     return float(np.abs(hit_sum - conf_sum).sum() / conf.size)
 
 
-def grid_ece(trajectories: Iterable[TrajectoryData], *, n_bins: int = ECE_BINS) -> float:
-    """ECE of one grid: every step ``(s_t, a_t)`` of every trajectory is one pair (eq. 6-8).
-
-    The confidence of a pair is the empirical policy ``pi_theta(a_t | s_t)`` (action counts over
-    all the grid's trajectories, invalid steps as their own outcome); the pair is correct when
-    ``a_t in pi*(s_t)``. A state-action pair taken k times counts k times. NaN when no steps.
-    """
-    trajs = _single_grid(trajectories)
-    return _grid_ece(trajs, policy_table(trajs), n_bins)
-
-
 def _grid_ece(trajs: list[TrajectoryData], table: PolicyTable, n_bins: int) -> float:
+    """ECE of one grid: every step ``(s_t, a_t)`` of every trajectory is one pair (eq. 6-8),
+    its confidence the empirical ``pi_theta(a_t | s_t)`` (invalid steps their own outcome),
+    correct when ``a_t in pi*(s_t)``; a pair taken k times counts k times."""
     row = {s: i for i, s in enumerate(table.states)}
     policy = table.policy
     conf = [
@@ -395,9 +369,10 @@ class GridMetrics:
         n_visited_states: number of visited states ``|S_visited|``.
         success_rate: GSR in [0, 1].
         accuracy: mean per-action accuracy in [0, 1].
-        entropy: mean policy entropy over visited states (nats unless another base was asked).
-        jsd: mean JSD from ``pi*`` over visited states (same unit as ``entropy``).
-        ece: expected calibration error in [0, 1].
+        entropy: ``H_pi_theta``, mean policy entropy over visited states (eq. 4; nats unless
+            another base was asked; NaN when no action was taken).
+        jsd: ``JSD_pi_theta``, mean JSD from ``pi*`` over visited states (eq. 5; same unit).
+        ece: expected calibration error in [0, 1] (eq. 6-8, :func:`_grid_ece`).
     """
 
     grid_id: str

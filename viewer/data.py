@@ -41,7 +41,7 @@ from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
 from goalprobe.viewer.false_belief_data import (
     FalseBeliefEpisodes,
     episode_key,
-    false_belief_start_maps,
+    episode_label,
     read_false_belief_episodes,
 )
 from goalprobe.viewer.figures.probes import baseline_values
@@ -49,36 +49,15 @@ from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
 from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
 from goalprobe.viewer.sources import (
     N_CLASSES,
-    STAGES,
     MapSource,
     PlanSource,
     RowIndex,
-    canonical_stage,
     full_class_probs,
     scan_map_sources,
     scan_plan_sources,
 )
 
 from goalprobe.run_layout import RunLayout
-
-__all__ = [
-    "N_CLASSES",
-    "STAGES",
-    "EpisodeData",
-    "EpisodeInfo",
-    "FalseBeliefEpisodes",
-    "MapSource",
-    "MissingArtefact",
-    "PlanSource",
-    "RunData",
-    "StepArrays",
-    "UnknownKeyError",
-    "UnsafePathError",
-    "canonical_stage",
-    "episode_key",
-    "find_runs",
-    "full_class_probs",
-]
 
 
 @dataclass(frozen=True)
@@ -109,9 +88,7 @@ class EpisodeInfo:
     @property
     def label(self) -> str:
         """Short human label: grid, episode, outcome and length."""
-        s = self.summary
-        outcome = "success" if s.success else "failure"
-        return f"{s.grid_id} · ep {s.episode} · {outcome} · {s.length} steps"
+        return episode_label(self.summary)
 
 
 @dataclass(frozen=True, eq=False)
@@ -611,16 +588,6 @@ class RunData:
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{path}: unreadable JSON ({err})") from err
 
-    def false_belief_maps(self, per_kind: int = 1) -> list[dict]:
-        """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
-        three ways (empty when the false_belief stage has not run; see
-        :func:`~goalprobe.viewer.false_belief_data.false_belief_start_maps`).
-
-        Raises:
-            ValueError: the grid set or the results are unreadable.
-        """
-        return false_belief_start_maps(self.files, per_kind)
-
     def false_belief_episodes(self) -> FalseBeliefEpisodes | None:
         """The false_belief stage's grids, episodes and per-step decoded maps (read once).
 
@@ -630,10 +597,7 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        try:
-            return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
-        except UnsafePathError as err:
-            raise ValueError(str(err)) from err
+        return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
 
     def fog_episodes(self) -> FogEpisodes | None:
         """The fog stage's grids and episodes (read once; None when the stage has not run).
@@ -641,10 +605,7 @@ class RunData:
         Raises:
             ValueError: a file is unreadable or its episodes name grids the grid set lacks.
         """
-        try:
-            return self._once("_fog", lambda: read_fog_episodes(self.files))
-        except UnsafePathError as err:
-            raise ValueError(str(err)) from err
+        return self._once("_fog", lambda: read_fog_episodes(self.files))
 
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
@@ -661,10 +622,14 @@ class RunData:
 
     def _once(self, attr: str, read: Callable[[], Any]) -> Any:
         """``read()`` on the first call for the cache attribute ``attr`` (a 1-tuple once read),
-        kept for the next calls; under the lock, so concurrent callbacks read the file once."""
+        kept for the next calls; under the lock, so concurrent callbacks read the file once. A
+        file outside the run (:class:`UnsafePathError`) is a ``ValueError`` of its reader."""
         with self._lock:
             if getattr(self, attr) is None:
-                setattr(self, attr, (read(),))
+                try:
+                    setattr(self, attr, (read(),))
+                except UnsafePathError as err:
+                    raise ValueError(str(err)) from err
             return getattr(self, attr)[0]
 
     def probe_metrics(self) -> list[dict]:

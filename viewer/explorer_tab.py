@@ -17,7 +17,7 @@ from dash.exceptions import PreventUpdate
 from goalprobe.agents.trajectories import TrajectoryFormatError
 from goalprobe.gridworld.core import CellType
 from goalprobe.viewer.data import RunData, UnknownKeyError
-from goalprobe.viewer.figures import class_name, empty_figure
+from goalprobe.viewer.figures.style import class_name, empty_figure
 from goalprobe.viewer.sources import stage_rank
 from goalprobe.viewer.step import (
     build_step_view,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from goalprobe.gridworld.core import CellType
 from goalprobe.viewer.data import RunData, UnknownKeyError
-from goalprobe.viewer.figures import LEGEND, class_name, probability_figure
+from goalprobe.viewer.figures.maps import probability_figure
+from goalprobe.viewer.figures.style import LEGEND, class_name
 from goalprobe.viewer.step import (
     StepView,
     build_step_view,

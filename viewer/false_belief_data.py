@@ -25,6 +25,13 @@ def episode_key(grid_id: str, episode: int) -> str:
     return f"{grid_id}:{int(episode)}"
 
 
+def episode_label(summary, what: str = "") -> str:
+    """Short human label of an episode: grid, episode, ``what`` (if any), outcome and length."""
+    outcome = "success" if summary.success else "failure"
+    middle = f" · {what}" if what else ""
+    return f"{summary.grid_id} · ep {summary.episode}{middle} · {outcome} · {summary.length} steps"
+
+
 @dataclass(frozen=True, eq=False)
 class FalseBeliefEpisodes:
     """The false_belief stage's episodes (``RUN/false_belief/``), read whole on first use: the
@@ -60,9 +67,7 @@ class FalseBeliefEpisodes:
         s = episode.summary
         facts = pair_facts(self.grids[s.grid_id]) or {}
         what = f"{facts.get('kind', '?').replace('_', ' ')} {facts.get('role', '?')}"
-        what = what.replace("false_belief", "false belief")
-        outcome = "success" if s.success else "failure"
-        return f"{s.grid_id} · ep {s.episode} · {what} · {outcome} · {s.length} steps"
+        return episode_label(s, what.replace("false_belief", "false belief"))
 
 
 def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:

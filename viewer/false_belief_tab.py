@@ -9,7 +9,9 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData, UnknownKeyError
-from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
+from goalprobe.viewer.false_belief_data import false_belief_start_maps
+from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
+from goalprobe.viewer.figures.style import empty_figure
 from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
 from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
 from goalprobe.viewer.widgets import GRAPH_CONFIG, GRID_HEIGHT, badge, step_marks, url_query
@@ -80,7 +82,7 @@ FALSE_BELIEF_CAPTION = (
 def false_belief_cards(run: RunData) -> list:
     """The run overview's cards: one false-belief grid of each kind at its start state."""
     try:
-        pairs = run.false_belief_maps()
+        pairs = false_belief_start_maps(run.files)
     except ValueError as err:
         return [html.Div(str(err), className="gp-error")]
     cards = []

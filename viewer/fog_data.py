@@ -13,6 +13,7 @@ from goalprobe.gridworld.core import Action, CellType, Grid, RowCol, State
 from goalprobe.gridworld.fog import fogged_cell_types, free_space_actions, revealed_sets
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
+from goalprobe.viewer.false_belief_data import episode_label
 from goalprobe.viewer.run_files import RunFiles, read_episodes
 
 
@@ -30,9 +31,7 @@ class FogEpisodes:
 
     def label(self, key: str) -> str:
         """Grid, episode, outcome and length."""
-        s = self.episodes[key].summary
-        outcome = "success" if s.success else "failure"
-        return f"{s.grid_id} · ep {s.episode} · {outcome} · {s.length} steps"
+        return episode_label(self.episodes[key].summary)
 
 
 @dataclass(frozen=True)

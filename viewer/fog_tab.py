@@ -10,7 +10,8 @@ import dash
 from dash import Input, Output, State, ctx, html
 from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData
-from goalprobe.viewer.figures import empty_figure, false_belief_maps_figure
+from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
+from goalprobe.viewer.figures.style import empty_figure
 from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
 from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
 from goalprobe.viewer.widgets import GRID_HEIGHT, badge, step_marks

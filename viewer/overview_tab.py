@@ -15,7 +15,8 @@ from dash import Input, Output, dcc, html
 from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData
 from goalprobe.viewer.false_belief_tab import false_belief_cards
-from goalprobe.viewer.figures import prefix_accuracy_grid_figure, probe_comparison_figure
+from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure
+from goalprobe.viewer.figures.probes import probe_comparison_figure
 from goalprobe.viewer.sources import stage_rank
 from goalprobe.viewer.widgets import GRAPH_CONFIG
 

@@ -23,20 +23,13 @@ from goalprobe.probes.decision_steps import StepLensRecord
 from goalprobe.probes.decoder import CELL_READOUT, POSITION_READOUT, decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
-from goalprobe.viewer.figures import (
-    DECODED_COLOUR,
-    attribution_map_figure,
-    cell_map_figure,
-    class_name,
-    empty_figure,
-    episode_timeline_figure,
-    false_belief_maps_figure,
-    patching_heatmap_figure,
-    plan_figure,
-    plan_strip_categories,
-    plan_strip_figure,
-    probability_figure,
-)
+from goalprobe.viewer.figures.attribution import attribution_map_figure
+from goalprobe.viewer.figures.episodes import episode_timeline_figure
+from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
+from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probability_figure
+from goalprobe.viewer.figures.patching import patching_heatmap_figure
+from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
+from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
 from goalprobe.viewer.sources import HEADLINE_FAMILY
 
 
@@ -181,6 +174,21 @@ def decoded_view(
     )
 
 
+def record_view(record, source: str, classes: tuple[int, ...], probs, agent=None, goal=None):
+    """:func:`decoded_view` of a step record's map (its door locked while closed and no key is
+    held)."""
+    locked = record.door_row_col is not None and not record.door_open and not record.has_key
+    return decoded_view(
+        probs,
+        record.grid_size,
+        source=source,
+        classes=classes,
+        door_locked=locked,
+        agent=agent,
+        goal=goal,
+    )
+
+
 def readout_label(agent: bool, goal: bool) -> str:
     """What placed the agent and the goal, for a badge: both from the position probes, both
     from the cell probe, or which from which."""
@@ -236,19 +244,7 @@ def build_step_view(
         source = run.map_source(map_source)
         maps = run.decoded_maps(map_source, episode)
         if maps.present[t]:
-            door_locked = (
-                record.door_row_col is not None and not record.door_open and not record.has_key
-            )
-            probs, agent, goal = maps.decoded_parts(t)
-            decoded = decoded_view(
-                probs,
-                n,
-                source=map_source,
-                classes=source.classes,
-                door_locked=door_locked,
-                agent=agent,
-                goal=goal,
-            )
+            decoded = record_view(record, map_source, source.classes, *maps.decoded_parts(t))
         else:
             notes.append("no decoded map for this step (probes decode their test grids only)")
     plan = None
@@ -344,17 +340,7 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
             if not maps.present[t] or s.action_enum is None:
                 row.append(None)
                 continue
-            locked = s.door_row_col is not None and not s.door_open and not s.has_key
-            probs, agent, goal = maps.decoded_parts(t)
-            view = decoded_view(
-                probs,
-                s.grid_size,
-                source=map_source,
-                classes=source.classes,
-                door_locked=locked,
-                agent=agent,
-                goal=goal,
-            )
+            view = record_view(s, map_source, source.classes, *maps.decoded_parts(t))
             row.append(s.action_enum in view.optimal)
         flags["optimal (decoded grid)"] = row
     return flags
@@ -588,16 +574,8 @@ def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBelie
     agent_map, goal_map = fb.readouts.get(key, (None, None))
     decoded, why = None, fb.maps_why
     if probs is not None:
-        locked = record.door_row_col is not None and not record.door_open and not record.has_key
-        decoded = decoded_view(
-            probs,
-            grid.size,
-            source=fb.maps_label,
-            classes=tuple(range(N_CLASSES)),
-            door_locked=locked,
-            agent=agent_map,
-            goal=goal_map,
-        )
+        classes = tuple(range(N_CLASSES))
+        decoded = record_view(record, fb.maps_label, classes, probs, agent_map, goal_map)
     elif why is None:
         why = (
             "No decoded map for this step: the stage decodes every visited state but those on "

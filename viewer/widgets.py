@@ -6,7 +6,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from dash import dcc, html
-from goalprobe.viewer.figures import LEGEND, empty_figure
+from goalprobe.viewer.figures.style import LEGEND, empty_figure
 
 GRID_HEIGHT = 440
 """Height in pixels of the grid panels."""

@@ -303,12 +303,28 @@ class ResidualBackend(ABC):
         when ``forward_kwargs`` holds its KV cache; ``attention_mask`` then covers
         prefix and suffix) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
 
-    @abstractmethod
     def clean_run(
         self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
         """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
-        and the last position's logits."""
+        and the last position's logits (with :attr:`prefix_cache`, from the template's cached
+        prefix: :meth:`_clean_prefix`)."""
+        token_ids = np.asarray(token_ids, dtype=np.int64)
+        positions = np.asarray(positions, dtype=np.int64)
+        start, kwargs = self._clean_prefix(token_ids, positions)
+        ids = ids_tensor(token_ids[start:], 1, self.device)
+        where = torch.as_tensor(positions - start, device=self.device)
+        layers = tuple(sorted(int(layer) for layer in layers))
+        saved, logits = self._clean_forward(ids, where, layers, kwargs)
+        acts = torch.stack([s.float().cpu() for s in saved]) if layers else torch.empty(0)
+        return CleanRun(positions, layers, acts, logits.float().cpu())
+
+    @abstractmethod
+    def _clean_forward(
+        self, ids: torch.Tensor, where: torch.Tensor, layers: tuple[int, ...], kwargs: dict
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """One unpatched forward pass of ``ids`` ``(1, S')`` (``kwargs``: its cached prefix):
+        ``(per layer (k, d_model) values at where, (vocab,) logits of the last position)``."""
 
     def patched_logits(
         self,
@@ -600,6 +616,12 @@ def decoder_layers_path(model: nn.Module) -> str:
 def input_device(model: nn.Module) -> torch.device:
     """Device of the input embeddings (where token ids go; ``device_map`` models included)."""
     return model.get_input_embeddings().weight.device
+
+
+def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``(B, K, d_model)`` rows of ``hidden`` ``(B, T, d_model)`` at ``positions`` ``(B, K)``."""
+    rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
+    return hidden[rows, positions.to(hidden.device)]
 
 
 def block_output(output) -> torch.Tensor:

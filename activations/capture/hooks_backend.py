@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
-    CleanRun,
     Patch,
     ResidualBackend,
     block_output,
     check_patches,
     decoder_layers_path,
+    gather_positions,
     get_submodule_path,
-    ids_tensor,
     input_device,
     layer_plan,
     prompt_batch,
@@ -76,9 +75,7 @@ class HookBackend(ResidualBackend):
 
         def make_hook(layer: int):
             def hook(module, args, output):
-                hidden = block_output(output)
-                rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-                out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
+                out[layer] = gather_positions(block_output(output), positions).detach().cpu()
                 if layer == last:
                     raise _StopForward
 
@@ -99,16 +96,8 @@ class HookBackend(ResidualBackend):
             raise RuntimeError(f"the forward pass never reached block(s) {missing}")
         return out
 
-    def clean_run(
-        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
-    ) -> CleanRun:
-        """See :meth:`ResidualBackend.clean_run` (with ``prefix_cache``, from the template's
-        cached prefix: :meth:`_clean_prefix`)."""
-        token_ids = np.asarray(token_ids, dtype=np.int64)
-        start, kwargs = self._clean_prefix(token_ids, np.asarray(positions))
-        ids = ids_tensor(token_ids[start:], 1, self.device)
-        where = torch.as_tensor(np.asarray(positions, dtype=np.int64) - start, device=self.device)
-        layers = tuple(sorted(int(layer) for layer in layers))
+    def _clean_forward(self, ids, where, layers, kwargs):
+        """See :meth:`ResidualBackend._clean_forward`."""
         saved: dict[int, torch.Tensor] = {}
 
         def reader(layer: int):
@@ -120,10 +109,7 @@ class HookBackend(ResidualBackend):
 
         with torch.no_grad(), self._hooked({x: reader(x) for x in layers}):
             logits = self.model(ids, logits_to_keep=1, **{"use_cache": False, **kwargs}).logits
-        acts = torch.stack([saved[x].float().cpu() for x in layers]) if layers else torch.empty(0)
-        return CleanRun(
-            np.asarray(positions, dtype=np.int64), layers, acts, logits[0, -1].float().cpu()
-        )
+        return [saved[x] for x in layers], logits[0, -1]
 
     def _writers(self, patches: Sequence[Patch], prompt_length: int = 0) -> dict[int, Callable]:
         """Hooks that write every patch into its block's output (in place).

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
-    CleanRun,
     Patch,
     ResidualBackend,
+    block_output,
     check_patches,
     decoder_layers_path,
+    gather_positions,
     get_submodule_path,
-    ids_tensor,
     input_device,
     layer_plan,
     prompt_batch,
@@ -179,10 +179,8 @@ class NnsightBackend(ResidualBackend):
                 ):
                     gathered = []
                     for layer in layers:
-                        hidden = blocks[layer].output
-                        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-                        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-                        gathered.append(hidden[rows, positions.to(hidden.device)].cpu())
+                        hidden = block_output(blocks[layer].output)
+                        gathered.append(gather_positions(hidden, positions).cpu())
                     acts = torch.stack(gathered).save()
                     tracer.stop()
         except Exception as err:
@@ -197,16 +195,8 @@ class NnsightBackend(ResidualBackend):
         """The decoder blocks' envoy list of the wrapped model."""
         return get_submodule_path(self.lm, self._path)
 
-    def clean_run(
-        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
-    ) -> CleanRun:
-        """See :meth:`ResidualBackend.clean_run` (with ``prefix_cache``, from the template's
-        cached prefix: :meth:`_clean_prefix`)."""
-        token_ids = np.asarray(token_ids, dtype=np.int64)
-        start, kwargs = self._clean_prefix(token_ids, np.asarray(positions))
-        ids = ids_tensor(token_ids[start:], 1, self.device)
-        where = torch.as_tensor(np.asarray(positions, dtype=np.int64) - start, device=self.device)
-        layers = tuple(sorted(int(layer) for layer in layers))
+    def _clean_forward(self, ids, where, layers, kwargs):
+        """See :meth:`ResidualBackend._clean_forward`."""
         blocks = self._blocks()
         saved = []
         with (
@@ -217,8 +207,7 @@ class NnsightBackend(ResidualBackend):
             for layer in layers:
                 saved.append(blocks[layer].output[0, where].save())
             logits = self.lm.lm_head.output[0, -1].save()
-        acts = torch.stack([s.float().cpu() for s in saved]) if saved else torch.empty(0)
-        return CleanRun(np.asarray(positions, dtype=np.int64), layers, acts, logits.float().cpu())
+        return saved, logits
 
     def _intervene(self, patches: Sequence[Patch]) -> None:
         """Write every patch into the trace being built (call inside a trace)."""

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     BackendUnavailableError,
-    CleanRun,
     Patch,
     ResidualBackend,
     check_patches,
+    gather_positions,
     ids_tensor,
     input_device,
     layer_plan,
@@ -110,31 +110,17 @@ class TransformerLensBackend(ResidualBackend):
                 names_filter=names,
                 stop_at_layer=layers[-1] + 1,
             )
-        out = {}
-        for layer, name in zip(layers, names, strict=True):
-            hidden = cache[name]
-            rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-            out[layer] = hidden[rows, positions.to(hidden.device)].detach().cpu()
-        return out
+        return {
+            layer: gather_positions(cache[name], positions).detach().cpu()
+            for layer, name in zip(layers, names, strict=True)
+        }
 
-    def clean_run(
-        self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
-    ) -> CleanRun:
-        """See :meth:`ResidualBackend.clean_run`."""
-        ids = ids_tensor(token_ids, 1, self.device)
-        layers = tuple(sorted(int(layer) for layer in layers))
+    def _clean_forward(self, ids, where, layers, kwargs):
+        """See :meth:`ResidualBackend._clean_forward` (no prefix cache: ``kwargs`` is empty)."""
         names = [self.hook_name(layer) for layer in layers]
         with torch.no_grad():
             logits, cache = self.bridge.run_with_cache(ids, names_filter=names)
-        where = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)
-        acts = (
-            torch.stack([cache[name][0, where].float().cpu() for name in names])
-            if names
-            else torch.empty(0)
-        )
-        return CleanRun(
-            np.asarray(positions, dtype=np.int64), layers, acts, logits[0, -1].float().cpu()
-        )
+        return [cache[name][0, where] for name in names], logits[0, -1]
 
     def _hooks(self, patches: Sequence[Patch], seq_len: int) -> list:
         check_patches(patches, seq_len, self.n_layers)

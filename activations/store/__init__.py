@@ -4,8 +4,7 @@ Layout and attributes: :mod:`goalprobe.activations.store.schema`. Typical use::
 
     store = ActivationStore("acts.h5")
     rows = store.select("pre_reasoning", sizes=[7, 9], grid_ids=train_grids)
-    for batch in store.iter_batches("pre_reasoning", 15, 256, rows, fields=["cell_types"]):
-        ...  # batch.acts: (B, 3, d_model) float16
+    acts = store.read("pre_reasoning", 15, rows)  # (len(rows), 3, d_model) float16
 
 Splits by grid are made where the data is read for training (:mod:`goalprobe.probes.splits`).
 """
@@ -13,7 +12,6 @@ Splits by grid are made where the data is read for training (:mod:`goalprobe.pro
 from goalprobe.activations.store.merge import concatenate_stores, merge_shards
 from goalprobe.activations.store.reader import (
     ActivationStore,
-    Batch,
     ReasoningIndex,
     read_rows,
 )
@@ -38,7 +36,6 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "ActivationStore",
-    "Batch",
     "IncompleteStoreError",
     "ReasoningIndex",
     "ReasoningRows",

@@ -48,6 +48,13 @@ def _layout(store: ActivationStore) -> StoreLayout:
     )
 
 
+def _check_layout(store: ActivationStore, ref: ActivationStore) -> None:
+    if _layout(store) != _layout(ref):
+        raise StoreFormatError(
+            f"{store.path}: layout {_layout(store)} differs from {ref.path}'s {_layout(ref)}"
+        )
+
+
 def _block_rows(layout: StoreLayout) -> int:
     row_bytes = sum(stage_tokens(s) for s in layout.stages) * len(layout.layers) * layout.d_model
     return int(max(1, min(4096, _BLOCK_BYTES // max(1, 2 * row_bytes))))
@@ -80,11 +87,7 @@ def concatenate_stores(
             raise ValueError("nothing to concatenate: no source stores")
         layout = _layout(stores[0])
         for store in stores[1:]:
-            if _layout(store) != layout:
-                raise StoreFormatError(
-                    f"{store.path}: layout {_layout(store)} differs from {stores[0].path}'s "
-                    f"{layout}"
-                )
+            _check_layout(store, stores[0])
         sizes = np.asarray([len(s) for s in stores], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         total = int(offsets[-1])
@@ -202,11 +205,7 @@ def merge_shards(
                         f"{ref.path} has {ref.attrs.get(key)!r}; these are not shards of one "
                         "extraction"
                     )
-            if _layout(store) != _layout(ref):
-                raise StoreFormatError(
-                    f"{store.path}: layout {_layout(store)} differs from {ref.path}'s "
-                    f"{_layout(ref)}"
-                )
+            _check_layout(store, ref)
         count = int(ref.attrs["shard_count"])
         seen: dict[int, Path] = {}
         for store in stores:

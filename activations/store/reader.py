@@ -1,17 +1,17 @@
-"""Reading an activation store: validation, row selection, streaming batches.
+"""Reading an activation store: validation, row selection, reading rows.
 
 :class:`ActivationStore` opens a file read-only and checks it before anything is read: a
 missing, foreign (not HDF5 or another schema), truncated or incomplete file raises
 :class:`~goalprobe.activations.store.schema.StoreFormatError` (or ``FileNotFoundError``) naming the file.
 Activations are never loaded whole: :meth:`ActivationStore.read` and
-:meth:`ActivationStore.iter_batches` read only the requested rows, in row-sorted spans.
+:meth:`ActivationStore.labels` read only the requested rows, in row-sorted spans.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,21 +38,6 @@ if TYPE_CHECKING:
     from goalprobe.stats.shapes import ResidualActs, RowIndex, RowMask, TokenPositions
 
 _SPAN_ROWS = 4096
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A batch of rows streamed from a store.
-
-    Attributes:
-        rows: ``(B,)`` int64 store rows of the batch.
-        acts: ``(B, K, d_model)`` activations (float16 unless a dtype was asked for).
-        labels: requested label fields, each ``(B, *shape)``.
-    """
-
-    rows: RowIndex
-    acts: ResidualActs
-    labels: dict[str, np.ndarray]
 
 
 def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
@@ -217,22 +202,11 @@ class ActivationStore:
                 f"{path}: root attributes give no layers or d_model {self.d_model} < 1"
             )
         for stage in self.stages:
-            k = stage_tokens(stage)
-            for name in (*(layer_name(x) for x in self.layers), "positions", "present"):
-                key = f"activations/{stage}/{name}"
-                if key not in f:
-                    raise StoreFormatError(f"{path}: dataset /{key} is missing")
-                ds = f[key]
-                if ds.shape[0] < committed:
-                    raise StoreFormatError(
-                        f"{path}: dataset /{key} has {ds.shape[0]} rows, fewer than the "
-                        f"{committed} committed"
-                    )
-                if name.startswith("layer_") and ds.shape[1:] != (k, self.d_model):
-                    raise StoreFormatError(
-                        f"{path}: dataset /{key} has row shape {ds.shape[1:]}, expected "
-                        f"{(k, self.d_model)}"
-                    )
+            row = (stage_tokens(stage), self.d_model)
+            for layer in self.layers:
+                self._check_dataset(f"activations/{stage}/{layer_name(layer)}", committed, row)
+            for name in ("positions", "present"):
+                self._check_dataset(f"activations/{stage}/{name}", committed)
         chat_format = self.attrs.get(CHAT_FORMAT_ATTR, DEFAULT_CHAT_FORMAT)
         if not isinstance(chat_format, dict) or not isinstance(chat_format.get("name"), str):
             raise StoreFormatError(
@@ -242,14 +216,24 @@ class ActivationStore:
         self.chat_format: dict[str, Any] = dict(chat_format)
         self._check_reasoning(committed)
         for name in LABEL_FIELDS:
-            key = f"labels/{name}"
-            if key not in f:
-                raise StoreFormatError(f"{path}: dataset /{key} is missing")
-            if f[key].shape[0] < committed:
-                raise StoreFormatError(
-                    f"{path}: dataset /{key} has {f[key].shape[0]} rows, fewer than the "
-                    f"{committed} committed"
-                )
+            self._check_dataset(f"labels/{name}", committed)
+
+    def _check_dataset(
+        self, key: str, rows: int, row_shape: tuple | None = None, of: str = "committed"
+    ) -> None:
+        """Raise :class:`StoreFormatError` unless dataset ``/key`` exists with at least ``rows``
+        rows (``of``: what they are) of ``row_shape`` (None: any)."""
+        if key not in self._file:
+            raise StoreFormatError(f"{self.path}: dataset /{key} is missing")
+        shape = self._file[key].shape
+        if shape[0] < rows:
+            raise StoreFormatError(
+                f"{self.path}: dataset /{key} has {shape[0]} rows, fewer than the {rows} {of}"
+            )
+        if row_shape is not None and shape[1:] != row_shape:
+            raise StoreFormatError(
+                f"{self.path}: dataset /{key} has row shape {shape[1:]}, expected {row_shape}"
+            )
 
     def _check_reasoning(self, committed: int) -> None:
         f, path = self._file, self.path
@@ -276,17 +260,10 @@ class ActivationStore:
                 f"{committed} committed rows"
             )
         for name in names[2:]:
-            ds = group[name]
-            if ds.shape[0] < total:
-                raise StoreFormatError(
-                    f"{path}: dataset /{REASONING}/{name} has {ds.shape[0]} rows, fewer than the "
-                    f"{total} reasoning rows its offsets name"
-                )
-            if name.startswith("layer_") and ds.shape[1:] != (self.d_model,):
-                raise StoreFormatError(
-                    f"{path}: dataset /{REASONING}/{name} has row shape {ds.shape[1:]}, expected "
-                    f"{(self.d_model,)}"
-                )
+            row = (self.d_model,) if name.startswith("layer_") else None
+            self._check_dataset(
+                f"{REASONING}/{name}", total, row, "reasoning rows its offsets name"
+            )
         self._offsets = offsets
 
     def _int_attr(self, name: str, default: int) -> int:
@@ -404,9 +381,7 @@ class ActivationStore:
         *,
         sizes: Iterable[int] | None = None,
         densities: Iterable[float] | None = None,
-        variants: Iterable[str] | None = None,
         grid_ids: Iterable[str] | None = None,
-        valid_action: bool | None = None,
     ) -> RowIndex:
         """Rows matching every given criterion, ascending.
 
@@ -414,9 +389,7 @@ class ActivationStore:
             stage: keep rows that hold this stage.
             sizes: grid sizes to keep.
             densities: densities to keep (compared with a 1e-6 tolerance).
-            variants: variant names to keep.
             grid_ids: grids to keep, e.g. one part of :func:`grid_split`.
-            valid_action: keep rows whose step named a valid action (True) or did not (False).
 
         Returns:
             ``(M,)`` int64 row indices.
@@ -430,13 +403,9 @@ class ActivationStore:
             dens = self.labels(["density"])["density"].astype(np.float64)
             wanted = np.asarray(list(densities), dtype=np.float64)
             mask &= np.isclose(dens[:, None], wanted[None, :], rtol=0, atol=1e-6).any(axis=1)
-        if variants is not None:
-            mask &= np.isin(self.labels(["variant"])["variant"].astype(str), list(variants))
         if grid_ids is not None:
             wanted_ids = np.asarray(list(grid_ids), dtype=str)
             mask &= np.isin(self.labels(["grid_id"])["grid_id"].astype(str), wanted_ids)
-        if valid_action is not None:
-            mask &= self.labels(["action_valid"])["action_valid"] == bool(valid_action)
         return np.flatnonzero(mask).astype(np.int64)
 
     # -- reasoning rows -----------------------------------------------------------------------
@@ -530,52 +499,6 @@ class ActivationStore:
                 )
         out = read_rows(self._file["activations"][stage][layer_name(layer)], idx)
         return out if dtype is None else out.astype(dtype)
-
-    def iter_batches(
-        self,
-        stage: str,
-        layer: int,
-        batch_size: int,
-        rows: Iterable[int] | np.ndarray | None = None,
-        *,
-        fields: Sequence[str] = (),
-        shuffle: bool = False,
-        seed: int | None = None,
-        dtype: np.dtype | type | None = None,
-    ) -> Iterator[Batch]:
-        """Stream ``rows`` in batches, reading one batch at a time.
-
-        Args:
-            stage: a stored stage.
-            layer: a stored decoder block.
-            batch_size: rows per batch (the last batch may be smaller).
-            rows: rows to stream (default: every row holding ``stage``), e.g. from
-                :meth:`select`.
-            fields: label fields to attach to each batch.
-            shuffle: visit the rows in a seeded random order (needs ``seed``).
-            seed: seed of the shuffle.
-            dtype: cast activations to this dtype (default: float16 as stored).
-
-        Yields:
-            :class:`Batch` with ``acts`` of shape ``(B, K, d_model)``.
-        """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self._check_stage_layer(stage, layer)
-        idx = self.select(stage) if rows is None else self._rows(rows)
-        if shuffle:
-            if seed is None:
-                raise ValueError("shuffle=True needs a seed (runs must be reproducible)")
-            idx = idx[np.random.default_rng(seed).permutation(len(idx))]
-        label_arrays = self.labels(fields) if fields else {}
-        for start in range(0, len(idx), batch_size):
-            part = idx[start : start + batch_size]
-            acts = self.read(stage, layer, part, dtype=dtype)
-            yield Batch(
-                rows=part,
-                acts=acts,
-                labels={name: values[part] for name, values in label_arrays.items()},
-            )
 
     def row_batch(self, rows: Iterable[int] | np.ndarray) -> RowBatch:
         """Everything stored for ``rows`` (every stage, layer, position and label), for copying.

@@ -43,7 +43,7 @@ REASONING_FIELDS: dict[str, type] = {
 """Per-reasoning-row datasets beside the activations (``(R,)`` each)."""
 
 ANCHOR_STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-"""The two anchor stages (same names as ``goalprobe.agents.harmony.ANCHOR_NAMES``)."""
+"""The two anchor stages."""
 
 GRID_CELLS = "grid_cells"
 """Optional stage: the token of every cell of the 15 x 15 label canvas."""
@@ -129,46 +129,6 @@ LABEL_FIELDS: dict[str, LabelField] = {
     "seq_len": LabelField(np.int32, (), "tokens replayed for the row (prompt + generated, cut)"),
 }
 """Every ``/labels`` dataset, in write order."""
-
-ID_FIELDS: tuple[str, ...] = ("run_id", "grid_id", "episode", "step")
-"""The label fields that join a row back to its trajectory JSONL step line."""
-
-ROOT_ATTRS: dict[str, str] = {
-    "schema": "always 'goalprobe.activations'",
-    "schema_version": "layout version (int)",
-    "complete": "True once every row is written and the file was closed cleanly",
-    "committed_rows": "rows written and flushed; rows beyond it are not part of the store",
-    "created": "UTC creation time, ISO 8601",
-    "package_version": "goalprobe version that wrote the file",
-    "software": "JSON of the versions that wrote it: goalprobe, python, torch, transformers, "
-    "nnsight, h5py (and vllm, triton, kernels, accelerate, openai-harmony when installed)",
-    "model_id": "model name or path",
-    "model_revision": "model revision: the one asked for, else the resolved commit of the "
-    "weights (Hugging Face cache snapshot or config._commit_hash; '' when unknown)",
-    "backend": "capture backend (nnsight, transformer_lens, hooks)",
-    "layers": "stored decoder blocks (int array)",
-    "stages": "stored stages (JSON list)",
-    "d_model": "residual width",
-    "attention": "attention kernel the rows were computed with (eager, sink_attention, "
-    "flex_attention; the TransformerLens bridge runs eager); absent before 2026-11-27",
-    "compute": "JSON {weights (mxfp4, bf16, fp32, ...), dtype, device, gpu (its model, without "
-    "the memory size), driver, cuda}: part of the identity (resume and merge refused across "
-    "it); absent before 2026-11-28",
-    "part_batching": "JSON list, per part: the batch_size and max_batch_tokens it ran with and "
-    "where (device, GPU name and memory); the batches are outside the identity",
-    "anchor_token_ids": "JSON of the harmony token ids used to find the anchors (harmony "
-    "stores only)",
-    "chat_format": "JSON description of the chat format the anchors and reasoning rows were "
-    "found with (version 3; absent: harmony)",
-    "config": "JSON of the extraction config",
-    "trajectory_file": "name of the source trajectory JSONL",
-    "trajectory_sha256": "sha256 of the source trajectory JSONL",
-    "trajectory_steps": "steps of finished episodes in the source file (all shards)",
-    "shard_index": "this file's shard i of shard_count (merged files: 0 of 1)",
-    "shard_count": "number of shards the steps were split into",
-    "reasoning_every": "k of the reasoning rows (0: none stored)",
-}
-"""Root attributes every store carries (documentation; written by the extraction)."""
 
 
 class StoreFormatError(ValueError):

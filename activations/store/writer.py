@@ -199,6 +199,24 @@ def _chunk_rows(row_bytes: int) -> int:
     return int(max(1, min(4096, _CHUNK_BYTES // max(1, row_bytes))))
 
 
+def _growable(group, name: str, row_shape: tuple, dtype, chunk_rows: int, **filters):
+    """An empty dataset of rows of ``row_shape`` that grows along its first axis."""
+    return group.create_dataset(
+        name,
+        shape=(0, *row_shape),
+        maxshape=(None, *row_shape),
+        dtype=dtype,
+        chunks=(chunk_rows, *row_shape),
+        **filters,
+    )
+
+
+def _write_rows(ds, start: int, value) -> None:
+    """Grow ``ds`` to ``start + len(value)`` rows and write ``value`` from row ``start``."""
+    ds.resize(start + len(value), axis=0)
+    ds[start : start + len(value)] = value
+
+
 def hdf5_filters(compression: str) -> dict[str, Any]:
     """h5py ``create_dataset`` keyword arguments of a compression name (byte shuffle + filter)."""
     if compression not in COMPRESSIONS:
@@ -302,61 +320,27 @@ class StoreWriter:
             group.attrs["tokens"] = k
             rows = _chunk_rows(k * layout.d_model * 2)
             for layer in layout.layers:
-                group.create_dataset(
-                    layer_name(layer),
-                    shape=(0, k, layout.d_model),
-                    maxshape=(None, k, layout.d_model),
-                    dtype=ACTIVATION_DTYPE,
-                    chunks=(rows, k, layout.d_model),
-                    **filters,
-                )
-            group.create_dataset(
-                "positions",
-                shape=(0, k),
-                maxshape=(None, k),
-                dtype=np.int32,
-                chunks=(_chunk_rows(4 * k), k),
-            )
-            group.create_dataset(
-                "present",
-                shape=(0,),
-                maxshape=(None,),
-                dtype=np.bool_,
-                chunks=(_LABEL_CHUNK_ROWS,),
-            )
+                row = (k, layout.d_model)
+                _growable(group, layer_name(layer), row, ACTIVATION_DTYPE, rows, **filters)
+            _growable(group, "positions", (k,), np.int32, _chunk_rows(4 * k))
+            _growable(group, "present", (), np.bool_, _LABEL_CHUNK_ROWS)
         labels = f.create_group("labels")
         for name, spec in LABEL_FIELDS.items():
             dtype = h5py.string_dtype("utf-8") if spec.dtype is str else spec.dtype
-            ds = labels.create_dataset(
-                name,
-                shape=(0, *spec.shape),
-                maxshape=(None, *spec.shape),
-                dtype=dtype,
-                chunks=(_LABEL_CHUNK_ROWS, *spec.shape),
-            )
+            ds = _growable(labels, name, spec.shape, dtype, _LABEL_CHUNK_ROWS)
             ds.attrs["doc"] = spec.doc
         reasoning = f.create_group(REASONING)
         reasoning.attrs["every"] = int(layout.reasoning_every)
         reasoning.create_dataset(
             "offsets", data=np.zeros(1, dtype=np.int64), maxshape=(None,), chunks=(4096,)
         )
-        reasoning.create_dataset(
-            "length", shape=(0,), maxshape=(None,), dtype=np.int32, chunks=(_LABEL_CHUNK_ROWS,)
-        )
+        _growable(reasoning, "length", (), np.int32, _LABEL_CHUNK_ROWS)
         rrows = _chunk_rows(layout.d_model * 2)
         for layer in layout.layers:
-            reasoning.create_dataset(
-                layer_name(layer),
-                shape=(0, layout.d_model),
-                maxshape=(None, layout.d_model),
-                dtype=ACTIVATION_DTYPE,
-                chunks=(rrows, layout.d_model),
-                **filters,
-            )
+            row = (layout.d_model,)
+            _growable(reasoning, layer_name(layer), row, ACTIVATION_DTYPE, rrows, **filters)
         for name, dtype in REASONING_FIELDS.items():
-            reasoning.create_dataset(
-                name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(_LABEL_CHUNK_ROWS,)
-            )
+            _growable(reasoning, name, (), dtype, _LABEL_CHUNK_ROWS)
         self._reasoning_rows = 0
         labels["cell_types"].attrs["vocabulary"] = json.dumps({c.name: int(c) for c in CellType})
         labels["plan"].attrs["tokens"] = json.dumps(
@@ -385,22 +369,16 @@ class StoreWriter:
             for layer in self.layout.layers:
                 acts = to_float16(batch.acts[stage][layer], f"acts[{stage!r}][{layer}]")
                 acts[~present] = 0
-                ds = group[layer_name(layer)]
-                ds.resize(stop, axis=0)
-                ds[start:stop] = acts
+                _write_rows(group[layer_name(layer)], start, acts)
             positions = np.asarray(batch.positions[stage], dtype=np.int32).copy()
             positions[~present] = 0
-            for name, value in (("positions", positions), ("present", present)):
-                group[name].resize(stop, axis=0)
-                group[name][start:stop] = value
+            _write_rows(group["positions"], start, positions)
+            _write_rows(group["present"], start, present)
         self._append_reasoning(batch, n)
         for name, spec in LABEL_FIELDS.items():
-            ds = f["labels"][name]
-            ds.resize(stop, axis=0)
             value = batch.labels[name]
-            ds[start:stop] = (
-                np.asarray(value, dtype=object) if spec.dtype is str else np.asarray(value)
-            )
+            value = np.asarray(value, dtype=object) if spec.dtype is str else np.asarray(value)
+            _write_rows(f["labels"][name], start, value)
         f.flush()
         f.attrs["committed_rows"] = np.int64(stop)
         f.flush()
@@ -413,20 +391,15 @@ class StoreWriter:
         group = self._file[REASONING]
         counts = np.asarray(rows.counts, dtype=np.int64)
         lo = self._reasoning_rows
-        hi = lo + int(counts.sum())
         for layer in self.layout.layers:
-            ds = group[layer_name(layer)]
-            ds.resize(hi, axis=0)
-            ds[lo:hi] = to_float16(rows.acts[layer], f"reasoning acts[{layer}]")
+            acts = to_float16(rows.acts[layer], f"reasoning acts[{layer}]")
+            _write_rows(group[layer_name(layer)], lo, acts)
         for name, dtype in REASONING_FIELDS.items():
-            group[name].resize(hi, axis=0)
-            group[name][lo:hi] = np.asarray(getattr(rows, name), dtype=dtype)
+            _write_rows(group[name], lo, np.asarray(getattr(rows, name), dtype=dtype))
         start = self._rows
-        group["length"].resize(start + n, axis=0)
-        group["length"][start : start + n] = np.asarray(rows.length, dtype=np.int32)
-        group["offsets"].resize(start + n + 1, axis=0)
-        group["offsets"][start + 1 : start + n + 1] = lo + np.cumsum(counts)
-        self._reasoning_rows = hi
+        _write_rows(group["length"], start, np.asarray(rows.length, dtype=np.int32))
+        _write_rows(group["offsets"], start + 1, lo + np.cumsum(counts))
+        self._reasoning_rows = lo + int(counts.sum())
 
     def finalize(self) -> Path:
         """Mark the store complete and move it onto ``path`` atomically; returns ``path``."""

@@ -1,18 +1,5 @@
-"""Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``.
-
-Schema ``goalprobe.trajectory/2`` (docs/formats.md): UTF-8 JSON Lines, each object with
-``"schema"`` and a ``"kind"``: ``"run"`` (the first line: ``run_id``, ``config``, ``backend``,
-``package_version``, ``prompt_coverage``; a rerun with another ``run_id`` is refused),
-``"step"`` (:class:`StepRecord`: the state shown, ``pi*(s_t)``, the exact prompt and generated
-token ids, reasoning, answer, parsed action and rejected attempts; ``grid_text`` is the grid the
-prompt drew, ``true_grid_text`` the true one where they differ) and ``"episode"``
-(:class:`EpisodeSummary`, after its steps). A step cut off by the token limit carries the flag
-``"truncated"`` and ends its episode (``end_reason: "truncated"``).
-
-An episode is appended as one block (flush and fsync) when it ends; readers use only episodes
-with a summary line, and :func:`open_for_resume` cuts an incomplete tail. Coordinates are
-``[row, col]``, actions their names, ``episode`` and ``step`` 0-based; ``(grid_id, episode)``
-identifies an episode within a run.
+"""Trajectory JSONL: the versioned record of every rollout step, written by ``goalprobe rollout``
+(schema ``goalprobe.trajectory/2``; lines, fields, resuming and truncation: docs/formats.md).
 
 Modules: :mod:`.records` (line records and validation), :mod:`.reading` (whole files),
 :mod:`.index` (random access by byte offset), :mod:`.writing` (appending, resuming).

@@ -15,7 +15,7 @@ from goalprobe.commands.common import (
     parse_list,
     removed_on_error,
 )
-from goalprobe.viewer.figures import plan_sweep_figure
+from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure, sweep_runs
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -162,7 +162,7 @@ def command(
         raise typer.BadParameter(f"{err}", param_hint="--out") from err
 
     console.print(summary_table(result))
-    figure = plan_sweep_figure(result)
+    figure = prefix_accuracy_grid_figure(sweep_runs(result.to_dict()["runs"]))
     figure.write_html(out / "prefix_accuracy.html", include_plotlyjs=True)
     figure.write_json(out / "prefix_accuracy.json")
     console.print(f"wrote {out}/: sweep.json, predicted_plans.h5, models/, prefix_accuracy.html")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from goalprobe.report.blocks import Block, Figures, num, pct, stat_text, table
 from goalprobe.report.run import RunReader
-from goalprobe.viewer.figures import (
+from goalprobe.viewer.figures.behaviour import (
     behaviour_by_distance_figure,
     behaviour_grid_figure,
     iso_accuracy_figure,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from goalprobe.probes.reasoning_readout import first_readable
 from goalprobe.report.blocks import Block, Figures, Text, stat_text, table
 from goalprobe.report.run import RunReader
-from goalprobe.viewer.figures import decision_time_figure, reasoning_readout_figure
+from goalprobe.viewer.figures.decision import decision_time_figure, reasoning_readout_figure
 
 
 def reading(data: Mapping) -> str:

@@ -15,7 +15,7 @@ from goalprobe.gridworld.io import read_grid_set
 from goalprobe.gridworld.text import cell_types
 from goalprobe.report.blocks import Block, Box, Figures, Text, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader
-from goalprobe.viewer.figures import false_belief_maps_figure, oracle_rates_figure
+from goalprobe.viewer.figures.false_belief import false_belief_maps_figure, oracle_rates_figure
 
 ROLES = (("false_belief", "false belief"), ("control", "control"))
 

@@ -9,7 +9,7 @@ from goalprobe.agents.bundled import is_bundled
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND, ORACLE_LABELS, ORACLES
 from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
 from goalprobe.report.run import RunReader
-from goalprobe.viewer.figures import reward_harm_figure
+from goalprobe.viewer.figures.harm import reward_harm_figure
 
 METRICS: tuple[tuple[str, str, bool], ...] = (
     ("success", "success rate", True),

@@ -8,14 +8,9 @@ from goalprobe.probes.patching.sites import CHUNK_PREFIX
 from goalprobe.report.blocks import Block, Box, Figures, num, pct, stat_text, table
 from goalprobe.report.loop import loop
 from goalprobe.report.run import MissingInput, RunReader
-from goalprobe.viewer.figures import (
-    belief_figure,
-    meg_figure,
-    patching_heatmap_figure,
-    prefix_accuracy_grid_figure,
-    sweep_runs,
-    topk_figure,
-)
+from goalprobe.viewer.figures.patching import patching_heatmap_figure
+from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure, sweep_runs
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 from goalprobe.viewer.figures.style import layer_key
 
 

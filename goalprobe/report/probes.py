@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Figures, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader, best_cell_run, metric
-from goalprobe.viewer.figures import (
+from goalprobe.viewer.figures.probes import (
     baseline_values,
     localisation_figure,
     per_class_figure,

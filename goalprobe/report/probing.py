@@ -7,7 +7,7 @@ from goalprobe.report.blocks import Block, Figures, stat_text, table
 from goalprobe.report.causal_rows import headline_sweep
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_STAGE
-from goalprobe.viewer.figures import learning_curve_figure
+from goalprobe.viewer.figures.learning import learning_curve_figure
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("accuracy_no_padding", "accuracy on grid cells"),

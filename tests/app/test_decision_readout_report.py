@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from goalprobe.activations.store import ActivationStore
 from goalprobe.probes.reasoning_readout import reasoning_readout
-from goalprobe.viewer.figures import reasoning_readout_figure
+from goalprobe.viewer.figures.decision import reasoning_readout_figure
 from readout_fixtures import planted_store
 
 from goalprobe.report.decision import readout_blocks, readout_reading

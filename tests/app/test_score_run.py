@@ -42,7 +42,7 @@ from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import grid_meg, subjective_grid_meg
 from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import decoded_grid
-from goalprobe.viewer.figures import belief_figure, meg_figure, topk_figure
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 from typer.testing import CliRunner
 from viewer_fixtures import NoisyOptimalBackend
 

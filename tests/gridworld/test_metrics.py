@@ -29,13 +29,10 @@ from goalprobe.gridworld.metrics import (
     expected_calibration_error,
     goal_success_rate,
     grid_accuracy,
-    grid_ece,
     grid_metrics,
     group_by_grid,
     metrics_by_grid,
     optimal_mask,
-    policy_entropy,
-    policy_jsd,
     policy_table,
     trajectory_accuracy,
 )
@@ -160,8 +157,8 @@ def test_policy_entropy_hand_computed(hand_grid):
     # H(A) = H(2/3, 1/3) = ln 3 - (2/3) ln 2; H(B) = H(1/2 RIGHT, 1/2 invalid) = ln 2; H(D) = 0
     h_a = LN3 - 2 / 3 * LN2
     expected = (h_a + LN2 + 0.0) / 3
-    assert policy_entropy(hand_grid) == pytest.approx(expected)
-    assert policy_entropy(hand_grid, base=2) == pytest.approx(expected / LN2)
+    assert grid_metrics(hand_grid).entropy == pytest.approx(expected)
+    assert grid_metrics(hand_grid, base=2).entropy == pytest.approx(expected / LN2)
 
 
 def test_policy_jsd_hand_computed(hand_grid):
@@ -172,7 +169,7 @@ def test_policy_jsd_hand_computed(hand_grid):
     # D: p = q  ->  0
     jsd_a = (2 / 3 * math.log(4 / 5) + LN2 / 3 + math.log(6 / 5)) / 2
     expected = (jsd_a + LN2 / 2 + 0.0) / 3
-    assert policy_jsd(hand_grid) == pytest.approx(expected)
+    assert grid_metrics(hand_grid).jsd == pytest.approx(expected)
     np.testing.assert_allclose(policy_table(hand_grid).jsd(), [jsd_a, LN2 / 2, 0.0])
 
 
@@ -184,7 +181,7 @@ def test_grid_ece_hand_computed(hand_grid):
     #   (B, inv.):  1/2, no    -> bin 5: conf 1/2, acc 1/2
     #   (D, UP):    1,   yes   -> bin 9: conf 1, acc 1
     # ECE = 2/6 * 1/3 + 1/6 * 1/3 + 0 + 0 = 1/6
-    assert grid_ece(hand_grid) == pytest.approx(1 / 6)
+    assert grid_metrics(hand_grid).ece == pytest.approx(1 / 6)
 
 
 def test_grid_metrics_bundle(hand_grid):
@@ -192,8 +189,8 @@ def test_grid_metrics_bundle(hand_grid):
     assert (m.grid_id, m.n_trajectories, m.n_steps, m.n_visited_states) == ("g0", 3, 6, 3)
     assert m.success_rate == pytest.approx(1 / 3)
     assert m.accuracy == pytest.approx(grid_accuracy(hand_grid))
-    assert m.entropy == pytest.approx(policy_entropy(hand_grid))
-    assert m.jsd == pytest.approx(policy_jsd(hand_grid))
+    assert m.entropy == pytest.approx(float(policy_table(hand_grid).entropy().mean()))
+    assert m.jsd == pytest.approx(float(policy_table(hand_grid).jsd().mean()))
     assert m.ece == pytest.approx(1 / 6)
 
 
@@ -230,7 +227,7 @@ def test_empty_trajectory_gives_nan_not_error():
     m = grid_metrics([t])
     assert m.n_visited_states == 0 and m.success_rate == 0.0
     assert all(math.isnan(v) for v in (m.accuracy, m.entropy, m.jsd, m.ece))
-    assert math.isnan(policy_entropy([])) and math.isnan(grid_ece([]))
+    assert policy_table([]).entropy().size == 0 and policy_table([]).jsd().size == 0
     with pytest.raises(ValueError, match="at least one trajectory"):
         grid_metrics([])
 
@@ -351,8 +348,8 @@ def test_grid_metric_bounds(trajs):
 @settings(max_examples=40, deadline=None)
 @given(grid_trajectories(allow_invalid=False))
 def test_entropy_at_most_ln4_without_invalid_steps(trajs):
-    h = policy_entropy(trajs)
-    assert math.isnan(h) or h <= math.log(4) + 1e-12
+    h = policy_table(trajs).entropy()
+    assert h.size == 0 or h.mean() <= math.log(4) + 1e-12
 
 
 # ---------------------------------------------------------------- Jaccard

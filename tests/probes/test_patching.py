@@ -50,7 +50,7 @@ from goalprobe.probes.patching.sites import (
     locate_grid_tokens,
     site_positions,
 )
-from goalprobe.viewer.figures import patch_summary_figure
+from goalprobe.viewer.figures.patching import patch_summary_figure
 
 from goalprobe.figure_files import write_patch_heatmap
 

@@ -45,8 +45,6 @@ def test_the_store_hands_over_what_its_aliases_say(store):
     assert labels["cell_types"].shape[1:] == (LABEL_CANVAS, LABEL_CANVAS)
     assert isinstance(labels["plan"], PlanTargets)
     assert isinstance(labels["grid_id"], GridIds)
-    batch = next(store.iter_batches("pre_reasoning", LAYOUT.layers[1], batch_size=2))
-    assert isinstance(batch.acts, ResidualActs) and isinstance(batch.rows, RowIndex)
 
 
 def test_a_probe_takes_and_returns_the_aliased_arrays(store):

@@ -19,7 +19,6 @@ from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, parse
-from goalprobe.viewer import figures as F
 from goalprobe.viewer.data import (
     N_CLASSES,
     RunData,
@@ -27,7 +26,35 @@ from goalprobe.viewer.data import (
     UnsafePathError,
     full_class_probs,
 )
-from goalprobe.viewer.figures.plans import STRIP_COLOURS
+from goalprobe.viewer.figures.behaviour import (
+    behaviour_by_distance_figure,
+    behaviour_grid_figure,
+    iso_accuracy_figure,
+)
+from goalprobe.viewer.figures.episodes import episode_timeline_figure
+from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probability_figure
+from goalprobe.viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
+from goalprobe.viewer.figures.plans import (
+    STRIP_COLOURS,
+    plan_strip_categories,
+    plan_strip_figure,
+    prefix_accuracy_grid_figure,
+    sweep_runs,
+)
+from goalprobe.viewer.figures.probes import (
+    BASELINES,
+    baseline_values,
+    localisation_figure,
+    per_class_figure,
+    probe_comparison_figure,
+    sweep_comparison_figure,
+)
+from goalprobe.viewer.figures.style import (
+    ACTION_ARROWS,
+    DECODED_COLOUR,
+    EXECUTED_COLOUR,
+    empty_figure,
+)
 from goalprobe.viewer.step import (
     NO_FALSE_BELIEF,
     build_false_belief_step,
@@ -60,7 +87,7 @@ def _annotation_arrows(fig) -> list:
 
 def test_cell_map_figure_draws_classes_symbols_and_arrows():
     types = _grid_types()
-    fig = F.cell_map_figure(
+    fig = cell_map_figure(
         types,
         agent_row_col=(2, 1),
         action=int(Action.UP),
@@ -72,12 +99,12 @@ def test_cell_map_figure_draws_classes_symbols_and_arrows():
     assert heat.text[2][1] == "A" and heat.text[1][3] == "G" and heat.text[0][0] == ""
     arrows = _annotation_arrows(fig)
     assert len(arrows) == 3  # two optimal, one executed
-    executed = [a for a in arrows if a.arrowcolor == F.EXECUTED_COLOUR]
+    executed = [a for a in arrows if a.arrowcolor == EXECUTED_COLOUR]
     assert len(executed) == 1 and executed[0].y < executed[0].ay  # UP points to a smaller row
     assert list(fig.layout.yaxis.range) == [4.5, -0.5]  # row 0 at the top
     assert "true: agent" in heat.customdata[2][1]
     with pytest.raises(ValueError, match="cell_types"):
-        F.cell_map_figure(np.zeros(5))
+        cell_map_figure(np.zeros(5))
 
 
 def test_decoded_map_hover_lists_probabilities_most_probable_first():
@@ -85,21 +112,21 @@ def test_decoded_map_hover_lists_probabilities_most_probable_first():
     probs = _onehot(types) * 0.7 + 0.3 / N_CLASSES
     probs[1, 2] = 0
     probs[1, 2, CellType.WALL], probs[1, 2, CellType.OPEN] = 0.25, 0.75
-    fig = F.cell_map_figure(probs.argmax(-1), probs=probs, true_cell_types=types)
+    fig = cell_map_figure(probs.argmax(-1), probs=probs, true_cell_types=types)
     hover = fig.data[0].customdata[1][2]
     assert "true: open" in hover and "decoded: open" in hover
     assert hover.index("P(open) = 0.75") < hover.index("P(wall) = 0.25")
     with pytest.raises(ValueError, match="do not match"):
-        F.cell_map_figure(types, probs=probs[:3])
+        cell_map_figure(types, probs=probs[:3])
 
 
 def test_probability_figure_outlines_true_cells_of_the_class():
     types = _grid_types()
     probs = _onehot(types)
-    fig = F.probability_figure(probs[:, :, CellType.WALL], CellType.WALL, true_cell_types=types)
+    fig = probability_figure(probs[:, :, CellType.WALL], CellType.WALL, true_cell_types=types)
     assert np.allclose(np.asarray(fig.data[0].z), probs[:, :, CellType.WALL])
     assert len(fig.layout.shapes) == int((types == CellType.WALL).sum())
-    goal = F.probability_figure(probs[:, :, CellType.GOAL], CellType.GOAL, true_cell_types=types)
+    goal = probability_figure(probs[:, :, CellType.GOAL], CellType.GOAL, true_cell_types=types)
     (shape,) = goal.layout.shapes
     assert (shape.x0 + 0.5, shape.y0 + 0.5) == (3, 1)
 
@@ -114,16 +141,16 @@ def test_probability_figure_outlines_true_cells_of_the_class():
     ],
 )
 def test_plan_strip_reports_the_matched_prefix(predicted, target, prefix):
-    fig = F.plan_strip_figure(predicted, target)
+    fig = plan_strip_figure(predicted, target)
     title = fig.layout.title.text
     if prefix == 4:
         assert title.startswith("Plan: all 4 executed tokens match")
     else:
         assert f"the first {prefix} of 4 executed tokens match" in title
-    glyphs = {**F.ACTION_ARROWS, PLAN_PAD: "·"}
+    glyphs = {**ACTION_ARROWS, PLAN_PAD: "·"}
     assert list(fig.data[0].text[0]) == [glyphs[p] for p in predicted]
     # the caption agrees with the colours: exactly `prefix` decoded cells are green
-    cats = F.plan_strip_categories(predicted, target)
+    cats = plan_strip_categories(predicted, target)
     order = list(STRIP_COLOURS)
     assert list(fig.data[0].z[0]).count(order.index("match")) == prefix == cats["prefix"]
 
@@ -132,7 +159,7 @@ def test_plan_strip_never_colours_end_or_padding_as_a_match():
     # the executed plan is DOWN, END; the decoder keeps saying DOWN: only t is a real match
     target = [int(Action.DOWN), PLAN_END, PLAN_PAD, PLAN_PAD, PLAN_PAD]
     predicted = [int(Action.DOWN)] * 5
-    fig = F.plan_strip_figure(predicted, target)
+    fig = plan_strip_figure(predicted, target)
     order = list(STRIP_COLOURS)
     decoded, executed = (list(row) for row in fig.data[0].z)
     assert decoded == [order.index(c) for c in ("match", "miss", "padding", "padding", "padding")]
@@ -142,7 +169,7 @@ def test_plan_strip_never_colours_end_or_padding_as_a_match():
     # colours of END and padding differ from the match colour
     assert len({STRIP_COLOURS[c] for c in ("match", "padding", "end")}) == 3
     # equal tokens after the first miss are not counted as matches
-    cats = F.plan_strip_categories([0, 1, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD])
+    cats = plan_strip_categories([0, 1, 1, PLAN_END, PLAN_PAD], [0, 0, 1, PLAN_END, PLAN_PAD])
     assert cats["decoded"] == ["match", "miss", "after_miss", "after_miss", "padding"]
     assert cats["prefix"] == 1 and cats["scored"] == 4
 
@@ -151,21 +178,21 @@ def test_plan_figure_draws_both_paths_with_an_arrow_per_move():
     types = _grid_types()
     executed = [(2, 1), (1, 1), (1, 2), (1, 3)]
     predicted = [(2, 1), (2, 2), (2, 2), (1, 2)]  # one blocked move: no arrow for it
-    fig = F.plan_figure(types, executed_path=executed, predicted_path=predicted)
+    fig = plan_figure(types, executed_path=executed, predicted_path=predicted)
     names = [t.name for t in fig.data if t.type == "scatter"]
     assert names == ["executed", "decoded plan"]
     colours = [a.arrowcolor for a in _annotation_arrows(fig)]
-    assert colours.count(F.EXECUTED_COLOUR) == 3 and colours.count(F.DECODED_COLOUR) == 2
+    assert colours.count(EXECUTED_COLOUR) == 3 and colours.count(DECODED_COLOUR) == 2
 
 
 def test_timeline_marks_unknown_steps_and_the_current_step():
-    fig = F.episode_timeline_figure({"a": [True, False, None], "b": [True]}, current_step=1)
+    fig = episode_timeline_figure({"a": [True, False, None], "b": [True]}, current_step=1)
     z = fig.data[0].z
     assert list(z[0]) == [1.0, 0.0, None] and list(z[1]) == [1.0, None, None]
     (shape,) = fig.layout.shapes
     assert (shape.x0, shape.x1) == (0.5, 1.5)
     with pytest.raises(ValueError):
-        F.episode_timeline_figure({})
+        episode_timeline_figure({})
 
 
 def test_patching_heatmap_averages_rates_and_skips_undefined_values():
@@ -177,15 +204,15 @@ def test_patching_heatmap_averages_rates_and_skips_undefined_values():
         {**base, "layers": "all", "recovered": 1.0, "action_changed": True},
         {**base, "site": "answer", "layers": "all", "recovered": -0.5, "action_changed": True},
     ]
-    fig = F.patching_heatmap_figure(records)
+    fig = patching_heatmap_figure(records)
     heat = fig.data[0]
     assert list(heat.x) == ["3", "all"] and list(heat.y) == ["grid", "answer"]
     assert heat.z[0][0] == pytest.approx(0.4) and heat.z[1][0] is None
     assert "n = 2" in heat.customdata[0][0]
-    rates = F.patching_heatmap_figure(records, value="action_changed", facet=None)
+    rates = patching_heatmap_figure(records, value="action_changed", facet=None)
     assert rates.data[0].z[0][0] == pytest.approx(1 / 3)
     with pytest.raises(ValueError):
-        F.patching_heatmap_figure([])
+        patching_heatmap_figure([])
 
 
 def test_a_plan_sweep_is_drawn_as_the_one_prefix_accuracy_figure():
@@ -202,9 +229,9 @@ def test_a_plan_sweep_is_drawn_as_the_one_prefix_accuracy_figure():
         run("pre_reasoning", 1, "shuffled_control", 1, [0.3, 0.1, 0.02]),
         run("post_reasoning", 1, "decoder", 1, [0.7, 0.4, 0.2]),
     ]
-    converted = F.sweep_runs(runs)
+    converted = sweep_runs(runs)
     assert converted[0]["n_layers"] == 1 and converted[1]["ci"] is None
-    fig = F.prefix_accuracy_grid_figure(converted)
+    fig = prefix_accuracy_grid_figure(converted)
     baselines = [t for t in fig.data if t.name and "0.25^N" in t.name]
     assert len(baselines) == 2  # one per panel (stage x layer)
     assert np.allclose(baselines[0].y, 0.25 ** np.arange(1, 4))
@@ -217,7 +244,7 @@ def test_probe_comparison_bars_have_asymmetric_intervals():
         {"name": "linear L15", "group": "pre", "value": 0.4},
         {"name": "mlp L15", "group": "post", "value": 0.6, "ci_low": 0.55, "ci_high": 0.7},
     ]
-    fig = F.probe_comparison_figure(rows, baseline=0.3)
+    fig = probe_comparison_figure(rows, baseline=0.3)
     pre, post = fig.data
     assert list(pre.x) == ["mlp L15", "linear L15"]
     assert np.allclose(pre.error_y.array, [0.05, 0.0]) and np.allclose(
@@ -236,7 +263,7 @@ def test_accuracy_bars_draw_every_control_of_the_sweep():
         "shuffled": {"accuracy_no_padding": {"value": 0.52}},
         "uniform": {"accuracy_no_padding": None},
     }
-    found = F.baseline_values(models, "accuracy_no_padding")
+    found = baseline_values(models, "accuracy_no_padding")
     assert found == {
         "majority": 0.5,
         "prior_size": 0.55,
@@ -248,17 +275,17 @@ def test_accuracy_bars_draw_every_control_of_the_sweep():
         {"name": "mlp L3", "group": "pre", "value": 0.7, "baselines": {"majority": 0.45}},
         {"name": "mlp L2", "group": "post", "value": 0.6, "baselines": {"shuffled": 0.4}},
     ]
-    fig = F.probe_comparison_figure(rows)
+    fig = probe_comparison_figure(rows)
     marks = [t for t in fig.data if t.type == "scatter"]
     by_name = {}
     for t in marks:
         by_name.setdefault(t.name, []).append(t)
-    assert set(by_name) == {label for label, _ in F.BASELINES.values()}
-    majority = next(t for t in by_name[F.BASELINES["majority"][0]] if t.offsetgroup == "pre")
+    assert set(by_name) == {label for label, _ in BASELINES.values()}
+    majority = next(t for t in by_name[BASELINES["majority"][0]] if t.offsetgroup == "pre")
     assert list(majority.x) == ["mlp L2", "mlp L3"] and list(majority.y) == [0.5, 0.45]
-    shuffled_post = next(t for t in by_name[F.BASELINES["shuffled"][0]] if t.offsetgroup == "post")
+    shuffled_post = next(t for t in by_name[BASELINES["shuffled"][0]] if t.offsetgroup == "post")
     assert list(shuffled_post.y) == [0.4, None]
-    assert sum(t.showlegend for t in marks) == len(F.BASELINES)  # one legend entry per control
+    assert sum(t.showlegend for t in marks) == len(BASELINES)  # one legend entry per control
 
 
 def test_prefix_accuracy_small_multiples_have_a_panel_per_stage_and_layer():
@@ -287,7 +314,7 @@ def test_prefix_accuracy_small_multiples_have_a_panel_per_stage_and_layer():
                     accuracy=[0.25, 0.06, 0.01, 0.0],
                 )
             )
-    fig = F.prefix_accuracy_grid_figure(runs)
+    fig = prefix_accuracy_grid_figure(runs)
     axes = {t.xaxis for t in fig.data}
     assert len(axes) == 6  # 2 stages x 3 layers
     titles = [a.text for a in fig.layout.annotations]
@@ -302,12 +329,12 @@ def test_prefix_accuracy_small_multiples_have_a_panel_per_stage_and_layer():
     legend = [t.name for t in fig.data if t.showlegend is not False and t.name]
     assert sorted(set(legend)) == sorted(legend)  # each entry once
     with pytest.raises(ValueError):
-        F.prefix_accuracy_grid_figure([])
+        prefix_accuracy_grid_figure([])
 
 
 def test_empty_states_wrap_at_word_boundaries():
     message = "No decoded map for this step: probes decode only their held-out test grids."
-    fig = F.empty_figure(message, wrap=30)
+    fig = empty_figure(message, wrap=30)
     lines = fig.layout.annotations[0].text.split("<br>")
     assert len(lines) > 1 and all(len(line) <= 30 for line in lines)
     assert " ".join(lines) == message
@@ -669,7 +696,7 @@ def test_behaviour_figures_place_each_metric_at_its_size_and_density():
         for s in (9, 7)
         for d in (0.3, 0.0)
     ]
-    fig = F.behaviour_grid_figure(cells)
+    fig = behaviour_grid_figure(cells)
     assert len(fig.data) == len(metrics)
     for trace, metric in zip(fig.data, metrics, strict=True):
         assert list(trace.y) == ["7×7", "9×9"] and list(trace.x) == ["d=0", "d=0.3"]
@@ -679,7 +706,7 @@ def test_behaviour_figures_place_each_metric_at_its_size_and_density():
             assert trace.z[row][col] == cell[metric]["value"]
     rows = [{"distance": d, "accuracy": _stat(0.5 + 0.1 * d), "jsd": _stat(0.1)} for d in (1, 2)]
     rows.append({"distance": 3, "accuracy": {"value": None}, "jsd": _stat(0.2, 0.05)})
-    line = F.behaviour_by_distance_figure(rows)
+    line = behaviour_by_distance_figure(rows)
     accuracy, jsd = line.data
     assert list(accuracy.x) == [1, 2] and list(jsd.x) == [1, 2, 3]  # undefined points left out
     assert list(jsd.error_y.array) == pytest.approx([0.1, 0.1, 0.05])
@@ -688,7 +715,7 @@ def test_behaviour_figures_place_each_metric_at_its_size_and_density():
         {"transform": "rotate", "metric": "jsd", "base_mean": 0.1, "transformed_mean": 0.2},
         {"transform": "shift", "metric": "accuracy", "base_mean": None},
     ]
-    bars = F.iso_accuracy_figure(tests)
+    bars = iso_accuracy_figure(tests)
     assert [list(t.x) for t in bars.data] == [["reflect"], ["reflect"]]
     assert [t.y[0] for t in bars.data] == [0.8, 0.7]
 
@@ -707,11 +734,11 @@ def test_probe_result_figures_read_the_sweep_metrics():
         return {"models": {"probe": probe}}
 
     by_size = {"7": run(0.6), "9": run(0.3)}
-    per_class = F.per_class_figure(by_size, "cell_mlp")
+    per_class = per_class_figure(by_size, "cell_mlp")
     assert [t.name for t in per_class.data] == ["recall wall", "precision wall"]  # no padding
     assert list(per_class.data[0].y) == [0.6, 0.3] and per_class.data[1].visible == "legendonly"
     groups = {"all": run(0.5), **by_size}
-    localisation = F.localisation_figure(groups, "cell_mlp")
+    localisation = localisation_figure(groups, "cell_mlp")
     top1 = [t for t in localisation.data if t.xaxis == "x"]
     assert [t.name for t in top1] == ["agent", "goal"]
     assert list(top1[0].x) == ["all", "7", "9"] and list(top1[0].y) == [0.5, 0.6, 0.3]
@@ -726,7 +753,7 @@ def test_probe_result_figures_read_the_sweep_metrics():
             )
         ],
     }
-    comparison = F.sweep_comparison_figure(sweep)
+    comparison = sweep_comparison_figure(sweep)
     assert [t.name for t in comparison.data] == ["pre_reasoning probe"]
     assert list(comparison.data[0].y) == [0.7, 0.8] and list(comparison.data[0].x) == ["1", "2"]
 
@@ -756,14 +783,14 @@ def test_patch_summary_figure_draws_rates_by_site_and_layers():
         row("disjoint", "grid", "1+2", 0.4),
         row("control", "grid", "3", 0.0),
     ]
-    fig = F.patch_summary_figure(summary)
+    fig = patch_summary_figure(summary)
     changed, recovered, stable = fig.data  # the first panel: into the source's optimal set
     assert list(changed.y) == ["grid", "answer"] and list(changed.x) == ["3", "1+2", "all"]
     assert list(changed.z[0]) == [0.2, 0.4, None] and changed.z[1][2] == 1.0
     assert recovered.z[0][1] is None  # undefined (NaN) recovery is left blank
     assert stable.z[0][0] == 1.0 and "no runs" in stable.hovertext[1][2]
     json_rows = [{**r, "recovered_mean": None} if r["layers"] == "1+2" else r for r in summary]
-    assert F.patch_summary_figure(json_rows).data[1].z[0][1] is None  # null as read from JSON
+    assert patch_summary_figure(json_rows).data[1].z[0][1] is None  # null as read from JSON
 
 
 def test_only_the_viewer_figures_draw():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
+from goalprobe.viewer.figures.style import ci_error_y
 from plotly.subplots import make_subplots
 
 BEHAVIOUR_PANELS: tuple[tuple[str, str], ...] = (
@@ -81,16 +82,7 @@ def behaviour_by_distance_figure(rows: Sequence[Mapping]) -> go.Figure:
                 y=[s["value"] for s in stats],
                 mode="lines+markers",
                 name=metric,
-                error_y={
-                    "type": "data",
-                    "array": [
-                        (s["ci_high"] - s["value"]) if s["ci_high"] is not None else 0
-                        for s in stats
-                    ],
-                    "arrayminus": [
-                        (s["value"] - s["ci_low"]) if s["ci_low"] is not None else 0 for s in stats
-                    ],
-                },
+                error_y=ci_error_y(stats),
             ),
             row=1,
             col=col,

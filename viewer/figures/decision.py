@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
-from goalprobe.viewer.figures.style import empty_figure, figure_layout
+from goalprobe.viewer.figures.style import ci_error_y, empty_figure, figure_layout
 
 
 def decision_time_figure(curves: Mapping, *, height: int = 380) -> go.Figure:
@@ -22,15 +22,13 @@ def decision_time_figure(curves: Mapping, *, height: int = 380) -> go.Figure:
         points = [*bins, {**answer, "bin": [1.0, 1.1]}]
         x = [p["bin"][1] for p in points]
         y = [p["value"] for p in points]
-        upper = [(p["ci_high"] - p["value"]) if p.get("ci_high") is not None else 0 for p in points]
-        lower = [(p["value"] - p["ci_low"]) if p.get("ci_low") is not None else 0 for p in points]
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=y,
                 mode="lines+markers",
                 name=f"block {layer}",
-                error_y={"type": "data", "array": upper, "arrayminus": lower, "visible": True},
+                error_y=ci_error_y(points, visible=True),
             )
         )
     for name, value, dash in (
@@ -84,10 +82,6 @@ def reasoning_readout_figure(readout: Mapping | None, *, height: int = 520) -> g
         for j, cells in enumerate(target["by_layer"]):
             colour = _LAYER_COLOURS[j % len(_LAYER_COLOURS)]
             y = [c.get("value") for c in cells]
-            upper = [
-                c["ci_high"] - c["value"] if c.get("ci_high") is not None else 0 for c in cells
-            ]
-            lower = [c["value"] - c["ci_low"] if c.get("ci_low") is not None else 0 for c in cells]
             symbols = ["circle" if c.get("verdict") == "yes" else "circle-open" for c in cells]
             fig.add_trace(
                 go.Scatter(
@@ -99,7 +93,7 @@ def reasoning_readout_figure(readout: Mapping | None, *, height: int = 520) -> g
                     showlegend=k == 0,
                     line={"color": colour},
                     marker={"symbol": symbols, "size": 8, "color": colour},
-                    error_y={"type": "data", "array": upper, "arrayminus": lower},
+                    error_y=ci_error_y(cells),
                 ),
                 row=row,
                 col=col,

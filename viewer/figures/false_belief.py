@@ -19,6 +19,7 @@ from goalprobe.viewer.figures.maps import (
 from goalprobe.viewer.figures.style import (
     DECODED_COLOUR,
     EXECUTED_COLOUR,
+    ci_error_y,
     figure_layout,
     message_annotation,
     rgba,
@@ -128,14 +129,12 @@ def oracle_rates_figure(behaviour: Mapping, title: str = "") -> go.Figure:
         for field, dash in (("follows_shown", ""), ("follows_true", "/")):
             stats = [(behaviour[k].get(role) or {}).get(field) or {} for k in kinds]
             values = [s.get("value") for s in stats]
-            plus = [None if s.get("ci_high") is None else s["ci_high"] - s["value"] for s in stats]
-            minus = [None if s.get("ci_low") is None else s["value"] - s["ci_low"] for s in stats]
             fig.add_bar(
                 x=kinds,
                 y=values,
                 name=f"{role.replace('_', ' ')}: {field.replace('_', ' ')}",
                 marker={"color": colour, "pattern": {"shape": dash}},
-                error_y={"type": "data", "array": plus, "arrayminus": minus},
+                error_y=ci_error_y(stats, missing=None),
             )
     fig.update_layout(
         figure_layout(title or "First action: optimal only under the shown or the true grid", 380)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
-from goalprobe.viewer.figures.style import apply_layout, empty_figure, rgba
+from goalprobe.viewer.figures.style import apply_layout, band_trace, empty_figure
 from plotly.subplots import make_subplots
 
 MODEL_STYLE: dict[str, tuple[str, str, str]] = {
@@ -51,20 +51,7 @@ def learning_curve_figure(curve: Mapping, title: str | None = None) -> go.Figure
                 continue
             low = [s["ci_low"] if s.get("ci_low") is not None else s["value"] for s in stats]
             high = [s["ci_high"] if s.get("ci_high") is not None else s["value"] for s in stats]
-            fig.add_trace(
-                go.Scatter(
-                    x=x + x[::-1],
-                    y=high + low[::-1],
-                    fill="toself",
-                    fillcolor=rgba(colour, 0.15),
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    showlegend=False,
-                    legendgroup=model,
-                ),
-                row=1,
-                col=col,
-            )
+            fig.add_trace(band_trace(x + x[::-1], high + low[::-1], colour, model), row=1, col=col)
             fig.add_trace(
                 go.Scatter(
                     x=x,

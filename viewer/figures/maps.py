@@ -435,7 +435,6 @@ def plan_figure(
     executed_path: Sequence[RowCol],
     predicted_path: Sequence[RowCol] = (),
     title: str = "",
-    predicted_label: str = "decoded plan",
     height: int | None = 420,
     show_legend: bool = True,
 ) -> go.Figure:
@@ -449,7 +448,6 @@ def plan_figure(
         cell_types: ``(n, n)`` true classes of ``s_t``.
         executed_path: cells ``s_t, s_{t+1}, ...`` the agent actually visited.
         predicted_path: cells the predicted plan visits from ``s_t``.
-        predicted_label: legend label of the predicted path.
     """
     types = np.asarray(cell_types).astype(np.int64)
     n_rows, n_cols = types.shape
@@ -458,7 +456,7 @@ def plan_figure(
         list(executed_path), EXECUTED_COLOUR, "executed", offset=-0.1
     )
     predicted_traces, predicted_heads = _path(
-        list(predicted_path), DECODED_COLOUR, predicted_label, offset=0.1, dash="dash"
+        list(predicted_path), DECODED_COLOUR, "decoded plan", offset=0.1, dash="dash"
     )
     traces += executed_traces + predicted_traces
     layout = figure_layout(

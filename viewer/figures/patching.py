@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
     apply_layout,
+    heat_cells,
     is_finite_number,
     layer_key,
 )
@@ -53,31 +53,21 @@ def patching_heatmap_figure(
         horizontal_spacing=min(0.3, 0.04 + 0.012 * longest) if len(facets) > 1 else 0.0,
     )
     for i, f in enumerate(facets):
-        z, text, hover = [], [], []
-        for rv in row_values:
-            z_row, t_row, h_row = [], [], []
-            for cv in col_values:
-                cell = [
-                    r
-                    for r in records
-                    if str(r[rows]) == rv
-                    and str(r[cols]) == cv
-                    and (facet is None or str(r.get(facet)) == f)
-                ]
-                vals = [
-                    float(r[value])
-                    for r in cell
-                    if is_finite_number(r.get(value)) or isinstance(r.get(value), bool)
-                ]
-                mean = float(np.mean(vals)) if vals else math.nan
-                z_row.append(None if math.isnan(mean) else mean)
-                t_row.append("" if math.isnan(mean) else f"{mean:.2f}")
-                h_row.append(
-                    f"{rows}={rv}, {cols}={cv}<br>{value} = {t_row[-1] or 'n/a'}<br>n = {len(vals)}"
-                )
-            z.append(z_row)
-            text.append(t_row)
-            hover.append(h_row)
+
+        def cell(rv, cv, f=f):
+            vals = [
+                float(r[value])
+                for r in records
+                if str(r[rows]) == rv
+                and str(r[cols]) == cv
+                and (facet is None or str(r.get(facet)) == f)
+                and (is_finite_number(r.get(value)) or isinstance(r.get(value), bool))
+            ]
+            mean = float(np.mean(vals)) if vals else None
+            shown = "n/a" if mean is None else f"{mean:.2f}"
+            return mean, f"{rows}={rv}, {cols}={cv}<br>{value} = {shown}<br>n = {len(vals)}"
+
+        z, text, hover = heat_cells(row_values, col_values, cell)
         fig.add_trace(
             go.Heatmap(
                 z=z,
@@ -147,18 +137,12 @@ def patch_summary_figure(summary: Sequence[Mapping], mode: str = "teacher_forced
     index = {(r["kind"], r["direction"], r["site"], r["layers"]): r for r in rows}
     for i, direction in enumerate(directions):
         for j, (kind, metric, _) in enumerate(SUMMARY_PANELS):
-            z, text, hover = [], [], []
-            for site in sites:
-                z_row, t_row, h_row = [], [], []
-                for layer in layers:
-                    r = index.get((kind, direction, site, layer))
-                    value = math.nan if r is None or r[metric] is None else r[metric]
-                    z_row.append(None if not math.isfinite(value) else value)
-                    t_row.append("" if not math.isfinite(value) else f"{value:.2f}")
-                    h_row.append(_summary_hover(r, metric))
-                z.append(z_row)
-                text.append(t_row)
-                hover.append(h_row)
+
+            def cell(site, layer, kind=kind, metric=metric, direction=direction):
+                r = index.get((kind, direction, site, layer))
+                return (None if r is None else r[metric]), _summary_hover(r, metric)
+
+            z, text, hover = heat_cells(sites, layers, cell)
             fig.add_trace(
                 go.Heatmap(
                     z=z,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -11,13 +11,9 @@ from goalprobe.gridworld.core import PLAN_END, PLAN_PAD
 from goalprobe.viewer.figures.style import (
     ACTION_ARROWS,
     QUALITATIVE,
+    band_trace,
     figure_layout,
-    rgba,
 )
-
-if TYPE_CHECKING:
-    from goalprobe.probes.plan_sweep import PlanSweepResult
-
 
 STRIP_COLOURS: dict[str, str] = {
     "match": "#95d5b2",
@@ -168,7 +164,6 @@ def prefix_accuracy_grid_figure(
     runs: Sequence[Mapping],
     *,
     title: str = "Prefix accuracy of one-shot plan decoding (test grids)",
-    panel_height: int = 210,
 ) -> go.Figure:
     """Prefix accuracy against ``N`` as small multiples: one panel per stage (row) and layer
     (column); in each, the trained decoders (colour: capacity, band: confidence interval), the
@@ -178,7 +173,6 @@ def prefix_accuracy_grid_figure(
         runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
             ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
             and optional ``ci`` ``(2, T)``.
-        panel_height: height of one row of panels in pixels.
 
     Returns:
         the figure (one legend entry per capacity and per reference curve).
@@ -236,21 +230,8 @@ def prefix_accuracy_grid_figure(
             lo, hi = (np.asarray(b, dtype=np.float64) for b in bounds)
             ok = np.isfinite(lo) & np.isfinite(hi)
             if ok.any():
-                fig.add_trace(
-                    go.Scatter(
-                        x=np.concatenate([n[ok], n[ok][::-1]]),
-                        y=np.concatenate([hi[ok], lo[ok][::-1]]),
-                        fill="toself",
-                        fillcolor=rgba(line["color"], 0.15),
-                        line={"width": 0},
-                        hoverinfo="skip",
-                        showlegend=False,
-                        name=f"{name} CI",
-                        legendgroup=name,
-                    ),
-                    row=row,
-                    col=col,
-                )
+                x, y = np.concatenate([n[ok], n[ok][::-1]]), np.concatenate([hi[ok], lo[ok][::-1]])
+                fig.add_trace(band_trace(x, y, line["color"], name, f"{name} CI"), row=row, col=col)
         fig.add_trace(
             go.Scatter(
                 x=n,
@@ -287,7 +268,7 @@ def prefix_accuracy_grid_figure(
     fig.update_layout(
         figure_layout(
             title,
-            panel_height * len(stages) + 120,
+            210 * len(stages) + 120,
             margin={"l": 56, "r": 16, "t": 72, "b": 96},
             legend={
                 "orientation": "h",
@@ -322,14 +303,3 @@ def sweep_runs(runs: Sequence[Mapping]) -> list[dict]:
         }
         for r in runs
     ]
-
-
-def plan_sweep_figure(result: PlanSweepResult) -> go.Figure:
-    """The prefix-accuracy small multiples of a whole plan-decoder sweep
-    (``goalprobe train-plan-decoder``'s ``prefix_accuracy.html``): the same figure as the
-    viewer's and the report's.
-
-    Args:
-        result: the sweep (``goalprobe.probes.plan_sweep.PlanSweepResult``).
-    """
-    return prefix_accuracy_grid_figure(sweep_runs(result.to_dict()["runs"]))

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
     QUALITATIVE,
     apply_layout,
+    ci_error_y,
     is_finite_number,
 )
 
@@ -43,7 +44,6 @@ def probe_comparison_figure(
     *,
     y_title: str = "accuracy",
     baseline: float | None = None,
-    baseline_label: str = "baseline",
     title: str = "",
     height: int | None = 420,
 ) -> go.Figure:
@@ -55,8 +55,8 @@ def probe_comparison_figure(
             ``ci_low`` / ``ci_high``, and optional ``baselines``: model key of
             :data:`BASELINES` -> value (:func:`baseline_values`), drawn over that bar.
         y_title: y-axis title.
-        baseline: one horizontal reference line for the whole chart, or None.
-        baseline_label: its label.
+        baseline: one horizontal reference line for the whole chart (labelled "baseline"), or
+            None.
     """
     if not rows:
         raise ValueError("no rows to draw")
@@ -114,7 +114,7 @@ def probe_comparison_figure(
         fig.add_hline(
             y=baseline,
             line={"color": "#6c757d", "dash": "dash"},
-            annotation_text=baseline_label,
+            annotation_text="baseline",
             annotation_position="top left",
         )
     apply_layout(fig, title, height)
@@ -215,20 +215,12 @@ def sweep_comparison_figure(result: Mapping) -> go.Figure:
             if not any(v and v.get("value") is not None for v in values):
                 continue
             y = [v["value"] if v else None for v in values]
-            high = [
-                (v["ci_high"] - v["value"]) if v and v.get("ci_high") is not None else 0
-                for v in values
-            ]
-            low = [
-                (v["value"] - v["ci_low"]) if v and v.get("ci_low") is not None else 0
-                for v in values
-            ]
             figure.add_trace(
                 go.Bar(
                     name=f"{stage} {model}",
                     x=[str(run["layer"]) for run in runs],
                     y=y,
-                    error_y={"type": "data", "array": high, "arrayminus": low},
+                    error_y=ci_error_y(values),
                     opacity=1.0 if model == "probe" else 0.45,
                 )
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+from goalprobe.viewer.figures.style import ci_error_y
 from plotly.subplots import make_subplots
 
 TABLE2_METRICS: tuple[tuple[str, str], ...] = (
@@ -157,15 +158,7 @@ def _meg_bars(fig: go.Figure, groups: dict, col: int, label: str, show_legend: b
                 name=f"{part} grid",
                 x=x,
                 y=[s["value"] for s in stats],
-                error_y={
-                    "type": "data",
-                    "array": [
-                        None if s["ci_high"] is None else s["ci_high"] - s["value"] for s in stats
-                    ],
-                    "arrayminus": [
-                        None if s["ci_low"] is None else s["value"] - s["ci_low"] for s in stats
-                    ],
-                },
+                error_y=ci_error_y(stats, missing=None),
                 marker_color=COLOURS[i],
                 legendgroup=part,
                 showlegend=show_legend,

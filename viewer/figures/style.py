@@ -176,3 +176,48 @@ def layer_key(label: str) -> tuple:
         if label.startswith(prefix) and label[len(prefix) :].isdigit():
             return (rank, int(label[len(prefix) :]), label)
     return (3, 0, label)
+
+
+def band_trace(x, y, colour: str, legendgroup: str, name: str | None = None) -> go.Scatter:
+    """A confidence band: the closed outline ``x``, ``y`` (the upper bound along x, then the
+    lower one back) filled in ``colour`` (no line, no hover, no legend entry)."""
+    return go.Scatter(
+        x=x,
+        y=y,
+        fill="toself",
+        fillcolor=rgba(colour, 0.15),
+        line={"width": 0},
+        hoverinfo="skip",
+        showlegend=False,
+        name=name,
+        legendgroup=legendgroup,
+    )
+
+
+def heat_cells(rows, cols, cell) -> tuple[list, list, list]:
+    """``(z, text, hover)`` rows of a heatmap: ``cell(row, col)`` gives ``(value, hover)``; a
+    missing or non-finite value is a gap (None, no text), others read with two decimals."""
+    z, text, hover = [], [], []
+    for r in rows:
+        cells = [cell(r, c) for c in cols]
+        values = [v if is_finite_number(v) else None for v, _ in cells]
+        z.append(values)
+        text.append(["" if v is None else f"{v:.2f}" for v in values])
+        hover.append([h for _, h in cells])
+    return z, text, hover
+
+
+def ci_error_y(stats, missing: float | None = 0, **extra) -> dict:
+    """``error_y`` of a trace from ``{value, ci_low, ci_high}`` stats (None counts as empty):
+    each value's distance to its bounds, ``missing`` where a bound is absent."""
+    stats = [s or {} for s in stats]
+    return {
+        "type": "data",
+        "array": [
+            missing if s.get("ci_high") is None else s["ci_high"] - s["value"] for s in stats
+        ],
+        "arrayminus": [
+            missing if s.get("ci_low") is None else s["value"] - s["ci_low"] for s in stats
+        ],
+        **extra,
+    }
