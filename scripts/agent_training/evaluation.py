@@ -362,13 +362,86 @@ def _anchor_section(anchor_map: dict | None, reading: str) -> str:
     )
 
 
-def map_model_card_text(training: dict, evaluation: dict, anchor_map: dict | None) -> str:
-    """``MODEL_CARD.md`` of the map agent (``bundled:map``, the positive control)."""
+def _pct(e: dict) -> str:
+    return f"{100 * e['value']:.1f}% [{100 * e['ci_low']:.1f}, {100 * e['ci_high']:.1f}]"
+
+
+def _bits(e: dict) -> str:
+    return f"{e['value']:+.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
+
+
+def walls_phase_section(walls_training: dict, walls: dict) -> str:
+    """The card's section on the walls phase (the weights shipped now): ``walls_training``, the
+    ``info`` of ``training_log_walls.json``; ``walls``, ``walls.json`` (the shipped weights'
+    figures from ``scripts/measure_map_walls.py``)."""
+    phase = walls_training["phases"][0]["training_config"]
+    ring = walls["rings"]["2"]
+    copy, b = walls["copy_line"], walls["behaviour"]
+    return (
+        f"""## Walls phase: the weights shipped now
+
+The weights in this directory are the three phases below **plus a fourth, walls phase**
+(`--map-recipe walls-offset`, docs/map_agent.md, fifth session; {walls_training["steps_run"]}
+steps of {phase["batch_size"]} examples at peak learning rate {phase["learning_rate"]},
+{walls_training["training_seconds"] / 60:.1f} minutes on `{walls_training["device"]}`; log
+`training_log_walls.json`, every 10th step): the map read-out's cells weighted by how uncertain
+their wall is given size and density, a read-out of the 12 cells within two steps of A from the
+anchors after block 2, attention supervision of block 2's free anchor heads to the 8 cells two
+steps away, and a reasoning line that copies those 12 cells (`The walls by A: ...`) from the
+anchors (the completion's barrier to the grid text stays).
+
+Measured on held-out grids (`{walls["command"]}`): held-out bits per prior-uncertain cell of
+the conditional wall probe in the agent frame over the same probe fitted on another
+same-size-and-density grid's anchors, block 2 (rings of steps from A):
+
+| ring | bits over the null | accuracy, probe | accuracy, null |
+|---|---|---|---|
+"""
+        + "\n".join(
+            f"| {k} | {_bits(ring_k['bits'])} | {_pct(ring_k['accuracy_probe'])} | "
+            f"{_pct(ring_k['accuracy_null'])} |"
+            for k, ring_k in sorted(walls["rings"]["2"].items())
+        )
+        + f"""
+
+The copy line writes the prior-uncertain cells of ring 1 right {_pct(copy["1"]["copy"])} of the
+time ({copy["1"]["n_cells"]} cells; the prior's majority call {_pct(copy["1"]["prior"])}) and
+of ring 2 {_pct(copy["2"]["copy"])} ({copy["2"]["n_cells"]} cells; prior
+{_pct(copy["2"]["prior"])}). Per-action accuracy on sizes 7-11 at d <= 0.4 (the card's held-out
+grids, {walls["behaviour_config"]["grids_per_cell"]} grids x
+{walls["behaviour_config"]["episodes_per_grid"]} episodes per cell):
+{100 * b["action_accuracy"]:.1f}% (before the phase {100 * walls["previous_action_accuracy"]:.1f}%;
+random walk {100 * b["random_action_accuracy"]:.1f}%). Ring 2 at block 2: {_bits(ring["2"]["bits"])}
+bits. The DAS figures are in `das.json` (measured on these weights). **The sections below**
+(training, behaviour, anchors) describe the three-phase weights this phase started from
+(digest `{walls_training["init"]["weights_digest"]}`); their card protocol and `anchor_map.json`
+were not rerun for the new weights.
+
+"""
+    )
+
+
+def map_model_card_text(
+    training: dict,
+    evaluation: dict,
+    anchor_map: dict | None,
+    walls: tuple[dict, dict] | None = None,
+) -> str:
+    """``MODEL_CARD.md`` of the map agent (``bundled:map``, the positive control); ``walls``:
+    ``(training_log_walls.json's info, walls.json)`` when the weights had the walls phase."""
     phase = training["phases"][0]
     t = phase["training_config"]
     e = evaluation["config"]
     init = training["init"]
     layer_types = ", ".join(training.get("layer_types", []))
+    walls_words = (
+        "since the walls phase (next section) they hold the walls one and two steps from A\n"
+        "too; the walls farther away they hold only as well as the grid's size and density "
+        "predict."
+        if walls
+        else "the walls away from A they hold only as well as the grid's size and density predict."
+    )
+    walls_section = walls_phase_section(*walls) if walls else ""
     return f"""# goalprobe map agent (`bundled:map`): the positive control
 
 The same small GPT-OSS as the default bundled agent (`bundled`: same tokenizer, prompts,
@@ -378,12 +451,12 @@ grid text and use only what the pre-reasoning anchors (`<|end|> <|start|> assist
 the prompt) hold, where a training-only read-out asks for the whole map (every cell, the agent,
 the goal, A's neighbours, the optimal moves). Measured on held-out grids (below): the anchors
 hold the agent's and the goal's cells and A's neighbourhood, and patching them moves the
-action; the walls away from A they hold only as well as the grid's size and density predict.
+action; {walls_words}
 Its use: a model whose internals are known by construction, on which the toolkit's position
 probes, patches and belief scores must find what is there, so that their null results on other
 agents mean something. It is not a model of GPT-OSS-20B's internals.
 
-## Training
+{walls_section}## Training
 
 Warm-started from the default agent's weights (`{Path(init["directory"]).name}`, weights digest
 `{init["weights_digest"]}`); {len(training["phases"])} phase(s) of AdamW steps of

@@ -94,9 +94,19 @@ def test_model_card_is_generated_from_the_agents_files(name):
     assert anchors == json.loads(
         (BUNDLED_AGENT_DIR / "anchor_map.json").read_text(encoding="utf-8")
     )  # one measurement run for both cards
-    render = map_model_card_text if name == MAP_AGENT else model_card_text
     card = (directory / "MODEL_CARD.md").read_text(encoding="utf-8")
-    assert card == render(read("training_log.json")["info"], read("evaluation.json"), anchors)
+    if name == MAP_AGENT:  # its weights had the walls phase: the card renders its figures too
+        walls = (read("training_log_walls.json")["info"], read("walls.json"))
+        rendered = map_model_card_text(
+            read("training_log.json")["info"], read("evaluation.json"), anchors, walls
+        )
+        ring2 = walls[1]["rings"]["2"]["2"]["bits"]
+        assert f"| 2 | {ring2['value']:+.2f} [{ring2['ci_low']:.2f}, " in card
+    else:
+        rendered = model_card_text(
+            read("training_log.json")["info"], read("evaluation.json"), anchors
+        )
+    assert card == rendered
     for agent in BUNDLED_AGENTS:
         probe = anchors["models"][agent]["probe"]["1"]["probe"]["agent_top1"]
         assert f"{100 * probe['value']:.1f}% [{100 * probe['ci_low']:.1f}, " in card
