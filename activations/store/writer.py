@@ -337,8 +337,9 @@ class StoreWriter:
         _growable(reasoning, "length", (), np.int32, _LABEL_CHUNK_ROWS)
         rrows = _chunk_rows(layout.d_model * 2)
         for layer in layout.layers:
-            row = (layout.d_model,)
-            _growable(reasoning, layer_name(layer), row, ACTIVATION_DTYPE, rrows, **filters)
+            _growable(
+                reasoning, layer_name(layer), (layout.d_model,), ACTIVATION_DTYPE, rrows, **filters
+            )
         for name, dtype in REASONING_FIELDS.items():
             _growable(reasoning, name, (), dtype, _LABEL_CHUNK_ROWS)
         self._reasoning_rows = 0
