@@ -196,8 +196,8 @@ def _decoded_walls(probs, acts, sizes, densities, agent, wall_probe, agent_wall_
         probs,
         sizes,
         cells.reshape(-1, 2),
-        absolute=None if wall_probe is None else wall_probe.predict_proba(X),
-        agent_centred=None if agent_wall_probe is None else agent_wall_probe.predict_proba(X),
+        absolute=None if wall_probe is None else wall_probe.decode_proba(X),
+        agent_centred=None if agent_wall_probe is None else agent_wall_probe.decode_proba(X),
         radius=radius,
     )
 

@@ -153,8 +153,13 @@ class WallPrior(BaseEstimator):
             for s, x in zip(sizes.tolist(), d.tolist(), strict=True)
         ]
 
-    def proba(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(prob (N, S, S) float64, uncertain (N, S, S) bool)`` of each row's group."""
+    def proba(self, X: np.ndarray, *, smooth_fixed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``(prob (N, S, S) float64, uncertain (N, S, S) bool)`` of each row's group.
+
+        ``smooth_fixed``: for decoding grids that may lie off the generator's distribution (a
+        false-belief grid draws walls where the generator never puts one): every grid cell gets
+        the smoothed frequency ``(k + 1/2) / (n + 1)`` and counts as uncertain, so a read-out can
+        move it (cells outside the grid stay fixed open)."""
         check_is_fitted(self, "freq_")
         _, sizes, dens, _ = _split_inputs(X)
         side = self.side_
@@ -163,10 +168,10 @@ class WallPrior(BaseEstimator):
         for row, key_list in enumerate(self._keys(sizes, dens)):
             key = next(k for k in key_list if k in self.freq_)
             f, n = self.freq_[key], self.count_[key]
-            varies = (f > 0) & (f < 1)
-            p = np.where(varies, (f * n + 0.5) / (n + 1), f)
             inside = np.zeros((side, side), dtype=bool)
             inside[: sizes[row], : sizes[row]] = True
+            varies = inside if smooth_fixed else (f > 0) & (f < 1)
+            p = np.where(varies, (f * n + 0.5) / (n + 1), f)
             prob[row] = np.where(inside, p, 0.0)
             uncertain[row] = varies & inside
         return prob, uncertain
@@ -320,12 +325,14 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         flat, inside = frame_cells(self.frame, walls.shape[1], agent, self.radius)
         return _gather(walls, flat) & inside, _gather(uncertain, flat) & inside
 
-    def prior_proba(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def prior_proba(
+        self, X: np.ndarray, *, smooth_fixed: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(prob (N, P), uncertain (N, P))``: the prior at each head's cell (0 off the
-        canvas)."""
+        canvas; ``smooth_fixed``: :meth:`WallPrior.proba`'s)."""
         check_is_fitted(self, "prior_")
         _, _, _, agent = _split_inputs(X)
-        prob, uncertain = self.prior_.proba(X)
+        prob, uncertain = self.prior_.proba(X, smooth_fixed=smooth_fixed)
         flat, inside = frame_cells(self.frame, prob.shape[1], agent, self.radius)
         return _gather(prob, flat) * inside, _gather(uncertain, flat) & inside
 
@@ -403,11 +410,12 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         _, mask = self.prior_proba(X_rows)
         return logit, target.astype(np.float64), mask
 
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """``(N, P)`` wall logits (the prior's logit where the cell is fixed)."""
+    def decision_function(self, X: np.ndarray, *, smooth_fixed: bool = False) -> np.ndarray:
+        """``(N, P)`` wall logits (the prior's logit where the cell is fixed; ``smooth_fixed``:
+        the read-out on every grid cell over the smoothed prior, :meth:`decode_proba`)."""
         check_is_fitted(self, "coef_")
         acts, *_ = _split_inputs(X)
-        prior, uncertain = self.prior_proba(X)
+        prior, uncertain = self.prior_proba(X, smooth_fixed=smooth_fixed)
         read = ((acts - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
         return _logit(prior) + np.where(uncertain, read, 0.0)
 
@@ -416,6 +424,17 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         fixed cells, 0 off the canvas)."""
         prior, uncertain = self.prior_proba(X)
         return np.where(uncertain, scipy.special.expit(self.decision_function(X)), prior)
+
+    def decode_proba(self, X: np.ndarray) -> np.ndarray:
+        """``(N, P)`` wall probability for decoding a believed map: as :meth:`predict_proba` on
+        the cells the prior leaves uncertain, and on the cells it fixes the read-out over the
+        prior smoothed as on uncertain ones (``(k + 1/2) / (n + 1)``), so that a wall the agent
+        was shown where the generator never draws one (a false-belief grid) can be decoded; 0
+        outside the grid. The statistic (bits per prior-uncertain cell) never uses it."""
+        prior, uncertain = self.prior_proba(X, smooth_fixed=True)
+        return np.where(
+            uncertain, scipy.special.expit(self.decision_function(X, smooth_fixed=True)), prior
+        )
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``(N, P)`` bool: wall where the probability exceeds 1/2."""

@@ -245,3 +245,32 @@ def test_null_of_a_tiny_set_pairs_lone_grids_with_other_grids():
     flat = X[rows][:, :-4]
     source = np.array([int(np.flatnonzero((flat == r).all(axis=1))[0]) for r in Xn[:, :-4]])
     assert np.all(data.grid_ids[rows][source] != data.grid_ids[rows])
+
+
+def test_decoding_reads_a_wall_shown_where_the_prior_never_has_one():
+    """A false-belief grid draws walls on cells the generator always leaves open: the statistic's
+    probabilities keep the prior's exact 0 there, the decoder's (``decode_proba``) let the
+    agent-centred read-out move them. Rows whose activations say "open" stay open; on the
+    prior-uncertain cells both agree."""
+    data, split = _small("agent", 3.0, seed=1)
+    X, ids = planted_inputs(data), np.asarray(data.grid_ids).astype(str)
+    probe = ConditionalWallProbe(frame="agent").fit(
+        X[split.train], data.labels[split.train], ids[split.train]
+    )
+    Xt = X[split.test]
+    prior, uncertain = probe.prior_proba(Xt)
+    fixed_open = ~uncertain & probe.prior_proba(Xt, smooth_fixed=True)[1] & (prior == 0)
+    walls, _ = probe.frame_targets(Xt, data.labels[split.test])
+    shown = uncertain & walls
+    head = int(np.flatnonzero(fixed_open.any(0) & shown.any(0))[0])
+    row = int(np.flatnonzero(fixed_open[:, head])[0])
+    logit = probe.decision_function(Xt)
+    donor = int(np.argmax(np.where(shown[:, head], logit[:, head], -np.inf)))
+    fb = Xt.copy()
+    fb[row, :-4] = Xt[donor, :-4]  # the anchors of a state whose cell there is a wall
+    assert probe.predict_proba(fb)[row, head] == 0.0
+    assert probe.decode_proba(fb)[row, head] > 0.5
+    assert probe.decode_proba(Xt)[row, head] < 0.01
+    np.testing.assert_allclose(
+        probe.decode_proba(Xt)[uncertain], probe.predict_proba(Xt)[uncertain]
+    )
