@@ -118,9 +118,10 @@ agent, the goal and the local map are at the anchors."""
 MAP_ANCHOR_READING = """By construction every completion token of this agent attends to the grid
 text with a mass below about 1e-3, so what its reasoning and answer use about the grid passes
 through the pre-reasoning anchors (the prompt's other tokens do not depend on the grid). Measured
-there: the agent's and the goal's cells (position probes, tables below), which of A's neighbours are
-walls (tests/e2e/test_map_agent.py), and an all-block patch of the anchors that moves the action to the
-counterfactual's. What it does not show: the walls away from A. Neither agent's cell probe beats the
+there: the agent's and the goal's cells (position probes, tables below), which cells one and two steps
+from A are walls (its walls phase, docs/map_agent.md; tests/e2e/test_map_agent.py; its reasoning
+copies them in a line "The walls by A:"), and an all-block patch of the anchors that moves the action
+to the counterfactual's. What it does not show: the walls three or more steps from A. Neither agent's cell probe beats the
 per-cell prior given the grid's size and density (the table's class-balanced probe stays below it;
 trained without class balancing, both reach it and no more, tests/e2e/test_map_agent.py), so a cell
 accuracy above the plain per-cell majority is the size and density, not a map. Nor does it show that

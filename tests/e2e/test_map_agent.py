@@ -76,12 +76,19 @@ def anchor_activations(model, tokenizer, grids, states) -> np.ndarray:
     return acts.float().numpy().reshape(len(grids), -1)
 
 
-def neighbour_walls(labels: np.ndarray, agent: np.ndarray) -> np.ndarray:
-    """``(N, 4)`` whether each of A's neighbours (up, down, left, right) is a wall (outside the
-    grid counts as a wall)."""
-    out = np.ones((len(agent), 4), dtype=bool)
-    labels = np.pad(labels, ((0, 0), (0, 1), (0, 1)), constant_values=PAD)  # row/col -1 wrap
-    for k, (dr, dc) in enumerate(((-1, 0), (1, 0), (0, -1), (0, 1))):
+RING1 = ((-1, 0), (1, 0), (0, -1), (0, 1))
+"""A's four neighbours (up, down, left, right): the cells one step away."""
+
+RING2 = ((-2, 0), (-1, -1), (-1, 1), (0, -2), (0, 2), (1, -1), (1, 1), (2, 0))
+"""The eight cells two steps from A (the walls phase's second ring)."""
+
+
+def neighbour_walls(labels: np.ndarray, agent: np.ndarray, offsets=RING1) -> np.ndarray:
+    """``(N, len(offsets))`` whether each cell at ``offsets`` from A is a wall (outside the grid
+    counts as a wall)."""
+    out = np.ones((len(agent), len(offsets)), dtype=bool)
+    labels = np.pad(labels, ((0, 0), (0, 2), (0, 2)), constant_values=PAD)  # row/col -1, -2 wrap
+    for k, (dr, dc) in enumerate(offsets):
         rows, cols = agent[:, 0] + dr, agent[:, 1] + dc
         inside = (rows >= 0) & (cols >= 0) & (labels[np.arange(len(agent)), rows, cols] != PAD)
         index = np.flatnonzero(inside)
@@ -110,17 +117,20 @@ def decodability(agents):
     agent = np.asarray([s.agent for s in states])
     goal = np.asarray([g.goal for g in grids])
     walls = neighbour_walls(labels, agent)
+    walls2 = neighbour_walls(labels, agent, RING2)
     cell = np.asarray([(g.size, g.density) for g in grids])
     sizes = cell[:, 0]
     train, test = np.arange(n_train), np.arange(n_train, n_grids)  # one state per grid
     no_features = np.zeros((n_grids, 1), dtype=np.float32)
     prior_cells, prior_walls = np.empty_like(labels[test]), np.empty_like(walls[test])
+    prior_walls2 = np.empty_like(walls2[test])
     for key in np.unique(cell, axis=0):  # the priors given size and density (no activations)
         fit = train[(cell[train] == key).all(axis=1)]
         hit = (cell[test] == key).all(axis=1)
         majority = MajorityCellBaseline(strategy="per_cell").fit(no_features[fit], labels[fit])
         prior_cells[hit] = majority.predict(no_features[test][hit])
         prior_walls[hit] = walls[fit].mean(axis=0) > 0.5
+        prior_walls2[hit] = walls2[fit].mean(axis=0) > 0.5
 
     def cell_accuracy(predicted: np.ndarray) -> float:
         return float((predicted == labels[test])[inside].mean())
@@ -143,14 +153,20 @@ def decodability(agents):
             prior = PositionPrior().fit(sizes[train], where[train]).predict(sizes[test])
             figures[obj] = float((predicted == where[test]).all(axis=1).mean())
             figures[f"{obj}_prior"] = float((prior == where[test]).all(axis=1).mean())
-        read_out = [
-            make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
-            .fit(acts[train], walls[train, k])
-            .predict(acts[test])
-            for k in range(4)
-        ]
-        figures["neighbours"] = float((np.stack(read_out, axis=1) == walls[test]).mean())
-        figures["neighbours_size_density_prior"] = float((prior_walls == walls[test]).mean())
+        for key, target, prior in (
+            ("neighbours", walls, prior_walls),
+            ("ring2", walls2, prior_walls2),
+        ):
+            read_out = [
+                make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
+                .fit(acts[train], target[train, k])
+                .predict(acts[test])
+                if len(np.unique(target[train, k])) > 1
+                else np.full(len(test), target[train, k][0])
+                for k in range(target.shape[1])
+            ]
+            figures[key] = float((np.stack(read_out, axis=1) == target[test]).mean())
+            figures[f"{key}_size_density_prior"] = float((prior == target[test]).mean())
         out[name] = figures
     print(f"\nanchor decodability (block {PROBE_LAYER}, 90 test grids):", out)
     return out
@@ -210,7 +226,8 @@ def test_map_agent_anchors_hold_the_map(decodability):
     hold the agent's position (less reliably) but not the goal, and A's neighbourhood barely
     beyond the prior.
 
-    What neither shows: the walls away from A. Both agents' cell probes stay at the per-cell
+    Since its walls phase the map agent's anchors hold the cells two steps from A as well.
+    What neither shows: the walls farther from A. Both agents' cell probes stay at the per-cell
     prior given the grid's size and density (printed), so a cell-probe figure above the plain
     per-cell majority is the size and density, not a map; the positive control is one for
     localisation, A's neighbourhood and the causal route (docs/map_agent.md)."""
@@ -219,9 +236,11 @@ def test_map_agent_anchors_hold_the_map(decodability):
     assert m["agent"] >= 0.8 and m["goal"] >= 0.8, m
     assert m["agent"] > m["agent_prior"] + 0.5 and m["goal"] > m["goal_prior"] + 0.5, m
     assert m["neighbours"] >= m["neighbours_size_density_prior"] + 0.15, m
+    assert m["ring2"] >= m["ring2_size_density_prior"] + 0.15, m
     # the contrast the positive control exists for
     assert m["goal"] >= shipped["goal"] + 0.4, (m, shipped)
     assert m["neighbours"] >= shipped["neighbours"] + 0.1, (m, shipped)
+    assert m["ring2"] >= shipped["ring2"] + 0.1, (m, shipped)
 
 
 def test_patching_map_agent_anchors_moves_its_action(causality):
