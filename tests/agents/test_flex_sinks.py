@@ -90,10 +90,9 @@ def test_the_cpu_mask_is_built_without_compiling(model):
     """transformers compiles its flex mask builder; on CPU that meant an inductor compile for
     each new sequence length (tens of CPU seconds in scripts/gpu_check.py's smoke mode), so the
     kernel's CPU mask is built eagerly: a forward at a new length compiles no frame."""
+    from goalprobe.agents.flex_sinks import flex_sinks_mask
     from torch._dynamo.utils import counters
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
-    from goalprobe.agents.flex_sinks import flex_sinks_mask
 
     flex = copy.deepcopy(model)
     set_attention(flex, FLEX_FP32_SINKS, "cpu")
