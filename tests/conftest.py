@@ -26,7 +26,7 @@ pytest_plugins: list[str] = [
 
 
 @pytest.fixture(autouse=True, scope="session")
-def one_torch_thread():
+def one_thread_per_pool():
     """Every test runs torch, and numpy's, scipy's and scikit-learn's native pools (OpenBLAS,
     OpenMP), on one thread: the tiny models are fastest that way, and the CI machine is a
     shared 2-core box (one pytest-xdist worker a core) where more threads only add contention.
