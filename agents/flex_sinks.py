@@ -82,13 +82,29 @@ def flex_fp32_sinks_forward(
     return output.transpose(1, 2).contiguous(), None
 
 
+def flex_sinks_mask(*args: Any, **kwargs: Any) -> Any:
+    """transformers' flex ``BlockMask`` (``flex_attention_mask``, same arguments), built
+    uncompiled off CUDA: transformers compiles the mask builder, and on CPU inductor compiles it
+    again for each new shape and mask function (seconds of C++ a sequence length) to build the
+    same mask; the kernel runs uncompiled there anyway (:func:`flex_fp32_sinks_forward`) and is
+    planned as eager (the scores materialised), so the eager builder's full mask is within the
+    plan. On CUDA the builder stays compiled (nothing of the scores' size materialised)."""
+    import torch
+    from transformers.masking_utils import flex_attention_mask
+
+    if torch.device(kwargs.get("device", "cpu")).type == "cuda":
+        return flex_attention_mask(*args, **kwargs)
+    with torch.compiler.set_stance("force_eager"):
+        return flex_attention_mask(*args, **kwargs)
+
+
 def register_flex_fp32_sinks() -> None:
     """Register :data:`FLEX_FP32_SINKS` with transformers (idempotent), with transformers' flex
     ``BlockMask`` as its mask (causal, sliding windows and padding as blocks: nothing of the
-    scores' size is materialised on CUDA; on CPU it builds as well, and the kernel equals eager
-    attention there)."""
+    scores' size is materialised on CUDA; on CPU it builds uncompiled, :func:`flex_sinks_mask`,
+    and the kernel equals eager attention there)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flex_attention_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(FLEX_FP32_SINKS, flex_fp32_sinks_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(FLEX_FP32_SINKS, flex_attention_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLEX_FP32_SINKS, flex_sinks_mask)

@@ -26,14 +26,23 @@ pytest_plugins: list[str] = [
 
 
 @pytest.fixture(autouse=True, scope="session")
-def one_torch_thread():
-    """Every test runs torch on one thread: the tiny models are fastest that way, and the CI
-    machine is a shared 2-core box where intra-op threads only add contention."""
+def one_thread_per_pool():
+    """Every test runs torch, and numpy's, scipy's and scikit-learn's native pools (OpenBLAS,
+    OpenMP), on one thread: the tiny models are fastest that way, and the CI machine is a
+    shared 2-core box (one pytest-xdist worker a core) where more threads only add contention.
+    The BLAS pools matter most: with two workers each running scikit-learn's small L-BFGS fits
+    on a 2-thread OpenBLAS, the planted-walls test took 104 CPU s against 13 s on one thread
+    (as goalprobe.scheduler.fixed_torch_threads found for the decision stage). Subprocesses
+    (the CLI, spawned stage workers) start with the library's own settings, not these."""
+    import scipy.linalg  # noqa: F401  (numpy's and scipy's OpenBLAS loaded, so the limit covers them)
+    import sklearn.utils.extmath  # noqa: F401  (scikit-learn's OpenMP)
     import torch
+    from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(limits=1):
+        yield
     torch.set_num_threads(before)
 
 

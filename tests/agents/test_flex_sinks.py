@@ -84,3 +84,20 @@ def test_it_is_planned_as_flex_attention():
     assert planned_attention(FLEX_FP32_SINKS, "cpu") == "eager"  # uncompiled: full scores
     assert planned_attention("sink_attention", "cuda") == "sink_attention"
     assert planned_attention("sink_attention", "cpu") == "eager"
+
+
+def test_the_cpu_mask_is_built_without_compiling(model):
+    """transformers compiles its flex mask builder; on CPU that meant an inductor compile for
+    each new sequence length (tens of CPU seconds in scripts/gpu_check.py's smoke mode), so the
+    kernel's CPU mask is built eagerly: a forward at a new length compiles no frame."""
+    from goalprobe.agents.flex_sinks import flex_sinks_mask
+    from torch._dynamo.utils import counters
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    flex = copy.deepcopy(model)
+    set_attention(flex, FLEX_FP32_SINKS, "cpu")
+    assert ALL_MASK_ATTENTION_FUNCTIONS[FLEX_FP32_SINKS] is flex_sinks_mask
+    before = sum(counters["frames"].values())
+    with torch.no_grad():
+        flex(torch.randint(10, 400, (2, 37)), attention_mask=torch.ones(2, 37, dtype=torch.long))
+    assert sum(counters["frames"].values()) == before

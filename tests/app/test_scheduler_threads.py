@@ -19,15 +19,22 @@ def _pools() -> list[tuple[str, int]]:
 
 def test_a_pinned_stage_holds_every_blas_pool_to_its_threads():
     import torch
+    from threadpoolctl import threadpool_limits
 
-    before = _pools()
     torch_before = torch.get_num_threads()
-    with fixed_torch_threads(1):
-        inside = _pools()
-        assert torch.get_num_threads() == 1
-    assert any(api == "openblas" for api, _ in inside)
-    assert all(n == 1 for _, n in inside), inside
-    assert _pools() == before and torch.get_num_threads() == torch_before  # restored
+    torch.set_num_threads(2)
+    try:  # the test session holds every pool to one thread (tests/conftest.py): two here
+        with threadpool_limits(limits=2):
+            before = _pools()
+            assert all(n == 2 for _, n in before), before
+            with fixed_torch_threads(1):
+                inside = _pools()
+                assert torch.get_num_threads() == 1
+            assert any(api == "openblas" for api, _ in inside)
+            assert all(n == 1 for _, n in inside), inside
+            assert _pools() == before and torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(torch_before)
 
 
 def test_a_stage_worker_starts_with_its_share_of_every_pool():

@@ -490,9 +490,10 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
     assert checked > len(STAGES)  # the check saw the stages' reads
 
 
-@pytest.mark.slow  # a tiny two-job demo killed mid-run, then resumed (~30 s)
-def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tmp_path):
-    """SIGKILL one worker process (as the out-of-memory killer would): run_demo returns (no
+@pytest.mark.slow  # on a copy of the tiny demo's run: its probes and downstream, killed, resumed
+def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(demo, tmp_path):
+    """SIGKILL one worker process (as the out-of-memory killer would) while two workers rerun
+    the probes stage and its downstream on a copy of the session's run: run_demo returns (no
     hang), the stage it ran is failed with the reason, nothing else is left half-done, and a
     rerun finishes the study."""
     import multiprocessing
@@ -501,7 +502,12 @@ def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tm
     import threading
     import time
 
+    result, _ = demo
     root = tmp_path / "killed"
+    shutil.copytree(result.run_dir, root, ignore=shutil.ignore_patterns("control"))
+    redo = _downstream("probes") | {"probes"}
+    for stage in redo:
+        (root / "stages" / f"{stage}.json").unlink()
     outcome: dict = {}
     runner = threading.Thread(
         target=lambda: outcome.update(
@@ -510,18 +516,18 @@ def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(tm
     )
     runner.start()
     deadline = time.monotonic() + 60
-    while not (root / "stages" / "grids.json").is_file() and time.monotonic() < deadline:
+    while not multiprocessing.active_children() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # the workers are busy with the first stages
+    time.sleep(1.0)  # the workers are busy with the probes stage
     workers = multiprocessing.active_children()
     assert workers, "no worker process to kill"
     os.kill(workers[0].pid, signal.SIGKILL)
     runner.join(timeout=120)
     assert not runner.is_alive(), "run_demo hung after a worker died"
-    result = outcome["result"]
-    died = [n for n, e in result.failed.items() if "worker process died" in e]
-    assert died, result.failed
-    assert all(o.status in ("ran", "cached", "failed", "not_run") for o in result.stages.values())
+    killed = outcome["result"]
+    died = [n for n, e in killed.failed.items() if "worker process died" in e]
+    assert died, killed.failed
+    assert all(o.status in ("ran", "cached", "failed", "not_run") for o in killed.stages.values())
     resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
     assert resumed.failed == {}
     assert resumed.report_path is not None

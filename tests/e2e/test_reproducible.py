@@ -1,6 +1,6 @@
 """Numbers do not depend on the number of workers or torch threads: the probe stages compute
-with a constant thread count, and the tiny demo gives the same probe outputs with ``--jobs 1``
-and ``--jobs 2``."""
+with a constant thread count, and the tiny demo's probe stages give the same outputs with
+``--jobs 1`` (in process, 2 threads) and ``--jobs 2`` (stage workers, 1 thread each)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.synthetic import planted_cell_data
 
 from goalprobe.config import demo_config
-from goalprobe.demo import run_demo
-from goalprobe.scheduler import fixed_torch_threads
+from goalprobe.run_layout import RunLayout
+from goalprobe.scheduler import StageBook, fixed_torch_threads, run_in_order, run_parallel
+from goalprobe.stages import DEPENDS_ON, STAGES
 
 NUMERIC_STAGES = (
     "probes",
@@ -108,12 +109,40 @@ def _probe_outputs(root) -> dict[str, str]:
     return out
 
 
-@pytest.mark.slow  # two tiny demos (~3-5 min on 2 cores)
+def _compared_stages() -> tuple[str, ...]:
+    """The stages that write what :func:`_probe_outputs` compares (probing, probes, scoring)
+    and every stage they read, in study order: the rest of the demo writes nothing compared."""
+    needed, frontier = set(), {"probing", "probes", "scoring"}
+    while frontier:
+        needed |= frontier
+        frontier = {d for s in frontier for d in DEPENDS_ON[s]} - needed
+    return tuple(s for s in STAGES if s in needed)
+
+
+@pytest.mark.slow  # the tiny demo's probe stages twice (~1-2 min on 2 cores)
 def test_tiny_demo_probe_outputs_are_the_same_with_jobs_1_and_2(tmp_path):
+    """The stages behind the compared outputs, in this process with every pool at 2 threads
+    (``--jobs 1`` on 2 cores) and in 2 stage workers at 1 thread each (``--jobs 2``)."""
+    from threadpoolctl import threadpool_limits
+
     config = demo_config("tiny")
-    quiet = dict(progress=False, log=lambda _: None)
-    run_demo(tmp_path / "one", config, jobs=1, **quiet)
-    run_demo(tmp_path / "two", config, jobs=2, **quiet)
+    stages = _compared_stages()
+    assert {"grids", "rollouts", "activations", "probing", "probes", "scoring"} <= set(stages)
+
+    def book(root):
+        return StageBook(RunLayout(root), config, set(), True, lambda _: None, stages=stages)
+
+    one, two = book(tmp_path / "one"), book(tmp_path / "two")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # the test session holds every pool to one thread (tests/conftest.py)
+        with threadpool_limits(limits=2):
+            run_in_order([one], progress=False)
+    finally:
+        torch.set_num_threads(before)
+    run_parallel([two], jobs=2, progress=False)
+    for ran in (one, two):
+        assert {o.status for o in ran.outcomes.values()} == {"ran"}, ran.outcomes
     one, two = _probe_outputs(tmp_path / "one"), _probe_outputs(tmp_path / "two")
     assert one, "no probe outputs found"
     different = sorted(k for k in one if one[k] != two.get(k))
