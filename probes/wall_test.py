@@ -652,7 +652,8 @@ def conditional_wall_test(
 
     Returns:
         ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} (agent
-        frame only; ring k: the cells k steps from A, :func:`rings`), probe, null}``;
+        frame only; ring k: the cells k steps from A, :func:`rings`; a ring without a held-out
+        prior-uncertain cell is absent), probe, null}``;
         ``probe``/``null`` are the fitted estimators (not JSON: drop them before writing).
     """
     X = np.asarray(X, dtype=np.float64)
@@ -689,6 +690,10 @@ def conditional_wall_test(
     if config.frame == "agent":
         offs = offsets(config.radius)
         ring = rings(offs)
-        out["rings"] = {str(k): score(np.flatnonzero(ring == k)) for k in np.unique(ring)}
+        out["rings"] = {  # a ring none of whose held-out cells is prior-uncertain is left out
+            str(k): score(np.flatnonzero(ring == k))
+            for k in np.unique(ring)
+            if mask[:, ring == k].any()
+        }
     out["probe"], out["null"] = probe, null
     return out

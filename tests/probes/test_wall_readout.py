@@ -69,7 +69,7 @@ def test_wall_readout_result_is_json_with_both_frames_and_verdicts():
     json.dumps(res, allow_nan=False)
     assert res["schema"] == WALL_READOUT_SCHEMA and set(res["frames"]) == {"absolute", "agent"}
     assert res["verdicts"]["agent"]["verdict"] == "yes"
-    assert set(res["frames"]["agent"]["rings"]) == {"1", "2", "3"}
+    assert set(res["frames"]["agent"]["rings"]) == {"1", "2", "3", "4", "5", "6"}
     assert res["n_test_grids"] + res["n_train_grids"] == 64
 
 
