@@ -188,7 +188,9 @@ def test_the_report_waits_for_the_control_and_shows_both_agents(demo, tmp_path):
     }
     page = (root / "report.html").read_text()
     assert SECTION_TITLES["agents"] in page and "bundled:map: value" in page
-    assert "the walls three or more steps from A" in page  # the control's reading, from its model card text
+    assert (
+        "the walls three or more steps from A" in page
+    )  # the control's reading, from its model card text
     shutil.rmtree(root / "control")
     alone = write_report(root, out=tmp_path / "alone.html").read_text()
     assert "no positive-control run beside this one" in alone
