@@ -672,7 +672,8 @@ def test_the_probes_stage_writes_both_wall_frames_and_the_decoded_walls_use_them
         assert walls["schema"] == "goalprobe.wall_readouts/2" and walls["readouts"]
         for r in walls["readouts"]:
             assert set(r["frames"]) == {"absolute", "agent"}
-            assert set(r["frames"]["agent"]["rings"]) == {"1", "2", "3"}
+            # rings of steps from A; a ring with no held-out prior-uncertain cell is left out
+            assert {"1", "2"} <= set(r["frames"]["agent"]["rings"]) <= set("123456")
             for verdict in r["verdicts"].values():
                 # the tiny probing set is not the power curve's design: never a "no"
                 assert not r["power"]["applies"] and verdict["verdict"] in ("yes", "undecided")
