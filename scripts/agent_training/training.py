@@ -146,8 +146,7 @@ def training_loss(
             ``parts["anchors"]`` (``{block: (B, 3, d_model)}``, with gradients).
         near_readout: the read-out of the cells within two steps of A (required when
             ``config.near_loss_weight > 0``), with the batch's ``examples``.
-        offset_readout: the read-out of each cell's offset from A (required when
-            ``config.offset_loss_weight > 0``).
+        offset_readout: each cell's offset from A (needed when ``config.offset_loss_weight > 0``).
 
     Returns:
         ``(total loss, {"loss", "coordinate_loss", "attention_loss", "map_loss",
@@ -204,22 +203,7 @@ def training_loss(
         coordinate = readout.loss(hidden, batch.cell_rows, batch.cell_cols)
         total = total + config.coordinate_loss_weight * coordinate
         parts["coordinate_loss"] = coordinate.item()
-    if use_offset and offset_readout is not None:
-        labels = offset_labels(
-            batch.cell_rows, batch.cell_cols, batch.agent_rows, batch.agent_cols, IGNORE_INDEX
-        )
-        offset, offset_accuracy = offset_readout.loss(
-            out.hidden_states[config.offset_layer], labels, IGNORE_INDEX
-        )
-        total = total + config.offset_loss_weight * offset
-        parts["offset_loss"] = offset.item()
-        parts["offset_accuracy"] = offset_accuracy
-    if config.offset_attention_weight > 0:
-        to_agent = cell_to_agent_attention(
-            out.attentions, batch, config.offset_attention_layer, config.offset_attention_head
-        )
-        total = total + config.offset_attention_weight * to_agent
-        parts["offset_attention_loss"] = to_agent.item()
+    total = total + _offset_terms(out, batch, config, offset_readout, parts)
     if use_attention:
         attention = attention_loss(out.attentions, batch.attention_targets)
         total = total + config.attention_loss_weight * attention
@@ -290,6 +274,29 @@ def training_loss(
     if capture_anchors:
         parts["anchors"] = {layer: captured[layer] for layer in capture_anchors}
     return total, parts
+
+
+def _offset_terms(out, batch: Batch, config, offset_readout, parts: dict) -> Any:
+    """The weighted offset read-out and cell-to-A attention terms of :func:`training_loss` (0
+    when both are off); their values go into ``parts``."""
+    total: Any = 0.0
+    if config.offset_loss_weight > 0 and offset_readout is not None:
+        labels = offset_labels(
+            batch.cell_rows, batch.cell_cols, batch.agent_rows, batch.agent_cols, IGNORE_INDEX
+        )
+        offset, offset_accuracy = offset_readout.loss(
+            out.hidden_states[config.offset_layer], labels, IGNORE_INDEX
+        )
+        total = total + config.offset_loss_weight * offset
+        parts["offset_loss"] = offset.item()
+        parts["offset_accuracy"] = offset_accuracy
+    if config.offset_attention_weight > 0:
+        to_agent = cell_to_agent_attention(
+            out.attentions, batch, config.offset_attention_layer, config.offset_attention_head
+        )
+        total = total + config.offset_attention_weight * to_agent
+        parts["offset_attention_loss"] = to_agent.item()
+    return total
 
 
 def ring2_attention(attentions: tuple[torch.Tensor, ...], batch: Batch, layer: int) -> float:
