@@ -38,7 +38,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name, [a for a in rest.split(",") if a]
 
 
-def launch(name: str, extra: list[str], out: Path, steps: int, minutes: float, log: Path):
+def launch(extra: list[str], out: Path, steps: int, minutes: float, log: Path):
     """Start one training process (``--map``, no evaluation) writing to ``out``."""
     command = [
         sys.executable,
@@ -84,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     calibration = {
         name: launch(
-            name,
             extra,
             args.work / "calibration" / name,
             4000,
@@ -108,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     runs = {
         name: launch(
-            name,
             extra,
             args.work / name,
             steps[name],

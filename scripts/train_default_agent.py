@@ -581,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
              if getattr(args, name) is not None]  # fmt: skip
     walls = args.map_recipe in ("walls", "walls-offset")
+    if args.map_recipe != "chain" and not args.map:
+        print(f"error: --map-recipe {args.map_recipe}: only with --map", file=sys.stderr)
+        return 2
     if walls:
         given = [flag for flag in given if flag not in ("--map-steps", "--map-batch-size")]
     if given and args.map_recipe != "single":

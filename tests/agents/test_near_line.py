@@ -187,3 +187,15 @@ def test_the_walls_recipe_starts_from_the_map_agent(capsys):
     assert "--tie-break: only with --map --map-recipe single" in capsys.readouterr().err
     out = ["--map", "--map-recipe", "walls", "--out", "agents/bundled_map"]
     assert script.main(out) == 2  # would overwrite the weights it starts from
+
+
+def test_a_map_recipe_without_map_is_refused(capsys):
+    """``--map-recipe walls-offset`` without ``--map`` would train the default agent from its
+    seed into its own folder: refused with one line before anything loads."""
+    from test_map_supervision import _train_script
+
+    script = _train_script()
+    config, _ = script.walls_offset_phase(TrainingConfig(), TrainingDataConfig(), 10)
+    assert config.offset_loss_weight > 0 and config.offset_attention_weight > 0
+    assert script.main(["--map-recipe", "walls-offset", "--out", "/nonexistent/x"]) == 2
+    assert "--map-recipe walls-offset: only with --map" in capsys.readouterr().err
