@@ -43,11 +43,13 @@ def reading(name: str, entry: dict) -> str:
         verdict = "above" if e.get("above_baseline") else "not above"
         return f"{stat_text(e)} ({verdict})"
 
+    ceiling = stat_text(((entry.get("nulls") or {}).get("prior") or {}).get("ceiling"))
     return (
         f"`{name}`: Acc. Dec. {stat_text(o.get('acc_dec'))} against Acc. GT "
         f"{stat_text(o.get('acc_gt'))}. Excess over another grid's map (the whole belief): "
         f"{above('other_grid', 'acc_dec')}; over the prior map (the walls alone, the agent "
-        f"and goal being the same read-out): {above('prior', 'acc_dec')}. The decoded agent is "
+        f"and goal being the same read-out): {above('prior', 'acc_dec')}, where the true walls "
+        f"(same read-out) would gain {ceiling}. The decoded agent is "
         f"the true one in {stat_text(o.get('agent_found'))} of steps, the goal in "
         f"{stat_text(o.get('goal_found'))}. Walls beyond the prior: around the agent "
         f"{above('prior', 'wall_acc_near')}, elsewhere {above('prior', 'wall_acc_far')}. What "

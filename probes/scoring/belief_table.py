@@ -454,7 +454,8 @@ class MapAccumulator:
 
 def belief_csv_rows(belief: BeliefScores) -> list[dict]:
     """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
-    rows ``metric`` = ``null:<name>/<metric>`` and ``excess:<name>/<metric>`` (group ``all``)."""
+    rows ``metric`` = ``null:<name>/<metric>``, ``excess:<name>/<metric>`` and
+    ``ceiling:<name>/acc_dec`` (group ``all``)."""
     rows: list[dict] = []
     for key, entry in belief["probes"].items():
         base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
@@ -462,6 +463,10 @@ def belief_csv_rows(belief: BeliefScores) -> list[dict]:
         for name, block in (entry.get("nulls") or {}).items():
             rows.extend(stat_rows(base, [("all", block["overall"])], f"null:{name}/"))
             rows.extend(stat_rows(base, [("all", block["excess"])], f"excess:{name}/"))
+            if "ceiling" in block:
+                rows.extend(
+                    stat_rows(base, [("all", {"acc_dec": block["ceiling"]})], f"ceiling:{name}/")
+                )
     return rows
 
 

@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 
 import numpy as np
+from goalprobe.gridworld.core import CellType
 from goalprobe.probes.baselines import CellPrior, covariates
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.scoring.belief_table import (
     LOWER_IS_BETTER,
     MAP_FREE,
+    StepFacts,
     StepTable,
     belief_metrics,
     score_rows,
@@ -90,6 +92,21 @@ def prior_maps(
     return prior.predict_proba(covariates(sizes, densities)), prior.classes_
 
 
+def true_wall_maps(facts: list[StepFacts], canvas: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls as a one-hot map
+    (open / wall inside the grid, padding outside), the ceiling map of the nulls' excess (with
+    the probe's agent/goal read-out). Doors are not drawn: on key/door grids a locked door
+    counts as open, so the ceiling there is a lower bound."""
+    classes = np.asarray([CellType.OPEN, CellType.WALL, CellType.PADDING], dtype=np.int64)
+    probs = np.zeros((len(facts), canvas, canvas, 3), dtype=np.float32)
+    probs[..., 2] = 1.0
+    for i, f in enumerate(facts):
+        walls = np.asarray(f.walls, dtype=bool)
+        n = f.size
+        probs[i, :n, :n] = np.stack([~walls, walls, np.zeros_like(walls)], axis=-1)
+    return probs, classes
+
+
 def null_report(
     probe: tuple[np.ndarray, np.ndarray],
     nulls: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -100,6 +117,7 @@ def null_report(
     confidence_level: float,
     rng: np.random.Generator,
     episodes: np.ndarray | None = None,
+    ceiling: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[dict, dict]:
     """Null scores and the probe's excess over them, under shared grid-bootstrap draws.
 
@@ -111,12 +129,17 @@ def null_report(
         n_bootstrap, confidence_level, rng: the bootstrap.
         episodes: ``(N,)`` trajectory of every step: when given, every source's steps are
             weighted as the study's Figure 4 (:func:`trajectory_weights`).
+        ceiling: the ceiling map's per-step ``(num, den)`` (:func:`true_wall_maps`), or None.
 
     Returns:
         ``(by_null, excess)``: ``by_null[name] = {"overall": {metric: STAT}, "excess":
-        {metric: EXCESS}}`` and ``excess`` over the strongest null, ``{metric: EXCESS}``, where
-        ``STAT = {value, ci_low, ci_high, n, n_grids}`` and ``EXCESS = {value, ci_low,
-        ci_high, baseline, above_baseline}``; map-free metrics (``acc_gt``) get no excess.
+        {metric: EXCESS}, "ceiling": CEILING}`` and ``excess`` over the strongest null,
+        ``{metric: EXCESS}``, where ``STAT = {value, ci_low, ci_high, n, n_grids}`` and
+        ``EXCESS = {value, ci_low, ci_high, baseline, above_baseline}``; map-free metrics
+        (``acc_gt``) get no excess. ``CEILING = {value, ci_low, ci_high}`` (with
+        ``ceiling``): the Acc. Dec. of the ceiling map minus the null's under the same draws,
+        the excess the true walls with the probe's agent/goal read-out would have: what the
+        agent's actions let any decoded map gain over this null.
     """
     boot = GridBootstrap.from_grid_ids(
         grid_ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
@@ -130,6 +153,7 @@ def null_report(
         return boot.ratio(num * w, den * w)
 
     ref = samples_of(*probe)
+    top = None if ceiling is None else samples_of(*ceiling)
     all_samples = {"probe": {names[j]: ref[:, j] for j in scored}}
     by_null = {}
     for name, (num, den) in nulls.items():
@@ -145,6 +169,9 @@ def null_report(
             for j, metric in enumerate(names)
         }
         by_null[name] = {"overall": overall}
+        if top is not None:
+            dec = names.index("acc_dec")
+            by_null[name]["ceiling"] = boot.summary(top[:, dec] - s[:, dec], bounds=(-1.0, 1.0))
     for name in nulls:
         by_null[name]["excess"] = selectivity(
             all_samples, "probe", (name,), boot, lower_is_better=LOWER_IS_BETTER
@@ -184,7 +211,6 @@ def score_nulls(
         agent, goal: ``(N, S, S)`` the source's agent and goal read-outs (None: its cell
             probe's ``P(AGENT)`` / ``P(GOAL)`` channels).
     """
-    from goalprobe.gridworld.core import CellType
     from goalprobe.probes.decoder import full_class_probs
 
     if agent is None or goal is None:  # the read-out is the probe's own channels
@@ -225,6 +251,20 @@ def score_nulls(
         )
     by_null: dict = {}
     excess: dict = {}
+    ceiling = None
+    if scores and all(f.walls is not None for f in facts):
+        top_probs, top_classes = true_wall_maps(facts, probs.shape[1])
+        ceiling = score_rows(
+            top_probs,
+            top_classes,
+            facts,
+            config.top_k,
+            agent=agent,
+            goal=goal,
+            executor=executor,
+            progress=progress,
+            label=f"ceiling {seed_text}",
+        )
     if scores:
         by_null, excess = null_report(
             probe_scores,
@@ -235,6 +275,7 @@ def score_nulls(
             confidence_level=config.confidence_level,
             rng=seeded_rng(config.random_state, "nulls" + seed_text),
             episodes=steps.episodes(idx) if config.weighting == "grid" else None,
+            ceiling=ceiling,
         )
     return {
         "nulls": {k: {**v, **extra[k]} for k, v in by_null.items()},

@@ -360,3 +360,29 @@ def test_patching_rows_follow_the_specs_and_the_sanity_row_shows_its_outcome(tmp
     _patching(layout, passed=True, post_role="verdict")
     with pytest.raises(RoleMismatch, match="patching.post_reasoning"):
         headline_rows(layout.root)
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "expected"),
+    [(0.02, "undecided"), (0.40, "no"), (None, "no")],
+)
+def test_a_no_over_the_prior_map_is_undecided_when_no_map_could_pass(tmp_path, ceiling, expected):
+    # the prior excess is 0 [0, 0] on 12 grids (detectable about 0-ish from n): a wide one here
+    layout = make_run(tmp_path / "run", other_grid=WIDE_NO)
+    belief = json.loads(layout.belief.read_text())
+    block = belief["probes"]["head"]["nulls"]["prior"]
+    block["excess"]["acc_dec"] = _stat(0.01, -0.1, 0.12, baseline="prior", above_baseline=False)
+    if ceiling is not None:
+        block["ceiling"] = _stat(ceiling, ceiling - 0.05, ceiling + 0.05)
+    _write(layout.belief, belief)
+    row = {r.id: r for r in headline_rows(tmp_path / "run")}["belief.vs_prior"]
+    assert row.answer == expected and row.detectable
+    if ceiling is not None:
+        assert "ceiling (the true walls over it)" in row.baseline
+    if expected == "undecided":
+        assert "the true walls (same agent/goal read-out) would gain 2.0%" in row.verdict
+    # a yes stays a yes whatever its ceiling
+    block["excess"]["acc_dec"] = _stat(0.2, 0.1, 0.3, baseline="prior", above_baseline=True)
+    _write(layout.belief, belief)
+    row = {r.id: r for r in headline_rows(tmp_path / "run")}["belief.vs_prior"]
+    assert row.answer == "yes"

@@ -257,7 +257,7 @@ def test_csv_and_json_files_are_consistent(run):
     plain = [line for line in lines[1:] if ":" not in line.split(",")[metric_col]]
     assert len(plain) == sum(n_groups.values()) * len(written["metrics"])
     n_null_rows = sum(
-        len(block["overall"]) + len(block["excess"])
+        len(block["overall"]) + len(block["excess"]) + ("ceiling" in block)
         for e in written["probes"].values()
         for block in e["nulls"].values()
     )

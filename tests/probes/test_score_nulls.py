@@ -198,6 +198,14 @@ def test_true_map_has_clearly_positive_excess_acc_dec(world):
     # these sparse 7 x 7 grids they rarely change the optimal action (a positive point value;
     # a denser case with a clear interval: test_true_walls_beat_the_prior_walls)
     assert out["nulls"]["prior"]["excess"]["acc_dec"]["value"] > 0
+    # a decoded map equal to the true grid reaches its ceiling (the true walls with the same
+    # agent/goal read-out); with a random agent/goal read-out the true walls gain nothing
+    for name in ("other_grid", "prior"):
+        block = out["nulls"][name]
+        assert block["ceiling"]["value"] == pytest.approx(block["excess"]["acc_dec"]["value"])
+    random = _nulls(world, "random")["nulls"]["prior"]
+    assert random["ceiling"]["ci_low"] < 0 < random["ceiling"]["ci_high"], random["ceiling"]
+    assert out["nulls"]["other_grid"]["ceiling"]["ci_low"] > 0.15
     # the excess is the probe's point value minus the strongest null's
     names = belief_metrics(CONFIG.top_k)
     num, den = out["scores"]
