@@ -10,7 +10,12 @@ stratum holds a single grid: ``stratified_by``): the probe's style, nothing abou
 fitted on the training grids' label maps, with this step's agent and goal: its excess isolates
 the walls. The excess is probe minus null (null minus probe for ``qmdp_regret``) under paired
 grid-bootstrap draws, per null and over the strongest (as
-:func:`goalprobe.probes.metrics.selectivity`).
+:func:`goalprobe.probes.metrics.selectivity`). Each null also gets its ceiling: the excess the
+true walls with the probe's agent/goal read-out would have over it (:func:`true_wall_maps`).
+
+The ``prior`` excess isolates the walls only when the agent/goal read-out is informative: with a
+random read-out, random walls beat the prior map by about 9 points (tests/probes/
+test_score_nulls.py), with the true read-out they lose to it.
 """
 
 from __future__ import annotations

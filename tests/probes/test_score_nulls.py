@@ -220,6 +220,30 @@ def test_true_map_has_clearly_positive_excess_acc_dec(world):
     assert out["excess"]["recovery"]["value"] < 0
 
 
+def test_random_walls_with_the_true_read_out_do_not_beat_the_prior_walls(world):
+    # the prior null's must-say-no case: the step's true agent and goal, walls drawn at random
+    # (about one cell in seven a wall). Random walls lose to the prior's (about -5 points over
+    # eight draws, none above). With a random agent/goal read-out as well, random walls beat the
+    # prior map by about 9 points (14 of 15 draws): the prior null isolates the walls only when
+    # the read-out is informative (belief.json's agent_found / goal_found say whether it is).
+    table = world["table"]
+    idx = np.arange(len(table.action))
+    truth = world["maps"]["truth"]
+    agent = truth[..., list(ALL_CLASSES).index(CellType.AGENT)]
+    goal = truth[..., list(ALL_CLASSES).index(CellType.GOAL)]
+    rng = np.random.default_rng(7)
+    probs = rng.dirichlet(np.ones(len(ALL_CLASSES)), size=(len(idx), CANVAS, CANVAS))
+    probs = probs.astype(np.float32)
+    config = ScoreConfig(n_bootstrap=300, random_state=3, nulls=("prior",))
+    scores = score_rows(probs, ALL_CLASSES, table.facts(idx), config.top_k, agent=agent, goal=goal)
+    out = score_nulls(
+        probs, ALL_CLASSES, idx, world["grid_ids"], scores, table, config, world["prior"],
+        seed_text="walls", agent=agent, goal=goal,
+    )  # fmt: skip
+    excess = out["nulls"]["prior"]["excess"]["acc_dec"]
+    assert not excess["above_baseline"] and excess["value"] < 0, excess
+
+
 def test_believed_map_has_clearly_positive_excess_recovery(world):
     out = _nulls(world, "believed")
     excess = out["nulls"]["other_grid"]["excess"]["recovery"]
