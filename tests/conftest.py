@@ -25,6 +25,69 @@ pytest_plugins: list[str] = [
 ]
 
 
+SHARED_RUN_MODULES = (
+    "tests/e2e/test_verbs_match_stages.py",
+    "tests/e2e/test_reproducible.py",
+    "tests/e2e/test_demo.py",
+)
+"""The modules that read the session's tiny demo run (tests/demo_fixtures.py), in the order they
+run: they form one xdist work unit, so one worker runs the demo once for all of them (it cost
+about 140 CPU s a worker). The readers go first, test_demo's tests that rerun stages in the run
+(force, resume, a changed parameter) after them."""
+
+HEAVY_FIRST = (
+    *SHARED_RUN_MODULES,
+    "tests/e2e/test_demo_server.py",
+    "tests/agents/test_gptoss_o200k.py",
+    "tests/e2e/test_server_vllm_e2e.py",
+    "tests/e2e/test_map_agent.py",
+    "tests/probes/test_wall_test.py",
+    "tests/activations/test_extract.py",
+    "tests/viewer/test_viewer_browser.py",
+    "tests/agents/test_bundled_agent.py",
+)
+"""Modules handed to the workers first, most test seconds first (measured with
+``--durations``): with one module per worker, a long module started last bounds the wall time
+(the greedy longest-first order). The others follow, most tests first, as xdist orders them."""
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items):
+    """Order the session: :data:`HEAVY_FIRST` modules first, in that order, then the others by
+    their number of tests (stable). A worker reports its collection in this order, which the
+    scheduler below keeps."""
+    count: dict[str, int] = {}
+    for item in items:
+        count[_module(item.nodeid)] = count.get(_module(item.nodeid), 0) + 1
+    rank = {m: i for i, m in enumerate(HEAVY_FIRST)}
+    items.sort(
+        key=lambda item: (
+            rank.get(_module(item.nodeid), len(rank)),
+            -count[_module(item.nodeid)],
+            _module(item.nodeid),
+        )
+    )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's addopts) with the :data:`SHARED_RUN_MODULES` as one work
+    unit and the units in collection order (``pytest_collection_modifyitems``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedRunScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return "tiny-demo-run" if module in SHARED_RUN_MODULES else module
+
+    config.option.loadscopereorder = False
+    return SharedRunScheduling(config, log)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_thread_per_pool():
     """Every test runs torch, and numpy's, scipy's and scikit-learn's native pools (OpenBLAS,
