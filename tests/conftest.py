@@ -7,6 +7,7 @@ every test sees the same session-scoped models, runs and servers.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from typer.testing import CliRunner, Result
 # as the CLI does (goalprobe.cli.main): OpenMP threads that busy-wait collapse on a shared CPU;
 # set before any test module imports torch
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Bytecode is cached while the suite runs, in this process and the subprocesses it starts (the
+# CLI, spawned stage workers, fresh interpreters): with PYTHONDONTWRITEBYTECODE=1 (the project's
+# sandbox sets it) every xdist worker and every subprocess compiled the library from source and
+# pytest re-rewrote the asserts of every test module and plugin package (dash's 202 modules):
+# about 5 of the 17 s a worker spent collecting the fast loop. Caches go to __pycache__/
+# (git-ignored), keyed by the sources' size and time as Python's own.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 pytest_plugins: list[str] = [
     "demo_fixtures",
@@ -36,19 +46,39 @@ about 140 CPU s a worker). The readers go first, test_demo's tests that rerun st
 (force, resume, a changed parameter) after them."""
 
 HEAVY_FIRST = (
+    # the longest modules of the whole suite (their slow tests)
     *SHARED_RUN_MODULES,
     "tests/e2e/test_demo_server.py",
     "tests/agents/test_gptoss_o200k.py",
     "tests/e2e/test_server_vllm_e2e.py",
-    "tests/e2e/test_map_agent.py",
     "tests/probes/test_wall_test.py",
+    "tests/e2e/test_map_agent.py",
     "tests/activations/test_extract.py",
-    "tests/viewer/test_viewer_browser.py",
     "tests/agents/test_bundled_agent.py",
+    "tests/probes/test_score_nulls.py",
+    "tests/e2e/test_demo_thinktag.py",
+    # the longest modules of the fast loop (``-m "not slow"``)
+    "tests/viewer/test_viewer_browser.py",
+    "tests/agents/test_server_vllm.py",
+    "tests/agents/test_chat_format.py",
+    "tests/probes/test_cell_probes.py",
+    "tests/app/test_extending_doc.py",
+    "tests/probes/test_patching.py",
+    "tests/app/test_stage_registry.py",
+    "tests/app/test_architecture.py",
+    "tests/activations/test_gpu_check.py",
+    "tests/probes/test_patching_memory.py",
+    "tests/agents/test_intention.py",
+    "tests/probes/test_plan_baselines.py",
+    "tests/viewer/test_viewer_figures.py",
+    "tests/agents/test_thinktag_rollout.py",
+    "tests/agents/test_server_hardening.py",
 )
 """Modules handed to the workers first, most test seconds first (measured with
-``--durations``): with one module per worker, a long module started last bounds the wall time
-(the greedy longest-first order). The others follow, most tests first, as xdist orders them."""
+``--durations=0`` on 2 idle cores, 2026-11-28): with one module per worker, a long module
+handed out last bounds the wall time while the other worker idles (the greedy longest-first
+order). The others follow, most tests first, as xdist orders them. A stale entry costs
+balance, never a test."""
 
 
 def _module(nodeid: str) -> str:
