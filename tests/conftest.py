@@ -112,6 +112,7 @@ def pytest_collection_modifyitems(items):
     )
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist does not know it
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (pyproject's addopts) with the :data:`SHARED_RUN_MODULES` as one work
     unit and the units in collection order (``pytest_collection_modifyitems``)."""
