@@ -7,6 +7,7 @@ every test sees the same session-scoped models, runs and servers.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,12 +18,115 @@ from typer.testing import CliRunner, Result
 # set before any test module imports torch
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Bytecode is cached while the suite runs, in this process and the subprocesses it starts (the
+# CLI, spawned stage workers, fresh interpreters): with PYTHONDONTWRITEBYTECODE=1 (the project's
+# sandbox sets it) every xdist worker and every subprocess compiled the library from source and
+# pytest re-rewrote the asserts of every test module and plugin package (dash's 202 modules):
+# about 5 of the 17 s a worker spent collecting the fast loop. Caches go to __pycache__/
+# (git-ignored), keyed by the sources' size and time as Python's own.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 pytest_plugins: list[str] = [
     "demo_fixtures",
     "gptoss_fixtures",
     "server_fixtures",
     "thinktag_fixtures",
 ]
+
+
+SHARED_RUN_MODULES = (
+    "tests/e2e/test_verbs_match_stages.py",
+    "tests/e2e/test_reproducible.py",
+    "tests/e2e/test_demo.py",
+)
+"""The modules that read the session's tiny demo run (tests/demo_fixtures.py), in the order they
+run: they form one xdist work unit, so one worker runs the demo once for all of them (it cost
+about 140 CPU s a worker). The readers go first, test_demo's tests that rerun stages in the run
+(force, resume, a changed parameter) after them."""
+
+HEAVY_FIRST = (
+    # the longest modules of the whole suite (their slow tests)
+    *SHARED_RUN_MODULES,
+    "tests/e2e/test_demo_server.py",
+    "tests/agents/test_gptoss_o200k.py",
+    "tests/e2e/test_server_vllm_e2e.py",
+    "tests/probes/test_wall_test.py",
+    "tests/e2e/test_map_agent.py",
+    "tests/activations/test_extract.py",
+    "tests/agents/test_bundled_agent.py",
+    "tests/probes/test_score_nulls.py",
+    "tests/e2e/test_demo_thinktag.py",
+    # the longest modules of the fast loop (``-m "not slow"``)
+    "tests/viewer/test_viewer_browser.py",
+    "tests/agents/test_server_vllm.py",
+    "tests/probes/test_cell_probes.py",
+    "tests/app/test_extending_doc.py",
+    "tests/app/test_thinktag_rollout_cli.py",
+    "tests/app/test_stage_registry.py",
+    "tests/probes/test_patching.py",
+    "tests/agents/test_chat_format.py",
+    "tests/app/test_architecture.py",
+    "tests/activations/test_gpu_check.py",
+    "tests/probes/test_patching_memory.py",
+    "tests/probes/test_plan_baselines.py",
+    "tests/agents/test_server_hardening.py",
+    "tests/probes/test_patching_chunks.py",
+    "tests/probes/test_wall_readout.py",
+    "tests/agents/test_thinktag_rollout.py",
+    "tests/probes/test_plan_decoder.py",
+    "tests/activations/test_compute_identity.py",
+    "tests/activations/test_gradients.py",
+    "tests/agents/test_intention.py",
+    "tests/probes/test_decision_time.py",
+    "tests/app/test_cli_errors.py",
+    "tests/app/test_scheduler_threads.py",
+    "tests/probes/test_harm_metrics.py",
+    "tests/viewer/test_viewer_figures.py",
+)
+"""Modules handed to the workers first, most test seconds first (measured with
+``--durations=0`` on 2 idle cores, 2026-11-28): with one module per worker, a long module
+handed out last bounds the wall time while the other worker idles (the greedy longest-first
+order). The others follow, most tests first, as xdist orders them. A stale entry costs
+balance, never a test."""
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items):
+    """Order the session: :data:`HEAVY_FIRST` modules first, in that order, then the others by
+    their number of tests (stable). A worker reports its collection in this order, which the
+    scheduler below keeps."""
+    count: dict[str, int] = {}
+    for item in items:
+        count[_module(item.nodeid)] = count.get(_module(item.nodeid), 0) + 1
+    rank = {m: i for i, m in enumerate(HEAVY_FIRST)}
+    items.sort(
+        key=lambda item: (
+            rank.get(_module(item.nodeid), len(rank)),
+            -count[_module(item.nodeid)],
+            _module(item.nodeid),
+        )
+    )
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist does not know it
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (pyproject's addopts) with the :data:`SHARED_RUN_MODULES` as one work
+    unit and the units in collection order (``pytest_collection_modifyitems``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedRunScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return "tiny-demo-run" if module in SHARED_RUN_MODULES else module
+
+    config.option.loadscopereorder = False
+    return SharedRunScheduling(config, log)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -390,12 +390,26 @@ def test_set_overrides_parse_json_values_and_refuse_malformed_ones():
     assert config.keys.sizes == (9,)
 
 
-@pytest.mark.slow  # on a copy of the tiny demo's run: the probing set and its downstream (~15 s)
-def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(demo, tmp_path):
+@pytest.mark.slow  # on a copy of the tiny demo's run: the probing set and its downstream (~60 s)
+def test_two_jobs_run_every_stage_once_its_inputs_are_done_record_failures_and_survive_a_kill(
+    demo, tmp_path
+):
     """Stages in worker processes, on a copy of the one-job run whose probing stage must run
     again: a failing stage leaves exactly its downstream not run (the others are still done,
-    the report says so); after the repair the workers rerun exactly that part, the probing
-    prompts come out byte for byte as the one-job run's, and the headline has the same rows."""
+    the report says so). After the repair, one worker is SIGKILLed (as the out-of-memory killer
+    would) while the two rerun that part: run_demo returns (no hang), the stage it ran is failed
+    with the reason, nothing else is left half-done; a rerun finishes the study, and together
+    the two reruns ran exactly that part. The probing prompts come out byte for byte as the
+    one-job run's, the probe outputs compare equal (tests/run_digests.py: the ``--jobs 2`` half
+    of test_reproducible.py's check) and the headline has the same rows."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from run_digests import probe_differences
+
     result, _ = demo
     root = tmp_path / "parallel"
     shutil.copytree(result.run_dir, root)
@@ -414,13 +428,33 @@ def test_two_jobs_run_every_stage_once_its_inputs_are_done_and_record_failures(d
     assert json.loads((root / "stages/probing.failed.json").read_text())["traceback"]
 
     (root / "probing").unlink()
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=tiny(root, jobs=2)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are busy with the probing stage
+    workers = multiprocessing.active_children()
+    assert workers, "no worker process to kill"
+    os.kill(workers[0].pid, signal.SIGKILL)
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "run_demo hung after a worker died"
+    killed = outcome["result"]
+    died = [n for n, e in killed.failed.items() if "worker process died" in e]
+    assert died, killed.failed
+    assert all(o.status in ("ran", "cached", "failed", "not_run") for o in killed.stages.values())
+
     second = tiny(root, jobs=2)
     assert second.failed == {}
-    ran = {n for n, o in second.stages.items() if o.status == "ran"}
+    assert second.report_path is not None
+    ran = {n for run in (killed, second) for n, o in run.stages.items() if o.status == "ran"}
     assert ran == _downstream("probing") | {"probing"}  # the HDF5 store's bytes are new
     assert (root / "probing/states.jsonl").read_bytes() == (
         result.run_dir / "probing/states.jsonl"
     ).read_bytes()
+    different, detail = probe_differences(root, result.run_dir)
+    assert not different, (different, detail)
     assert [r.finding for r in headline_rows(root)] == [
         r.finding for r in headline_rows(result.run_dir)
     ]
@@ -490,49 +524,6 @@ def test_every_stage_declares_the_stages_whose_outputs_it_reads():
         assert not undeclared, f"stage {stage} reads outputs of {undeclared} without DEPENDS_ON"
         checked += len(found)
     assert checked > len(STAGES)  # the check saw the stages' reads
-
-
-@pytest.mark.slow  # on a copy of the tiny demo's run: its probes and downstream, killed, resumed
-def test_a_killed_worker_fails_its_stage_stops_the_rest_and_the_rerun_resumes(demo, tmp_path):
-    """SIGKILL one worker process (as the out-of-memory killer would) while two workers rerun
-    the probes stage and its downstream on a copy of the session's run: run_demo returns (no
-    hang), the stage it ran is failed with the reason, nothing else is left half-done, and a
-    rerun finishes the study."""
-    import multiprocessing
-    import os
-    import signal
-    import threading
-    import time
-
-    result, _ = demo
-    root = tmp_path / "killed"
-    shutil.copytree(result.run_dir, root, ignore=shutil.ignore_patterns("control"))
-    redo = _downstream("probes") | {"probes"}
-    for stage in redo:
-        (root / "stages" / f"{stage}.json").unlink()
-    outcome: dict = {}
-    runner = threading.Thread(
-        target=lambda: outcome.update(
-            result=run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
-        )
-    )
-    runner.start()
-    deadline = time.monotonic() + 60
-    while not multiprocessing.active_children() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # the workers are busy with the probes stage
-    workers = multiprocessing.active_children()
-    assert workers, "no worker process to kill"
-    os.kill(workers[0].pid, signal.SIGKILL)
-    runner.join(timeout=120)
-    assert not runner.is_alive(), "run_demo hung after a worker died"
-    killed = outcome["result"]
-    died = [n for n, e in killed.failed.items() if "worker process died" in e]
-    assert died, killed.failed
-    assert all(o.status in ("ran", "cached", "failed", "not_run") for o in killed.stages.values())
-    resumed = run_demo(root, demo_config("tiny"), progress=False, log=lambda _: None, jobs=2)
-    assert resumed.failed == {}
-    assert resumed.report_path is not None
 
 
 @pytest.mark.slow  # the tiny demo end to end (~40 s): the full suite runs it

@@ -12,10 +12,11 @@ import pytest
 import torch
 from goalprobe.probes.cell_probes import CoordinateCellProbe
 from goalprobe.probes.synthetic import planted_cell_data
+from run_digests import probe_differences
 
 from goalprobe.config import demo_config
 from goalprobe.run_layout import RunLayout
-from goalprobe.scheduler import StageBook, fixed_torch_threads, run_in_order, run_parallel
+from goalprobe.scheduler import StageBook, fixed_torch_threads, run_in_order
 from goalprobe.stages import DEPENDS_ON, STAGES
 
 NUMERIC_STAGES = (
@@ -57,60 +58,8 @@ def test_probe_stages_declare_a_constant_thread_count(stage):
     assert module.STAGE.torch_threads == 1
 
 
-def _h5_digest(path) -> str:
-    """sha256 over every dataset's name and contents (HDF5 files also hold creation times)."""
-    import h5py
-
-    digest = hashlib.sha256()
-    with h5py.File(path, "r") as f:
-
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                values = obj[()]
-                digest.update(name.encode())
-                if obj.dtype.kind == "O":  # strings: their text, not object pointers
-                    digest.update(repr(values.tolist()).encode())
-                else:
-                    digest.update(np.ascontiguousarray(values).tobytes())
-
-        f.visititems(visit)
-    return digest.hexdigest()
-
-
-def _h5_datasets_differing(a, b) -> list[str]:
-    """The datasets of two HDF5 files whose contents differ (what a failure reports)."""
-    import h5py
-
-    out = []
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                other = fb.get(name)
-                if other is None or not np.array_equal(obj[()], other[()]):
-                    out.append(name)
-
-        fa.visititems(visit)
-    return out
-
-
-def _probe_outputs(root) -> dict[str, str]:
-    """sha256 of the probe stages' numeric outputs: the stored arrays of the decoded maps and
-    model weights, and the score tables."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if not path.is_file() or not rel.startswith(("probing/", "probes/", "scoring/")):
-            continue
-        if path.suffix == ".h5":
-            out[rel] = _h5_digest(path)
-        elif path.suffix in (".safetensors", ".csv"):
-            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
 def _compared_stages() -> tuple[str, ...]:
-    """The stages that write what :func:`_probe_outputs` compares (probing, probes, scoring)
+    """The stages that write what :func:`run_digests.probe_outputs` compares (probing, probes, scoring)
     and every stage they read, in study order: the rest of the demo writes nothing compared."""
     needed, frontier = set(), {"probing", "probes", "scoring"}
     while frontier:
@@ -119,36 +68,28 @@ def _compared_stages() -> tuple[str, ...]:
     return tuple(s for s in STAGES if s in needed)
 
 
-@pytest.mark.slow  # the tiny demo's probe stages twice (~1-2 min on 2 cores)
-def test_tiny_demo_probe_outputs_are_the_same_with_jobs_1_and_2(tmp_path):
+@pytest.mark.slow  # the tiny demo's probe stages once more (~1 min on 2 cores)
+def test_tiny_demo_probe_outputs_are_the_same_with_1_and_2_threads(tiny_demo, tmp_path):
     """The stages behind the compared outputs, in this process with every pool at 2 threads
-    (``--jobs 1`` on 2 cores) and in 2 stage workers at 1 thread each (``--jobs 2``)."""
+    (``--jobs 1`` on 2 cores), give the outputs of the session's tiny run (``--jobs 1``, every
+    pool at 1 thread: tests/conftest.py). With ``--jobs 2`` (stage workers, 1 thread each):
+    test_demo.py's two-jobs test reruns the probing stage and its downstream in workers and
+    compares the same outputs with the same run."""
     from threadpoolctl import threadpool_limits
 
     config = demo_config("tiny")
     stages = _compared_stages()
     assert {"grids", "rollouts", "activations", "probing", "probes", "scoring"} <= set(stages)
-
-    def book(root):
-        return StageBook(RunLayout(root), config, set(), True, lambda _: None, stages=stages)
-
-    one, two = book(tmp_path / "one"), book(tmp_path / "two")
+    result, _ = tiny_demo
+    assert result.failed == {}, result.failed
+    book = StageBook(RunLayout(tmp_path), config, set(), True, lambda _: None, stages=stages)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:  # the test session holds every pool to one thread (tests/conftest.py)
         with threadpool_limits(limits=2):
-            run_in_order([one], progress=False)
+            run_in_order([book], progress=False)
     finally:
         torch.set_num_threads(before)
-    run_parallel([two], jobs=2, progress=False)
-    for ran in (one, two):
-        assert {o.status for o in ran.outcomes.values()} == {"ran"}, ran.outcomes
-    one, two = _probe_outputs(tmp_path / "one"), _probe_outputs(tmp_path / "two")
-    assert one, "no probe outputs found"
-    different = sorted(k for k in one if one[k] != two.get(k))
-    detail = {
-        k: _h5_datasets_differing(tmp_path / "one" / k, tmp_path / "two" / k)
-        for k in different
-        if k.endswith(".h5")
-    }
+    assert {o.status for o in book.outcomes.values()} == {"ran"}, book.outcomes
+    different, detail = probe_differences(tmp_path, result.run_dir)
     assert not different, (different, detail)
