@@ -13,7 +13,7 @@ from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND
 from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.fog import truncation_text as fog_truncation_text
 from goalprobe.report.run import RunReader
-from goalprobe.stats import EQUIVALENCE_VERDICTS, VERDICT_ANSWERS, Estimate, detectable_effect
+from goalprobe.stats import EQUIVALENCE_VERDICTS, VERDICT_ANSWERS, Estimate, undetectable_ceiling
 
 _WORDS = {
     "inconclusive": "undecided",
@@ -206,31 +206,15 @@ _NULLS = {
 }
 
 
-def ceiling_answer(said: str | None, excess: Mapping, ceiling: Mapping | None, n_grids: Any):
-    """``(answer, reason)`` of an excess over a null map beside its ceiling (the excess the true
-    walls with the same agent/goal read-out would have: what the agent's actions let any
-    decoded map gain over this null, ``belief.json``'s ``nulls.<null>.ceiling``). A "no" whose
-    ceiling's point value is below the effect the excess's n could detect is "undecided": the
-    agent's own actions leave less room than the test can see, so no map could have passed."""
-    if said != "no" or not ceiling or ceiling.get("value") is None:
-        return said, ""
-    mde = detectable_effect(excess.get("ci_low"), excess.get("ci_high"), n=n_grids)
-    if mde is None or ceiling["value"] >= mde:
-        return said, ""
-    return "undecided", (
-        f"the true walls (same agent/goal read-out) would gain {pct(ceiling['value'])} over "
-        "this null, "
-        f"below the {pct(mde)} this n can detect"
-    )
-
-
 def belief_null(run: RunReader, arg: str) -> Reading:
     """Acc. Dec. minus the same read-out on a null map (``arg``: ``other_grid``, ``prior``),
-    paired by grid, beside its ceiling (:func:`ceiling_answer`)."""
+    paired by grid, beside its ceiling (the true walls with the same read-out): a "no" whose
+    ceiling is below what its n can detect is "undecided" (:func:`undetectable_ceiling`)."""
     _, entry = _belief_entry(run)
-    block = entry["nulls"][arg]
-    e, ceiling = block["excess"]["acc_dec"], block.get("ceiling")
-    said, reason = ceiling_answer(answer(e.get("above_baseline")), e, ceiling, entry.get("n_grids"))
+    e, ceiling = entry["nulls"][arg]["excess"]["acc_dec"], entry["nulls"][arg].get("ceiling")
+    said = answer(e.get("above_baseline"))
+    top = (ceiling or {}).get("value")
+    mde = undetectable_ceiling(said, e.get("ci_low"), e.get("ci_high"), top, n=entry.get("n_grids"))
     room = f"; ceiling (the true walls over it) {stat_text(ceiling)}" if ceiling else ""
     return Reading(
         f"Acc. Dec. minus {_NULLS[arg]}",
@@ -238,8 +222,11 @@ def belief_null(run: RunReader, arg: str) -> Reading:
         f"null: {arg} maps{room}",
         Estimate.from_dict({"n_grids": entry.get("n_grids"), **e}),
         question="above the null",
-        answer=said,
-        reason=reason,
+        answer=said if mde is None else "undecided",
+        reason=""
+        if mde is None
+        else f"the true walls (same agent/goal read-out) would gain "
+        f"{pct(top)} over this null, below the {pct(mde)} this n can detect",
     )
 
 

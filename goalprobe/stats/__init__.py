@@ -30,6 +30,7 @@ from goalprobe.stats.inference import (
     p_from_draws,
     p_from_interval,
     seed_pooled,
+    undetectable_ceiling,
 )
 from goalprobe.stats.rates import (
     BOUNDED_AGREEMENT_METHOD,
@@ -58,6 +59,7 @@ __all__ = [
     "clopper_pearson",
     "cluster_rate_interval",
     "detectable_effect",
+    "undetectable_ceiling",
     "equivalence_verdict",
     "grid_bootstrap_ratio",
     "grid_ci",

@@ -172,3 +172,21 @@ def detectable_effect(
         p = 0.5 if rate is None else min(max(rate, 0.05), 0.95)
         se = math.sqrt(p * (1 - p) / n)
     return None if se is None else z * se
+
+
+def undetectable_ceiling(
+    answer: str | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    ceiling: float | None,
+    *,
+    n: float | None = None,
+) -> float | None:
+    """The effect an excess's sample could detect (:func:`detectable_effect`) when its "no"
+    cannot mean no: its ceiling (the most any estimate could reach here, e.g. the excess the
+    true map would have over the same null) lies below that effect, so the answer is
+    "undecided"; None when the answer stands."""
+    if answer != "no" or ceiling is None:
+        return None
+    mde = detectable_effect(ci_low, ci_high, n=n)
+    return mde if mde is not None and ceiling < mde else None

@@ -92,3 +92,14 @@ def test_selectivity_records_the_p_of_its_draws():
     assert clear["above_baseline"] and clear["p_draws"] == pytest.approx(1 / 401)
     tie = selectivity(samples, "probe", ("same",), boot)["acc"]
     assert not tie["above_baseline"] and tie["p_draws"] == 1.0
+
+
+def test_a_no_is_undecided_only_when_its_ceiling_is_below_what_its_n_can_detect():
+    from goalprobe.stats import detectable_effect, undetectable_ceiling
+
+    mde = detectable_effect(-0.05, 0.05)  # about 7 points
+    assert undetectable_ceiling("no", -0.05, 0.05, 0.02) == pytest.approx(mde)
+    assert undetectable_ceiling("no", -0.05, 0.05, 0.30) is None  # the true map would show
+    assert undetectable_ceiling("no", -0.05, 0.05, None) is None  # no ceiling: the no stands
+    assert undetectable_ceiling("yes", -0.05, 0.05, 0.02) is None  # a yes is never touched
+    assert undetectable_ceiling("no", None, None, 0.02, n=None) is None  # nothing to size it
