@@ -101,7 +101,7 @@ def true_wall_maps(facts: list[StepFacts], canvas: int) -> tuple[np.ndarray, np.
     """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls as a one-hot map
     (open / wall inside the grid, padding outside), the ceiling map of the nulls' excess (with
     the probe's agent/goal read-out). Doors are not drawn: on key/door grids a locked door
-    counts as open, so the ceiling there is a lower bound."""
+    counts as open, so the ceiling there is approximate."""
     classes = np.asarray([CellType.OPEN, CellType.WALL, CellType.PADDING], dtype=np.int64)
     probs = np.zeros((len(facts), canvas, canvas, 3), dtype=np.float32)
     probs[..., 2] = 1.0
