@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,12 @@ from goalprobe.stages.decode import write_headline_maps
 from goalprobe.stages.scoring import score_run
 
 
+def fail(message: str) -> None:
+    """One line on stderr and exit code 2, as the verbs do."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a finished default demo run (with control/)")
@@ -39,11 +46,9 @@ def main() -> None:
     args = parser.parse_args()
     src = args.run / "control"
     if not (src / "probes").is_dir() or not (src / "scoring/config.json").is_file():
-        raise SystemExit(
-            f"error: {src}: not a finished demo run's control (no probes/ or scoring/)"
-        )
+        fail(f"{src}: not a finished demo run's control (no probes/ or scoring/)")
     if args.grid_seed in (0, 1):
-        raise SystemExit("error: --grid-seed 0 and 1 are the demo's rollout and probing grids")
+        fail("--grid-seed 0 and 1 are the demo's rollout and probing grids")
     config = control_config(demo_config("default"))
     config = override(config, "grids.n_per_cell", args.per_cell)
     config = override(config, "grids.seed", args.grid_seed)
@@ -57,7 +62,7 @@ def main() -> None:
         if not (args.out / name).exists():
             shutil.copytree(src / name, args.out / name, ignore=shutil.ignore_patterns("decoded"))
     if write_headline_maps(layout) is None:
-        raise SystemExit(f"error: {src / 'probes'}: no headline read-out to decode with")
+        fail(f"{src / 'probes'}: no headline read-out to decode with")
     shutil.rmtree(layout.root / "scoring", ignore_errors=True)
     saved = json.loads((src / "scoring/config.json").read_text())["config"]
     saved["decoded_maps"] = ["headline_pre_reasoning_L2"]
