@@ -24,7 +24,7 @@ from pathlib import Path
 
 from goalprobe.probes.scoring.config import ScoreConfig
 
-from goalprobe.config import control_config, demo_config, override
+from goalprobe.config import control_config, demo_config, from_dict, override
 from goalprobe.run_layout import RunLayout
 from goalprobe.scheduler import StageBook, run_in_order
 from goalprobe.stages.decode import write_headline_maps
@@ -66,11 +66,7 @@ def main() -> None:
     shutil.rmtree(layout.root / "scoring", ignore_errors=True)
     saved = json.loads((src / "scoring/config.json").read_text())["config"]
     saved["decoded_maps"] = ["headline_pre_reasoning_L2"]
-    score_run(
-        layout,
-        ScoreConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}),
-        progress=False,
-    )
+    score_run(layout, from_dict(ScoreConfig, saved), progress=False)
     belief = json.loads(layout.belief.read_text())
     entry = belief["probes"][belief["default_probe"]]
     nulls = entry["nulls"]
