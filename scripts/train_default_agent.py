@@ -108,10 +108,13 @@ def map_phase(
     )
 
 
-MAP_RECIPES = ("chain", "single", "walls", "walls-offset")
+MAP_RECIPES = ("chain", "single", "walls", "walls-offset", "belief")
 """``--map-recipe`` values: the three phases of the shipped map agent, one phase (ablations), the
-walls phase from the map agent's weights (:func:`walls_phase`), or that phase with each cell told
-its offset from A (:func:`walls_offset_phase`)."""
+walls phase from the map agent's weights (:func:`walls_phase`), that phase with each cell told
+its offset from A (:func:`walls_offset_phase`), or the belief phase (:func:`belief_phase`)."""
+
+WARM_RECIPES = ("walls", "walls-offset", "belief")
+"""Recipes that start from the map agent's weights (``--init`` defaults to them)."""
 
 WALLS_PHASE_STEPS = 320
 """Steps of the walls phase (``--map-recipe walls``; ``--map-steps`` changes it)."""
@@ -167,6 +170,19 @@ def walls_offset_phase(
         replace(walls, offset_loss_weight=1.0, offset_attention_weight=1.0),
         data,
     )
+
+
+def belief_phase(
+    config: TrainingConfig, data_config: TrainingDataConfig, steps: int
+) -> tuple[TrainingConfig, TrainingDataConfig]:
+    """A phase from the map agent's weights that makes its moves a function of what its anchors
+    hold (issue 39, item 5): :func:`walls_phase`, with plans (and the map read-out's optimal
+    moves) optimal on the walls within two steps of A with every other cell open
+    (``plan_belief="near"``, plain grids; key grids keep the true grid), at a lower peak rate.
+    Plans on the true grid asked the completion for walls it cannot see (the barrier), so its
+    moves followed the size-and-density prior about as well as its own walls."""
+    walls, data = walls_phase(config, data_config, steps)
+    return replace(walls, learning_rate=1e-3), replace(data, plan_belief="near")
 
 
 def map_recipe(
@@ -397,8 +413,12 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.map and args.map_recipe in ("walls", "walls-offset"):
-        phase = walls_phase if args.map_recipe == "walls" else walls_offset_phase
+    if args.map and args.map_recipe in WARM_RECIPES:
+        phase = {
+            "walls": walls_phase,
+            "walls-offset": walls_offset_phase,
+            "belief": belief_phase,
+        }[args.map_recipe]
         walls_config, walls_data = phase(config, data_config, args.map_steps or WALLS_PHASE_STEPS)
         if args.map_batch_size is not None:
             walls_config = replace(walls_config, batch_size=args.map_batch_size)
@@ -580,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     single = [f"--{name.replace('_', '-')}" for name in SINGLE_PHASE_OPTIONS]
     given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
              if getattr(args, name) is not None]  # fmt: skip
-    walls = args.map_recipe in ("walls", "walls-offset")
+    walls = args.map_recipe in WARM_RECIPES
     if args.map_recipe != "chain" and not args.map:
         print(f"error: --map-recipe {args.map_recipe}: only with --map", file=sys.stderr)
         return 2

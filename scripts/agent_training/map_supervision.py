@@ -58,15 +58,21 @@ def anchor_positions(prompt_lengths: Sequence[int], prefix_len: int) -> torch.Te
     return ends[:, None] - N_ANCHOR_TOKENS + torch.arange(N_ANCHOR_TOKENS)[None, :]
 
 
-def map_labels(grids: Sequence[Grid], states: Sequence[State]) -> tuple[torch.Tensor, ...]:
+def map_labels(
+    grids: Sequence[Grid],
+    states: Sequence[State],
+    move_grids: Sequence[Grid] | None = None,
+) -> tuple[torch.Tensor, ...]:
     """Targets of :class:`MapReadout`: ``(B, 15, 15)`` cell types, ``(B, 2)`` agent and
     ``(B, 2)`` goal cells, ``(B, 4)`` the types of A's neighbours (``WALL`` outside the grid; in
-    :class:`~goalprobe.gridworld.core.Action` order) and ``(B, 4)`` the optimal actions (0/1)."""
+    :class:`~goalprobe.gridworld.core.Action` order) and ``(B, 4)`` the optimal actions (0/1)
+    on ``move_grids`` (the grids the plans are optimal on; default ``grids``)."""
     cells = np.stack([padded_cell_types(g, s) for g, s in zip(grids, states, strict=True)])
     agents = np.asarray([s.agent for s in states], dtype=np.int64)
     goals = np.asarray([g.goal for g in grids], dtype=np.int64)
     neighbours = np.full((len(states), len(Action)), int(CellType.WALL), dtype=np.int64)
     moves = np.zeros((len(states), len(Action)), dtype=np.float32)
+    move_grids = grids if move_grids is None else move_grids
     for row, (grid, state) in enumerate(zip(grids, states, strict=True)):
         types = cell_types(grid, state)
         for action in Action:
@@ -74,7 +80,7 @@ def map_labels(grids: Sequence[Grid], states: Sequence[State]) -> tuple[torch.Te
             r, c = state.agent[0] + d_row, state.agent[1] + d_col
             if 0 <= r < grid.size and 0 <= c < grid.size:
                 neighbours[row, action] = types[r, c]
-        for action in solve(grid).optimal_actions(state):
+        for action in solve(move_grids[row]).optimal_actions(state):
             moves[row, action] = 1.0
     return (
         torch.from_numpy(cells.astype(np.int64)),

@@ -237,7 +237,11 @@ def training_loss(
     if use_map and map_readout is not None and examples is not None:
         cells, agents, goals, neighbours, moves = (
             t.to(batch.suffix_ids.device)
-            for t in map_labels([e.grid for e in examples], [e.state for e in examples])
+            for t in map_labels(
+                [e.grid for e in examples],
+                [e.state for e in examples],
+                [e.planned_on or e.grid for e in examples],
+            )
         )
         weights = (
             prior_uncertainty([e.grid for e in examples]).to(batch.suffix_ids.device)

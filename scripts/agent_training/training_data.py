@@ -18,13 +18,19 @@ labels, and the positions the training-only signals of :mod:`agent_training.supe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
 from goalprobe.agents.harmony import ReasoningEffort, render_completion, render_prompt
 from goalprobe.agents.prompts import build_messages, uses_key_prompt
-from goalprobe.agents.reasoning import PLAN_PREFIX, PLAN_STEPS, final_text, reasoning_text
+from goalprobe.agents.reasoning import (
+    NEAR_OFFSETS,
+    PLAN_PREFIX,
+    PLAN_STEPS,
+    final_text,
+    reasoning_text,
+)
 from goalprobe.gridworld.core import Action, Grid, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.optimal import OptimalPolicy, solve
@@ -84,6 +90,12 @@ class TrainingDataConfig:
     in action order, so an agent's choice depends on its state's optimal set alone (the map
     agent's control pairs share that set)."""
 
+    plan_belief: str = "true"
+    """What plans (and the map read-out's optimal moves) are optimal on (:data:`PLAN_BELIEFS`):
+    the true grid, or (``"near"``, plain grids only) :func:`near_belief_grid`, the true walls
+    within two steps of A and open cells elsewhere: the map agent's belief recipe, whose every
+    move is a function of what its anchors hold (A, G and the copy line's 12 cells)."""
+
     near_line: bool = False
     """Reasoning with the copy line of the 12 cells within two steps of A (``The walls by A:``,
     :func:`goalprobe.agents.reasoning.describe_near`), and attention supervision of the anchors
@@ -101,6 +113,7 @@ class Example:
         plan: the next moves of a shortest path from ``state`` (first = the answer).
         prompt: the harmony prompt text.
         completion: the target completion text.
+        planned_on: the grid the plan is optimal on (:func:`planning_grid`; None: ``grid``).
     """
 
     grid: Grid
@@ -108,10 +121,36 @@ class Example:
     plan: tuple[Action, ...]
     prompt: str
     completion: str
+    planned_on: Grid | None = None
 
 
 TIE_BREAKS = ("random", "first")
 """How training plans choose among equally short moves (``TrainingDataConfig.tie_break``)."""
+
+PLAN_BELIEFS = ("true", "near")
+"""What training plans are optimal on (``TrainingDataConfig.plan_belief``)."""
+
+
+def near_belief_grid(grid: Grid, state: State) -> Grid:
+    """``grid`` as an agent that knows only the walls within two steps of A (the copy line's
+    cells, :data:`~goalprobe.agents.reasoning.NEAR_OFFSETS`) believes it: those walls, every
+    other cell open. Key variants are returned unchanged (their plans stay on the true grid)."""
+    if grid.variant != Variant.PLAIN:
+        return grid
+    walls = np.zeros_like(np.asarray(grid.walls))
+    row, col = state.agent
+    for d_row, d_col in NEAR_OFFSETS:
+        r, c = row + d_row, col + d_col
+        if 0 <= r < grid.size and 0 <= c < grid.size:
+            walls[r, c] = grid.walls[r, c]
+    return replace(grid, walls=walls, grid_id=f"{grid.grid_id}|near{row},{col}")
+
+
+def planning_grid(grid: Grid, state: State, plan_belief: str) -> Grid:
+    """The grid a training plan from ``state`` is optimal on (:data:`PLAN_BELIEFS`)."""
+    if plan_belief not in PLAN_BELIEFS:
+        raise ValueError(f"plan_belief must be one of {PLAN_BELIEFS}, got {plan_belief!r}")
+    return near_belief_grid(grid, state) if plan_belief == "near" else grid
 
 
 def sample_plan(
@@ -237,8 +276,12 @@ def sample_batch_examples(
         if not policy.is_solvable:
             continue
         state = sample_state(grid, policy, config.epsilon, rng, config.detour_fraction)
-        plan = sample_plan(grid, policy, state, config.plan_steps, rng, config.tie_break)
-        examples.append(make_example(grid, state, plan, near=config.near_line))
+        believed = planning_grid(grid, state, config.plan_belief)
+        if believed is not grid:
+            policy = solve(believed)
+        plan = sample_plan(believed, policy, state, config.plan_steps, rng, config.tie_break)
+        example = make_example(grid, state, plan, near=config.near_line)
+        examples.append(replace(example, planned_on=None if believed is grid else believed))
     return examples
 
 
