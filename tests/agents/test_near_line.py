@@ -199,3 +199,53 @@ def test_a_map_recipe_without_map_is_refused(capsys):
     assert config.offset_loss_weight > 0 and config.offset_attention_weight > 0
     assert script.main(["--map-recipe", "walls-offset", "--out", "/nonexistent/x"]) == 2
     assert "--map-recipe walls-offset: only with --map" in capsys.readouterr().err
+
+
+def test_belief_plans_see_only_the_walls_within_two_steps_of_a():
+    """``plan_belief="near"``: a wall three steps ahead is invisible (the plan walks into it as
+    into an open cell), one two steps ahead turns the plan; key grids keep the true grid."""
+    from agent_training.map_supervision import map_labels
+    from agent_training.training_data import near_belief_grid, planning_grid, sample_plan
+    from goalprobe.gridworld.optimal import solve
+
+    walls = np.zeros((7, 7), dtype=bool)
+    walls[0, :] = walls[-1, :] = walls[:, 0] = walls[:, -1] = True
+    walls[1:5, 4] = True  # a wall across the way from (1, 1) to G (1, 5): go around below,
+    walls[2, 2:4] = True  # and not through (1, 3), a dead end
+    grid = Grid(walls=walls, goal=(1, 5), start=(1, 1), variant=Variant.PLAIN, density=0.4)
+    far, near = State(agent=(1, 1)), State(agent=(1, 2))
+    rng = np.random.default_rng(0)
+    true_plan = sample_plan(grid, solve(grid), far, 1, rng, "first")
+    assert true_plan == (Action.DOWN,)
+    believed = near_belief_grid(grid, far)
+    assert not believed.walls[1, 4] and believed.walls[0, 1] and believed.walls[1, 0]
+    assert sample_plan(believed, solve(believed), far, 4, rng, "first")[0] == Action.RIGHT
+    believed = near_belief_grid(grid, near)
+    assert believed.walls[1, 4] and believed.walls[2, 3]  # two steps from A: seen
+    assert sample_plan(believed, solve(believed), near, 1, rng, "first") == (Action.LEFT,)
+    _, _, _, _, moves = map_labels([grid], [far], [near_belief_grid(grid, far)])
+    _, _, _, _, true_moves = map_labels([grid], [far])
+    assert moves[0, Action.RIGHT] == 1 and true_moves[0, Action.RIGHT] == 0
+    keyed = replace(grid, variant=Variant.KEY_NO_DOOR)
+    assert planning_grid(keyed, far, "near") is keyed
+    assert planning_grid(grid, far, "true") is grid
+    with pytest.raises(ValueError, match="plan_belief"):
+        planning_grid(grid, far, "x")
+
+
+def test_the_belief_recipe_plans_on_the_near_walls():
+    from test_map_supervision import _train_script
+
+    script = _train_script()
+    config, data = script.belief_phase(TrainingConfig(), TrainingDataConfig(), 40)
+    assert data.plan_belief == "near" and data.near_line and data.tie_break == "first"
+    assert config.steps == 40 and config.learning_rate == 1e-3
+    examples = sample_batch_examples(
+        replace(data, key_prompt_probability=0.0), 6, np.random.default_rng(3)
+    )
+    for example in examples:
+        assert example.planned_on is not None and example.planned_on.variant == Variant.PLAIN
+        hidden = example.grid.walls & ~example.planned_on.walls
+        rows, cols = np.nonzero(hidden)
+        a_row, a_col = example.state.agent
+        assert (np.abs(rows - a_row) + np.abs(cols - a_col) > 2).all()
