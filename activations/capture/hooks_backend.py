@@ -1,10 +1,8 @@
 """Reference backend: plain PyTorch forward hooks on the decoder blocks.
 
-Capture runs the base model (no unembedding); the hook of the last requested block raises an
-internal exception that ends the forward pass, so later blocks never run. Patching registers
-hooks that overwrite a block's output in place before the next block reads it (the same edit an
-nnsight trace makes), and reads the logits of the full model.
-"""
+Capture runs the base model (no unembedding) and the last requested block's hook raises to end
+the forward pass. Patching hooks overwrite a block's output in place before the next block reads
+it (the edit an nnsight trace makes) and read the full model's logits."""
 
 from __future__ import annotations
 
@@ -34,15 +32,9 @@ class _StopForward(Exception):
 
 
 class HookBackend(ResidualBackend):
-    """Capture and patch with ``register_forward_hook`` (the reference of the other backends).
-
-    Args:
-        model: a loaded Hugging Face causal LM (any device, any dtype, ``device_map`` allowed
-            for capture).
-        tokenizer: its tokenizer (optional; generation takes its pad id from it).
-        prefix_cache: run the unpatched prefix of a patched batch once and continue every copy
-            from its KV cache (see :meth:`ResidualBackend._patched_run`).
-    """
+    """Capture and patch with ``register_forward_hook`` (the reference of the other backends);
+    ``model`` may use ``device_map`` for capture; ``prefix_cache`` as in
+    :meth:`ResidualBackend._patched_run`."""
 
     name = "hooks"
     gradient_runner = "hooks_gradient_run"
@@ -112,13 +104,8 @@ class HookBackend(ResidualBackend):
         return [saved[x] for x in layers], logits[0, -1]
 
     def _writers(self, patches: Sequence[Patch], prompt_length: int = 0) -> dict[int, Callable]:
-        """Hooks that write every patch into its block's output (in place).
-
-        Args:
-            patches: the batch's patches (row ``i`` gets ``patches[i]``).
-            prompt_length: skip forward passes over fewer tokens (the decoding steps after a
-                patched prompt); 0 patches every pass.
-        """
+        """Hooks writing patch ``i`` into row ``i``'s block outputs (in place), skipping passes over
+        fewer than ``prompt_length`` tokens (the decoding steps after a patched prompt)."""
         hooks = {}
         for layer, (rows, cols, vals) in layer_plan(patches, self.device, self.dtype).items():
 

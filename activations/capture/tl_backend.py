@@ -1,13 +1,9 @@
 """TransformerLens backend: a ``TransformerBridge`` around the loaded Hugging Face model.
 
-The bridge wraps the loaded model offline, without weight folding, so
-``blocks.{L}.hook_resid_post`` is block ``L``'s output: capture reads it with
-``run_with_cache(..., stop_at_layer=max(layers) + 1)``, patching overwrites it with hooks. The
-bridge changes the model it wraps (eager attention, bridge blocks: cached generation departs
-from the original after the first token), so by default it wraps a deep copy
-(``copy_model=True``) and :attr:`model` stays intact; extraction may pass ``copy_model=False``.
-:meth:`generate` decodes greedily with full forward passes of the bridge.
-"""
+The bridge wraps the model offline without weight folding, so ``blocks.{L}.hook_resid_post`` is
+block ``L``'s output (capture: ``run_with_cache(..., stop_at_layer=max(layers) + 1)``; patching:
+hooks). The bridge changes the model it wraps (eager attention, bridge blocks), so by default it
+wraps a deep copy (``copy_model=True``). :meth:`generate` decodes greedily with full forwards."""
 
 from __future__ import annotations
 
@@ -33,21 +29,12 @@ from torch import nn
 
 
 class TransformerLensBackend(ResidualBackend):
-    """Capture and patch with a TransformerLens ``TransformerBridge``.
-
-    Args:
-        model: a loaded Hugging Face causal LM of an architecture TransformerLens supports
-            (wrapped in place, see the module docstring).
-        tokenizer: its tokenizer (needed to wrap without downloading one).
-        model_id: name recorded by the bridge (default: the model's ``name_or_path``, else its
-            class name).
-        copy_model: wrap a deep copy of ``model`` (default) rather than ``model`` itself (see
-            the module docstring).
+    """Capture and patch with a TransformerLens ``TransformerBridge`` (``model_id``: the name the
+    bridge records; default the model's ``name_or_path``, else its class name).
 
     Raises:
-        BackendUnavailableError: TransformerLens is missing, has no adapter for the
-            architecture, or the bridge fails to boot (the message carries the reason).
-    """
+        BackendUnavailableError: TransformerLens is missing, has no adapter for the architecture,
+            or the bridge fails to boot."""
 
     name = "transformer_lens"
 
@@ -69,9 +56,8 @@ class TransformerLensBackend(ResidualBackend):
         architecture = type(model).__name__
         name = model_id or getattr(model.config, "name_or_path", "") or architecture
         try:
-            # A config built in memory carries no `architectures`, and the bridge picks its
-            # adapter from that field: name the loaded class (on the bridge's copy of the
-            # config). The bridge edits the tokenizer it is given: give it a copy.
+            # the bridge picks its adapter from `architectures` (absent from an in-memory
+            # config) and edits the tokenizer it is given
             self.bridge = TransformerBridge.boot_transformers(
                 name,
                 hf_model=copy.deepcopy(model) if copy_model else model,
@@ -88,8 +74,8 @@ class TransformerLensBackend(ResidualBackend):
 
     @property
     def attention(self) -> str:
-        """The bridge's own kernel: it runs the wrapped model under eager attention (module
-        docstring), whatever the model was loaded with."""
+        """``eager``: the bridge runs the wrapped model under eager attention whatever it was loaded
+        with."""
         return "eager"
 
     @staticmethod
