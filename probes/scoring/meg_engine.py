@@ -149,16 +149,9 @@ def make_problem(
     transitions: np.ndarray | None = None,
     next_state: np.ndarray | None = None,
 ) -> tuple[Problem, np.ndarray]:
-    """Sort a batch by horizon and lay it out action-major.
-
-    Args:
-        initial: ``(B, S)``; horizon: ``(B,)``; utility: ``(B, 1 | H, S)``;
-        policy: ``(B, 1 | H, S, A)`` or None; transitions ``(B, S, A, S)`` or next_state
-        ``(B, S, A)``.
-
-    Returns:
-        ``(problem, order)``: ``problem`` is the batch ``order`` (results come back in that order).
-    """
+    """Sort a batch (``initial (B, S)``, ``horizon (B,)``, ``utility (B, 1 | H, S)``, ``policy (B, 1
+    | H, S, A)`` or None, ``transitions`` or ``next_state``) by horizon and lay it out
+    action-major; returns ``(problem, order)`` (results come back in ``order``)."""
     order = np.argsort(-horizon, kind="stable")
     dyn: Dynamics
     if next_state is not None:
@@ -394,27 +387,19 @@ def solve_beta(
     xrtol: float,
     max_iter: int = 200,
 ) -> BetaSolution:
-    """Maximise ``f(beta) = beta target - E[Lambda_0] + H log A`` per MDP: solve
-    ``E_beta[U] = target``.
+    """Maximise ``f(beta) = beta target - E[Lambda_0] + H log A`` per MDP: solve ``E_beta[U] =
+    target``.
 
-    Works in ``x = sign * beta >= 0`` with ``sign = sign(g0)``, where ``h(x) = sign (target -
-    E_{sign x}[U])`` is positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton
-    (Numerical Recipes' ``rtsafe``, vectorised): each step takes the Newton proposal, capped at
-    ``8 max(x, 1 / scale)`` (``K`` can be ~1e-20 where the uniform policy never reaches the
-    utility), when it falls strictly inside the current bracket ``(lo, hi)``; otherwise it jumps
-    to that cap (no upper end yet) or bisects (geometrically when the bracket spans more than a
-    factor 4). An MDP whose ``|beta| * scale`` would exceed ``1e15`` without a bracket stops
-    unconverged (``target`` is numerically the extreme value) and reports its best point.
+    Works in ``x = sign(g0) beta >= 0``, where ``h(x) = sign (target - E_{sign x}[U])`` is
+    positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton (Numerical Recipes'
+    ``rtsafe``, vectorised): the Newton proposal, capped at ``8 max(x, 1 / scale)`` (``K`` can be
+    ~1e-20), when strictly inside the bracket ``(lo, hi)``; otherwise that cap (no upper end yet)
+    or bisection (geometric when the bracket spans more than a factor 4). An MDP whose ``|beta| *
+    scale`` would exceed ``1e15`` without a bracket stops unconverged at its best point.
 
-    Args:
-        prob: the MDPs (every one must have ``g0 != 0``).
-        target: ``(B,)`` ``E_pi[U]``.
-        g0: ``(B,)`` ``E_pi[U] - E_uniform[U]`` (non-zero).
-        k0: ``(B,)`` curvature ``K`` at ``beta = 0``.
-        scale: ``(B,)`` attainable utility range (positive).
-        xrtol: relative tolerance on ``beta`` (convergence also when ``|h| <= 1e-13 scale``).
-        max_iter: Newton / bisection steps per MDP.
-    """
+    ``target``: ``(B,)`` ``E_pi[U]``; ``g0``: ``E_pi[U] - E_uniform[U]`` (non-zero); ``k0``:
+    ``K`` at ``beta = 0``; ``scale``: the attainable utility range (positive); ``xrtol``:
+    relative tolerance on ``beta`` (also converged when ``|h| <= 1e-13 scale``)."""
     n_b = prob.n_batch
     const = prob.horizon * np.log(prob.n_actions)
     sign = np.sign(g0)
