@@ -355,18 +355,11 @@ def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractCo
 
 @dataclass(frozen=True)
 class ExtractionPlan:
-    """Batches for one extraction and the memory they are expected to take.
-
-    Attributes:
-        batch_size: most sequences per forward pass.
-        max_batch_tokens: most padded tokens per forward pass (0: only ``batch_size`` limits).
-        longest, steps, tokens: the longest replayed sequence, replayed steps and tokens.
-        weights_gb: the weights' memory.
-        activations_gb: the expected activation peak of the largest batch.
-        budget_gb: memory left to activations (``fraction`` of the device less weights and reserve).
-        fits: whether one sequence of the longest length fits the budget.
-        attention: the attention implementation planned for.
-        one_gb: the activation peak of one sequence of the longest length."""
+    """Batches for one extraction and the memory they are expected to take: ``batch_size`` and
+    ``max_batch_tokens`` (0: only the batch size limits), the replayed ``longest``, ``steps`` and
+    ``tokens``, the weights' memory, the activation peak of the largest batch and of one longest
+    sequence (``one_gb``), the ``budget_gb`` left to activations and whether one longest sequence
+    ``fits`` it, under ``attention``."""
 
     batch_size: int
     max_batch_tokens: int

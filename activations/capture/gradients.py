@@ -29,18 +29,10 @@ class GradientUnsupportedError(RuntimeError):
 
 @dataclass(frozen=True)
 class GradientRun:
-    """A teacher-forced run's residual stream and the metric's gradient with respect to it.
-
-    Attributes:
-        positions: ``(k,)`` int64 positions captured, ascending.
-        layers: ``(n_layers,)`` blocks captured, ascending.
-        acts: ``(n_layers, k, d_model)`` residual stream after each block (float32, or float64
-            for a float64 model), on the CPU.
-        grads: ``(n_drops, n_layers, k, d_model)`` ``dM/d acts``, one per entry of ``drops``.
-        drops: the GradDrop block of each gradient (``None``: the plain gradient).
-        metric: the metric's value on the unpatched run.
-        readout_positions: ``(R,)`` where the metric read the logits.
-    """
+    """A teacher-forced run's residual stream and the metric's gradient with respect to it: ``acts``
+    ``(n_layers, k, d_model)`` at ascending ``layers`` x ``positions`` (CPU, float32 or float64),
+    ``grads`` ``(n_drops, n_layers, k, d_model)`` one per entry of ``drops`` (None: the plain
+    gradient), the ``metric`` on the unpatched run and its ``(R,)`` ``readout_positions``."""
 
     positions: np.ndarray
     layers: tuple[int, ...]

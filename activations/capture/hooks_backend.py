@@ -61,7 +61,6 @@ class HookBackend(ResidualBackend):
                 handle.remove()
 
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
-        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         last = layers[-1]
         out: dict[int, torch.Tensor] = {}
 
@@ -89,7 +88,6 @@ class HookBackend(ResidualBackend):
         return out
 
     def _clean_forward(self, ids, where, layers, kwargs):
-        """See :meth:`ResidualBackend._clean_forward`."""
         saved: dict[int, torch.Tensor] = {}
 
         def reader(layer: int):
@@ -121,7 +119,6 @@ class HookBackend(ResidualBackend):
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """See :meth:`ResidualBackend._patched_forward`."""
         with torch.no_grad(), self._hooked(self._writers(patches)):
             return self.model(ids, **kwargs).logits
 

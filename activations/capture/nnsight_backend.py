@@ -141,7 +141,6 @@ class NnsightBackend(ResidualBackend):
         return "past_key_values"
 
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
-        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         device = torch.device("cpu") if self.remote is True else input_device(self._module)
         input_ids = input_ids.to(device)
         attention_mask = attention_mask.to(device)
@@ -177,7 +176,6 @@ class NnsightBackend(ResidualBackend):
         return get_submodule_path(self.lm, self._path)
 
     def _clean_forward(self, ids, where, layers, kwargs):
-        """See :meth:`ResidualBackend._clean_forward`."""
         blocks = self._blocks()
         saved = []
         with (
@@ -200,7 +198,6 @@ class NnsightBackend(ResidualBackend):
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """See :meth:`ResidualBackend._patched_forward` (and ``prefix_cache``)."""
         with torch.no_grad(), cache_name_accepted(), self.lm.trace(ids, **kwargs):
             self._intervene(patches)
             logits = self.lm.lm_head.output.save()

@@ -77,20 +77,14 @@ def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
 
 
 class ActivationStore:
-    """Read-only view of one activation store file (written by ``goalprobe extract`` or ``merge``).
+    """Read-only view of one activation store file (written by ``goalprobe extract`` or ``merge``);
+    ``attrs`` are its root attributes (JSON decoded), ``chat_format`` the JSON description of the
+    rows' chat format (version 2: harmony), ``reasoning_every`` the ``k`` of its reasoning rows.
 
     Raises:
         FileNotFoundError: no such file.
         StoreFormatError: not HDF5, truncated, another schema/version, or missing datasets.
-        IncompleteStoreError: the writer did not finish (``complete`` is False).
-
-    Attributes:
-        n_rows: rows in the store (one per trajectory step).
-        stages, layers, d_model: stored stages, decoder blocks (0-based) and residual width.
-        attrs: root attributes, JSON ones decoded.
-        schema_version: the file's layout version.
-        reasoning_every: ``k`` of the stored reasoning rows (0: none).
-        chat_format: JSON description of the rows' chat format (version 2: harmony)."""
+        IncompleteStoreError: the writer did not finish (``complete`` is False)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -477,16 +471,10 @@ class ActivationStore:
 
 @dataclass(frozen=True)
 class ReasoningIndex:
-    """Reasoning rows of some store rows (``R`` in all), store row by store row.
-
-    Attributes:
-        index: ``(R,)`` int64 reasoning-row indices (for :meth:`ActivationStore.read_reasoning`).
-        row: ``(R,)`` int64 the store row each belongs to.
-        positions: ``(R,)`` token positions in the replayed sequence.
-        tokens: ``(R,)`` offsets from the reasoning's first token.
-        fraction: ``(R,)`` ``(tokens + 1) / length``.
-        length: ``(R,)`` tokens of the reasoning the row lies in.
-    """
+    """Reasoning rows (``R``) of some store rows, store row by store row: ``index`` (for
+    :meth:`ActivationStore.read_reasoning`), the store ``row`` each belongs to, token
+    ``positions``, ``tokens`` offsets from the reasoning's start, ``fraction`` ``(tokens + 1) /
+    length`` and the reasoning's ``length``, all ``(R,)``."""
 
     index: np.ndarray
     row: np.ndarray

@@ -66,9 +66,9 @@ class PatchConfig:
 
     Attributes:
         sites: patch sites (:data:`goalprobe.probes.patching.sites.SITES`).
-        layers: layer-set specs, each patched as one run: ``"thirds"`` (the last block of each
-            third), ``"each"``, ``"cumulative"`` (the first and last k blocks for every k, labelled
-            ``first<k>`` / ``last<k>``), ``"all"``, ``"7"``, ``"-1"``, ``"7+15"`` (both at once).
+        layers: layer-set specs, each patched as one run (:func:`resolve_layer_sets`): ``"thirds"``,
+            ``"each"``, ``"cumulative"`` (``first<k>`` / ``last<k>``), ``"all"``, ``"7"``, ``"-1"``,
+            ``"7+15"``.
         directions: ``"base_to_cf"`` and/or ``"cf_to_base"``.
         reasoning: ``"recorded"``, ``"greedy"`` or ``"oracle"`` (module docstring).
         require_optimal: keep only pairs whose unpatched action is optimal on both sides.
@@ -77,20 +77,16 @@ class PatchConfig:
         batch_size: patched copies per forward pass (and prompts per greedy-completion call).
         regenerate_batch_size: regenerations per decoding loop, pooled across pairs.
         anchor_sites, anchor_layers: what every kept pair is patched at (the headline's power).
-        full_pairs: pairs of each kind patched at every site x layer set (the dose-response); the
-            others only at the anchors. None: every pair at everything.
-        random_control: also patch every disjoint pair's target with a random other grid of the
-            same size (drawn with ``seed``) at the ``anchor_layers`` of its sites but
-            ``changed_cells``: kind ``"random_grid"``, scored against the pair's counterfactual.
+        full_pairs: pairs of each kind patched at every site x layer set; None: all.
+        random_control: also patch disjoint targets with a random other grid of the same size
+            (drawn with ``seed``) at the anchor layers: kind ``"random_grid"``.
         seed: seed of the random-grid draw.
         reasoning_effort: harmony reasoning effort of the prompts.
         template_dir: prompt templates directory; None uses the packaged ones.
-        reasoning_chunks: chunk sites of the reasoning (cf -> base, module docstring); 0: none.
-        chunk_layers: layer-set specs of the chunk patches.
-        chunk_pairs: pairs of each kind patched at every chunk (the first kept ones). None: all.
-        sanity_pairs: disjoint pairs also patched at site ``grid`` at every block (layer set
-            ``all``, which ``layers`` or ``anchor_layers`` must resolve), both directions: the
-            pipeline check that patching the whole input moves an agent that reads it."""
+        reasoning_chunks, chunk_layers, chunk_pairs: chunks of the reasoning patched (0: none),
+            their layer sets and the pairs of each kind patched there (None: all).
+        sanity_pairs: disjoint pairs also given the input sanity check (site ``grid``, layer set
+            ``all``, which ``layers`` or ``anchor_layers`` must resolve)."""
 
     sites: tuple[str, ...] = DEFAULT_SITES
     layers: tuple[str, ...] = ("thirds", "all")
@@ -189,15 +185,10 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
 
 @dataclass(frozen=True)
 class Side:
-    """One side (base or counterfactual) of a prepared pair, unpatched.
-
-    Attributes:
-        grid, state: what the prompt shows.
-        sequence, clean: its teacher-forced sequence and clean run.
-        optimal: ``pi*`` of the state.
-        action_logits: ``(4,)`` logits of the action tokens at the readout.
-        completion_ids: the completion its reasoning came from.
-        generated_action: the action parsed from a greedy completion (None: none)."""
+    """One unpatched side of a prepared pair: the ``grid`` and ``state`` shown, its teacher-forced
+    ``sequence`` and ``clean`` run, ``optimal`` (``pi*``), the ``(4,)`` ``action_logits`` at the
+    readout, the ``completion_ids`` its reasoning came from and the ``generated_action`` of a
+    greedy completion (None: none)."""
 
     grid: Grid
     state: State

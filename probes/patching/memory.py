@@ -92,20 +92,11 @@ def _fit(available: float, one: float, cap: int) -> int:
 
 @dataclass(frozen=True)
 class PatchingPlan:
-    """The plan made before the greedy completions.
-
-    Attributes:
-        longest_prompt: the longest prompt (tokens).
-        longest: the longest teacher-forced sequence a kept pair can have (prompt, a completion
-            shorter than ``max_new_tokens``, :data:`ANSWER_TOKENS`; or a recorded completion).
-        max_new_tokens: the completions' token budget.
-        batch_size, generation_batch_size: patched copies per forward pass at the longest sequence
-            and prompts per greedy decoding loop (the config's caps).
-        one_gb, generation_one_gb: one patched copy of the longest sequence; one greedy completion.
-        budget_gb, weights_gb: memory left to activations; the weights as loaded.
-        attention: the kernel's memory model.
-        fits: whether one copy (and one completion) fits at all.
-        max_new_tokens_fitting: the largest token budget at which one copy fits (0: none)."""
+    """The plan made before the greedy completions (fields as ``memory.plan`` in docs/formats.md):
+    ``longest`` is the longest teacher-forced sequence a kept pair can have (prompt, a completion
+    shorter than ``max_new_tokens``, :data:`ANSWER_TOKENS`; or a recorded completion), the batch
+    sizes are the config's caps at that length, ``fits`` says whether one copy and one completion
+    fit at all and ``max_new_tokens_fitting`` the largest token budget that does (0: none)."""
 
     longest_prompt: int
     longest: int

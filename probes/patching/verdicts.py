@@ -60,18 +60,12 @@ def anchor_verdicts(
     random_state: int | None = 0,
 ) -> list[dict]:
     """One verdict per site x mode x direction of the disjoint records at layer set ``layers``
-    (``sites``: those judged; None: every site with disjoint records).
-
-    Each is a dict with ``site``, ``mode``, ``direction``, ``layers``, ``sanity_check``,
-    ``n_pairs``, ``n_grids``, ``moved`` (share of disjoint pairs moved into the source's optimal
-    set), ``invalid``, ``random_grid`` (the control's share in the counterfactual's set),
-    ``control_changed``, ``recovered`` (teacher-forced runs only), ``difference`` (paired, real
-    minus random-grid), ``moved_bound`` (exact upper bound of the moved share), ``headline``
-    (regenerated rows only; ``note`` says why), ``sanity_passed`` and ``flag``, ``role``
-    (``"verdict"``, ``"descriptive"`` or ``"sanity check"``), and ``verdict``: ``"yes"`` when the
+    (``sites``: those judged; None: all), as the ``verdicts`` entries of docs/formats.md
+    ("Patching results"): ``moved`` (into the source's optimal set), ``random_grid`` (the
+    control), ``difference`` (paired, real minus random-grid), ``moved_bound`` and the rest, each
+    statistic ``{value, ci_low, ci_high, n, n_grids}``. ``verdict`` is ``"yes"`` when the
     difference's interval lies above 0, ``"no"`` when not, ``"undecided"`` without a control or
-    an interval, ``"sanity check"`` at :data:`SANITY_SITES`. Statistics are ``{value, ci_low,
-    ci_high, n, n_grids}``."""
+    an interval, and ``"sanity check"`` at :data:`SANITY_SITES`."""
     boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
     cells: dict[tuple, dict[str, list]] = {}
     for r in records:

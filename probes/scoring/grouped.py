@@ -135,16 +135,28 @@ def grouped_stats(
         n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng
     )
     out = {"overall": ratio_stats(num, den, grid_ids, names, **common, weights=weights)}
+    for breakdown, table in group_rows(groups).items():
+        out[breakdown] = {
+            key: ratio_stats(
+                num[rows],
+                den[rows],
+                grid_ids[rows],
+                names,
+                **common,
+                weights=None if weights is None else weights[rows],
+            )
+            for key, rows in table.items()
+        }
+    return out
+
+
+def group_rows(groups: dict[str, list]) -> dict[str, dict[str, np.ndarray]]:
+    """Breakdown -> group key (in :func:`sort_key` order) -> the rows of that group."""
+    out = {}
     for breakdown, keys in groups.items():
         keys_arr = np.asarray(keys, dtype=object)
-        table = {}
-        for key in sorted({k for k in keys if k is not None}, key=sort_key):
-            rows = np.flatnonzero(keys_arr == key)
-            w = None if weights is None else weights[rows]
-            table[key] = ratio_stats(
-                num[rows], den[rows], grid_ids[rows], names, **common, weights=w
-            )
-        out[breakdown] = table
+        present = sorted({k for k in keys if k is not None}, key=sort_key)
+        out[breakdown] = {key: np.flatnonzero(keys_arr == key) for key in present}
     return out
 
 

@@ -15,12 +15,8 @@ Conventions (Definition 5.1):
   ``MEG = sum_t E_pi[log pi_model(D_t | S_t) + log |A|]`` over ``pi``'s own trajectories (rows
   of states ``pi`` never reaches change nothing).
 
-Soft value iteration runs on the log-partition ``Lambda_t = beta * V^soft_t`` (Definition 5.2):
-``Lambda_t(s) = beta U_t(s) + logsumexp_a E[Lambda_{t+1}(S') | s, a]``, stable for every real
-``beta`` (``+/-inf``: :func:`~goalprobe.probes.scoring.meg_engine.limit_pass`). The soft-optimal
-policy's predictive accuracy telescopes to ``f(beta) = beta E_pi[U] - E[Lambda_0(S_0)] + H log
-|A|``, concave with derivative ``E_pi[U] - E_beta[U]``. Everything runs on batches of MDPs (dense
-``(B, S, A, S)`` transitions or deterministic ``(B, S, A)`` next states)."""
+Soft value iteration runs on the log-partition ``Lambda_t = beta * V^soft_t`` (Definition 5.2),
+stable for every real ``beta``, in batches of MDPs (:mod:`goalprobe.probes.scoring.meg_engine`)."""
 
 from __future__ import annotations
 
@@ -77,14 +73,9 @@ def _check_horizon(horizon) -> int:
 
 @dataclass(frozen=True, eq=False)
 class TabularMDP:
-    """A finite-horizon tabular MDP (Definition 5.1 of the MEG paper).
-
-    Attributes:
-        transitions: ``(S, A, S)`` float, ``transitions[s, a, s2] = P(S_{t+1}=s2 | S_t=s, D_t=a)``;
-            every ``(s, a)`` row is a distribution. Read-only copy.
-        initial: ``(S,)`` float, the distribution of ``S_0``. Read-only copy.
-        horizon: ``H``, the number of decisions ``D_0 .. D_{H-1}``.
-    """
+    """A finite-horizon tabular MDP (Definition 5.1): read-only ``(S, A, S)`` ``transitions``
+    (``P(S_{t+1}=s2 | S_t=s, D_t=a)``, rows distributions), ``(S,)`` ``initial`` distribution of
+    ``S_0`` and ``horizon`` ``H`` decisions."""
 
     transitions: np.ndarray
     initial: np.ndarray
@@ -367,19 +358,14 @@ class KnownUtilityMEG:
 
     Attributes:
         meg: MEG in nats, summed over decisions (uniform baseline subtracted).
-        beta: the maximising rationality parameter (``inf`` / ``-inf`` when the supremum is the
-            optimal / anti-optimal limit; ``0.0`` when ``E_pi[U] = E_uniform[U]``).
-        converged: whether the solver met its tolerances (always True for the closed-form cases).
-        iterations: soft value-iteration passes spent by the Newton solver (including the one at
-            ``beta = 0``); 0 for the closed-form cases.
-        expected_utility: ``E_pi[U]``.
-        expected_utility_model: ``E[U]`` under the maximising soft-optimal policy (equals
-            ``expected_utility`` at an interior optimum).
-        expected_utility_uniform: ``E[U]`` under the uniform policy.
-        min_expected_utility: the smallest attainable ``E[U]`` (anti-optimal policy).
-        max_expected_utility: the largest attainable ``E[U]`` (optimal policy).
-        n_decisions: ``H``.
-    """
+        beta: the maximising rationality (``+/-inf``: the (anti-)optimal limit; ``0.0`` when
+            ``E_pi[U] = E_uniform[U]``).
+        converged: whether the solver met its tolerances (True for the closed-form cases).
+        iterations: soft passes of the Newton solver (including ``beta = 0``); 0 in closed form.
+        expected_utility, expected_utility_model, expected_utility_uniform: ``E[U]`` under ``pi``,
+            the maximising soft-optimal policy and the uniform policy.
+        min_expected_utility, max_expected_utility: the attainable range of ``E[U]``.
+        n_decisions: ``H``."""
 
     meg: float
     beta: float

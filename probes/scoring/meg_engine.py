@@ -80,16 +80,10 @@ class DeterministicDynamics:
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """A batch of MDPs sorted by horizon (longest first), with utilities and optional policies.
-
-    Attributes:
-        dyn: the transition operators.
-        n_actions: ``A``.
-        initial: ``(B, S)`` float initial distributions.
-        horizon: ``(B,)`` int, non-increasing.
-        utility: ``(1 | H, B, S)`` float: stationary, or time-indexed with a common horizon ``H``.
-        policy: ``(1 | H, A, B, S)`` float or None, laid out like ``utility``.
-    """
+    """A batch of MDPs sorted by horizon (longest first): transition operators ``dyn``, ``A``
+    actions, ``(B, S)`` initial distributions, non-increasing ``(B,)`` horizons, ``(1 | H, B,
+    S)`` utilities (stationary, or time-indexed with a common horizon) and ``(1 | H, A, B, S)``
+    policies laid out alike (or None)."""
 
     dyn: Dynamics
     n_actions: int
@@ -178,15 +172,9 @@ def _read(prob: Problem, sl: slice, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SoftPass:
-    """Result of :func:`soft_pass`, all ``(B,)`` except the recordings.
-
-    Attributes:
-        log_z: ``E[Lambda_0(S_0)]``.
-        eu: ``E_beta[U]``.
-        curvature: ``E[K_0(S_0)] = dE_beta[U] / dbeta`` (zeros unless requested).
-        logits: ``(H, A, B, S)`` recorded ``X_t`` (common horizon only) or None.
-        lam: ``(H, B, S)`` recorded ``Lambda_t`` or None.
-    """
+    """Result of :func:`soft_pass`, ``(B,)`` each: ``log_z = E[Lambda_0(S_0)]``, ``eu = E_beta[U]``,
+    ``curvature = E[K_0(S_0)] = dE_beta[U] / dbeta`` (zeros unless requested), and when recorded
+    (common horizon) ``logits`` ``(H, A, B, S)`` (``X_t``) and ``lam`` ``(H, B, S)``."""
 
     log_z: np.ndarray
     eu: np.ndarray
@@ -246,17 +234,11 @@ def soft_pass(
 
 @dataclass(frozen=True)
 class LimitPass:
-    """Result of :func:`limit_pass`, all ``(B,)`` except the recordings.
-
-    Attributes:
-        eu: the optimal (``sign=+1``) or anti-optimal (``-1``) expected utility.
-        log_z: ``E[W_0(S_0)]``, so that the limit policy's predictive accuracy of a policy that
-            only takes optimal actions is ``H log A - log_z``.
-        off: probability that the scored policy ever takes a non-optimal action (0 without one).
-        q: ``(H, A, B, S)`` optimal / anti-optimal Q-values (common horizon, when recorded).
-        in_set: ``(H, A, B, S)`` bool, the optimal / anti-optimal action sets.
-        w: ``(H, B, S)`` the entropy values ``W_t``.
-    """
+    """Result of :func:`limit_pass`, ``(B,)`` each: ``eu``, the (anti-)optimal expected utility;
+    ``log_z = E[W_0(S_0)]`` (a policy taking only optimal actions has predictive accuracy ``H log
+    A - log_z``); ``off``, the probability that the scored policy ever leaves the set; when
+    recorded, ``(H, A, B, S)`` Q-values ``q`` and action sets ``in_set``, and ``(H, B, S)``
+    entropies ``w``."""
 
     eu: np.ndarray
     log_z: np.ndarray
@@ -360,15 +342,8 @@ equal their limit to machine precision."""
 
 @dataclass(frozen=True)
 class BetaSolution:
-    """Result of :func:`solve_beta`, all ``(B,)``.
-
-    Attributes:
-        beta: the maximiser (the best evaluated point where not converged).
-        f: predictive accuracy ``f(beta)`` (uniform baseline subtracted).
-        eu: ``E_beta[U]``.
-        converged: whether the tolerances were met.
-        n_evals: soft passes evaluated.
-    """
+    """Result of :func:`solve_beta`, ``(B,)`` each: the maximiser ``beta`` (the best evaluated point
+    where not ``converged``), ``f(beta)``, ``eu = E_beta[U]`` and the soft passes ``n_evals``."""
 
     beta: np.ndarray
     f: np.ndarray

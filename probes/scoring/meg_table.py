@@ -26,10 +26,10 @@ from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
 from goalprobe.probes.scoring.grouped import (
     group_keys,
+    group_rows,
     groups_of,
     ratio_stats,
     seeded_rng,
-    sort_key,
 )
 from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
@@ -308,13 +308,11 @@ def score_meg(
     size = np.asarray([r["size"] for r in records])
     density = np.asarray([math.nan if r["density"] is None else r["density"] for r in records])
     variant = np.asarray([r["variant"] for r in records], dtype=object)
-    groups = group_keys(size, density, variant)
     aggregates = {"overall": _meg_group(records, np.arange(len(records)), config, "all")}
-    for breakdown, keys in groups.items():
-        keys_arr = np.asarray(keys, dtype=object)
+    for breakdown, table in group_rows(group_keys(size, density, variant)).items():
         aggregates[breakdown] = {
-            key: _meg_group(records, np.flatnonzero(keys_arr == key), config, f"{breakdown}={key}")
-            for key in sorted({k for k in keys if k is not None}, key=sort_key)
+            key: _meg_group(records, rows, config, f"{breakdown}={key}")
+            for key, rows in table.items()
         }
     return {  # the order of group_keys, as written before the body was typed
         "probe": probe,
