@@ -304,7 +304,6 @@ class ResidualBackend(ABC):
         logits = self._patched_forward(*self._patched_run(token_ids, patches, readout_position))
         return logits[:, 0].float().cpu()
 
-    @abstractmethod
     def generate(
         self,
         prompt_ids: Sequence[int] | np.ndarray,
@@ -316,6 +315,18 @@ class ResidualBackend(ABC):
         """Greedy completions, one per patch (patches apply to the prompt pass only), each cut after
         its first stop id. ``prompt_ids`` is one prompt or ``(len(patches), S)`` equal-length
         prompts (:func:`prompt_batch`)."""
+        if not patches:
+            return []
+        ids = prompt_batch(prompt_ids, len(patches), self.device)
+        check_patches(patches, ids.shape[1], self.n_layers)
+        out = self._generate(ids, list(patches), max_new_tokens, list(stop_ids))
+        return [strip_stop(row, stop_ids) for row in out[:, ids.shape[1] :].cpu().tolist()]
+
+    @abstractmethod
+    def _generate(
+        self, ids: torch.Tensor, patches: list[Patch], max_new_tokens: int, stop_ids: list[int]
+    ) -> torch.Tensor:
+        """``(B, S + n)`` ids: the prompts ``ids (B, S)`` and their greedy continuations."""
 
     def gradient_run(
         self,

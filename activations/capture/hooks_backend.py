@@ -9,20 +9,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     Patch,
     ResidualBackend,
     block_output,
-    check_patches,
     decoder_layers_path,
     gather_positions,
     get_submodule_path,
     input_device,
     layer_plan,
-    prompt_batch,
-    strip_stop,
 )
 from torch import nn
 
@@ -122,28 +118,14 @@ class HookBackend(ResidualBackend):
         with torch.no_grad(), self._hooked(self._writers(patches)):
             return self.model(ids, **kwargs).logits
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        check_patches(patches, ids.shape[1], self.n_layers)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
         start, cache, patches = self._generation_prefix(ids, patches)
         with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
-            out = self.model.generate(
+            return self.model.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
-                eos_token_id=list(stop_ids),
+                eos_token_id=stop_ids,
                 pad_token_id=self.pad_token_id,
                 **cache,
             )
-        rows = out[:, ids.shape[1] :].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in rows]

@@ -18,20 +18,16 @@ import json
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     Patch,
     ResidualBackend,
     block_output,
-    check_patches,
     decoder_layers_path,
     gather_positions,
     get_submodule_path,
     input_device,
     layer_plan,
-    prompt_batch,
-    strip_stop,
 )
 from torch import nn
 
@@ -203,20 +199,7 @@ class NnsightBackend(ResidualBackend):
             logits = self.lm.lm_head.output.save()
         return logits
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate` (with ``prefix_cache``:
-        :meth:`_generation_prefix`)."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        check_patches(patches, ids.shape[1], self.n_layers)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
         _, cache, patches = self._generation_prefix(ids, patches)
         with (
             torch.no_grad(),
@@ -225,12 +208,11 @@ class NnsightBackend(ResidualBackend):
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
-                eos_token_id=list(stop_ids),
+                eos_token_id=stop_ids,
                 pad_token_id=self.pad_token_id,
                 **cache,
             ) as tracer,
         ):
             self._intervene(patches)
             result = tracer.result.save()
-        out = result[:, ids.shape[1] :].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in out]
+        return result

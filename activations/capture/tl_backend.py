@@ -21,9 +21,7 @@ from goalprobe.activations.capture.base import (
     ids_tensor,
     input_device,
     layer_plan,
-    prompt_batch,
     readout_index,
-    strip_stop,
 )
 from torch import nn
 
@@ -137,21 +135,9 @@ class TransformerLensBackend(ResidualBackend):
             logits = self.bridge.run_with_hooks(ids, fwd_hooks=self._hooks(patches, ids.shape[1]))
         return logits[:, readout].float().cpu()
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        prompt_length = ids.shape[1]
-        hooks = self._hooks(patches, prompt_length)
-        stops = torch.as_tensor(list(stop_ids), device=self.device)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
+        hooks = self._hooks(patches, ids.shape[1])
+        stops = torch.as_tensor(stop_ids, device=self.device)
         done = torch.zeros(len(patches), dtype=torch.bool, device=self.device)
         with torch.no_grad():
             for _ in range(max_new_tokens):
@@ -164,5 +150,4 @@ class TransformerLensBackend(ResidualBackend):
                 done |= torch.isin(nxt, stops)
                 if bool(done.all()):
                     break
-        rows = ids[:, prompt_length:].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in rows]
+        return ids
