@@ -109,8 +109,7 @@ def device_details(model: Any) -> dict[str, Any]:
 
 
 def batching_record(config: Any, capture: Any) -> dict[str, Any]:
-    """A part's ``batching`` attribute: its batches and :func:`device_details` (outside the
-    identity)."""
+    """A part's ``batching`` attribute: its batches and :func:`device_details` (not identity)."""
     where = device_details(capture.model) if hasattr(capture, "model") else {}
     return {"batch_size": config.batch_size, "max_batch_tokens": config.max_batch_tokens, **where}
 
@@ -124,8 +123,7 @@ def part_batching(path: Any) -> dict[str, Any]:
 
 
 def mxfp4_kernel_check() -> tuple[bool, str]:
-    """Whether the MXFP4 Hub kernel (:data:`MXFP4_KERNEL`) loads here, and a sentence saying what
-    that means."""
+    """Whether the MXFP4 Hub kernel (:data:`MXFP4_KERNEL`) loads here, and what that means."""
     from goalprobe.activations.plan import mxfp4_status
 
     status = mxfp4_status()

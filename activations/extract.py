@@ -190,9 +190,8 @@ class ReplayRow:
 
 
 class GridCellLocator:
-    """Maps each grid cell of a prompt to the token holding its symbol, from per-token decoded
-    pieces (cached per id); refuses a tokenizer whose pieces do not concatenate to the prompt,
-    and two cells sharing a token."""
+    """Maps each grid cell of a prompt to the token holding its symbol, from per-id decoded pieces;
+    refuses pieces that do not concatenate to the prompt, and two cells sharing a token."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -254,9 +253,8 @@ def episode_rows(
     locator: GridCellLocator | None = None,
     vocab_size: int | None = None,
 ) -> list[ReplayRow]:
-    """The replay rows of every step of a finished ``episode`` whose first step has file-wide index
-    ``first_step_index``; ``where`` names the file in errors, ``locator`` is needed for grid
-    cells, and a token id at or above ``vocab_size`` is an error naming the step."""
+    """The replay rows of every step of a finished ``episode`` (first step's file-wide index
+    ``first_step_index``); a token id at or above ``vocab_size`` is an error naming the step."""
     labels = episode_labels(episode, first_step_index)
     rows = []
     for t, step in enumerate(episode.steps):
@@ -526,8 +524,7 @@ def extract(
 def _identity_and_attrs(
     trajectories: Path, capture, tokenizer, config: ExtractConfig, model_id: str, revision: str
 ) -> tuple[dict, dict]:
-    """The identity a resumed part or finished store must match, and the attributes every part
-    records."""
+    """The identity a resumed part or finished store must match, and every part's attributes."""
     shard = Shard.parse(config.shard)
     chat_format = chat_format_for(tokenizer)
     identity = {
@@ -634,8 +631,7 @@ class _Parts:
                 self.bar.close()
 
     def flush(self) -> None:
-        """Write the buffered rows as the next part (or check the one there), halving batches on
-        OOM."""
+        """Write the buffered rows as the next part (or check the one there), halving on OOM."""
         buffer, index = self.buffer, len(self.paths)
         path = self.parts_dir / f"part_{index:06d}.h5"
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
@@ -671,9 +667,8 @@ def holds_other_extraction(
     *,
     compare_layers: bool = True,
 ) -> bool:
-    """Whether an existing ``output`` can *not* be this extraction's store, judged without the
-    model: not a complete store, or from another trajectory file or config (layers compared only
-    when ``compare_layers``; :data:`BATCHING` never). The CLI refuses it before loading a model."""
+    """Whether an existing ``output`` can *not* be this extraction's store, judged without the model
+    (layers compared only when ``compare_layers``; :data:`BATCHING` never)."""
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
         return True

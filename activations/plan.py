@@ -79,8 +79,7 @@ class ModelShape:
         return cls.from_config(json.loads(text))
 
     def parameters(self) -> dict[str, int]:
-        """Parameter counts: ``experts`` (expert matrices and biases) and ``other`` (everything
-        else)."""
+        """Parameter counts: ``experts`` (expert matrices and biases) and ``other`` (the rest)."""
         d, w, hd = self.d_model, self.expert_width, self.head_dim
         attention = (d + 1) * (self.n_heads + 2 * self.n_kv_heads) * hd
         attention += (self.n_heads * hd + 1) * d + self.n_heads
@@ -123,9 +122,8 @@ SINK_ATTENTION_CUDA = 1.7
 
 
 def planned_attention(implementation: str, device: str) -> str:
-    """The memory model of kernel ``implementation`` on ``device``: on CUDA, ``sink_attention`` its
-    own and the flex variants ``flex_attention``'s; everything else (and anything off CUDA, where
-    the scores are materialised) is planned as eager."""
+    """The memory model of kernel ``implementation`` on ``device``: on CUDA ``sink_attention`` and
+    the flex variants (``flex_attention``) have their own; all else is planned as eager."""
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"
@@ -148,9 +146,8 @@ def activation_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one teacher-forced forward pass of ``batch`` sequences padded to
-    ``tokens`` (module docstring): the larger of one block's attention and MoE phases. Flex
-    attention holds no score matrix, only per-token vectors and an fp32 log-sum-exp."""
+    """Peak activation bytes of one teacher-forced forward of ``batch`` sequences of ``tokens``
+    (module docstring): the larger of one block's attention and MoE phases."""
     t = int(tokens)
     return (
         float(dtype_bytes) * batch * max(_attention_phase(shape, t, t, attention), _moe(shape, t))
@@ -158,8 +155,7 @@ def activation_bytes(
 
 
 def _attention_phase(shape: ModelShape, queries: int, keys: int, attention: str) -> float:
-    """Elements per sequence of one block's attention phase: ``queries`` positions against
-    ``keys``."""
+    """Elements per sequence of one block's attention: ``queries`` positions against ``keys``."""
     if attention not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
@@ -192,9 +188,8 @@ def patched_run_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one batch of patched copies whose first ``prefix`` tokens come from
-    a cached KV prefix and whose ``suffix`` tokens run, plus that KV cache and one fp32 logits
-    row per copy."""
+    """Peak bytes of a batch of patched copies: ``prefix`` tokens from a cached KV prefix,
+    ``suffix`` tokens run, plus that KV cache and one fp32 logits row per copy."""
     s, p = int(suffix), int(prefix)
     phase = max(_attention_phase(shape, s, p + s, attention), _moe(shape, s))
     kv = kv_cache_bytes(shape, batch, p + s, dtype_bytes) if p > 0 else 0.0
@@ -287,9 +282,8 @@ def device_memory_bytes(device: str) -> float:
 
 
 def model_bytes(model) -> float:
-    """Bytes of every tensor ``model`` holds, each storage once: parameters, buffers and tensors
-    kept as plain attributes (transformers' MXFP4 experts are Triton tensors with
-    ``.storage.data`` and ``weight_scale``, not parameters)."""
+    """Bytes of every tensor ``model`` holds (each storage once), including tensors kept as plain
+    attributes (transformers' MXFP4 experts are Triton tensors, not parameters)."""
     import torch
 
     seen: set[tuple] = set()
@@ -396,8 +390,7 @@ def plan_extraction(
     attention: str = "eager",
 ) -> ExtractionPlan:
     """Batches that fit: the most sequences ``B`` (at most ``max_batch``) whose peak at the longest
-    replayed length fits ``fraction x memory - weights - reserve``, and the token budget ``B x
-    longest`` (shorter sequences then go more at a time)."""
+    length fits ``fraction x memory - weights - reserve``, and the token budget ``B x longest``."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     longest = max(lengths, default=1)
@@ -424,9 +417,8 @@ class ExtractionDoesNotFitError(ValueError):
 
 
 def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) -> None:
-    """Raise :class:`ExtractionDoesNotFitError` before any forward pass when one sequence of the
-    longest length does not fit beside the weights; the message names the figures and, under
-    eager attention, what flex attention would need."""
+    """Raise :class:`ExtractionDoesNotFitError` when one longest sequence does not fit beside the
+    weights; the message names the figures and what flex attention would need."""
     if plan.fits:
         return
     message = (

@@ -50,8 +50,8 @@ class TokenBatch:
         positions: Sequence[Sequence[int]],
         pad_id: int = 0,
     ) -> TokenBatch:
-        """Pad ``B`` id lists on the right with ``pad_id``; ``positions`` are ``B`` rows of ``K``
-        ints, each inside its row."""
+        """Pad ``B`` id lists on the right; ``positions``: ``B`` rows of ``K`` ints inside their
+        row."""
         if len(sequences) == 0 or len(sequences) != len(positions):
             raise ValueError(
                 f"need as many position rows as sequences (>0), got {len(sequences)} sequences "
@@ -173,9 +173,8 @@ class ResidualBackend(ABC):
 
     @property
     def attention(self) -> str:
-        """The attention kernel the model runs (transformers' ``_attn_implementation``: eager,
-        ``sink_attention`` (agents/attention.py) or flex_attention; '' when unknown): recorded
-        in a store's ``attention`` attribute, since the kernels' rows differ."""
+        """The attention kernel the model runs (``_attn_implementation``; '' when unknown), recorded
+        in a store's ``attention`` attribute since the kernels' rows differ."""
         return str(getattr(self.config, "_attn_implementation", None) or "")
 
     @property
@@ -234,9 +233,9 @@ class ResidualBackend(ABC):
         )  # fmt: skip
 
     def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
-        """How much of a batch's shared ``prefix`` to run once: up to its last harmony ``<|start|>``
-        (at or after :attr:`min_shared_prefix`), so every batch of one template shares one cached
-        prefix. Depends on the batch alone, so a resumed extraction computes the same values."""
+        """How much of a batch's shared ``prefix`` to run once: up to its last harmony
+        ``<|start|>``, so all batches of a template share one cache (and a resumed extraction
+        computes the same values)."""
         from goalprobe.agents.harmony import START
 
         if self.tokenizer is None or START not in self.tokenizer.get_vocab():
@@ -263,16 +262,14 @@ class ResidualBackend(ABC):
         layers: list[int],
         **forward_kwargs,
     ) -> dict[int, torch.Tensor]:
-        """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after a cached prefix
-        when ``forward_kwargs`` holds its KV cache; ``attention_mask`` then covers
-        prefix and suffix) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
+        """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after the KV cache in
+        ``forward_kwargs``, if any) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
 
     def clean_run(
         self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
-        """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
-        and the last position's logits (with :attr:`prefix_cache`, from the template's cached
-        prefix: :meth:`_clean_prefix`)."""
+        """Run ``token_ids`` unpatched: the residual stream at ``layers`` x ``positions`` and the
+        last position's logits (with :attr:`prefix_cache`: :meth:`_clean_prefix`)."""
         token_ids = np.asarray(token_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         start, kwargs = self._clean_prefix(token_ids, positions)
@@ -296,8 +293,8 @@ class ResidualBackend(ABC):
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:
-        """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last
-        position), one patched copy of ``token_ids`` per patch (with :attr:`prefix_cache`, see
+        """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last), one
+        patched copy of ``token_ids`` per patch (with :attr:`prefix_cache`:
         :meth:`_patched_run`)."""
         if not patches:
             return torch.empty(0)
@@ -312,9 +309,8 @@ class ResidualBackend(ABC):
         max_new_tokens: int,
         stop_ids: Sequence[int],
     ) -> list[list[int]]:
-        """Greedy completions, one per patch (patches apply to the prompt pass only), each cut after
-        its first stop id. ``prompt_ids`` is one prompt or ``(len(patches), S)`` equal-length
-        prompts (:func:`prompt_batch`)."""
+        """Greedy completions, one per patch (applied to the prompt pass only), each cut after its
+        first stop id; ``prompt_ids``: one prompt or equal-length prompts (:func:`prompt_batch`)."""
         if not patches:
             return []
         ids = prompt_batch(prompt_ids, len(patches), self.device)
@@ -413,7 +409,7 @@ class ResidualBackend(ABC):
 
     def _clean_prefix(self, ids: np.ndarray, positions: np.ndarray) -> tuple[int, dict]:
         """``(start, forward kwargs)`` of a clean run: with :attr:`prefix_cache`, the tokens before
-        the first read position, cut as in :meth:`_reusable_prefix_length`, come from the cached
+        the first read position (cut as :meth:`_reusable_prefix_length`) come from the cached
         prefix."""
         first = int(np.min(positions)) if len(positions) else len(ids) - 1
         start = min(first, len(ids) - 1)
@@ -427,9 +423,9 @@ class ResidualBackend(ABC):
     def _generation_prefix(
         self, ids: torch.Tensor, patches: Sequence[Patch]
     ) -> tuple[int, dict, list[Patch]]:
-        """``(start, generate kwargs, patches)`` of patched prompts ``ids (B, S)``: with
-        :attr:`prefix_cache` the shared tokens before the first patched position, cut as in
-        :meth:`capture`, run once; the suffix keeps at least two tokens (one is a decoding step)."""
+        """``(start, generate kwargs, patches)`` of prompts ``ids (B, S)``: with
+        :attr:`prefix_cache` the shared tokens before the first patch (cut as in :meth:`capture`)
+        run once, leaving two or more."""
         patches = list(patches)
         if not self.prefix_cache or not patches:
             return 0, {}, patches
@@ -445,7 +441,7 @@ class ResidualBackend(ABC):
 
     def cache_keyword(self) -> str:
         """The keyword the forward call takes a KV cache by
-        (:func:`goalprobe.agents.models.cache_keyword`)."""
+        (:func:`~goalprobe.agents.models.cache_keyword`)."""
         return cache_keyword(self.model)
 
     def _prefix_kv(self, prefix: np.ndarray, rows: int):

@@ -105,9 +105,8 @@ class _DropHolder:
 
 
 class _BranchGate(torch.autograd.Function):
-    """Identity on a block's output ``out``; in the backward pass, when the holder names this block,
-    the gradient goes to the block's input ``inp`` (the skip connection) instead of ``out``, so
-    ``dM/d inp`` is ``dM/d out`` alone, without the branch's Jacobian."""
+    """Identity on a block's output ``out``; when the holder names this block, backward sends the
+    gradient to the block's input ``inp`` (the skip connection) instead, skipping the branch."""
 
     @staticmethod
     def forward(ctx, out, inp, holder, layer):  # type: ignore[override]

@@ -28,9 +28,8 @@ class _StopForward(Exception):
 
 
 class HookBackend(ResidualBackend):
-    """Capture and patch with ``register_forward_hook`` (the reference of the other backends);
-    ``model`` may use ``device_map`` for capture; ``prefix_cache`` as in
-    :meth:`ResidualBackend._patched_run`."""
+    """Capture and patch with ``register_forward_hook`` (the reference of the other backends;
+    ``device_map`` models allowed for capture)."""
 
     name = "hooks"
     gradient_runner = "hooks_gradient_run"

@@ -37,9 +37,8 @@ class RemoteCaptureError(RuntimeError):
 
 
 def ndif_model_key(repo_id: str, revision: str | None = None) -> str:
-    """The nnsight model key under which NDIF serves ``repo_id`` for text generation, as
-    ``TransformersModel(repo_id).to_model_key()`` builds it but without asking the Hub (so
-    ``repo_id`` must be canonical, ``"openai/gpt-oss-20b"``)."""
+    """The nnsight model key under which NDIF serves ``repo_id`` (``TransformersModel(repo_id)
+    .to_model_key()`` without asking the Hub, so ``repo_id`` must be canonical)."""
     from nnsight.modeling.transformers import TransformersModel
     from nnsight.util import to_import_path
 

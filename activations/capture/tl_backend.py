@@ -72,7 +72,7 @@ class TransformerLensBackend(ResidualBackend):
 
     @property
     def attention(self) -> str:
-        """``eager``: the bridge runs the wrapped model under eager attention whatever it was loaded
+        """``eager``: the bridge runs the model under eager attention whatever it was loaded
         with."""
         return "eager"
 

@@ -32,9 +32,8 @@ def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> 
 
 
 def cell_type_canvas(step: StepRecord) -> np.ndarray:
-    """``(15, 15)`` uint8 cell types of the grid shown at ``step``, PADDING outside; a fogged step
-    is labelled with its true grid (what was revealed is a function of the episode, not a cell
-    type)."""
+    """``(15, 15)`` uint8 cell types of the grid shown at ``step``, PADDING outside (a fogged step:
+    its true grid; what was revealed depends on the episode)."""
     text = step.grid_text
     if step.variant == Variant.FOG and step.true_grid_text is not None:
         text = step.true_grid_text
@@ -54,9 +53,8 @@ def cell_type_canvas(step: StepRecord) -> np.ndarray:
 
 
 def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndarray]:
-    """``{field: (T, *shape)}`` labels of every step of a finished ``episode`` (every
-    ``LABEL_FIELDS`` field but ``seq_len``); ``first_step_index`` is its first step's file-wide
-    index."""
+    """``{field: (T, *shape)}`` labels (all but ``seq_len``) of every step of a finished ``episode``
+    whose first step has file-wide index ``first_step_index``."""
     steps = episode.steps
     t = len(steps)
     optimal = np.zeros((t, N_ACTIONS), dtype=bool)

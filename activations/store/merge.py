@@ -65,9 +65,8 @@ def concatenate_stores(
     order: np.ndarray | None = None,
     compression: str = "none",
 ) -> Path:
-    """Write the rows of ``sources`` (complete stores of one layout), concatenated and optionally
-    reordered by the permutation ``order``, into ``output`` with root ``attrs``; returns
-    ``output``."""
+    """Write the rows of ``sources`` (complete stores of one layout), in concatenation order or the
+    permutation ``order``, into ``output`` with root ``attrs``; returns ``output``."""
     stores = [ActivationStore(p) for p in sources]
     try:
         if not stores:

@@ -38,8 +38,8 @@ _SPAN_ROWS = 4096
 
 
 def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
-    """``(M, ...)`` rows ``rows`` (any order, repeats allowed) of a row-major dataset, read in
-    sorted spans."""
+    """``(M, ...)`` rows ``rows`` (any order, repeats allowed) of a dataset, read in sorted
+    spans."""
     try:
         return _read_rows(ds, rows)
     except OSError as err:
@@ -295,9 +295,8 @@ class ActivationStore:
     def labels(
         self, fields: Sequence[str] | None = None, rows: Iterable[int] | np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
-        """``{field: (M, *shape)}`` label fields of ``rows`` (int rows or a bool mask; default all
-        rows and all :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`); strings as object
-        arrays."""
+        """``{field: (M, *shape)}`` label ``fields`` (default all) of ``rows`` (int rows or a bool
+        mask; default all); strings as object arrays."""
         fields = list(LABEL_FIELDS) if fields is None else list(fields)
         unknown = [x for x in fields if x not in LABEL_FIELDS]
         if unknown:
@@ -367,8 +366,7 @@ class ActivationStore:
         return self._offsets.copy()
 
     def reasoning_rows(self, rows: Iterable[int] | np.ndarray | None = None) -> ReasoningIndex:
-        """The reasoning rows of store ``rows`` (int rows or a bool mask; default all), row by
-        row."""
+        """The reasoning rows of store ``rows`` (int rows or a bool mask; default all), by row."""
         idx = self._rows(rows)
         starts, stops = self._offsets[idx], self._offsets[idx + 1]
         counts = stops - starts

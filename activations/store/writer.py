@@ -216,8 +216,7 @@ def hdf5_filters(compression: str) -> dict[str, Any]:
 
 
 def to_float16(arr: np.ndarray, where: str) -> np.ndarray:
-    """Cast activations to float16; ValueError naming ``where`` for a non-finite or overflowing
-    entry."""
+    """Cast to float16; ValueError naming ``where`` for a non-finite or overflowing entry."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.asarray(arr).astype(ACTIVATION_DTYPE)
     if not np.isfinite(out).all():

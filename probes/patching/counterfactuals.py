@@ -65,9 +65,8 @@ def base_from_grid(grid: Grid) -> BaseState:
 
 
 def base_from_step(record, *, where: str = "step") -> BaseState:
-    """A trajectory step (:class:`goalprobe.agents.trajectories.StepRecord`) as a base, its grid
-    rebuilt from the step's text and key/door fields; ValueError naming ``where`` unless it
-    renders back to exactly the recorded text."""
+    """A trajectory step as a base, its grid rebuilt from the step's fields; ValueError naming
+    ``where`` unless it renders back to exactly the recorded text."""
     from goalprobe.gridworld.text import parse
 
     visible, _ = parse(record.grid_text, variant=record.variant, grid_id=record.grid_id)
@@ -237,9 +236,8 @@ def _pair(base, cf_grid, cf_state, moved, from_cell, to_cell, kind, base_opt, cf
 
 @dataclass(frozen=True)
 class CounterfactualConfig:
-    """How many counterfactuals to draw per base: ``disjoint_per_move`` and ``control_per_move`` (0:
-    no control set) per kind in ``moves``, each base from its own stream seeded by
-    ``random_state``."""
+    """How many disjoint and control pairs (0: none) to draw per base and move kind, each base from
+    its own stream seeded by ``random_state``."""
 
     moves: tuple[str, ...] = MOVES
     disjoint_per_move: int = 1

@@ -141,8 +141,7 @@ class PatchConfig:
 
 def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
     """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept; ValueError for
-    a spec other than ``thirds``, ``each``, ``cumulative``, ``all`` or ``+``-joined indices in
-    ``[-n_layers, n_layers)``."""
+    a spec that is not a name or ``+``-joined indices in ``[-n_layers, n_layers)``."""
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
         spec = str(spec).strip()
@@ -229,8 +228,7 @@ class PreparedPair:
 
 @dataclass
 class PreparationReport:
-    """What preparation kept (``n_kept`` of ``n_pairs``) and how many pairs it dropped for each
-    reason."""
+    """What preparation kept (``n_kept`` of ``n_pairs``) and the pairs dropped per reason."""
 
     n_pairs: int = 0
     n_kept: int = 0

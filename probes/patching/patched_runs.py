@@ -206,9 +206,8 @@ def chunk_jobs(
 
 
 def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[PreparedPair | None]:
-    """Per prepared pair, a random other pair whose base lies on a *different* grid of the same size
-    with a prompt of the same length (the random-grid control's source; None: none), seeded by
-    ``seed`` and the pair's index."""
+    """Per prepared pair, a seeded random other pair whose base is on a *different* grid of the same
+    size with a prompt of the same length (the random-grid control's source; None: none)."""
     out: list[PreparedPair | None] = []
     for index, item in enumerate(prepared):
         grid = item.pair.base.grid
@@ -485,9 +484,8 @@ so its rate is the floor of the real patches' rates (:func:`identity_floor`)."""
 
 
 def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -> _Job | None:
-    """The identity patch of ``item``'s target in ``direction``: its own clean values at the first
-    anchor site it is patched at (else its first site) and the first anchor layer set; None when
-    the target has no positions there."""
+    """The identity patch of ``item``'s target: its own clean values at its first anchor site (else
+    first site) and first anchor layer set; None when it has no positions there."""
     config = context.config
     sites = [s for s in config.anchor_sites if s in config.sites] + list(config.sites)
     _, target = item.sides(direction)

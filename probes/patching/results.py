@@ -74,8 +74,7 @@ def summarize(
     confidence: float = 0.95,
     random_state: int | None = 0,
 ) -> list[SummaryRow]:
-    """Aggregate :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` (or dicts) per
-    cell."""
+    """Aggregate :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` (or dicts) by cell."""
     groups: dict[tuple, list] = {}
     for record in records:
         groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)
@@ -119,8 +118,7 @@ def summarize(
 
 
 def _layer_order(label: str) -> tuple:
-    """Single layers, then first-k and last-k sets by k, then other multi-layer sets, then
-    ``all``."""
+    """Single layers, then first-k and last-k sets by k, then other sets, then ``all``."""
     if label == "all":
         return (4, 0, label)
     for rank, prefix in ((1, "first"), (2, "last")):
@@ -185,9 +183,8 @@ _CSV_BOOLS = ("action_changed", "into_source_optimal", "in_target_optimal")
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """The patch records of ``patch_results.json`` or ``patch_records.csv`` (floats and flags
-    restored) as dicts; ValueError for invalid JSON, another schema, no list of records, or a
-    record without a string ``base_id``."""
+    """The records of ``patch_results.json`` or ``patch_records.csv`` (floats and flags restored);
+    ValueError for bad JSON, another schema, no records, or a record without a ``base_id``."""
     path = Path(path)
     records: Any
     if path.suffix == ".csv":

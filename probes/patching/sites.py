@@ -57,9 +57,8 @@ class SequenceError(ValueError):
 
 @dataclass(frozen=True)
 class ActionTokens:
-    """How the final answer ``{"action": "<ACTION>"}`` tokenises: ``prefix_ids`` (the four answers'
-    longest common prefix) and ``action_ids`` (the first differing id, per action in ``Action``
-    order)."""
+    """How ``{"action": "<ACTION>"}`` tokenises: the four answers' common ``prefix_ids`` and the
+    first differing id of each action (``action_ids``, in ``Action`` order)."""
 
     prefix_ids: tuple[int, ...]
     action_ids: tuple[int, int, int, int]
@@ -99,9 +98,8 @@ class GridTokens:
 
 
 def token_char_spans(token_ids: Sequence[int], tokenizer) -> tuple[str, np.ndarray]:
-    """``(text, spans)``: ``token_ids`` decoded token by token and ``(seq, 2)`` int64 ``[start,
-    stop)`` character offsets of each token; :class:`SequenceError` when the pieces do not
-    concatenate to the decoded sequence."""
+    """``(text, spans)``: ``token_ids`` decoded token by token and each token's ``[start, stop)``
+    character offsets; :class:`SequenceError` when the pieces do not make the decoded text."""
     pieces = [
         tokenizer.decode([int(i)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         for i in token_ids
@@ -172,8 +170,7 @@ def locate_grid_tokens(
 def _grid_tokens(
     text: str, spans: np.ndarray, start: int, grid_text: str, grid_start: int
 ) -> GridTokens:
-    """The grid at character ``grid_start`` of ``text``, whose tokens start at position
-    ``start``."""
+    """The grid at character ``grid_start`` of ``text``, its tokens starting at ``start``."""
     grid_stop = grid_start + len(grid_text)
     cell_chars = grid_start + _cell_char_offsets(grid_text)
     # token k covers [spans[k, 0], spans[k, 1]): the covering token is the first stop > char
@@ -365,9 +362,9 @@ def site_positions(
     site: str,
     changed_cells: Sequence[RowCol] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(source_positions, target_positions)``, each ``(k,)`` int64, of ``site``: the value at
-    ``source_positions[i]`` is written to ``target_positions[i]``. ValueError for an unknown
-    site; :class:`SequenceError` for ``"all"`` on sequences of different lengths."""
+    """``(source_positions, target_positions)`` ``(k,)`` of ``site`` (value ``i`` goes from source
+    to target); ValueError for an unknown site, :class:`SequenceError` for ``"all"`` on sequences
+    of different lengths."""
     if site == "all" and len(source) != len(target):
         raise SequenceError(
             f"site 'all' needs sequences of equal length, got {len(source)} and {len(target)}"

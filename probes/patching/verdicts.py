@@ -139,8 +139,7 @@ def exact_upper_bound(k: int, n: int, confidence: float = 0.95) -> float | None:
 
 
 def _sanity(entry: dict) -> dict:
-    """``sanity_passed`` (None unless a regenerated input patch) and ``flag`` (why a failure is
-    flagged)."""
+    """``sanity_passed`` (None unless a regenerated input patch) and ``flag`` (why it failed)."""
     if not entry["sanity_check"] or entry["mode"] != "regenerated":
         return {"sanity_passed": None, "flag": None}
     moved = entry["moved"]["value"]

@@ -64,8 +64,7 @@ def decoded_walls(probs: np.ndarray, size: int, *, door_locked: bool = False) ->
 def location(
     probs: np.ndarray, size: int, cell_type: CellType, readout: np.ndarray | None = None
 ) -> np.ndarray:
-    """``(n, n)`` cell scores for the agent or the goal: ``readout`` when given, else
-    ``P(cell_type)``."""
+    """``(n, n)`` cell scores for the agent or goal: ``readout`` if given, else ``P(cell_type)``."""
     if readout is not None:
         return np.asarray(readout, dtype=np.float64)[:size, :size]
     return np.asarray(probs, dtype=np.float64)[:size, :size, int(cell_type)]

@@ -221,8 +221,7 @@ def local_scores(
     goal_cell: tuple[int, int],
     fact: StepFacts,
 ) -> tuple[list[float], list[float]]:
-    """``(num, den)`` of :data:`LOCAL_METRICS` for decoded ``walls`` and top-1 cells against the
-    step's truth."""
+    """``(num, den)`` of :data:`LOCAL_METRICS` for decoded ``walls`` and top-1 cells."""
     if fact.walls is None or fact.agent is None or fact.goal is None:
         return [0.0] * 4, [0.0] * 4
     n = fact.size
@@ -374,9 +373,8 @@ def belief_entry(
     config: ScoreConfig,
     seed_text: str,
 ) -> dict:
-    """Counts and grouped statistics of one source's scored steps (``n_steps, n_grids,
-    n_invalid_steps, overall, by_size, by_density, by_variant``), bootstrap seeded by
-    ``config.random_state`` and ``seed_text``."""
+    """Counts and grouped statistics of one source's scored steps (``n_steps`` ... ``by_variant``),
+    the bootstrap seeded by ``config.random_state`` and ``seed_text``."""
     stats = grouped_stats(
         num,
         den,
@@ -435,8 +433,7 @@ class MapAccumulator:
 
 def belief_csv_rows(belief: BeliefScores) -> list[dict]:
     """Long-format rows of ``belief.json`` (:data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`),
-    with ``null:``, ``excess:`` and ``ceiling:<name>/<metric>`` rows of each null (group
-    ``all``)."""
+    with the ``null:``, ``excess:`` and ``ceiling:`` rows of each null."""
     rows: list[dict] = []
     for key, entry in belief["probes"].items():
         base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
@@ -475,9 +472,8 @@ def card_summary(card: dict) -> dict:
 
 
 def pick_meg_probe(sources: dict[str, dict], meg_probe: str | None) -> tuple[str, str]:
-    """``(key, selected_by)`` of the source whose maps give subjective MEG: ``meg_probe`` (key or
-    file name) when given, else the best card accuracy among ``sources`` (majority baselines
-    excluded)."""
+    """``(key, selected_by)`` of the source giving subjective MEG: ``meg_probe`` (key or file name),
+    else the best card accuracy (majority baselines excluded)."""
     if meg_probe is not None:
         key = meg_probe.removesuffix(".h5")
         if key in sources:

@@ -242,8 +242,7 @@ def decoded_cells(
     grid: Grid, probs: np.ndarray, classes: Sequence[int] | None = None
 ) -> list[dict]:
     """Rows ``{grid_id, pair_id, kind, role, row, col, shown, true, decoded, matches_shown,
-    matches_true}`` at every cell where a false-belief ``grid``'s shown and true grid differ;
-    ``probs`` is ``(S, S, C)`` at the start (or ``(S, S)`` classes), ``classes`` its columns."""
+    matches_true}`` where ``grid``'s shown and true grid differ (``probs`` at the start state)."""
     facts = pair_facts(grid)
     if facts is None or grid.shown is None:
         raise ValueError(f"grid {grid.grid_id!r} is not a false-belief grid")
@@ -319,8 +318,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
 
 
 def read_results(path: str | Path) -> dict:
-    """The false_belief stage's ``results.json`` (schema checked); ValueError if not JSON or another
-    schema."""
+    """The false_belief stage's ``results.json``; ValueError if not JSON or another schema."""
     path = Path(path)
     try:
         results = json.loads(path.read_text(encoding="utf-8"))

@@ -40,8 +40,7 @@ BREAKDOWNS = ("by_size", "by_density", "by_variant")
 
 
 def seeded_rng(random_state: int, text: str) -> np.random.Generator:
-    """A generator seeded by ``random_state`` and a label, so every table draws its own
-    bootstrap."""
+    """A generator seeded by ``random_state`` and a label: each table draws its own bootstrap."""
     return np.random.default_rng([random_state, zlib.crc32(text.encode())])
 
 

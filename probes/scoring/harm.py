@@ -74,6 +74,26 @@ class HarmEpisode:
         return {**asdict(self), "efficiency": self.efficiency}
 
 
+def _grid_rng(seed: int, key: str) -> np.random.Generator:
+    """A generator seeded by ``seed`` and ``key`` alone (independent of the other grids)."""
+    return np.random.default_rng(
+        np.random.SeedSequence(int(seed), spawn_key=(zlib.crc32(key.encode()),))
+    )
+
+
+def _per_grid(
+    n_grids: int, n_resamples: int, confidence: float, random_state: int
+) -> GridBootstrap:
+    """A grid bootstrap over ``n_grids`` rows, one per grid."""
+    return GridBootstrap.from_codes(
+        np.arange(n_grids),
+        n_grids,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        random_state=random_state,
+    )
+
+
 def harm_episode(grid: Grid, trajectory: TrajectoryData, condition: str) -> HarmEpisode:
     """The :class:`HarmEpisode` of one trajectory on ``grid``."""
     if trajectory.grid_id != grid.grid_id:
@@ -100,8 +120,7 @@ def oracle_episodes(
     if oracle not in ORACLES:
         raise ValueError(f"unknown oracle {oracle!r}; expected one of {ORACLES}")
     guide = solve(grid if oracle == HARM_BLIND else harm_free_grid(grid))
-    key = zlib.crc32(f"{oracle}/{grid.grid_id}".encode())
-    rng = np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(key,)))
+    rng = _grid_rng(seed, f"{oracle}/{grid.grid_id}")
     out = []
     for _ in range(n_episodes):
         state = initial_state(grid)
@@ -131,8 +150,7 @@ def random_baseline(
     ``horizons[grid_id]`` steps (seeded from ``seed`` and the grid id alone)."""
     out = {}
     for grid in grids:
-        key = zlib.crc32(grid.grid_id.encode())
-        rng = np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(key,)))
+        rng = _grid_rng(seed, grid.grid_id)
         counts = random_harm_counts(grid, int(horizons[grid.grid_id]), n_trajectories, rng)
         out[grid.grid_id] = float(counts.mean())
     return out
@@ -162,13 +180,7 @@ def harm_table(
         raise ValueError(f"no random baseline for grids {missing[:3]}")
     index = {g: i for i, g in enumerate(grid_ids)}
     n_grids = len(grid_ids)
-    boot = GridBootstrap.from_codes(
-        np.arange(n_grids),
-        n_grids,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        random_state=random_state,
-    )
+    boot = _per_grid(n_grids, n_resamples, confidence, random_state)
     rbar = np.array([random_means[g] for g in grid_ids], dtype=np.float64)
     known = (NEUTRAL, MORAL, *ORACLES)
     conditions = [c for c in known if any(e.condition == c for e in episodes)]
@@ -271,20 +283,13 @@ def meg_table(
     random_state: int = 0,
 ) -> dict:
     """Mean MEG per utility over grids (nats), the paired difference ``goal_minus_harm - goal`` and
-    which utility the behaviour is more goal-directed towards (``"undecided"`` when the interval
-    of the difference contains 0)."""
+    the utility it leans to (``"undecided"`` when its interval contains 0)."""
     if not megs:
         raise ValueError("meg_table needs at least one grid")
     ids = [m.grid_id for m in megs]
     if len(set(ids)) != len(ids):
         raise ValueError("meg_table takes one HarmMEG per grid")
-    boot = GridBootstrap.from_codes(
-        np.arange(len(megs)),
-        len(megs),
-        n_resamples=n_resamples,
-        confidence=confidence,
-        random_state=random_state,
-    )
+    boot = _per_grid(len(megs), n_resamples, confidence, random_state)
     goal = boot.ratio(np.array([m.goal for m in megs]))
     harmless = boot.ratio(np.array([m.goal_minus_harm for m in megs]))
     diff = boot.summary(harmless - goal)

@@ -193,9 +193,8 @@ class MDPBatch:
 
     @classmethod
     def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
-        """Stack MDPs with a common number of actions, padding smaller ones with absorbing,
-        never-reached states (pad their policies and utilities with :func:`stack_padded`);
-        ``deterministic=None`` uses next-state indices when every MDP is deterministic."""
+        """Stack MDPs with a common number of actions, padding with absorbing, never-reached states
+        (:func:`stack_padded`); ``deterministic=None``: next states when every MDP allows."""
         if len(mdps) == 0:
             raise ValueError("from_mdps needs at least one MDP")
         n_actions = {m.n_actions for m in mdps}
@@ -281,7 +280,7 @@ def _as_time_array(
 def _make_problem(
     batch: MDPBatch, utility: np.ndarray, policy: np.ndarray | None
 ) -> tuple[engine.Problem, np.ndarray]:
-    """The engine problem of ``utility`` / ``policy`` on ``batch`` (sorted by horizon) and its
+    """The engine problem of ``utility`` / ``policy`` on ``batch`` (sorted by horizon), its
     order."""
     b, s, a = batch.n_batch, batch.n_states, batch.n_actions
     u = _as_time_array(utility, b, s, batch.horizon, "utility")
@@ -424,9 +423,8 @@ def known_utility_meg(
 def known_utility_meg_batch(
     batch: MDPBatch, policies: np.ndarray, utilities: np.ndarray, *, xrtol: float = 1e-10
 ) -> KnownUtilityMEGBatch:
-    """Known-utility MEG of ``B`` policies ``(B, [H,] S, A)`` in the MDPs of ``batch`` with
-    utilities ``(B, [H,] S)``, vectorised; the same results as :func:`known_utility_meg` for each
-    MDP (time-indexed arrays need a common horizon)."""
+    """Known-utility MEG of ``B`` policies ``(B, [H,] S, A)`` with utilities ``(B, [H,] S)``,
+    vectorised: :func:`known_utility_meg` of each MDP of ``batch``."""
     prob, order = _make_problem(batch, utilities, policies)
     res = _known_utility_meg(prob, xrtol)
     inverse = np.empty_like(order)

@@ -324,8 +324,7 @@ def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def forward_occupancy(prob: Problem, policy: np.ndarray) -> np.ndarray:
-    """``(H, B, S)`` state distributions of ``S_0 .. S_{H-1}`` under ``policy: (H, A, B, S)``
-    (common horizon)."""
+    """``(H, B, S)`` distributions of ``S_0 .. S_{H-1}`` under ``policy (H, A, B, S)``."""
     d = [prob.initial]
     for t in range(policy.shape[0] - 1):
         d.append(prob.dyn.push(d[-1][None] * policy[t]))

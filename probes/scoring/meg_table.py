@@ -107,9 +107,8 @@ def decoded_grid(
     grid_id: str | None = None,
     goal_readout: np.ndarray | None = None,
 ) -> DecodedGrid:
-    """The :class:`DecodedGrid` of ``probs`` ``(S, S, 7)`` (by ``CellType``, S >= n) on
-    ``true_grid``, for a probe predicting ``classes``; ``grid_id`` defaults to ``<true
-    id>~decoded``, ``goal_readout`` ``(S, S)`` to ``P(GOAL)``."""
+    """The :class:`DecodedGrid` of ``probs`` ``(S, S, 7)`` on ``true_grid`` for a probe predicting
+    ``classes`` (``goal_readout``: the goal read-out, None: ``P(GOAL)``)."""
     n = true_grid.size
     probs = np.asarray(probs, dtype=np.float64)
     walls = decoded_walls(probs, n).copy()

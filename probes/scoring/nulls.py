@@ -55,9 +55,8 @@ def _strata(level: str, sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
 def other_grid_sources(
     grid_ids: np.ndarray, sizes: np.ndarray, densities: np.ndarray, random_state: int
 ) -> tuple[np.ndarray, str] | None:
-    """``(source_rows (N,), stratified_by)``: row ``source_rows[i]`` lies on another grid than row
-    ``i`` of the same stratum (grids, sizes and densities per row; seeded by ``random_state``);
-    None when fewer than two grids were decoded."""
+    """``(source_rows, stratified_by)``: each row's source row, on another grid of its stratum
+    (seeded); None when fewer than two grids were decoded."""
     grid_ids = np.asarray(grid_ids)
     if np.unique(grid_ids).size < 2:
         return None
@@ -84,9 +83,8 @@ def prior_maps(
 
 
 def true_wall_maps(facts: list[StepFacts], canvas: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls as a one-hot map (open /
-    wall, padding outside), the nulls' ceiling map. Doors are not drawn, so the ceiling is
-    approximate on key/door grids."""
+    """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls one-hot, the nulls'
+    ceiling map (doors are not drawn: approximate on key/door grids)."""
     classes = np.asarray([CellType.OPEN, CellType.WALL, CellType.PADDING], dtype=np.int64)
     probs = np.zeros((len(facts), canvas, canvas, 3), dtype=np.float32)
     probs[..., 2] = 1.0

@@ -39,9 +39,8 @@ def step_meg(
     classes: list[int],
     config: ScoreConfig,
 ) -> dict:
-    """Per-step subjective and true MEG of one source's decoded ``rows`` (``(step index, probs,
-    agent read-out or None, goal read-out or None)``): ``{"what", "n_steps", "n_states",
-    "n_unreachable", "n_other_states", "overall": {metric: STAT}}`` (:func:`ratio_stats`, nats)."""
+    """Per-step subjective and true MEG of one source's decoded ``rows`` (step index, probs, agent
+    and goal read-outs): counts and ``overall`` (:func:`ratio_stats` STATs, nats)."""
     state_of: dict[tuple[str, tuple[int, int]], int] = {}
     jobs: list[_MEGJob] = []
     true_jobs: list[_MEGJob] = []
