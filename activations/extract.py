@@ -672,13 +672,11 @@ def holds_other_extraction(
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
         return True
-    ours, theirs = config.to_json(), dict(found.get("config") or {})
+    ours = _identity_value({"config": config.to_json()}, "config")
+    theirs = _identity_value(found, "config") or {}
     if not compare_layers:
         ours.pop("layers")
         theirs.pop("layers", None)
-    for key in BATCHING:
-        ours.pop(key, None)
-        theirs.pop(key, None)
     return ours != theirs
 
 
