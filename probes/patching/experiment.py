@@ -465,20 +465,12 @@ def prepare_pairs(
             recorded_lengths=recorded,
         )
         require_patching_fits(context.plan)
-    need_greedy: list[tuple[str, list[int]]] = []
+    need_greedy: dict[str, list[int]] = {}
     if base_greedy:
-        need_greedy += [
-            (p.base.base_id, base_prompts[p.base.base_id]) for p in _unique_bases(pairs)
-        ]
+        need_greedy |= {p.base.base_id: base_prompts[p.base.base_id] for p in _unique_bases(pairs)}
     if cf_greedy:
-        need_greedy += [(p.pair_id, cf_prompts[p.pair_id]) for p in pairs]
-    greedy = dict(
-        zip(
-            [key for key, _ in need_greedy],
-            context.greedy([prompt for _, prompt in need_greedy]),
-            strict=True,
-        )
-    )
+        need_greedy |= {p.pair_id: cf_prompts[p.pair_id] for p in pairs}
+    greedy = dict(zip(need_greedy, context.greedy(list(need_greedy.values())), strict=True))
     base_sides: dict[str, Side | str] = {}
     prepared = []
     for index, pair in enumerate(pairs):
