@@ -324,6 +324,8 @@ def score_meg(
 
 
 _MEG_VALUES = ("meg", "meg_per_decision")
+_PAIRED_KEYS = ("true", "subjective", "difference", "wilcoxon")
+_WILCOXON_KEYS = ("statistic", "p_value", "rank_biserial", "n_pairs", "n_nonzero")
 
 
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
@@ -346,13 +348,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
         out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
-    block: dict = {
-        "n_grids": len(paired),
-        "true": None,
-        "subjective": None,
-        "difference": None,
-        "wilcoxon": None,
-    }
+    block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
     if paired:
         t = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64)
         s = np.asarray(
@@ -361,13 +357,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         values = np.concatenate([t, s, s - t], axis=1)
         block.update(_paired_stats(values, ("true", "subjective", "difference"), common))
         test = paired_wilcoxon(t[:, 0], s[:, 0])
-        block["wilcoxon"] = {
-            "statistic": test.statistic,
-            "p_value": test.p_value,
-            "rank_biserial": test.rank_biserial,
-            "n_pairs": test.n_pairs,
-            "n_nonzero": test.n_nonzero,
-        }
+        block["wilcoxon"] = {k: getattr(test, k) for k in _WILCOXON_KEYS}
     out["paired"] = block
     return out
 
