@@ -1,15 +1,10 @@
-"""What computed a store's rows: the weights' format, the dtype and the device (issue 43).
+"""What computed a store's rows: the weights' format, the dtype and the device.
 
-Rows of one extraction must come from one computation: GPT-OSS-20B's experts in MXFP4 and the
-same experts dequantised to bf16 give different residual streams, and so do two GPU models or
-CUDA builds (other kernels). :func:`compute_identity` is what a store records as its
-``compute`` attribute, part of the extraction's identity (a resume or a merge across any of its
-fields is refused); the GPU's memory size is left out of it (a requeued shard may resume on a
-card of another size, :func:`device_details` records that per part), as is the batch.
-
-:func:`mxfp4_kernel_check` loads the Hub kernel transformers' MXFP4 path downloads at load time,
-so that ``--dry-run`` says on the node itself whether the run will keep MXFP4 or dequantise.
-"""
+MXFP4 experts and the same experts in bf16 give different residual streams, as do two GPU models
+or CUDA builds. :func:`compute_identity` is the store's ``compute`` attribute, part of the
+extraction's identity (a resume or merge across it is refused); the GPU's memory size and the
+batch are left out (:func:`device_details` records them per part). :func:`mxfp4_kernel_check`
+lets ``--dry-run`` say on the node whether the run will keep MXFP4 or dequantise."""
 
 from __future__ import annotations
 
@@ -19,22 +14,20 @@ import subprocess
 from typing import Any
 
 MXFP4_KERNEL = ("kernels-community/gpt-oss-triton-kernels", 1)
-"""The Hub kernel (repository, version) transformers 5.24 loads for MXFP4 experts
-(``transformers.integrations.mxfp4.replace_with_mxfp4_linear``)."""
+"""The Hub kernel (repository, version) transformers loads for MXFP4 experts."""
 
 PREFETCH = (
     'python -c "from kernels import get_kernel; '
     f"get_kernel('{MXFP4_KERNEL[0]}', version={MXFP4_KERNEL[1]})\""
 )
-"""What to run on a node with network (same ``HF_HOME`` as the offline node) to put the MXFP4
-kernel into the Hub cache; offline, ``HF_HUB_OFFLINE=1`` then finds it there."""
+"""Run on a node with network (same ``HF_HOME``) to put the MXFP4 kernel into the Hub cache."""
 
 _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
 def weights_format(model: Any) -> str:
-    """``"mxfp4"`` when the model's experts run transformers' MXFP4 modules, the quantisation
-    method of another quantised model, else the parameters' dtype (``bf16``, ``fp32``, ...)."""
+    """``"mxfp4"`` for transformers' MXFP4 expert modules, another quantised model's method, else
+    the parameters' dtype (``bf16``, ``fp32``, ...)."""
     if any("Mxfp4" in type(m).__name__ for m in model.modules()):
         return "mxfp4"
     quantization = getattr(model.config, "quantization_config", None)
@@ -51,8 +44,7 @@ def weights_format(model: Any) -> str:
 
 
 def gpu_model(name: str) -> str:
-    """A GPU's name without its memory size (``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA A100-SXM4``),
-    so that cards of one model but another size compare equal."""
+    """A GPU's name without its memory size (``NVIDIA A100-SXM4-80GB`` -> ``NVIDIA A100-SXM4``)."""
     return re.sub(r"\s+", " ", re.sub(r"[-_ ]?\d+\s*GB\b", "", name)).strip(" -")
 
 
@@ -83,10 +75,8 @@ def nvidia_driver() -> str:
 
 
 def compute_identity(model: Any) -> dict[str, str]:
-    """``{weights, dtype, device, gpu, driver, cuda}`` of the computation ``model`` runs: the
-    weights' format (:func:`weights_format`), the compute dtype, the device type, and on CUDA
-    the GPU model (:func:`gpu_model`), the NVIDIA driver and the CUDA runtime torch was built
-    with ('' elsewhere)."""
+    """``{weights, dtype, device, gpu, driver, cuda}`` of the computation ``model`` runs (the last
+    three '' off CUDA)."""
     import torch
 
     parameter = next(model.parameters())
@@ -107,8 +97,7 @@ def compute_identity(model: Any) -> dict[str, str]:
 
 
 def device_details(model: Any) -> dict[str, Any]:
-    """Where a part was computed, beside its batch: the device and, on CUDA, the GPU's full
-    name and memory (not part of the identity)."""
+    """Where a part was computed: the device and, on CUDA, the GPU's full name and memory."""
     import torch
 
     device = next(model.parameters()).device
@@ -120,8 +109,7 @@ def device_details(model: Any) -> dict[str, Any]:
 
 
 def batching_record(config: Any, capture: Any) -> dict[str, Any]:
-    """A part's ``batching`` attribute: the batches it ran with (``batch_size``,
-    ``max_batch_tokens``) and where (:func:`device_details`); outside the identity."""
+    """A part's ``batching`` attribute: its batches and :func:`device_details` (not identity)."""
     where = device_details(capture.model) if hasattr(capture, "model") else {}
     return {"batch_size": config.batch_size, "max_batch_tokens": config.max_batch_tokens, **where}
 
@@ -135,8 +123,7 @@ def part_batching(path: Any) -> dict[str, Any]:
 
 
 def mxfp4_kernel_check() -> tuple[bool, str]:
-    """Whether the MXFP4 Hub kernel (:data:`MXFP4_KERNEL`) loads here (from the Hub cache, or
-    downloaded when the node is online), and a sentence saying what that means."""
+    """Whether the MXFP4 Hub kernel (:data:`MXFP4_KERNEL`) loads here, and what that means."""
     from goalprobe.activations.plan import mxfp4_status
 
     status = mxfp4_status()

@@ -1,22 +1,15 @@
 """``goalprobe extract``: replay recorded steps through a model and store residual activations.
 
-Every step of every finished episode of a trajectory JSONL is replayed teacher-forced on its
-recorded ``prompt_token_ids + generated_token_ids`` (so the activations are those of the run,
-up to floating-point reassociation between cached generation and one full forward), and the
-output of the chosen decoder blocks is stored at the anchor tokens
-(found by the model's chat format, :mod:`goalprobe.agents.chat_format`: harmony or think-tag)
-and optionally at every grid-cell token.
+Every step of every finished episode is replayed teacher-forced on its recorded
+``prompt_token_ids + generated_token_ids`` (the run's activations up to floating-point
+reassociation), and the chosen blocks' outputs are stored at the anchor tokens (found by the
+model's chat format, :mod:`goalprobe.agents.chat_format`) and optionally at every grid-cell
+token. Each sequence is cut after the last position read (exact: attention is causal).
 
-Each sequence is cut after the last position read and the forward pass stops after the last
-requested block (both exact: attention is causal).
-
-**Crash safety.** Rows are computed in parts of ``rows_per_part`` steps, each written as a
-small complete store into ``<output>.parts/`` (fsynced temporary file, atomic rename) beside a
-``manifest.json`` of the extraction's identity. A rerun skips the parts that exist (checking
-their steps), computes the rest, concatenates them into ``output`` and deletes the parts, so a
-kill loses at most the part in flight and the rerun gives the rows of an uninterrupted run. A
-trajectory file changed between runs is refused through its checksum.
-"""
+**Crash safety.** Rows are computed in parts of ``rows_per_part`` steps, each an atomically
+renamed complete store in ``<output>.parts/`` beside a ``manifest.json`` of the extraction's
+identity. A rerun reuses the parts that exist, computes the rest and concatenates them, so a kill
+loses at most the part in flight; a changed trajectory file is refused through its checksum."""
 
 from __future__ import annotations
 
@@ -75,11 +68,9 @@ _IDENTITY_ATTRS: tuple[str, ...] = (
     "compute",
 )
 BATCHING = ("batch_size", "max_batch_tokens")
-"""Config fields left out of the identity: the batch depends on the device (a requeued shard
-resumes on a card of another size), not on what is computed; each part records its own."""
+"""Config fields left out of the identity: they depend on the device, not on what is computed."""
 BATCHING_FILE = "batching.json"
-"""In the parts directory: the batches an out-of-memory error halved this extraction to (a
-rerun starts from them, not from the plan that failed)."""
+"""In the parts directory: the batches an out-of-memory error halved this extraction to."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +78,8 @@ class ExtractConfig:
     """What to extract and how (stored as JSON in the store's ``config`` attribute)."""
 
     layers: tuple[int, ...] = ()
-    """Decoder blocks whose output is stored (0-based; GPT-OSS-20B in the study: 7, 15, 23);
-    empty: the last block of each third (:func:`default_layers`), set by the caller once the
-    model's depth is known (:func:`extract` needs them named)."""
+    """Decoder blocks whose output is stored (0-based); empty: the caller sets
+    :func:`default_layers` once the model's depth is known."""
 
     stages: tuple[str, ...] = ANCHOR_STAGES
     """Anchor stages to store: ``pre_reasoning`` and/or ``post_reasoning``."""
@@ -101,9 +91,8 @@ class ExtractConfig:
     """Sequences per forward pass (sorted by length within a part to limit padding)."""
 
     max_batch_tokens: int = 0
-    """Most padded tokens per forward pass (a batch's longest sequence times its size; at least
-    one sequence); 0: only ``batch_size`` limits. :mod:`goalprobe.activations.plan` picks it
-    from the replayed lengths and the device's memory."""
+    """Most padded tokens per forward pass (at least one sequence); 0: only ``batch_size``
+    limits (:mod:`goalprobe.activations.plan` picks it)."""
 
     rows_per_part: int = 256
     """Steps per crash-safe part: the most work a kill can lose."""
@@ -159,9 +148,8 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ExtractReport:
-    """What an extraction call did: rows in the store, steps of finished episodes in the
-    trajectory file (all shards), parts computed now and reused from an interrupted call, and
-    whether ``output`` already held this extraction."""
+    """What an extraction call did: store rows, steps in the trajectory file (all shards), parts
+    computed and reused, and whether ``output`` already held this extraction."""
 
     output: Path
     rows: int
@@ -173,11 +161,8 @@ class ExtractReport:
 
 
 def default_layers(n_layers: int) -> tuple[int, ...]:
-    """The study's spread: the last block of each third, ``ceil(k * n / 3) - 1`` for k = 1, 2, 3.
-
-    GPT-OSS-20B (24 blocks): ``(7, 15, 23)``; the 4-block bundled agent: ``(1, 2, 3)`` (block
-    2 is its middle).
-    """
+    """The study's spread: the last block of each third, ``ceil(k * n / 3) - 1`` for k = 1, 2, 3
+    (GPT-OSS-20B: ``(7, 15, 23)``; the 4-block bundled agent: ``(1, 2, 3)``)."""
     if n_layers < 1:
         raise ValueError(f"n_layers must be >= 1, got {n_layers}")
     return tuple(sorted({max(0, math.ceil(k * n_layers / 3) - 1) for k in (1, 2, 3)}))
@@ -189,16 +174,10 @@ def sha256_file(path: str | os.PathLike) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-# ---------------------------------------------------------------------------------------------
-# Rows: what to replay for one step
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class ReplayRow:
-    """One step to replay: its recorded ids ``(S,)`` cut after the last position read, the
-    positions ``(K,)`` and presence of each stage, its labels, whether its ids were rebuilt from
-    server text, and the positions ``(R,)``, offsets and length of its reasoning rows."""
+    """One step to replay: its ids ``(S,)`` cut after the last position read, each stage's positions
+    ``(K,)`` and presence, labels, whether its ids were retokenized, and its reasoning rows."""
 
     token_ids: np.ndarray
     positions: dict[str, np.ndarray]
@@ -211,15 +190,8 @@ class ReplayRow:
 
 
 class GridCellLocator:
-    """Maps each grid cell of a prompt to the token holding its symbol.
-
-    Decodes every token id on its own (cached per id) to get character offsets; refuses a
-    tokenizer whose per-token pieces do not concatenate to the decoded prompt, and a prompt in
-    which two cells share a token.
-
-    Args:
-        tokenizer: the model's tokenizer.
-    """
+    """Maps each grid cell of a prompt to the token holding its symbol, from per-id decoded pieces;
+    refuses pieces that do not concatenate to the prompt, and two cells sharing a token."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -235,13 +207,8 @@ class GridCellLocator:
         return [self._pieces[int(i)] for i in ids]
 
     def positions(self, prompt_ids: Sequence[int], grid_text: str, where: str) -> np.ndarray:
-        """``(15 * 15,)`` int32 token position of every canvas cell (row-major), 0 outside.
-
-        Args:
-            prompt_ids: the prompt's token ids.
-            grid_text: the grid text shown in the prompt.
-            where: prefix of error messages (file and step).
-        """
+        """``(15 * 15,)`` int32 token position of every canvas cell (row-major), 0 outside;
+        ``where`` prefixes error messages."""
         pieces = self._piece_list(prompt_ids)
         text = "".join(pieces)
         full = self.tokenizer.decode(
@@ -286,17 +253,8 @@ def episode_rows(
     locator: GridCellLocator | None = None,
     vocab_size: int | None = None,
 ) -> list[ReplayRow]:
-    """The replay rows of every step of ``episode``.
-
-    Args:
-        episode: a finished episode.
-        first_step_index: index of its first step among all steps of the file.
-        chat_format: the model's chat format (:func:`~goalprobe.agents.chat_format.chat_format_for`).
-        config: the extraction config.
-        where: the trajectory file (for error messages).
-        locator: needed when ``config.grid_cells``.
-        vocab_size: the model's vocabulary size; a larger token id is an error naming the step.
-    """
+    """The replay rows of every step of a finished ``episode`` (first step's file-wide index
+    ``first_step_index``); a token id at or above ``vocab_size`` is an error naming the step."""
     labels = episode_labels(episode, first_step_index)
     rows = []
     for t, step in enumerate(episode.steps):
@@ -314,8 +272,6 @@ def episode_rows(
         post_anchor = None
         generated = step.generated_token_ids
         if generated and chat_format.opens_reasoning(generated):
-            # a completion that opens the reasoning; anything else (malformed output) has no
-            # post-reasoning anchor
             anchors = chat_format.find_anchors(ids.tolist())
             if anchors.pre_reasoning != pre_anchor:
                 raise ValueError(f"{step_where}: the prompt's anchor moved in the full sequence")
@@ -367,25 +323,14 @@ def episode_rows(
     return rows
 
 
-# ---------------------------------------------------------------------------------------------
-# Computing a part
-# ---------------------------------------------------------------------------------------------
-
-
 def compute_rows(
     rows: Sequence[ReplayRow],
     capture,
     config: ExtractConfig,
     pad_id: int,
 ) -> RowBatch:
-    """Replay ``rows`` through ``capture`` and collect everything a store row holds.
-
-    Rows are batched by decreasing length (:func:`batch_bounds`: ``config.batch_size`` per
-    forward pass, at most ``config.max_batch_tokens`` padded tokens when set).
-
-    Returns:
-        a :class:`RowBatch` of ``len(rows)`` rows, activations float16 ``(n, K, d_model)``.
-    """
+    """Replay ``rows`` through ``capture`` in batches of decreasing length (:func:`batch_bounds`)
+    into a :class:`RowBatch` (activations float16 ``(n, K, d_model)``)."""
     from goalprobe.activations.capture.base import TokenBatch
 
     stages = config.all_stages
@@ -447,9 +392,8 @@ def _cat(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int = 0) -> list[int]:
-    """Where batches start in ``lengths`` (sorted by decreasing length): each batch holds at
-    most ``batch_size`` sequences and, when ``max_batch_tokens`` is set, at most that many padded
-    tokens (its first, longest sequence's length times its size; at least one sequence)."""
+    """Where batches start in ``lengths`` (decreasing): at most ``batch_size`` sequences and, when
+    set, ``max_batch_tokens`` padded tokens (first length times size; at least one sequence)."""
     starts, start = [], 0
     while start < len(lengths):
         starts.append(start)
@@ -464,11 +408,6 @@ def _stack_label(name: str, values: list) -> np.ndarray:
     if LABEL_FIELDS[name].dtype is str:
         return np.asarray(values, dtype=object)
     return np.stack([np.asarray(v) for v in values]).astype(LABEL_FIELDS[name].dtype)
-
-
-# ---------------------------------------------------------------------------------------------
-# The extraction
-# ---------------------------------------------------------------------------------------------
 
 
 def parts_dir_for(output: Path) -> Path:
@@ -527,16 +466,14 @@ def extract(
 ) -> ExtractReport:
     """Extract the activations of every step of ``trajectories`` (one shard) into ``output``.
 
-    ``capture`` is a :class:`~goalprobe.activations.capture.base.ResidualBackend` around the
-    model that generated the trajectories, ``tokenizer`` its tokenizer (its chat format finds
-    the anchors); ``model_id`` and ``model_revision`` are recorded; ``work_dir`` holds the parts
-    (default ``<output>.parts``, deleted unless ``keep_parts``); ``overwrite`` replaces another
-    extraction's ``output``; ``on_part(part_index, computed)`` is called after each part.
+    ``capture`` wraps the model that generated the trajectories; ``tokenizer``'s chat format
+    finds the anchors; ``work_dir`` holds the parts (default ``<output>.parts``, deleted unless
+    ``keep_parts``); ``overwrite`` replaces another extraction's ``output``;
+    ``on_part(part_index, computed)`` runs after each part.
 
     Raises:
-        ValueError: bad config, a step without a pre-reasoning anchor (naming file and step),
-            or a parts directory / output of another extraction.
-    """
+        ValueError: bad config, a step without a pre-reasoning anchor, or a parts directory /
+            output of another extraction."""
     started = time.perf_counter()
     trajectories, output = Path(trajectories), Path(output)
     if not trajectories.is_file():
@@ -587,8 +524,7 @@ def extract(
 def _identity_and_attrs(
     trajectories: Path, capture, tokenizer, config: ExtractConfig, model_id: str, revision: str
 ) -> tuple[dict, dict]:
-    """The extraction's identity (what a resumed part or a finished store must match) and the
-    attributes every part and the store record."""
+    """The identity a resumed part or finished store must match, and every part's attributes."""
     shard = Shard.parse(config.shard)
     chat_format = chat_format_for(tokenizer)
     identity = {
@@ -615,8 +551,8 @@ def _identity_and_attrs(
 
 
 def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> ExtractConfig:
-    """Create or check the parts directory's manifest, clear temporary leftovers, and return
-    ``config`` with the batches an earlier out-of-memory error halved to."""
+    """Create or check the manifest, clear temporary leftovers, and return ``config`` with the
+    batches an earlier out-of-memory error halved to."""
     parts_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = parts_dir / "manifest.json"
     if manifest_path.exists():
@@ -644,8 +580,7 @@ def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> Extra
 
 
 class _Parts:
-    """The parts of one extraction: rows computed (or a finished part reused) and written
-    ``rows_per_part`` at a time."""
+    """The parts of one extraction, written (or reused) ``rows_per_part`` rows at a time."""
 
     def __init__(self, parts_dir, capture, tokenizer, config, identity, attrs, on_part) -> None:
         self.parts_dir, self.capture, self.config = parts_dir, capture, config
@@ -696,8 +631,7 @@ class _Parts:
                 self.bar.close()
 
     def flush(self) -> None:
-        """Write the buffered rows as the next part (or check the finished part already there),
-        halving the batches on an out-of-memory error."""
+        """Write the buffered rows as the next part (or check the one there), halving on OOM."""
         buffer, index = self.buffer, len(self.paths)
         path = self.parts_dir / f"part_{index:06d}.h5"
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
@@ -733,23 +667,16 @@ def holds_other_extraction(
     *,
     compare_layers: bool = True,
 ) -> bool:
-    """Whether an existing ``output`` can *not* be this extraction's finished store, judged
-    without the model: it is not a complete store, or it was extracted from another trajectory
-    file or with another config (its layers compared only when ``compare_layers``: the default
-    layers depend on the model; its batches never, :data:`BATCHING`: they depend on the device). The CLI refuses such an output before
-    loading any model unless ``--overwrite``; the model itself is compared later by
-    :func:`extract`.
-    """
+    """Whether an existing ``output`` can *not* be this extraction's store, judged without the model
+    (layers compared only when ``compare_layers``; :data:`BATCHING` never)."""
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
         return True
-    ours, theirs = config.to_json(), dict(found.get("config") or {})
+    ours = _identity_value({"config": config.to_json()}, "config")
+    theirs = _identity_value(found, "config") or {}
     if not compare_layers:
         ours.pop("layers")
         theirs.pop("layers", None)
-    for key in BATCHING:
-        ours.pop(key, None)
-        theirs.pop(key, None)
     return ours != theirs
 
 

@@ -1,20 +1,10 @@
 """Plan attribution's gradient runs: does one teacher-forced sequence's backward pass fit?
 
-Attribution patching (:mod:`goalprobe.probes.attribution`) runs each base sequence forward with
-gradients and backward to every block output (:mod:`goalprobe.activations.capture.gradients`),
-one sequence at a time; the counterfactual runs forward only (the extraction planner's
-:func:`~goalprobe.activations.plan.activation_bytes`). The backward pass's memory is
-:func:`~goalprobe.activations.plan.backward_bytes` (every block's saved tensors at once).
-
-Two refusals, before any model loads or any forward pass:
-
-* **MXFP4 weights.** GPT-OSS-20B's MXFP4 expert kernels are forward-only (transformers refuses
-  to train them), so attribution needs bf16 weights (41.8 GB instead of 13.8 GB); a plan made
-  for MXFP4 weights does not fit, and says what bf16 weights would need.
-* **Memory.** The longest sequence's backward peak must fit ``fraction x memory - weights -
-  reserve`` (the extraction planner's budget); otherwise the plan says by how much, and what
-  flex attention would need under eager attention.
-"""
+Attribution runs each base sequence forward with gradients and backward to every block output,
+one at a time (:func:`~goalprobe.activations.plan.backward_bytes`); the counterfactual runs
+forward only. Two refusals, before any model loads: MXFP4 weights (forward-only kernels; the plan
+says what bf16 weights would need), and a backward peak of the longest sequence over the
+extraction planner's budget (the plan says by how much, and what flex attention would need)."""
 
 from __future__ import annotations
 
@@ -29,17 +19,12 @@ class AttributionPlan:
     """Memory of attribution's gradient runs on one device.
 
     Attributes:
-        longest: the longest teacher-forced sequence (tokens).
-        sequences: sequences run with gradients.
+        longest, sequences: the longest teacher-forced sequence (tokens) and how many run.
         weights_gb: the weights as planned (bf16 experts; MXFP4 is refused).
-        backward_gb: the backward peak of the longest sequence.
-        forward_gb: the forward-only peak of the longest sequence (the counterfactual's run).
-        budget_gb: memory left to activations (``fraction`` of the device less weights and the
-            reserve).
-        fits: whether the plan can run.
-        reason: why not ('' when it fits).
-        attention: the attention implementation planned for.
-    """
+        backward_gb, forward_gb: the backward and forward-only peaks of the longest sequence.
+        budget_gb: memory left to activations (``fraction`` of the device less weights and reserve).
+        fits, reason: whether the plan can run, and why not ('' when it fits).
+        attention: the attention implementation planned for."""
 
     longest: int
     sequences: int
@@ -72,9 +57,8 @@ def plan_attribution(
     reserve_bytes: float = 1.5 * GB,
     attention: str = "eager",
 ) -> AttributionPlan:
-    """The memory of gradient runs over sequences of ``lengths`` on a device of
-    ``memory_bytes``, with the weights in the compute dtype (``mxfp4``: the weights as they
-    would load, which refuses: the module docstring)."""
+    """The memory of gradient runs over sequences of ``lengths`` on a device of ``memory_bytes``
+    (``mxfp4``: the weights would load as MXFP4, which refuses)."""
     longest = max(lengths, default=1)
     weights = shape.weight_bytes(mxfp4=False, dtype_bytes=dtype_bytes)
     budget = fraction * memory_bytes - weights - reserve_bytes

@@ -1,29 +1,20 @@
 """Plan an extraction from what is replayed: batches that fit the device, weights as loaded.
 
-Extraction replays each step only up to the last position it reads, through the blocks up to
-the last stored one; this module plans from those *replayed* lengths (:func:`replay_lengths`)
-and batches by a token budget (``ExtractConfig.max_batch_tokens``), so long replays go a few at
-a time and short ones many at a time.
+Extraction replays each step up to the last position it reads; this module plans from those
+*replayed* lengths (:func:`replay_lengths`) and batches by a token budget
+(``ExtractConfig.max_batch_tokens``), so long replays go a few at a time and short ones many.
 
-**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``
-tokens). Eager attention holds three score-sized tensors at once (``3 x B x heads x T x
-(T + 1)``: scores, scores with the sink column, softmax), the two 4-D masks (``2 x B x T x T``),
-and per token the query with repeated keys and values and a few residual vectors; the MoE phase
-holds ``4 x d_model + 6 x expert width`` per (token, expert) pair times
-:data:`MOE_CALIBRATION`. Blocks run one after another, so this is the peak whatever the depth.
-Measured: 71-107% of the model on a GPT-OSS-20B-shaped model on CPU
-(``tests/activations/test_real_dimensions.py``: within 25%; the plan leaves 15% and 1.5 GB
-free), 97.6-100.6% of weights plus the model on an H200 at T = 500 to 8,000.
-``attention="flex_attention"`` is linear in ``T`` (within 1.5% on the H200 up to T = 16,000,
-where eager needs 100 GB), but its residual streams are not eager's (5% of the norm at the first
-block, 28-44% at the last): a study keeps one implementation. :func:`require_fits` refuses a
-plan whose longest step does not fit alone, before any forward pass.
+**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``).
+Eager attention holds three score-sized tensors (``3 x B x heads x T x (T + 1)``), two 4-D masks
+(``2 x B x T x T``) and a few vectors per token; the MoE phase holds ``4 x d_model + 6 x expert
+width`` per (token, expert) pair times :data:`MOE_CALIBRATION`. Blocks run one after another, so
+this is the peak whatever the depth (measured figures: docs/benchmarks.md).
+``attention="flex_attention"`` is linear in ``T`` but its residual streams are not eager's: a
+study keeps one implementation. :func:`require_fits` refuses a plan whose longest step does not
+fit alone, before any forward pass.
 
-**Weights.** GPT-OSS-20B's experts are MXFP4 (13.8 GB); transformers keeps them so only when
-its kernels can run, else dequantises to bf16 (41.8 GB). :func:`mxfp4_status` asks the
-installed transformers (CUDA capability >= 7.5, triton >= 3.4, ``kernels`` in its range,
-accelerate: the ``gpu`` extra) and says why not.
-"""
+**Weights.** GPT-OSS-20B's experts are MXFP4 (13.8 GB) only when transformers' kernels can run,
+else bf16 (41.8 GB); :func:`mxfp4_status` asks the installed transformers and says why not."""
 
 from __future__ import annotations
 
@@ -88,8 +79,7 @@ class ModelShape:
         return cls.from_config(json.loads(text))
 
     def parameters(self) -> dict[str, int]:
-        """Parameter counts: ``experts`` (the MoE expert matrices and biases) and ``other``
-        (attention with biases and sinks, routers, norms, embeddings and the head)."""
+        """Parameter counts: ``experts`` (expert matrices and biases) and ``other`` (the rest)."""
         d, w, hd = self.d_model, self.expert_width, self.head_dim
         attention = (d + 1) * (self.n_heads + 2 * self.n_kv_heads) * hd
         attention += (self.n_heads * hd + 1) * d + self.n_heads
@@ -100,8 +90,8 @@ class ModelShape:
         return {"experts": self.n_layers * experts, "other": other}
 
     def weight_bytes(self, *, mxfp4: bool, dtype_bytes: int = 2) -> float:
-        """Bytes of the loaded weights: experts in MXFP4 (``mxfp4``) or in the compute dtype,
-        everything else in the compute dtype."""
+        """Bytes of the loaded weights: experts in MXFP4 (``mxfp4``) or the compute dtype, the rest
+        in the compute dtype."""
         counts = self.parameters()
         experts = counts["experts"] * (MXFP4_BITS / 8 if mxfp4 else dtype_bytes)
         return experts + counts["other"] * dtype_bytes
@@ -122,25 +112,18 @@ GPT_OSS_20B = ModelShape(
 
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention", "sink_attention")
-"""Attention implementations the planner models: transformers' eager GPT-OSS attention (the
-default; score matrices of ``T x (T + 1)`` per head), ``flex_attention`` (PyTorch's
-FlexAttention, which computes the scores tile by tile; GPT-OSS's sinks need it on CUDA) and
-``sink_attention`` *on CUDA* (agents/attention.py's SDPA call: with grouped key/value heads and
-a float mask PyTorch falls back to its fp32 math kernel there, :data:`SINK_ATTENTION_CUDA`
-times eager's attention phase; on CPU it is planned as eager, :func:`planned_attention`)."""
+"""Attention implementations the planner models: eager (``T x (T + 1)`` scores per head),
+``flex_attention`` (scores tile by tile) and, on CUDA, ``sink_attention`` (agents/attention.py's
+SDPA call, :data:`SINK_ATTENTION_CUDA` times eager's attention phase)."""
 
 SINK_ATTENTION_CUDA = 1.7
 """The SDPA sinks kernel's attention phase on CUDA relative to eager's: PyTorch's math fallback
-(GQA with a float mask) upcasts the scores to fp32 and expands the key/value heads (issue 43's
-reading of torch 2.13; planned, not measured on a GPU)."""
+(GQA with a float mask) upcasts the scores to fp32 (planned, not measured)."""
 
 
 def planned_attention(implementation: str, device: str) -> str:
-    """The memory model that fits the kernel ``implementation`` running on ``device``: on CUDA
-    the SDPA sinks kernel is its own model and the flex variants (the fp32-LSE one included,
-    agents/flex_sinks.py) ``flex_attention``'s; elsewhere they run uncompiled or through the
-    math kernel, materialising the scores, and are planned as eager, as is anything else
-    (``sdpa`` of a model without sinks, '')."""
+    """The memory model of kernel ``implementation`` on ``device``: on CUDA ``sink_attention`` and
+    the flex variants (``flex_attention``) have their own; all else is planned as eager."""
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"
@@ -152,11 +135,8 @@ def planned_attention(implementation: str, device: str) -> str:
 
 
 MOE_CALIBRATION = 1.35
-"""The MoE phase per (token, chosen expert) pair, ``4 x d_model + 6 x expert width`` elements,
-times this factor: measured on an H200 with transformers' grouped experts and flex attention
-(whose scores no longer dominate), the peak was 289 and 304 KB per token at T = 4,000 and
-16,000 (batch 8), 1.25-1.32 times the pairs' elements for GPT-OSS-20B's 4 experts per token; the
-factor is that measurement, not a derivation (docs/benchmarks.md)."""
+"""Factor on the MoE phase's ``4 x d_model + 6 x expert width`` elements per (token, expert)
+pair: an H200 measurement, not a derivation (docs/benchmarks.md)."""
 
 
 def activation_bytes(
@@ -166,12 +146,8 @@ def activation_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one teacher-forced forward pass of ``batch`` sequences padded to
-    ``tokens`` (no KV cache kept; module docstring): the larger of the attention phase and the
-    MoE phase of one block. ``attention="flex_attention"`` holds no score matrix, only the
-    per-token query, keys, values and output (``5 x heads x head_dim``), the residual vectors
-    and the log-sum-exp in fp32 (``2 x heads`` elements); ``"sink_attention"`` is eager's
-    attention phase times :data:`SINK_ATTENTION_CUDA`."""
+    """Peak activation bytes of one teacher-forced forward of ``batch`` sequences of ``tokens``
+    (module docstring): the larger of one block's attention and MoE phases."""
     t = int(tokens)
     return (
         float(dtype_bytes) * batch * max(_attention_phase(shape, t, t, attention), _moe(shape, t))
@@ -179,8 +155,7 @@ def activation_bytes(
 
 
 def _attention_phase(shape: ModelShape, queries: int, keys: int, attention: str) -> float:
-    """Elements per sequence of one block's attention phase: ``queries`` positions run against
-    ``keys`` positions (a cached prefix plus the queries)."""
+    """Elements per sequence of one block's attention: ``queries`` positions against ``keys``."""
     if attention not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
@@ -199,8 +174,8 @@ def _moe(shape: ModelShape, tokens: int) -> float:
 
 
 def kv_cache_bytes(shape: ModelShape, batch: int, tokens: int, dtype_bytes: int = 2) -> float:
-    """A KV cache of ``batch`` sequences of ``tokens`` positions in every block (keys and
-    values of the key/value heads; sliding-window blocks counted in full: an upper bound)."""
+    """A KV cache of ``batch`` sequences of ``tokens`` positions in every block (sliding-window
+    blocks counted in full: an upper bound)."""
     per_token = shape.n_layers * 2 * shape.n_kv_heads * shape.head_dim
     return float(dtype_bytes) * batch * tokens * per_token
 
@@ -213,12 +188,8 @@ def patched_run_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one batch of patched copies (``probes/patching``'s
-    :meth:`~goalprobe.activations.capture.base.ResidualBackend.patched_logits`): ``batch``
-    copies of a sequence whose first ``prefix`` tokens come from a cached KV prefix and whose
-    ``suffix`` tokens run, so the eager scores are ``3 x B x heads x S x (P + S + 1)``; plus the
-    KV cache of ``P + S`` positions per copy (kept when a prefix is cached) and one fp32 logits
-    row per copy."""
+    """Peak bytes of a batch of patched copies: ``prefix`` tokens from a cached KV prefix,
+    ``suffix`` tokens run, plus that KV cache and one fp32 logits row per copy."""
     s, p = int(suffix), int(prefix)
     phase = max(_attention_phase(shape, s, p + s, attention), _moe(shape, s))
     kv = kv_cache_bytes(shape, batch, p + s, dtype_bytes) if p > 0 else 0.0
@@ -234,35 +205,24 @@ def generation_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of greedy generation of ``batch`` prompts of ``prompt`` tokens for
-    up to ``new_tokens`` tokens: the prefill's attention or MoE phase, the KV cache at its full
-    length, and the fp32 logits of one step."""
+    """Peak activation bytes of greedy generation of ``batch`` prompts of ``prompt`` tokens for up
+    to ``new_tokens`` tokens: the prefill's peak, the full KV cache and one step's fp32 logits."""
     phase = max(_attention_phase(shape, prompt, prompt, attention), _moe(shape, prompt))
     kv = kv_cache_bytes(shape, batch, int(prompt) + int(new_tokens), dtype_bytes)
     return float(dtype_bytes) * batch * phase + kv + batch * shape.vocab_size * (4 + dtype_bytes)
 
 
-# ---------------------------------------------------------------------------------------------
-# What is installed
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Mxfp4Status:
-    """Whether transformers would keep GPT-OSS's MXFP4 weights on this machine.
-
-    Attributes:
-        available: True when it keeps them (no dequantisation).
-        reason: why not (what to install or which device is missing); '' when available.
-    """
+    """Whether transformers would keep GPT-OSS's MXFP4 weights here; ``reason`` says why not (''
+    when ``available``)."""
 
     available: bool
     reason: str
 
 
 def mxfp4_status() -> Mxfp4Status:
-    """Ask the installed transformers whether it would keep MXFP4 weights here (its own
-    quantizer's check, so the answer follows the installed version's rules)."""
+    """Ask the installed transformers' own quantizer whether it would keep MXFP4 weights here."""
     try:
         from transformers import Mxfp4Config
         from transformers.quantizers.quantizer_mxfp4 import Mxfp4HfQuantizer
@@ -312,8 +272,7 @@ def _missing_parts() -> str:
 
 
 def device_memory_bytes(device: str) -> float:
-    """Total memory of ``device`` (a CUDA device's, else this machine's RAM), so that a plan is
-    the same on every run on one machine."""
+    """Total memory of ``device`` (a CUDA device's, else this machine's RAM)."""
     import torch
 
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -323,10 +282,8 @@ def device_memory_bytes(device: str) -> float:
 
 
 def model_bytes(model) -> float:
-    """Bytes of every tensor ``model`` holds: its parameters and buffers, and the tensors its
-    modules keep as plain attributes (transformers' MXFP4 experts replace each expert weight
-    with a Triton tensor, not an ``nn.Parameter``, that keeps its data in ``.storage.data``, and
-    their scales in a precision config's ``weight_scale``). Each storage is counted once."""
+    """Bytes of every tensor ``model`` holds (each storage once), including tensors kept as plain
+    attributes (transformers' MXFP4 experts are Triton tensors, not parameters)."""
     import torch
 
     seen: set[tuple] = set()
@@ -365,9 +322,8 @@ def model_bytes(model) -> float:
 
 
 def loaded_weights_bytes(model, device: str) -> float:
-    """The weights' memory as loaded: on a CUDA device, what the allocator holds after loading
-    (``torch.cuda.memory_allocated``, which sees MXFP4 Triton tensors and anything else
-    resident), never less than :func:`model_bytes`; elsewhere :func:`model_bytes`."""
+    """The weights' memory as loaded: on CUDA what the allocator holds (at least
+    :func:`model_bytes`), elsewhere :func:`model_bytes`."""
     import torch
 
     counted = model_bytes(model)
@@ -377,14 +333,9 @@ def loaded_weights_bytes(model, device: str) -> float:
     return counted
 
 
-# ---------------------------------------------------------------------------------------------
-# The plan
-# ---------------------------------------------------------------------------------------------
-
-
 def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractConfig) -> list[int]:
-    """The replayed length of every step of the finished episodes of ``trajectories``: the
-    recorded ids cut after the last position ``config`` reads (what extraction runs)."""
+    """The replayed length (ids cut after the last position ``config`` reads) of every step of the
+    finished episodes of ``trajectories``."""
     special = chat_format_for(tokenizer)
     locator = GridCellLocator(tokenizer) if config.grid_cells else None
     lengths: list[int] = []
@@ -398,22 +349,11 @@ def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractCo
 
 @dataclass(frozen=True)
 class ExtractionPlan:
-    """Batches for one extraction and the memory they are expected to take.
-
-    Attributes:
-        batch_size: most sequences per forward pass.
-        max_batch_tokens: most padded tokens per forward pass (0: only ``batch_size`` limits).
-        longest: the longest replayed sequence.
-        steps: replayed steps.
-        tokens: replayed tokens in all.
-        weights_gb: the weights' memory.
-        activations_gb: the expected activation peak of the largest batch.
-        budget_gb: memory available to activations (``fraction`` of the device less weights and
-            the reserve).
-        fits: whether one sequence of the longest length fits the budget at all.
-        attention: the attention implementation planned for (:data:`ATTENTION_IMPLEMENTATIONS`).
-        one_gb: the activation peak of one sequence of the longest length.
-    """
+    """Batches for one extraction and the memory they are expected to take: ``batch_size`` and
+    ``max_batch_tokens`` (0: only the batch size limits), the replayed ``longest``, ``steps`` and
+    ``tokens``, the weights' memory, the activation peak of the largest batch and of one longest
+    sequence (``one_gb``), the ``budget_gb`` left to activations and whether one longest sequence
+    ``fits`` it, under ``attention``."""
 
     batch_size: int
     max_batch_tokens: int
@@ -449,10 +389,8 @@ def plan_extraction(
     reserve_bytes: float = 1.5 * GB,
     attention: str = "eager",
 ) -> ExtractionPlan:
-    """Batches that fit: the most sequences ``B`` (at most ``max_batch``) whose activation peak
-    at the longest replayed length fits ``fraction x memory - weights - reserve``, and the token
-    budget ``B x longest``. Shorter sequences then go more at a time under the same token budget
-    and take less memory (the peak per padded token grows with the length)."""
+    """Batches that fit: the most sequences ``B`` (at most ``max_batch``) whose peak at the longest
+    length fits ``fraction x memory - weights - reserve``, and the token budget ``B x longest``."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     longest = max(lengths, default=1)
@@ -479,11 +417,8 @@ class ExtractionDoesNotFitError(ValueError):
 
 
 def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) -> None:
-    """Raise :class:`ExtractionDoesNotFitError` (before any forward pass) when one sequence of
-    the longest replayed length needs more activation memory than the device has left after
-    the weights: extraction would run out of memory at that step after hours of work (on an
-    H200, T = 16,000 under eager attention; docs/benchmarks.md). The message names the
-    figures and, under eager attention, what flex attention would need."""
+    """Raise :class:`ExtractionDoesNotFitError` when one longest sequence does not fit beside the
+    weights; the message names the figures and what flex attention would need."""
     if plan.fits:
         return
     message = (
@@ -509,21 +444,14 @@ def backward_bytes(
     attention: str = "eager",
 ) -> float:
     """Peak activation bytes of one gradient run (:mod:`goalprobe.activations.capture.gradients`):
-    one sequence of ``tokens`` forward, then backward to every block output (attribution).
+    one sequence forward, then backward to every block output.
 
-    A forward pass frees each block's intermediates when the next block starts; a forward pass
-    that is to be differentiated keeps, for *every* block, what its backward needs: under eager
-    attention the softmax output with the sink column (``heads x T x (T + 1)``; flex attention
-    keeps only its log-sum-exp, ``heads x T`` in fp32, and recomputes the scores), the queries,
-    keys, values and attention output (``4 x heads x head_dim`` per token), the two norms'
-    inputs and the residual vectors (``6 x d_model``), and per chosen (token, expert) pair the
-    expert's input and its gated intermediates (``d_model + 6 x expert width``). On top comes
-    the transient peak of one block (:func:`activation_bytes`: the backward of the attention
-    holds score-sized gradients as the forward holds scores) and the gradient of every block
-    output (``n_layers x T x d_model``). Parameters are frozen in a gradient run, so no weight
-    gradient is allocated. With ``n_layers`` blocks this is "roughly double" the forward peak
-    only for a model of two or three blocks; for GPT-OSS-20B's 24 it is far more. A model, not
-    a measurement: it has not been calibrated on a GPU (docs/gpu.md)."""
+    A differentiated forward keeps, for *every* block, what its backward needs: eager's softmax
+    with the sink column (``heads x T x (T + 1)``; flex keeps an fp32 log-sum-exp), queries,
+    keys, values and output (``4 x heads x head_dim`` per token), norms' inputs and residuals
+    (``6 x d_model``), and per (token, expert) pair ``d_model + 6 x expert width``; on top come
+    one block's transient peak and the gradient of every block output. Parameters are frozen (no
+    weight gradients). A model, not calibrated on a GPU (docs/gpu.md)."""
     if attention not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"

@@ -1,12 +1,8 @@
 """Residual-stream backends: nnsight (default, local or NDIF), TransformerLens, plain hooks.
 
-One adapter per library (:class:`~goalprobe.activations.capture.base.ResidualBackend`), used both by
-extraction (:meth:`~goalprobe.activations.capture.base.ResidualBackend.capture`: read the output of chosen
-decoder blocks at chosen token positions of a right-padded batch, stopping the forward pass
-after the last requested block) and by the patching experiment (``clean_run``,
-``patched_logits``, ``generate``: overwrite the residual stream after chosen blocks). All three
-agree with the plain-hook reference up to floating-point reassociation.
-"""
+One adapter per library (:class:`~goalprobe.activations.capture.base.ResidualBackend`), used by
+extraction (``capture``) and by the patching experiment (``clean_run``, ``patched_logits``,
+``generate``); all agree with the plain-hook reference up to floating-point reassociation."""
 
 from __future__ import annotations
 
@@ -25,19 +21,12 @@ BACKENDS: tuple[str, ...] = ("nnsight", "transformer_lens", "hooks")
 
 
 def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
-    """Build the backend called ``name`` around a loaded model.
-
-    Args:
-        name: one of :data:`BACKENDS`.
-        model: a Hugging Face causal LM (for nnsight also a ``TransformersModel``).
-        tokenizer: the model's tokenizer (nnsight and TransformerLens need it).
-        **kwargs: backend options (nnsight: ``remote``, ``model_id``, ``revision``, ``host``,
-            ``prefix_cache``; TransformerLens: ``model_id``; hooks: ``prefix_cache``).
+    """Build the backend called ``name`` (one of :data:`BACKENDS`) around a loaded model; ``kwargs``
+    are the backend's options.
 
     Raises:
         ValueError: an unknown name, or a missing tokenizer.
-        BackendUnavailableError: the library cannot wrap this model.
-    """
+        BackendUnavailableError: the library cannot wrap this model."""
     if name == "nnsight":
         from goalprobe.activations.capture.nnsight_backend import NnsightBackend
 

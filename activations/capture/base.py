@@ -1,20 +1,11 @@
-"""What every residual-stream backend shares: the padded token batch, patches and clean runs,
-the backend interface (:class:`ResidualBackend`), and helpers to find a model's decoder blocks
-and input device.
+"""What every residual-stream backend shares: the padded token batch, patches and clean runs, the
+backend interface (:class:`ResidualBackend`), and helpers to find decoder blocks and devices.
 
-The residual stream "at layer L" is the *output* of decoder block ``L`` (0-based): what
-``output_hidden_states`` reports as ``hidden_states[L + 1]`` (before the final norm for every
-block but the last, whose output hidden_states reports after it). Sequences are padded on the
-right, so every real token keeps its position (rotary phases, causal attention) exactly as in
-an unpadded forward: a row's activations do not depend on the other rows of its batch beyond
-floating-point reassociation.
-
-Patching uses the same convention: a :class:`Patch` overwrites the residual stream after block
-``L`` at some positions of one run with values taken from another run; the blocks after ``L``
-then read the patched stream. A patch over several layers overwrites each of them. A batch of
-patches runs on copies of one target sequence (every row the same length, so no padding), and
-the logits of one readout position are read.
-"""
+The residual stream "at layer L" is the *output* of decoder block ``L`` (0-based), i.e.
+``hidden_states[L + 1]`` (the last block's after the final norm). Sequences are right-padded, so
+every real token keeps its position and a row's activations do not depend on the other rows. A
+:class:`Patch` overwrites the stream after block ``L`` at some positions with values from another
+run; a batch of patches runs on equal-length copies of one target sequence."""
 
 from __future__ import annotations
 
@@ -59,13 +50,8 @@ class TokenBatch:
         positions: Sequence[Sequence[int]],
         pad_id: int = 0,
     ) -> TokenBatch:
-        """Pad ``sequences`` on the right with ``pad_id``.
-
-        Args:
-            sequences: ``B`` token id lists (lengths may differ).
-            positions: ``B`` lists of ``K`` positions, each ``< len(sequence)``.
-            pad_id: id written into padding (never attended to by real tokens).
-        """
+        """Pad ``B`` id lists on the right; ``positions``: ``B`` rows of ``K`` ints inside their
+        row."""
         if len(sequences) == 0 or len(sequences) != len(positions):
             raise ValueError(
                 f"need as many position rows as sequences (>0), got {len(sequences)} sequences "
@@ -153,18 +139,12 @@ class CleanRun:
 
 
 class ResidualBackend(ABC):
-    """One library's access to the residual stream after chosen decoder blocks: it captures
-    (for extraction) and patches (for the patching experiment).
+    """One library's access to the residual stream after chosen decoder blocks, to capture and
+    patch.
 
-    Subclasses implement :meth:`capture` (stopping the forward pass after the last requested
-    block: no later block and no unembedding runs), :meth:`clean_run`, :meth:`patched_logits`
-    and :meth:`generate`.
-
-    Args:
-        model: the Hugging Face causal LM the backend reads and writes.
-        tokenizer: its tokenizer (nnsight and TransformerLens need it to wrap the model;
-            generation takes the pad id from it).
-    """
+    Subclasses implement :meth:`_capture` (stopping after the last requested block),
+    :meth:`_clean_forward`, :meth:`generate` and, to read logits, :meth:`_patched_forward`.
+    ``tokenizer`` gives the pad id (and nnsight/TransformerLens need it to wrap the model)."""
 
     name: str = ""
     """Backend name recorded in the store's ``backend`` attribute and the patching results."""
@@ -193,9 +173,8 @@ class ResidualBackend(ABC):
 
     @property
     def attention(self) -> str:
-        """The attention kernel the model runs (transformers' ``_attn_implementation``: eager,
-        ``sink_attention`` (agents/attention.py) or flex_attention; '' when unknown): recorded
-        in a store's ``attention`` attribute, since the kernels' rows differ."""
+        """The attention kernel the model runs (``_attn_implementation``; '' when unknown), recorded
+        in a store's ``attention`` attribute since the kernels' rows differ."""
         return str(getattr(self.config, "_attn_implementation", None) or "")
 
     @property
@@ -231,20 +210,11 @@ class ResidualBackend(ABC):
     """Shortest shared prefix worth running once in :meth:`capture` (tokens)."""
 
     def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """Run the batch and read block outputs at ``batch.positions``.
+        """``{layer: (B, K, d_model)}`` CPU block outputs at ``batch.positions`` (model dtype).
 
-        With :attr:`prefix_cache`, the tokens every row shares before its first read position
-        (the system and developer messages of a harmony prompt, about 320 of the bundled
-        agent's 440 tokens) run once, and the batch continues from their KV cache: the same
-        values up to floating-point reassociation, for a fraction of the compute.
-
-        Args:
-            batch: the padded sequences and positions ``(B, K)``.
-            layers: decoder blocks to read (0-based).
-
-        Returns:
-            ``{layer: (B, K, d_model)}`` CPU tensors in the model's dtype.
-        """
+        With :attr:`prefix_cache`, the tokens every row shares before its first read position (a
+        harmony prompt's system and developer messages) run once and the batch continues from
+        their KV cache: the same values up to floating-point reassociation."""
         layers = self.check_layers(layers)
         self.capture_tokens["replayed"] += int(batch.input_ids.numel())
         start = self.shared_prefix_length(batch) if self.prefix_cache else 0
@@ -263,16 +233,9 @@ class ResidualBackend(ABC):
         )  # fmt: skip
 
     def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
-        """How much of a batch's shared ``prefix`` to run once: up to its last message start.
-
-        Rows of one grid share more than the system and developer messages (the start of the
-        grid's text too), so the exact shared prefix differs from batch to batch and would
-        run once per batch. Cut at the last harmony ``<|start|>`` (at or after
-        :attr:`min_shared_prefix`), every batch of one prompt template shares one cached
-        prefix; the rest of the shared tokens runs with the batch. The cut depends on the batch
-        alone (never on earlier batches), so a resumed extraction computes the same values.
-        Without a tokenizer holding ``<|start|>`` the whole shared prefix runs once.
-        """
+        """How much of a batch's shared ``prefix`` to run once: up to its last harmony
+        ``<|start|>``, so all batches of a template share one cache (and a resumed extraction
+        computes the same values)."""
         from goalprobe.agents.harmony import START
 
         if self.tokenizer is None or START not in self.tokenizer.get_vocab():
@@ -299,16 +262,14 @@ class ResidualBackend(ABC):
         layers: list[int],
         **forward_kwargs,
     ) -> dict[int, torch.Tensor]:
-        """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after a cached prefix
-        when ``forward_kwargs`` holds its KV cache; ``attention_mask`` then covers
-        prefix and suffix) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
+        """:meth:`capture` on ``input_ids`` ``(B, T')`` (the suffix after the KV cache in
+        ``forward_kwargs``, if any) with ``positions`` ``(B, K)`` relative to ``input_ids``."""
 
     def clean_run(
         self, token_ids: Sequence[int] | np.ndarray, layers: Sequence[int], positions: np.ndarray
     ) -> CleanRun:
-        """Run ``token_ids`` unpatched; capture the residual stream at ``layers`` x ``positions``
-        and the last position's logits (with :attr:`prefix_cache`, from the template's cached
-        prefix: :meth:`_clean_prefix`)."""
+        """Run ``token_ids`` unpatched: the residual stream at ``layers`` x ``positions`` and the
+        last position's logits (with :attr:`prefix_cache`: :meth:`_clean_prefix`)."""
         token_ids = np.asarray(token_ids, dtype=np.int64)
         positions = np.asarray(positions, dtype=np.int64)
         start, kwargs = self._clean_prefix(token_ids, positions)
@@ -332,15 +293,14 @@ class ResidualBackend(ABC):
         patches: Sequence[Patch],
         readout_position: int | None = None,
     ) -> torch.Tensor:
-        """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last
-        position), one patched copy of ``token_ids`` per patch (with :attr:`prefix_cache`, see
+        """``(len(patches), vocab)`` float32 logits at ``readout_position`` (default: the last), one
+        patched copy of ``token_ids`` per patch (with :attr:`prefix_cache`:
         :meth:`_patched_run`)."""
         if not patches:
             return torch.empty(0)
         logits = self._patched_forward(*self._patched_run(token_ids, patches, readout_position))
         return logits[:, 0].float().cpu()
 
-    @abstractmethod
     def generate(
         self,
         prompt_ids: Sequence[int] | np.ndarray,
@@ -349,13 +309,20 @@ class ResidualBackend(ABC):
         max_new_tokens: int,
         stop_ids: Sequence[int],
     ) -> list[list[int]]:
-        """Greedy completions, one per patch (patches apply to the prompt pass, not to the
-        decoding steps); each cut after its first stop id.
+        """Greedy completions, one per patch (applied to the prompt pass only), each cut after its
+        first stop id; ``prompt_ids``: one prompt or equal-length prompts (:func:`prompt_batch`)."""
+        if not patches:
+            return []
+        ids = prompt_batch(prompt_ids, len(patches), self.device)
+        check_patches(patches, ids.shape[1], self.n_layers)
+        out = self._generate(ids, list(patches), max_new_tokens, list(stop_ids))
+        return [strip_stop(row, stop_ids) for row in out[:, ids.shape[1] :].cpu().tolist()]
 
-        ``prompt_ids`` is one prompt, copied for every patch, or ``(len(patches), S)``: one
-        prompt per patch, all of one length (so that positions align and nothing is padded;
-        regenerations of many targets then share one decoding loop, see
-        :func:`prompt_batch`)."""
+    @abstractmethod
+    def _generate(
+        self, ids: torch.Tensor, patches: list[Patch], max_new_tokens: int, stop_ids: list[int]
+    ) -> torch.Tensor:
+        """``(B, S + n)`` ids: the prompts ``ids (B, S)`` and their greedy continuations."""
 
     def gradient_run(
         self,
@@ -367,25 +334,14 @@ class ResidualBackend(ABC):
         *,
         drops: Sequence[int | None] = (None,),
     ):
-        """Run ``token_ids`` (one sequence, no KV cache) with gradients: the residual stream at
-        ``layers`` x ``positions`` and ``dM/d`` of it, where ``M = metric(logits at
-        readout_positions)`` (:mod:`goalprobe.activations.capture.gradients`).
-
-        Args:
-            token_ids: ``(S,)`` one teacher-forced sequence.
-            layers: blocks to read.
-            positions: ``(k,)`` ascending positions to read (prompt and, when asked, reasoning).
-            metric: scalar function of the ``(R, vocab)`` logits at ``readout_positions``.
-            readout_positions: ``(R,)`` positions whose logits the metric reads.
-            drops: GradDrop blocks, one gradient each (None: the plain gradient).
-
-        Returns:
-            a :class:`~goalprobe.activations.capture.gradients.GradientRun`.
+        """The residual stream at ``layers`` x ``positions`` of one teacher-forced sequence and
+        ``dM/d`` of it, ``M = metric((R, vocab) logits at readout_positions)``, once per GradDrop
+        block in ``drops`` (None: the plain gradient); a
+        :class:`~goalprobe.activations.capture.gradients.GradientRun`.
 
         Raises:
-            GradientUnsupportedError: this backend records no gradients, or the model's kernels
-                have no backward (MXFP4).
-        """
+            GradientUnsupportedError: the backend records no gradients, or the kernels have no
+                backward (MXFP4)."""
         from goalprobe.activations.capture import gradients
 
         if self.gradient_runner is None:
@@ -401,9 +357,8 @@ class ResidualBackend(ABC):
         patches: Sequence[Patch],
         readout_positions: Sequence[int] | np.ndarray,
     ) -> torch.Tensor:
-        """``(len(patches), R, vocab)`` logits at several ``readout_positions`` (ascending) of
-        each patched copy (non-decreasing; a position may repeat): :meth:`patched_logits` reading ``R`` positions at once (the logits
-        from the first readout on are computed, so keep ``R`` and the vocabulary small)."""
+        """``(len(patches), R, vocab)`` logits at non-decreasing ``readout_positions`` of each
+        patched copy (every logit from the first readout on is computed: keep ``R`` small)."""
         from goalprobe.activations.capture.gradients import result_dtype
 
         readouts = np.asarray(readout_positions, dtype=np.int64)
@@ -419,10 +374,8 @@ class ResidualBackend(ABC):
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """``(rows, kept positions, vocab)`` logits of one forward pass (no gradients) of the
-        patched copies :meth:`_patched_run` prepared: what :meth:`patched_logits` and
-        :meth:`patched_logits_at` read. A backend without it overrides :meth:`patched_logits`
-        and reads one readout position."""
+        """``(rows, kept positions, vocab)`` logits of one no-grad forward of what
+        :meth:`_patched_run` prepared; a backend without it overrides :meth:`patched_logits`."""
         from goalprobe.activations.capture.gradients import GradientUnsupportedError
 
         raise GradientUnsupportedError(f"the {self.name} backend reads one readout position")
@@ -435,12 +388,10 @@ class ResidualBackend(ABC):
     ) -> tuple[torch.Tensor, dict, list[Patch]]:
         """``(ids (len(patches), S), forward kwargs, patches)`` of a batch of patched copies.
 
-        With :attr:`prefix_cache` the tokens before the first patched position of the batch (or
-        the readout, if earlier) are run once, unpatched, and every copy continues from their KV
-        cache (exact under causal attention): a patch near the end of a long sequence costs a
-        few tokens, not the sequence. The returned ids are then the suffix, and the patches'
-        positions are shifted onto it. ``logits_to_keep`` makes the readout the first logit row.
-        """
+        With :attr:`prefix_cache` the tokens before the first patched position (or the readout,
+        if earlier) run once, unpatched, and every copy continues from their KV cache (exact
+        under causal attention); ids and patch positions are then the suffix's.
+        ``logits_to_keep`` makes the readout the first logit row."""
         ids = np.asarray(token_ids, dtype=np.int64)
         check_patches(patches, len(ids), self.n_layers)
         readout = readout_index(readout_position, len(ids))
@@ -457,11 +408,9 @@ class ResidualBackend(ABC):
         return ids_tensor(ids[start:], len(patches), self.device), kwargs, patches
 
     def _clean_prefix(self, ids: np.ndarray, positions: np.ndarray) -> tuple[int, dict]:
-        """``(start, forward kwargs)`` of a clean run of one sequence ``ids`` read at
-        ``positions``: with :attr:`prefix_cache`, the tokens before the first read position,
-        cut at their last message start (the template's system and developer messages, shared
-        by every clean run of a template), come from one cached KV prefix and the run covers
-        the rest; ``start`` 0 and no kwargs otherwise."""
+        """``(start, forward kwargs)`` of a clean run: with :attr:`prefix_cache`, the tokens before
+        the first read position (cut as :meth:`_reusable_prefix_length`) come from the cached
+        prefix."""
         first = int(np.min(positions)) if len(positions) else len(ids) - 1
         start = min(first, len(ids) - 1)
         if not self.prefix_cache or start < self.min_shared_prefix:
@@ -474,16 +423,9 @@ class ResidualBackend(ABC):
     def _generation_prefix(
         self, ids: torch.Tensor, patches: Sequence[Patch]
     ) -> tuple[int, dict, list[Patch]]:
-        """``(start, generate kwargs, patches)`` of a batch of patched prompts ``ids (B, S)``.
-
-        With :attr:`prefix_cache` the tokens every row shares before the batch's first patched
-        position (the system and developer messages of a harmony prompt, about 320 of the
-        bundled agent's 440 tokens) run once, cut at their last message start as in
-        :meth:`capture` (so every batch of a template reuses one cache), and the batch's
-        prefill continues from their KV cache: the patches' positions are shifted onto the
-        suffix, which keeps at least two tokens (a one-token pass is a decoding step). Exact
-        under causal attention up to floating-point reassociation. Without it ``start`` is 0.
-        """
+        """``(start, generate kwargs, patches)`` of prompts ``ids (B, S)``: with
+        :attr:`prefix_cache` the shared tokens before the first patch (cut as in :meth:`capture`)
+        run once, leaving two or more."""
         patches = list(patches)
         if not self.prefix_cache or not patches:
             return 0, {}, patches
@@ -498,8 +440,8 @@ class ResidualBackend(ABC):
         return start, kwargs, [Patch(p.layers, p.positions - start, p.values) for p in patches]
 
     def cache_keyword(self) -> str:
-        """The keyword this backend's forward call takes a KV cache by (see
-        :func:`goalprobe.agents.models.cache_keyword`)."""
+        """The keyword the forward call takes a KV cache by
+        (:func:`~goalprobe.agents.models.cache_keyword`)."""
         return cache_keyword(self.model)
 
     def _prefix_kv(self, prefix: np.ndarray, rows: int):

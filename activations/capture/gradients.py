@@ -1,18 +1,12 @@
 """Activations and their gradients with respect to a metric, through the capture backends.
 
 Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced
-sequence, the residual stream after chosen blocks at chosen positions and ``dM/da[L, p]``, the
-total derivative of a scalar metric of the logits at a few readout positions. A
-:class:`GradientRun` holds both (hooks and nnsight backends; TransformerLens has none).
-
-The parameters are frozen during the run and the input embedding's output requires grad instead
-(:func:`gradient_mode`), so no parameter gradient is allocated. **GradDrop** (AtP*, Kramar et
-al. 2024): ``drops`` lists blocks whose residual branch passes no gradient back
-(:class:`_BranchGate`); one forward pass serves every drop; nnsight records plain gradients
-only. MXFP4 expert kernels have no backward: a gradient run on such a model raises
-:class:`GradientUnsupportedError` before any forward pass (load with
-``Mxfp4Config(dequantize=True)``).
-"""
+sequence, the residual stream after chosen blocks at chosen positions and ``dM/da[L, p]`` of a
+scalar metric of the logits at a few readout positions: a :class:`GradientRun` (hooks and nnsight
+backends). Parameters are frozen and the input embedding's output requires grad instead
+(:func:`gradient_mode`). **GradDrop** (AtP*, Kramar et al. 2024): ``drops`` lists blocks whose
+residual branch passes no gradient back (:class:`_BranchGate`; hooks backend only). MXFP4 kernels
+have no backward: such a model raises :class:`GradientUnsupportedError` up front."""
 
 from __future__ import annotations
 
@@ -35,18 +29,10 @@ class GradientUnsupportedError(RuntimeError):
 
 @dataclass(frozen=True)
 class GradientRun:
-    """A teacher-forced run's residual stream and the metric's gradient with respect to it.
-
-    Attributes:
-        positions: ``(k,)`` int64 positions captured, ascending.
-        layers: ``(n_layers,)`` blocks captured, ascending.
-        acts: ``(n_layers, k, d_model)`` residual stream after each block (float32, or float64
-            for a float64 model), on the CPU.
-        grads: ``(n_drops, n_layers, k, d_model)`` ``dM/d acts``, one per entry of ``drops``.
-        drops: the GradDrop block of each gradient (``None``: the plain gradient).
-        metric: the metric's value on the unpatched run.
-        readout_positions: ``(R,)`` where the metric read the logits.
-    """
+    """A teacher-forced run's residual stream and the metric's gradient with respect to it: ``acts``
+    ``(n_layers, k, d_model)`` at ascending ``layers`` x ``positions`` (CPU, float32 or float64),
+    ``grads`` ``(n_drops, n_layers, k, d_model)`` one per entry of ``drops`` (None: the plain
+    gradient), the ``metric`` on the unpatched run and its ``(R,)`` ``readout_positions``."""
 
     positions: np.ndarray
     layers: tuple[int, ...]
@@ -92,12 +78,8 @@ def refuse_without_gradients(model: nn.Module) -> None:
 
 @contextlib.contextmanager
 def gradient_mode(model: nn.Module) -> Iterator[None]:
-    """Grad enabled, parameters frozen, the input embedding's output requiring grad.
-
-    Autograd then tracks the activations (every block output depends on the embeddings) without
-    allocating a gradient for any parameter. Every parameter's ``requires_grad`` is restored on
-    exit.
-    """
+    """Grad enabled, parameters frozen (restored on exit), the input embedding's output requiring
+    grad: autograd tracks the activations without any parameter gradient."""
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     def track(module, args, output):
@@ -123,10 +105,8 @@ class _DropHolder:
 
 
 class _BranchGate(torch.autograd.Function):
-    """Identity on a block's output ``out`` in the forward pass; in the backward pass, when the
-    holder names this block, the gradient skips the block's branch: it goes to the block's
-    input ``inp`` (the skip connection) and not to ``out`` (whose graph is the branch plus the
-    skip), so ``dM/d inp`` is ``dM/d out`` alone instead of ``(1 + d branch/d inp)^T dM/d out``."""
+    """Identity on a block's output ``out``; when the holder names this block, backward sends the
+    gradient to the block's input ``inp`` (the skip connection) instead, skipping the branch."""
 
     @staticmethod
     def forward(ctx, out, inp, holder, layer):  # type: ignore[override]

@@ -1,30 +1,24 @@
 """Reference backend: plain PyTorch forward hooks on the decoder blocks.
 
-Capture runs the base model (no unembedding); the hook of the last requested block raises an
-internal exception that ends the forward pass, so later blocks never run. Patching registers
-hooks that overwrite a block's output in place before the next block reads it (the same edit an
-nnsight trace makes), and reads the logits of the full model.
-"""
+Capture runs the base model (no unembedding) and the last requested block's hook raises to end
+the forward pass. Patching hooks overwrite a block's output in place before the next block reads
+it (the edit an nnsight trace makes) and read the full model's logits."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     Patch,
     ResidualBackend,
     block_output,
-    check_patches,
     decoder_layers_path,
     gather_positions,
     get_submodule_path,
     input_device,
     layer_plan,
-    prompt_batch,
-    strip_stop,
 )
 from torch import nn
 
@@ -34,15 +28,8 @@ class _StopForward(Exception):
 
 
 class HookBackend(ResidualBackend):
-    """Capture and patch with ``register_forward_hook`` (the reference of the other backends).
-
-    Args:
-        model: a loaded Hugging Face causal LM (any device, any dtype, ``device_map`` allowed
-            for capture).
-        tokenizer: its tokenizer (optional; generation takes its pad id from it).
-        prefix_cache: run the unpatched prefix of a patched batch once and continue every copy
-            from its KV cache (see :meth:`ResidualBackend._patched_run`).
-    """
+    """Capture and patch with ``register_forward_hook`` (the reference of the other backends;
+    ``device_map`` models allowed for capture)."""
 
     name = "hooks"
     gradient_runner = "hooks_gradient_run"
@@ -69,7 +56,6 @@ class HookBackend(ResidualBackend):
                 handle.remove()
 
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
-        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         last = layers[-1]
         out: dict[int, torch.Tensor] = {}
 
@@ -97,7 +83,6 @@ class HookBackend(ResidualBackend):
         return out
 
     def _clean_forward(self, ids, where, layers, kwargs):
-        """See :meth:`ResidualBackend._clean_forward`."""
         saved: dict[int, torch.Tensor] = {}
 
         def reader(layer: int):
@@ -112,13 +97,8 @@ class HookBackend(ResidualBackend):
         return [saved[x] for x in layers], logits[0, -1]
 
     def _writers(self, patches: Sequence[Patch], prompt_length: int = 0) -> dict[int, Callable]:
-        """Hooks that write every patch into its block's output (in place).
-
-        Args:
-            patches: the batch's patches (row ``i`` gets ``patches[i]``).
-            prompt_length: skip forward passes over fewer tokens (the decoding steps after a
-                patched prompt); 0 patches every pass.
-        """
+        """Hooks writing patch ``i`` into row ``i``'s block outputs (in place), skipping passes over
+        fewer than ``prompt_length`` tokens (the decoding steps after a patched prompt)."""
         hooks = {}
         for layer, (rows, cols, vals) in layer_plan(patches, self.device, self.dtype).items():
 
@@ -134,32 +114,17 @@ class HookBackend(ResidualBackend):
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """See :meth:`ResidualBackend._patched_forward`."""
         with torch.no_grad(), self._hooked(self._writers(patches)):
             return self.model(ids, **kwargs).logits
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        check_patches(patches, ids.shape[1], self.n_layers)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
         start, cache, patches = self._generation_prefix(ids, patches)
         with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
-            out = self.model.generate(
+            return self.model.generate(
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
-                eos_token_id=list(stop_ids),
+                eos_token_id=stop_ids,
                 pad_token_id=self.pad_token_id,
                 **cache,
             )
-        rows = out[:, ids.shape[1] :].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in rows]

@@ -1,20 +1,14 @@
 """Default backend: an nnsight trace, locally or on NDIF (``remote``).
 
-Capture: inside one trace the output of each requested block is gathered at the batch's
-positions (so only ``(B, K, d_model)`` per layer leaves the model, which matters remotely), and
-``tracer.stop()`` ends the forward pass right after the last requested block.
+Capture gathers each requested block's output at the batch's positions inside one trace (only
+``(B, K, d_model)`` per layer leaves the model) and ``tracer.stop()`` ends the forward pass after
+the last one. Patching (local only) assigns to ``model.layers[L].output``; by default the
+unpatched prefix runs once and every copy continues from its KV cache (``prefix_cache``).
 
-Patching: the trace assigns to ``model.layers[L].output`` at the patched rows and positions. By
-default the unpatched prefix runs once and every patched copy continues from its KV cache
-(``prefix_cache``), so patches late in the sequence are cheap. Patching runs locally only.
-
-Remote execution sends the same trace to an NDIF server (``https://api.ndif.us`` unless
-``host`` says otherwise) that already holds the model; weights never leave the server and the
-request names the model by its nnsight model key (:func:`ndif_model_key`). The API key comes
-from ``NDIF_API_KEY`` or nnsight's config (``nnsight.CONFIG.set_default_api_key``).
-``remote="local"`` runs nnsight's local simulation of that path (serialise, deserialise with
-local modules hidden, run here), a dry run that needs no server.
-"""
+Remote execution sends the same trace to an NDIF server (``https://api.ndif.us`` unless ``host``)
+that holds the model, named by its nnsight model key (:func:`ndif_model_key`); the API key comes
+from ``NDIF_API_KEY`` or nnsight's config. ``remote="local"`` runs nnsight's local simulation of
+that path, a dry run without a server."""
 
 from __future__ import annotations
 
@@ -24,20 +18,16 @@ import json
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     Patch,
     ResidualBackend,
     block_output,
-    check_patches,
     decoder_layers_path,
     gather_positions,
     get_submodule_path,
     input_device,
     layer_plan,
-    prompt_batch,
-    strip_stop,
 )
 from torch import nn
 
@@ -47,12 +37,8 @@ class RemoteCaptureError(RuntimeError):
 
 
 def ndif_model_key(repo_id: str, revision: str | None = None) -> str:
-    """The nnsight model key under which NDIF serves ``repo_id`` as a text-generation model.
-
-    Same format as ``TransformersModel(repo_id).to_model_key()`` (import path of nnsight's
-    ``TransformersModel``, then JSON of repo id, revision and task), built without asking the
-    Hub, so ``repo_id`` must be the canonical id (``"openai/gpt-oss-20b"``).
-    """
+    """The nnsight model key under which NDIF serves ``repo_id`` (``TransformersModel(repo_id)
+    .to_model_key()`` without asking the Hub, so ``repo_id`` must be canonical)."""
     from nnsight.modeling.transformers import TransformersModel
     from nnsight.util import to_import_path
 
@@ -62,11 +48,8 @@ def ndif_model_key(repo_id: str, revision: str | None = None) -> str:
 
 @contextlib.contextmanager
 def cache_name_accepted():
-    """Silence one library warning, and only that one: transformers 5.2x deprecates the
-    ``past_key_values`` keyword in favour of ``cache`` and warns (``FutureWarning``) on every
-    forward that receives it, but nnsight recognises a KV cache by that name only
-    (:meth:`NnsightBackend.cache_keyword`). The cause is in nnsight, so the filter sits at the
-    calls that pass a cache; every other warning still shows."""
+    """Silence only transformers' ``FutureWarning`` that ``past_key_values`` is deprecated: nnsight
+    recognises a KV cache by that name only (:meth:`NnsightBackend.cache_keyword`)."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=r"`past_key_values` is deprecated", category=FutureWarning
@@ -78,18 +61,13 @@ class NnsightBackend(ResidualBackend):
     """Capture and patch through an nnsight trace.
 
     Args:
-        model: a loaded Hugging Face causal LM, or an nnsight ``TransformersModel`` (for
-            remote runs, one built from the repo id without weights: ``TransformersModel(id)``).
-        tokenizer: the model's tokenizer (nnsight's wrapper needs one to wrap a loaded model).
-        remote: False (run here), True (run on NDIF) or ``"local"`` (nnsight's local
-            simulation of a remote run).
-        model_id: canonical Hub id of the model, for the remote model key (default: the
-            wrapper's ``repo_id``).
-        revision: model revision for the remote model key.
+        model: a loaded causal LM, or an nnsight ``TransformersModel`` (remote: one built from the
+            repo id without weights).
+        tokenizer: the model's tokenizer (needed to wrap a loaded model).
+        remote: False (run here), True (NDIF) or ``"local"`` (nnsight's local simulation).
+        model_id, revision: the remote model key's Hub id (default: the wrapper's) and revision.
         host: NDIF base URL (default: nnsight's configured host).
-        prefix_cache: when patching, run the unpatched prefix once and continue the batch from
-            its KV cache (see :meth:`ResidualBackend._patched_run`).
-    """
+        prefix_cache: run the unpatched prefix once (:meth:`ResidualBackend._patched_run`)."""
 
     name = "nnsight"
     gradient_runner = "nnsight_gradient_run"
@@ -153,14 +131,11 @@ class NnsightBackend(ResidualBackend):
         )
 
     def cache_keyword(self) -> str:
-        """``past_key_values`` always: nnsight's input preparation recognises a cache by that
-        name only (under any other name it builds an attention mask over the suffix alone, and
-        the patched runs go wrong: tests/activations/test_capture.py). Transformers 5.2x
-        deprecates the name; the calls that pass it run under :func:`cache_name_accepted`."""
+        """``past_key_values`` always: under any other name nnsight builds an attention mask over
+        the suffix alone and patched runs go wrong (tests/activations/test_capture.py)."""
         return "past_key_values"
 
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
-        """See :meth:`ResidualBackend._capture`; returns ``{layer: (B, K, d_model)}``."""
         device = torch.device("cpu") if self.remote is True else input_device(self._module)
         input_ids = input_ids.to(device)
         attention_mask = attention_mask.to(device)
@@ -196,7 +171,6 @@ class NnsightBackend(ResidualBackend):
         return get_submodule_path(self.lm, self._path)
 
     def _clean_forward(self, ids, where, layers, kwargs):
-        """See :meth:`ResidualBackend._clean_forward`."""
         blocks = self._blocks()
         saved = []
         with (
@@ -219,26 +193,12 @@ class NnsightBackend(ResidualBackend):
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
-        """See :meth:`ResidualBackend._patched_forward` (and ``prefix_cache``)."""
         with torch.no_grad(), cache_name_accepted(), self.lm.trace(ids, **kwargs):
             self._intervene(patches)
             logits = self.lm.lm_head.output.save()
         return logits
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass
-        (with ``prefix_cache``, on the suffix after the shared prefix: :meth:`_generation_prefix`)."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        check_patches(patches, ids.shape[1], self.n_layers)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
         _, cache, patches = self._generation_prefix(ids, patches)
         with (
             torch.no_grad(),
@@ -247,12 +207,11 @@ class NnsightBackend(ResidualBackend):
                 ids,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
-                eos_token_id=list(stop_ids),
+                eos_token_id=stop_ids,
                 pad_token_id=self.pad_token_id,
                 **cache,
             ) as tracer,
         ):
             self._intervene(patches)
             result = tracer.result.save()
-        out = result[:, ids.shape[1] :].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in out]
+        return result

@@ -1,13 +1,9 @@
 """TransformerLens backend: a ``TransformerBridge`` around the loaded Hugging Face model.
 
-The bridge wraps the loaded model offline, without weight folding, so
-``blocks.{L}.hook_resid_post`` is block ``L``'s output: capture reads it with
-``run_with_cache(..., stop_at_layer=max(layers) + 1)``, patching overwrites it with hooks. The
-bridge changes the model it wraps (eager attention, bridge blocks: cached generation departs
-from the original after the first token), so by default it wraps a deep copy
-(``copy_model=True``) and :attr:`model` stays intact; extraction may pass ``copy_model=False``.
-:meth:`generate` decodes greedily with full forward passes of the bridge.
-"""
+The bridge wraps the model offline without weight folding, so ``blocks.{L}.hook_resid_post`` is
+block ``L``'s output (capture: ``run_with_cache(..., stop_at_layer=max(layers) + 1)``; patching:
+hooks). The bridge changes the model it wraps (eager attention, bridge blocks), so by default it
+wraps a deep copy (``copy_model=True``). :meth:`generate` decodes greedily with full forwards."""
 
 from __future__ import annotations
 
@@ -25,29 +21,18 @@ from goalprobe.activations.capture.base import (
     ids_tensor,
     input_device,
     layer_plan,
-    prompt_batch,
     readout_index,
-    strip_stop,
 )
 from torch import nn
 
 
 class TransformerLensBackend(ResidualBackend):
-    """Capture and patch with a TransformerLens ``TransformerBridge``.
-
-    Args:
-        model: a loaded Hugging Face causal LM of an architecture TransformerLens supports
-            (wrapped in place, see the module docstring).
-        tokenizer: its tokenizer (needed to wrap without downloading one).
-        model_id: name recorded by the bridge (default: the model's ``name_or_path``, else its
-            class name).
-        copy_model: wrap a deep copy of ``model`` (default) rather than ``model`` itself (see
-            the module docstring).
+    """Capture and patch with a TransformerLens ``TransformerBridge`` (``model_id``: the name the
+    bridge records; default the model's ``name_or_path``, else its class name).
 
     Raises:
-        BackendUnavailableError: TransformerLens is missing, has no adapter for the
-            architecture, or the bridge fails to boot (the message carries the reason).
-    """
+        BackendUnavailableError: TransformerLens is missing, has no adapter for the architecture,
+            or the bridge fails to boot."""
 
     name = "transformer_lens"
 
@@ -69,9 +54,8 @@ class TransformerLensBackend(ResidualBackend):
         architecture = type(model).__name__
         name = model_id or getattr(model.config, "name_or_path", "") or architecture
         try:
-            # A config built in memory carries no `architectures`, and the bridge picks its
-            # adapter from that field: name the loaded class (on the bridge's copy of the
-            # config). The bridge edits the tokenizer it is given: give it a copy.
+            # the bridge picks its adapter from `architectures` (absent from an in-memory
+            # config) and edits the tokenizer it is given
             self.bridge = TransformerBridge.boot_transformers(
                 name,
                 hf_model=copy.deepcopy(model) if copy_model else model,
@@ -88,8 +72,8 @@ class TransformerLensBackend(ResidualBackend):
 
     @property
     def attention(self) -> str:
-        """The bridge's own kernel: it runs the wrapped model under eager attention (module
-        docstring), whatever the model was loaded with."""
+        """``eager``: the bridge runs the model under eager attention whatever it was loaded
+        with."""
         return "eager"
 
     @staticmethod
@@ -151,21 +135,9 @@ class TransformerLensBackend(ResidualBackend):
             logits = self.bridge.run_with_hooks(ids, fwd_hooks=self._hooks(patches, ids.shape[1]))
         return logits[:, readout].float().cpu()
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        *,
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-    ) -> list[list[int]]:
-        """See :meth:`ResidualBackend.generate`; the patches act on the prompt's forward pass."""
-        if not patches:
-            return []
-        ids = prompt_batch(prompt_ids, len(patches), self.device)
-        prompt_length = ids.shape[1]
-        hooks = self._hooks(patches, prompt_length)
-        stops = torch.as_tensor(list(stop_ids), device=self.device)
+    def _generate(self, ids, patches, max_new_tokens, stop_ids):
+        hooks = self._hooks(patches, ids.shape[1])
+        stops = torch.as_tensor(stop_ids, device=self.device)
         done = torch.zeros(len(patches), dtype=torch.bool, device=self.device)
         with torch.no_grad():
             for _ in range(max_new_tokens):
@@ -178,5 +150,4 @@ class TransformerLensBackend(ResidualBackend):
                 done |= torch.isin(nxt, stops)
                 if bool(done.all()):
                     break
-        rows = ids[:, prompt_length:].cpu().tolist()
-        return [strip_stop(row, stop_ids) for row in rows]
+        return ids

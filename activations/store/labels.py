@@ -15,20 +15,12 @@ from goalprobe.gridworld.text import GridParseError, padded_cell_types, parse
 
 
 def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> np.ndarray:
-    """Plan labels of every step of one episode.
+    """``(T, horizon)`` uint8 plan labels of one episode from its executed ``actions`` (None:
+    invalid).
 
-    The plan of step ``t`` is the next executed actions from ``t`` on (steps whose action is
-    None executed nothing and are skipped), then ``PLAN_END`` after the last one, then
-    ``PLAN_PAD``; at most ``horizon`` tokens (a plan with ``horizon`` or more actions left has
-    no ``END``).
-
-    Args:
-        actions: ``(T,)`` the executed action of each step, None for invalid steps.
-        horizon: plan length.
-
-    Returns:
-        ``(T, horizon)`` uint8 plan tokens.
-    """
+    Step ``t``'s plan is the next executed actions from ``t`` on (invalid steps skipped), then
+    ``PLAN_END``, then ``PLAN_PAD`` (a plan with ``horizon`` or more actions left has no
+    ``END``)."""
     out = np.full((len(actions), horizon), PLAN_PAD, dtype=np.uint8)
     for t in range(len(actions)):
         future = [int(a) for a in actions[t:] if a is not None][: horizon + 1]
@@ -40,11 +32,8 @@ def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> 
 
 
 def cell_type_canvas(step: StepRecord) -> np.ndarray:
-    """``(15, 15)`` uint8 cell types of the grid text shown at ``step``, PADDING outside.
-
-    A fogged grid's text hides cells (``*``), so its label is the true grid in ``s_t`` (what
-    each cell holds); which cells were revealed is a function of the episode
-    (:func:`goalprobe.gridworld.fog.fog_view`), not a cell type."""
+    """``(15, 15)`` uint8 cell types of the grid shown at ``step``, PADDING outside (a fogged step:
+    its true grid; what was revealed depends on the episode)."""
     text = step.grid_text
     if step.variant == Variant.FOG and step.true_grid_text is not None:
         text = step.true_grid_text
@@ -64,15 +53,8 @@ def cell_type_canvas(step: StepRecord) -> np.ndarray:
 
 
 def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndarray]:
-    """Labels of every step of ``episode`` (every field of ``LABEL_FIELDS`` but ``seq_len``).
-
-    Args:
-        episode: a finished episode from :func:`goalprobe.agents.trajectories.read_trajectories`.
-        first_step_index: index of the episode's first step among all steps of the file.
-
-    Returns:
-        ``{field: (T, *shape)}`` arrays, one row per step.
-    """
+    """``{field: (T, *shape)}`` labels (all but ``seq_len``) of every step of a finished ``episode``
+    whose first step has file-wide index ``first_step_index``."""
     steps = episode.steps
     t = len(steps)
     optimal = np.zeros((t, N_ACTIONS), dtype=bool)

@@ -1,9 +1,6 @@
-"""Joining stores: concatenation (extraction parts) and merging of shards (``goalprobe merge``).
-
-Both copy rows into one new self-contained store (no virtual datasets, so the result does not
-depend on its inputs staying in place), block by block, through
-:class:`~goalprobe.activations.store.writer.StoreWriter` (atomic: the output appears only when complete).
-"""
+"""Joining stores: concatenation (extraction parts) and merging of shards (``goalprobe merge``),
+both into one new self-contained store, block by block, through the atomic
+:class:`~goalprobe.activations.store.writer.StoreWriter`."""
 
 from __future__ import annotations
 
@@ -68,19 +65,8 @@ def concatenate_stores(
     order: np.ndarray | None = None,
     compression: str = "none",
 ) -> Path:
-    """Write the rows of ``sources`` (concatenated, optionally reordered) into ``output``.
-
-    Args:
-        sources: complete stores with one layout (stages, layers, d_model).
-        output: destination store (written atomically).
-        attrs: root attributes of the output.
-        order: ``(M,)`` permutation of the concatenated rows giving the output order
-            (default: concatenation order).
-        compression: ``"none"``, ``"lzf"`` or ``"gzip"``.
-
-    Returns:
-        ``output`` as a Path.
-    """
+    """Write the rows of ``sources`` (complete stores of one layout), in concatenation order or the
+    permutation ``order``, into ``output`` with root ``attrs``; returns ``output``."""
     stores = [ActivationStore(p) for p in sources]
     try:
         if not stores:
@@ -172,25 +158,13 @@ def merge_shards(
     *,
     compression: str | None = None,
 ) -> Path:
-    """Merge the shard stores of one extraction into one store, checking coverage.
+    """Merge the shard stores (any order) of one extraction into ``output``, checking coverage.
 
-    Checks that the shards come from one trajectory file (sha256), model and layout; that
-    their ``shard_index`` values are exactly ``0 .. N-1``; that every row's grid hashes to its
-    shard; and that every step of the trajectory file appears exactly once
-    (``step_index`` is a permutation of ``range(trajectory_steps)``). Rows are written in
-    trajectory-file order, so the result equals an unsharded extraction row for row.
-
-    Args:
-        shards: the N shard stores (any order).
-        output: the merged store (written atomically).
-        compression: compression of the output (default: the first shard's).
-
-    Returns:
-        ``output`` as a Path.
-
-    Raises:
-        StoreFormatError: naming the offending file, shard or step.
-    """
+    The shards must share trajectory file (sha256), model and layout, hold ``shard_index``
+    exactly ``0 .. N-1``, each grid in its own shard, and every step exactly once. Rows are
+    written in trajectory-file order (equal to an unsharded extraction); ``compression`` defaults
+    to the first shard's. Raises :class:`StoreFormatError` naming the offending file, shard or
+    step."""
     paths = [Path(p) for p in shards]
     if not paths:
         raise ValueError("no shard stores to merge")

@@ -1,11 +1,8 @@
 """Reading an activation store: validation, row selection, reading rows.
 
-:class:`ActivationStore` opens a file read-only and checks it before anything is read: a
-missing, foreign (not HDF5 or another schema), truncated or incomplete file raises
-:class:`~goalprobe.activations.store.schema.StoreFormatError` (or ``FileNotFoundError``) naming the file.
-Activations are never loaded whole: :meth:`ActivationStore.read` and
-:meth:`ActivationStore.labels` read only the requested rows, in row-sorted spans.
-"""
+:class:`ActivationStore` checks a file before anything is read: a missing, foreign, truncated or
+incomplete file raises :class:`~goalprobe.activations.store.schema.StoreFormatError` (or
+``FileNotFoundError``) naming the file. Only the requested rows are read, in row-sorted spans."""
 
 from __future__ import annotations
 
@@ -41,15 +38,8 @@ _SPAN_ROWS = 4096
 
 
 def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (any order, repeats allowed) of a row-major dataset, read in sorted spans.
-
-    Args:
-        ds: dataset of shape ``(N, ...)``.
-        rows: ``(M,)`` int row indices in ``[0, N)``.
-
-    Returns:
-        ``(M, ...)`` array in the order of ``rows``.
-    """
+    """``(M, ...)`` rows ``rows`` (any order, repeats allowed) of a dataset, read in sorted
+    spans."""
     try:
         return _read_rows(ds, rows)
     except OSError as err:
@@ -87,28 +77,14 @@ def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
 
 
 class ActivationStore:
-    """Read-only view of one activation store file.
-
-    Args:
-        path: the ``.h5`` file written by ``goalprobe extract`` or ``goalprobe merge``.
+    """Read-only view of one activation store file (written by ``goalprobe extract`` or ``merge``);
+    ``attrs`` are its root attributes (JSON decoded), ``chat_format`` the JSON description of the
+    rows' chat format (version 2: harmony), ``reasoning_every`` the ``k`` of its reasoning rows.
 
     Raises:
         FileNotFoundError: no such file.
         StoreFormatError: not HDF5, truncated, another schema/version, or missing datasets.
-        IncompleteStoreError: the writer did not finish (``complete`` is False).
-
-    Attributes:
-        path: the file.
-        n_rows: rows in the store (one per trajectory step).
-        stages: stored stages.
-        layers: stored decoder blocks (0-based).
-        d_model: residual width.
-        attrs: root attributes, JSON ones decoded.
-        schema_version: the file's layout version.
-        reasoning_every: ``k`` of the stored reasoning rows (0: none).
-        chat_format: JSON description of the chat format the rows were read with (stores of
-            version 2: ``{"name": "harmony"}``).
-    """
+        IncompleteStoreError: the writer did not finish (``complete`` is False)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -135,8 +111,6 @@ class ActivationStore:
         except BaseException:
             self._file.close()
             raise
-
-    # -- validation ------------------------------------------------------------------------
 
     def _validate(self) -> None:
         f, path = self._file, self.path
@@ -221,8 +195,8 @@ class ActivationStore:
     def _check_dataset(
         self, key: str, rows: int, row_shape: tuple | None = None, of: str = "committed"
     ) -> None:
-        """Raise :class:`StoreFormatError` unless dataset ``/key`` exists with at least ``rows``
-        rows (``of``: what they are) of ``row_shape`` (None: any)."""
+        """Raise :class:`StoreFormatError` unless dataset ``/key`` has at least ``rows`` rows
+        (``of``: what they are) of ``row_shape`` (None: any)."""
         if key not in self._file:
             raise StoreFormatError(f"{self.path}: dataset /{key} is missing")
         shape = self._file[key].shape
@@ -275,8 +249,6 @@ class ActivationStore:
                 f"{self.path}: root attribute {name!r} is {value!r}, expected an integer"
             ) from err
 
-    # -- basics -----------------------------------------------------------------------------
-
     def __len__(self) -> int:
         return self.n_rows
 
@@ -320,20 +292,11 @@ class ActivationStore:
             )
         return arr
 
-    # -- labels and selection ---------------------------------------------------------------
-
     def labels(
         self, fields: Sequence[str] | None = None, rows: Iterable[int] | np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
-        """Label fields of ``rows`` (all rows by default).
-
-        Args:
-            fields: names from :data:`~goalprobe.activations.store.schema.LABEL_FIELDS` (all by default).
-            rows: ``(M,)`` int rows or an ``(N,)`` bool mask.
-
-        Returns:
-            ``{field: (M, *shape)}``; string fields are object arrays of ``str``.
-        """
+        """``{field: (M, *shape)}`` label ``fields`` (default all) of ``rows`` (int rows or a bool
+        mask; default all); strings as object arrays."""
         fields = list(LABEL_FIELDS) if fields is None else list(fields)
         unknown = [x for x in fields if x not in LABEL_FIELDS]
         if unknown:
@@ -364,8 +327,7 @@ class ActivationStore:
         return self._present[stage].copy()
 
     def stages_with_rows(self) -> tuple[str, ...]:
-        """The stored stages that at least one row holds, in :attr:`stages` order (a store of an
-        agent that never reasons holds no ``post_reasoning`` row)."""
+        """The stored stages at least one row holds, in :attr:`stages` order."""
         return tuple(stage for stage in self.stages if self.present(stage).any())
 
     def positions(
@@ -383,17 +345,8 @@ class ActivationStore:
         densities: Iterable[float] | None = None,
         grid_ids: Iterable[str] | None = None,
     ) -> RowIndex:
-        """Rows matching every given criterion, ascending.
-
-        Args:
-            stage: keep rows that hold this stage.
-            sizes: grid sizes to keep.
-            densities: densities to keep (compared with a 1e-6 tolerance).
-            grid_ids: grids to keep, e.g. one part of :func:`grid_split`.
-
-        Returns:
-            ``(M,)`` int64 row indices.
-        """
+        """``(M,)`` int64 rows, ascending, that hold ``stage`` and whose grid size, density (1e-6
+        tolerance) and grid id are among those given (None: any)."""
         mask = np.ones(self.n_rows, dtype=bool)
         if stage is not None:
             mask &= self.present(stage)
@@ -408,19 +361,12 @@ class ActivationStore:
             mask &= np.isin(self.labels(["grid_id"])["grid_id"].astype(str), wanted_ids)
         return np.flatnonzero(mask).astype(np.int64)
 
-    # -- reasoning rows -----------------------------------------------------------------------
-
     def reasoning_offsets(self) -> np.ndarray:
-        """``(N + 1,)`` int64: store row ``i``'s reasoning rows are ``[o[i], o[i + 1])`` (all
-        zeros in a store without reasoning rows)."""
+        """``(N + 1,)`` int64: store row ``i``'s reasoning rows are ``[o[i], o[i + 1])``."""
         return self._offsets.copy()
 
     def reasoning_rows(self, rows: Iterable[int] | np.ndarray | None = None) -> ReasoningIndex:
-        """The reasoning rows of store ``rows`` (all by default), store row by store row.
-
-        Args:
-            rows: ``(M,)`` int store rows or an ``(N,)`` bool mask.
-        """
+        """The reasoning rows of store ``rows`` (int rows or a bool mask; default all), by row."""
         idx = self._rows(rows)
         starts, stops = self._offsets[idx], self._offsets[idx + 1]
         counts = stops - starts
@@ -461,8 +407,6 @@ class ActivationStore:
         out = read_rows(self._file[REASONING][layer_name(layer)], index)
         return out if dtype is None else out.astype(dtype)
 
-    # -- activations ------------------------------------------------------------------------
-
     def read(
         self,
         stage: str,
@@ -471,20 +415,12 @@ class ActivationStore:
         *,
         dtype: np.dtype | type | None = None,
     ) -> ResidualActs:
-        """Activations of ``rows`` at ``stage`` and ``layer``.
-
-        Args:
-            stage: a stored stage.
-            layer: a stored decoder block.
-            rows: ``(M,)`` rows or an ``(N,)`` bool mask; default: every row holding ``stage``.
-            dtype: cast to this dtype (default: float16 as stored).
-
-        Returns:
-            ``(M, K, d_model)`` activations, in the order of ``rows``.
+        """``(M, K, d_model)`` activations of ``rows`` at ``stage`` and ``layer``, in the order of
+        ``rows`` (int rows or a bool mask; default every row holding ``stage``), cast to
+        ``dtype`` if given (stored float16).
 
         Raises:
-            ValueError: a requested row does not hold ``stage``.
-        """
+            ValueError: a requested row does not hold ``stage``."""
         self._check_stage_layer(stage, layer)
         idx = self.select(stage) if rows is None else self._rows(rows)
         if rows is not None and idx.size:
@@ -501,14 +437,8 @@ class ActivationStore:
         return out if dtype is None else out.astype(dtype)
 
     def row_batch(self, rows: Iterable[int] | np.ndarray) -> RowBatch:
-        """Everything stored for ``rows`` (every stage, layer, position and label), for copying.
-
-        Args:
-            rows: ``(M,)`` int rows.
-
-        Returns:
-            a :class:`~goalprobe.activations.store.writer.RowBatch` of ``M`` rows (absent stages are zeros).
-        """
+        """Everything stored for ``rows`` as a :class:`~goalprobe.activations.store.writer.RowBatch`
+        (absent stages are zeros), for copying."""
         idx = self._rows(rows)
         acts: dict[str, dict[int, np.ndarray]] = {}
         positions: dict[str, np.ndarray] = {}
@@ -539,16 +469,10 @@ class ActivationStore:
 
 @dataclass(frozen=True)
 class ReasoningIndex:
-    """Reasoning rows of some store rows (``R`` in all), store row by store row.
-
-    Attributes:
-        index: ``(R,)`` int64 reasoning-row indices (for :meth:`ActivationStore.read_reasoning`).
-        row: ``(R,)`` int64 the store row each belongs to.
-        positions: ``(R,)`` token positions in the replayed sequence.
-        tokens: ``(R,)`` offsets from the reasoning's first token.
-        fraction: ``(R,)`` ``(tokens + 1) / length``.
-        length: ``(R,)`` tokens of the reasoning the row lies in.
-    """
+    """Reasoning rows (``R``) of some store rows, store row by store row: ``index`` (for
+    :meth:`ActivationStore.read_reasoning`), the store ``row`` each belongs to, token
+    ``positions``, ``tokens`` offsets from the reasoning's start, ``fraction`` ``(tokens + 1) /
+    length`` and the reasoning's ``length``, all ``(R,)``."""
 
     index: np.ndarray
     row: np.ndarray

@@ -12,12 +12,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Shard:
-    """Shard ``index`` of ``count`` (``0 <= index < count``).
-
-    Attributes:
-        index: this shard, 0-based.
-        count: number of shards ``N``.
-    """
+    """Shard ``index`` (0-based) of ``count`` (``0 <= index < count``)."""
 
     index: int = 0
     count: int = 1

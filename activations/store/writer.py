@@ -1,15 +1,10 @@
 """Writing an activation store: create, append row batches, finalise atomically.
 
-A :class:`StoreWriter` writes into a hidden temporary file next to the destination
-(``.{name}.tmp``). Every :meth:`StoreWriter.append` grows the datasets, writes the rows, then
-advances the ``committed_rows`` attribute and flushes. :meth:`StoreWriter.finalize` sets
-``complete``, closes, fsyncs and renames the file onto the destination (``os.replace``, atomic on
-POSIX), so the destination is either absent, the previous file, or a complete store: a reader
-never sees a half-written store under the destination name. A writer killed before
-``finalize`` leaves only the temporary file (which :class:`~goalprobe.activations.store.reader.ActivationStore`
-refuses as incomplete). Crash-safe *resumption* of long extractions builds on this in
-:mod:`goalprobe.activations.extract` (one small store per committed part).
-"""
+A :class:`StoreWriter` writes into a hidden temporary file beside the destination
+(``.{name}.tmp``); each :meth:`StoreWriter.append` writes rows, then advances ``committed_rows``
+and flushes; :meth:`StoreWriter.finalize` sets ``complete``, fsyncs and renames the file onto the
+destination (atomic on POSIX). A reader thus never sees a half-written store under the
+destination name; crash-safe resumption builds on this in :mod:`goalprobe.activations.extract`."""
 
 from __future__ import annotations
 
@@ -52,14 +47,8 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """What a store holds.
-
-    Attributes:
-        stages: stored stages, in order (see :data:`~goalprobe.activations.store.schema.ALL_STAGES`).
-        layers: stored decoder blocks (0-based), ascending.
-        d_model: residual width.
-        reasoning_every: ``k`` of the ragged reasoning rows (0: none stored).
-    """
+    """What a store holds: ``stages`` in order, ascending ``layers`` (0-based blocks), residual
+    width ``d_model``, and ``reasoning_every`` (``k`` of the reasoning rows; 0: none)."""
 
     stages: tuple[str, ...]
     layers: tuple[int, ...]
@@ -85,16 +74,15 @@ class StoreLayout:
 
 @dataclass
 class ReasoningRows:
-    """The ragged reasoning rows of a batch of store rows (``R`` in all).
+    """The ragged reasoning rows of a batch of ``B`` store rows (``R`` in all, in row order).
 
     Attributes:
-        counts: ``(B,)`` reasoning rows of each store row (they follow one another in row order).
+        counts: ``(B,)`` reasoning rows of each store row.
         length: ``(B,)`` tokens of each store row's reasoning (0 where none was read).
         positions: ``(R,)`` token positions in the replayed sequence.
         tokens: ``(R,)`` offsets from the reasoning's first token.
         fraction: ``(R,)`` ``(tokens + 1) / length``.
-        acts: ``acts[layer]``: ``(R, d_model)`` activations.
-    """
+        acts: ``acts[layer]``: ``(R, d_model)`` activations."""
 
     counts: np.ndarray
     length: np.ndarray
@@ -142,13 +130,12 @@ class RowBatch:
     """Rows to append to a store.
 
     Attributes:
-        acts: ``acts[stage][layer]``: ``(B, K, d_model)`` activations (cast to float16 on write).
+        acts: ``acts[stage][layer]``: ``(B, K, d_model)`` activations (float16 on write).
         positions: ``positions[stage]``: ``(B, K)`` int token positions.
-        present: ``present[stage]``: ``(B,)`` bool, False where the row has no such anchor
-            (its activations are written as zeros).
-        labels: ``labels[field]``: ``(B, *shape)`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
-        reasoning: the rows' ragged reasoning rows (None: none).
-    """
+        present: ``present[stage]``: ``(B,)`` bool; absent rows are written as zeros.
+        labels: ``labels[field]``: ``(B, *shape)`` per
+            :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
+        reasoning: the rows' ragged reasoning rows (None: none)."""
 
     acts: dict[str, dict[int, ResidualActs]]
     positions: dict[str, TokenPositions]
@@ -229,11 +216,7 @@ def hdf5_filters(compression: str) -> dict[str, Any]:
 
 
 def to_float16(arr: np.ndarray, where: str) -> np.ndarray:
-    """Cast activations to float16, refusing values float16 cannot hold.
-
-    Raises:
-        ValueError: naming ``where`` when an entry is non-finite or overflows float16.
-    """
+    """Cast to float16; ValueError naming ``where`` for a non-finite or overflowing entry."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.asarray(arr).astype(ACTIVATION_DTYPE)
     if not np.isfinite(out).all():
@@ -260,18 +243,11 @@ def fsync_dir(directory: Path) -> None:
 
 
 class StoreWriter:
-    """Create a store at ``path`` and append rows in batches.
+    """Create a store at ``path`` (written only by :meth:`finalize`) and append rows in batches.
 
-    Args:
-        path: destination file; written only by :meth:`finalize` (atomic rename).
-        layout: stages, layers and width.
-        attrs: root attributes (model id, backend, config, trajectory checksum, ...); dicts and
-            lists are stored as JSON, except ``layers``.
-        compression: ``"none"``, ``"lzf"`` or ``"gzip"`` for the activation datasets.
-
-    Use as a context manager: leaving the block normally finalises the store; leaving it by
-    an exception removes the temporary file.
-    """
+    ``attrs`` are root attributes (dicts and lists stored as JSON, except ``layers``);
+    ``compression`` applies to the activation datasets. As a context manager, a normal exit
+    finalises the store and an exception removes the temporary file."""
 
     def __init__(
         self,

@@ -1,13 +1,10 @@
 """Counterfactual grid pairs for activation patching (study, section 5.2 and appendix F).
 
-A *base* is a state the agent acted in (a trajectory step or a grid's start). A
-*counterfactual* moves its agent or goal to another open cell (not a wall, the agent, the goal
-or a visible key or door), so the two grid texts differ in exactly two cells and the prompts
-have the same length; an agent move that would pick up the key or open the door is skipped.
-``"disjoint"`` pairs have optimal action sets that share no action (a patch carrying the
-counterfactual's state has a measurable target); ``"control"`` pairs have identical sets (a
-faithful patch leaves the action). No torch.
-"""
+A *base* is a state the agent acted in (a trajectory step or a grid's start). A *counterfactual*
+moves its agent or goal to another open cell, so the two grid texts differ in exactly two cells
+and the prompts have the same length (an agent move that would pick up the key or open the door
+is skipped). ``"disjoint"`` pairs have optimal action sets that share no action; ``"control"``
+pairs have identical sets (a faithful patch leaves the action). No torch."""
 
 from __future__ import annotations
 
@@ -31,13 +28,10 @@ class BaseState:
     """A state the agent acted in, with what is known of the run on it.
 
     Attributes:
-        grid: the grid; ``grid.start`` is the agent's cell in ``state`` (see :func:`base_from_grid`).
-        state: the state shown to the agent.
-        base_id: unique id of this base (``"{run_id}/{grid_id}/{episode}/{step}"`` or the grid id).
+        grid, state: the grid (``grid.start`` is the agent's cell in ``state``) and state shown.
+        base_id: ``"{run_id}/{grid_id}/{episode}/{step}"`` or the grid id.
         run_id, episode, step: the trajectory step it comes from (None for a grid's start state).
-        prompt_token_ids: ``(n_prompt,)`` the recorded prompt ids, or None.
-        generated_token_ids: ``(n_generated,)`` the recorded completion ids, or None.
-    """
+        prompt_token_ids, generated_token_ids: the recorded prompt and completion ids, or None."""
 
     grid: Grid
     state: State
@@ -71,14 +65,8 @@ def base_from_grid(grid: Grid) -> BaseState:
 
 
 def base_from_step(record, *, where: str = "step") -> BaseState:
-    """A trajectory step (:class:`goalprobe.agents.trajectories.StepRecord`) as a base.
-
-    The grid is rebuilt from the step's grid text and its key/door fields and must render back
-    to exactly the recorded text.
-
-    Raises:
-        ValueError: naming ``where`` when the record does not describe a consistent state.
-    """
+    """A trajectory step as a base, its grid rebuilt from the step's fields; ValueError naming
+    ``where`` unless it renders back to exactly the recorded text."""
     from goalprobe.gridworld.text import parse
 
     visible, _ = parse(record.grid_text, variant=record.variant, grid_id=record.grid_id)
@@ -123,15 +111,11 @@ class CounterfactualPair:
     Attributes:
         pair_id: ``"{base_id}/{moved}:{row},{col}"`` (unique per base).
         base: the base state.
-        cf_grid: the counterfactual grid (``cf_grid.start`` is the cf agent's cell).
-        cf_state: the counterfactual state.
+        cf_grid, cf_state: the counterfactual (``cf_grid.start`` is its agent's cell).
         moved: ``"agent"`` or ``"goal"``.
-        from_row_col: the moved object's cell in the base.
-        to_row_col: its cell in the counterfactual.
+        from_row_col, to_row_col: the moved object's cell in the base and in the counterfactual.
         kind: ``"disjoint"`` (optimal sets share no action) or ``"control"`` (identical sets).
-        base_optimal: ``pi*(base)``.
-        cf_optimal: ``pi*(cf)``.
-    """
+        base_optimal, cf_optimal: ``pi*`` of both states."""
 
     pair_id: str
     base: BaseState
@@ -190,10 +174,8 @@ def _classify(base_opt: frozenset[Action], cf_opt: frozenset[Action]) -> PairKin
 def counterfactual_candidates(
     base: BaseState, *, moves: Sequence[str] = MOVES
 ) -> list[CounterfactualPair]:
-    """Every disjoint and control counterfactual of ``base``, agent moves then goal moves.
-
-    Returns an empty list when ``base`` has no optimal action (at the goal or cut off from it).
-    """
+    """Every disjoint and control counterfactual of ``base``, agent moves then goal moves (none when
+    ``base`` has no optimal action)."""
     for move in moves:
         if move not in MOVES:
             raise ValueError(f"unknown move {move!r}; expected one of {MOVES}")
@@ -254,14 +236,8 @@ def _pair(base, cf_grid, cf_state, moved, from_cell, to_cell, kind, base_opt, cf
 
 @dataclass(frozen=True)
 class CounterfactualConfig:
-    """How many counterfactuals to draw per base.
-
-    Attributes:
-        moves: which objects may move, ``("agent", "goal")`` by default.
-        disjoint_per_move: disjoint pairs drawn per base and per move kind.
-        control_per_move: control pairs drawn per base and per move kind (0: no control set).
-        random_state: seed of the draw (each base draws from its own seeded stream).
-    """
+    """How many disjoint and control pairs (0: none) to draw per base and move kind, each base from
+    its own stream seeded by ``random_state``."""
 
     moves: tuple[str, ...] = MOVES
     disjoint_per_move: int = 1
@@ -278,11 +254,8 @@ class CounterfactualConfig:
 def build_counterfactuals(
     bases: Iterable[BaseState], config: CounterfactualConfig = CounterfactualConfig()
 ) -> list[CounterfactualPair]:
-    """Draw counterfactual pairs for each base (seeded, uniform among the candidates).
-
-    Returns, per base in order, up to ``disjoint_per_move`` disjoint and ``control_per_move``
-    control pairs for each move kind; bases with fewer candidates give fewer pairs.
-    """
+    """Per base in order, up to the configured disjoint and control pairs for each move kind, drawn
+    uniformly among the candidates (seeded)."""
     out: list[CounterfactualPair] = []
     seen: set[str] = set()
     for index, base in enumerate(bases):

@@ -2,22 +2,18 @@
 (:mod:`goalprobe.probes.patching.patched_runs` patches them).
 
 Both sides of each :class:`~goalprobe.probes.patching.counterfactuals.CounterfactualPair` get a
-teacher-forced sequence (prompt + their own reasoning + the answer prefix,
+teacher-forced sequence (prompt + own reasoning + answer prefix,
 :mod:`goalprobe.probes.patching.sites`) and one clean run capturing every position a site may
-read. Then, per direction, the *source* side's values are written into the *target* side's run:
-``"base_to_cf"`` (source = base) or ``"cf_to_base"`` (does the base now act as in the
-counterfactual?).
+read; per direction the *source* side's values are written into the *target* side's run
+(``"base_to_cf"`` or ``"cf_to_base"``).
 
 The reasoning held fixed (:attr:`PatchConfig.reasoning`): ``"recorded"`` (the base's recorded
-completion; the counterfactual's greedy one), ``"greedy"`` (both greedy) or ``"oracle"`` (the
-bundled agent's reasoning text with an optimal plan, no generation). ``regenerate=True`` also
-patches the prompt sites into a greedy *generation* whose parsed action is the outcome.
-``reasoning_chunks=n`` patches the reasoning itself, cf -> base: teacher-forced up to the end of
-chunk ``i`` of ``n`` (aligned by relative position,
-:func:`~goalprobe.probes.patching.sites.chunk_positions`) with the counterfactual's values at the
-chunk's positions, the rest regenerated. By default only pairs whose agent is optimal on both
-sides are kept (``require_optimal``), so capability does not confound the result.
-"""
+completion, the counterfactual's greedy one), ``"greedy"`` or ``"oracle"`` (the bundled agent's
+reasoning text with an optimal plan). ``regenerate=True`` also patches the prompt sites into a
+greedy *generation* whose parsed action is the outcome. ``reasoning_chunks=n`` patches the
+reasoning itself, cf -> base, up to the end of chunk ``i`` of ``n``
+(:func:`~goalprobe.probes.patching.sites.chunk_positions`), the rest regenerated. By default only
+pairs optimal on both sides are kept (``require_optimal``), so capability does not confound."""
 
 from __future__ import annotations
 
@@ -70,46 +66,27 @@ class PatchConfig:
 
     Attributes:
         sites: patch sites (:data:`goalprobe.probes.patching.sites.SITES`).
-        layers: layer-set specs, each patched as one run: ``"thirds"`` (the study's spread, the
-            last block of each third: 7, 15, 23 of GPT-OSS-20B's 24), ``"each"`` (every block
-            on its own), ``"cumulative"`` (the first k and the last k blocks for every k: the
-            dose-response, labelled ``first<k>`` / ``last<k>``), ``"all"`` (every block at
-            once), ``"7"``, ``"-1"`` (the last block), ``"7+15"`` (both at once).
+        layers: layer-set specs, each patched as one run (:func:`resolve_layer_sets`): ``"thirds"``,
+            ``"each"``, ``"cumulative"`` (``first<k>`` / ``last<k>``), ``"all"``, ``"7"``, ``"-1"``,
+            ``"7+15"``.
         directions: ``"base_to_cf"`` and/or ``"cf_to_base"``.
         reasoning: ``"recorded"``, ``"greedy"`` or ``"oracle"`` (module docstring).
         require_optimal: keep only pairs whose unpatched action is optimal on both sides.
         regenerate: also regenerate the reasoning under the patch (prompt sites only).
         max_new_tokens: token budget of every greedy completion.
         batch_size: patched copies per forward pass (and prompts per greedy-completion call).
-        regenerate_batch_size: regenerations per decoding loop; they are pooled across pairs
-            (every target prompt of one length shares a loop), which is what makes regeneration
-            affordable.
-        anchor_sites, anchor_layers: what every kept pair is patched at (the headline's power);
-            anchor sites not among ``sites`` are not patched.
-        full_pairs: pairs of each kind (disjoint, control) patched at every site x layer set
-            (the dose-response); the others only at ``anchor_sites`` x ``anchor_layers``. None:
-            every pair at everything.
-        random_control: also patch every disjoint pair's target with the values of a random
-            other grid of the same size (a different grid, drawn with ``seed``), at the
-            ``anchor_layers`` sets of every site the pair is patched at but
-            ``changed_cells``: kind ``"random_grid"``, scored against the pair's counterfactual
-            (a patch that only disrupts lands there as often as this control does).
+        regenerate_batch_size: regenerations per decoding loop, pooled across pairs.
+        anchor_sites, anchor_layers: what every kept pair is patched at (the headline's power).
+        full_pairs: pairs of each kind patched at every site x layer set; None: all.
+        random_control: also patch disjoint targets with a random other grid of the same size
+            (drawn with ``seed``) at the anchor layers: kind ``"random_grid"``.
         seed: seed of the random-grid draw.
         reasoning_effort: harmony reasoning effort of the prompts.
         template_dir: prompt templates directory; None uses the packaged ones.
-        reasoning_chunks: fractions of the reasoning patched as chunk sites (cf -> base, the
-            rest of the reasoning regenerated; module docstring); 0: none.
-        chunk_layers: layer-set specs of the chunk patches (e.g. the block where the decision
-            read-out peaks, chosen on data other than the patched pairs).
-        chunk_pairs: pairs of each kind (disjoint, control) patched at every chunk (the first
-            kept ones; the disjoint ones also get the random-grid control there). None: all.
-        sanity_pairs: disjoint pairs (the first kept ones) also patched at the sanity site
-            ``grid`` at every block (layer set ``all``, which ``layers`` or ``anchor_layers``
-            must resolve), both directions, teacher-forced and, with ``regenerate``,
-            regenerated: the pipeline check that patching the whole input moves an agent that
-            reads its input (issue 40: at ``full_pairs`` alone it rested on 6 pairs). Pairs of
-            the ``full_pairs`` tier already have it. 0: only those.
-    """
+        reasoning_chunks, chunk_layers, chunk_pairs: chunks of the reasoning patched (0: none),
+            their layer sets and the pairs of each kind patched there (None: all).
+        sanity_pairs: disjoint pairs also given the input sanity check (site ``grid``, layer set
+            ``all``, which ``layers`` or ``anchor_layers`` must resolve)."""
 
     sites: tuple[str, ...] = DEFAULT_SITES
     layers: tuple[str, ...] = ("thirds", "all")
@@ -163,12 +140,8 @@ class PatchConfig:
 
 
 def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept.
-
-    Raises:
-        ValueError: a spec that is not ``thirds``, ``each``, ``cumulative``, ``all`` or
-            ``+``-joined block indices in ``[-n_layers, n_layers)``.
-    """
+    """Expand layer-set specs into ``(label, layers)`` pairs, first occurrence kept; ValueError for
+    a spec that is not a name or ``+``-joined indices in ``[-n_layers, n_layers)``."""
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
         spec = str(spec).strip()
@@ -209,25 +182,12 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
     return [(label, layers) for layers, label in out.items()]
 
 
-# ---------------------------------------------------------------------------------------------
-# Preparation
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Side:
-    """One side (base or counterfactual) of a prepared pair, unpatched.
-
-    Attributes:
-        grid, state: what the prompt shows.
-        sequence: its teacher-forced sequence.
-        clean: its clean run (residual stream at the capture positions, last-position logits).
-        optimal: ``pi*`` of the state.
-        action_logits: ``(4,)`` logits of the action tokens at the readout.
-        completion_ids: the completion its reasoning came from.
-        generated_action: the action parsed from a greedy completion (None: none parsed, or no
-            greedy completion was made).
-    """
+    """One unpatched side of a prepared pair: the ``grid`` and ``state`` shown, its teacher-forced
+    ``sequence`` and ``clean`` run, ``optimal`` (``pi*``), the ``(4,)`` ``action_logits`` at the
+    readout, the ``completion_ids`` its reasoning came from and the ``generated_action`` of a
+    greedy completion (None: none)."""
 
     grid: Grid
     state: State
@@ -268,13 +228,7 @@ class PreparedPair:
 
 @dataclass
 class PreparationReport:
-    """What preparation kept and why it dropped pairs.
-
-    Attributes:
-        n_pairs: pairs offered.
-        n_kept: pairs prepared.
-        dropped: reason -> number of pairs dropped for it.
-    """
+    """What preparation kept (``n_kept`` of ``n_pairs``) and the pairs dropped per reason."""
 
     n_pairs: int = 0
     n_kept: int = 0
@@ -282,8 +236,8 @@ class PreparationReport:
 
     @property
     def dropped_truncated(self) -> int:
-        """Pairs dropped because a side's greedy completion was cut off by the token limit
-        (the reasons that start with :data:`TRUNCATED_DROP`)."""
+        """Pairs dropped because a greedy completion hit the token limit
+        (:data:`TRUNCATED_DROP`)."""
         return sum(n for reason, n in self.dropped.items() if TRUNCATED_DROP in reason)
 
     def to_dict(self) -> dict:
@@ -297,18 +251,12 @@ class PreparationReport:
 
 
 TRUNCATED_DROP = "truncated: the greedy completion hit max_new_tokens"
-"""The drop reason (after ``base: `` or ``counterfactual: ``) of a pair whose greedy completion
-was cut off by the token limit; raise ``max_new_tokens`` to keep such pairs."""
+"""The drop reason (after ``base: `` or ``counterfactual: ``) of a truncated greedy completion."""
 
 
 class PatchingContext:
-    """The model-side objects an experiment shares: tokenizer ids, prompt building, generation.
-
-    Args:
-        backend: a :class:`~goalprobe.activations.capture.base.ResidualBackend` with a tokenizer; its
-            model also makes the greedy completions.
-        config: the experiment config.
-    """
+    """The model-side objects an experiment shares: tokenizer ids, prompt building, generation;
+    ``backend``'s model also makes the greedy completions."""
 
     def __init__(
         self,
@@ -326,8 +274,6 @@ class PatchingContext:
         self.backend = backend
         self.config = config
         self.chat_format = chat_format_for(tokenizer)
-        """The model's chat format: prompts, teacher-forced sequences, stop ids and the split
-        of regenerated completions follow it (:mod:`goalprobe.agents.chat_format`)."""
         self.special_ids = getattr(self.chat_format, "special", None)
         """The harmony token ids (None in another chat format)."""
         self.action_tokens = ActionTokens.from_tokenizer(tokenizer)
@@ -348,8 +294,7 @@ class PatchingContext:
             {x for _, layers in self.layer_sets + self.anchor_layer_sets for x in layers}
         )
         self.budget = budget
-        """The memory budget batches are planned in (:mod:`~goalprobe.probes.patching.memory`;
-        None: only the config's batch sizes limit them)."""
+        """The memory budget batches are planned in (None: only the config's batch sizes)."""
         self.plan: PatchingPlan | None = None
         """The plan :func:`prepare_pairs` made before the greedy completions (with a budget)."""
         limits = dict(batch_limits or {})
@@ -361,8 +306,7 @@ class PatchingContext:
                 ("regenerate", config.regenerate_batch_size),
             )
         }
-        """Per kind of forward pass, its batch: halved on an out-of-memory error and started
-        from ``batch_limits`` (what an earlier run halved to)."""
+        """Per kind of forward pass, its batch, halved on OOM and started from ``batch_limits``."""
         self.identity_records: list = []
         """The identity patches' records (:func:`~goalprobe.probes.patching.patched_runs.run_patching`)."""
 
@@ -373,16 +317,14 @@ class PatchingContext:
         )
 
     def prompt_ids(self, grid: Grid, state: State) -> list[int]:
-        """``(n_prompt,)`` ids of the prompt showing ``grid`` in ``state`` (in the model's chat
-        format)."""
+        """``(n_prompt,)`` ids of the prompt showing ``grid`` in ``state``."""
         return self.generator.encode_prompt(
             self.messages(grid, state), self.config.reasoning_effort
         )
 
     def greedy(self, prompts: Sequence[list[int]]) -> list[tuple[list[int] | None, Action | None]]:
-        """Greedy completions of prompt ids and their parsed actions, ``batch_size`` per call; a
-        completion cut off by the token limit gives ``(None, None)`` (truncated: no reasoning
-        to teacher-force, no action)."""
+        """Greedy completions of prompt ids and their parsed actions; a completion cut off by the
+        token limit gives ``(None, None)``."""
         sampling = SamplingConfig(
             temperature=0.0,
             max_new_tokens=self.config.max_new_tokens,
@@ -418,9 +360,8 @@ class PatchingContext:
         return reasoning_ids(self.tokenizer, text, self.special_ids)
 
     def parse_generated(self, ids: Sequence[int], forced: Sequence[int] = ()) -> Action | None:
-        """The action named by a generated completion (None when none can be parsed, or when
-        it used the whole budget without a stop token: truncated); ``forced``: completion ids
-        teacher-forced before the generated ones (a reasoning chunk's run), parsed with them."""
+        """The action named by a generated completion (None when unparsable or truncated);
+        ``forced``: completion ids teacher-forced before the generated ones, parsed with them."""
         ids = list(ids)
         stops = set(self.chat_format.stop_ids)
         cut = len(ids) >= self.config.max_new_tokens and not (ids and ids[-1] in stops)
@@ -473,21 +414,15 @@ def prepare_pairs(
 ) -> tuple[list[PreparedPair], PreparationReport]:
     """Tokenise, complete and run both sides of every pair unpatched; filter.
 
-    Pairs are dropped (and counted by reason in the report) when a greedy completion was cut
-    off by the token limit (:data:`TRUNCATED_DROP`; counted in
-    :attr:`PreparationReport.dropped_truncated`), when a completion has no closed reasoning, when ``"recorded"`` reasoning is asked for a base without a recorded completion,
-    or, with ``require_optimal``, when the unpatched action of a side is not optimal.
-
-    A base with recorded ``prompt_token_ids`` is replayed on them (a server such as vLLM renders
-    harmony itself, so they need not equal goalprobe's rendering); its counterfactuals are the
-    recorded prompt with the grid's tokens replaced (:func:`served_counterfactual`).
+    Pairs are dropped (counted by reason) when a greedy completion was truncated
+    (:data:`TRUNCATED_DROP`), a completion has no closed reasoning, ``"recorded"`` reasoning
+    lacks a recorded completion, or, with ``require_optimal``, a side's unpatched action is not
+    optimal. A base with recorded ``prompt_token_ids`` is replayed on them; its counterfactuals
+    are the recorded prompt with the grid's tokens replaced (:func:`served_counterfactual`).
 
     Raises:
-        SequenceError: when a recorded prompt does not hold the locally rendered user message
-            (another tokenizer, template or reasoning effort), or base and counterfactual
-            prompts do not align token for token (both mean the inputs do not fit this
-            tokenizer/template; nothing is dropped silently).
-    """
+        SequenceError: a recorded prompt does not hold the locally rendered user message, or base
+            and counterfactual prompts do not align token for token."""
     config = context.config
     report = PreparationReport(n_pairs=len(pairs))
     sites = config.sites
@@ -530,20 +465,12 @@ def prepare_pairs(
             recorded_lengths=recorded,
         )
         require_patching_fits(context.plan)
-    need_greedy: list[tuple[str, list[int]]] = []
+    need_greedy: dict[str, list[int]] = {}
     if base_greedy:
-        need_greedy += [
-            (p.base.base_id, base_prompts[p.base.base_id]) for p in _unique_bases(pairs)
-        ]
+        need_greedy |= {p.base.base_id: base_prompts[p.base.base_id] for p in _unique_bases(pairs)}
     if cf_greedy:
-        need_greedy += [(p.pair_id, cf_prompts[p.pair_id]) for p in pairs]
-    greedy = dict(
-        zip(
-            [key for key, _ in need_greedy],
-            context.greedy([prompt for _, prompt in need_greedy]),
-            strict=True,
-        )
-    )
+        need_greedy |= {p.pair_id: cf_prompts[p.pair_id] for p in pairs}
+    greedy = dict(zip(need_greedy, context.greedy(list(need_greedy.values())), strict=True))
     base_sides: dict[str, Side | str] = {}
     prepared = []
     for index, pair in enumerate(pairs):
@@ -592,17 +519,12 @@ def prepare_pairs(
 def served_counterfactual(
     served: Sequence[int], local: Sequence[int], local_cf: Sequence[int], *, where: str = ""
 ) -> list[int]:
-    """The counterfactual of a prompt someone else rendered: ``served`` with the tokens in which
-    the local renderings of base (``local``) and counterfactual (``local_cf``) differ replaced.
+    """The counterfactual of a prompt someone else rendered: ``served`` with the tokens in which the
+    local renderings of base (``local``) and counterfactual (``local_cf``) differ replaced.
 
-    The local renderings differ only inside the user message (the grid), which a server renders
-    as goalprobe does, so ``served`` must end with ``local`` from before the first differing
-    token on; its head (system and developer messages, which a server renders its own way:
-    date line, channel list, an empty developer message) is kept.
-
-    Raises:
-        SequenceError: ``served`` does not end with that part of ``local``.
-    """
+    They differ only inside the user message, so ``served`` must end with ``local`` from the
+    first differing token on (else :class:`SequenceError`); its head (system and developer
+    messages, which a server renders its own way) is kept."""
     served, local, local_cf = list(served), list(local), list(local_cf)
     if served == local:
         return local_cf

@@ -1,14 +1,11 @@
 """Patching's memory plan: batches from the memory model, refused before any generation.
 
-Each patched copy of a teacher-forced sequence holds ``3 x heads x S x (P + S + 1)`` attention
-scores under eager attention, so at the paper's scale one batch of 16 copies exceeds an A100.
-The greedy completions come first and take hours, so :func:`plan_patching` plans before them
-from the prompts' lengths and the token budget, and refuses a run whose longest sequence does
-not fit one copy (:class:`PatchingDoesNotFitError`, with the budget that would fit). During the
-run each forward pass takes the largest batch the model allows at its lengths
-(:meth:`PatchingBudget.patched_batch`, :meth:`PatchingBudget.generation_batch`), capped by the
-config, halving on an out-of-memory error (:class:`~goalprobe.agents.oom.HalvingBatch`).
-"""
+Each patched copy holds ``3 x heads x S x (P + S + 1)`` eager attention scores, so at the paper's
+scale a batch of 16 copies exceeds an A100. The greedy completions come first and take hours, so
+:func:`plan_patching` plans before them and refuses a run whose longest sequence does not fit one
+copy (:class:`PatchingDoesNotFitError`, naming the budget that would fit). Each forward pass then
+takes the largest batch that fits at its lengths, capped by the config, halving on an
+out-of-memory error (:class:`~goalprobe.agents.oom.HalvingBatch`)."""
 
 from __future__ import annotations
 
@@ -26,24 +23,15 @@ from goalprobe.activations.plan import (
 )
 
 ANSWER_TOKENS = 32
-"""Tokens a teacher-forced sequence may hold after the reasoning (the end of the analysis
-message, the final channel's header and the answer prefix): a margin, not a count."""
+"""Margin for the tokens a teacher-forced sequence holds after the reasoning."""
 
 
 @dataclass(frozen=True)
 class PatchingBudget:
-    """The memory one patching run may use.
-
-    Attributes:
-        shape: the model's dimensions.
-        memory_bytes: the device's total memory.
-        weights_bytes: the weights as loaded (:func:`~goalprobe.activations.plan.loaded_weights_bytes`).
-        dtype_bytes: bytes per element of the compute dtype.
-        attention: the memory model of the kernel the model runs
-            (:func:`~goalprobe.activations.plan.planned_attention`).
-        fraction: share of the device the plan may fill.
-        reserve_bytes: kept free beside it (allocator slack, CUDA context).
-    """
+    """The memory one patching run may use: the model's ``shape``, the device's ``memory_bytes``,
+    the weights as loaded, the compute dtype's bytes, the kernel's memory model
+    (:func:`~goalprobe.activations.plan.planned_attention`), the ``fraction`` of the device the
+    plan may fill and the ``reserve_bytes`` kept free beside it."""
 
     shape: ModelShape
     memory_bytes: float
@@ -55,8 +43,8 @@ class PatchingBudget:
 
     @classmethod
     def for_model(cls, model, device: str = "") -> PatchingBudget:
-        """The budget of a loaded transformers model on ``device`` ('' or ``auto``: where its
-        parameters are)."""
+        """The budget of a loaded transformers model on ``device`` ('' or ``auto``: its
+        parameters')."""
         params = next(model.parameters())
         if device in ("", "auto"):
             device = str(params.device)
@@ -74,13 +62,15 @@ class PatchingBudget:
         return self.fraction * self.memory_bytes - self.weights_bytes - self.reserve_bytes
 
     def patched_bytes(self, batch: int, prefix: int, suffix: int) -> float:
-        """:func:`~goalprobe.activations.plan.patched_run_bytes` in this budget's dtype and kernel."""
+        """:func:`~goalprobe.activations.plan.patched_run_bytes` in this budget's dtype and
+        kernel."""
         return patched_run_bytes(
             self.shape, batch, prefix, suffix, self.dtype_bytes, self.attention
         )
 
     def generate_bytes(self, batch: int, prompt: int, new_tokens: int) -> float:
-        """:func:`~goalprobe.activations.plan.generation_bytes` in this budget's dtype and kernel."""
+        """:func:`~goalprobe.activations.plan.generation_bytes` in this budget's dtype and
+        kernel."""
         return generation_bytes(
             self.shape, batch, prompt, new_tokens, self.dtype_bytes, self.attention
         )
@@ -102,23 +92,11 @@ def _fit(available: float, one: float, cap: int) -> int:
 
 @dataclass(frozen=True)
 class PatchingPlan:
-    """The plan made before the greedy completions.
-
-    Attributes:
-        longest_prompt: the longest prompt (tokens).
-        longest: the longest teacher-forced sequence a kept pair can have (prompt, a completion
-            shorter than ``max_new_tokens``, :data:`ANSWER_TOKENS`; or a recorded completion).
-        max_new_tokens: the completions' token budget.
-        batch_size: patched copies per forward pass at the longest sequence (config's cap).
-        generation_batch_size: prompts per greedy decoding loop (config's cap).
-        one_gb: one patched copy of the longest sequence, run from its first token.
-        generation_one_gb: one greedy completion of the longest prompt to the budget.
-        budget_gb: memory left to activations after the weights and the reserve.
-        weights_gb: the weights as loaded.
-        attention: the kernel's memory model.
-        fits: whether one copy (and one completion) fits at all.
-        max_new_tokens_fitting: the largest token budget at which one copy fits (0: none).
-    """
+    """The plan made before the greedy completions (fields as ``memory.plan`` in docs/formats.md):
+    ``longest`` is the longest teacher-forced sequence a kept pair can have (prompt, a completion
+    shorter than ``max_new_tokens``, :data:`ANSWER_TOKENS`; or a recorded completion), the batch
+    sizes are the config's caps at that length, ``fits`` says whether one copy and one completion
+    fit at all and ``max_new_tokens_fitting`` the largest token budget that does (0: none)."""
 
     longest_prompt: int
     longest: int
@@ -187,9 +165,8 @@ class PatchingDoesNotFitError(ValueError):
 
 
 def require_patching_fits(plan: PatchingPlan) -> None:
-    """Raise :class:`PatchingDoesNotFitError`, before any generation, when one patched copy of
-    the longest possible sequence (or one greedy completion) needs more than the device has
-    left after the weights; the message names the figures and what would fit."""
+    """Raise :class:`PatchingDoesNotFitError` when one patched copy of the longest possible sequence
+    (or one completion) does not fit beside the weights; the message names what would fit."""
     if plan.fits:
         return
     fix = (

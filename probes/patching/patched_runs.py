@@ -28,8 +28,7 @@ from goalprobe.probes.patching.sites import (
 )
 
 CHUNK_DIRECTION = "cf_to_base"
-"""The one direction reasoning chunks are patched in: the counterfactual's reasoning into the
-base run (does the base now act as in the counterfactual?)."""
+"""The one direction reasoning chunks are patched in: the counterfactual's into the base run."""
 
 
 @dataclass(frozen=True)
@@ -38,36 +37,30 @@ class PatchRecord:
 
     Attributes:
         pair_id, base_id, grid_id: the pair, its base and grid.
-        kind: ``"disjoint"``, ``"control"`` or ``"random_grid"`` (the disjoint pair's target
-            patched with a random other grid of the same size; its source is that grid).
-        moved: ``"agent"`` or ``"goal"``.
-        direction: ``"base_to_cf"`` or ``"cf_to_base"``.
+        kind: ``"disjoint"``, ``"control"`` or ``"random_grid"`` (the disjoint pair's target patched
+            with a random other grid of the same size, its source).
+        moved, direction: ``"agent"`` or ``"goal"``; ``"base_to_cf"`` or ``"cf_to_base"``.
         site: the patch site (``reasoning_chunk_<i>of<n>`` for a reasoning chunk).
         layers: the layer-set label (``"7"``, ``"all"``, ``"7+15"``).
         n_positions: target positions overwritten.
         mode: ``"teacher_forced"`` or ``"regenerated"``.
         source_values: ``"live"`` (captured now) or ``"store"`` (read from the activation store).
-        target_action, source_action: the unpatched actions of the two runs.
-        patched_action: the patched action (None: the regenerated answer named none).
+        target_action, source_action, patched_action: the unpatched actions of the two runs and the
+            patched one (None: the regenerated answer named none).
         target_optimal, source_optimal: optimal action names of the two states.
-        reference_optimal: the set a moved action is scored against: the source's, and for
-            ``"random_grid"`` runs the pair's counterfactual side's (the disjoint pair's source).
-        invalid: the patched answer named no action (regenerated runs only); such a run is
-            never counted as changed or moved, and is reported on its own.
+        reference_optimal: the set a moved action is scored against: the source's (for
+            ``"random_grid"``, the pair's counterfactual side's).
+        invalid: the patched answer named no action (regenerated only; never changed or moved).
         action_changed: a valid patched action that differs from the target's unpatched one.
-        into_source_optimal: patched action lies in the source state's optimal set.
-        into_reference_optimal: patched action lies in ``reference_optimal``.
-        in_target_optimal: patched action lies in the target state's optimal set.
-        ld_target, ld_source, ld_patched: logit difference
-            ``logsumexp(logits[source_optimal]) - logsumexp(logits[target_optimal])`` over the
-            action logits of the unpatched target, the unpatched source and the patched run
-            (NaN for regenerated runs).
-        recovered: ``(ld_patched - ld_target) / (ld_source - ld_target)``; NaN when the optimal
-            sets coincide (control pairs), for regenerated runs, or when the denominator is
-            below 1e-6 in absolute value.
-        patched_probs: ``(4,)`` softmax over the action logits of the patched run (empty for
-            regenerated runs).
-    """
+        into_source_optimal, into_reference_optimal, in_target_optimal: the patched action lies in
+            that optimal set.
+        ld_target, ld_source, ld_patched: ``logsumexp(logits[reference_optimal]) -
+            logsumexp(logits[target_optimal])`` over the action logits of the unpatched target, the
+            unpatched source and the patched run (NaN for regenerated runs).
+        recovered: ``(ld_patched - ld_target) / (ld_source - ld_target)``; NaN when the sets
+            coincide, for regenerated and random-grid runs, or a denominator below 1e-6.
+        patched_probs: ``(4,)`` softmax of the patched run's action logits (empty when
+            regenerated)."""
 
     pair_id: str
     base_id: str
@@ -167,8 +160,8 @@ def chunk_jobs(
     *,
     random_source: PreparedPair | None,
 ) -> list[_Job]:
-    """The reasoning-chunk patches of one pair (cf -> base, every chunk x chunk layer set),
-    plus, for a disjoint pair, the same chunks from a random other grid's base run."""
+    """The reasoning-chunk patches of one pair (cf -> base, every chunk x chunk layer set), plus,
+    for a disjoint pair, the same chunks from a random other grid's base run."""
     n = context.config.reasoning_chunks
     source, target = item.sides(CHUNK_DIRECTION)
     sources: list[tuple[str, Side]] = [(item.pair.kind, source)]
@@ -177,8 +170,7 @@ def chunk_jobs(
             skipped["random_grid reasoning chunks: no other grid of the same size"] += 1
         else:
             sources.append(("random_grid", random_source.base))
-    # the sources' reasoning at the chunk blocks, captured now (one forward per source, kept
-    # only for this pair's jobs: a long reasoning at every block would not fit for all pairs)
+    # the sources' reasoning at the chunk blocks, captured now and kept for this pair only
     blocks = sorted({x for _, layer_set in context.chunk_layer_sets for x in layer_set})
     captured = {
         id(side): context.backend.clean_run(
@@ -214,9 +206,8 @@ def chunk_jobs(
 
 
 def random_sources(prepared: Sequence[PreparedPair], seed: int = 0) -> list[PreparedPair | None]:
-    """Per prepared pair, a random other pair whose base lies on a *different* grid of the same
-    size and whose prompt has the same length (its base side is the random-grid control's
-    source; None: there is none). Seeded by ``seed`` and the pair's index."""
+    """Per prepared pair, a seeded random other pair whose base is on a *different* grid of the same
+    size with a prompt of the same length (the random-grid control's source; None: none)."""
     out: list[PreparedPair | None] = []
     for index, item in enumerate(prepared):
         grid = item.pair.base.grid
@@ -243,8 +234,8 @@ SANITY_SITE = "grid"
 
 
 def sanity_jobs(item: PreparedPair, context: PatchingContext, skipped: Counter) -> list[_Job]:
-    """The input sanity check of one disjoint pair outside the full tier: its whole grid
-    patched at every block (layer set ``all``), each direction, no random-grid control."""
+    """The input sanity check of one disjoint pair outside the full tier: its whole grid patched at
+    every block (layer set ``all``), each direction."""
     if SANITY_SITE not in context.config.sites:  # its positions were not captured
         return []
     layer_sets = dict(context.layer_sets + context.anchor_layer_sets)
@@ -400,31 +391,18 @@ def run_patching(
     store=None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[PatchRecord], Counter]:
-    """Patch the prepared pairs: the first ``config.full_pairs`` of each kind at every site x
-    layer set x direction (the dose-response), the others at the anchor sites and layer sets
-    (the first ``config.sanity_pairs`` disjoint ones also at the input sanity check,
-    :func:`sanity_jobs`);
-    with ``config.random_control``, every disjoint pair's targets also get a random other
-    grid's values (kind ``"random_grid"``, see :class:`PatchConfig`).
+    """Patch the prepared pairs: the first ``config.full_pairs`` of each kind at every site x layer
+    set x direction, the others at the anchors (the first ``config.sanity_pairs`` disjoint ones
+    also at :func:`sanity_jobs`), with the random-grid control (:class:`PatchConfig`).
 
-    Teacher-forced runs are batched per target (patches that start late share the unpatched
-    prefix's KV cache); regenerations (``config.regenerate``, prompt sites only) are pooled
-    across pairs, ``config.regenerate_batch_size`` target prompts of one length per decoding
-    loop (a chunk's run: the prompt and the reasoning up to the chunk's end, pooled by that
-    length).
-
-    Args:
-        prepared: from :func:`prepare_pairs`.
-        context: the shared model context.
-        store: optional :class:`~goalprobe.probes.patching.store_source.StoreSource`; anchor
-            values of base sources come from it where it holds them.
-        progress: called with ``(pairs done, pairs)``.
+    Teacher-forced runs are batched per target (sharing the unpatched prefix's KV cache);
+    regenerations (prompt sites, and reasoning chunks) are pooled across pairs, one decoding loop
+    per prompt length. ``store`` (:class:`~goalprobe.probes.patching.store_source.StoreSource`)
+    supplies base sources' anchor values where it holds them; ``progress(done, pairs)``.
 
     Returns:
         ``(records, skipped)``: one :class:`PatchRecord` per patched run (teacher-forced, then
-        regenerated ones), and reason -> count of pairs where a site could not be patched
-        (e.g. ``"all"`` on sequences of different lengths).
-    """
+        regenerated), and reason -> count of pairs where a site could not be patched."""
     config = context.config
     action_ids = list(context.action_tokens.action_ids)
     stop_ids = list(context.chat_format.stop_ids)
@@ -500,17 +478,14 @@ def run_patching(
 
 
 IDENTITY = "identity"
-"""Kind of the identity patch: the target's own clean values written back into its run, in
-the same batches as the real patches. A patch that changes nothing changes the action only
-through the batch itself (padding, batch-dependent kernels, a GPU's non-batch-invariant
-reductions), so its action-change rate is the floor the real patches' rates stand on
-(:func:`identity_floor`)."""
+"""Kind of the identity patch: the target's own clean values written back, in the same batches
+as the real patches; it changes the action only through the batch itself (kernels, reductions),
+so its rate is the floor of the real patches' rates (:func:`identity_floor`)."""
 
 
 def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -> _Job | None:
-    """The identity patch of ``item``'s target in ``direction``: its own clean values at the
-    first anchor site it is patched at (else its first site) and the first anchor layer set;
-    None when the target has no positions there."""
+    """The identity patch of ``item``'s target: its own clean values at its first anchor site (else
+    first site) and first anchor layer set; None when it has no positions there."""
     config = context.config
     sites = [s for s in config.anchor_sites if s in config.sites] + list(config.sites)
     _, target = item.sides(direction)
@@ -531,9 +506,8 @@ def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -
 
 
 def identity_floor(records: Sequence[PatchRecord]) -> dict:
-    """Per mode (teacher-forced, regenerated): identity patches run, how many changed the
-    action (a valid patched action other than the unpatched one), the rate and its Wilson 95%
-    interval (honest at 0%); the rate is the floor of the real patches' action-change rates."""
+    """Per mode: identity patches run, how many changed the action, the rate and its Wilson 95%
+    interval (honest at 0%), the floor of the real patches' action-change rates."""
     from goalprobe.agents.preflight import wilson_interval
 
     out = {}
@@ -552,9 +526,8 @@ def identity_floor(records: Sequence[PatchRecord]) -> dict:
 
 
 def _forced_cap(context: PatchingContext, target: Side, group: Sequence[_Job]) -> int | None:
-    """The most patched copies of ``target`` the memory budget allows (None: no budget): the
-    run covers the tokens after the group's earliest patched position when the backend caches
-    the unpatched prefix, else the whole sequence."""
+    """The most patched copies of ``target`` the memory budget allows (None: no budget), counting
+    the tokens after the group's earliest patch when the backend caches the prefix."""
     if context.budget is None:
         return None
     n = len(target.sequence.token_ids)

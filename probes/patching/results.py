@@ -1,15 +1,12 @@
 """Summaries of patching records: rates with grid-cluster bootstrap CIs, and the result files.
 
-Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`, :class:`SummaryRow`):
-``into_source_optimal_rate`` (the patched action lies in the source state's optimal set: the
-headline quantity), ``invalid_rate`` (no action named; never counted as changed or moved),
+Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`): the
+``into_source_optimal_rate`` (the headline quantity), ``invalid_rate``,
 ``into_reference_optimal_rate`` (the pair's counterfactual for the ``random_grid`` control),
-``action_changed_rate`` / ``stable_rate`` and ``recovered_mean`` (the normalised logit
-difference recovered, ``(patched - target) / (source - target)``). Every interval is the
-grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio` (pairs from one grid are not
-independent). :func:`write_results` writes ``patch_records.csv``, ``patch_summary.csv`` and
-``patch_results.json`` (docs/formats.md, "Patching results"), read back by :func:`read_records`.
-"""
+``action_changed_rate`` / ``stable_rate`` and ``recovered_mean``, every interval the
+grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio`. :func:`write_results` writes
+``patch_records.csv``, ``patch_summary.csv`` and ``patch_results.json`` (docs/formats.md,
+"Patching results"), read back by :func:`read_records`."""
 
 from __future__ import annotations
 
@@ -38,22 +35,10 @@ PAIRS_FILE = "patch_pairs.jsonl"
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One cell of the results table.
-
-    Attributes:
-        kind, mode, direction, site, layers: the cell (see :class:`PatchRecord`).
-        n_runs: patched runs in the cell; n_grids: distinct grids they come from.
-        n_valid: runs whose patched answer named an action.
-        invalid_rate, invalid_ci: share of runs whose answer named none, and CI.
-        action_changed_rate, action_changed_ci: rate and ``(low, high)`` CI.
-        stable_rate: ``1 - action_changed_rate`` (the control set's stability).
-        into_source_optimal_rate, into_source_optimal_ci: rate and CI.
-        into_reference_optimal_rate, into_reference_optimal_ci: rate and CI.
-        in_target_optimal_rate: patched action still optimal for the target state.
-        recovered_mean, recovered_ci: mean normalised logit difference recovered and CI (NaN
-            when undefined in every run, e.g. control pairs or regenerated runs).
-        n_recovered: runs where it is defined.
-    """
+    """One cell of the results table: the cell's keys, ``n_runs`` (from ``n_grids`` grids),
+    ``n_valid`` (answers naming an action), each rate with its ``(low, high)`` CI, ``stable_rate
+    = 1 - action_changed_rate`` and ``recovered_mean`` with its CI over the ``n_recovered`` runs
+    where it is defined (NaN when none is)."""
 
     kind: str
     mode: str
@@ -89,7 +74,7 @@ def summarize(
     confidence: float = 0.95,
     random_state: int | None = 0,
 ) -> list[SummaryRow]:
-    """Aggregate :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` (or their dicts) per cell."""
+    """Aggregate :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` (or dicts) by cell."""
     groups: dict[tuple, list] = {}
     for record in records:
         groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)
@@ -133,8 +118,7 @@ def summarize(
 
 
 def _layer_order(label: str) -> tuple:
-    """Single layers ascending, then the first k and the last k blocks by k, then other
-    multi-layer sets, then ``all``."""
+    """Single layers, then first-k and last-k sets by k, then other sets, then ``all``."""
     if label == "all":
         return (4, 0, label)
     for rank, prefix in ((1, "first"), (2, "last")):
@@ -174,17 +158,8 @@ def write_results(
     summary: Sequence[SummaryRow],
     meta: dict,
 ) -> dict[str, Path]:
-    """Write the records, the summary and the JSON bundle into ``out_dir``.
-
-    Args:
-        out_dir: output directory (created).
-        records: patch records.
-        summary: from :func:`summarize`.
-        meta: JSON-ready facts to keep (config, preparation report, model, counts).
-
-    Returns:
-        name -> path of every file written.
-    """
+    """Write the records, the :func:`summarize` rows and the JSON bundle (``meta`` kept in it) into
+    ``out_dir``; returns name -> path of every file written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record_dicts = [r if isinstance(r, dict) else asdict(r) for r in records]
@@ -208,15 +183,8 @@ _CSV_BOOLS = ("action_changed", "into_source_optimal", "in_target_optimal")
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """The patch records of a file :func:`write_results` wrote, as dicts.
-
-    Reads ``patch_results.json`` (its ``records``) or ``patch_records.csv`` (logit differences and ``recovered`` back to floats, NaN where empty;
-    the flags back to booleans). A bundle that names another schema is refused.
-
-    Raises:
-        ValueError: not valid JSON, another schema, no list of records, or a record without a
-            string ``base_id``.
-    """
+    """The records of ``patch_results.json`` or ``patch_records.csv`` (floats and flags restored);
+    ValueError for bad JSON, another schema, no records, or a record without a ``base_id``."""
     path = Path(path)
     records: Any
     if path.suffix == ".csv":

@@ -1,11 +1,9 @@
 """The patching experiment from base states to written results, in one call.
 
-:func:`run_experiment` draws counterfactual pairs for the bases, prepares them (clean runs,
-filters), patches every site x layer set x direction and summarises the records with
-grid-bootstrap intervals; :meth:`PatchingOutcome.write` writes the files. ``goalprobe patch``
-and the demo's ``patching`` stage both call it, with bases from :func:`read_trajectory_bases`
-(or grid start states) thinned by :func:`draw_bases`.
-"""
+:func:`run_experiment` draws counterfactual pairs, prepares them, patches every site x layer set
+x direction and summarises with grid-bootstrap intervals; :meth:`PatchingOutcome.write` writes
+the files. ``goalprobe patch`` and the demo's ``patching`` stage both call it, with bases from
+:func:`read_trajectory_bases` (or grid start states) thinned by :func:`draw_bases`."""
 
 from __future__ import annotations
 
@@ -58,13 +56,8 @@ CHUNK_ALIGNMENT = (
 
 @dataclass(frozen=True)
 class TrajectoryBases:
-    """The steps of a trajectory file as bases, with the prompt settings of its run.
-
-    Attributes:
-        bases: one base per step of every finished episode, in file order.
-        reasoning_effort: the run's harmony reasoning effort (``"low"`` if not recorded).
-        template_dir: the run's prompt templates directory (None: the packaged ones).
-    """
+    """One base per step of every finished episode of a trajectory file, in file order, with its
+    run's reasoning effort (``"low"`` if not recorded) and templates directory (None: packaged)."""
 
     bases: list[BaseState]
     reasoning_effort: ReasoningEffort
@@ -72,11 +65,8 @@ class TrajectoryBases:
 
 
 def read_trajectory_bases(path: str | os.PathLike) -> TrajectoryBases:
-    """Every step of the trajectory JSONL at ``path`` as a base (``goalprobe rollout`` output).
-
-    Raises:
-        ValueError: naming the file and step when a step does not describe a consistent state.
-    """
+    """Every step of the trajectory JSONL at ``path`` as a base; ValueError naming the file and step
+    when a step does not describe a consistent state."""
     header = read_run_header(path)
     bases = [
         base_from_step(s, where=f"{path}: step {s.grid_id}/{s.episode}/{s.step}")
@@ -110,21 +100,11 @@ def draw_bases(
 
 @dataclass(frozen=True)
 class PatchingOutcome:
-    """What one patching experiment produced.
-
-    Attributes:
-        prepared: the pairs kept after preparation.
-        report: what preparation kept and dropped.
-        records: one record per patched run.
-        summary: per-cell rates with grid-bootstrap intervals.
-        meta: JSON-ready facts (model, backend, layer sets, configs, input, counts, preparation
-            report, sites skipped per reason, pairs kept per kind, the anchors' verdicts of
-            :func:`~goalprobe.probes.patching.verdicts.anchor_verdicts`; with reasoning chunks,
-            ``reasoning_chunks``: their count, sites, direction, layer sets, alignment, and
-            verdicts at each chunk layer set with intervals Bonferroni-adjusted over the
-            ``family`` of chunk x layer-set verdicts, at ``confidence``) written beside the
-            tables.
-    """
+    """What one patching experiment produced: the kept pairs, the preparation report, one record per
+    patched run, the per-cell summary, and ``meta``, the JSON-ready facts written beside the
+    tables (inputs, configs, counts, skipped sites, the anchors' verdicts and, with reasoning
+    chunks, their verdicts with Bonferroni-adjusted intervals over the chunk x layer-set
+    ``family``)."""
 
     prepared: list[PreparedPair]
     report: PreparationReport
@@ -133,9 +113,8 @@ class PatchingOutcome:
     meta: dict
 
     def write(self, directory: str | os.PathLike) -> dict[str, Path]:
-        """Write the kept pairs (JSONL), the records and summary (CSV) and the JSON bundle into
-        ``directory`` (created); returns name -> path of every file. (The heatmap is a figure:
-        the application layer writes it.)"""
+        """Write the kept pairs (JSONL), records and summary (CSV) and the JSON bundle into
+        ``directory``; returns name -> path of every file."""
         paths = write_results(directory, self.records, self.summary, self.meta)
         pairs = Path(directory) / PAIRS_FILE
         with pairs.open("w", encoding="utf-8") as handle:
@@ -161,30 +140,18 @@ def run_experiment(
     batch_limits: Mapping[str, int] | None = None,
     on_halve: Callable[[HalvingBatch], None] | None = None,
 ) -> PatchingOutcome:
-    """Draw pairs for ``bases``, prepare them, patch every site x layer set x direction, and
-    summarise.
+    """Draw pairs for ``bases`` (unless ``pairs`` are given), prepare them, patch every site x layer
+    set x direction, and summarise.
 
-    Args:
-        bases: the base states (e.g. from :func:`read_trajectory_bases` and :func:`draw_bases`).
-        backend: a residual-stream backend with a tokenizer.
-        config: what to patch and how.
-        counterfactuals: how many pairs of which kind to draw per base.
-        pairs: the pairs, drawn by the caller (then ``counterfactuals`` is only recorded).
-        store: optional source of recorded anchor values (:class:`StoreSource`).
-        n_resamples, random_state: the grid bootstrap of the summary.
-        model_id, model_revision, input_name: recorded in :attr:`PatchingOutcome.meta`.
-        budget: the device's memory budget (:class:`PatchingBudget`): the run is planned (and
-            refused, :class:`PatchingDoesNotFitError`) before any greedy completion, and each
-            forward pass takes the batch the memory model allows; None: the config's batches.
-        batch_limits: kind of forward pass -> the batch to start from (what an earlier run was
-            halved to on an out-of-memory error).
-        on_halve: called after each halving (e.g. to record the batch on disk).
+    ``store`` supplies recorded anchor values; ``model_id``, ``model_revision`` and
+    ``input_name`` are recorded; ``budget`` plans the run (and refuses it) before any greedy
+    completion and sizes each forward pass (None: the config's batches); ``batch_limits`` are
+    batches an earlier run was halved to; ``on_halve`` is called after each halving.
 
     Raises:
         ValueError: a layer-set spec the model cannot resolve.
-        goalprobe.probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or template
-            (see :func:`~goalprobe.probes.patching.experiment.prepare_pairs`).
-    """
+        goalprobe.probes.patching.sites.SequenceError: the inputs do not fit the tokenizer or
+            template."""
     if pairs is None:
         pairs = build_counterfactuals(bases, counterfactuals)
     context = PatchingContext(

@@ -5,22 +5,16 @@ A *teacher-forced sequence* is what one patched or unpatched run reads (in harmo
     prompt  <|channel|>analysis<|message|>{reasoning}  <|end|><|start|>assistant
     <|channel|>final<|message|>  {"action": "
 
-It ends right before the action word, so the logits at its last position (the *readout*) give
-the distribution over the action tokens with the reasoning held fixed; the answer prefix and
-the action tokens come from the tokenizer (:class:`ActionTokens`). Sites (:data:`SITES`):
-``"grid"`` (every token of the serialised grid), ``"changed_cells"`` (the cells that differ),
-``"pre_reasoning"`` / ``"post_reasoning"`` (the three anchor tokens closing the prompt / the
-reasoning), ``"answer"`` (the readout), ``"all"`` (same-length sequences) and
-``"reasoning_chunk_<i>of<n>"`` (:func:`chunk_site`): the ``i``-th of ``n`` equal fractions of the
-reasoning body, aligned by relative position (:func:`chunk_positions`: a longer source chunk is
-subsampled, a shorter one repeated).
+It ends right before the action word, so the logits at its last position (the *readout*) give the
+action distribution with the reasoning held fixed (:class:`ActionTokens`). Sites (:data:`SITES`):
+``"grid"``, ``"changed_cells"``, ``"pre_reasoning"`` / ``"post_reasoning"`` (the three anchor
+tokens closing the prompt / the reasoning), ``"answer"`` (the readout), ``"all"`` (same-length
+sequences) and ``"reasoning_chunk_<i>of<n>"`` (:func:`chunk_site`): the ``i``-th of ``n`` equal
+fractions of the reasoning body, aligned by relative position (:func:`chunk_positions`).
 
-Grid cells are located by token ids and character offsets of the decoded user message
-(:func:`locate_grid_tokens`: any tokenizer that decodes faithfully and keeps cells in separate
-tokens). Other chat formats (:mod:`goalprobe.agents.chat_format`) build their sequences through
-the format (:func:`build_sequence` with ``chat_format``); the grid is then the last occurrence
-of the grid text in the prompt.
-"""
+Grid cells are located by token character offsets of the decoded user message
+(:func:`locate_grid_tokens`); other chat formats (:mod:`goalprobe.agents.chat_format`) build
+their sequences through the format, the grid being the last occurrence of its text in the prompt."""
 
 from __future__ import annotations
 
@@ -63,13 +57,8 @@ class SequenceError(ValueError):
 
 @dataclass(frozen=True)
 class ActionTokens:
-    """How the final answer ``{"action": "<ACTION>"}`` tokenises.
-
-    Attributes:
-        prefix_ids: ids of the answer up to the action word (the longest common prefix of the
-            four answers' ids).
-        action_ids: ``(4,)`` the first id that differs, per action in ``Action`` order.
-    """
+    """How ``{"action": "<ACTION>"}`` tokenises: the four answers' common ``prefix_ids`` and the
+    first differing id of each action (``action_ids``, in ``Action`` order)."""
 
     prefix_ids: tuple[int, ...]
     action_ids: tuple[int, int, int, int]
@@ -97,12 +86,8 @@ class ActionTokens:
 
 @dataclass(frozen=True)
 class GridTokens:
-    """Where the grid of the user message lies in a token sequence.
-
-    Attributes:
-        span: ``(start, stop)`` token positions of the grid text (``stop`` exclusive).
-        cell_positions: ``(n, n)`` int64, the token position of every cell ``[row, col]``.
-    """
+    """Where the grid of the user message lies: ``span`` ``(start, stop)`` token positions of its
+    text and ``cell_positions`` ``(n, n)`` int64, the token of every cell ``[row, col]``."""
 
     span: tuple[int, int]
     cell_positions: np.ndarray
@@ -113,16 +98,8 @@ class GridTokens:
 
 
 def token_char_spans(token_ids: Sequence[int], tokenizer) -> tuple[str, np.ndarray]:
-    """Decode ``token_ids`` token by token.
-
-    Returns:
-        ``(text, spans)``: the decoded text and ``(seq, 2)`` int64 ``[start, stop)`` character
-        offsets of each token in it.
-
-    Raises:
-        SequenceError: when per-token decoding does not concatenate to the decoded sequence
-            (a token splits a multi-byte character, or the decoder rewrites spaces).
-    """
+    """``(text, spans)``: ``token_ids`` decoded token by token and each token's ``[start, stop)``
+    character offsets; :class:`SequenceError` when the pieces do not make the decoded text."""
     pieces = [
         tokenizer.decode([int(i)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         for i in token_ids
@@ -174,20 +151,11 @@ def _cell_char_offsets(grid_text: str) -> np.ndarray:
 def locate_grid_tokens(
     token_ids: Sequence[int], tokenizer, grid_text: str, special_ids: HarmonyTokenIds
 ) -> GridTokens:
-    """Find the grid of the last user message and the token of each of its cells.
+    """Find the grid of the last user message of a harmony ``token_ids`` and the token of each cell.
 
-    Args:
-        token_ids: ``(seq,)`` ids of a harmony prompt (optionally followed by a completion).
-        tokenizer: the tokenizer that produced them.
-        grid_text: the grid as :func:`goalprobe.gridworld.text.render` wrote it; it must
-            occur exactly once in the user message (the instructions' worked example lives in
-            the developer message and is never matched).
-        special_ids: the tokenizer's harmony ids.
-
-    Raises:
-        SequenceError: no user message, the grid text is absent or ambiguous, or two cells
-            share one token.
-    """
+    ``grid_text`` (as :func:`goalprobe.gridworld.text.render` wrote it) must occur exactly once
+    in the user message; :class:`SequenceError` otherwise, without a user message, or when two
+    cells share one token."""
     ids = [int(i) for i in token_ids]
     start, stop = _last_user_content(ids, special_ids)
     text, spans = token_char_spans(ids[start:stop], tokenizer)
@@ -202,8 +170,7 @@ def locate_grid_tokens(
 def _grid_tokens(
     text: str, spans: np.ndarray, start: int, grid_text: str, grid_start: int
 ) -> GridTokens:
-    """The grid at character ``grid_start`` of ``text``, whose tokens (``spans``) start at
-    token position ``start``."""
+    """The grid at character ``grid_start`` of ``text``, its tokens starting at ``start``."""
     grid_stop = grid_start + len(grid_text)
     cell_chars = grid_start + _cell_char_offsets(grid_text)
     # token k covers [spans[k, 0], spans[k, 1]): the covering token is the first stop > char
@@ -224,9 +191,7 @@ class TeacherForcedSequence:
         prompt_length: number of prompt tokens.
         grid: the grid's token positions.
         anchors: both anchors (``post_reasoning`` is always set).
-        reasoning_span: ``(start, stop)`` token positions of the reasoning body (after
-            ``<|channel|>analysis<|message|>``, before the ``<|end|>`` closing it).
-    """
+        reasoning_span: ``(start, stop)`` token positions of the reasoning body."""
 
     token_ids: np.ndarray
     prompt_length: int
@@ -271,20 +236,13 @@ def build_sequence(
     action_tokens: ActionTokens,
     chat_format: ChatFormat | None = None,
 ) -> TeacherForcedSequence:
-    """Prompt + the completion's reasoning + ``<|end|><|start|>assistant<|channel|>final
-    <|message|>`` + the answer prefix (in harmony; other formats: see the module docstring).
-
-    Args:
-        prompt_ids: ``(n_prompt,)`` the rendered prompt.
-        completion_ids: ``(n_generated,)`` a completion (what followed the prompt); only its
-            reasoning is kept, anything after it (the answer) is replaced.
-        tokenizer, grid_text, special_ids, action_tokens: see :func:`locate_grid_tokens` and
-            :class:`ActionTokens`.
-        chat_format: the model's chat format; None or harmony: harmony with ``special_ids``.
+    """Prompt + the completion's reasoning +
+    ``<|end|><|start|>assistant<|channel|>final<|message|>`` + the answer prefix (in harmony;
+    other formats through ``chat_format``). Anything after the completion's reasoning is
+    replaced.
 
     Raises:
-        SequenceError: the completion has no closed reasoning, or the grid is not found.
-    """
+        SequenceError: the completion has no closed reasoning, or the grid is not found."""
     if chat_format is not None and not isinstance(chat_format, HarmonyFormat):
         return _format_sequence(
             prompt_ids, completion_ids, tokenizer, grid_text, action_tokens, chat_format
@@ -359,11 +317,8 @@ def check_aligned(
     cf: TeacherForcedSequence,
     changed_cells: Sequence[RowCol],
 ) -> None:
-    """Assert that the two prompts align token for token and differ only at the changed cells.
-
-    Raises:
-        SequenceError: the prompts differ in length, in grid layout, or at other tokens.
-    """
+    """Raise :class:`SequenceError` unless the two prompts align token for token (length, grid
+    layout) and differ only at the changed cells."""
     if base.prompt_length != cf.prompt_length:
         raise SequenceError(
             f"base and counterfactual prompts differ in length ({base.prompt_length} vs "
@@ -407,15 +362,9 @@ def site_positions(
     site: str,
     changed_cells: Sequence[RowCol] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Corresponding positions of ``site`` in the source and the target sequence.
-
-    Returns:
-        ``(source_positions, target_positions)``, each ``(k,)`` int64; the value at
-        ``source_positions[i]`` is written to ``target_positions[i]``.
-
-    Raises:
-        ValueError: unknown site; SequenceError: ``"all"`` on sequences of different lengths.
-    """
+    """``(source_positions, target_positions)`` ``(k,)`` of ``site`` (value ``i`` goes from source
+    to target); ValueError for an unknown site, :class:`SequenceError` for ``"all"`` on sequences
+    of different lengths."""
     if site == "all" and len(source) != len(target):
         raise SequenceError(
             f"site 'all' needs sequences of equal length, got {len(source)} and {len(target)}"
@@ -435,20 +384,15 @@ CHUNK_PREFIX = "reasoning_chunk_"
 
 
 def chunk_site(index: int, n_chunks: int) -> str:
-    """The site name of reasoning chunk ``index`` (0-based) of ``n_chunks``:
-    ``"reasoning_chunk_<index + 1>of<n_chunks>"``."""
+    """The site name ``"reasoning_chunk_<index + 1>of<n_chunks>"`` of chunk ``index`` (0-based)."""
     if not 0 <= index < n_chunks:
         raise ValueError(f"chunk index {index} outside 0 .. {n_chunks - 1}")
     return f"{CHUNK_PREFIX}{index + 1}of{n_chunks}"
 
 
 def chunk_bounds(sequence: TeacherForcedSequence, index: int, n_chunks: int) -> tuple[int, int]:
-    """``(start, stop)`` positions of chunk ``index`` of ``n_chunks``: the reasoning body's
-    fraction ``[index / n, (index + 1) / n)`` (floored token boundaries).
-
-    Raises:
-        SequenceError: the chunk holds no token (a reasoning shorter than ``n_chunks``).
-    """
+    """``(start, stop)`` positions of chunk ``index`` of ``n_chunks``: the reasoning body's fraction
+    ``[index / n, (index + 1) / n)`` (floored); :class:`SequenceError` when it holds no token."""
     begin, end = sequence.reasoning_span
     length = end - begin
     start = begin + (index * length) // n_chunks
@@ -463,17 +407,10 @@ def chunk_bounds(sequence: TeacherForcedSequence, index: int, n_chunks: int) -> 
 def chunk_positions(
     source: TeacherForcedSequence, target: TeacherForcedSequence, index: int, n_chunks: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Corresponding positions of reasoning chunk ``index`` of ``n_chunks``, aligned by
-    relative position (module docstring): every target position of the chunk, each with the
-    source position at the same fraction of the source's chunk.
-
-    Returns:
-        ``(source_positions, target_positions)``, each ``(k,)`` int64, ``k`` the target chunk's
-        length.
-
-    Raises:
-        SequenceError: either side's chunk is empty.
-    """
+    """``(source_positions, target_positions)`` of reasoning chunk ``index``: every target position
+    of the chunk with the source position at the same fraction of the source's chunk (a longer
+    source chunk is subsampled, a shorter one repeated); :class:`SequenceError` if either is
+    empty."""
     t0, t1 = chunk_bounds(target, index, n_chunks)
     s0, s1 = chunk_bounds(source, index, n_chunks)
     offsets = np.arange(t1 - t0, dtype=np.int64)

@@ -1,19 +1,11 @@
 """Source activations of recorded base runs, read from the HDF5 activation store.
 
-The store (:mod:`goalprobe.activations.store`) holds, per trajectory step, the residual stream at the two
-anchors (``pre_reasoning``, ``post_reasoning``; three tokens each) for some layers, computed on
-the recorded prompt + completion. Where a patch's source is such a recorded base run (direction
-``"base_to_cf"``) and the store holds every layer of the patch, its values can be read instead
-of captured:
-
-stored values are used only when the patched source sequence equals the recorded ids (prompt +
-completion) up to and including the anchor, so ``pre_reasoning`` (in the prompt) is valid with any
-reasoning mode and ``post_reasoning`` only when the source keeps the recorded reasoning
-(``reasoning="recorded"``, or any mode that reproduces it).
-
-The stored token positions are checked against the positions the patch reads; a mismatch is an
-error (the store was extracted from other token ids). Values are float16 on disk.
-"""
+The store holds, per trajectory step, the residual stream at the two anchors for some layers,
+computed on the recorded prompt + completion. Where a patch's source is such a run
+(``"base_to_cf"``) and the store holds every layer of the patch, its values are read instead of
+captured, but only when the source sequence equals the recorded ids up to the anchor (so
+``post_reasoning`` needs the recorded reasoning). Stored positions must match the positions the
+patch reads (else an error: another extraction). Values are float16 on disk."""
 
 from __future__ import annotations
 
@@ -29,11 +21,7 @@ STORE_SITES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
 
 
 class StoreSource:
-    """Look up base runs in an activation store by ``(run_id, grid_id, episode, step)``.
-
-    Args:
-        store: an open :class:`~goalprobe.activations.store.reader.ActivationStore`.
-    """
+    """Look up base runs in an open activation store by ``(run_id, grid_id, episode, step)``."""
 
     def __init__(self, store: ActivationStore) -> None:
         self.store = store
@@ -58,22 +46,11 @@ class StoreSource:
         positions: np.ndarray,
         token_ids: np.ndarray,
     ) -> torch.Tensor | None:
-        """``(len(layers), 3, d_model)`` float32 stored values of ``base`` at ``site``, or None.
-
-        Args:
-            base: the source run's base state (with its recorded ids).
-            site: the patch site.
-            layers: the patch's layers.
-            positions: ``(3,)`` the positions the patch reads in the source sequence.
-            token_ids: ``(seq,)`` the source sequence.
-
-        Returns None when the site is not a stored anchor, the base has no recorded ids or no
-        row, the source sequence differs from the recorded ids up to the anchor, the row lacks
-        the stage, or a layer is not stored.
-
-        Raises:
-            ValueError: the stored positions differ from ``positions``.
-        """
+        """``(len(layers), 3, d_model)`` float32 stored values of ``base`` at ``site`` for a source
+        sequence ``token_ids`` read at ``positions``; None when the site is not a stored anchor,
+        the base has no recorded ids or row, the sequence differs from them up to the anchor, or
+        a layer or the stage is not stored. ValueError when the stored positions differ from
+        ``positions``."""
         if site not in STORE_SITES or site not in self.store.stages:
             return None
         if base.prompt_token_ids is None or base.generated_token_ids is None:

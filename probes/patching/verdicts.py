@@ -1,14 +1,12 @@
 """What patching says about a site: the headline's verdicts, computed from the records.
 
 Patching the whole input (``grid`` at every block, or ``changed_cells``) moves *any* agent that
-acts on its input: a sanity check of the machinery, never evidence of where the agent keeps its
-state. Evidence is a patch of a site that does not carry the input (the anchors), and it must
-beat the **random-grid control** (the same target and site patched with a random other grid of
-its size, scored against the pair's counterfactual: a merely disruptive patch lands there as
-often) and count **invalid answers** on their own, never as moved. :func:`anchor_verdicts`
-reports these shares, the controls' and the paired difference whose grid-clustered interval
-(:func:`goalprobe.stats.grid_bootstrap_ratio`) decides the verdict.
-"""
+acts on its input: a sanity check, never evidence of where the agent keeps its state. Evidence is
+a patch of a site that does not carry the input (the anchors), which must beat the **random-grid
+control** (the same target and site patched with a random other grid, scored against the pair's
+counterfactual) and counts **invalid answers** on their own, never as moved.
+:func:`anchor_verdicts` reports these shares and the paired difference whose grid-clustered
+interval (:func:`goalprobe.stats.grid_bootstrap_ratio`) decides the verdict."""
 
 from __future__ import annotations
 
@@ -21,20 +19,17 @@ import scipy.stats
 from goalprobe.stats import Estimate, grid_bootstrap_ratio
 
 SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
-"""Sites whose all-block patch transplants the input itself: true by construction for any
-agent that reads its input, so reported as sanity checks, never as a verdict."""
+"""Sites whose all-block patch transplants the input itself: sanity checks, never verdicts."""
 
 SANITY_THRESHOLD = 0.9
-"""Share of disjoint pairs a regenerated all-block input patch must move into the
-counterfactual's optimal set for the sanity check to pass; below it the row is flagged (the
-agent does not act on its input, or the patching pipeline is broken)."""
+"""Share of disjoint pairs a regenerated input patch must move for the sanity check to pass."""
 
 TEACHER_FORCED_NOTE = (
     "teacher-forced: the reasoning is held fixed, and an answer that copies the fixed "
     "reasoning's plan cannot move whatever the patch (0% even for a patched input or an agent "
     "that keeps its state there); descriptive, out of the headline"
 )
-"""Why a teacher-forced row is not a headline finding (issue 40, item 1)."""
+"""Why a teacher-forced row is not a headline finding."""
 
 
 def _get(record, name):
@@ -64,32 +59,13 @@ def anchor_verdicts(
     confidence: float = 0.95,
     random_state: int | None = 0,
 ) -> list[dict]:
-    """One verdict per site x mode x direction of the disjoint records at ``layers``.
-
-    Args:
-        records: :class:`~goalprobe.probes.patching.patched_runs.PatchRecord` or their dicts.
-        layers: the layer-set label judged (``"all"``: every block at once).
-        sites: the sites to judge (None: every site with disjoint records).
-        n_resamples, confidence, random_state: the grid-clustered intervals.
-
-    Returns:
-        dicts with ``site``, ``mode``, ``direction``, ``layers``, ``sanity_check`` (the site
-        transplants the input: no verdict), ``n_pairs``, ``n_grids``, ``moved`` (share of
-        disjoint pairs whose patched action lies in the source's optimal set), ``invalid``,
-        ``random_grid`` (the control's share in the pair's counterfactual set), ``control_changed``
-        (no-relevant-change pairs whose action changed), ``recovered`` (mean normalised logit
-        difference recovered, measured on this cell's own runs: teacher-forced ones; ``n`` 0 on
-        a regenerated cell), ``difference`` (paired, real minus random-grid, over the pairs
-        with both), ``moved_bound`` (the exact upper bound of the moved share: the largest
-        effect the pairs do not exclude), ``headline`` (regenerated rows only: a teacher-forced
-        row is descriptive, ``note`` says why), ``sanity_passed`` and ``flag`` (a regenerated
-        sanity row below :data:`SANITY_THRESHOLD` is flagged), ``role`` (``"verdict"``,
-        ``"descriptive"`` or ``"sanity check"``: what the headline may make of it), and
-        ``verdict``: ``"yes"`` when
-        the difference's interval lies above 0, ``"no"`` when it does not, ``"undecided"``
-        without a random-grid control or an interval, ``"sanity check"`` at
-        :data:`SANITY_SITES`. Every statistic is ``{value, ci_low, ci_high, n, n_grids}``.
-    """
+    """One verdict per site x mode x direction of the disjoint records at layer set ``layers``
+    (``sites``: those judged; None: all), as the ``verdicts`` entries of docs/formats.md
+    ("Patching results"): ``moved`` (into the source's optimal set), ``random_grid`` (the
+    control), ``difference`` (paired, real minus random-grid), ``moved_bound`` and the rest, each
+    statistic ``{value, ci_low, ci_high, n, n_grids}``. ``verdict`` is ``"yes"`` when the
+    difference's interval lies above 0, ``"no"`` when not, ``"undecided"`` without a control or
+    an interval, and ``"sanity check"`` at :data:`SANITY_SITES`."""
     boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
     cells: dict[tuple, dict[str, list]] = {}
     for r in records:
@@ -119,8 +95,7 @@ def anchor_verdicts(
             [_get(a, "grid_id") for a, _ in paired],
             boot,
         )
-        # the recovered logit difference of this cell's own runs: defined on teacher-forced
-        # runs only (a regenerated row has none, never the teacher-forced row's)
+        # the recovered logit difference of this cell's own runs (teacher-forced only)
         recovered = [r for r in disjoint if math.isfinite(float(_get(r, "recovered")))]
         entry = {
             "site": site,
@@ -156,17 +131,15 @@ def anchor_verdicts(
 
 
 def exact_upper_bound(k: int, n: int, confidence: float = 0.95) -> float | None:
-    """The exact (Clopper-Pearson) upper confidence bound of a rate of ``k`` in ``n``: the
-    largest rate the data do not exclude (0 of 12 excludes only rates above 26.5% at 95%);
-    None for ``n = 0``."""
+    """The exact (Clopper-Pearson) upper confidence bound of a rate of ``k`` in ``n``: the largest
+    rate the data do not exclude; None for ``n = 0``."""
     if n == 0:
         return None
     return float(scipy.stats.binomtest(k, n).proportion_ci(confidence, method="exact").high)
 
 
 def _sanity(entry: dict) -> dict:
-    """``sanity_passed`` (True / False on a regenerated input patch, None elsewhere: a
-    teacher-forced one cannot pass) and ``flag`` (why a failed one is flagged)."""
+    """``sanity_passed`` (None unless a regenerated input patch) and ``flag`` (why it failed)."""
     if not entry["sanity_check"] or entry["mode"] != "regenerated":
         return {"sanity_passed": None, "flag": None}
     moved = entry["moved"]["value"]

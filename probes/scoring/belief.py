@@ -33,17 +33,14 @@ class StepBelief:
     """One step to score.
 
     Attributes:
-        probs: ``(canvas, canvas, C)`` class probabilities of the decoded map (C >= 4, indexed by
-            :class:`CellType`).
-        size: the true grid size n (the decoded grid is read in ``probs[:n, :n]``).
-        action: the agent's action (an :class:`Action` value), or None for an invalid step.
+        probs: ``(canvas, canvas, C)`` class probabilities by :class:`CellType` (C >= 4).
+        size: the true grid size n (the decoded grid is ``probs[:n, :n]``).
+        action: the agent's :class:`Action` value, or None for an invalid step.
         true_optimal: ``(4,)`` bool, the optimal actions on the true grid in this state.
-        door_locked: whether a door exists and still blocks the agent (no key held, not open).
+        door_locked: a door exists and still blocks the agent.
         group: free-form keys for breakdowns (e.g. ``{"size": 9, "density": 0.4}``).
-        agent, goal: optional ``(canvas, canvas)`` distributions of the agent's and the goal's
-            cell (the position probes' read-out); None: the cell probe's ``P(AGENT)`` /
-            ``P(GOAL)`` channel.
-    """
+        agent, goal: optional ``(canvas, canvas)`` position read-outs (None: ``P(AGENT)`` /
+            ``P(GOAL)``)."""
 
     probs: np.ndarray
     size: int
@@ -67,8 +64,7 @@ def decoded_walls(probs: np.ndarray, size: int, *, door_locked: bool = False) ->
 def location(
     probs: np.ndarray, size: int, cell_type: CellType, readout: np.ndarray | None = None
 ) -> np.ndarray:
-    """``(n, n)`` scores of the cells for the agent or the goal: the read-out's distribution
-    when given (``(canvas, canvas)``), else the cell probe's ``P(cell_type)``."""
+    """``(n, n)`` cell scores for the agent or goal: ``readout`` if given, else ``P(cell_type)``."""
     if readout is not None:
         return np.asarray(readout, dtype=np.float64)[:size, :size]
     return np.asarray(probs, dtype=np.float64)[:size, :size, int(cell_type)]
@@ -81,8 +77,8 @@ def top_cells(
     k: int,
     readout: np.ndarray | None = None,
 ) -> list[RowCol]:
-    """The ``k`` cells of the ``n x n`` grid with the highest probability of ``cell_type``
-    (under ``readout`` when given, see :func:`location`)."""
+    """The ``k`` cells of the ``n x n`` grid scoring highest for ``cell_type``
+    (:func:`location`)."""
     scores = location(probs, size, cell_type, readout).ravel()
     k = min(k, scores.size)
     order = np.argsort(-scores, kind="stable")[:k]
@@ -90,12 +86,7 @@ def top_cells(
 
 
 class _GoalDistances:
-    """Per-goal BFS results on one decoded wall map, computed once and shared by every score.
-
-    ``table(goal)`` is ``(n, n, 4)``: the decoded distance to ``goal`` after each action from each
-    cell (inf where the move is blocked), with ``goal`` itself opened; ``dist(goal)`` is the
-    ``(n, n)`` distance map.
-    """
+    """Per-goal BFS results on one decoded wall map, computed once and shared by every score."""
 
     def __init__(self, walls: np.ndarray) -> None:
         self.walls = walls
@@ -142,8 +133,7 @@ def topk_optimal_mask(
     goal: np.ndarray | None = None,
     _goals: _GoalDistances | None = None,
 ) -> np.ndarray:
-    """``(4,)`` bool: actions optimal for at least one of the top-k agent x top-k goal pairs
-    (``agent`` / ``goal``: the read-out's distributions, see :func:`location`)."""
+    """``(4,)`` bool: actions optimal for at least one top-k agent x top-k goal pair."""
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     agents = top_cells(probs, size, CellType.AGENT, k, agent)
     goals = top_cells(probs, size, CellType.GOAL, k, goal)
@@ -166,10 +156,9 @@ class BeliefWeighted:
         expected_optimality: ``E_b[1{action optimal for (a, g)}]`` in [0, 1].
         q_bar: ``(4,)`` QMDP expected action values (negative expected steps to the goal).
         qmdp_optimal: ``(4,)`` bool, the actions maximising ``q_bar`` (ties within 1e-9).
-        action_is_qmdp_optimal: whether the agent's action is among them (False if invalid).
+        action_is_qmdp_optimal: the agent's action is among them (False if invalid).
         qmdp_regret: ``max q_bar - q_bar[action]`` in steps (nan for an invalid action).
-        mass_covered: the share of the belief's probability mass the sums covered.
-    """
+        mass_covered: the share of the belief's mass the sums covered."""
 
     expected_optimality: float
     q_bar: np.ndarray
@@ -191,17 +180,8 @@ def belief_weighted_scores(
     goal: np.ndarray | None = None,
     _goals: _GoalDistances | None = None,
 ) -> BeliefWeighted:
-    """Score ``action`` against the probe's whole agent/goal distribution (see module docstring).
-
-    Args:
-        probs: ``(canvas, canvas, C)`` class probabilities.
-        size: true grid size n.
-        action: the agent's action, or None.
-        door_locked: whether the door still blocks.
-        mass: keep the most probable cells until this share of each marginal is covered.
-        max_cells: at most this many agent and this many goal cells.
-        agent, goal: the read-out's distributions (see :func:`location`).
-    """
+    """Score ``action`` against the whole agent/goal distribution (module docstring), keeping the
+    most probable cells until ``mass`` of each marginal is covered, at most ``max_cells`` each."""
     cap = float(size * size)
     readouts = {CellType.AGENT: agent, CellType.GOAL: goal}
 
@@ -261,15 +241,12 @@ class StepScore:
     """Scores of one step (booleans are False for an invalid action).
 
     Attributes:
-        opt_gt: the action is optimal on the true grid.
-        opt_dec: the action is optimal on the top-1 decoded grid.
+        opt_gt, opt_dec: the action is optimal on the true / top-1 decoded grid.
         opt_topk: k -> the action is optimal for some top-k candidate pair.
         belief: the belief-weighted scores.
-        agreement: the study's Agreement (section 5.2): the optimal policy on the true grid and
-            the optimal policy on the top-1 decoded grid share an optimal action in this state
-            (independent of the agent's action, so defined at invalid steps too).
-        dec_optimal: ``(4,)`` bool, the optimal actions on the top-1 decoded grid.
-    """
+        agreement: the study's Agreement (section 5.2): the optimal policies on the true and the
+            top-1 decoded grid share an optimal action here (defined at invalid steps too).
+        dec_optimal: ``(4,)`` bool, the optimal actions on the top-1 decoded grid."""
 
     opt_gt: bool
     opt_dec: bool
@@ -284,11 +261,8 @@ def score_step(
     top_k: Sequence[int] = TOP_K_DEFAULT,
     distances: dict[bytes, _GoalDistances] | None = None,
 ) -> StepScore:
-    """Score one step against the true grid and its decoded map.
-
-    ``distances``: a caller's cache of the BFS tables by decoded wall map, shared by the steps
-    it scores (the steps of a grid mostly decode the same walls); the scores do not depend on
-    it."""
+    """Score one step against the true grid and its decoded map; ``distances`` is a caller's cache
+    of BFS tables by decoded wall map (the scores do not depend on it)."""
     valid = step.action is not None
     a = int(step.action) if step.action is not None else 0
     opt_gt = valid and bool(np.asarray(step.true_optimal, dtype=bool)[a])

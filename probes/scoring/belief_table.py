@@ -1,15 +1,13 @@
-"""Policy against decoded belief over many steps: the rows of ``belief.json`` (no I/O here; the
-file, its metrics and versions are described in docs/formats.md, "Scoring outputs").
+"""Policy against decoded belief over many steps: the rows of ``belief.json`` (no I/O here; format
+in docs/formats.md, "Scoring outputs").
 
-The caller hands the trajectory steps (:class:`StepTable`) and, per decoded-map source, the
-class probabilities and the step each map was decoded at; :func:`score_rows` scores every step
-(:func:`goalprobe.probes.scoring.belief.score_step`) and :func:`belief_entry` pools them, with
-:data:`LOCAL_METRICS` (what the map holds around the agent and elsewhere) beside the study's
-metrics. Invalid steps count as not optimal. Groups weight each grid as the study's Figure 4
-(``ScoreConfig.weighting="grid"``) or pool steps (``"step"``, a ratio of sums). Intervals come from a grid
-bootstrap (steps of one grid are not independent); ``null`` where undefined. The nulls and the
-excess over them: :mod:`goalprobe.probes.scoring.nulls`.
-"""
+The caller hands the trajectory steps (:class:`StepTable`) and, per decoded-map source, class
+probabilities and decoding steps; :func:`score_rows` scores every step
+(:func:`~goalprobe.probes.scoring.belief.score_step`) and :func:`belief_entry` pools them, with
+:data:`LOCAL_METRICS` beside the study's metrics. Invalid steps count as not optimal. Groups
+weight each grid as the study's Figure 4 (``weighting="grid"``) or pool steps (``"step"``).
+Intervals come from a grid bootstrap; ``null`` where undefined. Nulls and excess:
+:mod:`goalprobe.probes.scoring.nulls`."""
 
 from __future__ import annotations
 
@@ -98,18 +96,13 @@ class StepTable:
     """Compact per-step facts of one trajectory run, keyed by ``(grid_id, episode, step)``.
 
     Attributes:
-        run_id: the trajectory run.
         index: ``(grid_id, episode, step)`` -> position in the per-step lists.
-        action: the agent's action (``Action`` value) or None for an invalid step.
+        action: the agent's ``Action`` value, None for an invalid step.
         optimal: per ``Action``, whether it is optimal on the true grid.
         door_locked: the grid has a door, it is closed and the agent holds no key.
-        size, density, variant: the grid's.
-        trajectories: grid id -> its episodes (for the empirical policy of MEG).
-        horizons: grid id -> the step budgets of its episodes.
+        trajectories, horizons: grid id -> its episodes (for MEG) and their step budgets.
         episode: the step's episode (Figure 4's per-trajectory mean).
-        agent, goal: the true agent and goal cells.
-        walls: grid id -> its true ``(n, n)`` walls.
-    """
+        agent, goal, walls: the true agent and goal cells, and per grid its ``(n, n)`` walls."""
 
     run_id: str
     index: dict[tuple[str, int, int], int] = field(default_factory=dict)
@@ -129,8 +122,7 @@ class StepTable:
 
     @classmethod
     def from_episodes(cls, run_id: str, episodes: Iterable) -> StepTable:
-        """Keep what scoring needs of ``episodes`` (``goalprobe.agents.trajectories``
-        episodes; not their token ids)."""
+        """Keep what scoring needs of trajectory ``episodes`` (not their token ids)."""
         from goalprobe.gridworld.text import parse
 
         table = cls(run_id=run_id)
@@ -175,8 +167,7 @@ class StepTable:
         ]
 
     def episodes(self, idx: np.ndarray) -> np.ndarray:
-        """``(N,)`` ``grid_id/episode`` keys of the steps ``idx`` (the trajectories), read from
-        :attr:`index`."""
+        """``(N,)`` ``grid_id/episode`` keys of the steps ``idx``."""
         key = {j: f"{g}/{e}" for (g, e, _), j in self.index.items()}
         return np.asarray([key[int(j)] for j in idx], dtype=object)
 
@@ -220,9 +211,8 @@ def belief_metrics(top_k: Sequence[int]) -> tuple[str, ...]:
 
 
 LOCAL_METRICS = ("agent_found", "goal_found", "wall_acc_near", "wall_acc_far")
-"""What the map holds where: the decoded agent (goal) cell is the true one; the share of the
-cells around the true agent (the 8 cells at Chebyshev distance 1, inside the grid) and of the
-other cells (neither agent nor goal) whose decoded wall/open state is the true one."""
+"""The decoded agent (goal) cell is the true one; the share of the cells at Chebyshev distance 1
+of the true agent, and of the other non-goal cells, whose decoded wall/open state is true."""
 
 
 def local_scores(
@@ -231,8 +221,7 @@ def local_scores(
     goal_cell: tuple[int, int],
     fact: StepFacts,
 ) -> tuple[list[float], list[float]]:
-    """``(num, den)`` of :data:`LOCAL_METRICS` for a decoded map (``walls``: decoded walls,
-    ``agent_cell`` / ``goal_cell``: its top-1 cells) against the step's truth."""
+    """``(num, den)`` of :data:`LOCAL_METRICS` for decoded ``walls`` and top-1 cells."""
     if fact.walls is None or fact.agent is None or fact.goal is None:
         return [0.0] * 4, [0.0] * 4
     n = fact.size
@@ -267,9 +256,8 @@ def _indicators(
     fact: StepFacts | None = None,
     distances: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(num, den)`` per metric of :func:`belief_metrics` for one step (a ratio of sums);
-    the local metrics need the step's truth (``fact``; without it their ``den`` is 0);
-    ``distances``: the BFS cache :func:`score_step` shares across steps."""
+    """``(num, den)`` per metric of :func:`belief_metrics` for one step; the local metrics need
+    ``fact`` (else their ``den`` is 0); ``distances`` is :func:`score_step`'s shared BFS cache."""
     s = score_step(step, top_k, distances)
     gt, dec = s.opt_gt, s.opt_dec
     regret = s.belief.qmdp_regret
@@ -345,16 +333,9 @@ def score_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step ``(num, den)`` ``(N, M)`` of :func:`belief_metrics` for decoded maps.
 
-    Args:
-        probs: ``(N, S, S, C)`` class probabilities (column ``j`` is class ``classes[j]``).
-        classes: ``(C,)`` ``CellType`` values.
-        facts: per row, :class:`StepFacts` (:meth:`StepTable.facts`).
-        top_k: the top-k values.
-        agent, goal: ``(N, S, S)`` the rows' agent and goal read-outs (None: the cell probe's
-            ``P(AGENT)`` / ``P(GOAL)`` channels).
-        executor: optional process pool scoring chunks of :data:`CHUNK_ROWS` rows.
-        progress: show a tqdm bar labelled ``label``.
-    """
+    ``probs`` is ``(N, S, S, C)`` (column ``j`` is ``classes[j]``), ``facts`` per row
+    (:meth:`StepTable.facts`), ``agent`` / ``goal`` ``(N, S, S)`` read-outs (None: the probe's
+    ``P(AGENT)`` / ``P(GOAL)``); ``executor`` scores chunks of :data:`CHUNK_ROWS` rows."""
     from tqdm.auto import tqdm
 
     class_values = np.asarray(classes, dtype=np.int64)
@@ -392,10 +373,8 @@ def belief_entry(
     config: ScoreConfig,
     seed_text: str,
 ) -> dict:
-    """Counts and grouped statistics of one source's scored steps (``belief.json`` entry less
-    its description): ``n_steps, n_grids, n_invalid_steps, overall, by_size, by_density,
-    by_variant``. The bootstrap is seeded by ``config.random_state`` and ``seed_text``; steps
-    are pooled as ``config.weighting`` says."""
+    """Counts and grouped statistics of one source's scored steps (``n_steps`` ... ``by_variant``),
+    the bootstrap seeded by ``config.random_state`` and ``seed_text``."""
     stats = grouped_stats(
         num,
         den,
@@ -453,9 +432,8 @@ class MapAccumulator:
 
 
 def belief_csv_rows(belief: BeliefScores) -> list[dict]:
-    """Long-format rows of ``belief.json`` (columns :data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`); nulls (schema 2) add
-    rows ``metric`` = ``null:<name>/<metric>``, ``excess:<name>/<metric>`` and
-    ``ceiling:<name>/acc_dec`` (group ``all``)."""
+    """Long-format rows of ``belief.json`` (:data:`~goalprobe.probes.scoring.grouped.CSV_COLUMNS`),
+    with the ``null:``, ``excess:`` and ``ceiling:`` rows of each null."""
     rows: list[dict] = []
     for key, entry in belief["probes"].items():
         base = {"probe": key, **{k: entry[k] for k in ("stage", "layer", "family")}}
@@ -471,9 +449,8 @@ def belief_csv_rows(belief: BeliefScores) -> list[dict]:
 
 
 def card_summary(card: dict) -> dict:
-    """What ``belief.json`` says of a decoded-map source, from its probe card: ``family``,
-    ``stage``, ``layer`` and ``card_accuracy`` (test ``accuracy_no_padding``, else
-    ``accuracy``, else None)."""
+    """``family``, ``stage``, ``layer`` and ``card_accuracy`` (test ``accuracy_no_padding``, else
+    ``accuracy``, else None) of a decoded-map source's probe card."""
     from goalprobe.probes.decoded_maps import decoded_map_family
 
     models = (card.get("metrics") or {}).get("models") or {}
@@ -495,13 +472,8 @@ def card_summary(card: dict) -> dict:
 
 
 def pick_meg_probe(sources: dict[str, dict], meg_probe: str | None) -> tuple[str, str]:
-    """``(key, selected_by)``: the source whose maps give subjective MEG: ``meg_probe`` when
-    given, else the best card accuracy (majority baselines excluded).
-
-    Args:
-        sources: key -> :func:`card_summary` (with ``file``).
-        meg_probe: a key or file name, or None.
-    """
+    """``(key, selected_by)`` of the source giving subjective MEG: ``meg_probe`` (key or file name),
+    else the best card accuracy (majority baselines excluded)."""
     if meg_probe is not None:
         key = meg_probe.removesuffix(".h5")
         if key in sources:

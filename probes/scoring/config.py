@@ -21,8 +21,7 @@ class ScoreConfig:
     """What ``goalprobe score`` computes (no I/O here)."""
 
     decoded_maps: tuple[str, ...] = ()
-    """Decoded-map files to score, as file names or stems in ``RUN/probes/decoded`` (one file per
-    probe x stage x layer); empty: every ``*.h5`` there."""
+    """Decoded-map files (names or stems in ``RUN/probes/decoded``) to score; empty: all."""
 
     top_k: tuple[int, ...] = TOP_K_DEFAULT
     """Numbers of candidate agent and goal cells of the top-k analysis (Figure 9)."""
@@ -37,29 +36,26 @@ class ScoreConfig:
     """Seed of the bootstrap draws."""
 
     meg_probe: str | None = None
-    """Decoded-map file (name or stem) whose maps give the subjective MEG grids; None: the one
-    with the best test accuracy in its card (``accuracy_no_padding``, else ``accuracy``)."""
+    """Decoded-map file whose maps give the subjective MEG grids; None: the best card accuracy."""
 
     utility: GridUtility = "goal"
-    """MEG utility of grids without a key (:data:`goalprobe.probes.scoring.grid_meg.GridUtility`)."""
+    """MEG utility of grids without a key."""
 
     key_utility: GridUtility = "goal_with_key"
-    """MEG utility of grids with a key (being at the goal while holding the key)."""
+    """MEG utility of grids with a key."""
 
     horizon: Literal["episodes", "grid"] = "episodes"
-    """Number of MEG decisions ``H``: the episodes' step budget ``T`` (their summaries; they must
-    agree on a grid) or the grid's default ``ceil(1.5 L)``."""
+    """MEG decisions ``H``: the episodes' step budget (one per grid) or ``ceil(1.5 L)``."""
 
     subjective_map: Literal["mean", "first"] = "mean"
-    """Which decoded map defines a grid's believed MDP: the mean class probabilities over the
-    grid's decoded steps, or the map of its earliest decoded step."""
+    """A grid's believed map: the mean over its decoded steps, or its earliest step's."""
 
     unknown_utility: bool = False
     """Also compute unknown-utility MEG (over all utility functions of the state; slow)."""
 
     meg_null_replicates: int = 4
-    """Random-walk MEG estimates per grid averaged into MEG's null (each from the agent's number
-    of trajectories and step budget; :mod:`goalprobe.probes.scoring.meg_null`); 0: no null."""
+    """Random-walk MEG estimates per grid averaged into MEG's null
+    (:mod:`goalprobe.probes.scoring.meg_null`); 0: none."""
 
     meg_batch_size: int = 256
     """Grids per batched known-utility MEG solve (bounds memory)."""
@@ -68,15 +64,12 @@ class ScoreConfig:
     """Worker processes scoring decoded-map steps (each step runs a few dozen BFS)."""
 
     nulls: tuple[str, ...] = NULLS
-    """Null decoded maps every decoded-map source is also scored under (see
-    :mod:`goalprobe.probes.scoring.nulls`): ``"other_grid"`` (the maps decoded on another grid of the same
-    size and density) and ``"prior"`` (the size-and-density cell prior of the training grids);
-    empty: no nulls, no excess."""
+    """Null decoded maps every source is also scored under
+    (:mod:`goalprobe.probes.scoring.nulls`); empty: none."""
 
     weighting: Literal["grid", "step"] = "grid"
-    """How steps are pooled: ``"grid"``, as the study's Figure 4 and appendix B (each
-    trajectory's rate, averaged over the grid's trajectories, then over grids); ``"step"``: a
-    ratio of sums over steps (belief.json version 2)."""
+    """Step pooling: ``"grid"`` as the study's Figure 4 (trajectory rates averaged per grid, then
+    over grids) or ``"step"`` (a ratio of sums)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoded_maps", tuple(str(x) for x in self.decoded_maps))

@@ -4,17 +4,13 @@ On a false-belief grid (:mod:`goalprobe.gridworld.false_belief`) the prompt draw
 grid, so the agent's belief is known by construction, while the episode runs on the true grid.
 
 **Policy against the oracle belief** (:func:`oracle_rows`, :func:`oracle_table`): per step
-``opt_gt``, ``opt_oracle`` (optimal on the shown grid from the true cell) and, with a decoded
-map, ``opt_dec``; per kind and role the accuracies, ``recovery_oracle`` / ``recovery_dec``,
-their chance levels, and at the first step (the two optimal sets disjoint by construction)
-``follows_shown`` / ``follows_true``. The control shows the true grid as it is; the paired
-difference (false belief minus control) resamples pairs.
+``opt_gt``, ``opt_oracle`` (optimal on the shown grid from the true cell) and ``opt_dec``; per
+kind and role the accuracies, recoveries, chance levels and, at the first step, ``follows_shown``
+/ ``follows_true``; the paired difference against the control resamples pairs.
 
 **Does the probe decode the shown grid or the true one?** (:func:`decoded_cells`,
-:func:`decoded_table`): at the cells where they differ, the decoded class at the start state
-against the shown and the true type; the control gives the accuracy without a conflict.
-Every interval is a grid bootstrap (:mod:`goalprobe.stats`).
-"""
+:func:`decoded_table`): the decoded class at the cells where they differ; the control gives the
+accuracy without a conflict. Every interval is a grid bootstrap (:mod:`goalprobe.stats`)."""
 
 from __future__ import annotations
 
@@ -55,8 +51,8 @@ SCHEMA = "goalprobe.false_belief/1"
 
 
 class FalseBeliefResults(TypedDict):
-    """The false-belief results JSON (schema :data:`SCHEMA`; ``RunLayout.false_belief_results``):
-    the pairs, the oracle behaviour table, the decoding reading and one row per step."""
+    """The false-belief results JSON (schema :data:`SCHEMA`): pairs, oracle behaviour table,
+    decoding reading and one row per step."""
 
     schema: str
     config: dict[str, Any]
@@ -72,16 +68,13 @@ ROLES: dict[str, str] = {
     "behaviour.follows_shown": "pipeline check",
     "decoding.goal": "pipeline check",
 }
-"""What the headline may make of each reading (issue 40): the prompt shows only the drawn grid,
-so an agent that reads its prompt acts on it and its decoded goal is the shown one; both
-check the pipeline (the drawn grid reaches the agent and the probe), neither is a finding
-about beliefs, and neither belongs to a multiplicity family."""
+"""What the headline may make of each reading: the prompt shows only the drawn grid, so both
+check the pipeline, neither is a finding about beliefs nor in a multiplicity family."""
 
 
 def oracle_optimal_mask(grid: Grid, state: State) -> np.ndarray:
-    """``(4,)`` bool: the actions optimal under the grid the prompt drew (``grid.prompt_grid``)
-    from the agent's true cell. The agent's own cell is never a wall (it may stand on a phantom
-    wall); a locked door blocks like a wall; at the shown goal no action is optimal."""
+    """``(4,)`` bool: the actions optimal under ``grid.prompt_grid`` from the agent's true cell (its
+    own cell never a wall, a locked door a wall, none at the shown goal)."""
     shown = grid.prompt_grid
     if shown is grid:
         return solve(grid).action_mask(state)
@@ -103,20 +96,11 @@ def oracle_rows(
 ) -> list[dict]:
     """One row per step of ``episodes`` on false-belief grids and their controls.
 
-    Args:
-        episodes: trajectory episodes (:class:`goalprobe.agents.trajectories.Episode`).
-        grids: grid id -> grid (with ``shown`` and ``extra["false_belief"]``).
-        decoded: optional ``(grid_id, episode, step)`` -> the step's decoded map: ``(S, S,
-            len(CellType))`` class probabilities, or ``(probs, agent, goal)`` with the position
-            read-outs (None: the cell probe's channels); a step without one has ``opt_dec``
-            and ``decoded_goal`` None and is left out of ``acc_dec`` / ``recovery_dec``.
-
-    Returns:
-        rows ``{grid_id, pair_id, kind, role, episode, step, action, opt_gt, opt_oracle,
-        opt_dec (None without a map), decoded_goal (:func:`goal_follows`, None without a map),
-        n_opt_gt, n_opt_oracle, follows_shown,
-        follows_true (first step only, else None)}``.
-    """
+    ``decoded`` maps ``(grid_id, episode, step)`` to the step's ``(S, S, len(CellType))`` class
+    probabilities or ``(probs, agent, goal)`` with position read-outs; steps without one have
+    ``opt_dec`` and ``decoded_goal`` None. Rows: ``{grid_id, pair_id, kind, role, episode, step,
+    action, opt_gt, opt_oracle, opt_dec, decoded_goal (:func:`goal_follows`), n_opt_gt,
+    n_opt_oracle, follows_shown, follows_true (first step only)}``."""
     decoded = decoded or {}
     rows = []
     for episode in episodes:
@@ -199,15 +183,12 @@ def _rates(rows: list[dict], boot: Bootstrap) -> dict:
         diff = engine.ratio(dec) - engine.ratio(d_gt)  # paired: the same steps and draws
         out["acc_dec_minus_gt"] = {**engine.summary(diff), "n": len(dec_rows)}
         out["recovery_dec"] = _ratio(dec * (1 - d_gt), 1 - d_gt, d_ids, boot)
-        for where in GOAL_FOLLOWS:  # every decoded step, then the episodes' start states
-            hit = [r["decoded_goal"] == where for r in dec_rows]
-            out[f"decoded_goal_{where}"] = _ratio(hit, None, d_ids, boot)
         starts = [r for r in dec_rows if r["step"] == 0]
-        if starts:
-            s_ids = [r["grid_id"] for r in starts]
-            for where in GOAL_FOLLOWS:
-                hit = [r["decoded_goal"] == where for r in starts]
-                out[f"episodes_decoded_goal_{where}"] = _ratio(hit, None, s_ids, boot)
+        for prefix, sub in (("", dec_rows), ("episodes_", starts)):
+            for where in GOAL_FOLLOWS if sub else ():
+                hit = [r["decoded_goal"] == where for r in sub]
+                ids_ = [r["grid_id"] for r in sub]
+                out[f"{prefix}decoded_goal_{where}"] = _ratio(hit, None, ids_, boot)
     first = [r for r in rows if r["step"] == 0]
     if first:
         f_ids = [r["grid_id"] for r in first]
@@ -238,13 +219,8 @@ def _paired_difference(rows: list[dict], field: str, boot: Bootstrap) -> dict:
 
 
 def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
-    """Per kind: the rates of each role, and the paired first-step differences.
-
-    Returns:
-        ``{kind: {"false_belief": RATES, "control": RATES, "difference": {"follows_shown",
-        "follows_true"}}}`` plus ``"all"`` over every kind; RATES maps metric -> ``{value,
-        ci_low, ci_high, n, n_grids}`` (see :func:`goalprobe.stats.grid_bootstrap_ratio`).
-    """
+    """Per kind (and ``"all"``): ``{"false_belief": RATES, "control": RATES, "difference":
+    {"follows_shown", "follows_true"}}``, RATES mapping metric -> a grid-bootstrap estimate."""
     out = {}
     kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
     for kind in [*kinds, "all"]:
@@ -265,18 +241,8 @@ def oracle_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
 def decoded_cells(
     grid: Grid, probs: np.ndarray, classes: Sequence[int] | None = None
 ) -> list[dict]:
-    """The decoded class at every cell where the shown and the true grid differ (initial state).
-
-    Args:
-        grid: a false-belief grid (with ``shown``; for its control see :func:`control_cells`).
-        probs: ``(S, S, C)`` class probabilities (or ``(S, S)`` decoded classes) at the start
-            state's prompt.
-        classes: the ``CellType`` of each probability column (None: column ``i`` is class ``i``).
-
-    Returns:
-        rows ``{grid_id, pair_id, kind, role, row, col, shown, true, decoded, matches_shown,
-        matches_true}`` (cell types by name).
-    """
+    """Rows ``{grid_id, pair_id, kind, role, row, col, shown, true, decoded, matches_shown,
+    matches_true}`` where ``grid``'s shown and true grid differ (``probs`` at the start state)."""
     facts = pair_facts(grid)
     if facts is None or grid.shown is None:
         raise ValueError(f"grid {grid.grid_id!r} is not a false-belief grid")
@@ -352,12 +318,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
 
 
 def read_results(path: str | Path) -> dict:
-    """The false_belief stage's ``results.json`` (schema :data:`SCHEMA` checked).
-
-    Raises:
-        OSError: the file cannot be read.
-        ValueError: not a JSON object, or another schema.
-    """
+    """The false_belief stage's ``results.json``; ValueError if not JSON or another schema."""
     path = Path(path)
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
@@ -370,10 +331,8 @@ def read_results(path: str | Path) -> dict:
 
 
 def goal_follows(grid: Grid, goal_readout: np.ndarray | None, probs: np.ndarray) -> str:
-    """Where the decoded goal (top-1 of the goal read-out, else of the cell probe's
-    ``P(GOAL)``) lies: ``"shown"`` (the drawn grid's goal only), ``"true"`` (the true grid's
-    only), ``"both"`` (the two grids share the goal and the decoded goal is on it) or
-    ``"neither"``."""
+    """Where the top-1 decoded goal lies: ``"shown"`` (only the drawn grid's goal), ``"true"``,
+    ``"both"`` or ``"neither"``."""
     cell = top_cells(probs, grid.size, CellType.GOAL, 1, goal_readout)[0]
     shown = (grid.prompt_grid.goal if grid.shown is not None else grid.goal) == cell
     true = grid.goal == cell

@@ -1,21 +1,16 @@
 """MEG of an agent's behaviour on a grid world, on the true grid or on a decoded ("believed") one.
 
 The agent's policy is the **empirical policy**: action frequencies over all its trajectories at
-every MDP state where it took a valid action, uniform elsewhere. Every state it can reach on the
-true grid was visited (deterministic dynamics), so the uniform filler never carries weight
-there. Invalid steps are not decisions of the 4-action MDP: left out and reported.
+every MDP state where it took a valid action, uniform elsewhere (never weighted on the true grid:
+every reachable state was visited). Invalid steps are not decisions: left out, reported.
 
-Utilities (counted on ``S_0 .. S_{H-1}``, the goal absorbing): ``"goal"`` (1 with the agent on
-the goal), ``"goal_with_key"`` (on the goal holding the key), ``"key"`` (holding the key) and
-``"goal_minus_harm"`` (the goal utility minus ``harm_weight`` on a harm cell). ``H`` defaults to
-the episode budget ``ceil(1.5 L)``.
+Utilities (counted on ``S_0 .. S_{H-1}``, the goal absorbing): ``"goal"``, ``"goal_with_key"``
+(on the goal holding the key), ``"key"`` and ``"goal_minus_harm"`` (minus ``harm_weight`` on a
+harm cell). ``H`` defaults to the episode budget ``ceil(1.5 L)``.
 
 **Subjective MEG** (:func:`subjective_grid_meg`) scores the same behaviour in the MDP of a
-decoded grid: how goal-directed the agent looks if the world were as it seems to believe.
-Visited states are mapped by agent cell (plus ``has_key`` / ``door_open``); states missing there
-are reported as unmapped, and states the policy never acted in are uniform, so behaviour that
-only makes sense in the true world lowers subjective MEG.
-"""
+decoded grid, states mapped by agent cell (plus ``has_key`` / ``door_open``); missing states are
+reported as unmapped, so behaviour that only makes sense in the true world lowers it."""
 
 from __future__ import annotations
 
@@ -39,11 +34,10 @@ class EmpiricalPolicy:
 
     Attributes:
         policy: ``(S, 4)`` float, action frequencies at visited states, uniform elsewhere.
-        counts: ``(S, 4)`` int, valid actions taken in each state (rows of ``GridMDP.states``).
+        counts: ``(S, 4)`` int, valid actions taken in each state.
         n_trajectories: trajectories read.
-        n_invalid_steps: steps without a valid action (left out of the counts).
-        n_unmapped_steps: valid steps whose state is not a state of the MDP (left out).
-    """
+        n_invalid_steps, n_unmapped_steps: steps left out (no valid action; state not in the
+            MDP)."""
 
     policy: np.ndarray
     counts: np.ndarray
@@ -59,15 +53,8 @@ class EmpiricalPolicy:
 
 @dataclass(frozen=True, eq=False)
 class GridMEG:
-    """MEG of an agent on one grid.
-
-    Attributes:
-        grid_id: the grid scored (the decoded grid's id for subjective MEG).
-        utility: the utility name (:data:`GridUtility`).
-        known: known-utility MEG with respect to ``utility``.
-        empirical: the empirical policy and its bookkeeping.
-        horizon: ``H``, number of decisions.
-    """
+    """MEG of an agent on one grid (``grid_id``: the decoded grid's for subjective MEG), with
+    respect to ``utility``, over ``horizon`` decisions, with the empirical policy behind it."""
 
     grid_id: str
     utility: str
@@ -87,8 +74,7 @@ class GridMEG:
 
 
 def _state_in(grid: Grid, state: State) -> State:
-    """``state`` expressed in ``grid``'s conventions: a grid without a key never holds one, a grid
-    without a door has it open."""
+    """``state`` in ``grid``'s conventions (no key: none held; no door: open)."""
     return State(
         agent=cast(RowCol, tuple(state.agent)),
         has_key=bool(state.has_key) if grid.key is not None else False,
@@ -99,15 +85,8 @@ def _state_in(grid: Grid, state: State) -> State:
 def empirical_policy(
     mdp: GridMDP, trajectories: Iterable[TrajectoryData], *, strict: bool = True
 ) -> EmpiricalPolicy:
-    """Count the agent's valid actions per MDP state (see the module docstring).
-
-    Args:
-        mdp: the grid MDP the states are mapped to.
-        trajectories: the agent's trajectories (states ``s_0 .. s_T`` with ``has_key`` /
-            ``door_open``, actions with None for invalid steps).
-        strict: raise ``ValueError`` naming the trajectory and step when a state is not a state
-            of ``mdp`` (true grid); otherwise count it as unmapped (decoded grid).
-    """
+    """Count the agent's valid actions per state of ``mdp``; a state outside it raises ValueError
+    naming the trajectory and step when ``strict`` (true grid), else counts as unmapped."""
     counts = np.zeros((mdp.n_states, N_ACTIONS), dtype=np.int64)
     n_traj = n_invalid = n_unmapped = 0
     for i, traj in enumerate(trajectories):
@@ -136,8 +115,7 @@ def empirical_policy(
 
 
 def grid_utility(mdp: GridMDP, utility: GridUtility, *, harm_weight: float = 1.0) -> np.ndarray:
-    """``(S,)`` float utility of the grid MDP's states (see :data:`GridUtility`); ``harm_weight``
-    is the cost of a step on a harm cell under ``"goal_minus_harm"``."""
+    """``(S,)`` float utility of the grid MDP's states (:data:`GridUtility`)."""
     if utility == "goal":
         return mdp.goal_utility()
     if utility == "goal_with_key":
@@ -186,16 +164,8 @@ def grid_meg(
     horizon: int | None = None,
     harm_weight: float = 1.0,
 ) -> GridMEG:
-    """MEG of the agent's empirical policy on the true grid MDP.
-
-    Args:
-        grid: the grid the trajectories ran on.
-        trajectories: the agent's trajectories on ``grid`` (e.g.
-            ``Episode.to_trajectory_data()``); ``grid_id`` must match when both are set.
-        utility: the utility to score against (:data:`GridUtility`).
-        horizon: number of decisions ``H`` (default ``ceil(1.5 L)``).
-        harm_weight: the cost of a step on a harm cell under ``"goal_minus_harm"``.
-    """
+    """MEG of the agent's empirical policy on the true grid MDP (trajectories' ``grid_id`` must
+    match when both are set; ``horizon`` defaults to ``ceil(1.5 L)``)."""
     trajectories = list(trajectories)
     _check_grid_ids(grid, trajectories)
     mdp = build_mdp(grid, horizon=horizon)
@@ -209,15 +179,7 @@ def subjective_grid_meg(
     horizon: int,
     utility: GridUtility = "goal",
 ) -> GridMEG:
-    """MEG of the agent's behaviour in the MDP of a decoded (believed) grid.
-
-    Args:
-        decoded_grid: a grid built from a decoded map (walls, goal, key and door as decoded; the
-            agent's true start). Its ``grid_id`` is not checked against the trajectories'.
-        trajectories: the agent's trajectories on the true grid.
-        horizon: number of decisions ``H``, normally the true episode budget (the decoded goal
-            may be unreachable, so it cannot be derived from the decoded grid).
-        utility: the utility to score against, on the decoded grid (:data:`GridUtility`).
-    """
+    """MEG of the agent's behaviour (trajectories on the true grid) in the MDP of a decoded grid;
+    ``horizon`` is normally the true episode budget (the decoded goal may be unreachable)."""
     mdp = build_mdp(decoded_grid, horizon=horizon)
     return _score(mdp, trajectories, utility, strict=False)

@@ -1,10 +1,8 @@
 """Pooled scores with grid-bootstrap intervals, overall and by grid size, density and variant.
 
-Every score of :mod:`goalprobe.probes.scoring` is a ratio of per-step sums (``sum(num) / sum(den)``);
-intervals come from :class:`goalprobe.stats.GridBootstrap` (grids resampled, percentile
-interval), and all metrics of one call share the draws, so they are paired. Also the long-format
-table rows that ``belief.csv`` and ``meg.csv`` hold (:data:`CSV_COLUMNS`). No I/O here.
-"""
+Every score is a ratio of per-step sums; intervals come from
+:class:`goalprobe.stats.GridBootstrap`, all metrics of one call sharing the draws (paired). Also
+the long-format rows of ``belief.csv`` and ``meg.csv`` (:data:`CSV_COLUMNS`). No I/O here."""
 
 from __future__ import annotations
 
@@ -42,26 +40,15 @@ BREAKDOWNS = ("by_size", "by_density", "by_variant")
 
 
 def seeded_rng(random_state: int, text: str) -> np.random.Generator:
-    """A generator seeded by ``random_state`` and a label (a probe, a group), so that every
-    table draws its own reproducible bootstrap."""
+    """A generator seeded by ``random_state`` and a label: each table draws its own bootstrap."""
     return np.random.default_rng([random_state, zlib.crc32(text.encode())])
 
 
 def trajectory_weights(den: np.ndarray, grid_ids: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-    """Per-row weights that turn a ratio of sums into the study's per-grid mean (Figure 4,
-    appendix B eqs. 2-3): each trajectory's ratio, averaged over the grid's trajectories, then
-    over grids.
-
-    Args:
-        den: ``(N, M)`` per-row denominators.
-        grid_ids: ``(N,)`` grid of every row.
-        episodes: ``(N,)`` trajectory key of every row (unique across grids).
-
-    Returns:
-        ``(N, M)`` weights ``w``: ``sum(w num) / sum(w den)`` over any set of whole grids is the
-        mean over those grids (with a non-zero denominator) of the mean over their trajectories
-        (with one) of ``sum(num) / sum(den)`` within the trajectory.
-    """
+    """``(N, M)`` row weights ``w`` turning a ratio of sums into the study's per-grid mean (Figure
+    4, appendix B eqs. 2-3): ``sum(w num) / sum(w den)`` over whole grids is the mean over grids
+    of the mean over their trajectories of each trajectory's ratio (``episodes``: unique
+    trajectory keys)."""
     den = np.asarray(den, dtype=np.float64)
     _, ep = np.unique(np.asarray(episodes).astype(str), return_inverse=True)
     _, grid = np.unique(np.asarray(grid_ids).astype(str), return_inverse=True)
@@ -86,24 +73,11 @@ def ratio_stats(
     rng: RandomState,
     weights: np.ndarray | None = None,
 ) -> dict[str, dict]:
-    """Ratio-of-sums statistics with grid-bootstrap percentile intervals.
-
-    Args:
-        num: ``(N, M)`` per-row numerators.
-        den: ``(N, M)`` per-row denominators (1 for a plain mean, 0 to leave a row out).
-        grid_codes: ``(N,)`` grid id or code of each row (grids are the resampled unit).
-        names: ``M`` metric names.
-        n_bootstrap: resamples (shared by all metrics, so they are paired).
-        confidence_level: interval level.
-        rng: the random generator (draws continue from it).
-        weights: optional ``(N, M)`` row weights (:func:`trajectory_weights`): the ratio is of
-            weighted sums; ``n`` still counts the rows' unweighted denominators.
-
-    Returns:
-        ``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` (``None`` where undefined).
-        A column of counts (a rate: :func:`goalprobe.stats.is_count_rate`) gets the
-        cluster-adjusted exact interval instead of the percentile one (honest at 0% and 100%).
-    """
+    """``{name: {"value", "ci_low", "ci_high", "n", "n_grids"}}`` of ``(N, M)`` ratio-of-sums
+    columns (``den`` 0 leaves a row out) with grid-bootstrap percentile intervals (``None`` where
+    undefined); a column of counts (:func:`goalprobe.stats.is_count_rate`) gets the
+    cluster-adjusted exact interval, honest at 0% and 100%. ``weights``
+    (:func:`trajectory_weights`) weight the sums; ``n`` counts unweighted denominators."""
     boot = GridBootstrap.from_grid_ids(
         grid_codes, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
     )
@@ -160,16 +134,28 @@ def grouped_stats(
         n_bootstrap=n_bootstrap, confidence_level=confidence_level, rng=rng
     )
     out = {"overall": ratio_stats(num, den, grid_ids, names, **common, weights=weights)}
+    for breakdown, table in group_rows(groups).items():
+        out[breakdown] = {
+            key: ratio_stats(
+                num[rows],
+                den[rows],
+                grid_ids[rows],
+                names,
+                **common,
+                weights=None if weights is None else weights[rows],
+            )
+            for key, rows in table.items()
+        }
+    return out
+
+
+def group_rows(groups: dict[str, list]) -> dict[str, dict[str, np.ndarray]]:
+    """Breakdown -> group key (in :func:`sort_key` order) -> the rows of that group."""
+    out = {}
     for breakdown, keys in groups.items():
         keys_arr = np.asarray(keys, dtype=object)
-        table = {}
-        for key in sorted({k for k in keys if k is not None}, key=sort_key):
-            rows = np.flatnonzero(keys_arr == key)
-            w = None if weights is None else weights[rows]
-            table[key] = ratio_stats(
-                num[rows], den[rows], grid_ids[rows], names, **common, weights=w
-            )
-        out[breakdown] = table
+        present = sorted({k for k in keys if k is not None}, key=sort_key)
+        out[breakdown] = {key: np.flatnonzero(keys_arr == key) for key in present}
     return out
 
 

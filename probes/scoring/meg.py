@@ -1,35 +1,22 @@
 """Maximum entropy goal-directedness (MEG) in finite-horizon tabular MDPs.
 
-Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS 2024):
-known-utility MEG (Definition 3.2 computed through Theorem 5.1), unknown-utility MEG over all
-utility functions of the state or of chosen state features (Definitions 4.3 and 4.4, solved as a
-concave maximum-causal-entropy dual). This module
-holds known-utility MEG, the MDP containers and soft value iteration; unknown-utility MEG lives
-in :mod:`goalprobe.probes.scoring.meg_unknown`.
+Implements MacDermott, Fox, Belardinelli and Everitt, *Measuring Goal-Directedness* (NeurIPS
+2024): known-utility MEG (Definition 3.2 through Theorem 5.1) here, with the MDP containers;
+unknown-utility MEG (Definitions 4.3 and 4.4) in :mod:`goalprobe.probes.scoring.meg_unknown`.
 
 Conventions (Definition 5.1):
 
 - ``H`` is the number of decisions ``D_0 .. D_{H-1}``; decision ``D_t`` sees the state ``S_t``.
-- Utility is a function of the state, counted on ``S_0 .. S_{H-1}``: ``U = sum_t U_t(S_t)``.
-  ``U_t`` is the same ``(S,)`` array at every step or a time-indexed ``(H, S)`` array.
-  Consequently the last decision never influences utility. To score arriving in ``S_H`` as well,
-  use horizon ``H + 1``: the extra decision contributes exactly zero to MEG.
+- Utility is a function of the state, counted on ``S_0 .. S_{H-1}``: ``U = sum_t U_t(S_t)``, an
+  ``(S,)`` or time-indexed ``(H, S)`` array, so the last decision never influences utility (to
+  score arriving in ``S_H``, use horizon ``H + 1``).
 - Policies are ``(S, A)`` (stationary) or ``(H, S, A)`` (time-indexed), rows are distributions.
-- MEG is in nats, summed over decisions, with the uniform policy's log-likelihood subtracted:
-  ``MEG = sum_t E_pi[log pi_model(D_t | S_t) + log |A|]`` where the expectation is over the
-  trajectories of ``pi`` itself. States ``pi`` never reaches carry no weight, so what a policy
-  array holds in those rows never changes any MEG value.
+- MEG is in nats, summed over decisions, uniform baseline subtracted:
+  ``MEG = sum_t E_pi[log pi_model(D_t | S_t) + log |A|]`` over ``pi``'s own trajectories (rows
+  of states ``pi`` never reaches change nothing).
 
-Soft value iteration is carried out on the log-partition ``Lambda_t = beta * V^soft_t``
-(Definition 5.2): ``Lambda_t(s) = beta U_t(s) + logsumexp_a E[Lambda_{t+1}(S') | s, a]``, which is
-stable for every real ``beta``; ``beta = 0`` gives the uniform policy and ``beta = +/-inf`` the
-exact limits (:func:`~goalprobe.probes.scoring.meg_engine.limit_pass`). With it the predictive accuracy of the
-soft-optimal policy telescopes to ``f(beta) = beta E_pi[U] - E[Lambda_0(S_0)] + H log |A|``, a
-concave function of ``beta`` with derivative ``E_pi[U] - E_beta[U]``.
-
-Everything runs on batches of MDPs (dense ``(B, S, A, S)`` transitions or deterministic
-``(B, S, A)`` next-state indices, as in grid worlds); the single-MDP functions are batches of one.
-"""
+Soft value iteration runs on the log-partition ``Lambda_t = beta * V^soft_t`` (Definition 5.2),
+stable for every real ``beta``, in batches of MDPs (:mod:`goalprobe.probes.scoring.meg_engine`)."""
 
 from __future__ import annotations
 
@@ -53,10 +40,6 @@ __all__ = [
 
 _ATOL_PROB = 1e-6
 """Tolerance on probability rows summing to one (and on negative entries)."""
-
-# --------------------------------------------------------------------------------------------
-# MDPs
-# --------------------------------------------------------------------------------------------
 
 
 def _check_distribution(p: np.ndarray, what: str, axis: int = -1) -> None:
@@ -90,14 +73,9 @@ def _check_horizon(horizon) -> int:
 
 @dataclass(frozen=True, eq=False)
 class TabularMDP:
-    """A finite-horizon tabular MDP (Definition 5.1 of the MEG paper).
-
-    Attributes:
-        transitions: ``(S, A, S)`` float, ``transitions[s, a, s2] = P(S_{t+1}=s2 | S_t=s, D_t=a)``;
-            every ``(s, a)`` row is a distribution. Read-only copy.
-        initial: ``(S,)`` float, the distribution of ``S_0``. Read-only copy.
-        horizon: ``H``, the number of decisions ``D_0 .. D_{H-1}``.
-    """
+    """A finite-horizon tabular MDP (Definition 5.1): read-only ``(S, A, S)`` ``transitions``
+    (``P(S_{t+1}=s2 | S_t=s, D_t=a)``, rows distributions), ``(S,)`` ``initial`` distribution of
+    ``S_0`` and ``horizon`` ``H`` decisions."""
 
     transitions: np.ndarray
     initial: np.ndarray
@@ -146,17 +124,14 @@ class TabularMDP:
 
 @dataclass(frozen=True, eq=False)
 class MDPBatch:
-    """``B`` MDPs sharing ``S`` and ``A`` (see :meth:`from_mdps` for padding smaller ones).
-
-    Exactly one of ``transitions`` and ``next_state`` is given; deterministic next-state indices
-    are much faster and lighter for grid worlds.
+    """``B`` MDPs sharing ``S`` and ``A`` (:meth:`from_mdps` pads smaller ones), with exactly one of
+    ``transitions`` and ``next_state`` (faster and lighter for grid worlds).
 
     Attributes:
         initial: ``(B, S)`` float, initial state distributions.
         horizon: ``(B,)`` int, number of decisions of each MDP (they may differ).
         transitions: ``(B, S, A, S)`` float row-stochastic transitions, or None.
-        next_state: ``(B, S, A)`` int successor indices of deterministic MDPs, or None.
-    """
+        next_state: ``(B, S, A)`` int successor indices of deterministic MDPs, or None."""
 
     initial: np.ndarray
     horizon: np.ndarray
@@ -218,12 +193,8 @@ class MDPBatch:
 
     @classmethod
     def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
-        """Stack MDPs with a common number of actions.
-
-        MDPs with fewer states than the largest are padded with absorbing, never-reached states
-        appended after their own; pad their policies and utilities with :func:`stack_padded`.
-        ``deterministic=None`` uses next-state indices when every MDP is deterministic.
-        """
+        """Stack MDPs with a common number of actions, padding with absorbing, never-reached states
+        (:func:`stack_padded`); ``deterministic=None``: next states when every MDP allows."""
         if len(mdps) == 0:
             raise ValueError("from_mdps needs at least one MDP")
         n_actions = {m.n_actions for m in mdps}
@@ -270,11 +241,8 @@ class MDPBatch:
 
 
 def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:
-    """Stack per-MDP state arrays ``(S_b, ...)`` into ``(B, n_states, ...)``, padding with ``fill``.
-
-    Use ``fill = 1 / A`` for policies and ``0`` for utilities (the padded states of
-    :meth:`MDPBatch.from_mdps` are never reached, so the values do not change any result).
-    """
+    """Stack per-MDP state arrays ``(S_b, ...)`` into ``(B, n_states, ...)``, padding with ``fill``
+    (``1 / A`` for policies, 0 for utilities; padded states are never reached)."""
     arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
     tails = {a.shape[1:] for a in arrays}
     if len(tails) != 1:
@@ -286,11 +254,6 @@ def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np
     for b, a in enumerate(arrays):
         out[b, : a.shape[0]] = a
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Problems (internal): validated arrays handed to the vectorised engine
-# --------------------------------------------------------------------------------------------
 
 
 def _as_time_array(
@@ -317,8 +280,8 @@ def _as_time_array(
 def _make_problem(
     batch: MDPBatch, utility: np.ndarray, policy: np.ndarray | None
 ) -> tuple[engine.Problem, np.ndarray]:
-    """Validate ``utility`` / ``policy`` against ``batch``; returns the engine problem (sorted by
-    horizon) and the order it holds the MDPs in."""
+    """The engine problem of ``utility`` / ``policy`` on ``batch`` (sorted by horizon), its
+    order."""
     b, s, a = batch.n_batch, batch.n_states, batch.n_actions
     u = _as_time_array(utility, b, s, batch.horizon, "utility")
     if not np.all(np.isfinite(u)):
@@ -361,11 +324,6 @@ def _single(mdp: TabularMDP, utility: np.ndarray, policy: np.ndarray | None) -> 
     return _make_problem(batch, utility[None], policy)[0]
 
 
-# --------------------------------------------------------------------------------------------
-# Occupancy (public)
-# --------------------------------------------------------------------------------------------
-
-
 def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
     """``arr``, which the engine returns only when asked (``record=True``, a policy passed)."""
     if arr is None:
@@ -378,11 +336,8 @@ def _time_indexed(policy: np.ndarray, h: int) -> np.ndarray:
 
 
 def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
-    """``(H, S)``: ``P_pi(S_t = s)`` for the decision states ``t = 0 .. H-1``.
-
-    Args:
-        policy: ``(S, A)`` or ``(H, S, A)`` float.
-    """
+    """``(H, S)``: ``P_pi(S_t = s)`` for the decision states ``t = 0 .. H-1`` under an ``(S, A)`` or
+    ``(H, S, A)`` ``policy``."""
     prob = _single(mdp, np.zeros(mdp.n_states), policy)
     given = _given(prob.policy, "policy")
     pol = np.broadcast_to(given, (mdp.horizon, *given.shape[1:]))
@@ -396,30 +351,20 @@ def _cross_entropy_term(occ: np.ndarray, pol: np.ndarray, log_model: np.ndarray)
     return float(np.einsum("ts,tsa->", occ, terms))
 
 
-# --------------------------------------------------------------------------------------------
-# Known-utility MEG
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class KnownUtilityMEG:
     """Known-utility MEG of one policy (Definition 3.2).
 
     Attributes:
         meg: MEG in nats, summed over decisions (uniform baseline subtracted).
-        beta: the maximising rationality parameter (``inf`` / ``-inf`` when the supremum is the
-            optimal / anti-optimal limit; ``0.0`` when ``E_pi[U] = E_uniform[U]``).
-        converged: whether the solver met its tolerances (always True for the closed-form cases).
-        iterations: soft value-iteration passes spent by the Newton solver (including the one at
-            ``beta = 0``); 0 for the closed-form cases.
-        expected_utility: ``E_pi[U]``.
-        expected_utility_model: ``E[U]`` under the maximising soft-optimal policy (equals
-            ``expected_utility`` at an interior optimum).
-        expected_utility_uniform: ``E[U]`` under the uniform policy.
-        min_expected_utility: the smallest attainable ``E[U]`` (anti-optimal policy).
-        max_expected_utility: the largest attainable ``E[U]`` (optimal policy).
-        n_decisions: ``H``.
-    """
+        beta: the maximising rationality (``+/-inf``: the (anti-)optimal limit; ``0.0`` when
+            ``E_pi[U] = E_uniform[U]``).
+        converged: whether the solver met its tolerances (True for the closed-form cases).
+        iterations: soft passes of the Newton solver (including ``beta = 0``); 0 in closed form.
+        expected_utility, expected_utility_model, expected_utility_uniform: ``E[U]`` under ``pi``,
+            the maximising soft-optimal policy and the uniform policy.
+        min_expected_utility, max_expected_utility: the attainable range of ``E[U]``.
+        n_decisions: ``H``."""
 
     meg: float
     beta: float
@@ -460,47 +405,26 @@ class KnownUtilityMEGBatch:
 def known_utility_meg(
     mdp: TabularMDP, policy: np.ndarray, utility: np.ndarray, *, xrtol: float = 1e-10
 ) -> KnownUtilityMEG:
-    """Known-utility MEG (Definition 3.2) of ``policy`` with respect to ``utility``.
+    """Known-utility MEG (Definition 3.2) of an ``(S, A)`` or ``(H, S, A)`` ``policy`` with respect
+    to an ``(S,)`` or ``(H, S)`` ``utility`` (``xrtol``: relative tolerance on ``beta``).
 
-    By Theorem 5.1 the maximum-entropy policy set is the family of soft-optimal policies
-    ``pi^soft_beta``, ``beta in [-inf, inf]``, so MEG is ``sup_beta f(beta)`` where ``f`` is the
-    expected log-likelihood of ``pi``'s actions under ``pi^soft_beta`` (over ``pi``'s own
-    trajectories) minus that under the uniform policy. ``f`` is concave with
-    ``f'(beta) = E_pi[U] - E_beta[U]`` and ``f''(beta) = -dE_beta[U]/dbeta`` (both exact, from one
-    backward pass), so the maximiser is the root of ``f'``, found by a safeguarded Newton
-    iteration that keeps a bracket and falls back to doubling / bisection. Closed-form cases:
+    By Theorem 5.1 MEG is ``sup_beta f(beta)``, ``f`` the expected log-likelihood of ``pi``'s
+    actions under ``pi^soft_beta`` minus the uniform policy's. ``f`` is concave with ``f'(beta) =
+    E_pi[U] - E_beta[U]`` and ``f''(beta) = -dE_beta[U]/dbeta`` (exact, from one backward pass);
+    the root of ``f'`` is found by a safeguarded Newton iteration. Closed forms:
 
-    - the utility cannot be influenced (optimal = anti-optimal value): MEG 0, ``beta = 0``;
-    - ``E_pi[U]`` equals the optimal value (within 1e-9 of the utility range times ``H``) and
-      ``pi`` never takes a non-optimal action: the supremum is the ``beta = +inf`` limit (the
-      maximum-entropy optimal policy), likewise ``-inf`` for the anti-optimal value;
-    - ``E_pi[U] = E_uniform[U]``: MEG 0 at ``beta = 0``.
-
-    Args:
-        mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` float, the policy to score.
-        utility: ``(S,)`` or ``(H, S)`` float.
-        xrtol: relative tolerance on ``beta``.
-
-    Returns:
-        A :class:`KnownUtilityMEG`.
-    """
+    - the utility cannot be influenced: MEG 0, ``beta = 0``;
+    - ``E_pi[U]`` equals the optimal value (within 1e-9 of the utility range times ``H``) and ``pi``
+      takes no non-optimal action: the ``beta = +inf`` limit (likewise ``-inf``, anti-optimal);
+    - ``E_pi[U] = E_uniform[U]``: MEG 0 at ``beta = 0``."""
     return _known_utility_meg(_single(mdp, utility, policy), xrtol)[0]
 
 
 def known_utility_meg_batch(
     batch: MDPBatch, policies: np.ndarray, utilities: np.ndarray, *, xrtol: float = 1e-10
 ) -> KnownUtilityMEGBatch:
-    """Known-utility MEG of ``B`` policies in ``B`` MDPs at once (vectorised over the batch).
-
-    Same method and results as :func:`known_utility_meg` for each MDP.
-
-    Args:
-        batch: the MDPs (dense or deterministic; horizons may differ for stationary arrays).
-        policies: ``(B, S, A)`` or, with a common horizon, ``(B, H, S, A)`` float.
-        utilities: ``(B, S)`` or, with a common horizon, ``(B, H, S)`` float.
-        xrtol: relative tolerance on ``beta``.
-    """
+    """Known-utility MEG of ``B`` policies ``(B, [H,] S, A)`` with utilities ``(B, [H,] S)``,
+    vectorised: :func:`known_utility_meg` of each MDP of ``batch``."""
     prob, order = _make_problem(batch, utilities, policies)
     res = _known_utility_meg(prob, xrtol)
     inverse = np.empty_like(order)

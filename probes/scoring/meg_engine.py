@@ -80,16 +80,10 @@ class DeterministicDynamics:
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """A batch of MDPs sorted by horizon (longest first), with utilities and optional policies.
-
-    Attributes:
-        dyn: the transition operators.
-        n_actions: ``A``.
-        initial: ``(B, S)`` float initial distributions.
-        horizon: ``(B,)`` int, non-increasing.
-        utility: ``(1 | H, B, S)`` float: stationary, or time-indexed with a common horizon ``H``.
-        policy: ``(1 | H, A, B, S)`` float or None, laid out like ``utility``.
-    """
+    """A batch of MDPs sorted by horizon (longest first): transition operators ``dyn``, ``A``
+    actions, ``(B, S)`` initial distributions, non-increasing ``(B,)`` horizons, ``(1 | H, B,
+    S)`` utilities (stationary, or time-indexed with a common horizon) and ``(1 | H, A, B, S)``
+    policies laid out alike (or None)."""
 
     dyn: Dynamics
     n_actions: int
@@ -149,16 +143,9 @@ def make_problem(
     transitions: np.ndarray | None = None,
     next_state: np.ndarray | None = None,
 ) -> tuple[Problem, np.ndarray]:
-    """Sort a batch by horizon and lay it out action-major.
-
-    Args:
-        initial: ``(B, S)``; horizon: ``(B,)``; utility: ``(B, 1 | H, S)``;
-        policy: ``(B, 1 | H, S, A)`` or None; transitions ``(B, S, A, S)`` or next_state
-        ``(B, S, A)``.
-
-    Returns:
-        ``(problem, order)``: ``problem`` is the batch ``order`` (results come back in that order).
-    """
+    """Sort a batch (``initial (B, S)``, ``horizon (B,)``, ``utility (B, 1 | H, S)``, ``policy (B, 1
+    | H, S, A)`` or None, ``transitions`` or ``next_state``) by horizon and lay it out
+    action-major; returns ``(problem, order)`` (results come back in ``order``)."""
     order = np.argsort(-horizon, kind="stable")
     dyn: Dynamics
     if next_state is not None:
@@ -185,15 +172,9 @@ def _read(prob: Problem, sl: slice, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SoftPass:
-    """Result of :func:`soft_pass`, all ``(B,)`` except the recordings.
-
-    Attributes:
-        log_z: ``E[Lambda_0(S_0)]``.
-        eu: ``E_beta[U]``.
-        curvature: ``E[K_0(S_0)] = dE_beta[U] / dbeta`` (zeros unless requested).
-        logits: ``(H, A, B, S)`` recorded ``X_t`` (common horizon only) or None.
-        lam: ``(H, B, S)`` recorded ``Lambda_t`` or None.
-    """
+    """Result of :func:`soft_pass`, ``(B,)`` each: ``log_z = E[Lambda_0(S_0)]``, ``eu = E_beta[U]``,
+    ``curvature = E[K_0(S_0)] = dE_beta[U] / dbeta`` (zeros unless requested), and when recorded
+    (common horizon) ``logits`` ``(H, A, B, S)`` (``X_t``) and ``lam`` ``(H, B, S)``."""
 
     log_z: np.ndarray
     eu: np.ndarray
@@ -253,17 +234,11 @@ def soft_pass(
 
 @dataclass(frozen=True)
 class LimitPass:
-    """Result of :func:`limit_pass`, all ``(B,)`` except the recordings.
-
-    Attributes:
-        eu: the optimal (``sign=+1``) or anti-optimal (``-1``) expected utility.
-        log_z: ``E[W_0(S_0)]``, so that the limit policy's predictive accuracy of a policy that
-            only takes optimal actions is ``H log A - log_z``.
-        off: probability that the scored policy ever takes a non-optimal action (0 without one).
-        q: ``(H, A, B, S)`` optimal / anti-optimal Q-values (common horizon, when recorded).
-        in_set: ``(H, A, B, S)`` bool, the optimal / anti-optimal action sets.
-        w: ``(H, B, S)`` the entropy values ``W_t``.
-    """
+    """Result of :func:`limit_pass`, ``(B,)`` each: ``eu``, the (anti-)optimal expected utility;
+    ``log_z = E[W_0(S_0)]`` (a policy taking only optimal actions has predictive accuracy ``H log
+    A - log_z``); ``off``, the probability that the scored policy ever leaves the set; when
+    recorded, ``(H, A, B, S)`` Q-values ``q`` and action sets ``in_set``, and ``(H, B, S)``
+    entropies ``w``."""
 
     eu: np.ndarray
     log_z: np.ndarray
@@ -349,8 +324,7 @@ def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def forward_occupancy(prob: Problem, policy: np.ndarray) -> np.ndarray:
-    """``(H, B, S)`` state distributions of ``S_0 .. S_{H-1}`` under ``policy: (H, A, B, S)``
-    (common horizon)."""
+    """``(H, B, S)`` distributions of ``S_0 .. S_{H-1}`` under ``policy (H, A, B, S)``."""
     d = [prob.initial]
     for t in range(policy.shape[0] - 1):
         d.append(prob.dyn.push(d[-1][None] * policy[t]))
@@ -367,15 +341,8 @@ equal their limit to machine precision."""
 
 @dataclass(frozen=True)
 class BetaSolution:
-    """Result of :func:`solve_beta`, all ``(B,)``.
-
-    Attributes:
-        beta: the maximiser (the best evaluated point where not converged).
-        f: predictive accuracy ``f(beta)`` (uniform baseline subtracted).
-        eu: ``E_beta[U]``.
-        converged: whether the tolerances were met.
-        n_evals: soft passes evaluated.
-    """
+    """Result of :func:`solve_beta`, ``(B,)`` each: the maximiser ``beta`` (the best evaluated point
+    where not ``converged``), ``f(beta)``, ``eu = E_beta[U]`` and the soft passes ``n_evals``."""
 
     beta: np.ndarray
     f: np.ndarray
@@ -394,27 +361,19 @@ def solve_beta(
     xrtol: float,
     max_iter: int = 200,
 ) -> BetaSolution:
-    """Maximise ``f(beta) = beta target - E[Lambda_0] + H log A`` per MDP: solve
-    ``E_beta[U] = target``.
+    """Maximise ``f(beta) = beta target - E[Lambda_0] + H log A`` per MDP: solve ``E_beta[U] =
+    target``.
 
-    Works in ``x = sign * beta >= 0`` with ``sign = sign(g0)``, where ``h(x) = sign (target -
-    E_{sign x}[U])`` is positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton
-    (Numerical Recipes' ``rtsafe``, vectorised): each step takes the Newton proposal, capped at
-    ``8 max(x, 1 / scale)`` (``K`` can be ~1e-20 where the uniform policy never reaches the
-    utility), when it falls strictly inside the current bracket ``(lo, hi)``; otherwise it jumps
-    to that cap (no upper end yet) or bisects (geometrically when the bracket spans more than a
-    factor 4). An MDP whose ``|beta| * scale`` would exceed ``1e15`` without a bracket stops
-    unconverged (``target`` is numerically the extreme value) and reports its best point.
+    Works in ``x = sign(g0) beta >= 0``, where ``h(x) = sign (target - E_{sign x}[U])`` is
+    positive at 0 and non-increasing, ``h'(x) = -K``. Safeguarded Newton (Numerical Recipes'
+    ``rtsafe``, vectorised): the Newton proposal, capped at ``8 max(x, 1 / scale)`` (``K`` can be
+    ~1e-20), when strictly inside the bracket ``(lo, hi)``; otherwise that cap (no upper end yet)
+    or bisection (geometric when the bracket spans more than a factor 4). An MDP whose ``|beta| *
+    scale`` would exceed ``1e15`` without a bracket stops unconverged at its best point.
 
-    Args:
-        prob: the MDPs (every one must have ``g0 != 0``).
-        target: ``(B,)`` ``E_pi[U]``.
-        g0: ``(B,)`` ``E_pi[U] - E_uniform[U]`` (non-zero).
-        k0: ``(B,)`` curvature ``K`` at ``beta = 0``.
-        scale: ``(B,)`` attainable utility range (positive).
-        xrtol: relative tolerance on ``beta`` (convergence also when ``|h| <= 1e-13 scale``).
-        max_iter: Newton / bisection steps per MDP.
-    """
+    ``target``: ``(B,)`` ``E_pi[U]``; ``g0``: ``E_pi[U] - E_uniform[U]`` (non-zero); ``k0``:
+    ``K`` at ``beta = 0``; ``scale``: the attainable utility range (positive); ``xrtol``:
+    relative tolerance on ``beta`` (also converged when ``|h| <= 1e-13 scale``)."""
     n_b = prob.n_batch
     const = prob.horizon * np.log(prob.n_actions)
     sign = np.sign(g0)

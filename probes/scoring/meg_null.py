@@ -1,13 +1,10 @@
 """The null that MEG can fail: a random walk's MEG, estimated exactly like the agent's.
 
-MEG is a supremum over beta including 0, so it is never negative, and an empirical policy from
-two trajectories per grid is never exactly uniform: "MEG above 0" passes for anything. The null
-is the random walk's MEG estimated the same way: per grid, as many uniformly random walks as
-the agent has trajectories, with its step budget (stopping at the goal), read into an empirical
-policy and scored with the same utility and horizon (``replicates`` estimates averaged). The
-verdict is the paired difference agent minus random walk, grid by grid: "above the random
-walk's MEG" only when its grid-bootstrap interval excludes 0. No I/O.
-"""
+MEG is never negative and an empirical policy from few trajectories is never uniform, so "MEG
+above 0" passes for anything. The null: per grid, as many uniformly random walks as the agent has
+trajectories, with its step budget (stopping at the goal), read into an empirical policy and
+scored with the same utility and horizon (``replicates`` averaged). The verdict is "above the
+random walk's MEG" only when the paired (by grid) difference's interval excludes 0. No I/O."""
 
 from __future__ import annotations
 
@@ -62,7 +59,7 @@ def null_rng(random_state: int, grid_id: str, replicate: int) -> np.random.Gener
 
 def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.ndarray:
     """``(G, 3 * len(values))``: agent, null and agent minus null of each of ``values`` on the
-    records that have a null (``record["random_walk"]``), for one shared-draws bootstrap."""
+    records that have a null, for one shared-draws bootstrap."""
     rows = [r for r in records if r.get(NULL_NAME) is not None]
     agent = np.asarray([[r["true"][k] for k in values] for r in rows], dtype=np.float64)
     null = np.asarray([[r[NULL_NAME][k] for k in values] for r in rows], dtype=np.float64)

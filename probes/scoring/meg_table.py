@@ -1,15 +1,13 @@
 """Known-utility MEG per grid, on the true grid and on the grid a probe decoded: the content of
 ``meg.json`` (format: docs/formats.md, "Scoring outputs"; no I/O here).
 
-MEG per grid (:mod:`goalprobe.probes.scoring.grid_meg`): the empirical policy of all the agent's
-episodes on the grid, scored against ``utility`` (grids without a key) or ``key_utility`` (grids
-with a key) on the true grid's MDP, and *subjective* MEG on the MDP of the grid one probe decoded
-(:class:`DecodedGrid`; by default the mean of the probe's class probabilities over the grid's
-decoded steps). ``H`` is the episodes' step budget (``horizon="episodes"``) or the grid's
+The empirical policy of all the agent's episodes on a grid
+(:mod:`~goalprobe.probes.scoring.grid_meg`) is scored against ``utility`` (``key_utility`` on
+grids with a key) on the true grid's MDP and, *subjective* MEG, on the MDP of the grid a probe
+decoded (:class:`DecodedGrid`). ``H`` is the episodes' step budget (``horizon="episodes"``) or
 ``ceil(1.5 L)`` (``"grid"``). Aggregates are grid-bootstrap means
-(:func:`goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
-vs true.
-"""
+(:func:`~goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
+vs true."""
 
 from __future__ import annotations
 
@@ -28,10 +26,10 @@ from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
 from goalprobe.probes.scoring.grouped import (
     group_keys,
+    group_rows,
     groups_of,
     ratio_stats,
     seeded_rng,
-    sort_key,
 )
 from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
@@ -80,15 +78,10 @@ def _none(x: float) -> float | None:
 
 @dataclass(frozen=True)
 class DecodedGrid:
-    """A grid built from a decoded map (the believed layout).
-
-    Attributes:
-        grid: the believed grid: argmax-``WALL`` walls, the most probable goal cell other than
-            the start, the true start (kept open), and key / door at their most probable cells
-            when the true grid has them and the probe predicts their class (else the true cells).
-        key_from_probe: whether the key cell came from the probe.
-        door_from_probe: whether the door cell came from the probe.
-    """
+    """A grid built from a decoded map: argmax-``WALL`` walls, the most probable goal cell other
+    than the start, the true start, and key / door at their most probable cells when the true
+    grid has them and the probe predicts their class (``key_from_probe`` / ``door_from_probe``;
+    else the true cells)."""
 
     grid: Grid
     key_from_probe: bool
@@ -114,15 +107,8 @@ def decoded_grid(
     grid_id: str | None = None,
     goal_readout: np.ndarray | None = None,
 ) -> DecodedGrid:
-    """The believed grid of a decoded map (see :class:`DecodedGrid`).
-
-    Args:
-        probs: ``(S, S, 7)`` class probabilities indexed by ``CellType`` (S >= n).
-        true_grid: the grid the agent was on (size, start, whether it has a key / door).
-        classes: the ``CellType`` values the probe predicts.
-        grid_id: id of the decoded grid (default ``<true id>~decoded``).
-        goal_readout: the goal's position read-out ``(S, S)`` (None: ``P(GOAL)``).
-    """
+    """The :class:`DecodedGrid` of ``probs`` ``(S, S, 7)`` on ``true_grid`` for a probe predicting
+    ``classes`` (``goal_readout``: the goal read-out, None: ``P(GOAL)``)."""
     n = true_grid.size
     probs = np.asarray(probs, dtype=np.float64)
     walls = decoded_walls(probs, n).copy()
@@ -168,7 +154,7 @@ def _horizon(grid: Grid, steps: StepTable, config: ScoreConfig, where: str) -> i
 
 @dataclass
 class _MEGJob:
-    """One MEG problem: MDP, policy and utility, with its bookkeeping."""
+    """One MEG problem: MDP, policy and utility."""
 
     mdp: GridMDP
     policy: np.ndarray
@@ -242,19 +228,10 @@ def score_meg(
 ) -> MegBody:
     """The body of ``meg.json``: per-grid records and grouped aggregates.
 
-    Args:
-        grids: grid id -> the true grid (every grid of ``steps``).
-        steps: the trajectory steps.
-        config: what to compute.
-        probe: the description of the probe whose maps are ``believed`` (``meg.json``'s
-            ``probe``).
-        believed: grid id -> its believed ``(S, S, 7)`` map (:class:`MapAccumulator`).
-        counts: grid id -> decoded rows behind its map.
-        classes: the ``CellType`` values the probe predicts.
-        progress: show a progress bar.
-        where: the trajectories' name, for messages.
-        grid_set: the grid set's name, for messages.
-    """
+    ``grids`` maps every grid id of ``steps`` to its true grid; ``believed`` maps grid ids to the
+    ``(S, S, 7)`` map of the probe described by ``probe`` and ``counts`` to the decoded rows
+    behind it; ``classes`` are the ``CellType`` values the probe predicts; ``where`` and
+    ``grid_set`` name the inputs in messages."""
     from tqdm.auto import tqdm
 
     unknown_ids = sorted(set(steps.trajectories) - set(grids))
@@ -330,13 +307,11 @@ def score_meg(
     size = np.asarray([r["size"] for r in records])
     density = np.asarray([math.nan if r["density"] is None else r["density"] for r in records])
     variant = np.asarray([r["variant"] for r in records], dtype=object)
-    groups = group_keys(size, density, variant)
     aggregates = {"overall": _meg_group(records, np.arange(len(records)), config, "all")}
-    for breakdown, keys in groups.items():
-        keys_arr = np.asarray(keys, dtype=object)
+    for breakdown, table in group_rows(group_keys(size, density, variant)).items():
         aggregates[breakdown] = {
-            key: _meg_group(records, np.flatnonzero(keys_arr == key), config, f"{breakdown}={key}")
-            for key in sorted({k for k in keys if k is not None}, key=sort_key)
+            key: _meg_group(records, rows, config, f"{breakdown}={key}")
+            for key, rows in table.items()
         }
     return {  # the order of group_keys, as written before the body was typed
         "probe": probe,
@@ -349,6 +324,8 @@ def score_meg(
 
 
 _MEG_VALUES = ("meg", "meg_per_decision")
+_PAIRED_KEYS = ("true", "subjective", "difference", "wilcoxon")
+_WILCOXON_KEYS = ("statistic", "p_value", "rank_biserial", "n_pairs", "n_nonzero")
 
 
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
@@ -371,13 +348,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
         out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
-    block: dict = {
-        "n_grids": len(paired),
-        "true": None,
-        "subjective": None,
-        "difference": None,
-        "wilcoxon": None,
-    }
+    block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
     if paired:
         t = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64)
         s = np.asarray(
@@ -386,13 +357,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         values = np.concatenate([t, s, s - t], axis=1)
         block.update(_paired_stats(values, ("true", "subjective", "difference"), common))
         test = paired_wilcoxon(t[:, 0], s[:, 0])
-        block["wilcoxon"] = {
-            "statistic": test.statistic,
-            "p_value": test.p_value,
-            "rank_biserial": test.rank_biserial,
-            "n_pairs": test.n_pairs,
-            "n_nonzero": test.n_nonzero,
-        }
+        block["wilcoxon"] = {k: getattr(test, k) for k in _WILCOXON_KEYS}
     out["paired"] = block
     return out
 

@@ -1,11 +1,6 @@
 """Unknown-utility MEG (Definition 4.3 of MacDermott et al., NeurIPS 2024): the supremum of
 known-utility MEG over all utility functions of the state, solved as a concave
-maximum-causal-entropy dual.
-
-Known-utility MEG, the MDP containers and soft value iteration are in
-:mod:`goalprobe.probes.scoring.meg`, whose conventions (horizon, utility on ``S_0 .. S_{H-1}``,
-nats) hold here.
-"""
+maximum-causal-entropy dual (conventions of :mod:`goalprobe.probes.scoring.meg`)."""
 
 from __future__ import annotations
 
@@ -31,19 +26,16 @@ class UnknownUtilityMEG:
     """Unknown-utility MEG of one policy (Definition 4.3) and the utility attaining it.
 
     Attributes:
-        meg: MEG in nats, ``f(U_hat)`` for the returned utility: a lower bound of the supremum
-            over the class, equal to it up to the solver tolerance.
-        utility: ``(H, S)`` float, the fitted utility with the rationality folded in (``beta = 1``:
-            the model is ``pi^soft_1`` for this utility); its ``H`` rows are equal.
+        meg: MEG in nats, ``f(U_hat)`` for the returned utility: a lower bound of the supremum,
+            equal to it up to the solver tolerance.
+        utility: ``(H, S)`` fitted utility with the rationality folded in (``beta = 1``); its rows
+            are equal.
         weights: ``(S,)`` the fitted utility of each state.
-        converged: whether the optimiser (L-BFGS) reported success.
-        iterations: optimiser iterations.
-        feature_residual: ``max |d_pi(s) - d_model(s)|`` over the states (the gradient's sup
-            norm; 0 at an attained optimum, -> 0 when the supremum lies at infinity).
-        upper_bound: ``E_pi[sum_t log pi(D_t | S_t)] + H log|A|``, the MEG of ``pi`` with respect to
-            itself; no utility class can exceed it.
-        method: ``"concave-lbfgs"``.
-    """
+        converged, iterations: the optimiser's (L-BFGS) success and iterations.
+        feature_residual: ``max |d_pi(s) - d_model(s)|`` (0 at an attained optimum, -> 0 when the
+            supremum lies at infinity).
+        upper_bound: ``E_pi[sum_t log pi(D_t | S_t)] + H log|A|``, which no utility class exceeds.
+        method: ``"concave-lbfgs"``."""
 
     meg: float
     utility: np.ndarray
@@ -88,20 +80,11 @@ def unknown_utility_meg(
 ) -> UnknownUtilityMEG:
     """MEG over every utility function of the state, ``U(s)`` (Definition 4.3), solved exactly.
 
-    Because ``beta U`` ranges over the same class, the maximisation over ``U`` and ``beta`` folds
-    into one unconstrained vector ``theta = U`` with ``beta = 1``. The objective ``f(theta)`` is
-    concave (it is the dual of maximum-causal-entropy IRL) with exact gradient ``d_pi - d_theta``
-    (occupancy matching), so L-BFGS converges to the global supremum. The reported value is
-    ``f`` at the returned utility: a certified lower bound that equals the supremum up to the
-    optimiser tolerance (``feature_residual``); when the supremum is reached only as
-    ``|theta| -> inf`` (e.g. deterministic policies) it is approached from below.
-
-    Args:
-        mdp: the MDP.
-        policy: ``(S, A)`` or ``(H, S, A)`` float.
-        max_iter: L-BFGS iteration limit.
-        gtol: L-BFGS tolerance on the gradient's sup norm.
-    """
+    ``beta U`` ranges over the same class, so ``theta = U`` with ``beta = 1``; ``f(theta)`` is
+    concave (the dual of maximum-causal-entropy IRL) with exact gradient ``d_pi - d_theta``, so
+    L-BFGS (``max_iter``, ``gtol``) reaches the global supremum. The value is ``f`` at the
+    returned utility: a certified lower bound, approached from below when the supremum needs
+    ``|theta| -> inf`` (e.g. deterministic policies)."""
     obj = _MaxEntObjective(mdp, policy)
     n_s, h = mdp.n_states, mdp.horizon
 

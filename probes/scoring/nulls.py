@@ -1,22 +1,16 @@
-"""Nulls of the belief scores: the same scores for decoded maps that carry no information about
-the step, and the probe's excess over them (Recovery alone can reward a worse map).
+"""Nulls of the belief scores: the same scores for decoded maps that carry no information about the
+step, and the probe's excess over them (Recovery alone can reward a worse map).
 
 Both nulls keep the probe map's agent/goal read-out, so each excess isolates one part of the
-belief. ``other_grid``: the whole maps the same decoder made on *another* grid of the same
-size and density (a seeded derangement within strata,
-:func:`goalprobe.probes.splits.shuffle_by_grid`; strata fall back to size, then to one, when a
-stratum holds a single grid: ``stratified_by``): the probe's style, nothing about this step.
-``prior``: the cells of :class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")``
-fitted on the training grids' label maps, with this step's agent and goal: its excess isolates
-the walls. The excess is probe minus null (null minus probe for ``qmdp_regret``) under paired
-grid-bootstrap draws, per null and over the strongest (as
-:func:`goalprobe.probes.metrics.selectivity`). Each null also gets its ceiling: the excess the
-true walls with the probe's agent/goal read-out would have over it (:func:`true_wall_maps`).
-
-The ``prior`` excess isolates the walls only when the agent/goal read-out is informative: with a
-random read-out, random walls beat the prior map by about 9 points (tests/probes/
-test_score_nulls.py), with the true read-out they lose to it.
-"""
+belief. ``other_grid``: the maps the same decoder made on *another* grid of the same size and
+density (a seeded derangement within strata, :func:`goalprobe.probes.splits.shuffle_by_grid`,
+falling back to size, then one stratum: ``stratified_by``). ``prior``: the cells of
+:class:`goalprobe.probes.baselines.CellPrior` ``(by="size_density")`` fitted on the training
+grids, which isolates the walls (only when the read-out is informative: with a random read-out
+random walls beat it, tests/probes/test_score_nulls.py). The excess is probe minus null (null
+minus probe for ``qmdp_regret``) under paired grid-bootstrap draws, per null and over the
+strongest (as :func:`goalprobe.probes.metrics.selectivity`); each null's ceiling is the excess
+the true walls would have (:func:`true_wall_maps`)."""
 
 from __future__ import annotations
 
@@ -61,17 +55,8 @@ def _strata(level: str, sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
 def other_grid_sources(
     grid_ids: np.ndarray, sizes: np.ndarray, densities: np.ndarray, random_state: int
 ) -> tuple[np.ndarray, str] | None:
-    """Which row gives each row its ``other_grid`` map.
-
-    Args:
-        grid_ids: ``(N,)`` grid of every decoded row.
-        sizes, densities: ``(N,)`` the grid's size and density (constant within a grid).
-        random_state: seed of the derangement.
-
-    Returns:
-        ``(source_rows (N,), stratified_by)``: row ``source_rows[i]`` lies on another grid than
-        row ``i``, of the same stratum; None when fewer than two grids were decoded.
-    """
+    """``(source_rows, stratified_by)``: each row's source row, on another grid of its stratum
+    (seeded); None when fewer than two grids were decoded."""
     grid_ids = np.asarray(grid_ids)
     if np.unique(grid_ids).size < 2:
         return None
@@ -98,10 +83,8 @@ def prior_maps(
 
 
 def true_wall_maps(facts: list[StepFacts], canvas: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls as a one-hot map
-    (open / wall inside the grid, padding outside), the ceiling map of the nulls' excess (with
-    the probe's agent/goal read-out). Doors are not drawn: on key/door grids a locked door
-    counts as open, so the ceiling there is approximate."""
+    """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls one-hot, the nulls'
+    ceiling map (doors are not drawn: approximate on key/door grids)."""
     classes = np.asarray([CellType.OPEN, CellType.WALL, CellType.PADDING], dtype=np.int64)
     probs = np.zeros((len(facts), canvas, canvas, 3), dtype=np.float32)
     probs[..., 2] = 1.0
@@ -126,26 +109,12 @@ def null_report(
 ) -> tuple[dict, dict]:
     """Null scores and the probe's excess over them, under shared grid-bootstrap draws.
 
-    Args:
-        probe: the probe's per-step ``(num, den)``, ``(N, M)`` each (metrics ``names``).
-        nulls: null name -> its ``(num, den)`` on the same steps.
-        grid_ids: ``(N,)`` grid of every step.
-        names: the ``M`` metric names.
-        n_bootstrap, confidence_level, rng: the bootstrap.
-        episodes: ``(N,)`` trajectory of every step: when given, every source's steps are
-            weighted as the study's Figure 4 (:func:`trajectory_weights`).
-        ceiling: the ceiling map's per-step ``(num, den)`` (:func:`true_wall_maps`), or None.
-
-    Returns:
-        ``(by_null, excess)``: ``by_null[name] = {"overall": {metric: STAT}, "excess":
-        {metric: EXCESS}, "ceiling": CEILING}`` and ``excess`` over the strongest null,
-        ``{metric: EXCESS}``, where ``STAT = {value, ci_low, ci_high, n, n_grids}`` and
-        ``EXCESS = {value, ci_low, ci_high, baseline, above_baseline}``; map-free metrics
-        (``acc_gt``) get no excess. ``CEILING = {value, ci_low, ci_high}`` (with
-        ``ceiling``): the Acc. Dec. of the ceiling map minus the null's under the same draws,
-        the excess the true walls with the probe's agent/goal read-out would have: what the
-        agent's actions let any decoded map gain over this null.
-    """
+    ``probe`` and each of ``nulls`` are per-step ``(num, den)`` ``(N, M)`` of metrics ``names``;
+    with ``episodes`` every source is weighted as the study's Figure 4; ``ceiling`` is the
+    ceiling map's ``(num, den)``. Returns ``(by_null, excess)``: ``by_null[name] = {"overall":
+    {metric: STAT}, "excess": {metric: EXCESS}, "ceiling": CEILING}`` and ``excess`` over the
+    strongest null (map-free metrics get none); ``CEILING`` is the Acc. Dec. of the ceiling map
+    minus the null's, what the agent's actions let any decoded map gain over this null."""
     boot = GridBootstrap.from_grid_ids(
         grid_ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=rng
     )
@@ -202,20 +171,11 @@ def score_nulls(
     progress: bool = False,
 ) -> dict:
     """The null part of a source's ``belief.json`` entry: ``nulls``, ``nulls_unavailable`` and
-    ``excess`` (see :func:`null_report`).
+    ``excess`` (:func:`null_report`) for decoded maps ``probs`` of steps ``idx``.
 
-    Args:
-        probs, classes: the source's decoded maps ``(N, S, S, C)`` and their classes.
-        idx: ``(N,)`` the trajectory step of every row (into ``steps``).
-        grid_ids: ``(N,)`` the grid of every row.
-        probe_scores: the source's per-step ``(num, den)`` (:func:`score_rows`).
-        steps: the trajectory steps.
-        config: which nulls, the top-k values, the bootstrap.
-        prior: ``(prior fitted on the training grids or None, number of training grids)``.
-        seed_text: seeds the derangement's bootstrap (with ``config.random_state``).
-        agent, goal: ``(N, S, S)`` the source's agent and goal read-outs (None: its cell
-            probe's ``P(AGENT)`` / ``P(GOAL)`` channels).
-    """
+    ``probe_scores`` is the source's :func:`score_rows`; ``prior`` is ``(prior fitted on the
+    training grids or None, number of training grids)``; ``seed_text`` seeds the bootstrap;
+    ``agent`` / ``goal`` are the read-outs (None: the probe's own channels)."""
     from goalprobe.probes.decoder import full_class_probs
 
     if agent is None or goal is None:  # the read-out is the probe's own channels
@@ -227,6 +187,7 @@ def score_nulls(
     scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     extra: dict[str, dict] = {}
     unavailable: dict[str, str] = {}
+    run: dict = {"executor": executor, "progress": progress}
     for name in config.nulls:
         if name == "other_grid":
             found = other_grid_sources(grid_ids, sizes, dens, config.random_state)
@@ -250,9 +211,8 @@ def score_nulls(
             config.top_k,
             agent=readout[0],
             goal=readout[1],
-            executor=executor,
-            progress=progress,
             label=f"null {name} {seed_text}",
+            **run,
         )
     by_null: dict = {}
     excess: dict = {}
@@ -266,9 +226,8 @@ def score_nulls(
             config.top_k,
             agent=agent,
             goal=goal,
-            executor=executor,
-            progress=progress,
             label=f"ceiling {seed_text}",
+            **run,
         )
     if scores:
         by_null, excess = null_report(

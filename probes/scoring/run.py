@@ -1,10 +1,6 @@
 """Scoring a run on what it is handed: policy against decoded belief (and its nulls) for every
-decoded-map file, and true vs subjective MEG per grid and per step.
-
-The application (:func:`goalprobe.stages.scoring.score_run`) finds and joins the files
-(trajectory steps, decoded maps, the training grids' prior, the grid set) and writes
-``RUN/scoring/``; this module computes the ``belief.json`` and ``meg.json`` bodies from arrays.
-"""
+decoded-map file, and true vs subjective MEG per grid and per step; the application
+(:func:`goalprobe.stages.scoring.score_run`) finds the files and writes ``RUN/scoring/``."""
 
 from __future__ import annotations
 
@@ -34,16 +30,10 @@ MEG_SCHEMA_VERSION = 2
 
 @dataclass(frozen=True)
 class DecodedRows:
-    """One decoded-map file's rows, joined to the trajectory steps.
-
-    Attributes:
-        key: the file's name (its stem).
-        description: what its card says (``card_summary`` plus ``file``).
-        maps: the decoded maps (``probs``, ``classes``, ``agent``, ``goal``).
-        idx: ``(N,)`` trajectory-step index of every row.
-        ids: ``(grid_id, episode, step)`` of every row.
-        prior: ``(size-and-density cell prior or None, n training grids)`` of the prior null.
-    """
+    """One decoded-map file's rows, joined to the trajectory steps: its ``key`` (stem), card
+    ``description`` (``card_summary`` plus ``file``), ``maps`` (``probs``, ``classes``,
+    ``agent``, ``goal``), trajectory-step ``idx`` and ``(grid_id, episode, step)`` ``ids`` of
+    every row, and the prior null's ``(cell prior or None, n training grids)``."""
 
     key: str
     description: dict

@@ -1,15 +1,11 @@
 """Subjective MEG per step: on the step's own decoded map, from the state the agent is in (no I/O).
 
-For every decoded step of a grid without key or door (others are counted in
-``n_other_states``), the agent at cell ``a_t``, the step's *believed grid*
-(:func:`goalprobe.probes.scoring.meg_table.decoded_grid`) gets its start moved to ``a_t``, and
-known-utility MEG (goal utility) of the agent's empirical policy is computed there over ``H =
-ceil(1.5 L)`` decisions, ``L`` the believed shortest path; the same on the true grid from
-``a_t`` gives every step a paired true value. A step whose believed goal is unreachable has no
-believed goal-directedness: it is counted (``n_unreachable``) and left out, not scored 0.
-Steps of one grid and cell share their decoded map, so each ``(grid, cell)`` is solved once;
-aggregates weight grids as the study's Figure 4, with grid-bootstrap intervals.
-"""
+For every decoded step of a grid without key or door (others: ``n_other_states``), the step's
+*believed grid* (:func:`goalprobe.probes.scoring.meg_table.decoded_grid`) is started at the
+agent's cell ``a_t`` and known-utility MEG (goal utility) of the empirical policy is computed
+there over ``H = ceil(1.5 L)``; the same on the true grid from ``a_t`` is the paired true value.
+A step whose believed goal is unreachable is counted (``n_unreachable``) and left out, not scored
+0. Each ``(grid, cell)`` is solved once; aggregates weight grids as the study's Figure 4."""
 
 from __future__ import annotations
 
@@ -43,21 +39,8 @@ def step_meg(
     classes: list[int],
     config: ScoreConfig,
 ) -> dict:
-    """Per-step subjective and true MEG of the decoded rows of one decoded-map source.
-
-    Args:
-        grids: grid id -> the true grid.
-        steps: the trajectory steps.
-        rows: per decoded row, ``(step index into steps, probs (S, S, len(CellType)), agent
-            read-out or None, goal read-out or None)``.
-        classes: the ``CellType`` values the cell probe predicts.
-        config: the bootstrap, the MEG batch size.
-
-    Returns:
-        ``{"n_steps", "n_states", "n_unreachable", "n_other_states", "overall": {metric:
-        STAT}}`` with ``STAT`` as :func:`goalprobe.probes.scoring.grouped.ratio_stats` (values in
-        nats), and ``"what"``: what it estimates.
-    """
+    """Per-step subjective and true MEG of one source's decoded ``rows`` (step index, probs, agent
+    and goal read-outs): counts and ``overall`` (:func:`ratio_stats` STATs, nats)."""
     state_of: dict[tuple[str, tuple[int, int]], int] = {}
     jobs: list[_MEGJob] = []
     true_jobs: list[_MEGJob] = []
