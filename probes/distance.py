@@ -34,27 +34,14 @@ from sklearn.utils.validation import check_is_fitted
 class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
     """Regress the shortest-path distance to the goal from the anchor activations.
 
-    Args:
-        family: ``"linear"`` (ridge), ``"quadratic"`` (degree-2 kernel ridge) or ``"mlp"``.
-        alpha: ridge penalty (linear and quadratic families).
-        hidden_size: MLP hidden width.
-        learning_rate: AdamW learning rate (MLP).
-        weight_decay: AdamW weight decay (MLP).
-        max_epochs: upper bound on epochs (MLP).
-        batch_size: examples per step (MLP).
-        early_stopping: stop on the loss of validation grids carved from the training grids (MLP).
-        validation_fraction: fraction of training grids held out for early stopping.
-        n_iter_no_change: patience, in epochs.
-        tol: minimum validation-loss improvement.
-        device: torch device (MLP).
-        progress: show progress bars.
-        random_state: seed.
+    ``family``: ``"linear"`` (ridge), ``"quadratic"`` (degree-2 kernel ridge) or ``"mlp"``;
+    ``alpha``: the ridge penalty; the other parameters train the MLP as
+    :class:`~goalprobe.probes.cell_probes.CoordinateCellProbe`'s do.
 
-    Fitted attributes:
-        n_features_in_; feature_mean_, feature_scale_ ``(F,)``; target_mean_, target_scale_;
-        coef_ ``(F,)`` and intercept_ (linear; on standardised features); dual_coef_ ``(M,)``
-        and support_ ``(M, F)`` (quadratic: the standardised training rows); module_,
-        history_, n_epochs_, best_epoch_ (MLP).
+    Fitted attributes: ``n_features_in_``, ``feature_mean_``/``feature_scale_ (F,)``,
+    ``target_mean_``/``target_scale_``; linear: ``coef_ (F,)``, ``intercept_`` (standardised
+    features); quadratic: ``dual_coef_ (M,)``, ``support_ (M, F)`` (the standardised training
+    rows); MLP: ``module_``, ``history_``, ``n_epochs_``, ``best_epoch_``.
     """
 
     def __init__(
@@ -91,16 +78,8 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         )
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
-        """Fit on activations and distances.
-
-        Args:
-            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` activations.
-            y: ``(N,)`` shortest-path distance to the goal.
-            groups: ``(N,)`` grid ids; required by the MLP with ``early_stopping``.
-
-        Returns:
-            self
-        """
+        """Fit on activations and ``(N,)`` distances; ``groups`` (grid ids) is required by the MLP
+        with ``early_stopping``."""
         X2 = as_feature_matrix(X)
         target = np.asarray(y, dtype=np.float64)
         if target.shape != (X2.shape[0],):
