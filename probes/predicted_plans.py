@@ -30,14 +30,8 @@ _RUN_NAME = re.compile(r"^(?P<stage>[a-z_]+)/layer(?P<layer>\d+)/(?P<kind>[a-z_]
 
 @dataclass(frozen=True, eq=False)
 class PredictedPlans:
-    """One run's predicted plans as stored in HDF5.
-
-    Attributes:
-        plans: ``(N, T)`` int8 predicted plans (plan format).
-        row_ids: ``(N,)`` int64 rows of the activation store they were predicted for.
-        split: ``(N,)`` int8 codes into :data:`SPLIT_NAMES`, or None when not recorded.
-        card: the decoder card (hyperparameters, metrics, provenance).
-    """
+    """One run's predicted plans as stored in HDF5 (the arguments of
+    :func:`write_predicted_plans`; ``split`` None when not recorded)."""
 
     plans: np.ndarray
     row_ids: np.ndarray
@@ -57,18 +51,9 @@ def write_predicted_plans(
 ) -> None:
     """Add one run's predicted plans to an HDF5 file (created when missing).
 
-    Layout: file attributes ``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names``
-    (JSON); group ``runs/<run_name>`` with datasets ``plans (N, T) int8``, ``row_ids (N,)
-    int64``, optional ``split (N,) int8``, and attributes ``card`` (JSON), ``horizon``.
-
-    Args:
-        path: the ``.h5`` file.
-        run_name: group name under ``runs/`` (may contain ``/``), e.g. ``"post/layer15/decoder2"``.
-        plans: ``(N, T)`` predicted plans.
-        row_ids: ``(N,)`` int store rows.
-        card: JSON-ready card of the decoder that produced them.
-        split: ``(N,)`` optional split codes (0 train, 1 validation, 2 test).
-        overwrite: replace an existing run of that name instead of raising.
+    ``run_name``: the group under ``runs/`` (may contain ``/``); ``plans (N, T)``; ``row_ids
+    (N,)`` the store rows; ``card``: the decoder's JSON-ready card; ``split``: optional codes
+    into :data:`SPLIT_NAMES`; ``overwrite`` replaces a run of that name instead of raising.
     """
     import h5py
     from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
@@ -147,17 +132,9 @@ def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
 
 @dataclass(frozen=True)
 class PlanRunInfo:
-    """What one run of a predicted-plans file decoded, without reading its plans.
-
-    Attributes:
-        run: the group name under ``runs/``.
-        stage: the activations' stage (as written: ``"pre"``, ``"post_reasoning"``, ...).
-        layer: the activations' residual-stream layer.
-        kind: ``decoder``, ``shuffled_control``, ...
-        n_layers: decoder capacity (Transformer layers), None when unknown.
-        has_split: whether split codes (:data:`SPLIT_NAMES`) are stored.
-        card: the run's decoder card.
-    """
+    """What one run (group under ``runs/``) of a predicted-plans file decoded, without reading
+    its plans: the activations' stage and layer, the kind, the decoder's capacity (None when
+    unknown), whether split codes are stored, and the run's card."""
 
     run: str
     stage: str
@@ -169,15 +146,10 @@ class PlanRunInfo:
 
 
 def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
-    """Every run of a predicted-plans file, sorted by name (schema and version checked).
-
-    Stage, layer and capacity come from the file attributes, then the run's card (provenance
-    and hyperparameters), then the run's name (the plan sweep's ``<stage>/layer<n>/<kind><k>``).
-
-    Raises:
-        ValueError: the schema or version is not this module's, the file holds no run, or a
-            run's stage and layer are recorded nowhere.
-    """
+    """Every run of a predicted-plans file, sorted by name. Stage, layer and capacity come from
+    the file attributes, then the run's card, then the run's name (the plan sweep's
+    ``<stage>/layer<n>/<kind><k>``); ValueError when the file holds no run or a run's stage
+    and layer are recorded nowhere."""
     import h5py
 
     path = Path(path)

@@ -58,12 +58,8 @@ _FIELDS = (
 def bin_features(
     store: ActivationStore, layers: tuple[int, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The residual stream of every store row at each of :data:`READOUT_BINS`.
-
-    Returns:
-        ``features`` ``(N, L, 7, d_model)`` float32 (zeros where absent) and ``present``
-        ``(N, 7)`` bool.
-    """
+    """``(features (N, L, 7, d_model) float32, present (N, 7) bool)``: the residual stream of
+    every store row at each of :data:`READOUT_BINS` (zeros where absent)."""
     layers = store.layers if layers is None else tuple(layers)
     n, nb = len(store), len(READOUT_BINS)
     features = np.zeros((n, len(layers), nb, store.d_model), dtype=np.float32)
@@ -103,16 +99,9 @@ def reasoning_readout(
 ) -> dict[str, Any]:
     """The three targets read out of the store at every bin and stored layer.
 
-    Args:
-        store: an activation store (reasoning rows make the five middle bins; without them
-            only the anchors are read).
-        test_fraction: share of the grids held out (split by grid, never by row).
-        n_resamples, random_state: the split's seed and the intervals.
-
-    Returns:
-        ``bins``, ``layers``, ``every`` (the store's k), ``rows``, ``grids``, ``test_grids``,
-        ``rows_by_bin`` (rows with a position in each bin) and ``targets``: name -> ``rows``
-        (rows with the target) and :func:`readout_curves`'s result.
+    Without reasoning rows in the store only the anchors are read; ``test_fraction`` of the
+    grids is held out. Returns ``{bins, layers, every, anchor_token, rows, grids, test_grids,
+    rows_by_bin, targets}``, ``targets``: name -> ``rows`` and :func:`readout_curves`'s result.
     """
     labels = store.labels(list(_FIELDS))
     ids = labels["grid_id"].astype(str)
