@@ -628,7 +628,10 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "frequencies_")
-        tensors = {"classes": self.classes_, "frequencies": self.frequencies_}
+        tensors: dict[str, np.ndarray] = {
+            "classes": self.classes_,
+            "frequencies": self.frequencies_,
+        }
         meta: dict = {
             "classes_": [int(c) for c in self.classes_],
             "n_features_in_": int(self.n_features_in_),

@@ -29,16 +29,10 @@ FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.fi
 
 @dataclass(frozen=True)
 class StepPositions:
-    """Where to read one step.
-
-    Attributes:
-        answer: the position whose next-token prediction is the answer's action token.
-        action_token: index of that action token in the full ids (``answer + 1``).
-        candidates: ``(4,)`` the token each action would take there.
-        chunk_ends: positions of the reasoning chunks' last tokens, ascending.
-        chunk_offsets: their offsets from the reasoning's first token (tokens).
-        chunk_fractions: ``(offset + 1) / reasoning length``.
-    """
+    """Where to read one step: ``answer``, the position predicting the answer's action token
+    (at ``action_token``), the token each action would take there (``candidates``), and the
+    reasoning chunks' last tokens (positions, offsets in the reasoning, ``(offset + 1) /
+    length``)."""
 
     answer: int
     action_token: int

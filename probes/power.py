@@ -38,10 +38,7 @@ class PowerDesign:
     densities: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     """Wall densities (of the demo's generator with ``grid_seed``, else of random walls)."""
     grid_seed: int | None = None
-    """Seed of the demo's grid generator (:func:`~goalprobe.gridworld.generator
-    .generate_grid_set` over ``sizes`` x ``densities``, ``n_grids`` spread evenly): the walls
-    and goals of the demo's own grid distribution (the probing set's seed reproduces its
-    grids); None: random walls per cell (the generator of :func:`planted_cell_data`)."""
+    """Seed of the demo's grid generator (:func:`demo_layouts`); None: random walls per cell."""
     d_model: int = 128
     """Width of one anchor (the bundled agents' hidden size)."""
     n_anchors: int = 3
@@ -116,13 +113,9 @@ def _probe_data(
 
 
 def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:
-    """Detection of planted wall maps by ``estimator`` (the headline probe, unfitted).
-
-    Returns:
-        ``{"design", "trials": [{signal, seed, detected, auc, selectivity}], "detection":
-        {signal: share detected}, "minimum_detectable_effect": signal or None (not detected
-        at any strength tried), "auc_at_mde"}``.
-    """
+    """Detection of planted wall maps by ``estimator`` (the headline probe, unfitted): the
+    trials and :func:`summarise`'s detection shares and minimum detectable effect (None when
+    no strength tried is detected)."""
     config = ProbeSweepConfig(
         test_fraction=design.test_fraction, n_bootstrap=design.n_bootstrap, random_state=0
     )
@@ -137,8 +130,7 @@ def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:
                 stratify=data.grid_sizes,
                 random_state=seed,
             )
-            train, test = split.train, split.test
-            _, metrics, _, _ = fit_and_score(config, estimator, data, train, test)
+            _, metrics, _, _ = fit_and_score(config, estimator, data, split.train, split.test)
             sel = metrics.get("selectivity", {}).get(WALL_METRIC, {})
             auc = metrics["models"]["probe"].get(WALL_METRIC, {}).get("value")
             trials.append(
