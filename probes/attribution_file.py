@@ -93,12 +93,8 @@ def _sorted_metadata(data: bytes) -> bytes:
 
 
 def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], dict]:
-    """``(records, card)`` of an attribution file written by :func:`write_attributions`.
-
-    Raises:
-        ValueError: naming the file when its schema or version is not this one's, or its card
-            and arrays disagree.
-    """
+    """``(records, card)`` of an attribution file written by :func:`write_attributions`
+    (ValueError naming the file on a bad schema or when card and arrays disagree)."""
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
@@ -113,11 +109,7 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
         try:
             records.append(
                 PairAttribution(
-                    pair_id=e["pair_id"],
-                    grid_id=e["grid_id"],
-                    kind=e["kind"],
-                    moved=e["moved"],
-                    metric=e["metric"],
+                    **{k: e[k] for k in ("pair_id", "grid_id", "kind", "moved", "metric")},
                     layers=tuple(e["layers"]),
                     positions=arrays[f"positions.{i}"],
                     atp=arrays[f"atp.{i}"].astype(np.float64),
