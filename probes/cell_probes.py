@@ -42,6 +42,8 @@ from goalprobe.probes.training import (
     as_feature_matrix,
     fit_lbfgs,
     fit_standardiser,
+    load_module_tensors,
+    module_tensors,
     seeded_module,
     store_params,
     torch_seed,
@@ -330,9 +332,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted probe exactly."""
         check_is_fitted(self, "module_")
-        tensors = {
-            f"module.{k}": v.detach().cpu().numpy() for k, v in self.module_.state_dict().items()
-        }
+        tensors = module_tensors(self.module_, "module.")
         tensors.update(
             feature_mean=self.feature_mean_,
             feature_scale=self.feature_scale_,
@@ -361,13 +361,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         self.classes_ = tensors["classes"].astype(np.uint8)
         self.class_weights_ = tensors["class_weights"]
         module = self._build_module(self.n_features_in_, self.map_side_, len(self.classes_))
-        state = {
-            k.removeprefix("module."): torch.from_numpy(v.copy())
-            for k, v in tensors.items()
-            if k.startswith("module.")
-        }
-        module.load_state_dict(state, strict=True)
-        self.module_ = module.to(self.device).eval()
+        self.module_ = load_module_tensors(module, tensors, "module.").to(self.device).eval()
 
 
 def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,23 +141,27 @@ def decoded_map_family(card: dict) -> str:
     return str(family or name or "probe")
 
 
-def _check_decoded_maps(f, p: Path) -> int:
-    """The schema version of an open decoded-maps file (schema, version and datasets checked)."""
-    version = check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), p)
-    for name in ("probs", "row_ids"):
-        if name not in f:
-            raise ValueError(f"{p}: missing dataset {name!r}")
-    return version
+@contextmanager
+def _opened(path: str | Path):
+    """The decoded-maps file at ``path`` open for reading, its schema, version and datasets
+    checked."""
+    import h5py
+
+    with h5py.File(Path(path), "r") as f:
+        check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), path)
+        for name in ("probs", "row_ids"):
+            if name not in f:
+                raise ValueError(f"{path}: missing dataset {name!r}")
+        yield f
 
 
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
     """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
-    import h5py
     from goalprobe.probes.decoder import Readout
 
     p = Path(path)
-    with h5py.File(p, "r") as f:
-        version = _check_decoded_maps(f, p)
+    with _opened(p) as f:
+        version = int(f.attrs["schema_version"])
         probs = f["probs"][...]
         row_ids = f["row_ids"][...]
         classes = np.asarray(f.attrs["classes"], dtype=np.uint8)
@@ -174,16 +179,7 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
             f"{p}: probs {probs.shape}, row_ids {row_ids.shape} and {len(classes)} classes disagree"
         )
     return DecodedMaps(
-        probs=probs,
-        row_ids=row_ids,
-        classes=classes,
-        card=card,
-        schema_version=version,
-        agent=agent,
-        goal=goal,
-        readout=readout,
-        attrs=extra,
-        wall_source=wall_source,
+        probs, row_ids, classes, card, version, agent, goal, readout, extra, wall_source
     )
 
 
@@ -205,11 +201,8 @@ class DecodedMapsInfo:
 def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
     """:class:`DecodedMapsInfo` of a file (the card's ``activations`` and ``hyperparameters``
     where the attributes are absent); ValueError on a bad schema, dataset, card or shape."""
-    import h5py
-
     p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(p) as f:
         shape = tuple(int(n) for n in f["probs"].shape)
         try:
             card = json.loads(f.attrs.get("probe_card", "{}"))
@@ -239,22 +232,14 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
 
 def read_decoded_row_ids(path: str | Path) -> np.ndarray:
     """``(N,)`` int64 store rows of a decoded-maps file (schema and version checked)."""
-    import h5py
-
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         return np.asarray(f["row_ids"][()], dtype=np.int64)
 
 
 def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, S, S, C)`` probabilities at file positions ``positions`` (any order, repeats
     allowed), reading only those rows."""
-    import h5py
-
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         return read_rows(f["probs"], positions)
 
 
@@ -263,12 +248,9 @@ def read_decoded_readouts(
 ) -> tuple[np.ndarray | None, np.ndarray | None, object]:
     """``(agent, goal, readout)``: the position probes' ``(P, S, S)`` distributions at file
     ``positions`` (None where the file has none) and the file's ``Readout``."""
-    import h5py
     from goalprobe.probes.decoder import Readout
 
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         agent = read_rows(f["agent_probs"], positions) if "agent_probs" in f else None
         goal = read_rows(f["goal_probs"], positions) if "goal_probs" in f else None
         readout = Readout.from_json(f.attrs.get("readout"))

@@ -20,6 +20,8 @@ from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
     fit_standardiser,
+    load_module_tensors,
+    module_tensors,
     seeded_module,
     store_params,
     torch_seed,
@@ -197,12 +199,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         elif self.family == "quadratic":
             tensors.update(dual_coef=self.dual_coef_, support=self.support_)
         else:
-            tensors.update(
-                {
-                    f"module.{k}": v.detach().cpu().numpy()
-                    for k, v in self.module_.state_dict().items()
-                }
-            )
+            tensors.update(module_tensors(self.module_, "module."))
             meta.update(
                 history_=self.history_, n_epochs_=self.n_epochs_, best_epoch_=int(self.best_epoch_)
             )
@@ -222,15 +219,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             self.dual_coef_ = tensors["dual_coef"]
             self.support_ = tensors["support"]
             return
-        module = self._build_module(self.n_features_in_)
-        module.load_state_dict(
-            {
-                k.removeprefix("module."): torch.from_numpy(v.copy())
-                for k, v in tensors.items()
-                if k.startswith("module.")
-            },
-            strict=True,
-        )
+        module = load_module_tensors(self._build_module(self.n_features_in_), tensors, "module.")
         self.module_ = module.to(self.device).eval()
         self.history_ = list(meta["history_"])
         self.n_epochs_ = int(meta["n_epochs_"])

@@ -24,7 +24,12 @@ import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
 from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
-from goalprobe.probes.training import store_params, train_estimator
+from goalprobe.probes.training import (
+    load_module_tensors,
+    module_tensors,
+    store_params,
+    train_estimator,
+)
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
@@ -316,10 +321,7 @@ class PlanDecoder(BaseEstimator):
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted decoder exactly."""
         check_is_fitted(self, "network_")
-        tensors = {
-            f"network.{k}": v.detach().cpu().contiguous().numpy()
-            for k, v in self.network_.state_dict().items()
-        }
+        tensors = module_tensors(self.network_, "network.")
         tensors["input_mean"] = self.input_mean_
         tensors["input_scale"] = self.input_scale_
         meta = {
@@ -339,13 +341,8 @@ class PlanDecoder(BaseEstimator):
             if key not in tensors:
                 raise ValueError(f"tensor {key!r} is missing")
         network = self._build_network(int(meta["n_features_in"]))
-        state = {
-            k.removeprefix("network."): torch.from_numpy(np.array(v))
-            for k, v in tensors.items()
-            if k.startswith("network.")
-        }
         try:
-            network.load_state_dict(state, strict=True)
+            load_module_tensors(network, tensors, "network.")
         except RuntimeError as err:
             raise ValueError(f"weights do not match the hyperparameters: {err}") from err
         self.network_ = network.eval()

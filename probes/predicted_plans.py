@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +97,16 @@ def _check_plans_file(f, path: Path) -> None:
     check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
 
 
+@contextmanager
+def _opened(path: Path):
+    """The predicted-plans file at ``path`` open for reading, its schema and version checked."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        yield f
+
+
 def _run_names(f) -> list[str]:
     """Names of the groups under ``runs/`` of an open file that hold a ``plans`` dataset, sorted."""
     import h5py
@@ -113,21 +124,15 @@ def _run_names(f) -> list[str]:
 
 def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
     """Read one run written by :func:`write_predicted_plans`."""
-    import h5py
-
     path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(path) as f:
         name = f"runs/{run_name}"
         if name not in f:
             raise KeyError(f"{path}: no run {run_name!r}")
         group = f[name]
-        return PredictedPlans(
-            plans=group["plans"][()].astype(np.int8),
-            row_ids=group["row_ids"][()].astype(np.int64),
-            split=group["split"][()].astype(np.int8) if "split" in group else None,
-            card=json.loads(group.attrs["card"]),
-        )
+        split = group["split"][()].astype(np.int8) if "split" in group else None
+        plans, row_ids = group["plans"][()].astype(np.int8), group["row_ids"][()].astype(np.int64)
+        return PredictedPlans(plans, row_ids, split, json.loads(group.attrs["card"]))
 
 
 @dataclass(frozen=True)
@@ -150,12 +155,9 @@ def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
     the file attributes, then the run's card, then the run's name (the plan sweep's
     ``<stage>/layer<n>/<kind><k>``); ValueError when the file holds no run or a run's stage
     and layer are recorded nowhere."""
-    import h5py
-
     path = Path(path)
     out = []
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(path) as f:
         attrs = dict(f.attrs)
         for run in _run_names(f):
             group = f[f"runs/{run}"]
@@ -194,20 +196,12 @@ def _run_info(run: str, attrs: dict, card: dict, has_split: bool) -> PlanRunInfo
 
 def read_plan_row_ids(path: str | Path, run: str) -> np.ndarray:
     """``(N,)`` int64 store rows of one run (schema and version checked)."""
-    import h5py
-
-    path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(Path(path)) as f:
         return np.asarray(f[f"runs/{run}/row_ids"][()], dtype=np.int64)
 
 
 def read_plan_rows(path: str | Path, run: str, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, T)`` int8 plans of one run at file positions ``positions`` (any order), reading only
     those rows; ``T`` is the run's horizon even when ``positions`` is empty."""
-    import h5py
-
-    path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(Path(path)) as f:
         return read_rows(f[f"runs/{run}/plans"], positions).astype(np.int8, copy=False)

@@ -36,9 +36,6 @@ READOUT_BINS: tuple[str, ...] = (
 )
 """The read-out's bins, in reasoning order."""
 
-READOUT_TARGETS: tuple[str, ...] = ("action", "agent cell", "goal cell")
-"""What is read out (see the module docstring)."""
-
 ANCHOR_TOKEN = 2
 """Which of the anchor's three tokens a bin reads (``assistant``)."""
 

@@ -140,11 +140,8 @@ def calibrate(
                     chosen = float(k)
                     break
             alpha = float(chosen * gap)
-        out["gap"].append(gap)
-        out["multiple"].append(chosen)
-        out["alpha"].append(alpha)
-        out["train_flip"].append(flip)
-        out["n_rows"].append(int(m.sum()))
+        for key, value in zip(out, (gap, chosen, alpha, flip, int(m.sum())), strict=True):
+            out[key].append(value)
     out["offsets"] = offsets(probe.radius).tolist()
     return out
 
@@ -456,16 +453,12 @@ def summarise(records: Sequence[dict], dropped: dict[str, int], config: Steering
     # the calibration's check on the test states: the probe's read-out of the target cell
     # crosses 1/2 (only where the prior leaves the cell uncertain: elsewhere it is the prior's)
     checked = [r for r in records if r["target_uncertain"]]
-    out["read_flip"] = {
-        c: (
-            float(
-                np.mean([(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked])
-            )
-            if checked
-            else None
-        )
-        for c in ("probe", "random", "irrelevant")
-    }
+
+    def flipped(c: str) -> list[bool]:
+        return [(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked]
+
+    conditions = ("probe", "random", "irrelevant")
+    out["read_flip"] = {c: float(np.mean(flipped(c))) if checked else None for c in conditions}
     out["read_flip"]["n"] = len(checked)
     out.update(steering_verdict(out["differences"]))
     # an edit that cannot move the probe's own read-out tests no direction: not a "no"

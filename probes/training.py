@@ -79,6 +79,23 @@ class Standardiser:
         return (block - self.mean) / self.scale
 
 
+def module_tensors(module: torch.nn.Module, prefix: str) -> dict[str, np.ndarray]:
+    """``module``'s state as numpy arrays named ``prefix + key`` (for safetensors)."""
+    state = module.state_dict().items()
+    return {f"{prefix}{k}": v.detach().cpu().contiguous().numpy() for k, v in state}
+
+
+def load_module_tensors(module: torch.nn.Module, tensors: dict, prefix: str) -> torch.nn.Module:
+    """Load the arrays of ``tensors`` named ``prefix + key`` into ``module`` (strict)."""
+    state = {
+        k.removeprefix(prefix): torch.from_numpy(np.array(v))
+        for k, v in tensors.items()
+        if k.startswith(prefix)
+    }
+    module.load_state_dict(state, strict=True)
+    return module
+
+
 def seeded_module(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
     """Build a module with parameters drawn from ``seed`` without touching the global RNG."""
     with torch.random.fork_rng(devices=[]):

@@ -23,9 +23,6 @@ from goalprobe.stats import Estimate
 WALL_READOUT_SCHEMA = "goalprobe.wall_readout/1"
 """``schema`` of :func:`wall_readout`'s result."""
 
-VERDICTS = ("yes", "no", "undecided")
-"""What :func:`wall_verdict` can say."""
-
 
 def wall_verdict(overall: dict, power: dict | None) -> dict:
     """The verdict of one frame's test (its ``overall`` block) with the power it stands on (that

@@ -227,16 +227,11 @@ def fit_offset_logistic(
     full0 = np.zeros(F * P + P) if theta0 is None else np.asarray(theta0, dtype=np.float64)
     W0, b0 = full0[: F * P].reshape(F, P), full0[F * P :]
     x0 = np.concatenate([W0[:, active].ravel(), b0[active]])
+    columns = [np.asarray(a)[:, active].astype(np.float64) for a in (offset, target, mask)]
     res = scipy.optimize.minimize(
         _loss_grad,
         x0,
-        args=(
-            Z,
-            offset[:, active],
-            target[:, active].astype(np.float64),
-            mask[:, active].astype(np.float64),
-            lam_active,
-        ),
+        args=(Z, *columns, lam_active),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": tol},
@@ -315,11 +310,9 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         if len(alphas) > 1:
             if groups is None:
                 raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
+            rows, ids = np.arange(len(acts)), np.asarray(groups)
             fit_rows, val_rows = carve_validation(
-                np.arange(len(acts)),
-                np.asarray(groups),
-                self.validation_fraction,
-                self.random_state,
+                rows, ids, self.validation_fraction, self.random_state
             )
             theta = None
             best: Any = None
@@ -613,16 +606,9 @@ def conditional_wall_test(
     probe_p, null_p = probe.predict_proba(X[test]), null.predict_proba(X[test])
 
     def score(cols: np.ndarray) -> dict:
-        return score_walls(
-            probe_p[:, cols],
-            null_p[:, cols],
-            prior_p[:, cols],
-            target[:, cols],
-            mask[:, cols],
-            ids[test],
-            n_bootstrap=config.n_bootstrap,
-            random_state=config.random_state,
-        )
+        parts = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
+        kw = {"n_bootstrap": config.n_bootstrap, "random_state": config.random_state}
+        return score_walls(*parts, ids[test], **kw)
 
     out = {
         "frame": config.frame,
