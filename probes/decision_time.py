@@ -64,15 +64,10 @@ def decision_curves(
     n_layers = steps[0].answer.shape[0]
     majority_action = int(np.bincount(actions, minlength=4).argmax())
     ones = np.ones(len(steps))
-    answer = [
-        _rate(
-            boot,
-            np.asarray([s.answer[layer].argmax() == s.action for s in steps], float),
-            ones,
-            ids,
-        )
-        for layer in range(n_layers)
-    ]
+    tops = np.asarray(
+        [[s.answer[layer].argmax() == s.action for s in steps] for layer in range(n_layers)], float
+    )
+    answer = [_rate(boot, hits, ones, ids) for hits in tops]
     edges = (0.0, *PROGRESS_BINS)
     progress = []
     for layer in range(n_layers):

@@ -370,10 +370,8 @@ def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):
         rates = _confusion_rate_counts(per_grid, t.union)
         for cls_name, (hit, dist) in localised.items():
             out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
-            rates[f"{cls_name}_top1"] = (
-                boot.grid_sums(hit[rows]),
-                boot.grid_sums(np.ones(len(rows))),
-            )
+            trials = boot.grid_sums(np.ones(len(rows)))
+            rates[f"{cls_name}_top1"] = (boot.grid_sums(hit[rows]), trials)
             out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
         if cell_scores:
             out.update(_class_aucs(cell_scores, rows, boot, t))

@@ -239,11 +239,10 @@ def position_scores(
         if fitted is not None:
             fitted[target] = probe
         control = PositionProbe(C=C, random_state=random_state).fit(data.acts[train], shuffled)
+        prior = PositionPrior().fit(data.grid_sizes[train], positions[train])
         predictions = {
             "probe": probe.predict(data.acts[test]),
-            "prior_size": PositionPrior()
-            .fit(data.grid_sizes[train], positions[train])
-            .predict(data.grid_sizes[test]),
+            "prior_size": prior.predict(data.grid_sizes[test]),
             "shuffled": control.predict(data.acts[test]),
         }
         out[target] = evaluate_positions(

@@ -606,9 +606,12 @@ def conditional_wall_test(
     probe_p, null_p = probe.predict_proba(X[test]), null.predict_proba(X[test])
 
     def score(cols: np.ndarray) -> dict:
-        parts = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
-        kw = {"n_bootstrap": config.n_bootstrap, "random_state": config.random_state}
-        return score_walls(*parts, ids[test], **kw)
+        p, n, q, t, m = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
+        kw: dict[str, Any] = {
+            "n_bootstrap": config.n_bootstrap,
+            "random_state": config.random_state,
+        }
+        return score_walls(p, n, q, t, m, ids[test], **kw)
 
     out = {
         "frame": config.frame,
