@@ -47,18 +47,14 @@ _COORDINATES = re.compile(r"A is at \((\d+), (\d+)\)\. G is at \((\d+), (\d+)\)"
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    """What to attribute.
-
-    Attributes:
-        metrics: subset of :data:`METRICS`.
-        positions: ``"prompt"`` (every prompt position) or ``"all"`` (the reasoning's too).
-        grad_drop: also compute the GradDrop magnitude (one backward pass per block more,
-            hooks backend only).
-    """
+    """What to attribute."""
 
     metrics: tuple[str, ...] = METRICS
+    """A subset of :data:`METRICS`."""
     positions: str = "prompt"
+    """``"prompt"`` (every prompt position) or ``"all"`` (the reasoning's too)."""
     grad_drop: bool = True
+    """Also compute the GradDrop magnitude (a backward pass per block more; hooks backend)."""
 
     def __post_init__(self) -> None:
         if not self.metrics or any(m not in METRICS for m in self.metrics):

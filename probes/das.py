@@ -30,21 +30,18 @@ from goalprobe.probes.patching.experiment import PreparedPair
 
 @dataclass(frozen=True)
 class DasConfig:
-    """How to train a subspace.
-
-    Attributes:
-        block: the decoder block whose output is interchanged at the anchors.
-        rank: the subspace's dimension ``k``.
-        steps: passes over the training pairs.
-        learning_rate: Adam's step size.
-        seed: the initial basis's seed.
-    """
+    """How to train a subspace."""
 
     block: int = 2
+    """The decoder block whose output is interchanged at the anchors."""
     rank: int = 1
+    """The subspace's dimension ``k``."""
     steps: int = 30
+    """Passes over the training pairs."""
     learning_rate: float = 0.02
+    """Adam's step size."""
     seed: int = 0
+    """The initial basis's seed."""
 
     def __post_init__(self) -> None:
         if self.rank < 1 or self.steps < 1 or self.learning_rate <= 0:

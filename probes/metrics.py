@@ -324,17 +324,9 @@ class _CellMapTruth:
         grid_cell = lab.reshape(n, -1) != CellType.PADDING
         cell_true = lab.reshape(n, -1)[grid_cell]
         auc_classes = [c for c in union if c != CellType.PADDING and (cell_true == c).any()]
-        return cls(
-            n=n,
-            union=union,
-            lookup=lookup,
-            true_idx=lookup[lab.reshape(n, -1)],
-            truth=truth,
-            grid_cell=grid_cell,
-            cell_row=np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell],
-            cell_true=cell_true,
-            auc_classes=auc_classes,
-        )
+        true_idx = lookup[lab.reshape(n, -1)]
+        cell_row = np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell]
+        return cls(n, union, lookup, true_idx, truth, grid_cell, cell_row, cell_true, auc_classes)
 
 
 def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):

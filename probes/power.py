@@ -2,11 +2,10 @@
 probe's verdict detects (minimum detectable effect).
 
 For each planted wall strength (:func:`goalprobe.probes.synthetic.planted_cell_data`) and seed, a
-data set of the demo's grids, rows, sizes, densities and width is split by grid like the sweep
-and scored by the sweep's own :func:`~goalprobe.probes.probe_sweep.fit_and_score`: "detected"
-is the demo's verdict (the wall AUC's selectivity over the strongest control excluding 0). The
-minimum detectable effect is the smallest strength detected in at least ``power`` of the seeds,
-reported with the probe's wall AUC there. Below it a "no" says nothing.
+data set shaped as the demo's is scored by the sweep's own
+:func:`~goalprobe.probes.probe_sweep.fit_and_score`; "detected" is the demo's verdict (the wall
+AUC's selectivity over the strongest control above 0). The minimum detectable effect is the
+smallest strength detected in at least ``power`` of the seeds; below it a "no" says nothing.
 """
 
 from __future__ import annotations

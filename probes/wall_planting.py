@@ -4,16 +4,13 @@ conditional wall test (:mod:`goalprobe.probes.wall_test`) and its regression cas
 :func:`planted_walls` draws :func:`goalprobe.probes.synthetic.planted_cell_data` on given
 layouts (the demo's grids, their densities), then adds
 
-- a **density** direction (the grid's standardised density, at the other latents' scale): the
-  real anchors carry the wall count, and a prior handed the true density must not start ahead
-  of a probe whose features lack it;
+- a **density** direction (the grid's standardised density): the real anchors carry the wall
+  count, so a prior handed the true density must not start ahead of the probe;
 - the **wall map** at ``strength`` in one frame: ``"absolute"`` (one direction per canvas cell,
-  exactly :func:`planted_cell_data`'s ``wall_signal``) or ``"agent"`` (one direction per offset
-  from the agent's cell within ``radius``, :data:`goalprobe.probes.wall_test.OFFSETS`; the
-  absolute walls then carry nothing). In both frames a wall direction has, per feature, standard
-  deviation ``strength / sqrt(active)`` against unit noise, ``active`` = 3 + the mean number of
-  wall cells per canvas (the convention of :func:`planted_cell_data`), so a strength means the
-  same per-cell signal in either frame.
+  :func:`planted_cell_data`'s ``wall_signal``) or ``"agent"`` (one per offset from the agent's
+  cell within ``radius``). Either way a wall direction has per-feature standard deviation
+  ``strength / sqrt(active)`` against unit noise (:func:`planted_cell_data`'s convention), so
+  a strength means the same per-cell signal in either frame.
 
 :func:`wall_power_curve` runs the test over strengths and seeds and reports the minimum
 detectable strength in the statistic's own unit (bits per prior-uncertain cell).
