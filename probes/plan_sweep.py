@@ -294,27 +294,6 @@ def _ids_digest(ids: np.ndarray) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
-@dataclass(frozen=True, eq=False)
-class _TestSet:
-    """The test rows of one stage and layer, and how to score predictions on them."""
-
-    plans: np.ndarray
-    grid_ids: np.ndarray
-    sizes: np.ndarray | None
-    densities: np.ndarray | None
-    metric_kw: dict
-
-    def evaluate(self, pred: np.ndarray) -> tuple[PlanMetrics, dict, dict]:
-        """Overall metrics and the breakdowns by size and by density."""
-        by = [
-            {}
-            if groups is None
-            else plan_metrics_by_group(pred, self.plans, self.grid_ids, groups, **self.metric_kw)
-            for groups in (self.sizes, self.densities)
-        ]
-        return plan_metrics(pred, self.plans, self.grid_ids, **self.metric_kw), by[0], by[1]
-
-
 def resolve_config(config: PlanSweepConfig, load: PlanLoader) -> PlanSweepConfig:
     """``config`` with empty ``stages`` / ``layers`` replaced by the loader's."""
     stages = config.stages or tuple(getattr(load, "stages", ()))
@@ -374,13 +353,6 @@ def run_plan_sweep(
             folds = _folds(config, grid_ids, data.sizes, key)
             test = np.sort(np.concatenate([f.test for f in folds]))
             splits[key] = _split_info(folds, grid_ids)
-            evaluation = _TestSet(
-                plans[test],
-                grid_ids[test],
-                None if data.sizes is None else np.asarray(data.sizes)[test],
-                None if data.densities is None else np.asarray(data.densities)[test],
-                metric_kw,
-            )
             # every run's predictions on all rows (the test rows filled)
             pending = _baselines(key, data, plans, folds, config, template.horizon)
             jobs = [("decoder", k) for k in config.decoder_layers]
@@ -433,8 +405,7 @@ def run_plan_sweep(
                         "model_path": str(paths[0][0]) if paths else None,
                     }
                 )
-            runs += _score(pending, plans, grid_ids, test, data.departs, evaluation, stage,
-                           layer, metric_kw)  # fmt: skip
+            runs += _score(pending, plans, grid_ids, test, data, stage, layer, metric_kw)
     result = PlanSweepResult(config, template.get_params(), runs, splits)
     if out is not None:
         (out / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False))
@@ -560,11 +531,14 @@ def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config
     return weights, card
 
 
-def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, metric_kw):
-    """Score every run on the test rows and judge every decoder (:class:`PlanRun`)."""
-    hits = {r["name"]: prefix_hits(r["pred"][test], plans[test]) for r in pending}
+def _score(pending, plans, grid_ids, test, data: PlanDataset, stage, layer, metric_kw):
+    """Score every run on the test rows, overall and by size and density, and judge every
+    decoder (:class:`PlanRun`)."""
+    target, ids = plans[test], grid_ids[test]
+    groups = [None if g is None else np.asarray(g)[test] for g in (data.sizes, data.densities)]
+    hits = {r["name"]: prefix_hits(r["pred"][test], target) for r in pending}
     baselines = [r["name"] for r in pending if r["kind"] != "decoder"]
-    departing = None if departs is None else np.asarray(departs)[test]
+    departing = None if data.departs is None else np.asarray(data.departs)[test]
     kw = {
         "n_resamples": metric_kw["n_bootstrap"],
         "confidence": metric_kw["confidence_level"],
@@ -572,13 +546,18 @@ def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, me
     }
     out = []
     for r in pending:
-        m, by_size, by_density = evaluation.evaluate(r["pred"][test])
+        pred = r["pred"][test]
+        by_size, by_density = (
+            {} if g is None else plan_metrics_by_group(pred, target, ids, g, **metric_kw)
+            for g in groups
+        )
+        m = plan_metrics(pred, target, ids, **metric_kw)
         verdicts, departure = [], None
         if departing is not None:
             departure = {
                 "n_rows": int(departing.sum()),
                 "accuracy_n1": grid_bootstrap_ratio(
-                    hits[r["name"]][departing, 0], None, grid_ids[test][departing], **kw
+                    hits[r["name"]][departing, 0], None, ids[departing], **kw
                 )
                 if departing.any()
                 else None,
@@ -586,21 +565,13 @@ def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, me
         if r["kind"] == "decoder":
             judged = {name: hits[name] for name in [r["name"], *baselines]}
             verdicts = [
-                {**v, "role": "descriptive"}
-                for v in prefix_verdicts(judged, r["name"], grid_ids[test], **kw)
+                {**v, "role": "descriptive"} for v in prefix_verdicts(judged, r["name"], ids, **kw)
             ]
             if departure is not None:
-                departure["verdict_n1"] = {
-                    **prefix_verdicts(
-                        judged,
-                        r["name"],
-                        grid_ids[test],
-                        rows=departing,
-                        horizons=range(1, 2),
-                        **kw,
-                    )[0],
-                    "role": "verdict",
-                }
+                first = prefix_verdicts(
+                    judged, r["name"], ids, rows=departing, horizons=range(1, 2), **kw
+                )
+                departure["verdict_n1"] = {**first[0], "role": "verdict"}
         out.append(
             PlanRun(
                 name=r["name"],
