@@ -206,9 +206,8 @@ def choose_edits(
         return "no neighbour whose toggle makes a non-optimal action optimal"
     if not irrelevant:
         return "no irrelevant ring-1 cell"
-    return relevant[int(rng.integers(len(relevant)))], irrelevant[
-        int(rng.integers(len(irrelevant)))
-    ]
+    target = relevant[int(rng.integers(len(relevant)))]
+    return target, irrelevant[int(rng.integers(len(irrelevant)))]
 
 
 @dataclass(frozen=True)
@@ -226,9 +225,8 @@ def steer_patch(layer: int, positions: np.ndarray, clean: torch.Tensor, delta: n
     """The edit as a patch: ``clean`` ``(K, d_model)`` plus ``delta`` (``K * d_model``, or
     ``(K, d_model)``) written into block ``layer``'s output at ``positions``; with one block,
     the residual stream there plus ``delta``."""
-    values = clean.float() + torch.as_tensor(np.asarray(delta), dtype=torch.float32).reshape(
-        clean.shape
-    )
+    shift = torch.as_tensor(np.asarray(delta), dtype=torch.float32).reshape(clean.shape)
+    values = clean.float() + shift
     return Patch((int(layer),), torch.as_tensor(positions, dtype=torch.long), values[None])
 
 
@@ -326,17 +324,14 @@ def run_steering(
         if isinstance(chosen, str):
             dropped[chosen] = dropped.get(chosen, 0) + 1
             continue
-        positions = np.asarray(
-            chat_format.find_anchors(list(item.prompt_ids)).pre_reasoning, dtype=np.int64
-        )
-        clean = backend.clean_run(list(item.prompt_ids), [layer], positions).values(
-            [layer], positions
-        )[0]
+        ids = list(item.prompt_ids)
+        positions = np.asarray(chat_format.find_anchors(ids).pre_reasoning, dtype=np.int64)
+        clean = backend.clean_run(ids, [layer], positions).values([layer], positions)[0]
         record, deltas = prepare_state(item, probe, calibration, chosen, clean.float().numpy(), rng)
         records.append(record)
         for condition, delta in deltas.items():
             patch = steer_patch(layer, positions, clean, delta)
-            jobs.append((len(records) - 1, condition, list(item.prompt_ids), patch))
+            jobs.append((len(records) - 1, condition, ids, patch))
     stop_ids = list(chat_format.stop_ids)
     by_length: dict[int, list] = {}
     for job in jobs:
