@@ -225,17 +225,15 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
             for by in by_options:
                 controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
                 inputs[f"mean_{by}"] = cov_te
-    if config.target == "cell_type":
-        preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
-        for name, model in controls.items():
-            preds[name] = (model.predict_proba(inputs[name]), model.classes_)
-        test_output = preds["probe"][0]
-    else:
-        preds = {"probe": probe.predict(te.acts)}
-        for name, model in controls.items():
-            preds[name] = model.predict(inputs[name])
-        test_output = preds["probe"]
-    extra = {"uniform_localisation": config.controls} if config.target == "cell_type" else {}
+    cells = config.target == "cell_type"
+
+    def output(model, X):
+        return (model.predict_proba(X), model.classes_) if cells else model.predict(X)
+
+    preds = {"probe": output(probe, te.acts)}
+    preds.update({name: output(model, inputs[name]) for name, model in controls.items()})
+    test_output = preds["probe"][0] if cells else preds["probe"]
+    extra = {"uniform_localisation": config.controls} if cells else {}
     metrics = _evaluate(config, preds, te, "probe", baselines=tuple(controls), **extra)
     return probe, metrics, test_output, te
 

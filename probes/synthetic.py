@@ -122,11 +122,8 @@ def planted_cell_data(
     if wall_signal is not None:
         directions[:cells] *= wall_signal / signal if signal else 0.0
         if not signal:
-            directions[:cells] = (
-                wall_signal
-                / np.sqrt(active)
-                * rng.standard_normal((cells, n_features), dtype=np.float32)
-            )
+            noise = rng.standard_normal((cells, n_features), dtype=np.float32)
+            directions[:cells] = wall_signal / np.sqrt(active) * noise
     dist_scaled = (distance - distance.mean()) / max(float(distance.std()), 1.0)
     acts: np.ndarray = np.empty((n_rows, n_features), dtype=dtype)
     for start in range(0, n_rows, chunk_rows):
@@ -142,13 +139,5 @@ def planted_cell_data(
         block = rng.standard_normal((m, n_features), dtype=np.float32)
         block += latent @ directions
         acts[start:stop] = block
-    return PlantedCellData(
-        acts=acts.reshape(n_rows, n_anchors, d_model),
-        labels=labels,
-        grid_ids=grid_ids,
-        grid_sizes=grid_sizes,
-        densities=grid_density,
-        agent_row_col=agent,
-        goal_row_col=goal,
-        goal_distance=distance,
-    )
+    acts = acts.reshape(n_rows, n_anchors, d_model)
+    return PlantedCellData(acts, labels, grid_ids, grid_sizes, grid_density, agent, goal, distance)
