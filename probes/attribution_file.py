@@ -1,12 +1,7 @@
-"""The attribution file: ``<stem>.safetensors`` (the arrays) + ``<stem>.json`` (the card), never
-pickle (docs/formats.md, "Attribution").
-
-Record ``i`` of a list of :class:`~goalprobe.probes.attribution.PairAttribution` is stored as the
-tensors ``atp.i`` (float32, ``(n_layers, k)``), ``graddrop.i`` (when computed), ``positions.i``,
-``cell_positions.i`` and ``readouts.i`` (int64), and as entry ``i`` of the card's ``records``
-(ids, metric, layers, metric values, prompt length, anchors, changed cells). The card holds
-``schema`` / ``schema_version`` (:data:`SCHEMA`, :data:`SCHEMA_VERSION`, also in the
-safetensors metadata) and what the caller passes as ``meta`` (model, backend, configs).
+"""The attribution file: ``<stem>.safetensors`` (the arrays of each
+:class:`~goalprobe.probes.attribution.PairAttribution`, ``atp.i``, ``graddrop.i``, ...) +
+``<stem>.json`` (the card: schema, the caller's ``meta`` and one ``records`` entry per record),
+never pickle; the layout is in docs/formats.md, "Attribution".
 """
 
 from __future__ import annotations

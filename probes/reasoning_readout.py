@@ -1,17 +1,15 @@
 """The decision read out of the activation store over reasoning time.
 
 For every store row (one step) the residual stream is read at seven bins in reasoning order:
-the pre-reasoning anchor, the last stored reasoning row of each fifth of the reasoning
-(:data:`~goalprobe.probes.decision_time.PROGRESS_BINS`) and the post-reasoning anchor (at an
-anchor, its last token). Per bin and layer the estimators are trained on half the grids and
-scored on the others (:func:`goalprobe.probes.decision_time.readout_curves`) for the targets
-``action`` (the executed action on valid steps; the plan's first move is the same label) and
-``agent cell`` / ``goal cell`` (:class:`~goalprobe.probes.position.PositionProbe`).
+the pre-reasoning anchor, the last stored reasoning row of each fifth of the reasoning and the
+post-reasoning anchor (at an anchor, its last token). Per bin and layer the estimators are
+trained on half the grids and scored on the others
+(:func:`goalprobe.probes.decision_time.readout_curves`) for the targets ``action`` (the
+executed action on valid steps) and ``agent cell`` / ``goal cell`` (:class:`PositionProbe`).
 
 Baselines, fitted on the training grids: for the action the majority move, the optimal policy
-and a state-only decoder (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder`); for the
-cells the most frequent cell of the grid's size
-(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among open cells. No I/O.
+and a state-only decoder; for the cells :class:`PositionPrior` and a uniform guess among open
+cells. No I/O.
 """
 
 from __future__ import annotations
@@ -170,15 +168,9 @@ def _curves(
         options["estimator"] = estimator
     if rates:
         options["baseline_rates"] = {k: np.asarray(v)[keep] for k, v in rates.items()}
-    curves = readout_curves(
-        features[keep],
-        present[keep],
-        y[keep],
-        ids[keep],
-        train[keep],
-        {k: np.asarray(v)[keep] for k, v in baselines.items()},
-        **options,
-    )
+    x, rows, target, grids, fit = (a[keep] for a in (features, present, y, ids, train))
+    kept = {k: np.asarray(v)[keep] for k, v in baselines.items()}
+    curves = readout_curves(x, rows, target, grids, fit, kept, **options)
     return {"rows": int(keep.sum()), **curves}
 
 
