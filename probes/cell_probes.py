@@ -67,6 +67,9 @@ ClassBalance = Literal["upsample", "weighted_loss", "none"]
 
 N_CELL_TYPES = len(CellType)
 
+_FITTED_COUNTS = ("n_features_in_", "map_side_", "n_epochs_", "best_epoch_")
+"""The integer fitted attributes a cell probe's card records."""
+
 
 def cell_row_col(side: int) -> np.ndarray:
     """``(side * side, 2)`` int64 ``(row, col)`` of every cell in row-major order."""
@@ -339,22 +342,14 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
             classes=self.classes_,
             class_weights=self.class_weights_,
         )
-        meta = {
-            "classes_": [int(c) for c in self.classes_],
-            "n_features_in_": int(self.n_features_in_),
-            "map_side_": int(self.map_side_),
-            "n_epochs_": int(self.n_epochs_),
-            "best_epoch_": int(self.best_epoch_),
-            "history_": self.history_,
-        }
+        counts = {k: int(getattr(self, k)) for k in _FITTED_COUNTS}
+        meta = {"classes_": [int(c) for c in self.classes_], **counts, "history_": self.history_}
         return tensors, meta
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Inverse of :meth:`_fitted_state` on an unfitted instance with the same params."""
-        self.n_features_in_ = int(meta["n_features_in_"])
-        self.map_side_ = int(meta["map_side_"])
-        self.n_epochs_ = int(meta["n_epochs_"])
-        self.best_epoch_ = int(meta["best_epoch_"])
+        for key in _FITTED_COUNTS:
+            setattr(self, key, int(meta[key]))
         self.history_ = list(meta["history_"])
         self.feature_mean_ = tensors["feature_mean"]
         self.feature_scale_ = tensors["feature_scale"]

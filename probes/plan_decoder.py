@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024
+_FITTED_COUNTS = ("n_tokens_in", "n_features_in", "seed", "n_epochs", "best_epoch")
+"""The card's integer fitted fields (the attribute of each: the name plus ``_``)."""
 
 
 class PlanDecoderNetwork(nn.Module):
@@ -324,15 +326,8 @@ class PlanDecoder(BaseEstimator):
         tensors = module_tensors(self.network_, "network.")
         tensors["input_mean"] = self.input_mean_
         tensors["input_scale"] = self.input_scale_
-        meta = {
-            "n_tokens_in": self.n_tokens_in_,
-            "n_features_in": self.n_features_in_,
-            "seed": self.seed_,
-            "n_epochs": self.n_epochs_,
-            "best_epoch": self.best_epoch_,
-            "best_validation_loss": self.best_validation_loss_,
-            "history": self.history_,
-        }
+        meta = {key: getattr(self, f"{key}_") for key in _FITTED_COUNTS}
+        meta.update(best_validation_loss=self.best_validation_loss_, history=self.history_)
         return tensors, meta
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
@@ -348,11 +343,8 @@ class PlanDecoder(BaseEstimator):
         self.network_ = network.eval()
         self.input_mean_ = np.asarray(tensors["input_mean"], dtype=np.float32)
         self.input_scale_ = np.asarray(tensors["input_scale"], dtype=np.float32)
-        self.n_tokens_in_ = int(meta["n_tokens_in"])
-        self.n_features_in_ = int(meta["n_features_in"])
+        for key in _FITTED_COUNTS:
+            setattr(self, f"{key}_", int(meta[key]))
         self.classes_ = np.arange(N_PLAN_CLASSES)
-        self.seed_ = int(meta["seed"])
-        self.n_epochs_ = int(meta["n_epochs"])
-        self.best_epoch_ = int(meta["best_epoch"])
         self.best_validation_loss_ = meta["best_validation_loss"]
         self.history_ = list(meta["history"])
