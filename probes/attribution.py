@@ -47,18 +47,14 @@ _COORDINATES = re.compile(r"A is at \((\d+), (\d+)\)\. G is at \((\d+), (\d+)\)"
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    """What to attribute.
-
-    Attributes:
-        metrics: subset of :data:`METRICS`.
-        positions: ``"prompt"`` (every prompt position) or ``"all"`` (the reasoning's too).
-        grad_drop: also compute the GradDrop magnitude (one backward pass per block more,
-            hooks backend only).
-    """
+    """What to attribute."""
 
     metrics: tuple[str, ...] = METRICS
+    """A subset of :data:`METRICS`."""
     positions: str = "prompt"
+    """``"prompt"`` (every prompt position) or ``"all"`` (the reasoning's too)."""
     grad_drop: bool = True
+    """Also compute the GradDrop magnitude (a backward pass per block more; hooks backend)."""
 
     def __post_init__(self) -> None:
         if not self.metrics or any(m not in METRICS for m in self.metrics):
@@ -69,15 +65,8 @@ class AttributionConfig:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A metric of one sequence's logits: where it reads them and how.
-
-    Attributes:
-        name: one of :data:`METRICS`.
-        readouts: ``(R,)`` ascending positions whose logits it reads.
-        token_ids: ``(R,)`` the token read at each (``"coordinates"``: the next token's id).
-        signs: ``(R,)`` +1 / -1 per read (``"action"``: +cf action, -base action).
-        log_prob: read log-probabilities (True) or raw logits (False).
-    """
+    """A metric of one sequence's logits: ``sum(signs * value[readouts, token_ids])``, the values
+    log-probabilities (``log_prob``) or raw logits; ``readouts`` ascending, all ``(R,)``."""
 
     name: str
     readouts: np.ndarray
@@ -100,9 +89,8 @@ class MetricSpec:
 
 
 def coordinate_positions(sequence: TeacherForcedSequence, tokenizer) -> np.ndarray | None:
-    """Token positions of the agent's and the goal's coordinates in the reasoning (every token
-    of the four numbers of ``A is at (r, c). G is at (r, c)``), or None when the reasoning does
-    not write them."""
+    """Positions of every token of the four numbers of ``A is at (r, c). G is at (r, c)`` in the
+    reasoning, or None when it does not write them."""
     begin, end = sequence.reasoning_span
     ids = sequence.token_ids[begin:end]
     if len(ids) == 0:
@@ -183,24 +171,11 @@ def noop_patch(d_model: int) -> Patch:
 
 @dataclass(frozen=True)
 class PairAttribution:
-    """One pair's attribution for one metric.
-
-    Attributes:
-        pair_id, grid_id, kind, moved: the pair (kind: disjoint or control).
-        metric: the metric's name.
-        layers: ``(n_layers,)`` blocks.
-        positions: ``(k,)`` positions attributed (ascending).
-        atp: ``(n_layers, k)`` signed first-order estimates of patching each block x position.
-        graddrop: ``(n_layers, k)`` the GradDrop magnitude (None: not computed).
-        metric_base: the metric on the base run.
-        metric_cf: the metric on the counterfactual teacher-forced on the base's reasoning
-            (``metric_cf - metric_base``: the effect of patching everything).
-        prompt_length: the prompt's tokens.
-        cell_positions: ``(n, n)`` the token position of every grid cell.
-        pre_reasoning: the three pre-reasoning anchor positions.
-        changed_cells: the two cells base and counterfactual differ in.
-        readouts: ``(R,)`` where the metric reads the logits.
-        grid_span: ``(start, stop)`` token positions of the grid text (header included).
+    """One pair's attribution for one metric: ``atp`` (and ``graddrop``, None when not
+    computed) ``(n_layers, k)`` over the ascending ``positions``; ``metric_base`` on the base
+    run and ``metric_cf`` on the counterfactual teacher-forced on the base's reasoning; and
+    where things are in the prompt (``cell_positions (n, n)``, the anchors, the changed cells,
+    the metric's ``readouts`` and the grid text's ``grid_span``, header included).
     """
 
     pair_id: str
@@ -248,9 +223,7 @@ def attribute_pair(
     length = base.prompt_length if config.positions == "prompt" else len(base)
     positions = np.arange(length, dtype=np.int64)
     layers = list(range(backend.n_layers))
-    drops: tuple[int | None, ...] = (None,)
-    if config.grad_drop:
-        drops = (None, *layers)
+    drops: tuple[int | None, ...] = (None, *layers) if config.grad_drop else (None,)
     cf_clean = backend.clean_run(cf_ids, layers, positions)
     out = []
     for name, spec in specs.items():
@@ -322,9 +295,8 @@ def site_estimates(
 
 
 REGIONS: tuple[str, ...] = ("changed_cells", "other_grid", "instructions", "pre_reasoning")
-"""Where in the prompt (:func:`regions`): the two changed cells' tokens, the rest of the grid's
-tokens, every other prompt token (system, developer and user text) and the pre-reasoning
-anchors."""
+"""Where in the prompt (:func:`regions`): the changed cells' tokens, the rest of the grid's,
+every other token (system, developer and user text) and the pre-reasoning anchors."""
 
 
 def regions(attribution: PairAttribution) -> np.ndarray:
@@ -373,17 +345,12 @@ def where_read(records: Sequence[PairAttribution]) -> dict:
 
 
 def top_region(records: Sequence[PairAttribution], metric: str) -> dict | None:
-    """Where ``metric``'s attribution lies most: the region of :data:`REGIONS` with the largest
-    mean share (over pairs, summed over blocks) of the pair's GradDrop magnitude (``|atp|``
-    without GradDrop), its share with a Clopper-Pearson interval over grids (one mean share
-    per grid, :func:`~goalprobe.stats.bootstrap.grid_mean`; honest at 0 and 1), and the share
-    a uniform attribution would give it (its share of the positions from the first changed
-    cell on, where the estimate can be non-zero). The region is chosen on the same pairs: a
-    description of where, not a test. None when no pair has the metric.
+    """Where ``metric``'s attribution lies most (a description, not a test: chosen on the same
+    pairs), or None: the region with the largest mean share of the GradDrop magnitude
+    (``|atp|`` without), its share with an interval over grids (:func:`grid_mean`), and the
+    share a uniform attribution would give it (of the positions from the first changed cell on).
 
-    Returns:
-        ``{region, share: {value, ci_low, ci_high, n}, uniform_share, shares: {region: mean},
-        n_pairs, n_grids}``.
+    Returns ``{region, share, uniform_share, shares: {region: mean}, n_pairs, n_grids}``.
     """
     from goalprobe.stats.bootstrap import grid_mean
 

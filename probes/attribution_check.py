@@ -61,8 +61,7 @@ def patch_effects(
     batch_size: int = 64,
 ) -> np.ndarray:
     """``(n_layers, k)`` the real change of ``spec`` when block ``L`` at position ``p`` of the
-    base run takes the counterfactual's value, for every attributed ``L`` x ``p`` (0 before
-    :func:`first_affected`, where the values are equal; those are not run)."""
+    base run takes the counterfactual's value (0, not run, before :func:`first_affected`)."""
     ids = pair.base.sequence.token_ids
     layers, positions = list(attribution.layers), attribution.positions
     cf = backend.clean_run(counterfactual_ids(pair), layers, positions).acts
@@ -88,8 +87,7 @@ def site_effects(
     sites: Sequence[str] = ESTIMATE_SITES,
 ) -> dict[str, np.ndarray]:
     """``{site: (n_layers,)}`` the real change of ``spec`` when a whole site of the base run
-    takes the counterfactual's values at one block (the patching experiment's single-block
-    site patch, counterfactual -> base, with the base's reasoning teacher-forced)."""
+    takes the counterfactual's values at one block (the base's reasoning teacher-forced)."""
     base, cf = pair.base.sequence, pair.cf.sequence
     ids = base.token_ids
     wanted = {site: site_positions(cf, base, site, pair.pair.changed_cells)[1] for site in sites}
@@ -109,20 +107,11 @@ def site_effects(
 
 @dataclass(frozen=True)
 class Agreement:
-    """How one pair's attribution agrees with its real patches.
-
-    Attributes:
-        pair_id, grid_id, metric: what was compared.
-        n_sites: affected block x position sites compared.
-        spearman: Spearman's rho of ``atp`` and the real effect over them (None: constant).
-        spearman_graddrop: rho of the GradDrop magnitude and ``|effect|`` (None: not computed).
-        top_k: the ``k`` of the hit rates.
-        hits_top: hits among the ``k`` first-ranked sites.
-        random_hit_rate: expected hit rate of ``k`` random affected sites.
-        scale_top: median of estimate / real effect over the top-decile sites (1: exact; well
-            below 1: saturation or cancellation).
-        wrong_sign_top: top-decile sites whose estimate has the opposite sign.
-        total_effect: the metric's change when the whole prompt is the counterfactual's.
+    """How one pair's attribution agrees with its real patches over ``n_sites`` affected sites:
+    Spearman's rho of ``atp`` and the effect (and of GradDrop and ``|effect|``; None when
+    constant or not computed), the hits among the ``top_k`` first-ranked sites beside the
+    random rate, the median estimate / effect over the top-decile sites (``scale_top``, 1:
+    exact) and how many of them have the wrong sign, and the whole prompt's effect.
     """
 
     pair_id: str
@@ -152,14 +141,10 @@ SATURATED_SCALE = 0.5
 
 
 def diagnose(spearman: float | None, scale_top: float | None, wrong_sign_top: int) -> str:
-    """Where and why a pair's attribution disagrees with its real patches, in words.
-
-    ``"agrees"`` when rho >= :data:`AGREE_RHO`; otherwise the causes the fields show:
-    *saturation* (the top-decile effects are under-estimated: ``scale_top`` below
-    :data:`SATURATED_SCALE`), *cancellation* (top-decile sites whose estimate has the wrong
-    sign), or, when neither shows, rank noise among the small effects (the top sites agree, the
-    tail does not).
-    """
+    """Where and why a pair's attribution disagrees with its real patches, in words:
+    ``"agrees"`` (rho >= :data:`AGREE_RHO`), else *saturation* (``scale_top`` below
+    :data:`SATURATED_SCALE`), *cancellation* (wrong-sign top-decile sites), or rank noise
+    among the small effects."""
     if spearman is not None and spearman >= AGREE_RHO:
         return "agrees"
     causes = []

@@ -1,12 +1,7 @@
-"""The attribution file: ``<stem>.safetensors`` (the arrays) + ``<stem>.json`` (the card), never
-pickle (docs/formats.md, "Attribution").
-
-Record ``i`` of a list of :class:`~goalprobe.probes.attribution.PairAttribution` is stored as the
-tensors ``atp.i`` (float32, ``(n_layers, k)``), ``graddrop.i`` (when computed), ``positions.i``,
-``cell_positions.i`` and ``readouts.i`` (int64), and as entry ``i`` of the card's ``records``
-(ids, metric, layers, metric values, prompt length, anchors, changed cells). The card holds
-``schema`` / ``schema_version`` (:data:`SCHEMA`, :data:`SCHEMA_VERSION`, also in the
-safetensors metadata) and what the caller passes as ``meta`` (model, backend, configs).
+"""The attribution file: ``<stem>.safetensors`` (the arrays of each
+:class:`~goalprobe.probes.attribution.PairAttribution`, ``atp.i``, ``graddrop.i``, ...) +
+``<stem>.json`` (the card: schema, the caller's ``meta`` and one ``records`` entry per record),
+never pickle; the layout is in docs/formats.md, "Attribution".
 """
 
 from __future__ import annotations
@@ -93,12 +88,8 @@ def _sorted_metadata(data: bytes) -> bytes:
 
 
 def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], dict]:
-    """``(records, card)`` of an attribution file written by :func:`write_attributions`.
-
-    Raises:
-        ValueError: naming the file when its schema or version is not this one's, or its card
-            and arrays disagree.
-    """
+    """``(records, card)`` of an attribution file written by :func:`write_attributions`
+    (ValueError naming the file on a bad schema or when card and arrays disagree)."""
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
@@ -113,11 +104,7 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
         try:
             records.append(
                 PairAttribution(
-                    pair_id=e["pair_id"],
-                    grid_id=e["grid_id"],
-                    kind=e["kind"],
-                    moved=e["moved"],
-                    metric=e["metric"],
+                    **{k: e[k] for k in ("pair_id", "grid_id", "kind", "moved", "metric")},
                     layers=tuple(e["layers"]),
                     positions=arrays[f"positions.{i}"],
                     atp=arrays[f"atp.{i}"].astype(np.float64),

@@ -64,16 +64,9 @@ def _check_by(by: str) -> None:
 
 
 class CellPrior(ClassifierMixin, BaseEstimator):
-    """Per-cell class frequencies of the training label maps of the same group of grids.
-
-    Args:
-        by: ``"none"`` (every grid: the canvas-wide per-cell majority), ``"size"`` or
-            ``"size_density"``.
-
-    Fitted attributes:
-        classes_ ``(C,)`` uint8; groups_ (group key -> ``(S, S, C)`` float32 frequencies);
-        map_side_; n_features_in_ (2).
-    """
+    """Per-cell class frequencies of the training label maps of the same group of grids
+    (``by``: ``"none"``, ``"size"`` or ``"size_density"``). Fitted: ``classes_``, ``groups_``
+    (group key -> ``(S, S, C)`` float32), ``map_side_``, ``n_features_in_``."""
 
     def __init__(self, by: Conditioning = "size_density"):
         self.by = by
@@ -99,11 +92,8 @@ class CellPrior(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """``(N, S, S, C)`` float32: each row's group frequencies (backing off when unseen).
-
-        Cells outside a grid of size ``n`` are ``PADDING`` with probability 1 when the class
-        exists, whatever group the frequencies came from.
-        """
+        """``(N, S, S, C)`` float32: each row's group frequencies (backing off when unseen), and
+        ``PADDING`` with probability 1 outside the grid when the class exists."""
         check_is_fitted(self, "groups_")
         X = _check_covariates(X)
         out = np.empty((X.shape[0], self.map_side_, self.map_side_, len(self.classes_)), np.float32)
@@ -125,14 +115,8 @@ class CellPrior(ClassifierMixin, BaseEstimator):
 
 
 class GroupMeanRegressor(RegressorMixin, BaseEstimator):
-    """The mean target of the training rows of the same group of grids.
-
-    Args:
-        by: ``"none"`` (the global mean), ``"size"`` or ``"size_density"``.
-
-    Fitted attributes:
-        means_ (group key -> mean); n_features_in_ (2).
-    """
+    """The mean target of the training rows of the same group of grids (``by`` as
+    :class:`CellPrior`'s). Fitted: ``means_`` (group key -> mean), ``n_features_in_``."""
 
     def __init__(self, by: Conditioning = "size_density"):
         self.by = by
@@ -166,11 +150,6 @@ def uniform_top1(cell_types: np.ndarray, grid_sizes: np.ndarray) -> np.ndarray:
     object's cell: ``1 / #non-wall cells`` (the agent and the goal stand on non-wall cells)."""
     labels = np.asarray(cell_types)
     sizes = np.asarray(grid_sizes, dtype=np.int64)
-    open_cells = np.array(
-        [
-            np.count_nonzero(labels[i, :n, :n] != CellType.WALL)
-            for i, n in enumerate(sizes.tolist())
-        ],
-        dtype=np.float64,
-    )
+    walls = [np.count_nonzero(labels[i, :n, :n] != CellType.WALL) for i, n in enumerate(sizes)]
+    open_cells = np.array(walls, dtype=np.float64)
     return 1.0 / np.maximum(open_cells, 1.0)

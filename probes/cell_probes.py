@@ -14,21 +14,17 @@ the same data, split, class balancing and training loop.
 every map is a grid of exactly that size).
 
 **Factorised first layer.** ``W [act; coord] + b = (W_act act) + (W_coord coord + b)``: the act
-part is computed once per example, the coordinate part once per cell, and the hidden layer is
-their broadcast sum, the same function with the same parameters, ~``S^2`` times cheaper than
-materialising ``N * S^2`` rows. ``materialise=True`` runs the naive path (tests, benchmark).
+part once per example, the coordinate part once per cell, their broadcast sum the hidden layer
+(~``S^2`` times cheaper than ``N * S^2`` materialised rows; ``materialise=True`` runs those).
 
-**Class balance.** ``"upsample"`` (default, the study's) draws each minority class up to the
-largest with replacement (seeded, once per fit); the draws are applied as integer per-(example,
-cell) loss weights, which is the same objective. ``"weighted_loss"`` uses their expectation
-``n_max / n_c``; ``"none"`` weights every row 1. The linear families are convex and fitted by
-L-BFGS to convergence (:func:`goalprobe.probes.training.fit_lbfgs`; seed-free, ``"upsample"``
-with its expected weights); the MLPs train with AdamW on minibatches.
+**Class balance.** ``"upsample"`` (the study's) draws each minority class up to the largest with
+replacement (seeded), applied as integer per-(example, cell) loss weights; ``"weighted_loss"``
+uses their expectation ``n_max / n_c``; ``"none"`` weights 1. The linear family is convex and
+fitted by L-BFGS to convergence (seed-free, expected weights); the MLP trains with AdamW.
 
-**Coordinates.** ``"raw"`` (the study's): ``(row, col)`` standardised; ``"onehot"``: row and
-column one-hot (``2 S`` features). A *linear* coordinate-conditioned probe adds a cell-dependent
-bias to an act score that is the same at every cell, so it cannot place the agent or goal (the
-study's 39% accuracy).
+**Coordinates.** ``"raw"`` (the study's): ``(row, col)`` standardised; ``"onehot"``: ``2 S``
+features. A *linear* coordinate-conditioned probe adds a cell bias to an act score that is the
+same at every cell, so it cannot place the agent or goal (the study's 39% accuracy).
 """
 
 from __future__ import annotations
@@ -46,6 +42,8 @@ from goalprobe.probes.training import (
     as_feature_matrix,
     fit_lbfgs,
     fit_standardiser,
+    load_module_tensors,
+    module_tensors,
     seeded_module,
     store_params,
     torch_seed,
@@ -68,6 +66,9 @@ CoordinateEncoding = Literal["raw", "onehot"]
 ClassBalance = Literal["upsample", "weighted_loss", "none"]
 
 N_CELL_TYPES = len(CellType)
+
+_FITTED_COUNTS = ("n_features_in_", "map_side_", "n_epochs_", "best_epoch_")
+"""The integer fitted attributes a cell probe's card records."""
 
 
 def cell_row_col(side: int) -> np.ndarray:
@@ -93,17 +94,9 @@ def coordinate_features(side: int, encoding: CoordinateEncoding) -> np.ndarray:
 def validate_label_maps(
     y: np.ndarray, grid_size: int | None, *, name: str = "labels"
 ) -> np.ndarray:
-    """Check label maps and return the cells a probe reads.
-
-    Args:
-        y: ``(N, S, S)`` integer ``CellType`` maps, grids at the top-left, ``PADDING`` outside.
-        grid_size: None for a general probe (all ``S x S`` cells); ``n`` for a size-specific probe
-            (the top-left ``n x n`` cells; every map must be a grid of exactly that size).
-        name: what to call the array in error messages.
-
-    Returns:
-        ``(N, S, S)`` or ``(N, n, n)`` uint8 (a view when possible).
-    """
+    """Check ``(N, S, S)`` integer ``CellType`` maps and return the cells a probe reads as uint8:
+    all of them (``grid_size=None``), or the top-left ``n x n`` (every map must be a grid of
+    exactly that size). ``name`` is the array's name in error messages."""
     arr = np.asarray(y)
     if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
         raise ValueError(f"{name} must be square maps (N, S, S), got shape {arr.shape}")
@@ -147,8 +140,6 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
     def _build_module(self, n_features: int, side: int, n_classes: int) -> torch.nn.Module:
         raise NotImplementedError
 
-    # ---------------------------------------------------------------- data plumbing
-
     def _example_logits(self, X: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
         """Closure: example rows of ``X`` -> ``(B, P, C)`` logits with the fitted module."""
         standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
@@ -161,13 +152,9 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         logits = self._example_logits(X)
         return lambda pos: logits(fit_rows[pos])
 
-    # ---------------------------------------------------------------- fit
-
     def fit(self, X: ResidualActs | FeatureMatrix, y: CellLabels, groups: GridIds | None = None):
-        """Fit on activations ``(N, n_anchors, d_model)`` or ``(N, F)`` and label maps ``(N, S, S)``;
-        ``groups`` (grid ids) is required with ``early_stopping`` (the validation split is carved by
-        grid). Returns self.
-        """
+        """Fit on activations and label maps ``(N, S, S)``; ``groups`` (grid ids) is required with
+        ``early_stopping`` (the validation split is carved by grid)."""
         X2 = as_feature_matrix(X)
         labels = validate_label_maps(y, self.grid_size)
         if labels.shape[0] != X2.shape[0]:
@@ -272,10 +259,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
     def _fit_linear(
         self, X: np.ndarray, fit_rows: np.ndarray, targets: torch.Tensor, weights: torch.Tensor
     ) -> None:
-        """The linear family: weighted multinomial logistic regression fitted to convergence
-        by L-BFGS from zero (:func:`~goalprobe.probes.training.fit_lbfgs`), on every training
-        row, ``weight_decay`` the L2 strength on the weighted mean loss (biases included).
-        Seed-free: no validation carve, no draws (``upsample`` uses its expected weights)."""
+        """Weighted multinomial logistic regression fitted by L-BFGS from zero on every training
+        row, ``weight_decay`` the L2 strength on the weighted mean loss (biases included)."""
         if self.max_iter < 1:
             raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
         standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
@@ -313,12 +298,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         self.n_epochs_ = self.best_epoch_ = solver["n_iter"]
         self.converged_ = solver["converged"]
 
-    # ---------------------------------------------------------------- decoding
-
     def decision_function(self, X: ResidualActs | FeatureMatrix) -> CellProbs:
-        """``(N, S, S, C)`` float32 logits over ``classes_`` of ``(N, n_anchors, d_model)`` or ``(N, F)``
-        activations.
-        """
+        """``(N, S, S, C)`` float32 logits over ``classes_``."""
         check_is_fitted(self, "module_")
         X2 = as_feature_matrix(X)
         if X2.shape[1] != self.n_features_in_:
@@ -345,57 +326,37 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         return self.classes_[self.decision_function(X).argmax(axis=-1)]
 
     def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
-        """Accuracy over every queried cell (padding included for a general probe); ``sample_weight``
-        must be None.
-        """
+        """Accuracy over every queried cell (padding included for a general probe)."""
         if sample_weight is not None:
             raise ValueError("score does not support sample_weight")
         labels = validate_label_maps(y, self.grid_size)
         return float(np.mean(self.predict(X) == labels))
 
-    # ---------------------------------------------------------------- persistence
-
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted probe exactly."""
         check_is_fitted(self, "module_")
-        tensors = {
-            f"module.{k}": v.detach().cpu().numpy() for k, v in self.module_.state_dict().items()
-        }
+        tensors = module_tensors(self.module_, "module.")
         tensors.update(
             feature_mean=self.feature_mean_,
             feature_scale=self.feature_scale_,
             classes=self.classes_,
             class_weights=self.class_weights_,
         )
-        meta = {
-            "classes_": [int(c) for c in self.classes_],
-            "n_features_in_": int(self.n_features_in_),
-            "map_side_": int(self.map_side_),
-            "n_epochs_": int(self.n_epochs_),
-            "best_epoch_": int(self.best_epoch_),
-            "history_": self.history_,
-        }
+        counts = {k: int(getattr(self, k)) for k in _FITTED_COUNTS}
+        meta = {"classes_": [int(c) for c in self.classes_], **counts, "history_": self.history_}
         return tensors, meta
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Inverse of :meth:`_fitted_state` on an unfitted instance with the same params."""
-        self.n_features_in_ = int(meta["n_features_in_"])
-        self.map_side_ = int(meta["map_side_"])
-        self.n_epochs_ = int(meta["n_epochs_"])
-        self.best_epoch_ = int(meta["best_epoch_"])
+        for key in _FITTED_COUNTS:
+            setattr(self, key, int(meta[key]))
         self.history_ = list(meta["history_"])
         self.feature_mean_ = tensors["feature_mean"]
         self.feature_scale_ = tensors["feature_scale"]
         self.classes_ = tensors["classes"].astype(np.uint8)
         self.class_weights_ = tensors["class_weights"]
         module = self._build_module(self.n_features_in_, self.map_side_, len(self.classes_))
-        state = {
-            k.removeprefix("module."): torch.from_numpy(v.copy())
-            for k, v in tensors.items()
-            if k.startswith("module.")
-        }
-        module.load_state_dict(state, strict=True)
-        self.module_ = module.to(self.device).eval()
+        self.module_ = load_module_tensors(module, tensors, "module.").to(self.device).eval()
 
 
 def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -408,10 +369,8 @@ def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 def _upsampling_multiplicities(
     codes: np.ndarray, counts: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """``(M, P)`` float32 integer multiplicities of the training (example, cell) rows ``codes``
-    ``(M, P)`` when every class with fewer rows than the largest (``counts`` ``(C,)``) is resampled
-    with replacement to the largest count; rows of the largest class are kept once each.
-    """
+    """``(M, P)`` float32 multiplicities of the (example, cell) rows ``codes`` when every class
+    smaller than the largest (``counts``) is resampled with replacement to the largest count."""
     flat = codes.ravel()
     weights = np.ones(flat.shape, dtype=np.float32)
     n_max = counts.max()
@@ -425,11 +384,9 @@ def _upsampling_multiplicities(
 class _FactorisedReluHead(torch.autograd.Function):
     """``relu(per_example[:, None] + per_cell[None]) @ weight.T + bias``, chunked and recomputed.
 
-    The ``(B, P, H)`` hidden activations are the only large tensor of the factorised MLP. Plain
-    autograd writes and re-reads them about ten times per step; here they are built a few
-    examples at a time (a chunk of about 2 MiB stays in cache), never stored, and rebuilt in
-    the backward pass. Gradients equal autograd's (the ReLU mask is ``hidden > 0``, as in
-    ``torch.relu``).
+    The ``(B, P, H)`` hidden activations (the MLP's only large tensor) are built a few examples
+    at a time so a chunk stays in cache, never stored, and rebuilt in the backward pass.
+    Gradients equal autograd's.
     """
 
     @staticmethod
@@ -463,13 +420,8 @@ class _FactorisedReluHead(torch.autograd.Function):
 
 
 def _chunk_examples(per_cell: torch.Tensor, n_examples: int) -> int:
-    """Examples per chunk of :class:`_FactorisedReluHead`.
-
-    On one CPU thread a chunk of about 1 MiB stays in the core's cache; with several threads
-    each operation must be large enough to amortise the fork/join of the thread pool (small
-    operations are very slow on a shared, contended CPU), so the chunk grows to 8 MiB per
-    thread. On a GPU the whole batch is one chunk.
-    """
+    """Examples per chunk of :class:`_FactorisedReluHead`: about 1 MiB on one CPU thread (stays in
+    cache), 8 MiB per thread with several (amortises the pool's fork/join), all on a GPU."""
     if per_cell.is_cuda:
         return n_examples
     threads = torch.get_num_threads()
@@ -481,13 +433,8 @@ class _CoordinateConditionedNet(torch.nn.Module):
     """``[act, coord] -> logits`` with a factorised first layer (see the module docstring).
 
     The first layer is ``Linear(F + K, width)`` split into ``act_weight (width, F)``,
-    ``coord_weight (width, K)`` and ``bias``, initialised exactly as that ``Linear``.
-
-    Args:
-        n_features: ``F``.
-        coordinates: ``(P, K)`` coordinate features of the queried cells.
-        n_classes: ``C``.
-        hidden_size: None for the linear family, else the MLP's hidden width ``H``.
+    ``coord_weight (width, K)`` and ``bias``, initialised as that ``Linear``. ``coordinates``:
+    ``(P, K)`` features of the queried cells; ``hidden_size``: None for the linear family.
     """
 
     def __init__(
@@ -526,32 +473,26 @@ class CoordinateCellProbe(CellProbeBase):
     """The study's coordinate-conditioned probe: ``[act, row, col] -> CellType`` at every cell.
 
     Args:
-        family: ``"linear"`` (logistic regression on ``[act, coord]``) or ``"mlp"`` (two layers,
-            ReLU).
-        hidden_size: MLP hidden width (1024 in the study); ignored by the linear family.
-        coordinates: ``"raw"`` (study: standardised row, col) or ``"onehot"``.
+        family: ``"linear"`` (logistic regression on ``[act, coord]``) or ``"mlp"`` (two layers).
+        hidden_size: MLP hidden width (1024 in the study).
+        coordinates: ``"raw"`` (the study's) or ``"onehot"``.
         grid_size: None for a general probe over the padded canvas; ``n`` for a size-specific
-            probe over the top-left ``n x n`` cells without padding.
-        classes: ``CellType`` values to predict; None takes those present in the training labels.
-        class_balance: ``"upsample"`` (study), ``"weighted_loss"`` or ``"none"``.
-        learning_rate: AdamW learning rate.
+            probe over the top-left ``n x n`` cells.
+        classes: ``CellType`` values to predict; None: those in the training labels.
+        class_balance: ``"upsample"`` (the study's), ``"weighted_loss"`` or ``"none"``.
+        learning_rate, max_epochs, batch_size, n_iter_no_change, tol: the MLP's AdamW loop
+            (:func:`goalprobe.probes.training.train_estimator`; a batch brings all its cells).
         weight_decay: AdamW weight decay (MLP); the L2 strength on the mean loss (linear).
-        max_epochs: upper bound on training epochs.
-        batch_size: examples per step (each brings all its cells).
-        early_stopping: stop on the loss of a validation split carved from the training grids.
-        validation_fraction: fraction of training grids held out for early stopping.
-        n_iter_no_change: patience, in epochs.
-        tol: minimum validation-loss improvement.
-        max_iter: L-BFGS iterations at most of the linear family (which ignores the learning
-            rate, epochs, batches and early stopping: it is fitted to convergence, seed-free).
-        materialise: run the naive reference path that builds one row per (example, cell).
-        device: torch device (``"cpu"`` or ``"cuda"``).
-        progress: show progress bars.
+        early_stopping, validation_fraction: stop on the loss of validation grids carved from
+            the training grids (MLP).
+        max_iter: L-BFGS iterations at most (linear; fitted to convergence, seed-free).
+        materialise: run the naive path that builds one row per (example, cell).
+        device, progress: torch device; progress bars.
         random_state: seed of the validation carve, upsampling draws, initialisation and batches.
 
-    Fitted attributes:
-        classes_ ``(C,)`` uint8; n_features_in_; map_side_ ``S``; feature_mean_, feature_scale_
-        ``(F,)``; class_weights_ ``(C,)``; module_; history_; n_epochs_; best_epoch_.
+    Fitted attributes: ``classes_ (C,)`` uint8, ``n_features_in_``, ``map_side_``,
+    ``feature_mean_``/``feature_scale_ (F,)``, ``class_weights_ (C,)``, ``module_``,
+    ``history_``, ``n_epochs_``, ``best_epoch_``.
     """
 
     def __init__(
@@ -586,20 +527,13 @@ class CoordinateCellProbe(CellProbeBase):
         return _CoordinateConditionedNet(n_features, coords, n_classes, hidden)
 
     def materialised_rows(self, X: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """The naive probe input of example ``rows`` of ``X``: one ``[act, coord]`` row per (example,
-        cell), ``(B * P, F + K)`` float32, example-major.
-        """
+        """The naive input of example ``rows``: ``(B * P, F + K)`` float32 ``[act, coord]`` rows,
+        example-major."""
         check_is_fitted(self, "module_")
         acts = Standardiser(self.feature_mean_, self.feature_scale_, self.device)(X, rows)
         coords = self.module_.coordinates
         n_cells = coords.shape[0]
-        return torch.cat(
-            [
-                acts.repeat_interleave(n_cells, dim=0),
-                coords.repeat(len(rows), 1),
-            ],
-            dim=1,
-        )
+        return torch.cat([acts.repeat_interleave(n_cells, dim=0), coords.repeat(len(rows), 1)], 1)
 
     def _example_logits(self, X: np.ndarray) -> Callable[[np.ndarray], torch.Tensor]:
         if not self.materialise:
@@ -637,13 +571,10 @@ class CoordinateCellProbe(CellProbeBase):
 class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
     """Control probe that ignores activations: training class frequencies.
 
-    Args:
-        strategy: ``"per_cell"`` (frequencies at each cell: the stronger, honest baseline for a
-            padded canvas) or ``"global"`` (one distribution for every cell: the majority class).
-        grid_size: as in :class:`CoordinateCellProbe`.
-
-    Fitted attributes:
-        classes_ ``(C,)`` uint8; frequencies_ ``(S, S, C)`` float32; n_features_in_; map_side_.
+    ``strategy``: ``"per_cell"`` (frequencies at each cell: the stronger baseline on a padded
+    canvas) or ``"global"`` (one distribution for every cell); ``grid_size`` as in
+    :class:`CoordinateCellProbe`. Fitted: ``classes_``, ``frequencies_ (S, S, C)``,
+    ``n_features_in_``, ``map_side_``.
     """
 
     def __init__(

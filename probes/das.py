@@ -30,21 +30,18 @@ from goalprobe.probes.patching.experiment import PreparedPair
 
 @dataclass(frozen=True)
 class DasConfig:
-    """How to train a subspace.
-
-    Attributes:
-        block: the decoder block whose output is interchanged at the anchors.
-        rank: the subspace's dimension ``k``.
-        steps: passes over the training pairs.
-        learning_rate: Adam's step size.
-        seed: the initial basis's seed.
-    """
+    """How to train a subspace."""
 
     block: int = 2
+    """The decoder block whose output is interchanged at the anchors."""
     rank: int = 1
+    """The subspace's dimension ``k``."""
     steps: int = 30
+    """Passes over the training pairs."""
     learning_rate: float = 0.02
+    """Adam's step size."""
     seed: int = 0
+    """The initial basis's seed."""
 
     def __post_init__(self) -> None:
         if self.rank < 1 or self.steps < 1 or self.learning_rate <= 0:
@@ -87,7 +84,7 @@ def interchange_patch(pair: PreparedPair, block: int, basis: torch.Tensor | None
 
 
 def _training_items(pairs: Sequence[PreparedPair], backend: ResidualBackend, block: int):
-    """Per pair: ``(prefix KV cache source, suffix ids, target ids, loss rows, h_base, h_cf)``."""
+    """Per pair: ``(prefix ids, suffix ids, first loss row, h_base, h_cf)``."""
     items = []
     for pair in pairs:
         prompt = np.asarray(pair.base.prompt_ids, dtype=np.int64)
@@ -106,11 +103,8 @@ def train_subspace(
     *,
     progress=None,
 ) -> tuple[torch.Tensor, list[float]]:
-    """Train ``W`` on ``pairs`` (the hooks backend's model; parameters frozen, restored).
-
-    Returns:
-        ``(basis (rank, d_model), mean loss per step)``.
-    """
+    """Train ``W`` on ``pairs`` with the hooks backend's model frozen; returns ``(basis (rank,
+    d_model), mean loss per step)``."""
     from goalprobe.activations.capture.gradients import gradient_mode
 
     if not pairs:
@@ -129,13 +123,8 @@ def train_subspace(
         if hidden.shape[1] < 3 or "basis" not in current:
             return None
         own = hidden[0, :3]
-        new = torch.cat(
-            [
-                interchange(own, current["cf"].to(own.dtype), current["basis"].to(own.dtype))[None],
-                hidden[:, 3:],
-            ],
-            dim=1,
-        )
+        mixed = interchange(own, current["cf"].to(own.dtype), current["basis"].to(own.dtype))
+        new = torch.cat([mixed[None], hidden[:, 3:]], dim=1)
         return (new, *output[1:]) if isinstance(output, tuple) else new
 
     handle = block.register_forward_hook(hook)
@@ -186,10 +175,9 @@ def natural_r2(
     folds: int = 5,
     seed: int = 0,
 ) -> float:
-    """Cross-validated R^2 of the subspace coordinates of natural ``activations`` (``N x d``,
-    one state per grid) predicted from one-hot ``labels`` (``N x m`` categorical codes, e.g.
-    the agent's and goal's rows and columns): near 0 for a subspace that does not vary with the
-    variable on natural inputs."""
+    """Cross-validated R^2 of the subspace coordinates of natural ``activations (N, d)``
+    predicted from one-hot categorical ``labels (N, m)`` (e.g. the agent's and goal's rows and
+    columns): near 0 for a subspace that does not vary with the variable."""
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, cross_val_predict
     from sklearn.preprocessing import OneHotEncoder

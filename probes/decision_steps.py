@@ -28,14 +28,8 @@ DECISION_STEPS_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True, eq=False)
 class ChunkLens:
-    """One reasoning chunk of a step.
-
-    Attributes:
-        end: offset of its last token from the reasoning's first token.
-        fraction: ``(end + 1) / reasoning length``.
-        text: its decoded text.
-        probs: ``(L, 4)`` the lens's distribution over ``UP, DOWN, LEFT, RIGHT`` per block.
-    """
+    """One reasoning chunk of a step: the offset of its last token in the reasoning, ``(end +
+    1) / reasoning length``, its text and ``probs (L, 4)`` the lens per block."""
 
     end: int
     fraction: float
@@ -49,15 +43,8 @@ class ChunkLens:
 
 @dataclass(frozen=True, eq=False)
 class StepLensRecord:
-    """The lens on one step along its reasoning.
-
-    Attributes:
-        grid_id, episode, step: the trajectory step.
-        action: the answered action.
-        reasoning_tokens: tokens of its reasoning.
-        chunks: its chunks in order.
-        answer: ``(L, 4)`` the lens at the position predicting the answer's action token.
-    """
+    """The lens on one step along its reasoning; ``answer (L, 4)``: the lens at the position
+    predicting the answer's action token."""
 
     grid_id: str
     episode: int
@@ -75,12 +62,8 @@ class StepLensRecord:
 
 @dataclass(frozen=True)
 class DecisionSteps:
-    """A per-step lens file read back.
-
-    Attributes:
-        agent: the agent's model name; chunk: reasoning tokens per chunk; layers: blocks read.
-        steps: ``(grid_id, episode, step) -> record``.
-    """
+    """A per-step lens file read back (``chunk``: reasoning tokens per chunk; ``layers``: blocks
+    read; ``steps``: ``(grid_id, episode, step) -> record``)."""
 
     agent: str
     chunk: int
@@ -90,15 +73,8 @@ class DecisionSteps:
 
 def chunk_texts(decode, reasoning_ids: Sequence[int], ends: Sequence[int]) -> list[str]:
     """The decoded text of each chunk ending at offsets ``ends`` (ascending) of
-    ``reasoning_ids``: the growth of the decoded prefix, so the texts concatenate to
-    ``decode(reasoning_ids[: ends[-1] + 1])`` (a character split between chunks goes to the
-    chunk where it is complete).
-
-    Args:
-        decode: ``ids -> str`` (a tokenizer's ``decode``).
-        reasoning_ids: the reasoning's token ids.
-        ends: the chunks' last offsets.
-    """
+    ``reasoning_ids``: the growth of the ``decode``d prefix, so the texts concatenate to the
+    whole (a character split between chunks goes to the chunk where it is complete)."""
     out, before = [], ""
     for i, end in enumerate(ends):
         text = decode(list(reasoning_ids[: end + 1]))
@@ -121,15 +97,7 @@ def step_record(
     texts: Sequence[str],
     probs: np.ndarray,
 ) -> dict:
-    """One step's line.
-
-    Args:
-        key: ``(grid_id, episode, step)``.
-        action: the answered action.
-        reasoning_tokens: length of the reasoning in tokens.
-        ends, fractions, texts: per chunk (:func:`chunk_texts`).
-        probs: ``(L, C + 1, 4)`` the lens at the chunk ends and, last, at the answer position.
-    """
+    """One step's line; ``probs (L, C + 1, 4)``: the lens at the chunk ends, then at the answer."""
     probs = np.asarray(probs, dtype=np.float64)
     if probs.ndim != 3 or probs.shape[1] != len(ends) + 1 or probs.shape[2] != len(Action):
         raise ValueError(f"probs must be (L, {len(ends) + 1}, 4), got {probs.shape}")
@@ -180,11 +148,7 @@ def write_decision_steps(
 
 
 def read_decision_steps(path: str | Path) -> DecisionSteps:
-    """Read a file written by :func:`write_decision_steps`.
-
-    Raises:
-        ValueError: not this schema or version, or a line that does not hold a step.
-    """
+    """Read a file written by :func:`write_decision_steps` (ValueError on a bad schema or line)."""
     p = Path(path)
     lines = p.read_text(encoding="utf-8").splitlines()
     if not lines:

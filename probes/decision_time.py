@@ -24,15 +24,8 @@ PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 @dataclass(frozen=True)
 class StepLens:
-    """The lens on one step.
-
-    Attributes:
-        grid_id: the step's grid (intervals resample grids).
-        action: the answered action (0..3).
-        fractions: ``(C,)`` reasoning progress of each chunk end.
-        chunks: ``(n_layers, C, 4)`` the lens at the chunk ends.
-        answer: ``(n_layers, 4)`` the lens at the answer position.
-    """
+    """The lens on one step: ``chunks (n_layers, C, 4)`` at the chunk ends (reasoning progress
+    ``fractions (C,)``), ``answer (n_layers, 4)`` at the answer, and the answered action."""
 
     grid_id: str
     action: int
@@ -42,8 +35,7 @@ class StepLens:
 
 
 def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids) -> dict:
-    """A share over steps with :func:`grid_bootstrap_ratio`'s interval (cluster-adjusted
-    Clopper-Pearson where ``hits`` are 0/1 counts: honest at 0% and 100%)."""
+    """A share over steps with :func:`grid_bootstrap_ratio`'s interval."""
     keep = weight > 0
     if not keep.any():  # no step has a chunk end in this bin
         return Estimate(None, n=0).to_dict()
@@ -60,16 +52,10 @@ def _rate(boot: GridBootstrap, hits: np.ndarray, weight: np.ndarray, ids) -> dic
 def decision_curves(
     steps: Sequence[StepLens], *, n_resamples: int = 1000, random_state: int = 0
 ) -> dict:
-    """Curves of the lens's agreement with the final action.
-
-    Returns:
-        ``answer_by_layer``: per layer, the share of steps whose lens top choice at the answer
-        position is the answered action; ``progress_by_layer``: per layer and progress bin, the
-        share over the chunk ends in that bin (each step weighs one per bin it has chunks in);
-        ``first_stable``: at the last layer, the reasoning progress from which the final action
-        stays the top choice (quartiles over the steps where it is the top choice at the end);
-        ``majority``: the majority action's share (the baseline); ``chance``: 0.25.
-    """
+    """Curves of the lens's agreement with the final action: ``answer_by_layer`` (at the answer
+    position), ``progress_by_layer`` (per progress bin, each step weighing one per bin it has
+    chunks in), ``first_stable`` (quartiles of the progress from which the final action stays
+    the last layer's top choice), ``majority`` (the baseline) and ``chance`` (0.25)."""
     if not steps:
         raise ValueError("no steps to read")
     ids = [s.grid_id for s in steps]
@@ -78,15 +64,10 @@ def decision_curves(
     n_layers = steps[0].answer.shape[0]
     majority_action = int(np.bincount(actions, minlength=4).argmax())
     ones = np.ones(len(steps))
-    answer = [
-        _rate(
-            boot,
-            np.asarray([s.answer[layer].argmax() == s.action for s in steps], float),
-            ones,
-            ids,
-        )
-        for layer in range(n_layers)
-    ]
+    tops = np.asarray(
+        [[s.answer[layer].argmax() == s.action for s in steps] for layer in range(n_layers)], float
+    )
+    answer = [_rate(boot, hits, ones, ids) for hits in tops]
     edges = (0.0, *PROGRESS_BINS)
     progress = []
     for layer in range(n_layers):
@@ -132,8 +113,8 @@ def bin_positions(fractions: np.ndarray) -> list[int | None]:
 
 
 def action_probe():
-    """The read-out of a discrete target (an action, a first move): a logistic regression on
-    standardised features (fixed in advance, never tuned on test)."""
+    """The read-out of a discrete target: a logistic regression on standardised features
+    (fixed in advance)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -157,34 +138,20 @@ def readout_curves(
     """Decode a target from the residual stream at each layer and progress bin.
 
     Args:
-        features: ``(N, L, B, d)`` the residual stream at each bin's position.
-        present: ``(N, B)`` bool, whether the row has a position in the bin.
-        actions: the target: ``(N,)`` classes (the answered action, the plan's first move) or
-            ``(N, k)`` (a cell's ``(row, col)``); a prediction is a hit when every column
-            matches.
-        grid_ids: ``(N,)``; intervals resample the test grids.
-        train: ``(N,)`` bool, a split by grid.
-        baselines: name -> predictions shaped like ``actions`` of a predictor that needs no
-            activation (e.g. the majority action, the optimal policy on the true grid, a
-            state-only decoder), each fitted on the training rows only.
-        estimator: a factory of a fresh scikit-learn estimator (default :func:`action_probe`;
-            for cells, :class:`goalprobe.probes.position.PositionProbe`).
-        baseline_rates: name -> ``(N,)`` probability that a random predictor is right on each
-            row (e.g. a uniform guess among the open cells,
-            :func:`goalprobe.probes.baselines.uniform_top1`), compared like ``baselines``.
-        n_resamples, random_state: the intervals.
+        features: ``(N, L, B, d)`` the residual stream at each bin's position (``present (N,
+            B)``: the row has one).
+        actions: ``(N,)`` classes or ``(N, k)`` (a cell's ``(row, col)``: a hit when every column
+            matches).
+        train: ``(N,)`` bool, a split by grid; intervals resample the test grids.
+        baselines: name -> predictions needing no activation, fitted on the training rows.
+        estimator: a factory of a fresh scikit-learn estimator.
+        baseline_rates: name -> ``(N,)`` probability that a random predictor is right.
 
-    Returns:
-        ``baselines`` (test accuracy of each with its interval), ``strongest`` (its name) and
-        ``by_layer`` (per layer, per bin: the probe's test accuracy, its margin over the
-        strongest baseline on the same rows with a paired interval, Bonferroni-adjusted over the
-        ``family`` of every layer x bin from at least :data:`TAIL_RESAMPLES` resamples, and
-        the verdict: ``yes`` when that interval lies above
-        0, ``no`` when not, ``undecided`` without one). Where the paired differences are 0/1
-        (the baseline never hits where the probe misses) the margin's interval is the same
-        cluster-adjusted Clopper-Pearson interval, as in :func:`goalprobe.probes.plan_baselines.
-        prefix_verdicts`. Accuracies carry the cluster-adjusted
-        Clopper-Pearson interval (:func:`grid_bootstrap_ratio`: honest at 0% and 100%).
+    Returns ``baselines`` (test accuracy of each), ``strongest`` and ``by_layer`` (per layer
+    and bin: the probe's test accuracy and its paired margin over the strongest baseline,
+    Bonferroni-adjusted over the ``family`` of every layer x bin, with the verdict ``yes``
+    when that interval lies above 0, ``no`` when not, ``undecided`` without one). Accuracies
+    carry :func:`grid_bootstrap_ratio`'s intervals.
     """
     train = np.asarray(train, dtype=bool)
     test = ~train
@@ -233,14 +200,7 @@ def readout_curves(
             )
             low = margin["ci_low"]
             verdict = "undecided" if low is None else ("yes" if low > 0 else "no")
-            row.append(
-                {
-                    "bin": b,
-                    **accuracy,
-                    "margin_over_strongest": margin,
-                    "verdict": verdict,
-                }
-            )
+            row.append({"bin": b, **accuracy, "margin_over_strongest": margin, "verdict": verdict})
         by_layer.append(row)
     return {
         "baselines": base,
@@ -252,9 +212,8 @@ def readout_curves(
 
 
 TAIL_RESAMPLES = 20_000
-"""Fewest resamples of a Bonferroni-adjusted margin interval: its bound is a far tail quantile
-(0.05 / 42 at 3 layers x 7 bins), which 1,000 resamples leave to a handful of draws (issue 40:
-the lower bound moved 0.217-0.308 across bootstrap seeds)."""
+"""Fewest resamples of a Bonferroni-adjusted margin interval (its bound is a far tail quantile,
+which 1,000 resamples leave to a handful of draws)."""
 
 
 def _summary(stat: dict) -> dict:

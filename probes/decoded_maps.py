@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,33 +24,14 @@ from goalprobe.probes.serialization import check_schema
 DECODED_MAPS_SCHEMA = "goalprobe.decoded_maps"
 """``schema`` attribute of a decoded-maps HDF5 file."""
 DECODED_MAPS_SCHEMA_VERSION = 3
-"""Version of the decoded-maps HDF5 layout. Version 2 has the optional ``agent_probs`` /
-``goal_probs`` datasets (the position probes' cell distributions) and the ``readout`` attribute
-(:class:`goalprobe.probes.decoder.Readout`); version 3 adds the optional ``wall_source`` dataset
-(which read-out gave each cell's wall probability, :data:`goalprobe.probes.decoder.WALL_SOURCES`)
-and the readout's ``walls``, ``wall_probe``, ``agent_wall_probe``. Version 2 still reads (every
-wall from the cell probe); version 1 never shipped and is refused."""
+"""Version of the decoded-maps HDF5 layout (docs/formats.md); version 2 (no ``wall_source``)
+still reads."""
 
 
 @dataclass(frozen=True)
 class DecodedMaps:
-    """Decoded cognitive maps read back from HDF5.
-
-    Attributes:
-        probs: ``(N, S, S, C)`` float16 class probabilities.
-        row_ids: ``(N,)`` int64 store rows they were decoded from.
-        classes: ``(C,)`` uint8 ``CellType`` of each probability column.
-        card: the card of the probe that decoded them.
-        schema_version: the file's schema version.
-        agent, goal: ``(N, S, S)`` float16 cell distributions of the agent and the goal (the
-            position probes' read-out), or None (read from the cell probe's channels).
-        readout: which read-out produced each part
-            (:class:`goalprobe.probes.decoder.Readout`).
-        attrs: the optional ``role`` / ``trained_on`` attributes.
-        wall_source: ``(N, S, S)`` uint8 code of the read-out that gave each cell's wall
-            probability (:data:`goalprobe.probes.decoder.WALL_SOURCES`), or None (version < 3,
-            or every wall from the cell probe).
-    """
+    """Decoded cognitive maps read back from HDF5 (the arguments of :func:`write_decoded_maps`;
+    ``classes`` from the card, ``attrs`` the optional ``role`` / ``trained_on``)."""
 
     probs: np.ndarray
     row_ids: np.ndarray
@@ -75,24 +57,17 @@ def write_decoded_maps(
     wall_source: np.ndarray | None = None,
     **attrs,
 ) -> Path:
-    """Write decoded maps to HDF5 (schema version 3).
+    """Write decoded maps to HDF5; returns ``path``.
 
     Args:
-        path: output file.
         probs: ``(N, S, S, C)`` probabilities (stored as float16).
         row_ids: ``(N,)`` int store rows the maps were decoded from.
-        card: the decoding probe's card (:func:`probe_card` or :func:`read_probe_card`); its
-            ``fitted.classes_`` names the ``CellType`` of each probability column.
-        agent, goal: optional ``(N, S, S)`` cell distributions of the agent and the goal
-            (the position probes' read-out).
-        readout: a :class:`goalprobe.probes.decoder.Readout` (None: every part from the
-            cell probe).
+        card: the decoding probe's card; its ``fitted.classes_`` names each column's ``CellType``.
+        agent, goal: optional ``(N, S, S)`` cell distributions (the position probes' read-out).
+        readout: a :class:`goalprobe.probes.decoder.Readout` (None: all from the cell probe).
         wall_source: optional ``(N, S, S)`` uint8 code of each cell's wall read-out
             (:data:`goalprobe.probes.decoder.WALL_SOURCES`).
         **attrs: further scalar attributes (``role``, ``trained_on``).
-
-    Returns:
-        ``path``.
     """
     import h5py
     from goalprobe.probes.serialization import _json_ready
@@ -111,13 +86,11 @@ def write_decoded_maps(
             f"card['fitted']['classes_'] must list the CellType of each of the {p.shape[3]} "
             "probability columns; pass the card of the probe that decoded them"
         )
-    from goalprobe.probes.decoder import Readout
+    from goalprobe.probes.decoder import WALL_SOURCES, Readout
 
     for name, extra in (("agent", agent), ("goal", goal), ("wall_source", wall_source)):
         if extra is not None and np.shape(extra) != p.shape[:3]:
             raise ValueError(f"{name} must have shape {p.shape[:3]}, got {np.shape(extra)}")
-    from goalprobe.probes.decoder import WALL_SOURCES
-
     if wall_source is not None and np.max(wall_source, initial=0) >= len(WALL_SOURCES):
         raise ValueError(f"wall_source codes must lie below {len(WALL_SOURCES)}")
     out = Path(path)
@@ -157,11 +130,8 @@ def write_decoded_maps(
 
 
 def decoded_map_family(card: dict) -> str:
-    """Short label of the decoding probe (file attribute ``family``, used by the viewer).
-
-    ``"mlp"`` / ``"linear"`` for the study's coordinate-conditioned probe, ``"per_cell_mlp"`` /
-    ``"per_cell_linear"`` for per-cell probes, ``"majority"`` for the baseline.
-    """
+    """Short label of the decoding probe (attribute ``family``): ``"mlp"``/``"linear"``,
+    ``"per_cell_mlp"``/``"per_cell_linear"`` or ``"majority"``."""
     family = (card.get("hyperparameters") or {}).get("family")
     name = card.get("class")
     if name == "MajorityCellBaseline":
@@ -171,23 +141,27 @@ def decoded_map_family(card: dict) -> str:
     return str(family or name or "probe")
 
 
-def _check_decoded_maps(f, p: Path) -> int:
-    """The schema version of an open decoded-maps file (schema, version and datasets checked)."""
-    version = check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), p)
-    for name in ("probs", "row_ids"):
-        if name not in f:
-            raise ValueError(f"{p}: missing dataset {name!r}")
-    return version
+@contextmanager
+def _opened(path: str | Path):
+    """The decoded-maps file at ``path`` open for reading, its schema, version and datasets
+    checked."""
+    import h5py
+
+    with h5py.File(Path(path), "r") as f:
+        check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), path)
+        for name in ("probs", "row_ids"):
+            if name not in f:
+                raise ValueError(f"{path}: missing dataset {name!r}")
+        yield f
 
 
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
     """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
-    import h5py
     from goalprobe.probes.decoder import Readout
 
     p = Path(path)
-    with h5py.File(p, "r") as f:
-        version = _check_decoded_maps(f, p)
+    with _opened(p) as f:
+        version = int(f.attrs["schema_version"])
         probs = f["probs"][...]
         row_ids = f["row_ids"][...]
         classes = np.asarray(f.attrs["classes"], dtype=np.uint8)
@@ -205,34 +179,15 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
             f"{p}: probs {probs.shape}, row_ids {row_ids.shape} and {len(classes)} classes disagree"
         )
     return DecodedMaps(
-        probs=probs,
-        row_ids=row_ids,
-        classes=classes,
-        card=card,
-        schema_version=version,
-        agent=agent,
-        goal=goal,
-        readout=readout,
-        attrs=extra,
-        wall_source=wall_source,
+        probs, row_ids, classes, card, version, agent, goal, readout, extra, wall_source
     )
 
 
 @dataclass(frozen=True)
 class DecodedMapsInfo:
-    """What a decoded-maps file holds, from its attributes (no probabilities read).
-
-    Attributes:
-        stage: the activations' stage (as written: ``"pre"``, ``"post_reasoning"``, ...), None
-            when neither the attributes nor the card name it.
-        layer: residual-stream layer, None when recorded nowhere.
-        family: probe family (:func:`decoded_map_family`).
-        classes: ``(C,)`` ``CellType`` of each probability column.
-        shape: shape of ``probs``, ``(N, S, S, C)``.
-        card: the decoding probe's card.
-        role: the optional ``role`` attribute (``"headline"``: the maps scoring uses by
-            default, decoded by :mod:`goalprobe.probes.decoder` with the position probes).
-    """
+    """What a decoded-maps file holds, from its attributes (no probabilities read): stage and
+    layer (None when recorded nowhere), :func:`decoded_map_family`, classes, the shape of
+    ``probs``, the card, and ``role`` (``"headline"``: the maps scoring uses by default)."""
 
     stage: str | None
     layer: int | None
@@ -244,20 +199,10 @@ class DecodedMapsInfo:
 
 
 def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
-    """The stage, layer, family and classes of a decoded-maps file (schema and version checked).
-
-    Files written before ``stage``, ``layer`` and ``family`` became attributes name them in the
-    probe card (``activations``, ``hyperparameters``); both are read.
-
-    Raises:
-        ValueError: the schema or version is not this module's, a dataset is missing, the card
-            is not JSON, or shapes and classes disagree.
-    """
-    import h5py
-
+    """:class:`DecodedMapsInfo` of a file (the card's ``activations`` and ``hyperparameters``
+    where the attributes are absent); ValueError on a bad schema, dataset, card or shape."""
     p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(p) as f:
         shape = tuple(int(n) for n in f["probs"].shape)
         try:
             card = json.loads(f.attrs.get("probe_card", "{}"))
@@ -287,38 +232,25 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
 
 def read_decoded_row_ids(path: str | Path) -> np.ndarray:
     """``(N,)`` int64 store rows of a decoded-maps file (schema and version checked)."""
-    import h5py
-
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         return np.asarray(f["row_ids"][()], dtype=np.int64)
 
 
 def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, S, S, C)`` probabilities at file positions ``positions`` (any order, repeats
     allowed), reading only those rows."""
-    import h5py
-
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         return read_rows(f["probs"], positions)
 
 
 def read_decoded_readouts(
     path: str | Path, positions: Sequence[int] | np.ndarray
 ) -> tuple[np.ndarray | None, np.ndarray | None, object]:
-    """``(agent (P, S, S) or None, goal (P, S, S) or None, readout)``: the position probes' cell
-    distributions at file positions ``positions`` (None where the file has none: maps decoded
-    with the cell probe only) and the file's
-    :class:`goalprobe.probes.decoder.Readout`, reading only those rows."""
-    import h5py
+    """``(agent, goal, readout)``: the position probes' ``(P, S, S)`` distributions at file
+    ``positions`` (None where the file has none) and the file's ``Readout``."""
     from goalprobe.probes.decoder import Readout
 
-    p = Path(path)
-    with h5py.File(p, "r") as f:
-        _check_decoded_maps(f, p)
+    with _opened(path) as f:
         agent = read_rows(f["agent_probs"], positions) if "agent_probs" in f else None
         goal = read_rows(f["goal_probs"], positions) if "goal_probs" in f else None
         readout = Readout.from_json(f.attrs.get("readout"))
@@ -339,28 +271,16 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-# --------------------------------------------------------------------------------------------
-# Step maps
-
-
 STEP_MAPS_SCHEMA = "goalprobe.step_maps"
 """``schema`` attribute of a step-maps HDF5 file (decoded maps keyed by trajectory step)."""
 STEP_MAPS_SCHEMA_VERSION = 2
-"""Version of the step-maps HDF5 layout: 2 adds optional ``agent_probs`` / ``goal_probs`` and the
-``readout`` attribute, as decoded maps' version 2; version 1 never shipped and is refused."""
+"""Version of the step-maps HDF5 layout (docs/formats.md)."""
 
 
 @dataclass(frozen=True, eq=False)
 class StepMaps:
-    """Decoded maps of trajectory steps read back from HDF5 (:func:`read_step_maps`).
-
-    Attributes:
-        probs: ``(N, S, S, C)`` float16 class probabilities.
-        grid_id, episode, step: ``(N,)`` the trajectory step of each map.
-        classes: ``(C,)`` uint8 ``CellType`` of each probability column.
-        attrs: the file's other attributes (``stage``, ``layer``, ``probe``, ``readout``, ...).
-        agent, goal: ``(N, S, S)`` position read-outs, or None (none written).
-    """
+    """Decoded maps of trajectory steps read back from HDF5 (the arguments of
+    :func:`write_step_maps`, ``grid_id``/``episode``/``step`` ``(N,)`` each)."""
 
     probs: np.ndarray
     grid_id: np.ndarray
@@ -389,19 +309,10 @@ def write_step_maps(
     goal: np.ndarray | None = None,
     **attrs,
 ) -> Path:
-    """Write decoded maps keyed by trajectory step (for maps decoded outside the activation
-    store's rows, e.g. the false-belief episodes' visited states).
-
-    Args:
-        path: output file.
-        keys: ``(N,)`` ``(grid_id, episode, step)`` of each map.
-        probs: ``(N, S, S, C)`` probabilities (stored as float16).
-        classes: ``(C,)`` the ``CellType`` of each probability column.
-        agent, goal: optional ``(N, S, S)`` cell distributions (the position probes').
-        **attrs: further scalar attributes (``stage``, ``layer``, ``probe``, ``readout``).
-
-    Returns:
-        ``path``.
+    """Write decoded maps keyed by ``(grid_id, episode, step)`` (maps decoded outside the
+    activation store's rows, e.g. the false-belief episodes' visited states); ``probs``,
+    ``classes``, ``agent``, ``goal`` as :func:`write_decoded_maps`, ``attrs`` scalar attributes
+    (``stage``, ``layer``, ``probe``, ``readout``). Returns ``path``.
     """
     import h5py
 

@@ -3,19 +3,15 @@
 A decoded map has three parts:
 
 - **cells** (walls, keys, doors, harm cells): the cell-type probe's class probabilities
-  ``probs (N, S, S, len(CellType))``; the decoded walls are the cells whose most likely class is
-  ``WALL`` (:func:`goalprobe.probes.scoring.belief.decoded_walls`);
+  ``probs (N, S, S, len(CellType))``, walls optionally from the wall probes
+  (:func:`combine_walls`);
 - **agent** and **goal**: the position probes' cell distributions ``(N, S, S)``
-  (:meth:`goalprobe.probes.position.PositionProbe.cell_proba`: ``P(row) P(col)`` within the
-  grid), whose argmax is the one decoded agent (goal) cell and whose top-k cells are the top-k
-  analysis's candidates. The cell probe's argmax ``P(AGENT)`` finds the agent on a few percent of
-  grids, the position probes (a read-out made for localisation) on most.
+  (:meth:`goalprobe.probes.position.PositionProbe.cell_proba`), whose argmax is the decoded
+  cell. The cell probe's argmax ``P(AGENT)`` finds the agent on a few percent of grids, the
+  position probes (a read-out made for localisation) on most.
 
-:func:`decode_rows` is the one place a decoded map is made from activations; the probes stage
-(the rollouts' maps scored by ``goalprobe score``), the false-belief and intention stages (maps of
-prompt-only states) and the viewer (which reads the files) all go through it. :data:`READOUTS`
-names what produced each part; decoded-map files record it (``readout`` attribute, decoded-map
-schema 2, :func:`goalprobe.probes.serialization.write_decoded_maps`).
+:func:`decode_rows` is the one place a decoded map is made from activations; :class:`Readout`
+names what produced each part and decoded-map files record it.
 """
 
 from __future__ import annotations
@@ -32,11 +28,9 @@ CELL_READOUT = "cell probe"
 POSITION_READOUT = "position probe"
 """Read-out name of a part taken from a position probe."""
 CONDITIONAL_READOUT = "conditional wall probe"
-"""Read-out name of walls from :class:`goalprobe.probes.wall_test.ConditionalWallProbe`
-(absolute frame)."""
+"""Read-out name of walls from the absolute-frame ``ConditionalWallProbe``."""
 AGENT_CENTRED_READOUT = "agent-centred wall probe"
-"""Read-out name of walls from the agent-centred :class:`~goalprobe.probes.wall_test
-.ConditionalWallProbe` (``frame="agent"``), near the decoded agent."""
+"""Read-out name of walls from the agent-frame ``ConditionalWallProbe``, near the agent."""
 WALL_SOURCES = (CELL_READOUT, CONDITIONAL_READOUT, AGENT_CENTRED_READOUT)
 """Codes of the per-cell ``wall_source`` map (decoded-map schema 3): index = code."""
 
@@ -48,8 +42,7 @@ class Readout:
     cells: str = CELL_READOUT
     """Walls, keys, doors, harm cells: the cell-type probe (argmax class)."""
     agent: str = CELL_READOUT
-    """The agent's cell: ``position probe`` (its cell distribution) or ``cell probe`` (argmax
-    ``P(AGENT)``, the study's read-out and every schema-1 file's)."""
+    """The agent's cell: ``position probe`` or ``cell probe`` (argmax ``P(AGENT)``, the study's)."""
     goal: str = CELL_READOUT
     """The goal's cell, as ``agent``."""
     cell_probe: str | None = None
@@ -59,8 +52,7 @@ class Readout:
     goal_probe: str | None = None
     """The goal position probe's card, when it gave the goal."""
     walls: str = CELL_READOUT
-    """The wall probability: ``cell probe``, or ``conditional wall probe`` /
-    ``agent-centred wall probe`` cell by cell (the ``wall_source`` map says which)."""
+    """The wall probability: ``cell probe``, or the wall probes cell by cell (``wall_source``)."""
     wall_probe: str | None = None
     """The absolute conditional wall probe's card, when it gave walls."""
     agent_wall_probe: str | None = None
@@ -72,7 +64,7 @@ class Readout:
 
     @classmethod
     def from_json(cls, text: str | None) -> Readout:
-        """Read the file attribute (None: the cell read-out of schema-1 files)."""
+        """Read the file attribute (None: every part from the cell probe)."""
         if not text:
             return cls()
         return cls(**json.loads(text))
@@ -80,17 +72,9 @@ class Readout:
 
 @dataclass(frozen=True, eq=False)
 class DecodedArrays:
-    """Decoded maps of ``N`` rows.
-
-    Attributes:
-        probs: ``(N, S, S, len(CellType))`` float32 cell-type probabilities (every
-            ``CellType`` column, zero where the probe lacks the class).
-        agent: ``(N, S, S)`` float32 distribution of the agent's cell, or None (read from
-            ``probs[..., AGENT]``).
-        goal: ``(N, S, S)`` float32 distribution of the goal's cell, or None.
-        readout: what produced each part.
-        wall_source: see the field.
-    """
+    """Decoded maps of ``N`` rows: ``probs (N, S, S, len(CellType))`` float32 (zero where the
+    probe lacks a class), the agent's and goal's ``(N, S, S)`` cell distributions (None: read
+    from ``probs``) and the :class:`Readout`."""
 
     probs: np.ndarray
     agent: np.ndarray | None
@@ -110,15 +94,8 @@ class DecodedArrays:
 
 
 def full_class_probs(probs: np.ndarray, classes) -> np.ndarray:
-    """Put a probe's probability columns at their ``CellType`` index.
-
-    Args:
-        probs: ``(..., C)`` probabilities, column ``j`` for class ``classes[j]``.
-        classes: ``(C,)`` ``CellType`` values.
-
-    Returns:
-        ``(..., len(CellType))`` float32, zero for classes the probe does not predict.
-    """
+    """``(..., len(CellType))`` float32: a probe's ``(..., C)`` columns at their ``classes``'
+    ``CellType`` index, zero for classes the probe does not predict."""
     probs = np.asarray(probs)
     out = np.zeros((*probs.shape[:-1], len(CellType)), dtype=np.float32)
     out[..., np.asarray(list(classes), dtype=np.int64)] = probs
@@ -137,20 +114,10 @@ def decode_rows(
     agent_wall_probe: Any = None,
     densities: np.ndarray | None = None,
 ) -> DecodedArrays:
-    """Decode anchor activations into maps: cells from ``cell_probe``, agent and goal from the
-    position probes when given (else the cell probe's channels), and walls from the wall probes
-    when given (:func:`combine_walls`: the agent-centred read-out near the decoded agent, the
-    conditional probe's elsewhere).
-
-    Args:
-        cell_probe: a fitted cell-type probe (``predict_proba -> (N, S, S, C)``, ``classes_``).
-        acts: ``(N, ...)`` anchor activations of the probes' stage and layer.
-        sizes: ``(N,)`` the grid side of each row (the position distributions live inside it).
-        agent_probe, goal_probe: fitted :class:`goalprobe.probes.position.PositionProbe`, or None.
-        readout: card paths to record (the read-out names are filled in here).
-        wall_probe, agent_wall_probe: fitted :class:`goalprobe.probes.wall_test
-            .ConditionalWallProbe` of the absolute and the agent frame, or None.
-        densities: ``(N,)`` the grids' densities (the wall probes' prior), needed with them.
+    """Decode anchor activations ``acts`` of grids of side ``sizes`` into maps: cells from
+    ``cell_probe``, agent and goal from the position probes when given (else the cell probe's
+    channels), and walls from the absolute- and agent-frame wall probes when given
+    (:func:`combine_walls`; they need ``densities``). ``readout``: card paths to record.
     """
     probs = full_class_probs(cell_probe.predict_proba(acts), [int(c) for c in cell_probe.classes_])
     canvas = probs.shape[1]
@@ -215,15 +182,9 @@ def decoded_classes(
     agent: np.ndarray | None = None,
     goal: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``(n, n)`` ``CellType`` picture of a decoded map: the cell probe's argmax class, except
-    that where a read-out is given its top-1 cell is the one agent (goal) cell and the cell
-    probe's ``AGENT`` (``GOAL``) class is left out of the argmax elsewhere.
-
-    Args:
-        probs: ``(S, S, len(CellType))`` cell-type probabilities.
-        size: the grid side n.
-        agent, goal: ``(S, S)`` read-out distributions, or None.
-    """
+    """``(n, n)`` ``CellType`` picture of a decoded map ``probs (S, S, len(CellType))``: the
+    argmax class, except that where an ``(S, S)`` agent (goal) read-out is given its top-1 cell
+    is the one agent (goal) cell and that class is left out of the argmax elsewhere."""
     p = np.array(np.asarray(probs, dtype=np.float64)[:size, :size], copy=True)
     for cell_type, readout in ((CellType.AGENT, agent), (CellType.GOAL, goal)):
         if readout is not None:
@@ -248,17 +209,9 @@ def combine_walls(
     Chebyshev ``radius`` of the decoded agent the agent-centred probe's, elsewhere in the grid the
     conditional (absolute) probe's; the other classes keep their proportions.
 
-    Args:
-        probs: ``(N, S, S, len(CellType))`` cell-type probabilities.
-        sizes: ``(N,)`` grid sides (cells outside keep the cell probe's probabilities).
-        agent_cells: ``(N, 2)`` the decoded agent cell of each row.
-        absolute: ``(N, S * S)`` wall probability per canvas cell, or None.
-        agent_centred: ``(N, P)`` wall probability per offset of
-            :func:`goalprobe.probes.wall_test.offsets` (``radius``), or None.
-
-    Returns:
-        ``(probs, wall_source)``: the new probabilities (float32) and the ``(N, S, S)`` uint8
-        code (:data:`WALL_SOURCES`) of each cell's wall probability.
+    ``absolute``: ``(N, S * S)`` wall probability per canvas cell; ``agent_centred``: ``(N, P)``
+    per offset of :func:`goalprobe.probes.wall_test.offsets`; cells outside the grid keep the
+    cell probe's. Returns ``(probs (float32), wall_source (N, S, S) uint8)``.
     """
     from goalprobe.probes.wall_test import frame_cells
 

@@ -20,6 +20,8 @@ from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
     fit_standardiser,
+    load_module_tensors,
+    module_tensors,
     seeded_module,
     store_params,
     torch_seed,
@@ -34,27 +36,14 @@ from sklearn.utils.validation import check_is_fitted
 class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
     """Regress the shortest-path distance to the goal from the anchor activations.
 
-    Args:
-        family: ``"linear"`` (ridge), ``"quadratic"`` (degree-2 kernel ridge) or ``"mlp"``.
-        alpha: ridge penalty (linear and quadratic families).
-        hidden_size: MLP hidden width.
-        learning_rate: AdamW learning rate (MLP).
-        weight_decay: AdamW weight decay (MLP).
-        max_epochs: upper bound on epochs (MLP).
-        batch_size: examples per step (MLP).
-        early_stopping: stop on the loss of validation grids carved from the training grids (MLP).
-        validation_fraction: fraction of training grids held out for early stopping.
-        n_iter_no_change: patience, in epochs.
-        tol: minimum validation-loss improvement.
-        device: torch device (MLP).
-        progress: show progress bars.
-        random_state: seed.
+    ``family``: ``"linear"`` (ridge), ``"quadratic"`` (degree-2 kernel ridge) or ``"mlp"``;
+    ``alpha``: the ridge penalty; the other parameters train the MLP as
+    :class:`~goalprobe.probes.cell_probes.CoordinateCellProbe`'s do.
 
-    Fitted attributes:
-        n_features_in_; feature_mean_, feature_scale_ ``(F,)``; target_mean_, target_scale_;
-        coef_ ``(F,)`` and intercept_ (linear; on standardised features); dual_coef_ ``(M,)``
-        and support_ ``(M, F)`` (quadratic: the standardised training rows); module_,
-        history_, n_epochs_, best_epoch_ (MLP).
+    Fitted attributes: ``n_features_in_``, ``feature_mean_``/``feature_scale_ (F,)``,
+    ``target_mean_``/``target_scale_``; linear: ``coef_ (F,)``, ``intercept_`` (standardised
+    features); quadratic: ``dual_coef_ (M,)``, ``support_ (M, F)`` (the standardised training
+    rows); MLP: ``module_``, ``history_``, ``n_epochs_``, ``best_epoch_``.
     """
 
     def __init__(
@@ -91,16 +80,8 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         )
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None):
-        """Fit on activations and distances.
-
-        Args:
-            X: ``(N, n_anchors, d_model)`` or ``(N, F)`` activations.
-            y: ``(N,)`` shortest-path distance to the goal.
-            groups: ``(N,)`` grid ids; required by the MLP with ``early_stopping``.
-
-        Returns:
-            self
-        """
+        """Fit on activations and ``(N,)`` distances; ``groups`` (grid ids) is required by the MLP
+        with ``early_stopping``."""
         X2 = as_feature_matrix(X)
         target = np.asarray(y, dtype=np.float64)
         if target.shape != (X2.shape[0],):
@@ -218,12 +199,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         elif self.family == "quadratic":
             tensors.update(dual_coef=self.dual_coef_, support=self.support_)
         else:
-            tensors.update(
-                {
-                    f"module.{k}": v.detach().cpu().numpy()
-                    for k, v in self.module_.state_dict().items()
-                }
-            )
+            tensors.update(module_tensors(self.module_, "module."))
             meta.update(
                 history_=self.history_, n_epochs_=self.n_epochs_, best_epoch_=int(self.best_epoch_)
             )
@@ -243,15 +219,7 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             self.dual_coef_ = tensors["dual_coef"]
             self.support_ = tensors["support"]
             return
-        module = self._build_module(self.n_features_in_)
-        module.load_state_dict(
-            {
-                k.removeprefix("module."): torch.from_numpy(v.copy())
-                for k, v in tensors.items()
-                if k.startswith("module.")
-            },
-            strict=True,
-        )
+        module = load_module_tensors(self._build_module(self.n_features_in_), tensors, "module.")
         self.module_ = module.to(self.device).eval()
         self.history_ = list(meta["history_"])
         self.n_epochs_ = int(meta["n_epochs_"])

@@ -100,13 +100,8 @@ _LOADED: list[bool] = []
 def register_probe_family(
     name: str, cls: type | None = None, *, target: str = "cell_type"
 ) -> Callable[[type], type] | type:
-    """Register ``cls`` as the probe family ``name`` learning ``target``; usable as a
-    decorator (``@register_probe_family("name", target=...)``).
-
-    Raises:
-        ValueError: an unknown target, a class missing part of :class:`ProbeFamily`, or
-            ``name`` taken by another class.
-    """
+    """Register ``cls`` as the probe family ``name`` learning ``target`` (also a decorator);
+    ValueError on an unknown target, a class lacking :class:`ProbeFamily`, or a taken name."""
     if target not in TARGETS:
         raise ValueError(f"probe family {name!r}: target {target!r} is not one of {list(TARGETS)}")
 
@@ -166,11 +161,7 @@ def probe_families() -> dict[str, RegisteredFamily]:
 
 
 def probe_family(name: str) -> RegisteredFamily:
-    """The family registered as ``name``.
-
-    Raises:
-        ValueError: no family of that name (the message lists them).
-    """
+    """The family registered as ``name`` (ValueError listing them when there is none)."""
     families = probe_families()
     if name not in families:
         raise ValueError(f"unknown probe family {name!r}; registered: {sorted(families)}")

@@ -47,20 +47,12 @@ def revealed_probe(
     n_resamples: int = 1000,
     random_state: int = 0,
 ) -> dict:
-    """Decode which cells are revealed from ``acts`` ``(N, ...)`` (flattened per row; the
-    store's ``(N, positions, d_model)`` anchors), scored on the test rows.
+    """Decode each row's ``revealed (N, S, S)`` cells inside its grid from ``acts (N, ...)``
+    (flattened per row), fitted on the ``train`` rows (a split by grid), scored on the others.
 
-    Args:
-        revealed: ``(N, S, S)`` bool, the revealed set of each row's step.
-        grid_sizes: ``(N,)``; cells outside a row's grid are left out.
-        agent_row_col: ``(N, 2)`` the agent's cell (the distance baseline's input).
-        grid_ids: ``(N,)``; intervals resample test grids.
-        train: ``(N,)`` bool, True on training rows (a split by grid).
-
-    Returns:
-        ``{"probe", "majority", "distance", "probe_minus_best_baseline", "verdict", ...}``:
-        cell accuracies on the test grids with 95% grid-bootstrap intervals; the verdict is
-        ``yes`` when the interval of the probe's margin over the stronger baseline excludes 0.
+    Returns ``{probe, majority, distance, best_baseline, probe_minus_best_baseline, verdict,
+    test_grids}``: cell accuracies with grid-bootstrap intervals; ``yes`` when the probe's
+    margin over the stronger baseline lies above 0.
     """
     acts = np.asarray(acts, dtype=np.float64)
     acts = acts.reshape(len(acts), -1)  # the anchors' positions side by side
@@ -133,21 +125,13 @@ def hidden_wall_tracking(
     n_resamples: int = 200,
     random_state: int = 0,
 ) -> dict:
-    """How well the decoded map's ``P(WALL)`` finds the true walls, at hidden and at revealed
-    cells of the test rows, against the size-and-density prior fitted on the training rows.
+    """How well the decoded map's ``P(WALL)`` (``decoded (N, S, S, len(CellType))``) finds the
+    true walls at hidden and at revealed cells of the test rows, against the size-and-density
+    prior fitted on the ``train`` rows.
 
-    Args:
-        decoded: ``(N, S, S, len(CellType))`` the headline probe's probabilities.
-        cell_types: ``(N, S, S)`` the true grid's cell types (PADDING outside).
-        revealed: ``(N, S, S)`` bool.
-        grid_sizes, densities: ``(N,)`` the prior's covariates.
-        grid_ids: ``(N,)``; intervals resample test grids.
-        train: ``(N,)`` bool, rows the prior is fitted on (a split by grid).
-
-    Returns:
-        per part (``hidden``, ``revealed``): the decoded map's and the prior's AUC, their
-        difference with a 95% grid-bootstrap interval, and the cells scored; the verdict
-        ``beyond_prior_at_hidden`` is ``yes`` when the hidden cells' difference excludes 0.
+    Returns per part (``hidden``, ``revealed``) both AUCs, their difference with a grid-bootstrap
+    interval and the cells scored; ``beyond_prior_at_hidden`` is ``yes`` when the hidden cells'
+    difference lies above 0.
     """
     train = np.asarray(train, dtype=bool)
     test = ~train

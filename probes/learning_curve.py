@@ -60,20 +60,10 @@ def learning_curve(
 ) -> dict:
     """Fit and score ``estimator`` and its controls on growing subsets of the training grids.
 
-    Args:
-        data: one stage and layer (:class:`~goalprobe.probes.probe_sweep.ProbeData`).
-        train: positions of the training rows in ``data`` (split by grid).
-        test: positions of the test rows (the same for every point).
-        estimator: the unfitted probe (cloned per point).
-        config: the sweep settings (target, controls, bootstrap, ``random_state``).
-        counts: numbers of training grids (default: :func:`grid_counts`).
-        metrics: metric names kept per model (default: :data:`CELL_METRICS` or
-            :data:`DISTANCE_METRICS` by target).
-
-    Returns:
-        ``{"n_train_grids_total", "n_test_grids", "metrics", "points": [{"n_train_grids",
-        "n_train", "models": {model: {metric: {value, ci_low, ci_high}}}, "selectivity":
-        {metric: {..., baseline, above_baseline}}}]}``.
+    ``train``/``test``: row positions in ``data`` (split by grid; the test rows the same for
+    every point); ``counts``: numbers of training grids (default :func:`grid_counts`);
+    ``metrics``: kept per model (default by target). Returns ``{n_train_grids_total,
+    n_test_grids, metrics, points: [{n_train_grids, n_train, models, selectivity}]}``.
     """
     train, test = np.asarray(train), np.asarray(test)
     train_grids = np.unique(data.grid_ids[train])
@@ -87,8 +77,7 @@ def learning_curve(
     points = []
     for count in sorted(set(counts)):
         rows = train[np.isin(data.grid_ids[train], order[:count])]
-        _, scored, _, _ = fit_and_score(config, estimator, data, rows, test)
-        overall = scored
+        _, overall, _, _ = fit_and_score(config, estimator, data, rows, test)
         points.append(
             {
                 "n_train_grids": int(count),

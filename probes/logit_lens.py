@@ -1,14 +1,11 @@
 """A logit lens on the answer: which action each layer's residual stream would name, at the
 position that predicts the final answer's action token and at the end of each reasoning chunk.
 
-The lens reads ``resid[l]`` (after block ``l``, from any
-:class:`~goalprobe.activations.capture.base.ResidualBackend`) through the model's final norm and
-unembedding (nostalgebraist's logit lens) and keeps the logits of the four candidate action
-tokens at the answer's action position. At the last block it is the model itself (tested).
-Positions come from the model's chat format (:mod:`goalprobe.agents.chat_format`: harmony's
-analysis message, or ``<think>`` ... ``</think>``); chunks end every ``chunk`` reasoning tokens
-and at the last one. ``probs`` are ``(n_layers, n_positions, 4)`` float32 in the order ``UP,
-DOWN, LEFT, RIGHT``.
+The lens reads ``resid[l]`` (after block ``l``) through the model's final norm and unembedding
+(nostalgebraist's logit lens) and keeps the logits of the four candidate action tokens; at the
+last block it is the model itself. Positions come from the model's chat format; chunks end
+every ``chunk`` reasoning tokens and at the last one. ``probs`` are ``(n_layers, n_positions,
+4)`` float32 in the order ``UP, DOWN, LEFT, RIGHT``.
 """
 
 from __future__ import annotations
@@ -29,16 +26,10 @@ FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.fi
 
 @dataclass(frozen=True)
 class StepPositions:
-    """Where to read one step.
-
-    Attributes:
-        answer: the position whose next-token prediction is the answer's action token.
-        action_token: index of that action token in the full ids (``answer + 1``).
-        candidates: ``(4,)`` the token each action would take there.
-        chunk_ends: positions of the reasoning chunks' last tokens, ascending.
-        chunk_offsets: their offsets from the reasoning's first token (tokens).
-        chunk_fractions: ``(offset + 1) / reasoning length``.
-    """
+    """Where to read one step: ``answer``, the position predicting the answer's action token
+    (at ``action_token``), the token each action would take there (``candidates``), and the
+    reasoning chunks' last tokens (positions, offsets in the reasoning, ``(offset + 1) /
+    length``)."""
 
     answer: int
     action_token: int

@@ -1,22 +1,18 @@
 """Decoding helpers and metrics of cell-type probes and goal-distance regressors.
 
-Pure numpy. Every metric is a function of additive per-grid sums (a confusion matrix, hit and
-distance counts, sums of errors), so confidence intervals come from a *grid* bootstrap: grids
-are resampled with replacement and every row of a drawn grid enters with the grid's multiplicity
-(steps of one grid are not independent). Several models evaluated together share the bootstrap
-draws, so their differences (probe minus control = selectivity; pre minus post) get paired
-intervals.
+Pure numpy. Every metric is a function of additive per-grid sums, so intervals come from a
+*grid* bootstrap (every row of a drawn grid enters with the grid's multiplicity). Models
+evaluated together share the draws, so their differences (probe minus control; pre minus post)
+get paired intervals.
 
-Cell-map metrics (keys of each metric dict)
--------------------------------------------
-``accuracy`` over every queried cell (padding included for a general probe);
+**Cell-map metrics**: ``accuracy`` over every queried cell (padding included for a general probe);
 ``accuracy_no_padding`` over cells whose true class is not ``PADDING`` (a padding prediction on a
 grid cell counts as an error); ``balanced_accuracy`` (mean recall over the classes present in the
 evaluated rows); ``recall/<class>`` and ``precision/<class>``; ``agent_top1`` and ``goal_top1``
 (the most probable cell for the class is the true cell) and ``agent_manhattan`` /
 ``goal_manhattan`` (mean Manhattan distance from that cell to the true one).
 
-Distance metrics: ``mae``, ``rmse`` and ``r2`` (``1 - SS_res / SS_tot`` around the mean of the
+**Distance metrics**: ``mae``, ``rmse`` and ``r2`` (``1 - SS_res / SS_tot`` around the mean of the
 evaluated rows, as ``sklearn.metrics.r2_score``).
 """
 
@@ -43,10 +39,6 @@ LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
 
 
-# ------------------------------------------------------------------------------------------
-# decoding
-
-
 def _class_index(classes: np.ndarray, cell_type: int) -> int:
     hits = np.flatnonzero(np.asarray(classes) == int(cell_type))
     if hits.size == 0:
@@ -57,17 +49,9 @@ def _class_index(classes: np.ndarray, cell_type: int) -> int:
 
 
 def top_k_cells(probs: np.ndarray, classes: np.ndarray, cell_type: int, k: int = 1) -> np.ndarray:
-    """The ``k`` cells with the highest probability of ``cell_type``.
-
-    Args:
-        probs: ``(N, S, S, C)`` class probabilities over ``classes``.
-        classes: ``(C,)`` ``CellType`` values.
-        cell_type: e.g. ``CellType.AGENT``.
-        k: number of cells.
-
-    Returns:
-        ``(N, k, 2)`` int64 ``(row, col)``, most probable first (ties: row-major order).
-    """
+    """``(N, k, 2)`` int64 ``(row, col)`` of the ``k`` cells with the highest probability of
+    ``cell_type`` in ``probs (N, S, S, C)`` over ``classes``, most probable first (ties:
+    row-major)."""
     p = np.asarray(probs)
     n, side = p.shape[0], p.shape[1]
     if not 1 <= k <= side * side:
@@ -78,15 +62,8 @@ def top_k_cells(probs: np.ndarray, classes: np.ndarray, cell_type: int, k: int =
 
 
 def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
-    """The single cell of ``cell_type`` in every label map.
-
-    Args:
-        labels: ``(N, S, S)`` ``CellType`` maps.
-        cell_type: a class with exactly one cell per map (agent, goal).
-
-    Returns:
-        ``(N, 2)`` int64 ``(row, col)``.
-    """
+    """``(N, 2)`` int64 ``(row, col)`` of the single ``cell_type`` cell (agent, goal) of every
+    ``(N, S, S)`` label map."""
     mask = np.asarray(labels) == int(cell_type)
     counts = mask.sum(axis=(1, 2))
     wrong = np.flatnonzero(counts != 1)
@@ -100,10 +77,6 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
     return np.stack(np.divmod(flat, side), axis=-1).astype(np.int64)
 
 
-# ------------------------------------------------------------------------------------------
-# evaluation over the grid bootstrap of goalprobe.stats
-
-
 def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
     ids = np.asarray(grid_ids)
     if ids.shape != (n,):
@@ -112,11 +85,9 @@ def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
 
 
 RATE_COUNTS = "_rate_counts"
-"""Key under which a model's sample function may also return ``metric -> (k, n)``: the per-grid
-successes and trials ``(G,)`` of a metric that is a rate, whose reported interval is then
-:func:`goalprobe.stats.cluster_rate_interval` (honest at 0% and 100%, where the
-percentile interval collapses); paired differences keep the shared bootstrap draws."""
-
+"""Key under which a model's sample function may also return ``metric -> (k, n)`` per-grid
+successes and trials of a rate, reported with :func:`goalprobe.stats.cluster_rate_interval`
+(honest at 0% and 100%); paired differences keep the shared draws."""
 
 LOWER_IS_BETTER: frozenset[str] = frozenset({"mae", "rmse", "agent_manhattan", "goal_manhattan"})
 """Metrics where a smaller value is better (selectivity is then baseline minus probe)."""
@@ -129,20 +100,11 @@ def selectivity(
     boot: GridBootstrap,
     lower_is_better: frozenset[str] = LOWER_IS_BETTER,
 ) -> dict:
-    """Per metric: the reference's advantage over the strongest baseline (the one with the best
-    point value), with the paired grid-bootstrap interval, and whether it excludes 0.
+    """Per metric: the ``reference``'s advantage over the strongest of ``baselines`` (best point
+    value) from ``samples`` (model -> metric -> ``(1 + B,)`` under ``boot``'s draws).
 
-    Args:
-        samples: model -> metric -> ``(1 + B,)`` samples under the draws of ``boot``.
-        reference: the model whose advantage is reported.
-        baselines: the models it must beat.
-        boot: the shared draws.
-        lower_is_better: metrics where the advantage is baseline minus reference.
-
-    Returns:
-        metric -> ``{value, ci_low, ci_high, baseline, above_baseline, p_draws}``, ``p_draws``
-        the one-sided p of "above the baseline" from the draws (:func:`goalprobe.stats.p_from_draws`;
-        absent without draws).
+    Returns metric -> ``{value, ci_low, ci_high, baseline, above_baseline, p_draws}``
+    (``p_draws``: one-sided p of "above the baseline", absent without draws).
     """
     out = {}
     for metric, ref in samples[reference].items():
@@ -258,10 +220,6 @@ def _check_models(predictions: Mapping, reference: str | None) -> None:
         raise ValueError(f"reference {reference!r} is not one of {list(predictions)}")
 
 
-# ------------------------------------------------------------------------------------------
-# cell maps
-
-
 def evaluate_cell_maps(
     predictions: Mapping[str, tuple[np.ndarray, np.ndarray]],
     labels: np.ndarray,
@@ -281,32 +239,19 @@ def evaluate_cell_maps(
     """Cell-map metrics with grid-bootstrap intervals, overall and by grid size and density.
 
     Args:
-        predictions: model name -> ``(probs (N, S, S, C), classes (C,))``; e.g. the probe and
-            its controls (majority class, shuffled labels) on the same test rows.
-        labels: ``(N, S, S)`` true ``CellType`` maps of the same cells.
-        grid_ids: ``(N,)`` grid of every row (the bootstrap resamples grids).
-        grid_sizes: optional ``(N,)`` grid side, for ``by_grid_size``.
-        densities: optional ``(N,)`` obstacle density, for ``by_density``.
-        agent_row_col: optional ``(N, 2)`` true agent cell (default: the ``AGENT`` cell of
-            ``labels``).
-        goal_row_col: optional ``(N, 2)`` true goal cell (default: the ``GOAL`` cell).
-        reference: model whose paired differences to every other model are reported (e.g.
-            ``"probe"``: probe minus control is the selectivity).
-        baselines: models the reference must beat; ``selectivity`` reports, per metric, the
-            reference minus the strongest of them (best point value), with its paired interval.
-        uniform_localisation: also score ``"uniform"``, a guess drawn uniformly among the grid's
+        predictions: model name -> ``(probs (N, S, S, C), classes (C,))`` on the same rows.
+        labels: ``(N, S, S)`` true ``CellType`` maps; ``grid_ids`` ``(N,)`` their grids.
+        grid_sizes, densities: optional ``(N,)``, for ``by_grid_size`` / ``by_density``.
+        agent_row_col, goal_row_col: optional ``(N, 2)`` true cells (default: from ``labels``).
+        reference: model whose paired differences to every other model are reported.
+        baselines: models the reference must beat (:func:`selectivity`).
+        uniform_localisation: also score ``"uniform"``, a guess uniform among the grid's
             non-wall cells (``agent_top1``/``goal_top1`` only); it joins ``baselines``.
-        n_boot: bootstrap replicates.
-        confidence_level: e.g. 0.95.
-        random_state: seed of the bootstrap.
 
-    Returns:
-        JSON-ready dict: ``n_examples``, ``n_grids``, ``models`` (name -> metric ->
-        ``{value, ci_low, ci_high}``; ``auc/<class>`` is one class against the rest over grid
-        cells, padding excluded, and ``auc_macro`` their mean), ``differences`` (with
-        ``reference``), ``selectivity`` (with ``baselines``: metric -> ``{value, ci_low,
-        ci_high, baseline, above_baseline}``), and ``by_grid_size`` / ``by_density`` (group ->
-        the same structure). Undefined metrics are None.
+    Returns a JSON-ready dict: ``n_examples``, ``n_grids``, ``models`` (name -> metric ->
+    ``{value, ci_low, ci_high}``; ``auc/<class>`` one class against the rest over grid cells,
+    ``auc_macro`` their mean), ``differences``, ``selectivity``, and ``by_grid_size`` /
+    ``by_density`` (group -> the same structure). Undefined metrics are None.
     """
     _check_models(predictions, reference)
     lab = np.asarray(labels)
@@ -340,11 +285,8 @@ def evaluate_cell_maps(
 
 @dataclass(frozen=True)
 class _CellMapTruth:
-    """The true maps, indexed for every model's samples: ``union`` the sorted classes of the
-    labels and of every model, ``lookup`` CellType -> index into ``union``, ``true_idx``
-    ``(N, S*S)`` true class indices, ``truth`` the true agent/goal cells (None when absent),
-    ``grid_cell`` ``(N, S*S)`` cells inside the grid, ``cell_row`` / ``cell_true`` the row and
-    true class of each such cell, ``auc_classes`` the classes scored by AUC."""
+    """The true maps indexed for every model's samples (``union``: the sorted classes of the
+    labels and every model; ``grid_cell``: ``(N, S*S)`` cells inside the grid)."""
 
     n: int
     union: np.ndarray
@@ -382,22 +324,13 @@ class _CellMapTruth:
         grid_cell = lab.reshape(n, -1) != CellType.PADDING
         cell_true = lab.reshape(n, -1)[grid_cell]
         auc_classes = [c for c in union if c != CellType.PADDING and (cell_true == c).any()]
-        return cls(
-            n=n,
-            union=union,
-            lookup=lookup,
-            true_idx=lookup[lab.reshape(n, -1)],
-            truth=truth,
-            grid_cell=grid_cell,
-            cell_row=np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell],
-            cell_true=cell_true,
-            auc_classes=auc_classes,
-        )
+        true_idx = lookup[lab.reshape(n, -1)]
+        cell_row = np.broadcast_to(np.arange(n)[:, None], grid_cell.shape)[grid_cell]
+        return cls(n, union, lookup, true_idx, truth, grid_cell, cell_row, cell_true, auc_classes)
 
 
 def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):
-    """The samples function of one model (``(rows, boot) -> metric -> (1 + B,)``) for
-    :func:`_evaluate`: confusion metrics, top-1 localisation and per-class AUC."""
+    """One model's ``(rows, boot) -> metric -> (1 + B,)`` for :func:`_evaluate`."""
     probs = np.asarray(probs)
     classes = np.asarray(classes)
     n, n_u = t.n, len(t.union)
@@ -429,10 +362,8 @@ def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):
         rates = _confusion_rate_counts(per_grid, t.union)
         for cls_name, (hit, dist) in localised.items():
             out[f"{cls_name}_top1"] = boot.ratio(hit[rows])
-            rates[f"{cls_name}_top1"] = (
-                boot.grid_sums(hit[rows]),
-                boot.grid_sums(np.ones(len(rows))),
-            )
+            trials = boot.grid_sums(np.ones(len(rows)))
+            rates[f"{cls_name}_top1"] = (boot.grid_sums(hit[rows]), trials)
             out[f"{cls_name}_manhattan"] = boot.ratio(dist[rows])
         if cell_scores:
             out.update(_class_aucs(cell_scores, rows, boot, t))
@@ -443,8 +374,7 @@ def _cell_map_sampler(probs: np.ndarray, classes: np.ndarray, t: _CellMapTruth):
 
 
 def _class_aucs(cell_scores: dict, rows: np.ndarray, boot: GridBootstrap, t: _CellMapTruth) -> dict:
-    """``auc/<class>`` (one class against the rest over the grid cells of ``rows``) and their
-    ``auc_macro``, each ``(1 + B,)``."""
+    """``auc/<class>`` (one against the rest over the grid cells of ``rows``) and ``auc_macro``."""
     local = np.full(t.n, -1, dtype=np.int64)
     local[rows] = boot.codes
     keep = local[t.cell_row] >= 0
@@ -473,16 +403,10 @@ def grid_weighted_auc(
 ) -> np.ndarray:
     """``(1 + B,)`` ROC AUC of ``scores`` for ``positive`` under every grid-bootstrap draw.
 
-    AUC is ``P(score of a positive > score of a negative)`` (ties count one half). Under grid
-    multiplicities ``w`` it is ``w^T C w / ((w . P)(w . N))``, where ``C[g, h]`` counts the pairs
-    (positive cell of grid ``g``, negative cell of grid ``h``) ordered correctly and ``P``, ``N``
-    count each grid's positives and negatives, so every draw is exact and costs ``O(G^2)``.
-
-    Args:
-        scores: ``(M,)`` one score per cell.
-        positive: ``(M,)`` bool, the cell's true class is the one scored.
-        cell_grid: ``(M,)`` each cell's grid index into ``boot`` (``0..G-1``).
-        boot: the draws.
+    Under grid multiplicities ``w`` the AUC is ``w^T C w / ((w . P)(w . N))``, ``C[g, h]`` the
+    correctly ordered (positive of grid ``g``, negative of grid ``h``) pairs (ties one half),
+    ``P``/``N`` each grid's positives and negatives: exact per draw at ``O(G^2)``. ``scores``,
+    ``positive`` and ``cell_grid`` (index into ``boot``) are ``(M,)`` per cell.
     """
     n_grids = boot.n_grids
     pos, neg = positive, ~positive
@@ -507,8 +431,7 @@ def grid_weighted_auc(
 
 
 def _confusion_rate_counts(per_grid: np.ndarray, classes: np.ndarray) -> dict:
-    """``metric -> (k, n)`` per-grid correct and scored cells of the accuracies of ``(G, C, C)``
-    per-grid confusion matrices (see :data:`RATE_COUNTS`)."""
+    """:data:`RATE_COUNTS` of the accuracies of ``(G, C, C)`` per-grid confusion matrices."""
     diag = np.einsum("gcc->gc", per_grid)
     support = per_grid.sum(axis=2)
     keep = classes != CellType.PADDING
@@ -540,10 +463,6 @@ def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarra
     return out
 
 
-# ------------------------------------------------------------------------------------------
-# goal distance
-
-
 def evaluate_distance(
     predictions: Mapping[str, np.ndarray],
     y_true: np.ndarray,
@@ -559,23 +478,9 @@ def evaluate_distance(
 ) -> dict:
     """MAE, RMSE and R^2 of distance regressors with grid-bootstrap intervals.
 
-    Args:
-        predictions: model name -> ``(N,)`` predicted distances (e.g. the probe, the mean
-            predictor, the shuffled-label control; or pre- and post-reasoning probes on the same
-            steps).
-        y_true: ``(N,)`` true shortest-path distances.
-        grid_ids: ``(N,)`` grid of every row.
-        grid_sizes: optional ``(N,)``, for ``by_grid_size``.
-        densities: optional ``(N,)``, for ``by_density``.
-        reference: model whose paired differences to the others are reported.
-        baselines: models the reference must beat (``selectivity``: the reference's advantage
-            over the strongest of them, per metric; for MAE and RMSE, baseline minus probe).
-        n_boot: bootstrap replicates.
-        confidence_level: e.g. 0.95.
-        random_state: seed.
-
-    Returns:
-        JSON-ready dict with the structure of :func:`evaluate_cell_maps`.
+    ``predictions``: model name -> ``(N,)`` predicted distances; ``y_true`` the true
+    shortest-path distances; the other arguments and the JSON-ready result as in
+    :func:`evaluate_cell_maps`.
     """
     _check_models(predictions, reference)
     y = np.asarray(y_true, dtype=np.float64)

@@ -17,14 +17,8 @@ from goalprobe.probes.training import store_params
 
 
 class _PerCellNet(torch.nn.Module):
-    """``(B, F)`` standardised acts -> ``(B, P, C)`` logits with one head per cell.
-
-    Args:
-        n_features: ``F``.
-        n_cells: ``P``.
-        n_classes: ``C``.
-        hidden_size: None for linear heads on ``act``, else the width of the shared hidden layer.
-    """
+    """``(B, F)`` standardised acts -> ``(B, P, C)`` logits with one head per cell (``hidden_size``
+    None: linear heads on ``act``)."""
 
     def __init__(self, n_features: int, n_cells: int, n_classes: int, hidden_size: int | None):
         super().__init__()
@@ -46,15 +40,9 @@ class _PerCellNet(torch.nn.Module):
 class PerCellProbe(CellProbeBase):
     """One head per cell reading the activation (no coordinate input).
 
-    Args:
-        family: ``"linear"`` (per-cell logistic regression) or ``"mlp"`` (shared hidden layer,
-            per-cell heads).
-        hidden_size: width of the shared hidden layer of the MLP family.
-        grid_size, classes, class_balance, learning_rate, weight_decay, max_epochs, batch_size,
-            early_stopping, validation_fraction, n_iter_no_change, tol, max_iter, device,
-            progress, random_state: as :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`.
-
-    Fitted attributes: as :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`.
+    ``family``: ``"linear"`` (per-cell logistic regression) or ``"mlp"`` (a shared hidden layer
+    of ``hidden_size``, per-cell heads); the other parameters and the fitted attributes as
+    :class:`goalprobe.probes.cell_probes.CoordinateCellProbe`'s.
     """
 
     def __init__(

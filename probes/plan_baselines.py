@@ -40,13 +40,8 @@ def state_features(agent_row_col: np.ndarray, goal_row_col: np.ndarray, sizes) -
 
 
 class StatePlanDecoder:
-    """A one-shot plan decoder from :func:`state_features` (a multi-output random forest:
-    every plan step predicted on its own from the state, none from another step).
-
-    Args:
-        n_estimators, min_samples_leaf: the forest (fixed in advance, never tuned on test).
-        random_state: seed.
-    """
+    """A one-shot plan decoder from :func:`state_features`: a multi-output random forest
+    (each step from the state alone), its settings fixed in advance."""
 
     def __init__(
         self, n_estimators: int = 200, min_samples_leaf: int = 2, random_state: int = 0
@@ -77,19 +72,9 @@ def optimal_plans(
     sizes: np.ndarray,
     horizon: int,
 ) -> np.ndarray | None:
-    """The optimal policy's plan on the true grid from every row's state.
-
-    Args:
-        cell_types: ``(N, C, C)`` padded cell types of the state shown (the store's labels).
-        agent_row_col, goal_row_col: ``(N, 2)``.
-        sizes: ``(N,)`` grid sides.
-        horizon: ``T``.
-
-    Returns:
-        ``(N, T)`` int8 plans (lowest-index tie-break; ``END`` at the goal), or None when a
-        row shows a key or a door (the state would need more than the cells), puts the agent
-        or the goal on a wall, or cannot reach its goal.
-    """
+    """``(N, horizon)`` int8: the optimal policy's plan (lowest-index tie-break) on the true
+    grid ``cell_types (N, C, C)`` from every row's state, or None when a row shows a key or a
+    door, puts the agent or goal on a wall, or cannot reach its goal."""
     cells = np.asarray(cell_types)
     if np.isin(cells, (CellType.KEY, CellType.DOOR)).any():
         return None
@@ -143,21 +128,11 @@ def prefix_verdicts(
 ) -> list[dict]:
     """The decoder against the strongest baseline at every N, paired on the same rows.
 
-    Args:
-        hits: name -> ``(N_rows, T)`` bool prefix hits (:func:`~goalprobe.probes.plan_metrics.
-            prefix_hits`) of the decoder and of every baseline, on the same rows.
-        decoder: the decoder's name in ``hits``.
-        grid_ids: ``(N_rows,)`` (the intervals resample grids).
-        rows: optional mask or indices of the rows judged (e.g. :func:`departure_mask`).
-        horizons: the N judged (default ``1..T``).
-        n_resamples, confidence, random_state: the intervals.
-
-    Returns:
-        one dict per N: ``n``, ``n_rows``, ``baselines`` (name -> accuracy, with
-        :data:`CHANCE`), ``strongest`` (name), ``decoder`` (``{value, ci_low, ci_high, ...}``),
-        ``difference`` (decoder minus the strongest, paired; for the chance line the
-        decoder's rate minus ``0.25 ** N``) and ``verdict``: ``"yes"`` when the difference's
-        interval lies above 0, ``"no"`` when not, ``"undecided"`` without an interval.
+    ``hits``: name -> ``(N_rows, T)`` bool prefix hits of the ``decoder`` and every baseline;
+    ``rows``: an optional mask or indices judged (e.g. :func:`departure_mask`); ``horizons``:
+    the N judged (default ``1..T``). Returns per N ``{n, n_rows, baselines (with
+    :data:`CHANCE`), strongest, decoder, difference (paired), verdict}``: ``"yes"`` when the
+    difference's interval lies above 0, ``"no"`` when not, ``"undecided"`` without one.
     """
     ids = np.asarray(grid_ids)
     select = np.arange(len(ids)) if rows is None else np.asarray(rows)
@@ -166,11 +141,9 @@ def prefix_verdicts(
     ids = ids[select]
     table = {name: np.asarray(h, dtype=bool)[select] for name, h in hits.items()}
     horizon = table[decoder].shape[1]
-    boot: dict[str, Any] = {
-        "n_resamples": n_resamples,
-        "confidence": confidence,
-        "random_state": random_state,
-    }
+    boot: dict[str, Any] = dict(
+        n_resamples=n_resamples, confidence=confidence, random_state=random_state
+    )
     out = []
     for n in horizons or range(1, horizon + 1):
         if len(select) == 0:

@@ -7,15 +7,13 @@ executed actions (then ``END``) at once: each token goes through a shared bottle
 (a set: no positional embedding); a linear head gives logits over ``{UP, DOWN, LEFT, RIGHT,
 END}``.
 
-**One-shot, never autoregressive.** The queries are learned embeddings, never predicted or true
-actions, so their self-attention mixes only hidden states computed from the activations: any
-multi-step structure must come from the activations, and the capacity sweep controls for
+**One-shot, never autoregressive.** The queries are learned embeddings, never actions, so any
+multi-step structure must come from the activations; the capacity sweep controls for
 computation done by the decoder itself.
 
-Training minimises token cross-entropy (``PAD`` ignored) on
-:func:`goalprobe.probes.training.train_module`; inputs are standardised per (token, feature) on
-the training set; decoding is the per-step argmax, made canonical (tokens after the first
-``END`` become ``PAD``). Labels and metrics: :mod:`goalprobe.probes.plan_metrics`.
+Training minimises token cross-entropy (``PAD`` ignored); inputs are standardised per (token,
+feature) on the training set; decoding is the per-step argmax, made canonical
+(:func:`~goalprobe.probes.plan_metrics.canonical_plans`).
 """
 
 from __future__ import annotations
@@ -26,7 +24,12 @@ import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
 from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
-from goalprobe.probes.training import store_params, train_estimator
+from goalprobe.probes.training import (
+    load_module_tensors,
+    module_tensors,
+    store_params,
+    train_estimator,
+)
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
@@ -38,24 +41,13 @@ if TYPE_CHECKING:
 
 _IGNORE_INDEX = -100
 _SCALER_CHUNK = 1024
-
-
-# --------------------------------------------------------------------------------------------
-# The network
+_FITTED_COUNTS = ("n_tokens_in", "n_features_in", "seed", "n_epochs", "best_epoch")
+"""The card's integer fitted fields (the attribute of each: the name plus ``_``)."""
 
 
 class PlanDecoderNetwork(nn.Module):
-    """Bottleneck + query-slot Transformer decoder + per-step head.
-
-    Args:
-        d_model: width of the input activations.
-        d_bottleneck: width of the bottleneck and of the decoder.
-        n_layers: decoder layers.
-        n_heads: attention heads per layer (must divide ``d_bottleneck``).
-        horizon: ``T``, number of query slots (plan steps).
-        dim_feedforward: hidden width of each decoder layer's MLP.
-        dropout: dropout inside the decoder layers.
-    """
+    """Bottleneck + query-slot Transformer decoder + per-step head (parameters as
+    :class:`PlanDecoder`'s; ``d_model`` the width of the input activations)."""
 
     def __init__(
         self,
@@ -84,22 +76,11 @@ class PlanDecoderNetwork(nn.Module):
         self.head = nn.Linear(d_bottleneck, N_PLAN_CLASSES)
 
     def forward(self, acts: torch.Tensor) -> torch.Tensor:
-        """Plan logits.
-
-        Args:
-            acts: ``(batch, n_tokens, d_model)`` standardised activations.
-
-        Returns:
-            ``(batch, T, 5)`` logits over UP, DOWN, LEFT, RIGHT, END.
-        """
+        """``(batch, n_tokens, d_model)`` standardised activations -> ``(batch, T, 5)`` logits."""
         memory = self.bottleneck(acts)
         queries = self.queries.unsqueeze(0).expand(acts.shape[0], -1, -1)
         # no tgt_mask: the queries are learned embeddings, not predicted actions (one-shot)
         return self.head(self.decoder(queries, memory))
-
-
-# --------------------------------------------------------------------------------------------
-# The estimator
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -127,37 +108,22 @@ class PlanDecoder(BaseEstimator):
     """One-shot transformer plan decoder (scikit-learn conventions).
 
     Args:
-        n_layers: Transformer decoder layers (1, 2 or 4 in the study).
-        n_heads: attention heads per layer (8 in the study).
-        d_bottleneck: width of the shared bottleneck and of the decoder (1024 in the study).
+        n_layers, n_heads, d_bottleneck: decoder layers (1, 2 or 4 in the study), heads per
+            layer (8) and the width of the bottleneck and decoder (1024).
         horizon: ``T``, plan steps decoded (10 in the study); longer labels are truncated.
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        batch_size: training batch size (each epoch is split into ``ceil(N / batch_size)``
-            batches of near-equal size).
-        max_epochs: upper bound on training epochs.
-        n_iter_no_change: epochs without a validation loss lower by more than ``tol`` before
-            stopping (only when a validation set is passed to :meth:`fit`).
-        tol: minimum decrease of the validation loss that counts as an improvement.
+        learning_rate, weight_decay: AdamW's.
+        batch_size, max_epochs: batch size (epochs split into near-equal batches) and bound.
+        n_iter_no_change, tol: early stopping patience and improvement, with a validation set.
         dropout: dropout inside the decoder layers.
-        ffn_multiplier: decoder MLP width as a multiple of ``d_bottleneck`` (2 gives 2048 at
-            width 1024, PyTorch's default).
+        ffn_multiplier: decoder MLP width as a multiple of ``d_bottleneck``.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
         progress: show tqdm bars while training.
         random_state: seed of initialisation, dropout and batch order; ``None`` draws one.
 
-    Fitted attributes:
-        network_: the trained :class:`PlanDecoderNetwork` (on CPU after fitting/loading).
-        input_mean_, input_scale_: ``(n_tokens, d_model)`` float32 standardisation.
-        n_tokens_in_: tokens per example (3 in the study).
-        n_features_in_: ``d_model``.
-        classes_: ``(5,)`` the predicted tokens 0..4 (UP, DOWN, LEFT, RIGHT, END).
-        history_: one dict per epoch: ``epoch``, ``train_loss``, ``validation_loss`` (``None``
-            without a validation set), ``seconds``.
-        best_epoch_: the epoch whose weights were kept (1-based).
-        best_validation_loss_: its validation loss, ``None`` without a validation set.
-        n_epochs_: epochs run.
-        seed_: the seed actually used.
+    Fitted attributes: ``network_`` (on CPU), ``input_mean_``/``input_scale_ (n_tokens,
+    d_model)``, ``n_tokens_in_``, ``n_features_in_``, ``classes_`` (0..4), ``history_`` (per
+    epoch ``epoch``, ``train_loss``, ``validation_loss``, ``seconds``), ``best_epoch_``
+    (1-based), ``best_validation_loss_`` (None without validation), ``n_epochs_``, ``seed_``.
     """
 
     def __init__(
@@ -179,8 +145,6 @@ class PlanDecoder(BaseEstimator):
         random_state: int | None = 0,
     ) -> None:
         store_params(self, locals())
-
-    # ---- helpers -----------------------------------------------------------------------
 
     def _check_hyperparameters(self) -> None:
         for name in (
@@ -242,8 +206,6 @@ class PlanDecoder(BaseEstimator):
         targets[targets == PLAN_PAD] = _IGNORE_INDEX
         return targets.to(device)
 
-    # ---- fit / predict -----------------------------------------------------------------
-
     def fit(
         self,
         X: ResidualActs,
@@ -252,18 +214,9 @@ class PlanDecoder(BaseEstimator):
         X_val: ResidualActs | None = None,
         y_val: PlanTargets | None = None,
     ) -> PlanDecoder:
-        """Train on ``(X, y)``, early-stopping on ``(X_val, y_val)`` when given.
-
-        Args:
-            X: ``(N, n_tokens, d_model)`` float16/32 activations (three anchor tokens).
-            y: ``(N, T')`` int plan labels with ``T' >= horizon`` (truncated to ``horizon``).
-            X_val: ``(M, n_tokens, d_model)`` validation activations from grids not in ``X``;
-                without them the decoder trains ``max_epochs`` epochs and keeps the last.
-            y_val: ``(M, T')`` validation plans.
-
-        Returns:
-            self.
-        """
+        """Train on activations ``X (N, n_tokens, d_model)`` and plans ``y (N, T' >= horizon)``,
+        early-stopping on ``(X_val, y_val)`` from other grids (without: ``max_epochs`` epochs,
+        the last kept)."""
         self._check_hyperparameters()
         X = check_plan_acts(X, "X")
         y = truncate_plans(y, self.horizon)
@@ -351,14 +304,7 @@ class PlanDecoder(BaseEstimator):
         return total / max(count, 1)
 
     def predict_proba(self, X: ResidualActs) -> PlanProbs:
-        """Per-step class probabilities.
-
-        Args:
-            X: ``(N, n_tokens, d_model)`` activations.
-
-        Returns:
-            ``(N, T, 5)`` float32 over UP, DOWN, LEFT, RIGHT, END.
-        """
+        """``(N, T, 5)`` float32 per-step probabilities over UP, DOWN, LEFT, RIGHT, END."""
         X = self._check_predict_input(X)
         device = _resolve_device(self.device)
         network = self.network_.to(device).eval()
@@ -371,65 +317,34 @@ class PlanDecoder(BaseEstimator):
         return np.concatenate(outputs).astype(np.float32)
 
     def predict(self, X: ResidualActs) -> PlanTargets:
-        """Argmax plans in the plan format (``PAD`` after the first predicted ``END``).
-
-        Args:
-            X: ``(N, n_tokens, d_model)`` activations.
-
-        Returns:
-            ``(N, T)`` int8 plans.
-        """
+        """``(N, T)`` int8 argmax plans in the plan format (``PAD`` after the first ``END``)."""
         return canonical_plans(self.predict_proba(X).argmax(-1))
-
-    # ---- persistence (goalprobe.probes.serialization) --------------------------------------------
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted decoder exactly."""
         check_is_fitted(self, "network_")
-        tensors = {
-            f"network.{k}": v.detach().cpu().contiguous().numpy()
-            for k, v in self.network_.state_dict().items()
-        }
+        tensors = module_tensors(self.network_, "network.")
         tensors["input_mean"] = self.input_mean_
         tensors["input_scale"] = self.input_scale_
-        meta = {
-            "n_tokens_in": self.n_tokens_in_,
-            "n_features_in": self.n_features_in_,
-            "seed": self.seed_,
-            "n_epochs": self.n_epochs_,
-            "best_epoch": self.best_epoch_,
-            "best_validation_loss": self.best_validation_loss_,
-            "history": self.history_,
-        }
+        meta = {key: getattr(self, f"{key}_") for key in _FITTED_COUNTS}
+        meta.update(best_validation_loss=self.best_validation_loss_, history=self.history_)
         return tensors, meta
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
-        """Inverse of :meth:`_fitted_state` on an unfitted instance with the same params.
-
-        Raises:
-            ValueError: a tensor is missing or the weights do not fit the hyperparameters.
-        """
+        """Inverse of :meth:`_fitted_state`; ValueError when the tensors do not fit."""
         for key in ("input_mean", "input_scale"):
             if key not in tensors:
                 raise ValueError(f"tensor {key!r} is missing")
         network = self._build_network(int(meta["n_features_in"]))
-        state = {
-            k.removeprefix("network."): torch.from_numpy(np.array(v))
-            for k, v in tensors.items()
-            if k.startswith("network.")
-        }
         try:
-            network.load_state_dict(state, strict=True)
+            load_module_tensors(network, tensors, "network.")
         except RuntimeError as err:
             raise ValueError(f"weights do not match the hyperparameters: {err}") from err
         self.network_ = network.eval()
         self.input_mean_ = np.asarray(tensors["input_mean"], dtype=np.float32)
         self.input_scale_ = np.asarray(tensors["input_scale"], dtype=np.float32)
-        self.n_tokens_in_ = int(meta["n_tokens_in"])
-        self.n_features_in_ = int(meta["n_features_in"])
+        for key in _FITTED_COUNTS:
+            setattr(self, f"{key}_", int(meta[key]))
         self.classes_ = np.arange(N_PLAN_CLASSES)
-        self.seed_ = int(meta["seed"])
-        self.n_epochs_ = int(meta["n_epochs"])
-        self.best_epoch_ = int(meta["best_epoch"])
         self.best_validation_loss_ = meta["best_validation_loss"]
         self.history_ = list(meta["history"])

@@ -42,24 +42,9 @@ PLAN_TOKENS: dict[str, int] = {
 """Token names and values of the plan format (written into cards and HDF5 attributes)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Plan format helpers
-
-
 def validate_plans(plans: np.ndarray, *, name: str = "plans") -> np.ndarray:
-    """Check that ``plans`` follows the plan format and return it as int8.
-
-    Args:
-        plans: ``(N, T)`` int, tokens in 0..5; ``END`` at most once, followed only by ``PAD``;
-            ``PAD`` only after ``END``.
-        name: what to call the array in error messages.
-
-    Returns:
-        ``(N, T)`` int8, the same tokens.
-
-    Raises:
-        ValueError: naming the first offending row and position.
-    """
+    """``plans (N, T)`` as int8 after checking the plan format (``END`` at most once, followed
+    only by ``PAD``); a ValueError names the first offending row and position (and ``name``)."""
     arr = np.asarray(plans)
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D (N, T), got shape {arr.shape}")
@@ -92,15 +77,8 @@ def validate_plans(plans: np.ndarray, *, name: str = "plans") -> np.ndarray:
 
 
 def canonical_plans(plans: np.ndarray) -> np.ndarray:
-    """Predicted plans in the plan format: every token after the first ``END`` becomes ``PAD``.
-
-    Args:
-        plans: ``(N, T)`` int, tokens in 0..4 (raw argmax of a decoder); ``PAD`` is accepted
-            only after an ``END``.
-
-    Returns:
-        ``(N, T)`` int8 in the plan format.
-    """
+    """Raw decoder argmax ``(N, T)`` in the plan format (int8): every token after the first
+    ``END`` becomes ``PAD``."""
     arr = np.asarray(plans)
     if arr.ndim != 2:
         raise ValueError(f"predicted plans must be 2-D (N, T), got shape {arr.shape}")
@@ -112,29 +90,14 @@ def canonical_plans(plans: np.ndarray) -> np.ndarray:
 
 
 def plan_lengths(plans: np.ndarray) -> np.ndarray:
-    """Number of actions before the first ``END`` (``T`` when there is none).
-
-    Args:
-        plans: ``(N, T)`` int tokens.
-
-    Returns:
-        ``(N,)`` int64 lengths in ``0..T``.
-    """
+    """``(N,)`` int64 number of actions before the first ``END`` (``T`` when there is none)."""
     arr = np.asarray(plans)
     is_end = arr == PLAN_END
     return np.where(is_end.any(axis=1), is_end.argmax(axis=1), arr.shape[1]).astype(np.int64)
 
 
 def truncate_plans(plans: np.ndarray, horizon: int) -> np.ndarray:
-    """The first ``horizon`` tokens of each plan (a longer plan is cut, never dropped).
-
-    Args:
-        plans: ``(N, T)`` int tokens with ``T >= horizon``.
-        horizon: the decoder's number of plan steps.
-
-    Returns:
-        ``(N, horizon)`` int8; a plan cut before its ``END`` has length ``horizon``.
-    """
+    """``(N, horizon)`` int8: the first ``horizon`` tokens of each plan (cut, never dropped)."""
     arr = validate_plans(plans)
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
@@ -147,15 +110,8 @@ def truncate_plans(plans: np.ndarray, horizon: int) -> np.ndarray:
 
 
 def encode_plans(sequences: Iterable[Sequence[int]], horizon: int = PLAN_HORIZON) -> np.ndarray:
-    """Plan rows from action sequences: actions, then ``END``, then ``PAD`` (truncated at ``T``).
-
-    Args:
-        sequences: per example, the remaining executed actions (ints 0-3), any length.
-        horizon: ``T``.
-
-    Returns:
-        ``(N, T)`` int8 plans.
-    """
+    """``(N, horizon)`` int8 plan rows from action sequences of any length: the actions, then
+    ``END``, then ``PAD`` (truncated at ``horizon``)."""
     rows = []
     for i, seq in enumerate(sequences):
         actions = np.asarray(list(seq), dtype=np.int64)
@@ -176,14 +132,7 @@ def random_baseline(horizon: int = PLAN_HORIZON) -> np.ndarray:
 
 
 def majority_plan(plans: np.ndarray) -> np.ndarray:
-    """The most frequent whole plan row (ties: the smallest row in lexicographic order).
-
-    Args:
-        plans: ``(N, T)`` training plans.
-
-    Returns:
-        ``(T,)`` int8, the plan a constant predictor would emit for every example.
-    """
+    """``(T,)`` int8: the most frequent whole plan row (ties: the lexicographically smallest)."""
     arr = validate_plans(plans)
     if arr.shape[0] == 0:
         raise ValueError("majority_plan needs at least one plan")
@@ -191,22 +140,9 @@ def majority_plan(plans: np.ndarray) -> np.ndarray:
     return rows[int(np.argmax(counts))].astype(np.int8)
 
 
-# --------------------------------------------------------------------------------------------
-# Per-example hits and per-grid sufficient statistics
-
-
 def prefix_hits(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Whether the first ``N`` predicted tokens match the target, for ``N = 1..T``.
-
-    See the module docstring for how ``END`` and ``PAD`` take part.
-
-    Args:
-        predicted: ``(N, T)`` int, decoder output (made canonical here).
-        target: ``(N, T)`` int plan labels.
-
-    Returns:
-        ``(N, T)`` bool; column ``n - 1`` is the hit at prefix length ``n``.
-    """
+    """``(N, T)`` bool, column ``n - 1``: the prefix hit at length ``n`` (module docstring) of the
+    decoder output ``predicted`` (made canonical here) against ``target``."""
     pred = canonical_plans(predicted)
     tgt = validate_plans(target, name="target plans")
     if pred.shape != tgt.shape:
@@ -236,8 +172,7 @@ def _grid_sums(pred: np.ndarray, tgt: np.ndarray, boot: GridBootstrap) -> dict:
 
 
 def _hist_median(hist: np.ndarray) -> np.ndarray:
-    """Median of integer values 0..K given weighted counts ``hist (..., K+1)`` (mean of the two
-    middle order statistics when the total weight is even)."""
+    """Median of integer values 0..K given weighted counts ``hist (..., K+1)``."""
     total = hist.sum(-1)
     cum = np.cumsum(hist, -1)
     lo_rank = np.floor((total - 1) / 2)[..., None]
@@ -248,8 +183,7 @@ def _hist_median(hist: np.ndarray) -> np.ndarray:
 
 
 def _statistics(sums: dict, boot: GridBootstrap) -> dict[str, np.ndarray]:
-    """``(1 + B, ...)`` metrics from per-grid sums under every draw of ``boot`` (row 0: the
-    sample itself)."""
+    """``(1 + B, ...)`` metrics under every draw of ``boot`` (row 0: the sample itself)."""
 
     def w(key: str) -> np.ndarray:
         return boot.resample(sums[key])
@@ -266,37 +200,16 @@ def _statistics(sums: dict, boot: GridBootstrap) -> dict[str, np.ndarray]:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Public metrics
-
-
 @dataclass(frozen=True, eq=False)
 class PlanMetrics:
     """Prefix accuracy and length analysis of predicted plans, with grid-bootstrap intervals.
 
-    Every metric ``m`` has ``m`` (point estimate) and ``m_ci`` (``(2, ...)``: lower and upper
-    bound of the percentile interval). ``nan`` marks an empty subset (no example with ``N``
-    actions) or, in an interval, too few grids to resample (fewer than 2).
-
-    Attributes:
-        horizon: ``T``.
-        n_examples: examples evaluated.
-        n_grids: distinct grids among them (the bootstrap's resampling unit).
-        confidence_level: of the intervals, e.g. 0.95.
-        n_bootstrap: bootstrap resamples (0: no intervals, all ``nan``).
-        prefix_accuracy: ``(T,)`` hit rate at ``N = 1..T`` over all examples.
-        prefix_accuracy_ci: ``(2, T)``.
-        prefix_accuracy_min_length: ``(T,)`` hit rate at ``N`` over examples with ``>= N``
-            actions (the subset where ``0.25 ** N`` is exact chance).
-        prefix_accuracy_min_length_ci: ``(2, T)``.
-        n_min_length: ``(T,)`` int, examples with ``>= N`` actions.
-        random_baseline: ``(T,)`` ``0.25 ** N``.
-        exact_length_match: fraction whose predicted length equals the true length.
-        mean_predicted_length: mean predicted length (censored at ``T``).
-        mean_true_length: mean true length (censored at ``T``).
-        length_bias: mean of predicted minus true length.
-        median_abs_length_error: median of ``|predicted - true|`` length, in steps.
-        *_ci: ``(2,)`` intervals of the scalar metrics.
+    Every metric ``m`` has a point estimate ``m`` and ``m_ci`` (``(2, ...)``: the percentile
+    interval's bounds); ``nan`` marks an empty subset or, in an interval, fewer than 2 grids.
+    ``prefix_accuracy`` ``(T,)``: hit rate at ``N = 1..T``; ``prefix_accuracy_min_length``: over
+    the ``n_min_length`` examples with ``>= N`` actions (where ``random_baseline = 0.25 ** N``
+    is exact chance); the length metrics use lengths censored at ``T``; ``n_grids`` is the
+    bootstrap's unit and ``n_bootstrap = 0`` leaves every interval ``nan``.
     """
 
     horizon: int
@@ -357,19 +270,8 @@ def plan_metrics(
     confidence_level: float = 0.95,
     random_state: int | None = 0,
 ) -> PlanMetrics:
-    """Prefix accuracy (N = 1..T), length analysis and grid-bootstrap percentile intervals.
-
-    Args:
-        predicted: ``(N, T)`` int decoder output (tokens 0..4; made canonical).
-        target: ``(N, T)`` int plan labels.
-        grid_ids: ``(N,)`` the grid of each example; the bootstrap resamples grids.
-        n_bootstrap: number of resamples; 0 skips the intervals.
-        confidence_level: coverage of the two-sided percentile interval.
-        random_state: seed of the resampling.
-
-    Returns:
-        :class:`PlanMetrics`.
-    """
+    """:class:`PlanMetrics` of decoder output ``predicted (N, T)`` (made canonical) against
+    ``target``, the bootstrap resampling ``grid_ids`` (``n_bootstrap=0`` skips the intervals)."""
     tgt = validate_plans(target, name="target plans")
     if len(tgt) == 0:
         raise ValueError("plan_metrics needs at least one example")
@@ -381,12 +283,10 @@ def plan_metrics(
     boot = GridBootstrap.from_grid_ids(
         ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=random_state
     )
-    n_grids = boot.n_grids
     sums = _grid_sums(np.asarray(predicted), tgt, boot)
     samples = _statistics(sums, boot)
     point = {k: v[0] for k, v in samples.items()}
     ci = {k: boot.interval(v) for k, v in samples.items()}
-
     horizon = tgt.shape[1]
     scalars: dict[str, Any] = {}
     for key in SCALAR_METRICS:
@@ -394,7 +294,7 @@ def plan_metrics(
     return PlanMetrics(
         horizon=horizon,
         n_examples=len(tgt),
-        n_grids=n_grids,
+        n_grids=boot.n_grids,
         confidence_level=confidence_level,
         n_bootstrap=n_bootstrap,
         prefix_accuracy=point["prefix_accuracy"],
@@ -414,17 +314,8 @@ def plan_metrics_by_group(
     groups: np.ndarray,
     **kwargs,
 ) -> dict[str, PlanMetrics]:
-    """:func:`plan_metrics` within each value of ``groups`` (e.g. grid size or density).
-
-    Args:
-        predicted, target: ``(N, T)`` as in :func:`plan_metrics`.
-        grid_ids: ``(N,)``.
-        groups: ``(N,)`` the breakdown key of each example.
-        **kwargs: passed to :func:`plan_metrics`.
-
-    Returns:
-        ``{str(group value): PlanMetrics}`` in sorted order of the values.
-    """
+    """``{str(value): PlanMetrics}`` within each value of ``groups (N,)`` (e.g. grid size),
+    sorted; ``kwargs`` go to :func:`plan_metrics`."""
     keys = np.asarray(groups)
     if keys.shape != (len(target),):
         raise ValueError(f"groups must have shape ({len(target)},), got {keys.shape}")
@@ -450,20 +341,9 @@ def stored_run_metrics(
 ) -> tuple[PlanMetrics, str]:
     """:func:`plan_metrics` of one stored run of predicted plans against the store's labels.
 
-    Scores the test rows when the run stores split codes (every row otherwise, and says so);
-    rows outside the store are dropped.
-
-    Args:
-        plans: ``(N, T)`` predicted plans of the run.
-        row_ids: ``(N,)`` the activation-store row of each prediction.
-        split: ``(N,)`` split codes, or None when the run stores none.
-        store_plans: ``(R, T')`` the store's plan labels (``T' >= T``), indexed by row.
-        store_grid_ids: ``(R,)`` the store's grid id of each row (the bootstrap's clusters).
-        test_code: the split code of the test rows.
-        n_bootstrap, random_state: as in :func:`plan_metrics`.
-
-    Returns:
-        ``(metrics, rows)``: ``rows`` is ``"test"`` or ``"all"``.
+    ``row_ids`` index the store's ``store_plans (R, T' >= T)`` and ``store_grid_ids``; rows
+    outside the store are dropped. Scores the ``test_code`` rows of ``split``, or every row
+    when it is None; returns ``(metrics, "test" | "all")``.
     """
     row_ids = np.asarray(row_ids, dtype=np.int64)
     keep = np.ones(len(row_ids), bool) if split is None else np.asarray(split) == test_code

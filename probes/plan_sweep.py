@@ -66,20 +66,12 @@ class PlanSweepDict(TypedDict):
 class PlanDataset:
     """Activations and plan labels of one stage and layer, as a sweep loader returns them.
 
-    Attributes:
-        acts: ``(N, n_tokens, d_model)`` float16/32 anchor-token activations.
-        plans: ``(N, T')`` int8 plan labels (``T' >= horizon``).
-        grid_ids: ``(N,)`` grid of each row (splits and bootstrap are by grid).
-        row_ids: ``(N,)`` int row of each example in the activation store.
-        sizes: ``(N,)`` grid sizes for the breakdown, or None.
-        densities: ``(N,)`` obstacle densities for the breakdown, or None.
-        provenance: JSON-ready description of the source (store file, model, stage, layer).
-        agent_row_col, goal_row_col: ``(N, 2)`` the row's agent and goal cells, or None (then
-            no state-only decoder is trained).
-        optimal_plans: ``(N, T')`` the optimal policy's plan on the true grid from the row's
-            state (:func:`~goalprobe.probes.plan_baselines.optimal_plans`), or None.
-        departs: ``(N,)`` bool, the row's first step departs from the optimal policy or breaks
-            a tie (:func:`~goalprobe.probes.plan_baselines.departure_mask`), or None.
+    ``acts (N, n_tokens, d_model)``; ``plans (N, T' >= horizon)`` int8; ``grid_ids`` (splits
+    and bootstrap are by grid); ``row_ids`` the activation-store rows; ``sizes``/``densities``
+    for the breakdowns; ``provenance`` a JSON-ready description of the source. Optional:
+    ``agent_row_col``/``goal_row_col`` (for the state-only decoder), ``optimal_plans``
+    (:func:`~goalprobe.probes.plan_baselines.optimal_plans`) and ``departs``
+    (:func:`~goalprobe.probes.plan_baselines.departure_mask`).
     """
 
     acts: np.ndarray
@@ -108,12 +100,8 @@ class PlanDataset:
 
 
 class PlanLoader(Protocol):
-    """How the sweep gets its data: ``load(stage, layer) -> PlanDataset``.
-
-    Attributes:
-        stages: the stages it can load (those with rows).
-        layers: the layers it can load.
-    """
+    """How the sweep gets its data: ``load(stage, layer) -> PlanDataset``, with the ``stages``
+    (those with rows) and ``layers`` it can load."""
 
     stages: tuple[str, ...]
     layers: tuple[int, ...]
@@ -124,19 +112,9 @@ class PlanLoader(Protocol):
 class StorePlanLoader:
     """A :data:`PlanLoader` reading an activation store (``goalprobe extract``).
 
-    Rows are those holding the stage (``present``); each row is one trajectory step, labelled
-    with the ``plan`` from that step on.
-
-    Args:
-        path: the store ``.h5`` file.
-        first_step_only: keep only step 0 of each episode (one example per trajectory, as in
-            the study) instead of every step.
-
-    Attributes:
-        stages: the stored stages that some row holds
-            (:meth:`~goalprobe.activations.store.ActivationStore.stages_with_rows`).
-        layers: the stored layers.
-        attrs: the store's file attributes.
+    Each row holding the stage is one trajectory step, labelled with the ``plan`` from that
+    step on; ``first_step_only`` keeps step 0 of each episode (as the study). ``attrs``: the
+    store's file attributes.
     """
 
     def __init__(self, path: str | Path, *, first_step_only: bool = False) -> None:
@@ -220,15 +198,12 @@ class PlanSweepConfig:
     control_decoder_layers: tuple[int, ...] = (2,)
     """Capacities that also get the shuffled-activation control; empty to skip it."""
     test_fraction: float = 0.15
-    """Fraction of grids held out for the reported metrics (within each grid size); unused
-    with ``n_folds >= 2``."""
+    """Fraction of grids (within each size) held out for the metrics; unused with folds."""
     n_folds: int = 1
-    """1: one train/validation/test split; K >= 2: K-fold cross-fitting by grid (every grid a
-    test grid once, its rows predicted by the fold's decoders; K times the training)."""
+    """1: one train/validation/test split; K >= 2: K-fold cross-fitting by grid."""
     state_baselines: bool = True
-    """Also score the state-only decoder and the optimal policy's plan (when the data hold
-    the agent's and goal's cells / the optimal plans), and judge every decoder against the
-    strongest baseline at every N."""
+    """Also score the state-only decoder and the optimal policy's plan (where the data allow),
+    and judge every decoder against the strongest baseline at every N."""
     validation_fraction: float = 0.15
     """Fraction of the remaining (non-test) grids used for early stopping."""
     n_bootstrap: int = 1000
@@ -241,30 +216,16 @@ class PlanSweepConfig:
 
 @dataclass(frozen=True, eq=False)
 class PlanRun:
-    """One evaluated predictor of the sweep.
+    """One evaluated predictor of the sweep, named ``"<stage>/layer<layer>/<kind>[<layers>]"``.
 
-    Attributes:
-        name: ``"<stage>/layer<layer>/<kind>"`` (+ ``<decoder_layers>`` for trained decoders).
-        stage, layer: the activations' stage and layer.
-        kind: ``"decoder"``, ``"shuffled_control"`` (decoder trained on activations shuffled
-            across examples), ``"majority_plan"`` (the most frequent training plan for all),
-            ``"state_only"`` (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder` on
-            the agent's and goal's cells) or ``"optimal_policy"`` (the optimal policy's plan
-            on the true grid).
-        decoder_layers: the decoder's capacity; None for the majority plan (no decoder).
-        metrics: test-split :class:`PlanMetrics`.
-        by_size, by_density: test metrics per grid size / density (empty when unknown).
-        best_epoch: the kept epoch (one per fold with cross-fitting); None for runs without
-            training epochs.
-        model_path: the saved ``.safetensors`` file (the first fold's), or None.
-        verdicts: decoders only: per N, the decoder against the strongest baseline
-            (:func:`~goalprobe.probes.plan_baselines.prefix_verdicts`), each with ``role``
-            ``"descriptive"`` (issue 40: the prefix rows cannot tell the agent's plan from the
-            optimal one where the agent is optimal).
-        departures: on the test rows whose first step departs from the optimal policy or
-            breaks a tie: ``n_rows``, ``accuracy_n1`` (with its interval) and, for decoders,
-            ``verdict_n1`` (``role`` ``"verdict"``: the plan decoder's verdict); None when the
-            data do not say which rows those are.
+    ``kind``: ``"decoder"``, ``"shuffled_control"`` (trained on activations shuffled across
+    examples), ``"majority_plan"``, ``"state_only"`` (:class:`StatePlanDecoder`) or
+    ``"optimal_policy"``. ``metrics``/``by_size``/``by_density``: on the test split;
+    ``best_epoch`` one per fold with cross-fitting; ``model_path`` the first fold's weights.
+    ``verdicts`` (decoders): per N against the strongest baseline, ``role`` ``"descriptive"``
+    (where the agent is optimal its plan is the optimal one). ``departures``: on the test rows
+    whose first step departs from the optimal policy or ties, ``n_rows``, ``accuracy_n1`` and
+    for decoders ``verdict_n1`` (``role`` ``"verdict"``); None when the data do not say.
     """
 
     name: str
@@ -300,14 +261,8 @@ class PlanRun:
 
 @dataclass(frozen=True, eq=False)
 class PlanSweepResult:
-    """All runs of a sweep plus what they were trained with.
-
-    Attributes:
-        config: the :class:`PlanSweepConfig`.
-        decoder_params: the template decoder's hyperparameters.
-        runs: every evaluated predictor, in training order.
-        splits: per ``"<stage>/layer<layer>"``, the number of rows and grids in each split.
-    """
+    """All runs of a sweep (in training order), its config, the template decoder's parameters
+    and per ``"<stage>/layer<layer>"`` the rows and grids of each split."""
 
     config: PlanSweepConfig
     decoder_params: dict
@@ -339,27 +294,6 @@ def _ids_digest(ids: np.ndarray) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
-@dataclass(frozen=True, eq=False)
-class _TestSet:
-    """The test rows of one stage and layer, and how to score predictions on them."""
-
-    plans: np.ndarray
-    grid_ids: np.ndarray
-    sizes: np.ndarray | None
-    densities: np.ndarray | None
-    metric_kw: dict
-
-    def evaluate(self, pred: np.ndarray) -> tuple[PlanMetrics, dict, dict]:
-        """Overall metrics and the breakdowns by size and by density."""
-        by = [
-            {}
-            if groups is None
-            else plan_metrics_by_group(pred, self.plans, self.grid_ids, groups, **self.metric_kw)
-            for groups in (self.sizes, self.densities)
-        ]
-        return plan_metrics(pred, self.plans, self.grid_ids, **self.metric_kw), by[0], by[1]
-
-
 def resolve_config(config: PlanSweepConfig, load: PlanLoader) -> PlanSweepConfig:
     """``config`` with empty ``stages`` / ``layers`` replaced by the loader's."""
     stages = config.stages or tuple(getattr(load, "stages", ()))
@@ -383,27 +317,14 @@ def run_plan_sweep(
 ) -> PlanSweepResult:
     """Train and evaluate decoders of every capacity on every stage and layer.
 
-    For each ``(stage, layer)``: load the data, split it by grid, evaluate the majority-plan
-    baseline (the most frequent *training* plan), train one decoder per capacity in
-    ``config.decoder_layers`` (early stopping on the validation grids) and, per capacity in
-    ``config.control_decoder_layers``, the same decoder on activations permuted across examples
-    (train and validation rows; the test rows stay intact). Everything is scored on the test
-    grids only. The split is :func:`goalprobe.probes.splits.split_by_grid`, stratified by grid size when
-    sizes are known; it depends only on the set of grids, so all stages and layers share it.
+    The shuffled controls permute the train and validation activations across examples (the
+    test rows stay intact); everything is scored on the test grids. The split (stratified by
+    size) depends only on the set of grids, so all stages and layers share it.
 
-    Args:
-        load: ``load(stage, layer) -> PlanDataset`` (:class:`PlanLoader`; its ``stages`` and
-            ``layers`` are read only when ``config`` leaves them empty).
-        config: the sweep (empty ``stages`` / ``layers``: the loader's).
-        decoder: template estimator (cloned; ``n_layers`` and ``random_state`` are set per run).
-        out_dir: when given, writes ``models/<run>.safetensors`` + ``.json`` cards,
-            ``predicted_plans.h5`` (all rows of every trained run, with split codes) and
-            ``sweep.json``.
-        overwrite: replace existing artefacts in ``out_dir`` instead of raising.
-        log: called with a short message before each training run.
-
-    Returns:
-        :class:`PlanSweepResult` (its ``config`` names the stages and layers swept).
+    ``decoder``: the template (cloned; ``n_layers`` and ``random_state`` set per run).
+    ``out_dir``: writes ``models/<run>.safetensors`` + ``.json`` cards, ``predicted_plans.h5``
+    (all rows of every trained run, with split codes) and ``sweep.json``; ``overwrite``
+    replaces them instead of raising. ``log`` hears a line before each training run.
     """
     template = decoder if decoder is not None else PlanDecoder()
     say = log or (lambda message: None)
@@ -432,13 +353,6 @@ def run_plan_sweep(
             folds = _folds(config, grid_ids, data.sizes, key)
             test = np.sort(np.concatenate([f.test for f in folds]))
             splits[key] = _split_info(folds, grid_ids)
-            evaluation = _TestSet(
-                plans[test],
-                grid_ids[test],
-                None if data.sizes is None else np.asarray(data.sizes)[test],
-                None if data.densities is None else np.asarray(data.densities)[test],
-                metric_kw,
-            )
             # every run's predictions on all rows (the test rows filled)
             pending = _baselines(key, data, plans, folds, config, template.horizon)
             jobs = [("decoder", k) for k in config.decoder_layers]
@@ -491,8 +405,7 @@ def run_plan_sweep(
                         "model_path": str(paths[0][0]) if paths else None,
                     }
                 )
-            runs += _score(pending, plans, grid_ids, test, data.departs, evaluation, stage,
-                           layer, metric_kw)  # fmt: skip
+            runs += _score(pending, plans, grid_ids, test, data, stage, layer, metric_kw)
     result = PlanSweepResult(config, template.get_params(), runs, splits)
     if out is not None:
         (out / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False))
@@ -508,8 +421,7 @@ def _by_fold(folds: list[GridSplit], shape, fit_predict) -> np.ndarray:
 
 
 def _baselines(key, data: PlanDataset, plans, folds, config, horizon) -> list[dict]:
-    """The majority plan (every fold's training plans), the state-only decoder and the optimal
-    policy's plan (where the data allow), as pending runs."""
+    """The majority plan, the state-only decoder and the optimal policy's plan as pending runs."""
 
     def majority(fold):
         return np.tile(majority_plan(plans[fold.train]), (len(fold.test), 1))
@@ -571,8 +483,7 @@ def _part_info(rows: np.ndarray, grid_ids: np.ndarray) -> dict:
 
 
 def _split_info(folds: list[GridSplit], grid_ids: np.ndarray) -> dict:
-    """Rows and grids per part (one split), or the union of the test parts and every fold's
-    parts (cross-fitting)."""
+    """Rows and grids per part (and per fold with cross-fitting)."""
 
     def parts(f: GridSplit) -> dict:
         rows = (f.train, f.validation, f.test)
@@ -601,8 +512,7 @@ def _fit_decoder(template, acts, plans, fold: GridSplit, kind, n_layers, config)
 
 
 def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config, overwrite):
-    """Write the decoder's weights and card (``stem`` + ``.safetensors`` / ``.json``);
-    returns ``(weights path, card path)``."""
+    """Write the decoder's weights and card; returns ``(weights path, card path)``."""
     provenance = {
         "data": data.provenance,
         "stage": stage,
@@ -610,10 +520,8 @@ def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config
         "kind": kind,
         "split": split_info,
         "split_config": {
-            "validation_fraction": config.validation_fraction,
-            "test_fraction": config.test_fraction,
-            "n_folds": config.n_folds,
-            "random_state": config.random_state,
+            k: getattr(config, k)
+            for k in ("validation_fraction", "test_fraction", "n_folds", "random_state")
         },
     }
     weights = stem.with_name(stem.name + ".safetensors")
@@ -623,12 +531,14 @@ def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config
     return weights, card
 
 
-def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, metric_kw):
-    """Score every run on the test rows; judge every decoder against the strongest baseline at
-    every N, and on the rows whose first step departs from the optimal policy or ties."""
-    hits = {r["name"]: prefix_hits(r["pred"][test], plans[test]) for r in pending}
+def _score(pending, plans, grid_ids, test, data: PlanDataset, stage, layer, metric_kw):
+    """Score every run on the test rows, overall and by size and density, and judge every
+    decoder (:class:`PlanRun`)."""
+    target, ids = plans[test], grid_ids[test]
+    groups = [None if g is None else np.asarray(g)[test] for g in (data.sizes, data.densities)]
+    hits = {r["name"]: prefix_hits(r["pred"][test], target) for r in pending}
     baselines = [r["name"] for r in pending if r["kind"] != "decoder"]
-    departing = None if departs is None else np.asarray(departs)[test]
+    departing = None if data.departs is None else np.asarray(data.departs)[test]
     kw = {
         "n_resamples": metric_kw["n_bootstrap"],
         "confidence": metric_kw["confidence_level"],
@@ -636,38 +546,32 @@ def _score(pending, plans, grid_ids, test, departs, evaluation, stage, layer, me
     }
     out = []
     for r in pending:
-        m, by_size, by_density = evaluation.evaluate(r["pred"][test])
+        pred = r["pred"][test]
+        by_size, by_density = (
+            {} if g is None else plan_metrics_by_group(pred, target, ids, g, **metric_kw)
+            for g in groups
+        )
+        m = plan_metrics(pred, target, ids, **metric_kw)
         verdicts, departure = [], None
         if departing is not None:
             departure = {
                 "n_rows": int(departing.sum()),
                 "accuracy_n1": grid_bootstrap_ratio(
-                    hits[r["name"]][departing, 0], None, grid_ids[test][departing], **kw
+                    hits[r["name"]][departing, 0], None, ids[departing], **kw
                 )
                 if departing.any()
                 else None,
             }
         if r["kind"] == "decoder":
             judged = {name: hits[name] for name in [r["name"], *baselines]}
-            # the prefix rows are descriptive: a decoder that outputs the agent's own plan half
-            # the time still loses to the optimal policy's plan where the agent is optimal
-            # (issue 40); the verdict is the departure row's
             verdicts = [
-                {**v, "role": "descriptive"}
-                for v in prefix_verdicts(judged, r["name"], grid_ids[test], **kw)
+                {**v, "role": "descriptive"} for v in prefix_verdicts(judged, r["name"], ids, **kw)
             ]
             if departure is not None:
-                departure["verdict_n1"] = {
-                    **prefix_verdicts(
-                        judged,
-                        r["name"],
-                        grid_ids[test],
-                        rows=departing,
-                        horizons=range(1, 2),
-                        **kw,
-                    )[0],
-                    "role": "verdict",
-                }
+                first = prefix_verdicts(
+                    judged, r["name"], ids, rows=departing, horizons=range(1, 2), **kw
+                )
+                departure["verdict_n1"] = {**first[0], "role": "verdict"}
         out.append(
             PlanRun(
                 name=r["name"],

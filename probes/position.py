@@ -40,15 +40,9 @@ POSITION_SWEEP_SCHEMA_VERSION = 1
 class PositionProbe(ClassifierMixin, BaseEstimator):
     """``(row, col)`` of one object from anchor activations: a logistic regression per axis.
 
-    Args:
-        C: inverse L2 strength of both regressions.
-        max_iter: iteration limit of the solver (the probing set's probes converge within
-            about 500; shuffled-label controls may not, which ``converged_`` records).
-        random_state: seed (the solver is deterministic; kept for the convention).
-
-    Fitted attributes: ``row_`` and ``col_`` (the two pipelines); ``converged_``: whether both
-    solvers stopped before ``max_iter`` (scikit-learn's ``ConvergenceWarning`` is turned into
-    this flag, which the demo writes next to the scores, rather than printed).
+    ``C``: inverse L2 strength of both regressions; ``max_iter``: the solver's limit.
+    Fitted attributes: ``row_`` and ``col_`` (the two pipelines); ``converged_``: both solvers
+    stopped before ``max_iter`` (scikit-learn's ``ConvergenceWarning`` becomes this flag).
     """
 
     def __init__(self, C: float = 0.1, max_iter: int = 1000, random_state: int = 0) -> None:
@@ -79,9 +73,8 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
         return self
 
     def axis_proba(self, X: np.ndarray, axis: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(classes (K,), probabilities (N, K))`` of one coordinate (``"row"`` or ``"col"``):
-        the fitted regression's softmax (sigmoid for two classes), computed from the stored
-        arrays so that a probe read back from disk predicts bit for bit the same."""
+        """``(classes (K,), probabilities (N, K))`` of the ``"row"`` or ``"col"`` regression,
+        computed from the stored arrays (a probe read back predicts bit for bit the same)."""
         check_is_fitted(self, "_axes_")
         a = self._axes_[axis]
         z = (_flat(X).astype(np.float64) - a["mean"]) / a["scale"]
@@ -101,12 +94,9 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
         return np.stack(out, axis=1).astype(np.int64)
 
     def cell_proba(self, X: np.ndarray, sizes: np.ndarray, canvas: int) -> np.ndarray:
-        """``(N, canvas, canvas)`` distribution of the object's cell: ``P(row) P(col)`` within
-        each row's ``n x n`` grid (``sizes``), renormalised there, zero outside. Its argmax is
-        :meth:`predict` whenever that lies inside the grid; its top-k cells are the top-k
-        analysis's candidates."""
+        """``(N, canvas, canvas)`` distribution of the object's cell: ``P(row) P(col)``
+        renormalised within each row's ``n x n`` grid (``sizes``), zero outside."""
         sizes = np.asarray(sizes, dtype=np.int64)
-        out = np.zeros((len(sizes), canvas, canvas), dtype=np.float64)
         marg = []
         for axis in ("row", "col"):
             classes, p = self.axis_proba(X, axis)
@@ -119,8 +109,7 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
         joint *= inside[:, :, None] & inside[:, None, :]
         total = joint.sum(axis=(1, 2), keepdims=True)
         uniform = (inside[:, :, None] & inside[:, None, :]) / (sizes**2)[:, None, None]
-        out[:] = np.where(total > 0, joint / np.where(total > 0, total, 1.0), uniform)
-        return out
+        return np.where(total > 0, joint / np.where(total > 0, total, 1.0), uniform)
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "_axes_")
@@ -171,29 +160,21 @@ def evaluate_positions(
     confidence_level: float = 0.95,
     random_state: int = 0,
 ) -> dict:
-    """Top-1 (exact cell) and per-axis accuracy of every model, with grid-bootstrap intervals,
-    and the reference's selectivity over the strongest other model.
-
-    Args:
-        predictions: model -> ``(N, 2)`` predicted ``(row, col)``.
-        truth: ``(N, 2)`` true ``(row, col)``.
-        grid_ids: ``(N,)`` grid of each row (the bootstrap resamples grids).
-        chance: ``(N,)`` probability of a uniform guess being right (e.g. one over the open
-            cells), scored as the model ``uniform``.
-        reference: the model compared with the others.
-
-    Returns:
-        ``{"n_examples", "n_grids", "models": {model: {top1, row, col}}, "selectivity":
-        {metric: {value, ci_low, ci_high, baseline, above_baseline}}}``.
+    """Top-1 (exact cell) and per-axis accuracy of every model's ``(N, 2)`` predicted ``(row,
+    col)``, with grid-bootstrap intervals, and the ``reference``'s :func:`selectivity` over the
+    strongest other. ``chance``: ``(N,)`` probability that a uniform guess is right, scored as
+    the model ``uniform``. Returns ``{n_examples, n_grids, models: {model: {top1, row, col}},
+    selectivity}``.
     """
     truth = np.asarray(truth, dtype=np.int64)
     _, codes = np.unique(np.asarray(grid_ids).astype(str), return_inverse=True)
+    rng = np.random.default_rng(random_state)
     boot = GridBootstrap.from_codes(
         codes,
         int(codes.max()) + 1,
         n_resamples=n_boot,
         confidence=confidence_level,
-        random_state=np.random.default_rng(random_state),
+        random_state=rng,
     )
     samples: dict[str, dict[str, np.ndarray]] = {}
     models: dict[str, dict] = {}
@@ -234,21 +215,11 @@ def position_scores(
 ) -> dict:
     """Agent and goal position probes of one stage and layer, scored on the test grids.
 
-    Each :class:`PositionProbe` is fitted on the rows outside ``test`` and compared with the
-    most frequent position of the grid's size (:class:`PositionPrior`), a uniform guess among
-    the grid's open cells and the same probe fitted on positions shuffled between grids of a
-    size (:func:`goalprobe.probes.splits.shuffle_by_grid`) (:func:`evaluate_positions`).
-
-    Args:
-        data: the rows of one stage and layer (:class:`goalprobe.probes.probe_sweep.ProbeData`).
-        test: ``(N,)`` bool, the rows of the test grids (split by grid, never by row).
-        C: the probes' inverse L2 strength.
-        log: optional ``str -> None`` progress callback.
-        fitted: when given, receives ``target -> fitted PositionProbe`` (to save or decode).
-
-    Returns:
-        ``{"agent": ..., "goal": ...}``: :func:`evaluate_positions` of each, plus
-        ``converged`` (``{"probe", "shuffled"}``).
+    Each :class:`PositionProbe` is fitted on the rows outside ``test`` (``(N,)`` bool, the test
+    grids' rows) and compared with :class:`PositionPrior`, a uniform guess among the grid's
+    open cells and the probe fitted on positions shuffled between grids of a size. ``fitted``
+    receives ``target -> fitted PositionProbe``. Returns ``{"agent": ..., "goal": ...}``:
+    :func:`evaluate_positions` of each, plus ``converged`` (``{"probe", "shuffled"}``).
     """
     test = np.asarray(test, dtype=bool)
     train = ~test
@@ -268,11 +239,10 @@ def position_scores(
         if fitted is not None:
             fitted[target] = probe
         control = PositionProbe(C=C, random_state=random_state).fit(data.acts[train], shuffled)
+        prior = PositionPrior().fit(data.grid_sizes[train], positions[train])
         predictions = {
             "probe": probe.predict(data.acts[test]),
-            "prior_size": PositionPrior()
-            .fit(data.grid_sizes[train], positions[train])
-            .predict(data.grid_sizes[test]),
+            "prior_size": prior.predict(data.grid_sizes[test]),
             "shuffled": control.predict(data.acts[test]),
         }
         out[target] = evaluate_positions(
@@ -298,13 +268,9 @@ def position_sweep(
     random_state: int = 0,
     log=None,
 ) -> dict:
-    """:func:`position_scores` at every stage x layer of a store, on one split by grid (the
-    split :func:`goalprobe.probes.probe_sweep.run_probe_sweep` draws from the same ``test_fraction`` and
-    ``random_state``, so a cell-type sweep and a position sweep score the same test grids).
-
-    Returns:
-        JSON-ready ``{"schema", "schema_version", "split": {train_grids, test_grids}, "runs":
-        [{stage, layer, n_test, n_test_grids, agent, goal}]}``.
+    """:func:`position_scores` at every stage x layer of a store, on the split by grid that
+    :func:`~goalprobe.probes.probe_sweep.run_probe_sweep` draws from the same arguments.
+    Returns JSON-ready ``{schema, schema_version, config, split, runs}``.
     """
     split = split_by_grid(
         loader.all_grid_ids,

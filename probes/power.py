@@ -2,11 +2,10 @@
 probe's verdict detects (minimum detectable effect).
 
 For each planted wall strength (:func:`goalprobe.probes.synthetic.planted_cell_data`) and seed, a
-data set of the demo's grids, rows, sizes, densities and width is split by grid like the sweep
-and scored by the sweep's own :func:`~goalprobe.probes.probe_sweep.fit_and_score`: "detected"
-is the demo's verdict (the wall AUC's selectivity over the strongest control excluding 0). The
-minimum detectable effect is the smallest strength detected in at least ``power`` of the seeds,
-reported with the probe's wall AUC there. Below it a "no" says nothing.
+data set shaped as the demo's is scored by the sweep's own
+:func:`~goalprobe.probes.probe_sweep.fit_and_score`; "detected" is the demo's verdict (the wall
+AUC's selectivity over the strongest control above 0). The minimum detectable effect is the
+smallest strength detected in at least ``power`` of the seeds; below it a "no" says nothing.
 """
 
 from __future__ import annotations
@@ -38,10 +37,7 @@ class PowerDesign:
     densities: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     """Wall densities (of the demo's generator with ``grid_seed``, else of random walls)."""
     grid_seed: int | None = None
-    """Seed of the demo's grid generator (:func:`~goalprobe.gridworld.generator
-    .generate_grid_set` over ``sizes`` x ``densities``, ``n_grids`` spread evenly): the walls
-    and goals of the demo's own grid distribution (the probing set's seed reproduces its
-    grids); None: random walls per cell (the generator of :func:`planted_cell_data`)."""
+    """Seed of the demo's grid generator (:func:`demo_layouts`); None: random walls per cell."""
     d_model: int = 128
     """Width of one anchor (the bundled agents' hidden size)."""
     n_anchors: int = 3
@@ -116,13 +112,9 @@ def _probe_data(
 
 
 def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:
-    """Detection of planted wall maps by ``estimator`` (the headline probe, unfitted).
-
-    Returns:
-        ``{"design", "trials": [{signal, seed, detected, auc, selectivity}], "detection":
-        {signal: share detected}, "minimum_detectable_effect": signal or None (not detected
-        at any strength tried), "auc_at_mde"}``.
-    """
+    """Detection of planted wall maps by ``estimator`` (the headline probe, unfitted): the
+    trials and :func:`summarise`'s detection shares and minimum detectable effect (None when
+    no strength tried is detected)."""
     config = ProbeSweepConfig(
         test_fraction=design.test_fraction, n_bootstrap=design.n_bootstrap, random_state=0
     )
@@ -137,8 +129,7 @@ def wall_power(estimator, design: PowerDesign = PowerDesign()) -> dict:
                 stratify=data.grid_sizes,
                 random_state=seed,
             )
-            train, test = split.train, split.test
-            _, metrics, _, _ = fit_and_score(config, estimator, data, train, test)
+            _, metrics, _, _ = fit_and_score(config, estimator, data, split.train, split.test)
             sel = metrics.get("selectivity", {}).get(WALL_METRIC, {})
             auc = metrics["models"]["probe"].get(WALL_METRIC, {}).get("value")
             trials.append(

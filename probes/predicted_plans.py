@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,14 +31,8 @@ _RUN_NAME = re.compile(r"^(?P<stage>[a-z_]+)/layer(?P<layer>\d+)/(?P<kind>[a-z_]
 
 @dataclass(frozen=True, eq=False)
 class PredictedPlans:
-    """One run's predicted plans as stored in HDF5.
-
-    Attributes:
-        plans: ``(N, T)`` int8 predicted plans (plan format).
-        row_ids: ``(N,)`` int64 rows of the activation store they were predicted for.
-        split: ``(N,)`` int8 codes into :data:`SPLIT_NAMES`, or None when not recorded.
-        card: the decoder card (hyperparameters, metrics, provenance).
-    """
+    """One run's predicted plans as stored in HDF5 (the arguments of
+    :func:`write_predicted_plans`; ``split`` None when not recorded)."""
 
     plans: np.ndarray
     row_ids: np.ndarray
@@ -57,18 +52,9 @@ def write_predicted_plans(
 ) -> None:
     """Add one run's predicted plans to an HDF5 file (created when missing).
 
-    Layout: file attributes ``schema``, ``schema_version``, ``tokens`` (JSON), ``split_names``
-    (JSON); group ``runs/<run_name>`` with datasets ``plans (N, T) int8``, ``row_ids (N,)
-    int64``, optional ``split (N,) int8``, and attributes ``card`` (JSON), ``horizon``.
-
-    Args:
-        path: the ``.h5`` file.
-        run_name: group name under ``runs/`` (may contain ``/``), e.g. ``"post/layer15/decoder2"``.
-        plans: ``(N, T)`` predicted plans.
-        row_ids: ``(N,)`` int store rows.
-        card: JSON-ready card of the decoder that produced them.
-        split: ``(N,)`` optional split codes (0 train, 1 validation, 2 test).
-        overwrite: replace an existing run of that name instead of raising.
+    ``run_name``: the group under ``runs/`` (may contain ``/``); ``plans (N, T)``; ``row_ids
+    (N,)`` the store rows; ``card``: the decoder's JSON-ready card; ``split``: optional codes
+    into :data:`SPLIT_NAMES`; ``overwrite`` replaces a run of that name instead of raising.
     """
     import h5py
     from goalprobe.probes.plan_metrics import PLAN_TOKENS, validate_plans
@@ -111,6 +97,16 @@ def _check_plans_file(f, path: Path) -> None:
     check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
 
 
+@contextmanager
+def _opened(path: Path):
+    """The predicted-plans file at ``path`` open for reading, its schema and version checked."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        _check_plans_file(f, path)
+        yield f
+
+
 def _run_names(f) -> list[str]:
     """Names of the groups under ``runs/`` of an open file that hold a ``plans`` dataset, sorted."""
     import h5py
@@ -128,36 +124,22 @@ def _run_names(f) -> list[str]:
 
 def read_predicted_plans(path: str | Path, run_name: str) -> PredictedPlans:
     """Read one run written by :func:`write_predicted_plans`."""
-    import h5py
-
     path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(path) as f:
         name = f"runs/{run_name}"
         if name not in f:
             raise KeyError(f"{path}: no run {run_name!r}")
         group = f[name]
-        return PredictedPlans(
-            plans=group["plans"][()].astype(np.int8),
-            row_ids=group["row_ids"][()].astype(np.int64),
-            split=group["split"][()].astype(np.int8) if "split" in group else None,
-            card=json.loads(group.attrs["card"]),
-        )
+        split = group["split"][()].astype(np.int8) if "split" in group else None
+        plans, row_ids = group["plans"][()].astype(np.int8), group["row_ids"][()].astype(np.int64)
+        return PredictedPlans(plans, row_ids, split, json.loads(group.attrs["card"]))
 
 
 @dataclass(frozen=True)
 class PlanRunInfo:
-    """What one run of a predicted-plans file decoded, without reading its plans.
-
-    Attributes:
-        run: the group name under ``runs/``.
-        stage: the activations' stage (as written: ``"pre"``, ``"post_reasoning"``, ...).
-        layer: the activations' residual-stream layer.
-        kind: ``decoder``, ``shuffled_control``, ...
-        n_layers: decoder capacity (Transformer layers), None when unknown.
-        has_split: whether split codes (:data:`SPLIT_NAMES`) are stored.
-        card: the run's decoder card.
-    """
+    """What one run (group under ``runs/``) of a predicted-plans file decoded, without reading
+    its plans: the activations' stage and layer, the kind, the decoder's capacity (None when
+    unknown), whether split codes are stored, and the run's card."""
 
     run: str
     stage: str
@@ -169,21 +151,13 @@ class PlanRunInfo:
 
 
 def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
-    """Every run of a predicted-plans file, sorted by name (schema and version checked).
-
-    Stage, layer and capacity come from the file attributes, then the run's card (provenance
-    and hyperparameters), then the run's name (the plan sweep's ``<stage>/layer<n>/<kind><k>``).
-
-    Raises:
-        ValueError: the schema or version is not this module's, the file holds no run, or a
-            run's stage and layer are recorded nowhere.
-    """
-    import h5py
-
+    """Every run of a predicted-plans file, sorted by name. Stage, layer and capacity come from
+    the file attributes, then the run's card, then the run's name (the plan sweep's
+    ``<stage>/layer<n>/<kind><k>``); ValueError when the file holds no run or a run's stage
+    and layer are recorded nowhere."""
     path = Path(path)
     out = []
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(path) as f:
         attrs = dict(f.attrs)
         for run in _run_names(f):
             group = f[f"runs/{run}"]
@@ -222,20 +196,12 @@ def _run_info(run: str, attrs: dict, card: dict, has_split: bool) -> PlanRunInfo
 
 def read_plan_row_ids(path: str | Path, run: str) -> np.ndarray:
     """``(N,)`` int64 store rows of one run (schema and version checked)."""
-    import h5py
-
-    path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(Path(path)) as f:
         return np.asarray(f[f"runs/{run}/row_ids"][()], dtype=np.int64)
 
 
 def read_plan_rows(path: str | Path, run: str, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, T)`` int8 plans of one run at file positions ``positions`` (any order), reading only
     those rows; ``T`` is the run's horizon even when ``positions`` is empty."""
-    import h5py
-
-    path = Path(path)
-    with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+    with _opened(Path(path)) as f:
         return read_rows(f[f"runs/{run}/plans"], positions).astype(np.int8, copy=False)

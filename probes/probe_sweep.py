@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict
 
@@ -71,20 +71,8 @@ class ProbeSweepResult(TypedDict):
 
 @dataclass(frozen=True, eq=False)
 class ProbeData:
-    """Activations and labels of one stage and layer.
-
-    Attributes:
-        acts: ``(N, 3, d_model)`` anchor activations (float16 as stored).
-        row_ids: ``(N,)`` int64 store rows.
-        grid_ids: ``(N,)`` str grid of each row.
-        grid_sizes: ``(N,)`` int64 grid side.
-        densities: ``(N,)`` float64 obstacle density (NaN where unknown).
-        cell_types: ``(N, 15, 15)`` uint8 ``CellType`` maps.
-        agent_row_col: ``(N, 2)`` int64 agent cell.
-        goal_row_col: ``(N, 2)`` int64 goal cell.
-        goal_distance: ``(N,)`` float64 shortest-path distance to the goal.
-        source: the store, its checksum, the stage and the layer.
-    """
+    """Activations ``(N, 3, d_model)`` and the store's labels of one stage and layer (densities
+    NaN where unknown; ``goal_distance`` the shortest-path distance), with their ``source``."""
 
     acts: np.ndarray
     row_ids: np.ndarray
@@ -99,21 +87,8 @@ class ProbeData:
 
     def subset(self, rows: np.ndarray) -> ProbeData:
         """The rows ``rows`` (positions into this data set)."""
-        fields = {
-            k: getattr(self, k)[rows]
-            for k in (
-                "acts",
-                "row_ids",
-                "grid_ids",
-                "grid_sizes",
-                "densities",
-                "cell_types",
-                "agent_row_col",
-                "goal_row_col",
-                "goal_distance",
-            )
-        }
-        return ProbeData(**fields, source=self.source)
+        arrays = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "source"}
+        return ProbeData(**arrays, source=self.source)
 
 
 def file_sha256(path: str | Path, *, block_bytes: int = 2**23) -> str:
@@ -147,16 +122,8 @@ class ProbeLoader(Protocol):
 
 
 class StoreProbeLoader:
-    """Reads :class:`ProbeData` from an activation store; checks the file once, up front.
-
-    Args:
-        path: the store ``.h5`` (``goalprobe extract``).
-        sizes: keep only these grid sizes (None: all).
-
-    Attributes:
-        stages, layers: what the store holds.
-        checksum: sha256 of the store file (recorded in every probe card).
-    """
+    """Reads :class:`ProbeData` of the grid ``sizes`` kept (None: all) from an activation store,
+    checking the file once, up front; ``checksum`` (sha256) goes into every probe card."""
 
     def __init__(self, path: str | Path, *, sizes: tuple[int, ...] | None = None) -> None:
         self.path = Path(path)
@@ -205,15 +172,12 @@ class ProbeSweepConfig:
     test_fraction: float = 0.2
     """Fraction of grids held out for testing, within each grid size."""
     controls: bool = True
-    """Also fit the controls: labels shuffled across grids (a derangement within each size), and
-    the priors a residual stream trivially carries: the canvas-wide per-cell majority
-    (``majority``), the per-cell prior by grid size (``prior_size``) and by size and density
-    (``prior_size_density``), and the uniform localisation guess; for distances the mean,
-    and the mean by size (``mean_size``) and by size and density (``mean_size_density``).
-    ``selectivity`` in the metrics is the probe minus the strongest of them."""
+    """Also fit the controls: the priors a residual stream trivially carries (cells: the per-cell
+    majority, the prior by size and by size and density, the uniform localisation guess;
+    distances: the mean, by size and by size and density); ``selectivity`` is the probe minus
+    the strongest of them."""
     shuffled_control: bool = True
-    """With ``controls``: also fit the shuffled-label control (a second fit of the probe; the
-    seed runs of :mod:`goalprobe.probes.seeds` leave it out and compare with the priors)."""
+    """With ``controls``: also fit the probe on labels shuffled across grids of a size."""
     n_bootstrap: int = 1000
     """Grid-bootstrap replicates of the confidence intervals."""
     confidence_level: float = 0.95
@@ -261,25 +225,21 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
             for by in by_options:
                 controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
                 inputs[f"mean_{by}"] = cov_te
-    if config.target == "cell_type":
-        preds = {"probe": (probe.predict_proba(te.acts), probe.classes_)}
-        for name, model in controls.items():
-            preds[name] = (model.predict_proba(inputs[name]), model.classes_)
-        test_output = preds["probe"][0]
-    else:
-        preds = {"probe": probe.predict(te.acts)}
-        for name, model in controls.items():
-            preds[name] = model.predict(inputs[name])
-        test_output = preds["probe"]
-    extra = {"uniform_localisation": config.controls} if config.target == "cell_type" else {}
+    cells = config.target == "cell_type"
+
+    def output(model, X):
+        return (model.predict_proba(X), model.classes_) if cells else model.predict(X)
+
+    preds = {"probe": output(probe, te.acts)}
+    preds.update({name: output(model, inputs[name]) for name, model in controls.items()})
+    test_output = preds["probe"][0] if cells else preds["probe"]
+    extra = {"uniform_localisation": config.controls} if cells else {}
     metrics = _evaluate(config, preds, te, "probe", baselines=tuple(controls), **extra)
     return probe, metrics, test_output, te
 
 
 def _evaluate(config: ProbeSweepConfig, outputs: dict, te: ProbeData, reference: str, **kw):
-    """:func:`evaluate_cell_maps` (``outputs``: name -> ``(probs, classes)``) or
-    :func:`evaluate_distance` (name -> distances) on the rows ``te``, with the sweep's
-    bootstrap; ``reference`` is compared with the others."""
+    """:func:`evaluate_cell_maps` or :func:`evaluate_distance` of ``outputs`` on the rows ``te``."""
     kw.update(
         grid_sizes=te.grid_sizes,
         densities=te.densities,
@@ -292,14 +252,8 @@ def _evaluate(config: ProbeSweepConfig, outputs: dict, te: ProbeData, reference:
         return evaluate_distance(outputs, te.goal_distance, te.grid_ids, **kw)
     side = next(iter(outputs.values()))[0].shape[1]
     labels = te.cell_types[:, :side, :side]
-    return evaluate_cell_maps(
-        outputs,
-        labels,
-        te.grid_ids,
-        agent_row_col=te.agent_row_col,
-        goal_row_col=te.goal_row_col,
-        **kw,
-    )
+    kw.update(agent_row_col=te.agent_row_col, goal_row_col=te.goal_row_col)
+    return evaluate_cell_maps(outputs, labels, te.grid_ids, **kw)
 
 
 def run_probe_sweep(
@@ -312,20 +266,9 @@ def run_probe_sweep(
 ) -> ProbeSweepResult:
     """Fit and evaluate ``estimator`` on every stage and layer of ``config``.
 
-    Args:
-        loader: ``(stage, layer) -> ProbeData``, e.g. :class:`StoreProbeLoader`; it must expose
-            ``all_grid_ids`` and ``all_grid_sizes`` (every store row) so that one split by grid
-            serves the whole sweep.
-        config: the sweep.
-        estimator: an unfitted probe (cell-type probe for ``cell_type``, distance regressor for
-            ``distance``); cloned for every run.
-        out_dir: where models, decoded maps and ``sweep.json`` go (None: nothing is written).
-        log: called with a line per step (progress).
-
-    Returns:
-        JSON-ready dict: ``schema``, ``config``, ``estimator``, ``split`` (grid counts),
-        ``runs`` (one per stage and layer: name, stage, layer, sizes, metrics, paths) and
-        ``stage_comparisons`` (paired differences between stages, per layer).
+    ``estimator``: an unfitted probe for ``config.target``, cloned for every run; ``out_dir``:
+    where models, decoded maps and ``sweep.json`` go (None: nothing is written); ``log`` hears a
+    line per step. Returns the JSON-ready :class:`ProbeSweepResult`.
     """
     say = log or (lambda message: None)
     split = split_by_grid(
@@ -415,12 +358,6 @@ def _compare_stages(config: ProbeSweepConfig, outputs: dict) -> list[dict]:
             else:
                 pair = {first: a[1][ia], other: b[1][ib]}
             metrics = _evaluate(config, pair, te, first)
-            comparisons.append(
-                {
-                    "layer": int(layer),
-                    "stages": [first, other],
-                    "n_rows": int(len(shared)),
-                    "metrics": metrics,
-                }
-            )
+            row = {"layer": int(layer), "stages": [first, other], "n_rows": int(len(shared))}
+            comparisons.append({**row, "metrics": metrics})
     return comparisons

@@ -1,17 +1,15 @@
 """The decision read out of the activation store over reasoning time.
 
 For every store row (one step) the residual stream is read at seven bins in reasoning order:
-the pre-reasoning anchor, the last stored reasoning row of each fifth of the reasoning
-(:data:`~goalprobe.probes.decision_time.PROGRESS_BINS`) and the post-reasoning anchor (at an
-anchor, its last token). Per bin and layer the estimators are trained on half the grids and
-scored on the others (:func:`goalprobe.probes.decision_time.readout_curves`) for the targets
-``action`` (the executed action on valid steps; the plan's first move is the same label) and
-``agent cell`` / ``goal cell`` (:class:`~goalprobe.probes.position.PositionProbe`).
+the pre-reasoning anchor, the last stored reasoning row of each fifth of the reasoning and the
+post-reasoning anchor (at an anchor, its last token). Per bin and layer the estimators are
+trained on half the grids and scored on the others
+(:func:`goalprobe.probes.decision_time.readout_curves`) for the targets ``action`` (the
+executed action on valid steps) and ``agent cell`` / ``goal cell`` (:class:`PositionProbe`).
 
 Baselines, fitted on the training grids: for the action the majority move, the optimal policy
-and a state-only decoder (:class:`~goalprobe.probes.plan_baselines.StatePlanDecoder`); for the
-cells the most frequent cell of the grid's size
-(:class:`~goalprobe.probes.position.PositionPrior`) and a uniform guess among open cells. No I/O.
+and a state-only decoder; for the cells :class:`PositionPrior` and a uniform guess among open
+cells. No I/O.
 """
 
 from __future__ import annotations
@@ -36,9 +34,6 @@ READOUT_BINS: tuple[str, ...] = (
 )
 """The read-out's bins, in reasoning order."""
 
-READOUT_TARGETS: tuple[str, ...] = ("action", "agent cell", "goal cell")
-"""What is read out (see the module docstring)."""
-
 ANCHOR_TOKEN = 2
 """Which of the anchor's three tokens a bin reads (``assistant``)."""
 
@@ -58,12 +53,8 @@ _FIELDS = (
 def bin_features(
     store: ActivationStore, layers: tuple[int, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The residual stream of every store row at each of :data:`READOUT_BINS`.
-
-    Returns:
-        ``features`` ``(N, L, 7, d_model)`` float32 (zeros where absent) and ``present``
-        ``(N, 7)`` bool.
-    """
+    """``(features (N, L, 7, d_model) float32, present (N, 7) bool)``: the residual stream of
+    every store row at each of :data:`READOUT_BINS` (zeros where absent)."""
     layers = store.layers if layers is None else tuple(layers)
     n, nb = len(store), len(READOUT_BINS)
     features = np.zeros((n, len(layers), nb, store.d_model), dtype=np.float32)
@@ -103,16 +94,9 @@ def reasoning_readout(
 ) -> dict[str, Any]:
     """The three targets read out of the store at every bin and stored layer.
 
-    Args:
-        store: an activation store (reasoning rows make the five middle bins; without them
-            only the anchors are read).
-        test_fraction: share of the grids held out (split by grid, never by row).
-        n_resamples, random_state: the split's seed and the intervals.
-
-    Returns:
-        ``bins``, ``layers``, ``every`` (the store's k), ``rows``, ``grids``, ``test_grids``,
-        ``rows_by_bin`` (rows with a position in each bin) and ``targets``: name -> ``rows``
-        (rows with the target) and :func:`readout_curves`'s result.
+    Without reasoning rows in the store only the anchors are read; ``test_fraction`` of the
+    grids is held out. Returns ``{bins, layers, every, anchor_token, rows, grids, test_grids,
+    rows_by_bin, targets}``, ``targets``: name -> ``rows`` and :func:`readout_curves`'s result.
     """
     labels = store.labels(list(_FIELDS))
     ids = labels["grid_id"].astype(str)
@@ -184,15 +168,9 @@ def _curves(
         options["estimator"] = estimator
     if rates:
         options["baseline_rates"] = {k: np.asarray(v)[keep] for k, v in rates.items()}
-    curves = readout_curves(
-        features[keep],
-        present[keep],
-        y[keep],
-        ids[keep],
-        train[keep],
-        {k: np.asarray(v)[keep] for k, v in baselines.items()},
-        **options,
-    )
+    x, rows, target, grids, fit = (a[keep] for a in (features, present, y, ids, train))
+    kept = {k: np.asarray(v)[keep] for k, v in baselines.items()}
+    curves = readout_curves(x, rows, target, grids, fit, kept, **options)
     return {"rows": int(keep.sum()), **curves}
 
 

@@ -31,13 +31,10 @@ def seed_runs(
 ) -> dict:
     """Fit ``estimator`` once per seed (``random_state``) on ``train``, score on ``test``.
 
-    Returns:
-        ``{"seeds", "per_seed": [{seed, metric: {probe, selectivity}}], "pooled": {metric:
-        {"probe": POOLED, "selectivity": POOLED + {"baseline", "above_baseline"}}}}`` with
-        POOLED from :func:`~goalprobe.stats.seed_pooled`; ``above_baseline`` holds
-        where the pooled selectivity interval lies above 0; ``verdict`` and ``seeds_disagree``
-        from :func:`seed_verdict` (on the selectivity, and ``seeds_disagree`` also beside the
-        probe metric).
+    Returns ``{seeds, per_seed: [{seed, metric: {probe, selectivity}}], pooled: {metric:
+    {probe, selectivity}}}``, pooled by :func:`~goalprobe.stats.seed_pooled`, with
+    ``seeds_disagree`` (:func:`intervals_disjoint`) and, on the selectivity, ``baseline``,
+    ``above_baseline`` and :func:`seed_verdict`.
     """
     per_seed: list[dict[str, Any]] = []
     for seed in seeds:
@@ -88,17 +85,9 @@ def intervals_disjoint(stats: Sequence[dict]) -> bool:
 
 
 def seed_verdict(per_seed: Sequence[dict], pooled: dict) -> str:
-    """The verdict "above the baseline" read across seeds.
-
-    Args:
-        per_seed: each seed's selectivity ``{value, ci_low, ci_high}`` (probe minus baseline).
-        pooled: their :func:`~goalprobe.stats.seed_pooled` statistic.
-
-    Returns:
-        ``"yes"`` where the pooled interval lies above 0; ``"unstable"`` where it does not and
-        the seeds disagree (two seeds' intervals disjoint) or some seed alone says yes (the
-        training, not the data, decides); else ``"no"``.
-    """
+    """The verdict "above the baseline" across the seeds' selectivities and their ``pooled``
+    statistic: ``"yes"`` where the pooled interval lies above 0; ``"unstable"`` where it does not
+    and the seeds disagree or some seed alone says yes; else ``"no"``."""
     if Estimate.from_dict(pooled).above(0):
         return "yes"
     seed_yes = any(Estimate.from_dict(s).above(0) for s in per_seed)

@@ -29,14 +29,8 @@ PLAN_CARD_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class ActivationSource:
-    """Which activations a probe was trained on (written into its card).
-
-    Attributes:
-        store_path: path of the HDF5 activation store.
-        store_checksum: checksum of the store (as reported by the store reader).
-        stage: reasoning stage of the anchor tokens (e.g. ``"pre"`` or ``"post"``).
-        layer: residual-stream layer.
-    """
+    """Which activations a probe was trained on (written into its card): the HDF5 store, its
+    checksum, the anchor tokens' stage and the residual-stream layer."""
 
     store_path: str
     store_checksum: str
@@ -45,8 +39,7 @@ class ActivationSource:
 
 
 def _registry() -> dict[str, type]:
-    """Class name -> class of every registered probe family
-    (:mod:`goalprobe.probes.families`): what a card's ``class`` may name."""
+    """Class name -> class of every registered probe family: what a card's ``class`` may name."""
     from goalprobe.probes.families import probe_classes
 
     return probe_classes()
@@ -74,23 +67,11 @@ def _json_ready(value):
 
 
 def probe_card(
-    probe,
-    *,
-    source: ActivationSource | None = None,
-    metrics: dict | None = None,
+    probe, *, source: ActivationSource | None = None, metrics: dict | None = None
 ) -> dict:
-    """The JSON card of a fitted probe (what :func:`save_probe` writes next to the tensors).
-
-    Args:
-        probe: a fitted estimator of :mod:`probes`.
-        source: the activations it was trained on (None: recorded as unknown).
-        metrics: evaluation results to keep with it (JSON-ready).
-
-    Returns:
-        JSON-ready dict: ``schema``, ``schema_version``, ``class``, ``hyperparameters``,
-        ``fitted`` (scalars, history and, for classifiers, ``classes_``), ``metrics``,
-        ``activations``.
-    """
+    """The JSON-ready card of a fitted probe (what :func:`save_probe` writes next to the
+    tensors): ``schema``, ``schema_version``, ``class``, ``hyperparameters``, ``fitted``,
+    ``metrics`` and ``activations`` (``source``; None: unknown)."""
     name = type(probe).__name__
     if name not in _registry():
         raise TypeError(f"{name} is not a goalprobe probe: expected one of {sorted(_registry())}")
@@ -114,17 +95,8 @@ def save_probe(
     source: ActivationSource | None = None,
     metrics: dict | None = None,
 ) -> Path:
-    """Write a fitted probe as ``<stem>.safetensors`` plus the card ``<stem>.json``.
-
-    Args:
-        probe: a fitted estimator of :mod:`probes` (cell probes, baseline, distance regressor).
-        path: the stem, or either file name.
-        source: the activations it was trained on (None: recorded as unknown).
-        metrics: evaluation results to keep with it (JSON-ready).
-
-    Returns:
-        The card's path.
-    """
+    """Write a fitted probe as ``<stem>.safetensors`` plus its :func:`probe_card` ``<stem>.json``
+    (``path``: the stem or either file); returns the card's path."""
     from safetensors.numpy import save_file
 
     card = probe_card(probe, source=source, metrics=metrics)
@@ -172,14 +144,8 @@ def _read_card(path: Path, what: str, schema: str, version: int) -> dict:
 
 
 def load_probe(path: str | Path):
-    """Rebuild a probe saved by :func:`save_probe`; predictions match the saved one exactly.
-
-    Args:
-        path: the stem, or either file name.
-
-    Returns:
-        The fitted estimator.
-    """
+    """Rebuild a probe saved by :func:`save_probe` (``path``: the stem or either file); its
+    predictions match the saved one's exactly."""
     from safetensors.numpy import load_file
 
     card = read_probe_card(path)
@@ -194,10 +160,6 @@ def load_probe(path: str | Path):
     return probe
 
 
-# --------------------------------------------------------------------------------------------
-# Plan decoders
-
-
 PLAN_DECODER_ESTIMATOR = "goalprobe.probes.plan_decoder.PlanDecoder"
 """The ``estimator`` a plan-decoder card records (the class's import path)."""
 
@@ -209,17 +171,8 @@ def save_plan_decoder(
     metrics: dict | None = None,
     provenance: dict | None = None,
 ) -> Path:
-    """Write a fitted plan decoder as ``<path>`` (safetensors) plus its card (suffix ``.json``).
-
-    Args:
-        decoder: a fitted :class:`goalprobe.probes.plan_decoder.PlanDecoder`.
-        path: the ``.safetensors`` file to write.
-        metrics: JSON-ready evaluation results to record in the card.
-        provenance: where the training data came from (store file, stage, layer, split).
-
-    Returns:
-        The card's path.
-    """
+    """Write a fitted plan decoder as the ``.safetensors`` file ``path`` plus its card (suffix
+    ``.json``, recording ``metrics`` and the data's ``provenance``); returns the card's path."""
     import torch
     from safetensors.numpy import save_file
 
@@ -263,15 +216,8 @@ def read_plan_decoder_card(path: str | Path) -> dict:
 
 
 def load_plan_decoder(path: str | Path, *, device: str | None = None):
-    """Rebuild a decoder written by :func:`save_plan_decoder`; it predicts as the saved one.
-
-    Args:
-        path: the ``.safetensors`` file (its card is the same path with suffix ``.json``).
-        device: overrides the saved ``device`` hyperparameter (e.g. ``"cpu"``).
-
-    Returns:
-        A fitted :class:`goalprobe.probes.plan_decoder.PlanDecoder`.
-    """
+    """Rebuild a decoder written by :func:`save_plan_decoder` (``path``: its ``.safetensors``);
+    it predicts as the saved one. ``device`` overrides the saved hyperparameter."""
     from goalprobe.probes.plan_decoder import PlanDecoder
     from safetensors.numpy import load_file
 

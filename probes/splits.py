@@ -14,25 +14,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class GridSplit:
-    """Row indices of a split by grid.
-
-    Attributes:
-        train: ``(N_train,)`` int64 row indices of the training grids.
-        validation: ``(N_val,)`` int64 row indices of the validation grids (carved from the
-            training grids; empty when no validation split was asked for).
-        test: ``(N_test,)`` int64 row indices of the test grids.
-    """
+    """Sorted int64 row indices of the training, validation (carved from the training grids;
+    maybe empty) and test grids of a split by grid."""
 
     train: np.ndarray
     validation: np.ndarray
     test: np.ndarray
 
     def check_disjoint(self, grid_ids: np.ndarray) -> None:
-        """Raise ``ValueError`` when two parts share a row or a grid.
-
-        Args:
-            grid_ids: ``(N,)`` grid identifier of every row.
-        """
+        """Raise ``ValueError`` when two parts share a row or a grid (of ``grid_ids (N,)``)."""
         ids = np.asarray(grid_ids)
         parts = {"train": self.train, "validation": self.validation, "test": self.test}
         names = list(parts)
@@ -70,6 +60,17 @@ def _grid_strata(grid_ids: np.ndarray, strata: np.ndarray | None) -> tuple[np.nd
     return grids, per_grid
 
 
+def _split(grid_ids: np.ndarray, row_grid: np.ndarray, test_grid, val_grid) -> GridSplit:
+    """The checked :class:`GridSplit` of per-grid test and validation masks."""
+    split = GridSplit(
+        train=np.flatnonzero(~test_grid[row_grid] & ~val_grid[row_grid]),
+        validation=np.flatnonzero(val_grid[row_grid]),
+        test=np.flatnonzero(test_grid[row_grid]),
+    )
+    split.check_disjoint(grid_ids)
+    return split
+
+
 def _assign(n_grids: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
     """Boolean mask choosing ``round(fraction * n_grids)`` grids (at least one when asked)."""
     k = int(round(fraction * n_grids))
@@ -89,19 +90,9 @@ def split_by_grid(
     stratify: np.ndarray | None = None,
     random_state: int = 0,
 ) -> GridSplit:
-    """Split rows into train/validation/test so that no grid spans two parts.
-
-    Args:
-        grid_ids: ``(N,)`` grid identifier of every row (str or int).
-        test_fraction: fraction of grids (not rows) held out for testing.
-        validation_fraction: fraction of the *training* grids carved out for validation.
-        stratify: optional ``(N,)`` per-row value, constant within a grid (e.g. grid size):
-            the fractions are applied within each stratum so every stratum appears in each part.
-        random_state: seed.
-
-    Returns:
-        A :class:`GridSplit` of sorted row indices.
-    """
+    """Split rows into train/validation/test so that no grid spans two parts: ``test_fraction``
+    of the grids (not rows), then ``validation_fraction`` of the *training* grids, within each
+    stratum of ``stratify`` (an optional ``(N,)`` per-grid value such as the grid size)."""
     ids = np.asarray(grid_ids)
     if ids.ndim != 1:
         raise ValueError(f"grid_ids must be 1-D, got shape {ids.shape}")
@@ -121,14 +112,7 @@ def split_by_grid(
         test_grid[members[in_test]] = True
         rest = members[~in_test]
         val_grid[rest[_assign(len(rest), validation_fraction, rng)]] = True
-    row_grid = np.searchsorted(grids, ids)
-    split = GridSplit(
-        train=np.flatnonzero(~test_grid[row_grid] & ~val_grid[row_grid]),
-        validation=np.flatnonzero(val_grid[row_grid]),
-        test=np.flatnonzero(test_grid[row_grid]),
-    )
-    split.check_disjoint(ids)
-    return split
+    return _split(ids, np.searchsorted(grids, ids), test_grid, val_grid)
 
 
 def grid_folds(
@@ -141,19 +125,9 @@ def grid_folds(
 ) -> list[GridSplit]:
     """K-fold cross-fitting by grid: every grid is a test grid in exactly one fold.
 
-    Grids are permuted (seeded) within each stratum and dealt to the folds in turn, so every
-    fold holds about ``1 / n_folds`` of each stratum; each fold's validation grids are carved
-    from its training grids (``validation_fraction`` within each stratum).
-
-    Args:
-        grid_ids: ``(N,)`` grid identifier of every row.
-        n_folds: ``K >= 2`` (at most the number of grids).
-        validation_fraction: fraction of each fold's training grids held out for validation.
-        stratify: optional ``(N,)`` per-grid value (e.g. grid size) to balance the folds by.
-        random_state: seed.
-
-    Returns:
-        ``K`` :class:`GridSplit` whose test parts partition the rows.
+    Grids are permuted within each stratum and dealt to the ``n_folds`` folds in turn; each
+    fold's validation grids are carved from its training grids as in :func:`split_by_grid`.
+    The folds' test parts partition the rows.
     """
     ids = np.asarray(grid_ids)
     grids, grid_strata = _grid_strata(ids, stratify)
@@ -175,31 +149,15 @@ def grid_folds(
         for s in np.unique(grid_strata):
             rest = np.flatnonzero((grid_strata == s) & (fold != k))
             val_grid[rest[_assign(len(rest), validation_fraction, rng)]] = True
-        test_grid = fold == k
-        split = GridSplit(
-            train=np.flatnonzero(~test_grid[row_grid] & ~val_grid[row_grid]),
-            validation=np.flatnonzero(val_grid[row_grid]),
-            test=np.flatnonzero(test_grid[row_grid]),
-        )
-        split.check_disjoint(ids)
-        out.append(split)
+        out.append(_split(ids, row_grid, fold == k, val_grid))
     return out
 
 
 def carve_validation(
     rows: np.ndarray, grid_ids: np.ndarray, fraction: float, random_state: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Split training ``rows`` into (fit rows, validation rows) by grid.
-
-    Args:
-        rows: ``(M,)`` int row indices (the training split).
-        grid_ids: ``(N,)`` grid identifier of every row of the full arrays.
-        fraction: fraction of the training grids to hold out for validation.
-        random_state: seed.
-
-    Returns:
-        ``(fit_rows, validation_rows)``, sorted int64 indices into the full arrays.
-    """
+    """Split training ``rows`` into sorted ``(fit_rows, validation_rows)`` by grid, ``fraction``
+    of the training grids held out (``grid_ids`` indexes the full arrays)."""
     rows = np.asarray(rows, dtype=np.int64)
     ids = np.asarray(grid_ids)[rows]
     if np.unique(ids).size < 2:
@@ -229,25 +187,11 @@ def shuffle_by_grid(
 ) -> np.ndarray:
     """Shuffle per-row targets across grids, keeping each grid's targets together.
 
-    Grids are permuted by a random *derangement* (within each stratum when ``strata`` is given,
-    e.g. grid size, so that a padded label map stays on activations of a grid of its size): a
-    uniformly random cyclic permutation (Sattolo's algorithm), so no grid keeps its own targets.
-    The ``i``-th row of grid ``g`` receives the target of the ``i``-th row (cyclically) of grid
-    ``pi(g)``. Within-grid structure is kept and the activation-to-target link is broken for
-    every row: the shuffled-label control of Hewitt & Liang (2019), applied at the level the
-    data are dependent at.
-
-    Args:
-        values: ``(N, ...)`` per-row targets (label maps, distances).
-        grid_ids: ``(N,)`` grid identifier of every row.
-        strata: optional ``(N,)`` per-grid stratum (e.g. grid size).
-        random_state: seed.
-
-    Returns:
-        ``(N, ...)`` shuffled copy of ``values``.
-
-    Raises:
-        ValueError: a stratum holds a single grid (it has no other grid to take targets from).
+    Grids are permuted by a random cyclic permutation (Sattolo's algorithm, a derangement)
+    within each stratum of ``strata`` (e.g. grid size, so a padded label map stays on a grid of
+    its size); the ``i``-th row of grid ``g`` receives the target of the ``i``-th row
+    (cyclically) of grid ``pi(g)``: the shuffled-label control of Hewitt & Liang (2019) at the
+    level the data are dependent at. ValueError when a stratum holds a single grid.
     """
     values = np.asarray(values)
     ids = np.asarray(grid_ids)

@@ -1,11 +1,10 @@
 """Do the wall probe's directions matter? Steering the pre-reasoning anchors along them.
 
-Decodability is not use: a probe can read a wall the agent never consults. This test edits the
-anchors along the agent-centred wall probe's direction for one neighbour of the agent and lets
-the agent reason again, and asks whether its action then changes as the *edited* map's optimal
-policy says, more often than under two edits that should not do that.
+Decodability is not use. This test edits the anchors along the agent-centred wall probe's
+direction for one neighbour of the agent, lets the agent reason again, and asks whether its
+action changes as the *edited* map's optimal policy says, more often than under two controls.
 
-Design (every choice fixed before any outcome is seen):
+Design (fixed before any outcome is seen):
 
 * **Probe**: :class:`~goalprobe.probes.wall_test.ConditionalWallProbe` with ``frame="agent"``,
   fitted on the probing set's training grids. Its wall logit at offset ``p`` has gradient
@@ -20,17 +19,12 @@ Design (every choice fixed before any outcome is seen):
 * **Edits** at the probe's block and the pre-reasoning anchors, reasoning regenerated greedily
   (:func:`run_steering`): ``probe`` (``+/-alpha_p u_p``), ``random`` (a seeded random
   direction of the same norm), ``irrelevant`` (the probe's edit of a ring-1 cell whose toggle
-  leaves the optimal set unchanged) and ``none`` (the reference); each written as
-  ``clean + delta`` (:func:`steer_patch`).
-* **Outcome**: the regenerated action is optimal on the edited map and not on the true one (every
-  edit scored against the same edited map); with :attr:`SteeringConfig.require_optimal` only
-  states whose unedited action is optimal count.
+  leaves the optimal set unchanged) and ``none`` (the reference).
+* **Outcome**: the regenerated action is optimal on the edited map and not on the true one; with
+  :attr:`SteeringConfig.require_optimal` only states whose unedited action is optimal count.
 * **Statistics** (:func:`summarise`): rates with cluster-adjusted Clopper-Pearson intervals; the
   paired difference probe minus each control with its grid-bootstrap interval; ``yes`` when
   both lie above 0, ``no`` when one excludes the effect its n could detect, else ``undecided``.
-
-The computing functions take what they are handed (a fitted probe, arrays, a backend, states);
-the demo stage (:mod:`goalprobe.stages.steering`) reads and writes the run directory.
 """
 
 from __future__ import annotations
@@ -73,8 +67,7 @@ class SteeringConfig:
     flip_target: float = 0.9
     """Share of training rows whose read-out the chosen strength must flip."""
     max_states: int | None = 200
-    """Most test states steered (those with an edit, in a seeded order of the test grids'
-    states); None: every one. The states kept (unedited action optimal) are fewer."""
+    """Most test states steered (those with an edit, in a seeded order); None: every one."""
     require_optimal: bool = True
     """Count only states whose unedited action is optimal on the true map."""
     max_new_tokens: int = 256
@@ -103,11 +96,6 @@ class SteeringConfig:
             raise ValueError("max_new_tokens and batch_size must be >= 1, n_bootstrap >= 0")
 
 
-# ---------------------------------------------------------------------------------------------
-# Directions and strengths (training rows only)
-# ---------------------------------------------------------------------------------------------
-
-
 def directions(probe: ConditionalWallProbe) -> tuple[np.ndarray, np.ndarray]:
     """``(unit (P, F), gain (P,))``: each head's direction in the (flattened) residual and the
     logit change per unit of edit along it (``|g_p|``; 0 where the head learnt nothing)."""
@@ -120,20 +108,12 @@ def directions(probe: ConditionalWallProbe) -> tuple[np.ndarray, np.ndarray]:
 def calibrate(
     probe: ConditionalWallProbe, X: np.ndarray, y: np.ndarray, config: SteeringConfig
 ) -> dict:
-    """Each head's edit strength from training rows (never from the states steered).
+    """Each head's edit strength from training rows ``X`` (:func:`wall_inputs`) and maps ``y``.
 
-    Args:
-        probe: the fitted agent-frame probe.
-        X: ``(N, F + 4)`` :func:`~goalprobe.probes.wall_test.wall_inputs` of training rows.
-        y: ``(N, S, S)`` their ``CellType`` maps.
-        config: the multiples and the flip target.
-
-    Returns:
-        ``{offsets (P, 2), gap (P,), multiple (P,), alpha (P,), train_flip (P,), n_rows (P,)}``
-        as lists: the projection gap (wall minus open class mean), the chosen multiple, the
-        strength ``alpha = multiple * gap`` and the share of the uncertain training rows whose
-        read-out it flips (None where a head has no uncertain rows of both classes or no
-        positive gap: such a head is never edited).
+    Returns lists ``{offsets, gap, multiple, alpha, train_flip, n_rows}`` per head: the
+    projection gap (wall minus open class mean), the chosen multiple, ``alpha = multiple *
+    gap`` and the share of uncertain training rows whose read-out it flips (None where a head
+    lacks uncertain rows of both classes or a positive gap: it is never edited).
     """
     unit, gain = directions(probe)
     acts = np.asarray(X, dtype=np.float64)[:, :-4]
@@ -160,30 +140,16 @@ def calibrate(
                     chosen = float(k)
                     break
             alpha = float(chosen * gap)
-        out["gap"].append(gap)
-        out["multiple"].append(chosen)
-        out["alpha"].append(alpha)
-        out["train_flip"].append(flip)
-        out["n_rows"].append(int(m.sum()))
+        for key, value in zip(out, (gap, chosen, alpha, flip, int(m.sum())), strict=True):
+            out[key].append(value)
     out["offsets"] = offsets(probe.radius).tolist()
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# The edited map
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Edit:
-    """One wall toggle next to the agent.
-
-    Attributes:
-        head: the probe head (index into :func:`~goalprobe.probes.wall_test.offsets`).
-        cell: the cell toggled ``(row, col)``.
-        add: True adds a wall (the cell is open), False removes one.
-        optimal: the edited map's optimal actions in the state.
-    """
+    """One wall toggle next to the agent: the probe ``head`` (index into :func:`offsets`), the
+    ``cell`` toggled, ``add`` (True adds a wall) and the edited map's ``optimal`` actions."""
 
     head: int
     cell: tuple[int, int]
@@ -213,14 +179,7 @@ def choose_edits(
     radius: int = 1,
 ) -> tuple[Edit, Edit] | str:
     """The target edit and the irrelevant-cell edit of one state (module docstring), or the
-    reason the state has none.
-
-    Args:
-        grid, state: the true map and the state shown.
-        alpha: ``(P,)`` calibrated strengths (None: the head is never edited).
-        rng: draws among the candidates.
-        radius: the probe's radius (its heads' offsets).
-    """
+    reason it has none; ``alpha``: the calibrated strengths (None: never edited)."""
     offs = offsets(radius)
     true_opt = solve(grid).optimal_actions(state)
     if not true_opt:
@@ -247,25 +206,14 @@ def choose_edits(
         return "no neighbour whose toggle makes a non-optimal action optimal"
     if not irrelevant:
         return "no irrelevant ring-1 cell"
-    return relevant[int(rng.integers(len(relevant)))], irrelevant[
-        int(rng.integers(len(irrelevant)))
-    ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Regeneration under the edits
-# ---------------------------------------------------------------------------------------------
+    target = relevant[int(rng.integers(len(relevant)))]
+    return target, irrelevant[int(rng.integers(len(irrelevant)))]
 
 
 @dataclass(frozen=True)
 class SteerState:
-    """A test state to steer.
-
-    Attributes:
-        state_id: its id (``run/grid/episode/step``).
-        grid, state: the true map and the state its prompt shows.
-        prompt_ids: the prompt's token ids (as the agent read them).
-    """
+    """A test state to steer: its id (``run/grid/episode/step``), the true map, the state its
+    prompt shows and the prompt's token ids."""
 
     state_id: str
     grid: Grid
@@ -277,9 +225,8 @@ def steer_patch(layer: int, positions: np.ndarray, clean: torch.Tensor, delta: n
     """The edit as a patch: ``clean`` ``(K, d_model)`` plus ``delta`` (``K * d_model``, or
     ``(K, d_model)``) written into block ``layer``'s output at ``positions``; with one block,
     the residual stream there plus ``delta``."""
-    values = clean.float() + torch.as_tensor(np.asarray(delta), dtype=torch.float32).reshape(
-        clean.shape
-    )
+    shift = torch.as_tensor(np.asarray(delta), dtype=torch.float32).reshape(clean.shape)
+    values = clean.float() + shift
     return Patch((int(layer),), torch.as_tensor(positions, dtype=torch.long), values[None])
 
 
@@ -305,27 +252,21 @@ def prepare_state(
     clean: np.ndarray,
     rng: np.random.Generator,
 ) -> tuple[dict, dict[str, np.ndarray]]:
-    """One state's edits: ``(record, {condition: delta})``.
-
-    ``chosen``: its target and irrelevant edits (:func:`choose_edits`); ``clean``: its anchors
-    at the probe's block, ``(K, d_model)``; ``rng``: draws the random direction. The record
-    holds the edits, the optimal sets, the norms and the probe's read-out of the target cell
-    before and after each edit (the test flip check)."""
+    """One state's edits ``(record, {condition: delta})`` from its :func:`choose_edits` and its
+    anchors ``clean (K, d_model)``; the record holds the edits, the optimal sets, the norms and
+    the probe's read-out of the target cell before and after each edit."""
     X = _probe_row(probe, clean.reshape(-1), item.grid, item.state)
     _, uncertain = probe.prior_proba(X)
     alpha = calibration["alpha"]
     target, other = chosen
     unit, _ = directions(probe)
     sign = 1.0 if target.add else -1.0
-    delta_probe = sign * alpha[target.head] * unit[target.head]
     noise = rng.standard_normal(unit.shape[1])
-    delta_random = noise / np.linalg.norm(noise) * alpha[target.head]
-    delta_other = (1.0 if other.add else -1.0) * alpha[other.head] * unit[other.head]
     deltas = {
         "none": np.zeros(unit.shape[1]),
-        "probe": delta_probe,
-        "random": delta_random,
-        "irrelevant": delta_other,
+        "probe": sign * alpha[target.head] * unit[target.head],
+        "random": noise / np.linalg.norm(noise) * alpha[target.head],
+        "irrelevant": (1.0 if other.add else -1.0) * alpha[other.head] * unit[other.head],
     }
     flat = clean.reshape(-1)
     true_opt = solve(item.grid).optimal_actions(item.state)
@@ -367,20 +308,10 @@ def run_steering(
 ) -> tuple[list[dict], dict[str, int]]:
     """Steer every state under the four edits and regenerate.
 
-    Args:
-        states: the test states (:class:`SteerState`).
-        backend: a residual backend with the model and its tokenizer.
-        chat_format: the tokenizer's :class:`~goalprobe.agents.chat_format.ChatFormat` (the
-            anchors, the stop ids, the answer split).
-        probe: the fitted agent-frame probe (read at ``layer``'s pre-reasoning anchors).
-        calibration: :func:`calibrate`'s strengths.
-        layer: the block the probe reads and the edits write.
-        config: the settings.
-        progress: called with a line now and then.
-
-    Returns:
-        ``(records, dropped)``: one record per steered state (:func:`prepare_state`'s, plus
-        ``actions``, ``invalid`` and ``success`` by condition), and reason -> states dropped.
+    ``chat_format`` gives the anchors, stop ids and answer split; ``layer`` is the block the
+    probe reads and the edits write. Returns ``(records, dropped)``: per steered state
+    :func:`prepare_state`'s record plus ``actions``, ``invalid`` and ``success`` by condition,
+    and reason -> states dropped.
     """
     dropped: dict[str, int] = {}
     jobs: list[tuple[int, str, list[int], Patch]] = []
@@ -393,17 +324,14 @@ def run_steering(
         if isinstance(chosen, str):
             dropped[chosen] = dropped.get(chosen, 0) + 1
             continue
-        positions = np.asarray(
-            chat_format.find_anchors(list(item.prompt_ids)).pre_reasoning, dtype=np.int64
-        )
-        clean = backend.clean_run(list(item.prompt_ids), [layer], positions).values(
-            [layer], positions
-        )[0]
+        ids = list(item.prompt_ids)
+        positions = np.asarray(chat_format.find_anchors(ids).pre_reasoning, dtype=np.int64)
+        clean = backend.clean_run(ids, [layer], positions).values([layer], positions)[0]
         record, deltas = prepare_state(item, probe, calibration, chosen, clean.float().numpy(), rng)
         records.append(record)
         for condition, delta in deltas.items():
             patch = steer_patch(layer, positions, clean, delta)
-            jobs.append((len(records) - 1, condition, list(item.prompt_ids), patch))
+            jobs.append((len(records) - 1, condition, ids, patch))
     stop_ids = list(chat_format.stop_ids)
     by_length: dict[int, list] = {}
     for job in jobs:
@@ -443,17 +371,11 @@ def run_steering(
     return kept, dropped
 
 
-# ---------------------------------------------------------------------------------------------
-# Statistics and verdict
-# ---------------------------------------------------------------------------------------------
-
-
 def paired_difference(
     first: np.ndarray, second: np.ndarray, grid_ids: np.ndarray, n_bootstrap: int, seed: int
 ) -> dict:
-    """The mean paired difference ``first - second`` of per-state 0/1 outcomes, its grid-
-    bootstrap interval (bounded where every grid agrees), its one-sided bootstrap p of "above
-    0" (``p_draws``) and the effect its n could detect (``detectable``)."""
+    """The mean paired difference ``first - second`` of per-state 0/1 outcomes with its grid-
+    bootstrap interval, one-sided p of "above 0" (``p_draws``) and ``detectable`` effect."""
     diff = np.asarray(first, dtype=np.float64) - np.asarray(second, dtype=np.float64)
     if diff.size == 0:
         return Estimate(None, n=0).to_dict()
@@ -496,13 +418,11 @@ def steering_verdict(differences: dict[str, dict]) -> dict:
 def summarise(records: Sequence[dict], dropped: dict[str, int], config: SteeringConfig) -> dict:
     """Rates, paired differences and the verdict of steered records (JSON-ready).
 
-    Returns:
-        ``{n_states, n_grids, dropped, rates: {condition: rate}, invalid: {condition: rate},
-        differences: {control: paired difference}, tested (the difference with the lower
-        interval end, with p_draws the larger p), verdict, reason, detectable, read_flip}``;
-        a rate is ``{value, ci_low, ci_high, n, n_grids, n_eff, ...}`` (cluster-adjusted
-        Clopper-Pearson); ``read_flip``: share of states whose probe read-out of the target
-        cell crossed 1/2 under each edit (the test states' check of the calibration).
+    Returns ``{n_states, n_grids, dropped, rates, invalid, differences, tested, verdict,
+    reason, detectable, read_flip, target_train_flip}``: rates by condition (cluster-adjusted
+    Clopper-Pearson), paired differences by control, ``tested`` the one with the lower interval
+    end (with the larger p), ``read_flip`` the share of states whose read-out of the target
+    cell crossed 1/2 under each edit.
     """
     ids = np.asarray([r["grid_id"] for r in records]).astype(str)
     out: dict = {"n_states": len(records), "n_grids": int(np.unique(ids).size)}
@@ -528,16 +448,12 @@ def summarise(records: Sequence[dict], dropped: dict[str, int], config: Steering
     # the calibration's check on the test states: the probe's read-out of the target cell
     # crosses 1/2 (only where the prior leaves the cell uncertain: elsewhere it is the prior's)
     checked = [r for r in records if r["target_uncertain"]]
-    out["read_flip"] = {
-        c: (
-            float(
-                np.mean([(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked])
-            )
-            if checked
-            else None
-        )
-        for c in ("probe", "random", "irrelevant")
-    }
+
+    def flipped(c: str) -> list[bool]:
+        return [(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked]
+
+    conditions = ("probe", "random", "irrelevant")
+    out["read_flip"] = {c: float(np.mean(flipped(c))) if checked else None for c in conditions}
     out["read_flip"]["n"] = len(checked)
     out.update(steering_verdict(out["differences"]))
     # an edit that cannot move the probe's own read-out tests no direction: not a "no"
@@ -558,11 +474,6 @@ def _low(d: dict) -> float:
     return -np.inf if low is None else float(low)
 
 
-# ---------------------------------------------------------------------------------------------
-# The whole test
-# ---------------------------------------------------------------------------------------------
-
-
 def fit_probe(
     acts: np.ndarray,
     cell_types: np.ndarray,
@@ -572,8 +483,7 @@ def fit_probe(
     grid_ids: np.ndarray,
     config: SteeringConfig,
 ) -> tuple[ConditionalWallProbe, dict]:
-    """The agent-frame wall probe fitted on training rows (penalty chosen on validation grids
-    carved from them) and its calibration (:func:`calibrate`)."""
+    """The agent-frame wall probe fitted on training rows and its :func:`calibrate`."""
     X = wall_inputs(acts, grid_sizes, densities, agent_row_col)
     probe = ConditionalWallProbe(frame="agent", radius=config.radius, random_state=config.seed)
     probe.fit(X, cell_types, np.asarray(grid_ids).astype(str))
@@ -583,8 +493,7 @@ def fit_probe(
 def draw_states(
     states: Sequence[SteerState], test_grids: Sequence[str], seed: int
 ) -> list[SteerState]:
-    """The states of ``test_grids`` in a seeded random order (:func:`run_steering` steers them
-    in this order until :attr:`SteeringConfig.max_states` have an edit)."""
+    """The states of ``test_grids`` in a seeded random order."""
     keep = set(test_grids)
     pool = [s for s in states if s.grid.grid_id in keep]
     order = np.random.default_rng(seed).permutation(len(pool))
@@ -603,22 +512,11 @@ def steering_test(
 ) -> tuple[dict, list[dict]]:
     """Fit and calibrate the probe on the training rows, steer the test states, summarise.
 
-    Args:
-        train: the training rows' ``acts`` ``(N, K, d_model)`` at ``layer``, ``cell_types``,
-            ``grid_sizes``, ``densities``, ``agent_row_col`` and ``grid_ids``.
-        states: the test states (grids disjoint from the training rows'; at most
-            ``config.max_states`` with an edit are steered, in the order given:
-            :func:`draw_states`).
-        backend, chat_format: the model's residual backend and chat format.
-        layer: the block of the anchors in ``train`` (read and edited).
-        config: the settings.
-
-    Returns:
-        ``(result, records)``: :func:`summarise`'s result with ``schema``, ``layer``,
-        ``config``, the calibration and the probe's training size; and the per-state records.
-
-    Raises:
-        ValueError: a test state's grid is among the training grids.
+    ``train``: the training rows' ``acts (N, K, d_model)`` at ``layer``, ``cell_types``,
+    ``grid_sizes``, ``densities``, ``agent_row_col`` and ``grid_ids``; ``states`` in the order
+    to steer (:func:`draw_states`). Returns ``(result, records)``: :func:`summarise`'s result
+    with the schema, layer, config, calibration and training size; the per-state records.
+    Raises ValueError when a test state's grid is a training grid.
     """
     train_grids = set(np.asarray(train["grid_ids"]).astype(str).tolist())
     leaked = sorted({s.grid.grid_id for s in states} & train_grids)

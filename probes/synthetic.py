@@ -18,13 +18,8 @@ from goalprobe.gridworld.optimal import bfs_distances
 
 @dataclass(frozen=True)
 class Layout:
-    """One given grid of :func:`planted_cell_data` (e.g. a demo grid's walls and goal).
-
-    Attributes:
-        walls: ``(n, n)`` bool, True on wall cells.
-        goal: the goal cell ``(row, col)`` (open).
-        density: the obstacle density it was generated with (metadata).
-    """
+    """One given grid of :func:`planted_cell_data`: ``(n, n)`` bool walls, the (open) goal cell
+    and the density it was generated with (metadata)."""
 
     walls: np.ndarray
     goal: tuple[int, int]
@@ -33,19 +28,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class PlantedCellData:
-    """A synthetic probing data set; row ``i`` is one step of one grid.
-
-    Attributes:
-        acts: ``(N, n_anchors, d_model)`` activations (noise plus planted signal).
-        labels: ``(N, S, S)`` uint8 ``CellType`` maps, grids at the top-left of the canvas,
-            ``PADDING`` outside.
-        grid_ids: ``(N,)`` str grid identifiers.
-        grid_sizes: ``(N,)`` int64 side of each grid.
-        densities: ``(N,)`` float64 wall probability the grid was drawn with.
-        agent_row_col: ``(N, 2)`` int64 agent cell.
-        goal_row_col: ``(N, 2)`` int64 goal cell.
-        goal_distance: ``(N,)`` float32 shortest-path distance from the agent to the goal.
-    """
+    """A synthetic probing data set, row ``i`` one step of one grid: ``acts (N, n_anchors,
+    d_model)`` and the labels an activation store holds (``labels``: ``(N, S, S)`` uint8
+    ``CellType`` maps, ``PADDING`` outside the grid)."""
 
     acts: np.ndarray
     labels: np.ndarray
@@ -75,27 +60,12 @@ def planted_cell_data(
 ) -> PlantedCellData:
     """Draw a synthetic data set with a planted, linearly embedded cognitive map.
 
-    Args:
-        n_grids: number of grids; ``N = n_grids * steps_per_grid`` rows.
-        steps_per_grid: steps (agent positions) per grid.
-        sizes: grid sides to draw from (uniformly).
-        canvas: side of the label canvas (default ``max(sizes)``).
-        densities: wall probabilities to draw from (uniformly).
-        d_model: width of one anchor token; features are ``n_anchors * d_model``.
-        n_anchors: anchor tokens per row.
-        signal: scale of the planted signal relative to unit-variance noise.
-        wall_signal: scale of the wall cells' directions alone (default ``signal``): a wall map
-            of known strength, the others unchanged (0: no wall map in the activations).
-        dtype: dtype of ``acts`` (float16 halves the memory of large benchmark sets).
-        chunk_rows: rows embedded at a time (bounds the float32 working memory).
-        random_state: seed.
-        layouts: one :class:`Layout` per grid (``n_grids`` of them): its walls, goal and
-            density instead of random ones (``sizes`` must hold every layout's side and
-            ``densities`` is then unused); the agents' cells are still drawn at random among
-            the cells reachable from the goal.
-
-    Returns:
-        A :class:`PlantedCellData`.
+    ``n_grids * steps_per_grid`` rows, sizes and densities drawn uniformly, on a canvas of side
+    ``canvas`` (default ``max(sizes)``). ``signal``: the planted signal's scale against unit
+    noise; ``wall_signal``: the wall cells' alone (default ``signal``; 0: no wall map);
+    ``chunk_rows``: rows embedded at a time. ``layouts``: one :class:`Layout` per grid instead
+    of random walls, goals and densities (the agents' cells are still drawn among the cells
+    reachable from the goal).
     """
     side = max(sizes) if canvas is None else canvas
     if max(sizes) > side:
@@ -152,11 +122,8 @@ def planted_cell_data(
     if wall_signal is not None:
         directions[:cells] *= wall_signal / signal if signal else 0.0
         if not signal:
-            directions[:cells] = (
-                wall_signal
-                / np.sqrt(active)
-                * rng.standard_normal((cells, n_features), dtype=np.float32)
-            )
+            noise = rng.standard_normal((cells, n_features), dtype=np.float32)
+            directions[:cells] = wall_signal / np.sqrt(active) * noise
     dist_scaled = (distance - distance.mean()) / max(float(distance.std()), 1.0)
     acts: np.ndarray = np.empty((n_rows, n_features), dtype=dtype)
     for start in range(0, n_rows, chunk_rows):
@@ -172,13 +139,5 @@ def planted_cell_data(
         block = rng.standard_normal((m, n_features), dtype=np.float32)
         block += latent @ directions
         acts[start:stop] = block
-    return PlantedCellData(
-        acts=acts.reshape(n_rows, n_anchors, d_model),
-        labels=labels,
-        grid_ids=grid_ids,
-        grid_sizes=grid_sizes,
-        densities=grid_density,
-        agent_row_col=agent,
-        goal_row_col=goal,
-        goal_distance=distance,
-    )
+    acts = acts.reshape(n_rows, n_anchors, d_model)
+    return PlantedCellData(acts, labels, grid_ids, grid_sizes, grid_density, agent, goal, distance)

@@ -24,9 +24,8 @@ BatchLoss = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
 
 Batching = Literal["slices", "even"]
 """How an epoch's permutation becomes minibatches: ``"slices"``, consecutive ``batch_size``
-slices (the last one shorter), positions sorted within a batch (cheap gathers); ``"even"``,
-``ceil(n / batch_size)`` batches of near-equal size (:func:`numpy.array_split`), positions in
-permutation order."""
+slices, sorted within a batch (cheap gathers); ``"even"``, ``ceil(n / batch_size)`` batches of
+near-equal size in permutation order."""
 
 
 def store_params(estimator: object, params: dict) -> None:
@@ -38,15 +37,8 @@ def store_params(estimator: object, params: dict) -> None:
 
 
 def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
-    """Flatten activations to one feature row per example (a view when possible).
-
-    Args:
-        X: ``(N, n_anchors, d_model)`` or ``(N, F)`` float activations.
-        name: what to call the array in error messages.
-
-    Returns:
-        ``(N, F)`` array with the dtype of ``X`` (anchors concatenated in order).
-    """
+    """``(N, n_anchors, d_model)`` or ``(N, F)`` float activations as ``(N, F)`` (anchors
+    concatenated, a view when possible); ``name`` is the array's name in error messages."""
     arr = np.asarray(X)
     if arr.ndim == 3:
         arr = arr.reshape(arr.shape[0], -1)
@@ -64,16 +56,8 @@ def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
 def fit_standardiser(
     X: np.ndarray, rows: np.ndarray, *, chunk_rows: int = 512
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature mean and scale over ``X[rows]``, in chunks (no float64 copy of ``X``).
-
-    Args:
-        X: ``(N, F)`` activations (any float dtype).
-        rows: ``(M,)`` int rows to fit on (the training split only).
-        chunk_rows: rows converted to float64 at a time.
-
-    Returns:
-        ``(mean, scale)``: ``(F,)`` float32 each; zero-variance features get scale 1.
-    """
+    """``(mean, scale)`` ``(F,)`` float32 over the training ``rows`` of ``X``, ``chunk_rows`` at a
+    time in float64 (no float64 copy of ``X``); zero-variance features get scale 1."""
     scaler = StandardScaler()
     for start in range(0, len(rows), chunk_rows):
         scaler.partial_fit(X[np.sort(rows[start : start + chunk_rows])].astype(np.float64))
@@ -81,13 +65,7 @@ def fit_standardiser(
 
 
 class Standardiser:
-    """Applies a fitted mean/scale to gathered example rows, on a device.
-
-    Args:
-        mean: ``(F,)`` float32.
-        scale: ``(F,)`` float32.
-        device: torch device string.
-    """
+    """Applies a fitted ``(F,)`` mean and scale to gathered example rows, on a device."""
 
     def __init__(self, mean: np.ndarray, scale: np.ndarray, device: str) -> None:
         self.mean = torch.from_numpy(np.ascontiguousarray(mean, dtype=np.float32)).to(device)
@@ -99,6 +77,23 @@ class Standardiser:
         block = torch.from_numpy(np.ascontiguousarray(X[rows]))
         block = block.to(device=self.device, dtype=torch.float32)
         return (block - self.mean) / self.scale
+
+
+def module_tensors(module: torch.nn.Module, prefix: str) -> dict[str, np.ndarray]:
+    """``module``'s state as numpy arrays named ``prefix + key`` (for safetensors)."""
+    state = module.state_dict().items()
+    return {f"{prefix}{k}": v.detach().cpu().contiguous().numpy() for k, v in state}
+
+
+def load_module_tensors(module: torch.nn.Module, tensors: dict, prefix: str) -> torch.nn.Module:
+    """Load the arrays of ``tensors`` named ``prefix + key`` into ``module`` (strict)."""
+    state = {
+        k.removeprefix(prefix): torch.from_numpy(np.array(v))
+        for k, v in tensors.items()
+        if k.startswith(prefix)
+    }
+    module.load_state_dict(state, strict=True)
+    return module
 
 
 def seeded_module(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
@@ -133,32 +128,14 @@ def train_module(
 ) -> tuple[list[dict], int]:
     """Train ``module`` in place with AdamW on shuffled minibatches of examples.
 
-    Args:
-        module: the model; its best-validation state is loaded back at the end.
-        n_examples: number of training examples (positions ``0..n_examples-1``).
-        batch_loss: see :data:`BatchLoss`; the step minimises ``sum(w*l) / sum(w)``.
-        validation_loss: weighted mean validation loss, or None for no early stopping.
-        max_epochs: upper bound on epochs.
-        batch_size: examples per step.
-        learning_rate: AdamW learning rate.
-        weight_decay: AdamW (decoupled) weight decay.
-        n_iter_no_change: epochs without improvement of at least ``tol`` before stopping.
-        tol: minimum decrease of the validation loss that counts as an improvement.
-        rng: numpy generator for the epoch permutations.
-        progress: show tqdm bars.
-        description: label of the progress bar (and of the divergence error).
-        batching: see :data:`Batching`.
-        fused: use PyTorch's fused AdamW kernel; False keeps the default implementation
-            (the two round differently, so an estimator keeps the one its results were
-            computed with).
+    Each step minimises ``sum(w*l) / sum(w)`` of :data:`BatchLoss` over positions
+    ``0..n_examples-1``; with ``validation_loss`` (a weighted mean) training stops after
+    ``n_iter_no_change`` epochs without a decrease of at least ``tol`` and the best state is
+    loaded back. ``description`` labels the progress bar and the divergence error; ``fused``
+    picks PyTorch's fused AdamW kernel (the two round differently: an estimator keeps its own).
 
-    Returns:
-        ``(history, best_epoch)``: one dict per epoch (``epoch``, ``train_loss``,
-        ``validation_loss`` (None without validation), ``seconds``), and the 1-based epoch whose
-        state was kept.
-
-    Raises:
-        FloatingPointError: a training or validation loss is not finite (training diverged).
+    Returns ``(history, best_epoch)``: per epoch ``{epoch, train_loss, validation_loss,
+    seconds}``, and the 1-based epoch kept. Raises FloatingPointError when a loss is not finite.
     """
     if max_epochs < 1:
         raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
@@ -173,10 +150,7 @@ def train_module(
         **({"fused": True} if fused else {}),
     )
     history: list[dict] = []
-    best_loss = np.inf
-    best_state = None
-    best_epoch = max_epochs
-    stale = 0
+    best_loss, best_state, best_epoch, stale = np.inf, None, max_epochs, 0
     epochs = tqdm(range(1, max_epochs + 1), desc=description, disable=not progress, leave=False)
     for epoch in epochs:
         started = time.perf_counter()
@@ -251,9 +225,8 @@ _ESTIMATOR_TRAINING = (
 
 
 def train_estimator(estimator, module: torch.nn.Module, **kwargs) -> tuple[list[dict], int]:
-    """:func:`train_module` with the estimator's own ``max_epochs``, ``batch_size``,
-    ``learning_rate``, ``weight_decay``, ``n_iter_no_change``, ``tol`` and ``progress``,
-    labelled with its class name; ``kwargs``: the rest of :func:`train_module`'s arguments."""
+    """:func:`train_module` with the estimator's own training parameters, labelled with its
+    class name; ``kwargs``: the rest of :func:`train_module`'s arguments."""
     params = {name: getattr(estimator, name) for name in _ESTIMATOR_TRAINING}
     return train_module(module, **params, description=type(estimator).__name__, **kwargs)
 
@@ -270,22 +243,11 @@ def fit_lbfgs(
     """Minimise a convex full-batch objective over ``module``'s parameters with L-BFGS
     (:func:`scipy.optimize.minimize`, ``L-BFGS-B``), in float64, from all-zero parameters.
 
-    Nothing random enters: no initialisation draw, no minibatch order, no early-stopping split,
-    so a seed cannot move the result, and with a strictly convex objective (``l2 > 0``) the
-    optimum is unique, so neither can the thread count beyond the solver's tolerance. This is
-    the solver of the linear probe families (logistic regression on the residual stream).
-
-    Args:
-        module: the model; converted to float64 while fitting and back to float32 after.
-        objective: the data term, computed with the module's current parameters (a scalar
-            tensor with gradients; the caller accumulates over chunks if it must).
-        penalised: names of the parameters under the L2 penalty (weights, not biases).
-        l2: strength of ``l2 / 2 * sum(w**2)`` over ``penalised``.
-        max_iter: L-BFGS iterations at most.
-        tol: ``gtol`` of the solver (its relative ``ftol`` a thousandth of it).
-
-    Returns:
-        ``{"n_iter", "converged", "loss", "message"}``.
+    Nothing random enters, and with ``l2 > 0`` the optimum is unique, so neither a seed nor the
+    thread count moves the result beyond the tolerance. ``objective``: the data term as a
+    scalar tensor with gradients; ``penalised``: the parameters under ``l2 / 2 * sum(w**2)``;
+    ``tol``: the solver's ``gtol`` (``ftol`` a thousandth of it). The module is float32 again
+    afterwards. Returns ``{"n_iter", "converged", "loss", "message"}``.
     """
     module.double()
     params = list(module.named_parameters())

@@ -4,16 +4,13 @@ conditional wall test (:mod:`goalprobe.probes.wall_test`) and its regression cas
 :func:`planted_walls` draws :func:`goalprobe.probes.synthetic.planted_cell_data` on given
 layouts (the demo's grids, their densities), then adds
 
-- a **density** direction (the grid's standardised density, at the other latents' scale): the
-  real anchors carry the wall count, and a prior handed the true density must not start ahead
-  of a probe whose features lack it;
+- a **density** direction (the grid's standardised density): the real anchors carry the wall
+  count, so a prior handed the true density must not start ahead of the probe;
 - the **wall map** at ``strength`` in one frame: ``"absolute"`` (one direction per canvas cell,
-  exactly :func:`planted_cell_data`'s ``wall_signal``) or ``"agent"`` (one direction per offset
-  from the agent's cell within ``radius``, :data:`goalprobe.probes.wall_test.OFFSETS`; the
-  absolute walls then carry nothing). In both frames a wall direction has, per feature, standard
-  deviation ``strength / sqrt(active)`` against unit noise, ``active`` = 3 + the mean number of
-  wall cells per canvas (the convention of :func:`planted_cell_data`), so a strength means the
-  same per-cell signal in either frame.
+  :func:`planted_cell_data`'s ``wall_signal``) or ``"agent"`` (one per offset from the agent's
+  cell within ``radius``). Either way a wall direction has per-feature standard deviation
+  ``strength / sqrt(active)`` against unit noise (:func:`planted_cell_data`'s convention), so
+  a strength means the same per-cell signal in either frame.
 
 :func:`wall_power_curve` runs the test over strengths and seeds and reports the minimum
 detectable strength in the statistic's own unit (bits per prior-uncertain cell).
@@ -22,7 +19,7 @@ detectable strength in the statistic's own unit (bits per prior-uncertain cell).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from goalprobe.gridworld.core import CellType
@@ -50,17 +47,9 @@ def planted_walls(
     radius: int = 3,
     random_state: int = 0,
 ) -> PlantedCellData:
-    """A synthetic data set on ``layouts`` with a wall map planted in ``frame``.
-
-    Args:
-        layouts: one :class:`Layout` per grid (walls, goal, density).
-        frame: where the wall map is planted.
-        strength: the wall directions' scale (0: no wall information at all).
-        steps_per_grid, sizes, d_model, n_anchors: as :func:`planted_cell_data`.
-        plant_density: add the density direction.
-        radius: the agent-centred window.
-        random_state: seed (noise, directions, agent cells).
-    """
+    """A synthetic data set on ``layouts`` with a wall map of ``strength`` (0: no wall
+    information) planted in ``frame`` (module docstring); the other parameters as
+    :func:`planted_cell_data`'s."""
     if frame not in ("absolute", "agent"):
         raise ValueError(f"frame must be 'absolute' or 'agent', got {frame!r}")
     data = planted_cell_data(
@@ -90,16 +79,7 @@ def planted_walls(
         latent = (np.take_along_axis(walls, flat, axis=1) & inside).astype(np.float32)
         directions = rng.standard_normal((latent.shape[1], n_features)).astype(np.float32)
         acts += latent @ (directions * (strength / np.sqrt(active)))
-    return PlantedCellData(
-        acts=acts.reshape(data.acts.shape),
-        labels=labels,
-        grid_ids=data.grid_ids,
-        grid_sizes=data.grid_sizes,
-        densities=data.densities,
-        agent_row_col=data.agent_row_col,
-        goal_row_col=data.goal_row_col,
-        goal_distance=data.goal_distance,
-    )
+    return replace(data, acts=acts.reshape(data.acts.shape))
 
 
 def planted_inputs(data: PlantedCellData) -> np.ndarray:
@@ -132,13 +112,8 @@ def wall_power_curve(
     design: WallPowerDesign = WallPowerDesign(),
     config: WallTestConfig = WallTestConfig(),
 ) -> dict:
-    """Detection by the conditional wall test of walls planted in each frame.
-
-    Returns:
-        ``{"design", "frames": {frame: {"trials": [...], "detection": {strength: share},
-        "minimum_detectable_strength", "bits_at_mds", "bits_by_strength"}}}``; a trial is
-        ``{strength, seed, detected, bits, auc_difference, ring bits (agent frame)}``.
-    """
+    """Detection by the conditional wall test of walls planted in each frame: ``{design,
+    frames: {frame: summarise_power(trials)}}``."""
     sizes = tuple(sorted({int(lay.walls.shape[0]) for lay in layouts}))
     out: dict = {"design": design.__dict__.copy(), "frames": {}}
     for frame in design.frames:

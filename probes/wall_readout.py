@@ -23,23 +23,13 @@ from goalprobe.stats import Estimate
 WALL_READOUT_SCHEMA = "goalprobe.wall_readout/1"
 """``schema`` of :func:`wall_readout`'s result."""
 
-VERDICTS = ("yes", "no", "undecided")
-"""What :func:`wall_verdict` can say."""
-
 
 def wall_verdict(overall: dict, power: dict | None) -> dict:
-    """The verdict of one frame's test, with the power it stands on.
-
-    Args:
-        overall: a test's ``overall`` block (:func:`~goalprobe.probes.wall_test.score_walls`).
-        power: that frame's power curve
-            (:func:`goalprobe.probes.wall_planting.wall_power_curve`'s ``frames[frame]``), or
-            None (no power shown).
-
-    Returns:
-        ``{verdict, detected, bits, minimum_detectable_strength, minimum_detectable_bits,
-        reason}``: ``"no"`` only when the design detects planted walls at some strength
-        (``minimum_detectable_bits``) and the bits interval's upper end lies below that effect.
+    """The verdict of one frame's test (its ``overall`` block) with the power it stands on (that
+    frame's :func:`~goalprobe.probes.wall_planting.wall_power_curve`, or None): ``"no"`` only
+    when the design detects planted walls at some strength and the bits interval lies below
+    that effect. Returns ``{verdict, detected, bits, minimum_detectable_strength,
+    minimum_detectable_bits, reason}``.
     """
     bits = overall["bits"]["difference"]
     mds = None if power is None else power.get("minimum_detectable_strength")
@@ -63,21 +53,10 @@ def wall_verdict(overall: dict, power: dict | None) -> dict:
 
 
 def design_power(committed: dict | None, n_grids: int, n_test_grids: int, n_features: int):
-    """The committed power curves (``probes/wall_power.json``) where they apply to a store.
-
-    The curves were measured on planted features of one design (``design``: the demo's probing
-    set: grids, feature width, test fraction); a store with fewer grids, fewer test grids or
-    another feature width has another power, so its verdicts get none (a "no" then reads
-    "undecided").
-
-    Args:
-        committed: the whole ``wall_power.json`` (None: no power).
-        n_grids, n_test_grids: the store's grids and held-out grids.
-        n_features: the width of one row's anchors (``n_anchors * d_model``).
-
-    Returns:
-        ``(frames or None, {applies, reason, design})``: ``conditional.frames`` where the store
-        has at least the design's grids and test grids and the same feature width.
+    """The committed power curves (the whole ``probes/wall_power.json``) where they apply to a
+    store: ``(conditional.frames or None, {applies, reason, design})``. They apply when the
+    store has at least the design's grids and test grids and its feature width
+    (``n_anchors * d_model``); otherwise its verdicts get no power (a "no" reads "undecided").
     """
     if not committed or "conditional" not in committed:
         return None, {"applies": False, "reason": "no committed power curve", "design": None}
@@ -116,20 +95,10 @@ def wall_readout(
 ) -> dict:
     """Both frames' conditional wall tests on ``data`` (split by grid) and their verdicts.
 
-    Args:
-        data: one stage and layer (the true agent cell is the agent-centred frame's).
-        split: its split by grid (train / test rows; validation grids for the penalty are
-            carved from the training grids).
-        frames: the frames to test.
-        config: the probe and bootstrap settings (``frame`` is set per frame).
-        power: the committed power curves by frame (``probes/wall_power.json``'s
-            ``conditional.frames``), or None (every "no" is then "undecided").
-        fitted: a dict that receives each frame's fitted probe (``{frame: probe}``, fit on the
-            training rows: the decoded maps' wall read-outs), or None.
-
-    Returns:
-        ``{schema, stage, layer, n_train_grids, n_test_grids, frames: {frame: test},
-        verdicts: {frame: wall_verdict}}`` (JSON-ready).
+    ``config``'s ``frame`` is set per frame; ``power``: the power curves by frame
+    (:func:`design_power`; None: every "no" is "undecided"); ``fitted`` receives each frame's
+    fitted probe. Returns JSON-ready ``{schema, stage, layer, n_train_grids, n_test_grids,
+    frames: {frame: test}, verdicts: {frame: wall_verdict}}``.
     """
     X = wall_inputs(data.acts, data.grid_sizes, data.densities, data.agent_row_col)
     out: dict = {

@@ -1,37 +1,30 @@
 """The conditional wall test: does an activation say more about a grid's walls than its size and
 density do? In two frames: absolute cells, and cells at an offset from the agent.
 
-**Probe.** :class:`ConditionalWallProbe` is a per-cell logistic regression whose logit starts
-from the per-cell prior given the grid's size and density (a prior-logit offset):
-``logit P(wall at cell p | act) = logit prior_p(size, density) + act . w_p + b_p``, with an L2
-penalty chosen on validation *grids* carved from the training grids (never the test grids).
-``frame="absolute"`` has one head per canvas cell; ``frame="agent"`` one head per offset
-``(dr, dc)`` from the agent's cell (``|dr|, |dc| <= radius``), the cell read being the agent's
-cell plus the offset (:data:`OFFSETS`). The prior (:class:`WallPrior`) is fitted on the training
-grids inside ``fit``.
+**Probe.** :class:`ConditionalWallProbe`: per-cell logistic regressions with the prior given the
+grid's size and density as logit offset,
+``logit P(wall at p | act) = logit prior_p(size, density) + act . w_p + b_p``, the L2 penalty
+chosen on validation *grids* carved from the training grids. ``frame="absolute"``: one head per
+canvas cell; ``frame="agent"``: one per offset from the agent's cell (:data:`OFFSETS`).
 
-**Statistic.** Only the *prior-uncertain* cells count: cells whose wall status is not fixed by
-the grid's size and density (the border, the maze lattice, an open room's interior are fixed).
-Held-out bits per uncertain cell (the prior's cross-entropy minus the model's, in bits), with the
-within-grid AUC (walls against open cells of one row) and the accuracy as companions.
+**Statistic.** On the *prior-uncertain* cells only (not fixed by size and density, as the border
+or the maze lattice are): held-out bits per cell (the prior's cross-entropy minus the model's),
+with the within-grid AUC and the accuracy as companions.
 
-**Null.** The same probe fitted on another grid's anchors of the same size and density
-(:func:`null_inputs`: each training grid's labels paired with the anchors of a different training
-grid of its size and density). It learns what any grid of that size and density carries, so
-probe minus null isolates the information about *this* grid. Every interval resamples test
-grids (:class:`goalprobe.stats.GridBootstrap`); a frame's read-out is *detected* when
-the intervals of both the bits and the within-grid AUC of probe minus null lie above 0.
+**Null.** The same probe fitted on the anchors of another training grid of the same size and
+density (:func:`null_inputs`), so probe minus null isolates what is about *this* grid. Intervals
+resample test grids (:class:`goalprobe.stats.GridBootstrap`); *detected*: the intervals of the
+bits and of the within-grid AUC of probe minus null both lie above 0.
 
-Input layout: ``X = wall_inputs(acts, grid_sizes, densities, agent_row_col)``, the flattened
-anchors followed by four columns ``[size, density, agent row, agent col]`` (so the estimator
-keeps scikit-learn's ``fit(X, y)`` / ``predict_proba(X)``; for decoding pass the *decoded* agent
-cell). ``y`` is the ``(N, S, S)`` ``CellType`` label maps. Pure numpy/scipy/scikit-learn.
+Input: ``X = wall_inputs(acts, grid_sizes, densities, agent_row_col)`` (anchors, then ``[size,
+density, agent row, agent col]``; the *decoded* agent cell when decoding), ``y`` the ``(N, S,
+S)`` ``CellType`` maps, so the estimator keeps scikit-learn's ``fit(X, y)``/``predict_proba(X)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -73,11 +66,8 @@ OFFSETS = offsets(3)
 
 
 def rings(offs: np.ndarray) -> np.ndarray:
-    """``(P,)`` ring of each offset: its distance in steps from the agent, ``|dr| + |dc|``
-    (ring 1: A's four neighbours, ring 2: the eight cells two moves away; the 7 x 7 box holds
-    rings 1-6 with 4, 8, 12, 12, 8 and 4 cells)."""
-    offs = np.asarray(offs)
-    return np.abs(offs).sum(axis=1)
+    """``(P,)`` ring of each offset: its distance in steps from the agent, ``|dr| + |dc|``."""
+    return np.abs(np.asarray(offs)).sum(axis=1)
 
 
 def wall_inputs(
@@ -120,14 +110,10 @@ def group_codes(grid_sizes: np.ndarray, densities: np.ndarray) -> np.ndarray:
 
 class WallPrior(BaseEstimator):
     """Per-cell wall frequency of the training grids of the same size and density (backing off
-    to the size, then to every grid, when a group is unseen).
+    to the size, then to every grid, when a group is unseen): ``(k + 1/2) / (n + 1)`` where the
+    group's cell varies, exactly 0 or 1 where it does not (*fixed*), fixed open outside the grid.
 
-    ``proba`` of a cell is ``(k + 1/2) / (n + 1)`` (``k`` walls among ``n`` training rows of the
-    group) where the group's cell varies, and exactly 0 or 1 where it does not (*fixed*: the
-    cells the statistic leaves out). Outside a grid of size ``n`` a cell is fixed open.
-
-    Fitted attributes: ``freq_`` (group key -> ``(S, S)`` frequency), ``count_`` (key -> rows),
-    ``side_``.
+    Fitted attributes: ``freq_`` (group key -> ``(S, S)`` frequency), ``count_``, ``side_``.
     """
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> WallPrior:
@@ -156,10 +142,9 @@ class WallPrior(BaseEstimator):
     def proba(self, X: np.ndarray, *, smooth_fixed: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(prob (N, S, S) float64, uncertain (N, S, S) bool)`` of each row's group.
 
-        ``smooth_fixed``: for decoding grids that may lie off the generator's distribution (a
-        false-belief grid draws walls where the generator never puts one): every grid cell gets
-        the smoothed frequency ``(k + 1/2) / (n + 1)`` and counts as uncertain, so a read-out can
-        move it (cells outside the grid stay fixed open)."""
+        ``smooth_fixed``: every grid cell gets the smoothed frequency and counts as uncertain, so
+        a read-out can move it (decoding a false-belief grid, off the generator's distribution).
+        """
         check_is_fitted(self, "freq_")
         _, sizes, dens, _ = _split_inputs(X)
         side = self.side_
@@ -227,22 +212,13 @@ def fit_offset_logistic(
     max_iter: int = 300,
     tol: float = 1e-6,
 ) -> np.ndarray:
-    """Independent L2-penalised logistic regressions (one per column ``p``) with a fixed logit
-    offset, fitted jointly by L-BFGS: ``theta`` = ``W (F, P)`` then ``b (P,)``, flattened.
+    """Independent L2-penalised logistic regressions (one per column) with a fixed logit offset,
+    fitted jointly by L-BFGS; returns ``theta``: ``W (F, P)`` then ``b (P,)``, flattened.
 
-    Args:
-        Z: ``(N, F)`` standardised features.
-        offset: ``(N, P)`` prior logits.
-        target: ``(N, P)`` 0/1.
-        mask: ``(N, P)`` entries that count (0: left out).
-        lam: L2 penalty on ``W`` (per unit of the mean-over-rows loss): one, or ``(P,)`` one
-            per column.
-        theta0: warm start.
-
-    A column no entry of which counts has ``W = 0``, ``b = 0`` as its optimum (its gradient is
-    the penalty's alone, from a start at 0): it is left out of the optimisation and returned
-    as zeros, which leaves the other columns' iterates as they were and saves the optimiser
-    most of its work on small grids in a large canvas.
+    ``Z (N, F)`` standardised features, ``offset (N, P)`` prior logits, ``target (N, P)`` 0/1,
+    ``mask (N, P)`` the entries that count, ``lam`` the penalty on ``W`` (one, or ``(P,)``),
+    ``theta0`` a warm start. A column with no counted entry has optimum 0 and is left out of
+    the optimisation (the other columns' iterates do not change).
     """
     F, P = Z.shape[1], offset.shape[1]
     active = np.flatnonzero(np.asarray(mask).any(axis=0))
@@ -251,23 +227,17 @@ def fit_offset_logistic(
     full0 = np.zeros(F * P + P) if theta0 is None else np.asarray(theta0, dtype=np.float64)
     W0, b0 = full0[: F * P].reshape(F, P), full0[F * P :]
     x0 = np.concatenate([W0[:, active].ravel(), b0[active]])
+    columns = [np.asarray(a)[:, active].astype(np.float64) for a in (offset, target, mask)]
     res = scipy.optimize.minimize(
         _loss_grad,
         x0,
-        args=(
-            Z,
-            offset[:, active],
-            target[:, active].astype(np.float64),
-            mask[:, active].astype(np.float64),
-            lam_active,
-        ),
+        args=(Z, *columns, lam_active),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": max_iter, "gtol": tol},
     )
     A = active.size
-    W = np.zeros((F, P))
-    b = np.zeros(P)
+    W, b = np.zeros((F, P)), np.zeros(P)
     W[:, active] = res.x[: F * A].reshape(F, A)
     b[active] = res.x[F * A :]
     return np.concatenate([W.ravel(), b])
@@ -280,23 +250,14 @@ def _logit(p: np.ndarray) -> np.ndarray:
 class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
     """Per-cell (or per-offset) logistic wall probe with the size-and-density prior as offset.
 
-    Args:
-        frame: ``"absolute"`` (one head per canvas cell) or ``"agent"`` (one per offset from
-            the agent's cell within ``radius``).
-        radius: Chebyshev radius of the agent-centred heads.
-        alphas: L2 penalties tried, largest first (a warm-started path that stops once no
-            group's validation loss improves); each group of heads (:meth:`penalty_groups`: all
-            cells, or one ring of offsets) takes the penalty with its best held-out log loss on
-            the validation grids, and all heads are refitted on all training grids with their
-            penalties.
-        validation_fraction: share of the training grids held out to choose the penalty.
-        max_iter: L-BFGS iterations per fit.
-        random_state: seed of the validation carve.
+    Parameters as :class:`WallTestConfig`. ``alphas`` is a warm-started path, largest first,
+    that stops once no group's validation loss improves; each group of heads
+    (:meth:`penalty_groups`) takes its best penalty, then all heads are refitted on all
+    training grids.
 
-    Fitted attributes: ``prior_`` (:class:`WallPrior`), ``mean_``/``scale_`` (feature
-    standardisation), ``coef_ (F, P)``, ``intercept_ (P,)``, ``alpha_`` (``(P,)`` chosen penalty of each head's group,
-    or the one penalty given), ``validation_loss_`` (penalty -> validation nats per uncertain entry, all
-    heads at that penalty), ``classes_``
+    Fitted attributes: ``prior_`` (:class:`WallPrior`), ``mean_``/``scale_``, ``coef_ (F, P)``,
+    ``intercept_ (P,)``, ``alpha_`` (``(P,)`` per head, or the one penalty given),
+    ``validation_loss_`` (penalty -> validation nats per uncertain entry), ``classes_``
     (``[False, True]``: wall), ``n_features_in_``.
     """
 
@@ -349,11 +310,9 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         if len(alphas) > 1:
             if groups is None:
                 raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
+            rows, ids = np.arange(len(acts)), np.asarray(groups)
             fit_rows, val_rows = carve_validation(
-                np.arange(len(acts)),
-                np.asarray(groups),
-                self.validation_fraction,
-                self.random_state,
+                rows, ids, self.validation_fraction, self.random_state
             )
             theta = None
             best: Any = None
@@ -426,11 +385,9 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         return np.where(uncertain, scipy.special.expit(self.decision_function(X)), prior)
 
     def decode_proba(self, X: np.ndarray) -> np.ndarray:
-        """``(N, P)`` wall probability for decoding a believed map: as :meth:`predict_proba` on
-        the cells the prior leaves uncertain, and on the cells it fixes the read-out over the
-        prior smoothed as on uncertain ones (``(k + 1/2) / (n + 1)``), so that a wall the agent
-        was shown where the generator never draws one (a false-belief grid) can be decoded; 0
-        outside the grid. The statistic (bits per prior-uncertain cell) never uses it."""
+        """``(N, P)`` wall probability for decoding a believed map: the read-out over the
+        smoothed prior on every grid cell (``smooth_fixed``), so a wall where the generator never
+        draws one can be decoded; 0 outside the grid. The statistic never uses it."""
         prior, uncertain = self.prior_proba(X, smooth_fixed=True)
         return np.where(
             uncertain, scipy.special.expit(self.decision_function(X, smooth_fixed=True)), prior
@@ -479,12 +436,9 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
 
 
 def null_inputs(X: np.ndarray, grid_ids: np.ndarray, random_state: int = 0) -> np.ndarray:
-    """``X`` whose anchors come from another grid of the same size and density (row ``i`` of
-    grid ``g`` takes the anchors of row ``i`` of a grid ``pi(g) != g``, a derangement within each
-    size-and-density stratum; a stratum with a single grid falls back to its size, and one
-    still alone to a pool of every such grid, and a pool of one joins the largest stratum: tiny
-    sets only). The covariates and the agent cell stay the row's own, as do the labels fitted
-    against them."""
+    """``X`` whose anchors come from another grid of the same size and density (a derangement of
+    grids within each stratum; a lone grid falls back to its size, then to a pool of all lone
+    grids, and a pool of one joins the largest stratum). Covariates and labels stay the row's."""
     X = np.asarray(X, dtype=np.float64)
     _, sizes, dens, _ = _split_inputs(X)
     ids = np.asarray(grid_ids)
@@ -524,14 +478,8 @@ class WallTestConfig:
 
     def probe(self) -> ConditionalWallProbe:
         """The unfitted probe these settings describe."""
-        return ConditionalWallProbe(
-            frame=self.frame,
-            radius=self.radius,
-            alphas=self.alphas,
-            validation_fraction=self.validation_fraction,
-            max_iter=self.max_iter,
-            random_state=self.random_state,
-        )
+        params = {k: v for k, v in asdict(self).items() if k != "n_bootstrap"}
+        return ConditionalWallProbe(**params)
 
 
 def _bits(p: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -572,12 +520,9 @@ def score_walls(
 ) -> dict:
     """The statistic on the masked (prior-uncertain) entries of held-out rows.
 
-    Returns:
-        ``{n_rows, n_grids, n_cells, cells_per_row, bits: {probe, null, difference},
-        accuracy: {probe, null, prior, difference}, auc_within_grid: {probe, null, prior,
-        difference}, detected}``: bits gained over the prior per uncertain cell (probe, null)
-        and probe minus null, each ``{value, ci_low, ci_high, ...}`` over a grid bootstrap;
-        ``detected``: both differences' intervals above 0.
+    Returns ``{n_rows, n_grids, n_cells, cells_per_row, bits, accuracy, auc_within_grid,
+    detected}``: bits gained over the prior per uncertain cell, accuracy and within-grid AUC,
+    each ``{probe, null, [prior,] difference}`` of grid-bootstrap estimates.
     """
     ids = np.asarray(grid_ids).astype(str)
     t = np.asarray(target, dtype=bool)
@@ -643,18 +588,10 @@ def conditional_wall_test(
 ) -> dict:
     """Fit the probe and its null on the ``train`` rows, score both on the ``test`` rows.
 
-    Args:
-        X: ``(N, F + 4)`` :func:`wall_inputs` with the *true* agent cell.
-        y: ``(N, S, S)`` ``CellType`` label maps.
-        grid_ids: ``(N,)`` grid of every row (``train`` and ``test`` must not share one).
-        train, test: row indices (a split by grid, :func:`goalprobe.probes.splits.split_by_grid`).
-        config: the probe's settings and the bootstrap.
-
-    Returns:
-        ``{frame, alpha, null_alpha, overall: score_walls(...), rings: {"1": ..., ...} (agent
-        frame only; ring k: the cells k steps from A, :func:`rings`; a ring without a held-out
-        prior-uncertain cell is absent), probe, null}``;
-        ``probe``/``null`` are the fitted estimators (not JSON: drop them before writing).
+    ``X`` from :func:`wall_inputs` with the *true* agent cell; ``train``/``test`` row indices
+    that share no grid. Returns ``{frame, alpha, null_alpha, n_train_grids, overall:
+    score_walls(...), rings: {"1": ...} (agent frame, rings with a held-out uncertain cell),
+    probe, null}`` (the fitted estimators: drop them before writing JSON).
     """
     X = np.asarray(X, dtype=np.float64)
     ids = np.asarray(grid_ids).astype(str)
@@ -669,16 +606,12 @@ def conditional_wall_test(
     probe_p, null_p = probe.predict_proba(X[test]), null.predict_proba(X[test])
 
     def score(cols: np.ndarray) -> dict:
-        return score_walls(
-            probe_p[:, cols],
-            null_p[:, cols],
-            prior_p[:, cols],
-            target[:, cols],
-            mask[:, cols],
-            ids[test],
-            n_bootstrap=config.n_bootstrap,
-            random_state=config.random_state,
-        )
+        p, n, q, t, m = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
+        kw: dict[str, Any] = {
+            "n_bootstrap": config.n_bootstrap,
+            "random_state": config.random_state,
+        }
+        return score_walls(p, n, q, t, m, ids[test], **kw)
 
     out = {
         "frame": config.frame,
