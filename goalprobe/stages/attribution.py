@@ -53,12 +53,8 @@ class AttributionOutcome:
 def read_pairs(
     path: Path, bases: Sequence[BaseState], kinds: Sequence[str], max_pairs: int
 ) -> list[CounterfactualPair]:
-    """The first ``max_pairs`` pairs of ``kinds`` in the pairs JSONL at ``path`` (the patching
-    stage's kept pairs, ``patch_pairs.jsonl``), rebuilt from ``bases`` (by base id and pair id).
-
-    Raises:
-        ValueError: naming the file and line when a pair's base or move is not among ``bases``.
-    """
+    """The first ``max_pairs`` pairs of ``kinds`` in the pairs JSONL at ``path``, rebuilt from
+    ``bases`` (``ValueError`` naming the line of a pair whose base or move is not among them)."""
     from goalprobe.probes.patching.counterfactuals import counterfactual_candidates
 
     by_id = {b.base_id: b for b in bases}

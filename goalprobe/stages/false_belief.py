@@ -184,14 +184,10 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
 
 
 def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
-    """The decoded class (of the decoded map's picture: the cell probe's classes with the
-    read-out's one agent and one goal) at the differing cells of every pair, against shown and
-    true; where
-    the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
-    decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
-    agent and goal, :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded
-    agent and goal cells.
-    ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
+    """From ``start_maps`` (grid id -> ``(probs, agent read-out, goal read-out)``): the decoded
+    class at the differing cells of every pair against shown and true, where the decoded goal
+    lies (:func:`goal_follows`), and every grid's decoded start map (``n x n`` ``CellType``,
+    :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded agent and goal cells."""
     pictures = {
         g: decoded_classes(probs, by_id[g].size, agent, goal)
         for g, (probs, agent, goal) in start_maps.items()
