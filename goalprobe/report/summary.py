@@ -1,11 +1,8 @@
 """What ``goalprobe demo`` prints when it ends: one screen at 80 columns.
 
 One line per headline question that carries a verdict or checks the pipeline (the row spec's
-short label, :mod:`goalprobe.report.row_specs`), each agent's answer at the right margin (both
-agents side by side when the positive control ran beside the default agent), then the report's
-path and the exact ``goalprobe view`` command. Nothing is cut mid-word: a label that does not
-fit beside the answers goes on a line of its own. The numbers, their intervals and baselines are
-in the report; this is the at-a-glance reading.
+short label), each agent's answer at the right margin, then the report's path and the exact
+``goalprobe view`` command. Nothing is cut mid-word; the numbers are in the report.
 """
 
 from __future__ import annotations

@@ -3,17 +3,12 @@ against the known (oracle) belief, and the headline probe's reading of the shown
 grid (``RUN/false_belief/``, schema ``goalprobe.false_belief/1``).
 
 The prompt of a false-belief grid draws its shown grid (a phantom wall, a hidden wall, a stale
-goal) while the episode runs on the true grid (:mod:`goalprobe.gridworld.false_belief`).
-Behaviour is scored against both (:func:`goalprobe.probes.scoring.false_belief.oracle_table`). When the
-probes stage left a headline probe, every state the episodes visited is encoded as a
-prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
-step's), the headline stage and layer are extracted, and the probe decodes a map per state:
-``acc_dec`` / ``recovery_dec`` score the steps on them, every step's map is written to
-``false_belief/decoded_maps.h5`` (``goalprobe.step_maps``, for the viewer's false-belief
-episodes), and at the start state the decoded class
-at the cells where shown and true differ is compared with both
-(:func:`goalprobe.probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
-(a stale goal reached) has no decoded map: its prompt draws no goal.
+goal) while the episode runs on the true grid; behaviour is scored against both. With a
+headline probe, every visited state is decoded as a prompt-only state: ``acc_dec`` /
+``recovery_dec`` score the steps on those maps, every step's map is written to
+``false_belief/decoded_maps.h5`` (for the viewer), and at the start state the decoded class at
+the cells where shown and true differ is compared with both. A step on the shown goal (a stale
+goal reached) has no decoded map: its prompt draws no goal.
 """
 
 from __future__ import annotations
