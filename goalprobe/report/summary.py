@@ -36,15 +36,9 @@ def short_answer(row: HeadlineRow | None) -> str:
 def verdict_lines(
     rows: list[tuple[str, list[str]]], names: list[str], width: int = WIDTH
 ) -> list[str]:
-    """One line per question: its label, then each agent's answer at the right margin
-    (``yes* | no``). A label too long to sit beside the answers is wrapped at a space, the
-    answers on its last line; no word is cut.
-
-    Args:
-        rows: ``(label, [answer per agent])``.
-        names: the agents, in the order of the answers.
-        width: the columns every line fits in.
-    """
+    """One line per ``(label, [answer per agent in names])`` row: the label, then the answers at
+    the right margin of ``width`` (``yes* | no``); a label too long to sit beside them is
+    wrapped at a space, the answers on its last line."""
     cols = [max([len(n), *(len(a[i]) for _, a in rows)]) for i, n in enumerate(names)]
 
     def right(cells: list[str]) -> str:
