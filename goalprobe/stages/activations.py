@@ -21,6 +21,7 @@ from goalprobe.activations.plan import (
 )
 from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.attention import register as register_attention
+from goalprobe.agents.prompt_states import write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
@@ -40,6 +41,18 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         reasoning_every=settings.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
+
+
+def write_agent_states(context: StageContext, agent: AgentConfig, grids, prompts, path, **kw):
+    """Write the agent's prompts at states of ``grids`` (``states=``: these; else sampled by
+    ``prompts``) as prompt-only states at ``path``, replacing any; a served agent's prompts are
+    rendered as its rollouts' were, and no weights load."""
+    served = context.agent(agent)
+    encode, rendering = served.prompt_encoder(context.layout.trajectories)
+    path.unlink(missing_ok=True)
+    rendered = {"rendering": rendering} if rendering else {}
+    description = {**served.config.identity(), **rendered}
+    return write_prompt_states(grids, encode, prompts, path, backend_description=description, **kw)
 
 
 def extract_into(

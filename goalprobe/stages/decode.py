@@ -19,7 +19,7 @@ import numpy as np
 
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
+from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.probes.decoded_maps import write_decoded_maps
@@ -35,7 +35,7 @@ from goalprobe.probes.decoder import (
 from goalprobe.probes.serialization import load_probe, read_probe_card
 from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
-from goalprobe.stages.activations import extract_into
+from goalprobe.stages.activations import extract_into, write_agent_states
 from goalprobe.stages.context import StageContext
 
 
@@ -227,20 +227,7 @@ def decode_prompt_states(
     pre-reasoning anchors at the probe's layer and decode them: ``{(grid_id, state): (probs
     (S, S, len(CellType)), agent (S, S) or None, goal)}`` (classes the probe lacks get 0)."""
     probe = decoder.probe
-    # a served agent: as its rollouts were served
-    encode, rendering = context.agent(agent).prompt_encoder(context.layout.trajectories)
-    states_path.unlink(missing_ok=True)
-    write_prompt_states(
-        grids,
-        encode,
-        prompts,
-        states_path,
-        backend_description={
-            **context.agent(agent).config.identity(),
-            **({"rendering": rendering} if rendering else {}),
-        },
-        states=states,
-    )
+    write_agent_states(context, agent, grids, prompts, states_path, states=states)
     extract_into(
         context,
         agent,
