@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import (
     FALSE_BELIEF,
@@ -45,7 +44,7 @@ from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import read_episodes
+from goalprobe.stages.rollouts import read_episodes, section_rollout
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -56,15 +55,6 @@ READING = (
     "false-belief grids and near its control rate otherwise; a probe that reads the prompt "
     "decodes the shown cell types at the differing cells."
 )
-
-
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with this stage's episode count."""
-    return {
-        "rollout": dataclasses.replace(
-            config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
-        )
-    }
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -227,7 +217,7 @@ STAGE = register(
         ),
         section="false_belief",
         uses=("agent", "activations"),
-        derived=_received,
+        derived=lambda c: section_rollout(c, "false_belief"),
         weights=True,
         control=True,
         seconds=2,

@@ -31,6 +31,13 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 
 
+def section_rollout(config, section: str, **changes) -> dict:
+    """``{"rollout": ...}``: the demo's rollout settings with the episode count of its section
+    ``section`` (and ``changes``), for a stage's ``derived`` values."""
+    episodes = getattr(config, section).episodes_per_grid
+    return {"rollout": dataclasses.replace(config.rollouts, episodes_per_grid=episodes, **changes)}
+
+
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Run (or resume) the episodes of every main grid; a fresh run of a model other than the
     bundled ones starts with the pre-flight (``stage_dir/preflight.json``), which refuses a
