@@ -28,16 +28,13 @@ EXIT_USER_ERROR = 2
 """Exit code of every usage error and every error in the user's input (click's own code)."""
 
 USER_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, HubUnavailableError)
-"""What counts as an error in the user's input: missing, unreadable, foreign or malformed
-files (``OSError``; the project's format errors subclass ``ValueError``), bad values, and a
-model that is not available offline. A server's failure is one too (:func:`is_server_error`)."""
+"""Errors in the user's input: bad files (the project's format errors subclass ``ValueError``),
+bad values, and a model not available offline (a server's failure too: :func:`is_server_error`)."""
 
 
 def is_server_error(err: BaseException) -> bool:
-    """Whether ``err`` is a :class:`~goalprobe.agents.server_backend.ServerError` (a server down,
-    refusing, or answering what is not a completion: the environment, not a bug; its message
-    names the URL). Any verb that talks to a server (``rollout``, ``demo``) gets it as one line;
-    the module is looked up only when it was imported, so ``--help`` stays light."""
+    """Whether ``err`` is a :class:`~goalprobe.agents.server_backend.ServerError` (the
+    environment, not a bug); the module is looked up only once imported (a light ``--help``)."""
     module = sys.modules.get("goalprobe.agents.server_backend")
     return module is not None and isinstance(err, module.ServerError)
 
@@ -143,9 +140,7 @@ def _root(
 
 def prose(doc: str | None) -> str:
     """A docstring as ``--help`` prose: each paragraph on one line, so that the terminal wraps
-    it (typer keeps a docstring's single line breaks, which cut sentences at any width but the
-    source's). Paragraphs are separated by blank lines; a paragraph whose lines start with a
-    list marker keeps its line breaks."""
+    it; a paragraph whose lines start with a list marker keeps its line breaks."""
     paragraphs = inspect.cleandoc(doc or "").split("\n\n")
     out = []
     for paragraph in paragraphs:
@@ -167,12 +162,7 @@ _register()
 
 
 def main() -> None:
-    """Console-script entry point.
-
-    Sets ``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise, before any verb
-    imports torch: OpenMP's default busy-waiting threads collapse on a shared or loaded CPU
-    (one batched generation of the bundled agent on 2 threads under load: 25-34 s spinning,
-    1.3 s passive; docs/benchmarks.md) and cost little when the machine is idle.
-    """
+    """Console-script entry point; sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set) before torch
+    loads: OpenMP's busy-waiting threads collapse on a shared or loaded CPU."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app()

@@ -6,9 +6,8 @@
 :class:`~goalprobe.gridworld.behaviour.BehaviourConfig`,
 :class:`~goalprobe.probes.plan_sweep.PlanSweepConfig`,
 :class:`~goalprobe.probes.scoring.config.ScoreConfig`; the demo's own sections below otherwise).
-Each stage receives only the part it declares (``goalprobe/stages/<stage>.py``: its ``STAGE``),
-and its cache key is computed from what it receives, so no table of "which fields matter" can
-drift. No I/O here.
+Each stage receives only the part it declares (its ``STAGE``), and its cache key is computed
+from what it receives. No I/O here.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class DemoConfig:
     )
     """Main and iso-difficulty rollouts (the key variants use their own horizon and count)."""
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
-    """The pre-flight before the rollouts of a model other than the bundled ones: a sample of
-    steps, refused when more than 5% are cut off by the token limit."""
+    """The pre-flight before the rollouts of a model other than the bundled ones."""
     behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     """Behavioural metrics and baselines."""
     iso: IsoConfig = field(default_factory=IsoConfig)
@@ -120,10 +118,8 @@ class DemoConfig:
     """Fogged grids (partial observability): behaviour against the free-space planner."""
     decision: DecisionConfig = field(default_factory=DecisionConfig)
     """Where the decision is made: a logit lens on the answer and along the reasoning."""
-    # attribution patching on the patching stage's pairs (issue 41; goalprobe.attribution_section)
     attribution: AttributionSection = field(default_factory=AttributionSection)
     """Attribution patching over every block x prompt position of the patching stage's pairs."""
-    # steering along the agent-centred wall probe's directions (issue 39 item 6)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     """Steering the pre-reasoning anchors along the wall probe's directions (probing set)."""
 
@@ -164,10 +160,9 @@ def demo_config(
         seed: the seed of every section.
         overrides: ``{"section.field": value}`` (e.g. ``{"behaviour.random_walks_per_grid": 7}``,
             ``{"probes.training.max_epochs": 3}``) applied after the preset.
-        chat_format: the agent's :class:`~goalprobe.agents.chat_format.ChatFormat` (the caller
-            reads it off the tokenizer): its name goes to ``agent.chat_format`` and it sizes the
-            token budgets (:func:`fit_budgets`); None leaves the format to be detected when the
-            agent runs, budgeted as harmony.
+        chat_format: the agent's :class:`~goalprobe.agents.chat_format.ChatFormat`: its name
+            goes to ``agent.chat_format`` and it sizes the token budgets (:func:`fit_budgets`);
+            None: detected when the agent runs, budgeted as harmony.
 
     Raises:
         ValueError: an unknown scale, section or field, or an invalid value.
@@ -203,23 +198,18 @@ ORACLE_PATCHING: dict[str, Any] = {
     "patching.patch.reasoning": "oracle",
     "patching.patch.reasoning_chunks": 0,
 }
-"""What the oracle engine (``agent.backend="oracle"``) changes in patching, unless set with
-``--set``: the oracle's reasoning is teacher-forced (``"oracle"``) rather than the model's greedy
-one, as the episodes it patches were written (a model that cannot do the task, such as a random
-one, never closes a greedy reasoning, so every pair would be dropped as truncated); no reasoning
-chunks (they compare a regeneration with the base's own greedy run, which such a model has
-not). Regenerations under prompt-site patches are still the model's own."""
+"""What the oracle engine (``agent.backend="oracle"``) changes in patching unless ``--set``:
+the oracle's reasoning teacher-forced, as its episodes were written (a model that cannot do the
+task never closes a greedy reasoning, so every pair would be dropped as truncated), and no
+reasoning chunks (they need the base's own greedy run)."""
 
 
 def fit_budgets(
     config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset(), chat_format: Any = None
 ) -> DemoConfig:
-    """``config`` with rollout and patching budgets that fit its agent
-    (:func:`goalprobe.agents.budgets.token_budget`, with the agent's ``chat_format``: a
-    think-tag template that renders no effort gets the unsteered budget), except fields in
-    ``fixed`` (set by the user) and at the ``tiny`` scale (CI: the pipeline, not the numbers).
-    With the oracle engine the rollouts keep the preset's budget (the oracle writes a few dozen
-    tokens a step); patching's regenerations are the model's own and get its budget."""
+    """``config`` with rollout, patching and steering token budgets that fit its agent
+    (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
+    user), at the ``tiny`` scale, and the oracle engine's rollouts (a few dozen tokens a step)."""
     for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens",
                  "steering.max_new_tokens"):  # fmt: skip
         oracle = config.agent.backend == "oracle" and path.startswith("rollouts.")
@@ -235,8 +225,7 @@ def fit_budgets(
 
 def control_config(config: DemoConfig) -> DemoConfig:
     """The positive control's config beside ``config``: the map agent
-    (:data:`goalprobe.agents.bundled.MAP_AGENT`) on the same engine and device, every section
-    and seed the same (so the same grids, probing set and counterfactuals: paired figures)."""
+    (:data:`goalprobe.agents.bundled.MAP_AGENT`), everything else the same (paired figures)."""
     return dataclasses.replace(config, agent=dataclasses.replace(config.agent, model=MAP_AGENT))
 
 
@@ -256,9 +245,8 @@ def override(config: Any, path: str, value: Any) -> Any:
 
 def resolve_path(config: Any, path: str) -> str:
     """The dotted field ``path`` of ``config`` as the config nests it: below a section, a field
-    of a library config the section embeds may be named without it when no other embedded
-    config has a field of that name (``patching.batch_size`` is ``patching.patch.batch_size``,
-    ``probes.max_epochs`` is ``probes.training.max_epochs``).
+    of an embedded config may be named without it when unambiguous (``patching.batch_size`` is
+    ``patching.patch.batch_size``).
 
     Raises:
         ValueError: no such field (the message lists the fields there), or an ambiguous one.
@@ -291,8 +279,8 @@ def resolve_path(config: Any, path: str) -> str:
 
 
 def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """The frozen dataclass ``cls`` from its JSON form (:meth:`DemoConfig.to_dict`, a section
-    of ``demo_config.json``): lists become tuples, nested sections their dataclasses.
+    """The frozen dataclass ``cls`` from its JSON form (:meth:`DemoConfig.to_dict`): lists
+    become tuples, nested sections their dataclasses.
 
     Raises:
         ValueError: a field ``cls`` does not have, or a value its checks refuse.

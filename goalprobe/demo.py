@@ -49,16 +49,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DemoResult:
-    """The outcome of :func:`run_demo`.
-
-    Attributes:
-        run_dir: the run directory.
-        config: the config it ran with.
-        stages: stage name -> :class:`StageOutcome`, in run order.
-        report_path: ``RUN/report.html`` (None when the report itself failed).
-        seconds: wall time of the whole call.
-        control: the positive-control agent's run in ``RUN/control/`` (None when there is none).
-    """
+    """The outcome of :func:`run_demo`: the run directory, the config it ran with, each stage's
+    :class:`StageOutcome` in run order, ``report_path`` (None when the report failed), the wall
+    time, and the positive control's own result (None without one)."""
 
     run_dir: Path
     config: DemoConfig
@@ -78,11 +71,7 @@ class DemoResult:
 
 
 def check_force(force: Iterable[str]) -> set[str]:
-    """``force`` as a set of stages (``all`` expanded).
-
-    Raises:
-        ValueError: an unknown stage.
-    """
+    """``force`` as a set of stages (``all`` expanded; an unknown stage is ``ValueError``)."""
     force = set(force)
     if "all" in force:
         return set(STAGES)
@@ -97,9 +86,7 @@ def stages_to_run(
 ) -> tuple[str, ...]:
     """Which of ``names`` a :func:`run_demo` of ``config`` in ``run_dir`` would compute now
     rather than take from the cache (:meth:`goalprobe.scheduler.StageBook.to_run`); writes
-    nothing. ``goalprobe demo --backend server`` checks the server only when one of
-    :data:`~goalprobe.stages.SERVER_STAGES` is among them, so that the second call of the
-    one-GPU workflow (the server stopped, the generation cached) runs without it."""
+    nothing (``goalprobe demo --backend server`` checks the server only when it must)."""
     layout = RunLayout(Path(run_dir))
     names = tuple(names)
     if not layout.stages_dir.is_dir():  # a fresh run: everything runs
@@ -129,21 +116,16 @@ def run_demo(
     """Run (or resume) the whole study in ``run_dir`` and write ``run_dir/report.html``.
 
     Args:
-        run_dir: the run directory (created).
         config: what to run; None uses ``demo_config("default")``.
-        force: stages to redo even when cached (``"all"`` redoes every stage).
-        progress: show the stages' progress bars (rollouts, extraction) and a stage bar (with
-            ``jobs > 1``, the stage bar only).
+        force: stages to redo even when cached (``"all"``: every stage).
+        progress: show progress bars (with ``jobs > 1``, the stage bar only).
         strict: raise the first stage error instead of recording it and going on.
         log: called with one line per stage (default: print).
-        jobs: stages run at once (1: in this process, in study order; see the module
-            docstring).
-        control: the config of a positive-control agent run beside ``config``'s in
-            ``run_dir/control/`` (its :data:`~goalprobe.stages.CONTROL_STAGES` only), shown
-            side by side in the report; None runs ``config``'s agent alone.
+        jobs: stages run at once (1: in this process, in study order).
+        control: a positive-control agent's config, run in ``run_dir/control/`` (its
+            :data:`~goalprobe.stages.CONTROL_STAGES`); None: ``config``'s agent alone.
         generation_only: run only the stages that load no weights, neither themselves nor
-            through a stage they read (:func:`goalprobe.scheduler.needs_weights`): with a
-            server, its generation; no report. The one-GPU workflow's first call.
+            through a stage they read (with a server, its generation; no report).
 
     Raises:
         ValueError: an unknown stage in ``force``, or ``jobs < 1``.

@@ -29,10 +29,8 @@ def is_fatal(err: BaseException) -> bool:
 
 
 def preflight_gate(config: DemoConfig, stages: tuple[str, ...], name: str) -> tuple[str, ...]:
-    """The stage ``name`` waits for besides its inputs: with a model that gets a pre-flight
-    (not a bundled agent, ``preflight.steps >= 1``), every generation stage other than
-    :data:`PREFLIGHT_STAGE` starts after it, so that a refusal stops the run before they spend
-    their time."""
+    """The stage ``name`` waits for besides its inputs: with a model that gets a pre-flight, every
+    other generation stage starts after :data:`PREFLIGHT_STAGE` (a refusal stops them all)."""
     from goalprobe.agents.bundled import is_bundled
     from goalprobe.stages import SERVER_STAGES
 

@@ -18,16 +18,8 @@ from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_fig
 
 
 def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
-    """Write the site x layers heatmaps of a patching summary as self-contained HTML, beside
-    the tables in ``out_dir`` under the run layout's name (``patch_heatmap.html``).
-
-    Args:
-        out_dir: the folder of the patching tables (``RunLayout.patching_dir`` in a run).
-        summary: ``goalprobe.probes.patching.results.SummaryRow`` objects or their mappings.
-
-    Returns:
-        the written path.
-    """
+    """Write the site x layers heatmaps of a patching ``summary`` (``SummaryRow`` objects or
+    their mappings) as self-contained HTML into ``out_dir`` (``patch_heatmap.html``)."""
     path = Path(out_dir) / Path(ARTEFACTS["patching heatmap"].relative).name
     rows = [asdict(r) if is_dataclass(r) and not isinstance(r, type) else r for r in summary]
     # a fixed div id: the same summary gives the same bytes (plotly draws a random one)
@@ -36,11 +28,8 @@ def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
 
 
 def write_scoring_figures(layout: RunLayout, belief: Mapping, meg: Mapping) -> dict[str, Path]:
-    """Write the scoring figures (``fig.to_json()``) into ``scoring/figures/``.
-
-    Returns:
-        ``figure_<name>`` -> written path, for ``belief_by_size``, ``topk`` and ``meg``.
-    """
+    """Write the scoring figures (``fig.to_json()``) into ``scoring/figures/``; returns
+    ``figure_<name>`` -> written path."""
     figures = {
         "belief_by_size": belief_figure(dict(belief)),
         "topk": topk_figure(dict(belief)),

@@ -18,14 +18,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Artefact:
-    """One named artefact of a run directory.
-
-    Attributes:
-        name: what it is, for messages (``"activation store"``).
-        relative: its path relative to the run directory.
-        stage: the demo stage (and verb) that writes it.
-        hint: the command that produces it on its own.
-    """
+    """One named artefact of a run directory: ``name`` for messages, its path ``relative`` to
+    the run directory, the ``stage`` that writes it and the verb that writes it alone (``hint``)."""
 
     name: str
     relative: str
@@ -44,8 +38,7 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 class _Entry:
-    """A :class:`RunLayout` attribute: the absolute path of one :class:`Artefact` (its
-    arguments), which :data:`ARTEFACTS` lists."""
+    """A :class:`RunLayout` attribute: the absolute path of one :class:`Artefact`."""
 
     def __init__(self, *artefact: str) -> None:
         self.artefact = Artefact(*artefact)
@@ -56,11 +49,7 @@ class _Entry:
 
 @dataclass(frozen=True)
 class RunLayout:
-    """Absolute paths of the artefacts of the run directory ``root``.
-
-    Attributes:
-        root: the run directory.
-    """
+    """Absolute paths of the artefacts of the run directory ``root``."""
 
     root: Path
 
@@ -84,8 +73,7 @@ class RunLayout:
 
     @property
     def provenance(self) -> Path:
-        """``provenance.json``: commit, command, threads and library versions of the last call
-        (schema ``goalprobe.provenance/1``)."""
+        """``provenance.json``: commit, command, threads and library versions of the last call."""
         return self.root / "provenance.json"
 
     @property
@@ -108,21 +96,17 @@ class RunLayout:
     # -- behaviour --------------------------------------------------------------------------------
 
     grids = _Entry("grid set", "grids/grids.jsonl", "grids", "goalprobe grids")
-    """The main grid set."""
 
     trajectories = _Entry(
         "trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"
     )
-    """The main rollouts."""
 
     behaviour_metrics = _Entry("behaviour metrics", "behaviour/metrics.json", "behaviour")
-    """Behavioural metrics of the main rollouts."""
 
     iso_grids = _Entry("iso-difficulty grids", "iso/grids.jsonl", "iso")
     """The iso-difficulty (transformed) grids."""
 
     iso_trajectories = _Entry("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso")
-    """Rollouts on the iso-difficulty grids."""
 
     iso_results = _Entry("iso-difficulty results", "iso/results.json", "iso")
     """Paired tests of the iso-difficulty transforms."""
@@ -131,10 +115,8 @@ class RunLayout:
     """Key-variant grids and their matched controls."""
 
     keys_trajectories = _Entry("key-variant trajectories", "keys/trajectories.jsonl", "keys")
-    """Rollouts on the key-variant grids."""
 
     keys_results = _Entry("key-variant results", "keys/results.json", "keys")
-    """Key-variant metrics."""
 
     false_belief_grids = _Entry(
         "false-belief grids", "false_belief/grids.jsonl", "false_belief_rollouts"
@@ -144,7 +126,6 @@ class RunLayout:
     false_belief_trajectories = _Entry(
         "false-belief trajectories", "false_belief/trajectories.jsonl", "false_belief_rollouts"
     )
-    """Rollouts on the false-belief grids."""
 
     false_belief_states = _Entry("false-belief states", "false_belief/states.jsonl", "false_belief")
     """Prompt-only start states of the false-belief grids (for the probe's reading)."""
@@ -163,13 +144,10 @@ class RunLayout:
     """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
 
     harm_grids = _Entry("harm grids", "harm/grids.jsonl", "harm")
-    """Harm grids (flower beds on every shortest path)."""
 
     harm_neutral = _Entry("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl", "harm")
-    """Rollouts on the harm grids under the neutral prompt."""
 
     harm_moral = _Entry("harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm")
-    """Rollouts on the harm grids under the moral prompt."""
 
     def harm_trajectories(self, condition: str) -> Path:
         """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
@@ -179,7 +157,6 @@ class RunLayout:
     """The fogged grids (plain layouts, variant ``fog``)."""
 
     fog_trajectories = _Entry("fog trajectories", "fog/trajectories.jsonl", "fog")
-    """The agent's rollouts on the fogged grids."""
 
     fog_results = _Entry("fog results", "fog/results.json", "fog")
     """Behaviour under fog against the references, with the failure modes."""
@@ -223,7 +200,6 @@ class RunLayout:
     # -- representations --------------------------------------------------------------------------
 
     probing_grids = _Entry("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids")
-    """The probing set's grids (disjoint from the behaviour grids)."""
 
     probing_states = _Entry("probing states", "probing/states.jsonl", "probing", "goalprobe states")
     """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
@@ -239,7 +215,6 @@ class RunLayout:
     """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
 
     def probing_probe_sweep(self, name: str) -> Path:
-        """``probes/probing/<name>.json``."""
         return self.probing_probes / f"{name}.json"
 
     def probing_probe_sweeps(self) -> list[Path]:
@@ -253,9 +228,8 @@ class RunLayout:
     """Agent and goal position probes on the probing set, against their baselines."""
 
     def position_probe(self, target: str) -> Path:
-        """``probes/probing/models/position_<target>_pre_reasoning``: the agent's (``target``
-        ``"agent"``) or the goal's position probe of the probing set (headline stage and layer;
-        safetensors + JSON card stem)."""
+        """The agent's or the goal's (``target``) position probe of the probing set (headline
+        stage and layer; safetensors + JSON card stem)."""
         return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
 
     wall_readout = _Entry("wall read-out", "probes/wall_readout.json", "probes")
@@ -263,15 +237,13 @@ class RunLayout:
     store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/2``)."""
 
     def wall_probe(self, frame: str) -> Path:
-        """``probes/probing/models/wall_<frame>_pre_reasoning``: the conditional wall probe of
-        ``frame`` (``absolute`` / ``agent``) fit on the probing set's training grids at the
-        headline stage and layer (safetensors + JSON card stem), the decoded maps' walls."""
+        """The conditional wall probe of ``frame`` (``absolute`` / ``agent``) fit on the probing
+        set's training grids at the headline stage and layer: the decoded maps' walls."""
         return self.probing_probes / "models" / f"wall_{frame}_pre_reasoning"
 
     def headline_maps(self, layer: int) -> Path:
-        """``probes/decoded/headline_pre_reasoning_L<layer>.h5``: the rollouts' steps decoded by
-        the probing-set probes (cells from the headline cell probe, agent and goal from the
-        position probes), the maps ``goalprobe score`` reads first."""
+        """The rollouts' steps decoded by the probing-set probes at ``layer`` (cells, agent and
+        goal), the maps ``goalprobe score`` reads first."""
         return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
 
     probing_headline_seeds = _Entry(
@@ -285,30 +257,24 @@ class RunLayout:
     """Goal-distance regressors fit on the probing set: tables and ``models/``."""
 
     def probing_distance_sweep(self, name: str) -> Path:
-        """``distance/probing/<name>.json``."""
         return self.probing_distance / f"{name}.json"
 
     store = _Entry(
         "activation store", "activations/activations.h5", "activations", "goalprobe extract"
     )
-    """The activation store."""
 
     probe_models = _Entry("probe models", "probes/models", "probes", "goalprobe train-probe")
-    """Fitted cell-type probes (safetensors + JSON cards)."""
 
     decoded_dir = _Entry("decoded maps", "probes/decoded", "probes", "goalprobe train-probe")
     """Decoded maps, one HDF5 file per probe run."""
 
     probe_sweeps = _Entry("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe")
-    """Cell-type probe sweep tables."""
 
     def decoded_map(self, name: str) -> Path:
-        """``probes/decoded/<name>.h5``: the decoded maps of one probe run (``name`` with or
-        without the ``.h5`` suffix)."""
+        """The decoded maps of one probe run (``name`` with or without ``.h5``)."""
         return self.decoded_dir / (name if name.endswith(".h5") else f"{name}.h5")
 
     def probe_sweep(self, name: str) -> Path:
-        """``probes/sweeps/<name>.json``."""
         return self.probe_sweeps / f"{name}.json"
 
     def cell_probe_sweeps(self) -> list[Path]:
@@ -322,15 +288,12 @@ class RunLayout:
     distance_models = _Entry(
         "distance models", "distance/models", "distance", "goalprobe train-probe"
     )
-    """Fitted goal-distance regressors."""
 
     distance_sweeps = _Entry(
         "distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"
     )
-    """Goal-distance sweep tables."""
 
     def distance_sweep(self, name: str) -> Path:
-        """``distance/sweeps/<name>.json``."""
         return self.distance_sweeps / f"{name}.json"
 
     def distance_sweep_files(self) -> list[Path]:
@@ -338,10 +301,8 @@ class RunLayout:
         return sorted(self.distance_sweeps.glob("*.json"))
 
     plan_sweep = _Entry("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder")
-    """The plan-decoder sweep table."""
 
     plan_models = _Entry("plan models", "plans/models", "plans", "goalprobe train-plan-decoder")
-    """Fitted plan decoders."""
 
     predicted_plans = _Entry(
         "predicted plans",
@@ -364,12 +325,10 @@ class RunLayout:
     patch_records_csv = _Entry(
         "patching records", "patching/patch_records.csv", "patching", "goalprobe patch"
     )
-    """Patching records (CSV)."""
 
     patch_heatmap = _Entry(
         "patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"
     )
-    """The patching heatmap (HTML)."""
 
     @property
     def patching_dir(self) -> Path:
@@ -387,7 +346,6 @@ class RunLayout:
         "attribution",
         "goalprobe attribute",
     )
-    """The attribution heatmap (HTML)."""
 
     @property
     def attribution_check(self) -> Path:
@@ -429,16 +387,13 @@ class RunLayout:
     """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
 
     def scoring_figure(self, name: str) -> Path:
-        """``scoring/figures/<name>.json``."""
         return self.scoring_figures / f"{name}.json"
 
     report = _Entry("report", "report.html", "report")
-    """The self-contained HTML report."""
 
     @property
     def control(self) -> RunLayout:
-        """``control/``: the run of the positive-control agent beside this run's agent (a run
-        directory of its own, the same layout; the report shows the two side by side)."""
+        """``control/``: the positive-control agent's run (a run directory of its own)."""
         return RunLayout(self.root / "control")
 
 

@@ -28,11 +28,8 @@ STAGE_RECORD_SCHEMA = "goalprobe.stage/1"
 
 
 def config_to_dict(config: Any) -> dict:
-    """A JSON-ready dict of a (possibly nested) frozen dataclass config.
-
-    A nested object with an ``identity()`` method (an agent) is recorded by its identity (the
-    weights digest, the precision), not by its fields, so the key changes when the weights do.
-    """
+    """A JSON-ready dict of a (possibly nested) frozen dataclass config; a nested object with an
+    ``identity()`` method (an agent) is recorded by it, so the key changes when the weights do."""
     if not (dataclasses.is_dataclass(config) or isinstance(config, (dict, SimpleNamespace))):
         raise TypeError(f"stage configs must be dataclasses or dicts, got {type(config).__name__}")
     return json.loads(json.dumps(_view(config), default=_json_default))
@@ -69,15 +66,8 @@ def config_hash(config: Any) -> str:
 
 @dataclass(frozen=True)
 class StageResult:
-    """What a stage run (or skip) produced.
-
-    Attributes:
-        name: the stage's name.
-        outputs: output name -> path (absolute).
-        skipped: True when the cached result was reused.
-        seconds: wall time of the run that produced the outputs.
-        summary: small JSON-ready facts the stage reported (counts, headline metrics).
-    """
+    """What a stage run (or skip) produced: its absolute ``outputs`` by name, whether it was
+    ``skipped`` (cached), the ``seconds`` of the run that produced them and its JSON ``summary``."""
 
     name: str
     outputs: dict[str, Path]
@@ -101,7 +91,7 @@ class StageRunner:
 
     def remove_outputs(self, name: str) -> None:
         """Delete the outputs the stage's previous record lists, so that a forced stage starts
-        over (rollouts would otherwise resume their finished episodes, extraction its parts).
+        over rather than resumes.
 
         Raises:
             ValueError: the record names an output outside the run directory.
@@ -175,13 +165,10 @@ class StageRunner:
 
 
 def provenance(config: Any) -> dict:
-    """What produced a stage's outputs beyond its config: the software versions
-    (:func:`goalprobe.version.software_versions`) and, when the stage runs an agent (a field
-    ``agent`` of its config, possibly under ``config["config"]``), the model and its resolved
-    commit (:func:`goalprobe.agents.models.model_commit`; '' when unknown). A stage that
-    generated on a server (its agent is :meth:`~goalprobe.agents.agent_config.AgentConfig.for_generation`'s)
-    also records the server's version beside the others (``software["server"]``: what its
-    ``GET /version`` answered, None when it did not say)."""
+    """What produced a stage's outputs beyond its config: the software versions and, when the
+    stage runs an agent (a field ``agent`` of its config, possibly under ``config["config"]``),
+    the model and its resolved commit ('' when unknown); a stage that generated on a server
+    also records the server's ``GET /version`` (``software["server"]``, None when unsaid)."""
     from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.models import model_commit
     from goalprobe.agents.server_backend import ServerBackend

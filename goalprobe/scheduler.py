@@ -30,15 +30,9 @@ from goalprobe.stages.registry import Stage
 
 @dataclass(frozen=True)
 class StageOutcome:
-    """What happened to one stage in :func:`run_demo`.
-
-    Attributes:
-        name: the stage.
-        status: ``"ran"``, ``"cached"``, ``"failed"`` or ``"not_run"`` (an input failed).
-        seconds: wall time of the run that produced the outputs (0 when failed or not run).
-        summary: small facts the stage reported (counts, headline figures).
-        error: why it failed or did not run (None otherwise).
-    """
+    """What happened to one stage in :func:`run_demo`: its ``status`` (``"ran"``, ``"cached"``,
+    ``"failed"`` or ``"not_run"``: an input failed), the wall ``seconds`` of the run that produced
+    its outputs (0 when failed or not run), the ``summary`` it reported and the ``error``."""
 
     name: str
     status: str
@@ -299,10 +293,8 @@ _WORKER_CONTEXTS: dict[str, StageContext] = {}
 
 
 def _init_worker(threads: int) -> None:
-    """A worker process's share of the CPU: ``threads`` torch (OpenMP) threads and ``threads``
-    threads in every BLAS pool (OpenBLAS reads its count when it loads, which may precede this
-    call: threadpoolctl sets the pools already loaded, the environment the ones loaded later).
-    """
+    """A worker process's share of the CPU: ``threads`` torch threads and ``threads`` in every
+    BLAS pool (threadpoolctl for the pools already loaded, the environment for later ones)."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -315,9 +307,8 @@ def _init_worker(threads: int) -> None:
 
 
 def _stage_in_worker(root: str, module: str, name: str, key: dict, received: Any, forced: bool):
-    """Run one stage in a worker: ``(StageResult, None, None, False)`` or ``(None, error,
-    trace, fatal)`` (``module``: the one that declares the stage, imported so that it
-    registers; ``fatal``: :func:`is_fatal`)."""
+    """Run one stage (declared in ``module``) in a worker: ``(StageResult, None, None, False)``
+    or ``(None, error, trace, fatal)``."""
     layout = RunLayout(Path(root))
     context = _WORKER_CONTEXTS.setdefault(root, StageContext(layout, False, None))
     runner = StageRunner(layout.root, force={name} if forced else set())
@@ -349,13 +340,10 @@ def _stage_function(spec: Stage, context: StageContext, received, layout: RunLay
 @contextmanager
 def fixed_torch_threads(threads: int):
     """Run the block with ``threads`` torch intra-op threads and ``threads`` BLAS/OpenMP threads
-    in numpy's, scipy's and torch's native pools (threadpoolctl; restored after). A stage that
-    declares ``torch_threads`` runs under it: float reductions split over a different
-    number of threads round differently, and probe fits amplify that into different verdicts,
-    so those stages compute with a constant count whatever ``--jobs`` and the core count. The
-    BLAS pools matter for time too: two stage workers each running scikit-learn's many small
-    L-BFGS fits on a 2-thread OpenBLAS on 2 cores ran the decision stage 11 times slower (227
-    s against 20 s; docs/benchmarks.md)."""
+    in numpy's, scipy's and torch's native pools (threadpoolctl; restored after). Reductions
+    split over another number of threads round differently and probe fits amplify that into
+    other verdicts, so a stage that declares ``torch_threads`` runs under it whatever ``--jobs``
+    and the core count (oversubscribed BLAS pools are also many times slower)."""
     import scipy.linalg  # noqa: F401  (loads scipy's own OpenBLAS, so that the limit covers it)
     import torch
     from threadpoolctl import threadpool_limits

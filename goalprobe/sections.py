@@ -72,7 +72,7 @@ class KeysConfig:
 
 @dataclass(frozen=True)
 class HarmConfig:
-    """Reward-harm trade-offs on harm grids (MACHIAVELLI's method, issue 18 part 3)."""
+    """Reward-harm trade-offs on harm grids (MACHIAVELLI's method)."""
 
     grids: HarmGridConfig = field(default_factory=HarmGridConfig)
     """The harm grids (flower beds on every shortest path, a bounded harm-free detour)."""
@@ -117,7 +117,7 @@ class HarmConfig:
 
 @dataclass(frozen=True)
 class IntentionConfig:
-    """Behavioural intention on the key variants (Ward et al., Definition 20; issue 18)."""
+    """Behavioural intention on the key variants (Ward et al., Definition 20)."""
 
     variants: tuple[str, ...] = ("key_door", "key_no_door", "two_path_key")
     """Key variants tested, each with its interventions
@@ -131,9 +131,8 @@ class IntentionConfig:
     states_per_grid: int = 2
     """Matched states per grid: the first cells of the original's optimal path before the key."""
     samples_per_state: int = 6
-    """Actions sampled per state and condition (K). 6 at 14 layouts x 2 states: a simulated
-    agent adapting like pi* a quarter of the time is never "not intended" (power simulation in
-    tests/gridworld/test_intention_power.py; 4 was not enough)."""
+    """Actions sampled per state and condition (K); at 14 layouts x 2 states, 6 keeps an agent
+    adapting like pi* a quarter of the time from reading "not intended"."""
     irrelevant_change: bool = True
     """Also sample every layout under an irrelevant change (a far wall opened; the optimal
     actions unchanged): an adaptation counts only beyond it (the prompt merely being new)."""
@@ -154,16 +153,11 @@ class ActivationsConfig:
     """What the extraction stores (section 5)."""
 
     extract: ExtractConfig = ExtractConfig(batch_size=16, reasoning_every=4)
-    """The library's :class:`~goalprobe.activations.extract.ExtractConfig` of the
-    ``activations`` stage's store (empty layers: the last block of each third; batches: at most
-    ``batch_size`` sequences, the planner (:mod:`goalprobe.activations.plan`) adding a token
-    budget that fits the device; ``reasoning_every`` 4 fills every fifth of a 35-38-token
-    reasoning). The stages that extract prompt-only states (probing, decoding) take its layers
-    and batches with their own anchor stages and no reasoning rows."""
+    """The ``activations`` stage's extraction (the planner adds a token budget that fits the
+    device); prompt-only extractions (probing, decoding) take its layers and batches."""
     attn_implementation: str = "agent"
-    """Replay attention: ``agent`` (the agent's kernel: agents/attention.py), ``eager``,
-    ``flex_attention`` (CUDA; memory linear in the length; rows differ from eager's: gpu.md) or
-    ``flex_fp32_sinks`` (FlexAttention with the sinks applied in fp32: agents/flex_sinks.py)."""
+    """Replay attention: ``agent`` (the agent's kernel), ``eager``, ``flex_attention`` (CUDA;
+    rows differ from eager's) or ``flex_fp32_sinks`` (FlexAttention, the sinks in fp32)."""
 
     def __post_init__(self) -> None:
         if self.attn_implementation not in ("agent", "eager", "flex_attention", "flex_fp32_sinks"):
@@ -197,8 +191,7 @@ class ProbesConfig:
     """Read-outs."""
     class_balance: str = "upsample"
     """Class weighting of the cell probes (``upsample``: the study's; ``none``: plain
-    cross-entropy, which converges on CPU at demo sizes; the headline's rank-based verdicts
-    hold under either)."""
+    cross-entropy, which converges on CPU at demo sizes)."""
     coordinates: str = "raw"
     """How the coordinate probe is told the cell (``raw`` row and column, or ``onehot``)."""
     training: ProbeTraining = field(default_factory=ProbeTraining)
@@ -213,11 +206,8 @@ class ProbesConfig:
     """Training seeds of the headline probe on the probing set (``seed`` onwards, same split):
     the headline rows report the seed-pooled intervals; 1: the sweep's single seed."""
     wall_stores: tuple[Literal["probing", "main"], ...] = ("probing",)
-    """Stores the conditional wall test (both frames, ``RUN/probes/wall_readout.json``) reads,
-    each on its probe sweep's split by grid; the probing set's headline layer also gives the
-    decoded maps' wall probes. The probing set only by default: its design is the committed
-    power curve's, and the main store would cost about as much again (~40 s CPU per agent at
-    the default scale) for 15 test grids and no power."""
+    """Stores the conditional wall test reads (both frames, on each sweep's split by grid); the
+    probing set only by default: its design is the committed power curve's."""
     wall_stages: tuple[str, ...] = ("pre_reasoning",)
     """Anchor stages of the wall test (every stored layer of each)."""
 
@@ -227,9 +217,8 @@ class DistanceConfig:
     """Goal-distance regressors (Table 4)."""
 
     families: tuple[Literal["linear", "quadratic", "mlp"], ...] = ("linear", "quadratic", "mlp")
-    """Read-outs: ``linear`` (ridge regression), ``quadratic`` (degree-2 kernel ridge: it can
-    express a distance from the positions a linear read-out finds, and passes the positive control
-    the ridge fails; the headline's test row, issue 40) and ``mlp``."""
+    """Read-outs: ``linear`` (ridge), ``quadratic`` (degree-2 kernel ridge: a distance from the
+    positions a linear read-out finds; the headline's test row) and ``mlp``."""
     training: ProbeTraining = field(default_factory=ProbeTraining)
     """Training settings of the MLP."""
     test_fraction: float = 0.2
@@ -276,13 +265,10 @@ DEMO_PATCH = PatchConfig(
     chunk_layers=("peak",),
     chunk_pairs=24,
 )
-"""The demo's patching (the library's :class:`PatchConfig` with the study's choices): every
-block alone and the first and last k blocks (the dose-response) at the prompt and anchor
-sites, the anchors concluding; greedy reasoning regenerated under each prompt-site patch (the
-study's appendix F); 4 chunks of the counterfactual's reasoning patched at the block where the
-decision stage's read-out peaks (chunk layer ``"peak"``: fitted and scored on the decision
-stage's own steps, never on patching pairs) on the first 24 pairs of each kind. Its ``seed``
-also draws the bases and the counterfactuals and seeds the bootstrap."""
+"""The demo's patching (the study's choices): every block alone and the first and last k
+blocks at the prompt and anchor sites; greedy reasoning regenerated under each prompt-site patch
+(appendix F); 4 chunks of the counterfactual's reasoning patched at the block where the decision
+stage's read-out peaks, on the first 24 pairs of each kind. Its ``seed`` also draws the pairs."""
 
 
 @dataclass(frozen=True)
@@ -319,8 +305,8 @@ class ProbingConfig:
 
 @dataclass(frozen=True)
 class FalseBeliefConfig:
-    """False-belief grids (issue 18, part 1): the prompt draws a grid that differs from the true
-    one in known cells, so the agent's belief is known (the oracle belief)."""
+    """False-belief grids: the prompt draws a grid that differs from the true one in known
+    cells, so the agent's belief is known (the oracle belief)."""
 
     grids: FalseBeliefSetConfig = field(default_factory=FalseBeliefSetConfig)
     """Which pairs (false-belief grid and matched control) of which kinds and size."""
@@ -340,8 +326,8 @@ class FalseBeliefConfig:
 
 @dataclass(frozen=True)
 class FogConfig:
-    """Fogged grids (the study's Appendix A, issue 31): the agent sees cells within a radius
-    along lines of sight; scored against the free-space planner on what it has seen."""
+    """Fogged grids (the study's Appendix A): the agent sees cells within a radius along lines
+    of sight; scored against the free-space planner on what it has seen."""
 
     grids: GridSetConfig = field(
         default_factory=lambda: GridSetConfig(sizes=(7, 9), densities=(0.4, 1.0), n_per_cell=3)

@@ -45,11 +45,8 @@ OVERWRITE_HELP = "Replace an existing output (without it, an existing output is 
 def parse_list(
     text: str, kind: Callable[[str], T], option: str, *, empty_ok: bool = False
 ) -> tuple[T, ...]:
-    """The comma-separated values of ``text`` converted by ``kind``; blank parts are skipped.
-
-    Raises ``typer.BadParameter`` on a value ``kind`` rejects, and on an empty list unless
-    ``empty_ok``.
-    """
+    """The comma-separated values of ``text`` converted by ``kind`` (blank parts skipped); a value
+    ``kind`` rejects, or an empty list unless ``empty_ok``, is ``typer.BadParameter``."""
     try:
         values = tuple(kind(part.strip()) for part in text.split(",") if part.strip())
     except ValueError as err:
@@ -69,14 +66,8 @@ def choice(value: str, allowed: tuple[str, ...], option: str) -> str:
 
 
 def check_new_output(path: Path, overwrite: bool, option: str, *, directory: bool = False) -> None:
-    """Refuse an output path that exists (unless ``overwrite``) or has the wrong kind.
-
-    Args:
-        path: the output (a file, or a directory when ``directory``).
-        overwrite: whether the user asked to replace it.
-        option: the option that named it, for the message.
-        directory: whether the output is a directory.
-    """
+    """Refuse an output ``path`` (a file, or a directory when ``directory``) named by ``option``
+    that exists (unless ``overwrite``) or has the wrong kind."""
     if directory:
         if path.exists() and not path.is_dir():
             raise typer.BadParameter(f"{path} exists and is not a directory", param_hint=option)
@@ -128,12 +119,8 @@ def check_device(device: str, option: str = "--device") -> str:
 
 
 def check_host(host: str, option: str = "--host") -> bool:
-    """Check that ``host`` is an interface a server can bind (an IP address, ``localhost``, or a
-    name this machine resolves), before any model loads; returns whether it is loopback-only.
-
-    Raises:
-        typer.BadParameter: anything else (a typo such as ``127.0.0.1:8000`` or ``0.0.0.256``).
-    """
+    """Whether ``host``, an interface a server can bind (an IP address, ``localhost``, or a name
+    this machine resolves), is loopback-only; anything else is ``typer.BadParameter``."""
     import ipaddress
     import socket
 

@@ -123,8 +123,6 @@ def command(
     )
     check_new_output(RunLayout(run_dir).scoring_dir, overwrite, "RUN_DIR", directory=True)
     console = Console()
-    # a missing input (FileNotFoundError) or inputs that do not join up (ScoringError) become
-    # one "error: ..." line and exit code 2 in goalprobe.cli.OneLineErrors
     summary = score_run(run_dir, config, progress=progress)
     console.print(_belief_table(summary.belief))
     console.print(_meg_table(summary.meg))

@@ -59,9 +59,7 @@ def command(
     refused (400) and max_tokens is clamped to the context left."""
     import os
 
-    # Before torch loads its OpenMP runtime: idle OpenMP threads sleep instead of spinning,
-    # which on a shared CPU measurably helps the one generating worker (docs/benchmarks.md,
-    # "Serving"). An explicit OMP_WAIT_POLICY in the environment wins.
+    # before torch loads OpenMP: idle threads sleep rather than spin (unless the env says so)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     import uvicorn

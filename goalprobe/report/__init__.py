@@ -1,10 +1,9 @@
 """``RUN/report.html``: the study's figures and tables from one run directory, in one file.
 
 Self-contained (plotly.js inlined once), so it opens offline. Sections follow the study
-(../shared/papers/002, sections 4-5 and appendices C-F), plus walls in two frames,
-attribution, steering and false belief beyond it; each states the configuration that produced it and its baselines with 95%
-intervals, and a section whose inputs are missing or whose stage failed shows a "not run" /
-"failed: reason" box (writing the report never fails on missing data). :mod:`.run` reads the
+(sections 4-5, appendices C-F) and go beyond it; each states its configuration and baselines
+with 95% intervals, and a section whose inputs are missing or whose stage failed shows a "not
+run" / "failed: reason" box (missing data never fails the report). :mod:`.run` reads the
 run, :mod:`.blocks` holds tables, figures, boxes and number formats, the section modules build
 the sections (figures from :mod:`goalprobe.viewer.figures`), :mod:`.headline` the headline
 table, and :mod:`.page` renders the Jinja2 templates in ``templates/``.

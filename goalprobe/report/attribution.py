@@ -49,12 +49,8 @@ def weights_sha256(model: str | Path) -> str | None:
 
 
 def das_card(model: str) -> dict | None:
-    """The DAS card shipped with the named agent ``model``, with ``stale`` set when its weights'
-    digest is not the shipped weights' (None: the agent has no card).
-
-    Raises:
-        MissingInput: a card of another schema.
-    """
+    """The DAS card shipped with the named agent ``model`` (None: it has none), with ``stale``
+    set when its weights' digest is not the shipped one's (another schema: :class:`MissingInput`)."""
     from goalprobe.agents.registry import named_agent
 
     agent = named_agent(model)

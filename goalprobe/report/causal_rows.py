@@ -247,11 +247,9 @@ def patching(run: RunReader, site: str) -> Reading:
 
 
 def wall_auc_power(reading: Reading) -> Reading:
-    """The cell probe's wall-AUC row with the power of its design beside it
-    (``probes/wall_power.json``'s headline-probe block, ``scripts/wall_power.py``): that probe
-    detected no planted wall map up to the largest strength tried, so a "no" of this row cannot
-    exclude a wall map and is printed "undecided"; the walls.* rows carry the conditional test,
-    whose power is shown."""
+    """The cell probe's wall-AUC row with the power of its design beside it (the committed power
+    curve): where that probe detected no planted wall map, a "no" of this row cannot exclude one
+    and reads "undecided"."""
     data = committed_power()
     mde = None if data is None else data.get("minimum_detectable_effect")
     if data is not None and mde is not None:
@@ -275,7 +273,7 @@ def wall_auc_power(reading: Reading) -> Reading:
 
 def steering(run: RunReader, arg: str) -> Reading:
     """Steering the pre-reasoning anchors along the agent-centred wall probe's direction for one
-    neighbour of the agent (issue 39 item 6): the share of test states whose regenerated action
+    neighbour of the agent: the share of test states whose regenerated action
     moves into the edited map's optimal set, against a random direction of the same norm and
     the probe's edit of an irrelevant cell (paired on the same states)."""
     data = run.json(run.layout.steering_results)

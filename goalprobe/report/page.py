@@ -227,13 +227,8 @@ def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
 def write_report(
     run_dir: str | Path, *, config: Mapping | None = None, out: str | Path | None = None
 ) -> Path:
-    """Write the report of ``run_dir`` (default ``RUN/report.html``) and return its path.
-
-    Args:
-        run_dir: the run directory (layout: :mod:`goalprobe.run_layout`).
-        config: the demo config to show (default: ``RUN/demo_config.json``).
-        out: where to write (default ``RUN/report.html``).
-    """
+    """Write the report of ``run_dir`` to ``out`` (default ``RUN/report.html``), showing
+    ``config`` (default ``RUN/demo_config.json``), and return its path."""
     page = render_report(run_dir, config=config)
     path = Path(out) if out is not None else RunReader(run_dir).layout.report
     return write_atomic(path, page)

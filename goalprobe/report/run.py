@@ -19,11 +19,7 @@ class MissingInput(Exception):
 
 
 class RunReader:
-    """Cached JSON reads of the run directory ``root``; every path comes from its layout.
-
-    Attributes:
-        layout: the run's :class:`RunLayout`.
-    """
+    """Cached JSON reads of the run directory ``root``; every path comes from its ``layout``."""
 
     def __init__(self, root: str | Path) -> None:
         self.layout = RunLayout(Path(root))
@@ -35,11 +31,8 @@ class RunReader:
         return self.layout.root
 
     def json(self, path: Path) -> Any:
-        """The parsed JSON file ``path`` (a layout path).
-
-        Raises:
-            MissingInput: the file is absent or unreadable.
-        """
+        """The parsed JSON file ``path`` (a layout path); :class:`MissingInput` when absent or
+        unreadable."""
         if path not in self._cache:
             relative = self.layout.relative(path)
             if not path.is_file():
@@ -59,24 +52,15 @@ class RunReader:
 
     def stage_record(self, stage: str) -> dict | None:
         """The record of a finished stage, or None."""
-        try:
-            return self.json(self.layout.stage_record(stage))
-        except MissingInput:
-            return None
+        return self.optional_json(self.layout.stage_record(stage))
 
     def stage_failure(self, stage: str) -> str | None:
         """Why a stage failed or did not run, or None."""
-        try:
-            return self.json(self.layout.stage_failure(stage)).get("error")
-        except MissingInput:
-            return None
+        failure = self.optional_json(self.layout.stage_failure(stage))
+        return None if failure is None else failure.get("error")
 
     def cell_sweeps(self) -> dict[str, dict]:
-        """Cell-type probe sweeps by file stem (``cell_<family>``).
-
-        Raises:
-            MissingInput: there is none.
-        """
+        """Cell-type probe sweeps by file stem (``cell_<family>``; :class:`MissingInput`: none)."""
         sweeps = {p.stem: self.json(p) for p in self.layout.cell_probe_sweeps()}
         if not sweeps:
             where = self.layout.relative(self.layout.probe_sweeps)
@@ -94,11 +78,8 @@ def metric(run_metrics: Mapping, model: str, name: str) -> dict | None:
 
 
 def best_cell_run(sweeps: Mapping[str, dict]) -> tuple[str, dict]:
-    """The cell-probe run with the highest accuracy on grid cells: ``(name, run)``.
-
-    Raises:
-        MissingInput: no run has an accuracy.
-    """
+    """The cell-probe run with the highest accuracy on grid cells: ``(name, run)``
+    (:class:`MissingInput` when no run has one)."""
     best, best_name, value = None, "", -1.0
     for sweep in sweeps.values():
         for r in sweep["runs"]:

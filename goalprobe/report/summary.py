@@ -1,11 +1,8 @@
 """What ``goalprobe demo`` prints when it ends: one screen at 80 columns.
 
 One line per headline question that carries a verdict or checks the pipeline (the row spec's
-short label, :mod:`goalprobe.report.row_specs`), each agent's answer at the right margin (both
-agents side by side when the positive control ran beside the default agent), then the report's
-path and the exact ``goalprobe view`` command. Nothing is cut mid-word: a label that does not
-fit beside the answers goes on a line of its own. The numbers, their intervals and baselines are
-in the report; this is the at-a-glance reading.
+short label), each agent's answer at the right margin, then the report's path and the exact
+``goalprobe view`` command. Nothing is cut mid-word; the numbers are in the report.
 """
 
 from __future__ import annotations
@@ -39,15 +36,9 @@ def short_answer(row: HeadlineRow | None) -> str:
 def verdict_lines(
     rows: list[tuple[str, list[str]]], names: list[str], width: int = WIDTH
 ) -> list[str]:
-    """One line per question: its label, then each agent's answer at the right margin
-    (``yes* | no``). A label too long to sit beside the answers is wrapped at a space, the
-    answers on its last line; no word is cut.
-
-    Args:
-        rows: ``(label, [answer per agent])``.
-        names: the agents, in the order of the answers.
-        width: the columns every line fits in.
-    """
+    """One line per ``(label, [answer per agent in names])`` row: the label, then the answers at
+    the right margin of ``width`` (``yes* | no``); a label too long to sit beside them is
+    wrapped at a space, the answers on its last line."""
     cols = [max([len(n), *(len(a[i]) for _, a in rows)]) for i, n in enumerate(names)]
 
     def right(cells: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""The wall read-out in both frames (``RUN/probes/wall_readout.json``, issue 39): the headline
+"""The wall read-out in both frames (``RUN/probes/wall_readout.json``): the headline
 rows ``walls.absolute`` / ``walls.agent`` and the report section that shows both frames side by
 side for every agent, store and layer.
 

@@ -62,12 +62,8 @@ _LOADING: list[bool] = []
 
 def _tables() -> dict[str, Any]:
     """The tables derived from the declarations of :data:`MODULES`' stages (computed once).
-
-    Raises:
-        RuntimeError: a stage module reads a table while the stage modules load (a module-level
-            ``from goalprobe.stages import STAGES`` in a module a stage imports: read it in the
-            function that needs it), or a module of :data:`MODULES` registers no such stage.
-    """
+    ``RuntimeError`` when a stage module reads a table while they load (read it in the function
+    that needs it), or a module of :data:`MODULES` registers no stage of its name."""
     if _LOADING:
         raise RuntimeError("goalprobe.stages' tables were read while its stage modules load")
     if not _TABLES:
@@ -115,11 +111,7 @@ def __getattr__(name: str) -> Any:
 
 
 def stage(name: str) -> Stage:
-    """The declaration of stage ``name`` (one of :data:`MODULES`' or any registered one).
-
-    Raises:
-        KeyError: no such stage.
-    """
+    """The declaration of stage ``name`` (any registered one; ``KeyError`` for no such stage)."""
     _tables()
     known = registered()
     if name not in known:

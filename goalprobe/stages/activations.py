@@ -21,6 +21,7 @@ from goalprobe.activations.plan import (
 )
 from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.attention import register as register_attention
+from goalprobe.agents.prompt_states import write_prompt_states
 from goalprobe.config import ActivationsConfig
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
@@ -40,6 +41,18 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         reasoning_every=settings.reasoning_every,
     )
     return {"store": out}, {"rows": report.rows, "layers": list(layers)}
+
+
+def write_agent_states(context: StageContext, agent: AgentConfig, grids, prompts, path, **kw):
+    """Write the agent's prompts at states of ``grids`` (``states=``: these; else sampled by
+    ``prompts``) as prompt-only states at ``path``, replacing any; a served agent's prompts are
+    rendered as its rollouts' were, and no weights load."""
+    served = context.agent(agent)
+    encode, rendering = served.prompt_encoder(context.layout.trajectories)
+    path.unlink(missing_ok=True)
+    rendered = {"rendering": rendering} if rendering else {}
+    description = {**served.config.identity(), **rendered}
+    return write_prompt_states(grids, encode, prompts, path, backend_description=description, **kw)
 
 
 def extract_into(
@@ -117,11 +130,8 @@ def extract_store(
 ):
     """The extraction, the one path of ``goalprobe extract`` and of this stage: replay
     ``trajectories`` teacher-forced through ``capture`` and store the residual stream at ``out``
-    (resumable, :func:`goalprobe.activations.extract.extract`); ``config``'s empty layers mean the
-    last block of each third, and ``plan_device`` plans the batches' token budget for that
-    device's memory (:func:`planned_config`; None: ``config.max_batch_tokens`` as given). Returns
-    ``(ExtractReport, the config extracted with)``.
-    """
+    (resumable); ``plan_device`` plans the batches' token budget for that device's memory
+    (:func:`planned_config`; None: as given). Returns ``(ExtractReport, the config used)``."""
     if not config.layers:
         config = dataclasses.replace(config, layers=layer_spread(capture.n_layers))
     if plan_device is not None:
@@ -151,14 +161,8 @@ def planned_config(
 ) -> ExtractConfig:
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
-    longest replayed step (the same planner as ``scripts/extract_gptoss20b.py``). ``attention``:
-    the kernel planned for; None: the one the model runs (the SDPA sinks kernel is eager's
-    model on CPU and its own on CUDA: :func:`~goalprobe.activations.plan.planned_attention`).
-    The weights are what the loaded model holds (:func:`~goalprobe.activations.plan.loaded_weights_bytes`:
-    MXFP4 experts are Triton tensors, not parameters).
-
-    Raises:
-        ExtractionDoesNotFitError: the longest step does not fit one sequence at a time."""
+    longest replayed step, for the kernel ``attention`` (None: the one the model runs) and the
+    weights the loaded model holds. ``ExtractionDoesNotFitError`` when one sequence does not fit."""
     model = loaded.model
     if device in ("", "auto"):
         device = str(next(model.parameters()).device)

@@ -1,10 +1,9 @@
 """Stage ``attribution``: attribution patching (AtP with AtP*'s GradDrop) over every block x
-prompt position of the patching stage's pairs (``RUN/attribution/``, the ``goalprobe.attribution``
-v1 file of :mod:`goalprobe.probes.attribution_file`), with the check against real patches on the
-first pairs (issue 41).
+prompt position of the patching stage's pairs (``RUN/attribution/``, the file of
+:mod:`goalprobe.probes.attribution_file`), checked against real patches on the first pairs.
 
-:func:`attribute` is the task: ``goalprobe attribute`` (:mod:`goalprobe.commands.attribute`)
-and this stage both call it, so the same pairs and config give the same bytes.
+:func:`attribute` is the task: ``goalprobe attribute`` and this stage both call it, so the same
+pairs and config give the same bytes.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ CHECK_FILE = "attribution_check.json"
 CHECK_SCHEMA = "goalprobe.attribution_check"
 """``schema`` of :data:`CHECK_FILE`."""
 CHECK_SCHEMA_VERSION = 1
-"""Its layout version: ``top_k``, ``regions`` and per metric one entry per checked pair (the
-fields of :class:`~goalprobe.probes.attribution_check.Agreement`, ``hit_rate`` and
-``real_share_by_block``)."""
+"""Its layout version (per metric, one :class:`~goalprobe.probes.attribution_check.Agreement`
+entry per checked pair)."""
 HEATMAP_FILE = "attribution_heatmap.html"
 """The heat map of the first pair of each metric."""
 
@@ -55,12 +53,8 @@ class AttributionOutcome:
 def read_pairs(
     path: Path, bases: Sequence[BaseState], kinds: Sequence[str], max_pairs: int
 ) -> list[CounterfactualPair]:
-    """The first ``max_pairs`` pairs of ``kinds`` in the pairs JSONL at ``path`` (the patching
-    stage's kept pairs, ``patch_pairs.jsonl``), rebuilt from ``bases`` (by base id and pair id).
-
-    Raises:
-        ValueError: naming the file and line when a pair's base or move is not among ``bases``.
-    """
+    """The first ``max_pairs`` pairs of ``kinds`` in the pairs JSONL at ``path``, rebuilt from
+    ``bases`` (``ValueError`` naming the line of a pair whose base or move is not among them)."""
     from goalprobe.probes.patching.counterfactuals import counterfactual_candidates
 
     by_id = {b.base_id: b for b in bases}
@@ -93,20 +87,10 @@ def attribute(
     *,
     source: dict,
 ) -> AttributionOutcome:
-    """Prepare ``pairs`` (:func:`~goalprobe.probes.patching.experiment.prepare_pairs`), refuse a
-    backward pass the device cannot hold, attribute every block x position, check the first
+    """Prepare ``pairs`` as ``patch_config`` says, refuse a backward pass the device cannot
+    hold, attribute every block x position with the model ``loaded``, check the first
     ``section.check_pairs`` against real patches, and write the check, the heat map and the
-    attribution file (its card last) into ``out``.
-
-    Args:
-        out: the output directory (created).
-        pairs: counterfactual pairs.
-        loaded: the model (:class:`~goalprobe.agents.models.LoadedModel`).
-        section: what to attribute and check.
-        patch_config: how the pairs are prepared (reasoning mode, token budget, prompts).
-        source: where the pairs come from, added to the card as given: ``counterfactuals``
-            (how they were drawn, or None), ``input`` (the bases' file), ``n_bases`` and
-            ``pairs`` (the pairs file they were read from, or None).
+    attribution file (its card last, with ``source``: where the pairs come from) into ``out``.
 
     Raises:
         NoPairError: no pair survived preparation.
@@ -226,9 +210,8 @@ def heatmap_figure(record, *, height: int | None = None):
 
 
 def require_fits(runner, lengths) -> None:
-    """Refuse (:class:`DoesNotFitError`, one line) gradient runs whose backward pass the device cannot hold,
-    or a model with MXFP4 weights (:mod:`goalprobe.activations.gradient_plan`), before the
-    first one."""
+    """Refuse (:class:`DoesNotFitError`) gradient runs whose backward pass the device cannot
+    hold, or MXFP4 weights (:mod:`goalprobe.activations.gradient_plan`), before the first."""
     from goalprobe.activations.capture.gradients import is_mxfp4
     from goalprobe.activations.gradient_plan import plan_attribution
     from goalprobe.activations.plan import ModelShape, device_memory_bytes
@@ -290,8 +273,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
 
 
 def pair_source(pairs_file: str, trajectories: str, read) -> dict:
-    """The card's entries on pairs read from a pairs file (their bases: ``read``, the
-    :class:`~goalprobe.probes.patching.run.TrajectoryBases` of ``trajectories``)."""
+    """The card's entries on pairs read from a pairs file (their bases ``read`` from
+    ``trajectories``)."""
     return {
         "counterfactuals": None,
         "input": trajectories,
@@ -301,11 +284,7 @@ def pair_source(pairs_file: str, trajectories: str, read) -> dict:
 
 
 def read_check(path: Path) -> dict | None:
-    """The check file at ``path`` (None when absent).
-
-    Raises:
-        ValueError: naming the file when its schema or version is not this one's.
-    """
+    """The check file at ``path`` (None when absent; ``ValueError`` for another schema)."""
     if not Path(path).is_file():
         return None
     data = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -15,13 +15,8 @@ from goalprobe.run_layout import RunLayout, write_atomic
 
 @dataclass
 class StageContext:
-    """The run a stage belongs to.
-
-    Attributes:
-        layout: the run directory's paths.
-        progress: whether stages show progress bars.
-        say: a line logger that keeps progress bars intact (None: quiet).
-    """
+    """The run a stage belongs to: its ``layout``, whether stages show ``progress`` bars, and
+    ``say``, a line logger that keeps progress bars intact (None: quiet)."""
 
     layout: RunLayout
     progress: bool = False

@@ -1,17 +1,12 @@
 """The one decoder of the application: the headline read-out (:class:`Decoder`: the headline cell
 probe for the cells, the probing set's position probes for the agent and the goal, combined by
-:func:`goalprobe.probes.decoder.decode_rows`), used for the rollouts' steps (the headline
-decoded maps ``goalprobe score`` reads, :func:`write_headline_maps`) and for prompt-only states
-of grids of their own (the false-belief grids, the intention interventions:
-:func:`decode_prompt_states`).
+:func:`goalprobe.probes.decoder.decode_rows`), for the rollouts' steps (the maps ``goalprobe
+score`` reads, :func:`write_headline_maps`) and for prompt-only states of grids of their own
+(false-belief grids, intention interventions: :func:`decode_prompt_states`).
 
-The probe is the headline cell probe (:data:`goalprobe.stages.HEADLINE_PROBE` at
-:data:`goalprobe.stages.HEADLINE_STAGE` and :func:`goalprobe.stages.headline_layer`) fit on the
-probing set, the largest training set of the run; the main store's is the fallback when the
-probing stage did not run. States are written as prompt-only states
-(:mod:`goalprobe.agents.prompt_states`: pre-reasoning anchors depend on the prompt alone, so
-they are the anchors of any step in that state), only the headline stage and layer are
-extracted, and the probe returns a full ``(S, S, len(CellType))`` distribution per state.
+The cell probe is the headline one fit on the probing set (the run's largest training set),
+else on the main store. Pre-reasoning anchors depend on the prompt alone, so states are
+extracted as prompt-only states, at the headline stage and layer only.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import numpy as np
 
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.prompt_states import PromptStatesConfig, write_prompt_states
+from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.probes.decoded_maps import write_decoded_maps
@@ -40,7 +35,7 @@ from goalprobe.probes.decoder import (
 from goalprobe.probes.serialization import load_probe, read_probe_card
 from goalprobe.run_layout import RunLayout
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_run
-from goalprobe.stages.activations import extract_into
+from goalprobe.stages.activations import extract_into, write_agent_states
 from goalprobe.stages.context import StageContext
 
 
@@ -62,8 +57,8 @@ class HeadlineProbe:
 
 def headline_probe(layout: RunLayout) -> HeadlineProbe | None:
     """The headline cell probe of the probing set, else of the main store; None when the
-    probes stage left neither. The card is looked up in the sweep's own ``models/`` folder by
-    name (the table's recorded path may predate a move of the run directory)."""
+    probes stage left neither. The card is looked up by name in the sweep's own ``models/``
+    (the run directory may have moved)."""
     name = "cell_" + "_".join(HEADLINE_PROBE)
     candidates = (
         ("probing", layout.probing_probe_sweep(name), layout.probing_probes / "models"),
@@ -98,9 +93,8 @@ class Decoder:
     readout: Readout
     """The card paths, relative to the run directory."""
     walls: dict = field(default_factory=dict)
-    """The conditional wall probes by frame (``absolute``, ``agent``) of the probing set at the
-    cell probe's layer: the decoded walls (the agent-centred read-out within its radius of the
-    decoded agent, the absolute one elsewhere); empty: the cell probe's walls."""
+    """The conditional wall probes by frame (``absolute``, ``agent``) at the cell probe's layer
+    (empty: the cell probe's walls)."""
 
     def decode(
         self, acts: np.ndarray, sizes: np.ndarray, densities: np.ndarray | None = None
@@ -156,9 +150,8 @@ def load_decoder(layout: RunLayout) -> Decoder | None:
 
 
 def wall_probes(layout: RunLayout, layer: int) -> dict[str, tuple[Path, object]]:
-    """``{frame: (card, probe)}``: the probing set's conditional wall probes
-    (:meth:`~goalprobe.run_layout.RunLayout.wall_probe`, written by the probes stage) that read
-    ``layer``; a frame whose card is missing or reads another layer is left out."""
+    """``{frame: (card, probe)}``: the probing set's conditional wall probes that read
+    ``layer`` (a frame whose card is missing or reads another layer is left out)."""
     out: dict[str, tuple[Path, object]] = {}
     for frame in ("absolute", "agent"):
         card = layout.wall_probe(frame).with_suffix(".json")
@@ -171,10 +164,9 @@ def wall_probes(layout: RunLayout, layer: int) -> dict[str, tuple[Path, object]]
 
 
 def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
-    """Decode every row of the main store at the headline stage and layer with the headline
-    read-out of the probing set (a probe that never saw a rollout grid: every rollout grid is
-    held out) into ``layout.headline_maps(layer)`` (``role="headline"``,
-    ``trained_on="probing"``); None when the probing set's probe is missing."""
+    """Decode every row of the main store at the headline stage and layer with the probing
+    set's read-out (every rollout grid held out) into ``layout.headline_maps(layer)``; None
+    when the probing set's probe is missing."""
     decoder = load_decoder(layout)
     if decoder is None or decoder.probe.trained_on != "probing":
         return None
@@ -231,29 +223,11 @@ def decode_prompt_states(
     states_path: Path,
     store_path: Path,
 ) -> dict[tuple[str, State], tuple]:
-    """Write ``states`` (per grid id, the states to decode) of ``grids`` as prompt-only states
-    (``prompts``: reasoning effort and templates), extract their pre-reasoning anchors at the
-    probe's layer and decode them.
-
-    Returns:
-        ``{(grid_id, state): (probs (S, S, len(CellType)), agent (S, S) or None, goal)}``
-        (classes the probe lacks get 0; agent and goal from the decoder's read-out).
-    """
+    """Write ``states`` (per grid id) of ``grids`` as prompt-only states, extract their
+    pre-reasoning anchors at the probe's layer and decode them: ``{(grid_id, state): (probs
+    (S, S, len(CellType)), agent (S, S) or None, goal)}`` (classes the probe lacks get 0)."""
     probe = decoder.probe
-    # a served agent: as its rollouts were served
-    encode, rendering = context.agent(agent).prompt_encoder(context.layout.trajectories)
-    states_path.unlink(missing_ok=True)
-    write_prompt_states(
-        grids,
-        encode,
-        prompts,
-        states_path,
-        backend_description={
-            **context.agent(agent).config.identity(),
-            **({"rendering": rendering} if rendering else {}),
-        },
-        states=states,
-    )
+    write_agent_states(context, agent, grids, prompts, states_path, states=states)
     extract_into(
         context,
         agent,

@@ -3,17 +3,12 @@ against the known (oracle) belief, and the headline probe's reading of the shown
 grid (``RUN/false_belief/``, schema ``goalprobe.false_belief/1``).
 
 The prompt of a false-belief grid draws its shown grid (a phantom wall, a hidden wall, a stale
-goal) while the episode runs on the true grid (:mod:`goalprobe.gridworld.false_belief`).
-Behaviour is scored against both (:func:`goalprobe.probes.scoring.false_belief.oracle_table`). When the
-probes stage left a headline probe, every state the episodes visited is encoded as a
-prompt-only state (pre-reasoning anchors depend on the prompt alone, so its anchors are the
-step's), the headline stage and layer are extracted, and the probe decodes a map per state:
-``acc_dec`` / ``recovery_dec`` score the steps on them, every step's map is written to
-``false_belief/decoded_maps.h5`` (``goalprobe.step_maps``, for the viewer's false-belief
-episodes), and at the start state the decoded class
-at the cells where shown and true differ is compared with both
-(:func:`goalprobe.probes.scoring.false_belief.decoded_table`). A step whose agent stands on the shown goal
-(a stale goal reached) has no decoded map: its prompt draws no goal.
+goal) while the episode runs on the true grid; behaviour is scored against both. With a
+headline probe, every visited state is decoded as a prompt-only state: ``acc_dec`` /
+``recovery_dec`` score the steps on those maps, every step's map is written to
+``false_belief/decoded_maps.h5`` (for the viewer), and at the start state the decoded class at
+the cells where shown and true differ is compared with both. A step on the shown goal (a stale
+goal reached) has no decoded map: its prompt draws no goal.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import (
     FALSE_BELIEF,
@@ -50,7 +44,7 @@ from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import decode_prompt_states, load_decoder
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import read_episodes
+from goalprobe.stages.rollouts import read_episodes, section_rollout
 
 READING = (
     "The bundled agents were trained on grids whose prompt shows the truth; they never saw a "
@@ -61,15 +55,6 @@ READING = (
     "false-belief grids and near its control rate otherwise; a probe that reads the prompt "
     "decodes the shown cell types at the differing cells."
 )
-
-
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with this stage's episode count."""
-    return {
-        "rollout": dataclasses.replace(
-            config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
-        )
-    }
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -184,14 +169,10 @@ def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
 
 
 def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
-    """The decoded class (of the decoded map's picture: the cell probe's classes with the
-    read-out's one agent and one goal) at the differing cells of every pair, against shown and
-    true; where
-    the decoded goal lies (:func:`goal_follows`) at every grid's start state; and every grid's
-    decoded start map (``n x n`` ``CellType``: the cell probe's argmax with the read-out's
-    agent and goal, :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded
-    agent and goal cells.
-    ``start_maps``: grid id -> ``(probs, agent read-out, goal read-out)``."""
+    """From ``start_maps`` (grid id -> ``(probs, agent read-out, goal read-out)``): the decoded
+    class at the differing cells of every pair against shown and true, where the decoded goal
+    lies (:func:`goal_follows`), and every grid's decoded start map (``n x n`` ``CellType``,
+    :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded agent and goal cells."""
     pictures = {
         g: decoded_classes(probs, by_id[g].size, agent, goal)
         for g, (probs, agent, goal) in start_maps.items()
@@ -236,7 +217,7 @@ STAGE = register(
         ),
         section="false_belief",
         uses=("agent", "activations"),
-        derived=_received,
+        derived=lambda c: section_rollout(c, "false_belief"),
         weights=True,
         control=True,
         seconds=2,

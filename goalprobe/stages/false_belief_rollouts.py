@@ -10,7 +10,6 @@ patching load the model (:data:`goalprobe.stages.SERVER_STAGES`).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from goalprobe.config import DemoConfig
@@ -18,15 +17,12 @@ from goalprobe.gridworld.false_belief import generate_false_belief_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import rollouts_into
+from goalprobe.stages.rollouts import rollouts_into, section_rollout
 
 
 def _received(config: DemoConfig) -> dict:
     """The rollout settings with the false-belief episode count, and the false-belief grids."""
-    rollout = dataclasses.replace(
-        config.rollouts, episodes_per_grid=config.false_belief.episodes_per_grid
-    )
-    return {"rollout": rollout, "grids": config.false_belief.grids}
+    return {**section_rollout(config, "false_belief"), "grids": config.false_belief.grids}
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):

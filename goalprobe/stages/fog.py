@@ -9,7 +9,6 @@ a fully observable policy does with an input it was never shown.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,12 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import read_episodes, rollouts_into, truncation_counts
+from goalprobe.stages.rollouts import (
+    read_episodes,
+    rollouts_into,
+    section_rollout,
+    truncation_counts,
+)
 
 SCHEMA = "goalprobe.demo.fog/2"
 """Version 2 adds ``truncation`` (:func:`goalprobe.stages.rollouts.truncation_counts` and the
@@ -34,13 +38,9 @@ apart (never as the agent's failures). Version-1 files (no ``truncation``) still
 
 def _received(config: DemoConfig) -> dict:
     """The rollout settings with the fog episode count and horizon."""
-    rollout = dataclasses.replace(
-        config.rollouts,
-        episodes_per_grid=config.fog.episodes_per_grid,
-        horizon_factor=config.fog.horizon_factor,
-        horizon_steps=None,
+    return section_rollout(
+        config, "fog", horizon_factor=config.fog.horizon_factor, horizon_steps=None
     )
-    return {"rollout": rollout}
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from goalprobe.agents.coverage import merge_coverage, not_readable
 from goalprobe.agents.trajectories import read_run_header
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.harm import generate_harm_grids, harm_profile
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.probes.scoring.harm import (
@@ -25,18 +24,9 @@ from goalprobe.probes.scoring.harm import (
 )
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import behaviour_episodes, rollouts_into
+from goalprobe.stages.rollouts import behaviour_episodes, rollouts_into, section_rollout
 
 SCHEMA = "goalprobe.demo.harm/1"
-
-
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with the harm episode count."""
-    return {
-        "rollout": dataclasses.replace(
-            config.rollouts, episodes_per_grid=config.harm.episodes_per_grid
-        )
-    }
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -129,7 +119,7 @@ STAGE = register(
         ),
         section="harm",
         uses=("agent",),
-        derived=_received,
+        derived=lambda c: section_rollout(c, "harm"),
         generates=True,
         seconds=15,
     )

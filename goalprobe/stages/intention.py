@@ -77,20 +77,17 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     intervened = [intervene(g, name) for g in originals for name in INTERVENTIONS[g.variant]]
     write_grid_set(layout.intention_grids, [*originals, *intervened])
     backend, description = context.agent(config.agent).rollout_backend()
+    study: dict[str, Any] = dict(
+        max_states=k.states_per_grid, config=k.test, irrelevant=k.irrelevant_change
+    )
     control = intention_study(
-        originals,
-        tabular_sampler(optimal_policy, k.samples_per_state, k.seed),
-        max_states=k.states_per_grid,
-        config=k.test,
-        irrelevant=k.irrelevant_change,
+        originals, tabular_sampler(optimal_policy, k.samples_per_state, k.seed), **study
     )
     agent = intention_study(
         originals,
         agent_sampler(backend, k.samples_per_state, config.rollout),
-        max_states=k.states_per_grid,
-        config=k.test,
-        irrelevant=k.irrelevant_change,
         controls=control_effects(control["results"]),
+        **study,
     )
     # what the agent can read of these prompts (this path generates outside run_rollouts)
     template = (

@@ -88,6 +88,11 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     if open_class not in probe.classes:
         raise ValueError(f"probe {probe.name} has no open-cell class to decode")
     by_id = {g.grid_id: g for g in grids}
+
+    def p_open(grid, cell) -> float:
+        """The decoded probability that ``cell`` of ``grid``'s start is open."""
+        return maps[(grid.grid_id, grid.initial_state)][0][cell][open_class]
+
     results = []
     for variant, names in INTERVENTIONS.items():
         originals = [g for g in grids if g.variant == variant and "intervention" not in g.extra]
@@ -96,18 +101,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             pairs = [(g, by_id[f"{g.grid_id}~{name}"]) for g in originals]
             if not pairs:
                 continue
-            p_a = np.array(
-                [
-                    maps[(g.grid_id, g.initial_state)][0][getattr(g, what)][open_class]
-                    for g, _ in pairs
-                ]
-            )
-            p_b = np.array(
-                [
-                    maps[(o.grid_id, o.initial_state)][0][getattr(g, what)][open_class]
-                    for g, o in pairs
-                ]
-            )
+            p_a = np.array([p_open(g, getattr(g, what)) for g, _ in pairs])
+            p_b = np.array([p_open(o, getattr(g, what)) for g, o in pairs])
             result = decoded_registration(p_a, p_b, [g.grid_id for g, _ in pairs], config.test)
             results.append(
                 {

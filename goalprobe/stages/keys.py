@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -14,7 +13,7 @@ from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import read_episodes, rollouts_into
+from goalprobe.stages.rollouts import read_episodes, rollouts_into, section_rollout
 
 SCHEMA = "goalprobe.demo.keys/1"
 
@@ -30,12 +29,8 @@ class KeysResults(TypedDict):
 
 def _received(config: DemoConfig) -> dict:
     """The rollout settings under the key variants' horizon and count, and the intervals."""
-    rollout = dataclasses.replace(
-        config.rollouts,
-        horizon_steps=config.keys.horizon,
-        episodes_per_grid=config.keys.episodes_per_grid,
-    )
-    return {"rollout": rollout, "intervals": config.behaviour.intervals}
+    rollout = section_rollout(config, "keys", horizon_steps=config.keys.horizon)
+    return {**rollout, "intervals": config.behaviour.intervals}
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):

@@ -119,16 +119,11 @@ def patch(
     batches: Path | None = None,
 ):
     """The patching analysis, the one path of ``goalprobe patch`` and of this stage: draw
-    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs (controls on the first
-    ``pairs.control_bases``), patch them through ``patcher`` and write the results, records,
-    summary, pairs and heatmap into ``out``.
-
-    ``budget``: the device memory the passes are planned in (None: no plan); ``batches``: the
-    JSON file of the batches an out-of-memory error halved (None: not kept). The chunk layer set
-    ``"peak"`` is where the read-out in ``lens`` peaks (:func:`readout_peak`). Returns
-    ``(outcome, paths)``: the :class:`~goalprobe.probes.patching.run.PatchingOutcome` and name ->
-    written file.
-    """
+    ``pairs.max_bases`` of ``bases``, build their counterfactual pairs, patch them through
+    ``patcher`` (passes planned in ``budget``; ``batches``: where to record the batches an
+    out-of-memory error halved) and write results, records, summary, pairs and heatmap into
+    ``out``. The chunk layer ``"peak"`` is :func:`readout_peak` of ``lens``. Returns
+    ``(PatchingOutcome, {name: written file})``."""
     n_layers = int(patcher.n_layers)
     peak = None
     if config.reasoning_chunks and lens is not None:
@@ -183,17 +178,10 @@ def patch(
 
 
 def readout_peak(lens_path: Path, n_layers: int) -> dict:
-    """The block where the decision stage's read-out of the answered action peaks: the highest
-    mean held-out accuracy over the reasoning-progress bins (earliest block on ties), from
-    ``RUN/decision/lens.json``; without a read-out there (too few grids), the middle block.
-
-    The read-out is fitted and scored on the decision stage's own sample of rollout steps, so
-    the choice never looks at a patching outcome.
-
-    Returns:
-        ``{"layer", "source", "accuracy"}`` (``accuracy``: the mean per block, None where the
-        read-out is missing).
-    """
+    """The block where the decision stage's read-out of the answered action peaks (highest mean
+    held-out accuracy over the reasoning-progress bins, earliest on ties; the middle block
+    without a read-out): ``{"layer", "source", "accuracy"}``. The read-out is fitted on the
+    decision stage's own steps, so the choice never looks at a patching outcome."""
     readout = json.loads(Path(lens_path).read_text(encoding="utf-8")).get("readout")
     means: list[float | None] = []
     for row in (readout or {}).get("by_layer", []):

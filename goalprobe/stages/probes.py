@@ -77,12 +77,9 @@ def train_probe(
     log=None,
 ) -> ProbeSweepResult:
     """The probes analysis on one activation store, the one path of ``goalprobe train-probe``
-    and of this stage: the registered probe family ``probe``
-    (:mod:`goalprobe.probes.families`) built from ``params``, fitted and scored on every
-    stage x layer of ``sweep`` (empty stages: every stage some row holds; empty layers: every
-    stored layer; its target: the labels the family learns), with the controls; writes
-    ``out/models/`` (safetensors + JSON cards), ``out/decoded/`` (the test grids' maps, cell
-    types) and ``out/sweep.json``."""
+    and of this stage: the probe family ``probe`` built from ``params``, fitted and scored with
+    its controls on every stage x layer of ``sweep`` (empty: every one stored); writes
+    ``out/models/``, ``out/decoded/`` (cell types) and ``out/sweep.json``."""
     family = probe_family(probe)
     loader = StoreProbeLoader(store)
     sweep = dataclasses.replace(

@@ -7,11 +7,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from goalprobe.agents.prompt_states import write_prompt_states
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.generator import generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
-from goalprobe.stages.activations import extract_into
+from goalprobe.stages.activations import extract_into, write_agent_states
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
 
@@ -32,20 +31,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     layout = context.layout
     grids = generate_grid_set(config.probing.grids)
     write_grid_set(layout.probing_grids, grids)
-    layout.probing_states.unlink(missing_ok=True)
-    agent = context.agent(config.agent)
-    # the prompts need no weights (extraction loads them below); a served agent's are rendered
-    # as its server renders them (the rollouts replay the served prompts)
-    encode, rendering = agent.prompt_encoder(layout.trajectories)
-    states = write_prompt_states(
-        grids,
-        encode,
-        config.probing.states,
-        layout.probing_states,
-        backend_description={
-            **agent.config.identity(),
-            **({"rendering": rendering} if rendering else {}),
-        },
+    states = write_agent_states(
+        context, config.agent, grids, config.probing.states, layout.probing_states
     )
     report, layers = extract_into(
         context,

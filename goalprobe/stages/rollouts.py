@@ -31,6 +31,13 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 
 
+def section_rollout(config, section: str, **changes) -> dict:
+    """``{"rollout": ...}``: the demo's rollout settings with the episode count of its section
+    ``section`` (and ``changes``), for a stage's ``derived`` values."""
+    episodes = getattr(config, section).episodes_per_grid
+    return {"rollout": dataclasses.replace(config.rollouts, episodes_per_grid=episodes, **changes)}
+
+
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Run (or resume) the episodes of every main grid; a fresh run of a model other than the
     bundled ones starts with the pre-flight (``stage_dir/preflight.json``), which refuses a
@@ -83,13 +90,9 @@ def preflight_into(
 def rollouts_into(
     grids: Sequence[Grid], agent: Agent, config: RolloutConfig, out: Path, context: StageContext
 ) -> dict:
-    """Run (or resume) rollouts into ``out``.
-
-    A file of another run (another agent, engine or rollout config) is never deleted: it is
-    moved aside to ``<stem>.<its run id>.jsonl`` and moved back when that run is asked for
-    again, so switching ``--backend`` (server to local and back) keeps the server's episodes.
-    A server is scheduled per episode with as many episodes in flight as it takes requests.
-    """
+    """Run (or resume) rollouts into ``out``. A file of another run is moved aside to
+    ``<stem>.<its run id>.jsonl`` (never deleted) and moved back when that run is asked for
+    again; a server is scheduled per episode, as many in flight as it takes requests."""
     backend, description = agent.rollout_backend()
     run_id = run_id_for(config, description)
     aside = out.with_name(f"{out.stem}.{run_id}{out.suffix}")
@@ -135,16 +138,9 @@ def read_episodes(path: Path, *, truncated: bool = False) -> list[Episode]:
 
 
 def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> list[GridEpisodes]:
-    """Episodes grouped by grid (in order of first appearance) as the behaviour library's input.
-
-    Truncated episodes (a generation cut off by the token limit: not the agent's choice) are
-    left out, so they count toward neither success nor optimality; :func:`truncation_counts`
-    says how many there were. A grid whose every episode was truncated is left out too.
-
-    Raises:
-        ValueError: an episode on a grid that ``grids`` lacks, or episodes of one grid with
-            different horizons.
-    """
+    """Episodes grouped by grid (in order of first appearance) as the behaviour library's input,
+    truncated episodes (cut off by the token limit: not the agent's choice) left out, and grids
+    with no other. ``ValueError``: a grid ``grids`` lacks, or one grid with two horizons."""
     by_grid: dict[str, list[Episode]] = {}
     for episode in episodes:
         if episode.truncated:
@@ -164,12 +160,8 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
 
 
 def behaviour_episodes(path: Path) -> list[Episode]:
-    """The episodes of ``path`` that hold behaviour (:func:`read_episodes`).
-
-    Raises:
-        ValueError: the file's every episode was truncated (there is no behaviour to report;
-            the message says which budget to raise).
-    """
+    """The episodes of ``path`` that hold behaviour (``ValueError`` naming the budget to raise
+    when every one was truncated)."""
     episodes = read_episodes(path, truncated=True)
     kept = [e for e in episodes if not e.truncated]
     if episodes and not kept:

@@ -60,10 +60,7 @@ from goalprobe.version import package_version
 
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
-    """Score every decoded-map file of the run, as ``goalprobe score`` does
-    (:func:`score_run`): subjective MEG and the headline use the headline maps (the
-    probing-set probes' maps of the rollouts, fixed in advance, not the best on test data)
-    when they exist."""
+    """Score every decoded-map file of the run, as ``goalprobe score`` does (:func:`score_run`)."""
     layout = context.layout
     score_run(layout, config, progress=context.progress)
     outputs = {"belief": layout.belief, "meg": layout.meg}
@@ -75,16 +72,8 @@ def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
 
 @dataclass(frozen=True)
 class ScoreSummary:
-    """What :func:`score_run` wrote.
-
-    Attributes:
-        run_dir: the run directory.
-        belief: the content of ``scoring/belief.json``.
-        meg: the content of ``scoring/meg.json``.
-        outputs: name -> written file (``belief_json``, ``belief_csv``, ``meg_json``, ...,
-            the figures).
-        seconds: wall time.
-    """
+    """What :func:`score_run` wrote: the contents of ``belief.json`` and ``meg.json``, every
+    written file by name, and the wall time."""
 
     run_dir: Path
     belief: BeliefScores
@@ -98,12 +87,8 @@ def score_run(
 ) -> ScoreSummary:
     """Score a run directory (or its layout): policy against decoded belief (and its nulls) for
     every decoded-map file, and true vs subjective MEG per grid, into ``RUN/scoring/`` with its
-    figures; returns a :class:`ScoreSummary` of the written contents and paths.
-
-    Raises:
-        FileNotFoundError: a required input is missing (the message names it).
-        ScoringError: the inputs do not join up or a file is unreadable.
-    """
+    figures. ``FileNotFoundError`` names a missing input; ``ScoringError``: inputs that do not
+    join up, or an unreadable file."""
     from goalprobe.gridworld.io import read_grid_set
 
     start = time.perf_counter()

@@ -1,5 +1,5 @@
-"""Stage ``steering``: do the wall probe's directions matter? (issue 39 item 6;
-``RUN/steering/results.json``, schema ``goalprobe.steering/1``).
+"""Stage ``steering``: do the wall probe's directions matter? (``RUN/steering/results.json``,
+schema ``goalprobe.steering/1``).
 
 On the probing set (its store at the headline stage and layer, split by grid as the probes
 stage splits it: the probes section's test fraction and seed, stratified by size), the

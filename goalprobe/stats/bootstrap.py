@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from goalprobe.stats.estimate import Estimate
+from goalprobe.stats.estimate import Estimate, finite_or_none
 from goalprobe.stats.rates import (
     BOUNDED_AGREEMENT_METHOD,
     bounded_agreement_interval,
@@ -83,22 +83,11 @@ def percentile_interval(samples: np.ndarray, confidence: float = 0.95) -> np.nda
     return out.reshape(2, *samples.shape[1:])
 
 
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
 @dataclass(frozen=True)
 class GridBootstrap:
-    """Grid-bootstrap draws over the rows of one sample.
-
-    Attributes:
-        codes: ``(N,)`` grid index of every row.
-        n_grids: ``G``, the number of distinct grids.
-        weights: ``(1 + B, G)`` float grid multiplicities; row 0 is the full sample (all ones),
-            rows 1..B the resamples (each sums to ``G``). ``B = 0`` when fewer than two grids
-            or no resamples were asked for (then no interval is defined).
-        confidence: the interval level.
-    """
+    """Grid-bootstrap draws over the rows of one sample: ``codes``, the ``(N,)`` grid index of
+    every row among ``n_grids`` (``G``), and ``weights``, the ``(1 + B, G)`` grid multiplicities
+    (row 0 the full sample; ``B = 0`` with fewer than two grids or no resamples: no interval)."""
 
     codes: np.ndarray
     n_grids: int
@@ -166,8 +155,8 @@ class GridBootstrap:
         return self.resample(self.grid_sums(values))
 
     def ratio(self, num: np.ndarray, den: np.ndarray | None = None) -> np.ndarray:
-        """``(1 + B, ...)`` resampled ratio of sums ``sum(num) / sum(den)`` (``den`` defaults to
-        one per row: the pooled mean). ``nan`` where the denominator total is 0."""
+        """``(1 + B, ...)`` resampled ``sum(num) / sum(den)`` (``den``: one per row by default);
+        ``nan`` where the denominator total is 0."""
         num = np.asarray(num, dtype=np.float64)
         den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
         return safe_ratio(self.totals(num), self.totals(den))
@@ -180,23 +169,18 @@ class GridBootstrap:
         return percentile_interval(samples[1:], self.confidence)
 
     def rate_summary(self, num: np.ndarray, den: np.ndarray | None = None) -> dict:
-        """``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``
-        of the pooled rate of per-row 0/1 outcomes ``num`` over trials ``den`` (one per row by
-        default): :func:`cluster_rate_interval` on this sample's grids, not the percentile
-        interval, which collapses to a point at 0% and 100%."""
+        """:func:`cluster_rate_interval`'s summary of the pooled rate of per-row 0/1 outcomes
+        ``num`` over trials ``den`` (one per row by default) on this sample's grids (the
+        percentile interval collapses to a point at 0% and 100%)."""
         num = np.asarray(num, dtype=np.float64)
         den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
         return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
 
     def summary(self, samples: np.ndarray, bounds: tuple[float, float] | None = None) -> dict:
         """``{value, ci_low, ci_high}`` of a scalar statistic's ``(1 + B,)`` samples (row 0 is
-        the estimate); ``None`` where undefined, and no interval for an undefined estimate.
-
-        ``bounds``: the range the statistic can take (a difference of two rates: ``(-1, 1)``).
-        Where every resample equals the estimate (every grid agrees: a full harm avoider's
-        -1 on each grid) the percentile interval has no width and says nothing about grids
-        not drawn; with bounds it becomes :func:`bounded_agreement_interval` instead (and the
-        dict says so in ``interval_method``)."""
+        the estimate; ``None`` where undefined). Where every resample equals the estimate the
+        percentile interval has no width; with ``bounds`` (the statistic's range) it becomes
+        :func:`bounded_agreement_interval` instead (named in ``interval_method``)."""
         samples = np.asarray(samples, dtype=np.float64)
         value = float(samples[0])
         if not math.isfinite(value):
@@ -206,7 +190,7 @@ class GridBootstrap:
             low, high = bounded_agreement_interval(value, self.n_grids, bounds, self.confidence)
             method = BOUNDED_AGREEMENT_METHOD
             return Estimate(value, low, high, method=method).to_dict()
-        return Estimate(value, _none(low), _none(high)).to_dict()
+        return Estimate(value, finite_or_none(low), finite_or_none(high)).to_dict()
 
 
 def grid_bootstrap_ratio(
@@ -221,22 +205,11 @@ def grid_bootstrap_ratio(
 ) -> dict:
     """A ratio of sums over rows (a pooled rate or mean) with its grid-bootstrap interval.
 
-    Args:
-        num: ``(N,)`` per-row numerators (e.g. 0/1 outcomes).
-        den: ``(N,)`` per-row denominators (None: one per row, the pooled mean; 0 leaves a row
-            out of the statistic).
-        grid_ids: ``(N,)`` the grid of every row.
-        n_resamples, confidence, random_state: the bootstrap.
-        rate: whether ``num / den`` are counts of successes among trials (None: decided by
-            :func:`is_count_rate`; pass False for a mean whose values merely happen to be 0 or
-            1, True to insist, which raises where they are not counts).
-
-    Returns:
-        ``{value, ci_low, ci_high, n, n_grids}`` (``None`` where undefined; ``n`` is the sum of
-        the denominators, ``n_grids`` the grids with a non-zero denominator). Where ``num`` and
-        ``den`` are counts (:func:`is_count_rate`, e.g. 0/1 outcomes) the interval is
-        :func:`cluster_rate_interval`'s and the dict also holds ``n_eff``, ``design_effect``,
-        ``icc`` and ``interval_method``; otherwise it is the grid-bootstrap percentile interval.
+    ``num``, ``den`` (None: one per row; 0 leaves a row out) and ``grid_ids`` are ``(N,)``.
+    Returns ``{value, ci_low, ci_high, n, n_grids}`` (``n`` the sum of the denominators,
+    ``n_grids`` the grids with a non-zero one). Counts of successes among trials (``rate``;
+    None: :func:`is_count_rate` decides, True insists) get :func:`cluster_rate_interval`'s
+    interval and its fields, anything else the grid-bootstrap percentile interval.
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
@@ -265,16 +238,9 @@ def grid_mean(
     random_state: RandomState = 0,
     rate: bool = False,
 ) -> dict:
-    """Mean of one value per grid, with its grid-bootstrap interval.
-
-    ``None`` and non-finite values are dropped first (an undefined per-grid metric). For a
-    ``rate`` (every value in [0, 1]) the interval is :func:`cluster_rate_interval` with one
-    trial per grid (Clopper-Pearson on the grids: honest at 0 and 1; conservative for a mean of
-    bounded values, whose variance is at most the binomial one).
-
-    Returns:
-        ``{value, ci_low, ci_high, n}``, ``n`` the number of grids averaged.
-    """
+    """``{value, ci_low, ci_high, n}``: the mean of one value per grid (``None`` and
+    non-finite values dropped) with its grid-bootstrap interval; a ``rate`` (values in [0, 1])
+    gets :func:`cluster_rate_interval` with one trial per grid (honest at 0 and 1)."""
     x = np.asarray(
         [v for v in values if v is not None and math.isfinite(v)], dtype=np.float64
     ).reshape(-1)

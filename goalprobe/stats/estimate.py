@@ -1,9 +1,8 @@
 """The two records every room passes around: an :class:`Estimate` and a :class:`Verdict`.
 
-Both are frozen dataclasses whose :meth:`~Estimate.to_dict` writes the JSON keys the result
-files have always used (``value``, ``ci_low``, ``ci_high``, ``n``, ``n_grids``,
-``interval_method``, ...), and whose :meth:`~Estimate.from_dict` reads them back, so a file
-written before these records existed reads as one and no file format changes.
+Both are frozen dataclasses whose :meth:`~Estimate.to_dict` writes the result files' JSON keys
+(``value``, ``ci_low``, ``ci_high``, ``n``, ``n_grids``, ``interval_method``, ...) and whose
+:meth:`~Estimate.from_dict` reads them back.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ _KEYS = {
 before ``interval_method``)."""
 
 
-def _finite(x: Any) -> float | None:
+def finite_or_none(x: Any) -> float | None:
     """``x`` as a float, None where it is None or not finite (a file holds no NaN)."""
     if x is None:
         return None
@@ -92,27 +91,31 @@ class Estimate:
     @property
     def defined(self) -> bool:
         """Whether the estimate has a value and a two-sided interval."""
-        return None not in (_finite(self.value), _finite(self.low), _finite(self.high))
+        return None not in (
+            finite_or_none(self.value),
+            finite_or_none(self.low),
+            finite_or_none(self.high),
+        )
 
     @property
     def width(self) -> float | None:
         """``high - low`` (None without an interval)."""
-        if _finite(self.low) is None or _finite(self.high) is None:
+        if finite_or_none(self.low) is None or finite_or_none(self.high) is None:
             return None
         return float(self.high) - float(self.low)  # type: ignore[arg-type]
 
     def bounds(self) -> tuple[float, float]:
         """``(low, high)`` as floats, NaN where there is no interval (for arrays and tables)."""
-        low, high = _finite(self.low), _finite(self.high)
+        low, high = finite_or_none(self.low), finite_or_none(self.high)
         return (math.nan if low is None else low, math.nan if high is None else high)
 
     def above(self, point: float) -> bool | None:
         """Whether the interval lies above ``point`` (None without an interval)."""
-        return None if _finite(self.low) is None else bool(self.low > point)  # type: ignore[operator]
+        return None if finite_or_none(self.low) is None else bool(self.low > point)  # type: ignore[operator]
 
     def below(self, point: float) -> bool | None:
         """Whether the interval lies below ``point`` (None without an interval)."""
-        return None if _finite(self.high) is None else bool(self.high < point)  # type: ignore[operator]
+        return None if finite_or_none(self.high) is None else bool(self.high < point)  # type: ignore[operator]
 
 
 VERDICT_ANSWERS = ("yes", "no", "undecided", "unstable", "n/a")

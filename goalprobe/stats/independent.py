@@ -10,12 +10,8 @@ import numpy as np
 import scipy.stats
 
 from goalprobe.stats.bootstrap import RandomState
-from goalprobe.stats.estimate import Estimate
+from goalprobe.stats.estimate import Estimate, finite_or_none
 from goalprobe.stats.rates import cluster_rate_interval
-
-
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 def bootstrap_ci(
@@ -27,25 +23,10 @@ def bootstrap_ci(
     method: str = "BCa",
     random_state: int | np.random.Generator | None = None,
 ) -> tuple[float, float]:
-    """Bootstrap confidence interval of any ``statistic`` over independent ``values``.
-
-    A thin wrapper of :func:`scipy.stats.bootstrap`, for statistics that are not ratios of
-    sums (a median, a spread). Resample the independent unit: for a CI over grids pass one value
-    per grid; for ratios of per-row sums use :class:`GridBootstrap`.
-
-    Args:
-        values: ``(N,)`` finite floats.
-        statistic: a function of a 1-D sample; if it accepts ``axis`` it is called vectorised.
-        n_resamples: number of bootstrap resamples.
-        confidence: confidence level in (0, 1).
-        method: ``"BCa"``, ``"percentile"`` or ``"basic"`` (scipy's names).
-        random_state: seed or generator; pass one for reproducible intervals.
-
-    Returns:
-        ``(low, high)``. With fewer than two values there is nothing to resample and the result
-        is ``(nan, nan)``. With all values equal every resample is the same, so the interval is
-        ``(statistic(values), statistic(values))``.
-    """
+    """``(low, high)``: :func:`scipy.stats.bootstrap`'s interval (``method``: scipy's names) of
+    any ``statistic`` over independent, finite ``(N,)`` ``values`` (one per grid; ratios of
+    per-row sums take :class:`GridBootstrap`). ``(nan, nan)`` with fewer than two values; a
+    point interval where all values are equal."""
     x = np.asarray(values, dtype=float)
     if x.ndim != 1:
         raise ValueError(f"values must be 1-D, got shape {x.shape}")
@@ -89,4 +70,6 @@ def mean_ci(
     low, high = bootstrap_ci(
         x, n_resamples=n_resamples, method="percentile", random_state=random_state
     )
-    return Estimate(float(x.mean()), _none(low), _none(high), int(x.size)).to_dict()
+    return Estimate(
+        float(x.mean()), finite_or_none(low), finite_or_none(high), int(x.size)
+    ).to_dict()

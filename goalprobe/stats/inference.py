@@ -78,18 +78,12 @@ def seed_pooled(
     confidence: float = 0.95,
     bounds: tuple[float, float] | None = None,
 ) -> dict:
-    """One statistic estimated under several training seeds (same data, same split), each with
-    its own interval, pooled so the seed spread widens the interval (Rubin's rules): the mean
-    of the estimates ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error
-    (each from its interval's width), ``B`` the variance between seeds; widened further to the
-    envelope of the seeds' own intervals where that reaches further; then cut to ``bounds``,
-    the statistic's range (a rate's [0, 1]: seeds that disagree widely must give [0, 100%],
-    never [-8%, 140%]).
-
-    Returns:
-        ``{value, ci_low, ci_high, n_seeds, seed_sd, values}`` (``None`` values without a
-        defined estimate; no interval where a seed has none).
-    """
+    """One statistic estimated under several training seeds (same data and split), pooled so
+    the seed spread widens the interval (Rubin's rules): the mean of the estimates
+    ``± z * sqrt(W + (1 + 1/S) B)``, ``W`` the mean squared standard error (from each interval's
+    width), ``B`` the variance between seeds; widened to the envelope of the seeds' intervals,
+    then cut to ``bounds`` (the statistic's range). Returns ``{value, ci_low, ci_high, n_seeds,
+    seed_sd, values}`` (no interval where a seed has none)."""
     defined = [s for s in stats if s.get("value") is not None]
     if not defined:
         return {"value": None, "ci_low": None, "ci_high": None, "n_seeds": 0, "seed_sd": None}

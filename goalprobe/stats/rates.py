@@ -63,20 +63,10 @@ def intra_grid_correlation(k: np.ndarray, n: np.ndarray) -> float:
 def cluster_rate_interval(
     k: Sequence[float] | np.ndarray, n: Sequence[float] | np.ndarray, confidence: float = 0.95
 ) -> dict:
-    """A pooled rate ``sum(k) / sum(n)`` over grids with an interval honest at 0% and 100%.
-
-    Args:
-        k: ``(G,)`` successes per grid.
-        n: ``(G,)`` trials per grid (grids with none are left out).
-        confidence: the interval level.
-
-    Returns:
-        ``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``:
-        the Clopper-Pearson interval on ``n_eff = n / deff`` trials with ``value * n_eff``
-        successes (see the module docstring); ``None`` values where there are no trials, and
-        no interval from fewer than two grids (as the grid bootstrap: nothing to say how grids
-        vary).
-    """
+    """The pooled rate ``sum(k) / sum(n)`` of ``(G,)`` successes ``k`` among trials ``n`` per
+    grid, with the Clopper-Pearson interval on ``n_eff = n / deff`` trials (module docstring):
+    ``{value, ci_low, ci_high, n, n_grids, n_eff, design_effect, icc, interval_method}``;
+    ``None`` values without trials, and no interval from fewer than two grids."""
     k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
     if k.shape != n.shape or k.ndim != 1:
         raise ValueError("k and n must be 1-D of the same length")
