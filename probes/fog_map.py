@@ -18,7 +18,13 @@ from goalprobe.probes.baselines import CellPrior, covariates
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from goalprobe.stats import Estimate, GridBootstrap, as_generator, percentile_interval
+from goalprobe.stats import (
+    Estimate,
+    GridBootstrap,
+    as_generator,
+    interval_verdict,
+    percentile_interval,
+)
 
 
 def in_grid_mask(grid_sizes: np.ndarray, side: int) -> np.ndarray:
@@ -51,8 +57,8 @@ def revealed_probe(
     (flattened per row), fitted on the ``train`` rows (a split by grid), scored on the others.
 
     Returns ``{probe, majority, distance, best_baseline, probe_minus_best_baseline, verdict,
-    test_grids}``: cell accuracies with grid-bootstrap intervals; ``yes`` when the probe's
-    margin over the stronger baseline lies above 0.
+    test_grids}`` (and ``detectable``): cell accuracies with grid-bootstrap intervals; the verdict
+    on the probe's margin over the stronger baseline (:func:`goalprobe.stats.interval_verdict`).
     """
     acts = np.asarray(acts, dtype=np.float64)
     acts = acts.reshape(len(acts), -1)  # the anchors' positions side by side
@@ -102,7 +108,7 @@ def revealed_probe(
         **out,
         "best_baseline": best,
         "probe_minus_best_baseline": margin,
-        "verdict": "yes" if Estimate.from_dict(margin).above(0) else "no",
+        **interval_verdict(margin).to_dict(),
         "test_grids": int(boot.n_grids),
     }
 
@@ -176,7 +182,10 @@ def hidden_wall_tracking(
             "cells": int(mask.sum()),
         }
     hidden = Estimate.from_dict(out["hidden"]["difference"])
-    out["beyond_prior_at_hidden"] = "yes" if hidden.above(0) else "no"
+    verdict = interval_verdict(hidden)
+    out["beyond_prior_at_hidden"] = verdict.answer
+    if verdict.detectable is not None:
+        out["beyond_prior_detectable"] = verdict.detectable
     out["test_grids"] = int(len(uniques))
     return out
 

@@ -22,7 +22,7 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.plan_metrics import canonical_plans, encode_plans
 from sklearn.ensemble import RandomForestClassifier
 
-from goalprobe.stats import grid_bootstrap_ratio
+from goalprobe.stats import grid_bootstrap_ratio, interval_verdict
 
 CHANCE = "chance 0.25^N"
 """Name of the ``0.25 ** N`` line among the baselines of :func:`prefix_verdicts`."""
@@ -131,8 +131,8 @@ def prefix_verdicts(
     ``hits``: name -> ``(N_rows, T)`` bool prefix hits of the ``decoder`` and every baseline;
     ``rows``: an optional mask or indices judged (e.g. :func:`departure_mask`); ``horizons``:
     the N judged (default ``1..T``). Returns per N ``{n, n_rows, baselines (with
-    :data:`CHANCE`), strongest, decoder, difference (paired), verdict}``: ``"yes"`` when the
-    difference's interval lies above 0, ``"no"`` when not, ``"undecided"`` without one.
+    :data:`CHANCE`), strongest, decoder, difference (paired), verdict}`` (and ``detectable``):
+    :func:`goalprobe.stats.interval_verdict` on the difference (``no`` only below 0).
     """
     ids = np.asarray(grid_ids)
     select = np.arange(len(ids)) if rows is None else np.asarray(rows)
@@ -162,7 +162,6 @@ def prefix_verdicts(
             diff.update(n=rate["n"], n_grids=rate["n_grids"])
         else:
             diff = grid_bootstrap_ratio(column[decoder] - column[strongest], None, ids, **boot)
-        low = diff["ci_low"]
         out.append(
             {
                 "n": n,
@@ -171,7 +170,7 @@ def prefix_verdicts(
                 "strongest": strongest,
                 "decoder": rate,
                 "difference": diff,
-                "verdict": "undecided" if low is None else ("yes" if low > 0 else "no"),
+                **interval_verdict(diff).to_dict(),
             }
         )
     return out

@@ -101,11 +101,7 @@ def map_reading(data: Mapping) -> str:
         f"{data['grids']} fogged grids, {probe['test_grids']} held out), a per-cell read-out of "
         f"which cells are revealed scores {stat_text(probe['probe'])} against "
         f"{stat_text(probe[best])} for the stronger baseline ({best.replace('_', ' ')}): "
-        + (
-            "the anchors hold the agent's knowledge beyond it."
-            if probe["verdict"] == "yes"
-            else "no evidence that the anchors hold more of its knowledge than that baseline."
-        ),
+        + (_knowledge_text(probe)),
     ]
     hidden, shown = walls["hidden"], walls["revealed"]
     parts.append(
@@ -113,14 +109,42 @@ def map_reading(data: Mapping) -> str:
         f"{num(hidden['decoded_auc'], 2)} (size-and-density prior {num(hidden['prior_auc'], 2)}; "
         f"difference {stat_text(hidden['difference'], percent=False)}) and at revealed cells "
         f"with {num(shown['decoded_auc'], 2)} (prior {num(shown['prior_auc'], 2)}): "
-        + (
-            "at hidden cells the decoded map follows the true grid beyond the prior."
-            if walls["beyond_prior_at_hidden"] == "yes"
-            else "at hidden cells it carries nothing about the true grid beyond the prior, as a "
-            "map of the agent's knowledge would."
-        )
+        + _hidden_text(walls)
     )
     return " ".join(parts)
+
+
+def _detects(points: float | None) -> str:
+    return "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
+
+
+def _knowledge_text(probe: Mapping) -> str:
+    verdict = probe["verdict"]
+    if verdict == "yes":
+        return "the anchors hold the agent's knowledge beyond it."
+    detects = _detects(probe.get("detectable"))
+    if verdict == "no":
+        return (
+            f"no evidence that the anchors hold more of its knowledge than that baseline{detects}."
+        )
+    return f"undecided whether the anchors hold more of it{detects}."
+
+
+def _hidden_text(walls: Mapping) -> str:
+    verdict = walls["beyond_prior_at_hidden"]
+    if verdict == "yes":
+        return "at hidden cells the decoded map follows the true grid beyond the prior."
+    detects = walls.get("beyond_prior_detectable")
+    where = "" if detects is None else f" (this n could detect {num(detects, 2)} AUC)"
+    if verdict == "no":
+        return (
+            "at hidden cells it carries nothing about the true grid beyond the prior that this n "
+            f"could see{where}, as a map of the agent's knowledge would."
+        )
+    return (
+        "undecided whether at hidden cells it carries anything about the true grid beyond the "
+        f"prior{where}; a map of the agent's knowledge would carry nothing there."
+    )
 
 
 def fog(run: RunReader, fig: Figures) -> list[Block]:

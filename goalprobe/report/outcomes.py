@@ -155,6 +155,13 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1].replace("_", " ")
 
 
+def _verdict_text(v: dict) -> str:
+    detectable = v.get("detectable")
+    if v["verdict"] == "yes" or detectable is None:
+        return v["verdict"]
+    return f"{v['verdict']} (detects {pct(detectable)})"
+
+
 def plan_verdicts_table(decoders: list[dict]) -> Block:
     """Every decoder against the strongest baseline at N = 1, 2, 3, 5, and at N = 1 where the
     agent departs from the optimal policy or breaks a tie."""
@@ -169,14 +176,14 @@ def plan_verdicts_table(decoders: list[dict]) -> Block:
                 "–"
                 if v is None or not v.get("baselines")
                 else f"{pct(v['decoder']['value'])} vs {_short(v['strongest'])} "
-                f"{pct(v['baselines'][v['strongest']])}: {v['verdict']}"
+                f"{pct(v['baselines'][v['strongest']])}: {_verdict_text(v)}"
             )
         dep = (r.get("departures") or {}).get("verdict_n1")
         line.append(
             "–"
             if not dep or not dep.get("baselines")
             else f"{stat_text(dep['decoder'])} vs {_short(dep['strongest'])} "
-            f"{pct(dep['baselines'][dep['strongest']])}: {dep['verdict']} (n={dep['n_rows']})"
+            f"{pct(dep['baselines'][dep['strongest']])}: {_verdict_text(dep)} (n={dep['n_rows']})"
         )
         rows.append(tuple(line))
     return table(
@@ -184,8 +191,9 @@ def plan_verdicts_table(decoders: list[dict]) -> Block:
         rows,
         caption="Each decoder against the strongest of 0.25^N, the majority plan, the shuffled "
         "control, a state-only decoder (agent's and goal's cells and the grid's size, trained on "
-        "the same rows) and the optimal policy's plan on the true grid. Verdict: the paired "
-        "95% grid-clustered interval of decoder minus strongest lies above 0. Departures and "
+        "the same rows) and the optimal policy's plan on the true grid. Verdict: yes where the "
+        "paired 95% grid-clustered interval of decoder minus strongest lies above 0, else no "
+        "with the effect its n could detect. Departures and "
         "ties: the test rows whose first step is not optimal or is one of several optimal "
         "actions, where no state-only predictor is right by construction.",
     )

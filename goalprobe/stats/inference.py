@@ -5,10 +5,13 @@ pooled by Rubin's rules."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.stats
+
+from goalprobe.stats.estimate import Estimate, Verdict
 
 EQUIVALENCE_VERDICTS = ("equivalent", "different", "inconclusive")
 """The outcomes of :func:`equivalence_verdict`."""
@@ -184,3 +187,20 @@ def undetectable_ceiling(
         return None
     mde = detectable_effect(ci_low, ci_high, n=n)
     return mde if mde is not None and ceiling < mde else None
+
+
+def interval_verdict(
+    estimate: Estimate | Mapping[str, Any], point: float = 0.0, question: str = ""
+) -> Verdict:
+    """Whether an estimate lies above ``point``, as the headline answers it: ``yes`` where its
+    interval lies above, ``no`` where it does not, ``undecided`` without an interval; a ``no``
+    or ``undecided`` carries the smallest effect its n could detect (:func:`detectable_effect`),
+    which a reader must state beside it."""
+    est = estimate if isinstance(estimate, Estimate) else Estimate.from_dict(estimate)
+    above = est.above(point)
+    if above:
+        return Verdict("yes", question)
+    low, high = (b if math.isfinite(b) else None for b in est.bounds())
+    n = None if est.n is None else float(est.n)
+    answer = "undecided" if above is None else "no"
+    return Verdict(answer, question, detectable=detectable_effect(low, high, n=n))

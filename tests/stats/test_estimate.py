@@ -103,3 +103,20 @@ def test_a_no_is_undecided_only_when_its_ceiling_is_below_what_its_n_can_detect(
     assert undetectable_ceiling("no", -0.05, 0.05, None) is None  # no ceiling: the no stands
     assert undetectable_ceiling("yes", -0.05, 0.05, 0.02) is None  # a yes is never touched
     assert undetectable_ceiling("no", None, None, 0.02, n=None) is None  # nothing to size it
+
+
+def test_an_interval_verdict_says_what_its_n_could_detect_beside_a_no():
+    from goalprobe.stats import interval_verdict
+
+    yes = interval_verdict({"value": 0.1, "ci_low": 0.02, "ci_high": 0.2, "n": 50})
+    assert yes.answer == "yes" and yes.detectable is None
+    no = interval_verdict({"value": 0.0, "ci_low": -0.05, "ci_high": 0.05, "n": 50})
+    assert no.answer == "no" and no.detectable == pytest.approx(
+        detectable_effect(-0.05, 0.05), rel=1e-9
+    )
+    wide = interval_verdict({"value": 0.0, "ci_low": -0.2, "ci_high": 0.2, "n": 50})
+    assert wide.detectable > no.detectable
+    missing = interval_verdict({"value": 0.3, "ci_low": None, "ci_high": None, "n": 4})
+    assert missing.answer == "undecided" and missing.detectable is not None
+    assert interval_verdict(Estimate(0.5, 0.45, 0.6), point=0.5).answer == "no"
+    assert interval_verdict(Estimate(0.5, 0.51, 0.6), point=0.5).answer == "yes"
