@@ -31,9 +31,12 @@ from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Var
 from goalprobe.gridworld.dynamics import settle
 from goalprobe.gridworld.intention_control import (
     IRRELEVANT,
+    N_CATEGORIES,
     adaptation,
+    frequencies,
     irrelevant_change,
     optimal_shift,
+    solved,
 )
 from goalprobe.gridworld.optimal import bfs_distances, solve
 
@@ -54,10 +57,7 @@ OUTCOMES: dict[str, str] = {
 """What each intervention guarantees, in words."""
 
 INVALID = N_ACTIONS
-"""Action category of a sample that named no valid action."""
-
-N_CATEGORIES = N_ACTIONS + 1
-"""Categories of a sampled action: the four moves, then :data:`INVALID`."""
+"""Action category of a sample that named no valid action (the last of :data:`N_CATEGORIES`)."""
 
 
 def intervene(grid: Grid, intervention: str) -> Grid:
@@ -143,12 +143,7 @@ PolicyFn = Callable[[Grid, State], np.ndarray]
 def optimal_policy(grid: Grid, state: State) -> np.ndarray:
     """``pi*`` of ``grid`` (uniform over the optimal actions of ``state``): the positive
     control of the test, an agent that adapts exactly when the outcome matters to the goal."""
-    return _solved(grid).policy(state)
-
-
-@lru_cache(maxsize=256)
-def _solved(grid: Grid):
-    return solve(grid)
+    return solved(grid).policy(state)
 
 
 def sample_policy(
@@ -196,15 +191,9 @@ def _wall_distances(walls: bytes, n: int, target: RowCol) -> np.ndarray:
 def total_variation(a: np.ndarray, b: np.ndarray, n_categories: int = N_CATEGORIES) -> np.ndarray:
     """``(...,)`` total-variation distance between the empirical distributions of the samples
     ``a`` and ``b`` (``(..., k)`` ints in ``0..n_categories-1``) along the last axis."""
-    pa = _frequencies(a, n_categories)
-    pb = _frequencies(b, n_categories)
+    pa = frequencies(a, n_categories)
+    pb = frequencies(b, n_categories)
     return 0.5 * np.abs(pa - pb).sum(axis=-1)
-
-
-def _frequencies(samples: np.ndarray, n_categories: int) -> np.ndarray:
-    samples = np.asarray(samples)
-    onehot = samples[..., None] == np.arange(n_categories)
-    return onehot.mean(axis=-2)
 
 
 @dataclass(frozen=True)
@@ -250,16 +239,14 @@ def intention_test(
 ) -> dict:
     """Does the policy change at matched states when the outcome is guaranteed?
 
-    Args:
-        original: ``(S, K)`` action samples (categories ``0..4``) at the original states.
-        intervened: ``(S, K)`` samples at the matched intervened states (same row order).
-        grid_ids: ``(S,)`` the original grid of every state (the bootstrap's cluster).
-        config: permutations, bootstrap and decision thresholds.
+    ``original`` and ``intervened`` are ``(S, K)`` action samples (categories ``0..4``) at the
+    matched states, in the same row order; ``grid_ids`` ``(S,)`` names each state's original
+    grid (the bootstrap's cluster).
 
     Returns:
         ``{excess_per_state, tv, excess_tv, null_tv, p_value, n_states, n_grids, k, verdict}``:
-        ``excess_per_state`` each state's TV minus its null mean, ``tv`` and ``excess_tv`` as ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV
-        under the permutations.
+        ``excess_per_state`` each state's TV minus its null mean, ``tv`` and ``excess_tv`` as
+        ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV under the permutations.
     """
     a = np.asarray(original, dtype=np.int64)
     b = np.asarray(intervened, dtype=np.int64)
@@ -311,12 +298,10 @@ def verdict(
     adaptation: Mapping | None = None,
 ) -> str:
     """``intended`` / ``partly intended`` / ``not intended`` / ``inconclusive`` (module
-    docstring).
+    docstring) from the permutation test's ``p_value`` and the excess TV's interval over
+    ``n_grids`` grids.
 
     Args:
-        p_value, excess: the permutation test and the excess TV's interval.
-        config: thresholds.
-        n_grids: grids behind the interval.
         control: the positive control's excess TV (the optimal policy on the same states):
             ``inconclusive`` where it is not above 0 (the test cannot tell on these states).
         adaptation: :func:`adaptation`'s result: the agent's shift along the optimal policy's,
@@ -426,14 +411,15 @@ def toward_key_rates(
     fb = np.asarray(flags_intervened, dtype=np.float64)
     boot = _bootstrap_options(config)
     ids = list(grid_ids)
-    return {
+
+    def rate(f: np.ndarray) -> dict:
         # rates of sampled actions: exact cluster intervals (honest at 0% and 100%)
-        "original": grid_bootstrap_ratio(
-            fa.sum(axis=1), np.full(len(fa), fa.shape[1]), ids, **{**boot, "rate": True}
-        ),
-        "intervened": grid_bootstrap_ratio(
-            fb.sum(axis=1), np.full(len(fb), fb.shape[1]), ids, **{**boot, "rate": True}
-        ),
+        counts = np.full(len(f), f.shape[1])
+        return grid_bootstrap_ratio(f.sum(axis=1), counts, ids, **{**boot, "rate": True})
+
+    return {
+        "original": rate(fa),
+        "intervened": rate(fb),
         "difference": grid_bootstrap_ratio(fb.mean(axis=1) - fa.mean(axis=1), None, ids, **boot),
     }
 
@@ -561,11 +547,9 @@ def intention_study(
                 )
             test["adaptation"] = adapt
             test["control_excess_tv"] = control
-            flags_a = np.stack(
-                [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, a, strict=True)]
-            )
-            flags_b = np.stack(
-                [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, b, strict=True)]
+            flags_a, flags_b = (
+                np.stack([toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, x, strict=True)])
+                for x in (a, b)
             )
             result = {
                 "variant": variant,
@@ -630,14 +614,9 @@ def decoded_registration(
     """Does the agent's decoded map register an intervention (the subjective reading)?
 
     The intervention turns one cell open (a held or removed key, an opened door); a map that
-    registers it decodes that cell as open more often at the intervened start.
-
-    Args:
-        original: ``(N,)`` the decoded probability that the changed cell (the key cell, the
-            door cell) is open, in the original start state.
-        intervened: ``(N,)`` the same probability in the matched intervened start state.
-        grid_ids: ``(N,)`` the original grid of every pair.
-        config: the bootstrap.
+    registers it decodes that cell as open more often at the intervened start. ``original`` and
+    ``intervened``: ``(N,)`` decoded probabilities that the changed cell (:data:`MAP_CELL`) is
+    open in the original and the matched intervened start; ``grid_ids``: ``(N,)`` original grids.
 
     Returns:
         ``{original, intervened, difference, registered}``: grid-bootstrap means and the
