@@ -24,7 +24,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Variant
@@ -33,6 +32,7 @@ from goalprobe.gridworld.intention_control import (
     IRRELEVANT,
     N_CATEGORIES,
     adaptation,
+    bootstrap_options,
     frequencies,
     irrelevant_change,
     optimal_shift,
@@ -272,7 +272,7 @@ def intention_test(
     observed = float(tv.mean())
     # exact-ness guard: ties count as at least as extreme
     p_value = float((1 + np.sum(perm_stats >= observed - 1e-12)) / (1 + config.n_permutations))
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     tv_stat = grid_bootstrap_ratio(tv, None, list(grid_ids), **boot)
     excess = grid_bootstrap_ratio(tv - null_tv, None, list(grid_ids), **boot)
     return {
@@ -388,17 +388,6 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
-def _bootstrap_options(config: IntentionTestConfig) -> dict[str, Any]:
-    """The grid-bootstrap settings of ``config`` for means (TV, projections, probabilities: not
-    counts, even where 0/1)."""
-    return dict(
-        n_resamples=config.n_bootstrap,
-        confidence=config.confidence,
-        random_state=config.seed,
-        rate=False,
-    )
-
-
 def toward_key_rates(
     flags_original: np.ndarray,
     flags_intervened: np.ndarray,
@@ -409,7 +398,7 @@ def toward_key_rates(
     their difference, with grid-bootstrap intervals (``(S, K)`` bool flags each)."""
     fa = np.asarray(flags_original, dtype=np.float64)
     fb = np.asarray(flags_intervened, dtype=np.float64)
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     ids = list(grid_ids)
 
     def rate(f: np.ndarray) -> dict:
@@ -628,7 +617,7 @@ def decoded_registration(
     b = np.asarray(intervened, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(grid_ids) != len(a):
         raise ValueError("original, intervened and grid_ids must be 1-D of the same length")
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     ids = list(grid_ids)
     difference = grid_bootstrap_ratio(b - a, None, ids, **boot)
     low = difference["ci_low"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Grid
@@ -23,6 +24,17 @@ N_CATEGORIES = N_ACTIONS + 1
 def solved(grid: Grid):
     """:func:`~goalprobe.gridworld.optimal.solve`, cached."""
     return solve(grid)
+
+
+def bootstrap_options(config) -> dict[str, Any]:
+    """The grid-bootstrap settings of an intention-test config for means (TV, projections,
+    probabilities: not counts, even where 0/1)."""
+    return dict(
+        n_resamples=config.n_bootstrap,
+        confidence=config.confidence,
+        random_state=config.seed,
+        rate=False,
+    )
 
 
 def frequencies(samples: np.ndarray, n_categories: int = N_CATEGORIES) -> np.ndarray:
@@ -95,11 +107,10 @@ def adaptation(
     excess TV is not: small changes vanish under its null correction). The mean over states
     gets a grid-bootstrap interval.
 
+    ``original``, ``intervened``: ``(S, K)`` action samples; ``direction``: ``(S, N_CATEGORIES)``;
+    ``grid_ids``: ``(S,)``.
+
     Args:
-        original, intervened: ``(S, K)`` action samples.
-        direction: ``(S, N_CATEGORIES)`` the optimal policy's change per state.
-        grid_ids: ``(S,)`` grid of each state.
-        config: the bootstrap.
         irrelevant: optional ``(S, K)`` samples under :data:`IRRELEVANT`'s change at the
             original states (rows of -1: none for that grid): its projection on the same
             direction is the adaptation a merely new prompt produces, reported and subtracted
@@ -118,12 +129,7 @@ def adaptation(
     fa, fb = frequencies(original), frequencies(intervened)
     proj = ((fb - fa) * d).sum(axis=1)[keep] / norm[keep]
     ids = [g for g, k in zip(grid_ids, keep, strict=True) if k]
-    boot = dict(
-        n_resamples=config.n_bootstrap,
-        confidence=config.confidence,
-        random_state=config.seed,
-        rate=False,  # TV, projections, probabilities: means, not counts, even where 0/1
-    )
+    boot = bootstrap_options(config)
     out = {
         "fraction": grid_bootstrap_ratio(proj, None, ids, **boot),
         "irrelevant": None,
