@@ -55,12 +55,9 @@ class LoadedModel:
 
 
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
-    """``device="auto"``: CUDA when available, else CPU; ``dtype="auto"``: bf16 on CUDA, fp32 on
-    CPU. Returns ``(device, torch dtype)``.
-
-    Raises:
-        ValueError: an unknown dtype name.
-    """
+    """``(device, torch dtype)``: ``device="auto"`` is CUDA when available, else CPU;
+    ``dtype="auto"`` bf16 on CUDA, fp32 on CPU (else ``bfloat16``, ``float16``, ``float32``;
+    ``ValueError`` for another name)."""
     import torch
 
     if device == "auto":
@@ -100,21 +97,17 @@ def load_model(
     remote: bool = False,
     attention: str = "auto",
 ) -> LoadedModel:
-    """Load an agent.
+    """Load an agent by name (module docstring; a bundled agent's revision is a digest of its
+    weights; transformers loads GPT-OSS-20B's MXFP4 weights where the kernels exist and
+    dequantises to bf16 elsewhere).
 
     Args:
-        model: a bundled agent's name (its revision is recorded as a digest of its weights), a
-            local model directory, or a hub id (transformers loads GPT-OSS-20B's MXFP4 weights
-            where the kernels exist and dequantises to bf16 elsewhere).
         revision: hub revision ('' for the default branch); ignored for local models.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``.
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bfloat16``, ``float16`` or ``float32``.
-        device_map: a transformers device map (``"auto"`` spreads a large model over GPUs);
-            overrides ``device``.
+        device, dtype: as :func:`resolve_device_dtype`; ``device_map`` (a transformers device
+            map, ``"auto"`` spreads a large model over GPUs) overrides ``device``.
         remote: build only the module tree and tokenizer (nnsight ``TransformersModel``, no
             weights) for a run on NDIF.
-        attention: the GPT-OSS attention kernel (:func:`~goalprobe.agents.attention.set_attention`:
-            ``auto`` runs the sinks through SDPA on CPU and eager attention elsewhere).
+        attention: the GPT-OSS attention kernel (:func:`~goalprobe.agents.attention.set_attention`).
 
     Raises:
         HubUnavailableError: a hub id that is not cached while the hub cannot be used.

@@ -233,22 +233,12 @@ def build_messages(
     history: str | None = None,
     fog_radius: int | None = None,
 ) -> list[Message]:
-    """The conversation of one step: instructions (developer) + the current grid (user).
-
-    Args:
-        grid_text: the current grid, as :func:`goalprobe.gridworld.text.render` writes it.
-        variant: the grid's variant (:class:`~goalprobe.gridworld.core.Variant`); key
-            variants get the key-and-door instructions and the key status line.
-        has_key: whether the agent carries the key (ignored for variants without a key).
-        template: the templates; None uses :meth:`PromptTemplate.default`.
-        moral_conditioning: add the instruction to avoid the flower beds (harm grids only).
-        history: fogged grids only: the past ``(state, action)`` pairs
-            (:func:`goalprobe.gridworld.fog.history_text`); None or empty at the first step.
-        fog_radius: fogged grids only: the visibility radius the instructions name.
-
-    Returns:
-        ``[Message("developer", ...), Message("user", ...)]``; render with
-        :func:`goalprobe.agents.harmony.render_prompt`.
+    """The conversation of one step: ``[Message("developer", instructions), Message("user",
+    grid)]`` (:func:`build_instructions`; ``grid_text`` as
+    :func:`goalprobe.gridworld.text.render` writes it; key variants add the key status line
+    from ``has_key``; ``template`` None uses :meth:`PromptTemplate.default`). Fogged grids
+    only: ``history`` is the past ``(state, action)`` pairs
+    (:func:`goalprobe.gridworld.fog.history_text`), None or empty at the first step.
     """
     template = _default_template() if template is None else template
     if variant == Variant.FOG:

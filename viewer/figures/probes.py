@@ -50,13 +50,9 @@ def probe_comparison_figure(
     """Grouped bars with confidence intervals (e.g. probe accuracy by family and stage), with
     each bar's own baselines drawn on it as short horizontal marks.
 
-    Args:
-        rows: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, optional
-            ``ci_low`` / ``ci_high``, and optional ``baselines``: model key of
-            :data:`BASELINES` -> value (:func:`baseline_values`), drawn over that bar.
-        y_title: y-axis title.
-        baseline: one horizontal reference line for the whole chart (labelled "baseline"), or
-            None.
+    ``rows``: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, optional
+    ``ci_low`` / ``ci_high`` and ``baselines`` (model key of :data:`BASELINES` -> value, drawn
+    over that bar); ``baseline``: one reference line for the whole chart, or None.
     """
     if not rows:
         raise ValueError("no rows to draw")
@@ -124,13 +120,8 @@ def probe_comparison_figure(
 
 
 def per_class_figure(by_size: Mapping[str, Mapping], probe_name: str) -> go.Figure:
-    """Per-class recall (shown) and precision (in the legend) of one probe by grid size (Fig. 6).
-
-    Args:
-        by_size: grid size -> probe-run metrics (``models.probe["recall/<class>"]`` ...), as in
-            a sweep run's ``metrics.by_grid_size``.
-        probe_name: the probe run's name, for the title.
-    """
+    """Per-class recall (shown) and precision (in the legend) of one probe by grid size (Fig. 6);
+    ``by_size``: a sweep run's ``metrics.by_grid_size`` (size -> ``models.probe[...]``)."""
     first = next(iter(by_size.values()), {})
     classes = [
         k.split("/", 1)[1]
@@ -199,12 +190,8 @@ def sweep_main_metric(result: Mapping) -> str:
 
 def sweep_comparison_figure(result: Mapping) -> go.Figure:
     """A probe sweep's main test metric per layer (x) and stage (colour), with 95% intervals
-    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``).
-
-    Args:
-        result: a parsed sweep table (``probes/sweeps/<name>.json``): ``config.target``,
-            ``estimator.class`` and ``runs`` with their ``metrics.models``.
-    """
+    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``), from a parsed sweep
+    table (``probes/sweeps/<name>.json``: ``config.target``, ``estimator.class``, ``runs``)."""
     main = sweep_main_metric(result)
     figure = go.Figure()
     stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))
