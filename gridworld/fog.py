@@ -337,14 +337,9 @@ def fog_radius(grid: Grid) -> int:
 def fog_view(
     grid: Grid, visited: Sequence[State], history: Sequence[tuple[RowCol, Action]]
 ) -> tuple[str, str]:
-    """What the fogged prompt of the current step shows: ``(grid text, history text)``.
-
-    Args:
-        grid: the fogged grid (its radius is :func:`fog_radius`).
-        visited: the states of the episode so far, the current one last; every cell seen
-            from any of them is revealed.
-        history: the past ``(agent cell, action)`` pairs, oldest first.
-    """
+    """What the fogged prompt of the current step shows: ``(grid text, history text)``, from the
+    ``visited`` states so far (current last; what any saw is revealed) and the past ``history``
+    of ``(agent cell, action)`` pairs, oldest first."""
     check_fog_grid(grid)
     radius = fog_radius(grid)
     revealed: set[RowCol] = set()

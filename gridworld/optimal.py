@@ -84,15 +84,8 @@ def _bfs_flat(open_cells: list[bool], n: int, source: int) -> list[float]:
 
 
 def bfs_distances(walls: np.ndarray, source_row_col: RowCol) -> np.ndarray:
-    """Shortest-path distances between ``source_row_col`` and every cell, ignoring key and door.
-
-    Args:
-        walls: ``(n, n)`` bool, True on walls.
-        source_row_col: the source cell ``(row, col)`` (must be open).
-
-    Returns:
-        ``(n, n)`` float64; ``math.inf`` on walls and cells not connected to the source.
-    """
+    """``(n, n)`` float64 shortest-path distances from the open cell ``source_row_col`` to every
+    cell of ``(n, n)`` bool ``walls``, ignoring key and door (``math.inf``: wall, unconnected)."""
     walls = np.asarray(walls, dtype=bool)
     n = walls.shape[0]
     row, col = source_row_col

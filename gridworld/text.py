@@ -126,15 +126,10 @@ def _tokens(line: str, line_no: int, *, allow_indent: bool) -> list[tuple[int, s
 def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[Grid, State]:
     """Parse grid text (the format of :func:`render`) into the visible grid and the state.
 
-    Args:
-        text: the grid text; one trailing newline (or ``\\r\\n`` line ends) is accepted.
-        variant: the variant to record; by default inferred from the symbols (door: key_door,
-            key only: key_no_door, flower beds only: harm, none of them: plain).
-        grid_id: identifier for the returned grid.
-
-    Returns:
-        ``(grid, state)`` with ``grid.start`` the agent's cell and ``state`` its
-        state: ``has_key=False``, ``door_open`` True exactly when no door is shown.
+    One trailing newline (or ``\\r\\n`` line ends) is accepted. ``variant`` is by default
+    inferred from the symbols (door: key_door, key only: key_no_door, flower beds only: harm,
+    none of them: plain). Returns ``(grid, state)``: ``grid.start`` the agent's cell,
+    ``has_key=False``, ``door_open`` True exactly when no door is shown.
 
     Raises:
         GridParseError: naming the line and column of the first problem (bad header, wrong row
