@@ -128,10 +128,7 @@ class AgentConfig:
     def server_config(self) -> ServerConfig:
         """The server engine's settings: the study's rows must be of the prompts the model
         read, so the token ids are asked for and answers without them refused; the server's
-        batch is kept full (:data:`SERVER_IN_FLIGHT`).
-
-        Raises:
-            ValueError: the engine is not a server.
+        batch is kept full (:data:`SERVER_IN_FLIGHT`). ``ValueError`` unless a server engine.
         """
         if self.backend != "server" or self.base_url is None:
             raise ValueError(f"agent {self.model!r} does not run on a server")

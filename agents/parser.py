@@ -75,14 +75,8 @@ def parse_completion(final: str | None, finish_reason: str) -> ParseResult:
 
 
 def parse_action(text: str | None) -> ParseResult:
-    """Parse the agent's final text into one action; never raises.
-
-    Args:
-        text: the final-channel text of one completion (None when the model produced none).
-
-    Returns:
-        a :class:`ParseResult`; ``result.action`` is None exactly when ``result.error`` is set.
-    """
+    """Parse one completion's final-channel text (None when there is none) into one action; never
+    raises (``result.action`` is None exactly when ``result.error`` is set)."""
     if text is None:
         return ParseResult(None, "no final answer (the model produced no final message)")
     if not isinstance(text, str):

@@ -177,7 +177,6 @@ class ServerBackend:
     """:class:`~goalprobe.agents.backend.Backend` over an OpenAI-compatible endpoint.
 
     Args:
-        config: the endpoint.
         tokenizer: the model's tokenizer (Hugging Face API), used to read reasoning and answer
             from returned ids and to rebuild token ids when the server returns none; without one
             such a response raises :class:`ServerError`.
@@ -264,14 +263,9 @@ class ServerBackend:
         sampling: SamplingConfig,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """One completion per conversation, requested concurrently.
-
-        Args:
-            batch: conversations (harmony :class:`Message` lists).
-            sampling: temperature, top_p, max_new_tokens (sent as ``max_tokens``),
-                reasoning_effort and seed are passed through.
-            seeds: one seed per conversation, overriding ``sampling.seed``.
-        """
+        """One completion per conversation, requested concurrently (``sampling`` passed through,
+        ``max_new_tokens`` as ``max_tokens``; ``seeds``: one per conversation, overriding
+        ``sampling.seed``)."""
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         async with self.session():
