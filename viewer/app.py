@@ -67,7 +67,6 @@ def create_app(
     ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
 
     Args:
-        run_dir: a goalprobe run directory; missing artefacts are listed in a notice.
         server: the Flask server to attach to (``True``: a new one), for several runs on one
             server (:func:`create_multi_run_app`).
         url_base_pathname: where the app lives on that server (``/`` by default).
@@ -139,11 +138,7 @@ def create_app(
 def create_multi_run_app(parent: str | Path):
     """Serve every run directory under ``parent`` (e.g. one per agent) on one server, each at
     ``/<run name>/`` with links to the others, ``/`` redirecting to the first; returns
-    ``(flask_app, {run name: dash app})``.
-
-    Raises:
-        FileNotFoundError: ``parent`` holds no run directory.
-    """
+    ``(flask_app, {run name: dash app})``; ``FileNotFoundError`` when it holds no run."""
     import flask
 
     runs = find_runs(parent)

@@ -180,11 +180,8 @@ class _LRU:
 
 
 class RunData:
-    """A run directory opened for viewing: an index of episodes and probe sources.
-
-    Args:
-        run_dir: the run directory.
-        episode_cache: episodes kept in memory (least recently used are dropped).
+    """A run directory opened for viewing: an index of episodes and probe sources, keeping the
+    ``episode_cache`` most recently used episodes in memory.
 
     Attributes:
         root: resolved run directory.
@@ -195,8 +192,7 @@ class RunData:
         map_sources: source key -> :class:`MapSource` (the decoded-map allow-list).
         plan_sources: source key -> :class:`PlanSource` (the predicted-plan allow-list).
 
-    Raises:
-        FileNotFoundError: ``run_dir`` is not a directory.
+    ``FileNotFoundError`` when ``run_dir`` is not a directory.
     """
 
     def __init__(self, run_dir: str | Path, *, episode_cache: int = 16) -> None:

@@ -112,16 +112,8 @@ _JS = """
 
 
 def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3) -> list[str]:
-    """Episode keys from ``GRID_ID:EPISODE`` or ``GRID_ID`` (every episode of the grid) specs.
-
-    Args:
-        run: the opened run.
-        specs: the selection; None or empty takes the first ``limit`` episodes.
-        limit: how many to take by default.
-
-    Raises:
-        UnknownKeyError: a spec names no episode of the run.
-    """
+    """Episode keys from ``GRID_ID:EPISODE`` or ``GRID_ID`` (every episode of the grid) specs
+    (None or empty: the first ``limit``); :class:`UnknownKeyError` for a spec naming none."""
     if not specs:
         return list(run.episodes)[:limit]
     keys: list[str] = []
@@ -260,10 +252,8 @@ def export_html(
     """Write a self-contained HTML page of the selected episodes (``run``: opened or a directory)
     to ``out_path`` and return it; ``episodes`` as :func:`select_episodes` takes them (default:
     the first three), ``map_source`` and ``plan_source`` default to
-    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer.
-
-    Raises:
-        UnknownKeyError: an episode or source key is not in the run.
+    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer
+    (:class:`UnknownKeyError` for a key not in the run).
     """
     from plotly.offline import get_plotlyjs
 
