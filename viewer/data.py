@@ -61,21 +61,11 @@ from goalprobe.run_layout import RunLayout
 
 
 @dataclass(frozen=True)
-class EpisodeInfo:
-    """One finished episode of the trajectory file (from its summary line).
-
-    Attributes:
-        key: ``"<grid_id>:<episode>"``, the allow-list key of the episode.
-        summary: the validated summary record.
-        first_line: 1-based line of its first step line in the trajectory file.
-        start, end: byte range of its step lines and summary line.
-    """
+class EpisodeInfo(EpisodeSpan):
+    """One finished episode of the trajectory file (its :class:`EpisodeSpan`) with ``key``,
+    ``"<grid_id>:<episode>"``, its allow-list key."""
 
     key: str
-    summary: EpisodeSummary
-    first_line: int
-    start: int
-    end: int
 
     @property
     def grid_id(self) -> str:
@@ -245,9 +235,7 @@ class RunData:
                 self.header = index.header
                 for span in index.episodes:
                     key = episode_key(span.summary.grid_id, span.summary.episode)
-                    self.episodes[key] = EpisodeInfo(
-                        key, span.summary, span.first_line, span.start, span.end
-                    )
+                    self.episodes[key] = EpisodeInfo(**vars(span), key=key)
         self._store_path = files.artefact(
             layout.store,
             "activation store",
@@ -334,8 +322,7 @@ class RunData:
 
     def _load_episode(self, info: EpisodeInfo) -> EpisodeData:
         assert self._traj_path is not None
-        span = EpisodeSpan(info.summary, info.first_line, info.start, info.end)
-        steps = read_indexed_episode(self._traj_path, span).steps
+        steps = read_indexed_episode(self._traj_path, info).steps
         grid = self._grid(info, steps)
         index = self._store_rows()
         by_step = {} if index is None else index.get((info.grid_id, info.episode), {})
