@@ -38,16 +38,10 @@ from transformers import LogitsProcessor, LogitsProcessorList
 class LocalBackend:
     """Sample completions in the model's chat format from a local causal LM.
 
-    Args:
-        model: a transformers causal LM (e.g. ``GptOssForCausalLM``, ``Qwen3ForCausalLM``); put
-            in eval mode.
-        tokenizer: its tokenizer (harmony special tokens, or a chat template with reasoning
-            delimiters).
-        system: the harmony system content rendered into every prompt (harmony only: a
-            think-tag template renders its own).
-        chat_format: the format to render and split in; None detects it
-            (:func:`~goalprobe.agents.chat_format.chat_format_for`, which raises
-            :class:`~goalprobe.agents.chat_format.ChatFormatError` when none fits).
+    ``model``: a transformers causal LM (``GptOssForCausalLM``, ``Qwen3ForCausalLM``), put in
+    eval mode; ``system``: the harmony system content of every prompt (a think-tag template
+    renders its own); ``chat_format`` None detects it from ``tokenizer``
+    (:func:`~goalprobe.agents.chat_format.chat_format_for`).
     """
 
     def __init__(

@@ -104,13 +104,8 @@ class MatchedState:
 
 
 def matched_states(original: Grid, intervened: Grid, max_states: int) -> list[MatchedState]:
-    """The matched states of an original grid and its intervened copy (module docstring).
-
-    Args:
-        original: the key-variant grid.
-        intervened: :func:`intervene` of it (same walls, start and goal).
-        max_states: most states returned (the first ones along the trajectory).
-    """
+    """The first ``max_states`` matched states of a key-variant grid and its :func:`intervene`
+    copy (module docstring)."""
     if max_states < 1:
         raise ValueError(f"max_states must be >= 1, got {max_states}")
     if not (

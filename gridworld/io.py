@@ -135,12 +135,8 @@ def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[
 
 
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/2`` record, checking every field.
-
-    Args:
-        record: the decoded JSON object.
-        where: location prefix for error messages (e.g. ``"grids.jsonl:12"``).
-    """
+    """Rebuild a grid from a decoded ``goalprobe.gridset/2`` record, checking every field;
+    ``where`` prefixes error messages (``"grids.jsonl:12"``)."""
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     schema = record.get("schema")
@@ -293,10 +289,8 @@ def read_grid_set(path: str | Path) -> list[Grid]:
 def index_grid_set(path: str | Path) -> dict[str, tuple[int, int]]:
     """``grid_id -> (byte offset, line)`` of every grid of a grid-set file, for reading one
     grid at a time (:func:`read_indexed_grid`); only the ids are looked at (the first line of a
-    repeated id wins), each grid is validated when read.
-
-    Raises:
-        GridSetFormatError: a line is not a JSON object (file and line named).
+    repeated id wins), each grid is validated when read. :class:`GridSetFormatError`: a line is
+    not a JSON object (file and line named).
     """
     path = Path(path)
     offsets: dict[str, tuple[int, int]] = {}
@@ -316,11 +310,7 @@ def index_grid_set(path: str | Path) -> dict[str, tuple[int, int]]:
 
 def read_indexed_grid(path: str | Path, offset: int, line: int) -> Grid:
     """The grid on the line at byte ``offset`` (line number ``line``, for messages) of a
-    grid-set file, validated like every line of :func:`read_grid_set`.
-
-    Raises:
-        GridSetFormatError: the line breaks the schema (file, line and field named).
-    """
+    grid-set file, validated like every line of :func:`read_grid_set`."""
     path = Path(path)
     with path.open("rb") as handle:
         handle.seek(offset)

@@ -53,12 +53,8 @@ class GridParseError(ValueError):
 
 
 def cell_types(grid: Grid, state: State | None = None) -> np.ndarray:
-    """What each cell shows in ``state`` (default: the initial state).
-
-    Returns:
-        ``(n, n)`` int8 of :class:`~goalprobe.gridworld.core.CellType` values; the agent is on
-        top, a held key and an open door are shown as open cells.
-    """
+    """``(n, n)`` int8 :class:`~goalprobe.gridworld.core.CellType` of each cell in ``state``
+    (default: the initial state): the agent on top, a held key and an open door as open cells."""
     state = initial_state(grid) if state is None else state
     types = np.where(grid.walls, np.int8(CellType.WALL), np.int8(CellType.OPEN)).astype(np.int8)
     for cell in grid.harm:
@@ -75,11 +71,8 @@ def cell_types(grid: Grid, state: State | None = None) -> np.ndarray:
 def padded_cell_types(
     grid: Grid, state: State | None = None, canvas: int = LABEL_CANVAS
 ) -> np.ndarray:
-    """:func:`cell_types` placed top-left on a ``canvas x canvas`` map filled with ``PADDING``.
-
-    Returns:
-        ``(canvas, canvas)`` int8; raises ``ValueError`` when the grid is larger than the canvas.
-    """
+    """:func:`cell_types` placed top-left on a ``(canvas, canvas)`` int8 map filled with
+    ``PADDING``; ``ValueError`` when the grid is larger than the canvas."""
     n = grid.size
     if n > canvas:
         raise ValueError(f"a {n} x {n} grid does not fit the {canvas} x {canvas} label canvas")
