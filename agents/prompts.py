@@ -74,24 +74,10 @@ a variant and its control differ only in the grid. ``plain`` gets the plain inst
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """The texts a prompt is built from (see the module docstring for the placeholders).
-
-    Attributes:
-        instructions_plain: developer message for variants without key and door.
-        instructions_key: developer message for variants with a key or a door.
-        user_plain: user message; contains ``{{grid}}``.
-        user_key: user message; contains ``{{grid}}`` and ``{{key_status}}``.
-        key_status_carrying: ``{{key_status}}`` when the agent carries the key.
-        key_status_not_carrying: ``{{key_status}}`` when it does not.
-        source: where the texts were read from (for error messages and records).
-        instructions_harm: developer message for harm grids, with a ``{{moral}}`` line; None
-            when the templates cannot prompt harm grids.
-        moral_harm: the ``{{moral}}`` line under moral conditioning; None as above.
-        instructions_fog: developer message for fogged grids (may contain ``{{radius}}``);
-            None when the templates cannot prompt fogged grids.
-        user_fog: user message for fogged grids, with ``{{grid}}`` and ``{{history}}``; None
-            as above.
-    """
+    """The texts a prompt is built from: one field per template file (:data:`TEMPLATE_FILES`,
+    :data:`OPTIONAL_TEMPLATE_FILES`; the module docstring says what each holds), the optional
+    ones None when the templates cannot prompt harm or fogged grids; ``source``: where the
+    texts were read from (for error messages and records)."""
 
     instructions_plain: str
     instructions_key: str
