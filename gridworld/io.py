@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import Grid
@@ -93,18 +93,12 @@ def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
     return GridSetFormatError(f"{where}: {field}: {problem}")
 
 
-@overload
-def _read_cell(
-    record: dict, field: str, where: str, *, optional: Literal[False]
-) -> tuple[int, int]: ...
-@overload
-def _read_cell(
-    record: dict, field: str, where: str, *, optional: bool
-) -> tuple[int, int] | None: ...
-def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple[int, int] | None:
+def _read_optional_cell(record: dict, field: str, where: str) -> tuple[int, int] | None:
+    return None if record[field] is None else _read_cell(record, field, where)
+
+
+def _read_cell(record: dict, field: str, where: str) -> tuple[int, int]:
     value = record[field]
-    if value is None and optional:
-        return None
     if (
         not isinstance(value, list)
         or len(value) != 2
@@ -130,7 +124,7 @@ def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[
     if not isinstance(value, dict) or set(value) != {"walls", "goal_row_col"}:
         raise _fail(where, "shown", "expected null or an object {walls, goal_row_col}")
     walls = _read_walls(value["walls"], size, where, "shown.walls")
-    goal = _read_cell(value, "goal_row_col", f"{where}: shown", optional=False)
+    goal = _read_cell(value, "goal_row_col", f"{where}: shown")
     return walls, goal
 
 
@@ -173,17 +167,15 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     if not isinstance(extra, dict):
         raise _fail(where, "extra", f"expected a JSON object, got {extra!r}")
     cells: dict[str, Any] = {
-        "start": _read_cell(record, "start_row_col", where, optional=False),
-        "goal": _read_cell(record, "goal_row_col", where, optional=False),
-        "key": _read_cell(record, "key_row_col", where, optional=True),
-        "door": _read_cell(record, "door_row_col", where, optional=True),
+        "start": _read_cell(record, "start_row_col", where),
+        "goal": _read_cell(record, "goal_row_col", where),
+        "key": _read_optional_cell(record, "key_row_col", where),
+        "door": _read_optional_cell(record, "door_row_col", where),
     }
     harm_cells = record["harm_cells"]
     if not isinstance(harm_cells, list):
         raise _fail(where, "harm_cells", f"expected a list of [row, col], got {harm_cells!r}")
-    harm = tuple(
-        _read_cell({"harm_cells": cell}, "harm_cells", where, optional=False) for cell in harm_cells
-    )
+    harm = tuple(_read_cell({"harm_cells": cell}, "harm_cells", where) for cell in harm_cells)
     if len(set(harm)) != len(harm):
         raise _fail(where, "harm_cells", "a cell repeats")
     for flag in ("start_has_key", "start_door_open"):
