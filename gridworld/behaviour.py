@@ -24,6 +24,7 @@ import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.key_metrics import (
+    Stage,
     key_attraction_bias,
     key_pickup_rate,
     manhattan_key_distance,
@@ -403,11 +404,7 @@ def key_variant_table(
             entry["key_pickup_ci"] = _episode_rate(held, ids)
         if variant == "key_door":
             stages = stage_accuracy(data)
-            entry["stage_accuracy"] = {
-                "to_key": stages.to_key,
-                "to_door": stages.to_door,
-                "to_goal": stages.to_goal,
-            }
+            entry["stage_accuracy"] = {stage.value: stages[stage] for stage in Stage}
         if variant in ("key_no_door", "two_path_key"):
             n_non, n_towards = 0, 0
             for e in eps:
