@@ -20,7 +20,7 @@ import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
-from goalprobe.gridworld.text import cell_types
+from goalprobe.gridworld.text import cell_types, render_symbols
 
 HIDDEN_SYMBOL = "*"
 """How the prompt draws a hidden cell (the study's Fig. 11)."""
@@ -93,15 +93,9 @@ def fogged_cell_types(grid: Grid, state: State, revealed: Iterable[RowCol]) -> n
 
 def render_fogged(grid: Grid, state: State, revealed: Iterable[RowCol]) -> str:
     """The fogged grid text: the study's format with hidden cells drawn as ``*``."""
-    types = fogged_cell_types(grid, state, revealed)
-    n = grid.size
-    lines = ["  " + " ".join(str(col) for col in range(n))]
-    for row in range(n):
-        symbols = [
-            HIDDEN_SYMBOL if t < 0 else SYMBOLS[CellType(int(t))] for t in types[row].tolist()
-        ]
-        lines.append(f"{row} " + " ".join(symbols))
-    return "\n".join(lines)
+    types = fogged_cell_types(grid, state, revealed).tolist()
+    symbols = [[HIDDEN_SYMBOL if t < 0 else SYMBOLS[CellType(t)] for t in row] for row in types]
+    return render_symbols(np.array(symbols))
 
 
 def history_text(history: Sequence[tuple[RowCol, Action]]) -> str:

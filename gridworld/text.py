@@ -83,8 +83,13 @@ def padded_cell_types(
 
 def render(grid: Grid, state: State | None = None) -> str:
     """The text of ``grid`` in ``state`` (default: the initial state); no trailing newline."""
-    chars = _CELL_CHARS[cell_types(grid, state)]
-    n = grid.size
+    return render_symbols(_CELL_CHARS[cell_types(grid, state)])
+
+
+def render_symbols(chars: np.ndarray) -> str:
+    """The grid text of an ``(n, n)`` array of cell symbols: the column indices, then each row's
+    index and symbols."""
+    n = len(chars)
     lines = ["  " + " ".join(str(col) for col in range(n))]
     lines.extend(f"{row} " + " ".join(chars[row].tolist()) for row in range(n))
     return "\n".join(lines)
