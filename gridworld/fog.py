@@ -12,7 +12,6 @@ dead-ends).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -20,6 +19,7 @@ import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
+from goalprobe.gridworld.optimal import _bfs_flat
 from goalprobe.gridworld.text import cell_types, render_symbols
 
 HIDDEN_SYMBOL = "*"
@@ -159,21 +159,9 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
 def _bfs(walls: np.ndarray, sources: Sequence[RowCol]) -> np.ndarray:
     """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
     n = walls.shape[0]
-    dist = np.full((n, n), np.inf)
-    queue: deque[RowCol] = deque()
-    for source in sources:
-        if not walls[source] and dist[source] == np.inf:
-            dist[source] = 0
-            queue.append(source)
-    while queue:
-        r, c = queue.popleft()
-        for action in Action:
-            dr, dc = action.delta_row_col
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < n and 0 <= nc < n and not walls[nr, nc] and dist[nr, nc] == np.inf:
-                dist[nr, nc] = dist[r, c] + 1
-                queue.append((nr, nc))
-    return dist
+    starts = [r * n + c for r, c in sources if not walls[r, c]]
+    dist = _bfs_flat((~walls).ravel().tolist(), n, *starts)
+    return np.array(dist, dtype=np.float64).reshape(n, n)
 
 
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
