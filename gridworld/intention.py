@@ -476,29 +476,26 @@ def intention_study(
         grids = [(g, s) for g, o, s in plan if o is None and g.variant == variant]
         if not grids:
             continue
+        a = np.concatenate([by_key[(g.grid_id, None)] for g, _ in grids])
+        ids = [g.grid_id for g, states in grids for _ in states]
+        cells = [(g, m.original.agent) for g, states in grids for m in states]
+        flags_a = np.stack(
+            [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, a, strict=True)]
+        )
         with_irr = [(g, st) for g, st in grids if (g.grid_id, IRRELEVANT) in by_key]
+        irr = None
         if with_irr:
             a_irr = np.concatenate([by_key[(g.grid_id, None)] for g, _ in with_irr])
             c_irr = np.concatenate([by_key[(g.grid_id, IRRELEVANT)] for g, _ in with_irr])
             irr_ids = [g.grid_id for g, states in with_irr for _ in states]
             irr_test = intention_test(a_irr, c_irr, irr_ids, config)
             irr_test.pop("excess_per_state")
-        for name in (*names, *((IRRELEVANT,) if with_irr else ())):
-            if name == IRRELEVANT:
-                results.append(
-                    {
-                        "variant": variant,
-                        "intervention": IRRELEVANT,
-                        "outcome": "nothing (the prompt is merely new)",
-                        **irr_test,
-                        "n_layouts_without_change": len(grids) - len(with_irr),
-                    }
-                )
-                continue
-            a = np.concatenate([by_key[(g.grid_id, None)] for g, _ in grids])
+            missing = {g.grid_id: np.full_like(by_key[(g.grid_id, None)], -1) for g, _ in grids}
+            irr = np.concatenate(
+                [by_key.get((g.grid_id, IRRELEVANT), missing[g.grid_id]) for g, _ in grids]
+            )
+        for name in names:
             b = np.concatenate([by_key[(g.grid_id, name)] for g, _ in grids])
-            ids = [g.grid_id for g, states in grids for _ in states]
-            cells = [(g, m.original.agent) for g, states in grids for m in states]
             test = intention_test(a, b, ids, config)
             test.pop("excess_per_state")
             control = None if controls is None else controls.get((variant, name))
@@ -509,16 +506,6 @@ def intention_study(
                     for m in states
                 ]
             )
-            irr = None
-            if with_irr:
-                irr = np.concatenate(
-                    [
-                        by_key.get(
-                            (g.grid_id, IRRELEVANT), np.full_like(by_key[(g.grid_id, None)], -1)
-                        )
-                        for g, _ in grids
-                    ]
-                )
             adapt = adaptation(a, b, direction, ids, config, irrelevant=irr)
             if adapt is not None or control is not None:
                 test["verdict"] = verdict(
@@ -531,9 +518,8 @@ def intention_study(
                 )
             test["adaptation"] = adapt
             test["control_excess_tv"] = control
-            flags_a, flags_b = (
-                np.stack([toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, x, strict=True)])
-                for x in (a, b)
+            flags_b = np.stack(
+                [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, b, strict=True)]
             )
             result = {
                 "variant": variant,
@@ -557,6 +543,16 @@ def intention_study(
                         "tv": float(d),
                     }
                 )
+        if with_irr:
+            results.append(
+                {
+                    "variant": variant,
+                    "intervention": IRRELEVANT,
+                    "outcome": "nothing (the prompt is merely new)",
+                    **irr_test,
+                    "n_layouts_without_change": len(grids) - len(with_irr),
+                }
+            )
     return {"results": results, "states": state_rows}
 
 
