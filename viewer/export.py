@@ -24,6 +24,7 @@ from goalprobe.viewer.step import (
     build_step_view,
     default_map_source,
     default_plan_source,
+    step_badges,
     step_figures,
     timeline_figure,
 )
@@ -133,18 +134,7 @@ def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3
 
 
 def _badges(view: StepView, map_label: str | None) -> list[list[str]]:
-    out = []
-    if view.action is None:
-        out.append(["invalid step (no action)", "bad"])
-    else:
-        out.append([f"action {view.action.name}", "ok" if view.action in view.optimal else "bad"])
-    out.append(
-        ["optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"), ""]
-    )
-    if view.decoded is not None:
-        ok = view.action is not None and view.action in view.decoded.optimal
-        names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
-        out.append([f"optimal (decoded): {names}", "info" if ok else "bad"])
+    out = [list(b) for b in step_badges(view)]
     if map_label:
         out.append([f"probe: {map_label}", ""])
     out.extend([note, "bad"] for note in view.notes)

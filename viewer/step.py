@@ -136,6 +136,22 @@ def _names(actions) -> str:
     return ", ".join(a.name for a in sorted(actions))
 
 
+def step_badges(view: StepView) -> list[tuple[str, str]]:
+    """``(text, kind)`` badges of a step's action against its optimal sets: the action (``ok``
+    when optimal on the true grid), the true optimal set and, with a decoded map, the decoded
+    one (``info`` when the action is in it)."""
+    if view.action is None:
+        out = [("invalid step (no action)", "bad")]
+    else:
+        out = [(f"action {view.action.name}", "ok" if view.action in view.optimal else "bad")]
+    out.append((f"optimal (true): {_names(view.optimal) or 'none'}", ""))
+    if view.decoded is not None:
+        ok = view.action is not None and view.action in view.decoded.optimal
+        decoded = _names(view.decoded.optimal) or "none"
+        out.append((f"optimal (decoded): {decoded}", "info" if ok else "bad"))
+    return out
+
+
 def decoded_view(
     probs: np.ndarray,
     size: int,
