@@ -147,11 +147,7 @@ def load_model(
         )
     except OSError as err:
         if kwargs["local_files_only"] and not local.is_dir():
-            raise HubUnavailableError(
-                f"{model!r} is not a local directory and is not in the Hugging Face cache, "
-                "and the hub cannot be used (HF_HUB_OFFLINE is set or the hub is "
-                "unreachable); download it where there is network, or pass a local path"
-            ) from err
+            raise _hub_unavailable(model) from err
         raise
     commit = revision or getattr(loaded.config, "_commit_hash", None) or model_commit(model)
     set_attention(loaded, attention, str(loaded.device) if device_map else device)
@@ -202,7 +198,11 @@ def check_model_available(model: str) -> None:
         raise FileNotFoundError(f"{model}: no such model directory")
     if model_commit(model) or _hub_reachable():
         return
-    raise HubUnavailableError(
+    raise _hub_unavailable(model)
+
+
+def _hub_unavailable(model: str) -> HubUnavailableError:
+    return HubUnavailableError(
         f"{model!r} is not a local directory and is not in the Hugging Face cache, and the hub "
         "cannot be used (HF_HUB_OFFLINE is set or the hub is unreachable); download it where "
         "there is network, or pass a local path"
@@ -247,11 +247,8 @@ def describe_local_model(model: str, revision: str = "", chat_format=None) -> di
     (:func:`~goalprobe.agents.chat_format.with_chat_format`)."""
     from goalprobe.agents.chat_format import with_chat_format
 
-    if _named(model):
-        return with_chat_format({"class": "LocalBackend", **model_identity(model)}, chat_format)
-    return with_chat_format(
-        {"class": "LocalBackend", "model": model, "revision": revision}, chat_format
-    )
+    identity = model_identity(model) if _named(model) else {"model": model, "revision": revision}
+    return with_chat_format({"class": "LocalBackend", **identity}, chat_format)
 
 
 def _hub_reachable() -> bool:
