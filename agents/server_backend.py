@@ -176,12 +176,9 @@ class ServerConfig:
 class ServerBackend:
     """:class:`~goalprobe.agents.backend.Backend` over an OpenAI-compatible endpoint.
 
-    Args:
-        tokenizer: the model's tokenizer (Hugging Face API), used to read reasoning and answer
-            from returned ids and to rebuild token ids when the server returns none; without one
-            such a response raises :class:`ServerError`.
-        chat_format: the model's chat format; None detects it from ``tokenizer``
-            (:func:`~goalprobe.agents.chat_format.chat_format_for`), harmony without one.
+    ``tokenizer`` (the model's) reads reasoning and answer from returned ids and rebuilds ids
+    when the server returns none (without one such a response raises :class:`ServerError`);
+    ``chat_format`` None detects it from ``tokenizer`` (harmony without one).
     """
 
     def __init__(

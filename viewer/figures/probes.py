@@ -24,12 +24,8 @@ of them a bar colour)."""
 
 
 def baseline_values(models: Mapping, metric: str) -> dict[str, float]:
-    """The baselines of one probe run: model key -> value of ``metric`` (missing ones left out).
-
-    Args:
-        models: an ``evaluate_cell_maps`` ``models`` mapping (model -> metric -> statistic).
-        metric: the metric the chart shows (``accuracy_no_padding``).
-    """
+    """The baselines of one probe run: model key -> value of ``metric`` (missing ones left out)
+    in an ``evaluate_cell_maps`` ``models`` mapping (model -> metric -> statistic)."""
     out = {}
     for key in BASELINES:
         stat = (models.get(key) or {}).get(metric) if isinstance(models, Mapping) else None
@@ -153,12 +149,8 @@ def per_class_figure(by_size: Mapping[str, Mapping], probe_name: str) -> go.Figu
 
 
 def localisation_figure(groups: Mapping[str, Mapping], probe_name: str) -> go.Figure:
-    """Agent and goal top-1 accuracy and Manhattan distance of one probe, per group (Fig. 7).
-
-    Args:
-        groups: group label (``"all"``, grid sizes) -> probe-run metrics.
-        probe_name: the probe run's name, for the title.
-    """
+    """Agent and goal top-1 accuracy and Manhattan distance of one probe, per group (Fig. 7);
+    ``groups``: group label (``"all"``, grid sizes) -> probe-run metrics."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
