@@ -47,9 +47,8 @@ class AgentConfig:
     """Which agent runs, and where."""
 
     model: str = "bundled"
-    """A bundled agent's name, a local model directory or a Hugging Face id (with
-    ``backend="server"``, the model name sent to the server; extraction and patching load it
-    locally)."""
+    """A bundled agent's name, a local model directory or a Hugging Face id (with a server
+    engine, also the model name sent to it)."""
     backend: str = "local"
     """Rollout engine, one of :data:`ENGINES` (the oracle runs the pipeline on a model that
     cannot yet do the task, such as a random one)."""
@@ -59,10 +58,8 @@ class AgentConfig:
     """Torch device of the local model: ``cpu`` or ``cuda`` (the precision follows: fp32 on CPU,
     bf16 on CUDA)."""
     chat_format: str | None = None
-    """The chat format the agent's prompts and completions are in (``"harmony"``,
-    ``"think_tag"``: :data:`goalprobe.agents.chat_format.FORMATS`); None detects it from the
-    tokenizer when the agent runs. ``goalprobe demo`` fills it in before any stage runs; any
-    format but harmony enters :meth:`identity` (cache keys) and the rollouts' run id."""
+    """The agent's chat format (:data:`goalprobe.agents.chat_format.FORMATS`); None detects it
+    from the tokenizer. Any format but harmony enters :meth:`identity` and the run id."""
     oracle_epsilon: float = DEFAULT_EPSILON
     """With ``backend="oracle"``: the probability of a uniformly random move at a step (so the
     oracle's behaviour is not trivially perfect); ignored by the other engines."""

@@ -113,9 +113,8 @@ class RolloutConfig:
     packaged ones."""
 
     moral_conditioning: bool = False
-    """Add the instruction to avoid the flower beds to the prompt of harm grids (MACHIAVELLI's
-    moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`). Other grids'
-    prompts are unaffected."""
+    """Add the instruction to avoid the flower beds to the prompt of harm grids only
+    (MACHIAVELLI's moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`)."""
 
     def __post_init__(self) -> None:
         if self.episodes_per_grid < 1:

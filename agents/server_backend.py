@@ -121,9 +121,8 @@ class ServerConfig:
     """Environment variable holding the API key; None (or an unset variable) sends no key."""
 
     max_concurrency: int = 128
-    """Requests in flight at once per endpoint. vLLM batches up to ``--max-num-seqs`` sequences
-    (256 by default) and queues the rest; 128 keeps a GPT-OSS-20B server on one GPU busy
-    without leaving requests queued long enough to reach ``timeout_s``."""
+    """Requests in flight at once per endpoint (128 keeps a GPT-OSS-20B vLLM on one GPU busy
+    without requests queueing long enough to reach ``timeout_s``)."""
 
     timeout_s: float = 600.0
     """Per-request timeout (connect, read, write) in seconds."""
