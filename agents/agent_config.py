@@ -47,24 +47,19 @@ class AgentConfig:
     """Which agent runs, and where."""
 
     model: str = "bundled"
-    """A bundled agent's name, a local model directory or a Hugging Face id (with
-    ``backend="server"``, the model name sent to the server; extraction and patching load it
-    locally)."""
+    """A bundled agent's name, a local model directory or a Hugging Face id (with a server
+    engine, also the model name sent to it)."""
     backend: str = "local"
-    """Rollout engine: ``"local"`` (transformers in this process), ``"server"``, or ``"oracle"``
-    (an optimal-policy writer, :mod:`goalprobe.agents.oracle_backend`, writes every episode in
-    the model's chat format; extraction, the lens and patching run the model over its tokens:
-    the pipeline on a model that cannot yet do the task, such as a random one)."""
+    """Rollout engine, one of :data:`ENGINES` (the oracle runs the pipeline on a model that
+    cannot yet do the task, such as a random one)."""
     base_url: str | None = None
     """OpenAI-compatible endpoint for ``backend="server"`` (e.g. ``http://127.0.0.1:8000/v1``)."""
     device: str = "cpu"
     """Torch device of the local model: ``cpu`` or ``cuda`` (the precision follows: fp32 on CPU,
     bf16 on CUDA)."""
     chat_format: str | None = None
-    """The chat format the agent's prompts and completions are in (``"harmony"``,
-    ``"think_tag"``: :data:`goalprobe.agents.chat_format.FORMATS`); None detects it from the
-    tokenizer when the agent runs. ``goalprobe demo`` fills it in before any stage runs; any
-    format but harmony enters :meth:`identity` (cache keys) and the rollouts' run id."""
+    """The agent's chat format (:data:`goalprobe.agents.chat_format.FORMATS`); None detects it
+    from the tokenizer. Any format but harmony enters :meth:`identity` and the run id."""
     oracle_epsilon: float = DEFAULT_EPSILON
     """With ``backend="oracle"``: the probability of a uniformly random move at a step (so the
     oracle's behaviour is not trivially perfect); ignored by the other engines."""
@@ -73,12 +68,10 @@ class AgentConfig:
     for the generation stages of a server engine (:meth:`for_generation`): their episodes do
     not depend on ``device``, which :meth:`identity` then leaves out."""
     conversation_date: str | None = None
-    """The ``Current date:`` (``YYYY-MM-DD``) of a harmony model's system message, pinned so
-    that no prompt depends on the day it was rendered: goalprobe renders it in every harmony
-    prompt (local rollouts, the probing set, prompt-only states), and a served model must carry
-    the same date (vLLM: start it with ``VLLM_SYSTEM_START_DATE``), checked against the served
-    prompt. Recorded in the trajectory header's backend and the agent's identity. None: no
-    date line in goalprobe's rendering, and a served rendering keeps the server's date."""
+    """The ``Current date:`` (``YYYY-MM-DD``) of every harmony prompt goalprobe renders, pinned
+    so that no prompt depends on the day; a served model must carry the same date (vLLM:
+    ``VLLM_SYSTEM_START_DATE``), checked against its prompts. None: no date line, and a served
+    rendering keeps the server's date."""
 
     def __post_init__(self) -> None:
         if self.backend not in ENGINES:
@@ -128,10 +121,7 @@ class AgentConfig:
     def server_config(self) -> ServerConfig:
         """The server engine's settings: the study's rows must be of the prompts the model
         read, so the token ids are asked for and answers without them refused; the server's
-        batch is kept full (:data:`SERVER_IN_FLIGHT`).
-
-        Raises:
-            ValueError: the engine is not a server.
+        batch is kept full (:data:`SERVER_IN_FLIGHT`). ``ValueError`` unless a server engine.
         """
         if self.backend != "server" or self.base_url is None:
             raise ValueError(f"agent {self.model!r} does not run on a server")
@@ -181,11 +171,8 @@ class Agent:
         self._format: ChatFormat | None = None
 
     def chat_format(self) -> ChatFormat:
-        """The agent's chat format: the config's, else the one its tokenizer supports.
-
-        Raises:
-            ChatFormatError: the tokenizer supports no format (or not the config's).
-        """
+        """The agent's chat format: the config's, else the one its tokenizer supports
+        (``ChatFormatError`` when it supports none, or not the config's)."""
         if self._format is None:
             self._format = chat_format_for(self.tokenizer(), self.config.chat_format)
         return self._format
@@ -199,11 +186,8 @@ class Agent:
         return self._tokenizer
 
     def loaded(self) -> LoadedModel:
-        """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts.
-
-        Raises:
-            ValueError: the config is a generation stage's (``local_weights=False``).
-        """
+        """The local model (fp32 on CPU, bf16 on CUDA): extraction, patching, local rollouts;
+        ``ValueError`` for a generation stage's config (``local_weights=False``)."""
         if not self.config.local_weights:
             raise ValueError(
                 "this agent config is a generation stage's (AgentConfig.for_generation): it "
@@ -216,11 +200,7 @@ class Agent:
     def check_server(self) -> None:
         """Before any stage runs: one short request to the server, which must answer with the
         prompt and generated token ids (a down server or one without ids fails here, at once,
-        rather than in every generating stage).
-
-        Raises:
-            ServerError: the server did not answer (one retry), or answered without ids
-                (:class:`~goalprobe.agents.server_backend.ServerTokenIdsError`).
+        with ``ServerError``, rather than in every generating stage).
         """
         from goalprobe.agents.harmony import Message
 
@@ -267,13 +247,10 @@ class Agent:
         prompt-only state) is tokenised so that it is the prompt the rollouts' model read.
 
         A harmony model served by a chat endpoint: the server's rendering
-        (:class:`~goalprobe.agents.served_harmony.ServedHarmony`, read off the ids it returns
-        for one short request: its date line, its developer-message convention), ``rendering``
-        its description (record it with the prompts). ``rollouts``: a trajectory file of this
-        agent's rollouts; when it was generated on a server, the rendering is read off its
-        served prompts instead (the prompts the probes are compared with, even from a server
-        since restarted on another date, or no longer up). Otherwise the chat format's own
-        rendering (no date line: it never reads the clock) and None.
+        (:class:`~goalprobe.agents.served_harmony.ServedHarmony`) and its description (record it
+        with the prompts), read off the served prompts of ``rollouts`` (this agent's trajectory
+        file) when it was generated on a server (even one since restarted or down), else off
+        one short request. Otherwise the chat format's own rendering and None.
         """
         if self._encoder is None:
             fmt = self.chat_format()

@@ -42,12 +42,9 @@ def renders_effort(chat_format) -> bool:
 def token_budget(model: str, reasoning_effort: str, small: int, chat_format=None) -> int:
     """The new-token budget of one generation: ``small`` for a registered agent that reasons
     briefly (the bundled ones; :attr:`~goalprobe.agents.registry.NamedAgent.short_reasoning`),
-    else at least
-    :data:`REASONING_MODEL_BUDGETS` of ``reasoning_effort``, or :data:`UNSTEERED_BUDGET` when
-    ``chat_format`` (None: harmony) renders no effort.
-
-    Raises:
-        ValueError: an unknown reasoning effort or a budget below 1.
+    else at least :data:`REASONING_MODEL_BUDGETS` of ``reasoning_effort``, or
+    :data:`UNSTEERED_BUDGET` when ``chat_format`` (None: harmony) renders no effort;
+    ``ValueError`` for an unknown effort or a budget below 1.
     """
     if reasoning_effort not in REASONING_EFFORTS:
         raise ValueError(

@@ -81,16 +81,8 @@ def bundled_weights_digest(directory: str | Path = BUNDLED_AGENT_DIR) -> str:
 
 
 def load_bundled_agent(device: str = "cpu", directory: str | Path = BUNDLED_AGENT_DIR):
-    """Load a bundled agent from local files (never the network).
-
-    Args:
-        device: where to put the model.
-        directory: the agent directory, or a bundled agent's name (default: ``bundled``).
-
-    Returns:
-        ``(model, tokenizer)``: a ``GptOssForCausalLM`` in eval mode and its
-        ``PreTrainedTokenizerFast``.
-    """
+    """Load a bundled agent (``directory``: its directory or name, default ``bundled``) from
+    local files, never the network: a ``GptOssForCausalLM`` in eval mode and its tokenizer."""
     from goalprobe.agents.tokenizer import load_tokenizer
     from transformers import GptOssForCausalLM
 

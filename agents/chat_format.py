@@ -321,17 +321,12 @@ class ThinkTagFormat:
         prefilled = OPEN_TAG in generation_prompt
         reasoning_open = "" if prefilled else f"{OPEN_TAG}\n"
         reasoning_close = f"\n{CLOSE_TAG}\n\n"
-        answered = render(
-            [
-                *messages,
-                {
-                    "role": "assistant",
-                    "content": _PROBE_ANSWER,
-                    "reasoning_content": _PROBE_REASONING,
-                },
-            ],
-            False,
-        )
+        turn = {
+            "role": "assistant",
+            "content": _PROBE_ANSWER,
+            "reasoning_content": _PROBE_REASONING,
+        }
+        answered = render([*messages, turn], False)
         # where the template renders the last turn's reasoning, read the delimiters off it
         tail = answered[len(with_gen) :] if answered.startswith(with_gen) else ""
         if _PROBE_REASONING in tail and _PROBE_ANSWER in tail:
@@ -441,19 +436,13 @@ class ThinkTagFormat:
     def find_anchors(self, token_ids) -> AnchorPositions:
         """Pre: the last three ids of the last generation prompt before the first ``</think>``;
         post: the token before the first ``</think>`` after it, ``</think>``, the token after.
-
-        Raises:
-            ValueError: no generation prompt in the ids (not rendered with this template).
+        ``ValueError``: no generation prompt in the ids (not rendered with this template).
         """
         ids = [int(i) for i in token_ids]
-        header = self.generation_ids
-        n = len(header)
+        header, n = list(self.generation_ids), len(self.generation_ids)
         first_close = ids.index(self.close_id) if self.close_id in ids else len(ids)
-        end = None
-        for i in range(min(first_close, len(ids)) - n, -1, -1):
-            if ids[i : i + n] == list(header):
-                end = i + n
-                break
+        starts = range(first_close - n, -1, -1)
+        end = next((i + n for i in starts if ids[i : i + n] == header), None)
         if end is None:
             raise ValueError(
                 f"no pre-reasoning anchor: the ids hold no generation prompt "
@@ -461,10 +450,8 @@ class ThinkTagFormat:
                 "model's chat format (goalprobe.agents.chat_format)"
             )
         pre = (end - 3, end - 2, end - 1)  # ANCHOR_TOKENS = 3
-        post = None
         close = first_close
-        if close < len(ids) - 1 and close - 1 >= end:
-            post = (close - 1, close, close + 1)
+        post = (close - 1, close, close + 1) if end <= close - 1 < len(ids) - 2 else None
         return AnchorPositions(pre_reasoning=pre, post_reasoning=post)
 
     def reasoning_span(self, token_ids) -> ReasoningSpan | None:
@@ -535,11 +522,8 @@ HARMONY_DESCRIPTION_NAME = "harmony"
 
 def chat_format_for(tokenizer, name: str | None = None) -> ChatFormat:
     """The chat format of ``tokenizer``: ``name`` from :data:`FORMATS`, or detected (harmony
-    when the tokenizer holds the harmony special tokens, else think-tag).
-
-    Raises:
-        ChatFormatError: no format fits (the message names what is missing); ``ValueError``
-            for an unknown ``name``.
+    when the tokenizer holds the harmony special tokens, else think-tag). Raises
+    :class:`ChatFormatError` when no format fits, ``ValueError`` for an unknown ``name``.
     """
     if name is not None:
         if name not in FORMATS:
@@ -552,11 +536,8 @@ def chat_format_for(tokenizer, name: str | None = None) -> ChatFormat:
 
 def model_chat_format(model: str) -> ChatFormat:
     """The chat format of ``model`` (a registered agent's name, a model directory or a hub id),
-    read off its tokenizer without loading its weights: what a verb checks before any model
-    loads.
-
-    Raises:
-        ChatFormatError: no format fits (the message names what is missing).
+    read off its tokenizer without loading its weights (what a verb checks before any model
+    loads); :class:`ChatFormatError` when no format fits.
     """
     from goalprobe.agents.models import load_tokenizer
 

@@ -59,13 +59,10 @@ def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
 def prompt_coverage(tokenizer: Any, prompts: Iterable[tuple[str, str]]) -> dict | None:
     """The share of unknown tokens in the grids and in the instructions of ``prompts``.
 
-    Args:
-        tokenizer: a Hugging Face tokenizer (with an unknown token it must be a fast one:
-            offsets name the unknown pieces); None when the backend has none: nothing can be
-            said, None is returned.
-        prompts: ``(grid_text, prompt_text)`` per prompt: the grid as drawn in the prompt and
-            the whole rendered prompt (the instructions are the prompt without its grid text).
-            Each distinct grid and instruction text is counted once.
+    ``tokenizer``: a Hugging Face tokenizer (a fast one when it has an unknown token: offsets
+    name the unknown pieces), or None (nothing can be said: None is returned). ``prompts``:
+    ``(grid_text, prompt_text)`` each, the instructions being the prompt without its grid text;
+    each distinct grid and instruction text is counted once.
 
     Returns:
         ``{"unk_token_id", "grid": PART, "instructions": PART, "readable", "unreadable"}`` with

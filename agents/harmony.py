@@ -132,17 +132,9 @@ def render_prompt(
     *,
     system: SystemContent = DEFAULT_SYSTEM,
 ) -> str:
-    """Render a conversation for completion: system, the messages, then ``<|start|>assistant``.
-
-    Args:
-        messages: developer/user(/assistant history) messages, in order. A leading ``system``
-            message replaces the built system content.
-        reasoning_effort: ``"low"``, ``"medium"`` or ``"high"`` (the study uses ``"low"``).
-        system: the system content to build when ``messages`` has no system message.
-
-    Returns:
-        The prompt text; it ends in ``<|end|><|start|>assistant`` (the pre-reasoning anchor).
-    """
+    """Render a conversation for completion: ``system`` (unless ``messages`` starts with a system
+    message, which replaces it), the messages, then ``<|start|>assistant``, so the text ends in
+    the pre-reasoning anchor ``<|end|><|start|>assistant``. The study uses effort ``"low"``."""
     _check_effort(reasoning_effort)
     messages = list(messages)
     if not messages:
@@ -172,11 +164,7 @@ def encode_prompt(
 
 
 def render_completion(reasoning: str, final: str) -> str:
-    """The assistant's completion of a :func:`render_prompt` prompt (what the model generates).
-
-    Returns ``<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant``
-    ``<|channel|>final<|message|>{final}<|return|>``.
-    """
+    """The assistant's completion of a :func:`render_prompt` prompt (module docstring's layout)."""
     for name, text in (("reasoning", reasoning), ("final", final)):
         for token in SPECIAL_TOKENS:
             if token in text:
@@ -221,11 +209,7 @@ def split_completion(completion: str | Sequence[int], tokenizer: _Decoder | None
 
     Accepts what follows the prompt, with or without a leading ``<|start|>assistant``. Several
     analysis messages are joined by newlines; messages of other channels are ignored. A final
-    message cut off before its end token still gives its text, but the completion is then not
-    well formed.
-
-    Returns:
-        :class:`SplitCompletion`, which unpacks as ``(reasoning, final, well_formed)``.
+    message cut off before its end token still gives its text, but is not well formed.
     """
     if not isinstance(completion, str):
         if tokenizer is None:
@@ -362,11 +346,7 @@ class AnchorPositions:
 
 
 def _matches(ids: Sequence[int], at: int, pattern: Sequence[int]) -> bool:
-    return (
-        at >= 0
-        and at + len(pattern) <= len(ids)
-        and all(ids[at + k] == p for k, p in enumerate(pattern))
-    )
+    return at >= 0 and tuple(ids[at : at + len(pattern)]) == tuple(pattern)
 
 
 def find_anchors(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> AnchorPositions:
@@ -375,30 +355,23 @@ def find_anchors(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> Anch
     The pre-reasoning anchor is the first ``<|end|> <|start|> assistant`` after the last user
     message that is followed by the end of the ids or by ``<|channel|>``; the post-reasoning
     anchor is the first later ``<|end|> <|start|> assistant`` followed by
-    ``<|channel|>final``.
-
-    Args:
-        token_ids: ``(seq,)`` ids of one sequence, without padding.
-        special_ids: the tokenizer's :class:`HarmonyTokenIds`.
-
-    Raises:
-        ValueError: when no pre-reasoning anchor exists (the ids were not rendered with
-            :func:`render_prompt`).
+    ``<|channel|>final``. ``token_ids``: ``(seq,)``, without padding. ``ValueError`` when no
+    pre-reasoning anchor exists (the ids were not rendered with :func:`render_prompt`).
     """
     ids = [int(i) for i in token_ids]
     s = special_ids
     triple = (s.end, s.start, s.assistant)
     user_header = (s.start, *s.user)
-    search_from = 0
-    for i in range(len(ids) - len(user_header), -1, -1):
-        if _matches(ids, i, user_header):
-            search_from = i
-            break
-    pre = None
-    for i in range(search_from, len(ids) - 2):
-        if _matches(ids, i, triple) and (i + 3 == len(ids) or ids[i + 3] == s.channel):
-            pre = i
-            break
+    last_user = range(len(ids) - len(user_header), -1, -1)
+    search_from = next((i for i in last_user if _matches(ids, i, user_header)), 0)
+    pre = next(
+        (
+            i
+            for i in range(search_from, len(ids) - 2)
+            if _matches(ids, i, triple) and (i + 3 == len(ids) or ids[i + 3] == s.channel)
+        ),
+        None,
+    )
     if pre is None:
         raise ValueError(
             "no pre-reasoning anchor: the ids hold no '<|end|><|start|>assistant' closing the "
@@ -406,11 +379,8 @@ def find_anchors(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> Anch
             "goalprobe.agents.harmony.render_prompt"
         )
     final_header = (*triple, s.channel, *s.final)
-    post = None
-    for i in range(pre + 3, len(ids) - 2):
-        if _matches(ids, i, final_header):
-            post = i
-            break
+    later = range(pre + 3, len(ids) - 2)
+    post = next((i for i in later if _matches(ids, i, final_header)), None)
     return AnchorPositions(
         pre_reasoning=(pre, pre + 1, pre + 2),
         post_reasoning=None if post is None else (post, post + 1, post + 2),
@@ -438,15 +408,9 @@ class ReasoningSpan:
 def reasoning_span(token_ids: Sequence[int], special_ids: HarmonyTokenIds) -> ReasoningSpan | None:
     """Where the reasoning of a prompt + completion lies: the analysis message that opens the
     completion (``<|channel|>analysis<|message|>`` right after the pre-reasoning anchor) up to
-    the post-reasoning anchor.
-
-    Returns:
-        the span, or None when the ids hold no complete analysis message (no post-reasoning
-        anchor: prompt only, reasoning cut off by the token limit, or a completion that opens
-        another channel first).
-
-    Raises:
-        ValueError: no pre-reasoning anchor (see :func:`find_anchors`).
+    the post-reasoning anchor. None when the ids hold no complete analysis message (prompt
+    only, reasoning cut off, or a completion that opens another channel first); ``ValueError``
+    as :func:`find_anchors`.
     """
     ids = [int(i) for i in token_ids]
     s = special_ids

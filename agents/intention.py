@@ -37,13 +37,8 @@ def sample_actions(
 ) -> np.ndarray:
     """``(len(requests), k)`` sampled action categories (0..3 the moves, 4 invalid).
 
-    Args:
-        backend: the agent.
-        requests: the states to sample at, each with its grid.
-        k: samples per state.
-        config: sampling settings (temperature, top-p, token limit, reasoning effort, seed,
-            batch size); episodes, horizon and retries are not used.
-        template: prompt templates (None: ``config.template_dir``'s, else the packaged ones).
+    ``config``: its sampling settings and batch size (episodes, horizon and retries are not
+    used); ``template`` None: ``config.template_dir``'s, else the packaged ones.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")

@@ -38,16 +38,10 @@ from transformers import LogitsProcessor, LogitsProcessorList
 class LocalBackend:
     """Sample completions in the model's chat format from a local causal LM.
 
-    Args:
-        model: a transformers causal LM (e.g. ``GptOssForCausalLM``, ``Qwen3ForCausalLM``); put
-            in eval mode.
-        tokenizer: its tokenizer (harmony special tokens, or a chat template with reasoning
-            delimiters).
-        system: the harmony system content rendered into every prompt (harmony only: a
-            think-tag template renders its own).
-        chat_format: the format to render and split in; None detects it
-            (:func:`~goalprobe.agents.chat_format.chat_format_for`, which raises
-            :class:`~goalprobe.agents.chat_format.ChatFormatError` when none fits).
+    ``model``: a transformers causal LM (``GptOssForCausalLM``, ``Qwen3ForCausalLM``), put in
+    eval mode; ``system``: the harmony system content of every prompt (a think-tag template
+    renders its own); ``chat_format`` None detects it from ``tokenizer``
+    (:func:`~goalprobe.agents.chat_format.chat_format_for`).
     """
 
     def __init__(
@@ -80,15 +74,9 @@ class LocalBackend:
     ) -> LocalBackend:
         """Load model and tokenizer from a local directory or a Hugging Face hub id.
 
-        Loads through :func:`goalprobe.agents.models.load_model` (a bundled agent's name, a
-        local directory that never touches the network, or a hub id; an uncached hub id with
-        the hub unusable raises :class:`~goalprobe.agents.models.HubUnavailableError`).
-
-        Args:
-            path_or_hub_id: a directory with ``config.json`` and tokenizer files, or a hub id
-                such as ``openai/gpt-oss-20b``.
-            device: where to put the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
-            dtype: torch dtype or its name, or ``"auto"`` (bf16 on CUDA, fp32 on CPU).
+        Loads through :func:`goalprobe.agents.models.load_model` (``path_or_hub_id``: a bundled
+        agent's name, a local directory that never touches the network, or a hub id such as
+        ``openai/gpt-oss-20b``); ``dtype``: a torch dtype or its name, or ``"auto"``.
         """
         if not isinstance(dtype, str):
             dtype = str(dtype).removeprefix("torch.")
@@ -132,14 +120,8 @@ class LocalBackend:
         """Sample one completion per conversation: one ``generate`` call per prompt length,
         after the cached shared prefix (see the module docstring).
 
-        Args:
-            batch: the conversations.
-            sampling: temperature, top-p, token limit, reasoning effort, seed.
-            seeds: one seed per conversation; None derives them from ``sampling.seed`` and the
-                row index (fresh randomness when ``sampling.seed`` is None too).
-
-        Returns:
-            One :class:`Completion` per conversation, in order (``token_ids_source="model"``).
+        ``seeds``: one per conversation; None derives them from ``sampling.seed`` and the row
+        index (fresh randomness when ``sampling.seed`` is None too).
         """
         if not batch:
             return []
@@ -281,13 +263,8 @@ class PerRowSampler(LogitsProcessor):
     """Temperature + top-p sampling with one ``torch.Generator`` per batch row.
 
     Used as the only logits processor of a greedy ``generate``: it draws each row's next token
-    from that row's generator and masks every other token, so greedy decoding picks the draw.
-
-    Args:
-        seeds: one seed per row.
-        temperature: softmax temperature (> 0).
-        top_p: nucleus mass in (0, 1].
-        device: where the scores live.
+    from that row's generator (``seeds``: one per row) and masks every other token, so greedy
+    decoding picks the draw. ``temperature > 0``, ``top_p`` in (0, 1].
     """
 
     def __init__(
@@ -324,8 +301,7 @@ class PerRowSampler(LogitsProcessor):
         """The largest probabilities of each row, descending, with their token ids: enough of
         them to hold every row's nucleus (the first ``k`` whose last one starts at or beyond
         ``top_p`` cumulative mass in every row, ``k`` growing 64, 512, ... up to the whole
-        vocabulary). Sorting a 201,088-token vocabulary per generated token dominated sampling;
-        the nucleus of a trained model is a few tokens."""
+        vocabulary): sorting a 201,088-token vocabulary per token would dominate sampling."""
         vocab = probs.shape[-1]
         k = min(64, vocab)
         while True:

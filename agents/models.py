@@ -55,12 +55,9 @@ class LoadedModel:
 
 
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, Any]:
-    """``device="auto"``: CUDA when available, else CPU; ``dtype="auto"``: bf16 on CUDA, fp32 on
-    CPU. Returns ``(device, torch dtype)``.
-
-    Raises:
-        ValueError: an unknown dtype name.
-    """
+    """``(device, torch dtype)``: ``device="auto"`` is CUDA when available, else CPU;
+    ``dtype="auto"`` bf16 on CUDA, fp32 on CPU (else ``bfloat16``, ``float16``, ``float32``;
+    ``ValueError`` for another name)."""
     import torch
 
     if device == "auto":
@@ -100,21 +97,17 @@ def load_model(
     remote: bool = False,
     attention: str = "auto",
 ) -> LoadedModel:
-    """Load an agent.
+    """Load an agent by name (module docstring; a bundled agent's revision is a digest of its
+    weights; transformers loads GPT-OSS-20B's MXFP4 weights where the kernels exist and
+    dequantises to bf16 elsewhere).
 
     Args:
-        model: a bundled agent's name (its revision is recorded as a digest of its weights), a
-            local model directory, or a hub id (transformers loads GPT-OSS-20B's MXFP4 weights
-            where the kernels exist and dequantises to bf16 elsewhere).
         revision: hub revision ('' for the default branch); ignored for local models.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``.
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU), ``bfloat16``, ``float16`` or ``float32``.
-        device_map: a transformers device map (``"auto"`` spreads a large model over GPUs);
-            overrides ``device``.
+        device, dtype: as :func:`resolve_device_dtype`; ``device_map`` (a transformers device
+            map, ``"auto"`` spreads a large model over GPUs) overrides ``device``.
         remote: build only the module tree and tokenizer (nnsight ``TransformersModel``, no
             weights) for a run on NDIF.
-        attention: the GPT-OSS attention kernel (:func:`~goalprobe.agents.attention.set_attention`:
-            ``auto`` runs the sinks through SDPA on CPU and eager attention elsewhere).
+        attention: the GPT-OSS attention kernel (:func:`~goalprobe.agents.attention.set_attention`).
 
     Raises:
         HubUnavailableError: a hub id that is not cached while the hub cannot be used.
@@ -154,11 +147,7 @@ def load_model(
         )
     except OSError as err:
         if kwargs["local_files_only"] and not local.is_dir():
-            raise HubUnavailableError(
-                f"{model!r} is not a local directory and is not in the Hugging Face cache, "
-                "and the hub cannot be used (HF_HUB_OFFLINE is set or the hub is "
-                "unreachable); download it where there is network, or pass a local path"
-            ) from err
+            raise _hub_unavailable(model) from err
         raise
     commit = revision or getattr(loaded.config, "_commit_hash", None) or model_commit(model)
     set_attention(loaded, attention, str(loaded.device) if device_map else device)
@@ -209,7 +198,11 @@ def check_model_available(model: str) -> None:
         raise FileNotFoundError(f"{model}: no such model directory")
     if model_commit(model) or _hub_reachable():
         return
-    raise HubUnavailableError(
+    raise _hub_unavailable(model)
+
+
+def _hub_unavailable(model: str) -> HubUnavailableError:
+    return HubUnavailableError(
         f"{model!r} is not a local directory and is not in the Hugging Face cache, and the hub "
         "cannot be used (HF_HUB_OFFLINE is set or the hub is unreachable); download it where "
         "there is network, or pass a local path"
@@ -254,11 +247,8 @@ def describe_local_model(model: str, revision: str = "", chat_format=None) -> di
     (:func:`~goalprobe.agents.chat_format.with_chat_format`)."""
     from goalprobe.agents.chat_format import with_chat_format
 
-    if _named(model):
-        return with_chat_format({"class": "LocalBackend", **model_identity(model)}, chat_format)
-    return with_chat_format(
-        {"class": "LocalBackend", "model": model, "revision": revision}, chat_format
-    )
+    identity = model_identity(model) if _named(model) else {"model": model, "revision": revision}
+    return with_chat_format({"class": "LocalBackend", **identity}, chat_format)
 
 
 def _hub_reachable() -> bool:

@@ -70,14 +70,9 @@ def grid_text_of(content: str) -> str | None:
 class OracleBackend:
     """Writes each step's reasoning and answer from the optimal policy (module docstring).
 
-    Args:
-        tokenizer: the model's tokenizer (prompts and completions are its ids).
-        chat_format: the format to render in; None detects it
-            (:func:`~goalprobe.agents.chat_format.chat_format_for`).
-        epsilon: probability of a uniformly random move at a step, in ``[0, 1]``.
-        seed: the oracle's own seed (combined with each conversation's).
-        context_length: most positions a prompt and its completion may take (the model's
-            ``max_position_embeddings`` where known).
+    ``chat_format`` None detects it from ``tokenizer``; ``epsilon`` in ``[0, 1]``; ``seed`` is
+    combined with each conversation's; ``context_length``: most positions a prompt and its
+    completion may take (the model's ``max_position_embeddings`` where known).
     """
 
     def __init__(

@@ -55,8 +55,6 @@ class ParseResult:
 
 @dataclass(frozen=True)
 class _Candidate:
-    start: int
-    end: int
     value: object
     form: ParseForm
 
@@ -75,14 +73,8 @@ def parse_completion(final: str | None, finish_reason: str) -> ParseResult:
 
 
 def parse_action(text: str | None) -> ParseResult:
-    """Parse the agent's final text into one action; never raises.
-
-    Args:
-        text: the final-channel text of one completion (None when the model produced none).
-
-    Returns:
-        a :class:`ParseResult`; ``result.action`` is None exactly when ``result.error`` is set.
-    """
+    """Parse one completion's final-channel text (None when there is none) into one action; never
+    raises (``result.action`` is None exactly when ``result.error`` is set)."""
     if text is None:
         return ParseResult(None, "no final answer (the model produced no final message)")
     if not isinstance(text, str):
@@ -142,15 +134,15 @@ def _object_candidates(text: str) -> list[_Candidate]:
             continue
         if isinstance(value, dict):
             covered.append((start, end))
-            found.extend(_Candidate(start, end, v, "json") for v in _action_values(value))
+            found.extend(_Candidate(v, "json") for v in _action_values(value))
     # Relaxed parsing of flat objects that strict JSON rejected (trailing comma, quotes, keys).
     for match in _FLAT_OBJECT.finditer(text):
-        start, end = match.span()
+        start = match.start()
         if any(s <= start < e for s, e in covered):
             continue
         value = _relaxed_loads(match.group(0))
         if isinstance(value, dict):
-            found.extend(_Candidate(start, end, v, "relaxed_json") for v in _action_values(value))
+            found.extend(_Candidate(v, "relaxed_json") for v in _action_values(value))
     return found
 
 
@@ -192,9 +184,7 @@ def _merge_pairs(pairs: list[tuple[str, object]]) -> dict:
 
 def _key_value_candidates(text: str) -> list[_Candidate]:
     """Bare ``"action": "X"`` pairs, used only when no complete object was found."""
-    return [
-        _Candidate(m.start(), m.end(), m.group(1), "key_value") for m in _KEY_VALUE.finditer(text)
-    ]
+    return [_Candidate(m.group(1), "key_value") for m in _KEY_VALUE.finditer(text)]
 
 
 def _clip(text: str, limit: int = 80) -> str:

@@ -154,10 +154,8 @@ def run_preflight(
     preflight: PreflightConfig,
 ) -> PreflightReport:
     """Generate one step at the start of ``preflight.steps`` of ``grids`` with ``config``'s
-    sampling (in flight together, at most ``config.batch_size`` per call) and project the run.
-
-    Raises:
-        ValueError: no grids, or ``preflight.steps`` is 0.
+    sampling (in flight together, at most ``config.batch_size`` per call) and project the run;
+    ``ValueError`` for no grids or ``preflight.steps`` 0.
     """
     if not grids or preflight.steps < 1:
         raise ValueError("the pre-flight needs grids and steps >= 1")

@@ -117,10 +117,7 @@ def write_prompt_states(
     are already in ``out_path`` from the same run are skipped).
 
     Args:
-        grids: the grids (unique, non-empty ``grid_id``; solvable).
         encode: renders and tokenises one conversation as the replaying model will.
-        config: the sampling.
-        out_path: the trajectory JSONL file.
         backend_description: JSON facts identifying the tokenizer/model (part of the run id).
         states: explicit states per grid id (e.g. the states a rollout visited) instead of
             :func:`sample_states`; part of the run id. A grid missing from it gets none.

@@ -74,24 +74,10 @@ a variant and its control differ only in the grid. ``plain`` gets the plain inst
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """The texts a prompt is built from (see the module docstring for the placeholders).
-
-    Attributes:
-        instructions_plain: developer message for variants without key and door.
-        instructions_key: developer message for variants with a key or a door.
-        user_plain: user message; contains ``{{grid}}``.
-        user_key: user message; contains ``{{grid}}`` and ``{{key_status}}``.
-        key_status_carrying: ``{{key_status}}`` when the agent carries the key.
-        key_status_not_carrying: ``{{key_status}}`` when it does not.
-        source: where the texts were read from (for error messages and records).
-        instructions_harm: developer message for harm grids, with a ``{{moral}}`` line; None
-            when the templates cannot prompt harm grids.
-        moral_harm: the ``{{moral}}`` line under moral conditioning; None as above.
-        instructions_fog: developer message for fogged grids (may contain ``{{radius}}``);
-            None when the templates cannot prompt fogged grids.
-        user_fog: user message for fogged grids, with ``{{grid}}`` and ``{{history}}``; None
-            as above.
-    """
+    """The texts a prompt is built from: one field per template file (:data:`TEMPLATE_FILES`,
+    :data:`OPTIONAL_TEMPLATE_FILES`; the module docstring says what each holds), the optional
+    ones None when the templates cannot prompt harm or fogged grids; ``source``: where the
+    texts were read from (for error messages and records)."""
 
     instructions_plain: str
     instructions_key: str
@@ -233,22 +219,12 @@ def build_messages(
     history: str | None = None,
     fog_radius: int | None = None,
 ) -> list[Message]:
-    """The conversation of one step: instructions (developer) + the current grid (user).
-
-    Args:
-        grid_text: the current grid, as :func:`goalprobe.gridworld.text.render` writes it.
-        variant: the grid's variant (:class:`~goalprobe.gridworld.core.Variant`); key
-            variants get the key-and-door instructions and the key status line.
-        has_key: whether the agent carries the key (ignored for variants without a key).
-        template: the templates; None uses :meth:`PromptTemplate.default`.
-        moral_conditioning: add the instruction to avoid the flower beds (harm grids only).
-        history: fogged grids only: the past ``(state, action)`` pairs
-            (:func:`goalprobe.gridworld.fog.history_text`); None or empty at the first step.
-        fog_radius: fogged grids only: the visibility radius the instructions name.
-
-    Returns:
-        ``[Message("developer", ...), Message("user", ...)]``; render with
-        :func:`goalprobe.agents.harmony.render_prompt`.
+    """The conversation of one step: ``[Message("developer", instructions), Message("user",
+    grid)]`` (:func:`build_instructions`; ``grid_text`` as
+    :func:`goalprobe.gridworld.text.render` writes it; key variants add the key status line
+    from ``has_key``; ``template`` None uses :meth:`PromptTemplate.default`). Fogged grids
+    only: ``history`` is the past ``(state, action)`` pairs
+    (:func:`goalprobe.gridworld.fog.history_text`), None or empty at the first step.
     """
     template = _default_template() if template is None else template
     if variant == Variant.FOG:

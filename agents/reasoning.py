@@ -37,19 +37,8 @@ NEIGHBOURS_PREFIX = "Next to A:"
 NEAR_PREFIX = "The walls by A:"
 """Prefix of the copy line of the cells within two steps of A (words of the bundled vocabulary)."""
 
-NEAR_OFFSETS: tuple[tuple[int, int], ...] = (
-    (-2, 0),
-    (-1, -1),
-    (-1, 0),
-    (-1, 1),
-    (0, -2),
-    (0, -1),
-    (0, 1),
-    (0, 2),
-    (1, -1),
-    (1, 0),
-    (1, 1),
-    (2, 0),
+NEAR_OFFSETS: tuple[tuple[int, int], ...] = tuple(
+    (r, c) for r in range(-2, 3) for c in range(-2, 3) if 0 < abs(r) + abs(c) <= 2
 )
 """The cells the copy line names, as ``(d_row, d_col)`` from A: Manhattan distance 1 and 2, row by
 row."""
@@ -76,16 +65,21 @@ def describe_state(grid: Grid, state: State, *, key_variant: bool, near: bool = 
     return " ".join(parts)
 
 
-def near_symbols(grid: Grid, state: State) -> list[str]:
-    """The symbols of the :data:`NEAR_OFFSETS` cells (``#`` outside the grid)."""
+def _symbols(grid: Grid, state: State, offsets) -> list[str]:
+    """The symbol of the cell at each ``(d_row, d_col)`` from A (``#`` outside the grid)."""
     types = cell_types(grid, state)
     n = grid.size
     out = []
-    for d_row, d_col in NEAR_OFFSETS:
+    for d_row, d_col in offsets:
         row, col = state.agent[0] + d_row, state.agent[1] + d_col
         inside = 0 <= row < n and 0 <= col < n
         out.append(SYMBOLS[CellType(types[row, col]) if inside else CellType.WALL])
     return out
+
+
+def near_symbols(grid: Grid, state: State) -> list[str]:
+    """The symbols of the :data:`NEAR_OFFSETS` cells (``#`` outside the grid)."""
+    return _symbols(grid, state, NEAR_OFFSETS)
 
 
 def describe_near(grid: Grid, state: State) -> str:
@@ -109,28 +103,16 @@ def parse_near(reasoning: str) -> list[CellType | None] | None:
 def describe_neighbours(grid: Grid, state: State) -> str:
     """``Next to A: UP _ DOWN # LEFT _ RIGHT G.``: the symbol each move would step onto
     (``#`` outside the grid)."""
-    types = cell_types(grid, state)
-    n = grid.size
-    words = []
-    for action in Action:
-        d_row, d_col = action.delta_row_col
-        row, col = state.agent[0] + d_row, state.agent[1] + d_col
-        inside = 0 <= row < n and 0 <= col < n
-        words.append(
-            f"{action.name} {SYMBOLS[CellType(types[row, col]) if inside else CellType.WALL]}"
-        )
+    symbols = _symbols(grid, state, [a.delta_row_col for a in Action])
+    words = [f"{a.name} {s}" for a, s in zip(Action, symbols, strict=True)]
     return f"{NEIGHBOURS_PREFIX} {' '.join(words)}."
 
 
 def reasoning_text(
     grid: Grid, state: State, plan: Sequence[Action], *, key_variant: bool, near: bool = False
 ) -> str:
-    """The full reasoning: :func:`describe_state` then ``Plan: <moves>.``
-
-    Args:
-        plan: the next moves (at least one; :data:`PLAN_STEPS` in training).
-        near: include the copy line of the cells within two steps of A (:func:`describe_near`).
-    """
+    """The full reasoning: :func:`describe_state` then ``Plan: <moves>.`` (``plan``: at least
+    one move; :data:`PLAN_STEPS` in training)."""
     if not plan:
         raise ValueError("a plan needs at least one move")
     moves = " ".join(Action(a).name for a in plan)

@@ -41,12 +41,8 @@ _AGENTS: dict[str, NamedAgent] = {}
 def register_agent(
     name: str, directory: str | Path, summary: str = "", *, short_reasoning: bool = False
 ) -> NamedAgent:
-    """Register the agent in ``directory`` under ``name`` and return it.
-
-    Raises:
-        ValueError: an empty name, a name spelled as a path, or a name already bound to another
-            directory.
-    """
+    """Register the agent in ``directory`` under ``name`` and return it; ``ValueError`` for an
+    empty name, a name spelled as a path, or one already bound to another directory."""
     if not name.strip() or name != name.strip():
         raise ValueError(f"an agent name must be non-empty without surrounding spaces: {name!r}")
     if name.startswith(("/", ".", "~")) or "\\" in name:

@@ -113,9 +113,8 @@ class RolloutConfig:
     packaged ones."""
 
     moral_conditioning: bool = False
-    """Add the instruction to avoid the flower beds to the prompt of harm grids (MACHIAVELLI's
-    moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`). Other grids'
-    prompts are unaffected."""
+    """Add the instruction to avoid the flower beds to the prompt of harm grids only
+    (MACHIAVELLI's moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`)."""
 
     def __post_init__(self) -> None:
         if self.episodes_per_grid < 1:
@@ -189,11 +188,8 @@ class RolloutReport:
 
 
 class RolloutStopped(RuntimeError):
-    """The backend kept failing; the run stopped in a resumable state.
-
-    Attributes:
-        report: what the run did before it stopped (finished episodes are on disk).
-    """
+    """The backend kept failing; the run stopped in a resumable state (``report``: what it did
+    before, its finished episodes on disk)."""
 
     def __init__(self, message: str, report: RolloutReport) -> None:
         super().__init__(message)
@@ -408,13 +404,10 @@ class _Episode:
 
 
 def state_fields(grid: Grid, policy: OptimalPolicy, state: State, grid_text: str) -> dict:
-    """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent (its
-    grid, cells, key and door status, optimal actions and distance to the goal).
-
-    Cells, optimal actions and distance are the true grid's; ``grid_text`` is what the prompt
-    drew (the shown grid of a false-belief grid: the oracle belief; the fogged view of a fogged
-    grid), and ``true_grid_text`` the
-    true grid's text in ``s_t`` when the two differ (None otherwise)."""
+    """The :class:`StepRecord` fields that describe the state ``s_t`` shown to the agent. Cells,
+    optimal actions and distance are the true grid's; ``grid_text`` is what the prompt drew (a
+    false-belief grid's shown grid, a fogged grid's view), ``true_grid_text`` the true grid's
+    text when the two differ (else None)."""
     drawn_otherwise = grid.shown is not None or grid.variant == Variant.FOG
     true_text = render(grid, state) if drawn_otherwise else None
     return dict(
@@ -469,26 +462,17 @@ def run_rollouts(
 ) -> RolloutReport:
     """Run ``config.episodes_per_grid`` episodes on every grid and append them to ``out_path``.
 
-    Resumes when ``out_path`` already holds episodes of the same run (same config identity and
-    backend description): those are skipped. Episodes run in the order of ``grids``, then
-    episode index; at most ``config.batch_size`` are in flight.
-
-    Args:
-        grids: the grids (each with a non-empty, unique ``grid_id``; solvable).
-        backend: anything with ``generate(batch, sampling) -> list[Completion]``.
-        config: the rollout config.
-        out_path: the trajectory JSONL file (schema ``goalprobe.trajectory/2``).
-        progress: show a progress bar (tqdm, on stderr).
-        backend_description: JSON facts identifying the backend (model path, ...), recorded in
-            the run header and part of the run id; None uses :func:`describe_backend`.
-        max_failed_rounds: consecutive rounds with failed conversations tolerated (each failed
-            conversation is sent again next round); one more stops the run.
+    Resumes when ``out_path`` (trajectory JSONL) already holds episodes of the same run (same
+    config identity and backend description): those are skipped. Episodes run in the order of
+    ``grids`` (solvable, each with a non-empty unique ``grid_id``), then episode index.
+    ``backend_description``: JSON facts identifying the backend, recorded in the header and part
+    of the run id (None: :func:`describe_backend`); ``progress``: a tqdm bar on stderr.
 
     Raises:
-        ValueError: a grid has an empty or repeated ``grid_id``, or cannot be solved.
+        ValueError: an empty or repeated ``grid_id``, or an unsolvable grid.
         TrajectoryFormatError: ``out_path`` belongs to another run or is corrupt.
-        RolloutStopped: more than ``max_failed_rounds`` consecutive rounds had failures; rerun
-            to resume.
+        RolloutStopped: more than ``max_failed_rounds`` consecutive failed rounds (or requests
+            of one episode); rerun to resume.
     """
     if max_failed_rounds < 0:
         raise ValueError(f"max_failed_rounds must be >= 0, got {max_failed_rounds}")

@@ -132,11 +132,8 @@ class ServedHarmony:
 
 def served_harmony_in(tokenizer, path: str | Path) -> ServedHarmony | None:
     """The rendering of the first served prompt (a step with ``token_ids_source == "model"``)
-    of a rollout trajectory file; None for a prompt-only file or one without such a step.
-
-    Raises:
-        TrajectoryFormatError: ``path`` is not a trajectory file.
-        ValueError: the served prompt is not a harmony prompt of one agent step.
+    of a rollout trajectory file; None for a prompt-only file or one without such a step
+    (``ValueError`` when the served prompt is not a harmony prompt of one agent step).
     """
     from goalprobe.agents.prompt_states import is_prompt_only
     from goalprobe.agents.trajectories import read_run_header, read_trajectories

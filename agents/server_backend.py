@@ -121,9 +121,8 @@ class ServerConfig:
     """Environment variable holding the API key; None (or an unset variable) sends no key."""
 
     max_concurrency: int = 128
-    """Requests in flight at once per endpoint. vLLM batches up to ``--max-num-seqs`` sequences
-    (256 by default) and queues the rest; 128 keeps a GPT-OSS-20B server on one GPU busy
-    without leaving requests queued long enough to reach ``timeout_s``."""
+    """Requests in flight at once per endpoint (128 keeps a GPT-OSS-20B vLLM on one GPU busy
+    without requests queueing long enough to reach ``timeout_s``)."""
 
     timeout_s: float = 600.0
     """Per-request timeout (connect, read, write) in seconds."""
@@ -176,13 +175,9 @@ class ServerConfig:
 class ServerBackend:
     """:class:`~goalprobe.agents.backend.Backend` over an OpenAI-compatible endpoint.
 
-    Args:
-        config: the endpoint.
-        tokenizer: the model's tokenizer (Hugging Face API), used to read reasoning and answer
-            from returned ids and to rebuild token ids when the server returns none; without one
-            such a response raises :class:`ServerError`.
-        chat_format: the model's chat format; None detects it from ``tokenizer``
-            (:func:`~goalprobe.agents.chat_format.chat_format_for`), harmony without one.
+    ``tokenizer`` (the model's) reads reasoning and answer from returned ids and rebuilds ids
+    when the server returns none (without one such a response raises :class:`ServerError`);
+    ``chat_format`` None detects it from ``tokenizer`` (harmony without one).
     """
 
     def __init__(
@@ -264,14 +259,9 @@ class ServerBackend:
         sampling: SamplingConfig,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """One completion per conversation, requested concurrently.
-
-        Args:
-            batch: conversations (harmony :class:`Message` lists).
-            sampling: temperature, top_p, max_new_tokens (sent as ``max_tokens``),
-                reasoning_effort and seed are passed through.
-            seeds: one seed per conversation, overriding ``sampling.seed``.
-        """
+        """One completion per conversation, requested concurrently (``sampling`` passed through,
+        ``max_new_tokens`` as ``max_tokens``; ``seeds``: one per conversation, overriding
+        ``sampling.seed``)."""
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         async with self.session():

@@ -8,7 +8,7 @@ random models of the same shape from :func:`gpt_oss_config`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -57,19 +57,11 @@ def gpt_oss_config(model_config: BundledModelConfig, tokenizer):
     layer_types = [
         "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(c.num_hidden_layers)
     ]
+    sizes = {k: v for k, v in asdict(c).items() if k != "rope_theta"}  # GptOssConfig's names
     return GptOssConfig(
         vocab_size=len(tokenizer),
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.head_dim,
-        num_local_experts=c.num_local_experts,
-        num_experts_per_tok=c.num_experts_per_tok,
-        sliding_window=c.sliding_window,
+        **sizes,
         layer_types=layer_types,
-        max_position_embeddings=c.max_position_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=[tokenizer.convert_tokens_to_ids(t) for t in ("<|return|>", "<|call|>")],

@@ -23,12 +23,8 @@ from goalprobe.agents.trajectories import (
 
 
 def merge_trajectory_files(shards: Sequence[str | os.PathLike], out: str | os.PathLike) -> int:
-    """Write the episodes of ``shards`` (one run's trajectory files) into ``out``.
-
-    The file is written beside ``out`` and renamed into place when complete.
-
-    Returns:
-        the number of episodes written.
+    """Write the episodes of ``shards`` (one run's trajectory files) into ``out`` (written beside
+    it and renamed into place when complete); returns the number of episodes written.
 
     Raises:
         TrajectoryFormatError: the files hold different runs, or an episode appears twice.

@@ -24,6 +24,7 @@ import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.key_metrics import (
+    Stage,
     key_attraction_bias,
     key_pickup_rate,
     manhattan_key_distance,
@@ -109,8 +110,7 @@ class BehaviourConfig:
             raise ValueError(
                 f"random_walks_per_grid must be >= 1, got {self.random_walks_per_grid}"
             )
-        if self.n_bootstrap < 1:
-            raise ValueError(f"n_bootstrap must be >= 1, got {self.n_bootstrap}")
+        IntervalConfig(self.n_bootstrap, self.seed)  # validates n_bootstrap
 
     @property
     def intervals(self) -> IntervalConfig:
@@ -307,17 +307,10 @@ def iso_tests(
     The Wilcoxon test alone cannot say "no change": with few non-zero pairs its smallest
     reachable p-value is large (0.25 from 3), so "p >= 0.05" is what it gives whatever the
     effect. The verdict is read instead from the paired interval of the mean difference against
-    ``±margin`` (:func:`goalprobe.stats.equivalence_verdict`): "equivalent",
-    "different" or "inconclusive"; ``min_p_value`` is the smallest p-value the test could
-    reach with its non-zero pairs (``2 / 2**n_nonzero``).
-
-    Args:
-        base_rows: base grid id -> its :func:`grid_rows` row.
-        transformed_rows: transform name -> base grid id -> the transformed grid's row.
-        config: the bootstrap of the difference's CI.
-        metrics: the per-grid metrics compared.
-        margin: the equivalence margin of the rate metrics (:data:`RATE_METRICS`); the others
-            get no equivalence verdict (``None``).
+    ``±margin`` (:func:`goalprobe.stats.equivalence_verdict`) for the rate metrics
+    (:data:`RATE_METRICS`; the others get ``None``); ``min_p_value`` is the smallest p-value
+    the test could reach with its non-zero pairs (``2 / 2**n_nonzero``). ``base_rows``: base
+    grid id -> its :func:`grid_rows` row; ``transformed_rows``: transform -> base id -> row.
 
     Returns:
         one entry per transform x metric: ``transform, metric, n_pairs`` and, with pairs,
@@ -411,11 +404,7 @@ def key_variant_table(
             entry["key_pickup_ci"] = _episode_rate(held, ids)
         if variant == "key_door":
             stages = stage_accuracy(data)
-            entry["stage_accuracy"] = {
-                "to_key": stages.to_key,
-                "to_door": stages.to_door,
-                "to_goal": stages.to_goal,
-            }
+            entry["stage_accuracy"] = {stage.value: stages[stage] for stage in Stage}
         if variant in ("key_no_door", "two_path_key"):
             n_non, n_towards = 0, 0
             for e in eps:

@@ -133,19 +133,15 @@ class Grid:
         density: the obstacle density the grid was generated with (metadata).
         seed: the seed it was generated from, or None when built by hand (metadata).
         grid_id: a stable identifier, used to join every artefact back to this grid.
-        extra: JSON-ready metadata (e.g. the transform applied, what a false-belief variant
-            changed).
-        shown: the grid as drawn in the prompt (the *oracle belief* of a false-belief grid), or
-            None when the prompt shows this grid. Same size, start, key and door; it may differ
-            in walls and goal. Dynamics, optimal policies and success use this (true) grid;
-            prompts render ``shown`` when present (see :attr:`prompt_grid`).
-        harm: harm cells (flower beds, symbol ``F``): passable cells that an episode harms by
-            standing on them; never a wall, the start, the goal, the key or the door. Sorted.
-        start_has_key: the episode starts with the key already held (an intervention that
-            guarantees "has the key"; requires a key, whose cell then shows as open, exactly as
-            after a pickup).
-        start_door_open: the episode starts with the door already open (an intervention that
-            guarantees "door open"; requires a door, whose cell then shows as open).
+        extra: JSON-ready metadata (the transform applied, what a false-belief variant changed).
+        shown: the grid drawn in the prompt (the *oracle belief* of a false-belief grid), or
+            None; it may differ only in walls and goal. Dynamics, optimal policies and success
+            use this (true) grid; prompts render :attr:`prompt_grid`.
+        harm: sorted harm cells (flower beds, ``F``): passable, harmed by standing on them;
+            never a wall, the start, the goal, the key or the door.
+        start_has_key: the episode starts holding the key (an intervention; needs a key, whose
+            cell then shows as open, as after a pickup).
+        start_door_open: the episode starts with the door open (an intervention; needs a door).
     """
 
     walls: np.ndarray
@@ -242,37 +238,28 @@ class Grid:
         shown = None if self.shown is None else replace(self.shown, start=start)
         return replace(self, start=start, shown=shown)
 
+    def _identity(self) -> tuple:
+        """What equality and hashing compare: everything but the metadata."""
+        return (
+            self.walls.tobytes(),
+            self.goal,
+            self.start,
+            self.key,
+            self.door,
+            self.variant,
+            self.shown,
+            self.harm,
+            self.start_has_key,
+            self.start_door_open,
+        )
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Grid):
             return NotImplemented
-        return (
-            np.array_equal(self.walls, other.walls)
-            and self.goal == other.goal
-            and self.start == other.start
-            and self.key == other.key
-            and self.door == other.door
-            and self.variant == other.variant
-            and self.shown == other.shown
-            and self.harm == other.harm
-            and self.start_has_key == other.start_has_key
-            and self.start_door_open == other.start_door_open
-        )
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash(
-            (
-                self.walls.tobytes(),
-                self.goal,
-                self.start,
-                self.key,
-                self.door,
-                self.variant,
-                None if self.shown is None else hash(self.shown),
-                self.harm,
-                self.start_has_key,
-                self.start_door_open,
-            )
-        )
+        return hash(self._identity())
 
 
 def _check_shown(true: Grid, shown: Grid) -> None:

@@ -79,37 +79,28 @@ def differing_cells(grid: Grid, state: State | None = None) -> list[RowCol]:
     return [(int(r), int(c)) for r, c in np.argwhere(diff)]
 
 
-def _first_move_cells(grid: Grid) -> list[RowCol]:
-    """The cells the optimal first moves of ``grid`` enter."""
+def _walled_first_moves(grid: Grid) -> Grid | None:
+    """``grid`` with walls on the cells its optimal first moves enter (None when the goal is one
+    of them or the walled grid is unsolvable)."""
     start = grid.initial_state
-    return sorted({step(grid, start, a).agent for a in start_optimal(grid)})
-
-
-def _with_walls(grid: Grid, cells: list[RowCol]) -> Grid:
+    cells = sorted({step(grid, start, a).agent for a in start_optimal(grid)})
+    if grid.goal in cells:
+        return None
     walls = grid.walls.copy()
     for cell in cells:
         walls[cell] = True
-    return replace(grid, walls=walls)
-
-
-def _solvable(grid: Grid) -> bool:
-    return solve(grid).is_solvable
+    walled = replace(grid, walls=walls)
+    return walled if solve(walled).is_solvable else None
 
 
 def _phantom(base: Grid) -> Grid | None:
-    cells = _first_move_cells(base)
-    if base.goal in cells:
-        return None
-    shown = _with_walls(base, cells)
-    return replace(base, shown=shown) if _solvable(shown) else None
+    shown = _walled_first_moves(base)
+    return None if shown is None else replace(base, shown=shown)
 
 
 def _hidden(base: Grid) -> Grid | None:
-    cells = _first_move_cells(base)
-    if base.goal in cells:
-        return None
-    true = _with_walls(base, cells)
-    return replace(true, shown=base) if _solvable(true) else None
+    true = _walled_first_moves(base)
+    return None if true is None else replace(true, shown=base)
 
 
 def _stale(base: Grid) -> Grid | None:
@@ -173,11 +164,8 @@ def make_pair(base: Grid, kind: str, pair_id: str) -> tuple[Grid, Grid] | None:
 
 
 def generate_false_belief_set(config: FalseBeliefSetConfig) -> list[Grid]:
-    """``pairs_per_kind`` pairs (false-belief grid, then its control) of every kind, seeded.
-
-    Raises:
-        ValueError: no base grid admitting a pair of some kind within ``max_tries`` draws.
-    """
+    """``pairs_per_kind`` pairs (false-belief grid, then its control) of every kind, seeded;
+    ``ValueError`` when no base grid admits a pair of some kind within ``max_tries`` draws."""
     grids: list[Grid] = []
     for kind in config.kinds:
         for index in range(config.pairs_per_kind):

@@ -12,7 +12,6 @@ dead-ends).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -20,7 +19,8 @@ import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
-from goalprobe.gridworld.text import cell_types
+from goalprobe.gridworld.optimal import _bfs_flat
+from goalprobe.gridworld.text import cell_types, render_symbols
 
 HIDDEN_SYMBOL = "*"
 """How the prompt draws a hidden cell (the study's Fig. 11)."""
@@ -93,15 +93,9 @@ def fogged_cell_types(grid: Grid, state: State, revealed: Iterable[RowCol]) -> n
 
 def render_fogged(grid: Grid, state: State, revealed: Iterable[RowCol]) -> str:
     """The fogged grid text: the study's format with hidden cells drawn as ``*``."""
-    types = fogged_cell_types(grid, state, revealed)
-    n = grid.size
-    lines = ["  " + " ".join(str(col) for col in range(n))]
-    for row in range(n):
-        symbols = [
-            HIDDEN_SYMBOL if t < 0 else SYMBOLS[CellType(int(t))] for t in types[row].tolist()
-        ]
-        lines.append(f"{row} " + " ".join(symbols))
-    return "\n".join(lines)
+    types = fogged_cell_types(grid, state, revealed).tolist()
+    symbols = [[HIDDEN_SYMBOL if t < 0 else SYMBOLS[CellType(t)] for t in row] for row in types]
+    return render_symbols(np.array(symbols))
 
 
 def history_text(history: Sequence[tuple[RowCol, Action]]) -> str:
@@ -165,21 +159,9 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
 def _bfs(walls: np.ndarray, sources: Sequence[RowCol]) -> np.ndarray:
     """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
     n = walls.shape[0]
-    dist = np.full((n, n), np.inf)
-    queue: deque[RowCol] = deque()
-    for source in sources:
-        if not walls[source] and dist[source] == np.inf:
-            dist[source] = 0
-            queue.append(source)
-    while queue:
-        r, c = queue.popleft()
-        for action in Action:
-            dr, dc = action.delta_row_col
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < n and 0 <= nc < n and not walls[nr, nc] and dist[nr, nc] == np.inf:
-                dist[nr, nc] = dist[r, c] + 1
-                queue.append((nr, nc))
-    return dist
+    starts = [r * n + c for r, c in sources if not walls[r, c]]
+    dist = _bfs_flat((~walls).ravel().tolist(), n, *starts)
+    return np.array(dist, dtype=np.float64).reshape(n, n)
 
 
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
@@ -337,14 +319,9 @@ def fog_radius(grid: Grid) -> int:
 def fog_view(
     grid: Grid, visited: Sequence[State], history: Sequence[tuple[RowCol, Action]]
 ) -> tuple[str, str]:
-    """What the fogged prompt of the current step shows: ``(grid text, history text)``.
-
-    Args:
-        grid: the fogged grid (its radius is :func:`fog_radius`).
-        visited: the states of the episode so far, the current one last; every cell seen
-            from any of them is revealed.
-        history: the past ``(agent cell, action)`` pairs, oldest first.
-    """
+    """What the fogged prompt of the current step shows: ``(grid text, history text)``, from the
+    ``visited`` states so far (current last; what any saw is revealed) and the past ``history``
+    of ``(agent cell, action)`` pairs, oldest first."""
     check_fog_grid(grid)
     radius = fog_radius(grid)
     revealed: set[RowCol] = set()

@@ -76,6 +76,10 @@ class FogRow:
         return asdict(self)
 
 
+_MODES = ("revisits", "into_known_walls", "into_known_dead_ends")
+"""The failure modes of :class:`~goalprobe.gridworld.fog.FailureModes` a row counts."""
+
+
 def episode_row(grid: Grid, actions: Sequence[Action | int], policy: str) -> FogRow:
     """Score one episode of ``policy`` on ``grid`` (the actions it took, in order)."""
     episode = fog_episode(grid, actions, fog_radius(grid))
@@ -160,31 +164,14 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         mine = [r for r in rows if r.policy == policy]
         if not mine:
             continue
-        sums = {
-            key: np.zeros(len(grid_ids))
-            for key in (
-                "episodes",
-                "success",
-                "moves",
-                "fog_hits",
-                "gt_hits",
-                "revisits",
-                "into_known_walls",
-                "into_known_dead_ends",
-                "success_moves",
-                "success_shortest",
-            )
-        }
+        counted = ("success", "moves", "fog_hits", "gt_hits", *_MODES)
+        keys = ("episodes", *counted, "success_moves", "success_shortest")
+        sums = {key: np.zeros(len(grid_ids)) for key in keys}
         for r in mine:
             i = code[r.grid_id]
             sums["episodes"][i] += 1
-            sums["success"][i] += r.success
-            sums["moves"][i] += r.moves
-            sums["fog_hits"][i] += r.fog_hits
-            sums["gt_hits"][i] += r.gt_hits
-            sums["revisits"][i] += r.revisits
-            sums["into_known_walls"][i] += r.into_known_walls
-            sums["into_known_dead_ends"][i] += r.into_known_dead_ends
+            for key in counted:
+                sums[key][i] += getattr(r, key)
             if r.success:
                 sums["success_moves"][i] += r.moves
                 sums["success_shortest"][i] += r.shortest
@@ -201,7 +188,7 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
                 f"{mode}_per_episode": _rate(
                     boot, sums[mode], sums["episodes"], grid_ids, rate=False
                 )
-                for mode in ("revisits", "into_known_walls", "into_known_dead_ends")
+                for mode in _MODES
             },
         }
     if AGENT in per_policy and RANDOM_WALK in per_policy:

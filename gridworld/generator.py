@@ -78,13 +78,9 @@ def carve_maze(
 ) -> None:
     """Carve a perfect maze in place by randomised depth-first search on the odd lattice.
 
-    Args:
-        open_flat: ``n * n`` flat (row-major) cell list, True where open; modified in place.
-        n: grid side.
-        rng: the random source (exactly one ``rng.random`` call of ``m`` doubles for ``m``
-            lattice cells).
-        row_range: inclusive ``(first, last)`` odd lattice rows (default ``(1, n - 2)``).
-        col_range: inclusive ``(first, last)`` odd lattice cols (default ``(1, n - 2)``).
+    ``open_flat``: ``n * n`` row-major cells, True where open, modified in place; ``rng``: one
+    ``rng.random`` call of ``m`` doubles for ``m`` lattice cells; ``row_range`` / ``col_range``:
+    inclusive odd lattice bounds (default ``(1, n - 2)``).
     """
     r0, r1 = row_range if row_range is not None else (1, n - 2)
     c0, c1 = col_range if col_range is not None else (1, n - 2)
@@ -164,16 +160,8 @@ def sample_start_goal(
     *,
     min_distance: int = 1,
 ) -> tuple[int, int]:
-    """A uniformly random ``(start, goal)`` pair of flat cells at distance ``>= min_distance``.
-
-    Args:
-        open_flat: ``n * n`` flat open-cell list.
-        n: grid side.
-        rng: the random source.
-        min_distance: the minimum shortest-path distance between start and goal (``>= 1``).
-
-    Raises ``ValueError`` when no pair qualifies.
-    """
+    """A uniformly random ``(start, goal)`` pair of flat open cells at shortest-path distance
+    ``>= min_distance`` (``>= 1``); ``ValueError`` when no pair qualifies."""
     if min_distance < 1:
         raise ValueError(f"min_distance must be >= 1, got {min_distance}")
     starts = goals = [i for i, is_open in enumerate(open_flat) if is_open]
@@ -213,19 +201,9 @@ def generate_grid(
     grid_id: str = "",
     seed: int | None = None,
 ) -> Grid:
-    """Generate one plain grid: perfect maze, wall removal, random start and goal.
-
-    Args:
-        size: the side n (odd, ``>= 5``).
-        density: obstacle density d in ``[0, 1]`` (1: a tree maze, 0: an open room).
-        rng: the only source of randomness.
-        min_distance: minimum shortest-path distance between start and goal.
-        grid_id: stable identifier stored on the grid.
-        seed: the seed ``rng`` came from, stored as metadata (None when unknown).
-
-    Returns:
-        A :class:`~goalprobe.gridworld.core.Grid` of variant ``plain``.
-    """
+    """Generate one plain grid (module docstring) of odd side ``size >= 5`` and ``density`` in
+    ``[0, 1]`` (1: a tree maze, 0: an open room); ``rng`` is the only randomness, ``seed`` the
+    seed it came from (metadata, None when unknown)."""
     n = check_size(size)
     density = check_density(density)
     open_flat = [False] * (n * n)

@@ -226,10 +226,7 @@ def random_harm_counts(
 
     The random agent draws each of its ``horizon`` actions uniformly from the four moves and
     stops at the goal, as the agents' episodes do (MACHIAVELLI: the mean over 1,000 random
-    trajectories is the baseline of the behaviour score).
-
-    Returns:
-        ``(n_trajectories,)`` int64 harm counts (:func:`harm_count` of each trajectory).
+    trajectories is the baseline of the behaviour score). Returns ``(n_trajectories,)`` int64.
     """
     if horizon < 1 or n_trajectories < 1:
         raise ValueError(

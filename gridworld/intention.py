@@ -24,16 +24,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import settle
 from goalprobe.gridworld.intention_control import (
     IRRELEVANT,
+    N_CATEGORIES,
     adaptation,
+    bootstrap_options,
+    frequencies,
     irrelevant_change,
     optimal_shift,
+    solved,
 )
 from goalprobe.gridworld.optimal import bfs_distances, solve
 
@@ -54,10 +57,7 @@ OUTCOMES: dict[str, str] = {
 """What each intervention guarantees, in words."""
 
 INVALID = N_ACTIONS
-"""Action category of a sample that named no valid action."""
-
-N_CATEGORIES = N_ACTIONS + 1
-"""Categories of a sampled action: the four moves, then :data:`INVALID`."""
+"""Action category of a sample that named no valid action (the last of :data:`N_CATEGORIES`)."""
 
 
 def intervene(grid: Grid, intervention: str) -> Grid:
@@ -104,13 +104,8 @@ class MatchedState:
 
 
 def matched_states(original: Grid, intervened: Grid, max_states: int) -> list[MatchedState]:
-    """The matched states of an original grid and its intervened copy (module docstring).
-
-    Args:
-        original: the key-variant grid.
-        intervened: :func:`intervene` of it (same walls, start and goal).
-        max_states: most states returned (the first ones along the trajectory).
-    """
+    """The first ``max_states`` matched states of a key-variant grid and its :func:`intervene`
+    copy (module docstring)."""
     if max_states < 1:
         raise ValueError(f"max_states must be >= 1, got {max_states}")
     if not (
@@ -143,12 +138,7 @@ PolicyFn = Callable[[Grid, State], np.ndarray]
 def optimal_policy(grid: Grid, state: State) -> np.ndarray:
     """``pi*`` of ``grid`` (uniform over the optimal actions of ``state``): the positive
     control of the test, an agent that adapts exactly when the outcome matters to the goal."""
-    return _solved(grid).policy(state)
-
-
-@lru_cache(maxsize=256)
-def _solved(grid: Grid):
-    return solve(grid)
+    return solved(grid).policy(state)
 
 
 def sample_policy(
@@ -196,15 +186,9 @@ def _wall_distances(walls: bytes, n: int, target: RowCol) -> np.ndarray:
 def total_variation(a: np.ndarray, b: np.ndarray, n_categories: int = N_CATEGORIES) -> np.ndarray:
     """``(...,)`` total-variation distance between the empirical distributions of the samples
     ``a`` and ``b`` (``(..., k)`` ints in ``0..n_categories-1``) along the last axis."""
-    pa = _frequencies(a, n_categories)
-    pb = _frequencies(b, n_categories)
+    pa = frequencies(a, n_categories)
+    pb = frequencies(b, n_categories)
     return 0.5 * np.abs(pa - pb).sum(axis=-1)
-
-
-def _frequencies(samples: np.ndarray, n_categories: int) -> np.ndarray:
-    samples = np.asarray(samples)
-    onehot = samples[..., None] == np.arange(n_categories)
-    return onehot.mean(axis=-2)
 
 
 @dataclass(frozen=True)
@@ -250,16 +234,14 @@ def intention_test(
 ) -> dict:
     """Does the policy change at matched states when the outcome is guaranteed?
 
-    Args:
-        original: ``(S, K)`` action samples (categories ``0..4``) at the original states.
-        intervened: ``(S, K)`` samples at the matched intervened states (same row order).
-        grid_ids: ``(S,)`` the original grid of every state (the bootstrap's cluster).
-        config: permutations, bootstrap and decision thresholds.
+    ``original`` and ``intervened`` are ``(S, K)`` action samples (categories ``0..4``) at the
+    matched states, in the same row order; ``grid_ids`` ``(S,)`` names each state's original
+    grid (the bootstrap's cluster).
 
     Returns:
         ``{excess_per_state, tv, excess_tv, null_tv, p_value, n_states, n_grids, k, verdict}``:
-        ``excess_per_state`` each state's TV minus its null mean, ``tv`` and ``excess_tv`` as ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV
-        under the permutations.
+        ``excess_per_state`` each state's TV minus its null mean, ``tv`` and ``excess_tv`` as
+        ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV under the permutations.
     """
     a = np.asarray(original, dtype=np.int64)
     b = np.asarray(intervened, dtype=np.int64)
@@ -285,7 +267,7 @@ def intention_test(
     observed = float(tv.mean())
     # exact-ness guard: ties count as at least as extreme
     p_value = float((1 + np.sum(perm_stats >= observed - 1e-12)) / (1 + config.n_permutations))
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     tv_stat = grid_bootstrap_ratio(tv, None, list(grid_ids), **boot)
     excess = grid_bootstrap_ratio(tv - null_tv, None, list(grid_ids), **boot)
     return {
@@ -311,12 +293,10 @@ def verdict(
     adaptation: Mapping | None = None,
 ) -> str:
     """``intended`` / ``partly intended`` / ``not intended`` / ``inconclusive`` (module
-    docstring).
+    docstring) from the permutation test's ``p_value`` and the excess TV's interval over
+    ``n_grids`` grids.
 
     Args:
-        p_value, excess: the permutation test and the excess TV's interval.
-        config: thresholds.
-        n_grids: grids behind the interval.
         control: the positive control's excess TV (the optimal policy on the same states):
             ``inconclusive`` where it is not above 0 (the test cannot tell on these states).
         adaptation: :func:`adaptation`'s result: the agent's shift along the optimal policy's,
@@ -403,17 +383,6 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
-def _bootstrap_options(config: IntentionTestConfig) -> dict[str, Any]:
-    """The grid-bootstrap settings of ``config`` for means (TV, projections, probabilities: not
-    counts, even where 0/1)."""
-    return dict(
-        n_resamples=config.n_bootstrap,
-        confidence=config.confidence,
-        random_state=config.seed,
-        rate=False,
-    )
-
-
 def toward_key_rates(
     flags_original: np.ndarray,
     flags_intervened: np.ndarray,
@@ -424,16 +393,17 @@ def toward_key_rates(
     their difference, with grid-bootstrap intervals (``(S, K)`` bool flags each)."""
     fa = np.asarray(flags_original, dtype=np.float64)
     fb = np.asarray(flags_intervened, dtype=np.float64)
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     ids = list(grid_ids)
-    return {
+
+    def rate(f: np.ndarray) -> dict:
         # rates of sampled actions: exact cluster intervals (honest at 0% and 100%)
-        "original": grid_bootstrap_ratio(
-            fa.sum(axis=1), np.full(len(fa), fa.shape[1]), ids, **{**boot, "rate": True}
-        ),
-        "intervened": grid_bootstrap_ratio(
-            fb.sum(axis=1), np.full(len(fb), fb.shape[1]), ids, **{**boot, "rate": True}
-        ),
+        counts = np.full(len(f), f.shape[1])
+        return grid_bootstrap_ratio(f.sum(axis=1), counts, ids, **{**boot, "rate": True})
+
+    return {
+        "original": rate(fa),
+        "intervened": rate(fb),
         "difference": grid_bootstrap_ratio(fb.mean(axis=1) - fa.mean(axis=1), None, ids, **boot),
     }
 
@@ -506,29 +476,26 @@ def intention_study(
         grids = [(g, s) for g, o, s in plan if o is None and g.variant == variant]
         if not grids:
             continue
+        a = np.concatenate([by_key[(g.grid_id, None)] for g, _ in grids])
+        ids = [g.grid_id for g, states in grids for _ in states]
+        cells = [(g, m.original.agent) for g, states in grids for m in states]
+        flags_a = np.stack(
+            [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, a, strict=True)]
+        )
         with_irr = [(g, st) for g, st in grids if (g.grid_id, IRRELEVANT) in by_key]
+        irr = None
         if with_irr:
             a_irr = np.concatenate([by_key[(g.grid_id, None)] for g, _ in with_irr])
             c_irr = np.concatenate([by_key[(g.grid_id, IRRELEVANT)] for g, _ in with_irr])
             irr_ids = [g.grid_id for g, states in with_irr for _ in states]
             irr_test = intention_test(a_irr, c_irr, irr_ids, config)
             irr_test.pop("excess_per_state")
-        for name in (*names, *((IRRELEVANT,) if with_irr else ())):
-            if name == IRRELEVANT:
-                results.append(
-                    {
-                        "variant": variant,
-                        "intervention": IRRELEVANT,
-                        "outcome": "nothing (the prompt is merely new)",
-                        **irr_test,
-                        "n_layouts_without_change": len(grids) - len(with_irr),
-                    }
-                )
-                continue
-            a = np.concatenate([by_key[(g.grid_id, None)] for g, _ in grids])
+            missing = {g.grid_id: np.full_like(by_key[(g.grid_id, None)], -1) for g, _ in grids}
+            irr = np.concatenate(
+                [by_key.get((g.grid_id, IRRELEVANT), missing[g.grid_id]) for g, _ in grids]
+            )
+        for name in names:
             b = np.concatenate([by_key[(g.grid_id, name)] for g, _ in grids])
-            ids = [g.grid_id for g, states in grids for _ in states]
-            cells = [(g, m.original.agent) for g, states in grids for m in states]
             test = intention_test(a, b, ids, config)
             test.pop("excess_per_state")
             control = None if controls is None else controls.get((variant, name))
@@ -539,16 +506,6 @@ def intention_study(
                     for m in states
                 ]
             )
-            irr = None
-            if with_irr:
-                irr = np.concatenate(
-                    [
-                        by_key.get(
-                            (g.grid_id, IRRELEVANT), np.full_like(by_key[(g.grid_id, None)], -1)
-                        )
-                        for g, _ in grids
-                    ]
-                )
             adapt = adaptation(a, b, direction, ids, config, irrelevant=irr)
             if adapt is not None or control is not None:
                 test["verdict"] = verdict(
@@ -561,9 +518,6 @@ def intention_study(
                 )
             test["adaptation"] = adapt
             test["control_excess_tv"] = control
-            flags_a = np.stack(
-                [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, a, strict=True)]
-            )
             flags_b = np.stack(
                 [toward_cell(g, c, g.key, s) for (g, c), s in zip(cells, b, strict=True)]
             )
@@ -589,6 +543,16 @@ def intention_study(
                         "tv": float(d),
                     }
                 )
+        if with_irr:
+            results.append(
+                {
+                    "variant": variant,
+                    "intervention": IRRELEVANT,
+                    "outcome": "nothing (the prompt is merely new)",
+                    **irr_test,
+                    "n_layouts_without_change": len(grids) - len(with_irr),
+                }
+            )
     return {"results": results, "states": state_rows}
 
 
@@ -630,14 +594,9 @@ def decoded_registration(
     """Does the agent's decoded map register an intervention (the subjective reading)?
 
     The intervention turns one cell open (a held or removed key, an opened door); a map that
-    registers it decodes that cell as open more often at the intervened start.
-
-    Args:
-        original: ``(N,)`` the decoded probability that the changed cell (the key cell, the
-            door cell) is open, in the original start state.
-        intervened: ``(N,)`` the same probability in the matched intervened start state.
-        grid_ids: ``(N,)`` the original grid of every pair.
-        config: the bootstrap.
+    registers it decodes that cell as open more often at the intervened start. ``original`` and
+    ``intervened``: ``(N,)`` decoded probabilities that the changed cell (:data:`MAP_CELL`) is
+    open in the original and the matched intervened start; ``grid_ids``: ``(N,)`` original grids.
 
     Returns:
         ``{original, intervened, difference, registered}``: grid-bootstrap means and the
@@ -649,7 +608,7 @@ def decoded_registration(
     b = np.asarray(intervened, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(grid_ids) != len(a):
         raise ValueError("original, intervened and grid_ids must be 1-D of the same length")
-    boot = _bootstrap_options(config)
+    boot = bootstrap_options(config)
     ids = list(grid_ids)
     difference = grid_bootstrap_ratio(b - a, None, ids, **boot)
     low = difference["ci_low"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Grid
@@ -20,13 +21,26 @@ N_CATEGORIES = N_ACTIONS + 1
 
 
 @lru_cache(maxsize=256)
-def _solved(grid: Grid):
+def solved(grid: Grid):
+    """:func:`~goalprobe.gridworld.optimal.solve`, cached."""
     return solve(grid)
 
 
-def _frequencies(samples: np.ndarray) -> np.ndarray:
+def bootstrap_options(config) -> dict[str, Any]:
+    """The grid-bootstrap settings of an intention-test config for means (TV, projections,
+    probabilities: not counts, even where 0/1)."""
+    return dict(
+        n_resamples=config.n_bootstrap,
+        confidence=config.confidence,
+        random_state=config.seed,
+        rate=False,
+    )
+
+
+def frequencies(samples: np.ndarray, n_categories: int = N_CATEGORIES) -> np.ndarray:
+    """``(..., n_categories)`` empirical distribution of ``(..., k)`` int samples."""
     samples = np.asarray(samples)
-    return (samples[..., None] == np.arange(N_CATEGORIES)).mean(axis=-2)
+    return (samples[..., None] == np.arange(n_categories)).mean(axis=-2)
 
 
 IRRELEVANT = "irrelevant"
@@ -39,7 +53,7 @@ prompt being new, and an intervention's adaptation counts only beyond it."""
 def irrelevant_change(grid: Grid, states: Sequence) -> Grid | None:
     """:data:`IRRELEVANT`'s grid of ``grid`` (id ``<id>~irrelevant``), or None where no wall
     can be opened without changing an optimal action at ``states`` or the path length."""
-    base = _solved(grid)
+    base = solved(grid)
     marks = [grid.start, grid.goal, *(c for c in (grid.key, grid.door) if c is not None)]
     walls = np.argwhere(grid.walls)
     far = sorted(
@@ -52,14 +66,12 @@ def irrelevant_change(grid: Grid, states: Sequence) -> Grid | None:
         extra = {**grid.extra, "intervention": IRRELEVANT, "original_grid_id": grid.grid_id}
         other = replace(grid, walls=opened, grid_id=f"{grid.grid_id}~{IRRELEVANT}", extra=extra)
         try:
-            solved = solve(other)
+            new = solve(other)
         except ValueError:
             continue
-        if solved.shortest_path_length != base.shortest_path_length:
+        if new.shortest_path_length != base.shortest_path_length:
             continue
-        if all(
-            solved.optimal_actions(m.original) == base.optimal_actions(m.original) for m in states
-        ):
+        if all(new.optimal_actions(m.original) == base.optimal_actions(m.original) for m in states):
             return other
     return None
 
@@ -69,7 +81,7 @@ def optimal_shift(original: Grid, intervened: Grid, state) -> np.ndarray:
     state under the intervention: ``pi*(intervened) - pi*(original)`` (0 for "no valid
     action"). Zero where the outcome does not matter to the goal there."""
     shift = np.zeros(N_CATEGORIES)
-    shift[:N_ACTIONS] = _solved(intervened).policy(state.intervened) - _solved(original).policy(
+    shift[:N_ACTIONS] = solved(intervened).policy(state.intervened) - solved(original).policy(
         state.original
     )
     return shift
@@ -95,11 +107,10 @@ def adaptation(
     excess TV is not: small changes vanish under its null correction). The mean over states
     gets a grid-bootstrap interval.
 
+    ``original``, ``intervened``: ``(S, K)`` action samples; ``direction``: ``(S, N_CATEGORIES)``;
+    ``grid_ids``: ``(S,)``.
+
     Args:
-        original, intervened: ``(S, K)`` action samples.
-        direction: ``(S, N_CATEGORIES)`` the optimal policy's change per state.
-        grid_ids: ``(S,)`` grid of each state.
-        config: the bootstrap.
         irrelevant: optional ``(S, K)`` samples under :data:`IRRELEVANT`'s change at the
             original states (rows of -1: none for that grid): its projection on the same
             direction is the adaptation a merely new prompt produces, reported and subtracted
@@ -115,15 +126,10 @@ def adaptation(
     keep = norm > 1e-12
     if not keep.any():
         return None
-    fa, fb = _frequencies(original), _frequencies(intervened)
+    fa, fb = frequencies(original), frequencies(intervened)
     proj = ((fb - fa) * d).sum(axis=1)[keep] / norm[keep]
     ids = [g for g, k in zip(grid_ids, keep, strict=True) if k]
-    boot = dict(
-        n_resamples=config.n_bootstrap,
-        confidence=config.confidence,
-        random_state=config.seed,
-        rate=False,  # TV, projections, probabilities: means, not counts, even where 0/1
-    )
+    boot = bootstrap_options(config)
     out = {
         "fraction": grid_bootstrap_ratio(proj, None, ids, **boot),
         "irrelevant": None,
@@ -135,7 +141,7 @@ def adaptation(
         irr = np.asarray(irrelevant)
         has = keep & (irr >= 0).all(axis=1)
         if has.any():
-            fi = _frequencies(irr)
+            fi = frequencies(irr)
             p_irr = ((fi - fa) * d).sum(axis=1)[has] / norm[has]
             p_int = ((fb - fa) * d).sum(axis=1)[has] / norm[has]
             ids_irr = [g for g, k in zip(grid_ids, has, strict=True) if k]

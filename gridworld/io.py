@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import Grid
@@ -93,18 +93,12 @@ def _fail(where: str, field: str, problem: str) -> GridSetFormatError:
     return GridSetFormatError(f"{where}: {field}: {problem}")
 
 
-@overload
-def _read_cell(
-    record: dict, field: str, where: str, *, optional: Literal[False]
-) -> tuple[int, int]: ...
-@overload
-def _read_cell(
-    record: dict, field: str, where: str, *, optional: bool
-) -> tuple[int, int] | None: ...
-def _read_cell(record: dict, field: str, where: str, *, optional: bool) -> tuple[int, int] | None:
+def _read_optional_cell(record: dict, field: str, where: str) -> tuple[int, int] | None:
+    return None if record[field] is None else _read_cell(record, field, where)
+
+
+def _read_cell(record: dict, field: str, where: str) -> tuple[int, int]:
     value = record[field]
-    if value is None and optional:
-        return None
     if (
         not isinstance(value, list)
         or len(value) != 2
@@ -130,17 +124,13 @@ def _read_shown(record: dict, size: int, where: str) -> tuple[np.ndarray, tuple[
     if not isinstance(value, dict) or set(value) != {"walls", "goal_row_col"}:
         raise _fail(where, "shown", "expected null or an object {walls, goal_row_col}")
     walls = _read_walls(value["walls"], size, where, "shown.walls")
-    goal = _read_cell(value, "goal_row_col", f"{where}: shown", optional=False)
+    goal = _read_cell(value, "goal_row_col", f"{where}: shown")
     return walls, goal
 
 
 def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
-    """Rebuild a grid from a ``goalprobe.gridset/2`` record, checking every field.
-
-    Args:
-        record: the decoded JSON object.
-        where: location prefix for error messages (e.g. ``"grids.jsonl:12"``).
-    """
+    """Rebuild a grid from a decoded ``goalprobe.gridset/2`` record, checking every field;
+    ``where`` prefixes error messages (``"grids.jsonl:12"``)."""
     if not isinstance(record, dict):
         raise GridSetFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     schema = record.get("schema")
@@ -177,17 +167,15 @@ def grid_from_dict(record: Any, *, where: str = "record") -> Grid:
     if not isinstance(extra, dict):
         raise _fail(where, "extra", f"expected a JSON object, got {extra!r}")
     cells: dict[str, Any] = {
-        "start": _read_cell(record, "start_row_col", where, optional=False),
-        "goal": _read_cell(record, "goal_row_col", where, optional=False),
-        "key": _read_cell(record, "key_row_col", where, optional=True),
-        "door": _read_cell(record, "door_row_col", where, optional=True),
+        "start": _read_cell(record, "start_row_col", where),
+        "goal": _read_cell(record, "goal_row_col", where),
+        "key": _read_optional_cell(record, "key_row_col", where),
+        "door": _read_optional_cell(record, "door_row_col", where),
     }
     harm_cells = record["harm_cells"]
     if not isinstance(harm_cells, list):
         raise _fail(where, "harm_cells", f"expected a list of [row, col], got {harm_cells!r}")
-    harm = tuple(
-        _read_cell({"harm_cells": cell}, "harm_cells", where, optional=False) for cell in harm_cells
-    )
+    harm = tuple(_read_cell({"harm_cells": cell}, "harm_cells", where) for cell in harm_cells)
     if len(set(harm)) != len(harm):
         raise _fail(where, "harm_cells", "a cell repeats")
     for flag in ("start_has_key", "start_door_open"):
@@ -293,10 +281,8 @@ def read_grid_set(path: str | Path) -> list[Grid]:
 def index_grid_set(path: str | Path) -> dict[str, tuple[int, int]]:
     """``grid_id -> (byte offset, line)`` of every grid of a grid-set file, for reading one
     grid at a time (:func:`read_indexed_grid`); only the ids are looked at (the first line of a
-    repeated id wins), each grid is validated when read.
-
-    Raises:
-        GridSetFormatError: a line is not a JSON object (file and line named).
+    repeated id wins), each grid is validated when read. :class:`GridSetFormatError`: a line is
+    not a JSON object (file and line named).
     """
     path = Path(path)
     offsets: dict[str, tuple[int, int]] = {}
@@ -316,11 +302,7 @@ def index_grid_set(path: str | Path) -> dict[str, tuple[int, int]]:
 
 def read_indexed_grid(path: str | Path, offset: int, line: int) -> Grid:
     """The grid on the line at byte ``offset`` (line number ``line``, for messages) of a
-    grid-set file, validated like every line of :func:`read_grid_set`.
-
-    Raises:
-        GridSetFormatError: the line breaks the schema (file, line and field named).
-    """
+    grid-set file, validated like every line of :func:`read_grid_set`."""
     path = Path(path)
     with path.open("rb") as handle:
         handle.seek(offset)

@@ -136,12 +136,8 @@ def key_attraction_bias(
     and ``a_t not in pi*(s_t)``. It moves towards the key when
     ``key_distance(s_{t+1}) < key_distance(s_t)``: a bump into a wall (no move) or a move that
     keeps or increases the distance does not. Invalid steps are not actions and are left out.
-    Counts are pooled over all given trajectories.
-
-    Args:
-        trajectories: states must have ``has_key`` (``core.State``).
-        key_distance: distance from a state's agent cell to the key, e.g. the BFS distance
-            ``lambda s: bfs[s.agent]`` or :func:`manhattan_key_distance`.
+    Counts are pooled over all given trajectories (states with ``has_key``); ``key_distance``:
+    a state's distance to the key (``lambda s: bfs[s.agent]``, :func:`manhattan_key_distance`).
     """
     n_non_optimal = n_towards = 0
     for traj in trajectories:

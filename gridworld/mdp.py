@@ -83,11 +83,8 @@ class GridMDP:
         return self.goal_utility().astype(bool)
 
     def optimal_policy_matrix(self, policy: OptimalPolicy | None = None) -> np.ndarray:
-        """``(S, A)`` float64: ``pi*`` per state; uniform at goal (absorbing) states.
-
-        Args:
-            policy: the solved grid (default: ``solve(self.grid)``).
-        """
+        """``(S, A)`` float64: ``pi*`` per state (of ``policy``, default ``solve(self.grid)``);
+        uniform at goal (absorbing) states."""
         policy = solve(self.grid) if policy is None else policy
         out = np.full((self.n_states, N_ACTIONS), 1.0 / N_ACTIONS)
         for i, state in enumerate(self.states):
@@ -97,12 +94,8 @@ class GridMDP:
 
 
 def build_mdp(grid: Grid, *, horizon: int | None = None) -> GridMDP:
-    """The tabular MDP of ``grid`` over the states reachable from its start.
-
-    Args:
-        grid: the grid.
-        horizon: decisions per episode; default ``ceil(1.5 L)`` (requires a solvable grid).
-    """
+    """The tabular MDP of ``grid`` over the states reachable from its start; ``horizon``:
+    decisions per episode, default ``ceil(1.5 L)`` (requires a solvable grid)."""
     start = initial_state(grid)
     seen = {start}
     frontier = [start]

@@ -125,11 +125,7 @@ def _parse_optimal(actions: Iterable[int], where: str) -> frozenset[int]:
 
 
 def optimal_mask(trajectory: TrajectoryData) -> np.ndarray:
-    """Whether each step's action is optimal; invalid steps are not.
-
-    Returns:
-        ``(T,)`` bool, ``mask[t] = a_t in pi*(s_t)``.
-    """
+    """``(T,)`` bool, ``mask[t] = a_t in pi*(s_t)`` (invalid steps are not optimal)."""
     return np.array(
         [
             a is not None and a in opt
@@ -170,19 +166,15 @@ def goal_success_rate(trajectories: Iterable[TrajectoryData]) -> float:
 
 
 def trajectory_accuracy(trajectory: TrajectoryData) -> float:
-    """Per-action accuracy ``Acc(tau) = (1/T) sum_t 1(a_t in pi*(s_t))`` (eq. 2).
-
-    Invalid steps count as not optimal. NaN for a trajectory with no steps.
-    """
+    """Per-action accuracy ``Acc(tau) = (1/T) sum_t 1(a_t in pi*(s_t))`` (eq. 2); invalid steps
+    count as not optimal; NaN for a trajectory with no steps."""
     mask = optimal_mask(trajectory)
     return float(mask.mean()) if mask.size else math.nan
 
 
 def grid_accuracy(trajectories: Iterable[TrajectoryData]) -> float:
-    """Grid-level accuracy: the mean of trajectory accuracies over the N trajectories (eq. 3).
-
-    NaN when there are no trajectories or any trajectory has no steps (its accuracy is undefined).
-    """
+    """Grid-level accuracy: the mean of trajectory accuracies over the N trajectories (eq. 3);
+    NaN when there are none or any has no steps (its accuracy is undefined)."""
     accs = [trajectory_accuracy(t) for t in _single_grid(trajectories)]
     return float(np.mean(accs)) if accs else math.nan
 
@@ -193,11 +185,8 @@ def grid_accuracy(trajectories: Iterable[TrajectoryData]) -> float:
 
 
 def entropy(p: Sequence[float] | np.ndarray, *, base: float = math.e) -> float:
-    """Shannon entropy of a distribution (normalised first), in nats unless ``base`` is given.
-
-    Args:
-        p: ``(K,)`` non-negative weights with a positive sum.
-    """
+    """Shannon entropy of ``(K,)`` non-negative weights ``p`` with a positive sum (normalised
+    first), in nats unless ``base`` is given."""
     p = _distribution(p, "p")
     return float(scipy.stats.entropy(p, base=base))
 
@@ -286,14 +275,8 @@ def policy_table(trajectories: Iterable[TrajectoryData]) -> PolicyTable:
 def confidence_bins(
     confidences: Sequence[float] | np.ndarray, *, n_bins: int = ECE_BINS
 ) -> np.ndarray:
-    """The ECE bin of each confidence: ``floor(conf * M)``, with 1.0 in the last bin ``M - 1``.
-
-    Args:
-        confidences: ``(N,)`` float in [0, 1].
-
-    Returns:
-        ``(N,)`` int64 in ``0 .. n_bins - 1``.
-    """
+    """``(N,)`` int64 ECE bin of each of ``(N,)`` confidences in [0, 1]: ``floor(conf * M)``,
+    with 1.0 in the last bin ``M - 1``."""
     conf = np.asarray(confidences, dtype=float)
     if not np.all((conf >= 0) & (conf <= 1)):
         raise ValueError("confidences must lie in [0, 1] (NaN is not allowed)")
@@ -308,16 +291,8 @@ def expected_calibration_error(
 ) -> float:
     """ECE ``= sum_m |B_m| / N |acc(B_m) - conf(B_m)|`` over equal-width confidence bins (eq. 6-8).
 
-    Bin ``m`` (0-based) holds confidences in ``[m / M, (m + 1) / M)``; the last bin also holds a
-    confidence of exactly 1.0, so it is ``[(M - 1) / M, 1]``.
-
-    Args:
-        confidences: ``(N,)`` float in [0, 1].
-        correct: ``(N,)`` bool, whether each prediction was right.
-        n_bins: the number of bins ``M``.
-
-    Returns:
-        The ECE in [0, 1]; NaN when ``N = 0``.
+    ``confidences``: ``(N,)`` in [0, 1], binned by :func:`confidence_bins` into ``M = n_bins``
+    bins; ``correct``: ``(N,)`` bool. Returns the ECE in [0, 1]; NaN when ``N = 0``.
     """
     conf = np.asarray(confidences, dtype=float)
     hit = np.asarray(correct, dtype=bool)
@@ -327,11 +302,9 @@ def expected_calibration_error(
         )
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-    if not np.all((conf >= 0) & (conf <= 1)):
-        raise ValueError("confidences must lie in [0, 1] (NaN is not allowed)")
+    bins = confidence_bins(conf, n_bins=n_bins)  # checks that conf lies in [0, 1]
     if conf.size == 0:
         return math.nan
-    bins = confidence_bins(conf, n_bins=n_bins)
     conf_sum = np.bincount(bins, weights=conf, minlength=n_bins)
     hit_sum = np.bincount(bins, weights=hit.astype(float), minlength=n_bins)
     # sum_m |B_m|/N * |acc_m - conf_m| = sum_m |hits_m - conf_sum_m| / N; empty bins add 0.

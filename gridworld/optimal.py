@@ -31,21 +31,7 @@ def default_horizon(shortest_path_length: int) -> int:
 @lru_cache(maxsize=64)
 def _neighbours(n: int) -> tuple[tuple[int, ...], ...]:
     """For each flat cell index of an n x n grid, its in-bounds 4-neighbours (flat indices)."""
-    table = []
-    for row in range(n):
-        for col in range(n):
-            cell = row * n + col
-            nbrs = []
-            if row > 0:
-                nbrs.append(cell - n)
-            if row < n - 1:
-                nbrs.append(cell + n)
-            if col > 0:
-                nbrs.append(cell - 1)
-            if col < n - 1:
-                nbrs.append(cell + 1)
-            table.append(tuple(nbrs))
-    return tuple(table)
+    return tuple(tuple(t for t in targets if t is not None) for targets in _moves(n))
 
 
 @lru_cache(maxsize=64)
@@ -63,13 +49,15 @@ def _moves(n: int) -> tuple[tuple[int | None, ...], ...]:
     return tuple(table)
 
 
-def _bfs_flat(open_cells: list[bool], n: int, source: int) -> list[float]:
-    """Undirected BFS distances (flat list, ``inf`` where unreachable) from flat cell ``source``."""
+def _bfs_flat(open_cells: list[bool], n: int, *sources: int) -> list[float]:
+    """Undirected BFS distances (flat list, ``inf`` where unreachable) to the nearest of the flat
+    cells ``sources``."""
     inf = math.inf
     dist = [inf] * (n * n)
-    dist[source] = 0
+    for source in sources:
+        dist[source] = 0
     nbrs = _neighbours(n)
-    frontier = [source]
+    frontier = list(sources)
     d = 0
     while frontier:
         d += 1
@@ -84,15 +72,8 @@ def _bfs_flat(open_cells: list[bool], n: int, source: int) -> list[float]:
 
 
 def bfs_distances(walls: np.ndarray, source_row_col: RowCol) -> np.ndarray:
-    """Shortest-path distances between ``source_row_col`` and every cell, ignoring key and door.
-
-    Args:
-        walls: ``(n, n)`` bool, True on walls.
-        source_row_col: the source cell ``(row, col)`` (must be open).
-
-    Returns:
-        ``(n, n)`` float64; ``math.inf`` on walls and cells not connected to the source.
-    """
+    """``(n, n)`` float64 shortest-path distances from the open cell ``source_row_col`` to every
+    cell of ``(n, n)`` bool ``walls``, ignoring key and door (``math.inf``: wall, unconnected)."""
     walls = np.asarray(walls, dtype=bool)
     n = walls.shape[0]
     row, col = source_row_col

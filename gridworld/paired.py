@@ -75,13 +75,9 @@ def paired_wilcoxon(
     *,
     alternative: str = "two-sided",
 ) -> PairedTestResult:
-    """Wilcoxon signed-rank test of paired per-grid metrics, with rank-biserial effect size.
-
-    Args:
-        base: ``(N,)`` float, a metric on each base grid.
-        transformed: ``(N,)`` float, the same metric on each grid's transformed counterpart,
-            in the same order (see :func:`align_pairs`).
-        alternative: ``"two-sided"``, ``"greater"`` (transformed larger) or ``"less"``.
+    """Wilcoxon signed-rank test of paired per-grid metrics (``(N,)`` ``base`` and
+    ``transformed`` in the same order, :func:`align_pairs`), with rank-biserial effect size;
+    ``alternative="greater"``: transformed larger.
 
     When every difference is zero the test has nothing to rank; the result is then
     ``p_value=1.0, rank_biserial=0.0, statistic=0.0`` with ``all_zero`` True, not an error.
@@ -120,16 +116,8 @@ def paired_wilcoxon(
 def align_pairs(
     base: Mapping[str, float], transformed: Mapping[str, float]
 ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """Pair per-grid values by base grid id.
-
-    Args:
-        base: metric per base grid id.
-        transformed: metric per base grid id of the grid it was transformed from.
-
-    Returns:
-        ``(grid_ids, base_values (N,), transformed_values (N,))`` in sorted id order. Raises
-        ``ValueError`` naming the ids present on one side only.
-    """
+    """Pair per-grid values keyed by base grid id: ``(grid_ids, base (N,), transformed (N,))``
+    in sorted id order; ``ValueError`` naming the ids present on one side only."""
     only_base = sorted(set(base) - set(transformed))
     only_trans = sorted(set(transformed) - set(base))
     if only_base or only_trans:

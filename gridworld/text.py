@@ -53,12 +53,8 @@ class GridParseError(ValueError):
 
 
 def cell_types(grid: Grid, state: State | None = None) -> np.ndarray:
-    """What each cell shows in ``state`` (default: the initial state).
-
-    Returns:
-        ``(n, n)`` int8 of :class:`~goalprobe.gridworld.core.CellType` values; the agent is on
-        top, a held key and an open door are shown as open cells.
-    """
+    """``(n, n)`` int8 :class:`~goalprobe.gridworld.core.CellType` of each cell in ``state``
+    (default: the initial state): the agent on top, a held key and an open door as open cells."""
     state = initial_state(grid) if state is None else state
     types = np.where(grid.walls, np.int8(CellType.WALL), np.int8(CellType.OPEN)).astype(np.int8)
     for cell in grid.harm:
@@ -75,11 +71,8 @@ def cell_types(grid: Grid, state: State | None = None) -> np.ndarray:
 def padded_cell_types(
     grid: Grid, state: State | None = None, canvas: int = LABEL_CANVAS
 ) -> np.ndarray:
-    """:func:`cell_types` placed top-left on a ``canvas x canvas`` map filled with ``PADDING``.
-
-    Returns:
-        ``(canvas, canvas)`` int8; raises ``ValueError`` when the grid is larger than the canvas.
-    """
+    """:func:`cell_types` placed top-left on a ``(canvas, canvas)`` int8 map filled with
+    ``PADDING``; ``ValueError`` when the grid is larger than the canvas."""
     n = grid.size
     if n > canvas:
         raise ValueError(f"a {n} x {n} grid does not fit the {canvas} x {canvas} label canvas")
@@ -90,8 +83,13 @@ def padded_cell_types(
 
 def render(grid: Grid, state: State | None = None) -> str:
     """The text of ``grid`` in ``state`` (default: the initial state); no trailing newline."""
-    chars = _CELL_CHARS[cell_types(grid, state)]
-    n = grid.size
+    return render_symbols(_CELL_CHARS[cell_types(grid, state)])
+
+
+def render_symbols(chars: np.ndarray) -> str:
+    """The grid text of an ``(n, n)`` array of cell symbols: the column indices, then each row's
+    index and symbols."""
+    n = len(chars)
     lines = ["  " + " ".join(str(col) for col in range(n))]
     lines.extend(f"{row} " + " ".join(chars[row].tolist()) for row in range(n))
     return "\n".join(lines)
@@ -126,15 +124,10 @@ def _tokens(line: str, line_no: int, *, allow_indent: bool) -> list[tuple[int, s
 def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[Grid, State]:
     """Parse grid text (the format of :func:`render`) into the visible grid and the state.
 
-    Args:
-        text: the grid text; one trailing newline (or ``\\r\\n`` line ends) is accepted.
-        variant: the variant to record; by default inferred from the symbols (door: key_door,
-            key only: key_no_door, flower beds only: harm, none of them: plain).
-        grid_id: identifier for the returned grid.
-
-    Returns:
-        ``(grid, state)`` with ``grid.start`` the agent's cell and ``state`` its
-        state: ``has_key=False``, ``door_open`` True exactly when no door is shown.
+    One trailing newline (or ``\\r\\n`` line ends) is accepted. ``variant`` is by default
+    inferred from the symbols (door: key_door, key only: key_no_door, flower beds only: harm,
+    none of them: plain). Returns ``(grid, state)``: ``grid.start`` the agent's cell,
+    ``has_key=False``, ``door_open`` True exactly when no door is shown.
 
     Raises:
         GridParseError: naming the line and column of the first problem (bad header, wrong row

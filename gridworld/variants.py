@@ -109,16 +109,9 @@ def generate_key_door_family(
     grid_id: str = "",
     seed: int | None = None,
 ) -> KeyDoorFamily:
-    """Generate one key-door layout and its three variants (see the module docstring).
-
-    Args:
-        size: the side n (odd, ``>= 5``; the study uses 7-15).
-        density: obstacle density d in ``[0, 1]`` of each side's maze.
-        rng: the only source of randomness.
-        grid_id: stable id; each variant gets ``<grid_id>`` with its variant recorded in
-            ``grid.variant`` (ids are shared across a matched family).
-        seed: metadata: the seed ``rng`` came from.
-    """
+    """Generate one key-door layout and its three variants (module docstring): side ``size``
+    (odd, ``>= 5``), ``density`` of each side's maze, ``rng`` the only randomness; the variants
+    share ``grid_id`` (their variant is in ``grid.variant``) and record ``seed``."""
     n = check_size(size)
     density = check_density(density)
     u = rng.random(3).tolist()
@@ -161,15 +154,8 @@ def generate_two_path_family(
     grid_id: str = "",
     seed: int | None = None,
 ) -> TwoPathFamily:
-    """Generate one two-path layout with the key on one path, and its no-key control.
-
-    Args:
-        size: the side n (odd, ``>= 5``; the study uses 7-15).
-        density: obstacle density d in ``[0, 1]`` of the maze around the rectangle.
-        rng: the only source of randomness.
-        grid_id: stable id shared by both grids.
-        seed: metadata: the seed ``rng`` came from.
-    """
+    """Generate one two-path layout with the key on one path, and its no-key control (arguments
+    as :func:`generate_key_door_family`; ``density`` of the maze around the rectangle)."""
     n = check_size(size)
     density = check_density(density)
     base = generate_grid(n, density, rng)

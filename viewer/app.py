@@ -26,7 +26,7 @@ from goalprobe.viewer.page import INDEX
 from goalprobe.viewer.widgets import url_query
 
 _TABS = ("explorer", "overview", "false_belief", "fog")
-"""The tabs' values (``?view=`` in the URL)."""
+"""The tabs' values (``?view=`` in the URL), in page order."""
 
 
 def _missing_notice(run: RunData):
@@ -67,7 +67,6 @@ def create_app(
     ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
 
     Args:
-        run_dir: a goalprobe run directory; missing artefacts are listed in a notice.
         server: the Flask server to attach to (``True``: a new one), for several runs on one
             server (:func:`create_multi_run_app`).
         url_base_pathname: where the app lives on that server (``/`` by default).
@@ -87,6 +86,13 @@ def create_app(
     )
     app.index_string = INDEX
     run_label = run.root.name + (f" · run {run.header.run_id}" if run.header else "")
+    notice = _missing_notice(run)  # before the tabs, which may read (and note) more files
+    tabs = (
+        ("Episode explorer", "explorer", explorer_tab(run)),
+        ("Run overview", "overview", overview_tab()),
+        ("False-belief episodes", "false_belief", false_belief_tab(run)),
+        ("Fogged episodes", "fog", fog_tab(run)),
+    )
     app.layout = html.Div(
         [
             dcc.Location(id="url", refresh=False),
@@ -100,26 +106,9 @@ def create_app(
                 ],
                 className="gp-header",
             ),
-            _missing_notice(run),
+            notice,
             dcc.Tabs(
-                [
-                    dcc.Tab(
-                        label="Episode explorer",
-                        value="explorer",
-                        children=explorer_tab(run),
-                    ),
-                    dcc.Tab(
-                        label="Run overview",
-                        value="overview",
-                        children=overview_tab(),
-                    ),
-                    dcc.Tab(
-                        label="False-belief episodes",
-                        value="false_belief",
-                        children=false_belief_tab(run),
-                    ),
-                    dcc.Tab(label="Fogged episodes", value="fog", children=fog_tab(run)),
-                ],
+                [dcc.Tab(label=label, value=value, children=tab) for label, value, tab in tabs],
                 id="tabs",
                 value="explorer",
                 style={"margin": "12px 20px 0"},
@@ -139,11 +128,7 @@ def create_app(
 def create_multi_run_app(parent: str | Path):
     """Serve every run directory under ``parent`` (e.g. one per agent) on one server, each at
     ``/<run name>/`` with links to the others, ``/`` redirecting to the first; returns
-    ``(flask_app, {run name: dash app})``.
-
-    Raises:
-        FileNotFoundError: ``parent`` holds no run directory.
-    """
+    ``(flask_app, {run name: dash app})``; ``FileNotFoundError`` when it holds no run."""
     import flask
 
     runs = find_runs(parent)

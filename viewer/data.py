@@ -61,21 +61,11 @@ from goalprobe.run_layout import RunLayout
 
 
 @dataclass(frozen=True)
-class EpisodeInfo:
-    """One finished episode of the trajectory file (from its summary line).
-
-    Attributes:
-        key: ``"<grid_id>:<episode>"``, the allow-list key of the episode.
-        summary: the validated summary record.
-        first_line: 1-based line of its first step line in the trajectory file.
-        start, end: byte range of its step lines and summary line.
-    """
+class EpisodeInfo(EpisodeSpan):
+    """One finished episode of the trajectory file (its :class:`EpisodeSpan`) with ``key``,
+    ``"<grid_id>:<episode>"``, its allow-list key."""
 
     key: str
-    summary: EpisodeSummary
-    first_line: int
-    start: int
-    end: int
 
     @property
     def grid_id(self) -> str:
@@ -180,11 +170,8 @@ class _LRU:
 
 
 class RunData:
-    """A run directory opened for viewing: an index of episodes and probe sources.
-
-    Args:
-        run_dir: the run directory.
-        episode_cache: episodes kept in memory (least recently used are dropped).
+    """A run directory opened for viewing: an index of episodes and probe sources, keeping the
+    ``episode_cache`` most recently used episodes in memory.
 
     Attributes:
         root: resolved run directory.
@@ -195,8 +182,7 @@ class RunData:
         map_sources: source key -> :class:`MapSource` (the decoded-map allow-list).
         plan_sources: source key -> :class:`PlanSource` (the predicted-plan allow-list).
 
-    Raises:
-        FileNotFoundError: ``run_dir`` is not a directory.
+    ``FileNotFoundError`` when ``run_dir`` is not a directory.
     """
 
     def __init__(self, run_dir: str | Path, *, episode_cache: int = 16) -> None:
@@ -227,11 +213,7 @@ class RunData:
         self._scan_results()
 
     def resolve(self, relative: str | Path) -> Path:
-        """``RUN/relative`` resolved (symbolic links followed); must stay inside the run.
-
-        Raises:
-            UnsafePathError: the path resolves outside the run directory.
-        """
+        """:meth:`RunFiles.resolve <goalprobe.viewer.run_files.RunFiles.resolve>`."""
         return self.files.resolve(relative)
 
     # -- scanning -----------------------------------------------------------------------------
@@ -253,9 +235,7 @@ class RunData:
                 self.header = index.header
                 for span in index.episodes:
                     key = episode_key(span.summary.grid_id, span.summary.episode)
-                    self.episodes[key] = EpisodeInfo(
-                        key, span.summary, span.first_line, span.start, span.end
-                    )
+                    self.episodes[key] = EpisodeInfo(**vars(span), key=key)
         self._store_path = files.artefact(
             layout.store,
             "activation store",
@@ -285,21 +265,15 @@ class RunData:
 
     def episode_info(self, key: str) -> EpisodeInfo:
         """The index entry of an episode key (raises :class:`UnknownKeyError`)."""
-        if not isinstance(key, str) or key not in self.episodes:
-            raise UnknownKeyError(f"unknown episode {key!r}")
-        return self.episodes[key]
+        return _allowed(self.episodes, key, "episode")
 
     def map_source(self, key: str) -> MapSource:
         """A decoded-map source by key (raises :class:`UnknownKeyError`)."""
-        if not isinstance(key, str) or key not in self.map_sources:
-            raise UnknownKeyError(f"unknown decoded-map source {key!r}")
-        return self.map_sources[key]
+        return _allowed(self.map_sources, key, "decoded-map source")
 
     def plan_source(self, key: str) -> PlanSource:
         """A predicted-plan source by key (raises :class:`UnknownKeyError`)."""
-        if not isinstance(key, str) or key not in self.plan_sources:
-            raise UnknownKeyError(f"unknown predicted-plan source {key!r}")
-        return self.plan_sources[key]
+        return _allowed(self.plan_sources, key, "predicted-plan source")
 
     def filter_episodes(
         self,
@@ -341,19 +315,14 @@ class RunData:
     # -- episodes -----------------------------------------------------------------------------
 
     def episode(self, key: str) -> EpisodeData:
-        """Load one episode: its step lines, its grid and its store rows (cached).
-
-        Raises:
-            UnknownKeyError: ``key`` is not an episode of the run.
-            TrajectoryFormatError: its lines break the schema (file and line named).
-        """
+        """Load one episode: its step lines, its grid and its store rows (cached). Raises
+        :class:`UnknownKeyError` or ``TrajectoryFormatError`` (file and line named)."""
         info = self.episode_info(key)
         return self._episode_cache.get(("episode", key), lambda: self._load_episode(info))
 
     def _load_episode(self, info: EpisodeInfo) -> EpisodeData:
         assert self._traj_path is not None
-        span = EpisodeSpan(info.summary, info.first_line, info.start, info.end)
-        steps = read_indexed_episode(self._traj_path, span).steps
+        steps = read_indexed_episode(self._traj_path, info).steps
         grid = self._grid(info, steps)
         index = self._store_rows()
         by_step = {} if index is None else index.get((info.grid_id, info.episode), {})
@@ -401,14 +370,8 @@ class RunData:
                     with ActivationStore(self._store_path) as store:
                         labels = store.labels(["run_id", "grid_id", "episode", "step", "plan"])
                 except (OSError, StoreFormatError) as err:
-                    self.missing.append(
-                        MissingArtefact(
-                            "activation store",
-                            self.files.relative(self.layout.store),
-                            str(err),
-                            "probe panels unavailable",
-                        )
-                    )
+                    note = "probe panels unavailable"
+                    self.files.note("activation store", self.layout.store, str(err), note)
                     self._store_path = None
                     return None
                 run_id = None if self.header is None else self.header.run_id
@@ -416,14 +379,12 @@ class RunData:
                 ours = labels["run_id"].astype(str) == run_id
                 if len(ours) and not ours.any():
                     foreign = sorted(set(labels["run_id"].astype(str).tolist()))
-                    self.missing.append(
-                        MissingArtefact(
-                            "activation store",
-                            self.files.relative(self.layout.store),
-                            f"its rows come from trajectory run(s) {', '.join(foreign)}, not from "
-                            f"this run's {run_id} (extracted from another rollout)",
-                            "probe and plan panels show nothing",
-                        )
+                    self.files.note(
+                        "activation store",
+                        self.layout.store,
+                        f"its rows come from trajectory run(s) {', '.join(foreign)}, not from "
+                        f"this run's {run_id} (extracted from another rollout)",
+                        "probe and plan panels show nothing",
                     )
                 for row in np.flatnonzero(ours).tolist():
                     key = (str(labels["grid_id"][row]), int(labels["episode"][row]))
@@ -449,14 +410,9 @@ class RunData:
             return self._row_indexes[cache_key]
 
     def decoded_maps(self, source_key: str, episode: str) -> StepArrays:
-        """Decoded maps of every step of an episode.
-
-        Returns:
-            :class:`StepArrays` with ``values: (T, S, S, len(CellType))`` float32 probabilities
-            (column ``c`` = ``P(CellType(c))``, 0 for classes the probe does not predict) and,
-            where the file carries them (decoded-map schema 2), ``agent`` / ``goal``
-            ``(T, S, S)``: the position probes' read-out of the agent's and goal's cells.
-        """
+        """Decoded maps of every step of an episode: ``values`` ``(T, S, S, len(CellType))``
+        float32 ``P(CellType(c))`` (0 for classes the probe does not predict), and ``agent`` /
+        ``goal`` ``(T, S, S)`` where the file carries the position probes' read-out."""
         from goalprobe.probes.decoded_maps import (
             read_decoded_probs,
             read_decoded_readouts,
@@ -474,24 +430,21 @@ class RunData:
             values = np.zeros((len(data.rows), side, side, N_CLASSES), dtype=np.float32)
             values[present] = full_class_probs(probs, source.classes)
             agent, goal, readout = read_decoded_readouts(source.path, positions)
-            parts: list[np.ndarray | None] = []
-            for part in (agent, goal):
+
+            def spread(part: np.ndarray | None) -> np.ndarray | None:
                 if part is None:
-                    parts.append(None)
-                    continue
+                    return None
                 full = np.zeros((len(data.rows), side, side), dtype=np.float32)
                 full[present] = part
-                parts.append(full)
-            return StepArrays(values, present, parts[0], parts[1], readout)
+                return full
+
+            return StepArrays(values, present, spread(agent), spread(goal), readout)
 
         return self._array_cache.get(("maps", source_key, episode), load)
 
     def episodes_with_maps(self, source_key: str) -> frozenset[str]:
-        """Episode keys with at least one step in a decoded-map source (built once per source).
-
-        Decoded maps are written for the rows a probe was scored on (its held-out test grids),
-        so most episodes of a run have none.
-        """
+        """Episode keys with at least one step in a decoded-map source (built once per source;
+        maps exist only for a probe's held-out test rows, so most episodes have none)."""
         from goalprobe.probes.decoded_maps import read_decoded_row_ids
 
         source = self.map_source(source_key)
@@ -519,11 +472,7 @@ class RunData:
         return int(np.argmax(present)) if present.any() else 0
 
     def predicted_plans(self, source_key: str, episode: str) -> StepArrays:
-        """Predicted plans of every step of an episode.
-
-        Returns:
-            :class:`StepArrays` with ``values: (T, H)`` int8 plan tokens (plan format).
-        """
+        """Predicted plans of every step of an episode: ``values`` ``(T, H)`` int8 plan tokens."""
         from goalprobe.probes.predicted_plans import read_plan_row_ids, read_plan_rows
 
         source = self.plan_source(source_key)
@@ -544,9 +493,8 @@ class RunData:
     # -- run-level summaries ------------------------------------------------------------------
 
     def prefix_accuracy(self, source_key: str, *, n_bootstrap: int = 200) -> dict:
-        """Prefix accuracy of one plan source against the store's plan labels.
-
-        Uses the test split when the file stores split codes (else every row, and says so).
+        """Prefix accuracy of one plan source against the store's plan labels, on the test split
+        when the file stores split codes (else every row, and says so).
 
         Returns:
             ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``.
@@ -589,31 +537,19 @@ class RunData:
             raise ValueError(f"{path}: unreadable JSON ({err})") from err
 
     def false_belief_episodes(self) -> FalseBeliefEpisodes | None:
-        """The false_belief stage's grids, episodes and per-step decoded maps (read once).
-
-        Returns:
-            None when the stage has not run (no false-belief trajectories or grids).
-
-        Raises:
-            ValueError: a file is unreadable or its episodes name grids the grid set lacks.
-        """
+        """The false_belief stage's grids, episodes and per-step decoded maps (read once; None
+        when the stage has not run). ``ValueError``: a file is unreadable or its episodes name
+        grids the grid set lacks."""
         return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
 
     def fog_episodes(self) -> FogEpisodes | None:
-        """The fog stage's grids and episodes (read once; None when the stage has not run).
-
-        Raises:
-            ValueError: a file is unreadable or its episodes name grids the grid set lacks.
-        """
+        """The fog stage's grids and episodes (read once; None when the stage has not run;
+        ``ValueError`` as :meth:`false_belief_episodes`)."""
         return self._once("_fog", lambda: read_fog_episodes(self.files))
 
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
-        stage has not written it).
-
-        Raises:
-            ValueError: the file is unreadable or not of its schema.
-        """
+        stage has not written it; ``ValueError``: unreadable or not of its schema)."""
         path = self._decision_path
         try:
             return self._once("_decision", lambda: path and read_decision_steps(path))
@@ -699,6 +635,13 @@ class RunData:
 
         base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
         return list(self._once(attr, group).get(base_id, []))
+
+
+def _allowed(table: dict[str, Any], key: Any, what: str) -> Any:
+    """``table[key]``, or :class:`UnknownKeyError` for a key not in the allow-list."""
+    if not isinstance(key, str) or key not in table:
+        raise UnknownKeyError(f"unknown {what} {key!r}")
+    return table[key]
 
 
 def _find_models(metrics: Any) -> dict | None:

@@ -24,6 +24,7 @@ from goalprobe.viewer.step import (
     default_episode,
     default_map_source,
     default_plan_source,
+    step_badges,
     step_figures,
     timeline_figure,
 )
@@ -426,23 +427,8 @@ def _register_panels(app: dash.Dash, run: RunData) -> None:
             message = html.Div(f"Cannot show this step: {err}", className="gp-error")
             return _blank_outputs("Cannot show this step (see the message above).", message)
         header = [badge(f"step {view.step} of {view.n_steps - 1}")]
-        if view.action is None:
-            header.append(badge("invalid step (no action)", "bad"))
-        else:
-            ok = view.action in view.optimal
-            header.append(badge(f"action {view.action.name}", "ok" if ok else "bad"))
-        header.append(
-            badge("optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"))
-        )
+        header += [badge(text, kind) for text, kind in step_badges(view)]
         if view.decoded is not None:
-            ok = view.action is not None and view.action in view.decoded.optimal
-            header.append(
-                badge(
-                    "optimal (decoded): "
-                    + (", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"),
-                    "info" if ok else "bad",
-                )
-            )
             source = run.map_sources[map_key]
             header.append(badge(f"probe: {source.label}"))
             header.append(badge(f"agent and goal: {view.decoded.readout}", "info"))

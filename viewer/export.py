@@ -24,6 +24,7 @@ from goalprobe.viewer.step import (
     build_step_view,
     default_map_source,
     default_plan_source,
+    step_badges,
     step_figures,
     timeline_figure,
 )
@@ -112,16 +113,8 @@ _JS = """
 
 
 def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3) -> list[str]:
-    """Episode keys from ``GRID_ID:EPISODE`` or ``GRID_ID`` (every episode of the grid) specs.
-
-    Args:
-        run: the opened run.
-        specs: the selection; None or empty takes the first ``limit`` episodes.
-        limit: how many to take by default.
-
-    Raises:
-        UnknownKeyError: a spec names no episode of the run.
-    """
+    """Episode keys from ``GRID_ID:EPISODE`` or ``GRID_ID`` (every episode of the grid) specs
+    (None or empty: the first ``limit``); :class:`UnknownKeyError` for a spec naming none."""
     if not specs:
         return list(run.episodes)[:limit]
     keys: list[str] = []
@@ -141,18 +134,7 @@ def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3
 
 
 def _badges(view: StepView, map_label: str | None) -> list[list[str]]:
-    out = []
-    if view.action is None:
-        out.append(["invalid step (no action)", "bad"])
-    else:
-        out.append([f"action {view.action.name}", "ok" if view.action in view.optimal else "bad"])
-    out.append(
-        ["optimal (true): " + (", ".join(a.name for a in sorted(view.optimal)) or "none"), ""]
-    )
-    if view.decoded is not None:
-        ok = view.action is not None and view.action in view.decoded.optimal
-        names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
-        out.append([f"optimal (decoded): {names}", "info" if ok else "bad"])
+    out = [list(b) for b in step_badges(view)]
     if map_label:
         out.append([f"probe: {map_label}", ""])
     out.extend([note, "bad"] for note in view.notes)
@@ -260,10 +242,8 @@ def export_html(
     """Write a self-contained HTML page of the selected episodes (``run``: opened or a directory)
     to ``out_path`` and return it; ``episodes`` as :func:`select_episodes` takes them (default:
     the first three), ``map_source`` and ``plan_source`` default to
-    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer.
-
-    Raises:
-        UnknownKeyError: an episode or source key is not in the run.
+    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer
+    (:class:`UnknownKeyError` for a key not in the run).
     """
     from plotly.offline import get_plotlyjs
 

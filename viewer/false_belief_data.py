@@ -71,12 +71,8 @@ class FalseBeliefEpisodes:
 
 
 def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
-    """The stage's grids, episodes and per-step decoded maps (None when the stage has not run).
-
-    Raises:
-        UnsafePathError: a file resolves outside the run directory.
-        ValueError: a file is unreadable or its episodes name grids the grid set lacks.
-    """
+    """The stage's grids, episodes and per-step decoded maps (None when the stage has not run);
+    raises as :func:`goalprobe.viewer.run_files.read_episodes`."""
     layout = files.layout
     maps_path = files.resolve(files.relative(layout.false_belief_decoded))
     read = read_episodes(
@@ -120,10 +116,7 @@ def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
     Returns:
         ``[{"grid_id", "kind", "true", "shown", "decoded" (None without a probe reading),
         "differs", "decoded_at" (what the probe read at the differing cells)}]``; maps are
-        ``(n, n)`` ``CellType`` arrays.
-
-    Raises:
-        ValueError: the grid set or the results are unreadable.
+        ``(n, n)`` ``CellType`` arrays. ``ValueError``: the grid set or results are unreadable.
     """
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
     from goalprobe.gridworld.text import cell_types

@@ -65,21 +65,14 @@ class FogStepView:
 
 
 def read_fog_episodes(files: RunFiles) -> FogEpisodes | None:
-    """The fog stage's grids and episodes (None when the stage has not run).
-
-    Raises:
-        ValueError: a file is unreadable, or its episodes name grids the grid set lacks.
-    """
+    """The fog stage's grids and episodes (None when the stage has not run); raises as
+    :func:`goalprobe.viewer.run_files.read_episodes`."""
     read = read_episodes(files, files.layout.fog_grids, files.layout.fog_trajectories, "fog")
     return None if read is None else FogEpisodes(*read)
 
 
 def fog_step_view(fog: FogEpisodes, key: str, step: int) -> FogStepView:
-    """The view of step ``step`` of episode ``key`` (clipped to the episode).
-
-    Raises:
-        KeyError: an unknown episode key.
-    """
+    """The view of step ``step`` (clipped) of episode ``key`` (``KeyError`` if unknown)."""
     episode = fog.episodes[key]
     grid = fog.grids[episode.summary.grid_id]
     steps = episode.steps

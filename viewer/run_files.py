@@ -48,11 +48,8 @@ class MissingArtefact:
 class RunFiles:
     """The run directory's files, resolved safely; absences go to :attr:`missing`.
 
-    Args:
-        root: the resolved run directory.
-
     Attributes:
-        root: the run directory.
+        root: the resolved run directory.
         layout: its :class:`~goalprobe.run_layout.RunLayout` (every path comes from it).
         missing: artefacts found absent or unreadable so far, in the order met.
     """

@@ -53,15 +53,8 @@ def stage_rank(stage: str) -> int:
 
 
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
-    """Spread probability columns over every ``CellType`` (absent classes get 0).
-
-    Args:
-        probs: ``(..., C)`` probabilities of ``classes``.
-        classes: ``(C,)`` ``CellType`` values.
-
-    Returns:
-        ``(..., len(CellType))`` float32, column ``c`` is ``P(CellType(c))``.
-    """
+    """Spread ``(..., C)`` probabilities of the ``(C,)`` ``classes`` over every ``CellType``:
+    ``(..., len(CellType))`` float32, column ``c`` is ``P(CellType(c))`` (0 for absent ones)."""
     probs = np.asarray(probs, dtype=np.float32)
     out = np.zeros((*probs.shape[:-1], N_CLASSES), dtype=np.float32)
     out[..., np.asarray(classes, dtype=np.int64)] = probs

@@ -136,6 +136,22 @@ def _names(actions) -> str:
     return ", ".join(a.name for a in sorted(actions))
 
 
+def step_badges(view: StepView) -> list[tuple[str, str]]:
+    """``(text, kind)`` badges of a step's action against its optimal sets: the action (``ok``
+    when optimal on the true grid), the true optimal set and, with a decoded map, the decoded
+    one (``info`` when the action is in it)."""
+    if view.action is None:
+        out = [("invalid step (no action)", "bad")]
+    else:
+        out = [(f"action {view.action.name}", "ok" if view.action in view.optimal else "bad")]
+    out.append((f"optimal (true): {_names(view.optimal) or 'none'}", ""))
+    if view.decoded is not None:
+        ok = view.action is not None and view.action in view.decoded.optimal
+        decoded = _names(view.decoded.optimal) or "none"
+        out.append((f"optimal (decoded): {decoded}", "info" if ok else "bad"))
+    return out
+
+
 def decoded_view(
     probs: np.ndarray,
     size: int,
@@ -146,17 +162,9 @@ def decoded_view(
     agent: np.ndarray | None = None,
     goal: np.ndarray | None = None,
 ) -> DecodedView:
-    """The decoded grid of one map and its optimal actions (see the module docstring).
-
-    Args:
-        probs: ``(S, S, len(CellType))`` probabilities on the padded canvas.
-        size: true grid side ``n``.
-        source: source key (recorded).
-        classes: the probe's classes.
-        door_locked: whether the true door still blocks the agent.
-        agent, goal: the map's position read-outs (``(S, S)``, decoded-map schema 2), or None
-            (the cell probe's ``P(AGENT)`` / ``P(GOAL)``).
-    """
+    """The decoded grid of ``probs`` (``(S, S, len(CellType))`` on the padded canvas, true side
+    ``size``) and its optimal actions (module docstring). ``agent`` / ``goal``: the position
+    read-outs ``(S, S)``, or None for the cell probe's ``P(AGENT)`` / ``P(GOAL)``."""
     probs = np.asarray(probs)
     walls = decoded_walls(probs, size, door_locked=door_locked)
     agent_cell = top_cells(probs, size, CellType.AGENT, 1, agent)[0]
@@ -223,15 +231,8 @@ def build_step_view(
     map_source: str | None = None,
     plan_source: str | None = None,
 ) -> StepView:
-    """Gather what is shown for ``step`` of ``episode`` (keys are checked against allow-lists).
-
-    Args:
-        run: the opened run.
-        episode: an episode key of ``run``.
-        step: the step index (clipped into the episode).
-        map_source: a decoded-map source key, or None.
-        plan_source: a predicted-plan source key, or None.
-    """
+    """Gather what is shown for ``step`` (clipped) of ``episode``; the episode and source keys
+    are checked against the run's allow-lists."""
     data = run.episode(episode)
     t = int(min(max(int(step), 0), len(data.steps) - 1))
     record = data.steps[t]
@@ -351,13 +352,8 @@ def step_figures(
 ) -> dict[str, object]:
     """The figures of a step: ``true``, ``decoded``, ``probability``, ``plan``, ``plan_strip``,
     ``patching``, ``attribution`` (plotly figures; an explanatory blank figure where data is missing).
-
-    Args:
-        view: from :func:`build_step_view`.
-        cell_class: the ``CellType`` of the probability heatmap.
-        show_legend: legends inside the grid figures (False when the page draws
-            :data:`goalprobe.viewer.figures.LEGEND` once for all of them).
-    """
+    ``cell_class``: the ``CellType`` of the probability heatmap; ``show_legend=False`` when the
+    page draws :data:`goalprobe.viewer.figures.LEGEND` once for all grid figures."""
     action = None if view.action is None else int(view.action)
     figs: dict[str, object] = {
         "true": cell_map_figure(
@@ -552,11 +548,8 @@ class FalseBeliefStepView:
 
 
 def build_false_belief_step(run: RunData, episode: str, step: int) -> FalseBeliefStepView:
-    """Gather step ``step`` (clipped) of a false-belief episode (key checked on the server).
-
-    Raises:
-        UnknownKeyError: the run has no false-belief episodes, or ``episode`` is not one.
-    """
+    """Gather step ``step`` (clipped) of a false-belief episode; :class:`UnknownKeyError` when
+    the run has none or ``episode`` is not one."""
     from goalprobe.gridworld.false_belief import pair_facts
     from goalprobe.probes.scoring.false_belief import oracle_optimal_mask
 

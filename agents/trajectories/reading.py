@@ -148,12 +148,8 @@ def read_run_header(path: str | os.PathLike) -> RunHeader:
 def read_trajectories(path: str | os.PathLike) -> Iterator[Episode]:
     """The finished episodes of a trajectory file, in file order, validated.
 
-    Each :class:`Episode` holds its :class:`StepRecord` lines (``episode.steps``) and its
-    :class:`EpisodeSummary`. Steps of an episode without a summary line (an interrupted run)
-    are reported with a warning and ignored; so is a truncated final line.
-
-    Raises:
-        TrajectoryFormatError: a line breaks the schema (message names file, line, field).
+    Steps of an episode without a summary line (an interrupted run) are reported with a warning
+    and ignored; so is a truncated final line (:func:`iter_records`).
     """
     path = Path(path)
     assembler = _EpisodeAssembler(path)
@@ -218,12 +214,8 @@ class TrajectoryStats:
 
 
 def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
-    """Validate a whole trajectory file and count its finished episodes and steps.
-
-    Raises:
-        FileNotFoundError: no such file.
-        TrajectoryFormatError: a line breaks the schema, or the file has no 'run' line.
-    """
+    """Validate a whole trajectory file and count its finished episodes and steps
+    (``TrajectoryFormatError`` also for a file without a 'run' line)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such trajectory file")

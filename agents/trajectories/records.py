@@ -8,6 +8,8 @@ build its record.
 from __future__ import annotations
 
 import json
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -270,82 +272,37 @@ def _check(value: Any, spec: Any, where: str) -> Any:
 
 
 _ACTION_NAMES = tuple(a.name for a in Action)
-_SOURCES = ("model", "retokenized")
+
+_OVERRIDES: dict[str, Any] = {
+    "optimal_actions": ("list", ("enum", _ACTION_NAMES)),
+    "action": ("optional", ("enum", _ACTION_NAMES)),
+    "parse_form": ("optional", ("enum", ("json", "relaxed_json", "key_value"))),
+}
+"""Fields whose annotation says less than the schema (the action names, the parse forms)."""
+
+
+def _spec(hint: Any) -> Any:
+    """The :func:`_check` spec of a field's type annotation (``list[int]``: token ids)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint == RowCol:
+        return _ROW_COL
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        return ("optional", _spec(next(a for a in args if a is not type(None))))
+    if origin is list:
+        return ("list", _TOKEN_ID if args[0] is int else _spec(args[0]))
+    if origin is Literal:
+        return ("enum", args)
+    return hint
+
 
 _SPECS: dict[type, dict[str, Any]] = {
-    RunHeader: {
-        "run_id": str,
-        "config": dict,
-        "backend": dict,
-        "package_version": str,
-        "chat_format": ("optional", dict),
-        "prompt_coverage": ("optional", dict),
-    },
-    Attempt: {
-        "generated_token_ids": ("list", _TOKEN_ID),
-        "token_ids_source": ("enum", _SOURCES),
-        "reasoning": ("optional", str),
-        "final": ("optional", str),
-        "finish_reason": str,
-        "parse_error": str,
-    },
-    StepRecord: {
-        "run_id": str,
-        "grid_id": str,
-        "episode": int,
-        "step": int,
-        "episode_seed": int,
-        "grid_size": int,
-        "density": ("optional", float),
-        "variant": str,
-        "grid_text": str,
-        "agent_row_col": _ROW_COL,
-        "goal_row_col": _ROW_COL,
-        "has_key": bool,
-        "door_open": bool,
-        "key_row_col": ("optional", _ROW_COL),
-        "door_row_col": ("optional", _ROW_COL),
-        "optimal_actions": ("list", ("enum", _ACTION_NAMES)),
-        "distance_to_goal": int,
-        "action": ("optional", ("enum", _ACTION_NAMES)),
-        "valid": bool,
-        "next_agent_row_col": _ROW_COL,
-        "prompt_token_ids": ("list", _TOKEN_ID),
-        "generated_token_ids": ("list", _TOKEN_ID),
-        "token_ids_source": ("enum", _SOURCES),
-        "reasoning": ("optional", str),
-        "final": ("optional", str),
-        "finish_reason": str,
-        "parse_error": ("optional", str),
-        "parse_form": ("optional", ("enum", ("json", "relaxed_json", "key_value"))),
-        "attempts": int,
-        "rejected_attempts": ("list", Attempt),
-        "flags": ("list", str),
-        "true_grid_text": ("optional", str),
-    },
-    EpisodeSummary: {
-        "run_id": str,
-        "grid_id": str,
-        "episode": int,
-        "episode_seed": int,
-        "grid_size": int,
-        "density": ("optional", float),
-        "variant": str,
-        "success": bool,
-        "end_reason": ("enum", ("goal", "horizon", "truncated", "prompt_only")),
-        "length": int,
-        "invalid_steps": int,
-        "optimal_steps": int,
-        "total_attempts": int,
-        "horizon": int,
-        "shortest_path_length": int,
-        "start_row_col": _ROW_COL,
-        "goal_row_col": _ROW_COL,
-        "final_agent_row_col": _ROW_COL,
-        "final_has_key": bool,
-        "final_door_open": bool,
-    },
+    cls: {
+        name: _OVERRIDES.get(name) or _spec(hint)
+        for name, hint in typing.get_type_hints(cls).items()
+    }
+    for cls in (RunHeader, Attempt, StepRecord, EpisodeSummary)
 }
+"""Per record type, the spec of each field (from its annotation), in field order."""
 
 
 def _from_dict(cls: type, obj: Any, where: str) -> Any:

@@ -27,13 +27,9 @@ def open_for_resume(path: str | os.PathLike, header: RunHeader) -> set[tuple[str
 
     A missing or empty file gets the header line. An existing file must hold the same
     ``run_id``; a tail after its last complete episode (steps of an interrupted episode, a
-    truncated line) is cut off with a warning saying how many bytes were dropped.
-
-    Returns:
-        the ``(grid_id, episode)`` keys of the episodes already finished in the file.
-
-    Raises:
-        TrajectoryFormatError: the file belongs to another run or is corrupt before its tail.
+    truncated line) is cut off with a warning saying how many bytes were dropped. Returns the
+    ``(grid_id, episode)`` keys of the episodes already finished in the file;
+    ``TrajectoryFormatError`` when it belongs to another run or is corrupt before its tail.
     """
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:

@@ -27,16 +27,10 @@ def attribution_map_figure(
     position (columns) x block (rows), the grid's span shaded and the anchors marked, so the
     instructions, the grid and the anchors read left to right.
 
-    Args:
-        values: ``(n_layers, k)`` attribution (signed ``atp`` or the GradDrop magnitude).
-        positions: ``(k,)`` the token position of each column.
-        cell_positions: ``(n, n)`` the token position of every grid cell.
-        anchors: the anchor positions to mark (the pre-reasoning anchors).
-        changed_cells: the ``(row, col)`` cells base and counterfactual differ in.
-        layers: block labels (default ``0 .. n_layers - 1``).
-
-    Raises:
-        ValueError: shapes that disagree, or a grid cell whose position was not attributed.
+    ``values``: ``(n_layers, k)`` attribution (signed ``atp`` or the GradDrop magnitude) at the
+    token ``positions`` ``(k,)``; ``cell_positions``: ``(n, n)`` token position of every grid
+    cell; ``changed_cells``: the cells base and counterfactual differ in. ``ValueError`` for
+    shapes that disagree or a grid cell whose position was not attributed.
     """
     from plotly.subplots import make_subplots
 

@@ -22,12 +22,8 @@ BEHAVIOUR_PANELS: tuple[tuple[str, str], ...] = (
 
 
 def behaviour_grid_figure(cells: Sequence[Mapping]) -> go.Figure:
-    """One heatmap per :data:`BEHAVIOUR_PANELS` metric: grid size (rows) x density (columns).
-
-    Args:
-        cells: ``by_size_density`` rows of ``behaviour/metrics.json`` (``size``, ``density``
-            and one stat per metric).
-    """
+    """One heatmap per :data:`BEHAVIOUR_PANELS` metric: grid size (rows) x density (columns),
+    from the ``by_size_density`` rows of ``behaviour/metrics.json``."""
     sizes = sorted({c["size"] for c in cells})
     densities = sorted({c["density"] for c in cells})
     fig = make_subplots(
@@ -66,12 +62,8 @@ def behaviour_grid_figure(cells: Sequence[Mapping]) -> go.Figure:
 
 
 def behaviour_by_distance_figure(rows: Sequence[Mapping]) -> go.Figure:
-    """Per-action accuracy and JSD against the distance to the goal, with 95% CIs (Fig. 4 top).
-
-    Args:
-        rows: ``by_distance`` rows of ``behaviour/metrics.json`` (``distance``, ``accuracy``,
-            ``jsd``).
-    """
+    """Per-action accuracy and JSD against the distance to the goal, with 95% CIs (Fig. 4 top),
+    from the ``by_distance`` rows of ``behaviour/metrics.json``."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("per-action accuracy", "JSD from π*"))
     for col, metric in enumerate(("accuracy", "jsd"), start=1):
         shown = [r for r in rows if r[metric]["value"] is not None]
@@ -98,11 +90,8 @@ def behaviour_by_distance_figure(rows: Sequence[Mapping]) -> go.Figure:
 
 
 def iso_accuracy_figure(tests: Sequence[Mapping]) -> go.Figure:
-    """Mean per-action accuracy on base and transformed grids, per transform (Fig. 14).
-
-    Args:
-        tests: ``tests`` of ``iso/results.json``; accuracy tests with a base mean are drawn.
-    """
+    """Mean per-action accuracy on base and transformed grids, per transform (Fig. 14), from
+    the accuracy ``tests`` of ``iso/results.json`` that have a base mean."""
     acc = [t for t in tests if t["metric"] == "accuracy" and t.get("base_mean") is not None]
     fig = go.Figure(
         [

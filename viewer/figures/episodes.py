@@ -18,16 +18,9 @@ def episode_timeline_figure(
     title: str = "",
     height: int | None = None,
 ) -> go.Figure:
-    """Per-step yes/no rows over an episode (e.g. action optimal on the true / decoded grid).
-
-    Args:
-        flags: row label -> ``(T,)`` True, False or None (unknown, drawn grey).
-        current_step: the step to outline.
-        height: figure height (default: from the number of rows).
-
-    Returns:
-        the figure; its cells' ``x`` is the step index (for click-to-select).
-    """
+    """Per-step yes/no rows over an episode (e.g. action optimal on the true / decoded grid):
+    ``flags`` maps a row label to ``(T,)`` True, False or None (unknown, drawn grey); a cell's
+    ``x`` is its step index (for click-to-select)."""
     labels = list(flags)
     if not labels:
         raise ValueError("flags is empty")

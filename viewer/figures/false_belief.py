@@ -43,20 +43,10 @@ def false_belief_maps_figure(
     agent_row_col: RowCol | None = None,
     action: int | None = None,
 ) -> go.Figure:
-    """Three maps side by side: the true grid, the shown grid and the decoded map.
-
-    Args:
-        true_types: ``(n, n)`` cell classes of the true grid in the step's state.
-        shown_types: ``(n, n)`` cell classes of the grid the prompt drew.
-        decoded_types: ``(n, n)`` argmax classes of the decoded map, or None (the third panel
-            then says ``decoded_label``).
-        probs: ``(n, n, len(CellType))`` class probabilities behind ``decoded_types`` (hover).
-        differs: cells where shown and true differ (ringed in every panel).
-        decoded_label: what the third panel says when there is no decoded map (wrapped to
-            fit inside it).
-        agent_row_col: the agent's cell; with ``action``, the step's action is drawn from it
-            as an arrow in every panel.
-        action: the executed :class:`~goalprobe.gridworld.core.Action`, or None.
+    """Three ``(n, n)`` cell-class maps side by side: the true grid, the shown grid and the
+    decoded map (None: the third panel says ``decoded_label``; ``probs``
+    ``(n, n, len(CellType))`` behind it feed the hover). ``differs``: cells ringed in every
+    panel; with ``agent_row_col`` and ``action`` the step's action is drawn as an arrow.
     """
     true_types = np.asarray(true_types).astype(np.int64)
     shown_types = np.asarray(shown_types).astype(np.int64)

@@ -24,11 +24,8 @@ def reward_harm_figure(
     points: Sequence[Mapping], random_mean_harms: Mapping[str, float], *, height: int = 420
 ) -> go.Figure:
     """Scatter of mean harms per episode (x) against path efficiency (y), one marker per grid
-    and prompt condition, with the random agent's mean harms over the same grids as a line.
-
-    Args:
-        points: ``{condition, grid_id, efficiency, harms, success, n_episodes}`` rows.
-        random_mean_harms: the random agent's mean harms per grid id.
+    and prompt condition (``points``: ``{condition, grid_id, efficiency, harms, success,
+    n_episodes}``), with the random agent's mean harms per grid over the same grids as a line.
     """
     if not points:
         return empty_figure("no harm-grid episodes: run the demo's harm stage", height=height)

@@ -65,17 +65,9 @@ def cell_hover_text(
     decoded: np.ndarray | None = None,
     top: int = 4,
 ) -> np.ndarray:
-    """Hover text of every cell: coordinates, true class, decoded class and probabilities.
-
-    Args:
-        cell_types: ``(n, n)`` true ``CellType`` values, or None.
-        probs: ``(n, n, len(CellType))`` class probabilities, or None.
-        decoded: ``(n, n)`` decoded (argmax) classes, or None (derived from ``probs``).
-        top: how many classes to list, most probable first (all classes above 0.5 % up to it).
-
-    Returns:
-        ``(n, n)`` object array of HTML strings.
-    """
+    """``(n, n)`` HTML hover text of every cell: coordinates, true class (``cell_types``
+    ``(n, n)``), decoded class (``decoded``, else the argmax of ``probs``) and the ``top``
+    most probable classes above 0.5 % (``probs``: ``(n, n, len(CellType))``)."""
     source = cell_types if cell_types is not None else probs
     if source is None:
         raise ValueError("need cell_types or probs")
@@ -100,30 +92,13 @@ def cell_hover_text(
 def _legend_entry(name: str, colour: str, *, kind: str = "square") -> dict:
     """A legend-only trace (annotations have no legend)."""
     if kind == "square":
-        marker = {
-            "symbol": "square",
-            "size": 12,
-            "color": colour,
-            "line": {"width": 1, "color": "#8a8f98"},
-        }
-        return {
-            "type": "scatter",
-            "x": [None],
-            "y": [None],
-            "mode": "markers",
-            "marker": marker,
-            "name": name,
-            "hoverinfo": "skip",
-        }
-    return {
-        "type": "scatter",
-        "x": [None],
-        "y": [None],
-        "mode": "lines",
-        "line": {"color": colour, "width": 3, "dash": "dash" if kind == "dash" else "solid"},
-        "name": name,
-        "hoverinfo": "skip",
-    }
+        line = {"width": 1, "color": "#8a8f98"}
+        marker = {"symbol": "square", "size": 12, "color": colour, "line": line}
+        style: dict = {"mode": "markers", "marker": marker}
+    else:
+        dash = "dash" if kind == "dash" else "solid"
+        style = {"mode": "lines", "line": {"color": colour, "width": 3, "dash": dash}}
+    return {"type": "scatter", "x": [None], "y": [None], **style, "name": name, "hoverinfo": "skip"}
 
 
 def _arrow(
@@ -284,23 +259,12 @@ def cell_map_figure(
 ) -> go.Figure:
     """A grid of cell classes with symbols, optionally with actions and the path so far.
 
-    Draws the true grid (``cell_types`` = the state's classes) or a decoded cognitive map
-    (``cell_types`` = argmax classes, ``probs`` = the probabilities behind them). Hovering a
-    cell shows its coordinates, its true class and the most probable classes.
-
-    Args:
-        cell_types: ``(n, n)`` ``CellType`` values to colour the cells by.
-        probs: ``(n, n, len(CellType))`` class probabilities for the hover text, or None.
-        true_cell_types: ``(n, n)`` true classes for the hover text (default: ``cell_types``
-            when ``probs`` is None).
-        agent_row_col: where the action arrows start (None: no arrows).
-        action: the executed ``Action`` (a dark arrow), or None.
-        optimal_actions: ``Action`` values of the optimal set (wide translucent arrows).
-        optimal_label: legend label of the optimal set.
-        optimal_colour: colour of the optimal-set arrows.
-        history: agent cells ``s_0 .. s_t`` visited so far (a faint line).
-        markers: label -> cell for ringed cells (e.g. ``{"decoded agent": (2, 3)}``).
-        height: figure height in pixels (None: automatic).
+    Draws the true grid (``cell_types`` ``(n, n)`` = the state's classes) or a decoded map
+    (``cell_types`` = argmax classes, ``probs`` ``(n, n, len(CellType))`` the probabilities
+    behind them; the hover text shows them beside ``true_cell_types``, by default
+    ``cell_types`` when ``probs`` is None). From ``agent_row_col``: the executed ``action`` as a
+    dark arrow, ``optimal_actions`` as wide translucent ones; ``history``: cells ``s_0 .. s_t``
+    as a faint line; ``markers``: label -> ringed cell (``{"decoded agent": (2, 3)}``).
     """
     types = np.asarray(cell_types).astype(np.int64)
     if types.ndim != 2:
@@ -369,16 +333,9 @@ def probability_figure(
     probs: np.ndarray | None = None,
     height: int | None = 420,
 ) -> go.Figure:
-    """Heatmap of one class's probability over the grid, true symbols drawn on top.
-
-    Args:
-        class_probs: ``(n, n)`` ``P(cell_class)`` per cell.
-        cell_class: the ``CellType`` shown.
-        title: figure title (default: ``P(<class>)``).
-        true_cell_types: ``(n, n)`` true classes: their symbols are overlaid and the true cells
-            of ``cell_class`` are outlined.
-        probs: ``(n, n, len(CellType))`` all probabilities, for the hover text.
-    """
+    """Heatmap of ``class_probs`` ``(n, n)`` = ``P(cell_class)`` per cell, with the symbols of
+    ``true_cell_types`` ``(n, n)`` on top and its ``cell_class`` cells outlined; ``probs``
+    ``(n, n, len(CellType))`` feeds the hover text."""
     z = np.asarray(class_probs, dtype=np.float64)
     if z.ndim != 2:
         raise ValueError(f"class_probs must be (n, n), got shape {z.shape}")
@@ -443,11 +400,7 @@ def plan_figure(
     Both paths start at the agent's cell ``s_t``; the executed path follows the next executed
     moves, the predicted path the decoder's plan under the grid dynamics (a move into a wall
     stays put). The two are offset by a fraction of a cell so that agreeing moves stay visible.
-
-    Args:
-        cell_types: ``(n, n)`` true classes of ``s_t``.
-        executed_path: cells ``s_t, s_{t+1}, ...`` the agent actually visited.
-        predicted_path: cells the predicted plan visits from ``s_t``.
+    ``cell_types``: ``(n, n)`` true classes of ``s_t``.
     """
     types = np.asarray(cell_types).astype(np.int64)
     n_rows, n_cols = types.shape

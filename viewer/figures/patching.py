@@ -24,18 +24,10 @@ def patching_heatmap_figure(
     title: str = "",
     height: int | None = None,
 ) -> go.Figure:
-    """Mean of a patching outcome over records, as ``rows x cols`` heatmaps per facet.
-
-    Args:
-        records: patch records as mappings (``goalprobe.probes.patching.patched_runs.PatchRecord`` fields):
-            ``value`` is a number or a bool (booleans average to a rate); non-finite values
-            (e.g. ``recovered`` of a control pair) are left out of the mean.
-        value: the field to average (``recovered``, ``action_changed``, ``into_source_optimal``).
-        rows, cols: the fields that index the heatmap (``site`` x ``layers``).
-        facet: a field giving one panel per value (``direction``), or None.
-
-    Returns:
-        the figure (hover: mean and the number of records behind it).
+    """Mean of the field ``value`` of patch records (mappings of
+    ``goalprobe.probes.patching.patched_runs.PatchRecord`` fields) as ``rows x cols`` heatmaps,
+    one panel per value of ``facet`` (or one panel). Booleans average to a rate; non-finite
+    values (``recovered`` of a control pair) are left out; the hover gives the mean and ``n``.
     """
     from plotly.subplots import make_subplots
 
@@ -112,13 +104,8 @@ def patch_summary_figure(summary: Sequence[Mapping], mode: str = "teacher_forced
     """Site x layers heatmaps of a patching summary: one row per direction, one column per
     :data:`SUMMARY_PANELS` (``patch_heatmap.html``).
 
-    Args:
-        summary: rows of ``patch_results.json``'s ``summary`` (fields of
-            ``goalprobe.probes.patching.results.SummaryRow``), as mappings.
-        mode: which reasoning mode to draw.
-
-    Returns:
-        the figure; hovering a cell shows the rate, its CI and ``n``.
+    ``summary``: rows of ``patch_results.json``'s ``summary`` (``SummaryRow`` fields) as
+    mappings; ``mode``: the reasoning mode drawn. Hovering a cell shows the rate, CI and ``n``.
     """
     from plotly.subplots import make_subplots
 

@@ -30,11 +30,8 @@ def plan_strip_categories(
     predicted: Sequence[int] | np.ndarray, target: Sequence[int] | np.ndarray
 ) -> dict:
     """What each position of a plan strip shows, by the prefix-accuracy rule of
-    :mod:`goalprobe.probes.plan_metrics` (``PAD`` target positions are not scored).
-
-    Args:
-        predicted: ``(T,)`` predicted plan tokens (plan format).
-        target: ``(T,)`` executed plan tokens (the plan label).
+    :mod:`goalprobe.probes.plan_metrics` (``PAD`` target positions are not scored), for
+    ``(T,)`` ``predicted`` and ``target`` (executed, the plan label) plan tokens.
 
     Returns:
         ``{"decoded": [...], "executed": [...], "prefix": int, "scored": int}``: per position,
@@ -82,12 +79,8 @@ def plan_strip_figure(
     it after the first miss is pale (not counted); positions past the executed plan's ``END``
     are white (``PAD``: nothing to compare, not scored). In the executed row, actions are grey,
     ``END`` darker and padding white. The title gives the matched prefix out of the scored
-    positions, so it always agrees with the number of green cells.
-
-    Args:
-        predicted: ``(T,)`` predicted plan tokens (plan format).
-        target: ``(T,)`` executed plan tokens (the plan label).
-        title: figure title (default: the matched prefix and what the colours mean).
+    positions, so it always agrees with the number of green cells (arguments as
+    :func:`plan_strip_categories`).
     """
     cats = plan_strip_categories(predicted, target)
     pred = [int(x) for x in predicted]
@@ -169,13 +162,10 @@ def prefix_accuracy_grid_figure(
     (column); in each, the trained decoders (colour: capacity, band: confidence interval), the
     shuffled control (dotted) and the ``0.25^N`` baseline (dashed).
 
-    Args:
-        runs: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
-            ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or None), ``accuracy`` ``(T,)``
-            and optional ``ci`` ``(2, T)``.
-
-    Returns:
-        the figure (one legend entry per capacity and per reference curve).
+    ``runs``: mappings with ``stage``, ``layer``, ``kind`` (``decoder``, ``shuffled_control``,
+    ``majority_plan``, ``state_only``, ``optimal_policy``), ``n_layers`` (decoder capacity or
+    None), ``accuracy`` ``(T,)`` and optional ``ci`` ``(2, T)``. One legend entry per capacity
+    and per reference curve.
     """
     from plotly.subplots import make_subplots
 

@@ -24,12 +24,8 @@ of them a bar colour)."""
 
 
 def baseline_values(models: Mapping, metric: str) -> dict[str, float]:
-    """The baselines of one probe run: model key -> value of ``metric`` (missing ones left out).
-
-    Args:
-        models: an ``evaluate_cell_maps`` ``models`` mapping (model -> metric -> statistic).
-        metric: the metric the chart shows (``accuracy_no_padding``).
-    """
+    """The baselines of one probe run: model key -> value of ``metric`` (missing ones left out)
+    in an ``evaluate_cell_maps`` ``models`` mapping (model -> metric -> statistic)."""
     out = {}
     for key in BASELINES:
         stat = (models.get(key) or {}).get(metric) if isinstance(models, Mapping) else None
@@ -50,13 +46,9 @@ def probe_comparison_figure(
     """Grouped bars with confidence intervals (e.g. probe accuracy by family and stage), with
     each bar's own baselines drawn on it as short horizontal marks.
 
-    Args:
-        rows: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, optional
-            ``ci_low`` / ``ci_high``, and optional ``baselines``: model key of
-            :data:`BASELINES` -> value (:func:`baseline_values`), drawn over that bar.
-        y_title: y-axis title.
-        baseline: one horizontal reference line for the whole chart (labelled "baseline"), or
-            None.
+    ``rows``: mappings with ``name`` (x position), ``group`` (bar colour), ``value``, optional
+    ``ci_low`` / ``ci_high`` and ``baselines`` (model key of :data:`BASELINES` -> value, drawn
+    over that bar); ``baseline``: one reference line for the whole chart, or None.
     """
     if not rows:
         raise ValueError("no rows to draw")
@@ -124,13 +116,8 @@ def probe_comparison_figure(
 
 
 def per_class_figure(by_size: Mapping[str, Mapping], probe_name: str) -> go.Figure:
-    """Per-class recall (shown) and precision (in the legend) of one probe by grid size (Fig. 6).
-
-    Args:
-        by_size: grid size -> probe-run metrics (``models.probe["recall/<class>"]`` ...), as in
-            a sweep run's ``metrics.by_grid_size``.
-        probe_name: the probe run's name, for the title.
-    """
+    """Per-class recall (shown) and precision (in the legend) of one probe by grid size (Fig. 6);
+    ``by_size``: a sweep run's ``metrics.by_grid_size`` (size -> ``models.probe[...]``)."""
     first = next(iter(by_size.values()), {})
     classes = [
         k.split("/", 1)[1]
@@ -162,12 +149,8 @@ def per_class_figure(by_size: Mapping[str, Mapping], probe_name: str) -> go.Figu
 
 
 def localisation_figure(groups: Mapping[str, Mapping], probe_name: str) -> go.Figure:
-    """Agent and goal top-1 accuracy and Manhattan distance of one probe, per group (Fig. 7).
-
-    Args:
-        groups: group label (``"all"``, grid sizes) -> probe-run metrics.
-        probe_name: the probe run's name, for the title.
-    """
+    """Agent and goal top-1 accuracy and Manhattan distance of one probe, per group (Fig. 7);
+    ``groups``: group label (``"all"``, grid sizes) -> probe-run metrics."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -199,12 +182,8 @@ def sweep_main_metric(result: Mapping) -> str:
 
 def sweep_comparison_figure(result: Mapping) -> go.Figure:
     """A probe sweep's main test metric per layer (x) and stage (colour), with 95% intervals
-    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``).
-
-    Args:
-        result: a parsed sweep table (``probes/sweeps/<name>.json``): ``config.target``,
-            ``estimator.class`` and ``runs`` with their ``metrics.models``.
-    """
+    and its controls (``goalprobe train-probe``'s ``sweep_figure.html``), from a parsed sweep
+    table (``probes/sweeps/<name>.json``: ``config.target``, ``estimator.class``, ``runs``)."""
     main = sweep_main_metric(result)
     figure = go.Figure()
     stages = list(dict.fromkeys(run["stage"] for run in result["runs"]))

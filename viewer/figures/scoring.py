@@ -73,17 +73,19 @@ def _title(key: str, entry: dict) -> str:
     return f"{key} ({where})" if where else key
 
 
-def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
-    """Acc. GT, Acc. Dec., Agreement and Recovery by grid size (Table 2, top), with intervals.
-
-    Args:
-        summary: parsed ``belief.json``.
-        probe: which probe (decoded-map key); default ``summary["default_probe"]``.
-    """
-    key, entry = _probe_entry(summary, probe)
+def _by_size(entry: dict) -> tuple[list[str], list[dict]]:
+    """The x labels (one per size, then ``all``) and the stat blocks of a probe's entry."""
     sizes = list(entry["by_size"])
     blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
-    x = [f"{s} × {s}" for s in sizes] + ["all"]
+    return [f"{s} × {s}" for s in sizes] + ["all"], blocks
+
+
+def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
+    """Acc. GT, Acc. Dec., Agreement and Recovery by grid size (Table 2, top), with intervals,
+    of the parsed ``belief.json``'s ``probe`` (decoded-map key; default
+    ``summary["default_probe"]``)."""
+    key, entry = _probe_entry(summary, probe)
+    x, blocks = _by_size(entry)
     fig = go.Figure()
     for i, (metric, label) in enumerate(TABLE2_METRICS):
         stats = [b.get(metric) for b in blocks]
@@ -110,18 +112,12 @@ def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
 
 
 def topk_figure(summary: dict, probe: str | None = None) -> go.Figure:
-    """Accuracy against the true grid and against top-k decoded grids by size (Figure 9).
-
-    Args:
-        summary: parsed ``belief.json``.
-        probe: which probe (decoded-map key); default ``summary["default_probe"]``.
-    """
+    """Accuracy against the true grid and against top-k decoded grids by size (Figure 9;
+    arguments as :func:`belief_figure`)."""
     key, entry = _probe_entry(summary, probe)
     ks = sorted(int(m.removeprefix("acc_top")) for m in entry["overall"] if m.startswith("acc_top"))
     series = [("acc_gt", "ground truth"), *((f"acc_top{k}", f"top-{k} decoded") for k in ks)]
-    sizes = list(entry["by_size"])
-    blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
-    x = [f"{s} × {s}" for s in sizes] + ["all"]
+    x, blocks = _by_size(entry)
     fig = go.Figure()
     for i, (metric, label) in enumerate(series):
         stats = [b.get(metric) for b in blocks]
@@ -174,10 +170,7 @@ def meg_figure(meg_summary: dict) -> go.Figure:
 
     MEG is shown per decision (nats / H, at most log 4 ≈ 1.39) so that grids of different
     horizons compare. Grids without a decoded map (not the probe's test grids) only have a true
-    MEG and are left out of the scatter and the paired bars.
-
-    Args:
-        meg_summary: parsed ``meg.json``.
+    MEG and are left out of the scatter and the paired bars. ``meg_summary``: parsed ``meg.json``.
     """
     grids = [g for g in meg_summary["grids"] if g.get("subjective") is not None]
     fig = make_subplots(

@@ -142,12 +142,8 @@ def message_annotation(
 
 
 def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> go.Figure:
-    """A blank figure that says why there is nothing to draw (and, ideally, what to do).
-
-    Args:
-        message: the text; wrapped at word boundaries so it fits a narrow panel.
-        wrap: characters per line.
-    """
+    """A blank figure that says why there is nothing to draw (and, ideally, what to do); the
+    ``message`` is wrapped at word boundaries to ``wrap`` characters per line."""
     fig = go.Figure()
     fig.add_annotation(message_annotation(message, wrap=wrap))
     apply_layout(fig, "", height)
