@@ -82,6 +82,11 @@ class TrainingDataConfig:
     (:func:`is_detour_state`: where heading straight for G is not exactly optimal), when the
     episode has any; otherwise among all its non-goal states."""
 
+    blocked_fraction: float = 0.0
+    """Probability that an example's state is drawn among its episode's blocked states
+    (:func:`is_blocked_state`: every move toward G runs into a wall), when it has any; drawn
+    before ``detour_fraction`` (blocked states are detour states)."""
+
     plan_steps: int = PLAN_STEPS
     """Moves planned in the reasoning."""
 
@@ -180,8 +185,14 @@ def sample_plan(
 def is_detour_state(grid: Grid, policy: OptimalPolicy, state: State) -> bool:
     """Whether the optimal moves of ``state`` differ from the moves that shorten the Manhattan
     distance to G (an obstacle is in the way, or the shortest path turns away from G)."""
+    towards = set(towards_moves(grid, state))
+    return towards != {Action(a) for a in policy.optimal_actions(state)}
+
+
+def towards_moves(grid: Grid, state: State) -> list[Action]:
+    """The moves that shorten the Manhattan distance from A to G."""
     (row, col), (goal_row, goal_col) = state.agent, grid.goal
-    towards = {
+    return [
         action
         for action, closer in (
             (Action.UP, goal_row < row),
@@ -190,8 +201,17 @@ def is_detour_state(grid: Grid, policy: OptimalPolicy, state: State) -> bool:
             (Action.RIGHT, goal_col > col),
         )
         if closer
-    }
-    return towards != {Action(a) for a in policy.optimal_actions(state)}
+    ]
+
+
+def is_blocked_state(grid: Grid, state: State) -> bool:
+    """Whether every move toward G runs into a wall next to A (the agent must turn away from G
+    on what its neighbours say, whatever lies further on)."""
+    moves = towards_moves(grid, state)
+    row, col = state.agent
+    return bool(moves) and all(
+        grid.walls[row + a.delta_row_col[0], col + a.delta_row_col[1]] for a in moves
+    )
 
 
 def sample_state(
@@ -200,11 +220,13 @@ def sample_state(
     epsilon: float,
     rng: np.random.Generator,
     detour_fraction: float = 0.0,
+    blocked_fraction: float = 0.0,
 ) -> State:
     """A non-goal state of an epsilon-perturbed optimal episode from the grid's start.
 
-    With probability ``detour_fraction`` the state is drawn among the episode's detour states
-    (:func:`is_detour_state`) when there are any.
+    With probability ``blocked_fraction`` the state is drawn among the episode's blocked states
+    (:func:`is_blocked_state`), else with probability ``detour_fraction`` among its detour
+    states (:func:`is_detour_state`), each when there are any.
     """
     state = initial_state(grid)
     horizon = 2 * policy.shortest_path_length + 2
@@ -219,6 +241,10 @@ def sample_state(
         if is_success(grid, state):
             break
         visited.append(state)
+    if blocked_fraction > 0 and rng.random() < blocked_fraction:
+        blocked = [s for s in visited if is_blocked_state(grid, s)]
+        if blocked:
+            return blocked[int(rng.integers(len(blocked)))]
     if detour_fraction > 0 and rng.random() < detour_fraction:
         detours = [s for s in visited if is_detour_state(grid, policy, s)]
         if detours:
@@ -275,7 +301,9 @@ def sample_batch_examples(
         policy = solve(grid)
         if not policy.is_solvable:
             continue
-        state = sample_state(grid, policy, config.epsilon, rng, config.detour_fraction)
+        state = sample_state(
+            grid, policy, config.epsilon, rng, config.detour_fraction, config.blocked_fraction
+        )
         believed = planning_grid(grid, state, config.plan_belief)
         if believed is not grid:
             policy = solve(believed)

@@ -249,3 +249,30 @@ def test_the_belief_recipe_plans_on_the_near_walls():
         rows, cols = np.nonzero(hidden)
         a_row, a_col = example.state.agent
         assert (np.abs(rows - a_row) + np.abs(cols - a_col) > 2).all()
+
+
+def test_the_blocked_recipe_draws_states_where_every_move_toward_g_is_a_wall():
+    from agent_training.training_data import is_blocked_state
+    from test_map_supervision import _train_script
+
+    walls = np.zeros((7, 7), dtype=bool)
+    walls[0, :] = walls[-1, :] = walls[:, 0] = walls[:, -1] = True
+    walls[2, 1:5] = True
+    grid = Grid(walls=walls, goal=(1, 1), start=(4, 1), variant=Variant.PLAIN, density=0.2)
+    assert is_blocked_state(grid, State(agent=(3, 1)))  # G straight up, the wall in between
+    assert not is_blocked_state(grid, State(agent=(4, 1)))  # the move up is open
+    assert not is_blocked_state(grid, State(agent=(1, 3)))  # left is open
+    script = _train_script()
+    config, data = script.blocked_phase(TrainingConfig(), TrainingDataConfig(), 30)
+    assert data.blocked_fraction == 0.4 and data.plan_belief == "near"
+    assert config.decision_loss_weight == 3.0
+    every = replace(
+        data, blocked_fraction=1.0, key_prompt_probability=0.0, density_range=(0.6, 1.0)
+    )
+    examples = sample_batch_examples(every, 12, np.random.default_rng(5))
+    share = np.mean([is_blocked_state(e.grid, e.state) for e in examples])
+    assert share > 0.5  # every episode with a blocked state gives one
+    for e in examples:
+        if is_blocked_state(e.grid, e.state):
+            d_row, d_col = e.plan[0].delta_row_col
+            assert not e.grid.walls[e.state.agent[0] + d_row, e.state.agent[1] + d_col]
