@@ -584,8 +584,9 @@ def run_evaluation(args: argparse.Namespace, eval_config: EvaluationConfig) -> d
 def write_model_card(out: Path, *, map_agent: bool) -> None:
     """``MODEL_CARD.md`` from the directory's training log and evaluation, with the anchor
     measurements of both bundled agents when the directory holds ``anchor_map.json``
-    (``scripts/measure_anchor_map.py``) and the walls phase's section when it holds
-    ``training_log_walls.json`` and ``walls.json`` (``scripts/measure_map_walls.py``)."""
+    (``scripts/measure_anchor_map.py``), the walls phase's section when it holds
+    ``training_log_walls.json`` and ``walls.json`` (``scripts/measure_map_walls.py``) and the
+    blocked phase's when it holds ``training_log_blocked.json`` and ``blocked.json``."""
     from agent_training.evaluation import map_model_card_text, model_card_text
 
     training = json.loads((out / "training_log.json").read_text(encoding="utf-8"))["info"]
@@ -594,14 +595,24 @@ def write_model_card(out: Path, *, map_agent: bool) -> None:
     anchors = (
         json.loads(anchors_path.read_text(encoding="utf-8")) if anchors_path.is_file() else None
     )
-    walls = None
-    if (out / "walls.json").is_file() and (out / "training_log_walls.json").is_file():
-        walls = (
-            json.loads((out / "training_log_walls.json").read_text(encoding="utf-8"))["info"],
-            json.loads((out / "walls.json").read_text(encoding="utf-8")),
+
+    def phase(name: str, measured: str) -> tuple[dict, dict] | None:
+        log, figures = out / f"training_log_{name}.json", out / measured
+        if not (log.is_file() and figures.is_file()):
+            return None
+        return (
+            json.loads(log.read_text(encoding="utf-8"))["info"],
+            json.loads(figures.read_text(encoding="utf-8")),
         )
+
     text = (
-        map_model_card_text(training, evaluation, anchors, walls)
+        map_model_card_text(
+            training,
+            evaluation,
+            anchors,
+            phase("walls", "walls.json"),
+            phase("blocked", "blocked.json"),
+        )
         if map_agent
         else model_card_text(training, evaluation, anchors)
     )

@@ -370,17 +370,58 @@ def _bits(e: dict) -> str:
     return f"{e['value']:+.2f} [{e['ci_low']:.2f}, {e['ci_high']:.2f}]"
 
 
-def walls_phase_section(walls_training: dict, walls: dict) -> str:
-    """The card's section on the walls phase (the weights shipped now): ``walls_training``, the
-    ``info`` of ``training_log_walls.json``; ``walls``, ``walls.json`` (the shipped weights'
-    figures from ``scripts/measure_map_walls.py``)."""
+def blocked_phase_section(blocked_training: dict, blocked: dict) -> str:
+    """The card's section on the blocked phase (the weights shipped now): ``blocked_training``,
+    the ``info`` of ``training_log_blocked.json``; ``blocked``, ``blocked.json`` (copy line and
+    behaviour from ``scripts/measure_map_walls.py``, moves on the demo's control grids from
+    ``scripts/measure_control_moves.py`` for these weights and the walls phase's)."""
+    phase = blocked_training["phases"][0]
+    t, data = phase["training_config"], phase["data_config"]
+    copy, b = blocked["copy_line"], blocked["behaviour"]
+    now, before = blocked["moves"]["blocked_phase"], blocked["moves"]["walls_phase"]
+    return f"""## Blocked phase: the weights shipped now
+
+The weights in this directory are the walls-phase weights (next section, digest
+`{blocked_training["init"]["weights_digest"]}`) **plus a fifth phase, `--map-recipe blocked`**
+(docs/map_agent.md, seventh session; {blocked_training["steps_run"]} steps of {t["batch_size"]}
+examples at peak learning rate {t["learning_rate"]}, {blocked_training["training_seconds"] / 60:.1f}
+minutes on `{blocked_training["device"]}`; log `training_log_blocked.json`, every 10th step):
+plans, and the map read-out's optimal moves, are optimal on the true walls within two steps of A
+with every other cell open (`plan_belief="{data["plan_belief"]}"`: what the copy line names), a
+share {data["blocked_fraction"]} of the states is drawn where every move toward G runs into a
+wall next to A, and the plan's first move weighs {t["decision_loss_weight"]}. Its moves are thereby
+a function of what its anchors hold.
+
+Measured (`{blocked["command"]}`): the copy line writes the prior-uncertain cells of ring 1 right
+{_pct(copy["1"]["copy"])} of the time ({copy["1"]["n_cells"]} cells; prior {_pct(copy["1"]["prior"])})
+and of ring 2 {_pct(copy["2"]["copy"])} ({copy["2"]["n_cells"]} cells; prior
+{_pct(copy["2"]["prior"])}); per-action accuracy at sizes 7-11, d <= 0.4:
+{100 * b["action_accuracy"]:.1f}% (walls phase {100 * blocked["previous_action_accuracy"]:.1f}%).
+On the demo's 60 control grids (`{blocked["moves_command"]}`; true A and G), this phase against
+the walls phase: moves optimal on the true walls {_pct(now["true"])} against
+{_pct(before["true"])}; on the walls within two steps of A plus the prior's beyond, minus on the
+prior map, {_pct(now["near_prior_minus_prior"])} against {_pct(before["near_prior_minus_prior"])};
+moves into a wall {_pct(now["bumps"])} against {_pct(before["bumps"])}, and where every move
+toward G is blocked {_pct(now["bumps_when_blocked"])} against {_pct(before["bumps_when_blocked"])}.
+The ring figures of the next section are the walls phase's; the demo's agent-centred read-out
+(docs/results.md) measures these weights.
+
+"""
+
+
+def walls_phase_section(walls_training: dict, walls: dict, *, shipped: bool = True) -> str:
+    """The card's section on the walls phase (the weights shipped now unless a later phase
+    followed: ``shipped``): ``walls_training``, the ``info`` of ``training_log_walls.json``;
+    ``walls``, ``walls.json`` (its figures from ``scripts/measure_map_walls.py``)."""
     phase = walls_training["phases"][0]["training_config"]
     ring = walls["rings"]["2"]
     copy, b = walls["copy_line"], walls["behaviour"]
+    heading = "Walls phase: the weights shipped now" if shipped else "Walls phase"
+    were = "are" if shipped else "were"
     return (
-        f"""## Walls phase: the weights shipped now
+        f"""## {heading}
 
-The weights in this directory are the three phases below **plus a fourth, walls phase**
+The weights in this directory {were} the three phases below **plus a fourth, walls phase**
 (`--map-recipe walls-offset`, docs/map_agent.md, fifth session; {walls_training["steps_run"]}
 steps of {phase["batch_size"]} examples at peak learning rate {phase["learning_rate"]},
 {walls_training["training_seconds"] / 60:.1f} minutes on `{walls_training["device"]}`; log
@@ -426,9 +467,12 @@ def map_model_card_text(
     evaluation: dict,
     anchor_map: dict | None,
     walls: tuple[dict, dict] | None = None,
+    blocked: tuple[dict, dict] | None = None,
 ) -> str:
     """``MODEL_CARD.md`` of the map agent (``bundled:map``, the positive control); ``walls``:
-    ``(training_log_walls.json's info, walls.json)`` when the weights had the walls phase."""
+    ``(training_log_walls.json's info, walls.json)`` when the weights had the walls phase;
+    ``blocked``: ``(training_log_blocked.json's info, blocked.json)`` when the blocked phase
+    followed it."""
     phase = training["phases"][0]
     t = phase["training_config"]
     e = evaluation["config"]
@@ -441,7 +485,9 @@ def map_model_card_text(
         if walls
         else "the walls away from A they hold only as well as the grid's size and density predict."
     )
-    walls_section = walls_phase_section(*walls) if walls else ""
+    walls_section = walls_phase_section(*walls, shipped=blocked is None) if walls else ""
+    if blocked:
+        walls_section = blocked_phase_section(*blocked) + walls_section
     return f"""# goalprobe map agent (`bundled:map`): the positive control
 
 The same small GPT-OSS as the default bundled agent (`bundled`: same tokenizer, prompts,

@@ -97,9 +97,12 @@ def test_model_card_is_generated_from_the_agents_files(name):
     card = (directory / "MODEL_CARD.md").read_text(encoding="utf-8")
     if name == MAP_AGENT:  # its weights had the walls phase: the card renders its figures too
         walls = (read("training_log_walls.json")["info"], read("walls.json"))
+        blocked = (read("training_log_blocked.json")["info"], read("blocked.json"))
         rendered = map_model_card_text(
-            read("training_log.json")["info"], read("evaluation.json"), anchors, walls
+            read("training_log.json")["info"], read("evaluation.json"), anchors, walls, blocked
         )
+        moves = blocked[1]["moves"]["blocked_phase"]["bumps_when_blocked"]
+        assert f"{100 * moves['value']:.1f}% [{100 * moves['ci_low']:.1f}, " in card
         ring2 = walls[1]["rings"]["2"]["2"]["bits"]
         assert f"| 2 | {ring2['value']:+.2f} [{ring2['ci_low']:.2f}, " in card
     else:
