@@ -260,8 +260,19 @@ def generated_reading(run_dir: Path) -> list[str]:
     return bullets
 
 
-def package_versions() -> str:
-    """Python, torch and transformers versions, and the thread settings of this process."""
+def package_versions(run_dir: Path | None = None) -> str:
+    """Python, torch and transformers versions and the thread settings the run recorded
+    (``provenance.json``), or this process's for a run without one."""
+    record = None if run_dir is None else run_dir / "provenance.json"
+    if record is not None and record.is_file():
+        prov = json.loads(record.read_text(encoding="utf-8"))
+        libs, threads = prov["libraries"], prov["threads"]
+        omp = threads.get("OMP_NUM_THREADS") or "unset"
+        return (
+            f"Python {prov['python']}, torch {libs['torch']}, transformers "
+            f"{libs['transformers']}; {threads['cpu_count']} CPUs, torch threads "
+            f"{threads['torch_threads']}, OMP_NUM_THREADS {omp}; {prov['platform']}"
+        )
     import torch
     import transformers
 
@@ -376,7 +387,7 @@ def page_from_run(run_dir: Path, *, command: str, figure: str) -> ResultsPage:
     provenance = {
         "commit": run_commit(run_dir),
         "command": f"`{command}`",
-        "environment": package_versions(),
+        "environment": package_versions(run_dir),
     }
     return ResultsPage(provenance, headline_markdown(run_dir), figure, readings)
 
