@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import socket
 import threading
 import time
@@ -16,6 +17,18 @@ from goalprobe.agents.trajectories import StepRecord
 from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import parse, render
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (scripts are not a package)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 SHORT_TEMPLATES = {  # short prompts keep the tiny model fast on a loaded 2-core CPU
     "instructions_plain.txt": "Reach G.",

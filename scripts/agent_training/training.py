@@ -235,16 +235,11 @@ def training_loss(
         total = total + config.object_attention_weight * mass
         parts["object_attention_loss"] = mass.item()
     if use_map and map_readout is not None and examples is not None:
-        cells, agents, goals, neighbours, moves = (
-            t.to(batch.suffix_ids.device)
-            for t in map_labels(
-                [e.grid for e in examples],
-                [e.state for e in examples],
-                [e.planned_on or e.grid for e in examples],
-            )
-        )
+        grids, planned_on = [e.grid for e in examples], [e.planned_on or e.grid for e in examples]
+        labels = map_labels(grids, [e.state for e in examples], planned_on)
+        cells, agents, goals, neighbours, moves = (t.to(batch.suffix_ids.device) for t in labels)
         weights = (
-            prior_uncertainty([e.grid for e in examples]).to(batch.suffix_ids.device)
+            prior_uncertainty(grids).to(batch.suffix_ids.device)
             if config.map_cell_weighting == "uncertain"
             else None
         )

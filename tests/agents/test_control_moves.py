@@ -3,23 +3,19 @@ optimal policy, and one that walks into the wall in front of it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_fixtures import load_script
 from goalprobe.gridworld.core import Action, Grid, State, Variant
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
 
 
 def _script():
-    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_control_moves.py"
-    spec = importlib.util.spec_from_file_location("measure_control_moves", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("measure_control_moves")
 
 
 def _grid(index: int) -> Grid:

@@ -309,14 +309,9 @@ def test_fixed_tie_break_plans_take_the_first_optimal_move():
 
 
 def _train_script():
-    import importlib.util
-    from pathlib import Path
+    from agent_fixtures import load_script
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "train_default_agent.py"
-    spec = importlib.util.spec_from_file_location("train_default_agent", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_default_agent")
 
 
 def test_the_map_recipe_is_the_shipped_agents_three_phases(capsys):
