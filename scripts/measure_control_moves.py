@@ -60,10 +60,23 @@ def fit_prior(seed: int, per_cell: int) -> CellPrior:
     )
 
 
+def prior_walls(prior: CellPrior, size: int, density: float) -> np.ndarray:
+    """``(size, size)`` bool: the prior's majority walls of a grid of this size and density."""
+    probs = prior.predict_proba(covariates(np.asarray([size]), np.asarray([density])))
+    return prior.classes_[probs[0, :size, :size].argmax(-1)] == int(CellType.WALL)
+
+
+def near_mask(size: int, agent: tuple[int, int]) -> np.ndarray:
+    """``(size, size)`` bool: the cells within two steps of A (the copy line's 12 and A's own)."""
+    rows, cols = np.mgrid[:size, :size]
+    return (np.abs(rows - agent[0]) + np.abs(cols - agent[1])) <= 2
+
+
 def step_rows(path: Path, prior: CellPrior) -> tuple[dict[str, list], dict[int, list[int]]]:
     """Per step: grid id, the four maps' optimality, bump, blocked; misreads per size."""
     rows: dict[str, list] = defaultdict(list)
     misreads: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    priors: dict[tuple[int, float], np.ndarray] = {}
     with path.open(encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
@@ -74,15 +87,15 @@ def step_rows(path: Path, prior: CellPrior) -> tuple[dict[str, list], dict[int, 
             n = walls.shape[0]
             a, g = tuple(r["agent_row_col"]), tuple(r["goal_row_col"])
             act = Action[r["action"]]
-            probs = prior.predict_proba(covariates(np.asarray([n]), np.asarray([r["density"]])))
-            prior_walls = prior.classes_[probs[0, :n, :n].argmax(-1)] == int(CellType.WALL)
-            rr, cc = np.mgrid[:n, :n]
-            near = (np.abs(rr - a[0]) + np.abs(cc - a[1])) <= 2
+            key = (n, float(r["density"]))
+            if key not in priors:
+                priors[key] = prior_walls(prior, *key)
+            near = near_mask(n, a)
             maps = {
                 "true": walls,
                 "near": np.where(near, walls, False),
-                "prior": prior_walls,
-                "near_prior": np.where(near, walls, prior_walls),
+                "prior": priors[key],
+                "near_prior": np.where(near, walls, priors[key]),
             }
             for name, m in maps.items():
                 rows[name].append(bool(optimal_mask_for_pair(m, a, g)[int(act)]))
@@ -126,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"{args.trajectories}: no such trajectory file")
     if args.out is not None and args.out.exists():
         fail(f"{args.out}: exists (choose another --out)")
-    rows, misreads = step_rows(args.trajectories, fit_prior(args.prior_seed, args.prior_per_cell))
+    try:
+        rows, misreads = step_rows(
+            args.trajectories, fit_prior(args.prior_seed, args.prior_per_cell)
+        )
+    except (KeyError, ValueError, IndexError) as e:  # json.JSONDecodeError is a ValueError
+        fail(f"{args.trajectories}: not a trajectory JSONL ({type(e).__name__}: {e})")
     if not rows["grid"]:
         fail(f"{args.trajectories}: no valid plain-grid steps")
     ids = np.asarray(rows["grid"])

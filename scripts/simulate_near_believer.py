@@ -17,11 +17,10 @@ import argparse
 import sys
 
 import numpy as np
-from goalprobe.gridworld.core import Action, CellType
+from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
-from goalprobe.probes.baselines import covariates
 from goalprobe.probes.scoring.belief import optimal_mask_for_pair
-from measure_control_moves import fit_prior
+from measure_control_moves import fit_prior, near_mask, prior_walls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,14 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {"true": [], "decoded": [], "prior": []}
     for grid in generate_grid_set(GridSetConfig(n_per_cell=args.per_cell, seed=args.seed)):
         n, goal, agent = grid.size, tuple(grid.goal), tuple(grid.start)
-        probs = prior.predict_proba(covariates(np.asarray([n]), np.asarray([grid.density])))
-        prior_walls = prior.classes_[probs[0, :n, :n].argmax(-1)] == int(CellType.WALL)
-        rows, cols = np.mgrid[:n, :n]
+        prior_map = prior_walls(prior, n, grid.density)
         hits: dict[str, list[bool]] = {k: [] for k in rates}
         for _ in range(4 * n * n):
             if agent == goal:
                 break
-            near = (np.abs(rows - agent[0]) + np.abs(cols - agent[1])) <= 2
+            near = near_mask(n, agent)
             action = int(
                 np.flatnonzero(
                     optimal_mask_for_pair(np.where(near, grid.walls, False), agent, goal)
@@ -51,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             maps = {
                 "true": np.asarray(grid.walls),
-                "decoded": np.where(near, grid.walls, prior_walls),
-                "prior": prior_walls,
+                "decoded": np.where(near, grid.walls, prior_map),
+                "prior": prior_map,
             }
             for name, walls in maps.items():
                 hits[name].append(bool(optimal_mask_for_pair(walls, agent, goal)[action]))

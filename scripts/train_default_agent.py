@@ -114,9 +114,6 @@ walls phase from the map agent's weights (:func:`walls_phase`), that phase with 
 its offset from A (:func:`walls_offset_phase`), the belief phase (:func:`belief_phase`) or that
 phase on blocked states (:func:`blocked_phase`)."""
 
-WARM_RECIPES = ("walls", "walls-offset", "belief", "blocked")
-"""Recipes that start from the map agent's weights (``--init`` defaults to them)."""
-
 WALLS_PHASE_STEPS = 320
 """Steps of the walls phase (``--map-recipe walls``; ``--map-steps`` changes it)."""
 
@@ -195,6 +192,15 @@ def blocked_phase(
     fifth of those states (docs/map_agent.md, seventh session)."""
     belief, data = belief_phase(config, data_config, steps)
     return replace(belief, decision_loss_weight=3.0), replace(data, blocked_fraction=0.4)
+
+
+WARM_PHASES = {
+    "walls": walls_phase,
+    "walls-offset": walls_offset_phase,
+    "belief": belief_phase,
+    "blocked": blocked_phase,
+}
+"""Recipes of one phase from the map agent's weights (``--init`` defaults to them)."""
 
 
 def map_recipe(
@@ -425,13 +431,8 @@ def run_training(args: argparse.Namespace, eval_config: EvaluationConfig) -> dic
     print(f"held-out evaluation grids excluded from training: {len(exclude)}", flush=True)
 
     phases = [("base", config, data_config)]
-    if args.map and args.map_recipe in WARM_RECIPES:
-        phase = {
-            "walls": walls_phase,
-            "walls-offset": walls_offset_phase,
-            "belief": belief_phase,
-            "blocked": blocked_phase,
-        }[args.map_recipe]
+    if args.map and args.map_recipe in WARM_PHASES:
+        phase = WARM_PHASES[args.map_recipe]
         walls_config, walls_data = phase(config, data_config, args.map_steps or WALLS_PHASE_STEPS)
         if args.map_batch_size is not None:
             walls_config = replace(walls_config, batch_size=args.map_batch_size)
@@ -624,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     single = [f"--{name.replace('_', '-')}" for name in SINGLE_PHASE_OPTIONS]
     given = [flag for name, flag in zip(SINGLE_PHASE_OPTIONS, single, strict=True)
              if getattr(args, name) is not None]  # fmt: skip
-    walls = args.map_recipe in WARM_RECIPES
+    walls = args.map_recipe in WARM_PHASES
     if args.map_recipe != "chain" and not args.map:
         print(f"error: --map-recipe {args.map_recipe}: only with --map", file=sys.stderr)
         return 2

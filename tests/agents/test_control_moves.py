@@ -81,3 +81,8 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
         _script().main([str(tmp_path / "missing.jsonl")])
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith("error: ")
+    (tmp_path / "bad.jsonl").write_text('{"kind": "step"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:
+        _script().main([str(tmp_path / "bad.jsonl"), "--prior-per-cell", "1"])
+    assert stop.value.code == 2
+    assert "not a trajectory JSONL" in capsys.readouterr().err
