@@ -226,8 +226,9 @@ def fake_vllm_app(
             max_tokens=int(body.get("max_tokens") or 10_000),
             analysis=not shape.no_analysis,
         )
-        if delay is not None and delay(body) > 0:
-            await asyncio.sleep(delay(body))
+        seconds = delay(body) if delay is not None else 0.0
+        if seconds > 0:
+            await asyncio.sleep(seconds)
         reasoning, content = _parse_like_vllm(encoding, generated, shape)
         ids = shape.token_ids and bool(body.get("return_token_ids"))
         message = {"role": "assistant", "content": content, "tool_calls": []}

@@ -61,6 +61,7 @@ def test_layer_types_alternate_like_gpt_oss(gpu_check):
     assert gpu_check.layer_types(3) == ["sliding_attention", "full_attention", "sliding_attention"]
 
 
+@pytest.mark.slow  # end to end (a whole script, verb or trained agent): the full suite runs it
 def test_smoke_mode_on_cpu(gpu_check, gptoss_dir, tmp_path, capsys):
     out = tmp_path / "check.md"
     args = ["--device", "cpu", "--blocks", "1", "--tiny", "--tokenizer", str(gptoss_dir)]

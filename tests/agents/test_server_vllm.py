@@ -192,13 +192,18 @@ def test_require_token_ids_refuses_an_answer_without_them(gptoss_tiny, harmony_e
 def test_episodes_are_scheduled_on_their_own_not_in_rounds(
     gptoss_tiny, harmony_encoding, grids, template_dir, tmp_path
 ):
-    """One grid's answers take 1.5 s; the other grid's episode does not wait for them: all its
-    requests arrive while the slow episode's first answer is still out (lockstep rounds would
-    send its second request only after the slow answer)."""
+    """One grid's first answer takes 1.5 s; the other grid's episode does not wait for it: all
+    its requests arrive while that answer is still out (lockstep rounds would send its second
+    request only after the slow answer). Only the first answer is delayed: the order asserted
+    below is decided while it is out."""
     slow = render(grids[0])
+    delayed: list[bool] = []
 
     def delay(body) -> float:
-        return 1.5 if slow in body["messages"][-1]["content"] else 0.0
+        if slow not in body["messages"][-1]["content"] or delayed:
+            return 0.0
+        delayed.append(True)
+        return 1.5
 
     config = rollout_config(template_dir, episodes_per_grid=1, horizon_steps=3, batch_size=2)
     with fake_vllm(gptoss_tiny, harmony_encoding, delay=delay) as (url, log):

@@ -487,6 +487,7 @@ def _write_store(path, data, layers=(3, 5)):
     return path
 
 
+@pytest.mark.slow  # end to end (a whole script, verb or trained agent): the full suite runs it
 def test_train_probe_cli_sweeps_a_real_store(tmp_path):
     import typer
     from goalprobe.probes.probe_sweep import file_sha256

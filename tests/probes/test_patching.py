@@ -705,6 +705,7 @@ def test_summary_intervals_resample_grids():
     assert same.recovered_ci == (0.5, 0.5)
 
 
+@pytest.mark.slow  # end to end (a whole script, verb or trained agent): the full suite runs it
 def test_bundled_agent_control_pairs_stay_stable(bundled_agent):
     """With the trained bundled agent, control patches keep the action."""
     model, tokenizer = bundled_agent
