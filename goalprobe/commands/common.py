@@ -14,26 +14,27 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from typer import Option
 
 T = TypeVar("T")
 
-OutDirOption = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+OutDirOption = Annotated[Path, Option("--out", "-o", help="Output directory.")]
 """``--out``: the output directory of a verb that writes several files (patch, attribute)."""
 
 BaseTrajectoriesOption = Annotated[
     Path | None,
-    typer.Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
+    Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
 ]
 """``--trajectories``: the bases of base/counterfactual pairs, from recorded steps."""
 
 BaseGridsOption = Annotated[
     Path | None,
-    typer.Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
+    Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
 ]
 """``--grids``: the bases of base/counterfactual pairs, from grids' start states."""
 
 ModelOption = Annotated[
-    str, typer.Option(help="'bundled', a local model directory, or a Hugging Face id.")
+    str, Option(help="'bundled', a local model directory, or a Hugging Face id.")
 ]
 """``--model``: the agent whose residual stream a verb reads."""
 

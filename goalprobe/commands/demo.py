@@ -7,22 +7,23 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Option
 
 
 def command(
     run_dir: Annotated[
-        Path, typer.Option("--run-dir", help="Run directory (created; reruns resume it).")
+        Path, Option("--run-dir", help="Run directory (created; reruns resume it).")
     ] = Path("runs/demo"),
     scale: Annotated[
         str,
-        typer.Option(
+        Option(
             help="tiny (CI, ~1 min), default (~14 min on 2 idle CPU cores) or paper (the study's "
             "sizes and counts; for a GPU)."
         ),
     ] = "default",
     model: Annotated[
         str | None,
-        typer.Option(
+        Option(
             help="Agent: a bundled agent ('bundled', 'bundled:map'), a local model directory or "
             "a Hugging Face id (also the model replayed for extraction and patching; with "
             "--backend server, the served model). Run alone; without it (local engine) the "
@@ -31,7 +32,7 @@ def command(
     ] = None,
     backend: Annotated[
         str,
-        typer.Option(
+        Option(
             help="Rollout engine: local (in this process), server, or oracle (the optimal "
             "policy writes the episodes in the model's chat format, with a few random moves; "
             "the model itself only runs the activation stages: the pipeline on a model that "
@@ -40,11 +41,11 @@ def command(
     ] = "local",
     base_url: Annotated[
         str | None,
-        typer.Option(help="OpenAI-compatible endpoint for --backend server (.../v1)."),
+        Option(help="OpenAI-compatible endpoint for --backend server (.../v1)."),
     ] = None,
     force: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--force",
             help="Redo a stage even when cached (repeatable; 'all' redoes everything). Later "
             "stages rerun when its outputs change.",
@@ -52,18 +53,18 @@ def command(
     ] = None,
     settings: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--set",
             help="Override one config field: section.field=value (value as JSON, else text; "
             "repeatable), e.g. --set rollouts.temperature=0 --set keys.episodes_per_grid=2.",
         ),
     ] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
-    seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    device: Annotated[str, Option(help="cpu or cuda (local model).")] = "cpu",
+    seed: Annotated[int, Option(help="Seed of everything.")] = 0,
+    progress: Annotated[bool, Option(help="Show progress bars.")] = True,
     allow_truncation: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--allow-truncation",
             help="Run the rollouts even when the pre-flight (models other than the bundled "
             "ones) finds more than 5% of steps cut off by the token budget.",
@@ -71,7 +72,7 @@ def command(
     ] = False,
     generation_only: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--generation-only",
             help="Run only the stages that load no weights (with --backend server: the "
             "server's generation), then stop. The one-GPU workflow: this first, then stop the "
@@ -80,7 +81,7 @@ def command(
     ] = False,
     jobs: Annotated[
         int | None,
-        typer.Option(
+        Option(
             min=1,
             max=64,
             help="Stages run at once in worker processes (default: 2 on a CPU with 2+ cores, "

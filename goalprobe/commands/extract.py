@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -16,43 +17,39 @@ from goalprobe.commands.common import (
     parse_list,
 )
 
-_Trajectories = Annotated[
-    Path, typer.Argument(help="Trajectory JSONL written by `goalprobe rollout`.")
-]
+_Trajectories = Annotated[Path, Argument(help="Trajectory JSONL written by `goalprobe rollout`.")]
 _Model = Annotated[
     str,
-    typer.Option(help="'bundled', a local model directory, or a Hugging Face id."),
+    Option(help="'bundled', a local model directory, or a Hugging Face id."),
 ]
 _Layers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated decoder blocks (0-based output of block L); default: the "
         "last block of each third (GPT-OSS-20B: 7,15,23)."
     ),
 ]
-_Stages = Annotated[str, typer.Option(help="Comma-separated anchor stages.")]
-_GridCells = Annotated[
-    bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
-]
+_Stages = Annotated[str, Option(help="Comma-separated anchor stages.")]
+_GridCells = Annotated[bool, Option(help="Also store every grid-cell token (225 tokens per row).")]
 _ReasoningEvery = Annotated[
     int,
-    typer.Option(
+    Option(
         help="Also store the residual stream along each step's reasoning: every k-th "
         "token of the analysis message and its last token (ragged rows); 0: none."
     ),
 ]
-_Backend = Annotated[str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")]
-_Remote = Annotated[bool, typer.Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")]
+_Backend = Annotated[str, Option(help="Capture backend: nnsight, transformer_lens or hooks.")]
+_Remote = Annotated[bool, Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")]
 _SimulateRemote = Annotated[
     bool,
-    typer.Option(help="Dry run of the remote path here (nnsight's local simulation)."),
+    Option(help="Dry run of the remote path here (nnsight's local simulation)."),
 ]
 _NdifHost = Annotated[
-    str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
+    str | None, Option(help="NDIF base URL (default: nnsight's configured host).")
 ]
 _MaxBatchTokens = Annotated[
     int | None,
-    typer.Option(
+    Option(
         min=0,
         help="Most padded tokens per forward pass (a batch's longest replayed step times "
         "its size; at least one step). Default: planned from the replayed lengths and the "
@@ -62,7 +59,7 @@ _MaxBatchTokens = Annotated[
 ]
 _AttnImplementation = Annotated[
     str,
-    typer.Option(
+    Option(
         help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
         "sink_attention, flex_fp32_sinks (FlexAttention, the sinks in fp32: eager's rows "
         "within 1e-4 in fp32, memory linear on CUDA) or flex_attention (CUDA; memory linear "
@@ -70,24 +67,20 @@ _AttnImplementation = Annotated[
         "study)."
     ),
 ]
-_RowsPerPart = Annotated[
-    int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
-]
-_Shard = Annotated[
-    str, typer.Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")
-]
-_Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")]
+_RowsPerPart = Annotated[int, Option(help="Steps per crash-safe part (the most a kill can lose).")]
+_Shard = Annotated[str, Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")]
+_Dtype = Annotated[str, Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")]
 _DeviceMap = Annotated[
-    str | None, typer.Option(help="transformers device map, e.g. 'auto' (overrides --device).")
+    str | None, Option(help="transformers device map, e.g. 'auto' (overrides --device).")
 ]
-_WorkDir = Annotated[Path | None, typer.Option(help="Parts directory (default: <out>.parts).")]
+_WorkDir = Annotated[Path | None, Option(help="Parts directory (default: <out>.parts).")]
 
 
 def command(
     trajectories: _Trajectories,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Activation store (.h5) to write.")],
+    out: Annotated[Path, Option("--out", "-o", help="Activation store (.h5) to write.")],
     model: _Model = "bundled",
-    revision: Annotated[str, typer.Option(help="Hub revision of the model.")] = "",
+    revision: Annotated[str, Option(help="Hub revision of the model.")] = "",
     layers: _Layers = "",
     stages: _Stages = "pre_reasoning,post_reasoning",
     grid_cells: _GridCells = False,
@@ -96,19 +89,19 @@ def command(
     remote: _Remote = False,
     simulate_remote: _SimulateRemote = False,
     ndif_host: _NdifHost = None,
-    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
+    batch_size: Annotated[int, Option(help="Sequences per forward pass.")] = 8,
     max_batch_tokens: _MaxBatchTokens = None,
     attn_implementation: _AttnImplementation = "auto",
     rows_per_part: _RowsPerPart = 256,
-    compression: Annotated[str, typer.Option(help="none, lzf or gzip.")] = "none",
+    compression: Annotated[str, Option(help="none, lzf or gzip.")] = "none",
     shard: _Shard = "0/1",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: _Dtype = "auto",
     device_map: _DeviceMap = None,
     work_dir: _WorkDir = None,
-    keep_parts: Annotated[bool, typer.Option(help="Keep the parts after assembling.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    keep_parts: Annotated[bool, Option(help="Keep the parts after assembling.")] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    progress: Annotated[bool, Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay every recorded step teacher-forced and store the residual stream (HDF5).
 

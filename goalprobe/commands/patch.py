@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -62,28 +63,28 @@ def _patching_section(path: Path):
 
 _Sites = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
         "answer, all."
     ),
 ]
 _Layers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
         "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
     ),
 ]
 _Reasoning = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
         "Default: recorded with --trajectories, greedy with --grids."
     ),
 ]
 _MaxNewTokens = Annotated[
     int | None,
-    typer.Option(
+    Option(
         min=1,
         help="Greedy completion budget (default: 512 for a bundled agent, the "
         "reasoning-model budget of the effort for any other model: 4,096 at low).",
@@ -91,7 +92,7 @@ _MaxNewTokens = Annotated[
 ]
 _ReasoningChunks = Annotated[
     int,
-    typer.Option(
+    Option(
         min=0,
         help="Also patch the counterfactual's reasoning into the base run in this many "
         "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
@@ -99,14 +100,14 @@ _ReasoningChunks = Annotated[
 ]
 _ChunkLayers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
         "where the read-out in --decision-lens peaks)."
     ),
 ]
 _ConfigFile = Annotated[
     Path | None,
-    typer.Option(
+    Option(
         "--config",
         help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
         "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
@@ -120,55 +121,51 @@ def command(
     trajectories: BaseTrajectoriesOption = None,
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
-    backend: Annotated[str, typer.Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
+    backend: Annotated[str, Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
     sites: _Sites = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
     layers: _Layers = "thirds,all",
     directions: Annotated[
-        str, typer.Option(help="base_to_cf and/or cf_to_base (source_to_target).")
+        str, Option(help="base_to_cf and/or cf_to_base (source_to_target).")
     ] = "base_to_cf,cf_to_base",
     reasoning: _Reasoning = "",
     allow_suboptimal: Annotated[
         bool,
-        typer.Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
+        Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
     ] = False,
     regenerate: Annotated[
-        bool, typer.Option(help="Also regenerate the reasoning under prompt-site patches.")
+        bool, Option(help="Also regenerate the reasoning under prompt-site patches.")
     ] = False,
-    moves: Annotated[str, typer.Option(help="agent and/or goal.")] = "agent,goal",
-    disjoint_per_move: Annotated[
-        int, typer.Option(min=0, help="Disjoint pairs per base and move.")
-    ] = 1,
+    moves: Annotated[str, Option(help="agent and/or goal.")] = "agent,goal",
+    disjoint_per_move: Annotated[int, Option(min=0, help="Disjoint pairs per base and move.")] = 1,
     control_per_move: Annotated[
-        int, typer.Option(min=0, help="Control pairs per control base and move.")
+        int, Option(min=0, help="Control pairs per control base and move.")
     ] = 1,
     control_bases: Annotated[
         int | None,
-        typer.Option(min=0, help="Bases (the first drawn) that get control pairs (default: all)."),
+        Option(min=0, help="Bases (the first drawn) that get control pairs (default: all)."),
     ] = None,
-    sizes: Annotated[
-        str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
-    ] = "",
+    sizes: Annotated[str, Option(help="Comma-separated grid sizes to keep (default: all).")] = "",
     max_bases: Annotated[
-        int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
+        int, Option(min=1, help="Most bases, drawn at random (seeded) when more.")
     ] = 100,
     store: Annotated[
         Path | None,
-        typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
+        Option(help="Activation store (.h5) of the trajectories: anchor source values."),
     ] = None,
     max_new_tokens: _MaxNewTokens = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
+    batch_size: Annotated[int, Option(min=1, help="Patched copies per forward.")] = 16,
     reasoning_chunks: _ReasoningChunks = 0,
     chunk_layers: _ChunkLayers = "all",
     decision_lens: Annotated[
         Path | None,
-        typer.Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
+        Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
     ] = None,
     config_file: _ConfigFile = None,
-    n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
-    seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    n_resamples: Annotated[int, Option(min=100, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, Option(help="Seed of the draws and the bootstrap.")] = 0,
+    device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import OVERWRITE_HELP, check_host, check_new_output
 
@@ -23,7 +24,7 @@ def _check_trajectories(run) -> None:
 def command(
     run_dir: Annotated[
         Path,
-        typer.Argument(
+        Argument(
             help="Run directory (grids/, rollouts/, activations/, probes/decoded/, plans/, ...).",
             exists=True,
             file_okay=False,
@@ -31,10 +32,10 @@ def command(
             resolve_path=True,
         ),
     ],
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to serve on.")] = 8050,
+    port: Annotated[int, Option("--port", min=1, max=65535, help="Port to serve on.")] = 8050,
     host: Annotated[
         str,
-        typer.Option(
+        Option(
             "--host",
             help="Interface to bind. The default serves this machine only; any other address "
             "exposes the run's data to the network.",
@@ -42,7 +43,7 @@ def command(
     ] = "127.0.0.1",
     export: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             "--export",
             help="Write a self-contained static HTML file (plotly.js inlined, no server, no "
             "network) of the selected episodes instead of serving.",
@@ -50,7 +51,7 @@ def command(
     ] = None,
     episodes: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--episodes",
             help="Episodes to export, comma-separated GRID_ID:EPISODE or GRID_ID (all its "
             "episodes); default: the first three.",
@@ -58,7 +59,7 @@ def command(
     ] = None,
     probe: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--probe",
             help="Decoded-map file stem under probes/decoded/ for the export (default: "
             "pre-reasoning, mlp, middle layer).",
@@ -66,13 +67,13 @@ def command(
     ] = None,
     plan: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--plan",
             help="Plan source '<file stem>/<run>' for the export (default: the decoder that "
             "matches the probe's stage and layer).",
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
 
