@@ -162,7 +162,7 @@ class StageBook:
         self._unfinished(name, "failed", f"failed: {error}", {"traceback": trace})
 
     def _unfinished(self, name: str, status: str, reason: str, details: dict) -> None:
-        """Record (outcome and ``stages/<name>.failed.json``) and say why ``name`` did not finish."""
+        """Record why ``name`` did not finish (its outcome and ``stages/<name>.failed.json``)."""
         self.outcomes[name] = StageOutcome(name, status, 0.0, {}, reason)
         record = {"stage": name, "status": status, "error": reason, **details}
         write_json(self.layout.stage_failure(name), record)

@@ -49,18 +49,6 @@ def _store_source(store: Path, stats):
     return StoreSource(opened)
 
 
-def _patching_section(path: Path):
-    """The demo patching section (:class:`goalprobe.config.PatchingConfig`) in JSON ``path``."""
-    import json
-
-    from goalprobe.config import PatchingConfig, from_dict
-
-    try:
-        return from_dict(PatchingConfig, json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
-        raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
-
-
 _Sites = Annotated[
     str,
     Option(
@@ -178,7 +166,7 @@ def command(
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
     from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
-    from goalprobe.probes.patching.experiment import resolve_layer_sets
+    from goalprobe.probes.patching.experiment import PatchConfig
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
     from goalprobe.probes.patching.sites import SequenceError
     from goalprobe.stages.patching import patch
@@ -195,20 +183,22 @@ def command(
         if config_file is not None:
             config, pairs, n_resamples = _config_from_file(config_file, effort, template_dir, keep)
         else:
-            config = _patch_config(
-                sites=sites,
-                layers=layers,
-                directions=directions,
+            config = PatchConfig(
+                sites=parse_list(sites, str, "--sites"),
+                layers=parse_list(layers, str, "--layers"),
+                directions=parse_list(directions, str, "--directions"),
                 reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
                 require_optimal=not allow_suboptimal,
                 regenerate=regenerate,
-                max_new_tokens=max_new_tokens,
+                **(
+                    {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
+                ),  # else the format's
                 batch_size=batch_size,
                 seed=seed,
                 reasoning_effort=effort,
                 template_dir=template_dir,
                 reasoning_chunks=reasoning_chunks,
-                chunk_layers=chunk_layers,
+                chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
             )
             pairs = _pair_settings(
                 moves, max_bases, disjoint_per_move, control_per_move, control_bases, keep, seed
@@ -232,10 +222,7 @@ def command(
         raise typer.BadParameter(str(err), param_hint="--backend") from err
     if stats is not None and patcher.vocab_size is not None:
         stats.check_vocabulary(patcher.vocab_size)
-    try:
-        resolve_layer_sets(config.layers, patcher.n_layers)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    _check_layers(config.layers, patcher.n_layers, "--layers")
     try:
         outcome, paths = patch(
             bases,
@@ -282,30 +269,20 @@ def _read_bases(trajectories: Path | None, grids: Path | None):
 
 
 def _config_from_file(config_file: Path, effort: str, template_dir, keep):
-    """The patch config, pair settings and bootstrap resamples of a ``--config`` section."""
+    """The patch config, pair settings and bootstrap resamples of a ``--config`` file: a demo
+    patching section (:class:`goalprobe.config.PatchingConfig`) as JSON."""
+    import json
+
+    from goalprobe.config import PatchingConfig, from_dict
     from goalprobe.stages.patching import pair_settings, patch_config
 
-    section = _patching_section(config_file)
+    try:
+        section = from_dict(PatchingConfig, json.loads(config_file.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
+        raise typer.BadParameter(f"{config_file}: {err}", param_hint="--config") from err
     config = patch_config(section, effort, template_dir)
     pairs = dataclasses.replace(pair_settings(section), sizes=None if keep is None else tuple(keep))
     return config, pairs, section.n_bootstrap
-
-
-def _patch_config(
-    *, sites, layers, directions, chunk_layers, max_new_tokens, reasoning_effort, **rest
-):
-    """The patch config of the command-line options (lists split)."""
-    from goalprobe.probes.patching.experiment import PatchConfig
-
-    return PatchConfig(
-        sites=parse_list(sites, str, "--sites"),
-        layers=parse_list(layers, str, "--layers"),
-        directions=parse_list(directions, str, "--directions"),
-        **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}),  # else the format's
-        reasoning_effort=reasoning_effort,
-        chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
-        **rest,
-    )
 
 
 def _pair_settings(
@@ -332,12 +309,7 @@ def _pair_settings(
 def _check_layer_options(config, decision_lens: Path | None) -> None:
     """Refuse layer sets of bad syntax and a 'peak' chunk layer without its lens, before the
     model (and its depth) loads."""
-    from goalprobe.probes.patching.experiment import resolve_layer_sets
-
-    try:
-        resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    _check_layers(config.layers, SYNTAX_CHECK_LAYERS, "--layers")  # the depth comes later
     peak = config.reasoning_chunks and "peak" in config.chunk_layers
     if peak and decision_lens is None:
         raise typer.BadParameter(
@@ -346,12 +318,18 @@ def _check_layer_options(config, decision_lens: Path | None) -> None:
         )
     if decision_lens is not None and not decision_lens.is_file():
         raise typer.BadParameter(f"{decision_lens}: no such file", param_hint="--decision-lens")
+    chunk_layers = [c for c in config.chunk_layers if c != "peak"] or ["all"]
+    _check_layers(chunk_layers, SYNTAX_CHECK_LAYERS, "--chunk-layers")
+
+
+def _check_layers(layer_sets, n_layers: int, option: str) -> None:
+    """Refuse layer sets that do not resolve against a model of ``n_layers`` blocks."""
+    from goalprobe.probes.patching.experiment import resolve_layer_sets
+
     try:
-        resolve_layer_sets(
-            [c for c in config.chunk_layers if c != "peak"] or ["all"], SYNTAX_CHECK_LAYERS
-        )
+        resolve_layer_sets(layer_sets, n_layers)
     except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
+        raise typer.BadParameter(str(err), param_hint=option) from err
 
 
 _COLUMNS = "direction|site|layers|n|changed [95% CI]|to source opt.|recovered|control stable"
