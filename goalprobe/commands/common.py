@@ -43,6 +43,13 @@ OVERWRITE_HELP = "Replace an existing output (without it, an existing output is 
 """The help text of every verb's ``--overwrite`` flag."""
 
 
+def user_error(message: str) -> typer.Exit:
+    """Print ``error: <message>`` on stderr and return the exit (code 2) to raise: for errors
+    found once the work has begun, after the arguments were checked."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
 def parse_list(
     text: str, kind: Callable[[str], T], option: str, *, empty_ok: bool = False
 ) -> tuple[T, ...]:
@@ -139,17 +146,6 @@ def check_host(host: str, option: str = "--host") -> bool:
             param_hint=option,
         ) from err
     return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
-
-
-def check_count(value: int, what: str, limit: int, option: str) -> int:
-    """Refuse a count that would make a verb run for days or fill the disk (``value`` above
-    ``limit``) before any work starts."""
-    if value > limit:
-        raise typer.BadParameter(
-            f"{what} {value:,} is more than {limit:,}; split the job into several runs",
-            param_hint=option,
-        )
-    return value
 
 
 def check_stored(asked: tuple[T, ...], held, what: str, option: str) -> tuple[T, ...]:

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from typer import Option
 
+from goalprobe.commands.common import model_format, user_error
+
 
 def command(
     run_dir: Annotated[
@@ -103,7 +105,6 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
-    from goalprobe.commands.common import model_format
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.fatal import RunStopped
@@ -149,8 +150,7 @@ def command(
             generation_only=generation_only,
         )
     except RunStopped as err:  # a pre-flight refusal: no other stage spends generation time
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(str(err)) from err
     typer.echo(stage_tally(result, scale))
     for name, error in result.failed.items():
         typer.echo(f"  {name}: {' '.join(str(error).split())}"[:200])
@@ -178,8 +178,7 @@ def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
     try:
         Agent(config.agent).check_server()
     except ServerError as err:
-        typer.echo(f"error: --base-url: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"--base-url: {err}") from err
 
 
 def stage_tally(result, scale: str) -> str:

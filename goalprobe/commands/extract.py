@@ -215,7 +215,10 @@ def _capture_backend(backend, loaded, remote, simulate_remote, ndif_host, attn_i
 
 
 def _print_report(report, config, backend_name: str) -> None:
-    """What the extraction stored, the reasoning rows, and a warning about re-tokenised rows."""
+    """What the extraction stored, the reasoning rows, and a warning when some rows replay ids
+    re-tokenised from a server's text."""
+    from goalprobe.activations.store import ActivationStore
+
     state = (
         "already complete"
         if report.already_complete
@@ -227,13 +230,18 @@ def _print_report(report, config, backend_name: str) -> None:
         f"{config.batch_size} steps and {config.max_batch_tokens or 'any number of'} tokens; "
         f"{state}; {report.seconds:.1f} s"
     )
+    with ActivationStore(report.output) as opened:
+        along = int(opened.reasoning_offsets()[-1]) if config.reasoning_every else 0
+        retokenized = int(opened.attrs.get("retokenized_steps", 0) or 0)
     if config.reasoning_every:
-        from goalprobe.activations.store import ActivationStore
-
-        with ActivationStore(report.output) as opened:
-            along = int(opened.reasoning_offsets()[-1])
         typer.echo(f"  {along} reasoning rows (every {config.reasoning_every} tokens + the last)")
-    _warn_retokenized(report.output)
+    if retokenized:
+        typer.echo(
+            f"warning: {report.output}: {retokenized} step(s) replay token ids re-tokenised from "
+            "a server's text, not the ids the model read (the server returned none; use vLLM "
+            ">= 0.11.1 with --server-token-ids)",
+            err=True,
+        )
 
 
 def _check_chat_format(model: str, trajectories: Path) -> None:
@@ -248,19 +256,4 @@ def _check_chat_format(model: str, trajectories: Path) -> None:
             f"{trajectories} was written in the {recorded} chat format, but {model}'s tokenizer "
             f"uses {chat_format.name}",
             param_hint="--model",
-        )
-
-
-def _warn_retokenized(store: Path) -> None:
-    """A warning line when some rows replay ids rebuilt from a server's text."""
-    from goalprobe.activations.store import ActivationStore
-
-    with ActivationStore(store) as opened:
-        retokenized = int(opened.attrs.get("retokenized_steps", 0) or 0)
-    if retokenized:
-        typer.echo(
-            f"warning: {store}: {retokenized} step(s) replay token ids re-tokenised from a "
-            "server's text, not the ids the model read (the server returned none; use vLLM "
-            ">= 0.11.1 with --server-token-ids)",
-            err=True,
         )

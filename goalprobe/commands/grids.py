@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from typer import Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_count, check_new_output, parse_list
+from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, parse_list
 
 MAX_GRIDS = 1_000_000
 """Most grids one file holds (about 1 GB of JSONL at 15 x 15)."""
@@ -57,12 +57,13 @@ def command(
         )
     size_list = parse_list(sizes, int, "--sizes")
     density_list = parse_list(densities, float, "--densities")
-    check_count(
-        len(size_list) * len(density_list) * per_cell,
-        "the grid set's size",
-        MAX_GRIDS,
-        "--per-cell",
-    )
+    n_grids = len(size_list) * len(density_list) * per_cell
+    if n_grids > MAX_GRIDS:  # days of work and a full disk: refused before any starts
+        raise typer.BadParameter(
+            f"the grid set's size {n_grids:,} is more than {MAX_GRIDS:,}; split the job into "
+            "several runs",
+            param_hint="--per-cell",
+        )
     try:
         config = GridSetConfig(
             sizes=size_list,

@@ -20,6 +20,7 @@ from goalprobe.commands.common import (
     choice,
     model_format,
     parse_list,
+    user_error,
 )
 
 SYNTAX_CHECK_LAYERS = 1024
@@ -239,8 +240,7 @@ def command(
             budget=PatchingBudget.for_model(loaded.model),
         )
     except PatchingDoesNotFitError as err:  # refused before any generation: nothing written
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise user_error(str(err)) from None
     except SequenceError as err:
         raise typer.BadParameter(
             f"{err}", param_hint="--trajectories" if trajectories else "--model"

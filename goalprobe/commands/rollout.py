@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer import Argument, Option
 
-from goalprobe.commands.common import check_device, check_directory, choice, model_format
+from goalprobe.commands.common import (
+    check_device,
+    check_directory,
+    choice,
+    model_format,
+    user_error,
+)
 
 if TYPE_CHECKING:
     from goalprobe.agents.backend import Backend
@@ -252,11 +258,9 @@ def command(
             max_failed_rounds=max_failed_rounds,
         )
     except RolloutStopped as err:
-        typer.echo(f"error: {out}: {err}{_request_summary(backend)}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}{_request_summary(backend)}") from err
     except ServerTokenIdsError as err:
-        typer.echo(f"error: {out}: {err}; finished episodes are kept (rerun resumes)", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}; finished episodes are kept (rerun resumes)") from err
     _print_report(console, out, report, backend)
 
 
@@ -268,8 +272,7 @@ def _server_backend(urls: list[str], *, tokenizer: str | None, chat_format, **se
     try:
         server_config = ServerConfig(base_url=urls[0], more_base_urls=tuple(urls[1:]), **settings)
     except ValueError as err:
-        typer.echo(f"error: --server: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"--server: {err}") from err
     return ServerBackend(
         server_config,
         load_tokenizer(tokenizer) if tokenizer is not None else None,
@@ -288,17 +291,14 @@ def _preflight(grids, out, grid_set, backend, config, steps, allow_truncation, c
     try:
         checked = run_preflight(grid_set, backend, config, preflight)
     except ServerTokenIdsError as err:
-        typer.echo(f"error: {out}: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}") from err
     except BatchGenerationError as err:
-        typer.echo(f"error: {out}: the pre-flight's requests failed: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: the pre-flight's requests failed: {err}") from err
     console.print(checked.describe(), soft_wrap=True)
     try:
         checked.check(preflight)
     except PreflightRefused as err:
-        typer.echo(f"error: {grids}: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{grids}: {err}") from err
 
 
 def _print_report(console, out: Path, report, backend) -> None:

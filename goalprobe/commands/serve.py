@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
 from typer import Option
 
 
@@ -69,18 +68,14 @@ def command(
     from goalprobe.agents.agent_config import local_backend
     from goalprobe.agents.models import HubUnavailableError
     from goalprobe.agents.server_app import ServeConfig, create_app
-    from goalprobe.commands.common import check_host
-
-    def fail(message: str) -> typer.Exit:
-        typer.echo(f"error: {message}", err=True)
-        return typer.Exit(code=2)
+    from goalprobe.commands.common import check_host, user_error
 
     console = Console(stderr=True)
     api_key = None
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
-            raise fail(f"--api-key-env: environment variable {api_key_env} is unset or empty")
+            raise user_error(f"--api-key-env: environment variable {api_key_env} is unset or empty")
     if not check_host(host) and api_key is None:
         console.print(
             f"[yellow]warning:[/yellow] listening on {host} without an API key; anyone who can "
@@ -98,10 +93,10 @@ def command(
             max_body_bytes=max_body_bytes,
         )
     except ValueError as err:
-        raise fail(str(err)) from err
+        raise user_error(str(err)) from err
     try:
         backend, _ = local_backend(model, revision=revision, device=device, dtype=dtype)
     except (OSError, ValueError, HubUnavailableError) as err:
-        raise fail(f"--model {model}: cannot load it ({type(err).__name__}: {err})") from err
+        raise user_error(f"--model {model}: cannot load it ({type(err).__name__}: {err})") from err
     console.print(f"serving {config.model_name!r} on http://{host}:{port}/v1")
     uvicorn.run(create_app(backend, config), host=host, port=port, log_level=log_level)
