@@ -75,11 +75,6 @@ class StageBook:
             return ()
         return tuple(n for n in self.stages if stage(n).generates)
 
-    def gated(self, name: str) -> tuple[str, ...]:
-        """The stage ``name`` waits for besides its inputs because of a pre-flight
-        (:func:`goalprobe.fatal.preflight_gate`)."""
-        return preflight_gate(self.config, self.stages, name)
-
     def stop(self, name: str, error: str, left: list[tuple[StageBook, str]]) -> RunStopped:
         """Record that ``name`` stopped the run (``left``: the stages not finished, recorded
         as not run) and return the error to raise."""
@@ -213,7 +208,8 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return (book, name) in waiting or (book, name) in running.values()
 
     def ready(book: StageBook, name: str) -> bool:
-        waits = (*reads(name, book.stages), *book.waits_for_server(name), *book.gated(name))
+        gate = preflight_gate(book.config, book.stages, name)  # a pre-flight's stage first
+        waits = (*reads(name, book.stages), *book.waits_for_server(name), *gate)
         if any(pending(book, d) for d in waits):
             return False
         final = stage(name).final
