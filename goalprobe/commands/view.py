@@ -106,8 +106,11 @@ def command(
             "reachable from other machines"
         )
     runs = find_runs(run_dir)
-    if export is None and len(runs) > 0 and run_dir.name not in runs:
-        _serve_runs(run_dir, runs, host, port, console)
+    if export is None and len(runs) > 0 and run_dir.name not in runs:  # one server for them all
+        from goalprobe.viewer.app import create_multi_run_app
+
+        server, _ = create_multi_run_app(run_dir)
+        _serve(server, f"{len(runs)} runs ({', '.join(runs)})", host, port, console)
         return
     if export is not None:  # an export reads whole episodes: every line is validated first
         from goalprobe.agents.trajectories import trajectory_stats
@@ -136,20 +139,14 @@ def command(
     from goalprobe.viewer.app import create_app
 
     app = create_app(run_dir)
-    console.print(
-        f"goalprobe viewer: {len(run.episodes)} episodes, {len(run.map_sources)} decoded-map "
-        f"files, {len(run.plan_sources)} plan runs; serving http://{host}:{port}/ (Ctrl+C stops)"
+    what = (
+        f"{len(run.episodes)} episodes, {len(run.map_sources)} decoded-map files, "
+        f"{len(run.plan_sources)} plan runs"
     )
-    app.run(host=host, port=port, debug=False)
+    _serve(app, what, host, port, console)
 
 
-def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
-    """Serve every run under ``parent`` (one per agent) on one server."""
-    from goalprobe.viewer.app import create_multi_run_app
-
-    server, _ = create_multi_run_app(parent)
-    console.print(
-        f"goalprobe viewer: {len(runs)} runs ({', '.join(runs)}); serving http://{host}:{port}/ "
-        "(Ctrl+C stops)"
-    )
+def _serve(server, what: str, host: str, port: int, console) -> None:
+    """Serve the viewer of ``what`` (its runs or its episodes and files) until Ctrl+C."""
+    console.print(f"goalprobe viewer: {what}; serving http://{host}:{port}/ (Ctrl+C stops)")
     server.run(host=host, port=port, debug=False)
