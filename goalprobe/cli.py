@@ -16,7 +16,6 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -47,24 +46,9 @@ def one_line(message: str) -> str:
 class OneLineErrors(TyperGroup):
     """The ``goalprobe`` command group, whose errors are one line and exit code 2."""
 
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        try:
-            code = super().main(
-                args,
-                prog_name,
-                complete_var,
-                standalone_mode=False,
-                windows_expand_args=windows_expand_args,
-                **extra,
-            )
+    def main(self, *args: Any, **extra: Any) -> Any:
+        try:  # not standalone: the errors come here, to be printed as one line
+            code = super().main(*args, **{**extra, "standalone_mode": False})
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             sys.exit(130)
@@ -99,22 +83,22 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-# verb -> module under goalprobe.commands (kept in study order for --help)
-VERBS: dict[str, str] = {
-    "grids": "grids",
-    "rollout": "rollout",
-    "states": "states",
-    "serve": "serve",
-    "extract": "extract",
-    "merge": "merge",
-    "train-probe": "train_probe",
-    "train-plan-decoder": "train_plan_decoder",
-    "patch": "patch",
-    "attribute": "attribute",
-    "score": "score",
-    "view": "view",
-    "demo": "demo",
-}
+# in study order for --help; each verb's module under goalprobe.commands (dashes as underscores)
+VERBS: tuple[str, ...] = (
+    "grids",
+    "rollout",
+    "states",
+    "serve",
+    "extract",
+    "merge",
+    "train-probe",
+    "train-plan-decoder",
+    "patch",
+    "attribute",
+    "score",
+    "view",
+    "demo",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -153,8 +137,8 @@ def prose(doc: str | None) -> str:
 
 
 def _register() -> None:
-    for verb, module_name in VERBS.items():
-        module = importlib.import_module(f"goalprobe.commands.{module_name}")
+    for verb in VERBS:
+        module = importlib.import_module(f"goalprobe.commands.{verb.replace('-', '_')}")
         app.command(name=verb, help=prose(module.command.__doc__))(module.command)
 
 

@@ -13,6 +13,7 @@ from what it receives. No I/O here.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -214,9 +215,7 @@ def fit_budgets(
                  "steering.max_new_tokens"):  # fmt: skip
         oracle = config.agent.backend == "oracle" and path.startswith("rollouts.")
         if config.scale != "tiny" and path not in fixed and not oracle:
-            small: Any = config
-            for name in path.split("."):
-                small = getattr(small, name)
+            small = operator.attrgetter(path)(config)
             effort = config.rollouts.reasoning_effort
             budget = token_budget(config.agent.model, effort, small, chat_format)
             config = override(config, path, budget)

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import time
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
+
+from goalprobe.version import installed_version
 
 SCHEMA = "goalprobe.provenance/1"
 """Schema tag of ``provenance.json``."""
@@ -65,13 +66,7 @@ def source_commit() -> dict:
 
 def library_versions() -> dict[str, str | None]:
     """Installed version of each of :data:`LIBRARIES` (None: not installed)."""
-    out: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return {name: installed_version(name) for name in LIBRARIES}
 
 
 def thread_counts() -> dict:

@@ -37,14 +37,24 @@ def write_atomic(path: Path, text: str) -> Path:
     return path
 
 
-class _Entry:
-    """A :class:`RunLayout` attribute: the absolute path of one :class:`Artefact`."""
+class _Path:
+    """A :class:`RunLayout` attribute: the absolute path of ``relative`` in the run directory."""
 
-    def __init__(self, *artefact: str) -> None:
-        self.artefact = Artefact(*artefact)
+    def __init__(self, relative: str) -> None:
+        self.relative = relative
 
     def __get__(self, layout: RunLayout, owner: type | None = None) -> Path:
-        return layout.root / self.artefact.relative
+        return layout.root / self.relative
+
+
+class _Entry(_Path):
+    """A :class:`RunLayout` attribute that is an :class:`Artefact`: ``stage`` is the first
+    folder of ``relative`` unless named, ``verb`` the one that writes it alone (``demo``)."""
+
+    def __init__(self, name: str, relative: str, stage: str = "", verb: str = "demo") -> None:
+        super().__init__(relative)
+        stage = stage or relative.split("/")[0]
+        self.artefact = Artefact(name, relative, stage, f"goalprobe {verb}")
 
 
 @dataclass(frozen=True)
@@ -66,20 +76,14 @@ class RunLayout:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    @property
-    def demo_config(self) -> Path:
-        """``demo_config.json``: the demo config of the last call."""
-        return self.root / "demo_config.json"
+    demo_config = _Path("demo_config.json")
+    """``demo_config.json``: the demo config of the last call."""
 
-    @property
-    def provenance(self) -> Path:
-        """``provenance.json``: commit, command, threads and library versions of the last call."""
-        return self.root / "provenance.json"
+    provenance = _Path("provenance.json")
+    """``provenance.json``: commit, command, threads and library versions of the last call."""
 
-    @property
-    def stages_dir(self) -> Path:
-        """``stages/``: one record per finished stage."""
-        return self.root / "stages"
+    stages_dir = _Path("stages")
+    """``stages/``: one record per finished stage."""
 
     def stage_dir(self, stage: str) -> Path:
         """``<stage>/``: where a stage writes its outputs and ``config.json``."""
@@ -95,28 +99,26 @@ class RunLayout:
 
     # -- behaviour --------------------------------------------------------------------------------
 
-    grids = _Entry("grid set", "grids/grids.jsonl", "grids", "goalprobe grids")
+    grids = _Entry("grid set", "grids/grids.jsonl", verb="grids")
 
-    trajectories = _Entry(
-        "trajectories", "rollouts/trajectories.jsonl", "rollouts", "goalprobe rollout"
-    )
+    trajectories = _Entry("trajectories", "rollouts/trajectories.jsonl", verb="rollout")
 
-    behaviour_metrics = _Entry("behaviour metrics", "behaviour/metrics.json", "behaviour")
+    behaviour_metrics = _Entry("behaviour metrics", "behaviour/metrics.json")
 
-    iso_grids = _Entry("iso-difficulty grids", "iso/grids.jsonl", "iso")
+    iso_grids = _Entry("iso-difficulty grids", "iso/grids.jsonl")
     """The iso-difficulty (transformed) grids."""
 
-    iso_trajectories = _Entry("iso-difficulty trajectories", "iso/trajectories.jsonl", "iso")
+    iso_trajectories = _Entry("iso-difficulty trajectories", "iso/trajectories.jsonl")
 
-    iso_results = _Entry("iso-difficulty results", "iso/results.json", "iso")
+    iso_results = _Entry("iso-difficulty results", "iso/results.json")
     """Paired tests of the iso-difficulty transforms."""
 
-    keys_grids = _Entry("key-variant grids", "keys/grids.jsonl", "keys")
+    keys_grids = _Entry("key-variant grids", "keys/grids.jsonl")
     """Key-variant grids and their matched controls."""
 
-    keys_trajectories = _Entry("key-variant trajectories", "keys/trajectories.jsonl", "keys")
+    keys_trajectories = _Entry("key-variant trajectories", "keys/trajectories.jsonl")
 
-    keys_results = _Entry("key-variant results", "keys/results.json", "keys")
+    keys_results = _Entry("key-variant results", "keys/results.json")
 
     false_belief_grids = _Entry(
         "false-belief grids", "false_belief/grids.jsonl", "false_belief_rollouts"
@@ -127,44 +129,40 @@ class RunLayout:
         "false-belief trajectories", "false_belief/trajectories.jsonl", "false_belief_rollouts"
     )
 
-    false_belief_states = _Entry("false-belief states", "false_belief/states.jsonl", "false_belief")
+    false_belief_states = _Entry("false-belief states", "false_belief/states.jsonl")
     """Prompt-only start states of the false-belief grids (for the probe's reading)."""
 
-    false_belief_store = _Entry("false-belief store", "false_belief/activations.h5", "false_belief")
+    false_belief_store = _Entry("false-belief store", "false_belief/activations.h5")
     """Pre-reasoning anchors of the false-belief start states."""
 
-    false_belief_results = _Entry(
-        "false-belief results", "false_belief/results.json", "false_belief"
-    )
+    false_belief_results = _Entry("false-belief results", "false_belief/results.json")
     """Oracle-belief scoring and the probe's shown-vs-true reading."""
 
-    false_belief_decoded = _Entry(
-        "false-belief decoded maps", "false_belief/decoded_maps.h5", "false_belief"
-    )
+    false_belief_decoded = _Entry("false-belief decoded maps", "false_belief/decoded_maps.h5")
     """The decoded map of every false-belief step (``goalprobe.step_maps``, for the viewer)."""
 
-    harm_grids = _Entry("harm grids", "harm/grids.jsonl", "harm")
+    harm_grids = _Entry("harm grids", "harm/grids.jsonl")
 
-    harm_neutral = _Entry("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl", "harm")
+    harm_neutral = _Entry("harm trajectories (neutral)", "harm/trajectories_neutral.jsonl")
 
-    harm_moral = _Entry("harm trajectories (moral)", "harm/trajectories_moral.jsonl", "harm")
+    harm_moral = _Entry("harm trajectories (moral)", "harm/trajectories_moral.jsonl")
 
     def harm_trajectories(self, condition: str) -> Path:
         """Rollouts on the harm grids under the prompt ``condition`` (neutral or moral)."""
         return self.path(f"harm trajectories ({condition})")
 
-    fog_grids = _Entry("fog grids", "fog/grids.jsonl", "fog")
+    fog_grids = _Entry("fog grids", "fog/grids.jsonl")
     """The fogged grids (plain layouts, variant ``fog``)."""
 
-    fog_trajectories = _Entry("fog trajectories", "fog/trajectories.jsonl", "fog")
+    fog_trajectories = _Entry("fog trajectories", "fog/trajectories.jsonl")
 
-    fog_results = _Entry("fog results", "fog/results.json", "fog")
+    fog_results = _Entry("fog results", "fog/results.json")
     """Behaviour under fog against the references, with the failure modes."""
 
-    decision_lens = _Entry("decision lens", "decision/lens.json", "decision")
+    decision_lens = _Entry("decision lens", "decision/lens.json")
     """The logit lens on the answer and along the reasoning (curves per layer)."""
 
-    decision_steps = _Entry("decision steps", "decision/steps.jsonl", "decision")
+    decision_steps = _Entry("decision steps", "decision/steps.jsonl")
     """The lens of each sampled step chunk by chunk (the viewer's coloured reasoning)."""
 
     fog_store = _Entry("fog store", "fog/activations.h5", "fog_map")
@@ -173,45 +171,35 @@ class RunLayout:
     fog_map_results = _Entry("fog map results", "fog/map.json", "fog_map")
     """The revealed-mask probe and the hidden-wall tracking of the decoded map."""
 
-    harm_results = _Entry("harm results", "harm/results.json", "harm")
+    harm_results = _Entry("harm results", "harm/results.json")
     """Reward, harm, behaviour scores, the moral-conditioning ablation and MEG."""
 
-    intention_grids = _Entry("intention grids", "intention/grids.jsonl", "intention")
+    intention_grids = _Entry("intention grids", "intention/grids.jsonl")
     """The key-variant grids of the intention test and their intervened copies."""
 
-    intention_results = _Entry("intention results", "intention/results.json", "intention")
+    intention_results = _Entry("intention results", "intention/results.json")
     """Behavioural intention: the test per variant and intervention, per-state counts."""
 
-    intention_map_states = _Entry(
-        "intention map states", "intention_map/states.jsonl", "intention_map"
-    )
+    intention_map_states = _Entry("intention map states", "intention_map/states.jsonl")
     """Prompt-only start states of the intention grids (original and intervened)."""
 
-    intention_map_store = _Entry(
-        "intention map store", "intention_map/activations.h5", "intention_map"
-    )
+    intention_map_store = _Entry("intention map store", "intention_map/activations.h5")
     """Their pre-reasoning anchors at the headline layer."""
 
-    intention_map_results = _Entry(
-        "intention map results", "intention_map/results.json", "intention_map"
-    )
+    intention_map_results = _Entry("intention map results", "intention_map/results.json")
     """The intervened cells as the headline cell probe decodes them."""
 
     # -- representations --------------------------------------------------------------------------
 
-    probing_grids = _Entry("probing grid set", "probing/grids.jsonl", "probing", "goalprobe grids")
+    probing_grids = _Entry("probing grid set", "probing/grids.jsonl", verb="grids")
 
-    probing_states = _Entry("probing states", "probing/states.jsonl", "probing", "goalprobe states")
+    probing_states = _Entry("probing states", "probing/states.jsonl", verb="states")
     """Prompt-only states of the probing grids (a trajectory file without behaviour)."""
 
-    probing_store = _Entry(
-        "probing store", "probing/activations.h5", "probing", "goalprobe extract"
-    )
+    probing_store = _Entry("probing store", "probing/activations.h5", verb="extract")
     """Pre-reasoning anchors of every probing state."""
 
-    probing_probes = _Entry(
-        "probing-set probes", "probes/probing", "probes", "goalprobe train-probe"
-    )
+    probing_probes = _Entry("probing-set probes", "probes/probing", verb="train-probe")
     """Cell-type probes fit on the probing set: ``<sweep>.json`` tables and ``models/``."""
 
     def probing_probe_sweep(self, name: str) -> Path:
@@ -221,10 +209,10 @@ class RunLayout:
         """The probing-set cell-probe tables present (``probes/probing/cell_*.json``), sorted."""
         return sorted(self.probing_probes.glob("cell_*.json"))
 
-    learning_curve = _Entry("learning curve", "probes/probing/learning_curve.json", "probes")
+    learning_curve = _Entry("learning curve", "probes/probing/learning_curve.json")
     """The headline probe's learning curve on the probing set."""
 
-    probing_positions = _Entry("position probes", "probes/probing/positions.json", "probes")
+    probing_positions = _Entry("position probes", "probes/probing/positions.json")
     """Agent and goal position probes on the probing set, against their baselines."""
 
     def position_probe(self, target: str) -> Path:
@@ -232,7 +220,7 @@ class RunLayout:
         stage and layer; safetensors + JSON card stem)."""
         return self.probing_probes / "models" / f"position_{target}_pre_reasoning"
 
-    wall_readout = _Entry("wall read-out", "probes/wall_readout.json", "probes")
+    wall_readout = _Entry("wall read-out", "probes/wall_readout.json")
     """The conditional wall test in both frames (absolute cells, offsets from the agent) per
     store, stage and layer, with verdicts and power (``goalprobe.wall_readouts/2``)."""
 
@@ -246,29 +234,23 @@ class RunLayout:
         goal), the maps ``goalprobe score`` reads first."""
         return self.decoded_map(f"headline_pre_reasoning_L{int(layer)}")
 
-    probing_headline_seeds = _Entry(
-        "headline probe seeds", "probes/probing/headline_seeds.json", "probes"
-    )
+    probing_headline_seeds = _Entry("headline probe seeds", "probes/probing/headline_seeds.json")
     """The headline probe under several training seeds, with seed-pooled intervals."""
 
-    probing_distance = _Entry(
-        "probing-set distance", "distance/probing", "distance", "goalprobe train-probe"
-    )
+    probing_distance = _Entry("probing-set distance", "distance/probing", verb="train-probe")
     """Goal-distance regressors fit on the probing set: tables and ``models/``."""
 
     def probing_distance_sweep(self, name: str) -> Path:
         return self.probing_distance / f"{name}.json"
 
-    store = _Entry(
-        "activation store", "activations/activations.h5", "activations", "goalprobe extract"
-    )
+    store = _Entry("activation store", "activations/activations.h5", verb="extract")
 
-    probe_models = _Entry("probe models", "probes/models", "probes", "goalprobe train-probe")
+    probe_models = _Entry("probe models", "probes/models", verb="train-probe")
 
-    decoded_dir = _Entry("decoded maps", "probes/decoded", "probes", "goalprobe train-probe")
+    decoded_dir = _Entry("decoded maps", "probes/decoded", verb="train-probe")
     """Decoded maps, one HDF5 file per probe run."""
 
-    probe_sweeps = _Entry("probe sweeps", "probes/sweeps", "probes", "goalprobe train-probe")
+    probe_sweeps = _Entry("probe sweeps", "probes/sweeps", verb="train-probe")
 
     def decoded_map(self, name: str) -> Path:
         """The decoded maps of one probe run (``name`` with or without ``.h5``)."""
@@ -285,13 +267,9 @@ class RunLayout:
         """The decoded-map files present (``probes/decoded/*.h5``), sorted."""
         return sorted(self.decoded_dir.glob("*.h5"))
 
-    distance_models = _Entry(
-        "distance models", "distance/models", "distance", "goalprobe train-probe"
-    )
+    distance_models = _Entry("distance models", "distance/models", verb="train-probe")
 
-    distance_sweeps = _Entry(
-        "distance sweeps", "distance/sweeps", "distance", "goalprobe train-probe"
-    )
+    distance_sweeps = _Entry("distance sweeps", "distance/sweeps", verb="train-probe")
 
     def distance_sweep(self, name: str) -> Path:
         return self.distance_sweeps / f"{name}.json"
@@ -300,90 +278,62 @@ class RunLayout:
         """The goal-distance sweep tables present (``distance/sweeps/*.json``), sorted."""
         return sorted(self.distance_sweeps.glob("*.json"))
 
-    plan_sweep = _Entry("plan sweep", "plans/sweep.json", "plans", "goalprobe train-plan-decoder")
+    plan_sweep = _Entry("plan sweep", "plans/sweep.json", verb="train-plan-decoder")
 
-    plan_models = _Entry("plan models", "plans/models", "plans", "goalprobe train-plan-decoder")
+    plan_models = _Entry("plan models", "plans/models", verb="train-plan-decoder")
 
     predicted_plans = _Entry(
-        "predicted plans",
-        "plans/predicted/plan_decoder.h5",
-        "plans",
-        "goalprobe train-plan-decoder",
+        "predicted plans", "plans/predicted/plan_decoder.h5", verb="train-plan-decoder"
     )
     """Predicted plans of every decoder run (one HDF5 file)."""
 
-    @property
-    def predicted_plans_dir(self) -> Path:
-        """The folder of predicted-plan files (the viewer lists it)."""
-        return self.predicted_plans.parent
+    predicted_plans_dir = _Path("plans/predicted")
+    """The folder of predicted-plan files (the viewer lists it)."""
 
-    patch_results = _Entry(
-        "patching results", "patching/patch_results.json", "patching", "goalprobe patch"
-    )
+    patch_results = _Entry("patching results", "patching/patch_results.json", verb="patch")
     """Patching records, summary and configuration (JSON)."""
 
-    patch_records_csv = _Entry(
-        "patching records", "patching/patch_records.csv", "patching", "goalprobe patch"
-    )
+    patch_records_csv = _Entry("patching records", "patching/patch_records.csv", verb="patch")
 
-    patch_heatmap = _Entry(
-        "patching heatmap", "patching/patch_heatmap.html", "patching", "goalprobe patch"
-    )
+    patch_heatmap = _Entry("patching heatmap", "patching/patch_heatmap.html", verb="patch")
 
-    @property
-    def patching_dir(self) -> Path:
-        """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
-        return self.patch_results.parent
+    patching_dir = _Path("patching")
+    """The patching stage's folder (CSV tables and heatmap beside the JSON)."""
 
-    attribution = _Entry(
-        "attribution file", "attribution/attribution.json", "attribution", "goalprobe attribute"
-    )
+    attribution = _Entry("attribution file", "attribution/attribution.json", verb="attribute")
     """The attribution file's card (``attribution.safetensors`` beside it, issue 41)."""
 
     attribution_heatmap = _Entry(
-        "attribution heatmap",
-        "attribution/attribution_heatmap.html",
-        "attribution",
-        "goalprobe attribute",
+        "attribution heatmap", "attribution/attribution_heatmap.html", verb="attribute"
     )
 
-    @property
-    def attribution_check(self) -> Path:
-        """The attribution's check against real patches (absent when none ran)."""
-        return self.attribution.parent / "attribution_check.json"
+    attribution_check = _Path("attribution/attribution_check.json")
+    """The attribution's check against real patches (absent when none ran)."""
 
-    steering_results = _Entry("steering results", "steering/results.json", "steering")
+    steering_results = _Entry("steering results", "steering/results.json")
     """The steering test along the wall probe's directions, with its per-state records."""
 
     # -- scoring and report -----------------------------------------------------------------------
 
-    @property
-    def scoring_dir(self) -> Path:
-        """Belief scoring and MEG outputs."""
-        return self.belief.parent
+    scoring_dir = _Path("scoring")
+    """Belief scoring and MEG outputs."""
 
-    belief = _Entry("belief scoring", "scoring/belief.json", "scoring", "goalprobe score")
+    belief = _Entry("belief scoring", "scoring/belief.json", verb="score")
     """Policy against decoded belief (JSON)."""
 
-    @property
-    def belief_csv(self) -> Path:
-        """Policy against decoded belief, long format (CSV)."""
-        return self.scoring_dir / "belief.csv"
+    belief_csv = _Path("scoring/belief.csv")
+    """Policy against decoded belief, long format (CSV)."""
 
-    meg = _Entry("MEG scoring", "scoring/meg.json", "scoring", "goalprobe score")
+    meg = _Entry("MEG scoring", "scoring/meg.json", verb="score")
     """MEG on the true and the decoded grids (JSON)."""
 
-    @property
-    def meg_csv(self) -> Path:
-        """MEG aggregates, long format (CSV)."""
-        return self.scoring_dir / "meg.csv"
+    meg_csv = _Path("scoring/meg.csv")
+    """MEG aggregates, long format (CSV)."""
 
-    @property
-    def meg_grids_csv(self) -> Path:
-        """MEG per grid (CSV)."""
-        return self.scoring_dir / "meg_grids.csv"
+    meg_grids_csv = _Path("scoring/meg_grids.csv")
+    """MEG per grid (CSV)."""
 
-    scoring_figures = _Entry("scoring figures", "scoring/figures", "scoring", "goalprobe score")
+    scoring_figures = _Entry("scoring figures", "scoring/figures", verb="score")
     """Plotly figures of the scoring (``<name>.json``, ``fig.to_json()``)."""
 
     def scoring_figure(self, name: str) -> Path:

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,11 +75,6 @@ class StageBook:
             return ()
         return tuple(n for n in self.stages if stage(n).generates)
 
-    def gated(self, name: str) -> tuple[str, ...]:
-        """The stage ``name`` waits for besides its inputs because of a pre-flight
-        (:func:`goalprobe.fatal.preflight_gate`)."""
-        return preflight_gate(self.config, self.stages, name)
-
     def stop(self, name: str, error: str, left: list[tuple[StageBook, str]]) -> RunStopped:
         """Record that ``name`` stopped the run (``left``: the stages not finished, recorded
         as not run) and return the error to raise."""
@@ -102,11 +97,7 @@ class StageBook:
         return any(o.error == f"failed: {_DIED}" for o in self.outcomes.values())
 
     def not_run(self, name: str, reason: str) -> None:
-        self.outcomes[name] = StageOutcome(name, "not_run", 0.0, {}, reason)
-        write_json(
-            self.layout.stage_failure(name), {"stage": name, "status": "not_run", "error": reason}
-        )
-        self.say(f"[{name}] {reason}")
+        self._unfinished(name, "not_run", reason, {})
 
     def prepare(self, name: str) -> tuple[Any, dict]:
         """``(what the stage receives, its cache key)``; a forced stage's old outputs go."""
@@ -156,13 +147,19 @@ class StageBook:
         name = result.name
         self.layout.stage_failure(name).unlink(missing_ok=True)
         self.fingerprints[name] = result.summary["fingerprint"]
-        self.outcomes[name] = _outcome(result)
+        status = "cached" if result.skipped else "ran"
+        self.outcomes[name] = StageOutcome(
+            name, status, float(result.seconds), dict(result.summary)
+        )
         self.say(f"[{name}] " + ("cached" if result.skipped else f"done in {result.seconds:.1f} s"))
 
     def failed(self, name: str, error: str, trace: str) -> None:
-        reason = f"failed: {error}"
-        self.outcomes[name] = StageOutcome(name, "failed", 0.0, {}, reason)
-        record = {"stage": name, "status": "failed", "error": reason, "traceback": trace}
+        self._unfinished(name, "failed", f"failed: {error}", {"traceback": trace})
+
+    def _unfinished(self, name: str, status: str, reason: str, details: dict) -> None:
+        """Record why ``name`` did not finish (its outcome and ``stages/<name>.failed.json``)."""
+        self.outcomes[name] = StageOutcome(name, status, 0.0, {}, reason)
+        record = {"stage": name, "status": status, "error": reason, **details}
         write_json(self.layout.stage_failure(name), record)
         self.say(f"[{name}] {reason}")
 
@@ -211,7 +208,8 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return (book, name) in waiting or (book, name) in running.values()
 
     def ready(book: StageBook, name: str) -> bool:
-        waits = (*reads(name, book.stages), *book.waits_for_server(name), *book.gated(name))
+        gate = preflight_gate(book.config, book.stages, name)  # a pre-flight's stage first
+        waits = (*reads(name, book.stages), *book.waits_for_server(name), *gate)
         if any(pending(book, d) for d in waits):
             return False
         final = stage(name).final
@@ -236,9 +234,8 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                     bar.update()
                     continue
                 received, key = book.prepare(name)
-                root = str(book.layout.root)
+                root, module = str(book.layout.root), stage(name).run.__module__
                 forced = name in book.force
-                module = stage(name).run.__module__
                 try:
                     future = pool.submit(
                         _stage_in_worker, root, module, name, key, received, forced
@@ -324,11 +321,9 @@ def _stage_function(spec: Stage, context: StageContext, received, layout: RunLay
     threads = spec.torch_threads
 
     def run(stage_dir: Path):
-        if threads is None:
+        # torch_threads: numbers that must not depend on --jobs or the machine's cores
+        with nullcontext() if threads is None else fixed_torch_threads(threads):
             outputs, summary = spec.run(context, received, stage_dir)
-        else:  # numbers that must not depend on --jobs or the machine's cores
-            with fixed_torch_threads(threads):
-                outputs, summary = spec.run(context, received, stage_dir)
         return outputs, {
             **finite(summary),
             "fingerprint": fingerprint(outputs.values(), layout.root),
@@ -355,12 +350,3 @@ def fixed_torch_threads(threads: int):
             yield
     finally:
         torch.set_num_threads(before)
-
-
-def _outcome(result: StageResult) -> StageOutcome:
-    return StageOutcome(
-        name=result.name,
-        status="cached" if result.skipped else "ran",
-        seconds=float(result.seconds),
-        summary=dict(result.summary),
-    )

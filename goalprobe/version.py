@@ -5,12 +5,17 @@ from __future__ import annotations
 from importlib import metadata
 
 
+def installed_version(name: str) -> str | None:
+    """The installed version of the distribution ``name`` (None: not installed)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def package_version() -> str:
     """The installed goalprobe version (``"unknown"`` when not installed as a distribution)."""
-    try:
-        return metadata.version("goalprobe")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return installed_version("goalprobe") or "unknown"
 
 
 PROVENANCE_PACKAGES: tuple[str, ...] = (
@@ -33,9 +38,5 @@ def software_versions() -> dict[str, str]:
     import platform
 
     versions = {"goalprobe": package_version(), "python": platform.python_version()}
-    for name in PROVENANCE_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
+    found = {name: installed_version(name) for name in PROVENANCE_PACKAGES}
+    return versions | {name: version for name, version in found.items() if version is not None}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -50,63 +51,57 @@ def command(
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
     backend: Annotated[
-        str, typer.Option(help="hooks (GradDrop) or nnsight (plain gradients).")
+        str, Option(help="hooks (GradDrop) or nnsight (plain gradients).")
     ] = "hooks",
     metrics: Annotated[
-        str, typer.Option(help="Comma-separated metrics: action, coordinates.")
+        str, Option(help="Comma-separated metrics: action, coordinates.")
     ] = "action,coordinates",
     positions: Annotated[
-        str, typer.Option(help="prompt (every prompt position) or all (the reasoning too).")
+        str, Option(help="prompt (every prompt position) or all (the reasoning too).")
     ] = "prompt",
     grad_drop: Annotated[
-        bool, typer.Option(help="Also compute AtP*'s GradDrop magnitude (hooks only).")
+        bool, Option(help="Also compute AtP*'s GradDrop magnitude (hooks only).")
     ] = True,
     reasoning: Annotated[
         str,
-        typer.Option(
+        Option(
             help="The base's reasoning: recorded (trajectories only) or greedy. Default: "
             "recorded with --trajectories, greedy with --grids."
         ),
     ] = "",
-    moves: Annotated[str, typer.Option(help="agent and/or goal.")] = "agent,goal",
-    disjoint_per_move: Annotated[
-        int, typer.Option(min=0, help="Disjoint pairs per base and move.")
-    ] = 1,
-    control_per_move: Annotated[
-        int, typer.Option(min=0, help="Control pairs per base and move.")
-    ] = 0,
+    moves: Annotated[str, Option(help="agent and/or goal.")] = "agent,goal",
+    disjoint_per_move: Annotated[int, Option(min=0, help="Disjoint pairs per base and move.")] = 1,
+    control_per_move: Annotated[int, Option(min=0, help="Control pairs per base and move.")] = 0,
     pairs: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             help="Pairs JSONL of `goalprobe patch` / the patching stage (patch_pairs.jsonl): "
             "attribute those pairs (their bases from --trajectories) instead of drawing new ones."
         ),
     ] = None,
     kinds: Annotated[
-        str, typer.Option(help="Pair kinds to attribute: disjoint and/or control.")
+        str, Option(help="Pair kinds to attribute: disjoint and/or control.")
     ] = "disjoint,control",
-    max_pairs: Annotated[int, typer.Option(min=1, help="Most pairs, the first ones.")] = 100,
+    max_pairs: Annotated[int, Option(min=1, help="Most pairs, the first ones.")] = 100,
     check_pairs: Annotated[
         int,
-        typer.Option(
+        Option(
             min=0, help="Pairs (the first) checked against the real patch of every affected site."
         ),
     ] = 0,
-    top_k: Annotated[int, typer.Option(min=1, help="The check's top-k hit rate.")] = 5,
+    top_k: Annotated[int, Option(min=1, help="The check's top-k hit rate.")] = 5,
     require_optimal: Annotated[
-        bool, typer.Option(help="Keep only pairs whose unpatched action is optimal on both sides.")
+        bool, Option(help="Keep only pairs whose unpatched action is optimal on both sides.")
     ] = True,
-    sizes: Annotated[
-        str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
-    ] = "",
+    sizes: Annotated[str, Option(help="Comma-separated grid sizes to keep (default: all).")] = "",
     max_bases: Annotated[
-        int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
+        int, Option(min=1, help="Most bases, drawn at random (seeded) when more.")
     ] = 20,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Greedy completion budget.")] = 512,
-    seed: Annotated[int, typer.Option(help="Seed of the draws.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    max_new_tokens: Annotated[int, Option(min=1, help="Greedy completion budget.")] = 512,
+    seed: Annotated[int, Option(help="Seed of the draws.")] = 0,
+    device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Attribute a metric to every block x prompt position of base/counterfactual pairs.
 

@@ -14,32 +14,40 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from typer import Option
 
 T = TypeVar("T")
 
-OutDirOption = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+OutDirOption = Annotated[Path, Option("--out", "-o", help="Output directory.")]
 """``--out``: the output directory of a verb that writes several files (patch, attribute)."""
 
 BaseTrajectoriesOption = Annotated[
     Path | None,
-    typer.Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
+    Option(help="Trajectory JSONL (`goalprobe rollout`): its steps are the bases."),
 ]
 """``--trajectories``: the bases of base/counterfactual pairs, from recorded steps."""
 
 BaseGridsOption = Annotated[
     Path | None,
-    typer.Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
+    Option(help="Grid-set JSONL (`goalprobe grids`): start states are the bases."),
 ]
 """``--grids``: the bases of base/counterfactual pairs, from grids' start states."""
 
 ModelOption = Annotated[
-    str, typer.Option(help="'bundled', a local model directory, or a Hugging Face id.")
+    str, Option(help="'bundled', a local model directory, or a Hugging Face id.")
 ]
 """``--model``: the agent whose residual stream a verb reads."""
 
 
 OVERWRITE_HELP = "Replace an existing output (without it, an existing output is an error)."
 """The help text of every verb's ``--overwrite`` flag."""
+
+
+def user_error(message: str) -> typer.Exit:
+    """Print ``error: <message>`` on stderr and return the exit (code 2) to raise: for errors
+    found once the work has begun, after the arguments were checked."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
 
 
 def parse_list(
@@ -138,17 +146,6 @@ def check_host(host: str, option: str = "--host") -> bool:
             param_hint=option,
         ) from err
     return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
-
-
-def check_count(value: int, what: str, limit: int, option: str) -> int:
-    """Refuse a count that would make a verb run for days or fill the disk (``value`` above
-    ``limit``) before any work starts."""
-    if value > limit:
-        raise typer.BadParameter(
-            f"{what} {value:,} is more than {limit:,}; split the job into several runs",
-            param_hint=option,
-        )
-    return value
 
 
 def check_stored(asked: tuple[T, ...], held, what: str, option: str) -> tuple[T, ...]:

@@ -7,22 +7,25 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Option
+
+from goalprobe.commands.common import model_format, user_error
 
 
 def command(
     run_dir: Annotated[
-        Path, typer.Option("--run-dir", help="Run directory (created; reruns resume it).")
+        Path, Option("--run-dir", help="Run directory (created; reruns resume it).")
     ] = Path("runs/demo"),
     scale: Annotated[
         str,
-        typer.Option(
+        Option(
             help="tiny (CI, ~1 min), default (~14 min on 2 idle CPU cores) or paper (the study's "
             "sizes and counts; for a GPU)."
         ),
     ] = "default",
     model: Annotated[
         str | None,
-        typer.Option(
+        Option(
             help="Agent: a bundled agent ('bundled', 'bundled:map'), a local model directory or "
             "a Hugging Face id (also the model replayed for extraction and patching; with "
             "--backend server, the served model). Run alone; without it (local engine) the "
@@ -31,7 +34,7 @@ def command(
     ] = None,
     backend: Annotated[
         str,
-        typer.Option(
+        Option(
             help="Rollout engine: local (in this process), server, or oracle (the optimal "
             "policy writes the episodes in the model's chat format, with a few random moves; "
             "the model itself only runs the activation stages: the pipeline on a model that "
@@ -40,11 +43,11 @@ def command(
     ] = "local",
     base_url: Annotated[
         str | None,
-        typer.Option(help="OpenAI-compatible endpoint for --backend server (.../v1)."),
+        Option(help="OpenAI-compatible endpoint for --backend server (.../v1)."),
     ] = None,
     force: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--force",
             help="Redo a stage even when cached (repeatable; 'all' redoes everything). Later "
             "stages rerun when its outputs change.",
@@ -52,18 +55,18 @@ def command(
     ] = None,
     settings: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--set",
             help="Override one config field: section.field=value (value as JSON, else text; "
             "repeatable), e.g. --set rollouts.temperature=0 --set keys.episodes_per_grid=2.",
         ),
     ] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda (local model).")] = "cpu",
-    seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    device: Annotated[str, Option(help="cpu or cuda (local model).")] = "cpu",
+    seed: Annotated[int, Option(help="Seed of everything.")] = 0,
+    progress: Annotated[bool, Option(help="Show progress bars.")] = True,
     allow_truncation: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--allow-truncation",
             help="Run the rollouts even when the pre-flight (models other than the bundled "
             "ones) finds more than 5% of steps cut off by the token budget.",
@@ -71,7 +74,7 @@ def command(
     ] = False,
     generation_only: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--generation-only",
             help="Run only the stages that load no weights (with --backend server: the "
             "server's generation), then stop. The one-GPU workflow: this first, then stop the "
@@ -80,7 +83,7 @@ def command(
     ] = False,
     jobs: Annotated[
         int | None,
-        typer.Option(
+        Option(
             min=1,
             max=64,
             help="Stages run at once in worker processes (default: 2 on a CPU with 2+ cores, "
@@ -102,7 +105,6 @@ def command(
     from rich.console import Console
 
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
-    from goalprobe.commands.common import model_format
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
     from goalprobe.fatal import RunStopped
@@ -148,8 +150,7 @@ def command(
             generation_only=generation_only,
         )
     except RunStopped as err:  # a pre-flight refusal: no other stage spends generation time
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(str(err)) from err
     typer.echo(stage_tally(result, scale))
     for name, error in result.failed.items():
         typer.echo(f"  {name}: {' '.join(str(error).split())}"[:200])
@@ -177,8 +178,7 @@ def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
     try:
         Agent(config.agent).check_server()
     except ServerError as err:
-        typer.echo(f"error: --base-url: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"--base-url: {err}") from err
 
 
 def stage_tally(result, scale: str) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -16,43 +17,39 @@ from goalprobe.commands.common import (
     parse_list,
 )
 
-_Trajectories = Annotated[
-    Path, typer.Argument(help="Trajectory JSONL written by `goalprobe rollout`.")
-]
+_Trajectories = Annotated[Path, Argument(help="Trajectory JSONL written by `goalprobe rollout`.")]
 _Model = Annotated[
     str,
-    typer.Option(help="'bundled', a local model directory, or a Hugging Face id."),
+    Option(help="'bundled', a local model directory, or a Hugging Face id."),
 ]
 _Layers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated decoder blocks (0-based output of block L); default: the "
         "last block of each third (GPT-OSS-20B: 7,15,23)."
     ),
 ]
-_Stages = Annotated[str, typer.Option(help="Comma-separated anchor stages.")]
-_GridCells = Annotated[
-    bool, typer.Option(help="Also store every grid-cell token (225 tokens per row).")
-]
+_Stages = Annotated[str, Option(help="Comma-separated anchor stages.")]
+_GridCells = Annotated[bool, Option(help="Also store every grid-cell token (225 tokens per row).")]
 _ReasoningEvery = Annotated[
     int,
-    typer.Option(
+    Option(
         help="Also store the residual stream along each step's reasoning: every k-th "
         "token of the analysis message and its last token (ragged rows); 0: none."
     ),
 ]
-_Backend = Annotated[str, typer.Option(help="Capture backend: nnsight, transformer_lens or hooks.")]
-_Remote = Annotated[bool, typer.Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")]
+_Backend = Annotated[str, Option(help="Capture backend: nnsight, transformer_lens or hooks.")]
+_Remote = Annotated[bool, Option(help="Run the nnsight trace on NDIF (needs NDIF_API_KEY).")]
 _SimulateRemote = Annotated[
     bool,
-    typer.Option(help="Dry run of the remote path here (nnsight's local simulation)."),
+    Option(help="Dry run of the remote path here (nnsight's local simulation)."),
 ]
 _NdifHost = Annotated[
-    str | None, typer.Option(help="NDIF base URL (default: nnsight's configured host).")
+    str | None, Option(help="NDIF base URL (default: nnsight's configured host).")
 ]
 _MaxBatchTokens = Annotated[
     int | None,
-    typer.Option(
+    Option(
         min=0,
         help="Most padded tokens per forward pass (a batch's longest replayed step times "
         "its size; at least one step). Default: planned from the replayed lengths and the "
@@ -62,7 +59,7 @@ _MaxBatchTokens = Annotated[
 ]
 _AttnImplementation = Annotated[
     str,
-    typer.Option(
+    Option(
         help="auto (default: GPT-OSS's sinks through SDPA on CPU, eager on CUDA), eager, "
         "sink_attention, flex_fp32_sinks (FlexAttention, the sinks in fp32: eager's rows "
         "within 1e-4 in fp32, memory linear on CUDA) or flex_attention (CUDA; memory linear "
@@ -70,24 +67,20 @@ _AttnImplementation = Annotated[
         "study)."
     ),
 ]
-_RowsPerPart = Annotated[
-    int, typer.Option(help="Steps per crash-safe part (the most a kill can lose).")
-]
-_Shard = Annotated[
-    str, typer.Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")
-]
-_Dtype = Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")]
+_RowsPerPart = Annotated[int, Option(help="Steps per crash-safe part (the most a kill can lose).")]
+_Shard = Annotated[str, Option(help="i/N: extract the grids of shard i of N (merge with `merge`).")]
+_Dtype = Annotated[str, Option(help="auto (bf16 on CUDA, fp32 on CPU), bfloat16, float32.")]
 _DeviceMap = Annotated[
-    str | None, typer.Option(help="transformers device map, e.g. 'auto' (overrides --device).")
+    str | None, Option(help="transformers device map, e.g. 'auto' (overrides --device).")
 ]
-_WorkDir = Annotated[Path | None, typer.Option(help="Parts directory (default: <out>.parts).")]
+_WorkDir = Annotated[Path | None, Option(help="Parts directory (default: <out>.parts).")]
 
 
 def command(
     trajectories: _Trajectories,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Activation store (.h5) to write.")],
+    out: Annotated[Path, Option("--out", "-o", help="Activation store (.h5) to write.")],
     model: _Model = "bundled",
-    revision: Annotated[str, typer.Option(help="Hub revision of the model.")] = "",
+    revision: Annotated[str, Option(help="Hub revision of the model.")] = "",
     layers: _Layers = "",
     stages: _Stages = "pre_reasoning,post_reasoning",
     grid_cells: _GridCells = False,
@@ -96,19 +89,19 @@ def command(
     remote: _Remote = False,
     simulate_remote: _SimulateRemote = False,
     ndif_host: _NdifHost = None,
-    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass.")] = 8,
+    batch_size: Annotated[int, Option(help="Sequences per forward pass.")] = 8,
     max_batch_tokens: _MaxBatchTokens = None,
     attn_implementation: _AttnImplementation = "auto",
     rows_per_part: _RowsPerPart = 256,
-    compression: Annotated[str, typer.Option(help="none, lzf or gzip.")] = "none",
+    compression: Annotated[str, Option(help="none, lzf or gzip.")] = "none",
     shard: _Shard = "0/1",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: _Dtype = "auto",
     device_map: _DeviceMap = None,
     work_dir: _WorkDir = None,
-    keep_parts: Annotated[bool, typer.Option(help="Keep the parts after assembling.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    keep_parts: Annotated[bool, Option(help="Keep the parts after assembling.")] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    progress: Annotated[bool, Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay every recorded step teacher-forced and store the residual stream (HDF5).
 
@@ -222,7 +215,10 @@ def _capture_backend(backend, loaded, remote, simulate_remote, ndif_host, attn_i
 
 
 def _print_report(report, config, backend_name: str) -> None:
-    """What the extraction stored, the reasoning rows, and a warning about re-tokenised rows."""
+    """What the extraction stored, the reasoning rows, and a warning when some rows replay ids
+    re-tokenised from a server's text."""
+    from goalprobe.activations.store import ActivationStore
+
     state = (
         "already complete"
         if report.already_complete
@@ -234,13 +230,18 @@ def _print_report(report, config, backend_name: str) -> None:
         f"{config.batch_size} steps and {config.max_batch_tokens or 'any number of'} tokens; "
         f"{state}; {report.seconds:.1f} s"
     )
+    with ActivationStore(report.output) as opened:
+        along = int(opened.reasoning_offsets()[-1]) if config.reasoning_every else 0
+        retokenized = int(opened.attrs.get("retokenized_steps", 0) or 0)
     if config.reasoning_every:
-        from goalprobe.activations.store import ActivationStore
-
-        with ActivationStore(report.output) as opened:
-            along = int(opened.reasoning_offsets()[-1])
         typer.echo(f"  {along} reasoning rows (every {config.reasoning_every} tokens + the last)")
-    _warn_retokenized(report.output)
+    if retokenized:
+        typer.echo(
+            f"warning: {report.output}: {retokenized} step(s) replay token ids re-tokenised from "
+            "a server's text, not the ids the model read (the server returned none; use vLLM "
+            ">= 0.11.1 with --server-token-ids)",
+            err=True,
+        )
 
 
 def _check_chat_format(model: str, trajectories: Path) -> None:
@@ -255,19 +256,4 @@ def _check_chat_format(model: str, trajectories: Path) -> None:
             f"{trajectories} was written in the {recorded} chat format, but {model}'s tokenizer "
             f"uses {chat_format.name}",
             param_hint="--model",
-        )
-
-
-def _warn_retokenized(store: Path) -> None:
-    """A warning line when some rows replay ids rebuilt from a server's text."""
-    from goalprobe.activations.store import ActivationStore
-
-    with ActivationStore(store) as opened:
-        retokenized = int(opened.attrs.get("retokenized_steps", 0) or 0)
-    if retokenized:
-        typer.echo(
-            f"warning: {store}: {retokenized} step(s) replay token ids re-tokenised from a "
-            "server's text, not the ids the model read (the server returned none; use vLLM "
-            ">= 0.11.1 with --server-token-ids)",
-            err=True,
         )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
 
@@ -14,15 +15,15 @@ from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
 def command(
     shards: Annotated[
         list[Path],
-        typer.Argument(help="The N shard stores, or trajectory files (.jsonl), in any order."),
+        Argument(help="The N shard stores, or trajectory files (.jsonl), in any order."),
     ],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Merged store (.h5) or trajectory file to write.")
+        Path, Option("--out", "-o", help="Merged store (.h5) or trajectory file to write.")
     ],
     compression: Annotated[
-        str | None, typer.Option(help="none, lzf or gzip (default: the shards').")
+        str | None, Option(help="none, lzf or gzip (default: the shards').")
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Merge `extract --shard i/N` stores, checking every step is covered exactly once, or
     `rollout --shard i/N` trajectory files (.jsonl), checking every episode appears once.

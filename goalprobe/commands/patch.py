@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -19,6 +20,7 @@ from goalprobe.commands.common import (
     choice,
     model_format,
     parse_list,
+    user_error,
 )
 
 SYNTAX_CHECK_LAYERS = 1024
@@ -48,42 +50,30 @@ def _store_source(store: Path, stats):
     return StoreSource(opened)
 
 
-def _patching_section(path: Path):
-    """The demo patching section (:class:`goalprobe.config.PatchingConfig`) in JSON ``path``."""
-    import json
-
-    from goalprobe.config import PatchingConfig, from_dict
-
-    try:
-        return from_dict(PatchingConfig, json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
-        raise typer.BadParameter(f"{path}: {err}", param_hint="--config") from err
-
-
 _Sites = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated sites: grid, changed_cells, pre_reasoning, post_reasoning, "
         "answer, all."
     ),
 ]
 _Layers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Comma-separated layer sets, each patched as one run: thirds (7,15,23 of "
         "GPT-OSS-20B), each, all (every block at once), 7, -1, 7+15."
     ),
 ]
 _Reasoning = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Reasoning held fixed: recorded (trajectory's, bases only), greedy, oracle. "
         "Default: recorded with --trajectories, greedy with --grids."
     ),
 ]
 _MaxNewTokens = Annotated[
     int | None,
-    typer.Option(
+    Option(
         min=1,
         help="Greedy completion budget (default: 512 for a bundled agent, the "
         "reasoning-model budget of the effort for any other model: 4,096 at low).",
@@ -91,7 +81,7 @@ _MaxNewTokens = Annotated[
 ]
 _ReasoningChunks = Annotated[
     int,
-    typer.Option(
+    Option(
         min=0,
         help="Also patch the counterfactual's reasoning into the base run in this many "
         "chunks (fractions of the reasoning), the rest regenerated; needs greedy reasoning.",
@@ -99,14 +89,14 @@ _ReasoningChunks = Annotated[
 ]
 _ChunkLayers = Annotated[
     str,
-    typer.Option(
+    Option(
         help="Layer sets of the reasoning chunks, e.g. '1', 'all' or 'peak' (the block "
         "where the read-out in --decision-lens peaks)."
     ),
 ]
 _ConfigFile = Annotated[
     Path | None,
-    typer.Option(
+    Option(
         "--config",
         help="A demo patching section as JSON (e.g. the 'patching' object of a run's "
         "demo_config.json): its patch settings, base draw, pairs and bootstrap replace "
@@ -120,55 +110,51 @@ def command(
     trajectories: BaseTrajectoriesOption = None,
     grids: BaseGridsOption = None,
     model: ModelOption = "bundled",
-    backend: Annotated[str, typer.Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
+    backend: Annotated[str, Option(help="nnsight, transformer_lens or hooks.")] = "nnsight",
     sites: _Sites = "grid,changed_cells,pre_reasoning,post_reasoning,answer",
     layers: _Layers = "thirds,all",
     directions: Annotated[
-        str, typer.Option(help="base_to_cf and/or cf_to_base (source_to_target).")
+        str, Option(help="base_to_cf and/or cf_to_base (source_to_target).")
     ] = "base_to_cf,cf_to_base",
     reasoning: _Reasoning = "",
     allow_suboptimal: Annotated[
         bool,
-        typer.Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
+        Option(help="Keep pairs whose unpatched action is not optimal on both sides."),
     ] = False,
     regenerate: Annotated[
-        bool, typer.Option(help="Also regenerate the reasoning under prompt-site patches.")
+        bool, Option(help="Also regenerate the reasoning under prompt-site patches.")
     ] = False,
-    moves: Annotated[str, typer.Option(help="agent and/or goal.")] = "agent,goal",
-    disjoint_per_move: Annotated[
-        int, typer.Option(min=0, help="Disjoint pairs per base and move.")
-    ] = 1,
+    moves: Annotated[str, Option(help="agent and/or goal.")] = "agent,goal",
+    disjoint_per_move: Annotated[int, Option(min=0, help="Disjoint pairs per base and move.")] = 1,
     control_per_move: Annotated[
-        int, typer.Option(min=0, help="Control pairs per control base and move.")
+        int, Option(min=0, help="Control pairs per control base and move.")
     ] = 1,
     control_bases: Annotated[
         int | None,
-        typer.Option(min=0, help="Bases (the first drawn) that get control pairs (default: all)."),
+        Option(min=0, help="Bases (the first drawn) that get control pairs (default: all)."),
     ] = None,
-    sizes: Annotated[
-        str, typer.Option(help="Comma-separated grid sizes to keep (default: all).")
-    ] = "",
+    sizes: Annotated[str, Option(help="Comma-separated grid sizes to keep (default: all).")] = "",
     max_bases: Annotated[
-        int, typer.Option(min=1, help="Most bases, drawn at random (seeded) when more.")
+        int, Option(min=1, help="Most bases, drawn at random (seeded) when more.")
     ] = 100,
     store: Annotated[
         Path | None,
-        typer.Option(help="Activation store (.h5) of the trajectories: anchor source values."),
+        Option(help="Activation store (.h5) of the trajectories: anchor source values."),
     ] = None,
     max_new_tokens: _MaxNewTokens = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Patched copies per forward.")] = 16,
+    batch_size: Annotated[int, Option(min=1, help="Patched copies per forward.")] = 16,
     reasoning_chunks: _ReasoningChunks = 0,
     chunk_layers: _ChunkLayers = "all",
     decision_lens: Annotated[
         Path | None,
-        typer.Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
+        Option(help="The decision stage's lens.json (RUN/decision/): its read-out peak."),
     ] = None,
     config_file: _ConfigFile = None,
-    n_resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
-    seed: Annotated[int, typer.Option(help="Seed of the draws and the bootstrap.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    n_resamples: Annotated[int, Option(min=100, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, Option(help="Seed of the draws and the bootstrap.")] = 0,
+    device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
@@ -181,7 +167,7 @@ def command(
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
     from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
-    from goalprobe.probes.patching.experiment import resolve_layer_sets
+    from goalprobe.probes.patching.experiment import PatchConfig
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
     from goalprobe.probes.patching.sites import SequenceError
     from goalprobe.stages.patching import patch
@@ -198,20 +184,22 @@ def command(
         if config_file is not None:
             config, pairs, n_resamples = _config_from_file(config_file, effort, template_dir, keep)
         else:
-            config = _patch_config(
-                sites=sites,
-                layers=layers,
-                directions=directions,
+            config = PatchConfig(
+                sites=parse_list(sites, str, "--sites"),
+                layers=parse_list(layers, str, "--layers"),
+                directions=parse_list(directions, str, "--directions"),
                 reasoning=reasoning or ("recorded" if trajectories is not None else "greedy"),
                 require_optimal=not allow_suboptimal,
                 regenerate=regenerate,
-                max_new_tokens=max_new_tokens,
+                **(
+                    {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
+                ),  # else the format's
                 batch_size=batch_size,
                 seed=seed,
                 reasoning_effort=effort,
                 template_dir=template_dir,
                 reasoning_chunks=reasoning_chunks,
-                chunk_layers=chunk_layers,
+                chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
             )
             pairs = _pair_settings(
                 moves, max_bases, disjoint_per_move, control_per_move, control_bases, keep, seed
@@ -235,10 +223,7 @@ def command(
         raise typer.BadParameter(str(err), param_hint="--backend") from err
     if stats is not None and patcher.vocab_size is not None:
         stats.check_vocabulary(patcher.vocab_size)
-    try:
-        resolve_layer_sets(config.layers, patcher.n_layers)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    _check_layers(config.layers, patcher.n_layers, "--layers")
     try:
         outcome, paths = patch(
             bases,
@@ -255,8 +240,7 @@ def command(
             budget=PatchingBudget.for_model(loaded.model),
         )
     except PatchingDoesNotFitError as err:  # refused before any generation: nothing written
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise user_error(str(err)) from None
     except SequenceError as err:
         raise typer.BadParameter(
             f"{err}", param_hint="--trajectories" if trajectories else "--model"
@@ -285,30 +269,20 @@ def _read_bases(trajectories: Path | None, grids: Path | None):
 
 
 def _config_from_file(config_file: Path, effort: str, template_dir, keep):
-    """The patch config, pair settings and bootstrap resamples of a ``--config`` section."""
+    """The patch config, pair settings and bootstrap resamples of a ``--config`` file: a demo
+    patching section (:class:`goalprobe.config.PatchingConfig`) as JSON."""
+    import json
+
+    from goalprobe.config import PatchingConfig, from_dict
     from goalprobe.stages.patching import pair_settings, patch_config
 
-    section = _patching_section(config_file)
+    try:
+        section = from_dict(PatchingConfig, json.loads(config_file.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
+        raise typer.BadParameter(f"{config_file}: {err}", param_hint="--config") from err
     config = patch_config(section, effort, template_dir)
     pairs = dataclasses.replace(pair_settings(section), sizes=None if keep is None else tuple(keep))
     return config, pairs, section.n_bootstrap
-
-
-def _patch_config(
-    *, sites, layers, directions, chunk_layers, max_new_tokens, reasoning_effort, **rest
-):
-    """The patch config of the command-line options (lists split)."""
-    from goalprobe.probes.patching.experiment import PatchConfig
-
-    return PatchConfig(
-        sites=parse_list(sites, str, "--sites"),
-        layers=parse_list(layers, str, "--layers"),
-        directions=parse_list(directions, str, "--directions"),
-        **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}),  # else the format's
-        reasoning_effort=reasoning_effort,
-        chunk_layers=parse_list(chunk_layers, str, "--chunk-layers"),
-        **rest,
-    )
 
 
 def _pair_settings(
@@ -335,12 +309,7 @@ def _pair_settings(
 def _check_layer_options(config, decision_lens: Path | None) -> None:
     """Refuse layer sets of bad syntax and a 'peak' chunk layer without its lens, before the
     model (and its depth) loads."""
-    from goalprobe.probes.patching.experiment import resolve_layer_sets
-
-    try:
-        resolve_layer_sets(config.layers, SYNTAX_CHECK_LAYERS)  # syntax; the depth comes later
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--layers") from err
+    _check_layers(config.layers, SYNTAX_CHECK_LAYERS, "--layers")  # the depth comes later
     peak = config.reasoning_chunks and "peak" in config.chunk_layers
     if peak and decision_lens is None:
         raise typer.BadParameter(
@@ -349,12 +318,18 @@ def _check_layer_options(config, decision_lens: Path | None) -> None:
         )
     if decision_lens is not None and not decision_lens.is_file():
         raise typer.BadParameter(f"{decision_lens}: no such file", param_hint="--decision-lens")
+    chunk_layers = [c for c in config.chunk_layers if c != "peak"] or ["all"]
+    _check_layers(chunk_layers, SYNTAX_CHECK_LAYERS, "--chunk-layers")
+
+
+def _check_layers(layer_sets, n_layers: int, option: str) -> None:
+    """Refuse layer sets that do not resolve against a model of ``n_layers`` blocks."""
+    from goalprobe.probes.patching.experiment import resolve_layer_sets
+
     try:
-        resolve_layer_sets(
-            [c for c in config.chunk_layers if c != "peak"] or ["all"], SYNTAX_CHECK_LAYERS
-        )
+        resolve_layer_sets(layer_sets, n_layers)
     except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--chunk-layers") from err
+        raise typer.BadParameter(str(err), param_hint=option) from err
 
 
 _COLUMNS = "direction|site|layers|n|changed [95% CI]|to source opt.|recovered|control stable"

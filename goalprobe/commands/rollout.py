@@ -6,34 +6,41 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import Argument, Option
 
-from goalprobe.commands.common import check_device, check_directory, choice, model_format
+from goalprobe.commands.common import (
+    check_device,
+    check_directory,
+    choice,
+    model_format,
+    user_error,
+)
 
 if TYPE_CHECKING:
     from goalprobe.agents.backend import Backend
 
 
-_Out = Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to write (or resume).")]
+_Out = Annotated[Path, Option("--out", "-o", help="Trajectory JSONL to write (or resume).")]
 _Model = Annotated[
     str,
-    typer.Option(
+    Option(
         help="'bundled', a local model directory or a Hugging Face id; with --server, the "
         "model name sent to the server."
     ),
 ]
-_Dtype = Annotated[str, typer.Option(help="auto, bfloat16, float16 or float32 (local models).")]
+_Dtype = Annotated[str, Option(help="auto, bfloat16, float16 or float32 (local models).")]
 _Server = Annotated[
     list[str] | None,
-    typer.Option(
+    Option(
         help="Base URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) "
         "to use instead of a local model; repeat it for several servers of the same model "
         "(each request goes to the least loaded)."
     ),
 ]
-_ApiKeyEnv = Annotated[str, typer.Option(help="Environment variable holding the server's API key.")]
+_ApiKeyEnv = Annotated[str, Option(help="Environment variable holding the server's API key.")]
 _Tokenizer = Annotated[
     str | None,
-    typer.Option(
+    Option(
         help="The model's tokenizer ('bundled', directory or hub id): reads the channels "
         "from returned ids and, when a server returns none, re-tokenises its text (such "
         "steps are counted and warned about: vLLM renders prompts differently)."
@@ -41,24 +48,24 @@ _Tokenizer = Annotated[
 ]
 _ServerTokenIds = Annotated[
     bool,
-    typer.Option(
+    Option(
         help="Ask the server for the prompt and generated token ids (vLLM >= 0.10.2: "
         "return_token_ids), so that extraction replays what the model read."
     ),
 ]
 _RequireTokenIds = Annotated[
     bool,
-    typer.Option(
+    Option(
         help="Stop (error, exit 2) at the first answer without token ids instead of "
         "re-tokenising it."
     ),
 ]
 _DeveloperRole = Annotated[
-    str, typer.Option(help="Role the instructions are sent as: developer or system.")
+    str, Option(help="Role the instructions are sent as: developer or system.")
 ]
 _Concurrency = Annotated[
     int,
-    typer.Option(
+    Option(
         min=1,
         help="Server requests in flight per server (vLLM batches up to its --max-num-seqs, "
         "256 by default).",
@@ -66,36 +73,32 @@ _Concurrency = Annotated[
 ]
 _RequestRetries = Annotated[
     int,
-    typer.Option(
+    Option(
         min=0,
         help="Retries of a failed server request (429/5xx, timeouts, truncated or "
         "malformed answers), with exponential backoff.",
     ),
 ]
 _RetryBackoff = Annotated[
-    float, typer.Option(min=0.0, help="First retry delay, seconds (doubles each retry).")
+    float, Option(min=0.0, help="First retry delay, seconds (doubles each retry).")
 ]
-_RetryBackoffMax = Annotated[float, typer.Option(min=0.0, help="Longest retry delay, seconds.")]
+_RetryBackoffMax = Annotated[float, Option(min=0.0, help="Longest retry delay, seconds.")]
 _MaxFailedRounds = Annotated[
     int,
-    typer.Option(
+    Option(
         min=0,
         help="Consecutive failures of one episode's server request tolerated (it is sent "
         "again); one more stops the run, resumable by rerunning the command.",
     ),
 ]
-_HorizonFactor = Annotated[
-    float, typer.Option(help="Horizon T = ceil(factor * L), L the shortest path.")
-]
+_HorizonFactor = Annotated[float, Option(help="Horizon T = ceil(factor * L), L the shortest path.")]
 _Horizon = Annotated[
-    int | None, typer.Option(min=1, help="Fixed horizon T (overrides --horizon-factor).")
+    int | None, Option(min=1, help="Fixed horizon T (overrides --horizon-factor).")
 ]
-_Retries = Annotated[
-    int, typer.Option(min=0, help="Extra attempts when an answer names no action.")
-]
+_Retries = Annotated[int, Option(min=0, help="Extra attempts when an answer names no action.")]
 _BatchSize = Annotated[
     int | None,
-    typer.Option(
+    Option(
         min=1,
         max=4096,
         help="Episodes in flight (default: 16 for a local model; for servers, --concurrency "
@@ -104,20 +107,18 @@ _BatchSize = Annotated[
 ]
 _Shard = Annotated[
     str,
-    typer.Option(
+    Option(
         help="i/N: run only the grids of shard i of N (by grid id, as `extract --shard`); "
         "`goalprobe merge` joins the N trajectory files into the unsharded run's episodes."
     ),
 ]
-_MaxNewTokens = Annotated[
-    int, typer.Option(min=1, help="Most tokens per attempt (reasoning + answer).")
-]
+_MaxNewTokens = Annotated[int, Option(min=1, help="Most tokens per attempt (reasoning + answer).")]
 _TemplateDir = Annotated[
-    Path | None, typer.Option(help="Directory of prompt templates (default: packaged).")
+    Path | None, Option(help="Directory of prompt templates (default: packaged).")
 ]
 _PreflightSteps = Annotated[
     int,
-    typer.Option(
+    Option(
         min=0,
         help="Steps sampled before a fresh run of a model other than the bundled ones "
         "(truncation rate, tokens per step, projected tokens and hours); 0 skips it.",
@@ -125,7 +126,7 @@ _PreflightSteps = Annotated[
 ]
 _AllowTruncation = Annotated[
     bool,
-    typer.Option(
+    Option(
         "--allow-truncation",
         help="Run even when the pre-flight finds more than 5% of steps cut off by "
         "--max-new-tokens (truncated steps are still recorded and reported apart).",
@@ -134,11 +135,11 @@ _AllowTruncation = Annotated[
 
 
 def command(
-    grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
+    grids: Annotated[Path, Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
     out: _Out,
     model: _Model = "bundled",
-    revision: Annotated[str, typer.Option(help="Hub revision of a local-run model.")] = "",
-    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ... (local models).")] = "cpu",
+    revision: Annotated[str, Option(help="Hub revision of a local-run model.")] = "",
+    device: Annotated[str, Option(help="cpu, cuda, cuda:1, ... (local models).")] = "cpu",
     dtype: _Dtype = "auto",
     server: _Server = None,
     api_key_env: _ApiKeyEnv = "OPENAI_API_KEY",
@@ -147,24 +148,24 @@ def command(
     require_token_ids: _RequireTokenIds = False,
     developer_role: _DeveloperRole = "developer",
     concurrency: _Concurrency = 128,
-    request_timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
+    request_timeout: Annotated[float, Option(help="Per-request timeout, seconds.")] = 600.0,
     request_retries: _RequestRetries = 5,
     retry_backoff: _RetryBackoff = 1.0,
     retry_backoff_max: _RetryBackoffMax = 60.0,
     max_failed_rounds: _MaxFailedRounds = 3,
-    episodes: Annotated[int, typer.Option(min=1, max=100_000, help="Episodes per grid.")] = 10,
+    episodes: Annotated[int, Option(min=1, max=100_000, help="Episodes per grid.")] = 10,
     horizon_factor: _HorizonFactor = 1.5,
     horizon: _Horizon = None,
     retries: _Retries = 2,
     batch_size: _BatchSize = None,
     shard: _Shard = "0/1",
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
-    top_p: Annotated[float, typer.Option(help="Nucleus-sampling mass.")] = 0.95,
+    temperature: Annotated[float, Option(help="Sampling temperature.")] = 0.7,
+    top_p: Annotated[float, Option(help="Nucleus-sampling mass.")] = 0.95,
     max_new_tokens: _MaxNewTokens = 10_000,
-    reasoning_effort: Annotated[str, typer.Option(help="low, medium or high.")] = "low",
-    seed: Annotated[int, typer.Option(help="Base seed of all sampling.")] = 0,
+    reasoning_effort: Annotated[str, Option(help="low, medium or high.")] = "low",
+    seed: Annotated[int, Option(help="Base seed of all sampling.")] = 0,
     template_dir: _TemplateDir = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: Annotated[bool, Option(help="Show a progress bar.")] = True,
     preflight_steps: _PreflightSteps = 16,
     allow_truncation: _AllowTruncation = False,
 ) -> None:
@@ -257,11 +258,9 @@ def command(
             max_failed_rounds=max_failed_rounds,
         )
     except RolloutStopped as err:
-        typer.echo(f"error: {out}: {err}{_request_summary(backend)}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}{_request_summary(backend)}") from err
     except ServerTokenIdsError as err:
-        typer.echo(f"error: {out}: {err}; finished episodes are kept (rerun resumes)", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}; finished episodes are kept (rerun resumes)") from err
     _print_report(console, out, report, backend)
 
 
@@ -273,8 +272,7 @@ def _server_backend(urls: list[str], *, tokenizer: str | None, chat_format, **se
     try:
         server_config = ServerConfig(base_url=urls[0], more_base_urls=tuple(urls[1:]), **settings)
     except ValueError as err:
-        typer.echo(f"error: --server: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"--server: {err}") from err
     return ServerBackend(
         server_config,
         load_tokenizer(tokenizer) if tokenizer is not None else None,
@@ -293,17 +291,14 @@ def _preflight(grids, out, grid_set, backend, config, steps, allow_truncation, c
     try:
         checked = run_preflight(grid_set, backend, config, preflight)
     except ServerTokenIdsError as err:
-        typer.echo(f"error: {out}: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: {err}") from err
     except BatchGenerationError as err:
-        typer.echo(f"error: {out}: the pre-flight's requests failed: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{out}: the pre-flight's requests failed: {err}") from err
     console.print(checked.describe(), soft_wrap=True)
     try:
         checked.check(preflight)
     except PreflightRefused as err:
-        typer.echo(f"error: {grids}: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise user_error(f"{grids}: {err}") from err
 
 
 def _print_report(console, out: Path, report, backend) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
 
@@ -19,7 +20,7 @@ TABLE2 = ("acc_gt", "acc_dec", "agreement", "optimal_on_both", "recovery", "inve
 def command(
     run_dir: Annotated[
         Path,
-        typer.Argument(
+        Argument(
             help="Run directory (grids/, rollouts/, activations/, probes/decoded/).",
             exists=True,
             file_okay=False,
@@ -29,7 +30,7 @@ def command(
     ],
     probe: Annotated[
         list[str] | None,
-        typer.Option(
+        Option(
             "--probe",
             help="Decoded-map file (name or stem in probes/decoded) to score; repeat for several. "
             "Default: all.",
@@ -37,51 +38,45 @@ def command(
     ] = None,
     meg_probe: Annotated[
         str | None,
-        typer.Option(
-            help="Probe whose decoded grids give subjective MEG (default: best card accuracy)."
-        ),
+        Option(help="Probe whose decoded grids give subjective MEG (default: best card accuracy)."),
     ] = None,
-    top_k: Annotated[
-        str, typer.Option(help="Comma-separated top-k values (Figure 9).")
-    ] = "1,3,5,10",
+    top_k: Annotated[str, Option(help="Comma-separated top-k values (Figure 9).")] = "1,3,5,10",
     n_bootstrap: Annotated[
-        int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap resamples.")
+        int, Option(min=1, max=1_000_000, help="Grid-bootstrap resamples.")
     ] = 1000,
     confidence: Annotated[
-        float, typer.Option(min=0.5, max=0.999, help="Confidence level of the intervals.")
+        float, Option(min=0.5, max=0.999, help="Confidence level of the intervals.")
     ] = 0.95,
-    utility: Annotated[str, typer.Option(help="MEG utility of grids without a key.")] = "goal",
-    key_utility: Annotated[
-        str, typer.Option(help="MEG utility of grids with a key.")
-    ] = "goal_with_key",
+    utility: Annotated[str, Option(help="MEG utility of grids without a key.")] = "goal",
+    key_utility: Annotated[str, Option(help="MEG utility of grids with a key.")] = "goal_with_key",
     horizon: Annotated[
-        str, typer.Option(help="MEG decisions H: 'episodes' (their step budget) or 'grid' (1.5 L).")
+        str, Option(help="MEG decisions H: 'episodes' (their step budget) or 'grid' (1.5 L).")
     ] = "episodes",
     subjective_map: Annotated[
         str,
-        typer.Option(help="Decoded map of a grid: 'mean' over its steps or its 'first' step."),
+        Option(help="Decoded map of a grid: 'mean' over its steps or its 'first' step."),
     ] = "mean",
     unknown_utility: Annotated[
-        bool, typer.Option(help="Also compute unknown-utility MEG (slow).")
+        bool, Option(help="Also compute unknown-utility MEG (slow).")
     ] = False,
     nulls: Annotated[
         bool,
-        typer.Option(
+        Option(
             help="Also score the null maps (another grid's, the size-and-density prior's) and "
             "report the excess over them."
         ),
     ] = True,
-    jobs: Annotated[int, typer.Option(min=1, help="Worker processes for belief scoring.")] = 1,
+    jobs: Annotated[int, Option(min=1, help="Worker processes for belief scoring.")] = 1,
     weighting: Annotated[
         str,
-        typer.Option(
+        Option(
             help="Pooling of steps: 'grid' (the study's Fig. 4: trajectory means averaged per "
             "grid) or 'step' (a ratio of sums over steps)."
         ),
     ] = "grid",
-    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    seed: Annotated[int, Option(help="Seed of the bootstrap.")] = 0,
+    progress: Annotated[bool, Option(help="Show progress bars.")] = True,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Score a run: the agent's actions against its decoded beliefs (Acc GT, Acc Dec, Agreement,
     Recovery, inverse recovery, top-k, belief-weighted scores; study 5.2, Table 2, Figure 9) and

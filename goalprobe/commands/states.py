@@ -7,40 +7,37 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import OVERWRITE_HELP, check_directory, check_new_output
 
 
 def command(
-    grids: Annotated[Path, typer.Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Prompt-only trajectory JSONL.")],
+    grids: Annotated[Path, Argument(help="Grid-set JSONL written by `goalprobe grids`.")],
+    out: Annotated[Path, Option("--out", "-o", help="Prompt-only trajectory JSONL.")],
     model: Annotated[
-        str, typer.Option(help="Whose tokenizer: 'bundled', a local directory or a hub id.")
+        str, Option(help="Whose tokenizer: 'bundled', a local directory or a hub id.")
     ] = "bundled",
     per_grid: Annotated[
         int,
-        typer.Option(
-            "--per-grid", min=1, max=10_000, help="States per grid (the start state first)."
-        ),
+        Option("--per-grid", min=1, max=10_000, help="States per grid (the start state first)."),
     ] = 8,
     reasoning_effort: Annotated[
-        str, typer.Option(help="Reasoning effort named in the system message.")
+        str, Option(help="Reasoning effort named in the system message.")
     ] = "low",
     template_dir: Annotated[
-        Path | None, typer.Option(help="Prompt template directory (default: packaged).")
+        Path | None, Option(help="Prompt template directory (default: packaged).")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the state draw.")] = 0,
+    seed: Annotated[int, Option(help="Seed of the state draw.")] = 0,
     served_prompts: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             help="Trajectory JSONL of rollouts on a chat endpoint (vLLM): render the prompts as "
             "that server did (its date line, its developer message), read off a served prompt."
         ),
     ] = None,
-    resume: Annotated[
-        bool, typer.Option(help="Continue an interrupted file of the same run.")
-    ] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    resume: Annotated[bool, Option(help="Continue an interrupted file of the same run.")] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Write the agent's prompt at sampled states of every grid, without generating.
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -27,60 +28,58 @@ TABLE_NS: tuple[int, ...] = (1, 2, 3, 4, 5, 10)
 
 
 def command(
-    store: Annotated[Path, typer.Argument(help="Activation store (.h5) from `goalprobe extract`.")],
+    store: Annotated[Path, Argument(help="Activation store (.h5) from `goalprobe extract`.")],
     out: Annotated[
-        Path, typer.Option("--out", help="Output directory (models, plans HDF5, figure, JSON).")
+        Path, Option("--out", help="Output directory (models, plans HDF5, figure, JSON).")
     ],
     stages: Annotated[
         str,
-        typer.Option(
-            "--stages", help="Comma-separated anchor stages; empty: every stage with rows."
-        ),
+        Option("--stages", help="Comma-separated anchor stages; empty: every stage with rows."),
     ] = "",
     layers: Annotated[
-        str, typer.Option("--layers", help="Comma-separated layers; empty: every stored layer.")
+        str, Option("--layers", help="Comma-separated layers; empty: every stored layer.")
     ] = "",
     decoder_layers: Annotated[
-        str, typer.Option("--decoder-layers", help="Comma-separated decoder depths to sweep.")
+        str, Option("--decoder-layers", help="Comma-separated decoder depths to sweep.")
     ] = "1,2,4",
     control_layers: Annotated[
         str,
-        typer.Option(
+        Option(
             "--control-layers",
             help="Decoder depths that also get the shuffled-activation control; empty: none.",
         ),
     ] = "2",
-    d_bottleneck: Annotated[int, typer.Option(min=1, help="Bottleneck / decoder width.")] = 1024,
-    n_heads: Annotated[int, typer.Option(min=1, help="Attention heads per layer.")] = 8,
-    learning_rate: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
-    weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
-    batch_size: Annotated[int, typer.Option(min=1, help="Training batch size.")] = 64,
-    max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 100,
+    d_bottleneck: Annotated[int, Option(min=1, help="Bottleneck / decoder width.")] = 1024,
+    n_heads: Annotated[int, Option(min=1, help="Attention heads per layer.")] = 8,
+    learning_rate: Annotated[float, Option(min=0.0, help="AdamW learning rate.")] = 3e-4,
+    weight_decay: Annotated[float, Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
+    batch_size: Annotated[int, Option(min=1, help="Training batch size.")] = 64,
+    max_epochs: Annotated[int, Option(min=1, help="Maximum training epochs.")] = 100,
     n_iter_no_change: Annotated[
-        int, typer.Option(min=1, help="Epochs without validation improvement before stopping.")
+        int, Option(min=1, help="Epochs without validation improvement before stopping.")
     ] = 10,
-    dropout: Annotated[float, typer.Option(min=0.0, max=0.99, help="Decoder dropout.")] = 0.1,
+    dropout: Annotated[float, Option(min=0.0, max=0.99, help="Decoder dropout.")] = 0.1,
     test_fraction: Annotated[
-        float, typer.Option(min=0.0, max=0.9, help="Fraction of grids held out for testing.")
+        float, Option(min=0.0, max=0.9, help="Fraction of grids held out for testing.")
     ] = 0.15,
     validation_fraction: Annotated[
         float,
-        typer.Option(min=0.0, max=0.9, help="Fraction of non-test grids for early stopping."),
+        Option(min=0.0, max=0.9, help="Fraction of non-test grids for early stopping."),
     ] = 0.15,
     first_step_only: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--first-step-only",
             help="One example per trajectory (its first step), as in the study; default: "
             "every step.",
         ),
     ] = False,
     n_bootstrap: Annotated[
-        int, typer.Option(min=0, help="Grid-bootstrap resamples for the 95% intervals.")
+        int, Option(min=0, help="Grid-bootstrap resamples for the 95% intervals.")
     ] = 1000,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    seed: Annotated[int, typer.Option(help="Seed of split, decoders, shuffle, bootstrap.")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    device: Annotated[str, Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    seed: Annotated[int, Option(help="Seed of split, decoders, shuffle, bootstrap.")] = 0,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train one-shot plan decoders (1/2/4 layers x stage x layer) and report prefix accuracy.
 

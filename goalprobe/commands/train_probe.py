@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
@@ -27,68 +28,66 @@ FAMILIES = ("mlp", "linear", "quadratic")
 
 
 def command(
-    store: Annotated[Path, typer.Argument(help="Activation store (.h5) from `goalprobe extract`.")],
+    store: Annotated[Path, Argument(help="Activation store (.h5) from `goalprobe extract`.")],
     out: Annotated[
         Path,
-        typer.Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
+        Option("--out", help="Output directory (models/, decoded/, sweep.json, figure)."),
     ],
     target: Annotated[
         str,
-        typer.Option(
+        Option(
             help="What to decode: cell-type (cognitive map), distance (to goal) or position "
             "(the agent's and the goal's cell)."
         ),
     ] = "cell-type",
     probe: Annotated[
         str,
-        typer.Option(
+        Option(
             help="Cell-type probe family: coordinate ([act, row, col], the study's), per-cell, "
             "or any registered family (goalprobe.probes.families; --target distance: distance)."
         ),
     ] = "coordinate",
-    family: Annotated[str, typer.Option(help="mlp or linear (ridge for distance).")] = "mlp",
-    stage: Annotated[str, typer.Option(help="Anchor stage of a single run.")] = "pre_reasoning",
-    layer: Annotated[int, typer.Option(help="Layer of a single run.")] = 15,
+    family: Annotated[str, Option(help="mlp or linear (ridge for distance).")] = "mlp",
+    stage: Annotated[str, Option(help="Anchor stage of a single run.")] = "pre_reasoning",
+    layer: Annotated[int, Option(help="Layer of a single run.")] = 15,
     stages: Annotated[
-        str, typer.Option("--stages", help="Comma-separated stages: sweep (overrides --stage).")
+        str, Option("--stages", help="Comma-separated stages: sweep (overrides --stage).")
     ] = "",
     layers: Annotated[
-        str, typer.Option("--layers", help="Comma-separated layers: sweep (overrides --layer).")
+        str, Option("--layers", help="Comma-separated layers: sweep (overrides --layer).")
     ] = "",
     grid_size: Annotated[
         int | None,
-        typer.Option(help="Size-specific probe: only grids of this size, no padding class."),
+        Option(help="Size-specific probe: only grids of this size, no padding class."),
     ] = None,
-    coordinates: Annotated[
-        str, typer.Option(help="raw (study) or onehot cell coordinates.")
-    ] = "raw",
-    hidden_size: Annotated[int, typer.Option(min=1, help="MLP hidden width.")] = 1024,
+    coordinates: Annotated[str, Option(help="raw (study) or onehot cell coordinates.")] = "raw",
+    hidden_size: Annotated[int, Option(min=1, help="MLP hidden width.")] = 1024,
     class_balance: Annotated[
-        str, typer.Option(help="upsample (study), weighted_loss or none.")
+        str, Option(help="upsample (study), weighted_loss or none.")
     ] = "upsample",
-    alpha: Annotated[float, typer.Option(min=0.0, help="Ridge penalty (linear distance).")] = 1.0,
-    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate.")] = 1e-3,
-    weight_decay: Annotated[float, typer.Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
-    max_epochs: Annotated[int, typer.Option(min=1, help="Maximum training epochs.")] = 20,
-    batch_size: Annotated[int, typer.Option(min=1, help="Examples per step.")] = 128,
-    patience: Annotated[int, typer.Option(min=1, help="Epochs without improvement.")] = 3,
+    alpha: Annotated[float, Option(min=0.0, help="Ridge penalty (linear distance).")] = 1.0,
+    lr: Annotated[float, Option(min=0.0, help="AdamW learning rate.")] = 1e-3,
+    weight_decay: Annotated[float, Option(min=0.0, help="AdamW weight decay.")] = 1e-2,
+    max_epochs: Annotated[int, Option(min=1, help="Maximum training epochs.")] = 20,
+    batch_size: Annotated[int, Option(min=1, help="Examples per step.")] = 128,
+    patience: Annotated[int, Option(min=1, help="Epochs without improvement.")] = 3,
     test_fraction: Annotated[
-        float, typer.Option(min=0.01, max=0.9, help="Fraction of grids held out for testing.")
+        float, Option(min=0.01, max=0.9, help="Fraction of grids held out for testing.")
     ] = 0.2,
     validation_fraction: Annotated[
         float,
-        typer.Option(min=0.01, max=0.9, help="Fraction of training grids for early stopping."),
+        Option(min=0.01, max=0.9, help="Fraction of training grids for early stopping."),
     ] = 0.1,
     controls: Annotated[
-        bool, typer.Option(help="Fit the majority/mean and shuffled-label controls.")
+        bool, Option(help="Fit the majority/mean and shuffled-label controls.")
     ] = True,
     n_bootstrap: Annotated[
-        int, typer.Option(min=1, max=1_000_000, help="Grid-bootstrap replicates.")
+        int, Option(min=1, max=1_000_000, help="Grid-bootstrap replicates.")
     ] = 1000,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-    seed: Annotated[int, typer.Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    device: Annotated[str, Option(help="cpu or cuda.")] = "cpu",
+    seed: Annotated[int, Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
+    progress: Annotated[bool, Option(help="Show progress bars.")] = True,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train probes on an activation store: cell types (cognitive map), distance to the goal, or
     the agent's and goal's positions.

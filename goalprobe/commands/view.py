@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import Argument, Option
 
 from goalprobe.commands.common import OVERWRITE_HELP, check_host, check_new_output
 
@@ -23,7 +24,7 @@ def _check_trajectories(run) -> None:
 def command(
     run_dir: Annotated[
         Path,
-        typer.Argument(
+        Argument(
             help="Run directory (grids/, rollouts/, activations/, probes/decoded/, plans/, ...).",
             exists=True,
             file_okay=False,
@@ -31,10 +32,10 @@ def command(
             resolve_path=True,
         ),
     ],
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to serve on.")] = 8050,
+    port: Annotated[int, Option("--port", min=1, max=65535, help="Port to serve on.")] = 8050,
     host: Annotated[
         str,
-        typer.Option(
+        Option(
             "--host",
             help="Interface to bind. The default serves this machine only; any other address "
             "exposes the run's data to the network.",
@@ -42,7 +43,7 @@ def command(
     ] = "127.0.0.1",
     export: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             "--export",
             help="Write a self-contained static HTML file (plotly.js inlined, no server, no "
             "network) of the selected episodes instead of serving.",
@@ -50,7 +51,7 @@ def command(
     ] = None,
     episodes: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--episodes",
             help="Episodes to export, comma-separated GRID_ID:EPISODE or GRID_ID (all its "
             "episodes); default: the first three.",
@@ -58,7 +59,7 @@ def command(
     ] = None,
     probe: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--probe",
             help="Decoded-map file stem under probes/decoded/ for the export (default: "
             "pre-reasoning, mlp, middle layer).",
@@ -66,13 +67,13 @@ def command(
     ] = None,
     plan: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--plan",
             help="Plan source '<file stem>/<run>' for the export (default: the decoder that "
             "matches the probe's stage and layer).",
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
 
@@ -105,8 +106,11 @@ def command(
             "reachable from other machines"
         )
     runs = find_runs(run_dir)
-    if export is None and len(runs) > 0 and run_dir.name not in runs:
-        _serve_runs(run_dir, runs, host, port, console)
+    if export is None and len(runs) > 0 and run_dir.name not in runs:  # one server for them all
+        from goalprobe.viewer.app import create_multi_run_app
+
+        server, _ = create_multi_run_app(run_dir)
+        _serve(server, f"{len(runs)} runs ({', '.join(runs)})", host, port, console)
         return
     if export is not None:  # an export reads whole episodes: every line is validated first
         from goalprobe.agents.trajectories import trajectory_stats
@@ -135,20 +139,14 @@ def command(
     from goalprobe.viewer.app import create_app
 
     app = create_app(run_dir)
-    console.print(
-        f"goalprobe viewer: {len(run.episodes)} episodes, {len(run.map_sources)} decoded-map "
-        f"files, {len(run.plan_sources)} plan runs; serving http://{host}:{port}/ (Ctrl+C stops)"
+    what = (
+        f"{len(run.episodes)} episodes, {len(run.map_sources)} decoded-map files, "
+        f"{len(run.plan_sources)} plan runs"
     )
-    app.run(host=host, port=port, debug=False)
+    _serve(app, what, host, port, console)
 
 
-def _serve_runs(parent: Path, runs: dict, host: str, port: int, console) -> None:
-    """Serve every run under ``parent`` (one per agent) on one server."""
-    from goalprobe.viewer.app import create_multi_run_app
-
-    server, _ = create_multi_run_app(parent)
-    console.print(
-        f"goalprobe viewer: {len(runs)} runs ({', '.join(runs)}); serving http://{host}:{port}/ "
-        "(Ctrl+C stops)"
-    )
+def _serve(server, what: str, host: str, port: int, console) -> None:
+    """Serve the viewer of ``what`` (its runs or its episodes and files) until Ctrl+C."""
+    console.print(f"goalprobe viewer: {what}; serving http://{host}:{port}/ (Ctrl+C stops)")
     server.run(host=host, port=port, debug=False)
