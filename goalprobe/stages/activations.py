@@ -80,10 +80,8 @@ def extract_into(
             "nnsight",
             loaded.model,
             loaded.tokenizer,
-            remote=False,
             model_id=loaded.model_id,
             revision=loaded.revision or None,
-            host=None,
         )
         report, config = extract_store(
             trajectories,
@@ -169,13 +167,11 @@ def planned_config(
     attention = planned_attention(attention or str(model.config._attn_implementation), device)
     shape = ModelShape.from_config(model.config)
     dtype_bytes = next(model.parameters()).element_size()
-    weights = loaded_weights_bytes(model, device)
-    lengths = replay_lengths(trajectories, loaded.tokenizer, config)
     plan = plan_extraction(
-        lengths,
+        replay_lengths(trajectories, loaded.tokenizer, config),
         shape,
         memory_bytes=device_memory_bytes(device),
-        weights_bytes=weights,
+        weights_bytes=loaded_weights_bytes(model, device),
         dtype_bytes=dtype_bytes,
         max_batch=config.batch_size,
         attention=attention,

@@ -65,7 +65,6 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     grids = list(read_grid_set(layout.false_belief_grids))
     by_id = {g.grid_id: g for g in grids}
     out = layout.false_belief_trajectories
-    summary: dict = {"grids": len(grids)}
     outputs: dict = {}
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
@@ -123,8 +122,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 outputs["decoded_maps"] = layout.false_belief_decoded
             start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
-            decoding["readout"] = decoder.readout.to_json()
             decoding.update(
+                readout=decoder.readout.to_json(),
                 probe=layout.relative(probe.card),
                 probe_trained_on=probe.trained_on,
                 stage=HEADLINE_STAGE,
@@ -149,16 +148,13 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "roles": ROLES,
     }
     outputs["results"] = write_json(layout.false_belief_results, payload)
-    summary["steps"] = len(rows)
-    return outputs, summary
+    return outputs, {"grids": len(grids), "steps": len(rows)}
 
 
 def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
     """Per grid, its start state then every distinct state its episodes visited (in order of
     first visit), leaving out states on the shown goal (their prompt draws no goal)."""
-    out: dict[str, list[State]] = {}
-    for grid_id, grid in grids.items():
-        out[grid_id] = [grid.initial_state]
+    out = {grid_id: [grid.initial_state] for grid_id, grid in grids.items()}
     for episode in episodes:
         grid = grids[episode.summary.grid_id]
         seen = out[grid.grid_id]

@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
+from goalprobe.config import DemoConfig, DistanceConfig, ProbesConfig, ProbeTraining
 from goalprobe.probes.families import make_probe, probe_family
 from goalprobe.probes.learning_curve import grid_counts, learning_curve
 from goalprobe.probes.position import position_scores
@@ -98,21 +98,18 @@ def sweep(
     params: dict[str, Any],
     out: Path,
     sweep_path: Path,
-    *,
-    test_fraction: float,
-    n_bootstrap: int,
-    seed: int,
+    section: ProbesConfig | DistanceConfig,
 ) -> ProbeSweepResult:
     """Run one probe sweep (:func:`train_probe`) on ``store`` over every stage with rows x
-    every stored layer; its table lands at ``sweep_path`` (models and decoded test maps under
-    ``out``)."""
+    every stored layer, at ``section``'s test fraction, resamples and seed; its table lands at
+    ``sweep_path`` (models and decoded test maps under ``out``)."""
     config = ProbeSweepConfig(
         stages=(),
         layers=(),
-        test_fraction=test_fraction,
+        test_fraction=section.test_fraction,
         controls=True,
-        n_bootstrap=n_bootstrap,
-        random_state=seed,
+        n_bootstrap=section.n_bootstrap,
+        random_state=section.seed,
     )
     result = train_probe(store, out, probe, params, config, log=context.say)
     sweep_path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,9 +133,6 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             for file in folder.glob(pattern) if folder.is_dir() else []:
                 file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
-    common: dict[str, Any] = dict(
-        test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed
-    )
     for kind in p.types:
         for family in p.families:
             params = dict(
@@ -152,7 +146,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 ("probing", layout.probing_store, layout.probing_probes,
                  layout.probing_probe_sweep(name)),
             ):  # fmt: skip
-                result = sweep(context, store, kind, params, out, path, **common)
+                result = sweep(context, store, kind, params, out, path, p)
                 outputs[f"{where}_{kind}_{family}"] = path
                 head = headline_run(result)
                 if head is not None:
@@ -192,19 +186,11 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
 def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
     """The headline probe with ``p.headline_seeds`` training seeds on the probing set (headline
     stage and layer, the sweep's split by grid; controls: the priors), pooled over seeds."""
-    layer, data, in_test = _headline_data(context, p)
-    config = ProbeSweepConfig(
-        stages=(HEADLINE_STAGE,),
-        layers=(layer,),
-        test_fraction=p.test_fraction,
-        shuffled_control=False,
-        n_bootstrap=p.n_bootstrap,
-        random_state=p.seed,
-    )
+    layer, data, in_test, config = _headline_data(context, p)
+    config = dataclasses.replace(config, shuffled_control=False)
     seeds = range(p.seed, p.seed + p.headline_seeds)
-    runs = seed_runs(
-        estimator, data, np.flatnonzero(~in_test), np.flatnonzero(in_test), config, seeds
-    )
+    train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
+    runs = seed_runs(estimator, data, train, test, config, seeds)
     return {"schema": "goalprobe.headline_seeds/1", "stage": HEADLINE_STAGE, "layer": layer} | runs
 
 
@@ -212,7 +198,7 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
     """Agent and goal position probes on the probing set (headline stage and layer, the
     sweep's split by grid), each against the size prior, a uniform guess among the grid's open
     cells and the same probe on positions shuffled between grids of a size."""
-    layer, data, test = _headline_data(context, p)
+    layer, data, test, _ = _headline_data(context, p)
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
     fitted: dict = {}
     scores = position_scores(
@@ -239,16 +225,7 @@ def targets(*candidates: tuple[str, Path, Path, Path]):
 def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, points: int):
     """The headline probe's learning curve on the probing set (headline stage and layer), on
     the sweep's own split by grid."""
-    layer, data, in_test = _headline_data(context, p)
-    config = ProbeSweepConfig(
-        target="cell_type",
-        stages=(HEADLINE_STAGE,),
-        layers=(layer,),
-        test_fraction=p.test_fraction,
-        controls=True,
-        n_bootstrap=p.n_bootstrap,
-        random_state=p.seed,
-    )
+    layer, data, in_test, config = _headline_data(context, p)
     train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
     n_strata = len(np.unique(data.grid_sizes[train]))
     n_train_grids = len(np.unique(data.grid_ids[train]))
@@ -266,12 +243,21 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
 
 
 def _headline_data(context: StageContext, p: ProbesConfig):
-    """The probing set's headline layer, its rows at the headline stage, and which of them are
-    test rows (:func:`~goalprobe.stages.wall_readouts.store_split`)."""
+    """The probing set's headline layer, its rows at the headline stage, which of them are
+    test rows (:func:`~goalprobe.stages.wall_readouts.store_split`), and the sweep config of
+    that stage and layer."""
     loader = StoreProbeLoader(context.layout.probing_store)
     layer = headline_layer(loader.layers)
     data = loader(HEADLINE_STAGE, layer)
-    return layer, data, np.isin(data.grid_ids, store_split(loader, p.test_fraction, p.seed))
+    config = ProbeSweepConfig(
+        stages=(HEADLINE_STAGE,),
+        layers=(layer,),
+        test_fraction=p.test_fraction,
+        n_bootstrap=p.n_bootstrap,
+        random_state=p.seed,
+    )
+    in_test = np.isin(data.grid_ids, store_split(loader, p.test_fraction, p.seed))
+    return layer, data, in_test, config
 
 
 STAGE = register(

@@ -61,13 +61,8 @@ from goalprobe.version import package_version
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run, as ``goalprobe score`` does (:func:`score_run`)."""
-    layout = context.layout
-    score_run(layout, config, progress=context.progress)
-    outputs = {"belief": layout.belief, "meg": layout.meg}
-    missing = [str(p) for p in outputs.values() if not p.is_file()]
-    if missing:
-        raise RuntimeError(f"scoring did not write {missing}")
-    return outputs, {}
+    scores = score_run(context.layout, config, progress=context.progress)
+    return {"belief": scores.outputs["belief_json"], "meg": scores.outputs["meg_json"]}, {}
 
 
 @dataclass(frozen=True)
@@ -219,14 +214,8 @@ def store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[st
             f"{layout.store}: rows come from trajectory run {foreign[0]!r}, but "
             f"{layout.trajectories} is run {run_id!r}; the store was extracted from other rollouts"
         )
-    return list(
-        zip(
-            labels["grid_id"].tolist(),
-            labels["episode"].astype(int).tolist(),
-            labels["step"].astype(int).tolist(),
-            strict=True,
-        )
-    )
+    columns = (labels["grid_id"], labels["episode"].astype(int), labels["step"].astype(int))
+    return list(zip(*(c.tolist() for c in columns), strict=True))
 
 
 @dataclass(frozen=True)
@@ -257,8 +246,7 @@ def map_file(layout: RunLayout, path: Path) -> MapFile:
         raise ScoringError(
             f"{path}: not a decoded-maps file (schema {schema!r}, expected {DECODED_MAPS_SCHEMA!r})"
         )
-    rel = str(path.relative_to(layout.root))
-    described = {"file": rel, **card_summary(json.loads(card_text))}
+    described = {"file": str(path.relative_to(layout.root)), **card_summary(json.loads(card_text))}
     if "readout" in attrs:
         described["readout"] = json.loads(attrs["readout"])
     if "trained_on" in attrs:
