@@ -188,8 +188,7 @@ class GridBootstrap:
         low, high = self.interval(samples)
         if bounds is not None and self.n_grids >= 2 and math.isfinite(low) and low == high:
             low, high = bounded_agreement_interval(value, self.n_grids, bounds, self.confidence)
-            method = BOUNDED_AGREEMENT_METHOD
-            return Estimate(value, low, high, method=method).to_dict()
+            return Estimate(value, low, high, method=BOUNDED_AGREEMENT_METHOD).to_dict()
         return Estimate(value, finite_or_none(low), finite_or_none(high)).to_dict()
 
 
@@ -241,24 +240,22 @@ def grid_mean(
     """``{value, ci_low, ci_high, n}``: the mean of one value per grid (``None`` and
     non-finite values dropped) with its grid-bootstrap interval; a ``rate`` (values in [0, 1])
     gets :func:`cluster_rate_interval` with one trial per grid (honest at 0 and 1)."""
-    x = np.asarray(
-        [v for v in values if v is not None and math.isfinite(v)], dtype=np.float64
-    ).reshape(-1)
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
     if rate:
         if not np.all((x >= 0) & (x <= 1)):
             raise ValueError("a rate's per-grid values must lie in [0, 1]")
         stat = cluster_rate_interval(x, np.ones(x.size), confidence)
-        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
-    stat = grid_bootstrap_ratio(
-        x,
-        None,
-        np.arange(x.size),
-        n_resamples=n_resamples,
-        confidence=confidence,
-        random_state=random_state,
-    )
+    else:
+        stat = grid_bootstrap_ratio(
+            x,
+            None,
+            np.arange(x.size),
+            n_resamples=n_resamples,
+            confidence=confidence,
+            random_state=random_state,
+        )
     return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
 
 

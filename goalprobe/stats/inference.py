@@ -105,14 +105,12 @@ def seed_pooled(
     se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
     between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
     half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
-    lows = min(s["ci_low"] for s in defined)
-    highs = max(s["ci_high"] for s in defined)
     # and never narrower than any single seed's interval reaches (their envelope)
-    out["ci_low"] = float(min(out["value"] - half, lows))
-    out["ci_high"] = float(max(out["value"] + half, highs))
+    low = min(out["value"] - half, *(s["ci_low"] for s in defined))
+    high = max(out["value"] + half, *(s["ci_high"] for s in defined))
     if bounds is not None:
-        out["ci_low"] = float(max(out["ci_low"], bounds[0]))
-        out["ci_high"] = float(min(out["ci_high"], bounds[1]))
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    out.update(ci_low=float(low), ci_high=float(high))
     return out
 
 
@@ -161,7 +159,7 @@ def detectable_effect(
     binomial variance, at 50% where no rate is given) where the interval is degenerate or
     missing. None where neither is known."""
     z_half = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
-    z = float(scipy.stats.norm.ppf(1 - (1 - confidence) / 2)) + float(scipy.stats.norm.ppf(power))
+    z = z_half + float(scipy.stats.norm.ppf(power))
     se = None
     if ci_low is not None and ci_high is not None and ci_high - ci_low > 0:
         se = (ci_high - ci_low) / (2 * z_half)
