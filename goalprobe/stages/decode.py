@@ -209,23 +209,31 @@ def decode_prompt_states(
     """Write ``states`` (per grid id) of ``grids`` as prompt-only states, extract their
     pre-reasoning anchors at the probe's layer and decode them: ``{(grid_id, state): (probs
     (S, S, len(CellType)), agent (S, S) or None, goal)}`` (classes the probe lacks get 0)."""
-    probe = decoder.probe
     write_agent_states(context, agent, grids, prompts, states_path, states=states)
-    extract_into(
-        context,
-        agent,
-        activations,
-        states_path,
-        store_path,
-        stages=(HEADLINE_STAGE,),
-        layers=(probe.layer,),
+    fields = ["grid_id", "episode", "grid_size", "density"]
+    acts, labels = extract_headline(
+        context, agent, activations, states_path, store_path, decoder.probe.layer, fields
     )
-    with ActivationStore(store_path) as store:
-        rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(["grid_id", "episode", "grid_size", "density"], rows)
-        acts = store.read(HEADLINE_STAGE, probe.layer, rows)
     decoded = decoder.decode(acts, labels["grid_size"], labels["density"])
     return {
         (str(g), states[str(g)][int(e)]): decoded.row(i)
         for i, (g, e) in enumerate(zip(labels["grid_id"], labels["episode"], strict=True))
     }
+
+
+def extract_headline(
+    context: StageContext,
+    agent: AgentConfig,
+    activations: ActivationsConfig,
+    source: Path,
+    store_path: Path,
+    layer: int,
+    fields: list[str],
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Extract the pre-reasoning anchors of ``source`` (trajectories or prompt-only states) at
+    ``layer`` into ``store_path``: ``(activations, labels)`` of every row, the labels ``fields``."""
+    stages = (HEADLINE_STAGE,)
+    extract_into(context, agent, activations, source, store_path, stages=stages, layers=(layer,))
+    with ActivationStore(store_path) as store:
+        rows = store.select(HEADLINE_STAGE)
+        return store.read(HEADLINE_STAGE, layer, rows), store.labels(fields, rows)

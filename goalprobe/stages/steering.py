@@ -65,14 +65,9 @@ def steer(
     test_grids = store_split(loader, test_fraction, seed)
     data = loader(HEADLINE_STAGE, layer)
     rows = np.flatnonzero(~np.isin(data.grid_ids, test_grids))
-    train = {
-        "acts": data.acts[rows].astype(np.float64),
-        "cell_types": data.cell_types[rows],
-        "grid_sizes": data.grid_sizes[rows],
-        "densities": data.densities[rows],
-        "agent_row_col": data.agent_row_col[rows],
-        "grid_ids": data.grid_ids[rows],
-    }
+    fields = ("cell_types", "grid_sizes", "densities", "agent_row_col", "grid_ids")
+    train = {"acts": data.acts[rows].astype(np.float64)}
+    train.update({name: getattr(data, name)[rows] for name in fields})
     grids = test_grids.tolist()
     states = draw_states(read_states(states_path, set(grids)), grids, config.seed)
     result, records = steering_test(

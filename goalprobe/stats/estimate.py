@@ -89,15 +89,6 @@ class Estimate:
         return out
 
     @property
-    def defined(self) -> bool:
-        """Whether the estimate has a value and a two-sided interval."""
-        return None not in (
-            finite_or_none(self.value),
-            finite_or_none(self.low),
-            finite_or_none(self.high),
-        )
-
-    @property
     def width(self) -> float | None:
         """``high - low`` (None without an interval)."""
         if finite_or_none(self.low) is None or finite_or_none(self.high) is None:
@@ -165,15 +156,3 @@ class Verdict:
             if v not in (None, ""):
                 out[key] = v
         return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """Read :meth:`to_dict`'s object back."""
-        return cls(
-            data["verdict"],
-            data.get("question", ""),
-            data.get("p_value"),
-            data.get("p_method"),
-            data.get("detectable"),
-            data.get("reason", ""),
-        )
