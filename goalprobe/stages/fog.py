@@ -15,7 +15,6 @@ import numpy as np
 
 from goalprobe.agents.coverage import not_readable
 from goalprobe.agents.trajectories import read_run_header
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.fog import generate_fog_set
 from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_readings, reference_rows
@@ -34,13 +33,6 @@ SCHEMA = "goalprobe.demo.fog/2"
 """Version 2 adds ``truncation`` (:func:`goalprobe.stages.rollouts.truncation_counts` and the
 token budget): the episodes cut off by the token limit, left out of every score and reported
 apart (never as the agent's failures). Version-1 files (no ``truncation``) still read."""
-
-
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with the fog episode count and horizon."""
-    return section_rollout(
-        config, "fog", horizon_factor=config.fog.horizon_factor, horizon_steps=None
-    )
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -116,7 +108,9 @@ STAGE = register(
         writes=("fog grids", "fog trajectories", "fog results"),
         section="fog",
         uses=("agent",),
-        derived=_received,
+        derived=lambda c: section_rollout(
+            c, "fog", horizon_factor=c.fog.horizon_factor, horizon_steps=None
+        ),
         generates=True,
         control=True,
         seconds=41,

@@ -35,11 +35,6 @@ from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.wall_readouts import store_split, wall_readouts
 
 
-def _received(config: DemoConfig) -> dict:
-    """The training device and the learning curve's size."""
-    return {"device": training_device(config), "points": config.probing.learning_curve_points}
-
-
 def training_device(config: DemoConfig) -> str:
     """``cuda`` when the agent runs on a CUDA device, else ``cpu``."""
     return "cuda" if config.agent.device.startswith("cuda") else "cpu"
@@ -276,7 +271,7 @@ STAGE = register(
             "wall read-out",
         ),
         section="probes",
-        derived=_received,
+        derived=lambda c: {"device": training_device(c), "points": c.probing.learning_curve_points},
         control=True,
         seconds=220,
         torch_threads=1,
