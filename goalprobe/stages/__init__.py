@@ -19,14 +19,7 @@ from typing import Any
 
 from goalprobe.stages.registry import Stage, register, registered, topological
 
-__all__ = [
-    "MODULES",
-    "Stage",
-    "register",
-    "server_first",
-    "stage",
-    "work_after",
-]
+__all__ = ["MODULES", "Stage", "register", "server_first", "stage", "work_after"]
 
 MODULES: tuple[str, ...] = (
     "grids",

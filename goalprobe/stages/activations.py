@@ -151,11 +151,7 @@ def extract_store(
 
 
 def planned_config(
-    config: ExtractConfig,
-    trajectories: Path,
-    loaded,
-    device: str,
-    attention: str | None = None,
+    config: ExtractConfig, trajectories: Path, loaded, device: str, attention: str | None = None
 ) -> ExtractConfig:
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the

@@ -79,13 +79,7 @@ def read_pairs(
 
 
 def attribute(
-    out: Path,
-    pairs: Sequence,
-    loaded,
-    section: AttributionSection,
-    patch_config,
-    *,
-    source: dict,
+    out: Path, pairs: Sequence, loaded, section: AttributionSection, patch_config, *, source: dict
 ) -> AttributionOutcome:
     """Prepare ``pairs`` as ``patch_config`` says, refuse a backward pass the device cannot
     hold, attribute every block x position with the model ``loaded``, check the first

@@ -22,12 +22,7 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import chunk_texts, step_record, write_decision_steps
-from goalprobe.probes.decision_time import (
-    StepLens,
-    bin_positions,
-    decision_curves,
-    readout_curves,
-)
+from goalprobe.probes.decision_time import StepLens, bin_positions, decision_curves, readout_curves
 from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
 from goalprobe.probes.reasoning_readout import reasoning_readout
 from goalprobe.probes.splits import split_by_grid

@@ -20,10 +20,7 @@ import numpy as np
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.core import CellType, State
-from goalprobe.gridworld.false_belief import (
-    FALSE_BELIEF,
-    require_pair_facts,
-)
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, require_pair_facts
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.decoder import decoded_classes

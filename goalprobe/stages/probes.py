@@ -63,13 +63,7 @@ def cell_params(kind: str, p: ProbesConfig) -> dict:
 
 
 def train_probe(
-    store: Path,
-    out: Path,
-    probe: str,
-    params: dict[str, Any],
-    sweep: ProbeSweepConfig,
-    *,
-    log=None,
+    store: Path, out: Path, probe: str, params: dict[str, Any], sweep: ProbeSweepConfig, *, log=None
 ) -> ProbeSweepResult:
     """The probes analysis on one activation store, the one path of ``goalprobe train-probe``
     and of this stage: the probe family ``probe`` built from ``params``, fitted and scored with

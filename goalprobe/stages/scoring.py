@@ -168,10 +168,9 @@ def joined_rows(
 
 def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> Path:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer = csv.DictWriter(buf, list(columns), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    writer.writerows(rows)  # None is written as an empty field
     return write_atomic(path, buf.getvalue())
 
 

@@ -69,9 +69,7 @@ class Estimate:
         diff = data.get("difference")
         extra = {k: v for k, v in data.items() if k not in _KEYS.values() and k != "difference"}
         return cls(
-            **known,
-            diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None,
-            extra=extra,
+            **known, diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None, extra=extra
         )
 
     def to_dict(self) -> dict[str, Any]:

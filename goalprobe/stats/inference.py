@@ -77,9 +77,7 @@ def p_from_interval(
 
 
 def seed_pooled(
-    stats: Sequence[dict],
-    confidence: float = 0.95,
-    bounds: tuple[float, float] | None = None,
+    stats: Sequence[dict], confidence: float = 0.95, bounds: tuple[float, float] | None = None
 ) -> dict:
     """One statistic estimated under several training seeds (same data and split), pooled so
     the seed spread widens the interval (Rubin's rules): the mean of the estimates
