@@ -171,11 +171,12 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
             )
             for a in range(0, len(rows), batch)
         ]
+    probs = np.concatenate([p.probs for p in parts])
     joined = {
         name: None
         if getattr(parts[0], name) is None
         else np.concatenate([getattr(p, name) for p in parts])
-        for name in ("probs", "agent", "goal", "wall_source")
+        for name in ("agent", "goal", "wall_source")
     }
     card = read_probe_card(decoder.probe.card)
     keep = np.asarray(card["fitted"]["classes_"], dtype=np.int64)
@@ -183,7 +184,7 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
     tmp = out.with_name(f".{out.name}.tmp")
     write_decoded_maps(
         tmp,
-        joined.pop("probs")[..., keep],
+        probs[..., keep],
         np.asarray(rows, dtype=np.int64),
         card,
         readout=parts[0].readout,

@@ -115,7 +115,7 @@ def rate_difference_interval(first: Mapping, second: Mapping) -> tuple[float | N
     rate has no interval."""
     p1, l1, u1 = first.get("value"), first.get("ci_low"), first.get("ci_high")
     p2, l2, u2 = second.get("value"), second.get("ci_low"), second.get("ci_high")
-    if None in (p1, l1, u1, p2, l2, u2):
+    if p1 is None or l1 is None or u1 is None or p2 is None or l2 is None or u2 is None:
         return (None, None)
     d = p1 - p2
     low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)

@@ -50,16 +50,3 @@ PlanTargets = Integer[np.ndarray, "n_rows horizon"]
 
 PlanProbs = Float[np.ndarray, "n_rows horizon n_plan_classes"]
 """Per-step class probabilities of a plan decoder (``predict_proba``; float32)."""
-
-__all__ = [
-    "CellLabels",
-    "CellProbs",
-    "FeatureMatrix",
-    "GridIds",
-    "PlanProbs",
-    "PlanTargets",
-    "ResidualActs",
-    "RowIndex",
-    "RowMask",
-    "TokenPositions",
-]
