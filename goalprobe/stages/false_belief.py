@@ -61,11 +61,10 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     fb = config.false_belief
     grids = list(read_grid_set(layout.false_belief_grids))
     by_id = {g.grid_id: g for g in grids}
-    out = layout.false_belief_trajectories
     outputs: dict = {}
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
-    episodes = read_episodes(out)
+    episodes = read_episodes(layout.false_belief_trajectories)
     layout.false_belief_decoded.unlink(missing_ok=True)
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
@@ -74,7 +73,6 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             decoding["why"] = "the probes stage left no headline probe"
         else:
             probe = decoder.probe
-            visited = visited_states(episodes, by_id)
             prompts = PromptStatesConfig(
                 states_per_grid=1,
                 reasoning_effort=config.rollout.reasoning_effort,
@@ -87,7 +85,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 prompts,
                 grids,
                 decoder,
-                visited,
+                visited_states(episodes, by_id),
                 layout.false_belief_states,
                 layout.false_belief_store,
             )

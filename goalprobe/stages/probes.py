@@ -118,9 +118,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     curve on the probing set."""
     layout, p = context.layout, config.probes
     for folder in (layout.decoded_dir, layout.probe_sweeps, layout.probing_probes):
-        for pattern in ("cell_*", "headline_*"):
-            for file in folder.glob(pattern) if folder.is_dir() else []:
-                file.unlink()
+        for file in [*folder.glob("cell_*"), *folder.glob("headline_*")]:
+            file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
     for kind in p.types:
         for family in p.families:
@@ -139,12 +138,11 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 outputs[f"{where}_{kind}_{family}"] = path
                 head = headline_run(result)
                 if head is not None:
+                    probe = head["metrics"]["models"]["probe"]
                     summary[f"{where}_{kind}_{family}"] = {
                         "run": head["name"],
                         "n_test_grids": head["n_test_grids"],
-                        "accuracy_no_padding": head["metrics"]["models"]["probe"][
-                            "accuracy_no_padding"
-                        ]["value"],
+                        "accuracy_no_padding": probe["accuracy_no_padding"]["value"],
                     }
     outputs["wall_readout"] = write_json(layout.wall_readout, wall_readouts(context, p))
     if not layout.probing_store.is_file():

@@ -190,23 +190,18 @@ def read_steps(layout: RunLayout) -> StepTable:
     return table
 
 
-def store_labels(
-    layout: RunLayout, fields: list[str], rows: np.ndarray | None = None, store_path=None
-) -> dict:
+def store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[str, int, int]]:
+    """``(grid_id, episode, step)`` of store ``rows``; checks that the store has them and that
+    they come from ``run_id``."""
     from goalprobe.activations.store import ActivationStore
 
-    with ActivationStore(store_path or layout.store) as store:
-        if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
+    with ActivationStore(layout.store) as store:
+        if rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
             raise ScoringError(
                 f"{layout.store}: decoded maps name rows {rows.min()}..{rows.max()}, but the "
                 f"store has {store.n_rows} rows (decoded from another store?)"
             )
-        return store.labels(fields, rows)
-
-
-def store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[str, int, int]]:
-    """``(grid_id, episode, step)`` of store ``rows``; checks that they come from ``run_id``."""
-    labels = store_labels(layout, ["run_id", "grid_id", "episode", "step"], rows)
+        labels = store.labels(["run_id", "grid_id", "episode", "step"], rows)
     foreign = sorted(set(labels["run_id"].tolist()) - {run_id})
     if foreign:
         raise ScoringError(
@@ -310,14 +305,17 @@ def fit_training_prior(
     """``(size-and-density cell prior or None, n grids)`` fitted on the grids the probe was
     trained on: the probing set's rows for a probe trained there (``trained_on="probing"``),
     else the main store's rows of the grids it did not decode."""
-    store = layout.probing_store if trained_on == "probing" else layout.store
-    if not store.is_file():
+    from goalprobe.activations.store import ActivationStore
+
+    path = layout.probing_store if trained_on == "probing" else layout.store
+    if not path.is_file():
         return None, 0
-    labels = store_labels(layout, ["grid_id", "grid_size", "density"], store_path=store)
-    train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
-    if not train.size:
-        return None, 0
-    cells = store_labels(layout, ["cell_types"], train, store_path=store)["cell_types"]
+    with ActivationStore(path) as store:
+        labels = store.labels(["grid_id", "grid_size", "density"])
+        train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
+        if not train.size:
+            return None, 0
+        cells = store.labels(["cell_types"], train)["cell_types"]
     prior = fit_prior(cells, labels["grid_size"][train], labels["density"][train])
     return prior, int(np.unique(labels["grid_id"][train]).size)
 

@@ -136,9 +136,7 @@ def p_from_draws(
     x = x[np.isfinite(x)]
     if x.size == 0 or side not in ("greater", "less"):
         return None
-    wrong = (
-        np.count_nonzero(x <= baseline) if side == "greater" else np.count_nonzero(x >= baseline)
-    )
+    wrong = np.count_nonzero(x <= baseline if side == "greater" else x >= baseline)
     return float((1 + wrong) / (1 + x.size))
 
 
