@@ -71,10 +71,12 @@ def train_probe(
     ``out/models/``, ``out/decoded/`` (cell types) and ``out/sweep.json``."""
     family = probe_family(probe)
     loader = StoreProbeLoader(store)
+    with ActivationStore(store) as opened:  # the anchor stages some row holds
+        stages = sweep.stages or opened.stages_with_rows()
     sweep = dataclasses.replace(
         sweep,
         target=cast(Any, family.target),
-        stages=sweep.stages or stages_with_rows(store),
+        stages=stages,
         layers=sweep.layers or tuple(loader.layers),
     )
     return run_probe_sweep(loader, sweep, family.make(**params), out_dir=out, log=log)
@@ -104,12 +106,6 @@ def sweep(
     sweep_path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(out / "sweep.json", sweep_path)
     return result
-
-
-def stages_with_rows(store: Path) -> tuple[str, ...]:
-    """The anchor stages some row of ``store`` holds (pre-reasoning only: no reasoning)."""
-    with ActivationStore(store) as opened:
-        return opened.stages_with_rows()
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):

@@ -134,9 +134,7 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
     truncated episodes (cut off by the token limit: not the agent's choice) left out, and grids
     with no other. ``ValueError``: a grid ``grids`` lacks, or one grid with two horizons."""
     by_grid: dict[str, list[Episode]] = {}
-    for episode in episodes:
-        if episode.truncated:
-            continue
+    for episode in (e for e in episodes if not e.truncated):
         by_grid.setdefault(episode.summary.grid_id, []).append(episode)
     out = []
     for grid_id, eps in by_grid.items():

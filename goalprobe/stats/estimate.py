@@ -89,9 +89,8 @@ class Estimate:
     @property
     def width(self) -> float | None:
         """``high - low`` (None without an interval)."""
-        if finite_or_none(self.low) is None or finite_or_none(self.high) is None:
-            return None
-        return float(self.high) - float(self.low)  # type: ignore[arg-type]
+        low, high = self.bounds()
+        return None if math.isnan(low) or math.isnan(high) else high - low
 
     def bounds(self) -> tuple[float, float]:
         """``(low, high)`` as floats, NaN where there is no interval (for arrays and tables)."""
