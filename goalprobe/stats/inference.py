@@ -121,8 +121,7 @@ def p_exact_rate(k: float, n: float, baseline: float, *, side: str = "greater") 
         return None
     trials = int(round(n))
     successes = min(max(int(round(k)), 0), trials)
-    test = scipy.stats.binomtest(successes, trials, baseline, alternative=side)
-    return float(test.pvalue)
+    return float(scipy.stats.binomtest(successes, trials, baseline, alternative=side).pvalue)
 
 
 def p_from_draws(
