@@ -19,14 +19,7 @@ from typing import Any
 
 from goalprobe.stages.registry import Stage, register, registered, topological
 
-__all__ = [
-    "MODULES",
-    "Stage",
-    "register",
-    "server_first",
-    "stage",
-    "work_after",
-]
+__all__ = ["MODULES", "Stage", "register", "server_first", "stage", "work_after"]
 
 MODULES: tuple[str, ...] = (
     "grids",
@@ -145,12 +138,9 @@ def work_after(stages: tuple[str, ...]) -> dict[str, float]:
     ``stages`` that read it, directly or not (the parallel scheduler starts the ready stage with
     the most work after it first: the critical path). ``stages`` is in run order."""
     readers: dict[str, list[str]] = {name: [] for name in stages}
-    for name in stages:
-        if stage(name).final:
-            continue
-        for dependency in stage(name).reads:
-            if dependency in readers:
-                readers[dependency].append(name)
+    for name in (n for n in stages if not stage(n).final):
+        for dependency in (d for d in stage(name).reads if d in readers):
+            readers[dependency].append(name)
     work: dict[str, float] = {}
     for name in reversed(stages):  # readers come later
         work[name] = stage(name).seconds + max((work[r] for r in readers[name]), default=0.0)

@@ -80,10 +80,8 @@ def extract_into(
             "nnsight",
             loaded.model,
             loaded.tokenizer,
-            remote=False,
             model_id=loaded.model_id,
             revision=loaded.revision or None,
-            host=None,
         )
         report, config = extract_store(
             trajectories,
@@ -153,11 +151,7 @@ def extract_store(
 
 
 def planned_config(
-    config: ExtractConfig,
-    trajectories: Path,
-    loaded,
-    device: str,
-    attention: str | None = None,
+    config: ExtractConfig, trajectories: Path, loaded, device: str, attention: str | None = None
 ) -> ExtractConfig:
     """``config`` with the batches of :func:`goalprobe.activations.plan.plan_extraction`: at
     most ``config.batch_size`` sequences and a token budget that fits the device's memory at the
@@ -169,13 +163,11 @@ def planned_config(
     attention = planned_attention(attention or str(model.config._attn_implementation), device)
     shape = ModelShape.from_config(model.config)
     dtype_bytes = next(model.parameters()).element_size()
-    weights = loaded_weights_bytes(model, device)
-    lengths = replay_lengths(trajectories, loaded.tokenizer, config)
     plan = plan_extraction(
-        lengths,
+        replay_lengths(trajectories, loaded.tokenizer, config),
         shape,
         memory_bytes=device_memory_bytes(device),
-        weights_bytes=weights,
+        weights_bytes=loaded_weights_bytes(model, device),
         dtype_bytes=dtype_bytes,
         max_batch=config.batch_size,
         attention=attention,

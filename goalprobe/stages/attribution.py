@@ -79,13 +79,7 @@ def read_pairs(
 
 
 def attribute(
-    out: Path,
-    pairs: Sequence,
-    loaded,
-    section: AttributionSection,
-    patch_config,
-    *,
-    source: dict,
+    out: Path, pairs: Sequence, loaded, section: AttributionSection, patch_config, *, source: dict
 ) -> AttributionOutcome:
     """Prepare ``pairs`` as ``patch_config`` says, refuse a backward pass the device cannot
     hold, attribute every block x position with the model ``loaded``, check the first
@@ -183,19 +177,17 @@ def write_heatmap(path: Path, records, metrics: Sequence[str]) -> Path:
     figures: list[str] = []
     for metric in metrics:
         first = next((r for r in records if r.metric == metric), None)
-        if first is None:
-            continue
-        figure = heatmap_figure(first)
-        figures.append(
-            figure.to_html(
-                full_html=False, include_plotlyjs=not figures, div_id=f"attribution-{metric}"
-            )  # fmt: skip
-        )
+        if first is not None:
+            figures.append(
+                heatmap_figure(first).to_html(
+                    full_html=False, include_plotlyjs=not figures, div_id=f"attribution-{metric}"
+                )
+            )
     path.write_text("<html><body>" + "\n".join(figures) + "</body></html>", encoding="utf-8")
     return path
 
 
-def heatmap_figure(record, *, height: int | None = None):
+def heatmap_figure(record):
     """One record's heat map over prompt positions x blocks (the grid cells laid out as the
     grid): its GradDrop magnitude when computed, else its signed estimate."""
     from goalprobe.viewer.figures.attribution import attribution_map_figure
@@ -205,7 +197,7 @@ def heatmap_figure(record, *, height: int | None = None):
     return attribution_map_figure(
         values, record.positions, record.cell_positions, anchors=record.pre_reasoning,
         changed_cells=record.changed_cells, layers=record.layers,
-        title=f"{record.metric} ({kind}): {record.pair_id}", height=height,
+        title=f"{record.metric} ({kind}): {record.pair_id}",
     )  # fmt: skip
 
 
@@ -229,23 +221,9 @@ def require_fits(runner, lengths) -> None:
         raise DoesNotFitError(f"attribution does not fit on {device}: {plan.reason}")
 
 
-def stage_patch_config(patching, read):
-    """How the stage prepares the patching stage's pairs: as the patching stage did (its
-    reasoning mode, optimality filter and token budget, the rollouts' prompt settings)."""
-    from goalprobe.probes.patching.experiment import PatchConfig
-
-    patch = patching.patch  # the demo section embeds the library's PatchConfig
-    return PatchConfig(
-        reasoning=patch.reasoning,
-        require_optimal=patch.require_optimal,
-        max_new_tokens=patch.max_new_tokens,
-        reasoning_effort=read.reasoning_effort,
-        template_dir=read.template_dir,
-    )
-
-
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Attribute the first pairs the patching stage kept (``RUN/patching/patch_pairs.jsonl``)."""
+    from goalprobe.probes.patching.experiment import PatchConfig
     from goalprobe.probes.patching.results import PAIRS_FILE
     from goalprobe.probes.patching.run import read_trajectory_bases
 
@@ -258,12 +236,20 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         note = {"pairs": 0, "reason": f"{context.layout.relative(pairs_file)} holds no pair of "
                 f"the kinds {list(section.kinds)}: the patching stage kept none"}  # fmt: skip
         return {"no_pairs": write_json(stage_dir / "no_pairs.json", note)}, {"pairs": 0}
+    patch = config.patching.patch  # prepared as the patching stage prepared them
+    patch_config = PatchConfig(
+        reasoning=patch.reasoning,
+        require_optimal=patch.require_optimal,
+        max_new_tokens=patch.max_new_tokens,
+        reasoning_effort=read.reasoning_effort,
+        template_dir=read.template_dir,
+    )
     outcome = attribute(
         stage_dir,
         pairs,
         context.agent(config.agent).loaded(),
         section,
-        stage_patch_config(config.patching, read),
+        patch_config,
         source=pair_source(
             context.layout.relative(pairs_file), context.layout.relative(trajectories), read
         ),

@@ -23,9 +23,8 @@ def run(context: StageContext, config: BehaviourConfig, stage_dir: Path):
     """Per-grid metrics, their aggregates and the random-walk baseline."""
     layout = context.layout
     grids = {g.grid_id: g for g in read_grid_set(layout.grids)}
-    episodes = read_episodes(layout.trajectories, truncated=True)
+    truncation = truncation_counts(read_episodes(layout.trajectories, truncated=True))
     kept = grid_episodes(behaviour_episodes(layout.trajectories), grids)
-    truncation = truncation_counts(episodes)
     payload = behaviour_summary(kept, config)
     out = write_json(
         layout.behaviour_metrics, {"schema": SCHEMA, **payload, "truncation": truncation}

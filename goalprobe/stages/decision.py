@@ -22,12 +22,7 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import chunk_texts, step_record, write_decision_steps
-from goalprobe.probes.decision_time import (
-    StepLens,
-    bin_positions,
-    decision_curves,
-    readout_curves,
-)
+from goalprobe.probes.decision_time import StepLens, bin_positions, decision_curves, readout_curves
 from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
 from goalprobe.probes.reasoning_readout import reasoning_readout
 from goalprobe.probes.splits import split_by_grid
@@ -44,8 +39,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     decision out of the store over reasoning time."""
     d = config.decision
     steps = [s for e in read_episodes(context.layout.trajectories) for s in e.steps if s.action]
-    rng = np.random.default_rng(d.seed)
-    picked = sorted(rng.permutation(len(steps))[: d.max_steps].tolist())
+    picked = sorted(np.random.default_rng(d.seed).permutation(len(steps))[: d.max_steps].tolist())
     loaded = context.agent(config.agent).loaded()
     backend = make_backend("hooks", loaded.model, loaded.tokenizer)
     lenses, features, present, kept, records, skipped = [], [], [], [], [], 0
@@ -79,11 +73,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     readout = _readout(kept, np.asarray(features), np.asarray(present), d)
     with ActivationStore(context.layout.store) as store:
         grids = len(set(store.labels(["grid_id"])["grid_id"].tolist()))
-        along = (  # a split by grid needs grids on both sides
-            reasoning_readout(store, n_resamples=d.n_bootstrap, random_state=d.seed)
-            if grids >= 4
-            else None
-        )
+        along = None
+        if grids >= 4:  # a split by grid needs grids on both sides
+            along = reasoning_readout(store, n_resamples=d.n_bootstrap, random_state=d.seed)
     payload = {
         "schema": SCHEMA,
         "agent": config.agent.model,

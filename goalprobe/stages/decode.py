@@ -12,7 +12,7 @@ extracted as prompt-only states, at the headline stage and layer only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -117,50 +117,37 @@ class Decoder:
 
 def load_decoder(layout: RunLayout) -> Decoder | None:
     """The headline read-out of the run (None without a headline cell probe). The position
-    probes join when both cards exist and read the cell probe's layer."""
+    probes join when both cards exist and read the cell probe's layer; so does each frame's
+    conditional wall probe of the probing set (``absolute``, ``agent``)."""
     probe = headline_probe(layout)
     if probe is None:
         return None
-    cards = [layout.position_probe(t).with_suffix(".json") for t in ("agent", "goal")]
-    models: list = [None, None]
-    if all(c.is_file() for c in cards):
-        layers = {(read_probe_card(c).get("activations") or {}).get("layer") for c in cards}
-        if layers == {probe.layer}:
-            models = [load_probe(c) for c in cards]
+    cards = {t: layout.position_probe(t).with_suffix(".json") for t in ("agent", "goal")}
+    positions = all(_reads_layer(c, probe.layer) for c in cards.values())
+    models = {t: load_probe(c) for t, c in cards.items()} if positions else {}
+    wall_cards = {f: layout.wall_probe(f).with_suffix(".json") for f in ("absolute", "agent")}
+    walls = {f: load_probe(c) for f, c in wall_cards.items() if _reads_layer(c, probe.layer)}
     readout = Readout(
-        agent=CELL_READOUT if models[0] is None else POSITION_READOUT,
-        goal=CELL_READOUT if models[1] is None else POSITION_READOUT,
+        agent=POSITION_READOUT if positions else CELL_READOUT,
+        goal=POSITION_READOUT if positions else CELL_READOUT,
         cell_probe=layout.relative(probe.card),
-        agent_probe=layout.relative(cards[0]) if models[0] is not None else None,
-        goal_probe=layout.relative(cards[1]) if models[1] is not None else None,
-    )
-    walls = wall_probes(layout, probe.layer)
-    readout = replace(
-        readout,
+        agent_probe=layout.relative(cards["agent"]) if positions else None,
+        goal_probe=layout.relative(cards["goal"]) if positions else None,
         walls=CONDITIONAL_READOUT
         if "absolute" in walls
         else AGENT_CENTRED_READOUT
         if "agent" in walls
         else CELL_READOUT,
-        wall_probe=layout.relative(walls["absolute"][0]) if "absolute" in walls else None,
-        agent_wall_probe=layout.relative(walls["agent"][0]) if "agent" in walls else None,
+        wall_probe=layout.relative(wall_cards["absolute"]) if "absolute" in walls else None,
+        agent_wall_probe=layout.relative(wall_cards["agent"]) if "agent" in walls else None,
     )
-    fitted = {frame: model for frame, (_, model) in walls.items()}
-    return Decoder(probe, load_probe(probe.card), models[0], models[1], readout, fitted)
+    cell = load_probe(probe.card)
+    return Decoder(probe, cell, models.get("agent"), models.get("goal"), readout, walls)
 
 
-def wall_probes(layout: RunLayout, layer: int) -> dict[str, tuple[Path, object]]:
-    """``{frame: (card, probe)}``: the probing set's conditional wall probes that read
-    ``layer`` (a frame whose card is missing or reads another layer is left out)."""
-    out: dict[str, tuple[Path, object]] = {}
-    for frame in ("absolute", "agent"):
-        card = layout.wall_probe(frame).with_suffix(".json")
-        if not card.is_file():
-            continue
-        if (read_probe_card(card).get("activations") or {}).get("layer") != layer:
-            continue
-        out[frame] = (card, load_probe(card))
-    return out
+def _reads_layer(card: Path, layer: int) -> bool:
+    """Whether the probe card ``card`` exists and reads ``layer``."""
+    return card.is_file() and (read_probe_card(card).get("activations") or {}).get("layer") == layer
 
 
 def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
@@ -185,11 +172,11 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
             for a in range(0, len(rows), batch)
         ]
     probs = np.concatenate([p.probs for p in parts])
-    extra = {
+    joined = {
         name: None
         if getattr(parts[0], name) is None
         else np.concatenate([getattr(p, name) for p in parts])
-        for name in ("agent", "goal")
+        for name in ("agent", "goal", "wall_source")
     }
     card = read_probe_card(decoder.probe.card)
     keep = np.asarray(card["fitted"]["classes_"], dtype=np.int64)
@@ -203,10 +190,7 @@ def write_headline_maps(layout: RunLayout, batch: int = 512) -> Path | None:
         readout=parts[0].readout,
         role="headline",
         trained_on="probing",
-        wall_source=None
-        if parts[0].wall_source is None
-        else np.concatenate([p.wall_source for p in parts]),
-        **extra,
+        **joined,
     )
     tmp.replace(out)
     return out
@@ -226,23 +210,31 @@ def decode_prompt_states(
     """Write ``states`` (per grid id) of ``grids`` as prompt-only states, extract their
     pre-reasoning anchors at the probe's layer and decode them: ``{(grid_id, state): (probs
     (S, S, len(CellType)), agent (S, S) or None, goal)}`` (classes the probe lacks get 0)."""
-    probe = decoder.probe
     write_agent_states(context, agent, grids, prompts, states_path, states=states)
-    extract_into(
-        context,
-        agent,
-        activations,
-        states_path,
-        store_path,
-        stages=(HEADLINE_STAGE,),
-        layers=(probe.layer,),
+    fields = ["grid_id", "episode", "grid_size", "density"]
+    acts, labels = extract_headline(
+        context, agent, activations, states_path, store_path, decoder.probe.layer, fields
     )
-    with ActivationStore(store_path) as store:
-        rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(["grid_id", "episode", "grid_size", "density"], rows)
-        acts = store.read(HEADLINE_STAGE, probe.layer, rows)
     decoded = decoder.decode(acts, labels["grid_size"], labels["density"])
     return {
         (str(g), states[str(g)][int(e)]): decoded.row(i)
         for i, (g, e) in enumerate(zip(labels["grid_id"], labels["episode"], strict=True))
     }
+
+
+def extract_headline(
+    context: StageContext,
+    agent: AgentConfig,
+    activations: ActivationsConfig,
+    source: Path,
+    store_path: Path,
+    layer: int,
+    fields: list[str],
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Extract the pre-reasoning anchors of ``source`` (trajectories or prompt-only states) at
+    ``layer`` into ``store_path``: ``(activations, labels)`` of every row, the labels ``fields``."""
+    stages = (HEADLINE_STAGE,)
+    extract_into(context, agent, activations, source, store_path, stages=stages, layers=(layer,))
+    with ActivationStore(store_path) as store:
+        rows = store.select(HEADLINE_STAGE)
+        return store.read(HEADLINE_STAGE, layer, rows), store.labels(fields, rows)

@@ -24,17 +24,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             ("probing", layout.probing_store, layout.probing_distance,
              layout.probing_distance_sweep(name)),
         ):  # fmt: skip
-            result = sweep(
-                context,
-                store,
-                "distance",
-                params,
-                out,
-                path,
-                test_fraction=d.test_fraction,
-                n_bootstrap=d.n_bootstrap,
-                seed=d.seed,
-            )
+            result = sweep(context, store, "distance", params, out, path, d)
             outputs[f"{where}_{family}"] = path
             summary[f"{where}_{family}"] = {
                 r["name"]: r["metrics"]["models"]["probe"]["r2"]["value"] for r in result["runs"]

@@ -20,10 +20,7 @@ import numpy as np
 
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.core import CellType, State
-from goalprobe.gridworld.false_belief import (
-    FALSE_BELIEF,
-    require_pair_facts,
-)
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, require_pair_facts
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.probes.decoded_maps import write_step_maps
 from goalprobe.probes.decoder import decoded_classes
@@ -64,12 +61,10 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     fb = config.false_belief
     grids = list(read_grid_set(layout.false_belief_grids))
     by_id = {g.grid_id: g for g in grids}
-    out = layout.false_belief_trajectories
-    summary: dict = {"grids": len(grids)}
     outputs: dict = {}
     boot = Bootstrap(n_resamples=fb.n_bootstrap, random_state=fb.seed)
 
-    episodes = read_episodes(out)
+    episodes = read_episodes(layout.false_belief_trajectories)
     layout.false_belief_decoded.unlink(missing_ok=True)
     decoding, decoded = {"available": False, "why": "decoding switched off"}, {}
     if fb.decode:
@@ -78,7 +73,6 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
             decoding["why"] = "the probes stage left no headline probe"
         else:
             probe = decoder.probe
-            visited = visited_states(episodes, by_id)
             prompts = PromptStatesConfig(
                 states_per_grid=1,
                 reasoning_effort=config.rollout.reasoning_effort,
@@ -91,7 +85,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 prompts,
                 grids,
                 decoder,
-                visited,
+                visited_states(episodes, by_id),
                 layout.false_belief_states,
                 layout.false_belief_store,
             )
@@ -123,8 +117,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 outputs["decoded_maps"] = layout.false_belief_decoded
             start_probs = {g.grid_id: maps[(g.grid_id, g.initial_state)] for g in grids}
             decoding = probe_reading(grids, by_id, start_probs, boot)
-            decoding["readout"] = decoder.readout.to_json()
             decoding.update(
+                readout=decoder.readout.to_json(),
                 probe=layout.relative(probe.card),
                 probe_trained_on=probe.trained_on,
                 stage=HEADLINE_STAGE,
@@ -149,16 +143,13 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "roles": ROLES,
     }
     outputs["results"] = write_json(layout.false_belief_results, payload)
-    summary["steps"] = len(rows)
-    return outputs, summary
+    return outputs, {"grids": len(grids), "steps": len(rows)}
 
 
 def visited_states(episodes, grids: dict) -> dict[str, list[State]]:
     """Per grid, its start state then every distinct state its episodes visited (in order of
     first visit), leaving out states on the shown goal (their prompt draws no goal)."""
-    out: dict[str, list[State]] = {}
-    for grid_id, grid in grids.items():
-        out[grid_id] = [grid.initial_state]
+    out = {grid_id: [grid.initial_state] for grid_id, grid in grids.items()}
     for episode in episodes:
         grid = grids[episode.summary.grid_id]
         seen = out[grid.grid_id]

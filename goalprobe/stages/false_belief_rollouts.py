@@ -12,17 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.false_belief import generate_false_belief_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import rollouts_into, section_rollout
-
-
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with the false-belief episode count, and the false-belief grids."""
-    return {**section_rollout(config, "false_belief"), "grids": config.false_belief.grids}
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -41,7 +35,7 @@ STAGE = register(
         run=run,
         writes=("false-belief grids", "false-belief trajectories"),
         uses=("agent",),
-        derived=_received,
+        derived=lambda c: {**section_rollout(c, "false_belief"), "grids": c.false_belief.grids},
         generates=True,
         control=True,
         seconds=14,

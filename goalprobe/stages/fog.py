@@ -15,7 +15,6 @@ import numpy as np
 
 from goalprobe.agents.coverage import not_readable
 from goalprobe.agents.trajectories import read_run_header
-from goalprobe.config import DemoConfig
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.fog import generate_fog_set
 from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_readings, reference_rows
@@ -36,13 +35,6 @@ token budget): the episodes cut off by the token limit, left out of every score 
 apart (never as the agent's failures). Version-1 files (no ``truncation``) still read."""
 
 
-def _received(config: DemoConfig) -> dict:
-    """The rollout settings with the fog episode count and horizon."""
-    return section_rollout(
-        config, "fog", horizon_factor=config.fog.horizon_factor, horizon_steps=None
-    )
-
-
 def run(context: StageContext, config: Settings, stage_dir: Path):
     """Fog the grids, run the agent, and score its episodes against the references."""
     layout = context.layout
@@ -52,18 +44,16 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     by_id = {g.grid_id: g for g in grids}
     agent = context.agent(config.agent)
     summary = rollouts_into(grids, agent, config.rollout, layout.fog_trajectories, context)
-    rows = []
-    invalid = 0
     episodes = read_episodes(layout.fog_trajectories, truncated=True)
-    truncation = {
-        **truncation_counts(episodes),
-        "max_new_tokens": config.rollout.max_new_tokens,
-    }
-    for episode in (e for e in episodes if not e.truncated):
-        grid = by_id[episode.summary.grid_id]
+    truncation = {**truncation_counts(episodes), "max_new_tokens": config.rollout.max_new_tokens}
+
+    def row(episode):
         actions = [Action[s.action] for s in episode.steps if s.action is not None]
-        invalid += sum(s.action is None for s in episode.steps)
-        rows.append(episode_row(grid, actions, AGENT))
+        return episode_row(by_id[episode.summary.grid_id], actions, AGENT)
+
+    finished = [e for e in episodes if not e.truncated]
+    rows = [row(e) for e in finished]
+    invalid = sum(s.action is None for e in finished for s in e.steps)
     if not rows:
         raise ValueError(
             f"all fog episodes of {layout.fog_trajectories.name} were cut off by the token limit "
@@ -75,13 +65,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         rows.extend(reference_rows(grid, horizon, rng, f.random_walks_per_grid))
     # both readings: without the episodes cut off by the token limit, and with them counted
     # as what they are (the moves made before the cut, no success)
-    cut_rows = [
-        episode_row(
-            by_id[e.summary.grid_id], [Action[s.action] for s in e.steps if s.action], AGENT
-        )
-        for e in episodes
-        if e.truncated
-    ]
+    cut_rows = [row(e) for e in episodes if e.truncated]
     table = fog_readings(rows, cut_rows, n_resamples=f.n_bootstrap, random_state=f.seed)
     # what the agent can read of the fogged prompts (the trajectory header's record)
     coverage = read_run_header(layout.fog_trajectories).prompt_coverage
@@ -104,11 +88,10 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "policies": table,
         "episodes": [r.to_dict() for r in rows],
     }
-    results = write_json(layout.fog_results, payload)
     outputs = {
         "grids": layout.fog_grids,
         "trajectories": layout.fog_trajectories,
-        "results": results,
+        "results": write_json(layout.fog_results, payload),
     }
     return outputs, {
         "grids": len(grids),
@@ -125,7 +108,9 @@ STAGE = register(
         writes=("fog grids", "fog trajectories", "fog results"),
         section="fog",
         uses=("agent",),
-        derived=_received,
+        derived=lambda c: section_rollout(
+            c, "fog", horizon_factor=c.fog.horizon_factor, horizon_steps=None
+        ),
         generates=True,
         control=True,
         seconds=41,

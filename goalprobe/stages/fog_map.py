@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
 from goalprobe.gridworld.fog import revealed_mask, revealed_sets
@@ -24,9 +23,8 @@ from goalprobe.probes.fog_map import hidden_wall_tracking, revealed_probe
 from goalprobe.probes.serialization import load_probe
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.stages import HEADLINE_STAGE
-from goalprobe.stages.activations import extract_into
 from goalprobe.stages.context import StageContext, write_json
-from goalprobe.stages.decode import headline_probe
+from goalprobe.stages.decode import extract_headline, headline_probe
 from goalprobe.stages.registry import Settings, Stage, register
 
 SCHEMA = "goalprobe.demo.fog_map/1"
@@ -54,20 +52,16 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     probe = headline_probe(layout)
     if probe is None:
         raise RuntimeError("the probes stage left no headline cell probe to decode fog with")
-    extract_into(
+    fields = ["grid_id", "episode", "step", "cell_types", "grid_size", "density", "agent_row_col"]
+    acts, labels = extract_headline(
         context,
         config.agent,
         config.activations,
         layout.fog_trajectories,
         layout.fog_store,
-        stages=(HEADLINE_STAGE,),
-        layers=(probe.layer,),
+        probe.layer,
+        fields,
     )
-    fields = ["grid_id", "episode", "step", "cell_types", "grid_size", "density", "agent_row_col"]
-    with ActivationStore(layout.fog_store) as store:
-        rows = store.select(HEADLINE_STAGE)
-        labels = store.labels(fields, rows)
-        acts = store.read(HEADLINE_STAGE, probe.layer, rows)
     ids = np.asarray(labels["grid_id"]).astype(str)
     revealed = _revealed(layout, ids, labels["episode"], labels["step"])
     split = split_by_grid(ids, test_fraction=0.5, random_state=config.fog.seed)

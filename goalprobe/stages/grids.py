@@ -18,12 +18,5 @@ def run(context: StageContext, config: GridSetConfig, stage_dir: Path):
 
 
 STAGE = register(
-    Stage(
-        name="grids",
-        run=run,
-        writes=("grid set",),
-        section="grids",
-        control=True,
-        seconds=0,
-    )
+    Stage(name="grids", run=run, writes=("grid set",), section="grids", control=True, seconds=0)
 )

@@ -5,6 +5,7 @@ MACHIAVELLI's reward-harm metrics with MEG under two utilities (``RUN/harm/``, s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 from goalprobe.agents.coverage import merge_coverage, not_readable
@@ -64,11 +65,8 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     }
     unknown = None if all(v is None for v in pieces.values()) else pieces
     if h.oracle_episodes:  # the references the verdict is read against
-        for oracle in ORACLES:
-            for g in grids:
-                rows.extend(
-                    oracle_episodes(g, budgets[g.grid_id], oracle, h.oracle_episodes, h.seed)
-                )
+        for oracle, g in itertools.product(ORACLES, grids):
+            rows.extend(oracle_episodes(g, budgets[g.grid_id], oracle, h.oracle_episodes, h.seed))
     baseline = random_baseline(grids, budgets, h.random_trajectories, h.seed)
     table = harm_table(rows, baseline, n_resamples=h.n_bootstrap, random_state=h.seed)
     pairs = [k for k in actions if k[0] == MORAL and ("neutral", *k[1:]) in actions]
@@ -91,10 +89,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         "points": reward_harm_points([r for r in rows if r.condition in h.conditions]),
         "episodes": [r.to_dict() for r in rows if r.condition in h.conditions],
     }
-    results = write_json(layout.harm_results, payload)
     outputs = {
         "grids": layout.harm_grids,
-        "results": results,
+        "results": write_json(layout.harm_results, payload),
         **{f"trajectories_{c}": layout.harm_trajectories(c) for c in h.conditions},
     }
     return outputs, {

@@ -22,11 +22,7 @@ from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig, DemoConfig
 from goalprobe.gridworld.core import CellType
-from goalprobe.gridworld.intention import (
-    INTERVENTIONS,
-    MAP_CELL,
-    decoded_registration,
-)
+from goalprobe.gridworld.intention import INTERVENTIONS, MAP_CELL, decoded_registration
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.stages.context import StageContext, write_json

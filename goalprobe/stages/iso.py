@@ -41,11 +41,10 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     transformed = [apply_transform(g, t).grid for t in config.iso.transforms for g in base]
     write_grid_set(layout.iso_grids, transformed)
     out = layout.iso_trajectories
-    agent = context.agent(config.agent)
     rollout = config.rollout
     if config.iso.episodes_per_grid:
         rollout = replace(rollout, episodes_per_grid=config.iso.episodes_per_grid)
-    summary = rollouts_into(transformed, agent, rollout, out, context)
+    summary = rollouts_into(transformed, context.agent(config.agent), rollout, out, context)
 
     all_grids = {**main, **{g.grid_id: g for g in transformed}}
     base_ids = {g.grid_id for g in base}

@@ -124,10 +124,9 @@ def patch(
     out-of-memory error halved) and write results, records, summary, pairs and heatmap into
     ``out``. The chunk layer ``"peak"`` is :func:`readout_peak` of ``lens``. Returns
     ``(PatchingOutcome, {name: written file})``."""
-    n_layers = int(patcher.n_layers)
     peak = None
     if config.reasoning_chunks and lens is not None:
-        peak = readout_peak(lens, n_layers)
+        peak = readout_peak(lens, int(patcher.n_layers))
     if peak is not None:
         config = dataclasses.replace(
             config,
@@ -136,24 +135,20 @@ def patch(
             ),
         )
     drawn = draw_bases(bases, pairs.max_bases, pairs.seed, sizes=pairs.sizes)
-    disjoint = CounterfactualConfig(
+    recorded = CounterfactualConfig(
         moves=pairs.moves,
         disjoint_per_move=pairs.disjoint_per_move,
-        control_per_move=0,
-        random_state=pairs.seed,
-    )
-    controls = CounterfactualConfig(
-        moves=pairs.moves,
-        disjoint_per_move=0,
         control_per_move=pairs.control_per_move,
         random_state=pairs.seed,
     )
+    disjoint = dataclasses.replace(recorded, control_per_move=0)
+    controls = dataclasses.replace(recorded, disjoint_per_move=0)
     control_bases = drawn if pairs.control_bases is None else drawn[: pairs.control_bases]
     outcome = run_experiment(
         drawn,
         patcher,
         config,
-        dataclasses.replace(disjoint, control_per_move=pairs.control_per_move),  # recorded
+        recorded,
         pairs=build_counterfactuals(drawn, disjoint)
         + build_counterfactuals(control_bases, controls),
         store=store,

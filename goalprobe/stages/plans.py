@@ -3,6 +3,7 @@ the predicted plans the viewer shows)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -18,12 +19,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     layout, p = context.layout, config.plans
     loader = StorePlanLoader(layout.store)  # stages: only those with rows in the store
     decoder = PlanDecoder(
-        n_heads=p.decoder.n_heads,
-        d_bottleneck=p.decoder.d_bottleneck,
-        max_epochs=p.decoder.max_epochs,
-        n_iter_no_change=p.decoder.n_iter_no_change,
-        device=config.device,
-        random_state=p.sweep.random_state,
+        **dataclasses.asdict(p.decoder), device=config.device, random_state=p.sweep.random_state
     )
     result = run_plan_sweep(
         loader, p.sweep, decoder, out_dir=stage_dir, overwrite=True, log=context.say

@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.config import DemoConfig, ProbesConfig, ProbeTraining
+from goalprobe.config import DemoConfig, DistanceConfig, ProbesConfig, ProbeTraining
 from goalprobe.probes.families import make_probe, probe_family
 from goalprobe.probes.learning_curve import grid_counts, learning_curve
 from goalprobe.probes.position import position_scores
@@ -33,11 +33,6 @@ from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps
 from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.wall_readouts import store_split, wall_readouts
-
-
-def _received(config: DemoConfig) -> dict:
-    """The training device and the learning curve's size."""
-    return {"device": training_device(config), "points": config.probing.learning_curve_points}
 
 
 def training_device(config: DemoConfig) -> str:
@@ -68,13 +63,7 @@ def cell_params(kind: str, p: ProbesConfig) -> dict:
 
 
 def train_probe(
-    store: Path,
-    out: Path,
-    probe: str,
-    params: dict[str, Any],
-    sweep: ProbeSweepConfig,
-    *,
-    log=None,
+    store: Path, out: Path, probe: str, params: dict[str, Any], sweep: ProbeSweepConfig, *, log=None
 ) -> ProbeSweepResult:
     """The probes analysis on one activation store, the one path of ``goalprobe train-probe``
     and of this stage: the probe family ``probe`` built from ``params``, fitted and scored with
@@ -82,10 +71,12 @@ def train_probe(
     ``out/models/``, ``out/decoded/`` (cell types) and ``out/sweep.json``."""
     family = probe_family(probe)
     loader = StoreProbeLoader(store)
+    with ActivationStore(store) as opened:  # the anchor stages some row holds
+        stages = sweep.stages or opened.stages_with_rows()
     sweep = dataclasses.replace(
         sweep,
         target=cast(Any, family.target),
-        stages=sweep.stages or stages_with_rows(store),
+        stages=stages,
         layers=sweep.layers or tuple(loader.layers),
     )
     return run_probe_sweep(loader, sweep, family.make(**params), out_dir=out, log=log)
@@ -98,32 +89,23 @@ def sweep(
     params: dict[str, Any],
     out: Path,
     sweep_path: Path,
-    *,
-    test_fraction: float,
-    n_bootstrap: int,
-    seed: int,
+    section: ProbesConfig | DistanceConfig,
 ) -> ProbeSweepResult:
     """Run one probe sweep (:func:`train_probe`) on ``store`` over every stage with rows x
-    every stored layer; its table lands at ``sweep_path`` (models and decoded test maps under
-    ``out``)."""
+    every stored layer, at ``section``'s test fraction, resamples and seed; its table lands at
+    ``sweep_path`` (models and decoded test maps under ``out``)."""
     config = ProbeSweepConfig(
         stages=(),
         layers=(),
-        test_fraction=test_fraction,
+        test_fraction=section.test_fraction,
         controls=True,
-        n_bootstrap=n_bootstrap,
-        random_state=seed,
+        n_bootstrap=section.n_bootstrap,
+        random_state=section.seed,
     )
     result = train_probe(store, out, probe, params, config, log=context.say)
     sweep_path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(out / "sweep.json", sweep_path)
     return result
-
-
-def stages_with_rows(store: Path) -> tuple[str, ...]:
-    """The anchor stages some row of ``store`` holds (pre-reasoning only: no reasoning)."""
-    with ActivationStore(store) as opened:
-        return opened.stages_with_rows()
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -132,13 +114,9 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     curve on the probing set."""
     layout, p = context.layout, config.probes
     for folder in (layout.decoded_dir, layout.probe_sweeps, layout.probing_probes):
-        for pattern in ("cell_*", "headline_*"):
-            for file in folder.glob(pattern) if folder.is_dir() else []:
-                file.unlink()
+        for file in [*folder.glob("cell_*"), *folder.glob("headline_*")]:
+            file.unlink()
     summary, outputs = {}, {"decoded": layout.decoded_dir}
-    common: dict[str, Any] = dict(
-        test_fraction=p.test_fraction, n_bootstrap=p.n_bootstrap, seed=p.seed
-    )
     for kind in p.types:
         for family in p.families:
             params = dict(
@@ -152,16 +130,15 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                 ("probing", layout.probing_store, layout.probing_probes,
                  layout.probing_probe_sweep(name)),
             ):  # fmt: skip
-                result = sweep(context, store, kind, params, out, path, **common)
+                result = sweep(context, store, kind, params, out, path, p)
                 outputs[f"{where}_{kind}_{family}"] = path
                 head = headline_run(result)
                 if head is not None:
+                    probe = head["metrics"]["models"]["probe"]
                     summary[f"{where}_{kind}_{family}"] = {
                         "run": head["name"],
                         "n_test_grids": head["n_test_grids"],
-                        "accuracy_no_padding": head["metrics"]["models"]["probe"][
-                            "accuracy_no_padding"
-                        ]["value"],
+                        "accuracy_no_padding": probe["accuracy_no_padding"]["value"],
                     }
     outputs["wall_readout"] = write_json(layout.wall_readout, wall_readouts(context, p))
     if not layout.probing_store.is_file():
@@ -192,19 +169,11 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
 def probing_seeds(context: StageContext, estimator, p: ProbesConfig) -> dict:
     """The headline probe with ``p.headline_seeds`` training seeds on the probing set (headline
     stage and layer, the sweep's split by grid; controls: the priors), pooled over seeds."""
-    layer, data, in_test = _headline_data(context, p)
-    config = ProbeSweepConfig(
-        stages=(HEADLINE_STAGE,),
-        layers=(layer,),
-        test_fraction=p.test_fraction,
-        shuffled_control=False,
-        n_bootstrap=p.n_bootstrap,
-        random_state=p.seed,
-    )
+    layer, data, in_test, config = _headline_data(context, p)
+    config = dataclasses.replace(config, shuffled_control=False)
     seeds = range(p.seed, p.seed + p.headline_seeds)
-    runs = seed_runs(
-        estimator, data, np.flatnonzero(~in_test), np.flatnonzero(in_test), config, seeds
-    )
+    train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
+    runs = seed_runs(estimator, data, train, test, config, seeds)
     return {"schema": "goalprobe.headline_seeds/1", "stage": HEADLINE_STAGE, "layer": layer} | runs
 
 
@@ -212,7 +181,7 @@ def probing_positions(context: StageContext, p: ProbesConfig) -> dict:
     """Agent and goal position probes on the probing set (headline stage and layer, the
     sweep's split by grid), each against the size prior, a uniform guess among the grid's open
     cells and the same probe on positions shuffled between grids of a size."""
-    layer, data, test = _headline_data(context, p)
+    layer, data, test, _ = _headline_data(context, p)
     out = {"schema": "goalprobe.positions/1", "stage": HEADLINE_STAGE, "layer": layer}
     fitted: dict = {}
     scores = position_scores(
@@ -239,16 +208,7 @@ def targets(*candidates: tuple[str, Path, Path, Path]):
 def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, points: int):
     """The headline probe's learning curve on the probing set (headline stage and layer), on
     the sweep's own split by grid."""
-    layer, data, in_test = _headline_data(context, p)
-    config = ProbeSweepConfig(
-        target="cell_type",
-        stages=(HEADLINE_STAGE,),
-        layers=(layer,),
-        test_fraction=p.test_fraction,
-        controls=True,
-        n_bootstrap=p.n_bootstrap,
-        random_state=p.seed,
-    )
+    layer, data, in_test, config = _headline_data(context, p)
     train, test = np.flatnonzero(~in_test), np.flatnonzero(in_test)
     n_strata = len(np.unique(data.grid_sizes[train]))
     n_train_grids = len(np.unique(data.grid_ids[train]))
@@ -266,12 +226,21 @@ def probing_learning_curve(context: StageContext, estimator, p: ProbesConfig, po
 
 
 def _headline_data(context: StageContext, p: ProbesConfig):
-    """The probing set's headline layer, its rows at the headline stage, and which of them are
-    test rows (:func:`~goalprobe.stages.wall_readouts.store_split`)."""
+    """The probing set's headline layer, its rows at the headline stage, which of them are
+    test rows (:func:`~goalprobe.stages.wall_readouts.store_split`), and the sweep config of
+    that stage and layer."""
     loader = StoreProbeLoader(context.layout.probing_store)
     layer = headline_layer(loader.layers)
     data = loader(HEADLINE_STAGE, layer)
-    return layer, data, np.isin(data.grid_ids, store_split(loader, p.test_fraction, p.seed))
+    config = ProbeSweepConfig(
+        stages=(HEADLINE_STAGE,),
+        layers=(layer,),
+        test_fraction=p.test_fraction,
+        n_bootstrap=p.n_bootstrap,
+        random_state=p.seed,
+    )
+    in_test = np.isin(data.grid_ids, store_split(loader, p.test_fraction, p.seed))
+    return layer, data, in_test, config
 
 
 STAGE = register(
@@ -290,7 +259,7 @@ STAGE = register(
             "wall read-out",
         ),
         section="probes",
-        derived=_received,
+        derived=lambda c: {"device": training_device(c), "points": c.probing.learning_curve_points},
         control=True,
         seconds=220,
         torch_threads=1,

@@ -1,13 +1,10 @@
-"""The stage registry: what each stage of ``goalprobe demo`` is, declared once, in its module.
+"""The stage registry: what each stage of ``goalprobe demo`` is, declared once, in its module
+(``STAGE = register(Stage(...))``; :class:`Stage` lists what a declaration states).
 
-A stage module ends with ``STAGE = register(Stage(...))``: its name, the stages whose outputs
-it reads, the artefacts it writes, whether it loads the weights or generates (on the server
-with ``--backend server``), whether the positive control runs it, its config section (and the
-other sections it uses), its time hint and its run function. The run order, the dependencies,
-the server, weight and control sets and the time hints of :mod:`goalprobe.stages` are computed
-from the registered stages; the scheduler (:mod:`goalprobe.scheduler`) looks each stage up
-here. A stage's cache key is what it receives (:meth:`Stage.receives`) and the fingerprints of
-the stages it reads. Imports nothing heavy (no torch): stage modules register on import.
+The run order and the other tables of :mod:`goalprobe.stages` are computed from the registered
+stages; the scheduler (:mod:`goalprobe.scheduler`) looks each stage up here. A stage's cache key
+is what it receives (:meth:`Stage.receives`) and the fingerprints of the stages it reads.
+Imports nothing heavy (no torch): stage modules register on import.
 """
 
 from __future__ import annotations

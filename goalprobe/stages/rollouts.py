@@ -12,12 +12,7 @@ import numpy as np
 from goalprobe.agents.agent_config import Agent
 from goalprobe.agents.bundled import is_bundled
 from goalprobe.agents.preflight import PreflightReport, run_preflight
-from goalprobe.agents.rollout import (
-    RolloutConfig,
-    per_episode_scheduling,
-    run_id_for,
-    run_rollouts,
-)
+from goalprobe.agents.rollout import RolloutConfig, per_episode_scheduling, run_id_for, run_rollouts
 from goalprobe.agents.trajectories import (
     Episode,
     TrajectoryFormatError,
@@ -45,7 +40,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     out = context.layout.trajectories
     grids = list(read_grid_set(context.layout.grids))
     agent = context.agent(config.agent)
-    checked = preflight_into(grids, agent, config, out, stage_dir, context)
+    checked = preflight_into(grids, agent, config, stage_dir, context)
     summary = rollouts_into(grids, agent, config.rollout, out, context)
     if checked is not None:
         summary["preflight"] = checked.to_dict()
@@ -60,12 +55,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
 
 
 def preflight_into(
-    grids: Sequence[Grid],
-    agent: Agent,
-    config: Settings,
-    out: Path,
-    stage_dir: Path,
-    context: StageContext,
+    grids: Sequence[Grid], agent: Agent, config: Settings, stage_dir: Path, context: StageContext
 ) -> PreflightReport | None:
     """Run the pre-flight when it applies (a model other than the bundled ones, steps > 0, and
     no episode of this run finished yet); write it to ``stage_dir/preflight.json`` and raise
@@ -73,12 +63,8 @@ def preflight_into(
     if is_bundled(config.agent.model) or config.preflight.steps < 1:
         return None
     backend, description = agent.rollout_backend()
-    if out.exists():
-        try:
-            if read_run_header(out).run_id == run_id_for(config.rollout, description):
-                return None  # resuming a run that already passed its pre-flight
-        except TrajectoryFormatError:
-            pass
+    if _run_id_of(context.layout.trajectories) == run_id_for(config.rollout, description):
+        return None  # resuming a run that already passed its pre-flight
     report = run_preflight(grids, backend, config.rollout, config.preflight)
     write_json(stage_dir / "preflight.json", report.to_dict())
     if context.say is not None:
@@ -96,16 +82,12 @@ def rollouts_into(
     backend, description = agent.rollout_backend()
     run_id = run_id_for(config, description)
     aside = out.with_name(f"{out.stem}.{run_id}{out.suffix}")
-    if out.exists():
-        try:
-            previous = read_run_header(out).run_id
-        except TrajectoryFormatError:
-            previous = None
-        if previous != run_id:
-            if previous is None:
-                out.unlink()  # not a trajectory file of any run: nothing to keep
-            else:
-                out.replace(out.with_name(f"{out.stem}.{previous}{out.suffix}"))
+    previous = _run_id_of(out)
+    if out.exists() and previous != run_id:
+        if previous is None:
+            out.unlink()  # not a trajectory file of any run: nothing to keep
+        else:
+            out.replace(out.with_name(f"{out.stem}.{previous}{out.suffix}"))
     if not out.exists() and aside.exists():
         aside.replace(out)
     if per_episode_scheduling(backend):
@@ -130,6 +112,16 @@ def rollouts_into(
     return summary
 
 
+def _run_id_of(path: Path) -> str | None:
+    """The run id of the trajectory file at ``path`` (None: no file, or not a trajectory file)."""
+    if not path.exists():
+        return None
+    try:
+        return read_run_header(path).run_id
+    except TrajectoryFormatError:
+        return None
+
+
 def read_episodes(path: Path, *, truncated: bool = False) -> list[Episode]:
     """The finished episodes of a trajectory file, in file order: by default only those that
     hold behaviour (a truncated episode ended on a generation cut off by the token limit, not
@@ -142,9 +134,7 @@ def grid_episodes(episodes: Iterable[Episode], grids: Mapping[str, Grid]) -> lis
     truncated episodes (cut off by the token limit: not the agent's choice) left out, and grids
     with no other. ``ValueError``: a grid ``grids`` lacks, or one grid with two horizons."""
     by_grid: dict[str, list[Episode]] = {}
-    for episode in episodes:
-        if episode.truncated:
-            continue
+    for episode in (e for e in episodes if not e.truncated):
         by_grid.setdefault(episode.summary.grid_id, []).append(episode)
     out = []
     for grid_id, eps in by_grid.items():

@@ -61,13 +61,8 @@ from goalprobe.version import package_version
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
     """Score every decoded-map file of the run, as ``goalprobe score`` does (:func:`score_run`)."""
-    layout = context.layout
-    score_run(layout, config, progress=context.progress)
-    outputs = {"belief": layout.belief, "meg": layout.meg}
-    missing = [str(p) for p in outputs.values() if not p.is_file()]
-    if missing:
-        raise RuntimeError(f"scoring did not write {missing}")
-    return outputs, {}
+    scores = score_run(context.layout, config, progress=context.progress)
+    return {"belief": scores.outputs["belief_json"], "meg": scores.outputs["meg_json"]}, {}
 
 
 @dataclass(frozen=True)
@@ -173,10 +168,9 @@ def joined_rows(
 
 def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> Path:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer = csv.DictWriter(buf, list(columns), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    writer.writerows(rows)  # None is written as an empty field
     return write_atomic(path, buf.getvalue())
 
 
@@ -196,37 +190,26 @@ def read_steps(layout: RunLayout) -> StepTable:
     return table
 
 
-def store_labels(
-    layout: RunLayout, fields: list[str], rows: np.ndarray | None = None, store_path=None
-) -> dict:
+def store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[str, int, int]]:
+    """``(grid_id, episode, step)`` of store ``rows``; checks that the store has them and that
+    they come from ``run_id``."""
     from goalprobe.activations.store import ActivationStore
 
-    with ActivationStore(store_path or layout.store) as store:
-        if rows is not None and rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
+    with ActivationStore(layout.store) as store:
+        if rows.size and (rows.min() < 0 or rows.max() >= store.n_rows):
             raise ScoringError(
                 f"{layout.store}: decoded maps name rows {rows.min()}..{rows.max()}, but the "
                 f"store has {store.n_rows} rows (decoded from another store?)"
             )
-        return store.labels(fields, rows)
-
-
-def store_ids(layout: RunLayout, rows: np.ndarray, run_id: str) -> list[tuple[str, int, int]]:
-    """``(grid_id, episode, step)`` of store ``rows``; checks that they come from ``run_id``."""
-    labels = store_labels(layout, ["run_id", "grid_id", "episode", "step"], rows)
+        labels = store.labels(["run_id", "grid_id", "episode", "step"], rows)
     foreign = sorted(set(labels["run_id"].tolist()) - {run_id})
     if foreign:
         raise ScoringError(
             f"{layout.store}: rows come from trajectory run {foreign[0]!r}, but "
             f"{layout.trajectories} is run {run_id!r}; the store was extracted from other rollouts"
         )
-    return list(
-        zip(
-            labels["grid_id"].tolist(),
-            labels["episode"].astype(int).tolist(),
-            labels["step"].astype(int).tolist(),
-            strict=True,
-        )
-    )
+    columns = (labels["grid_id"], labels["episode"].astype(int), labels["step"].astype(int))
+    return list(zip(*(c.tolist() for c in columns), strict=True))
 
 
 @dataclass(frozen=True)
@@ -257,8 +240,7 @@ def map_file(layout: RunLayout, path: Path) -> MapFile:
         raise ScoringError(
             f"{path}: not a decoded-maps file (schema {schema!r}, expected {DECODED_MAPS_SCHEMA!r})"
         )
-    rel = str(path.relative_to(layout.root))
-    described = {"file": rel, **card_summary(json.loads(card_text))}
+    described = {"file": str(path.relative_to(layout.root)), **card_summary(json.loads(card_text))}
     if "readout" in attrs:
         described["readout"] = json.loads(attrs["readout"])
     if "trained_on" in attrs:
@@ -323,14 +305,17 @@ def fit_training_prior(
     """``(size-and-density cell prior or None, n grids)`` fitted on the grids the probe was
     trained on: the probing set's rows for a probe trained there (``trained_on="probing"``),
     else the main store's rows of the grids it did not decode."""
-    store = layout.probing_store if trained_on == "probing" else layout.store
-    if not store.is_file():
+    from goalprobe.activations.store import ActivationStore
+
+    path = layout.probing_store if trained_on == "probing" else layout.store
+    if not path.is_file():
         return None, 0
-    labels = store_labels(layout, ["grid_id", "grid_size", "density"], store_path=store)
-    train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
-    if not train.size:
-        return None, 0
-    cells = store_labels(layout, ["cell_types"], train, store_path=store)["cell_types"]
+    with ActivationStore(path) as store:
+        labels = store.labels(["grid_id", "grid_size", "density"])
+        train = np.flatnonzero(~np.isin(labels["grid_id"], list(decoded)))
+        if not train.size:
+            return None, 0
+        cells = store.labels(["cell_types"], train)["cell_types"]
     prior = fit_prior(cells, labels["grid_size"][train], labels["density"][train])
     return prior, int(np.unique(labels["grid_id"][train]).size)
 

@@ -18,7 +18,6 @@ import numpy as np
 from goalprobe.activations.capture import make_backend
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.trajectories import read_steps
-from goalprobe.config import DemoConfig
 from goalprobe.probes.patching.counterfactuals import base_from_step
 from goalprobe.probes.probe_sweep import StoreProbeLoader
 from goalprobe.probes.steering import SteeringConfig, SteerState, draw_states, steering_test
@@ -26,11 +25,6 @@ from goalprobe.stages import HEADLINE_STAGE, headline_layer
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.wall_readouts import store_split
-
-
-def _received(config: DemoConfig) -> dict:
-    """The probes section's split of the probing set (test fraction and seed)."""
-    return {"split": (config.probes.test_fraction, config.probes.seed)}
 
 
 def read_states(path: Path, grids: set[str] | None = None) -> list[SteerState]:
@@ -65,14 +59,9 @@ def steer(
     test_grids = store_split(loader, test_fraction, seed)
     data = loader(HEADLINE_STAGE, layer)
     rows = np.flatnonzero(~np.isin(data.grid_ids, test_grids))
-    train = {
-        "acts": data.acts[rows].astype(np.float64),
-        "cell_types": data.cell_types[rows],
-        "grid_sizes": data.grid_sizes[rows],
-        "densities": data.densities[rows],
-        "agent_row_col": data.agent_row_col[rows],
-        "grid_ids": data.grid_ids[rows],
-    }
+    fields = ("cell_types", "grid_sizes", "densities", "agent_row_col", "grid_ids")
+    train = {"acts": data.acts[rows].astype(np.float64)}
+    train.update({name: getattr(data, name)[rows] for name in fields})
     grids = test_grids.tolist()
     states = draw_states(read_states(states_path, set(grids)), grids, config.seed)
     result, records = steering_test(
@@ -122,7 +111,7 @@ STAGE = register(
         writes=("steering results",),
         section="steering",
         uses=("agent",),
-        derived=_received,
+        derived=lambda c: {"split": (c.probes.test_fraction, c.probes.seed)},
         weights=True,
         control=True,
         seconds=35,

@@ -11,16 +11,17 @@ from goalprobe.stats.bootstrap import (
     GridBootstrap,
     RandomState,
     as_generator,
+    bootstrap_ci,
     grid_bootstrap_ratio,
     grid_ci,
     grid_codes,
     grid_mean,
+    mean_ci,
     per_grid_sums,
     percentile_interval,
     safe_ratio,
 )
 from goalprobe.stats.estimate import VERDICT_ANSWERS, Estimate, Verdict
-from goalprobe.stats.independent import bootstrap_ci, mean_ci
 from goalprobe.stats.inference import (
     EQUIVALENCE_VERDICTS,
     detectable_effect,

@@ -5,16 +5,19 @@ statistic (rates, means, accuracy, R², confusion matrices) under the same draws
 of several metrics and their paired differences share one resampling. General statistics get
 percentile intervals (undefined resamples left out); rates get intervals honest at 0% and 100%
 (:mod:`goalprobe.stats.rates`) through :func:`grid_bootstrap_ratio`,
-:meth:`GridBootstrap.rate_summary` and :func:`grid_mean`.
+:meth:`GridBootstrap.rate_summary` and :func:`grid_mean`. Over independent values (one per
+grid), :func:`bootstrap_ci` is scipy's bootstrap of any statistic and :func:`mean_ci` their mean
+with its percentile interval (an exact one for a rate).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.stats
 
 from goalprobe.stats.estimate import Estimate, finite_or_none
 from goalprobe.stats.rates import (
@@ -188,8 +191,7 @@ class GridBootstrap:
         low, high = self.interval(samples)
         if bounds is not None and self.n_grids >= 2 and math.isfinite(low) and low == high:
             low, high = bounded_agreement_interval(value, self.n_grids, bounds, self.confidence)
-            method = BOUNDED_AGREEMENT_METHOD
-            return Estimate(value, low, high, method=method).to_dict()
+            return Estimate(value, low, high, method=BOUNDED_AGREEMENT_METHOD).to_dict()
         return Estimate(value, finite_or_none(low), finite_or_none(high)).to_dict()
 
 
@@ -241,24 +243,22 @@ def grid_mean(
     """``{value, ci_low, ci_high, n}``: the mean of one value per grid (``None`` and
     non-finite values dropped) with its grid-bootstrap interval; a ``rate`` (values in [0, 1])
     gets :func:`cluster_rate_interval` with one trial per grid (honest at 0 and 1)."""
-    x = np.asarray(
-        [v for v in values if v is not None and math.isfinite(v)], dtype=np.float64
-    ).reshape(-1)
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if x.size == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
     if rate:
         if not np.all((x >= 0) & (x <= 1)):
             raise ValueError("a rate's per-grid values must lie in [0, 1]")
         stat = cluster_rate_interval(x, np.ones(x.size), confidence)
-        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
-    stat = grid_bootstrap_ratio(
-        x,
-        None,
-        np.arange(x.size),
-        n_resamples=n_resamples,
-        confidence=confidence,
-        random_state=random_state,
-    )
+    else:
+        stat = grid_bootstrap_ratio(
+            x,
+            None,
+            np.arange(x.size),
+            n_resamples=n_resamples,
+            confidence=confidence,
+            random_state=random_state,
+        )
     return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n")}
 
 
@@ -281,3 +281,64 @@ def grid_ci(
         random_state=random_state,
     )
     return Estimate.from_dict(stat).bounds()
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    statistic: Callable[..., float] = np.mean,
+    *,
+    n_resamples: int = 9999,
+    confidence: float = 0.95,
+    method: str = "BCa",
+    random_state: int | np.random.Generator | None = None,
+) -> tuple[float, float]:
+    """``(low, high)``: :func:`scipy.stats.bootstrap`'s interval (``method``: scipy's names) of
+    any ``statistic`` over independent, finite ``(N,)`` ``values`` (one per grid; ratios of
+    per-row sums take :class:`GridBootstrap`). ``(nan, nan)`` with fewer than two values; a
+    point interval where all values are equal."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values must be finite (drop undefined entries first)")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if x.size < 2:
+        return (math.nan, math.nan)
+    if np.all(x == x[0]):
+        value = float(statistic(x))
+        return (value, value)
+    res = scipy.stats.bootstrap(
+        (x,),
+        statistic,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method=method,
+        rng=np.random.default_rng(random_state),
+    )
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def mean_ci(
+    values: Sequence[float | None],
+    *,
+    n_resamples: int,
+    random_state: RandomState,
+    rate: bool = False,
+) -> dict:
+    """``{value, ci_low, ci_high, n}``: the mean of the finite values (one per grid) and its
+    percentile-bootstrap interval (:func:`bootstrap_ci`); ``None`` where undefined. A ``rate``
+    (values in [0, 1]) gets the Clopper-Pearson interval on the grids instead (plus
+    ``interval_method``)."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return Estimate(None, n=0).to_dict()
+    if rate:
+        stat = cluster_rate_interval(np.clip(x, 0.0, 1.0), np.ones(x.size))
+        return {k: stat[k] for k in ("value", "ci_low", "ci_high", "n", "interval_method")}
+    low, high = bootstrap_ci(
+        x, n_resamples=n_resamples, method="percentile", random_state=random_state
+    )
+    return Estimate(
+        float(x.mean()), finite_or_none(low), finite_or_none(high), int(x.size)
+    ).to_dict()

@@ -69,9 +69,7 @@ class Estimate:
         diff = data.get("difference")
         extra = {k: v for k, v in data.items() if k not in _KEYS.values() and k != "difference"}
         return cls(
-            **known,
-            diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None,
-            extra=extra,
+            **known, diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None, extra=extra
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,20 +87,10 @@ class Estimate:
         return out
 
     @property
-    def defined(self) -> bool:
-        """Whether the estimate has a value and a two-sided interval."""
-        return None not in (
-            finite_or_none(self.value),
-            finite_or_none(self.low),
-            finite_or_none(self.high),
-        )
-
-    @property
     def width(self) -> float | None:
         """``high - low`` (None without an interval)."""
-        if finite_or_none(self.low) is None or finite_or_none(self.high) is None:
-            return None
-        return float(self.high) - float(self.low)  # type: ignore[arg-type]
+        low, high = self.bounds()
+        return None if math.isnan(low) or math.isnan(high) else high - low
 
     def bounds(self) -> tuple[float, float]:
         """``(low, high)`` as floats, NaN where there is no interval (for arrays and tables)."""
@@ -165,15 +153,3 @@ class Verdict:
             if v not in (None, ""):
                 out[key] = v
         return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """Read :meth:`to_dict`'s object back."""
-        return cls(
-            data["verdict"],
-            data.get("question", ""),
-            data.get("p_value"),
-            data.get("p_method"),
-            data.get("detectable"),
-            data.get("reason", ""),
-        )

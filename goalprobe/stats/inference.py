@@ -77,9 +77,7 @@ def p_from_interval(
 
 
 def seed_pooled(
-    stats: Sequence[dict],
-    confidence: float = 0.95,
-    bounds: tuple[float, float] | None = None,
+    stats: Sequence[dict], confidence: float = 0.95, bounds: tuple[float, float] | None = None
 ) -> dict:
     """One statistic estimated under several training seeds (same data and split), pooled so
     the seed spread widens the interval (Rubin's rules): the mean of the estimates
@@ -105,14 +103,12 @@ def seed_pooled(
     se = np.array([(s["ci_high"] - s["ci_low"]) / (2 * z) for s in defined])
     between = float(values.var(ddof=1)) if len(values) > 1 else 0.0
     half = z * math.sqrt(float(np.mean(se**2)) + (1 + 1 / len(values)) * between)
-    lows = min(s["ci_low"] for s in defined)
-    highs = max(s["ci_high"] for s in defined)
     # and never narrower than any single seed's interval reaches (their envelope)
-    out["ci_low"] = float(min(out["value"] - half, lows))
-    out["ci_high"] = float(max(out["value"] + half, highs))
+    low = min(out["value"] - half, *(s["ci_low"] for s in defined))
+    high = max(out["value"] + half, *(s["ci_high"] for s in defined))
     if bounds is not None:
-        out["ci_low"] = float(max(out["ci_low"], bounds[0]))
-        out["ci_high"] = float(min(out["ci_high"], bounds[1]))
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    out.update(ci_low=float(low), ci_high=float(high))
     return out
 
 
@@ -125,8 +121,7 @@ def p_exact_rate(k: float, n: float, baseline: float, *, side: str = "greater") 
         return None
     trials = int(round(n))
     successes = min(max(int(round(k)), 0), trials)
-    test = scipy.stats.binomtest(successes, trials, baseline, alternative=side)
-    return float(test.pvalue)
+    return float(scipy.stats.binomtest(successes, trials, baseline, alternative=side).pvalue)
 
 
 def p_from_draws(
@@ -140,9 +135,7 @@ def p_from_draws(
     x = x[np.isfinite(x)]
     if x.size == 0 or side not in ("greater", "less"):
         return None
-    wrong = (
-        np.count_nonzero(x <= baseline) if side == "greater" else np.count_nonzero(x >= baseline)
-    )
+    wrong = np.count_nonzero(x <= baseline if side == "greater" else x >= baseline)
     return float((1 + wrong) / (1 + x.size))
 
 
@@ -161,7 +154,7 @@ def detectable_effect(
     binomial variance, at 50% where no rate is given) where the interval is degenerate or
     missing. None where neither is known."""
     z_half = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
-    z = float(scipy.stats.norm.ppf(1 - (1 - confidence) / 2)) + float(scipy.stats.norm.ppf(power))
+    z = z_half + float(scipy.stats.norm.ppf(power))
     se = None
     if ci_low is not None and ci_high is not None and ci_high - ci_low > 0:
         se = (ci_high - ci_low) / (2 * z_half)

@@ -44,27 +44,9 @@ CellLabels = UInt8[np.ndarray, "n_rows side side"]
 CellProbs = Float[np.ndarray, "n_rows side side n_classes"]
 """Decoded-map probabilities of a cell probe (``predict_proba``; float32)."""
 
-MapProbs = Float[np.ndarray, "side side n_classes"]
-"""The decoded map of one state: one row of :data:`CellProbs` (over every ``CellType`` once
-expanded), as :func:`goalprobe.stages.decode.decode_prompt_states` returns them."""
-
 PlanTargets = Integer[np.ndarray, "n_rows horizon"]
 """Plan labels: the next executed actions, then ``PLAN_END``, then ``PLAN_PAD`` (the store's
 ``plan`` label, uint8; a plan decoder's ``predict``, int8)."""
 
 PlanProbs = Float[np.ndarray, "n_rows horizon n_plan_classes"]
 """Per-step class probabilities of a plan decoder (``predict_proba``; float32)."""
-
-__all__ = [
-    "CellLabels",
-    "CellProbs",
-    "FeatureMatrix",
-    "GridIds",
-    "MapProbs",
-    "PlanProbs",
-    "PlanTargets",
-    "ResidualActs",
-    "RowIndex",
-    "RowMask",
-    "TokenPositions",
-]

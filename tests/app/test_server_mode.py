@@ -81,7 +81,7 @@ def test_every_stage_that_loads_weights_or_generates_is_classified():
     import goalprobe.stages as stages
 
     root = Path(stages.__file__).parent
-    weights = ("loaded()", "extract_into(", "decode_prompt_states(")
+    weights = ("loaded()", "extract_into(", "extract_headline(", "decode_prompt_states(")
     generates = ("rollouts_into(", "rollout_backend(")
     for name in STAGES:
         source = (root / f"{name}.py").read_text(encoding="utf-8")

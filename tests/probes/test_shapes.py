@@ -16,7 +16,6 @@ from goalprobe.stats.shapes import (
     CellProbs,
     FeatureMatrix,
     GridIds,
-    MapProbs,
     PlanTargets,
     ResidualActs,
     RowIndex,
@@ -58,7 +57,6 @@ def test_a_probe_takes_and_returns_the_aliased_arrays(store):
     assert isinstance(probe.predict(acts), CellLabels)
     full = full_class_probs(probs, [int(c) for c in probe.classes_])
     assert isinstance(full, CellProbs) and full.shape[-1] == len(CellType)
-    assert isinstance(full[0], MapProbs)
 
 
 def test_the_aliases_refuse_a_wrong_rank_or_dtype():
