@@ -137,8 +137,7 @@ def topk_optimal_mask(
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     agents = top_cells(probs, size, CellType.AGENT, k, agent)
     goals = top_cells(probs, size, CellType.GOAL, k, goal)
-    rows = np.array([a[0] for a in agents])
-    cols = np.array([a[1] for a in agents])
+    rows, cols = np.array(agents).T
     mask = np.zeros(N_ACTIONS, dtype=bool)
     for cell in goals:
         _, _, table = goals_bfs.get(cell)
@@ -199,8 +198,7 @@ def belief_weighted_scores(
     agents, pa, ma = support(CellType.AGENT)
     goals, pg, mg = support(CellType.GOAL)
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
-    rows = np.array([a[0] for a in agents])
-    cols = np.array([a[1] for a in agents])
+    rows, cols = np.array(agents).T
     q_bar = np.zeros(N_ACTIONS)
     exp_opt = 0.0
     z = 0.0
@@ -252,8 +250,8 @@ class StepScore:
     opt_dec: bool
     opt_topk: dict[int, bool]
     belief: BeliefWeighted
-    agreement: bool = False
-    dec_optimal: np.ndarray | None = None
+    agreement: bool
+    dec_optimal: np.ndarray
 
 
 def score_step(

@@ -71,6 +71,12 @@ def _check_horizon(horizon) -> int:
     return int(horizon)
 
 
+def _set_read_only(obj, name: str, value: np.ndarray) -> None:
+    """Set field ``name`` of the frozen dataclass ``obj`` to ``value``, made read-only."""
+    value.setflags(write=False)
+    object.__setattr__(obj, name, value)
+
+
 @dataclass(frozen=True, eq=False)
 class TabularMDP:
     """A finite-horizon tabular MDP (Definition 5.1): read-only ``(S, A, S)`` ``transitions``
@@ -95,10 +101,8 @@ class TabularMDP:
             raise ValueError(f"initial must have shape ({n_states},), got {initial.shape}")
         _check_distribution(transitions, "transitions[s, a, :]")
         _check_distribution(initial, "initial")
-        transitions.setflags(write=False)
-        initial.setflags(write=False)
-        object.__setattr__(self, "transitions", transitions)
-        object.__setattr__(self, "initial", initial)
+        _set_read_only(self, "transitions", transitions)
+        _set_read_only(self, "initial", initial)
         object.__setattr__(self, "horizon", _check_horizon(self.horizon))
 
     @property
@@ -157,20 +161,15 @@ class MDPBatch:
             )
         if np.any(horizon < 1):
             raise ValueError(f"every horizon must be >= 1 decision, got min {horizon.min()}")
-        horizon = horizon.astype(np.int64)
         if self.transitions is not None:
             transitions = np.array(self.transitions, dtype=np.float64)
-            if (
-                transitions.ndim != 4
-                or transitions.shape[:2] != (n_batch, n_states)
-                or transitions.shape[3] != n_states
-            ):
+            if transitions.shape[:2] + transitions.shape[3:] != (n_batch, n_states, n_states):
                 raise ValueError(
-                    f"transitions must have shape ({n_batch}, {n_states}, A, {n_states}), got {transitions.shape}"
+                    f"transitions must have shape ({n_batch}, {n_states}, A, {n_states}), "
+                    f"got {transitions.shape}"
                 )
             _check_distribution(transitions, "transitions[b, s, a, :]")
-            transitions.setflags(write=False)
-            object.__setattr__(self, "transitions", transitions)
+            _set_read_only(self, "transitions", transitions)
         else:
             next_state = np.array(self.next_state)
             if (
@@ -179,17 +178,14 @@ class MDPBatch:
                 or not np.issubdtype(next_state.dtype, np.integer)
             ):
                 raise ValueError(
-                    f"next_state must be a ({n_batch}, {n_states}, A) int array, got {next_state.dtype} {next_state.shape}"
+                    f"next_state must be a ({n_batch}, {n_states}, A) int array, got "
+                    f"{next_state.dtype} {next_state.shape}"
                 )
             if np.any((next_state < 0) | (next_state >= n_states)):
                 raise ValueError(f"next_state holds indices outside [0, {n_states})")
-            next_state = next_state.astype(np.int64)
-            next_state.setflags(write=False)
-            object.__setattr__(self, "next_state", next_state)
-        initial.setflags(write=False)
-        horizon.setflags(write=False)
-        object.__setattr__(self, "initial", initial)
-        object.__setattr__(self, "horizon", horizon)
+            _set_read_only(self, "next_state", next_state.astype(np.int64))
+        _set_read_only(self, "initial", initial)
+        _set_read_only(self, "horizon", horizon.astype(np.int64))
 
     @classmethod
     def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
@@ -233,11 +229,9 @@ class MDPBatch:
     @property
     def n_actions(self) -> int:
         """``A``."""
-        if self.next_state is not None:
-            return int(self.next_state.shape[2])
-        if self.transitions is None:
-            raise ValueError("the batch holds neither transitions nor next_state")
-        return int(self.transitions.shape[2])
+        held = self.next_state if self.next_state is not None else self.transitions
+        assert held is not None  # __post_init__ requires exactly one
+        return int(held.shape[2])
 
 
 def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:
@@ -315,20 +309,7 @@ def _single(mdp: TabularMDP, utility: np.ndarray, policy: np.ndarray | None) -> 
         if policy.ndim not in (2, 3):
             raise ValueError(f"policy must have shape (S, A) or (H, S, A), got {policy.shape}")
         policy = policy[None]
-    nxt = mdp.next_state
-    horizon = np.array([mdp.horizon])
-    if nxt is not None:
-        batch = MDPBatch(mdp.initial[None], horizon, next_state=nxt[None])
-    else:
-        batch = MDPBatch(mdp.initial[None], horizon, transitions=mdp.transitions[None])
-    return _make_problem(batch, utility[None], policy)[0]
-
-
-def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
-    """``arr``, which the engine returns only when asked (``record=True``, a policy passed)."""
-    if arr is None:
-        raise ValueError(f"the MEG engine returned no {name}")
-    return arr
+    return _make_problem(MDPBatch.from_mdps([mdp]), utility[None], policy)[0]
 
 
 def _time_indexed(policy: np.ndarray, h: int) -> np.ndarray:
@@ -339,8 +320,8 @@ def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
     """``(H, S)``: ``P_pi(S_t = s)`` for the decision states ``t = 0 .. H-1`` under an ``(S, A)`` or
     ``(H, S, A)`` ``policy``."""
     prob = _single(mdp, np.zeros(mdp.n_states), policy)
-    given = _given(prob.policy, "policy")
-    pol = np.broadcast_to(given, (mdp.horizon, *given.shape[1:]))
+    assert prob.policy is not None  # the engine keeps the policy it is given
+    pol = np.broadcast_to(prob.policy, (mdp.horizon, *prob.policy.shape[1:]))
     return engine.forward_occupancy(prob, pol)[:, 0]
 
 
