@@ -152,14 +152,9 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
         if spec == "cumulative":
             for k in range(1, n_layers + 1):
                 first, last = tuple(range(k)), tuple(range(n_layers - k, n_layers))
-                if k == n_layers:
-                    out.setdefault(first, "all")
-                elif k == 1:
-                    out.setdefault(first, "0")
-                    out.setdefault(last, str(n_layers - 1))
-                else:
-                    out.setdefault(first, f"first{k}")
-                    out.setdefault(last, f"last{k}")
+                for layers, name in ((first, f"first{k}"), (last, f"last{k}")):
+                    label = "all" if k == n_layers else str(layers[0]) if k == 1 else name
+                    out.setdefault(layers, label)
             continue
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")

@@ -93,10 +93,6 @@ class GridTokens:
     span: tuple[int, int]
     cell_positions: np.ndarray
 
-    def positions(self) -> np.ndarray:
-        """``(stop - start,)`` every token position of the grid."""
-        return np.arange(self.span[0], self.span[1], dtype=np.int64)
-
 
 def token_char_spans(token_ids: Sequence[int], tokenizer) -> tuple[str, np.ndarray]:
     """``(text, spans)``: ``token_ids`` decoded token by token and each token's ``[start, stop)``
@@ -334,7 +330,7 @@ def check_aligned(
 def _positions(sequence: TeacherForcedSequence, site: str, changed_cells=()) -> np.ndarray:
     """``(k,)`` int64 positions of ``site`` in one sequence."""
     if site == "grid":
-        return sequence.grid.positions()
+        return np.arange(*sequence.grid.span, dtype=np.int64)
     if site == "changed_cells":
         if not changed_cells:
             raise ValueError("the changed_cells site needs the changed cells")

@@ -38,7 +38,6 @@ class StepBelief:
         action: the agent's :class:`Action` value, or None for an invalid step.
         true_optimal: ``(4,)`` bool, the optimal actions on the true grid in this state.
         door_locked: a door exists and still blocks the agent.
-        group: free-form keys for breakdowns (e.g. ``{"size": 9, "density": 0.4}``).
         agent, goal: optional ``(canvas, canvas)`` position read-outs (None: ``P(AGENT)`` /
             ``P(GOAL)``)."""
 
@@ -47,7 +46,6 @@ class StepBelief:
     action: int | None
     true_optimal: np.ndarray
     door_locked: bool = False
-    group: dict | None = None
     agent: np.ndarray | None = None
     goal: np.ndarray | None = None
 

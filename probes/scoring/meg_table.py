@@ -48,6 +48,7 @@ from goalprobe.probes.scoring.grouped import (
     groups_of,
     ratio_stats,
     seeded_rng,
+    stat_rows,
     trajectory_weights,
 )
 from goalprobe.probes.scoring.meg import (
@@ -430,14 +431,11 @@ def meg_csv_rows(meg: MegScores) -> list[dict]:
     """Long-format rows of the ``meg.json`` aggregates (columns :data:`CSV_COLUMNS`)."""
     probe = meg["probe"]
     base = {"probe": probe["key"], **{k: probe[k] for k in ("stage", "layer", "family")}}
-    rows = []
+    rows: list[dict] = []
     for group, block in groups_of(meg):
-        for metric, stat in block["true"].items():
-            rows.append({**base, "group": group, "metric": f"true_{metric}", **stat})
-        paired = block["paired"]
+        rows += stat_rows(base, [(group, block["true"])], "true_")
         for part in ("true", "subjective", "difference"):
-            for metric, stat in (paired[part] or {}).items():
-                rows.append({**base, "group": group, "metric": f"paired_{part}_{metric}", **stat})
+            rows += stat_rows(base, [(group, block["paired"][part] or {})], f"paired_{part}_")
     return rows
 
 
