@@ -282,9 +282,7 @@ def anchor_verdicts(
         disjoint = group.get("disjoint", [])
         if not disjoint or (sites is not None and site not in sites):
             continue
-        grids = [_get(r, "grid_id") for r in disjoint]
         random_grid = group.get("random_grid", [])
-        control = group.get("control", [])
         random_by_pair = {_get(r, "pair_id"): r for r in random_grid}
         paired = [
             (r, random_by_pair[_get(r, "pair_id")])
@@ -308,11 +306,11 @@ def anchor_verdicts(
             "layers": layers,
             "sanity_check": site in SANITY_SITES,
             "n_pairs": len(disjoint),
-            "n_grids": len(set(grids)),
+            "n_grids": len({_get(r, "grid_id") for r in disjoint}),
             "moved": _share(disjoint, "into_source_optimal", boot),
             "invalid": _share(disjoint, "invalid", boot),
             "random_grid": _share(random_grid, "into_reference_optimal", boot),
-            "control_changed": _share(control, "action_changed", boot),
+            "control_changed": _share(group.get("control", []), "action_changed", boot),
             "recovered": _share(recovered, "recovered", boot),
             "difference": difference,
             "moved_bound": exact_upper_bound(

@@ -45,22 +45,20 @@ _ATOL_PROB = 1e-6
 def _check_distribution(p: np.ndarray, what: str, axis: int = -1) -> None:
     """Raise ValueError naming the first row of ``p`` along ``axis`` that is not a distribution."""
     if not np.all(np.isfinite(p)):
-        bad = np.argwhere(~np.isfinite(p))[0]
-        raise ValueError(f"{what} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+        raise ValueError(f"{what} has a non-finite entry at index {_first(~np.isfinite(p))}")
     if np.any(p < -_ATOL_PROB):
-        bad = np.argwhere(p < -_ATOL_PROB)[0]
-        raise ValueError(
-            f"{what} has a negative probability {p[tuple(bad)]:.3g} at index "
-            f"{tuple(int(i) for i in bad)}"
-        )
+        bad = _first(p < -_ATOL_PROB)
+        raise ValueError(f"{what} has a negative probability {p[bad]:.3g} at index {bad}")
     sums = p.sum(axis=axis)
     off = np.abs(sums - 1.0) > _ATOL_PROB
     if np.any(off):
-        bad = np.argwhere(off)[0]
-        raise ValueError(
-            f"{what} does not sum to 1 at index {tuple(int(i) for i in bad)} "
-            f"(sum {sums[tuple(bad)]:.12g})"
-        )
+        bad = _first(off)
+        raise ValueError(f"{what} does not sum to 1 at index {bad} (sum {sums[bad]:.12g})")
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first true entry of ``mask``."""
+    return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
 def _check_horizon(horizon) -> int:
@@ -279,10 +277,7 @@ def _make_problem(
     b, s, a = batch.n_batch, batch.n_states, batch.n_actions
     u = _as_time_array(utility, b, s, batch.horizon, "utility")
     if not np.all(np.isfinite(u)):
-        bad = np.argwhere(~np.isfinite(u))[0]
-        raise ValueError(
-            f"utility has a non-finite entry at (b, t, s) = {tuple(int(i) for i in bad)}"
-        )
+        raise ValueError(f"utility has a non-finite entry at (b, t, s) = {_first(~np.isfinite(u))}")
     p = None
     if policy is not None:
         p = _as_time_array(policy, b, s, batch.horizon, "policy", extra=(a,))
@@ -408,8 +403,7 @@ def known_utility_meg_batch(
     vectorised: :func:`known_utility_meg` of each MDP of ``batch``."""
     prob, order = _make_problem(batch, utilities, policies)
     res = _known_utility_meg(prob, xrtol)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.size)
+    inverse = np.argsort(order)  # order is a permutation
     return KnownUtilityMEGBatch(**{k: getattr(res, k)[inverse] for k in res.__dataclass_fields__})
 
 

@@ -112,11 +112,6 @@ def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.nd
     return np.concatenate([agent, null, agent - null], axis=1)
 
 
-def above_null(difference: Mapping | None) -> bool | None:
-    """Whether the paired difference's interval lies above 0 (None without an interval)."""
-    return Estimate.from_dict(difference).above(0)
-
-
 class MegBody(TypedDict):
     """The body of ``meg.json`` (:func:`score_meg`): the scored probe, one record per grid, and
     the grouped aggregates (overall and per size, density and variant)."""
@@ -138,10 +133,6 @@ class MegScores(ScoresHeader, MegBody):
     method: dict[str, Any]
     # the per-step MEG (:func:`step_meg`), after the body
     per_step: dict[str, Any]
-
-
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -257,9 +248,7 @@ def _known_meg(jobs: list[_MEGJob], batch_size: int) -> list[KnownUtilityMEG]:
 
 
 def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
-    limit = None
-    if math.isinf(res.beta):
-        limit = "optimal" if res.beta > 0 else "anti_optimal"
+    limit = ("optimal" if res.beta > 0 else "anti_optimal") if math.isinf(res.beta) else None
     unknown_meg = None
     if unknown:
         tab = TabularMDP(job.mdp.transitions, job.mdp.initial, job.mdp.horizon)
@@ -267,7 +256,7 @@ def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
     return {
         "meg": float(res.meg),
         "meg_per_decision": float(res.meg) / job.mdp.horizon,
-        "beta": _none(res.beta),
+        "beta": float(res.beta) if math.isfinite(res.beta) else None,
         "beta_limit": limit,
         "converged": bool(res.converged),
         "expected_utility": float(res.expected_utility),
@@ -356,12 +345,9 @@ def score_meg(
         reps = config.meg_null_replicates
         null_res = _known_meg(null_jobs, config.meg_batch_size)
         for i, rec in enumerate(records):
-            part = null_res[i * reps : (i + 1) * reps]
-            rec[NULL_NAME] = {
-                "meg": float(np.mean([r.meg for r in part])),
-                "meg_per_decision": float(np.mean([r.meg for r in part])) / rec["horizon"],
-                "replicates": reps,
-            }
+            meg = float(np.mean([r.meg for r in null_res[i * reps : (i + 1) * reps]]))
+            per_decision = meg / rec["horizon"]
+            rec[NULL_NAME] = {"meg": meg, "meg_per_decision": per_decision, "replicates": reps}
     subj = _known_meg(subj_jobs, config.meg_batch_size) if subj_jobs else []
     for i, job, res in zip(subj_index, subj_jobs, subj, strict=True):
         records[i]["subjective"] = {
@@ -402,7 +388,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
     null = paired_null_rows(sel, _MEG_VALUES)
     if len(null):
         vs_null: dict[str, Any] = _paired_stats(null, ("agent", NULL_NAME, "difference"), common)
-        vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
+        vs_null["above_null"] = Estimate.from_dict(vs_null["difference"]["meg"]).above(0)
         out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
