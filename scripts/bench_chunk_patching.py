@@ -39,8 +39,8 @@ def main() -> None:
     )
     from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
     from goalprobe.probes.patching.patched_runs import run_patching
+    from goalprobe.probes.patching.results import anchor_verdicts
     from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases
-    from goalprobe.probes.patching.verdicts import anchor_verdicts
 
     from goalprobe.config import demo_config
     from goalprobe.run_layout import RunLayout

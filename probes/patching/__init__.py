@@ -1,5 +1,5 @@
 """Activation patching with counterfactual grids (study, section 5.2 and appendix F): pairs
 (``counterfactuals``), token positions (``sites``), the sweep (``experiment``, ``patched_runs``),
-stored source values (``store_source``), rates and tables (``results``, ``verdicts``) and the
+stored source values (``store_source``), rates, tables and verdicts (``results``) and the
 whole experiment in one call (``run``); the patched forward passes run through
 :mod:`goalprobe.activations.capture`."""

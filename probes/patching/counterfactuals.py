@@ -155,12 +155,6 @@ class CounterfactualPair:
         }
 
 
-def open_cells(grid: Grid, state: State) -> list[RowCol]:
-    """Cells shown as open (``_``) in ``state``, row-major: where an agent or goal may move."""
-    types = cell_types(grid, state)
-    return [(int(r), int(c)) for r, c in np.argwhere(types == CellType.OPEN)]
-
-
 def _classify(base_opt: frozenset[Action], cf_opt: frozenset[Action]) -> PairKind | None:
     if not cf_opt:
         return None
@@ -184,30 +178,24 @@ def counterfactual_candidates(
     base_opt = policy.optimal_actions(state)
     if not base_opt:
         return []
-    cells = open_cells(grid, state)
+    # the cells shown as open (``_``), row-major: where an agent or goal may move
+    cells = [(int(r), int(c)) for r, c in np.argwhere(cell_types(grid, state) == CellType.OPEN)]
     pairs: list[CounterfactualPair] = []
-    if "agent" in moves:
+    for move in (m for m in MOVES if m in moves):
         for cell in cells:
-            cf_state = replace(state, agent=cell)
-            if settle(grid, cf_state) != cf_state:
-                continue  # would pick up the key or open the door: more than two cells change
-            cf_opt = policy.optimal_actions(cf_state)
+            if move == "agent":
+                cf_grid, cf_state = grid.with_start(cell), replace(state, agent=cell)
+                if settle(grid, cf_state) != cf_state:
+                    continue  # would pick up the key or open the door: more than two cells change
+                cf_opt = policy.optimal_actions(cf_state)
+            else:
+                cf_grid, cf_state = replace(grid, goal=cell, start=state.agent), state
+                cf_opt = solve(cf_grid).optimal_actions(state)
             kind = _classify(base_opt, cf_opt)
             if kind is not None:
-                cf_grid = grid.with_start(cell)
+                origin = state.agent if move == "agent" else grid.goal
                 pairs.append(
-                    _pair(
-                        base, cf_grid, cf_state, "agent", state.agent, cell, kind, base_opt, cf_opt
-                    )
-                )
-    if "goal" in moves:
-        for cell in cells:
-            cf_grid = replace(grid, goal=cell, start=state.agent)
-            cf_opt = solve(cf_grid).optimal_actions(state)
-            kind = _classify(base_opt, cf_opt)
-            if kind is not None:
-                pairs.append(
-                    _pair(base, cf_grid, state, "goal", grid.goal, cell, kind, base_opt, cf_opt)
+                    _pair(base, cf_grid, cf_state, move, origin, cell, kind, base_opt, cf_opt)
                 )
     return pairs
 

@@ -36,7 +36,7 @@ from goalprobe.agents.reasoning import PLAN_STEPS, reasoning_text
 from goalprobe.gridworld.core import Action, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
-from goalprobe.probes.patching.counterfactuals import CounterfactualPair
+from goalprobe.probes.patching.counterfactuals import BaseState, CounterfactualPair
 from goalprobe.probes.patching.memory import (
     PatchingBudget,
     PatchingPlan,
@@ -152,14 +152,9 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
         if spec == "cumulative":
             for k in range(1, n_layers + 1):
                 first, last = tuple(range(k)), tuple(range(n_layers - k, n_layers))
-                if k == n_layers:
-                    out.setdefault(first, "all")
-                elif k == 1:
-                    out.setdefault(first, "0")
-                    out.setdefault(last, str(n_layers - 1))
-                else:
-                    out.setdefault(first, f"first{k}")
-                    out.setdefault(last, f"last{k}")
+                for layers, name in ((first, f"first{k}"), (last, f"last{k}")):
+                    label = "all" if k == n_layers else str(layers[0]) if k == 1 else name
+                    out.setdefault(layers, label)
             continue
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")
@@ -426,18 +421,16 @@ def prepare_pairs(
     config = context.config
     report = PreparationReport(n_pairs=len(pairs))
     sites = config.sites
-    # prompts (the recorded ones where there are), and which sides need greedy completions
-    base_prompts: dict[str, list[int]] = {}
-    local_prompts: dict[str, list[int]] = {}
+    bases: dict[str, BaseState] = {}
     for pair in pairs:
-        base = pair.base
-        if base.base_id in base_prompts:
-            continue
-        local = context.prompt_ids(base.grid, base.state)
-        local_prompts[base.base_id] = local
-        base_prompts[base.base_id] = (
-            local if base.prompt_token_ids is None else [int(i) for i in base.prompt_token_ids]
-        )
+        bases.setdefault(pair.base.base_id, pair.base)
+    local_prompts = {key: context.prompt_ids(b.grid, b.state) for key, b in bases.items()}
+    base_prompts = {  # the recorded prompts where there are
+        key: local_prompts[key]
+        if b.prompt_token_ids is None
+        else list(map(int, b.prompt_token_ids))
+        for key, b in bases.items()
+    }
     cf_prompts = {
         pair.pair_id: served_counterfactual(
             base_prompts[pair.base.base_id],
@@ -447,14 +440,11 @@ def prepare_pairs(
         )
         for pair in pairs
     }
-    # greedy completions: the reasoning of "greedy"/"recorded" runs, the reference of regeneration
-    base_greedy = config.reasoning == "greedy" or config.regenerate
-    cf_greedy = config.reasoning != "oracle" or config.regenerate
     if context.budget is not None:  # planned (and refused) before any generation
         recorded = [
-            len(base_prompts[p.base.base_id]) + len(p.base.generated_token_ids)
-            for p in _unique_bases(pairs)
-            if config.reasoning == "recorded" and p.base.generated_token_ids is not None
+            len(base_prompts[key]) + len(b.generated_token_ids)
+            for key, b in bases.items()
+            if config.reasoning == "recorded" and b.generated_token_ids is not None
         ]
         context.plan = plan_patching(
             [len(x) for x in [*base_prompts.values(), *cf_prompts.values()]],
@@ -465,10 +455,11 @@ def prepare_pairs(
             recorded_lengths=recorded,
         )
         require_patching_fits(context.plan)
+    # greedy completions: the reasoning of "greedy"/"recorded" runs, the reference of regeneration
     need_greedy: dict[str, list[int]] = {}
-    if base_greedy:
-        need_greedy |= {p.base.base_id: base_prompts[p.base.base_id] for p in _unique_bases(pairs)}
-    if cf_greedy:
+    if config.reasoning == "greedy" or config.regenerate:
+        need_greedy |= base_prompts
+    if config.reasoning != "oracle" or config.regenerate:
         need_greedy |= {p.pair_id: cf_prompts[p.pair_id] for p in pairs}
     greedy = dict(zip(need_greedy, context.greedy(list(need_greedy.values())), strict=True))
     base_sides: dict[str, Side | str] = {}
@@ -483,18 +474,15 @@ def prepare_pairs(
         if isinstance(base_side, str):
             report.dropped[base_side] += 1
             continue
-        cf_prompt = cf_prompts[pair.pair_id]
         generated_ids, generated_action = greedy.get(pair.pair_id, (None, None))
-        if pair.pair_id in greedy and generated_ids is None and config.reasoning != "oracle":
+        if config.reasoning == "oracle":
+            completion = context.oracle_completion(pair.cf_grid, pair.cf_state)
+        elif generated_ids is None:  # every pair has a greedy completion: this one was truncated
             report.dropped[f"counterfactual: {TRUNCATED_DROP} ({config.max_new_tokens})"] += 1
             continue
-        completion = (
-            context.oracle_completion(pair.cf_grid, pair.cf_state)
-            if config.reasoning == "oracle"
-            else greedy[pair.pair_id][0]  # every pair has one unless the reasoning is "oracle"
-        )
-        if completion is None:  # truncated: counted above
-            continue
+        else:
+            completion = generated_ids
+        cf_prompt = cf_prompts[pair.pair_id]
         try:
             cf_side = context.side(
                 pair.cf_grid, pair.cf_state, cf_prompt, completion, generated_action, sites
@@ -541,13 +529,6 @@ def served_counterfactual(
             "now (another tokenizer, template or reasoning effort?)"
         )
     return served[: len(served) - shared] + local_cf[start:]
-
-
-def _unique_bases(pairs: Sequence[CounterfactualPair]) -> list[CounterfactualPair]:
-    seen: dict[str, CounterfactualPair] = {}
-    for pair in pairs:
-        seen.setdefault(pair.base.base_id, pair)
-    return list(seen.values())
 
 
 def _make_base_side(context, base, base_prompts, greedy) -> Side | str:

@@ -333,9 +333,11 @@ def _jobs(
 def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord:
     source, target = job.source, job.target
     src_opt, tgt_opt, ref_opt = source.optimal, target.optimal, job.reference
-    if mode == "teacher_forced":
-        target_action: Action | None
-        source_action: Action | None
+    if mode != "teacher_forced":  # regenerated: the parsed answers, no logits
+        target_action, source_action = target.generated_action, source.generated_action
+        ld_target = ld_source = ld_patched = recovered = math.nan
+        probs: list[float] = []
+    else:
         target_action, source_action = target.action, source.action
         ld_target = logit_difference(target.action_logits, ref_opt, tgt_opt)
         ld_source = logit_difference(source.action_logits, ref_opt, tgt_opt)
@@ -347,10 +349,6 @@ def _record(job: _Job, mode: str, patched_action, patched_logits) -> PatchRecord
         )
         shifted = patched_logits - patched_logits.max()
         probs = (np.exp(shifted) / np.exp(shifted).sum()).tolist()
-    else:
-        target_action, source_action = target.generated_action, source.generated_action
-        ld_target = ld_source = ld_patched = recovered = math.nan
-        probs = []
     pair = job.pair
     valid = patched_action is not None
     return PatchRecord(

@@ -6,7 +6,15 @@ Per ``(kind, mode, direction, site, layers)`` cell (:func:`summarize`): the
 ``action_changed_rate`` / ``stable_rate`` and ``recovered_mean``, every interval the
 grid-clustered one of :func:`goalprobe.stats.grid_bootstrap_ratio`. :func:`write_results` writes
 ``patch_records.csv``, ``patch_summary.csv`` and ``patch_results.json`` (docs/formats.md,
-"Patching results"), read back by :func:`read_records`."""
+"Patching results"), read back by :func:`read_records`.
+
+**Verdicts** (:func:`anchor_verdicts`): patching the whole input (``grid`` at every block, or
+``changed_cells``) moves *any* agent that acts on its input: a sanity check, never evidence of
+where the agent keeps its state. Evidence is a patch of a site that does not carry the input (the
+anchors), which must beat the **random-grid control** (the same target and site patched with a
+random other grid, scored against the pair's counterfactual) and counts **invalid answers** on
+their own, never as moved. The verdict is read from the paired difference's grid-clustered
+interval (:func:`goalprobe.stats.grid_bootstrap_ratio`)."""
 
 from __future__ import annotations
 
@@ -14,20 +22,23 @@ import csv
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.stats
 from goalprobe.probes.serialization import _json_ready
 
-from goalprobe.stats import grid_ci
+from goalprobe.stats import Estimate, grid_bootstrap_ratio, grid_ci
 
 SCHEMA = "goalprobe.patching/2"
 """Schema tag of ``patch_results.json``."""
 
 GROUP_KEYS: tuple[str, ...] = ("kind", "mode", "direction", "site", "layers")
+_RATES = ("invalid", "action_changed", "into_source_optimal", "into_reference_optimal")
+"""The record flags summarised as a rate with its interval."""
 
 PAIRS_FILE = "patch_pairs.jsonl"
 """File name of the kept pairs beside the results."""
@@ -64,7 +75,8 @@ class SummaryRow:
 
 
 def _get(record, name):
-    return record[name] if isinstance(record, dict) else getattr(record, name)
+    """Field ``name`` of a record (a dict or a dataclass)."""
+    return record[name] if isinstance(record, Mapping) else getattr(record, name)
 
 
 def summarize(
@@ -78,35 +90,31 @@ def summarize(
     groups: dict[tuple, list] = {}
     for record in records:
         groups.setdefault(tuple(_get(record, k) for k in GROUP_KEYS), []).append(record)
+    ci: dict[str, Any] = dict(
+        n_resamples=n_resamples, confidence=confidence, random_state=random_state
+    )
     out = []
     for key, group in groups.items():
         grids = np.asarray([_get(r, "grid_id") for r in group], dtype=str)
-        changed = np.asarray([_get(r, "action_changed") for r in group], dtype=np.float64)
-        into = np.asarray([_get(r, "into_source_optimal") for r in group], dtype=np.float64)
-        invalid = np.asarray([_get(r, "invalid") for r in group], dtype=np.float64)
-        into_ref = np.asarray([_get(r, "into_reference_optimal") for r in group], dtype=np.float64)
-        in_target = np.asarray([_get(r, "in_target_optimal") for r in group], dtype=np.float64)
-        recovered = np.asarray([_get(r, "recovered") for r in group], dtype=np.float64)
+        values = {
+            name: np.asarray([_get(r, name) for r in group], dtype=np.float64)
+            for name in (*_RATES, "in_target_optimal", "recovered")
+        }
+        rates: dict[str, Any] = {}
+        for name in _RATES:
+            rates[f"{name}_rate"] = float(values[name].mean())
+            rates[f"{name}_ci"] = grid_ci(values[name], grids, **ci)
+        recovered = values["recovered"]
         defined = np.isfinite(recovered)
-        ci: dict[str, Any] = dict(
-            n_resamples=n_resamples, confidence=confidence, random_state=random_state
-        )
         out.append(
             SummaryRow(
                 **dict(zip(GROUP_KEYS, key, strict=True)),
                 n_runs=len(group),
                 n_grids=len(set(grids.tolist())),
-                n_valid=int((invalid == 0).sum()),
-                invalid_rate=float(invalid.mean()),
-                invalid_ci=grid_ci(invalid, grids, **ci),
-                action_changed_rate=float(changed.mean()),
-                action_changed_ci=grid_ci(changed, grids, **ci),
-                stable_rate=float(1.0 - changed.mean()),
-                into_source_optimal_rate=float(into.mean()),
-                into_source_optimal_ci=grid_ci(into, grids, **ci),
-                into_reference_optimal_rate=float(into_ref.mean()),
-                into_reference_optimal_ci=grid_ci(into_ref, grids, **ci),
-                in_target_optimal_rate=float(in_target.mean()),
+                n_valid=int((values["invalid"] == 0).sum()),
+                **rates,
+                stable_rate=float(1.0 - values["action_changed"].mean()),
+                in_target_optimal_rate=float(values["in_target_optimal"].mean()),
                 recovered_mean=float(recovered[defined].mean()) if defined.any() else math.nan,
                 recovered_ci=grid_ci(recovered[defined], grids[defined], **ci)
                 if defined.any()
@@ -216,3 +224,143 @@ def _csv_record(row: dict) -> dict:
         if name in out:
             out[name] = str(out[name]).lower() == "true"
     return out
+
+
+SANITY_SITES: frozenset[str] = frozenset({"grid", "changed_cells", "all"})
+"""Sites whose all-block patch transplants the input itself: sanity checks, never verdicts."""
+
+SANITY_THRESHOLD = 0.9
+"""Share of disjoint pairs a regenerated input patch must move for the sanity check to pass."""
+
+TEACHER_FORCED_NOTE = (
+    "teacher-forced: the reasoning is held fixed, and an answer that copies the fixed "
+    "reasoning's plan cannot move whatever the patch (0% even for a patched input or an agent "
+    "that keeps its state there); descriptive, out of the headline"
+)
+"""Why a teacher-forced row is not a headline finding."""
+
+
+def _rate(values, grids, boot: dict) -> dict:
+    """``{value, ci_low, ci_high, n, n_grids}`` of 0/1 (or real) ``values`` by grid."""
+    if len(values) == 0:
+        return Estimate(None, n=0, clusters=0).to_dict()
+    return grid_bootstrap_ratio(
+        np.asarray(values, dtype=np.float64), None, np.asarray(grids, dtype=str), **boot
+    )
+
+
+def _share(records: Sequence, field: str, boot: dict) -> dict:
+    """:func:`_rate` of ``field`` over ``records``, by their grids."""
+    return _rate([_get(r, field) for r in records], [_get(r, "grid_id") for r in records], boot)
+
+
+def anchor_verdicts(
+    records: Sequence,
+    *,
+    layers: str = "all",
+    sites: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: int | None = 0,
+) -> list[dict]:
+    """One verdict per site x mode x direction of the disjoint records at layer set ``layers``
+    (``sites``: those judged; None: all), as the ``verdicts`` entries of docs/formats.md
+    ("Patching results"): ``moved`` (into the source's optimal set), ``random_grid`` (the
+    control), ``difference`` (paired, real minus random-grid), ``moved_bound`` and the rest, each
+    statistic ``{value, ci_low, ci_high, n, n_grids}``. ``verdict`` is ``"yes"`` when the
+    difference's interval lies above 0, ``"no"`` when not, ``"undecided"`` without a control or
+    an interval, and ``"sanity check"`` at :data:`SANITY_SITES`."""
+    boot = {"n_resamples": n_resamples, "confidence": confidence, "random_state": random_state}
+    cells: dict[tuple, dict[str, list]] = {}
+    for r in records:
+        if _get(r, "layers") != layers:
+            continue
+        key = (_get(r, "site"), _get(r, "mode"), _get(r, "direction"))
+        cells.setdefault(key, {}).setdefault(_get(r, "kind"), []).append(r)
+    out = []
+    for (site, mode, direction), group in sorted(cells.items()):
+        disjoint = group.get("disjoint", [])
+        if not disjoint or (sites is not None and site not in sites):
+            continue
+        random_grid = group.get("random_grid", [])
+        random_by_pair = {_get(r, "pair_id"): r for r in random_grid}
+        paired = [
+            (r, random_by_pair[_get(r, "pair_id")])
+            for r in disjoint
+            if _get(r, "pair_id") in random_by_pair
+        ]
+        difference = _rate(
+            [
+                float(_get(a, "into_source_optimal")) - float(_get(b, "into_reference_optimal"))
+                for a, b in paired
+            ],
+            [_get(a, "grid_id") for a, _ in paired],
+            boot,
+        )
+        # the recovered logit difference of this cell's own runs (teacher-forced only)
+        recovered = [r for r in disjoint if math.isfinite(float(_get(r, "recovered")))]
+        entry = {
+            "site": site,
+            "mode": mode,
+            "direction": direction,
+            "layers": layers,
+            "sanity_check": site in SANITY_SITES,
+            "n_pairs": len(disjoint),
+            "n_grids": len({_get(r, "grid_id") for r in disjoint}),
+            "moved": _share(disjoint, "into_source_optimal", boot),
+            "invalid": _share(disjoint, "invalid", boot),
+            "random_grid": _share(random_grid, "into_reference_optimal", boot),
+            "control_changed": _share(group.get("control", []), "action_changed", boot),
+            "recovered": _share(recovered, "recovered", boot),
+            "difference": difference,
+            "moved_bound": exact_upper_bound(
+                sum(bool(_get(r, "into_source_optimal")) for r in disjoint),
+                len(disjoint),
+                confidence,
+            ),
+            "headline": mode == "regenerated",
+            "note": TEACHER_FORCED_NOTE if mode == "teacher_forced" else None,
+        }
+        entry.update(_sanity(entry))
+        entry["verdict"] = _verdict(entry)
+        entry["role"] = (
+            "sanity check"
+            if entry["sanity_check"]
+            else ("verdict" if entry["headline"] else "descriptive")
+        )
+        out.append(entry)
+    return out
+
+
+def exact_upper_bound(k: int, n: int, confidence: float = 0.95) -> float | None:
+    """The exact (Clopper-Pearson) upper confidence bound of a rate of ``k`` in ``n``: the largest
+    rate the data do not exclude; None for ``n = 0``."""
+    if n == 0:
+        return None
+    return float(scipy.stats.binomtest(k, n).proportion_ci(confidence, method="exact").high)
+
+
+def _sanity(entry: dict) -> dict:
+    """``sanity_passed`` (None unless a regenerated input patch) and ``flag`` (why it failed)."""
+    if not entry["sanity_check"] or entry["mode"] != "regenerated":
+        return {"sanity_passed": None, "flag": None}
+    moved = entry["moved"]["value"]
+    passed = moved is not None and moved >= SANITY_THRESHOLD
+    flag = None
+    if not passed:
+        share = "no pairs" if moved is None else f"{100 * moved:.0f}%"
+        flag = (
+            f"sanity check failed: the input patch moved {share} of {entry['n_pairs']} pairs "
+            f"(< {100 * SANITY_THRESHOLD:.0f}%): the agent does not act on its input, or the "
+            "patching is broken; the other patching rows are then not evidence"
+        )
+    return {"sanity_passed": passed, "flag": flag}
+
+
+def _verdict(entry: dict) -> str:
+    if entry["sanity_check"]:
+        return "sanity check"
+    above = Estimate.from_dict(entry["difference"]).above(0)
+    if entry["difference"]["n"] == 0 or above is None:
+        return "undecided"
+    return "yes" if above else "no"

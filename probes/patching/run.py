@@ -40,10 +40,15 @@ from goalprobe.probes.patching.patched_runs import (
     identity_floor,
     run_patching,
 )
-from goalprobe.probes.patching.results import PAIRS_FILE, SummaryRow, summarize, write_results
+from goalprobe.probes.patching.results import (
+    PAIRS_FILE,
+    SummaryRow,
+    anchor_verdicts,
+    summarize,
+    write_results,
+)
 from goalprobe.probes.patching.sites import chunk_site
 from goalprobe.probes.patching.store_source import StoreSource
-from goalprobe.probes.patching.verdicts import anchor_verdicts
 
 CHUNK_ALIGNMENT = (
     "chunk i of n covers the fraction [(i-1)/n, i/n) of each side's reasoning tokens; each "

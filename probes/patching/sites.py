@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -92,23 +93,16 @@ class GridTokens:
     span: tuple[int, int]
     cell_positions: np.ndarray
 
-    def positions(self) -> np.ndarray:
-        """``(stop - start,)`` every token position of the grid."""
-        return np.arange(self.span[0], self.span[1], dtype=np.int64)
-
 
 def token_char_spans(token_ids: Sequence[int], tokenizer) -> tuple[str, np.ndarray]:
     """``(text, spans)``: ``token_ids`` decoded token by token and each token's ``[start, stop)``
     character offsets; :class:`SequenceError` when the pieces do not make the decoded text."""
-    pieces = [
-        tokenizer.decode([int(i)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        for i in token_ids
-    ]
-    whole = tokenizer.decode(
-        [int(i) for i in token_ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    decode = partial(
+        tokenizer.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False
     )
+    pieces = [decode([int(i)]) for i in token_ids]
     text = "".join(pieces)
-    if text != whole:
+    if text != decode([int(i) for i in token_ids]):
         raise SequenceError(
             "decoding token by token does not reproduce the decoded text; character offsets of "
             "the grid cannot be recovered with this tokenizer"
@@ -243,25 +237,21 @@ def build_sequence(
 
     Raises:
         SequenceError: the completion has no closed reasoning, or the grid is not found."""
+    prompt = [int(i) for i in prompt_ids]
+    ids = prompt + [int(i) for i in completion_ids]
     if chat_format is not None and not isinstance(chat_format, HarmonyFormat):
-        return _format_sequence(
-            prompt_ids, completion_ids, tokenizer, grid_text, action_tokens, chat_format
-        )
+        return _format_sequence(prompt, ids, tokenizer, grid_text, action_tokens, chat_format)
     if special_ids is None:
         if chat_format is None:
             raise TypeError("build_sequence needs special_ids or chat_format")
         special_ids = chat_format.special
-    prompt = [int(i) for i in prompt_ids]
-    ids = prompt + [int(i) for i in completion_ids]
     stop = _reasoning_stop(len(prompt), ids, special_ids)
     s = special_ids
     tail = [s.end, s.start, s.assistant, s.channel, *s.final, s.message, *action_tokens.prefix_ids]
     full = ids[:stop] + tail
     anchors = find_anchors(full, special_ids)
-    if anchors.pre_reasoning[0] != len(prompt) - 3 or anchors.post_reasoning != (
-        stop,
-        stop + 1,
-        stop + 2,
+    if anchors.pre_reasoning[0] != len(prompt) - 3 or anchors.post_reasoning != tuple(
+        range(stop, stop + 3)
     ):
         raise SequenceError("the harmony anchors are not where the prompt and reasoning end")
     grid = locate_grid_tokens(prompt, tokenizer, grid_text, special_ids)
@@ -275,16 +265,15 @@ def build_sequence(
 
 
 def _format_sequence(
-    prompt_ids: Sequence[int],
-    completion_ids: Sequence[int],
+    prompt: list[int],
+    ids: list[int],
     tokenizer,
     grid_text: str,
     action_tokens: ActionTokens,
     chat_format: ChatFormat,
 ) -> TeacherForcedSequence:
-    """:func:`build_sequence` through a chat format other than harmony."""
-    prompt = [int(i) for i in prompt_ids]
-    ids = prompt + [int(i) for i in completion_ids]
+    """:func:`build_sequence` through a chat format other than harmony (``ids``: prompt and
+    completion)."""
     try:
         anchors = chat_format.find_anchors(ids)
     except ValueError as err:
@@ -341,7 +330,7 @@ def check_aligned(
 def _positions(sequence: TeacherForcedSequence, site: str, changed_cells=()) -> np.ndarray:
     """``(k,)`` int64 positions of ``site`` in one sequence."""
     if site == "grid":
-        return sequence.grid.positions()
+        return np.arange(*sequence.grid.span, dtype=np.int64)
     if site == "changed_cells":
         if not changed_cells:
             raise ValueError("the changed_cells site needs the changed cells")

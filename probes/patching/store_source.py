@@ -26,11 +26,10 @@ class StoreSource:
     def __init__(self, store: ActivationStore) -> None:
         self.store = store
         labels = store.labels(["run_id", "grid_id", "episode", "step"])
-        self._rows: dict[tuple[str, str, int, int], int] = {}
-        for row, key in enumerate(
-            zip(labels["run_id"], labels["grid_id"], labels["episode"], labels["step"], strict=True)
-        ):
-            self._rows[(str(key[0]), str(key[1]), int(key[2]), int(key[3]))] = row
+        keys = zip(
+            labels["run_id"], labels["grid_id"], labels["episode"], labels["step"], strict=True
+        )
+        self._rows = {(str(r), str(g), int(e), int(s)): i for i, (r, g, e, s) in enumerate(keys)}
 
     def row_of(self, base: BaseState) -> int | None:
         """The store row of ``base``'s trajectory step, or None."""

@@ -38,7 +38,6 @@ class StepBelief:
         action: the agent's :class:`Action` value, or None for an invalid step.
         true_optimal: ``(4,)`` bool, the optimal actions on the true grid in this state.
         door_locked: a door exists and still blocks the agent.
-        group: free-form keys for breakdowns (e.g. ``{"size": 9, "density": 0.4}``).
         agent, goal: optional ``(canvas, canvas)`` position read-outs (None: ``P(AGENT)`` /
             ``P(GOAL)``)."""
 
@@ -47,7 +46,6 @@ class StepBelief:
     action: int | None
     true_optimal: np.ndarray
     door_locked: bool = False
-    group: dict | None = None
     agent: np.ndarray | None = None
     goal: np.ndarray | None = None
 
@@ -137,8 +135,7 @@ def topk_optimal_mask(
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     agents = top_cells(probs, size, CellType.AGENT, k, agent)
     goals = top_cells(probs, size, CellType.GOAL, k, goal)
-    rows = np.array([a[0] for a in agents])
-    cols = np.array([a[1] for a in agents])
+    rows, cols = np.array(agents).T
     mask = np.zeros(N_ACTIONS, dtype=bool)
     for cell in goals:
         _, _, table = goals_bfs.get(cell)
@@ -199,8 +196,7 @@ def belief_weighted_scores(
     agents, pa, ma = support(CellType.AGENT)
     goals, pg, mg = support(CellType.GOAL)
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
-    rows = np.array([a[0] for a in agents])
-    cols = np.array([a[1] for a in agents])
+    rows, cols = np.array(agents).T
     q_bar = np.zeros(N_ACTIONS)
     exp_opt = 0.0
     z = 0.0
@@ -252,8 +248,8 @@ class StepScore:
     opt_dec: bool
     opt_topk: dict[int, bool]
     belief: BeliefWeighted
-    agreement: bool = False
-    dec_optimal: np.ndarray | None = None
+    agreement: bool
+    dec_optimal: np.ndarray
 
 
 def score_step(

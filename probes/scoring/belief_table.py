@@ -251,20 +251,14 @@ MAP_FREE = frozenset({"acc_gt", "chance_acc_gt"})
 
 
 def _indicators(
-    step: StepBelief,
-    top_k: Sequence[int],
-    fact: StepFacts | None = None,
-    distances: dict | None = None,
+    step: StepBelief, top_k: Sequence[int], fact: StepFacts, distances: dict
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(num, den)`` per metric of :func:`belief_metrics` for one step; the local metrics need
-    ``fact`` (else their ``den`` is 0); ``distances`` is :func:`score_step`'s shared BFS cache."""
+    """``(num, den)`` per metric of :func:`belief_metrics` for one step (the local metrics' ``den``
+    is 0 without the true cells in ``fact``); ``distances`` is :func:`score_step`'s BFS cache."""
     s = score_step(step, top_k, distances)
     gt, dec = s.opt_gt, s.opt_dec
     regret = s.belief.qmdp_regret
     finite = math.isfinite(regret)
-    dec_mask = s.dec_optimal
-    if dec_mask is None:
-        raise ValueError("score_step returned no optimal actions on the decoded grid")
     num = [
         gt,
         dec,
@@ -277,16 +271,13 @@ def _indicators(
         s.belief.action_is_qmdp_optimal,
         regret if finite else 0.0,
         float(np.count_nonzero(step.true_optimal)) / N_ACTIONS,
-        float(np.count_nonzero(dec_mask)) / N_ACTIONS,
+        float(np.count_nonzero(s.dec_optimal)) / N_ACTIONS,
     ]
     den = [1, 1, 1, not gt, not dec, 1, *([1] * len(s.opt_topk)), 1, 1, finite, 1, 1]
-    if fact is not None:
-        walls = decoded_walls(step.probs, step.size, door_locked=False)
-        agent = top_cells(step.probs, step.size, CellType.AGENT, 1, step.agent)[0]
-        goal = top_cells(step.probs, step.size, CellType.GOAL, 1, step.goal)[0]
-        lnum, lden = local_scores(walls, agent, goal, fact)
-    else:
-        lnum, lden = [0.0] * 4, [0.0] * 4
+    walls = decoded_walls(step.probs, step.size, door_locked=False)
+    agent = top_cells(step.probs, step.size, CellType.AGENT, 1, step.agent)[0]
+    goal = top_cells(step.probs, step.size, CellType.GOAL, 1, step.goal)[0]
+    lnum, lden = local_scores(walls, agent, goal, fact)
     return np.asarray(num + lnum, dtype=np.float64), np.asarray(den + lden, dtype=np.float64)
 
 
@@ -384,7 +375,9 @@ def belief_entry(
         n_bootstrap=config.n_bootstrap,
         confidence_level=config.confidence_level,
         rng=seeded_rng(config.random_state, seed_text),
-        weights=step_weights(den, grid_ids, idx, steps, config),
+        weights=trajectory_weights(den, grid_ids, steps.episodes(idx))
+        if config.weighting == "grid"
+        else None,
     )
     return {
         "n_steps": len(idx),
@@ -392,15 +385,6 @@ def belief_entry(
         "n_invalid_steps": sum(1 for j in idx if steps.action[j] is None),
         **stats,
     }
-
-
-def step_weights(
-    den: np.ndarray, grid_ids: np.ndarray, idx: np.ndarray, steps: StepTable, config: ScoreConfig
-) -> np.ndarray | None:
-    """Row weights of ``config.weighting`` (None: a plain ratio of sums over steps)."""
-    if config.weighting != "grid":
-        return None
-    return trajectory_weights(den, grid_ids, steps.episodes(idx))
 
 
 @dataclass

@@ -55,7 +55,7 @@ class ScoreConfig:
 
     meg_null_replicates: int = 4
     """Random-walk MEG estimates per grid averaged into MEG's null
-    (:mod:`goalprobe.probes.scoring.meg_null`); 0: none."""
+    (:mod:`goalprobe.probes.scoring.meg_table`); 0: none."""
 
     meg_batch_size: int = 256
     """Grids per batched known-utility MEG solve (bounds memory)."""

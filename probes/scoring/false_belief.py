@@ -105,9 +105,7 @@ def oracle_rows(
     rows = []
     for episode in episodes:
         grid = grids[episode.summary.grid_id]
-        facts = pair_facts(grid)
-        if facts is None:
-            raise ValueError(f"grid {grid.grid_id!r} is not part of a false-belief set")
+        facts = require_pair_facts(grid)
         for s in episode.steps:
             action = None if s.action_enum is None else int(s.action_enum)
             true_mask = np.array([a in s.optimal_action_set for a in Action])

@@ -107,8 +107,7 @@ def empirical_policy(
                 continue
             counts[row, int(action)] += 1
     totals = counts.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        policy = np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
+    policy = np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
     counts.setflags(write=False)
     policy.setflags(write=False)
     return EmpiricalPolicy(policy, counts, n_traj, n_invalid, n_unmapped)
@@ -146,16 +145,6 @@ def _score(
     return GridMEG(mdp.grid.grid_id, utility, known, emp, mdp.horizon)
 
 
-def _check_grid_ids(grid: Grid, trajectories: list[TrajectoryData]) -> None:
-    if not grid.grid_id:
-        return
-    for i, traj in enumerate(trajectories):
-        if traj.grid_id and traj.grid_id != grid.grid_id:
-            raise ValueError(
-                f"trajectory {i} ran on grid {traj.grid_id!r}, not on {grid.grid_id!r}"
-            )
-
-
 def grid_meg(
     grid: Grid,
     trajectories: Iterable[TrajectoryData],
@@ -167,7 +156,11 @@ def grid_meg(
     """MEG of the agent's empirical policy on the true grid MDP (trajectories' ``grid_id`` must
     match when both are set; ``horizon`` defaults to ``ceil(1.5 L)``)."""
     trajectories = list(trajectories)
-    _check_grid_ids(grid, trajectories)
+    for i, traj in enumerate(trajectories):
+        if grid.grid_id and traj.grid_id and traj.grid_id != grid.grid_id:
+            raise ValueError(
+                f"trajectory {i} ran on grid {traj.grid_id!r}, not on {grid.grid_id!r}"
+            )
     mdp = build_mdp(grid, horizon=horizon)
     return _score(mdp, trajectories, utility, strict=True, harm_weight=harm_weight)
 

@@ -91,12 +91,13 @@ def ratio_stats(
         if stat["value"] is not None and is_count_rate(num[:, j], den[:, j]):
             rate = cluster_rate_interval(boot.grid_sums(num[:, j]), g_den[:, j], confidence_level)
             stat = {k: rate[k] for k in ("value", "ci_low", "ci_high")}
-        out[name] = {
-            **stat,
-            "n": int(round(g_den[:, j].sum())),
-            "n_grids": int(np.count_nonzero(g_den[:, j] > 0)),
-        }
+        out[name] = {**stat, **den_counts(g_den[:, j])}
     return out
+
+
+def den_counts(grid_den: np.ndarray) -> dict[str, int]:
+    """``n`` (summed denominators) and ``n_grids`` (grids with one) of a ``(G,)`` column."""
+    return {"n": int(round(grid_den.sum())), "n_grids": int(np.count_nonzero(grid_den > 0))}
 
 
 def group_keys(size: np.ndarray, density: np.ndarray, variant: np.ndarray) -> dict[str, list]:

@@ -45,22 +45,20 @@ _ATOL_PROB = 1e-6
 def _check_distribution(p: np.ndarray, what: str, axis: int = -1) -> None:
     """Raise ValueError naming the first row of ``p`` along ``axis`` that is not a distribution."""
     if not np.all(np.isfinite(p)):
-        bad = np.argwhere(~np.isfinite(p))[0]
-        raise ValueError(f"{what} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+        raise ValueError(f"{what} has a non-finite entry at index {_first(~np.isfinite(p))}")
     if np.any(p < -_ATOL_PROB):
-        bad = np.argwhere(p < -_ATOL_PROB)[0]
-        raise ValueError(
-            f"{what} has a negative probability {p[tuple(bad)]:.3g} at index "
-            f"{tuple(int(i) for i in bad)}"
-        )
+        bad = _first(p < -_ATOL_PROB)
+        raise ValueError(f"{what} has a negative probability {p[bad]:.3g} at index {bad}")
     sums = p.sum(axis=axis)
     off = np.abs(sums - 1.0) > _ATOL_PROB
     if np.any(off):
-        bad = np.argwhere(off)[0]
-        raise ValueError(
-            f"{what} does not sum to 1 at index {tuple(int(i) for i in bad)} "
-            f"(sum {sums[tuple(bad)]:.12g})"
-        )
+        bad = _first(off)
+        raise ValueError(f"{what} does not sum to 1 at index {bad} (sum {sums[bad]:.12g})")
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first true entry of ``mask``."""
+    return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
 def _check_horizon(horizon) -> int:
@@ -69,6 +67,12 @@ def _check_horizon(horizon) -> int:
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1 decision, got {horizon}")
     return int(horizon)
+
+
+def _set_read_only(obj, name: str, value: np.ndarray) -> None:
+    """Set field ``name`` of the frozen dataclass ``obj`` to ``value``, made read-only."""
+    value.setflags(write=False)
+    object.__setattr__(obj, name, value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,10 +99,8 @@ class TabularMDP:
             raise ValueError(f"initial must have shape ({n_states},), got {initial.shape}")
         _check_distribution(transitions, "transitions[s, a, :]")
         _check_distribution(initial, "initial")
-        transitions.setflags(write=False)
-        initial.setflags(write=False)
-        object.__setattr__(self, "transitions", transitions)
-        object.__setattr__(self, "initial", initial)
+        _set_read_only(self, "transitions", transitions)
+        _set_read_only(self, "initial", initial)
         object.__setattr__(self, "horizon", _check_horizon(self.horizon))
 
     @property
@@ -157,20 +159,15 @@ class MDPBatch:
             )
         if np.any(horizon < 1):
             raise ValueError(f"every horizon must be >= 1 decision, got min {horizon.min()}")
-        horizon = horizon.astype(np.int64)
         if self.transitions is not None:
             transitions = np.array(self.transitions, dtype=np.float64)
-            if (
-                transitions.ndim != 4
-                or transitions.shape[:2] != (n_batch, n_states)
-                or transitions.shape[3] != n_states
-            ):
+            if transitions.shape[:2] + transitions.shape[3:] != (n_batch, n_states, n_states):
                 raise ValueError(
-                    f"transitions must have shape ({n_batch}, {n_states}, A, {n_states}), got {transitions.shape}"
+                    f"transitions must have shape ({n_batch}, {n_states}, A, {n_states}), "
+                    f"got {transitions.shape}"
                 )
             _check_distribution(transitions, "transitions[b, s, a, :]")
-            transitions.setflags(write=False)
-            object.__setattr__(self, "transitions", transitions)
+            _set_read_only(self, "transitions", transitions)
         else:
             next_state = np.array(self.next_state)
             if (
@@ -179,17 +176,14 @@ class MDPBatch:
                 or not np.issubdtype(next_state.dtype, np.integer)
             ):
                 raise ValueError(
-                    f"next_state must be a ({n_batch}, {n_states}, A) int array, got {next_state.dtype} {next_state.shape}"
+                    f"next_state must be a ({n_batch}, {n_states}, A) int array, got "
+                    f"{next_state.dtype} {next_state.shape}"
                 )
             if np.any((next_state < 0) | (next_state >= n_states)):
                 raise ValueError(f"next_state holds indices outside [0, {n_states})")
-            next_state = next_state.astype(np.int64)
-            next_state.setflags(write=False)
-            object.__setattr__(self, "next_state", next_state)
-        initial.setflags(write=False)
-        horizon.setflags(write=False)
-        object.__setattr__(self, "initial", initial)
-        object.__setattr__(self, "horizon", horizon)
+            _set_read_only(self, "next_state", next_state.astype(np.int64))
+        _set_read_only(self, "initial", initial)
+        _set_read_only(self, "horizon", horizon.astype(np.int64))
 
     @classmethod
     def from_mdps(cls, mdps: Sequence[TabularMDP], deterministic: bool | None = None) -> MDPBatch:
@@ -233,11 +227,9 @@ class MDPBatch:
     @property
     def n_actions(self) -> int:
         """``A``."""
-        if self.next_state is not None:
-            return int(self.next_state.shape[2])
-        if self.transitions is None:
-            raise ValueError("the batch holds neither transitions nor next_state")
-        return int(self.transitions.shape[2])
+        held = self.next_state if self.next_state is not None else self.transitions
+        assert held is not None  # __post_init__ requires exactly one
+        return int(held.shape[2])
 
 
 def stack_padded(arrays: Sequence[np.ndarray], n_states: int, fill: float) -> np.ndarray:
@@ -285,10 +277,7 @@ def _make_problem(
     b, s, a = batch.n_batch, batch.n_states, batch.n_actions
     u = _as_time_array(utility, b, s, batch.horizon, "utility")
     if not np.all(np.isfinite(u)):
-        bad = np.argwhere(~np.isfinite(u))[0]
-        raise ValueError(
-            f"utility has a non-finite entry at (b, t, s) = {tuple(int(i) for i in bad)}"
-        )
+        raise ValueError(f"utility has a non-finite entry at (b, t, s) = {_first(~np.isfinite(u))}")
     p = None
     if policy is not None:
         p = _as_time_array(policy, b, s, batch.horizon, "policy", extra=(a,))
@@ -315,20 +304,7 @@ def _single(mdp: TabularMDP, utility: np.ndarray, policy: np.ndarray | None) -> 
         if policy.ndim not in (2, 3):
             raise ValueError(f"policy must have shape (S, A) or (H, S, A), got {policy.shape}")
         policy = policy[None]
-    nxt = mdp.next_state
-    horizon = np.array([mdp.horizon])
-    if nxt is not None:
-        batch = MDPBatch(mdp.initial[None], horizon, next_state=nxt[None])
-    else:
-        batch = MDPBatch(mdp.initial[None], horizon, transitions=mdp.transitions[None])
-    return _make_problem(batch, utility[None], policy)[0]
-
-
-def _given(arr: np.ndarray | None, name: str) -> np.ndarray:
-    """``arr``, which the engine returns only when asked (``record=True``, a policy passed)."""
-    if arr is None:
-        raise ValueError(f"the MEG engine returned no {name}")
-    return arr
+    return _make_problem(MDPBatch.from_mdps([mdp]), utility[None], policy)[0]
 
 
 def _time_indexed(policy: np.ndarray, h: int) -> np.ndarray:
@@ -339,8 +315,8 @@ def state_occupancy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
     """``(H, S)``: ``P_pi(S_t = s)`` for the decision states ``t = 0 .. H-1`` under an ``(S, A)`` or
     ``(H, S, A)`` ``policy``."""
     prob = _single(mdp, np.zeros(mdp.n_states), policy)
-    given = _given(prob.policy, "policy")
-    pol = np.broadcast_to(given, (mdp.horizon, *given.shape[1:]))
+    assert prob.policy is not None  # the engine keeps the policy it is given
+    pol = np.broadcast_to(prob.policy, (mdp.horizon, *prob.policy.shape[1:]))
     return engine.forward_occupancy(prob, pol)[:, 0]
 
 
@@ -427,8 +403,7 @@ def known_utility_meg_batch(
     vectorised: :func:`known_utility_meg` of each MDP of ``batch``."""
     prob, order = _make_problem(batch, utilities, policies)
     res = _known_utility_meg(prob, xrtol)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.size)
+    inverse = np.argsort(order)  # order is a permutation
     return KnownUtilityMEGBatch(**{k: getattr(res, k)[inverse] for k in res.__dataclass_fields__})
 
 

@@ -15,7 +15,6 @@ E[G_0]`` and ``f'' = -E[K_0] <= 0``, which :func:`solve_beta`'s safeguarded Newt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -24,24 +23,10 @@ TIE_RTOL = 1e-9
 two expected utilities count as equal: ties of argmax / argmin sets, optimality of a policy."""
 
 
-class Dynamics(Protocol):
-    """Transition operators of a batch (``n`` = number of leading MDPs used)."""
-
-    def expect(self, values: np.ndarray, n: int) -> np.ndarray:
-        """``values: (B, S)`` -> ``(A, n, S)``: ``E[values(S') | s, a]`` for the first ``n`` MDPs."""
-        ...
-
-    def push(self, weights: np.ndarray) -> np.ndarray:
-        """``weights: (A, B, S)`` state-action masses -> ``(B, S)`` next-state masses."""
-        ...
-
-    def take(self, idx: np.ndarray) -> Dynamics:
-        """The sub-batch ``idx``."""
-        ...
-
-
 class DenseDynamics:
-    """Stochastic transitions, given ``(B, S, A, S)``; stored ``(A, B, S, S)``."""
+    """Stochastic transitions, given ``(B, S, A, S)``; stored ``(A, B, S, S)``. Both dynamics
+    give ``expect(values (B, S), n) -> (A, n, S)``, ``E[values(S') | s, a]`` for the first ``n``
+    MDPs; ``push(weights (A, B, S)) -> (B, S)`` next-state masses; ``take(idx)``, a sub-batch."""
 
     def __init__(self, transitions: np.ndarray) -> None:
         self.p = transitions
@@ -76,6 +61,10 @@ class DeterministicDynamics:
 
     def take(self, idx: np.ndarray) -> DeterministicDynamics:
         return DeterministicDynamics(self.next_state[idx])
+
+
+Dynamics = DenseDynamics | DeterministicDynamics
+"""Transition operators of a batch."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,13 +150,12 @@ def make_problem(
     return Problem(dyn, n_a, initial[order], horizon[order], u, p), order
 
 
-def _finishing(prob: Problem, k: int, n: int) -> slice:
-    """The MDPs (a slice of the active prefix) whose decision ``t = 0`` is at steps-to-go ``k``."""
-    return slice(prob.n_active(k + 1), n)
-
-
-def _read(prob: Problem, sl: slice, values: np.ndarray) -> np.ndarray:
-    return np.einsum("bs,bs->b", prob.initial[sl], values[sl])
+def _read_out(prob: Problem, k: int, n: int, out: np.ndarray, values: tuple) -> None:
+    """``out[i] = E[values[i](S_0)]`` for the MDPs (a slice of the active prefix ``n``) whose
+    decision ``t = 0`` is at steps-to-go ``k``."""
+    sl = slice(prob.n_active(k + 1), n)
+    for row, v in zip(out, values, strict=True):
+        row[sl] = np.einsum("bs,bs->b", prob.initial[sl], v[sl])
 
 
 @dataclass(frozen=True)
@@ -192,7 +180,7 @@ def soft_pass(
     lam = np.zeros((n_b, n_s))
     g = np.zeros((n_b, n_s))
     kk = np.zeros((n_b, n_s))
-    out_z, out_g, out_k = np.zeros(n_b), np.zeros(n_b), np.zeros(n_b)
+    out = np.zeros((3, n_b))  # E[Lambda_0], E[G_0], E[K_0]
     rec_x, rec_lam = [], []
     for k in range(int(prob.horizon[0])):
         n = prob.n_active(k)
@@ -221,15 +209,11 @@ def soft_pass(
         if record:
             rec_x.append(x)
             rec_lam.append(lam[:n].copy())
-        sl = _finishing(prob, k, n)
-        out_z[sl], out_g[sl], out_k[sl] = (
-            _read(prob, sl, lam),
-            _read(prob, sl, g),
-            _read(prob, sl, kk),
-        )
+        _read_out(prob, k, n, out, (lam, g, kk))
+    log_z, eu, curv = out
     if record:
-        return SoftPass(out_z, out_g, out_k, np.stack(rec_x[::-1]), np.stack(rec_lam[::-1]))
-    return SoftPass(out_z, out_g, out_k)
+        return SoftPass(log_z, eu, curv, np.stack(rec_x[::-1]), np.stack(rec_lam[::-1]))
+    return SoftPass(log_z, eu, curv)
 
 
 @dataclass(frozen=True)
@@ -265,7 +249,7 @@ def limit_pass(prob: Problem, sign: float, *, record: bool = False) -> LimitPass
     v = np.zeros((n_b, n_s))
     w = np.zeros((n_b, n_s))
     off = np.zeros((n_b, n_s))
-    out_v, out_w, out_off = np.zeros(n_b), np.zeros(n_b), np.zeros(n_b)
+    out = np.zeros((3, n_b))  # E[V_0], E[W_0], P(off)
     recs = []
     for k in range(int(prob.horizon[0])):
         n = prob.n_active(k)
@@ -291,16 +275,11 @@ def limit_pass(prob: Problem, sign: float, *, record: bool = False) -> LimitPass
             off[:n] = miss
         if record:
             recs.append((np.array(q), in_set, w[:n].copy()))
-        sl = _finishing(prob, k, n)
-        out_v[sl], out_w[sl], out_off[sl] = (
-            _read(prob, sl, v),
-            _read(prob, sl, w),
-            _read(prob, sl, off),
-        )
+        _read_out(prob, k, n, out, (v, w, off))
     if record:
         q_all, in_all, w_all = (np.stack(r[::-1]) for r in zip(*recs, strict=True))
-        return LimitPass(out_v, out_w, out_off, q_all, in_all, w_all)
-    return LimitPass(out_v, out_w, out_off)
+        return LimitPass(out[0], out[1], out[2], q_all, in_all, w_all)
+    return LimitPass(out[0], out[1], out[2])
 
 
 def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -308,7 +287,7 @@ def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
     n_b, n_s = prob.initial.shape
     g_pi = np.zeros((n_b, n_s))
     g_unif = np.zeros((n_b, n_s))
-    out_pi, out_unif = np.zeros(n_b), np.zeros(n_b)
+    out = np.zeros((2, n_b))
     for k in range(int(prob.horizon[0])):
         n = prob.n_active(k)
         u = prob.utility_at(k, n)
@@ -318,9 +297,8 @@ def policy_values(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
         else:
             g_pi[:n] = u + np.einsum("abs,abs->bs", prob.policy_at(k, n), prob.dyn.expect(g_pi, n))
             g_unif[:n] = u + prob.dyn.expect(g_unif, n).mean(axis=0)
-        sl = _finishing(prob, k, n)
-        out_pi[sl], out_unif[sl] = _read(prob, sl, g_pi), _read(prob, sl, g_unif)
-    return out_pi, out_unif
+        _read_out(prob, k, n, out, (g_pi, g_unif))
+    return out[0], out[1]
 
 
 def forward_occupancy(prob: Problem, policy: np.ndarray) -> np.ndarray:

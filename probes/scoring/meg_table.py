@@ -7,20 +7,38 @@ grids with a key) on the true grid's MDP and, *subjective* MEG, on the MDP of th
 decoded (:class:`DecodedGrid`). ``H`` is the episodes' step budget (``horizon="episodes"``) or
 ``ceil(1.5 L)`` (``"grid"``). Aggregates are grid-bootstrap means
 (:func:`~goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
-vs true."""
+vs true.
+
+**Per step** (:func:`step_meg`): for every decoded step of a grid without key or door (others:
+``n_other_states``), the step's *believed grid* (:func:`decoded_grid`) is started at the agent's
+cell ``a_t`` and known-utility MEG (goal utility) of the empirical policy is computed there over
+``H = ceil(1.5 L)``; the same on the true grid from ``a_t`` is the paired true value. A step whose
+believed goal is unreachable is counted (``n_unreachable``) and left out, not scored 0. Each
+``(grid, cell)`` is solved once; aggregates weight grids as the study's Figure 4.
+
+**The null that MEG can fail** (:data:`NULL_NAME`): MEG is never negative and an empirical policy
+from few trajectories is never uniform, so "MEG above 0" passes for anything. Per grid, as many
+uniformly random walks as the agent has trajectories, with its step budget (stopping at the goal),
+are read into an empirical policy and scored with the same utility and horizon (``replicates``
+averaged); "above the random walk's MEG" only when the paired (by grid) difference's interval
+excludes 0."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
+from goalprobe.gridworld.dynamics import is_success
 from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.paired import paired_wilcoxon
-from goalprobe.probes.scoring.belief import decoded_walls, location
+from goalprobe.probes.scoring.belief import decoded_walls, top_cells
 from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
 from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
@@ -30,6 +48,8 @@ from goalprobe.probes.scoring.grouped import (
     groups_of,
     ratio_stats,
     seeded_rng,
+    stat_rows,
+    trajectory_weights,
 )
 from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
@@ -38,15 +58,58 @@ from goalprobe.probes.scoring.meg import (
     known_utility_meg_batch,
     stack_padded,
 )
-from goalprobe.probes.scoring.meg_null import (
-    NULL_METHOD,
-    NULL_NAME,
-    above_null,
-    null_rng,
-    paired_null_rows,
-    random_walk_policy,
-)
 from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
+
+from goalprobe.stats import Estimate
+
+NULL_NAME = "random_walk"
+"""The null's name in ``meg.json`` (per grid ``random_walk``, per group ``vs_random_walk``)."""
+
+NULL_METHOD = (
+    "random walk's MEG estimated like the agent's: per grid, as many uniform random walks as "
+    "the agent's trajectories, each of the agent's step budget (stopping at the goal), read "
+    "into an empirical policy and scored with the same utility and horizon; mean of "
+    "{replicates} replicate(s); verdict on the paired (by grid) difference agent minus null"
+)
+"""How the null is made (``meg.json``'s ``method.null``; format with ``replicates``)."""
+
+
+def random_walk_policy(
+    mdp: GridMDP, n_trajectories: int, n_steps: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``(S, 4)`` empirical policy of ``n_trajectories`` uniform random walks of at most
+    ``n_steps`` moves from the start (stopping on success), uniform at unvisited states."""
+    if n_trajectories < 1 or n_steps < 1:
+        raise ValueError(f"need n_trajectories, n_steps >= 1, got {n_trajectories}, {n_steps}")
+    successor = mdp.transitions.argmax(axis=2)  # deterministic grid dynamics
+    success = np.array([is_success(mdp.grid, s) for s in mdp.states])
+    counts = np.zeros((mdp.n_states, N_ACTIONS), dtype=np.int64)
+    start = int(mdp.initial.argmax())
+    for actions in rng.integers(0, N_ACTIONS, size=(n_trajectories, n_steps)):
+        s = start
+        for a in actions:
+            if success[s]:
+                break
+            counts[s, a] += 1
+            s = int(successor[s, a])
+    totals = counts.sum(axis=1, keepdims=True)
+    return np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
+
+
+def null_rng(random_state: int, grid_id: str, replicate: int) -> np.random.Generator:
+    """The generator of one grid's replicate (independent of grid order and of other grids)."""
+    return np.random.default_rng([random_state, zlib.crc32(grid_id.encode()), replicate])
+
+
+def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.ndarray:
+    """``(G, 3 * len(values))``: agent, null and agent minus null of each of ``values`` on the
+    records that have a null, for one shared-draws bootstrap."""
+    rows = [r for r in records if r.get(NULL_NAME) is not None]
+    agent = np.asarray([[r["true"][k] for k in values] for r in rows], dtype=np.float64)
+    null = np.asarray([[r[NULL_NAME][k] for k in values] for r in rows], dtype=np.float64)
+    if not rows:
+        return np.zeros((0, 3 * len(values)))
+    return np.concatenate([agent, null, agent - null], axis=1)
 
 
 class MegBody(TypedDict):
@@ -68,12 +131,8 @@ class MegScores(ScoresHeader, MegBody):
     schema: str
     schema_version: int
     method: dict[str, Any]
-    # the per-step MEG (:func:`goalprobe.probes.scoring.step_meg.step_meg`), after the body
+    # the per-step MEG (:func:`step_meg`), after the body
     per_step: dict[str, Any]
-
-
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass(frozen=True)
@@ -91,9 +150,7 @@ class DecodedGrid:
 def _best_cell(
     probs: np.ndarray, n: int, cell_type: CellType, exclude: set, readout=None
 ) -> tuple[int, int]:
-    scores = location(probs, n, cell_type, readout).ravel()
-    for i in np.argsort(-scores, kind="stable"):
-        cell = (int(i // n), int(i % n))
+    for cell in top_cells(probs, n, cell_type, n * n, readout):
         if cell not in exclude:
             return cell
     raise ValueError(f"no cell left for {cell_type.name} in a {n} x {n} grid")
@@ -140,8 +197,6 @@ def decoded_grid(
 
 def _horizon(grid: Grid, steps: StepTable, config: ScoreConfig, where: str) -> int:
     if config.horizon == "grid":
-        from goalprobe.gridworld.optimal import solve
-
         return int(solve(grid).horizon)
     values = steps.horizons[grid.grid_id]
     if len(values) != 1:
@@ -193,9 +248,7 @@ def _known_meg(jobs: list[_MEGJob], batch_size: int) -> list[KnownUtilityMEG]:
 
 
 def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
-    limit = None
-    if math.isinf(res.beta):
-        limit = "optimal" if res.beta > 0 else "anti_optimal"
+    limit = ("optimal" if res.beta > 0 else "anti_optimal") if math.isinf(res.beta) else None
     unknown_meg = None
     if unknown:
         tab = TabularMDP(job.mdp.transitions, job.mdp.initial, job.mdp.horizon)
@@ -203,7 +256,7 @@ def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
     return {
         "meg": float(res.meg),
         "meg_per_decision": float(res.meg) / job.mdp.horizon,
-        "beta": _none(res.beta),
+        "beta": float(res.beta) if math.isfinite(res.beta) else None,
         "beta_limit": limit,
         "converged": bool(res.converged),
         "expected_utility": float(res.expected_utility),
@@ -292,12 +345,9 @@ def score_meg(
         reps = config.meg_null_replicates
         null_res = _known_meg(null_jobs, config.meg_batch_size)
         for i, rec in enumerate(records):
-            part = null_res[i * reps : (i + 1) * reps]
-            rec[NULL_NAME] = {
-                "meg": float(np.mean([r.meg for r in part])),
-                "meg_per_decision": float(np.mean([r.meg for r in part])) / rec["horizon"],
-                "replicates": reps,
-            }
+            meg = float(np.mean([r.meg for r in null_res[i * reps : (i + 1) * reps]]))
+            per_decision = meg / rec["horizon"]
+            rec[NULL_NAME] = {"meg": meg, "meg_per_decision": per_decision, "replicates": reps}
     subj = _known_meg(subj_jobs, config.meg_batch_size) if subj_jobs else []
     for i, job, res in zip(subj_index, subj_jobs, subj, strict=True):
         records[i]["subjective"] = {
@@ -313,14 +363,7 @@ def score_meg(
             key: _meg_group(records, rows, config, f"{breakdown}={key}")
             for key, rows in table.items()
         }
-    return {  # the order of group_keys, as written before the body was typed
-        "probe": probe,
-        "grids": records,
-        "overall": aggregates["overall"],
-        "by_size": aggregates["by_size"],
-        "by_density": aggregates["by_density"],
-        "by_variant": aggregates["by_variant"],
-    }
+    return cast(MegBody, {"probe": probe, "grids": records, **aggregates})
 
 
 _MEG_VALUES = ("meg", "meg_per_decision")
@@ -345,7 +388,7 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
     null = paired_null_rows(sel, _MEG_VALUES)
     if len(null):
         vs_null: dict[str, Any] = _paired_stats(null, ("agent", NULL_NAME, "difference"), common)
-        vs_null["above_null"] = above_null(vs_null["difference"]["meg"])
+        vs_null["above_null"] = Estimate.from_dict(vs_null["difference"]["meg"]).above(0)
         out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
@@ -374,14 +417,11 @@ def meg_csv_rows(meg: MegScores) -> list[dict]:
     """Long-format rows of the ``meg.json`` aggregates (columns :data:`CSV_COLUMNS`)."""
     probe = meg["probe"]
     base = {"probe": probe["key"], **{k: probe[k] for k in ("stage", "layer", "family")}}
-    rows = []
+    rows: list[dict] = []
     for group, block in groups_of(meg):
-        for metric, stat in block["true"].items():
-            rows.append({**base, "group": group, "metric": f"true_{metric}", **stat})
-        paired = block["paired"]
+        rows += stat_rows(base, [(group, block["true"])], "true_")
         for part in ("true", "subjective", "difference"):
-            for metric, stat in (paired[part] or {}).items():
-                rows.append({**base, "group": group, "metric": f"paired_{part}_{metric}", **stat})
+            rows += stat_rows(base, [(group, block["paired"][part] or {})], f"paired_{part}_")
     return rows
 
 
@@ -439,3 +479,90 @@ def meg_method(config: ScoreConfig) -> dict:
         if config.meg_null_replicates
         else None,
     }
+
+
+STEP_MEG_METRICS = ("subjective", "true", "difference")
+"""The per-step MEG values (nats): on the believed grid, on the true grid, and their difference."""
+
+
+def _from(grid: Grid, cell: tuple[int, int], grid_id: str) -> Grid | None:
+    """``grid`` started at ``cell`` (None when the goal is unreachable from it)."""
+    moved = dataclasses.replace(grid, start=cell, grid_id=grid_id)
+    return moved if solve(moved).is_solvable else None
+
+
+def step_meg(
+    grids: Mapping[str, Grid],
+    steps: StepTable,
+    rows: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray | None]],
+    classes: list[int],
+    config: ScoreConfig,
+) -> dict:
+    """Per-step subjective and true MEG of one source's decoded ``rows`` (step index, probs, agent
+    and goal read-outs): counts and ``overall`` (:func:`ratio_stats` STATs, nats)."""
+    state_of: dict[tuple[str, tuple[int, int]], int] = {}
+    jobs: list[_MEGJob] = []
+    true_jobs: list[_MEGJob] = []
+    step_state: list[tuple[int, int]] = []
+    unreachable = other = 0
+    for j, probs, _, goal in rows:
+        gid = steps.grid_id[j]
+        grid = grids[gid]
+        traj = steps.trajectories[gid]
+        cell = (int(steps.agent[j][0]), int(steps.agent[j][1]))
+        if grid.key is not None or grid.door is not None or cell == grid.goal:
+            other += 1
+            continue
+        key = (gid, cell)
+        if key not in state_of:
+            moved = dataclasses.replace(grid, start=cell)  # the goal may be unreachable from it
+            believed = decoded_grid(
+                probs, moved, classes, goal_readout=goal, grid_id=f"{gid}~{cell}"
+            ).grid
+            start_b = _from(believed, cell, believed.grid_id)
+            start_t = _from(grid, cell, f"{gid}@{cell}")
+            if start_b is None or start_t is None:
+                state_of[key] = -1
+            else:
+                state_of[key] = len(jobs)
+                for target, g in ((jobs, start_b), (true_jobs, start_t)):
+                    mdp = build_mdp(g)
+                    policy = empirical_policy(mdp, traj, strict=False).policy
+                    target.append(_MEGJob(mdp, policy, grid_utility(mdp, "goal")))
+        if state_of[key] < 0:
+            unreachable += 1
+            continue
+        step_state.append((j, state_of[key]))
+    out = {
+        "what": "how goal-directed the agent's behaviour from its current cell looks towards the "
+        "goal it appears to believe at that step, in the world it appears to believe (the step's "
+        "decoded map), against the same from the same cell in the true world",
+        "n_steps": len(step_state),
+        "n_states": len(jobs),
+        "n_unreachable": unreachable,
+        "n_other_states": other,
+    }
+    if not step_state:
+        out["overall"] = None
+        return out
+    subj = _known_meg(jobs, config.meg_batch_size)
+    true = _known_meg(true_jobs, config.meg_batch_size)
+    idx = np.asarray([j for j, _ in step_state])
+    s_val = np.asarray([subj[k].meg for _, k in step_state], dtype=np.float64)
+    t_val = np.asarray([true[k].meg for _, k in step_state], dtype=np.float64)
+    num = np.stack([s_val, t_val, s_val - t_val], axis=1)
+    den = np.ones_like(num)
+    grid_ids = np.asarray([steps.grid_id[j] for j in idx], dtype=object)
+    out["overall"] = ratio_stats(
+        num,
+        den,
+        grid_ids,
+        STEP_MEG_METRICS,
+        n_bootstrap=config.n_bootstrap,
+        confidence_level=config.confidence_level,
+        rng=seeded_rng(config.random_state, "step_meg"),
+        weights=trajectory_weights(den, grid_ids, steps.episodes(idx))
+        if config.weighting == "grid"
+        else None,
+    )
+    return out

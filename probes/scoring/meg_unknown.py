@@ -52,16 +52,12 @@ class _MaxEntObjective:
     ``d_pi - d_U`` (``(H, S)`` state occupancies: feature matching) for ``beta = 1``."""
 
     def __init__(self, mdp: TabularMDP, policy: np.ndarray) -> None:
-        self.mdp = mdp
         self.base = _single(mdp, np.zeros(mdp.n_states), policy)
         self.occ_pi = state_occupancy(mdp, policy)
-        h = mdp.horizon
-        pol = _time_indexed(np.asarray(policy, dtype=np.float64), h)
+        self.const = mdp.horizon * np.log(mdp.n_actions)
+        pol = _time_indexed(np.asarray(policy, dtype=np.float64), mdp.horizon)
         with np.errstate(divide="ignore"):
-            self.upper_bound = _cross_entropy_term(self.occ_pi, pol, np.log(pol)) + h * np.log(
-                mdp.n_actions
-            )
-        self.const = h * np.log(mdp.n_actions)
+            self.upper_bound = _cross_entropy_term(self.occ_pi, pol, np.log(pol)) + self.const
 
     def __call__(self, u: np.ndarray) -> tuple[float, np.ndarray]:
         """``u: (H, S)`` -> ``(f, grad (H, S))``."""

@@ -30,10 +30,7 @@ from goalprobe.probes.scoring.belief_table import (
     score_rows,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.grouped import (
-    seeded_rng,
-    trajectory_weights,
-)
+from goalprobe.probes.scoring.grouped import den_counts, seeded_rng, trajectory_weights
 from goalprobe.probes.splits import shuffle_by_grid
 
 from goalprobe.stats import GridBootstrap
@@ -135,11 +132,7 @@ def null_report(
         all_samples[name] = {names[j]: s[:, j] for j in scored}
         g_den = boot.grid_sums(den)
         overall = {
-            metric: {
-                **boot.summary(s[:, j]),
-                "n": int(round(g_den[:, j].sum())),
-                "n_grids": int(np.count_nonzero(g_den[:, j] > 0)),
-            }
+            metric: {**boot.summary(s[:, j]), **den_counts(g_den[:, j])}
             for j, metric in enumerate(names)
         }
         by_null[name] = {"overall": overall}

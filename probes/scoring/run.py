@@ -18,9 +18,8 @@ from goalprobe.probes.scoring.belief_table import (
     score_rows,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.meg_table import score_meg
+from goalprobe.probes.scoring.meg_table import score_meg, step_meg
 from goalprobe.probes.scoring.nulls import score_nulls
-from goalprobe.probes.scoring.step_meg import step_meg
 
 BELIEF_SCHEMA = "goalprobe.scoring.belief"
 MEG_SCHEMA = "goalprobe.scoring.meg"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from goalprobe.probes.patching.results import anchor_verdicts
 from goalprobe.probes.patching.sites import chunk_site
-from goalprobe.probes.patching.verdicts import anchor_verdicts
 
 from goalprobe.report.outcomes import reasoning_chunks
 from goalprobe.stages.patching import readout_peak

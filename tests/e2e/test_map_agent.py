@@ -36,7 +36,7 @@ from goalprobe.probes.patching.experiment import (
     prepare_pairs,
 )
 from goalprobe.probes.patching.patched_runs import run_patching
-from goalprobe.probes.patching.verdicts import anchor_verdicts
+from goalprobe.probes.patching.results import anchor_verdicts
 from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from sklearn.linear_model import LogisticRegression

@@ -27,6 +27,7 @@ from goalprobe.probes.patching.experiment import (
     prepare_pairs,
 )
 from goalprobe.probes.patching.patched_runs import run_patching
+from goalprobe.probes.patching.results import anchor_verdicts
 from goalprobe.probes.patching.run import run_experiment
 from goalprobe.probes.patching.sites import (
     SequenceError,
@@ -34,7 +35,6 @@ from goalprobe.probes.patching.sites import (
     chunk_positions,
     chunk_site,
 )
-from goalprobe.probes.patching.verdicts import anchor_verdicts
 
 N_CHUNKS = 3
 

@@ -25,8 +25,7 @@ from goalprobe.probes.patching.counterfactuals import (
     base_from_grid,
     build_counterfactuals,
 )
-from goalprobe.probes.patching.results import summarize
-from goalprobe.probes.patching.verdicts import anchor_verdicts, exact_upper_bound
+from goalprobe.probes.patching.results import anchor_verdicts, exact_upper_bound, summarize
 
 N_GRIDS = 60
 
