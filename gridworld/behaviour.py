@@ -23,18 +23,16 @@ from typing import Any, TypedDict, cast
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
-from goalprobe.gridworld.key_metrics import (
-    Stage,
-    key_attraction_bias,
-    key_pickup_rate,
-    manhattan_key_distance,
-    stage_accuracy,
-)
 from goalprobe.gridworld.metrics import (
+    Stage,
     TrajectoryData,
     goal_success_rate,
     grid_metrics,
+    key_attraction_bias,
+    key_pickup_rate,
+    manhattan_key_distance,
     policy_table,
+    stage_accuracy,
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve

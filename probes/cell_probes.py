@@ -30,16 +30,17 @@ same at every cell, so it cannot place the agent or goal (the study's 39% accura
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from goalprobe.gridworld.core import CellType
-from goalprobe.probes.splits import carve_validation
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
+    early_stopping_split,
     fit_lbfgs,
     fit_standardiser,
     load_module_tensors,
@@ -48,6 +49,7 @@ from goalprobe.probes.training import (
     store_params,
     torch_seed,
     train_estimator,
+    validation_mean,
 )
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -165,22 +167,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
             )
         rng = np.random.default_rng(self.random_state)
         n = X2.shape[0]
-        rows = np.arange(n)
         linear = self.family == "linear"
-        if self.early_stopping and not linear:
-            if groups is None:
-                raise ValueError(
-                    "early_stopping needs grid ids (groups=) to carve the validation split by grid; "
-                    "pass groups or set early_stopping=False"
-                )
-            groups = np.asarray(groups)
-            if groups.shape != (n,):
-                raise ValueError(f"groups must have shape ({n},), got {groups.shape}")
-            fit_rows, val_rows = carve_validation(
-                rows, groups, self.validation_fraction, int(rng.integers(2**31 - 1))
-            )
-        else:
-            fit_rows, val_rows = rows, rows[:0]
+        fit_rows, val_rows = early_stopping_split(self, n, groups, rng, applies=not linear)
 
         present = np.unique(labels)  # validation rows included: they must be encodable too
         classes = present if self.classes is None else np.asarray(sorted(self.classes))
@@ -231,19 +219,14 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         validation_loss = None
         if len(val_rows):
             val_logits = self._example_logits(X2)
-            val_targets = torch.from_numpy(codes[val_rows])
-            val_w = torch.from_numpy(self.class_weights_[codes[val_rows]])
+            val_targets = torch.from_numpy(codes)
+            val_w = torch.from_numpy(self.class_weights_[codes])
 
-            def validation_loss() -> float:
-                total, weight = 0.0, 0.0
-                with torch.inference_mode():
-                    for start in range(0, len(val_rows), self.batch_size):
-                        sl = slice(start, start + self.batch_size)
-                        w = val_w[sl].to(self.device)
-                        logits = val_logits(val_rows[sl])
-                        total += float(_weighted_ce(logits, val_targets[sl].to(self.device), w))
-                        weight += float(w.sum())
-                return total / weight
+            def val_sums(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+                w = val_w[rows].to(self.device)
+                return _weighted_ce(val_logits(rows), val_targets[rows].to(self.device), w), w.sum()
+
+            validation_loss = partial(validation_mean, val_rows, self.batch_size, val_sums)
 
         self.history_, self.best_epoch_ = train_estimator(
             self,

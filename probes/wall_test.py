@@ -378,20 +378,18 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         read = ((acts - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
         return _logit(prior) + np.where(uncertain, read, 0.0)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: np.ndarray, *, smooth_fixed: bool = False) -> np.ndarray:
         """``(N, P)`` wall probability of each head's cell (exactly the prior's 0 or 1 on
-        fixed cells, 0 off the canvas)."""
-        prior, uncertain = self.prior_proba(X)
-        return np.where(uncertain, scipy.special.expit(self.decision_function(X)), prior)
+        fixed cells, 0 off the canvas; ``smooth_fixed`` as :meth:`decision_function`)."""
+        prior, uncertain = self.prior_proba(X, smooth_fixed=smooth_fixed)
+        logit = self.decision_function(X, smooth_fixed=smooth_fixed)
+        return np.where(uncertain, scipy.special.expit(logit), prior)
 
     def decode_proba(self, X: np.ndarray) -> np.ndarray:
         """``(N, P)`` wall probability for decoding a believed map: the read-out over the
         smoothed prior on every grid cell (``smooth_fixed``), so a wall where the generator never
         draws one can be decoded; 0 outside the grid. The statistic never uses it."""
-        prior, uncertain = self.prior_proba(X, smooth_fixed=True)
-        return np.where(
-            uncertain, scipy.special.expit(self.decision_function(X, smooth_fixed=True)), prior
-        )
+        return self.predict_proba(X, smooth_fixed=True)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``(N, P)`` bool: wall where the probability exceeds 1/2."""
@@ -548,15 +546,14 @@ def score_walls(
     common = sorted(set(per_grid["probe"]) & set(per_grid["null"]))
     prior_auc = _grid_auc(_row_auc(prior_p, t, m), ids)
     auc_out = {
-        "probe": grid_mean([per_grid["probe"][g] for g in common], random_state=random_state),
-        "null": grid_mean([per_grid["null"][g] for g in common], random_state=random_state),
-        "prior": grid_mean(list(prior_auc.values()), random_state=random_state),
-        "difference": grid_mean(
-            [per_grid["probe"][g] - per_grid["null"][g] for g in common],
-            n_resamples=n_bootstrap,
-            random_state=random_state,
-        ),
+        k: grid_mean([v[g] for g in common], random_state=random_state) for k, v in per_grid.items()
     }
+    auc_out["prior"] = grid_mean(list(prior_auc.values()), random_state=random_state)
+    auc_out["difference"] = grid_mean(
+        [per_grid["probe"][g] - per_grid["null"][g] for g in common],
+        n_resamples=n_bootstrap,
+        random_state=random_state,
+    )
     bits = {
         "probe": ratio(gain_probe),
         "null": ratio(gain_null),
@@ -607,11 +604,10 @@ def conditional_wall_test(
 
     def score(cols: np.ndarray) -> dict:
         p, n, q, t, m = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
-        kw: dict[str, Any] = {
-            "n_bootstrap": config.n_bootstrap,
-            "random_state": config.random_state,
-        }
-        return score_walls(p, n, q, t, m, ids[test], **kw)
+        seed = config.random_state
+        return score_walls(
+            p, n, q, t, m, ids[test], n_bootstrap=config.n_bootstrap, random_state=seed
+        )
 
     out = {
         "frame": config.frame,
