@@ -3,11 +3,12 @@
 Everything here works on :class:`TrajectoryData` (plain data; optimal action sets are inputs)
 and imports no torch; paired grids live in :mod:`.paired`. The key metrics of key-door grids
 (section 4.3, Table 1: accuracy per sub-task, key pickup rate, key attraction bias) need states
-with ``has_key`` and ``door_open`` (``core.State``). Conventions: a trajectory of ``T`` steps has states ``s_0 .. s_T`` and actions
-``a_0 .. a_{T-1}``; ``actions[t] is None`` marks an invalid step, never optimal, and a fifth
-policy outcome ``INVALID`` to which ``pi*`` gives 0; entropy and JSD are in nats unless
-``base`` is given; a metric over no data is ``math.nan`` (only :func:`grid_metrics` refuses an
-empty list), and bad data raises ``ValueError`` naming grid, field and step.
+with ``has_key`` and ``door_open`` (``core.State``). Conventions: a trajectory of ``T`` steps
+has states ``s_0 .. s_T`` and actions ``a_0 .. a_{T-1}``; ``actions[t] is None`` marks an
+invalid step, never optimal, and a fifth policy outcome ``INVALID`` to which ``pi*`` gives 0;
+entropy and JSD are in nats unless ``base`` is given; a metric over no data is ``math.nan``
+(only :func:`grid_metrics` refuses an empty list), and bad data raises ``ValueError`` naming
+grid, field and step.
 """
 
 from __future__ import annotations
@@ -37,23 +38,20 @@ ECE_BINS = 10
 
 @dataclass(frozen=True, kw_only=True)
 class TrajectoryData:
-    """One rollout as plain data.
-
-    Attributes:
-        grid_id: the grid the trajectory was run on; grid-level metrics group by it.
-        states: ``T + 1`` hashable states ``s_0 .. s_T``; the last is the state after the last
-            action. Key metrics need states with ``has_key`` / ``door_open`` attributes
-            (:class:`goalprobe.gridworld.core.State`).
-        actions: ``T`` actions (``Action`` or int in 0..3), ``None`` for an invalid step.
-        optimal_sets: ``T`` non-empty sets of optimal actions, ``optimal_sets[t] = pi*(s_t)``.
-        success: whether the trajectory ended at the goal (``s_T = s_goal``).
-    """
+    """One rollout as plain data."""
 
     grid_id: str
+    """The grid the trajectory was run on; grid-level metrics group by it."""
     states: tuple[Hashable, ...]
+    """``T + 1`` hashable states ``s_0 .. s_T``; the last is the state after the last action. Key
+    metrics need states with ``has_key`` / ``door_open`` attributes
+    (:class:`goalprobe.gridworld.core.State`)."""
     actions: tuple[int | None, ...]
+    """``T`` actions (``Action`` or int in 0..3), ``None`` for an invalid step."""
     optimal_sets: tuple[frozenset[int], ...]
+    """``T`` non-empty sets of optimal actions, ``optimal_sets[t] = pi*(s_t)``."""
     success: bool
+    """Whether the trajectory ended at the goal (``s_T = s_goal``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.grid_id, str):
@@ -174,24 +172,12 @@ def grid_accuracy(trajectories: Iterable[TrajectoryData]) -> float:
 def entropy(p: Sequence[float] | np.ndarray, *, base: float = math.e) -> float:
     """Shannon entropy of ``(K,)`` non-negative weights ``p`` with a positive sum (normalised
     first), in nats unless ``base`` is given."""
-    p = _distribution(p, "p")
-    return float(scipy.stats.entropy(p, base=base))
-
-
-def _jsd_rows(p: np.ndarray, q: np.ndarray, base: float) -> np.ndarray:
-    """Row-wise JSD of ``(S, K)`` normalised distributions -> ``(S,)``."""
-    m = (p + q) / 2
-    jsd = (rel_entr(p, m).sum(axis=1) + rel_entr(q, m).sum(axis=1)) / 2 / math.log(base)
-    return np.clip(jsd, 0.0, math.log(2) / math.log(base))
-
-
-def _distribution(p: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     arr = np.asarray(p, dtype=float)
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {arr.shape}")
+        raise ValueError(f"p must be a non-empty 1-D array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
-        raise ValueError(f"{name} must be finite, non-negative and sum to > 0, got {arr}")
-    return arr / arr.sum()
+        raise ValueError(f"p must be finite, non-negative and sum to > 0, got {arr}")
+    return float(scipy.stats.entropy(arr / arr.sum(), base=base))
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,17 +185,14 @@ class PolicyTable:
     """Empirical agent policy and optimal policy at every visited state of one grid.
 
     Visited states are the unique states at which an action (or invalid step) was taken in any
-    trajectory; a final state ``s_T`` where no action was taken has no policy and is not listed.
-
-    Attributes:
-        states: ``S`` visited states, in order of first visit.
-        counts: ``(S, 5)`` int64, how often each outcome (4 actions, then ``INVALID``) was taken.
-        optimal: ``(S, 5)`` float64, ``pi*(. | s)``: uniform over the optimal set, 0 on ``INVALID``.
-    """
+    trajectory; a final state ``s_T`` where no action was taken has no policy and is not listed."""
 
     states: tuple[Hashable, ...]
+    """``S`` visited states, in order of first visit."""
     counts: np.ndarray
+    """``(S, 5)`` int64, how often each outcome (4 actions, then ``INVALID``) was taken."""
     optimal: np.ndarray
+    """``(S, 5)`` float64, ``pi*(. | s)``: uniform over the optimal set, 0 on ``INVALID``."""
 
     @property
     def policy(self) -> np.ndarray:
@@ -222,7 +205,10 @@ class PolicyTable:
 
     def jsd(self, *, base: float = math.e) -> np.ndarray:
         """``(S,)`` float64, ``JSD(pi_theta(. | s) || pi*(. | s))`` per visited state."""
-        return _jsd_rows(self.policy, self.optimal, base)
+        p, q = self.policy, self.optimal
+        m = (p + q) / 2
+        jsd = (rel_entr(p, m).sum(axis=1) + rel_entr(q, m).sum(axis=1)) / 2 / math.log(base)
+        return np.clip(jsd, 0.0, math.log(2) / math.log(base))
 
 
 def policy_table(trajectories: Iterable[TrajectoryData]) -> PolicyTable:
@@ -315,30 +301,27 @@ def _grid_ece(trajs: list[TrajectoryData], table: PolicyTable, n_bins: int) -> f
 
 @dataclass(frozen=True)
 class GridMetrics:
-    """Behavioural metrics of one grid (appendix B), over all its trajectories.
-
-    Attributes:
-        grid_id: the grid.
-        n_trajectories: number of trajectories N.
-        n_steps: total steps over all trajectories.
-        n_visited_states: number of visited states ``|S_visited|``.
-        success_rate: GSR in [0, 1].
-        accuracy: mean per-action accuracy in [0, 1].
-        entropy: ``H_pi_theta``, mean policy entropy over visited states (eq. 4; nats unless
-            another base was asked; NaN when no action was taken).
-        jsd: ``JSD_pi_theta``, mean JSD from ``pi*`` over visited states (eq. 5; same unit).
-        ece: expected calibration error in [0, 1] (eq. 6-8, :func:`_grid_ece`).
-    """
+    """Behavioural metrics of one grid (appendix B), over all its trajectories."""
 
     grid_id: str
+    """The grid."""
     n_trajectories: int
+    """Number of trajectories N."""
     n_steps: int
+    """Total steps over all trajectories."""
     n_visited_states: int
+    """Number of visited states ``|S_visited|``."""
     success_rate: float
+    """GSR in [0, 1]."""
     accuracy: float
+    """Mean per-action accuracy in [0, 1]."""
     entropy: float
+    """``H_pi_theta``, mean policy entropy over visited states (eq. 4; nats unless another base was
+    asked; NaN when no action was taken)."""
     jsd: float
+    """``JSD_pi_theta``, mean JSD from ``pi*`` over visited states (eq. 5; same unit)."""
     ece: float
+    """Expected calibration error in [0, 1] (eq. 6-8, :func:`_grid_ece`)."""
 
 
 def grid_metrics(
@@ -436,10 +419,9 @@ def _per_stage(values: Iterable[tuple[Stage, float]]) -> StageAccuracy:
     by_stage: dict[Stage, list[float]] = {stage: [] for stage in Stage}
     for stage, value in values:
         by_stage[stage].append(value)
-    return StageAccuracy(
-        **{s.value: float(np.mean(v)) if v else math.nan for s, v in by_stage.items()},
-        **{f"n_{s.value}": len(v) for s, v in by_stage.items()},
-    )
+    means = {s.value: float(np.mean(v)) if v else math.nan for s, v in by_stage.items()}
+    counts = {f"n_{s.value}": len(v) for s, v in by_stage.items()}
+    return StageAccuracy(**means, **counts)  # type: ignore[arg-type]
 
 
 def trajectory_stage_accuracy(trajectory: TrajectoryData) -> StageAccuracy:
@@ -462,17 +444,14 @@ def key_pickup_rate(trajectories: Iterable[TrajectoryData]) -> float:
 
 @dataclass(frozen=True)
 class KeyAttraction:
-    """Key attraction bias (Table 1): share of non-optimal moves that go towards the key.
-
-    Attributes:
-        n_non_optimal: non-optimal valid actions taken while the agent did not hold the key.
-        n_towards: those of them after which the key distance strictly decreased.
-        bias: ``n_towards / n_non_optimal`` in [0, 1]; NaN when ``n_non_optimal == 0``.
-    """
+    """Key attraction bias (Table 1): share of non-optimal moves that go towards the key."""
 
     n_non_optimal: int
+    """Non-optimal valid actions taken while the agent did not hold the key."""
     n_towards: int
+    """Those of them after which the key distance strictly decreased."""
     bias: float
+    """``n_towards / n_non_optimal`` in [0, 1]; NaN when ``n_non_optimal == 0``."""
 
 
 def key_attraction_bias(
