@@ -312,8 +312,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         """Accuracy over every queried cell (padding included for a general probe)."""
         if sample_weight is not None:
             raise ValueError("score does not support sample_weight")
-        labels = validate_label_maps(y, self.grid_size)
-        return float(np.mean(self.predict(X) == labels))
+        return float(np.mean(self.predict(X) == validate_label_maps(y, self.grid_size)))
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted probe exactly."""
@@ -592,11 +591,7 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
         """``(N, S, S)`` uint8: the most frequent class (per cell or overall)."""
         return self.classes_[self.predict_proba(X).argmax(axis=-1)]
 
-    def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
-        """Accuracy over every queried cell."""
-        if sample_weight is not None:
-            raise ValueError("score does not support sample_weight")
-        return float(np.mean(self.predict(X) == validate_label_maps(y, self.grid_size)))
+    score = CellProbeBase.score
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "frequencies_")
@@ -604,15 +599,11 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
             "classes": self.classes_,
             "frequencies": self.frequencies_,
         }
-        meta: dict = {
-            "classes_": [int(c) for c in self.classes_],
-            "n_features_in_": int(self.n_features_in_),
-            "map_side_": int(self.map_side_),
-        }
-        return tensors, meta
+        counts = {k: int(getattr(self, k)) for k in ("n_features_in_", "map_side_")}
+        return tensors, {"classes_": [int(c) for c in self.classes_], **counts}
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         self.classes_ = tensors["classes"].astype(np.uint8)
         self.frequencies_ = tensors["frequencies"]
-        self.n_features_in_ = int(meta["n_features_in_"])
-        self.map_side_ = int(meta["map_side_"])
+        for key in ("n_features_in_", "map_side_"):
+            setattr(self, key, int(meta[key]))

@@ -94,20 +94,20 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         if self.family not in ("linear", "quadratic", "mlp"):
             raise ValueError(f"family must be 'linear', 'quadratic' or 'mlp', got {self.family!r}")
         rng = np.random.default_rng(self.random_state)
-        applies = self.family == "mlp"
-        fit_rows, val_rows = early_stopping_split(self, X2.shape[0], groups, rng, applies=applies)
+        mlp = self.family == "mlp"
+        fit_rows, val_rows = early_stopping_split(self, X2.shape[0], groups, rng, applies=mlp)
         self.n_features_in_ = X2.shape[1]
         self.feature_mean_, self.feature_scale_ = fit_standardiser(X2, fit_rows)
         self.target_mean_ = float(target[fit_rows].mean())
         self.target_scale_ = float(target[fit_rows].std()) or 1.0
+        device = self.device if mlp else "cpu"
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, device)
         if self.family == "linear":
-            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
             ridge = Ridge(alpha=self.alpha).fit(standardise(X2, fit_rows).numpy(), target[fit_rows])
             self.coef_ = ridge.coef_.astype(np.float64)
             self.intercept_ = float(ridge.intercept_)
             return self
         if self.family == "quadratic":
-            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
             support = standardise(X2, fit_rows).double().numpy()
             z = (target[fit_rows] - self.target_mean_) / self.target_scale_
             kernel = self._kernel()
@@ -115,7 +115,6 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             self.support_ = support.astype(np.float32)
             return self
 
-        standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
         z = torch.from_numpy(((target - self.target_mean_) / self.target_scale_).astype(np.float32))
         self.module_ = seeded_module(
             lambda: self._build_module(self.n_features_in_), torch_seed(rng)

@@ -310,16 +310,17 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         if len(alphas) > 1:
             if groups is None:
                 raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
-            rows, ids = np.arange(len(acts)), np.asarray(groups)
-            fit_rows, val_rows = carve_validation(
-                rows, ids, self.validation_fraction, self.random_state
-            )
+            rows, fraction = np.arange(len(acts)), self.validation_fraction
+            fit_rows, val_rows = carve_validation(rows, groups, fraction, self.random_state)
             theta = None
             best: Any = None
             chosen: Any = None
             for alpha in alphas:
                 theta = self._fit_rows(X, y, fit_rows, alpha, theta)
-                logit, target, mask = self._val_terms(X, y, val_rows)
+                X_val, y_val = np.asarray(X)[val_rows], np.asarray(y)[val_rows]
+                logit = self.decision_function(X_val)
+                target = self.frame_targets(X_val, y_val)[0]
+                mask = self.prior_proba(X_val)[1]
                 per_head = ((np.logaddexp(0.0, logit) - target * logit) * mask).sum(axis=0)
                 self.validation_loss_[alpha] = float(per_head.sum() / max(mask.sum(), 1))
                 heads = self.penalty_groups(len(per_head))
@@ -361,13 +362,6 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         self.coef_ = theta[: F * P].reshape(F, P)
         self.intercept_ = theta[F * P :]
         return theta
-
-    def _val_terms(self, X, y, rows):
-        X_rows = np.asarray(X)[rows]
-        logit = self.decision_function(X_rows)
-        target, _ = self.frame_targets(X_rows, np.asarray(y)[rows])
-        _, mask = self.prior_proba(X_rows)
-        return logit, target.astype(np.float64), mask
 
     def decision_function(self, X: np.ndarray, *, smooth_fixed: bool = False) -> np.ndarray:
         """``(N, P)`` wall logits (the prior's logit where the cell is fixed; ``smooth_fixed``:
