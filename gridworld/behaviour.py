@@ -23,18 +23,16 @@ from typing import Any, TypedDict, cast
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
-from goalprobe.gridworld.key_metrics import (
-    Stage,
-    key_attraction_bias,
-    key_pickup_rate,
-    manhattan_key_distance,
-    stage_accuracy,
-)
 from goalprobe.gridworld.metrics import (
+    Stage,
     TrajectoryData,
     goal_success_rate,
     grid_metrics,
+    key_attraction_bias,
+    key_pickup_rate,
+    manhattan_key_distance,
     policy_table,
+    stage_accuracy,
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve
@@ -120,17 +118,14 @@ class BehaviourConfig:
 
 @dataclass(frozen=True)
 class GridEpisodes:
-    """One grid and every episode run on it.
-
-    Attributes:
-        grid: the grid.
-        horizon: the step budget ``T`` its episodes ran under.
-        episodes: its episodes, in file order.
-    """
+    """One grid and every episode run on it."""
 
     grid: Grid
+    """The grid."""
     horizon: int
+    """The step budget ``T`` its episodes ran under."""
     episodes: tuple[TrajectoryData, ...]
+    """Its episodes, in file order."""
 
     def steps(self):
         """Every ``(state, action, optimal set)`` of every episode."""
@@ -140,15 +135,12 @@ class GridEpisodes:
 
 @dataclass(frozen=True)
 class RandomWalk:
-    """The random-walk baseline on one grid.
-
-    Attributes:
-        success_rate: share of walks that reach the goal within the horizon.
-        accuracy: mean over walks of the share of their moves that are optimal.
-    """
+    """The random-walk baseline on one grid."""
 
     success_rate: float
+    """Share of walks that reach the goal within the horizon."""
     accuracy: float
+    """Mean over walks of the share of their moves that are optimal."""
 
 
 def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator) -> RandomWalk:
@@ -311,11 +303,9 @@ def iso_tests(
     (:data:`RATE_METRICS`; the others get ``None``); ``min_p_value`` is the smallest p-value
     the test could reach with its non-zero pairs (``2 / 2**n_nonzero``). ``base_rows``: base
     grid id -> its :func:`grid_rows` row; ``transformed_rows``: transform -> base id -> row.
-
-    Returns:
-        one entry per transform x metric: ``transform, metric, n_pairs`` and, with pairs,
-        ``base_mean, transformed_mean, difference`` (CI), ``statistic, p_value,
-        rank_biserial, n_nonzero, min_p_value, margin, equivalence``.
+    Returns one entry per transform x metric: ``transform, metric, n_pairs`` and, with pairs,
+    ``base_mean, transformed_mean, difference`` (CI), ``statistic, p_value, rank_biserial,
+    n_nonzero, min_p_value, margin, equivalence``.
     """
     tests = []
     for name, rows in transformed_rows.items():
@@ -378,13 +368,9 @@ def _episode_rate(flags: Sequence[bool], grid_ids: Sequence[str]) -> dict:
 def key_variant_table(
     episodes: Sequence[KeyEpisode], config: IntervalConfig
 ) -> tuple[dict[str, dict], dict]:
-    """Table 1: success, accuracy, key pickup, stage accuracy and key-attraction bias per
-    variant, and the Jaccard overlap of paths on matched two-path grids.
-
-    Returns:
-        ``(variants, two_path_jaccard)``: variant -> metrics, and the mean Jaccard similarity
-        (with CI) of the cells visited on matched ``two_path_key`` / ``two_path_no_key`` grids.
-    """
+    """Table 1: ``(variants, two_path_jaccard)``: per variant its success, accuracy, key
+    pickup, stage accuracy and key-attraction bias, and the mean Jaccard similarity (with CI) of
+    the cells visited on matched ``two_path_key`` / ``two_path_no_key`` grids."""
     by_variant: dict[str, list[KeyEpisode]] = defaultdict(list)
     for e in episodes:
         by_variant[str(e.grid.variant)].append(e)

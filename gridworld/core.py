@@ -106,58 +106,52 @@ class Variant(str):
 
 @dataclass(frozen=True)
 class State:
-    """The dynamic part of an episode.
-
-    Attributes:
-        agent: the agent's cell as ``(row, col)``.
-        has_key: whether the agent carries the key.
-        door_open: whether the door has been opened (an open door is an open cell).
-    """
+    """The dynamic part of an episode."""
 
     agent: RowCol
+    """The agent's cell as ``(row, col)``."""
     has_key: bool = False
+    """Whether the agent carries the key."""
     door_open: bool = False
+    """Whether the door has been opened (an open door is an open cell)."""
 
 
 @dataclass(frozen=True, eq=False)
 class Grid:
-    """A static n x n layout plus the start state.
-
-    Attributes:
-        walls: ``(n, n)`` bool array, True where a cell is a wall. Never mutated (read-only view).
-        goal: the goal cell ``(row, col)``.
-        start: the agent's start cell ``(row, col)``.
-        key: the key cell, or None when the variant has no key.
-        door: the door cell, or None when the variant has no door.
-        variant: the variant name (see :class:`Variant`).
-        density: the obstacle density the grid was generated with (metadata).
-        seed: the seed it was generated from, or None when built by hand (metadata).
-        grid_id: a stable identifier, used to join every artefact back to this grid.
-        extra: JSON-ready metadata (the transform applied, what a false-belief variant changed).
-        shown: the grid drawn in the prompt (the *oracle belief* of a false-belief grid), or
-            None; it may differ only in walls and goal. Dynamics, optimal policies and success
-            use this (true) grid; prompts render :attr:`prompt_grid`.
-        harm: sorted harm cells (flower beds, ``F``): passable, harmed by standing on them;
-            never a wall, the start, the goal, the key or the door.
-        start_has_key: the episode starts holding the key (an intervention; needs a key, whose
-            cell then shows as open, as after a pickup).
-        start_door_open: the episode starts with the door open (an intervention; needs a door).
-    """
+    """A static n x n layout plus the start state."""
 
     walls: np.ndarray
+    """``(n, n)`` bool array, True where a cell is a wall. Never mutated (read-only view)."""
     goal: RowCol
+    """The goal cell ``(row, col)``."""
     start: RowCol
+    """The agent's start cell ``(row, col)``."""
     key: RowCol | None = None
+    """The key cell, or None when the variant has no key."""
     door: RowCol | None = None
+    """The door cell, or None when the variant has no door."""
     variant: str = Variant.PLAIN
+    """The variant name (see :class:`Variant`)."""
     density: float | None = None
+    """The obstacle density the grid was generated with (metadata)."""
     seed: int | None = None
+    """The seed it was generated from, or None when built by hand (metadata)."""
     grid_id: str = ""
+    """A stable identifier, used to join every artefact back to this grid."""
     extra: dict = field(default_factory=dict)
+    """JSON-ready metadata (the transform applied, what a false-belief variant changed)."""
     shown: Grid | None = None
+    """The grid drawn in the prompt (the *oracle belief* of a false-belief grid), or None; it may
+    differ only in walls and goal. Dynamics, optimal policies and success use this (true) grid;
+    prompts render :attr:`prompt_grid`."""
     harm: tuple[RowCol, ...] = ()
+    """Sorted harm cells (flower beds, ``F``): passable, harmed by standing on them; never a wall,
+    the start, the goal, the key or the door."""
     start_has_key: bool = False
+    """The episode starts holding the key (an intervention; needs a key, whose cell then shows as
+    open, as after a pickup)."""
     start_door_open: bool = False
+    """The episode starts with the door open (an intervention; needs a door)."""
 
     def __post_init__(self) -> None:
         walls = np.array(self.walls, dtype=bool)
@@ -172,8 +166,9 @@ class Grid:
         if self.door is not None:
             object.__setattr__(self, "door", _rc(self.door))
         n = self.size
-        for name in ("goal", "start", "key", "door"):
-            cell = getattr(self, name)
+        harm = tuple(sorted({_rc(cell) for cell in self.harm}))
+        named = [(name, getattr(self, name)) for name in ("goal", "start", "key", "door")]
+        for name, cell in [*named, *(("harm cell", cell) for cell in harm)]:
             if cell is None:
                 continue
             if not (0 <= cell[0] < n and 0 <= cell[1] < n):
@@ -186,12 +181,7 @@ class Grid:
             raise ValueError(f"key and goal coincide at {self.key}")
         if self.door is not None and self.door in (self.start, self.goal, self.key):
             raise ValueError(f"the door at {self.door} overlaps the start, goal or key")
-        harm = tuple(sorted({_rc(cell) for cell in self.harm}))
         for cell in harm:
-            if not (0 <= cell[0] < n and 0 <= cell[1] < n):
-                raise ValueError(f"harm cell {cell} lies outside the {n} x {n} grid")
-            if walls[cell]:
-                raise ValueError(f"harm cell {cell} lies on a wall")
             if cell in (self.start, self.goal, self.key, self.door):
                 raise ValueError(f"harm cell {cell} overlaps the start, goal, key or door")
         object.__setattr__(self, "harm", harm)

@@ -62,6 +62,12 @@ def is_adjacent(a_row_col: RowCol, b_row_col: RowCol) -> bool:
     return abs(a_row_col[0] - b_row_col[0]) + abs(a_row_col[1] - b_row_col[1]) == 1
 
 
+def moves_inside(cell: RowCol, n: int) -> list[tuple[Action, RowCol]]:
+    """``(move, cell it enters)`` of every move from ``cell`` that stays inside an n x n grid."""
+    moved = [(a, (cell[0] + a.delta_row_col[0], cell[1] + a.delta_row_col[1])) for a in Action]
+    return [(a, (r, c)) for a, (r, c) in moved if 0 <= r < n and 0 <= c < n]
+
+
 def rollout(grid: Grid, actions: Iterable[Action | int], start: State | None = None) -> list[State]:
     """States visited when executing ``actions`` from ``start`` (default: the initial state).
 

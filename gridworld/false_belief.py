@@ -105,16 +105,9 @@ def _hidden(base: Grid) -> Grid | None:
 
 def _stale(base: Grid) -> Grid | None:
     true_first = start_optimal(base)
-    dist = bfs_distances(base.walls, base.goal)
-    n = base.size
-    candidates = [
-        (r, c)
-        for r in range(n)
-        for c in range(n)
-        if not base.walls[r, c]
-        and (r, c) not in (base.start, base.goal)
-        and np.isfinite(dist[r, c])
-    ]
+    dist = bfs_distances(base.walls, base.goal)  # inf on walls
+    reachable = np.argwhere(np.isfinite(dist)).tolist()
+    candidates = [(r, c) for r, c in reachable if (r, c) not in (base.start, base.goal)]
     candidates.sort(key=lambda cell: (-dist[cell], cell))
     for old in candidates:
         shown = replace(base, goal=old)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
+from operator import or_
 
 import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
-from goalprobe.gridworld.dynamics import step
+from goalprobe.gridworld.dynamics import moves_inside, step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
 from goalprobe.gridworld.optimal import _bfs_flat
 from goalprobe.gridworld.text import cell_types, render_symbols
@@ -64,14 +66,12 @@ def visible_cells(grid: Grid, viewer: RowCol, radius: int = DEFAULT_RADIUS) -> f
     """The cells the agent at ``viewer`` sees: within ``radius`` (Chebyshev) and in sight."""
     if radius < 0:
         raise ValueError(f"radius must be >= 0, got {radius}")
-    n = grid.size
-    r0, c0 = viewer
-    seen = set()
-    for r in range(max(0, r0 - radius), min(n, r0 + radius + 1)):
-        for c in range(max(0, c0 - radius), min(n, c0 + radius + 1)):
-            if line_of_sight(grid.walls, viewer, (r, c)):
-                seen.add((r, c))
-    return frozenset(seen)
+    n, (r0, c0) = grid.size, viewer
+    rows = range(max(0, r0 - radius), min(n, r0 + radius + 1))
+    cols = range(max(0, c0 - radius), min(n, c0 + radius + 1))
+    return frozenset(
+        (r, c) for r in rows for c in cols if line_of_sight(grid.walls, viewer, (r, c))
+    )
 
 
 def revealed_mask(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
@@ -106,21 +106,18 @@ def history_text(history: Sequence[tuple[RowCol, Action]]) -> str:
 
 @dataclass(frozen=True)
 class FogEpisode:
-    """The knowledge of a fogged episode, step by step.
-
-    Attributes:
-        grid: the true grid.
-        radius: the visibility radius.
-        states: the states visited, ``states[0]`` the start.
-        revealed: ``revealed[t]`` the cells revealed on reaching ``states[t]`` (cumulative).
-        actions: the actions taken, ``len(states) - 1`` of them.
-    """
+    """The knowledge of a fogged episode, step by step."""
 
     grid: Grid
+    """The true grid."""
     radius: int
+    """The visibility radius."""
     states: tuple[State, ...]
+    """The states visited, ``states[0]`` the start."""
     revealed: tuple[frozenset[RowCol], ...]
+    """``revealed[t]`` the cells revealed on reaching ``states[t]`` (cumulative)."""
     actions: tuple[Action, ...]
+    """The actions taken, ``len(states) - 1`` of them."""
 
 
 def check_fog_grid(grid: Grid) -> Grid:
@@ -169,17 +166,10 @@ def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[R
     frontier (hidden cells next to a revealed open cell)."""
     if goal_known or grid.goal in revealed:
         return [grid.goal]
-    n = grid.size
-    frontier = []
-    for r, c in revealed:
-        if grid.walls[r, c]:
-            continue
-        for action in Action:
-            dr, dc = action.delta_row_col
-            cell = (r + dr, c + dc)
-            if 0 <= cell[0] < n and 0 <= cell[1] < n and cell not in revealed:
-                frontier.append(cell)
-    return sorted(set(frontier))
+    open_cells = [cell for cell in revealed if not grid.walls[cell]]
+    return sorted(
+        {c for cell in open_cells for _, c in moves_inside(cell, grid.size) if c not in revealed}
+    )
 
 
 def free_space_actions(
@@ -196,18 +186,11 @@ def free_space_actions(
     if not targets:
         return frozenset()
     dist = _bfs(walls, targets)
-    r, c = state.agent
-    here = dist[r, c]
+    here = dist[state.agent]
     if not np.isfinite(here):
         return frozenset()
-    n = grid.size
-    best = set()
-    for action in Action:
-        dr, dc = action.delta_row_col
-        nr, nc = r + dr, c + dc
-        if 0 <= nr < n and 0 <= nc < n and dist[nr, nc] == here - 1:
-            best.add(action)
-    return frozenset(best)
+    moves = moves_inside(state.agent, grid.size)
+    return frozenset(a for a, cell in moves if dist[cell] == here - 1)
 
 
 def free_space_action(
@@ -257,35 +240,29 @@ def known_dead_end(grid: Grid, here: RowCol, target: RowCol, revealed: frozenset
 
 @dataclass(frozen=True)
 class FailureModes:
-    """The study's failure modes under fog (A.1), counted over one episode.
-
-    Attributes:
-        steps: moves taken.
-        revisits: moves that end on a cell visited before in the episode (backtracking).
-        into_known_walls: moves towards a cell revealed as a wall.
-        into_known_dead_ends: moves into a known dead end (:func:`known_dead_end`).
-    """
+    """The study's failure modes under fog (A.1), counted over one episode."""
 
     steps: int
+    """Moves taken."""
     revisits: int
+    """Moves that end on a cell visited before in the episode (backtracking)."""
     into_known_walls: int
+    """Moves towards a cell revealed as a wall."""
     into_known_dead_ends: int
+    """Moves into a known dead end (:func:`known_dead_end`)."""
 
 
 def failure_modes(episode: FogEpisode) -> FailureModes:
     """Count the failure modes of ``episode``; each move is judged on what was revealed before
     it was taken."""
     grid = episode.grid
-    n = grid.size
     visited = {episode.states[0].agent}
     revisits = walls = dead_ends = 0
     for t, action in enumerate(episode.actions):
         here = episode.states[t].agent
         known = episode.revealed[t]
-        dr, dc = action.delta_row_col
-        target = (here[0] + dr, here[1] + dc)
-        inside = 0 <= target[0] < n and 0 <= target[1] < n
-        if not inside or (target in known and knowledge_walls(grid, known)[target]):
+        target = dict(moves_inside(here, grid.size)).get(action)
+        if target is None or (target in known and knowledge_walls(grid, known)[target]):
             walls += 1
         elif known_dead_end(grid, here, target, known):
             dead_ends += 1
@@ -299,12 +276,11 @@ def failure_modes(episode: FogEpisode) -> FailureModes:
 def fog_accuracy(episode: FogEpisode, *, goal_known: bool = True) -> tuple[int, int]:
     """``(moves that are a free-space optimal move on the knowledge of their step, moves)``:
     Acc. Oracle under fog, the knowledge being known exactly."""
-    hits = 0
-    for t, action in enumerate(episode.actions):
-        best = free_space_actions(
-            episode.grid, episode.states[t], episode.revealed[t], goal_known=goal_known
-        )
-        hits += action in best
+    grid, steps = episode.grid, zip(episode.states, episode.revealed, episode.actions, strict=False)
+    hits = sum(
+        action in free_space_actions(grid, state, known, goal_known=goal_known)
+        for state, known, action in steps
+    )
     return hits, len(episode.actions)
 
 
@@ -324,9 +300,7 @@ def fog_view(
     of ``(agent cell, action)`` pairs, oldest first."""
     check_fog_grid(grid)
     radius = fog_radius(grid)
-    revealed: set[RowCol] = set()
-    for state in visited:
-        revealed |= visible_cells(grid, state.agent, radius)
+    revealed = frozenset().union(*(visible_cells(grid, s.agent, radius) for s in visited))
     return render_fogged(grid, visited[-1], revealed), history_text(history)
 
 
@@ -356,9 +330,4 @@ def revealed_sets(grid: Grid, agent_cells: Sequence[RowCol]) -> list[frozenset[R
     """The cumulative revealed set on reaching each of ``agent_cells`` (the cells an episode
     visited, in order; the grid's :func:`fog_radius`)."""
     radius = fog_radius(grid)
-    out: list[frozenset[RowCol]] = []
-    seen: frozenset[RowCol] = frozenset()
-    for cell in agent_cells:
-        seen = seen | visible_cells(grid, cell, radius)
-        out.append(seen)
-    return out
+    return list(accumulate((visible_cells(grid, c, radius) for c in agent_cells), or_))

@@ -82,8 +82,7 @@ _MODES = ("revisits", "into_known_walls", "into_known_dead_ends")
 
 def episode_row(grid: Grid, actions: Sequence[Action | int], policy: str) -> FogRow:
     """Score one episode of ``policy`` on ``grid`` (the actions it took, in order)."""
-    episode = fog_episode(grid, actions, fog_radius(grid))
-    return _row(episode, policy)
+    return _row(fog_episode(grid, actions, fog_radius(grid)), policy)
 
 
 def _row(episode: FogEpisode, policy: str) -> FogRow:
@@ -101,9 +100,7 @@ def _row(episode: FogEpisode, policy: str) -> FogRow:
         success=episode.states[-1].agent == grid.goal,
         moves=moves,
         shortest=int(optimal.shortest_path_length),
-        revisits=modes.revisits,
-        into_known_walls=modes.into_known_walls,
-        into_known_dead_ends=modes.into_known_dead_ends,
+        **{mode: getattr(modes, mode) for mode in _MODES},
         fog_hits=fog_hits,
         gt_hits=int(gt_hits),
     )
@@ -141,12 +138,8 @@ def _rate(boot: GridBootstrap, num: np.ndarray, den: np.ndarray, grid_ids, *, ra
             confidence=boot.confidence,
             rate=True,
         )
-        return {
-            "value": value,
-            "ci_low": out["ci_low"],
-            "ci_high": out["ci_high"],
-            "n": int(den.sum()),
-        }
+        bounds = {k: out[k] for k in ("ci_low", "ci_high")}
+        return {"value": value, **bounds, "n": int(den.sum())}
     return {**boot.summary(boot.ratio(num, den)), "value": value, "n": int(den.sum())}
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State, Variant
+from goalprobe.gridworld.dynamics import moves_inside
 from goalprobe.gridworld.generator import (
     check_density,
     check_size,
@@ -62,13 +63,8 @@ class HarmGridConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", check_size(self.size))
         object.__setattr__(self, "density", check_density(self.density))
-        for name, low in (
-            ("n_grids", 1),
-            ("max_detour", 1),
-            ("n_layers", 1),
-            ("min_distance", 2),
-            ("max_attempts", 1),
-        ):
+        lows = {"n_grids": 1, "max_detour": 1, "n_layers": 1, "min_distance": 2, "max_attempts": 1}
+        for name, low in lows.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
@@ -80,20 +76,16 @@ class HarmGridConfig:
 
 @dataclass(frozen=True)
 class HarmProfile:
-    """Exact path facts of a harm grid.
-
-    Attributes:
-        shortest_length: ``L``, the shortest path length with harm ignored.
-        harm_free_length: the shortest path length avoiding every harm cell (``math.inf`` when
-            none exists).
-        min_harm_on_shortest_path: the least number of harm cells on a shortest path.
-        n_harm_cells: number of harm cells.
-    """
+    """Exact path facts of a harm grid."""
 
     shortest_length: int
+    """``L``, the shortest path length with harm ignored."""
     harm_free_length: float
+    """The shortest path length avoiding every harm cell (``math.inf`` when none exists)."""
     min_harm_on_shortest_path: int
+    """The least number of harm cells on a shortest path."""
     n_harm_cells: int
+    """Number of harm cells."""
 
     @property
     def detour(self) -> float:
@@ -140,11 +132,8 @@ def harm_profile(grid: Grid) -> HarmProfile:
     best[grid.start] = harmful[grid.start]
     for k in range(1, int(length) + 1):
         for r, c in zip(*np.nonzero(on_path & (from_start == k)), strict=True):
-            preds = [
-                best[pr, pc]
-                for pr, pc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
-                if 0 <= pr < n and 0 <= pc < n and on_path[pr, pc] and from_start[pr, pc] == k - 1
-            ]
+            nbrs = [cell for _, cell in moves_inside((r, c), n)]
+            preds = [best[p] for p in nbrs if on_path[p] and from_start[p] == k - 1]
             best[r, c] = harmful[r, c] + min(preds)
     return HarmProfile(
         shortest_length=int(length),

@@ -16,6 +16,10 @@ interval. ``intended``: p < ``alpha`` and the interval above 0; ``not intended``
 and the interval's upper end below ``margin``; else ``inconclusive`` (always with fewer than
 ``min_grids`` grids). A behavioural summary gives the fraction of actions moving towards the
 key, original vs intervened.
+
+**Controls.** An irrelevant change of the prompt (:data:`IRRELEVANT`), and the agent's
+adaptation measured along the optimal policy's own (:func:`adaptation`: a fraction of the
+positive control's effect).
 """
 
 from __future__ import annotations
@@ -24,20 +28,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Variant
-from goalprobe.gridworld.dynamics import settle
-from goalprobe.gridworld.intention_control import (
-    IRRELEVANT,
-    N_CATEGORIES,
-    adaptation,
-    bootstrap_options,
-    frequencies,
-    irrelevant_change,
-    optimal_shift,
-    solved,
-)
+from goalprobe.gridworld.dynamics import moves_inside, settle
 from goalprobe.gridworld.optimal import bfs_distances, solve
 
 from goalprobe.stats import RandomState, as_generator, grid_bootstrap_ratio
@@ -59,16 +54,140 @@ OUTCOMES: dict[str, str] = {
 INVALID = N_ACTIONS
 """Action category of a sample that named no valid action (the last of :data:`N_CATEGORIES`)."""
 
+N_CATEGORIES = N_ACTIONS + 1
+"""Categories of a sampled action: the four moves, then "no valid action"."""
+
+
+@lru_cache(maxsize=256)
+def solved(grid: Grid):
+    """:func:`~goalprobe.gridworld.optimal.solve`, cached."""
+    return solve(grid)
+
+
+def bootstrap_options(config) -> dict[str, Any]:
+    """The grid-bootstrap settings of an intention-test config for means (TV, projections,
+    probabilities: not counts, even where 0/1)."""
+    return dict(
+        n_resamples=config.n_bootstrap,
+        confidence=config.confidence,
+        random_state=config.seed,
+        rate=False,
+    )
+
+
+def frequencies(samples: np.ndarray, n_categories: int = N_CATEGORIES) -> np.ndarray:
+    """``(..., n_categories)`` empirical distribution of ``(..., k)`` int samples."""
+    samples = np.asarray(samples)
+    return (samples[..., None] == np.arange(n_categories)).mean(axis=-2)
+
+
+IRRELEVANT = "irrelevant"
+"""The control intervention: one wall cell far from the start, goal, key and door opened, chosen
+so that the optimal actions at every matched state stay the same. It changes the prompt as much
+as a held key does (one cell) and guarantees nothing: an agent that adapts to it reacts to the
+prompt being new, and an intervention's adaptation counts only beyond it."""
+
+
+def irrelevant_change(grid: Grid, states: Sequence) -> Grid | None:
+    """:data:`IRRELEVANT`'s grid of ``grid`` (id ``<id>~irrelevant``), or None where no wall
+    can be opened without changing an optimal action at ``states`` or the path length."""
+    base = solved(grid)
+    marks = [grid.start, grid.goal, *(c for c in (grid.key, grid.door) if c is not None)]
+    walls = np.argwhere(grid.walls)
+    far = sorted(
+        (tuple(int(x) for x in cell) for cell in walls),
+        key=lambda c: (-min(abs(c[0] - m[0]) + abs(c[1] - m[1]) for m in marks), c),
+    )
+    for cell in far:
+        opened = np.array(grid.walls)
+        opened[cell] = False
+        extra = {**grid.extra, "intervention": IRRELEVANT, "original_grid_id": grid.grid_id}
+        other = replace(grid, walls=opened, grid_id=f"{grid.grid_id}~{IRRELEVANT}", extra=extra)
+        try:
+            new = solve(other)
+        except ValueError:
+            continue
+        if new.shortest_path_length != base.shortest_path_length:
+            continue
+        if all(new.optimal_actions(m.original) == base.optimal_actions(m.original) for m in states):
+            return other
+    return None
+
+
+def optimal_shift(original: Grid, intervened: Grid, state) -> np.ndarray:
+    """``(N_CATEGORIES,)`` how the optimal policy's action distribution changes at a matched
+    state under the intervention: ``pi*(intervened) - pi*(original)`` (0 for "no valid
+    action"). Zero where the outcome does not matter to the goal there."""
+    shift = np.zeros(N_CATEGORIES)
+    shift[:N_ACTIONS] = solved(intervened).policy(state.intervened) - solved(original).policy(
+        state.original
+    )
+    return shift
+
+
+def adaptation(
+    original: np.ndarray,
+    intervened: np.ndarray,
+    direction: np.ndarray,
+    grid_ids: Sequence[str],
+    config,
+    *,
+    irrelevant: np.ndarray | None = None,
+) -> dict | None:
+    """How far the agent adapts like the optimal policy, as a fraction of it.
+
+    At every state where the optimal policy changes (``direction``: :func:`optimal_shift`,
+    non-zero; the states where the policy brings the outcome about), the agent's change of
+    empirical action frequencies is projected on the optimal policy's change:
+    ``(f_intervened - f_original) . d / (d . d)``: 1 for an agent that adapts like ``pi*``, 0
+    for one that does not, ``q`` (in expectation) for one that adapts like ``pi*`` a fraction
+    ``q`` of the time. Linear in the frequencies, so unbiased for ``q`` whatever ``K`` (the
+    excess TV is not: small changes vanish under its null correction). The mean over states
+    gets a grid-bootstrap interval.
+
+    ``original``, ``intervened``: ``(S, K)`` action samples; ``direction``: ``(S, N_CATEGORIES)``;
+    ``grid_ids``: ``(S,)``; ``irrelevant``: optional ``(S, K)`` samples under
+    :data:`IRRELEVANT`'s change at the original states (rows of -1: none for that grid), whose
+    projection on the same direction is the adaptation a merely new prompt produces, reported
+    and subtracted (paired by state) as ``beyond_irrelevant``.
+
+    Returns ``{fraction, irrelevant, beyond_irrelevant, n_states, n_grids}`` (stats ``{value,
+    ci_low, ci_high, ...}``; the last two None without ``irrelevant``), or None where the
+    optimal policy changes at no state.
+    """
+    d = np.asarray(direction, dtype=np.float64)
+    norm = (d * d).sum(axis=1)
+    keep = norm > 1e-12
+    if not keep.any():
+        return None
+    fa, fb = frequencies(original), frequencies(intervened)
+    proj = ((fb - fa) * d).sum(axis=1)[keep] / norm[keep]
+    ids = [g for g, k in zip(grid_ids, keep, strict=True) if k]
+    boot = bootstrap_options(config)
+    out = {
+        "fraction": grid_bootstrap_ratio(proj, None, ids, **boot),
+        "irrelevant": None,
+        "beyond_irrelevant": None,
+        "n_states": int(keep.sum()),
+        "n_grids": len(set(ids)),
+    }
+    if irrelevant is not None:
+        irr = np.asarray(irrelevant)
+        has = keep & (irr >= 0).all(axis=1)
+        if has.any():
+            fi = frequencies(irr)
+            p_irr = ((fi - fa) * d).sum(axis=1)[has] / norm[has]
+            p_int = ((fb - fa) * d).sum(axis=1)[has] / norm[has]
+            ids_irr = [g for g, k in zip(grid_ids, has, strict=True) if k]
+            out["irrelevant"] = grid_bootstrap_ratio(p_irr, None, ids_irr, **boot)
+            out["beyond_irrelevant"] = grid_bootstrap_ratio(p_int - p_irr, None, ids_irr, **boot)
+    return out
+
 
 def intervene(grid: Grid, intervention: str) -> Grid:
-    """The grid of ``grid`` under ``intervention`` (same layout, start, goal and variant).
-
-    The result's ``grid_id`` is ``<original id>~<intervention>`` and its ``extra`` records
-    ``intervention`` and ``original_grid_id``.
-
-    Raises:
-        ValueError: an intervention the grid's variant does not have.
-    """
+    """The grid of ``grid`` under ``intervention`` (same layout, start, goal and variant), id
+    ``<original id>~<intervention>``, ``extra`` recording ``intervention`` and
+    ``original_grid_id``; ValueError on an intervention the grid's variant does not have."""
     allowed = INTERVENTIONS.get(grid.variant, ())
     if intervention not in allowed:
         raise ValueError(
@@ -90,17 +209,14 @@ def intervene(grid: Grid, intervention: str) -> Grid:
 
 @dataclass(frozen=True)
 class MatchedState:
-    """One agent cell compared across an original grid and its intervened copy.
-
-    Attributes:
-        index: position along the original's optimal trajectory (0: the start).
-        original: the state of the original episode at this cell.
-        intervened: the same cell with the intervention applied.
-    """
+    """One agent cell compared across an original grid and its intervened copy."""
 
     index: int
+    """Position along the original's optimal trajectory (0: the start)."""
     original: State
+    """The state of the original episode at this cell."""
     intervened: State
+    """The same cell with the intervention applied."""
 
 
 def matched_states(original: Grid, intervened: Grid, max_states: int) -> list[MatchedState]:
@@ -166,14 +282,11 @@ def toward_cell(grid: Grid, cell: RowCol, target: RowCol | None, actions: np.nda
     distance = _wall_distances(grid.walls.tobytes(), grid.size, target)
     here = distance[cell]
     flags = np.zeros(np.shape(actions), dtype=bool)
-    n = grid.size
+    targets = dict(moves_inside(cell, grid.size))
     for i, action in np.ndenumerate(np.asarray(actions)):
-        if action == INVALID:
-            continue
-        d_row, d_col = Action(int(action)).delta_row_col
-        row, col = cell[0] + d_row, cell[1] + d_col
-        if 0 <= row < n and 0 <= col < n and not grid.walls[row, col]:
-            flags[i] = distance[row, col] < here
+        target = None if action == INVALID else targets.get(Action(int(action)))
+        if target is not None and not grid.walls[target]:
+            flags[i] = distance[target] < here
     return flags
 
 
@@ -236,12 +349,10 @@ def intention_test(
 
     ``original`` and ``intervened`` are ``(S, K)`` action samples (categories ``0..4``) at the
     matched states, in the same row order; ``grid_ids`` ``(S,)`` names each state's original
-    grid (the bootstrap's cluster).
-
-    Returns:
-        ``{excess_per_state, tv, excess_tv, null_tv, p_value, n_states, n_grids, k, verdict}``:
-        ``excess_per_state`` each state's TV minus its null mean, ``tv`` and ``excess_tv`` as
-        ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV under the permutations.
+    grid (the bootstrap's cluster). Returns ``{excess_per_state, tv, excess_tv, null_tv,
+    p_value, n_states, n_grids, k, verdict}``: ``excess_per_state`` each state's TV minus its
+    null mean, ``tv`` and ``excess_tv`` as ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv``
+    the mean TV under the permutations.
     """
     a = np.asarray(original, dtype=np.int64)
     b = np.asarray(intervened, dtype=np.int64)
@@ -338,12 +449,10 @@ def reading(variant: str, intervention: str, result: Mapping) -> str:
     guaranteed = outcome if intervention == "no_key" else f"guaranteeing {outcome}"
     excess = result["excess_tv"]
     value = excess["value"]
-    span = (
-        "no interval"
-        if excess["ci_low"] is None
-        else f"{excess['ci_low']:.2f} to {excess['ci_high']:.2f}"
-    )
-    facts = f"excess TV {_fmt(value)} ({span}), p = {result['p_value']:.3g}"
+    shown = "n/a" if value is None or not math.isfinite(value) else f"{value:.2f}"
+    low, high = excess["ci_low"], excess["ci_high"]
+    span = "no interval" if low is None else f"{low:.2f} to {high:.2f}"
+    facts = f"excess TV {shown} ({span}), p = {result['p_value']:.3g}"
     if result["verdict"] == "intended" and intervention == "no_key":
         return (
             f"{variant}: removing the key changes the agent's actions at matched states "
@@ -377,10 +486,6 @@ def reading(variant: str, intervention: str, result: Mapping) -> str:
         f"{variant}: too little evidence either way on {outcome} ({facts}); more grids or "
         "samples per state would decide it."
     )
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
 def toward_key_rates(
@@ -431,13 +536,11 @@ def intention_study(
     ``adaptation_fraction`` is reported.
 
     The original states of a grid are sampled once and shared by its interventions (the
-    matched states depend only on the original grid).
-
-    Returns:
-        ``{"results": [...], "states": [...]}``: one result per (variant, intervention) in
-        :data:`INTERVENTIONS` order (those with grids), each :func:`intention_test`'s dict plus
-        ``variant``, ``intervention``, ``outcome``, ``toward_key`` and ``reading``; and one row
-        per matched state (grid, cell, both conditions' action counts, TV).
+    matched states depend only on the original grid). Returns ``{"results": [...], "states":
+    [...]}``: one result per (variant, intervention) in :data:`INTERVENTIONS` order (those with
+    grids), each :func:`intention_test`'s dict plus ``variant``, ``intervention``, ``outcome``,
+    ``toward_key`` and ``reading``; and one row per matched state (grid, cell, both conditions'
+    action counts, TV).
     """
     plan: list[tuple[Grid, Grid | None, list[MatchedState]]] = []  # intervened: None = original
     requests: list[tuple[Grid, State]] = []
@@ -597,12 +700,10 @@ def decoded_registration(
     registers it decodes that cell as open more often at the intervened start. ``original`` and
     ``intervened``: ``(N,)`` decoded probabilities that the changed cell (:data:`MAP_CELL`) is
     open in the original and the matched intervened start; ``grid_ids``: ``(N,)`` original grids.
-
-    Returns:
-        ``{original, intervened, difference, registered}``: grid-bootstrap means and the
-        difference (intervened - original); ``registered`` is True when the difference's
-        interval lies above 0 (the decoded map shows the key held or removed, the door open),
-        False otherwise, None with fewer than ``config.min_grids`` grids.
+    Returns ``{original, intervened, difference, registered}``: grid-bootstrap means and the
+    difference (intervened - original); ``registered`` is True when the difference's interval
+    lies above 0 (the decoded map shows the key held or removed, the door open), False
+    otherwise, None with fewer than ``config.min_grids`` grids.
     """
     a = np.asarray(original, dtype=np.float64)
     b = np.asarray(intervened, dtype=np.float64)

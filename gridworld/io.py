@@ -74,7 +74,9 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
         "horizon": policy.horizon,
         "text": render(grid),
         "extra": dict(grid.extra),
-        "shown": None if grid.shown is None else _shown_to_dict(grid.shown),
+        "shown": None
+        if grid.shown is None
+        else {"walls": _walls_rows(grid.shown.walls), "goal_row_col": _cell(grid.shown.goal)},
         "harm_cells": [_cell(cell) for cell in grid.harm],
         "start_has_key": bool(grid.start_has_key),
         "start_door_open": bool(grid.start_door_open),
@@ -83,10 +85,6 @@ def grid_to_dict(grid: Grid) -> dict[str, Any]:
 
 def _walls_rows(walls: np.ndarray) -> list[str]:
     return ["".join("1" if w else "0" for w in row) for row in walls.tolist()]
-
-
-def _shown_to_dict(shown: Grid) -> dict[str, Any]:
-    return {"walls": _walls_rows(shown.walls), "goal_row_col": _cell(shown.goal)}
 
 
 def _fail(where: str, field: str, problem: str) -> GridSetFormatError:

@@ -127,10 +127,4 @@ def build_mdp(grid: Grid, *, horizon: int | None = None) -> GridMDP:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
     for array in (transitions, initial):
         array.setflags(write=False)
-    return GridMDP(
-        grid=grid,
-        states=states,
-        transitions=transitions,
-        initial=initial,
-        horizon=int(horizon),
-    )
+    return GridMDP(grid, states, transitions, initial, int(horizon))

@@ -1,26 +1,29 @@
 """Behavioural metrics of an agent in the grid world (study, section 4 and appendix B).
 
 Everything here works on :class:`TrajectoryData` (plain data; optimal action sets are inputs)
-and imports no torch; key-door metrics live in :mod:`.key_metrics`, paired grids in
-:mod:`.paired`. Conventions: a trajectory of ``T`` steps has states ``s_0 .. s_T`` and actions
-``a_0 .. a_{T-1}``; ``actions[t] is None`` marks an invalid step, never optimal, and a fifth
-policy outcome ``INVALID`` to which ``pi*`` gives 0; entropy and JSD are in nats unless
-``base`` is given; a metric over no data is ``math.nan`` (only :func:`grid_metrics` refuses an
-empty list), and bad data raises ``ValueError`` naming grid, field and step.
+and imports no torch; paired grids live in :mod:`.paired`. The key metrics of key-door grids
+(section 4.3, Table 1: accuracy per sub-task, key pickup rate, key attraction bias) need states
+with ``has_key`` and ``door_open`` (``core.State``). Conventions: a trajectory of ``T`` steps
+has states ``s_0 .. s_T`` and actions ``a_0 .. a_{T-1}``; ``actions[t] is None`` marks an
+invalid step, never optimal, and a fifth policy outcome ``INVALID`` to which ``pi*`` gives 0;
+entropy and JSD are in nats unless ``base`` is given; a metric over no data is ``math.nan``
+(only :func:`grid_metrics` refuses an empty list), and bad data raises ``ValueError`` naming
+grid, field and step.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from operator import index
 from typing import Any
 
 import numpy as np
 import scipy.stats
-from goalprobe.gridworld.core import N_ACTIONS
+from goalprobe.gridworld.core import N_ACTIONS, RowCol
 from scipy.special import rel_entr
 
 INVALID = N_ACTIONS
@@ -33,30 +36,22 @@ ECE_BINS = 10
 """Number of equal-width confidence bins of the expected calibration error (study: M = 10)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Trajectories
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrajectoryData:
-    """One rollout as plain data.
-
-    Attributes:
-        grid_id: the grid the trajectory was run on; grid-level metrics group by it.
-        states: ``T + 1`` hashable states ``s_0 .. s_T``; the last is the state after the last
-            action. Key metrics need states with ``has_key`` / ``door_open`` attributes
-            (:class:`goalprobe.gridworld.core.State`).
-        actions: ``T`` actions (``Action`` or int in 0..3), ``None`` for an invalid step.
-        optimal_sets: ``T`` non-empty sets of optimal actions, ``optimal_sets[t] = pi*(s_t)``.
-        success: whether the trajectory ended at the goal (``s_T = s_goal``).
-    """
+    """One rollout as plain data."""
 
     grid_id: str
+    """The grid the trajectory was run on; grid-level metrics group by it."""
     states: tuple[Hashable, ...]
+    """``T + 1`` hashable states ``s_0 .. s_T``; the last is the state after the last action. Key
+    metrics need states with ``has_key`` / ``door_open`` attributes
+    (:class:`goalprobe.gridworld.core.State`)."""
     actions: tuple[int | None, ...]
+    """``T`` actions (``Action`` or int in 0..3), ``None`` for an invalid step."""
     optimal_sets: tuple[frozenset[int], ...]
+    """``T`` non-empty sets of optimal actions, ``optimal_sets[t] = pi*(s_t)``."""
     success: bool
+    """Whether the trajectory ended at the goal (``s_T = s_goal``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.grid_id, str):
@@ -154,11 +149,6 @@ def _single_grid(trajectories: Iterable[TrajectoryData]) -> list[TrajectoryData]
     return trajs
 
 
-# --------------------------------------------------------------------------------------------
-# Capability metrics (appendix B.1)
-# --------------------------------------------------------------------------------------------
-
-
 def goal_success_rate(trajectories: Iterable[TrajectoryData]) -> float:
     """GSR: the fraction of trajectories that ended at the goal (eq. 1); NaN when none."""
     flags = [t.success for t in trajectories]
@@ -179,32 +169,15 @@ def grid_accuracy(trajectories: Iterable[TrajectoryData]) -> float:
     return float(np.mean(accs)) if accs else math.nan
 
 
-# --------------------------------------------------------------------------------------------
-# Uncertainty metrics (appendix B.2)
-# --------------------------------------------------------------------------------------------
-
-
 def entropy(p: Sequence[float] | np.ndarray, *, base: float = math.e) -> float:
     """Shannon entropy of ``(K,)`` non-negative weights ``p`` with a positive sum (normalised
     first), in nats unless ``base`` is given."""
-    p = _distribution(p, "p")
-    return float(scipy.stats.entropy(p, base=base))
-
-
-def _jsd_rows(p: np.ndarray, q: np.ndarray, base: float) -> np.ndarray:
-    """Row-wise JSD of ``(S, K)`` normalised distributions -> ``(S,)``."""
-    m = (p + q) / 2
-    jsd = (rel_entr(p, m).sum(axis=1) + rel_entr(q, m).sum(axis=1)) / 2 / math.log(base)
-    return np.clip(jsd, 0.0, math.log(2) / math.log(base))
-
-
-def _distribution(p: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     arr = np.asarray(p, dtype=float)
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {arr.shape}")
+        raise ValueError(f"p must be a non-empty 1-D array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
-        raise ValueError(f"{name} must be finite, non-negative and sum to > 0, got {arr}")
-    return arr / arr.sum()
+        raise ValueError(f"p must be finite, non-negative and sum to > 0, got {arr}")
+    return float(scipy.stats.entropy(arr / arr.sum(), base=base))
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,17 +185,14 @@ class PolicyTable:
     """Empirical agent policy and optimal policy at every visited state of one grid.
 
     Visited states are the unique states at which an action (or invalid step) was taken in any
-    trajectory; a final state ``s_T`` where no action was taken has no policy and is not listed.
-
-    Attributes:
-        states: ``S`` visited states, in order of first visit.
-        counts: ``(S, 5)`` int64, how often each outcome (4 actions, then ``INVALID``) was taken.
-        optimal: ``(S, 5)`` float64, ``pi*(. | s)``: uniform over the optimal set, 0 on ``INVALID``.
-    """
+    trajectory; a final state ``s_T`` where no action was taken has no policy and is not listed."""
 
     states: tuple[Hashable, ...]
+    """``S`` visited states, in order of first visit."""
     counts: np.ndarray
+    """``(S, 5)`` int64, how often each outcome (4 actions, then ``INVALID``) was taken."""
     optimal: np.ndarray
+    """``(S, 5)`` float64, ``pi*(. | s)``: uniform over the optimal set, 0 on ``INVALID``."""
 
     @property
     def policy(self) -> np.ndarray:
@@ -235,7 +205,10 @@ class PolicyTable:
 
     def jsd(self, *, base: float = math.e) -> np.ndarray:
         """``(S,)`` float64, ``JSD(pi_theta(. | s) || pi*(. | s))`` per visited state."""
-        return _jsd_rows(self.policy, self.optimal, base)
+        p, q = self.policy, self.optimal
+        m = (p + q) / 2
+        jsd = (rel_entr(p, m).sum(axis=1) + rel_entr(q, m).sum(axis=1)) / 2 / math.log(base)
+        return np.clip(jsd, 0.0, math.log(2) / math.log(base))
 
 
 def policy_table(trajectories: Iterable[TrajectoryData]) -> PolicyTable:
@@ -326,37 +299,29 @@ def _grid_ece(trajs: list[TrajectoryData], table: PolicyTable, n_bins: int) -> f
     return expected_calibration_error(conf, correct, n_bins=n_bins)
 
 
-# --------------------------------------------------------------------------------------------
-# Grid-level summary
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class GridMetrics:
-    """Behavioural metrics of one grid (appendix B), over all its trajectories.
-
-    Attributes:
-        grid_id: the grid.
-        n_trajectories: number of trajectories N.
-        n_steps: total steps over all trajectories.
-        n_visited_states: number of visited states ``|S_visited|``.
-        success_rate: GSR in [0, 1].
-        accuracy: mean per-action accuracy in [0, 1].
-        entropy: ``H_pi_theta``, mean policy entropy over visited states (eq. 4; nats unless
-            another base was asked; NaN when no action was taken).
-        jsd: ``JSD_pi_theta``, mean JSD from ``pi*`` over visited states (eq. 5; same unit).
-        ece: expected calibration error in [0, 1] (eq. 6-8, :func:`_grid_ece`).
-    """
+    """Behavioural metrics of one grid (appendix B), over all its trajectories."""
 
     grid_id: str
+    """The grid."""
     n_trajectories: int
+    """Number of trajectories N."""
     n_steps: int
+    """Total steps over all trajectories."""
     n_visited_states: int
+    """Number of visited states ``|S_visited|``."""
     success_rate: float
+    """GSR in [0, 1]."""
     accuracy: float
+    """Mean per-action accuracy in [0, 1]."""
     entropy: float
+    """``H_pi_theta``, mean policy entropy over visited states (eq. 4; nats unless another base was
+    asked; NaN when no action was taken)."""
     jsd: float
+    """``JSD_pi_theta``, mean JSD from ``pi*`` over visited states (eq. 5; same unit)."""
     ece: float
+    """Expected calibration error in [0, 1] (eq. 6-8, :func:`_grid_ece`)."""
 
 
 def grid_metrics(
@@ -389,3 +354,136 @@ def metrics_by_grid(
         gid: grid_metrics(trajs, base=base, n_bins=n_bins)
         for gid, trajs in group_by_grid(trajectories).items()
     }
+
+
+class Stage(StrEnum):
+    """Sub-task of a key-door episode, determined by the state before the action."""
+
+    TO_KEY = "to_key"
+    """The door is closed and the agent has no key."""
+    TO_DOOR = "to_door"
+    """The agent has the key and the door is still closed."""
+    TO_GOAL = "to_goal"
+    """The door is open (always so in a grid without a door)."""
+
+
+def stage_of(state: Hashable) -> Stage:
+    """The stage of a state with ``has_key`` and ``door_open`` attributes (``core.State``).
+
+    ``door_open`` wins: in a grid without a door every state is :attr:`Stage.TO_GOAL`, so
+    KeyNoDoor grids have no key or door stage (Table 1: N/A).
+    """
+    has_key, door_open = _flag(state, "has_key"), _flag(state, "door_open")
+    if door_open:
+        return Stage.TO_GOAL
+    return Stage.TO_DOOR if has_key else Stage.TO_KEY
+
+
+def _flag(state: Hashable, name: str) -> bool:
+    try:
+        return bool(getattr(state, name))
+    except AttributeError as err:
+        raise ValueError(
+            f"key metrics need states with a {name!r} attribute (core.State), got {state!r}"
+        ) from err
+
+
+@dataclass(frozen=True)
+class StageAccuracy:
+    """Accuracy per key-door stage.
+
+    For one trajectory: the fraction of its steps in the stage whose action is optimal. For a
+    set of trajectories: the mean of that over the trajectories with steps in the stage.
+    A stage with no steps is NaN.
+
+    Attributes:
+        to_key, to_door, to_goal: accuracy in [0, 1] or NaN.
+        n_to_key, n_to_door, n_to_goal: number of steps (one trajectory) or of contributing
+            trajectories (a set of trajectories) behind each value.
+    """
+
+    to_key: float
+    to_door: float
+    to_goal: float
+    n_to_key: int
+    n_to_door: int
+    n_to_goal: int
+
+    def __getitem__(self, stage: Stage) -> float:
+        """The accuracy of ``stage``."""
+        return getattr(self, Stage(stage).value)
+
+
+def _per_stage(values: Iterable[tuple[Stage, float]]) -> StageAccuracy:
+    """The mean and the number of the ``(stage, value)`` pairs of each stage (NaN over none)."""
+    by_stage: dict[Stage, list[float]] = {stage: [] for stage in Stage}
+    for stage, value in values:
+        by_stage[stage].append(value)
+    means = {s.value: float(np.mean(v)) if v else math.nan for s, v in by_stage.items()}
+    counts = {f"n_{s.value}": len(v) for s, v in by_stage.items()}
+    return StageAccuracy(**means, **counts)  # type: ignore[arg-type]
+
+
+def trajectory_stage_accuracy(trajectory: TrajectoryData) -> StageAccuracy:
+    """Accuracy of one trajectory within each stage (stage of ``s_t`` decides step ``t``)."""
+    stages = map(stage_of, trajectory.states[:-1])
+    return _per_stage(zip(stages, optimal_mask(trajectory), strict=True))
+
+
+def stage_accuracy(trajectories: Iterable[TrajectoryData]) -> StageAccuracy:
+    """Mean per-trajectory stage accuracy over the trajectories that reach each stage."""
+    per_traj = [trajectory_stage_accuracy(t) for t in trajectories]
+    return _per_stage((s, a[s]) for a in per_traj for s in Stage if not math.isnan(a[s]))
+
+
+def key_pickup_rate(trajectories: Iterable[TrajectoryData]) -> float:
+    """Fraction of trajectories in which the agent holds the key in some state; NaN when none."""
+    flags = [any(_flag(s, "has_key") for s in t.states) for t in trajectories]
+    return float(np.mean(flags)) if flags else math.nan
+
+
+@dataclass(frozen=True)
+class KeyAttraction:
+    """Key attraction bias (Table 1): share of non-optimal moves that go towards the key."""
+
+    n_non_optimal: int
+    """Non-optimal valid actions taken while the agent did not hold the key."""
+    n_towards: int
+    """Those of them after which the key distance strictly decreased."""
+    bias: float
+    """``n_towards / n_non_optimal`` in [0, 1]; NaN when ``n_non_optimal == 0``."""
+
+
+def key_attraction_bias(
+    trajectories: Iterable[TrajectoryData], key_distance: Callable[[Hashable], float]
+) -> KeyAttraction:
+    """Pooled share of non-optimal actions that move towards the key.
+
+    Step ``t`` counts when the agent does not hold the key in ``s_t``, ``a_t`` is a valid action
+    and ``a_t not in pi*(s_t)``. It moves towards the key when
+    ``key_distance(s_{t+1}) < key_distance(s_t)``: a bump into a wall (no move) or a move that
+    keeps or increases the distance does not. Invalid steps are not actions and are left out.
+    Counts are pooled over all given trajectories (states with ``has_key``); ``key_distance``:
+    a state's distance to the key (``lambda s: bfs[s.agent]``, :func:`manhattan_key_distance`).
+    """
+    n_non_optimal = n_towards = 0
+    for traj in trajectories:
+        for t, (action, opt) in enumerate(zip(traj.actions, traj.optimal_sets, strict=True)):
+            here, after = traj.states[t], traj.states[t + 1]
+            if action is None or action in opt or _flag(here, "has_key"):
+                continue
+            n_non_optimal += 1
+            n_towards += bool(key_distance(after) < key_distance(here))
+    bias = n_towards / n_non_optimal if n_non_optimal else math.nan
+    return KeyAttraction(n_non_optimal=n_non_optimal, n_towards=n_towards, bias=bias)
+
+
+def manhattan_key_distance(key_row_col: RowCol) -> Callable[[Hashable], int]:
+    """A ``key_distance`` for :func:`key_attraction_bias`: Manhattan distance from ``state.agent``."""
+    key_row, key_col = key_row_col
+
+    def distance(state: Hashable) -> int:
+        row, col = state.agent  # type: ignore[attr-defined]
+        return abs(row - key_row) + abs(col - key_col)
+
+    return distance

@@ -85,19 +85,16 @@ def bfs_distances(walls: np.ndarray, source_row_col: RowCol) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class OptimalPolicy:
-    """The exact optimal policy of a grid (build it with :func:`solve`).
-
-    Attributes:
-        grid: the grid it solves.
-        distances: ``(2, 2, n, n)`` float64 indexed ``[has_key, door_open, row, col]``: the number
-            of steps to the goal under optimal play, ``math.inf`` where unreachable. Read-only.
-        action_masks: ``(2, 2, n, n, 4)`` bool, True for the optimal actions (indexed by
-            :class:`~goalprobe.gridworld.core.Action`). Read-only.
-    """
+    """The exact optimal policy of a grid (build it with :func:`solve`)."""
 
     grid: Grid
+    """The grid it solves."""
     distances: np.ndarray
+    """``(2, 2, n, n)`` float64 indexed ``[has_key, door_open, row, col]``: the number of steps to
+    the goal under optimal play, ``math.inf`` where unreachable. Read-only."""
     action_masks: np.ndarray
+    """``(2, 2, n, n, 4)`` bool, True for the optimal actions (indexed by
+    :class:`~goalprobe.gridworld.core.Action`). Read-only."""
 
     def _index(self, state: State) -> tuple[int, int, int, int]:
         row, col = state.agent
@@ -200,15 +197,10 @@ def solve(grid: Grid) -> OptimalPolicy:
 def _solve_static(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     """No door: one undirected BFS over cells, broadcast to the four (has_key, door_open) layers."""
     n = grid.size
-    walls = grid.walls
-    goal_row, goal_col = grid.goal
-    open_cells = (~walls).ravel().tolist()
-    dist = np.array(_bfs_flat(open_cells, n, goal_row * n + goal_col), dtype=np.float64)
-    dist = dist.reshape(n, n)
+    own = bfs_distances(grid.walls, grid.goal)
     # distance after each action: the neighbour's distance, or the own one when blocked
     padded = np.full((n + 2, n + 2), np.inf)
-    padded[1:-1, 1:-1] = dist
-    own = dist
+    padded[1:-1, 1:-1] = own
     after = np.empty((n, n, N_ACTIONS))
     for action in Action:
         d_row, d_col = action.delta_row_col
@@ -216,7 +208,7 @@ def _solve_static(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
         blocked = np.isinf(nbr)  # walls and off-grid (open neighbours of a finite cell are finite)
         after[..., action] = np.where(blocked, own, nbr)
     mask = np.isfinite(own)[..., None] & (after == (own - 1)[..., None])
-    distances = np.broadcast_to(dist, (2, 2, n, n)).copy()
+    distances = np.broadcast_to(own, (2, 2, n, n)).copy()
     masks = np.broadcast_to(mask, (2, 2, n, n, N_ACTIONS)).copy()
     return distances, masks
 

@@ -16,10 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-# --------------------------------------------------------------------------------------------
-# Trajectory overlap
-# --------------------------------------------------------------------------------------------
-
 
 def jaccard_similarity(states_a: Iterable[Hashable], states_b: Iterable[Hashable]) -> float:
     """Jaccard index ``|S_a & S_b| / |S_a | S_b|`` of two trajectories' unique visited states.
@@ -33,35 +29,26 @@ def jaccard_similarity(states_a: Iterable[Hashable], states_b: Iterable[Hashable
     return len(a & b) / len(union) if union else math.nan
 
 
-# --------------------------------------------------------------------------------------------
-# Paired comparison of base and transformed grids (appendix D)
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PairedTestResult:
-    """A paired Wilcoxon signed-rank test of ``transformed - base``.
-
-    Attributes:
-        statistic: scipy's Wilcoxon statistic (two-sided: ``min(W+, W-)``; one-sided: ``W+``).
-        p_value: the test's p-value; 1.0 when every difference is zero.
-        rank_biserial: matched-pairs rank-biserial correlation ``(W+ - W-) / (W+ + W-)`` in
-            [-1, 1]; > 0 when the transformed values tend to be larger; 0.0 when every
-            difference is zero.
-        w_plus: sum of the ranks of |d| over positive differences ``d = transformed - base``.
-        w_minus: the same over negative differences.
-        n_pairs: number of pairs.
-        n_nonzero: pairs with a non-zero difference (zero differences are dropped, as in
-            Wilcoxon's original test, scipy ``zero_method="wilcox"``).
-    """
+    """A paired Wilcoxon signed-rank test of ``transformed - base``."""
 
     statistic: float
+    """Scipy's Wilcoxon statistic (two-sided: ``min(W+, W-)``; one-sided: ``W+``)."""
     p_value: float
+    """The test's p-value; 1.0 when every difference is zero."""
     rank_biserial: float
+    """Matched-pairs rank-biserial correlation ``(W+ - W-) / (W+ + W-)`` in [-1, 1]; > 0 when the
+    transformed values tend to be larger; 0.0 when every difference is zero."""
     w_plus: float
+    """Sum of the ranks of |d| over positive differences ``d = transformed - base``."""
     w_minus: float
+    """The same over negative differences."""
     n_pairs: int
+    """Number of pairs."""
     n_nonzero: int
+    """Pairs with a non-zero difference (zero differences are dropped, as in Wilcoxon's original
+    test, scipy ``zero_method="wilcox"``)."""
 
     @property
     def all_zero(self) -> bool:

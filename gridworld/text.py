@@ -157,12 +157,8 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
             min(len(lines), n + 2),
         )
     walls = np.zeros((n, n), dtype=bool)
-    found: dict[CellType, list[tuple[RowCol, int, int]]] = {
-        CellType.AGENT: [],
-        CellType.GOAL: [],
-        CellType.KEY: [],
-        CellType.DOOR: [],
-    }
+    objects = (CellType.AGENT, CellType.GOAL, CellType.KEY, CellType.DOOR)
+    found: dict[CellType, list[tuple[RowCol, int, int]]] = {t: [] for t in objects}
     harm: list[RowCol] = []
     for row in range(n):
         line_no = row + 2

@@ -15,31 +15,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 from goalprobe.gridworld.core import Action, Grid, RowCol, State
 
-OPPOSITE: dict[Action, Action] = {
-    Action.UP: Action.DOWN,
-    Action.DOWN: Action.UP,
-    Action.LEFT: Action.RIGHT,
-    Action.RIGHT: Action.LEFT,
-}
-"""The reverse of each move."""
-
 
 @dataclass(frozen=True)
 class Transformed:
-    """A transformed grid and how to carry states and actions over to it.
-
-    Attributes:
-        grid: the transformed grid (id ``<original id>~<name>``; ``extra`` records the chain of
-            transforms and the source grid id).
-        action_map: original action -> the action doing the same on the new grid.
-        name: the transform's name.
-        cell_map: original ``(row, col)`` -> new ``(row, col)``.
-    """
+    """A transformed grid and how to carry states and actions over to it."""
 
     grid: Grid
+    """The transformed grid (id ``<original id>~<name>``; ``extra`` records the chain of transforms
+    and the source grid id)."""
     action_map: dict[Action, Action]
+    """Original action -> the action doing the same on the new grid."""
     name: str
+    """The transform's name."""
     cell_map: Callable[[RowCol], RowCol]
+    """Original ``(row, col)`` -> new ``(row, col)``."""
 
     def map_state(self, state: State) -> State:
         """The state of the new grid corresponding to ``state`` (cell mapped, flags kept)."""
@@ -54,13 +43,9 @@ class Transformed:
 
 def _derive_action_map(cell_map: Callable[[RowCol], RowCol]) -> dict[Action, Action]:
     by_delta = {a.delta_row_col: a for a in Action}
-    origin = cell_map((2, 2))
-    out = {}
-    for action in Action:
-        d_row, d_col = action.delta_row_col
-        moved = cell_map((2 + d_row, 2 + d_col))
-        out[action] = by_delta[(moved[0] - origin[0], moved[1] - origin[1])]
-    return out
+    r0, c0 = cell_map((2, 2))
+    moved = {a: cell_map((2 + a.delta_row_col[0], 2 + a.delta_row_col[1])) for a in Action}
+    return {a: by_delta[(r - r0, c - c0)] for a, (r, c) in moved.items()}
 
 
 def _derived_grid(grid: Grid, name: str, **changes) -> Grid:

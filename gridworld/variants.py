@@ -34,16 +34,6 @@ from goalprobe.gridworld.generator import (
 from goalprobe.gridworld.optimal import _bfs_flat
 from goalprobe.gridworld.transforms import rotate90
 
-VARIANTS: tuple[str, ...] = (
-    Variant.PLAIN,
-    Variant.KEY_DOOR,
-    Variant.KEY_NO_DOOR,
-    Variant.KEY_DOOR_CONTROL,
-    Variant.TWO_PATH_KEY,
-    Variant.TWO_PATH_NO_KEY,
-)
-"""Every variant name."""
-
 FAMILY: dict[str, str] = {
     Variant.PLAIN: Variant.PLAIN,
     Variant.KEY_DOOR: Variant.KEY_DOOR,
@@ -54,37 +44,34 @@ FAMILY: dict[str, str] = {
 }
 """Layout family of each variant; grid sets seed by family, so matched variants share layouts."""
 
+VARIANTS: tuple[str, ...] = tuple(FAMILY)
+"""Every variant name."""
+
 
 @dataclass(frozen=True)
 class KeyDoorFamily:
-    """Matched grids of one key-door layout.
-
-    Attributes:
-        key_door: locked door between agent and goal, key on the agent's side.
-        key_no_door: the same with the door cell open (the key is useless).
-        control: the same with the door cell open and no key.
-    """
+    """Matched grids of one key-door layout."""
 
     key_door: Grid
+    """Locked door between agent and goal, key on the agent's side."""
     key_no_door: Grid
+    """The same with the door cell open (the key is useless)."""
     control: Grid
+    """The same with the door cell open and no key."""
 
 
 @dataclass(frozen=True)
 class TwoPathFamily:
-    """Matched grids of one two-path layout.
-
-    Attributes:
-        with_key: two equally short paths, a useless key on one of them.
-        control: the same grid without the key.
-        key_path_cells: the cells of the shortest path holding the key, start to goal.
-        other_path_cells: the cells of the other shortest path, start to goal.
-    """
+    """Matched grids of one two-path layout."""
 
     with_key: Grid
+    """Two equally short paths, a useless key on one of them."""
     control: Grid
+    """The same grid without the key."""
     key_path_cells: tuple[tuple[int, int], ...]
+    """The cells of the shortest path holding the key, start to goal."""
     other_path_cells: tuple[tuple[int, int], ...]
+    """The cells of the other shortest path, start to goal."""
 
 
 def _pick(items: list, u: float):

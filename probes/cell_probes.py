@@ -30,16 +30,17 @@ same at every cell, so it cannot place the agent or goal (the study's 39% accura
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from goalprobe.gridworld.core import CellType
-from goalprobe.probes.splits import carve_validation
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
+    early_stopping_split,
     fit_lbfgs,
     fit_standardiser,
     load_module_tensors,
@@ -48,6 +49,7 @@ from goalprobe.probes.training import (
     store_params,
     torch_seed,
     train_estimator,
+    validation_mean,
 )
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -165,22 +167,8 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
             )
         rng = np.random.default_rng(self.random_state)
         n = X2.shape[0]
-        rows = np.arange(n)
         linear = self.family == "linear"
-        if self.early_stopping and not linear:
-            if groups is None:
-                raise ValueError(
-                    "early_stopping needs grid ids (groups=) to carve the validation split by grid; "
-                    "pass groups or set early_stopping=False"
-                )
-            groups = np.asarray(groups)
-            if groups.shape != (n,):
-                raise ValueError(f"groups must have shape ({n},), got {groups.shape}")
-            fit_rows, val_rows = carve_validation(
-                rows, groups, self.validation_fraction, int(rng.integers(2**31 - 1))
-            )
-        else:
-            fit_rows, val_rows = rows, rows[:0]
+        fit_rows, val_rows = early_stopping_split(self, n, groups, rng, applies=not linear)
 
         present = np.unique(labels)  # validation rows included: they must be encodable too
         classes = present if self.classes is None else np.asarray(sorted(self.classes))
@@ -231,19 +219,14 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         validation_loss = None
         if len(val_rows):
             val_logits = self._example_logits(X2)
-            val_targets = torch.from_numpy(codes[val_rows])
-            val_w = torch.from_numpy(self.class_weights_[codes[val_rows]])
+            val_targets = torch.from_numpy(codes)
+            val_w = torch.from_numpy(self.class_weights_[codes])
 
-            def validation_loss() -> float:
-                total, weight = 0.0, 0.0
-                with torch.inference_mode():
-                    for start in range(0, len(val_rows), self.batch_size):
-                        sl = slice(start, start + self.batch_size)
-                        w = val_w[sl].to(self.device)
-                        logits = val_logits(val_rows[sl])
-                        total += float(_weighted_ce(logits, val_targets[sl].to(self.device), w))
-                        weight += float(w.sum())
-                return total / weight
+            def val_sums(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+                w = val_w[rows].to(self.device)
+                return _weighted_ce(val_logits(rows), val_targets[rows].to(self.device), w), w.sum()
+
+            validation_loss = partial(validation_mean, val_rows, self.batch_size, val_sums)
 
         self.history_, self.best_epoch_ = train_estimator(
             self,
@@ -329,8 +312,7 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
         """Accuracy over every queried cell (padding included for a general probe)."""
         if sample_weight is not None:
             raise ValueError("score does not support sample_weight")
-        labels = validate_label_maps(y, self.grid_size)
-        return float(np.mean(self.predict(X) == labels))
+        return float(np.mean(self.predict(X) == validate_label_maps(y, self.grid_size)))
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Arrays (for safetensors) and JSON metadata that restore the fitted probe exactly."""
@@ -609,11 +591,7 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
         """``(N, S, S)`` uint8: the most frequent class (per cell or overall)."""
         return self.classes_[self.predict_proba(X).argmax(axis=-1)]
 
-    def score(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> float:
-        """Accuracy over every queried cell."""
-        if sample_weight is not None:
-            raise ValueError("score does not support sample_weight")
-        return float(np.mean(self.predict(X) == validate_label_maps(y, self.grid_size)))
+    score = CellProbeBase.score
 
     def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
         check_is_fitted(self, "frequencies_")
@@ -621,15 +599,11 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
             "classes": self.classes_,
             "frequencies": self.frequencies_,
         }
-        meta: dict = {
-            "classes_": [int(c) for c in self.classes_],
-            "n_features_in_": int(self.n_features_in_),
-            "map_side_": int(self.map_side_),
-        }
-        return tensors, meta
+        counts = {k: int(getattr(self, k)) for k in ("n_features_in_", "map_side_")}
+        return tensors, {"classes_": [int(c) for c in self.classes_], **counts}
 
     def _restore(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         self.classes_ = tensors["classes"].astype(np.uint8)
         self.frequencies_ = tensors["frequencies"]
-        self.n_features_in_ = int(meta["n_features_in_"])
-        self.map_side_ = int(meta["map_side_"])
+        for key in ("n_features_in_", "map_side_"):
+            setattr(self, key, int(meta[key]))

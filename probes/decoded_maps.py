@@ -101,15 +101,12 @@ def write_decoded_maps(
         f.attrs["readout"] = (readout or Readout()).to_json()
         for name, value in attrs.items():
             f.attrs[name] = value
-        for name, extra in (("agent_probs", agent), ("goal_probs", goal)):
+        extras = {"agent_probs": agent, "goal_probs": goal, "wall_source": wall_source}
+        for name, extra in extras.items():
             if extra is not None:
-                f.create_dataset(
-                    name, data=np.asarray(extra).astype(np.float16), compression="gzip"
-                )
+                dtype = np.uint8 if name == "wall_source" else np.float16
+                f.create_dataset(name, data=np.asarray(extra).astype(dtype), compression="gzip")
         if wall_source is not None:
-            f.create_dataset(
-                "wall_source", data=np.asarray(wall_source, dtype=np.uint8), compression="gzip"
-            )
             f.attrs["wall_sources"] = json.dumps(list(WALL_SOURCES))
         f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
         f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
@@ -166,12 +163,11 @@ def read_decoded_maps(path: str | Path) -> DecodedMaps:
         row_ids = f["row_ids"][...]
         classes = np.asarray(f.attrs["classes"], dtype=np.uint8)
         card = json.loads(f.attrs["probe_card"])
-        agent = f["agent_probs"][...] if "agent_probs" in f else None
-        goal = f["goal_probs"][...] if "goal_probs" in f else None
-        wall_source = f["wall_source"][...] if "wall_source" in f else None
+        names = ("agent_probs", "goal_probs", "wall_source")
+        agent, goal, wall_source = (f[k][...] if k in f else None for k in names)
         readout = Readout.from_json(f.attrs.get("readout"))
         extra = {k: f.attrs[k] for k in ("role", "trained_on") if k in f.attrs}
-    for name, value in (("agent_probs", agent), ("goal_probs", goal), ("wall_source", wall_source)):
+    for name, value in zip(names, (agent, goal, wall_source), strict=True):
         if value is not None and value.shape != probs.shape[:3]:
             raise ValueError(f"{p}: {name} {value.shape} disagrees with probs {probs.shape}")
     if probs.shape[0] != row_ids.shape[0] or probs.shape[3] != len(classes):

@@ -11,14 +11,15 @@ grids only (e.g. ``GridSearchCV`` with ``GroupKFold`` and ``groups``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import numpy as np
 import torch
-from goalprobe.probes.splits import carve_validation
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
+    early_stopping_split,
     fit_standardiser,
     load_module_tensors,
     module_tensors,
@@ -26,6 +27,7 @@ from goalprobe.probes.training import (
     store_params,
     torch_seed,
     train_estimator,
+    validation_mean,
 )
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.kernel_ridge import KernelRidge
@@ -92,30 +94,20 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
         if self.family not in ("linear", "quadratic", "mlp"):
             raise ValueError(f"family must be 'linear', 'quadratic' or 'mlp', got {self.family!r}")
         rng = np.random.default_rng(self.random_state)
-        rows = np.arange(X2.shape[0])
-        use_validation = self.family == "mlp" and self.early_stopping
-        if use_validation:
-            if groups is None:
-                raise ValueError(
-                    "early_stopping needs grid ids (groups=) to carve the validation split by grid"
-                )
-            fit_rows, val_rows = carve_validation(
-                rows, np.asarray(groups), self.validation_fraction, int(rng.integers(2**31 - 1))
-            )
-        else:
-            fit_rows, val_rows = rows, rows[:0]
+        mlp = self.family == "mlp"
+        fit_rows, val_rows = early_stopping_split(self, X2.shape[0], groups, rng, applies=mlp)
         self.n_features_in_ = X2.shape[1]
         self.feature_mean_, self.feature_scale_ = fit_standardiser(X2, fit_rows)
         self.target_mean_ = float(target[fit_rows].mean())
         self.target_scale_ = float(target[fit_rows].std()) or 1.0
+        device = self.device if mlp else "cpu"
+        standardise = Standardiser(self.feature_mean_, self.feature_scale_, device)
         if self.family == "linear":
-            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
             ridge = Ridge(alpha=self.alpha).fit(standardise(X2, fit_rows).numpy(), target[fit_rows])
             self.coef_ = ridge.coef_.astype(np.float64)
             self.intercept_ = float(ridge.intercept_)
             return self
         if self.family == "quadratic":
-            standardise = Standardiser(self.feature_mean_, self.feature_scale_, "cpu")
             support = standardise(X2, fit_rows).double().numpy()
             z = (target[fit_rows] - self.target_mean_) / self.target_scale_
             kernel = self._kernel()
@@ -123,35 +115,23 @@ class GoalDistanceRegressor(RegressorMixin, BaseEstimator):
             self.support_ = support.astype(np.float32)
             return self
 
-        standardise = Standardiser(self.feature_mean_, self.feature_scale_, self.device)
         z = torch.from_numpy(((target - self.target_mean_) / self.target_scale_).astype(np.float32))
         self.module_ = seeded_module(
             lambda: self._build_module(self.n_features_in_), torch_seed(rng)
         ).to(self.device)
 
-        def batch_loss(pos: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-            rows_ = fit_rows[pos]
-            pred = self.module_(standardise(X2, rows_))[:, 0]
-            err = pred - z[rows_].to(self.device)
-            return (err**2).sum(), torch.tensor(float(len(rows_)))
+        def squared_errors(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            pred = self.module_(standardise(X2, rows))[:, 0]
+            return ((pred - z[rows].to(self.device)) ** 2).sum(), torch.tensor(float(len(rows)))
 
         validation_loss = None
         if len(val_rows):
-
-            def validation_loss() -> float:
-                total = 0.0
-                with torch.inference_mode():
-                    for start in range(0, len(val_rows), self.batch_size):
-                        rows_ = val_rows[start : start + self.batch_size]
-                        pred = self.module_(standardise(X2, rows_))[:, 0]
-                        total += float(((pred - z[rows_].to(self.device)) ** 2).sum())
-                return total / len(val_rows)
-
+            validation_loss = partial(validation_mean, val_rows, self.batch_size, squared_errors)
         self.history_, self.best_epoch_ = train_estimator(
             self,
             self.module_,
             n_examples=len(fit_rows),
-            batch_loss=batch_loss,
+            batch_loss=lambda pos: squared_errors(fit_rows[pos]),
             validation_loss=validation_loss,
             rng=rng,
         )

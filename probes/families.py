@@ -1,6 +1,6 @@
 """Probe families: the estimators ``goalprobe train-probe`` and the ``probes`` stage fit, by name.
 
-A family is a class implementing :class:`ProbeFamily` (scikit-learn's estimator API plus what
+A family is a class implementing :data:`FAMILY_METHODS` (scikit-learn's estimator API plus what
 :func:`~goalprobe.probes.serialization.save_probe` / ``load_probe`` need), registered with the
 store labels it learns (:data:`TARGETS`)::
 
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
-
-import numpy as np
+from typing import Any, Literal
 
 Target = Literal["cell_type", "distance", "position"]
 TARGETS: dict[str, str] = {
@@ -41,37 +39,13 @@ ENTRY_POINT_GROUP = "goalprobe.probe_families"
 """Entry-point group of probe families shipped by other packages."""
 
 
-@runtime_checkable
-class ProbeFamily(Protocol):
-    """What a probe family implements: scikit-learn's estimator API (``get_params`` and
-    ``set_params`` come with :class:`sklearn.base.BaseEstimator`; ``clone`` must rebuild it
-    from its parameters) and its fitted state as tensors plus JSON for the card."""
-
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> Any:
-        """Fit on activations ``X (N, F)`` and the target's labels ``y`` (``groups``: grid
-        ids, for grouped early stopping)."""
-        ...
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """Labels of the target's shape."""
-        ...
-
-    def score(self, X: np.ndarray, y: np.ndarray) -> float:
-        """Accuracy (classifiers) or R^2 (regressors)."""
-        ...
-
-    def get_params(self, deep: bool = True) -> dict:
-        """The constructor's parameters (written into the card: JSON-ready values)."""
-        ...
-
-    def _fitted_state(self) -> tuple[dict[str, np.ndarray], dict]:
-        """``(tensors, fitted)``: arrays for safetensors and JSON-ready fitted scalars
-        (classifiers include ``classes_``)."""
-        ...
-
-    def _restore(self, tensors: dict[str, np.ndarray], fitted: dict) -> None:
-        """Set the fitted state :meth:`_fitted_state` returned on a fresh instance."""
-        ...
+FAMILY_METHODS = ("fit", "predict", "score", "get_params", "_fitted_state", "_restore")
+"""What a probe family implements: scikit-learn's estimator API (``fit(X, y, groups=None)`` on
+activations ``X (N, F)`` and the target's labels, ``groups`` the grid ids for grouped early
+stopping; ``get_params`` from :class:`sklearn.base.BaseEstimator`, JSON-ready, and ``clone``
+must rebuild it from them), and its fitted state: ``_fitted_state() -> (tensors, fitted)``,
+arrays for safetensors and JSON-ready scalars for the card (classifiers include ``classes_``),
+which ``_restore(tensors, fitted)`` sets on a fresh instance."""
 
 
 @dataclass(frozen=True)
@@ -101,16 +75,12 @@ def register_probe_family(
     name: str, cls: type | None = None, *, target: str = "cell_type"
 ) -> Callable[[type], type] | type:
     """Register ``cls`` as the probe family ``name`` learning ``target`` (also a decorator);
-    ValueError on an unknown target, a class lacking :class:`ProbeFamily`, or a taken name."""
+    ValueError on an unknown target, a class lacking :data:`FAMILY_METHODS`, or a taken name."""
     if target not in TARGETS:
         raise ValueError(f"probe family {name!r}: target {target!r} is not one of {list(TARGETS)}")
 
     def register(klass: type) -> type:
-        missing = [
-            m
-            for m in ("fit", "predict", "score", "get_params", "_fitted_state", "_restore")
-            if not callable(getattr(klass, m, None))
-        ]
+        missing = [m for m in FAMILY_METHODS if not callable(getattr(klass, m, None))]
         if missing:
             raise ValueError(f"probe family {name!r}: {klass.__name__} lacks {missing}")
         known = _FAMILIES.get(name)

@@ -79,8 +79,7 @@ def revealed_probe(
             if y.min() == y.max():
                 probe[:, r, c] = bool(y[0])
                 continue
-            model = LogisticRegression(C=0.1, max_iter=500)
-            model.fit(z[rows], y)
+            model = LogisticRegression(C=0.1, max_iter=500).fit(z[rows], y)
             probe[:, r, c] = model.predict(z)
     dist = chebyshev_to_agent(agent_row_col, side).astype(np.float64)
     features = np.stack([dist, dist**2], axis=-1)

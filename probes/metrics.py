@@ -39,15 +39,6 @@ LOCALISED = (CellType.AGENT, CellType.GOAL)
 """Classes with one true cell per map, scored by top-1 localisation."""
 
 
-def _class_index(classes: np.ndarray, cell_type: int) -> int:
-    hits = np.flatnonzero(np.asarray(classes) == int(cell_type))
-    if hits.size == 0:
-        raise ValueError(
-            f"{CellType(cell_type).name} is not among the probe's classes {np.asarray(classes).tolist()}"
-        )
-    return int(hits[0])
-
-
 def top_k_cells(probs: np.ndarray, classes: np.ndarray, cell_type: int, k: int = 1) -> np.ndarray:
     """``(N, k, 2)`` int64 ``(row, col)`` of the ``k`` cells with the highest probability of
     ``cell_type`` in ``probs (N, S, S, C)`` over ``classes``, most probable first (ties:
@@ -56,7 +47,12 @@ def top_k_cells(probs: np.ndarray, classes: np.ndarray, cell_type: int, k: int =
     n, side = p.shape[0], p.shape[1]
     if not 1 <= k <= side * side:
         raise ValueError(f"k must lie in 1..{side * side}, got {k}")
-    flat = p[..., _class_index(classes, cell_type)].reshape(n, side * side)
+    column = np.flatnonzero(np.asarray(classes) == int(cell_type))
+    if column.size == 0:
+        raise ValueError(
+            f"{CellType(cell_type).name} is not among the probe's classes {np.asarray(classes).tolist()}"
+        )
+    flat = p[..., column[0]].reshape(n, side * side)
     order = np.argsort(-flat, axis=1, kind="stable")[:, :k]
     return np.stack(np.divmod(order, side), axis=-1).astype(np.int64)
 
@@ -75,13 +71,6 @@ def cell_positions(labels: np.ndarray, cell_type: int) -> np.ndarray:
     side = mask.shape[1]
     flat = mask.reshape(mask.shape[0], -1).argmax(axis=1)
     return np.stack(np.divmod(flat, side), axis=-1).astype(np.int64)
-
-
-def _grid_codes(grid_ids: np.ndarray, n: int) -> np.ndarray:
-    ids = np.asarray(grid_ids)
-    if ids.shape != (n,):
-        raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
-    return grid_codes(ids)[1]
 
 
 RATE_COUNTS = "_rate_counts"
@@ -190,7 +179,10 @@ def _grouped(
 ) -> dict:
     """:func:`_evaluate` on every row and within each value of ``groups`` (``by_<name>``),
     then ``extra``, the confidence level and the number of draws."""
-    codes = _grid_codes(grid_ids, n)
+    ids = np.asarray(grid_ids)
+    if ids.shape != (n,):
+        raise ValueError(f"grid_ids must have shape ({n},), got {ids.shape}")
+    codes = grid_codes(ids)[1]
     rng = np.random.default_rng(random_state)
     baselines = tuple(baselines)
     result = _evaluate(models, np.arange(n), codes, reference, n_boot, level, rng, baselines)
@@ -260,7 +252,8 @@ def evaluate_cell_maps(
     truth = _CellMapTruth.build(predictions, lab, agent_row_col, goal_row_col)
     models = {name: _cell_map_sampler(p, c, truth) for name, (p, c) in predictions.items()}
     if uniform_localisation:
-        chance = uniform_top1(lab, _sizes_of(lab) if grid_sizes is None else grid_sizes)
+        sides = (lab != CellType.PADDING).any(axis=2).sum(axis=1)  # rows before the padding
+        chance = uniform_top1(lab, sides if grid_sizes is None else grid_sizes)
 
         def uniform(rows, boot: GridBootstrap):
             return {f"{CellType(c).name.lower()}_top1": boot.ratio(chance[rows]) for c in LOCALISED}
@@ -390,12 +383,6 @@ def _class_aucs(cell_scores: dict, rows: np.ndarray, boot: GridBootstrap, t: _Ce
         with np.errstate(invalid="ignore"):
             out["auc_macro"] = np.nanmean(np.stack(aucs), axis=0)
     return out
-
-
-def _sizes_of(labels: np.ndarray) -> np.ndarray:
-    """``(N,)`` grid side of each padded label map (rows and columns before the padding)."""
-    inside = labels != CellType.PADDING
-    return inside.any(axis=2).sum(axis=1).astype(np.int64)
 
 
 def grid_weighted_auc(

@@ -38,21 +38,11 @@ def seed_runs(
     """
     per_seed: list[dict[str, Any]] = []
     for seed in seeds:
-        _, m, _, _ = fit_and_score(
-            config, clone(estimator).set_params(random_state=seed), data, train, test
-        )
-        per_seed.append(
-            {
-                "seed": int(seed),
-                **{
-                    k: {
-                        "probe": m["models"]["probe"].get(k),
-                        "selectivity": m.get("selectivity", {}).get(k),
-                    }
-                    for k in metrics
-                },
-            }
-        )
+        seeded = clone(estimator).set_params(random_state=seed)
+        _, m, _, _ = fit_and_score(config, seeded, data, train, test)
+        scores = {"probe": m["models"]["probe"], "selectivity": m.get("selectivity", {})}
+        by_metric = {k: {name: s.get(k) for name, s in scores.items()} for k in metrics}
+        per_seed.append({"seed": int(seed), **by_metric})
     pooled = {}
     for k in metrics:
         probe = [s[k]["probe"] for s in per_seed if s[k]["probe"]]

@@ -38,13 +38,6 @@ class ActivationSource:
     layer: int
 
 
-def _registry() -> dict[str, type]:
-    """Class name -> class of every registered probe family: what a card's ``class`` may name."""
-    from goalprobe.probes.families import probe_classes
-
-    return probe_classes()
-
-
 def _paths(path: str | Path) -> tuple[Path, Path]:
     p = Path(path)
     if p.suffix in (".safetensors", ".json"):
@@ -72,9 +65,13 @@ def probe_card(
     """The JSON-ready card of a fitted probe (what :func:`save_probe` writes next to the
     tensors): ``schema``, ``schema_version``, ``class``, ``hyperparameters``, ``fitted``,
     ``metrics`` and ``activations`` (``source``; None: unknown)."""
+    from goalprobe.probes.families import probe_classes
+
     name = type(probe).__name__
-    if name not in _registry():
-        raise TypeError(f"{name} is not a goalprobe probe: expected one of {sorted(_registry())}")
+    if name not in probe_classes():
+        raise TypeError(
+            f"{name} is not a goalprobe probe: expected one of {sorted(probe_classes())}"
+        )
     _, fitted = probe._fitted_state()
     card = {
         "schema": CARD_SCHEMA,
@@ -146,11 +143,12 @@ def _read_card(path: Path, what: str, schema: str, version: int) -> dict:
 def load_probe(path: str | Path):
     """Rebuild a probe saved by :func:`save_probe` (``path``: the stem or either file); its
     predictions match the saved one's exactly."""
+    from goalprobe.probes.families import probe_classes
     from safetensors.numpy import load_file
 
     card = read_probe_card(path)
     tensor_path, card_path = _paths(path)
-    registry = _registry()
+    registry = probe_classes()
     if card["class"] not in registry:
         raise ValueError(f"{card_path}: unknown probe class {card['class']!r}")
     cls = registry[card["class"]]

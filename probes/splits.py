@@ -8,6 +8,7 @@ are seeded and pure numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -25,18 +26,16 @@ class GridSplit:
         """Raise ``ValueError`` when two parts share a row or a grid (of ``grid_ids (N,)``)."""
         ids = np.asarray(grid_ids)
         parts = {"train": self.train, "validation": self.validation, "test": self.test}
-        names = list(parts)
-        for i, a in enumerate(names):
-            for b in names[i + 1 :]:
-                shared_rows = np.intersect1d(parts[a], parts[b])
-                if shared_rows.size:
-                    raise ValueError(f"{a} and {b} share {shared_rows.size} rows")
-                shared = np.intersect1d(ids[parts[a]], ids[parts[b]])
-                if shared.size:
-                    raise ValueError(
-                        f"{a} and {b} share {shared.size} grids (first: {shared[0]!r}); "
-                        "a split must keep every step of a grid in one part"
-                    )
+        for (a, rows_a), (b, rows_b) in combinations(parts.items(), 2):
+            shared_rows = np.intersect1d(rows_a, rows_b)
+            if shared_rows.size:
+                raise ValueError(f"{a} and {b} share {shared_rows.size} rows")
+            shared = np.intersect1d(ids[rows_a], ids[rows_b])
+            if shared.size:
+                raise ValueError(
+                    f"{a} and {b} share {shared.size} grids (first: {shared[0]!r}); "
+                    "a split must keep every step of a grid in one part"
+                )
 
 
 def _grid_strata(grid_ids: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -96,10 +95,8 @@ def split_by_grid(
     ids = np.asarray(grid_ids)
     if ids.ndim != 1:
         raise ValueError(f"grid_ids must be 1-D, got shape {ids.shape}")
-    for name, frac in (
-        ("test_fraction", test_fraction),
-        ("validation_fraction", validation_fraction),
-    ):
+    fractions = {"test_fraction": test_fraction, "validation_fraction": validation_fraction}
+    for name, frac in fractions.items():
         if not 0.0 <= frac < 1.0:
             raise ValueError(f"{name} must lie in [0, 1), got {frac}")
     grids, grid_strata = _grid_strata(ids, stratify)

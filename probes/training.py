@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import scipy.optimize
 import torch
+from goalprobe.probes.splits import carve_validation
 from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
@@ -106,6 +107,39 @@ def seeded_module(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.M
 def torch_seed(rng: np.random.Generator) -> int:
     """A torch seed drawn from a numpy generator (keeps one seed per estimator)."""
     return int(rng.integers(2**31 - 1))
+
+
+def early_stopping_split(
+    estimator, n: int, groups, rng: np.random.Generator, *, applies: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit rows, validation rows)`` of ``n`` examples: validation grids of ``groups`` carved by
+    the estimator's ``validation_fraction`` when it early-stops (and ``applies``), else none."""
+    rows = np.arange(n)
+    if not (applies and estimator.early_stopping):
+        return rows, rows[:0]
+    if groups is None:
+        raise ValueError(
+            "early_stopping needs grid ids (groups=) to carve the validation split by grid; "
+            "pass groups or set early_stopping=False"
+        )
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"groups must have shape ({n},), got {groups.shape}")
+    return carve_validation(rows, groups, estimator.validation_fraction, torch_seed(rng))
+
+
+def validation_mean(
+    rows: np.ndarray, batch_size: int, loss_sums: Callable[[np.ndarray], tuple]
+) -> float:
+    """``sum(loss) / sum(weight)`` of ``loss_sums(batch) -> (loss sum, weight sum)`` over
+    ``rows`` in batches of ``batch_size``, without gradients (a ``validation_loss``)."""
+    total, weight = 0.0, 0.0
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch_size):
+            loss, w = loss_sums(rows[start : start + batch_size])
+            total += float(loss)
+            weight += float(w)
+    return total / weight
 
 
 def train_module(

@@ -80,10 +80,6 @@ def design_power(committed: dict | None, n_grids: int, n_test_grids: int, n_feat
     return (None if reasons else committed["conditional"]["frames"]), info
 
 
-def _json_block(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k not in ("probe", "null")}
-
-
 def wall_readout(
     data: ProbeData,
     split: GridSplit,
@@ -113,7 +109,7 @@ def wall_readout(
     for frame in frames:
         cfg = WallTestConfig(**{**config.__dict__, "frame": frame})
         res = conditional_wall_test(X, data.cell_types, data.grid_ids, split.train, split.test, cfg)
-        out["frames"][frame] = _json_block(res)
+        out["frames"][frame] = {k: v for k, v in res.items() if k not in ("probe", "null")}
         if fitted is not None:
             fitted[frame] = res["probe"]
         curve = None if power is None else power.get(frame)

@@ -310,16 +310,17 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         if len(alphas) > 1:
             if groups is None:
                 raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
-            rows, ids = np.arange(len(acts)), np.asarray(groups)
-            fit_rows, val_rows = carve_validation(
-                rows, ids, self.validation_fraction, self.random_state
-            )
+            rows, fraction = np.arange(len(acts)), self.validation_fraction
+            fit_rows, val_rows = carve_validation(rows, groups, fraction, self.random_state)
             theta = None
             best: Any = None
             chosen: Any = None
             for alpha in alphas:
                 theta = self._fit_rows(X, y, fit_rows, alpha, theta)
-                logit, target, mask = self._val_terms(X, y, val_rows)
+                X_val, y_val = np.asarray(X)[val_rows], np.asarray(y)[val_rows]
+                logit = self.decision_function(X_val)
+                target = self.frame_targets(X_val, y_val)[0]
+                mask = self.prior_proba(X_val)[1]
                 per_head = ((np.logaddexp(0.0, logit) - target * logit) * mask).sum(axis=0)
                 self.validation_loss_[alpha] = float(per_head.sum() / max(mask.sum(), 1))
                 heads = self.penalty_groups(len(per_head))
@@ -362,13 +363,6 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         self.intercept_ = theta[F * P :]
         return theta
 
-    def _val_terms(self, X, y, rows):
-        X_rows = np.asarray(X)[rows]
-        logit = self.decision_function(X_rows)
-        target, _ = self.frame_targets(X_rows, np.asarray(y)[rows])
-        _, mask = self.prior_proba(X_rows)
-        return logit, target.astype(np.float64), mask
-
     def decision_function(self, X: np.ndarray, *, smooth_fixed: bool = False) -> np.ndarray:
         """``(N, P)`` wall logits (the prior's logit where the cell is fixed; ``smooth_fixed``:
         the read-out on every grid cell over the smoothed prior, :meth:`decode_proba`)."""
@@ -378,20 +372,18 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         read = ((acts - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
         return _logit(prior) + np.where(uncertain, read, 0.0)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, X: np.ndarray, *, smooth_fixed: bool = False) -> np.ndarray:
         """``(N, P)`` wall probability of each head's cell (exactly the prior's 0 or 1 on
-        fixed cells, 0 off the canvas)."""
-        prior, uncertain = self.prior_proba(X)
-        return np.where(uncertain, scipy.special.expit(self.decision_function(X)), prior)
+        fixed cells, 0 off the canvas; ``smooth_fixed`` as :meth:`decision_function`)."""
+        prior, uncertain = self.prior_proba(X, smooth_fixed=smooth_fixed)
+        logit = self.decision_function(X, smooth_fixed=smooth_fixed)
+        return np.where(uncertain, scipy.special.expit(logit), prior)
 
     def decode_proba(self, X: np.ndarray) -> np.ndarray:
         """``(N, P)`` wall probability for decoding a believed map: the read-out over the
         smoothed prior on every grid cell (``smooth_fixed``), so a wall where the generator never
         draws one can be decoded; 0 outside the grid. The statistic never uses it."""
-        prior, uncertain = self.prior_proba(X, smooth_fixed=True)
-        return np.where(
-            uncertain, scipy.special.expit(self.decision_function(X, smooth_fixed=True)), prior
-        )
+        return self.predict_proba(X, smooth_fixed=True)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``(N, P)`` bool: wall where the probability exceeds 1/2."""
@@ -548,15 +540,14 @@ def score_walls(
     common = sorted(set(per_grid["probe"]) & set(per_grid["null"]))
     prior_auc = _grid_auc(_row_auc(prior_p, t, m), ids)
     auc_out = {
-        "probe": grid_mean([per_grid["probe"][g] for g in common], random_state=random_state),
-        "null": grid_mean([per_grid["null"][g] for g in common], random_state=random_state),
-        "prior": grid_mean(list(prior_auc.values()), random_state=random_state),
-        "difference": grid_mean(
-            [per_grid["probe"][g] - per_grid["null"][g] for g in common],
-            n_resamples=n_bootstrap,
-            random_state=random_state,
-        ),
+        k: grid_mean([v[g] for g in common], random_state=random_state) for k, v in per_grid.items()
     }
+    auc_out["prior"] = grid_mean(list(prior_auc.values()), random_state=random_state)
+    auc_out["difference"] = grid_mean(
+        [per_grid["probe"][g] - per_grid["null"][g] for g in common],
+        n_resamples=n_bootstrap,
+        random_state=random_state,
+    )
     bits = {
         "probe": ratio(gain_probe),
         "null": ratio(gain_null),
@@ -607,11 +598,10 @@ def conditional_wall_test(
 
     def score(cols: np.ndarray) -> dict:
         p, n, q, t, m = (a[:, cols] for a in (probe_p, null_p, prior_p, target, mask))
-        kw: dict[str, Any] = {
-            "n_bootstrap": config.n_bootstrap,
-            "random_state": config.random_state,
-        }
-        return score_walls(p, n, q, t, m, ids[test], **kw)
+        seed = config.random_state
+        return score_walls(
+            p, n, q, t, m, ids[test], n_bootstrap=config.n_bootstrap, random_state=seed
+        )
 
     out = {
         "frame": config.frame,

@@ -1,7 +1,7 @@
 """Benchmark of the cell-type probes: factorised against materialised, and the study's scale.
 
 Every measurement runs in a fresh subprocess (so peak memory is its own): it draws synthetic
-activations with a planted map (``goalprobe.probes.synthetic``), fits a general MLP probe for one epoch
+activations with a planted map (``goalprobe.probes.wall_planting``), fits a general MLP probe for one epoch
 and reports the epoch's wall time and the process's peak resident memory.
 
 ``compare`` times the two modes pairwise: for each of ``--pairs`` pairs, one materialised
@@ -45,7 +45,7 @@ def worker(args: argparse.Namespace) -> dict:
     import numpy as np
     import torch
     from goalprobe.probes.cell_probes import CoordinateCellProbe
-    from goalprobe.probes.synthetic import planted_cell_data
+    from goalprobe.probes.wall_planting import planted_cell_data
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()

@@ -3,7 +3,7 @@ demo's design: writes ``probes/wall_power.json`` (package data the report reads 
 map" verdict).
 
 Two blocks: the top-level keys are the headline coordinate probe's pooled-AUC-minus-prior
-statistic (``probes/power.py``); ``conditional`` is the conditional wall test's
+statistic (``probes/wall_planting.py``); ``conditional`` is the conditional wall test's
 (``probes/wall_test.py``, ``probes/wall_planting.py``): walls planted in each frame (absolute
 cells, offsets from the agent) on the probing set's own grids, with density planted as real
 anchors carry it, and per frame the minimum detectable strength and the bits per prior-uncertain
@@ -26,8 +26,13 @@ from pathlib import Path
 
 import torch
 from goalprobe.probes.cell_probes import CoordinateCellProbe
-from goalprobe.probes.power import PowerDesign, demo_layouts, wall_power
-from goalprobe.probes.wall_planting import WallPowerDesign, wall_power_curve
+from goalprobe.probes.wall_planting import (
+    PowerDesign,
+    WallPowerDesign,
+    demo_layouts,
+    wall_power,
+    wall_power_curve,
+)
 
 from goalprobe.config import demo_config
 from goalprobe.provenance import demo_provenance

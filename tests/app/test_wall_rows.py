@@ -7,9 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from goalprobe.probes.power import PowerDesign, as_probe_data, demo_layouts
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.wall_planting import planted_walls
+from goalprobe.probes.wall_planting import PowerDesign, as_probe_data, demo_layouts, planted_walls
 from goalprobe.probes.wall_readout import wall_readout, wall_verdict
 from goalprobe.probes.wall_test import WallTestConfig
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from goalprobe.probes.cell_probes import CoordinateCellProbe
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import planted_cell_data
 from run_digests import probe_differences
 
 from goalprobe.config import demo_config

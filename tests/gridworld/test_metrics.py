@@ -9,20 +9,12 @@ import numpy as np
 import pytest
 import scipy.stats
 from goalprobe.gridworld.core import Action, State
-from goalprobe.gridworld.key_metrics import (
-    KeyAttraction,
-    Stage,
-    key_attraction_bias,
-    key_pickup_rate,
-    manhattan_key_distance,
-    stage_accuracy,
-    stage_of,
-    trajectory_stage_accuracy,
-)
 from goalprobe.gridworld.metrics import (
     ECE_BINS,
     INVALID,
     N_OUTCOMES,
+    KeyAttraction,
+    Stage,
     TrajectoryData,
     confidence_bins,
     entropy,
@@ -31,10 +23,16 @@ from goalprobe.gridworld.metrics import (
     grid_accuracy,
     grid_metrics,
     group_by_grid,
+    key_attraction_bias,
+    key_pickup_rate,
+    manhattan_key_distance,
     metrics_by_grid,
     optimal_mask,
     policy_table,
+    stage_accuracy,
+    stage_of,
     trajectory_accuracy,
+    trajectory_stage_accuracy,
 )
 from goalprobe.gridworld.paired import (
     align_pairs,

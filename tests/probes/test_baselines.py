@@ -9,7 +9,7 @@ from goalprobe.probes.baselines import CellPrior, GroupMeanRegressor, covariates
 from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
 from goalprobe.probes.metrics import evaluate_cell_maps, evaluate_distance, grid_weighted_auc
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import planted_cell_data
 from sklearn.metrics import roc_auc_score
 
 from goalprobe.stats import GridBootstrap

@@ -26,7 +26,7 @@ from goalprobe.probes.serialization import (
     save_probe,
 )
 from goalprobe.probes.splits import carve_validation, shuffle_by_grid, split_by_grid
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import planted_cell_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone

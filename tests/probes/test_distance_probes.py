@@ -8,7 +8,7 @@ from goalprobe.probes.distance import GoalDistanceRegressor
 from goalprobe.probes.metrics import evaluate_distance
 from goalprobe.probes.serialization import load_probe, read_probe_card, save_probe
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import planted_cell_data
 from sklearn.base import clone
 from sklearn.dummy import DummyRegressor
 from sklearn.linear_model import Ridge

@@ -21,7 +21,7 @@ from goalprobe.probes.families import (
 )
 from goalprobe.probes.probe_sweep import ProbeSweepConfig
 from goalprobe.probes.serialization import load_probe
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import planted_cell_data
 from test_cell_probes import _write_store
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 from goalprobe.probes.cell_probes import CoordinateCellProbe
-from goalprobe.probes.power import PowerDesign, as_probe_data, summarise, wall_power
 from goalprobe.probes.probe_sweep import ProbeSweepConfig
 from goalprobe.probes.seeds import intervals_disjoint, seed_runs, seed_verdict
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.synthetic import planted_cell_data
+from goalprobe.probes.wall_planting import (
+    PowerDesign,
+    as_probe_data,
+    planted_cell_data,
+    summarise,
+    wall_power,
+)
 
 from goalprobe.stats import seed_pooled
 
@@ -92,7 +97,7 @@ def test_power_plants_on_the_demo_grids_when_given_their_seed():
     (bordered, connected grids at every density), not random walls."""
     from goalprobe.gridworld.core import CellType
     from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
-    from goalprobe.probes.power import demo_layouts
+    from goalprobe.probes.wall_planting import demo_layouts
 
     design = PowerDesign(n_grids=4, sizes=(7, 9), densities=(0.4, 1.0), grid_seed=3)
     grids = generate_grid_set(

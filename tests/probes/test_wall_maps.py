@@ -16,9 +16,8 @@ from goalprobe.probes.decoder import (
     combine_walls,
     decode_rows,
 )
-from goalprobe.probes.power import PowerDesign, demo_layouts
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.wall_planting import planted_inputs, planted_walls
+from goalprobe.probes.wall_planting import PowerDesign, demo_layouts, planted_inputs, planted_walls
 from goalprobe.probes.wall_test import OFFSETS, ConditionalWallProbe
 
 SIDE = 15

@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from goalprobe.probes.power import PowerDesign, as_probe_data, demo_layouts
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.wall_planting import WallPowerDesign, planted_walls, summarise_power
+from goalprobe.probes.wall_planting import (
+    PowerDesign,
+    WallPowerDesign,
+    as_probe_data,
+    demo_layouts,
+    planted_walls,
+    summarise_power,
+)
 from goalprobe.probes.wall_readout import WALL_READOUT_SCHEMA, wall_readout, wall_verdict
 from goalprobe.probes.wall_test import WallTestConfig
 

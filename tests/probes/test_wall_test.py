@@ -8,9 +8,14 @@ import numpy as np
 import pytest
 from goalprobe.gridworld.core import CellType
 from goalprobe.probes.cell_probes import CoordinateCellProbe
-from goalprobe.probes.power import PowerDesign, demo_layouts, wall_power
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.wall_planting import planted_inputs, planted_walls
+from goalprobe.probes.wall_planting import (
+    PowerDesign,
+    demo_layouts,
+    planted_inputs,
+    planted_walls,
+    wall_power,
+)
 from goalprobe.probes.wall_test import (
     OFFSETS,
     ConditionalWallProbe,
@@ -181,7 +186,7 @@ def test_demo_size_detects_strength_half_and_not_zero(seed):
 @pytest.mark.slow
 def test_regression_the_pooled_auc_minus_prior_statistic_misses_strength_two():
     """The previous statistic (the headline coordinate probe's pooled wall AUC minus the
-    strongest control's, ``probes/power.py``) did not detect a planted wall map of strength 2
+    strongest control's, ``probes/wall_planting.py``) did not detect a planted wall map of strength 2
     (seed 1 of ``probes/wall_power.json``); the conditional test detects 0.5 (above)."""
     probe = CoordinateCellProbe(
         batch_size=32,
