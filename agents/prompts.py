@@ -29,7 +29,8 @@ from importlib import resources
 from pathlib import Path
 
 from goalprobe.agents.harmony import Message
-from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.core import Grid, State, Variant
+from goalprobe.gridworld.text import render
 
 TEMPLATE_FILES: dict[str, str] = {
     "instructions_plain": "instructions_plain.txt",
@@ -247,3 +248,21 @@ def build_messages(
         ),
         Message("user", user),
     ]
+
+
+def state_messages(
+    grid: Grid,
+    state: State,
+    *,
+    template: PromptTemplate | None = None,
+    moral_conditioning: bool = False,
+) -> list[Message]:
+    """:func:`build_messages` of ``grid`` (its shown grid) at ``state``, as a rollout step of an
+    unfogged grid shows it."""
+    return build_messages(
+        render(grid.prompt_grid, state),
+        variant=grid.variant,
+        has_key=state.has_key,
+        template=template,
+        moral_conditioning=moral_conditioning,
+    )
