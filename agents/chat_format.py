@@ -43,12 +43,14 @@ from typing import Any, Protocol, cast
 
 from goalprobe.agents import harmony
 from goalprobe.agents.harmony import (
+    DEFAULT_SYSTEM,
     AnchorPositions,
     HarmonyTokenIds,
     Message,
     ReasoningEffort,
     ReasoningSpan,
     SplitCompletion,
+    SystemContent,
 )
 
 ANCHOR_TOKENS = 3
@@ -142,12 +144,14 @@ def _decode(tokenizer, completion: str | Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class HarmonyFormat:
-    """GPT-OSS's harmony format (:mod:`goalprobe.agents.harmony`) for one tokenizer."""
+    """GPT-OSS's harmony format (:mod:`goalprobe.agents.harmony`) for one tokenizer, its
+    prompts opened by the system content ``system``."""
 
     tokenizer: Any = field(repr=False, compare=False)
     special: HarmonyTokenIds
     name: str = "harmony"
     anchor_tokens: int = ANCHOR_TOKENS
+    system: SystemContent = DEFAULT_SYSTEM
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> HarmonyFormat:
@@ -155,10 +159,10 @@ class HarmonyFormat:
         return cls(tokenizer, HarmonyTokenIds.from_tokenizer(tokenizer))
 
     def render_prompt(self, messages, reasoning_effort="low") -> str:
-        return harmony.render_prompt(messages, reasoning_effort)
+        return harmony.render_prompt(messages, reasoning_effort, system=self.system)
 
     def encode_prompt(self, messages, reasoning_effort="low") -> list[int]:
-        return harmony.encode_prompt(self.tokenizer, messages, reasoning_effort)
+        return harmony.encode_prompt(self.tokenizer, messages, reasoning_effort, self.system)
 
     def render_completion(self, reasoning: str, answer: str) -> str:
         return harmony.render_completion(reasoning, answer)
