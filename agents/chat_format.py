@@ -51,6 +51,7 @@ from goalprobe.agents.harmony import (
     ReasoningSpan,
     SplitCompletion,
     SystemContent,
+    encode_text,
 )
 
 ANCHOR_TOKENS = 3
@@ -125,10 +126,6 @@ class ChatFormat(Protocol):
         ...
 
 
-def _ids(tokenizer, text: str) -> list[int]:
-    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
-
-
 def _decode(tokenizer, completion: str | Sequence[int]) -> str:
     if isinstance(completion, str):
         return completion
@@ -190,9 +187,8 @@ class HarmonyFormat:
         return None
 
     def encode_reasoning(self, reasoning: str) -> list[int]:
-        return _ids(
-            self.tokenizer, harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)
-        )
+        text = harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)
+        return encode_text(self.tokenizer, text)
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -235,7 +231,7 @@ def _single_token(tokenizer, token: str) -> int | None:
     unk = getattr(tokenizer, "unk_token_id", None)
     if token_id is None or token_id == unk:
         return None
-    return int(token_id) if _ids(tokenizer, token) == [int(token_id)] else None
+    return int(token_id) if encode_text(tokenizer, token) == [int(token_id)] else None
 
 
 @dataclass(frozen=True)
@@ -338,7 +334,7 @@ class ThinkTagFormat:
             reasoning_close = tail[
                 tail.index(_PROBE_REASONING) + len(_PROBE_REASONING) : tail.index(_PROBE_ANSWER)
             ]
-        generation_ids = tuple(_ids(tokenizer, generation_prompt))
+        generation_ids = tuple(encode_text(tokenizer, generation_prompt))
         if len(generation_ids) < ANCHOR_TOKENS:
             raise ChatFormatError(
                 f"the chat template's generation prompt {generation_prompt!r} is "
@@ -383,7 +379,7 @@ class ThinkTagFormat:
         )
 
     def encode_prompt(self, messages, reasoning_effort="low") -> list[int]:
-        return _ids(self.tokenizer, self.render_prompt(messages, reasoning_effort))
+        return encode_text(self.tokenizer, self.render_prompt(messages, reasoning_effort))
 
     def render_completion(self, reasoning: str, answer: str) -> str:
         for name, text in (("reasoning", reasoning), ("answer", answer)):
@@ -487,7 +483,9 @@ class ThinkTagFormat:
         return i if i < len(ids) else None
 
     def encode_reasoning(self, reasoning: str) -> list[int]:
-        return _ids(self.tokenizer, f"{self.reasoning_open}{reasoning}{self.reasoning_close}")
+        return encode_text(
+            self.tokenizer, f"{self.reasoning_open}{reasoning}{self.reasoning_close}"
+        )
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

@@ -159,7 +159,11 @@ def encode_prompt(
 ) -> list[int]:
     """``(prompt_len,)`` token ids of one conversation's harmony prompt under ``tokenizer`` (the
     ids a local model is run on; special tokens are parsed from the rendered text)."""
-    text = render_prompt(messages, reasoning_effort, system=system)
+    return encode_text(tokenizer, render_prompt(messages, reasoning_effort, system=system))
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """The token ids of ``text`` (special tokens parsed from it, none added)."""
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 

@@ -133,15 +133,12 @@ class PromptTemplate:
         if not directory.is_dir():
             raise FileNotFoundError(f"prompt template directory {directory} does not exist")
         texts = {}
-        for name, filename in TEMPLATE_FILES.items():
-            file = directory / filename
-            if not file.is_file():
-                raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
-            texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
-        for name, filename in OPTIONAL_TEMPLATE_FILES.items():
+        for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items():
             file = directory / filename
             if file.is_file():
-                texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
+                texts[name] = file.read_text(encoding="utf-8").removesuffix("\n")
+            elif name in TEMPLATE_FILES:
+                raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
         return cls(**texts, source=str(directory))
 
     @classmethod
@@ -149,14 +146,10 @@ class PromptTemplate:
         """The packaged templates (``agents/templates``), which the bundled agent knows."""
         root = resources.files("goalprobe.agents").joinpath("templates")
         texts = {
-            name: _strip_final_newline(root.joinpath(filename).read_text(encoding="utf-8"))
+            name: root.joinpath(filename).read_text(encoding="utf-8").removesuffix("\n")
             for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items()
         }
         return cls(**texts, source="agents/templates")
-
-
-def _strip_final_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
 
 
 def uses_key_prompt(variant: str) -> bool:

@@ -317,24 +317,19 @@ class _Episode:
             return
         state = self.state
         next_state = step(self.grid, state, parsed.action) if parsed.action is not None else state
-        flags = []
-        if self.rejected:
-            flags.append("retried")
-        if parsed.truncated:
-            flags.append("truncated")
-            self.truncated = True
-        elif not parsed.ok:
-            flags.append("invalid")
-        elif next_state.agent == state.agent:
-            flags.append("blocked_move")
-        if parsed.form in ("relaxed_json", "key_value"):
-            flags.append("relaxed_parse")
-        if completion.token_ids_source == "retokenized":
-            flags.append("retokenized")
-        if completion.finish_reason == "length":
-            flags.append("max_tokens_reached")
-        if not completion.well_formed:
-            flags.append("malformed_harmony")
+        self.truncated = parsed.truncated
+        outcome = "truncated" if parsed.truncated else "invalid" if not parsed.ok else None
+        if outcome is None and next_state.agent == state.agent:
+            outcome = "blocked_move"
+        raised = {
+            "retried": bool(self.rejected),
+            outcome: outcome is not None,
+            "relaxed_parse": parsed.form in ("relaxed_json", "key_value"),
+            "retokenized": completion.token_ids_source == "retokenized",
+            "max_tokens_reached": completion.finish_reason == "length",
+            "malformed_harmony": not completion.well_formed,
+        }
+        flags = [str(flag) for flag, on in raised.items() if on]
         self.steps.append(
             StepRecord(
                 run_id=self.run_id,

@@ -224,27 +224,23 @@ def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
     assembler = _EpisodeAssembler(path)
     episodes = steps = 0
     best, best_at = -1, ""
-    pending_best, pending_at = -1, ""
     for line in _scan(path, on_truncated=lambda message: None):
-        record = line.record
         episode = assembler.feed(line)
-        if isinstance(record, StepRecord):
-            ids = [*record.prompt_token_ids, *record.generated_token_ids]
-            for attempt in record.rejected_attempts:
+        if episode is None:
+            continue
+        episodes += 1
+        steps += len(episode.steps)
+        first_line = line.number - len(episode.steps)
+        for i, step in enumerate(episode.steps):
+            ids = [*step.prompt_token_ids, *step.generated_token_ids]
+            for attempt in step.rejected_attempts:
                 ids.extend(attempt.generated_token_ids)
-            top = max(ids, default=-1)
-            if top > pending_best:
-                pending_best = top
-                pending_at = (
-                    f"{path}:{line.number}: step {record.step} of episode {record.episode} on "
-                    f"grid {record.grid_id!r}"
+            if max(ids, default=-1) > best:
+                best = max(ids)
+                best_at = (
+                    f"{path}:{first_line + i}: step {step.step} of episode {step.episode} on "
+                    f"grid {step.grid_id!r}"
                 )
-        if episode is not None:
-            episodes += 1
-            steps += len(episode.steps)
-            if pending_best > best:
-                best, best_at = pending_best, pending_at
-            pending_best, pending_at = -1, ""
     if assembler.header is None:
         raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
     return TrajectoryStats(path, assembler.header.run_id, episodes, steps, best, best_at)
