@@ -179,12 +179,9 @@ class HarmonyFormat:
     def answer_start(self, token_ids) -> int | None:
         ids = [int(i) for i in token_ids]
         post = self.find_anchors(ids).post_reasoning
-        if post is None:
-            return None
-        for i in range(post[2] + 1, len(ids)):
-            if ids[i] == self.special.message:
-                return i + 1 if i + 1 < len(ids) else None
-        return None
+        later = range(post[2] + 1, len(ids)) if post is not None else ()
+        message = next((i for i in later if ids[i] == self.special.message), len(ids))
+        return message + 1 if message + 1 < len(ids) else None
 
     def encode_reasoning(self, reasoning: str) -> list[int]:
         text = harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)

@@ -219,10 +219,8 @@ def split_completion(completion: str | Sequence[int], tokenizer: _Decoder | None
         if tokenizer is None:
             raise TypeError("split_completion needs a tokenizer to decode token ids")
         completion = tokenizer.decode(list(completion), skip_special_tokens=False)
-    pos = 0
     head = _HEAD_RE.match(completion)
-    if head is not None:
-        pos = head.end()
+    pos = head.end() if head is not None else 0
     messages: list[tuple[str, str, str]] = []
     while pos < len(completion):
         match = _MESSAGE_RE.match(completion, pos)

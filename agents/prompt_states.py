@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.harmony import Message, ReasoningEffort
 from goalprobe.agents.prompts import PromptTemplate, state_messages
 from goalprobe.agents.rollout import RolloutConfig, _Episode, _solved, derive_seed, state_fields
 from goalprobe.agents.trajectories import (
@@ -60,11 +61,7 @@ class PromptStatesConfig:
     def __post_init__(self) -> None:
         if self.states_per_grid < 1:
             raise ValueError(f"states_per_grid must be >= 1, got {self.states_per_grid}")
-        if self.reasoning_effort not in REASONING_EFFORTS:
-            raise ValueError(
-                f"reasoning_effort must be one of {REASONING_EFFORTS}, got "
-                f"{self.reasoning_effort!r}"
-            )
+        SamplingConfig(reasoning_effort=self.reasoning_effort)  # validates the effort
 
 
 @dataclass(frozen=True)

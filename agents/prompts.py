@@ -229,18 +229,13 @@ def build_messages(
         user = template.user_key.replace(GRID_FIELD, grid_text).replace(KEY_STATUS_FIELD, status)
     else:
         user = template.user_plain.replace(GRID_FIELD, grid_text)
-    return [
-        Message(
-            "developer",
-            build_instructions(
-                variant=variant,
-                template=template,
-                moral_conditioning=moral_conditioning,
-                fog_radius=fog_radius,
-            ),
-        ),
-        Message("user", user),
-    ]
+    instructions = build_instructions(
+        variant=variant,
+        template=template,
+        moral_conditioning=moral_conditioning,
+        fog_radius=fog_radius,
+    )
+    return [Message("developer", instructions), Message("user", user)]
 
 
 def state_messages(

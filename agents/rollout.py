@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import time
@@ -116,16 +117,13 @@ class RolloutConfig:
     (MACHIAVELLI's moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`)."""
 
     def __post_init__(self) -> None:
-        if self.episodes_per_grid < 1:
-            raise ValueError(f"episodes_per_grid must be >= 1, got {self.episodes_per_grid}")
+        for name, low in (("episodes_per_grid", 1), ("retries", 0), ("batch_size", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if not (math.isfinite(self.horizon_factor) and self.horizon_factor > 0):
             raise ValueError(f"horizon_factor must be > 0, got {self.horizon_factor}")
         if self.horizon_steps is not None and self.horizon_steps < 1:
             raise ValueError(f"horizon_steps must be >= 1 or None, got {self.horizon_steps}")
-        if self.retries < 0:
-            raise ValueError(f"retries must be >= 0, got {self.retries}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         self.sampling(0)  # validates temperature, top_p, max_new_tokens, reasoning_effort
 
     def horizon(self, shortest_path_length: int) -> int:
@@ -228,8 +226,6 @@ def rollout_coverage(
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
     """The run id: 16 hex digits of the SHA-256 of the config identity and the backend."""
-    import json
-
     payload = json.dumps(
         {"config": config.identity(), "backend": backend_description},
         sort_keys=True,

@@ -345,7 +345,12 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
     app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
     app.state.batcher = batcher
     encoder = backend if isinstance(backend, PromptEncoder) else None
-    created = int(time.time())
+    card = {
+        "id": config.model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "goalprobe",
+    }
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError):
@@ -385,17 +390,7 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         check_key(request)
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": config.model_name,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "goalprobe",
-                }
-            ],
-        }
+        return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
