@@ -298,7 +298,6 @@ class ThinkTagFormat:
         stop = getattr(tokenizer, "eos_token", None)
         if not stop or _single_token(tokenizer, stop) is None:
             raise ChatFormatError("the tokenizer has no single-token eos_token to stop on")
-        kwargs = {"enable_thinking": True}
         messages = [
             {"role": "system", "content": _PROBE_SYSTEM},
             {"role": "user", "content": _PROBE_USER},
@@ -306,7 +305,7 @@ class ThinkTagFormat:
 
         def render(msgs, generation: bool) -> str:
             return tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=generation, **kwargs
+                msgs, tokenize=False, add_generation_prompt=generation, enable_thinking=True
             )
 
         with_gen, without = render(messages, True), render(messages, False)

@@ -133,7 +133,7 @@ class ServeConfig:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
 
 
-@dataclass
+@dataclass(eq=False)
 class _ApiError(Exception):
     """A request answered with an OpenAI-style error body (:func:`_error_body`)."""
 
