@@ -436,8 +436,8 @@ class ThinkTagFormat:
         """
         ids = [int(i) for i in token_ids]
         header, n = list(self.generation_ids), len(self.generation_ids)
-        first_close = ids.index(self.close_id) if self.close_id in ids else len(ids)
-        starts = range(first_close - n, -1, -1)
+        close = ids.index(self.close_id) if self.close_id in ids else len(ids)
+        starts = range(close - n, -1, -1)
         end = next((i + n for i in starts if ids[i : i + n] == header), None)
         if end is None:
             raise ValueError(
@@ -446,7 +446,6 @@ class ThinkTagFormat:
                 "model's chat format (goalprobe.agents.chat_format)"
             )
         pre = (end - 3, end - 2, end - 1)  # ANCHOR_TOKENS = 3
-        close = first_close
         post = (close - 1, close, close + 1) if end <= close - 1 < len(ids) - 2 else None
         return AnchorPositions(pre_reasoning=pre, post_reasoning=post)
 

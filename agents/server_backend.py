@@ -602,8 +602,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _version_url(base_url: str) -> str:
     """``<root>/version`` for an endpoint's ``.../v1`` base URL."""
-    root = base_url.rstrip("/")
-    return f"{root.removesuffix('/v1')}/version"
+    return f"{base_url.rstrip('/').removesuffix('/v1')}/version"
 
 
 def _public_url(url: str) -> str:
