@@ -299,17 +299,15 @@ class _Episode:
     def consume(self, completion: Completion) -> None:
         """Take one completion for the current step: retry, or record the step and move."""
         parsed = parse_completion(completion.final, completion.finish_reason)
+        generated: dict[str, Any] = {  # what a step and a rejected attempt both record
+            "generated_token_ids": [int(i) for i in completion.generated_token_ids],
+            "token_ids_source": completion.token_ids_source,
+            "reasoning": completion.reasoning,
+            "final": completion.final,
+            "finish_reason": completion.finish_reason,
+        }
         if not parsed.ok and not parsed.truncated and len(self.rejected) < self.config.retries:
-            self.rejected.append(
-                Attempt(
-                    generated_token_ids=[int(i) for i in completion.generated_token_ids],
-                    token_ids_source=completion.token_ids_source,
-                    reasoning=completion.reasoning,
-                    final=completion.final,
-                    finish_reason=completion.finish_reason,
-                    parse_error=str(parsed.error),
-                )
-            )
+            self.rejected.append(Attempt(**generated, parse_error=str(parsed.error)))
             return
         state = self.state
         next_state = step(self.grid, state, parsed.action) if parsed.action is not None else state
@@ -337,11 +335,7 @@ class _Episode:
                 valid=parsed.ok,
                 next_agent_row_col=next_state.agent,
                 prompt_token_ids=[int(i) for i in completion.prompt_token_ids],
-                generated_token_ids=[int(i) for i in completion.generated_token_ids],
-                token_ids_source=completion.token_ids_source,
-                reasoning=completion.reasoning,
-                final=completion.final,
-                finish_reason=completion.finish_reason,
+                **generated,
                 parse_error=parsed.error,
                 parse_form=parsed.form,
                 attempts=len(self.rejected) + 1,
