@@ -178,7 +178,6 @@ def write_prompt_states(
                 parse_error=None,
                 parse_form=None,
                 attempts=0,
-                rejected_attempts=[],
                 flags=[PROMPT_ONLY],
             )
             episode.steps.append(step)
