@@ -10,15 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from goalprobe.agents.attention import resolve_attention
+from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.chat_format import (
     FORMATS,
     HARMONY_DESCRIPTION_NAME,
     ChatFormat,
+    HarmonyFormat,
     chat_format_for,
 )
+from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.models import (
     LoadedModel,
@@ -30,7 +33,9 @@ from goalprobe.agents.models import (
     resolve_device_dtype,
 )
 from goalprobe.agents.oracle_backend import DEFAULT_EPSILON, OracleBackend
+from goalprobe.agents.served_harmony import ServedHarmony, served_harmony_in
 from goalprobe.agents.server_backend import ServerBackend, ServerConfig
+from goalprobe.agents.trajectories import read_run_header
 
 ENGINES: tuple[str, ...] = ("local", "server", "oracle")
 """Rollout engines: transformers in this process, an OpenAI-compatible server, or the oracle
@@ -202,19 +207,13 @@ class Agent:
         prompt and generated token ids (a down server or one without ids fails here, at once,
         with ``ServerError``, rather than in every generating stage).
         """
-        from goalprobe.agents.harmony import Message
-
         completion = self._probe_request([Message("user", "Answer with one word.")], 4, 1)
         if self.config.conversation_date is not None and self._harmony():
-            from goalprobe.agents.served_harmony import ServedHarmony
-
             ids = completion.prompt_token_ids
             self._check_date(ServedHarmony.from_prompt_ids(self.tokenizer(), ids, 1))
 
     def _probe_request(self, conversation, max_new_tokens: int, max_retries: int | None = None):
         """The server's greedy completion of one short ``conversation`` (a 120 s timeout)."""
-        from goalprobe.agents.backend import SamplingConfig
-
         backend, _ = self.rollout_backend()
         config = replace(backend.config, timeout_s=120.0)
         if max_retries is not None:
@@ -223,8 +222,6 @@ class Agent:
         return ServerBackend(config, backend.tokenizer).generate([conversation], sampling)[0]
 
     def _harmony(self) -> bool:
-        from goalprobe.agents.chat_format import chat_format_for
-
         return chat_format_for(self.tokenizer()).name == "harmony"
 
     def _check_date(self, served) -> None:
@@ -238,8 +235,6 @@ class Agent:
 
     def system(self):
         """The harmony system message goalprobe renders (the pinned date, if any)."""
-        from goalprobe.agents.harmony import DEFAULT_SYSTEM
-
         return replace(DEFAULT_SYSTEM, conversation_start_date=self.config.conversation_date)
 
     def prompt_encoder(self, rollouts: Path | None = None) -> tuple[Any, dict[str, Any] | None]:
@@ -260,22 +255,12 @@ class Agent:
                 self._check_date(served)
                 self._encoder = (served.encode_prompt, served.describe())
             elif fmt.name == "harmony" and self.config.conversation_date is not None:
-                from goalprobe.agents.harmony import encode_prompt
-
-                system, tokenizer = self.system(), self.tokenizer()
-
-                def encode(messages, effort="low"):
-                    return encode_prompt(tokenizer, messages, effort, system=system)
-
+                dated = replace(cast(HarmonyFormat, fmt), system=self.system())
                 rendering = {"rendering": "goalprobe", "date": self.config.conversation_date}
-                self._encoder = (encode, rendering)
+                self._encoder = (dated.encode_prompt, rendering)
         return self._encoder
 
     def _served_harmony(self, rollouts: Path | None):
-        from goalprobe.agents.harmony import Message
-        from goalprobe.agents.served_harmony import ServedHarmony, served_harmony_in
-        from goalprobe.agents.trajectories import read_run_header
-
         if rollouts is not None and rollouts.is_file():
             if read_run_header(rollouts).backend.get("class") == "ServerBackend":
                 found = served_harmony_in(self.tokenizer(), rollouts)

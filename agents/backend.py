@@ -10,8 +10,8 @@ import asyncio
 import inspect
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, cast, runtime_checkable
 
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
 
@@ -154,6 +154,21 @@ def accepts_seeds(backend: Backend) -> bool:
         return "seeds" in inspect.signature(backend.generate).parameters
     except (TypeError, ValueError):
         return False
+
+
+def generate_seeded(
+    backend: Backend,
+    batch: Sequence[list[Message]],
+    sampling: SamplingConfig,
+    seeds: Sequence[int],
+    call_seed: int,
+) -> list[Completion]:
+    """``backend.generate`` of ``batch`` with one seed per conversation when it takes them
+    (:func:`accepts_seeds`), else with ``call_seed`` for the whole call."""
+    if accepts_seeds(backend):
+        seeded = cast(SeededBackend, backend)
+        return seeded.generate(batch, replace(sampling, seed=None), seeds=list(seeds))
+    return backend.generate(batch, replace(sampling, seed=call_seed))
 
 
 def run_sync(coroutine):

@@ -43,12 +43,15 @@ from typing import Any, Protocol, cast
 
 from goalprobe.agents import harmony
 from goalprobe.agents.harmony import (
+    DEFAULT_SYSTEM,
     AnchorPositions,
     HarmonyTokenIds,
     Message,
     ReasoningEffort,
     ReasoningSpan,
     SplitCompletion,
+    SystemContent,
+    encode_text,
 )
 
 ANCHOR_TOKENS = 3
@@ -123,10 +126,6 @@ class ChatFormat(Protocol):
         ...
 
 
-def _ids(tokenizer, text: str) -> list[int]:
-    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
-
-
 def _decode(tokenizer, completion: str | Sequence[int]) -> str:
     if isinstance(completion, str):
         return completion
@@ -142,12 +141,14 @@ def _decode(tokenizer, completion: str | Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class HarmonyFormat:
-    """GPT-OSS's harmony format (:mod:`goalprobe.agents.harmony`) for one tokenizer."""
+    """GPT-OSS's harmony format (:mod:`goalprobe.agents.harmony`) for one tokenizer, its
+    prompts opened by the system content ``system``."""
 
     tokenizer: Any = field(repr=False, compare=False)
     special: HarmonyTokenIds
     name: str = "harmony"
     anchor_tokens: int = ANCHOR_TOKENS
+    system: SystemContent = DEFAULT_SYSTEM
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> HarmonyFormat:
@@ -155,10 +156,10 @@ class HarmonyFormat:
         return cls(tokenizer, HarmonyTokenIds.from_tokenizer(tokenizer))
 
     def render_prompt(self, messages, reasoning_effort="low") -> str:
-        return harmony.render_prompt(messages, reasoning_effort)
+        return harmony.render_prompt(messages, reasoning_effort, system=self.system)
 
     def encode_prompt(self, messages, reasoning_effort="low") -> list[int]:
-        return harmony.encode_prompt(self.tokenizer, messages, reasoning_effort)
+        return harmony.encode_prompt(self.tokenizer, messages, reasoning_effort, self.system)
 
     def render_completion(self, reasoning: str, answer: str) -> str:
         return harmony.render_completion(reasoning, answer)
@@ -178,17 +179,13 @@ class HarmonyFormat:
     def answer_start(self, token_ids) -> int | None:
         ids = [int(i) for i in token_ids]
         post = self.find_anchors(ids).post_reasoning
-        if post is None:
-            return None
-        for i in range(post[2] + 1, len(ids)):
-            if ids[i] == self.special.message:
-                return i + 1 if i + 1 < len(ids) else None
-        return None
+        later = range(post[2] + 1, len(ids)) if post is not None else ()
+        message = next((i for i in later if ids[i] == self.special.message), len(ids))
+        return message + 1 if message + 1 < len(ids) else None
 
     def encode_reasoning(self, reasoning: str) -> list[int]:
-        return _ids(
-            self.tokenizer, harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)
-        )
+        text = harmony.render_completion(reasoning, "").removesuffix(harmony.RETURN)
+        return encode_text(self.tokenizer, text)
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -231,7 +228,7 @@ def _single_token(tokenizer, token: str) -> int | None:
     unk = getattr(tokenizer, "unk_token_id", None)
     if token_id is None or token_id == unk:
         return None
-    return int(token_id) if _ids(tokenizer, token) == [int(token_id)] else None
+    return int(token_id) if encode_text(tokenizer, token) == [int(token_id)] else None
 
 
 @dataclass(frozen=True)
@@ -301,7 +298,6 @@ class ThinkTagFormat:
         stop = getattr(tokenizer, "eos_token", None)
         if not stop or _single_token(tokenizer, stop) is None:
             raise ChatFormatError("the tokenizer has no single-token eos_token to stop on")
-        kwargs = {"enable_thinking": True}
         messages = [
             {"role": "system", "content": _PROBE_SYSTEM},
             {"role": "user", "content": _PROBE_USER},
@@ -309,7 +305,7 @@ class ThinkTagFormat:
 
         def render(msgs, generation: bool) -> str:
             return tokenizer.apply_chat_template(
-                msgs, tokenize=False, add_generation_prompt=generation, **kwargs
+                msgs, tokenize=False, add_generation_prompt=generation, enable_thinking=True
             )
 
         with_gen, without = render(messages, True), render(messages, False)
@@ -334,7 +330,7 @@ class ThinkTagFormat:
             reasoning_close = tail[
                 tail.index(_PROBE_REASONING) + len(_PROBE_REASONING) : tail.index(_PROBE_ANSWER)
             ]
-        generation_ids = tuple(_ids(tokenizer, generation_prompt))
+        generation_ids = tuple(encode_text(tokenizer, generation_prompt))
         if len(generation_ids) < ANCHOR_TOKENS:
             raise ChatFormatError(
                 f"the chat template's generation prompt {generation_prompt!r} is "
@@ -379,7 +375,7 @@ class ThinkTagFormat:
         )
 
     def encode_prompt(self, messages, reasoning_effort="low") -> list[int]:
-        return _ids(self.tokenizer, self.render_prompt(messages, reasoning_effort))
+        return encode_text(self.tokenizer, self.render_prompt(messages, reasoning_effort))
 
     def render_completion(self, reasoning: str, answer: str) -> str:
         for name, text in (("reasoning", reasoning), ("answer", answer)):
@@ -440,8 +436,8 @@ class ThinkTagFormat:
         """
         ids = [int(i) for i in token_ids]
         header, n = list(self.generation_ids), len(self.generation_ids)
-        first_close = ids.index(self.close_id) if self.close_id in ids else len(ids)
-        starts = range(first_close - n, -1, -1)
+        close = ids.index(self.close_id) if self.close_id in ids else len(ids)
+        starts = range(close - n, -1, -1)
         end = next((i + n for i in starts if ids[i : i + n] == header), None)
         if end is None:
             raise ValueError(
@@ -450,7 +446,6 @@ class ThinkTagFormat:
                 "model's chat format (goalprobe.agents.chat_format)"
             )
         pre = (end - 3, end - 2, end - 1)  # ANCHOR_TOKENS = 3
-        close = first_close
         post = (close - 1, close, close + 1) if end <= close - 1 < len(ids) - 2 else None
         return AnchorPositions(pre_reasoning=pre, post_reasoning=post)
 
@@ -483,7 +478,9 @@ class ThinkTagFormat:
         return i if i < len(ids) else None
 
     def encode_reasoning(self, reasoning: str) -> list[int]:
-        return _ids(self.tokenizer, f"{self.reasoning_open}{reasoning}{self.reasoning_close}")
+        return encode_text(
+            self.tokenizer, f"{self.reasoning_open}{reasoning}{self.reasoning_close}"
+        )
 
     @property
     def stop_ids(self) -> tuple[int, ...]:

@@ -21,14 +21,6 @@ MAX_PIECES = 12
 """Distinct unknown pieces listed per part (the count is always complete)."""
 
 
-def unknown_token_id(tokenizer: Any) -> int | None:
-    """The tokenizer's unknown-token id, None when it has none (byte-level BPE)."""
-    if tokenizer is None:
-        return None
-    unk = getattr(tokenizer, "unk_token_id", None)
-    return None if unk is None else int(unk)
-
-
 def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
     """Tokens, unknown tokens, their share and the distinct unknown pieces over ``texts``."""
     tokens = unknown = 0
@@ -48,10 +40,16 @@ def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
                 piece = text[start:end].strip() or text[start:end]
                 if piece not in pieces:
                     pieces.append(piece)
+    return _part(tokens, unknown, pieces)
+
+
+def _part(tokens: int, unknown: int, pieces: Iterable[str]) -> dict:
+    """One part's record: its counts, the unknown share and the first distinct pieces."""
+    share = unknown / tokens if tokens else 0.0
     return {
         "tokens": tokens,
         "unknown": unknown,
-        "share": unknown / tokens if tokens else 0.0,
+        "share": share,
         "pieces": sorted(pieces)[:MAX_PIECES],
     }
 
@@ -76,7 +74,8 @@ def prompt_coverage(tokenizer: Any, prompts: Iterable[tuple[str, str]]) -> dict 
     for grid_text, prompt_text in prompts:
         grids[grid_text] = None
         instructions[prompt_text.replace(grid_text, "\n", 1) if grid_text else prompt_text] = None
-    unk = unknown_token_id(tokenizer)
+    unk = getattr(tokenizer, "unk_token_id", None)  # None: byte-level BPE, nothing unknown
+    unk = None if unk is None else int(unk)
     out: dict[str, Any] = {
         "unk_token_id": unk,
         "grid": _count(tokenizer, grids, unk),
@@ -117,15 +116,11 @@ def merge_coverage(records: Iterable[dict | None]) -> dict | None:
         return None
     out: dict[str, Any] = {"unk_token_id": present[0]["unk_token_id"]}
     for part in ("grid", "instructions"):
-        tokens = sum(r[part]["tokens"] for r in present)
-        unknown = sum(r[part]["unknown"] for r in present)
-        pieces = sorted({p for r in present for p in r[part]["pieces"]})[:MAX_PIECES]
-        out[part] = {
-            "tokens": tokens,
-            "unknown": unknown,
-            "share": unknown / tokens if tokens else 0.0,
-            "pieces": pieces,
-        }
+        out[part] = _part(
+            sum(r[part]["tokens"] for r in present),
+            sum(r[part]["unknown"] for r in present),
+            {p for r in present for p in r[part]["pieces"]},
+        )
     out["readable"] = all(r["readable"] for r in present)
     out["unreadable"] = not_readable(out)
     return out

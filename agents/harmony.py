@@ -159,7 +159,11 @@ def encode_prompt(
 ) -> list[int]:
     """``(prompt_len,)`` token ids of one conversation's harmony prompt under ``tokenizer`` (the
     ids a local model is run on; special tokens are parsed from the rendered text)."""
-    text = render_prompt(messages, reasoning_effort, system=system)
+    return encode_text(tokenizer, render_prompt(messages, reasoning_effort, system=system))
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """The token ids of ``text`` (special tokens parsed from it, none added)."""
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
@@ -215,10 +219,8 @@ def split_completion(completion: str | Sequence[int], tokenizer: _Decoder | None
         if tokenizer is None:
             raise TypeError("split_completion needs a tokenizer to decode token ids")
         completion = tokenizer.decode(list(completion), skip_special_tokens=False)
-    pos = 0
     head = _HEAD_RE.match(completion)
-    if head is not None:
-        pos = head.end()
+    pos = head.end() if head is not None else 0
     messages: list[tuple[str, str, str]] = []
     while pos < len(completion):
         match = _MESSAGE_RE.match(completion, pos)

@@ -15,16 +15,14 @@ however much of it parses: :func:`goalprobe.agents.parser.parse_completion`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 import numpy as np
-from goalprobe.agents.backend import Backend, SeededBackend, accepts_seeds
+from goalprobe.agents.backend import Backend, generate_seeded
 from goalprobe.agents.parser import parse_completion
-from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.prompts import PromptTemplate, state_messages
 from goalprobe.agents.rollout import RolloutConfig, derive_seed
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.intention import INVALID, Sampler
-from goalprobe.gridworld.text import render
 
 
 def sample_actions(
@@ -46,12 +44,8 @@ def sample_actions(
         template = PromptTemplate.from_dir(config.template_dir)
     conversations, seeds = [], []
     for grid, state in requests:
-        messages = build_messages(  # as a rollout step builds it
-            render(grid.prompt_grid, state),
-            variant=grid.variant,
-            has_key=state.has_key,
-            template=template,
-            moral_conditioning=config.moral_conditioning,
+        messages = state_messages(  # as a rollout step builds it
+            grid, state, template=template, moral_conditioning=config.moral_conditioning
         )
         for j in range(k):
             conversations.append(messages)
@@ -60,18 +54,14 @@ def sample_actions(
                     config.seed, grid.grid_id, state.agent, state.has_key, state.door_open, j
                 )
             )
-    per_row = accepts_seeds(backend)
     out = np.full(len(conversations), INVALID, dtype=np.int64)
     for start in range(0, len(conversations), config.batch_size):
         chunk = slice(start, start + config.batch_size)
         batch_seeds = seeds[chunk]
-        if per_row:
-            completions = cast(SeededBackend, backend).generate(
-                conversations[chunk], config.sampling(None), seeds=batch_seeds
-            )
-        else:
-            call_seed = derive_seed(*batch_seeds) if len(batch_seeds) > 1 else batch_seeds[0]
-            completions = backend.generate(conversations[chunk], config.sampling(call_seed))
+        call_seed = derive_seed(*batch_seeds) if len(batch_seeds) > 1 else batch_seeds[0]
+        completions = generate_seeded(
+            backend, conversations[chunk], config.sampling(None), batch_seeds, call_seed
+        )
         for offset, completion in enumerate(completions):
             parsed = parse_completion(completion.final, completion.finish_reason)
             if parsed.ok and parsed.action is not None:

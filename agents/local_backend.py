@@ -16,21 +16,15 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from goalprobe.agents.backend import Completion, FinishReason, SamplingConfig
-from goalprobe.agents.chat_format import ChatFormat, chat_format_for
-from goalprobe.agents.harmony import (
-    DEFAULT_SYSTEM,
-    Message,
-    ReasoningEffort,
-    SystemContent,
-    encode_prompt,
-    render_prompt,
-)
+from goalprobe.agents.chat_format import ChatFormat, HarmonyFormat, chat_format_for
+from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message, ReasoningEffort, SystemContent
 from goalprobe.agents.models import cache_keyword, load_model
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -52,14 +46,16 @@ class LocalBackend:
         system: SystemContent = DEFAULT_SYSTEM,
         chat_format: ChatFormat | None = None,
     ) -> None:
-        self.chat_format = chat_format if chat_format is not None else chat_format_for(tokenizer)
+        fmt = chat_format if chat_format is not None else chat_format_for(tokenizer)
+        self._harmony = fmt.name == "harmony"
+        if self._harmony:  # its prompts open with this backend's system content
+            fmt = replace(cast(HarmonyFormat, fmt), system=system)
+        self.chat_format: ChatFormat = fmt
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.system = system
         self.stop_ids = tuple(int(i) for i in self.chat_format.stop_ids)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else self.stop_ids[-1]
-        self._harmony = self.chat_format.name == "harmony"
         self._prefix_cache: tuple[tuple[int, ...], Any] | None = None  # (prefix, KV cache)
         """``(prefix ids, DynamicCache of that prefix, batch 1)`` of the last shared prefix."""
 
@@ -97,16 +93,12 @@ class LocalBackend:
     def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
         """The prompt of one conversation in the model's chat format (a think-tag template
         renders the effort only where it reads ``reasoning_effort``)."""
-        if self._harmony:
-            return render_prompt(messages, reasoning_effort, system=self.system)
         return self.chat_format.render_prompt(messages, reasoning_effort)
 
     def encode_prompt(
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
         """``(prompt_len,)`` token ids of one conversation's prompt in the model's chat format."""
-        if self._harmony:
-            return encode_prompt(self.tokenizer, messages, reasoning_effort, system=self.system)
         return self.chat_format.encode_prompt(messages, reasoning_effort)
 
     @torch.no_grad()
@@ -123,10 +115,6 @@ class LocalBackend:
         ``seeds``: one per conversation; None derives them from ``sampling.seed`` and the row
         index (fresh randomness when ``sampling.seed`` is None too).
         """
-        if not batch:
-            return []
-        if seeds is not None and len(seeds) != len(batch):
-            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
         prompts = [self.encode_prompt(m, sampling.reasoning_effort) for m in batch]
         return self.generate_ids(prompts, sampling, seeds=seeds)
 
@@ -142,18 +130,17 @@ class LocalBackend:
         if not prompts:
             return []
         prompts = [list(p) for p in prompts]
-        batch = prompts
-        if seeds is not None and len(seeds) != len(batch):
-            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} prompts")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} conversations")
         if seeds is None and sampling.temperature > 0:
-            seeds = _row_seeds(len(batch), sampling.seed)
+            seeds = _row_seeds(len(prompts), sampling.seed)
         groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
         for row, ids in enumerate(prompts):
             prefix = tuple(ids[: self.shared_prefix_length(ids)])
             groups.setdefault((prefix, len(ids)), []).append(row)
-        results: list[Completion | None] = [None] * len(batch)
+        results: list[Completion | None] = [None] * len(prompts)
         if any(len(prefix) == 0 for prefix, _ in groups):  # no shared prefix: one padded call
-            groups = {((), 0): list(range(len(batch)))}
+            groups = {((), 0): list(range(len(prompts)))}
         for (prefix, _), rows in groups.items():
             row_seeds = None if seeds is None else [seeds[r] for r in rows]
             outputs = self._generate_rows([prompts[r] for r in rows], prefix, sampling, row_seeds)

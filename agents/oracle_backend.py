@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 from goalprobe.agents.backend import Completion, SamplingConfig
 from goalprobe.agents.chat_format import ChatFormat, chat_format_for
-from goalprobe.agents.harmony import Message, ReasoningEffort
+from goalprobe.agents.harmony import Message, ReasoningEffort, encode_text
 from goalprobe.agents.prompts import PromptTemplate
 from goalprobe.agents.reasoning import PLAN_STEPS, final_text, reasoning_text
 from goalprobe.gridworld.core import Action, Grid, State
@@ -90,15 +90,11 @@ class OracleBackend:
         self.chat_format = chat_format if chat_format is not None else chat_format_for(tokenizer)
         self.epsilon = float(epsilon)
         self.seed = int(seed)
-        self._context_length = int(context_length)
+        self.context_length = int(context_length)
+        """Most positions (prompt + completion)."""
         template = PromptTemplate.default()
         self._carrying = template.key_status_carrying
         self._not_carrying = template.key_status_not_carrying
-
-    @property
-    def context_length(self) -> int:
-        """Most positions (prompt + completion)."""
-        return self._context_length
 
     def describe(self) -> dict[str, Any]:
         """What identifies this engine (the rollouts' run id; the model is added by the
@@ -187,7 +183,7 @@ class OracleBackend:
     ) -> Completion:
         fmt = self.chat_format
         text = fmt.render_completion(reasoning, answer)
-        ids = [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        ids = encode_text(self.tokenizer, text)
         finish: Literal["stop", "length"] = "stop"
         if len(ids) > max_new_tokens:
             ids, finish = ids[:max_new_tokens], "length"

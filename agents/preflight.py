@@ -16,17 +16,15 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
-from goalprobe.agents.backend import Backend, Completion, accepts_seeds
+from goalprobe.agents.backend import Backend, Completion, generate_seeded
 from goalprobe.agents.budgets import renders_effort
-from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.prompts import PromptTemplate, state_messages
 from goalprobe.agents.rollout import RolloutConfig, derive_seed
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.dynamics import initial_state
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.text import render
 
 from goalprobe.stats import wilson_interval
 
@@ -161,31 +159,25 @@ def run_preflight(
         raise ValueError("the pre-flight needs grids and steps >= 1")
     template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
     chosen = sample_grids(grids, preflight.steps)
-    conversations = []
-    for grid in chosen:
-        state = initial_state(grid)
-        conversations.append(
-            build_messages(
-                render(grid.prompt_grid, state),
-                variant=grid.variant,
-                has_key=state.has_key,
-                template=template,
-                moral_conditioning=config.moral_conditioning,
-            )
+    conversations = [
+        state_messages(
+            grid,
+            initial_state(grid),
+            template=template,
+            moral_conditioning=config.moral_conditioning,
         )
+        for grid in chosen
+    ]
     seeds = [derive_seed(config.seed, "preflight", g.grid_id) for g in chosen]
-    per_row = accepts_seeds(backend)
     completions: list[Completion] = []
     started = time.perf_counter()
     for start in range(0, len(conversations), config.batch_size):
-        batch = conversations[start : start + config.batch_size]
         batch_seeds = seeds[start : start + config.batch_size]
-        if per_row:
-            seeded: Any = backend  # accepts_seeds: its generate takes per-row seeds
-            out = seeded.generate(batch, config.sampling(None), seeds=batch_seeds)
-        else:
-            out = backend.generate(batch, config.sampling(derive_seed(*batch_seeds)))
-        completions.extend(out)
+        batch = conversations[start : start + config.batch_size]
+        sampling = config.sampling(None)
+        completions += generate_seeded(
+            backend, batch, sampling, batch_seeds, derive_seed(*batch_seeds)
+        )
     seconds = time.perf_counter() - started
     lengths = np.asarray([len(c.generated_token_ids) for c in completions], dtype=float)
     truncated = sum(c.finish_reason == "length" for c in completions)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Final
 
 import numpy as np
-from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
-from goalprobe.agents.prompts import PromptTemplate, build_messages
-from goalprobe.agents.rollout import derive_seed, state_fields
+from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.harmony import Message, ReasoningEffort
+from goalprobe.agents.prompts import PromptTemplate, state_messages
+from goalprobe.agents.rollout import RolloutConfig, _Episode, _solved, derive_seed, state_fields
 from goalprobe.agents.trajectories import (
-    EpisodeSummary,
     RunHeader,
     StepRecord,
     append_episode,
@@ -61,11 +61,7 @@ class PromptStatesConfig:
     def __post_init__(self) -> None:
         if self.states_per_grid < 1:
             raise ValueError(f"states_per_grid must be >= 1, got {self.states_per_grid}")
-        if self.reasoning_effort not in REASONING_EFFORTS:
-            raise ValueError(
-                f"reasoning_effort must be one of {REASONING_EFFORTS}, got "
-                f"{self.reasoning_effort!r}"
-            )
+        SamplingConfig(reasoning_effort=self.reasoning_effort)  # validates the effort
 
 
 @dataclass(frozen=True)
@@ -130,8 +126,7 @@ def write_prompt_states(
     """
     out_path = Path(out_path)
     grids = list(grids)
-    if len({g.grid_id for g in grids}) != len(grids) or any(not g.grid_id for g in grids):
-        raise ValueError("grid ids must be non-empty and unique")
+    policies = _solved(grids)
     template = PromptTemplate.from_dir(config.template_dir) if config.template_dir else None
     header_config = {PROMPT_ONLY: True, **asdict(config)}
     if states is not None:
@@ -150,10 +145,8 @@ def write_prompt_states(
     )
     finished = open_for_resume(out_path, header)
     total = written = 0
-    for grid in grids:
-        policy = solve(grid)
-        if not policy.is_solvable:
-            raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
+    one_step = RolloutConfig(horizon_steps=1, seed=config.seed)
+    for grid, policy in zip(grids, policies, strict=True):
         chosen = (
             sample_states(grid, config.states_per_grid, config.seed)
             if states is None
@@ -164,15 +157,14 @@ def write_prompt_states(
             if (grid.grid_id, index) in finished:
                 continue
             text = render(grid.prompt_grid, state)
-            messages = build_messages(
-                text, variant=grid.variant, has_key=state.has_key, template=template
-            )
-            seed = derive_seed(config.seed, grid.grid_id, index)
+            messages = state_messages(grid, state, template=template)
+            episode = _Episode(run_id, grid, policy, index, one_step, template)
+            episode.start = episode.state = state
             step = StepRecord(
                 run_id=run_id,
                 episode=index,
                 step=0,
-                episode_seed=seed,
+                episode_seed=episode.seed,
                 **state_fields(grid, policy, state, text),
                 action=None,
                 valid=False,
@@ -186,31 +178,10 @@ def write_prompt_states(
                 parse_error=None,
                 parse_form=None,
                 attempts=0,
-                rejected_attempts=[],
                 flags=[PROMPT_ONLY],
             )
-            summary = EpisodeSummary(
-                run_id=run_id,
-                grid_id=grid.grid_id,
-                episode=index,
-                episode_seed=seed,
-                grid_size=grid.size,
-                density=grid.density,
-                variant=str(grid.variant),
-                success=False,
-                end_reason=PROMPT_ONLY,
-                length=1,
-                invalid_steps=1,
-                optimal_steps=0,
-                total_attempts=0,
-                horizon=1,
-                shortest_path_length=policy.shortest_path_length,
-                start_row_col=state.agent,
-                goal_row_col=grid.goal,
-                final_agent_row_col=state.agent,
-                final_has_key=state.has_key,
-                final_door_open=state.door_open,
-            )
+            episode.steps.append(step)
+            summary = replace(episode.summary(), success=False, end_reason=PROMPT_ONLY)
             append_episode(out_path, [step], summary)
             written += 1
     return PromptStatesReport(out_path, run_id, len(grids), total, total - written, written)

@@ -29,7 +29,8 @@ from importlib import resources
 from pathlib import Path
 
 from goalprobe.agents.harmony import Message
-from goalprobe.gridworld.core import Variant
+from goalprobe.gridworld.core import Grid, State, Variant
+from goalprobe.gridworld.text import render
 
 TEMPLATE_FILES: dict[str, str] = {
     "instructions_plain": "instructions_plain.txt",
@@ -132,15 +133,12 @@ class PromptTemplate:
         if not directory.is_dir():
             raise FileNotFoundError(f"prompt template directory {directory} does not exist")
         texts = {}
-        for name, filename in TEMPLATE_FILES.items():
-            file = directory / filename
-            if not file.is_file():
-                raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
-            texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
-        for name, filename in OPTIONAL_TEMPLATE_FILES.items():
+        for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items():
             file = directory / filename
             if file.is_file():
-                texts[name] = _strip_final_newline(file.read_text(encoding="utf-8"))
+                texts[name] = file.read_text(encoding="utf-8").removesuffix("\n")
+            elif name in TEMPLATE_FILES:
+                raise FileNotFoundError(f"prompt template {directory} lacks {filename}")
         return cls(**texts, source=str(directory))
 
     @classmethod
@@ -148,14 +146,10 @@ class PromptTemplate:
         """The packaged templates (``agents/templates``), which the bundled agent knows."""
         root = resources.files("goalprobe.agents").joinpath("templates")
         texts = {
-            name: _strip_final_newline(root.joinpath(filename).read_text(encoding="utf-8"))
+            name: root.joinpath(filename).read_text(encoding="utf-8").removesuffix("\n")
             for name, filename in {**TEMPLATE_FILES, **OPTIONAL_TEMPLATE_FILES}.items()
         }
         return cls(**texts, source="agents/templates")
-
-
-def _strip_final_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
 
 
 def uses_key_prompt(variant: str) -> bool:
@@ -235,15 +229,28 @@ def build_messages(
         user = template.user_key.replace(GRID_FIELD, grid_text).replace(KEY_STATUS_FIELD, status)
     else:
         user = template.user_plain.replace(GRID_FIELD, grid_text)
-    return [
-        Message(
-            "developer",
-            build_instructions(
-                variant=variant,
-                template=template,
-                moral_conditioning=moral_conditioning,
-                fog_radius=fog_radius,
-            ),
-        ),
-        Message("user", user),
-    ]
+    instructions = build_instructions(
+        variant=variant,
+        template=template,
+        moral_conditioning=moral_conditioning,
+        fog_radius=fog_radius,
+    )
+    return [Message("developer", instructions), Message("user", user)]
+
+
+def state_messages(
+    grid: Grid,
+    state: State,
+    *,
+    template: PromptTemplate | None = None,
+    moral_conditioning: bool = False,
+) -> list[Message]:
+    """:func:`build_messages` of ``grid`` (its shown grid) at ``state``, as a rollout step of an
+    unfogged grid shows it."""
+    return build_messages(
+        render(grid.prompt_grid, state),
+        variant=grid.variant,
+        has_key=state.has_key,
+        template=template,
+        moral_conditioning=moral_conditioning,
+    )

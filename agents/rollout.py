@@ -28,23 +28,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from goalprobe.agents.backend import (
     Backend,
     BatchGenerationError,
     Completion,
     SamplingConfig,
-    SeededBackend,
-    accepts_seeds,
+    generate_seeded,
     run_sync,
 )
 from goalprobe.agents.coverage import backend_coverage
@@ -117,16 +117,13 @@ class RolloutConfig:
     (MACHIAVELLI's moral conditioning; :func:`goalprobe.agents.prompts.build_instructions`)."""
 
     def __post_init__(self) -> None:
-        if self.episodes_per_grid < 1:
-            raise ValueError(f"episodes_per_grid must be >= 1, got {self.episodes_per_grid}")
+        for name, low in (("episodes_per_grid", 1), ("retries", 0), ("batch_size", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if not (math.isfinite(self.horizon_factor) and self.horizon_factor > 0):
             raise ValueError(f"horizon_factor must be > 0, got {self.horizon_factor}")
         if self.horizon_steps is not None and self.horizon_steps < 1:
             raise ValueError(f"horizon_steps must be >= 1 or None, got {self.horizon_steps}")
-        if self.retries < 0:
-            raise ValueError(f"retries must be >= 0, got {self.retries}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         self.sampling(0)  # validates temperature, top_p, max_new_tokens, reasoning_effort
 
     def horizon(self, shortest_path_length: int) -> int:
@@ -229,8 +226,6 @@ def rollout_coverage(
 
 def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> str:
     """The run id: 16 hex digits of the SHA-256 of the config identity and the backend."""
-    import json
-
     payload = json.dumps(
         {"config": config.identity(), "backend": backend_description},
         sort_keys=True,
@@ -239,33 +234,24 @@ def run_id_for(config: RolloutConfig, backend_description: dict[str, Any]) -> st
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@dataclass(eq=False)
 class _Episode:
     """The mutable state of one episode in flight."""
 
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        grid: Grid,
-        policy: OptimalPolicy,
-        index: int,
-        config: RolloutConfig,
-        template: PromptTemplate | None,
-    ) -> None:
-        self.run_id = run_id
-        self.grid = grid
-        self.policy = policy
-        self.index = index
-        self.config = config
-        self.template = template
-        self.seed = derive_seed(config.seed, grid.grid_id, index)
-        self.shortest_path_length = policy.shortest_path_length
-        self.horizon = config.horizon(self.shortest_path_length)
-        self.start = initial_state(grid)
-        self.state = self.start
-        self.steps: list[StepRecord] = []
-        self.rejected: list[Attempt] = []
-        self.truncated = False
+    run_id: str
+    grid: Grid
+    policy: OptimalPolicy
+    index: int
+    config: RolloutConfig
+    template: PromptTemplate | None
+    steps: list[StepRecord] = field(default_factory=list)
+    rejected: list[Attempt] = field(default_factory=list)
+    truncated: bool = False
+
+    def __post_init__(self) -> None:
+        self.seed = derive_seed(self.config.seed, self.grid.grid_id, self.index)
+        self.horizon = self.config.horizon(self.policy.shortest_path_length)
+        self.start = self.state = initial_state(self.grid)
         self._messages: list[Message] | None = None
         self._grid_text = ""
 
@@ -313,38 +299,31 @@ class _Episode:
     def consume(self, completion: Completion) -> None:
         """Take one completion for the current step: retry, or record the step and move."""
         parsed = parse_completion(completion.final, completion.finish_reason)
+        generated: dict[str, Any] = {  # what a step and a rejected attempt both record
+            "generated_token_ids": [int(i) for i in completion.generated_token_ids],
+            "token_ids_source": completion.token_ids_source,
+            "reasoning": completion.reasoning,
+            "final": completion.final,
+            "finish_reason": completion.finish_reason,
+        }
         if not parsed.ok and not parsed.truncated and len(self.rejected) < self.config.retries:
-            self.rejected.append(
-                Attempt(
-                    generated_token_ids=[int(i) for i in completion.generated_token_ids],
-                    token_ids_source=completion.token_ids_source,
-                    reasoning=completion.reasoning,
-                    final=completion.final,
-                    finish_reason=completion.finish_reason,
-                    parse_error=str(parsed.error),
-                )
-            )
+            self.rejected.append(Attempt(**generated, parse_error=str(parsed.error)))
             return
         state = self.state
         next_state = step(self.grid, state, parsed.action) if parsed.action is not None else state
-        flags = []
-        if self.rejected:
-            flags.append("retried")
-        if parsed.truncated:
-            flags.append("truncated")
-            self.truncated = True
-        elif not parsed.ok:
-            flags.append("invalid")
-        elif next_state.agent == state.agent:
-            flags.append("blocked_move")
-        if parsed.form in ("relaxed_json", "key_value"):
-            flags.append("relaxed_parse")
-        if completion.token_ids_source == "retokenized":
-            flags.append("retokenized")
-        if completion.finish_reason == "length":
-            flags.append("max_tokens_reached")
-        if not completion.well_formed:
-            flags.append("malformed_harmony")
+        self.truncated = parsed.truncated
+        outcome = "truncated" if parsed.truncated else "invalid" if not parsed.ok else None
+        if outcome is None and next_state.agent == state.agent:
+            outcome = "blocked_move"
+        raised = {
+            "retried": bool(self.rejected),
+            outcome: outcome is not None,
+            "relaxed_parse": parsed.form in ("relaxed_json", "key_value"),
+            "retokenized": completion.token_ids_source == "retokenized",
+            "max_tokens_reached": completion.finish_reason == "length",
+            "malformed_harmony": not completion.well_formed,
+        }
+        flags = [str(flag) for flag, on in raised.items() if on]
         self.steps.append(
             StepRecord(
                 run_id=self.run_id,
@@ -356,11 +335,7 @@ class _Episode:
                 valid=parsed.ok,
                 next_agent_row_col=next_state.agent,
                 prompt_token_ids=[int(i) for i in completion.prompt_token_ids],
-                generated_token_ids=[int(i) for i in completion.generated_token_ids],
-                token_ids_source=completion.token_ids_source,
-                reasoning=completion.reasoning,
-                final=completion.final,
-                finish_reason=completion.finish_reason,
+                **generated,
                 parse_error=parsed.error,
                 parse_form=parsed.form,
                 attempts=len(self.rejected) + 1,
@@ -394,7 +369,7 @@ class _Episode:
             ),
             total_attempts=sum(s.attempts for s in self.steps),
             horizon=self.horizon,
-            shortest_path_length=self.shortest_path_length,
+            shortest_path_length=self.policy.shortest_path_length,
             start_row_col=self.start.agent,
             goal_row_col=self.grid.goal,
             final_agent_row_col=self.state.agent,
@@ -529,9 +504,11 @@ class _Run:
         self.scheduling = "per_episode" if per_episode_scheduling(backend) else "lockstep"
         self.max_failed_rounds = 3
         self.counts = dict.fromkeys(
-            ("calls", "episodes_run", "successes", "steps", "invalid", "retokenized"), 0
+            "generate_calls episodes_run successes steps invalid_steps retokenized_steps "
+            "truncated_episodes failed_rounds failed_generations".split(),
+            0,
         )
-        self.counts.update(truncated=0, failed_rounds=0, failed_generations=0)
+        """The counters of :class:`RolloutReport`, by its field names."""
         self.batch = HalvingBatch("generation", config.batch_size)
         """The generation batch of lockstep rounds, halved on an out-of-memory error."""
 
@@ -567,24 +544,15 @@ class _Run:
 
     def report(self) -> RolloutReport:
         """What the run did so far."""
-        c = self.counts
         return RolloutReport(
             out_path=self.out_path,
             run_id=self.run_id,
             episodes_total=self.total,
             episodes_skipped=self.skipped,
-            episodes_run=c["episodes_run"],
-            successes=c["successes"],
-            steps=c["steps"],
-            invalid_steps=c["invalid"],
-            generate_calls=c["calls"],
             seconds=time.perf_counter() - self.started,
-            failed_rounds=c["failed_rounds"],
-            failed_generations=c["failed_generations"],
-            retokenized_steps=c["retokenized"],
             scheduling=self.scheduling,
-            truncated_episodes=c["truncated"],
             batch=self.batch.to_dict() if self.scheduling == "lockstep" else None,
+            **self.counts,
         )
 
     def stopped(self, what: str, err: BaseException) -> RolloutStopped:
@@ -597,14 +565,7 @@ class _Run:
 
     def new_episode(self, grid: Grid, policy: OptimalPolicy, index: int) -> _Episode:
         """The next episode to put in flight."""
-        return _Episode(
-            run_id=self.run_id,
-            grid=grid,
-            policy=policy,
-            index=index,
-            config=self.config,
-            template=self.template,
-        )
+        return _Episode(self.run_id, grid, policy, index, self.config, self.template)
 
     def finish(self, episode: _Episode) -> None:
         """Write a finished episode and count it."""
@@ -614,14 +575,14 @@ class _Run:
         c["episodes_run"] += 1
         c["successes"] += summary.success
         c["steps"] += summary.length
-        c["invalid"] += summary.invalid_steps
-        c["truncated"] += summary.end_reason == "truncated"
-        c["retokenized"] += sum(s.token_ids_source == "retokenized" for s in episode.steps)
+        c["invalid_steps"] += summary.invalid_steps
+        c["truncated_episodes"] += summary.end_reason == "truncated"
+        c["retokenized_steps"] += sum(s.token_ids_source == "retokenized" for s in episode.steps)
         self.bar.update(1)
         self.bar.set_postfix(
             steps=c["steps"],
-            invalid=c["invalid"],
-            truncated=c["truncated"],
+            invalid=c["invalid_steps"],
+            truncated=c["truncated_episodes"],
             success=c["successes"],
             refresh=False,
         )
@@ -639,7 +600,7 @@ class _Run:
                 failures = 0
                 while not episode.done:
                     try:
-                        c["calls"] += 1
+                        c["generate_calls"] += 1
                         completion = await server.acomplete(
                             episode.messages(), self.config.sampling(None), episode.attempt_seed
                         )
@@ -677,13 +638,12 @@ class _Run:
         generation batches that halve on an out-of-memory error; failed conversations stay at
         their step and go again next round."""
         active: list[_Episode] = []
-        per_row_seeds = accepts_seeds(self.backend)
         consecutive = 0
         c = self.counts
         while self.todo or active:
             while self.todo and len(active) < self.config.batch_size:
                 active.append(self.new_episode(*self.todo.popleft()))
-            completions, failure = self._round(active, per_row_seeds)
+            completions, failure = self._round(active)
             for episode, completion in zip(active, completions, strict=True):
                 if completion is not None:  # a failed conversation stays at its step
                     episode.consume(completion)
@@ -697,20 +657,22 @@ class _Run:
             c["failed_rounds"] += 1
             c["failed_generations"] += sum(x is None for x in completions)
             consecutive += 1
-            log.warning("round %d: %s; the failed conversations go again", c["calls"], failure)
+            log.warning(
+                "round %d: %s; the failed conversations go again", c["generate_calls"], failure
+            )
             if consecutive > self.max_failed_rounds:
                 raise self.stopped(f"{consecutive} consecutive rounds failed", failure) from failure
 
     def _round(
-        self, active: list[_Episode], per_row_seeds: bool
+        self, active: list[_Episode]
     ) -> tuple[list[Completion | None], BatchGenerationError | None]:
         """One round's completions (None where a conversation failed) and its failure."""
         failures: list[BatchGenerationError] = []
 
         def call(chunk: Sequence[_Episode]) -> list[Completion | None]:
-            self.counts["calls"] += 1
+            self.counts["generate_calls"] += 1
             try:
-                return list(_generate(self.backend, chunk, self.config, per_row_seeds))
+                return list(_generate(self.backend, chunk, self.config))
             except BatchGenerationError as err:
                 if len(err.completions) != len(chunk):
                     raise
@@ -722,17 +684,13 @@ class _Run:
 
 
 def _generate(
-    backend: Backend, active: Sequence[_Episode], config: RolloutConfig, per_row_seeds: bool
+    backend: Backend, active: Sequence[_Episode], config: RolloutConfig
 ) -> list[Completion]:
     batch = [episode.messages() for episode in active]
     seeds = [episode.attempt_seed for episode in active]
-    if per_row_seeds:
-        seeded = cast(SeededBackend, backend)  # checked by accepts_seeds
-        completions = seeded.generate(batch, config.sampling(None), seeds=seeds)
-    else:
-        # one seed per call: a single conversation keeps its own seed (as with per-row seeds)
-        seed = seeds[0] if len(seeds) == 1 else derive_seed(*seeds)
-        completions = backend.generate(batch, replace(config.sampling(None), seed=seed))
+    # one seed per call: a single conversation keeps its own seed (as with per-row seeds)
+    call_seed = seeds[0] if len(seeds) == 1 else derive_seed(*seeds)
+    completions = generate_seeded(backend, batch, config.sampling(None), seeds, call_seed)
     if len(completions) != len(batch):
         raise RuntimeError(
             f"backend returned {len(completions)} completions for {len(batch)} conversations"

@@ -32,6 +32,7 @@ from goalprobe.agents.harmony import (
     Message,
     ReasoningEffort,
     _check_effort,
+    encode_text,
     render_message,
 )
 
@@ -73,7 +74,7 @@ class ServedHarmony:
         """
         ids = [int(i) for i in prompt_ids]
         text = tokenizer.decode(ids, skip_special_tokens=False)
-        if [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]] != ids:
+        if encode_text(tokenizer, text) != ids:
             raise ValueError("the served prompt's text does not tokenize back to its ids")
         found = list(_SERVED_MESSAGE.finditer(text))
         if not found or text[found[-1].end() :] != f"{START}assistant":
@@ -117,8 +118,7 @@ class ServedHarmony:
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
         """``(prompt_len,)`` ids of :meth:`render_prompt` (the ids the server would return)."""
-        text = self.render_prompt(messages, reasoning_effort)
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        return encode_text(self.tokenizer, self.render_prompt(messages, reasoning_effort))
 
     def describe(self) -> dict[str, Any]:
         """JSON facts (recorded with the prompts it renders; part of a prompt-only run id)."""

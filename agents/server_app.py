@@ -133,18 +133,15 @@ class ServeConfig:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
 
 
+@dataclass(eq=False)
 class _ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.headers = headers
+    """A request answered with an OpenAI-style error body (:func:`_error_body`)."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+    headers: dict[str, str] | None = None
 
 
 def _error_body(status: int, message: str, param: str | None, code: str | None) -> dict:
@@ -152,18 +149,6 @@ def _error_body(status: int, message: str, param: str | None, code: str | None) 
         status, "invalid_request_error" if status < 500 else "server_error"
     )
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def _error_response(
-    status: int,
-    message: str,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-):
-    return JSONResponse(
-        status_code=status, content=_error_body(status, message, param, code), headers=headers
-    )
 
 
 class _BodyLimit:
@@ -360,7 +345,12 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
     app.add_middleware(_BodyLimit, max_bytes=config.max_body_bytes)
     app.state.batcher = batcher
     encoder = backend if isinstance(backend, PromptEncoder) else None
-    created = int(time.time())
+    card = {
+        "id": config.model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "goalprobe",
+    }
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError):
@@ -370,11 +360,14 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
             loc = [str(p) for p in error.get("loc", ()) if p != "body"]
             param = param or (".".join(loc) or None)
             problems.append(f"{'.'.join(loc) or 'body'}: {error.get('msg', 'invalid')}")
-        return _error_response(400, "invalid request: " + "; ".join(problems), param)
+        return await _api_error(
+            _request, _ApiError(400, "invalid request: " + "; ".join(problems), param)
+        )
 
     @app.exception_handler(_ApiError)
     async def _api_error(_request: Request, exc: _ApiError):
-        return _error_response(exc.status, exc.message, exc.param, exc.code, exc.headers)
+        body = _error_body(exc.status, exc.message, exc.param, exc.code)
+        return JSONResponse(status_code=exc.status, content=body, headers=exc.headers)
 
     def check_key(request: Request) -> None:
         if config.api_key is None:
@@ -397,17 +390,7 @@ def create_app(backend: Backend, config: ServeConfig) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         check_key(request)
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": config.model_name,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "goalprobe",
-                }
-            ],
-        }
+        return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:

@@ -250,29 +250,21 @@ class ServerBackend:
         sampling: SamplingConfig,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """One completion per conversation (blocking; see :meth:`agenerate`)."""
-        return run_sync(self.agenerate(batch, sampling, seeds=seeds))
-
-    async def agenerate(
-        self,
-        batch: Sequence[list[Message]],
-        sampling: SamplingConfig,
-        seeds: Sequence[int] | None = None,
-    ) -> list[Completion]:
         """One completion per conversation, requested concurrently (``sampling`` passed through,
         ``max_new_tokens`` as ``max_tokens``; ``seeds``: one per conversation, overriding
-        ``sampling.seed``)."""
+        ``sampling.seed``); blocking."""
         if seeds is not None and len(seeds) != len(batch):
             raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
-        async with self.session():
+        row_seeds = [sampling.seed] * len(batch) if seeds is None else [int(s) for s in seeds]
 
-            async def one(i: int) -> Completion:
-                seed = sampling.seed if seeds is None else int(seeds[i])
-                return await self._complete(batch[i], sampling, seed)
+        async def complete_all() -> list:
+            async with self.session():
+                requests = [
+                    self._complete(m, sampling, s) for m, s in zip(batch, row_seeds, strict=True)
+                ]
+                return await asyncio.gather(*requests, return_exceptions=True)
 
-            outcomes = await asyncio.gather(
-                *(one(i) for i in range(len(batch))), return_exceptions=True
-            )
+        outcomes = run_sync(complete_all())
         for outcome in outcomes:  # a bug or a missing-ids answer is raised as it is
             if isinstance(outcome, BaseException) and (
                 not isinstance(outcome, ServerError) or isinstance(outcome, ServerTokenIdsError)
@@ -280,11 +272,9 @@ class ServerBackend:
                 raise outcome
         failed = [str(o) for o in outcomes if isinstance(o, ServerError)]
         if failed:
-            message = (
-                failed[0]
-                if len(batch) == 1
-                else (f"{len(failed)} of {len(batch)} requests failed; first: {failed[0]}")
-            )
+            message = failed[0]
+            if len(batch) > 1:
+                message = f"{len(failed)} of {len(batch)} requests failed; first: {message}"
             raise ServerBatchError(
                 message,
                 [o if isinstance(o, Completion) else None for o in outcomes],
@@ -612,8 +602,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 def _version_url(base_url: str) -> str:
     """``<root>/version`` for an endpoint's ``.../v1`` base URL."""
-    root = base_url.rstrip("/")
-    return f"{root.removesuffix('/v1')}/version"
+    return f"{base_url.rstrip('/').removesuffix('/v1')}/version"
 
 
 def _public_url(url: str) -> str:

@@ -13,7 +13,6 @@ from goalprobe.agents.trajectories.index import (
 )
 from goalprobe.agents.trajectories.reading import (
     TrajectoryStats,
-    iter_records,
     read_run_header,
     read_steps,
     read_trajectories,
@@ -51,7 +50,6 @@ __all__ = [
     "TruncatedLineWarning",
     "append_episode",
     "index_trajectories",
-    "iter_records",
     "open_for_resume",
     "parse_record",
     "read_indexed_episode",

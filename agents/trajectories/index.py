@@ -35,13 +35,8 @@ it: tells a step line from the others without decoding it."""
 
 @dataclass(frozen=True)
 class EpisodeSpan:
-    """Where one finished episode lies in its trajectory file.
-
-    Attributes:
-        summary: the validated summary record.
-        first_line: 1-based line of its first step line.
-        start, end: byte range of its step lines and summary line.
-    """
+    """Where one finished episode lies in its trajectory file: its validated summary, the
+    1-based line of its first step line, and the byte range of its step and summary lines."""
 
     summary: EpisodeSummary
     first_line: int
@@ -51,13 +46,8 @@ class EpisodeSpan:
 
 @dataclass(frozen=True)
 class TrajectoryIndex:
-    """The run line and the finished episodes of a trajectory file, in file order.
-
-    Attributes:
-        path: the file.
-        header: its run line.
-        episodes: one span per finished episode.
-    """
+    """The run line and the finished episodes (one span each) of a trajectory file, in file
+    order."""
 
     path: Path
     header: RunHeader

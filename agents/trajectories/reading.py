@@ -62,16 +62,6 @@ def _scan(path: Path, on_truncated: Callable[[str], None] = _warn_truncated) -> 
             yield _Line(number, offset, parse_record(obj, where))
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[Record]:
-    """Every validated record of a trajectory file in file order (header, steps, summaries).
-
-    Raises :class:`TrajectoryFormatError` naming file and line on a bad line; a truncated final
-    line (killed writer) gives a :class:`TruncatedLineWarning` and is skipped.
-    """
-    for line in _scan(Path(path)):
-        yield line.record
-
-
 class _EpisodeAssembler:
     """Groups step lines into episodes and checks that every episode is well formed."""
 
@@ -97,14 +87,10 @@ class _EpisodeAssembler:
                 f"{self.header.run_id!r}"
             )
         if isinstance(record, StepRecord):
-            if self.pending and (record.grid_id, record.episode) != (
-                self.pending[0].grid_id,
-                self.pending[0].episode,
-            ):
+            if self.pending and record.key != self.pending[0].key:
                 raise TrajectoryFormatError(
-                    f"{where}: step of episode {(record.grid_id, record.episode)} starts before "
-                    f"episode {(self.pending[0].grid_id, self.pending[0].episode)} (line "
-                    f"{self.pending_first_line}) has its summary line"
+                    f"{where}: step of episode {record.key} starts before episode "
+                    f"{self.pending[0].key} (line {self.pending_first_line}) has its summary line"
                 )
             if record.step != len(self.pending):
                 raise TrajectoryFormatError(
@@ -118,7 +104,7 @@ class _EpisodeAssembler:
         if key in self.seen:
             raise TrajectoryFormatError(f"{where}: episode {key} appears twice")
         steps = tuple(self.pending)
-        if any((s.grid_id, s.episode) != key for s in steps):
+        if any(s.key != key for s in steps):
             raise TrajectoryFormatError(
                 f"{where}: summary of {key} follows another episode's steps"
             )
@@ -149,7 +135,7 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[Episode]:
     """The finished episodes of a trajectory file, in file order, validated.
 
     Steps of an episode without a summary line (an interrupted run) are reported with a warning
-    and ignored; so is a truncated final line (:func:`iter_records`).
+    and ignored; so is a truncated final line.
     """
     path = Path(path)
     assembler = _EpisodeAssembler(path)
@@ -158,9 +144,8 @@ def read_trajectories(path: str | os.PathLike) -> Iterator[Episode]:
         if episode is not None:
             yield episode
     if assembler.pending:
-        first = assembler.pending[0]
         warnings.warn(
-            f"{path}:{assembler.pending_first_line}: episode {(first.grid_id, first.episode)} "
+            f"{path}:{assembler.pending_first_line}: episode {assembler.pending[0].key} "
             f"has {len(assembler.pending)} step line(s) but no summary line (interrupted run); "
             "ignoring it",
             TruncatedLineWarning,
@@ -176,16 +161,9 @@ def read_steps(path: str | os.PathLike) -> Iterator[StepRecord]:
 
 @dataclass(frozen=True)
 class TrajectoryStats:
-    """What a whole pass over a trajectory file found (finished episodes only).
-
-    Attributes:
-        path: the file.
-        run_id: its header's run id.
-        episodes: finished episodes.
-        steps: their steps.
-        max_token_id: the largest token id of their prompts and generations (-1 when none).
-        max_token_at: where that id is (``file:line: step t of episode e on grid g``).
-    """
+    """What a whole pass over a trajectory file found (finished episodes only): the largest
+    token id of their prompts and generations (-1 when none) and where it is
+    (``file:line: step t of episode e on grid g``)."""
 
     path: Path
     run_id: str
@@ -224,27 +202,23 @@ def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
     assembler = _EpisodeAssembler(path)
     episodes = steps = 0
     best, best_at = -1, ""
-    pending_best, pending_at = -1, ""
     for line in _scan(path, on_truncated=lambda message: None):
-        record = line.record
         episode = assembler.feed(line)
-        if isinstance(record, StepRecord):
-            ids = [*record.prompt_token_ids, *record.generated_token_ids]
-            for attempt in record.rejected_attempts:
+        if episode is None:
+            continue
+        episodes += 1
+        steps += len(episode.steps)
+        first_line = line.number - len(episode.steps)
+        for i, step in enumerate(episode.steps):
+            ids = [*step.prompt_token_ids, *step.generated_token_ids]
+            for attempt in step.rejected_attempts:
                 ids.extend(attempt.generated_token_ids)
-            top = max(ids, default=-1)
-            if top > pending_best:
-                pending_best = top
-                pending_at = (
-                    f"{path}:{line.number}: step {record.step} of episode {record.episode} on "
-                    f"grid {record.grid_id!r}"
+            if max(ids, default=-1) > best:
+                best = max(ids)
+                best_at = (
+                    f"{path}:{first_line + i}: step {step.step} of episode {step.episode} on "
+                    f"grid {step.grid_id!r}"
                 )
-        if episode is not None:
-            episodes += 1
-            steps += len(episode.steps)
-            if pending_best > best:
-                best, best_at = pending_best, pending_at
-            pending_best, pending_at = -1, ""
     if assembler.header is None:
         raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
     return TrajectoryStats(path, assembler.header.run_id, episodes, steps, best, best_at)

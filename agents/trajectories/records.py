@@ -103,6 +103,11 @@ class StepRecord:
     true_grid_text: str | None = None
 
     @property
+    def key(self) -> tuple[str, int]:
+        """``(grid_id, episode)``, the identity of its episode within its run."""
+        return (self.grid_id, self.episode)
+
+    @property
     def truncated(self) -> bool:
         """Whether the generation was cut off by the token limit (not the agent's choice)."""
         return "truncated" in self.flags

@@ -53,9 +53,8 @@ def open_for_resume(path: str | os.PathLike, header: RunHeader) -> set[tuple[str
         if episode is not None:
             finished.add(episode.key)
     if assembler.pending:
-        first = assembler.pending[0]
         notes.append(
-            f"episode {(first.grid_id, first.episode)} has {len(assembler.pending)} step line(s) "
+            f"episode {assembler.pending[0].key} has {len(assembler.pending)} step line(s) "
             f"from line {assembler.pending_first_line} but no summary"
         )
     size = path.stat().st_size

@@ -18,7 +18,6 @@ from goalprobe.agents.trajectories import (
     SCHEMA,
     TrajectoryFormatError,
     TruncatedLineWarning,
-    iter_records,
     read_run_header,
     read_steps,
     read_trajectories,
@@ -315,12 +314,12 @@ def test_reader_names_file_line_and_field(reference, tmp_path):
 
     bad.write_text(lines[0] + "{not json\n" + "".join(lines[1:]), encoding="utf-8")
     with pytest.raises(TrajectoryFormatError, match=rf"{bad}:2: not valid JSON"):
-        list(iter_records(bad))
+        list(read_trajectories(bad))
 
     other = json.loads(lines[1]) | {"schema": "goalprobe.trajectory/0"}
     bad.write_text(lines[0] + json.dumps(other) + "\n", encoding="utf-8")
     with pytest.raises(TrajectoryFormatError, match=r":2: schema 'goalprobe.trajectory/0'"):
-        list(iter_records(bad))
+        list(read_trajectories(bad))
 
     summary_line = next(i for i, line in enumerate(lines) if '"kind":"episode"' in line)
     summary = json.loads(lines[summary_line]) | {"length": 99}
