@@ -20,6 +20,7 @@ from goalprobe.stats import Estimate, GridBootstrap, grid_bootstrap_ratio
 
 PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 """Upper edges of the reasoning-progress bins (fraction of the reasoning's tokens)."""
+_BIN_EDGES = tuple(zip((0.0, *PROGRESS_BINS[:-1]), PROGRESS_BINS, strict=True))
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,12 @@ def decision_curves(
     n_layers = steps[0].answer.shape[0]
     majority_action = int(np.bincount(actions, minlength=4).argmax())
     ones = np.ones(len(steps))
-    tops = np.asarray(
-        [[s.answer[layer].argmax() == s.action for s in steps] for layer in range(n_layers)], float
-    )
-    answer = [_rate(boot, hits, ones, ids) for hits in tops]
-    edges = (0.0, *PROGRESS_BINS)
+    tops = np.stack([s.answer.argmax(axis=-1) for s in steps], axis=1) == actions  # (L, N)
+    answer = [_rate(boot, hits.astype(float), ones, ids) for hits in tops]
     progress = []
     for layer in range(n_layers):
         row = []
-        for low, high in zip(edges, edges[1:], strict=False):
+        for low, high in _BIN_EDGES:
             hits, weight = np.zeros(len(steps)), np.zeros(len(steps))
             for i, s in enumerate(steps):
                 inside = (s.fractions > low) & (s.fractions <= high)
@@ -104,9 +102,8 @@ def decision_curves(
 
 def bin_positions(fractions: np.ndarray) -> list[int | None]:
     """For each progress bin, the index of the last chunk end inside it (None: no chunk)."""
-    edges = (0.0, *PROGRESS_BINS)
     out: list[int | None] = []
-    for low, high in zip(edges, edges[1:], strict=False):
+    for low, high in _BIN_EDGES:
         inside = np.flatnonzero((fractions > low) & (fractions <= high))
         out.append(int(inside[-1]) if inside.size else None)
     return out

@@ -99,6 +99,12 @@ class PlanDataset:
                 raise ValueError(f"{name} has {len(value)} rows but acts has {n}")
 
 
+_STORE_ATTRS = (
+    "model_id model_revision backend created package_version trajectory_file trajectory_sha256"
+).split()
+"""The activation store's attributes copied into a dataset's provenance (when present)."""
+
+
 class PlanLoader(Protocol):
     """How the sweep gets its data: ``load(stage, layer) -> PlanDataset``, with the ``stages``
     (those with rows) and ``layers`` it can load."""
@@ -148,19 +154,7 @@ class StorePlanLoader:
             "layer": int(layer),
             "n_rows": int(len(rows)),
             "first_step_only": self.first_step_only,
-            **{
-                key: self.attrs.get(key)
-                for key in (
-                    "model_id",
-                    "model_revision",
-                    "backend",
-                    "created",
-                    "package_version",
-                    "trajectory_file",
-                    "trajectory_sha256",
-                )
-                if key in self.attrs
-            },
+            **{key: self.attrs[key] for key in _STORE_ATTRS if key in self.attrs},
         }
         return PlanDataset(
             acts=acts,
@@ -446,24 +440,15 @@ def _baselines(key, data: PlanDataset, plans, folds, config, horizon) -> list[di
 
 def _folds(config: PlanSweepConfig, grid_ids: np.ndarray, sizes, key: str) -> list[GridSplit]:
     """The single split, or the K folds of cross-fitting; raises when a part is empty."""
+    kw: dict[str, Any] = {
+        "validation_fraction": config.validation_fraction,
+        "stratify": sizes,
+        "random_state": config.random_state,
+    }
     if config.n_folds >= 2:
-        folds = grid_folds(
-            grid_ids,
-            config.n_folds,
-            validation_fraction=config.validation_fraction,
-            stratify=sizes,
-            random_state=config.random_state,
-        )
+        folds = grid_folds(grid_ids, config.n_folds, **kw)
     else:
-        folds = [
-            split_by_grid(
-                grid_ids,
-                test_fraction=config.test_fraction,
-                validation_fraction=config.validation_fraction,
-                stratify=sizes,
-                random_state=config.random_state,
-            )
-        ]
+        folds = [split_by_grid(grid_ids, test_fraction=config.test_fraction, **kw)]
     for fold in folds:
         for part, rows in zip(SPLIT_NAMES, (fold.train, fold.validation, fold.test), strict=True):
             if len(rows) == 0:
