@@ -266,11 +266,6 @@ class PlanSweepResult:
         }
 
 
-def _ids_digest(ids: np.ndarray) -> str:
-    joined = "\n".join(sorted(str(v) for v in np.unique(ids)))
-    return hashlib.sha256(joined.encode()).hexdigest()
-
-
 def resolve_config(config: PlanSweepConfig, load: PlanLoader) -> PlanSweepConfig:
     """``config`` with empty ``stages`` / ``layers`` replaced by the loader's."""
     stages = config.stages or tuple(getattr(load, "stages", ()))
@@ -460,10 +455,11 @@ def _folds(config: PlanSweepConfig, grid_ids: np.ndarray, sizes, key: str) -> li
 
 
 def _part_info(rows: np.ndarray, grid_ids: np.ndarray) -> dict:
+    grids = "\n".join(sorted(str(v) for v in np.unique(grid_ids[rows])))
     return {
         "n_rows": int(len(rows)),
         "n_grids": int(len(np.unique(grid_ids[rows]))),
-        "grid_ids_sha256": _ids_digest(grid_ids[rows]),
+        "grid_ids_sha256": hashlib.sha256(grids.encode()).hexdigest(),
     }
 
 
