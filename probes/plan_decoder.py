@@ -294,7 +294,9 @@ class PlanDecoder(BaseEstimator):
         self.n_epochs_ = len(history)
         self.best_epoch_ = best_epoch
         self.best_validation_loss_ = (
-            float(history[best_epoch - 1]["validation_loss"]) if validation_loss else None
+            float(history[best_epoch - 1]["validation_loss"])
+            if validation_loss is not None
+            else None
         )
         return self
 

@@ -376,10 +376,10 @@ def _save_run(run, estimators, out: Path, data, plans, folds, where, config, ove
         weights = out / "models" / f"{(run['name'] + suffix).replace('/', '__')}.safetensors"
         if weights.exists() and not overwrite:
             raise FileExistsError(f"{weights} exists; pass overwrite=True")
-        card = save_plan_decoder(
+        card_path = save_plan_decoder(
             est, weights, metrics={"test": metrics.to_dict()}, provenance=provenance
         )
-        paths.append((weights, card))
+        paths.append((weights, card_path))
     codes = np.full(len(plans), 0 if len(folds) == 1 else 2, dtype=np.int8)
     if len(folds) == 1:  # with cross-fitting every row is a test row
         codes[folds[0].validation] = 1
@@ -535,7 +535,7 @@ def _score(pending, plans, folds, data: PlanDataset, stage, layer, config) -> li
                     judged, r["name"], ids, rows=departing, horizons=range(1, 2), **kw
                 )
                 departure["verdict_n1"] = {**first[0], "role": "verdict"}
-        scores = {"metrics": m, "by_size": by_size, "by_density": by_density}
+        scores: dict[str, Any] = {"metrics": m, "by_size": by_size, "by_density": by_density}
         scores.update(verdicts=verdicts, departures=departure)
         out.append(PlanRun(**r, stage=stage, layer=layer, **scores))
     return out
