@@ -102,11 +102,8 @@ def decision_curves(
 
 def bin_positions(fractions: np.ndarray) -> list[int | None]:
     """For each progress bin, the index of the last chunk end inside it (None: no chunk)."""
-    out: list[int | None] = []
-    for low, high in _BIN_EDGES:
-        inside = np.flatnonzero((fractions > low) & (fractions <= high))
-        out.append(int(inside[-1]) if inside.size else None)
-    return out
+    bins = [np.flatnonzero((fractions > low) & (fractions <= high)) for low, high in _BIN_EDGES]
+    return [int(inside[-1]) if inside.size else None for inside in bins]
 
 
 def action_probe():

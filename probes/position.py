@@ -86,11 +86,8 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``(N, 2)`` predicted ``(row, col)`` (the argmax of each coordinate)."""
-        out = []
-        for axis in ("row", "col"):
-            classes, p = self.axis_proba(X, axis)
-            out.append(classes[p.argmax(axis=1)])
-        return np.stack(out, axis=1).astype(np.int64)
+        axes = [self.axis_proba(X, axis) for axis in ("row", "col")]
+        return np.stack([c[p.argmax(axis=1)] for c, p in axes], axis=1).astype(np.int64)
 
     def cell_proba(self, X: np.ndarray, sizes: np.ndarray, canvas: int) -> np.ndarray:
         """``(N, canvas, canvas)`` distribution of the object's cell: ``P(row) P(col)``

@@ -134,13 +134,12 @@ def calibrate(
             # an edit towards the other class: -alpha on wall rows, +alpha on open rows
             sign = np.where(t[m], -1.0, 1.0)
             before = logit[m, p] > 0
-            chosen, flip = float(config.multiples[-1]), 0.0
-            for k in config.multiples:
-                after = logit[m, p] + sign * k * gap * gain[p] > 0
-                flip = float(np.mean(after != before))
-                if flip >= config.flip_target:
-                    chosen = float(k)
-                    break
+            flips = [
+                float(np.mean((logit[m, p] + sign * k * gap * gain[p] > 0) != before))
+                for k in config.multiples
+            ]  # the first multiple reaching the target, else the largest
+            i = next((i for i, f in enumerate(flips) if f >= config.flip_target), len(flips) - 1)
+            chosen, flip = float(config.multiples[i]), flips[i]
             alpha = float(chosen * gap)
         for key, value in zip(out, (gap, chosen, alpha, flip, int(m.sum())), strict=True):
             out[key].append(value)
@@ -182,7 +181,6 @@ def choose_edits(
 ) -> tuple[Edit, Edit] | str:
     """The target edit and the irrelevant-cell edit of one state (module docstring), or the
     reason it has none; ``alpha``: the calibrated strengths (None: never edited)."""
-    offs = offsets(radius)
     true_opt = solve(grid).optimal_actions(state)
     if not true_opt:
         return "no optimal action (at the goal or unreachable)"
@@ -190,7 +188,7 @@ def choose_edits(
     special = {grid.goal, grid.key, grid.door, tuple(state.agent)}
     relevant: list[Edit] = []
     irrelevant: list[Edit] = []
-    for p, (dr, dc) in enumerate(offs.tolist()):
+    for p, (dr, dc) in enumerate(offsets(radius).tolist()):
         cell = (ar + dr, ac + dc)
         if max(abs(dr), abs(dc)) != 1 or alpha[p] is None or cell in special:
             continue
