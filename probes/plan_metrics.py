@@ -344,11 +344,8 @@ def stored_run_metrics(
     rows = row_ids[keep]
     target = truncate_plans(np.asarray(store_plans)[rows], np.asarray(plans).shape[1])
     grid_ids = np.asarray(store_grid_ids)[rows].astype(str)
+    predicted = np.asarray(plans)[keep]
     metrics = plan_metrics(
-        np.asarray(plans)[keep],
-        target,
-        grid_ids,
-        n_bootstrap=n_bootstrap,
-        random_state=random_state,
+        predicted, target, grid_ids, n_bootstrap=n_bootstrap, random_state=random_state
     )
     return metrics, "all" if split is None else "test"
