@@ -167,6 +167,10 @@ def readout_curves(
     # the verdicts form one family (every layer x bin): Bonferroni-adjusted margin intervals
     family = int(features.shape[1] * features.shape[2])
     confidence = 1 - 0.05 / family
+    tail = boot | {
+        "confidence": confidence,
+        "n_resamples": max(n_resamples, TAIL_RESAMPLES) if n_resamples else 0,
+    }
     target = truth[:, 0] if truth.shape[1] == 1 else truth
     by_layer: list[list[dict[str, Any]]] = []
     for layer in range(features.shape[1]):
@@ -182,16 +186,8 @@ def readout_curves(
             model = estimator().fit(x[rows_train], target[rows_train])
             hits = hits_of(model.predict(x[rows_test]), rows_test)
             accuracy = _summary(grid_bootstrap_ratio(hits, None, ids[rows_test], **boot))
-            margin = _summary(
-                grid_bootstrap_ratio(
-                    hits - base_hits[strongest][rows_test],
-                    None,
-                    ids[rows_test],
-                    confidence=confidence,
-                    n_resamples=max(n_resamples, TAIL_RESAMPLES) if n_resamples else 0,
-                    random_state=random_state,
-                )
-            )
+            gain = hits - base_hits[strongest][rows_test]
+            margin = _summary(grid_bootstrap_ratio(gain, None, ids[rows_test], **tail))
             low = margin["ci_low"]
             verdict = "undecided" if low is None else ("yes" if low > 0 else "no")
             row.append({"bin": b, **accuracy, "margin_over_strongest": margin, "verdict": verdict})
