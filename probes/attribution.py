@@ -302,16 +302,13 @@ every other token (system, developer and user text) and the pre-reasoning anchor
 def regions(attribution: PairAttribution) -> np.ndarray:
     """``(k,)`` the index in :data:`REGIONS` of every attributed position (positions after the
     prompt count as instructions' neighbours: index 2)."""
-    changed = {int(attribution.cell_positions[r, c]) for r, c in attribution.changed_cells}
+    changed = [int(attribution.cell_positions[r, c]) for r, c in attribution.changed_cells]
     start, stop = attribution.grid_span
-    out = np.full(len(attribution.positions), 2, dtype=np.int64)
-    for j, p in enumerate(attribution.positions.tolist()):
-        if p in changed:
-            out[j] = 0
-        elif start <= p < stop:
-            out[j] = 1
-        elif p in attribution.pre_reasoning:
-            out[j] = 3
+    p = attribution.positions
+    out = np.full(len(p), 2, dtype=np.int64)
+    out[np.isin(p, attribution.pre_reasoning)] = 3  # later rules take precedence
+    out[(p >= start) & (p < stop)] = 1
+    out[np.isin(p, changed)] = 0
     return out
 
 

@@ -20,6 +20,20 @@ SCHEMA = "goalprobe.attribution"
 SCHEMA_VERSION = 1
 """Layout version; bumped on any incompatible change."""
 
+_ARRAYS = {
+    "atp": np.float32,
+    "graddrop": np.float32,
+    "positions": np.int64,
+    "cell_positions": np.int64,
+    "readouts": np.int64,
+}
+"""The arrays of a record (``<name>.<index>`` in the safetensors file), in writing order."""
+_CARD_FIELDS = (
+    "pair_id", "grid_id", "kind", "moved", "metric", "layers", "metric_base", "metric_cf",
+    "prompt_length", "pre_reasoning", "changed_cells",
+)  # fmt: skip
+"""The fields of a record in its card entry (then ``graddrop`` and ``grid_span``)."""
+
 
 def attribution_paths(path: str | os.PathLike) -> tuple[Path, Path]:
     """``(<stem>.safetensors, <stem>.json)`` of ``path`` (with or without a suffix)."""
@@ -40,29 +54,12 @@ def write_attributions(
     tensors: dict[str, np.ndarray] = {}
     entries = []
     for i, r in enumerate(records):
-        tensors[f"atp.{i}"] = np.ascontiguousarray(r.atp, dtype=np.float32)
-        if r.graddrop is not None:
-            tensors[f"graddrop.{i}"] = np.ascontiguousarray(r.graddrop, dtype=np.float32)
-        tensors[f"positions.{i}"] = np.ascontiguousarray(r.positions, dtype=np.int64)
-        tensors[f"cell_positions.{i}"] = np.ascontiguousarray(r.cell_positions, dtype=np.int64)
-        tensors[f"readouts.{i}"] = np.ascontiguousarray(r.readouts, dtype=np.int64)
-        entries.append(
-            {
-                "pair_id": r.pair_id,
-                "grid_id": r.grid_id,
-                "kind": r.kind,
-                "moved": r.moved,
-                "metric": r.metric,
-                "layers": list(r.layers),
-                "metric_base": r.metric_base,
-                "metric_cf": r.metric_cf,
-                "prompt_length": r.prompt_length,
-                "pre_reasoning": list(r.pre_reasoning),
-                "changed_cells": [list(c) for c in r.changed_cells],
-                "graddrop": r.graddrop is not None,
-                "grid_span": list(r.grid_span),
-            }
-        )
+        for name, dtype in _ARRAYS.items():
+            value = getattr(r, name)
+            if value is not None:
+                tensors[f"{name}.{i}"] = np.ascontiguousarray(value, dtype=dtype)
+        entry = {name: getattr(r, name) for name in _CARD_FIELDS}  # json writes tuples as lists
+        entries.append(entry | {"graddrop": r.graddrop is not None, "grid_span": r.grid_span})
     tensors_path.parent.mkdir(parents=True, exist_ok=True)
     data = save(tensors, metadata={"schema": SCHEMA, "schema_version": str(SCHEMA_VERSION)})
     tensors_path.write_bytes(_sorted_metadata(data))
@@ -102,23 +99,17 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
     records = []
     for i, e in enumerate(card["records"]):
         try:
-            records.append(
-                PairAttribution(
-                    **{k: e[k] for k in ("pair_id", "grid_id", "kind", "moved", "metric")},
-                    layers=tuple(e["layers"]),
-                    positions=arrays[f"positions.{i}"],
-                    atp=arrays[f"atp.{i}"].astype(np.float64),
-                    graddrop=arrays[f"graddrop.{i}"].astype(np.float64) if e["graddrop"] else None,
-                    metric_base=float(e["metric_base"]),
-                    metric_cf=float(e["metric_cf"]),
-                    prompt_length=int(e["prompt_length"]),
-                    cell_positions=arrays[f"cell_positions.{i}"],
-                    pre_reasoning=tuple(e["pre_reasoning"]),
-                    changed_cells=tuple(tuple(c) for c in e["changed_cells"]),
-                    readouts=arrays[f"readouts.{i}"],
-                    grid_span=tuple(e.get("grid_span", (0, 0))),
-                )
-            )
+            fields = {name: e[name] for name in _CARD_FIELDS}
+            fields.update({name: arrays[f"{name}.{i}"] for name in _ARRAYS if name != "graddrop"})
+            fields["graddrop"] = arrays[f"graddrop.{i}"] if e["graddrop"] else None
+            for name in ("atp", "graddrop"):
+                if fields[name] is not None:
+                    fields[name] = fields[name].astype(np.float64)
+            fields["grid_span"] = e.get("grid_span", (0, 0))
+            for name in ("layers", "pre_reasoning", "grid_span"):
+                fields[name] = tuple(fields[name])
+            fields["changed_cells"] = tuple(tuple(c) for c in e["changed_cells"])
+            records.append(PairAttribution(**fields))
         except KeyError as err:
             raise ValueError(f"{tensors_path}: record {i} lacks {err}") from err
     return records, {k: v for k, v in card.items() if k != "records"}

@@ -20,6 +20,7 @@ from goalprobe.stats import Estimate, GridBootstrap, grid_bootstrap_ratio
 
 PROGRESS_BINS: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
 """Upper edges of the reasoning-progress bins (fraction of the reasoning's tokens)."""
+_BIN_EDGES = tuple(zip((0.0, *PROGRESS_BINS[:-1]), PROGRESS_BINS, strict=True))
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,12 @@ def decision_curves(
     n_layers = steps[0].answer.shape[0]
     majority_action = int(np.bincount(actions, minlength=4).argmax())
     ones = np.ones(len(steps))
-    tops = np.asarray(
-        [[s.answer[layer].argmax() == s.action for s in steps] for layer in range(n_layers)], float
-    )
-    answer = [_rate(boot, hits, ones, ids) for hits in tops]
-    edges = (0.0, *PROGRESS_BINS)
+    tops = np.stack([s.answer.argmax(axis=-1) for s in steps], axis=1) == actions  # (L, N)
+    answer = [_rate(boot, hits.astype(float), ones, ids) for hits in tops]
     progress = []
     for layer in range(n_layers):
         row = []
-        for low, high in zip(edges, edges[1:], strict=False):
+        for low, high in _BIN_EDGES:
             hits, weight = np.zeros(len(steps)), np.zeros(len(steps))
             for i, s in enumerate(steps):
                 inside = (s.fractions > low) & (s.fractions <= high)
@@ -104,12 +102,8 @@ def decision_curves(
 
 def bin_positions(fractions: np.ndarray) -> list[int | None]:
     """For each progress bin, the index of the last chunk end inside it (None: no chunk)."""
-    edges = (0.0, *PROGRESS_BINS)
-    out: list[int | None] = []
-    for low, high in zip(edges, edges[1:], strict=False):
-        inside = np.flatnonzero((fractions > low) & (fractions <= high))
-        out.append(int(inside[-1]) if inside.size else None)
-    return out
+    bins = [np.flatnonzero((fractions > low) & (fractions <= high)) for low, high in _BIN_EDGES]
+    return [int(inside[-1]) if inside.size else None for inside in bins]
 
 
 def action_probe():
@@ -173,6 +167,10 @@ def readout_curves(
     # the verdicts form one family (every layer x bin): Bonferroni-adjusted margin intervals
     family = int(features.shape[1] * features.shape[2])
     confidence = 1 - 0.05 / family
+    tail = boot | {
+        "confidence": confidence,
+        "n_resamples": max(n_resamples, TAIL_RESAMPLES) if n_resamples else 0,
+    }
     target = truth[:, 0] if truth.shape[1] == 1 else truth
     by_layer: list[list[dict[str, Any]]] = []
     for layer in range(features.shape[1]):
@@ -188,16 +186,8 @@ def readout_curves(
             model = estimator().fit(x[rows_train], target[rows_train])
             hits = hits_of(model.predict(x[rows_test]), rows_test)
             accuracy = _summary(grid_bootstrap_ratio(hits, None, ids[rows_test], **boot))
-            margin = _summary(
-                grid_bootstrap_ratio(
-                    hits - base_hits[strongest][rows_test],
-                    None,
-                    ids[rows_test],
-                    confidence=confidence,
-                    n_resamples=max(n_resamples, TAIL_RESAMPLES) if n_resamples else 0,
-                    random_state=random_state,
-                )
-            )
+            gain = hits - base_hits[strongest][rows_test]
+            margin = _summary(grid_bootstrap_ratio(gain, None, ids[rows_test], **tail))
             low = margin["ci_low"]
             verdict = "undecided" if low is None else ("yes" if low > 0 else "no")
             row.append({"bin": b, **accuracy, "margin_over_strongest": margin, "verdict": verdict})

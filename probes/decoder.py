@@ -121,8 +121,10 @@ def decode_rows(
     """
     probs = full_class_probs(cell_probe.predict_proba(acts), [int(c) for c in cell_probe.classes_])
     canvas = probs.shape[1]
-    agent = None if agent_probe is None else agent_probe.cell_proba(acts, sizes, canvas)
-    goal = None if goal_probe is None else goal_probe.cell_proba(acts, sizes, canvas)
+    agent, goal = (
+        None if probe is None else probe.cell_proba(acts, sizes, canvas).astype(np.float32)
+        for probe in (agent_probe, goal_probe)
+    )
     base = readout or Readout()
     named = Readout(
         cells=CELL_READOUT,
@@ -132,11 +134,10 @@ def decode_rows(
         agent_probe=base.agent_probe if agent is not None else None,
         goal_probe=base.goal_probe if goal is not None else None,
     )
-    as32 = None if agent is None else agent.astype(np.float32)
     source = None
     if wall_probe is not None or agent_wall_probe is not None:
         probs, source = _decoded_walls(
-            probs, acts, sizes, densities, as32, wall_probe, agent_wall_probe
+            probs, acts, sizes, densities, agent, wall_probe, agent_wall_probe
         )
         named = replace(
             named,
@@ -144,8 +145,7 @@ def decode_rows(
             wall_probe=base.wall_probe if wall_probe is not None else None,
             agent_wall_probe=base.agent_wall_probe if agent_wall_probe is not None else None,
         )
-    goal32 = None if goal is None else goal.astype(np.float32)
-    return DecodedArrays(probs, as32, goal32, named, source)
+    return DecodedArrays(probs, agent, goal, named, source)
 
 
 def _decoded_walls(probs, acts, sizes, densities, agent, wall_probe, agent_wall_probe):
@@ -219,10 +219,8 @@ def combine_walls(
     n, side = out.shape[0], out.shape[1]
     wall = np.array(out[..., int(CellType.WALL)], copy=True).reshape(n, -1)
     source = np.zeros((n, side * side), dtype=np.uint8)
-    grid_cells = np.zeros((n, side, side), dtype=bool)
-    for i, size in enumerate(np.asarray(sizes, dtype=np.int64).tolist()):
-        grid_cells[i, :size, :size] = True
-    inside = grid_cells.reshape(n, -1)
+    within = np.arange(side)[None, :] < np.asarray(sizes, dtype=np.int64)[:, None]  # (n, side)
+    inside = (within[:, :, None] & within[:, None, :]).reshape(n, -1)
     if absolute is not None:
         a = np.asarray(absolute, dtype=np.float32).reshape(n, -1)
         wall = np.where(inside, a, wall)

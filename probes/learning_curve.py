@@ -9,6 +9,7 @@ prefixes, each point scored as the probe sweep scores a run
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,15 +37,12 @@ def _interleaved_by_size(data: ProbeData, train, train_grids, random_state) -> n
     so every prefix holds the sizes in proportion (and the shuffled control, which permutes
     within sizes, has at least two grids per size once the prefix holds two per size)."""
     rng = np.random.default_rng(random_state)
-    first = {g: i for i, g in enumerate(data.grid_ids[train])}
-    size_of = {g: int(data.grid_sizes[train][first[g]]) for g in train_grids}
+    size_of = dict(zip(data.grid_ids[train], data.grid_sizes[train].tolist(), strict=True))
     by_size = [
         rng.permutation([g for g in train_grids if size_of[g] == size]).tolist()
         for size in sorted(set(size_of.values()))
     ]
-    order: list[str] = []
-    for rank in range(max(len(members) for members in by_size)):
-        order.extend(members[rank] for members in by_size if rank < len(members))
+    order = [g for rank in itertools.zip_longest(*by_size) for g in rank if g is not None]
     return np.asarray(order, dtype=object)
 
 

@@ -95,25 +95,6 @@ def step_positions(
     )
 
 
-def final_norm(model: torch.nn.Module) -> torch.nn.Module:
-    """The model's final norm (see :data:`FINAL_NORM_PATHS`)."""
-    for path in FINAL_NORM_PATHS:
-        module = get_submodule_path(model, path)
-        if module is not None:
-            return module
-    raise ValueError(f"no final norm at any of {FINAL_NORM_PATHS}")
-
-
-@torch.no_grad()
-def lens_logits(model: torch.nn.Module, resid: torch.Tensor) -> torch.Tensor:
-    """``W_U norm(resid)``: ``(..., d_model)`` -> ``(..., vocab)`` float32."""
-    norm = final_norm(model)
-    unembed = model.get_output_embeddings()
-    weight = next(unembed.parameters())
-    out = unembed(norm(resid.to(device=weight.device, dtype=weight.dtype)))
-    return out.float().cpu()
-
-
 @torch.no_grad()
 def capture_resid(backend: ResidualBackend, ids: Sequence[int], positions: Sequence[int]):
     """``(n_layers, len(positions), d_model)`` the residual stream after every block at
@@ -128,10 +109,17 @@ def capture_resid(backend: ResidualBackend, ids: Sequence[int], positions: Seque
 def lens_from_resid(
     model: torch.nn.Module, resid: torch.Tensor, candidates: Sequence[int]
 ) -> np.ndarray:
-    """The lens's distribution over ``candidates`` (softmax over their logits) of residual
+    """The lens's distribution over ``candidates`` (softmax over their logits ``W_U
+    norm(resid)``, the final norm at the first of :data:`FINAL_NORM_PATHS`) of residual
     streams ``(..., d_model)``: ``(..., len(candidates))`` float32."""
-    logits = lens_logits(model, resid)[..., list(candidates)]
-    return torch.softmax(logits, dim=-1).numpy().astype(np.float32)
+    norms = (get_submodule_path(model, path) for path in FINAL_NORM_PATHS)
+    norm = next((module for module in norms if module is not None), None)
+    if norm is None:
+        raise ValueError(f"no final norm at any of {FINAL_NORM_PATHS}")
+    unembed = model.get_output_embeddings()
+    weight = next(unembed.parameters())
+    logits = unembed(norm(resid.to(device=weight.device, dtype=weight.dtype))).float().cpu()
+    return torch.softmax(logits[..., list(candidates)], dim=-1).numpy().astype(np.float32)
 
 
 def lens_probs(
@@ -151,7 +139,5 @@ def first_stable_top(probs: np.ndarray, target: int) -> int | None:
     top = probs.argmax(axis=-1) == target
     if not top[-1]:
         return None
-    index = len(top) - 1
-    while index > 0 and top[index - 1]:
-        index -= 1
-    return int(index)
+    misses = np.flatnonzero(~top)
+    return int(misses[-1]) + 1 if misses.size else 0

@@ -104,6 +104,14 @@ def check_plan_acts(X: np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
+def _token_loss(network: nn.Module, x: torch.Tensor, targets: torch.Tensor, index):
+    """``(summed token cross-entropy, non-PAD tokens)`` of the examples ``x[index]``."""
+    t = targets[index].reshape(-1)
+    logits = network(x[index]).reshape(-1, N_PLAN_CLASSES)
+    loss = nn.functional.cross_entropy(logits, t, ignore_index=_IGNORE_INDEX, reduction="sum")
+    return loss, (t != _IGNORE_INDEX).sum()
+
+
 class PlanDecoder(BaseEstimator):
     """One-shot transformer plan decoder (scikit-learn conventions).
 
@@ -147,15 +155,8 @@ class PlanDecoder(BaseEstimator):
         store_params(self, locals())
 
     def _check_hyperparameters(self) -> None:
-        for name in (
-            "n_layers",
-            "n_heads",
-            "d_bottleneck",
-            "horizon",
-            "batch_size",
-            "max_epochs",
-            "n_iter_no_change",
-        ):
+        names = "n_layers n_heads d_bottleneck horizon batch_size max_epochs n_iter_no_change"
+        for name in names.split():
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -224,7 +225,6 @@ class PlanDecoder(BaseEstimator):
             raise ValueError(f"X has {len(X)} examples but y has {len(y)}")
         if (X_val is None) != (y_val is None):
             raise ValueError("pass both X_val and y_val, or neither")
-        has_val = X_val is not None and y_val is not None
         if X_val is not None and y_val is not None:
             X_val = check_plan_acts(X_val, "X_val")
             y_val = truncate_plans(y_val, self.horizon)
@@ -248,7 +248,6 @@ class PlanDecoder(BaseEstimator):
 
         x_train = self._standardise(X, device)
         t_train = self._loss_targets(y, device)
-        token_loss = nn.CrossEntropyLoss(ignore_index=_IGNORE_INDEX, reduction="sum")
 
         # one torch stream for initialisation and dropout, seeded, without touching the caller's
         fork_devices = [device] if device.type == "cuda" else []
@@ -257,18 +256,27 @@ class PlanDecoder(BaseEstimator):
             network = self._build_network(self.n_features_in_).to(device)
 
             def batch_loss(positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-                index = torch.from_numpy(positions).to(device)
-                targets = t_train[index].reshape(-1)
-                logits = network(x_train[index]).reshape(-1, N_PLAN_CLASSES)
-                return token_loss(logits, targets), (targets != _IGNORE_INDEX).sum()
+                return _token_loss(
+                    network, x_train, t_train, torch.from_numpy(positions).to(device)
+                )
 
             validation_loss = None
             if X_val is not None and y_val is not None:
                 x_val = self._standardise(X_val, device)
                 t_val = self._loss_targets(y_val, device)
+                chunk = max(self.batch_size, 256)
 
                 def validation_loss() -> float:
-                    return self._mean_loss(network, x_val, t_val)
+                    """Token cross-entropy averaged over all non-PAD validation tokens."""
+                    network.eval()
+                    total = 0.0
+                    with torch.inference_mode():
+                        for start in range(0, len(x_val), chunk):
+                            loss, _ = _token_loss(
+                                network, x_val, t_val, slice(start, start + chunk)
+                            )
+                            total += float(loss)
+                    return total / max(int((t_val != _IGNORE_INDEX).sum()), 1)
 
             history, best_epoch = train_estimator(
                 self,
@@ -286,22 +294,11 @@ class PlanDecoder(BaseEstimator):
         self.n_epochs_ = len(history)
         self.best_epoch_ = best_epoch
         self.best_validation_loss_ = (
-            float(history[best_epoch - 1]["validation_loss"]) if has_val else None
+            float(history[best_epoch - 1]["validation_loss"])
+            if validation_loss is not None
+            else None
         )
         return self
-
-    def _mean_loss(self, network: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> float:
-        """Token cross-entropy averaged over all non-PAD tokens of ``x``."""
-        network.eval()
-        loss_fn = nn.CrossEntropyLoss(ignore_index=_IGNORE_INDEX, reduction="sum")
-        total, count = 0.0, int((targets != _IGNORE_INDEX).sum())
-        chunk = max(self.batch_size, 256)
-        with torch.inference_mode():
-            for start in range(0, len(x), chunk):
-                logits = network(x[start : start + chunk])
-                t = targets[start : start + len(logits)]
-                total += float(loss_fn(logits.reshape(-1, N_PLAN_CLASSES), t.reshape(-1)))
-        return total / max(count, 1)
 
     def predict_proba(self, X: ResidualActs) -> PlanProbs:
         """``(N, T, 5)`` float32 per-step probabilities over UP, DOWN, LEFT, RIGHT, END."""

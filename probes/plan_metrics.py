@@ -59,16 +59,12 @@ def validate_plans(plans: np.ndarray, *, name: str = "plans") -> np.ndarray:
             f"{name}[{row}, {col}] = {arr[row, col]} is not a plan token (0-3 actions, "
             f"{PLAN_END} END, {PLAN_PAD} PAD)"
         )
-    ended = np.cumsum(arr == PLAN_END, axis=1)
     # a PAD or a second END must follow an END; an action must not
-    after_end = np.concatenate([np.zeros((arr.shape[0], 1), dtype=ended.dtype), ended[:, :-1]], 1)
-    action_after_end = (after_end > 0) & (arr < PLAN_END)
-    pad_before_end = (after_end == 0) & (arr == PLAN_PAD)
-    double_end = (after_end > 0) & (arr == PLAN_END)
+    after_end = _after_end(arr)
     for mask, what in (
-        (action_after_end, "an action after END"),
-        (double_end, "a second END"),
-        (pad_before_end, "PAD before any END"),
+        (after_end & (arr < PLAN_END), "an action after END"),
+        (after_end & (arr == PLAN_END), "a second END"),
+        (~after_end & (arr == PLAN_PAD), "PAD before any END"),
     ):
         if mask.any():
             row, col = np.argwhere(mask)[0]
@@ -83,10 +79,14 @@ def canonical_plans(plans: np.ndarray) -> np.ndarray:
     if arr.ndim != 2:
         raise ValueError(f"predicted plans must be 2-D (N, T), got shape {arr.shape}")
     out = arr.astype(np.int8, copy=True)
-    seen_end = np.cumsum(out == PLAN_END, axis=1) > 0
-    after_first_end = np.concatenate([np.zeros((out.shape[0], 1), bool), seen_end[:, :-1]], 1)
-    out[after_first_end] = PLAN_PAD
+    out[_after_end(out)] = PLAN_PAD
     return validate_plans(out, name="predicted plans")
+
+
+def _after_end(plans: np.ndarray) -> np.ndarray:
+    """``(N, T)`` bool: the position follows an ``END`` of its row."""
+    ended = np.cumsum(plans == PLAN_END, axis=1) > 0
+    return np.concatenate([np.zeros((plans.shape[0], 1), bool), ended[:, :-1]], axis=1)
 
 
 def plan_lengths(plans: np.ndarray) -> np.ndarray:
@@ -284,26 +284,19 @@ def plan_metrics(
         ids, n_resamples=n_bootstrap, confidence=confidence_level, random_state=random_state
     )
     sums = _grid_sums(np.asarray(predicted), tgt, boot)
-    samples = _statistics(sums, boot)
-    point = {k: v[0] for k, v in samples.items()}
-    ci = {k: boot.interval(v) for k, v in samples.items()}
-    horizon = tgt.shape[1]
-    scalars: dict[str, Any] = {}
-    for key in SCALAR_METRICS:
-        scalars.update({key: float(point[key]), f"{key}_ci": ci[key]})
+    estimates: dict[str, Any] = {}
+    for key, draws in _statistics(sums, boot).items():
+        estimates[key] = float(draws[0]) if key in SCALAR_METRICS else draws[0]
+        estimates[f"{key}_ci"] = boot.interval(draws)
     return PlanMetrics(
-        horizon=horizon,
+        horizon=tgt.shape[1],
         n_examples=len(tgt),
         n_grids=boot.n_grids,
         confidence_level=confidence_level,
         n_bootstrap=n_bootstrap,
-        prefix_accuracy=point["prefix_accuracy"],
-        prefix_accuracy_ci=ci["prefix_accuracy"],
-        prefix_accuracy_min_length=point["prefix_accuracy_min_length"],
-        prefix_accuracy_min_length_ci=ci["prefix_accuracy_min_length"],
         n_min_length=sums["n_long"].sum(0).astype(np.int64),
-        random_baseline=random_baseline(horizon),
-        **scalars,
+        random_baseline=random_baseline(tgt.shape[1]),
+        **estimates,
     )
 
 
@@ -321,10 +314,10 @@ def plan_metrics_by_group(
         raise ValueError(f"groups must have shape ({len(target)},), got {keys.shape}")
     pred, tgt, ids = np.asarray(predicted), np.asarray(target), np.asarray(grid_ids)
     return {
-        str(value.item() if hasattr(value, "item") else value): plan_metrics(
-            pred[keys == value], tgt[keys == value], ids[keys == value], **kwargs
+        str(v.item() if hasattr(v, "item") else v): plan_metrics(
+            pred[keys == v], tgt[keys == v], ids[keys == v], **kwargs
         )
-        for value in np.unique(keys)
+        for v in np.unique(keys)
     }
 
 
@@ -351,11 +344,8 @@ def stored_run_metrics(
     rows = row_ids[keep]
     target = truncate_plans(np.asarray(store_plans)[rows], np.asarray(plans).shape[1])
     grid_ids = np.asarray(store_grid_ids)[rows].astype(str)
+    predicted = np.asarray(plans)[keep]
     metrics = plan_metrics(
-        np.asarray(plans)[keep],
-        target,
-        grid_ids,
-        n_bootstrap=n_bootstrap,
-        random_state=random_state,
+        predicted, target, grid_ids, n_bootstrap=n_bootstrap, random_state=random_state
     )
     return metrics, "all" if split is None else "test"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
@@ -99,6 +99,12 @@ class PlanDataset:
                 raise ValueError(f"{name} has {len(value)} rows but acts has {n}")
 
 
+_STORE_ATTRS = (
+    "model_id model_revision backend created package_version trajectory_file trajectory_sha256"
+).split()
+"""The activation store's attributes copied into a dataset's provenance (when present)."""
+
+
 class PlanLoader(Protocol):
     """How the sweep gets its data: ``load(stage, layer) -> PlanDataset``, with the ``stages``
     (those with rows) and ``layers`` it can load."""
@@ -148,19 +154,7 @@ class StorePlanLoader:
             "layer": int(layer),
             "n_rows": int(len(rows)),
             "first_step_only": self.first_step_only,
-            **{
-                key: self.attrs.get(key)
-                for key in (
-                    "model_id",
-                    "model_revision",
-                    "backend",
-                    "created",
-                    "package_version",
-                    "trajectory_file",
-                    "trajectory_sha256",
-                )
-                if key in self.attrs
-            },
+            **{key: self.attrs[key] for key in _STORE_ATTRS if key in self.attrs},
         }
         return PlanDataset(
             acts=acts,
@@ -214,7 +208,7 @@ class PlanSweepConfig:
     """Seed of the split, the decoders, the shuffle and the bootstrap."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class PlanRun:
     """One evaluated predictor of the sweep, named ``"<stage>/layer<layer>/<kind>[<layers>]"``.
 
@@ -232,31 +226,22 @@ class PlanRun:
     stage: str
     layer: int
     kind: str
-    decoder_layers: int | None
+    decoder_layers: int | None = None
+    best_epoch: int | list[int] | None = None
+    model_path: str | None = None
     metrics: PlanMetrics
     by_size: dict[str, PlanMetrics]
     by_density: dict[str, PlanMetrics]
-    best_epoch: int | list[int] | None
-    model_path: str | None
     verdicts: list[dict] = field(default_factory=list)
     departures: dict | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return {
-            "name": self.name,
-            "stage": self.stage,
-            "layer": self.layer,
-            "kind": self.kind,
-            "decoder_layers": self.decoder_layers,
-            "best_epoch": self.best_epoch,
-            "model_path": self.model_path,
-            "metrics": self.metrics.to_dict(),
-            "by_size": {k: v.to_dict() for k, v in self.by_size.items()},
-            "by_density": {k: v.to_dict() for k, v in self.by_density.items()},
-            "verdicts": self.verdicts,
-            "departures": self.departures,
-        }
+        """JSON-ready dict (the fields in order, the metrics as :meth:`PlanMetrics.to_dict`)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["metrics"] = self.metrics.to_dict()
+        for key in ("by_size", "by_density"):
+            out[key] = {k: v.to_dict() for k, v in out[key].items()}
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,19 +264,6 @@ class PlanSweepResult:
             "splits": self.splits,
             "runs": [run.to_dict() for run in self.runs],
         }
-
-
-def _split_codes(split: GridSplit, n: int) -> np.ndarray:
-    """``(n,)`` int8 split code of each row (0 train, 1 validation, 2 test)."""
-    codes = np.zeros(n, dtype=np.int8)
-    codes[split.validation] = 1
-    codes[split.test] = 2
-    return codes
-
-
-def _ids_digest(ids: np.ndarray) -> str:
-    joined = "\n".join(sorted(str(v) for v in np.unique(ids)))
-    return hashlib.sha256(joined.encode()).hexdigest()
 
 
 def resolve_config(config: PlanSweepConfig, load: PlanLoader) -> PlanSweepConfig:
@@ -330,86 +302,103 @@ def run_plan_sweep(
     say = log or (lambda message: None)
     config = resolve_config(config, load)
     out = Path(out_dir) if out_dir is not None else None
-    plans_path = out / "predicted_plans.h5" if out is not None else None
-    if out is not None and plans_path is not None:
-        existing = [p for p in (plans_path, out / "sweep.json") if p.exists()]
+    if out is not None:
+        existing = [p for p in (out / "predicted_plans.h5", out / "sweep.json") if p.exists()]
         if existing and not overwrite:
             raise FileExistsError(f"{existing[0]} exists; pass overwrite=True to replace it")
-        if plans_path.exists():
-            plans_path.unlink()
-    metric_kw: dict[str, Any] = {
-        "n_bootstrap": config.n_bootstrap,
-        "confidence_level": config.confidence_level,
-        "random_state": config.random_state,
-    }
+        (out / "predicted_plans.h5").unlink(missing_ok=True)
     runs: list[PlanRun] = []
     splits: dict[str, dict] = {}
     for stage in config.stages:
         for layer in config.layers:
             data = load(stage, layer)
             plans = truncate_plans(data.plans, template.horizon)
-            grid_ids = np.asarray(data.grid_ids)
             key = f"{stage}/layer{layer}"
-            folds = _folds(config, grid_ids, data.sizes, key)
-            test = np.sort(np.concatenate([f.test for f in folds]))
-            splits[key] = _split_info(folds, grid_ids)
+            folds = _folds(config, np.asarray(data.grid_ids), data.sizes, key)
+            splits[key] = _split_info(folds, np.asarray(data.grid_ids))
             # every run's predictions on all rows (the test rows filled)
             pending = _baselines(key, data, plans, folds, config, template.horizon)
             jobs = [("decoder", k) for k in config.decoder_layers]
             jobs += [("shuffled_control", k) for k in config.control_decoder_layers]
             for kind, n_layers in jobs:
-                name = f"{key}/{kind}{n_layers}"
-                say(f"training {name}")
-                pred_all = np.full(plans.shape, PLAN_PAD, dtype=np.int8)
-                epochs, paths = [], []
-                for index, fold in enumerate(folds):
-                    est = _fit_decoder(template, data.acts, plans, fold, kind, n_layers, config)
-                    epochs.append(est.best_epoch_)
-                    if len(folds) == 1:
-                        pred_all = est.predict(data.acts)
-                    else:
-                        pred_all[fold.test] = est.predict(data.acts[fold.test])
-                    if out is not None:
-                        suffix = "" if len(folds) == 1 else f"_fold{index}"
-                        fold_metrics = plan_metrics(
-                            pred_all[fold.test], plans[fold.test], grid_ids[fold.test],
-                            **metric_kw,
-                        )  # fmt: skip
-                        paths.append(
-                            _save(est, out / "models" / f"{(name + suffix).replace('/', '__')}",
-                                  {"test": fold_metrics.to_dict()}, data, stage, layer, kind,
-                                  splits[key], config, overwrite)
-                        )  # fmt: skip
+                say(f"training {key}/{kind}{n_layers}")
+                run, estimators = _train(template, data, plans, folds, kind, n_layers, config)
+                run["name"] = f"{key}/{kind}{n_layers}"
                 if out is not None:
-                    codes = (
-                        _split_codes(folds[0], len(plans))
-                        if len(folds) == 1
-                        else np.full(len(plans), 2, dtype=np.int8)
-                    )
-                    assert plans_path is not None  # set whenever out is
-                    write_predicted_plans(
-                        plans_path,
-                        name,
-                        pred_all,
-                        np.asarray(data.row_ids),
-                        card=read_plan_decoder_card(paths[0][1]),
-                        split=codes,
-                    )
-                pending.append(
-                    {
-                        "kind": kind,
-                        "name": name,
-                        "pred": pred_all,
-                        "decoder_layers": n_layers,
-                        "best_epoch": epochs[0] if len(epochs) == 1 else epochs,
-                        "model_path": str(paths[0][0]) if paths else None,
-                    }
-                )
-            runs += _score(pending, plans, grid_ids, test, data, stage, layer, metric_kw)
+                    where = (stage, layer, splits[key])
+                    _save_run(run, estimators, out, data, plans, folds, where, config, overwrite)
+                pending.append(run)
+            runs += _score(pending, plans, folds, data, stage, layer, config)
     result = PlanSweepResult(config, template.get_params(), runs, splits)
     if out is not None:
         (out / "sweep.json").write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     return result
+
+
+def _train(template, data: PlanDataset, plans, folds, kind, n_layers, config):
+    """``(run, estimators)``: one decoder (``kind`` ``"decoder"`` or ``"shuffled_control"``)
+    trained on every fold, and the pending run of its predictions of all rows (with
+    cross-fitting, of each fold's test rows)."""
+    pred = np.full(plans.shape, PLAN_PAD, dtype=np.int8)
+    estimators = []
+    for fold in folds:
+        estimators.append(_fit_decoder(template, data.acts, plans, fold, kind, n_layers, config))
+        if len(folds) == 1:
+            pred = estimators[-1].predict(data.acts)
+        else:
+            pred[fold.test] = estimators[-1].predict(data.acts[fold.test])
+    epochs = [est.best_epoch_ for est in estimators]
+    run = {"kind": kind, "pred": pred, "decoder_layers": n_layers}
+    return run | {"best_epoch": epochs[0] if len(epochs) == 1 else epochs}, estimators
+
+
+def _save_run(run, estimators, out: Path, data, plans, folds, where, config, overwrite) -> None:
+    """Write a trained run's weights and cards (one per fold) and its predicted plans; sets the
+    run's ``model_path`` (the first fold's weights). ``where``: stage, layer, split info."""
+    stage, layer, split_info = where
+    grid_ids = np.asarray(data.grid_ids)
+    provenance = {
+        "data": data.provenance,
+        "stage": stage,
+        "layer": layer,
+        "kind": run["kind"],
+        "split": split_info,
+        "split_config": {
+            k: getattr(config, k)
+            for k in ("validation_fraction", "test_fraction", "n_folds", "random_state")
+        },
+    }
+    paths = []
+    for index, (fold, est) in enumerate(zip(folds, estimators, strict=True)):
+        suffix = "" if len(folds) == 1 else f"_fold{index}"
+        test = fold.test
+        metrics = plan_metrics(run["pred"][test], plans[test], grid_ids[test], **_metric_kw(config))
+        weights = out / "models" / f"{(run['name'] + suffix).replace('/', '__')}.safetensors"
+        if weights.exists() and not overwrite:
+            raise FileExistsError(f"{weights} exists; pass overwrite=True")
+        card_path = save_plan_decoder(
+            est, weights, metrics={"test": metrics.to_dict()}, provenance=provenance
+        )
+        paths.append((weights, card_path))
+    codes = np.full(len(plans), 0 if len(folds) == 1 else 2, dtype=np.int8)
+    if len(folds) == 1:  # with cross-fitting every row is a test row
+        codes[folds[0].validation] = 1
+        codes[folds[0].test] = 2
+    card = read_plan_decoder_card(paths[0][1])
+    row_ids = np.asarray(data.row_ids)
+    write_predicted_plans(
+        out / "predicted_plans.h5", run["name"], run["pred"], row_ids, card=card, split=codes
+    )
+    run["model_path"] = str(paths[0][0])
+
+
+def _metric_kw(config: PlanSweepConfig) -> dict[str, Any]:
+    """The bootstrap settings of :func:`plan_metrics`."""
+    return {
+        "n_bootstrap": config.n_bootstrap,
+        "confidence_level": config.confidence_level,
+        "random_state": config.random_state,
+    }
 
 
 def _by_fold(folds: list[GridSplit], shape, fit_predict) -> np.ndarray:
@@ -446,24 +435,15 @@ def _baselines(key, data: PlanDataset, plans, folds, config, horizon) -> list[di
 
 def _folds(config: PlanSweepConfig, grid_ids: np.ndarray, sizes, key: str) -> list[GridSplit]:
     """The single split, or the K folds of cross-fitting; raises when a part is empty."""
+    kw: dict[str, Any] = {
+        "validation_fraction": config.validation_fraction,
+        "stratify": sizes,
+        "random_state": config.random_state,
+    }
     if config.n_folds >= 2:
-        folds = grid_folds(
-            grid_ids,
-            config.n_folds,
-            validation_fraction=config.validation_fraction,
-            stratify=sizes,
-            random_state=config.random_state,
-        )
+        folds = grid_folds(grid_ids, config.n_folds, **kw)
     else:
-        folds = [
-            split_by_grid(
-                grid_ids,
-                test_fraction=config.test_fraction,
-                validation_fraction=config.validation_fraction,
-                stratify=sizes,
-                random_state=config.random_state,
-            )
-        ]
+        folds = [split_by_grid(grid_ids, test_fraction=config.test_fraction, **kw)]
     for fold in folds:
         for part, rows in zip(SPLIT_NAMES, (fold.train, fold.validation, fold.test), strict=True):
             if len(rows) == 0:
@@ -475,10 +455,11 @@ def _folds(config: PlanSweepConfig, grid_ids: np.ndarray, sizes, key: str) -> li
 
 
 def _part_info(rows: np.ndarray, grid_ids: np.ndarray) -> dict:
+    grids = "\n".join(sorted(str(v) for v in np.unique(grid_ids[rows])))
     return {
         "n_rows": int(len(rows)),
         "n_grids": int(len(np.unique(grid_ids[rows]))),
-        "grid_ids_sha256": _ids_digest(grid_ids[rows]),
+        "grid_ids_sha256": hashlib.sha256(grids.encode()).hexdigest(),
     }
 
 
@@ -511,42 +492,24 @@ def _fit_decoder(template, acts, plans, fold: GridSplit, kind, n_layers, config)
     return est
 
 
-def _save(est, stem: Path, metrics, data, stage, layer, kind, split_info, config, overwrite):
-    """Write the decoder's weights and card; returns ``(weights path, card path)``."""
-    provenance = {
-        "data": data.provenance,
-        "stage": stage,
-        "layer": layer,
-        "kind": kind,
-        "split": split_info,
-        "split_config": {
-            k: getattr(config, k)
-            for k in ("validation_fraction", "test_fraction", "n_folds", "random_state")
-        },
-    }
-    weights = stem.with_name(stem.name + ".safetensors")
-    if weights.exists() and not overwrite:
-        raise FileExistsError(f"{weights} exists; pass overwrite=True")
-    card = save_plan_decoder(est, weights, metrics=metrics, provenance=provenance)
-    return weights, card
-
-
-def _score(pending, plans, grid_ids, test, data: PlanDataset, stage, layer, metric_kw):
+def _score(pending, plans, folds, data: PlanDataset, stage, layer, config) -> list[PlanRun]:
     """Score every run on the test rows, overall and by size and density, and judge every
     decoder (:class:`PlanRun`)."""
-    target, ids = plans[test], grid_ids[test]
+    test = np.sort(np.concatenate([f.test for f in folds]))
+    target, ids = plans[test], np.asarray(data.grid_ids)[test]
     groups = [None if g is None else np.asarray(g)[test] for g in (data.sizes, data.densities)]
     hits = {r["name"]: prefix_hits(r["pred"][test], target) for r in pending}
     baselines = [r["name"] for r in pending if r["kind"] != "decoder"]
     departing = None if data.departs is None else np.asarray(data.departs)[test]
+    metric_kw = _metric_kw(config)
     kw = {
-        "n_resamples": metric_kw["n_bootstrap"],
-        "confidence": metric_kw["confidence_level"],
-        "random_state": metric_kw["random_state"],
+        "n_resamples": config.n_bootstrap,
+        "confidence": config.confidence_level,
+        "random_state": config.random_state,
     }
     out = []
     for r in pending:
-        pred = r["pred"][test]
+        pred = r.pop("pred")[test]
         by_size, by_density = (
             {} if g is None else plan_metrics_by_group(pred, target, ids, g, **metric_kw)
             for g in groups
@@ -572,20 +535,7 @@ def _score(pending, plans, grid_ids, test, data: PlanDataset, stage, layer, metr
                     judged, r["name"], ids, rows=departing, horizons=range(1, 2), **kw
                 )
                 departure["verdict_n1"] = {**first[0], "role": "verdict"}
-        out.append(
-            PlanRun(
-                name=r["name"],
-                stage=stage,
-                layer=layer,
-                kind=r["kind"],
-                decoder_layers=r.get("decoder_layers"),
-                metrics=m,
-                by_size=by_size,
-                by_density=by_density,
-                best_epoch=r.get("best_epoch"),
-                model_path=r.get("model_path"),
-                verdicts=verdicts,
-                departures=departure,
-            )
-        )
+        scores: dict[str, Any] = {"metrics": m, "by_size": by_size, "by_density": by_density}
+        scores.update(verdicts=verdicts, departures=departure)
+        out.append(PlanRun(**r, stage=stage, layer=layer, **scores))
     return out

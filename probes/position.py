@@ -15,6 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.special
 from goalprobe.gridworld.core import CellType
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
@@ -81,17 +82,12 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
         logits = z @ a["coef"].T + a["intercept"]
         if logits.shape[1] == 1:  # binary: scikit-learn's single column is class 1 vs 0
             logits = np.concatenate([np.zeros_like(logits), logits], axis=1)
-        logits -= logits.max(axis=1, keepdims=True)
-        p = np.exp(logits)
-        return a["classes"].astype(np.int64), p / p.sum(axis=1, keepdims=True)
+        return a["classes"].astype(np.int64), scipy.special.softmax(logits, axis=1)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """``(N, 2)`` predicted ``(row, col)`` (the argmax of each coordinate)."""
-        out = []
-        for axis in ("row", "col"):
-            classes, p = self.axis_proba(X, axis)
-            out.append(classes[p.argmax(axis=1)])
-        return np.stack(out, axis=1).astype(np.int64)
+        axes = [self.axis_proba(X, axis) for axis in ("row", "col")]
+        return np.stack([c[p.argmax(axis=1)] for c, p in axes], axis=1).astype(np.int64)
 
     def cell_proba(self, X: np.ndarray, sizes: np.ndarray, canvas: int) -> np.ndarray:
         """``(N, canvas, canvas)`` distribution of the object's cell: ``P(row) P(col)``
@@ -167,14 +163,11 @@ def evaluate_positions(
     selectivity}``.
     """
     truth = np.asarray(truth, dtype=np.int64)
-    _, codes = np.unique(np.asarray(grid_ids).astype(str), return_inverse=True)
-    rng = np.random.default_rng(random_state)
-    boot = GridBootstrap.from_codes(
-        codes,
-        int(codes.max()) + 1,
+    boot = GridBootstrap.from_grid_ids(
+        np.asarray(grid_ids).astype(str),
         n_resamples=n_boot,
         confidence=confidence_level,
-        random_state=rng,
+        random_state=random_state,
     )
     samples: dict[str, dict[str, np.ndarray]] = {}
     models: dict[str, dict] = {}

@@ -73,7 +73,7 @@ def write_predicted_plans(
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "a") as f:
         if "schema" in f.attrs:
-            _check_plans_file(f, path)
+            check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
         else:
             f.attrs["schema"] = PREDICTED_PLANS_SCHEMA
             f.attrs["schema_version"] = PREDICTED_PLANS_SCHEMA_VERSION
@@ -93,17 +93,13 @@ def write_predicted_plans(
         group.attrs["horizon"] = plans.shape[1]
 
 
-def _check_plans_file(f, path: Path) -> None:
-    check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
-
-
 @contextmanager
 def _opened(path: Path):
     """The predicted-plans file at ``path`` open for reading, its schema and version checked."""
     import h5py
 
     with h5py.File(path, "r") as f:
-        _check_plans_file(f, path)
+        check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
         yield f
 
 

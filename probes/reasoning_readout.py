@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from goalprobe.activations.store.reader import ActivationStore
 from goalprobe.probes.baselines import uniform_top1
-from goalprobe.probes.decision_time import PROGRESS_BINS, readout_curves
+from goalprobe.probes.decision_time import PROGRESS_BINS, action_probe, readout_curves
 from goalprobe.probes.plan_baselines import StatePlanDecoder, state_features
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from goalprobe.probes.splits import split_by_grid
@@ -113,40 +113,27 @@ def reasoning_readout(
     optimal = np.where(
         labels["optimal_actions"].any(axis=1), labels["optimal_actions"].argmax(axis=1), -1
     )
-    moves = {"action": (labels["action"].astype(np.int64), labels["action_valid"].astype(bool))}
+    y, keep = labels["action"].astype(np.int64), labels["action_valid"].astype(bool)
     plans = labels["plan"].astype(np.int64)
     with_move = train & (plans[:, 0] < 4)
     decoder = StatePlanDecoder(random_state=random_state).fit(state[with_move], plans[with_move])
-    state_only = decoder.predict(state)[:, 0].astype(np.int64)  # the plan's first move
-    targets: dict[str, Any] = {}
-    for name, (y, keep) in moves.items():
-        fit = train & keep
-        majority = int(np.bincount(y[fit], minlength=4).argmax()) if fit.any() else 0
-        baselines = {
-            "majority move": np.full(len(y), majority),
-            "optimal policy (true grid)": optimal,
-            "state-only decoder": state_only,
-        }
-        targets[name] = _curves(
-            features, present, y, ids, train, keep, baselines, None, n_resamples, random_state
-        )
-    chance = uniform_top1(labels["cell_types"], sizes)
+    fit = train & keep
+    majority = int(np.bincount(y[fit], minlength=4).argmax()) if fit.any() else 0
+    baselines = {
+        "majority move": np.full(len(y), majority),
+        "optimal policy (true grid)": optimal,
+        "state-only decoder": decoder.predict(state)[:, 0].astype(np.int64),  # the first move
+    }
+    rows = (features, present, ids, train)
+    boot = {"n_resamples": n_resamples, "random_state": random_state}
+    targets = {"action": _curves(rows, y, keep, baselines, action_probe, None, boot)}
+    chance = {"uniform guess among open cells": uniform_top1(labels["cell_types"], sizes)}
     for name, field in (("agent cell", "agent_row_col"), ("goal cell", "goal_row_col")):
         y = labels[field].astype(np.int64)
-        prior = PositionPrior().fit(sizes[train], y[train])
-        targets[name] = _curves(
-            features,
-            present,
-            y,
-            ids,
-            train,
-            np.ones(len(y), dtype=bool),
-            {"most frequent cell of the size": prior.predict(sizes)},
-            PositionProbe,
-            n_resamples,
-            random_state,
-            {"uniform guess among open cells": chance},
-        )
+        prior = PositionPrior().fit(sizes[train], y[train]).predict(sizes)
+        baseline = {"most frequent cell of the size": prior}
+        every = np.ones(len(y), dtype=bool)
+        targets[name] = _curves(rows, y, every, baseline, PositionProbe, chance, boot)
     return {
         "bins": list(READOUT_BINS),
         "layers": list(store.layers),
@@ -160,17 +147,23 @@ def reasoning_readout(
     }
 
 
-def _curves(
-    features, present, y, ids, train, keep, baselines, estimator, n_resamples, seed, rates=None
-):
-    options: dict[str, Any] = {"n_resamples": n_resamples, "random_state": seed}
-    if estimator is not None:
-        options["estimator"] = estimator
-    if rates:
-        options["baseline_rates"] = {k: np.asarray(v)[keep] for k, v in rates.items()}
-    x, rows, target, grids, fit = (a[keep] for a in (features, present, y, ids, train))
+def _curves(rows, y, keep, baselines, estimator, rates, boot) -> dict:
+    """:func:`readout_curves` on the rows ``keep`` of ``rows`` (features, present, grid ids,
+    train), the target ``y`` and the baselines' predictions and ``rates``."""
+    features, present, ids, train = (a[keep] for a in rows)
     kept = {k: np.asarray(v)[keep] for k, v in baselines.items()}
-    curves = readout_curves(x, rows, target, grids, fit, kept, **options)
+    rates = {k: np.asarray(v)[keep] for k, v in (rates or {}).items()}
+    curves = readout_curves(
+        features,
+        present,
+        y[keep],
+        ids,
+        train,
+        kept,
+        estimator=estimator,
+        baseline_rates=rates,
+        **boot,
+    )
     return {"rows": int(keep.sum()), **curves}
 
 

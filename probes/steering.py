@@ -30,6 +30,8 @@ Design (fixed before any outcome is seen):
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -132,13 +134,12 @@ def calibrate(
             # an edit towards the other class: -alpha on wall rows, +alpha on open rows
             sign = np.where(t[m], -1.0, 1.0)
             before = logit[m, p] > 0
-            chosen, flip = float(config.multiples[-1]), 0.0
-            for k in config.multiples:
-                after = logit[m, p] + sign * k * gap * gain[p] > 0
-                flip = float(np.mean(after != before))
-                if flip >= config.flip_target:
-                    chosen = float(k)
-                    break
+            flips = [
+                float(np.mean((logit[m, p] + sign * k * gap * gain[p] > 0) != before))
+                for k in config.multiples
+            ]  # the first multiple reaching the target, else the largest
+            i = next((i for i, f in enumerate(flips) if f >= config.flip_target), len(flips) - 1)
+            chosen, flip = float(config.multiples[i]), flips[i]
             alpha = float(chosen * gap)
         for key, value in zip(out, (gap, chosen, alpha, flip, int(m.sum())), strict=True):
             out[key].append(value)
@@ -180,7 +181,6 @@ def choose_edits(
 ) -> tuple[Edit, Edit] | str:
     """The target edit and the irrelevant-cell edit of one state (module docstring), or the
     reason it has none; ``alpha``: the calibrated strengths (None: never edited)."""
-    offs = offsets(radius)
     true_opt = solve(grid).optimal_actions(state)
     if not true_opt:
         return "no optimal action (at the goal or unreachable)"
@@ -188,7 +188,7 @@ def choose_edits(
     special = {grid.goal, grid.key, grid.door, tuple(state.agent)}
     relevant: list[Edit] = []
     irrelevant: list[Edit] = []
-    for p, (dr, dc) in enumerate(offs.tolist()):
+    for p, (dr, dc) in enumerate(offsets(radius).tolist()):
         cell = (ar + dr, ac + dc)
         if max(abs(dr), abs(dc)) != 1 or alpha[p] is None or cell in special:
             continue
@@ -313,7 +313,7 @@ def run_steering(
     :func:`prepare_state`'s record plus ``actions``, ``invalid`` and ``success`` by condition,
     and reason -> states dropped.
     """
-    dropped: dict[str, int] = {}
+    dropped: Counter[str] = Counter()
     jobs: list[tuple[int, str, list[int], Patch]] = []
     records: list[dict] = []
     for index, item in enumerate(states):
@@ -322,7 +322,7 @@ def run_steering(
         rng = np.random.default_rng([config.seed, index])
         chosen = choose_edits(item.grid, item.state, calibration["alpha"], rng, probe.radius)
         if isinstance(chosen, str):
-            dropped[chosen] = dropped.get(chosen, 0) + 1
+            dropped[chosen] += 1
             continue
         ids = list(item.prompt_ids)
         positions = np.asarray(chat_format.find_anchors(ids).pre_reasoning, dtype=np.int64)
@@ -333,11 +333,10 @@ def run_steering(
             patch = steer_patch(layer, positions, clean, delta)
             jobs.append((len(records) - 1, condition, ids, patch))
     stop_ids = list(chat_format.stop_ids)
-    by_length: dict[int, list] = {}
-    for job in jobs:
-        by_length.setdefault(len(job[2]), []).append(job)
     actions: dict[tuple[int, str], Action | None] = {}
-    for _, group in sorted(by_length.items()):
+    jobs.sort(key=lambda job: len(job[2]))  # one decoding loop per prompt length (stable)
+    for _, same_length in itertools.groupby(jobs, key=lambda job: len(job[2])):
+        group = list(same_length)
         for start in range(0, len(group), config.batch_size):
             chunk = group[start : start + config.batch_size]
             completions = backend.generate(
@@ -359,8 +358,7 @@ def run_steering(
         edited = {Action.from_name(a) for a in record["edited_optimal"]}
         acts = {c: actions[(row, c)] for c in CONDITIONS}
         if config.require_optimal and acts["none"] not in true_opt:
-            reason = "unedited action not optimal"
-            dropped[reason] = dropped.get(reason, 0) + 1
+            dropped["unedited action not optimal"] += 1
             continue
         record["actions"] = {c: None if a is None else a.name for c, a in acts.items()}
         record["invalid"] = {c: a is None for c, a in acts.items()}
@@ -368,7 +366,7 @@ def run_steering(
             c: bool(a is not None and a in edited and a not in true_opt) for c, a in acts.items()
         }
         kept.append(record)
-    return kept, dropped
+    return kept, dict(dropped)
 
 
 def paired_difference(
@@ -396,8 +394,7 @@ def steering_verdict(differences: dict[str, dict]) -> dict:
     above = [Estimate.from_dict(d).above(0) for d in differences.values()]
     if above and all(above):
         return {"verdict": "yes", "reason": "every paired interval above 0", "detectable": None}
-    detectable = [d.get("detectable") for d in differences.values()]
-    known = [x for x in detectable if x is not None]
+    known = [d["detectable"] for d in differences.values() if d.get("detectable") is not None]
     for name, d in differences.items():
         est, mde = Estimate.from_dict(d), d.get("detectable")
         if est.above(0):
@@ -452,13 +449,11 @@ def summarise(records: Sequence[dict], dropped: dict[str, int], config: Steering
     def flipped(c: str) -> list[bool]:
         return [(r["read_after"][c] > 0.5) != (r["read_before"] > 0.5) for r in checked]
 
-    conditions = ("probe", "random", "irrelevant")
-    out["read_flip"] = {c: float(np.mean(flipped(c))) if checked else None for c in conditions}
+    out["read_flip"] = {c: float(np.mean(flipped(c))) if checked else None for c in CONDITIONS[1:]}
     out["read_flip"]["n"] = len(checked)
     out.update(steering_verdict(out["differences"]))
     # an edit that cannot move the probe's own read-out tests no direction: not a "no"
-    flips = [r["target_train_flip"] for r in records]
-    out["target_train_flip"] = float(np.mean(flips))
+    out["target_train_flip"] = float(np.mean([r["target_train_flip"] for r in records]))
     if out["verdict"] == "no" and out["target_train_flip"] < config.flip_target:
         out["verdict"] = "undecided"
         out["reason"] = (
