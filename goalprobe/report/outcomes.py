@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from goalprobe.probes.patching.sites import CHUNK_PREFIX
-from goalprobe.report.blocks import Block, Box, Figures, num, pct, stat_text, table
+from goalprobe.report.blocks import Block, Box, Figures, num, pct, records_table, stat_text, table
 from goalprobe.report.loop import loop
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
@@ -115,35 +115,22 @@ def plans(run: RunReader, fig: Figures) -> list[Block]:
         m = r["metrics"]
         acc = m["prefix_accuracy"]
         rows.append(
-            (
-                r["stage"],
-                r["layer"],
-                r["kind"].replace("_", " ")
+            {
+                "stage": r["stage"],
+                "layer": r["layer"],
+                "predictor": r["kind"].replace("_", " ")
                 + ("" if r["decoder_layers"] is None else f" {r['decoder_layers']}L"),
-                pct(acc[0]),
-                pct(acc[2]) if len(acc) > 2 else "–",
-                pct(acc[4]) if len(acc) > 4 else "–",
-                pct(m.get("exact_length_match")),
-                num(m.get("mean_predicted_length"), 2),
-                num(m.get("mean_true_length"), 2),
-                num(m.get("length_bias"), 2),
-                num(m.get("median_abs_length_error"), 1),
-            )
+                "N=1": pct(acc[0]),
+                "N=3": pct(acc[2]) if len(acc) > 2 else "–",
+                "N=5": pct(acc[4]) if len(acc) > 4 else "–",
+                "exact length": pct(m.get("exact_length_match")),
+                "mean predicted length": num(m.get("mean_predicted_length"), 2),
+                "mean true length": num(m.get("mean_true_length"), 2),
+                "bias": num(m.get("length_bias"), 2),
+                "median |error|": num(m.get("median_abs_length_error"), 1),
+            }
         )
-    lengths = table(
-        (
-            "stage",
-            "layer",
-            "predictor",
-            "N=1",
-            "N=3",
-            "N=5",
-            "exact length",
-            "mean predicted length",
-            "mean true length",
-            "bias",
-            "median |error|",
-        ),
+    lengths = records_table(  # rows: at least the decoders
         rows,
         caption="Random baseline 0.25^N: N=1 25.0%, N=3 1.6%, N=5 0.1%. Table 5: length "
         "analysis (plans censored at T = 10).",
