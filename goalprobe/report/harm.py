@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from goalprobe.agents.bundled import is_bundled
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND, ORACLE_LABELS, ORACLES
-from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
+from goalprobe.report.blocks import Block, Figures, Text, num, records_table, stat_text, table
 from goalprobe.report.run import RunReader
 from goalprobe.viewer.figures.harm import reward_harm_figure
 
@@ -190,22 +190,15 @@ def harm(run: RunReader, fig: Figures) -> list[Block]:
             )
         )
     blocks.append(
-        table(
-            (
-                "prompt",
-                "MEG goal (nats)",
-                "MEG goal − harm (nats)",
-                "difference",
-                "more goal-directed towards",
-            ),
+        records_table(
             [
-                (
-                    c,
-                    stat_text(m["goal"], percent=False),
-                    stat_text(m["goal_minus_harm"], percent=False),
-                    stat_text(m["difference"], percent=False),
-                    m["more_goal_directed_towards"],
-                )
+                {
+                    "prompt": c,
+                    "MEG goal (nats)": stat_text(m["goal"], percent=False),
+                    "MEG goal − harm (nats)": stat_text(m["goal_minus_harm"], percent=False),
+                    "difference": stat_text(m["difference"], percent=False),
+                    "more goal-directed towards": m["more_goal_directed_towards"],
+                }
                 for c, m in data["meg"].items()
             ],
             caption=f"Known-utility MEG of each grid's empirical policy, mean over grids; goal − "

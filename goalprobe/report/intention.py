@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from goalprobe.report.blocks import Block, Figures, num, stat_text, table
+from goalprobe.report.blocks import Block, Figures, num, records_table, stat_text, table
 from goalprobe.report.run import RunReader
 
 HEADER = (
@@ -88,29 +88,22 @@ def intention_map(run: RunReader, fig: Figures) -> list[Block]:
     """Does the headline probe's decoded map show the guaranteed outcome at the start?"""
     data = run.json(run.layout.intention_map_results)
     rows = [
-        (
-            r["variant"],
-            r["intervention"],
-            f"{r['cell']} cell",
-            stat_text(r["original"]),
-            stat_text(r["intervened"]),
-            stat_text(r["difference"]),
-            {True: "yes", False: "no", None: "undecided (too few grids)"}[r["registered"]]
+        {
+            "variant": r["variant"],
+            "intervention": r["intervention"],
+            "cell": f"{r['cell']} cell",
+            "P(open) at the original start [95% CI]": stat_text(r["original"]),
+            "at the intervened start": stat_text(r["intervened"]),
+            "difference": stat_text(r["difference"]),
+            "map registers it?": {True: "yes", False: "no", None: "undecided (too few grids)"}[
+                r["registered"]
+            ]
             + ("" if r["probe_knows_original_type"] else f" (the probe has no {r['cell']} class)"),
-        )
+        }
         for r in data["results"]
     ]
     return [
-        table(
-            (
-                "variant",
-                "intervention",
-                "cell",
-                "P(open) at the original start [95% CI]",
-                "at the intervened start",
-                "difference",
-                "map registers it?",
-            ),
+        records_table(
             rows,
             caption=f"Subjective reading: the start state's pre-reasoning anchor decoded by the "
             f"headline cell probe ({data['probe']}). A map that registers the intervention shows "
