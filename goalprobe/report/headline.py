@@ -1,13 +1,8 @@
 """The headline table: one line per row spec (:data:`~goalprobe.report.row_specs.SPECS`), with
-its baseline, its verdict and the Holm family declared before the run.
-
-The report shows it first and ``goalprobe demo`` ends with its verdicts. Every test row gets a
-one-sided p-value by the most exact route its result file allows (exact binomial, exact
-sign-flip where every grid agrees, else the normal approximation to the interval); Holm's
-correction runs over the agent's fixed family (:func:`~goalprobe.report.row_specs.family`),
-a missing row or p counting as p = 1. A "no" or "undecided" states the effect its n could
-detect.
-"""
+its baseline, its verdict (a one-sided p by the most exact route its file allows,
+:data:`P_METHODS`) and Holm's correction over the agent's family declared before the run (a
+missing row or p counting as p = 1). The report shows it first and ``goalprobe demo`` ends with
+its verdicts."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The wall read-out in both frames (``RUN/probes/wall_readout.json``): the headline
-rows ``walls.absolute`` / ``walls.agent`` and the report section that shows both frames side by
-side for every agent, store and layer.
-
-Each number stands beside the same probe fitted on another grid's anchors of the same size and
-density (the null), with grid-bootstrap intervals; a verdict carries the minimum detectable
-strength (and its bits per prior-uncertain cell) of the committed power curve
-(``probes/wall_power.json``) where that curve's design matches the store, and reads
-"undecided", never "no", where it does not."""
+"""The wall read-out in both frames (``RUN/probes/wall_readout.json``): the headline rows
+``walls.absolute`` / ``walls.agent`` and the section showing both frames for every agent, store
+and layer, each number beside the same probe fitted on another grid's anchors of the same size
+and density (the null); a "no" needs the committed power curve of the store's design
+(``probes/wall_power.json``), otherwise it reads "undecided"."""
 
 from __future__ import annotations
 
