@@ -23,13 +23,11 @@ def probes(run: RunReader, fig: Figures) -> list[Block]:
     for name, sweep in sweeps.items():
         label = name.removeprefix("cell_").replace("_", " ")
         for r in sweep["runs"]:
-            x = f"{r['stage'].split('_')[0]} L{r['layer']}"
-            stat = metric(r["metrics"], "probe", ACCURACY) or {}
-            models = r["metrics"].get("models", {})
-            bars.append(
-                {"name": x, "group": label, **stat, "baselines": baseline_values(models, ACCURACY)}
-            )
-            diff = r["metrics"].get("differences", {}).get("probe - shuffled", {}).get(ACCURACY)
+            m, x = r["metrics"], f"{r['stage'].split('_')[0]} L{r['layer']}"
+            stat = metric(m, "probe", ACCURACY) or {}
+            baselines = baseline_values(m.get("models", {}), ACCURACY)
+            bars.append({"name": x, "group": label, **stat, "baselines": baselines})
+            diff = m.get("differences", {}).get("probe - shuffled", {}).get(ACCURACY)
             rows.append(
                 {
                     "probe": label,
@@ -37,11 +35,9 @@ def probes(run: RunReader, fig: Figures) -> list[Block]:
                     "layer": r["layer"],
                     "test rows": r["n_test"],
                     "accuracy (grid cells)": stat_text(stat),
-                    "balanced accuracy": stat_text(
-                        metric(r["metrics"], "probe", "balanced_accuracy")
-                    ),
-                    "majority class": stat_text(metric(r["metrics"], "majority", ACCURACY)),
-                    "shuffled labels": stat_text(metric(r["metrics"], "shuffled", ACCURACY)),
+                    "balanced accuracy": stat_text(metric(m, "probe", "balanced_accuracy")),
+                    "majority class": stat_text(metric(m, "majority", ACCURACY)),
+                    "shuffled labels": stat_text(metric(m, "shuffled", ACCURACY)),
                     "selectivity (probe − shuffled)": stat_text(diff),
                 }
             )
