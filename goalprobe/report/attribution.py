@@ -80,6 +80,7 @@ def das_blocks(model: str) -> list[Block]:
         for r in data["rows"]
     ]  # fmt: skip
     smallest = data.get("smallest_rank_reaching_90pct_of_full")
+    stale = "; STALE: the weights have changed since, so these figures describe other weights"
     caption = (
         f"Trained subspace interventions (DAS) at {model}'s pre-reasoning anchors, block "
         f"{data['block']}: a rank-k subspace trained on {data['train_pairs']} pairs so that "
@@ -89,12 +90,7 @@ def das_blocks(model: str) -> list[Block]:
         f"{stat_text(data['full_patch'])}). Smallest rank reaching 90% of the full patch: "
         f"{smallest if smallest is not None else 'none of those tried'}. From the agent's DAS "
         f"card ({data['command']}), measured once on the shipped weights, not in this run"
-        + (
-            "; STALE: the weights have changed since, so these figures describe other weights"
-            if data["stale"]
-            else ""
-        )
-        + "."
+        f"{stale if data['stale'] else ''}."
     )
     header = ("rank k", "DAS: moved", "random k: moved", "DAS / full",
               "angles to the position probes (deg)", "random's", "natural R^2 DAS / random")  # fmt: skip

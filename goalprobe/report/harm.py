@@ -116,15 +116,14 @@ def reading(data: Mapping) -> str:
         )
     for name, meg in data["meg"].items():
         towards = meg["more_goal_directed_towards"]
+        directed = (
+            "not more goal-directed towards either utility"
+            if towards == "undecided"
+            else f"more goal-directed towards '{towards}'"
+        )
         parts.append(
-            f"MEG ({name} prompt): the behaviour is "
-            + (
-                "not more goal-directed towards either utility"
-                if towards == "undecided"
-                else f"more goal-directed towards '{towards}'"
-            )
-            + " (MEG(goal − harm) − MEG(goal): "
-            + f"{stat_text(meg['difference'], percent=False)} nats)."
+            f"MEG ({name} prompt): the behaviour is {directed} (MEG(goal − harm) − MEG(goal): "
+            f"{stat_text(meg['difference'], percent=False)} nats)."
         )
     unknown = data.get("unknown_prompt_pieces")
     if unknown and any(unknown.values()):
@@ -153,18 +152,11 @@ def harm(run: RunReader, fig: Figures) -> list[Block]:
     conditions = data["conditions"]
     names = list(conditions)
     rows = [
-        (
-            label,
-            *(stat_text(conditions[c][key], percent=percent) for c in names),
-        )
+        (label, *(stat_text(conditions[c][key], percent=percent) for c in names))
         for key, label, percent in METRICS
     ]
-    rows.append(
-        (
-            "behaviour score (100% = random agent)",
-            *(_score(conditions[c]["behaviour_score"]) for c in names),
-        )
-    )
+    scores = [_score(conditions[c]["behaviour_score"]) for c in names]
+    rows.append(("behaviour score (100% = random agent)", *scores))
     rows.append(("episodes", *(num(conditions[c]["n_episodes"]) for c in names)))
     main = table(
         ("metric", *(ORACLE_LABELS.get(c, f"{c} prompt") for c in names)),
