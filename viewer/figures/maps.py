@@ -288,11 +288,8 @@ def cell_map_figure(
         if action is not None:
             annotations += _action_arrows(agent_row_col, [int(action)], EXECUTED_COLOUR, 2.5, 0.9)
             if show_legend:
-                traces.append(
-                    _legend_entry(
-                        f"action: {Action(int(action)).name}", EXECUTED_COLOUR, kind="line"
-                    )
-                )
+                label = f"action: {Action(int(action)).name}"
+                traces.append(_legend_entry(label, EXECUTED_COLOUR, kind="line"))
     for i, (label, (r, c)) in enumerate((markers or {}).items()):
         traces.append(
             {
