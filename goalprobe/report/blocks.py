@@ -1,9 +1,5 @@
-"""What a report section is made of, and how numbers are written.
-
-A section is a list of blocks: a :class:`Table`, a :class:`Figure` (a plotly ``<div>``), a
-:class:`Text` (a paragraph of reading) or a :class:`Box` (why something is missing). The templates draw them; nothing here writes HTML
-except plotly's own figure ``<div>``.
-"""
+"""What a report section is made of (a list of :data:`Block`, which the templates draw; nothing
+here writes HTML except plotly's own figure ``<div>``), and how numbers are written."""
 
 from __future__ import annotations
 

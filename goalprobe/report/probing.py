@@ -63,9 +63,8 @@ def probing(run: RunReader, fig: Figures) -> list[Block]:
             ),
         )
     ]
-    try:
-        curve = run.json(run.layout.learning_curve)
-    except MissingInput:
+    curve = run.optional_json(run.layout.learning_curve)
+    if curve is None:
         return blocks
     blocks.append(fig(learning_curve_figure(curve)))
     last = curve["points"][-1]
