@@ -194,11 +194,7 @@ def meg_figure(meg_summary: dict) -> go.Figure:
             row=1,
             col=1,
         )
-    top = max(
-        [1e-3]
-        + [g["true"]["meg_per_decision"] for g in grids]
-        + [g["subjective"]["meg_per_decision"] for g in grids]
-    )
+    top = max([1e-3, *(g[k]["meg_per_decision"] for k in ("true", "subjective") for g in grids)])
     fig.add_trace(
         go.Scatter(
             x=[0, top],
