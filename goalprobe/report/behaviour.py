@@ -23,18 +23,15 @@ def behaviour(run: RunReader, fig: Figures) -> list[Block]:
         [
             (
                 overall["n_grids"],
-                "per-action accuracy",
-                stat_text(overall["accuracy"]),
-                stat_text(overall["random_walk_accuracy"]),
-                stat_text(overall["random_action_accuracy"]),
-            ),
-            (
-                overall["n_grids"],
-                "goal success rate",
-                stat_text(overall["success_rate"]),
-                stat_text(overall["random_walk_success_rate"]),
-                "",
-            ),
+                label,
+                stat_text(overall[key]),
+                stat_text(overall[f"random_walk_{key}"]),
+                stat_text(overall["random_action_accuracy"]) if key == "accuracy" else "",
+            )
+            for key, label in (
+                ("accuracy", "per-action accuracy"),
+                ("success_rate", "goal success rate"),
+            )
         ],
         caption="All grids; 95% percentile-bootstrap intervals over grids.",
     )
