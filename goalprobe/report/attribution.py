@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from goalprobe.report.blocks import Block, Figures, Text, num, pct, stat_text, table
+from goalprobe.report.blocks import Block, Figures, Text, num, pct, records_table, stat_text, table
 from goalprobe.report.readers import Reading
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.stats import Estimate
@@ -80,6 +80,7 @@ def das_blocks(model: str) -> list[Block]:
         for r in data["rows"]
     ]  # fmt: skip
     smallest = data.get("smallest_rank_reaching_90pct_of_full")
+    stale = "; STALE: the weights have changed since, so these figures describe other weights"
     caption = (
         f"Trained subspace interventions (DAS) at {model}'s pre-reasoning anchors, block "
         f"{data['block']}: a rank-k subspace trained on {data['train_pairs']} pairs so that "
@@ -89,12 +90,7 @@ def das_blocks(model: str) -> list[Block]:
         f"{stat_text(data['full_patch'])}). Smallest rank reaching 90% of the full patch: "
         f"{smallest if smallest is not None else 'none of those tried'}. From the agent's DAS "
         f"card ({data['command']}), measured once on the shipped weights, not in this run"
-        + (
-            "; STALE: the weights have changed since, so these figures describe other weights"
-            if data["stale"]
-            else ""
-        )
-        + "."
+        f"{stale if data['stale'] else ''}."
     )
     header = ("rank k", "DAS: moved", "random k: moved", "DAS / full",
               "angles to the position probes (deg)", "random's", "natural R^2 DAS / random")  # fmt: skip
@@ -185,55 +181,34 @@ def _first_map(run: RunReader, metric: str):
     return heatmap_figure(next(r for r in records if r.metric == metric))
 
 
-def _check_rows(run: RunReader, who: str) -> list[tuple]:
+def _check_rows(run: RunReader, who: str) -> list[dict]:
     from goalprobe.probes.attribution_check import diagnose
     from goalprobe.stages.attribution import read_check
 
     check = read_check(run.layout.attribution_check)
-    rows: list[tuple] = []
-    if not check:
-        return rows
-    for metric, entries in check["metrics"].items():
-        for e in entries:
-            rows.append(
-                (
-                    who,
-                    metric,
-                    e["pair_id"],
-                    e["n_sites"],
-                    num(e["spearman"], 2) if e["spearman"] is not None else "–",
-                    num(e["spearman_graddrop"], 2) if e["spearman_graddrop"] is not None else "–",
-                    f"{e['hits_top']}/{e['top_k']}",
-                    pct(e["random_hit_rate"]),
-                    num(e["scale_top"], 2) if e["scale_top"] is not None else "–",
-                    num(e["total_effect"], 3),
-                    diagnose(e["spearman"], e["scale_top"], e["wrong_sign_top"]),
-                )
-            )
-    return rows
-
-
-def _check_table(rows: list[tuple]) -> Block:
-    return table(
-            (
-                "agent",
-                "metric",
-                "pair",
-                "affected sites",
-                "rho AtP vs effect",
-                "rho GradDrop vs |effect|",
-                "top-k hits",
-                "k random (expected)",
-                "estimate / effect (top decile)",
-                "whole-prompt effect",
-                "where and why they disagree",
+    return [
+        {
+            "agent": who,
+            "metric": metric,
+            "pair": e["pair_id"],
+            "affected sites": e["n_sites"],
+            "rho AtP vs effect": num(e["spearman"], 2) if e["spearman"] is not None else "–",
+            "rho GradDrop vs |effect|": num(e["spearman_graddrop"], 2)
+            if e["spearman_graddrop"] is not None
+            else "–",
+            "top-k hits": f"{e['hits_top']}/{e['top_k']}",
+            "k random (expected)": pct(e["random_hit_rate"]),
+            "estimate / effect (top decile)": num(e["scale_top"], 2)
+            if e["scale_top"] is not None
+            else "–",
+            "whole-prompt effect": num(e["total_effect"], 3),
+            "where and why they disagree": diagnose(
+                e["spearman"], e["scale_top"], e["wrong_sign_top"]
             ),
-            rows,
-            caption="Attribution against the real patch of every affected block x position of "
-            "the first pair(s) (probes/attribution_check.py). A hit: a site whose real |effect| "
-            "is in the pair's top decile. Estimate / effect well below 1: saturation (the "
-            "coordinates are written with probability about 1) or cancellation.",
-        )  # fmt: skip
+        }
+        for metric, entries in (check["metrics"].items() if check else ())
+        for e in entries
+    ]
 
 
 def attribution(run: RunReader, fig: Figures) -> list[Block]:
@@ -260,7 +235,15 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
     if control.layout.stages_dir.is_dir():
         rows += _check_rows(control, "control")
     if rows:
-        blocks.append(_check_table(rows))
+        blocks.append(
+            records_table(
+                rows,
+                caption="Attribution against the real patch of every affected block x position "
+                "of the first pair(s) (probes/attribution_check.py). A hit: a site whose real "
+                "|effect| is in the pair's top decile. Estimate / effect well below 1: saturation "
+                "(the coordinates are written with probability about 1) or cancellation.",
+            )
+        )
     if control.layout.stages_dir.is_dir():
         blocks += das_blocks(card(control)["model"])
     return blocks

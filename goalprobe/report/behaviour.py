@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from goalprobe.report.blocks import Block, Figures, num, pct, stat_text, table
+from goalprobe.report.blocks import Block, Figures, num, pct, records_table, stat_text, table
 from goalprobe.report.run import RunReader
 from goalprobe.viewer.figures.behaviour import (
     behaviour_by_distance_figure,
@@ -23,18 +23,15 @@ def behaviour(run: RunReader, fig: Figures) -> list[Block]:
         [
             (
                 overall["n_grids"],
-                "per-action accuracy",
-                stat_text(overall["accuracy"]),
-                stat_text(overall["random_walk_accuracy"]),
-                stat_text(overall["random_action_accuracy"]),
-            ),
-            (
-                overall["n_grids"],
-                "goal success rate",
-                stat_text(overall["success_rate"]),
-                stat_text(overall["random_walk_success_rate"]),
-                "",
-            ),
+                label,
+                stat_text(overall[key]),
+                stat_text(overall[f"random_walk_{key}"]),
+                stat_text(overall["random_action_accuracy"]) if key == "accuracy" else "",
+            )
+            for key, label in (
+                ("accuracy", "per-action accuracy"),
+                ("success_rate", "goal success rate"),
+            )
         ],
         caption="All grids; 95% percentile-bootstrap intervals over grids.",
     )
@@ -66,35 +63,22 @@ def iso(run: RunReader, fig: Figures) -> list[Block]:
     """Paired Wilcoxon tests per transform, and base against transformed accuracy."""
     tests = run.json(run.layout.iso_results)["tests"]
     rows = [
-        (
-            t["transform"],
-            t["metric"],
-            t["n_pairs"],
-            num(t.get("base_mean")),
-            num(t.get("transformed_mean")),
-            stat_text(t.get("difference"), percent=False),
-            num(t.get("statistic"), 1),
-            num(t.get("p_value")),
-            num(t.get("rank_biserial")),
-            num(t.get("min_p_value")),
-            t.get("equivalence") or "–",
-        )
+        {
+            "transform": t["transform"],
+            "metric": t["metric"],
+            "pairs": t["n_pairs"],
+            "base": num(t.get("base_mean")),
+            "transformed": num(t.get("transformed_mean")),
+            "difference [95% CI]": stat_text(t.get("difference"), percent=False),
+            "W": num(t.get("statistic"), 1),
+            "p": num(t.get("p_value")),
+            "rank-biserial r": num(t.get("rank_biserial")),
+            "smallest reachable p": num(t.get("min_p_value")),
+            "verdict (±margin)": t.get("equivalence") or "–",
+        }
         for t in tests
     ]
-    tests_table = table(
-        (
-            "transform",
-            "metric",
-            "pairs",
-            "base",
-            "transformed",
-            "difference [95% CI]",
-            "W",
-            "p",
-            "rank-biserial r",
-            "smallest reachable p",
-            "verdict (±margin)",
-        ),
+    tests_table = records_table(
         rows,
         caption="Paired differences per grid (transformed − base) with their 95% grid-bootstrap "
         "interval, and two-sided Wilcoxon signed-rank tests (zero differences dropped, so with "

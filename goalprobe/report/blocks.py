@@ -1,14 +1,10 @@
-"""What a report section is made of, and how numbers are written.
-
-A section is a list of blocks: a :class:`Table`, a :class:`Figure` (a plotly ``<div>``), a
-:class:`Text` (a paragraph of reading) or a :class:`Box` (why something is missing). The templates draw them; nothing here writes HTML
-except plotly's own figure ``<div>``.
-"""
+"""What a report section is made of (a list of :data:`Block`, which the templates draw; nothing
+here writes HTML except plotly's own figure ``<div>``), and how numbers are written."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,6 +59,12 @@ class Table:
 def table(header: Iterable[str], rows: Iterable[Iterable[Any]], caption: str = "") -> Table:
     """A :class:`Table` of any iterables."""
     return Table(tuple(header), tuple(tuple(r) for r in rows), caption)
+
+
+def records_table(records: Sequence[Mapping[str, Any]], caption: str = "") -> Table:
+    """A :class:`Table` of rows given as ``{heading: cell}`` mappings, headed by the first row's
+    keys (no rows: no headings either)."""
+    return table(records[0] if records else (), (r.values() for r in records), caption)
 
 
 @dataclass(frozen=True)

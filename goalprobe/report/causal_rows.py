@@ -132,7 +132,7 @@ def distance(run: RunReader, family: str) -> Reading:
     )
 
 
-def _baseline_name(name: str) -> str:
+def baseline_name(name: str) -> str:
     """A baseline's name in a plan verdict, without its stage and layer."""
     return name.rsplit("/", 1)[-1].replace("_", " ")
 
@@ -149,7 +149,7 @@ def _plan_Reading(finding: str, v: Mapping, extra: str = "") -> Reading:
     return Reading(
         finding,
         stat_text(v["decoder"]),
-        f"strongest: {_baseline_name(strongest)} {pct(v['baselines'][strongest])}{extra}",
+        f"strongest: {baseline_name(strongest)} {pct(v['baselines'][strongest])}{extra}",
         Estimate.from_dict({"n_grids": (v["decoder"] or {}).get("n_grids"), **v["difference"]})
         if v.get("difference")
         else None,

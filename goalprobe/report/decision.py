@@ -74,7 +74,6 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
     readout = data.get("readout")
     if readout:
         strongest = readout["strongest"]
-        base = readout["baselines"][strongest]
         grid_rows = [
             (str(layer), *map(_marked, cells)) for layer, cells in enumerate(readout["by_layer"])
         ]
@@ -85,7 +84,7 @@ def decision(run: RunReader, fig: Figures) -> list[Block]:
                 caption="The answered action read out of the residual stream (a linear probe "
                 "per block and fifth of the reasoning, trained on half the grids, scored on the "
                 f"others) against the strongest baseline, {strongest} "
-                f"({stat_text(base)}; others: {_others(readout)}). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
+                f"({stat_text(readout['baselines'][strongest])}; others: {_others(readout)}). ✓: the margin over it excludes 0 (intervals Bonferroni-adjusted over the "
                 f"{readout['family']} cells).",
             )
         )

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from goalprobe.agents.bundled import is_bundled
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND, ORACLE_LABELS, ORACLES
-from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
+from goalprobe.report.blocks import Block, Figures, Text, num, records_table, stat_text, table
 from goalprobe.report.run import RunReader
 from goalprobe.viewer.figures.harm import reward_harm_figure
 
@@ -116,15 +116,14 @@ def reading(data: Mapping) -> str:
         )
     for name, meg in data["meg"].items():
         towards = meg["more_goal_directed_towards"]
+        directed = (
+            "not more goal-directed towards either utility"
+            if towards == "undecided"
+            else f"more goal-directed towards '{towards}'"
+        )
         parts.append(
-            f"MEG ({name} prompt): the behaviour is "
-            + (
-                "not more goal-directed towards either utility"
-                if towards == "undecided"
-                else f"more goal-directed towards '{towards}'"
-            )
-            + " (MEG(goal − harm) − MEG(goal): "
-            + f"{stat_text(meg['difference'], percent=False)} nats)."
+            f"MEG ({name} prompt): the behaviour is {directed} (MEG(goal − harm) − MEG(goal): "
+            f"{stat_text(meg['difference'], percent=False)} nats)."
         )
     unknown = data.get("unknown_prompt_pieces")
     if unknown and any(unknown.values()):
@@ -153,18 +152,11 @@ def harm(run: RunReader, fig: Figures) -> list[Block]:
     conditions = data["conditions"]
     names = list(conditions)
     rows = [
-        (
-            label,
-            *(stat_text(conditions[c][key], percent=percent) for c in names),
-        )
+        (label, *(stat_text(conditions[c][key], percent=percent) for c in names))
         for key, label, percent in METRICS
     ]
-    rows.append(
-        (
-            "behaviour score (100% = random agent)",
-            *(_score(conditions[c]["behaviour_score"]) for c in names),
-        )
-    )
+    scores = [_score(conditions[c]["behaviour_score"]) for c in names]
+    rows.append(("behaviour score (100% = random agent)", *scores))
     rows.append(("episodes", *(num(conditions[c]["n_episodes"]) for c in names)))
     main = table(
         ("metric", *(ORACLE_LABELS.get(c, f"{c} prompt") for c in names)),
@@ -190,22 +182,15 @@ def harm(run: RunReader, fig: Figures) -> list[Block]:
             )
         )
     blocks.append(
-        table(
-            (
-                "prompt",
-                "MEG goal (nats)",
-                "MEG goal − harm (nats)",
-                "difference",
-                "more goal-directed towards",
-            ),
+        records_table(
             [
-                (
-                    c,
-                    stat_text(m["goal"], percent=False),
-                    stat_text(m["goal_minus_harm"], percent=False),
-                    stat_text(m["difference"], percent=False),
-                    m["more_goal_directed_towards"],
-                )
+                {
+                    "prompt": c,
+                    "MEG goal (nats)": stat_text(m["goal"], percent=False),
+                    "MEG goal − harm (nats)": stat_text(m["goal_minus_harm"], percent=False),
+                    "difference": stat_text(m["difference"], percent=False),
+                    "more goal-directed towards": m["more_goal_directed_towards"],
+                }
                 for c, m in data["meg"].items()
             ],
             caption=f"Known-utility MEG of each grid's empirical policy, mean over grids; goal − "

@@ -1,13 +1,8 @@
 """The headline table: one line per row spec (:data:`~goalprobe.report.row_specs.SPECS`), with
-its baseline, its verdict and the Holm family declared before the run.
-
-The report shows it first and ``goalprobe demo`` ends with its verdicts. Every test row gets a
-one-sided p-value by the most exact route its result file allows (exact binomial, exact
-sign-flip where every grid agrees, else the normal approximation to the interval); Holm's
-correction runs over the agent's fixed family (:func:`~goalprobe.report.row_specs.family`),
-a missing row or p counting as p = 1. A "no" or "undecided" states the effect its n could
-detect.
-"""
+its baseline, its verdict (a one-sided p by the most exact route its file allows,
+:data:`P_METHODS`) and Holm's correction over the agent's family declared before the run (a
+missing row or p counting as p = 1). The report shows it first and ``goalprobe demo`` ends with
+its verdicts."""
 
 from __future__ import annotations
 
@@ -112,11 +107,12 @@ def one_sided_p(t: Estimate | None, point: float, side: str) -> tuple[float | No
     return (0.025 if excluded else 1.0), "bound"
 
 
-def _detectable(t: Estimate | None, percent: bool) -> str:
-    if t is None:
-        return ""
-    mde = detectable_effect(t.low, t.high, n=t.clusters or t.n)
-    return "" if mde is None else (pct(mde) if percent else num(mde))
+def _detectable(r: Reading) -> str:
+    """The effect the row's n could detect: the result file's, else from its interval."""
+    mde, t = r.detectable, r.tested
+    if mde is None and t is not None:
+        mde = detectable_effect(t.low, t.high, n=t.clusters or t.n)
+    return "" if mde is None else (pct(mde) if r.percent else num(mde))
 
 
 def evaluate(spec: RowSpec, r: Reading) -> HeadlineRow:
@@ -143,12 +139,7 @@ def evaluate(spec: RowSpec, r: Reading) -> HeadlineRow:
     else:
         verdict = Verdict.from_flag(t.above(r.point) if r.side == "greater" else t.below(r.point))
     p, method = (None, "") if verdict.answer == "n/a" else one_sided_p(t, r.point, r.side)
-    mde = ""
-    if verdict.answer in ("no", "undecided"):
-        if r.detectable is not None:
-            mde = pct(r.detectable) if r.percent else num(r.detectable)
-        else:
-            mde = _detectable(t, r.percent)
+    mde = _detectable(r) if verdict.answer in ("no", "undecided") else ""
     text = f"{r.question}: {verdict.answer}"
     text += f" ({r.reason})" if r.reason else ""
     text += f"; detectable effect {mde}" if mde else ""

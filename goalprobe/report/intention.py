@@ -4,21 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from goalprobe.report.blocks import Block, Figures, num, stat_text, table
+from goalprobe.report.blocks import Block, Figures, num, records_table, stat_text, table
 from goalprobe.report.run import RunReader
-
-HEADER = (
-    "variant",
-    "guaranteed outcome",
-    "grids / states",
-    "TV [95% CI]",
-    "excess TV over chance [95% CI]",
-    "p (permutation)",
-    "adaptation, fraction of pi*'s [95% CI]",
-    "beyond an irrelevant change",
-    "moves towards key: original → intervened",
-    "verdict",
-)
 
 
 def _adaptation(r: Mapping, key: str) -> str:
@@ -30,22 +17,23 @@ def _adaptation(r: Mapping, key: str) -> str:
     )
 
 
-def _rows(results: Sequence[Mapping]) -> list[tuple]:
+def _rows(results: Sequence[Mapping]) -> list[dict]:
     return [
-        (
-            r["variant"],
-            f"{r['outcome']} ({r['intervention']})",
-            f"{r['n_grids']} / {r['n_states']}",
-            stat_text(r["tv"], percent=False, digits=2),
-            stat_text(r["excess_tv"], percent=False, digits=2),
-            num(r["p_value"]),
-            _adaptation(r, "fraction"),
-            _adaptation(r, "beyond_irrelevant"),
-            f"{stat_text(r['toward_key']['original'])} → {stat_text(r['toward_key']['intervened'])}"
+        {
+            "variant": r["variant"],
+            "guaranteed outcome": f"{r['outcome']} ({r['intervention']})",
+            "grids / states": f"{r['n_grids']} / {r['n_states']}",
+            "TV [95% CI]": stat_text(r["tv"], percent=False, digits=2),
+            "excess TV over chance [95% CI]": stat_text(r["excess_tv"], percent=False, digits=2),
+            "p (permutation)": num(r["p_value"]),
+            "adaptation, fraction of pi*'s [95% CI]": _adaptation(r, "fraction"),
+            "beyond an irrelevant change": _adaptation(r, "beyond_irrelevant"),
+            "moves towards key: original → intervened": f"{stat_text(r['toward_key']['original'])}"
+            f" → {stat_text(r['toward_key']['intervened'])}"
             if r.get("toward_key")
             else "–",
-            r["verdict"],
-        )
+            "verdict": r["verdict"],
+        }
         for r in results
     ]
 
@@ -54,8 +42,7 @@ def intention(run: RunReader, fig: Figures) -> list[Block]:
     """The agent's verdicts, their readings, and the optimal policy's as the test's control."""
     data = run.json(run.layout.intention_results)
     k = data["samples_per_state"]
-    agent = table(
-        HEADER,
+    agent = records_table(
         _rows(data["agent"]),
         caption=f"The agent: {k} sampled answers per matched state and condition. An outcome is "
         "intended (Definition 20) if guaranteeing it changes the agent's actions at the same "
@@ -74,8 +61,7 @@ def intention(run: RunReader, fig: Figures) -> list[Block]:
         f"{data.get('margin_fraction', 0.1):.0%} of pi*'s; otherwise inconclusive.",
     )
     readings = table(("reading",), [(r["reading"],) for r in data["agent"]])
-    control = table(
-        HEADER,
+    control = records_table(
         _rows(data["optimal_control"]),
         caption="Positive control of the test: the exact optimal policy pi* on the same grids "
         "and states. It must show the key and the open door intended in key_door (instrumental) "
@@ -88,29 +74,22 @@ def intention_map(run: RunReader, fig: Figures) -> list[Block]:
     """Does the headline probe's decoded map show the guaranteed outcome at the start?"""
     data = run.json(run.layout.intention_map_results)
     rows = [
-        (
-            r["variant"],
-            r["intervention"],
-            f"{r['cell']} cell",
-            stat_text(r["original"]),
-            stat_text(r["intervened"]),
-            stat_text(r["difference"]),
-            {True: "yes", False: "no", None: "undecided (too few grids)"}[r["registered"]]
+        {
+            "variant": r["variant"],
+            "intervention": r["intervention"],
+            "cell": f"{r['cell']} cell",
+            "P(open) at the original start [95% CI]": stat_text(r["original"]),
+            "at the intervened start": stat_text(r["intervened"]),
+            "difference": stat_text(r["difference"]),
+            "map registers it?": {True: "yes", False: "no", None: "undecided (too few grids)"}[
+                r["registered"]
+            ]
             + ("" if r["probe_knows_original_type"] else f" (the probe has no {r['cell']} class)"),
-        )
+        }
         for r in data["results"]
     ]
     return [
-        table(
-            (
-                "variant",
-                "intervention",
-                "cell",
-                "P(open) at the original start [95% CI]",
-                "at the intervened start",
-                "difference",
-                "map registers it?",
-            ),
+        records_table(
             rows,
             caption=f"Subjective reading: the start state's pre-reasoning anchor decoded by the "
             f"headline cell probe ({data['probe']}). A map that registers the intervention shows "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from goalprobe.report.agents import agent_name
 from goalprobe.report.blocks import Block, Text, stat_text, table
-from goalprobe.report.run import MissingInput, RunReader
+from goalprobe.report.run import RunReader
 
 LOOP_METRICS = (
     ("acc_gt", "Acc. GT"),
@@ -111,9 +111,8 @@ def loop(run: RunReader) -> list[Block]:
     """The loop tables of this run's agent and of the positive control (when it ran)."""
     blocks: list[Block] = []
     for reader in (run, RunReader(run.layout.control.root)):
-        try:
-            summary = reader.json(reader.layout.belief)
-        except MissingInput:
+        summary = reader.optional_json(reader.layout.belief)
+        if summary is None:
             continue
         key = summary.get("default_probe") or next(iter(summary["probes"]))
         blocks += loop_table(agent_name(reader), summary["probes"][key], key)

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 from goalprobe.probes.patching.sites import CHUNK_PREFIX
-from goalprobe.report.blocks import Block, Box, Figures, num, pct, stat_text, table
+from goalprobe.report.blocks import Block, Box, Figures, num, pct, records_table, stat_text, table
+from goalprobe.report.causal_rows import baseline_name
 from goalprobe.report.loop import loop
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
@@ -48,29 +49,18 @@ def belief(run: RunReader, fig: Figures) -> list[Block]:
     overall = meg.get("overall", {})
     paired = overall.get("paired") or {}
     null = overall.get("vs_random_walk") or {}
+    megs = {
+        "true grid, all grids": overall["true"]["meg"],
+        "subjective (decoded grid), paired grids": (paired.get("subjective") or {}).get("meg"),
+        "subjective − true": (paired.get("difference") or {}).get("meg"),
+        "null: random walk estimated the same way": null.get("random_walk", {}).get("meg"),
+        "true − null, paired by grid (the verdict)": null.get("difference", {}).get("meg"),
+    }
     blocks.append(fig(meg_figure(meg)))
     blocks.append(
         table(
             ("MEG (nats)", "value [95% CI]"),
-            [
-                ("true grid, all grids", stat_text(overall["true"]["meg"], percent=False)),
-                (
-                    "subjective (decoded grid), paired grids",
-                    stat_text((paired.get("subjective") or {}).get("meg"), percent=False),
-                ),
-                (
-                    "subjective − true",
-                    stat_text((paired.get("difference") or {}).get("meg"), percent=False),
-                ),
-                (
-                    "null: random walk estimated the same way",
-                    stat_text(null.get("random_walk", {}).get("meg"), percent=False),
-                ),
-                (
-                    "true − null, paired by grid (the verdict)",
-                    stat_text(null.get("difference", {}).get("meg"), percent=False),
-                ),
-            ],
+            [(label, stat_text(stat, percent=False)) for label, stat in megs.items()],
             caption="Known-utility MEG of the agent's empirical policy. MEG is a supremum over "
             "beta including 0, so it is never negative and a random walk read from a few "
             "trajectories scores above 0: the null is the random walk's MEG estimated from "
@@ -115,44 +105,27 @@ def plans(run: RunReader, fig: Figures) -> list[Block]:
         m = r["metrics"]
         acc = m["prefix_accuracy"]
         rows.append(
-            (
-                r["stage"],
-                r["layer"],
-                r["kind"].replace("_", " ")
+            {
+                "stage": r["stage"],
+                "layer": r["layer"],
+                "predictor": r["kind"].replace("_", " ")
                 + ("" if r["decoder_layers"] is None else f" {r['decoder_layers']}L"),
-                pct(acc[0]),
-                pct(acc[2]) if len(acc) > 2 else "–",
-                pct(acc[4]) if len(acc) > 4 else "–",
-                pct(m.get("exact_length_match")),
-                num(m.get("mean_predicted_length"), 2),
-                num(m.get("mean_true_length"), 2),
-                num(m.get("length_bias"), 2),
-                num(m.get("median_abs_length_error"), 1),
-            )
+                "N=1": pct(acc[0]),
+                "N=3": pct(acc[2]) if len(acc) > 2 else "–",
+                "N=5": pct(acc[4]) if len(acc) > 4 else "–",
+                "exact length": pct(m.get("exact_length_match")),
+                "mean predicted length": num(m.get("mean_predicted_length"), 2),
+                "mean true length": num(m.get("mean_true_length"), 2),
+                "bias": num(m.get("length_bias"), 2),
+                "median |error|": num(m.get("median_abs_length_error"), 1),
+            }
         )
-    lengths = table(
-        (
-            "stage",
-            "layer",
-            "predictor",
-            "N=1",
-            "N=3",
-            "N=5",
-            "exact length",
-            "mean predicted length",
-            "mean true length",
-            "bias",
-            "median |error|",
-        ),
+    lengths = records_table(  # rows: at least the decoders
         rows,
         caption="Random baseline 0.25^N: N=1 25.0%, N=3 1.6%, N=5 0.1%. Table 5: length "
         "analysis (plans censored at T = 10).",
     )
     return [fig(figure), plan_verdicts_table(decoders), lengths]
-
-
-def _short(name: str) -> str:
-    return name.rsplit("/", 1)[-1].replace("_", " ")
 
 
 def _verdict_text(v: dict) -> str:
@@ -175,14 +148,14 @@ def plan_verdicts_table(decoders: list[dict]) -> Block:
             line.append(
                 "–"
                 if v is None or not v.get("baselines")
-                else f"{pct(v['decoder']['value'])} vs {_short(v['strongest'])} "
+                else f"{pct(v['decoder']['value'])} vs {baseline_name(v['strongest'])} "
                 f"{pct(v['baselines'][v['strongest']])}: {_verdict_text(v)}"
             )
         dep = (r.get("departures") or {}).get("verdict_n1")
         line.append(
             "–"
             if not dep or not dep.get("baselines")
-            else f"{stat_text(dep['decoder'])} vs {_short(dep['strongest'])} "
+            else f"{stat_text(dep['decoder'])} vs {baseline_name(dep['strongest'])} "
             f"{pct(dep['baselines'][dep['strongest']])}: {_verdict_text(dep)} (n={dep['n_rows']})"
         )
         rows.append(tuple(line))

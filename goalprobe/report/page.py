@@ -149,34 +149,22 @@ def _data_section(run: RunReader, spec: ReportSection, fig: Figures) -> Section:
     return Section(section, title, blocks, _stage_config(run, stage))
 
 
+def _stage_row(run: RunReader, stage: str) -> tuple[str, str, str, str]:
+    """A stage's status, seconds and outputs."""
+    record, failure = run.stage_record(stage), run.stage_failure(stage)
+    if failure or record is None:
+        return (stage, failure or "not run", "–", "–")
+    env = record.get("environment") or {}
+    commit = (env.get("commit") or "unknown")[:10] + (" (dirty)" if env.get("dirty") else "")
+    outputs = ", ".join(sorted(record.get("outputs", {}).values()))
+    return (stage, f"finished at {commit}", f"{record.get('seconds', 0):.1f}", outputs)
+
+
 def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
     """The stage records and the demo config."""
-    rows = []
-    for stage in demo_stages.STAGES:
-        record = run.stage_record(stage)
-        failure = run.stage_failure(stage)
-        if failure:
-            rows.append((stage, failure, "–", "–"))
-        elif record is not None:
-            env = record.get("environment") or {}
-            commit = (env.get("commit") or "unknown")[:10] + (
-                " (dirty)" if env.get("dirty") else ""
-            )
-            rows.append(
-                (
-                    stage,
-                    f"finished at {commit}",
-                    f"{record.get('seconds', 0):.1f}",
-                    ", ".join(sorted(record.get("outputs", {}).values())),
-                )
-            )
-        else:
-            rows.append((stage, "not run", "–", "–"))
+    rows = [_stage_row(run, stage) for stage in demo_stages.STAGES]
     if config is None:
-        try:
-            config = run.json(run.layout.demo_config)
-        except MissingInput:
-            config = {}
+        config = run.optional_json(run.layout.demo_config) or {}
     prov = run.optional_json(run.layout.provenance) or {}
     made = (
         f" Last call: `{prov.get('command')}` at commit {prov.get('commit')}"

@@ -3,7 +3,7 @@ localisation (Fig. 7) and goal-distance regressors (Table 4)."""
 
 from __future__ import annotations
 
-from goalprobe.report.blocks import Block, Figures, stat_text, table
+from goalprobe.report.blocks import Block, Figures, records_table, stat_text, table
 from goalprobe.report.run import MissingInput, RunReader, best_cell_run, metric
 from goalprobe.viewer.figures.probes import (
     baseline_values,
@@ -23,25 +23,23 @@ def probes(run: RunReader, fig: Figures) -> list[Block]:
     for name, sweep in sweeps.items():
         label = name.removeprefix("cell_").replace("_", " ")
         for r in sweep["runs"]:
-            x = f"{r['stage'].split('_')[0]} L{r['layer']}"
-            stat = metric(r["metrics"], "probe", ACCURACY) or {}
-            models = r["metrics"].get("models", {})
-            bars.append(
-                {"name": x, "group": label, **stat, "baselines": baseline_values(models, ACCURACY)}
-            )
-            diff = r["metrics"].get("differences", {}).get("probe - shuffled", {}).get(ACCURACY)
+            m, x = r["metrics"], f"{r['stage'].split('_')[0]} L{r['layer']}"
+            stat = metric(m, "probe", ACCURACY) or {}
+            baselines = baseline_values(m.get("models", {}), ACCURACY)
+            bars.append({"name": x, "group": label, **stat, "baselines": baselines})
+            diff = m.get("differences", {}).get("probe - shuffled", {}).get(ACCURACY)
             rows.append(
-                (
-                    label,
-                    r["stage"],
-                    r["layer"],
-                    r["n_test"],
-                    stat_text(stat),
-                    stat_text(metric(r["metrics"], "probe", "balanced_accuracy")),
-                    stat_text(metric(r["metrics"], "majority", ACCURACY)),
-                    stat_text(metric(r["metrics"], "shuffled", ACCURACY)),
-                    stat_text(diff),
-                )
+                {
+                    "probe": label,
+                    "stage": r["stage"],
+                    "layer": r["layer"],
+                    "test rows": r["n_test"],
+                    "accuracy (grid cells)": stat_text(stat),
+                    "balanced accuracy": stat_text(metric(m, "probe", "balanced_accuracy")),
+                    "majority class": stat_text(metric(m, "majority", ACCURACY)),
+                    "shuffled labels": stat_text(metric(m, "shuffled", ACCURACY)),
+                    "selectivity (probe − shuffled)": stat_text(diff),
+                }
             )
     comparison = probe_comparison_figure(
         bars,
@@ -49,18 +47,7 @@ def probes(run: RunReader, fig: Figures) -> list[Block]:
         title="Cell-type probe accuracy by family, stage and layer (95% grid-bootstrap CI); "
         "marks: majority, size and size-density priors, shuffled labels",
     )
-    runs_table = table(
-        (
-            "probe",
-            "stage",
-            "layer",
-            "test rows",
-            "accuracy (grid cells)",
-            "balanced accuracy",
-            "majority class",
-            "shuffled labels",
-            "selectivity (probe − shuffled)",
-        ),
+    runs_table = records_table(
         rows,
         caption="Test grids only (split by grid, never by row); padding cells excluded.",
     )
@@ -88,27 +75,21 @@ def localisation(run: RunReader, fig: Figures) -> list[Block]:
     rows = []
     for obj in ("agent", "goal"):
         for group, g in groups.items():
+            top1, manhattan = f"{obj}_top1", f"{obj}_manhattan"
             rows.append(
-                (
-                    obj,
-                    group,
-                    stat_text(metric(g, "probe", f"{obj}_top1")),
-                    stat_text(metric(g, "majority", f"{obj}_top1")),
-                    stat_text(metric(g, "shuffled", f"{obj}_top1")),
-                    stat_text(metric(g, "probe", f"{obj}_manhattan"), percent=False, digits=2),
-                    stat_text(metric(g, "shuffled", f"{obj}_manhattan"), percent=False, digits=2),
-                )
+                {
+                    "object": obj,
+                    "grid size": group,
+                    "top-1": stat_text(metric(g, "probe", top1)),
+                    "top-1 majority": stat_text(metric(g, "majority", top1)),
+                    "top-1 shuffled": stat_text(metric(g, "shuffled", top1)),
+                    "Manhattan": stat_text(metric(g, "probe", manhattan), percent=False, digits=2),
+                    "Manhattan shuffled": stat_text(
+                        metric(g, "shuffled", manhattan), percent=False, digits=2
+                    ),
+                }
             )
-    localisation_table = table(
-        (
-            "object",
-            "grid size",
-            "top-1",
-            "top-1 majority",
-            "top-1 shuffled",
-            "Manhattan",
-            "Manhattan shuffled",
-        ),
+    localisation_table = records_table(
         rows,
         caption="Argmax cell of the probe's agent/goal probability against the true cell.",
     )
@@ -126,29 +107,19 @@ def distance(run: RunReader, fig: Figures) -> list[Block]:
         for r in sweep["runs"]:
             m = r["metrics"]
             rows.append(
-                (
-                    name.removeprefix("distance_"),
-                    r["stage"],
-                    r["layer"],
-                    r["n_test"],
-                    stat_text(metric(m, "probe", "mae"), percent=False, digits=2),
-                    stat_text(metric(m, "probe", "r2"), percent=False),
-                    stat_text(metric(m, "mean", "mae"), percent=False, digits=2),
-                    stat_text(metric(m, "shuffled", "r2"), percent=False),
-                )
+                {
+                    "regressor": name.removeprefix("distance_"),
+                    "stage": r["stage"],
+                    "layer": r["layer"],
+                    "test rows": r["n_test"],
+                    "MAE": stat_text(metric(m, "probe", "mae"), percent=False, digits=2),
+                    "R²": stat_text(metric(m, "probe", "r2"), percent=False),
+                    "MAE of the mean": stat_text(metric(m, "mean", "mae"), percent=False, digits=2),
+                    "R² shuffled labels": stat_text(metric(m, "shuffled", "r2"), percent=False),
+                }
             )
     return [
-        table(
-            (
-                "regressor",
-                "stage",
-                "layer",
-                "test rows",
-                "MAE",
-                "R²",
-                "MAE of the mean",
-                "R² shuffled labels",
-            ),
+        records_table(
             rows,
             caption="Shortest-path distance to the goal from the anchor activations; test grids.",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from goalprobe.report.blocks import Block, Figures, stat_text, table
 from goalprobe.report.causal_rows import headline_sweep
+from goalprobe.report.probes import ACCURACY
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_STAGE
 from goalprobe.viewer.figures.learning import learning_curve_figure
@@ -62,9 +63,8 @@ def probing(run: RunReader, fig: Figures) -> list[Block]:
             ),
         )
     ]
-    try:
-        curve = run.json(run.layout.learning_curve)
-    except MissingInput:
+    curve = run.optional_json(run.layout.learning_curve)
+    if curve is None:
         return blocks
     blocks.append(fig(learning_curve_figure(curve)))
     last = curve["points"][-1]
@@ -78,14 +78,9 @@ def probing(run: RunReader, fig: Figures) -> list[Block]:
             [
                 (
                     p["n_train_grids"],
-                    stat_text(p["models"]["probe"].get("accuracy_no_padding")),
+                    stat_text(p["models"]["probe"].get(ACCURACY)),
                     stat_text(
-                        p["models"]
-                        .get(
-                            p["selectivity"].get("accuracy_no_padding", {}).get("baseline", ""),
-                            {},
-                        )
-                        .get("accuracy_no_padding")
+                        metric(p, p["selectivity"].get(ACCURACY, {}).get("baseline", ""), ACCURACY)
                     ),
                     ", ".join(
                         f"{k} {'yes' if s['above_baseline'] else 'no'}"

@@ -54,8 +54,7 @@ def verdict_lines(
     for label, answers in rows:
         tail = right(answers)
         parts = textwrap.wrap(label, width=max(10, width - len(tail) - 1), break_long_words=False)
-        for part in parts[:-1]:
-            lines.append(part)
+        lines += parts[:-1]
         lines.append(parts[-1].ljust(width - len(tail) - 1) + " " + tail)
     return lines
 

@@ -1,18 +1,14 @@
-"""The wall read-out in both frames (``RUN/probes/wall_readout.json``): the headline
-rows ``walls.absolute`` / ``walls.agent`` and the report section that shows both frames side by
-side for every agent, store and layer.
-
-Each number stands beside the same probe fitted on another grid's anchors of the same size and
-density (the null), with grid-bootstrap intervals; a verdict carries the minimum detectable
-strength (and its bits per prior-uncertain cell) of the committed power curve
-(``probes/wall_power.json``) where that curve's design matches the store, and reads
-"undecided", never "no", where it does not."""
+"""The wall read-out in both frames (``RUN/probes/wall_readout.json``): the headline rows
+``walls.absolute`` / ``walls.agent`` and the section showing both frames for every agent, store
+and layer, each number beside the same probe fitted on another grid's anchors of the same size
+and density (the null); a "no" needs the committed power curve of the store's design
+(``probes/wall_power.json``), otherwise it reads "undecided"."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from goalprobe.report.blocks import Block, Figures, Text, num, pct, stat_text, table
+from goalprobe.report.blocks import Block, Figures, Text, num, pct, records_table, stat_text
 from goalprobe.report.readers import Reading, answer
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.stages import HEADLINE_STAGE, headline_layer
@@ -112,7 +108,7 @@ def wall_row(run: RunReader, frame: str) -> Reading:
     )
 
 
-def _rows(agent: str, r: Mapping) -> list[tuple]:
+def _rows(agent: str, r: Mapping) -> list[dict]:
     out = []
     for frame, block in r["frames"].items():
         verdict = r["verdicts"][frame]
@@ -124,23 +120,23 @@ def _rows(agent: str, r: Mapping) -> list[tuple]:
         for i, (part, s) in enumerate(parts):
             bits, auc, acc = s["bits"], s["auc_within_grid"], s["accuracy"]
             out.append(
-                (
-                    agent,
-                    r["store"],
-                    r["layer"],
-                    frame,
-                    part,
-                    f"{s['cells_per_row']:.1f}",
-                    stat_text(bits["probe"], percent=False, digits=4),
-                    stat_text(bits["null"], percent=False, digits=4),
-                    stat_text(bits["difference"], percent=False, digits=4),
-                    f"{stat_text(auc['probe'])} / {stat_text(auc['null'])}",
-                    stat_text(auc["difference"]),
-                    f"{stat_text(acc['probe'])} / {stat_text(acc['null'])} / "
-                    f"{pct((acc.get('prior') or {}).get('value'))}",
-                    verdict["verdict"] if i == 0 else "",
-                    power_text(verdict, r.get("power") or {}) if i == 0 else "",
-                )
+                {
+                    "agent": agent,
+                    "store": r["store"],
+                    "layer": r["layer"],
+                    "frame": frame,
+                    "cells": part,
+                    "uncertain cells / row": f"{s['cells_per_row']:.1f}",
+                    "bits probe": stat_text(bits["probe"], percent=False, digits=4),
+                    "bits null": stat_text(bits["null"], percent=False, digits=4),
+                    "bits probe − null": stat_text(bits["difference"], percent=False, digits=4),
+                    "AUC probe / null": f"{stat_text(auc['probe'])} / {stat_text(auc['null'])}",
+                    "AUC probe − null": stat_text(auc["difference"]),
+                    "accuracy probe / null / prior": f"{stat_text(acc['probe'])} / "
+                    f"{stat_text(acc['null'])} / {pct((acc.get('prior') or {}).get('value'))}",
+                    "verdict": verdict["verdict"] if i == 0 else "",
+                    "power": power_text(verdict, r.get("power") or {}) if i == 0 else "",
+                }
             )
     return out
 
@@ -152,7 +148,7 @@ def walls(run: RunReader, fig: Figures) -> list[Block]:
     control = RunReader(run.layout.control.root)
     if control.layout.wall_readout.is_file():
         agents.append(("positive control", control))
-    rows: list[tuple] = []
+    rows: list[dict] = []
     for name, reader in agents:
         for r in readouts(reader):
             rows += _rows(name, r)
@@ -168,23 +164,7 @@ def walls(run: RunReader, fig: Figures) -> list[Block]:
             "0; a 'no' needs the committed power curve of this design, otherwise it is "
             "'undecided'."
         ),
-        table(
-            (
-                "agent",
-                "store",
-                "layer",
-                "frame",
-                "cells",
-                "uncertain cells / row",
-                "bits probe",
-                "bits null",
-                "bits probe − null",
-                "AUC probe / null",
-                "AUC probe − null",
-                "accuracy probe / null / prior",
-                "verdict",
-                "power",
-            ),
+        records_table(
             rows,
             caption="Held-out grids only (split by grid, the probe sweep's split); 95% "
             "grid-bootstrap intervals; bits over the size-and-density prior.",

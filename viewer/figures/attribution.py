@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from goalprobe.viewer.figures.style import apply_layout
+from goalprobe.viewer.figures.style import figure_layout
 
 
 def attribution_map_figure(
@@ -98,5 +98,5 @@ def attribution_map_figure(
         fig.add_vline(x=float(anchor), line={"color": "black", "dash": "dot"}, row=2, col=1)
     fig.update_xaxes(title_text="token position", row=2, col=1)
     fig.update_yaxes(title_text="block", row=2, col=1)
-    apply_layout(fig, title, height or 560)
+    fig.update_layout(figure_layout(title, height or 560))
     return fig

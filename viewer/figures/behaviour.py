@@ -30,16 +30,8 @@ def behaviour_grid_figure(cells: Sequence[Mapping]) -> go.Figure:
         rows=1, cols=len(BEHAVIOUR_PANELS), subplot_titles=[t for _, t in BEHAVIOUR_PANELS]
     )
     for i, (metric, title) in enumerate(BEHAVIOUR_PANELS, start=1):
-        z = [
-            [
-                next(
-                    (c[metric]["value"] for c in cells if c["size"] == s and c["density"] == d),
-                    None,
-                )
-                for d in densities
-            ]
-            for s in sizes
-        ]
+        values = {(c["size"], c["density"]): c[metric]["value"] for c in reversed(cells)}
+        z = [[values.get((s, d)) for d in densities] for s in sizes]
         fig.add_trace(
             go.Heatmap(
                 z=z,

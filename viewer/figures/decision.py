@@ -20,12 +20,10 @@ def decision_time_figure(curves: Mapping, *, height: int = 380) -> go.Figure:
     fig = go.Figure()
     for layer, (bins, answer) in enumerate(zip(rows, curves["answer_by_layer"], strict=True)):
         points = [*bins, {**answer, "bin": [1.0, 1.1]}]
-        x = [p["bin"][1] for p in points]
-        y = [p["value"] for p in points]
         fig.add_trace(
             go.Scatter(
-                x=x,
-                y=y,
+                x=[p["bin"][1] for p in points],
+                y=[p["value"] for p in points],
                 mode="lines+markers",
                 name=f"block {layer}",
                 error_y=ci_error_y(points, visible=True),

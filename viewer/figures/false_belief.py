@@ -85,13 +85,11 @@ def false_belief_maps_figure(
                 col=i,
             )
     axes = _grid_axes_layout(n, n)
-    layout = figure_layout(title, height)
-    layout.update(
-        showlegend=bool(differs),
-        legend={"orientation": "h", "y": -0.12, "x": 0},
-        margin={"l": 30, "r": 10, "t": 70, "b": 50},
+    legend = {"orientation": "h", "y": -0.12, "x": 0}
+    margin = {"l": 30, "r": 10, "t": 70, "b": 50}
+    fig.update_layout(
+        figure_layout(title, height, showlegend=bool(differs), legend=legend, margin=margin)
     )
-    fig.update_layout(layout)
     for i in range(1, 4):
         suffix = "" if i == 1 else str(i)
         x_axis = {**axes["xaxis"], "title": None}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import plotly.graph_objects as go
-from goalprobe.viewer.figures.style import apply_layout, band_trace, empty_figure
+from goalprobe.viewer.figures.style import band_trace, empty_figure, figure_layout
 from plotly.subplots import make_subplots
 
 MODEL_STYLE: dict[str, tuple[str, str, str]] = {
@@ -67,14 +67,10 @@ def learning_curve_figure(curve: Mapping, title: str | None = None) -> go.Figure
                 col=col,
             )
         fig.update_xaxes(type="log", title_text="training grids", row=1, col=col)
-    apply_layout(
-        fig,
-        title
-        or (
-            f"Learning curve at {curve.get('stage', '?')} L{curve.get('layer', '?')} "
-            f"({curve.get('n_test_grids', '?')} test grids; 95% grid-bootstrap bands)"
-        ),
-        height=360,
+    title = title or (
+        f"Learning curve at {curve.get('stage', '?')} L{curve.get('layer', '?')} "
+        f"({curve.get('n_test_grids', '?')} test grids; 95% grid-bootstrap bands)"
     )
+    fig.update_layout(figure_layout(title, 360))
     fig.update_layout(legend={"orientation": "h", "y": -0.25})
     return fig

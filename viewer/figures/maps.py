@@ -50,12 +50,8 @@ def _grid_axes_layout(n_rows: int, n_cols: int) -> dict:
 
 
 def _discrete_colourscale() -> list[list]:
-    scale = []
-    for c in range(N_CLASSES):
-        colour = CELL_COLOURS[CellType(c)]
-        scale.append([c / N_CLASSES, colour])
-        scale.append([(c + 1) / N_CLASSES, colour])
-    return scale
+    colours = [CELL_COLOURS[CellType(c)] for c in range(N_CLASSES)]
+    return [[(c + k) / N_CLASSES, colour] for c, colour in enumerate(colours) for k in (0, 1)]
 
 
 def cell_hover_text(
@@ -147,21 +143,19 @@ def _action_arrows(
 ) -> list[dict]:
     """Arrows from the edge of the agent's cell (``start`` of a cell from its centre) to
     ``length`` cells away, so that the cell's symbol stays readable."""
-    out = []
     r, c = origin_row_col
-    for action in actions:
-        dr, dc = Action(int(action)).delta_row_col
-        out.append(
-            _arrow(
-                (r + dr * start, c + dc * start),
-                (r + dr * length, c + dc * length),
-                colour,
-                width,
-                opacity=opacity,
-                head_size=head_size,
-            )
+    deltas = [Action(int(action)).delta_row_col for action in actions]
+    return [
+        _arrow(
+            (r + dr * start, c + dc * start),
+            (r + dr * length, c + dc * length),
+            colour,
+            width,
+            opacity=opacity,
+            head_size=head_size,
         )
-    return out
+        for dr, dc in deltas
+    ]
 
 
 def _path(
@@ -294,11 +288,8 @@ def cell_map_figure(
         if action is not None:
             annotations += _action_arrows(agent_row_col, [int(action)], EXECUTED_COLOUR, 2.5, 0.9)
             if show_legend:
-                traces.append(
-                    _legend_entry(
-                        f"action: {Action(int(action)).name}", EXECUTED_COLOUR, kind="line"
-                    )
-                )
+                label = f"action: {Action(int(action)).name}"
+                traces.append(_legend_entry(label, EXECUTED_COLOUR, kind="line"))
     for i, (label, (r, c)) in enumerate((markers or {}).items()):
         traces.append(
             {

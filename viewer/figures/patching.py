@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
-    apply_layout,
+    figure_layout,
     heat_cells,
     is_finite_number,
     layer_key,
@@ -83,8 +83,9 @@ def patching_heatmap_figure(
         )
         fig.update_xaxes(type="category", title={"text": cols}, row=1, col=i + 1)
         fig.update_yaxes(type="category", autorange="reversed", row=1, col=i + 1)
-    apply_layout(fig, title or f"Patching: mean {value}", height or 130 + 36 * len(row_values))
-    fig.update_layout(margin={"t": 78, "l": 16 + 7 * longest})
+    height = height or 130 + 36 * len(row_values)
+    margin = {"t": 78, "l": 16 + 7 * longest}
+    fig.update_layout(figure_layout(title or f"Patching: mean {value}", height, margin=margin))
     fig.update_annotations(font={"size": 13}, yshift=4)
     return fig
 

@@ -72,16 +72,10 @@ def plan_strip_figure(
     title: str = "",
     height: int | None = 170,
 ) -> go.Figure:
-    """Predicted plan tokens above the executed ones, step by step.
-
-    Only real matches are green: the decoded tokens inside the matched prefix (what prefix
-    accuracy counts). A decoded token that differs from the executed one is red; one that equals
-    it after the first miss is pale (not counted); positions past the executed plan's ``END``
-    are white (``PAD``: nothing to compare, not scored). In the executed row, actions are grey,
-    ``END`` darker and padding white. The title gives the matched prefix out of the scored
-    positions, so it always agrees with the number of green cells (arguments as
-    :func:`plan_strip_categories`).
-    """
+    """Predicted plan tokens above the executed ones, step by step, each cell coloured by its
+    :func:`plan_strip_categories` category (:data:`STRIP_COLOURS`: only the matched prefix is
+    green); the title gives the matched prefix out of the scored positions, so it always agrees
+    with the number of green cells."""
     cats = plan_strip_categories(predicted, target)
     pred = [int(x) for x in predicted]
     tgt = [int(x) for x in target]
@@ -141,12 +135,11 @@ def plan_strip_figure(
 def _discrete_scale(colours: Sequence[str]) -> list[list]:
     """A plotly colour scale that maps the integers ``0 .. len(colours) - 1`` to ``colours``."""
     top = len(colours) - 1
-    scale = []
-    for i, colour in enumerate(colours):
-        lo = max(0.0, (i - 0.5) / top)
-        hi = min(1.0, (i + 0.5) / top)
-        scale += [[lo, colour], [hi, colour]]
-    return scale
+    return [
+        [min(1.0, max(0.0, (i + half) / top)), colour]
+        for i, colour in enumerate(colours)
+        for half in (-0.5, 0.5)
+    ]
 
 
 CAPACITY_COLOURS = ("#2a9d8f", "#1d3557", "#e76f51", "#7b2cbf", "#e9c46a")

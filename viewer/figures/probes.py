@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
     QUALITATIVE,
-    apply_layout,
     ci_error_y,
+    figure_layout,
     is_finite_number,
 )
 
@@ -109,8 +109,9 @@ def probe_comparison_figure(
             annotation_text="baseline",
             annotation_position="top left",
         )
-    apply_layout(fig, title, height)
-    fig.update_layout(barmode="group", scattermode="group", bargap=0.25)
+    fig.update_layout(
+        figure_layout(title, height, barmode="group", scattermode="group", bargap=0.25)
+    )
     fig.update_yaxes(title=y_title, showgrid=True, gridcolor="#eceff1", rangemode="tozero")
     return fig
 

@@ -50,18 +50,14 @@ def _percent(stats: Sequence[dict | None]) -> list[float | None]:
 
 
 def _hover(stats: Sequence[dict | None]) -> list[str]:
-    out = []
-    for s in stats:
-        if s is None or s.get("value") is None:
-            out.append("undefined (no step)")
-            continue
-        ci = (
-            ""
-            if s.get("ci_low") is None
-            else f" [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
-        )
-        out.append(f"{100 * s['value']:.1f}%{ci}<br>n = {s['n']} steps, {s['n_grids']} grids")
-    return out
+    return [
+        _hover_text(s) if s and s.get("value") is not None else "undefined (no step)" for s in stats
+    ]
+
+
+def _hover_text(s: dict) -> str:
+    ci = "" if s.get("ci_low") is None else f" [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
+    return f"{100 * s['value']:.1f}%{ci}<br>n = {s['n']} steps, {s['n_grids']} grids"
 
 
 def _title(key: str, entry: dict) -> str:
@@ -198,11 +194,7 @@ def meg_figure(meg_summary: dict) -> go.Figure:
             row=1,
             col=1,
         )
-    top = max(
-        [1e-3]
-        + [g["true"]["meg_per_decision"] for g in grids]
-        + [g["subjective"]["meg_per_decision"] for g in grids]
-    )
+    top = max([1e-3, *(g[k]["meg_per_decision"] for k in ("true", "subjective") for g in grids)])
     fig.add_trace(
         go.Scatter(
             x=[0, top],

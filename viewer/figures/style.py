@@ -115,10 +115,6 @@ def figure_layout(title: str, height: int | None, width: int | None = None, **ex
     return layout
 
 
-def apply_layout(fig: go.Figure, title: str, height: int | None, width: int | None = None) -> None:
-    fig.update_layout(figure_layout(title, height, width))
-
-
 def is_finite_number(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is a finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -146,7 +142,7 @@ def empty_figure(message: str, *, height: int | None = 320, wrap: int = 40) -> g
     ``message`` is wrapped at word boundaries to ``wrap`` characters per line."""
     fig = go.Figure()
     fig.add_annotation(message_annotation(message, wrap=wrap))
-    apply_layout(fig, "", height)
+    fig.update_layout(figure_layout("", height))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
