@@ -336,6 +336,8 @@ def test_report_opens_in_headless_chromium_without_errors(demo):
     assert chromium, "no chromium on PATH: scripts/setup_tests.sh installs Debian's 'chromium'"
     result, _ = demo
     report = result.run_dir / "report.html"
+    for page_path in (report, result.run_dir / "control" / "report.html"):
+        assert "failed to draw" not in page_path.read_text(), page_path  # every section drew
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
