@@ -19,7 +19,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from goalprobe.activations.store.schema import (
     GRID_CELLS,
     LABEL_FIELDS,
     StoreFormatError,
+    label_array,
     stage_tokens,
 )
 from goalprobe.activations.store.shards import Shard
@@ -373,7 +374,7 @@ def compute_rows(
         acts=acts,
         positions={s: np.stack([r.positions[s] for r in rows]).astype(np.int32) for s in stages},
         present={s: np.asarray([r.present[s] for r in rows], dtype=bool) for s in stages},
-        labels={name: _stack_label(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
+        labels={name: label_array(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
         reasoning=ReasoningRows(
             counts=counts,
             length=np.asarray([r.reasoning_length for r in rows], dtype=np.int32),
@@ -404,12 +405,6 @@ def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int 
     return starts
 
 
-def _stack_label(name: str, values: list) -> np.ndarray:
-    if LABEL_FIELDS[name].dtype is str:
-        return np.asarray(values, dtype=object)
-    return np.stack([np.asarray(v) for v in values]).astype(LABEL_FIELDS[name].dtype)
-
-
 def parts_dir_for(output: Path) -> Path:
     """Default parts directory of ``output``: ``<output>.parts`` next to it."""
     return output.parent / f"{output.name}.parts"
@@ -436,17 +431,6 @@ def _identity_value(attrs: dict, key: str) -> Any:
         value = json.loads(value) if isinstance(value, str) else dict(value)
         value = {k: v for k, v in value.items() if k not in BATCHING}
     return value
-
-
-def _iter_shard_steps(
-    trajectories: Path, shard: Shard, counter: list[int]
-) -> Iterator[tuple[Episode, int]]:
-    """Episodes of ``shard`` with the file-wide index of their first step; counts all steps."""
-    for episode in read_trajectories(trajectories):
-        first = counter[0]
-        counter[0] += len(episode.steps)
-        if shard.holds(episode.summary.grid_id):
-            yield episode, first
 
 
 def extract(
@@ -503,7 +487,7 @@ def extract(
     config = _open_parts(parts_dir, identity, config)
     parts = _Parts(parts_dir, capture, tokenizer, config, identity, attrs, on_part)
     parts.write(trajectories, progress)
-    final_attrs = {**attrs, "trajectory_steps": parts.steps[0]}
+    final_attrs = {**attrs, "trajectory_steps": parts.steps}
     final_attrs["retokenized_steps"] = parts.retokenized
     final_attrs["part_batching"] = [part_batching(p) for p in parts.paths]
     if parts.paths:
@@ -516,9 +500,7 @@ def extract(
     with ActivationStore(output) as store:
         rows_written = len(store)
     seconds = time.perf_counter() - started
-    return ExtractReport(
-        output, rows_written, parts.steps[0], parts.computed, parts.reused, seconds
-    )
+    return ExtractReport(output, rows_written, parts.steps, parts.computed, parts.reused, seconds)
 
 
 def _identity_and_attrs(
@@ -595,7 +577,7 @@ class _Parts:
             reasoning_every=config.reasoning_every,
         )
         self.paths: list[Path] = []
-        self.steps = [0]
+        self.steps = 0
         self.computed = self.reused = self.retokenized = 0
         self.buffer: list[ReplayRow] = []
         self.bar = None
@@ -609,15 +591,14 @@ class _Parts:
         shard = Shard.parse(self.config.shard)
         vocab_size = getattr(self.capture, "vocab_size", None)
         try:
-            for episode, first in _iter_shard_steps(trajectories, shard, self.steps):
+            for episode in read_trajectories(trajectories):
+                first = self.steps  # every step counts, in the shard or not
+                self.steps += len(episode.steps)
+                if not shard.holds(episode.summary.grid_id):
+                    continue
+                where = str(trajectories)
                 rows = episode_rows(
-                    episode,
-                    first,
-                    self.chat_format,
-                    self.config,
-                    str(trajectories),
-                    self.locator,
-                    vocab_size=vocab_size,
+                    episode, first, self.chat_format, self.config, where, self.locator, vocab_size
                 )
                 self.retokenized += sum(r.retokenized for r in rows)
                 for row in rows:

@@ -171,15 +171,7 @@ def _register_page_callbacks(app: dash.Dash) -> None:
             return search;
         }""",
         Output("url-sync", "data"),
-        Input("episode", "value"),
-        Input("step", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
-        Input("cell-class", "value"),
-        Input("plan", "value"),
-        Input("tabs", "value"),
-        Input("fb-episode", "value"),
-        Input("fb-step", "value"),
+        *(Input(x, "value") for x in ("episode", "step", "stage", "layer", "family", "cell-class")),
+        *(Input(x, "value") for x in ("plan", "tabs", "fb-episode", "fb-step")),
         prevent_initial_call=True,
     )

@@ -196,6 +196,7 @@ class RunData:
         self.header: RunHeader | None = None
         self.episodes: dict[str, EpisodeInfo] = {}
         self._lock = threading.Lock()
+        self._paths: dict[str, Path | None] = {}
         self._episode_cache = _LRU(episode_cache)
         self._array_cache = _LRU(4 * episode_cache)
         self._row_indexes: dict[str, RowIndex] = {}
@@ -218,17 +219,21 @@ class RunData:
 
     # -- scanning -----------------------------------------------------------------------------
 
+    def _artefacts(self, *table: tuple[str, str, str]) -> None:
+        """For each ``(layout field, name, consequence)``: the file's resolved path in
+        ``_paths[field]``, or None (noted in :attr:`missing`)."""
+        for field, name, consequence in table:
+            self._paths[field] = self.files.artefact(getattr(self.layout, field), name, consequence)
+
     def _scan(self) -> None:
         files, layout = self.files, self.layout
-        self._grids_path = files.artefact(
-            layout.grids, "grid set", "grids are rebuilt from the trajectory's grid text"
+        self._artefacts(
+            ("grids", "grid set", "grids are rebuilt from the trajectory's grid text"),
+            ("trajectories", "trajectories", "there are no episodes to show"),
         )
-        self._traj_path = files.artefact(
-            layout.trajectories, "trajectories", "there are no episodes to show"
-        )
-        if self._traj_path is not None:
+        if self._paths["trajectories"] is not None:
             try:
-                index = index_trajectories(self._traj_path)
+                index = index_trajectories(self._paths["trajectories"])
             except (OSError, TrajectoryFormatError) as err:
                 files.note("trajectories", layout.trajectories, str(err), "no episodes")
             else:
@@ -236,29 +241,24 @@ class RunData:
                 for span in index.episodes:
                     key = episode_key(span.summary.grid_id, span.summary.episode)
                     self.episodes[key] = EpisodeInfo(**vars(span), key=key)
-        self._store_path = files.artefact(
-            layout.store,
-            "activation store",
-            "decoded maps and predicted plans cannot be joined to steps",
-        )
+        why = "decoded maps and predicted plans cannot be joined to steps"
+        self._artefacts(("store", "activation store", why))
 
     def _scan_results(self) -> None:
         files, layout = self.files, self.layout
         self._patching_path = files.first_file((layout.patch_results, layout.patch_records_csv))
         if self._patching_path is None:
             files.note("patching results", layout.patch_results, "not found", "no patching panel")
-        self._attribution_path = files.artefact(
-            layout.attribution, "attribution file", "no attribution panel"
-        )
-        self._belief_path = files.artefact(
-            layout.belief, "belief scoring", "no policy-against-belief summary"
-        )
-        self._meg_path = files.artefact(layout.meg, "MEG scoring", "no MEG summary")
-        files.artefact(layout.report, "report", "no link to the static report")
-        self._decision_path = files.artefact(
-            layout.decision_steps,
-            "decision steps",
-            "the reasoning is shown without the logit lens's colours",
+        self._artefacts(
+            ("attribution", "attribution file", "no attribution panel"),
+            ("belief", "belief scoring", "no policy-against-belief summary"),
+            ("meg", "MEG scoring", "no MEG summary"),
+            ("report", "report", "no link to the static report"),
+            (
+                "decision_steps",
+                "decision steps",
+                "the reasoning is shown without the logit lens's colours",
+            ),
         )
 
     # -- allow-lists --------------------------------------------------------------------------
@@ -321,8 +321,8 @@ class RunData:
         return self._episode_cache.get(("episode", key), lambda: self._load_episode(info))
 
     def _load_episode(self, info: EpisodeInfo) -> EpisodeData:
-        assert self._traj_path is not None
-        steps = read_indexed_episode(self._traj_path, info).steps
+        assert self._paths["trajectories"] is not None
+        steps = read_indexed_episode(self._paths["trajectories"], info).steps
         grid = self._grid(info, steps)
         index = self._store_rows()
         by_step = {} if index is None else index.get((info.grid_id, info.episode), {})
@@ -334,8 +334,8 @@ class RunData:
         from goalprobe.gridworld.io import read_indexed_grid
 
         offsets = self._grid_index()
-        if info.grid_id in offsets and self._grids_path is not None:
-            return read_indexed_grid(self._grids_path, *offsets[info.grid_id])
+        if info.grid_id in offsets and self._paths["grids"] is not None:
+            return read_indexed_grid(self._paths["grids"], *offsets[info.grid_id])
         first = steps[0]
         visible, state = parse(first.grid_text, variant=first.variant, grid_id=first.grid_id)
         return Grid(
@@ -356,7 +356,7 @@ class RunData:
         with self._lock:
             if self._grid_offsets is None:
                 self._grid_offsets = (
-                    {} if self._grids_path is None else index_grid_set(self._grids_path)
+                    {} if self._paths["grids"] is None else index_grid_set(self._paths["grids"])
                 )
             return self._grid_offsets
 
@@ -365,14 +365,14 @@ class RunData:
         from goalprobe.activations.store import ActivationStore, StoreFormatError
 
         with self._lock:
-            if self._store_index is None and self._store_path is not None:
+            if self._store_index is None and self._paths["store"] is not None:
                 try:
-                    with ActivationStore(self._store_path) as store:
+                    with ActivationStore(self._paths["store"]) as store:
                         labels = store.labels(["run_id", "grid_id", "episode", "step", "plan"])
                 except (OSError, StoreFormatError) as err:
                     note = "probe panels unavailable"
                     self.files.note("activation store", self.layout.store, str(err), note)
-                    self._store_path = None
+                    self._paths["store"] = None
                     return None
                 run_id = None if self.header is None else self.header.run_id
                 index: dict[tuple[str, int], dict[int, int]] = {}
@@ -528,7 +528,7 @@ class RunData:
 
     def scoring(self, name: str) -> dict | None:
         """The parsed ``scoring/belief.json`` or ``scoring/meg.json`` (None when missing)."""
-        path = {"belief": self._belief_path, "meg": self._meg_path}.get(name)
+        path = {"belief": self._paths["belief"], "meg": self._paths["meg"]}.get(name)
         if path is None:
             return None
         try:
@@ -550,7 +550,7 @@ class RunData:
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
         stage has not written it; ``ValueError``: unreadable or not of its schema)."""
-        path = self._decision_path
+        path = self._paths["decision_steps"]
         try:
             return self._once("_decision", lambda: path and read_decision_steps(path))
         except OSError as err:
@@ -616,7 +616,7 @@ class RunData:
         pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
         from goalprobe.probes.attribution_file import read_attributions
 
-        path = self._attribution_path
+        path = self._paths["attribution"]
         records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]
         return self._by_base("_attribution", path, records, base, episode, step)
 

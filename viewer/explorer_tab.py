@@ -49,10 +49,6 @@ def _options(values, fmt=str) -> list[dict]:
     return [{"label": fmt(v), "value": v} for v in values]
 
 
-def _density_label(d: float) -> str:
-    return f"{d:g}"
-
-
 def _side_panel(run: RunData):
     facets = run.facets()
     present = {s.stage for s in run.map_sources.values()}
@@ -73,7 +69,7 @@ def _side_panel(run: RunData):
             html.Label("Density", className="gp-label"),
             dcc.Dropdown(
                 id="f-density",
-                options=_options(facets["densities"], _density_label),
+                options=_options(facets["densities"], "{:g}".format),
                 multi=True,
                 placeholder="all",
             ),
@@ -133,18 +129,7 @@ def _side_panel(run: RunData):
             html.Label("Probability map class", className="gp-label"),
             dcc.Dropdown(
                 id="cell-class",
-                options=[
-                    {"label": class_name(c), "value": class_name(c)}
-                    for c in (
-                        CellType.GOAL,
-                        CellType.AGENT,
-                        CellType.WALL,
-                        CellType.OPEN,
-                        CellType.KEY,
-                        CellType.DOOR,
-                        CellType.PADDING,
-                    )
-                ],
+                options=_options(["goal", "agent", "wall", "open", "key", "door", "padding"]),
                 value="goal",
                 clearable=False,
             ),
@@ -235,14 +220,8 @@ def _register_navigation(app: dash.Dash, run: RunData) -> None:
         Output("episode", "options"),
         Output("episode", "value"),
         Output("episode-count", "children"),
-        Input("f-size", "value"),
-        Input("f-density", "value"),
-        Input("f-variant", "value"),
-        Input("f-outcome", "value"),
-        Input("f-mapped", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
+        *(Input(x, "value") for x in ("f-size", "f-density", "f-variant", "f-outcome")),
+        *(Input(x, "value") for x in ("f-mapped", "stage", "layer", "family")),
         Input("url", "search"),
         State("episode", "value"),
     )
@@ -290,9 +269,7 @@ def _register_navigation(app: dash.Dash, run: RunData) -> None:
         State("step", "value"),
         State("url", "search"),
         State("url-step-used", "data"),
-        State("stage", "value"),
-        State("layer", "value"),
-        State("family", "value"),
+        *(State(x, "value") for x in ("stage", "layer", "family")),
     )
     def choose_step(episode, _prev, _next, click, current, search, used, stage, layer, family):
         if not isinstance(episode, str) or episode not in run.episodes:
@@ -387,22 +364,14 @@ def _register_panels(app: dash.Dash, run: RunData) -> None:
     @app.callback(
         Output("step-header", "children"),
         Output("timeline", "figure"),
-        Output("g-true", "figure"),
-        Output("g-decoded", "figure"),
-        Output("g-prob", "figure"),
-        Output("g-plan", "figure"),
-        Output("g-strip", "figure"),
+        *(Output(x, "figure") for x in ("g-true", "g-decoded", "g-prob", "g-plan", "g-strip")),
         Output("texts", "children"),
         Output("g-patching", "figure"),
         Output("patching-card", "style"),
         Output("g-attribution", "figure"),
         Output("attribution-card", "style"),
         Output("error", "children"),
-        Input("episode", "value"),
-        Input("step", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
+        *(Input(x, "value") for x in ("episode", "step", "stage", "layer", "family")),
         Input("cell-class", "value"),
         Input("plan", "value"),
     )
@@ -434,22 +403,10 @@ def _register_panels(app: dash.Dash, run: RunData) -> None:
             header.append(badge(f"agent and goal: {view.decoded.readout}", "info"))
         elif map_key is None:
             header.append(badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
-        for note in view.notes:
-            header.append(badge(note, "bad"))
+        header += [badge(note, "bad") for note in view.notes]
         texts = step_texts(view.reasoning, view.final, "reasoning", view.lens, view.lens_why)
         style = {} if view.patching else {"display": "none"}
-        return (
-            header,
-            timeline,
-            figs["true"],
-            figs["decoded"],
-            figs["probability"],
-            figs["plan"],
-            figs["plan_strip"],
-            texts,
-            figs["patching"],
-            style,
-            figs["attribution"],
-            {} if view.attribution else {"display": "none"},
-            None,
-        )
+        maps = [figs[x] for x in ("true", "decoded", "probability", "plan", "plan_strip")]
+        attribution_style = {} if view.attribution else {"display": "none"}
+        panels = (figs["patching"], style, figs["attribution"], attribution_style)
+        return (header, timeline, *maps, texts, *panels, None)

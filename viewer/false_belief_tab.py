@@ -3,8 +3,6 @@ grid shown to the agent, the step's decoded map), and the run overview's start-s
 
 from __future__ import annotations
 
-import logging
-
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
@@ -13,10 +11,14 @@ from goalprobe.viewer.false_belief_data import false_belief_start_maps
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
 from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
-from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
+from goalprobe.viewer.step_panels import (
+    cannot_show,
+    episode_tab,
+    stage_episodes,
+    step_texts,
+    stepped,
+)
 from goalprobe.viewer.widgets import GRAPH_CONFIG, GRID_HEIGHT, badge, step_marks, url_query
-
-log = logging.getLogger(__name__)
 
 FALSE_BELIEF_STEP_CAPTION = (
     "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
@@ -26,17 +28,9 @@ FALSE_BELIEF_STEP_CAPTION = (
 )
 
 
-def _false_belief_episodes(run: RunData):
-    """``(episodes or None, error message or None)``: the stage's episodes as the tab lists them."""
-    try:
-        return run.false_belief_episodes(), None
-    except ValueError as err:
-        return None, str(err)
-
-
 def _false_belief_options(run: RunData) -> list[dict]:
     """The false-belief episodes, false-belief grids first, then their controls."""
-    fb, _ = _false_belief_episodes(run)
+    fb, _ = stage_episodes(run.false_belief_episodes)
     if fb is None:
         return []
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
@@ -50,7 +44,7 @@ def _false_belief_options(run: RunData) -> list[dict]:
 
 def false_belief_tab(run: RunData):
     """The tab's layout: the episode list and step controls beside the three-map card."""
-    fb, error = _false_belief_episodes(run)
+    fb, error = stage_episodes(run.false_belief_episodes)
     options = _false_belief_options(run)
     if error is not None:
         why = error
@@ -143,7 +137,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         State("fb-url-step-used", "data"),
     )
     def choose_false_belief_step(episode, _prev, _next, current, search, used):
-        fb, _ = _false_belief_episodes(run)
+        fb, _ = stage_episodes(run.false_belief_episodes)
         if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
             return 0, 1, None, used
         last = max(len(fb.episodes[episode].steps) - 1, 0)
@@ -165,7 +159,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("fb-step", "value"),
     )
     def render_false_belief(episode, step):
-        fb, error = _false_belief_episodes(run)
+        fb, error = stage_episodes(run.false_belief_episodes)
         if fb is None:
             message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
@@ -177,9 +171,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
             view = build_false_belief_step(run, episode, int(step or 0))
             figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
         except (UnknownKeyError, ValueError, KeyError) as err:
-            log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
-            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+            return cannot_show("false-belief", episode, step, err)
         header = [
             badge(f"step {view.step} of {view.n_steps - 1}"),
             badge(

@@ -10,11 +10,16 @@ Every id of an episode tab derives from its ``prefix`` (``fb``, ``fog``): ``{pre
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 from dash import dcc, html
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import StepLensRecord
-from goalprobe.viewer.figures.style import ACTION_COLOURS, rgba
+from goalprobe.viewer.figures.style import ACTION_COLOURS, empty_figure, rgba
 from goalprobe.viewer.widgets import GRID_HEIGHT, graph, legend, step_controls
+
+log = logging.getLogger(__name__)
 
 NO_LENS = (
     "No logit lens for this step: the decision stage reads a seeded sample of answered steps "
@@ -70,6 +75,21 @@ def episode_tab(
         className="gp-main",
     )
     return html.Div([side, main], className="gp-body")
+
+
+def stage_episodes(read: Callable) -> tuple:
+    """``(read(), None)``, or ``(None, error message)`` when a stage's files are unreadable."""
+    try:
+        return read(), None
+    except ValueError as err:
+        return None, str(err)
+
+
+def cannot_show(what: str, episode, step, err: Exception) -> tuple:
+    """An episode tab's header, figure, texts and error when its step cannot be shown."""
+    log.warning("cannot show %s %s step %s: %s", what, episode, step, err)
+    blank = empty_figure("Cannot show this step (see the message above).")
+    return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
 
 
 def stepped(trigger, prefix: str, current, last: int, otherwise: int = 0) -> int:

@@ -348,8 +348,9 @@ class ResidualBackend(ABC):
             raise gradients.GradientUnsupportedError(
                 f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
             )
-        run = getattr(gradients, self.gradient_runner)
-        return run(self, token_ids, layers, positions, metric, readout_positions, drops)
+        return gradients.gradient_run(
+            self, token_ids, layers, positions, metric, readout_positions, drops
+        )
 
     def patched_logits_at(
         self,

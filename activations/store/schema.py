@@ -131,6 +131,12 @@ LABEL_FIELDS: dict[str, LabelField] = {
 """Every ``/labels`` dataset, in write order."""
 
 
+def label_array(name: str, values) -> np.ndarray:
+    """``values`` of label field ``name`` as an array of its dtype (strings as objects)."""
+    dtype = LABEL_FIELDS[name].dtype
+    return np.asarray(values, dtype=object if dtype is str else dtype)
+
+
 class StoreFormatError(ValueError):
     """A file is not a readable goalprobe activation store; the message names the file."""
 

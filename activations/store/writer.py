@@ -109,20 +109,19 @@ class ReasoningRows:
         counts = np.asarray(self.counts)
         if counts.shape != (n,) or (counts < 0).any():
             raise ValueError(f"reasoning counts have shape {counts.shape}, expected ({n},) >= 0")
-        if np.shape(self.length) != (n,):
-            raise ValueError(f"reasoning length has shape {np.shape(self.length)}, expected ({n},)")
+        _check_shape("reasoning length", self.length, (n,))
         r = int(counts.sum())
         for name in REASONING_FIELDS:
-            if np.shape(getattr(self, name)) != (r,):
-                got = np.shape(getattr(self, name))
-                raise ValueError(f"reasoning {name} has shape {got}, expected ({r},)")
+            _check_shape(f"reasoning {name}", getattr(self, name), (r,))
         for layer in layout.layers:
-            arr = self.acts.get(layer)
-            if arr is None or np.shape(arr) != (r, layout.d_model):
-                got = None if arr is None else np.shape(arr)
-                raise ValueError(
-                    f"reasoning acts[{layer}] has shape {got}, expected {(r, layout.d_model)}"
-                )
+            _check_shape(f"reasoning acts[{layer}]", self.acts.get(layer), (r, layout.d_model))
+
+
+def _check_shape(where: str, arr, want: tuple) -> None:
+    """Raise ``ValueError`` naming ``where`` unless ``arr`` is given and of shape ``want``."""
+    if arr is None or np.shape(arr) != want:
+        got = None if arr is None else np.shape(arr)
+        raise ValueError(f"{where} has shape {got}, expected {want}")
 
 
 @dataclass
@@ -156,26 +155,14 @@ class RowBatch:
             raise ValueError(f"row batch has unknown label field(s) {extra}")
         n = len(self)
         for name, spec in LABEL_FIELDS.items():
-            shape = np.shape(self.labels[name])
-            if shape != (n, *spec.shape):
-                raise ValueError(f"label {name!r} has shape {shape}, expected {(n, *spec.shape)}")
+            _check_shape(f"label {name!r}", self.labels[name], (n, *spec.shape))
         for stage in layout.stages:
             k = stage_tokens(stage)
-            for where, arr, want in (
-                (f"positions[{stage!r}]", self.positions.get(stage), (n, k)),
-                (f"present[{stage!r}]", self.present.get(stage), (n,)),
-            ):
-                if arr is None or np.shape(arr) != want:
-                    got = None if arr is None else np.shape(arr)
-                    raise ValueError(f"{where} has shape {got}, expected {want}")
+            _check_shape(f"positions[{stage!r}]", self.positions.get(stage), (n, k))
+            _check_shape(f"present[{stage!r}]", self.present.get(stage), (n,))
             for layer in layout.layers:
-                arr = self.acts.get(stage, {}).get(layer)
-                acts_shape = (n, k, layout.d_model)
-                if arr is None or np.shape(arr) != acts_shape:
-                    got = None if arr is None else np.shape(arr)
-                    raise ValueError(
-                        f"acts[{stage!r}][{layer}] has shape {got}, expected {acts_shape}"
-                    )
+                acts = self.acts.get(stage, {}).get(layer)
+                _check_shape(f"acts[{stage!r}][{layer}]", acts, (n, k, layout.d_model))
         if self.reasoning is not None:
             self.reasoning.check(n, layout)
             if not layout.reasoning_every and int(np.sum(self.reasoning.counts)):
