@@ -249,8 +249,7 @@ class ResidualBackend(ABC):
         """Tokens at the start that every row shares (real tokens, before every row's first
         read position, leaving each row at least one token to run)."""
         ids, mask = batch.input_ids, batch.attention_mask
-        same = (ids == ids[:1]).all(dim=0) & (mask == 1).all(dim=0)
-        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        shared = _shared_length((ids == ids[:1]) & (mask == 1))
         return max(0, min(shared, int(batch.positions.min()), int(mask.sum(dim=1).min()) - 1))
 
     @abstractmethod
@@ -422,22 +421,25 @@ class ResidualBackend(ABC):
         return start, {"use_cache": True, self.cache_keyword(): self._prefix_kv(ids[:start], 1)}
 
     def _generation_prefix(
-        self, ids: torch.Tensor, patches: Sequence[Patch]
+        self, ids: torch.Tensor, patches: Sequence[Patch], max_new_tokens: int, stop_ids: list[int]
     ) -> tuple[int, dict, list[Patch]]:
-        """``(start, generate kwargs, patches)`` of prompts ``ids (B, S)``: with
+        """``(start, greedy generate kwargs, patches)`` of prompts ``ids (B, S)``: with
         :attr:`prefix_cache` the shared tokens before the first patch (cut as in :meth:`capture`)
         run once, leaving two or more."""
         patches = list(patches)
-        if not self.prefix_cache or not patches:
-            return 0, {}, patches
-        same = (ids == ids[:1]).all(dim=0)
-        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": False,
+            "eos_token_id": stop_ids,
+            "pad_token_id": self.pad_token_id,
+        }
+        shared = _shared_length(ids == ids[:1])
         firsts = [int(p.positions.min()) for p in patches if len(p.positions)]
         start = min(shared, min(firsts, default=shared), ids.shape[1] - 2)
-        if start < self.min_shared_prefix:
-            return 0, {}, patches
+        if not self.prefix_cache or not patches or start < self.min_shared_prefix:
+            return 0, kwargs, patches
         start = self._reusable_prefix_length(ids[0, :start].cpu().numpy())
-        kwargs = {self.cache_keyword(): self._prefix_kv(ids[0, :start].cpu().numpy(), len(ids))}
+        kwargs[self.cache_keyword()] = self._prefix_kv(ids[0, :start].cpu().numpy(), len(ids))
         return start, kwargs, [Patch(p.layers, p.positions - start, p.values) for p in patches]
 
     def cache_keyword(self) -> str:
@@ -456,6 +458,11 @@ class ResidualBackend(ABC):
         cache = copy.deepcopy(self._cached_prefix[1])
         cache.batch_repeat_interleave(rows)
         return cache
+
+
+def _shared_length(same: torch.Tensor) -> int:
+    """Leading columns of a ``(B, T)`` bool tensor that are True in every row."""
+    return int(torch.cumprod(same.all(dim=0).long(), dim=0).sum())
 
 
 def layer_plan(

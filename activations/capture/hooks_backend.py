@@ -118,13 +118,6 @@ class HookBackend(ResidualBackend):
             return self.model(ids, **kwargs).logits
 
     def _generate(self, ids, patches, max_new_tokens, stop_ids):
-        start, cache, patches = self._generation_prefix(ids, patches)
+        start, kwargs, patches = self._generation_prefix(ids, patches, max_new_tokens, stop_ids)
         with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
-            return self.model.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=stop_ids,
-                pad_token_id=self.pad_token_id,
-                **cache,
-            )
+            return self.model.generate(ids, **kwargs)

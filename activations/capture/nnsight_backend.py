@@ -142,22 +142,22 @@ class NnsightBackend(ResidualBackend):
         blocks = get_submodule_path(self.lm, self._path)
         backend = self._backend()
         try:
-            with torch.no_grad():
-                with (
-                    cache_name_accepted(),
-                    self.lm.trace(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
-                        backend=backend,
-                        **forward_kwargs,
-                    ) as tracer,
-                ):
-                    gathered = []
-                    for layer in layers:
-                        hidden = block_output(blocks[layer].output)
-                        gathered.append(gather_positions(hidden, positions).cpu())
-                    acts = torch.stack(gathered).save()
-                    tracer.stop()
+            with (
+                torch.no_grad(),
+                cache_name_accepted(),
+                self.lm.trace(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    backend=backend,
+                    **forward_kwargs,
+                ) as tracer,
+            ):
+                gathered = []
+                for layer in layers:
+                    hidden = block_output(blocks[layer].output)
+                    gathered.append(gather_positions(hidden, positions).cpu())
+                acts = torch.stack(gathered).save()
+                tracer.stop()
         except Exception as err:
             if self.remote is True and type(err).__name__ == "RemoteError":
                 raise RemoteCaptureError(
@@ -199,19 +199,8 @@ class NnsightBackend(ResidualBackend):
         return logits
 
     def _generate(self, ids, patches, max_new_tokens, stop_ids):
-        _, cache, patches = self._generation_prefix(ids, patches)
-        with (
-            torch.no_grad(),
-            cache_name_accepted(),
-            self.lm.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=stop_ids,
-                pad_token_id=self.pad_token_id,
-                **cache,
-            ) as tracer,
-        ):
+        _, kwargs, patches = self._generation_prefix(ids, patches, max_new_tokens, stop_ids)
+        with torch.no_grad(), cache_name_accepted(), self.lm.generate(ids, **kwargs) as tracer:
             self._intervene(patches)
             result = tracer.result.save()
         return result
