@@ -1,18 +1,11 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout` and every file may be
-missing (:attr:`RunData.missing`). :class:`RunData` composes the readers of the rooms that own
-each format (grid set, trajectories, store labels, decoded maps and predicted plans, patching
-records, scoring JSON, the false_belief, fog and decision stages' outputs), which check schema
-and version. The parts join on ``(grid_id, episode, step)``: the store's ``/labels`` map rows
-to those ids, HDF5 files name store rows in ``row_ids``, a patching record names its base in
-``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``).
-
-Nothing is loaded whole: opening a run indexes the trajectory file once; an episode reads its
-step lines and its rows only. The browser only sends *keys*, looked up in allow-lists built
-here (:class:`UnknownKeyError`); every file opened lies inside the run directory
-(:class:`UnsafePathError`, :mod:`goalprobe.viewer.run_files`).
-"""
+:class:`RunData` composes the readers of the rooms that own each format; every file may be
+missing (:attr:`RunData.missing`). The parts join on ``(grid_id, episode, step)``: the store's
+``/labels`` map rows to those ids, HDF5 files name store rows in ``row_ids``, a patching record
+names its base in ``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``). Opening a run
+indexes the trajectory file once; an episode reads its step lines and its rows only. The
+browser only sends keys, looked up in allow-lists built here (:class:`UnknownKeyError`)."""
 
 from __future__ import annotations
 
@@ -83,14 +76,8 @@ class EpisodeInfo(EpisodeSpan):
 
 @dataclass(frozen=True, eq=False)
 class EpisodeData:
-    """Everything of one episode that does not depend on a probe.
-
-    Attributes:
-        info: the index entry.
-        steps: ``(T,)`` step records in order.
-        grid: the true grid (from the grid set, else parsed from the first step's text).
-        rows: ``(T,)`` store row of each step, None where the store has none (or no store).
-    """
+    """Everything of one episode that does not depend on a probe: its index entry, step
+    records, true grid and the store row of each step (None where the store has none)."""
 
     info: EpisodeInfo
     steps: tuple[StepRecord, ...]
@@ -104,17 +91,9 @@ class EpisodeData:
 
 @dataclass(frozen=True, eq=False)
 class StepArrays:
-    """Per-step arrays of one episode from one HDF5 source.
-
-    Attributes:
-        values: ``(T, ...)`` values (zeros where ``present`` is False).
-        present: ``(T,)`` bool, whether the source holds the step.
-        agent, goal: for decoded maps, ``(T, S, S)`` the position probes' cell distributions of
-            the agent and the goal (the decoder's read-out), or None where the file has none
-            (the cell probe's ``P(AGENT)`` / ``P(GOAL)`` are the read-out then).
-        readout: for decoded maps, which read-out produced each part
-            (:class:`goalprobe.probes.decoder.Readout`).
-    """
+    """Per-step arrays of one episode from one HDF5 source: ``values`` ``(T, ...)`` (zeros
+    where ``present`` is False) and, for decoded maps, the position probes' ``(T, S, S)`` agent
+    and goal read-outs (None: the cell probe's) and which read-out produced each part."""
 
     values: np.ndarray
     present: np.ndarray
@@ -123,8 +102,7 @@ class StepArrays:
     readout: Any = None
 
     def decoded_parts(self, t: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """``(probs, agent, goal)`` of step ``t`` (the arguments of the one decoder's read-out,
-        :func:`goalprobe.viewer.step.decoded_view`)."""
+        """``(probs, agent, goal)`` of step ``t`` (:func:`goalprobe.viewer.step.decoded_view`)."""
         return (
             self.values[t],
             None if self.agent is None else self.agent[t],
@@ -170,20 +148,10 @@ class _LRU:
 
 
 class RunData:
-    """A run directory opened for viewing: an index of episodes and probe sources, keeping the
-    ``episode_cache`` most recently used episodes in memory.
-
-    Attributes:
-        root: resolved run directory.
-        layout: its :class:`~goalprobe.run_layout.RunLayout`.
-        missing: artefacts that are absent or unreadable (shown as a notice).
-        header: the trajectory file's run header, None without trajectories.
-        episodes: episode key -> :class:`EpisodeInfo`, in file order (the episode allow-list).
-        map_sources: source key -> :class:`MapSource` (the decoded-map allow-list).
-        plan_sources: source key -> :class:`PlanSource` (the predicted-plan allow-list).
-
-    ``FileNotFoundError`` when ``run_dir`` is not a directory.
-    """
+    """A run directory opened for viewing (``FileNotFoundError`` when it is not a directory),
+    keeping the ``episode_cache`` most recently used episodes in memory. ``episodes``,
+    ``map_sources`` and ``plan_sources`` are the allow-lists (by key, in file order);
+    ``header`` is the trajectory file's run header (None without trajectories)."""
 
     def __init__(self, run_dir: str | Path, *, episode_cache: int = 16) -> None:
         root = Path(run_dir).expanduser()
@@ -411,8 +379,7 @@ class RunData:
 
     def decoded_maps(self, source_key: str, episode: str) -> StepArrays:
         """Decoded maps of every step of an episode: ``values`` ``(T, S, S, len(CellType))``
-        float32 ``P(CellType(c))`` (0 for classes the probe does not predict), and ``agent`` /
-        ``goal`` ``(T, S, S)`` where the file carries the position probes' read-out."""
+        float32 ``P(CellType(c))`` (0 for classes the probe does not predict)."""
         from goalprobe.probes.decoded_maps import (
             read_decoded_probs,
             read_decoded_readouts,
@@ -493,12 +460,8 @@ class RunData:
     # -- run-level summaries ------------------------------------------------------------------
 
     def prefix_accuracy(self, source_key: str, *, n_bootstrap: int = 200) -> dict:
-        """Prefix accuracy of one plan source against the store's plan labels, on the test split
-        when the file stores split codes (else every row, and says so).
-
-        Returns:
-            ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``.
-        """
+        """Prefix accuracy of one plan source against the store's plan labels (test split when
+        stored): ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``."""
         from goalprobe.probes.plan_metrics import stored_run_metrics
         from goalprobe.probes.predicted_plans import read_predicted_plans
 
@@ -557,9 +520,8 @@ class RunData:
             raise ValueError(f"{path}: unreadable ({err})") from err
 
     def _once(self, attr: str, read: Callable[[], Any]) -> Any:
-        """``read()`` on the first call for the cache attribute ``attr`` (a 1-tuple once read),
-        kept for the next calls; under the lock, so concurrent callbacks read the file once. A
-        file outside the run (:class:`UnsafePathError`) is a ``ValueError`` of its reader."""
+        """``read()`` once per cache attribute ``attr`` (a 1-tuple once read), under the lock; a
+        file outside the run (:class:`UnsafePathError`) is a ``ValueError``."""
         with self._lock:
             if getattr(self, attr) is None:
                 try:
@@ -569,15 +531,9 @@ class RunData:
             return getattr(self, attr)[0]
 
     def probe_metrics(self) -> list[dict]:
-        """Test metrics recorded in the decoded-map cards, as tidy rows.
-
-        Returns:
-            ``[{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}]`` for the
-            cards that hold :func:`goalprobe.probes.metrics.evaluate_cell_maps` output (``models`` ->
-            metric -> ``{value, ci_low, ci_high}``); the model named ``probe`` (else the first)
-            is used; ``baselines`` holds the controls the sweep scored beside it (majority,
-            size and size-density priors, shuffled labels; :func:`baseline_values`).
-        """
+        """Test metrics of the decoded-map cards (model ``probe``, else the first) as rows
+        ``{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}``, with the
+        controls scored beside it (:func:`baseline_values`)."""
         rows = []
         for source in self.map_sources.values():
             models = _find_models(source.card.get("metrics"))
