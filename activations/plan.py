@@ -1,20 +1,12 @@
-"""Plan an extraction from what is replayed: batches that fit the device, weights as loaded.
+"""Plan an extraction from the *replayed* lengths (:func:`replay_lengths`): batches by a token
+budget that fit the device beside the weights as loaded.
 
-Extraction replays each step up to the last position it reads; this module plans from those
-*replayed* lengths (:func:`replay_lengths`) and batches by a token budget
-(``ExtractConfig.max_batch_tokens``), so long replays go a few at a time and short ones many.
-
-**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``).
-Eager attention holds three score-sized tensors (``3 x B x heads x T x (T + 1)``), two 4-D masks
-(``2 x B x T x T``) and a few vectors per token; the MoE phase holds ``4 x d_model + 6 x expert
-width`` per (token, expert) pair times :data:`MOE_CALIBRATION`. Blocks run one after another, so
-this is the peak whatever the depth (measured figures: docs/benchmarks.md).
-``attention="flex_attention"`` is linear in ``T`` but its residual streams are not eager's: a
-study keeps one implementation. :func:`require_fits` refuses a plan whose longest step does not
-fit alone, before any forward pass.
-
-**Weights.** GPT-OSS-20B's experts are MXFP4 (13.8 GB) only when transformers' kernels can run,
-else bf16 (41.8 GB); :func:`mxfp4_status` asks the installed transformers and says why not."""
+**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``):
+eager attention holds ``3 x B x heads x T x (T + 1)`` scores, two ``B x T x T`` masks and a few
+vectors per token; the MoE phase ``4 x d_model + 6 x expert width`` per (token, expert) pair
+times :data:`MOE_CALIBRATION`. Blocks run one after another, so this is the peak whatever the
+depth (docs/benchmarks.md). GPT-OSS-20B's experts stay MXFP4 (13.8 GB) only when transformers'
+kernels can run, else bf16 (41.8 GB): :func:`mxfp4_status`."""
 
 from __future__ import annotations
 
@@ -156,16 +148,20 @@ def activation_bytes(
 
 def _attention_phase(shape: ModelShape, queries: int, keys: int, attention: str) -> float:
     """Elements per sequence of one block's attention: ``queries`` positions against ``keys``."""
-    if attention not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
-        )
+    _check_attention(attention)
     q, k = int(queries), int(keys)
     if attention == "flex_attention":
         return q * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
     attn = 3 * shape.n_heads * q * (k + 1) + 2 * q * k
     attn += q * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
     return attn * (SINK_ATTENTION_CUDA if attention == "sink_attention" else 1.0)
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
+        )
 
 
 def _moe(shape: ModelShape, tokens: int) -> float:
@@ -349,11 +345,9 @@ def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractCo
 
 @dataclass(frozen=True)
 class ExtractionPlan:
-    """Batches for one extraction and the memory they are expected to take: ``batch_size`` and
-    ``max_batch_tokens`` (0: only the batch size limits), the replayed ``longest``, ``steps`` and
-    ``tokens``, the weights' memory, the activation peak of the largest batch and of one longest
-    sequence (``one_gb``), the ``budget_gb`` left to activations and whether one longest sequence
-    ``fits`` it, under ``attention``."""
+    """Batches for one extraction (``max_batch_tokens`` 0: only the batch size limits) and the
+    memory expected: weights, the largest batch's activation peak, one longest sequence's
+    (``one_gb``) and the ``budget_gb`` left to activations, which that sequence ``fits`` or not."""
 
     batch_size: int
     max_batch_tokens: int
@@ -418,7 +412,7 @@ class ExtractionDoesNotFitError(ValueError):
 
 def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) -> None:
     """Raise :class:`ExtractionDoesNotFitError` when one longest sequence does not fit beside the
-    weights; the message names the figures and what flex attention would need."""
+    weights."""
     if plan.fits:
         return
     message = (
@@ -443,19 +437,12 @@ def backward_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one gradient run (:mod:`goalprobe.activations.capture.gradients`):
-    one sequence forward, then backward to every block output.
-
-    A differentiated forward keeps, for *every* block, what its backward needs: eager's softmax
-    with the sink column (``heads x T x (T + 1)``; flex keeps an fp32 log-sum-exp), queries,
-    keys, values and output (``4 x heads x head_dim`` per token), norms' inputs and residuals
-    (``6 x d_model``), and per (token, expert) pair ``d_model + 6 x expert width``; on top come
-    one block's transient peak and the gradient of every block output. Parameters are frozen (no
-    weight gradients). A model, not calibrated on a GPU (docs/gpu.md)."""
-    if attention not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
-        )
+    """Peak activation bytes of one gradient run (one sequence forward, then backward to every
+    block output): every block keeps what its backward needs (eager's softmax with the sink
+    column, q/k/v/output, norms' inputs and residuals, per (token, expert) pair ``d_model + 6 x
+    expert width``), plus one block's transient peak and the block-output gradients. Not
+    calibrated on a GPU (docs/gpu.md)."""
+    _check_attention(attention)
     t = int(tokens)
     heads, d = shape.n_heads, shape.d_model
     per_block = t * (4 * heads * shape.head_dim + 6 * d)

@@ -1,10 +1,6 @@
-"""Writing an activation store: create, append row batches, finalise atomically.
-
-A :class:`StoreWriter` writes into a hidden temporary file beside the destination
-(``.{name}.tmp``); each :meth:`StoreWriter.append` writes rows, then advances ``committed_rows``
-and flushes; :meth:`StoreWriter.finalize` sets ``complete``, fsyncs and renames the file onto the
-destination (atomic on POSIX). A reader thus never sees a half-written store under the
-destination name; crash-safe resumption builds on this in :mod:`goalprobe.activations.extract`."""
+"""Writing an activation store into a hidden temporary file beside the destination: append row
+batches (each advances ``committed_rows``), then finalise (``complete``, fsync, atomic rename),
+so a half-written store never appears under the destination name."""
 
 from __future__ import annotations
 
@@ -74,15 +70,10 @@ class StoreLayout:
 
 @dataclass
 class ReasoningRows:
-    """The ragged reasoning rows of a batch of ``B`` store rows (``R`` in all, in row order).
-
-    Attributes:
-        counts: ``(B,)`` reasoning rows of each store row.
-        length: ``(B,)`` tokens of each store row's reasoning (0 where none was read).
-        positions: ``(R,)`` token positions in the replayed sequence.
-        tokens: ``(R,)`` offsets from the reasoning's first token.
-        fraction: ``(R,)`` ``(tokens + 1) / length``.
-        acts: ``acts[layer]``: ``(R, d_model)`` activations."""
+    """The ragged reasoning rows of a batch of ``B`` store rows (``R`` in all, in row order):
+    ``(B,)`` ``counts`` and reasoning ``length`` (0: none read); ``(R,)`` token ``positions``,
+    ``tokens`` offsets from the reasoning's start and ``fraction`` ``(tokens + 1) / length``;
+    ``acts[layer]`` ``(R, d_model)``."""
 
     counts: np.ndarray
     length: np.ndarray
@@ -126,15 +117,10 @@ def _check_shape(where: str, arr, want: tuple) -> None:
 
 @dataclass
 class RowBatch:
-    """Rows to append to a store.
-
-    Attributes:
-        acts: ``acts[stage][layer]``: ``(B, K, d_model)`` activations (float16 on write).
-        positions: ``positions[stage]``: ``(B, K)`` int token positions.
-        present: ``present[stage]``: ``(B,)`` bool; absent rows are written as zeros.
-        labels: ``labels[field]``: ``(B, *shape)`` per
-            :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
-        reasoning: the rows' ragged reasoning rows (None: none)."""
+    """Rows to append to a store: ``acts[stage][layer]`` ``(B, K, d_model)``,
+    ``positions[stage]`` ``(B, K)``, ``present[stage]`` ``(B,)`` (absent rows are written as
+    zeros), ``labels[field]`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS` and
+    the ragged reasoning rows (None: none)."""
 
     acts: dict[str, dict[int, ResidualActs]]
     positions: dict[str, TokenPositions]
@@ -230,11 +216,9 @@ def fsync_dir(directory: Path) -> None:
 
 
 class StoreWriter:
-    """Create a store at ``path`` (written only by :meth:`finalize`) and append rows in batches.
-
-    ``attrs`` are root attributes (dicts and lists stored as JSON, except ``layers``);
-    ``compression`` applies to the activation datasets. As a context manager, a normal exit
-    finalises the store and an exception removes the temporary file."""
+    """Create a store at ``path`` (written only by :meth:`finalize`; root ``attrs``, dicts and
+    lists as JSON) and append rows in batches. As a context manager, a normal exit finalises
+    and an exception removes the temporary file."""
 
     def __init__(
         self,
