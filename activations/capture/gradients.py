@@ -1,12 +1,9 @@
-"""Activations and their gradients with respect to a metric, through the capture backends.
+"""Activations and their gradients with respect to a scalar metric of the logits at a few
+readout positions (:class:`GradientRun`, hooks and nnsight backends), for attribution patching.
 
-Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced
-sequence, the residual stream after chosen blocks at chosen positions and ``dM/da[L, p]`` of a
-scalar metric of the logits at a few readout positions: a :class:`GradientRun` (hooks and nnsight
-backends). Parameters are frozen and the input embedding's output requires grad instead
-(:func:`gradient_mode`). **GradDrop** (AtP*, Kramar et al. 2024): ``drops`` lists blocks whose
-residual branch passes no gradient back (:class:`_BranchGate`; hooks backend only). MXFP4 kernels
-have no backward: such a model raises :class:`GradientUnsupportedError` up front."""
+Parameters are frozen and the input embedding's output requires grad instead. **GradDrop** (AtP*,
+Kramar et al. 2024): ``drops`` lists blocks whose residual branch passes no gradient back (hooks
+backend only). MXFP4 kernels have no backward: :class:`GradientUnsupportedError` up front."""
 
 from __future__ import annotations
 
@@ -29,10 +26,9 @@ class GradientUnsupportedError(RuntimeError):
 
 @dataclass(frozen=True)
 class GradientRun:
-    """A teacher-forced run's residual stream and the metric's gradient with respect to it: ``acts``
-    ``(n_layers, k, d_model)`` at ascending ``layers`` x ``positions`` (CPU, float32 or float64),
-    ``grads`` ``(n_drops, n_layers, k, d_model)`` one per entry of ``drops`` (None: the plain
-    gradient), the ``metric`` on the unpatched run and its ``(R,)`` ``readout_positions``."""
+    """A teacher-forced run's residual stream ``acts`` ``(n_layers, k, d_model)`` and the
+    metric's gradient ``grads`` ``(n_drops, n_layers, k, d_model)``, one per entry of ``drops``
+    (None: the plain gradient), and the ``metric`` on the unpatched run."""
 
     positions: np.ndarray
     layers: tuple[int, ...]

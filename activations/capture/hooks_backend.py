@@ -1,8 +1,5 @@
-"""Reference backend: plain PyTorch forward hooks on the decoder blocks.
-
-Capture runs the base model (no unembedding) and the last requested block's hook raises to end
-the forward pass. Patching hooks overwrite a block's output in place before the next block reads
-it (the edit an nnsight trace makes) and read the full model's logits."""
+"""Reference backend: plain PyTorch forward hooks on the decoder blocks (capture stops after the
+last requested block; patching overwrites a block's output in place)."""
 
 from __future__ import annotations
 
