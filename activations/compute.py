@@ -1,10 +1,6 @@
-"""What computed a store's rows: the weights' format, the dtype and the device.
-
-MXFP4 experts and the same experts in bf16 give different residual streams, as do two GPU models
-or CUDA builds. :func:`compute_identity` is the store's ``compute`` attribute, part of the
-extraction's identity (a resume or merge across it is refused); the GPU's memory size and the
-batch are left out (:func:`device_details` records them per part). :func:`mxfp4_kernel_check`
-lets ``--dry-run`` say on the node whether the run will keep MXFP4 or dequantise."""
+"""What computed a store's rows: :func:`compute_identity` (weights' format, dtype, device, GPU
+model, driver, CUDA) is part of the extraction's identity, since each changes the residual
+streams; :func:`device_details` records the rest per part."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The viewer's episode explorer tab: filter episodes, step through one, and see the true grid,
-the chosen probe's decoded map and class probabilities, the chosen plan decoder's plan, the
-reasoning and answer text and the step's patching results.
-
-:func:`explorer_tab` is the layout, :func:`register_explorer_callbacks` its callbacks. Every
-callback input is checked against the run's allow-lists (episode keys, (stage, layer, family)
-triples, plan-source keys, class names).
-"""
+"""The viewer's episode explorer tab: filter episodes, step through one, and see the true grid
+beside the chosen probe's decoded map, the plan decoder's plan, the texts and the step's
+patching and attribution. Every callback input is checked against the run's allow-lists."""
 
 from __future__ import annotations
 
@@ -197,9 +192,8 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
 
 
 def _blank_outputs(why: str, message=None) -> tuple:
-    """The step panels' outputs when there is no step to show: blank figures saying ``why``
-    (header, timeline, five figures, texts, patching and attribution with their cards hidden,
-    the error ``message``)."""
+    """The step panels' outputs when there is no step to show: blank figures saying ``why``,
+    cards hidden, the error ``message``."""
     blank = empty_figure(why)
     hidden = {"display": "none"}
     return ([], blank, blank, blank, blank, blank, blank, [], blank, hidden, blank, hidden, message)

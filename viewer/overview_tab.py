@@ -1,10 +1,6 @@
-"""The viewer's run overview tab: prefix accuracy of every plan decoder (with the ``0.25^N``
-baseline), the probe accuracies recorded in the probe cards against their controls, the
-false-belief start-state cards and the scoring summaries.
-
-:func:`overview_tab` is the (empty) layout, filled on the tab's first visit by the callback of
-:func:`register_overview_callbacks` (scoring every plan decoder reads whole files).
-"""
+"""The viewer's run overview tab, filled on its first visit: prefix accuracy of every plan
+decoder, the probe accuracies against their controls, the false-belief start-state cards and the
+scoring summaries."""
 
 from __future__ import annotations
 

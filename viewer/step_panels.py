@@ -1,12 +1,7 @@
 """Panels the viewer's step tabs share: the episode-and-step layout of the false-belief and fog
-tabs, stepping with prev/next, and the reasoning-and-answer text, with the reasoning coloured
-chunk by chunk by the action the logit lens decodes at each chunk's end (issue 30) where the
-``decision`` stage read the step (:mod:`goalprobe.probes.decision_steps`).
-
-Every id of an episode tab derives from its ``prefix`` (``fb``, ``fog``): ``{prefix}-episode``,
-``{prefix}-step``, ``{prefix}-prev``, ``{prefix}-next``, ``{prefix}-why``, ``{prefix}-error``,
-``{prefix}-header``, ``{prefix}-caption``, ``{prefix}-texts`` and the graph ``g-{prefix}-maps``.
-"""
+tabs (every id derives from the tab's ``prefix``, ``fb`` or ``fog``), stepping with prev/next,
+and the reasoning-and-answer text, the reasoning coloured chunk by chunk by the logit lens's
+action where the ``decision`` stage read the step."""
 
 from __future__ import annotations
 
@@ -107,9 +102,8 @@ def step_texts(
     lens: StepLensRecord | None = None,
     why: str | None = None,
 ) -> list:
-    """The step's reasoning and final answer. With ``lens``, the reasoning is drawn chunk by
-    chunk (:func:`lens_reasoning`); without, as plain text under ``why`` (when given: why the
-    step has no lens)."""
+    """The step's reasoning (chunk by chunk with ``lens``, else plain under ``why`` it has none)
+    and final answer."""
     head: list = [html.H4("Reasoning")]
     if lens is not None:
         body = lens_reasoning(lens, reasoning_id)
@@ -121,10 +115,9 @@ def step_texts(
 
 
 def lens_reasoning(lens: StepLensRecord, reasoning_id: str, layer: int = -1) -> list:
-    """The reasoning as the lens read it: one span per chunk, its background the colour of the
-    action the lens names at the chunk's end after block ``layer`` (the last: the model's own
-    preference among the four action tokens there), a bar marking each chunk's end, the
-    probabilities in its tooltip; above it the colour legend and the final action."""
+    """The reasoning as the lens read it after block ``layer``: one span per chunk coloured by
+    the action it names at the chunk's end (probabilities in its tooltip), under the colour
+    legend and the final action."""
     blocks = lens.answer.shape[0]
     block = layer % blocks
     spans = []
