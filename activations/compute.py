@@ -21,18 +21,19 @@ PREFETCH = (
 _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
+def config_value(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` of a dict config, else its attribute ``key`` (``default`` when absent)."""
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+
+
 def weights_format(model: Any) -> str:
     """``"mxfp4"`` for transformers' MXFP4 expert modules, another quantised model's method, else
     the parameters' dtype (``bf16``, ``fp32``, ...)."""
     if any("Mxfp4" in type(m).__name__ for m in model.modules()):
         return "mxfp4"
     quantization = getattr(model.config, "quantization_config", None)
-    method = getattr(quantization, "quant_method", None) if quantization is not None else None
-    if isinstance(quantization, dict):
-        method = quantization.get("quant_method")
-    dequantized = getattr(quantization, "dequantize", False) or (
-        isinstance(quantization, dict) and quantization.get("dequantize")
-    )
+    method = config_value(quantization, "quant_method")
+    dequantized = config_value(quantization, "dequantize", False)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     if method and str(method) != "mxfp4" and not dequantized:
         return str(method)

@@ -10,6 +10,7 @@ kernels can run, else bf16 (41.8 GB): :func:`mxfp4_status`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from goalprobe.activations.compute import config_value
 from goalprobe.activations.extract import ExtractConfig, GridCellLocator, episode_rows
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.trajectories import read_trajectories
@@ -45,9 +47,7 @@ class ModelShape:
     def from_config(cls, config: Any) -> ModelShape:
         """From a transformers config object or a ``config.json`` dict (GPT-OSS field names;
         a dense model without experts counts as one expert of its MLP width)."""
-        get: Any = (
-            config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-        )
+        get = functools.partial(config_value, config)
         heads = int(get("num_attention_heads"))
         return cls(
             n_layers=int(get("num_hidden_layers")),

@@ -41,7 +41,6 @@ from goalprobe.viewer.figures.probes import baseline_values
 from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
 from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
 from goalprobe.viewer.sources import (
-    N_CLASSES,
     MapSource,
     PlanSource,
     RowIndex,
@@ -392,20 +391,10 @@ class RunData:
         def load() -> StepArrays:
             index = self._row_index(f"maps/{source.key}", lambda: read_decoded_row_ids(source.path))
             present, positions = index.positions(data.rows)
-            probs = read_decoded_probs(source.path, positions)
-            side = probs.shape[1]
-            values = np.zeros((len(data.rows), side, side, N_CLASSES), dtype=np.float32)
-            values[present] = full_class_probs(probs, source.classes)
-            agent, goal, readout = read_decoded_readouts(source.path, positions)
-
-            def spread(part: np.ndarray | None) -> np.ndarray | None:
-                if part is None:
-                    return None
-                full = np.zeros((len(data.rows), side, side), dtype=np.float32)
-                full[present] = part
-                return full
-
-            return StepArrays(values, present, spread(agent), spread(goal), readout)
+            probs = full_class_probs(read_decoded_probs(source.path, positions), source.classes)
+            *parts, readout = read_decoded_readouts(source.path, positions)
+            agent, goal = (None if p is None else _spread(p, present, np.float32) for p in parts)
+            return StepArrays(_spread(probs, present, np.float32), present, agent, goal, readout)
 
         return self._array_cache.get(("maps", source_key, episode), load)
 
@@ -451,9 +440,7 @@ class RunData:
             )
             present, positions = index.positions(data.rows)
             plans = read_plan_rows(source.path, source.run, positions)
-            values = np.zeros((len(data.rows), plans.shape[1]), dtype=np.int8)
-            values[present] = plans
-            return StepArrays(values=values, present=present)
+            return StepArrays(values=_spread(plans, present, np.int8), present=present)
 
         return self._array_cache.get(("plans", source_key, episode), load)
 
@@ -591,6 +578,13 @@ class RunData:
 
         base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
         return list(self._once(attr, group).get(base_id, []))
+
+
+def _spread(part: np.ndarray, present: np.ndarray, dtype) -> np.ndarray:
+    """``part``'s rows at the True entries of ``present`` (zeros elsewhere), as ``dtype``."""
+    out = np.zeros((len(present), *np.shape(part)[1:]), dtype=dtype)
+    out[present] = part
+    return out
 
 
 def _allowed(table: dict[str, Any], key: Any, what: str) -> Any:

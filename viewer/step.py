@@ -15,7 +15,7 @@ from goalprobe.gridworld.text import cell_types, parse
 from goalprobe.probes.decision_steps import StepLensRecord
 from goalprobe.probes.decoder import CELL_READOUT, POSITION_READOUT, decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
-from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
+from goalprobe.viewer.data import EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures.attribution import attribution_map_figure
 from goalprobe.viewer.figures.episodes import episode_timeline_figure
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
@@ -23,7 +23,7 @@ from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probabil
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
 from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
-from goalprobe.viewer.sources import HEADLINE_FAMILY
+from goalprobe.viewer.sources import HEADLINE_FAMILY, N_CLASSES
 
 
 @dataclass(frozen=True, eq=False)

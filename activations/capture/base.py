@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from goalprobe.agents.models import cache_keyword, output_cache
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 _LAYER_PATHS: tuple[str, ...] = (
     "model.layers",
@@ -50,13 +51,10 @@ class TokenBatch:
                 f"need as many position rows as sequences (>0), got {len(sequences)} sequences "
                 f"and {len(positions)} position rows"
             )
-        lengths = [len(s) for s in sequences]
-        width = max(lengths)
-        ids = torch.full((len(sequences), width), int(pad_id), dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, seq in enumerate(sequences):
-            ids[i, : lengths[i]] = torch.as_tensor(list(seq), dtype=torch.long)
-            mask[i, : lengths[i]] = 1
+        rows = [torch.as_tensor(list(s), dtype=torch.long) for s in sequences]
+        lengths = [len(r) for r in rows]
+        ids = pad_sequence(rows, batch_first=True, padding_value=int(pad_id))
+        mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True)
         pos = torch.as_tensor([list(p) for p in positions], dtype=torch.long)
         if pos.ndim != 2:
             raise ValueError(f"positions must be B rows of K ints, got shape {tuple(pos.shape)}")

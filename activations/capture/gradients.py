@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from goalprobe.activations.compute import config_value
 from torch import nn
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -54,11 +55,8 @@ def result_dtype(dtype: torch.dtype) -> torch.dtype:
 def is_mxfp4(model: nn.Module) -> bool:
     """Whether ``model`` holds GPT-OSS's MXFP4 expert weights (not dequantised on load)."""
     config = getattr(getattr(model, "config", None), "quantization_config", None)
-    if config is None:
-        return False
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    method = str(get("quant_method", "") or "")
-    return method.lower() == "mxfp4" and not bool(get("dequantize", False))
+    method = str(config_value(config, "quant_method", "") or "")
+    return method.lower() == "mxfp4" and not bool(config_value(config, "dequantize", False))
 
 
 def refuse_without_gradients(model: nn.Module) -> None:
