@@ -254,21 +254,17 @@ class RunData:
         size_set = None if sizes is None else {int(s) for s in sizes}
         dens = None if densities is None else [float(d) for d in densities]
         variant_set = None if variants is None else {str(v) for v in variants}
-        out = []
-        for info in self.episodes.values():
-            s = info.summary
-            if size_set is not None and s.grid_size not in size_set:
-                continue
-            if dens is not None and not any(
-                s.density is not None and abs(s.density - d) < 1e-6 for d in dens
-            ):
-                continue
-            if variant_set is not None and s.variant not in variant_set:
-                continue
-            if success is not None and s.success != success:
-                continue
-            out.append(info)
-        return out
+
+        def keep(s: EpisodeSummary) -> bool:
+            near = s.density is not None and any(abs(s.density - d) < 1e-6 for d in dens or ())
+            return (
+                (size_set is None or s.grid_size in size_set)
+                and (dens is None or near)
+                and (variant_set is None or s.variant in variant_set)
+                and (success is None or s.success == success)
+            )
+
+        return [info for info in self.episodes.values() if keep(info.summary)]
 
     def facets(self) -> dict[str, list]:
         """Distinct sizes, densities and variants among the episodes (for filter options)."""

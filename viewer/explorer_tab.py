@@ -44,6 +44,14 @@ def _options(values, fmt=str) -> list[dict]:
     return [{"label": fmt(v), "value": v} for v in values]
 
 
+def _filter(label: str, filter_id: str, options: list[dict]) -> list:
+    """A labelled multi-choice episode filter (none chosen: all)."""
+    return [
+        html.Label(label, className="gp-label"),
+        dcc.Dropdown(id=filter_id, options=options, multi=True, placeholder="all"),
+    ]
+
+
 def _side_panel(run: RunData):
     facets = run.facets()
     present = {s.stage for s in run.map_sources.values()}
@@ -57,21 +65,9 @@ def _side_panel(run: RunData):
     return html.Div(
         [
             html.H3("Episodes"),
-            html.Label("Grid size", className="gp-label"),
-            dcc.Dropdown(
-                id="f-size", options=_options(facets["sizes"]), multi=True, placeholder="all"
-            ),
-            html.Label("Density", className="gp-label"),
-            dcc.Dropdown(
-                id="f-density",
-                options=_options(facets["densities"], "{:g}".format),
-                multi=True,
-                placeholder="all",
-            ),
-            html.Label("Variant", className="gp-label"),
-            dcc.Dropdown(
-                id="f-variant", options=_options(facets["variants"]), multi=True, placeholder="all"
-            ),
+            *_filter("Grid size", "f-size", _options(facets["sizes"])),
+            *_filter("Density", "f-density", _options(facets["densities"], "{:g}".format)),
+            *_filter("Variant", "f-variant", _options(facets["variants"])),
             html.Label("Outcome", className="gp-label"),
             dcc.RadioItems(
                 id="f-outcome",

@@ -10,7 +10,12 @@ from goalprobe.viewer.data import RunData, UnknownKeyError
 from goalprobe.viewer.false_belief_data import false_belief_start_maps
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
-from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
+from goalprobe.viewer.step import (
+    NO_FALSE_BELIEF,
+    action_names,
+    build_false_belief_step,
+    false_belief_step_figure,
+)
 from goalprobe.viewer.step_panels import (
     cannot_show,
     episode_tab,
@@ -181,19 +186,17 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
                 "info",
             ),
         ]
+        grids = [("shown", view.optimal_shown), ("true", view.optimal_true)]
         if view.action is None:
             header.append(badge("invalid step (no action)", "bad"))
         else:
             header.append(badge(f"action {view.action.name}"))
-            for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+            for grid, optimal in grids:
                 ok = view.action in optimal
                 verdict = "optimal" if ok else "not optimal"
                 header.append(badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
-        for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
-            names = ", ".join(a.name for a in sorted(optimal)) or "none"
-            header.append(badge(f"optimal ({grid}): {names}"))
         if view.decoded is not None:
-            names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
-            header.append(badge(f"optimal (decoded): {names}"))
+            grids.append(("decoded", view.decoded.optimal))
+        header += [badge(f"optimal ({grid}): {action_names(o) or 'none'}") for grid, o in grids]
         texts = step_texts(view.reasoning, view.final, "fb-reasoning")
         return header, figure, texts, None

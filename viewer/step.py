@@ -89,13 +89,14 @@ class StepView:
         """One-line summary: step, action and whether it is optimal on each grid."""
         act = self.action.name if self.action is not None else "invalid"
         parts = [f"step {self.step} / {self.n_steps - 1}", f"action {act}"]
-        parts.append(f"optimal {_names(self.optimal) or '—'}")
+        parts.append(f"optimal {action_names(self.optimal) or '—'}")
         if self.decoded is not None:
-            parts.append(f"decoded-optimal {_names(self.decoded.optimal) or '—'}")
+            parts.append(f"decoded-optimal {action_names(self.decoded.optimal) or '—'}")
         return " · ".join(parts)
 
 
-def _names(actions) -> str:
+def action_names(actions) -> str:
+    """Names of ``actions`` in action order, comma-separated."""
     return ", ".join(a.name for a in sorted(actions))
 
 
@@ -107,10 +108,10 @@ def step_badges(view: StepView) -> list[tuple[str, str]]:
         out = [("invalid step (no action)", "bad")]
     else:
         out = [(f"action {view.action.name}", "ok" if view.action in view.optimal else "bad")]
-    out.append((f"optimal (true): {_names(view.optimal) or 'none'}", ""))
+    out.append((f"optimal (true): {action_names(view.optimal) or 'none'}", ""))
     if view.decoded is not None:
         ok = view.action is not None and view.action in view.decoded.optimal
-        decoded = _names(view.decoded.optimal) or "none"
+        decoded = action_names(view.decoded.optimal) or "none"
         out.append((f"optimal (decoded): {decoded}", "info" if ok else "bad"))
     return out
 
