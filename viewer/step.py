@@ -213,7 +213,6 @@ def build_step_view(
             notes.append("no decoded map for this step (probes decode their test grids only)")
     plan = None
     if plan_source is not None:
-        run.plan_source(plan_source)
         plans = run.predicted_plans(plan_source, episode)
         if plans.present[t]:
             predicted = plans.values[t]

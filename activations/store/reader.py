@@ -363,22 +363,14 @@ class ActivationStore:
         starts, stops = self._offsets[idx], self._offsets[idx + 1]
         counts = stops - starts
         index = ragged_ranges(starts, counts)
-        row = np.repeat(idx, counts)
-        meta: dict[str, np.ndarray] = {}
         try:
             group = self._file[REASONING]
-            for name in REASONING_FIELDS:
-                meta[name] = read_rows(group[name], index)
+            meta = {name: read_rows(group[name], index) for name in REASONING_FIELDS}
             length = read_rows(group["length"], idx)
         except (OSError, KeyError) as err:
             raise corrupt_store_error(self.path, f"/{REASONING}", err) from err
         return ReasoningIndex(
-            index=index,
-            row=row,
-            positions=meta["positions"],
-            tokens=meta["tokens"],
-            fraction=meta["fraction"],
-            length=np.repeat(length, counts),
+            index, np.repeat(idx, counts), **meta, length=np.repeat(length, counts)
         )
 
     def read_reasoning(
