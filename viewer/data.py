@@ -594,9 +594,7 @@ def _find_models(metrics: Any) -> dict | None:
     """The ``models`` mapping of an evaluate_cell_maps result, searched one level down."""
     if not isinstance(metrics, dict):
         return None
-    if isinstance(metrics.get("models"), dict):
-        return metrics["models"]
-    for value in metrics.values():
+    for value in (metrics, *metrics.values()):
         if isinstance(value, dict) and isinstance(value.get("models"), dict):
             return value["models"]
     return None

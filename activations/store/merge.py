@@ -37,12 +37,7 @@ _MATCHING_ATTRS: tuple[str, ...] = (
 
 
 def _layout(store: ActivationStore) -> StoreLayout:
-    return StoreLayout(
-        stages=store.stages,
-        layers=store.layers,
-        d_model=store.d_model,
-        reasoning_every=store.reasoning_every,
-    )
+    return StoreLayout(store.stages, store.layers, store.d_model, store.reasoning_every)
 
 
 def _check_layout(store: ActivationStore, ref: ActivationStore) -> None:
