@@ -104,9 +104,8 @@ GPT_OSS_20B = ModelShape(
 
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention", "sink_attention")
-"""Attention implementations the planner models: eager (``T x (T + 1)`` scores per head),
-``flex_attention`` (scores tile by tile) and, on CUDA, ``sink_attention`` (agents/attention.py's
-SDPA call, :data:`SINK_ATTENTION_CUDA` times eager's attention phase)."""
+"""Attention implementations the planner models (``sink_attention``: CUDA's SDPA call with
+sinks, :data:`SINK_ATTENTION_CUDA` times eager's attention phase)."""
 
 SINK_ATTENTION_CUDA = 1.7
 """The SDPA sinks kernel's attention phase on CUDA relative to eager's: PyTorch's math fallback
@@ -114,8 +113,8 @@ SINK_ATTENTION_CUDA = 1.7
 
 
 def planned_attention(implementation: str, device: str) -> str:
-    """The memory model of kernel ``implementation`` on ``device``: on CUDA ``sink_attention`` and
-    the flex variants (``flex_attention``) have their own; all else is planned as eager."""
+    """The memory model of kernel ``implementation`` on ``device`` (eager unless CUDA's sinks or
+    flex variants)."""
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"

@@ -154,12 +154,9 @@ def _episode_section(
     run: RunData, key: str, index: int, map_source: str | None, plan_source: str | None
 ) -> str:
     info = run.episode_info(key)
-    map_label = run.map_sources[map_source].label if map_source else None
-    classes = (
-        [c for c in run.map_sources[map_source].classes if c != CellType.PADDING]
-        if map_source
-        else []
-    )
+    source = run.map_sources[map_source] if map_source else None
+    map_label = source.label if source else None
+    classes = [c for c in source.classes if c != CellType.PADDING] if source else []
     steps = []
     for t in range(info.summary.length):
         view = build_step_view(run, key, t, map_source=map_source, plan_source=plan_source)

@@ -132,8 +132,7 @@ def scan_plan_sources(files: RunFiles) -> dict[str, PlanSource]:
     sources: dict[str, PlanSource] = {}
     for path in paths:
         try:
-            runs = read_plan_runs(path)
-            for run in runs:
+            for run in read_plan_runs(path):
                 key = f"{path.stem}/{run.run}"
                 sources[key] = PlanSource(
                     key=key,

@@ -149,8 +149,7 @@ class ResidualBackend(ABC):
 
     @property
     def attention(self) -> str:
-        """The attention kernel the model runs (``_attn_implementation``; '' when unknown), recorded
-        in a store's ``attention`` attribute since the kernels' rows differ."""
+        """The attention kernel the model runs (``_attn_implementation``; '' when unknown)."""
         return str(getattr(self.config, "_attn_implementation", None) or "")
 
     @property

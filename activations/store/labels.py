@@ -31,12 +31,9 @@ _STEP_ATTRIBUTES = (
 
 
 def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> np.ndarray:
-    """``(T, horizon)`` uint8 plan labels of one episode from its executed ``actions`` (None:
-    invalid).
-
-    Step ``t``'s plan is the next executed actions from ``t`` on (invalid steps skipped), then
-    ``PLAN_END``, then ``PLAN_PAD`` (a plan with ``horizon`` or more actions left has no
-    ``END``)."""
+    """``(T, horizon)`` uint8 plan labels of one episode from its ``actions`` (None: invalid):
+    the next executed actions from step ``t`` on, then ``PLAN_END`` (if they end within the
+    horizon), then ``PLAN_PAD``."""
     out = np.full((len(actions), horizon), PLAN_PAD, dtype=np.uint8)
     for t in range(len(actions)):
         future = [int(a) for a in actions[t:] if a is not None][: horizon + 1]
