@@ -335,16 +335,13 @@ def _register_choices(app: dash.Dash, run: RunData) -> None:
     def selection_from_url(search):
         """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
         query = url_query(search)
-        stages = {s.stage for s in run.map_sources.values()}
-        families = {s.family for s in run.map_sources.values()}
-        names = {class_name(c) for c in CellType}
-        stage = query.get("stage")
-        family = query.get("family")
-        cls = query.get("cls")
-        return (
-            stage if stage in stages else dash.no_update,
-            family if family in families else dash.no_update,
-            cls if cls in names else dash.no_update,
+        allowed = {
+            "stage": {s.stage for s in run.map_sources.values()},
+            "family": {s.family for s in run.map_sources.values()},
+            "cls": {class_name(c) for c in CellType},
+        }
+        return tuple(
+            query[k] if query.get(k) in ok else dash.no_update for k, ok in allowed.items()
         )
 
 
