@@ -313,8 +313,9 @@ class ResidualBackend(ABC):
             raise gradients.GradientUnsupportedError(
                 f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
             )
+        runner = getattr(gradients, self.gradient_runner)
         return gradients.gradient_run(
-            self, token_ids, layers, positions, metric, readout_positions, drops
+            self, runner, token_ids, layers, positions, metric, readout_positions, drops
         )
 
     def patched_logits_at(

@@ -143,6 +143,7 @@ def _with_output(output, hidden: torch.Tensor):
 
 def gradient_run(
     backend,
+    runner: Callable,
     token_ids: Sequence[int] | np.ndarray,
     layers: Sequence[int],
     positions: np.ndarray,
@@ -150,8 +151,8 @@ def gradient_run(
     readout_positions: Sequence[int] | np.ndarray,
     drops: Sequence[int | None],
 ) -> GradientRun:
-    """:meth:`ResidualBackend.gradient_run`: the inputs checked, then the backend's
-    ``gradient_runner`` (a function of this module) returns ``(acts, grads, metric value)``."""
+    """:meth:`ResidualBackend.gradient_run`: the inputs checked, then ``runner`` (the backend's
+    ``gradient_runner`` of this module) returns ``(acts, grads, metric value)``."""
     refuse_without_gradients(backend.model)
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0:
@@ -168,8 +169,7 @@ def gradient_run(
         raise ValueError("positions must be strictly ascending")
     where = torch.as_tensor(positions, device=backend.device)
     drops = check_drops(drops, backend.n_layers)
-    run = globals()[backend.gradient_runner]
-    acts, grads, value = run(backend, ids, layers, where, metric, readouts, drops)
+    acts, grads, value = runner(backend, ids, layers, where, metric, readouts, drops)
     dtype = result_dtype(acts.dtype)
     return GradientRun(
         positions=positions,
