@@ -1,10 +1,6 @@
-"""What computed a store's rows: the weights' format, the dtype and the device.
-
-MXFP4 experts and the same experts in bf16 give different residual streams, as do two GPU models
-or CUDA builds. :func:`compute_identity` is the store's ``compute`` attribute, part of the
-extraction's identity (a resume or merge across it is refused); the GPU's memory size and the
-batch are left out (:func:`device_details` records them per part). :func:`mxfp4_kernel_check`
-lets ``--dry-run`` say on the node whether the run will keep MXFP4 or dequantise."""
+"""What computed a store's rows: :func:`compute_identity` (weights' format, dtype, device, GPU
+model, driver, CUDA) is part of the extraction's identity, since each changes the residual
+streams; :func:`device_details` records the rest per part."""
 
 from __future__ import annotations
 
@@ -25,18 +21,19 @@ PREFETCH = (
 _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
+def config_value(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` of a dict config, else its attribute ``key`` (``default`` when absent)."""
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
+
+
 def weights_format(model: Any) -> str:
     """``"mxfp4"`` for transformers' MXFP4 expert modules, another quantised model's method, else
     the parameters' dtype (``bf16``, ``fp32``, ...)."""
     if any("Mxfp4" in type(m).__name__ for m in model.modules()):
         return "mxfp4"
     quantization = getattr(model.config, "quantization_config", None)
-    method = getattr(quantization, "quant_method", None) if quantization is not None else None
-    if isinstance(quantization, dict):
-        method = quantization.get("quant_method")
-    dequantized = getattr(quantization, "dequantize", False) or (
-        isinstance(quantization, dict) and quantization.get("dequantize")
-    )
+    method = config_value(quantization, "quant_method")
+    dequantized = config_value(quantization, "dequantize", False)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     if method and str(method) != "mxfp4" and not dequantized:
         return str(method)

@@ -1,15 +1,10 @@
 """``goalprobe extract``: replay recorded steps through a model and store residual activations.
 
-Every step of every finished episode is replayed teacher-forced on its recorded
-``prompt_token_ids + generated_token_ids`` (the run's activations up to floating-point
-reassociation), and the chosen blocks' outputs are stored at the anchor tokens (found by the
-model's chat format, :mod:`goalprobe.agents.chat_format`) and optionally at every grid-cell
-token. Each sequence is cut after the last position read (exact: attention is causal).
-
-**Crash safety.** Rows are computed in parts of ``rows_per_part`` steps, each an atomically
-renamed complete store in ``<output>.parts/`` beside a ``manifest.json`` of the extraction's
-identity. A rerun reuses the parts that exist, computes the rest and concatenates them, so a kill
-loses at most the part in flight; a changed trajectory file is refused through its checksum."""
+Every step of every finished episode is replayed teacher-forced on its recorded ids, cut after
+the last position read, and the chosen blocks' outputs are stored at the chat format's anchor
+tokens (optionally at every grid-cell token). Rows are computed in parts of ``rows_per_part``
+steps, each a complete store in ``<output>.parts/`` beside a ``manifest.json`` of the
+extraction's identity: a rerun reuses the parts there, so a kill loses at most one part."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +32,7 @@ from goalprobe.activations.store.schema import (
     GRID_CELLS,
     LABEL_FIELDS,
     StoreFormatError,
+    label_array,
     stage_tokens,
 )
 from goalprobe.activations.store.shards import Shard
@@ -148,8 +144,7 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ExtractReport:
-    """What an extraction call did: store rows, steps in the trajectory file (all shards), parts
-    computed and reused, and whether ``output`` already held this extraction."""
+    """What an extraction call did (``trajectory_steps``: of all shards)."""
 
     output: Path
     rows: int
@@ -176,8 +171,8 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 @dataclass
 class ReplayRow:
-    """One step to replay: its ids ``(S,)`` cut after the last position read, each stage's positions
-    ``(K,)`` and presence, labels, whether its ids were retokenized, and its reasoning rows."""
+    """One step to replay: its cut ids, each stage's positions and presence, its labels and its
+    reasoning rows."""
 
     token_ids: np.ndarray
     positions: dict[str, np.ndarray]
@@ -253,8 +248,8 @@ def episode_rows(
     locator: GridCellLocator | None = None,
     vocab_size: int | None = None,
 ) -> list[ReplayRow]:
-    """The replay rows of every step of a finished ``episode`` (first step's file-wide index
-    ``first_step_index``); a token id at or above ``vocab_size`` is an error naming the step."""
+    """The replay rows of every step of a finished ``episode`` (ValueError naming the step for a
+    token id at or above ``vocab_size``)."""
     labels = episode_labels(episode, first_step_index)
     rows = []
     for t, step in enumerate(episode.steps):
@@ -329,8 +324,8 @@ def compute_rows(
     config: ExtractConfig,
     pad_id: int,
 ) -> RowBatch:
-    """Replay ``rows`` through ``capture`` in batches of decreasing length (:func:`batch_bounds`)
-    into a :class:`RowBatch` (activations float16 ``(n, K, d_model)``)."""
+    """Replay ``rows`` through ``capture`` in batches of decreasing length into a
+    :class:`RowBatch` (activations float16)."""
     from goalprobe.activations.capture.base import TokenBatch
 
     stages = config.all_stages
@@ -373,7 +368,7 @@ def compute_rows(
         acts=acts,
         positions={s: np.stack([r.positions[s] for r in rows]).astype(np.int32) for s in stages},
         present={s: np.asarray([r.present[s] for r in rows], dtype=bool) for s in stages},
-        labels={name: _stack_label(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
+        labels={name: label_array(name, [r.labels[name] for r in rows]) for name in LABEL_FIELDS},
         reasoning=ReasoningRows(
             counts=counts,
             length=np.asarray([r.reasoning_length for r in rows], dtype=np.int32),
@@ -404,12 +399,6 @@ def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int 
     return starts
 
 
-def _stack_label(name: str, values: list) -> np.ndarray:
-    if LABEL_FIELDS[name].dtype is str:
-        return np.asarray(values, dtype=object)
-    return np.stack([np.asarray(v) for v in values]).astype(LABEL_FIELDS[name].dtype)
-
-
 def parts_dir_for(output: Path) -> Path:
     """Default parts directory of ``output``: ``<output>.parts`` next to it."""
     return output.parent / f"{output.name}.parts"
@@ -438,17 +427,6 @@ def _identity_value(attrs: dict, key: str) -> Any:
     return value
 
 
-def _iter_shard_steps(
-    trajectories: Path, shard: Shard, counter: list[int]
-) -> Iterator[tuple[Episode, int]]:
-    """Episodes of ``shard`` with the file-wide index of their first step; counts all steps."""
-    for episode in read_trajectories(trajectories):
-        first = counter[0]
-        counter[0] += len(episode.steps)
-        if shard.holds(episode.summary.grid_id):
-            yield episode, first
-
-
 def extract(
     trajectories: str | os.PathLike,
     output: str | os.PathLike,
@@ -464,16 +442,10 @@ def extract(
     progress: bool = False,
     on_part: Callable[[int, bool], None] | None = None,
 ) -> ExtractReport:
-    """Extract the activations of every step of ``trajectories`` (one shard) into ``output``.
-
-    ``capture`` wraps the model that generated the trajectories; ``tokenizer``'s chat format
-    finds the anchors; ``work_dir`` holds the parts (default ``<output>.parts``, deleted unless
-    ``keep_parts``); ``overwrite`` replaces another extraction's ``output``;
-    ``on_part(part_index, computed)`` runs after each part.
-
-    Raises:
-        ValueError: bad config, a step without a pre-reasoning anchor, or a parts directory /
-            output of another extraction."""
+    """Extract the activations of every step of ``trajectories`` (one shard) into ``output``
+    through ``capture``; ``work_dir`` holds the parts (default ``<output>.parts``, deleted
+    unless ``keep_parts``); ``on_part(part_index, computed)`` runs after each part.
+    ``ValueError``: bad config, a step without an anchor, or another extraction's files."""
     started = time.perf_counter()
     trajectories, output = Path(trajectories), Path(output)
     if not trajectories.is_file():
@@ -503,7 +475,7 @@ def extract(
     config = _open_parts(parts_dir, identity, config)
     parts = _Parts(parts_dir, capture, tokenizer, config, identity, attrs, on_part)
     parts.write(trajectories, progress)
-    final_attrs = {**attrs, "trajectory_steps": parts.steps[0]}
+    final_attrs = {**attrs, "trajectory_steps": parts.steps}
     final_attrs["retokenized_steps"] = parts.retokenized
     final_attrs["part_batching"] = [part_batching(p) for p in parts.paths]
     if parts.paths:
@@ -516,9 +488,7 @@ def extract(
     with ActivationStore(output) as store:
         rows_written = len(store)
     seconds = time.perf_counter() - started
-    return ExtractReport(
-        output, rows_written, parts.steps[0], parts.computed, parts.reused, seconds
-    )
+    return ExtractReport(output, rows_written, parts.steps, parts.computed, parts.reused, seconds)
 
 
 def _identity_and_attrs(
@@ -551,8 +521,8 @@ def _identity_and_attrs(
 
 
 def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> ExtractConfig:
-    """Create or check the manifest, clear temporary leftovers, and return ``config`` with the
-    batches an earlier out-of-memory error halved to."""
+    """Create or check the manifest, clear leftovers, and return ``config`` with the batches an
+    earlier out-of-memory error halved to."""
     parts_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = parts_dir / "manifest.json"
     if manifest_path.exists():
@@ -595,7 +565,7 @@ class _Parts:
             reasoning_every=config.reasoning_every,
         )
         self.paths: list[Path] = []
-        self.steps = [0]
+        self.steps = 0
         self.computed = self.reused = self.retokenized = 0
         self.buffer: list[ReplayRow] = []
         self.bar = None
@@ -609,15 +579,14 @@ class _Parts:
         shard = Shard.parse(self.config.shard)
         vocab_size = getattr(self.capture, "vocab_size", None)
         try:
-            for episode, first in _iter_shard_steps(trajectories, shard, self.steps):
+            for episode in read_trajectories(trajectories):
+                first = self.steps  # every step counts, in the shard or not
+                self.steps += len(episode.steps)
+                if not shard.holds(episode.summary.grid_id):
+                    continue
+                where = str(trajectories)
                 rows = episode_rows(
-                    episode,
-                    first,
-                    self.chat_format,
-                    self.config,
-                    str(trajectories),
-                    self.locator,
-                    vocab_size=vocab_size,
+                    episode, first, self.chat_format, self.config, where, self.locator, vocab_size
                 )
                 self.retokenized += sum(r.retokenized for r in rows)
                 for row in rows:
@@ -667,8 +636,8 @@ def holds_other_extraction(
     *,
     compare_layers: bool = True,
 ) -> bool:
-    """Whether an existing ``output`` can *not* be this extraction's store, judged without the model
-    (layers compared only when ``compare_layers``; :data:`BATCHING` never)."""
+    """Whether an existing ``output`` can *not* be this extraction's store, judged without the
+    model (layers compared only when ``compare_layers``)."""
     found = _read_identity(Path(output))
     if found is None or found.get("trajectory_sha256") != sha256_file(trajectories):
         return True

@@ -1,10 +1,6 @@
-"""Plan attribution's gradient runs: does one teacher-forced sequence's backward pass fit?
-
-Attribution runs each base sequence forward with gradients and backward to every block output,
-one at a time (:func:`~goalprobe.activations.plan.backward_bytes`); the counterfactual runs
-forward only. Two refusals, before any model loads: MXFP4 weights (forward-only kernels; the plan
-says what bf16 weights would need), and a backward peak of the longest sequence over the
-extraction planner's budget (the plan says by how much, and what flex attention would need)."""
+"""Plan attribution's gradient runs (:func:`~goalprobe.activations.plan.backward_bytes`, one
+sequence at a time), refusing before any model loads MXFP4 weights (forward-only kernels) and a
+longest sequence whose backward peak is over the extraction planner's budget."""
 
 from __future__ import annotations
 
@@ -16,15 +12,9 @@ from goalprobe.activations.plan import GB, ModelShape, activation_bytes, backwar
 
 @dataclass(frozen=True)
 class AttributionPlan:
-    """Memory of attribution's gradient runs on one device.
-
-    Attributes:
-        longest, sequences: the longest teacher-forced sequence (tokens) and how many run.
-        weights_gb: the weights as planned (bf16 experts; MXFP4 is refused).
-        backward_gb, forward_gb: the backward and forward-only peaks of the longest sequence.
-        budget_gb: memory left to activations (``fraction`` of the device less weights and reserve).
-        fits, reason: whether the plan can run, and why not ('' when it fits).
-        attention: the attention implementation planned for."""
+    """Memory of attribution's gradient runs on one device: the bf16 weights, the backward and
+    forward-only peaks of the longest sequence, the budget left to activations, and whether the
+    plan ``fits`` (else the ``reason``)."""
 
     longest: int
     sequences: int

@@ -1,23 +1,16 @@
-"""Plan an extraction from what is replayed: batches that fit the device, weights as loaded.
+"""Plan an extraction from the *replayed* lengths (:func:`replay_lengths`): batches by a token
+budget that fit the device beside the weights as loaded.
 
-Extraction replays each step up to the last position it reads; this module plans from those
-*replayed* lengths (:func:`replay_lengths`) and batches by a token budget
-(``ExtractConfig.max_batch_tokens``), so long replays go a few at a time and short ones many.
-
-**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``).
-Eager attention holds three score-sized tensors (``3 x B x heads x T x (T + 1)``), two 4-D masks
-(``2 x B x T x T``) and a few vectors per token; the MoE phase holds ``4 x d_model + 6 x expert
-width`` per (token, expert) pair times :data:`MOE_CALIBRATION`. Blocks run one after another, so
-this is the peak whatever the depth (measured figures: docs/benchmarks.md).
-``attention="flex_attention"`` is linear in ``T`` but its residual streams are not eager's: a
-study keeps one implementation. :func:`require_fits` refuses a plan whose longest step does not
-fit alone, before any forward pass.
-
-**Weights.** GPT-OSS-20B's experts are MXFP4 (13.8 GB) only when transformers' kernels can run,
-else bf16 (41.8 GB); :func:`mxfp4_status` asks the installed transformers and says why not."""
+**Memory model** (:func:`activation_bytes`, per forward pass of ``B`` sequences padded to ``T``):
+eager attention holds ``3 x B x heads x T x (T + 1)`` scores, two ``B x T x T`` masks and a few
+vectors per token; the MoE phase ``4 x d_model + 6 x expert width`` per (token, expert) pair
+times :data:`MOE_CALIBRATION`. Blocks run one after another, so this is the peak whatever the
+depth (docs/benchmarks.md). GPT-OSS-20B's experts stay MXFP4 (13.8 GB) only when transformers'
+kernels can run, else bf16 (41.8 GB): :func:`mxfp4_status`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -25,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from goalprobe.activations.compute import config_value
 from goalprobe.activations.extract import ExtractConfig, GridCellLocator, episode_rows
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.trajectories import read_trajectories
@@ -53,9 +47,7 @@ class ModelShape:
     def from_config(cls, config: Any) -> ModelShape:
         """From a transformers config object or a ``config.json`` dict (GPT-OSS field names;
         a dense model without experts counts as one expert of its MLP width)."""
-        get: Any = (
-            config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-        )
+        get = functools.partial(config_value, config)
         heads = int(get("num_attention_heads"))
         return cls(
             n_layers=int(get("num_hidden_layers")),
@@ -112,9 +104,8 @@ GPT_OSS_20B = ModelShape(
 
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "flex_attention", "sink_attention")
-"""Attention implementations the planner models: eager (``T x (T + 1)`` scores per head),
-``flex_attention`` (scores tile by tile) and, on CUDA, ``sink_attention`` (agents/attention.py's
-SDPA call, :data:`SINK_ATTENTION_CUDA` times eager's attention phase)."""
+"""Attention implementations the planner models (``sink_attention``: CUDA's SDPA call with
+sinks, :data:`SINK_ATTENTION_CUDA` times eager's attention phase)."""
 
 SINK_ATTENTION_CUDA = 1.7
 """The SDPA sinks kernel's attention phase on CUDA relative to eager's: PyTorch's math fallback
@@ -122,8 +113,8 @@ SINK_ATTENTION_CUDA = 1.7
 
 
 def planned_attention(implementation: str, device: str) -> str:
-    """The memory model of kernel ``implementation`` on ``device``: on CUDA ``sink_attention`` and
-    the flex variants (``flex_attention``) have their own; all else is planned as eager."""
+    """The memory model of kernel ``implementation`` on ``device`` (eager unless CUDA's sinks or
+    flex variants)."""
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"
@@ -156,16 +147,20 @@ def activation_bytes(
 
 def _attention_phase(shape: ModelShape, queries: int, keys: int, attention: str) -> float:
     """Elements per sequence of one block's attention: ``queries`` positions against ``keys``."""
-    if attention not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
-        )
+    _check_attention(attention)
     q, k = int(queries), int(keys)
     if attention == "flex_attention":
         return q * (5 * shape.n_heads * shape.head_dim + 3 * shape.d_model + 2 * shape.n_heads)
     attn = 3 * shape.n_heads * q * (k + 1) + 2 * q * k
     attn += q * (3 * shape.n_heads * shape.head_dim + 3 * shape.d_model)
     return attn * (SINK_ATTENTION_CUDA if attention == "sink_attention" else 1.0)
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
+        )
 
 
 def _moe(shape: ModelShape, tokens: int) -> float:
@@ -349,11 +344,9 @@ def replay_lengths(trajectories: str | os.PathLike, tokenizer, config: ExtractCo
 
 @dataclass(frozen=True)
 class ExtractionPlan:
-    """Batches for one extraction and the memory they are expected to take: ``batch_size`` and
-    ``max_batch_tokens`` (0: only the batch size limits), the replayed ``longest``, ``steps`` and
-    ``tokens``, the weights' memory, the activation peak of the largest batch and of one longest
-    sequence (``one_gb``), the ``budget_gb`` left to activations and whether one longest sequence
-    ``fits`` it, under ``attention``."""
+    """Batches for one extraction (``max_batch_tokens`` 0: only the batch size limits) and the
+    memory expected: weights, the largest batch's activation peak, one longest sequence's
+    (``one_gb``) and the ``budget_gb`` left to activations, which that sequence ``fits`` or not."""
 
     batch_size: int
     max_batch_tokens: int
@@ -418,7 +411,7 @@ class ExtractionDoesNotFitError(ValueError):
 
 def require_fits(plan: ExtractionPlan, shape: ModelShape, dtype_bytes: int = 2) -> None:
     """Raise :class:`ExtractionDoesNotFitError` when one longest sequence does not fit beside the
-    weights; the message names the figures and what flex attention would need."""
+    weights."""
     if plan.fits:
         return
     message = (
@@ -443,19 +436,12 @@ def backward_bytes(
     dtype_bytes: int = 2,
     attention: str = "eager",
 ) -> float:
-    """Peak activation bytes of one gradient run (:mod:`goalprobe.activations.capture.gradients`):
-    one sequence forward, then backward to every block output.
-
-    A differentiated forward keeps, for *every* block, what its backward needs: eager's softmax
-    with the sink column (``heads x T x (T + 1)``; flex keeps an fp32 log-sum-exp), queries,
-    keys, values and output (``4 x heads x head_dim`` per token), norms' inputs and residuals
-    (``6 x d_model``), and per (token, expert) pair ``d_model + 6 x expert width``; on top come
-    one block's transient peak and the gradient of every block output. Parameters are frozen (no
-    weight gradients). A model, not calibrated on a GPU (docs/gpu.md)."""
-    if attention not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attention implementation {attention!r}: expected one of {ATTENTION_IMPLEMENTATIONS}"
-        )
+    """Peak activation bytes of one gradient run (one sequence forward, then backward to every
+    block output): every block keeps what its backward needs (eager's softmax with the sink
+    column, q/k/v/output, norms' inputs and residuals, per (token, expert) pair ``d_model + 6 x
+    expert width``), plus one block's transient peak and the block-output gradients. Not
+    calibrated on a GPU (docs/gpu.md)."""
+    _check_attention(attention)
     t = int(tokens)
     heads, d = shape.n_heads, shape.d_model
     per_block = t * (4 * heads * shape.head_dim + 6 * d)

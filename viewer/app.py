@@ -1,14 +1,8 @@
-"""The interactive cognitive-map viewer: a Dash app over one run directory.
+"""The interactive cognitive-map viewer: a Dash app over one run directory (``goalprobe view``).
 
-``create_app(run_dir)`` builds the app; ``goalprobe view RUN_DIR`` serves it on 127.0.0.1.
-Each tab is a module with its layout and callbacks (:mod:`~goalprobe.viewer.explorer_tab`:
-episodes step by step, true grid beside the decoded map, plan and patching;
-:mod:`~goalprobe.viewer.overview_tab`; :mod:`~goalprobe.viewer.false_belief_tab`); this module
-composes them under one header and keeps the page-level callbacks (the tab named in the URL,
-the URL kept in step with every choice). Every callback input is checked against allow-lists
-built on the server; nothing the browser sends is used as a path, and data is loaded per
-episode (:mod:`goalprobe.viewer.data`).
-"""
+Each tab is a module with its layout and callbacks; this module composes them under one header
+and keeps the page-level callbacks (the tab named in the URL, the URL kept in step with every
+choice)."""
 
 from __future__ import annotations
 
@@ -63,16 +57,9 @@ def create_app(
     agents: Mapping[str, str] | None = None,
     name: str | None = None,
 ) -> dash.Dash:
-    """Build the viewer app over ``run_dir`` (nothing is served until ``app.run``); returns the
-    ``dash.Dash`` app (``app.server`` is the Flask WSGI app).
-
-    Args:
-        server: the Flask server to attach to (``True``: a new one), for several runs on one
-            server (:func:`create_multi_run_app`).
-        url_base_pathname: where the app lives on that server (``/`` by default).
-        agents: run name -> URL of every run served beside this one (a link bar in the header).
-        name: this run's name among ``agents`` (default: the run directory's name).
-    """
+    """The viewer app over ``run_dir``, on Flask ``server`` (``True``: a new one) at
+    ``url_base_pathname``; ``agents``: run name -> URL of every run served beside this one,
+    ``name`` this run's among them (default: the directory's)."""
     run = RunData(run_dir)
     app = dash.Dash(
         __name__,
@@ -171,15 +158,7 @@ def _register_page_callbacks(app: dash.Dash) -> None:
             return search;
         }""",
         Output("url-sync", "data"),
-        Input("episode", "value"),
-        Input("step", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
-        Input("cell-class", "value"),
-        Input("plan", "value"),
-        Input("tabs", "value"),
-        Input("fb-episode", "value"),
-        Input("fb-step", "value"),
+        *(Input(x, "value") for x in ("episode", "step", "stage", "layer", "family", "cell-class")),
+        *(Input(x, "value") for x in ("plan", "tabs", "fb-episode", "fb-step")),
         prevent_initial_call=True,
     )

@@ -1,18 +1,11 @@
 """Lazy, per-episode access to a goalprobe run directory (what the viewer shows).
 
-Every path comes from the run's :class:`~goalprobe.run_layout.RunLayout` and every file may be
-missing (:attr:`RunData.missing`). :class:`RunData` composes the readers of the rooms that own
-each format (grid set, trajectories, store labels, decoded maps and predicted plans, patching
-records, scoring JSON, the false_belief, fog and decision stages' outputs), which check schema
-and version. The parts join on ``(grid_id, episode, step)``: the store's ``/labels`` map rows
-to those ids, HDF5 files name store rows in ``row_ids``, a patching record names its base in
-``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``).
-
-Nothing is loaded whole: opening a run indexes the trajectory file once; an episode reads its
-step lines and its rows only. The browser only sends *keys*, looked up in allow-lists built
-here (:class:`UnknownKeyError`); every file opened lies inside the run directory
-(:class:`UnsafePathError`, :mod:`goalprobe.viewer.run_files`).
-"""
+:class:`RunData` composes the readers of the rooms that own each format; every file may be
+missing (:attr:`RunData.missing`). The parts join on ``(grid_id, episode, step)``: the store's
+``/labels`` map rows to those ids, HDF5 files name store rows in ``row_ids``, a patching record
+names its base in ``base_id`` (``"{run_id}/{grid_id}/{episode}/{step}"``). Opening a run
+indexes the trajectory file once; an episode reads its step lines and its rows only. The
+browser only sends keys, looked up in allow-lists built here (:class:`UnknownKeyError`)."""
 
 from __future__ import annotations
 
@@ -48,7 +41,6 @@ from goalprobe.viewer.figures.probes import baseline_values
 from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
 from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
 from goalprobe.viewer.sources import (
-    N_CLASSES,
     MapSource,
     PlanSource,
     RowIndex,
@@ -83,14 +75,8 @@ class EpisodeInfo(EpisodeSpan):
 
 @dataclass(frozen=True, eq=False)
 class EpisodeData:
-    """Everything of one episode that does not depend on a probe.
-
-    Attributes:
-        info: the index entry.
-        steps: ``(T,)`` step records in order.
-        grid: the true grid (from the grid set, else parsed from the first step's text).
-        rows: ``(T,)`` store row of each step, None where the store has none (or no store).
-    """
+    """Everything of one episode that does not depend on a probe: its index entry, step
+    records, true grid and the store row of each step (None where the store has none)."""
 
     info: EpisodeInfo
     steps: tuple[StepRecord, ...]
@@ -104,17 +90,9 @@ class EpisodeData:
 
 @dataclass(frozen=True, eq=False)
 class StepArrays:
-    """Per-step arrays of one episode from one HDF5 source.
-
-    Attributes:
-        values: ``(T, ...)`` values (zeros where ``present`` is False).
-        present: ``(T,)`` bool, whether the source holds the step.
-        agent, goal: for decoded maps, ``(T, S, S)`` the position probes' cell distributions of
-            the agent and the goal (the decoder's read-out), or None where the file has none
-            (the cell probe's ``P(AGENT)`` / ``P(GOAL)`` are the read-out then).
-        readout: for decoded maps, which read-out produced each part
-            (:class:`goalprobe.probes.decoder.Readout`).
-    """
+    """Per-step arrays of one episode from one HDF5 source: ``values`` ``(T, ...)`` (zeros
+    where ``present`` is False) and, for decoded maps, the position probes' ``(T, S, S)`` agent
+    and goal read-outs (None: the cell probe's) and which read-out produced each part."""
 
     values: np.ndarray
     present: np.ndarray
@@ -123,8 +101,7 @@ class StepArrays:
     readout: Any = None
 
     def decoded_parts(self, t: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """``(probs, agent, goal)`` of step ``t`` (the arguments of the one decoder's read-out,
-        :func:`goalprobe.viewer.step.decoded_view`)."""
+        """``(probs, agent, goal)`` of step ``t`` (:func:`goalprobe.viewer.step.decoded_view`)."""
         return (
             self.values[t],
             None if self.agent is None else self.agent[t],
@@ -170,20 +147,10 @@ class _LRU:
 
 
 class RunData:
-    """A run directory opened for viewing: an index of episodes and probe sources, keeping the
-    ``episode_cache`` most recently used episodes in memory.
-
-    Attributes:
-        root: resolved run directory.
-        layout: its :class:`~goalprobe.run_layout.RunLayout`.
-        missing: artefacts that are absent or unreadable (shown as a notice).
-        header: the trajectory file's run header, None without trajectories.
-        episodes: episode key -> :class:`EpisodeInfo`, in file order (the episode allow-list).
-        map_sources: source key -> :class:`MapSource` (the decoded-map allow-list).
-        plan_sources: source key -> :class:`PlanSource` (the predicted-plan allow-list).
-
-    ``FileNotFoundError`` when ``run_dir`` is not a directory.
-    """
+    """A run directory opened for viewing (``FileNotFoundError`` when it is not a directory),
+    keeping the ``episode_cache`` most recently used episodes in memory. ``episodes``,
+    ``map_sources`` and ``plan_sources`` are the allow-lists (by key, in file order);
+    ``header`` is the trajectory file's run header (None without trajectories)."""
 
     def __init__(self, run_dir: str | Path, *, episode_cache: int = 16) -> None:
         root = Path(run_dir).expanduser()
@@ -196,6 +163,7 @@ class RunData:
         self.header: RunHeader | None = None
         self.episodes: dict[str, EpisodeInfo] = {}
         self._lock = threading.Lock()
+        self._paths: dict[str, Path | None] = {}
         self._episode_cache = _LRU(episode_cache)
         self._array_cache = _LRU(4 * episode_cache)
         self._row_indexes: dict[str, RowIndex] = {}
@@ -218,17 +186,21 @@ class RunData:
 
     # -- scanning -----------------------------------------------------------------------------
 
+    def _artefacts(self, *table: tuple[str, str, str]) -> None:
+        """For each ``(layout field, name, consequence)``: the file's resolved path in
+        ``_paths[field]``, or None (noted in :attr:`missing`)."""
+        for field, name, consequence in table:
+            self._paths[field] = self.files.artefact(getattr(self.layout, field), name, consequence)
+
     def _scan(self) -> None:
         files, layout = self.files, self.layout
-        self._grids_path = files.artefact(
-            layout.grids, "grid set", "grids are rebuilt from the trajectory's grid text"
+        self._artefacts(
+            ("grids", "grid set", "grids are rebuilt from the trajectory's grid text"),
+            ("trajectories", "trajectories", "there are no episodes to show"),
         )
-        self._traj_path = files.artefact(
-            layout.trajectories, "trajectories", "there are no episodes to show"
-        )
-        if self._traj_path is not None:
+        if self._paths["trajectories"] is not None:
             try:
-                index = index_trajectories(self._traj_path)
+                index = index_trajectories(self._paths["trajectories"])
             except (OSError, TrajectoryFormatError) as err:
                 files.note("trajectories", layout.trajectories, str(err), "no episodes")
             else:
@@ -236,29 +208,24 @@ class RunData:
                 for span in index.episodes:
                     key = episode_key(span.summary.grid_id, span.summary.episode)
                     self.episodes[key] = EpisodeInfo(**vars(span), key=key)
-        self._store_path = files.artefact(
-            layout.store,
-            "activation store",
-            "decoded maps and predicted plans cannot be joined to steps",
-        )
+        why = "decoded maps and predicted plans cannot be joined to steps"
+        self._artefacts(("store", "activation store", why))
 
     def _scan_results(self) -> None:
         files, layout = self.files, self.layout
         self._patching_path = files.first_file((layout.patch_results, layout.patch_records_csv))
         if self._patching_path is None:
             files.note("patching results", layout.patch_results, "not found", "no patching panel")
-        self._attribution_path = files.artefact(
-            layout.attribution, "attribution file", "no attribution panel"
-        )
-        self._belief_path = files.artefact(
-            layout.belief, "belief scoring", "no policy-against-belief summary"
-        )
-        self._meg_path = files.artefact(layout.meg, "MEG scoring", "no MEG summary")
-        files.artefact(layout.report, "report", "no link to the static report")
-        self._decision_path = files.artefact(
-            layout.decision_steps,
-            "decision steps",
-            "the reasoning is shown without the logit lens's colours",
+        self._artefacts(
+            ("attribution", "attribution file", "no attribution panel"),
+            ("belief", "belief scoring", "no policy-against-belief summary"),
+            ("meg", "MEG scoring", "no MEG summary"),
+            ("report", "report", "no link to the static report"),
+            (
+                "decision_steps",
+                "decision steps",
+                "the reasoning is shown without the logit lens's colours",
+            ),
         )
 
     # -- allow-lists --------------------------------------------------------------------------
@@ -287,21 +254,17 @@ class RunData:
         size_set = None if sizes is None else {int(s) for s in sizes}
         dens = None if densities is None else [float(d) for d in densities]
         variant_set = None if variants is None else {str(v) for v in variants}
-        out = []
-        for info in self.episodes.values():
-            s = info.summary
-            if size_set is not None and s.grid_size not in size_set:
-                continue
-            if dens is not None and not any(
-                s.density is not None and abs(s.density - d) < 1e-6 for d in dens
-            ):
-                continue
-            if variant_set is not None and s.variant not in variant_set:
-                continue
-            if success is not None and s.success != success:
-                continue
-            out.append(info)
-        return out
+
+        def keep(s: EpisodeSummary) -> bool:
+            near = s.density is not None and any(abs(s.density - d) < 1e-6 for d in dens or ())
+            return (
+                (size_set is None or s.grid_size in size_set)
+                and (dens is None or near)
+                and (variant_set is None or s.variant in variant_set)
+                and (success is None or s.success == success)
+            )
+
+        return [info for info in self.episodes.values() if keep(info.summary)]
 
     def facets(self) -> dict[str, list]:
         """Distinct sizes, densities and variants among the episodes (for filter options)."""
@@ -321,8 +284,8 @@ class RunData:
         return self._episode_cache.get(("episode", key), lambda: self._load_episode(info))
 
     def _load_episode(self, info: EpisodeInfo) -> EpisodeData:
-        assert self._traj_path is not None
-        steps = read_indexed_episode(self._traj_path, info).steps
+        assert self._paths["trajectories"] is not None
+        steps = read_indexed_episode(self._paths["trajectories"], info).steps
         grid = self._grid(info, steps)
         index = self._store_rows()
         by_step = {} if index is None else index.get((info.grid_id, info.episode), {})
@@ -334,8 +297,8 @@ class RunData:
         from goalprobe.gridworld.io import read_indexed_grid
 
         offsets = self._grid_index()
-        if info.grid_id in offsets and self._grids_path is not None:
-            return read_indexed_grid(self._grids_path, *offsets[info.grid_id])
+        if info.grid_id in offsets and self._paths["grids"] is not None:
+            return read_indexed_grid(self._paths["grids"], *offsets[info.grid_id])
         first = steps[0]
         visible, state = parse(first.grid_text, variant=first.variant, grid_id=first.grid_id)
         return Grid(
@@ -356,7 +319,7 @@ class RunData:
         with self._lock:
             if self._grid_offsets is None:
                 self._grid_offsets = (
-                    {} if self._grids_path is None else index_grid_set(self._grids_path)
+                    {} if self._paths["grids"] is None else index_grid_set(self._paths["grids"])
                 )
             return self._grid_offsets
 
@@ -365,14 +328,14 @@ class RunData:
         from goalprobe.activations.store import ActivationStore, StoreFormatError
 
         with self._lock:
-            if self._store_index is None and self._store_path is not None:
+            if self._store_index is None and self._paths["store"] is not None:
                 try:
-                    with ActivationStore(self._store_path) as store:
+                    with ActivationStore(self._paths["store"]) as store:
                         labels = store.labels(["run_id", "grid_id", "episode", "step", "plan"])
                 except (OSError, StoreFormatError) as err:
                     note = "probe panels unavailable"
                     self.files.note("activation store", self.layout.store, str(err), note)
-                    self._store_path = None
+                    self._paths["store"] = None
                     return None
                 run_id = None if self.header is None else self.header.run_id
                 index: dict[tuple[str, int], dict[int, int]] = {}
@@ -411,8 +374,7 @@ class RunData:
 
     def decoded_maps(self, source_key: str, episode: str) -> StepArrays:
         """Decoded maps of every step of an episode: ``values`` ``(T, S, S, len(CellType))``
-        float32 ``P(CellType(c))`` (0 for classes the probe does not predict), and ``agent`` /
-        ``goal`` ``(T, S, S)`` where the file carries the position probes' read-out."""
+        float32 ``P(CellType(c))`` (0 for classes the probe does not predict)."""
         from goalprobe.probes.decoded_maps import (
             read_decoded_probs,
             read_decoded_readouts,
@@ -425,20 +387,10 @@ class RunData:
         def load() -> StepArrays:
             index = self._row_index(f"maps/{source.key}", lambda: read_decoded_row_ids(source.path))
             present, positions = index.positions(data.rows)
-            probs = read_decoded_probs(source.path, positions)
-            side = probs.shape[1]
-            values = np.zeros((len(data.rows), side, side, N_CLASSES), dtype=np.float32)
-            values[present] = full_class_probs(probs, source.classes)
-            agent, goal, readout = read_decoded_readouts(source.path, positions)
-
-            def spread(part: np.ndarray | None) -> np.ndarray | None:
-                if part is None:
-                    return None
-                full = np.zeros((len(data.rows), side, side), dtype=np.float32)
-                full[present] = part
-                return full
-
-            return StepArrays(values, present, spread(agent), spread(goal), readout)
+            probs = full_class_probs(read_decoded_probs(source.path, positions), source.classes)
+            *parts, readout = read_decoded_readouts(source.path, positions)
+            agent, goal = (None if p is None else _spread(p, present, np.float32) for p in parts)
+            return StepArrays(_spread(probs, present, np.float32), present, agent, goal, readout)
 
         return self._array_cache.get(("maps", source_key, episode), load)
 
@@ -484,21 +436,15 @@ class RunData:
             )
             present, positions = index.positions(data.rows)
             plans = read_plan_rows(source.path, source.run, positions)
-            values = np.zeros((len(data.rows), plans.shape[1]), dtype=np.int8)
-            values[present] = plans
-            return StepArrays(values=values, present=present)
+            return StepArrays(values=_spread(plans, present, np.int8), present=present)
 
         return self._array_cache.get(("plans", source_key, episode), load)
 
     # -- run-level summaries ------------------------------------------------------------------
 
     def prefix_accuracy(self, source_key: str, *, n_bootstrap: int = 200) -> dict:
-        """Prefix accuracy of one plan source against the store's plan labels, on the test split
-        when the file stores split codes (else every row, and says so).
-
-        Returns:
-            ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``.
-        """
+        """Prefix accuracy of one plan source against the store's plan labels (test split when
+        stored): ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``."""
         from goalprobe.probes.plan_metrics import stored_run_metrics
         from goalprobe.probes.predicted_plans import read_predicted_plans
 
@@ -528,7 +474,7 @@ class RunData:
 
     def scoring(self, name: str) -> dict | None:
         """The parsed ``scoring/belief.json`` or ``scoring/meg.json`` (None when missing)."""
-        path = {"belief": self._belief_path, "meg": self._meg_path}.get(name)
+        path = {"belief": self._paths["belief"], "meg": self._paths["meg"]}.get(name)
         if path is None:
             return None
         try:
@@ -550,16 +496,15 @@ class RunData:
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
         stage has not written it; ``ValueError``: unreadable or not of its schema)."""
-        path = self._decision_path
+        path = self._paths["decision_steps"]
         try:
             return self._once("_decision", lambda: path and read_decision_steps(path))
         except OSError as err:
             raise ValueError(f"{path}: unreadable ({err})") from err
 
     def _once(self, attr: str, read: Callable[[], Any]) -> Any:
-        """``read()`` on the first call for the cache attribute ``attr`` (a 1-tuple once read),
-        kept for the next calls; under the lock, so concurrent callbacks read the file once. A
-        file outside the run (:class:`UnsafePathError`) is a ``ValueError`` of its reader."""
+        """``read()`` once per cache attribute ``attr`` (a 1-tuple once read), under the lock; a
+        file outside the run (:class:`UnsafePathError`) is a ``ValueError``."""
         with self._lock:
             if getattr(self, attr) is None:
                 try:
@@ -569,15 +514,9 @@ class RunData:
             return getattr(self, attr)[0]
 
     def probe_metrics(self) -> list[dict]:
-        """Test metrics recorded in the decoded-map cards, as tidy rows.
-
-        Returns:
-            ``[{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}]`` for the
-            cards that hold :func:`goalprobe.probes.metrics.evaluate_cell_maps` output (``models`` ->
-            metric -> ``{value, ci_low, ci_high}``); the model named ``probe`` (else the first)
-            is used; ``baselines`` holds the controls the sweep scored beside it (majority,
-            size and size-density priors, shuffled labels; :func:`baseline_values`).
-        """
+        """Test metrics of the decoded-map cards (model ``probe``, else the first) as rows
+        ``{"name", "group", "metric", "value", "ci_low", "ci_high", "baselines"}``, with the
+        controls scored beside it (:func:`baseline_values`)."""
         rows = []
         for source in self.map_sources.values():
             models = _find_models(source.card.get("metrics"))
@@ -616,7 +555,7 @@ class RunData:
         pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
         from goalprobe.probes.attribution_file import read_attributions
 
-        path = self._attribution_path
+        path = self._paths["attribution"]
         records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]
         return self._by_base("_attribution", path, records, base, episode, step)
 
@@ -637,6 +576,13 @@ class RunData:
         return list(self._once(attr, group).get(base_id, []))
 
 
+def _spread(part: np.ndarray, present: np.ndarray, dtype) -> np.ndarray:
+    """``part``'s rows at the True entries of ``present`` (zeros elsewhere), as ``dtype``."""
+    out = np.zeros((len(present), *np.shape(part)[1:]), dtype=dtype)
+    out[present] = part
+    return out
+
+
 def _allowed(table: dict[str, Any], key: Any, what: str) -> Any:
     """``table[key]``, or :class:`UnknownKeyError` for a key not in the allow-list."""
     if not isinstance(key, str) or key not in table:
@@ -648,9 +594,7 @@ def _find_models(metrics: Any) -> dict | None:
     """The ``models`` mapping of an evaluate_cell_maps result, searched one level down."""
     if not isinstance(metrics, dict):
         return None
-    if isinstance(metrics.get("models"), dict):
-        return metrics["models"]
-    for value in metrics.values():
+    for value in (metrics, *metrics.values()):
         if isinstance(value, dict) and isinstance(value.get("models"), dict):
             return value["models"]
     return None

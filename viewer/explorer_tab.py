@@ -1,11 +1,6 @@
-"""The viewer's episode explorer tab: filter episodes, step through one, and see the true grid,
-the chosen probe's decoded map and class probabilities, the chosen plan decoder's plan, the
-reasoning and answer text and the step's patching results.
-
-:func:`explorer_tab` is the layout, :func:`register_explorer_callbacks` its callbacks. Every
-callback input is checked against the run's allow-lists (episode keys, (stage, layer, family)
-triples, plan-source keys, class names).
-"""
+"""The viewer's episode explorer tab: filter episodes, step through one, and see the true grid
+beside the chosen probe's decoded map, the plan decoder's plan, the texts and the step's
+patching and attribution. Every callback input is checked against the run's allow-lists."""
 
 from __future__ import annotations
 
@@ -49,8 +44,12 @@ def _options(values, fmt=str) -> list[dict]:
     return [{"label": fmt(v), "value": v} for v in values]
 
 
-def _density_label(d: float) -> str:
-    return f"{d:g}"
+def _filter(label: str, filter_id: str, options: list[dict]) -> list:
+    """A labelled multi-choice episode filter (none chosen: all)."""
+    return [
+        html.Label(label, className="gp-label"),
+        dcc.Dropdown(id=filter_id, options=options, multi=True, placeholder="all"),
+    ]
 
 
 def _side_panel(run: RunData):
@@ -66,21 +65,9 @@ def _side_panel(run: RunData):
     return html.Div(
         [
             html.H3("Episodes"),
-            html.Label("Grid size", className="gp-label"),
-            dcc.Dropdown(
-                id="f-size", options=_options(facets["sizes"]), multi=True, placeholder="all"
-            ),
-            html.Label("Density", className="gp-label"),
-            dcc.Dropdown(
-                id="f-density",
-                options=_options(facets["densities"], _density_label),
-                multi=True,
-                placeholder="all",
-            ),
-            html.Label("Variant", className="gp-label"),
-            dcc.Dropdown(
-                id="f-variant", options=_options(facets["variants"]), multi=True, placeholder="all"
-            ),
+            *_filter("Grid size", "f-size", _options(facets["sizes"])),
+            *_filter("Density", "f-density", _options(facets["densities"], "{:g}".format)),
+            *_filter("Variant", "f-variant", _options(facets["variants"])),
             html.Label("Outcome", className="gp-label"),
             dcc.RadioItems(
                 id="f-outcome",
@@ -133,18 +120,7 @@ def _side_panel(run: RunData):
             html.Label("Probability map class", className="gp-label"),
             dcc.Dropdown(
                 id="cell-class",
-                options=[
-                    {"label": class_name(c), "value": class_name(c)}
-                    for c in (
-                        CellType.GOAL,
-                        CellType.AGENT,
-                        CellType.WALL,
-                        CellType.OPEN,
-                        CellType.KEY,
-                        CellType.DOOR,
-                        CellType.PADDING,
-                    )
-                ],
+                options=_options(["goal", "agent", "wall", "open", "key", "door", "padding"]),
                 value="goal",
                 clearable=False,
             ),
@@ -212,9 +188,8 @@ def _map_source_key(run: RunData, stage, layer, family) -> str | None:
 
 
 def _blank_outputs(why: str, message=None) -> tuple:
-    """The step panels' outputs when there is no step to show: blank figures saying ``why``
-    (header, timeline, five figures, texts, patching and attribution with their cards hidden,
-    the error ``message``)."""
+    """The step panels' outputs when there is no step to show: blank figures saying ``why``,
+    cards hidden, the error ``message``."""
     blank = empty_figure(why)
     hidden = {"display": "none"}
     return ([], blank, blank, blank, blank, blank, blank, [], blank, hidden, blank, hidden, message)
@@ -235,14 +210,8 @@ def _register_navigation(app: dash.Dash, run: RunData) -> None:
         Output("episode", "options"),
         Output("episode", "value"),
         Output("episode-count", "children"),
-        Input("f-size", "value"),
-        Input("f-density", "value"),
-        Input("f-variant", "value"),
-        Input("f-outcome", "value"),
-        Input("f-mapped", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
+        *(Input(x, "value") for x in ("f-size", "f-density", "f-variant", "f-outcome")),
+        *(Input(x, "value") for x in ("f-mapped", "stage", "layer", "family")),
         Input("url", "search"),
         State("episode", "value"),
     )
@@ -290,9 +259,7 @@ def _register_navigation(app: dash.Dash, run: RunData) -> None:
         State("step", "value"),
         State("url", "search"),
         State("url-step-used", "data"),
-        State("stage", "value"),
-        State("layer", "value"),
-        State("family", "value"),
+        *(State(x, "value") for x in ("stage", "layer", "family")),
     )
     def choose_step(episode, _prev, _next, click, current, search, used, stage, layer, family):
         if not isinstance(episode, str) or episode not in run.episodes:
@@ -368,16 +335,13 @@ def _register_choices(app: dash.Dash, run: RunData) -> None:
     def selection_from_url(search):
         """The probe named in the page's query string (``?stage=...&family=...&cls=...``)."""
         query = url_query(search)
-        stages = {s.stage for s in run.map_sources.values()}
-        families = {s.family for s in run.map_sources.values()}
-        names = {class_name(c) for c in CellType}
-        stage = query.get("stage")
-        family = query.get("family")
-        cls = query.get("cls")
-        return (
-            stage if stage in stages else dash.no_update,
-            family if family in families else dash.no_update,
-            cls if cls in names else dash.no_update,
+        allowed = {
+            "stage": {s.stage for s in run.map_sources.values()},
+            "family": {s.family for s in run.map_sources.values()},
+            "cls": {class_name(c) for c in CellType},
+        }
+        return tuple(
+            query[k] if query.get(k) in ok else dash.no_update for k, ok in allowed.items()
         )
 
 
@@ -387,22 +351,14 @@ def _register_panels(app: dash.Dash, run: RunData) -> None:
     @app.callback(
         Output("step-header", "children"),
         Output("timeline", "figure"),
-        Output("g-true", "figure"),
-        Output("g-decoded", "figure"),
-        Output("g-prob", "figure"),
-        Output("g-plan", "figure"),
-        Output("g-strip", "figure"),
+        *(Output(x, "figure") for x in ("g-true", "g-decoded", "g-prob", "g-plan", "g-strip")),
         Output("texts", "children"),
         Output("g-patching", "figure"),
         Output("patching-card", "style"),
         Output("g-attribution", "figure"),
         Output("attribution-card", "style"),
         Output("error", "children"),
-        Input("episode", "value"),
-        Input("step", "value"),
-        Input("stage", "value"),
-        Input("layer", "value"),
-        Input("family", "value"),
+        *(Input(x, "value") for x in ("episode", "step", "stage", "layer", "family")),
         Input("cell-class", "value"),
         Input("plan", "value"),
     )
@@ -434,22 +390,10 @@ def _register_panels(app: dash.Dash, run: RunData) -> None:
             header.append(badge(f"agent and goal: {view.decoded.readout}", "info"))
         elif map_key is None:
             header.append(badge(f"no probe for {stage} / layer {layer} / {family}", "bad"))
-        for note in view.notes:
-            header.append(badge(note, "bad"))
+        header += [badge(note, "bad") for note in view.notes]
         texts = step_texts(view.reasoning, view.final, "reasoning", view.lens, view.lens_why)
         style = {} if view.patching else {"display": "none"}
-        return (
-            header,
-            timeline,
-            figs["true"],
-            figs["decoded"],
-            figs["probability"],
-            figs["plan"],
-            figs["plan_strip"],
-            texts,
-            figs["patching"],
-            style,
-            figs["attribution"],
-            {} if view.attribution else {"display": "none"},
-            None,
-        )
+        maps = [figs[x] for x in ("true", "decoded", "probability", "plan", "plan_strip")]
+        attribution_style = {} if view.attribution else {"display": "none"}
+        panels = (figs["patching"], style, figs["attribution"], attribution_style)
+        return (header, timeline, *maps, texts, *panels, None)

@@ -1,12 +1,6 @@
-"""Static, self-contained HTML export of selected episodes (``goalprobe view RUN --export``).
-
-The file needs no server and no network: plotly.js is inlined once, every step's figures are
-embedded as JSON, and a few lines of plain JavaScript step through them (a range slider,
-buttons, the arrow keys). Per step it shows the same panels as the app: the timeline, the true
-grid and the decoded cognitive map with action and optimal-set arrows, one class's probability
-heatmap (a selector switches class), the decoded plan against the executed moves, and the
-reasoning and answer text. Text from the run is escaped (it never becomes markup).
-"""
+"""Static, self-contained HTML export of selected episodes (``goalprobe view RUN --export``):
+plotly.js inlined once, every step's figures embedded as JSON and stepped through by a little
+plain JavaScript; text from the run is escaped."""
 
 from __future__ import annotations
 
@@ -160,12 +154,9 @@ def _episode_section(
     run: RunData, key: str, index: int, map_source: str | None, plan_source: str | None
 ) -> str:
     info = run.episode_info(key)
-    map_label = run.map_sources[map_source].label if map_source else None
-    classes = (
-        [c for c in run.map_sources[map_source].classes if c != CellType.PADDING]
-        if map_source
-        else []
-    )
+    source = run.map_sources[map_source] if map_source else None
+    map_label = source.label if source else None
+    classes = [c for c in source.classes if c != CellType.PADDING] if source else []
     steps = []
     for t in range(info.summary.length):
         view = build_step_view(run, key, t, map_source=map_source, plan_source=plan_source)
@@ -239,12 +230,9 @@ def export_html(
     map_source: str | None = None,
     plan_source: str | None = None,
 ) -> Path:
-    """Write a self-contained HTML page of the selected episodes (``run``: opened or a directory)
-    to ``out_path`` and return it; ``episodes`` as :func:`select_episodes` takes them (default:
-    the first three), ``map_source`` and ``plan_source`` default to
-    :func:`goalprobe.viewer.step.default_map_source` and the best plan for its stage and layer
-    (:class:`UnknownKeyError` for a key not in the run).
-    """
+    """Write the HTML page of the ``episodes`` (:func:`select_episodes`) of ``run`` to
+    ``out_path`` and return it; the sources default to those the app shows first
+    (:class:`UnknownKeyError` for a key not in the run)."""
     from plotly.offline import get_plotlyjs
 
     run = run if isinstance(run, RunData) else RunData(run)

@@ -1,11 +1,6 @@
-"""The false_belief stage's outputs as the viewer shows them (``RUN/false_belief/``).
-
-The stage's grids, episodes and per-step decoded maps (``false_belief/decoded_maps.h5``,
-:mod:`goalprobe.probes.decoded_maps` step maps, keyed by ``(grid_id, episode, step)``) are read
-whole on first use (:func:`read_false_belief_episodes`; the set is small); the start-state cards
-of the run overview come from the stage's results (:func:`false_belief_start_maps`). Every file
-is read by its owner's reader, which checks its schema.
-"""
+"""The false_belief stage's outputs as the viewer shows them (``RUN/false_belief/``): its
+episodes with their per-step decoded maps (:func:`read_false_belief_episodes`, read whole: the
+set is small) and the run overview's start-state cards (:func:`false_belief_start_maps`)."""
 
 from __future__ import annotations
 
@@ -34,21 +29,10 @@ def episode_label(summary, what: str = "") -> str:
 
 @dataclass(frozen=True, eq=False)
 class FalseBeliefEpisodes:
-    """The false_belief stage's episodes (``RUN/false_belief/``), read whole on first use: the
-    set is small (a few pairs per kind, a few episodes per grid).
-
-    Attributes:
-        grids: grid id -> grid (false-belief grids carry ``shown``; controls do not).
-        episodes: episode key (``"<grid_id>:<episode>"``) -> episode, in file order (the
-            allow-list of false-belief episode keys).
-        maps: ``(grid_id, episode, step)`` -> ``(S, S, len(CellType))`` float32 decoded map of
-            the step (from ``false_belief/decoded_maps.h5``); empty without one.
-        maps_why: why there are no decoded maps (None when there are).
-        maps_label: what decoded them (stage, layer, probe), for captions.
-        readouts: ``(grid_id, episode, step)`` -> ``(agent, goal)`` ``(S, S)`` position read-outs
-            of the step (step maps of schema 2); empty when the file has none (the cell
-            probe's ``P(AGENT)`` / ``P(GOAL)`` place them then).
-    """
+    """The false_belief stage's grids and episodes (by episode key, in file order: the
+    allow-list), and by ``(grid_id, episode, step)`` each step's ``(S, S, len(CellType))``
+    decoded map and position read-outs (empty without them; ``maps_why`` says why), with what
+    decoded them (``maps_label``)."""
 
     grids: dict[str, Grid]
     episodes: dict[str, Any]
@@ -71,8 +55,8 @@ class FalseBeliefEpisodes:
 
 
 def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
-    """The stage's grids, episodes and per-step decoded maps (None when the stage has not run);
-    raises as :func:`goalprobe.viewer.run_files.read_episodes`."""
+    """The stage's episodes and maps (None when it has not run; raises as
+    :func:`goalprobe.viewer.run_files.read_episodes`)."""
     layout = files.layout
     maps_path = files.resolve(files.relative(layout.false_belief_decoded))
     read = read_episodes(
@@ -110,14 +94,9 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
 
 
 def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
-    """The first ``per_kind`` false-belief grids of each kind at their start state, drawn
-    three ways (empty when the false_belief stage has not run).
-
-    Returns:
-        ``[{"grid_id", "kind", "true", "shown", "decoded" (None without a probe reading),
-        "differs", "decoded_at" (what the probe read at the differing cells)}]``; maps are
-        ``(n, n)`` ``CellType`` arrays. ``ValueError``: the grid set or results are unreadable.
-    """
+    """The first ``per_kind`` false-belief grids of each kind at their start state as
+    ``[{"grid_id", "kind", "true", "shown", "decoded" (None: no probe reading), "differs",
+    "decoded_at"}]`` (maps ``(n, n)`` ``CellType`` arrays; empty when the stage has not run)."""
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
     from goalprobe.gridworld.text import cell_types
     from goalprobe.probes.scoring.false_belief import read_results

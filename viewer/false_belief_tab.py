@@ -3,8 +3,6 @@ grid shown to the agent, the step's decoded map), and the run overview's start-s
 
 from __future__ import annotations
 
-import logging
-
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
@@ -12,11 +10,20 @@ from goalprobe.viewer.data import RunData, UnknownKeyError
 from goalprobe.viewer.false_belief_data import false_belief_start_maps
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
-from goalprobe.viewer.step import NO_FALSE_BELIEF, build_false_belief_step, false_belief_step_figure
-from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
+from goalprobe.viewer.step import (
+    NO_FALSE_BELIEF,
+    action_names,
+    build_false_belief_step,
+    false_belief_step_figure,
+)
+from goalprobe.viewer.step_panels import (
+    cannot_show,
+    episode_tab,
+    stage_episodes,
+    step_texts,
+    stepped,
+)
 from goalprobe.viewer.widgets import GRAPH_CONFIG, GRID_HEIGHT, badge, step_marks, url_query
-
-log = logging.getLogger(__name__)
 
 FALSE_BELIEF_STEP_CAPTION = (
     "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
@@ -26,17 +33,9 @@ FALSE_BELIEF_STEP_CAPTION = (
 )
 
 
-def _false_belief_episodes(run: RunData):
-    """``(episodes or None, error message or None)``: the stage's episodes as the tab lists them."""
-    try:
-        return run.false_belief_episodes(), None
-    except ValueError as err:
-        return None, str(err)
-
-
 def _false_belief_options(run: RunData) -> list[dict]:
     """The false-belief episodes, false-belief grids first, then their controls."""
-    fb, _ = _false_belief_episodes(run)
+    fb, _ = stage_episodes(run.false_belief_episodes)
     if fb is None:
         return []
     from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
@@ -50,7 +49,7 @@ def _false_belief_options(run: RunData) -> list[dict]:
 
 def false_belief_tab(run: RunData):
     """The tab's layout: the episode list and step controls beside the three-map card."""
-    fb, error = _false_belief_episodes(run)
+    fb, error = stage_episodes(run.false_belief_episodes)
     options = _false_belief_options(run)
     if error is not None:
         why = error
@@ -143,7 +142,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         State("fb-url-step-used", "data"),
     )
     def choose_false_belief_step(episode, _prev, _next, current, search, used):
-        fb, _ = _false_belief_episodes(run)
+        fb, _ = stage_episodes(run.false_belief_episodes)
         if fb is None or not isinstance(episode, str) or episode not in fb.episodes:
             return 0, 1, None, used
         last = max(len(fb.episodes[episode].steps) - 1, 0)
@@ -165,7 +164,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("fb-step", "value"),
     )
     def render_false_belief(episode, step):
-        fb, error = _false_belief_episodes(run)
+        fb, error = stage_episodes(run.false_belief_episodes)
         if fb is None:
             message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
@@ -177,9 +176,7 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
             view = build_false_belief_step(run, episode, int(step or 0))
             figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
         except (UnknownKeyError, ValueError, KeyError) as err:
-            log.warning("cannot show false-belief %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
-            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+            return cannot_show("false-belief", episode, step, err)
         header = [
             badge(f"step {view.step} of {view.n_steps - 1}"),
             badge(
@@ -189,19 +186,17 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
                 "info",
             ),
         ]
+        grids = [("shown", view.optimal_shown), ("true", view.optimal_true)]
         if view.action is None:
             header.append(badge("invalid step (no action)", "bad"))
         else:
             header.append(badge(f"action {view.action.name}"))
-            for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
+            for grid, optimal in grids:
                 ok = view.action in optimal
                 verdict = "optimal" if ok else "not optimal"
                 header.append(badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
-        for grid, optimal in (("shown", view.optimal_shown), ("true", view.optimal_true)):
-            names = ", ".join(a.name for a in sorted(optimal)) or "none"
-            header.append(badge(f"optimal ({grid}): {names}"))
         if view.decoded is not None:
-            names = ", ".join(a.name for a in sorted(view.decoded.optimal)) or "none"
-            header.append(badge(f"optimal (decoded): {names}"))
+            grids.append(("decoded", view.decoded.optimal))
+        header += [badge(f"optimal ({grid}): {action_names(o) or 'none'}") for grid, o in grids]
         texts = step_texts(view.reasoning, view.final, "fb-reasoning")
         return header, figure, texts, None

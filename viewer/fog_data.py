@@ -19,12 +19,7 @@ from goalprobe.viewer.run_files import RunFiles, read_episodes
 
 @dataclass(frozen=True, eq=False)
 class FogEpisodes:
-    """The fog stage's grids and episodes (small: read whole on first use).
-
-    Attributes:
-        grids: grid id -> fogged grid.
-        episodes: ``"<grid_id>:<episode>"`` -> episode, in file order.
-    """
+    """The fog stage's grids and episodes (by episode key, in file order)."""
 
     grids: dict[str, Grid]
     episodes: dict[str, Any]
@@ -36,20 +31,9 @@ class FogEpisodes:
 
 @dataclass(frozen=True)
 class FogStepView:
-    """One step of a fogged episode.
-
-    Attributes:
-        step, n_steps: the step index and the episode's length.
-        true_types: ``(n, n)`` the true grid's cell types in the step's state.
-        shown_types: ``(n, n)`` what the prompt drew: the revealed cells' types, hidden cells as
-            ``PADDING``.
-        hidden: the hidden cells.
-        agent: the agent's cell.
-        action: the step's action (None: invalid).
-        free_space: the free-space planner's moves on what was revealed.
-        optimal: the optimal moves on the true grid.
-        reasoning, final: the step's texts.
-    """
+    """One step of a fogged episode: ``(n, n)`` cell types of the true grid and of what the
+    prompt drew (``hidden`` cells as ``PADDING``), the action (None: invalid) against the
+    free-space planner's moves on what was revealed and the optimal moves on the true grid."""
 
     step: int
     n_steps: int

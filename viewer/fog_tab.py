@@ -4,19 +4,21 @@ free-space planner on that knowledge and against the optimal policy on the true 
 
 from __future__ import annotations
 
-import logging
-
 import dash
-from dash import Input, Output, State, ctx, html
+from dash import Input, Output, State, ctx
 from dash.exceptions import PreventUpdate
 from goalprobe.viewer.data import RunData
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
-from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
-from goalprobe.viewer.step_panels import episode_tab, step_texts, stepped
+from goalprobe.viewer.fog_data import fog_step_view
+from goalprobe.viewer.step_panels import (
+    cannot_show,
+    episode_tab,
+    stage_episodes,
+    step_texts,
+    stepped,
+)
 from goalprobe.viewer.widgets import GRID_HEIGHT, badge, step_marks
-
-log = logging.getLogger(__name__)
 
 NO_FOG = "No fogged episodes in this run: run goalprobe demo (its fog stage)."
 
@@ -28,16 +30,9 @@ FOG_CAPTION = (
 )
 
 
-def _fog(run: RunData) -> tuple[FogEpisodes | None, str | None]:
-    try:
-        return run.fog_episodes(), None
-    except ValueError as err:
-        return None, str(err)
-
-
 def fog_tab(run: RunData):
     """The tab's layout: the episode list and step controls beside the two maps."""
-    fog, error = _fog(run)
+    fog, error = stage_episodes(run.fog_episodes)
     options = [] if fog is None else [{"label": fog.label(k), "value": k} for k in fog.episodes]
     why = error or (NO_FOG if fog is None else "Episodes of the fog stage (appendix A).")
     return episode_tab(
@@ -63,7 +58,7 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
         State("fog-step", "value"),
     )
     def choose_fog_step(episode, _prev, _next, current):
-        fog, _ = _fog(run)
+        fog, _ = stage_episodes(run.fog_episodes)
         if fog is None or not isinstance(episode, str) or episode not in fog.episodes:
             return 0, 1, None
         last = max(len(fog.episodes[episode].steps) - 1, 0)
@@ -78,7 +73,7 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
         Input("fog-step", "value"),
     )
     def render_fog(episode, step):
-        fog, error = _fog(run)
+        fog, error = stage_episodes(run.fog_episodes)
         if fog is None or episode is None:
             message = NO_FOG if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
@@ -87,9 +82,7 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
         try:
             view = fog_step_view(fog, episode, int(step or 0))
         except (KeyError, ValueError) as err:
-            log.warning("cannot show fog %s step %s: %s", episode, step, err)
-            blank = empty_figure("Cannot show this step (see the message above).")
-            return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+            return cannot_show("fog", episode, step, err)
         figure = false_belief_maps_figure(
             view.true_types,
             view.shown_types,

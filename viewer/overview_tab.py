@@ -1,10 +1,6 @@
-"""The viewer's run overview tab: prefix accuracy of every plan decoder (with the ``0.25^N``
-baseline), the probe accuracies recorded in the probe cards against their controls, the
-false-belief start-state cards and the scoring summaries.
-
-:func:`overview_tab` is the (empty) layout, filled on the tab's first visit by the callback of
-:func:`register_overview_callbacks` (scoring every plan decoder reads whole files).
-"""
+"""The viewer's run overview tab, filled on its first visit: prefix accuracy of every plan
+decoder, the probe accuracies against their controls, the false-belief start-state cards and the
+scoring summaries."""
 
 from __future__ import annotations
 
@@ -46,57 +42,29 @@ def overview_content(run: RunData):
         except (OSError, ValueError, KeyError) as err:
             notes.append(f"{source.label}: {err}")
             continue
-        runs.append(
-            {
-                "stage": source.stage,
-                "layer": source.layer,
-                "kind": source.kind,
-                "n_layers": source.n_layers,
-                "accuracy": result["accuracy"],
-                "ci": result["ci"],
-            }
-        )
+        facts = {k: getattr(source, k) for k in ("stage", "layer", "kind", "n_layers")}
+        runs.append({**facts, "accuracy": result["accuracy"], "ci": result["ci"]})
     if runs:
-        cards.append(
-            [
-                dcc.Graph(
-                    id="g-prefix",
-                    figure=prefix_accuracy_grid_figure(runs),
-                    config=GRAPH_CONFIG,
-                ),
-                html.P(PREFIX_CAPTION, className="gp-caption", id="prefix-caption"),
-            ]
-        )
+        figure = prefix_accuracy_grid_figure(runs)
+        cards.append(_figure_card("g-prefix", figure, PREFIX_CAPTION, "prefix-caption"))
     else:
         cards.append(
             html.Div("No predicted plans to score. " + " ".join(notes), className="gp-empty")
         )
     rows = run.probe_metrics()
-    metric = (
-        "accuracy_no_padding"
-        if any(r["metric"] == "accuracy_no_padding" for r in rows)
-        else "accuracy"
-    )
+    cells_only = any(r["metric"] == "accuracy_no_padding" for r in rows)
+    metric = "accuracy_no_padding" if cells_only else "accuracy"
     metrics = sorted(
         (r for r in rows if r["metric"] == metric),
         key=lambda r: (stage_rank(r["group"]), r["name"]),
     )
     if metrics:
-        where = "grid cells" if metric == "accuracy_no_padding" else "the whole canvas"
-        cards.append(
-            [
-                dcc.Graph(
-                    id="g-probes",
-                    figure=probe_comparison_figure(
-                        metrics,
-                        y_title=f"accuracy on {where}",
-                        title="Cognitive-map probe accuracy against its controls (test grids)",
-                    ),
-                    config=GRAPH_CONFIG,
-                ),
-                html.P(PROBE_CAPTION, className="gp-caption", id="probe-caption"),
-            ]
+        figure = probe_comparison_figure(
+            metrics,
+            y_title=f"accuracy on {'grid cells' if cells_only else 'the whole canvas'}",
+            title="Cognitive-map probe accuracy against its controls (test grids)",
         )
+        cards.append(_figure_card("g-probes", figure, PROBE_CAPTION, "probe-caption"))
     else:
         cards.append(
             html.Div(
@@ -120,6 +88,13 @@ def overview_content(run: RunData):
         className="gp-main",
         style={"padding": "12px 20px"},
     )
+
+
+def _figure_card(graph_id: str, figure, caption: str, caption_id: str) -> list:
+    return [
+        dcc.Graph(id=graph_id, figure=figure, config=GRAPH_CONFIG),
+        html.P(caption, className="gp-caption", id=caption_id),
+    ]
 
 
 def _json_table(obj, limit: int = 60):

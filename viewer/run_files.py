@@ -1,12 +1,6 @@
-"""The files of a run directory as the viewer may open them: path safety and what is missing.
-
-The browser only ever sends *keys* (episode keys, source keys, class names) that are looked up
-in allow-lists built on the server (:class:`UnknownKeyError` otherwise); no path ever comes from a
-request. Every file opened is resolved and must lie inside the run directory
-(:class:`UnsafePathError`), so a symbolic link pointing elsewhere is refused, not followed. Each
-expected file that is absent or unreadable is recorded as a :class:`MissingArtefact`, shown as a
-notice.
-"""
+"""The files of a run directory as the viewer may open them: every file opened must resolve
+inside the run directory (:class:`UnsafePathError`: a symbolic link elsewhere is refused), and
+each expected file that is absent or unreadable is recorded as a :class:`MissingArtefact`."""
 
 from __future__ import annotations
 
@@ -27,14 +21,8 @@ class UnknownKeyError(KeyError):
 
 @dataclass(frozen=True)
 class MissingArtefact:
-    """An artefact of the run directory that is absent or unreadable.
-
-    Attributes:
-        name: what it is (``"activation store"``).
-        path: its path relative to the run directory.
-        reason: why it is unavailable (``"not found"`` or the reader's error).
-        consequence: what the viewer cannot show without it.
-    """
+    """An artefact of the run directory (``path`` relative to it) that is absent or unreadable,
+    why, and what the viewer cannot show without it."""
 
     name: str
     path: str
@@ -46,13 +34,8 @@ class MissingArtefact:
 
 
 class RunFiles:
-    """The run directory's files, resolved safely; absences go to :attr:`missing`.
-
-    Attributes:
-        root: the resolved run directory.
-        layout: its :class:`~goalprobe.run_layout.RunLayout` (every path comes from it).
-        missing: artefacts found absent or unreadable so far, in the order met.
-    """
+    """The run directory's files (paths from its ``layout``), resolved safely; absences go to
+    :attr:`missing`, in the order met."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -60,11 +43,7 @@ class RunFiles:
         self.missing: list[MissingArtefact] = []
 
     def resolve(self, relative: str | Path) -> Path:
-        """``RUN/relative`` resolved (symbolic links followed); must stay inside the run.
-
-        Raises:
-            UnsafePathError: the path resolves outside the run directory.
-        """
+        """``RUN/relative`` resolved (:class:`UnsafePathError` outside the run directory)."""
         path = (self.root / relative).resolve()
         if not path.is_relative_to(self.root):
             raise UnsafePathError(f"{relative}: resolves to {path}, outside the run directory")
@@ -127,12 +106,8 @@ def read_episodes(
     files: RunFiles, grids_path: Path, trajectories_path: Path, what: str
 ) -> tuple[dict, dict] | None:
     """``(grid id -> grid, "<grid_id>:<episode>" -> episode in file order)`` of a stage's grid
-    set and trajectories (None when either file is absent), each read by its owner's reader.
-
-    Raises:
-        UnsafePathError: a file resolves outside the run directory.
-        ValueError: a file is unreadable or its episodes name grids the grid set lacks.
-    """
+    set and trajectories (None when either is absent; ValueError: unreadable, or episodes on
+    grids the grid set lacks)."""
     from goalprobe.agents.trajectories import TrajectoryFormatError, read_trajectories
     from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
 

@@ -1,13 +1,6 @@
-"""The probe outputs the viewer can show: decoded-map and predicted-plan sources, and the rows of
-one episode in each.
-
-A source is one file (decoded maps: one probe x stage x layer) or one run of a file (predicted
-plans: one decoder x stage x layer), read through its owner's readers
-(:mod:`goalprobe.probes.decoded_maps`, :mod:`goalprobe.probes.predicted_plans`), which check the
-schema and version. The scans here only read attributes and cards; the sources' keys are the
-allow-lists the browser chooses from. Both kinds of file name activation-store rows in
-``row_ids``; :class:`RowIndex` finds the positions of an episode's rows in them.
-"""
+"""The probe outputs the viewer can show: decoded-map sources (one file per probe x stage x
+layer) and predicted-plan sources (one run of a file per decoder x stage x layer), whose keys are
+the allow-lists, and :class:`RowIndex` to find an episode's rows in their ``row_ids``."""
 
 from __future__ import annotations
 
@@ -63,17 +56,8 @@ def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MapSource:
-    """One decoded-maps file (one probe x stage x layer).
-
-    Attributes:
-        key: allow-list key (the file stem).
-        path: the resolved file.
-        stage: canonical stage name.
-        layer: residual-stream layer.
-        family: probe family (``mlp``, ``linear``, ...).
-        classes: ``(C,)`` ``CellType`` of each probability column in the file.
-        card: the decoding probe's card.
-    """
+    """One decoded-maps file (key: the file stem): its probe's stage, layer, family and card,
+    and the ``CellType`` of each probability column."""
 
     key: str
     path: Path
@@ -90,17 +74,9 @@ class MapSource:
 
 @dataclass(frozen=True)
 class PlanSource:
-    """One run of predicted plans (one decoder x stage x layer).
-
-    Attributes:
-        key: allow-list key, ``"<file stem>/<run name>"``.
-        path: the resolved file.
-        run: the group name under ``runs/``.
-        stage, layer: activations the decoder read.
-        kind: ``decoder``, ``shuffled_control``, ...
-        n_layers: decoder capacity (Transformer layers), None when unknown.
-        has_split: whether split codes (0 train, 1 validation, 2 test) are stored.
-    """
+    """One run (group under ``runs/``; key ``"<file stem>/<run name>"``) of predicted plans:
+    the activations its decoder read, its kind (``decoder``, ``shuffled_control``, ...), its
+    capacity (None: unknown) and whether split codes are stored."""
 
     key: str
     path: Path
@@ -118,10 +94,8 @@ class PlanSource:
 
 
 HEADLINE_FAMILY = "headline"
-"""The family the viewer lists the headline maps under (files with ``role="headline"``: every
-main-store row decoded by the probing set's probes, walls from the cell probe and the agent and
-goal from the position probes; the maps scoring uses by default). Listed apart so that the
-probe sweep's maps of the same stage, layer and family do not hide them."""
+"""The family the viewer lists the headline maps under (files with ``role="headline"``, the maps
+scoring uses), apart from the probe sweep's maps of the same stage, layer and family."""
 
 
 def scan_map_sources(files: RunFiles) -> dict[str, MapSource]:
@@ -158,8 +132,7 @@ def scan_plan_sources(files: RunFiles) -> dict[str, PlanSource]:
     sources: dict[str, PlanSource] = {}
     for path in paths:
         try:
-            runs = read_plan_runs(path)
-            for run in runs:
+            for run in read_plan_runs(path):
                 key = f"{path.stem}/{run.run}"
                 sources[key] = PlanSource(
                     key=key,

@@ -1,14 +1,7 @@
-"""What the viewer shows for one step, and its figures (shared by the app and the export).
-
-:func:`build_step_view` gathers a step's true state, action and optimal set, the chosen
-probe's decoded map with the optimal set on the decoded grid, the chosen decoder's plan
-against the executed one, the texts and the patching records; :func:`step_figures` draws it.
-:func:`build_false_belief_step` and :func:`false_belief_step_figure` do the same for a
-false-belief step (true, shown and decoded grid). The decoded grid is the one decoder of
-:mod:`goalprobe.probes.decoder` (walls by argmax class, agent and goal placed by
-:func:`goalprobe.probes.scoring.belief.top_cells`), its optimal actions from breadth-first
-distances to the decoded goal.
-"""
+"""What the viewer shows for one step (:func:`build_step_view`, a false-belief step:
+:func:`build_false_belief_step`) and its figures, shared by the app and the export. The decoded
+grid is the one decoder of :mod:`goalprobe.probes.decoder`, its optimal actions from
+breadth-first distances to the decoded goal."""
 
 from __future__ import annotations
 
@@ -22,7 +15,7 @@ from goalprobe.gridworld.text import cell_types, parse
 from goalprobe.probes.decision_steps import StepLensRecord
 from goalprobe.probes.decoder import CELL_READOUT, POSITION_READOUT, decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
-from goalprobe.viewer.data import N_CLASSES, EpisodeData, RunData, UnknownKeyError
+from goalprobe.viewer.data import EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures.attribution import attribution_map_figure
 from goalprobe.viewer.figures.episodes import episode_timeline_figure
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
@@ -30,23 +23,15 @@ from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probabil
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
 from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
-from goalprobe.viewer.sources import HEADLINE_FAMILY
+from goalprobe.viewer.sources import HEADLINE_FAMILY, N_CLASSES
 
 
 @dataclass(frozen=True, eq=False)
 class DecodedView:
-    """The decoded cognitive map of one step.
-
-    Attributes:
-        source: the decoded-map source key.
-        probs: ``(n, n, len(CellType))`` probabilities within the true size.
-        argmax: ``(n, n)`` decoded classes.
-        agent_row_col, goal_row_col: most probable agent and goal cells.
-        optimal: optimal actions on the decoded grid.
-        classes: ``CellType`` values the probe predicts.
-        readout: what placed the agent and the goal (``"position probes"`` or ``"cell probe"``;
-            :data:`goalprobe.probes.decoder.POSITION_READOUT` / ``CELL_READOUT`` per part).
-    """
+    """The decoded cognitive map of one step (of map source ``source``): ``probs`` ``(n, n,
+    len(CellType))`` within the true size, ``argmax`` classes, the most probable agent and goal
+    cells, the ``optimal`` actions on the decoded grid, the ``classes`` the probe predicts and
+    what placed the agent and the goal (``readout``, :func:`readout_label`)."""
 
     source: str
     probs: np.ndarray
@@ -60,15 +45,8 @@ class DecodedView:
 
 @dataclass(frozen=True, eq=False)
 class PlanView:
-    """The predicted plan of one step against the executed one.
-
-    Attributes:
-        source: the plan source key.
-        predicted: ``(H,)`` predicted tokens; target: ``(H,)`` executed tokens (plan label).
-        predicted_path: cells the predicted plan visits from ``s_t`` (grid dynamics).
-        executed_path: cells the agent visited from ``s_t``.
-        prefix: matched prefix length (``0 ..`` number of executed tokens incl. ``END``).
-    """
+    """The predicted plan of one step (``(H,)`` tokens) against the executed one (``target``,
+    the plan label), the cells each visits from ``s_t`` and the matched ``prefix`` length."""
 
     source: str
     predicted: np.ndarray
@@ -80,26 +58,11 @@ class PlanView:
 
 @dataclass(frozen=True, eq=False)
 class StepView:
-    """Everything shown for step ``t`` of an episode.
-
-    Attributes:
-        episode: episode key; step: ``t``; n_steps: episode length.
-        size: grid side ``n``.
-        true_cells: ``(n, n)`` classes of the state ``s_t``.
-        agent_row_col: the agent's cell in ``s_t``.
-        history: agent cells ``s_0 .. s_t``.
-        action: executed action, None for an invalid step.
-        optimal: ``pi*(s_t)`` on the true grid.
-        reasoning, final: the agent's texts.
-        decoded: the decoded map, or None; plan: the plan view, or None.
-        patching: patching records whose base is this step.
-        attribution: attribution records (one per pair and metric) whose base is this step.
-        notes: why a panel is empty for this step.
-        map_source: the decoded-map source asked for, or None.
-        lens: the logit lens along this step's reasoning (the decision stage's
-            :class:`~goalprobe.probes.decision_steps.StepLensRecord`), or None; lens_why: why
-            there is none.
-    """
+    """Everything shown for step ``t`` of an episode: the true state ``s_t`` (``(n, n)``
+    classes, the agent's cell and its cells ``s_0 .. s_t``), the action (None: invalid) and
+    ``pi*(s_t)``, the texts, the decoded map and plan (or None), the patching and attribution
+    records whose base is this step, ``notes`` on empty panels, the map source asked for, and
+    the decision stage's logit lens (or None, with ``lens_why``)."""
 
     episode: str
     step: int
@@ -126,13 +89,14 @@ class StepView:
         """One-line summary: step, action and whether it is optimal on each grid."""
         act = self.action.name if self.action is not None else "invalid"
         parts = [f"step {self.step} / {self.n_steps - 1}", f"action {act}"]
-        parts.append(f"optimal {_names(self.optimal) or '—'}")
+        parts.append(f"optimal {action_names(self.optimal) or '—'}")
         if self.decoded is not None:
-            parts.append(f"decoded-optimal {_names(self.decoded.optimal) or '—'}")
+            parts.append(f"decoded-optimal {action_names(self.decoded.optimal) or '—'}")
         return " · ".join(parts)
 
 
-def _names(actions) -> str:
+def action_names(actions) -> str:
+    """Names of ``actions`` in action order, comma-separated."""
     return ", ".join(a.name for a in sorted(actions))
 
 
@@ -144,10 +108,10 @@ def step_badges(view: StepView) -> list[tuple[str, str]]:
         out = [("invalid step (no action)", "bad")]
     else:
         out = [(f"action {view.action.name}", "ok" if view.action in view.optimal else "bad")]
-    out.append((f"optimal (true): {_names(view.optimal) or 'none'}", ""))
+    out.append((f"optimal (true): {action_names(view.optimal) or 'none'}", ""))
     if view.decoded is not None:
         ok = view.action is not None and view.action in view.decoded.optimal
-        decoded = _names(view.decoded.optimal) or "none"
+        decoded = action_names(view.decoded.optimal) or "none"
         out.append((f"optimal (decoded): {decoded}", "info" if ok else "bad"))
     return out
 
@@ -162,9 +126,8 @@ def decoded_view(
     agent: np.ndarray | None = None,
     goal: np.ndarray | None = None,
 ) -> DecodedView:
-    """The decoded grid of ``probs`` (``(S, S, len(CellType))`` on the padded canvas, true side
-    ``size``) and its optimal actions (module docstring). ``agent`` / ``goal``: the position
-    read-outs ``(S, S)``, or None for the cell probe's ``P(AGENT)`` / ``P(GOAL)``."""
+    """The decoded grid of ``probs`` (``(S, S, len(CellType))``, true side ``size``) and its
+    optimal actions; ``agent`` / ``goal``: position read-outs, or None for the cell probe's."""
     probs = np.asarray(probs)
     walls = decoded_walls(probs, size, door_locked=door_locked)
     agent_cell = top_cells(probs, size, CellType.AGENT, 1, agent)[0]
@@ -250,7 +213,6 @@ def build_step_view(
             notes.append("no decoded map for this step (probes decode their test grids only)")
     plan = None
     if plan_source is not None:
-        run.plan_source(plan_source)
         plans = run.predicted_plans(plan_source, episode)
         if plans.present[t]:
             predicted = plans.values[t]
@@ -304,9 +266,7 @@ def build_step_view(
 
 
 def step_lens(run: RunData, record) -> tuple[StepLensRecord | None, str | None]:
-    """The decision stage's lens on a main-rollout step, or None with why there is none (the
-    stage has not run; it did not read this step; its record disagrees with the step's action,
-    so it comes from other rollouts)."""
+    """The decision stage's lens on a main-rollout step, or None with why there is none."""
     from goalprobe.viewer.step_panels import NO_LENS, NO_LENS_RUN
 
     try:
@@ -350,10 +310,9 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
 def step_figures(
     view: StepView, cell_class: int = int(CellType.GOAL), *, show_legend: bool = True
 ) -> dict[str, object]:
-    """The figures of a step: ``true``, ``decoded``, ``probability``, ``plan``, ``plan_strip``,
-    ``patching``, ``attribution`` (plotly figures; an explanatory blank figure where data is missing).
-    ``cell_class``: the ``CellType`` of the probability heatmap; ``show_legend=False`` when the
-    page draws :data:`goalprobe.viewer.figures.LEGEND` once for all grid figures."""
+    """The plotly figures of a step by panel (a blank figure saying why where data is missing);
+    ``cell_class``: the probability heatmap's ``CellType``; ``show_legend=False`` when the page
+    draws the legend once."""
     action = None if view.action is None else int(view.action)
     figs: dict[str, object] = {
         "true": cell_map_figure(
@@ -420,9 +379,8 @@ def step_figures(
 
 
 def attribution_step_figure(records, height: int = 520):
-    """The heat map of a step's first attributed pair, for metric (b) (the coordinates) when it
-    has one, else the first metric: its GradDrop magnitude (the signed estimate without
-    GradDrop) over prompt positions x blocks, the grid cells laid out as the grid."""
+    """The heat map of a step's first attributed pair (metric ``coordinates`` when it has one):
+    its GradDrop magnitude, else the signed AtP estimate."""
     if not records:
         return empty_figure("No attribution for this step.", height=200)
     record = next((r for r in records if r.metric == "coordinates"), records[0])
@@ -512,21 +470,11 @@ NO_FALSE_BELIEF = (
 
 @dataclass(frozen=True, eq=False)
 class FalseBeliefStepView:
-    """Step ``t`` of a false-belief episode: the true grid, the shown grid and the decoded map.
-
-    Attributes:
-        episode: episode key; step: ``t``; n_steps: episode length.
-        grid_id, kind, role: the grid and its pair facts (``role`` ``false_belief`` or
-            ``control``; a control is shown as it is, so its shown and true grids agree).
-        true_cells, shown_cells: ``(n, n)`` classes of ``s_t`` on the true and the shown grid.
-        differs: the pair's cells where shown and true differ (as recorded in the grid set).
-        agent_row_col: the agent's cell.
-        action: executed action, None for an invalid step.
-        optimal_true: ``pi*(s_t)`` on the true grid; optimal_shown: the actions optimal on the
-            shown grid from the agent's cell (the oracle belief's optimal set).
-        decoded: the step's decoded map, or None; decoded_why: why there is none.
-        reasoning, final: the agent's texts.
-    """
+    """Step ``t`` of a false-belief episode: the grid's pair facts (``role`` ``false_belief``
+    or ``control``, shown as it is), ``(n, n)`` classes of ``s_t`` on the true and the shown
+    grid, the cells where they differ, the action (None: invalid), the optimal actions on each
+    grid (shown: the oracle belief's), the decoded map (or None, with ``decoded_why``) and the
+    texts."""
 
     episode: str
     step: int

@@ -1,20 +1,20 @@
 """Panels the viewer's step tabs share: the episode-and-step layout of the false-belief and fog
-tabs, stepping with prev/next, and the reasoning-and-answer text, with the reasoning coloured
-chunk by chunk by the action the logit lens decodes at each chunk's end (issue 30) where the
-``decision`` stage read the step (:mod:`goalprobe.probes.decision_steps`).
-
-Every id of an episode tab derives from its ``prefix`` (``fb``, ``fog``): ``{prefix}-episode``,
-``{prefix}-step``, ``{prefix}-prev``, ``{prefix}-next``, ``{prefix}-why``, ``{prefix}-error``,
-``{prefix}-header``, ``{prefix}-caption``, ``{prefix}-texts`` and the graph ``g-{prefix}-maps``.
-"""
+tabs (every id derives from the tab's ``prefix``, ``fb`` or ``fog``), stepping with prev/next,
+and the reasoning-and-answer text, the reasoning coloured chunk by chunk by the logit lens's
+action where the ``decision`` stage read the step."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
 
 from dash import dcc, html
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import StepLensRecord
-from goalprobe.viewer.figures.style import ACTION_COLOURS, rgba
+from goalprobe.viewer.figures.style import ACTION_COLOURS, empty_figure, rgba
 from goalprobe.viewer.widgets import GRID_HEIGHT, graph, legend, step_controls
+
+log = logging.getLogger(__name__)
 
 NO_LENS = (
     "No logit lens for this step: the decision stage reads a seeded sample of answered steps "
@@ -72,6 +72,21 @@ def episode_tab(
     return html.Div([side, main], className="gp-body")
 
 
+def stage_episodes(read: Callable) -> tuple:
+    """``(read(), None)``, or ``(None, error message)`` when a stage's files are unreadable."""
+    try:
+        return read(), None
+    except ValueError as err:
+        return None, str(err)
+
+
+def cannot_show(what: str, episode, step, err: Exception) -> tuple:
+    """An episode tab's header, figure, texts and error when its step cannot be shown."""
+    log.warning("cannot show %s %s step %s: %s", what, episode, step, err)
+    blank = empty_figure("Cannot show this step (see the message above).")
+    return [], blank, [], html.Div(f"Cannot show this step: {err}", className="gp-error")
+
+
 def stepped(trigger, prefix: str, current, last: int, otherwise: int = 0) -> int:
     """The step after a prev/next press of tab ``prefix`` (``otherwise`` for any other
     trigger), kept within ``0 .. last``."""
@@ -87,9 +102,8 @@ def step_texts(
     lens: StepLensRecord | None = None,
     why: str | None = None,
 ) -> list:
-    """The step's reasoning and final answer. With ``lens``, the reasoning is drawn chunk by
-    chunk (:func:`lens_reasoning`); without, as plain text under ``why`` (when given: why the
-    step has no lens)."""
+    """The step's reasoning (chunk by chunk with ``lens``, else plain under ``why`` it has none)
+    and final answer."""
     head: list = [html.H4("Reasoning")]
     if lens is not None:
         body = lens_reasoning(lens, reasoning_id)
@@ -101,10 +115,9 @@ def step_texts(
 
 
 def lens_reasoning(lens: StepLensRecord, reasoning_id: str, layer: int = -1) -> list:
-    """The reasoning as the lens read it: one span per chunk, its background the colour of the
-    action the lens names at the chunk's end after block ``layer`` (the last: the model's own
-    preference among the four action tokens there), a bar marking each chunk's end, the
-    probabilities in its tooltip; above it the colour legend and the final action."""
+    """The reasoning as the lens read it after block ``layer``: one span per chunk coloured by
+    the action it names at the chunk's end (probabilities in its tooltip), under the colour
+    legend and the final action."""
     blocks = lens.answer.shape[0]
     block = layer % blocks
     spans = []

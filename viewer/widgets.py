@@ -56,14 +56,11 @@ def graph(graph_id: str, height: int | None = None):
 
 def legend():
     """The map legend under the grid panels (colours and marks of :data:`LEGEND`)."""
+    marks = {"square": ("gp-swatch", "background"), "ring": ("gp-ring", "borderColor")}
     items = []
     for label, colour, kind in LEGEND:
-        if kind == "square":
-            mark = html.Span(className="gp-swatch", style={"background": colour})
-        elif kind == "ring":
-            mark = html.Span(className="gp-ring", style={"borderColor": colour})
-        else:
-            mark = html.Span(className="gp-line", style={"background": colour})
+        css, prop = marks.get(kind, ("gp-line", "background"))
+        mark = html.Span(className=css, style={prop: colour})
         items.append(html.Span([mark, label], className="gp-legend-item"))
     return html.Div(items, className="gp-legend")
 

@@ -21,12 +21,8 @@ BACKENDS: tuple[str, ...] = ("nnsight", "transformer_lens", "hooks")
 
 
 def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
-    """Build the backend called ``name`` (one of :data:`BACKENDS`) around a loaded model; ``kwargs``
-    are the backend's options.
-
-    Raises:
-        ValueError: an unknown name, or a missing tokenizer.
-        BackendUnavailableError: the library cannot wrap this model."""
+    """Build the backend called ``name`` (one of :data:`BACKENDS`) around a loaded model with the
+    backend's options ``kwargs`` (:class:`BackendUnavailableError`: it cannot wrap the model)."""
     if name == "nnsight":
         from goalprobe.activations.capture.nnsight_backend import NnsightBackend
 

@@ -1,11 +1,9 @@
-"""What every residual-stream backend shares: the padded token batch, patches and clean runs, the
-backend interface (:class:`ResidualBackend`), and helpers to find decoder blocks and devices.
+"""What every residual-stream backend shares: the padded token batch, patches, clean runs and the
+backend interface (:class:`ResidualBackend`).
 
 The residual stream "at layer L" is the *output* of decoder block ``L`` (0-based), i.e.
-``hidden_states[L + 1]`` (the last block's after the final norm). Sequences are right-padded, so
-every real token keeps its position and a row's activations do not depend on the other rows. A
-:class:`Patch` overwrites the stream after block ``L`` at some positions with values from another
-run; a batch of patches runs on equal-length copies of one target sequence."""
+``hidden_states[L + 1]``. Sequences are right-padded, so a row's activations do not depend on
+the other rows; a batch of patches runs on equal-length copies of one target sequence."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 from goalprobe.agents.models import cache_keyword, output_cache
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 _LAYER_PATHS: tuple[str, ...] = (
     "model.layers",
@@ -31,13 +30,8 @@ _LAYER_PATHS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """Right-padded token ids of ``B`` sequences and the positions to read in each.
-
-    Attributes:
-        input_ids: ``(B, T)`` int64 ids, padded on the right.
-        attention_mask: ``(B, T)`` int64, 1 on real tokens.
-        positions: ``(B, K)`` int64 positions to read, each inside its row's real tokens.
-    """
+    """Right-padded ``(B, T)`` int64 token ids of ``B`` sequences, their attention mask (1 on
+    real tokens) and the ``(B, K)`` positions to read in each row's real tokens."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -57,13 +51,10 @@ class TokenBatch:
                 f"need as many position rows as sequences (>0), got {len(sequences)} sequences "
                 f"and {len(positions)} position rows"
             )
-        lengths = [len(s) for s in sequences]
-        width = max(lengths)
-        ids = torch.full((len(sequences), width), int(pad_id), dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, seq in enumerate(sequences):
-            ids[i, : lengths[i]] = torch.as_tensor(list(seq), dtype=torch.long)
-            mask[i, : lengths[i]] = 1
+        rows = [torch.as_tensor(list(s), dtype=torch.long) for s in sequences]
+        lengths = [len(r) for r in rows]
+        ids = pad_sequence(rows, batch_first=True, padding_value=int(pad_id))
+        mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True)
         pos = torch.as_tensor([list(p) for p in positions], dtype=torch.long)
         if pos.ndim != 2:
             raise ValueError(f"positions must be B rows of K ints, got shape {tuple(pos.shape)}")
@@ -86,13 +77,8 @@ class BackendUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class Patch:
-    """One patched run: write ``values`` into the residual stream after each of ``layers``.
-
-    Attributes:
-        layers: ``(n_patch_layers,)`` decoder blocks whose output is overwritten.
-        positions: ``(k,)`` int64 target positions.
-        values: ``(n_patch_layers, k, d_model)`` float, ``values[i]`` goes to ``layers[i]``.
-    """
+    """One patched run: ``values[i]`` ``(k, d_model)`` overwrites the output of block
+    ``layers[i]`` at the ``(k,)`` int64 ``positions``."""
 
     layers: tuple[int, ...]
     positions: torch.Tensor
@@ -111,14 +97,8 @@ class Patch:
 
 @dataclass(frozen=True)
 class CleanRun:
-    """An unpatched run of one sequence.
-
-    Attributes:
-        positions: ``(k,)`` int64 positions captured, ascending.
-        layers: ``(n_layers,)`` blocks captured, ascending.
-        acts: ``(n_layers, k, d_model)`` float32 residual stream after each block.
-        logits: ``(vocab,)`` float32 logits at the last position.
-    """
+    """An unpatched run of one sequence: ``acts`` ``(n_layers, k, d_model)`` float32 after the
+    ascending ``layers`` at the ascending ``positions``, and the last position's logits."""
 
     positions: np.ndarray
     layers: tuple[int, ...]
@@ -140,11 +120,7 @@ class CleanRun:
 
 class ResidualBackend(ABC):
     """One library's access to the residual stream after chosen decoder blocks, to capture and
-    patch.
-
-    Subclasses implement :meth:`_capture` (stopping after the last requested block),
-    :meth:`_clean_forward`, :meth:`generate` and, to read logits, :meth:`_patched_forward`.
-    ``tokenizer`` gives the pad id (and nnsight/TransformerLens need it to wrap the model)."""
+    patch (``tokenizer`` gives the pad id)."""
 
     name: str = ""
     """Backend name recorded in the store's ``backend`` attribute and the patching results."""
@@ -173,8 +149,7 @@ class ResidualBackend(ABC):
 
     @property
     def attention(self) -> str:
-        """The attention kernel the model runs (``_attn_implementation``; '' when unknown), recorded
-        in a store's ``attention`` attribute since the kernels' rows differ."""
+        """The attention kernel the model runs (``_attn_implementation``; '' when unknown)."""
         return str(getattr(self.config, "_attn_implementation", None) or "")
 
     @property
@@ -210,11 +185,9 @@ class ResidualBackend(ABC):
     """Shortest shared prefix worth running once in :meth:`capture` (tokens)."""
 
     def capture(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, torch.Tensor]:
-        """``{layer: (B, K, d_model)}`` CPU block outputs at ``batch.positions`` (model dtype).
-
-        With :attr:`prefix_cache`, the tokens every row shares before its first read position (a
-        harmony prompt's system and developer messages) run once and the batch continues from
-        their KV cache: the same values up to floating-point reassociation."""
+        """``{layer: (B, K, d_model)}`` CPU block outputs at ``batch.positions`` (model dtype);
+        with :attr:`prefix_cache`, the tokens every row shares before its first read position
+        run once and the batch continues from their KV cache."""
         layers = self.check_layers(layers)
         self.capture_tokens["replayed"] += int(batch.input_ids.numel())
         start = self.shared_prefix_length(batch) if self.prefix_cache else 0
@@ -233,9 +206,8 @@ class ResidualBackend(ABC):
         )  # fmt: skip
 
     def _reusable_prefix_length(self, prefix: np.ndarray) -> int:
-        """How much of a batch's shared ``prefix`` to run once: up to its last harmony
-        ``<|start|>``, so all batches of a template share one cache (and a resumed extraction
-        computes the same values)."""
+        """How much of a shared ``prefix`` to run once: up to its last harmony ``<|start|>``, so
+        all batches of a template share one cache."""
         from goalprobe.agents.harmony import START
 
         if self.tokenizer is None or START not in self.tokenizer.get_vocab():
@@ -249,8 +221,7 @@ class ResidualBackend(ABC):
         """Tokens at the start that every row shares (real tokens, before every row's first
         read position, leaving each row at least one token to run)."""
         ids, mask = batch.input_ids, batch.attention_mask
-        same = (ids == ids[:1]).all(dim=0) & (mask == 1).all(dim=0)
-        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        shared = _shared_length((ids == ids[:1]) & (mask == 1))
         return max(0, min(shared, int(batch.positions.min()), int(mask.sum(dim=1).min()) - 1))
 
     @abstractmethod
@@ -334,22 +305,18 @@ class ResidualBackend(ABC):
         *,
         drops: Sequence[int | None] = (None,),
     ):
-        """The residual stream at ``layers`` x ``positions`` of one teacher-forced sequence and
-        ``dM/d`` of it, ``M = metric((R, vocab) logits at readout_positions)``, once per GradDrop
-        block in ``drops`` (None: the plain gradient); a
-        :class:`~goalprobe.activations.capture.gradients.GradientRun`.
-
-        Raises:
-            GradientUnsupportedError: the backend records no gradients, or the kernels have no
-                backward (MXFP4)."""
+        """A :class:`~goalprobe.activations.capture.gradients.GradientRun` of one teacher-forced
+        sequence (``GradientUnsupportedError``: this backend or the model's kernels cannot)."""
         from goalprobe.activations.capture import gradients
 
         if self.gradient_runner is None:
             raise gradients.GradientUnsupportedError(
                 f"the {self.name} backend records no gradients; use the hooks or nnsight backend"
             )
-        run = getattr(gradients, self.gradient_runner)
-        return run(self, token_ids, layers, positions, metric, readout_positions, drops)
+        runner = getattr(gradients, self.gradient_runner)
+        return gradients.gradient_run(
+            self, runner, token_ids, layers, positions, metric, readout_positions, drops
+        )
 
     def patched_logits_at(
         self,
@@ -386,12 +353,10 @@ class ResidualBackend(ABC):
         patches: Sequence[Patch],
         readout_position: int | None,
     ) -> tuple[torch.Tensor, dict, list[Patch]]:
-        """``(ids (len(patches), S), forward kwargs, patches)`` of a batch of patched copies.
-
-        With :attr:`prefix_cache` the tokens before the first patched position (or the readout,
-        if earlier) run once, unpatched, and every copy continues from their KV cache (exact
-        under causal attention); ids and patch positions are then the suffix's.
-        ``logits_to_keep`` makes the readout the first logit row."""
+        """``(ids (len(patches), S), forward kwargs, patches)`` of a batch of patched copies; with
+        :attr:`prefix_cache` the tokens before the first patched position (or the readout) come
+        from a KV cache and ids and positions are the suffix's. The readout is the first logit
+        row."""
         ids = np.asarray(token_ids, dtype=np.int64)
         check_patches(patches, len(ids), self.n_layers)
         readout = readout_index(readout_position, len(ids))
@@ -421,22 +386,25 @@ class ResidualBackend(ABC):
         return start, {"use_cache": True, self.cache_keyword(): self._prefix_kv(ids[:start], 1)}
 
     def _generation_prefix(
-        self, ids: torch.Tensor, patches: Sequence[Patch]
+        self, ids: torch.Tensor, patches: Sequence[Patch], max_new_tokens: int, stop_ids: list[int]
     ) -> tuple[int, dict, list[Patch]]:
-        """``(start, generate kwargs, patches)`` of prompts ``ids (B, S)``: with
+        """``(start, greedy generate kwargs, patches)`` of prompts ``ids (B, S)``: with
         :attr:`prefix_cache` the shared tokens before the first patch (cut as in :meth:`capture`)
         run once, leaving two or more."""
         patches = list(patches)
-        if not self.prefix_cache or not patches:
-            return 0, {}, patches
-        same = (ids == ids[:1]).all(dim=0)
-        shared = int(torch.cumprod(same.long(), dim=0).sum())
+        kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": False,
+            "eos_token_id": stop_ids,
+            "pad_token_id": self.pad_token_id,
+        }
+        shared = _shared_length(ids == ids[:1])
         firsts = [int(p.positions.min()) for p in patches if len(p.positions)]
         start = min(shared, min(firsts, default=shared), ids.shape[1] - 2)
-        if start < self.min_shared_prefix:
-            return 0, {}, patches
+        if not self.prefix_cache or not patches or start < self.min_shared_prefix:
+            return 0, kwargs, patches
         start = self._reusable_prefix_length(ids[0, :start].cpu().numpy())
-        kwargs = {self.cache_keyword(): self._prefix_kv(ids[0, :start].cpu().numpy(), len(ids))}
+        kwargs[self.cache_keyword()] = self._prefix_kv(ids[0, :start].cpu().numpy(), len(ids))
         return start, kwargs, [Patch(p.layers, p.positions - start, p.values) for p in patches]
 
     def cache_keyword(self) -> str:
@@ -455,6 +423,11 @@ class ResidualBackend(ABC):
         cache = copy.deepcopy(self._cached_prefix[1])
         cache.batch_repeat_interleave(rows)
         return cache
+
+
+def _shared_length(same: torch.Tensor) -> int:
+    """Leading columns of a ``(B, T)`` bool tensor that are True in every row."""
+    return int(torch.cumprod(same.all(dim=0).long(), dim=0).sum())
 
 
 def layer_plan(
@@ -541,11 +514,7 @@ def get_submodule_path(root: nn.Module, path: str) -> nn.Module | None:
 
 
 def decoder_layers_path(model: nn.Module) -> str:
-    """Dotted path of ``model``'s decoder block list (``"model.layers"`` for GPT-OSS).
-
-    Raises:
-        ValueError: no known path holds an ``nn.ModuleList``.
-    """
+    """Dotted path of ``model``'s decoder block list (``"model.layers"`` for GPT-OSS)."""
     for path in _LAYER_PATHS:
         if isinstance(get_submodule_path(model, path), nn.ModuleList):
             return path

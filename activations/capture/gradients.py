@@ -1,12 +1,9 @@
-"""Activations and their gradients with respect to a metric, through the capture backends.
+"""Activations and their gradients with respect to a scalar metric of the logits at a few
+readout positions (:class:`GradientRun`, hooks and nnsight backends), for attribution patching.
 
-Attribution patching (:mod:`goalprobe.probes.attribution`) needs, for one teacher-forced
-sequence, the residual stream after chosen blocks at chosen positions and ``dM/da[L, p]`` of a
-scalar metric of the logits at a few readout positions: a :class:`GradientRun` (hooks and nnsight
-backends). Parameters are frozen and the input embedding's output requires grad instead
-(:func:`gradient_mode`). **GradDrop** (AtP*, Kramar et al. 2024): ``drops`` lists blocks whose
-residual branch passes no gradient back (:class:`_BranchGate`; hooks backend only). MXFP4 kernels
-have no backward: such a model raises :class:`GradientUnsupportedError` up front."""
+Parameters are frozen and the input embedding's output requires grad instead. **GradDrop** (AtP*,
+Kramar et al. 2024): ``drops`` lists blocks whose residual branch passes no gradient back (hooks
+backend only). MXFP4 kernels have no backward: :class:`GradientUnsupportedError` up front."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from goalprobe.activations.compute import config_value
 from torch import nn
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -29,10 +27,9 @@ class GradientUnsupportedError(RuntimeError):
 
 @dataclass(frozen=True)
 class GradientRun:
-    """A teacher-forced run's residual stream and the metric's gradient with respect to it: ``acts``
-    ``(n_layers, k, d_model)`` at ascending ``layers`` x ``positions`` (CPU, float32 or float64),
-    ``grads`` ``(n_drops, n_layers, k, d_model)`` one per entry of ``drops`` (None: the plain
-    gradient), the ``metric`` on the unpatched run and its ``(R,)`` ``readout_positions``."""
+    """A teacher-forced run's residual stream ``acts`` ``(n_layers, k, d_model)`` and the
+    metric's gradient ``grads`` ``(n_drops, n_layers, k, d_model)``, one per entry of ``drops``
+    (None: the plain gradient), and the ``metric`` on the unpatched run."""
 
     positions: np.ndarray
     layers: tuple[int, ...]
@@ -58,11 +55,8 @@ def result_dtype(dtype: torch.dtype) -> torch.dtype:
 def is_mxfp4(model: nn.Module) -> bool:
     """Whether ``model`` holds GPT-OSS's MXFP4 expert weights (not dequantised on load)."""
     config = getattr(getattr(model, "config", None), "quantization_config", None)
-    if config is None:
-        return False
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    method = str(get("quant_method", "") or "")
-    return method.lower() == "mxfp4" and not bool(get("dequantize", False))
+    method = str(config_value(config, "quant_method", "") or "")
+    return method.lower() == "mxfp4" and not bool(config_value(config, "dequantize", False))
 
 
 def refuse_without_gradients(model: nn.Module) -> None:
@@ -147,8 +141,9 @@ def _with_output(output, hidden: torch.Tensor):
     return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
 
 
-def hooks_gradient_run(
+def gradient_run(
     backend,
+    runner: Callable,
     token_ids: Sequence[int] | np.ndarray,
     layers: Sequence[int],
     positions: np.ndarray,
@@ -156,12 +151,41 @@ def hooks_gradient_run(
     readout_positions: Sequence[int] | np.ndarray,
     drops: Sequence[int | None],
 ) -> GradientRun:
-    """:meth:`ResidualBackend.gradient_run` with plain forward hooks (the reference)."""
+    """:meth:`ResidualBackend.gradient_run`: the inputs checked, then ``runner`` (the backend's
+    ``gradient_runner`` of this module) returns ``(acts, grads, metric value)``."""
+    refuse_without_gradients(backend.model)
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.ndim != 1 or len(ids) == 0:
+        raise ValueError("token_ids must be a non-empty 1-D sequence")
+    layers = backend.check_layers(layers)
+    positions = np.asarray(positions, dtype=np.int64)
+    readouts = np.asarray(readout_positions, dtype=np.int64)
+    for name, values in (("positions", positions), ("readout positions", readouts)):
+        if values.ndim != 1 or len(values) == 0:
+            raise ValueError(f"{name} must be a non-empty 1-D sequence")
+        if values.min() < 0 or values.max() >= len(ids):
+            raise ValueError(f"{name} {values.tolist()} fall outside the {len(ids)} tokens")
+    if np.any(np.diff(positions) <= 0):
+        raise ValueError("positions must be strictly ascending")
+    where = torch.as_tensor(positions, device=backend.device)
+    drops = check_drops(drops, backend.n_layers)
+    acts, grads, value = runner(backend, ids, layers, where, metric, readouts, drops)
+    dtype = result_dtype(acts.dtype)
+    return GradientRun(
+        positions=positions,
+        layers=tuple(layers),
+        acts=acts.detach().to(dtype).cpu(),
+        grads=grads.detach().to(dtype).cpu(),
+        drops=drops,
+        metric=float(value.detach().reshape(())),
+        readout_positions=readouts,
+    )
+
+
+def hooks_gradient_run(backend, ids, layers, where, metric, readouts, drops):
+    """:func:`gradient_run` with plain forward hooks (the reference)."""
     from goalprobe.activations.capture.base import block_output, ids_tensor
 
-    ids, layers, where, readouts, drops = _checked(
-        backend, token_ids, layers, positions, readout_positions, drops
-    )
     holder = _DropHolder()
     gate = any(d is not None for d in drops)
     outs: dict[int, torch.Tensor] = {}
@@ -208,25 +232,14 @@ def hooks_gradient_run(
     finally:
         for handle in handles:
             handle.remove()
-    return _result(positions, layers, acts, torch.stack(grads), drops, value, readouts)
+    return acts, torch.stack(grads), value
 
 
-def nnsight_gradient_run(
-    backend,
-    token_ids: Sequence[int] | np.ndarray,
-    layers: Sequence[int],
-    positions: np.ndarray,
-    metric: Metric,
-    readout_positions: Sequence[int] | np.ndarray,
-    drops: Sequence[int | None],
-) -> GradientRun:
-    """:meth:`ResidualBackend.gradient_run` inside an nnsight trace (plain gradients only)."""
+def nnsight_gradient_run(backend, ids, layers, where, metric, readouts, drops):
+    """:func:`gradient_run` inside an nnsight trace (plain gradients only)."""
     from goalprobe.activations.capture.base import ids_tensor
     from goalprobe.activations.capture.nnsight_backend import cache_name_accepted
 
-    ids, layers, where, readouts, drops = _checked(
-        backend, token_ids, layers, positions, readout_positions, drops
-    )
     if drops != (None,):
         raise GradientUnsupportedError(
             "GradDrop runs on the hooks backend only (the nnsight backend records plain "
@@ -253,42 +266,9 @@ def nnsight_gradient_run(
             reversed_grads = [h.grad[0, where] for h in reversed(hidden)]
             grads = torch.stack(reversed_grads[::-1]).save()
     _check_scalar(saved_value)
-    return _result(positions, layers, acts, grads[None], drops, saved_value, readouts)
-
-
-def _checked(backend, token_ids, layers, positions, readout_positions, drops):
-    """Validated ``(ids, layers, where, readouts, drops)`` of a gradient run."""
-    refuse_without_gradients(backend.model)
-    ids = np.asarray(token_ids, dtype=np.int64)
-    if ids.ndim != 1 or len(ids) == 0:
-        raise ValueError("token_ids must be a non-empty 1-D sequence")
-    layers = backend.check_layers(layers)
-    positions = np.asarray(positions, dtype=np.int64)
-    readouts = np.asarray(readout_positions, dtype=np.int64)
-    for name, values in (("positions", positions), ("readout positions", readouts)):
-        if values.ndim != 1 or len(values) == 0:
-            raise ValueError(f"{name} must be a non-empty 1-D sequence")
-        if values.min() < 0 or values.max() >= len(ids):
-            raise ValueError(f"{name} {values.tolist()} fall outside the {len(ids)} tokens")
-    if np.any(np.diff(positions) <= 0):
-        raise ValueError("positions must be strictly ascending")
-    where = torch.as_tensor(positions, device=backend.device)
-    return ids, layers, where, readouts, check_drops(drops, backend.n_layers)
+    return acts, grads[None], saved_value
 
 
 def _check_scalar(value) -> None:
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         raise ValueError("the metric must return a scalar tensor")
-
-
-def _result(positions, layers, acts, grads, drops, value, readouts) -> GradientRun:
-    dtype = result_dtype(acts.dtype)
-    return GradientRun(
-        positions=np.asarray(positions, dtype=np.int64),
-        layers=tuple(layers),
-        acts=acts.detach().to(dtype).cpu(),
-        grads=grads.detach().to(dtype).cpu(),
-        drops=tuple(drops),
-        metric=float(value.detach().reshape(())),
-        readout_positions=np.asarray(readouts, dtype=np.int64),
-    )

@@ -1,8 +1,5 @@
-"""Reference backend: plain PyTorch forward hooks on the decoder blocks.
-
-Capture runs the base model (no unembedding) and the last requested block's hook raises to end
-the forward pass. Patching hooks overwrite a block's output in place before the next block reads
-it (the edit an nnsight trace makes) and read the full model's logits."""
+"""Reference backend: plain PyTorch forward hooks on the decoder blocks (capture stops after the
+last requested block; patching overwrites a block's output in place)."""
 
 from __future__ import annotations
 
@@ -118,13 +115,6 @@ class HookBackend(ResidualBackend):
             return self.model(ids, **kwargs).logits
 
     def _generate(self, ids, patches, max_new_tokens, stop_ids):
-        start, cache, patches = self._generation_prefix(ids, patches)
+        start, kwargs, patches = self._generation_prefix(ids, patches, max_new_tokens, stop_ids)
         with torch.no_grad(), self._hooked(self._writers(patches, ids.shape[1] - start)):
-            return self.model.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=stop_ids,
-                pad_token_id=self.pad_token_id,
-                **cache,
-            )
+            return self.model.generate(ids, **kwargs)

@@ -1,14 +1,10 @@
 """Default backend: an nnsight trace, locally or on NDIF (``remote``).
 
-Capture gathers each requested block's output at the batch's positions inside one trace (only
-``(B, K, d_model)`` per layer leaves the model) and ``tracer.stop()`` ends the forward pass after
-the last one. Patching (local only) assigns to ``model.layers[L].output``; by default the
-unpatched prefix runs once and every copy continues from its KV cache (``prefix_cache``).
-
-Remote execution sends the same trace to an NDIF server (``https://api.ndif.us`` unless ``host``)
-that holds the model, named by its nnsight model key (:func:`ndif_model_key`); the API key comes
-from ``NDIF_API_KEY`` or nnsight's config. ``remote="local"`` runs nnsight's local simulation of
-that path, a dry run without a server."""
+Capture gathers each requested block's output at the batch's positions inside one trace and
+stops after the last one; patching (local only) assigns to ``model.layers[L].output``. Remote
+execution sends the same trace to an NDIF server holding the model under its nnsight model key
+(:func:`ndif_model_key`; API key from ``NDIF_API_KEY`` or nnsight's config);
+``remote="local"`` runs nnsight's local simulation of that path."""
 
 from __future__ import annotations
 
@@ -58,16 +54,10 @@ def cache_name_accepted():
 
 
 class NnsightBackend(ResidualBackend):
-    """Capture and patch through an nnsight trace.
-
-    Args:
-        model: a loaded causal LM, or an nnsight ``TransformersModel`` (remote: one built from the
-            repo id without weights).
-        tokenizer: the model's tokenizer (needed to wrap a loaded model).
-        remote: False (run here), True (NDIF) or ``"local"`` (nnsight's local simulation).
-        model_id, revision: the remote model key's Hub id (default: the wrapper's) and revision.
-        host: NDIF base URL (default: nnsight's configured host).
-        prefix_cache: run the unpatched prefix once (:meth:`ResidualBackend._patched_run`)."""
+    """Capture and patch through an nnsight trace of a loaded causal LM (with its tokenizer) or
+    an nnsight ``TransformersModel``; ``remote``: False, True (NDIF at ``host``, model key from
+    ``model_id`` and ``revision``) or ``"local"``; ``prefix_cache``: run the unpatched prefix
+    once (:meth:`ResidualBackend._patched_run`)."""
 
     name = "nnsight"
     gradient_runner = "nnsight_gradient_run"
@@ -131,8 +121,7 @@ class NnsightBackend(ResidualBackend):
         )
 
     def cache_keyword(self) -> str:
-        """``past_key_values`` always: under any other name nnsight builds an attention mask over
-        the suffix alone and patched runs go wrong (tests/activations/test_capture.py)."""
+        """``past_key_values`` always: under any other name nnsight masks the suffix alone."""
         return "past_key_values"
 
     def _capture(self, input_ids, attention_mask, positions, layers, **forward_kwargs):
@@ -142,22 +131,22 @@ class NnsightBackend(ResidualBackend):
         blocks = get_submodule_path(self.lm, self._path)
         backend = self._backend()
         try:
-            with torch.no_grad():
-                with (
-                    cache_name_accepted(),
-                    self.lm.trace(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
-                        backend=backend,
-                        **forward_kwargs,
-                    ) as tracer,
-                ):
-                    gathered = []
-                    for layer in layers:
-                        hidden = block_output(blocks[layer].output)
-                        gathered.append(gather_positions(hidden, positions).cpu())
-                    acts = torch.stack(gathered).save()
-                    tracer.stop()
+            with (
+                torch.no_grad(),
+                cache_name_accepted(),
+                self.lm.trace(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    backend=backend,
+                    **forward_kwargs,
+                ) as tracer,
+            ):
+                gathered = []
+                for layer in layers:
+                    hidden = block_output(blocks[layer].output)
+                    gathered.append(gather_positions(hidden, positions).cpu())
+                acts = torch.stack(gathered).save()
+                tracer.stop()
         except Exception as err:
             if self.remote is True and type(err).__name__ == "RemoteError":
                 raise RemoteCaptureError(
@@ -199,19 +188,8 @@ class NnsightBackend(ResidualBackend):
         return logits
 
     def _generate(self, ids, patches, max_new_tokens, stop_ids):
-        _, cache, patches = self._generation_prefix(ids, patches)
-        with (
-            torch.no_grad(),
-            cache_name_accepted(),
-            self.lm.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=stop_ids,
-                pad_token_id=self.pad_token_id,
-                **cache,
-            ) as tracer,
-        ):
+        _, kwargs, patches = self._generation_prefix(ids, patches, max_new_tokens, stop_ids)
+        with torch.no_grad(), cache_name_accepted(), self.lm.generate(ids, **kwargs) as tracer:
             self._intervene(patches)
             result = tracer.result.save()
         return result

@@ -1,9 +1,6 @@
-"""TransformerLens backend: a ``TransformerBridge`` around the loaded Hugging Face model.
-
-The bridge wraps the model offline without weight folding, so ``blocks.{L}.hook_resid_post`` is
-block ``L``'s output (capture: ``run_with_cache(..., stop_at_layer=max(layers) + 1)``; patching:
-hooks). The bridge changes the model it wraps (eager attention, bridge blocks), so by default it
-wraps a deep copy (``copy_model=True``). :meth:`generate` decodes greedily with full forwards."""
+"""TransformerLens backend: a ``TransformerBridge`` (without weight folding, so
+``blocks.{L}.hook_resid_post`` is block ``L``'s output) around a deep copy of the loaded model
+(``copy_model``: the bridge changes what it wraps); generation runs full forwards."""
 
 from __future__ import annotations
 
@@ -27,12 +24,8 @@ from torch import nn
 
 
 class TransformerLensBackend(ResidualBackend):
-    """Capture and patch with a TransformerLens ``TransformerBridge`` (``model_id``: the name the
-    bridge records; default the model's ``name_or_path``, else its class name).
-
-    Raises:
-        BackendUnavailableError: TransformerLens is missing, has no adapter for the architecture,
-            or the bridge fails to boot."""
+    """Capture and patch with a TransformerLens ``TransformerBridge`` (``model_id``: the name it
+    records); :class:`BackendUnavailableError` when it cannot wrap the model."""
 
     name = "transformer_lens"
 

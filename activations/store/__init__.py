@@ -10,11 +10,7 @@ Splits by grid are made where the data is read for training (:mod:`goalprobe.pro
 """
 
 from goalprobe.activations.store.merge import concatenate_stores, merge_shards
-from goalprobe.activations.store.reader import (
-    ActivationStore,
-    ReasoningIndex,
-    read_rows,
-)
+from goalprobe.activations.store.reader import ActivationStore, ReasoningIndex, read_rows
 from goalprobe.activations.store.schema import (
     ALL_STAGES,
     ANCHOR_STAGES,

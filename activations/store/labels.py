@@ -9,18 +9,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from goalprobe.activations.store.schema import label_array
 from goalprobe.agents.trajectories import Episode, StepRecord
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action, Variant
 from goalprobe.gridworld.text import GridParseError, padded_cell_types, parse
 
+_STEP_ATTRIBUTES = (
+    "agent_row_col",
+    "goal_row_col",
+    "grid_size",
+    "variant",
+    "distance_to_goal",
+    "has_key",
+    "door_open",
+    "run_id",
+    "grid_id",
+    "episode",
+    "step",
+)
+"""Label fields copied from the step record's attribute of the same name."""
+
 
 def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> np.ndarray:
-    """``(T, horizon)`` uint8 plan labels of one episode from its executed ``actions`` (None:
-    invalid).
-
-    Step ``t``'s plan is the next executed actions from ``t`` on (invalid steps skipped), then
-    ``PLAN_END``, then ``PLAN_PAD`` (a plan with ``horizon`` or more actions left has no
-    ``END``)."""
+    """``(T, horizon)`` uint8 plan labels of one episode from its ``actions`` (None: invalid):
+    the next executed actions from step ``t`` on, then ``PLAN_END`` (if they end within the
+    horizon), then ``PLAN_PAD``."""
     out = np.full((len(actions), horizon), PLAN_PAD, dtype=np.uint8)
     for t in range(len(actions)):
         future = [int(a) for a in actions[t:] if a is not None][: horizon + 1]
@@ -62,25 +75,14 @@ def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndar
         for a in s.optimal_action_set:
             optimal[i, int(a)] = True
     actions = [s.action_enum for s in steps]
+    columns = {name: [getattr(s, name) for s in steps] for name in _STEP_ATTRIBUTES}
+    columns["density"] = [np.nan if s.density is None else s.density for s in steps]
+    columns["action"] = [0 if a is None else int(a) for a in actions]
+    columns["action_valid"] = [a is not None for a in actions]
     return {
+        **{name: label_array(name, values) for name, values in columns.items()},
         "cell_types": np.stack([cell_type_canvas(s) for s in steps]),
-        "agent_row_col": np.asarray([s.agent_row_col for s in steps], dtype=np.int16),
-        "goal_row_col": np.asarray([s.goal_row_col for s in steps], dtype=np.int16),
-        "grid_size": np.asarray([s.grid_size for s in steps], dtype=np.int16),
-        "density": np.asarray(
-            [np.nan if s.density is None else s.density for s in steps], dtype=np.float32
-        ),
-        "variant": np.asarray([s.variant for s in steps], dtype=object),
-        "distance_to_goal": np.asarray([s.distance_to_goal for s in steps], dtype=np.int32),
         "plan": plan_rows(actions),
         "optimal_actions": optimal,
-        "action": np.asarray([0 if a is None else int(a) for a in actions], dtype=np.uint8),
-        "action_valid": np.asarray([a is not None for a in actions], dtype=bool),
-        "has_key": np.asarray([s.has_key for s in steps], dtype=bool),
-        "door_open": np.asarray([s.door_open for s in steps], dtype=bool),
-        "run_id": np.asarray([s.run_id for s in steps], dtype=object),
-        "grid_id": np.asarray([s.grid_id for s in steps], dtype=object),
-        "episode": np.asarray([s.episode for s in steps], dtype=np.int32),
-        "step": np.asarray([s.step for s in steps], dtype=np.int32),
         "step_index": np.arange(first_step_index, first_step_index + t, dtype=np.int64),
     }

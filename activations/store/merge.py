@@ -37,12 +37,7 @@ _MATCHING_ATTRS: tuple[str, ...] = (
 
 
 def _layout(store: ActivationStore) -> StoreLayout:
-    return StoreLayout(
-        stages=store.stages,
-        layers=store.layers,
-        d_model=store.d_model,
-        reasoning_every=store.reasoning_every,
-    )
+    return StoreLayout(store.stages, store.layers, store.d_model, store.reasoning_every)
 
 
 def _check_layout(store: ActivationStore, ref: ActivationStore) -> None:
@@ -158,13 +153,9 @@ def merge_shards(
     *,
     compression: str | None = None,
 ) -> Path:
-    """Merge the shard stores (any order) of one extraction into ``output``, checking coverage.
-
-    The shards must share trajectory file (sha256), model and layout, hold ``shard_index``
-    exactly ``0 .. N-1``, each grid in its own shard, and every step exactly once. Rows are
-    written in trajectory-file order (equal to an unsharded extraction); ``compression`` defaults
-    to the first shard's. Raises :class:`StoreFormatError` naming the offending file, shard or
-    step."""
+    """Merge the shard stores (any order) of one extraction into ``output`` in trajectory-file
+    order; :class:`StoreFormatError` naming the file, shard or step unless they share trajectory
+    file, model and layout and hold shards ``0 .. N-1`` and every step exactly once."""
     paths = [Path(p) for p in shards]
     if not paths:
         raise ValueError("no shard stores to merge")

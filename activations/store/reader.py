@@ -1,8 +1,5 @@
-"""Reading an activation store: validation, row selection, reading rows.
-
-:class:`ActivationStore` checks a file before anything is read: a missing, foreign, truncated or
-incomplete file raises :class:`~goalprobe.activations.store.schema.StoreFormatError` (or
-``FileNotFoundError``) naming the file. Only the requested rows are read, in row-sorted spans."""
+"""Reading an activation store: validated on open (:class:`ActivationStore`), then only the
+requested rows, in row-sorted spans."""
 
 from __future__ import annotations
 
@@ -77,14 +74,9 @@ def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
 
 
 class ActivationStore:
-    """Read-only view of one activation store file (written by ``goalprobe extract`` or ``merge``);
-    ``attrs`` are its root attributes (JSON decoded), ``chat_format`` the JSON description of the
-    rows' chat format (version 2: harmony), ``reasoning_every`` the ``k`` of its reasoning rows.
-
-    Raises:
-        FileNotFoundError: no such file.
-        StoreFormatError: not HDF5, truncated, another schema/version, or missing datasets.
-        IncompleteStoreError: the writer did not finish (``complete`` is False)."""
+    """Read-only view of one activation store file; ``attrs`` are its root attributes (JSON
+    decoded). ``FileNotFoundError``, :class:`StoreFormatError` (foreign, truncated, another
+    version, missing datasets) or :class:`IncompleteStoreError` before anything is read."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -371,22 +363,14 @@ class ActivationStore:
         starts, stops = self._offsets[idx], self._offsets[idx + 1]
         counts = stops - starts
         index = ragged_ranges(starts, counts)
-        row = np.repeat(idx, counts)
-        meta: dict[str, np.ndarray] = {}
         try:
             group = self._file[REASONING]
-            for name in REASONING_FIELDS:
-                meta[name] = read_rows(group[name], index)
+            meta = {name: read_rows(group[name], index) for name in REASONING_FIELDS}
             length = read_rows(group["length"], idx)
         except (OSError, KeyError) as err:
             raise corrupt_store_error(self.path, f"/{REASONING}", err) from err
         return ReasoningIndex(
-            index=index,
-            row=row,
-            positions=meta["positions"],
-            tokens=meta["tokens"],
-            fraction=meta["fraction"],
-            length=np.repeat(length, counts),
+            index, np.repeat(idx, counts), **meta, length=np.repeat(length, counts)
         )
 
     def read_reasoning(
@@ -415,12 +399,8 @@ class ActivationStore:
         *,
         dtype: np.dtype | type | None = None,
     ) -> ResidualActs:
-        """``(M, K, d_model)`` activations of ``rows`` at ``stage`` and ``layer``, in the order of
-        ``rows`` (int rows or a bool mask; default every row holding ``stage``), cast to
-        ``dtype`` if given (stored float16).
-
-        Raises:
-            ValueError: a requested row does not hold ``stage``."""
+        """``(M, K, d_model)`` activations of ``rows`` (int rows or a bool mask; default every row
+        holding ``stage``; ValueError for a row that does not) at ``stage`` and ``layer``."""
         self._check_stage_layer(stage, layer)
         idx = self.select(stage) if rows is None else self._rows(rows)
         if rows is not None and idx.size:
@@ -469,10 +449,9 @@ class ActivationStore:
 
 @dataclass(frozen=True)
 class ReasoningIndex:
-    """Reasoning rows (``R``) of some store rows, store row by store row: ``index`` (for
-    :meth:`ActivationStore.read_reasoning`), the store ``row`` each belongs to, token
-    ``positions``, ``tokens`` offsets from the reasoning's start, ``fraction`` ``(tokens + 1) /
-    length`` and the reasoning's ``length``, all ``(R,)``."""
+    """``(R,)`` reasoning rows of some store rows, by store row: ``index`` (for
+    :meth:`ActivationStore.read_reasoning`), the store ``row`` and the fields of
+    :class:`~goalprobe.activations.store.writer.ReasoningRows`, ``length`` repeated per row."""
 
     index: np.ndarray
     row: np.ndarray

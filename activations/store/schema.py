@@ -1,13 +1,6 @@
-"""Layout of the activation store HDF5 file (schema ``goalprobe.activations``, version 3).
-
-The layout (``/activations/{stage}/layer_{L}``, ``positions``, ``present``, ``/labels``, the
-ragged ``/reasoning`` group, root attributes) is documented in docs/formats.md. ``stage`` is
-``pre_reasoning`` or ``post_reasoning`` (``K = 3`` anchor tokens) or ``grid_cells``
-(``K = 15 * 15``, row-major, outside cells zero and ``PADDING``); ``L`` is the 0-based block
-whose output is stored; rows whose ``present`` is False hold zeros. Version 3 adds the root
-attribute ``chat_format``; version 2 stores read as harmony (:data:`DEFAULT_CHAT_FORMAT`).
-This module holds names and specs only; it does no I/O and imports no torch.
-"""
+"""Names and specs of the activation store HDF5 file (schema ``goalprobe.activations``, version
+3; layout in docs/formats.md): ``/activations/{stage}/layer_{L}`` holds block ``L``'s output at
+the stage's ``K`` tokens (zeros where ``present`` is False). No I/O, no torch."""
 
 from __future__ import annotations
 
@@ -129,6 +122,12 @@ LABEL_FIELDS: dict[str, LabelField] = {
     "seq_len": LabelField(np.int32, (), "tokens replayed for the row (prompt + generated, cut)"),
 }
 """Every ``/labels`` dataset, in write order."""
+
+
+def label_array(name: str, values) -> np.ndarray:
+    """``values`` of label field ``name`` as an array of its dtype (strings as objects)."""
+    dtype = LABEL_FIELDS[name].dtype
+    return np.asarray(values, dtype=object if dtype is str else dtype)
 
 
 class StoreFormatError(ValueError):

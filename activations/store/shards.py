@@ -1,8 +1,5 @@
-"""Deterministic sharding of trajectory steps by grid (``--shard i/N``).
-
-A grid's shard is a hash of its id, so every step of a grid lands in the same shard whatever
-the order or content of the trajectory file, and shards of one file never overlap.
-"""
+"""Deterministic sharding of trajectory steps by grid (``--shard i/N``): a grid's shard is a hash
+of its id, so shards of one file never overlap whatever its order."""
 
 from __future__ import annotations
 

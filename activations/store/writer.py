@@ -1,10 +1,6 @@
-"""Writing an activation store: create, append row batches, finalise atomically.
-
-A :class:`StoreWriter` writes into a hidden temporary file beside the destination
-(``.{name}.tmp``); each :meth:`StoreWriter.append` writes rows, then advances ``committed_rows``
-and flushes; :meth:`StoreWriter.finalize` sets ``complete``, fsyncs and renames the file onto the
-destination (atomic on POSIX). A reader thus never sees a half-written store under the
-destination name; crash-safe resumption builds on this in :mod:`goalprobe.activations.extract`."""
+"""Writing an activation store into a hidden temporary file beside the destination: append row
+batches (each advances ``committed_rows``), then finalise (``complete``, fsync, atomic rename),
+so a half-written store never appears under the destination name."""
 
 from __future__ import annotations
 
@@ -74,15 +70,10 @@ class StoreLayout:
 
 @dataclass
 class ReasoningRows:
-    """The ragged reasoning rows of a batch of ``B`` store rows (``R`` in all, in row order).
-
-    Attributes:
-        counts: ``(B,)`` reasoning rows of each store row.
-        length: ``(B,)`` tokens of each store row's reasoning (0 where none was read).
-        positions: ``(R,)`` token positions in the replayed sequence.
-        tokens: ``(R,)`` offsets from the reasoning's first token.
-        fraction: ``(R,)`` ``(tokens + 1) / length``.
-        acts: ``acts[layer]``: ``(R, d_model)`` activations."""
+    """The ragged reasoning rows of a batch of ``B`` store rows (``R`` in all, in row order):
+    ``(B,)`` ``counts`` and reasoning ``length`` (0: none read); ``(R,)`` token ``positions``,
+    ``tokens`` offsets from the reasoning's start and ``fraction`` ``(tokens + 1) / length``;
+    ``acts[layer]`` ``(R, d_model)``."""
 
     counts: np.ndarray
     length: np.ndarray
@@ -109,33 +100,27 @@ class ReasoningRows:
         counts = np.asarray(self.counts)
         if counts.shape != (n,) or (counts < 0).any():
             raise ValueError(f"reasoning counts have shape {counts.shape}, expected ({n},) >= 0")
-        if np.shape(self.length) != (n,):
-            raise ValueError(f"reasoning length has shape {np.shape(self.length)}, expected ({n},)")
+        _check_shape("reasoning length", self.length, (n,))
         r = int(counts.sum())
         for name in REASONING_FIELDS:
-            if np.shape(getattr(self, name)) != (r,):
-                got = np.shape(getattr(self, name))
-                raise ValueError(f"reasoning {name} has shape {got}, expected ({r},)")
+            _check_shape(f"reasoning {name}", getattr(self, name), (r,))
         for layer in layout.layers:
-            arr = self.acts.get(layer)
-            if arr is None or np.shape(arr) != (r, layout.d_model):
-                got = None if arr is None else np.shape(arr)
-                raise ValueError(
-                    f"reasoning acts[{layer}] has shape {got}, expected {(r, layout.d_model)}"
-                )
+            _check_shape(f"reasoning acts[{layer}]", self.acts.get(layer), (r, layout.d_model))
+
+
+def _check_shape(where: str, arr, want: tuple) -> None:
+    """Raise ``ValueError`` naming ``where`` unless ``arr`` is given and of shape ``want``."""
+    if arr is None or np.shape(arr) != want:
+        got = None if arr is None else np.shape(arr)
+        raise ValueError(f"{where} has shape {got}, expected {want}")
 
 
 @dataclass
 class RowBatch:
-    """Rows to append to a store.
-
-    Attributes:
-        acts: ``acts[stage][layer]``: ``(B, K, d_model)`` activations (float16 on write).
-        positions: ``positions[stage]``: ``(B, K)`` int token positions.
-        present: ``present[stage]``: ``(B,)`` bool; absent rows are written as zeros.
-        labels: ``labels[field]``: ``(B, *shape)`` per
-            :data:`~goalprobe.activations.store.schema.LABEL_FIELDS`.
-        reasoning: the rows' ragged reasoning rows (None: none)."""
+    """Rows to append to a store: ``acts[stage][layer]`` ``(B, K, d_model)``,
+    ``positions[stage]`` ``(B, K)``, ``present[stage]`` ``(B,)`` (absent rows are written as
+    zeros), ``labels[field]`` per :data:`~goalprobe.activations.store.schema.LABEL_FIELDS` and
+    the ragged reasoning rows (None: none)."""
 
     acts: dict[str, dict[int, ResidualActs]]
     positions: dict[str, TokenPositions]
@@ -156,26 +141,14 @@ class RowBatch:
             raise ValueError(f"row batch has unknown label field(s) {extra}")
         n = len(self)
         for name, spec in LABEL_FIELDS.items():
-            shape = np.shape(self.labels[name])
-            if shape != (n, *spec.shape):
-                raise ValueError(f"label {name!r} has shape {shape}, expected {(n, *spec.shape)}")
+            _check_shape(f"label {name!r}", self.labels[name], (n, *spec.shape))
         for stage in layout.stages:
             k = stage_tokens(stage)
-            for where, arr, want in (
-                (f"positions[{stage!r}]", self.positions.get(stage), (n, k)),
-                (f"present[{stage!r}]", self.present.get(stage), (n,)),
-            ):
-                if arr is None or np.shape(arr) != want:
-                    got = None if arr is None else np.shape(arr)
-                    raise ValueError(f"{where} has shape {got}, expected {want}")
+            _check_shape(f"positions[{stage!r}]", self.positions.get(stage), (n, k))
+            _check_shape(f"present[{stage!r}]", self.present.get(stage), (n,))
             for layer in layout.layers:
-                arr = self.acts.get(stage, {}).get(layer)
-                acts_shape = (n, k, layout.d_model)
-                if arr is None or np.shape(arr) != acts_shape:
-                    got = None if arr is None else np.shape(arr)
-                    raise ValueError(
-                        f"acts[{stage!r}][{layer}] has shape {got}, expected {acts_shape}"
-                    )
+                acts = self.acts.get(stage, {}).get(layer)
+                _check_shape(f"acts[{stage!r}][{layer}]", acts, (n, k, layout.d_model))
         if self.reasoning is not None:
             self.reasoning.check(n, layout)
             if not layout.reasoning_every and int(np.sum(self.reasoning.counts)):
@@ -243,11 +216,9 @@ def fsync_dir(directory: Path) -> None:
 
 
 class StoreWriter:
-    """Create a store at ``path`` (written only by :meth:`finalize`) and append rows in batches.
-
-    ``attrs`` are root attributes (dicts and lists stored as JSON, except ``layers``);
-    ``compression`` applies to the activation datasets. As a context manager, a normal exit
-    finalises the store and an exception removes the temporary file."""
+    """Create a store at ``path`` (written only by :meth:`finalize`; root ``attrs``, dicts and
+    lists as JSON) and append rows in batches. As a context manager, a normal exit finalises
+    and an exception removes the temporary file."""
 
     def __init__(
         self,

@@ -470,7 +470,7 @@ def test_pooled_generation_reuses_the_shared_prefix_with_the_same_completions(to
         for cached in (True, False):
             backend = make_backend(name, copy.deepcopy(model), tokenizer, prefix_cache=cached)
             ids = torch.as_tensor(prompts)
-            start, _, _ = backend._generation_prefix(ids, patches)
+            start, _, _ = backend._generation_prefix(ids, patches, 8, stop)
             assert (start > 16) == cached  # the developer message runs once
             outputs.append(backend.generate(prompts, patches, max_new_tokens=8, stop_ids=stop))
         assert outputs[0] == outputs[1]

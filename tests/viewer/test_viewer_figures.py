@@ -20,7 +20,6 @@ from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types, parse
 from goalprobe.viewer.data import (
-    N_CLASSES,
     RunData,
     UnknownKeyError,
     UnsafePathError,
@@ -55,6 +54,7 @@ from goalprobe.viewer.figures.style import (
     EXECUTED_COLOUR,
     empty_figure,
 )
+from goalprobe.viewer.sources import N_CLASSES
 from goalprobe.viewer.step import (
     NO_FALSE_BELIEF,
     build_false_belief_step,
