@@ -120,7 +120,9 @@ class CleanRun:
 
 class ResidualBackend(ABC):
     """One library's access to the residual stream after chosen decoder blocks, to capture and
-    patch (``tokenizer`` gives the pad id)."""
+    patch (``tokenizer`` gives the pad id). A subclass implements :meth:`_capture` (stopping
+    after the last requested block), :meth:`_clean_forward`, :meth:`generate` and, to read
+    logits, :meth:`_patched_forward`."""
 
     name: str = ""
     """Backend name recorded in the store's ``backend`` attribute and the patching results."""
