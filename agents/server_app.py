@@ -30,7 +30,7 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,7 +40,6 @@ from goalprobe.agents.backend import (
     Completion,
     PromptEncoder,
     SamplingConfig,
-    SeededBackend,
     accepts_seeds,
 )
 from goalprobe.agents.harmony import Message, ReasoningEffort
@@ -289,8 +288,9 @@ class _Batcher:
             row_seeds = [job.sampling.seed for job in jobs]
             # greedy rows: the sampler ignores seeds
             seeds = None if any(seed is None for seed in row_seeds) else row_seeds
+            seeded: Any = self.backend
             return await asyncio.to_thread(
-                cast(SeededBackend, self.backend).generate,
+                seeded.generate,
                 batch,
                 replace(sampling, seed=None),
                 seeds=seeds,

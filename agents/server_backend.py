@@ -40,6 +40,7 @@ from goalprobe.agents.backend import (
     FinishReason,
     SamplingConfig,
     TokenIdsSource,
+    check_seeds,
     run_sync,
 )
 from goalprobe.agents.chat_format import ChatFormat, chat_format_for, with_chat_format
@@ -253,8 +254,7 @@ class ServerBackend:
         """One completion per conversation, requested concurrently (``sampling`` passed through,
         ``max_new_tokens`` as ``max_tokens``; ``seeds``: one per conversation, overriding
         ``sampling.seed``); blocking."""
-        if seeds is not None and len(seeds) != len(batch):
-            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
+        check_seeds(seeds, len(batch))
         row_seeds = [sampling.seed] * len(batch) if seeds is None else [int(s) for s in seeds]
 
         async def complete_all() -> list:
