@@ -173,11 +173,6 @@ class ChatFormatBackend:
     chat_format: ChatFormat
     tokenizer: Any
 
-    def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
-        """The prompt of one conversation in the chat format (a think-tag template renders the
-        effort only where it reads ``reasoning_effort``)."""
-        return self.chat_format.render_prompt(messages, reasoning_effort)
-
     def encode_prompt(
         self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
     ) -> list[int]:
