@@ -149,14 +149,16 @@ def generate_seeded(
     backend: Backend,
     batch: Sequence[list[Message]],
     sampling: SamplingConfig,
-    seeds: Sequence[int],
-    call_seed: int,
+    seeds: Sequence[int | None] | None,
+    call_seed: int | None,
 ) -> list[Completion]:
     """``backend.generate`` of ``batch`` with one seed per conversation when it takes them
-    (:func:`accepts_seeds`), else with ``call_seed`` for the whole call."""
+    (:func:`accepts_seeds`; ``seeds`` None: it derives them), else with ``call_seed`` for the
+    whole call."""
     if accepts_seeds(backend):
         seeded: Any = backend
-        return seeded.generate(batch, replace(sampling, seed=None), seeds=list(seeds))
+        row_seeds = None if seeds is None else list(seeds)
+        return seeded.generate(batch, replace(sampling, seed=None), seeds=row_seeds)
     return backend.generate(batch, replace(sampling, seed=call_seed))
 
 

@@ -41,6 +41,7 @@ from goalprobe.agents.backend import (
     PromptEncoder,
     SamplingConfig,
     accepts_seeds,
+    generate_seeded,
 )
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from pydantic import BaseModel, ConfigDict, Field
@@ -284,18 +285,11 @@ class _Batcher:
         batch = [job.messages for job in jobs]
         sampling = jobs[0].sampling
         self.batches += 1
-        if self.per_row_seeds:
-            row_seeds = [job.sampling.seed for job in jobs]
-            # greedy rows: the sampler ignores seeds
-            seeds = None if any(seed is None for seed in row_seeds) else row_seeds
-            seeded: Any = self.backend
-            return await asyncio.to_thread(
-                seeded.generate,
-                batch,
-                replace(sampling, seed=None),
-                seeds=seeds,
-            )
-        return await asyncio.to_thread(self.backend.generate, batch, sampling)
+        seeds = [job.sampling.seed for job in jobs]
+        row_seeds = None if None in seeds else seeds  # greedy rows: the sampler ignores seeds
+        return await asyncio.to_thread(
+            generate_seeded, self.backend, batch, sampling, row_seeds, sampling.seed
+        )
 
     async def _generate(self, jobs: Sequence[_Job]) -> None:
         live = [job for job in jobs if not job.future.done()]  # the client may have gone
