@@ -11,9 +11,12 @@ import inspect
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from goalprobe.agents.harmony import REASONING_EFFORTS, Message, ReasoningEffort
+
+if TYPE_CHECKING:
+    from goalprobe.agents.chat_format import ChatFormat
 
 FinishReason = Literal["stop", "length"]
 TokenIdsSource = Literal["model", "retokenized"]
@@ -133,23 +136,9 @@ class Backend(Protocol):
         ...
 
 
-class SeededBackend(Protocol):
-    """A :class:`Backend` whose ``generate`` also takes one seed per conversation (what the
-    rollout loop and the server check for with ``inspect`` before passing ``seeds=``)."""
-
-    def generate(
-        self,
-        batch: Sequence[list[Message]],
-        sampling: SamplingConfig,
-        seeds: Sequence[int | None] | None = None,
-    ) -> list[Completion]:
-        """One :class:`Completion` per conversation of ``batch``, row ``i`` seeded by
-        ``seeds[i]``."""
-        ...
-
-
 def accepts_seeds(backend: Backend) -> bool:
-    """Whether ``backend.generate`` takes per-conversation ``seeds=`` (a :class:`SeededBackend`)."""
+    """Whether ``backend.generate`` takes per-conversation ``seeds=`` (row ``i`` seeded by
+    ``seeds[i]``; what the rollout loop and the server check before passing ``seeds=``)."""
     try:
         return "seeds" in inspect.signature(backend.generate).parameters
     except (TypeError, ValueError):
@@ -160,15 +149,54 @@ def generate_seeded(
     backend: Backend,
     batch: Sequence[list[Message]],
     sampling: SamplingConfig,
-    seeds: Sequence[int],
-    call_seed: int,
+    seeds: Sequence[int | None] | None,
+    call_seed: int | None,
 ) -> list[Completion]:
     """``backend.generate`` of ``batch`` with one seed per conversation when it takes them
-    (:func:`accepts_seeds`), else with ``call_seed`` for the whole call."""
+    (:func:`accepts_seeds`; ``seeds`` None: it derives them), else with ``call_seed`` for the
+    whole call."""
     if accepts_seeds(backend):
-        seeded = cast(SeededBackend, backend)
-        return seeded.generate(batch, replace(sampling, seed=None), seeds=list(seeds))
+        seeded: Any = backend
+        row_seeds = None if seeds is None else list(seeds)
+        return seeded.generate(batch, replace(sampling, seed=None), seeds=row_seeds)
     return backend.generate(batch, replace(sampling, seed=call_seed))
+
+
+def check_seeds(seeds: Sequence[int | None] | None, n_conversations: int) -> None:
+    """``ValueError`` unless ``seeds`` is None or holds one seed per conversation."""
+    if seeds is not None and len(seeds) != n_conversations:
+        raise ValueError(f"got {len(seeds)} seeds for {n_conversations} conversations")
+
+
+class ChatFormatBackend:
+    """What a backend that renders prompts in its own ``chat_format`` and decodes completions
+    with ``tokenizer`` shares (local model, oracle)."""
+
+    chat_format: ChatFormat
+    tokenizer: Any
+
+    def encode_prompt(
+        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
+    ) -> list[int]:
+        """``(prompt_len,)`` token ids of one conversation's prompt in the chat format."""
+        return self.chat_format.encode_prompt(messages, reasoning_effort)
+
+    def _completion(
+        self, prompt: Sequence[int], ids: Sequence[int], text: str, finish: FinishReason
+    ) -> Completion:
+        """The completion of ``prompt`` the model generated as ``ids`` (decoded: ``text``),
+        split by the chat format."""
+        split = self.chat_format.split_completion(text)
+        return Completion(
+            prompt_token_ids=list(prompt),
+            generated_token_ids=list(ids),
+            text=text,
+            reasoning=split.reasoning,
+            final=split.final,
+            token_ids_source="model",
+            finish_reason=finish,
+            well_formed=split.well_formed,
+        )
 
 
 def run_sync(coroutine):

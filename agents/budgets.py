@@ -16,7 +16,7 @@ model gets :data:`UNSTEERED_BUDGET`.
 
 from __future__ import annotations
 
-from goalprobe.agents.harmony import REASONING_EFFORTS
+from goalprobe.agents.backend import SamplingConfig
 from goalprobe.agents.registry import named_agent
 
 REASONING_MODEL_BUDGETS: dict[str, int] = {"low": 4_096, "medium": 12_288, "high": 32_768}
@@ -46,10 +46,7 @@ def token_budget(model: str, reasoning_effort: str, small: int, chat_format=None
     :data:`UNSTEERED_BUDGET` when ``chat_format`` (None: harmony) renders no effort;
     ``ValueError`` for an unknown effort or a budget below 1.
     """
-    if reasoning_effort not in REASONING_EFFORTS:
-        raise ValueError(
-            f"reasoning_effort must be one of {REASONING_EFFORTS}, got {reasoning_effort!r}"
-        )
+    SamplingConfig(reasoning_effort=reasoning_effort)  # type: ignore[arg-type]  # checks the effort
     if small < 1:
         raise ValueError(f"a token budget must be >= 1, got {small}")
     agent = named_agent(model)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from goalprobe.agents.backend import ChatFormatBackend
 from goalprobe.agents.harmony import Message, ReasoningEffort, render_prompt
 
 MAX_PIECES = 12
@@ -132,19 +133,15 @@ def backend_coverage(
     reasoning_effort: ReasoningEffort,
 ) -> dict | None:
     """:func:`prompt_coverage` of ``(grid_text, messages)`` conversations as ``backend`` renders
-    them (its ``prompt_text`` where it has one, else the harmony rendering) under its
+    them (in its own chat format where it renders one, else the harmony rendering) under its
     ``tokenizer``; None for a backend without a tokenizer."""
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is None:
         return None
-    render_text = getattr(backend, "prompt_text", None)
-    prompts = [
-        (
-            grid_text,
-            render_text(list(messages), reasoning_effort)
-            if callable(render_text)
-            else render_prompt(list(messages), reasoning_effort),
-        )
-        for grid_text, messages in conversations
-    ]
+    render = (
+        backend.chat_format.render_prompt
+        if isinstance(backend, ChatFormatBackend)
+        else render_prompt
+    )
+    prompts = [(grid, render(list(messages), reasoning_effort)) for grid, messages in conversations]
     return prompt_coverage(tokenizer, prompts)

@@ -115,14 +115,20 @@ def _check_effort(reasoning_effort: str) -> None:
         )
 
 
-def render_message(message: Message) -> str:
-    """One message as ``<|start|>{role}[<|channel|>{channel}]<|message|>{content}<|end|>``."""
+INSTRUCTIONS_HEADER = "# Instructions\n\n"
+"""What goalprobe's (and openai-harmony's ``DeveloperContent``) developer message opens with."""
+
+
+def render_message(message: Message, instructions_header: bool = True) -> str:
+    """One message as ``<|start|>{role}[<|channel|>{channel}]<|message|>{content}<|end|>`` (a
+    developer message opened by :data:`INSTRUCTIONS_HEADER` unless ``instructions_header`` is
+    off)."""
     header: str = message.role
     if message.channel is not None:
         header += f"{CHANNEL}{message.channel}"
     content = message.content
-    if message.role == "developer":
-        content = f"# Instructions\n\n{content}"
+    if message.role == "developer" and instructions_header:
+        content = f"{INSTRUCTIONS_HEADER}{content}"
     return f"{START}{header}{MESSAGE}{content}{END}"
 
 

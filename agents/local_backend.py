@@ -22,14 +22,20 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from goalprobe.agents.backend import Completion, FinishReason, SamplingConfig
+from goalprobe.agents.backend import (
+    ChatFormatBackend,
+    Completion,
+    FinishReason,
+    SamplingConfig,
+    check_seeds,
+)
 from goalprobe.agents.chat_format import ChatFormat, HarmonyFormat, chat_format_for
-from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message, ReasoningEffort, SystemContent
+from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message, SystemContent
 from goalprobe.agents.models import cache_keyword, load_model
 from transformers import LogitsProcessor, LogitsProcessorList
 
 
-class LocalBackend:
+class LocalBackend(ChatFormatBackend):
     """Sample completions in the model's chat format from a local causal LM.
 
     ``model``: a transformers causal LM (``GptOssForCausalLM``, ``Qwen3ForCausalLM``), put in
@@ -90,17 +96,6 @@ class LocalBackend:
         (``config.max_position_embeddings``)."""
         return int(self.model.config.max_position_embeddings)
 
-    def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
-        """The prompt of one conversation in the model's chat format (a think-tag template
-        renders the effort only where it reads ``reasoning_effort``)."""
-        return self.chat_format.render_prompt(messages, reasoning_effort)
-
-    def encode_prompt(
-        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
-    ) -> list[int]:
-        """``(prompt_len,)`` token ids of one conversation's prompt in the model's chat format."""
-        return self.chat_format.encode_prompt(messages, reasoning_effort)
-
     @torch.no_grad()
     def generate(
         self,
@@ -130,8 +125,7 @@ class LocalBackend:
         if not prompts:
             return []
         prompts = [list(p) for p in prompts]
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"got {len(seeds)} seeds for {len(prompts)} conversations")
+        check_seeds(seeds, len(prompts))
         if seeds is None and sampling.temperature > 0:
             seeds = _row_seeds(len(prompts), sampling.seed)
         groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
@@ -221,28 +215,19 @@ class LocalBackend:
         output = self.model.generate(**kwargs)
         generated = output[:, width:].tolist()
         return [
-            self._completion(prompt, row, stop_ids)
+            self._row_completion(prompt, row, stop_ids)
             for prompt, row in zip(prompts, generated, strict=True)
         ]
 
-    def _completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
+    def _row_completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
         finish: FinishReason
         if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
             ids, finish = row, "length"
         else:
             ids, finish = row[: stop_at + 1], "stop"
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        split = self.chat_format.split_completion(text)
-        return Completion(
-            prompt_token_ids=list(prompt),
-            generated_token_ids=list(ids),
-            text=text,
-            reasoning=split.reasoning,
-            final=split.final,
-            token_ids_source="model",
-            finish_reason=finish,
-            well_formed=split.well_formed,
+        return self._completion(
+            prompt, ids, self.tokenizer.decode(ids, skip_special_tokens=False), finish
         )
 
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from goalprobe.agents.backend import Completion, SamplingConfig
+from goalprobe.agents.backend import ChatFormatBackend, Completion, SamplingConfig, check_seeds
 from goalprobe.agents.chat_format import ChatFormat, chat_format_for
-from goalprobe.agents.harmony import Message, ReasoningEffort, encode_text
+from goalprobe.agents.harmony import Message, encode_text
 from goalprobe.agents.prompts import PromptTemplate
 from goalprobe.agents.reasoning import PLAN_STEPS, final_text, reasoning_text
 from goalprobe.gridworld.core import Action, Grid, State
@@ -67,7 +67,7 @@ def grid_text_of(content: str) -> str | None:
     return None
 
 
-class OracleBackend:
+class OracleBackend(ChatFormatBackend):
     """Writes each step's reasoning and answer from the optimal policy (module docstring).
 
     ``chat_format`` None detects it from ``tokenizer``; ``epsilon`` in ``[0, 1]``; ``seed`` is
@@ -106,16 +106,6 @@ class OracleBackend:
             "chat_format": self.chat_format.describe(),
         }
 
-    def prompt_text(self, messages: Sequence[Message], reasoning_effort: ReasoningEffort) -> str:
-        """The prompt of one conversation in the chat format."""
-        return self.chat_format.render_prompt(messages, reasoning_effort)
-
-    def encode_prompt(
-        self, messages: Sequence[Message], reasoning_effort: ReasoningEffort = "low"
-    ) -> list[int]:
-        """``(prompt_len,)`` ids of one conversation's prompt."""
-        return self.chat_format.encode_prompt(messages, reasoning_effort)
-
     def generate(
         self,
         batch: Sequence[list[Message]],
@@ -124,8 +114,7 @@ class OracleBackend:
     ) -> list[Completion]:
         """One completion per conversation; row ``i`` seeded by ``seeds[i]`` (None: by
         ``sampling.seed`` and ``i``; fresh randomness when that is None too)."""
-        if seeds is not None and len(seeds) != len(batch):
-            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
+        check_seeds(seeds, len(batch))
         out = []
         for i, messages in enumerate(batch):
             prompt = self.encode_prompt(messages, sampling.reasoning_effort)
@@ -139,7 +128,7 @@ class OracleBackend:
                     [self.seed, int(row_seed) & (2**63 - 1), extra, int.from_bytes(digest[:8])]
                 )
             reasoning, answer = self.write(messages, rng)
-            out.append(self._completion(prompt, reasoning, answer, sampling.max_new_tokens))
+            out.append(self._written(prompt, reasoning, answer, sampling.max_new_tokens))
         return out
 
     def write(self, messages: Sequence[Message], rng: np.random.Generator) -> tuple[str, str]:
@@ -178,26 +167,17 @@ class OracleBackend:
             return None
         return grid, state, key_variant
 
-    def _completion(
+    def _written(
         self, prompt: list[int], reasoning: str, answer: str, max_new_tokens: int
     ) -> Completion:
-        fmt = self.chat_format
-        text = fmt.render_completion(reasoning, answer)
+        """The completion of ``prompt`` writing ``reasoning`` and ``answer``, cut at
+        ``max_new_tokens`` (then not well formed)."""
+        text = self.chat_format.render_completion(reasoning, answer)
         ids = encode_text(self.tokenizer, text)
-        finish: Literal["stop", "length"] = "stop"
-        if len(ids) > max_new_tokens:
-            ids, finish = ids[:max_new_tokens], "length"
-            text = self.tokenizer.decode(
-                ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
-            )
-        split = fmt.split_completion(text)
-        return Completion(
-            prompt_token_ids=list(prompt),
-            generated_token_ids=ids,
-            text=text,
-            reasoning=split.reasoning,
-            final=split.final,
-            token_ids_source="model",
-            finish_reason=finish,
-            well_formed=split.well_formed if finish == "stop" else False,
+        if len(ids) <= max_new_tokens:
+            return self._completion(prompt, ids, text, "stop")
+        ids = ids[:max_new_tokens]
+        text = self.tokenizer.decode(
+            ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
+        return dataclasses.replace(self._completion(prompt, ids, text, "length"), well_formed=False)

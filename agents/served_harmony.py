@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from goalprobe.agents.harmony import (
-    END,
-    MESSAGE,
+    INSTRUCTIONS_HEADER,
     START,
     Message,
     ReasoningEffort,
@@ -35,9 +34,6 @@ from goalprobe.agents.harmony import (
     encode_text,
     render_message,
 )
-
-INSTRUCTIONS_HEADER = "# Instructions\n\n"
-"""What goalprobe's (and openai-harmony's ``DeveloperContent``) developer message opens with."""
 
 _SERVED_MESSAGE = re.compile(
     r"<\|start\|>(?P<header>[^<]*?)<\|message\|>(?P<content>.*?)<\|end\|>", re.DOTALL
@@ -107,10 +103,7 @@ class ServedHarmony:
         for message in messages:
             if message.role == "system":
                 raise ValueError("a served rendering brings its own system message")
-            if message.role == "developer" and not self.developer_header:
-                parts.append(f"{START}developer{MESSAGE}{message.content}{END}")
-            else:
-                parts.append(render_message(message))
+            parts.append(render_message(message, self.developer_header))
         parts.append(f"{START}assistant")
         return "".join(parts)
 

@@ -30,7 +30,7 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,8 +40,8 @@ from goalprobe.agents.backend import (
     Completion,
     PromptEncoder,
     SamplingConfig,
-    SeededBackend,
     accepts_seeds,
+    generate_seeded,
 )
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from pydantic import BaseModel, ConfigDict, Field
@@ -285,17 +285,11 @@ class _Batcher:
         batch = [job.messages for job in jobs]
         sampling = jobs[0].sampling
         self.batches += 1
-        if self.per_row_seeds:
-            row_seeds = [job.sampling.seed for job in jobs]
-            # greedy rows: the sampler ignores seeds
-            seeds = None if any(seed is None for seed in row_seeds) else row_seeds
-            return await asyncio.to_thread(
-                cast(SeededBackend, self.backend).generate,
-                batch,
-                replace(sampling, seed=None),
-                seeds=seeds,
-            )
-        return await asyncio.to_thread(self.backend.generate, batch, sampling)
+        seeds = [job.sampling.seed for job in jobs]
+        row_seeds = None if None in seeds else seeds  # greedy rows: the sampler ignores seeds
+        return await asyncio.to_thread(
+            generate_seeded, self.backend, batch, sampling, row_seeds, sampling.seed
+        )
 
     async def _generate(self, jobs: Sequence[_Job]) -> None:
         live = [job for job in jobs if not job.future.done()]  # the client may have gone

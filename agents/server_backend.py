@@ -30,7 +30,7 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -40,6 +40,7 @@ from goalprobe.agents.backend import (
     FinishReason,
     SamplingConfig,
     TokenIdsSource,
+    check_seeds,
     run_sync,
 )
 from goalprobe.agents.chat_format import ChatFormat, chat_format_for, with_chat_format
@@ -50,8 +51,6 @@ from goalprobe.agents.harmony import (
     SPECIAL_TOKENS,
     Message,
     render_completion,
-    render_prompt,
-    split_completion,
 )
 
 log = logging.getLogger(__name__)
@@ -253,8 +252,7 @@ class ServerBackend:
         """One completion per conversation, requested concurrently (``sampling`` passed through,
         ``max_new_tokens`` as ``max_tokens``; ``seeds``: one per conversation, overriding
         ``sampling.seed``); blocking."""
-        if seeds is not None and len(seeds) != len(batch):
-            raise ValueError(f"got {len(seeds)} seeds for {len(batch)} conversations")
+        check_seeds(seeds, len(batch))
         row_seeds = [sampling.seed] * len(batch) if seeds is None else [int(s) for s in seeds]
 
         async def complete_all() -> list:
@@ -488,14 +486,14 @@ class ServerBackend:
 
         prompt_ids = _int_list(body.get("prompt_token_ids"))
         generated_ids = _int_list(choice.get("token_ids"))
+        own_format = cast(ChatFormat, self.chat_format)  # set whenever a tokenizer is
         source: TokenIdsSource
         if prompt_ids is not None and generated_ids is not None:
             source = "model"
             if self.tokenizer is not None:
                 # the ids are what the model generated: read the channels from them
                 text = self.tokenizer.decode(generated_ids, skip_special_tokens=False)
-                split = split_completion(text) if fmt is None else fmt.split_completion(text)
-                reasoning, final, well_formed = split.reasoning, split.final, split.well_formed
+                reasoning, final, well_formed = own_format.split_completion(text)
             else:
                 text = _harmony_text(reasoning, final, finish_reason)
                 well_formed = finish_reason == "stop" and bool(final)
@@ -507,11 +505,8 @@ class ServerBackend:
                 text = _harmony_text(reasoning, final, finish_reason)
             else:
                 text = _think_tag_text(fmt, reasoning, final, finish_reason)
-            if prompt_ids is None and fmt is not None:
-                prompt_ids = fmt.encode_prompt(list(messages), sampling.reasoning_effort)
-            elif prompt_ids is None:  # else keep the prompt the server rendered
-                prompt_text = render_prompt(list(messages), sampling.reasoning_effort)
-                prompt_ids = list(self.tokenizer.encode(prompt_text, add_special_tokens=False))
+            if prompt_ids is None:  # else keep the prompt the server rendered
+                prompt_ids = own_format.encode_prompt(list(messages), sampling.reasoning_effort)
             generated_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
             well_formed = finish_reason == "stop" and bool(final) and bool(reasoning)
             self.stats.retokenized += 1

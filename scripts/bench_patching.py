@@ -36,8 +36,8 @@ def load_agent():
         model, tokenizer = load_bundled_agent()
         return model, tokenizer, "bundled agent (trained weights)"
     except FileNotFoundError:
+        from goalprobe.agents.bundled import BundledModelConfig, gpt_oss_config
         from goalprobe.agents.tokenizer import build_tokenizer
-        from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
         from transformers import GptOssForCausalLM
 
         tokenizer = build_tokenizer()

@@ -18,7 +18,7 @@ random batch (worst block output difference and the MoE routing flip rate: the s
 (block, token) whose top-4 experts differ from eager's), patching's planned vs measured memory
 (``patched_logits`` at ``--patching-lengths``, the batch from
 :class:`goalprobe.probes.patching.memory.PatchingBudget`), and extraction tokens/s with the
-fp32-LSE flex kernel (agents/flex_sinks.py) at ``--kernel-lengths`` (T = 500 to 16,000). The
+fp32-LSE flex kernel (agents/attention.py) at ``--kernel-lengths`` (T = 500 to 16,000). The
 weights are counted as loaded (MXFP4's Triton tensors included).
 
 Extraction runs the toolkit's own path on synthetic trajectories (a scripted agent whose

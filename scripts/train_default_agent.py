@@ -52,13 +52,13 @@ from agent_training.training_data import (
 from goalprobe.agents.bundled import (
     BUNDLED_AGENT_DIR,
     MAP_AGENT,
+    BundledModelConfig,
     bundled_agent_dir,
     bundled_weights_digest,
     load_bundled_agent,
 )
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import BundledModelConfig
 
 DETOUR_PHASE_STEPS = 600
 """Steps of the second training phase (see :func:`detour_phase`)."""

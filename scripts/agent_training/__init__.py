@@ -10,7 +10,7 @@ library: the toolkit measures agents, it does not train them).
 * :mod:`agent_training.training`: the losses and the shared-prefix loop.
 * :mod:`agent_training.evaluation`: behaviour on held-out grids and the model cards.
 
-The architecture the loop builds is the library's :mod:`goalprobe.agents.training`. The scripts
+The architecture the loop builds is the library's :mod:`goalprobe.agents.bundled`. The scripts
 run with ``scripts/`` on ``sys.path`` (Python puts a script's folder there); the tests add it in
 ``tests/agents/conftest.py``.
 """

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from goalprobe.agents.bundled import BundledModelConfig, gpt_oss_config
 from goalprobe.agents.models import cache_keyword, output_cache
 from goalprobe.agents.prompts import uses_key_prompt
 from goalprobe.agents.reasoning import PLAN_STEPS
-from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.optimal import solve
 

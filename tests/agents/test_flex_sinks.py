@@ -16,8 +16,7 @@ import pytest
 import torch
 from agent_fixtures import replay_model
 from goalprobe.activations.plan import planned_attention
-from goalprobe.agents.attention import FLEX_FP32_SINKS, set_attention
-from goalprobe.agents.flex_sinks import sink_renormalise
+from goalprobe.agents.attention import FLEX_FP32_SINKS, set_attention, sink_renormalise
 from goalprobe.agents.tokenizer import build_tokenizer
 
 
@@ -90,7 +89,7 @@ def test_the_cpu_mask_is_built_without_compiling(model):
     """transformers compiles its flex mask builder; on CPU that meant an inductor compile for
     each new sequence length (tens of CPU seconds in scripts/gpu_check.py's smoke mode), so the
     kernel's CPU mask is built eagerly: a forward at a new length compiles no frame."""
-    from goalprobe.agents.flex_sinks import flex_sinks_mask
+    from goalprobe.agents.attention import flex_sinks_mask
     from torch._dynamo.utils import counters
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 

@@ -1,4 +1,4 @@
-"""Random access to a trajectory file (goalprobe.agents.trajectories.index): the byte-offset
+"""Random access to a trajectory file (goalprobe.agents.trajectories): the byte-offset
 index and one episode read by its span agree with the whole-file reader, and the index refuses
 what the reader refuses."""
 

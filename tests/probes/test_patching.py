@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 from goalprobe.activations.capture import BACKENDS, Patch, make_backend
+from goalprobe.agents.bundled import BundledModelConfig, gpt_oss_config
 from goalprobe.agents.harmony import HarmonyTokenIds
 from goalprobe.agents.reasoning import final_text
 from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.text import render

@@ -19,9 +19,9 @@ import pytest
 import torch
 from goalprobe.activations.capture import make_backend
 from goalprobe.activations.plan import GB, GPT_OSS_20B, ModelShape, patched_run_bytes
+from goalprobe.agents.bundled import BundledModelConfig, gpt_oss_config
 from goalprobe.agents.oom import HalvingBatch, OutOfMemoryAtOneError
 from goalprobe.agents.tokenizer import build_tokenizer
-from goalprobe.agents.training import BundledModelConfig, gpt_oss_config
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.probes.patching.counterfactuals import (
     CounterfactualConfig,
