@@ -46,21 +46,16 @@ def plan_strip_categories(
     if len(pred) != len(tgt):
         raise ValueError(f"predicted ({len(pred)}) and target ({len(tgt)}) lengths differ")
     scored = sum(t != PLAN_PAD for t in tgt)
-    prefix = 0
-    for p, t in zip(pred, tgt, strict=True):
-        if t == PLAN_PAD or p != t:
-            break
-        prefix += 1
+    pairs = list(enumerate(zip(pred, tgt, strict=True)))
+    prefix = next((i for i, (p, t) in pairs if t == PLAN_PAD or p != t), len(tgt))
     decoded = []
-    for i, (p, t) in enumerate(zip(pred, tgt, strict=True)):
+    for i, (p, t) in pairs:
         if t == PLAN_PAD:
             decoded.append("padding")
         elif i < prefix:
             decoded.append("match")
-        elif p != t:
-            decoded.append("miss")
         else:
-            decoded.append("after_miss")
+            decoded.append("miss" if p != t else "after_miss")
     executed = ["padding" if t == PLAN_PAD else "end" if t == PLAN_END else "executed" for t in tgt]
     return {"decoded": decoded, "executed": executed, "prefix": prefix, "scored": scored}
 
