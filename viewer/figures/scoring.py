@@ -5,7 +5,7 @@ report draw these same figures. Error bars are the JSON's grid-bootstrap interva
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import ci_error_y
@@ -23,8 +23,9 @@ COLOURS = ("#1d3557", "#7b2cbf", "#2a9d8f", "#e76f51", "#e9c46a", "#8d6e63", "#4
 """Series colours, in order."""
 
 
-def _probe_entry(summary: dict, probe: str | None) -> tuple[str, dict]:
-    """The probe's entry of ``belief.json`` (default: ``default_probe``)."""
+def probe_entry(summary: Mapping, probe: str | None = None) -> tuple[str, dict]:
+    """``(key, entry)`` of the probe ``probe`` in a parsed ``belief.json`` (default:
+    ``default_probe``, else the first)."""
     probes = summary.get("probes") or {}
     if not probes:
         raise ValueError("belief summary holds no probe")
@@ -80,7 +81,7 @@ def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
     """Acc. GT, Acc. Dec., Agreement and Recovery by grid size (Table 2, top), with intervals,
     of the parsed ``belief.json``'s ``probe`` (decoded-map key; default
     ``summary["default_probe"]``)."""
-    key, entry = _probe_entry(summary, probe)
+    key, entry = probe_entry(summary, probe)
     x, blocks = _by_size(entry)
     fig = go.Figure()
     for i, (metric, label) in enumerate(TABLE2_METRICS):
@@ -110,7 +111,7 @@ def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
 def topk_figure(summary: dict, probe: str | None = None) -> go.Figure:
     """Accuracy against the true grid and against top-k decoded grids by size (Figure 9;
     arguments as :func:`belief_figure`)."""
-    key, entry = _probe_entry(summary, probe)
+    key, entry = probe_entry(summary, probe)
     ks = sorted(int(m.removeprefix("acc_top")) for m in entry["overall"] if m.startswith("acc_top"))
     series = [("acc_gt", "ground truth"), *((f"acc_top{k}", f"top-{k} decoded") for k in ks)]
     x, blocks = _by_size(entry)
