@@ -90,6 +90,11 @@ def plan_strip_figure(
     }
     hover = [[labels[c] for c in cats["decoded"]], [labels[c] for c in cats["executed"]]]
     steps = ["t" if i == 0 else f"t+{i}" for i in range(horizon)]
+    scale = [  # the integers 0 .. top to their categories' colours
+        [min(1.0, max(0.0, (i + half) / top)), STRIP_COLOURS[name]]
+        for i, name in enumerate(order)
+        for half in (-0.5, 0.5)
+    ]
     trace = {
         "type": "heatmap",
         "z": z,
@@ -97,7 +102,7 @@ def plan_strip_figure(
         "y": ["decoded", "executed"],
         "zmin": 0,
         "zmax": top,
-        "colorscale": _discrete_scale([STRIP_COLOURS[name] for name in order]),
+        "colorscale": scale,
         "showscale": False,
         "xgap": 2,
         "ygap": 2,
@@ -125,16 +130,6 @@ def plan_strip_figure(
         plot_bgcolor="#f8f9fa",
     )
     return go.Figure(data=[trace], layout=layout)
-
-
-def _discrete_scale(colours: Sequence[str]) -> list[list]:
-    """A plotly colour scale that maps the integers ``0 .. len(colours) - 1`` to ``colours``."""
-    top = len(colours) - 1
-    return [
-        [min(1.0, max(0.0, (i + half) / top)), colour]
-        for i, colour in enumerate(colours)
-        for half in (-0.5, 0.5)
-    ]
 
 
 CAPACITY_COLOURS = ("#2a9d8f", "#1d3557", "#e76f51", "#7b2cbf", "#e9c46a")
