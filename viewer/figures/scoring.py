@@ -70,11 +70,25 @@ def _title(key: str, entry: dict) -> str:
     return f"{key} ({where})" if where else key
 
 
-def _by_size(entry: dict) -> tuple[list[str], list[dict]]:
-    """The x labels (one per size, then ``all``) and the stat blocks of a probe's entry."""
+def _by_size(entry: dict, series: Sequence[tuple[str, str]]) -> list[dict]:
+    """Per ``(metric, label)`` of ``series``, the properties of its trace by grid size (one x per
+    size, then ``all``) from a probe's entry: percent, intervals and hover text."""
     sizes = list(entry["by_size"])
     blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
-    return [f"{s} × {s}" for s in sizes] + ["all"], blocks
+    traces = []
+    for metric, label in series:
+        stats = [b.get(metric) for b in blocks]
+        traces.append(
+            {
+                "name": label,
+                "x": [f"{s} × {s}" for s in sizes] + ["all"],
+                "y": _percent(stats),
+                "error_y": _errors(stats),
+                "hovertext": _hover(stats),
+                "hoverinfo": "text+name",
+            }
+        )
+    return traces
 
 
 def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
@@ -82,21 +96,8 @@ def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
     of the parsed ``belief.json``'s ``probe`` (decoded-map key; default
     ``summary["default_probe"]``)."""
     key, entry = probe_entry(summary, probe)
-    x, blocks = _by_size(entry)
-    fig = go.Figure()
-    for i, (metric, label) in enumerate(TABLE2_METRICS):
-        stats = [b.get(metric) for b in blocks]
-        fig.add_trace(
-            go.Bar(
-                name=label,
-                x=x,
-                y=_percent(stats),
-                error_y=_errors(stats),
-                marker_color=COLOURS[i],
-                hovertext=_hover(stats),
-                hoverinfo="text+name",
-            )
-        )
+    traces = _by_size(entry, TABLE2_METRICS)
+    fig = go.Figure([go.Bar(marker_color=COLOURS[i], **t) for i, t in enumerate(traces)])
     fig.update_layout(
         title=f"Policy against decoded belief by grid size — {_title(key, entry)}",
         barmode="group",
@@ -114,22 +115,10 @@ def topk_figure(summary: dict, probe: str | None = None) -> go.Figure:
     key, entry = probe_entry(summary, probe)
     ks = sorted(int(m.removeprefix("acc_top")) for m in entry["overall"] if m.startswith("acc_top"))
     series = [("acc_gt", "ground truth"), *((f"acc_top{k}", f"top-{k} decoded") for k in ks)]
-    x, blocks = _by_size(entry)
     fig = go.Figure()
-    for i, (metric, label) in enumerate(series):
-        stats = [b.get(metric) for b in blocks]
-        fig.add_trace(
-            go.Scatter(
-                name=label,
-                x=x,
-                y=_percent(stats),
-                error_y=_errors(stats),
-                mode="lines+markers",
-                line={"color": COLOURS[i % len(COLOURS)], "dash": "dash" if i == 0 else "solid"},
-                hovertext=_hover(stats),
-                hoverinfo="text+name",
-            )
-        )
+    for i, trace in enumerate(_by_size(entry, series)):
+        line = {"color": COLOURS[i % len(COLOURS)], "dash": "dash" if i == 0 else "solid"}
+        fig.add_trace(go.Scatter(mode="lines+markers", line=line, **trace))
     fig.update_layout(
         title=f"Accuracy against top-k decoded grids — {_title(key, entry)}",
         yaxis={"title": "% of actions optimal", "range": [0, 105]},
