@@ -50,13 +50,9 @@ def _percent(stats: Sequence[dict | None]) -> list[float | None]:
     return [None if s is None or s.get("value") is None else 100 * s["value"] for s in stats]
 
 
-def _hover(stats: Sequence[dict | None]) -> list[str]:
-    return [
-        _hover_text(s) if s and s.get("value") is not None else "undefined (no step)" for s in stats
-    ]
-
-
-def _hover_text(s: dict) -> str:
+def _hover(s: dict | None) -> str:
+    if not s or s.get("value") is None:
+        return "undefined (no step)"
     ci = "" if s.get("ci_low") is None else f" [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
     return f"{100 * s['value']:.1f}%{ci}<br>n = {s['n']} steps, {s['n_grids']} grids"
 
@@ -84,7 +80,7 @@ def _by_size(entry: dict, series: Sequence[tuple[str, str]]) -> list[dict]:
                 "x": [f"{s} × {s}" for s in sizes] + ["all"],
                 "y": _percent(stats),
                 "error_y": _errors(stats),
-                "hovertext": _hover(stats),
+                "hovertext": [_hover(s) for s in stats],
                 "hoverinfo": "text+name",
             }
         )
