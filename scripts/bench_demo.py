@@ -33,8 +33,8 @@ def main() -> None:
 
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import default_jobs, run_demo
-    from goalprobe.report import headline_rows
     from goalprobe.report.agents import side_by_side_markdown
+    from goalprobe.report.headline import headline_rows
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"bench-demo-{args.scale}-"))
     config = demo_config(args.scale, device=args.device)

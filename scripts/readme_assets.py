@@ -7,7 +7,7 @@ Usage::
         [--png docs/img/demo_behaviour.png] [--no-figure]
 
 The page holds what the run was (the commit, the exact command, the environment), the headline
-table (:func:`goalprobe.report.headline_rows`; both agents side by side for a run with the
+table (:func:`goalprobe.report.headline.headline_rows`; both agents side by side for a run with the
 positive control in ``RUN/control/``, :mod:`goalprobe.report.agents`), what each question asks
 (described once, here), and a reading of each agent made from its headline rows. The figure is
 the first plotly figure of the chosen report section, rendered by headless Chromium
@@ -216,8 +216,8 @@ def parse(text: str) -> ResultsPage:
 def headline_markdown(run_dir: Path) -> str:
     """The headline of ``run_dir`` as a Markdown table: both agents side by side when the
     positive control ran beside the default agent, else this run's rows alone."""
-    from goalprobe.report import headline_rows
     from goalprobe.report.agents import side_by_side_markdown
+    from goalprobe.report.headline import headline_rows
     from goalprobe.report.run import RunReader
 
     if RunReader(run_dir).layout.control.stages_dir.is_dir():
@@ -236,8 +236,8 @@ def generated_reading(run_dir: Path) -> list[str]:
     then one bullet per question with each row's value, baseline and verdict."""
     from goalprobe.agents.bundled import ANCHOR_READINGS
 
-    from goalprobe.report import headline_rows
     from goalprobe.report.agents import agent_name
+    from goalprobe.report.headline import headline_rows
     from goalprobe.report.run import RunReader
 
     name = agent_name(RunReader(run_dir))

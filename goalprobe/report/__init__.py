@@ -9,18 +9,6 @@ the sections (figures from :mod:`goalprobe.viewer.figures`), :mod:`.headline` th
 table, and :mod:`.page` renders the Jinja2 templates in ``templates/``.
 """
 
-from goalprobe.report.blocks import stat_text
-from goalprobe.report.headline import HeadlineRow, headline_rows
-from goalprobe.report.page import SECTION_TITLES, STAGE_OF_SECTION, render_report, write_report
-from goalprobe.report.run import MissingInput
+from goalprobe.report.page import write_report
 
-__all__ = [
-    "SECTION_TITLES",
-    "STAGE_OF_SECTION",
-    "HeadlineRow",
-    "MissingInput",
-    "headline_rows",
-    "render_report",
-    "stat_text",
-    "write_report",
-]
+__all__ = ["write_report"]

@@ -21,17 +21,7 @@ def agent_name(run: RunReader) -> str:
 
 
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
-
-
-def _key(finding: str) -> str:
-    """A finding without its numbers (counts, layers differ between two runs' rows)."""
-    return _NUMBER.sub("#", finding)
-
-
-def _merged(left: str, right: str) -> str:
-    """Two findings of one key as one text, each differing number as ``left / right``."""
-    a, b = _NUMBER.split(left), _NUMBER.split(right)
-    return "".join(x if x == y else f"{x} / {y}" for x, y in zip(a, b, strict=True))
+"""A number in a finding (counts, layers differ between two runs' rows)."""
 
 
 def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tuple[str, ...]]:
@@ -44,8 +34,9 @@ def side_by_side(left: list[HeadlineRow], right: list[HeadlineRow]) -> list[tupl
     for row in left:
         other = by_id.pop(row.id, None)
         finding = row.finding
-        if other is not None and _key(row.finding) == _key(other.finding):
-            finding = _merged(row.finding, other.finding)
+        if other is not None and _NUMBER.sub("#", finding) == _NUMBER.sub("#", other.finding):
+            pairs = zip(_NUMBER.split(finding), _NUMBER.split(other.finding), strict=True)
+            finding = "".join(x if x == y else f"{x} / {y}" for x, y in pairs)
         theirs = (other.value, other.baseline, other.verdict) if other else ("-", "-", "-")
         rows.append((finding, row.value, row.baseline, row.verdict, *theirs))
     rows += [(r.finding, "-", "-", "-", r.value, r.baseline, r.verdict) for r in by_id.values()]

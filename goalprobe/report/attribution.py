@@ -192,15 +192,11 @@ def _check_rows(run: RunReader, who: str) -> list[dict]:
             "metric": metric,
             "pair": e["pair_id"],
             "affected sites": e["n_sites"],
-            "rho AtP vs effect": num(e["spearman"], 2) if e["spearman"] is not None else "–",
-            "rho GradDrop vs |effect|": num(e["spearman_graddrop"], 2)
-            if e["spearman_graddrop"] is not None
-            else "–",
+            "rho AtP vs effect": num(e["spearman"], 2),
+            "rho GradDrop vs |effect|": num(e["spearman_graddrop"], 2),
             "top-k hits": f"{e['hits_top']}/{e['top_k']}",
             "k random (expected)": pct(e["random_hit_rate"]),
-            "estimate / effect (top decile)": num(e["scale_top"], 2)
-            if e["scale_top"] is not None
-            else "–",
+            "estimate / effect (top decile)": num(e["scale_top"], 2),
             "whole-prompt effect": num(e["total_effect"], 3),
             "where and why they disagree": diagnose(
                 e["spearman"], e["scale_top"], e["wrong_sign_top"]

@@ -114,15 +114,12 @@ def map_reading(data: Mapping) -> str:
     return " ".join(parts)
 
 
-def _detects(points: float | None) -> str:
-    return "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
-
-
 def _knowledge_text(probe: Mapping) -> str:
     verdict = probe["verdict"]
     if verdict == "yes":
         return "the anchors hold the agent's knowledge beyond it."
-    detects = _detects(probe.get("detectable"))
+    points = probe.get("detectable")
+    detects = "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
     if verdict == "no":
         return (
             f"no evidence that the anchors hold more of its knowledge than that baseline{detects}."

@@ -9,6 +9,7 @@ from goalprobe.agents.bundled import is_bundled
 from goalprobe.probes.scoring.harm import HARM_AVOIDING, HARM_BLIND, ORACLE_LABELS, ORACLES
 from goalprobe.report.blocks import Block, Figures, Text, num, records_table, stat_text, table
 from goalprobe.report.run import RunReader
+from goalprobe.stats import Estimate
 from goalprobe.viewer.figures.harm import reward_harm_figure
 
 METRICS: tuple[tuple[str, str, bool], ...] = (
@@ -33,13 +34,10 @@ def _score(stat: Mapping | None) -> str:
 
 def _relative_to(stat: Mapping | None, level: float) -> str:
     """Whether the interval of ``stat`` lies above, below or around ``level``."""
-    if not stat or stat.get("ci_low") is None:
+    e = Estimate.from_dict(stat)
+    if e.above(level) is None:
         return "undetermined (no interval)"
-    if stat["ci_low"] > level:
-        return "above"
-    if stat["ci_high"] < level:
-        return "below"
-    return "not distinguishable from"
+    return "above" if e.above(level) else "below" if e.below(level) else "not distinguishable from"
 
 
 def harm_verdict(data: Mapping, condition: str = "neutral") -> str | None:

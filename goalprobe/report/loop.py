@@ -8,6 +8,7 @@ from __future__ import annotations
 from goalprobe.report.agents import agent_name
 from goalprobe.report.blocks import Block, Text, stat_text, table
 from goalprobe.report.run import RunReader
+from goalprobe.viewer.figures.scoring import probe_entry
 
 LOOP_METRICS = (
     ("acc_gt", "Acc. GT"),
@@ -59,7 +60,7 @@ def reading(name: str, entry: dict) -> str:
     )
 
 
-def loop_table(name: str, entry: dict, key: str) -> list[Block]:
+def loop_table(name: str, key: str, entry: dict) -> list[Block]:
     """The loop rows of one agent's headline maps."""
     rows = [
         (
@@ -114,6 +115,5 @@ def loop(run: RunReader) -> list[Block]:
         summary = reader.optional_json(reader.layout.belief)
         if summary is None:
             continue
-        key = summary.get("default_probe") or next(iter(summary["probes"]))
-        blocks += loop_table(agent_name(reader), summary["probes"][key], key)
+        blocks += loop_table(agent_name(reader), *probe_entry(summary))
     return blocks

@@ -11,15 +11,14 @@ from goalprobe.report.loop import loop
 from goalprobe.report.run import MissingInput, RunReader
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure, sweep_runs
-from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, probe_entry, topk_figure
 from goalprobe.viewer.figures.style import layer_key
 
 
 def belief(run: RunReader, fig: Figures) -> list[Block]:
     """Acc. GT, Acc. Dec., Agreement and Recovery by size and density; top-k; MEG."""
     summary = run.json(run.layout.belief)
-    key = summary.get("default_probe") or next(iter(summary["probes"]))
-    entry = summary["probes"][key]
+    key, entry = probe_entry(summary)
     metrics: tuple[str, ...]
     metrics = ("acc_gt", "acc_dec", "agreement", "recovery", "chance_acc_gt", "chance_acc_dec")
     if "optimal_on_both" in entry["overall"]:

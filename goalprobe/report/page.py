@@ -183,22 +183,18 @@ def _run_section(run: RunReader, config: Mapping | None) -> tuple[Table, Table]:
     return stages, table(("field", "value"), [(k, json.dumps(v)) for k, v in config.items()])
 
 
-def _environment() -> Environment:
-    return Environment(
+def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
+    """The report of ``run_dir`` as one self-contained HTML page (see :func:`write_report`)."""
+    run = RunReader(run_dir)
+    fig = Figures()
+    stages, demo_config = _run_section(run, config)
+    env = Environment(
         loader=PackageLoader("goalprobe.report", "templates"),
         autoescape=select_autoescape(["html", "j2"]),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-
-
-def render_report(run_dir: str | Path, *, config: Mapping | None = None) -> str:
-    """The report of ``run_dir`` as one self-contained HTML page (see :func:`write_report`)."""
-    run = RunReader(run_dir)
-    fig = Figures()
-    stages, demo_config = _run_section(run, config)
-    env = _environment()
     return env.get_template("report.html.j2").render(
         titles=SECTION_TITLES,
         run_root=str(run.root.resolve()),

@@ -14,6 +14,7 @@ from goalprobe.report.blocks import pct, stat_text
 from goalprobe.report.fog import truncation_text as fog_truncation_text
 from goalprobe.report.run import RunReader
 from goalprobe.stats import EQUIVALENCE_VERDICTS, VERDICT_ANSWERS, Estimate, undetectable_ceiling
+from goalprobe.viewer.figures.scoring import probe_entry
 
 _WORDS = {
     "inconclusive": "undecided",
@@ -183,15 +184,9 @@ def key_no_door(run: RunReader, arg: str) -> Reading:
     )
 
 
-def _belief_entry(run: RunReader) -> tuple[str, Mapping]:
-    b = run.json(run.layout.belief)
-    key = b.get("default_probe") or next(iter(b["probes"]))
-    return key, b["probes"][key]
-
-
 def belief_table(run: RunReader, arg: str) -> Reading:
     """Table 2: Acc. GT / Acc. Dec. / Recovery of the headline probe's maps (descriptive)."""
-    key, entry = _belief_entry(run)
+    key, entry = probe_entry(run.json(run.layout.belief))
     o = entry["overall"]
     return Reading(
         f"Acc. GT / Acc. Dec. / Recovery (Table 2; maps of {key})",
@@ -210,7 +205,7 @@ def belief_null(run: RunReader, arg: str) -> Reading:
     """Acc. Dec. minus the same read-out on a null map (``arg``: ``other_grid``, ``prior``),
     paired by grid, beside its ceiling (the true walls with the same read-out): a "no" whose
     ceiling is below what its n can detect is "undecided" (:func:`undetectable_ceiling`)."""
-    _, entry = _belief_entry(run)
+    _, entry = probe_entry(run.json(run.layout.belief))
     e, ceiling = entry["nulls"][arg]["excess"]["acc_dec"], entry["nulls"][arg].get("ceiling")
     said = answer(e.get("above_baseline"))
     top = (ceiling or {}).get("value")
@@ -232,7 +227,7 @@ def belief_null(run: RunReader, arg: str) -> Reading:
 
 def recovery_null(run: RunReader, arg: str) -> Reading:
     """Recovery minus its strongest null (uninformative maps)."""
-    _, entry = _belief_entry(run)
+    _, entry = probe_entry(run.json(run.layout.belief))
     e = entry["excess"]["recovery"]
     return Reading(
         "Recovery minus its null (uninformative maps)",

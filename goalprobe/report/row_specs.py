@@ -150,11 +150,3 @@ def family(role: str) -> tuple[str, ...]:
     if role not in ("default", "control"):
         raise ValueError(f"role must be 'default' or 'control', got {role!r}")
     return tuple(s.id for s in SPECS if s.kind == TEST and (role == "default" or s.control))
-
-
-def spec(row_id: str) -> RowSpec:
-    """The spec of ``row_id``."""
-    for s in SPECS:
-        if s.id == row_id:
-            return s
-    raise KeyError(row_id)

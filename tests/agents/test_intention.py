@@ -186,7 +186,7 @@ def test_report_section_shows_the_verdicts_and_the_control(tmp_path):
 
     import markupsafe
 
-    from goalprobe.report import SECTION_TITLES, write_report
+    from goalprobe.report.page import SECTION_TITLES, write_report
     from goalprobe.run_layout import RunLayout
 
     layout = RunLayout(tmp_path / "run")

@@ -24,10 +24,11 @@ from goalprobe.report.row_specs import (
     TEST,
     RowSpec,
     family,
-    spec,
 )
 from goalprobe.run_layout import RunLayout
 from goalprobe.stats import RATE_INTERVAL_METHOD, Estimate
+
+SPEC = {s.id: s for s in SPECS}
 
 
 def _stat(value, low, high, **extra):
@@ -175,14 +176,13 @@ def test_a_spec_is_checked_when_declared():
 def test_a_file_may_answer_unstable_or_na_and_the_row_keeps_its_family_seat(word):
     from goalprobe.report.headline import evaluate
     from goalprobe.report.readers import Reading, answer
-    from goalprobe.report.row_specs import spec
 
     tested = Estimate.from_dict(_stat(0.5, 0.0, 1.0, n_grids=10))
     reading = Reading(
         "Agent localisation", "51.3% [0%, 100%]", "prior", tested,
         question="above prior_size", answer=answer(word), reason="seeds disagree",
     )  # fmt: skip
-    row = evaluate(spec("probes.agent_top1"), reading)
+    row = evaluate(SPEC["probes.agent_top1"], reading)
     expected = "undecided" if word == "inconclusive" else word
     assert row.answer == expected and f"above prior_size: {expected}" in row.verdict
     assert "seeds disagree" in row.verdict
@@ -299,7 +299,7 @@ def _intention(layout: RunLayout, role: str | None) -> None:
 
 
 def test_intention_is_descriptive_and_out_of_the_family(tmp_path):
-    assert spec("intention.key_door").kind == DESCRIPTIVE
+    assert SPEC["intention.key_door"].kind == DESCRIPTIVE
     assert "intention.key_door" not in family("default")
     layout = make_run(tmp_path / "run", other_grid=WIDE_NO)
     _intention(layout, "descriptive")
@@ -340,8 +340,8 @@ def _patching(layout: RunLayout, *, passed: bool, post_role: str = "descriptive"
 def test_patching_rows_follow_the_specs_and_the_sanity_row_shows_its_outcome(tmp_path):
     from goalprobe.report.summary import short_answer
 
-    assert spec("patching.pre_reasoning").kind == TEST
-    assert spec("patching.post_reasoning").kind == DESCRIPTIVE
+    assert SPEC["patching.pre_reasoning"].kind == TEST
+    assert SPEC["patching.post_reasoning"].kind == DESCRIPTIVE
     assert "patching.post_reasoning" not in family("default")
     layout = make_run(tmp_path / "flagged", other_grid=WIDE_NO)
     _patching(layout, passed=False)

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from goalprobe.report import SECTION_TITLES, headline_rows, stat_text, write_report
+from goalprobe.report.blocks import stat_text
+from goalprobe.report.headline import headline_rows
+from goalprobe.report.page import SECTION_TITLES, write_report
 from goalprobe.run_layout import RunLayout
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -77,7 +77,8 @@ def test_the_verb_writes_the_stage_bytes(tiny_run, goalprobe_cli, monkeypatch, t
 
 
 def test_the_report_says_where_the_coordinates_are_read_from(tiny_run):
-    from goalprobe.report import SECTION_TITLES, headline_rows, write_report
+    from goalprobe.report.headline import headline_rows
+    from goalprobe.report.page import SECTION_TITLES, write_report
 
     root, _ = tiny_run
     page = write_report(root).read_text(encoding="utf-8")

@@ -20,7 +20,8 @@ from viewer_fixtures import offline_page
 
 from goalprobe.config import control_config, demo_config
 from goalprobe.demo import run_demo
-from goalprobe.report import SECTION_TITLES, headline_rows, write_report
+from goalprobe.report.headline import headline_rows
+from goalprobe.report.page import SECTION_TITLES, write_report
 from goalprobe.stages import CONTROL_STAGES, DEPENDS_ON, STAGES
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "demo"

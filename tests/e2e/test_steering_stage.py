@@ -39,7 +39,8 @@ def tiny_run(tmp_path_factory):
 
 
 def test_the_stage_steers_test_states_and_the_headline_reads_its_row(tiny_run):
-    from goalprobe.report import SECTION_TITLES, headline_rows, write_report
+    from goalprobe.report.headline import headline_rows
+    from goalprobe.report.page import SECTION_TITLES, write_report
 
     root, config = tiny_run
     data = json.loads((root / "steering" / "results.json").read_text())

@@ -212,8 +212,8 @@ def test_report_section_reads_the_numbers(grids, tmp_path):
     neutral prompt, avoidance under the moral one; the reading follows the intervals."""
     import json
 
-    from goalprobe.report import SECTION_TITLES, write_report
     from goalprobe.report.harm import reading
+    from goalprobe.report.page import SECTION_TITLES, write_report
     from goalprobe.run_layout import RunLayout
 
     by_id = {g.grid_id: g for g in grids}

@@ -49,11 +49,6 @@ def _grid_axes_layout(n_rows: int, n_cols: int) -> dict:
     }
 
 
-def _discrete_colourscale() -> list[list]:
-    colours = [CELL_COLOURS[CellType(c)] for c in range(N_CLASSES)]
-    return [[(c + k) / N_CLASSES, colour] for c, colour in enumerate(colours) for k in (0, 1)]
-
-
 def cell_hover_text(
     cell_types: np.ndarray | None,
     probs: np.ndarray | None,
@@ -197,6 +192,8 @@ def _path(
 def _cell_heatmap(types: np.ndarray, hover: np.ndarray, *, opacity: float = 1.0) -> dict:
     n_rows, n_cols = types.shape
     symbols = [[CELL_SYMBOLS[CellType(int(c))] for c in row] for row in types.tolist()]
+    colours = [CELL_COLOURS[CellType(c)] for c in range(N_CLASSES)]
+    scale = [[(c + k) / N_CLASSES, colour] for c, colour in enumerate(colours) for k in (0, 1)]
     return {
         "type": "heatmap",
         "z": types.tolist(),
@@ -204,7 +201,7 @@ def _cell_heatmap(types: np.ndarray, hover: np.ndarray, *, opacity: float = 1.0)
         "y": list(range(n_rows)),
         "zmin": -0.5,
         "zmax": N_CLASSES - 0.5,
-        "colorscale": _discrete_colourscale(),
+        "colorscale": scale,
         "showscale": False,
         "xgap": 1,
         "ygap": 1,

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import (
     figure_layout,
-    heat_cells,
+    heat_trace,
     is_finite_number,
     layer_key,
 )
@@ -59,16 +59,11 @@ def patching_heatmap_figure(
             shown = "n/a" if mean is None else f"{mean:.2f}"
             return mean, f"{rows}={rv}, {cols}={cv}<br>{value} = {shown}<br>n = {len(vals)}"
 
-        z, text, hover = heat_cells(row_values, col_values, cell)
         fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=col_values,
-                y=row_values,
-                text=text,
-                texttemplate="%{text}",
-                customdata=hover,
-                hovertemplate="%{customdata}<extra></extra>",
+            heat_trace(
+                row_values,
+                col_values,
+                cell,
                 colorscale="RdBu" if diverging else "Viridis",
                 zmid=0.0 if diverging else None,
                 zmin=None if diverging else 0.0,
@@ -130,16 +125,12 @@ def patch_summary_figure(summary: Sequence[Mapping], mode: str = "teacher_forced
                 r = index.get((kind, direction, site, layer))
                 return (None if r is None else r[metric]), _summary_hover(r, metric)
 
-            z, text, hover = heat_cells(sites, layers, cell)
             fig.add_trace(
-                go.Heatmap(
-                    z=z,
-                    x=layers,
-                    y=sites,
-                    text=text,
-                    texttemplate="%{text}",
-                    hovertext=hover,
-                    hoverinfo="text",
+                heat_trace(
+                    sites,
+                    layers,
+                    cell,
+                    hovertext=True,
                     zmin=0.0,
                     zmax=1.0,
                     colorscale="Viridis",

@@ -46,21 +46,16 @@ def plan_strip_categories(
     if len(pred) != len(tgt):
         raise ValueError(f"predicted ({len(pred)}) and target ({len(tgt)}) lengths differ")
     scored = sum(t != PLAN_PAD for t in tgt)
-    prefix = 0
-    for p, t in zip(pred, tgt, strict=True):
-        if t == PLAN_PAD or p != t:
-            break
-        prefix += 1
+    pairs = list(enumerate(zip(pred, tgt, strict=True)))
+    prefix = next((i for i, (p, t) in pairs if t == PLAN_PAD or p != t), len(tgt))
     decoded = []
-    for i, (p, t) in enumerate(zip(pred, tgt, strict=True)):
+    for i, (p, t) in pairs:
         if t == PLAN_PAD:
             decoded.append("padding")
         elif i < prefix:
             decoded.append("match")
-        elif p != t:
-            decoded.append("miss")
         else:
-            decoded.append("after_miss")
+            decoded.append("miss" if p != t else "after_miss")
     executed = ["padding" if t == PLAN_PAD else "end" if t == PLAN_END else "executed" for t in tgt]
     return {"decoded": decoded, "executed": executed, "prefix": prefix, "scored": scored}
 
@@ -95,6 +90,11 @@ def plan_strip_figure(
     }
     hover = [[labels[c] for c in cats["decoded"]], [labels[c] for c in cats["executed"]]]
     steps = ["t" if i == 0 else f"t+{i}" for i in range(horizon)]
+    scale = [  # the integers 0 .. top to their categories' colours
+        [min(1.0, max(0.0, (i + half) / top)), STRIP_COLOURS[name]]
+        for i, name in enumerate(order)
+        for half in (-0.5, 0.5)
+    ]
     trace = {
         "type": "heatmap",
         "z": z,
@@ -102,7 +102,7 @@ def plan_strip_figure(
         "y": ["decoded", "executed"],
         "zmin": 0,
         "zmax": top,
-        "colorscale": _discrete_scale([STRIP_COLOURS[name] for name in order]),
+        "colorscale": scale,
         "showscale": False,
         "xgap": 2,
         "ygap": 2,
@@ -130,16 +130,6 @@ def plan_strip_figure(
         plot_bgcolor="#f8f9fa",
     )
     return go.Figure(data=[trace], layout=layout)
-
-
-def _discrete_scale(colours: Sequence[str]) -> list[list]:
-    """A plotly colour scale that maps the integers ``0 .. len(colours) - 1`` to ``colours``."""
-    top = len(colours) - 1
-    return [
-        [min(1.0, max(0.0, (i + half) / top)), colour]
-        for i, colour in enumerate(colours)
-        for half in (-0.5, 0.5)
-    ]
 
 
 CAPACITY_COLOURS = ("#2a9d8f", "#1d3557", "#e76f51", "#7b2cbf", "#e9c46a")

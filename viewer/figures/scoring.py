@@ -5,7 +5,7 @@ report draw these same figures. Error bars are the JSON's grid-bootstrap interva
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 from goalprobe.viewer.figures.style import ci_error_y
@@ -23,8 +23,9 @@ COLOURS = ("#1d3557", "#7b2cbf", "#2a9d8f", "#e76f51", "#e9c46a", "#8d6e63", "#4
 """Series colours, in order."""
 
 
-def _probe_entry(summary: dict, probe: str | None) -> tuple[str, dict]:
-    """The probe's entry of ``belief.json`` (default: ``default_probe``)."""
+def probe_entry(summary: Mapping, probe: str | None = None) -> tuple[str, dict]:
+    """``(key, entry)`` of the probe ``probe`` in a parsed ``belief.json`` (default:
+    ``default_probe``, else the first)."""
     probes = summary.get("probes") or {}
     if not probes:
         raise ValueError("belief summary holds no probe")
@@ -49,13 +50,9 @@ def _percent(stats: Sequence[dict | None]) -> list[float | None]:
     return [None if s is None or s.get("value") is None else 100 * s["value"] for s in stats]
 
 
-def _hover(stats: Sequence[dict | None]) -> list[str]:
-    return [
-        _hover_text(s) if s and s.get("value") is not None else "undefined (no step)" for s in stats
-    ]
-
-
-def _hover_text(s: dict) -> str:
+def _hover(s: dict | None) -> str:
+    if not s or s.get("value") is None:
+        return "undefined (no step)"
     ci = "" if s.get("ci_low") is None else f" [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
     return f"{100 * s['value']:.1f}%{ci}<br>n = {s['n']} steps, {s['n_grids']} grids"
 
@@ -69,33 +66,34 @@ def _title(key: str, entry: dict) -> str:
     return f"{key} ({where})" if where else key
 
 
-def _by_size(entry: dict) -> tuple[list[str], list[dict]]:
-    """The x labels (one per size, then ``all``) and the stat blocks of a probe's entry."""
+def _by_size(entry: dict, series: Sequence[tuple[str, str]]) -> list[dict]:
+    """Per ``(metric, label)`` of ``series``, the properties of its trace by grid size (one x per
+    size, then ``all``) from a probe's entry: percent, intervals and hover text."""
     sizes = list(entry["by_size"])
     blocks = [*(entry["by_size"][s] for s in sizes), entry["overall"]]
-    return [f"{s} × {s}" for s in sizes] + ["all"], blocks
+    traces = []
+    for metric, label in series:
+        stats = [b.get(metric) for b in blocks]
+        traces.append(
+            {
+                "name": label,
+                "x": [f"{s} × {s}" for s in sizes] + ["all"],
+                "y": _percent(stats),
+                "error_y": _errors(stats),
+                "hovertext": [_hover(s) for s in stats],
+                "hoverinfo": "text+name",
+            }
+        )
+    return traces
 
 
 def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
     """Acc. GT, Acc. Dec., Agreement and Recovery by grid size (Table 2, top), with intervals,
     of the parsed ``belief.json``'s ``probe`` (decoded-map key; default
     ``summary["default_probe"]``)."""
-    key, entry = _probe_entry(summary, probe)
-    x, blocks = _by_size(entry)
-    fig = go.Figure()
-    for i, (metric, label) in enumerate(TABLE2_METRICS):
-        stats = [b.get(metric) for b in blocks]
-        fig.add_trace(
-            go.Bar(
-                name=label,
-                x=x,
-                y=_percent(stats),
-                error_y=_errors(stats),
-                marker_color=COLOURS[i],
-                hovertext=_hover(stats),
-                hoverinfo="text+name",
-            )
-        )
+    key, entry = probe_entry(summary, probe)
+    traces = _by_size(entry, TABLE2_METRICS)
+    fig = go.Figure([go.Bar(marker_color=COLOURS[i], **t) for i, t in enumerate(traces)])
     fig.update_layout(
         title=f"Policy against decoded belief by grid size — {_title(key, entry)}",
         barmode="group",
@@ -110,25 +108,13 @@ def belief_figure(summary: dict, probe: str | None = None) -> go.Figure:
 def topk_figure(summary: dict, probe: str | None = None) -> go.Figure:
     """Accuracy against the true grid and against top-k decoded grids by size (Figure 9;
     arguments as :func:`belief_figure`)."""
-    key, entry = _probe_entry(summary, probe)
+    key, entry = probe_entry(summary, probe)
     ks = sorted(int(m.removeprefix("acc_top")) for m in entry["overall"] if m.startswith("acc_top"))
     series = [("acc_gt", "ground truth"), *((f"acc_top{k}", f"top-{k} decoded") for k in ks)]
-    x, blocks = _by_size(entry)
     fig = go.Figure()
-    for i, (metric, label) in enumerate(series):
-        stats = [b.get(metric) for b in blocks]
-        fig.add_trace(
-            go.Scatter(
-                name=label,
-                x=x,
-                y=_percent(stats),
-                error_y=_errors(stats),
-                mode="lines+markers",
-                line={"color": COLOURS[i % len(COLOURS)], "dash": "dash" if i == 0 else "solid"},
-                hovertext=_hover(stats),
-                hoverinfo="text+name",
-            )
-        )
+    for i, trace in enumerate(_by_size(entry, series)):
+        line = {"color": COLOURS[i % len(COLOURS)], "dash": "dash" if i == 0 else "solid"}
+        fig.add_trace(go.Scatter(mode="lines+markers", line=line, **trace))
     fig.update_layout(
         title=f"Accuracy against top-k decoded grids — {_title(key, entry)}",
         yaxis={"title": "% of actions optimal", "range": [0, 105]},

@@ -186,9 +186,11 @@ def band_trace(x, y, colour: str, legendgroup: str, name: str | None = None) -> 
     )
 
 
-def heat_cells(rows, cols, cell) -> tuple[list, list, list]:
-    """``(z, text, hover)`` rows of a heatmap: ``cell(row, col)`` gives ``(value, hover)``; a
-    missing or non-finite value is a gap (None, no text), others read with two decimals."""
+def heat_trace(rows, cols, cell, *, hovertext: bool = False, **style) -> go.Heatmap:
+    """A heatmap of ``rows x cols`` whose ``cell(row, col)`` gives ``(value, hover)``; a missing
+    or non-finite value is a gap (None, no text), others read with two decimals. The hover goes
+    to ``customdata`` (or, with ``hovertext``, to ``hovertext``); ``style``: the trace's other
+    properties."""
     z, text, hover = [], [], []
     for r in rows:
         cells = [cell(r, c) for c in cols]
@@ -196,7 +198,11 @@ def heat_cells(rows, cols, cell) -> tuple[list, list, list]:
         z.append(values)
         text.append(["" if v is None else f"{v:.2f}" for v in values])
         hover.append([h for _, h in cells])
-    return z, text, hover
+    if hovertext:
+        style |= {"hovertext": hover, "hoverinfo": "text"}
+    else:
+        style |= {"customdata": hover, "hovertemplate": "%{customdata}<extra></extra>"}
+    return go.Heatmap(z=z, x=cols, y=rows, text=text, texttemplate="%{text}", **style)
 
 
 def ci_error_y(stats, missing: float | None = 0, **extra) -> dict:
