@@ -501,11 +501,18 @@ def _train(template, data: PlanDataset, plans, folds, kind, n_layers, config):
     pred = np.full(plans.shape, PLAN_PAD, dtype=np.int8)
     estimators = []
     for fold in folds:
-        estimators.append(_fit_decoder(template, data.acts, plans, fold, kind, n_layers, config))
+        X_train, X_val = data.acts[fold.train], data.acts[fold.validation]
+        if kind == "shuffled_control":
+            rng = np.random.default_rng(config.random_state)
+            X_train = X_train[rng.permutation(len(X_train))]
+            X_val = X_val[rng.permutation(len(X_val))]
+        est = clone(template).set_params(n_layers=n_layers, random_state=config.random_state)
+        est.fit(X_train, plans[fold.train], X_val=X_val, y_val=plans[fold.validation])
+        estimators.append(est)
         if len(folds) == 1:
-            pred = estimators[-1].predict(data.acts)
+            pred = est.predict(data.acts)
         else:
-            pred[fold.test] = estimators[-1].predict(data.acts[fold.test])
+            pred[fold.test] = est.predict(data.acts[fold.test])
     epochs = [est.best_epoch_ for est in estimators]
     run = {"kind": kind, "pred": pred, "decoder_layers": n_layers}
     return run | {"best_epoch": epochs[0] if len(epochs) == 1 else epochs}, estimators
@@ -637,18 +644,6 @@ def _split_info(folds: list[GridSplit], grid_ids: np.ndarray) -> dict:
         "test": _part_info(test, grid_ids),
         "folds": [parts(f) for f in folds],
     }
-
-
-def _fit_decoder(template, acts, plans, fold: GridSplit, kind, n_layers, config):
-    """One decoder of the sweep trained on a fold (shuffled activations for the control)."""
-    X_train, X_val = acts[fold.train], acts[fold.validation]
-    if kind == "shuffled_control":
-        rng = np.random.default_rng(config.random_state)
-        X_train = X_train[rng.permutation(len(X_train))]
-        X_val = X_val[rng.permutation(len(X_val))]
-    est = clone(template).set_params(n_layers=n_layers, random_state=config.random_state)
-    est.fit(X_train, plans[fold.train], X_val=X_val, y_val=plans[fold.validation])
-    return est
 
 
 def _score(pending, plans, folds, data: PlanDataset, stage, layer, config) -> list[PlanRun]:
