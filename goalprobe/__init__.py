@@ -35,15 +35,18 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "goalprobe.activations.extract": ("ExtractConfig", "default_layers", "extract"),
     "goalprobe.activations.store": ("ActivationStore",),
     # probes: cell types, positions, distances, plans, and their files
-    "goalprobe.probes.cell_probes": ("CoordinateCellProbe", "MajorityCellBaseline"),
-    "goalprobe.probes.per_cell": ("PerCellProbe",),
+    "goalprobe.probes.cell_probes": (
+        "CoordinateCellProbe",
+        "MajorityCellBaseline",
+        "PerCellProbe",
+    ),
     "goalprobe.probes.baselines": ("CellPrior",),
     "goalprobe.probes.position": ("PositionProbe", "PositionPrior", "position_scores"),
     "goalprobe.probes.distance": ("GoalDistanceRegressor",),
     "goalprobe.probes.plan_decoder": ("PlanDecoder",),
     "goalprobe.probes.probe_sweep": ("ProbeSweepConfig", "StoreProbeLoader", "run_probe_sweep"),
     "goalprobe.probes.splits": ("split_by_grid",),
-    "goalprobe.probes.logit_lens": ("lens_probs", "step_positions"),
+    "goalprobe.probes.decision_time": ("lens_probs", "step_positions"),
     "goalprobe.probes.serialization": (
         "load_plan_decoder",
         "load_probe",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.probes.attribution import PairAttribution
-from goalprobe.probes.serialization import check_schema
+from goalprobe.probes.serialization import check_schema, stem_paths
 
 SCHEMA = "goalprobe.attribution"
 """``schema`` of the card and the safetensors metadata."""
@@ -35,14 +35,6 @@ _CARD_FIELDS = (
 """The fields of a record in its card entry (then ``graddrop`` and ``grid_span``)."""
 
 
-def attribution_paths(path: str | os.PathLike) -> tuple[Path, Path]:
-    """``(<stem>.safetensors, <stem>.json)`` of ``path`` (with or without a suffix)."""
-    stem = Path(path)
-    if stem.suffix in (".safetensors", ".json"):
-        stem = stem.with_suffix("")
-    return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
-
-
 def write_attributions(
     path: str | os.PathLike, records: Sequence[PairAttribution], meta: dict
 ) -> tuple[Path, Path]:
@@ -50,7 +42,7 @@ def write_attributions(
     pair without its card is incomplete."""
     from safetensors.numpy import save
 
-    tensors_path, card_path = attribution_paths(path)
+    tensors_path, card_path = stem_paths(path)
     tensors: dict[str, np.ndarray] = {}
     entries = []
     for i, r in enumerate(records):
@@ -90,7 +82,7 @@ def read_attributions(path: str | os.PathLike) -> tuple[list[PairAttribution], d
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
-    tensors_path, card_path = attribution_paths(path)
+    tensors_path, card_path = stem_paths(path)
     card = json.loads(card_path.read_text(encoding="utf-8"))
     check_schema(card, SCHEMA, (SCHEMA_VERSION,), card_path)
     with safe_open(str(tensors_path), framework="numpy") as handle:

@@ -102,9 +102,12 @@ def _load() -> None:
     if _LOADED:
         return
     _LOADED.append(True)
-    from goalprobe.probes.cell_probes import CoordinateCellProbe, MajorityCellBaseline
+    from goalprobe.probes.cell_probes import (
+        CoordinateCellProbe,
+        MajorityCellBaseline,
+        PerCellProbe,
+    )
     from goalprobe.probes.distance import GoalDistanceRegressor
-    from goalprobe.probes.per_cell import PerCellProbe
     from goalprobe.probes.position import PositionProbe
     from goalprobe.probes.wall_test import ConditionalWallProbe
 

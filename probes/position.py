@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.special
-from goalprobe.gridworld.core import CellType
+from goalprobe.probes.baselines import uniform_top1
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -216,8 +216,7 @@ def position_scores(
     """
     test = np.asarray(test, dtype=bool)
     train = ~test
-    open_cells = (data.cell_types != CellType.WALL) & (data.cell_types != CellType.PADDING)
-    chance = 1.0 / np.maximum(open_cells.reshape(len(open_cells), -1).sum(axis=1), 1)
+    chance = uniform_top1(data.cell_types, data.grid_sizes)
     out = {}
     for target in POSITION_TARGETS:
         positions = data.agent_row_col if target == "agent" else data.goal_row_col

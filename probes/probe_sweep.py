@@ -5,13 +5,29 @@ fit the probe and its controls (majority class / mean predictor; the probe on la
 grid), evaluate on the test grids with grid-bootstrap intervals, and write
 ``models/<run>.safetensors`` + ``.json``, ``decoded/<run>.h5`` (cell types) and ``sweep.json``
 under ``out_dir``. Several stages are also compared pairwise on the test steps they share.
+
+**Learning curves** (:func:`learning_curve`): a probe and its controls against the number of
+training grids. A flat curve with the probe at its prior says more than a null on a few dozen
+grids; a rising one says "collect more data". For a fixed test split the training grids are
+shuffled once (seeded, within sizes, taken round-robin across sizes) and everything is refit on
+nested prefixes, each point scored as a sweep run (:func:`fit_and_score`), keeping the metrics
+named in ``metrics``.
+
+**Seeds** (:func:`seed_runs`): the headline probe under several training seeds: the same data
+and split, the seed of the probe's initialisation and minibatch order varied, every seed's
+metrics and the seed-pooled intervals (:func:`goalprobe.stats.seed_pooled`) of the headline
+metrics and of their selectivity over the strongest control. A verdict that holds for one seed
+but not across seeds is not reported as holding: where the seeds disagree by more than their
+own intervals, or some seed says yes and the pool does not, the verdict is ``"unstable"``, not
+``"no"``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict
@@ -26,6 +42,8 @@ from goalprobe.probes.serialization import ActivationSource, probe_card, save_pr
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import clone
 from sklearn.dummy import DummyRegressor
+
+from goalprobe.stats import Estimate, seed_pooled
 
 Target = Literal["cell_type", "distance"]
 
@@ -361,3 +379,155 @@ def _compare_stages(config: ProbeSweepConfig, outputs: dict) -> list[dict]:
             row = {"layer": int(layer), "stages": [first, other], "n_rows": int(len(shared))}
             comparisons.append({**row, "metrics": metrics})
     return comparisons
+
+
+CELL_METRICS: tuple[str, ...] = ("accuracy_no_padding", "agent_top1", "goal_top1", "auc/wall")
+"""What a cell-type curve keeps per model (the rest of each point's metrics is dropped)."""
+
+DISTANCE_METRICS: tuple[str, ...] = ("r2", "mae")
+"""What a distance curve keeps per model."""
+
+
+def grid_counts(n_train_grids: int, points: int = 5, smallest: int = 8) -> tuple[int, ...]:
+    """Up to ``points`` training-set sizes spaced geometrically from ``smallest`` to every
+    training grid (distinct, increasing, the last always ``n_train_grids``)."""
+    if n_train_grids < 1:
+        raise ValueError("no training grids")
+    low = min(smallest, n_train_grids)
+    counts = np.unique(np.geomspace(low, n_train_grids, num=max(points, 1)).round().astype(int))
+    return tuple(int(c) for c in counts)
+
+
+def _interleaved_by_size(data: ProbeData, train, train_grids, random_state) -> np.ndarray:
+    """The training grids shuffled within each grid size, then taken round-robin across sizes,
+    so every prefix holds the sizes in proportion (and the shuffled control, which permutes
+    within sizes, has at least two grids per size once the prefix holds two per size)."""
+    rng = np.random.default_rng(random_state)
+    size_of = dict(zip(data.grid_ids[train], data.grid_sizes[train].tolist(), strict=True))
+    by_size = [
+        rng.permutation([g for g in train_grids if size_of[g] == size]).tolist()
+        for size in sorted(set(size_of.values()))
+    ]
+    order = [g for rank in itertools.zip_longest(*by_size) for g in rank if g is not None]
+    return np.asarray(order, dtype=object)
+
+
+def learning_curve(
+    data: ProbeData,
+    train: np.ndarray,
+    test: np.ndarray,
+    estimator,
+    config: ProbeSweepConfig,
+    *,
+    counts: Sequence[int] | None = None,
+    metrics: Sequence[str] | None = None,
+) -> dict:
+    """Fit and score ``estimator`` and its controls on growing subsets of the training grids.
+
+    ``train``/``test``: row positions in ``data`` (split by grid; the test rows the same for
+    every point); ``counts``: numbers of training grids (default :func:`grid_counts`);
+    ``metrics``: kept per model (default by target). Returns ``{n_train_grids_total,
+    n_test_grids, metrics, points: [{n_train_grids, n_train, models, selectivity}]}``.
+    """
+    train, test = np.asarray(train), np.asarray(test)
+    train_grids = np.unique(data.grid_ids[train])
+    if set(train_grids.tolist()) & set(np.unique(data.grid_ids[test]).tolist()):
+        raise ValueError("training and test rows share grids; split by grid first")
+    counts = tuple(counts) if counts is not None else grid_counts(len(train_grids))
+    if not counts or min(counts) < 1 or max(counts) > len(train_grids):
+        raise ValueError(f"counts must lie in [1, {len(train_grids)}], got {counts}")
+    keep = tuple(metrics or (CELL_METRICS if config.target == "cell_type" else DISTANCE_METRICS))
+    order = _interleaved_by_size(data, train, train_grids, config.random_state)
+    points = []
+    for count in sorted(set(counts)):
+        rows = train[np.isin(data.grid_ids[train], order[:count])]
+        _, overall, _, _ = fit_and_score(config, estimator, data, rows, test)
+        points.append(
+            {
+                "n_train_grids": int(count),
+                "n_train": int(len(rows)),
+                "models": {
+                    name: {m: values[m] for m in keep if m in values}
+                    for name, values in overall["models"].items()
+                },
+                "selectivity": {
+                    m: v for m, v in overall.get("selectivity", {}).items() if m in keep
+                },
+            }
+        )
+    return {
+        "n_train_grids_total": int(len(train_grids)),
+        "n_test_grids": int(np.unique(data.grid_ids[test]).size),
+        "metrics": list(keep),
+        "points": points,
+    }
+
+
+HEADLINE_METRICS: tuple[str, ...] = ("accuracy_no_padding", "auc/wall", "agent_top1", "goal_top1")
+"""The headline rows' metrics."""
+
+
+def seed_runs(
+    estimator,
+    data: ProbeData,
+    train: np.ndarray,
+    test: np.ndarray,
+    config: ProbeSweepConfig,
+    seeds: Sequence[int],
+    metrics: Sequence[str] = HEADLINE_METRICS,
+) -> dict:
+    """Fit ``estimator`` once per seed (``random_state``) on ``train``, score on ``test``.
+
+    Returns ``{seeds, per_seed: [{seed, metric: {probe, selectivity}}], pooled: {metric:
+    {probe, selectivity}}}``, pooled by :func:`~goalprobe.stats.seed_pooled`, with
+    ``seeds_disagree`` (:func:`intervals_disjoint`) and, on the selectivity, ``baseline``,
+    ``above_baseline`` and :func:`seed_verdict`.
+    """
+    per_seed: list[dict[str, Any]] = []
+    for seed in seeds:
+        seeded = clone(estimator).set_params(random_state=seed)
+        _, m, _, _ = fit_and_score(config, seeded, data, train, test)
+        scores = {"probe": m["models"]["probe"], "selectivity": m.get("selectivity", {})}
+        by_metric = {k: {name: s.get(k) for name, s in scores.items()} for k in metrics}
+        per_seed.append({"seed": int(seed), **by_metric})
+    pooled = {}
+    for k in metrics:
+        probe = [s[k]["probe"] for s in per_seed if s[k]["probe"]]
+        sel = [s[k]["selectivity"] for s in per_seed if s[k]["selectivity"]]
+        if not probe:
+            continue
+        # every pooled probe metric is a rate or an AUC in [0, 1]; selectivity their difference
+        pooled_probe = seed_pooled(probe, config.confidence_level, bounds=(0.0, 1.0))
+        pooled_probe["seeds_disagree"] = intervals_disjoint(probe)
+        entry: dict[str, Any] = {"probe": pooled_probe, "selectivity": None}
+        if sel:
+            stat = seed_pooled(sel, config.confidence_level, bounds=(-1.0, 1.0))
+            baselines = sorted({s["baseline"] for s in sel})
+            stat["baseline"] = baselines[0] if len(baselines) == 1 else "/".join(baselines)
+            stat["above_baseline"] = bool(Estimate.from_dict(stat).above(0))
+            stat["seeds_disagree"] = intervals_disjoint(sel)
+            stat["verdict"] = seed_verdict(sel, stat)
+            entry["selectivity"] = stat
+        pooled[k] = entry
+    return {"seeds": [int(s) for s in seeds], "per_seed": per_seed, "pooled": pooled}
+
+
+def intervals_disjoint(stats: Sequence[dict]) -> bool:
+    """Whether two of the seeds' intervals do not overlap (the seeds disagree by more than
+    their own uncertainty): the highest lower bound above the lowest upper bound."""
+    bounded = [s for s in stats if s.get("ci_low") is not None and s.get("ci_high") is not None]
+    if len(bounded) < 2:
+        return False
+    return max(s["ci_low"] for s in bounded) > min(s["ci_high"] for s in bounded)
+
+
+def seed_verdict(per_seed: Sequence[dict], pooled: dict) -> str:
+    """The verdict "above the baseline" across the seeds' selectivities and their ``pooled``
+    statistic: ``"yes"`` where the pooled interval lies above 0; ``"unstable"`` where it does not
+    and the seeds disagree or some seed alone says yes; else ``"no"``."""
+    if Estimate.from_dict(pooled).above(0):
+        return "yes"
+    seed_yes = any(Estimate.from_dict(s).above(0) for s in per_seed)
+    if intervals_disjoint(per_seed) or seed_yes:
+        return "unstable"
+    return "no"

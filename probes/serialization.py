@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -38,7 +39,8 @@ class ActivationSource:
     layer: int
 
 
-def _paths(path: str | Path) -> tuple[Path, Path]:
+def stem_paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    """``(<stem>.safetensors, <stem>.json)`` of ``path`` (with or without either suffix)."""
     p = Path(path)
     if p.suffix in (".safetensors", ".json"):
         p = p.with_suffix("")
@@ -98,7 +100,7 @@ def save_probe(
 
     card = probe_card(probe, source=source, metrics=metrics)
     tensors, _ = probe._fitted_state()
-    tensor_path, card_path = _paths(path)
+    tensor_path, card_path = stem_paths(path)
     tensor_path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tensor_path))
     card["tensors"] = tensor_path.name
@@ -108,7 +110,7 @@ def save_probe(
 
 def read_probe_card(path: str | Path) -> dict:
     """The JSON card of a saved probe (``path``: stem or either file)."""
-    _, card_path = _paths(path)
+    _, card_path = stem_paths(path)
     return _read_card(card_path, "probe card", CARD_SCHEMA, CARD_SCHEMA_VERSION)
 
 
@@ -147,7 +149,7 @@ def load_probe(path: str | Path):
     from safetensors.numpy import load_file
 
     card = read_probe_card(path)
-    tensor_path, card_path = _paths(path)
+    tensor_path, card_path = stem_paths(path)
     registry = probe_classes()
     if card["class"] not in registry:
         raise ValueError(f"{card_path}: unknown probe class {card['class']!r}")

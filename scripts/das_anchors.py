@@ -1,7 +1,7 @@
 """Trained subspace interventions (DAS) at the control agent's pre-reasoning anchors (issue 41,
 item 5; docs/benchmarks.md, "DAS at the control's anchors").
 
-Pairs on training grids train a rank-k subspace at one block's anchors (``probes/das.py``);
+Pairs on training grids train a rank-k subspace at one block's anchors (``probes/steering.py``);
 held-out grids' disjoint pairs are regenerated greedily under the interchange, under the full
 anchor patch, and under a random subspace of the same rank. Position probes fitted on natural
 states (other grids again) give the directions the subspace is compared with (principal angles)
@@ -47,7 +47,7 @@ def _moved(backend, context, pairs, block, bases, max_new_tokens):
     from collections import defaultdict
 
     from goalprobe.agents.harmony import HarmonyTokenIds
-    from goalprobe.probes.das import interchange_patch
+    from goalprobe.probes.steering import interchange_patch
 
     stops = HarmonyTokenIds.from_tokenizer(backend.tokenizer).stop_ids
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
@@ -107,14 +107,14 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from goalprobe.activations.capture import make_backend
     from goalprobe.agents.bundled import load_bundled_agent
-    from goalprobe.probes.das import (
+    from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext
+    from goalprobe.probes.steering import (
         DasConfig,
         natural_r2,
         principal_angles,
         random_basis,
         train_subspace,
     )
-    from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext
     from safetensors.torch import save_file
     from sklearn.linear_model import LogisticRegression
 

@@ -1,7 +1,7 @@
 """The conditional wall test in both frames on real agents' anchors (activation stores of the
 probing set: ``goalprobe grids`` / ``states`` / ``extract --stages pre_reasoning``).
 
-Writes, per store and layer, :func:`goalprobe.probes.wall_readout.wall_readout`'s result (the
+Writes, per store and layer, :func:`goalprobe.probes.wall_test.wall_readout`'s result (the
 absolute and agent-centred frames, rings 1-3, probe against the same-size-and-density null,
 verdicts with the committed power of ``probes/wall_power.json``) to ``--out`` as JSON, and
 prints one line per frame and ring.
@@ -20,8 +20,7 @@ from pathlib import Path
 
 from goalprobe.probes.probe_sweep import StoreProbeLoader
 from goalprobe.probes.splits import split_by_grid
-from goalprobe.probes.wall_readout import wall_readout
-from goalprobe.probes.wall_test import WallTestConfig
+from goalprobe.probes.wall_test import WallTestConfig, wall_readout
 
 POWER = Path(__file__).resolve().parents[1] / "probes" / "wall_power.json"
 

@@ -76,7 +76,7 @@ def _selectivity(
 
 def probe(run: RunReader, key: str) -> Reading:
     """The headline cell probe's ``key`` metric on the probing set, over training seeds where
-    they were pooled (:mod:`goalprobe.probes.seeds`), else from the sweep's selectivity."""
+    they were pooled (:mod:`goalprobe.probes.probe_sweep`), else from the sweep's selectivity."""
     _, sweep = headline_sweep(run.layout.probing_probe_sweeps())
     head = headline_run(sweep)
     if head is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from goalprobe.probes.reasoning_readout import first_readable
+from goalprobe.probes.decision_time import first_readable
 from goalprobe.report.blocks import Block, Figures, Text, stat_text, table
 from goalprobe.report.run import RunReader
 from goalprobe.viewer.figures.decision import decision_time_figure, reasoning_readout_figure

@@ -4,11 +4,11 @@ steps (``RUN/decision/lens.json``, ``goalprobe.demo.decision/1``; per step and r
 
 For up to ``max_steps`` answered steps (a seeded sample spread over the grids) every block's
 residual stream is read through the final norm and unembedding at each reasoning chunk's end
-and at the answer's action (:mod:`goalprobe.probes.logit_lens`), pooled by
+and at the answer's action (:mod:`goalprobe.probes.decision_time`), pooled by
 :func:`goalprobe.probes.decision_time.decision_curves`. Beside the lens, the action, the
 plan's first move and the agent's and goal's cells are read out of the ``activations`` store
 per reasoning-progress bin and layer on held-out grids, against their strongest baselines
-(:func:`goalprobe.probes.reasoning_readout.reasoning_readout`; ``reasoning_readout`` in
+(:func:`goalprobe.probes.decision_time.reasoning_readout`; ``reasoning_readout`` in
 ``lens.json``).
 """
 
@@ -22,9 +22,16 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import Action
 from goalprobe.probes.decision_steps import chunk_texts, step_record, write_decision_steps
-from goalprobe.probes.decision_time import StepLens, bin_positions, decision_curves, readout_curves
-from goalprobe.probes.logit_lens import capture_resid, lens_from_resid, step_positions
-from goalprobe.probes.reasoning_readout import reasoning_readout
+from goalprobe.probes.decision_time import (
+    StepLens,
+    bin_positions,
+    capture_resid,
+    decision_curves,
+    lens_from_resid,
+    readout_curves,
+    reasoning_readout,
+    step_positions,
+)
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.sections import DecisionConfig
 from goalprobe.stages.context import StageContext, write_json

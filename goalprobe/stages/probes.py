@@ -18,15 +18,16 @@ import numpy as np
 from goalprobe.activations.store import ActivationStore
 from goalprobe.config import DemoConfig, DistanceConfig, ProbesConfig, ProbeTraining
 from goalprobe.probes.families import make_probe, probe_family
-from goalprobe.probes.learning_curve import grid_counts, learning_curve
 from goalprobe.probes.position import position_scores
 from goalprobe.probes.probe_sweep import (
     ProbeSweepConfig,
     ProbeSweepResult,
     StoreProbeLoader,
+    grid_counts,
+    learning_curve,
     run_probe_sweep,
+    seed_runs,
 )
-from goalprobe.probes.seeds import seed_runs
 from goalprobe.probes.serialization import save_probe
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json

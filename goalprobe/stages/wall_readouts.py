@@ -1,6 +1,6 @@
 """The probes stage's wall read-out (``RUN/probes/wall_readout.json``, schema
 ``goalprobe.wall_readouts/2``): the conditional wall test in both frames
-(:func:`goalprobe.probes.wall_readout.wall_readout`) on every store, stage and layer it covers,
+(:func:`goalprobe.probes.wall_test.wall_readout`) on every store, stage and layer it covers,
 with each verdict's power, and the decoded maps' wall probes (both frames, fit on the probing
 set's training grids at the headline stage and layer).
 
@@ -14,8 +14,7 @@ import numpy as np
 from goalprobe.probes.probe_sweep import StoreProbeLoader
 from goalprobe.probes.serialization import save_probe
 from goalprobe.probes.splits import GridSplit, split_by_grid
-from goalprobe.probes.wall_readout import design_power, wall_readout
-from goalprobe.probes.wall_test import WallTestConfig
+from goalprobe.probes.wall_test import WallTestConfig, design_power, wall_readout
 from goalprobe.sections import ProbesConfig
 from goalprobe.stages import HEADLINE_STAGE, committed_power, headline_layer
 from goalprobe.stages.context import StageContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from goalprobe.activations.store import ActivationStore
-from goalprobe.probes.reasoning_readout import reasoning_readout
+from goalprobe.probes.decision_time import reasoning_readout
 from goalprobe.viewer.figures.decision import reasoning_readout_figure
 from readout_fixtures import planted_store
 

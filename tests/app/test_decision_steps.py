@@ -22,7 +22,7 @@ from goalprobe.probes.decision_steps import (
     step_record,
     write_decision_steps,
 )
-from goalprobe.probes.logit_lens import lens_probs, step_positions
+from goalprobe.probes.decision_time import lens_probs, step_positions
 from readout_fixtures import model_probs
 
 from goalprobe.stages.decision import _step_record

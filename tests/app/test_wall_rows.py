@@ -9,8 +9,7 @@ import copy
 import pytest
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.wall_planting import PowerDesign, as_probe_data, demo_layouts, planted_walls
-from goalprobe.probes.wall_readout import wall_readout, wall_verdict
-from goalprobe.probes.wall_test import WallTestConfig
+from goalprobe.probes.wall_test import WallTestConfig, wall_readout, wall_verdict
 
 from goalprobe.report import write_report
 from goalprobe.report.causal_rows import wall_auc_power

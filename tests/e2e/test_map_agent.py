@@ -24,7 +24,7 @@ from goalprobe.agents.prompts import build_messages
 from goalprobe.gridworld.core import CellType
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.text import padded_cell_types, render
-from goalprobe.probes.cell_probes import MajorityCellBaseline
+from goalprobe.probes.cell_probes import MajorityCellBaseline, PerCellProbe
 from goalprobe.probes.patching.counterfactuals import (
     CounterfactualConfig,
     base_from_grid,
@@ -37,7 +37,6 @@ from goalprobe.probes.patching.experiment import (
 )
 from goalprobe.probes.patching.patched_runs import run_patching
 from goalprobe.probes.patching.results import anchor_verdicts
-from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline

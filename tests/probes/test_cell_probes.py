@@ -13,11 +13,11 @@ from goalprobe.gridworld.core import CellType
 from goalprobe.probes.cell_probes import (
     CoordinateCellProbe,
     MajorityCellBaseline,
+    PerCellProbe,
     validate_label_maps,
 )
 from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
 from goalprobe.probes.metrics import cell_positions, evaluate_cell_maps, top_k_cells
-from goalprobe.probes.per_cell import PerCellProbe
 from goalprobe.probes.serialization import (
     ActivationSource,
     load_probe,

@@ -10,7 +10,13 @@ import pytest
 import torch
 from goalprobe.activations.capture import make_backend
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.probes.das import (
+from goalprobe.probes.patching.counterfactuals import (
+    CounterfactualConfig,
+    base_from_grid,
+    build_counterfactuals,
+)
+from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
+from goalprobe.probes.steering import (
     DasConfig,
     anchor_values,
     interchange,
@@ -20,12 +26,6 @@ from goalprobe.probes.das import (
     random_basis,
     train_subspace,
 )
-from goalprobe.probes.patching.counterfactuals import (
-    CounterfactualConfig,
-    base_from_grid,
-    build_counterfactuals,
-)
-from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ def test_readout_finds_a_planted_decision_only_after_it_is_made():
 
 def test_store_readout_recovers_a_planted_decision_time(tmp_path):
     from goalprobe.activations.store import ActivationStore
-    from goalprobe.probes.reasoning_readout import (
+    from goalprobe.probes.decision_time import (
         READOUT_BINS,
         first_readable,
         reasoning_readout,
@@ -121,7 +121,7 @@ def test_a_row_at_exactly_a_fifth_s_edge_falls_in_that_fifth(tmp_path):
     """Bins are (low, high]: offset 1 of 10 tokens (fraction 0.2, stored as float32 0.2000...03)
     is the end of the first fifth."""
     from goalprobe.activations.store import ActivationStore
-    from goalprobe.probes.reasoning_readout import bin_features
+    from goalprobe.probes.decision_time import bin_features
 
     path = planted_store(tmp_path / "edges.h5", n=8, tokens=(1, 3, 5, 7, 9), length=10)
     with ActivationStore(path) as store:

@@ -1,4 +1,4 @@
-"""Learning curves (probes/learning_curve.py): nested training prefixes, fixed test grids, the
+"""Learning curves (probes/probe_sweep.py): nested training prefixes, fixed test grids, the
 same controls and selectivity as the sweep."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
 from goalprobe.probes.distance import GoalDistanceRegressor
-from goalprobe.probes.learning_curve import grid_counts, learning_curve
-from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig
+from goalprobe.probes.probe_sweep import ProbeData, ProbeSweepConfig, grid_counts, learning_curve
 from goalprobe.probes.serialization import ActivationSource
 from goalprobe.probes.splits import split_by_grid
 

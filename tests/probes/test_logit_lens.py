@@ -1,4 +1,4 @@
-"""The logit lens on the answer (goalprobe.probes.logit_lens) with the bundled agent on a real
+"""The logit lens on the answer (goalprobe.probes.decision_time) with the bundled agent on a real
 rollout step: the positions are where the answer's action is predicted and where reasoning
 chunks end; at the last block the lens is the model's own distribution."""
 
@@ -12,7 +12,7 @@ from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
-from goalprobe.probes.logit_lens import (
+from goalprobe.probes.decision_time import (
     first_stable_top,
     lens_probs,
     step_positions,

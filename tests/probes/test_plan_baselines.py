@@ -10,17 +10,19 @@ from goalprobe.gridworld.core import Action, State
 from goalprobe.gridworld.generator import generate_grid
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import padded_cell_types
-from goalprobe.probes.plan_baselines import (
+from goalprobe.probes.plan_decoder import PlanDecoder
+from goalprobe.probes.plan_metrics import encode_plans, prefix_hits
+from goalprobe.probes.plan_sweep import (
     CHANCE,
+    PlanDataset,
+    PlanSweepConfig,
     StatePlanDecoder,
     departure_mask,
     optimal_plans,
     prefix_verdicts,
+    run_plan_sweep,
     state_features,
 )
-from goalprobe.probes.plan_decoder import PlanDecoder
-from goalprobe.probes.plan_metrics import encode_plans, prefix_hits
-from goalprobe.probes.plan_sweep import PlanDataset, PlanSweepConfig, run_plan_sweep
 from goalprobe.probes.splits import grid_folds
 
 HORIZON = 10

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 from goalprobe.probes.cell_probes import CoordinateCellProbe
-from goalprobe.probes.probe_sweep import ProbeSweepConfig
-from goalprobe.probes.seeds import intervals_disjoint, seed_runs, seed_verdict
+from goalprobe.probes.probe_sweep import (
+    ProbeSweepConfig,
+    intervals_disjoint,
+    seed_runs,
+    seed_verdict,
+)
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.wall_planting import (
     PowerDesign,

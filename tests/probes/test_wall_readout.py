@@ -14,8 +14,12 @@ from goalprobe.probes.wall_planting import (
     planted_walls,
     summarise_power,
 )
-from goalprobe.probes.wall_readout import WALL_READOUT_SCHEMA, wall_readout, wall_verdict
-from goalprobe.probes.wall_test import WallTestConfig
+from goalprobe.probes.wall_test import (
+    WALL_READOUT_SCHEMA,
+    WallTestConfig,
+    wall_readout,
+    wall_verdict,
+)
 
 
 def _overall(detected, value, low, high):
@@ -83,7 +87,7 @@ def test_committed_power_applies_only_to_its_own_design():
     import json as _json
     from pathlib import Path
 
-    from goalprobe.probes.wall_readout import design_power
+    from goalprobe.probes.wall_test import design_power
 
     committed = _json.loads(
         (Path(__file__).resolve().parents[2] / "probes" / "wall_power.json").read_text()
@@ -102,7 +106,7 @@ def test_committed_power_applies_only_to_its_own_design():
 def test_a_store_off_the_power_design_never_says_no_and_strong_walls_still_say_yes():
     """Constructed: no walls planted on a small design (its power is not the committed
     curve's) must read "undecided", never "no"; strongly planted agent-centred walls "yes"."""
-    from goalprobe.probes.wall_readout import design_power
+    from goalprobe.probes.wall_test import design_power
 
     design = PowerDesign(n_grids=64, sizes=(7, 9), densities=(0.4, 0.8), grid_seed=6)
     committed = {
