@@ -33,7 +33,7 @@ METRIC_TITLES: dict[str, str] = {
 
 
 def learning_curve_figure(curve: Mapping, title: str | None = None) -> go.Figure:
-    """One panel per metric of ``curve`` (:func:`goalprobe.probes.learning_curve.learning_curve`'s
+    """One panel per metric of ``curve`` (:func:`goalprobe.probes.probe_sweep.learning_curve`'s
     output): every model's value with its 95% grid-bootstrap band against the number of
     training grids (log axis)."""
     points = curve.get("points") or []
