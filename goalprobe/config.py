@@ -14,6 +14,7 @@ sets over it, and :func:`seeded` gives every section the one seed and bootstrap 
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -322,15 +323,7 @@ class DemoConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (tuples as lists)."""
-        return _jsonable(dataclasses.asdict(self))
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
 def demo_config(

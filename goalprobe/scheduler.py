@@ -23,7 +23,7 @@ from goalprobe.fatal import RunStopped, is_fatal, preflight_gate
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
-from goalprobe.stages import STAGES, reads, server_first, stage, work_after
+from goalprobe.stages import STAGES, needs_weights, reads, server_first, stage, work_after
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage
 
@@ -273,13 +273,6 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                     bar.update()
                 break
     bar.close()
-
-
-def needs_weights(name: str) -> bool:
-    """Whether ``name`` loads the weights or reads a stage that does (the report reads every
-    stage)."""
-    spec = stage(name)
-    return spec.weights or any(needs_weights(d) for d in reads(name, STAGES))
 
 
 _DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"
