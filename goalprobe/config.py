@@ -26,7 +26,6 @@ from goalprobe.agents.bundled import MAP_AGENT
 from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
@@ -39,6 +38,7 @@ from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     DEMO_PATCH,
     ActivationsConfig,
+    AttributionSection,
     DecisionConfig,
     DistanceConfig,
     FalseBeliefConfig,
