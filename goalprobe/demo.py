@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, demo_config
-from goalprobe.provenance import demo_provenance
 from goalprobe.run_layout import RunLayout
+from goalprobe.runner import demo_provenance
 from goalprobe.scheduler import StageBook, StageOutcome, run_in_order, run_parallel
 from goalprobe.stages import CONTROL_STAGES, STAGES, needs_weights, stage
 from goalprobe.stages.context import write_json
