@@ -40,35 +40,10 @@ from goalprobe.sections import (
     IsoConfig,
     KeysConfig,
     PatchingConfig,
-    PlanDecoderTraining,
     PlansConfig,
     ProbesConfig,
-    ProbeTraining,
     ProbingConfig,
 )
-
-__all__ = [
-    "SCALES",
-    "ActivationsConfig",
-    "DemoConfig",
-    "DistanceConfig",
-    "FalseBeliefConfig",
-    "HarmConfig",
-    "IntentionConfig",
-    "IsoConfig",
-    "KeysConfig",
-    "PatchingConfig",
-    "PlanDecoderTraining",
-    "PlansConfig",
-    "PreflightConfig",
-    "ProbeTraining",
-    "ProbesConfig",
-    "ProbingConfig",
-    "control_config",
-    "demo_config",
-    "from_dict",
-    "override",
-]
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""

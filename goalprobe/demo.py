@@ -27,18 +27,8 @@ from goalprobe.config import DemoConfig, demo_config
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import demo_provenance
 from goalprobe.scheduler import StageBook, StageOutcome, run_in_order, run_parallel
-from goalprobe.stages import CONTROL_STAGES, STAGES, needs_weights, stage
+from goalprobe.stages import CONTROL_STAGES, STAGES, needs_weights
 from goalprobe.stages.context import write_json
-
-__all__ = [
-    "DemoResult",
-    "StageOutcome",
-    "check_force",
-    "default_jobs",
-    "run_demo",
-    "stage",
-    "stages_to_run",
-]
 
 
 @dataclass(frozen=True)
