@@ -13,6 +13,7 @@ from what it receives. No I/O here.
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -39,35 +40,10 @@ from goalprobe.sections import (
     IsoConfig,
     KeysConfig,
     PatchingConfig,
-    PlanDecoderTraining,
     PlansConfig,
     ProbesConfig,
-    ProbeTraining,
     ProbingConfig,
 )
-
-__all__ = [
-    "SCALES",
-    "ActivationsConfig",
-    "DemoConfig",
-    "DistanceConfig",
-    "FalseBeliefConfig",
-    "HarmConfig",
-    "IntentionConfig",
-    "IsoConfig",
-    "KeysConfig",
-    "PatchingConfig",
-    "PlanDecoderTraining",
-    "PlansConfig",
-    "PreflightConfig",
-    "ProbeTraining",
-    "ProbesConfig",
-    "ProbingConfig",
-    "control_config",
-    "demo_config",
-    "from_dict",
-    "override",
-]
 
 SCALES: tuple[str, ...] = ("tiny", "default", "paper")
 """Named scale presets of :func:`demo_config`."""
@@ -131,15 +107,7 @@ class DemoConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (tuples as lists)."""
-        return _jsonable(dataclasses.asdict(self))
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
 def demo_config(

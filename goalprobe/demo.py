@@ -24,27 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from goalprobe.config import DemoConfig, demo_config
-from goalprobe.provenance import demo_provenance
 from goalprobe.run_layout import RunLayout
-from goalprobe.scheduler import (
-    StageBook,
-    StageOutcome,
-    needs_weights,
-    run_in_order,
-    run_parallel,
-)
-from goalprobe.stages import CONTROL_STAGES, STAGES, stage
+from goalprobe.runner import demo_provenance
+from goalprobe.scheduler import StageBook, StageOutcome, run_in_order, run_parallel
+from goalprobe.stages import CONTROL_STAGES, STAGES, needs_weights
 from goalprobe.stages.context import write_json
-
-__all__ = [
-    "DemoResult",
-    "StageOutcome",
-    "check_force",
-    "default_jobs",
-    "run_demo",
-    "stage",
-    "stages_to_run",
-]
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,46 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from goalprobe.config import DemoConfig
-from goalprobe.fatal import RunStopped, is_fatal, preflight_gate
 from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
-from goalprobe.stages import STAGES, reads, server_first, stage, work_after
+from goalprobe.stages import STAGES, needs_weights, reads, server_first, stage, work_after
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage
+
+# A pre-flight refusal (:class:`~goalprobe.agents.preflight.PreflightRefused`: the model's token
+# budget cuts its steps) says the same of every generation stage: the schedulers stop at it,
+# record the stages left as not run and raise :class:`RunStopped` (``goalprobe demo``: one
+# ``error:`` line, exit 2). In worker processes the other generation stages wait for the
+# pre-flight's stage (:func:`preflight_gate`), so none of them has started when it refuses.
+
+PREFLIGHT_STAGE = "rollouts"
+"""The stage that runs the pre-flight."""
+
+
+class RunStopped(RuntimeError):
+    """A stage refused in a way that makes every stage left pointless (:func:`is_fatal`); the
+    message is the refusal's, prefixed with the stage."""
+
+
+def is_fatal(err: BaseException) -> bool:
+    """Whether a stage's error stops the whole run: a pre-flight refusal."""
+    from goalprobe.agents.preflight import PreflightRefused
+
+    return isinstance(err, PreflightRefused)
+
+
+def preflight_gate(config: DemoConfig, stages: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """The stage ``name`` waits for besides its inputs: with a model that gets a pre-flight, every
+    other generation stage starts after :data:`PREFLIGHT_STAGE` (a refusal stops them all)."""
+    from goalprobe.agents.bundled import is_bundled
+    from goalprobe.stages import SERVER_STAGES
+
+    if name == PREFLIGHT_STAGE or name not in SERVER_STAGES or PREFLIGHT_STAGE not in stages:
+        return ()
+    if config.preflight.steps < 1 or is_bundled(config.agent.model):
+        return ()
+    return (PREFLIGHT_STAGE,)
 
 
 @dataclass(frozen=True)
@@ -273,13 +306,6 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                     bar.update()
                 break
     bar.close()
-
-
-def needs_weights(name: str) -> bool:
-    """Whether ``name`` loads the weights or reads a stage that does (the report reads every
-    stage)."""
-    spec = stage(name)
-    return spec.weights or any(needs_weights(d) for d in reads(name, STAGES))
 
 
 _DIED = "a worker process died (killed, or out of memory); rerun goalprobe demo to resume"

@@ -35,7 +35,7 @@ from goalprobe.probes.wall_planting import (
 )
 
 from goalprobe.config import demo_config
-from goalprobe.provenance import demo_provenance
+from goalprobe.runner import demo_provenance
 from goalprobe.stages.probes import cell_params, estimator_params
 
 OUT = Path(__file__).resolve().parents[1] / "probes" / "wall_power.json"

@@ -107,8 +107,8 @@ def command(
     from goalprobe.agents.bundled import DEFAULT_BUNDLED
     from goalprobe.config import control_config, demo_config
     from goalprobe.demo import check_force, default_jobs, run_demo
-    from goalprobe.fatal import RunStopped
     from goalprobe.report.summary import terminal_summary
+    from goalprobe.scheduler import RunStopped
 
     console = Console()
 

@@ -10,6 +10,7 @@ from typer import Argument, Option
 
 from goalprobe.commands.common import (
     OVERWRITE_HELP,
+    ModelOption,
     check_device,
     check_new_output,
     choice,
@@ -18,10 +19,6 @@ from goalprobe.commands.common import (
 )
 
 _Trajectories = Annotated[Path, Argument(help="Trajectory JSONL written by `goalprobe rollout`.")]
-_Model = Annotated[
-    str,
-    Option(help="'bundled', a local model directory, or a Hugging Face id."),
-]
 _Layers = Annotated[
     str,
     Option(
@@ -79,7 +76,7 @@ _WorkDir = Annotated[Path | None, Option(help="Parts directory (default: <out>.p
 def command(
     trajectories: _Trajectories,
     out: Annotated[Path, Option("--out", "-o", help="Activation store (.h5) to write.")],
-    model: _Model = "bundled",
+    model: ModelOption = "bundled",
     revision: Annotated[str, Option(help="Hub revision of the model.")] = "",
     layers: _Layers = "",
     stages: _Stages = "pre_reasoning,post_reasoning",

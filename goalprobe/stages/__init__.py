@@ -19,7 +19,7 @@ from typing import Any
 
 from goalprobe.stages.registry import Stage, register, registered, topological
 
-__all__ = ["MODULES", "Stage", "register", "server_first", "stage", "work_after"]
+__all__ = ["MODULES", "Stage", "needs_weights", "register", "server_first", "stage", "work_after"]
 
 MODULES: tuple[str, ...] = (
     "grids",
@@ -119,18 +119,18 @@ def reads(name: str, among: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in among if n != name) if spec.final else spec.reads
 
 
+def needs_weights(name: str, among: tuple[str, ...] | None = None) -> bool:
+    """Whether ``name`` loads the weights or reads a stage of ``among`` (default: every stage)
+    that does, directly or not (the report reads every stage)."""
+    among = _tables()["STAGES"] if among is None else among
+    return stage(name).weights or any(needs_weights(d, among) for d in reads(name, among))
+
+
 def server_first(stages: tuple[str, ...]) -> tuple[str, ...]:
     """``stages`` with every stage that needs no weights, neither itself nor through a stage it
     reads, moved before those that do (study order kept within each group; still an order in
     which every stage comes after the ones it reads)."""
-    needs: dict[str, bool] = {}
-
-    def weighs(name: str) -> bool:
-        if name not in needs:
-            needs[name] = stage(name).weights or any(weighs(d) for d in reads(name, stages))
-        return needs[name]
-
-    return tuple(sorted(stages, key=weighs))
+    return tuple(sorted(stages, key=lambda name: needs_weights(name, stages)))
 
 
 def work_after(stages: tuple[str, ...]) -> dict[str, float]:

@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from goalprobe.activations.capture import make_backend
-from goalprobe.config import PatchingConfig
-from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
 from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.patching.memory import PatchingBudget
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
-from goalprobe.run_layout import write_atomic
+from goalprobe.run_layout import ARTEFACTS, write_atomic
+from goalprobe.sections import PatchingConfig
 from goalprobe.stages.context import StageContext
 from goalprobe.stages.registry import Settings, Stage, register
+from goalprobe.viewer.figures.patching import patch_summary_figure
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -195,6 +196,16 @@ def readout_peak(lens_path: Path, n_layers: int) -> dict:
         "source": "decision read-out peak (mean held-out accuracy over reasoning progress)",
         "accuracy": means,
     }
+
+
+def write_patch_heatmap(out_dir: Path, summary: Sequence) -> Path:
+    """Write the site x layers heatmaps of a patching ``summary`` (``SummaryRow`` objects or
+    their mappings) as self-contained HTML into ``out_dir`` (``patch_heatmap.html``)."""
+    path = Path(out_dir) / Path(ARTEFACTS["patching heatmap"].relative).name
+    rows = [asdict(r) if is_dataclass(r) and not isinstance(r, type) else r for r in summary]
+    # a fixed div id: the same summary gives the same bytes (plotly draws a random one)
+    patch_summary_figure(rows).write_html(path, include_plotlyjs=True, div_id="patch-heatmap")
+    return path
 
 
 STAGE = register(

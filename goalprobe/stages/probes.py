@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 
 from goalprobe.activations.store import ActivationStore
-from goalprobe.config import DemoConfig, DistanceConfig, ProbesConfig, ProbeTraining
+from goalprobe.config import DemoConfig
 from goalprobe.probes.families import make_probe, probe_family
 from goalprobe.probes.position import position_scores
 from goalprobe.probes.probe_sweep import (
@@ -29,6 +29,7 @@ from goalprobe.probes.probe_sweep import (
     seed_runs,
 )
 from goalprobe.probes.serialization import save_probe
+from goalprobe.sections import DistanceConfig, ProbesConfig, ProbeTraining
 from goalprobe.stages import HEADLINE_PROBE, HEADLINE_STAGE, headline_layer, headline_run
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.decode import write_headline_maps

@@ -15,14 +15,13 @@ import csv
 import io
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from goalprobe.figure_files import write_scoring_figures
 from goalprobe.probes.scoring.belief_table import (
     BeliefScores,
     ScoresHeader,
@@ -57,6 +56,7 @@ from goalprobe.run_layout import RunLayout, write_atomic
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage, register
 from goalprobe.version import package_version
+from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 
 
 def run(context: StageContext, config: ScoreConfig, stage_dir: Path):
@@ -333,6 +333,21 @@ def headline_key(files: list[MapFile]) -> str | None:
     prefix = "cell_type_{}_{}_{}_L".format(*HEADLINE_PROBE, HEADLINE_STAGE)
     layers = {int(f.key.removeprefix(prefix)): f.key for f in files if f.key.startswith(prefix)}
     return layers[headline_layer(layers)] if layers else None
+
+
+def write_scoring_figures(layout: RunLayout, belief: Mapping, meg: Mapping) -> dict[str, Path]:
+    """Write the scoring figures (``fig.to_json()``) into ``scoring/figures/``; returns
+    ``figure_<name>`` -> written path."""
+    figures = {
+        "belief_by_size": belief_figure(dict(belief)),
+        "topk": topk_figure(dict(belief)),
+        "meg": meg_figure(dict(meg)),
+    }
+    out = {}
+    for name, fig in figures.items():
+        path = layout.scoring_figure(name)
+        out[f"figure_{name}"] = write_atomic(path, fig.to_json())
+    return out
 
 
 STAGE = register(

@@ -46,9 +46,8 @@ from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_fig
 from typer.testing import CliRunner
 from viewer_fixtures import NoisyOptimalBackend
 
-from goalprobe.figure_files import write_scoring_figures
 from goalprobe.run_layout import RunLayout
-from goalprobe.stages.scoring import score_run
+from goalprobe.stages.scoring import score_run, write_scoring_figures
 
 ALL_CLASSES = tuple(int(c) for c in CellType)
 N_BOOT = 200

@@ -360,8 +360,8 @@ def test_a_stage_key_is_what_the_stage_receives():
     """The cache key comes from the config a stage is handed: changing a section reruns
     exactly the stages that receive it, and the agent enters by its identity (weights digest,
     precision), so another device means another key for every stage that runs the model."""
-    from goalprobe.demo import stage
     from goalprobe.runner import config_hash
+    from goalprobe.stages import stage
 
     def keys(config):
         return {name: config_hash(stage(name).receives(config)) for name in STAGES}

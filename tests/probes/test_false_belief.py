@@ -299,9 +299,9 @@ def test_demo_stage_and_report_section_on_the_bundled_agent(tmp_path):
     from goalprobe.agents.agent_config import AgentConfig
     from goalprobe.agents.rollout import RolloutConfig
 
-    from goalprobe.config import ActivationsConfig, FalseBeliefConfig
     from goalprobe.report.page import render_report
     from goalprobe.run_layout import RunLayout
+    from goalprobe.sections import ActivationsConfig, FalseBeliefConfig
     from goalprobe.stages import false_belief as stage
     from goalprobe.stages.context import StageContext
     from goalprobe.stages.registry import Settings

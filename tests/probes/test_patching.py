@@ -52,7 +52,7 @@ from goalprobe.probes.patching.sites import (
 )
 from goalprobe.viewer.figures.patching import patch_summary_figure
 
-from goalprobe.figure_files import write_patch_heatmap
+from goalprobe.stages.patching import write_patch_heatmap
 
 N_LAYERS = 3
 

@@ -514,8 +514,8 @@ def test_decoder_trains_on_cuda_and_predicts_like_cpu(data, tmp_path):
 
 def test_demo_stages_sweep_only_the_stages_a_store_has_rows_for(tmp_path):
     """The plans and distance stages of the demo on a store of an agent that never reasons."""
-    from goalprobe.config import DistanceConfig, PlanDecoderTraining, PlansConfig, ProbeTraining
     from goalprobe.run_layout import RunLayout
+    from goalprobe.sections import DistanceConfig, PlanDecoderTraining, PlansConfig, ProbeTraining
     from goalprobe.stages import distance, plans
     from goalprobe.stages.context import StageContext
     from goalprobe.stages.registry import Settings
