@@ -32,7 +32,7 @@ def _store_source(store: Path, stats):
     import numpy as np
 
     from goalprobe.activations.store.reader import ActivationStore
-    from goalprobe.probes.patching.store_source import StoreSource
+    from goalprobe.probes.patching.patched_runs import StoreSource
 
     if stats is None:
         raise typer.BadParameter(
