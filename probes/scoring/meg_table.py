@@ -258,17 +258,6 @@ def null_rng(random_state: int, grid_id: str, replicate: int) -> np.random.Gener
     return np.random.default_rng([random_state, zlib.crc32(grid_id.encode()), replicate])
 
 
-def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.ndarray:
-    """``(G, 3 * len(values))``: agent, null and agent minus null of each of ``values`` on the
-    records that have a null, for one shared-draws bootstrap."""
-    rows = [r for r in records if r.get(NULL_NAME) is not None]
-    agent = np.asarray([[r["true"][k] for k in values] for r in rows], dtype=np.float64)
-    null = np.asarray([[r[NULL_NAME][k] for k in values] for r in rows], dtype=np.float64)
-    if not rows:
-        return np.zeros((0, 3 * len(values)))
-    return np.concatenate([agent, null, agent - null], axis=1)
-
-
 class MegBody(TypedDict):
     """The body of ``meg.json`` (:func:`score_meg`): the scored probe, one record per grid, and
     the grouped aggregates (overall and per size, density and variant)."""
@@ -535,27 +524,29 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
     )
     sel = [records[i] for i in rows]
-    codes = np.arange(len(sel))
-    true = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in sel], dtype=np.float64)
+
+    def values(part: str, recs: list[dict]) -> np.ndarray:
+        return np.asarray([[r[part][k] for k in _MEG_VALUES] for r in recs], dtype=np.float64)
+
+    true = values("true", sel)
     out = {
         "n_grids": len(sel),
-        "true": ratio_stats(true, np.ones_like(true), codes, _MEG_VALUES, **common),
+        "true": ratio_stats(true, np.ones_like(true), np.arange(len(sel)), _MEG_VALUES, **common),
         "vs_random_walk": None,
     }
-    null = paired_null_rows(sel, _MEG_VALUES)
-    if len(null):
-        vs_null: dict[str, Any] = _paired_stats(null, ("agent", NULL_NAME, "difference"), common)
+    with_null = [r for r in sel if r.get(NULL_NAME) is not None]
+    if with_null:  # agent, null and agent minus null, for one shared-draws bootstrap
+        agent, null = values("true", with_null), values(NULL_NAME, with_null)
+        both = np.concatenate([agent, null, agent - null], axis=1)
+        vs_null: dict[str, Any] = _paired_stats(both, ("agent", NULL_NAME, "difference"), common)
         vs_null["above_null"] = Estimate.from_dict(vs_null["difference"]["meg"]).above(0)
-        out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
+        out["vs_random_walk"] = {"n_grids": len(with_null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
     if paired:
-        t = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64)
-        s = np.asarray(
-            [[r["subjective"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64
-        )
-        values = np.concatenate([t, s, s - t], axis=1)
-        block.update(_paired_stats(values, ("true", "subjective", "difference"), common))
+        t, s = values("true", paired), values("subjective", paired)
+        both = np.concatenate([t, s, s - t], axis=1)
+        block.update(_paired_stats(both, ("true", "subjective", "difference"), common))
         test = paired_wilcoxon(t[:, 0], s[:, 0])
         block["wilcoxon"] = {k: getattr(test, k) for k in _WILCOXON_KEYS}
     out["paired"] = block
