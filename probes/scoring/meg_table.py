@@ -40,9 +40,8 @@ from typing import Any, TypedDict, cast
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid, RowCol, State
 from goalprobe.gridworld.dynamics import is_success
-from goalprobe.gridworld.mdp import GridMDP, build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData, paired_wilcoxon
-from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.optimal import GridMDP, build_mdp, solve
 from goalprobe.probes.scoring.belief import decoded_walls, top_cells
 from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
 from goalprobe.probes.scoring.config import GridUtility, ScoreConfig, ScoringError

@@ -10,9 +10,8 @@ import pytest
 from goalprobe.gridworld.core import Grid, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.mdp import build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.optimal import build_mdp, solve
 from goalprobe.gridworld.variants import generate_variant
 from goalprobe.probes.scoring.meg import TabularMDP, state_occupancy, unknown_utility_meg
 from goalprobe.probes.scoring.meg_table import (

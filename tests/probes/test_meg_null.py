@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.optimal import GridMDP, build_mdp
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.meg import TabularMDP, known_utility_meg
 from goalprobe.probes.scoring.meg_table import (
