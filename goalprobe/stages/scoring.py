@@ -24,6 +24,7 @@ import numpy as np
 
 from goalprobe.figure_files import write_scoring_figures
 from goalprobe.probes.scoring.belief_table import (
+    CSV_COLUMNS,
     BeliefScores,
     ScoresHeader,
     StepTable,
@@ -35,7 +36,6 @@ from goalprobe.probes.scoring.belief_table import (
     pick_meg_probe,
 )
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
-from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import (
     MEG_GRID_COLUMNS,
     MegScores,

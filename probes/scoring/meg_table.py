@@ -11,7 +11,7 @@ on grids with a key) on the true grid's MDP (:func:`grid_meg`) and, *subjective*
 states mapped by agent cell (plus ``has_key`` / ``door_open``; missing states reported as
 unmapped). ``H`` is the episodes' step budget (``horizon="episodes"``) or ``ceil(1.5 L)``
 (``"grid"``). Aggregates are grid-bootstrap means
-(:func:`~goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
+(:func:`~goalprobe.probes.scoring.belief_table.ratio_stats`) with a paired Wilcoxon test of subjective
 vs true.
 
 **Per step** (:func:`step_meg`): for every decoded step of a grid without key or door (others:
@@ -43,9 +43,10 @@ from goalprobe.gridworld.dynamics import is_success
 from goalprobe.gridworld.metrics import TrajectoryData, paired_wilcoxon
 from goalprobe.gridworld.optimal import GridMDP, build_mdp, solve
 from goalprobe.probes.scoring.belief import decoded_walls, top_cells
-from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
-from goalprobe.probes.scoring.config import GridUtility, ScoreConfig, ScoringError
-from goalprobe.probes.scoring.grouped import (
+from goalprobe.probes.scoring.belief_table import (
+    ScoresHeader,
+    StepTable,
+    bootstrap_text,
     group_keys,
     group_rows,
     groups_of,
@@ -54,6 +55,7 @@ from goalprobe.probes.scoring.grouped import (
     stat_rows,
     trajectory_weights,
 )
+from goalprobe.probes.scoring.config import GridUtility, ScoreConfig, ScoringError
 from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
     MDPBatch,
