@@ -17,8 +17,7 @@ from goalprobe.activations.capture import make_backend
 from goalprobe.config import PatchingConfig
 from goalprobe.figure_files import write_patch_heatmap
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
-from goalprobe.probes.patching.experiment import PatchConfig
-from goalprobe.probes.patching.memory import PatchingBudget
+from goalprobe.probes.patching.experiment import PatchConfig, PatchingBudget
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 from goalprobe.run_layout import write_atomic
 from goalprobe.stages.context import StageContext

@@ -28,12 +28,12 @@ from goalprobe.probes.patching.counterfactuals import (
 )
 from goalprobe.probes.patching.experiment import (
     PatchConfig,
+    PatchingBudget,
     PatchingContext,
     PreparationReport,
     PreparedPair,
     prepare_pairs,
 )
-from goalprobe.probes.patching.memory import PatchingBudget
 from goalprobe.probes.patching.patched_runs import (
     CHUNK_DIRECTION,
     PatchRecord,
