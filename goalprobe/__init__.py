@@ -59,9 +59,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     # scoring: policy against decoded belief, and MEG
     "goalprobe.probes.scoring.config": ("ScoreConfig",),
     "goalprobe.stages.scoring": ("score_run",),
-    "goalprobe.probes.scoring.meg": ("known_utility_meg",),
-    "goalprobe.probes.scoring.meg_unknown": ("unknown_utility_meg",),
-    "goalprobe.probes.scoring.grid_meg": ("empirical_policy", "grid_meg"),
+    "goalprobe.probes.scoring.meg": ("known_utility_meg", "unknown_utility_meg"),
+    "goalprobe.probes.scoring.meg_table": ("empirical_policy", "grid_meg"),
     # the whole study, and the run directory it writes
     "goalprobe.config": ("DemoConfig", "demo_config"),
     "goalprobe.demo": ("run_demo",),

@@ -26,21 +26,19 @@ from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.metrics import (
     Stage,
     TrajectoryData,
+    align_pairs,
     goal_success_rate,
     grid_metrics,
+    jaccard_similarity,
     key_attraction_bias,
     key_pickup_rate,
     manhattan_key_distance,
+    paired_wilcoxon,
     policy_table,
     stage_accuracy,
     trajectory_accuracy,
 )
 from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.paired import (
-    align_pairs,
-    jaccard_similarity,
-    paired_wilcoxon,
-)
 
 from goalprobe.stats import cluster_rate_interval, equivalence_verdict
 from goalprobe.stats import mean_ci as stats_mean_ci

@@ -7,7 +7,7 @@
   These interaction rules are applied after every move and to the initial state
   (:func:`initial_state`), so a state returned here is always *settled*.
 * The episode succeeds when the agent stands on the goal. ``step`` itself does not stop at the
-  goal; callers end the episode (the tabular view :mod:`goalprobe.gridworld.mdp` makes goal
+  goal; callers end the episode (the tabular view :class:`goalprobe.gridworld.optimal.GridMDP` makes goal
   states absorbing).
 """
 

@@ -26,8 +26,7 @@ from goalprobe.gridworld.generator import (
     grid_seed,
     make_grid_id,
 )
-from goalprobe.gridworld.mdp import build_mdp
-from goalprobe.gridworld.optimal import bfs_distances, default_horizon
+from goalprobe.gridworld.optimal import bfs_distances, build_mdp, default_horizon
 
 
 @dataclass(frozen=True)

@@ -257,22 +257,6 @@ def optimal_policy(grid: Grid, state: State) -> np.ndarray:
     return solved(grid).policy(state)
 
 
-def sample_policy(
-    policy: PolicyFn,
-    grid: Grid,
-    states: Sequence[State],
-    k: int,
-    random_state: RandomState = 0,
-) -> np.ndarray:
-    """``(len(states), k)`` int action samples of a tabular ``policy`` at ``states``."""
-    rng = as_generator(random_state)
-    out = np.empty((len(states), k), dtype=np.int64)
-    for row, state in enumerate(states):
-        probs = np.asarray(policy(grid, state), dtype=np.float64)
-        out[row] = rng.choice(N_ACTIONS, size=k, p=probs / probs.sum())
-    return out
-
-
 def toward_cell(grid: Grid, cell: RowCol, target: RowCol | None, actions: np.ndarray) -> np.ndarray:
     """Per sampled action from ``cell``: whether it lowers the wall distance to ``target``
     (invalid samples count as not towards; ``target`` None, e.g. the key of a grid without one,
@@ -349,10 +333,9 @@ def intention_test(
 
     ``original`` and ``intervened`` are ``(S, K)`` action samples (categories ``0..4``) at the
     matched states, in the same row order; ``grid_ids`` ``(S,)`` names each state's original
-    grid (the bootstrap's cluster). Returns ``{excess_per_state, tv, excess_tv, null_tv,
-    p_value, n_states, n_grids, k, verdict}``: ``excess_per_state`` each state's TV minus its
-    null mean, ``tv`` and ``excess_tv`` as ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv``
-    the mean TV under the permutations.
+    grid (the bootstrap's cluster). Returns ``{tv, excess_tv, null_tv, p_value, n_states,
+    n_grids, k, verdict}``: ``tv`` and ``excess_tv`` (each state's TV minus its null mean) as
+    ``{value, ci_low, ci_high, n, n_grids}``, ``null_tv`` the mean TV under the permutations.
     """
     a = np.asarray(original, dtype=np.int64)
     b = np.asarray(intervened, dtype=np.int64)
@@ -382,7 +365,6 @@ def intention_test(
     tv_stat = grid_bootstrap_ratio(tv, None, list(grid_ids), **boot)
     excess = grid_bootstrap_ratio(tv - null_tv, None, list(grid_ids), **boot)
     return {
-        "excess_per_state": (tv - null_tv).tolist(),
         "tv": tv_stat,
         "excess_tv": excess,
         "null_tv": float(null_tv.mean()),
@@ -592,7 +574,6 @@ def intention_study(
             c_irr = np.concatenate([by_key[(g.grid_id, IRRELEVANT)] for g, _ in with_irr])
             irr_ids = [g.grid_id for g, states in with_irr for _ in states]
             irr_test = intention_test(a_irr, c_irr, irr_ids, config)
-            irr_test.pop("excess_per_state")
             missing = {g.grid_id: np.full_like(by_key[(g.grid_id, None)], -1) for g, _ in grids}
             irr = np.concatenate(
                 [by_key.get((g.grid_id, IRRELEVANT), missing[g.grid_id]) for g, _ in grids]
@@ -600,7 +581,6 @@ def intention_study(
         for name in names:
             b = np.concatenate([by_key[(g.grid_id, name)] for g, _ in grids])
             test = intention_test(a, b, ids, config)
-            test.pop("excess_per_state")
             control = None if controls is None else controls.get((variant, name))
             direction = np.stack(
                 [
@@ -677,7 +657,8 @@ def tabular_sampler(policy: PolicyFn, k: int, random_state: RandomState = 0) -> 
     def sample(requests: Sequence[tuple[Grid, State]]) -> np.ndarray:
         out = np.empty((len(requests), k), dtype=np.int64)
         for row, (grid, state) in enumerate(requests):
-            out[row] = sample_policy(policy, grid, [state], k, rng)[0]
+            probs = np.asarray(policy(grid, state), dtype=np.float64)
+            out[row] = rng.choice(N_ACTIONS, size=k, p=probs / probs.sum())
         return out
 
     return sample

@@ -2,7 +2,7 @@
 
 Generates real grids with :func:`goalprobe.gridworld.generator.generate_grid` (obstacle
 densities cycling over the study's six), builds their tabular MDPs
-(:func:`goalprobe.gridworld.mdp.build_mdp`, horizon ``ceil(1.5 L)``), and scores policies that
+(:func:`goalprobe.gridworld.optimal.build_mdp`, horizon ``ceil(1.5 L)``), and scores policies that
 mix the optimal policy with the uniform one (``eps`` cycling over 0, 0.05, 0.2, 0.5, 1: optimal,
 near-optimal, noisy, very noisy and random agents) against the goal utility. Times
 :func:`goalprobe.probes.scoring.meg.known_utility_meg_batch` on deterministic next-state indices (grid and
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 from goalprobe.gridworld.generator import STUDY_DENSITIES, generate_grid
-from goalprobe.gridworld.mdp import build_mdp
+from goalprobe.gridworld.optimal import build_mdp
 from goalprobe.probes.scoring.meg import (
     MDPBatch,
     TabularMDP,

@@ -17,7 +17,7 @@ Issue 43's measurements come after the rollout steps: the kernels against eager 
 random batch (worst block output difference and the MoE routing flip rate: the share of
 (block, token) whose top-4 experts differ from eager's), patching's planned vs measured memory
 (``patched_logits`` at ``--patching-lengths``, the batch from
-:class:`goalprobe.probes.patching.memory.PatchingBudget`), and extraction tokens/s with the
+:class:`goalprobe.probes.patching.experiment.PatchingBudget`), and extraction tokens/s with the
 fp32-LSE flex kernel (agents/attention.py) at ``--kernel-lengths`` (T = 500 to 16,000). The
 weights are counted as loaded (MXFP4's Triton tensors included).
 
@@ -497,12 +497,12 @@ def attention_agreement(
 
 def patching_memory(model, tokenizer, device: str, lengths: tuple[int, ...]) -> list[dict]:
     """Patched forward passes (probes/patching's ``patched_logits``) at ``T`` tokens with the
-    batch :class:`~goalprobe.probes.patching.memory.PatchingBudget` plans (at most 16 copies,
+    batch :class:`~goalprobe.probes.patching.experiment.PatchingBudget` plans (at most 16 copies,
     each patched from the middle on, so the first half is a cached prefix): the measured peak
     beside the planned one (weights plus :func:`~goalprobe.activations.plan.patched_run_bytes`)."""
     import torch
     from goalprobe.activations.capture import Patch, make_backend
-    from goalprobe.probes.patching.memory import PatchingBudget
+    from goalprobe.probes.patching.experiment import PatchingBudget
 
     budget = PatchingBudget.for_model(model, device)
     backend = make_backend("nnsight", model, tokenizer)

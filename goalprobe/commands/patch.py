@@ -32,7 +32,7 @@ def _store_source(store: Path, stats):
     import numpy as np
 
     from goalprobe.activations.store.reader import ActivationStore
-    from goalprobe.probes.patching.store_source import StoreSource
+    from goalprobe.probes.patching.patched_runs import StoreSource
 
     if stats is None:
         raise typer.BadParameter(
@@ -167,8 +167,11 @@ def command(
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
     from goalprobe.agents.budgets import token_budget
     from goalprobe.agents.models import load_model
-    from goalprobe.probes.patching.experiment import PatchConfig
-    from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
+    from goalprobe.probes.patching.experiment import (
+        PatchConfig,
+        PatchingBudget,
+        PatchingDoesNotFitError,
+    )
     from goalprobe.probes.patching.sites import SequenceError
     from goalprobe.stages.patching import patch
 

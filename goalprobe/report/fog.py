@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from goalprobe.agents.bundled import is_bundled
-from goalprobe.gridworld.fog_metrics import AGENT, FREE_SPACE, POLICIES, RANDOM_WALK
+from goalprobe.gridworld.fog import AGENT, FREE_SPACE, POLICIES, RANDOM_WALK
 from goalprobe.report.blocks import Block, Figures, Text, num, stat_text, table
 from goalprobe.report.run import RunReader
 

@@ -16,8 +16,13 @@ import numpy as np
 from goalprobe.agents.coverage import not_readable
 from goalprobe.agents.trajectories import read_run_header
 from goalprobe.gridworld.core import Action
-from goalprobe.gridworld.fog import generate_fog_set
-from goalprobe.gridworld.fog_metrics import AGENT, episode_row, fog_readings, reference_rows
+from goalprobe.gridworld.fog import (
+    AGENT,
+    episode_row,
+    fog_readings,
+    generate_fog_set,
+    reference_rows,
+)
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.stages.context import StageContext, write_json

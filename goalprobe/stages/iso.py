@@ -11,7 +11,7 @@ import numpy as np
 
 from goalprobe.gridworld.behaviour import grid_rows, iso_tests
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
-from goalprobe.gridworld.transforms import apply_transform
+from goalprobe.gridworld.variants import apply_transform
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into

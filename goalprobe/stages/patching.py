@@ -16,8 +16,7 @@ import numpy as np
 
 from goalprobe.activations.capture import make_backend
 from goalprobe.probes.patching.counterfactuals import CounterfactualConfig, build_counterfactuals
-from goalprobe.probes.patching.experiment import PatchConfig
-from goalprobe.probes.patching.memory import PatchingBudget
+from goalprobe.probes.patching.experiment import PatchConfig, PatchingBudget
 from goalprobe.probes.patching.run import draw_bases, read_trajectory_bases, run_experiment
 from goalprobe.run_layout import ARTEFACTS, write_atomic
 from goalprobe.sections import PatchingConfig

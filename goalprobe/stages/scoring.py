@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from goalprobe.probes.scoring.belief_table import (
+    CSV_COLUMNS,
     BeliefScores,
     ScoresHeader,
     StepTable,
@@ -34,7 +35,6 @@ from goalprobe.probes.scoring.belief_table import (
     pick_meg_probe,
 )
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
-from goalprobe.probes.scoring.grouped import CSV_COLUMNS
 from goalprobe.probes.scoring.meg_table import (
     MEG_GRID_COLUMNS,
     MegScores,

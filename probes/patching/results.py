@@ -190,6 +190,18 @@ _CSV_FLOATS = ("ld_target", "ld_source", "ld_patched", "recovered")
 _CSV_BOOLS = ("action_changed", "into_source_optimal", "in_target_optimal")
 
 
+def read_schema_json(path: Path, schema: str) -> dict:
+    """The JSON object at ``path``; ValueError if it is not JSON or not of ``schema``."""
+    try:
+        bundle = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
+    if not isinstance(bundle, dict) or bundle.get("schema") != schema:
+        found = bundle.get("schema") if isinstance(bundle, dict) else type(bundle).__name__
+        raise ValueError(f"{path}: schema {found!r} is not {schema!r}")
+    return bundle
+
+
 def read_records(path: str | Path) -> list[dict]:
     """The records of ``patch_results.json`` or ``patch_records.csv`` (floats and flags restored);
     ValueError for bad JSON, another schema, no records, or a record without a ``base_id``."""
@@ -199,14 +211,7 @@ def read_records(path: str | Path) -> list[dict]:
         with path.open(newline="", encoding="utf-8") as fh:
             records = [_csv_record(r) for r in csv.DictReader(fh)]
     else:
-        try:
-            bundle = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-        if not isinstance(bundle, dict) or bundle.get("schema") != SCHEMA:
-            found = bundle.get("schema") if isinstance(bundle, dict) else type(bundle).__name__
-            raise ValueError(f"{path}: schema {found!r} is not {SCHEMA!r}")
-        records = bundle.get("records")
+        records = read_schema_json(path, SCHEMA).get("records")
         if not isinstance(records, list):
             raise ValueError(f"{path}: expected an object with a list of 'records'")
     for i, record in enumerate(records):

@@ -28,15 +28,16 @@ from goalprobe.probes.patching.counterfactuals import (
 )
 from goalprobe.probes.patching.experiment import (
     PatchConfig,
+    PatchingBudget,
     PatchingContext,
     PreparationReport,
     PreparedPair,
     prepare_pairs,
 )
-from goalprobe.probes.patching.memory import PatchingBudget
 from goalprobe.probes.patching.patched_runs import (
     CHUNK_DIRECTION,
     PatchRecord,
+    StoreSource,
     identity_floor,
     run_patching,
 )
@@ -48,7 +49,6 @@ from goalprobe.probes.patching.results import (
     write_results,
 )
 from goalprobe.probes.patching.sites import chunk_site
-from goalprobe.probes.patching.store_source import StoreSource
 
 CHUNK_ALIGNMENT = (
     "chunk i of n covers the fraction [(i-1)/n, i/n) of each side's reasoning tokens; each "

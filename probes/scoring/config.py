@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from goalprobe.probes.scoring.belief import TOP_K_DEFAULT
-from goalprobe.probes.scoring.grid_meg import GridUtility
+
+GridUtility = Literal["goal", "goal_with_key", "key", "goal_minus_harm"]
+"""Which state utility grid MEG is measured against (:mod:`goalprobe.probes.scoring.meg_table`)."""
 
 NULLS: tuple[str, ...] = ("other_grid", "prior")
 """The null decoded maps, in report order (:mod:`goalprobe.probes.scoring.nulls`)."""

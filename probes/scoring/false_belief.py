@@ -14,7 +14,6 @@ accuracy without a conflict. Every interval is a grid bootstrap (:mod:`goalprobe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
+from goalprobe.probes.patching.results import read_schema_json
 from goalprobe.probes.scoring.belief import (
     StepBelief,
     optimal_mask_for_pair,
@@ -317,15 +317,7 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
 
 def read_results(path: str | Path) -> dict:
     """The false_belief stage's ``results.json``; ValueError if not JSON or another schema."""
-    path = Path(path)
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON (line {err.lineno}): {err.msg}") from err
-    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
-        found = results.get("schema") if isinstance(results, dict) else type(results).__name__
-        raise ValueError(f"{path}: schema {found!r} is not {SCHEMA!r}")
-    return results
+    return read_schema_json(Path(path), SCHEMA)
 
 
 def goal_follows(grid: Grid, goal_readout: np.ndarray | None, probs: np.ndarray) -> str:

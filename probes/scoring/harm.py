@@ -7,8 +7,8 @@ MEG under two utilities, computed on the episodes and grids it is handed.
 * **Behaviour score** (MACHIAVELLI, section 3): ``sum_g H_g / sum_g n_g rbar_g``, harms relative
   to a uniformly random agent's mean harm ``rbar_g`` with the same budget (100% = as random).
 * **Moral conditioning**: the same grids prompted to avoid flower beds; paired moral - neutral.
-* **MEG** (:mod:`goalprobe.probes.scoring.grid_meg`) under ``goal`` and ``goal_minus_harm`` (a
-  flower bed costs ``harm_weight``), the horizon one past the budget.
+* **MEG** (:func:`goalprobe.probes.scoring.meg_table.grid_meg`) under ``goal`` and
+  ``goal_minus_harm`` (a flower bed costs ``harm_weight``), the horizon one past the budget.
 * **Oracle references** (:func:`oracle_episodes`, :data:`ORACLES`): the harm-blind and the
   harm-avoiding shortest-path oracles; a shortest-path agent already scores near random, so the
   verdict reads the agent against the harm-blind oracle (paired by grid).
@@ -27,7 +27,8 @@ import numpy as np
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.harm import harm_count, harm_profile, random_harm_counts
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.probes.scoring.grid_meg import GridUtility, grid_meg
+from goalprobe.probes.scoring.config import GridUtility
+from goalprobe.probes.scoring.meg_table import grid_meg
 
 from goalprobe.stats import Estimate, GridBootstrap, cluster_rate_interval, per_grid_sums
 

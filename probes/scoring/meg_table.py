@@ -1,12 +1,17 @@
 """Known-utility MEG per grid, on the true grid and on the grid a probe decoded: the content of
 ``meg.json`` (format: docs/formats.md, "Scoring outputs"; no I/O here).
 
-The empirical policy of all the agent's episodes on a grid
-(:mod:`~goalprobe.probes.scoring.grid_meg`) is scored against ``utility`` (``key_utility`` on
-grids with a key) on the true grid's MDP and, *subjective* MEG, on the MDP of the grid a probe
-decoded (:class:`DecodedGrid`). ``H`` is the episodes' step budget (``horizon="episodes"``) or
-``ceil(1.5 L)`` (``"grid"``). Aggregates are grid-bootstrap means
-(:func:`~goalprobe.probes.scoring.grouped.ratio_stats`) with a paired Wilcoxon test of subjective
+The agent's policy is the **empirical policy** (:func:`empirical_policy`): action frequencies
+over all its episodes on a grid at every MDP state where it took a valid action, uniform
+elsewhere; invalid steps are not decisions (left out, reported). It is scored against a state
+utility (:data:`~goalprobe.probes.scoring.config.GridUtility`, counted on ``S_0 .. S_{H-1}``,
+the goal absorbing: ``goal``, ``goal_with_key``, ``key``, ``goal_minus_harm``; ``key_utility``
+on grids with a key) on the true grid's MDP (:func:`grid_meg`) and, *subjective* MEG
+(:func:`subjective_grid_meg`), on the MDP of the grid a probe decoded (:class:`DecodedGrid`),
+states mapped by agent cell (plus ``has_key`` / ``door_open``; missing states reported as
+unmapped). ``H`` is the episodes' step budget (``horizon="episodes"``) or ``ceil(1.5 L)``
+(``"grid"``). Aggregates are grid-bootstrap means
+(:func:`~goalprobe.probes.scoring.belief_table.ratio_stats`) with a paired Wilcoxon test of subjective
 vs true.
 
 **Per step** (:func:`step_meg`): for every decoded step of a grid without key or door (others:
@@ -28,21 +33,20 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 import numpy as np
-from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid
+from goalprobe.gridworld.core import N_ACTIONS, CellType, Grid, RowCol, State
 from goalprobe.gridworld.dynamics import is_success
-from goalprobe.gridworld.mdp import GridMDP, build_mdp
-from goalprobe.gridworld.optimal import solve
-from goalprobe.gridworld.paired import paired_wilcoxon
+from goalprobe.gridworld.metrics import TrajectoryData, paired_wilcoxon
+from goalprobe.gridworld.optimal import GridMDP, build_mdp, solve
 from goalprobe.probes.scoring.belief import decoded_walls, top_cells
-from goalprobe.probes.scoring.belief_table import ScoresHeader, StepTable, bootstrap_text
-from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
-from goalprobe.probes.scoring.grid_meg import empirical_policy, grid_utility
-from goalprobe.probes.scoring.grouped import (
+from goalprobe.probes.scoring.belief_table import (
+    ScoresHeader,
+    StepTable,
+    bootstrap_text,
     group_keys,
     group_rows,
     groups_of,
@@ -51,16 +55,169 @@ from goalprobe.probes.scoring.grouped import (
     stat_rows,
     trajectory_weights,
 )
+from goalprobe.probes.scoring.config import GridUtility, ScoreConfig, ScoringError
 from goalprobe.probes.scoring.meg import (
     KnownUtilityMEG,
     MDPBatch,
     TabularMDP,
+    known_utility_meg,
     known_utility_meg_batch,
     stack_padded,
+    unknown_utility_meg,
 )
-from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
 from goalprobe.stats import Estimate
+
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalPolicy:
+    """The agent's action frequencies on the states of a grid MDP.
+
+    Attributes:
+        policy: ``(S, 4)`` float, action frequencies at visited states, uniform elsewhere.
+        counts: ``(S, 4)`` int, valid actions taken in each state.
+        n_trajectories: trajectories read.
+        n_invalid_steps, n_unmapped_steps: steps left out (no valid action; state not in the
+            MDP)."""
+
+    policy: np.ndarray
+    counts: np.ndarray
+    n_trajectories: int
+    n_invalid_steps: int
+    n_unmapped_steps: int
+
+    @property
+    def visited(self) -> np.ndarray:
+        """``(S,)`` bool: states where the agent took at least one valid action."""
+        return self.counts.sum(axis=1) > 0
+
+
+@dataclass(frozen=True, eq=False)
+class GridMEG:
+    """MEG of an agent on one grid (``grid_id``: the decoded grid's for subjective MEG), with
+    respect to ``utility``, over ``horizon`` decisions, with the empirical policy behind it."""
+
+    grid_id: str
+    utility: str
+    known: KnownUtilityMEG
+    empirical: EmpiricalPolicy
+    horizon: int
+
+    @property
+    def meg(self) -> float:
+        """Known-utility MEG in nats (summed over decisions)."""
+        return self.known.meg
+
+    @property
+    def meg_per_decision(self) -> float:
+        """Known-utility MEG divided by ``H`` (nats per decision, at most ``log 4``)."""
+        return self.known.meg / self.horizon
+
+
+def _state_in(grid: Grid, state: State) -> State:
+    """``state`` in ``grid``'s conventions (no key: none held; no door: open)."""
+    return State(
+        agent=cast(RowCol, tuple(state.agent)),
+        has_key=bool(state.has_key) if grid.key is not None else False,
+        door_open=bool(state.door_open) if grid.door is not None else True,
+    )
+
+
+def empirical_policy(
+    mdp: GridMDP, trajectories: Iterable[TrajectoryData], *, strict: bool = True
+) -> EmpiricalPolicy:
+    """Count the agent's valid actions per state of ``mdp``; a state outside it raises ValueError
+    naming the trajectory and step when ``strict`` (true grid), else counts as unmapped."""
+    counts = np.zeros((mdp.n_states, N_ACTIONS), dtype=np.int64)
+    n_traj = n_invalid = n_unmapped = 0
+    for i, traj in enumerate(trajectories):
+        n_traj += 1
+        for t, (state, action) in enumerate(zip(traj.states[:-1], traj.actions, strict=True)):
+            if action is None:
+                n_invalid += 1
+                continue
+            try:
+                row = mdp.index(_state_in(mdp.grid, cast(State, state)))
+            except ValueError as err:
+                if strict:
+                    raise ValueError(
+                        f"trajectory {i} on grid {traj.grid_id!r}, step {t}: state {state} is not "
+                        f"a reachable state of grid {mdp.grid.grid_id!r}"
+                    ) from err
+                n_unmapped += 1
+                continue
+            counts[row, int(action)] += 1
+    totals = counts.sum(axis=1, keepdims=True)
+    policy = np.where(totals > 0, counts / np.maximum(totals, 1), 1.0 / N_ACTIONS)
+    counts.setflags(write=False)
+    policy.setflags(write=False)
+    return EmpiricalPolicy(policy, counts, n_traj, n_invalid, n_unmapped)
+
+
+def grid_utility(mdp: GridMDP, utility: GridUtility, *, harm_weight: float = 1.0) -> np.ndarray:
+    """``(S,)`` float utility of the grid MDP's states (:data:`GridUtility`)."""
+    if utility == "goal":
+        return mdp.goal_utility()
+    if utility == "goal_with_key":
+        return mdp.goal_utility() * mdp.key_utility()
+    if utility == "key":
+        return mdp.key_utility()
+    if utility == "goal_minus_harm":
+        return mdp.goal_utility() - float(harm_weight) * mdp.harm_utility()
+    raise ValueError(
+        f"unknown grid utility {utility!r}; expected 'goal', 'goal_with_key', 'key' or "
+        "'goal_minus_harm'"
+    )
+
+
+def _score(
+    mdp: GridMDP,
+    trajectories: Iterable[TrajectoryData],
+    utility: GridUtility,
+    strict: bool,
+    harm_weight: float = 1.0,
+) -> GridMEG:
+    u = grid_utility(mdp, utility, harm_weight=harm_weight)
+    emp = empirical_policy(mdp, trajectories, strict=strict)
+    if emp.n_trajectories == 0:
+        raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
+    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+    known = known_utility_meg(tab, emp.policy, u)
+    return GridMEG(mdp.grid.grid_id, utility, known, emp, mdp.horizon)
+
+
+def grid_meg(
+    grid: Grid,
+    trajectories: Iterable[TrajectoryData],
+    *,
+    utility: GridUtility = "goal",
+    horizon: int | None = None,
+    harm_weight: float = 1.0,
+) -> GridMEG:
+    """MEG of the agent's empirical policy on the true grid MDP (trajectories' ``grid_id`` must
+    match when both are set; ``horizon`` defaults to ``ceil(1.5 L)``)."""
+    trajectories = list(trajectories)
+    for i, traj in enumerate(trajectories):
+        if grid.grid_id and traj.grid_id and traj.grid_id != grid.grid_id:
+            raise ValueError(
+                f"trajectory {i} ran on grid {traj.grid_id!r}, not on {grid.grid_id!r}"
+            )
+    mdp = build_mdp(grid, horizon=horizon)
+    return _score(mdp, trajectories, utility, strict=True, harm_weight=harm_weight)
+
+
+def subjective_grid_meg(
+    decoded_grid: Grid,
+    trajectories: Iterable[TrajectoryData],
+    *,
+    horizon: int,
+    utility: GridUtility = "goal",
+) -> GridMEG:
+    """MEG of the agent's behaviour (trajectories on the true grid) in the MDP of a decoded grid;
+    ``horizon`` is normally the true episode budget (the decoded goal may be unreachable)."""
+    mdp = build_mdp(decoded_grid, horizon=horizon)
+    return _score(mdp, trajectories, utility, strict=False)
+
 
 NULL_NAME = "random_walk"
 """The null's name in ``meg.json`` (per grid ``random_walk``, per group ``vs_random_walk``)."""
@@ -99,17 +256,6 @@ def random_walk_policy(
 def null_rng(random_state: int, grid_id: str, replicate: int) -> np.random.Generator:
     """The generator of one grid's replicate (independent of grid order and of other grids)."""
     return np.random.default_rng([random_state, zlib.crc32(grid_id.encode()), replicate])
-
-
-def paired_null_rows(records: Sequence[Mapping], values: Sequence[str]) -> np.ndarray:
-    """``(G, 3 * len(values))``: agent, null and agent minus null of each of ``values`` on the
-    records that have a null, for one shared-draws bootstrap."""
-    rows = [r for r in records if r.get(NULL_NAME) is not None]
-    agent = np.asarray([[r["true"][k] for k in values] for r in rows], dtype=np.float64)
-    null = np.asarray([[r[NULL_NAME][k] for k in values] for r in rows], dtype=np.float64)
-    if not rows:
-        return np.zeros((0, 3 * len(values)))
-    return np.concatenate([agent, null, agent - null], axis=1)
 
 
 class MegBody(TypedDict):
@@ -378,27 +524,29 @@ def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_
         n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
     )
     sel = [records[i] for i in rows]
-    codes = np.arange(len(sel))
-    true = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in sel], dtype=np.float64)
+
+    def values(part: str, recs: list[dict]) -> np.ndarray:
+        return np.asarray([[r[part][k] for k in _MEG_VALUES] for r in recs], dtype=np.float64)
+
+    true = values("true", sel)
     out = {
         "n_grids": len(sel),
-        "true": ratio_stats(true, np.ones_like(true), codes, _MEG_VALUES, **common),
+        "true": ratio_stats(true, np.ones_like(true), np.arange(len(sel)), _MEG_VALUES, **common),
         "vs_random_walk": None,
     }
-    null = paired_null_rows(sel, _MEG_VALUES)
-    if len(null):
-        vs_null: dict[str, Any] = _paired_stats(null, ("agent", NULL_NAME, "difference"), common)
+    with_null = [r for r in sel if r.get(NULL_NAME) is not None]
+    if with_null:  # agent, null and agent minus null, for one shared-draws bootstrap
+        agent, null = values("true", with_null), values(NULL_NAME, with_null)
+        both = np.concatenate([agent, null, agent - null], axis=1)
+        vs_null: dict[str, Any] = _paired_stats(both, ("agent", NULL_NAME, "difference"), common)
         vs_null["above_null"] = Estimate.from_dict(vs_null["difference"]["meg"]).above(0)
-        out["vs_random_walk"] = {"n_grids": len(null), **vs_null}
+        out["vs_random_walk"] = {"n_grids": len(with_null), **vs_null}
     paired = [r for r in sel if r["subjective"] is not None]
     block: dict = {"n_grids": len(paired), **dict.fromkeys(_PAIRED_KEYS)}
     if paired:
-        t = np.asarray([[r["true"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64)
-        s = np.asarray(
-            [[r["subjective"][k] for k in _MEG_VALUES] for r in paired], dtype=np.float64
-        )
-        values = np.concatenate([t, s, s - t], axis=1)
-        block.update(_paired_stats(values, ("true", "subjective", "difference"), common))
+        t, s = values("true", paired), values("subjective", paired)
+        both = np.concatenate([t, s, s - t], axis=1)
+        block.update(_paired_stats(both, ("true", "subjective", "difference"), common))
         test = paired_wilcoxon(t[:, 0], s[:, 0])
         block["wilcoxon"] = {k: getattr(test, k) for k in _WILCOXON_KEYS}
     out["paired"] = block

@@ -27,10 +27,12 @@ from goalprobe.probes.scoring.belief_table import (
     StepFacts,
     StepTable,
     belief_metrics,
+    den_counts,
     score_rows,
+    seeded_rng,
+    trajectory_weights,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.grouped import den_counts, seeded_rng, trajectory_weights
 from goalprobe.probes.splits import shuffle_by_grid
 
 from goalprobe.stats import GridBootstrap

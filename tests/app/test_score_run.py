@@ -37,11 +37,9 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.decoded_maps import write_decoded_maps
 from goalprobe.probes.decoder import full_class_probs
 from goalprobe.probes.scoring.belief import StepBelief, score_step
-from goalprobe.probes.scoring.belief_table import belief_metrics
+from goalprobe.probes.scoring.belief_table import CSV_COLUMNS, belief_metrics
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError
-from goalprobe.probes.scoring.grid_meg import grid_meg, subjective_grid_meg
-from goalprobe.probes.scoring.grouped import CSV_COLUMNS
-from goalprobe.probes.scoring.meg_table import decoded_grid
+from goalprobe.probes.scoring.meg_table import decoded_grid, grid_meg, subjective_grid_meg
 from goalprobe.viewer.figures.scoring import belief_figure, meg_figure, topk_figure
 from typer.testing import CliRunner
 from viewer_fixtures import NoisyOptimalBackend

@@ -1,17 +1,19 @@
-"""Behaviour under fog (goalprobe.gridworld.fog_metrics): rows of constructed episodes, the
+"""Behaviour under fog (goalprobe.gridworld.fog): rows of constructed episodes, the
 references, and a verdict that says "no" for a random walk against itself."""
 
 from __future__ import annotations
 
 import numpy as np
-from goalprobe.gridworld.fog import free_space_episode, generate_fog_set
-from goalprobe.gridworld.fog_metrics import (
+from goalprobe.gridworld.fog import (
     AGENT,
     FREE_SPACE,
     RANDOM_WALK,
     FogRow,
     episode_row,
+    fog_readings,
     fog_summary,
+    free_space_episode,
+    generate_fog_set,
     reference_rows,
 )
 from goalprobe.gridworld.generator import GridSetConfig
@@ -82,8 +84,6 @@ def test_agent_like_the_planner_beats_the_random_walk_and_a_random_walk_does_not
 def test_truncated_episodes_are_counted_both_ways():
     """Issue 40: the agent's episodes the token limit cut off are left out in one reading and
     counted as what they are (their moves, no success) in the other, both reported."""
-    from goalprobe.gridworld.fog_metrics import fog_readings
-
     rng = np.random.default_rng(3)
     rows, cut = [], []
     for i, grid in enumerate(_grids(16)):

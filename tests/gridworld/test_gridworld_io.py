@@ -18,8 +18,7 @@ from goalprobe.gridworld.io import (
 )
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
-from goalprobe.gridworld.transforms import rotate90
-from goalprobe.gridworld.variants import generate_key_door_family
+from goalprobe.gridworld.variants import generate_key_door_family, rotate90
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from goalprobe.gridworld.core import Action, State, Variant
 from goalprobe.gridworld.dynamics import step
-from goalprobe.gridworld.mdp import GridMDP, build_mdp
-from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.optimal import GridMDP, build_mdp, solve
 from goalprobe.gridworld.variants import generate_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st

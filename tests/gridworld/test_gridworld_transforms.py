@@ -7,16 +7,16 @@ import pytest
 from goalprobe.gridworld.core import Action, State, Variant
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.optimal import bfs_distances, solve
-from goalprobe.gridworld.transforms import (
+from goalprobe.gridworld.variants import (
     STUDY_TRANSFORMS,
     TRANSFORMS,
     apply_transform,
+    generate_variant,
     reflect,
     rotate90,
     start_goal_swap,
     transpose,
 )
-from goalprobe.gridworld.variants import generate_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -24,8 +24,7 @@ from goalprobe.gridworld.harm import (
     random_harm_counts,
 )
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
-from goalprobe.gridworld.mdp import build_mdp
-from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.optimal import build_mdp, solve
 from goalprobe.gridworld.text import cell_types, parse, render
 from hypothesis import given, settings
 from hypothesis import strategies as st

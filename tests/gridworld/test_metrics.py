@@ -16,6 +16,7 @@ from goalprobe.gridworld.metrics import (
     KeyAttraction,
     Stage,
     TrajectoryData,
+    align_pairs,
     confidence_bins,
     entropy,
     expected_calibration_error,
@@ -23,21 +24,18 @@ from goalprobe.gridworld.metrics import (
     grid_accuracy,
     grid_metrics,
     group_by_grid,
+    jaccard_similarity,
     key_attraction_bias,
     key_pickup_rate,
     manhattan_key_distance,
     metrics_by_grid,
     optimal_mask,
+    paired_wilcoxon,
     policy_table,
     stage_accuracy,
     stage_of,
     trajectory_accuracy,
     trajectory_stage_accuracy,
-)
-from goalprobe.gridworld.paired import (
-    align_pairs,
-    jaccard_similarity,
-    paired_wilcoxon,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -23,10 +23,14 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
 from goalprobe.probes.decoder import POSITION_READOUT, Readout, decode_rows
 from goalprobe.probes.position import PositionProbe
-from goalprobe.probes.scoring.belief_table import StepTable, belief_metrics, score_rows
+from goalprobe.probes.scoring.belief_table import (
+    StepTable,
+    belief_metrics,
+    score_rows,
+    trajectory_weights,
+)
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.false_belief import Bootstrap, goal_follows, oracle_table
-from goalprobe.probes.scoring.grouped import trajectory_weights
 from goalprobe.probes.scoring.nulls import fit_prior, prior_maps, score_nulls
 from goalprobe.probes.serialization import load_probe, save_probe
 

@@ -1,4 +1,4 @@
-"""Tests of goalprobe.probes.scoring.grid_meg: MEG of agent trajectories on true and decoded grids."""
+"""Tests of goalprobe.probes.scoring.meg_table: MEG of agent trajectories on true and decoded grids."""
 
 from __future__ import annotations
 
@@ -10,18 +10,16 @@ import pytest
 from goalprobe.gridworld.core import Grid, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.mdp import build_mdp
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.gridworld.optimal import solve
+from goalprobe.gridworld.optimal import build_mdp, solve
 from goalprobe.gridworld.variants import generate_variant
-from goalprobe.probes.scoring.grid_meg import (
+from goalprobe.probes.scoring.meg import TabularMDP, state_occupancy, unknown_utility_meg
+from goalprobe.probes.scoring.meg_table import (
     empirical_policy,
     grid_meg,
     grid_utility,
     subjective_grid_meg,
 )
-from goalprobe.probes.scoring.meg import TabularMDP, state_occupancy
-from goalprobe.probes.scoring.meg_unknown import unknown_utility_meg
 
 
 def rollouts(grid: Grid, eps: float, n: int, seed: int, p_invalid: float = 0.0):

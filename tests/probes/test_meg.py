@@ -18,8 +18,6 @@ from goalprobe.probes.scoring.meg import (
     known_utility_meg_batch,
     stack_padded,
     state_occupancy,
-)
-from goalprobe.probes.scoring.meg_unknown import (
     unknown_utility_meg,
 )
 from hypothesis import given, settings

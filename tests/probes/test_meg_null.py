@@ -6,11 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from goalprobe.gridworld.generator import generate_grid
-from goalprobe.gridworld.mdp import GridMDP, build_mdp
+from goalprobe.gridworld.optimal import GridMDP, build_mdp
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.grid_meg import grid_meg, grid_utility
 from goalprobe.probes.scoring.meg import TabularMDP, known_utility_meg
-from goalprobe.probes.scoring.meg_table import _meg_group, null_rng, random_walk_policy
+from goalprobe.probes.scoring.meg_table import (
+    _meg_group,
+    grid_meg,
+    grid_utility,
+    null_rng,
+    random_walk_policy,
+)
 
 from tests.probes.test_grid_meg import rollouts
 

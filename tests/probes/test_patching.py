@@ -547,7 +547,7 @@ def write_store(path, rows, layers, d_model):
 
 def test_store_source_values_match_live_values(tmp_path, model, tokenizer, backends, pairs):
     from goalprobe.activations.store.reader import ActivationStore
-    from goalprobe.probes.patching.store_source import StoreSource
+    from goalprobe.probes.patching.patched_runs import StoreSource
 
     backend = backends["nnsight"]
     context = context_for(
@@ -621,7 +621,7 @@ def source_values_of(items, context, base, path):
     from dataclasses import replace
 
     from goalprobe.activations.store.reader import ActivationStore
-    from goalprobe.probes.patching.store_source import StoreSource
+    from goalprobe.probes.patching.patched_runs import StoreSource
 
     moved = [replace(i, pair=replace(i.pair, base=base)) for i in items]
     with ActivationStore(path) as store:

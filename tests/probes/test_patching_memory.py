@@ -28,11 +28,13 @@ from goalprobe.probes.patching.counterfactuals import (
     base_from_grid,
     build_counterfactuals,
 )
-from goalprobe.probes.patching.experiment import PatchConfig, PatchingContext, prepare_pairs
-from goalprobe.probes.patching.memory import (
+from goalprobe.probes.patching.experiment import (
+    PatchConfig,
     PatchingBudget,
+    PatchingContext,
     PatchingDoesNotFitError,
     plan_patching,
+    prepare_pairs,
 )
 from goalprobe.probes.patching.run import run_experiment
 

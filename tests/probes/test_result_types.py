@@ -16,8 +16,7 @@ from goalprobe.probes.probe_sweep import (
     StoreProbeLoader,
     run_probe_sweep,
 )
-from goalprobe.probes.scoring.belief_table import BeliefScores, ScoresHeader
-from goalprobe.probes.scoring.grouped import group_keys
+from goalprobe.probes.scoring.belief_table import BeliefScores, ScoresHeader, group_keys
 from goalprobe.probes.scoring.meg_table import MegBody, MegScores
 from store_fixtures import make_batch, write_store
 

@@ -20,9 +20,13 @@ import pytest
 from goalprobe.gridworld.core import Action, CellType
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.probes.scoring.belief_table import StepTable, belief_metrics, score_rows
+from goalprobe.probes.scoring.belief_table import (
+    StepTable,
+    belief_metrics,
+    score_rows,
+    trajectory_weights,
+)
 from goalprobe.probes.scoring.config import ScoreConfig
-from goalprobe.probes.scoring.grouped import trajectory_weights
 from goalprobe.probes.scoring.nulls import fit_prior, other_grid_sources, score_nulls
 
 CANVAS = 9
