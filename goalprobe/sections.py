@@ -21,7 +21,7 @@ class IsoConfig:
     """The iso-difficulty set (section 4.2, Table 3)."""
 
     transforms: tuple[str, ...] = ("reflect", "rotate90", "start_goal_swap", "transpose")
-    """Transforms applied to the base grids (:mod:`goalprobe.gridworld.transforms`)."""
+    """Transforms applied to the base grids (:mod:`goalprobe.gridworld.variants`)."""
     base_grids: int = 0
     """Base grids transformed (spread evenly over the main grid set); 0 transforms every grid.
     At least 30 for an equivalence verdict that can say "equivalent" at a 5-point margin."""

@@ -615,7 +615,7 @@ def meg_method(config: ScoreConfig) -> dict:
     """The ``method`` block of ``meg.json``."""
     return {
         "empirical_policy": "action frequencies over all episodes of the grid at visited "
-        "states, uniform elsewhere; invalid steps left out (goalprobe.probes.scoring.grid_meg)",
+        "states, uniform elsewhere; invalid steps left out (goalprobe.probes.scoring.meg_table)",
         "horizon": config.horizon,
         "utility": {"without_key": config.utility, "with_key": config.key_utility},
         "subjective_map": config.subjective_map,
