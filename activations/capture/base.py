@@ -340,14 +340,12 @@ class ResidualBackend(ABC):
         index = torch.as_tensor(readouts - first, device=logits.device)
         return logits[:, index].to(result_dtype(logits.dtype)).cpu()
 
+    @abstractmethod
     def _patched_forward(
         self, ids: torch.Tensor, kwargs: dict, patches: Sequence[Patch]
     ) -> torch.Tensor:
         """``(rows, kept positions, vocab)`` logits of one no-grad forward of what
-        :meth:`_patched_run` prepared; a backend without it overrides :meth:`patched_logits`."""
-        from goalprobe.activations.capture.gradients import GradientUnsupportedError
-
-        raise GradientUnsupportedError(f"the {self.name} backend reads one readout position")
+        :meth:`_patched_run` prepared."""
 
     def _patched_run(
         self,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from goalprobe.activations.capture.base import (
     BackendUnavailableError,
@@ -15,10 +14,8 @@ from goalprobe.activations.capture.base import (
     ResidualBackend,
     check_patches,
     gather_positions,
-    ids_tensor,
     input_device,
     layer_plan,
-    readout_index,
 )
 from torch import nn
 
@@ -113,20 +110,11 @@ class TransformerLensBackend(ResidualBackend):
             hooks.append((self.hook_name(layer), hook))
         return hooks
 
-    def patched_logits(
-        self,
-        token_ids: Sequence[int] | np.ndarray,
-        patches: Sequence[Patch],
-        readout_position: int | None = None,
-    ) -> torch.Tensor:
-        """See :meth:`ResidualBackend.patched_logits` (always over the full sequence)."""
-        if not patches:
-            return torch.empty(0)
-        ids = ids_tensor(token_ids, len(patches), self.device)
-        readout = readout_index(readout_position, ids.shape[1])
+    def _patched_forward(self, ids, kwargs, patches):
+        """See :meth:`ResidualBackend._patched_forward` (no prefix cache: ``ids`` are whole)."""
         with torch.no_grad():
             logits = self.bridge.run_with_hooks(ids, fwd_hooks=self._hooks(patches, ids.shape[1]))
-        return logits[:, readout].float().cpu()
+        return logits[:, ids.shape[1] - kwargs["logits_to_keep"] :]
 
     def _generate(self, ids, patches, max_new_tokens, stop_ids):
         hooks = self._hooks(patches, ids.shape[1])
