@@ -31,20 +31,22 @@ from goalprobe.agents.trajectories import (
 from goalprobe.gridworld.core import Grid
 from goalprobe.gridworld.text import parse
 from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
-from goalprobe.viewer.false_belief_data import (
-    FalseBeliefEpisodes,
-    episode_key,
-    episode_label,
-    read_false_belief_episodes,
-)
 from goalprobe.viewer.figures.probes import baseline_values
-from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
-from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
-from goalprobe.viewer.sources import (
+from goalprobe.viewer.run_files import (
+    FalseBeliefEpisodes,
+    FogEpisodes,
     MapSource,
+    MissingArtefact,
     PlanSource,
     RowIndex,
+    RunFiles,
+    UnknownKeyError,
+    UnsafePathError,
+    episode_key,
+    episode_label,
     full_class_probs,
+    read_false_belief_episodes,
+    read_fog_episodes,
     scan_map_sources,
     scan_plan_sources,
 )

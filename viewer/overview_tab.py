@@ -13,7 +13,7 @@ from goalprobe.viewer.data import RunData
 from goalprobe.viewer.false_belief_tab import false_belief_cards
 from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure
 from goalprobe.viewer.figures.probes import probe_comparison_figure
-from goalprobe.viewer.sources import stage_rank
+from goalprobe.viewer.run_files import stage_rank
 from goalprobe.viewer.widgets import GRAPH_CONFIG
 
 PREFIX_CAPTION = (
