@@ -9,6 +9,7 @@ from __future__ import annotations
 from goalprobe.activations.capture.base import (
     BackendUnavailableError,
     CleanRun,
+    HookBackend,
     Patch,
     ResidualBackend,
     TokenBatch,
@@ -34,8 +35,6 @@ def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
             raise ValueError("wrapping a loaded model with TransformerLens needs its tokenizer")
         return TransformerLensBackend(model, tokenizer, **kwargs)
     if name == "hooks":
-        from goalprobe.activations.capture.hooks_backend import HookBackend
-
         return HookBackend(model, tokenizer, **kwargs)
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 
