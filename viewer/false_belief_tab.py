@@ -9,6 +9,7 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 from goalprobe.viewer.data import RunData, UnknownKeyError
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
@@ -32,6 +33,11 @@ from goalprobe.viewer.widgets import (
     url_query,
 )
 
+FALSE_BELIEF_WHY = (
+    "Episodes of the false_belief stage: each false-belief grid's prompt draws another grid (a "
+    "phantom wall, a hidden wall, a stale goal); its control draws the same true grid as it is."
+)
+
 FALSE_BELIEF_STEP_CAPTION = (
     "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
     "the agent's known belief); ringed cells differ between the two. The decoded map (right) "
@@ -45,7 +51,6 @@ def _false_belief_options(run: RunData) -> list[dict]:
     fb, _ = stage_episodes(run.false_belief_episodes)
     if fb is None:
         return []
-    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 
     def first(key: str) -> bool:
         facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}
@@ -58,16 +63,7 @@ def false_belief_tab(run: RunData):
     """The tab's layout: the episode list and step controls beside the three-map card."""
     fb, error = stage_episodes(run.false_belief_episodes)
     options = _false_belief_options(run)
-    if error is not None:
-        why = error
-    elif fb is None:
-        why = NO_FALSE_BELIEF
-    else:
-        why = (
-            "Episodes of the false_belief stage: each false-belief grid's prompt draws another "
-            "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
-            "true grid as it is."
-        )
+    why = error or (NO_FALSE_BELIEF if fb is None else FALSE_BELIEF_WHY)
     return episode_tab(
         "fb",
         title="False-belief episode",
@@ -184,24 +180,13 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
             figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
         except (UnknownKeyError, ValueError, KeyError) as err:
             return cannot_show("false-belief", episode, step, err)
-        header = [
-            badge(f"step {view.step} of {view.n_steps - 1}"),
-            badge(
-                "control (shown as it is)"
-                if view.role == "control"
-                else f"false belief: {view.kind.replace('_', ' ')}",
-                "info",
-            ),
-        ]
+        what = (
+            "control (shown as it is)"
+            if view.role == "control"
+            else f"false belief: {view.kind.replace('_', ' ')}"
+        )
         grids = [("shown", view.optimal_shown), ("true", view.optimal_true)]
-        if view.action is None:
-            header.append(badge("invalid step (no action)", "bad"))
-        else:
-            header.append(badge(f"action {view.action.name}"))
-            for grid, optimal in grids:
-                ok = view.action in optimal
-                verdict = "optimal" if ok else "not optimal"
-                header.append(badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
+        header = _step_badges(view, what, grids, "{verdict} on the {name} grid")
         if view.decoded is not None:
             grids.append(("decoded", view.decoded.optimal))
         header += [badge(f"optimal ({grid}): {action_names(o) or 'none'}") for grid, o in grids]
@@ -282,15 +267,21 @@ def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
             agent_row_col=view.agent,
             action=None if view.action is None else int(view.action),
         )
-        header = [badge(f"step {view.step} of {view.n_steps - 1}"), badge("fog", "info")]
-        if view.action is None:
-            header.append(badge("invalid step (no action)", "bad"))
-        else:
-            header.append(badge(f"action {view.action.name}"))
-            for name, moves in (("free-space", view.free_space), ("true-grid", view.optimal)):
-                ok = view.action in moves
-                header.append(
-                    badge(f"{name} {'optimal' if ok else 'not optimal'}", "ok" if ok else "bad")
-                )
+        checks = [("free-space", view.free_space), ("true-grid", view.optimal)]
+        header = _step_badges(view, "fog", checks, "{name} {verdict}")
         texts = step_texts(view.reasoning, view.final, "fog-reasoning")
         return header, figure, texts, None
+
+
+def _step_badges(view, what: str, checks, label: str) -> list:
+    """A stage step's badges: which step, ``what`` it is, and its action against each
+    ``(name, optimal moves)`` of ``checks`` (``label`` formats ``name`` and ``verdict``)."""
+    header = [badge(f"step {view.step} of {view.n_steps - 1}"), badge(what, "info")]
+    if view.action is None:
+        return [*header, badge("invalid step (no action)", "bad")]
+    header.append(badge(f"action {view.action.name}"))
+    for name, moves in checks:
+        ok = view.action in moves
+        verdict = "optimal" if ok else "not optimal"
+        header.append(badge(label.format(name=name, verdict=verdict), "ok" if ok else "bad"))
+    return header

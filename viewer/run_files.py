@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import Action, CellType, Grid, RowCol, State
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 from goalprobe.gridworld.fog import fogged_cell_types, free_space_actions, revealed_sets
 from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
 from goalprobe.gridworld.optimal import solve
@@ -337,8 +338,6 @@ class FalseBeliefEpisodes:
 
     def label(self, key: str) -> str:
         """Short human label: grid, episode, kind and role, outcome and length."""
-        from goalprobe.gridworld.false_belief import pair_facts
-
         episode = self.episodes[key]
         s = episode.summary
         facts = pair_facts(self.grids[s.grid_id]) or {}
@@ -376,7 +375,9 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
                 for key, i in step_maps.index().items()
             }
         a = step_maps.attrs
-        label = f"{_text(a.get('stage', '?'))} · layer {a.get('layer', '?')}"
+        stage = a.get("stage", "?")
+        stage = stage.decode() if isinstance(stage, bytes) else str(stage)
+        label = f"{stage} · layer {a.get('layer', '?')}"
     else:
         why = (
             "no decoded maps of the false-belief steps: run goalprobe demo with the probes "
@@ -389,7 +390,6 @@ def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
     """The first ``per_kind`` false-belief grids of each kind at their start state as
     ``[{"grid_id", "kind", "true", "shown", "decoded" (None: no probe reading), "differs",
     "decoded_at"}]`` (maps ``(n, n)`` ``CellType`` arrays; empty when the stage has not run)."""
-    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
     from goalprobe.probes.scoring.false_belief import read_results
 
     grids_path, results_path = files.layout.false_belief_grids, files.layout.false_belief_results
@@ -423,10 +423,6 @@ def false_belief_start_maps(files: RunFiles, per_kind: int = 1) -> list[dict]:
             }
         )
     return out
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, eq=False)

@@ -425,7 +425,7 @@ def test_keys_from_the_browser_are_checked_against_allow_lists(run):
         with pytest.raises(UnknownKeyError):
             run.plan_source(bad)
     with pytest.raises(UnsafePathError):
-        run.resolve("../outside.h5")
+        run.files.resolve("../outside.h5")
 
 
 def test_symlinks_out_of_the_run_are_refused(run_dir, tmp_path):
