@@ -168,11 +168,9 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
     )
     def render_false_belief(episode, step):
         fb, error = stage_episodes(run.false_belief_episodes)
-        if fb is None:
+        if fb is None or episode is None:
             message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
-        if episode is None:
-            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
         if not isinstance(episode, str) or not isinstance(step, int | float | None):
             raise PreventUpdate
         try:
