@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 from goalprobe.activations.compute import batching_record, compute_identity, part_batching
-from goalprobe.activations.oom import halving_batches
 from goalprobe.activations.store.labels import episode_labels
 from goalprobe.activations.store.merge import concatenate_stores
 from goalprobe.activations.store.reader import ActivationStore
@@ -47,6 +46,7 @@ from goalprobe.activations.store.writer import (
 )
 from goalprobe.agents.chat_format import ChatFormat, HarmonyFormat, chat_format_for
 from goalprobe.agents.harmony import reasoning_offsets
+from goalprobe.agents.oom import OutOfMemoryAtOneError, free_cached_memory, is_out_of_memory
 from goalprobe.agents.trajectories import Episode, read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS
 
@@ -397,6 +397,32 @@ def batch_bounds(lengths: Sequence[int], batch_size: int, max_batch_tokens: int 
             size = max(1, min(size, max_batch_tokens // max(1, int(lengths[start]))))
         start += size
     return starts
+
+
+def halving_batches(compute: Callable[[Any], Any], config: Any, longest: int, record: Path):
+    """``compute(config)`` for a config with ``batch_size`` and ``max_batch_tokens`` (an
+    extraction's), both halved on each out-of-memory error and written to ``record`` (JSON, at
+    once: a rerun starts from them); ``longest``: the longest sequence ``compute`` runs.
+    Returns ``(result, the config it ran with)``."""
+    while True:
+        try:
+            return compute(config), config
+        except RuntimeError as err:
+            if not is_out_of_memory(err):
+                raise
+            free_cached_memory()
+            ran = config.batch_size
+            if config.max_batch_tokens:
+                ran = min(ran, max(1, config.max_batch_tokens // max(1, longest)))
+            if ran <= 1:
+                raise OutOfMemoryAtOneError(
+                    f"one sequence of {longest:,} tokens ran out of memory: {err}"
+                ) from err
+            halved = {"batch_size": ran // 2, "max_batch_tokens": config.max_batch_tokens // 2}
+            tmp = record.with_name(f".{record.name}.tmp")
+            tmp.write_text(json.dumps(halved), encoding="utf-8")
+            os.replace(tmp, record)
+            config = replace(config, **halved)
 
 
 def parts_dir_for(output: Path) -> Path:

@@ -29,22 +29,25 @@ from goalprobe.agents.trajectories import (
     read_indexed_episode,
 )
 from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.io import index_grid_set, read_indexed_grid
 from goalprobe.gridworld.text import parse
 from goalprobe.probes.decision_steps import DecisionSteps, read_decision_steps
-from goalprobe.viewer.false_belief_data import (
-    FalseBeliefEpisodes,
-    episode_key,
-    episode_label,
-    read_false_belief_episodes,
-)
 from goalprobe.viewer.figures.probes import baseline_values
-from goalprobe.viewer.fog_data import FogEpisodes, read_fog_episodes
-from goalprobe.viewer.run_files import MissingArtefact, RunFiles, UnknownKeyError, UnsafePathError
-from goalprobe.viewer.sources import (
+from goalprobe.viewer.run_files import (
+    FalseBeliefEpisodes,
+    FogEpisodes,
     MapSource,
+    MissingArtefact,
     PlanSource,
     RowIndex,
+    RunFiles,
+    UnknownKeyError,
+    UnsafePathError,
+    episode_key,
+    episode_label,
     full_class_probs,
+    read_false_belief_episodes,
+    read_fog_episodes,
     scan_map_sources,
     scan_plan_sources,
 )
@@ -166,23 +169,13 @@ class RunData:
         self._paths: dict[str, Path | None] = {}
         self._episode_cache = _LRU(episode_cache)
         self._array_cache = _LRU(4 * episode_cache)
-        self._row_indexes: dict[str, RowIndex] = {}
+        self._read: dict[str, Any] = {}
         self._store_index: dict[tuple[str, int], dict[int, int]] | None = None
         self._store_labels: dict[str, np.ndarray] | None = None
-        self._grid_offsets: dict[str, tuple[int, int]] | None = None
-        self._patching: tuple[dict[str, list]] | None = None
-        self._attribution: tuple[dict[str, list]] | None = None
-        self._false_belief: tuple[FalseBeliefEpisodes | None] | None = None
-        self._fog: tuple[FogEpisodes | None] | None = None
-        self._decision: tuple[DecisionSteps | None] | None = None
         self._scan()
         self.map_sources: dict[str, MapSource] = scan_map_sources(self.files)
         self.plan_sources: dict[str, PlanSource] = scan_plan_sources(self.files)
         self._scan_results()
-
-    def resolve(self, relative: str | Path) -> Path:
-        """:meth:`RunFiles.resolve <goalprobe.viewer.run_files.RunFiles.resolve>`."""
-        return self.files.resolve(relative)
 
     # -- scanning -----------------------------------------------------------------------------
 
@@ -294,8 +287,6 @@ class RunData:
 
     def _grid(self, info: EpisodeInfo, steps: Sequence[StepRecord]) -> Grid:
         """The episode's grid: from the grid set when it holds it, else from the first step."""
-        from goalprobe.gridworld.io import read_indexed_grid
-
         offsets = self._grid_index()
         if info.grid_id in offsets and self._paths["grids"] is not None:
             return read_indexed_grid(self._paths["grids"], *offsets[info.grid_id])
@@ -314,14 +305,8 @@ class RunData:
 
     def _grid_index(self) -> dict[str, tuple[int, int]]:
         """grid_id -> (byte offset, line) in the grid set (built once)."""
-        from goalprobe.gridworld.io import index_grid_set
-
-        with self._lock:
-            if self._grid_offsets is None:
-                self._grid_offsets = (
-                    {} if self._paths["grids"] is None else index_grid_set(self._paths["grids"])
-                )
-            return self._grid_offsets
+        path = self._paths["grids"]
+        return self._once("grid_offsets", lambda: {} if path is None else index_grid_set(path))
 
     def _store_rows(self) -> dict[tuple[str, int], dict[int, int]] | None:
         """(grid_id, episode) -> {step: store row} for rows of this run (built once)."""
@@ -363,14 +348,10 @@ class RunData:
         or none of its rows belongs to this run's trajectories, else None."""
         before = len(self.missing)
         self._store_rows()
-        added = [m for m in self.missing[before:] if m.name == "activation store"]
-        return added[0] if added else None
+        return next((m for m in self.missing[before:] if m.name == "activation store"), None)
 
     def _row_index(self, cache_key: str, read: Callable[[], np.ndarray]) -> RowIndex:
-        with self._lock:
-            if cache_key not in self._row_indexes:
-                self._row_indexes[cache_key] = RowIndex(read())
-            return self._row_indexes[cache_key]
+        return self._once(cache_key, lambda: RowIndex(read()))
 
     def decoded_maps(self, source_key: str, episode: str) -> StepArrays:
         """Decoded maps of every step of an episode: ``values`` ``(T, S, S, len(CellType))``
@@ -486,32 +467,32 @@ class RunData:
         """The false_belief stage's grids, episodes and per-step decoded maps (read once; None
         when the stage has not run). ``ValueError``: a file is unreadable or its episodes name
         grids the grid set lacks."""
-        return self._once("_false_belief", lambda: read_false_belief_episodes(self.files))
+        return self._once("false_belief", lambda: read_false_belief_episodes(self.files))
 
     def fog_episodes(self) -> FogEpisodes | None:
         """The fog stage's grids and episodes (read once; None when the stage has not run;
         ``ValueError`` as :meth:`false_belief_episodes`)."""
-        return self._once("_fog", lambda: read_fog_episodes(self.files))
+        return self._once("fog", lambda: read_fog_episodes(self.files))
 
     def decision_steps(self) -> DecisionSteps | None:
         """The decision stage's lens per step and reasoning chunk (read once; None when the
         stage has not written it; ``ValueError``: unreadable or not of its schema)."""
         path = self._paths["decision_steps"]
         try:
-            return self._once("_decision", lambda: path and read_decision_steps(path))
+            return self._once("decision", lambda: path and read_decision_steps(path))
         except OSError as err:
             raise ValueError(f"{path}: unreadable ({err})") from err
 
-    def _once(self, attr: str, read: Callable[[], Any]) -> Any:
-        """``read()`` once per cache attribute ``attr`` (a 1-tuple once read), under the lock; a
-        file outside the run (:class:`UnsafePathError`) is a ``ValueError``."""
+    def _once(self, name: str, read: Callable[[], Any]) -> Any:
+        """``read()`` once per ``name`` (kept in ``_read``), under the lock; a file outside the
+        run (:class:`UnsafePathError`) is a ``ValueError``."""
         with self._lock:
-            if getattr(self, attr) is None:
+            if name not in self._read:
                 try:
-                    setattr(self, attr, (read(),))
+                    self._read[name] = read()
                 except UnsafePathError as err:
                     raise ValueError(str(err)) from err
-            return getattr(self, attr)[0]
+            return self._read[name]
 
     def probe_metrics(self) -> list[dict]:
         """Test metrics of the decoded-map cards (model ``probe``, else the first) as rows
@@ -546,7 +527,7 @@ class RunData:
         from goalprobe.probes.patching.results import read_records
 
         base = itemgetter("base_id")
-        return self._by_base("_patching", self._patching_path, read_records, base, episode, step)
+        return self._by_base("patching", self._patching_path, read_records, base, episode, step)
 
     # -- attribution --------------------------------------------------------------------------
 
@@ -557,11 +538,11 @@ class RunData:
 
         path = self._paths["attribution"]
         records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]
-        return self._by_base("_attribution", path, records, base, episode, step)
+        return self._by_base("attribution", path, records, base, episode, step)
 
-    def _by_base(self, attr, path: Path | None, read: Callable, base_of: Callable, episode, step):
+    def _by_base(self, name, path: Path | None, read: Callable, base_of: Callable, episode, step):
         """The records of ``read(path)`` whose base (``base_of(record)``) is this step, grouped
-        by base once (kept in the cache attribute ``attr``); none without the file or header."""
+        by base once (:meth:`_once` under ``name``); none without the file or header."""
         info = self.episode_info(episode)
         if path is None or self.header is None:
             return []
@@ -573,7 +554,7 @@ class RunData:
             return by_base
 
         base_id = f"{self.header.run_id}/{info.grid_id}/{info.episode}/{int(step)}"
-        return list(self._once(attr, group).get(base_id, []))
+        return list(self._once(name, group).get(base_id, []))
 
 
 def _spread(part: np.ndarray, present: np.ndarray, dtype) -> np.ndarray:

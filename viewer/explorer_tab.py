@@ -13,7 +13,7 @@ from goalprobe.agents.trajectories import TrajectoryFormatError
 from goalprobe.gridworld.core import CellType
 from goalprobe.viewer.data import RunData, UnknownKeyError
 from goalprobe.viewer.figures.style import class_name, empty_figure
-from goalprobe.viewer.sources import stage_rank
+from goalprobe.viewer.run_files import stage_rank
 from goalprobe.viewer.step import (
     build_step_view,
     default_episode,
@@ -23,7 +23,6 @@ from goalprobe.viewer.step import (
     step_figures,
     timeline_figure,
 )
-from goalprobe.viewer.step_panels import step_texts
 from goalprobe.viewer.widgets import (
     GRID_HEIGHT,
     badge,
@@ -32,6 +31,7 @@ from goalprobe.viewer.widgets import (
     legend,
     step_controls,
     step_marks,
+    step_texts,
     url_query,
 )
 

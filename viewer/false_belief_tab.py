@@ -1,29 +1,42 @@
-"""The viewer's false-belief tab: the false_belief stage's episodes step by step (true grid, the
-grid shown to the agent, the step's decoded map), and the run overview's start-state cards."""
+"""The viewer's stage-episode tabs, step by step: the false_belief stage's episodes (true grid,
+the grid shown to the agent, the step's decoded map) with the run overview's start-state cards,
+and the fog stage's episodes (the true grid beside what the fogged prompt drew, the agent's
+knowledge, exact), with the step's action against the free-space planner on that knowledge and
+against the optimal policy on the true grid."""
 
 from __future__ import annotations
 
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
+from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 from goalprobe.viewer.data import RunData, UnknownKeyError
-from goalprobe.viewer.false_belief_data import false_belief_start_maps
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
 from goalprobe.viewer.figures.style import empty_figure
+from goalprobe.viewer.run_files import false_belief_start_maps, fog_step_view
 from goalprobe.viewer.step import (
     NO_FALSE_BELIEF,
     action_names,
     build_false_belief_step,
     false_belief_step_figure,
 )
-from goalprobe.viewer.step_panels import (
+from goalprobe.viewer.widgets import (
+    GRAPH_CONFIG,
+    GRID_HEIGHT,
+    badge,
     cannot_show,
     episode_tab,
     stage_episodes,
+    step_marks,
     step_texts,
     stepped,
+    url_query,
 )
-from goalprobe.viewer.widgets import GRAPH_CONFIG, GRID_HEIGHT, badge, step_marks, url_query
+
+FALSE_BELIEF_WHY = (
+    "Episodes of the false_belief stage: each false-belief grid's prompt draws another grid (a "
+    "phantom wall, a hidden wall, a stale goal); its control draws the same true grid as it is."
+)
 
 FALSE_BELIEF_STEP_CAPTION = (
     "The episode runs on the true grid (left) while its prompt draws the shown grid (middle: "
@@ -38,7 +51,6 @@ def _false_belief_options(run: RunData) -> list[dict]:
     fb, _ = stage_episodes(run.false_belief_episodes)
     if fb is None:
         return []
-    from goalprobe.gridworld.false_belief import FALSE_BELIEF, pair_facts
 
     def first(key: str) -> bool:
         facts = pair_facts(fb.grids[fb.episodes[key].summary.grid_id]) or {}
@@ -51,16 +63,7 @@ def false_belief_tab(run: RunData):
     """The tab's layout: the episode list and step controls beside the three-map card."""
     fb, error = stage_episodes(run.false_belief_episodes)
     options = _false_belief_options(run)
-    if error is not None:
-        why = error
-    elif fb is None:
-        why = NO_FALSE_BELIEF
-    else:
-        why = (
-            "Episodes of the false_belief stage: each false-belief grid's prompt draws another "
-            "grid (a phantom wall, a hidden wall, a stale goal); its control draws the same "
-            "true grid as it is."
-        )
+    why = error or (NO_FALSE_BELIEF if fb is None else FALSE_BELIEF_WHY)
     return episode_tab(
         "fb",
         title="False-belief episode",
@@ -165,11 +168,9 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
     )
     def render_false_belief(episode, step):
         fb, error = stage_episodes(run.false_belief_episodes)
-        if fb is None:
+        if fb is None or episode is None:
             message = NO_FALSE_BELIEF if error is None else f"Cannot read them: {error}"
             return [], empty_figure(message, height=GRID_HEIGHT), [], None
-        if episode is None:
-            return [], empty_figure(NO_FALSE_BELIEF, height=GRID_HEIGHT), [], None
         if not isinstance(episode, str) or not isinstance(step, int | float | None):
             raise PreventUpdate
         try:
@@ -177,26 +178,108 @@ def register_false_belief_callbacks(app: dash.Dash, run: RunData) -> None:
             figure = false_belief_step_figure(view, height=GRID_HEIGHT + 20)
         except (UnknownKeyError, ValueError, KeyError) as err:
             return cannot_show("false-belief", episode, step, err)
-        header = [
-            badge(f"step {view.step} of {view.n_steps - 1}"),
-            badge(
-                "control (shown as it is)"
-                if view.role == "control"
-                else f"false belief: {view.kind.replace('_', ' ')}",
-                "info",
-            ),
-        ]
+        what = (
+            "control (shown as it is)"
+            if view.role == "control"
+            else f"false belief: {view.kind.replace('_', ' ')}"
+        )
         grids = [("shown", view.optimal_shown), ("true", view.optimal_true)]
-        if view.action is None:
-            header.append(badge("invalid step (no action)", "bad"))
-        else:
-            header.append(badge(f"action {view.action.name}"))
-            for grid, optimal in grids:
-                ok = view.action in optimal
-                verdict = "optimal" if ok else "not optimal"
-                header.append(badge(f"{verdict} on the {grid} grid", "ok" if ok else "bad"))
+        header = _step_badges(view, what, grids, "{verdict} on the {name} grid")
         if view.decoded is not None:
             grids.append(("decoded", view.decoded.optimal))
         header += [badge(f"optimal ({grid}): {action_names(o) or 'none'}") for grid, o in grids]
         texts = step_texts(view.reasoning, view.final, "fb-reasoning")
         return header, figure, texts, None
+
+
+NO_FOG = "No fogged episodes in this run: run goalprobe demo (its fog stage)."
+
+FOG_CAPTION = (
+    "The episode runs on the true grid (left) while its prompt draws only the cells the agent "
+    "has seen (middle; hidden cells drawn as padding and ringed), with its past moves. The "
+    "revealed map is the agent's knowledge, known exactly; the free-space planner plans on it "
+    "with hidden cells treated as open. The arrow is the step's action."
+)
+
+
+def fog_tab(run: RunData):
+    """The tab's layout: the episode list and step controls beside the two maps."""
+    fog, error = stage_episodes(run.fog_episodes)
+    options = [] if fog is None else [{"label": fog.label(k), "value": k} for k in fog.episodes]
+    why = error or (NO_FOG if fog is None else "Episodes of the fog stage (appendix A).")
+    return episode_tab(
+        "fog",
+        title="Fogged episode",
+        why=why,
+        options=options,
+        option_height=48,
+        caption=FOG_CAPTION,
+    )
+
+
+def register_fog_callbacks(app: dash.Dash, run: RunData) -> None:
+    """The tab's callbacks: the step and the step's view."""
+
+    @app.callback(
+        Output("fog-step", "value"),
+        Output("fog-step", "max"),
+        Output("fog-step", "marks"),
+        Input("fog-episode", "value"),
+        Input("fog-prev", "n_clicks"),
+        Input("fog-next", "n_clicks"),
+        State("fog-step", "value"),
+    )
+    def choose_fog_step(episode, _prev, _next, current):
+        fog, _ = stage_episodes(run.fog_episodes)
+        if fog is None or not isinstance(episode, str) or episode not in fog.episodes:
+            return 0, 1, None
+        last = max(len(fog.episodes[episode].steps) - 1, 0)
+        return stepped(ctx.triggered_id, "fog", current, last), max(last, 1), step_marks(last)
+
+    @app.callback(
+        Output("fog-header", "children"),
+        Output("g-fog-maps", "figure"),
+        Output("fog-texts", "children"),
+        Output("fog-error", "children"),
+        Input("fog-episode", "value"),
+        Input("fog-step", "value"),
+    )
+    def render_fog(episode, step):
+        fog, error = stage_episodes(run.fog_episodes)
+        if fog is None or episode is None:
+            message = NO_FOG if error is None else f"Cannot read them: {error}"
+            return [], empty_figure(message, height=GRID_HEIGHT), [], None
+        if not isinstance(episode, str) or not isinstance(step, int | float | None):
+            raise PreventUpdate
+        try:
+            view = fog_step_view(fog, episode, int(step or 0))
+        except (KeyError, ValueError) as err:
+            return cannot_show("fog", episode, step, err)
+        figure = false_belief_maps_figure(
+            view.true_types,
+            view.shown_types,
+            None,
+            differs=view.hidden,
+            decoded_label="not decoded per step (see the report)",
+            height=GRID_HEIGHT + 20,
+            agent_row_col=view.agent,
+            action=None if view.action is None else int(view.action),
+        )
+        checks = [("free-space", view.free_space), ("true-grid", view.optimal)]
+        header = _step_badges(view, "fog", checks, "{name} {verdict}")
+        texts = step_texts(view.reasoning, view.final, "fog-reasoning")
+        return header, figure, texts, None
+
+
+def _step_badges(view, what: str, checks, label: str) -> list:
+    """A stage step's badges: which step, ``what`` it is, and its action against each
+    ``(name, optimal moves)`` of ``checks`` (``label`` formats ``name`` and ``verdict``)."""
+    header = [badge(f"step {view.step} of {view.n_steps - 1}"), badge(what, "info")]
+    if view.action is None:
+        return [*header, badge("invalid step (no action)", "bad")]
+    header.append(badge(f"action {view.action.name}"))
+    for name, moves in checks:
+        ok = view.action in moves
+        verdict = "optimal" if ok else "not optimal"
+        header.append(badge(label.format(name=name, verdict=verdict), "ok" if ok else "bad"))
+    return header

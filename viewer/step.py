@@ -23,7 +23,7 @@ from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probabil
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
 from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
-from goalprobe.viewer.sources import HEADLINE_FAMILY, N_CLASSES
+from goalprobe.viewer.run_files import HEADLINE_FAMILY, N_CLASSES
 
 
 @dataclass(frozen=True, eq=False)
@@ -267,7 +267,7 @@ def build_step_view(
 
 def step_lens(run: RunData, record) -> tuple[StepLensRecord | None, str | None]:
     """The decision stage's lens on a main-rollout step, or None with why there is none."""
-    from goalprobe.viewer.step_panels import NO_LENS, NO_LENS_RUN
+    from goalprobe.viewer.widgets import NO_LENS, NO_LENS_RUN
 
     try:
         lens_file = run.decision_steps()

@@ -6,9 +6,11 @@ extraction (``capture``) and by the patching experiment (``clean_run``, ``patche
 
 from __future__ import annotations
 
+from goalprobe.activations.capture.backends import NnsightBackend, TransformerLensBackend
 from goalprobe.activations.capture.base import (
     BackendUnavailableError,
     CleanRun,
+    HookBackend,
     Patch,
     ResidualBackend,
     TokenBatch,
@@ -24,18 +26,12 @@ def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
     """Build the backend called ``name`` (one of :data:`BACKENDS`) around a loaded model with the
     backend's options ``kwargs`` (:class:`BackendUnavailableError`: it cannot wrap the model)."""
     if name == "nnsight":
-        from goalprobe.activations.capture.nnsight_backend import NnsightBackend
-
         return NnsightBackend(model, tokenizer, **kwargs)
     if name == "transformer_lens":
-        from goalprobe.activations.capture.tl_backend import TransformerLensBackend
-
         if tokenizer is None:
             raise ValueError("wrapping a loaded model with TransformerLens needs its tokenizer")
         return TransformerLensBackend(model, tokenizer, **kwargs)
     if name == "hooks":
-        from goalprobe.activations.capture.hooks_backend import HookBackend
-
         return HookBackend(model, tokenizer, **kwargs)
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 

@@ -237,8 +237,8 @@ def hooks_gradient_run(backend, ids, layers, where, metric, readouts, drops):
 
 def nnsight_gradient_run(backend, ids, layers, where, metric, readouts, drops):
     """:func:`gradient_run` inside an nnsight trace (plain gradients only)."""
+    from goalprobe.activations.capture.backends import cache_name_accepted
     from goalprobe.activations.capture.base import ids_tensor
-    from goalprobe.activations.capture.nnsight_backend import cache_name_accepted
 
     if drops != (None,):
         raise GradientUnsupportedError(

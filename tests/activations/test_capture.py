@@ -15,12 +15,12 @@ import pytest
 import torch
 from agent_fixtures import tiny_gpt_oss as shared_tiny_gpt_oss
 from goalprobe.activations.capture import BACKENDS, Patch, TokenBatch, make_backend
+from goalprobe.activations.capture.backends import RemoteCaptureError, ndif_model_key
 from goalprobe.activations.capture.base import (
     ResidualBackend,
     decoder_layers_path,
     get_submodule_path,
 )
-from goalprobe.activations.capture.nnsight_backend import RemoteCaptureError, ndif_model_key
 from goalprobe.agents.harmony import (
     HarmonyTokenIds,
     Message,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 
 from goalprobe.activations.capture import make_backend
-from goalprobe.activations.capture.nnsight_backend import cache_name_accepted
+from goalprobe.activations.capture.backends import cache_name_accepted
 from goalprobe.activations.extract import ExtractConfig, extract
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts

@@ -64,7 +64,7 @@ def test_the_viewer_step_view_draws_the_knowledge_beside_the_true_grid(fog_run):
     import numpy as np
     from goalprobe.gridworld.core import CellType
     from goalprobe.gridworld.fog import free_space_actions, revealed_sets
-    from goalprobe.viewer.fog_data import FogEpisodes, fog_step_view
+    from goalprobe.viewer.run_files import FogEpisodes, fog_step_view
 
     grids, trajectories = fog_run
     fog = FogEpisodes(

@@ -54,7 +54,7 @@ from goalprobe.viewer.figures.style import (
     EXECUTED_COLOUR,
     empty_figure,
 )
-from goalprobe.viewer.sources import N_CLASSES
+from goalprobe.viewer.run_files import N_CLASSES
 from goalprobe.viewer.step import (
     NO_FALSE_BELIEF,
     build_false_belief_step,
@@ -425,7 +425,7 @@ def test_keys_from_the_browser_are_checked_against_allow_lists(run):
         with pytest.raises(UnknownKeyError):
             run.plan_source(bad)
     with pytest.raises(UnsafePathError):
-        run.resolve("../outside.h5")
+        run.files.resolve("../outside.h5")
 
 
 def test_symlinks_out_of_the_run_are_refused(run_dir, tmp_path):
@@ -890,7 +890,7 @@ def test_explorer_places_agent_and_goal_with_the_position_readout(run_dir, tmp_p
 def test_step_view_carries_the_lens_of_the_steps_the_decision_stage_read(run, run_dir):
     from goalprobe.probes.decision_steps import read_decision_steps
     from goalprobe.viewer.step import build_step_view
-    from goalprobe.viewer.step_panels import NO_LENS
+    from goalprobe.viewer.widgets import NO_LENS
 
     lens_file = read_decision_steps(run_dir / "decision" / "steps.jsonl")
     key = list(run.episodes)[0]
@@ -918,7 +918,7 @@ def test_headline_maps_are_listed_apart_and_shown_first(run_dir, tmp_path):
 
     from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
     from goalprobe.viewer.data import RunData
-    from goalprobe.viewer.sources import HEADLINE_FAMILY
+    from goalprobe.viewer.run_files import HEADLINE_FAMILY
     from goalprobe.viewer.step import build_step_view, default_map_source
 
     copy = tmp_path / "run"
