@@ -417,17 +417,3 @@ def key_variant_table(
         if layout(e) in with_key
     ]
     return variants, mean_ci(jaccard, config)
-
-
-def finite(obj):
-    """``obj`` with NaN/inf floats replaced by None and numpy scalars by Python ones (strict
-    JSON)."""
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import scipy.stats
 from goalprobe.gridworld.core import Action, Grid
 from goalprobe.gridworld.dynamics import step
 from goalprobe.gridworld.fog import (
@@ -36,7 +35,7 @@ from goalprobe.gridworld.fog import (
 )
 from goalprobe.gridworld.optimal import solve
 
-from goalprobe.stats import GridBootstrap, grid_bootstrap_ratio
+from goalprobe.stats import GridBootstrap, detectable_effect, grid_bootstrap_ratio
 
 AGENT = "agent"
 FREE_SPACE = "free_space"
@@ -188,11 +187,13 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         a, w = per_policy[AGENT], per_policy[RANDOM_WALK]
         diff = boot.ratio(a["fog_hits"], a["moves"]) - boot.ratio(w["fog_hits"], w["moves"])
         summary = boot.summary(diff)
-        lo = summary.get("ci_low")
+        lo, hi = summary["ci_low"], summary["ci_high"]
+        # a zero-width interval detects any difference: 0.0 (where the stats' function says None)
+        mde = 0.0 if lo is not None and lo == hi else detectable_effect(lo, hi)
         out["agent_minus_random_walk_acc_oracle_fog"] = {
             **summary,
             "verdict": "yes" if lo is not None and lo > 0 else "undecided",
-            "detectable_effect": detectable_effect(summary),
+            "detectable_effect": mde,
         }
     return out
 
@@ -220,16 +221,3 @@ def fog_readings(
         diff["truncated_episodes"] = len(cut_rows)
         diff["with_truncated"] = with_cut
     return table
-
-
-def detectable_effect(stat: Mapping, power: float = 0.8, confidence: float = 0.95) -> float | None:
-    """The smallest difference this design detects with ``power`` at ``confidence`` (two-sided):
-    ``(z_{1-a/2} + z_power) * SE``, the standard error read off the interval's half-width. A
-    difference whose interval covers 0 is "undecided" and carries this figure (no "no": an
-    interval over 0 excludes nothing smaller than it)."""
-    low, high = stat.get("ci_low"), stat.get("ci_high")
-    if low is None or high is None:
-        return None
-    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
-    se = (high - low) / (2 * z)
-    return float((z + float(scipy.stats.norm.ppf(power))) * se)

@@ -33,6 +33,20 @@ def finite_or_none(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` for ``json.dumps(allow_nan=False)``: keys as strings, tuples and numpy arrays
+    as lists, numpy scalars as Python ones, non-finite floats as None (a file holds no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return json_ready(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A number with its interval and where it comes from.
