@@ -60,7 +60,6 @@ class Estimate:
         method: how the interval was made (``interval_method`` in the files; None: the grid
             bootstrap's percentile interval, the default everywhere).
         baseline: what it was compared with (a number, or a baseline's name).
-        diff: the estimate of the difference from the baseline, where one was made.
         extra: any further keys the file records beside it (``n_eff``, ``design_effect``,
             ``above_baseline``, ...), written and read back as they are.
     """
@@ -72,7 +71,6 @@ class Estimate:
     clusters: int | None = None
     method: str | None = None
     baseline: float | str | None = None
-    diff: Estimate | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -80,11 +78,8 @@ class Estimate:
         """Read ``{value, ci_low, ci_high, ...}`` (any key may be absent; None: undefined)."""
         data = data or {}
         known = {attr: data.get(key) for attr, key in _KEYS.items()}
-        diff = data.get("difference")
-        extra = {k: v for k, v in data.items() if k not in _KEYS.values() and k != "difference"}
-        return cls(
-            **known, diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None, extra=extra
-        )
+        extra = {k: v for k, v in data.items() if k not in _KEYS.values()}
+        return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the result files hold: ``value``, ``ci_low`` and ``ci_high``
@@ -93,8 +88,6 @@ class Estimate:
         for attr, key in _KEYS.items():
             v = getattr(self, attr)
             if attr == "method":
-                if self.diff is not None:
-                    out["difference"] = self.diff.to_dict()
                 out.update(self.extra)
             if v is not None or attr in ("value", "low", "high"):
                 out[key] = v
