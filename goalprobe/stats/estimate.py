@@ -127,17 +127,12 @@ class Verdict:
     Attributes:
         answer: one of :data:`VERDICT_ANSWERS`.
         question: the question in words ("above random walk").
-        p_value: one-sided p of the test behind it (None: not tested).
-        p_method: how the p was made ("exact binomial", "bootstrap draws", "normal
-            approximation to the interval").
         detectable: the smallest effect its n could detect (a "no" or "undecided" states it).
         reason: why ``unstable`` or ``n/a``.
     """
 
     answer: str
     question: str = ""
-    p_value: float | None = None
-    p_method: str | None = None
     detectable: float | None = None
     reason: str = ""
 
@@ -152,10 +147,10 @@ class Verdict:
         return cls(answer, question, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{verdict, question, p_value, p_method, detectable, reason}`` (unset ones left out;
-        ``verdict`` is the key the result files use for the answer)."""
+        """``{verdict, question, detectable, reason}`` (unset ones left out; ``verdict`` is the
+        key the result files use for the answer)."""
         out: dict[str, Any] = {"verdict": self.answer}
-        for key in ("question", "p_value", "p_method", "detectable", "reason"):
+        for key in ("question", "detectable", "reason"):
             v = getattr(self, key)
             if v not in (None, ""):
                 out[key] = v

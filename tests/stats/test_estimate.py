@@ -45,9 +45,9 @@ def test_an_empty_rate_keeps_its_keys_and_has_no_bounds():
 def test_a_verdict_says_only_what_it_may_and_round_trips():
     with pytest.raises(ValueError, match="verdict says one of"):
         Verdict("maybe")
-    v = Verdict("undecided", "above random walk", 0.2, "bootstrap draws", detectable=0.3)
-    assert v.to_dict() == {"verdict": "undecided", "question": "above random walk", "p_value": 0.2,
-                           "p_method": "bootstrap draws", "detectable": 0.3}  # fmt: skip
+    v = Verdict("undecided", "above random walk", detectable=0.3)
+    assert v.to_dict() == {"verdict": "undecided", "question": "above random walk",
+                           "detectable": 0.3}  # fmt: skip
     assert Verdict.from_flag(None).answer == "undecided"
     assert Verdict.from_flag(True).answer == "yes"
 
