@@ -19,12 +19,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from goalprobe.config import DemoConfig
-from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout
 from goalprobe.runner import StageResult, StageRunner, fingerprint
 from goalprobe.stages import STAGES, needs_weights, reads, server_first, stage, work_after
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Stage
+from goalprobe.stats import json_ready
 
 # A pre-flight refusal (:class:`~goalprobe.agents.preflight.PreflightRefused`: the model's token
 # budget cuts its steps) says the same of every generation stage: the schedulers stop at it,
@@ -351,7 +351,7 @@ def _stage_function(spec: Stage, context: StageContext, received, layout: RunLay
         with nullcontext() if threads is None else fixed_torch_threads(threads):
             outputs, summary = spec.run(context, received, stage_dir)
         return outputs, {
-            **finite(summary),
+            **json_ready(summary),
             "fingerprint": fingerprint(outputs.values(), layout.root),
         }
 

@@ -40,7 +40,7 @@ from goalprobe.gridworld.metrics import (
 )
 from goalprobe.gridworld.optimal import solve
 
-from goalprobe.stats import cluster_rate_interval, equivalence_verdict
+from goalprobe.stats import equivalence_verdict, grid_bootstrap_ratio
 from goalprobe.stats import mean_ci as stats_mean_ci
 
 GRID_METRICS: tuple[str, ...] = (
@@ -356,10 +356,7 @@ class KeyEpisode:
 def _episode_rate(flags: Sequence[bool], grid_ids: Sequence[str]) -> dict:
     """``{value, ci_low, ci_high, n, n_grids, n_eff}``: a rate of episodes with its exact
     cluster interval (grids as clusters; honest at 0% and 100%)."""
-    ids = np.unique(np.asarray(grid_ids), return_inverse=True)[1]
-    k = np.bincount(ids, weights=np.asarray(flags, dtype=np.float64))
-    n = np.bincount(ids).astype(np.float64)
-    stat = cluster_rate_interval(k, n)
+    stat = grid_bootstrap_ratio(flags, None, grid_ids, n_resamples=0, rate=True)
     return {key: stat[key] for key in ("value", "ci_low", "ci_high", "n", "n_grids", "n_eff")}
 
 
@@ -415,17 +412,3 @@ def key_variant_table(
         if layout(e) in with_key
     ]
     return variants, mean_ci(jaccard, config)
-
-
-def finite(obj):
-    """``obj`` with NaN/inf floats replaced by None and numpy scalars by Python ones (strict
-    JSON)."""
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj

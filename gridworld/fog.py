@@ -34,7 +34,7 @@ from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make
 from goalprobe.gridworld.optimal import _bfs_flat, solve
 from goalprobe.gridworld.text import cell_types, render_symbols
 
-from goalprobe.stats import GridBootstrap, detectable_effect, grid_bootstrap_ratio
+from goalprobe.stats import GridBootstrap, detectable_effect
 
 HIDDEN_SYMBOL = "*"
 """How the prompt draws a hidden cell (the study's Fig. 11)."""
@@ -431,21 +431,12 @@ def reference_rows(
     return rows
 
 
-def _rate(boot: GridBootstrap, num: np.ndarray, den: np.ndarray, grid_ids, *, rate: bool) -> dict:
+def _rate(boot: GridBootstrap, num: np.ndarray, den: np.ndarray, *, rate: bool) -> dict:
     """A ratio of per-grid sums: a rate of counts gets the cluster-adjusted Clopper-Pearson
     interval (honest at 0% and 100%), a mean per episode the grid-bootstrap percentile one."""
     value = float(num.sum() / den.sum()) if den.sum() else None
     if rate and den.sum():
-        keep = den > 0
-        out = grid_bootstrap_ratio(
-            num[keep],
-            den[keep],
-            np.asarray(grid_ids)[keep],
-            n_resamples=boot.n_resamples,
-            confidence=boot.confidence,
-            rate=True,
-        )
-        bounds = {k: out[k] for k in ("ci_low", "ci_high")}
+        bounds = {k: boot.rate_summary(num, den)[k] for k in ("ci_low", "ci_high")}
         return {"value": value, **bounds, "n": int(den.sum())}
     return {**boot.summary(boot.ratio(num, den)), "value": value, "n": int(den.sum())}
 
@@ -478,16 +469,14 @@ def fog_summary(rows: Sequence[FogRow], *, n_resamples: int = 1000, random_state
         per_policy[policy] = sums
         out[policy] = {
             "episodes": len(mine),
-            "success": _rate(boot, sums["success"], sums["episodes"], grid_ids, rate=True),
-            "acc_oracle_fog": _rate(boot, sums["fog_hits"], sums["moves"], grid_ids, rate=True),
-            "acc_gt": _rate(boot, sums["gt_hits"], sums["moves"], grid_ids, rate=True),
+            "success": _rate(boot, sums["success"], sums["episodes"], rate=True),
+            "acc_oracle_fog": _rate(boot, sums["fog_hits"], sums["moves"], rate=True),
+            "acc_gt": _rate(boot, sums["gt_hits"], sums["moves"], rate=True),
             "moves_over_shortest": _rate(
-                boot, sums["success_moves"], sums["success_shortest"], grid_ids, rate=False
+                boot, sums["success_moves"], sums["success_shortest"], rate=False
             ),
             **{
-                f"{mode}_per_episode": _rate(
-                    boot, sums[mode], sums["episodes"], grid_ids, rate=False
-                )
+                f"{mode}_per_episode": _rate(boot, sums[mode], sums["episodes"], rate=False)
                 for mode in _MODES
             },
         }

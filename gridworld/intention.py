@@ -35,7 +35,7 @@ from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State, Var
 from goalprobe.gridworld.dynamics import moves_inside, settle
 from goalprobe.gridworld.optimal import bfs_distances, solve
 
-from goalprobe.stats import RandomState, as_generator, grid_bootstrap_ratio
+from goalprobe.stats import Estimate, RandomState, as_generator, grid_bootstrap_ratio
 
 INTERVENTIONS: dict[str, tuple[str, ...]] = {
     Variant.KEY_DOOR: ("has_key", "door_open"),
@@ -415,9 +415,7 @@ def verdict(
     f_low, f_high = frac.get("ci_low"), frac.get("ci_high")
     if f_low is None or f_high is None or adaptation["n_grids"] < config.min_grids:
         return "inconclusive"
-    adapts = f_low > 0 and (
-        beyond is None or (beyond["ci_low"] is not None and beyond["ci_low"] > 0)
-    )
+    adapts = f_low > 0 and (beyond is None or bool(Estimate.from_dict(beyond).above(0)))
     if adapts:
         return "partly intended" if f_high < 1 - config.margin_fraction else "intended"
     if f_high < config.margin_fraction:
@@ -693,12 +691,11 @@ def decoded_registration(
     boot = bootstrap_options(config)
     ids = list(grid_ids)
     difference = grid_bootstrap_ratio(b - a, None, ids, **boot)
-    low = difference["ci_low"]
     return {
         "original": grid_bootstrap_ratio(a, None, ids, **boot),
         "intervened": grid_bootstrap_ratio(b, None, ids, **boot),
         "difference": difference,
         "registered": None
         if len(set(ids)) < config.min_grids
-        else bool(low is not None and low > 0),
+        else bool(Estimate.from_dict(difference).above(0)),
     }

@@ -517,21 +517,14 @@ class PairedTestResult:
     """The test's p-value; 1.0 when every difference is zero."""
     rank_biserial: float
     """Matched-pairs rank-biserial correlation ``(W+ - W-) / (W+ + W-)`` in [-1, 1]; > 0 when the
-    transformed values tend to be larger; 0.0 when every difference is zero."""
-    w_plus: float
-    """Sum of the ranks of |d| over positive differences ``d = transformed - base``."""
-    w_minus: float
-    """The same over negative differences."""
+    transformed values tend to be larger; 0.0 when every difference is zero. ``W+`` sums the
+    ranks of ``|d|`` over positive differences ``d = transformed - base``, ``W-`` over negative
+    ones."""
     n_pairs: int
     """Number of pairs."""
     n_nonzero: int
     """Pairs with a non-zero difference (zero differences are dropped, as in Wilcoxon's original
-    test, scipy ``zero_method="wilcox"``)."""
-
-    @property
-    def all_zero(self) -> bool:
-        """Whether every difference is zero (no evidence of a difference; nothing to test)."""
-        return self.n_nonzero == 0
+    test, scipy ``zero_method="wilcox"``); 0 when every difference is zero (nothing to test)."""
 
 
 def paired_wilcoxon(
@@ -545,7 +538,7 @@ def paired_wilcoxon(
     ``alternative="greater"``: transformed larger.
 
     When every difference is zero the test has nothing to rank; the result is then
-    ``p_value=1.0, rank_biserial=0.0, statistic=0.0`` with ``all_zero`` True, not an error.
+    ``p_value=1.0, rank_biserial=0.0, statistic=0.0`` with ``n_nonzero`` 0, not an error.
     """
     x = np.asarray(base, dtype=float)
     y = np.asarray(transformed, dtype=float)
@@ -562,7 +555,7 @@ def paired_wilcoxon(
     d = y - x
     nonzero = d[d != 0]
     if nonzero.size == 0:
-        return PairedTestResult(0.0, 1.0, 0.0, 0.0, 0.0, int(d.size), 0)
+        return PairedTestResult(0.0, 1.0, 0.0, int(d.size), 0)
     ranks = scipy.stats.rankdata(np.abs(nonzero))
     w_plus = float(ranks[nonzero > 0].sum())
     w_minus = float(ranks[nonzero < 0].sum())
@@ -571,8 +564,6 @@ def paired_wilcoxon(
         statistic=float(res.statistic),
         p_value=float(res.pvalue),
         rank_biserial=(w_plus - w_minus) / (w_plus + w_minus),
-        w_plus=w_plus,
-        w_minus=w_minus,
         n_pairs=int(d.size),
         n_nonzero=int(nonzero.size),
     )

@@ -42,7 +42,7 @@ from goalprobe.probes.plan_sweep import StatePlanDecoder, state_features
 from goalprobe.probes.position import PositionPrior, PositionProbe
 from goalprobe.probes.splits import split_by_grid
 
-from goalprobe.stats import Estimate, GridBootstrap, grid_bootstrap_ratio
+from goalprobe.stats import Estimate, GridBootstrap, Verdict, grid_bootstrap_ratio
 
 FINAL_NORM_PATHS: tuple[str, ...] = ("model.norm", "transformer.ln_f", "model.final_layernorm")
 """Where a Hugging Face causal LM keeps its final norm (the first that exists is used)."""
@@ -337,8 +337,7 @@ def readout_curves(
             accuracy = _summary(grid_bootstrap_ratio(hits, None, ids[rows_test], **boot))
             gain = hits - base_hits[strongest][rows_test]
             margin = _summary(grid_bootstrap_ratio(gain, None, ids[rows_test], **tail))
-            low = margin["ci_low"]
-            verdict = "undecided" if low is None else ("yes" if low > 0 else "no")
+            verdict = Verdict.from_flag(Estimate.from_dict(margin).above(0)).answer
             row.append({"bin": b, **accuracy, "margin_over_strongest": margin, "verdict": verdict})
         by_layer.append(row)
     return {

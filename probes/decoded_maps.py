@@ -70,7 +70,8 @@ def write_decoded_maps(
         **attrs: further scalar attributes (``role``, ``trained_on``).
     """
     import h5py
-    from goalprobe.probes.serialization import _json_ready
+
+    from goalprobe.stats import json_ready
 
     p = np.asarray(probs)
     rows = np.asarray(row_ids)
@@ -109,7 +110,7 @@ def write_decoded_maps(
         if wall_source is not None:
             f.attrs["wall_sources"] = json.dumps(list(WALL_SOURCES))
         f.attrs["classes"] = np.asarray(classes, dtype=np.uint8)
-        f.attrs["probe_card"] = json.dumps(_json_ready(card), allow_nan=False)
+        f.attrs["probe_card"] = json.dumps(json_ready(card), allow_nan=False)
         f.attrs["family"] = decoded_map_family(card)
         source = card.get("activations") or {}
         if source.get("stage") is not None:

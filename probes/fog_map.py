@@ -25,6 +25,7 @@ from goalprobe.stats import (
     interval_verdict,
     percentile_interval,
 )
+from goalprobe.stats.estimate import finite_or_none
 
 
 def in_grid_mask(grid_sizes: np.ndarray, side: int) -> np.ndarray:
@@ -175,9 +176,11 @@ def hidden_wall_tracking(
         low, high = percentile_interval(draws_arr) if draws_arr.size >= 2 else (np.nan, np.nan)
         diff = values["decoded"] - values["prior"]
         out[part] = {
-            "decoded_auc": _none(values["decoded"]),
-            "prior_auc": _none(values["prior"]),
-            "difference": Estimate(_none(diff), _none(low), _none(high)).to_dict(),
+            "decoded_auc": finite_or_none(values["decoded"]),
+            "prior_auc": finite_or_none(values["prior"]),
+            "difference": Estimate(
+                finite_or_none(diff), finite_or_none(low), finite_or_none(high)
+            ).to_dict(),
             "cells": int(mask.sum()),
         }
     hidden = Estimate.from_dict(out["hidden"]["difference"])
@@ -187,7 +190,3 @@ def hidden_wall_tracking(
         out["beyond_prior_detectable"] = verdict.detectable
     out["test_grids"] = int(len(uniques))
     return out
-
-
-def _none(x: float) -> float | None:
-    return float(x) if x is not None and np.isfinite(x) else None

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
 
-from goalprobe.stats import GridBootstrap, safe_ratio
+from goalprobe.stats import GridBootstrap, json_ready, safe_ratio
 
 N_PLAN_CLASSES = N_ACTIONS + 1
 """Classes a decoder predicts per step: the four actions and ``PLAN_END``."""
@@ -236,19 +236,7 @@ class PlanMetrics:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (arrays as lists, ``nan`` as ``None``)."""
-        return {key: _jsonable(value) for key, value in self.__dict__.items()}
-
-
-def _jsonable(value):
-    if isinstance(value, np.ndarray):
-        return [_jsonable(v) for v in value.tolist()] if value.ndim else _jsonable(value.item())
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return None if np.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+        return json_ready(self.__dict__)
 
 
 SCALAR_METRICS = (

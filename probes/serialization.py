@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from goalprobe.probes.plan_metrics import PLAN_TOKENS
 
+from goalprobe.stats import json_ready as _json_ready
+
 CARD_SCHEMA = "goalprobe.probe_card"
 """``schema`` field of a probe card."""
 CARD_SCHEMA_VERSION = 1
@@ -45,20 +47,6 @@ def stem_paths(path: str | os.PathLike) -> tuple[Path, Path]:
     if p.suffix in (".safetensors", ".json"):
         p = p.with_suffix("")
     return p.with_suffix(".safetensors"), p.with_suffix(".json")
-
-
-def _json_ready(value):
-    """``value`` for ``json.dumps(allow_nan=False)``: keys as strings, tuples as lists, numpy
-    scalars as Python ones, non-finite floats as None."""
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, np.generic):
-        return _json_ready(value.item())
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value
 
 
 def probe_card(

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from goalprobe.agents.agent_config import Agent, AgentConfig
-from goalprobe.gridworld.behaviour import finite
 from goalprobe.run_layout import RunLayout, write_atomic
+from goalprobe.stats import json_ready
 
 
 @dataclass
@@ -32,7 +32,7 @@ class StageContext:
 
 def write_json(path: Path, payload: Any) -> Path:
     """Write strict JSON (NaN/inf as null) atomically: a temporary file, then a rename."""
-    text = json.dumps(finite(payload), indent=1, allow_nan=False, default=_default)
+    text = json.dumps(json_ready(payload), indent=1, allow_nan=False, default=_default)
     return write_atomic(path, text + "\n")
 
 

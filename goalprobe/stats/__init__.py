@@ -21,7 +21,7 @@ from goalprobe.stats.bootstrap import (
     percentile_interval,
     safe_ratio,
 )
-from goalprobe.stats.estimate import VERDICT_ANSWERS, Estimate, Verdict
+from goalprobe.stats.estimate import VERDICT_ANSWERS, Estimate, Verdict, json_ready
 from goalprobe.stats.inference import (
     EQUIVALENCE_VERDICTS,
     detectable_effect,
@@ -71,6 +71,7 @@ __all__ = [
     "interval_verdict",
     "intra_grid_correlation",
     "is_count_rate",
+    "json_ready",
     "mean_ci",
     "p_exact_rate",
     "p_from_draws",

@@ -2,12 +2,8 @@
 
 :class:`GridBootstrap` draws grid multiplicities once and recomputes every ratio-of-per-grid-sums
 statistic (rates, means, accuracy, R², confusion matrices) under the same draws, so intervals
-of several metrics and their paired differences share one resampling. General statistics get
-percentile intervals (undefined resamples left out); rates get intervals honest at 0% and 100%
-(:mod:`goalprobe.stats.rates`) through :func:`grid_bootstrap_ratio`,
-:meth:`GridBootstrap.rate_summary` and :func:`grid_mean`. Over independent values (one per
-grid), :func:`bootstrap_ci` is scipy's bootstrap of any statistic and :func:`mean_ci` their mean
-with its percentile interval (an exact one for a rate).
+of several metrics and their paired differences share one resampling; rates get the intervals
+honest at 0% and 100% of :mod:`goalprobe.stats.rates` instead.
 """
 
 from __future__ import annotations

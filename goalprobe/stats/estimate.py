@@ -33,6 +33,20 @@ def finite_or_none(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` for ``json.dumps(allow_nan=False)``: keys as strings, tuples and numpy arrays
+    as lists, numpy scalars as Python ones, non-finite floats as None (a file holds no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return json_ready(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A number with its interval and where it comes from.
@@ -46,7 +60,6 @@ class Estimate:
         method: how the interval was made (``interval_method`` in the files; None: the grid
             bootstrap's percentile interval, the default everywhere).
         baseline: what it was compared with (a number, or a baseline's name).
-        diff: the estimate of the difference from the baseline, where one was made.
         extra: any further keys the file records beside it (``n_eff``, ``design_effect``,
             ``above_baseline``, ...), written and read back as they are.
     """
@@ -58,7 +71,6 @@ class Estimate:
     clusters: int | None = None
     method: str | None = None
     baseline: float | str | None = None
-    diff: Estimate | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -66,11 +78,8 @@ class Estimate:
         """Read ``{value, ci_low, ci_high, ...}`` (any key may be absent; None: undefined)."""
         data = data or {}
         known = {attr: data.get(key) for attr, key in _KEYS.items()}
-        diff = data.get("difference")
-        extra = {k: v for k, v in data.items() if k not in _KEYS.values() and k != "difference"}
-        return cls(
-            **known, diff=cls.from_dict(diff) if isinstance(diff, Mapping) else None, extra=extra
-        )
+        extra = {k: v for k, v in data.items() if k not in _KEYS.values()}
+        return cls(**known, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the result files hold: ``value``, ``ci_low`` and ``ci_high``
@@ -79,8 +88,6 @@ class Estimate:
         for attr, key in _KEYS.items():
             v = getattr(self, attr)
             if attr == "method":
-                if self.diff is not None:
-                    out["difference"] = self.diff.to_dict()
                 out.update(self.extra)
             if v is not None or attr in ("value", "low", "high"):
                 out[key] = v
@@ -120,17 +127,12 @@ class Verdict:
     Attributes:
         answer: one of :data:`VERDICT_ANSWERS`.
         question: the question in words ("above random walk").
-        p_value: one-sided p of the test behind it (None: not tested).
-        p_method: how the p was made ("exact binomial", "bootstrap draws", "normal
-            approximation to the interval").
         detectable: the smallest effect its n could detect (a "no" or "undecided" states it).
         reason: why ``unstable`` or ``n/a``.
     """
 
     answer: str
     question: str = ""
-    p_value: float | None = None
-    p_method: str | None = None
     detectable: float | None = None
     reason: str = ""
 
@@ -145,10 +147,10 @@ class Verdict:
         return cls(answer, question, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{verdict, question, p_value, p_method, detectable, reason}`` (unset ones left out;
-        ``verdict`` is the key the result files use for the answer)."""
+        """``{verdict, question, detectable, reason}`` (unset ones left out; ``verdict`` is the
+        key the result files use for the answer)."""
         out: dict[str, Any] = {"verdict": self.answer}
-        for key in ("question", "p_value", "p_method", "detectable", "reason"):
+        for key in ("question", "detectable", "reason"):
             v = getattr(self, key)
             if v not in (None, ""):
                 out[key] = v

@@ -144,23 +144,21 @@ def detectable_effect(
     ci_high: float | None,
     *,
     n: float | None = None,
-    rate: float | None = None,
     power: float = 0.8,
     confidence: float = 0.95,
 ) -> float | None:
     """The smallest effect an estimate's sample could detect (one-sided at ``confidence``'s
     level, with ``power``): ``(z_alpha + z_power) * se``. The standard error comes from the
-    interval's width (``width / (2 z)``) where it has one; from ``n`` trials at ``rate`` (the
-    binomial variance, at 50% where no rate is given) where the interval is degenerate or
-    missing. None where neither is known."""
+    interval's width (``width / (2 z)``) where it has one; from ``n`` trials at 50% (the
+    largest binomial variance) where the interval is degenerate or missing. None where neither
+    is known."""
     z_half = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
     z = z_half + float(scipy.stats.norm.ppf(power))
     se = None
     if ci_low is not None and ci_high is not None and ci_high - ci_low > 0:
         se = (ci_high - ci_low) / (2 * z_half)
     elif n is not None and n > 0:
-        p = 0.5 if rate is None else min(max(rate, 0.05), 0.95)
-        se = math.sqrt(p * (1 - p) / n)
+        se = math.sqrt(0.25 / n)
     return None if se is None else z * se
 
 

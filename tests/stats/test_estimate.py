@@ -45,9 +45,9 @@ def test_an_empty_rate_keeps_its_keys_and_has_no_bounds():
 def test_a_verdict_says_only_what_it_may_and_round_trips():
     with pytest.raises(ValueError, match="verdict says one of"):
         Verdict("maybe")
-    v = Verdict("undecided", "above random walk", 0.2, "bootstrap draws", detectable=0.3)
-    assert v.to_dict() == {"verdict": "undecided", "question": "above random walk", "p_value": 0.2,
-                           "p_method": "bootstrap draws", "detectable": 0.3}  # fmt: skip
+    v = Verdict("undecided", "above random walk", detectable=0.3)
+    assert v.to_dict() == {"verdict": "undecided", "question": "above random walk",
+                           "detectable": 0.3}  # fmt: skip
     assert Verdict.from_flag(None).answer == "undecided"
     assert Verdict.from_flag(True).answer == "yes"
 
@@ -120,3 +120,23 @@ def test_an_interval_verdict_says_what_its_n_could_detect_beside_a_no():
     assert missing.answer == "undecided" and missing.detectable is not None
     assert interval_verdict(Estimate(0.5, 0.45, 0.6), point=0.5).answer == "no"
     assert interval_verdict(Estimate(0.5, 0.51, 0.6), point=0.5).answer == "yes"
+
+
+def test_json_ready_gives_strict_json_of_numpy_and_non_finite_values():
+    import json
+
+    from goalprobe.stats import json_ready
+
+    value = {
+        1: (np.float32(0.5), np.int64(3), np.bool_(True)),
+        "a": np.array([[1.0, np.nan], [np.inf, 2.0]]),
+        "b": [math.nan, -math.inf, 0.25, None, "x"],
+    }
+    out = json_ready(value)
+    assert out == {
+        "1": [0.5, 3, True],
+        "a": [[1.0, None], [None, 2.0]],
+        "b": [None, None, 0.25, None, "x"],
+    }
+    assert type(out["1"][1]) is int and type(out["1"][2]) is bool
+    json.dumps(out, allow_nan=False)  # would raise on a NaN left in
