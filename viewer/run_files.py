@@ -29,6 +29,7 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoded_maps import read_decoded_maps_info, read_step_maps
 from goalprobe.probes.predicted_plans import read_plan_runs
+from goalprobe.viewer.figures.style import N_CLASSES
 
 from goalprobe.run_layout import RunLayout
 
@@ -152,9 +153,6 @@ def read_episodes(
         )
     return grids, episodes
 
-
-N_CLASSES = len(CellType)
-"""Width of the class axis after :func:`full_class_probs` (indexed by ``CellType``)."""
 
 STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
 """Canonical stage names (``"pre"``/``"post"`` in older cards are mapped onto them)."""

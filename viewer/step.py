@@ -84,16 +84,6 @@ class StepView:
     lens: StepLensRecord | None = None
     lens_why: str | None = None
 
-    @property
-    def header(self) -> str:
-        """One-line summary: step, action and whether it is optimal on each grid."""
-        act = self.action.name if self.action is not None else "invalid"
-        parts = [f"step {self.step} / {self.n_steps - 1}", f"action {act}"]
-        parts.append(f"optimal {action_names(self.optimal) or '—'}")
-        if self.decoded is not None:
-            parts.append(f"decoded-optimal {action_names(self.decoded.optimal) or '—'}")
-        return " · ".join(parts)
-
 
 def action_names(actions) -> str:
     """Names of ``actions`` in action order, comma-separated."""
