@@ -135,10 +135,6 @@ def _badges(view: StepView, map_label: str | None) -> list[list[str]]:
     return out
 
 
-def _figure_json(fig) -> dict:
-    return json.loads(fig.to_json())
-
-
 def _legend_html() -> str:
     items = []
     for label, colour, kind in LEGEND:
@@ -173,10 +169,10 @@ def _episode_section(
                     title=f"P({class_name(c)}) per cell",
                     true_cell_types=view.true_cells,
                 )
-            probability[class_name(c)] = _figure_json(fig)
+            probability[class_name(c)] = json.loads(fig.to_json())
         steps.append(
             {
-                "figures": {p: _figure_json(figs[p]) for p in PANELS},
+                "figures": {p: json.loads(figs[p].to_json()) for p in PANELS},
                 "probability": probability,
                 "badges": _badges(view, map_label),
                 "reasoning": view.reasoning or "(none)",
