@@ -154,9 +154,6 @@ def read_episodes(
     return grids, episodes
 
 
-STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-"""Canonical stage names (``"pre"``/``"post"`` in older cards are mapped onto them)."""
-
 _STAGE_ALIASES = {
     "pre": "pre_reasoning",
     "pre_reasoning": "pre_reasoning",
@@ -174,11 +171,6 @@ def canonical_stage(stage: str) -> str:
         raise ValueError(
             f"unknown stage {stage!r}; expected one of {sorted(_STAGE_ALIASES)}"
         ) from None
-
-
-def stage_rank(stage: str) -> int:
-    """Sort key of a stage: the canonical stages in order, then any other."""
-    return STAGES.index(stage) if stage in STAGES else len(STAGES)
 
 
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
