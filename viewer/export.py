@@ -233,20 +233,19 @@ def export_html(
 
     run = run if isinstance(run, RunData) else RunData(run)
     keys = select_episodes(run, episodes)
+    for key, known, what in (
+        (map_source, run.map_sources, "decoded-map source"),
+        (plan_source, run.plan_sources, "plan source"),
+    ):
+        if key is not None and key not in known:
+            available = ", ".join(known) or "none"
+            raise UnknownKeyError(f"unknown {what} {key!r}; available: {available}")
     if map_source is None:
         map_source = default_map_source(run)
-    elif map_source not in run.map_sources:
-        raise UnknownKeyError(
-            f"unknown decoded-map source {map_source!r}; available: {', '.join(run.map_sources) or 'none'}"
-        )
     if plan_source is None:
         source = run.map_sources.get(map_source) if map_source else None
         plan_source = default_plan_source(
             run, source.stage if source else None, source.layer if source else None
-        )
-    elif plan_source not in run.plan_sources:
-        raise UnknownKeyError(
-            f"unknown plan source {plan_source!r}; available: {', '.join(run.plan_sources) or 'none'}"
         )
     sections = "".join(
         _episode_section(run, key, i, map_source, plan_source) for i, key in enumerate(keys)

@@ -6,6 +6,7 @@ breadth-first distances to the decoded goal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from goalprobe.activations.store.labels import plan_rows
@@ -299,12 +300,12 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
 
 def step_figures(
     view: StepView, cell_class: int = int(CellType.GOAL), *, show_legend: bool = True
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The plotly figures of a step by panel (a blank figure saying why where data is missing);
     ``cell_class``: the probability heatmap's ``CellType``; ``show_legend=False`` when the page
     draws the legend once."""
     action = None if view.action is None else int(view.action)
-    figs: dict[str, object] = {
+    figs: dict[str, Any] = {
         "true": cell_map_figure(
             view.true_cells,
             title="True grid",
