@@ -27,7 +27,7 @@ from goalprobe.viewer.false_belief_tab import (
 )
 from goalprobe.viewer.figures.plans import prefix_accuracy_grid_figure
 from goalprobe.viewer.figures.probes import probe_comparison_figure
-from goalprobe.viewer.run_files import stage_rank
+from goalprobe.viewer.figures.style import stage_rank
 from goalprobe.viewer.widgets import GRAPH_CONFIG, url_query
 
 _TABS = ("explorer", "overview", "false_belief", "fog")

@@ -350,9 +350,6 @@ class RunData:
         self._store_rows()
         return next((m for m in self.missing[before:] if m.name == "activation store"), None)
 
-    def _row_index(self, cache_key: str, read: Callable[[], np.ndarray]) -> RowIndex:
-        return self._once(cache_key, lambda: RowIndex(read()))
-
     def decoded_maps(self, source_key: str, episode: str) -> StepArrays:
         """Decoded maps of every step of an episode: ``values`` ``(T, S, S, len(CellType))``
         float32 ``P(CellType(c))`` (0 for classes the probe does not predict)."""
@@ -366,7 +363,9 @@ class RunData:
         data = self.episode(episode)
 
         def load() -> StepArrays:
-            index = self._row_index(f"maps/{source.key}", lambda: read_decoded_row_ids(source.path))
+            index = self._once(
+                f"maps/{source.key}", lambda: RowIndex(read_decoded_row_ids(source.path))
+            )
             present, positions = index.positions(data.rows)
             probs = full_class_probs(read_decoded_probs(source.path, positions), source.classes)
             *parts, readout = read_decoded_readouts(source.path, positions)
@@ -412,8 +411,8 @@ class RunData:
         data = self.episode(episode)
 
         def load() -> StepArrays:
-            index = self._row_index(
-                f"plans/{source.key}", lambda: read_plan_row_ids(source.path, source.run)
+            index = self._once(
+                f"plans/{source.key}", lambda: RowIndex(read_plan_row_ids(source.path, source.run))
             )
             present, positions = index.positions(data.rows)
             plans = read_plan_rows(source.path, source.run, positions)

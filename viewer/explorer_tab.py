@@ -12,8 +12,7 @@ from dash.exceptions import PreventUpdate
 from goalprobe.agents.trajectories import TrajectoryFormatError
 from goalprobe.gridworld.core import CellType
 from goalprobe.viewer.data import RunData, UnknownKeyError
-from goalprobe.viewer.figures.style import class_name, empty_figure
-from goalprobe.viewer.run_files import stage_rank
+from goalprobe.viewer.figures.style import class_name, empty_figure, stage_rank
 from goalprobe.viewer.step import (
     build_step_view,
     default_episode,

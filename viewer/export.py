@@ -135,10 +135,6 @@ def _badges(view: StepView, map_label: str | None) -> list[list[str]]:
     return out
 
 
-def _figure_json(fig) -> dict:
-    return json.loads(fig.to_json())
-
-
 def _legend_html() -> str:
     items = []
     for label, colour, kind in LEGEND:
@@ -173,10 +169,10 @@ def _episode_section(
                     title=f"P({class_name(c)}) per cell",
                     true_cell_types=view.true_cells,
                 )
-            probability[class_name(c)] = _figure_json(fig)
+            probability[class_name(c)] = json.loads(fig.to_json())
         steps.append(
             {
-                "figures": {p: _figure_json(figs[p]) for p in PANELS},
+                "figures": {p: json.loads(figs[p].to_json()) for p in PANELS},
                 "probability": probability,
                 "badges": _badges(view, map_label),
                 "reasoning": view.reasoning or "(none)",
@@ -237,20 +233,19 @@ def export_html(
 
     run = run if isinstance(run, RunData) else RunData(run)
     keys = select_episodes(run, episodes)
+    for key, known, what in (
+        (map_source, run.map_sources, "decoded-map source"),
+        (plan_source, run.plan_sources, "plan source"),
+    ):
+        if key is not None and key not in known:
+            available = ", ".join(known) or "none"
+            raise UnknownKeyError(f"unknown {what} {key!r}; available: {available}")
     if map_source is None:
         map_source = default_map_source(run)
-    elif map_source not in run.map_sources:
-        raise UnknownKeyError(
-            f"unknown decoded-map source {map_source!r}; available: {', '.join(run.map_sources) or 'none'}"
-        )
     if plan_source is None:
         source = run.map_sources.get(map_source) if map_source else None
         plan_source = default_plan_source(
             run, source.stage if source else None, source.layer if source else None
-        )
-    elif plan_source not in run.plan_sources:
-        raise UnknownKeyError(
-            f"unknown plan source {plan_source!r}; available: {', '.join(run.plan_sources) or 'none'}"
         )
     sections = "".join(
         _episode_section(run, key, i, map_source, plan_source) for i, key in enumerate(keys)

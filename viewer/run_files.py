@@ -29,6 +29,7 @@ from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoded_maps import read_decoded_maps_info, read_step_maps
 from goalprobe.probes.predicted_plans import read_plan_runs
+from goalprobe.viewer.figures.style import N_CLASSES
 
 from goalprobe.run_layout import RunLayout
 
@@ -153,12 +154,6 @@ def read_episodes(
     return grids, episodes
 
 
-N_CLASSES = len(CellType)
-"""Width of the class axis after :func:`full_class_probs` (indexed by ``CellType``)."""
-
-STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
-"""Canonical stage names (``"pre"``/``"post"`` in older cards are mapped onto them)."""
-
 _STAGE_ALIASES = {
     "pre": "pre_reasoning",
     "pre_reasoning": "pre_reasoning",
@@ -176,11 +171,6 @@ def canonical_stage(stage: str) -> str:
         raise ValueError(
             f"unknown stage {stage!r}; expected one of {sorted(_STAGE_ALIASES)}"
         ) from None
-
-
-def stage_rank(stage: str) -> int:
-    """Sort key of a stage: the canonical stages in order, then any other."""
-    return STAGES.index(stage) if stage in STAGES else len(STAGES)
 
 
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:

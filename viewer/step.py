@@ -6,6 +6,7 @@ breadth-first distances to the decoded goal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from goalprobe.activations.store.labels import plan_rows
@@ -83,16 +84,6 @@ class StepView:
     map_source: str | None = None
     lens: StepLensRecord | None = None
     lens_why: str | None = None
-
-    @property
-    def header(self) -> str:
-        """One-line summary: step, action and whether it is optimal on each grid."""
-        act = self.action.name if self.action is not None else "invalid"
-        parts = [f"step {self.step} / {self.n_steps - 1}", f"action {act}"]
-        parts.append(f"optimal {action_names(self.optimal) or '—'}")
-        if self.decoded is not None:
-            parts.append(f"decoded-optimal {action_names(self.decoded.optimal) or '—'}")
-        return " · ".join(parts)
 
 
 def action_names(actions) -> str:
@@ -309,12 +300,12 @@ def episode_flags(run: RunData, episode: str, map_source: str | None) -> dict[st
 
 def step_figures(
     view: StepView, cell_class: int = int(CellType.GOAL), *, show_legend: bool = True
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The plotly figures of a step by panel (a blank figure saying why where data is missing);
     ``cell_class``: the probability heatmap's ``CellType``; ``show_legend=False`` when the page
     draws the legend once."""
     action = None if view.action is None else int(view.action)
-    figs: dict[str, object] = {
+    figs: dict[str, Any] = {
         "true": cell_map_figure(
             view.true_cells,
             title="True grid",

@@ -96,52 +96,48 @@ def map_reading(data: Mapping) -> str:
     probe = data["revealed_probe"]
     walls = data["hidden_walls"]
     best = probe["best_baseline"]
+    points = probe.get("detectable")
+    detects = "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
     parts = [
         f"At the pre-reasoning anchors (layer {data['layer']}, {data['rows']} steps of "
         f"{data['grids']} fogged grids, {probe['test_grids']} held out), a per-cell read-out of "
         f"which cells are revealed scores {stat_text(probe['probe'])} against "
         f"{stat_text(probe[best])} for the stronger baseline ({best.replace('_', ' ')}): "
-        + (_knowledge_text(probe)),
+        + _verdict_text(_KNOWLEDGE, probe["verdict"], detects),
     ]
     hidden, shown = walls["hidden"], walls["revealed"]
+    auc = walls.get("beyond_prior_detectable")
+    where = "" if auc is None else f" (this n could detect {num(auc, 2)} AUC)"
     parts.append(
         "The headline probe's walls find the true walls at hidden cells with ROC AUC "
         f"{num(hidden['decoded_auc'], 2)} (size-and-density prior {num(hidden['prior_auc'], 2)}; "
         f"difference {stat_text(hidden['difference'], percent=False)}) and at revealed cells "
         f"with {num(shown['decoded_auc'], 2)} (prior {num(shown['prior_auc'], 2)}): "
-        + _hidden_text(walls)
+        + _verdict_text(_HIDDEN, walls["beyond_prior_at_hidden"], where)
     )
     return " ".join(parts)
 
 
-def _knowledge_text(probe: Mapping) -> str:
-    verdict = probe["verdict"]
-    if verdict == "yes":
-        return "the anchors hold the agent's knowledge beyond it."
-    points = probe.get("detectable")
-    detects = "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
-    if verdict == "no":
-        return (
-            f"no evidence that the anchors hold more of its knowledge than that baseline{detects}."
-        )
-    return f"undecided whether the anchors hold more of it{detects}."
+_KNOWLEDGE = {
+    "yes": "the anchors hold the agent's knowledge beyond it.",
+    "no": "no evidence that the anchors hold more of its knowledge than that baseline{n}.",
+    "undecided": "undecided whether the anchors hold more of it{n}.",
+}
+"""The revealed-cells read-out's reading by verdict (``{n}``: what its n could detect)."""
+
+_HIDDEN = {
+    "yes": "at hidden cells the decoded map follows the true grid beyond the prior.",
+    "no": "at hidden cells it carries nothing about the true grid beyond the prior that this n "
+    "could see{n}, as a map of the agent's knowledge would.",
+    "undecided": "undecided whether at hidden cells it carries anything about the true grid "
+    "beyond the prior{n}; a map of the agent's knowledge would carry nothing there.",
+}
+"""The hidden-cell wall test's reading by verdict (``{n}``: what its n could detect)."""
 
 
-def _hidden_text(walls: Mapping) -> str:
-    verdict = walls["beyond_prior_at_hidden"]
-    if verdict == "yes":
-        return "at hidden cells the decoded map follows the true grid beyond the prior."
-    detects = walls.get("beyond_prior_detectable")
-    where = "" if detects is None else f" (this n could detect {num(detects, 2)} AUC)"
-    if verdict == "no":
-        return (
-            "at hidden cells it carries nothing about the true grid beyond the prior that this n "
-            f"could see{where}, as a map of the agent's knowledge would."
-        )
-    return (
-        "undecided whether at hidden cells it carries anything about the true grid beyond the "
-        f"prior{where}; a map of the agent's knowledge would carry nothing there."
-    )
+def _verdict_text(readings: Mapping, verdict: str, detects: str) -> str:
+    """``readings``' text for ``verdict`` (undecided for any other) with ``detects`` in it."""
+    return readings.get(verdict, readings["undecided"]).format(n=detects)
 
 
 def fog(run: RunReader, fig: Figures) -> list[Block]:

@@ -87,8 +87,7 @@ def _legend_entry(name: str, colour: str, *, kind: str = "square") -> dict:
         marker = {"symbol": "square", "size": 12, "color": colour, "line": line}
         style: dict = {"mode": "markers", "marker": marker}
     else:
-        dash = "dash" if kind == "dash" else "solid"
-        style = {"mode": "lines", "line": {"color": colour, "width": 3, "dash": dash}}
+        style = {"mode": "lines", "line": {"color": colour, "width": 3, "dash": "solid"}}
     return {"type": "scatter", "x": [None], "y": [None], **style, "name": name, "hoverinfo": "skip"}
 
 
@@ -134,11 +133,11 @@ def _action_arrows(
     *,
     opacity: float = 1.0,
     head_size: float = 1.0,
-    start: float = 0.3,
 ) -> list[dict]:
-    """Arrows from the edge of the agent's cell (``start`` of a cell from its centre) to
-    ``length`` cells away, so that the cell's symbol stays readable."""
+    """Arrows from the edge of the agent's cell (0.3 of a cell from its centre) to ``length``
+    cells away, so that the cell's symbol stays readable."""
     r, c = origin_row_col
+    start = 0.3
     deltas = [Action(int(action)).delta_row_col for action in actions]
     return [
         _arrow(

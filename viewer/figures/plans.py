@@ -13,6 +13,7 @@ from goalprobe.viewer.figures.style import (
     QUALITATIVE,
     band_trace,
     figure_layout,
+    stage_rank,
 )
 
 STRIP_COLOURS: dict[str, str] = {
@@ -135,6 +136,13 @@ def plan_strip_figure(
 CAPACITY_COLOURS = ("#2a9d8f", "#1d3557", "#e76f51", "#7b2cbf", "#e9c46a")
 """Colour of each decoder capacity (1, 2, ... Transformer layers, in increasing order)."""
 
+_REFERENCES = {
+    "shuffled_control": ("shuffled control", "#868e96", "dot"),
+    "state_only": ("state only", "#e8590c", "dash"),
+    "optimal_policy": ("optimal policy", "#5f3dc4", "dash"),
+}
+"""Name, colour and dash of each reference curve (any other kind: grey, dash-dotted)."""
+
 
 def prefix_accuracy_grid_figure(
     runs: Sequence[Mapping],
@@ -154,11 +162,7 @@ def prefix_accuracy_grid_figure(
 
     if not runs:
         raise ValueError("no plan-decoder runs to draw")
-    stage_order = ("pre_reasoning", "post_reasoning")
-    stages = sorted(
-        {str(r["stage"]) for r in runs},
-        key=lambda s: (stage_order.index(s) if s in stage_order else len(stage_order), s),
-    )
+    stages = sorted({str(r["stage"]) for r in runs}, key=lambda s: (stage_rank(s), s))
     layers = sorted({int(r["layer"]) for r in runs})
     capacities = sorted({int(r["n_layers"]) for r in runs if r.get("n_layers") is not None})
     colour: dict[int | None, str] = {
@@ -185,18 +189,10 @@ def prefix_accuracy_grid_figure(
             name = "decoder" if cap is None else f"{cap}-layer decoder"
             line: dict[str, Any] = {"color": colour.get(cap, QUALITATIVE[0]), "width": 2.5}
             mode = "lines+markers"
-        elif r["kind"] == "shuffled_control":
-            name = "shuffled control"
-            line = {"color": "#868e96", "width": 1.5, "dash": "dot"}
-            mode = "lines"
-        elif r["kind"] in ("state_only", "optimal_policy"):  # the state-only baselines
-            name = {"state_only": "state only", "optimal_policy": "optimal policy"}[r["kind"]]
-            line = {"color": "#e8590c" if r["kind"] == "state_only" else "#5f3dc4",
-                    "width": 1.5, "dash": "dash"}  # fmt: skip
-            mode = "lines"
         else:
-            name = str(r["kind"]).replace("_", " ")
-            line = {"color": "#adb5bd", "width": 1.5, "dash": "dashdot"}
+            other = (str(r["kind"]).replace("_", " "), "#adb5bd", "dashdot")
+            name, line_colour, dash = _REFERENCES.get(r["kind"], other)
+            line = {"color": line_colour, "width": 1.5, "dash": dash}
             mode = "lines"
         bounds = r.get("ci")
         if r["kind"] == "decoder" and bounds is not None:

@@ -89,6 +89,15 @@ FONT = "Inter, system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
 N_CLASSES = len(CellType)
 
 
+STAGES: tuple[str, ...] = ("pre_reasoning", "post_reasoning")
+"""Canonical stage names (``"pre"``/``"post"`` in older cards are mapped onto them)."""
+
+
+def stage_rank(stage: str) -> int:
+    """Sort key of a stage: the canonical stages in order, then any other."""
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
 def class_name(cell_type: int) -> str:
     """Lower-case name of a ``CellType`` value (``"wall"``)."""
     return CellType(int(cell_type)).name.lower()
