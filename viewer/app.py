@@ -4,8 +4,9 @@ The episode explorer and the stage-episode tabs are modules with their layouts a
 this module composes them under one header beside the run overview tab (filled on its first
 visit: prefix accuracy of every plan decoder, the probe accuracies against their controls, the
 false-belief start-state cards and the scoring summaries), and keeps the page-level callbacks
-(the tab named in the URL, the URL kept in step with every choice) and the page: its stylesheet, its keyboard shortcuts and the HTML template around the
-Dash app (served from the package: no network, no external assets)."""
+(the tab named in the URL, the URL kept in step with every choice) and the page: its stylesheet,
+its keyboard shortcuts and the HTML template around the Dash app (served from the package: no
+network, no external assets)."""
 
 from __future__ import annotations
 
