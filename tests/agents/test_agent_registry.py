@@ -7,10 +7,15 @@ import shutil
 
 import pytest
 from goalprobe.agents.agent_config import Agent, AgentConfig
-from goalprobe.agents.budgets import REASONING_MODEL_BUDGETS, token_budget
 from goalprobe.agents.bundled import BUNDLED_AGENTS, bundled_agent_dir, bundled_weights_digest
 from goalprobe.agents.models import check_model_name, model_identity
-from goalprobe.agents.registry import named_agent, register_agent, unregister_agent
+from goalprobe.agents.registry import (
+    REASONING_MODEL_BUDGETS,
+    named_agent,
+    register_agent,
+    token_budget,
+    unregister_agent,
+)
 from goalprobe.agents.trajectories import read_trajectories
 
 
