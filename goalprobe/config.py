@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.bundled import MAP_AGENT
+from goalprobe.agents.bundled import MAP_AGENT, token_budget
 from goalprobe.agents.preflight import PreflightConfig
-from goalprobe.agents.registry import token_budget
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
@@ -177,7 +176,7 @@ def fit_budgets(
     config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset(), chat_format: Any = None
 ) -> DemoConfig:
     """``config`` with rollout, patching and steering token budgets that fit its agent
-    (:func:`goalprobe.agents.registry.token_budget`), except fields in ``fixed`` (set by the
+    (:func:`goalprobe.agents.bundled.token_budget`), except fields in ``fixed`` (set by the
     user), at the ``tiny`` scale, and the oracle engine's rollouts (a few dozen tokens a step)."""
     for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens",
                  "steering.max_new_tokens"):  # fmt: skip

@@ -165,8 +165,8 @@ def command(
     from rich.console import Console
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
+    from goalprobe.agents.bundled import token_budget
     from goalprobe.agents.models import load_model
-    from goalprobe.agents.registry import token_budget
     from goalprobe.probes.patching.experiment import PatchConfig
     from goalprobe.probes.patching.memory import PatchingBudget, PatchingDoesNotFitError
     from goalprobe.probes.patching.sites import SequenceError

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from goalprobe.agents.bundled import REASONING_MODEL_BUDGETS, token_budget
 from goalprobe.agents.preflight import (
     OVERRIDE_FLAG,
     PreflightConfig,
@@ -18,7 +19,6 @@ from goalprobe.agents.preflight import (
     run_preflight,
     sample_grids,
 )
-from goalprobe.agents.registry import REASONING_MODEL_BUDGETS, token_budget
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set

@@ -10,10 +10,10 @@ import torch
 from agent_fixtures import SHORT_TEMPLATES, OracleBackend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.bundled import REASONING_MODEL_BUDGETS, UNSTEERED_BUDGET, token_budget
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.prompts import PromptTemplate, build_messages
-from goalprobe.agents.registry import REASONING_MODEL_BUDGETS, UNSTEERED_BUDGET, token_budget
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.trajectories import read_run_header, read_steps, read_trajectories
 from goalprobe.gridworld.core import Action, State, Variant
