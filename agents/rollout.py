@@ -53,11 +53,10 @@ from goalprobe.agents.backend import (
     generate_seeded,
     run_sync,
 )
-from goalprobe.agents.coverage import backend_coverage
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
-from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.prompts import PromptTemplate, backend_coverage, build_messages
 from goalprobe.agents.trajectories import (
     Attempt,
     Episode,
@@ -225,7 +224,7 @@ def rollout_coverage(
     config: RolloutConfig,
     template: PromptTemplate | None,
 ) -> dict | None:
-    """:func:`~goalprobe.agents.coverage.backend_coverage` of every grid's first prompt."""
+    """:func:`~goalprobe.agents.prompts.backend_coverage` of every grid's first prompt."""
     firsts = [
         _Episode(run_id="", grid=g, policy=p, index=0, config=config, template=template)
         for g, p in zip(grids, policies, strict=True)
