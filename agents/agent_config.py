@@ -21,7 +21,7 @@ from goalprobe.agents.chat_format import (
     HarmonyFormat,
     chat_format_for,
 )
-from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message
+from goalprobe.agents.harmony import DEFAULT_SYSTEM, Message, ServedHarmony, served_harmony_in
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.models import (
     LoadedModel,
@@ -33,7 +33,6 @@ from goalprobe.agents.models import (
     resolve_device_dtype,
 )
 from goalprobe.agents.oracle_backend import DEFAULT_EPSILON, OracleBackend
-from goalprobe.agents.served_harmony import ServedHarmony, served_harmony_in
 from goalprobe.agents.server_backend import ServerBackend, ServerConfig
 from goalprobe.agents.trajectories import read_run_header
 
@@ -242,7 +241,7 @@ class Agent:
         prompt-only state) is tokenised so that it is the prompt the rollouts' model read.
 
         A harmony model served by a chat endpoint: the server's rendering
-        (:class:`~goalprobe.agents.served_harmony.ServedHarmony`) and its description (record it
+        (:class:`~goalprobe.agents.harmony.ServedHarmony`) and its description (record it
         with the prompts), read off the served prompts of ``rollouts`` (this agent's trajectory
         file) when it was generated on a server (even one since restarted or down), else off
         one short request. Otherwise the chat format's own rendering and None.

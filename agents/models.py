@@ -1,7 +1,7 @@
 """The one way an agent is named, loaded and identified.
 
 A model name is a registered agent's name (``bundled``, ``bundled:map`` or one added with
-:func:`goalprobe.agents.registry.register_agent`), a local model directory (``config.json`` + weights + tokenizer files; never touches the network),
+:func:`goalprobe.agents.bundled.register_agent`), a local model directory (``config.json`` + weights + tokenizer files; never touches the network),
 or a Hugging Face hub id (``openai/gpt-oss-20b``). Rollouts, extraction, patching, the server
 and the demo all load through :func:`load_model` and record the model through
 :func:`model_identity` / :func:`describe_local_model`, so one agent has one identity
@@ -24,8 +24,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from goalprobe.agents.attention import resolve_attention, set_attention
-from goalprobe.agents.bundled import bundled_agent_dir, bundled_weights_digest, load_bundled_agent
-from goalprobe.agents.registry import named_agent
+from goalprobe.agents.bundled import (
+    bundled_agent_dir,
+    bundled_weights_digest,
+    load_bundled_agent,
+    named_agent,
+)
 
 NETWORK_PROBE_TIMEOUT_S = 3.0
 """How long :func:`load_model` waits to learn whether the hub is reachable."""

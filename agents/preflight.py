@@ -7,7 +7,7 @@ with a Wilson 95% interval, the 95th percentile and mean of generated tokens per
 step counts at the budget), and the projected tokens and hours of the run at the measured
 throughput. :meth:`PreflightReport.check` raises :class:`PreflightRefused` when more than
 ``PreflightConfig.max_truncated`` of the steps were cut, naming ``--allow-truncation`` and the
-budget to raise. The bundled agents need none (:mod:`goalprobe.agents.budgets`).
+budget to raise. The bundled agents need none (:func:`goalprobe.agents.bundled.token_budget`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from goalprobe.agents.backend import Backend, Completion, generate_seeded
-from goalprobe.agents.budgets import renders_effort
+from goalprobe.agents.bundled import renders_effort
 from goalprobe.agents.prompts import PromptTemplate, state_messages
 from goalprobe.agents.rollout import RolloutConfig, derive_seed
 from goalprobe.gridworld.core import Grid

@@ -8,6 +8,16 @@ every state is a one-step episode without generation (header ``config["prompt_on
 flag and ``finish_reason`` ``"prompt_only"``, ``end_reason = "prompt_only"``), for
 ``goalprobe extract --stages pre_reasoning``. Behavioural readers must not score such a file
 (:func:`is_prompt_only`).
+
+The agent side of the intention test (:mod:`goalprobe.gridworld.intention`) asks the agent at
+given states too: :func:`sample_actions` gives each ``(grid, state)`` ``K`` one-step conversations
+exactly as a rollout step would show it, so an intervened start (a held key, an open door) looks
+the same as a later state of an ordinary episode. Each sample ``j`` of a state has its own seed
+``H(seed, grid_id, agent cell, has_key, door_open, j)`` (passed per conversation when the backend
+takes ``seeds=``), so the samples do not depend on batching. There are no retries: an answer that
+names no action is the category :data:`~goalprobe.gridworld.intention.INVALID` (so is an answer
+cut off by the token limit, however much of it parses:
+:func:`goalprobe.agents.parser.parse_completion`).
 """
 
 from __future__ import annotations
@@ -16,12 +26,14 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 import numpy as np
-from goalprobe.agents.backend import SamplingConfig
+from goalprobe.agents.backend import Backend, SamplingConfig, generate_seeded
 from goalprobe.agents.harmony import Message, ReasoningEffort
+from goalprobe.agents.parser import parse_completion
 from goalprobe.agents.prompts import PromptTemplate, state_messages
 from goalprobe.agents.rollout import RolloutConfig, _Episode, _solved, derive_seed, state_fields
 from goalprobe.agents.trajectories import (
@@ -32,6 +44,7 @@ from goalprobe.agents.trajectories import (
 )
 from goalprobe.gridworld.core import Grid, State
 from goalprobe.gridworld.dynamics import initial_state
+from goalprobe.gridworld.intention import INVALID, Sampler
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import render
 
@@ -185,3 +198,54 @@ def write_prompt_states(
             append_episode(out_path, [step], summary)
             written += 1
     return PromptStatesReport(out_path, run_id, len(grids), total, total - written, written)
+
+
+def sample_actions(
+    backend: Backend,
+    requests: Sequence[tuple[Grid, State]],
+    k: int,
+    config: RolloutConfig,
+    *,
+    template: PromptTemplate | None = None,
+) -> np.ndarray:
+    """``(len(requests), k)`` sampled action categories (0..3 the moves, 4 invalid).
+
+    ``config``: its sampling settings and batch size (episodes, horizon and retries are not
+    used); ``template`` None: ``config.template_dir``'s, else the packaged ones.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if template is None and config.template_dir:
+        template = PromptTemplate.from_dir(config.template_dir)
+    conversations, seeds = [], []
+    for grid, state in requests:
+        messages = state_messages(  # as a rollout step builds it
+            grid, state, template=template, moral_conditioning=config.moral_conditioning
+        )
+        for j in range(k):
+            conversations.append(messages)
+            seeds.append(
+                derive_seed(
+                    config.seed, grid.grid_id, state.agent, state.has_key, state.door_open, j
+                )
+            )
+    out = np.full(len(conversations), INVALID, dtype=np.int64)
+    for start in range(0, len(conversations), config.batch_size):
+        chunk = slice(start, start + config.batch_size)
+        batch_seeds = seeds[chunk]
+        call_seed = derive_seed(*batch_seeds) if len(batch_seeds) > 1 else batch_seeds[0]
+        completions = generate_seeded(
+            backend, conversations[chunk], config.sampling(None), batch_seeds, call_seed
+        )
+        for offset, completion in enumerate(completions):
+            parsed = parse_completion(completion.final, completion.finish_reason)
+            if parsed.ok and parsed.action is not None:
+                out[start + offset] = int(parsed.action)
+    return out.reshape(len(requests), k)
+
+
+def agent_sampler(
+    backend: Backend, k: int, config: RolloutConfig, *, template: PromptTemplate | None = None
+) -> Sampler:
+    """A :data:`~goalprobe.gridworld.intention.Sampler` that asks ``backend``."""
+    return partial(sample_actions, backend, k=k, config=config, template=template)

@@ -22,6 +22,11 @@ episodes share its batch (else one derived seed per call).
 
 **Resume.** Each episode is appended as one block when it ends; rerunning with the same config
 and output skips finished episodes and cuts an interrupted tail.
+
+**Shards.** Episodes are independent of the shard they ran in (``goalprobe rollout --shard i/N``),
+so the shards of one run hold, together, exactly the episodes of the unsharded run;
+:func:`merge_trajectory_files` joins them under the run's header (same run id), every episode
+once, in ``(grid_id, episode)`` order.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -47,18 +53,21 @@ from goalprobe.agents.backend import (
     generate_seeded,
     run_sync,
 )
-from goalprobe.agents.coverage import backend_coverage
 from goalprobe.agents.harmony import Message, ReasoningEffort
 from goalprobe.agents.oom import HalvingBatch
 from goalprobe.agents.parser import parse_completion
-from goalprobe.agents.prompts import PromptTemplate, build_messages
+from goalprobe.agents.prompts import PromptTemplate, backend_coverage, build_messages
 from goalprobe.agents.trajectories import (
     Attempt,
+    Episode,
     EpisodeSummary,
     RunHeader,
     StepRecord,
+    TrajectoryFormatError,
     append_episode,
     open_for_resume,
+    read_run_header,
+    read_trajectories,
 )
 from goalprobe.gridworld.core import Action, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import initial_state, is_success, step
@@ -215,7 +224,7 @@ def rollout_coverage(
     config: RolloutConfig,
     template: PromptTemplate | None,
 ) -> dict | None:
-    """:func:`~goalprobe.agents.coverage.backend_coverage` of every grid's first prompt."""
+    """:func:`~goalprobe.agents.prompts.backend_coverage` of every grid's first prompt."""
     firsts = [
         _Episode(run_id="", grid=g, policy=p, index=0, config=config, template=template)
         for g, p in zip(grids, policies, strict=True)
@@ -696,3 +705,40 @@ def _generate(
             f"backend returned {len(completions)} completions for {len(batch)} conversations"
         )
     return list(completions)
+
+
+def merge_trajectory_files(shards: Sequence[str | os.PathLike], out: str | os.PathLike) -> int:
+    """Write the episodes of ``shards`` (one run's trajectory files) into ``out`` (written beside
+    it and renamed into place when complete); returns the number of episodes written.
+
+    Raises:
+        TrajectoryFormatError: the files hold different runs, or an episode appears twice.
+        ValueError: no shard given.
+    """
+    if not shards:
+        raise ValueError("no trajectory files to merge")
+    paths = [Path(s) for s in shards]
+    headers = [read_run_header(p) for p in paths]
+    for path, header in zip(paths, headers, strict=True):
+        if header.run_id != headers[0].run_id:
+            raise TrajectoryFormatError(
+                f"{path} holds run {header.run_id!r}, {paths[0]} run {headers[0].run_id!r}: "
+                "only the shards of one run merge"
+            )
+    episodes: dict[tuple[str, int], tuple[Path, Episode]] = {}
+    for path in paths:
+        for episode in read_trajectories(path):
+            if episode.key in episodes:
+                raise TrajectoryFormatError(
+                    f"episode {episode.key} is in both {episodes[episode.key][0]} and {path}"
+                )
+            episodes[episode.key] = (path, episode)
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    partial.unlink(missing_ok=True)
+    open_for_resume(partial, headers[0])
+    for key in sorted(episodes):
+        episode = episodes[key][1]
+        append_episode(partial, list(episode.steps), episode.summary)
+    os.replace(partial, out)
+    return len(episodes)

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from goalprobe.agents.agent_config import AgentConfig
-from goalprobe.agents.budgets import token_budget
-from goalprobe.agents.bundled import MAP_AGENT
+from goalprobe.agents.bundled import MAP_AGENT, token_budget
 from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.attribution_section import AttributionSection
@@ -177,7 +176,7 @@ def fit_budgets(
     config: DemoConfig, fixed: frozenset[str] | set[str] = frozenset(), chat_format: Any = None
 ) -> DemoConfig:
     """``config`` with rollout, patching and steering token budgets that fit its agent
-    (:func:`goalprobe.agents.budgets.token_budget`), except fields in ``fixed`` (set by the
+    (:func:`goalprobe.agents.bundled.token_budget`), except fields in ``fixed`` (set by the
     user), at the ``tiny`` scale, and the oracle engine's rollouts (a few dozen tokens a step)."""
     for path in ("rollouts.max_new_tokens", "patching.patch.max_new_tokens",
                  "steering.max_new_tokens"):  # fmt: skip

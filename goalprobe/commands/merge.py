@@ -37,7 +37,7 @@ def command(
     if out.resolve() in {s.resolve() for s in shards}:
         raise typer.BadParameter(f"{out} is one of the shards being merged", param_hint="--out")
     if all(s.suffix == ".jsonl" for s in shards):
-        from goalprobe.agents.trajectory_merge import merge_trajectory_files
+        from goalprobe.agents.rollout import merge_trajectory_files
 
         if compression is not None:
             raise typer.BadParameter(

@@ -165,7 +165,7 @@ def command(
     from rich.console import Console
 
     from goalprobe.activations.capture import BACKENDS, BackendUnavailableError, make_backend
-    from goalprobe.agents.budgets import token_budget
+    from goalprobe.agents.bundled import token_budget
     from goalprobe.agents.models import load_model
     from goalprobe.probes.patching.experiment import (
         PatchConfig,

@@ -92,7 +92,7 @@ def command(
 
 def _served_rendering(path: Path, tokenizer, format_name: str):
     """The rendering of the first served prompt (``token_ids_source == "model"``) in ``path``."""
-    from goalprobe.agents.served_harmony import served_harmony_in
+    from goalprobe.agents.harmony import served_harmony_in
     from goalprobe.agents.trajectories import TrajectoryFormatError
 
     hint = "--served-prompts"

@@ -39,7 +39,7 @@ DAS_CARD_SCHEMA = "goalprobe.das_card/1"
 
 def weights_sha256(model: str | Path) -> str | None:
     """sha256 of ``model.safetensors`` of a named agent or a model directory (None: no such file)."""
-    from goalprobe.agents.registry import named_agent
+    from goalprobe.agents.bundled import named_agent
 
     agent = named_agent(str(model))
     path = (agent.directory if agent is not None else Path(model)) / "model.safetensors"
@@ -51,7 +51,7 @@ def weights_sha256(model: str | Path) -> str | None:
 def das_card(model: str) -> dict | None:
     """The DAS card shipped with the named agent ``model`` (None: it has none), with ``stale``
     set when its weights' digest is not the shipped one's (another schema: :class:`MissingInput`)."""
-    from goalprobe.agents.registry import named_agent
+    from goalprobe.agents.bundled import named_agent
 
     agent = named_agent(model)
     path = None if agent is None else agent.directory / DAS_CARD

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goalprobe.agents.coverage import not_readable
+from goalprobe.agents.prompts import not_readable
 from goalprobe.agents.trajectories import read_run_header
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.fog import (

@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from goalprobe.agents.coverage import merge_coverage, not_readable
+from goalprobe.agents.prompts import merge_coverage, not_readable
 from goalprobe.agents.trajectories import read_run_header
 from goalprobe.gridworld.harm import generate_harm_grids, harm_profile
 from goalprobe.gridworld.io import write_grid_set

@@ -14,9 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypedDict
 
-from goalprobe.agents.coverage import not_readable
-from goalprobe.agents.intention import agent_sampler
-from goalprobe.agents.prompts import PromptTemplate
+from goalprobe.agents.prompt_states import agent_sampler
+from goalprobe.agents.prompts import PromptTemplate, not_readable
 from goalprobe.agents.rollout import rollout_coverage
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.intention import (

@@ -1,4 +1,4 @@
-"""The agent registry (goalprobe.agents.registry): a name registered for a model directory is an
+"""The agent registry (goalprobe.agents.bundled): a name registered for a model directory is an
 agent every verb accepts, identified by its weights, loaded offline."""
 
 from __future__ import annotations
@@ -7,10 +7,17 @@ import shutil
 
 import pytest
 from goalprobe.agents.agent_config import Agent, AgentConfig
-from goalprobe.agents.budgets import REASONING_MODEL_BUDGETS, token_budget
-from goalprobe.agents.bundled import BUNDLED_AGENTS, bundled_agent_dir, bundled_weights_digest
+from goalprobe.agents.bundled import (
+    BUNDLED_AGENTS,
+    REASONING_MODEL_BUDGETS,
+    bundled_agent_dir,
+    bundled_weights_digest,
+    named_agent,
+    register_agent,
+    token_budget,
+    unregister_agent,
+)
 from goalprobe.agents.models import check_model_name, model_identity
-from goalprobe.agents.registry import named_agent, register_agent, unregister_agent
 from goalprobe.agents.trajectories import read_trajectories
 
 

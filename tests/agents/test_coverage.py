@@ -7,9 +7,8 @@ import dataclasses
 
 import pytest
 from agent_fixtures import build_tiny_backend
-from goalprobe.agents.coverage import merge_coverage, not_readable, prompt_coverage
 from goalprobe.agents.harmony import render_prompt
-from goalprobe.agents.prompts import build_messages
+from goalprobe.agents.prompts import build_messages, merge_coverage, not_readable, prompt_coverage
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.tokenizer import build_tokenizer
 from goalprobe.agents.trajectories import (

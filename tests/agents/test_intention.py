@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from goalprobe.agents.intention import sample_actions
 from goalprobe.agents.local_backend import LocalBackend
+from goalprobe.agents.prompt_states import sample_actions
 from goalprobe.agents.prompts import build_messages
 from goalprobe.agents.rollout import RolloutConfig
 from goalprobe.gridworld.core import State, Variant

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from goalprobe.agents.budgets import REASONING_MODEL_BUDGETS, token_budget
+from goalprobe.agents.bundled import REASONING_MODEL_BUDGETS, token_budget
 from goalprobe.agents.preflight import (
     OVERRIDE_FLAG,
     PreflightConfig,

@@ -10,7 +10,7 @@ import torch
 from agent_fixtures import SHORT_TEMPLATES, OracleBackend
 from goalprobe.activations.store import ActivationStore
 from goalprobe.agents.backend import SamplingConfig
-from goalprobe.agents.budgets import REASONING_MODEL_BUDGETS, UNSTEERED_BUDGET, token_budget
+from goalprobe.agents.bundled import REASONING_MODEL_BUDGETS, UNSTEERED_BUDGET, token_budget
 from goalprobe.agents.chat_format import chat_format_for
 from goalprobe.agents.local_backend import LocalBackend
 from goalprobe.agents.prompts import PromptTemplate, build_messages

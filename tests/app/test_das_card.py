@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from goalprobe.agents.registry import named_agent, register_agent, unregister_agent
+from goalprobe.agents.bundled import named_agent, register_agent, unregister_agent
 
 from goalprobe.report.attribution import DAS_CARD_SCHEMA, das_blocks, das_card, weights_sha256
 from goalprobe.report.run import MissingInput
