@@ -30,11 +30,11 @@ from goalprobe.activations.store.schema import (
     COMPRESSIONS,
     GRID_CELLS,
     LABEL_FIELDS,
+    Shard,
     StoreFormatError,
     label_array,
     stage_tokens,
 )
-from goalprobe.activations.store.shards import Shard
 from goalprobe.activations.store.writer import (
     ReasoningRows,
     RowBatch,
