@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.activations.compute import batching_record, compute_identity, part_batching
-from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.compute import batching_record, compute_identity
 from goalprobe.activations.store.merge import concatenate_stores
 from goalprobe.activations.store.reader import ActivationStore
 from goalprobe.activations.store.schema import (
@@ -32,6 +31,7 @@ from goalprobe.activations.store.schema import (
     LABEL_FIELDS,
     Shard,
     StoreFormatError,
+    episode_labels,
     label_array,
     stage_tokens,
 )
@@ -503,7 +503,7 @@ def extract(
     parts.write(trajectories, progress)
     final_attrs = {**attrs, "trajectory_steps": parts.steps}
     final_attrs["retokenized_steps"] = parts.retokenized
-    final_attrs["part_batching"] = [part_batching(p) for p in parts.paths]
+    final_attrs["part_batching"] = parts.batching
     if parts.paths:
         concatenate_stores(parts.paths, output, final_attrs, compression=config.compression)
     else:
@@ -585,12 +585,10 @@ class _Parts:
         self.locator = GridCellLocator(tokenizer) if config.grid_cells else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.layout = StoreLayout(
-            stages=config.all_stages,
-            layers=config.layers,
-            d_model=capture.d_model,
-            reasoning_every=config.reasoning_every,
+            config.all_stages, config.layers, capture.d_model, config.reasoning_every
         )
         self.paths: list[Path] = []
+        self.batching: list[dict] = []  # each part's ``batching`` attribute
         self.steps = 0
         self.computed = self.reused = self.retokenized = 0
         self.buffer: list[ReplayRow] = []
@@ -632,7 +630,7 @@ class _Parts:
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
         done = not path.exists()
         if not done:
-            _check_part(path, expected, self.identity)
+            self.batching.append(_check_part(path, expected, self.identity))
             self.reused += 1
         else:
             rows, self.config = halving_batches(
@@ -642,6 +640,7 @@ class _Parts:
                 self.parts_dir / BATCHING_FILE,
             )
             batching = batching_record(self.config, self.capture)
+            self.batching.append(batching)
             part_attrs = {**self.attrs, "part_index": index, "batching": batching}
             compression = self.config.compression
             with StoreWriter(path, self.layout, part_attrs, compression=compression) as writer:
@@ -684,14 +683,17 @@ def _read_identity(path: Path) -> dict | None:
         return None
 
 
-def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> None:
+def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> dict:
+    """Check a reused part; returns its ``batching`` attribute ({} for a part without one)."""
     with ActivationStore(path) as part:
         diff = _identity_diff(part.attrs, identity)
         if diff:
             raise ValueError(f"{path}: part of another extraction (differs in {', '.join(diff)})")
         steps = part.labels(["step_index"])["step_index"].astype(np.int64)
+        batching = dict(part.attrs.get("batching") or {})
     if not np.array_equal(steps, expected_steps):
         raise ValueError(
             f"{path}: holds steps {steps[:3].tolist()}... but this extraction expects "
             f"{expected_steps[:3].tolist()}... at this part; delete {path.parent} to start over"
         )
+    return batching

@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from logging.handlers import BufferingHandler
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +121,9 @@ def planned_attention(implementation: str, device: str) -> str:
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"
-    if implementation == "sink_attention":
-        return "sink_attention"
     if implementation.startswith("flex"):
         return "flex_attention"
-    return "eager"
+    return "sink_attention" if implementation == "sink_attention" else "eager"
 
 
 MOE_CALIBRATION = 1.35
@@ -226,8 +225,8 @@ def mxfp4_status() -> Mxfp4Status:
     except ImportError as err:
         return Mxfp4Status(False, f"this transformers has no MXFP4 support ({err})")
     quantizer = Mxfp4HfQuantizer(Mxfp4Config(), pre_quantized=True)
-    messages: list[str] = []
-    handler = _Collect(messages)
+    handler = BufferingHandler(capacity=1 << 20)  # the warnings it logs while validating
+    handler.setLevel(logging.WARNING)
     logger = logging.getLogger("transformers.quantizers.quantizer_mxfp4")
     logger.addHandler(handler)
     try:
@@ -237,18 +236,9 @@ def mxfp4_status() -> Mxfp4Status:
     finally:
         logger.removeHandler(handler)
     if quantizer.quantization_config.dequantize:
-        why = messages[-1] if messages else _missing_parts()
+        why = handler.buffer[-1].getMessage() if handler.buffer else _missing_parts()
         return Mxfp4Status(False, why or "transformers would dequantise to bf16")
     return Mxfp4Status(True, "")
-
-
-class _Collect(logging.Handler):
-    def __init__(self, out: list[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.out = out
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.out.append(record.getMessage())
 
 
 def _missing_parts() -> str:

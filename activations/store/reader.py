@@ -404,9 +404,7 @@ class ActivationStore:
         self._check_stage_layer(stage, layer)
         idx = self.select(stage) if rows is None else self._rows(rows)
         if rows is not None and idx.size:
-            present = self._present.get(stage)
-            if present is None:
-                present = self.present(stage)
+            present = self.present(stage)
             if not present[idx].all():
                 bad = idx[~present[idx]]
                 raise ValueError(
