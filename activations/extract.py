@@ -425,21 +425,6 @@ def halving_batches(compute: Callable[[Any], Any], config: Any, longest: int, re
             config = replace(config, **halved)
 
 
-def parts_dir_for(output: Path) -> Path:
-    """Default parts directory of ``output``: ``<output>.parts`` next to it."""
-    return output.parent / f"{output.name}.parts"
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = temp_path(path)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def _identity_diff(a: dict, b: dict) -> list[str]:
     return [k for k in _IDENTITY_ATTRS if _identity_value(a, k) != _identity_value(b, k)]
 
@@ -483,7 +468,7 @@ def extract(
     identity, attrs = _identity_and_attrs(
         trajectories, capture, tokenizer, config, model_id, model_revision
     )
-    parts_dir = Path(work_dir) if work_dir is not None else parts_dir_for(output)
+    parts_dir = Path(work_dir) if work_dir is not None else output.with_name(f"{output.name}.parts")
     if output.exists():
         found = _read_identity(output)
         if found is not None and not _identity_diff(found, identity):
@@ -560,7 +545,13 @@ def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> Extra
                 f"{', '.join(diff) or 'schema'}); delete it, or extract into another output"
             )
     else:
-        _write_json_atomic(manifest_path, {"schema": MANIFEST_SCHEMA, **identity})
+        tmp = temp_path(manifest_path)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"schema": MANIFEST_SCHEMA, **identity}, fh, indent=2, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, manifest_path)
+        fsync_dir(parts_dir)
     for leftover in parts_dir.glob(".*.tmp"):
         leftover.unlink()
     batching_path = parts_dir / BATCHING_FILE

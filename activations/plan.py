@@ -13,6 +13,7 @@ and a longest sequence whose backward peak is over the same budget."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -68,8 +69,6 @@ class ModelShape:
     @classmethod
     def from_model_dir(cls, directory: str | os.PathLike) -> ModelShape:
         """From a local model directory's ``config.json``."""
-        import json
-
         text = (Path(directory) / "config.json").read_text(encoding="utf-8")
         return cls.from_config(json.loads(text))
 

@@ -71,9 +71,7 @@ def concatenate_stores(
         sizes = np.asarray([len(s) for s in stores], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         total = int(offsets[-1])
-        if order is None:
-            order = np.arange(total, dtype=np.int64)
-        order = np.asarray(order, dtype=np.int64)
+        order = np.arange(total) if order is None else np.asarray(order, dtype=np.int64)
         if order.shape != (total,) or not np.array_equal(np.sort(order), np.arange(total)):
             raise ValueError(f"order must be a permutation of the {total} source rows")
         which = np.searchsorted(offsets, order, side="right") - 1

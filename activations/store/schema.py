@@ -63,9 +63,6 @@ ANCHOR_TOKENS = 3
 """Tokens per anchor in every chat format (harmony: ``<|end|> <|start|> assistant``; think-tag:
 see :mod:`goalprobe.agents.chat_format`)."""
 
-GRID_CELL_TOKENS = LABEL_CANVAS * LABEL_CANVAS
-"""Tokens per row of the ``grid_cells`` stage (row-major over the label canvas)."""
-
 ACTIVATION_DTYPE = np.float16
 """On-disk dtype of every activation dataset."""
 
@@ -78,7 +75,7 @@ def stage_tokens(stage: str) -> int:
     if stage in ANCHOR_STAGES:
         return ANCHOR_TOKENS
     if stage == GRID_CELLS:
-        return GRID_CELL_TOKENS
+        return LABEL_CANVAS * LABEL_CANVAS  # row-major over the label canvas
     raise ValueError(f"unknown stage {stage!r}; expected one of {ALL_STAGES}")
 
 
