@@ -1,6 +1,6 @@
 """What computed a store's rows: :func:`compute_identity` (weights' format, dtype, device, GPU
 model, driver, CUDA) is part of the extraction's identity, since each changes the residual
-streams; :func:`device_details` records the rest per part."""
+streams; :func:`batching_record` records the rest per part."""
 
 from __future__ import annotations
 
@@ -93,30 +93,22 @@ def compute_identity(model: Any) -> dict[str, str]:
     return out
 
 
-def device_details(model: Any) -> dict[str, Any]:
-    """Where a part was computed: the device and, on CUDA, the GPU's full name and memory."""
+def batching_record(config: Any, capture: Any) -> dict[str, Any]:
+    """A part's ``batching`` attribute (not identity): its batches and where it was computed, the
+    device and, on CUDA, the GPU's full name and memory."""
     import torch
 
-    device = next(model.parameters()).device
-    out: dict[str, Any] = {"device": str(device)}
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        out.update(gpu=props.name, memory_gb=round(props.total_memory / 1e9, 1))
+    out: dict[str, Any] = {
+        "batch_size": config.batch_size,
+        "max_batch_tokens": config.max_batch_tokens,
+    }
+    if hasattr(capture, "model"):
+        device = next(capture.model.parameters()).device
+        out["device"] = str(device)
+        if device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            out.update(gpu=props.name, memory_gb=round(props.total_memory / 1e9, 1))
     return out
-
-
-def batching_record(config: Any, capture: Any) -> dict[str, Any]:
-    """A part's ``batching`` attribute: its batches and :func:`device_details` (not identity)."""
-    where = device_details(capture.model) if hasattr(capture, "model") else {}
-    return {"batch_size": config.batch_size, "max_batch_tokens": config.max_batch_tokens, **where}
-
-
-def part_batching(path: Any) -> dict[str, Any]:
-    """The ``batching`` attribute of the part store at ``path`` ({} for a part without one)."""
-    from goalprobe.activations.store.reader import ActivationStore
-
-    with ActivationStore(path) as part:
-        return dict(part.attrs.get("batching") or {})
 
 
 def mxfp4_kernel_check() -> tuple[bool, str]:

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.activations.compute import batching_record, compute_identity, part_batching
-from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.compute import batching_record, compute_identity
 from goalprobe.activations.store.merge import concatenate_stores
 from goalprobe.activations.store.reader import ActivationStore
 from goalprobe.activations.store.schema import (
@@ -30,11 +29,12 @@ from goalprobe.activations.store.schema import (
     COMPRESSIONS,
     GRID_CELLS,
     LABEL_FIELDS,
+    Shard,
     StoreFormatError,
+    episode_labels,
     label_array,
     stage_tokens,
 )
-from goalprobe.activations.store.shards import Shard
 from goalprobe.activations.store.writer import (
     ReasoningRows,
     RowBatch,
@@ -425,21 +425,6 @@ def halving_batches(compute: Callable[[Any], Any], config: Any, longest: int, re
             config = replace(config, **halved)
 
 
-def parts_dir_for(output: Path) -> Path:
-    """Default parts directory of ``output``: ``<output>.parts`` next to it."""
-    return output.parent / f"{output.name}.parts"
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = temp_path(path)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def _identity_diff(a: dict, b: dict) -> list[str]:
     return [k for k in _IDENTITY_ATTRS if _identity_value(a, k) != _identity_value(b, k)]
 
@@ -483,7 +468,7 @@ def extract(
     identity, attrs = _identity_and_attrs(
         trajectories, capture, tokenizer, config, model_id, model_revision
     )
-    parts_dir = Path(work_dir) if work_dir is not None else parts_dir_for(output)
+    parts_dir = Path(work_dir) if work_dir is not None else output.with_name(f"{output.name}.parts")
     if output.exists():
         found = _read_identity(output)
         if found is not None and not _identity_diff(found, identity):
@@ -503,7 +488,7 @@ def extract(
     parts.write(trajectories, progress)
     final_attrs = {**attrs, "trajectory_steps": parts.steps}
     final_attrs["retokenized_steps"] = parts.retokenized
-    final_attrs["part_batching"] = [part_batching(p) for p in parts.paths]
+    final_attrs["part_batching"] = parts.batching
     if parts.paths:
         concatenate_stores(parts.paths, output, final_attrs, compression=config.compression)
     else:
@@ -560,7 +545,13 @@ def _open_parts(parts_dir: Path, identity: dict, config: ExtractConfig) -> Extra
                 f"{', '.join(diff) or 'schema'}); delete it, or extract into another output"
             )
     else:
-        _write_json_atomic(manifest_path, {"schema": MANIFEST_SCHEMA, **identity})
+        tmp = temp_path(manifest_path)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"schema": MANIFEST_SCHEMA, **identity}, fh, indent=2, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, manifest_path)
+        fsync_dir(parts_dir)
     for leftover in parts_dir.glob(".*.tmp"):
         leftover.unlink()
     batching_path = parts_dir / BATCHING_FILE
@@ -585,12 +576,10 @@ class _Parts:
         self.locator = GridCellLocator(tokenizer) if config.grid_cells else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.layout = StoreLayout(
-            stages=config.all_stages,
-            layers=config.layers,
-            d_model=capture.d_model,
-            reasoning_every=config.reasoning_every,
+            config.all_stages, config.layers, capture.d_model, config.reasoning_every
         )
         self.paths: list[Path] = []
+        self.batching: list[dict] = []  # each part's ``batching`` attribute
         self.steps = 0
         self.computed = self.reused = self.retokenized = 0
         self.buffer: list[ReplayRow] = []
@@ -632,7 +621,7 @@ class _Parts:
         expected = np.asarray([int(r.labels["step_index"]) for r in buffer], dtype=np.int64)
         done = not path.exists()
         if not done:
-            _check_part(path, expected, self.identity)
+            self.batching.append(_check_part(path, expected, self.identity))
             self.reused += 1
         else:
             rows, self.config = halving_batches(
@@ -642,6 +631,7 @@ class _Parts:
                 self.parts_dir / BATCHING_FILE,
             )
             batching = batching_record(self.config, self.capture)
+            self.batching.append(batching)
             part_attrs = {**self.attrs, "part_index": index, "batching": batching}
             compression = self.config.compression
             with StoreWriter(path, self.layout, part_attrs, compression=compression) as writer:
@@ -684,14 +674,17 @@ def _read_identity(path: Path) -> dict | None:
         return None
 
 
-def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> None:
+def _check_part(path: Path, expected_steps: np.ndarray, identity: dict) -> dict:
+    """Check a reused part; returns its ``batching`` attribute ({} for a part without one)."""
     with ActivationStore(path) as part:
         diff = _identity_diff(part.attrs, identity)
         if diff:
             raise ValueError(f"{path}: part of another extraction (differs in {', '.join(diff)})")
         steps = part.labels(["step_index"])["step_index"].astype(np.int64)
+        batching = dict(part.attrs.get("batching") or {})
     if not np.array_equal(steps, expected_steps):
         raise ValueError(
             f"{path}: holds steps {steps[:3].tolist()}... but this extraction expects "
             f"{expected_steps[:3].tolist()}... at this part; delete {path.parent} to start over"
         )
+    return batching

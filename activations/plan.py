@@ -6,15 +6,19 @@ eager attention holds ``3 x B x heads x T x (T + 1)`` scores, two ``B x T x T`` 
 vectors per token; the MoE phase ``4 x d_model + 6 x expert width`` per (token, expert) pair
 times :data:`MOE_CALIBRATION`. Blocks run one after another, so this is the peak whatever the
 depth (docs/benchmarks.md). GPT-OSS-20B's experts stay MXFP4 (13.8 GB) only when transformers'
-kernels can run, else bf16 (41.8 GB): :func:`mxfp4_status`."""
+kernels can run, else bf16 (41.8 GB): :func:`mxfp4_status`. Attribution's gradient runs
+(:func:`plan_attribution`, one sequence at a time) refuse MXFP4 weights (forward-only kernels)
+and a longest sequence whose backward peak is over the same budget."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from logging.handlers import BufferingHandler
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +69,6 @@ class ModelShape:
     @classmethod
     def from_model_dir(cls, directory: str | os.PathLike) -> ModelShape:
         """From a local model directory's ``config.json``."""
-        import json
-
         text = (Path(directory) / "config.json").read_text(encoding="utf-8")
         return cls.from_config(json.loads(text))
 
@@ -118,11 +120,9 @@ def planned_attention(implementation: str, device: str) -> str:
     implementation = str(implementation or "eager")
     if not str(device).startswith("cuda"):
         return "eager"
-    if implementation == "sink_attention":
-        return "sink_attention"
     if implementation.startswith("flex"):
         return "flex_attention"
-    return "eager"
+    return "sink_attention" if implementation == "sink_attention" else "eager"
 
 
 MOE_CALIBRATION = 1.35
@@ -224,8 +224,8 @@ def mxfp4_status() -> Mxfp4Status:
     except ImportError as err:
         return Mxfp4Status(False, f"this transformers has no MXFP4 support ({err})")
     quantizer = Mxfp4HfQuantizer(Mxfp4Config(), pre_quantized=True)
-    messages: list[str] = []
-    handler = _Collect(messages)
+    handler = BufferingHandler(capacity=1 << 20)  # the warnings it logs while validating
+    handler.setLevel(logging.WARNING)
     logger = logging.getLogger("transformers.quantizers.quantizer_mxfp4")
     logger.addHandler(handler)
     try:
@@ -235,18 +235,9 @@ def mxfp4_status() -> Mxfp4Status:
     finally:
         logger.removeHandler(handler)
     if quantizer.quantization_config.dequantize:
-        why = messages[-1] if messages else _missing_parts()
+        why = handler.buffer[-1].getMessage() if handler.buffer else _missing_parts()
         return Mxfp4Status(False, why or "transformers would dequantise to bf16")
     return Mxfp4Status(True, "")
-
-
-class _Collect(logging.Handler):
-    def __init__(self, out: list[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.out = out
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.out.append(record.getMessage())
 
 
 def _missing_parts() -> str:
@@ -453,3 +444,78 @@ def backward_bytes(
         kept += 4.0 * shape.n_layers * heads * t
     block_grads = float(dtype_bytes) * shape.n_layers * t * d
     return kept + block_grads + activation_bytes(shape, 1, t, dtype_bytes, attention)
+
+
+@dataclass(frozen=True)
+class AttributionPlan:
+    """Memory of attribution's gradient runs on one device: the bf16 weights, the backward and
+    forward-only peaks of the longest sequence, the budget left to activations, and whether the
+    plan ``fits`` (else the ``reason``)."""
+
+    longest: int
+    sequences: int
+    weights_gb: float
+    backward_gb: float
+    forward_gb: float
+    budget_gb: float
+    fits: bool
+    reason: str
+    attention: str = "eager"
+
+    @property
+    def peak_gb(self) -> float:
+        """Weights plus the backward peak."""
+        return self.weights_gb + self.backward_gb
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with the peak."""
+        return {**asdict(self), "peak_gb": self.peak_gb}
+
+
+def plan_attribution(
+    lengths: Sequence[int],
+    shape: ModelShape,
+    *,
+    memory_bytes: float,
+    mxfp4: bool = False,
+    dtype_bytes: int = 2,
+    fraction: float = 0.85,
+    reserve_bytes: float = 1.5 * GB,
+    attention: str = "eager",
+) -> AttributionPlan:
+    """The memory of gradient runs over sequences of ``lengths`` on a device of ``memory_bytes``
+    (``mxfp4``: the weights would load as MXFP4, which refuses)."""
+    longest = max(lengths, default=1)
+    weights = shape.weight_bytes(mxfp4=False, dtype_bytes=dtype_bytes)
+    budget = fraction * memory_bytes - weights - reserve_bytes
+    backward = backward_bytes(shape, longest, dtype_bytes, attention)
+    forward = activation_bytes(shape, 1, longest, dtype_bytes, attention)
+    reasons = []
+    if mxfp4:
+        reasons.append(
+            "the weights would load as MXFP4, whose kernels are forward-only (no backward "
+            "pass): attribution needs bf16 weights (load with Mxfp4Config(dequantize=True) / "
+            f"--dequantize), {weights / GB:.1f} GB"
+        )
+    if backward > budget:
+        message = (
+            f"the backward pass of the longest sequence ({longest:,} tokens) needs "
+            f"{backward / GB:.1f} GB of activations with {attention} attention, and "
+            f"{max(budget, 0.0) / GB:.1f} GB are left on the device after the bf16 weights "
+            f"({weights / GB:.1f} GB) and the reserve"
+        )
+        if attention == "eager":
+            flex = backward_bytes(shape, longest, dtype_bytes, "flex_attention")
+            message += f"; flex attention would need {flex / GB:.1f} GB (CUDA only)"
+        reasons.append(message)
+    return AttributionPlan(
+        longest=longest,
+        sequences=len(lengths),
+        weights_gb=weights / GB,
+        backward_gb=backward / GB,
+        forward_gb=forward / GB,
+        budget_gb=budget / GB,
+        fits=not reasons,
+        reason="; ".join(reasons),
+        attention=attention,
+    )

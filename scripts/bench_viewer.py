@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
-from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.store.schema import episode_labels
 from goalprobe.agents.trajectories import (
     EpisodeSummary,
     RunHeader,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
-from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.store.schema import episode_labels
 from goalprobe.agents.backend import Completion
 from goalprobe.agents.reasoning import final_text, reasoning_text
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from goalprobe.activations.store.labels import plan_rows
+from goalprobe.activations.store.schema import plan_rows
 from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCol, State
 from goalprobe.gridworld.dynamics import rollout
 from goalprobe.gridworld.text import cell_types, parse

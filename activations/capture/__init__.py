@@ -9,13 +9,10 @@ from __future__ import annotations
 from goalprobe.activations.capture.backends import NnsightBackend, TransformerLensBackend
 from goalprobe.activations.capture.base import (
     BackendUnavailableError,
-    CleanRun,
     HookBackend,
     Patch,
     ResidualBackend,
     TokenBatch,
-    decoder_layers_path,
-    input_device,
 )
 
 BACKENDS: tuple[str, ...] = ("nnsight", "transformer_lens", "hooks")
@@ -36,14 +33,4 @@ def make_backend(name: str, model, tokenizer=None, **kwargs) -> ResidualBackend:
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 
 
-__all__ = [
-    "BACKENDS",
-    "BackendUnavailableError",
-    "CleanRun",
-    "Patch",
-    "ResidualBackend",
-    "TokenBatch",
-    "decoder_layers_path",
-    "input_device",
-    "make_backend",
-]
+__all__ = ["BACKENDS", "BackendUnavailableError", "Patch", "TokenBatch", "make_backend"]

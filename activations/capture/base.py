@@ -362,7 +362,9 @@ class ResidualBackend(ABC):
         row."""
         ids = np.asarray(token_ids, dtype=np.int64)
         check_patches(patches, len(ids), self.n_layers)
-        readout = readout_index(readout_position, len(ids))
+        readout = len(ids) - 1 if readout_position is None else int(readout_position)
+        if not 0 <= readout < len(ids):
+            raise ValueError(f"readout position {readout_position} outside 0..{len(ids) - 1}")
         start = 0
         if self.prefix_cache:
             firsts = [int(p.positions.min()) for p in patches if len(p.positions)]
@@ -487,15 +489,6 @@ def check_patches(patches: Sequence[Patch], seq_len: int, n_layers: int) -> None
             raise ValueError(f"a patch position lies outside the {seq_len}-token sequence")
         if any(not 0 <= layer < n_layers for layer in patch.layers):
             raise ValueError(f"a patch layer lies outside 0..{n_layers - 1}: {patch.layers}")
-
-
-def readout_index(readout_position: int | None, seq_len: int) -> int:
-    """The readout as a position in ``[0, seq_len)`` (default: the last one)."""
-    if readout_position is None:
-        return seq_len - 1
-    if not 0 <= readout_position < seq_len:
-        raise ValueError(f"readout position {readout_position} outside 0..{seq_len - 1}")
-    return int(readout_position)
 
 
 def strip_stop(ids: list[int], stop_ids: Sequence[int]) -> list[int]:

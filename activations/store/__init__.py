@@ -19,9 +19,10 @@ from goalprobe.activations.store.schema import (
     SCHEMA,
     SCHEMA_VERSION,
     IncompleteStoreError,
+    Shard,
     StoreFormatError,
+    shard_of,
 )
-from goalprobe.activations.store.shards import Shard, shard_of
 from goalprobe.activations.store.writer import ReasoningRows, RowBatch, StoreLayout, StoreWriter
 
 __all__ = [

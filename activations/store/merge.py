@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.activations.store.reader import ActivationStore, ragged_ranges
-from goalprobe.activations.store.schema import StoreFormatError, stage_tokens
-from goalprobe.activations.store.shards import shard_of
+from goalprobe.activations.store.schema import StoreFormatError, shard_of, stage_tokens
 from goalprobe.activations.store.writer import (
     ReasoningRows,
     RowBatch,
@@ -72,9 +71,7 @@ def concatenate_stores(
         sizes = np.asarray([len(s) for s in stores], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         total = int(offsets[-1])
-        if order is None:
-            order = np.arange(total, dtype=np.int64)
-        order = np.asarray(order, dtype=np.int64)
+        order = np.arange(total) if order is None else np.asarray(order, dtype=np.int64)
         if order.shape != (total,) or not np.array_equal(np.sort(order), np.arange(total)):
             raise ValueError(f"order must be a permutation of the {total} source rows")
         which = np.searchsorted(offsets, order, side="right") - 1
@@ -87,63 +84,41 @@ def concatenate_stores(
                 for s in np.unique(w):
                     sel = np.flatnonzero(w == s)
                     pieces.append((sel, stores[s].row_batch(loc[sel])))
-                writer.append(_assemble(pieces, len(w)))
+                writer.append(_assemble(pieces))
         return Path(output)
     finally:
         for store in stores:
             store.close()
 
 
-def _assemble(pieces: list[tuple[np.ndarray, RowBatch]], n: int) -> RowBatch:
-    """One RowBatch of ``n`` rows from ``(rows_in_block, RowBatch)`` pieces."""
-    first = pieces[0][1]
+def _assemble(pieces: list[tuple[np.ndarray, RowBatch]]) -> RowBatch:
+    """One RowBatch from ``(rows_in_block, RowBatch)`` pieces, in block row order."""
+    order = np.argsort(np.concatenate([sel for sel, _ in pieces]))
+    batches = [batch for _, batch in pieces]
+    reasoning = [b.reasoning for b in batches if b.reasoning is not None]  # row_batch's: all
+    counts = np.concatenate([r.counts for r in reasoning]).astype(np.int64)
+    gather = ragged_ranges((np.cumsum(counts) - counts)[order], counts[order])
 
-    def fill(get):
-        sample = get(first)
-        out = np.empty((n, *sample.shape[1:]), dtype=sample.dtype)
-        for sel, batch in pieces:
-            out[sel] = get(batch)
-        return out
+    def cat(items, get, take=order):
+        return np.concatenate([get(item) for item in items], axis=0)[take]
 
+    first = batches[0]
     return RowBatch(
         acts={
-            stage: {layer: fill(lambda b, s=stage, x=layer: b.acts[s][x]) for layer in layers}
+            stage: {x: cat(batches, lambda b, s=stage, x=x: b.acts[s][x]) for x in layers}
             for stage, layers in first.acts.items()
         },
-        positions={s: fill(lambda b, s=s: b.positions[s]) for s in first.positions},
-        present={s: fill(lambda b, s=s: b.present[s]) for s in first.present},
-        labels={k: fill(lambda b, k=k: b.labels[k]) for k in first.labels},
-        reasoning=_assemble_reasoning(pieces, n),
-    )
-
-
-def _assemble_reasoning(pieces: list[tuple[np.ndarray, RowBatch]], n: int) -> ReasoningRows | None:
-    """The ragged reasoning rows of ``_assemble``'s output rows, in output row order."""
-    parts = [(sel, batch.reasoning) for sel, batch in pieces if batch.reasoning is not None]
-    if len(parts) != len(pieces):
-        return None
-    counts = np.zeros(n, dtype=np.int64)
-    length = np.zeros(n, dtype=np.int32)
-    starts = np.zeros(n, dtype=np.int64)
-    base = 0
-    for sel, rows in parts:
-        c = np.asarray(rows.counts, dtype=np.int64)
-        counts[sel], length[sel] = c, rows.length
-        starts[sel] = base + np.cumsum(c) - c
-        base += int(c.sum())
-    gather = ragged_ranges(starts, counts)
-    first = parts[0][1]
-
-    def cat(get):
-        return np.concatenate([get(r) for _, r in parts], axis=0)[gather]
-
-    return ReasoningRows(
-        counts=counts,
-        length=length,
-        positions=cat(lambda r: r.positions),
-        tokens=cat(lambda r: r.tokens),
-        fraction=cat(lambda r: r.fraction),
-        acts={x: cat(lambda r, x=x: r.acts[x]) for x in first.acts},
+        positions={s: cat(batches, lambda b, s=s: b.positions[s]) for s in first.positions},
+        present={s: cat(batches, lambda b, s=s: b.present[s]) for s in first.present},
+        labels={k: cat(batches, lambda b, k=k: b.labels[k]) for k in first.labels},
+        reasoning=ReasoningRows(
+            counts=counts[order],
+            length=cat(reasoning, lambda r: r.length),
+            positions=cat(reasoning, lambda r: r.positions, gather),
+            tokens=cat(reasoning, lambda r: r.tokens, gather),
+            fraction=cat(reasoning, lambda r: r.fraction, gather),
+            acts={x: cat(reasoning, lambda r, x=x: r.acts[x], gather) for x in reasoning[0].acts},
+        ),
     )
 
 

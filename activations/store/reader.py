@@ -299,8 +299,7 @@ class ActivationStore:
             try:
                 ds = self._file["labels"][name]
                 if LABEL_FIELDS[name].dtype is str:
-                    values = ds.asstr()[: self.n_rows]
-                    out[name] = np.asarray(values, dtype=object)[idx]
+                    out[name] = np.asarray(ds.asstr()[: self.n_rows], dtype=object)[idx]
                 else:
                     out[name] = read_rows(ds, idx) if rows is not None else ds[: self.n_rows]
             except (OSError, KeyError, UnicodeDecodeError) as err:
@@ -404,9 +403,7 @@ class ActivationStore:
         self._check_stage_layer(stage, layer)
         idx = self.select(stage) if rows is None else self._rows(rows)
         if rows is not None and idx.size:
-            present = self._present.get(stage)
-            if present is None:
-                present = self.present(stage)
+            present = self.present(stage)
             if not present[idx].all():
                 bad = idx[~present[idx]]
                 raise ValueError(
@@ -429,22 +426,15 @@ class ActivationStore:
             positions[stage] = read_rows(group["positions"], idx)
             present[stage] = read_rows(group["present"], idx).astype(bool)
         meta = self.reasoning_rows(idx)
-        counts = self._offsets[idx + 1] - self._offsets[idx]
         reasoning = ReasoningRows(
-            counts=counts,
+            counts=self._offsets[idx + 1] - self._offsets[idx],
             length=read_rows(self._file[REASONING]["length"], idx),
             positions=meta.positions,
             tokens=meta.tokens,
             fraction=meta.fraction,
             acts={x: self.read_reasoning(x, meta.index) for x in self.layers},
         )
-        return RowBatch(
-            acts=acts,
-            positions=positions,
-            present=present,
-            labels=self.labels(rows=idx),
-            reasoning=reasoning,
-        )
+        return RowBatch(acts, positions, present, self.labels(rows=idx), reasoning)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,29 @@
 """Names and specs of the activation store HDF5 file (schema ``goalprobe.activations``, version
 3; layout in docs/formats.md): ``/activations/{stage}/layer_{L}`` holds block ``L``'s output at
-the stage's ``K`` tokens (zeros where ``present`` is False). No I/O, no torch."""
+the stage's ``K`` tokens (zeros where ``present`` is False); the per-row labels, computed from
+trajectory episodes, describe the state ``s_t`` the agent was shown at step ``t`` (what the
+probes decode) or what it did from there on (the plan); sharding by grid (``--shard i/N``): a
+grid's shard is a hash of its id, so shards of one file never overlap whatever its order. No
+I/O, no torch."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from goalprobe.gridworld.core import LABEL_CANVAS, N_ACTIONS, PLAN_HORIZON
+from goalprobe.agents.trajectories import Episode, StepRecord
+from goalprobe.gridworld.core import (
+    LABEL_CANVAS,
+    N_ACTIONS,
+    PLAN_END,
+    PLAN_HORIZON,
+    PLAN_PAD,
+    Action,
+    Variant,
+)
+from goalprobe.gridworld.text import GridParseError, padded_cell_types, parse
 
 SCHEMA = "goalprobe.activations"
 """Value of the root ``schema`` attribute."""
@@ -47,9 +63,6 @@ ANCHOR_TOKENS = 3
 """Tokens per anchor in every chat format (harmony: ``<|end|> <|start|> assistant``; think-tag:
 see :mod:`goalprobe.agents.chat_format`)."""
 
-GRID_CELL_TOKENS = LABEL_CANVAS * LABEL_CANVAS
-"""Tokens per row of the ``grid_cells`` stage (row-major over the label canvas)."""
-
 ACTIVATION_DTYPE = np.float16
 """On-disk dtype of every activation dataset."""
 
@@ -62,7 +75,7 @@ def stage_tokens(stage: str) -> int:
     if stage in ANCHOR_STAGES:
         return ANCHOR_TOKENS
     if stage == GRID_CELLS:
-        return GRID_CELL_TOKENS
+        return LABEL_CANVAS * LABEL_CANVAS  # row-major over the label canvas
     raise ValueError(f"unknown stage {stage!r}; expected one of {ALL_STAGES}")
 
 
@@ -130,9 +143,118 @@ def label_array(name: str, values) -> np.ndarray:
     return np.asarray(values, dtype=object if dtype is str else dtype)
 
 
+_STEP_ATTRIBUTES = (
+    "agent_row_col",
+    "goal_row_col",
+    "grid_size",
+    "variant",
+    "distance_to_goal",
+    "has_key",
+    "door_open",
+    "run_id",
+    "grid_id",
+    "episode",
+    "step",
+)
+"""Label fields copied from the step record's attribute of the same name."""
+
+
+def plan_rows(actions: Sequence[Action | None], horizon: int = PLAN_HORIZON) -> np.ndarray:
+    """``(T, horizon)`` uint8 plan labels of one episode from its ``actions`` (None: invalid):
+    the next executed actions from step ``t`` on, then ``PLAN_END`` (if they end within the
+    horizon), then ``PLAN_PAD``."""
+    out = np.full((len(actions), horizon), PLAN_PAD, dtype=np.uint8)
+    for t in range(len(actions)):
+        future = [int(a) for a in actions[t:] if a is not None][: horizon + 1]
+        k = min(len(future), horizon)
+        out[t, :k] = future[:k]
+        if len(future) < horizon:
+            out[t, len(future)] = PLAN_END
+    return out
+
+
+def cell_type_canvas(step: StepRecord) -> np.ndarray:
+    """``(15, 15)`` uint8 cell types of the grid shown at ``step``, PADDING outside (a fogged step:
+    its true grid; what was revealed depends on the episode)."""
+    text = step.grid_text
+    if step.variant == Variant.FOG and step.true_grid_text is not None:
+        text = step.true_grid_text
+    try:
+        grid, state = parse(text)
+    except GridParseError as err:
+        raise ValueError(
+            f"step {step.step} of episode {step.episode} on grid {step.grid_id!r}: grid_text "
+            f"does not parse ({err})"
+        ) from err
+    if grid.size != step.grid_size:
+        raise ValueError(
+            f"step {step.step} of episode {step.episode} on grid {step.grid_id!r}: grid_text is "
+            f"{grid.size} x {grid.size} but grid_size is {step.grid_size}"
+        )
+    return padded_cell_types(grid, state).astype(np.uint8)
+
+
+def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndarray]:
+    """``{field: (T, *shape)}`` labels (all but ``seq_len``) of every step of a finished ``episode``
+    whose first step has file-wide index ``first_step_index``."""
+    steps = episode.steps
+    t = len(steps)
+    optimal = np.zeros((t, N_ACTIONS), dtype=bool)
+    for i, s in enumerate(steps):
+        for a in s.optimal_action_set:
+            optimal[i, int(a)] = True
+    actions = [s.action_enum for s in steps]
+    columns = {name: [getattr(s, name) for s in steps] for name in _STEP_ATTRIBUTES}
+    columns["density"] = [np.nan if s.density is None else s.density for s in steps]
+    columns["action"] = [0 if a is None else int(a) for a in actions]
+    columns["action_valid"] = [a is not None for a in actions]
+    return {
+        **{name: label_array(name, values) for name, values in columns.items()},
+        "cell_types": np.stack([cell_type_canvas(s) for s in steps]),
+        "plan": plan_rows(actions),
+        "optimal_actions": optimal,
+        "step_index": np.arange(first_step_index, first_step_index + t, dtype=np.int64),
+    }
+
+
 class StoreFormatError(ValueError):
     """A file is not a readable goalprobe activation store; the message names the file."""
 
 
 class IncompleteStoreError(StoreFormatError):
     """A store whose writer did not finish (``complete`` is False)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` (0-based) of ``count`` (``0 <= index < count``)."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"shard must satisfy 0 <= i < N, got {self.index}/{self.count}")
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """Parse ``"i/N"`` (e.g. ``"3/8"``)."""
+        parts = str(text).split("/")
+        try:
+            index, count = (int(p) for p in parts)
+        except ValueError as err:
+            raise ValueError(f"shard {text!r} is not of the form i/N (e.g. 0/4)") from err
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def holds(self, grid_id: str) -> bool:
+        """Whether the steps of ``grid_id`` belong to this shard."""
+        return shard_of(grid_id, self.count) == self.index
+
+
+def shard_of(grid_id: str, count: int) -> int:
+    """The shard (``0 .. count-1``) of a grid: first 8 bytes of sha256(grid_id) mod ``count``."""
+    digest = hashlib.sha256(str(grid_id).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % int(count)

@@ -296,11 +296,6 @@ class StoreWriter:
         )
         f.flush()
 
-    @property
-    def rows(self) -> int:
-        """Rows committed so far."""
-        return self._rows
-
     def append(self, batch: RowBatch) -> None:
         """Append ``batch``'s rows, then advance ``committed_rows`` and flush."""
         if self._finalized:

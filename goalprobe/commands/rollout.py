@@ -175,7 +175,7 @@ def command(
     """
     from rich.console import Console
 
-    from goalprobe.activations.store.shards import Shard
+    from goalprobe.activations.store.schema import Shard
     from goalprobe.agents.agent_config import local_backend
     from goalprobe.agents.bundled import is_bundled
     from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts

@@ -203,10 +203,9 @@ def heatmap_figure(record):
 
 def require_fits(runner, lengths) -> None:
     """Refuse (:class:`DoesNotFitError`) gradient runs whose backward pass the device cannot
-    hold, or MXFP4 weights (:mod:`goalprobe.activations.gradient_plan`), before the first."""
+    hold, or MXFP4 weights (:mod:`goalprobe.activations.plan`), before the first."""
     from goalprobe.activations.capture.gradients import is_mxfp4
-    from goalprobe.activations.gradient_plan import plan_attribution
-    from goalprobe.activations.plan import ModelShape, device_memory_bytes
+    from goalprobe.activations.plan import ModelShape, device_memory_bytes, plan_attribution
 
     device = str(runner.device)
     plan = plan_attribution(

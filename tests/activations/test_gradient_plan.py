@@ -7,8 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from goalprobe.activations.gradient_plan import plan_attribution
-from goalprobe.activations.plan import GPT_OSS_20B, ModelShape, activation_bytes, backward_bytes
+from goalprobe.activations.plan import (
+    GPT_OSS_20B,
+    ModelShape,
+    activation_bytes,
+    backward_bytes,
+    plan_attribution,
+)
 
 GB = 1e9
 

@@ -19,8 +19,7 @@ from goalprobe.activations.store import (
     read_rows,
     shard_of,
 )
-from goalprobe.activations.store.schema import LABEL_FIELDS
-from goalprobe.activations.store.shards import Shard
+from goalprobe.activations.store.schema import LABEL_FIELDS, Shard
 from goalprobe.gridworld.core import CellType
 from goalprobe.probes.splits import split_by_grid
 from hypothesis import given, settings

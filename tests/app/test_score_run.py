@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 import pytest
 from belief_reference import point_values
 from goalprobe.activations.store import RowBatch, StoreLayout, StoreWriter
-from goalprobe.activations.store.labels import episode_labels
+from goalprobe.activations.store.schema import episode_labels
 from goalprobe.agents.rollout import RolloutConfig, run_rollouts
 from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.core import CellType, Grid
