@@ -112,8 +112,8 @@ def synthetic_maps(labels: np.ndarray, classes: tuple[int, ...], noise: float, r
 def position_readouts(labels: np.ndarray, rng) -> dict:
     """``agent`` / ``goal`` ``(N, 15, 15)``: position-probe-like cell distributions peaked on
     the true agent and goal cells of ``labels`` (softmax of a one-hot plus noise), with the
-    :class:`~goalprobe.probes.decoder.Readout` that names them."""
-    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+    :class:`~goalprobe.probes.decoded_maps.Readout` that names them."""
+    from goalprobe.probes.decoded_maps import POSITION_READOUT, Readout
 
     out = {}
     for name, cell_type in (("agent", CellType.AGENT), ("goal", CellType.GOAL)):

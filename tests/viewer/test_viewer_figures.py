@@ -846,8 +846,12 @@ def test_explorer_places_agent_and_goal_with_the_position_readout(run_dir, tmp_p
     # cell probe's argmax P(AGENT) / P(GOAL)
     import shutil
 
-    from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
-    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+    from goalprobe.probes.decoded_maps import (
+        POSITION_READOUT,
+        Readout,
+        read_decoded_maps,
+        write_decoded_maps,
+    )
     from goalprobe.probes.scoring.belief import top_cells
     from goalprobe.viewer.data import RunData
     from goalprobe.viewer.step import build_step_view
