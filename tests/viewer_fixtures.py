@@ -165,7 +165,7 @@ def build_run(
     """Write a complete run directory under ``root`` and return it."""
     from goalprobe.probes.decoded_maps import write_decoded_maps
     from goalprobe.probes.patching.results import summarize, write_results
-    from goalprobe.probes.predicted_plans import write_predicted_plans
+    from goalprobe.probes.plan_metrics import write_predicted_plans
 
     rng = np.random.default_rng(seed)
     grids = generate_grid_set(

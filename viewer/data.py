@@ -406,7 +406,7 @@ class RunData:
 
     def predicted_plans(self, source_key: str, episode: str) -> StepArrays:
         """Predicted plans of every step of an episode: ``values`` ``(T, H)`` int8 plan tokens."""
-        from goalprobe.probes.predicted_plans import read_plan_row_ids, read_plan_rows
+        from goalprobe.probes.plan_metrics import read_plan_row_ids, read_plan_rows
 
         source = self.plan_source(source_key)
         data = self.episode(episode)
@@ -426,8 +426,7 @@ class RunData:
     def prefix_accuracy(self, source_key: str, *, n_bootstrap: int = 200) -> dict:
         """Prefix accuracy of one plan source against the store's plan labels (test split when
         stored): ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``."""
-        from goalprobe.probes.plan_metrics import stored_run_metrics
-        from goalprobe.probes.predicted_plans import read_predicted_plans
+        from goalprobe.probes.plan_metrics import read_predicted_plans, stored_run_metrics
 
         source = self.plan_source(source_key)
 

@@ -403,7 +403,7 @@ def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
 
 
 def test_predicted_plans_match_the_file(run, run_dir):
-    from goalprobe.probes.predicted_plans import read_predicted_plans
+    from goalprobe.probes.plan_metrics import read_predicted_plans
 
     key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
     source = run.plan_sources[key]
