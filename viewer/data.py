@@ -533,7 +533,7 @@ class RunData:
     def attribution_records(self, episode: str, step: int) -> list:
         """Attribution records (:class:`~goalprobe.probes.attribution.PairAttribution`) whose
         pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
-        from goalprobe.probes.attribution_file import read_attributions
+        from goalprobe.probes.attribution import read_attributions
 
         path = self._paths["attribution"]
         records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]
