@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
 from goalprobe.probes.decoded_maps import _text, read_rows
-from goalprobe.probes.serialization import check_schema
+from goalprobe.probes.serialization import _json_ready, check_schema
 
 from goalprobe.stats import GridBootstrap, safe_ratio
 
@@ -248,19 +248,10 @@ class PlanMetrics:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (arrays as lists, ``nan`` as ``None``)."""
-        return {key: _jsonable(value) for key, value in self.__dict__.items()}
-
-
-def _jsonable(value):
-    if isinstance(value, np.ndarray):
-        return [_jsonable(v) for v in value.tolist()] if value.ndim else _jsonable(value.item())
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return None if np.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+        return {
+            key: _json_ready(value.tolist() if isinstance(value, np.ndarray) else value)
+            for key, value in self.__dict__.items()
+        }
 
 
 SCALAR_METRICS = (
