@@ -372,14 +372,19 @@ def decoded_map_family(card: dict) -> str:
 
 
 @contextmanager
-def _opened(path: str | Path):
-    """The decoded-maps file at ``path`` open for reading, its schema, version and datasets
-    checked."""
+def opened_h5(
+    path: str | Path,
+    schema: str = DECODED_MAPS_SCHEMA,
+    versions: tuple[int, ...] = (2, DECODED_MAPS_SCHEMA_VERSION),
+    datasets: tuple[str, ...] = ("probs", "row_ids"),
+):
+    """The HDF5 file at ``path`` (by default a decoded-maps file) open for reading, its
+    ``schema``, version (one of ``versions``) and ``datasets`` checked."""
     import h5py
 
     with h5py.File(Path(path), "r") as f:
-        check_schema(f.attrs, DECODED_MAPS_SCHEMA, (2, DECODED_MAPS_SCHEMA_VERSION), path)
-        for name in ("probs", "row_ids"):
+        check_schema(f.attrs, schema, versions, path)
+        for name in datasets:
             if name not in f:
                 raise ValueError(f"{path}: missing dataset {name!r}")
         yield f
@@ -388,7 +393,7 @@ def _opened(path: str | Path):
 def read_decoded_maps(path: str | Path) -> DecodedMaps:
     """Read a file written by :func:`write_decoded_maps` (checks schema and shapes)."""
     p = Path(path)
-    with _opened(p) as f:
+    with opened_h5(p) as f:
         version = int(f.attrs["schema_version"])
         probs = f["probs"][...]
         row_ids = f["row_ids"][...]
@@ -429,7 +434,7 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
     """:class:`DecodedMapsInfo` of a file (the card's ``activations`` and ``hyperparameters``
     where the attributes are absent); ValueError on a bad schema, dataset, card or shape."""
     p = Path(path)
-    with _opened(p) as f:
+    with opened_h5(p) as f:
         shape = tuple(int(n) for n in f["probs"].shape)
         try:
             card = json.loads(f.attrs.get("probe_card", "{}"))
@@ -459,14 +464,14 @@ def read_decoded_maps_info(path: str | Path) -> DecodedMapsInfo:
 
 def read_decoded_row_ids(path: str | Path) -> np.ndarray:
     """``(N,)`` int64 store rows of a decoded-maps file (schema and version checked)."""
-    with _opened(path) as f:
+    with opened_h5(path) as f:
         return np.asarray(f["row_ids"][()], dtype=np.int64)
 
 
 def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, S, S, C)`` probabilities at file positions ``positions`` (any order, repeats
     allowed), reading only those rows."""
-    with _opened(path) as f:
+    with opened_h5(path) as f:
         return read_rows(f["probs"], positions)
 
 
@@ -475,7 +480,7 @@ def read_decoded_readouts(
 ) -> tuple[np.ndarray | None, np.ndarray | None, object]:
     """``(agent, goal, readout)``: the position probes' ``(P, S, S)`` distributions at file
     ``positions`` (None where the file has none) and the file's ``Readout``."""
-    with _opened(path) as f:
+    with opened_h5(path) as f:
         agent = read_rows(f["agent_probs"], positions) if "agent_probs" in f else None
         goal = read_rows(f["goal_probs"], positions) if "goal_probs" in f else None
         readout = Readout.from_json(f.attrs.get("readout"))
@@ -574,14 +579,9 @@ def write_step_maps(
 
 def read_step_maps(path: str | Path) -> StepMaps:
     """Read a file written by :func:`write_step_maps` (checks schema and shapes)."""
-    import h5py
-
     p = Path(path)
-    with h5py.File(p, "r") as f:
-        check_schema(f.attrs, STEP_MAPS_SCHEMA, (STEP_MAPS_SCHEMA_VERSION,), p)
-        for name in ("probs", "grid_id", "episode", "step"):
-            if name not in f:
-                raise ValueError(f"{p}: missing dataset {name!r}")
+    datasets = ("probs", "grid_id", "episode", "step")
+    with opened_h5(p, STEP_MAPS_SCHEMA, (STEP_MAPS_SCHEMA_VERSION,), datasets) as f:
         maps = StepMaps(
             probs=f["probs"][...],
             grid_id=f["grid_id"].asstr()[...],

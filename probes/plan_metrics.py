@@ -28,14 +28,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
-from goalprobe.probes.decoded_maps import _text, read_rows
+from goalprobe.probes.decoded_maps import _text, opened_h5, read_rows
 from goalprobe.probes.serialization import _json_ready, check_schema
 
 from goalprobe.stats import GridBootstrap, safe_ratio
@@ -428,14 +427,9 @@ def write_predicted_plans(
         group.attrs["horizon"] = plans.shape[1]
 
 
-@contextmanager
-def _opened(path: Path):
+def _opened(path: str | Path):
     """The predicted-plans file at ``path`` open for reading, its schema and version checked."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        check_schema(f.attrs, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), path)
-        yield f
+    return opened_h5(path, PREDICTED_PLANS_SCHEMA, (PREDICTED_PLANS_SCHEMA_VERSION,), ())
 
 
 def _run_names(f) -> list[str]:
