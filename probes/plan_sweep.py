@@ -33,6 +33,7 @@ from goalprobe.gridworld.core import PLAN_PAD, CellType, Grid, State
 from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.plan_decoder import PlanDecoder, check_plan_acts
 from goalprobe.probes.plan_metrics import (
+    SPLIT_NAMES,
     PlanMetrics,
     canonical_plans,
     encode_plans,
@@ -42,8 +43,8 @@ from goalprobe.probes.plan_metrics import (
     prefix_hits,
     truncate_plans,
     validate_plans,
+    write_predicted_plans,
 )
-from goalprobe.probes.predicted_plans import SPLIT_NAMES, write_predicted_plans
 from goalprobe.probes.serialization import read_plan_decoder_card, save_plan_decoder
 from goalprobe.probes.splits import GridSplit, grid_folds, split_by_grid
 from sklearn.base import clone

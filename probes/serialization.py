@@ -16,7 +16,6 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from goalprobe.probes.plan_metrics import PLAN_TOKENS
 
 from goalprobe.stats import json_ready as _json_ready
 
@@ -162,6 +161,7 @@ def save_plan_decoder(
     """Write a fitted plan decoder as the ``.safetensors`` file ``path`` plus its card (suffix
     ``.json``, recording ``metrics`` and the data's ``provenance``); returns the card's path."""
     import torch
+    from goalprobe.probes.plan_metrics import PLAN_TOKENS
     from safetensors.numpy import save_file
 
     path = Path(path)

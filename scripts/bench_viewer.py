@@ -120,7 +120,7 @@ def _episode(grid, index: int, rng, prompt_len: int, gen_len: int):
 def build(out: Path, n_episodes: int, prompt_len: int, gen_len: int, seed: int = 0) -> int:
     """Write the synthetic run; returns the number of steps."""
     from goalprobe.probes.decoded_maps import write_decoded_maps
-    from goalprobe.probes.predicted_plans import write_predicted_plans
+    from goalprobe.probes.plan_metrics import write_predicted_plans
 
     rng = np.random.default_rng(seed)
     sizes, densities = (7, 9, 11, 13, 15), (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)

@@ -112,8 +112,8 @@ def synthetic_maps(labels: np.ndarray, classes: tuple[int, ...], noise: float, r
 def position_readouts(labels: np.ndarray, rng) -> dict:
     """``agent`` / ``goal`` ``(N, 15, 15)``: position-probe-like cell distributions peaked on
     the true agent and goal cells of ``labels`` (softmax of a one-hot plus noise), with the
-    :class:`~goalprobe.probes.decoder.Readout` that names them."""
-    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+    :class:`~goalprobe.probes.decoded_maps.Readout` that names them."""
+    from goalprobe.probes.decoded_maps import POSITION_READOUT, Readout
 
     out = {}
     for name, cell_type in (("agent", CellType.AGENT), ("goal", CellType.GOAL)):
@@ -165,7 +165,7 @@ def build_run(
     """Write a complete run directory under ``root`` and return it."""
     from goalprobe.probes.decoded_maps import write_decoded_maps
     from goalprobe.probes.patching.results import summarize, write_results
-    from goalprobe.probes.predicted_plans import write_predicted_plans
+    from goalprobe.probes.plan_metrics import write_predicted_plans
 
     rng = np.random.default_rng(seed)
     grids = generate_grid_set(

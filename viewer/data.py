@@ -405,7 +405,7 @@ class RunData:
 
     def predicted_plans(self, source_key: str, episode: str) -> StepArrays:
         """Predicted plans of every step of an episode: ``values`` ``(T, H)`` int8 plan tokens."""
-        from goalprobe.probes.predicted_plans import read_plan_row_ids, read_plan_rows
+        from goalprobe.probes.plan_metrics import read_plan_row_ids, read_plan_rows
 
         source = self.plan_source(source_key)
         data = self.episode(episode)
@@ -425,8 +425,7 @@ class RunData:
     def prefix_accuracy(self, source_key: str, *, n_bootstrap: int = 200) -> dict:
         """Prefix accuracy of one plan source against the store's plan labels (test split when
         stored): ``{"accuracy": (T,), "ci": (2, T), "n_examples": int, "rows": "test"|"all"}``."""
-        from goalprobe.probes.plan_metrics import stored_run_metrics
-        from goalprobe.probes.predicted_plans import read_predicted_plans
+        from goalprobe.probes.plan_metrics import read_predicted_plans, stored_run_metrics
 
         source = self.plan_source(source_key)
 
@@ -533,7 +532,7 @@ class RunData:
     def attribution_records(self, episode: str, step: int) -> list:
         """Attribution records (:class:`~goalprobe.probes.attribution.PairAttribution`) whose
         pair's base is this step (``RUN/attribution/``; a pair id is ``{base_id}/{move}``)."""
-        from goalprobe.probes.attribution_file import read_attributions
+        from goalprobe.probes.attribution import read_attributions
 
         path = self._paths["attribution"]
         records, base = lambda p: read_attributions(p)[0], lambda r: r.pair_id.rsplit("/", 1)[0]

@@ -28,7 +28,7 @@ from goalprobe.gridworld.io import GridSetFormatError, read_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.gridworld.text import cell_types
 from goalprobe.probes.decoded_maps import read_decoded_maps_info, read_step_maps
-from goalprobe.probes.predicted_plans import read_plan_runs
+from goalprobe.probes.plan_metrics import read_plan_runs
 from goalprobe.viewer.figures.style import N_CLASSES
 
 from goalprobe.run_layout import RunLayout

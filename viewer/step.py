@@ -1,6 +1,6 @@
 """What the viewer shows for one step (:func:`build_step_view`, a false-belief step:
 :func:`build_false_belief_step`) and its figures, shared by the app and the export. The decoded
-grid is the one decoder of :mod:`goalprobe.probes.decoder`, its optimal actions from
+grid is the one decoder of :mod:`goalprobe.probes.decoded_maps`, its optimal actions from
 breadth-first distances to the decoded goal."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from goalprobe.gridworld.core import PLAN_END, PLAN_PAD, Action, CellType, RowCo
 from goalprobe.gridworld.dynamics import rollout
 from goalprobe.gridworld.text import cell_types, parse
 from goalprobe.probes.decision_steps import StepLensRecord
-from goalprobe.probes.decoder import CELL_READOUT, POSITION_READOUT, decoded_classes
+from goalprobe.probes.decoded_maps import CELL_READOUT, POSITION_READOUT, decoded_classes
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures.attribution import attribution_map_figure

@@ -174,7 +174,7 @@ def _agent_blocks(run: RunReader, who: str, fig: Figures) -> list[Block]:
 
 def _first_map(run: RunReader, metric: str):
     """The heat map of the first pair of ``metric`` (grid cells laid out as the grid x blocks)."""
-    from goalprobe.probes.attribution_file import read_attributions
+    from goalprobe.probes.attribution import read_attributions
     from goalprobe.stages.attribution import heatmap_figure
 
     records, _ = read_attributions(run.layout.attribution)

@@ -152,7 +152,7 @@ def walls_follow_text(decoding: dict) -> str:
     """How often the decoded wall at the phantom and hidden cells follows the drawn grid, per
     kind, with its interval (honest at 0% and 100%), its n and the read-out that made the
     walls; where a kind has fewer than :data:`CELLS_FOR_80` changed cells, what it would take."""
-    from goalprobe.probes.decoder import Readout
+    from goalprobe.probes.decoded_maps import Readout
 
     walls = Readout.from_json(decoding.get("readout")).walls
     dec = decoding["table"]

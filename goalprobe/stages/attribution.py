@@ -1,6 +1,6 @@
 """Stage ``attribution``: attribution patching (AtP with AtP*'s GradDrop) over every block x
 prompt position of the patching stage's pairs (``RUN/attribution/``, the file of
-:mod:`goalprobe.probes.attribution_file`), checked against real patches on the first pairs.
+:mod:`goalprobe.probes.attribution`), checked against real patches on the first pairs.
 
 :func:`attribute` is the task: ``goalprobe attribute`` and this stage both call it, so the same
 pairs and config give the same bytes.
@@ -91,8 +91,12 @@ def attribute(
         DoesNotFitError: the backward pass does not fit the device (one line, why).
     """
     from goalprobe.activations.capture import make_backend
-    from goalprobe.probes.attribution import attribute_pairs, top_region, where_read
-    from goalprobe.probes.attribution_file import write_attributions
+    from goalprobe.probes.attribution import (
+        attribute_pairs,
+        top_region,
+        where_read,
+        write_attributions,
+    )
     from goalprobe.probes.patching.experiment import PatchingContext, prepare_pairs
 
     runner = make_backend(section.backend, loaded.model, loaded.tokenizer)

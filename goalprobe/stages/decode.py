@@ -1,6 +1,6 @@
 """The one decoder of the application: the headline read-out (:class:`Decoder`: the headline cell
 probe for the cells, the probing set's position probes for the agent and the goal, combined by
-:func:`goalprobe.probes.decoder.decode_rows`), for the rollouts' steps (the maps ``goalprobe
+:func:`goalprobe.probes.decoded_maps.decode_rows`), for the rollouts' steps (the maps ``goalprobe
 score`` reads, :func:`write_headline_maps`) and for prompt-only states of grids of their own
 (false-belief grids, intention interventions: :func:`decode_prompt_states`).
 
@@ -22,8 +22,7 @@ from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.config import ActivationsConfig
 from goalprobe.gridworld.core import Grid, State
-from goalprobe.probes.decoded_maps import write_decoded_maps
-from goalprobe.probes.decoder import (
+from goalprobe.probes.decoded_maps import (
     AGENT_CENTRED_READOUT,
     CELL_READOUT,
     CONDITIONAL_READOUT,
@@ -31,6 +30,7 @@ from goalprobe.probes.decoder import (
     DecodedArrays,
     Readout,
     decode_rows,
+    write_decoded_maps,
 )
 from goalprobe.probes.serialization import load_probe, read_probe_card
 from goalprobe.run_layout import RunLayout

@@ -22,8 +22,7 @@ from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.gridworld.core import CellType, State
 from goalprobe.gridworld.false_belief import FALSE_BELIEF, require_pair_facts
 from goalprobe.gridworld.io import read_grid_set
-from goalprobe.probes.decoded_maps import write_step_maps
-from goalprobe.probes.decoder import decoded_classes
+from goalprobe.probes.decoded_maps import decoded_classes, write_step_maps
 from goalprobe.probes.scoring.belief import top_cells
 from goalprobe.probes.scoring.false_belief import (
     ROLES,
@@ -163,7 +162,7 @@ def probe_reading(grids, by_id, start_maps, boot: Bootstrap) -> dict:
     """From ``start_maps`` (grid id -> ``(probs, agent read-out, goal read-out)``): the decoded
     class at the differing cells of every pair against shown and true, where the decoded goal
     lies (:func:`goal_follows`), and every grid's decoded start map (``n x n`` ``CellType``,
-    :func:`goalprobe.probes.decoder.decoded_classes`) with its decoded agent and goal cells."""
+    :func:`goalprobe.probes.decoded_maps.decoded_classes`) with its decoded agent and goal cells."""
     pictures = {
         g: decoded_classes(probs, by_id[g].size, agent, goal)
         for g, (probs, agent, goal) in start_maps.items()

@@ -18,7 +18,7 @@ from goalprobe.agents.trajectories import read_trajectories
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
 from goalprobe.gridworld.fog import revealed_mask, revealed_sets
 from goalprobe.gridworld.io import read_grid_set
-from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.decoded_maps import full_class_probs
 from goalprobe.probes.fog_map import hidden_wall_tracking, revealed_probe
 from goalprobe.probes.serialization import load_probe
 from goalprobe.probes.splits import split_by_grid

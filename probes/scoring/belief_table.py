@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, CellType
 from goalprobe.gridworld.metrics import TrajectoryData
-from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.decoded_maps import full_class_probs
 from goalprobe.probes.scoring.belief import (
     StepBelief,
     decoded_walls,

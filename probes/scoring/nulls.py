@@ -171,7 +171,7 @@ def score_nulls(
     ``probe_scores`` is the source's :func:`score_rows`; ``prior`` is ``(prior fitted on the
     training grids or None, number of training grids)``; ``seed_text`` seeds the bootstrap;
     ``agent`` / ``goal`` are the read-outs (None: the probe's own channels)."""
-    from goalprobe.probes.decoder import full_class_probs
+    from goalprobe.probes.decoded_maps import full_class_probs
 
     if agent is None or goal is None:  # the read-out is the probe's own channels
         full = full_class_probs(probs, classes)

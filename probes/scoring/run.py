@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.decoded_maps import full_class_probs
 from goalprobe.probes.scoring.belief_table import (
     MapAccumulator,
     StepTable,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from goalprobe.probes.attribution_file import SCHEMA, SCHEMA_VERSION, read_attributions
+from goalprobe.probes.attribution import SCHEMA, SCHEMA_VERSION, read_attributions
 
 NO_MODEL = "/nonexistent/model-that-would-take-long-to-load"
 

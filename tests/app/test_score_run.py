@@ -34,8 +34,7 @@ from goalprobe.gridworld.core import CellType, Grid
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import read_grid_set, write_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.probes.decoded_maps import write_decoded_maps
-from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.decoded_maps import full_class_probs, write_decoded_maps
 from goalprobe.probes.scoring.belief import StepBelief, score_step
 from goalprobe.probes.scoring.belief_table import CSV_COLUMNS, belief_metrics
 from goalprobe.probes.scoring.config import ScoreConfig, ScoringError

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from goalprobe.probes.attribution import REGIONS
-from goalprobe.probes.attribution_file import read_attributions
+from goalprobe.probes.attribution import REGIONS, read_attributions
 
 from goalprobe.config import demo_config
 from goalprobe.run_layout import RunLayout

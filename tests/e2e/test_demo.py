@@ -654,8 +654,7 @@ def test_the_probes_stage_writes_both_wall_frames_and_the_decoded_walls_use_them
     """Issue 39: the wall read-out file holds both frames (rings in the agent frame, verdicts
     with their power) for both agents, and the headline decoded maps take the agent-centred
     read-out within three steps of the decoded agent, the conditional probe elsewhere."""
-    from goalprobe.probes.decoded_maps import read_decoded_maps
-    from goalprobe.probes.decoder import CONDITIONAL_READOUT, top1_cell
+    from goalprobe.probes.decoded_maps import CONDITIONAL_READOUT, read_decoded_maps, top1_cell
 
     from goalprobe.run_layout import RunLayout
 

@@ -170,7 +170,7 @@ def test_diagnose_names_saturation_and_cancellation_from_constructed_estimates()
 def test_the_attribution_file_round_trips_and_refuses_another_version(attributions, tmp_path):
     import json
 
-    from goalprobe.probes.attribution_file import read_attributions, write_attributions
+    from goalprobe.probes.attribution import read_attributions, write_attributions
 
     tensors, card = write_attributions(tmp_path / "a", attributions, {"model": "bundled"})
     records, meta = read_attributions(tmp_path / "a.json")

@@ -8,7 +8,7 @@ import json
 import struct
 
 import numpy as np
-from goalprobe.probes.attribution_file import _sorted_metadata
+from goalprobe.probes.attribution import _sorted_metadata
 from safetensors.numpy import load, save
 
 

@@ -20,8 +20,13 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.optimal import solve
-from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
-from goalprobe.probes.decoder import POSITION_READOUT, Readout, decode_rows
+from goalprobe.probes.decoded_maps import (
+    POSITION_READOUT,
+    Readout,
+    decode_rows,
+    read_decoded_maps,
+    write_decoded_maps,
+)
 from goalprobe.probes.position import PositionProbe
 from goalprobe.probes.scoring.belief_table import (
     StepTable,

@@ -16,12 +16,12 @@ from goalprobe.probes.decoded_maps import (
     write_decoded_maps,
 )
 from goalprobe.probes.patching.results import read_records, write_results
-from goalprobe.probes.plan_metrics import stored_run_metrics
-from goalprobe.probes.predicted_plans import (
+from goalprobe.probes.plan_metrics import (
     read_plan_row_ids,
     read_plan_rows,
     read_plan_runs,
     read_predicted_plans,
+    stored_run_metrics,
     write_predicted_plans,
 )
 

@@ -24,19 +24,17 @@ from goalprobe.probes.plan_metrics import (
     plan_metrics_by_group,
     prefix_hits,
     random_baseline,
+    read_plan_runs,
+    read_predicted_plans,
     truncate_plans,
     validate_plans,
+    write_predicted_plans,
 )
 from goalprobe.probes.plan_sweep import (
     PlanDataset,
     PlanSweepConfig,
     StorePlanLoader,
     run_plan_sweep,
-)
-from goalprobe.probes.predicted_plans import (
-    read_plan_runs,
-    read_predicted_plans,
-    write_predicted_plans,
 )
 from goalprobe.probes.serialization import load_plan_decoder, save_plan_decoder
 from goalprobe.probes.training import train_module

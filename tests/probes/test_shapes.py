@@ -8,7 +8,7 @@ import pytest
 from goalprobe.activations.store import ActivationStore
 from goalprobe.gridworld.core import LABEL_CANVAS, CellType
 from goalprobe.probes.cell_probes import MajorityCellBaseline
-from goalprobe.probes.decoder import full_class_probs
+from goalprobe.probes.decoded_maps import full_class_probs
 from store_fixtures import LAYOUT, make_batch, write_store
 
 from goalprobe.stats.shapes import (

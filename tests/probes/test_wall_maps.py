@@ -7,14 +7,15 @@ import h5py
 import numpy as np
 from goalprobe.gridworld.core import CellType
 from goalprobe.probes.cell_probes import MajorityCellBaseline
-from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
-from goalprobe.probes.decoder import (
+from goalprobe.probes.decoded_maps import (
     AGENT_CENTRED_READOUT,
     CONDITIONAL_READOUT,
     WALL_SOURCES,
     Readout,
     combine_walls,
     decode_rows,
+    read_decoded_maps,
+    write_decoded_maps,
 )
 from goalprobe.probes.splits import split_by_grid
 from goalprobe.probes.wall_planting import PowerDesign, demo_layouts, planted_inputs, planted_walls

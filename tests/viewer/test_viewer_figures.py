@@ -403,7 +403,7 @@ def test_decoded_maps_are_read_per_episode_and_match_the_file(run, run_dir):
 
 
 def test_predicted_plans_match_the_file(run, run_dir):
-    from goalprobe.probes.predicted_plans import read_predicted_plans
+    from goalprobe.probes.plan_metrics import read_predicted_plans
 
     key = next(k for k, p in run.plan_sources.items() if p.n_layers == 1)
     source = run.plan_sources[key]
@@ -846,8 +846,12 @@ def test_explorer_places_agent_and_goal_with_the_position_readout(run_dir, tmp_p
     # cell probe's argmax P(AGENT) / P(GOAL)
     import shutil
 
-    from goalprobe.probes.decoded_maps import read_decoded_maps, write_decoded_maps
-    from goalprobe.probes.decoder import POSITION_READOUT, Readout
+    from goalprobe.probes.decoded_maps import (
+        POSITION_READOUT,
+        Readout,
+        read_decoded_maps,
+        write_decoded_maps,
+    )
     from goalprobe.probes.scoring.belief import top_cells
     from goalprobe.viewer.data import RunData
     from goalprobe.viewer.step import build_step_view
