@@ -12,12 +12,11 @@ changes), beyond the adaptation to an irrelevant change of the prompt.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from goalprobe.agents.prompt_states import agent_sampler
 from goalprobe.agents.prompts import PromptTemplate, not_readable
 from goalprobe.agents.rollout import rollout_coverage
-from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.intention import (
     INTERVENTIONS,
     control_effects,
@@ -30,27 +29,9 @@ from goalprobe.gridworld.io import write_grid_set
 from goalprobe.gridworld.optimal import solve
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
+from goalprobe.stages.rollouts import variant_grids
 
 SCHEMA = "goalprobe.demo.intention/1"
-
-
-class IntentionResults(TypedDict):
-    """The behavioural intention results JSON (``RunLayout.intention_results``)."""
-
-    schema: str
-    backend: Any
-    samples_per_state: int
-    states_per_grid: int
-    grids_per_variant: int
-    margin_fraction: float
-    irrelevant_change: bool
-    agent: list[dict[str, Any]]
-    optimal_control: list[dict[str, Any]]
-    states: list[dict[str, Any]]
-    role: str
-    role_note: str
-    prompt_coverage: dict | None
-    not_applicable: str | None
 
 
 ROLE_NOTE = (
@@ -66,13 +47,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the layouts and their interventions, sample the agent and pi*, test."""
     layout = context.layout
     k = config.intention
-    originals = [
-        g
-        for variant in k.variants
-        for g in generate_grid_set(
-            GridSetConfig((k.size,), (k.density,), k.grids_per_variant, variant, k.seed)
-        )
-    ]
+    originals = variant_grids(k.variants, (k.size,), k.density, k.grids_per_variant, k.seed)
     intervened = [intervene(g, name) for g in originals for name in INTERVENTIONS[g.variant]]
     write_grid_set(layout.intention_grids, [*originals, *intervened])
     backend, description = context.agent(config.agent).rollout_backend()
@@ -97,7 +72,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     coverage = rollout_coverage(
         backend, originals, [solve(g) for g in originals], config.rollout, template
     )
-    payload: IntentionResults = {
+    payload = {
         "schema": SCHEMA,
         "backend": description,
         "samples_per_state": k.samples_per_state,

@@ -14,7 +14,6 @@ original and the intervened start, where it truly is open
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypedDict
 
 import numpy as np
 
@@ -30,17 +29,6 @@ from goalprobe.stages.decode import decode_prompt_states, load_decoder
 from goalprobe.stages.registry import Settings, Stage, register
 
 SCHEMA = "goalprobe.demo.intention_map/1"
-
-
-class IntentionMapResults(TypedDict):
-    """The decoded-map intention results JSON (``RunLayout.intention_map_results``)."""
-
-    schema: str
-    probe: str
-    model_path: str
-    probe_trained_on: Any
-    layer: int
-    results: list[dict[str, Any]]
 
 
 KEY, DOOR = int(CellType.KEY), int(CellType.DOOR)
@@ -109,7 +97,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
                     **result,
                 }
             )
-    payload: IntentionMapResults = {
+    payload = {
         "schema": SCHEMA,
         "probe": probe.name,
         "model_path": layout.relative(probe.card),

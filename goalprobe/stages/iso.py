@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict
 
 import numpy as np
 
@@ -17,17 +16,6 @@ from goalprobe.stages.registry import Settings, Stage, register
 from goalprobe.stages.rollouts import grid_episodes, read_episodes, rollouts_into
 
 SCHEMA = "goalprobe.demo.iso/1"
-
-
-class IsoResults(TypedDict):
-    """The isomorphic-grid results JSON (``RunLayout.iso_results``)."""
-
-    schema: str
-    base_grids: list[str]
-    transforms: list[str]
-    equivalence_margin: float
-    tests: list[dict[str, Any]]
-    per_grid: list[dict[str, Any]]
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):
@@ -65,7 +53,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         }
         for name in config.iso.transforms
     }
-    payload: IsoResults = {
+    payload = {
         "schema": SCHEMA,
         "base_grids": sorted(base_ids),
         "transforms": list(config.iso.transforms),

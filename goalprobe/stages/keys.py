@@ -4,27 +4,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import cast
 
 from goalprobe.config import DemoConfig
 from goalprobe.gridworld.behaviour import KeyEpisode, key_variant_table
 from goalprobe.gridworld.core import RowCol
-from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import write_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
-from goalprobe.stages.rollouts import read_episodes, rollouts_into, section_rollout
+from goalprobe.stages.rollouts import (
+    read_episodes,
+    rollouts_into,
+    section_rollout,
+    variant_grids,
+)
 
 SCHEMA = "goalprobe.demo.keys/1"
-
-
-class KeysResults(TypedDict):
-    """The key-door results JSON (``RunLayout.keys_results``)."""
-
-    schema: str
-    horizon: int
-    variants: dict[str, dict[str, Any]]
-    two_path_jaccard: Any
 
 
 def _received(config: DemoConfig) -> dict:
@@ -37,13 +32,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
     """Generate the variants, run the agent, and tabulate each variant."""
     layout = context.layout
     k = config.keys
-    grids = [
-        g
-        for variant in k.variants
-        for g in generate_grid_set(
-            GridSetConfig(k.sizes, (k.density,), k.grids_per_size, variant, k.seed)
-        )
-    ]
+    grids = variant_grids(k.variants, k.sizes, k.density, k.grids_per_size, k.seed)
     write_grid_set(layout.keys_grids, grids)
     out = layout.keys_trajectories
     summary = rollouts_into(grids, context.agent(config.agent), config.rollout, out, context)
@@ -61,7 +50,7 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         if e.summary.grid_id in by_id
     ]
     variants, jaccard = key_variant_table(episodes, config.intervals)
-    payload: KeysResults = {
+    payload = {
         "schema": SCHEMA,
         "horizon": k.horizon,
         "variants": variants,

@@ -21,6 +21,7 @@ from goalprobe.agents.trajectories import (
 )
 from goalprobe.gridworld.behaviour import GridEpisodes
 from goalprobe.gridworld.core import Grid
+from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.io import read_grid_set
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
@@ -31,6 +32,17 @@ def section_rollout(config, section: str, **changes) -> dict:
     ``section`` (and ``changes``), for a stage's ``derived`` values."""
     episodes = getattr(config, section).episodes_per_grid
     return {"rollout": dataclasses.replace(config.rollouts, episodes_per_grid=episodes, **changes)}
+
+
+def variant_grids(
+    variants: Sequence[str], sizes: tuple[int, ...], density: float, count: int, seed: int
+) -> list[Grid]:
+    """The grid sets of each of ``variants`` in turn (``count`` grids per size, one seed)."""
+    return [
+        g
+        for variant in variants
+        for g in generate_grid_set(GridSetConfig(sizes, (density,), count, variant, seed))
+    ]
 
 
 def run(context: StageContext, config: Settings, stage_dir: Path):

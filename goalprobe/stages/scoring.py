@@ -343,11 +343,10 @@ def write_scoring_figures(layout: RunLayout, belief: Mapping, meg: Mapping) -> d
         "topk": topk_figure(dict(belief)),
         "meg": meg_figure(dict(meg)),
     }
-    out = {}
-    for name, fig in figures.items():
-        path = layout.scoring_figure(name)
-        out[f"figure_{name}"] = write_atomic(path, fig.to_json())
-    return out
+    return {
+        f"figure_{name}": write_atomic(layout.scoring_figure(name), fig.to_json())
+        for name, fig in figures.items()
+    }
 
 
 STAGE = register(
