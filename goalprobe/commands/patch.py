@@ -10,11 +10,11 @@ import typer
 from typer import Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
     BaseGridsOption,
     BaseTrajectoriesOption,
     ModelOption,
     OutDirOption,
+    OverwriteOption,
     check_device,
     check_new_output,
     choice,
@@ -154,7 +154,7 @@ def command(
     seed: Annotated[int, Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
