@@ -212,9 +212,7 @@ def command(
     if not [b for b in bases if keep is None or b.grid.size in keep]:
         raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
     _check_layer_options(config, decision_lens)
-    source = None
-    if store is not None:
-        source = _store_source(store, stats)
+    source = None if store is None else _store_source(store, stats)
     chat_format = model_format(model)  # no reasoning delimiters: one error, before the weights
     if config_file is None and not max_new_tokens:  # the budget of the model's chat format
         budget = token_budget(model, effort, 512, chat_format)

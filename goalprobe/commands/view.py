@@ -133,8 +133,7 @@ def command(
             out = export_html(run, export, episodes=specs, map_source=probe, plan_source=plan)
         except UnknownKeyError as err:
             raise typer.BadParameter(str(err.args[0])) from err
-        size = out.stat().st_size / 1e6
-        console.print(f"wrote {out} ({size:.1f} MB)")
+        console.print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
         return
     from goalprobe.viewer.app import create_app
 
