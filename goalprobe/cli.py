@@ -125,15 +125,12 @@ def _root(
 def prose(doc: str | None) -> str:
     """A docstring as ``--help`` prose: each paragraph on one line, so that the terminal wraps
     it; a paragraph whose lines start with a list marker keeps its line breaks."""
+
+    def listed(paragraph: str) -> bool:
+        return any(line.lstrip().startswith(("- ", "* ", "\b")) for line in paragraph.splitlines())
+
     paragraphs = inspect.cleandoc(doc or "").split("\n\n")
-    out = []
-    for paragraph in paragraphs:
-        lines = paragraph.splitlines()
-        if any(line.lstrip().startswith(("- ", "* ", "\b")) for line in lines):
-            out.append(paragraph)
-        else:
-            out.append(" ".join(paragraph.split()))
-    return "\n\n".join(out)
+    return "\n\n".join(p if listed(p) else " ".join(p.split()) for p in paragraphs)
 
 
 def _register() -> None:

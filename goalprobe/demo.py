@@ -25,7 +25,7 @@ from pathlib import Path
 
 from goalprobe.config import DemoConfig, demo_config
 from goalprobe.run_layout import RunLayout
-from goalprobe.runner import demo_provenance
+from goalprobe.runner import demo_provenance, thread_counts
 from goalprobe.scheduler import StageBook, StageOutcome, run_in_order, run_parallel
 from goalprobe.stages import CONTROL_STAGES, STAGES, needs_weights
 from goalprobe.stages.context import write_json
@@ -139,7 +139,9 @@ def run_demo(
         book.companions.append(companion)
         books.append(companion)
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    provenance = demo_provenance(jobs=jobs, threads_per_worker=threads or torch_threads())
+    provenance = demo_provenance(
+        jobs=jobs, threads_per_worker=threads or thread_counts()["torch_threads"]
+    )
     for each in books:
         each.layout.root.mkdir(parents=True, exist_ok=True)
         write_json(each.layout.demo_config, each.config.to_dict())
@@ -151,13 +153,6 @@ def run_demo(
     seconds = time.perf_counter() - started
     results = [_result(each, seconds) for each in books]
     return replace(results[0], control=results[1] if len(results) > 1 else None)
-
-
-def torch_threads() -> int:
-    """Torch threads of this process (what stages run with at ``jobs = 1``)."""
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _result(book: StageBook, seconds: float) -> DemoResult:

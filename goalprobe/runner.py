@@ -227,7 +227,7 @@ LIBRARIES: tuple[str, ...] = (
     "safetensors",
     "h5py",
 )
-"""Distributions whose versions are recorded."""
+"""Distributions whose versions ``provenance.json`` records (None: not installed)."""
 
 SOURCE = Path(__file__).resolve().parents[1]
 """The checkout the running code was imported from (the repository root of an editable
@@ -255,11 +255,6 @@ def source_commit() -> dict:
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def library_versions() -> dict[str, str | None]:
-    """Installed version of each of :data:`LIBRARIES` (None: not installed)."""
-    return {name: installed_version(name) for name in LIBRARIES}
 
 
 def thread_counts() -> dict:
@@ -295,6 +290,6 @@ def demo_provenance(*, jobs: int, threads_per_worker: int, argv: list[str] | Non
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "libraries": library_versions(),
+        "libraries": {name: installed_version(name) for name in LIBRARIES},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

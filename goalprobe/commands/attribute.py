@@ -10,11 +10,11 @@ import typer
 from typer import Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
     BaseGridsOption,
     BaseTrajectoriesOption,
     ModelOption,
     OutDirOption,
+    OverwriteOption,
     check_device,
     check_new_output,
     choice,
@@ -101,7 +101,7 @@ def command(
     seed: Annotated[int, Option(help="Seed of the draws.")] = 0,
     device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Attribute a metric to every block x prompt position of base/counterfactual pairs.
 

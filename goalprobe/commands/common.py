@@ -38,9 +38,14 @@ ModelOption = Annotated[
 ]
 """``--model``: the agent whose residual stream a verb reads."""
 
-
-OVERWRITE_HELP = "Replace an existing output (without it, an existing output is an error)."
-"""The help text of every verb's ``--overwrite`` flag."""
+OverwriteOption = Annotated[
+    bool,
+    Option(
+        "--overwrite",
+        help="Replace an existing output (without it, an existing output is an error).",
+    ),
+]
+"""``--overwrite``: every verb's flag to replace an existing output."""
 
 
 def user_error(message: str) -> typer.Exit:

@@ -171,8 +171,7 @@ def check_server_if_needed(run_dir: Path, config, force: set[str]) -> None:
     from goalprobe.demo import stages_to_run
     from goalprobe.stages import SERVER_STAGES
 
-    generating = stages_to_run(run_dir, config, SERVER_STAGES, force)
-    if not generating:
+    if not stages_to_run(run_dir, config, SERVER_STAGES, force):
         typer.echo("every generation stage is cached: the server is not needed")
         return
     try:

@@ -9,8 +9,8 @@ import typer
 from typer import Argument, Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
     ModelOption,
+    OverwriteOption,
     check_device,
     check_new_output,
     choice,
@@ -97,7 +97,7 @@ def command(
     device_map: _DeviceMap = None,
     work_dir: _WorkDir = None,
     keep_parts: Annotated[bool, Option(help="Keep the parts after assembling.")] = False,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
     progress: Annotated[bool, Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Replay every recorded step teacher-forced and store the residual stream (HDF5).

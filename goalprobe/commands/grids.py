@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from typer import Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, parse_list
+from goalprobe.commands.common import OverwriteOption, check_new_output, parse_list
 
 MAX_GRIDS = 1_000_000
 """Most grids one file holds (about 1 GB of JSONL at 15 x 15)."""
@@ -37,7 +37,7 @@ def command(
         int,
         Option("--min-distance", min=1, help="Minimum start-goal path length (plain grids)."),
     ] = 1,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Generate a seeded grid set (sizes x densities x per-cell grids) and write it as JSONL."""
     import numpy as np

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from typer import Argument, Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output
+from goalprobe.commands.common import OverwriteOption, check_new_output
 
 
 def command(
@@ -23,7 +23,7 @@ def command(
     compression: Annotated[
         str | None, Option(help="none, lzf or gzip (default: the shards').")
     ] = None,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Merge `extract --shard i/N` stores, checking every step is covered exactly once, or
     `rollout --shard i/N` trajectory files (.jsonl), checking every episode appears once.

@@ -10,11 +10,11 @@ import typer
 from typer import Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
     BaseGridsOption,
     BaseTrajectoriesOption,
     ModelOption,
     OutDirOption,
+    OverwriteOption,
     check_device,
     check_new_output,
     choice,
@@ -154,7 +154,7 @@ def command(
     seed: Annotated[int, Option(help="Seed of the draws and the bootstrap.")] = 0,
     device: Annotated[str, Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     dtype: Annotated[str, Option(help="auto, bfloat16, float32.")] = "auto",
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Patch the residual stream between base and counterfactual grids (agent or goal moved).
 
@@ -212,9 +212,7 @@ def command(
     if not [b for b in bases if keep is None or b.grid.size in keep]:
         raise typer.BadParameter(f"no base state of {trajectories or grids} has a size in --sizes")
     _check_layer_options(config, decision_lens)
-    source = None
-    if store is not None:
-        source = _store_source(store, stats)
+    source = None if store is None else _store_source(store, stats)
     chat_format = model_format(model)  # no reasoning delimiters: one error, before the weights
     if config_file is None and not max_new_tokens:  # the budget of the model's chat format
         budget = token_budget(model, effort, 512, chat_format)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer import Argument, Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_new_output, choice, parse_list
+from goalprobe.commands.common import OverwriteOption, check_new_output, choice, parse_list
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -76,7 +76,7 @@ def command(
     ] = "grid",
     seed: Annotated[int, Option(help="Seed of the bootstrap.")] = 0,
     progress: Annotated[bool, Option(help="Show progress bars.")] = True,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Score a run: the agent's actions against its decoded beliefs (Acc GT, Acc Dec, Agreement,
     Recovery, inverse recovery, top-k, belief-weighted scores; study 5.2, Table 2, Figure 9) and

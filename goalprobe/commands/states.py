@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from typer import Argument, Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_directory, check_new_output
+from goalprobe.commands.common import OverwriteOption, check_directory, check_new_output
 
 
 def command(
@@ -37,7 +37,7 @@ def command(
         ),
     ] = None,
     resume: Annotated[bool, Option(help="Continue an interrupted file of the same run.")] = False,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Write the agent's prompt at sampled states of every grid, without generating.
 

@@ -9,7 +9,7 @@ import typer
 from typer import Argument, Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
+    OverwriteOption,
     check_device,
     check_new_output,
     check_stored,
@@ -79,7 +79,7 @@ def command(
     ] = 1000,
     device: Annotated[str, Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     seed: Annotated[int, Option(help="Seed of split, decoders, shuffle, bootstrap.")] = 0,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Train one-shot plan decoders (1/2/4 layers x stage x layer) and report prefix accuracy.
 

@@ -10,7 +10,7 @@ import typer
 from typer import Argument, Option
 
 from goalprobe.commands.common import (
-    OVERWRITE_HELP,
+    OverwriteOption,
     check_device,
     check_new_output,
     check_stored,
@@ -87,7 +87,7 @@ def command(
     device: Annotated[str, Option(help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, Option(help="Seed of split, probes, shuffle and bootstrap.")] = 0,
     progress: Annotated[bool, Option(help="Show progress bars.")] = True,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Train probes on an activation store: cell types (cognitive map), distance to the goal, or
     the agent's and goal's positions.

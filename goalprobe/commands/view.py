@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from typer import Argument, Option
 
-from goalprobe.commands.common import OVERWRITE_HELP, check_host, check_new_output
+from goalprobe.commands.common import OverwriteOption, check_host, check_new_output
 
 
 def _check_trajectories(run) -> None:
@@ -73,7 +73,7 @@ def command(
             "matches the probe's stage and layer).",
         ),
     ] = None,
-    overwrite: Annotated[bool, Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Explore a run's decoded cognitive maps, plans and patching step by step in a browser.
 
@@ -133,8 +133,7 @@ def command(
             out = export_html(run, export, episodes=specs, map_source=probe, plan_source=plan)
         except UnknownKeyError as err:
             raise typer.BadParameter(str(err.args[0])) from err
-        size = out.stat().st_size / 1e6
-        console.print(f"wrote {out} ({size:.1f} MB)")
+        console.print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
         return
     from goalprobe.viewer.app import create_app
 
