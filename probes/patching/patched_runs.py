@@ -33,6 +33,8 @@ from goalprobe.probes.patching.sites import (
     site_positions,
 )
 
+from goalprobe.stats import wilson_interval
+
 CHUNK_DIRECTION = "cf_to_base"
 """The one direction reasoning chunks are patched in: the counterfactual's into the base run."""
 
@@ -512,8 +514,6 @@ def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -
 def identity_floor(records: Sequence[PatchRecord]) -> dict:
     """Per mode: identity patches run, how many changed the action, the rate and its Wilson 95%
     interval (honest at 0%), the floor of the real patches' action-change rates."""
-    from goalprobe.agents.preflight import wilson_interval
-
     out = {}
     for mode in ("teacher_forced", "regenerated"):
         rows = [r for r in records if r.mode == mode]
