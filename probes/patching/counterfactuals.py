@@ -160,9 +160,7 @@ def _classify(base_opt: frozenset[Action], cf_opt: frozenset[Action]) -> PairKin
         return None
     if base_opt.isdisjoint(cf_opt):
         return "disjoint"
-    if base_opt == cf_opt:
-        return "control"
-    return None
+    return "control" if base_opt == cf_opt else None
 
 
 def counterfactual_candidates(

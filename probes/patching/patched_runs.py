@@ -33,6 +33,8 @@ from goalprobe.probes.patching.sites import (
     site_positions,
 )
 
+from goalprobe.stats import wilson_interval
+
 CHUNK_DIRECTION = "cf_to_base"
 """The one direction reasoning chunks are patched in: the counterfactual's into the base run."""
 
@@ -248,22 +250,38 @@ def sanity_jobs(item: PreparedPair, context: PatchingContext, skipped: Counter) 
     if "all" not in layer_sets:
         skipped["sanity check: no layer set 'all' among layers or anchor_layers"] += 1
         return []
-    layers = layer_sets["all"]
+    return [
+        job
+        for direction in context.config.directions
+        for job in _site_jobs(
+            item, direction, SANITY_SITE, [("all", layer_sets["all"])], skipped, " (sanity check)"
+        )
+    ]
+
+
+def _site_jobs(item, direction, site, layer_sets, skipped, note="", store=None) -> list[_Job]:
+    """The patches of ``site`` in one direction, one per layer set (``store``: recorded values)."""
+    source, target = item.sides(direction)
+    try:
+        src_pos, tgt_pos = site_positions(
+            source.sequence, target.sequence, site, item.pair.changed_cells
+        )
+    except SequenceError as err:
+        skipped[f"{site}{note}: {err}"] += 1
+        return []
     jobs = []
-    for direction in context.config.directions:
-        source, target = item.sides(direction)
-        try:
-            src_pos, tgt_pos = site_positions(
-                source.sequence, target.sequence, SANITY_SITE, item.pair.changed_cells
-            )
-        except SequenceError as err:
-            skipped[f"{SANITY_SITE} (sanity check): {err}"] += 1
-            continue
-        patch = Patch(layers, torch.as_tensor(tgt_pos), source.clean.values(layers, src_pos))
+    for label, layers in layer_sets:
+        values, origin = None, "live"
+        if store is not None and direction == "base_to_cf":
+            values = store.values(item.pair.base, site, layers, src_pos, source.sequence.token_ids)
+            origin = "live" if values is None else "store"
+        if values is None:
+            values = source.clean.values(layers, src_pos)
+        patch = Patch(layers, torch.as_tensor(tgt_pos), values)
         jobs.append(
             _Job(
                 item.pair, item.pair.kind, direction, source, target, source.optimal,
-                SANITY_SITE, "all", patch, "live",
+                site, label, patch, origin,
             )
         )  # fmt: skip
     return jobs
@@ -283,31 +301,9 @@ def _jobs(
     layer_sets = context.layer_sets if full else context.anchor_layer_sets
     jobs = []
     for direction in config.directions:
-        source, target = item.sides(direction)
         for site in sites:
-            try:
-                src_pos, tgt_pos = site_positions(
-                    source.sequence, target.sequence, site, item.pair.changed_cells
-                )
-            except SequenceError as err:
-                skipped[f"{site}: {err}"] += 1
-                continue
-            for label, layers in layer_sets:
-                values, origin = None, "live"
-                if store is not None and direction == "base_to_cf":
-                    values = store.values(
-                        item.pair.base, site, layers, src_pos, source.sequence.token_ids
-                    )
-                    origin = "live" if values is None else "store"
-                if values is None:
-                    values = source.clean.values(layers, src_pos)
-                patch = Patch(layers, torch.as_tensor(tgt_pos), values)
-                jobs.append(
-                    _Job(
-                        item.pair, item.pair.kind, direction, source, target, source.optimal,
-                        site, label, patch, origin,
-                    )
-                )  # fmt: skip
+            jobs.extend(_site_jobs(item, direction, site, layer_sets, skipped, store=store))
+        source, target = item.sides(direction)
         if item.pair.kind != "disjoint" or not config.random_control:
             continue
         if random_source is None:
@@ -512,8 +508,6 @@ def identity_job(item: PreparedPair, direction: str, context: PatchingContext) -
 def identity_floor(records: Sequence[PatchRecord]) -> dict:
     """Per mode: identity patches run, how many changed the action, the rate and its Wilson 95%
     interval (honest at 0%), the floor of the real patches' action-change rates."""
-    from goalprobe.agents.preflight import wilson_interval
-
     out = {}
     for mode in ("teacher_forced", "regenerated"):
         rows = [r for r in records if r.mode == mode]

@@ -222,14 +222,8 @@ def belief_weighted_scores(
     qmdp_opt = q_bar >= q_bar.max() - 1e-9
     if action is None:
         return BeliefWeighted(0.0, q_bar, qmdp_opt, False, float("nan"), ma * mg)
-    return BeliefWeighted(
-        exp_opt,
-        q_bar,
-        qmdp_opt,
-        bool(qmdp_opt[int(action)]),
-        float(q_bar.max() - q_bar[int(action)]),
-        ma * mg,
-    )
+    regret = float(q_bar.max() - q_bar[int(action)])
+    return BeliefWeighted(exp_opt, q_bar, qmdp_opt, bool(qmdp_opt[int(action)]), regret, ma * mg)
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,6 @@ from goalprobe.probes.scoring import meg_engine as engine
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-__all__ = [
-    "KnownUtilityMEG",
-    "KnownUtilityMEGBatch",
-    "MDPBatch",
-    "TabularMDP",
-    "UnknownUtilityMEG",
-    "known_utility_meg",
-    "known_utility_meg_batch",
-    "stack_padded",
-    "state_occupancy",
-    "unknown_utility_meg",
-]
-
 _ATOL_PROB = 1e-6
 """Tolerance on probability rows summing to one (and on negative entries)."""
 
@@ -497,30 +484,6 @@ class UnknownUtilityMEG:
     method: str
 
 
-class _MaxEntObjective:
-    """``f(U) = E_pi[sum_t U_t(S_t)] - E[Lambda_0(S_0)] + H log|A|`` and its gradient
-    ``d_pi - d_U`` (``(H, S)`` state occupancies: feature matching) for ``beta = 1``."""
-
-    def __init__(self, mdp: TabularMDP, policy: np.ndarray) -> None:
-        self.base = _single(mdp, np.zeros(mdp.n_states), policy)
-        self.occ_pi = state_occupancy(mdp, policy)
-        self.const = mdp.horizon * np.log(mdp.n_actions)
-        pol = _time_indexed(np.asarray(policy, dtype=np.float64), mdp.horizon)
-        with np.errstate(divide="ignore"):
-            self.upper_bound = _cross_entropy_term(self.occ_pi, pol, np.log(pol)) + self.const
-
-    def __call__(self, u: np.ndarray) -> tuple[float, np.ndarray]:
-        """``u: (H, S)`` -> ``(f, grad (H, S))``."""
-        b = self.base
-        prob = engine.Problem(b.dyn, b.n_actions, b.initial, b.horizon, u[:, None], None)
-        res = engine.soft_pass(prob, np.ones(1), record=True)
-        x = res.logits  # (H, A, 1, S)
-        pol = np.exp(x - logsumexp(x, axis=1, keepdims=True))
-        occ = engine.forward_occupancy(prob, pol)[:, 0]
-        f = float(np.sum(self.occ_pi * u) - res.log_z[0] + self.const)
-        return f, self.occ_pi - occ
-
-
 def unknown_utility_meg(
     mdp: TabularMDP, policy: np.ndarray, *, max_iter: int = 2000, gtol: float = 1e-10
 ) -> UnknownUtilityMEG:
@@ -531,15 +494,31 @@ def unknown_utility_meg(
     L-BFGS (``max_iter``, ``gtol``) reaches the global supremum. The value is ``f`` at the
     returned utility: a certified lower bound, approached from below when the supremum needs
     ``|theta| -> inf`` (e.g. deterministic policies)."""
-    obj = _MaxEntObjective(mdp, policy)
     n_s, h = mdp.n_states, mdp.horizon
+    base = _single(mdp, np.zeros(n_s), policy)
+    occ_pi = state_occupancy(mdp, policy)
+    const = h * np.log(mdp.n_actions)
+    pol = _time_indexed(np.asarray(policy, dtype=np.float64), h)
+    with np.errstate(divide="ignore"):
+        upper_bound = _cross_entropy_term(occ_pi, pol, np.log(pol)) + const
 
     def utility_of(theta: np.ndarray) -> np.ndarray:
         return np.broadcast_to(theta, (h, n_s))
 
     def neg(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        f, grad_u = obj(utility_of(theta))
-        return -f, -grad_u.sum(axis=0)
+        """``-f(U)`` and its gradient in ``theta`` for ``beta = 1``, where ``f(U) = E_pi[sum_t
+        U_t(S_t)] - E[Lambda_0(S_0)] + H log|A|`` with gradient ``d_pi - d_U`` (``(H, S)`` state
+        occupancies: feature matching)."""
+        u = utility_of(theta)
+        prob = engine.Problem(
+            base.dyn, base.n_actions, base.initial, base.horizon, u[:, None], None
+        )
+        res = engine.soft_pass(prob, np.ones(1), record=True)
+        x = res.logits  # (H, A, 1, S)
+        model = np.exp(x - logsumexp(x, axis=1, keepdims=True))
+        occ = engine.forward_occupancy(prob, model)[:, 0]
+        f = float(np.sum(occ_pi * u) - res.log_z[0] + const)
+        return -f, -(occ_pi - occ).sum(axis=0)
 
     res = minimize(
         neg,
@@ -561,6 +540,6 @@ def unknown_utility_meg(
         converged=bool(res.success),
         iterations=int(res.nit),
         feature_residual=float(np.max(np.abs(grad))),
-        upper_bound=float(obj.upper_bound),
+        upper_bound=float(upper_bound),
         method="concave-lbfgs",
     )

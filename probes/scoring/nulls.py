@@ -74,13 +74,6 @@ def fit_prior(labels: np.ndarray, sizes: np.ndarray, densities: np.ndarray) -> C
     return CellPrior(by="size_density").fit(covariates(sizes, densities), labels)
 
 
-def prior_maps(
-    prior: CellPrior, sizes: np.ndarray, densities: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(probs (N, S, S, C), classes (C,))``: the prior's map of every row."""
-    return prior.predict_proba(covariates(sizes, densities)), prior.classes_
-
-
 def true_wall_maps(facts: list[StepFacts], canvas: int) -> tuple[np.ndarray, np.ndarray]:
     """``(probs (N, canvas, canvas, 3), classes)``: every step's true walls one-hot, the nulls'
     ceiling map (doors are not drawn: approximate on key/door grids)."""
@@ -196,7 +189,8 @@ def score_nulls(
             if prior[0] is None:
                 unavailable[name] = "no training grid (every store grid was decoded)"
                 continue
-            null_probs, null_classes = prior_maps(prior[0], sizes, dens)
+            null_probs = prior[0].predict_proba(covariates(sizes, dens))
+            null_classes = prior[0].classes_
             readout = (agent, goal)
             extra[name] = {"n_training_grids": prior[1]}
         scores[name] = score_rows(

@@ -20,6 +20,7 @@ from goalprobe.gridworld.false_belief import (
 )
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set
 from goalprobe.gridworld.optimal import solve
+from goalprobe.probes.baselines import covariates
 from goalprobe.probes.decoded_maps import (
     POSITION_READOUT,
     Readout,
@@ -36,7 +37,7 @@ from goalprobe.probes.scoring.belief_table import (
 )
 from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.scoring.false_belief import Bootstrap, goal_follows, oracle_table
-from goalprobe.probes.scoring.nulls import fit_prior, prior_maps, score_nulls
+from goalprobe.probes.scoring.nulls import fit_prior, score_nulls
 from goalprobe.probes.serialization import load_probe, save_probe
 
 CANVAS = 9
@@ -147,7 +148,8 @@ def dense():
 def test_prior_walls_with_the_true_agent_and_goal_have_zero_excess_over_the_prior_map(dense):
     table = dense["table"]
     prior, _ = dense["prior"]
-    probs, classes = prior_maps(prior, np.asarray(table.size), np.asarray(table.density))
+    probs = prior.predict_proba(covariates(np.asarray(table.size), np.asarray(table.density)))
+    classes = prior.classes_
     full = np.zeros((*probs.shape[:3], len(ALL)), dtype=np.float32)
     full[..., np.asarray(classes, dtype=np.int64)] = probs
     _, nulls = _score(dense, full, CONFIG)
@@ -194,7 +196,8 @@ def test_the_position_read_out_places_agent_and_goal_where_the_cell_channels_do_
     # the cell channels say 'agent' nowhere (the prior map), the read-out puts it right
     table = dense["table"]
     prior, _ = dense["prior"]
-    probs, classes = prior_maps(prior, np.asarray(table.size), np.asarray(table.density))
+    probs = prior.predict_proba(covariates(np.asarray(table.size), np.asarray(table.density)))
+    classes = prior.classes_
     idx = np.arange(len(table.action))
     names = belief_metrics((1,))
     j = names.index("agent_found")
