@@ -31,7 +31,7 @@ import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
 from goalprobe.gridworld.dynamics import moves_inside, step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
-from goalprobe.gridworld.optimal import _bfs_flat, solve
+from goalprobe.gridworld.optimal import bfs_distances, solve
 from goalprobe.gridworld.text import cell_types, render_symbols
 
 from goalprobe.stats import GridBootstrap, detectable_effect
@@ -165,14 +165,6 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     return walls
 
 
-def _bfs(walls: np.ndarray, sources: Sequence[RowCol]) -> np.ndarray:
-    """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
-    n = walls.shape[0]
-    starts = [r * n + c for r, c in sources if not walls[r, c]]
-    dist = _bfs_flat((~walls).ravel().tolist(), n, *starts)
-    return np.array(dist, dtype=np.float64).reshape(n, n)
-
-
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
     """Where the free-space planner heads: the goal when it is known or revealed, else the
     frontier (hidden cells next to a revealed open cell)."""
@@ -197,7 +189,7 @@ def free_space_actions(
     targets = _target(grid, revealed, goal_known)
     if not targets:
         return frozenset()
-    dist = _bfs(walls, targets)
+    dist = bfs_distances(walls, *targets)
     here = dist[state.agent]
     if not np.isfinite(here):
         return frozenset()
@@ -243,7 +235,7 @@ def known_dead_end(grid: Grid, here: RowCol, target: RowCol, revealed: frozenset
         return False
     walls = walls.copy()
     walls[here] = True
-    region = np.isfinite(_bfs(walls, [target]))
+    region = np.isfinite(bfs_distances(walls, target))
     if region[grid.goal]:
         return False
     mask = revealed_mask(grid, revealed)
