@@ -22,7 +22,7 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
-from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.dynamics import is_success, rollout
 from goalprobe.gridworld.metrics import (
     Stage,
     TrajectoryData,
@@ -149,15 +149,11 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
     policy = solve(grid)
     successes, accuracies = 0, []
     for _ in range(n_walks):
-        state, hits, steps = initial_state(grid), 0, 0
-        for action in rng.integers(0, 4, size=horizon):
-            hits += int(action) in {int(a) for a in policy.optimal_actions(state)}
-            steps += 1
-            state = step(grid, state, int(action))
-            if is_success(grid, state):
-                successes += 1
-                break
-        accuracies.append(hits / steps)
+        moves = rng.integers(0, 4, size=horizon).tolist()
+        states = rollout(grid, moves)
+        successes += is_success(grid, states[-1])
+        hits = sum(m in policy.optimal_actions(s) for s, m in zip(states[:-1], moves, strict=False))
+        accuracies.append(hits / (len(states) - 1))
     return RandomWalk(successes / n_walks, float(np.mean(accuracies)))
 
 
