@@ -26,7 +26,6 @@ from goalprobe.gridworld.dynamics import is_success, rollout
 from goalprobe.gridworld.metrics import (
     Stage,
     TrajectoryData,
-    align_pairs,
     goal_success_rate,
     grid_metrics,
     jaccard_similarity,
@@ -304,18 +303,17 @@ def iso_tests(
     tests = []
     for name, rows in transformed_rows.items():
         for metric in metrics:
-            pairs = {
-                k: (base_rows[k][metric], rows[k][metric])
+            ids = sorted(
+                k
                 for k in rows
                 if k in base_rows
                 and math.isfinite(base_rows[k][metric])
                 and math.isfinite(rows[k][metric])
-            }
-            entry: dict = {"transform": name, "metric": metric, "n_pairs": len(pairs)}
-            if pairs:
-                _, x, y = align_pairs(
-                    {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
-                )
+            )
+            entry: dict = {"transform": name, "metric": metric, "n_pairs": len(ids)}
+            if ids:
+                x = np.array([base_rows[k][metric] for k in ids], dtype=float)
+                y = np.array([rows[k][metric] for k in ids], dtype=float)
                 test = paired_wilcoxon(x, y)
                 difference = mean_ci((y - x).tolist(), config)
                 rate = metric in RATE_METRICS
