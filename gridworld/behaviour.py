@@ -22,11 +22,10 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State
-from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.dynamics import is_success, rollout
 from goalprobe.gridworld.metrics import (
     Stage,
     TrajectoryData,
-    align_pairs,
     goal_success_rate,
     grid_metrics,
     jaccard_similarity,
@@ -149,15 +148,11 @@ def random_walk(grid: Grid, horizon: int, n_walks: int, rng: np.random.Generator
     policy = solve(grid)
     successes, accuracies = 0, []
     for _ in range(n_walks):
-        state, hits, steps = initial_state(grid), 0, 0
-        for action in rng.integers(0, 4, size=horizon):
-            hits += int(action) in {int(a) for a in policy.optimal_actions(state)}
-            steps += 1
-            state = step(grid, state, int(action))
-            if is_success(grid, state):
-                successes += 1
-                break
-        accuracies.append(hits / steps)
+        moves = rng.integers(0, 4, size=horizon).tolist()
+        states = rollout(grid, moves)
+        successes += is_success(grid, states[-1])
+        hits = sum(m in policy.optimal_actions(s) for s, m in zip(states[:-1], moves, strict=False))
+        accuracies.append(hits / (len(states) - 1))
     return RandomWalk(successes / n_walks, float(np.mean(accuracies)))
 
 
@@ -308,18 +303,17 @@ def iso_tests(
     tests = []
     for name, rows in transformed_rows.items():
         for metric in metrics:
-            pairs = {
-                k: (base_rows[k][metric], rows[k][metric])
+            ids = sorted(
+                k
                 for k in rows
                 if k in base_rows
                 and math.isfinite(base_rows[k][metric])
                 and math.isfinite(rows[k][metric])
-            }
-            entry: dict = {"transform": name, "metric": metric, "n_pairs": len(pairs)}
-            if pairs:
-                _, x, y = align_pairs(
-                    {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
-                )
+            )
+            entry: dict = {"transform": name, "metric": metric, "n_pairs": len(ids)}
+            if ids:
+                x = np.array([base_rows[k][metric] for k in ids], dtype=float)
+                y = np.array([rows[k][metric] for k in ids], dtype=float)
                 test = paired_wilcoxon(x, y)
                 difference = mean_ci((y - x).tolist(), config)
                 rate = metric in RATE_METRICS

@@ -29,9 +29,9 @@ from operator import or_
 
 import numpy as np
 from goalprobe.gridworld.core import SYMBOLS, Action, CellType, Grid, RowCol, State, Variant
-from goalprobe.gridworld.dynamics import moves_inside, step
+from goalprobe.gridworld.dynamics import moves_inside, rollout, step
 from goalprobe.gridworld.generator import GridSetConfig, generate_grid_set, make_grid_id
-from goalprobe.gridworld.optimal import _bfs_flat, solve
+from goalprobe.gridworld.optimal import bfs_distances, solve
 from goalprobe.gridworld.text import cell_types, render_symbols
 
 from goalprobe.stats import GridBootstrap, detectable_effect
@@ -143,17 +143,12 @@ def check_fog_grid(grid: Grid) -> Grid:
 def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAULT_RADIUS):
     """Replay ``actions`` from the start under fog: the states and the revealed sets."""
     check_fog_grid(grid)
-    state = grid.initial_state
-    seen = visible_cells(grid, state.agent, radius)
-    states, revealed, taken = [state], [seen], []
-    for action in actions:
-        action = Action(int(action))
-        state = step(grid, state, action)
-        seen = seen | visible_cells(grid, state.agent, radius)
-        states.append(state)
-        revealed.append(seen)
-        taken.append(action)
-    return FogEpisode(grid, radius, tuple(states), tuple(revealed), tuple(taken))
+    taken = tuple(Action(int(action)) for action in actions)
+    states = [grid.initial_state]
+    for action in taken:
+        states.append(step(grid, states[-1], action))
+    revealed = accumulate((visible_cells(grid, s.agent, radius) for s in states), or_)
+    return FogEpisode(grid, radius, tuple(states), tuple(revealed), taken)
 
 
 def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
@@ -163,14 +158,6 @@ def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     for cell in revealed:
         walls[cell] = grid.walls[cell]
     return walls
-
-
-def _bfs(walls: np.ndarray, sources: Sequence[RowCol]) -> np.ndarray:
-    """Distances on the open cells of ``walls`` to the nearest of ``sources`` (one BFS)."""
-    n = walls.shape[0]
-    starts = [r * n + c for r, c in sources if not walls[r, c]]
-    dist = _bfs_flat((~walls).ravel().tolist(), n, *starts)
-    return np.array(dist, dtype=np.float64).reshape(n, n)
 
 
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
@@ -197,7 +184,7 @@ def free_space_actions(
     targets = _target(grid, revealed, goal_known)
     if not targets:
         return frozenset()
-    dist = _bfs(walls, targets)
+    dist = bfs_distances(walls, *targets)
     here = dist[state.agent]
     if not np.isfinite(here):
         return frozenset()
@@ -243,7 +230,7 @@ def known_dead_end(grid: Grid, here: RowCol, target: RowCol, revealed: frozenset
         return False
     walls = walls.copy()
     walls[here] = True
-    region = np.isfinite(_bfs(walls, [target]))
+    region = np.isfinite(bfs_distances(walls, target))
     if region[grid.goal]:
         return False
     mask = revealed_mask(grid, revealed)
@@ -421,12 +408,8 @@ def reference_rows(
     radius = fog_radius(grid) if "fog_radius" in grid.extra else DEFAULT_RADIUS
     rows = [_row(free_space_episode(grid, horizon, radius=radius, goal_known=False), FREE_SPACE)]
     for _ in range(n_walks):
-        state, taken = grid.initial_state, []
-        for move in rng.integers(0, 4, size=horizon).tolist():
-            if state.agent == grid.goal:
-                break
-            taken.append(move)
-            state = step(grid, state, move)
+        moves = rng.integers(0, 4, size=horizon).tolist()
+        taken = moves[: len(rollout(grid, moves)) - 1]  # up to the goal
         rows.append(_row(fog_episode(grid, taken, radius), RANDOM_WALK))
     return rows
 

@@ -115,42 +115,37 @@ def harm_profile(grid: Grid) -> HarmProfile:
     """The exact :class:`HarmProfile` of a solvable grid without key and door."""
     if grid.key is not None or grid.door is not None:
         raise ValueError(f"grid {grid.grid_id!r}: harm profiles need a grid without key and door")
-    from_start = bfs_distances(grid.walls, grid.start)
-    to_goal = bfs_distances(grid.walls, grid.goal)
-    length = from_start[grid.goal]
+    length, layers = _layers(grid)
     if not math.isfinite(length):
         raise ValueError(f"grid {grid.grid_id!r}: the goal cannot be reached from the start")
     free = bfs_distances(harm_free_grid(grid).walls, grid.start)[grid.goal]
-    harmful = np.zeros(grid.walls.shape, dtype=np.int64)
-    for cell in grid.harm:
-        harmful[cell] = 1
-    on_path = from_start + to_goal == length
-    n = grid.size
-    # least harm from the start to each shortest-path cell, layer by layer
-    best = np.full((n, n), np.iinfo(np.int64).max, dtype=np.int64)
-    best[grid.start] = harmful[grid.start]
+    harm = set(grid.harm)
+    # least harm from the start to each shortest-path cell, layer by layer (a cell's neighbours
+    # on shortest paths lie one layer before or after it)
+    best = {grid.start: 0}
     for k in range(1, int(length) + 1):
-        for r, c in zip(*np.nonzero(on_path & (from_start == k)), strict=True):
-            nbrs = [cell for _, cell in moves_inside((r, c), n)]
-            preds = [best[p] for p in nbrs if on_path[p] and from_start[p] == k - 1]
-            best[r, c] = harmful[r, c] + min(preds)
+        for cell in layers[k]:
+            preds = [best[p] for _, p in moves_inside(cell, grid.size) if p in best]
+            best[cell] = int(cell in harm) + min(preds)
     return HarmProfile(
         shortest_length=int(length),
         harm_free_length=float(free),
-        min_harm_on_shortest_path=int(best[grid.goal]),
+        min_harm_on_shortest_path=best[grid.goal],
         n_harm_cells=len(grid.harm),
     )
 
 
-def _layers(grid: Grid) -> dict[int, list[RowCol]]:
-    """Shortest-path cells of ``grid`` at each distance ``1 .. L - 1`` from the start."""
+def _layers(grid: Grid) -> tuple[float, dict[int, list[RowCol]]]:
+    """``L`` and the shortest-path cells of ``grid`` at each distance ``1 .. L`` from the start
+    (layer ``L`` is the goal; ``L`` is ``math.inf`` and there are no layers when unreachable)."""
     from_start = bfs_distances(grid.walls, grid.start)
-    to_goal = bfs_distances(grid.walls, grid.goal)
-    length = int(from_start[grid.goal])
-    on_path = from_start + to_goal == length
-    return {
+    length = from_start[grid.goal]
+    if not math.isfinite(length):
+        return length, {}
+    on_path = from_start + bfs_distances(grid.walls, grid.goal) == length
+    return length, {
         k: [(int(r), int(c)) for r, c in zip(*np.nonzero(on_path & (from_start == k)), strict=True)]
-        for k in range(1, length)
+        for k in range(1, int(length) + 1)
     }
 
 
@@ -167,17 +162,17 @@ def generate_harm_grid(
         base = generate_grid(
             config.size, config.density, rng, min_distance=config.min_distance, seed=seed
         )
-        layers = _layers(base)
-        order = np.argsort(rng.random(len(layers)), kind="stable")
-        keys = sorted(layers)
-        budget = default_horizon(len(layers) + 1)
+        length, layers = _layers(base)
+        keys = list(range(1, int(length)))  # the layers between start and goal
+        order = np.argsort(rng.random(len(keys)), kind="stable")
+        budget = default_horizon(int(length))
         # try layer sets in random order: consecutive groups of the shuffled layers
         for start in range(0, len(keys) - config.n_layers + 1):
             chosen = sorted(keys[i] for i in order[start : start + config.n_layers])
             harm = tuple(cell for k in chosen for cell in layers[k])
             grid = replace(base, harm=harm, variant=Variant.HARM, grid_id=grid_id)
             free = harm_profile(grid).harm_free_length
-            if math.isfinite(free) and free - (len(layers) + 1) <= config.max_detour:
+            if math.isfinite(free) and free - length <= config.max_detour:
                 if free <= budget:
                     return replace(grid, extra={"harm_layers": chosen})
     raise ValueError(

@@ -12,16 +12,15 @@ grid, field and step.
 
 Paired grids (study, appendix D; section 4.3): the overlap of two trajectories
 (:func:`jaccard_similarity`) and the Wilcoxon signed-rank test of per-grid metrics on base and
-transformed grids matched by base grid id (:func:`align_pairs`, :func:`paired_wilcoxon`: zero
-differences dropped, Wilcoxon's original test; the matched-pairs rank-biserial correlation as
-effect size).
+transformed grids matched by base grid id (:func:`paired_wilcoxon`: zero differences dropped,
+Wilcoxon's original test; the matched-pairs rank-biserial correlation as effect size).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from operator import index
@@ -534,7 +533,7 @@ def paired_wilcoxon(
     alternative: str = "two-sided",
 ) -> PairedTestResult:
     """Wilcoxon signed-rank test of paired per-grid metrics (``(N,)`` ``base`` and
-    ``transformed`` in the same order, :func:`align_pairs`), with rank-biserial effect size;
+    ``transformed`` in the same order), with rank-biserial effect size;
     ``alternative="greater"``: transformed larger.
 
     When every difference is zero the test has nothing to rank; the result is then
@@ -566,24 +565,4 @@ def paired_wilcoxon(
         rank_biserial=(w_plus - w_minus) / (w_plus + w_minus),
         n_pairs=int(d.size),
         n_nonzero=int(nonzero.size),
-    )
-
-
-def align_pairs(
-    base: Mapping[str, float], transformed: Mapping[str, float]
-) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """Pair per-grid values keyed by base grid id: ``(grid_ids, base (N,), transformed (N,))``
-    in sorted id order; ``ValueError`` naming the ids present on one side only."""
-    only_base = sorted(set(base) - set(transformed))
-    only_trans = sorted(set(transformed) - set(base))
-    if only_base or only_trans:
-        raise ValueError(
-            f"unpaired grids: {len(only_base)} only in base (e.g. {only_base[:3]}), "
-            f"{len(only_trans)} only in transformed (e.g. {only_trans[:3]})"
-        )
-    ids = tuple(sorted(base))
-    return (
-        ids,
-        np.array([base[i] for i in ids], dtype=float),
-        np.array([transformed[i] for i in ids], dtype=float),
     )

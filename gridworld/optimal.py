@@ -20,7 +20,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, Action, Grid, RowCol, State
-from goalprobe.gridworld.dynamics import initial_state, is_success, step
+from goalprobe.gridworld.dynamics import initial_state, is_success, moves_inside, step
 
 
 class UnsolvableGridError(ValueError):
@@ -44,12 +44,8 @@ def _moves(n: int) -> tuple[tuple[int | None, ...], ...]:
     table = []
     for row in range(n):
         for col in range(n):
-            targets: list[int | None] = []
-            for action in Action:
-                d_row, d_col = action.delta_row_col
-                r, c = row + d_row, col + d_col
-                targets.append(r * n + c if 0 <= r < n and 0 <= c < n else None)
-            table.append(tuple(targets))
+            targets = {a: r * n + c for a, (r, c) in moves_inside((row, col), n)}
+            table.append(tuple(targets.get(a) for a in Action))
     return tuple(table)
 
 
@@ -75,16 +71,17 @@ def _bfs_flat(open_cells: list[bool], n: int, *sources: int) -> list[float]:
     return dist
 
 
-def bfs_distances(walls: np.ndarray, source_row_col: RowCol) -> np.ndarray:
-    """``(n, n)`` float64 shortest-path distances from the open cell ``source_row_col`` to every
-    cell of ``(n, n)`` bool ``walls``, ignoring key and door (``math.inf``: wall, unconnected)."""
+def bfs_distances(walls: np.ndarray, *sources: RowCol) -> np.ndarray:
+    """``(n, n)`` float64 shortest-path distances from the nearest of the open cells ``sources``
+    to every cell of ``(n, n)`` bool ``walls``, ignoring key and door (``math.inf``: wall,
+    unconnected)."""
     walls = np.asarray(walls, dtype=bool)
     n = walls.shape[0]
-    row, col = source_row_col
-    if walls[row, col]:
-        raise ValueError(f"source {source_row_col} is a wall")
-    open_cells = (~walls).ravel().tolist()
-    return np.array(_bfs_flat(open_cells, n, row * n + col), dtype=np.float64).reshape(n, n)
+    for source in sources:
+        if walls[source]:
+            raise ValueError(f"source {source} is a wall")
+    dist = _bfs_flat((~walls).ravel().tolist(), n, *(row * n + col for row, col in sources))
+    return np.array(dist, dtype=np.float64).reshape(n, n)
 
 
 @dataclass(frozen=True, eq=False)

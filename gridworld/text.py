@@ -201,15 +201,8 @@ def parse(text: str, *, variant: str | None = None, grid_id: str = "") -> tuple[
         located[cell_type] = hits[0][0] if hits else None
     key, door = located[CellType.KEY], located[CellType.DOOR]
     if variant is None:
-        variant = (
-            Variant.KEY_DOOR
-            if door is not None
-            else Variant.KEY_NO_DOOR
-            if key is not None
-            else Variant.HARM
-            if harm
-            else Variant.PLAIN
-        )
+        drawn = {Variant.KEY_DOOR: door, Variant.KEY_NO_DOOR: key, Variant.HARM: harm or None}
+        variant = next((name for name, cell in drawn.items() if cell is not None), Variant.PLAIN)
     agent = cast(RowCol, located[CellType.AGENT])  # both checked present above
     grid = Grid(
         walls=walls,

@@ -16,7 +16,6 @@ from goalprobe.gridworld.metrics import (
     KeyAttraction,
     Stage,
     TrajectoryData,
-    align_pairs,
     confidence_bins,
     entropy,
     expected_calibration_error,
@@ -429,15 +428,6 @@ def test_wilcoxon_validation():
         paired_wilcoxon([], [])
     with pytest.raises(ValueError, match="finite"):
         paired_wilcoxon([1.0, math.nan], [1.0, 2.0])
-
-
-def test_align_pairs():
-    ids, b, t = align_pairs({"g2": 0.2, "g1": 0.1}, {"g1": 0.3, "g2": 0.4})
-    assert ids == ("g1", "g2")
-    np.testing.assert_array_equal(b, [0.1, 0.2])
-    np.testing.assert_array_equal(t, [0.3, 0.4])
-    with pytest.raises(ValueError, match="1 only in base.*g3"):
-        align_pairs({"g1": 0.1, "g3": 0.0}, {"g1": 0.3})
 
 
 # ---------------------------------------------------------------- key metrics
