@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from goalprobe.stats import json_ready as _json_ready
+from goalprobe.stats import json_ready
 
 CARD_SCHEMA = "goalprobe.probe_card"
 """``schema`` field of a probe card."""
@@ -71,7 +71,7 @@ def probe_card(
         "metrics": metrics,
         "activations": None if source is None else asdict(source),
     }
-    return _json_ready(card)
+    return json_ready(card)
 
 
 def save_probe(
@@ -189,7 +189,7 @@ def save_plan_decoder(
         "provenance": provenance or {},
     }
     card_path = path.with_suffix(".json")
-    card_path.write_text(json.dumps(_json_ready(card), indent=2, allow_nan=False) + "\n")
+    card_path.write_text(json.dumps(json_ready(card), indent=2, allow_nan=False) + "\n")
     return card_path
 
 

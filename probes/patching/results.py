@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 import scipy.stats
-from goalprobe.probes.serialization import _json_ready
 
-from goalprobe.stats import Estimate, grid_bootstrap_ratio, grid_ci
+from goalprobe.stats import Estimate, grid_bootstrap_ratio, grid_ci, json_ready
 
 SCHEMA = "goalprobe.patching/2"
 """Schema tag of ``patch_results.json``."""
@@ -181,7 +180,7 @@ def write_results(
     _write_csv(paths["summary_csv"], summary_dicts)
     bundle = {"schema": SCHEMA, **meta, "summary": summary_dicts, "records": record_dicts}
     paths["results_json"].write_text(
-        json.dumps(_json_ready(bundle), indent=1, allow_nan=False), encoding="utf-8"
+        json.dumps(json_ready(bundle), indent=1, allow_nan=False), encoding="utf-8"
     )
     return paths
 
