@@ -24,7 +24,6 @@ own intervals, or some seed says yes and the pool does not, the verdict is ``"un
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict
 
 import numpy as np
+from goalprobe.activations.extract import sha256_file
 from goalprobe.activations.store import ActivationStore
 from goalprobe.probes.baselines import CellPrior, Conditioning, GroupMeanRegressor, covariates
 from goalprobe.probes.cell_probes import MajorityCellBaseline
@@ -109,15 +109,6 @@ class ProbeData:
         return ProbeData(**arrays, source=self.source)
 
 
-def file_sha256(path: str | Path, *, block_bytes: int = 2**23) -> str:
-    """Hex sha256 of a file's bytes, streamed (about 1-2 s per GB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(block_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 _LABELS = (
     "grid_id",
     "grid_size",
@@ -151,7 +142,7 @@ class StoreProbeLoader:
             labels = store.labels(["grid_id", "grid_size"])
         self.all_grid_ids = labels["grid_id"].astype(str)
         self.all_grid_sizes = labels["grid_size"].astype(np.int64)
-        self.checksum = file_sha256(self.path)
+        self.checksum = sha256_file(self.path)
 
     def __call__(self, stage: str, layer: int) -> ProbeData:
         """Every row holding ``stage`` (and of a kept size), with its labels."""

@@ -490,7 +490,7 @@ def _write_store(path, data, layers=(3, 5)):
 @pytest.mark.slow  # end to end (a whole script, verb or trained agent): the full suite runs it
 def test_train_probe_cli_sweeps_a_real_store(tmp_path):
     import typer
-    from goalprobe.probes.probe_sweep import file_sha256
+    from goalprobe.activations.extract import sha256_file
     from typer.testing import CliRunner
 
     from goalprobe.commands.train_probe import command
@@ -545,7 +545,7 @@ def test_train_probe_cli_sweeps_a_real_store(tmp_path):
     card = read_probe_card(runs[("pre_reasoning", 5)]["model_path"])
     assert card["activations"] == {
         "store_path": str(store),
-        "store_checksum": file_sha256(store),
+        "store_checksum": sha256_file(store),
         "stage": "pre_reasoning",
         "layer": 5,
     }
