@@ -472,8 +472,10 @@ def read_decoded_row_ids(path: str | Path) -> np.ndarray:
 def read_decoded_probs(path: str | Path, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, S, S, C)`` probabilities at file positions ``positions`` (any order, repeats
     allowed), reading only those rows."""
+    from goalprobe.activations.store.reader import read_rows
+
     with opened_h5(path) as f:
-        return read_rows(f["probs"], positions)
+        return read_rows(f["probs"], np.asarray(positions))
 
 
 def read_decoded_readouts(
@@ -481,21 +483,13 @@ def read_decoded_readouts(
 ) -> tuple[np.ndarray | None, np.ndarray | None, object]:
     """``(agent, goal, readout)``: the position probes' ``(P, S, S)`` distributions at file
     ``positions`` (None where the file has none) and the file's ``Readout``."""
+    from goalprobe.activations.store.reader import read_rows
+
     with opened_h5(path) as f:
-        agent = read_rows(f["agent_probs"], positions) if "agent_probs" in f else None
-        goal = read_rows(f["goal_probs"], positions) if "goal_probs" in f else None
+        names = ("agent_probs", "goal_probs")
+        agent, goal = (read_rows(f[k], np.asarray(positions)) if k in f else None for k in names)
         readout = Readout.from_json(f.attrs.get("readout"))
     return agent, goal, readout
-
-
-def read_rows(dataset, positions: Sequence[int] | np.ndarray) -> np.ndarray:
-    """``dataset[positions]`` of an h5py dataset for any order of ``positions`` (h5py wants
-    increasing indices), reading only those rows."""
-    positions = np.asarray(positions, dtype=np.int64)
-    if positions.size == 0:
-        return np.zeros((0, *dataset.shape[1:]), dtype=dataset.dtype)
-    unique, inverse = np.unique(positions, return_inverse=True)
-    return dataset[unique.tolist()][inverse]
 
 
 def _text(value) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
-from goalprobe.probes.decoded_maps import _text, opened_h5, read_rows
+from goalprobe.probes.decoded_maps import _text, opened_h5
 from goalprobe.probes.serialization import check_schema
 
 from goalprobe.stats import GridBootstrap, json_ready, safe_ratio
@@ -525,5 +525,7 @@ def read_plan_row_ids(path: str | Path, run: str) -> np.ndarray:
 def read_plan_rows(path: str | Path, run: str, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """``(P, T)`` int8 plans of one run at file positions ``positions`` (any order), reading only
     those rows; ``T`` is the run's horizon even when ``positions`` is empty."""
+    from goalprobe.activations.store.reader import read_rows
+
     with _opened(Path(path)) as f:
-        return read_rows(f[f"runs/{run}/plans"], positions).astype(np.int8, copy=False)
+        return read_rows(f[f"runs/{run}/plans"], np.asarray(positions)).astype(np.int8, copy=False)
