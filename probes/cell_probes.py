@@ -271,15 +271,10 @@ class CellProbeBase(ClassifierMixin, BaseEstimator):
                 total = total + _weighted_ce(logits(fit_rows[sl]), targets[sl].to(self.device), w)
             return total / total_weight
 
-        # biases too: a class a cell never shows (padding outside every grid) keeps a finite
-        # optimum instead of a bias that L-BFGS would chase to infinity
-        penalised = [name for name, _ in module.named_parameters()]
+        # the biases penalised too: a class a cell never shows (padding outside every grid)
+        # keeps a finite optimum instead of a bias that L-BFGS would chase to infinity
         solver = fit_lbfgs(
-            module,
-            objective=objective,
-            penalised=penalised,
-            l2=self.weight_decay,
-            max_iter=self.max_iter,
+            module, objective=objective, l2=self.weight_decay, max_iter=self.max_iter
         )
         self.module_ = module.eval()
         self.history_ = [{"solver": "lbfgs", **solver}]

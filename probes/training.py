@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -269,7 +269,6 @@ def fit_lbfgs(
     module: torch.nn.Module,
     *,
     objective: Callable[[], torch.Tensor],
-    penalised: Sequence[str],
     l2: float,
     max_iter: int,
     tol: float = 1e-9,
@@ -279,7 +278,7 @@ def fit_lbfgs(
 
     Nothing random enters, and with ``l2 > 0`` the optimum is unique, so neither a seed nor the
     thread count moves the result beyond the tolerance. ``objective``: the data term as a
-    scalar tensor with gradients; ``penalised``: the parameters under ``l2 / 2 * sum(w**2)``;
+    scalar tensor with gradients; every parameter (biases too) is under ``l2 / 2 * sum(w**2)``;
     ``tol``: the solver's ``gtol`` (``ftol`` a thousandth of it). The module is float32 again
     afterwards. Returns ``{"n_iter", "converged", "loss", "message"}``.
     """
@@ -288,7 +287,6 @@ def fit_lbfgs(
     for _, p in params:
         torch.nn.init.zeros_(p)
     sizes = [p.numel() for _, p in params]
-    penalise = [name in penalised for name, _ in params]
 
     def assign(theta: np.ndarray) -> None:
         with torch.no_grad():
@@ -299,9 +297,8 @@ def fit_lbfgs(
         assign(theta)
         module.zero_grad(set_to_none=True)
         loss = objective()
-        for (_, p), pen in zip(params, penalise, strict=True):
-            if pen:
-                loss = loss + 0.5 * l2 * (p * p).sum()
+        for _, p in params:
+            loss = loss + 0.5 * l2 * (p * p).sum()
         loss.backward()
         grad = np.concatenate(
             [
