@@ -18,6 +18,7 @@ feature) on the training set; decoding is the per-step argmax, made canonical
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +30,7 @@ from goalprobe.probes.training import (
     module_tensors,
     store_params,
     train_estimator,
+    validation_mean,
 )
 from sklearn.base import BaseEstimator
 from sklearn.preprocessing import StandardScaler
@@ -104,8 +106,9 @@ def check_plan_acts(X: np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
-def _token_loss(network: nn.Module, x: torch.Tensor, targets: torch.Tensor, index):
-    """``(summed token cross-entropy, non-PAD tokens)`` of the examples ``x[index]``."""
+def _token_loss(network: nn.Module, x: torch.Tensor, targets: torch.Tensor, rows: np.ndarray):
+    """``(summed token cross-entropy, non-PAD tokens)`` of the examples ``x[rows]``."""
+    index = torch.from_numpy(rows).to(x.device)
     t = targets[index].reshape(-1)
     logits = network(x[index]).reshape(-1, N_PLAN_CLASSES)
     loss = nn.functional.cross_entropy(logits, t, ignore_index=_IGNORE_INDEX, reduction="sum")
@@ -254,35 +257,18 @@ class PlanDecoder(BaseEstimator):
         with torch.random.fork_rng(devices=fork_devices):
             torch.manual_seed(self.seed_)
             network = self._build_network(self.n_features_in_).to(device)
-
-            def batch_loss(positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-                return _token_loss(
-                    network, x_train, t_train, torch.from_numpy(positions).to(device)
-                )
-
             validation_loss = None
             if X_val is not None and y_val is not None:
                 x_val = self._standardise(X_val, device)
-                t_val = self._loss_targets(y_val, device)
-                chunk = max(self.batch_size, 256)
-
-                def validation_loss() -> float:
-                    """Token cross-entropy averaged over all non-PAD validation tokens."""
-                    network.eval()
-                    total = 0.0
-                    with torch.inference_mode():
-                        for start in range(0, len(x_val), chunk):
-                            loss, _ = _token_loss(
-                                network, x_val, t_val, slice(start, start + chunk)
-                            )
-                            total += float(loss)
-                    return total / max(int((t_val != _IGNORE_INDEX).sum()), 1)
-
+                val_sums = partial(_token_loss, network, x_val, self._loss_targets(y_val, device))
+                # the token cross-entropy averaged over every non-PAD validation token
+                rows, chunk = np.arange(len(x_val)), max(self.batch_size, 256)
+                validation_loss = partial(validation_mean, rows, chunk, val_sums)
             history, best_epoch = train_estimator(
                 self,
                 network,
                 n_examples=len(X),
-                batch_loss=batch_loss,
+                batch_loss=partial(_token_loss, network, x_train, t_train),
                 validation_loss=validation_loss,
                 rng=np.random.default_rng(self.seed_),
                 batching="even",
