@@ -401,17 +401,15 @@ def bin_features(
     pick = len(keys) - 1 - last
     rows, bins = along.row[pick], fifth[pick] + 1
     present[rows, bins] = True
-    present[:, 0] = store.present("pre_reasoning") if "pre_reasoning" in store.stages else False
-    post = "post_reasoning" in store.stages
-    if post:
-        present[:, -1] = store.present("post_reasoning")
+    anchors = [(0, "pre_reasoning"), (-1, "post_reasoning")]
+    anchors = [(b, stage) for b, stage in anchors if stage in store.stages]
+    for b, stage in anchors:
+        present[:, b] = store.present(stage)
     for j, layer in enumerate(layers):
-        if present[:, 0].any():
-            at = np.flatnonzero(present[:, 0])
-            features[at, j, 0] = store.read("pre_reasoning", layer, at)[:, ANCHOR_TOKEN]
-        if post and present[:, -1].any():
-            at = np.flatnonzero(present[:, -1])
-            features[at, j, -1] = store.read("post_reasoning", layer, at)[:, ANCHOR_TOKEN]
+        for b, stage in anchors:
+            at = np.flatnonzero(present[:, b])
+            if at.size:
+                features[at, j, b] = store.read(stage, layer, at)[:, ANCHOR_TOKEN]
         if len(pick):
             features[rows, j, bins] = store.read_reasoning(layer, along.index[pick])
     return features, present
