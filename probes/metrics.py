@@ -417,10 +417,11 @@ def grid_weighted_auc(
     return safe_ratio(correct, (w @ counts_pos) * (w @ counts_neg))
 
 
-def _confusion_rate_counts(per_grid: np.ndarray, classes: np.ndarray) -> dict:
-    """:data:`RATE_COUNTS` of the accuracies of ``(G, C, C)`` per-grid confusion matrices."""
-    diag = np.einsum("gcc->gc", per_grid)
-    support = per_grid.sum(axis=2)
+def _confusion_rate_counts(conf: np.ndarray, classes: np.ndarray) -> dict:
+    """:data:`RATE_COUNTS` of the accuracies of ``(G, C, C)`` per-grid confusion matrices (or of
+    ``(B, C, C)`` resampled ones): ``metric -> (correct, cells)``."""
+    diag = np.einsum("gcc->gc", conf)
+    support = conf.sum(axis=2)
     keep = classes != CellType.PADDING
     return {
         "accuracy": (diag.sum(axis=1), support.sum(axis=1)),
@@ -430,15 +431,10 @@ def _confusion_rate_counts(per_grid: np.ndarray, classes: np.ndarray) -> dict:
 
 def _confusion_metrics(conf: np.ndarray, classes: np.ndarray, present: np.ndarray) -> dict:
     """Metrics of ``(B, C, C)`` confusion matrices (rows true, columns predicted)."""
+    out = {k: safe_ratio(*v) for k, v in _confusion_rate_counts(conf, classes).items()}
     diag = np.einsum("bcc->bc", conf)
-    support = conf.sum(axis=2)
-    predicted = conf.sum(axis=1)
-    total = support.sum(axis=1)
-    out = {"accuracy": safe_ratio(diag.sum(axis=1), total)}
-    keep = classes != CellType.PADDING
-    out["accuracy_no_padding"] = safe_ratio(diag[:, keep].sum(axis=1), support[:, keep].sum(axis=1))
-    recall = safe_ratio(diag, support)
-    precision = safe_ratio(diag, predicted)
+    recall = safe_ratio(diag, conf.sum(axis=2))
+    precision = safe_ratio(diag, conf.sum(axis=1))
     with np.errstate(invalid="ignore"):
         out["balanced_accuracy"] = np.nanmean(np.where(present, recall, np.nan), axis=1)
     for i, c in enumerate(classes):
