@@ -246,18 +246,12 @@ def steer_patch(layer: int, positions: np.ndarray, clean: torch.Tensor, delta: n
     return Patch((int(layer),), torch.as_tensor(positions, dtype=torch.long), values[None])
 
 
-def _probe_row(probe, acts: np.ndarray, grid: Grid, state: State) -> np.ndarray:
-    """``(1, F + 4)`` probe input of one state's anchors."""
+def _probe_row(acts: np.ndarray, item: SteerState) -> np.ndarray:
+    """``(1, F + 4)`` probe input of one state's flattened anchors ``acts``."""
+    density = np.nan if item.grid.density is None else item.grid.density
     return wall_inputs(
-        acts[None],
-        np.array([grid.size]),
-        np.array([np.nan if grid.density is None else grid.density]),
-        np.array([state.agent]),
+        acts[None], np.array([item.grid.size]), np.array([density]), np.array([item.state.agent])
     )
-
-
-def _read(probe: ConditionalWallProbe, X: np.ndarray, head: int) -> float:
-    return float(scipy.special.expit(probe.decision_function(X)[0, head]))
 
 
 def prepare_state(
@@ -271,20 +265,20 @@ def prepare_state(
     """One state's edits ``(record, {condition: delta})`` from its :func:`choose_edits` and its
     anchors ``clean (K, d_model)``; the record holds the edits, the optimal sets, the norms and
     the probe's read-out of the target cell before and after each edit."""
-    X = _probe_row(probe, clean.reshape(-1), item.grid, item.state)
-    _, uncertain = probe.prior_proba(X)
+    flat = clean.reshape(-1)
+    _, uncertain = probe.prior_proba(_probe_row(flat, item))
     alpha = calibration["alpha"]
     target, other = chosen
     unit, _ = directions(probe)
-    sign = 1.0 if target.add else -1.0
     noise = rng.standard_normal(unit.shape[1])
     deltas = {
         "none": np.zeros(unit.shape[1]),
-        "probe": sign * alpha[target.head] * unit[target.head],
+        "probe": (1.0 if target.add else -1.0) * alpha[target.head] * unit[target.head],
         "random": noise / np.linalg.norm(noise) * alpha[target.head],
         "irrelevant": (1.0 if other.add else -1.0) * alpha[other.head] * unit[other.head],
     }
-    flat = clean.reshape(-1)
+    logits = {c: probe.decision_function(_probe_row(flat + d, item)) for c, d in deltas.items()}
+    read = {c: float(scipy.special.expit(z[0, target.head])) for c, z in logits.items()}
     true_opt = solve(item.grid).optimal_actions(item.state)
     record = {
         "state_id": item.state_id,
@@ -301,12 +295,8 @@ def prepare_state(
         "edited_optimal": sorted(a.name for a in target.optimal),
         "norm": {"probe": float(alpha[target.head]), "irrelevant": float(alpha[other.head])},
         "target_train_flip": calibration["train_flip"][target.head],
-        "read_before": _read(probe, X, target.head),
-        "read_after": {
-            c: _read(probe, _probe_row(probe, flat + d, item.grid, item.state), target.head)
-            for c, d in deltas.items()
-            if c != "none"
-        },
+        "read_before": read.pop("none"),
+        "read_after": read,
     }
     return record, deltas
 
@@ -413,9 +403,7 @@ def steering_verdict(differences: dict[str, dict]) -> dict:
     known = [d["detectable"] for d in differences.values() if d.get("detectable") is not None]
     for name, d in differences.items():
         est, mde = Estimate.from_dict(d), d.get("detectable")
-        if est.above(0):
-            continue
-        if mde is not None and est.below(mde):
+        if not est.above(0) and mde is not None and est.below(mde):
             return {
                 "verdict": "no",
                 "reason": f"probe minus {name}: the interval excludes the detectable effect",
@@ -609,7 +597,7 @@ def interchange_patch(pair: PreparedPair, block: int, basis: torch.Tensor | None
     return Patch((block,), torch.as_tensor(anchors(pair)), values[None])
 
 
-def _training_items(pairs: Sequence[PreparedPair], backend: ResidualBackend, block: int):
+def _training_items(pairs: Sequence[PreparedPair], block: int):
     """Per pair: ``(prefix ids, suffix ids, first loss row, h_base, h_cf)``."""
     items = []
     for pair in pairs:
@@ -639,7 +627,7 @@ def train_subspace(
     layer = torch.nn.Linear(backend.d_model, config.rank, bias=False)
     torch.nn.utils.parametrizations.orthogonal(layer)
     optimizer = torch.optim.Adam(layer.parameters(), lr=config.learning_rate)
-    items = _training_items(pairs, backend, config.block)
+    items = _training_items(pairs, config.block)
     blocks = get_submodule_path(backend.model, decoder_layers_path(backend.model))
     block = blocks[config.block]  # type: ignore[index]
     current: dict[str, torch.Tensor] = {}
