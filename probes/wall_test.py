@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import scipy.optimize
@@ -323,12 +323,10 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
                 raise ValueError("groups (grid ids) are needed to choose the penalty by grid")
             rows, fraction = np.arange(len(acts)), self.validation_fraction
             fit_rows, val_rows = carve_validation(rows, groups, fraction, self.random_state)
-            theta = None
-            best: Any = None
-            chosen: Any = None
+            X_val, y_val = np.asarray(X)[val_rows], np.asarray(y)[val_rows]
+            theta, best, chosen = None, np.array([np.inf]), np.array([np.nan])
             for alpha in alphas:
                 theta = self._fit_rows(X, y, fit_rows, alpha, theta)
-                X_val, y_val = np.asarray(X)[val_rows], np.asarray(y)[val_rows]
                 logit = self.decision_function(X_val)
                 target = self.frame_targets(X_val, y_val)[0]
                 mask = self.prior_proba(X_val)[1]
@@ -336,14 +334,11 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
                 self.validation_loss_[alpha] = float(per_head.sum() / max(mask.sum(), 1))
                 heads = self.penalty_groups(len(per_head))
                 nll = np.bincount(heads, weights=per_head)
-                if best is None:
-                    best, chosen = nll, np.full(nll.shape, alpha)
-                    continue
-                better = nll < best
+                better = nll < best  # every group at the first penalty
                 if not better.any():
                     break  # no head improves any more: smaller penalties overfit further
                 best, chosen = np.where(better, nll, best), np.where(better, alpha, chosen)
-            self.alpha_ = chosen[self.penalty_groups(len(per_head))]
+            self.alpha_ = chosen[heads]
         else:
             self.alpha_ = alphas[0]
         self._fit_rows(X, y, np.arange(len(acts)), self.alpha_, None)
@@ -532,12 +527,12 @@ def score_walls(
     m = np.asarray(mask, dtype=bool)
     n_cells = m.sum(axis=1).astype(np.float64)
     keep = n_cells > 0
+    models = {"probe": probe_p, "null": null_p}
     prior_bits = _bits(prior_p, t)
-    gain_probe = ((prior_bits - _bits(probe_p, t)) * m).sum(axis=1)
-    gain_null = ((prior_bits - _bits(null_p, t)) * m).sum(axis=1)
+    gain = {k: ((prior_bits - _bits(p, t)) * m).sum(axis=1) for k, p in models.items()}
     correct = {
         name: (((p > 0.5) == t) & m).sum(axis=1).astype(np.float64)
-        for name, p in (("probe", probe_p), ("null", null_p), ("prior", prior_p))
+        for name, p in {**models, "prior": prior_p}.items()
     }
     boot = GridBootstrap.from_grid_ids(
         ids[keep], n_resamples=n_bootstrap, random_state=random_state
@@ -546,8 +541,7 @@ def score_walls(
     def ratio(num):
         return {**boot.summary(boot.ratio(num[keep], n_cells[keep])), "n": int(n_cells.sum())}
 
-    auc = {name: _row_auc(p, t, m) for name, p in (("probe", probe_p), ("null", null_p))}
-    per_grid = {k: _grid_auc(v, ids) for k, v in auc.items()}
+    per_grid = {k: _grid_auc(_row_auc(p, t, m), ids) for k, p in models.items()}
     common = sorted(set(per_grid["probe"]) & set(per_grid["null"]))
     prior_auc = _grid_auc(_row_auc(prior_p, t, m), ids)
     auc_out = {
@@ -559,11 +553,8 @@ def score_walls(
         n_resamples=n_bootstrap,
         random_state=random_state,
     )
-    bits = {
-        "probe": ratio(gain_probe),
-        "null": ratio(gain_null),
-        "difference": ratio(gain_probe - gain_null),
-    }
+    gain["difference"] = gain["probe"] - gain["null"]
+    bits = {k: ratio(v) for k, v in gain.items()}
     accuracy = {
         **{k: boot.rate_summary(v[keep], n_cells[keep]) for k, v in correct.items()},
         "difference": ratio(correct["probe"] - correct["null"]),
