@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD
-from goalprobe.probes.decoded_maps import _text, opened_h5
+from goalprobe.gridworld.core import N_ACTIONS, PLAN_END, PLAN_HORIZON, PLAN_PAD, Action
+from goalprobe.probes.decoded_maps import opened_h5
 from goalprobe.probes.serialization import check_schema
 
 from goalprobe.stats import GridBootstrap, json_ready, safe_ratio
@@ -42,15 +42,9 @@ from goalprobe.stats import GridBootstrap, json_ready, safe_ratio
 N_PLAN_CLASSES = N_ACTIONS + 1
 """Classes a decoder predicts per step: the four actions and ``PLAN_END``."""
 
-PLAN_TOKENS: dict[str, int] = {
-    "UP": 0,
-    "DOWN": 1,
-    "LEFT": 2,
-    "RIGHT": 3,
-    "END": PLAN_END,
-    "PAD": PLAN_PAD,
-}
-"""Token names and values of the plan format (written into cards and HDF5 attributes)."""
+PLAN_TOKENS: dict[str, int] = {**{a.name: int(a) for a in Action}, "END": PLAN_END, "PAD": PLAN_PAD}
+"""Token names and values of the plan format (the actions, then ``END`` and ``PAD``; written
+into cards and HDF5 attributes)."""
 
 
 def validate_plans(plans: np.ndarray, *, name: str = "plans") -> np.ndarray:
@@ -474,13 +468,11 @@ class PlanRunInfo:
 
 def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
     """Every run of a predicted-plans file, sorted by name. Stage, layer and capacity come from
-    the file attributes, then the run's card, then the run's name (the plan sweep's
-    ``<stage>/layer<n>/<kind><k>``); ValueError when the file holds no run or a run's stage
-    and layer are recorded nowhere."""
+    the run's card, else from the run's name (the plan sweep's ``<stage>/layer<n>/<kind><k>``);
+    ValueError when the file holds no run or a run's stage and layer are recorded nowhere."""
     path = Path(path)
     out = []
     with _opened(path) as f:
-        attrs = dict(f.attrs)
         for run in _run_names(f):
             group = f[f"runs/{run}"]
             try:
@@ -489,27 +481,27 @@ def read_plan_runs(path: str | Path) -> list[PlanRunInfo]:
                 raise ValueError(
                     f"{path}: run {run!r}: card is not valid JSON ({err.msg})"
                 ) from err
-            out.append(_run_info(run, attrs, card, "split" in group))
+            out.append(_run_info(run, card, "split" in group))
     if not out:
         raise ValueError(f"{path}: no runs/<name>/plans group")
     return out
 
 
-def _run_info(run: str, attrs: dict, card: dict, has_split: bool) -> PlanRunInfo:
+def _run_info(run: str, card: dict, has_split: bool) -> PlanRunInfo:
     provenance = card.get("provenance") or {}
     params = card.get("hyperparameters") or {}
     named = _RUN_NAME.match(run)
-    stage = attrs.get("stage", provenance.get("stage", named and named["stage"]))
-    layer = attrs.get("layer", provenance.get("layer", named and named["layer"]))
+    stage = provenance.get("stage", named and named["stage"])
+    layer = provenance.get("layer", named and named["layer"])
     kind = provenance.get("kind", named["kind"] if named else "decoder")
-    n_layers = attrs.get("n_layers", params.get("n_layers", named and named["n"]))
+    n_layers = params.get("n_layers", named and named["n"])
     if stage is None or layer is None:
         raise ValueError(f"run {run!r}: stage and layer are not recorded")
     return PlanRunInfo(
         run=run,
-        stage=_text(stage),
+        stage=str(stage),
         layer=int(layer),
-        kind=_text(kind),
+        kind=str(kind),
         n_layers=int(n_layers) if n_layers not in (None, "") else None,
         has_split=has_split,
         card=card,
