@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from goalprobe.gridworld.core import CellType
+from goalprobe.probes.families import store_params
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
@@ -51,7 +52,6 @@ from goalprobe.probes.training import (
     load_module_tensors,
     module_tensors,
     seeded_module,
-    store_params,
     torch_seed,
     train_estimator,
     validation_mean,
@@ -620,8 +620,7 @@ class MajorityCellBaseline(ClassifierMixin, BaseEstimator):
     def __init__(
         self, strategy: Literal["per_cell", "global"] = "per_cell", grid_size: int | None = None
     ):
-        self.strategy = strategy
-        self.grid_size = grid_size
+        store_params(self, locals())
 
     def fit(self, X: ResidualActs | FeatureMatrix, y: CellLabels, groups: GridIds | None = None):
         """Count class frequencies of ``y`` ``(N, S, S)``; ``X`` only fixes ``n_features_in_``."""

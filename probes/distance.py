@@ -16,6 +16,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from goalprobe.probes.families import store_params
 from goalprobe.probes.training import (
     Standardiser,
     as_feature_matrix,
@@ -24,7 +25,6 @@ from goalprobe.probes.training import (
     load_module_tensors,
     module_tensors,
     seeded_module,
-    store_params,
     torch_seed,
     train_estimator,
     validation_mean,

@@ -67,6 +67,14 @@ class RegisteredFamily:
         return self.cls(**kept)
 
 
+def store_params(estimator: object, params: dict) -> None:
+    """Set ``__init__``'s arguments (its ``locals()``) as attributes of the same names, unchanged
+    (scikit-learn's estimator API)."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 _FAMILIES: dict[str, RegisteredFamily] = {}
 _LOADED: list[bool] = []
 

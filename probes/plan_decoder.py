@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from goalprobe.gridworld.core import PLAN_HORIZON, PLAN_PAD
+from goalprobe.probes.families import store_params
 from goalprobe.probes.plan_metrics import N_PLAN_CLASSES, canonical_plans, truncate_plans
 from goalprobe.probes.training import (
     load_module_tensors,
     module_tensors,
-    store_params,
     train_estimator,
     validation_mean,
 )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.special
 from goalprobe.probes.baselines import uniform_top1
+from goalprobe.probes.families import store_params
 from goalprobe.probes.metrics import selectivity
 from goalprobe.probes.splits import shuffle_by_grid, split_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -47,9 +48,7 @@ class PositionProbe(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, C: float = 0.1, max_iter: int = 1000, random_state: int = 0) -> None:
-        self.C = C
-        self.max_iter = max_iter
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _pipeline(self):
         return make_pipeline(

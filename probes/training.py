@@ -29,14 +29,6 @@ slices, sorted within a batch (cheap gathers); ``"even"``, ``ceil(n / batch_size
 near-equal size in permutation order."""
 
 
-def store_params(estimator: object, params: dict) -> None:
-    """Set ``__init__``'s arguments (its ``locals()``) as attributes of the same names, unchanged
-    (scikit-learn's estimator API)."""
-    for name, value in params.items():
-        if name not in ("self", "__class__"):
-            setattr(estimator, name, value)
-
-
 def as_feature_matrix(X: np.ndarray, *, name: str = "acts") -> np.ndarray:
     """``(N, n_anchors, d_model)`` or ``(N, F)`` float activations as ``(N, F)`` (anchors
     concatenated, a view when possible); ``name`` is the array's name in error messages."""

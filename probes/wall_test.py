@@ -38,6 +38,7 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 from goalprobe.gridworld.core import CellType
+from goalprobe.probes.families import store_params
 from goalprobe.probes.splits import carve_validation, shuffle_by_grid
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import roc_auc_score
@@ -281,12 +282,7 @@ class ConditionalWallProbe(ClassifierMixin, BaseEstimator):
         max_iter: int = 300,
         random_state: int = 0,
     ) -> None:
-        self.frame = frame
-        self.radius = radius
-        self.alphas = alphas
-        self.validation_fraction = validation_fraction
-        self.max_iter = max_iter
-        self.random_state = random_state
+        store_params(self, locals())
 
     def frame_targets(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(wall (N, P) bool, uncertain (N, P) bool)``: each head's cell's wall status, and
