@@ -46,16 +46,11 @@ def _keys(X: np.ndarray, by: Conditioning) -> list[list[tuple]]:
     """Per row, its group keys from the finest to the coarsest (the back-off order)."""
     sizes = X[:, 0].astype(np.int64)
     dens = np.round(X[:, 1], _DENSITY_DECIMALS)
-    out = []
-    for size, d in zip(sizes.tolist(), dens.tolist(), strict=True):
-        keys: list[tuple] = []
-        if by == "size_density":
-            keys.append(("size_density", size, "nan" if np.isnan(d) else d))
-        if by in ("size", "size_density"):
-            keys.append(("size", size))
-        keys.append(("all",))
-        out.append(keys)
-    return out
+    finest = ("size_density", "size", "none").index(by)  # the keys finer than ``by`` left out
+    return [
+        [("size_density", size, "nan" if np.isnan(d) else d), ("size", size), ("all",)][finest:]
+        for size, d in zip(sizes.tolist(), dens.tolist(), strict=True)
+    ]
 
 
 def _check_by(by: str) -> None:
@@ -150,6 +145,5 @@ def uniform_top1(cell_types: np.ndarray, grid_sizes: np.ndarray) -> np.ndarray:
     object's cell: ``1 / #non-wall cells`` (the agent and the goal stand on non-wall cells)."""
     labels = np.asarray(cell_types)
     sizes = np.asarray(grid_sizes, dtype=np.int64)
-    walls = [np.count_nonzero(labels[i, :n, :n] != CellType.WALL) for i, n in enumerate(sizes)]
-    open_cells = np.array(walls, dtype=np.float64)
-    return 1.0 / np.maximum(open_cells, 1.0)
+    open_cells = [np.count_nonzero(labels[i, :n, :n] != CellType.WALL) for i, n in enumerate(sizes)]
+    return 1.0 / np.maximum(np.array(open_cells, dtype=np.float64), 1.0)

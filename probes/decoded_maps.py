@@ -184,8 +184,7 @@ def _decoded_walls(probs, acts, sizes, densities, agent, wall_probe, agent_wall_
 def top1_cell(dist: np.ndarray, size: int) -> tuple[int, int]:
     """The most probable cell of a ``(canvas, canvas)`` distribution within the ``n x n`` grid."""
     d = np.asarray(dist, dtype=np.float64)[:size, :size]
-    i = int(np.argmax(d))
-    return i // size, i % size
+    return divmod(int(np.argmax(d)), size)
 
 
 def decoded_classes(
