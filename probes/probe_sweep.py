@@ -209,38 +209,35 @@ def fit_and_score(config, estimator, data: ProbeData, train: np.ndarray, test: n
     tr, te = data.subset(train), data.subset(test)
     y_tr = tr.cell_types if config.target == "cell_type" else tr.goal_distance
     probe = clone(estimator).fit(tr.acts, y_tr, groups=tr.grid_ids)
-    controls, inputs = {}, {}
+    controls: dict[str, tuple] = {}  # name -> (fitted control, its test input)
     if config.controls and config.shuffled_control:
         shuffled_y = shuffle_by_grid(
             y_tr, tr.grid_ids, strata=tr.grid_sizes, random_state=config.random_state
         )
-        controls["shuffled"] = clone(estimator).fit(tr.acts, shuffled_y, groups=tr.grid_ids)
-        inputs["shuffled"] = te.acts
+        shuffled = clone(estimator).fit(tr.acts, shuffled_y, groups=tr.grid_ids)
+        controls["shuffled"] = (shuffled, te.acts)
     if config.controls:
         cov_tr = covariates(tr.grid_sizes, tr.densities)
         cov_te = covariates(te.grid_sizes, te.densities)
         if config.target == "cell_type":
             grid_size = estimator.get_params().get("grid_size")
-            controls["majority"] = MajorityCellBaseline(grid_size=grid_size).fit(tr.acts, y_tr)
-            inputs["majority"] = te.acts
+            majority = MajorityCellBaseline(grid_size=grid_size).fit(tr.acts, y_tr)
+            controls["majority"] = (majority, te.acts)
             if grid_size is None:  # a size-specific probe's labels carry no size to condition on
                 for by in ("size", "size_density"):
-                    controls[f"prior_{by}"] = CellPrior(by=by).fit(cov_tr, y_tr)
-                    inputs[f"prior_{by}"] = cov_te
+                    controls[f"prior_{by}"] = (CellPrior(by=by).fit(cov_tr, y_tr), cov_te)
         else:
-            controls["mean"] = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
-            inputs["mean"] = np.zeros((len(te.acts), 1))
+            mean = DummyRegressor(strategy="mean").fit(np.zeros((len(y_tr), 1)), y_tr)
+            controls["mean"] = (mean, np.zeros((len(te.acts), 1)))
             by_options: tuple[Conditioning, ...] = ("size", "size_density")
             for by in by_options:
-                controls[f"mean_{by}"] = GroupMeanRegressor(by=by).fit(cov_tr, y_tr)
-                inputs[f"mean_{by}"] = cov_te
+                controls[f"mean_{by}"] = (GroupMeanRegressor(by=by).fit(cov_tr, y_tr), cov_te)
     cells = config.target == "cell_type"
 
     def output(model, X):
         return (model.predict_proba(X), model.classes_) if cells else model.predict(X)
 
-    preds = {"probe": output(probe, te.acts)}
-    preds.update({name: output(model, inputs[name]) for name, model in controls.items()})
+    preds = {name: output(m, X) for name, (m, X) in {"probe": (probe, te.acts), **controls}.items()}
     test_output = preds["probe"][0] if cells else preds["probe"]
     extra = {"uniform_localisation": config.controls} if cells else {}
     metrics = _evaluate(config, preds, te, "probe", baselines=tuple(controls), **extra)
