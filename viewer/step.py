@@ -18,9 +18,13 @@ from goalprobe.probes.decoded_maps import CELL_READOUT, POSITION_READOUT, decode
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures.attribution import attribution_map_figure
-from goalprobe.viewer.figures.episodes import episode_timeline_figure
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
-from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probability_figure
+from goalprobe.viewer.figures.maps import (
+    cell_map_figure,
+    episode_timeline_figure,
+    plan_figure,
+    probability_figure,
+)
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
 from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
