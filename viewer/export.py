@@ -23,6 +23,8 @@ from goalprobe.viewer.step import (
     timeline_figure,
 )
 
+from goalprobe.run_layout import write_atomic
+
 PANELS = ("timeline", "true", "decoded", "plan", "plan_strip")
 """Figures stored for every step (the probability heatmaps come per class)."""
 
@@ -277,9 +279,4 @@ def export_html(
 </body>
 </html>
 """
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_atomic(Path(out_path), page)
