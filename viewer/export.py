@@ -116,10 +116,8 @@ def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3
     keys: list[str] = []
     for spec in specs:
         spec = spec.strip()
-        if spec in run.episodes:
-            matches = [spec]
-        else:
-            matches = [k for k, info in run.episodes.items() if info.grid_id == spec]
+        grid = [k for k, info in run.episodes.items() if info.grid_id == spec]
+        matches = [spec] if spec in run.episodes else grid
         if not matches:
             raise UnknownKeyError(
                 f"{spec!r} is not an episode (GRID_ID:EPISODE) or grid of the run; e.g. "

@@ -6,6 +6,7 @@ breadth-first distances to the decoded goal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import numpy as np
@@ -168,12 +169,8 @@ def readout_label(agent: bool, goal: bool) -> str:
 
 def plan_actions(tokens: np.ndarray) -> list[Action]:
     """The actions of a plan row up to its first ``END`` (``PAD`` ends it too)."""
-    out = []
-    for token in np.asarray(tokens).tolist():
-        if token in (PLAN_END, PLAN_PAD):
-            break
-        out.append(Action(int(token)))
-    return out
+    moves = takewhile(lambda token: token not in (PLAN_END, PLAN_PAD), np.asarray(tokens).tolist())
+    return [Action(int(token)) for token in moves]
 
 
 def _positions(data: EpisodeData) -> list[RowCol]:
@@ -345,7 +342,12 @@ def step_figures(
             probs=d.probs,
         )
     else:
-        message = no_map_message(view.map_source)
+        message = (
+            "No decoded map: choose a stage, layer and probe family that have one."
+            if view.map_source is None
+            else "No decoded map for this step: probes decode only their held-out test grids. "
+            "Tick 'only episodes with decoded maps' or pick another episode."
+        )
         figs["decoded"] = empty_figure(message, height=420)
         figs["probability"] = empty_figure(message, height=420)
     if view.plan is not None:
@@ -444,16 +446,6 @@ def default_episode(run: RunData, map_source: str | None) -> tuple[str | None, i
             if key in mapped:
                 return key, run.first_mapped_step(map_source, key)
     return next(iter(run.episodes)), 0
-
-
-def no_map_message(source_label: str | None) -> str:
-    """What an empty decoded-map panel says: why there is no map, and what to do."""
-    if source_label is None:
-        return "No decoded map: choose a stage, layer and probe family that have one."
-    return (
-        "No decoded map for this step: probes decode only their held-out test grids. "
-        "Tick 'only episodes with decoded maps' or pick another episode."
-    )
 
 
 NO_FALSE_BELIEF = (
