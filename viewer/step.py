@@ -193,7 +193,6 @@ def build_step_view(
     record = data.steps[t]
     visible, state = parse(record.grid_text)
     true_cells = cell_types(visible, state).astype(np.int64)
-    n = record.grid_size
     notes: list[str] = []
     decoded = None
     if map_source is not None:
@@ -208,8 +207,7 @@ def build_step_view(
         plans = run.predicted_plans(plan_source, episode)
         if plans.present[t]:
             predicted = plans.values[t]
-            horizon = len(predicted)
-            target = plan_rows([s.action_enum for s in data.steps], horizon)[t]
+            target = plan_rows([s.action_enum for s in data.steps], len(predicted))[t]
             prefix = plan_strip_categories(predicted, target)["prefix"]
             actions = plan_actions(predicted)
             start = State(
@@ -218,11 +216,8 @@ def build_step_view(
             predicted_path = [s.agent for s in rollout(data.grid, actions, start=start)]
             n_exec = len(plan_actions(target))
             positions = _positions(data)
-            executed, i = [positions[t]], t
-            while len(executed) <= n_exec and i < len(data.steps):
-                if data.steps[i].action is not None:
-                    executed.append(positions[i + 1])
-                i += 1
+            valid = [i for i in range(t, len(data.steps)) if data.steps[i].action is not None]
+            executed = [positions[t], *(positions[i + 1] for i in valid[:n_exec])]
             plan = PlanView(
                 source=plan_source,
                 predicted=np.asarray(predicted),
@@ -238,7 +233,7 @@ def build_step_view(
         episode=episode,
         step=t,
         n_steps=len(data.steps),
-        size=n,
+        size=record.grid_size,
         true_cells=true_cells,
         agent_row_col=record.agent_row_col,
         history=_positions(data)[: t + 1],
