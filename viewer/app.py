@@ -88,7 +88,7 @@ def create_app(
     notice = _missing_notice(run)  # before the tabs, which may read (and note) more files
     tabs = (
         ("Episode explorer", "explorer", explorer_tab(run)),
-        ("Run overview", "overview", overview_tab()),
+        ("Run overview", "overview", html.Div(id="overview", className="gp-main")),
         ("False-belief episodes", "false_belief", false_belief_tab(run)),
         ("Fogged episodes", "fog", fog_tab(run)),
     )
@@ -116,10 +116,9 @@ def create_app(
         ]
     )
     register_explorer_callbacks(app, run)
-    register_overview_callbacks(app, run)
     register_false_belief_callbacks(app, run)
     register_fog_callbacks(app, run)
-    _register_page_callbacks(app)
+    _register_page_callbacks(app, run)
     app.run_data = run  # for callers that want the index (tests, the CLI's summary)
     return app
 
@@ -146,14 +145,21 @@ def create_multi_run_app(parent: str | Path):
     return server, apps
 
 
-def _register_page_callbacks(app: dash.Dash) -> None:
-    """The tab named in the query string (``?view=...``), and the query string kept in step with
-    every choice of every tab (so a URL reopens the same view)."""
+def _register_page_callbacks(app: dash.Dash, run: RunData) -> None:
+    """The tab named in the query string (``?view=...``), the run overview computed when its tab
+    is first opened, and the query string kept in step with every choice of every tab (so a URL
+    reopens the same view)."""
 
     @app.callback(Output("tabs", "value"), Input("url", "search"))
     def tab_from_url(search):
         view = url_query(search).get("view")
         return view if view in _TABS else dash.no_update
+
+    @app.callback(Output("overview", "children"), Input("tabs", "value"), prevent_initial_call=True)
+    def show_overview(tab):
+        if tab != "overview":
+            raise PreventUpdate
+        return overview_content(run)
 
     app.clientside_callback(
         """function (episode, step, stage, layer, family, cls, plan, view, fb, fbStep) {
@@ -276,21 +282,6 @@ def _flatten(obj, prefix: str = ""):
         yield prefix.rstrip("."), f"[{len(obj)} items]"
     else:
         yield prefix.rstrip("."), obj
-
-
-def overview_tab():
-    """The tab's layout: a placeholder filled on first visit."""
-    return html.Div(id="overview", className="gp-main")
-
-
-def register_overview_callbacks(app: dash.Dash, run: RunData) -> None:
-    """The tab's callback: compute the overview when the tab is first opened."""
-
-    @app.callback(Output("overview", "children"), Input("tabs", "value"), prevent_initial_call=True)
-    def show_overview(tab):
-        if tab != "overview":
-            raise PreventUpdate
-        return overview_content(run)
 
 
 CSS = """

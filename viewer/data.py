@@ -172,20 +172,6 @@ class RunData:
         self._read: dict[str, Any] = {}
         self._store_index: dict[tuple[str, int], dict[int, int]] | None = None
         self._store_labels: dict[str, np.ndarray] | None = None
-        self._scan()
-        self.map_sources: dict[str, MapSource] = scan_map_sources(self.files)
-        self.plan_sources: dict[str, PlanSource] = scan_plan_sources(self.files)
-        self._scan_results()
-
-    # -- scanning -----------------------------------------------------------------------------
-
-    def _artefacts(self, *table: tuple[str, str, str]) -> None:
-        """For each ``(layout field, name, consequence)``: the file's resolved path in
-        ``_paths[field]``, or None (noted in :attr:`missing`)."""
-        for field, name, consequence in table:
-            self._paths[field] = self.files.artefact(getattr(self.layout, field), name, consequence)
-
-    def _scan(self) -> None:
         files, layout = self.files, self.layout
         self._artefacts(
             ("grids", "grid set", "grids are rebuilt from the trajectory's grid text"),
@@ -203,9 +189,8 @@ class RunData:
                     self.episodes[key] = EpisodeInfo(**vars(span), key=key)
         why = "decoded maps and predicted plans cannot be joined to steps"
         self._artefacts(("store", "activation store", why))
-
-    def _scan_results(self) -> None:
-        files, layout = self.files, self.layout
+        self.map_sources: dict[str, MapSource] = scan_map_sources(files)
+        self.plan_sources: dict[str, PlanSource] = scan_plan_sources(files)
         self._patching_path = files.first_file((layout.patch_results, layout.patch_records_csv))
         if self._patching_path is None:
             files.note("patching results", layout.patch_results, "not found", "no patching panel")
@@ -220,6 +205,14 @@ class RunData:
                 "the reasoning is shown without the logit lens's colours",
             ),
         )
+
+    # -- scanning -----------------------------------------------------------------------------
+
+    def _artefacts(self, *table: tuple[str, str, str]) -> None:
+        """For each ``(layout field, name, consequence)``: the file's resolved path in
+        ``_paths[field]``, or None (noted in :attr:`missing`)."""
+        for field, name, consequence in table:
+            self._paths[field] = self.files.artefact(getattr(self.layout, field), name, consequence)
 
     # -- allow-lists --------------------------------------------------------------------------
 
@@ -286,10 +279,12 @@ class RunData:
         return EpisodeData(info=info, steps=tuple(steps), grid=grid, rows=rows)
 
     def _grid(self, info: EpisodeInfo, steps: Sequence[StepRecord]) -> Grid:
-        """The episode's grid: from the grid set when it holds it, else from the first step."""
-        offsets = self._grid_index()
-        if info.grid_id in offsets and self._paths["grids"] is not None:
-            return read_indexed_grid(self._paths["grids"], *offsets[info.grid_id])
+        """The episode's grid: from the grid set when it holds it (indexed once), else from the
+        first step."""
+        path = self._paths["grids"]
+        offsets = self._once("grid_offsets", lambda: {} if path is None else index_grid_set(path))
+        if info.grid_id in offsets and path is not None:
+            return read_indexed_grid(path, *offsets[info.grid_id])
         first = steps[0]
         visible, state = parse(first.grid_text, variant=first.variant, grid_id=first.grid_id)
         return Grid(
@@ -302,11 +297,6 @@ class RunData:
             density=first.density,
             grid_id=first.grid_id,
         )
-
-    def _grid_index(self) -> dict[str, tuple[int, int]]:
-        """grid_id -> (byte offset, line) in the grid set (built once)."""
-        path = self._paths["grids"]
-        return self._once("grid_offsets", lambda: {} if path is None else index_grid_set(path))
 
     def _store_rows(self) -> dict[tuple[str, int], dict[int, int]] | None:
         """(grid_id, episode) -> {step: store row} for rows of this run (built once)."""

@@ -54,8 +54,7 @@ def _filter(label: str, filter_id: str, options: list[dict]) -> list:
 def _side_panel(run: RunData):
     facets = run.facets()
     present = {s.stage for s in run.map_sources.values()}
-    stages = sorted(present, key=lambda s: (stage_rank(s), s))
-    stages = stages or ["pre_reasoning"]
+    stages = sorted(present, key=lambda s: (stage_rank(s), s)) or ["pre_reasoning"]
     families = sorted({s.family for s in run.map_sources.values()})
     default_key = default_map_source(run)
     default = run.map_sources[default_key] if default_key else None

@@ -23,6 +23,8 @@ from goalprobe.viewer.step import (
     timeline_figure,
 )
 
+from goalprobe.run_layout import write_atomic
+
 PANELS = ("timeline", "true", "decoded", "plan", "plan_strip")
 """Figures stored for every step (the probability heatmaps come per class)."""
 
@@ -114,10 +116,8 @@ def select_episodes(run: RunData, specs: Sequence[str] | None, *, limit: int = 3
     keys: list[str] = []
     for spec in specs:
         spec = spec.strip()
-        if spec in run.episodes:
-            matches = [spec]
-        else:
-            matches = [k for k, info in run.episodes.items() if info.grid_id == spec]
+        grid = [k for k, info in run.episodes.items() if info.grid_id == spec]
+        matches = [spec] if spec in run.episodes else grid
         if not matches:
             raise UnknownKeyError(
                 f"{spec!r} is not an episode (GRID_ID:EPISODE) or grid of the run; e.g. "
@@ -277,9 +277,4 @@ def export_html(
 </body>
 </html>
 """
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_atomic(Path(out_path), page)

@@ -165,12 +165,9 @@ _STAGE_ALIASES = {
 
 def canonical_stage(stage: str) -> str:
     """Map ``pre``/``post``/``pre_reasoning``/... onto the store's stage names."""
-    try:
-        return _STAGE_ALIASES[str(stage)]
-    except KeyError:
-        raise ValueError(
-            f"unknown stage {stage!r}; expected one of {sorted(_STAGE_ALIASES)}"
-        ) from None
+    if str(stage) not in _STAGE_ALIASES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {sorted(_STAGE_ALIASES)}")
+    return _STAGE_ALIASES[str(stage)]
 
 
 def full_class_probs(probs: np.ndarray, classes: Sequence[int]) -> np.ndarray:
@@ -355,15 +352,13 @@ def read_false_belief_episodes(files: RunFiles) -> FalseBeliefEpisodes | None:
         except (OSError, ValueError, KeyError) as err:
             raise ValueError(f"false-belief decoded maps unreadable: {err}") from err
         probs = full_class_probs(step_maps.probs, step_maps.classes.tolist())
-        maps = {key: probs[i] for key, i in step_maps.index().items()}
+        index = step_maps.index()
+        maps = {key: probs[i] for key, i in index.items()}
         if step_maps.agent is not None and step_maps.goal is not None:
-            readouts = {
-                key: (
-                    np.asarray(step_maps.agent[i], dtype=np.float32),
-                    np.asarray(step_maps.goal[i], dtype=np.float32),
-                )
-                for key, i in step_maps.index().items()
-            }
+            agent, goal = (
+                np.asarray(p, dtype=np.float32) for p in (step_maps.agent, step_maps.goal)
+            )
+            readouts = {key: (agent[i], goal[i]) for key, i in index.items()}
         a = step_maps.attrs
         stage = a.get("stage", "?")
         stage = stage.decode() if isinstance(stage, bytes) else str(stage)

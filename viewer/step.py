@@ -6,6 +6,7 @@ breadth-first distances to the decoded goal."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,13 @@ from goalprobe.probes.decoded_maps import CELL_READOUT, POSITION_READOUT, decode
 from goalprobe.probes.scoring.belief import decoded_walls, optimal_mask_for_pair, top_cells
 from goalprobe.viewer.data import EpisodeData, RunData, UnknownKeyError
 from goalprobe.viewer.figures.attribution import attribution_map_figure
-from goalprobe.viewer.figures.episodes import episode_timeline_figure
 from goalprobe.viewer.figures.false_belief import false_belief_maps_figure
-from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probability_figure
+from goalprobe.viewer.figures.maps import (
+    cell_map_figure,
+    episode_timeline_figure,
+    plan_figure,
+    probability_figure,
+)
 from goalprobe.viewer.figures.patching import patching_heatmap_figure
 from goalprobe.viewer.figures.plans import plan_strip_categories, plan_strip_figure
 from goalprobe.viewer.figures.style import DECODED_COLOUR, class_name, empty_figure
@@ -164,12 +169,8 @@ def readout_label(agent: bool, goal: bool) -> str:
 
 def plan_actions(tokens: np.ndarray) -> list[Action]:
     """The actions of a plan row up to its first ``END`` (``PAD`` ends it too)."""
-    out = []
-    for token in np.asarray(tokens).tolist():
-        if token in (PLAN_END, PLAN_PAD):
-            break
-        out.append(Action(int(token)))
-    return out
+    moves = takewhile(lambda token: token not in (PLAN_END, PLAN_PAD), np.asarray(tokens).tolist())
+    return [Action(int(token)) for token in moves]
 
 
 def _positions(data: EpisodeData) -> list[RowCol]:
@@ -192,7 +193,6 @@ def build_step_view(
     record = data.steps[t]
     visible, state = parse(record.grid_text)
     true_cells = cell_types(visible, state).astype(np.int64)
-    n = record.grid_size
     notes: list[str] = []
     decoded = None
     if map_source is not None:
@@ -207,8 +207,7 @@ def build_step_view(
         plans = run.predicted_plans(plan_source, episode)
         if plans.present[t]:
             predicted = plans.values[t]
-            horizon = len(predicted)
-            target = plan_rows([s.action_enum for s in data.steps], horizon)[t]
+            target = plan_rows([s.action_enum for s in data.steps], len(predicted))[t]
             prefix = plan_strip_categories(predicted, target)["prefix"]
             actions = plan_actions(predicted)
             start = State(
@@ -217,11 +216,8 @@ def build_step_view(
             predicted_path = [s.agent for s in rollout(data.grid, actions, start=start)]
             n_exec = len(plan_actions(target))
             positions = _positions(data)
-            executed, i = [positions[t]], t
-            while len(executed) <= n_exec and i < len(data.steps):
-                if data.steps[i].action is not None:
-                    executed.append(positions[i + 1])
-                i += 1
+            valid = [i for i in range(t, len(data.steps)) if data.steps[i].action is not None]
+            executed = [positions[t], *(positions[i + 1] for i in valid[:n_exec])]
             plan = PlanView(
                 source=plan_source,
                 predicted=np.asarray(predicted),
@@ -237,7 +233,7 @@ def build_step_view(
         episode=episode,
         step=t,
         n_steps=len(data.steps),
-        size=n,
+        size=record.grid_size,
         true_cells=true_cells,
         agent_row_col=record.agent_row_col,
         history=_positions(data)[: t + 1],
@@ -341,7 +337,12 @@ def step_figures(
             probs=d.probs,
         )
     else:
-        message = no_map_message(view.map_source)
+        message = (
+            "No decoded map: choose a stage, layer and probe family that have one."
+            if view.map_source is None
+            else "No decoded map for this step: probes decode only their held-out test grids. "
+            "Tick 'only episodes with decoded maps' or pick another episode."
+        )
         figs["decoded"] = empty_figure(message, height=420)
         figs["probability"] = empty_figure(message, height=420)
     if view.plan is not None:
@@ -440,16 +441,6 @@ def default_episode(run: RunData, map_source: str | None) -> tuple[str | None, i
             if key in mapped:
                 return key, run.first_mapped_step(map_source, key)
     return next(iter(run.episodes)), 0
-
-
-def no_map_message(source_label: str | None) -> str:
-    """What an empty decoded-map panel says: why there is no map, and what to do."""
-    if source_label is None:
-        return "No decoded map: choose a stage, layer and probe family that have one."
-    return (
-        "No decoded map for this step: probes decode only their held-out test grids. "
-        "Tick 'only episodes with decoded maps' or pick another episode."
-    )
 
 
 NO_FALSE_BELIEF = (

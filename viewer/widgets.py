@@ -61,15 +61,18 @@ def graph(graph_id: str, height: int | None = None):
     return dcc.Graph(id=graph_id, config=GRAPH_CONFIG, style=style, figure=empty_figure("loading…"))
 
 
+def legend_item(label: str, colour: str, kind: str = "square"):
+    """A legend's mark of ``colour`` (``kind`` as in :data:`LEGEND`) beside its ``label``."""
+    marks = {"square": ("gp-swatch", "background"), "ring": ("gp-ring", "borderColor")}
+    css, prop = marks.get(kind, ("gp-line", "background"))
+    return html.Span(
+        [html.Span(className=css, style={prop: colour}), label], className="gp-legend-item"
+    )
+
+
 def legend():
     """The map legend under the grid panels (colours and marks of :data:`LEGEND`)."""
-    marks = {"square": ("gp-swatch", "background"), "ring": ("gp-ring", "borderColor")}
-    items = []
-    for label, colour, kind in LEGEND:
-        css, prop = marks.get(kind, ("gp-line", "background"))
-        mark = html.Span(className=css, style={prop: colour})
-        items.append(html.Span([mark, label], className="gp-legend-item"))
-    return html.Div(items, className="gp-legend")
+    return html.Div([legend_item(*entry) for entry in LEGEND], className="gp-legend")
 
 
 def badge(text: str, kind: str = ""):
@@ -217,16 +220,7 @@ def lens_reasoning(lens: StepLensRecord, reasoning_id: str, layer: int = -1) -> 
         )
     agree = sum(c.decoded(layer) == lens.action for c in lens.chunks)
     answer = Action(int(lens.answer[layer].argmax()))
-    key = [
-        html.Span(
-            [
-                html.Span(className="gp-swatch", style={"background": ACTION_COLOURS[int(a)]}),
-                a.name,
-            ],
-            className="gp-legend-item",
-        )
-        for a in Action
-    ]
+    key = [legend_item(a.name, ACTION_COLOURS[int(a)]) for a in Action]
     summary = html.Div(
         [
             html.Span(f"final action {lens.action.name}", className="gp-badge info"),

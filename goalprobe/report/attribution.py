@@ -97,11 +97,6 @@ def das_blocks(model: str) -> list[Block]:
     return [table(header, rows, caption)]
 
 
-def card(run: RunReader) -> dict:
-    """The attribution card of ``run`` (MissingInput when the stage did not run)."""
-    return run.json(run.layout.attribution)
-
-
 def share_text(top: Mapping) -> str:
     """The top region's share with its interval over grids (in words with one grid)."""
     text = stat_text(top["share"])
@@ -125,7 +120,7 @@ def where_text(top: Mapping) -> str:
 def where_read_row(run: RunReader, arg: str) -> Reading:
     """The headline row (descriptive): the region ``arg``'s metric is read from most, and its
     share of the attribution, beside a uniform attribution's."""
-    top = (card(run).get("top_region") or {}).get(arg)
+    top = (run.json(run.layout.attribution).get("top_region") or {}).get(arg)
     if top is None:
         raise KeyError(f"no {arg} attribution")
     return Reading(
@@ -142,7 +137,7 @@ def where_read_row(run: RunReader, arg: str) -> Reading:
 
 def _agent_blocks(run: RunReader, who: str, fig: Figures) -> list[Block]:
     try:
-        data = card(run)
+        data = run.json(run.layout.attribution)
     except MissingInput as err:
         return [Text(f"{who}: not run ({err}).")]
     blocks: list[Block] = []
@@ -211,7 +206,7 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
     """Both agents: where metric (b) says the coordinates are read from (region shares by block
     with n, the heat map of the first pair), metric (a) beside it, and the check against real
     patches where the stage ran one."""
-    card(run)  # this run's stage must have run: MissingInput otherwise
+    run.json(run.layout.attribution)  # this run's stage must have run: MissingInput otherwise
     control = RunReader(run.layout.control.root)
     blocks: list[Block] = [
         Text(
@@ -225,10 +220,10 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
         )
     ]
     blocks += _agent_blocks(run, "Default agent", fig)
-    if control.layout.stages_dir.is_dir():
-        blocks += _agent_blocks(control, "Positive control", fig)
     rows = _check_rows(run, "default")
-    if control.layout.stages_dir.is_dir():
+    with_control = control.layout.stages_dir.is_dir()
+    if with_control:
+        blocks += _agent_blocks(control, "Positive control", fig)
         rows += _check_rows(control, "control")
     if rows:
         blocks.append(
@@ -240,6 +235,6 @@ def attribution(run: RunReader, fig: Figures) -> list[Block]:
                 "(the coordinates are written with probability about 1) or cancellation.",
             )
         )
-    if control.layout.stages_dir.is_dir():
-        blocks += das_blocks(card(control)["model"])
+    if with_control:
+        blocks += das_blocks(control.json(control.layout.attribution)["model"])
     return blocks

@@ -85,18 +85,13 @@ def probe(run: RunReader, key: str) -> Reading:
     seeds = run.optional_json(run.layout.probing_headline_seeds)
     if seeds and key in seeds.get("pooled", {}):
         pooled = seeds["pooled"][key]
-        finding = (
-            f"{_PROBE_LABELS[key]} (probing set, {where}; {len(seeds['seeds'])} training seeds "
-            "pooled; Figs. 6-7)"
-        )
-        out = _selectivity(
-            finding, pooled["probe"], pooled["selectivity"], None, True, head["n_test_grids"]
-        )
-        return wall_auc_power(out) if key == "auc/wall" else out
-    sel = m["selectivity"][key]
+        where += f"; {len(seeds['seeds'])} training seeds pooled"
+        value, sel, base = pooled["probe"], pooled["selectivity"], None
+    else:
+        sel = m["selectivity"][key]
+        value, base = metric(m, "probe", key), metric(m, sel["baseline"], key)
     finding = f"{_PROBE_LABELS[key]} (probing set, {where}; Figs. 6-7)"
-    base = metric(m, sel["baseline"], key)
-    out = _selectivity(finding, metric(m, "probe", key), sel, base, True, head["n_test_grids"])
+    out = _selectivity(finding, value, sel, base, True, head["n_test_grids"])
     return wall_auc_power(out) if key == "auc/wall" else out
 
 

@@ -24,18 +24,13 @@ def reading(data: Mapping) -> str:
         "that predicts the answer's action names the answered action in "
         f"{stat_text(answer[-1])} of steps at the last block (the model itself) and in "
         f"{stat_text(answer[0])} at block 0; majority action {stat_text(data['majority'])}, "
-        "chance 25%."
-    ]
-    parts.append(
+        "chance 25%.",
         "It names it above chance from block "
-        + (f"{first} on." if first is not None else "none (no block's interval clears 25%).")
-    )
-    early = last[0]
-    parts.append(
+        + (f"{first} on." if first is not None else "none (no block's interval clears 25%)."),
         f"Along the reasoning, at the last block, the lens names the final action in "
-        f"{stat_text(early)} of steps in the first fifth of the reasoning and "
-        f"{stat_text(last[-1])} in the last fifth."
-    )
+        f"{stat_text(last[0])} of steps in the first fifth of the reasoning and "
+        f"{stat_text(last[-1])} in the last fifth.",
+    ]
     stable = data["first_stable"]
     if stable["quartiles"]:
         q = stable["quartiles"]

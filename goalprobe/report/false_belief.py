@@ -156,20 +156,20 @@ def walls_follow_text(decoding: dict) -> str:
 
     walls = Readout.from_json(decoding.get("readout")).walls
     dec = decoding["table"]
-    parts = []
+    parts: list[str] = []
+    short = False
     for kind in WALL_KINDS:
         entry = (dec.get(kind) or {}).get("false_belief")
         if not entry:
             continue
         shown = entry["matches_shown"]
+        short |= shown.get("n", 0) < CELLS_FOR_80
         parts.append(
             f"{kind.replace('_', ' ')}: {stat_text(shown)} of {shown.get('n')} cells "
             f"({shown.get('n_grids', '?')} grids)"
         )
     if not parts:
         return "No phantom or hidden wall cells were decoded in this run."
-    cells = [((dec.get(k) or {}).get("false_belief") or {}) for k in WALL_KINDS]
-    short = any((c.get("matches_shown") or {}).get("n", 0) < CELLS_FOR_80 for c in cells if c)
     text = (
         f"Decoded walls (read-out: {walls}) at the changed cells follow the drawn grid in "
         + "; ".join(parts)

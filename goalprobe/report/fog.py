@@ -98,24 +98,21 @@ def map_reading(data: Mapping) -> str:
     best = probe["best_baseline"]
     points = probe.get("detectable")
     detects = "" if points is None else f" (this n could detect {num(100 * points, 1)} points)"
-    parts = [
+    hidden, shown = walls["hidden"], walls["revealed"]
+    auc = walls.get("beyond_prior_detectable")
+    where = "" if auc is None else f" (this n could detect {num(auc, 2)} AUC)"
+    return (
         f"At the pre-reasoning anchors (layer {data['layer']}, {data['rows']} steps of "
         f"{data['grids']} fogged grids, {probe['test_grids']} held out), a per-cell read-out of "
         f"which cells are revealed scores {stat_text(probe['probe'])} against "
         f"{stat_text(probe[best])} for the stronger baseline ({best.replace('_', ' ')}): "
-        + _verdict_text(_KNOWLEDGE, probe["verdict"], detects),
-    ]
-    hidden, shown = walls["hidden"], walls["revealed"]
-    auc = walls.get("beyond_prior_detectable")
-    where = "" if auc is None else f" (this n could detect {num(auc, 2)} AUC)"
-    parts.append(
-        "The headline probe's walls find the true walls at hidden cells with ROC AUC "
+        + _verdict_text(_KNOWLEDGE, probe["verdict"], detects)
+        + " The headline probe's walls find the true walls at hidden cells with ROC AUC "
         f"{num(hidden['decoded_auc'], 2)} (size-and-density prior {num(hidden['prior_auc'], 2)}; "
         f"difference {stat_text(hidden['difference'], percent=False)}) and at revealed cells "
         f"with {num(shown['decoded_auc'], 2)} (prior {num(shown['prior_auc'], 2)}): "
         + _verdict_text(_HIDDEN, walls["beyond_prior_at_hidden"], where)
     )
-    return " ".join(parts)
 
 
 _KNOWLEDGE = {

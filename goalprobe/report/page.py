@@ -95,9 +95,6 @@ SECTION_TITLES: dict[str, str] = {
 }
 """Section id -> heading, in page order (tests look for these headings)."""
 
-STAGE_OF_SECTION: dict[str, str] = {s.id: s.stage for s in SECTIONS}
-"""The demo stage behind each data section (for its config and failure record)."""
-
 
 @dataclass(frozen=True)
 class StageConfig:

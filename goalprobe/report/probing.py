@@ -8,7 +8,7 @@ from goalprobe.report.causal_rows import headline_sweep
 from goalprobe.report.probes import ACCURACY
 from goalprobe.report.run import MissingInput, RunReader, metric
 from goalprobe.stages import HEADLINE_STAGE
-from goalprobe.viewer.figures.learning import learning_curve_figure
+from goalprobe.viewer.figures.probes import learning_curve_figure
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("accuracy_no_padding", "accuracy on grid cells"),

@@ -23,12 +23,8 @@ class RunReader:
 
     def __init__(self, root: str | Path) -> None:
         self.layout = RunLayout(Path(root))
+        self.root: Path = self.layout.root
         self._cache: dict[Path, Any] = {}
-
-    @property
-    def root(self) -> Path:
-        """The run directory."""
-        return self.layout.root
 
     def json(self, path: Path) -> Any:
         """The parsed JSON file ``path`` (a layout path); :class:`MissingInput` when absent or

@@ -95,7 +95,7 @@ def test_bad_inputs_are_refused():
 
 
 def test_the_figure_draws_every_model_with_its_band_per_metric():
-    from goalprobe.viewer.figures.learning import learning_curve_figure
+    from goalprobe.viewer.figures.probes import learning_curve_figure
 
     data = planted_distance_data(60)
     split = split_by_grid(data.grid_ids, test_fraction=0.25, random_state=0)

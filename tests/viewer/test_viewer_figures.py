@@ -30,8 +30,12 @@ from goalprobe.viewer.figures.behaviour import (
     behaviour_grid_figure,
     iso_accuracy_figure,
 )
-from goalprobe.viewer.figures.episodes import episode_timeline_figure
-from goalprobe.viewer.figures.maps import cell_map_figure, plan_figure, probability_figure
+from goalprobe.viewer.figures.maps import (
+    cell_map_figure,
+    episode_timeline_figure,
+    plan_figure,
+    probability_figure,
+)
 from goalprobe.viewer.figures.patching import patch_summary_figure, patching_heatmap_figure
 from goalprobe.viewer.figures.plans import (
     STRIP_COLOURS,
