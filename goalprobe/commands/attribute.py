@@ -116,10 +116,10 @@ def command(
     (--pairs RUN/patching/patch_pairs.jsonl --trajectories RUN/rollouts/trajectories.jsonl).
     """
     from goalprobe.activations.capture.gradients import GradientUnsupportedError
-    from goalprobe.attribution_section import AttributionSection
     from goalprobe.probes.attribution import METRICS, POSITION_SETS, AttributionConfig
     from goalprobe.probes.patching.counterfactuals import CounterfactualConfig
     from goalprobe.probes.patching.experiment import PatchConfig
+    from goalprobe.sections import AttributionSection
     from goalprobe.stages.attribution import (
         DoesNotFitError,
         NoPairError,
