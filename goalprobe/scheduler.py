@@ -93,18 +93,13 @@ class StageBook:
 
     def __post_init__(self) -> None:
         self.runner = StageRunner(self.layout.root, force=self.force)
-        if self.serves:  # the server's generation first, then the stages that load weights
+        if self.config.agent.backend == "server":  # its generation first, then the weight stages
             self.stages = server_first(self.stages)
-
-    @property
-    def serves(self) -> bool:
-        """Whether the agent generates on a server (``--backend server``)."""
-        return self.config.agent.backend == "server"
 
     def waits_for_server(self, name: str) -> tuple[str, ...]:
         """The server stages ``name`` waits for besides its inputs: with a server, a stage that
         needs the weights starts after every stage of the book that generates."""
-        if not self.serves or not needs_weights(name):
+        if self.config.agent.backend != "server" or not needs_weights(name):
             return ()
         return tuple(n for n in self.stages if stage(n).generates)
 
