@@ -125,9 +125,8 @@ class StageRunner:
             record = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"stage record {path} is corrupt ({err}); delete it to rerun") from err
-        if record.get("schema") != STAGE_RECORD_SCHEMA or record.get("config_hash") != config_hash(
-            config
-        ):
+        expected = (STAGE_RECORD_SCHEMA, config_hash(config))
+        if (record.get("schema"), record.get("config_hash")) != expected:
             return None
         outputs = {k: self.layout.root / v for k, v in record["outputs"].items()}
         if not all(p.exists() for p in outputs.values()):
