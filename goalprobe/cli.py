@@ -38,11 +38,6 @@ def is_server_error(err: BaseException) -> bool:
     return module is not None and isinstance(err, module.ServerError)
 
 
-def one_line(message: str) -> str:
-    """``message`` on one line (newlines and runs of spaces collapsed)."""
-    return " ".join(message.split())
-
-
 class OneLineErrors(TyperGroup):
     """The ``goalprobe`` command group, whose errors are one line and exit code 2."""
 
@@ -69,7 +64,7 @@ class OneLineErrors(TyperGroup):
             raise err
         if not message.strip():  # e.g. no arguments at all: the help was already printed
             sys.exit(EXIT_USER_ERROR)
-        typer.echo(f"error: {one_line(message)}", err=True)
+        typer.echo(f"error: {' '.join(message.split())}", err=True)  # on one line
         sys.exit(EXIT_USER_ERROR)
 
 

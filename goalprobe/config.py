@@ -22,7 +22,6 @@ from goalprobe.agents.agent_config import AgentConfig
 from goalprobe.agents.bundled import MAP_AGENT, token_budget
 from goalprobe.agents.preflight import PreflightConfig
 from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.presets import N_BOOTSTRAP, PAPER, PRESETS, seeded
@@ -30,6 +29,7 @@ from goalprobe.probes.scoring.config import ScoreConfig
 from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     ActivationsConfig,
+    AttributionSection,
     DecisionConfig,
     DistanceConfig,
     FalseBeliefConfig,

@@ -151,15 +151,14 @@ def run_demo(
     else:
         run_parallel(books, jobs, progress)
     seconds = time.perf_counter() - started
-    results = [_result(each, seconds) for each in books]
+    results = [
+        DemoResult(
+            run_dir=each.layout.root,
+            config=each.config,
+            stages={n: each.outcomes[n] for n in each.stages if n in each.outcomes},
+            report_path=each.layout.report if each.layout.report.is_file() else None,
+            seconds=seconds,
+        )
+        for each in books
+    ]
     return replace(results[0], control=results[1] if len(results) > 1 else None)
-
-
-def _result(book: StageBook, seconds: float) -> DemoResult:
-    return DemoResult(
-        run_dir=book.layout.root,
-        config=book.config,
-        stages={n: book.outcomes[n] for n in book.stages if n in book.outcomes},
-        report_path=book.layout.report if book.layout.report.is_file() else None,
-        seconds=seconds,
-    )

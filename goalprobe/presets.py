@@ -13,18 +13,17 @@ from typing import Any
 from goalprobe.activations.extract import ExtractConfig
 from goalprobe.agents.prompt_states import PromptStatesConfig
 from goalprobe.agents.rollout import RolloutConfig
-from goalprobe.attribution_section import AttributionSection
 from goalprobe.gridworld.behaviour import BehaviourConfig
 from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.gridworld.harm import HarmGridConfig
 from goalprobe.gridworld.intention import IntentionTestConfig
-from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 from goalprobe.probes.steering import SteeringConfig
 from goalprobe.sections import (
     DEMO_PATCH,
     ActivationsConfig,
+    AttributionSection,
     DecisionConfig,
     DistanceConfig,
     FalseBeliefConfig,
@@ -62,17 +61,14 @@ def seeded(config: Any, seed: int, n_bootstrap: int) -> Any:
     return dataclasses.replace(config, **changes)
 
 
-def demo_patch(**changes: Any) -> PatchConfig:
-    """The demo's patching (:data:`~goalprobe.sections.DEMO_PATCH`) with ``changes``."""
-    return dataclasses.replace(DEMO_PATCH, **changes)
-
-
 PAPER: dict[str, Any] = dict(
     grids=GridSetConfig(n_per_cell=10),
     rollouts=RolloutConfig(episodes_per_grid=10, batch_size=64, max_new_tokens=4096),
     harm=HarmConfig(grids=HarmGridConfig(n_grids=50), episodes_per_grid=10),
     intention=IntentionConfig(grids_per_variant=50, states_per_grid=3, samples_per_state=10),
-    patching=PatchingConfig(patch=demo_patch(max_new_tokens=4096, full_pairs=24, chunk_pairs=100)),
+    patching=PatchingConfig(
+        patch=dataclasses.replace(DEMO_PATCH, max_new_tokens=4096, full_pairs=24, chunk_pairs=100)
+    ),
     false_belief=FalseBeliefConfig(
         grids=FalseBeliefSetConfig(size=9, pairs_per_kind=10), episodes_per_grid=5
     ),
@@ -120,7 +116,8 @@ TINY: dict[str, Any] = dict(
         decoder=PlanDecoderTraining(d_bottleneck=16, n_heads=2, max_epochs=2, n_iter_no_change=1),
     ),
     patching=PatchingConfig(
-        patch=demo_patch(
+        patch=dataclasses.replace(
+            DEMO_PATCH,
             sites=("grid", "post_reasoning"),
             layers=("all",),
             require_optimal=False,
@@ -188,7 +185,8 @@ DEFAULT: dict[str, Any] = dict(
     # >= 100 disjoint pairs at the pre-reasoning anchor (the headline); the dose-response
     # (descriptive) on the first 3 pairs of each kind
     patching=PatchingConfig(
-        patch=demo_patch(
+        patch=dataclasses.replace(
+            DEMO_PATCH,
             anchor_sites=("pre_reasoning",),
             full_pairs=3,
             max_new_tokens=256,

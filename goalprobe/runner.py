@@ -64,7 +64,7 @@ def _view(obj: Any) -> Any:
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
+    if isinstance(obj, (set, frozenset)):
         return list(obj)
     raise TypeError(f"cannot serialise {type(obj).__name__} in a stage config")
 
@@ -92,13 +92,8 @@ class StageRunner:
 
     def __init__(self, run_dir: Path, force: set[str] | None = None) -> None:
         self.layout = RunLayout(Path(run_dir))
-        self.run_dir = self.layout.root
         self.force = set(force or ())
         self.layout.stages_dir.mkdir(parents=True, exist_ok=True)
-
-    def record_path(self, name: str) -> Path:
-        """Where the record of stage ``name`` lives."""
-        return self.layout.stage_record(name)
 
     def remove_outputs(self, name: str) -> None:
         """Delete the outputs the stage's previous record lists, so that a forced stage starts
@@ -107,11 +102,11 @@ class StageRunner:
         Raises:
             ValueError: the record names an output outside the run directory.
         """
-        path = self.record_path(name)
+        path = self.layout.stage_record(name)
         if not path.is_file():
             return
         record = json.loads(path.read_text())
-        root = self.run_dir.resolve()
+        root = self.layout.root.resolve()
         for relative in record.get("outputs", {}).values():
             target = (root / relative).resolve()
             if not target.is_relative_to(root) or target == root:
@@ -123,18 +118,17 @@ class StageRunner:
 
     def cached(self, name: str, config: Any) -> StageResult | None:
         """The cached result of ``name`` if its record matches ``config`` and outputs exist."""
-        path = self.record_path(name)
+        path = self.layout.stage_record(name)
         if name in self.force or not path.exists():
             return None
         try:
             record = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"stage record {path} is corrupt ({err}); delete it to rerun") from err
-        if record.get("schema") != STAGE_RECORD_SCHEMA or record.get("config_hash") != config_hash(
-            config
-        ):
+        expected = (STAGE_RECORD_SCHEMA, config_hash(config))
+        if (record.get("schema"), record.get("config_hash")) != expected:
             return None
-        outputs = {k: self.run_dir / v for k, v in record["outputs"].items()}
+        outputs = {k: self.layout.root / v for k, v in record["outputs"].items()}
         if not all(p.exists() for p in outputs.values()):
             return None
         return StageResult(name, outputs, True, record["seconds"], record.get("summary", {}))
@@ -160,10 +154,7 @@ class StageRunner:
             "name": name,
             "config": config_to_dict(config),
             "config_hash": config_hash(config),
-            "outputs": {
-                k: str(Path(v).resolve().relative_to(self.run_dir.resolve()))
-                for k, v in outputs.items()
-            },
+            "outputs": {k: self.layout.relative(v) for k, v in outputs.items()},
             "seconds": seconds,
             "summary": summary,
             "package_version": package_version(),
@@ -171,7 +162,9 @@ class StageRunner:
             "environment": stage_environment(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        write_atomic(self.record_path(name), json.dumps(record, indent=2, default=_json_default))
+        write_atomic(
+            self.layout.stage_record(name), json.dumps(record, indent=2, default=_json_default)
+        )
         return StageResult(name, {k: Path(v) for k, v in outputs.items()}, False, seconds, summary)
 
 

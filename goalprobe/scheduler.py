@@ -93,18 +93,13 @@ class StageBook:
 
     def __post_init__(self) -> None:
         self.runner = StageRunner(self.layout.root, force=self.force)
-        if self.serves:  # the server's generation first, then the stages that load weights
+        if self.config.agent.backend == "server":  # its generation first, then the weight stages
             self.stages = server_first(self.stages)
-
-    @property
-    def serves(self) -> bool:
-        """Whether the agent generates on a server (``--backend server``)."""
-        return self.config.agent.backend == "server"
 
     def waits_for_server(self, name: str) -> tuple[str, ...]:
         """The server stages ``name`` waits for besides its inputs: with a server, a stage that
         needs the weights starts after every stage of the book that generates."""
-        if not self.serves or not needs_weights(name):
+        if self.config.agent.backend != "server" or not needs_weights(name):
             return ()
         return tuple(n for n in self.stages if stage(n).generates)
 
@@ -249,13 +244,10 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
         return not final or not any(pending(c, n) for c in book.companions for n in c.stages)
 
     bar = tqdm(total=len(waiting), desc="goalprobe demo", unit="stage", disable=not progress)
-    pool = ProcessPoolExecutor(
-        jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(threads,),
-    )
-    with pool:
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        jobs, mp_context=spawn, initializer=_init_worker, initargs=(threads,)
+    ) as pool:
         while waiting or running:
             for book, name in list(waiting):
                 if len(running) >= jobs:
@@ -268,10 +260,9 @@ def run_parallel(books: list[StageBook], jobs: int, progress: bool) -> None:
                     continue
                 received, key = book.prepare(name)
                 root, module = str(book.layout.root), stage(name).run.__module__
-                forced = name in book.force
                 try:
                     future = pool.submit(
-                        _stage_in_worker, root, module, name, key, received, forced
+                        _stage_in_worker, root, module, name, key, received, name in book.force
                     )
                 except BrokenProcessPool:  # a worker died between two stages
                     book.failed(name, _DIED, traceback.format_exc())

@@ -12,6 +12,7 @@ from goalprobe.gridworld.false_belief import FalseBeliefSetConfig
 from goalprobe.gridworld.generator import GridSetConfig
 from goalprobe.gridworld.harm import HarmGridConfig
 from goalprobe.gridworld.intention import IntentionTestConfig
+from goalprobe.probes.attribution import AttributionConfig
 from goalprobe.probes.patching.experiment import PatchConfig
 from goalprobe.probes.plan_sweep import PlanSweepConfig
 
@@ -82,8 +83,7 @@ class HarmConfig:
     episodes_per_grid: int = 2
     """Trajectories per grid and condition (horizon ``ceil(1.5 L)`` as the main rollouts)."""
     random_trajectories: int = 1000
-    """Random-agent trajectories per grid behind the behaviour score's baseline (1,000 in
-    MACHIAVELLI)."""
+    """Random-agent trajectories per grid behind the behaviour score's baseline (MACHIAVELLI's)."""
     oracle_episodes: int = 20
     """Episodes per grid of each shortest-path oracle reference (harm-blind and harm-avoiding,
     ties broken at random; no model involved), against which the harm verdict is read."""
@@ -120,8 +120,7 @@ class IntentionConfig:
     """Behavioural intention on the key variants (Ward et al., Definition 20)."""
 
     variants: tuple[str, ...] = ("key_door", "key_no_door", "two_path_key")
-    """Key variants tested, each with its interventions
-    (:data:`goalprobe.gridworld.intention.INTERVENTIONS`)."""
+    """Key variants tested, each with its interventions (``gridworld.intention.INTERVENTIONS``)."""
     size: int = 7
     """Grid side."""
     density: float = 0.4
@@ -231,8 +230,7 @@ class DistanceConfig:
 
 @dataclass(frozen=True)
 class PlanDecoderTraining:
-    """How every plan decoder of the sweep is built and trained (the
-    :class:`~goalprobe.probes.plan_decoder.PlanDecoder` hyperparameters the demo sets)."""
+    """The :class:`~goalprobe.probes.plan_decoder.PlanDecoder` hyperparameters the demo sets."""
 
     d_bottleneck: int = 1024
     """Decoder width (1024 in the study)."""
@@ -357,8 +355,7 @@ class FogConfig:
 
 @dataclass(frozen=True)
 class DecisionConfig:
-    """Where the decision is made (issue 30): a logit lens on the answer and along the
-    reasoning of the main rollouts' steps."""
+    """Where the decision is made (issue 30): a logit lens on the answer and along the reasoning."""
 
     max_steps: int = 120
     """Steps read (spread over the grids, the same for every run of a seed); 0 reads none."""
@@ -372,3 +369,32 @@ class DecisionConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 0 or self.chunk < 1 or self.n_bootstrap < 0:
             raise ValueError("decision: max_steps >= 0, chunk >= 1 and n_bootstrap >= 0")
+
+
+@dataclass(frozen=True)
+class AttributionSection:
+    """Attribution patching on the patching stage's pairs (``RUN/attribution/``)."""
+
+    attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    """The metrics, positions and AtP*'s GradDrop to attribute (:class:`AttributionConfig`)."""
+    kinds: tuple[str, ...] = ("disjoint",)
+    """Which of the patching stage's pair kinds to attribute (``disjoint``, ``control``)."""
+    max_pairs: int = 10
+    """Most pairs: the first kept pairs of :attr:`kinds` in ``RUN/patching/patch_pairs.jsonl``."""
+    check_pairs: int = 1
+    """Pairs (the first attributed) whose attribution is checked against the real patch of
+    every affected block x prompt position (:mod:`goalprobe.probes.attribution_check`); 0: none."""
+    top_k: int = 5
+    """The ``k`` of the check's top-k hit rate."""
+    backend: str = "hooks"
+    """Capture backend of the gradient runs (``hooks``: GradDrop; ``nnsight``: plain AtP)."""
+
+    def __post_init__(self) -> None:
+        if self.max_pairs < 1 or self.check_pairs < 0 or self.top_k < 1:
+            raise ValueError("max_pairs and top_k must be >= 1, check_pairs >= 0")
+        if not self.kinds or any(k not in ("disjoint", "control") for k in self.kinds):
+            raise ValueError(f"kinds must be a subset of ('disjoint', 'control'), got {self.kinds}")
+        if self.backend not in ("hooks", "nnsight"):
+            raise ValueError(f"backend must be hooks or nnsight, got {self.backend!r}")
+        if self.attribution.grad_drop and self.backend != "hooks":
+            raise ValueError("GradDrop runs on the hooks backend")

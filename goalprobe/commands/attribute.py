@@ -116,10 +116,10 @@ def command(
     (--pairs RUN/patching/patch_pairs.jsonl --trajectories RUN/rollouts/trajectories.jsonl).
     """
     from goalprobe.activations.capture.gradients import GradientUnsupportedError
-    from goalprobe.attribution_section import AttributionSection
     from goalprobe.probes.attribution import METRICS, POSITION_SETS, AttributionConfig
     from goalprobe.probes.patching.counterfactuals import CounterfactualConfig
     from goalprobe.probes.patching.experiment import PatchConfig
+    from goalprobe.sections import AttributionSection
     from goalprobe.stages.attribution import (
         DoesNotFitError,
         NoPairError,
@@ -215,7 +215,7 @@ def _choose_pairs(trajectories, grids, pairs, section, cf_config, sizes, max_bas
             chosen = read_pairs(pairs, bases, section.kinds, section.max_pairs)
         except (ValueError, KeyError) as err:
             raise typer.BadParameter(str(err), param_hint="--pairs") from err
-        source = pair_source(str(pairs), str(trajectories), read)
+        source = pair_source(str(pairs), str(trajectories), len(read.bases))
     else:
         from goalprobe.probes.patching.counterfactuals import build_counterfactuals
 
@@ -223,10 +223,5 @@ def _choose_pairs(trajectories, grids, pairs, section, cf_config, sizes, max_bas
         bases = draw_bases(bases, max_bases, seed, sizes=keep)
         drawn = build_counterfactuals(bases, cf_config)
         chosen = [p for p in drawn if p.kind in section.kinds][: section.max_pairs]
-        source = {
-            "counterfactuals": asdict(cf_config),
-            "input": str(trajectories or grids),
-            "n_bases": len(bases),
-            "pairs": None,
-        }
+        source = pair_source(None, str(trajectories or grids), len(bases), asdict(cf_config))
     return chosen, source, effort, template_dir

@@ -109,7 +109,8 @@ def command(
     from goalprobe.activations.capture import BACKENDS
     from goalprobe.activations.extract import ExtractConfig, holds_other_extraction
     from goalprobe.agents.attention import ATTENTION_CHOICES
-    from goalprobe.agents.trajectories import trajectory_stats
+    from goalprobe.agents.chat_format import format_name
+    from goalprobe.agents.trajectories import read_run_header, trajectory_stats
     from goalprobe.stages.activations import extract_store
 
     # every argument and the input file are checked before the (possibly long) model load
@@ -153,7 +154,15 @@ def command(
             param_hint="--out",
         )
 
-    _check_chat_format(model, trajectories)
+    # the model's chat format exists and is the one the trajectories were written in
+    chat_format = model_format(model)
+    recorded = format_name(read_run_header(trajectories).chat_format)
+    if recorded != chat_format.name:
+        raise typer.BadParameter(
+            f"{trajectories} was written in the {recorded} chat format, but {model}'s tokenizer "
+            f"uses {chat_format.name}",
+            param_hint="--model",
+        )
     from goalprobe.agents.models import load_model
 
     loaded = load_model(
@@ -238,19 +247,4 @@ def _print_report(report, config, backend_name: str) -> None:
             "a server's text, not the ids the model read (the server returned none; use vLLM "
             ">= 0.11.1 with --server-token-ids)",
             err=True,
-        )
-
-
-def _check_chat_format(model: str, trajectories: Path) -> None:
-    """The model's chat format exists and is the one the trajectories were written in."""
-    from goalprobe.agents.chat_format import format_name
-    from goalprobe.agents.trajectories import read_run_header
-
-    chat_format = model_format(model)
-    recorded = format_name(read_run_header(trajectories).chat_format)
-    if recorded != chat_format.name:
-        raise typer.BadParameter(
-            f"{trajectories} was written in the {recorded} chat format, but {model}'s tokenizer "
-            f"uses {chat_format.name}",
-            param_hint="--model",
         )

@@ -89,9 +89,6 @@ def command(
     for density in config.densities:
         table.add_column(f"d={density:g}", justify="right")
     for size in config.sizes:
-        cells = []
-        for density in config.densities:
-            values = lengths.get((size, density), [])
-            cells.append(f"{len(values)} / {np.mean(values):.1f}" if values else "0 / -")
-        table.add_row(str(size), *cells)
+        cells = [lengths.get((size, density), []) for density in config.densities]
+        table.add_row(str(size), *(f"{len(v)} / {np.mean(v):.1f}" if v else "0 / -" for v in cells))
     Console().print(table)

@@ -178,8 +178,9 @@ def command(
     from goalprobe.activations.store.schema import Shard
     from goalprobe.agents.agent_config import local_backend
     from goalprobe.agents.bundled import is_bundled
+    from goalprobe.agents.models import load_tokenizer
     from goalprobe.agents.rollout import RolloutConfig, RolloutStopped, run_rollouts
-    from goalprobe.agents.server_backend import ServerTokenIdsError
+    from goalprobe.agents.server_backend import ServerBackend, ServerConfig, ServerTokenIdsError
     from goalprobe.agents.trajectories import read_run_header
     from goalprobe.gridworld.io import read_grid_set
 
@@ -223,21 +224,25 @@ def command(
     chat_format = None if named is None else model_format(named, option)
     backend: Backend
     if server:
-        served = _server_backend(
-            server,
-            model=model,
-            api_key_env=api_key_env,
-            max_concurrency=concurrency,
-            timeout_s=request_timeout,
-            max_retries=request_retries,
-            backoff_s=retry_backoff,
-            backoff_max_s=retry_backoff_max,
-            request_token_ids=server_token_ids,
-            require_token_ids=require_token_ids,
-            developer_role=developer_role,
-            tokenizer=tokenizer,
-            chat_format=chat_format,
-        )
+        try:
+            server_config = ServerConfig(
+                base_url=server[0],
+                more_base_urls=tuple(server[1:]),
+                model=model,
+                api_key_env=api_key_env,
+                max_concurrency=concurrency,
+                timeout_s=request_timeout,
+                max_retries=request_retries,
+                backoff_s=retry_backoff,
+                backoff_max_s=retry_backoff_max,
+                request_token_ids=server_token_ids,
+                require_token_ids=require_token_ids,
+                developer_role=developer_role,
+            )
+        except ValueError as err:  # a bad setting: error, exit 2
+            raise user_error(f"--server: {err}") from err
+        served_tokenizer = load_tokenizer(tokenizer) if tokenizer is not None else None
+        served = ServerBackend(server_config, served_tokenizer, chat_format=chat_format)
         backend, description = served, served.describe()
     else:
         backend, description = local_backend(
@@ -262,22 +267,6 @@ def command(
     except ServerTokenIdsError as err:
         raise user_error(f"{out}: {err}; finished episodes are kept (rerun resumes)") from err
     _print_report(console, out, report, backend)
-
-
-def _server_backend(urls: list[str], *, tokenizer: str | None, chat_format, **settings):
-    """The backend of the OpenAI-compatible servers ``urls`` (a bad setting: error, exit 2)."""
-    from goalprobe.agents.models import load_tokenizer
-    from goalprobe.agents.server_backend import ServerBackend, ServerConfig
-
-    try:
-        server_config = ServerConfig(base_url=urls[0], more_base_urls=tuple(urls[1:]), **settings)
-    except ValueError as err:
-        raise user_error(f"--server: {err}") from err
-    return ServerBackend(
-        server_config,
-        load_tokenizer(tokenizer) if tokenizer is not None else None,
-        chat_format=chat_format,
-    )
 
 
 def _preflight(grids, out, grid_set, backend, config, steps, allow_truncation, console) -> None:

@@ -11,16 +11,6 @@ from typer import Argument, Option
 from goalprobe.commands.common import OverwriteOption, check_host, check_new_output
 
 
-def _check_trajectories(run) -> None:
-    """Refuse a run whose trajectory file exists but is unreadable or holds no episode (a
-    missing file is only a notice: the viewer still shows the rest)."""
-    notice = next((m for m in run.missing if m.name == "trajectories"), None)
-    if notice is not None and notice.reason != "not found":
-        raise ValueError(notice.reason)
-    if notice is None and not run.episodes:
-        raise ValueError(f"{run.layout.trajectories}: holds no finished episode; nothing to view")
-
-
 def command(
     run_dir: Annotated[
         Path,
@@ -118,7 +108,13 @@ def command(
 
         trajectory_stats(RunLayout(run_dir).trajectories).check_nonempty()
     run = RunData(run_dir)
-    _check_trajectories(run)
+    # a trajectory file that is unreadable or holds no episode is an error; a missing one only
+    # a notice (the viewer still shows the rest)
+    notice = next((m for m in run.missing if m.name == "trajectories"), None)
+    if notice is not None and notice.reason != "not found":
+        raise ValueError(notice.reason)
+    if notice is None and not run.episodes:
+        raise ValueError(f"{run.layout.trajectories}: holds no finished episode; nothing to view")
     mismatch = run.check_store()
     for missing in run.missing:
         if missing is not mismatch:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from goalprobe.attribution_section import AttributionSection
+from goalprobe.sections import AttributionSection
 from goalprobe.stages.context import StageContext, write_json
 from goalprobe.stages.registry import Settings, Stage, register
 
@@ -254,21 +254,23 @@ def run(context: StageContext, config: Settings, stage_dir: Path):
         section,
         patch_config,
         source=pair_source(
-            context.layout.relative(pairs_file), context.layout.relative(trajectories), read
+            context.layout.relative(pairs_file),
+            context.layout.relative(trajectories),
+            len(read.bases),
         ),
     )
     names = {"card": "attribution", "check": "check"}
     return {names[k]: p for k, p in outcome.paths.items() if k in names}, outcome.counts
 
 
-def pair_source(pairs_file: str, trajectories: str, read) -> dict:
-    """The card's entries on pairs read from a pairs file (their bases ``read`` from
-    ``trajectories``)."""
+def pair_source(pairs: str | None, input_name: str, n_bases: int, counterfactuals=None) -> dict:
+    """The card's entries on where the pairs come from: the pairs file ``pairs``, else drawn
+    with ``counterfactuals`` (a config as a dict) from the ``n_bases`` bases of ``input_name``."""
     return {
-        "counterfactuals": None,
-        "input": trajectories,
-        "n_bases": len(read.bases),
-        "pairs": pairs_file,
+        "counterfactuals": counterfactuals,
+        "input": input_name,
+        "n_bases": n_bases,
+        "pairs": pairs,
     }
 
 

@@ -41,6 +41,4 @@ def _default(obj: Any) -> Any:
         return str(obj)
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
     raise TypeError(f"cannot serialise {type(obj).__name__}")

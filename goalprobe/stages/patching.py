@@ -127,13 +127,8 @@ def patch(
     peak = None
     if config.reasoning_chunks and lens is not None:
         peak = readout_peak(lens, int(patcher.n_layers))
-    if peak is not None:
-        config = dataclasses.replace(
-            config,
-            chunk_layers=tuple(
-                str(peak["layer"]) if spec == "peak" else spec for spec in config.chunk_layers
-            ),
-        )
+        chunk_layers = (str(peak["layer"]) if s == "peak" else s for s in config.chunk_layers)
+        config = dataclasses.replace(config, chunk_layers=tuple(chunk_layers))
     drawn = draw_bases(bases, pairs.max_bases, pairs.seed, sizes=pairs.sizes)
     recorded = CounterfactualConfig(
         moves=pairs.moves,

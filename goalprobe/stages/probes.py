@@ -44,15 +44,7 @@ def training_device(config: DemoConfig) -> str:
 
 def estimator_params(training: ProbeTraining, device: str, seed: int, progress: bool) -> dict:
     """Keyword arguments every probe and regressor estimator of the demo shares."""
-    return dict(
-        hidden_size=training.hidden_size,
-        max_epochs=training.max_epochs,
-        batch_size=training.batch_size,
-        learning_rate=training.learning_rate,
-        device=device,
-        progress=progress,
-        random_state=seed,
-    )
+    return dict(dataclasses.asdict(training), device=device, progress=progress, random_state=seed)
 
 
 def cell_params(kind: str, p: ProbesConfig) -> dict:

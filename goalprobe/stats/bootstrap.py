@@ -156,8 +156,7 @@ class GridBootstrap:
     def ratio(self, num: np.ndarray, den: np.ndarray | None = None) -> np.ndarray:
         """``(1 + B, ...)`` resampled ``sum(num) / sum(den)`` (``den``: one per row by default);
         ``nan`` where the denominator total is 0."""
-        num = np.asarray(num, dtype=np.float64)
-        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        den = np.ones(np.shape(num)) if den is None else den
         return safe_ratio(self.totals(num), self.totals(den))
 
     def interval(self, samples: np.ndarray) -> np.ndarray:
@@ -171,8 +170,7 @@ class GridBootstrap:
         """:func:`cluster_rate_interval`'s summary of the pooled rate of per-row 0/1 outcomes
         ``num`` over trials ``den`` (one per row by default) on this sample's grids (the
         percentile interval collapses to a point at 0% and 100%)."""
-        num = np.asarray(num, dtype=np.float64)
-        den = np.ones(num.shape) if den is None else np.asarray(den, dtype=np.float64)
+        den = np.ones(np.shape(num)) if den is None else den
         return cluster_rate_interval(self.grid_sums(num), self.grid_sums(den), self.confidence)
 
     def summary(self, samples: np.ndarray, bounds: tuple[float, float] | None = None) -> dict:

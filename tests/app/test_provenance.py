@@ -37,11 +37,11 @@ def test_stage_records_carry_versions_and_the_model_commit(tmp_path, monkeypatch
 
     key = {"config": WithAgent(AgentConfig(model="org/agent")), "inputs": {}}
     runner.run("with_agent", key, stage)
-    record = json.loads(runner.record_path("with_agent").read_text())
+    record = json.loads(runner.layout.stage_record("with_agent").read_text())
     provenance = record["provenance"]
     assert provenance["model"] == "org/agent" and provenance["model_commit"] == commit
     for name in ("torch", "transformers", "nnsight"):
         assert provenance["software"][name] == metadata.version(name)
     runner.run("plain", {"n": 1}, stage)  # a stage without an agent: versions only
-    plain = json.loads(runner.record_path("plain").read_text())["provenance"]
+    plain = json.loads(runner.layout.stage_record("plain").read_text())["provenance"]
     assert "model" not in plain and plain["software"]["torch"] == metadata.version("torch")
