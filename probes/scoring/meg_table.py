@@ -86,11 +86,6 @@ class EmpiricalPolicy:
     n_invalid_steps: int
     n_unmapped_steps: int
 
-    @property
-    def visited(self) -> np.ndarray:
-        """``(S,)`` bool: states where the agent took at least one valid action."""
-        return self.counts.sum(axis=1) > 0
-
 
 @dataclass(frozen=True, eq=False)
 class GridMEG:
@@ -170,6 +165,10 @@ def grid_utility(mdp: GridMDP, utility: GridUtility, *, harm_weight: float = 1.0
     )
 
 
+def _tabular(mdp: GridMDP) -> TabularMDP:
+    return TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+
+
 def _score(
     mdp: GridMDP,
     trajectories: Iterable[TrajectoryData],
@@ -181,8 +180,7 @@ def _score(
     emp = empirical_policy(mdp, trajectories, strict=strict)
     if emp.n_trajectories == 0:
         raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
-    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
-    known = known_utility_meg(tab, emp.policy, u)
+    known = known_utility_meg(_tabular(mdp), emp.policy, u)
     return GridMEG(mdp.grid.grid_id, utility, known, emp, mdp.horizon)
 
 
@@ -368,21 +366,8 @@ def _known_meg(jobs: list[_MEGJob], batch_size: int) -> list[KnownUtilityMEG]:
     order = sorted(range(len(jobs)), key=lambda i: jobs[i].mdp.n_states)
     for a in range(0, len(order), batch_size):
         part = order[a : a + batch_size]
-        n_s = max(jobs[i].mdp.n_states for i in part)
-        loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, N_ACTIONS))
-        next_state = np.stack(
-            [
-                np.concatenate(
-                    [jobs[i].mdp.transitions.argmax(axis=2), loops[jobs[i].mdp.n_states :]]
-                )
-                for i in part
-            ]
-        )
-        batch = MDPBatch(
-            stack_padded([jobs[i].mdp.initial for i in part], n_s, 0.0),
-            np.array([jobs[i].mdp.horizon for i in part], dtype=np.int64),
-            next_state=next_state,
-        )
+        batch = MDPBatch.from_mdps([_tabular(jobs[i].mdp) for i in part], deterministic=True)
+        n_s = batch.n_states
         res = known_utility_meg_batch(
             batch,
             stack_padded([jobs[i].policy for i in part], n_s, 1.0 / N_ACTIONS),
@@ -397,8 +382,7 @@ def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
     limit = ("optimal" if res.beta > 0 else "anti_optimal") if math.isinf(res.beta) else None
     unknown_meg = None
     if unknown:
-        tab = TabularMDP(job.mdp.transitions, job.mdp.initial, job.mdp.horizon)
-        unknown_meg = float(unknown_utility_meg(tab, job.policy).meg)
+        unknown_meg = float(unknown_utility_meg(_tabular(job.mdp), job.policy).meg)
     return {
         "meg": float(res.meg),
         "meg_per_decision": float(res.meg) / job.mdp.horizon,
