@@ -46,12 +46,12 @@ from goalprobe.probes.scoring.belief import decoded_walls, top_cells
 from goalprobe.probes.scoring.belief_table import (
     ScoresHeader,
     StepTable,
+    bootstrap_args,
     bootstrap_text,
     group_keys,
     group_rows,
     groups_of,
     ratio_stats,
-    seeded_rng,
     stat_rows,
     trajectory_weights,
 )
@@ -503,10 +503,7 @@ _WILCOXON_KEYS = ("statistic", "p_value", "rank_biserial", "n_pairs", "n_nonzero
 
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
     """Grid-bootstrap means of true MEG (all grids) and of the paired true / subjective MEG."""
-    rng = seeded_rng(config.random_state, "meg" + seed_text)
-    common: dict[str, Any] = dict(
-        n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
-    )
+    common = bootstrap_args(config, "meg" + seed_text)
     sel = [records[i] for i in rows]
 
     def values(part: str, recs: list[dict]) -> np.ndarray:
@@ -690,9 +687,7 @@ def step_meg(
         den,
         grid_ids,
         STEP_MEG_METRICS,
-        n_bootstrap=config.n_bootstrap,
-        confidence_level=config.confidence_level,
-        rng=seeded_rng(config.random_state, "step_meg"),
+        **bootstrap_args(config, "step_meg"),
         weights=trajectory_weights(den, grid_ids, steps.episodes(idx))
         if config.weighting == "grid"
         else None,
