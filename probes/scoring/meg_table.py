@@ -103,11 +103,6 @@ class GridMEG:
         """Known-utility MEG in nats (summed over decisions)."""
         return self.known.meg
 
-    @property
-    def meg_per_decision(self) -> float:
-        """Known-utility MEG divided by ``H`` (nats per decision, at most ``log 4``)."""
-        return self.known.meg / self.horizon
-
 
 def _state_in(grid: Grid, state: State) -> State:
     """``state`` in ``grid``'s conventions (no key: none held; no door: open)."""
