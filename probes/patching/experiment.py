@@ -155,8 +155,8 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
         spec = str(spec).strip()
-        if spec == "each":
-            for layer in range(n_layers):
+        if spec in ("each", "thirds"):
+            for layer in range(n_layers) if spec == "each" else default_layers(n_layers):
                 out.setdefault((layer,), str(layer))
             continue
         if spec == "cumulative":
@@ -168,10 +168,6 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
             continue
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")
-            continue
-        if spec == "thirds":
-            for layer in default_layers(n_layers):
-                out.setdefault((layer,), str(layer))
             continue
         try:
             raw = [int(part) for part in spec.split("+")]

@@ -531,9 +531,7 @@ class StoreSource:
     def __init__(self, store: ActivationStore) -> None:
         self.store = store
         labels = store.labels(["run_id", "grid_id", "episode", "step"])
-        keys = zip(
-            labels["run_id"], labels["grid_id"], labels["episode"], labels["step"], strict=True
-        )
+        keys = zip(*labels.values(), strict=True)  # in the order asked for
         self._rows = {(str(r), str(g), int(e), int(s)): i for i, (r, g, e, s) in enumerate(keys)}
 
     def row_of(self, base: BaseState) -> int | None:
