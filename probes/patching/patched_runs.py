@@ -312,9 +312,11 @@ def _jobs(
             skipped["random_grid: no other grid of the same size and prompt length"] += 1
             continue
         for site in sites:
-            if site != "changed_cells":  # the random grid's own cells are not the moved ones
-                layers = context.anchor_layer_sets
-                jobs += _site_jobs(item, direction, site, layers, skipped, other=random_source.base)
+            if site != "changed_cells":  # the pair's moved cells mean nothing on another grid
+                anchors = context.anchor_layer_sets
+                jobs += _site_jobs(
+                    item, direction, site, anchors, skipped, other=random_source.base
+                )
     return jobs
 
 
