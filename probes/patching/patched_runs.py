@@ -311,12 +311,10 @@ def _jobs(
         if random_source is None:
             skipped["random_grid: no other grid of the same size and prompt length"] += 1
             continue
+        other, anchors = random_source.base, context.anchor_layer_sets
         for site in sites:
             if site != "changed_cells":  # the pair's moved cells mean nothing on another grid
-                anchors = context.anchor_layer_sets
-                jobs += _site_jobs(
-                    item, direction, site, anchors, skipped, other=random_source.base
-                )
+                jobs += _site_jobs(item, direction, site, anchors, skipped, other=other)
     return jobs
 
 
