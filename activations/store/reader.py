@@ -37,10 +37,20 @@ _SPAN_ROWS = 4096
 def read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
     """``(M, ...)`` rows ``rows`` (any order, repeats allowed) of a dataset, read in sorted
     spans."""
+    uniq, inverse = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+    got = np.empty((len(uniq), *ds.shape[1:]), dtype=ds.dtype)
+    i = 0
     try:
-        return _read_rows(ds, rows)
+        while i < len(uniq):
+            lo = int(uniq[i])
+            j = int(np.searchsorted(uniq, lo + _SPAN_ROWS, side="left"))
+            block = uniq[i:j]
+            hi = int(block[-1]) + 1
+            got[i:j] = ds[lo:hi][block - lo] if len(block) * 4 >= hi - lo else ds[block]
+            i = j
     except OSError as err:
         raise corrupt_store_error(ds.file.filename, f"dataset {ds.name}", err) from err
+    return got[inverse]
 
 
 def corrupt_store_error(path: str | os.PathLike, what: str, err: BaseException) -> StoreFormatError:
@@ -49,28 +59,6 @@ def corrupt_store_error(path: str | os.PathLike, what: str, err: BaseException) 
         f"{path}: {what} cannot be read ({err}); the file is corrupt (an interrupted copy "
         "or a damaged disk?)"
     )
-
-
-def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.empty((len(rows), *ds.shape[1:]), dtype=ds.dtype)
-    if len(rows) == 0:
-        return out
-    uniq, inverse = np.unique(rows, return_inverse=True)
-    got = np.empty((len(uniq), *ds.shape[1:]), dtype=ds.dtype)
-    i = 0
-    while i < len(uniq):
-        lo = int(uniq[i])
-        j = int(np.searchsorted(uniq, lo + _SPAN_ROWS, side="left"))
-        block = uniq[i:j]
-        hi = int(block[-1]) + 1
-        if len(block) * 4 >= hi - lo:
-            got[i:j] = ds[lo:hi][block - lo]
-        else:
-            got[i:j] = ds[block]
-        i = j
-    out[:] = got[inverse]
-    return out
 
 
 class ActivationStore:

@@ -199,10 +199,7 @@ def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndar
     whose first step has file-wide index ``first_step_index``."""
     steps = episode.steps
     t = len(steps)
-    optimal = np.zeros((t, N_ACTIONS), dtype=bool)
-    for i, s in enumerate(steps):
-        for a in s.optimal_action_set:
-            optimal[i, int(a)] = True
+    optimal = [[a in s.optimal_action_set for a in Action] for s in steps]
     actions = [s.action_enum for s in steps]
     columns = {name: [getattr(s, name) for s in steps] for name in _STEP_ATTRIBUTES}
     columns["density"] = [np.nan if s.density is None else s.density for s in steps]
@@ -212,7 +209,7 @@ def episode_labels(episode: Episode, first_step_index: int) -> dict[str, np.ndar
         **{name: label_array(name, values) for name, values in columns.items()},
         "cell_types": np.stack([cell_type_canvas(s) for s in steps]),
         "plan": plan_rows(actions),
-        "optimal_actions": optimal,
+        "optimal_actions": np.asarray(optimal, dtype=bool).reshape(t, N_ACTIONS),
         "step_index": np.arange(first_step_index, first_step_index + t, dtype=np.int64),
     }
 

@@ -249,11 +249,9 @@ class StoreWriter:
             "compression": compression,
             "reasoning_every": int(layout.reasoning_every),
         }
-        fixed = {k: base[k] for k in ("schema", "schema_version", "reasoning_every")}
+        fixed = {k: base[k] for k in ("schema", "schema_version", "reasoning_every", "layers")}
         for key, value in {**base, **dict(attrs), **fixed}.items():
-            if key == "layers":
-                value = np.asarray(layout.layers, dtype=np.int64)
-            elif isinstance(value, (dict, list, tuple)):
+            if isinstance(value, (dict, list, tuple)):
                 value = json.dumps(value, sort_keys=True)
             elif value is None:
                 raise ValueError(f"attribute {key!r} is None; store '' or omit it")

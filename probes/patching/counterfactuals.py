@@ -52,11 +52,6 @@ class BaseState:
         """The grid text shown to the agent."""
         return render(self.grid, self.state)
 
-    @property
-    def optimal_actions(self) -> frozenset[Action]:
-        """``pi*(state)`` (empty at the goal or where the goal is unreachable)."""
-        return solve(self.grid).optimal_actions(self.state)
-
 
 def base_from_grid(grid: Grid) -> BaseState:
     """The start state of ``grid`` as a base (no recorded run)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -155,8 +155,8 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
     out: dict[tuple[int, ...], str] = {}
     for spec in specs:
         spec = str(spec).strip()
-        if spec == "each":
-            for layer in range(n_layers):
+        if spec in ("each", "thirds"):
+            for layer in range(n_layers) if spec == "each" else default_layers(n_layers):
                 out.setdefault((layer,), str(layer))
             continue
         if spec == "cumulative":
@@ -168,10 +168,6 @@ def resolve_layer_sets(specs: Sequence[str], n_layers: int) -> list[tuple[str, t
             continue
         if spec == "all":
             out.setdefault(tuple(range(n_layers)), "all")
-            continue
-        if spec == "thirds":
-            for layer in default_layers(n_layers):
-                out.setdefault((layer,), str(layer))
             continue
         try:
             raw = [int(part) for part in spec.split("+")]
@@ -430,7 +426,6 @@ def prepare_pairs(
             and counterfactual prompts do not align token for token."""
     config = context.config
     report = PreparationReport(n_pairs=len(pairs))
-    sites = config.sites
     bases: dict[str, BaseState] = {}
     for pair in pairs:
         bases.setdefault(pair.base.base_id, pair.base)
@@ -479,26 +474,27 @@ def prepare_pairs(
             progress(index, len(pairs))
         base = pair.base
         if base.base_id not in base_sides:
-            base_sides[base.base_id] = _make_base_side(context, base, base_prompts, greedy)
+            base_sides[base.base_id] = _make_side(
+                context,
+                "base",
+                (base.grid, base.state),
+                base_prompts[base.base_id],
+                greedy.get(base.base_id),
+                base.generated_token_ids,
+            )
         base_side = base_sides[base.base_id]
         if isinstance(base_side, str):
             report.dropped[base_side] += 1
             continue
-        generated_ids, generated_action = greedy.get(pair.pair_id, (None, None))
-        if config.reasoning == "oracle":
-            completion = context.oracle_completion(pair.cf_grid, pair.cf_state)
-        elif generated_ids is None:  # every pair has a greedy completion: this one was truncated
-            report.dropped[f"counterfactual: {TRUNCATED_DROP} ({config.max_new_tokens})"] += 1
-            continue
-        else:
-            completion = generated_ids
-        cf_prompt = cf_prompts[pair.pair_id]
-        try:
-            cf_side = context.side(
-                pair.cf_grid, pair.cf_state, cf_prompt, completion, generated_action, sites
-            )
-        except SequenceError as err:
-            report.dropped[f"counterfactual: {err}"] += 1
+        cf_side = _make_side(
+            context,
+            "counterfactual",
+            (pair.cf_grid, pair.cf_state),
+            cf_prompts[pair.pair_id],
+            greedy.get(pair.pair_id),
+        )
+        if isinstance(cf_side, str):
+            report.dropped[cf_side] += 1
             continue
         try:
             check_aligned(base_side.sequence, cf_side.sequence, pair.changed_cells)
@@ -541,31 +537,26 @@ def served_counterfactual(
     return served[: len(served) - shared] + local_cf[start:]
 
 
-def _make_base_side(context, base, base_prompts, greedy) -> Side | str:
-    """The base's side, or the reason it cannot be used."""
-    mode = context.config.reasoning
-    generated_ids, generated_action = greedy.get(base.base_id, (None, None))
-    if mode == "oracle":
-        completion = context.oracle_completion(base.grid, base.state)
-    elif mode == "recorded":
-        if base.generated_token_ids is None:
+def _make_side(context, who, shown, prompt, greedy, recorded=None) -> Side | str:
+    """The side of ``who`` (``"base"`` or ``"counterfactual"``) showing ``(grid, state)``, or why
+    it cannot be used; ``greedy``: its greedy ``(ids, action)`` (None: none made; ids None:
+    truncated), ``recorded``: a base's recorded completion (``reasoning="recorded"``)."""
+    config = context.config
+    ids, action = greedy or (None, None)
+    if config.reasoning == "oracle":
+        completion = context.oracle_completion(*shown)
+    elif config.reasoning == "recorded" and who == "base":
+        if recorded is None:
             return "base: no recorded completion (use reasoning='greedy')"
-        completion = list(base.generated_token_ids)
+        completion = list(recorded)
+    elif ids is None:  # every side that needs one has a greedy completion: it was truncated
+        return f"{who}: {TRUNCATED_DROP} ({config.max_new_tokens})"
     else:
-        if generated_ids is None:
-            return f"base: {TRUNCATED_DROP} ({context.config.max_new_tokens})"
-        completion = generated_ids
+        completion = ids
     try:
-        return context.side(
-            base.grid,
-            base.state,
-            base_prompts[base.base_id],
-            completion,
-            generated_action,
-            context.config.sites,
-        )
+        return context.side(*shown, prompt, completion, action, config.sites)
     except SequenceError as err:
-        return f"base: {err}"
+        return f"{who}: {err}"
 
 
 ANSWER_TOKENS = 32
@@ -656,10 +647,6 @@ class PatchingPlan:
     attention: str
     fits: bool
     max_new_tokens_fitting: int
-
-    def to_dict(self) -> dict:
-        """JSON-ready."""
-        return asdict(self)
 
 
 def plan_patching(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -97,10 +97,6 @@ class PatchRecord:
     ld_patched: float
     recovered: float
     patched_probs: list[float]
-
-    def to_dict(self) -> dict:
-        """JSON-ready (NaN kept as float NaN; writers turn it into null)."""
-        return asdict(self)
 
 
 RECOVERED_MIN_DENOMINATOR = 1e-6
@@ -259,15 +255,21 @@ def sanity_jobs(item: PreparedPair, context: PatchingContext, skipped: Counter) 
     ]
 
 
-def _site_jobs(item, direction, site, layer_sets, skipped, note="", store=None) -> list[_Job]:
-    """The patches of ``site`` in one direction, one per layer set (``store``: recorded values)."""
+def _site_jobs(
+    item, direction, site, layer_sets, skipped, note="", store=None, other: Side | None = None
+) -> list[_Job]:
+    """The patches of ``site`` in one direction, one per layer set (``store``: recorded values;
+    ``other``: a random other grid's base run as the source, the ``"random_grid"`` control)."""
     source, target = item.sides(direction)
+    sender, cells = (source, item.pair.changed_cells) if other is None else (other, ())
+    what = f"{site}{note}" if other is None else f"random_grid {site}"
     try:
-        src_pos, tgt_pos = site_positions(
-            source.sequence, target.sequence, site, item.pair.changed_cells
-        )
+        src_pos, tgt_pos = site_positions(sender.sequence, target.sequence, site, cells)
     except SequenceError as err:
-        skipped[f"{site}{note}: {err}"] += 1
+        skipped[f"{what}: {err}"] += 1
+        return []
+    if len(src_pos) != len(tgt_pos):
+        skipped[f"{what}: positions differ in number"] += 1
         return []
     jobs = []
     for label, layers in layer_sets:
@@ -276,12 +278,13 @@ def _site_jobs(item, direction, site, layer_sets, skipped, note="", store=None) 
             values = store.values(item.pair.base, site, layers, src_pos, source.sequence.token_ids)
             origin = "live" if values is None else "store"
         if values is None:
-            values = source.clean.values(layers, src_pos)
+            values = sender.clean.values(layers, src_pos)
         patch = Patch(layers, torch.as_tensor(tgt_pos), values)
+        kind = item.pair.kind if other is None else "random_grid"
         jobs.append(
             _Job(
-                item.pair, item.pair.kind, direction, source, target, source.optimal,
-                site, label, patch, origin,
+                item.pair, kind, direction, sender, target, source.optimal, site, label, patch,
+                origin,
             )
         )  # fmt: skip
     return jobs
@@ -303,32 +306,15 @@ def _jobs(
     for direction in config.directions:
         for site in sites:
             jobs.extend(_site_jobs(item, direction, site, layer_sets, skipped, store=store))
-        source, target = item.sides(direction)
         if item.pair.kind != "disjoint" or not config.random_control:
             continue
         if random_source is None:
             skipped["random_grid: no other grid of the same size and prompt length"] += 1
             continue
-        other = random_source.base
+        other, anchors = random_source.base, context.anchor_layer_sets
         for site in sites:
-            if site == "changed_cells":
-                continue
-            try:
-                src_pos, tgt_pos = site_positions(other.sequence, target.sequence, site)
-            except SequenceError as err:
-                skipped[f"random_grid {site}: {err}"] += 1
-                continue
-            if len(src_pos) != len(tgt_pos):
-                skipped[f"random_grid {site}: positions differ in number"] += 1
-                continue
-            for label, layers in context.anchor_layer_sets:
-                patch = Patch(layers, torch.as_tensor(tgt_pos), other.clean.values(layers, src_pos))
-                jobs.append(
-                    _Job(
-                        item.pair, "random_grid", direction, other, target, source.optimal,
-                        site, label, patch, "live",
-                    )
-                )  # fmt: skip
+            if site != "changed_cells":  # the pair's moved cells mean nothing on another grid
+                jobs += _site_jobs(item, direction, site, anchors, skipped, other=other)
     return jobs
 
 
@@ -545,9 +531,7 @@ class StoreSource:
     def __init__(self, store: ActivationStore) -> None:
         self.store = store
         labels = store.labels(["run_id", "grid_id", "episode", "step"])
-        keys = zip(
-            labels["run_id"], labels["grid_id"], labels["episode"], labels["step"], strict=True
-        )
+        keys = zip(*labels.values(), strict=True)  # in the order asked for
         self._rows = {(str(r), str(g), int(e), int(s)): i for i, (r, g, e, s) in enumerate(keys)}
 
     def row_of(self, base: BaseState) -> int | None:

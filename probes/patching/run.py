@@ -183,7 +183,7 @@ def run_experiment(
         "verdicts": verdicts,
         "identity_floor": identity_floor(context.identity_records),
         "memory": {
-            "plan": None if context.plan is None else context.plan.to_dict(),
+            "plan": None if context.plan is None else asdict(context.plan),
             "batches": {name: b.to_dict() for name, b in context.batches.items()},
         },
     }

@@ -154,15 +154,13 @@ class BeliefWeighted:
         q_bar: ``(4,)`` QMDP expected action values (negative expected steps to the goal).
         qmdp_optimal: ``(4,)`` bool, the actions maximising ``q_bar`` (ties within 1e-9).
         action_is_qmdp_optimal: the agent's action is among them (False if invalid).
-        qmdp_regret: ``max q_bar - q_bar[action]`` in steps (nan for an invalid action).
-        mass_covered: the share of the belief's mass the sums covered."""
+        qmdp_regret: ``max q_bar - q_bar[action]`` in steps (nan for an invalid action)."""
 
     expected_optimality: float
     q_bar: np.ndarray
     qmdp_optimal: np.ndarray
     action_is_qmdp_optimal: bool
     qmdp_regret: float
-    mass_covered: float
 
 
 def belief_weighted_scores(
@@ -182,7 +180,7 @@ def belief_weighted_scores(
     cap = float(size * size)
     readouts = {CellType.AGENT: agent, CellType.GOAL: goal}
 
-    def support(cell_type: CellType) -> tuple[list[RowCol], np.ndarray, float]:
+    def support(cell_type: CellType) -> tuple[list[RowCol], np.ndarray]:
         w = location(probs, size, cell_type, readouts[cell_type]).ravel()
         total = w.sum()
         w = w / total if total > 0 else np.full_like(w, 1.0 / w.size)
@@ -191,10 +189,10 @@ def belief_weighted_scores(
         keep = max(1, min(keep, max_cells, w.size))
         idx = order[:keep]
         cells = [(int(i // size), int(i % size)) for i in idx]
-        return cells, w[idx], float(w[idx].sum())
+        return cells, w[idx]
 
-    agents, pa, ma = support(CellType.AGENT)
-    goals, pg, mg = support(CellType.GOAL)
+    agents, pa = support(CellType.AGENT)
+    goals, pg = support(CellType.GOAL)
     goals_bfs = _goals or _GoalDistances(decoded_walls(probs, size, door_locked=door_locked))
     rows, cols = np.array(agents).T
     q_bar = np.zeros(N_ACTIONS)
@@ -221,9 +219,9 @@ def belief_weighted_scores(
         exp_opt /= z
     qmdp_opt = q_bar >= q_bar.max() - 1e-9
     if action is None:
-        return BeliefWeighted(0.0, q_bar, qmdp_opt, False, float("nan"), ma * mg)
+        return BeliefWeighted(0.0, q_bar, qmdp_opt, False, float("nan"))
     regret = float(q_bar.max() - q_bar[int(action)])
-    return BeliefWeighted(exp_opt, q_bar, qmdp_opt, bool(qmdp_opt[int(action)]), regret, ma * mg)
+    return BeliefWeighted(exp_opt, q_bar, qmdp_opt, bool(qmdp_opt[int(action)]), regret)
 
 
 @dataclass(frozen=True)

@@ -377,9 +377,7 @@ def belief_entry(
         grid_ids,
         steps.groups(idx),
         belief_metrics(config.top_k),
-        n_bootstrap=config.n_bootstrap,
-        confidence_level=config.confidence_level,
-        rng=seeded_rng(config.random_state, seed_text),
+        **bootstrap_args(config, seed_text),
         weights=trajectory_weights(den, grid_ids, steps.episodes(idx))
         if config.weighting == "grid"
         else None,
@@ -535,9 +533,11 @@ BREAKDOWNS = ("by_size", "by_density", "by_variant")
 """The breakdowns of every score, in table order."""
 
 
-def seeded_rng(random_state: int, text: str) -> np.random.Generator:
-    """A generator seeded by ``random_state`` and a label: each table draws its own bootstrap."""
-    return np.random.default_rng([random_state, zlib.crc32(text.encode())])
+def bootstrap_args(config: ScoreConfig, text: str) -> dict[str, Any]:
+    """:func:`ratio_stats`' bootstrap keywords under ``config``, the draws seeded by
+    ``config.random_state`` and a label: each table draws its own bootstrap."""
+    rng = np.random.default_rng([config.random_state, zlib.crc32(text.encode())])
+    return dict(n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng)
 
 
 def trajectory_weights(den: np.ndarray, grid_ids: np.ndarray, episodes: np.ndarray) -> np.ndarray:

@@ -152,46 +152,41 @@ class Bootstrap:
     """Seed."""
 
 
-def _ratio(num, den, ids, boot: Bootstrap) -> dict:
+def _ratio(rows: list[dict], num, boot: Bootstrap, den=None) -> dict:
+    """The grid-bootstrap ratio of ``num`` (over ``den``; None: a mean) over ``rows``' grids."""
     den = None if den is None else np.asarray(den, dtype=np.float64)
-    return grid_bootstrap_ratio(
-        np.asarray(num, dtype=np.float64), den, np.asarray(ids), **asdict(boot)
-    )
+    ids = np.asarray([r["grid_id"] for r in rows])
+    return grid_bootstrap_ratio(np.asarray(num, dtype=np.float64), den, ids, **asdict(boot))
 
 
 def _rates(rows: list[dict], boot: Bootstrap) -> dict:
-    ids = [r["grid_id"] for r in rows]
     gt = np.array([r["opt_gt"] for r in rows], dtype=float)
     oracle = np.array([r["opt_oracle"] for r in rows], dtype=float)
     out = {
-        "acc_gt": _ratio(gt, None, ids, boot),
-        "acc_oracle": _ratio(oracle, None, ids, boot),
-        "recovery_oracle": _ratio(oracle * (1 - gt), 1 - gt, ids, boot),
-        "chance_acc_gt": _ratio([r["n_opt_gt"] / N_ACTIONS for r in rows], None, ids, boot),
-        "chance_acc_oracle": _ratio([r["n_opt_oracle"] / N_ACTIONS for r in rows], None, ids, boot),
+        "acc_gt": _ratio(rows, gt, boot),
+        "acc_oracle": _ratio(rows, oracle, boot),
+        "recovery_oracle": _ratio(rows, oracle * (1 - gt), boot, 1 - gt),
+        "chance_acc_gt": _ratio(rows, [r["n_opt_gt"] / N_ACTIONS for r in rows], boot),
+        "chance_acc_oracle": _ratio(rows, [r["n_opt_oracle"] / N_ACTIONS for r in rows], boot),
     }
     dec_rows = [r for r in rows if r["opt_dec"] is not None]
     if dec_rows:
-        d_ids = [r["grid_id"] for r in dec_rows]
         dec = np.array([r["opt_dec"] for r in dec_rows], dtype=float)
         d_gt = np.array([r["opt_gt"] for r in dec_rows], dtype=float)
-        out["acc_dec"] = _ratio(dec, None, d_ids, boot)
-        out["acc_gt_decoded_steps"] = _ratio(d_gt, None, d_ids, boot)
-        engine = GridBootstrap.from_grid_ids(d_ids, **asdict(boot))
+        out["acc_dec"] = _ratio(dec_rows, dec, boot)
+        out["acc_gt_decoded_steps"] = _ratio(dec_rows, d_gt, boot)
+        engine = GridBootstrap.from_grid_ids([r["grid_id"] for r in dec_rows], **asdict(boot))
         diff = engine.ratio(dec) - engine.ratio(d_gt)  # paired: the same steps and draws
         out["acc_dec_minus_gt"] = {**engine.summary(diff), "n": len(dec_rows)}
-        out["recovery_dec"] = _ratio(dec * (1 - d_gt), 1 - d_gt, d_ids, boot)
+        out["recovery_dec"] = _ratio(dec_rows, dec * (1 - d_gt), boot, 1 - d_gt)
         starts = [r for r in dec_rows if r["step"] == 0]
         for prefix, sub in (("", dec_rows), ("episodes_", starts)):
             for where in GOAL_FOLLOWS if sub else ():
                 hit = [r["decoded_goal"] == where for r in sub]
-                ids_ = [r["grid_id"] for r in sub]
-                out[f"{prefix}decoded_goal_{where}"] = _ratio(hit, None, ids_, boot)
+                out[f"{prefix}decoded_goal_{where}"] = _ratio(sub, hit, boot)
     first = [r for r in rows if r["step"] == 0]
-    if first:
-        f_ids = [r["grid_id"] for r in first]
-        out["follows_shown"] = _ratio([r["follows_shown"] for r in first], None, f_ids, boot)
-        out["follows_true"] = _ratio([r["follows_true"] for r in first], None, f_ids, boot)
+    for name in ("follows_shown", "follows_true") if first else ():
+        out[name] = _ratio(first, [r[name] for r in first], boot)
     return out
 
 
@@ -303,12 +298,11 @@ def decoded_table(rows: Sequence[dict], boot: Bootstrap = Bootstrap()) -> dict:
             sub = [r for r in rows if (kind == "all" or r["kind"] == kind) and r["role"] == role]
             if not sub:
                 continue
-            ids = [r["grid_id"] for r in sub]
             entry[role] = {
-                "matches_shown": _ratio([r["matches_shown"] for r in sub], None, ids, boot),
-                "matches_true": _ratio([r["matches_true"] for r in sub], None, ids, boot),
+                "matches_shown": _ratio(sub, [r["matches_shown"] for r in sub], boot),
+                "matches_true": _ratio(sub, [r["matches_true"] for r in sub], boot),
                 "neither": _ratio(
-                    [not (r["matches_shown"] or r["matches_true"]) for r in sub], None, ids, boot
+                    sub, [not (r["matches_shown"] or r["matches_true"]) for r in sub], boot
                 ),
             }
         out[kind] = entry

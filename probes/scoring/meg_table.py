@@ -46,12 +46,12 @@ from goalprobe.probes.scoring.belief import decoded_walls, top_cells
 from goalprobe.probes.scoring.belief_table import (
     ScoresHeader,
     StepTable,
+    bootstrap_args,
     bootstrap_text,
     group_keys,
     group_rows,
     groups_of,
     ratio_stats,
-    seeded_rng,
     stat_rows,
     trajectory_weights,
 )
@@ -86,11 +86,6 @@ class EmpiricalPolicy:
     n_invalid_steps: int
     n_unmapped_steps: int
 
-    @property
-    def visited(self) -> np.ndarray:
-        """``(S,)`` bool: states where the agent took at least one valid action."""
-        return self.counts.sum(axis=1) > 0
-
 
 @dataclass(frozen=True, eq=False)
 class GridMEG:
@@ -107,11 +102,6 @@ class GridMEG:
     def meg(self) -> float:
         """Known-utility MEG in nats (summed over decisions)."""
         return self.known.meg
-
-    @property
-    def meg_per_decision(self) -> float:
-        """Known-utility MEG divided by ``H`` (nats per decision, at most ``log 4``)."""
-        return self.known.meg / self.horizon
 
 
 def _state_in(grid: Grid, state: State) -> State:
@@ -170,6 +160,10 @@ def grid_utility(mdp: GridMDP, utility: GridUtility, *, harm_weight: float = 1.0
     )
 
 
+def _tabular(mdp: GridMDP) -> TabularMDP:
+    return TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
+
+
 def _score(
     mdp: GridMDP,
     trajectories: Iterable[TrajectoryData],
@@ -181,8 +175,7 @@ def _score(
     emp = empirical_policy(mdp, trajectories, strict=strict)
     if emp.n_trajectories == 0:
         raise ValueError(f"no trajectories given for grid {mdp.grid.grid_id!r}")
-    tab = TabularMDP(mdp.transitions, mdp.initial, mdp.horizon)
-    known = known_utility_meg(tab, emp.policy, u)
+    known = known_utility_meg(_tabular(mdp), emp.policy, u)
     return GridMEG(mdp.grid.grid_id, utility, known, emp, mdp.horizon)
 
 
@@ -368,21 +361,8 @@ def _known_meg(jobs: list[_MEGJob], batch_size: int) -> list[KnownUtilityMEG]:
     order = sorted(range(len(jobs)), key=lambda i: jobs[i].mdp.n_states)
     for a in range(0, len(order), batch_size):
         part = order[a : a + batch_size]
-        n_s = max(jobs[i].mdp.n_states for i in part)
-        loops = np.broadcast_to(np.arange(n_s)[:, None], (n_s, N_ACTIONS))
-        next_state = np.stack(
-            [
-                np.concatenate(
-                    [jobs[i].mdp.transitions.argmax(axis=2), loops[jobs[i].mdp.n_states :]]
-                )
-                for i in part
-            ]
-        )
-        batch = MDPBatch(
-            stack_padded([jobs[i].mdp.initial for i in part], n_s, 0.0),
-            np.array([jobs[i].mdp.horizon for i in part], dtype=np.int64),
-            next_state=next_state,
-        )
+        batch = MDPBatch.from_mdps([_tabular(jobs[i].mdp) for i in part], deterministic=True)
+        n_s = batch.n_states
         res = known_utility_meg_batch(
             batch,
             stack_padded([jobs[i].policy for i in part], n_s, 1.0 / N_ACTIONS),
@@ -397,8 +377,7 @@ def _meg_record(job: _MEGJob, res: KnownUtilityMEG, unknown: bool) -> dict:
     limit = ("optimal" if res.beta > 0 else "anti_optimal") if math.isinf(res.beta) else None
     unknown_meg = None
     if unknown:
-        tab = TabularMDP(job.mdp.transitions, job.mdp.initial, job.mdp.horizon)
-        unknown_meg = float(unknown_utility_meg(tab, job.policy).meg)
+        unknown_meg = float(unknown_utility_meg(_tabular(job.mdp), job.policy).meg)
     return {
         "meg": float(res.meg),
         "meg_per_decision": float(res.meg) / job.mdp.horizon,
@@ -519,10 +498,7 @@ _WILCOXON_KEYS = ("statistic", "p_value", "rank_biserial", "n_pairs", "n_nonzero
 
 def _meg_group(records: list[dict], rows: np.ndarray, config: ScoreConfig, seed_text: str) -> dict:
     """Grid-bootstrap means of true MEG (all grids) and of the paired true / subjective MEG."""
-    rng = seeded_rng(config.random_state, "meg" + seed_text)
-    common: dict[str, Any] = dict(
-        n_bootstrap=config.n_bootstrap, confidence_level=config.confidence_level, rng=rng
-    )
+    common = bootstrap_args(config, "meg" + seed_text)
     sel = [records[i] for i in rows]
 
     def values(part: str, recs: list[dict]) -> np.ndarray:
@@ -706,9 +682,7 @@ def step_meg(
         den,
         grid_ids,
         STEP_MEG_METRICS,
-        n_bootstrap=config.n_bootstrap,
-        confidence_level=config.confidence_level,
-        rng=seeded_rng(config.random_state, "step_meg"),
+        **bootstrap_args(config, "step_meg"),
         weights=trajectory_weights(den, grid_ids, steps.episodes(idx))
         if config.weighting == "grid"
         else None,

@@ -27,9 +27,9 @@ from goalprobe.probes.scoring.belief_table import (
     StepFacts,
     StepTable,
     belief_metrics,
+    bootstrap_args,
     den_counts,
     score_rows,
-    seeded_rng,
     trajectory_weights,
 )
 from goalprobe.probes.scoring.config import ScoreConfig
@@ -205,28 +205,26 @@ def score_nulls(
         )
     by_null: dict = {}
     excess: dict = {}
-    ceiling = None
-    if scores and all(f.walls is not None for f in facts):
-        top_probs, top_classes = true_wall_maps(facts, probs.shape[1])
-        ceiling = score_rows(
-            top_probs,
-            top_classes,
-            facts,
-            config.top_k,
-            agent=agent,
-            goal=goal,
-            label=f"ceiling {seed_text}",
-            **run,
-        )
     if scores:
+        ceiling = None
+        if all(f.walls is not None for f in facts):
+            top_probs, top_classes = true_wall_maps(facts, probs.shape[1])
+            ceiling = score_rows(
+                top_probs,
+                top_classes,
+                facts,
+                config.top_k,
+                agent=agent,
+                goal=goal,
+                label=f"ceiling {seed_text}",
+                **run,
+            )
         by_null, excess = null_report(
             probe_scores,
             scores,
             grid_ids,
             belief_metrics(config.top_k),
-            n_bootstrap=config.n_bootstrap,
-            confidence_level=config.confidence_level,
-            rng=seeded_rng(config.random_state, "nulls" + seed_text),
+            **bootstrap_args(config, "nulls" + seed_text),
             episodes=steps.episodes(idx) if config.weighting == "grid" else None,
             ceiling=ceiling,
         )

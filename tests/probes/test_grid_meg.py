@@ -67,7 +67,6 @@ def test_deterministic_optimal_agent_is_maximally_goal_directed(grid):
     res = grid_meg(grid, rollouts(grid, 0.0, 1, seed=0))
     assert res.known.beta == math.inf
     assert 0.0 < res.meg <= (res.horizon - 1) * math.log(4)
-    assert res.meg_per_decision <= math.log(4)
     assert res.known.expected_utility == pytest.approx(res.known.max_expected_utility)
 
 
@@ -83,9 +82,10 @@ def test_empirical_policy_reaches_only_visited_states(grid):
     occ = state_occupancy(TabularMDP(mdp.transitions, mdp.initial, mdp.horizon), emp.policy)
     reached = occ.sum(axis=0) > 0
     goal = mdp.goal_mask()
+    visited = emp.counts.sum(axis=1) > 0  # states where the agent took a valid action
     # every decision state the empirical policy can reach (except the absorbing goal) was visited
-    assert np.all(emp.visited[reached & ~goal])
-    np.testing.assert_allclose(emp.policy[~emp.visited], 0.25)
+    assert np.all(visited[reached & ~goal])
+    np.testing.assert_allclose(emp.policy[~visited], 0.25)
     np.testing.assert_allclose(emp.policy.sum(axis=1), 1.0)
 
 

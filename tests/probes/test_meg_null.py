@@ -66,7 +66,7 @@ def _records(grids, eps: float, seed: int, n_traj: int = 2) -> list[dict]:
         null = random_walk_meg(mdp, grid_utility(mdp, "goal"), n_traj, random_state=seed)
         out.append(
             {
-                "true": {"meg": res.meg, "meg_per_decision": res.meg_per_decision},
+                "true": {"meg": res.meg, "meg_per_decision": res.meg / res.horizon},
                 "random_walk": {"meg": null, "meg_per_decision": null / mdp.horizon},
                 "subjective": None,
             }

@@ -13,6 +13,7 @@ again; the identity patch's action-change rate is reported and is 0 on a determi
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -178,7 +179,7 @@ def test_each_batch_is_what_the_memory_model_allows(tiny, pairs):
 
 
 def _records(outcome) -> str:
-    return json.dumps([r.to_dict() for r in outcome.records], sort_keys=True)
+    return json.dumps([asdict(r) for r in outcome.records], sort_keys=True)
 
 
 def test_out_of_memory_halves_and_resumes_with_identical_results(tiny, pairs):

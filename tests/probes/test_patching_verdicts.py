@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from goalprobe.gridworld.core import Action
 from goalprobe.gridworld.generator import generate_grid
+from goalprobe.gridworld.optimal import solve
 from goalprobe.probes.patching.counterfactuals import (
     CounterfactualConfig,
     base_from_grid,
@@ -86,7 +87,8 @@ def simulate(pairs, act, sites=("grid", "pre_reasoning"), mode="regenerated"):
     for pair in pair_list:
         target_opt, cf_opt = pair.base_optimal, pair.cf_optimal
         unpatched = min(target_opt)
-        other = randoms[pair.pair_id].optimal_actions
+        random_base = randoms[pair.pair_id]
+        other = solve(random_base.grid).optimal_actions(random_base.state)
         for site in sites:
             patched = act(site, target_opt, cf_opt, rng)
             out.append(
