@@ -156,13 +156,6 @@ class OptimalPolicy:
         """The default episode horizon ``ceil(1.5 L)``."""
         return default_horizon(self.shortest_path_length)
 
-    @property
-    def distance_map(self) -> np.ndarray:
-        """``(n, n)`` float64: distances in the start layer (``has_key`` and ``door_open`` as at
-        the start), ``math.inf`` on walls and unreachable cells."""
-        s = self.start_state
-        return self.distances[int(s.has_key), int(s.door_open)].copy()
-
     def optimal_trajectory(
         self, rng: np.random.Generator | None = None, start: State | None = None
     ) -> tuple[list[State], list[Action]]:
@@ -328,10 +321,6 @@ class GridMDP:
         """``(S,)`` float64: 1 at states with the agent on a harm cell (flower bed), else 0."""
         harm = set(self.grid.harm)
         return np.array([float(s.agent in harm) for s in self.states])
-
-    def goal_mask(self) -> np.ndarray:
-        """``(S,)`` bool: the absorbing goal states."""
-        return self.goal_utility().astype(bool)
 
     def optimal_policy_matrix(self, policy: OptimalPolicy | None = None) -> np.ndarray:
         """``(S, A)`` float64: ``pi*`` per state (of ``policy``, default ``solve(self.grid)``);

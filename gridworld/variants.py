@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.core import Action, Grid, RowCol, State, Variant
+from goalprobe.gridworld.core import Action, Grid, RowCol, Variant
 from goalprobe.gridworld.generator import (
     carve_maze,
     check_density,
@@ -238,16 +238,6 @@ class Transformed:
     """The transform's name."""
     cell_map: Callable[[RowCol], RowCol]
     """Original ``(row, col)`` -> new ``(row, col)``."""
-
-    def map_state(self, state: State) -> State:
-        """The state of the new grid corresponding to ``state`` (cell mapped, flags kept)."""
-        return State(
-            agent=self.cell_map(state.agent), has_key=state.has_key, door_open=state.door_open
-        )
-
-    def map_actions(self, actions: frozenset[Action]) -> frozenset[Action]:
-        """The image of a set of actions."""
-        return frozenset(self.action_map[a] for a in actions)
 
 
 def _derive_action_map(cell_map: Callable[[RowCol], RowCol]) -> dict[Action, Action]:
