@@ -583,8 +583,7 @@ def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
         first_line = line.number - len(episode.steps)
         for i, step in enumerate(episode.steps):
             ids = [*step.prompt_token_ids, *step.generated_token_ids]
-            for attempt in step.rejected_attempts:
-                ids.extend(attempt.generated_token_ids)
+            ids += [i for attempt in step.rejected_attempts for i in attempt.generated_token_ids]
             if max(ids, default=-1) > best:
                 best = max(ids)
                 best_at = (
