@@ -298,12 +298,7 @@ def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
 def _part(tokens: int, unknown: int, pieces: Iterable[str]) -> dict:
     """One part's record: its counts, the unknown share and the first distinct pieces."""
     share = unknown / tokens if tokens else 0.0
-    return {
-        "tokens": tokens,
-        "unknown": unknown,
-        "share": share,
-        "pieces": sorted(pieces)[:MAX_PIECES],
-    }
+    return dict(tokens=tokens, unknown=unknown, share=share, pieces=sorted(pieces)[:MAX_PIECES])
 
 
 def prompt_coverage(tokenizer: Any, prompts: Iterable[tuple[str, str]]) -> dict | None:
