@@ -309,7 +309,7 @@ class HarmonyTokenIds:
     @classmethod
     def from_tokenizer(cls, tokenizer: _Tokenizer) -> HarmonyTokenIds:
         """Read the ids from a Hugging Face tokenizer (bundled or GPT-OSS's own)."""
-        specials: list[int] = []  # the first seven fields, in SPECIAL_TOKENS order
+        specials: dict[str, int] = {}
         unk = getattr(tokenizer, "unk_token_id", None)
         for token in SPECIAL_TOKENS:
             token_id = tokenizer.convert_tokens_to_ids(token)
@@ -317,7 +317,7 @@ class HarmonyTokenIds:
                 raise ValueError(
                     f"tokenizer has no harmony special token {token}; it cannot render harmony"
                 )
-            specials.append(int(token_id))
+            specials[token] = int(token_id)
 
         def words(word: str) -> tuple[int, ...]:
             ids = tuple(int(i) for i in tokenizer.encode(word, add_special_tokens=False))
@@ -330,7 +330,19 @@ class HarmonyTokenIds:
             raise ValueError(
                 f"'assistant' encodes to {len(assistant)} tokens {assistant}; anchors need one"
             )
-        return cls(*specials, assistant[0], words("user"), words("analysis"), words("final"))
+        return cls(
+            start=specials[START],
+            end=specials[END],
+            message=specials[MESSAGE],
+            channel=specials[CHANNEL],
+            return_=specials[RETURN],
+            call=specials[CALL],
+            constrain=specials[CONSTRAIN],
+            assistant=assistant[0],
+            user=words("user"),
+            analysis=words("analysis"),
+            final=words("final"),
+        )
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
