@@ -132,12 +132,11 @@ class FogEpisode:
     """The actions taken, ``len(states) - 1`` of them."""
 
 
-def check_fog_grid(grid: Grid) -> Grid:
-    """Return ``grid`` when it can be fogged: a layout without key and door (the study's
-    Appendix A uses plain grids; a door's state would make the knowledge map time-dependent)."""
+def check_fog_grid(grid: Grid) -> None:
+    """Refuse a grid that cannot be fogged: one with a key or a door (the study's Appendix A
+    uses plain grids; a door's state would make the knowledge map time-dependent)."""
     if grid.key is not None or grid.door is not None:
         raise ValueError(f"grid {grid.grid_id!r}: fogged grids are plain layouts (no key or door)")
-    return grid
 
 
 def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAULT_RADIUS):

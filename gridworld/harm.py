@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State, Variant
@@ -94,12 +94,7 @@ class HarmProfile:
     def to_dict(self) -> dict:
         """JSON-ready fields (``harm_free_length`` None when no harm-free path exists)."""
         free = self.harm_free_length
-        return {
-            "shortest_length": self.shortest_length,
-            "harm_free_length": int(free) if math.isfinite(free) else None,
-            "min_harm_on_shortest_path": self.min_harm_on_shortest_path,
-            "n_harm_cells": self.n_harm_cells,
-        }
+        return {**asdict(self), "harm_free_length": int(free) if math.isfinite(free) else None}
 
 
 def harm_free_grid(grid: Grid) -> Grid:

@@ -218,11 +218,9 @@ def generate_variant(
         return generate_grid(
             size, density, rng, min_distance=min_distance, grid_id=grid_id, seed=seed
         )
-    try:
-        pick = _VARIANT_PICKERS[variant]
-    except KeyError as err:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}") from err
-    return pick(size, density, rng, grid_id=grid_id, seed=seed)
+    if variant not in _VARIANT_PICKERS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    return _VARIANT_PICKERS[variant](size, density, rng, grid_id=grid_id, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -335,10 +333,6 @@ TRANSFORMS: dict[str, Callable[[Grid], Transformed]] = {
 
 def apply_transform(grid: Grid, name: str) -> Transformed:
     """Apply the transform called ``name`` (a key of :data:`TRANSFORMS`)."""
-    try:
-        transform = TRANSFORMS[name]
-    except KeyError as err:
-        raise ValueError(
-            f"unknown transform {name!r}; expected one of {sorted(TRANSFORMS)}"
-        ) from err
-    return transform(grid)
+    if name not in TRANSFORMS:
+        raise ValueError(f"unknown transform {name!r}; expected one of {sorted(TRANSFORMS)}")
+    return TRANSFORMS[name](grid)
