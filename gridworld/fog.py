@@ -153,10 +153,7 @@ def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAU
 def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     """The free-space map: walls where a revealed cell is a wall, open elsewhere, hidden cells
     included (the free-space assumption)."""
-    walls = np.zeros((grid.size, grid.size), dtype=bool)
-    for cell in revealed:
-        walls[cell] = grid.walls[cell]
-    return walls
+    return revealed_mask(grid, revealed) & grid.walls
 
 
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:

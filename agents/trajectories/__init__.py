@@ -496,10 +496,9 @@ class _EpisodeAssembler:
 def read_run_header(path: str | os.PathLike) -> RunHeader:
     """The ``run`` line of a trajectory file."""
     path = Path(path)
-    for line in _scan(path):
-        if isinstance(line.record, RunHeader):
-            return line.record
-        break
+    first = next(_scan(path), None)
+    if first is not None and isinstance(first.record, RunHeader):
+        return first.record
     raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
 
 
