@@ -182,7 +182,7 @@ def solve(grid: Grid) -> OptimalPolicy:
     if grid.door is None:
         distances, masks = _solve_static(grid)
     else:
-        distances, masks = _solve_product(grid)
+        distances, masks = _solve_product(grid, grid.door)
     distances.setflags(write=False)
     masks.setflags(write=False)
     return OptimalPolicy(grid=grid, distances=distances, action_masks=masks)
@@ -207,16 +207,14 @@ def _solve_static(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     return distances, masks
 
 
-def _solve_product(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
-    """With a door: reverse BFS over (has_key, door_open, cell), flat index ``layer * n^2 + cell``
-    with ``layer = 2 * has_key + door_open``."""
+def _solve_product(grid: Grid, door_cell: RowCol) -> tuple[np.ndarray, np.ndarray]:
+    """With a door (``door_cell``, the grid's): reverse BFS over (has_key, door_open, cell), flat
+    index ``layer * n^2 + cell`` with ``layer = 2 * has_key + door_open``."""
     n = grid.size
     n_cells = n * n
     walls = grid.walls.ravel().tolist()
     moves = _moves(n)
-    if grid.door is None:
-        raise ValueError("the product search needs a door")
-    door = grid.door[0] * n + grid.door[1]
+    door = door_cell[0] * n + door_cell[1]
     key = grid.key[0] * n + grid.key[1] if grid.key is not None else None
     goal = grid.goal[0] * n + grid.goal[1]
     door_nbrs = set(_neighbours(n)[door])
