@@ -221,11 +221,9 @@ class LocalBackend(ChatFormatBackend):
 
     def _row_completion(self, prompt: list[int], row: list[int], stop_ids: list[int]) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in stop_ids), None)
-        finish: FinishReason
-        if stop_at is None:  # ran to max_new_tokens: generate pads only rows that stopped
-            ids, finish = row, "length"
-        else:
-            ids, finish = row[: stop_at + 1], "stop"
+        # no stop id: it ran to max_new_tokens (generate pads only rows that stopped)
+        finish: FinishReason = "length" if stop_at is None else "stop"
+        ids = row if stop_at is None else row[: stop_at + 1]
         return self._completion(
             prompt, ids, self.tokenizer.decode(ids, skip_special_tokens=False), finish
         )

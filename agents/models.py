@@ -193,16 +193,12 @@ def check_model_available(model: str) -> None:
         ValueError: an empty name.
     """
     check_model_name(model)
-    if _named(model):
-        return
-    local = Path(model).expanduser()
-    if local.is_dir():
+    if _named(model) or Path(model).expanduser().is_dir():
         return
     if _looks_like_path(model):
         raise FileNotFoundError(f"{model}: no such model directory")
-    if model_commit(model) or _hub_reachable():
-        return
-    raise _hub_unavailable(model)
+    if not (model_commit(model) or _hub_reachable()):
+        raise _hub_unavailable(model)
 
 
 def _hub_unavailable(model: str) -> HubUnavailableError:

@@ -172,11 +172,10 @@ def run_preflight(
     completions: list[Completion] = []
     started = time.perf_counter()
     for start in range(0, len(conversations), config.batch_size):
-        batch_seeds = seeds[start : start + config.batch_size]
         batch = conversations[start : start + config.batch_size]
-        sampling = config.sampling(None)
+        batch_seeds = seeds[start : start + config.batch_size]
         completions += generate_seeded(
-            backend, batch, sampling, batch_seeds, derive_seed(*batch_seeds)
+            backend, batch, config.sampling(None), batch_seeds, derive_seed(*batch_seeds)
         )
     seconds = time.perf_counter() - started
     lengths = np.asarray([len(c.generated_token_ids) for c in completions], dtype=float)

@@ -222,13 +222,9 @@ def sample_actions(
         messages = state_messages(  # as a rollout step builds it
             grid, state, template=template, moral_conditioning=config.moral_conditioning
         )
-        for j in range(k):
-            conversations.append(messages)
-            seeds.append(
-                derive_seed(
-                    config.seed, grid.grid_id, state.agent, state.has_key, state.door_open, j
-                )
-            )
+        key = (config.seed, grid.grid_id, state.agent, state.has_key, state.door_open)
+        conversations += [messages] * k
+        seeds += [derive_seed(*key, j) for j in range(k)]
     out = np.full(len(conversations), INVALID, dtype=np.int64)
     for start in range(0, len(conversations), config.batch_size):
         chunk = slice(start, start + config.batch_size)

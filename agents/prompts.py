@@ -175,13 +175,15 @@ def _default_template() -> PromptTemplate:
     return PromptTemplate.default()
 
 
-def _fog_template(template: PromptTemplate) -> tuple[str, str]:
-    if template.instructions_fog is None or template.user_fog is None:
+def _optional(template: PromptTemplate, names: tuple[str, str], grids: str) -> tuple[str, str]:
+    """The two optional texts ``names`` that prompt ``grids`` (e.g. harm grids)."""
+    first, second = getattr(template, names[0]), getattr(template, names[1])
+    if first is None or second is None:
         raise ValueError(
             f"prompt template {template.source} has no "
-            f"{OPTIONAL_TEMPLATE_FILES['instructions_fog']}; it cannot prompt fogged grids"
+            f"{OPTIONAL_TEMPLATE_FILES[names[0]]}; it cannot prompt {grids}"
         )
-    return template.instructions_fog, template.user_fog
+    return first, second
 
 
 def build_instructions(
@@ -199,18 +201,14 @@ def build_instructions(
     """
     template = _default_template() if template is None else template
     if variant == Variant.FOG:
-        instructions, _ = _fog_template(template)
+        instructions, _ = _optional(template, ("instructions_fog", "user_fog"), "fogged grids")
         if RADIUS_FIELD in instructions and fog_radius is None:
             raise ValueError("fogged grids need fog_radius to fill {{radius}}")
         return instructions.replace(RADIUS_FIELD, str(fog_radius))
     if variant == Variant.HARM:
-        if template.instructions_harm is None or template.moral_harm is None:
-            raise ValueError(
-                f"prompt template {template.source} has no "
-                f"{OPTIONAL_TEMPLATE_FILES['instructions_harm']}; it cannot prompt harm grids"
-            )
-        moral = [template.moral_harm] if moral_conditioning else []
-        lines = template.instructions_harm.split("\n")
+        harm, moral_line = _optional(template, ("instructions_harm", "moral_harm"), "harm grids")
+        moral = [moral_line] if moral_conditioning else []
+        lines = harm.split("\n")
         at = lines.index(MORAL_FIELD)
         return "\n".join([*lines[:at], *moral, *lines[at + 1 :]])
     return template.instructions_key if uses_key_prompt(variant) else template.instructions_plain
@@ -235,7 +233,7 @@ def build_messages(
     """
     template = _default_template() if template is None else template
     if variant == Variant.FOG:
-        _, user_fog = _fog_template(template)
+        _, user_fog = _optional(template, ("instructions_fog", "user_fog"), "fogged grids")
         user = user_fog.replace(HISTORY_FIELD, history or NO_HISTORY).replace(GRID_FIELD, grid_text)
     elif uses_key_prompt(variant):
         status = template.key_status_carrying if has_key else template.key_status_not_carrying
@@ -298,12 +296,7 @@ def _count(tokenizer: Any, texts: Iterable[str], unk: int | None) -> dict:
 def _part(tokens: int, unknown: int, pieces: Iterable[str]) -> dict:
     """One part's record: its counts, the unknown share and the first distinct pieces."""
     share = unknown / tokens if tokens else 0.0
-    return {
-        "tokens": tokens,
-        "unknown": unknown,
-        "share": share,
-        "pieces": sorted(pieces)[:MAX_PIECES],
-    }
+    return dict(tokens=tokens, unknown=unknown, share=share, pieces=sorted(pieces)[:MAX_PIECES])
 
 
 def prompt_coverage(tokenizer: Any, prompts: Iterable[tuple[str, str]]) -> dict | None:

@@ -172,6 +172,7 @@ def grid_rows(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[di
     with ``config.seed``, so the rows are reproducible for the same order.
     """
     rng = np.random.default_rng(config.seed)
+    scores = ("n_trajectories", "success_rate", "accuracy", "entropy", "jsd", "ece")
     rows = []
     for g in grids:
         m = grid_metrics(list(g.episodes))
@@ -184,12 +185,7 @@ def grid_rows(grids: Sequence[GridEpisodes], config: BehaviourConfig) -> list[di
                 "density": g.grid.density,
                 "variant": str(g.grid.variant),
                 "shortest_path_length": solve(g.grid).shortest_path_length,
-                "n_trajectories": m.n_trajectories,
-                "success_rate": m.success_rate,
-                "accuracy": m.accuracy,
-                "entropy": m.entropy,
-                "jsd": m.jsd,
-                "ece": m.ece,
+                **{name: getattr(m, name) for name in scores},  # of GridMetrics
                 "invalid_rate": float(np.mean([a is None for _, a, _ in steps])),
                 "random_walk_success_rate": walk.success_rate,
                 "random_walk_accuracy": walk.accuracy,

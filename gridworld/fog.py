@@ -4,7 +4,7 @@ The agent sees the cells within a square radius (default 3: a 7 x 7 window) alon
 sight that walls block; a seen cell stays revealed, and the prompt draws hidden cells as ``*``.
 Line of sight (:func:`line_of_sight`) is Bresenham's line, clear when either direction's line
 is (so visibility between open cells is symmetric); the target may be a wall. The revealed set
-(:class:`FogEpisode`) is the agent's exact knowledge; :func:`free_space_action` is the
+(:class:`FogEpisode`) is the agent's exact knowledge; :func:`free_space_actions` is the
 free-space planner on it (unknown cells open, replanned each step), and
 :func:`failure_modes` counts the study's A.1 failures (revisits, moves into known walls and
 dead-ends).
@@ -132,12 +132,11 @@ class FogEpisode:
     """The actions taken, ``len(states) - 1`` of them."""
 
 
-def check_fog_grid(grid: Grid) -> Grid:
-    """Return ``grid`` when it can be fogged: a layout without key and door (the study's
-    Appendix A uses plain grids; a door's state would make the knowledge map time-dependent)."""
+def check_fog_grid(grid: Grid) -> None:
+    """Refuse a grid that cannot be fogged: one with a key or a door (the study's Appendix A
+    uses plain grids; a door's state would make the knowledge map time-dependent)."""
     if grid.key is not None or grid.door is not None:
         raise ValueError(f"grid {grid.grid_id!r}: fogged grids are plain layouts (no key or door)")
-    return grid
 
 
 def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAULT_RADIUS):
@@ -154,10 +153,7 @@ def fog_episode(grid: Grid, actions: Iterable[Action | int], radius: int = DEFAU
 def knowledge_walls(grid: Grid, revealed: Iterable[RowCol]) -> np.ndarray:
     """The free-space map: walls where a revealed cell is a wall, open elsewhere, hidden cells
     included (the free-space assumption)."""
-    walls = np.zeros((grid.size, grid.size), dtype=bool)
-    for cell in revealed:
-        walls[cell] = grid.walls[cell]
-    return walls
+    return revealed_mask(grid, revealed) & grid.walls
 
 
 def _target(grid: Grid, revealed: frozenset[RowCol], goal_known: bool) -> list[RowCol]:
@@ -192,19 +188,11 @@ def free_space_actions(
     return frozenset(a for a, cell in moves if dist[cell] == here - 1)
 
 
-def free_space_action(
-    grid: Grid, state: State, revealed: frozenset[RowCol], *, goal_known: bool = True
-) -> Action | None:
-    """One free-space move (the lowest-valued of the optimal ones; None when none)."""
-    actions = free_space_actions(grid, state, revealed, goal_known=goal_known)
-    return min(actions) if actions else None
-
-
 def free_space_episode(
     grid: Grid, horizon: int, *, radius: int = DEFAULT_RADIUS, goal_known: bool = True
 ) -> FogEpisode:
-    """The free-space planner's own episode (replanning each step), up to ``horizon`` moves
-    or the goal."""
+    """The free-space planner's own episode (replanning each step, the lowest-valued of its
+    optimal moves), up to ``horizon`` moves or the goal."""
     check_fog_grid(grid)
     state = grid.initial_state
     seen = visible_cells(grid, state.agent, radius)
@@ -212,11 +200,11 @@ def free_space_episode(
     for _ in range(horizon):
         if state.agent == grid.goal:
             break
-        action = free_space_action(grid, state, seen, goal_known=goal_known)
-        if action is None:
+        options = free_space_actions(grid, state, seen, goal_known=goal_known)
+        if not options:
             break
-        actions.append(action)
-        state = step(grid, state, action)
+        actions.append(min(options))
+        state = step(grid, state, actions[-1])
         seen = seen | visible_cells(grid, state.agent, radius)
     return fog_episode(grid, actions, radius)
 
@@ -405,7 +393,7 @@ def reference_rows(
 ) -> list[FogRow]:
     """The free-space planner's episode and ``n_walks`` random walks on ``grid``, each up to
     ``horizon`` moves or the goal (the random walk draws its moves at once)."""
-    radius = fog_radius(grid) if "fog_radius" in grid.extra else DEFAULT_RADIUS
+    radius = fog_radius(grid)
     rows = [_row(free_space_episode(grid, horizon, radius=radius, goal_known=False), FREE_SPACE)]
     for _ in range(n_walks):
         moves = rng.integers(0, 4, size=horizon).tolist()

@@ -14,6 +14,7 @@ unchanged and each grid can be regenerated alone from ``grid.seed``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
 from dataclasses import dataclass
@@ -58,14 +59,11 @@ def check_density(density: float) -> float:
     return density
 
 
-def round_half_up(x: float) -> int:
-    """Round to the nearest int, halves up, tolerant to float error (``0.49999999999999994``)."""
-    return math.floor(x + 0.5 + 1e-9)
-
-
 def n_walls_to_remove(density: float, n_removable: int) -> int:
-    """``round((1 - density) * n_removable)``, rounding half up."""
-    return min(n_removable, round_half_up((1.0 - check_density(density)) * n_removable))
+    """``round((1 - density) * n_removable)``, rounding half up, tolerant to float error
+    (``0.49999999999999994`` rounds up)."""
+    walls = (1.0 - check_density(density)) * n_removable
+    return min(n_removable, math.floor(walls + 0.5 + 1e-9))
 
 
 def carve_maze(
@@ -278,14 +276,15 @@ class GridSetConfig:
             raise ValueError(f"min_distance must be >= 1, got {self.min_distance}")
 
 
-def generate_cell(config: GridSetConfig, size: int, density: float) -> list[Grid]:
-    """The ``config.n_per_cell`` grids of one (size, density) cell of a grid set."""
+def generate_grid_set(config: GridSetConfig) -> list[Grid]:
+    """All grids of ``config``, ordered by size, then density, then index."""
     from goalprobe.gridworld.variants import FAMILY, generate_variant
 
     if config.variant not in FAMILY:
         raise ValueError(f"unknown variant {config.variant!r}; expected one of {tuple(FAMILY)}")
     grids = []
-    for index in range(config.n_per_cell):
+    cells = itertools.product(config.sizes, config.densities, range(config.n_per_cell))
+    for size, density, index in cells:
         # seeded by layout family, so e.g. key_door and key_door_control share layouts
         seed = grid_seed(config.seed, size, density, FAMILY[config.variant], index)
         grid = generate_variant(
@@ -299,13 +298,3 @@ def generate_cell(config: GridSetConfig, size: int, density: float) -> list[Grid
         )
         grids.append(grid)
     return grids
-
-
-def generate_grid_set(config: GridSetConfig) -> list[Grid]:
-    """All grids of ``config``, ordered by size, then density, then index."""
-    return [
-        grid
-        for size in config.sizes
-        for density in config.densities
-        for grid in generate_cell(config, size, density)
-    ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from goalprobe.gridworld.core import Grid, RowCol, State, Variant
@@ -94,12 +94,7 @@ class HarmProfile:
     def to_dict(self) -> dict:
         """JSON-ready fields (``harm_free_length`` None when no harm-free path exists)."""
         free = self.harm_free_length
-        return {
-            "shortest_length": self.shortest_length,
-            "harm_free_length": int(free) if math.isfinite(free) else None,
-            "min_harm_on_shortest_path": self.min_harm_on_shortest_path,
-            "n_harm_cells": self.n_harm_cells,
-        }
+        return {**asdict(self), "harm_free_length": int(free) if math.isfinite(free) else None}
 
 
 def harm_free_grid(grid: Grid) -> Grid:
@@ -172,9 +167,8 @@ def generate_harm_grid(
             harm = tuple(cell for k in chosen for cell in layers[k])
             grid = replace(base, harm=harm, variant=Variant.HARM, grid_id=grid_id)
             free = harm_profile(grid).harm_free_length
-            if math.isfinite(free) and free - length <= config.max_detour:
-                if free <= budget:
-                    return replace(grid, extra={"harm_layers": chosen})
+            if math.isfinite(free) and free - length <= config.max_detour and free <= budget:
+                return replace(grid, extra={"harm_layers": chosen})
     raise ValueError(
         f"no {config.size} x {config.size} harm grid at density {config.density} with a detour "
         f"of at most {config.max_detour} steps after {config.max_attempts} layouts"
@@ -198,8 +192,7 @@ def harm_count(grid: Grid, states: Iterable[State]) -> int:
     cell (``states`` are ``s_0 .. s_T``; the start is never a harm cell). Staying on a flower
     bed (a blocked move) harms it again."""
     harm = set(grid.harm)
-    states = list(states)
-    return sum(tuple(s.agent) in harm for s in states[1:])
+    return sum(tuple(s.agent) in harm for s in list(states)[1:])
 
 
 def random_harm_counts(

@@ -546,13 +546,10 @@ def intention_study(
     if samples.ndim != 2 or samples.shape[0] != len(requests):
         raise ValueError(f"the sampler returned shape {samples.shape} for {len(requests)} states")
     by_key: dict[tuple[str, str | None], np.ndarray] = {}
-    grid_of: dict[tuple[str, str | None], Grid] = {}  # the intervened grids
     row = 0
     for grid, intervened, states in plan:
         key = (grid.grid_id, None if intervened is None else intervened.extra["intervention"])
         by_key[key] = samples[row : row + len(states)]
-        if intervened is not None:
-            grid_of[key] = intervened
         row += len(states)
     results, state_rows = [], []
     for variant, names in INTERVENTIONS.items():
@@ -581,11 +578,7 @@ def intention_study(
             test = intention_test(a, b, ids, config)
             control = None if controls is None else controls.get((variant, name))
             direction = np.stack(
-                [
-                    optimal_shift(g, grid_of[(g.grid_id, name)], m)
-                    for g, states in grids
-                    for m in states
-                ]
+                [optimal_shift(g, intervene(g, name), m) for g, states in grids for m in states]
             )
             adapt = adaptation(a, b, direction, ids, config, irrelevant=irr)
             if adapt is not None or control is not None:

@@ -174,17 +174,6 @@ def grid_accuracy(trajectories: Iterable[TrajectoryData]) -> float:
     return float(np.mean(accs)) if accs else math.nan
 
 
-def entropy(p: Sequence[float] | np.ndarray, *, base: float = math.e) -> float:
-    """Shannon entropy of ``(K,)`` non-negative weights ``p`` with a positive sum (normalised
-    first), in nats unless ``base`` is given."""
-    arr = np.asarray(p, dtype=float)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"p must be a non-empty 1-D array, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
-        raise ValueError(f"p must be finite, non-negative and sum to > 0, got {arr}")
-    return float(scipy.stats.entropy(arr / arr.sum(), base=base))
-
-
 @dataclass(frozen=True, eq=False)
 class PolicyTable:
     """Empirical agent policy and optimal policy at every visited state of one grid.

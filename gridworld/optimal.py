@@ -156,13 +156,6 @@ class OptimalPolicy:
         """The default episode horizon ``ceil(1.5 L)``."""
         return default_horizon(self.shortest_path_length)
 
-    @property
-    def distance_map(self) -> np.ndarray:
-        """``(n, n)`` float64: distances in the start layer (``has_key`` and ``door_open`` as at
-        the start), ``math.inf`` on walls and unreachable cells."""
-        s = self.start_state
-        return self.distances[int(s.has_key), int(s.door_open)].copy()
-
     def optimal_trajectory(
         self, rng: np.random.Generator | None = None, start: State | None = None
     ) -> tuple[list[State], list[Action]]:
@@ -189,7 +182,7 @@ def solve(grid: Grid) -> OptimalPolicy:
     if grid.door is None:
         distances, masks = _solve_static(grid)
     else:
-        distances, masks = _solve_product(grid)
+        distances, masks = _solve_product(grid, grid.door)
     distances.setflags(write=False)
     masks.setflags(write=False)
     return OptimalPolicy(grid=grid, distances=distances, action_masks=masks)
@@ -214,16 +207,14 @@ def _solve_static(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     return distances, masks
 
 
-def _solve_product(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
-    """With a door: reverse BFS over (has_key, door_open, cell), flat index ``layer * n^2 + cell``
-    with ``layer = 2 * has_key + door_open``."""
+def _solve_product(grid: Grid, door_cell: RowCol) -> tuple[np.ndarray, np.ndarray]:
+    """With a door (``door_cell``, the grid's): reverse BFS over (has_key, door_open, cell), flat
+    index ``layer * n^2 + cell`` with ``layer = 2 * has_key + door_open``."""
     n = grid.size
     n_cells = n * n
     walls = grid.walls.ravel().tolist()
     moves = _moves(n)
-    if grid.door is None:
-        raise ValueError("the product search needs a door")
-    door = grid.door[0] * n + grid.door[1]
+    door = door_cell[0] * n + door_cell[1]
     key = grid.key[0] * n + grid.key[1] if grid.key is not None else None
     goal = grid.goal[0] * n + grid.goal[1]
     door_nbrs = set(_neighbours(n)[door])
@@ -328,10 +319,6 @@ class GridMDP:
         """``(S,)`` float64: 1 at states with the agent on a harm cell (flower bed), else 0."""
         harm = set(self.grid.harm)
         return np.array([float(s.agent in harm) for s in self.states])
-
-    def goal_mask(self) -> np.ndarray:
-        """``(S,)`` bool: the absorbing goal states."""
-        return self.goal_utility().astype(bool)
 
     def optimal_policy_matrix(self, policy: OptimalPolicy | None = None) -> np.ndarray:
         """``(S, A)`` float64: ``pi*`` per state (of ``policy``, default ``solve(self.grid)``);

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from goalprobe.gridworld.core import Action, Grid, RowCol, State, Variant
+from goalprobe.gridworld.core import Action, Grid, RowCol, Variant
 from goalprobe.gridworld.generator import (
     carve_maze,
     check_density,
@@ -218,11 +218,9 @@ def generate_variant(
         return generate_grid(
             size, density, rng, min_distance=min_distance, grid_id=grid_id, seed=seed
         )
-    try:
-        pick = _VARIANT_PICKERS[variant]
-    except KeyError as err:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}") from err
-    return pick(size, density, rng, grid_id=grid_id, seed=seed)
+    if variant not in _VARIANT_PICKERS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    return _VARIANT_PICKERS[variant](size, density, rng, grid_id=grid_id, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -238,16 +236,6 @@ class Transformed:
     """The transform's name."""
     cell_map: Callable[[RowCol], RowCol]
     """Original ``(row, col)`` -> new ``(row, col)``."""
-
-    def map_state(self, state: State) -> State:
-        """The state of the new grid corresponding to ``state`` (cell mapped, flags kept)."""
-        return State(
-            agent=self.cell_map(state.agent), has_key=state.has_key, door_open=state.door_open
-        )
-
-    def map_actions(self, actions: frozenset[Action]) -> frozenset[Action]:
-        """The image of a set of actions."""
-        return frozenset(self.action_map[a] for a in actions)
 
 
 def _derive_action_map(cell_map: Callable[[RowCol], RowCol]) -> dict[Action, Action]:
@@ -345,10 +333,6 @@ TRANSFORMS: dict[str, Callable[[Grid], Transformed]] = {
 
 def apply_transform(grid: Grid, name: str) -> Transformed:
     """Apply the transform called ``name`` (a key of :data:`TRANSFORMS`)."""
-    try:
-        transform = TRANSFORMS[name]
-    except KeyError as err:
-        raise ValueError(
-            f"unknown transform {name!r}; expected one of {sorted(TRANSFORMS)}"
-        ) from err
-    return transform(grid)
+    if name not in TRANSFORMS:
+        raise ValueError(f"unknown transform {name!r}; expected one of {sorted(TRANSFORMS)}")
+    return TRANSFORMS[name](grid)

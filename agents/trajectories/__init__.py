@@ -496,10 +496,9 @@ class _EpisodeAssembler:
 def read_run_header(path: str | os.PathLike) -> RunHeader:
     """The ``run`` line of a trajectory file."""
     path = Path(path)
-    for line in _scan(path):
-        if isinstance(line.record, RunHeader):
-            return line.record
-        break
+    first = next(_scan(path), None)
+    if first is not None and isinstance(first.record, RunHeader):
+        return first.record
     raise TrajectoryFormatError(f"{path}:1: the file does not start with a 'run' line")
 
 
@@ -583,8 +582,7 @@ def trajectory_stats(path: str | os.PathLike) -> TrajectoryStats:
         first_line = line.number - len(episode.steps)
         for i, step in enumerate(episode.steps):
             ids = [*step.prompt_token_ids, *step.generated_token_ids]
-            for attempt in step.rejected_attempts:
-                ids.extend(attempt.generated_token_ids)
+            ids += [i for attempt in step.rejected_attempts for i in attempt.generated_token_ids]
             if max(ids, default=-1) > best:
                 best = max(ids)
                 best_at = (

@@ -194,10 +194,10 @@ def test_policy_undefined_at_goal_and_unreachable():
         policy.distance(State((7, 0)))
 
 
-def test_distance_map_and_horizon():
+def test_distance_layer_and_horizon():
     grid = generate_grid(9, 0.6, np.random.default_rng(2))
     policy = solve(grid)
-    dmap = policy.distance_map
+    dmap = policy.distances[0, 1]  # the start's layer: no key, and no door (so "open")
     assert dmap.shape == (9, 9)
     assert np.isinf(dmap[grid.walls]).all()
     assert dmap[grid.goal] == 0 and dmap[grid.start] == policy.shortest_path_length

@@ -17,7 +17,6 @@ from goalprobe.gridworld.metrics import (
     Stage,
     TrajectoryData,
     confidence_bins,
-    entropy,
     expected_calibration_error,
     goal_success_rate,
     grid_accuracy,
@@ -287,26 +286,6 @@ def test_ece_in_unit_interval_and_perfect_calibration_is_zero(pairs):
 
 
 # ---------------------------------------------------------------- entropy / JSD properties
-
-dist = st.lists(st.floats(0, 10), min_size=N_OUTCOMES, max_size=N_OUTCOMES).filter(
-    lambda p: sum(p) > 1e-3
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(dist)
-def test_entropy_bounds(p):
-    h = entropy(p)
-    assert -1e-12 <= h <= math.log(N_OUTCOMES) + 1e-12
-    assert entropy(p, base=2) == pytest.approx(h / LN2)
-
-
-def test_entropy_rejects_bad_distributions():
-    with pytest.raises(ValueError, match="sum to > 0"):
-        entropy([0, 0])
-    with pytest.raises(ValueError, match="non-negative"):
-        entropy([1, -1])
-
 
 cells = st.sampled_from("ABCDEF")
 
