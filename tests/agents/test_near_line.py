@@ -185,7 +185,15 @@ def test_the_walls_recipe_starts_from_the_map_agent(capsys):
     args = ["--map", "--map-recipe", "walls", "--tie-break", "first", "--out", "/nonexistent/x"]
     assert script.main(args) == 2
     assert "--tie-break: only with --map --map-recipe single" in capsys.readouterr().err
-    out = ["--map", "--map-recipe", "walls", "--out", "agents/bundled_map"]
+    # the map agent's folder where the package reads it (not a path relative to the cwd: from
+    # another checkout that path is a different folder, and the script would train into it)
+    out = [
+        "--map",
+        "--map-recipe",
+        "walls",
+        "--out",
+        str(script.bundled_agent_dir(script.MAP_AGENT)),
+    ]
     assert script.main(out) == 2  # would overwrite the weights it starts from
 
 
